@@ -1,0 +1,6 @@
+#!/bin/sh
+# Regenerates configure and Makefile.in from configure.ac and Makefile.am.
+set -e
+cd "$(dirname "$0")"
+autoreconf --force --install --warnings=all
+echo "Now run ./configure (see ./configure --help) and make."

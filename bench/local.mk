@@ -1,0 +1,1 @@
+# bench: sources are added here.

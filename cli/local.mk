@@ -1,0 +1,1 @@
+# cli: sources are added here.

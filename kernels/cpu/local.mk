@@ -1,0 +1,1 @@
+libcdl_core_la_SOURCES += kernels/cpu/backend_cpu.c

@@ -1,0 +1,1 @@
+# launcher: sources are added here.

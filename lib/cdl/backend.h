@@ -1,0 +1,164 @@
+/* The compute backend interface: every tensor operation of a training step.
+ *
+ * libcdl never calls BLAS, cuBLAS or cuDNN itself; it calls these ops through
+ * a small table of function pointers, so one model runs on CPU or GPU and each
+ * backend can be checked against the CPU reference op by op.
+ *
+ * All pointers passed to ops are device pointers of that backend. Ops may run
+ * asynchronously; ops->sync() waits for them. Results are deterministic for a
+ * given backend and thread count (fixed reduction order).
+ */
+#ifndef CDL_BACKEND_H
+#define CDL_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One conv2d: x is (n,c,h,w), w is (oc,c,kh,kw), b is (oc), y is (n,oc,oh,ow). */
+typedef struct cdl_conv2d_desc {
+    int n, c, h, w;
+    int oc, kh, kw;
+    int stride, pad;
+    int oh, ow;       /* (h + 2*pad - kh) / stride + 1, likewise for w */
+} cdl_conv2d_desc;
+
+/* One pooling window sweep: x is (n,c,h,w), y is (n,c,oh,ow). Average pooling
+ * counts padded zeros like PyTorch's default (count_include_pad=True). */
+typedef struct cdl_pool2d_desc {
+    int n, c, h, w;
+    int k, stride, pad;
+    int oh, ow;
+} cdl_pool2d_desc;
+
+/* PyTorch's torch.optim.SGD update (dampening applies from the second step;
+ * the first step copies the gradient into the momentum buffer). */
+typedef struct cdl_sgd_hparams {
+    float lr, momentum, dampening, weight_decay;
+    int nesterov;
+    int first_step;   /* 1 on the optimizer's first step */
+} cdl_sgd_hparams;
+
+/* PyTorch's torch.optim.Adam (decoupled = 0) or AdamW (decoupled = 1). */
+typedef struct cdl_adam_hparams {
+    float lr, beta1, beta2, eps, weight_decay;
+    int decoupled;
+    long step;        /* 1-based step count, for bias correction */
+} cdl_adam_hparams;
+
+typedef struct cdl_backend cdl_backend;
+
+typedef struct cdl_backend_ops {
+    const char *name;                   /* "cpu", "cuda" */
+
+    /* Memory. alloc returns zeroed device memory or NULL (with cdl_error). */
+    void *(*alloc)(cdl_backend *be, size_t bytes);
+    void (*free)(cdl_backend *be, void *p);
+    void (*to_device)(cdl_backend *be, void *dst_dev, const void *src_host, size_t bytes);
+    void (*to_host)(cdl_backend *be, void *dst_host, const void *src_dev, size_t bytes);
+    void (*copy)(cdl_backend *be, void *dst_dev, const void *src_dev, size_t bytes);
+    void (*fill)(cdl_backend *be, float *x, float value, size_t n);
+    int (*sync)(cdl_backend *be);       /* 0, or -1 with cdl_error on a device fault */
+
+    /* Scratch (in floats) that conv2d and linear ops need for these shapes.
+     * The caller allocates the largest once and passes it as ws. */
+    size_t (*conv2d_workspace)(cdl_backend *be, const cdl_conv2d_desc *d);
+    size_t (*linear_workspace)(cdl_backend *be, int n, int in, int out);
+
+    /* y = conv(x, w) + b. b may be NULL. */
+    void (*conv2d_fwd)(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
+                       const float *w, const float *b, float *y, float *ws);
+    /* From dy: dw and db are overwritten (db may be NULL); dx is overwritten
+     * unless NULL (the first layer needs no input gradient). */
+    void (*conv2d_bwd)(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
+                       const float *w, const float *dy, float *dx, float *dw,
+                       float *db, float *ws);
+
+    /* y (n,out) = x (n,in) * w^T + b, w is (out,in) like torch.nn.Linear. */
+    void (*linear_fwd)(cdl_backend *be, int n, int in, int out, const float *x,
+                       const float *w, const float *b, float *y, float *ws);
+    void (*linear_bwd)(cdl_backend *be, int n, int in, int out, const float *x,
+                       const float *w, const float *dy, float *dx, float *dw,
+                       float *db, float *ws);
+
+    /* argmax holds, per output element, the flat input index within its (n,c)
+     * plane; it has n*c*oh*ow entries. */
+    void (*maxpool_fwd)(cdl_backend *be, const cdl_pool2d_desc *d, const float *x,
+                        float *y, int32_t *argmax);
+    void (*maxpool_bwd)(cdl_backend *be, const cdl_pool2d_desc *d, const float *dy,
+                        const int32_t *argmax, float *dx);
+    void (*avgpool_fwd)(cdl_backend *be, const cdl_pool2d_desc *d, const float *x, float *y);
+    void (*avgpool_bwd)(cdl_backend *be, const cdl_pool2d_desc *d, const float *dy, float *dx);
+
+    /* Elementwise over n floats. relu_bwd reads the forward output y. dx may
+     * alias dy. */
+    void (*relu_fwd)(cdl_backend *be, size_t n, const float *x, float *y);
+    void (*relu_bwd)(cdl_backend *be, size_t n, const float *y, const float *dy, float *dx);
+
+    /* Inverted dropout: y = x * mask / (1-p), mask[i] = 0 or 1 drawn from
+     * cdl_dropout_keep(seed, i, p), so every backend draws the same mask. */
+    void (*dropout_fwd)(cdl_backend *be, size_t n, float p, uint64_t seed,
+                        const float *x, float *y, uint8_t *mask);
+    void (*dropout_bwd)(cdl_backend *be, size_t n, float p, const uint8_t *mask,
+                        const float *dy, float *dx);
+
+    /* Softmax cross-entropy over (n,classes) logits, fused with its gradient:
+     * dlogits = (softmax - onehot) * grad_scale. Writes each sample's loss and
+     * predicted class (device arrays of n). */
+    void (*xent_fwd_bwd)(cdl_backend *be, int n, int classes, const float *logits,
+                         const int32_t *labels, float grad_scale, float *dlogits,
+                         float *sample_loss, int32_t *pred);
+
+    /* Optimizer updates over a flat range of n parameters. */
+    void (*sgd_step)(cdl_backend *be, size_t n, float *p, const float *g,
+                     float *momentum_buf, const cdl_sgd_hparams *hp);
+    void (*adam_step)(cdl_backend *be, size_t n, float *p, const float *g,
+                      float *m, float *v, const cdl_adam_hparams *hp);
+
+    /* Reductions and scaling over flat ranges (gradient clipping, averaging).
+     * sumsq is computed in double in a fixed order. */
+    double (*sumsq)(cdl_backend *be, const float *x, size_t n);
+    void (*scale)(cdl_backend *be, float *x, float a, size_t n);
+
+    void (*destroy)(cdl_backend *be);
+} cdl_backend_ops;
+
+struct cdl_backend {
+    const cdl_backend_ops *ops;
+    int host_memory;   /* 1 when device pointers are host pointers (no copies needed) */
+    int threads;       /* worker threads the backend keeps busy (CPU) */
+    void *impl;
+};
+
+/* The CPU backend with `threads` worker threads (0 = cdl_default_threads()).
+ * It owns its threads and keeps OpenBLAS to one thread per worker. */
+cdl_backend *cdl_backend_cpu_create(int threads);
+
+/* The CUDA backend on `device` (-1 = the first visible GPU). NULL with a clear
+ * cdl_last_error() when libcdl was built without CUDA or no GPU is visible. */
+cdl_backend *cdl_backend_cuda_create(int device);
+
+/* "cpu", "cuda", or "auto" (cuda when a GPU is visible, else cpu). */
+cdl_backend *cdl_backend_create(const char *name, int threads);
+
+void cdl_backend_destroy(cdl_backend *be);
+
+/* Counter-based keep decision for dropout element i: identical on every
+ * backend and independent of thread count. */
+static inline int cdl_dropout_keep(uint64_t seed, uint64_t i, float p)
+{
+    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    float u = (float)(z >> 40) * (1.0f / 16777216.0f);   /* [0,1) on 24 bits */
+    return u >= p;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

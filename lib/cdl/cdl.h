@@ -1,0 +1,54 @@
+/* libcdl: a training library in C for HPC clusters.
+ *
+ * Conventions shared by every public header:
+ *  - Functions that can fail return 0 on success and -1 on failure (or NULL
+ *    for constructors); cdl_last_error() then says what failed and what to do.
+ *  - Tensors are float32, NCHW, contiguous. Pointers called *_dev live in the
+ *    backend's memory (host memory for the CPU backend).
+ *  - Nothing is allocated inside a training step; every buffer a step needs is
+ *    sized when the model, optimizer and loader are created.
+ */
+#ifndef CDL_CDL_H
+#define CDL_CDL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cdl/backend.h>
+#include <cdl/model.h>
+#include <cdl/optim.h>
+#include <cdl/data.h>
+#include <cdl/ckpt.h>
+#include <cdl/dist.h>
+#include <cdl/train.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Library version, "MAJOR.MINOR.PATCH". */
+const char *cdl_version(void);
+
+/* The message of the last failure on this thread ("" if none). It names the
+ * file, rank, option or value involved and says what to do. */
+const char *cdl_last_error(void);
+
+/* Records a failure message (printf-style) for cdl_last_error(); returns -1 so
+ * callers can write `return cdl_error("...")`. */
+int cdl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* All heap memory of libcdl and its CPU kernels goes through these, so tests
+ * can prove a training step allocates nothing (cdl_alloc_count before/after). */
+void *cdl_malloc(size_t bytes);            /* 64-byte aligned, NULL + error on failure */
+void *cdl_calloc(size_t n, size_t size);   /* zeroed, 64-byte aligned */
+void cdl_free(void *p);
+uint64_t cdl_alloc_count(void);            /* number of successful cdl_malloc/calloc calls */
+
+/* Number of CPUs this process should keep busy: SLURM_CPUS_PER_TASK, else
+ * OMP_NUM_THREADS, else the CPUs in this process's affinity mask. */
+int cdl_default_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

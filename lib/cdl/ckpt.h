@@ -1,0 +1,80 @@
+/* Checkpoints as safetensors files.
+ *
+ * Model tensors carry PyTorch's names and layouts, so in Python
+ *   model.load_state_dict(safetensors.torch.load_file(path))
+ * loads them into the equivalent torch.nn model. Everything else needed to
+ * resume (optimizer state, schedule and RNG state, epoch, step, position in
+ * the epoch, the run's configuration) lives in __metadata__, so the tensor
+ * list is exactly the model's state_dict.
+ *
+ * Writes are atomic: a temporary file in the same directory, fsync, rename,
+ * fsync of the directory. Readers validate everything and reject a corrupt or
+ * mismatched file with an error naming it; nothing starts from scratch
+ * silently.
+ */
+#ifndef CDL_CKPT_H
+#define CDL_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest header we write or accept (the safetensors reference limit). */
+#define CDL_ST_MAX_HEADER 100000000u
+
+/* One float32 tensor to write (host memory). */
+typedef struct cdl_st_tensor {
+    const char *name;
+    const float *data;
+    int ndim;
+    int64_t shape[4];
+} cdl_st_tensor;
+
+/* One __metadata__ entry (both strings). */
+typedef struct cdl_st_meta {
+    const char *key;
+    const char *value;
+} cdl_st_meta;
+
+/* Writes path atomically. Tensors are stored in the order given, offsets
+ * contiguous from 0, little-endian float32 ("F32"). */
+int cdl_st_write(const char *path, const cdl_st_tensor *tensors, int ntensors,
+                 const cdl_st_meta *meta, int nmeta);
+
+/* A validated safetensors file held in memory. */
+typedef struct cdl_st_file cdl_st_file;
+
+/* Reads and validates: header length, JSON syntax, dtypes, shapes against
+ * data_offsets, offsets contiguous and covering the data exactly, file
+ * length. Errors name the file and the defect. */
+cdl_st_file *cdl_st_open(const char *path);
+void cdl_st_close(cdl_st_file *f);
+
+int cdl_st_count(const cdl_st_file *f);
+const char *cdl_st_name(const cdl_st_file *f, int i);
+/* Looks a tensor up by name: its index, or -1. */
+int cdl_st_find(const cdl_st_file *f, const char *name);
+/* Shape and data (host, little-endian float32 converted to native; only F32
+ * tensors are returned, others are an error). */
+int cdl_st_shape(const cdl_st_file *f, int i, int *ndim, int64_t shape[8]);
+const float *cdl_st_data(const cdl_st_file *f, int i, size_t *numel);
+/* A __metadata__ value, or NULL. */
+const char *cdl_st_meta_get(const cdl_st_file *f, const char *key);
+int cdl_st_meta_count(const cdl_st_file *f);
+const char *cdl_st_meta_key(const cdl_st_file *f, int i);
+const char *cdl_st_path(const cdl_st_file *f);
+
+/* Base64 of raw bytes (for binary state in __metadata__); returns a
+ * cdl_malloc'd NUL-terminated string or NULL. */
+char *cdl_base64_encode(const void *data, size_t bytes);
+/* Decodes exactly `bytes` bytes into out; -1 if the text is not valid base64
+ * of that length. */
+int cdl_base64_decode(const char *text, void *out, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,62 @@
+/* Data-parallel runtime: where this process stands among its peers (the rank
+ * contract, docs/rank-contract.md) and the collectives over them.
+ *
+ * The same contract is exported by the Slurm plugin (srun --cdl-ddp) and by
+ * cdlrun, and read here; discovery order: contract variables -> PMIx ->
+ * Slurm's SLURM_* -> torchrun's variables -> a single process.
+ */
+#ifndef CDL_DIST_H
+#define CDL_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cdl/backend.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cdl_rank_info {
+    int rank, world;               /* RANK, WORLD_SIZE */
+    int local_rank, local_world;   /* LOCAL_RANK, LOCAL_WORLD_SIZE */
+    int node_rank, nnodes;         /* GROUP_RANK / NODE_RANK, CDL_NNODES */
+    int replicas_per_gpu;          /* CDL_REPLICAS_PER_GPU (1 unless MPS-packed) */
+    char master_addr[256];         /* MASTER_ADDR */
+    int master_port;               /* MASTER_PORT, 0 if none */
+    char job_id[64];               /* CDL_JOB_ID: identifies the run (shm names, store token) */
+    const char *source;            /* "contract", "pmix", "slurm", "torchrun", "single" */
+} cdl_rank_info;
+
+/* Fills *info from the environment (and PMIx when started by a PMIx server).
+ * Inconsistent values (RANK >= WORLD_SIZE, ...) are an error naming them. */
+int cdl_rank_discover(cdl_rank_info *info);
+
+typedef struct cdl_dist cdl_dist;
+
+/* Connects to the peers: backend "auto", "shm", "mpi", "nccl", "hier" or
+ * "single". timeout_s bounds every wait (0 = CDL_TIMEOUT or 300 s); a peer
+ * that does not arrive in time is an error naming the missing ranks. */
+cdl_dist *cdl_dist_init(const cdl_rank_info *info, const char *backend, cdl_backend *be,
+                        double timeout_s);
+void cdl_dist_finalize(cdl_dist *d);
+
+int cdl_dist_rank(const cdl_dist *d);
+int cdl_dist_world(const cdl_dist *d);
+const char *cdl_dist_backend_name(const cdl_dist *d);
+
+/* In-place float32 allreduce of n elements (device memory); average divides
+ * by the world size. The summation order is fixed, so every rank gets
+ * bitwise-identical results. */
+int cdl_dist_allreduce(cdl_dist *d, float *buf, size_t n, int average);
+/* Same for doubles in host memory (metrics: loss sums, counts). */
+int cdl_dist_allreduce_f64(cdl_dist *d, double *buf, size_t n);
+int cdl_dist_broadcast(cdl_dist *d, void *buf, size_t bytes, int root);
+int cdl_dist_barrier(cdl_dist *d);
+/* Gathers `bytes` from every rank into out (world * bytes), in rank order. */
+int cdl_dist_allgather(cdl_dist *d, const void *in, void *out, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

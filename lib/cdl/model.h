@@ -1,0 +1,128 @@
+/* Models: a sequence of layers described by a spec (built-in or from a
+ * plain-text file), with parameters and gradients in two flat buffers.
+ *
+ * The flat layout is what makes allreduce, checkpointing and clipping loops
+ * over ranges: parameter views are laid out in forward order, so backward
+ * finishes gradients from the end of the buffer towards the start and the
+ * data-parallel runtime can reduce finished tail ranges while backward runs.
+ */
+#ifndef CDL_MODEL_H
+#define CDL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cdl/backend.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CDL_MAX_LAYERS 64
+#define CDL_NAME_MAX 48
+
+typedef enum cdl_layer_kind {
+    CDL_LAYER_CONV2D,
+    CDL_LAYER_MAXPOOL2D,
+    CDL_LAYER_AVGPOOL2D,
+    CDL_LAYER_LINEAR,
+    CDL_LAYER_RELU,
+    CDL_LAYER_FLATTEN,
+    CDL_LAYER_DROPOUT,
+} cdl_layer_kind;
+
+/* Per-sample shape (channels, height, width); a flat vector of k is (k,1,1). */
+typedef struct cdl_shape {
+    int c, h, w;
+} cdl_shape;
+
+typedef struct cdl_layer_spec {
+    cdl_layer_kind kind;
+    int out;                  /* conv2d: output channels; linear: output features */
+    int kernel, stride, pad;  /* conv2d and pools; pool stride 0 means = kernel */
+    float p;                  /* dropout probability in [0,1) */
+    int bias;                 /* conv2d, linear: 1 to have a bias (the default) */
+    char name[CDL_NAME_MAX];  /* PyTorch module name ("conv1", "fc2"); "" = automatic */
+    int line;                 /* spec file line, for error messages (0 = built-in) */
+} cdl_layer_spec;
+
+typedef struct cdl_model_spec {
+    cdl_shape input;          /* c == 0: not given; taken from the dataset */
+    int nlayers;
+    cdl_layer_spec layers[CDL_MAX_LAYERS];
+    char source[256];         /* "lenet", "mlp" or the spec file's path */
+} cdl_model_spec;
+
+/* Parses the text of a model spec file (format: docs/model-spec.md). Errors
+ * name `filename` and the line. Automatic names are filled in: convK for the
+ * K-th conv2d, fcK for the K-th linear, so a spec of LeNet gets the names of
+ * the classic PyTorch module. */
+int cdl_spec_parse(const char *text, const char *filename, cdl_model_spec *out);
+int cdl_spec_load(const char *path, cdl_model_spec *out);
+
+/* Built-in models: "lenet" (conv 6@5x5, relu, maxpool 2, conv 16@5x5, relu,
+ * maxpool 2, fc 120, relu, fc 84, relu, fc classes; conv1 is padded by 2 for
+ * 28x28 inputs, the classic LeNet-5) and "mlp" (flatten, fc 256, relu, fc 128,
+ * relu, fc classes). */
+int cdl_spec_builtin(const char *name, cdl_shape input, int classes, cdl_model_spec *out);
+
+/* Checks the spec against an input shape and computes every layer's output
+ * shape; errors name the layer (and file:line) and the shapes involved. */
+int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shapes_out /* nlayers+1 */);
+
+/* One parameter tensor inside the flat buffers, with its PyTorch name and
+ * layout ("conv1.weight" is (out,in,kh,kw), "fc1.weight" is (out,in)). */
+typedef struct cdl_param_view {
+    char name[CDL_NAME_MAX + 8];
+    size_t offset, numel;     /* in floats, into params/grads */
+    int ndim;
+    int64_t shape[4];
+    int fan_in;               /* for PyTorch's default initialisation */
+    int is_bias;
+} cdl_param_view;
+
+typedef struct cdl_model cdl_model;
+
+/* Builds the model for batches of at most max_batch samples of `input`
+ * shape, allocating every buffer a step needs (activations, workspaces). */
+cdl_model *cdl_model_create(const cdl_model_spec *spec, cdl_shape input, int max_batch,
+                            cdl_backend *be);
+void cdl_model_free(cdl_model *m);
+
+/* PyTorch's default initialisation (kaiming_uniform a=sqrt(5) for weights,
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for biases), from a seeded generator. */
+void cdl_model_init(cdl_model *m, uint64_t seed);
+
+size_t cdl_model_nparams(const cdl_model *m);
+float *cdl_model_params(cdl_model *m);         /* device, nparams floats */
+float *cdl_model_grads(cdl_model *m);          /* device, nparams floats */
+int cdl_model_nviews(const cdl_model *m);
+const cdl_param_view *cdl_model_view(const cdl_model *m, int i);
+const cdl_param_view *cdl_model_find(const cdl_model *m, const char *name);
+cdl_shape cdl_model_input(const cdl_model *m);
+int cdl_model_outputs(const cdl_model *m);     /* logits per sample */
+int cdl_model_max_batch(const cdl_model *m);
+cdl_backend *cdl_model_backend(const cdl_model *m);
+const cdl_model_spec *cdl_model_get_spec(const cdl_model *m);
+
+/* Forward pass on n <= max_batch samples; returns the (n, outputs) logits in
+ * device memory, valid until the next forward. `train` enables dropout, whose
+ * masks come from dropout_seed (pass a per-step value for reproducibility). */
+const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int train,
+                               uint64_t dropout_seed);
+
+/* Called during backward each time the gradients of [offset, offset+count)
+ * are final; ranges arrive from the end of the buffer towards the start. */
+typedef void (*cdl_grad_ready_fn)(void *ctx, size_t offset, size_t count);
+
+/* Backward from dlogits (n, outputs) of the last forward. Gradients are
+ * overwritten, not accumulated. cb may be NULL. */
+void cdl_model_backward(cdl_model *m, const float *dlogits_dev, cdl_grad_ready_fn cb, void *ctx);
+
+/* Writes a one-line-per-layer summary (shapes, parameter counts) to f. */
+void cdl_model_print(const cdl_model *m, void *file /* FILE* */);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,81 @@
+/* Optimizers with PyTorch's exact update rules, over the model's flat
+ * parameter buffer, and learning-rate schedules as pure functions of the
+ * step (so resuming needs only the step count). */
+#ifndef CDL_OPTIM_H
+#define CDL_OPTIM_H
+
+#include <stddef.h>
+
+#include <cdl/backend.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cdl_optim_kind { CDL_OPTIM_SGD, CDL_OPTIM_ADAM, CDL_OPTIM_ADAMW } cdl_optim_kind;
+
+typedef struct cdl_optim_config {
+    cdl_optim_kind kind;
+    float momentum, dampening, weight_decay;   /* SGD; weight_decay for all */
+    int nesterov;
+    float beta1, beta2, eps;                   /* Adam, AdamW */
+} cdl_optim_config;
+
+/* PyTorch's defaults for kind (SGD: no momentum; Adam: betas 0.9/0.999,
+ * eps 1e-8, no decay; AdamW: weight decay 0.01). */
+cdl_optim_config cdl_optim_defaults(cdl_optim_kind kind);
+/* "sgd", "adam", "adamw" -> kind; -1 if unknown. */
+int cdl_optim_kind_parse(const char *s);
+const char *cdl_optim_kind_name(cdl_optim_kind kind);
+
+typedef struct cdl_optim cdl_optim;
+
+/* State buffers (momentum, or exp_avg and exp_avg_sq) are flat, nparams
+ * floats each, in the backend's memory, laid out like the parameters. */
+cdl_optim *cdl_optim_create(const cdl_optim_config *cfg, size_t nparams, cdl_backend *be);
+void cdl_optim_free(cdl_optim *o);
+
+/* One update of params from grads at learning rate lr; increments steps. */
+void cdl_optim_step(cdl_optim *o, float *params_dev, const float *grads_dev, float lr);
+/* Same, over a sub-range (for sharded or bucketed updates); does not
+ * increment steps: call cdl_optim_advance() once after all ranges. */
+void cdl_optim_step_range(cdl_optim *o, float *params_dev, const float *grads_dev,
+                          size_t offset, size_t count, float lr);
+void cdl_optim_advance(cdl_optim *o);
+
+long cdl_optim_steps(const cdl_optim *o);       /* completed steps */
+void cdl_optim_set_steps(cdl_optim *o, long steps);
+const cdl_optim_config *cdl_optim_get_config(const cdl_optim *o);
+
+/* 0, 1 or 2 state buffers, named as in PyTorch's optimizer state
+ * ("momentum_buffer"; "exp_avg", "exp_avg_sq"). */
+int cdl_optim_nstate(const cdl_optim *o);
+float *cdl_optim_state(cdl_optim *o, int i);
+const char *cdl_optim_state_name(const cdl_optim *o, int i);
+
+typedef enum cdl_sched_kind { CDL_SCHED_CONSTANT, CDL_SCHED_STEP, CDL_SCHED_COSINE } cdl_sched_kind;
+
+/* Learning rate at a step. Warmup ramps linearly from base_lr/warmup_steps
+ * to base_lr over warmup_steps; after it: constant; step (base_lr *
+ * gamma^floor(s/step_size), like StepLR); cosine (CosineAnnealingLR from
+ * base_lr to min_lr over total_steps - warmup_steps). s counts from the end
+ * of warmup. */
+typedef struct cdl_schedule {
+    cdl_sched_kind kind;
+    float base_lr;
+    long warmup_steps;
+    long total_steps;
+    long step_size;
+    float gamma;
+    float min_lr;
+} cdl_schedule;
+
+float cdl_schedule_lr(const cdl_schedule *s, long step);
+/* "constant", "step", "cosine" -> kind; -1 if unknown. */
+int cdl_sched_kind_parse(const char *s);
+const char *cdl_sched_kind_name(cdl_sched_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

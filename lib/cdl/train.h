@@ -1,0 +1,64 @@
+/* The train/validate harness behind cdl-train: model, data, optimizer,
+ * schedule, checkpoint-restart and data parallelism wired together. */
+#ifndef CDL_TRAIN_H
+#define CDL_TRAIN_H
+
+#include <stdint.h>
+
+#include <cdl/optim.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Exit status after a checkpoint written on SIGUSR1/SIGTERM: the job can be
+ * requeued and resumed with --resume auto. */
+#define CDL_EXIT_REQUEUE 75
+
+typedef struct cdl_train_config {
+    char model[256];          /* "lenet", "mlp" or a spec file path */
+    char dataset[32];         /* "fashion-mnist", "mnist", "cifar10", "synthetic" */
+    char data_dir[1024];      /* "" = the dataset's default */
+    int epochs;
+    int batch_size;           /* per rank */
+    float lr;
+    cdl_optim_config optim;
+    cdl_sched_kind schedule;
+    int step_epochs;          /* step schedule: decay every step_epochs (gamma 0.1) */
+    int warmup_epochs;
+    int threads;              /* 0 = cdl_default_threads() */
+    int workers;              /* data loader threads */
+    uint64_t seed;
+    char ckpt_dir[1024];      /* "" = no checkpoints */
+    char resume[1024];        /* "auto", "never" or a checkpoint path */
+    long ckpt_every;          /* also checkpoint every N steps (0 = per epoch only) */
+    char metrics[1024];       /* "" = none; else JSON lines appended per epoch */
+    long max_steps;           /* stop after this many steps in total (0 = no limit) */
+    int drop_last;
+    char device[16];          /* "cpu", "cuda", "auto" */
+    char dist_backend[16];    /* "auto" */
+    int synthetic_n;          /* synthetic dataset size */
+    int progress;             /* -1 auto (terminal), 0 plain lines, 1 bar */
+    int quiet;
+} cdl_train_config;
+
+/* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,
+ * SGD lr 0.05 momentum 0.9, weight decay 5e-4, cosine schedule. */
+void cdl_train_defaults(cdl_train_config *cfg);
+
+/* Result of a run. */
+typedef struct cdl_train_result {
+    int epochs_done;
+    long steps;
+    double final_val_acc, final_val_loss, best_val_loss;
+    int interrupted;          /* 1 when stopped by a signal after checkpointing */
+} cdl_train_result;
+
+/* Runs training. Returns 0, -1 on error (cdl_last_error), or
+ * CDL_EXIT_REQUEUE when interrupted by SIGUSR1/SIGTERM after a checkpoint. */
+int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

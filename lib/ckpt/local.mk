@@ -1,0 +1,1 @@
+# lib/ckpt: sources are added here.

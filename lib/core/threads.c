@@ -1,0 +1,36 @@
+/* How many CPUs this process should keep busy. */
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+static int positive_env(const char *name)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    /* SLURM_CPUS_PER_TASK may be "4(x2)" in some contexts: take the number. */
+    if (end == s || v <= 0 || v > 4096)
+        return 0;
+    return (int)v;
+}
+
+int cdl_default_threads(void)
+{
+    int n = positive_env("SLURM_CPUS_PER_TASK");
+    if (!n)
+        n = positive_env("OMP_NUM_THREADS");
+    if (!n) {
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof set, &set) == 0)
+            n = CPU_COUNT(&set);
+    }
+    if (n <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)c : 1;
+    }
+    return n;
+}

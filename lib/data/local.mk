@@ -1,0 +1,1 @@
+# lib/data: sources are added here.

@@ -1,0 +1,1 @@
+# lib/dist: sources are added here.

@@ -1,0 +1,1 @@
+# lib/model: sources are added here.

@@ -1,0 +1,1 @@
+# lib/optim: sources are added here.

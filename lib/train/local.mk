@@ -1,0 +1,1 @@
+# lib/train: sources are added here.

@@ -1,0 +1,1 @@
+# spank: sources are added here.

@@ -1,0 +1,1 @@
+# templates: sources are added here.

@@ -1,0 +1,1 @@
+# tests/gpu: sources are added here.

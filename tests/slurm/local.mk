@@ -1,0 +1,1 @@
+# tests/slurm: sources are added here.

@@ -1,0 +1,5 @@
+check_PROGRAMS += tests/unit/test_core
+TESTS += tests/unit/test_core
+tests_unit_test_core_SOURCES = tests/unit/test_core.c
+tests_unit_test_core_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_core_LDADD = $(TEST_LDADD)

@@ -1,0 +1,62 @@
+/* Core utilities: error messages, counted aligned allocation, thread count. */
+#include "testutil.h"
+
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+static void test_error_message(void **state)
+{
+    (void)state;
+    assert_int_equal(cdl_error("file %s is %d bytes short", "x.bin", 12), -1);
+    assert_string_equal(cdl_last_error(), "file x.bin is 12 bytes short");
+    /* The message may quote the previous one. */
+    cdl_error("while loading: %s", cdl_last_error());
+    assert_string_equal(cdl_last_error(), "while loading: file x.bin is 12 bytes short");
+}
+
+static void test_alloc_counts_and_aligns(void **state)
+{
+    (void)state;
+    uint64_t before = cdl_alloc_count();
+    float *p = cdl_calloc(1000, sizeof *p);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % 64, 0);
+    for (int i = 0; i < 1000; i++)
+        assert_true(p[i] == 0.0f);
+    assert_int_equal(cdl_alloc_count(), before + 1);
+    cdl_free(p);
+    assert_null(cdl_calloc(SIZE_MAX / 2, 4));
+    assert_non_null(strstr(cdl_last_error(), "overflows"));
+}
+
+static void test_default_threads(void **state)
+{
+    (void)state;
+    setenv("SLURM_CPUS_PER_TASK", "3", 1);
+    setenv("OMP_NUM_THREADS", "5", 1);
+    assert_int_equal(cdl_default_threads(), 3);
+    unsetenv("SLURM_CPUS_PER_TASK");
+    assert_int_equal(cdl_default_threads(), 5);
+    setenv("OMP_NUM_THREADS", "garbage", 1);
+    assert_true(cdl_default_threads() >= 1);
+    unsetenv("OMP_NUM_THREADS");
+}
+
+static void test_unknown_device(void **state)
+{
+    (void)state;
+    assert_null(cdl_backend_create("tpu", 1));
+    assert_non_null(strstr(cdl_last_error(), "'tpu'"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_message),
+        cmocka_unit_test(test_alloc_counts_and_aligns),
+        cmocka_unit_test(test_default_threads),
+        cmocka_unit_test(test_unknown_device),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

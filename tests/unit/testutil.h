@@ -1,0 +1,37 @@
+/* Shared helpers for cmocka unit tests. */
+#ifndef CDL_TESTUTIL_H
+#define CDL_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Path of a file under the source tree's tests/ folder (top_srcdir is set by
+ * make check; default "." for running a test binary by hand from the top). */
+static inline const char *test_path(const char *rel, char *buf, size_t len)
+{
+    const char *top = getenv("top_srcdir");
+    snprintf(buf, len, "%s/%s", top && *top ? top : ".", rel);
+    return buf;
+}
+
+/* Max |a-b| / max(1, max|b|): the normalised error used to compare ops. */
+static inline double test_norm_err(const float *a, const double *b, size_t n)
+{
+    double maxdiff = 0, maxref = 1;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > maxdiff)
+            maxdiff = d;
+        if (fabs(b[i]) > maxref)
+            maxref = fabs(b[i]);
+    }
+    return maxdiff / maxref;
+}
+
+#endif

@@ -8,5 +8,7 @@ include tests/unit/data.mk
 include tests/unit/ckpt.mk
 include tests/unit/dist.mk
 include tests/unit/train.mk
+include tests/unit/spank.mk
+include tests/unit/launcher.mk
 endif
-EXTRA_DIST += tests/unit/testutil.h
+EXTRA_DIST += tests/unit/testutil.h lib/core/rng.h lib/dist/contract.h

@@ -5,7 +5,7 @@
 
 #include <cdl/cdl.h>
 
-#include "spec_internal.h"
+#include "model_internal.h"
 
 /* LeNet-5 as in the classic PyTorch module (conv1, conv2, fc1, fc2, fc3).
  * conv1 is padded by 2 for 28x28 inputs so that fc1 sees 16x5x5 = 400

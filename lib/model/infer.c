@@ -7,7 +7,7 @@
 
 #include <cdl/cdl.h>
 
-#include "spec_internal.h"
+#include "model_internal.h"
 
 static int in_range(long v, long lo, long hi)
 {

@@ -5,7 +5,7 @@
 
 #include <cdl/cdl.h>
 
-#include "spec_internal.h"
+#include "model_internal.h"
 
 const char *spec_kind_name(cdl_layer_kind kind)
 {

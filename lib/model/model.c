@@ -15,7 +15,7 @@
 #include <cdl/cdl.h>
 
 #include "core/rng.h"
-#include "spec_internal.h"
+#include "model_internal.h"
 
 #define MAX_BATCH_LIMIT (1 << 20)
 #define MAX_BATCH_NUMEL 2147483647L   /* backends index a batch with int */
@@ -272,8 +272,7 @@ void cdl_model_free(cdl_model *m)
     cdl_free(m);
 }
 
-/* Per-layer dropout seed, so two dropout layers never share a mask. */
-static uint64_t dropout_layer_seed(uint64_t seed, int index)
+uint64_t model_dropout_seed(uint64_t seed, int index)
 {
     uint64_t z = seed ^ ((uint64_t)(index + 1) * 0xD1B54A32D192ED03ull);
     return rng_splitmix64(&z);
@@ -333,7 +332,7 @@ const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int trai
         case CDL_LAYER_DROPOUT:
             L->dropped = train && L->s->p > 0.0f;
             if (L->dropped)
-                op->dropout_fwd(be, count, L->s->p, dropout_layer_seed(dropout_seed, i), L->x,
+                op->dropout_fwd(be, count, L->s->p, model_dropout_seed(dropout_seed, i), L->x,
                                 L->y, L->mask);
             else
                 op->copy(be, L->y, L->x, count * sizeof(float));

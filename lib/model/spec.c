@@ -11,7 +11,7 @@
 
 #include <cdl/cdl.h>
 
-#include "spec_internal.h"
+#include "model_internal.h"
 
 #define LINE_CHARS 1024
 #define MAX_WORDS 16

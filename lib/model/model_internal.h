@@ -1,6 +1,9 @@
-/* Helpers shared by the spec parser, shape inference and the model. */
-#ifndef CDL_MODEL_SPEC_INTERNAL_H
-#define CDL_MODEL_SPEC_INTERNAL_H
+/* Helpers shared by the spec parser, shape inference and the model (and
+ * the tests, which link the library statically). */
+#ifndef CDL_MODEL_MODEL_INTERNAL_H
+#define CDL_MODEL_MODEL_INTERNAL_H
+
+#include <stdint.h>
 
 #include <stddef.h>
 
@@ -32,5 +35,11 @@ int spec_name_ok(const char *s);
 /* Fills empty names with convK / fcK (K counts that kind's layers from 1)
  * and rejects invalid or duplicate names; errors name the layer's place. */
 int spec_finish_names(cdl_model_spec *spec);
+
+/* The seed of the dropout layer at spec index `layer` in a forward with
+ * dropout_seed `seed`: its mask is cdl_dropout_keep(that, i, p) for the
+ * element i of its (n, numel) input, so two dropout layers never share a
+ * mask. (docs/model-spec.md gives the formula for other implementations.) */
+uint64_t model_dropout_seed(uint64_t seed, int layer);
 
 #endif

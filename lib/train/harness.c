@@ -352,6 +352,8 @@ static int train_loop(run *r, cdl_train_result *res)
             pos.seen += b.n;
             pos.step++;
             pos.batch = b.index + 1;
+            if (c->on_step)
+                c->on_step(c->on_step_ctx, pos.step);
             double dt = now_s() - t0;
             train_report_progress(r->rep, pos.epoch, pos.batch, spe, pos.loss_sum / pos.seen,
                                   pos.correct / pos.seen,

@@ -68,28 +68,30 @@ int cdl_base64_decode(const char *text, void *out, size_t bytes)
         return cdl_error("base64: %zu characters cannot encode %zu bytes (expected %zu)", len,
                          bytes, bytes > SIZE_MAX / 4 ? (size_t)0 : (bytes + 2) / 3 * 4);
     unsigned char *o = out;
-    size_t full = bytes / 3, tail = bytes % 3;
+    size_t full = bytes / 3, tail = bytes % 3, groups = full + (tail != 0);
     /* Pass 0 validates everything, pass 1 writes: out is untouched on failure. */
-    for (int pass = 0; pass < 2; pass++)
-    for (size_t g = 0; g <= full; g++) {
-        if (g == full && !tail)
-            break;
-        const char *q = text + 4 * g;
-        /* The last group of a 1- or 2-byte tail has 2 or 1 '=' at its end. */
-        int want = g < full ? 4 : (int)tail + 1;
-        uint32_t v = 0;
-        for (int k = 0; k < 4; k++) {
-            int s = k < want ? sextet(q[k]) : (q[k] == '=' ? 0 : -1);
-            if (s < 0)
-                return cdl_error("base64: invalid character '%c' at position %zu",
-                                 q[k] >= 0x20 && q[k] < 0x7f ? q[k] : '?', 4 * g + (size_t)k);
-            v = v << 6 | (uint32_t)s;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t g = 0; g < groups; g++) {
+            const char *q = text + 4 * g;
+            /* A last group for 1 or 2 bytes has 2 or 3 characters, then '='. */
+            int want = g < full ? 4 : (int)tail + 1;
+            uint32_t v = 0;
+            for (int k = 0; k < 4; k++) {
+                int s = k < want ? sextet(q[k]) : (q[k] == '=' ? 0 : -1);
+                if (s < 0)
+                    return cdl_error("base64: invalid character '%c' at position %zu",
+                                     q[k] >= 0x20 && q[k] < 0x7f ? q[k] : '?', 4 * g + (size_t)k);
+                v = v << 6 | (uint32_t)s;
+            }
+            if (g == full && ((tail == 1 && (v & 0xffff)) || (tail == 2 && (v & 0xff))))
+                return cdl_error("base64: the last group at position %zu has non-zero pad bits",
+                                 4 * g);
+            if (pass) {
+                unsigned char b[3] = {(unsigned char)(v >> 16), (unsigned char)(v >> 8),
+                                      (unsigned char)v};
+                memcpy(o + 3 * g, b, g < full ? 3 : tail);
+            }
         }
-        unsigned char b[3] = {(unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
-        if (g == full && ((tail == 1 && (v & 0xffff)) || (tail == 2 && (v & 0xff))))
-            return cdl_error("base64: the last group at position %zu has non-zero pad bits", 4 * g);
-        if (pass)
-            memcpy(o + 3 * g, b, g < full ? 3 : tail);
     }
     return 0;
 }

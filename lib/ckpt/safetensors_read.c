@@ -330,7 +330,8 @@ static int check_layout(cdl_st_file *f)
     for (int i = 0; i < f->nt; i++)
         if (check_size(f, &f->t[i]))
             return -1;
-    qsort(f->t, (size_t)f->nt, sizeof *f->t, cmp_offset);
+    if (f->nt > 1)
+        qsort(f->t, (size_t)f->nt, sizeof *f->t, cmp_offset);
     uint64_t pos = 0;
     for (int i = 0; i < f->nt; i++) {
         const st_entry *e = &f->t[i];

@@ -546,6 +546,67 @@ static void test_writer_rejects_bad_input(void **state)
     assert_int_equal(hidden_files(((fixture *)*state)->dir), 0);
 }
 
+/* Damaged copies of a valid file (bytes changed, cut short, extended):
+ * each opens consistently or fails naming the file, and never crashes
+ * (run under valgrind or the sanitizers to see memory errors). */
+static void test_mutations(void **state)
+{
+    char path[512], bad[512];
+    in_dir(state, "good.safetensors", path, sizeof path);
+    in_dir(state, "mutant.safetensors", bad, sizeof bad);
+    const float x[6] = {1, 2, 3, 4, 5, 6};
+    const cdl_st_tensor t[] = {{"a", x, 2, {2, 2}}, {"b\"", x, 1, {2}}, {"c", x, 0, {0}}};
+    const cdl_st_meta m[] = {{"k", "v\n\u00e9"}, {"epoch", "12"}};
+    assert_int_equal(cdl_st_write(path, t, 3, m, 2), 0);
+    size_t len;
+    unsigned char *good = read_bytes(path, &len);
+    unsigned char *buf = malloc(len + 16);
+    rng_state r;
+    rng_seed(&r, 2024);
+    int accepted = 0;
+    for (int iter = 0; iter < 3000; iter++) {
+        memcpy(buf, good, len);
+        size_t n = len;
+        switch (iter % 3) {
+        case 0:   /* one to three bytes changed */
+            for (int k = 0, nk = 1 + (int)rng_below(&r, 3); k < nk; k++)
+                buf[rng_below(&r, n)] = (unsigned char)rng_next(&r);
+            break;
+        case 1:   /* cut short */
+            n = rng_below(&r, len);
+            break;
+        default:  /* a byte of the header set to a JSON-significant one */
+            buf[8 + rng_below(&r, n - 8 - 28)] = (unsigned char)"{}[]\",:0123456789 -.e\\u"[rng_below(&r, 24)];
+            break;
+        }
+        write_bytes(bad, buf, n);
+        cdl_st_file *f = cdl_st_open(bad);
+        if (!f) {
+            if (!strstr(cdl_last_error(), bad))
+                fail_msg("iteration %d: message does not name the file: %s", iter, cdl_last_error());
+            continue;
+        }
+        accepted++;   /* e.g. a data byte changed: still a valid file */
+        for (int i = 0; i < cdl_st_count(f); i++) {
+            size_t numel;
+            const float *d = cdl_st_data(f, i, &numel);
+            int ndim;
+            int64_t shape[8];
+            assert_int_equal(cdl_st_shape(f, i, &ndim, shape), 0);
+            int64_t want = 1;
+            for (int k = 0; k < ndim; k++)
+                want *= shape[k];
+            if (d)
+                assert_int_equal(numel, want);
+            assert_int_equal(cdl_st_find(f, cdl_st_name(f, i)), i);
+        }
+        cdl_st_close(f);
+    }
+    assert_true(accepted > 0);
+    free(buf);
+    free(good);
+}
+
 /* ------------------------------------------------------------ atomicity */
 
 /* Writes the "old" checkpoint: one tensor of value v. */
@@ -772,6 +833,7 @@ int main(void)
         T(test_reject_fields),
         T(test_reject_layout),
         T(test_reject_metadata),
+        T(test_mutations),
         T(test_writer_rejects_bad_input),
         T(test_overwrite),
         T(test_missing_directory),

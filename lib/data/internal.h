@@ -57,7 +57,8 @@ static inline aug_params augment_none(void)
  * which worker prepares the sample or when. */
 aug_params augment_draw(uint64_t seed, int epoch, long pos);
 
-/* lut[v] = (v/255 - mean) / std, computed in double and rounded once. */
+/* lut[v] = (v/255 - mean) / std in float32 operations, bit for bit what
+ * torchvision's ToTensor + Normalize give. */
 void normalise_lut(float lut[256], float mean, float std);
 
 /* One sample (c,h,w) uint8 -> float through the per-channel tables

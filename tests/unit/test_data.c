@@ -628,6 +628,17 @@ static void test_normalisation_values(void **state)
     normalise_lut(lut, 0.1307f, 0.3081f);
     for (int v = 0; v < 256; v++)
         assert_float_equal(lut[v], (v / 255.0 - 0.1307) / 0.3081, 1e-6);
+    /* Bit for bit torchvision's ToTensor + Normalize (torch 1.13, float32). */
+    const int vs[5] = { 0, 1, 77, 128, 255 };
+    const float mnist[5] = { -0x1.b264e2p-2f, -0x1.a55c40p-2f, 0x1.1c99d2p-1f, 0x1.347af4p+0f,
+                             0x1.69267ap+1f };
+    const float cifar_g[5] = { -0x1.faf420p+0f, -0x1.f6d4aap+0f, -0x1.7afbc4p-1f,
+                               0x1.4c675cp-4f, 0x1.1030c8p+1f };
+    for (int i = 0; i < 5; i++)
+        assert_true(lut[vs[i]] == mnist[i]);
+    normalise_lut(lut, 0.4822f, 0.2435f);
+    for (int i = 0; i < 5; i++)
+        assert_true(lut[vs[i]] == cifar_g[i]);
 
     /* Through the loader: a CIFAR-like dataset whose channels hold 0, 128, 255. */
     uint8_t img[3 * 2 * 2] = { 0, 0, 0, 0, 128, 128, 128, 128, 255, 255, 255, 255 };

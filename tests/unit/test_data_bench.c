@@ -69,12 +69,14 @@ static double loader_ns(const cdl_dataset *d, int augment, int workers)
 
 int main(int argc, char **argv)
 {
-    cdl_dataset fm, cifar;
+    cdl_dataset fm, synth, cifar;
     if (cdl_dataset_load("fashion-mnist", argc > 1 ? argv[1] : NULL, 1, &fm) != 0) {
         fprintf(stderr, "%s\nusing synthetic 1x28x28 data instead\n", cdl_last_error());
         if (cdl_dataset_synthetic(60000, (cdl_shape){ 1, 28, 28 }, 10, 1, &fm) != 0)
             return 1;
     }
+    if (cdl_dataset_synthetic(fm.n, fm.shape, 10, 1, &synth) != 0)
+        return 1;
     if (cdl_dataset_synthetic(50000, (cdl_shape){ 3, 32, 32 }, 10, 1, &cifar) != 0)
         return 1;
     printf("conversion only (one thread), ns/sample:\n");
@@ -87,7 +89,9 @@ int main(int argc, char **argv)
         printf("   cifar-shaped plain %8.1f augment %8.1f\n", loader_ns(&cifar, 0, w),
                loader_ns(&cifar, 1, w));
     }
+    printf("  workers=0  synthetic of the same shape  plain %8.1f\n", loader_ns(&synth, 0, 0));
     cdl_dataset_free(&fm);
+    cdl_dataset_free(&synth);
     cdl_dataset_free(&cifar);
     return 0;
 }

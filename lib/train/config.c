@@ -1,0 +1,85 @@
+/* The harness configuration: defaults and its JSON form. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+
+void cdl_train_defaults(cdl_train_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->model, sizeof cfg->model, "lenet");
+    snprintf(cfg->dataset, sizeof cfg->dataset, "fashion-mnist");
+    cfg->epochs = 10;
+    cfg->batch_size = 64;
+    cfg->lr = 0.05f;
+    cfg->optim = cdl_optim_defaults(CDL_OPTIM_SGD);
+    cfg->optim.momentum = 0.9f;
+    cfg->optim.weight_decay = 5e-4f;
+    cfg->schedule = CDL_SCHED_COSINE;
+    cfg->step_epochs = 3;
+    cfg->warmup_epochs = 0;
+    cfg->threads = 0;
+    cfg->workers = 1;
+    cfg->seed = 1;
+    snprintf(cfg->resume, sizeof cfg->resume, "auto");
+    snprintf(cfg->device, sizeof cfg->device, "cpu");
+    snprintf(cfg->dist_backend, sizeof cfg->dist_backend, "auto");
+    cfg->synthetic_n = 10000;
+    cfg->progress = -1;
+}
+
+/* Appends s to buf as a JSON string literal; returns chars written or -1. */
+static int json_string(char *buf, size_t len, const char *s)
+{
+    size_t o = 0;
+    if (len < 3)
+        return -1;
+    buf[o++] = '"';
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        const char *piece = esc;
+        if (c == '"' || c == '\\')
+            snprintf(esc, sizeof esc, "\\%c", c);
+        else if (c < 0x20)
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+        else {
+            esc[0] = (char)c;
+            esc[1] = 0;
+        }
+        size_t pl = strlen(piece);
+        if (o + pl + 2 > len)
+            return -1;
+        memcpy(buf + o, piece, pl);
+        o += pl;
+    }
+    buf[o++] = '"';
+    buf[o] = 0;
+    return (int)o;
+}
+
+int train_config_json(const cdl_train_config *c, char *buf, size_t len)
+{
+    char model[600], dataset[80], data_dir[2100];
+    if (json_string(model, sizeof model, c->model) < 0 ||
+        json_string(dataset, sizeof dataset, c->dataset) < 0 ||
+        json_string(data_dir, sizeof data_dir, c->data_dir) < 0)
+        return cdl_error("configuration strings too long for the checkpoint metadata");
+    int n = snprintf(buf, len,
+                     "{\"model\":%s,\"dataset\":%s,\"data_dir\":%s,\"epochs\":%d,"
+                     "\"batch_size\":%d,\"lr\":%.9g,\"optimizer\":\"%s\",\"momentum\":%.9g,"
+                     "\"dampening\":%.9g,\"nesterov\":%d,\"weight_decay\":%.9g,\"beta1\":%.9g,"
+                     "\"beta2\":%.9g,\"eps\":%.9g,\"schedule\":\"%s\",\"step_epochs\":%d,"
+                     "\"warmup_epochs\":%d,\"threads\":%d,\"workers\":%d,\"seed\":%" PRIu64 ","
+                     "\"drop_last\":%d,\"device\":\"%s\",\"max_steps\":%ld,\"ckpt_every\":%ld}",
+                     model, dataset, data_dir, c->epochs, c->batch_size, c->lr,
+                     cdl_optim_kind_name(c->optim.kind), c->optim.momentum, c->optim.dampening,
+                     c->optim.nesterov, c->optim.weight_decay, c->optim.beta1, c->optim.beta2,
+                     c->optim.eps, cdl_sched_kind_name(c->schedule), c->step_epochs,
+                     c->warmup_epochs, c->threads, c->workers, c->seed, c->drop_last, c->device,
+                     c->max_steps, c->ckpt_every);
+    if (n < 0 || (size_t)n >= len)
+        return cdl_error("configuration too long for the checkpoint metadata");
+    return 0;
+}

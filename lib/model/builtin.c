@@ -49,7 +49,8 @@ int cdl_spec_builtin(const char *name, cdl_shape input, int classes, cdl_model_s
     else if (!strcmp(name, "mlp"))
         snprintf(text, sizeof text, mlp_fmt, classes);
     else
-        return cdl_error("unknown built-in model '%s': use lenet, mlp or the path of a spec file", name);
+        return cdl_error("unknown built-in model '%s': use lenet, mlp or the path of a spec file",
+                         name);
 
     cdl_model_spec spec;
     if (cdl_spec_parse(text, name, &spec))

@@ -68,7 +68,9 @@ int spec_name_ok(const char *s)
         return 0;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_';
+        if (!ok)
             return 0;
     }
     return 1;
@@ -85,14 +87,15 @@ int spec_finish_names(cdl_model_spec *spec)
         if (!spec_has_params(l->kind)) {
             if (l->name[0]) {
                 spec_where(spec, i, where, sizeof where);
-                return cdl_error("%s: %s layers have no parameters and take no name: remove name=%s",
-                                 where, spec_kind_name(l->kind), l->name);
+                return cdl_error("%s: %s layers have no parameters and take no name: "
+                                 "remove name=%s", where, spec_kind_name(l->kind), l->name);
             }
             continue;
         }
         int k = l->kind == CDL_LAYER_CONV2D ? ++nconv : ++nfc;
         if (!l->name[0]) {
-            snprintf(l->name, sizeof l->name, "%s%d", l->kind == CDL_LAYER_CONV2D ? "conv" : "fc", k);
+            const char *stem = l->kind == CDL_LAYER_CONV2D ? "conv" : "fc";
+            snprintf(l->name, sizeof l->name, "%s%d", stem, k);
             automatic[i] = 1;
         } else if (!spec_name_ok(l->name)) {
             spec_where(spec, i, where, sizeof where);

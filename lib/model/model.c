@@ -197,8 +197,8 @@ static int alloc_buffers(cdl_model *m, size_t ws_floats)
     m->argmax = dev_alloc(be, nam * sizeof(int32_t), &failed);
     m->masks = dev_alloc(be, nmask, &failed);
     if (failed)
-        return cdl_error("%s: cannot allocate the model's buffers for batches of %d: %s", m->spec.source,
-                         m->max_batch, cdl_last_error());
+        return cdl_error("%s: cannot allocate the model's buffers for batches of %d: %s",
+                         m->spec.source, m->max_batch, cdl_last_error());
 
     for (int i = 0; i < m->nlayers; i++) {
         layer *L = &m->layers[i];
@@ -222,8 +222,8 @@ cdl_model *cdl_model_create(const cdl_model_spec *spec, cdl_shape input, int max
     if (input.c == 0)
         input = spec->input;
     if (input.c == 0) {
-        cdl_error("%s: no input shape: give the spec an 'input CxHxW' line or pass the data's shape",
-                  spec->source);
+        cdl_error("%s: no input shape: give the spec an 'input CxHxW' line or pass the data's "
+                  "shape", spec->source);
         return NULL;
     }
     if (max_batch < 1 || max_batch > MAX_BATCH_LIMIT) {

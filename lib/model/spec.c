@@ -230,7 +230,8 @@ static int parse_layer(const parser *p, char **w, int nw, cdl_layer_spec *l)
                     k->usage);
     if (k->kind == CDL_LAYER_CONV2D && !(seen & K_KERNEL))
         return perr(p, "conv2d needs kernel=K, e.g. 'conv2d %d kernel=3'", l->out);
-    if ((k->kind == CDL_LAYER_MAXPOOL2D || k->kind == CDL_LAYER_AVGPOOL2D) && 2 * l->pad > l->kernel)
+    int pool = k->kind == CDL_LAYER_MAXPOOL2D || k->kind == CDL_LAYER_AVGPOOL2D;
+    if (pool && 2 * l->pad > l->kernel)
         return perr(p, "%s padding=%d is more than half the kernel %d (PyTorch rejects it too): "
                     "use padding <= %d", k->word, l->pad, l->kernel, l->kernel / 2);
     return 0;
@@ -243,7 +244,9 @@ static int split_words(const parser *p, char *s, char **w)
     if (hash)
         *hash = '\0';
     int n = 0;
-    for (char *tok = strtok(s, " \t\r\f\v"); tok; tok = strtok(NULL, " \t\r\f\v")) {
+    char *save = NULL;
+    static const char space[] = " \t\r\f\v";
+    for (char *tok = strtok_r(s, space, &save); tok; tok = strtok_r(NULL, space, &save)) {
         if (n == MAX_WORDS)
             return perr(p, "more than %d words on one line: one layer per line", MAX_WORDS);
         w[n++] = tok;
@@ -266,7 +269,8 @@ int cdl_spec_parse(const char *text, const char *filename, cdl_model_spec *out)
         p.line++;
         char buf[LINE_CHARS], *w[MAX_WORDS];
         if (len >= sizeof buf)
-            return perr(&p, "line is longer than %d characters: one layer per line", LINE_CHARS - 1);
+            return perr(&p, "line is longer than %d characters: one layer per line",
+                        LINE_CHARS - 1);
         memcpy(buf, s, len);
         buf[len] = '\0';
         s += len + (eol != NULL);
@@ -313,11 +317,11 @@ int cdl_spec_load(const char *path, cdl_model_spec *out)
         return -1;
     }
     size_t n = fread(text, 1, SPEC_FILE_MAX + 1, f);
-    int bad = ferror(f);
+    int bad = ferror(f), err = errno;
     fclose(f);
     int rc = -1;
     if (bad)
-        cdl_error("cannot read model spec '%s': %s", path, strerror(errno));
+        cdl_error("cannot read model spec '%s': %s", path, strerror(err));
     else if (n > SPEC_FILE_MAX)
         cdl_error("model spec '%s' is larger than %ld bytes: is it really a spec file?", path,
                   SPEC_FILE_MAX);

@@ -45,7 +45,8 @@ static int check_config(const cdl_optim_config *c)
     if ((unsigned)c->kind > CDL_OPTIM_ADAMW)
         return cdl_error("unknown optimizer kind %d: use sgd, adam or adamw", (int)c->kind);
     if (!(c->weight_decay >= 0.0f) || !isfinite(c->weight_decay))
-        return cdl_error("%s: invalid weight decay %g: it must be >= 0", k, (double)c->weight_decay);
+        return cdl_error("%s: invalid weight decay %g: it must be >= 0", k,
+                         (double)c->weight_decay);
     if (c->kind == CDL_OPTIM_SGD) {
         if (!(c->momentum >= 0.0f) || !isfinite(c->momentum))
             return cdl_error("sgd: invalid momentum %g: it must be >= 0", (double)c->momentum);
@@ -53,7 +54,8 @@ static int check_config(const cdl_optim_config *c)
             return cdl_error("sgd: invalid dampening %g", (double)c->dampening);
         if (c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f))
             return cdl_error("sgd: nesterov momentum needs momentum > 0 and dampening 0 (got "
-                             "momentum %g, dampening %g)", (double)c->momentum, (double)c->dampening);
+                             "momentum %g, dampening %g)", (double)c->momentum,
+                             (double)c->dampening);
         return 0;
     }
     if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))

@@ -16,6 +16,13 @@
  * timing, equal to a plain sequential sum. Each member reads and writes
  * O(m) bytes: bandwidth-optimal for shared memory.
  *
+ * Who may touch what when (no op needs a sync at its start):
+ *  - before an op's first sync a member writes only its own in[] slab;
+ *  - res is written only between syncs, and read after the last one (the
+ *    allreduce copy-out may still run while a fast member starts the next
+ *    op, which therefore must not write res first);
+ *  - reads of in[] finish before the op's last sync.
+ *
  * Synchronisation: member i publishes its phase (C11 atomics) and rings a
  * shared futex word; waiters spin briefly (when there are CPUs to spare),
  * then sleep on the futex in 100 ms slices, checking the deadline, an abort
@@ -280,11 +287,11 @@ static int shm_broadcast(coll *c, void *buf, size_t bytes, int root)
     for (size_t off = 0; off < bytes; off += s->slab) {
         size_t m = bytes - off < s->slab ? bytes - off : s->slab;
         if (c->rank == root)
-            memcpy(res_slab(s), p + off, m);
+            memcpy(in_slab(s, root), p + off, m);
         if (sync_all(s))
             return -1;
         if (c->rank != root)
-            memcpy(p + off, res_slab(s), m);
+            memcpy(p + off, in_slab(s, root), m);
         if (sync_all(s))
             return -1;
     }

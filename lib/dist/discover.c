@@ -342,11 +342,11 @@ int cdl_rank_discover(cdl_rank_info *info)
         return -1;
     if (info->rank == 0 && info->world > 1) {
         const char *launcher = getenv(CDL_ENV_LAUNCHER);
-        fprintf(stderr, "cdl: rank 0 of %d: ranks from %s%s%s%s, %d node%s, job '%s'\n",
-                info->world, names_of(info->source)->what,
-                launcher && *launcher ? " (launcher " : "", launcher && *launcher ? launcher : "",
-                launcher && *launcher ? ")" : "", info->nnodes, info->nnodes == 1 ? "" : "s",
-                info->job_id);
+        int l = launcher && *launcher;
+        fprintf(stderr, "cdl: rank 0 of %d: ranks from %s%s%s%s, %d node%s%s%s%s\n", info->world,
+                names_of(info->source)->what, l ? " (launcher " : "", l ? launcher : "",
+                l ? ")" : "", info->nnodes, info->nnodes == 1 ? "" : "s",
+                info->job_id[0] ? ", job '" : "", info->job_id, info->job_id[0] ? "'" : "");
     }
     return 0;
 }

@@ -1,9 +1,11 @@
 /* PMIx: rank discovery from job-level keys and the bootstrap exchange by
  * Put / Commit / Fence (collecting data) / Get. No TCP port is needed.
  *
- * PMIx_Init is reference counted by PMIx itself (Open MPI's MPI_Init calls it
- * too); every PMIx_Init here is paired with a PMIx_Finalize, because mpirun
- * reports a process that initialised PMIx and exited without finalising. */
+ * PMIx is initialised once per process and finalised at exit: PMIx counts
+ * PMIx_Init calls (Open MPI's MPI_Init makes its own), but after the count
+ * drops to zero a second PMIx_Init leaves it broken (MPI_Init then fails
+ * with "getting local rank failed"), and mpirun reports a process that exits
+ * without PMIx_Finalize. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,12 +78,33 @@ static int get_long(const pmix_proc_t *proc, const char *key, long *out)
     return 0;
 }
 
+static pmix_proc_t self;
+static int inited;
+
+static void finalize_at_exit(void)
+{
+    PMIx_Finalize(NULL, 0);
+}
+
+/* PMIx_Init on first use; *me gets this process's name. */
+static int pmix_up(pmix_proc_t *me)
+{
+    if (!inited) {
+        pmix_status_t st = PMIx_Init(&self, NULL, 0);
+        if (st != PMIX_SUCCESS)
+            return pmix_fail("PMIx_Init", st);
+        inited = 1;
+        atexit(finalize_at_exit);
+    }
+    *me = self;
+    return 0;
+}
+
 int pmix_discover(cdl_rank_info *info)
 {
     pmix_proc_t me, wild, zero;
-    pmix_status_t st = PMIx_Init(&me, NULL, 0);
-    if (st != PMIX_SUCCESS)
-        return pmix_fail("PMIx_Init", st);
+    if (pmix_up(&me))
+        return -1;
     PMIX_LOAD_PROCID(&wild, me.nspace, PMIX_RANK_WILDCARD);
     PMIX_LOAD_PROCID(&zero, me.nspace, 0);
     long size, local_size, local_rank, nodeid, nnodes = 1;
@@ -114,7 +137,6 @@ int pmix_discover(cdl_rank_info *info)
             info->replicas_per_gpu = atoi(s);
         info->source = "pmix";
     }
-    PMIx_Finalize(NULL, 0);
     return rc;
 }
 
@@ -177,7 +199,6 @@ static int pb_get(boot *b, int rank, const char *key, void *buf, size_t len)
 static void pb_close(boot *b)
 {
     cdl_free(b->impl);
-    PMIx_Finalize(NULL, 0);
 }
 
 static const struct boot_ops pmix_ops = {"pmix", pb_put, pb_fence, pb_get, pb_close};
@@ -187,14 +208,12 @@ int pmix_boot_open(boot *b, const cdl_rank_info *info)
     pmix_boot *p = cdl_calloc(1, sizeof *p);
     if (!p)
         return -1;
-    pmix_status_t st = PMIx_Init(&p->me, NULL, 0);
-    if (st != PMIX_SUCCESS) {
+    if (pmix_up(&p->me)) {
         cdl_free(p);
-        return pmix_fail("PMIx_Init", st);
+        return -1;
     }
     if ((int)p->me.rank != info->rank) {
         int pr = (int)p->me.rank;
-        PMIx_Finalize(NULL, 0);
         cdl_free(p);
         return cdl_error("RANK=%d (from %s) differs from the PMIx rank %d: the launcher's "
                          "contract and the PMIx server disagree", info->rank, info->source, pr);

@@ -173,9 +173,10 @@ static store *client(const char *addr, int port, int rank, int world, double tim
 store *store_open(const cdl_rank_info *info, double timeout_s)
 {
     if (!info->master_port)
-        return cdl_error("rank %d: no MASTER_PORT: without PMIx the ranks meet at rank 0's store "
-                         "on MASTER_ADDR:MASTER_PORT; launch with cdlrun, srun --cdl-ddp or "
-                         "srun --mpi=pmix, or export MASTER_PORT", info->rank), NULL;
+        return cdl_error("rank %d: no MASTER_PORT: the TCP store (the bootstrap without PMIx, "
+                         "and the hier:store transport) is served by rank 0 on "
+                         "MASTER_ADDR:MASTER_PORT; launch with cdlrun or srun --cdl-ddp, "
+                         "or export MASTER_PORT", info->rank), NULL;
     const char *addr = info->master_addr[0] ? info->master_addr : "127.0.0.1";
     char token[STORE_KEY_MAX + 1];
     store_token(info, token, sizeof token);

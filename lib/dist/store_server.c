@@ -456,6 +456,8 @@ static void *conn_main(void *arg)
     pthread_mutex_lock(&s->mu);
     if (c->rank >= 0 && s->state[c->rank] == RANK_CONNECTED)
         s->state[c->rank] = bye || s->stopping ? RANK_BYE : RANK_LOST;
+    close(c->fd);   /* now: a dropped stranger sees EOF at once */
+    c->fd = -1;
     c->done = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -473,7 +475,6 @@ static void reap(store_server *s)
         }
         *pp = c->next;
         pthread_join(c->thread, NULL);
-        close(c->fd);
         cdl_free(c);
         s->nconns--;
     }
@@ -578,7 +579,8 @@ void store_server_stop(store_server *s, double timeout_s)
     s->stopping = 1;
     pthread_cond_broadcast(&s->cv);
     for (conn *c = s->conns; c; c = c->next)
-        shutdown(c->fd, SHUT_RDWR);
+        if (c->fd >= 0)
+            shutdown(c->fd, SHUT_RDWR);
     pthread_mutex_unlock(&s->mu);
     (void)!write(s->wake[1], "x", 1);
     pthread_join(s->acceptor, NULL);
@@ -586,7 +588,6 @@ void store_server_stop(store_server *s, double timeout_s)
         conn *c = s->conns;
         s->conns = c->next;
         pthread_join(c->thread, NULL);
-        close(c->fd);
         cdl_free(c);
     }
     while (s->entries)

@@ -192,6 +192,64 @@ static void test_broadcast_barrier_allgather(void **state)
         fail_msg("hier collectives on 4 ranks failed");
 }
 
+/* Ops back to back in a varying order: no op may overwrite what a slower
+ * member still reads of the previous one. */
+static int mixed_rank(int rank, int world, void *arg)
+{
+    (void)arg;
+    setenv("CDL_SHM_SLAB_KB", "64", 1);
+    cdl_dist *d = open_dist("shm", 30);
+    CHILD_CHECK(d, "%s", cdl_last_error());
+    enum { N = 40000 };
+    float *buf = cdl_malloc(N * sizeof *buf);
+    int all[64];
+    CHILD_CHECK(buf, "no memory");
+    for (int it = 0; it < 600; it++) {
+        size_t n = 1 + (size_t)(it * 7919) % N;
+        /* A fixed pseudo-random order: every op follows every other. */
+        uint64_t z = ((uint64_t)it + 1) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+        int op = (int)((z >> 40) & 3), root = (int)((z >> 50) % (uint64_t)world);
+        if (op == 0) {
+            for (size_t i = 0; i < n; i++)
+                buf[i] = test_value(rank, i + (size_t)it);
+            CHILD_CHECK(cdl_dist_allreduce(d, buf, n, 0) == 0, "%s", cdl_last_error());
+            for (size_t i = 0; i < n; i++) {
+                float want = test_value(0, i + (size_t)it);
+                for (int r = 1; r < world; r++)
+                    want += test_value(r, i + (size_t)it);
+                CHILD_CHECK(!memcmp(&want, &buf[i], sizeof want), "it %d allreduce [%zu]", it, i);
+            }
+        } else if (op == 1) {
+            for (size_t i = 0; i < n; i++)
+                buf[i] = rank == root ? (float)(i + (size_t)it) : -1;
+            CHILD_CHECK(cdl_dist_broadcast(d, buf, n * sizeof *buf, root) == 0, "%s",
+                        cdl_last_error());
+            for (size_t i = 0; i < n; i++)
+                CHILD_CHECK(buf[i] == (float)(i + (size_t)it), "it %d broadcast [%zu]", it, i);
+        } else if (op == 2) {
+            int mine = it * 100 + rank;
+            CHILD_CHECK(cdl_dist_allgather(d, &mine, all, sizeof mine) == 0, "%s",
+                        cdl_last_error());
+            for (int r = 0; r < world; r++)
+                CHILD_CHECK(all[r] == it * 100 + r, "it %d allgather [%d]", it, r);
+        } else {
+            CHILD_CHECK(cdl_dist_barrier(d) == 0, "%s", cdl_last_error());
+        }
+    }
+    cdl_free(buf);
+    cdl_dist_finalize(d);
+    return 0;
+}
+
+static void test_mixed_sequence(void **state)
+{
+    (void)state;
+    for (int world = 2; world <= 4; world++)
+        if (run_world(world, mixed_rank, NULL, guard_s(60)))
+            fail_msg("mixed sequence on %d ranks failed", world);
+}
+
 /* The segment is unlinked once everyone attached: nothing is left behind
  * in /dev/shm even if the job is killed. */
 static int unlinked_rank(int rank, int world, void *arg)
@@ -337,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_auto_one_node_is_shm),
         cmocka_unit_test(test_allreduce_hier_two_nodes),
         cmocka_unit_test(test_broadcast_barrier_allgather),
+        cmocka_unit_test(test_mixed_sequence),
         cmocka_unit_test(test_segment_unlinked),
         cmocka_unit_test(test_killed_rank_shm),
         cmocka_unit_test(test_killed_rank_hier),

@@ -1,6 +1,7 @@
 /* Elementwise ops over flat float ranges: fill, scale, relu, dropout.
  * Each splits [0,n) into static per-thread chunks (pool_for_grain). */
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/simd.h"
 
 typedef struct elt_ctx {
     const float *a;      /* first input (x, or y for relu_bwd) */
@@ -56,12 +57,6 @@ static void relu_fwd_chunk(void *vctx, size_t b, size_t e, int tid)
         y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
-void cpu_relu_fwd(cdl_backend *be, size_t n, const float *x, float *y)
-{
-    elt_ctx c = {.a = x, .out = y};
-    pool_for_grain(cpu_pool(be), n, CPU_ELT_GRAIN, relu_fwd_chunk, &c);
-}
-
 /* dx may alias dy: each element is read before it is written. */
 static void relu_bwd_chunk(void *vctx, size_t b, size_t e, int tid)
 {
@@ -73,10 +68,61 @@ static void relu_bwd_chunk(void *vctx, size_t b, size_t e, int tid)
         dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+#if CPU_X86
+/* max(0, x) returns x when x is NaN or a zero of either sign (the second
+ * operand wins unordered and equal compares): exactly x < 0 ? 0 : x. */
+static CPU_AVX512 void relu_fwd_chunk512(void *vctx, size_t b, size_t e, int tid)
+{
+    (void)tid;
+    const elt_ctx *c = vctx;
+    const float *x = c->a;
+    float *y = c->out;
+    __m512 zero = _mm512_setzero_ps();
+    size_t i = b;
+    for (; i + 16 <= e; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_max_ps(zero, _mm512_loadu_ps(x + i)));
+    __mmask16 m = cpu_mask16((int)(e - i));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_max_ps(zero, _mm512_maskz_loadu_ps(m, x + i)));
+}
+
+static CPU_AVX512 void relu_bwd_chunk512(void *vctx, size_t b, size_t e, int tid)
+{
+    (void)tid;
+    const elt_ctx *c = vctx;
+    const float *y = c->a, *dy = c->b;
+    float *dx = c->out;
+    __m512 zero = _mm512_setzero_ps();
+    size_t i = b;
+    for (; i + 16 <= e; i += 16) {
+        __mmask16 pos = _mm512_cmp_ps_mask(_mm512_loadu_ps(y + i), zero, _CMP_GT_OQ);
+        _mm512_storeu_ps(dx + i, _mm512_maskz_mov_ps(pos, _mm512_loadu_ps(dy + i)));
+    }
+    __mmask16 m = cpu_mask16((int)(e - i));
+    __mmask16 pos = _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, y + i), zero, _CMP_GT_OQ);
+    _mm512_mask_storeu_ps(dx + i, m, _mm512_maskz_mov_ps(pos, _mm512_maskz_loadu_ps(m, dy + i)));
+}
+#endif
+
+void cpu_relu_fwd(cdl_backend *be, size_t n, const float *x, float *y)
+{
+    elt_ctx c = {.a = x, .out = y};
+    pool_fn fn = relu_fwd_chunk;
+#if CPU_X86
+    if (cpu_has_avx512())
+        fn = relu_fwd_chunk512;
+#endif
+    pool_for_grain(cpu_pool(be), n, CPU_ELT_GRAIN, fn, &c);
+}
+
 void cpu_relu_bwd(cdl_backend *be, size_t n, const float *y, const float *dy, float *dx)
 {
     elt_ctx c = {.a = y, .b = dy, .out = dx};
-    pool_for_grain(cpu_pool(be), n, CPU_ELT_GRAIN, relu_bwd_chunk, &c);
+    pool_fn fn = relu_bwd_chunk;
+#if CPU_X86
+    if (cpu_has_avx512())
+        fn = relu_bwd_chunk512;
+#endif
+    pool_for_grain(cpu_pool(be), n, CPU_ELT_GRAIN, fn, &c);
 }
 
 /* The keep decision depends on (seed, i) only, so the mask is the same on

@@ -8,6 +8,7 @@
 #include <cdl/cdl.h>
 
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/simd.h"
 #include "lib/core/rng.h"
 #include "ref_ops.h"
 
@@ -151,7 +152,8 @@ typedef struct pool_case {
 
 static const pool_case pool_cases[] = {
     {2, 3, 8, 8, 2, 2, 0}, {1, 2, 7, 9, 3, 2, 1}, {3, 1, 5, 5, 3, 1, 1},
-    {5, 2, 6, 7, 2, 1, 0}, {1, 1, 4, 4, 3, 3, 1}, {4, 6, 28, 28, 2, 2, 0},
+    {5, 2, 6, 7, 2, 1, 0}, {1, 1, 4, 4, 3, 3, 1}, {3, 2, 7, 9, 2, 2, 0},
+    {1, 2, 6, 37, 2, 2, 0}, {4, 6, 28, 28, 2, 2, 0},
 };
 #define N_POOL_CASES (sizeof pool_cases / sizeof pool_cases[0])
 
@@ -540,6 +542,22 @@ static void test_maxpool_ties_pick_first(void **state)
             assert_int_equal(am[16 + oy * 4 + ox], iy * 4 + ix);
             assert_true(y[oy * 4 + ox] == 1.0f);
         }
+    /* NaN wins, and a later NaN replaces an earlier one (PyTorch's CPU
+     * rule), for the 2x2/2 fast path and the generic loop alike. */
+    const cdl_pool2d_desc dd[2] = {ref_pool_desc(1, 1, 2, 4, 2, 2, 0), ref_pool_desc(1, 1, 2, 4, 2, 1, 0)};
+    float xn[8] = {1, NAN, 5, 2, 3, NAN, -INFINITY, -INFINITY};
+    for (int k = 0; k < 2; k++) {
+        be->ops->maxpool_fwd(be, &dd[k], xn, y, am);
+        assert_true(isnan(y[0]));
+        assert_int_equal(am[0], 5);
+    }
+    assert_true(isnan(y[1]) && am[1] == 5);     /* stride 1: NaN, 5, NaN, -inf */
+    assert_true(y[2] == 5.0f && am[2] == 2);
+    be->ops->maxpool_fwd(be, &dd[0], xn, y, am);
+    assert_true(y[1] == 5.0f && am[1] == 2);
+    float xi[8] = {-INFINITY, -INFINITY, 0, 0, -INFINITY, -INFINITY, 0, 0};
+    be->ops->maxpool_fwd(be, &dd[0], xi, y, am);
+    assert_true(y[0] == -INFINITY && am[0] == 0);
     cdl_backend_destroy(be);
 }
 
@@ -908,5 +926,13 @@ int main(void)
         cmocka_unit_test(test_backward_is_deterministic),
         cmocka_unit_test(test_ops_do_not_allocate),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* Every test twice: with the AVX-512 kernels where the CPU has them, and
+     * with the portable paths (C loops, im2col+SGEMM) forced. */
+    int failed = 0;
+    if (cpu_has_avx512())
+        failed += cmocka_run_group_tests_name("kernels (AVX-512)", tests, NULL, NULL);
+    cpu_disable_avx512(1);
+    failed += cmocka_run_group_tests_name("kernels (portable)", tests, NULL, NULL);
+    cpu_disable_avx512(0);
+    return failed;
 }

@@ -137,6 +137,9 @@ static const conv_case conv_cases[] = {
     {7, 3, 32, 32, 6, 5, 5, 1, 0},  /* the seed CNN's conv1 */
     {3, 6, 14, 14, 16, 5, 5, 1, 0}, /* and its conv2 */
     {2, 16, 44, 44, 8, 5, 5, 1, 0}, /* several im2col tiles per image */
+    {3, 3, 9, 11, 13, 3, 3, 1, 1},  /* channel-vectorised dW, 3x3, lane tail */
+    {2, 4, 12, 12, 20, 5, 5, 1, 2}, /* two blocks of 16 output channels */
+    {2, 2, 4, 40, 7, 3, 3, 1, 1},   /* rows of three 16-lane segments */
 };
 #define N_CONV_CASES (sizeof conv_cases / sizeof conv_cases[0])
 #define N_FD_CONV_CASES 6

@@ -1,9 +1,16 @@
 /* Direct stride-1 conv2d with AVX-512 (see conv2d.h), for the small channel
  * counts where im2col+SGEMM runs thin GEMMs. x is (n,c,h,w), w (oc,c,kh,kw),
- * y (n,oc,oh,ow). Images are split over the threads.
+ * y (n,oc,oh,ow). Images are split into chunks over the threads (pool.h).
  *
- * Forward and dx are "valid" correlations of a zero-padded input with a
- * block of at most OB=6 output channels (corr_block):
+ * Forward with oc >= 12 and a 3x3 or 5x5 kernel (fwd_ocvec): 16 output
+ * channels in the lanes, a tile of R x NX output positions in registers; for
+ * each input channel and kernel row the KW weight vectors are loaded once,
+ * and each input value is broadcast once and used by up to KW accumulators.
+ * The tile is scattered to the (oc, oh, ow) output.
+ *
+ * Otherwise forward, and dx always, are "valid" correlations of a
+ * zero-padded input with a block of at most OB=6 output channels
+ * (corr_block):
  *   forward  y  = corr(pad(x, pad), w)
  *   dx          = corr(pad(dy, k-1-pad), w flipped, in/out channels swapped)
  * Outputs are cut into 16-lane row segments; SB=4 segments x OB channels =
@@ -20,13 +27,14 @@
  *    kh*kw broadcast FMAs.
  *  - otherwise (dw_oxvec): lanes along output rows, OB channels x TB=4 taps
  *    in registers, lane sums taken once at the end.
- * After all images the partials are summed in thread order (and lanes in a
- * fixed order), so results are reproducible for a thread count. Non-finite
+ * Each chunk of images has its own partials; they are summed in chunk order
+ * (and lanes in a fixed order), so results are reproducible for a thread
+ * count. Non-finite
  * values in x can reach more dW entries here than in exact arithmetic
  * (through lanes multiplied by zero).
  *
  * Workspace: shared packed weights and tap tables, then per thread: padded x,
- * padded dy, transposed dy, dW and db partials.
+ * padded dy, transposed dy; then per chunk: dW and db partials.
  */
 #include <string.h>
 
@@ -47,17 +55,19 @@ typedef struct dplan {
     int ocb, cb;           /* channel blocks of OB: forward outputs, dx outputs */
     int Kpad;              /* K rounded up to TB */
     int ocvec;             /* dW by dw_ocvec */
+    int fwd_ocvec;         /* forward by fwd_ocvec */
     int ocb16;             /* blocks of 16 output channels (dw_ocvec) */
     size_t wt_floats;      /* forward weights: [ocb][K][OB] */
     size_t wq_floats;      /* dx weights: [cb][Kq][OB] */
+    size_t w16_floats;     /* fwd_ocvec weights: [ocb16][c][kh][kw][16] */
     size_t toff_slots;     /* tap offset tables (int32): forward K, dW K, dx Kq */
     size_t xin_floats;     /* per thread: padded x */
     size_t qpad_floats;    /* per thread: padded dy */
     size_t dyt_floats;     /* per thread: dy position-major [P][16] (ocvec), or
                               dy with rows zero-padded to 16-lane segments */
-    size_t dwp_floats;     /* per thread: dW partial, oxvec [oc][Kpad][16], ocvec [ocb16][K][16] */
-    size_t dbp_floats;     /* per thread: db partial [oc][16] */
-    size_t shared, per_thread;
+    size_t dwp_floats;     /* per chunk: dW partial, oxvec [oc][Kpad][16], ocvec [ocb16][K][16] */
+    size_t dbp_floats;     /* per chunk: db partial [oc][16] */
+    size_t shared, per_thread, per_chunk;
 } dplan;
 
 static void dplan_make(const cdl_conv2d_desc *d, dplan *p)
@@ -74,16 +84,21 @@ static void dplan_make(const cdl_conv2d_desc *d, dplan *p)
     p->Kpad = (p->K + TB - 1) / TB * TB;
     p->ocvec = d->oc >= 12 && d->kh == d->kw && (d->kw == 3 || d->kw == 5);
     p->ocb16 = (d->oc + 15) / 16;
+    /* Tiles are 5x5 (5x5 kernels) or 3x8 (3x3) positions: smaller outputs
+     * take corr_block. */
+    p->fwd_ocvec = p->ocvec && d->oh >= (d->kw == 5 ? 5 : 3) && d->ow >= (d->kw == 5 ? 5 : 8);
     p->wt_floats = cpu_align16((size_t)p->ocb * p->K * OB);
     p->wq_floats = cpu_align16((size_t)p->cb * p->Kq * OB);
+    p->w16_floats = p->fwd_ocvec ? (size_t)p->ocb16 * p->K * 16 : 0;
     p->toff_slots = 2 * cpu_align16((size_t)p->K) + cpu_align16((size_t)p->Kq);
     p->xin_floats = cpu_align16((size_t)d->c * p->hp * p->wp + SLACK);
     p->qpad_floats = cpu_align16((size_t)d->oc * p->hq * p->wq + SLACK);
     p->dyt_floats = p->ocvec ? (size_t)p->P * 16 : (size_t)d->oc * d->oh * ((d->ow + 15) / 16) * 16;
     p->dwp_floats = p->ocvec ? (size_t)p->ocb16 * p->K * 16 : (size_t)d->oc * p->Kpad * 16;
     p->dbp_floats = (size_t)d->oc * 16;
-    p->shared = p->wt_floats + p->wq_floats + p->toff_slots;
-    p->per_thread = p->xin_floats + p->qpad_floats + p->dyt_floats + p->dwp_floats + p->dbp_floats;
+    p->shared = p->wt_floats + p->wq_floats + p->w16_floats + p->toff_slots;
+    p->per_thread = p->xin_floats + p->qpad_floats + p->dyt_floats;
+    p->per_chunk = p->dwp_floats + p->dbp_floats;
 }
 
 int conv_direct_supported(const cdl_conv2d_desc *d)
@@ -103,7 +118,8 @@ size_t conv_direct_workspace(const cdl_conv2d_desc *d, int threads)
 {
     dplan p;
     dplan_make(d, &p);
-    return p.shared + p.per_thread * (size_t)threads;
+    int chunks = pool_chunks_for(threads, (size_t)d->n, 1);
+    return p.shared + p.per_thread * (size_t)threads + p.per_chunk * (size_t)chunks;
 }
 
 #if CPU_X86
@@ -281,6 +297,78 @@ static CPU_AVX512 void dw_oxvec(int O, const float *in, int wi, int K, const int
     }
 }
 
+/* One R x NX tile of output positions (rows oy0.., columns ox0..) for 16
+ * output channels: acc = bias + sum over channels c and kernel rows ky of
+ * the KW-tap row correlation. w16 is [c][KH][KW][16]; out gets
+ * out[o][oy][ox] for the lanes o in mask m (o_stride = ho*wo). */
+static inline __attribute__((always_inline)) CPU_AVX512 void
+fwd_ocvec_tile(const int KH, const int KW, const int R, const int NX, const float *in, int C,
+               int hi, int wi, const float *w16, __m512 bias, float *out, int oy0, int ox0,
+               int wo, __m512i oidx, __mmask16 m)
+{
+    __m512 acc[5][8];   /* R x NX <= 5 x 5 or 3 x 8 live in registers */
+#pragma GCC unroll 5
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NX; j++)
+            acc[r][j] = bias;
+    const size_t plane = (size_t)hi * wi;
+    for (int c = 0; c < C; c++)
+        for (int ky = 0; ky < KH; ky++) {
+            const float *wr = w16 + ((size_t)c * KH + ky) * KW * 16;
+            __m512 wv[5];
+#pragma GCC unroll 5
+            for (int kx = 0; kx < KW; kx++)
+                wv[kx] = _mm512_loadu_ps(wr + kx * 16);
+            const float *x0 = in + c * plane + (size_t)(oy0 + ky) * wi + ox0;
+#pragma GCC unroll 5
+            for (int r = 0; r < R; r++) {
+                const float *xr = x0 + (size_t)r * wi;
+#pragma GCC unroll 12
+                for (int u = 0; u < NX + KW - 1; u++) {
+                    __m512 b = _mm512_set1_ps(xr[u]);
+#pragma GCC unroll 5
+                    for (int kx = 0; kx < KW; kx++)
+                        if (u - kx >= 0 && u - kx < NX)
+                            acc[r][u - kx] = _mm512_fmadd_ps(b, wv[kx], acc[r][u - kx]);
+                }
+            }
+        }
+#pragma GCC unroll 5
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NX; j++)
+            _mm512_mask_i32scatter_ps(out + (size_t)(oy0 + r) * wo + ox0 + j, m, oidx, acc[r][j], 4);
+}
+
+/* out (oc, ho, wo) = bias + valid correlation of in (C, hi, wi) with a 3x3
+ * or 5x5 kernel packed as w16 [ocb16][C][k][k][16]; ho >= R and wo >= NX
+ * (the last tiles overlap the previous ones). */
+static CPU_AVX512 void fwd_ocvec(int k, const float *in, int C, int hi, int wi, const float *w16,
+                                 const float *bias, int oc, float *out, int ho, int wo)
+{
+    const int R = k == 5 ? 5 : 3, NX = k == 5 ? 5 : 8;
+    const int P = ho * wo;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i oidx = _mm512_mullo_epi32(lane, _mm512_set1_epi32(P));
+    for (int o0 = 0; o0 < oc; o0 += 16) {
+        __mmask16 m = cpu_mask16(oc - o0);
+        __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + o0) : _mm512_setzero_ps();
+        const float *wb = w16 + (size_t)(o0 / 16) * C * k * k * 16;
+        float *ob = out + (size_t)o0 * P;
+        for (int oy = 0; oy < ho; oy += R) {
+            int y0 = oy + R <= ho ? oy : ho - R;
+            for (int ox = 0; ox < wo; ox += NX) {
+                int x0 = ox + NX <= wo ? ox : wo - NX;
+                if (k == 5)
+                    fwd_ocvec_tile(5, 5, 5, 5, in, C, hi, wi, wb, bv, ob, y0, x0, wo, oidx, m);
+                else
+                    fwd_ocvec_tile(3, 3, 3, 8, in, C, hi, wi, wb, bv, ob, y0, x0, wo, oidx, m);
+            }
+        }
+    }
+}
+
 /* part[t][16] += sum over output positions of x tap t * dyT[position], for
  * one input channel xc (row stride wi) and a KHxKW kernel; the lanes are 16
  * output channels. */
@@ -397,6 +485,13 @@ static void db_acc(int oc, const float *dy, int P, float *part)
 {
     (void)oc, (void)dy, (void)P, (void)part;
 }
+
+static void fwd_ocvec(int k, const float *in, int C, int hi, int wi, const float *w16,
+                      const float *bias, int oc, float *out, int ho, int wo)
+{
+    (void)k, (void)in, (void)C, (void)hi, (void)wi, (void)w16, (void)bias, (void)oc;
+    (void)out, (void)ho, (void)wo;
+}
 #endif
 
 typedef struct dctx {
@@ -404,7 +499,7 @@ typedef struct dctx {
     dplan p;
     const float *x, *w, *b, *dy;
     float *y, *dx, *dw, *db, *ws;
-    int threads;
+    int threads, chunks;
 } dctx;
 
 static float *thread_region(const dctx *c, int tid)
@@ -415,15 +510,20 @@ static float *thread_region(const dctx *c, int tid)
 static float *thread_xin(const dctx *c, int tid) { return thread_region(c, tid); }
 static float *thread_qpad(const dctx *c, int tid) { return thread_xin(c, tid) + c->p.xin_floats; }
 static float *thread_dyt(const dctx *c, int tid) { return thread_qpad(c, tid) + c->p.qpad_floats; }
-static float *thread_dwp(const dctx *c, int tid) { return thread_dyt(c, tid) + c->p.dyt_floats; }
-static float *thread_dbp(const dctx *c, int tid) { return thread_dwp(c, tid) + c->p.dwp_floats; }
+
+static float *chunk_dwp(const dctx *c, int i)
+{
+    return c->ws + c->p.shared + (size_t)c->threads * c->p.per_thread + (size_t)i * c->p.per_chunk;
+}
+
+static float *chunk_dbp(const dctx *c, int i) { return chunk_dwp(c, i) + c->p.dwp_floats; }
 
 /* The tap offset tables, in the int32 slots after the packed weights:
  * forward taps ky-major (ky,c,kx) over the padded x, dW taps in weight
  * order (c,ky,kx) over the same, dx taps (ky,o,kx) over the padded dy. */
 static int32_t *toff_fwd(const dctx *c)
 {
-    return (int32_t *)(c->ws + c->p.wt_floats + c->p.wq_floats);
+    return (int32_t *)(c->ws + c->p.wt_floats + c->p.wq_floats + c->p.w16_floats);
 }
 
 static int32_t *toff_dw(const dctx *c)
@@ -468,6 +568,20 @@ static void pack_fwd_weights(const dctx *c)
                 }
 }
 
+/* fwd_ocvec weights: w16[blk][ci][ky][kx][j] = w[blk*16+j][ci][ky][kx]
+ * (zero past oc). */
+static void pack_fwd16_weights(const dctx *c)
+{
+    const cdl_conv2d_desc *d = c->d;
+    float *w16 = c->ws + c->p.wt_floats + c->p.wq_floats;
+    for (int blk = 0; blk < c->p.ocb16; blk++)
+        for (int t = 0; t < c->p.K; t++)
+            for (int j = 0; j < 16; j++) {
+                int o = blk * 16 + j;
+                w16[((size_t)blk * c->p.K + t) * 16 + j] = o < d->oc ? c->w[(size_t)o * c->p.K + t] : 0.0f;
+            }
+}
+
 /* dx weights: the kernel flipped in both axes with in/out channels swapped,
  * taps ky-major: wq[blk][(ky,o,kx)][j] = w[o][blk*OB+j][kh-1-ky][kw-1-kx]. */
 static void pack_dx_weights(const dctx *c)
@@ -504,8 +618,9 @@ static const float *image_input(const dctx *c, size_t img, float *xin)
     return xin;
 }
 
-static void direct_fwd_images(void *vctx, size_t b, size_t e, int tid)
+static void direct_fwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     const dctx *c = vctx;
     const cdl_conv2d_desc *d = c->d;
     float *xin = thread_xin(c, tid);
@@ -514,6 +629,11 @@ static void direct_fwd_images(void *vctx, size_t b, size_t e, int tid)
     for (size_t img = b; img < e; img++) {
         const float *in = image_input(c, img, xin);
         float *y = c->y + img * (size_t)d->oc * c->p.P;
+        if (c->p.fwd_ocvec) {
+            fwd_ocvec(d->kw, in, d->c, c->p.hp, c->p.wp, c->ws + c->p.wt_floats + c->p.wq_floats,
+                      c->b, d->oc, y, d->oh, d->ow);
+            continue;
+        }
         for (int blk = 0; blk < c->p.ocb; blk++) {
             int o0 = blk * OB, nb = d->oc - o0 < OB ? d->oc - o0 : OB;
             corr(nb, in, toff_fwd(c), c->p.wp, c->ws + (size_t)blk * c->p.K * OB,
@@ -527,18 +647,21 @@ void conv_direct_fwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const f
 {
     dctx c = {.d = d, .x = x, .w = w, .b = b, .y = y, .ws = ws, .threads = pool_threads(pl)};
     dplan_make(d, &c.p);
-    pack_fwd_weights(&c);
+    if (c.p.fwd_ocvec)
+        pack_fwd16_weights(&c);
+    else
+        pack_fwd_weights(&c);
     make_taps(toff_fwd(&c), d->c, d->kh, d->kw, c.p.hp, c.p.wp, 1);
-    pool_for(pl, (size_t)d->n, direct_fwd_images, &c);
+    pool_for(pl, (size_t)d->n, 1, direct_fwd_images, &c);
 }
 
-static void direct_bwd_images(void *vctx, size_t b, size_t e, int tid)
+static void direct_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     const dctx *c = vctx;
     const cdl_conv2d_desc *d = c->d;
     const dplan *p = &c->p;
     float *xin = thread_xin(c, tid), *qpad = thread_qpad(c, tid), *dyt = thread_dyt(c, tid);
-    float *dwp = thread_dwp(c, tid), *dbp = thread_dbp(c, tid);
+    float *dwp = chunk_dwp(c, chunk), *dbp = chunk_dbp(c, chunk);
     int ph = d->kh - 1 - d->pad, pw = d->kw - 1 - d->pad;
     corr_rows rows = {d->kh, d->oc * d->kw, ph, ph + d->oh};
     memset(xin, 0, p->xin_floats * sizeof *xin);
@@ -574,11 +697,12 @@ static void direct_bwd_images(void *vctx, size_t b, size_t e, int tid)
     }
 }
 
-/* dw[o][t] (items [0, oc*K)) and db[o] (items [oc*K, oc*K+oc)): the partials
- * of the threads that had images, summed in thread order; 16-lane partials
- * (oxvec dW, db) are then summed pairwise in a fixed order. */
-static void direct_reduce(void *vctx, size_t b, size_t e, int tid)
+/* dw[o][t] (items [0, oc*K)) and db[o] (items [oc*K, oc*K+oc)): the chunk
+ * partials summed in chunk order; 16-lane partials (oxvec dW, db) are then
+ * summed pairwise in a fixed order. */
+static void direct_reduce(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     (void)tid;
     const dctx *c = vctx;
     const cdl_conv2d_desc *d = c->d;
@@ -588,17 +712,13 @@ static void direct_reduce(void *vctx, size_t b, size_t e, int tid)
         size_t o = i < nw ? i / p->K : i - nw, t = i % p->K;
         int one_lane = i < nw && p->ocvec;
         float lanes[16] = {0};
-        for (int th = 0; th < c->threads; th++) {
-            size_t bt, et;
-            pool_chunk((size_t)d->n, th, c->threads, &bt, &et);
-            if (bt == et)
-                continue;
+        for (int k = 0; k < c->chunks; k++) {
             if (one_lane) {
-                lanes[0] += thread_dwp(c, th)[((o / 16) * p->K + t) * 16 + o % 16];
+                lanes[0] += chunk_dwp(c, k)[((o / 16) * p->K + t) * 16 + o % 16];
                 continue;
             }
-            const float *src = i < nw ? thread_dwp(c, th) + (o * p->Kpad + t) * 16
-                                      : thread_dbp(c, th) + o * 16;
+            const float *src = i < nw ? chunk_dwp(c, k) + (o * p->Kpad + t) * 16
+                                      : chunk_dbp(c, k) + o * 16;
             for (int l = 0; l < 16; l++)
                 lanes[l] += src[l];
         }
@@ -623,7 +743,8 @@ void conv_direct_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const f
         pack_dx_weights(&c);
         make_taps(toff_dx(&c), d->oc, d->kh, d->kw, c.p.hq, c.p.wq, 1);
     }
-    pool_for(pl, (size_t)d->n, direct_bwd_images, &c);
+    c.chunks = pool_chunks(pl, (size_t)d->n, 1);
+    pool_run(pl, (size_t)d->n, c.chunks, direct_bwd_images, &c);
     size_t nred = (size_t)d->oc * c.p.K + (db ? (size_t)d->oc : 0);
-    pool_for_grain(pl, nred, 1024, direct_reduce, &c);
+    pool_for(pl, nred, 1024, direct_reduce, &c);
 }

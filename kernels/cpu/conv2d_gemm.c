@@ -10,13 +10,14 @@
  * use x itself as the column matrix.
  *
  * Forward: the n*tiles items are split over the threads. Backward: images are
- * split over the threads; thread t accumulates dw/db over its images into its
- * own partial (thread 0 into dw/db directly), and the partials are summed in
- * thread order afterwards, so results are bitwise reproducible for a given
+ * cut into chunks (pool.h); chunk i accumulates dw/db over its images into
+ * its own partial (chunk 0 into dw/db directly), and the partials are summed
+ * in chunk order afterwards, so results are bitwise reproducible for a given
  * thread count.
  *
- * Workspace per thread: col (K*tile_p, none for the 1x1 shortcut), then a dw
- * partial (oc*K) and a db partial (oc), each rounded to 64-byte lines.
+ * Workspace: per thread a col buffer (K*tile_p, none for the 1x1 shortcut),
+ * then per chunk but the first a dw partial (oc*K) and a db partial (oc),
+ * each rounded to 64-byte lines.
  */
 #include <string.h>
 
@@ -35,7 +36,7 @@ typedef struct conv_plan {
     int tile_rows;    /* output rows per tile */
     int ntiles;
     int direct;       /* 1x1, stride 1, no padding: x is the column matrix */
-    size_t col_floats, dw_floats, db_floats, per_thread;
+    size_t col_floats, dw_floats, db_floats;
 } conv_plan;
 
 static void conv_plan_make(const cdl_conv2d_desc *d, conv_plan *p)
@@ -54,14 +55,19 @@ static void conv_plan_make(const cdl_conv2d_desc *d, conv_plan *p)
     p->col_floats = p->direct ? 0 : cpu_align16((size_t)p->K * rows * (size_t)d->ow);
     p->dw_floats = cpu_align16((size_t)d->oc * p->K);
     p->db_floats = cpu_align16((size_t)d->oc);
-    p->per_thread = p->col_floats + p->dw_floats + p->db_floats;
+}
+
+/* Backward splits the images into this many chunks (pool.h). */
+static int bwd_chunks(const cdl_conv2d_desc *d, int threads)
+{
+    return pool_chunks_for(threads, (size_t)(d->n > 0 ? d->n : 0), 1);
 }
 
 size_t conv_gemm_workspace(const cdl_conv2d_desc *d, int threads)
 {
     conv_plan p;
     conv_plan_make(d, &p);
-    return p.per_thread * (size_t)threads;
+    return p.col_floats * (size_t)threads + (p.dw_floats + p.db_floats) * (size_t)bwd_chunks(d, threads);
 }
 
 /* Valid output columns [*ox0,*ox1) for kernel column kx: those whose input
@@ -140,7 +146,7 @@ typedef struct conv_ctx {
     conv_plan plan;
     const float *x, *w, *b, *dy;
     float *y, *dx, *dw, *db, *ws;
-    int threads;
+    int threads, chunks;
 } conv_ctx;
 
 /* The column matrix of tile [r0,r1) of image x: im2col into the thread's
@@ -156,12 +162,13 @@ static const float *tile_cols(const conv_ctx *c, const float *x, int r0, int r1,
     return buf;
 }
 
-static void conv_fwd_items(void *vctx, size_t b, size_t e, int tid)
+static void conv_fwd_items(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     const conv_ctx *c = vctx;
     const cdl_conv2d_desc *d = c->d;
     const conv_plan *p = &c->plan;
-    float *col = c->ws + (size_t)tid * p->per_thread;
+    float *col = c->ws + (size_t)tid * p->col_floats;
     for (size_t it = b; it < e; it++) {
         size_t img = it / (size_t)p->ntiles;
         int r0 = (int)(it % (size_t)p->ntiles) * p->tile_rows;
@@ -189,29 +196,29 @@ void conv_gemm_fwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const flo
     conv_plan_make(d, &c.plan);
     if (d->n <= 0 || c.plan.P <= 0 || d->oc <= 0)
         return;
-    pool_for(pl, (size_t)d->n * c.plan.ntiles, conv_fwd_items, &c);
+    pool_for(pl, (size_t)d->n * c.plan.ntiles, 1, conv_fwd_items, &c);
 }
 
-/* Thread tid's dw and db accumulators: dw/db themselves for thread 0. */
-static float *part_dw(const conv_ctx *c, int tid)
+/* Chunk i's dw and db accumulators: dw/db themselves for chunk 0. */
+static float *part_dw(const conv_ctx *c, int i)
 {
-    return tid == 0 ? c->dw : c->ws + (size_t)tid * c->plan.per_thread + c->plan.col_floats;
+    size_t base = c->plan.col_floats * (size_t)c->threads;
+    return i == 0 ? c->dw : c->ws + base + (size_t)(i - 1) * (c->plan.dw_floats + c->plan.db_floats);
 }
 
-static float *part_db(const conv_ctx *c, int tid)
+static float *part_db(const conv_ctx *c, int i)
 {
-    return tid == 0 ? c->db
-                    : c->ws + (size_t)tid * c->plan.per_thread + c->plan.col_floats + c->plan.dw_floats;
+    return i == 0 ? c->db : part_dw(c, i) + c->plan.dw_floats;
 }
 
-static void conv_bwd_images(void *vctx, size_t b, size_t e, int tid)
+static void conv_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     const conv_ctx *c = vctx;
     const cdl_conv2d_desc *d = c->d;
     const conv_plan *p = &c->plan;
-    float *col = c->ws + (size_t)tid * p->per_thread;
-    float *dw = part_dw(c, tid);
-    float *db = c->db ? part_db(c, tid) : NULL;
+    float *col = c->ws + (size_t)tid * p->col_floats;
+    float *dw = part_dw(c, chunk);
+    float *db = c->db ? part_db(c, chunk) : NULL;
     size_t in_img = (size_t)d->c * d->h * d->w, out_img = (size_t)d->oc * p->P;
     float beta = 0.0f;
     if (db)
@@ -255,27 +262,21 @@ static void conv_bwd_images(void *vctx, size_t b, size_t e, int tid)
     }
 }
 
-/* dw[i] (and db[i]) = sum of the partials of the threads that had images, in
- * thread order. Items [0,dw_n) are dw, [dw_n, dw_n+oc) are db. */
-static void conv_reduce(void *vctx, size_t b, size_t e, int tid)
+/* dw[i] (and db[i]) += the partials of chunks 1.., in chunk order. Items
+ * [0,dw_n) are dw, [dw_n, dw_n+oc) are db. */
+static void conv_reduce(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     (void)tid;
     const conv_ctx *c = vctx;
-    size_t dw_n = (size_t)c->d->oc * c->plan.K, n = (size_t)c->d->n;
-    size_t b0, e0;
-    pool_chunk(n, 0, c->threads, &b0, &e0);
-    int has0 = b0 < e0;
+    size_t dw_n = (size_t)c->d->oc * c->plan.K;
     for (size_t i = b; i < e; i++) {
         int is_db = i >= dw_n;
         size_t j = is_db ? i - dw_n : i;
         float *dst = is_db ? c->db : c->dw;
-        float s = has0 ? dst[j] : 0.0f;
-        for (int t = 1; t < c->threads; t++) {
-            size_t bt, et;
-            pool_chunk(n, t, c->threads, &bt, &et);
-            if (bt < et)
-                s += (is_db ? part_db(c, t) : part_dw(c, t))[j];
-        }
+        float s = dst[j];
+        for (int k = 1; k < c->chunks; k++)
+            s += (is_db ? part_db(c, k) : part_dw(c, k))[j];
         dst[j] = s;
     }
 }
@@ -295,8 +296,9 @@ void conv_gemm_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const flo
             memset(dx, 0, (size_t)(d->n > 0 ? d->n : 0) * d->c * d->h * d->w * sizeof *dx);
         return;
     }
-    pool_for(pl, (size_t)d->n, conv_bwd_images, &c);
+    c.chunks = bwd_chunks(d, c.threads);
+    pool_run(pl, (size_t)d->n, c.chunks, conv_bwd_images, &c);
     size_t nred = dw_n + (db ? (size_t)d->oc : 0);
-    if (c.threads > 1)
-        pool_for_grain(pl, nred, 4096, conv_reduce, &c);
+    if (c.chunks > 1)
+        pool_for(pl, nred, 4096, conv_reduce, &c);
 }

@@ -24,10 +24,17 @@ typedef struct pool2d_ctx {
 } pool2d_ctx;
 
 static inline int imax(int a, int b) { return a > b ? a : b; }
+
+/* Planes per chunk: enough that a chunk reads at least CPU_ELT_GRAIN floats. */
+static size_t plane_grain(const cdl_pool2d_desc *d)
+{
+    return 1 + (size_t)CPU_ELT_GRAIN / ((size_t)d->h * d->w + 1);
+}
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
-static void maxpool_fwd_planes(void *vctx, size_t b, size_t e, int tid)
+static void maxpool_fwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     (void)tid;
     const pool2d_ctx *c = vctx;
     const cdl_pool2d_desc *d = c->d;
@@ -63,8 +70,9 @@ static void maxpool_fwd_planes(void *vctx, size_t b, size_t e, int tid)
 /* The common 2x2 window, stride 2, no padding, 16 outputs at a time: two
  * input rows of 32 floats are split into even and odd columns, and the four
  * candidates are compared in window order with the scalar rule. */
-static CPU_AVX512 void maxpool2_fwd_planes(void *vctx, size_t b, size_t e, int tid)
+static CPU_AVX512 void maxpool2_fwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     (void)tid;
     const pool2d_ctx *c = vctx;
     const cdl_pool2d_desc *d = c->d;
@@ -108,8 +116,9 @@ static CPU_AVX512 void maxpool2_fwd_planes(void *vctx, size_t b, size_t e, int t
 /* Backward of the 2x2/2 case: windows do not overlap, so each input gets its
  * window's gradient if it was the argmax and 0 otherwise; even and odd
  * columns are interleaved back into rows. */
-static CPU_AVX512 void maxpool2_bwd_planes(void *vctx, size_t b, size_t e, int tid)
+static CPU_AVX512 void maxpool2_bwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     (void)tid;
     const pool2d_ctx *c = vctx;
     const cdl_pool2d_desc *d = c->d;
@@ -161,11 +170,12 @@ void cpu_maxpool_fwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *x,
     if (is_pool2(d))
         fn = maxpool2_fwd_planes;
 #endif
-    pool_for(cpu_pool(be), (size_t)d->n * d->c, fn, &c);
+    pool_for(cpu_pool(be), (size_t)d->n * d->c, plane_grain(d), fn, &c);
 }
 
-static void maxpool_bwd_planes(void *vctx, size_t b, size_t e, int tid)
+static void maxpool_bwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     (void)tid;
     const pool2d_ctx *c = vctx;
     const cdl_pool2d_desc *d = c->d;
@@ -189,7 +199,7 @@ void cpu_maxpool_bwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *dy,
     if (is_pool2(d))
         fn = maxpool2_bwd_planes;
 #endif
-    pool_for(cpu_pool(be), (size_t)d->n * d->c, fn, &c);
+    pool_for(cpu_pool(be), (size_t)d->n * d->c, plane_grain(d), fn, &c);
 }
 
 /* The window of output (oy,ox): valid taps [ys,ye) x [xs,xe) and the divisor
@@ -207,8 +217,9 @@ static inline float avg_window(const cdl_pool2d_desc *d, int oy, int ox,
     return count;
 }
 
-static void avgpool_fwd_planes(void *vctx, size_t b, size_t e, int tid)
+static void avgpool_fwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     (void)tid;
     const pool2d_ctx *c = vctx;
     const cdl_pool2d_desc *d = c->d;
@@ -232,11 +243,12 @@ static void avgpool_fwd_planes(void *vctx, size_t b, size_t e, int tid)
 void cpu_avgpool_fwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *x, float *y)
 {
     pool2d_ctx c = {.d = d, .x = x, .y = y};
-    pool_for(cpu_pool(be), (size_t)d->n * d->c, avgpool_fwd_planes, &c);
+    pool_for(cpu_pool(be), (size_t)d->n * d->c, plane_grain(d), avgpool_fwd_planes, &c);
 }
 
-static void avgpool_bwd_planes(void *vctx, size_t b, size_t e, int tid)
+static void avgpool_bwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     (void)tid;
     const pool2d_ctx *c = vctx;
     const cdl_pool2d_desc *d = c->d;
@@ -260,5 +272,5 @@ static void avgpool_bwd_planes(void *vctx, size_t b, size_t e, int tid)
 void cpu_avgpool_bwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *dy, float *dx)
 {
     pool2d_ctx c = {.d = d, .x = dy, .y = dx};
-    pool_for(cpu_pool(be), (size_t)d->n * d->c, avgpool_bwd_planes, &c);
+    pool_for(cpu_pool(be), (size_t)d->n * d->c, plane_grain(d), avgpool_bwd_planes, &c);
 }

@@ -140,6 +140,8 @@ static const conv_case conv_cases[] = {
     {3, 3, 9, 11, 13, 3, 3, 1, 1},  /* channel-vectorised dW, 3x3, lane tail */
     {2, 4, 12, 12, 20, 5, 5, 1, 2}, /* two blocks of 16 output channels */
     {2, 2, 4, 40, 7, 3, 3, 1, 1},   /* rows of three 16-lane segments */
+    {2, 3, 6, 6, 16, 5, 5, 1, 1},   /* output smaller than a channel-vectorised tile */
+    {2, 5, 13, 17, 24, 3, 3, 1, 0}, /* overlapping 3x8 tiles, lane tail */
 };
 #define N_CONV_CASES (sizeof conv_cases / sizeof conv_cases[0])
 #define N_FD_CONV_CASES 6
@@ -169,20 +171,25 @@ static cdl_pool2d_desc pool_desc(const pool_case *k)
 
 typedef struct cover_ctx {
     int hits[1000];
-    int owner[1000];
+    int chunk[1000];
+    int tid_ok;
     int nthreads;
 } cover_ctx;
 
-static void cover_fn(void *vctx, size_t b, size_t e, int tid)
+static void cover_fn(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     cover_ctx *c = vctx;
+    if (tid < 0 || tid >= c->nthreads)
+        c->tid_ok = 0;
     for (size_t i = b; i < e; i++) {
         c->hits[i]++;
-        c->owner[i] = tid;
+        c->chunk[i] = chunk;
     }
 }
 
-static void test_pool_covers_range_in_static_chunks(void **state)
+/* Every item runs exactly once, in the chunk whose bounds pool_chunk()
+ * gives; the chunk count follows pool_chunks_for(). */
+static void test_pool_runs_every_chunk_once(void **state)
 {
     (void)state;
     for (int t = 1; t <= 4; t++) {
@@ -191,22 +198,32 @@ static void test_pool_covers_range_in_static_chunks(void **state)
         const size_t ns[] = {0, 1, 2, 3, 5, 999, 1000};
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
             static cover_ctx c;
-            memset(&c, 0, sizeof c);
-            for (int rep = 0; rep < 3; rep++)
-                pool_for(p, ns[k], cover_fn, &c);
-            for (size_t i = 0; i < ns[k]; i++) {
-                assert_int_equal(c.hits[i], 3);
-                size_t b, e;
-                pool_chunk(ns[k], c.owner[i], t, &b, &e);
-                assert_true(b <= i && i < e);
+            for (size_t grain = 1; grain <= 300; grain += 299) {
+                memset(&c, 0, sizeof c);
+                c.tid_ok = 1;
+                c.nthreads = t;
+                for (int rep = 0; rep < 3; rep++)
+                    pool_for(p, ns[k], grain, cover_fn, &c);
+                int chunks = pool_chunks(p, ns[k], grain);
+                assert_int_equal(chunks, pool_chunks_for(t, ns[k], grain));
+                assert_true(chunks >= 1 && chunks <= t * POOL_CHUNKS_PER_THREAD);
+                if (t == 1 || ns[k] <= grain)
+                    assert_int_equal(chunks, 1);
+                assert_true(c.tid_ok);
+                for (size_t i = 0; i < ns[k]; i++) {
+                    assert_int_equal(c.hits[i], 3);
+                    size_t b, e;
+                    pool_chunk(ns[k], c.chunk[i], chunks, &b, &e);
+                    assert_true(b <= i && i < e);
+                }
             }
-            /* A grain larger than the range runs everything on the caller. */
+            /* An explicit chunk count, clamped to the item count. */
             memset(&c, 0, sizeof c);
-            pool_for_grain(p, ns[k], 100000, cover_fn, &c);
-            for (size_t i = 0; i < ns[k]; i++) {
+            c.tid_ok = 1;
+            c.nthreads = t;
+            pool_run(p, ns[k], 7, cover_fn, &c);
+            for (size_t i = 0; i < ns[k]; i++)
                 assert_int_equal(c.hits[i], 1);
-                assert_int_equal(c.owner[i], 0);
-            }
         }
         pool_destroy(p);
     }
@@ -909,7 +926,7 @@ static void test_ops_do_not_allocate(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pool_covers_range_in_static_chunks),
+        cmocka_unit_test(test_pool_runs_every_chunk_once),
         cmocka_unit_test(test_create_rejects_bad_thread_counts),
         cmocka_unit_test(test_ref_conv_gradients),
         cmocka_unit_test(test_ref_linear_gradients),

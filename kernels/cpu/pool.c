@@ -7,7 +7,11 @@
  * on the condition variable; the caller likewise spins before sleeping on
  * completion. Between steps (data loading, logging) everybody sleeps.
  *
- * Chunks are claimed with an atomic counter (see pool.h).
+ * Chunks are claimed with atomic counters (see pool.h): thread t first works
+ * through its own share of the chunks, [t*C/T, (t+1)*C/T), then helps the
+ * others with theirs. When nobody is late, every op gives a thread the same
+ * images as the op before (data stays in that core's cache); when a thread is
+ * descheduled, the others take over its remaining chunks.
  *
  * Lost wake-ups are excluded Dekker-style with sequentially consistent
  * atomics: a sleeper announces itself (sleepers / caller_waiting) before it
@@ -24,6 +28,12 @@
 
 #define SPIN_ROUNDS 10000   /* ~100 us of pause instructions */
 
+/* One counter per cache line. */
+typedef struct claim {
+    atomic_int next;
+    char pad[64 - sizeof(atomic_int)];
+} claim;
+
 struct pool {
     int nthreads;
     pthread_t *tids;              /* workers 1..nthreads-1 */
@@ -35,7 +45,7 @@ struct pool {
     atomic_int sleepers;          /* workers asleep (or about to be) on wake */
     atomic_int caller_waiting;    /* the caller sleeps (or is about to) on done */
     atomic_int stop;
-    atomic_int next;              /* the next chunk to claim */
+    claim *claims;                /* per thread: the next chunk of its share */
     /* The current task, published before gen is bumped. */
     pool_fn fn;
     void *ctx;
@@ -55,15 +65,24 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Claims and runs chunks of the current task until none is left. */
+/* Claims and runs chunks of the current task until none is left: first
+ * thread tid's share, then the other threads' shares in turn. */
 static void run_chunks(pool *p, int tid)
 {
-    int chunks = p->chunks;
-    for (int i = atomic_fetch_add(&p->next, 1); i < chunks; i = atomic_fetch_add(&p->next, 1)) {
-        size_t b, e;
-        pool_chunk(p->n, i, chunks, &b, &e);
-        if (b < e)
-            p->fn(p->ctx, b, e, i, tid);
+    int chunks = p->chunks, t = p->nthreads;
+    for (int k = 0; k < t; k++) {
+        int owner = (tid + k) % t;
+        size_t first, end;
+        pool_chunk((size_t)chunks, owner, t, &first, &end);
+        for (;;) {
+            size_t i = first + (size_t)atomic_fetch_add(&p->claims[owner].next, 1);
+            if (i >= end)
+                break;
+            size_t b, e;
+            pool_chunk(p->n, (int)i, chunks, &b, &e);
+            if (b < e)
+                p->fn(p->ctx, b, e, (int)i, tid);
+        }
     }
 }
 
@@ -120,9 +139,15 @@ pool *pool_create(int nthreads)
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_waiting, 0);
     atomic_init(&p->stop, 0);
-    atomic_init(&p->next, 0);
     if (nthreads == 1)
         return p;
+    p->claims = cdl_calloc((size_t)nthreads, sizeof *p->claims);
+    if (!p->claims) {
+        pool_destroy(p);
+        return NULL;
+    }
+    for (int t = 0; t < nthreads; t++)
+        atomic_init(&p->claims[t].next, 0);
     /* Worker arguments live right after the thread ids (one allocation). */
     size_t tids_bytes = (size_t)(nthreads - 1) * sizeof(pthread_t);
     tids_bytes = (tids_bytes + 15) & ~(size_t)15;
@@ -160,6 +185,7 @@ void pool_destroy(pool *p)
             pthread_join(p->tids[t - 1], NULL);
         cdl_free(p->tids);
     }
+    cdl_free(p->claims);
     pthread_cond_destroy(&p->done);
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mu);
@@ -196,7 +222,8 @@ void pool_run(pool *p, size_t n, int chunks, pool_fn fn, void *ctx)
     p->ctx = ctx;
     p->n = n;
     p->chunks = chunks;
-    atomic_store(&p->next, 0);
+    for (int t = 0; t < p->nthreads; t++)
+        atomic_store_explicit(&p->claims[t].next, 0, memory_order_relaxed);
     atomic_store(&p->pending, p->nthreads - 1);
     atomic_fetch_add(&p->gen, 1);   /* publishes the task (seq_cst) */
     if (atomic_load(&p->sleepers) > 0) {

@@ -103,7 +103,7 @@ static double step_flops(const cdl_model_spec *spec, cdl_shape in)
 int main(int argc, char **argv)
 {
     int batch = 512, threads = 1, steps = 0, runs = 7;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         int *dst = NULL;
         if (!strcmp(argv[i], "--batch"))
             dst = &batch;
@@ -118,7 +118,6 @@ int main(int argc, char **argv)
                     argv[0]);
             return 2;
         }
-        i++;
     }
     if (!steps)
         steps = 16384 / batch > 4 ? 16384 / batch : 4;   /* ~1 s per run */

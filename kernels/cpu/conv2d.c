@@ -8,6 +8,15 @@
  * wins. */
 #define CONV_DIRECT_MAX_OC 48
 
+int conv_bwd_chunks(int threads, int n, size_t partial_floats)
+{
+    int chunks = pool_chunks_for(threads, (size_t)(n > 0 ? n : 0), 1);
+    size_t fit = partial_floats ? CONV_PARTIALS_MAX / partial_floats : (size_t)chunks;
+    if ((size_t)chunks > fit && chunks > threads)
+        chunks = fit > (size_t)threads ? (int)fit : threads < n ? threads : n;
+    return chunks;
+}
+
 int conv_use_direct(const cdl_conv2d_desc *d)
 {
     return d->oc <= CONV_DIRECT_MAX_OC && conv_direct_supported(d);

@@ -31,6 +31,13 @@ void conv_direct_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const fl
 void conv_direct_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
                      const float *dy, float *dx, float *dw, float *db, float *ws);
 
+/* Chunks of images for a backward pass whose per-chunk weight-gradient
+ * partial is partial_floats: POOL_CHUNKS_PER_THREAD per thread, fewer when
+ * the partials would pass CONV_PARTIALS_MAX floats (but never fewer than
+ * one per thread). */
+#define CONV_PARTIALS_MAX ((size_t)32 << 20)
+int conv_bwd_chunks(int threads, int n, size_t partial_floats);
+
 /* Which path the ops take for d: 1 = direct. */
 int conv_use_direct(const cdl_conv2d_desc *d);
 

@@ -118,7 +118,7 @@ size_t conv_direct_workspace(const cdl_conv2d_desc *d, int threads)
 {
     dplan p;
     dplan_make(d, &p);
-    int chunks = pool_chunks_for(threads, (size_t)d->n, 1);
+    int chunks = conv_bwd_chunks(threads, d->n, p.per_chunk);
     return p.shared + p.per_thread * (size_t)threads + p.per_chunk * (size_t)chunks;
 }
 
@@ -743,7 +743,7 @@ void conv_direct_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const f
         pack_dx_weights(&c);
         make_taps(toff_dx(&c), d->oc, d->kh, d->kw, c.p.hq, c.p.wq, 1);
     }
-    c.chunks = pool_chunks(pl, (size_t)d->n, 1);
+    c.chunks = conv_bwd_chunks(c.threads, d->n, c.p.per_chunk);
     pool_run(pl, (size_t)d->n, c.chunks, direct_bwd_images, &c);
     size_t nred = (size_t)d->oc * c.p.K + (db ? (size_t)d->oc : 0);
     pool_for(pl, nred, 1024, direct_reduce, &c);

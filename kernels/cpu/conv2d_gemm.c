@@ -57,17 +57,12 @@ static void conv_plan_make(const cdl_conv2d_desc *d, conv_plan *p)
     p->db_floats = cpu_align16((size_t)d->oc);
 }
 
-/* Backward splits the images into this many chunks (pool.h). */
-static int bwd_chunks(const cdl_conv2d_desc *d, int threads)
-{
-    return pool_chunks_for(threads, (size_t)(d->n > 0 ? d->n : 0), 1);
-}
-
 size_t conv_gemm_workspace(const cdl_conv2d_desc *d, int threads)
 {
     conv_plan p;
     conv_plan_make(d, &p);
-    return p.col_floats * (size_t)threads + (p.dw_floats + p.db_floats) * (size_t)bwd_chunks(d, threads);
+    size_t part = p.dw_floats + p.db_floats;
+    return p.col_floats * (size_t)threads + part * (size_t)conv_bwd_chunks(threads, d->n, part);
 }
 
 /* Valid output columns [*ox0,*ox1) for kernel column kx: those whose input
@@ -296,7 +291,7 @@ void conv_gemm_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const flo
             memset(dx, 0, (size_t)(d->n > 0 ? d->n : 0) * d->c * d->h * d->w * sizeof *dx);
         return;
     }
-    c.chunks = bwd_chunks(d, c.threads);
+    c.chunks = conv_bwd_chunks(c.threads, d->n, c.plan.dw_floats + c.plan.db_floats);
     pool_run(pl, (size_t)d->n, c.chunks, conv_bwd_images, &c);
     size_t nred = dw_n + (db ? (size_t)d->oc : 0);
     if (c.chunks > 1)

@@ -15,7 +15,7 @@
 
 /* Below this many multiply-adds a GEMM runs on the caller: waking a worker
  * costs more than it saves. */
-#define LINEAR_SERIAL_MACS 32768
+#define LINEAR_SERIAL_MACS 131072
 
 typedef struct linear_ctx {
     int n, in, out;

@@ -7,6 +7,7 @@
 
 #include <cdl/cdl.h>
 
+#include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/simd.h"
 #include "lib/core/rng.h"
@@ -227,6 +228,19 @@ static void test_pool_runs_every_chunk_once(void **state)
         }
         pool_destroy(p);
     }
+}
+
+/* Backward chunk counts: four per thread, capped by the partials' memory,
+ * never fewer than one per thread (or image). */
+static void test_conv_bwd_chunks(void **state)
+{
+    (void)state;
+    assert_int_equal(conv_bwd_chunks(1, 512, 1000), 1);
+    assert_int_equal(conv_bwd_chunks(2, 512, 1000), 2 * POOL_CHUNKS_PER_THREAD);
+    assert_int_equal(conv_bwd_chunks(4, 3, 1000), 3);
+    assert_int_equal(conv_bwd_chunks(16, 512, CONV_PARTIALS_MAX / 20), 20);
+    assert_int_equal(conv_bwd_chunks(16, 512, CONV_PARTIALS_MAX), 16);
+    assert_int_equal(conv_bwd_chunks(16, 5, CONV_PARTIALS_MAX), 5);
 }
 
 static void test_create_rejects_bad_thread_counts(void **state)
@@ -927,6 +941,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_runs_every_chunk_once),
+        cmocka_unit_test(test_conv_bwd_chunks),
         cmocka_unit_test(test_create_rejects_bad_thread_counts),
         cmocka_unit_test(test_ref_conv_gradients),
         cmocka_unit_test(test_ref_linear_gradients),

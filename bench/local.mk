@@ -1,1 +1,7 @@
-# bench: sources are added here.
+# Benchmarks (built by `make`, not run by `make check`): bench/run_cnn.sh
+# compares the seed CNN's training speed with PyTorch's.
+noinst_PROGRAMS += bench/bench_cnn
+bench_bench_cnn_SOURCES = bench/bench_cnn.c
+bench_bench_cnn_CPPFLAGS = $(AM_CPPFLAGS) $(OPENBLAS_CFLAGS)
+bench_bench_cnn_LDADD = libcdl_core.la
+EXTRA_DIST += bench/torch_cnn.py bench/run_cnn.sh

@@ -77,7 +77,7 @@ double cpu_sumsq(cdl_backend *be, const float *x, size_t n);
  * it a wake-up costs more than the work. */
 #define CPU_ELT_GRAIN 16384
 
-/* Upper bound on worker threads (per-thread partials live in fixed arrays). */
-#define CPU_MAX_THREADS 1024
+/* Upper bound on worker threads (per-chunk partials live in fixed arrays). */
+#define CPU_MAX_THREADS 512
 
 #endif

@@ -15,7 +15,7 @@
 
 /* Below this many multiply-adds a GEMM runs on the caller: waking a worker
  * costs more than it saves. */
-#define LINEAR_SERIAL_MACS 32768
+#define LINEAR_SERIAL_MACS 131072
 
 typedef struct linear_ctx {
     int n, in, out;
@@ -25,8 +25,9 @@ typedef struct linear_ctx {
     int parts;          /* chunks of the dw split = active threads */
 } linear_ctx;
 
-static void linear_fwd_rows(void *vctx, size_t r0, size_t r1, int tid)
+static void linear_fwd_rows(void *vctx, size_t r0, size_t r1, int chunk, int tid)
 {
+    (void)chunk;
     (void)tid;
     const linear_ctx *c = vctx;
     int rows = (int)(r1 - r0);
@@ -57,18 +58,19 @@ void cpu_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x,
     linear_ctx c = {.n = n, .in = in, .out = out, .x = x, .w = w, .b = b, .y = y};
     int t = linear_threads(be, n, in, out);
     size_t grain = (size_t)(n + t - 1) / (size_t)t;
-    pool_for_grain(cpu_pool(be), (size_t)n, grain, linear_fwd_rows, &c);
+    pool_for(cpu_pool(be), (size_t)n, grain, linear_fwd_rows, &c);
 }
 
-/* Worker `tid` of `parts`: its rows of dx, then its slice of dw and db. The
- * work is split by tid rather than by the [begin,end) range, because the
- * three products split different dimensions. */
-static void linear_bwd_part(void *vctx, size_t p0, size_t p1, int tid)
+/* Part `chunk` of `parts`: its rows of dx, then its slice of dw and db. The
+ * parts are chunks of one item each, because the three products split
+ * different dimensions. */
+static void linear_bwd_part(void *vctx, size_t p0, size_t p1, int chunk, int tid)
 {
+    (void)p0;
     (void)p1;
     (void)tid;
     const linear_ctx *c = vctx;
-    int part = (int)p0;
+    int part = chunk;
     size_t b, e;
     if (c->dx) {
         pool_chunk((size_t)c->n, part, c->parts, &b, &e);
@@ -118,8 +120,7 @@ void cpu_linear_bwd(cdl_backend *be, int n, int in, int out, const float *x,
     linear_ctx c = {.n = n, .in = in, .out = out, .x = x, .w = w, .dy = dy,
                     .dx = dx, .dw = dw, .db = db, .parts = t,
                     .dw_by_cols = out < 4 * t && in > out};
-    /* One item per part: pool_for over [0,t) gives worker i the item i. */
-    pool_for_grain(cpu_pool(be), (size_t)t, 1, linear_bwd_part, &c);
+    pool_run(cpu_pool(be), (size_t)t, t, linear_bwd_part, &c);
 }
 
 size_t cpu_linear_workspace(cdl_backend *be, int n, int in, int out)

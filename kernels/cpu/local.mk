@@ -5,6 +5,11 @@ libcdl_core_la_SOURCES += \
 	kernels/cpu/pool.c \
 	kernels/cpu/pool.h \
 	kernels/cpu/conv2d.c \
+	kernels/cpu/conv2d.h \
+	kernels/cpu/conv2d_gemm.c \
+	kernels/cpu/conv2d_direct.c \
+	kernels/cpu/simd.c \
+	kernels/cpu/simd.h \
 	kernels/cpu/linear.c \
 	kernels/cpu/pool2d.c \
 	kernels/cpu/eltwise.c \

@@ -23,8 +23,9 @@ typedef struct sgd_ctx {
     int nesterov, first;
 } sgd_ctx;
 
-static void sgd_chunk(void *vctx, size_t b, size_t e, int tid)
+static void sgd_chunk(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     (void)tid;
     const sgd_ctx *c = vctx;
     float *p = c->p, *buf = c->buf;
@@ -51,7 +52,7 @@ void cpu_sgd_step(cdl_backend *be, size_t n, float *p, const float *g,
         .one_minus_damp = (float)(1.0 - (double)hp->dampening),
         .wd = hp->weight_decay, .nesterov = hp->nesterov, .first = hp->first_step,
     };
-    pool_for_grain(cpu_pool(be), n, CPU_ELT_GRAIN, sgd_chunk, &c);
+    pool_for(cpu_pool(be), n, CPU_ELT_GRAIN, sgd_chunk, &c);
 }
 
 typedef struct adam_ctx {
@@ -63,8 +64,9 @@ typedef struct adam_ctx {
     int decoupled;
 } adam_ctx;
 
-static void adam_chunk(void *vctx, size_t b, size_t e, int tid)
+static void adam_chunk(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     (void)tid;
     const adam_ctx *c = vctx;
     float *p = c->p, *m = c->m, *v = c->v;
@@ -101,5 +103,5 @@ void cpu_adam_step(cdl_backend *be, size_t n, float *p, const float *g,
         .bc2_sqrt = (float)sqrt(bc2),
         .decoupled = hp->decoupled,
     };
-    pool_for_grain(cpu_pool(be), n, CPU_ELT_GRAIN, adam_chunk, &c);
+    pool_for(cpu_pool(be), n, CPU_ELT_GRAIN, adam_chunk, &c);
 }

@@ -1,25 +1,56 @@
-/* The persistent thread pool behind every CPU op (see pool.h). */
+/* The persistent thread pool behind every CPU op (see pool.h).
+ *
+ * A training step is a few dozen ops of tens of microseconds each, so a
+ * wake-up through the kernel (futex) per op would cost as much as the work.
+ * Workers therefore spin on the task generation for a short while after each
+ * task (SPIN_ROUNDS pauses, about 100 microseconds) and only then sleep
+ * on the condition variable; the caller likewise spins before sleeping on
+ * completion. Between steps (data loading, logging) everybody sleeps.
+ *
+ * Chunks are claimed with atomic counters (see pool.h): thread t first works
+ * through its own share of the chunks, [t*C/T, (t+1)*C/T), then helps the
+ * others with theirs. When nobody is late, every op gives a thread the same
+ * images as the op before (data stays in that core's cache); when a thread is
+ * descheduled, the others take over its remaining chunks.
+ *
+ * Lost wake-ups are excluded Dekker-style with sequentially consistent
+ * atomics: a sleeper announces itself (sleepers / caller_waiting) before it
+ * re-checks the condition under the mutex, and the other side changes the
+ * condition before it looks for sleepers and signals under the mutex.
+ */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
 
 #include "kernels/cpu/pool.h"
 
+#define SPIN_ROUNDS 10000   /* ~100 us of pause instructions */
+
+/* One counter per cache line. */
+typedef struct claim {
+    atomic_int next;
+    char pad[64 - sizeof(atomic_int)];
+} claim;
+
 struct pool {
     int nthreads;
     pthread_t *tids;              /* workers 1..nthreads-1 */
     pthread_mutex_t mu;
-    pthread_cond_t wake;          /* a new task (gen changed) or stop */
+    pthread_cond_t wake;          /* gen changed or stop */
     pthread_cond_t done;          /* pending reached 0 */
-    unsigned long gen;            /* task generation, bumped per call */
-    int pending;                  /* workers still running this generation */
-    int stop;
-    /* The current task: [0,n) split over `active` threads. */
+    atomic_ulong gen;             /* task generation, bumped per call */
+    atomic_int pending;           /* workers still running this generation */
+    atomic_int sleepers;          /* workers asleep (or about to be) on wake */
+    atomic_int caller_waiting;    /* the caller sleeps (or is about to) on done */
+    atomic_int stop;
+    claim *claims;                /* per thread: the next chunk of its share */
+    /* The current task, published before gen is bumped. */
     pool_fn fn;
     void *ctx;
     size_t n;
-    int active;
+    int chunks;
 };
 
 typedef struct worker_arg {
@@ -27,14 +58,48 @@ typedef struct worker_arg {
     int tid;
 } worker_arg;
 
-static void run_chunk(pool_fn fn, void *ctx, size_t n, int active, int tid)
+static inline void cpu_relax(void)
 {
-    if (tid >= active)
-        return;
-    size_t b, e;
-    pool_chunk(n, tid, active, &b, &e);
-    if (b < e)
-        fn(ctx, b, e, tid);
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Claims and runs chunks of the current task until none is left: first
+ * thread tid's share, then the other threads' shares in turn. */
+static void run_chunks(pool *p, int tid)
+{
+    int chunks = p->chunks, t = p->nthreads;
+    for (int k = 0; k < t; k++) {
+        int owner = (tid + k) % t;
+        size_t first, end;
+        pool_chunk((size_t)chunks, owner, t, &first, &end);
+        for (;;) {
+            size_t i = first + (size_t)atomic_fetch_add(&p->claims[owner].next, 1);
+            if (i >= end)
+                break;
+            size_t b, e;
+            pool_chunk(p->n, (int)i, chunks, &b, &e);
+            if (b < e)
+                p->fn(p->ctx, b, e, (int)i, tid);
+        }
+    }
+}
+
+/* Waits until the generation differs from `seen` or the pool stops. */
+static void wait_for_task(pool *p, unsigned long seen)
+{
+    for (int i = 0; i < SPIN_ROUNDS; i++) {
+        if (atomic_load(&p->gen) != seen || atomic_load(&p->stop))
+            return;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->sleepers, 1);
+    while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+        pthread_cond_wait(&p->wake, &p->mu);
+    atomic_fetch_sub(&p->sleepers, 1);
+    pthread_mutex_unlock(&p->mu);
 }
 
 static void *worker_main(void *arg)
@@ -43,26 +108,16 @@ static void *worker_main(void *arg)
     int tid = ((worker_arg *)arg)->tid;
     unsigned long seen = 0;
     for (;;) {
-        pthread_mutex_lock(&p->mu);
-        while (p->gen == seen && !p->stop)
-            pthread_cond_wait(&p->wake, &p->mu);
-        if (p->stop) {
-            pthread_mutex_unlock(&p->mu);
+        wait_for_task(p, seen);
+        if (atomic_load(&p->stop))
             return NULL;
-        }
-        seen = p->gen;
-        pool_fn fn = p->fn;
-        void *ctx = p->ctx;
-        size_t n = p->n;
-        int active = p->active;
-        pthread_mutex_unlock(&p->mu);
-
-        run_chunk(fn, ctx, n, active, tid);
-
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
+        seen = atomic_load(&p->gen);
+        run_chunks(p, tid);
+        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_waiting)) {
+            pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done);
-        pthread_mutex_unlock(&p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
 }
 
@@ -79,8 +134,20 @@ pool *pool_create(int nthreads)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->caller_waiting, 0);
+    atomic_init(&p->stop, 0);
     if (nthreads == 1)
         return p;
+    p->claims = cdl_calloc((size_t)nthreads, sizeof *p->claims);
+    if (!p->claims) {
+        pool_destroy(p);
+        return NULL;
+    }
+    for (int t = 0; t < nthreads; t++)
+        atomic_init(&p->claims[t].next, 0);
     /* Worker arguments live right after the thread ids (one allocation). */
     size_t tids_bytes = (size_t)(nthreads - 1) * sizeof(pthread_t);
     tids_bytes = (tids_bytes + 15) & ~(size_t)15;
@@ -111,13 +178,14 @@ void pool_destroy(pool *p)
         return;
     if (p->tids) {
         pthread_mutex_lock(&p->mu);
-        p->stop = 1;
+        atomic_store(&p->stop, 1);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->mu);
         for (int t = 1; t < p->nthreads; t++)
             pthread_join(p->tids[t - 1], NULL);
         cdl_free(p->tids);
     }
+    cdl_free(p->claims);
     pthread_cond_destroy(&p->done);
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mu);
@@ -129,39 +197,56 @@ int pool_threads(const pool *p)
     return p->nthreads;
 }
 
-static void pool_run(pool *p, size_t n, int active, pool_fn fn, void *ctx)
+int pool_chunks(const pool *p, size_t n, size_t grain)
 {
-    if (active <= 1 || p->nthreads == 1) {
-        if (n)
-            fn(ctx, 0, n, 0);
+    return pool_chunks_for(p->nthreads, n, grain);
+}
+
+void pool_run(pool *p, size_t n, int chunks, pool_fn fn, void *ctx)
+{
+    if (!n)
+        return;
+    if (chunks < 1)
+        chunks = 1;
+    if ((size_t)chunks > n)
+        chunks = (int)n;
+    if (chunks == 1 || p->nthreads == 1) {
+        for (int i = 0; i < chunks; i++) {
+            size_t b, e;
+            pool_chunk(n, i, chunks, &b, &e);
+            fn(ctx, b, e, i, 0);
+        }
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
-    p->active = active;
-    p->pending = p->nthreads - 1;
-    p->gen++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
+    p->chunks = chunks;
+    for (int t = 0; t < p->nthreads; t++)
+        atomic_store_explicit(&p->claims[t].next, 0, memory_order_relaxed);
+    atomic_store(&p->pending, p->nthreads - 1);
+    atomic_fetch_add(&p->gen, 1);   /* publishes the task (seq_cst) */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+    }
 
-    run_chunk(fn, ctx, n, active, 0);
+    run_chunks(p, 0);
 
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0)
-        pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < SPIN_ROUNDS && atomic_load(&p->pending) > 0; i++)
+        cpu_relax();
+    if (atomic_load(&p->pending) > 0) {
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->caller_waiting, 1);
+        while (atomic_load(&p->pending) > 0)
+            pthread_cond_wait(&p->done, &p->mu);
+        atomic_store(&p->caller_waiting, 0);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
-void pool_for(pool *p, size_t n, pool_fn fn, void *ctx)
+void pool_for(pool *p, size_t n, size_t grain, pool_fn fn, void *ctx)
 {
-    pool_run(p, n, p->nthreads, fn, ctx);
-}
-
-void pool_for_grain(pool *p, size_t n, size_t grain, pool_fn fn, void *ctx)
-{
-    size_t want = grain ? (n + grain - 1) / grain : n;
-    int active = want < (size_t)p->nthreads ? (int)want : p->nthreads;
-    pool_run(p, n, active, fn, ctx);
+    pool_run(p, n, pool_chunks(p, n, grain), fn, ctx);
 }

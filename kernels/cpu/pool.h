@@ -1,11 +1,15 @@
 /* A persistent thread pool for the CPU backend.
  *
- * The calling thread is worker 0; workers 1..n-1 are parked on a condition
- * variable between calls. pool_for() splits [0,n) into one static chunk per
- * thread, so for a given thread count every index always lands on the same
- * worker: that is what makes per-thread gradient partials deterministic.
- * No allocation happens per call. One caller at a time (the backend is not
- * re-entrant); fn must not call back into the pool.
+ * The calling thread is worker 0; workers 1..n-1 wait between calls (see
+ * pool.c). A call splits [0,n) into `chunks` contiguous chunks whose bounds
+ * depend only on n and the chunk count, and every chunk runs exactly once;
+ * threads claim chunks in order as they become free, so a thread that the
+ * OS has descheduled does not hold back the others. Kernels keep anything
+ * that is summed (gradient partials) per chunk, never per thread, and reduce
+ * the chunks in order: results are bitwise reproducible for a given thread
+ * count however the chunks were scheduled. Scratch buffers are per thread
+ * (tid). No allocation happens per call. One caller at a time (the backend
+ * is not re-entrant); fn must not call back into the pool.
  */
 #ifndef KERNELS_CPU_POOL_H
 #define KERNELS_CPU_POOL_H
@@ -14,26 +18,43 @@
 
 typedef struct pool pool;
 
-/* fn handles [begin,end) on worker tid (0 <= tid < nthreads). */
-typedef void (*pool_fn)(void *ctx, size_t begin, size_t end, int tid);
+/* fn handles items [begin,end), the chunk number `chunk`, on worker tid
+ * (0 <= tid < pool_threads()). */
+typedef void (*pool_fn)(void *ctx, size_t begin, size_t end, int chunk, int tid);
+
+/* Chunks per thread for dynamic balancing. */
+#define POOL_CHUNKS_PER_THREAD 4
 
 pool *pool_create(int nthreads);   /* NULL + cdl_error on failure */
 void pool_destroy(pool *p);
 int pool_threads(const pool *p);
 
-/* Runs fn over [0,n) split into pool_threads() static chunks. Empty chunks
- * are not called. Returns when every chunk is done. */
-void pool_for(pool *p, size_t n, pool_fn fn, void *ctx);
-
-/* Like pool_for, but uses only as many threads as give each at least `grain`
- * items (so tiny ranges run inline on the caller, without a wake-up). */
-void pool_for_grain(pool *p, size_t n, size_t grain, pool_fn fn, void *ctx);
-
-/* The static chunk of worker tid out of nthreads over [0,n). */
-static inline void pool_chunk(size_t n, int tid, int nthreads, size_t *begin, size_t *end)
+/* How many chunks pool_for() makes of n items with at least `grain` items
+ * per chunk on `threads` threads: 1 on one thread or when n <= grain, at
+ * most POOL_CHUNKS_PER_THREAD per thread. */
+static inline int pool_chunks_for(int threads, size_t n, size_t grain)
 {
-    *begin = n * (size_t)tid / (size_t)nthreads;
-    *end = n * (size_t)(tid + 1) / (size_t)nthreads;
+    if (threads <= 1 || n <= grain)
+        return 1;
+    size_t want = grain ? (n + grain - 1) / grain : n;
+    size_t most = (size_t)threads * POOL_CHUNKS_PER_THREAD;
+    return (int)(want < most ? want : most);
+}
+
+int pool_chunks(const pool *p, size_t n, size_t grain);   /* on p's threads */
+
+/* Runs fn over [0,n) split into `chunks` chunks (1 <= chunks <= n; n == 0
+ * runs nothing). One chunk runs inline on the caller. */
+void pool_run(pool *p, size_t n, int chunks, pool_fn fn, void *ctx);
+
+/* pool_run with pool_chunks(p, n, grain) chunks. */
+void pool_for(pool *p, size_t n, size_t grain, pool_fn fn, void *ctx);
+
+/* Chunk i of `chunks` over [0,n). */
+static inline void pool_chunk(size_t n, int i, int chunks, size_t *begin, size_t *end)
+{
+    *begin = n * (size_t)i / (size_t)chunks;
+    *end = n * (size_t)(i + 1) / (size_t)chunks;
 }
 
 #endif

@@ -19,8 +19,9 @@ typedef struct xent_ctx {
     int32_t *pred;
 } xent_ctx;
 
-static void xent_rows(void *vctx, size_t b, size_t e, int tid)
+static void xent_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk;
     (void)tid;
     const xent_ctx *c = vctx;
     int k = c->classes;
@@ -64,5 +65,5 @@ void cpu_xent_fwd_bwd(cdl_backend *be, int n, int classes, const float *logits,
         return;
     xent_ctx c = {classes, logits, labels, grad_scale, dlogits, sample_loss, pred};
     size_t grain = (size_t)(CPU_ELT_GRAIN / 4 / classes) + 1;
-    pool_for_grain(cpu_pool(be), (size_t)n, grain, xent_rows, &c);
+    pool_for(cpu_pool(be), (size_t)n, grain, xent_rows, &c);
 }

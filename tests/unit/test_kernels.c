@@ -7,7 +7,9 @@
 
 #include <cdl/cdl.h>
 
+#include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/simd.h"
 #include "lib/core/rng.h"
 #include "ref_ops.h"
 
@@ -136,6 +138,11 @@ static const conv_case conv_cases[] = {
     {7, 3, 32, 32, 6, 5, 5, 1, 0},  /* the seed CNN's conv1 */
     {3, 6, 14, 14, 16, 5, 5, 1, 0}, /* and its conv2 */
     {2, 16, 44, 44, 8, 5, 5, 1, 0}, /* several im2col tiles per image */
+    {3, 3, 9, 11, 13, 3, 3, 1, 1},  /* channel-vectorised dW, 3x3, lane tail */
+    {2, 4, 12, 12, 20, 5, 5, 1, 2}, /* two blocks of 16 output channels */
+    {2, 2, 4, 40, 7, 3, 3, 1, 1},   /* rows of three 16-lane segments */
+    {2, 3, 6, 6, 16, 5, 5, 1, 1},   /* output smaller than a channel-vectorised tile */
+    {2, 5, 13, 17, 24, 3, 3, 1, 0}, /* overlapping 3x8 tiles, lane tail */
 };
 #define N_CONV_CASES (sizeof conv_cases / sizeof conv_cases[0])
 #define N_FD_CONV_CASES 6
@@ -151,7 +158,8 @@ typedef struct pool_case {
 
 static const pool_case pool_cases[] = {
     {2, 3, 8, 8, 2, 2, 0}, {1, 2, 7, 9, 3, 2, 1}, {3, 1, 5, 5, 3, 1, 1},
-    {5, 2, 6, 7, 2, 1, 0}, {1, 1, 4, 4, 3, 3, 1}, {4, 6, 28, 28, 2, 2, 0},
+    {5, 2, 6, 7, 2, 1, 0}, {1, 1, 4, 4, 3, 3, 1}, {3, 2, 7, 9, 2, 2, 0},
+    {1, 2, 6, 37, 2, 2, 0}, {4, 6, 28, 28, 2, 2, 0},
 };
 #define N_POOL_CASES (sizeof pool_cases / sizeof pool_cases[0])
 
@@ -164,20 +172,25 @@ static cdl_pool2d_desc pool_desc(const pool_case *k)
 
 typedef struct cover_ctx {
     int hits[1000];
-    int owner[1000];
+    int chunk[1000];
+    int tid_ok;
     int nthreads;
 } cover_ctx;
 
-static void cover_fn(void *vctx, size_t b, size_t e, int tid)
+static void cover_fn(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     cover_ctx *c = vctx;
+    if (tid < 0 || tid >= c->nthreads)
+        c->tid_ok = 0;
     for (size_t i = b; i < e; i++) {
         c->hits[i]++;
-        c->owner[i] = tid;
+        c->chunk[i] = chunk;
     }
 }
 
-static void test_pool_covers_range_in_static_chunks(void **state)
+/* Every item runs exactly once, in the chunk whose bounds pool_chunk()
+ * gives; the chunk count follows pool_chunks_for(). */
+static void test_pool_runs_every_chunk_once(void **state)
 {
     (void)state;
     for (int t = 1; t <= 4; t++) {
@@ -186,25 +199,48 @@ static void test_pool_covers_range_in_static_chunks(void **state)
         const size_t ns[] = {0, 1, 2, 3, 5, 999, 1000};
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
             static cover_ctx c;
-            memset(&c, 0, sizeof c);
-            for (int rep = 0; rep < 3; rep++)
-                pool_for(p, ns[k], cover_fn, &c);
-            for (size_t i = 0; i < ns[k]; i++) {
-                assert_int_equal(c.hits[i], 3);
-                size_t b, e;
-                pool_chunk(ns[k], c.owner[i], t, &b, &e);
-                assert_true(b <= i && i < e);
+            for (size_t grain = 1; grain <= 300; grain += 299) {
+                memset(&c, 0, sizeof c);
+                c.tid_ok = 1;
+                c.nthreads = t;
+                for (int rep = 0; rep < 3; rep++)
+                    pool_for(p, ns[k], grain, cover_fn, &c);
+                int chunks = pool_chunks(p, ns[k], grain);
+                assert_int_equal(chunks, pool_chunks_for(t, ns[k], grain));
+                assert_true(chunks >= 1 && chunks <= t * POOL_CHUNKS_PER_THREAD);
+                if (t == 1 || ns[k] <= grain)
+                    assert_int_equal(chunks, 1);
+                assert_true(c.tid_ok);
+                for (size_t i = 0; i < ns[k]; i++) {
+                    assert_int_equal(c.hits[i], 3);
+                    size_t b, e;
+                    pool_chunk(ns[k], c.chunk[i], chunks, &b, &e);
+                    assert_true(b <= i && i < e);
+                }
             }
-            /* A grain larger than the range runs everything on the caller. */
+            /* An explicit chunk count, clamped to the item count. */
             memset(&c, 0, sizeof c);
-            pool_for_grain(p, ns[k], 100000, cover_fn, &c);
-            for (size_t i = 0; i < ns[k]; i++) {
+            c.tid_ok = 1;
+            c.nthreads = t;
+            pool_run(p, ns[k], 7, cover_fn, &c);
+            for (size_t i = 0; i < ns[k]; i++)
                 assert_int_equal(c.hits[i], 1);
-                assert_int_equal(c.owner[i], 0);
-            }
         }
         pool_destroy(p);
     }
+}
+
+/* Backward chunk counts: four per thread, capped by the partials' memory,
+ * never fewer than one per thread (or image). */
+static void test_conv_bwd_chunks(void **state)
+{
+    (void)state;
+    assert_int_equal(conv_bwd_chunks(1, 512, 1000), 1);
+    assert_int_equal(conv_bwd_chunks(2, 512, 1000), 2 * POOL_CHUNKS_PER_THREAD);
+    assert_int_equal(conv_bwd_chunks(4, 3, 1000), 3);
+    assert_int_equal(conv_bwd_chunks(16, 512, CONV_PARTIALS_MAX / 20), 20);
+    assert_int_equal(conv_bwd_chunks(16, 512, CONV_PARTIALS_MAX), 16);
+    assert_int_equal(conv_bwd_chunks(16, 5, CONV_PARTIALS_MAX), 5);
 }
 
 static void test_create_rejects_bad_thread_counts(void **state)
@@ -540,6 +576,22 @@ static void test_maxpool_ties_pick_first(void **state)
             assert_int_equal(am[16 + oy * 4 + ox], iy * 4 + ix);
             assert_true(y[oy * 4 + ox] == 1.0f);
         }
+    /* NaN wins, and a later NaN replaces an earlier one (PyTorch's CPU
+     * rule), for the 2x2/2 fast path and the generic loop alike. */
+    const cdl_pool2d_desc dd[2] = {ref_pool_desc(1, 1, 2, 4, 2, 2, 0), ref_pool_desc(1, 1, 2, 4, 2, 1, 0)};
+    float xn[8] = {1, NAN, 5, 2, 3, NAN, -INFINITY, -INFINITY};
+    for (int k = 0; k < 2; k++) {
+        be->ops->maxpool_fwd(be, &dd[k], xn, y, am);
+        assert_true(isnan(y[0]));
+        assert_int_equal(am[0], 5);
+    }
+    assert_true(isnan(y[1]) && am[1] == 5);     /* stride 1: NaN, 5, NaN, -inf */
+    assert_true(y[2] == 5.0f && am[2] == 2);
+    be->ops->maxpool_fwd(be, &dd[0], xn, y, am);
+    assert_true(y[1] == 5.0f && am[1] == 2);
+    float xi[8] = {-INFINITY, -INFINITY, 0, 0, -INFINITY, -INFINITY, 0, 0};
+    be->ops->maxpool_fwd(be, &dd[0], xi, y, am);
+    assert_true(y[0] == -INFINITY && am[0] == 0);
     cdl_backend_destroy(be);
 }
 
@@ -888,7 +940,8 @@ static void test_ops_do_not_allocate(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pool_covers_range_in_static_chunks),
+        cmocka_unit_test(test_pool_runs_every_chunk_once),
+        cmocka_unit_test(test_conv_bwd_chunks),
         cmocka_unit_test(test_create_rejects_bad_thread_counts),
         cmocka_unit_test(test_ref_conv_gradients),
         cmocka_unit_test(test_ref_linear_gradients),
@@ -908,5 +961,13 @@ int main(void)
         cmocka_unit_test(test_backward_is_deterministic),
         cmocka_unit_test(test_ops_do_not_allocate),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* Every test twice: with the AVX-512 kernels where the CPU has them, and
+     * with the portable paths (C loops, im2col+SGEMM) forced. */
+    int failed = 0;
+    if (cpu_has_avx512())
+        failed += cmocka_run_group_tests_name("kernels (AVX-512)", tests, NULL, NULL);
+    cpu_disable_avx512(1);
+    failed += cmocka_run_group_tests_name("kernels (portable)", tests, NULL, NULL);
+    cpu_disable_avx512(0);
+    return failed;
 }

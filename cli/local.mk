@@ -1,1 +1,3 @@
-# cli: sources are added here.
+bin_PROGRAMS += cli/cdl-train
+cli_cdl_train_SOURCES = cli/cdl-train.c
+cli_cdl_train_LDADD = libcdl.la

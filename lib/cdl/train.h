@@ -40,6 +40,10 @@ typedef struct cdl_train_config {
     int synthetic_n;          /* synthetic dataset size */
     int progress;             /* -1 auto (terminal), 0 plain lines, 1 bar */
     int quiet;
+    /* Called after every optimizer step with the number of steps done (for
+     * custom logging, or to test signal handling at an exact step). */
+    void (*on_step)(void *ctx, long steps);
+    void *on_step_ctx;
 } cdl_train_config;
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,

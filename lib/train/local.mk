@@ -1,1 +1,3 @@
-# lib/train: sources are added here.
+libcdl_core_la_SOURCES += lib/train/config.c lib/train/checkpoint.c lib/train/report.c \
+	lib/train/signals.c lib/train/harness.c lib/train/ddp.c
+EXTRA_DIST += lib/train/harness.h lib/train/ddp.h

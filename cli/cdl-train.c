@@ -1,0 +1,291 @@
+/* cdl-train: train a model from the command line.
+ *
+ * Exit status: 0 done, 1 a runtime error (message on stderr), 2 a bad
+ * option or value, 75 (CDL_EXIT_REQUEUE) stopped by SIGUSR1/SIGTERM after
+ * writing a checkpoint: requeue the job and it resumes with --resume auto. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+enum {
+    OPT_DATA_DIR = 256, OPT_BATCH, OPT_MOMENTUM, OPT_WD, OPT_SCHEDULE, OPT_WARMUP, OPT_WORKERS,
+    OPT_CKPT_DIR, OPT_RESUME, OPT_METRICS, OPT_MAX_STEPS, OPT_CKPT_EVERY, OPT_DROP_LAST,
+    OPT_DEVICE, OPT_NESTEROV, OPT_DAMPENING, OPT_STEP_EPOCHS, OPT_SYNTH_N, OPT_PROGRESS,
+    OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION,
+};
+
+static const struct option long_opts[] = {
+    {"model", required_argument, NULL, 'm'},
+    {"dataset", required_argument, NULL, 'd'},
+    {"data-dir", required_argument, NULL, OPT_DATA_DIR},
+    {"epochs", required_argument, NULL, 'e'},
+    {"batch-size", required_argument, NULL, OPT_BATCH},
+    {"lr", required_argument, NULL, 'l'},
+    {"optimizer", required_argument, NULL, 'o'},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"dampening", required_argument, NULL, OPT_DAMPENING},
+    {"nesterov", no_argument, NULL, OPT_NESTEROV},
+    {"weight-decay", required_argument, NULL, OPT_WD},
+    {"beta1", required_argument, NULL, OPT_BETA1},
+    {"beta2", required_argument, NULL, OPT_BETA2},
+    {"eps", required_argument, NULL, OPT_EPS},
+    {"schedule", required_argument, NULL, OPT_SCHEDULE},
+    {"step-epochs", required_argument, NULL, OPT_STEP_EPOCHS},
+    {"warmup-epochs", required_argument, NULL, OPT_WARMUP},
+    {"threads", required_argument, NULL, 't'},
+    {"workers", required_argument, NULL, OPT_WORKERS},
+    {"seed", required_argument, NULL, 's'},
+    {"ckpt-dir", required_argument, NULL, OPT_CKPT_DIR},
+    {"ckpt-every", required_argument, NULL, OPT_CKPT_EVERY},
+    {"resume", required_argument, NULL, OPT_RESUME},
+    {"metrics", required_argument, NULL, OPT_METRICS},
+    {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+    {"drop-last", no_argument, NULL, OPT_DROP_LAST},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"dist-backend", required_argument, NULL, OPT_DIST},
+    {"synthetic-size", required_argument, NULL, OPT_SYNTH_N},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"quiet", no_argument, NULL, 'q'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"Usage: cdl-train [OPTION]...\n"
+"Train a model on CPU or GPU, alone or as one rank of a data-parallel job\n"
+"(srun --cdl-ddp, cdlrun, mpirun).\n"
+"\n"
+"Model and data:\n"
+"  -m, --model lenet|mlp|FILE   built-in model or a model spec file [lenet]\n"
+"  -d, --dataset NAME           fashion-mnist, mnist, cifar10 or synthetic [fashion-mnist]\n"
+"      --data-dir DIR           dataset files [fashion-mnist: " CDL_FASHION_MNIST_DIR "]\n"
+"      --synthetic-size N       samples of the synthetic dataset [10000]\n"
+"Training:\n"
+"  -e, --epochs N               [10]\n"
+"      --batch-size N           samples per step and rank [64]\n"
+"  -l, --lr X                   base learning rate [0.05]\n"
+"  -o, --optimizer sgd|adam|adamw  [sgd]\n"
+"      --momentum X  --dampening X  --nesterov   SGD [momentum 0.9]\n"
+"      --weight-decay X         [5e-4; adamw decouples it]\n"
+"      --beta1 X --beta2 X --eps X               Adam/AdamW [0.9 0.999 1e-8]\n"
+"      --schedule constant|step|cosine           [cosine]\n"
+"      --step-epochs N          step schedule: lr x0.1 every N epochs [3]\n"
+"      --warmup-epochs N        linear warmup [0]\n"
+"      --max-steps N            stop after N steps in total\n"
+"      --drop-last              drop each epoch's last partial batch\n"
+"  -s, --seed N                 seeds init, shuffling, augmentation, dropout [1]\n"
+"Checkpoints:\n"
+"      --ckpt-dir DIR           write DIR/last.safetensors each epoch, keep DIR/best.safetensors\n"
+"      --ckpt-every N           also write last every N steps\n"
+"      --resume auto|never|PATH [auto: continue from DIR/last.safetensors if present]\n"
+"Resources and output:\n"
+"      --device cpu|cuda|auto   [cpu]\n"
+"  -t, --threads N              compute threads [SLURM_CPUS_PER_TASK, OMP_NUM_THREADS or all]\n"
+"      --workers N              data loader threads [1]\n"
+"      --dist-backend NAME      auto, shm, mpi, hier, nccl [auto]\n"
+"      --metrics FILE           append one JSON object per epoch\n"
+"      --progress | --no-progress  live bar (default: when stderr is a terminal)\n"
+"  -q, --quiet                  no output but errors\n"
+"  -h, --help    --version\n"
+"\n"
+"Exit status: 0 done; 1 error; 2 bad option; %d stopped by SIGUSR1/SIGTERM after\n"
+"writing a checkpoint (requeue the job; it resumes with --resume auto).\n",
+            CDL_EXIT_REQUEUE);
+}
+
+static int bad(const char *opt, const char *val, const char *why)
+{
+    fprintf(stderr, "cdl-train: --%s '%s': %s (see cdl-train --help)\n", opt, val, why);
+    return -1;
+}
+
+static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    char why[96];
+    if (end == s || *end || errno == ERANGE || v < lo || v > hi) {
+        snprintf(why, sizeof why, "expected an integer from %ld to %ld", lo, hi);
+        return bad(opt, s, why);
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
+{
+    long v;
+    if (parse_long(opt, s, lo, hi, &v) != 0)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_float(const char *opt, const char *s, double lo, double hi, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    char why[96];
+    if (end == s || *end || errno == ERANGE || !isfinite(v) || v < lo || v > hi) {
+        snprintf(why, sizeof why, "expected a number from %g to %g", lo, hi);
+        return bad(opt, s, why);
+    }
+    *out = (float)v;
+    return 0;
+}
+
+static int copy_str(const char *opt, const char *s, char *dst, size_t len)
+{
+    if (!*s)
+        return bad(opt, s, "must not be empty");
+    if (strlen(s) >= len)
+        return bad(opt, s, "too long");
+    memcpy(dst, s, strlen(s) + 1);
+    return 0;
+}
+
+static int one_of(const char *opt, const char *s, const char *const *choices, char *dst, size_t len)
+{
+    for (int i = 0; choices[i]; i++)
+        if (!strcmp(s, choices[i]))
+            return copy_str(opt, s, dst, len);
+    char why[128] = "expected one of:";
+    for (int i = 0; choices[i]; i++) {
+        strncat(why, " ", sizeof why - strlen(why) - 1);
+        strncat(why, choices[i], sizeof why - strlen(why) - 1);
+    }
+    return bad(opt, s, why);
+}
+
+/* Fills cfg from argv; returns 0, 1 for --help/--version (exit 0) or -1. */
+static int parse_args(int argc, char **argv, cdl_train_config *cfg)
+{
+    static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", NULL};
+    static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
+    static const char *const dists[] = {"auto", "shm", "mpi", "hier", "nccl", "single", NULL};
+    int c, wd_given = 0, mom_given = 0;
+    long l;
+    int rc = 0;
+    opterr = 0;
+    while (rc == 0 && (c = getopt_long(argc, argv, ":m:d:e:l:o:t:s:qh", long_opts, NULL)) != -1) {
+        const char *a = optarg;
+        const char *name = "";
+        for (int i = 0; long_opts[i].name; i++)
+            if (long_opts[i].val == c)
+                name = long_opts[i].name;
+        switch (c) {
+        case 'm': rc = copy_str(name, a, cfg->model, sizeof cfg->model); break;
+        case 'd': rc = one_of(name, a, datasets, cfg->dataset, sizeof cfg->dataset); break;
+        case OPT_DATA_DIR: rc = copy_str(name, a, cfg->data_dir, sizeof cfg->data_dir); break;
+        case 'e': rc = parse_int(name, a, 1, 100000, &cfg->epochs); break;
+        case OPT_BATCH: rc = parse_int(name, a, 1, 65536, &cfg->batch_size); break;
+        case 'l': rc = parse_float(name, a, 1e-12, 1e3, &cfg->lr); break;
+        case 'o': {
+            int k = cdl_optim_kind_parse(a);
+            if (k < 0) {
+                rc = bad(name, a, "expected sgd, adam or adamw");
+                break;
+            }
+            cdl_optim_config d = cdl_optim_defaults((cdl_optim_kind)k);
+            if (mom_given)
+                d.momentum = cfg->optim.momentum;
+            if (wd_given)
+                d.weight_decay = cfg->optim.weight_decay;
+            else if (k == CDL_OPTIM_SGD)
+                d.weight_decay = cfg->optim.weight_decay;
+            if (k == CDL_OPTIM_SGD && !mom_given)
+                d.momentum = 0.9f;
+            cfg->optim = d;
+            break;
+        }
+        case OPT_MOMENTUM: rc = parse_float(name, a, 0, 1, &cfg->optim.momentum); mom_given = 1; break;
+        case OPT_DAMPENING: rc = parse_float(name, a, 0, 1, &cfg->optim.dampening); break;
+        case OPT_NESTEROV: cfg->optim.nesterov = 1; break;
+        case OPT_WD: rc = parse_float(name, a, 0, 10, &cfg->optim.weight_decay); wd_given = 1; break;
+        case OPT_BETA1: rc = parse_float(name, a, 0, 0.999999, &cfg->optim.beta1); break;
+        case OPT_BETA2: rc = parse_float(name, a, 0, 0.99999999, &cfg->optim.beta2); break;
+        case OPT_EPS: rc = parse_float(name, a, 1e-20, 1, &cfg->optim.eps); break;
+        case OPT_SCHEDULE: {
+            int k = cdl_sched_kind_parse(a);
+            if (k < 0)
+                rc = bad(name, a, "expected constant, step or cosine");
+            else
+                cfg->schedule = (cdl_sched_kind)k;
+            break;
+        }
+        case OPT_STEP_EPOCHS: rc = parse_int(name, a, 1, 100000, &cfg->step_epochs); break;
+        case OPT_WARMUP: rc = parse_int(name, a, 0, 100000, &cfg->warmup_epochs); break;
+        case 't': rc = parse_int(name, a, 1, 1024, &cfg->threads); break;
+        case OPT_WORKERS: rc = parse_int(name, a, 0, 64, &cfg->workers); break;
+        case 's':
+            rc = parse_long(name, a, 0, LONG_MAX, &l);
+            cfg->seed = (uint64_t)l;
+            break;
+        case OPT_CKPT_DIR: rc = copy_str(name, a, cfg->ckpt_dir, sizeof cfg->ckpt_dir); break;
+        case OPT_CKPT_EVERY: rc = parse_long(name, a, 1, LONG_MAX, &cfg->ckpt_every); break;
+        case OPT_RESUME: rc = copy_str(name, a, cfg->resume, sizeof cfg->resume); break;
+        case OPT_METRICS: rc = copy_str(name, a, cfg->metrics, sizeof cfg->metrics); break;
+        case OPT_MAX_STEPS: rc = parse_long(name, a, 1, LONG_MAX, &cfg->max_steps); break;
+        case OPT_DROP_LAST: cfg->drop_last = 1; break;
+        case OPT_DEVICE: rc = one_of(name, a, devices, cfg->device, sizeof cfg->device); break;
+        case OPT_DIST: rc = one_of(name, a, dists, cfg->dist_backend, sizeof cfg->dist_backend); break;
+        case OPT_SYNTH_N: rc = parse_int(name, a, 1, 10000000, &cfg->synthetic_n); break;
+        case OPT_PROGRESS: cfg->progress = 1; break;
+        case OPT_NO_PROGRESS: cfg->progress = 0; break;
+        case 'q': cfg->quiet = 1; break;
+        case 'h': usage(stdout); return 1;
+        case OPT_VERSION: printf("cdl-train (cdl) %s\n", cdl_version()); return 1;
+        case ':':
+            fprintf(stderr, "cdl-train: option '%s' needs a value (see cdl-train --help)\n",
+                    argv[optind - 1]);
+            return -1;
+        default:
+            fprintf(stderr, "cdl-train: unknown option '%s' (see cdl-train --help)\n",
+                    argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (rc == 0 && optind < argc) {
+        fprintf(stderr, "cdl-train: unexpected argument '%s' (see cdl-train --help)\n", argv[optind]);
+        return -1;
+    }
+    if (rc == 0 && cfg->optim.kind != CDL_OPTIM_SGD && cfg->optim.nesterov) {
+        fprintf(stderr, "cdl-train: --nesterov applies to --optimizer sgd only\n");
+        return -1;
+    }
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    cdl_train_config cfg;
+    cdl_train_defaults(&cfg);
+    int p = parse_args(argc, argv, &cfg);
+    if (p != 0)
+        return p > 0 ? 0 : 2;
+    cdl_train_result res;
+    int rc = cdl_train_run(&cfg, &res);
+    if (rc == CDL_EXIT_REQUEUE)
+        return CDL_EXIT_REQUEUE;
+    if (rc != 0) {
+        const char *rank = getenv("RANK");
+        if (rank)
+            fprintf(stderr, "cdl-train: rank %s: error: %s\n", rank, cdl_last_error());
+        else
+            fprintf(stderr, "cdl-train: error: %s\n", cdl_last_error());
+        return 1;
+    }
+    return 0;
+}

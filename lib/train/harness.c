@@ -1,0 +1,519 @@
+/* The train/validate loop: one process or one rank of many.
+ *
+ * Every source of randomness is a pure function of (seed, epoch, step), and
+ * every piece of state lives in the model, the optimizer or train_position,
+ * so a run stopped at any step and resumed from its checkpoint ends with
+ * bitwise the same weights as one that never stopped. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../core/rng.h"
+#include "ddp.h"
+#include "harness.h"
+
+typedef struct run {
+    const cdl_train_config *cfg;
+    cdl_rank_info ri;
+    cdl_dist *dist;
+    cdl_backend *be;
+    cdl_dataset train, test;
+    int have_train, have_test;
+    cdl_model *model;
+    cdl_optim *optim;
+    ddp *ddp;
+    cdl_loader *train_loader, *val_loader;
+    cdl_schedule sched;
+    train_report *rep;
+    int classes;
+    size_t sample_floats;
+    /* Device buffers of max_batch samples. */
+    float *x_dev, *dlogits, *sample_loss;
+    int32_t *y_dev, *pred;
+    /* Host copies of per-sample results. */
+    float *h_loss;
+    int32_t *h_pred;
+    char last_path[1100], best_path[1100];
+} run;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t dropout_seed(uint64_t seed, long step)
+{
+    uint64_t x = seed ^ ((uint64_t)step * 0x9E3779B97F4A7C15ull);
+    return rng_splitmix64(&x);
+}
+
+static int mkdir_p(const char *dir)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+            return cdl_error("cannot create --ckpt-dir %s: %s: %m", dir, tmp);
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return cdl_error("cannot create --ckpt-dir %s: %m", dir);
+    return 0;
+}
+
+static int load_data(run *r)
+{
+    const cdl_train_config *c = r->cfg;
+    if (!strcmp(c->dataset, "synthetic")) {
+        cdl_shape s = {3, 32, 32};
+        int n = c->synthetic_n > 0 ? c->synthetic_n : 10000;
+        if (cdl_dataset_synthetic(n, s, 10, c->seed, &r->train) != 0)
+            return -1;
+        r->have_train = 1;
+        if (cdl_dataset_synthetic(n / 5 > 0 ? n / 5 : 1, s, 10, c->seed + 1, &r->test) != 0)
+            return -1;
+        r->have_test = 1;
+        return 0;
+    }
+    const char *dir = c->data_dir[0] ? c->data_dir : NULL;
+    if (cdl_dataset_load(c->dataset, dir, 1, &r->train) != 0)
+        return -1;
+    r->have_train = 1;
+    if (cdl_dataset_load(c->dataset, dir, 0, &r->test) != 0)
+        return -1;
+    r->have_test = 1;
+    return 0;
+}
+
+static int build_model(run *r)
+{
+    const cdl_train_config *c = r->cfg;
+    cdl_model_spec spec;
+    cdl_shape in = r->train.shape;
+    if (!strcmp(c->model, "lenet") || !strcmp(c->model, "mlp")) {
+        if (cdl_spec_builtin(c->model, in, r->train.classes, &spec) != 0)
+            return -1;
+    } else if (cdl_spec_load(c->model, &spec) != 0) {
+        return -1;
+    }
+    if (spec.input.c && (spec.input.c != in.c || spec.input.h != in.h || spec.input.w != in.w))
+        return cdl_error("%s: the model's input is %dx%dx%d but dataset %s has %dx%dx%d samples: "
+                         "fix the 'input' line or pick the matching --dataset",
+                         c->model, spec.input.c, spec.input.h, spec.input.w, c->dataset, in.c,
+                         in.h, in.w);
+    r->model = cdl_model_create(&spec, in, c->batch_size, r->be);
+    if (!r->model)
+        return -1;
+    if (cdl_model_outputs(r->model) != r->train.classes)
+        return cdl_error("%s: the model has %d outputs but dataset %s has %d classes: make the "
+                         "last linear layer %d wide",
+                         c->model, cdl_model_outputs(r->model), c->dataset, r->train.classes,
+                         r->train.classes);
+    r->classes = r->train.classes;
+    r->sample_floats = (size_t)in.c * in.h * in.w;
+    return 0;
+}
+
+static int make_buffers(run *r)
+{
+    cdl_backend *be = r->be;
+    size_t b = (size_t)r->cfg->batch_size;
+    if (!be->host_memory) {
+        r->x_dev = be->ops->alloc(be, b * r->sample_floats * sizeof(float));
+        r->y_dev = be->ops->alloc(be, b * sizeof(int32_t));
+        if (!r->x_dev || !r->y_dev)
+            return -1;
+    }
+    r->dlogits = be->ops->alloc(be, b * (size_t)r->classes * sizeof(float));
+    r->sample_loss = be->ops->alloc(be, b * sizeof(float));
+    r->pred = be->ops->alloc(be, b * sizeof(int32_t));
+    r->h_loss = cdl_calloc(b, sizeof(float));
+    r->h_pred = cdl_calloc(b, sizeof(int32_t));
+    if (!r->dlogits || !r->sample_loss || !r->pred || !r->h_loss || !r->h_pred)
+        return -1;
+    return 0;
+}
+
+static int make_loaders(run *r)
+{
+    const cdl_train_config *c = r->cfg;
+    cdl_loader_config lc = {
+        .batch_size = c->batch_size,
+        .shuffle = 1,
+        .augment = !strcmp(c->dataset, "cifar10"),
+        .drop_last = c->drop_last,
+        .pad = r->ri.world > 1,
+        .workers = c->workers,
+        .seed = c->seed,
+        .rank = r->ri.rank,
+        .world = r->ri.world,
+    };
+    r->train_loader = cdl_loader_create(&r->train, &lc);
+    if (!r->train_loader)
+        return -1;
+    lc.shuffle = 0;
+    lc.augment = 0;
+    lc.drop_last = 0;
+    lc.pad = 0;
+    r->val_loader = cdl_loader_create(&r->test, &lc);
+    if (!r->val_loader)
+        return -1;
+    long spe = cdl_loader_batches(r->train_loader);
+    if (spe <= 0)
+        return cdl_error("--batch-size %d leaves no training batch for %ld samples per rank "
+                         "(drop --drop-last or use a smaller batch)",
+                         c->batch_size, cdl_loader_samples(r->train_loader));
+    r->sched = (cdl_schedule){
+        .kind = c->schedule,
+        .base_lr = c->lr,
+        .warmup_steps = (long)c->warmup_epochs * spe,
+        .total_steps = (long)c->epochs * spe,
+        .step_size = (long)(c->step_epochs > 0 ? c->step_epochs : 1) * spe,
+        .gamma = 0.1f,
+        .min_lr = 0.0f,
+    };
+    return 0;
+}
+
+/* Runs one batch through the model; with train, also backward and update.
+ * Adds the batch's loss and correct count to sums[0], sums[1]. */
+static int run_batch(run *r, const cdl_batch *b, int train, long step, double sums[2])
+{
+    cdl_backend *be = r->be;
+    const float *x = b->x;
+    const int32_t *y = b->y;
+    int n = b->n;
+    if (!be->host_memory) {
+        be->ops->to_device(be, r->x_dev, b->x, (size_t)n * r->sample_floats * sizeof(float));
+        be->ops->to_device(be, r->y_dev, b->y, (size_t)n * sizeof(int32_t));
+        x = r->x_dev;
+        y = r->y_dev;
+    }
+    const float *logits =
+        cdl_model_forward(r->model, x, n, train, dropout_seed(r->cfg->seed, step));
+    be->ops->xent_fwd_bwd(be, n, r->classes, logits, y, 1.0f / (float)n, r->dlogits,
+                          r->sample_loss, r->pred);
+    if (train) {
+        cdl_model_backward(r->model, r->dlogits, ddp_grad_ready, r->ddp);
+        if (ddp_finish(r->ddp) != 0)
+            return -1;
+        cdl_optim_step(r->optim, cdl_model_params(r->model), cdl_model_grads(r->model),
+                       cdl_schedule_lr(&r->sched, step));
+    }
+    be->ops->to_host(be, r->h_loss, r->sample_loss, (size_t)n * sizeof(float));
+    be->ops->to_host(be, r->h_pred, r->pred, (size_t)n * sizeof(int32_t));
+    if (be->ops->sync(be) != 0)
+        return -1;
+    double loss = 0, correct = 0;
+    for (int i = 0; i < n; i++) {
+        loss += r->h_loss[i];
+        correct += r->h_pred[i] == b->y[i];
+    }
+    if (!isfinite(loss))
+        return cdl_error("rank %d: loss is %g at step %ld: training diverged (lower --lr, or "
+                         "resume from the last good checkpoint)",
+                         r->ri.rank, loss, step);
+    sums[0] += loss;
+    sums[1] += correct;
+    return 0;
+}
+
+/* Sums a few doubles over ranks. */
+static int reduce_sums(run *r, double *v, size_t n)
+{
+    if (!r->dist || r->ri.world == 1)
+        return 0;
+    return cdl_dist_allreduce_f64(r->dist, v, n);
+}
+
+static int validate(run *r, double *loss, double *acc)
+{
+    double sums[3] = {0, 0, 0};
+    cdl_batch b;
+    int got;
+    if (cdl_loader_start_epoch(r->val_loader, 0, 0) != 0)
+        return -1;
+    while ((got = cdl_loader_next(r->val_loader, &b)) == 1) {
+        if (run_batch(r, &b, 0, 0, sums) != 0)
+            return -1;
+        sums[2] += b.n;
+    }
+    if (got < 0 || reduce_sums(r, sums, 3) != 0)
+        return -1;
+    *loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
+    *acc = sums[2] > 0 ? sums[1] / sums[2] : 0;
+    return 0;
+}
+
+/* Rank 0 writes; every rank waits until the file is complete. */
+static int save_checkpoint(run *r, const train_position *pos, int best)
+{
+    int rc = 0;
+    if (!r->cfg->ckpt_dir[0])
+        return 0;
+    if (r->ri.rank == 0) {
+        rc = train_ckpt_save(r->last_path, r->model, r->optim, r->cfg, pos);
+        if (rc == 0 && best)
+            rc = train_ckpt_save(r->best_path, r->model, r->optim, r->cfg, pos);
+    }
+    if (r->dist && r->ri.world > 1) {
+        /* Everyone learns whether rank 0 succeeded, so nobody reads a file
+         * that is not there or keeps training alone. */
+        double ok = rc == 0;
+        if (cdl_dist_broadcast(r->dist, &ok, sizeof ok, 0) != 0)
+            return -1;
+        if (!ok && r->ri.rank != 0)
+            return cdl_error("rank 0 failed to write checkpoint %s", r->last_path);
+    }
+    return rc;
+}
+
+static int resume(run *r, train_position *pos)
+{
+    const cdl_train_config *c = r->cfg;
+    const char *path = NULL;
+    if (!strcmp(c->resume, "never"))
+        return 0;
+    if (!strcmp(c->resume, "auto") || !c->resume[0]) {
+        if (!c->ckpt_dir[0] || access(r->last_path, F_OK) != 0)
+            return 0;
+        path = r->last_path;
+    } else {
+        path = c->resume;
+        if (access(path, R_OK) != 0)
+            return cdl_error("--resume %s: %m (give an existing checkpoint, 'auto' or 'never')",
+                             path);
+    }
+    if (train_ckpt_load(path, r->model, r->optim, c, pos) != 0)
+        return -1;
+    long spe = cdl_loader_batches(r->train_loader);
+    if (pos->world != r->ri.world) {
+        long b = pos->batch * pos->world / r->ri.world;
+        train_report_note(r->rep,
+                          "warning: %s was written by %d ranks, resuming on %d: epoch %d continues "
+                          "at batch %ld of %ld, so results differ from an uninterrupted run",
+                          path, pos->world, r->ri.world, pos->epoch + 1, b, spe);
+        pos->batch = b;
+        pos->loss_sum = pos->correct = pos->seen = 0;
+    }
+    if (pos->batch >= spe) {
+        pos->epoch++;
+        pos->batch = 0;
+        pos->loss_sum = pos->correct = pos->seen = 0;
+    }
+    train_report_note(r->rep, "resuming from %s: epoch %d, batch %ld, step %ld", path,
+                      pos->epoch + 1, pos->batch, pos->step);
+    return 0;
+}
+
+/* Asks every rank whether any was told to stop, so all stop at one step. */
+static int stop_agreed(run *r)
+{
+    double flag = train_stop_requested();
+    if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, &flag, 1) != 0)
+        return -1;
+    return flag > 0;
+}
+
+static int train_loop(run *r, cdl_train_result *res)
+{
+    const cdl_train_config *c = r->cfg;
+    train_position pos = {.world = r->ri.world, .best_val_loss = INFINITY};
+    if (resume(r, &pos) != 0)
+        return -1;
+    if (ddp_broadcast_params(r->ddp) != 0)
+        return -1;
+    long spe = cdl_loader_batches(r->train_loader);
+    double val_loss = NAN, val_acc = NAN;
+    int done_steps = 0;
+
+    for (; pos.epoch < c->epochs && !done_steps; pos.epoch++, pos.batch = 0) {
+        double t0 = now_s();
+        double seen0 = pos.seen;
+        if (cdl_loader_start_epoch(r->train_loader, pos.epoch, pos.batch) != 0)
+            return -1;
+        cdl_batch b;
+        int got;
+        while ((got = cdl_loader_next(r->train_loader, &b)) == 1) {
+            double sums[2] = {0, 0};
+            if (run_batch(r, &b, 1, pos.step, sums) != 0)
+                return -1;
+            pos.loss_sum += sums[0];
+            pos.correct += sums[1];
+            pos.seen += b.n;
+            pos.step++;
+            pos.batch = b.index + 1;
+            if (c->on_step)
+                c->on_step(c->on_step_ctx, pos.step);
+            double dt = now_s() - t0;
+            train_report_progress(r->rep, pos.epoch, pos.batch, spe, pos.loss_sum / pos.seen,
+                                  pos.correct / pos.seen,
+                                  dt > 0 ? (pos.seen - seen0) * r->ri.world / dt : 0);
+            int stop = stop_agreed(r);
+            if (stop < 0)
+                return -1;
+            if (stop) {
+                if (save_checkpoint(r, &pos, 0) != 0)
+                    return -1;
+                train_report_note(r->rep, "stopped by signal at epoch %d, batch %ld (step %ld)%s",
+                                  pos.epoch + 1, pos.batch, pos.step,
+                                  c->ckpt_dir[0] ? ": checkpoint written, resume with --resume auto"
+                                                 : ": no --ckpt-dir, nothing saved");
+                res->steps = pos.step;
+                res->interrupted = 1;
+                return CDL_EXIT_REQUEUE;
+            }
+            if (c->max_steps > 0 && pos.step >= c->max_steps) {
+                done_steps = 1;
+                break;
+            }
+            if (c->ckpt_every > 0 && pos.step % c->ckpt_every == 0 && pos.batch < spe &&
+                save_checkpoint(r, &pos, 0) != 0)
+                return -1;
+        }
+        if (got < 0)
+            return -1;
+        double seconds = now_s() - t0;
+        double tr[3] = {pos.loss_sum, pos.correct, pos.seen};
+        double seen_here[1] = {pos.seen - seen0};
+        if (reduce_sums(r, tr, 3) != 0 || reduce_sums(r, seen_here, 1) != 0)
+            return -1;
+        if (validate(r, &val_loss, &val_acc) != 0)
+            return -1;
+        int best = val_loss < pos.best_val_loss;
+        if (best)
+            pos.best_val_loss = val_loss;
+        epoch_stats s = {
+            .epoch = pos.epoch,
+            .step = pos.step,
+            .train_loss = tr[2] > 0 ? tr[0] / tr[2] : 0,
+            .train_acc = tr[2] > 0 ? tr[1] / tr[2] : 0,
+            .val_loss = val_loss,
+            .val_acc = val_acc,
+            .images_per_sec = seconds > 0 ? seen_here[0] / seconds : 0,
+            .seconds = seconds,
+            .lr = cdl_schedule_lr(&r->sched, pos.step > 0 ? pos.step - 1 : 0),
+        };
+        if (train_report_epoch(r->rep, &s) != 0)
+            return -1;
+        res->epochs_done = pos.epoch + 1;
+        /* The checkpoint records where to go on: the next epoch, or the rest
+         * of this one when --max-steps ended it early. */
+        train_position next = pos;
+        if (pos.batch >= spe || !done_steps) {
+            next.epoch = pos.epoch + 1;
+            next.batch = 0;
+            next.loss_sum = next.correct = next.seen = 0;
+        }
+        if (save_checkpoint(r, &next, best) != 0)
+            return -1;
+        if (!done_steps) {
+            pos.loss_sum = pos.correct = pos.seen = 0;
+        }
+    }
+    res->steps = pos.step;
+    res->final_val_loss = val_loss;
+    res->final_val_acc = val_acc;
+    res->best_val_loss = pos.best_val_loss;
+    return 0;
+}
+
+static void run_free(run *r)
+{
+    cdl_backend *be = r->be;
+    cdl_loader_free(r->train_loader);
+    cdl_loader_free(r->val_loader);
+    if (be) {
+        be->ops->free(be, r->x_dev);
+        be->ops->free(be, r->y_dev);
+        be->ops->free(be, r->dlogits);
+        be->ops->free(be, r->sample_loss);
+        be->ops->free(be, r->pred);
+    }
+    cdl_free(r->h_loss);
+    cdl_free(r->h_pred);
+    ddp_free(r->ddp);
+    cdl_optim_free(r->optim);
+    cdl_model_free(r->model);
+    if (r->have_train)
+        cdl_dataset_free(&r->train);
+    if (r->have_test)
+        cdl_dataset_free(&r->test);
+    train_report_free(r->rep);
+    cdl_backend_destroy(be);
+    cdl_dist_finalize(r->dist);
+}
+
+static int check_config(const cdl_train_config *c)
+{
+    if (c->epochs <= 0)
+        return cdl_error("--epochs %d: must be at least 1", c->epochs);
+    if (c->batch_size <= 0 || c->batch_size > 65536)
+        return cdl_error("--batch-size %d: must be between 1 and 65536", c->batch_size);
+    if (!(c->lr > 0) || !isfinite(c->lr))
+        return cdl_error("--lr %g: must be a positive number", c->lr);
+    if (c->workers < 0 || c->workers > 64)
+        return cdl_error("--workers %d: must be between 0 and 64", c->workers);
+    if (c->threads < 0 || c->threads > 1024)
+        return cdl_error("--threads %d: must be between 0 (automatic) and 1024", c->threads);
+    return 0;
+}
+
+int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res)
+{
+    cdl_train_result dummy;
+    run r;
+    memset(&r, 0, sizeof r);
+    if (!res)
+        res = &dummy;
+    memset(res, 0, sizeof *res);
+    r.cfg = cfg;
+    int rc = -1;
+    if (check_config(cfg) != 0)
+        return -1;
+    if (cdl_rank_discover(&r.ri) != 0)
+        return -1;
+    if (r.ri.world > 1) {
+        r.dist = cdl_dist_init(&r.ri, cfg->dist_backend, NULL, 0);
+        if (!r.dist)
+            return -1;
+    }
+    if (cfg->ckpt_dir[0]) {
+        if (r.ri.rank == 0 && mkdir_p(cfg->ckpt_dir) != 0)
+            goto out;
+        snprintf(r.last_path, sizeof r.last_path, "%s/last.safetensors", cfg->ckpt_dir);
+        snprintf(r.best_path, sizeof r.best_path, "%s/best.safetensors", cfg->ckpt_dir);
+    }
+    r.rep = train_report_open(cfg, r.ri.rank);
+    if (!r.rep)
+        goto out;
+    r.be = cdl_backend_create(cfg->device, cfg->threads);
+    if (!r.be || load_data(&r) != 0 || build_model(&r) != 0 || make_buffers(&r) != 0 ||
+        make_loaders(&r) != 0)
+        goto out;
+    cdl_model_init(r.model, cfg->seed);
+    r.optim = cdl_optim_create(&cfg->optim, cdl_model_nparams(r.model), r.be);
+    r.ddp = ddp_create(r.dist, r.model, 25u << 20);
+    if (!r.optim || !r.ddp)
+        goto out;
+    train_report_note(r.rep, "cdl %s: %s on %s (%d train / %d test), %zu parameters, %s "
+                      "backend with %d threads, %d rank%s",
+                      cdl_version(), cfg->model, cfg->dataset, r.train.n, r.test.n,
+                      cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
+                      r.ri.world > 1 ? "s" : "");
+    train_signals_install();
+    rc = train_loop(&r, res);
+    train_signals_restore();
+out:
+    run_free(&r);
+    return rc;
+}

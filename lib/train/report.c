@@ -1,0 +1,117 @@
+/* What a run tells its user: a live bar on a terminal, one plain line per
+ * epoch otherwise, and JSON lines for --metrics. Only rank 0 speaks. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+struct train_report {
+    int rank;
+    int bar;                 /* live progress bar on stderr */
+    int quiet;
+    int epochs;
+    FILE *metrics;
+    char metrics_path[1024];
+    double last_draw;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+train_report *train_report_open(const cdl_train_config *cfg, int rank)
+{
+    train_report *r = cdl_calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->rank = rank;
+    r->quiet = cfg->quiet;
+    r->epochs = cfg->epochs;
+    r->bar = rank == 0 && !cfg->quiet &&
+             (cfg->progress == 1 || (cfg->progress < 0 && isatty(STDERR_FILENO)));
+    if (rank == 0 && cfg->metrics[0]) {
+        r->metrics = fopen(cfg->metrics, "a");
+        if (!r->metrics) {
+            cdl_error("cannot open --metrics file %s for appending: %m (check the directory "
+                      "exists and is writable)", cfg->metrics);
+            cdl_free(r);
+            return NULL;
+        }
+        snprintf(r->metrics_path, sizeof r->metrics_path, "%s", cfg->metrics);
+    }
+    return r;
+}
+
+void train_report_free(train_report *r)
+{
+    if (!r)
+        return;
+    if (r->metrics)
+        fclose(r->metrics);
+    cdl_free(r);
+}
+
+void train_report_progress(train_report *r, int epoch, long b, long nb, double loss, double acc,
+                           double imgs_per_sec)
+{
+    if (!r->bar)
+        return;
+    double t = now_s();
+    if (b < nb && t - r->last_draw < 0.1)
+        return;
+    r->last_draw = t;
+    enum { WIDTH = 30 };
+    int fill = nb > 0 ? (int)(WIDTH * b / nb) : WIDTH;
+    char bar[WIDTH + 1];
+    for (int i = 0; i < WIDTH; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[WIDTH] = 0;
+    fprintf(stderr, "\r\033[Kepoch %d/%d [%s] %ld/%ld  loss %.4f  acc %5.2f%%  %.0f img/s",
+            epoch + 1, r->epochs, bar, b, nb, loss, 100 * acc, imgs_per_sec);
+    fflush(stderr);
+}
+
+int train_report_epoch(train_report *r, const epoch_stats *s)
+{
+    if (r->rank != 0)
+        return 0;
+    if (r->bar)
+        fprintf(stderr, "\r\033[K");
+    if (!r->quiet) {
+        printf("epoch %d/%d  train loss %.4f acc %6.2f%%  val loss %.4f acc %6.2f%%  "
+               "%7.0f img/s  %6.2f s  lr %.5g\n",
+               s->epoch + 1, r->epochs, s->train_loss, 100 * s->train_acc, s->val_loss,
+               100 * s->val_acc, s->images_per_sec, s->seconds, s->lr);
+        fflush(stdout);
+    }
+    if (r->metrics) {
+        fprintf(r->metrics,
+                "{\"epoch\":%d,\"step\":%ld,\"train_loss\":%.6f,\"train_acc\":%.6f,"
+                "\"val_loss\":%.6f,\"val_acc\":%.6f,\"images_per_sec\":%.1f,"
+                "\"seconds\":%.3f,\"lr\":%.6g}\n",
+                s->epoch + 1, s->step, s->train_loss, s->train_acc, s->val_loss, s->val_acc,
+                s->images_per_sec, s->seconds, s->lr);
+        if (fflush(r->metrics) != 0)
+            return cdl_error("writing --metrics file %s failed: %m", r->metrics_path);
+    }
+    return 0;
+}
+
+void train_report_note(train_report *r, const char *fmt, ...)
+{
+    if (r->rank != 0 || r->quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (r->bar)
+        fprintf(stderr, "\r\033[K");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# cdl-train's command line: help, version, and a clear one-line error with
+# exit status 2 for every bad option or value.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+
+expect_status 0 "$CDL_TRAIN" --help
+grep -q -- '--resume auto|never|PATH' "$TMP/out" || die "--help lacks --resume"
+expect_status 0 "$CDL_TRAIN" --version
+grep -q '^cdl-train (cdl) ' "$TMP/out" || die "--version output"
+
+expect_status 2 "$CDL_TRAIN" --epochs 0;            expect_err "--epochs '0'"
+expect_status 2 "$CDL_TRAIN" --epochs 3x;           expect_err "expected an integer"
+expect_status 2 "$CDL_TRAIN" --lr -1;               expect_err "--lr '-1'"
+expect_status 2 "$CDL_TRAIN" --lr nan;              expect_err "--lr 'nan'"
+expect_status 2 "$CDL_TRAIN" --optimizer lbfgs;     expect_err "expected sgd, adam or adamw"
+expect_status 2 "$CDL_TRAIN" --dataset imagenet;    expect_err "fashion-mnist"
+expect_status 2 "$CDL_TRAIN" --schedule linear;     expect_err "--schedule 'linear'"
+expect_status 2 "$CDL_TRAIN" --no-such-option;      expect_err "unknown option '--no-such-option'"
+expect_status 2 "$CDL_TRAIN" --batch-size;          expect_err "needs a value"
+expect_status 2 "$CDL_TRAIN" stray;                 expect_err "unexpected argument 'stray'"
+expect_status 2 "$CDL_TRAIN" --optimizer adam --nesterov; expect_err "--nesterov"
+[ "$(wc -l <"$TMP/err")" -eq 1 ] || die "error is not one line"
+
+# Runtime errors: exit 1, naming what is wrong.
+expect_status 1 "$CDL_TRAIN" --data-dir "$TMP/none" --epochs 1
+expect_err "$TMP/none"
+expect_status 1 "$CDL_TRAIN" --model "$TMP/missing.spec" --dataset synthetic --epochs 1
+expect_err "missing.spec"
+printf 'conv2d 6 kernel=5\nbogus 3\n' >"$TMP/bad.spec"
+expect_status 1 "$CDL_TRAIN" --model "$TMP/bad.spec" --dataset synthetic --epochs 1
+expect_err "bad.spec:2"
+expect_status 1 "$CDL_TRAIN" --dataset synthetic --resume "$TMP/nope.safetensors"
+expect_err "nope.safetensors"
+expect_status 1 "$CDL_TRAIN" --device cuda --dataset synthetic --epochs 1
+expect_err "--device cpu"
+echo "PASS: cdl-train command line"

@@ -1,0 +1,4 @@
+# End-to-end tests of the installed programs (shell scripts).
+TESTS += tests/e2e/cli.sh tests/e2e/fashion-mnist.sh tests/e2e/torch-interop.sh
+EXTRA_DIST += tests/e2e/common.sh tests/e2e/cli.sh tests/e2e/fashion-mnist.sh \
+	tests/e2e/torch-interop.sh tests/e2e/torch_lenet.py

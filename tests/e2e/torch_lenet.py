@@ -1,0 +1,53 @@
+"""Loads a cdl LeNet checkpoint into torch.nn and evaluates Fashion-MNIST's
+test set. Usage: torch_lenet.py CKPT DATA_DIR CDL_ACC CDL_LOSS"""
+import gzip
+import sys
+
+import numpy as np
+import safetensors.torch
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class LeNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 6, 5, padding=2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+def idx(path, offset):
+    with gzip.open(path, "rb") as f:
+        return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
+
+
+def main():
+    ckpt, data, cdl_acc, cdl_loss = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+    model = LeNet()
+    model.load_state_dict(safetensors.torch.load_file(ckpt))  # strict: every key, no extras
+    x = idx(f"{data}/t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
+    y = torch.from_numpy(idx(f"{data}/t10k-labels-idx1-ubyte.gz", 8).astype(np.int64))
+    x = (torch.from_numpy(x.astype(np.float32)) / 255.0 - 0.2860) / 0.3530
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+    loss = F.cross_entropy(logits, y).item()
+    acc = (logits.argmax(1) == y).float().mean().item()
+    print(f"torch: acc {acc:.6f} loss {loss:.6f}; cdl: acc {cdl_acc:.6f} loss {cdl_loss:.6f}")
+    # Same weights, same data: only float rounding differs (a few argmax ties).
+    ok = abs(acc - cdl_acc) <= 0.002 and abs(loss - cdl_loss) <= 1e-3 * max(1.0, cdl_loss)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

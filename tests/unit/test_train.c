@@ -1,0 +1,245 @@
+/* The harness end to end on small synthetic data: bitwise determinism,
+ * resume from the middle of an epoch and after a signal, rejection of
+ * corrupt or mismatched checkpoints, and no allocation inside a step. */
+#include "testutil.h"
+
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+static char tmpdir[256];
+
+static void base_config(cdl_train_config *c, const char *sub)
+{
+    cdl_train_defaults(c);
+    snprintf(c->dataset, sizeof c->dataset, "synthetic");
+    c->synthetic_n = 192;
+    c->epochs = 2;
+    c->batch_size = 32;       /* 6 steps per epoch */
+    c->threads = 2;
+    c->workers = 2;
+    c->quiet = 1;
+    c->seed = 7;
+    snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s/%s", tmpdir, sub);
+}
+
+/* Loads every tensor of DIR/last.safetensors into one flat array. */
+static float *load_weights(const char *dir, size_t *n)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/last.safetensors", dir);
+    cdl_st_file *f = cdl_st_open(path);
+    if (!f)
+        fail_msg("%s", cdl_last_error());
+    size_t total = 0;
+    for (int i = 0; i < cdl_st_count(f); i++) {
+        size_t k;
+        assert_non_null(cdl_st_data(f, i, &k));
+        total += k;
+    }
+    float *w = malloc(total * sizeof *w);
+    size_t o = 0;
+    for (int i = 0; i < cdl_st_count(f); i++) {
+        size_t k;
+        const float *d = cdl_st_data(f, i, &k);
+        memcpy(w + o, d, k * sizeof *w);
+        o += k;
+    }
+    cdl_st_close(f);
+    *n = total;
+    return w;
+}
+
+static void assert_same_weights(const char *a, const char *b)
+{
+    size_t na, nb;
+    float *wa = load_weights(a, &na), *wb = load_weights(b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(wa, wb, na * sizeof *wa);
+    free(wa);
+    free(wb);
+}
+
+static void run_ok(const cdl_train_config *c)
+{
+    cdl_train_result res;
+    if (cdl_train_run(c, &res) != 0)
+        fail_msg("cdl_train_run: %s", cdl_last_error());
+}
+
+static void test_deterministic(void **state)
+{
+    (void)state;
+    cdl_train_config a, b;
+    base_config(&a, "det-a");
+    base_config(&b, "det-b");
+    run_ok(&a);
+    run_ok(&b);
+    assert_same_weights(a.ckpt_dir, b.ckpt_dir);
+    /* A different seed trains different weights: the check can fail. */
+    cdl_train_config c;
+    base_config(&c, "det-c");
+    c.seed = 8;
+    run_ok(&c);
+    size_t na, nc;
+    float *wa = load_weights(a.ckpt_dir, &na), *wc = load_weights(c.ckpt_dir, &nc);
+    assert_int_equal(na, nc);
+    assert_true(memcmp(wa, wc, na * sizeof *wa) != 0);
+    free(wa);
+    free(wc);
+}
+
+static void test_resume_mid_epoch(void **state)
+{
+    (void)state;
+    cdl_train_config full, part;
+    base_config(&full, "mid-full");
+    run_ok(&full);
+    base_config(&part, "mid-part");
+    part.max_steps = 4;       /* stops inside epoch 1 */
+    run_ok(&part);
+    part.max_steps = 0;
+    snprintf(part.resume, sizeof part.resume, "auto");
+    run_ok(&part);
+    assert_same_weights(full.ckpt_dir, part.ckpt_dir);
+}
+
+static void raise_at_step(void *ctx, long steps)
+{
+    if (steps == *(long *)ctx)
+        raise(SIGUSR1);
+}
+
+static void test_signal_checkpoint_and_resume(void **state)
+{
+    (void)state;
+    cdl_train_config full, sig;
+    base_config(&full, "sig-full");
+    full.optim = cdl_optim_defaults(CDL_OPTIM_ADAMW);
+    full.lr = 1e-3f;
+    run_ok(&full);
+    base_config(&sig, "sig-part");
+    sig.optim = full.optim;
+    sig.lr = full.lr;
+    long at = 8;              /* epoch 2, batch 2 */
+    sig.on_step = raise_at_step;
+    sig.on_step_ctx = &at;
+    cdl_train_result res;
+    assert_int_equal(cdl_train_run(&sig, &res), CDL_EXIT_REQUEUE);
+    assert_int_equal(res.interrupted, 1);
+    assert_int_equal(res.steps, 8);
+    sig.on_step = NULL;
+    run_ok(&sig);
+    assert_same_weights(full.ckpt_dir, sig.ckpt_dir);
+}
+
+static void test_corrupt_checkpoint_is_an_error(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "corrupt");
+    c.epochs = 1;
+    run_ok(&c);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/last.safetensors", c.ckpt_dir);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(truncate(path, st.st_size - 3), 0);
+    c.epochs = 2;
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "last.safetensors"));
+}
+
+static void test_mismatched_model_is_an_error(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "mismatch");
+    c.epochs = 1;
+    run_ok(&c);
+    snprintf(c.model, sizeof c.model, "mlp");
+    c.epochs = 2;
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "another model"));
+    /* Another optimizer is named too. */
+    snprintf(c.model, sizeof c.model, "lenet");
+    c.optim = cdl_optim_defaults(CDL_OPTIM_ADAM);
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "--optimizer sgd"));
+}
+
+typedef struct alloc_probe {
+    long first, last;
+    uint64_t at_first, at_last;
+} alloc_probe;
+
+static void count_allocs(void *ctx, long steps)
+{
+    alloc_probe *p = ctx;
+    if (steps == p->first)
+        p->at_first = cdl_alloc_count();
+    if (steps == p->last)
+        p->at_last = cdl_alloc_count();
+}
+
+static void test_no_allocation_inside_steps(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "alloc");
+    c.ckpt_dir[0] = 0;
+    c.epochs = 1;
+    alloc_probe p = {.first = 1, .last = 5};
+    c.on_step = count_allocs;
+    c.on_step_ctx = &p;
+    run_ok(&c);
+    assert_true(p.at_first > 0);
+    assert_int_equal(p.at_last, p.at_first);
+}
+
+static void test_bad_config(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "bad");
+    c.batch_size = 0;
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "--batch-size"));
+    base_config(&c, "bad");
+    snprintf(c.dataset, sizeof c.dataset, "fashion-mnist");
+    snprintf(c.data_dir, sizeof c.data_dir, "%s/nowhere", tmpdir);
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "nowhere"));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/cdl-test-train-XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_resume_mid_epoch),
+        cmocka_unit_test(test_signal_checkpoint_and_resume),
+        cmocka_unit_test(test_corrupt_checkpoint_is_an_error),
+        cmocka_unit_test(test_mismatched_model_is_an_error),
+        cmocka_unit_test(test_no_allocation_inside_steps),
+        cmocka_unit_test(test_bad_config),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -8,13 +8,15 @@
  *     [hdr | slots[W] | set 0: in[0..W-1], res | set 1: in[0..W-1], res]
  *
  * Allreduce of m elements, per round (one slab of the buffer):
- *   1. member i copies its slab into in[i];                          sync
- *   2. member i reduces its part P_i:  res[P_i] = in[0][P_i] + in[1][P_i] + ...
- *      (the reduce-scatter; parts ~m/W, 64-byte aligned), and copies out the
- *      previous round's res (the allgather), which the sync completed.
+ *   1. member i copies its slab into in[i], except its own part P_i (parts
+ *      ~m/W, 64-byte aligned), which only it reads;                  sync
+ *   2. member i reduces P_i: res[P_i] = x0[P_i] + x1[P_i] + ..., with x_i its
+ *      own buffer (the reduce-scatter), writing the sum to res and in place
+ *      to its buffer, and copies the previous round's res, but P_i, out
+ *      (the allgather), which the sync completed.
  * After the last round one more sync, then its copy-out. Small buffers
- * (one round, at most SMALL_BYTES) take one sync: every member sums all
- * of in[] itself, straight into its buffer.
+ * (one round, at most SMALL_BYTES) take one sync: every member copies in
+ * all of its slab and sums all of in[] itself, straight into its buffer.
  * Each element is summed in member order 0, 1, ..., W-1 (by one member, or
  * by each the same way), so every rank gets bitwise-identical results,
  * independent of timing, equal to a plain sequential sum.
@@ -64,9 +66,9 @@
 #define SHM_MAGIC 0x4d4c4443u            /* "CDLM" */
 #define LINE 64
 #define SHM_NAME_MAX 200
-#define DEFAULT_SLAB (256u << 10)        /* bytes per member and set; docs/data-parallel.md */
-#define SMALL_BYTES (256u << 10)         /* one-sync allreduce up to this size, */
-#define SMALL_BYTES_SHARED (32u << 10)   /* ... when members share CPUs */
+#define DEFAULT_SLAB (512u << 10)        /* bytes per member and set; docs/data-parallel.md */
+#define SHM_MAX_INLINE 64                /* members whose pointers fit on the stack */
+#define SMALL_BYTES (32u << 10)          /* one-sync allreduce up to this size */
 #define STREAM_BYTES (64u << 20)         /* streaming copy-out from this size */
 
 typedef struct shm_slot {
@@ -115,6 +117,7 @@ typedef struct shm_coll {
     long ops;                            /* collectives so far, for messages */
     const char *op;                      /* the current one */
     char label[48];
+    void **ptrs;                         /* size pointers, when size > SHM_MAX_INLINE */
 } shm_coll;
 
 /* ------------------------------------------------------------ futex */
@@ -290,6 +293,15 @@ static void copy_out(void *dst, const void *src, size_t n, int stream)
     memcpy(dst, src, n);
 }
 
+/* Copies out a round's result but for this member's own part [lo, hi),
+ * which is already in place. */
+static void copy_around(char *dst, const char *res, size_t m, size_t lo, size_t hi, size_t es,
+                        int stream)
+{
+    copy_out(dst, res, lo * es, stream);
+    copy_out(dst + hi * es, res + hi * es, (m - hi) * es, stream);
+}
+
 /* The slab set of the next round. */
 static char *next_set(shm_coll *s)
 {
@@ -323,26 +335,33 @@ static int shm_allreduce(coll *c, void *buf, size_t n, coll_dtype t, int average
         reduce_strided(t, p, set, s->slab, c->size, 0, n, average);
         return 0;
     }
+    /* Member i reads part i of its own buffer in place: it copies in only
+     * the other parts, and writes its part's sum to res and its buffer. */
+    const void *x[SHM_MAX_INLINE];
+    const void **xs = c->size <= SHM_MAX_INLINE ? x : (const void **)s->ptrs;
     char *prev = NULL;
-    size_t prev_off = 0, prev_m = 0;
-    int stream = n * es >= s->stream_bytes;
+    size_t prev_off = 0, prev_m = 0, prev_lo = 0, prev_hi = 0;
+    int stream = n * es >= s->stream_bytes, me = c->rank;
     for (size_t off = 0; off < n; off += per) {
         size_t m = n - off < per ? n - off : per, lo, hi;
-        char *set = next_set(s);
-        memcpy(in_slab(s, set, c->rank), p + off * es, m * es);
+        char *set = next_set(s), *mine = in_slab(s, set, me), *u = p + off * es;
+        reduce_part(m, c->size, me, es, &lo, &hi);
+        memcpy(mine, u, lo * es);
+        memcpy(mine + hi * es, u + hi * es, (m - hi) * es);
         if (sync_all(s))
             return -1;
-        reduce_part(m, c->size, c->rank, es, &lo, &hi);
-        reduce_strided(t, res_slab(s, set), set, s->slab, c->size, lo, hi, average);
+        for (int j = 0; j < c->size; j++)
+            xs[j] = j == me ? u + lo * es : in_slab(s, set, j) + lo * es;
+        reduce_into2(t, res_slab(s, set) + lo * es, u + lo * es, xs, c->size, hi - lo, average);
         if (prev)
-            copy_out(p + prev_off * es, res_slab(s, prev), prev_m * es, stream);
+            copy_around(p + prev_off * es, res_slab(s, prev), prev_m, prev_lo, prev_hi, es,
+                        stream);
         prev = set;
-        prev_off = off;
-        prev_m = m;
+        prev_off = off, prev_m = m, prev_lo = lo, prev_hi = hi;
     }
     if (sync_all(s))
         return -1;
-    copy_out(p + prev_off * es, res_slab(s, prev), prev_m * es, stream);
+    copy_around(p + prev_off * es, res_slab(s, prev), prev_m, prev_lo, prev_hi, es, stream);
     return 0;
 }
 
@@ -410,6 +429,7 @@ static void shm_destroy(coll *c)
 {
     shm_coll *s = (shm_coll *)c;
     munmap(s->h, s->map_len);
+    cdl_free(s->ptrs);
     cdl_free(s->ranks);
     cdl_free(s);
 }
@@ -583,6 +603,13 @@ coll *shm_attach(shm_seg *seg, boot *b)
     }
     s->h = seg->h;
     s->map_len = seg->map_len;
+    if (seg->size > SHM_MAX_INLINE && !(s->ptrs = cdl_calloc((size_t)seg->size, sizeof(void *)))) {
+        munmap(seg->h, seg->map_len);
+        cdl_free(seg);
+        cdl_free(s->ranks);
+        cdl_free(s);
+        return NULL;
+    }
     s->slab = s->h->slab;
     s->data = (char *)s->h + s->h->data_off;
     cpu_set_t cpus;
@@ -592,8 +619,7 @@ coll *shm_attach(shm_seg *seg, boot *b)
      * few sched_yield()s when members share CPUs. */
     s->oversubscribed = seg->size > (ncpu > online ? ncpu : online);
     s->spin = s->oversubscribed ? 16 : 2000;
-    s->small_bytes = env_bytes("CDL_SHM_SMALL_KB", 10, s->oversubscribed ? SMALL_BYTES_SHARED
-                                                                         : SMALL_BYTES);
+    s->small_bytes = env_bytes("CDL_SHM_SMALL_KB", 10, SMALL_BYTES);
     s->stream_bytes = env_bytes("CDL_SHM_STREAM_MB", 20, STREAM_BYTES);
     shm_slot *me = &s->h->slots[seg->me];
     me->pid = (int32_t)getpid();

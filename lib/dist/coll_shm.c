@@ -2,26 +2,30 @@
  * segment.
  *
  * Layout: a header (one cache line per member for its phase counter), then
- * W input slabs (one per member) and one result slab, each `slab` bytes:
+ * two sets of W input slabs (one per member) and a result slab, each `slab`
+ * bytes. Consecutive rounds use the sets alternately:
  *
- *     [hdr | slots[W] | in[0] | in[1] | ... | in[W-1] | res]
+ *     [hdr | slots[W] | set 0: in[0..W-1], res | set 1: in[0..W-1], res]
  *
- * Allreduce, per slab of the user buffer (m elements):
- *   1. member i copies its slab into in[i];            sync
- *   2. member i reduces its part P_i of the slab:       res[P_i] = in[0][P_i] + in[1][P_i] + ...
- *      (the reduce-scatter; parts are ~m/W, 64-byte aligned)   sync
- *   3. everyone copies res into its buffer (the allgather).
- * Each element is summed in member order 0, 1, ..., W-1 by exactly one
- * member, so every rank gets bitwise-identical results, independent of
- * timing, equal to a plain sequential sum. Each member reads and writes
- * O(m) bytes: bandwidth-optimal for shared memory.
+ * Allreduce of m elements, per round (one slab of the buffer):
+ *   1. member i copies its slab into in[i], except its own part P_i (parts
+ *      ~m/W, 64-byte aligned), which only it reads;                  sync
+ *   2. member i reduces P_i: res[P_i] = x0[P_i] + x1[P_i] + ..., with x_i its
+ *      own buffer (the reduce-scatter), writing the sum to res and in place
+ *      to its buffer, and copies the previous round's res, but P_i, out
+ *      (the allgather), which the sync completed.
+ * After the last round one more sync, then its copy-out. Small buffers
+ * (one round, at most SMALL_BYTES) take one sync: every member copies in
+ * all of its slab and sums all of in[] itself, straight into its buffer.
+ * Each element is summed in member order 0, 1, ..., W-1 (by one member, or
+ * by each the same way), so every rank gets bitwise-identical results,
+ * independent of timing, equal to a plain sequential sum.
  *
- * Who may touch what when (no op needs a sync at its start):
- *  - before an op's first sync a member writes only its own in[] slab;
- *  - res is written only between syncs, and read after the last one (the
- *    allreduce copy-out may still run while a fast member starts the next
- *    op, which therefore must not write res first);
- *  - reads of in[] finish before the op's last sync.
+ * Why one sync per round is enough: a member is never more than one sync
+ * ahead of another; a round writes only its own set (in[me] before its
+ * sync, res after it) and reads a set only after the sync that completed
+ * it; the next use of that set is two rounds later, after a sync that every
+ * member reaches only once done reading it.
  *
  * Synchronisation: member i publishes its phase (C11 atomics) and rings a
  * shared futex word; waiters spin briefly (when there are CPUs to spare),
@@ -62,7 +66,10 @@
 #define SHM_MAGIC 0x4d4c4443u            /* "CDLM" */
 #define LINE 64
 #define SHM_NAME_MAX 200
-#define DEFAULT_SLAB (1u << 20)          /* bytes per member; see docs/data-parallel.md */
+#define DEFAULT_SLAB (512u << 10)        /* bytes per member and set; docs/data-parallel.md */
+#define SHM_MAX_INLINE 64                /* members whose pointers fit on the stack */
+#define SMALL_BYTES (32u << 10)          /* one-sync allreduce up to this size */
+#define STREAM_BYTES (64u << 20)         /* streaming copy-out from this size */
 
 typedef struct shm_slot {
     _Atomic uint32_t phase;              /* syncs this member has arrived at */
@@ -101,11 +108,16 @@ typedef struct shm_coll {
     char *data;
     int *ranks;
     uint32_t phase;
+    unsigned long round;                 /* rounds so far: set = round & 1 */
     double timeout;
-    long spin;                           /* pause iterations before sleeping */
+    long spin;                           /* pause (or yield) iterations before sleeping */
+    int oversubscribed;                  /* more members than CPUs */
+    size_t small_bytes;                  /* one-sync allreduce up to this size */
+    size_t stream_bytes;                 /* allreduces this big copy out with streaming stores */
     long ops;                            /* collectives so far, for messages */
     const char *op;                      /* the current one */
     char label[48];
+    void **ptrs;                         /* size pointers, when size > SHM_MAX_INLINE */
 } shm_coll;
 
 /* ------------------------------------------------------------ futex */
@@ -218,7 +230,12 @@ static int sync_all(shm_coll *s)
         if (atomic_load_explicit(&h->aborted, memory_order_acquire) == 1)
             return cdl_error("rank %d: %s", s->ranks[s->base.rank], h->abort_msg);
         if (spins < s->spin) {
-            cpu_relax();
+            /* Oversubscribed, give the CPU to a peer that still has work;
+             * else spin on it for a few microseconds. */
+            if (s->oversubscribed)
+                sched_yield();
+            else
+                cpu_relax();
             spins++;
             continue;
         }
@@ -243,14 +260,62 @@ static int sync_all(shm_coll *s)
 
 /* ------------------------------------------------------------ reduction */
 
-static char *in_slab(const shm_coll *s, int j)
+/* Copies a round's result into the user's buffer. For buffers far larger
+ * than the caches streaming (non-temporal) stores skip reading dst into the
+ * cache first, a third of the memory traffic of the copy. */
+static void copy_out(void *dst, const void *src, size_t n, int stream)
 {
-    return s->data + (size_t)j * s->slab;
+#if defined(__SSE2__)
+    if (stream) {
+        char *d = dst;
+        const char *p = src;
+        size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+        head = head < n ? head : n;
+        memcpy(d, p, head);
+        d += head, p += head, n -= head;
+        size_t body = n & ~(size_t)63;
+        for (size_t i = 0; i < body; i += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(p + i));
+            __m128i b = _mm_loadu_si128((const __m128i *)(p + i + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(p + i + 32));
+            __m128i e = _mm_loadu_si128((const __m128i *)(p + i + 48));
+            _mm_stream_si128((__m128i *)(d + i), a);
+            _mm_stream_si128((__m128i *)(d + i + 16), b);
+            _mm_stream_si128((__m128i *)(d + i + 32), c);
+            _mm_stream_si128((__m128i *)(d + i + 48), e);
+        }
+        memcpy(d + body, p + body, n - body);
+        _mm_sfence();   /* streaming stores are weakly ordered */
+        return;
+    }
+#endif
+    (void)stream;
+    memcpy(dst, src, n);
 }
 
-static char *res_slab(const shm_coll *s)
+/* Copies out a round's result but for this member's own part [lo, hi),
+ * which is already in place. */
+static void copy_around(char *dst, const char *res, size_t m, size_t lo, size_t hi, size_t es,
+                        int stream)
 {
-    return s->data + (size_t)s->base.size * s->slab;
+    copy_out(dst, res, lo * es, stream);
+    copy_out(dst + hi * es, res + hi * es, (m - hi) * es, stream);
+}
+
+/* The slab set of the next round. */
+static char *next_set(shm_coll *s)
+{
+    return s->data + (size_t)(s->round++ & 1) * (size_t)(s->base.size + 1) * s->slab;
+}
+
+static char *in_slab(const shm_coll *s, char *set, int j)
+{
+    return set + (size_t)j * s->slab;
+}
+
+static char *res_slab(const shm_coll *s, char *set)
+{
+    return set + (size_t)s->base.size * s->slab;
 }
 
 static int shm_allreduce(coll *c, void *buf, size_t n, coll_dtype t, int average)
@@ -262,17 +327,41 @@ static int shm_allreduce(coll *c, void *buf, size_t n, coll_dtype t, int average
     char *p = buf;
     s->ops++;
     s->op = "allreduce";
+    if (n * es <= s->small_bytes && n <= per) {
+        char *set = next_set(s);
+        memcpy(in_slab(s, set, c->rank), p, n * es);
+        if (sync_all(s))
+            return -1;
+        reduce_strided(t, p, set, s->slab, c->size, 0, n, average);
+        return 0;
+    }
+    /* Member i reads part i of its own buffer in place: it copies in only
+     * the other parts, and writes its part's sum to res and its buffer. */
+    const void *x[SHM_MAX_INLINE];
+    const void **xs = c->size <= SHM_MAX_INLINE ? x : (const void **)s->ptrs;
+    char *prev = NULL;
+    size_t prev_off = 0, prev_m = 0, prev_lo = 0, prev_hi = 0;
+    int stream = n * es >= s->stream_bytes, me = c->rank;
     for (size_t off = 0; off < n; off += per) {
         size_t m = n - off < per ? n - off : per, lo, hi;
-        memcpy(in_slab(s, c->rank), p + off * es, m * es);
+        char *set = next_set(s), *mine = in_slab(s, set, me), *u = p + off * es;
+        reduce_part(m, c->size, me, es, &lo, &hi);
+        memcpy(mine, u, lo * es);
+        memcpy(mine + hi * es, u + hi * es, (m - hi) * es);
         if (sync_all(s))
             return -1;
-        reduce_part(m, c->size, c->rank, es, &lo, &hi);
-        reduce_strided(t, res_slab(s), s->data, s->slab, c->size, lo, hi, average);
-        if (sync_all(s))
-            return -1;
-        memcpy(p + off * es, res_slab(s), m * es);
+        for (int j = 0; j < c->size; j++)
+            xs[j] = j == me ? u + lo * es : in_slab(s, set, j) + lo * es;
+        reduce_into2(t, res_slab(s, set) + lo * es, u + lo * es, xs, c->size, hi - lo, average);
+        if (prev)
+            copy_around(p + prev_off * es, res_slab(s, prev), prev_m, prev_lo, prev_hi, es,
+                        stream);
+        prev = set;
+        prev_off = off, prev_m = m, prev_lo = lo, prev_hi = hi;
     }
+    if (sync_all(s))
+        return -1;
+    copy_around(p + prev_off * es, res_slab(s, prev), prev_m, prev_lo, prev_hi, es, stream);
     return 0;
 }
 
@@ -286,14 +375,13 @@ static int shm_broadcast(coll *c, void *buf, size_t bytes, int root)
     s->op = "broadcast";
     for (size_t off = 0; off < bytes; off += s->slab) {
         size_t m = bytes - off < s->slab ? bytes - off : s->slab;
+        char *set = next_set(s);
         if (c->rank == root)
-            memcpy(in_slab(s, root), p + off, m);
+            memcpy(in_slab(s, set, root), p + off, m);
         if (sync_all(s))
             return -1;
         if (c->rank != root)
-            memcpy(p + off, in_slab(s, root), m);
-        if (sync_all(s))
-            return -1;
+            memcpy(p + off, in_slab(s, set, root), m);
     }
     return 0;
 }
@@ -317,13 +405,12 @@ static int shm_allgather(coll *c, const void *in, void *out, size_t bytes)
     }
     for (size_t off = 0; off < bytes; off += s->slab) {
         size_t m = bytes - off < s->slab ? bytes - off : s->slab;
-        memcpy(in_slab(s, c->rank), (const char *)in + off, m);
+        char *set = next_set(s);
+        memcpy(in_slab(s, set, c->rank), (const char *)in + off, m);
         if (sync_all(s))
             return -1;
         for (int j = 0; j < c->size; j++)
-            memcpy((char *)out + (size_t)j * bytes + off, in_slab(s, j), m);
-        if (sync_all(s))
-            return -1;
+            memcpy((char *)out + (size_t)j * bytes + off, in_slab(s, set, j), m);
     }
     return 0;
 }
@@ -342,6 +429,7 @@ static void shm_destroy(coll *c)
 {
     shm_coll *s = (shm_coll *)c;
     munmap(s->h, s->map_len);
+    cdl_free(s->ptrs);
     cdl_free(s->ranks);
     cdl_free(s);
 }
@@ -350,6 +438,14 @@ static const coll_ops shm_ops = {"shm", shm_allreduce, shm_broadcast, shm_barrie
                                  shm_allgather, shm_abort, shm_destroy};
 
 /* ------------------------------------------------------------ setup */
+
+/* A tuning knob from the environment, in units of 1 << shift bytes. */
+static size_t env_bytes(const char *name, int shift, size_t dflt)
+{
+    const char *e = getenv(name);
+    long v = e ? atol(e) : 0;
+    return v > 0 ? (size_t)v << shift : dflt;
+}
 
 static size_t slab_bytes(void)
 {
@@ -393,7 +489,7 @@ shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b, double ti
     snprintf(seg->name, sizeof seg->name, "/cdl-%s-%s-%02x%02x%02x%02x%02x%02x%02x%02x", job,
              g->tag, rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     size_t slab = slab_bytes(), hdr = header_bytes(g->size);
-    size_t total = hdr + (size_t)(g->size + 1) * slab;
+    size_t total = hdr + 2 * (size_t)(g->size + 1) * slab;
     int fd = shm_open(seg->name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
         cdl_error("rank %d: shm_open(%s) failed: %s (is /dev/shm mounted and writable?)",
@@ -507,13 +603,24 @@ coll *shm_attach(shm_seg *seg, boot *b)
     }
     s->h = seg->h;
     s->map_len = seg->map_len;
+    if (seg->size > SHM_MAX_INLINE && !(s->ptrs = cdl_calloc((size_t)seg->size, sizeof(void *)))) {
+        munmap(seg->h, seg->map_len);
+        cdl_free(seg);
+        cdl_free(s->ranks);
+        cdl_free(s);
+        return NULL;
+    }
     s->slab = s->h->slab;
     s->data = (char *)s->h + s->h->data_off;
     cpu_set_t cpus;
     int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    /* Spin (~20 us) only when every member can have a CPU; else sleep at once. */
-    s->spin = seg->size <= (ncpu > online ? ncpu : online) ? 2000 : 0;
+    /* Before sleeping: ~100 us of pause when every member has a CPU, a
+     * few sched_yield()s when members share CPUs. */
+    s->oversubscribed = seg->size > (ncpu > online ? ncpu : online);
+    s->spin = s->oversubscribed ? 16 : 2000;
+    s->small_bytes = env_bytes("CDL_SHM_SMALL_KB", 10, SMALL_BYTES);
+    s->stream_bytes = env_bytes("CDL_SHM_STREAM_MB", 20, STREAM_BYTES);
     shm_slot *me = &s->h->slots[seg->me];
     me->pid = (int32_t)getpid();
     me->start = dist_pid_starttime((int)getpid());

@@ -1,5 +1,7 @@
 /* Fixed-order sums (see reduce.h). Plain loops over restrict pointers: the
  * compiler vectorises across i, which keeps each element's order. */
+#include <string.h>
+
 #include "reduce.h"
 
 #define LINE 64
@@ -49,6 +51,49 @@ void reduce_strided(coll_dtype t, void *out, const void *base, size_t stride, in
         strided_f32(out, base, stride, w, lo, hi, average);
     else
         strided_f64(out, base, stride, w, lo, hi, average);
+}
+
+/* Sums a block into a stack buffer first, so `also` may alias an input. */
+#define DEFINE_INTO2(NAME, T)                                                               \
+    static void NAME(T *restrict out, T *also, const void *const *x, int w, size_t n,      \
+                     int average)                                                           \
+    {                                                                                       \
+        enum { BLOCK = 1024 };                                                              \
+        T acc[BLOCK];                                                                       \
+        const T scale = (T)w;                                                               \
+        for (size_t b = 0; b < n; b += BLOCK) {                                             \
+            size_t e = n - b < BLOCK ? n - b : BLOCK;                                       \
+            const T *x0 = (const T *)x[0] + b;                                              \
+            if (w == 1) {                                                                   \
+                for (size_t i = 0; i < e; i++)                                              \
+                    acc[i] = x0[i];                                                         \
+            } else {                                                                        \
+                const T *x1 = (const T *)x[1] + b;                                          \
+                for (size_t i = 0; i < e; i++)                                              \
+                    acc[i] = x0[i] + x1[i];                                                 \
+            }                                                                               \
+            for (int j = 2; j < w; j++) {                                                   \
+                const T *xj = (const T *)x[j] + b;                                          \
+                for (size_t i = 0; i < e; i++)                                              \
+                    acc[i] += xj[i];                                                        \
+            }                                                                               \
+            if (average)                                                                    \
+                for (size_t i = 0; i < e; i++)                                              \
+                    acc[i] /= scale;                                                        \
+            memcpy(out + b, acc, e * sizeof(T));                                            \
+            memcpy(also + b, acc, e * sizeof(T));                                           \
+        }                                                                                   \
+    }
+DEFINE_INTO2(into2_f32, float)
+DEFINE_INTO2(into2_f64, double)
+
+void reduce_into2(coll_dtype t, void *out, void *also, const void *const *x, int w, size_t n,
+                  int average)
+{
+    if (t == COLL_F32)
+        into2_f32(out, also, x, w, n, average);
+    else
+        into2_f64(out, also, x, w, n, average);
 }
 
 void reduce_add(coll_dtype t, void *acc, const void *x, size_t n)

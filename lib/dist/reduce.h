@@ -17,6 +17,11 @@ void reduce_part(size_t m, int size, int i, size_t esize, size_t *lo, size_t *hi
 void reduce_strided(coll_dtype t, void *out, const void *base, size_t stride, int w, size_t lo,
                     size_t hi, int average);
 
+/* The same sum over w arrays x[j][0..n), written to out (not aliasing any
+ * x) and to also (which may be one of the x, element for element). */
+void reduce_into2(coll_dtype t, void *out, void *also, const void *const *x, int w, size_t n,
+                  int average);
+
 /* acc[i] += x[i] (one more term of the left-to-right sum). */
 void reduce_add(coll_dtype t, void *acc, const void *x, size_t n);
 /* acc[i] /= w. */

@@ -1,27 +1,162 @@
-/* Synchronous gradient averaging: one allreduce of the whole flat gradient
- * buffer after backward. (Bucketed, overlapped averaging replaces this.) */
+/* Gradient averaging in buckets, overlapped with backward.
+ *
+ * The flat gradient buffer is cut into buckets of whole parameter tensors,
+ * ~bucket_bytes each, from the end of the buffer towards the start: the
+ * order backward finishes them (bucket 0 holds the last layers). Backward
+ * reports each finished range through ddp_grad_ready; everything above the
+ * lowest offset reported so far is final, so every bucket above it is handed
+ * to a communication thread, which averages buckets in index order with
+ * cdl_dist_allreduce while backward computes the earlier layers. ddp_finish
+ * hands over whatever is left and waits.
+ *
+ * Every rank launches the same buckets in the same order. The collectives
+ * reduce element by element in a fixed order, so bucketing does not change a
+ * single bit of the result: it equals one allreduce of the whole buffer.
+ *
+ * Overlap needs a synchronous backend (host memory, like the CPU backend:
+ * a reported range is computed, not just enqueued); on others ddp_finish
+ * syncs the backend and reduces all buckets then. If ranges ever arrive out
+ * of order, nothing is launched early in that step. No allocation per step. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include <cdl/cdl.h>
 
 #include "ddp.h"
 
+typedef struct bucket {
+    size_t start, end;           /* [start, end) of the gradient buffer */
+} bucket;
+
 struct ddp {
-    cdl_dist *dist;
+    cdl_dist *dist;              /* NULL: one rank, nothing to do */
     cdl_model *model;
+    float *grads;
+    size_t n;
+    bucket *b;
+    int nb;
+    int overlap;                 /* the thread runs buckets during backward */
+
+    pthread_t thread;
+    int have_thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    /* Under mu. Per step: buckets [0, launched) are handed over, [0, finished)
+     * are averaged; [low, n) of the gradients is final. */
+    int launched, finished, stop, failed, unordered;
+    size_t low;
+    char err[1024];
 };
+
+/* Buckets of whole tensors from the last view backwards, each closed once it
+ * holds at least bucket_bytes. */
+static int make_buckets(ddp *g, size_t bucket_bytes)
+{
+    int nv = cdl_model_nviews(g->model);
+    size_t cap = bucket_bytes / sizeof(float);
+    g->b = cdl_calloc((size_t)(nv > 0 ? nv : 1), sizeof *g->b);
+    if (!g->b)
+        return -1;
+    if (nv == 0) {
+        g->b[0] = (bucket){0, g->n};
+        g->nb = g->n ? 1 : 0;
+        return 0;
+    }
+    size_t end = g->n;
+    for (int i = nv - 1; i >= 0; i--) {
+        const cdl_param_view *v = cdl_model_view(g->model, i);
+        if (v->offset >= end && i > 0)
+            continue;   /* views out of order: it joins the bucket being built */
+        if (end - v->offset >= cap || i == 0) {
+            g->b[g->nb++] = (bucket){i == 0 ? 0 : v->offset, end};
+            end = v->offset;
+        }
+    }
+    return 0;
+}
+
+/* Averages bucket k; the error message is copied for the main thread. */
+static int reduce_bucket(ddp *g, int k)
+{
+    bucket *b = &g->b[k];
+    if (cdl_dist_allreduce(g->dist, g->grads + b->start, b->end - b->start, 1) == 0)
+        return 0;
+    return -1;
+}
+
+static void *comm_main(void *arg)
+{
+    ddp *g = arg;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        while (!g->stop && g->finished == g->launched)
+            pthread_cond_wait(&g->work, &g->mu);
+        if (g->stop)
+            break;
+        int k = g->finished, skip = g->failed;
+        pthread_mutex_unlock(&g->mu);
+        int rc = skip ? 0 : reduce_bucket(g, k);
+        pthread_mutex_lock(&g->mu);
+        if (rc && !g->failed) {
+            g->failed = 1;
+            snprintf(g->err, sizeof g->err, "%s", cdl_last_error());
+        }
+        g->finished++;
+        pthread_cond_broadcast(&g->done);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
 
 ddp *ddp_create(cdl_dist *d, cdl_model *m, size_t bucket_bytes)
 {
-    (void)bucket_bytes;
     ddp *g = cdl_calloc(1, sizeof *g);
     if (!g)
         return NULL;
-    g->dist = (d && cdl_dist_world(d) > 1) ? d : NULL;
     g->model = m;
+    if (!d || cdl_dist_world(d) <= 1)
+        return g;
+    g->dist = d;
+    g->grads = cdl_model_grads(m);
+    g->n = cdl_model_nparams(m);
+    g->low = g->n;
+    const char *kb = getenv("CDL_DDP_BUCKET_KB");   /* tuning and tests */
+    if (kb && atol(kb) > 0)
+        bucket_bytes = (size_t)atol(kb) << 10;
+    if (make_buckets(g, bucket_bytes ? bucket_bytes : 25u << 20)) {
+        cdl_free(g);
+        return NULL;
+    }
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->work, NULL);
+    pthread_cond_init(&g->done, NULL);
+    cdl_backend *be = cdl_model_backend(m);
+    g->overlap = be && be->host_memory;
+    /* Without a thread (it could not start) ddp_finish reduces every bucket. */
+    g->have_thread = g->overlap && pthread_create(&g->thread, NULL, comm_main, g) == 0;
+    g->overlap = g->have_thread;
     return g;
 }
 
 void ddp_free(ddp *g)
 {
+    if (!g)
+        return;
+    if (g->dist) {
+        if (g->have_thread) {
+            pthread_mutex_lock(&g->mu);
+            g->stop = 1;
+            pthread_cond_broadcast(&g->work);
+            pthread_mutex_unlock(&g->mu);
+            pthread_join(g->thread, NULL);
+        }
+        pthread_cond_destroy(&g->work);
+        pthread_cond_destroy(&g->done);
+        pthread_mutex_destroy(&g->mu);
+        cdl_free(g->b);
+    }
     cdl_free(g);
 }
 
@@ -33,16 +168,47 @@ int ddp_broadcast_params(ddp *g)
                               cdl_model_nparams(g->model) * sizeof(float), 0);
 }
 
-void ddp_grad_ready(void *g, size_t offset, size_t count)
+void ddp_grad_ready(void *ctx, size_t offset, size_t count)
 {
-    (void)g;
-    (void)offset;
-    (void)count;
+    ddp *g = ctx;
+    if (!g->dist || !g->overlap)
+        return;
+    pthread_mutex_lock(&g->mu);
+    if (offset + count > g->low || offset + count > g->n)
+        g->unordered = 1;   /* not below what was reported: launch nothing early */
+    else
+        g->low = offset;
+    int before = g->launched;
+    while (!g->unordered && g->launched < g->nb && g->b[g->launched].start >= g->low)
+        g->launched++;
+    if (g->launched != before)
+        pthread_cond_signal(&g->work);
+    pthread_mutex_unlock(&g->mu);
 }
 
 int ddp_finish(ddp *g)
 {
     if (!g->dist)
         return 0;
-    return cdl_dist_allreduce(g->dist, cdl_model_grads(g->model), cdl_model_nparams(g->model), 1);
+    int rc = 0;
+    if (!g->have_thread) {
+        cdl_backend *be = cdl_model_backend(g->model);
+        if (be && be->ops->sync(be))
+            return -1;
+        for (int k = 0; k < g->nb && rc == 0; k++)
+            rc = reduce_bucket(g, k);
+        return rc;
+    }
+    pthread_mutex_lock(&g->mu);
+    g->launched = g->nb;   /* backward is over: everything is final */
+    pthread_cond_signal(&g->work);
+    while (g->finished < g->nb)
+        pthread_cond_wait(&g->done, &g->mu);
+    if (g->failed)
+        rc = cdl_error("%s", g->err);
+    g->launched = g->finished = 0;
+    g->unordered = 0;
+    g->low = g->n;
+    pthread_mutex_unlock(&g->mu);
+    return rc;
 }

@@ -4,6 +4,9 @@
 # backend over two emulated nodes (shm inside, MPI between the leaders).
 # Skips (exit 77) only when mpirun is missing.
 set -u
+if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
+    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
+fi
 builddir=${top_builddir:-.}
 check=$builddir/tests/dist/dist_check
 if ! command -v mpirun >/dev/null 2>&1; then

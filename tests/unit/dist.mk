@@ -1,6 +1,8 @@
 # tests for dist: discovery, collectives (forked ranks), the TCP store.
-check_PROGRAMS += tests/unit/test_dist_discover tests/unit/test_dist_coll tests/unit/test_dist_store
-TESTS += tests/unit/test_dist_discover tests/unit/test_dist_coll tests/unit/test_dist_store
+check_PROGRAMS += tests/unit/test_dist_discover tests/unit/test_dist_coll tests/unit/test_dist_store \
+	tests/unit/test_dist_ddp
+TESTS += tests/unit/test_dist_discover tests/unit/test_dist_coll tests/unit/test_dist_store \
+	tests/unit/test_dist_ddp
 tests_unit_test_dist_discover_SOURCES = tests/unit/test_dist_discover.c tests/unit/dist_fork.h
 tests_unit_test_dist_discover_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_dist_discover_LDADD = $(TEST_LDADD)
@@ -10,10 +12,16 @@ tests_unit_test_dist_coll_LDADD = $(TEST_LDADD)
 tests_unit_test_dist_store_SOURCES = tests/unit/test_dist_store.c tests/unit/dist_fork.h
 tests_unit_test_dist_store_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_dist_store_LDADD = $(TEST_LDADD)
+tests_unit_test_dist_ddp_SOURCES = tests/unit/test_dist_ddp.c tests/unit/dist_fork.h
+tests_unit_test_dist_ddp_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_dist_ddp_LDADD = $(TEST_LDADD)
 
 # Multi-process checks: one program, launched by cdlrun and mpirun.
-check_PROGRAMS += tests/dist/dist_check
+check_PROGRAMS += tests/dist/dist_check tests/dist/weights_cmp
 tests_dist_dist_check_SOURCES = tests/dist/dist_check.c
 tests_dist_dist_check_LDADD = libcdl_core.la
-TESTS += tests/dist/cdlrun.sh tests/dist/mpirun.sh
-EXTRA_DIST += tests/dist/cdlrun.sh tests/dist/mpirun.sh
+tests_dist_weights_cmp_SOURCES = tests/dist/weights_cmp.c
+tests_dist_weights_cmp_LDADD = libcdl_core.la
+TESTS += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tests/dist/train_kill.sh
+EXTRA_DIST += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh \
+	tests/dist/train_kill.sh

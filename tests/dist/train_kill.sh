@@ -1,0 +1,55 @@
+#!/bin/sh
+# kill -9 of one rank mid-training: every other rank exits non-zero within
+# 10 s naming the lost rank, cdlrun reports it, and the last checkpoint
+# loads (resuming it on another world size works, with a warning).
+set -u
+if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
+    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
+fi
+builddir=${top_builddir:-.}
+train=$builddir/cli/cdl-train
+cdlrun=$builddir/launcher/cdlrun
+tmp=$(mktemp -d /tmp/cdl-kill.XXXXXX)
+pid=
+trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+fail() { echo "FAILED: $*"; cat "$tmp/err" 2>/dev/null | tail -20; exit 1; }
+common="--dataset synthetic --synthetic-size 640 --schedule constant --threads 1 --batch-size 8"
+
+"$cdlrun" -n 3 -v --label "$train" $common --epochs 1000 --ckpt-dir "$tmp/ck" --ckpt-every 5 \
+    >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+# Wait (bounded) until training runs and a checkpoint exists.
+i=0
+while [ ! -s "$tmp/ck/last.safetensors" ]; do
+    i=$((i + 1))
+    [ $i -le 600 ] || fail "no checkpoint after 60 s"
+    kill -0 $pid 2>/dev/null || fail "training ended early"
+    sleep 0.1
+done
+victim=$(sed -n 's/^cdlrun: rank 1: pid \([0-9]*\),.*/\1/p' "$tmp/err")
+[ -n "$victim" ] || fail "no pid for rank 1"
+kill -9 "$victim"
+# cdlrun, and with it every rank, must be gone within 10 s.
+i=0
+while kill -0 $pid 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -le 100 ] || fail "ranks still running 10 s after kill -9 of rank 1"
+    sleep 0.1
+done
+wait $pid
+rc=$?
+pid=
+[ $rc -eq 137 ] || fail "cdlrun exited $rc, expected 137 (rank 1 killed by signal 9)"
+grep -q "cdlrun: failed: rank 1 was killed by signal 9" "$tmp/err" || fail "cdlrun did not name rank 1"
+for r in 0 2; do
+    grep "^\[$r\]" "$tmp/err" | grep -q "rank 1" || fail "rank $r's error does not name rank 1"
+done
+echo "ranks 0 and 2 named the lost rank:"
+grep -E "^\[(0|2)\].*rank 1" "$tmp/err" | head -2
+# The last checkpoint loads: resume it on one rank to the end of its epoch.
+cp "$tmp/ck/last.safetensors" "$tmp/resume.safetensors"
+timeout 120 "$train" $common --epochs 1 --resume "$tmp/resume.safetensors" >"$tmp/out" 2>"$tmp/err" \
+    || fail "resuming from the last checkpoint"
+grep -q "resuming from" "$tmp/err" "$tmp/out" || fail "the last checkpoint did not load"
+grep -q "written by 3 ranks, resuming on 1" "$tmp/err" "$tmp/out" || fail "no world-size warning"
+echo "kill -9 test passed"

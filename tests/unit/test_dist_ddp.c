@@ -1,0 +1,105 @@
+/* DDP gradient buckets: reduced by a communication thread while backward
+ * runs, the result is bitwise what one allreduce of the whole gradient
+ * buffer gives (the fixed summation order works element by element). */
+#include "testutil.h"
+#include "dist_fork.h"
+
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+#include "lib/train/ddp.h"
+
+enum { BATCH = 8 };
+
+/* One rank: forward/backward of LeNet on its own synthetic batch, gradients
+ * averaged by ddp (tiny buckets: many of them, launched during backward)
+ * and, for reference, by one allreduce of the whole buffer. */
+static int ddp_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    setenv("CDL_DDP_BUCKET_KB", (const char *)arg, 1);
+    cdl_rank_info info;
+    CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
+    cdl_dist *d = cdl_dist_init(&info, "shm", NULL, 30);
+    CHILD_CHECK(d, "%s", cdl_last_error());
+    cdl_backend *be = cdl_backend_cpu_create(1);
+    CHILD_CHECK(be, "%s", cdl_last_error());
+    cdl_model_spec spec;
+    cdl_shape in = {1, 28, 28};
+    CHILD_CHECK(cdl_spec_builtin("lenet", in, 10, &spec) == 0, "%s", cdl_last_error());
+    cdl_model *m = cdl_model_create(&spec, in, BATCH, be);
+    CHILD_CHECK(m, "%s", cdl_last_error());
+    cdl_model_init(m, 7 + (uint64_t)rank);   /* different: the broadcast must fix it */
+    ddp *g = ddp_create(d, m, 0);
+    CHILD_CHECK(g && ddp_broadcast_params(g) == 0, "%s", cdl_last_error());
+    size_t np = cdl_model_nparams(m);
+    float *x = cdl_malloc(BATCH * 784 * sizeof *x), *dlogits = cdl_malloc(BATCH * 10 * sizeof *x);
+    float *loss = cdl_malloc(BATCH * sizeof *loss), *want = cdl_malloc(np * sizeof *want);
+    int32_t y[BATCH], pred[BATCH];
+    CHILD_CHECK(x && dlogits && loss && want, "no memory");
+    for (int step = 0; step < 3; step++) {
+        for (size_t i = 0; i < BATCH * 784; i++)
+            x[i] = test_value(rank * 10 + step, i);
+        for (int i = 0; i < BATCH; i++)
+            y[i] = (rank * 3 + i + step) % 10;
+        const float *logits = cdl_model_forward(m, x, BATCH, 1, 0);
+        be->ops->xent_fwd_bwd(be, BATCH, 10, logits, y, 1.0f / BATCH, dlogits, loss, pred);
+        cdl_model_backward(m, dlogits, NULL, NULL);
+        memcpy(want, cdl_model_grads(m), np * sizeof *want);
+        CHILD_CHECK(cdl_dist_allreduce(d, want, np, 1) == 0, "%s", cdl_last_error());
+        cdl_model_backward(m, dlogits, ddp_grad_ready, g);
+        CHILD_CHECK(ddp_finish(g) == 0, "%s", cdl_last_error());
+        CHILD_CHECK(!memcmp(want, cdl_model_grads(m), np * sizeof *want),
+                    "step %d: bucketed gradients differ from one allreduce", step);
+        /* Parameters stay equal on all ranks: gather a checksum. */
+        uint64_t h = 1469598103934665603ull, all[64];
+        const unsigned char *p = (const unsigned char *)cdl_model_params(m);
+        for (size_t i = 0; i < np * sizeof(float); i++)
+            h = (h ^ p[i]) * 1099511628211ull;
+        CHILD_CHECK(cdl_dist_allgather(d, &h, all, sizeof h) == 0, "%s", cdl_last_error());
+        for (int r = 0; r < world; r++)
+            CHILD_CHECK(all[r] == h, "rank %d has other parameters", r);
+    }
+    cdl_free(x);
+    cdl_free(dlogits);
+    cdl_free(loss);
+    cdl_free(want);
+    ddp_free(g);
+    cdl_model_free(m);
+    cdl_backend_destroy(be);
+    cdl_dist_finalize(d);
+    return 0;
+}
+
+static void test_buckets_equal_one_allreduce(void **state)
+{
+    (void)state;
+    const char *kb[] = {"4", "64", "25600"};   /* many buckets, a few, one */
+    for (int world = 2; world <= 3; world++)
+        for (int k = 0; k < 3; k++)
+            if (run_world(world, ddp_rank, (void *)kb[k], guard_s(60)))
+                fail_msg("ddp on %d ranks with %s KB buckets failed", world, kb[k]);
+}
+
+/* One rank: every call is a no-op. */
+static void test_single_rank_noop(void **state)
+{
+    (void)state;
+    ddp *g = ddp_create(NULL, NULL, 0);
+    assert_non_null(g);
+    assert_int_equal(ddp_broadcast_params(g), 0);
+    ddp_grad_ready(g, 0, 10);
+    assert_int_equal(ddp_finish(g), 0);
+    ddp_free(g);
+}
+
+int main(void)
+{
+    clear_launcher_env();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_buckets_equal_one_allreduce),
+        cmocka_unit_test(test_single_rank_noop),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -142,8 +142,14 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
     return spank_context() == S_CTX_REMOTE ? spk_remote_exit(sp) : 0;
 }
 
+/* The job script context gets no slurm_spank_init: the settings are parsed
+ * here from the same arguments. */
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 {
-    (void)ac, (void)av;
+    spk_set_log(log_to_slurm);
+    if (spk_conf_parse(&spk_g.conf, ac, av) != 0) {
+        slurm_error("cdl: %s", spk_last_error());
+        return -1;
+    }
     return spk_epilog(sp);
 }

@@ -37,7 +37,7 @@ fail() {
 }
 check() {   # check DESCRIPTION COMMAND...
     local what=$1; shift
-    if "$@"; then echo "ok: $what"; else fail "$what"; fi
+    if "$@"; then echo "ok: $what"; else fail "$what"; return 1; fi
 }
 finish() {
     [ "$FAILED" = 0 ] && { echo "PASS"; exit 0; }

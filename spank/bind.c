@@ -139,8 +139,8 @@ int spk_bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum spk_
             gpu = spk_bind_gpu(topo, g);
             if (!gpu && note && !note[0])
                 snprintf(note, notelen, g < 0 ? "no GPU assigned: binding as with cores"
-                                              : "GPU %d not in the topology: binding as with "
-                                                "cores", g);
+                                              : "GPU %d not found in the topology: binding as "
+                                                "with cores", g);
         }
         if (gpu) {
             hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, gpu);

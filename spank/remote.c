@@ -26,10 +26,17 @@
 #include "spank/plugin.h"
 #include "spank/port.h"
 
-static void defer(const char *what)
+/* Keeps "cdl: OPTION: message" (without repeating OPTION if the message
+ * starts with it) for the tasks to report. */
+static void defer(const char *opt)
 {
-    if (!spk_g.deferred[0])
-        snprintf(spk_g.deferred, sizeof spk_g.deferred, "%s: %s", what, spk_last_error());
+    const char *err = spk_last_error();
+    if (spk_g.deferred[0])
+        return;
+    if (!strncmp(err, opt, strlen(opt)))
+        snprintf(spk_g.deferred, sizeof spk_g.deferred, "cdl: %s", err);
+    else
+        snprintf(spk_g.deferred, sizeof spk_g.deferred, "cdl: %s: %s", opt, err);
 }
 
 static int item_u32(spank_t sp, spank_item_t item, uint32_t *v)
@@ -117,7 +124,7 @@ int spk_remote_post_opt(spank_t sp)
         item_u32(sp, S_JOB_TOTAL_TASK_COUNT, &s->ntasks) ||
         item_u32(sp, S_JOB_LOCAL_TASK_COUNT, &s->local_tasks)) {
         spk_error("Slurm did not give the step's layout");
-        defer("cdl");
+        defer("--cdl-ddp");
         return 0;
     }
     if (item_u32(sp, S_STEP_CPUS_PER_TASK, &s->cpus_per_task) != 0)
@@ -130,18 +137,18 @@ int spk_remote_post_opt(spank_t sp)
     if (spk_gpus_parse(spk_g.step_gpus_str, &spk_g.step_gpus) != 0)
         spk_g.step_gpus.n = 0;   /* only --cdl-mps needs them; it re-parses and fails */
     if (o->mps && setup_mps(sp) != 0)
-        defer("cdl: --cdl-mps");
+        defer("--cdl-mps");
 #ifdef HAVE_HWLOC
     if (spk_g.bind != SPK_BIND_NONE) {
         if (spk_bind_load(&spk_g.topo, spk_g.conf.topology, spk_g.bind == SPK_BIND_CLOSEST) != 0)
-            defer("cdl: --cdl-bind");
+            defer("--cdl-bind");
         else
             spk_g.have_topo = 1;
     }
 #else
     if (spk_g.bind != SPK_BIND_NONE) {
         spk_error("this plugin was built without hwloc");
-        defer("cdl: --cdl-bind");
+        defer("--cdl-bind");
     }
 #endif
     return 0;
@@ -155,7 +162,7 @@ int spk_remote_user_init(spank_t sp)
     /* SLURM_STEP_RESV_PORTS is set per task (after this hook): read in
      * task_init; the rest of the step-wide values is computed once here. */
     if (spk_contract_step(&spk_g.conf, &spk_g.step, spk_resolve_host, &spk_g.sc) != 0)
-        defer("cdl: --cdl-ddp");
+        defer("--cdl-ddp");
     return 0;
 }
 
@@ -286,6 +293,12 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)
         goto done;
     }
     if (verbose) {
+        /* The plan's note is about the first task without a GPU; say it
+         * about this one. */
+        note[0] = '\0';
+        if (spk_g.bind == SPK_BIND_CLOSEST && !spk_bind_gpu(spk_g.topo, gpu[local_id]))
+            snprintf(note, sizeof note, gpu[local_id] < 0 ? "no GPU known: bound as with cores"
+                     : "GPU %d not found in the topology: bound as with cores", gpu[local_id]);
         spk_bind_describe(spk_g.topo, out[local_id], desc, sizeof desc);
         slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s",
                         spk_g.bind == SPK_BIND_CLOSEST ? "closest" : "cores", global_id,

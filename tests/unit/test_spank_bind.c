@@ -95,7 +95,7 @@ static void test_closest(void **state)
     /* A GPU the topology does not have: like cores, and the note says so. */
     static const int g9[] = {9, 9};
     static const char *const w9[] = {"0-7", "8-15"};
-    expect_plan(t, NULL, SPK_BIND_CLOSEST, 2, g9, w9, "GPU 9 not in the topology");
+    expect_plan(t, NULL, SPK_BIND_CLOSEST, 2, g9, w9, "GPU 9 not found in the topology");
     expect_plan(t, NULL, SPK_BIND_CLOSEST, 2, NULL, w9, "no GPU assigned");
     hwloc_topology_destroy(t);
 }

@@ -15,3 +15,11 @@ bench_bench_allreduce_LDADD = libcdl_core.la $(MPI_LIBS)
 endif
 dist_noinst_SCRIPTS += bench/run_allreduce.sh
 # --- end allreduce benchmark
+
+# --- SPANK plugin cost (spank/): what the plugin adds to `srun -n 2 true` on
+# the test cluster; needs root and Slurm. `make bench-spank [RUNS=40]`.
+dist_noinst_SCRIPTS += bench/bench_spank.sh
+bench-spank: all
+	top_srcdir=$(top_srcdir) top_builddir=$(top_builddir) $(top_srcdir)/bench/bench_spank.sh $(RUNS)
+.PHONY: bench-spank
+# --- end of SPANK plugin cost

@@ -1,1 +1,41 @@
-# spank: sources are added here.
+# spank: the Slurm SPANK plugin cdl_spank.so (srun --cdl-ddp, --cdl-mps,
+# --cdl-bind). It is loaded into srun, sbatch, salloc, slurmd and slurmstepd,
+# so it links nothing of libcdl, exports only the SPANK entry points
+# (spank/cdl_spank.map) and is hardened: FORTIFY (spank/harden.h), stack
+# protector, full RELRO, non-executable stack.
+#
+# The pure modules (SPANK_CORE_SOURCES: no Slurm symbols) are also compiled
+# straight into the unit tests (tests/unit/spank.mk).
+SPANK_CORE_SOURCES = spank/util.c spank/util.h spank/config.c spank/conf.h \
+	spank/options.c spank/options.h spank/contract.c spank/contract.h \
+	spank/port.c spank/port.h spank/packing.c spank/packing.h \
+	spank/spawn.c spank/spawn.h spank/rundir.c spank/rundir.h spank/mps.c spank/mps.h
+if HAVE_HWLOC
+SPANK_CORE_SOURCES += spank/bind.c
+endif
+SPANK_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_srcdir)/spank/harden.h $(HWLOC_CFLAGS)
+SPANK_CFLAGS = $(AM_CFLAGS) -fstack-protector-strong
+
+EXTRA_DIST += spank/harden.h spank/cdl_spank.map spank/cdl.conf.in spank/bind.c spank/bind.h
+
+if HAVE_SLURM
+slurmplugin_LTLIBRARIES = spank/cdl_spank.la
+spank_cdl_spank_la_SOURCES = $(SPANK_CORE_SOURCES) spank/bind.h spank/plugin.c spank/plugin.h \
+	spank/remote.c spank/epilog.c
+spank_cdl_spank_la_CPPFLAGS = $(SPANK_CPPFLAGS) $(SLURM_CPPFLAGS)
+spank_cdl_spank_la_CFLAGS = $(SPANK_CFLAGS)
+# No -no-undefined: slurm_* and spank_* resolve against the host process.
+spank_cdl_spank_la_LDFLAGS = -module -avoid-version -shared \
+	-Wl,--version-script=$(top_srcdir)/spank/cdl_spank.map \
+	-Wl,-z,relro -Wl,-z,now -Wl,-z,noexecstack
+spank_cdl_spank_la_LIBADD = $(HWLOC_LIBS)
+EXTRA_spank_cdl_spank_la_DEPENDENCIES = $(top_srcdir)/spank/cdl_spank.map
+
+# The plugstack.conf.d snippet, with the install path of the plugin.
+plugstackddir = $(slurmconfdir)/plugstack.conf.d
+plugstackd_DATA = spank/cdl.conf
+CLEANFILES += spank/cdl.conf
+spank/cdl.conf: $(top_srcdir)/spank/cdl.conf.in Makefile
+	$(AM_V_GEN)$(MKDIR_P) spank && \
+	sed -e 's|@slurmplugindir[@]|$(slurmplugindir)|g' $(top_srcdir)/spank/cdl.conf.in > $@
+endif

@@ -1,1 +1,23 @@
-# tests/slurm: sources are added here.
+# tests/slurm: a throw-away Slurm cluster (cluster.sh: munged, slurmctld and
+# two slurmd emulating n1/n2) with the built plugin, and the tests against
+# it. They need root and Debian's munge/slurm packages; without them each
+# prints why and exits 77 (skipped). The fake MPS control program is also
+# used by tests/unit/test_spank_mps.
+check_PROGRAMS += tests/slurm/fake-mps-control
+tests_slurm_fake_mps_control_SOURCES = tests/slurm/fake-mps-control.c
+
+# Loaded through LD_PRELOAD by the hostile-input test: records who loads it.
+check_LTLIBRARIES += tests/slurm/evil-preload.la
+tests_slurm_evil_preload_la_SOURCES = tests/slurm/evil-preload.c
+tests_slurm_evil_preload_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+
+SLURM_TESTS = tests/slurm/test_ddp_contract.sh tests/slurm/test_sbatch.sh \
+	tests/slurm/test_ports.sh tests/slurm/test_mps.sh tests/slurm/test_bind.sh \
+	tests/slurm/test_hostile.sh tests/slurm/test_admin.sh tests/slurm/test_templates.sh \
+	tests/slurm/test_train_e2e.sh
+TESTS += $(SLURM_TESTS)
+dist_check_SCRIPTS += $(SLURM_TESTS) tests/slurm/cluster.sh
+EXTRA_DIST += tests/slurm/lib.sh tests/slurm/fake-train.sh
+
+EXTRA_DIST += tests/topologies/README.md tests/topologies/2socket-4gpu-nvml.xml \
+	tests/topologies/1socket-2gpu-pci.xml tests/topologies/this-vm-2pu.xml

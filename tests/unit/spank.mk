@@ -1,1 +1,38 @@
-# tests for spank
+# tests for spank: the plugin's pure modules, compiled from their sources
+# (not through the plugin, which needs a Slurm process around it).
+SPANK_TEST_CPPFLAGS = $(TEST_CPPFLAGS) $(HWLOC_CFLAGS)
+SPANK_TEST_LDADD = $(CMOCKA_LIBS)
+
+check_PROGRAMS += tests/unit/test_spank_config tests/unit/test_spank_contract \
+	tests/unit/test_spank_spawn tests/unit/test_spank_mps
+TESTS += tests/unit/test_spank_config tests/unit/test_spank_contract \
+	tests/unit/test_spank_spawn tests/unit/test_spank_mps
+
+tests_unit_test_spank_config_SOURCES = tests/unit/test_spank_config.c spank/util.c \
+	spank/config.c spank/options.c
+tests_unit_test_spank_config_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_config_LDADD = $(SPANK_TEST_LDADD)
+
+tests_unit_test_spank_contract_SOURCES = tests/unit/test_spank_contract.c spank/util.c \
+	spank/config.c spank/contract.c spank/port.c spank/packing.c
+tests_unit_test_spank_contract_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_contract_LDADD = $(SPANK_TEST_LDADD)
+
+tests_unit_test_spank_spawn_SOURCES = tests/unit/test_spank_spawn.c spank/util.c spank/spawn.c
+tests_unit_test_spank_spawn_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_spawn_LDADD = $(SPANK_TEST_LDADD)
+
+# Runs the fake MPS control program (tests/slurm) through the real lifecycle.
+tests_unit_test_spank_mps_SOURCES = tests/unit/test_spank_mps.c spank/util.c spank/config.c \
+	spank/spawn.c spank/rundir.c spank/mps.c
+tests_unit_test_spank_mps_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_mps_LDADD = $(SPANK_TEST_LDADD)
+EXTRA_tests_unit_test_spank_mps_DEPENDENCIES = tests/slurm/fake-mps-control
+
+if HAVE_HWLOC
+check_PROGRAMS += tests/unit/test_spank_bind
+TESTS += tests/unit/test_spank_bind
+tests_unit_test_spank_bind_SOURCES = tests/unit/test_spank_bind.c spank/util.c spank/bind.c
+tests_unit_test_spank_bind_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_bind_LDADD = $(SPANK_TEST_LDADD) $(HWLOC_LIBS)
+endif

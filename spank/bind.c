@@ -1,0 +1,200 @@
+/* CPU binding plans from hwloc topologies (see bind.h). */
+#ifdef HAVE_HWLOC
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spank/bind.h"
+
+int spk_bind_load(hwloc_topology_t *topo, const char *xml_path, int with_io)
+{
+    if (hwloc_topology_init(topo) != 0)
+        return spk_error("hwloc: cannot initialise a topology");
+    if (xml_path && *xml_path && hwloc_topology_set_xml(*topo, xml_path) != 0) {
+        hwloc_topology_destroy(*topo);
+        return spk_error("topology=%s: hwloc cannot read this XML file", xml_path);
+    }
+    hwloc_topology_set_io_types_filter(*topo, with_io ? HWLOC_TYPE_FILTER_KEEP_IMPORTANT
+                                                      : HWLOC_TYPE_FILTER_KEEP_NONE);
+    if (hwloc_topology_load(*topo) != 0) {
+        hwloc_topology_destroy(*topo);
+        return spk_error("hwloc: cannot load the topology%s%s", xml_path && *xml_path ? " " : "",
+                         xml_path ? xml_path : "");
+    }
+    return 0;
+}
+
+static int is_nvidia_gpu(hwloc_obj_t o)
+{
+    return o->type == HWLOC_OBJ_PCI_DEVICE && o->attr->pcidev.vendor_id == 0x10de &&
+           (o->attr->pcidev.class_id >> 8) == 0x03;
+}
+
+static int pci_cmp(const void *a, const void *b)
+{
+    const struct hwloc_pcidev_attr_s *x = &(*(hwloc_obj_t const *)a)->attr->pcidev;
+    const struct hwloc_pcidev_attr_s *y = &(*(hwloc_obj_t const *)b)->attr->pcidev;
+    unsigned long kx = ((unsigned long)x->domain << 24) | ((unsigned)x->bus << 16) |
+                       ((unsigned)x->dev << 8) | x->func;
+    unsigned long ky = ((unsigned long)y->domain << 24) | ((unsigned)y->bus << 16) |
+                       ((unsigned)y->dev << 8) | y->func;
+    return kx < ky ? -1 : kx > ky;
+}
+
+hwloc_obj_t spk_bind_gpu(hwloc_topology_t topo, int k)
+{
+    hwloc_obj_t o = NULL, found = NULL, gpus[64];
+    int nvml = 0, n = 0;
+    char want[32];
+    if (k < 0)
+        return NULL;
+    snprintf(want, sizeof want, "nvml%d", k);
+    while ((o = hwloc_get_next_osdev(topo, o)) != NULL) {
+        if (!o->name || strncmp(o->name, "nvml", 4))
+            continue;
+        nvml = 1;
+        if (!strcmp(o->name, want))
+            found = o;
+    }
+    if (nvml)
+        return found;
+    o = NULL;
+    while ((o = hwloc_get_next_pcidev(topo, o)) != NULL && n < 64)
+        if (is_nvidia_gpu(o))
+            gpus[n++] = o;
+    qsort(gpus, (size_t)n, sizeof gpus[0], pci_cmp);
+    return k < n ? gpus[k] : NULL;
+}
+
+/* The allowed part of each core (or of each PU when hwloc knows no cores). */
+struct units {
+    int n;
+    hwloc_cpuset_t *set;
+};
+
+static int units_get(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, struct units *u)
+{
+    hwloc_obj_type_t t = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE
+                                                                           : HWLOC_OBJ_PU;
+    int total = hwloc_get_nbobjs_by_type(topo, t);
+    u->n = 0;
+    u->set = calloc((size_t)(total > 0 ? total : 1), sizeof *u->set);
+    if (!u->set)
+        return spk_error("out of memory");
+    for (int i = 0; i < total; i++) {
+        hwloc_obj_t c = hwloc_get_obj_by_type(topo, t, (unsigned)i);
+        hwloc_cpuset_t s = hwloc_bitmap_alloc();
+        hwloc_bitmap_and(s, c->cpuset, allowed);
+        if (hwloc_bitmap_iszero(s))
+            hwloc_bitmap_free(s);
+        else
+            u->set[u->n++] = s;
+    }
+    return 0;
+}
+
+static void units_free(struct units *u)
+{
+    for (int i = 0; i < u->n; i++)
+        hwloc_bitmap_free(u->set[i]);
+    free(u->set);
+}
+
+/* Units whose CPUs lie in `near`, as a bitmap of unit indexes. */
+static void domain_of(const struct units *u, hwloc_const_cpuset_t near, hwloc_bitmap_t dom)
+{
+    hwloc_bitmap_zero(dom);
+    for (int i = 0; i < u->n; i++)
+        if (hwloc_bitmap_intersects(u->set[i], near))
+            hwloc_bitmap_set(dom, (unsigned)i);
+}
+
+int spk_bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum spk_bind_mode mode,
+                  int ntasks, const int *task_gpu, hwloc_cpuset_t *out, char *note,
+                  size_t notelen)
+{
+    struct units u;
+    hwloc_bitmap_t *dom;
+    int rc = -1;
+    if (note && notelen)
+        note[0] = '\0';
+    if (ntasks < 1)
+        return spk_error("--cdl-bind: no local tasks");
+    if (units_get(topo, allowed, &u) != 0)
+        return -1;
+    if (u.n == 0) {
+        units_free(&u);
+        return spk_error("--cdl-bind: the step's allowed CPUs are not in the topology");
+    }
+    dom = calloc((size_t)ntasks, sizeof *dom);
+    if (!dom) {
+        units_free(&u);
+        return spk_error("out of memory");
+    }
+    for (int t = 0; t < ntasks; t++) {
+        dom[t] = hwloc_bitmap_alloc();
+        hwloc_obj_t gpu = NULL;
+        if (mode == SPK_BIND_CLOSEST) {
+            int g = task_gpu ? task_gpu[t] : -1;
+            gpu = spk_bind_gpu(topo, g);
+            if (!gpu && note && !note[0])
+                snprintf(note, notelen, g < 0 ? "no GPU assigned: binding as with cores"
+                                              : "GPU %d not found in the topology: binding as "
+                                                "with cores", g);
+        }
+        if (gpu) {
+            hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, gpu);
+            for (; anc; anc = anc->parent) {
+                domain_of(&u, anc->cpuset, dom[t]);
+                if (!hwloc_bitmap_iszero(dom[t]))
+                    break;
+            }
+        }
+        if (hwloc_bitmap_iszero(dom[t]))
+            hwloc_bitmap_set_range(dom[t], 0, u.n - 1);
+    }
+    /* Tasks with the same domain split it in local-rank order: member j of
+     * k gets units [j*U/k, (j+1)*U/k), or unit j*U/k when U < k. */
+    for (int t = 0; t < ntasks; t++) {
+        int k = 0, j = 0, idx[1024], nu = 0;
+        for (int s = 0; s < ntasks; s++)
+            if (hwloc_bitmap_isequal(dom[s], dom[t])) {
+                if (s < t)
+                    j++;
+                k++;
+            }
+        int i;
+        hwloc_bitmap_foreach_begin(i, dom[t]) {
+            if (nu < 1024)
+                idx[nu++] = i;
+        }
+        hwloc_bitmap_foreach_end();
+        int lo = (int)((long)j * nu / k), hi = (int)((long)(j + 1) * nu / k);
+        if (hi <= lo)
+            hi = lo + 1;
+        hwloc_bitmap_zero(out[t]);
+        for (int x = lo; x < hi && x < nu; x++)
+            hwloc_bitmap_or(out[t], out[t], u.set[idx[x]]);
+    }
+    rc = 0;
+    for (int t = 0; t < ntasks; t++)
+        hwloc_bitmap_free(dom[t]);
+    free(dom);
+    units_free(&u);
+    return rc;
+}
+
+void spk_bind_describe(hwloc_topology_t topo, hwloc_const_cpuset_t set, char *buf, size_t len)
+{
+    hwloc_bitmap_t cores = hwloc_bitmap_alloc();
+    char c[256], p[256];
+    hwloc_obj_t o = NULL;
+    while ((o = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, o)) != NULL)
+        if (hwloc_bitmap_intersects(o->cpuset, set))
+            hwloc_bitmap_set(cores, o->logical_index);
+    hwloc_bitmap_list_snprintf(c, sizeof c, cores);
+    hwloc_bitmap_list_snprintf(p, sizeof p, set);
+    snprintf(buf, len, "cores %s (PUs %s)", hwloc_bitmap_iszero(cores) ? "-" : c, p);
+    hwloc_bitmap_free(cores);
+}
+#endif /* HAVE_HWLOC */

@@ -1,0 +1,173 @@
+/* Strict parsing of the plugstack.conf arguments (see conf.h). */
+#include <string.h>
+
+#include "spank/conf.h"
+
+void spk_conf_defaults(struct spk_conf *c)
+{
+    memset(c, 0, sizeof *c);
+    spk_copy(c->mps_control, sizeof c->mps_control, "/usr/bin/nvidia-cuda-mps-control");
+    spk_copy(c->runtime_dir, sizeof c->runtime_dir, "/run/cdl");
+    /* Below Linux's ephemeral range (32768-60999), above torchrun's 29500. */
+    c->port_lo = 29500;
+    c->port_hi = 32499;
+    c->max_replicas_per_gpu = 16;
+    c->default_bind = SPK_BIND_NONE;
+    c->addr_policy = SPK_ADDR_HOSTNAME;
+    c->allow_batch = 1;
+    c->mps_thread_percentage = 0;
+    c->mps_timeout_s = 10;
+}
+
+/* An absolute, normalised path: no "..", no ".", no "//", printable ASCII
+ * from a conservative set (admins name real directories and binaries). */
+static int abs_path(const char *key, const char *v, char *dst, size_t len)
+{
+    if (v[0] != '/')
+        return spk_error("plugstack.conf: %s=%s is not an absolute path", key, v);
+    if (!spk_charset_ok(v, len, 1, "/._-+"))
+        return spk_error("plugstack.conf: %s=%.80s: use at most %zu characters from "
+                         "[A-Za-z0-9/._+-]", key, v, len - 1);
+    for (const char *p = v; *p; p++) {
+        if (p[0] == '/' && p[1] == '/')
+            return spk_error("plugstack.conf: %s=%s contains '//'", key, v);
+        if (p[0] == '/' && p[1] == '.' &&
+            (p[2] == '/' || p[2] == '\0' || (p[2] == '.' && (p[3] == '/' || p[3] == '\0'))))
+            return spk_error("plugstack.conf: %s=%s contains '.' or '..' components", key, v);
+    }
+    if (strlen(v) > 1 && v[strlen(v) - 1] == '/')
+        return spk_error("plugstack.conf: %s=%s ends with '/'", key, v);
+    return spk_copy(dst, len, v);
+}
+
+static int int_value(const char *key, const char *v, long lo, long hi, int *dst)
+{
+    long x;
+    if (spk_parse_uint(v, lo, hi, &x) != 0)
+        return spk_error("plugstack.conf: %s=%.40s: expected an integer in %ld..%ld", key, v,
+                         lo, hi);
+    *dst = (int)x;
+    return 0;
+}
+
+static int port_range(const char *v, struct spk_conf *c)
+{
+    char lo[8], hi[8];
+    const char *dash = strchr(v, '-');
+    long a, b;
+    if (!dash || (size_t)(dash - v) >= sizeof lo || strlen(dash + 1) >= sizeof hi)
+        goto bad;
+    memcpy(lo, v, (size_t)(dash - v));
+    lo[dash - v] = '\0';
+    strcpy(hi, dash + 1);
+    if (spk_parse_uint(lo, 1024, 65535, &a) != 0 || spk_parse_uint(hi, 1024, 65535, &b) != 0 ||
+        b < a)
+        goto bad;
+    c->port_lo = (int)a;
+    c->port_hi = (int)b;
+    return 0;
+bad:
+    return spk_error("plugstack.conf: port_range=%.40s: expected LO-HI with 1024 <= LO <= HI "
+                     "<= 65535 (e.g. 29500-32499)", v);
+}
+
+static int bind_mode(const char *v, enum spk_bind_mode *m)
+{
+    if (!strcmp(v, "none"))
+        *m = SPK_BIND_NONE;
+    else if (!strcmp(v, "cores"))
+        *m = SPK_BIND_CORES;
+    else if (!strcmp(v, "closest"))
+        *m = SPK_BIND_CLOSEST;
+    else
+        return spk_error("plugstack.conf: default_bind=%.40s: expected none, cores or closest", v);
+    return 0;
+}
+
+static int master_addr(const char *v, struct spk_conf *c)
+{
+    const char *colon = strchr(v, ':');
+    size_t n = colon ? (size_t)(colon - v) : strlen(v);
+    if (n == 8 && !strncmp(v, "hostname", 8))
+        c->addr_policy = SPK_ADDR_HOSTNAME;
+    else if (n == 2 && !strncmp(v, "ip", 2))
+        c->addr_policy = SPK_ADDR_IP;
+    else
+        goto bad;
+    c->addr_suffix[0] = '\0';
+    if (colon && (!spk_charset_ok(colon + 1, sizeof c->addr_suffix, 1, ".-_") ||
+                  spk_copy(c->addr_suffix, sizeof c->addr_suffix, colon + 1) != 0))
+        goto bad;
+    return 0;
+bad:
+    return spk_error("plugstack.conf: master_addr=%.60s: expected hostname, hostname:SUFFIX, "
+                     "ip or ip:SUFFIX (SUFFIX from [A-Za-z0-9._-], e.g. hostname:-ib)", v);
+}
+
+static int yes_no(const char *key, const char *v, int *dst)
+{
+    if (!strcmp(v, "yes"))
+        *dst = 1;
+    else if (!strcmp(v, "no"))
+        *dst = 0;
+    else
+        return spk_error("plugstack.conf: %s=%.40s: expected yes or no", key, v);
+    return 0;
+}
+
+static const char *const known_keys[] = {
+    "mps_control", "runtime_dir", "topology", "port_range", "max_replicas_per_gpu",
+    "default_bind", "master_addr", "allow_batch", "mps_thread_percentage", "mps_timeout",
+};
+enum { NKEYS = sizeof known_keys / sizeof known_keys[0] };
+
+static int set_key(struct spk_conf *c, int k, const char *v)
+{
+    switch (k) {
+    case 0: return abs_path("mps_control", v, c->mps_control, sizeof c->mps_control);
+    case 1: return abs_path("runtime_dir", v, c->runtime_dir, sizeof c->runtime_dir);
+    case 2: return abs_path("topology", v, c->topology, sizeof c->topology);
+    case 3: return port_range(v, c);
+    /* MPS serves at most 48 clients per GPU (Volta and later). */
+    case 4: return int_value("max_replicas_per_gpu", v, 1, 48, &c->max_replicas_per_gpu);
+    case 5: return bind_mode(v, &c->default_bind);
+    case 6: return master_addr(v, c);
+    case 7: return yes_no("allow_batch", v, &c->allow_batch);
+    case 8:
+        if (!strcmp(v, "auto")) {
+            c->mps_thread_percentage = 0;
+            return 0;
+        }
+        return int_value("mps_thread_percentage", v, 1, 100, &c->mps_thread_percentage);
+    case 9: return int_value("mps_timeout", v, 1, 300, &c->mps_timeout_s);
+    }
+    return -1;
+}
+
+int spk_conf_parse(struct spk_conf *c, int ac, char **av)
+{
+    int seen[NKEYS] = {0};
+    spk_conf_defaults(c);
+    for (int i = 0; i < ac; i++) {
+        const char *arg = av[i], *eq = strchr(arg, '=');
+        int k;
+        if (!eq || eq == arg)
+            return spk_error("plugstack.conf: argument '%.80s' is not key=value", arg);
+        for (k = 0; k < NKEYS; k++)
+            if (strlen(known_keys[k]) == (size_t)(eq - arg) &&
+                !strncmp(known_keys[k], arg, (size_t)(eq - arg)))
+                break;
+        if (k == NKEYS)
+            return spk_error("plugstack.conf: unknown key '%.*s' (known: mps_control, "
+                             "runtime_dir, topology, port_range, max_replicas_per_gpu, "
+                             "default_bind, master_addr, allow_batch, mps_thread_percentage, "
+                             "mps_timeout)", (int)(eq - arg > 64 ? 64 : eq - arg), arg);
+        if (seen[k]++)
+            return spk_error("plugstack.conf: key '%s' given twice", known_keys[k]);
+        if (eq[1] == '\0')
+            return spk_error("plugstack.conf: key '%s' has an empty value", known_keys[k]);
+        if (set_key(c, k, eq + 1) != 0)
+            return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,75 @@
+/* Validation of the user's option values (see options.h). Values come from
+ * the command line or #SBATCH lines: anything unexpected is refused with a
+ * message that says what is accepted, never truncated or guessed at. */
+#include <string.h>
+
+#include "spank/options.h"
+
+int spk_opt_mps(const char *arg, int max, int *n)
+{
+    long v;
+    if (!arg || !*arg) {
+        *n = 0;
+        return 0;
+    }
+    if (strlen(arg) > 2 || spk_parse_uint(arg, 1, max, &v) != 0)
+        return spk_error("--cdl-mps=%.16s%s: expected the number of replicas per GPU, 1..%d "
+                         "(the administrator's max_replicas_per_gpu), or no value for local "
+                         "tasks / GPUs", arg, strlen(arg) > 16 ? "..." : "", max);
+    *n = (int)v;
+    return 0;
+}
+
+int spk_opt_bind(const char *arg, enum spk_bind_mode dflt, enum spk_bind_mode *mode,
+                 int *verbose)
+{
+    char buf[32], *tok, *save = NULL;
+    int have_mode = 0;
+    *mode = dflt;
+    *verbose = 0;
+    if (!arg || !*arg || strlen(arg) >= sizeof buf || !spk_charset_ok(arg, sizeof buf, 0,
+                                                                     "abcdefghijklmnopqrstuvwxyz,") ||
+        arg[0] == ',' || arg[strlen(arg) - 1] == ',' || strstr(arg, ",,"))
+        goto bad;
+    strcpy(buf, arg);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        enum spk_bind_mode m;
+        if (!strcmp(tok, "verbose")) {
+            if ((*verbose)++)
+                goto bad;
+            continue;
+        }
+        if (!strcmp(tok, "none"))
+            m = SPK_BIND_NONE;
+        else if (!strcmp(tok, "cores"))
+            m = SPK_BIND_CORES;
+        else if (!strcmp(tok, "closest"))
+            m = SPK_BIND_CLOSEST;
+        else
+            goto bad;
+        if (have_mode++)
+            goto bad;
+        *mode = m;
+    }
+    if (!have_mode && !*verbose)
+        goto bad;
+    return 0;
+bad:
+    return spk_error("--cdl-bind=%.24s%s: expected none, cores or closest, optionally followed "
+                     "by ',verbose'", arg ? arg : "", arg && strlen(arg) > 24 ? "..." : "");
+}
+
+int spk_user_cpu_bind(const char *v)
+{
+    char buf[256], *tok, *save = NULL;
+    if (!v || !*v)
+        return 0;
+    if (strlen(v) >= sizeof buf)
+        return 1;   /* a long map/mask list is certainly a binding */
+    strcpy(buf, v);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        if (strcmp(tok, "none") && strcmp(tok, "quiet") && strcmp(tok, "verbose") &&
+            strcmp(tok, "q") && strcmp(tok, "v") && strcmp(tok, "no"))
+            return 1;
+    return 0;
+}

@@ -1,0 +1,31 @@
+/* The user's options (--cdl-ddp, --cdl-mps[=N], --cdl-bind=...): strict
+ * parsing of their values. The SPANK option table itself is in plugin.c. */
+#ifndef CDL_SPANK_OPTIONS_H
+#define CDL_SPANK_OPTIONS_H
+
+#include "spank/conf.h"
+
+/* What the user asked for; filled by the option callbacks, which Slurm may
+ * call more than once per process (slurmstepd does): parsing is idempotent. */
+struct spk_opts {
+    int ddp;                  /* --cdl-ddp, or implied by --cdl-mps */
+    int mps;                  /* --cdl-mps given */
+    int mps_n;                /* replicas per GPU, 0 = local tasks / GPUs */
+    int bind_given;           /* --cdl-bind given (else the admin's default_bind) */
+    enum spk_bind_mode bind;
+    int bind_verbose;
+};
+
+/* --cdl-mps[=N]: arg NULL or "" means automatic (0); else 1..max digits. */
+int spk_opt_mps(const char *arg, int max, int *n);
+
+/* --cdl-bind=none|cores|closest[,verbose] (also "verbose" alone = the
+ * default mode with the map printed). */
+int spk_opt_bind(const char *arg, enum spk_bind_mode dflt, enum spk_bind_mode *mode,
+                 int *verbose);
+
+/* 1 when SLURM_CPU_BIND (the value srun exports for --cpu-bind) asks Slurm
+ * for a binding of its own; "none", "quiet" and "verbose" alone do not. */
+int spk_user_cpu_bind(const char *slurm_cpu_bind);
+
+#endif

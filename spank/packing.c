@@ -1,0 +1,61 @@
+/* Replica packing for --cdl-mps (see packing.h). */
+#include <string.h>
+
+#include "spank/packing.h"
+#include "spank/util.h"
+
+int spk_gpus_parse(const char *cvd, struct spk_gpus *g)
+{
+    memset(g, 0, sizeof *g);
+    if (!cvd || !*cvd)
+        return 0;
+    if (!spk_charset_ok(cvd, 2048, 1, ":-,"))
+        return spk_error("CUDA_VISIBLE_DEVICES='%.64s' holds characters other than "
+                         "[A-Za-z0-9:,-]", cvd);
+    for (const char *p = cvd;;) {
+        size_t n = strcspn(p, ",");
+        if (n == 0 || n >= sizeof g->id[0])
+            return spk_error("CUDA_VISIBLE_DEVICES='%.64s': empty or overlong entry", cvd);
+        if (g->n >= SPK_MAX_GPUS)
+            return spk_error("CUDA_VISIBLE_DEVICES='%.64s': more than %d GPUs", cvd,
+                             SPK_MAX_GPUS);
+        memcpy(g->id[g->n], p, n);
+        g->id[g->n][n] = '\0';
+        g->n++;
+        if (!p[n])
+            break;
+        p += n + 1;
+    }
+    return 0;
+}
+
+int spk_pack_plan(int tasks, int ngpus, int requested, int max, int pct_conf,
+                  struct spk_pack *out)
+{
+    memset(out, 0, sizeof *out);
+    if (tasks < 1)
+        return spk_error("--cdl-mps: no local tasks");
+    if (ngpus < 1)
+        return spk_error("--cdl-mps: the step has no GPUs on this node (CUDA_VISIBLE_DEVICES "
+                         "is unset): request them, e.g. --gres=gpu:1 or --gpus-per-node=1");
+    int n = requested;
+    if (n == 0) {
+        n = (tasks + ngpus - 1) / ngpus;
+        if (n > max)
+            return spk_error("--cdl-mps: %d local tasks on %d GPU%s need %d replicas per GPU, "
+                             "more than the administrator's max_replicas_per_gpu=%d: use fewer "
+                             "tasks per node or more GPUs", tasks, ngpus, ngpus == 1 ? "" : "s",
+                             n, max);
+    } else if (n > max) {
+        return spk_error("--cdl-mps=%d: more than max_replicas_per_gpu=%d", n, max);
+    }
+    int used = (tasks + n - 1) / n;
+    if (used > ngpus)
+        return spk_error("--cdl-mps=%d: %d local tasks in groups of %d need %d GPUs, the step "
+                         "has %d on this node: raise N, or request more GPUs", n, tasks, n,
+                         used, ngpus);
+    out->replicas = n;
+    out->gpus_used = used;
+    out->thread_pct = pct_conf ? pct_conf : (100 + n - 1) / n;
+    return 0;
+}

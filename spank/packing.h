@@ -1,0 +1,37 @@
+/* --cdl-mps: which GPU each local task uses when N consecutive local ranks
+ * share one GPU through MPS. Pure. */
+#ifndef CDL_SPANK_PACKING_H
+#define CDL_SPANK_PACKING_H
+
+#define SPK_MAX_GPUS 64
+
+/* The step's GPUs on this node, in CUDA_VISIBLE_DEVICES order: indices
+ * ("0,1") or UUIDs ("GPU-8f...", "MIG-..."). */
+struct spk_gpus {
+    int n;
+    char id[SPK_MAX_GPUS][48];
+};
+
+/* Parses a CUDA_VISIBLE_DEVICES value; NULL or "" gives n = 0. Entries are
+ * [A-Za-z0-9:-] only (the value comes from the job's environment). */
+int spk_gpus_parse(const char *cvd, struct spk_gpus *g);
+
+struct spk_pack {
+    int replicas;     /* consecutive local ranks per GPU */
+    int gpus_used;    /* ceil(local tasks / replicas) */
+    int thread_pct;   /* CUDA_MPS_ACTIVE_THREAD_PERCENTAGE per replica */
+};
+
+/* requested: --cdl-mps=N, 0 for ceil(local tasks / GPUs). pct_conf: the
+ * admin's mps_thread_percentage, 0 for ceil(100 / replicas). Errors name the
+ * counts and what to change. */
+int spk_pack_plan(int local_tasks, int ngpus, int requested, int max_replicas, int pct_conf,
+                  struct spk_pack *out);
+
+/* Index into spk_gpus of local task `local_id`: local_id / replicas. */
+static inline int spk_pack_gpu(const struct spk_pack *p, int local_id)
+{
+    return local_id / p->replicas;
+}
+
+#endif

@@ -1,0 +1,155 @@
+/* cdl's SPANK plugin: the slurm_spank_* entry points, the option table and
+ * the dispatch to the file of each context.
+ *
+ *   srun, sbatch, salloc   init (admin settings, options), option callbacks
+ *   slurmstepd             remote.c: contract, MPS daemon, binding
+ *   slurmd job epilog      epilog.c: leftovers of crashed steps
+ *
+ * Only the slurm_spank_* functions and the four plugin_* / spank_plugin_*
+ * symbols of SPANK_PLUGIN are exported (spank/cdl_spank.map). */
+#include <string.h>
+
+#include "spank/plugin.h"
+
+SPANK_PLUGIN(cdl, 1)
+
+struct spk_state spk_g;
+
+static void log_to_slurm(const char *msg)
+{
+    slurm_spank_log("%s", msg);
+}
+
+/* Option callbacks: Slurm calls them in srun/sbatch for the command line and
+ * #SBATCH lines, and again in slurmstepd with the forwarded values. */
+static int batch_refused(const char *opt)
+{
+    if (spank_context() == S_CTX_ALLOCATOR && !spk_g.conf.allow_batch) {
+        slurm_error("cdl: %s is disabled for sbatch and salloc by the administrator "
+                    "(allow_batch=no): give it to srun inside the job", opt);
+        return 1;
+    }
+    return 0;
+}
+
+static int opt_ddp(int val, const char *arg, int remote)
+{
+    (void)val, (void)arg, (void)remote;
+    if (batch_refused("--cdl-ddp"))
+        return -1;
+    spk_g.opts.ddp = 1;
+    return 0;
+}
+
+static int opt_mps(int val, const char *arg, int remote)
+{
+    int n;
+    (void)val, (void)remote;
+    if (batch_refused("--cdl-mps"))
+        return -1;
+    if (spk_opt_mps(arg, spk_g.conf.max_replicas_per_gpu, &n) != 0) {
+        slurm_error("cdl: %s", spk_last_error());
+        return -1;
+    }
+    spk_g.opts.mps = 1;
+    spk_g.opts.mps_n = n;
+    spk_g.opts.ddp = 1;
+    return 0;
+}
+
+static int opt_bind(int val, const char *arg, int remote)
+{
+    enum spk_bind_mode m;
+    int verbose;
+    (void)val, (void)remote;
+    if (batch_refused("--cdl-bind"))
+        return -1;
+    if (spk_opt_bind(arg, spk_g.conf.default_bind, &m, &verbose) != 0) {
+        slurm_error("cdl: %s", spk_last_error());
+        return -1;
+    }
+    spk_g.opts.bind_given = 1;
+    spk_g.opts.bind = m;
+    spk_g.opts.bind_verbose = verbose;
+    return 0;
+}
+
+static struct spank_option options[] = {
+    {"cdl-ddp", NULL,
+     "export the data-parallel rank contract (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, "
+     "MASTER_PORT, ...) to every task", 0, 0, opt_ddp},
+    {"cdl-mps", "N",
+     "share each GPU among N consecutive local ranks through a per-step MPS daemon "
+     "(default: local tasks / GPUs); implies --cdl-ddp", 2, 0, opt_mps},
+    {"cdl-bind", "none|cores|closest[,verbose]",
+     "bind each task to whole cores of the step (closest: the cores nearest its GPU)", 1, 0,
+     opt_bind},
+};
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    spank_context_t ctx = spank_context();
+    spk_set_log(log_to_slurm);
+    memset(&spk_g, 0, sizeof spk_g);
+    if (spk_conf_parse(&spk_g.conf, ac, av) != 0) {
+        slurm_error("cdl: %s", spk_last_error());
+        return -1;
+    }
+    /* slurmd and prolog/epilog scripts parse no options. */
+    if (ctx == S_CTX_SLURMD || ctx == S_CTX_JOB_SCRIPT)
+        return 0;
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+        if (spank_option_register(sp, &options[i]) != ESPANK_SUCCESS) {
+            slurm_error("cdl: cannot register option --%s", options[i].name);
+            return -1;
+        }
+    return 0;
+}
+
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+    (void)ac, (void)av;
+    return spank_context() == S_CTX_REMOTE ? spk_remote_post_opt(sp) : 0;
+}
+
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+    (void)ac, (void)av;
+    return spk_remote_user_init(sp);
+}
+
+int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
+{
+    (void)ac, (void)av;
+    return spk_remote_task_privileged(sp);
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+    (void)ac, (void)av;
+    return spk_remote_task_init(sp);
+}
+
+int slurm_spank_task_exit(spank_t sp, int ac, char **av)
+{
+    (void)ac, (void)av;
+    return spk_remote_task_exit(sp);
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+    (void)ac, (void)av;
+    return spank_context() == S_CTX_REMOTE ? spk_remote_exit(sp) : 0;
+}
+
+/* The job script context gets no slurm_spank_init: the settings are parsed
+ * here from the same arguments. */
+int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
+{
+    spk_set_log(log_to_slurm);
+    if (spk_conf_parse(&spk_g.conf, ac, av) != 0) {
+        slurm_error("cdl: %s", spk_last_error());
+        return -1;
+    }
+    return spk_epilog(sp);
+}

@@ -1,0 +1,60 @@
+/* State shared by the SPANK-facing files: plugin.c (entry points, options),
+ * remote.c (slurmstepd) and epilog.c (job epilog). One instance per process;
+ * slurmstepd's task children inherit it by fork. */
+#ifndef CDL_SPANK_PLUGIN_H
+#define CDL_SPANK_PLUGIN_H
+
+#include <slurm/spank.h>
+
+#include "spank/conf.h"
+#include "spank/contract.h"
+#include "spank/mps.h"
+#include "spank/options.h"
+#include "spank/packing.h"
+
+#ifdef HAVE_HWLOC
+#include <hwloc.h>
+#endif
+
+struct spk_state {
+    struct spk_conf conf;
+    struct spk_opts opts;
+
+    /* slurmstepd, filled by init_post_opt/user_init for a normal step */
+    int active;                      /* something to do in this step */
+    enum spk_bind_mode bind;         /* effective binding */
+    struct spk_step step;
+    char nodelist[1024];
+    char distribution[64];
+    char step_gpus_str[1024];        /* the step's CUDA_VISIBLE_DEVICES */
+    struct spk_gpus step_gpus;
+    struct spk_pack pack;
+    struct spk_step_contract sc;
+    struct spk_mps mps;
+    int mps_ready;                   /* spk_mps_setup succeeded */
+#ifdef HAVE_HWLOC
+    hwloc_topology_t topo;
+#endif
+    int have_topo;
+    /* An error found where failing does not stop the step (user_init) or
+     * before the tasks exist: every task reports it and fails. */
+    char deferred[1024];
+};
+
+extern struct spk_state spk_g;
+
+/* remote.c */
+int spk_remote_post_opt(spank_t sp);
+int spk_remote_user_init(spank_t sp);
+int spk_remote_task_privileged(spank_t sp);
+int spk_remote_task_init(spank_t sp);
+int spk_remote_task_exit(spank_t sp);
+int spk_remote_exit(spank_t sp);
+
+/* epilog.c */
+int spk_epilog(spank_t sp);
+
+/* Step ids above this are the batch script, extern and interactive steps. */
+#define SPK_MAX_NORMAL_STEP_ID 0xfffffff0u
+
+#endif

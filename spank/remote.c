@@ -1,0 +1,374 @@
+/* slurmstepd: the hooks of a job step on one node.
+ *
+ *   init_post_opt         root, once: what to do; MPS directories and shared
+ *                         state; the hwloc topology
+ *   user_init             as the user, once: step-wide contract values
+ *   task_init_privileged  root, per task child: MPS daemon up (first task)
+ *   task_init             as the user, per task child: environment, binding
+ *   task_exit             root, per task: the last one stops the daemon
+ *   exit                  root, once: stop leftovers, remove directories
+ *
+ * Root hooks use only Slurm's items, the validated options and the admin's
+ * settings: nothing from the job's environment is executed or used as a
+ * path. Errors found where Slurm would not fail the step are kept in
+ * spk_g.deferred and reported by every task, which then fails. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef HAVE_HWLOC
+#include <hwloc/glibc-sched.h>
+#endif
+
+#include "spank/bind.h"
+#include "spank/plugin.h"
+#include "spank/port.h"
+
+/* Keeps "cdl: OPTION: message" (without repeating OPTION if the message
+ * starts with it) for the tasks to report. */
+static void defer(const char *opt)
+{
+    const char *err = spk_last_error();
+    if (spk_g.deferred[0])
+        return;
+    if (!strncmp(err, opt, strlen(opt)))
+        snprintf(spk_g.deferred, sizeof spk_g.deferred, "cdl: %s", err);
+    else
+        snprintf(spk_g.deferred, sizeof spk_g.deferred, "cdl: %s: %s", opt, err);
+}
+
+static int item_u32(spank_t sp, spank_item_t item, uint32_t *v)
+{
+    return spank_get_item(sp, item, v) == ESPANK_SUCCESS ? 0 : -1;
+}
+
+/* A job environment variable; "" when absent or longer than len. */
+static void job_env(spank_t sp, const char *name, char *buf, int len)
+{
+    if (spank_getenv(sp, name, buf, len) != ESPANK_SUCCESS)
+        buf[0] = '\0';
+}
+
+static int normal_step(spank_t sp)
+{
+    uint32_t stepid;
+    return item_u32(sp, S_JOB_STEPID, &stepid) == 0 && stepid <= SPK_MAX_NORMAL_STEP_ID;
+}
+
+static int get_cred(spank_t sp, struct spk_cred *c)
+{
+    gid_t *groups = NULL;
+    int n = 0;
+    memset(c, 0, sizeof *c);
+    if (spank_get_item(sp, S_JOB_UID, &c->uid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_GID, &c->gid) != ESPANK_SUCCESS)
+        return spk_error("cannot get the job's uid/gid from Slurm");
+    if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &n) == ESPANK_SUCCESS && groups) {
+        if (n > SPK_MAX_GROUPS)
+            n = SPK_MAX_GROUPS;
+        memcpy(c->groups, groups, (size_t)n * sizeof *groups);
+        c->ngroups = n;
+    }
+    return 0;
+}
+
+/* This node's Slurm name: set by slurmd in slurmstepd's own environment
+ * (not the job's), else the host name. */
+static void node_name(char *buf, size_t len)
+{
+    const char *n = getenv("SLURMD_NODENAME");
+    if (!n || spk_copy(buf, len, n) != 0)
+        if (gethostname(buf, len) != 0)
+            spk_copy(buf, len, "localhost");
+    buf[len - 1] = '\0';
+}
+
+static int setup_mps(spank_t sp)
+{
+    struct spk_cred cred;
+    struct spk_rundir rd;
+    char node[128];
+    if (spk_gpus_parse(spk_g.step_gpus_str, &spk_g.step_gpus) != 0 ||
+        spk_pack_plan((int)spk_g.step.local_tasks, spk_g.step_gpus.n, spk_g.opts.mps_n,
+                      spk_g.conf.max_replicas_per_gpu, spk_g.conf.mps_thread_percentage,
+                      &spk_g.pack) != 0)
+        return -1;
+    spk_g.step.replicas_per_gpu = spk_g.pack.replicas;
+    node_name(node, sizeof node);
+    if (get_cred(sp, &cred) != 0 ||
+        spk_rundir_init(&rd, spk_g.conf.runtime_dir, spk_g.step.jobid, spk_g.step.stepid,
+                        node) != 0 ||
+        spk_mps_setup(&spk_g.mps, &spk_g.conf, &rd, &cred, spk_g.step_gpus_str,
+                      (int)spk_g.step.local_tasks) != 0)
+        return -1;
+    spk_g.mps_ready = 1;
+    return 0;
+}
+
+int spk_remote_post_opt(spank_t sp)
+{
+    struct spk_step *s = &spk_g.step;
+    struct spk_opts *o = &spk_g.opts;
+    if (!normal_step(sp))
+        return 0;   /* batch script, extern and interactive steps: untouched */
+    spk_g.bind = o->bind_given ? o->bind : (o->ddp ? spk_g.conf.default_bind : SPK_BIND_NONE);
+    if (!o->ddp && !o->mps && spk_g.bind == SPK_BIND_NONE)
+        return 0;
+    spk_g.active = 1;
+    memset(s, 0, sizeof *s);
+    s->replicas_per_gpu = 1;
+    if (item_u32(sp, S_JOB_ID, &s->jobid) || item_u32(sp, S_JOB_STEPID, &s->stepid) ||
+        item_u32(sp, S_JOB_NNODES, &s->nnodes) || item_u32(sp, S_JOB_NODEID, &s->nodeid) ||
+        item_u32(sp, S_JOB_TOTAL_TASK_COUNT, &s->ntasks) ||
+        item_u32(sp, S_JOB_LOCAL_TASK_COUNT, &s->local_tasks)) {
+        spk_error("Slurm did not give the step's layout");
+        defer("--cdl-ddp");
+        return 0;
+    }
+    if (item_u32(sp, S_STEP_CPUS_PER_TASK, &s->cpus_per_task) != 0)
+        s->cpus_per_task = 1;
+    job_env(sp, "SLURM_STEP_NODELIST", spk_g.nodelist, sizeof spk_g.nodelist);
+    job_env(sp, "SLURM_DISTRIBUTION", spk_g.distribution, sizeof spk_g.distribution);
+    job_env(sp, "CUDA_VISIBLE_DEVICES", spk_g.step_gpus_str, sizeof spk_g.step_gpus_str);
+    s->nodelist = spk_g.nodelist;
+    s->distribution = spk_g.distribution[0] ? spk_g.distribution : NULL;
+    if (spk_gpus_parse(spk_g.step_gpus_str, &spk_g.step_gpus) != 0)
+        spk_g.step_gpus.n = 0;   /* only --cdl-mps needs them; it re-parses and fails */
+    if (o->mps && setup_mps(sp) != 0)
+        defer("--cdl-mps");
+#ifdef HAVE_HWLOC
+    if (spk_g.bind != SPK_BIND_NONE) {
+        if (spk_bind_load(&spk_g.topo, spk_g.conf.topology, spk_g.bind == SPK_BIND_CLOSEST) != 0)
+            defer("--cdl-bind");
+        else
+            spk_g.have_topo = 1;
+    }
+#else
+    if (spk_g.bind != SPK_BIND_NONE) {
+        spk_error("this plugin was built without hwloc");
+        defer("--cdl-bind");
+    }
+#endif
+    return 0;
+}
+
+int spk_remote_user_init(spank_t sp)
+{
+    (void)sp;
+    if (!spk_g.active || !spk_g.opts.ddp || spk_g.deferred[0])
+        return 0;
+    /* SLURM_STEP_RESV_PORTS is set per task (after this hook): read in
+     * task_init; the rest of the step-wide values is computed once here. */
+    if (spk_contract_step(&spk_g.conf, &spk_g.step, spk_resolve_host, &spk_g.sc) != 0)
+        defer("--cdl-ddp");
+    return 0;
+}
+
+int spk_remote_task_privileged(spank_t sp)
+{
+    (void)sp;
+    if (!spk_g.active)
+        return 0;
+    if (spk_g.deferred[0]) {
+        slurm_error("%s", spk_g.deferred);
+        return -1;
+    }
+    if (spk_g.mps_ready && spk_mps_task_start(&spk_g.mps) != 0) {
+        slurm_error("cdl: --cdl-mps: %s", spk_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+struct env_ctx {
+    spank_t sp;
+    char buf[SPK_VALUE_MAX];
+};
+
+static const char *task_lookup(void *arg, const char *name)
+{
+    struct env_ctx *c = arg;
+    return spank_getenv(c->sp, name, c->buf, sizeof c->buf) == ESPANK_SUCCESS ? c->buf : NULL;
+}
+
+static int apply_env(spank_t sp, const struct spk_env *env)
+{
+    for (int i = 0; i < env->n; i++) {
+        if (env->v[i].skip)
+            continue;
+        if (spank_setenv(sp, env->v[i].name, env->v[i].value, 1) != ESPANK_SUCCESS)
+            return spk_error("cannot set %s in the task's environment", env->v[i].name);
+    }
+    return 0;
+}
+
+static int task_contract(spank_t sp, uint32_t local_id, uint32_t global_id)
+{
+    struct spk_env env;
+    struct env_ctx ctx = {.sp = sp};
+    char resv[64], self[32];
+    struct spk_step_contract sc = spk_g.sc;
+    job_env(sp, "SLURM_STEP_RESV_PORTS", resv, sizeof resv);
+    if (resv[0] && spk_port_choose(resv, spk_g.step.jobid, spk_g.step.stepid, spk_g.conf.port_lo,
+                                   spk_g.conf.port_hi, &sc.master_port, &sc.port_reserved) != 0)
+        return -1;
+    if (spk_contract_task(&spk_g.step, &sc, local_id, global_id, &env) != 0)
+        return -1;
+    snprintf(self, sizeof self, "%u.%u", spk_g.step.jobid, spk_g.step.stepid);
+    spk_env_keep_user(&env, self, task_lookup, &ctx);
+    return apply_env(sp, &env);
+}
+
+static int task_mps_env(spank_t sp, uint32_t local_id)
+{
+    struct spk_env env;
+    struct env_ctx ctx = {.sp = sp};
+    int g = spk_pack_gpu(&spk_g.pack, (int)local_id);
+    spk_env_init(&env);
+    /* The pipe/log directories and the device are the plugin's: a value in
+     * the job's environment would point the task at another daemon. */
+    if (spk_env_add(&env, "CUDA_MPS_PIPE_DIRECTORY", 0, "%s", spk_g.mps.rd.pipe_dir) ||
+        spk_env_add(&env, "CUDA_MPS_LOG_DIRECTORY", 0, "%s", spk_g.mps.rd.log_dir) ||
+        spk_env_add(&env, "CUDA_VISIBLE_DEVICES", 0, "%s", spk_g.step_gpus.id[g]) ||
+        spk_env_add(&env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", 1, "%d", spk_g.pack.thread_pct))
+        return -1;
+    spk_env_keep_user(&env, "", task_lookup, &ctx);
+    return apply_env(sp, &env);
+}
+
+#ifdef HAVE_HWLOC
+/* Slurm's index of local task t's GPU: its MPS group's GPU, else the step's
+ * GPUs spread over the local tasks in order; -1 when unknown (UUIDs). */
+static int task_gpu_index(int t)
+{
+    const struct spk_gpus *g = &spk_g.step_gpus;
+    long v;
+    int i;
+    if (g->n == 0)
+        return -1;
+    i = spk_g.mps_ready ? spk_pack_gpu(&spk_g.pack, t)
+                        : (int)((long)t * g->n / (long)spk_g.step.local_tasks);
+    return spk_parse_uint(g->id[i], 0, 4096, &v) == 0 ? (int)v : -1;
+}
+
+static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)
+{
+    char cpubind[256], desc[256], note[128];
+    int n = (int)spk_g.step.local_tasks, rc = -1, verbose = spk_g.opts.bind_verbose;
+    cpu_set_t mask;
+    job_env(sp, "SLURM_CPU_BIND", cpubind, sizeof cpubind);
+    if (spk_user_cpu_bind(cpubind)) {
+        if (verbose)
+            slurm_spank_log("cdl: --cdl-bind: not binding task %u: srun --cpu-bind=%s asked "
+                            "Slurm to bind", global_id, cpubind);
+        return 0;
+    }
+    if (!spk_g.have_topo)
+        return spk_error("no topology");
+    hwloc_cpuset_t allowed = hwloc_bitmap_alloc();
+    hwloc_cpuset_t *out = calloc((size_t)n, sizeof *out);
+    int *gpu = calloc((size_t)n, sizeof *gpu);
+    if (!out || !gpu) {
+        spk_error("out of memory");
+        goto done;
+    }
+    for (int t = 0; t < n; t++) {
+        out[t] = hwloc_bitmap_alloc();
+        gpu[t] = task_gpu_index(t);
+    }
+    /* The CPUs this task may use now: the step's (cgroup, Slurm's own
+     * affinity), before it is narrowed to the task's share. */
+    if (sched_getaffinity(0, sizeof mask, &mask) != 0 ||
+        hwloc_cpuset_from_glibc_sched_affinity(spk_g.topo, allowed, &mask, sizeof mask) != 0) {
+        spk_error("sched_getaffinity failed");
+        goto done;
+    }
+    if (spk_bind_plan(spk_g.topo, allowed, spk_g.bind, n, gpu, out, note, sizeof note) != 0)
+        goto done;
+    if (hwloc_cpuset_to_glibc_sched_affinity(spk_g.topo, out[local_id], &mask, sizeof mask) ||
+        sched_setaffinity(0, sizeof mask, &mask) != 0) {
+        spk_error("sched_setaffinity failed");
+        goto done;
+    }
+    if (verbose) {
+        /* The plan's note is about the first task without a GPU; say it
+         * about this one. */
+        note[0] = '\0';
+        if (spk_g.bind == SPK_BIND_CLOSEST && !spk_bind_gpu(spk_g.topo, gpu[local_id]))
+            snprintf(note, sizeof note, gpu[local_id] < 0 ? "no GPU known: bound as with cores"
+                     : "GPU %d not found in the topology: bound as with cores", gpu[local_id]);
+        spk_bind_describe(spk_g.topo, out[local_id], desc, sizeof desc);
+        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s",
+                        spk_g.bind == SPK_BIND_CLOSEST ? "closest" : "cores", global_id,
+                        local_id, gpu[local_id], desc, note[0] ? "; " : "", note);
+    }
+    rc = 0;
+done:
+    for (int t = 0; out && t < n; t++)
+        hwloc_bitmap_free(out[t]);
+    free(out);
+    free(gpu);
+    hwloc_bitmap_free(allowed);
+    return rc;
+}
+#endif
+
+int spk_remote_task_init(spank_t sp)
+{
+    uint32_t local_id, global_id;
+    int tid;
+    if (!spk_g.active)
+        return 0;
+    if (spk_g.deferred[0]) {
+        slurm_error("%s", spk_g.deferred);
+        return -1;
+    }
+    if (spank_get_item(sp, S_TASK_ID, &tid) != ESPANK_SUCCESS ||
+        item_u32(sp, S_TASK_GLOBAL_ID, &global_id) != 0 || tid < 0) {
+        slurm_error("cdl: Slurm did not give the task's ids");
+        return -1;
+    }
+    local_id = (uint32_t)tid;
+    if (spk_g.opts.ddp && task_contract(sp, local_id, global_id) != 0) {
+        slurm_error("cdl: --cdl-ddp: %s", spk_last_error());
+        return -1;
+    }
+    if (spk_g.mps_ready && task_mps_env(sp, local_id) != 0) {
+        slurm_error("cdl: --cdl-mps: %s", spk_last_error());
+        return -1;
+    }
+#ifdef HAVE_HWLOC
+    if (spk_g.bind != SPK_BIND_NONE && task_bind(sp, local_id, global_id) != 0) {
+        slurm_error("cdl: --cdl-bind: %s", spk_last_error());
+        return -1;
+    }
+#endif
+    return 0;
+}
+
+int spk_remote_task_exit(spank_t sp)
+{
+    (void)sp;
+    if (spk_g.mps_ready && spk_mps_task_exit(&spk_g.mps) != 0)
+        slurm_error("cdl: --cdl-mps: %s", spk_last_error());
+    return 0;
+}
+
+int spk_remote_exit(spank_t sp)
+{
+    (void)sp;
+    if (spk_g.mps_ready) {
+        if (spk_mps_teardown(&spk_g.mps) != 0)
+            slurm_error("cdl: --cdl-mps: %s", spk_last_error());
+        spk_g.mps_ready = 0;
+    }
+#ifdef HAVE_HWLOC
+    if (spk_g.have_topo) {
+        hwloc_topology_destroy(spk_g.topo);
+        spk_g.have_topo = 0;
+    }
+#endif
+    return 0;
+}

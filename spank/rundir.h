@@ -1,0 +1,51 @@
+/* Per-step state directories under the administrator's runtime_dir:
+ *
+ *   runtime_dir/                      root, 0755 (created if missing)
+ *   runtime_dir/<job>.<step>.<node>/  the job user, 0700
+ *       pipe/                         the job user, 0700: CUDA_MPS_PIPE_DIRECTORY
+ *       log/                          the job user, 0700: CUDA_MPS_LOG_DIRECTORY
+ *
+ * The node name is part of the key because several slurmd may share one
+ * host (and one runtime_dir). Root only creates and removes these; removal
+ * walks with openat(O_NOFOLLOW) and unlinkat(), so links the user plants
+ * inside cannot redirect it. */
+#ifndef CDL_SPANK_RUNDIR_H
+#define CDL_SPANK_RUNDIR_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "spank/util.h"
+
+struct spk_rundir {
+    char key[128];                 /* "<job>.<step>.<node>" */
+    char step_dir[SPK_PATH_MAX];
+    char pipe_dir[SPK_PATH_MAX];
+    char log_dir[SPK_PATH_MAX];
+};
+
+/* Fills rd for (jobid, stepid, node). The node name must be [A-Za-z0-9._-]. */
+int spk_rundir_init(struct spk_rundir *rd, const char *runtime_dir, uint32_t jobid,
+                    uint32_t stepid, const char *node);
+
+/* The same from a key found in runtime_dir ([A-Za-z0-9._-], no leading dot). */
+int spk_rundir_from_key(struct spk_rundir *rd, const char *runtime_dir, const char *key);
+
+/* Makes sure runtime_dir is a real directory owned by root and not writable
+ * by group or others (creating it with 0755 when it is missing). */
+int spk_rundir_check_root(const char *runtime_dir);
+
+/* Creates the step directory with pipe/ and log/ for uid:gid, removing a
+ * stale one of the same key first (a requeued job reuses its step ids). */
+int spk_rundir_create(const struct spk_rundir *rd, const char *runtime_dir, uid_t uid, gid_t gid);
+
+/* Removes the step directory tree; a missing one is not an error. */
+int spk_rundir_remove(const char *runtime_dir, const char *key);
+
+/* Calls fn(key, owner uid, owner gid, arg) for every step directory of jobid in
+ * runtime_dir (names "<jobid>.*"). Returns the number found, or -1. */
+int spk_rundir_each_of_job(const char *runtime_dir, uint32_t jobid,
+                           int (*fn)(const char *key, uid_t owner, gid_t group, void *arg),
+                           void *arg);
+
+#endif

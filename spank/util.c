@@ -1,0 +1,147 @@
+/* Helpers shared by the plugin's modules (see util.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "spank/util.h"
+
+/* One buffer per thread: slurmstepd is multi-threaded, task children are
+ * single-threaded forks of it. */
+static _Thread_local char last_error[1024];
+
+int spk_error(const char *fmt, ...)
+{
+    char msg[sizeof last_error];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);   /* fmt may quote last_error itself */
+    va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
+    return -1;
+}
+
+const char *spk_last_error(void)
+{
+    return last_error;
+}
+
+void spk_clear_error(void)
+{
+    last_error[0] = '\0';
+}
+
+static void log_stderr(const char *msg)
+{
+    fprintf(stderr, "%s\n", msg);
+}
+
+static spk_log_fn log_fn = log_stderr;
+
+void spk_set_log(spk_log_fn fn)
+{
+    log_fn = fn ? fn : log_stderr;
+}
+
+void spk_log(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    log_fn(msg);
+}
+
+int spk_copy(char *dst, size_t len, const char *src)
+{
+    size_t n = strlen(src);
+    if (len == 0)
+        return -1;
+    if (n >= len) {
+        dst[0] = '\0';
+        return -1;
+    }
+    memcpy(dst, src, n + 1);
+    return 0;
+}
+
+int spk_parse_uint(const char *s, long lo, long hi, long *out)
+{
+    long v = 0;
+    size_t n = 0;
+    if (!s || !*s)
+        return -1;
+    for (; s[n]; n++) {
+        if (s[n] < '0' || s[n] > '9' || n >= 9)
+            return -1;
+        v = v * 10 + (s[n] - '0');
+    }
+    if (v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int spk_charset_ok(const char *s, size_t maxlen, int alnum, const char *allowed)
+{
+    size_t n = 0;
+    if (!s || !*s)
+        return 0;
+    for (; s[n]; n++) {
+        unsigned char c = (unsigned char)s[n];
+        int ok = (alnum && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                            (c >= '0' && c <= '9'))) ||
+                 (c && allowed && strchr(allowed, c));
+        if (!ok || n + 1 >= maxlen)
+            return 0;
+    }
+    return 1;
+}
+
+static int host_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '.' || c == '_';
+}
+
+int spk_hostlist_first(const char *list, char *out, size_t len)
+{
+    size_t o = 0;
+    const char *p = list;
+    if (!list || !*list)
+        return spk_error("empty host list");
+    /* Walk the first top-level item: names outside brackets are copied, each
+     * bracket group contributes the first number of its first range. */
+    while (*p && *p != ',') {
+        if (*p == '[') {
+            const char *q = ++p;
+            while (*q >= '0' && *q <= '9')
+                q++;
+            if (q == p || (*q != '-' && *q != ',' && *q != ']'))
+                return spk_error("malformed host list '%.64s'", list);
+            for (; p < q; p++) {
+                if (o + 1 >= len)
+                    return spk_error("host name in '%.64s' is too long", list);
+                out[o++] = *p;
+            }
+            while (*p && *p != ']') {
+                if (!((*p >= '0' && *p <= '9') || *p == '-' || *p == ','))
+                    return spk_error("malformed host list '%.64s'", list);
+                p++;
+            }
+            if (*p != ']')
+                return spk_error("malformed host list '%.64s' (unclosed '[')", list);
+            p++;
+            continue;
+        }
+        if (!host_char(*p))
+            return spk_error("malformed host list '%.64s' (character '%c')", list, *p);
+        if (o + 1 >= len)
+            return spk_error("host name in '%.64s' is too long", list);
+        out[o++] = *p++;
+    }
+    if (o == 0)
+        return spk_error("malformed host list '%.64s'", list);
+    out[o] = '\0';
+    return 0;
+}

@@ -1,0 +1,209 @@
+#!/bin/bash
+# A throw-away Slurm cluster on this host: munged, slurmctld and two slurmd
+# emulating nodes n1 and n2, everything (keys, state, spool, logs, sockets,
+# TmpFS, the plugin's runtime directory) under one directory.
+#
+#   cluster.sh start DIR   create DIR, start the daemons, wait until both
+#                          nodes are idle, write DIR/env.sh for clients
+#   cluster.sh stop DIR    stop the daemons by their pid files, remove DIR
+#                          (kept when CDL_KEEP_CLUSTER=1)
+#
+# Inputs (environment):
+#   CDL_SPANK_SO        the built plugin (.libs/cdl_spank.so); loaded through
+#                       PlugStackConfig, "required" so a broken plugin fails
+#                       every srun instead of being skipped
+#   CDL_FAKE_MPS        the fake nvidia-cuda-mps-control; installed as
+#                       DIR/bin/nvidia-cuda-mps-control and named in the
+#                       plugin's admin configuration
+#   CDL_PLUGSTACK_ARGS  extra plugstack arguments (key=value ...)
+#   CDL_TEST_USER       the unprivileged user jobs run as (created if missing)
+#   CDL_RESV_PORTS=1    configure MpiParams=ports=... so that Slurm reserves
+#                       ports for every step (SLURM_STEP_RESV_PORTS)
+#
+# Needs root (slurmd and slurmstepd must be able to become the job user).
+# No sleeps as synchronisation: every wait polls a condition with a deadline.
+set -eu
+
+die() { echo "cluster.sh: $*" >&2; exit 1; }
+
+# wait_for SECONDS COMMAND...: run COMMAND until it succeeds or time runs out.
+wait_for() {
+    local deadline=$((SECONDS + $1)); shift
+    until "$@" >/dev/null 2>&1; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 0.05   # poll interval only: the condition decides, not the pause
+    done
+}
+
+# A TCP port nobody listens on (checked against /proc/net/tcp{,6}).
+free_port() {
+    local p hex
+    while :; do
+        p=$((20000 + RANDOM % 30000))
+        hex=$(printf ':%04X ' "$p")
+        grep -q " [0-9A-F]*$hex" /proc/net/tcp /proc/net/tcp6 2>/dev/null || { echo "$p"; return; }
+    done
+}
+
+ensure_user() {
+    local u=$1
+    id -u "$u" >/dev/null 2>&1 && return 0
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$u" >/dev/null 2>&1 ||
+        id -u "$u" >/dev/null 2>&1 || die "cannot create test user $u"
+}
+
+start() {
+    local dir=$1
+    [ "$(id -u)" = 0 ] || die "must run as root"
+    [ -n "${CDL_SPANK_SO:-}" ] && [ -f "$CDL_SPANK_SO" ] || die "CDL_SPANK_SO is not a file: ${CDL_SPANK_SO:-unset}"
+    [ -n "${CDL_FAKE_MPS:-}" ] && [ -x "$CDL_FAKE_MPS" ] || die "CDL_FAKE_MPS is not executable: ${CDL_FAKE_MPS:-unset}"
+    CDL_SPANK_SO=$(readlink -f "$CDL_SPANK_SO")   # slurmstepd runs elsewhere
+    local user=${CDL_TEST_USER:-cdltest}
+    ensure_user "$user"
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    [ -z "$(ls -A "$dir")" ] || die "$dir is not empty"
+    # The job user must traverse DIR (munge socket, work dir); nothing in it
+    # is writable by that user except work/, tmp/ and the fake's record dir
+    # bin/mps-records/. The plugin creates its runtime_dir (DIR/cdl) itself.
+    chmod 0755 "$dir"
+    mkdir -p "$dir"/{etc,state,log,run,munge,bin/mps-records,spool/n1,spool/n2,tmp/n1,tmp/n2,work}
+    chmod 0700 "$dir/munge"
+    chmod 1777 "$dir/tmp/n1" "$dir/tmp/n2" "$dir/bin/mps-records"
+    chown "$user" "$dir/work"
+    install -m 0755 "$CDL_FAKE_MPS" "$dir/bin/nvidia-cuda-mps-control"
+    # Two fake GPUs per node: gres/gpu wants character devices, so make two
+    # copies of /dev/null (named like NVIDIA's, so Slurm numbers them 0, 1).
+    mkdir -p "$dir/dev"
+    mknod -m 0666 "$dir/dev/nvidia0" c 1 3 && mknod -m 0666 "$dir/dev/nvidia1" c 1 3 ||
+        die "mknod failed: the harness needs CAP_MKNOD for its fake GPU devices"
+
+    # munge
+    mungekey -c -f -k "$dir/munge/munge.key" >/dev/null
+    munged -F --force -S "$dir/munge/munge.sock" --key-file="$dir/munge/munge.key" \
+        --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munged.log" \
+        --seed-file="$dir/munge/munged.seed" </dev/null >/dev/null 2>&1 &
+    echo $! >"$dir/run/munged.pid"
+    wait_for 10 test -S "$dir/munge/munge.sock" || die "munged did not start ($dir/log/munged.log)"
+    chmod 0711 "$dir/munge"
+
+    local host pctl p1 p2 pres
+    host=$(hostname -s)
+    pctl=$(free_port); p1=$(free_port); p2=$(free_port)
+    while [ "$p2" = "$p1" ] || [ "$p2" = "$pctl" ]; do p2=$(free_port); done
+    while [ "$p1" = "$pctl" ]; do p1=$(free_port); done
+    pres=$((30000 + RANDOM % 20000))   # MpiParams=ports= range for --resv-ports
+
+    cat >"$dir/etc/plugstack.conf" <<EOF
+required $CDL_SPANK_SO mps_control=$dir/bin/nvidia-cuda-mps-control runtime_dir=$dir/cdl port_range=41000-41999 ${CDL_PLUGSTACK_ARGS:-}
+EOF
+    cat >"$dir/etc/gres.conf" <<EOF
+NodeName=n[1-2] Name=gpu File=$dir/dev/nvidia[0-1]
+EOF
+    cat >"$dir/etc/slurm.conf" <<EOF
+ClusterName=cdltest
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$pctl
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.sock
+CredType=cred/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+SlurmctldPidFile=$dir/run/slurmctld.pid
+SlurmdPidFile=$dir/run/slurmd.%n.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.%n.log
+SlurmdDebug=verbose
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+$( [ "${CDL_RESV_PORTS:-0}" = 1 ] && echo "MpiParams=ports=$pres-$((pres + 99))" )
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+MailProg=/bin/true
+PlugStackConfig=$dir/etc/plugstack.conf
+ReturnToService=2
+KillWait=2
+MinJobAge=10
+InactiveLimit=0
+SlurmdParameters=config_overrides
+TmpFS=$dir/tmp/%n
+GresTypes=gpu
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p1 CPUs=4 RealMemory=4000 Gres=gpu:2
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p2 CPUs=4 RealMemory=4000 Gres=gpu:2
+PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
+EOF
+    cat >"$dir/env.sh" <<EOF
+export SLURM_CONF=$dir/etc/slurm.conf
+export CDL_CLUSTER_DIR=$dir
+export CDL_TEST_USER=$user
+EOF
+    export SLURM_CONF=$dir/etc/slurm.conf
+
+    slurmctld -D -c -i -f "$SLURM_CONF" </dev/null >>"$dir/log/slurmctld.out" 2>&1 &
+    echo $! >"$dir/run/harness.slurmctld.pid"
+    local n
+    for n in n1 n2; do
+        slurmd -D -N "$n" -f "$SLURM_CONF" </dev/null >>"$dir/log/slurmd.$n.out" 2>&1 &
+        echo $! >"$dir/run/harness.slurmd.$n.pid"
+    done
+    wait_for 30 nodes_idle || { sinfo -N >&2 || true; die "nodes did not become idle (logs in $dir/log)"; }
+}
+
+nodes_idle() {
+    local out
+    out=$(sinfo -h -N -o '%N %T' 2>/dev/null) || return 1
+    [ "$(echo "$out" | grep -c ' idle$')" = 2 ]
+}
+
+# stop_pids FILE...: TERM every daemon named in the files at once (each takes
+# about 2 s to exit), then KILL those still there after 10 s.
+stop_pids() {
+    local f pid pids=()
+    for f in "$@"; do
+        [ -s "$f" ] || continue
+        pid=$(cat "$f")
+        case $pid in ''|*[!0-9]*) continue ;; esac
+        kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+    done
+    for pid in "${pids[@]}"; do
+        wait_for 10 sh -c "! kill -0 $pid" || kill -KILL "$pid" 2>/dev/null || true
+    done
+}
+
+# Fake MPS daemons a failed test may have left: only processes whose
+# executable is this cluster's fake (named by the fake's own records).
+stop_fake_daemons() {
+    local dir=$1 rec pid
+    for rec in "$dir"/bin/mps-records/rec.*; do
+        [ -f "$rec" ] && grep -qx 'mode=daemon' "$rec" || continue
+        pid=$(sed -n 's/^pid=//p' "$rec")
+        case $pid in ''|*[!0-9]*) continue ;; esac
+        [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$dir/bin/nvidia-cuda-mps-control" ] &&
+            kill -KILL "$pid" 2>/dev/null || true
+    done
+}
+
+stop() {
+    local dir=$1
+    [ -d "$dir" ] || return 0
+    stop_fake_daemons "$dir"
+    stop_pids "$dir"/run/harness.slurmd.n1.pid "$dir"/run/harness.slurmd.n2.pid \
+              "$dir"/run/harness.slurmctld.pid "$dir"/run/munged.pid
+    if [ "${CDL_KEEP_CLUSTER:-0}" = 1 ]; then
+        echo "cluster.sh: kept $dir" >&2
+    else
+        rm -rf "$dir"
+    fi
+}
+
+case ${1:-} in
+start) [ $# = 2 ] || die "usage: cluster.sh start DIR"; start "$2" ;;
+stop)  [ $# = 2 ] || die "usage: cluster.sh stop DIR"; stop "$2" ;;
+*) die "usage: cluster.sh start|stop DIR" ;;
+esac

@@ -1,0 +1,125 @@
+# Shared by the Slurm tests (sourced): skip rules, one throw-away cluster per
+# test, helpers to run jobs as the unprivileged test user, checks.
+#
+# A test exits 77 (skipped, with the reason printed) only when it cannot run
+# here: not root, or Slurm/munge binaries or the built plugin missing. CI
+# runs as root with them installed, so there the tests run.
+#
+# Every srun/sbatch is wrapped in `timeout`; every wait polls a condition
+# with a deadline (no sleep as synchronisation).
+
+: "${top_builddir:=.}"
+: "${top_srcdir:=.}"
+SLURM_TESTS_DIR=$top_srcdir/tests/slurm
+CDL_SPANK_SO=${CDL_SPANK_SO:-$top_builddir/spank/.libs/cdl_spank.so}
+CDL_FAKE_MPS=${CDL_FAKE_MPS:-$top_builddir/tests/slurm/fake-mps-control}
+CDL_TEST_USER=${CDL_TEST_USER:-cdltest}
+JOB_TIMEOUT=${JOB_TIMEOUT:-60}
+export CDL_SPANK_SO CDL_FAKE_MPS CDL_TEST_USER
+
+skip() { echo "SKIP: $*"; exit 77; }
+
+require_cluster_tools() {
+    [ "$(id -u)" = 0 ] || skip "the Slurm tests need root (slurmd must become the job user)"
+    local b
+    for b in munged mungekey slurmctld slurmd slurmstepd srun sbatch sinfo squeue scancel \
+             scontrol runuser useradd mknod timeout; do
+        command -v "$b" >/dev/null 2>&1 || skip "$b not found (install munge slurm-wlm slurmctld slurmd slurm-client)"
+    done
+    [ -f "$CDL_SPANK_SO" ] || skip "plugin not built ($CDL_SPANK_SO): configure found no slurm/spank.h"
+    [ -x "$CDL_FAKE_MPS" ] || skip "fake MPS control not built ($CDL_FAKE_MPS)"
+}
+
+FAILED=0
+fail() {
+    echo "FAIL: $*" >&2
+    FAILED=1
+}
+check() {   # check DESCRIPTION COMMAND...
+    local what=$1; shift
+    if "$@"; then echo "ok: $what"; else fail "$what"; return 1; fi
+}
+finish() {
+    [ "$FAILED" = 0 ] && { echo "PASS"; exit 0; }
+    echo "--- slurmd n1 log (tail)"; tail -n 30 "$CDL_CLUSTER_DIR/log/slurmd.n1.log" 2>/dev/null
+    exit 1
+}
+
+# start_cluster [extra plugstack args]: a fresh cluster for this test.
+start_cluster() {
+    CDL_CLUSTER_DIR=$(mktemp -d /tmp/cdl-slurm.XXXXXX)
+    trap 'stop_cluster' EXIT
+    CDL_PLUGSTACK_ARGS="$*" "$SLURM_TESTS_DIR/cluster.sh" start "$CDL_CLUSTER_DIR" ||
+        { echo "cluster did not start"; exit 1; }
+    . "$CDL_CLUSTER_DIR/env.sh"
+    WORK=$CDL_CLUSTER_DIR/work
+    TEST_UID=$(id -u "$CDL_TEST_USER")
+    TEST_GID=$(id -g "$CDL_TEST_USER")
+    RECORDS=$CDL_CLUSTER_DIR/bin/mps-records
+    RUNTIME=$CDL_CLUSTER_DIR/cdl
+}
+
+stop_cluster() {
+    [ -n "${CDL_CLUSTER_DIR:-}" ] && "$SLURM_TESTS_DIR/cluster.sh" stop "$CDL_CLUSTER_DIR"
+    CDL_CLUSTER_DIR=
+}
+
+# as_user CMD...: run a Slurm client as the test user, in WORK, bounded.
+as_user() {
+    (cd "$WORK" && timeout "$JOB_TIMEOUT" runuser -u "$CDL_TEST_USER" -- \
+        env SLURM_CONF="$SLURM_CONF" PATH=/usr/local/bin:/usr/bin:/bin "$@")
+}
+
+# as_user_env VAR=VALUE... -- CMD...: the same with extra variables.
+as_user_env() {
+    local vars=()
+    while [ "$1" != -- ]; do vars+=("$1"); shift; done
+    shift
+    (cd "$WORK" && timeout "$JOB_TIMEOUT" runuser -u "$CDL_TEST_USER" -- \
+        env SLURM_CONF="$SLURM_CONF" PATH=/usr/local/bin:/usr/bin:/bin "${vars[@]}" "$@")
+}
+
+# wait_until SECONDS COMMAND...: poll COMMAND until it succeeds.
+wait_until() {
+    local deadline=$((SECONDS + $1)); shift
+    until "$@" >/dev/null 2>&1; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 0.05   # poll interval only: the condition decides
+    done
+}
+
+# A script file in WORK readable by the test user.
+user_script() {   # user_script NAME <<EOF ... EOF
+    cat >"$WORK/$1"
+    chmod 0755 "$WORK/$1"
+}
+
+runtime_empty() { [ -z "$(ls -A "$RUNTIME" 2>/dev/null)" ]; }
+no_user_daemon() { ! pgrep -u "$CDL_TEST_USER" -f "$CDL_CLUSTER_DIR/bin/nvidia-cuda-mps-control" >/dev/null; }
+jobs_gone() { [ -z "$(squeue -h 2>/dev/null)" ]; }
+
+# count_records MODE [GREP-PATTERN]: fake MPS records of that mode.
+count_records() {
+    local n=0 f
+    for f in "$RECORDS"/rec.*; do
+        [ -f "$f" ] || continue
+        head -n 1 "$f" | grep -qx "mode=$1" || continue
+        if [ -n "${2:-}" ]; then grep -q -- "$2" "$f" || continue; fi
+        n=$((n + 1))
+    done
+    echo "$n"
+}
+
+# submit ARGS...: sbatch --parsable as the test user; prints the job id.
+submit() {
+    as_user sbatch --parsable "$@" | cut -d';' -f1
+}
+
+# wait_job ID: until the job has left the queue (faster than sbatch --wait,
+# which polls at growing intervals); then prints its JobState and ExitCode.
+wait_job() {
+    wait_until "$JOB_TIMEOUT" sh -c "[ -z \"\$(squeue -h -j $1 2>/dev/null)\" ]" ||
+        { echo "TIMEOUT"; scancel "$1"; return 1; }
+    scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | grep -E '^(JobState|ExitCode)=' | tr '\n' ' '
+    echo
+}

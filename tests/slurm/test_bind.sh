@@ -1,0 +1,67 @@
+#!/bin/bash
+# --cdl-bind on the test machine (the plans themselves are unit-tested on
+# saved topologies): tasks get disjoint whole-core shares of the step's
+# CPUs, verbose prints the map, Slurm's own binding wins.
+set -u
+. "${top_srcdir:-.}/tests/slurm/lib.sh"
+require_cluster_tools
+start_cluster
+
+user_script aff.sh <<'EOF'
+#!/bin/sh
+echo "T$SLURM_PROCID $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+EOF
+
+expand() {   # "0-2,5" -> "0 1 2 5"
+    local part out=()
+    IFS=, read -ra parts <<<"$1"
+    for part in "${parts[@]}"; do
+        if [[ $part == *-* ]]; then out+=($(seq "${part%-*}" "${part#*-}")); else out+=("$part"); fi
+    done
+    echo "${out[@]}"
+}
+
+full=$(as_user srun -N1 -n1 ./aff.sh | cut -d' ' -f2)
+ncpu=$(expand "$full" | wc -w)
+echo "step CPUs without binding: $full ($ncpu)"
+
+out=$(as_user srun -N1 -n2 --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
+echo "$out"; cat "$WORK/err"
+a=$(expand "$(echo "$out" | sed -n 's/^T0 //p')")
+b=$(expand "$(echo "$out" | sed -n 's/^T1 //p')")
+subset() { local x; for x in $1; do [[ " $2 " == *" $x "* ]] || return 1; done; }
+check "cores: each task bound inside the step's CPUs" eval 'subset "$a" "$(expand "$full")" && subset "$b" "$(expand "$full")"'
+check "cores: each task got at least one CPU" eval '[ -n "$a" ] && [ -n "$b" ]'
+if [ "$ncpu" -ge 2 ]; then
+    check "cores: the two tasks' CPUs are disjoint" eval '! subset "$a" "$b" && ! subset "$b" "$a"'
+fi
+check "verbose: the map names each task" \
+    test "$(grep -c 'cdl: --cdl-bind=cores: task [01] (local [01], GPU -1) -> cores ' "$WORK/err")" = 2
+
+out=$(as_user srun -N1 -n2 --cdl-bind=none ./aff.sh)
+check "--cdl-bind=none: no change" test "$(echo "$out" | cut -d' ' -f2 | sort -u)" = "$full"
+
+# The user asked Slurm to bind: the plugin stands back and says why.
+out=$(as_user srun -N1 -n2 --cpu-bind=cores --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
+check "--cpu-bind given: affinity left to Slurm" test "$(echo "$out" | cut -d' ' -f2 | sort -u)" = "$full"
+check "--cpu-bind given: verbose says why" \
+    test "$(grep -c 'not binding task [01]: srun --cpu-bind=.* asked Slurm to bind' "$WORK/err")" = 2
+
+# closest on a machine without GPUs in its topology: like cores, with a note.
+out=$(as_user srun -N1 -n2 --gres=gpu:2 --cdl-ddp --cdl-bind=closest,verbose ./aff.sh 2>"$WORK/err")
+cat "$WORK/err"
+check "closest without GPUs in the topology: bound, with a note" \
+    test "$(grep -c 'cdl: --cdl-bind=closest: task [01] (local [01], GPU [01]) -> cores .*not found in the topology' "$WORK/err")" = 2
+
+# More tasks than CPUs: neighbours share, nobody is left unbound.
+n=$((ncpu * 2))
+out=$(as_user srun -N1 -n"$n" --overcommit --cdl-bind=cores ./aff.sh)
+check "$n tasks on $ncpu CPUs: every task bound to one CPU" \
+    test "$(echo "$out" | awk '{print $2}' | grep -c '^[0-9]*$')" = "$n"
+
+err=$(as_user srun -N1 -n1 --cdl-bind=sockets ./aff.sh 2>&1)
+rc=$?
+check "--cdl-bind=sockets refused with the accepted values" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "expected none, cores or closest"'
+
+finish

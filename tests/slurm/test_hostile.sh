@@ -1,0 +1,115 @@
+#!/bin/bash
+# Hostile inputs: odd and overlong option values, ../ in values, LD_PRELOAD,
+# PATH and MPS variables in the job's environment, a user tampering with
+# its MPS directories. The step fails with a clear message or the value is
+# ignored, and nothing runs as root.
+set -u
+. "${top_srcdir:-.}/tests/slurm/lib.sh"
+require_cluster_tools
+start_cluster
+EVIL_SO=$top_builddir/tests/slurm/.libs/evil-preload.so
+[ -f "$EVIL_SO" ] || skip "tests/slurm/evil-preload.la not built"
+install -m 0755 "$EVIL_SO" "$CDL_CLUSTER_DIR/bin/evil.so"
+mkdir -m 1777 "$CDL_CLUSTER_DIR/bin/evil-marks"
+MARKS=$CDL_CLUSTER_DIR/bin/evil-marks
+
+user_script mark.sh <<'EOF'
+#!/bin/sh
+touch "ran.$SLURM_PROCID"
+echo "T$SLURM_PROCID pipe=${CUDA_MPS_PIPE_DIRECTORY-unset} rank=${RANK-unset}"
+EOF
+
+# refused OPTION...: srun with these options fails, says why, runs nothing.
+refused() {
+    local want=$1; shift
+    rm -f "$WORK"/ran.*
+    local err rc
+    err=$(as_user srun -N1 -n1 "$@" ./mark.sh 2>&1)
+    rc=$?
+    [ $rc != 0 ] && echo "$err" | grep -q -- "$want" && ! ls "$WORK"/ran.* >/dev/null 2>&1 ||
+        { echo "rc=$rc: $err" | head -5; return 1; }
+}
+
+long=$(printf 'a%.0s' $(seq 5000))
+check "overlong --cdl-bind value refused" refused "--cdl-bind=aaaaaaaaaaaaaaaaaaaaaaaa...: expected" "--cdl-bind=$long"
+check "overlong --cdl-mps value refused" refused "--cdl-mps=9999999999999999...: expected" "--cdl-mps=$(printf '9%.0s' $(seq 3000))"
+check "--cdl-mps=../../etc refused" refused "--cdl-mps=../../etc: expected" --cdl-mps=../../etc
+check "--cdl-mps='1;id' refused" refused "--cdl-mps=1;id: expected" "--cdl-mps=1;id"
+check "--cdl-mps=999 refused (above max_replicas_per_gpu)" refused "1..16" --cdl-mps=999
+check "--cdl-bind='cores,\$(id)' refused" refused "--cdl-bind=cores,\$(id): expected" '--cdl-bind=cores,$(id)'
+check "--cdl-bind=../cores refused" refused "--cdl-bind=../cores: expected" --cdl-bind=../cores
+check "--cdl-bind with a newline refused" refused "expected none, cores or closest" "--cdl-bind=cores
+verbose"
+
+# A hostile environment: LD_PRELOAD, a PATH with a fake MPS control first,
+# MPS variables pointing elsewhere. The step runs with the plugin's values.
+mkdir -p "$WORK/evil-bin"
+cat >"$WORK/evil-bin/nvidia-cuda-mps-control" <<EOF
+#!/bin/sh
+echo "\$(id -u) \$0 \$*" >> "$MARKS/path-fake-ran"
+EOF
+chmod 0755 "$WORK/evil-bin/nvidia-cuda-mps-control"
+chown -R "$CDL_TEST_USER" "$WORK/evil-bin"
+out=$(as_user_env LD_PRELOAD="$CDL_CLUSTER_DIR/bin/evil.so" PATH="$WORK/evil-bin:/usr/bin:/bin" \
+        CUDA_MPS_PIPE_DIRECTORY=/tmp/evil-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/evil-log \
+        -- srun -N2 --ntasks-per-node=2 --gres=gpu:1 --cdl-mps --cdl-bind=cores ./mark.sh)
+echo "$out"
+check "hostile environment: the step ran on all 4 tasks" test "$(echo "$out" | grep -c '^T')" = 4
+check "CUDA_MPS_PIPE_DIRECTORY from the job's environment replaced by the plugin's" \
+    test "$(echo "$out" | grep -c "pipe=$RUNTIME/")" = 4
+check "the PATH's nvidia-cuda-mps-control never ran" test ! -e "$MARKS/path-fake-ran"
+check "LD_PRELOAD was live for the user's own processes (the test can fail)" \
+    eval 'grep -l "^$TEST_UID $TEST_UID " "$MARKS"/mark.* >/dev/null 2>&1'
+check "no process with root ids loaded the LD_PRELOAD library" \
+    eval '! grep -v "^$TEST_UID $TEST_UID " "$MARKS"/mark.* 2>/dev/null | grep -q .'
+check "no slurmstepd or slurmd loaded it" eval '! grep -q "slurm" "$MARKS"/mark.* 2>/dev/null'
+check "the daemons' environment had neither LD_PRELOAD nor the user's PATH" \
+    test "$(count_records daemon '^env=LD_PRELOAD')$(count_records daemon 'evil-bin')$(count_records daemon 'evil-pipe')" = 000
+check "the daemons are the admin's binary" \
+    test "$(count_records daemon "^argv0=$CDL_CLUSTER_DIR/bin/nvidia-cuda-mps-control\$")" = 2
+check "every run of the control program was as the job user" \
+    test "$(grep -l '^uid=0$' "$RECORDS"/rec.* 2>/dev/null | wc -l)" = 0
+
+# CUDA_VISIBLE_DEVICES from the job's environment: Slurm's gres value wins
+# (and without GPUs Slurm removes it); the plugin also refuses odd values
+# (unit-tested: test_spank_contract, test_gpus_parse).
+rm -f "$RECORDS"/rec.*
+out=$(as_user_env 'CUDA_VISIBLE_DEVICES=0;touch /tmp/pwned' -- srun -N1 -n1 --gres=gpu:1 --cdl-mps ./mark.sh 2>&1)
+check "a hostile CUDA_VISIBLE_DEVICES does not reach the daemon" \
+    test "$(count_records daemon '^env=CUDA_VISIBLE_DEVICES=0$')$(count_records daemon 'pwned')" = 10
+check "no file was created by it" test ! -e /tmp/pwned
+
+# The user tampers with its MPS directory: the pid file names a root
+# process, the log directory becomes a link to a root-owned folder. Then
+# slurmstepd dies, and the epilog cleans up as root.
+mkdir -m 0755 "$CDL_CLUSTER_DIR/victim"
+echo keep >"$CDL_CLUSTER_DIR/victim/file"
+sleep 300 </dev/null >/dev/null 2>&1 &
+root_pid=$!
+echo "$root_pid" >"$WORK/root.pid"
+chmod 0644 "$WORK/root.pid"
+user_script tamper.sh <<EOF
+#!/bin/sh
+d=\${CUDA_MPS_PIPE_DIRECTORY%/pipe}
+cat root.pid > "\$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"
+mv "\$d/log" "\$d/log.old" && ln -s "$CDL_CLUSTER_DIR/victim" "\$d/log" && touch tampered
+exec sleep 60
+EOF
+rm -f "$WORK/tampered"
+as_user srun -N1 -n1 -w n1 --gres=gpu:1 --cdl-mps ./tamper.sh >/dev/null 2>&1 &
+wait_until 20 test -e "$WORK/tampered"
+job=$(squeue -h -o %i | head -1)
+task=$(scontrol listpids "$job" 2>/dev/null | awk 'NR > 1 && $1 ~ /^[0-9]+$/ {print $1; exit}')
+stepd=$(ps -o ppid= -p "${task:-0}" 2>/dev/null | tr -d ' ')
+check "tampering step is running" eval '[ -e "$WORK/tampered" ] && [ -n "$stepd" ]'
+[ -n "$stepd" ] && kill -KILL "$stepd"
+scancel "$job"
+check "epilog cleaned the tampered directory" wait_until 30 runtime_empty
+check "epilog stopped the daemon (quit over its control socket)" wait_until 30 no_user_daemon
+check "the root process named in the user's pid file is alive" kill -0 "$root_pid"
+check "the link target kept its content" test "$(cat "$CDL_CLUSTER_DIR/victim/file")" = keep
+kill "$root_pid"
+[ -n "$task" ] && kill -KILL "$task" 2>/dev/null
+wait
+
+finish

@@ -1,0 +1,113 @@
+#!/bin/bash
+# --cdl-mps on a real Slurm with the fake nvidia-cuda-mps-control named in
+# the admin config (cluster.sh): one daemon per node per step, run as the job
+# user with a clean environment, private directories, answered before the
+# tasks start, gone after the step, after scancel, after SIGKILL of a task
+# and (through the job epilog) after slurmstepd itself was killed.
+set -u
+. "${top_srcdir:-.}/tests/slurm/lib.sh"
+require_cluster_tools
+start_cluster
+FAKE=$CDL_CLUSTER_DIR/bin/nvidia-cuda-mps-control
+
+user_script task.sh <<EOF
+#!/bin/sh
+d=\$CUDA_MPS_PIPE_DIRECTORY
+echo "T\$SLURM_PROCID node=\$SLURMD_NODENAME local=\$SLURM_LOCALID cvd=\$CUDA_VISIBLE_DEVICES" \\
+  "rpg=\$CDL_REPLICAS_PER_GPU pct=\$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE rank=\$RANK" \\
+  "pipe=\$d log=\$CUDA_MPS_LOG_DIRECTORY" \\
+  "modes=\$(stat -c '%U:%a' "\${d%/pipe}" "\$d" "\$CUDA_MPS_LOG_DIRECTORY" | tr '\n' ,)" \\
+  "answer=\$(echo get_server_list | $FAKE >/dev/null 2>&1 && echo yes || echo no)"
+EOF
+field() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+
+# 1. Two nodes, two tasks each, one GPU per node: both tasks of a node share it.
+out=$(as_user srun -N2 --ntasks-per-node=2 --gres=gpu:1 --cdl-mps ./task.sh)
+echo "$out"
+job=$(as_user squeue -h -o %i 2>/dev/null | head -1)   # nothing left running
+check "4 tasks ran" test "$(echo "$out" | grep -c '^T')" = 4
+check "every task found the daemon answering" test "$(echo "$out" | grep -c 'answer=yes')" = 4
+check "CUDA_VISIBLE_DEVICES=0, 2 replicas per GPU, 50% threads each" \
+    test "$(echo "$out" | grep -c 'cvd=0 rpg=2 pct=50 ')" = 4
+check "pipe/log dirs owned by the user, 0700 (step dir, pipe, log)" \
+    test "$(echo "$out" | grep -c "modes=$CDL_TEST_USER:700,$CDL_TEST_USER:700,$CDL_TEST_USER:700,")" = 4
+check "one pipe directory per node, under the admin runtime_dir" \
+    test "$(echo "$out" | sed -n 's/.*node=\(n[12]\) .*pipe=\([^ ]*\) .*/\1 \2/p' | sort -u |
+            sed "s|$RUNTIME/[0-9]*\.0\.||" | tr '\n' ' ')" = "n1 n1/pipe n2 n2/pipe "
+check "one daemon per node per step (2 starts, 2 daemons)" \
+    test "$(count_records start)$(count_records daemon)" = 22
+check "one daemon per node: n1 and n2" \
+    test "$(count_records daemon '\.0\.n1/pipe$')$(count_records daemon '\.0\.n2/pipe$')" = 11
+check "daemons ran as the job user (real, effective, saved uid and gid)" \
+    test "$(count_records daemon "^uid=$TEST_UID\$")$(count_records daemon "^suid=$TEST_UID\$")$(count_records daemon "^sgid=$TEST_GID\$")" = 222
+check "no daemon ran with root anywhere in its ids" \
+    test "$(count_records daemon '^[es]*[ug]id=0$')" = 0
+check "daemon environment: exactly PATH, the two MPS dirs, CUDA_VISIBLE_DEVICES" \
+    test "$(for f in "$RECORDS"/rec.*; do head -1 "$f" | grep -qx mode=daemon && grep -c '^env=' "$f"; done | sort -u)" = 4
+check "daemon: no_new_privs, only fds 0-2, cwd /" \
+    test "$(count_records daemon 'NoNewPrivs:.1')$(count_records daemon '^fds=0,1,2$')$(count_records daemon '^cwd=/$')" = 222
+check "quit sent once per node at the end of the step" test "$(count_records cmd:quit)" = 2
+check "directories gone after the step" runtime_empty
+check "no daemon left" no_user_daemon
+
+# 2. Packing on one node: 4 tasks, 2 GPUs.
+out=$(as_user srun -N1 -n4 --gres=gpu:2 --cdl-mps=2 ./task.sh)
+check "--cdl-mps=2 on 2 GPUs: local ranks 0,1 on GPU 0 and 2,3 on GPU 1" \
+    test "$(echo "$out" | sed -n 's/.*local=\([0-9]\) cvd=\([0-9]\) rpg=2 pct=50 .*/\1\2/p' | sort | tr '\n' ' ')" = "00 10 21 31 "
+out=$(as_user srun -N1 -n4 --gres=gpu:2 --cdl-mps ./task.sh)
+check "--cdl-mps without N: local tasks / GPUs = 2" test "$(echo "$out" | grep -c 'rpg=2 pct=50')" = 4
+err=$(as_user srun -N1 -n3 --gres=gpu:1 --cdl-mps=2 ./task.sh 2>&1)
+rc=$?
+check "3 tasks in groups of 2 on 1 GPU: refused with the numbers" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "need 2 GPUs, the step has 1"'
+err=$(as_user srun -N1 -n2 --cdl-mps ./task.sh 2>&1)
+rc=$?
+check "--cdl-mps without GPUs: refused, saying how to ask for them" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "no GPUs on this node" && ! echo "$err" | grep -q "^T"'
+check "nothing left after the refused steps" runtime_empty
+
+# 3. scancel of a running step.
+control_up() { ls "$RUNTIME"/*/pipe/control >/dev/null 2>&1; }
+as_user srun -N1 -n2 --gres=gpu:1 --cdl-mps sleep 60 >/dev/null 2>&1 &
+wait_until 20 control_up
+job=$(squeue -h -o %i | head -1)
+check "scancel: daemon up while the step runs" eval '[ -n "$job" ] && ! no_user_daemon'
+scancel "$job"
+check "scancel: directories gone" wait_until 20 runtime_empty
+check "scancel: daemon gone" wait_until 20 no_user_daemon
+wait
+
+# 4. SIGKILL of one task: the other still has the daemon; all gone after.
+user_script kill_one.sh <<EOF
+#!/bin/sh
+if [ "\$SLURM_LOCALID" = 0 ]; then echo \$\$ > victim.pid; kill -9 \$\$; fi
+i=0
+until [ -s victim.pid ] && ! kill -0 "\$(cat victim.pid)" 2>/dev/null; do
+    i=\$((i + 1)); [ \$i -lt 400 ] || exit 3; sleep 0.05
+done
+echo get_server_list | $FAKE >/dev/null 2>&1 && echo survivor-answered
+EOF
+rm -f "$WORK/victim.pid"
+out=$(as_user srun -N1 -n2 --gres=gpu:1 --cdl-mps ./kill_one.sh 2>&1)
+echo "$out"
+check "after SIGKILL of task 0, task 1 still reaches the daemon" eval 'echo "$out" | grep -q survivor-answered'
+check "SIGKILL of a task: directories gone after the step" wait_until 20 runtime_empty
+check "SIGKILL of a task: daemon gone" wait_until 20 no_user_daemon
+
+# 5. slurmstepd killed: the daemon is orphaned; the job epilog removes it.
+as_user srun -N1 -n1 -w n1 --gres=gpu:1 --cdl-mps sleep 60 >/dev/null 2>&1 &
+wait_until 20 control_up
+job=$(squeue -h -o %i | head -1)
+task=$(scontrol listpids "$job" 2>/dev/null | awk 'NR > 1 && $1 ~ /^[0-9]+$/ {print $1; exit}')
+stepd=$(ps -o ppid= -p "${task:-0}" 2>/dev/null | tr -d ' ')
+check "found the step's slurmstepd" eval '[ -n "$stepd" ] && [ "$(ps -o comm= -p "$stepd")" = slurmstepd ]'
+[ -n "$stepd" ] && kill -KILL "$stepd"
+check "after the crash the daemon is still there" eval '! no_user_daemon && ! runtime_empty'
+scancel "$job"
+check "epilog: directories of the crashed step gone" wait_until 30 runtime_empty
+check "epilog: its daemon gone" wait_until 30 no_user_daemon
+[ -n "$task" ] && kill -KILL "$task" 2>/dev/null   # the orphaned `sleep 60`
+wait
+grep "cdl: epilog" "$CDL_CLUSTER_DIR/log/slurmd.n1.log"
+
+finish

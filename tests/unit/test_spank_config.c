@@ -1,0 +1,273 @@
+/* The plugin's admin settings (plugstack.conf arguments) and the user's
+ * option values: strict parsing, errors that name the culprit. */
+#include <string.h>
+
+#include "testutil.h"
+
+#include "spank/conf.h"
+#include "spank/options.h"
+
+static int parse(struct spk_conf *c, int ac, const char **av)
+{
+    spk_clear_error();
+    return spk_conf_parse(c, ac, (char **)av);
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    struct spk_conf c;
+    assert_int_equal(parse(&c, 0, NULL), 0);
+    assert_string_equal(c.mps_control, "/usr/bin/nvidia-cuda-mps-control");
+    assert_string_equal(c.runtime_dir, "/run/cdl");
+    assert_string_equal(c.topology, "");
+    assert_int_equal(c.port_lo, 29500);
+    assert_int_equal(c.port_hi, 32499);
+    assert_int_equal(c.max_replicas_per_gpu, 16);
+    assert_int_equal(c.default_bind, SPK_BIND_NONE);
+    assert_int_equal(c.addr_policy, SPK_ADDR_HOSTNAME);
+    assert_string_equal(c.addr_suffix, "");
+    assert_int_equal(c.allow_batch, 1);
+    assert_int_equal(c.mps_thread_percentage, 0);
+    assert_int_equal(c.mps_timeout_s, 10);
+}
+
+static void test_every_key(void **state)
+{
+    (void)state;
+    struct spk_conf c;
+    const char *av[] = {
+        "mps_control=/opt/cuda/bin/nvidia-cuda-mps-control", "runtime_dir=/var/run/cdl-mps",
+        "topology=/etc/cdl/topo.xml", "port_range=40000-40999", "max_replicas_per_gpu=8",
+        "default_bind=closest", "master_addr=ip:-ib", "allow_batch=no",
+        "mps_thread_percentage=30", "mps_timeout=25",
+    };
+    assert_int_equal(parse(&c, 10, av), 0);
+    assert_string_equal(c.mps_control, "/opt/cuda/bin/nvidia-cuda-mps-control");
+    assert_string_equal(c.runtime_dir, "/var/run/cdl-mps");
+    assert_string_equal(c.topology, "/etc/cdl/topo.xml");
+    assert_int_equal(c.port_lo, 40000);
+    assert_int_equal(c.port_hi, 40999);
+    assert_int_equal(c.max_replicas_per_gpu, 8);
+    assert_int_equal(c.default_bind, SPK_BIND_CLOSEST);
+    assert_int_equal(c.addr_policy, SPK_ADDR_IP);
+    assert_string_equal(c.addr_suffix, "-ib");
+    assert_int_equal(c.allow_batch, 0);
+    assert_int_equal(c.mps_thread_percentage, 30);
+    assert_int_equal(c.mps_timeout_s, 25);
+
+    const char *av2[] = {"master_addr=hostname:.ib0.cluster", "mps_thread_percentage=auto",
+                         "default_bind=cores", "port_range=2000-2000"};
+    assert_int_equal(parse(&c, 4, av2), 0);
+    assert_int_equal(c.addr_policy, SPK_ADDR_HOSTNAME);
+    assert_string_equal(c.addr_suffix, ".ib0.cluster");
+    assert_int_equal(c.mps_thread_percentage, 0);
+    assert_int_equal(c.default_bind, SPK_BIND_CORES);
+    assert_int_equal(c.port_lo, 2000);
+    assert_int_equal(c.port_hi, 2000);
+}
+
+/* Each bad argument fails and the message names the key (or the argument). */
+static void test_bad_values_named(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *arg, *named;
+    } bad[] = {
+        {"frobnicate=1", "unknown key 'frobnicate'"},
+        {"mps_control", "not key=value"},
+        {"=x", "not key=value"},
+        {"mps_control=", "empty value"},
+        {"mps_control=nvidia-cuda-mps-control", "not an absolute path"},
+        {"mps_control=/usr/bin/../bin/x", "'..'"},
+        {"runtime_dir=/run/./cdl", "'.'"},
+        {"runtime_dir=/run//cdl", "'//'"},
+        {"runtime_dir=/run/cdl/", "ends with '/'"},
+        {"runtime_dir=/run/c$dl", "runtime_dir"},
+        {"runtime_dir=/run/c dl", "runtime_dir"},
+        {"port_range=29500", "port_range"},
+        {"port_range=500-600", "port_range"},
+        {"port_range=30000-29000", "port_range"},
+        {"port_range=30000-70000", "port_range"},
+        {"port_range=-1-5", "port_range"},
+        {"max_replicas_per_gpu=0", "max_replicas_per_gpu"},
+        {"max_replicas_per_gpu=49", "max_replicas_per_gpu"},
+        {"max_replicas_per_gpu=4x", "max_replicas_per_gpu"},
+        {"max_replicas_per_gpu=+4", "max_replicas_per_gpu"},
+        {"default_bind=sockets", "default_bind"},
+        {"master_addr=fqdn", "master_addr"},
+        {"master_addr=hostname:", "master_addr"},
+        {"master_addr=ip:a/b", "master_addr"},
+        {"master_addr=hostnamex", "master_addr"},
+        {"allow_batch=true", "allow_batch"},
+        {"mps_thread_percentage=101", "mps_thread_percentage"},
+        {"mps_thread_percentage=0", "mps_thread_percentage"},
+        {"mps_timeout=0", "mps_timeout"},
+        {"mps_timeout=99999999999", "mps_timeout"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct spk_conf c;
+        const char *av[] = {bad[i].arg};
+        if (parse(&c, 1, av) != -1 || !strstr(spk_last_error(), bad[i].named))
+            fail_msg("'%s' gave \"%s\"", bad[i].arg, spk_last_error());
+    }
+}
+
+static void test_repeated_key(void **state)
+{
+    (void)state;
+    struct spk_conf c;
+    const char *av[] = {"mps_timeout=5", "mps_timeout=6"};
+    assert_int_equal(parse(&c, 2, av), -1);
+    assert_non_null(strstr(spk_last_error(), "'mps_timeout' given twice"));
+}
+
+static void test_overlong_path(void **state)
+{
+    (void)state;
+    char arg[SPK_PATH_MAX + 64] = "runtime_dir=/";
+    memset(arg + 13, 'a', SPK_PATH_MAX + 10);
+    arg[13 + SPK_PATH_MAX + 10] = '\0';
+    struct spk_conf c;
+    const char *av[] = {arg};
+    assert_int_equal(parse(&c, 1, av), -1);
+    assert_non_null(strstr(spk_last_error(), "at most"));
+}
+
+static void test_opt_mps(void **state)
+{
+    (void)state;
+    int n = -1;
+    assert_int_equal(spk_opt_mps(NULL, 16, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(spk_opt_mps("", 16, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(spk_opt_mps("8", 16, &n), 0);
+    assert_int_equal(n, 8);
+    assert_int_equal(spk_opt_mps("16", 16, &n), 0);
+    assert_int_equal(n, 16);
+    static const char *const bad[] = {"0", "17", "-1", "4 ", " 4", "8x", "../8", "0x8", "999",
+                                      "1e3", "8,verbose"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        spk_clear_error();
+        if (spk_opt_mps(bad[i], 16, &n) != -1 || !strstr(spk_last_error(), "--cdl-mps="))
+            fail_msg("--cdl-mps=%s accepted or unnamed: %s", bad[i], spk_last_error());
+        assert_non_null(strstr(spk_last_error(), "1..16"));
+    }
+    /* An overlong value is quoted shortened, not in full. */
+    char lng[5000];
+    memset(lng, '9', sizeof lng - 1);
+    lng[sizeof lng - 1] = '\0';
+    assert_int_equal(spk_opt_mps(lng, 16, &n), -1);
+    assert_true(strlen(spk_last_error()) < 300);
+}
+
+static void test_opt_bind(void **state)
+{
+    (void)state;
+    enum spk_bind_mode m;
+    int v;
+    assert_int_equal(spk_opt_bind("cores", SPK_BIND_NONE, &m, &v), 0);
+    assert_int_equal(m, SPK_BIND_CORES);
+    assert_int_equal(v, 0);
+    assert_int_equal(spk_opt_bind("closest,verbose", SPK_BIND_NONE, &m, &v), 0);
+    assert_int_equal(m, SPK_BIND_CLOSEST);
+    assert_int_equal(v, 1);
+    assert_int_equal(spk_opt_bind("verbose,none", SPK_BIND_CORES, &m, &v), 0);
+    assert_int_equal(m, SPK_BIND_NONE);
+    assert_int_equal(v, 1);
+    assert_int_equal(spk_opt_bind("verbose", SPK_BIND_CORES, &m, &v), 0);
+    assert_int_equal(m, SPK_BIND_CORES);   /* the admin's default, printed */
+    assert_int_equal(v, 1);
+    static const char *const bad[] = {"", "sockets", "cores,closest", "verbose,verbose",
+                                      "Cores", "cores,", ",", "cores;id", "../cores",
+                                      "cores,verbose,extra", "cores\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        spk_clear_error();
+        if (spk_opt_bind(bad[i], SPK_BIND_NONE, &m, &v) != -1 ||
+            !strstr(spk_last_error(), "--cdl-bind="))
+            fail_msg("--cdl-bind=%s accepted or unnamed: %s", bad[i], spk_last_error());
+    }
+    char lng[300];
+    memset(lng, 'c', sizeof lng - 1);
+    lng[sizeof lng - 1] = '\0';
+    assert_int_equal(spk_opt_bind(lng, SPK_BIND_NONE, &m, &v), -1);
+    assert_non_null(strstr(spk_last_error(), "..."));
+    assert_int_equal(spk_opt_bind(NULL, SPK_BIND_NONE, &m, &v), -1);
+}
+
+static void test_user_cpu_bind(void **state)
+{
+    (void)state;
+    assert_int_equal(spk_user_cpu_bind(NULL), 0);
+    assert_int_equal(spk_user_cpu_bind(""), 0);
+    assert_int_equal(spk_user_cpu_bind("quiet,none"), 0);
+    assert_int_equal(spk_user_cpu_bind("verbose"), 0);
+    assert_int_equal(spk_user_cpu_bind("quiet,cores"), 1);
+    assert_int_equal(spk_user_cpu_bind("quiet,corescores"), 1);   /* what srun exports */
+    assert_int_equal(spk_user_cpu_bind("verbose,map_cpu:0,2"), 1);
+    assert_int_equal(spk_user_cpu_bind("mask_cpu:0x3"), 1);
+}
+
+static void test_parse_uint_charset(void **state)
+{
+    (void)state;
+    long v;
+    assert_int_equal(spk_parse_uint("0", 0, 5, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(spk_parse_uint("123456789", 0, 999999999, &v), 0);
+    assert_int_equal(spk_parse_uint("1234567890", 0, 2000000000, &v), -1);   /* > 9 digits */
+    assert_int_equal(spk_parse_uint("6", 0, 5, &v), -1);
+    assert_int_equal(spk_parse_uint("", 0, 5, &v), -1);
+    assert_int_equal(spk_parse_uint(NULL, 0, 5, &v), -1);
+    assert_int_equal(spk_charset_ok("abc-1", 8, 1, "-"), 1);
+    assert_int_equal(spk_charset_ok("abc-1", 5, 1, "-"), 0);   /* needs 6 bytes */
+    assert_int_equal(spk_charset_ok("a/b", 8, 1, "-"), 0);
+    assert_int_equal(spk_charset_ok("", 8, 1, "-"), 0);
+}
+
+static void test_hostlist_first(void **state)
+{
+    (void)state;
+    char h[64];
+    static const struct {
+        const char *list, *first;
+    } ok[] = {
+        {"n1", "n1"},
+        {"n[1-2]", "n1"},
+        {"n[1-4,7],gpu05", "n1"},
+        {"gpu05,n[1-2]", "gpu05"},
+        {"a[08-10]b", "a08b"},
+        {"rack[2-3]-node[001-004]", "rack2-node001"},
+        {"node7.cluster.example", "node7.cluster.example"},
+        {"n[3,1-2]", "n3"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        assert_int_equal(spk_hostlist_first(ok[i].list, h, sizeof h), 0);
+        assert_string_equal(h, ok[i].first);
+    }
+    static const char *const bad[] = {"", "n[", "n[a-b]", "n[1-2", "[]", ",n1", "n;1",
+                                      "n$(id)", "../x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (spk_hostlist_first(bad[i], h, sizeof h) != -1)
+            fail_msg("host list '%s' accepted as '%s'", bad[i], h);
+    char small[4];
+    assert_int_equal(spk_hostlist_first("node1", small, sizeof small), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_every_key),
+        cmocka_unit_test(test_bad_values_named),
+        cmocka_unit_test(test_repeated_key),
+        cmocka_unit_test(test_overlong_path),
+        cmocka_unit_test(test_opt_mps),
+        cmocka_unit_test(test_opt_bind),
+        cmocka_unit_test(test_user_cpu_bind),
+        cmocka_unit_test(test_parse_uint_charset),
+        cmocka_unit_test(test_hostlist_first),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,320 @@
+/* The rank contract, MASTER_PORT choice and MPS replica packing: pure
+ * functions of the step's layout and the admin's settings. */
+#include <stdio.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "lib/dist/contract.h"
+#include "spank/conf.h"
+#include "spank/contract.h"
+#include "spank/packing.h"
+#include "spank/port.h"
+
+static struct spk_step step_2x2(void)
+{
+    struct spk_step s = {
+        .jobid = 4242, .stepid = 3, .nnodes = 2, .nodeid = 1, .ntasks = 4, .local_tasks = 2,
+        .cpus_per_task = 3, .nodelist = "n[1-2]", .distribution = NULL, .resv_ports = NULL,
+        .replicas_per_gpu = 1,
+    };
+    return s;
+}
+
+static int fake_resolve(const char *name, char *addr, size_t len)
+{
+    if (!strcmp(name, "n1"))
+        return snprintf(addr, len, "10.0.0.1") < 0 ? -1 : 0;
+    if (!strcmp(name, "n1-ib"))
+        return snprintf(addr, len, "10.1.0.1") < 0 ? -1 : 0;
+    return spk_error("cannot resolve '%s'", name);
+}
+
+/* Task 3 of a 2-node x 2-task step, on the second node. */
+static void test_task_contract(void **state)
+{
+    (void)state;
+    struct spk_conf c;
+    struct spk_step s = step_2x2();
+    struct spk_step_contract sc;
+    struct spk_env env;
+    spk_conf_defaults(&c);
+    assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
+    assert_string_equal(sc.master_node, "n1");
+    assert_string_equal(sc.master_addr, "n1");
+    assert_int_equal(sc.port_reserved, 0);
+    assert_in_range(sc.master_port, 29500, 32499);
+    assert_int_equal(spk_contract_task(&s, &sc, 1, 3, &env), 0);
+    char port[8];
+    snprintf(port, sizeof port, "%d", sc.master_port);
+    static const char *const want[][2] = {
+        {CDL_ENV_RANK, "3"}, {CDL_ENV_WORLD_SIZE, "4"}, {CDL_ENV_LOCAL_RANK, "1"},
+        {CDL_ENV_LOCAL_WORLD_SIZE, "2"}, {CDL_ENV_GROUP_RANK, "1"}, {CDL_ENV_NODE_RANK, "1"},
+        {CDL_ENV_MASTER_ADDR, "n1"}, {CDL_ENV_NNODES, "2"}, {CDL_ENV_REPLICAS_PER_GPU, "1"},
+        {CDL_ENV_JOB_ID, "4242.3"}, {CDL_ENV_LAUNCHER, "slurm"}, {"OMP_NUM_THREADS", "3"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *v = spk_env_get(&env, want[i][0]);
+        if (!v || strcmp(v, want[i][1]))
+            fail_msg("%s=%s, want %s", want[i][0], v ? v : "(unset)", want[i][1]);
+    }
+    assert_string_equal(spk_env_get(&env, CDL_ENV_MASTER_PORT), port);
+    assert_int_equal(env.n, 13);
+    for (int i = 0; i < env.n; i++)
+        assert_int_equal(env.v[i].keep_user, 1);
+}
+
+static void test_master_addr_policies(void **state)
+{
+    (void)state;
+    struct spk_conf c;
+    struct spk_step s = step_2x2();
+    struct spk_step_contract sc;
+    const char *suffix[] = {"master_addr=hostname:-ib"};
+    assert_int_equal(spk_conf_parse(&c, 1, (char **)suffix), 0);
+    assert_int_equal(spk_contract_step(&c, &s, fake_resolve, &sc), 0);
+    assert_string_equal(sc.master_addr, "n1-ib");
+    const char *ip[] = {"master_addr=ip"};
+    assert_int_equal(spk_conf_parse(&c, 1, (char **)ip), 0);
+    assert_int_equal(spk_contract_step(&c, &s, fake_resolve, &sc), 0);
+    assert_string_equal(sc.master_addr, "10.0.0.1");
+    const char *ipsuf[] = {"master_addr=ip:-ib"};
+    assert_int_equal(spk_conf_parse(&c, 1, (char **)ipsuf), 0);
+    assert_int_equal(spk_contract_step(&c, &s, fake_resolve, &sc), 0);
+    assert_string_equal(sc.master_addr, "10.1.0.1");
+    /* Unresolvable: an error naming the host. */
+    s.nodelist = "gpu[07-08]";
+    assert_int_equal(spk_contract_step(&c, &s, fake_resolve, &sc), -1);
+    assert_non_null(strstr(spk_last_error(), "gpu07-ib"));
+    /* The real resolver on a name every machine has. */
+    assert_int_equal(spk_resolve_host("localhost", sc.master_addr, sizeof sc.master_addr), 0);
+    assert_true(!strcmp(sc.master_addr, "127.0.0.1") || !strcmp(sc.master_addr, "::1"));
+}
+
+/* Task 0 of the step, not of the job: the step's own node list decides. */
+static void test_master_is_first_node_of_step(void **state)
+{
+    (void)state;
+    struct spk_conf c;
+    struct spk_step s = step_2x2();
+    struct spk_step_contract sc;
+    spk_conf_defaults(&c);
+    s.nodelist = "n[5-6],m1";
+    assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
+    assert_string_equal(sc.master_addr, "n5");
+    s.distribution = "cyclic";
+    assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
+    assert_string_equal(sc.master_addr, "n5");
+    s.distribution = "arbitrary";
+    assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), -1);
+    assert_non_null(strstr(spk_last_error(), "arbitrary"));
+    s.distribution = NULL;
+    s.nodelist = "";
+    assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), -1);
+    assert_non_null(strstr(spk_last_error(), "SLURM_STEP_NODELIST"));
+    s.nodelist = "n1;reboot";
+    assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), -1);
+}
+
+static void test_bad_layout(void **state)
+{
+    (void)state;
+    struct spk_conf c;
+    struct spk_step s = step_2x2();
+    struct spk_step_contract sc;
+    struct spk_env env;
+    spk_conf_defaults(&c);
+    assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
+    assert_int_equal(spk_contract_task(&s, &sc, 0, 4, &env), -1);   /* rank >= world */
+    assert_int_equal(spk_contract_task(&s, &sc, 2, 0, &env), -1);   /* local >= local tasks */
+    s.nodeid = 2;
+    assert_int_equal(spk_contract_task(&s, &sc, 0, 0, &env), -1);
+    s = step_2x2();
+    s.ntasks = 0;
+    assert_int_equal(spk_contract_task(&s, &sc, 0, 0, &env), -1);
+    s = step_2x2();
+    s.cpus_per_task = 0;   /* unknown: one thread */
+    assert_int_equal(spk_contract_task(&s, &sc, 0, 0, &env), 0);
+    assert_string_equal(spk_env_get(&env, "OMP_NUM_THREADS"), "1");
+}
+
+struct fake_env {
+    const char *kv[8][2];
+};
+
+static const char *fake_lookup(void *arg, const char *name)
+{
+    struct fake_env *e = arg;
+    for (int i = 0; i < 8 && e->kv[i][0]; i++)
+        if (!strcmp(e->kv[i][0], name))
+            return e->kv[i][1];
+    return NULL;
+}
+
+static void test_user_values_kept(void **state)
+{
+    (void)state;
+    struct spk_conf c;
+    struct spk_step s = step_2x2();
+    struct spk_step_contract sc;
+    struct spk_env env;
+    spk_conf_defaults(&c);
+    assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
+    assert_int_equal(spk_contract_task(&s, &sc, 0, 2, &env), 0);
+    struct fake_env user = {{{"OMP_NUM_THREADS", "1"}, {"MASTER_PORT", "3456"}}};
+    assert_int_equal(spk_env_keep_user(&env, "4242.3", fake_lookup, &user), 2);
+    for (int i = 0; i < env.n; i++) {
+        int kept = !strcmp(env.v[i].name, "OMP_NUM_THREADS") ||
+                   !strcmp(env.v[i].name, "MASTER_PORT");
+        assert_int_equal(env.v[i].skip, kept);
+    }
+    /* Set by this plugin for the same step (slurmstepd calls twice): kept. */
+    struct fake_env same = {{{"CDL_LAUNCHER", "slurm"}, {"CDL_JOB_ID", "4242.3"}, {"RANK", "2"}}};
+    assert_int_equal(spk_env_keep_user(&env, "4242.3", fake_lookup, &same), 3);
+    /* Inherited from an enclosing --cdl-ddp step: replaced, not kept. */
+    struct fake_env outer = {{{"CDL_LAUNCHER", "slurm"}, {"CDL_JOB_ID", "4242.1"},
+                              {"RANK", "7"}, {"WORLD_SIZE", "8"}}};
+    assert_int_equal(spk_env_keep_user(&env, "4242.3", fake_lookup, &outer), 0);
+    for (int i = 0; i < env.n; i++)
+        assert_int_equal(env.v[i].skip, 0);
+    /* cdlrun's contract in the environment is the user's doing: kept. */
+    struct fake_env cdlrun = {{{"CDL_LAUNCHER", "cdlrun"}, {"CDL_JOB_ID", "x"}, {"RANK", "7"}}};
+    assert_int_equal(spk_env_keep_user(&env, "4242.3", fake_lookup, &cdlrun), 3);
+}
+
+static void test_env_limits(void **state)
+{
+    (void)state;
+    struct spk_env env;
+    char big[SPK_VALUE_MAX + 10];
+    spk_env_init(&env);
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    assert_int_equal(spk_env_add(&env, "A", 1, "%s", big), -1);
+    assert_int_equal(env.n, 0);
+    for (int i = 0; i < SPK_ENV_MAX; i++)
+        assert_int_equal(spk_env_add(&env, "B", 1, "%d", i), 0);
+    assert_int_equal(spk_env_add(&env, "C", 1, "x"), -1);
+    assert_null(spk_env_get(&env, "C"));
+}
+
+static void test_port_reserved(void **state)
+{
+    (void)state;
+    int p, r;
+    assert_int_equal(spk_port_choose("12000-12003", 1, 0, 29500, 32499, &p, &r), 0);
+    assert_int_equal(p, 12000);
+    assert_int_equal(r, 1);
+    assert_int_equal(spk_port_choose("12007,12000", 1, 0, 29500, 32499, &p, &r), 0);
+    assert_int_equal(p, 12007);
+    assert_int_equal(spk_port_choose("13001", 1, 0, 29500, 32499, &p, &r), 0);
+    assert_int_equal(p, 13001);
+    static const char *const bad[] = {"x", "-5", "70000", "1234567", ",1", "12a-13"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (spk_port_choose(bad[i], 1, 0, 29500, 32499, &p, &r) != -1)
+            fail_msg("SLURM_STEP_RESV_PORTS=%s accepted as %d", bad[i], p);
+        assert_non_null(strstr(spk_last_error(), "SLURM_STEP_RESV_PORTS"));
+    }
+}
+
+/* Same (job, step) -> same port on every node; all steps of one job differ;
+ * jobs with neighbouring ids do not land on neighbouring ports. */
+static void test_port_deterministic(void **state)
+{
+    (void)state;
+    int p, q, r;
+    assert_int_equal(spk_port_choose(NULL, 777, 2, 29500, 32499, &p, &r), 0);
+    assert_int_equal(r, 0);
+    assert_int_equal(spk_port_choose("", 777, 2, 29500, 32499, &q, &r), 0);
+    assert_int_equal(p, q);
+    static unsigned char used[3000];
+    memset(used, 0, sizeof used);
+    for (uint32_t step = 0; step < 3000; step++) {
+        assert_int_equal(spk_port_choose(NULL, 123456, step, 29500, 32499, &p, &r), 0);
+        assert_in_range(p, 29500, 32499);
+        assert_int_equal(used[p - 29500], 0);
+        used[p - 29500] = 1;
+    }
+    int adjacent = 0;
+    for (uint32_t job = 1000; job < 1100; job++) {
+        assert_int_equal(spk_port_choose(NULL, job, 0, 29500, 32499, &p, &r), 0);
+        assert_int_equal(spk_port_choose(NULL, job + 1, 0, 29500, 32499, &q, &r), 0);
+        if (p == q || p + 1 == q)
+            adjacent++;
+    }
+    assert_true(adjacent <= 2);
+    assert_int_equal(spk_port_choose(NULL, 5, 5, 40000, 40000, &p, &r), 0);
+    assert_int_equal(p, 40000);
+    assert_int_equal(spk_port_choose(NULL, 5, 5, 40001, 40000, &p, &r), -1);
+}
+
+static void test_gpus_parse(void **state)
+{
+    (void)state;
+    struct spk_gpus g;
+    assert_int_equal(spk_gpus_parse(NULL, &g), 0);
+    assert_int_equal(g.n, 0);
+    assert_int_equal(spk_gpus_parse("0,1,3", &g), 0);
+    assert_int_equal(g.n, 3);
+    assert_string_equal(g.id[2], "3");
+    assert_int_equal(spk_gpus_parse("GPU-8f3d2c1a-0000-1111-2222-333344445555,MIG-1", &g), 0);
+    assert_int_equal(g.n, 2);
+    assert_string_equal(g.id[1], "MIG-1");
+    static const char *const bad[] = {"0,,1", "0,", ",0", "0;1", "$(id)", "../0", "0 1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (spk_gpus_parse(bad[i], &g) != -1)
+            fail_msg("CUDA_VISIBLE_DEVICES=%s accepted", bad[i]);
+}
+
+static void test_pack_plan(void **state)
+{
+    (void)state;
+    struct spk_pack p;
+    /* The seeds' recipe: 8 replicas on one GPU. */
+    assert_int_equal(spk_pack_plan(8, 1, 0, 16, 0, &p), 0);
+    assert_int_equal(p.replicas, 8);
+    assert_int_equal(p.gpus_used, 1);
+    assert_int_equal(p.thread_pct, 13);   /* ceil(100 / 8) */
+    for (int t = 0; t < 8; t++)
+        assert_int_equal(spk_pack_gpu(&p, t), 0);
+    /* 6 tasks on 4 GPUs: 2 per GPU, 3 GPUs used; consecutive ranks share. */
+    assert_int_equal(spk_pack_plan(6, 4, 0, 16, 0, &p), 0);
+    assert_int_equal(p.replicas, 2);
+    assert_int_equal(p.gpus_used, 3);
+    assert_int_equal(p.thread_pct, 50);
+    static const int want[6] = {0, 0, 1, 1, 2, 2};
+    for (int t = 0; t < 6; t++)
+        assert_int_equal(spk_pack_gpu(&p, t), want[t]);
+    /* Explicit N and the admin's percentage. */
+    assert_int_equal(spk_pack_plan(4, 2, 3, 16, 40, &p), 0);
+    assert_int_equal(p.replicas, 3);
+    assert_int_equal(p.gpus_used, 2);
+    assert_int_equal(p.thread_pct, 40);
+    assert_int_equal(spk_pack_plan(1, 1, 0, 16, 0, &p), 0);
+    assert_int_equal(p.thread_pct, 100);
+    /* Errors name the numbers. */
+    assert_int_equal(spk_pack_plan(6, 2, 2, 16, 0, &p), -1);
+    assert_non_null(strstr(spk_last_error(), "need 3 GPUs"));
+    assert_int_equal(spk_pack_plan(20, 1, 0, 16, 0, &p), -1);
+    assert_non_null(strstr(spk_last_error(), "max_replicas_per_gpu=16"));
+    assert_int_equal(spk_pack_plan(4, 1, 17, 16, 0, &p), -1);
+    assert_int_equal(spk_pack_plan(4, 0, 0, 16, 0, &p), -1);
+    assert_non_null(strstr(spk_last_error(), "no GPUs"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_task_contract),
+        cmocka_unit_test(test_master_addr_policies),
+        cmocka_unit_test(test_master_is_first_node_of_step),
+        cmocka_unit_test(test_bad_layout),
+        cmocka_unit_test(test_user_values_kept),
+        cmocka_unit_test(test_env_limits),
+        cmocka_unit_test(test_port_reserved),
+        cmocka_unit_test(test_port_deterministic),
+        cmocka_unit_test(test_gpus_parse),
+        cmocka_unit_test(test_pack_plan),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,9 +1,124 @@
-/* Placeholder until the CPU kernels land. */
-#include <cdl/cdl.h>
+/* The CPU backend: the ops table, create/destroy and host "device" memory.
+ * Kernels live in conv2d.c, linear.c, pool2d.c, eltwise.c, xent.c, optim.c
+ * and reduce.c; threading in pool.c. */
+#include <string.h>
+
+#include <cblas.h>
+
+#include "kernels/cpu/cpu.h"
+
+static void *cpu_alloc(cdl_backend *be, size_t bytes)
+{
+    (void)be;
+    return cdl_calloc(1, bytes ? bytes : 1);
+}
+
+static void cpu_free(cdl_backend *be, void *p)
+{
+    (void)be;
+    cdl_free(p);
+}
+
+/* Device memory is host memory: the copies are memmove (src and dst may be
+ * the same buffer when a caller skips the host_memory shortcut). */
+static void cpu_to_device(cdl_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
+}
+
+static void cpu_to_host(cdl_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
+}
+
+static void cpu_copy(cdl_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
+}
+
+/* Every op has returned by the time it is called: nothing to wait for. */
+static int cpu_sync(cdl_backend *be)
+{
+    (void)be;
+    return 0;
+}
+
+static void cpu_destroy(cdl_backend *be)
+{
+    cpu_impl *impl = be->impl;
+    pool_destroy(impl->pool);
+    cdl_free(impl);
+    cdl_free(be);
+}
+
+static const cdl_backend_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_device = cpu_to_device,
+    .to_host = cpu_to_host,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
+    .sync = cpu_sync,
+    .conv2d_workspace = cpu_conv2d_workspace,
+    .linear_workspace = cpu_linear_workspace,
+    .conv2d_fwd = cpu_conv2d_fwd,
+    .conv2d_bwd = cpu_conv2d_bwd,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd = cpu_linear_bwd,
+    .maxpool_fwd = cpu_maxpool_fwd,
+    .maxpool_bwd = cpu_maxpool_bwd,
+    .avgpool_fwd = cpu_avgpool_fwd,
+    .avgpool_bwd = cpu_avgpool_bwd,
+    .relu_fwd = cpu_relu_fwd,
+    .relu_bwd = cpu_relu_bwd,
+    .dropout_fwd = cpu_dropout_fwd,
+    .dropout_bwd = cpu_dropout_bwd,
+    .xent_fwd_bwd = cpu_xent_fwd_bwd,
+    .sgd_step = cpu_sgd_step,
+    .adam_step = cpu_adam_step,
+    .sumsq = cpu_sumsq,
+    .scale = cpu_scale,
+    .destroy = cpu_destroy,
+};
 
 cdl_backend *cdl_backend_cpu_create(int threads)
 {
-    (void)threads;
-    cdl_error("CPU backend not built yet");
-    return NULL;
+    if (threads == 0)
+        threads = cdl_default_threads();
+    if (threads < 1 || threads > CPU_MAX_THREADS) {
+        cdl_error("CPU backend: %d threads requested; use 1..%d (0 = one per CPU of this task)",
+                  threads, CPU_MAX_THREADS);
+        return NULL;
+    }
+    /* Debian's OpenBLAS is the pthread build: left alone it starts its own
+     * threads next to ours and both pools fight for the cores. Our pool owns
+     * the threading and every worker calls a single-threaded BLAS. */
+    openblas_set_num_threads(1);
+
+    cdl_backend *be = cdl_calloc(1, sizeof *be);
+    cpu_impl *impl = cdl_calloc(1, sizeof *impl);
+    if (!be || !impl) {
+        cdl_free(be);
+        cdl_free(impl);
+        return NULL;
+    }
+    impl->threads = threads;
+    impl->pool = pool_create(threads);
+    if (!impl->pool) {
+        cdl_free(impl);
+        cdl_free(be);
+        return NULL;
+    }
+    be->ops = &cpu_ops;
+    be->host_memory = 1;
+    be->threads = threads;
+    be->impl = impl;
+    return be;
 }

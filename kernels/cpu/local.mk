@@ -1,1 +1,18 @@
-libcdl_core_la_SOURCES += kernels/cpu/backend_cpu.c
+# The CPU backend: OpenBLAS SGEMM plus our own thread pool and kernels.
+libcdl_core_la_SOURCES += \
+	kernels/cpu/backend_cpu.c \
+	kernels/cpu/cpu.h \
+	kernels/cpu/pool.c \
+	kernels/cpu/pool.h \
+	kernels/cpu/conv2d.c \
+	kernels/cpu/conv2d.h \
+	kernels/cpu/conv2d_gemm.c \
+	kernels/cpu/conv2d_direct.c \
+	kernels/cpu/simd.c \
+	kernels/cpu/simd.h \
+	kernels/cpu/linear.c \
+	kernels/cpu/pool2d.c \
+	kernels/cpu/eltwise.c \
+	kernels/cpu/xent.c \
+	kernels/cpu/optim.c \
+	kernels/cpu/reduce.c

@@ -1,1 +1,6 @@
-# tests for kernels
+# tests for kernels: the CPU backend against double-precision reference ops.
+check_PROGRAMS += tests/unit/test_kernels
+TESTS += tests/unit/test_kernels
+tests_unit_test_kernels_SOURCES = tests/unit/test_kernels.c tests/unit/ref_ops.c tests/unit/ref_ops.h
+tests_unit_test_kernels_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_kernels_LDADD = $(TEST_LDADD)

@@ -1,0 +1,105 @@
+/* Optimizer updates over flat parameter ranges, in float, following
+ * torch.optim (1.13) operation by operation:
+ *
+ * SGD:   d = g + wd*p
+ *        buf = d (first step) | momentum*buf + (1-dampening)*d
+ *        d = nesterov ? d + momentum*buf : buf        (when momentum != 0)
+ *        p = p - lr*d
+ * Adam:  g' = g + wd*p  (AdamW instead: p = p * (1 - lr*wd))
+ *        m = beta1*m + (1-beta1)*g'
+ *        v = beta2*v + (1-beta2)*g'*g'
+ *        p = p - (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
+ * with bc1 = 1-beta1^step, bc2 = 1-beta2^step computed in double like
+ * PyTorch's Python scalars.
+ */
+#include <math.h>
+
+#include "kernels/cpu/cpu.h"
+
+typedef struct sgd_ctx {
+    float *p, *buf;
+    const float *g;
+    float lr, momentum, one_minus_damp, wd;
+    int nesterov, first;
+} sgd_ctx;
+
+static void sgd_chunk(void *vctx, size_t b, size_t e, int tid)
+{
+    (void)tid;
+    const sgd_ctx *c = vctx;
+    float *p = c->p, *buf = c->buf;
+    const float *g = c->g;
+    for (size_t i = b; i < e; i++) {
+        float d = g[i];
+        if (c->wd != 0.0f)
+            d = d + c->wd * p[i];
+        if (c->momentum != 0.0f) {
+            float m = c->first ? d : buf[i] * c->momentum + c->one_minus_damp * d;
+            buf[i] = m;
+            d = c->nesterov ? d + c->momentum * m : m;
+        }
+        p[i] = p[i] + (-c->lr) * d;
+    }
+}
+
+void cpu_sgd_step(cdl_backend *be, size_t n, float *p, const float *g,
+                  float *momentum_buf, const cdl_sgd_hparams *hp)
+{
+    sgd_ctx c = {
+        .p = p, .buf = momentum_buf, .g = g,
+        .lr = hp->lr, .momentum = hp->momentum,
+        .one_minus_damp = (float)(1.0 - (double)hp->dampening),
+        .wd = hp->weight_decay, .nesterov = hp->nesterov, .first = hp->first_step,
+    };
+    pool_for_grain(cpu_pool(be), n, CPU_ELT_GRAIN, sgd_chunk, &c);
+}
+
+typedef struct adam_ctx {
+    float *p, *m, *v;
+    const float *g;
+    float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+    float wd, decay;          /* L2 term (Adam) or p multiplier (AdamW) */
+    float step_size, bc2_sqrt;
+    int decoupled;
+} adam_ctx;
+
+static void adam_chunk(void *vctx, size_t b, size_t e, int tid)
+{
+    (void)tid;
+    const adam_ctx *c = vctx;
+    float *p = c->p, *m = c->m, *v = c->v;
+    const float *g = c->g;
+    for (size_t i = b; i < e; i++) {
+        float gi = g[i];
+        if (c->decoupled)
+            p[i] = p[i] * c->decay;
+        else if (c->wd != 0.0f)
+            gi = gi + c->wd * p[i];
+        float mi = m[i] * c->beta1 + c->one_minus_beta1 * gi;
+        float vi = v[i] * c->beta2 + c->one_minus_beta2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
+        /* addcdiv order: p + (value * m) / denom */
+        p[i] = p[i] + ((-c->step_size) * mi) / denom;
+    }
+}
+
+void cpu_adam_step(cdl_backend *be, size_t n, float *p, const float *g,
+                   float *m, float *v, const cdl_adam_hparams *hp)
+{
+    double step = hp->step > 0 ? (double)hp->step : 1.0;
+    double bc1 = 1.0 - pow((double)hp->beta1, step);
+    double bc2 = 1.0 - pow((double)hp->beta2, step);
+    adam_ctx c = {
+        .p = p, .m = m, .v = v, .g = g,
+        .beta1 = hp->beta1, .one_minus_beta1 = (float)(1.0 - (double)hp->beta1),
+        .beta2 = hp->beta2, .one_minus_beta2 = (float)(1.0 - (double)hp->beta2),
+        .eps = hp->eps, .wd = hp->weight_decay,
+        .decay = (float)(1.0 - (double)hp->lr * (double)hp->weight_decay),
+        .step_size = (float)((double)hp->lr / bc1),
+        .bc2_sqrt = (float)sqrt(bc2),
+        .decoupled = hp->decoupled,
+    };
+    pool_for_grain(cpu_pool(be), n, CPU_ELT_GRAIN, adam_chunk, &c);
+}

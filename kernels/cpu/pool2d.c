@@ -1,0 +1,264 @@
+/* Max and average pooling over (n,c,h,w), parallel over the n*c planes.
+ *
+ * Window (oy,ox) covers rows oy*stride-pad .. +k-1 and likewise columns;
+ * taps outside the plane are padding. Max pooling ignores padding (PyTorch
+ * pads with -inf), keeps the first maximum on ties and lets NaN win; argmax
+ * is the flat index iy*w+ix within the plane (PyTorch's CPU rule: a later
+ * NaN replaces an earlier one). Average pooling divides by the
+ * window size clipped to the padded plane (count_include_pad=True).
+ * Backward passes accumulate into dx one plane per thread, so overlapping
+ * windows (k > stride) need no atomics and the order is fixed.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/simd.h"
+
+typedef struct pool2d_ctx {
+    const cdl_pool2d_desc *d;
+    const float *x;       /* x or dy */
+    float *y;             /* y or dx */
+    int32_t *argmax;
+    const int32_t *cargmax;
+} pool2d_ctx;
+
+static inline int imax(int a, int b) { return a > b ? a : b; }
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+static void maxpool_fwd_planes(void *vctx, size_t b, size_t e, int tid)
+{
+    (void)tid;
+    const pool2d_ctx *c = vctx;
+    const cdl_pool2d_desc *d = c->d;
+    size_t in_plane = (size_t)d->h * d->w, out_plane = (size_t)d->oh * d->ow;
+    for (size_t pl = b; pl < e; pl++) {
+        const float *x = c->x + pl * in_plane;
+        float *y = c->y + pl * out_plane;
+        int32_t *am = c->argmax + pl * out_plane;
+        for (int oy = 0; oy < d->oh; oy++) {
+            int y0 = oy * d->stride - d->pad;
+            int ys = imax(y0, 0), ye = imin(y0 + d->k, d->h);
+            for (int ox = 0; ox < d->ow; ox++) {
+                int x0 = ox * d->stride - d->pad;
+                int xs = imax(x0, 0), xe = imin(x0 + d->k, d->w);
+                float best = -INFINITY;
+                int32_t bi = ys * d->w + xs;
+                for (int iy = ys; iy < ye; iy++)
+                    for (int ix = xs; ix < xe; ix++) {
+                        float v = x[iy * d->w + ix];
+                        if (v > best || isnan(v)) {
+                            best = v;
+                            bi = iy * d->w + ix;
+                        }
+                    }
+                y[oy * d->ow + ox] = best;
+                am[oy * d->ow + ox] = bi;
+            }
+        }
+    }
+}
+
+#if CPU_X86
+/* The common 2x2 window, stride 2, no padding, 16 outputs at a time: two
+ * input rows of 32 floats are split into even and odd columns, and the four
+ * candidates are compared in window order with the scalar rule. */
+static CPU_AVX512 void maxpool2_fwd_planes(void *vctx, size_t b, size_t e, int tid)
+{
+    (void)tid;
+    const pool2d_ctx *c = vctx;
+    const cdl_pool2d_desc *d = c->d;
+    const int w = d->w;
+    size_t in_plane = (size_t)d->h * w, out_plane = (size_t)d->oh * d->ow;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (size_t pl = b; pl < e; pl++) {
+        const float *x = c->x + pl * in_plane;
+        float *y = c->y + pl * out_plane;
+        int32_t *am = c->argmax + pl * out_plane;
+        for (int oy = 0; oy < d->oh; oy++) {
+            const float *r0 = x + (size_t)2 * oy * w, *r1 = r0 + w;
+            for (int ox = 0; ox < d->ow; ox += 16) {
+                int n = d->ow - ox < 16 ? d->ow - ox : 16;
+                __mmask16 mlo = cpu_mask16(2 * n), mhi = cpu_mask16(2 * n - 16), m = cpu_mask16(n);
+                __m512 a0 = _mm512_maskz_loadu_ps(mlo, r0 + 2 * ox);
+                __m512 a1 = _mm512_maskz_loadu_ps(mhi, r0 + 2 * ox + 16);
+                __m512 b0 = _mm512_maskz_loadu_ps(mlo, r1 + 2 * ox);
+                __m512 b1 = _mm512_maskz_loadu_ps(mhi, r1 + 2 * ox + 16);
+                __m512 v[4] = {_mm512_permutex2var_ps(a0, even, a1), _mm512_permutex2var_ps(a0, odd, a1),
+                               _mm512_permutex2var_ps(b0, even, b1), _mm512_permutex2var_ps(b0, odd, b1)};
+                __m512i base = _mm512_add_epi32(_mm512_set1_epi32(2 * oy * w + 2 * ox), even);
+                __m512i off[4] = {_mm512_setzero_si512(), _mm512_set1_epi32(1), _mm512_set1_epi32(w),
+                                  _mm512_set1_epi32(w + 1)};
+                __m512 best = v[0];
+                __m512i bi = base;
+                for (int k = 1; k < 4; k++) {
+                    __mmask16 take = _mm512_cmp_ps_mask(v[k], best, _CMP_GT_OQ) |
+                                     _mm512_cmp_ps_mask(v[k], v[k], _CMP_UNORD_Q);
+                    best = _mm512_mask_mov_ps(best, take, v[k]);
+                    bi = _mm512_mask_add_epi32(bi, take, base, off[k]);
+                }
+                _mm512_mask_storeu_ps(y + (size_t)oy * d->ow + ox, m, best);
+                _mm512_mask_storeu_epi32(am + (size_t)oy * d->ow + ox, m, bi);
+            }
+        }
+    }
+}
+
+/* Backward of the 2x2/2 case: windows do not overlap, so each input gets its
+ * window's gradient if it was the argmax and 0 otherwise; even and odd
+ * columns are interleaved back into rows. */
+static CPU_AVX512 void maxpool2_bwd_planes(void *vctx, size_t b, size_t e, int tid)
+{
+    (void)tid;
+    const pool2d_ctx *c = vctx;
+    const cdl_pool2d_desc *d = c->d;
+    const int w = d->w;
+    size_t in_plane = (size_t)d->h * w, out_plane = (size_t)d->oh * d->ow;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    for (size_t pl = b; pl < e; pl++) {
+        const float *dy = c->x + pl * out_plane;
+        const int32_t *am = c->cargmax + pl * out_plane;
+        float *dx = c->y + pl * in_plane;
+        if ((d->h & 1) || (d->w & 1))   /* the uncovered last row/column */
+            memset(dx, 0, in_plane * sizeof *dx);
+        for (int oy = 0; oy < d->oh; oy++) {
+            float *r0 = dx + (size_t)2 * oy * w, *r1 = r0 + w;
+            for (int ox = 0; ox < d->ow; ox += 16) {
+                int n = d->ow - ox < 16 ? d->ow - ox : 16;
+                __mmask16 mlo = cpu_mask16(2 * n), mhi = cpu_mask16(2 * n - 16), m = cpu_mask16(n);
+                __m512 g = _mm512_maskz_loadu_ps(m, dy + (size_t)oy * d->ow + ox);
+                __m512i a = _mm512_maskz_loadu_epi32(m, am + (size_t)oy * d->ow + ox);
+                __m512i base = _mm512_add_epi32(_mm512_set1_epi32(2 * oy * w + 2 * ox), even);
+                __m512i rel = _mm512_sub_epi32(a, base);
+                __m512 e0 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(rel, _mm512_setzero_si512()), g);
+                __m512 o0 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(rel, _mm512_set1_epi32(1)), g);
+                __m512 e1 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(rel, _mm512_set1_epi32(w)), g);
+                __m512 o1 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(rel, _mm512_set1_epi32(w + 1)), g);
+                _mm512_mask_storeu_ps(r0 + 2 * ox, mlo, _mm512_permutex2var_ps(e0, lo, o0));
+                _mm512_mask_storeu_ps(r0 + 2 * ox + 16, mhi, _mm512_permutex2var_ps(e0, hi, o0));
+                _mm512_mask_storeu_ps(r1 + 2 * ox, mlo, _mm512_permutex2var_ps(e1, lo, o1));
+                _mm512_mask_storeu_ps(r1 + 2 * ox + 16, mhi, _mm512_permutex2var_ps(e1, hi, o1));
+            }
+        }
+    }
+}
+
+static int is_pool2(const cdl_pool2d_desc *d)
+{
+    return d->k == 2 && d->stride == 2 && d->pad == 0 && cpu_has_avx512();
+}
+#endif
+
+void cpu_maxpool_fwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *x,
+                     float *y, int32_t *argmax)
+{
+    pool2d_ctx c = {.d = d, .x = x, .y = y, .argmax = argmax};
+    pool_fn fn = maxpool_fwd_planes;
+#if CPU_X86
+    if (is_pool2(d))
+        fn = maxpool2_fwd_planes;
+#endif
+    pool_for(cpu_pool(be), (size_t)d->n * d->c, fn, &c);
+}
+
+static void maxpool_bwd_planes(void *vctx, size_t b, size_t e, int tid)
+{
+    (void)tid;
+    const pool2d_ctx *c = vctx;
+    const cdl_pool2d_desc *d = c->d;
+    size_t in_plane = (size_t)d->h * d->w, out_plane = (size_t)d->oh * d->ow;
+    for (size_t pl = b; pl < e; pl++) {
+        const float *dy = c->x + pl * out_plane;
+        const int32_t *am = c->cargmax + pl * out_plane;
+        float *dx = c->y + pl * in_plane;
+        memset(dx, 0, in_plane * sizeof *dx);
+        for (size_t o = 0; o < out_plane; o++)
+            dx[am[o]] += dy[o];
+    }
+}
+
+void cpu_maxpool_bwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *dy,
+                     const int32_t *argmax, float *dx)
+{
+    pool2d_ctx c = {.d = d, .x = dy, .y = dx, .cargmax = argmax};
+    pool_fn fn = maxpool_bwd_planes;
+#if CPU_X86
+    if (is_pool2(d))
+        fn = maxpool2_bwd_planes;
+#endif
+    pool_for(cpu_pool(be), (size_t)d->n * d->c, fn, &c);
+}
+
+/* The window of output (oy,ox): valid taps [ys,ye) x [xs,xe) and the divisor
+ * counting padding inside the padded plane. */
+static inline float avg_window(const cdl_pool2d_desc *d, int oy, int ox,
+                               int *ys, int *ye, int *xs, int *xe)
+{
+    int y0 = oy * d->stride - d->pad, x0 = ox * d->stride - d->pad;
+    int y1 = imin(y0 + d->k, d->h + d->pad), x1 = imin(x0 + d->k, d->w + d->pad);
+    float count = (float)((y1 - y0) * (x1 - x0));
+    *ys = imax(y0, 0);
+    *xs = imax(x0, 0);
+    *ye = imin(y1, d->h);
+    *xe = imin(x1, d->w);
+    return count;
+}
+
+static void avgpool_fwd_planes(void *vctx, size_t b, size_t e, int tid)
+{
+    (void)tid;
+    const pool2d_ctx *c = vctx;
+    const cdl_pool2d_desc *d = c->d;
+    size_t in_plane = (size_t)d->h * d->w, out_plane = (size_t)d->oh * d->ow;
+    for (size_t pl = b; pl < e; pl++) {
+        const float *x = c->x + pl * in_plane;
+        float *y = c->y + pl * out_plane;
+        for (int oy = 0; oy < d->oh; oy++)
+            for (int ox = 0; ox < d->ow; ox++) {
+                int ys, ye, xs, xe;
+                float count = avg_window(d, oy, ox, &ys, &ye, &xs, &xe);
+                float s = 0.0f;
+                for (int iy = ys; iy < ye; iy++)
+                    for (int ix = xs; ix < xe; ix++)
+                        s += x[iy * d->w + ix];
+                y[oy * d->ow + ox] = s / count;
+            }
+    }
+}
+
+void cpu_avgpool_fwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *x, float *y)
+{
+    pool2d_ctx c = {.d = d, .x = x, .y = y};
+    pool_for(cpu_pool(be), (size_t)d->n * d->c, avgpool_fwd_planes, &c);
+}
+
+static void avgpool_bwd_planes(void *vctx, size_t b, size_t e, int tid)
+{
+    (void)tid;
+    const pool2d_ctx *c = vctx;
+    const cdl_pool2d_desc *d = c->d;
+    size_t in_plane = (size_t)d->h * d->w, out_plane = (size_t)d->oh * d->ow;
+    for (size_t pl = b; pl < e; pl++) {
+        const float *dy = c->x + pl * out_plane;
+        float *dx = c->y + pl * in_plane;
+        memset(dx, 0, in_plane * sizeof *dx);
+        for (int oy = 0; oy < d->oh; oy++)
+            for (int ox = 0; ox < d->ow; ox++) {
+                int ys, ye, xs, xe;
+                float count = avg_window(d, oy, ox, &ys, &ye, &xs, &xe);
+                float g = dy[oy * d->ow + ox] / count;
+                for (int iy = ys; iy < ye; iy++)
+                    for (int ix = xs; ix < xe; ix++)
+                        dx[iy * d->w + ix] += g;
+            }
+    }
+}
+
+void cpu_avgpool_bwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *dy, float *dx)
+{
+    pool2d_ctx c = {.d = d, .x = dy, .y = dx};
+    pool_for(cpu_pool(be), (size_t)d->n * d->c, avgpool_bwd_planes, &c);
+}

@@ -1,0 +1,27 @@
+/* CPU feature detection for the kernel dispatch (see simd.h). */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/simd.h"
+
+#if CPU_X86
+/* -1: not probed yet. Races are benign: every thread computes the same. */
+static atomic_int cached = -1;
+
+int cpu_has_avx512(void)
+{
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        const char *off = getenv("CDL_CPU_NO_AVX512");
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && !(off && *off && *off != '0');
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+void cpu_disable_avx512(int off)
+{
+    atomic_store_explicit(&cached, off ? 0 : -1, memory_order_relaxed);
+}
+#endif

@@ -1,0 +1,44 @@
+/* Run-time choice of the AVX-512 kernels.
+ *
+ * libcdl is built for the baseline ISA (no -march), so one binary runs on
+ * every x86-64 machine of a cluster. Hot kernels are compiled a second time
+ * for AVX-512F through a target attribute and picked at run time when the CPU
+ * has it; everything else (and every other architecture) uses the portable
+ * C loops or the OpenBLAS paths, which the tests check against the same
+ * references.
+ */
+#ifndef KERNELS_CPU_SIMD_H
+#define KERNELS_CPU_SIMD_H
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define CPU_X86 1
+#include <immintrin.h>
+#define CPU_AVX512 __attribute__((target("avx512f")))
+
+/* 1 when the AVX-512 kernels may run here. CDL_CPU_NO_AVX512=1 in the
+ * environment turns them off (to compare paths, or to work around a CPU
+ * that throttles on 512-bit code). Cached after the first call. */
+int cpu_has_avx512(void);
+
+/* Tests: 1 turns the AVX-512 kernels off (the portable paths run), 0 goes
+ * back to what the CPU supports. Not for use while ops run. */
+void cpu_disable_avx512(int off);
+
+/* Lanes [0,n) of a 16-lane mask, n in [0,16]. */
+static inline __mmask16 cpu_mask16(int n)
+{
+    return (__mmask16)(n >= 16 ? 0xFFFF : (1u << (n > 0 ? n : 0)) - 1u);
+}
+#else
+#define CPU_X86 0
+static inline int cpu_has_avx512(void)
+{
+    return 0;
+}
+static inline void cpu_disable_avx512(int off)
+{
+    (void)off;
+}
+#endif
+
+#endif

@@ -1,0 +1,68 @@
+/* Softmax cross-entropy fused with its gradient, one sample per row of
+ * (n,classes) logits, parallel over samples.
+ *
+ * loss_i = logsumexp(z_i) - z_i[label_i], computed as m + log(sum exp(z-m))
+ * with m = max(z) so no exp overflows; dlogits = (softmax - onehot) * scale.
+ * pred_i is the first index of the maximum (like torch.argmax). A label out
+ * of [0,classes) gives a NaN loss (so the caller notices) and no onehot term.
+ */
+#include <math.h>
+
+#include "kernels/cpu/cpu.h"
+
+typedef struct xent_ctx {
+    int classes;
+    const float *logits;
+    const int32_t *labels;
+    float grad_scale;
+    float *dlogits, *loss;
+    int32_t *pred;
+} xent_ctx;
+
+static void xent_rows(void *vctx, size_t b, size_t e, int tid)
+{
+    (void)tid;
+    const xent_ctx *c = vctx;
+    int k = c->classes;
+    for (size_t i = b; i < e; i++) {
+        const float *z = c->logits + i * (size_t)k;
+        float *dz = c->dlogits + i * (size_t)k;
+        int best = 0;
+        float m = z[0];
+        for (int j = 1; j < k; j++)
+            if (z[j] > m) {
+                m = z[j];
+                best = j;
+            }
+        double sum = 0.0;
+        for (int j = 0; j < k; j++) {
+            float ez = expf(z[j] - m);
+            dz[j] = ez;
+            sum += ez;
+        }
+        float inv = (float)(1.0 / sum);
+        float log_sum = (float)log(sum);
+        int32_t label = c->labels[i];
+        for (int j = 0; j < k; j++)
+            dz[j] = dz[j] * inv * c->grad_scale;
+        if (label >= 0 && label < k) {
+            dz[label] -= c->grad_scale;
+            /* (m - z) first: exact for close values, no cancellation at large logits */
+            c->loss[i] = (m - z[label]) + log_sum;
+        } else {
+            c->loss[i] = NAN;
+        }
+        c->pred[i] = best;
+    }
+}
+
+void cpu_xent_fwd_bwd(cdl_backend *be, int n, int classes, const float *logits,
+                      const int32_t *labels, float grad_scale, float *dlogits,
+                      float *sample_loss, int32_t *pred)
+{
+    if (n <= 0 || classes <= 0)
+        return;
+    xent_ctx c = {classes, logits, labels, grad_scale, dlogits, sample_loss, pred};
+    size_t grain = (size_t)(CPU_ELT_GRAIN / 4 / classes) + 1;
+    pool_for_grain(cpu_pool(be), (size_t)n, grain, xent_rows, &c);
+}

@@ -1,0 +1,232 @@
+/* Double-precision reference ops (see ref_ops.h): direct loops straight from
+ * the definitions. */
+#include <math.h>
+#include <string.h>
+
+#include "ref_ops.h"
+
+cdl_conv2d_desc ref_conv_desc(int n, int c, int h, int w, int oc, int kh, int kw,
+                              int stride, int pad)
+{
+    cdl_conv2d_desc d = {n, c, h, w, oc, kh, kw, stride, pad,
+                         (h + 2 * pad - kh) / stride + 1, (w + 2 * pad - kw) / stride + 1};
+    return d;
+}
+
+cdl_pool2d_desc ref_pool_desc(int n, int c, int h, int w, int k, int stride, int pad)
+{
+    cdl_pool2d_desc d = {n, c, h, w, k, stride, pad,
+                         (h + 2 * pad - k) / stride + 1, (w + 2 * pad - k) / stride + 1};
+    return d;
+}
+
+/* Calls back for every (output, input, weight) index triple of a conv2d
+ * whose input tap is inside the image. */
+#define CONV_LOOP(d, BODY)                                                          \
+    for (int n_ = 0; n_ < (d)->n; n_++)                                             \
+        for (int o_ = 0; o_ < (d)->oc; o_++)                                        \
+            for (int oy_ = 0; oy_ < (d)->oh; oy_++)                                 \
+                for (int ox_ = 0; ox_ < (d)->ow; ox_++) {                           \
+                    size_t yi = (((size_t)n_ * (d)->oc + o_) * (d)->oh + oy_) * (d)->ow + ox_; \
+                    for (int c_ = 0; c_ < (d)->c; c_++)                             \
+                        for (int ky_ = 0; ky_ < (d)->kh; ky_++)                     \
+                            for (int kx_ = 0; kx_ < (d)->kw; kx_++) {               \
+                                int iy_ = oy_ * (d)->stride - (d)->pad + ky_;       \
+                                int ix_ = ox_ * (d)->stride - (d)->pad + kx_;       \
+                                if (iy_ < 0 || iy_ >= (d)->h || ix_ < 0 || ix_ >= (d)->w) \
+                                    continue;                                       \
+                                size_t xi = (((size_t)n_ * (d)->c + c_) * (d)->h + iy_) * (d)->w + ix_; \
+                                size_t wi = (((size_t)o_ * (d)->c + c_) * (d)->kh + ky_) * (d)->kw + kx_; \
+                                BODY;                                               \
+                            }                                                       \
+                }
+
+void ref_conv2d_fwd(const cdl_conv2d_desc *d, const double *x, const double *w,
+                    const double *b, double *y)
+{
+    size_t ny = (size_t)d->n * d->oc * d->oh * d->ow, plane = (size_t)d->oh * d->ow;
+    for (size_t i = 0; i < ny; i++)
+        y[i] = b ? b[(i / plane) % (size_t)d->oc] : 0.0;
+    CONV_LOOP(d, y[yi] += x[xi] * w[wi]);
+}
+
+void ref_conv2d_bwd(const cdl_conv2d_desc *d, const double *x, const double *w,
+                    const double *dy, double *dx, double *dw, double *db)
+{
+    size_t nx = (size_t)d->n * d->c * d->h * d->w, nw = (size_t)d->oc * d->c * d->kh * d->kw;
+    size_t ny = (size_t)d->n * d->oc * d->oh * d->ow, plane = (size_t)d->oh * d->ow;
+    if (dx)
+        memset(dx, 0, nx * sizeof *dx);
+    memset(dw, 0, nw * sizeof *dw);
+    if (db) {
+        memset(db, 0, (size_t)d->oc * sizeof *db);
+        for (size_t i = 0; i < ny; i++)
+            db[(i / plane) % (size_t)d->oc] += dy[i];
+    }
+    CONV_LOOP(d, {
+        dw[wi] += dy[yi] * x[xi];
+        if (dx)
+            dx[xi] += dy[yi] * w[wi];
+    });
+}
+
+void ref_linear_fwd(int n, int in, int out, const double *x, const double *w,
+                    const double *b, double *y)
+{
+    for (int r = 0; r < n; r++)
+        for (int o = 0; o < out; o++) {
+            double s = b ? b[o] : 0.0;
+            for (int i = 0; i < in; i++)
+                s += x[(size_t)r * in + i] * w[(size_t)o * in + i];
+            y[(size_t)r * out + o] = s;
+        }
+}
+
+void ref_linear_bwd(int n, int in, int out, const double *x, const double *w,
+                    const double *dy, double *dx, double *dw, double *db)
+{
+    for (int r = 0; r < n && dx; r++)
+        for (int i = 0; i < in; i++) {
+            double s = 0.0;
+            for (int o = 0; o < out; o++)
+                s += dy[(size_t)r * out + o] * w[(size_t)o * in + i];
+            dx[(size_t)r * in + i] = s;
+        }
+    for (int o = 0; o < out; o++) {
+        for (int i = 0; i < in; i++) {
+            double s = 0.0;
+            for (int r = 0; r < n; r++)
+                s += dy[(size_t)r * out + o] * x[(size_t)r * in + i];
+            dw[(size_t)o * in + i] = s;
+        }
+        if (db) {
+            double s = 0.0;
+            for (int r = 0; r < n; r++)
+                s += dy[(size_t)r * out + o];
+            db[o] = s;
+        }
+    }
+}
+
+void ref_maxpool_fwd(const cdl_pool2d_desc *d, const double *x, double *y, int32_t *argmax)
+{
+    size_t planes = (size_t)d->n * d->c;
+    for (size_t pl = 0; pl < planes; pl++)
+        for (int oy = 0; oy < d->oh; oy++)
+            for (int ox = 0; ox < d->ow; ox++) {
+                double best = -INFINITY;
+                int32_t bi = -1;
+                for (int ky = 0; ky < d->k; ky++)
+                    for (int kx = 0; kx < d->k; kx++) {
+                        int iy = oy * d->stride - d->pad + ky, ix = ox * d->stride - d->pad + kx;
+                        if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w)
+                            continue;
+                        double v = x[pl * d->h * d->w + (size_t)iy * d->w + ix];
+                        if (bi < 0 || v > best) {
+                            best = v;
+                            bi = iy * d->w + ix;
+                        }
+                    }
+                size_t o = (pl * d->oh + oy) * d->ow + ox;
+                y[o] = best;
+                argmax[o] = bi;
+            }
+}
+
+void ref_maxpool_bwd(const cdl_pool2d_desc *d, const double *dy, const int32_t *argmax,
+                     double *dx)
+{
+    size_t planes = (size_t)d->n * d->c, in = (size_t)d->h * d->w, out = (size_t)d->oh * d->ow;
+    memset(dx, 0, planes * in * sizeof *dx);
+    for (size_t pl = 0; pl < planes; pl++)
+        for (size_t o = 0; o < out; o++)
+            dx[pl * in + argmax[pl * out + o]] += dy[pl * out + o];
+}
+
+/* Divisor with count_include_pad=True: the window clipped to the padded
+ * plane (only the bottom/right edge can cut it in floor mode). */
+static double avg_count(const cdl_pool2d_desc *d, int oy, int ox)
+{
+    int y0 = oy * d->stride - d->pad, x0 = ox * d->stride - d->pad;
+    int y1 = y0 + d->k, x1 = x0 + d->k;
+    if (y1 > d->h + d->pad)
+        y1 = d->h + d->pad;
+    if (x1 > d->w + d->pad)
+        x1 = d->w + d->pad;
+    return (double)(y1 - y0) * (x1 - x0);
+}
+
+void ref_avgpool_fwd(const cdl_pool2d_desc *d, const double *x, double *y)
+{
+    size_t planes = (size_t)d->n * d->c;
+    for (size_t pl = 0; pl < planes; pl++)
+        for (int oy = 0; oy < d->oh; oy++)
+            for (int ox = 0; ox < d->ow; ox++) {
+                double s = 0.0;
+                for (int ky = 0; ky < d->k; ky++)
+                    for (int kx = 0; kx < d->k; kx++) {
+                        int iy = oy * d->stride - d->pad + ky, ix = ox * d->stride - d->pad + kx;
+                        if (iy >= 0 && iy < d->h && ix >= 0 && ix < d->w)
+                            s += x[pl * d->h * d->w + (size_t)iy * d->w + ix];
+                    }
+                y[(pl * d->oh + oy) * d->ow + ox] = s / avg_count(d, oy, ox);
+            }
+}
+
+void ref_avgpool_bwd(const cdl_pool2d_desc *d, const double *dy, double *dx)
+{
+    size_t planes = (size_t)d->n * d->c;
+    memset(dx, 0, planes * d->h * d->w * sizeof *dx);
+    for (size_t pl = 0; pl < planes; pl++)
+        for (int oy = 0; oy < d->oh; oy++)
+            for (int ox = 0; ox < d->ow; ox++) {
+                double g = dy[(pl * d->oh + oy) * d->ow + ox] / avg_count(d, oy, ox);
+                for (int ky = 0; ky < d->k; ky++)
+                    for (int kx = 0; kx < d->k; kx++) {
+                        int iy = oy * d->stride - d->pad + ky, ix = ox * d->stride - d->pad + kx;
+                        if (iy >= 0 && iy < d->h && ix >= 0 && ix < d->w)
+                            dx[pl * d->h * d->w + (size_t)iy * d->w + ix] += g;
+                    }
+            }
+}
+
+void ref_relu_fwd(size_t n, const double *x, double *y)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] > 0.0 ? x[i] : 0.0;
+}
+
+void ref_relu_bwd(size_t n, const double *y, const double *dy, double *dx)
+{
+    for (size_t i = 0; i < n; i++)
+        dx[i] = y[i] > 0.0 ? dy[i] : 0.0;
+}
+
+void ref_dropout_fwd(size_t n, double p, uint64_t seed, const double *x, double *y,
+                     uint8_t *mask)
+{
+    for (size_t i = 0; i < n; i++) {
+        mask[i] = p < 1.0 && cdl_dropout_keep(seed, i, (float)p);
+        y[i] = mask[i] ? x[i] / (1.0 - p) : 0.0;
+    }
+}
+
+void ref_xent(int n, int classes, const double *logits, const int32_t *labels,
+              double grad_scale, double *dlogits, double *loss, int32_t *pred)
+{
+    for (int r = 0; r < n; r++) {
+        const double *z = logits + (size_t)r * classes;
+        double *dz = dlogits + (size_t)r * classes;
+        int best = 0;
+        for (int j = 1; j < classes; j++)
+            if (z[j] > z[best])
+                best = j;
+        double m = z[best], s = 0.0;
+        for (int j = 0; j < classes; j++)
+            s += exp(z[j] - m);
+        for (int j = 0; j < classes; j++)
+            dz[j] = (exp(z[j] - m) / s - (j == labels[r])) * grad_scale;
+        loss[r] = m + log(s) - z[labels[r]];
+        pred[r] = best;
+    }
+}

@@ -1,0 +1,52 @@
+/* Plain double-precision reference ops: the definition every backend kernel
+ * is tested against (by normalised error), themselves checked by central
+ * finite differences. Written for clarity, not speed. Shapes and semantics
+ * are those of lib/cdl/backend.h. */
+#ifndef CDL_TESTS_REF_OPS_H
+#define CDL_TESTS_REF_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cdl/backend.h>
+
+/* A conv2d descriptor with oh/ow filled in. */
+cdl_conv2d_desc ref_conv_desc(int n, int c, int h, int w, int oc, int kh, int kw,
+                              int stride, int pad);
+/* A pooling descriptor with oh/ow filled in (floor mode). */
+cdl_pool2d_desc ref_pool_desc(int n, int c, int h, int w, int k, int stride, int pad);
+
+/* x (n,c,h,w), w (oc,c,kh,kw), b (oc) or NULL, y (n,oc,oh,ow). */
+void ref_conv2d_fwd(const cdl_conv2d_desc *d, const double *x, const double *w,
+                    const double *b, double *y);
+/* dx (may be NULL), dw, db (may be NULL) are overwritten. */
+void ref_conv2d_bwd(const cdl_conv2d_desc *d, const double *x, const double *w,
+                    const double *dy, double *dx, double *dw, double *db);
+
+/* y (n,out) = x (n,in) w^T (w is (out,in)) + b. */
+void ref_linear_fwd(int n, int in, int out, const double *x, const double *w,
+                    const double *b, double *y);
+void ref_linear_bwd(int n, int in, int out, const double *x, const double *w,
+                    const double *dy, double *dx, double *dw, double *db);
+
+/* argmax: flat index within the (n,c) input plane, first maximum wins. */
+void ref_maxpool_fwd(const cdl_pool2d_desc *d, const double *x, double *y, int32_t *argmax);
+void ref_maxpool_bwd(const cdl_pool2d_desc *d, const double *dy, const int32_t *argmax,
+                     double *dx);
+/* count_include_pad=True. */
+void ref_avgpool_fwd(const cdl_pool2d_desc *d, const double *x, double *y);
+void ref_avgpool_bwd(const cdl_pool2d_desc *d, const double *dy, double *dx);
+
+void ref_relu_fwd(size_t n, const double *x, double *y);
+void ref_relu_bwd(size_t n, const double *y, const double *dy, double *dx);
+
+/* Inverted dropout with the mask of cdl_dropout_keep. */
+void ref_dropout_fwd(size_t n, double p, uint64_t seed, const double *x, double *y,
+                     uint8_t *mask);
+
+/* Per-sample softmax cross-entropy loss, dlogits = (softmax-onehot)*scale,
+ * pred = first argmax. */
+void ref_xent(int n, int classes, const double *logits, const int32_t *labels,
+              double grad_scale, double *dlogits, double *loss, int32_t *pred);
+
+#endif

@@ -110,7 +110,7 @@ extern "C" cudaError_t cuk_bias_add_nchw(cudaStream_t s, float *y, const float *
                                          int plane)
 {
     size_t total = (size_t)n * c * plane;
-    bias_add_nchw_kernel<<<cuk_blocks(total), CUK_THREADS, 0, s>>>(y, b, total, c, plane);
+    CUK_LAUNCH(bias_add_nchw_kernel, cuk_blocks(total), CUK_THREADS, s, y, b, total, c, plane);
     return cudaGetLastError();
 }
 
@@ -118,7 +118,7 @@ extern "C" cudaError_t cuk_bias_add_rows(cudaStream_t s, float *y, const float *
                                          int cols)
 {
     size_t total = (size_t)rows * cols;
-    bias_add_rows_kernel<<<cuk_blocks(total), CUK_THREADS, 0, s>>>(y, b, total, cols);
+    CUK_LAUNCH(bias_add_rows_kernel, cuk_blocks(total), CUK_THREADS, s, y, b, total, cols);
     return cudaGetLastError();
 }
 
@@ -128,12 +128,12 @@ extern "C" cudaError_t cuk_bias_grad_nchw(cudaStream_t s, const float *dy, float
 {
     int groups = bias_groups(n, c, max_partials);
     dim3 grid((unsigned)groups, (unsigned)c);
-    bias_grad_nchw_partial_kernel<<<grid, BIAS_THREADS, 0, s>>>(dy, partials, n, c, plane);
+    CUK_LAUNCH(bias_grad_nchw_partial_kernel, grid, BIAS_THREADS, s, dy, partials, n, c, plane);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
-    bias_grad_nchw_final_kernel<<<(unsigned)(c + 127) / 128, 128, 0, s>>>(partials, db, c,
-                                                                            groups);
+    CUK_LAUNCH(bias_grad_nchw_final_kernel, (unsigned)(c + 127) / 128, 128, s,
+               partials, db, c, groups);
     return cudaGetLastError();
 }
 
@@ -141,7 +141,7 @@ extern "C" cudaError_t cuk_bias_grad_rows(cudaStream_t s, const float *dy, float
                                           int cols)
 {
     dim3 block(ROWS_TX, ROWS_TY);
-    bias_grad_rows_kernel<<<(unsigned)(cols + ROWS_TX - 1) / ROWS_TX, block, 0, s>>>(dy, db, rows,
-                                                                                    cols);
+    CUK_LAUNCH(bias_grad_rows_kernel, (unsigned)(cols + ROWS_TX - 1) / ROWS_TX, block, s,
+               dy, db, rows, cols);
     return cudaGetLastError();
 }

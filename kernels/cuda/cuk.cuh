@@ -1,4 +1,4 @@
-/* Shared by the .cu files: launch geometry for flat ranges. */
+/* Shared by the .cu files: launch geometry and launch syntax. */
 #ifndef CDL_KERNELS_CUDA_CUK_CUH
 #define CDL_KERNELS_CUDA_CUK_CUH
 
@@ -26,6 +26,16 @@ template <typename T> static __device__ __forceinline__ T cuk_pick(const T &sc, 
 {
     return dyn ? *dyn : sc;
 }
+
+/* kernel<<<grid, block, 0, stream>>>(args), written so that the CPU
+ * emulation of the unit tests (emu.h) can run the same source. */
+#ifdef CUK_EMULATION
+#define CUK_LAUNCH(kernel, grid, block, stream, ...)                                       \
+    ((void)(stream), cuk_emu_launch(dim3(grid), dim3(block), [&]() { kernel(__VA_ARGS__); }))
+#else
+#define CUK_LAUNCH(kernel, grid, block, stream, ...)                                       \
+    kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
 
 #define CUK_GRID_STRIDE(i, n)                                                              \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                \

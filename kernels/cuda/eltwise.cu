@@ -56,34 +56,34 @@ static __global__ void dropout_bwd_kernel(size_t n, const uint8_t *mask, const f
 extern "C" cudaError_t cuk_fill(cudaStream_t s, float *x, size_t n, cuk_val_sc sc,
                                 const cuk_val_sc *dyn)
 {
-    fill_kernel<<<cuk_blocks(n), CUK_THREADS, 0, s>>>(x, n, sc, dyn);
+    CUK_LAUNCH(fill_kernel, cuk_blocks(n), CUK_THREADS, s, x, n, sc, dyn);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuk_scale(cudaStream_t s, float *x, size_t n, cuk_val_sc sc,
                                  const cuk_val_sc *dyn)
 {
-    scale_kernel<<<cuk_blocks(n), CUK_THREADS, 0, s>>>(x, n, sc, dyn);
+    CUK_LAUNCH(scale_kernel, cuk_blocks(n), CUK_THREADS, s, x, n, sc, dyn);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuk_relu_fwd(cudaStream_t s, size_t n, const float *x, float *y)
 {
-    relu_fwd_kernel<<<cuk_blocks(n), CUK_THREADS, 0, s>>>(n, x, y);
+    CUK_LAUNCH(relu_fwd_kernel, cuk_blocks(n), CUK_THREADS, s, n, x, y);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuk_relu_bwd(cudaStream_t s, size_t n, const float *y, const float *dy,
                                     float *dx)
 {
-    relu_bwd_kernel<<<cuk_blocks(n), CUK_THREADS, 0, s>>>(n, y, dy, dx);
+    CUK_LAUNCH(relu_bwd_kernel, cuk_blocks(n), CUK_THREADS, s, n, y, dy, dx);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuk_dropout_fwd(cudaStream_t s, size_t n, const float *x, float *y,
                                        uint8_t *mask, cuk_drop_sc sc, const cuk_drop_sc *dyn)
 {
-    dropout_fwd_kernel<<<cuk_blocks(n), CUK_THREADS, 0, s>>>(n, x, y, mask, sc, dyn);
+    CUK_LAUNCH(dropout_fwd_kernel, cuk_blocks(n), CUK_THREADS, s, n, x, y, mask, sc, dyn);
     return cudaGetLastError();
 }
 
@@ -91,6 +91,6 @@ extern "C" cudaError_t cuk_dropout_bwd(cudaStream_t s, size_t n, const uint8_t *
                                        const float *dy, float *dx, cuk_drop_sc sc,
                                        const cuk_drop_sc *dyn)
 {
-    dropout_bwd_kernel<<<cuk_blocks(n), CUK_THREADS, 0, s>>>(n, mask, dy, dx, sc, dyn);
+    CUK_LAUNCH(dropout_bwd_kernel, cuk_blocks(n), CUK_THREADS, s, n, mask, dy, dx, sc, dyn);
     return cudaGetLastError();
 }

@@ -15,7 +15,7 @@ CLEANFILES += $(CUDA_KERNEL_OBJS) $(CUDA_KERNEL_OBJS:.lo=.o)
 if HAVE_CUDA
 libcdl_core_la_SOURCES += kernels/cuda/backend_cuda.c kernels/cuda/check.c \
 	kernels/cuda/memory.c kernels/cuda/conv.c kernels/cuda/linear.c kernels/cuda/ops.c \
-	kernels/cuda/graph.c kernels/cuda/impl.h kernels/cuda/kernels.h kernels/cuda/dropout_keep.h
+	kernels/cuda/graph.c kernels/cuda/scalars.c kernels/cuda/scalars.h kernels/cuda/impl.h kernels/cuda/kernels.h kernels/cuda/dropout_keep.h
 libcdl_core_la_LIBADD += $(CUDA_KERNEL_OBJS)
 else
 libcdl_core_la_SOURCES += kernels/cuda/none.c
@@ -23,7 +23,7 @@ endif
 
 # NVCCFLAGS (user variable) comes last, like CFLAGS.
 CDL_NVCC_WERROR = $(if $(findstring -Werror,$(CDL_CFLAGS)),-Werror all-warnings -Xcompiler -Werror)
-CDL_NVCCFLAGS = -std=c++17 -O3 $(NVCC_ARCH_FLAGS) -Xcompiler -fPIC,-Wall,-Wextra \
+CDL_NVCCFLAGS = -std=c++17 -O3 $(NVCC_ARCH_FLAGS) -Xcompiler -fPIC,-fno-exceptions,-fno-threadsafe-statics,-Wall,-Wextra \
 	$(CDL_NVCC_WERROR) -include $(top_builddir)/config.h -I$(top_srcdir)/lib -I$(top_srcdir) \
 	-I$(top_builddir) $(NVCCFLAGS)
 CDL_NVCC_DEPS = $(top_builddir)/config.h $(top_srcdir)/lib/cdl/backend.h \

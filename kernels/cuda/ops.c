@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "kernels/cuda/impl.h"
+#include "kernels/cuda/scalars.h"
 
 #define P(x) ((uint64_t)(uintptr_t)(x))
 
@@ -130,12 +131,6 @@ void cbe_relu_bwd(cdl_backend *be, size_t n, const float *y, const float *dy, fl
     CU_CHECK(ci, cuk_relu_bwd(ci->stream, n, y, dy, dx));
 }
 
-/* 1/(1-p), or 0 when everything is dropped (like PyTorch for p = 1). */
-static float dropout_scale(float p)
-{
-    return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-}
-
 void cbe_dropout_fwd(cdl_backend *be, size_t n, float p, uint64_t seed, const float *x, float *y,
                      uint8_t *mask)
 {
@@ -143,7 +138,7 @@ void cbe_dropout_fwd(cdl_backend *be, size_t n, float p, uint64_t seed, const fl
     if (!n)
         return;
     cbe_enter(ci);
-    cuk_drop_sc sc = {.seed = seed, .p = p, .scale = dropout_scale(p)};
+    cuk_drop_sc sc = cbe_dropout_scalars(p, seed);
     const uint64_t a[] = {n, P(x), P(y), P(mask)};
     const void *dyn;
     if (cbe_graph_op(ci, "dropout_fwd", cbe_sig(OPSIG_DROPOUT_FWD, a, 4), &sc, sizeof sc, &dyn))
@@ -158,7 +153,7 @@ void cbe_dropout_bwd(cdl_backend *be, size_t n, float p, const uint8_t *mask, co
     if (!n)
         return;
     cbe_enter(ci);
-    cuk_drop_sc sc = {.seed = 0, .p = p, .scale = dropout_scale(p)};
+    cuk_drop_sc sc = cbe_dropout_scalars(p, 0);
     const uint64_t a[] = {n, P(mask), P(dy), P(dx)};
     const void *dyn;
     if (cbe_graph_op(ci, "dropout_bwd", cbe_sig(OPSIG_DROPOUT_BWD, a, 4), &sc, sizeof sc, &dyn))
@@ -196,11 +191,7 @@ void cbe_sgd_step(cdl_backend *be, size_t n, float *p, const float *g, float *mo
                  (double)hp->momentum);
         return;
     }
-    cuk_sgd_sc sc = {
-        .lr = hp->lr, .momentum = hp->momentum,
-        .one_minus_damp = (float)(1.0 - (double)hp->dampening),
-        .wd = hp->weight_decay, .nesterov = hp->nesterov, .first = hp->first_step,
-    };
+    cuk_sgd_sc sc = cbe_sgd_scalars(hp);
     const uint64_t a[] = {n, P(p), P(g), P(momentum_buf)};
     const void *dyn;
     if (cbe_graph_op(ci, "sgd_step", cbe_sig(OPSIG_SGD, a, 4), &sc, sizeof sc, &dyn))
@@ -215,19 +206,7 @@ void cbe_adam_step(cdl_backend *be, size_t n, float *p, const float *g, float *m
     if (!n)
         return;
     cbe_enter(ci);
-    /* Bias corrections in double, like PyTorch's Python scalars. */
-    double step = hp->step > 0 ? (double)hp->step : 1.0;
-    double bc1 = 1.0 - pow((double)hp->beta1, step);
-    double bc2 = 1.0 - pow((double)hp->beta2, step);
-    cuk_adam_sc sc = {
-        .beta1 = hp->beta1, .one_minus_beta1 = (float)(1.0 - (double)hp->beta1),
-        .beta2 = hp->beta2, .one_minus_beta2 = (float)(1.0 - (double)hp->beta2),
-        .eps = hp->eps, .wd = hp->weight_decay,
-        .decay = (float)(1.0 - (double)hp->lr * (double)hp->weight_decay),
-        .step_size = (float)((double)hp->lr / bc1),
-        .bc2_sqrt = (float)sqrt(bc2),
-        .decoupled = hp->decoupled,
-    };
+    cuk_adam_sc sc = cbe_adam_scalars(hp);
     const uint64_t a[] = {n, P(p), P(g), P(m), P(v)};
     const void *dyn;
     if (cbe_graph_op(ci, "adam_step", cbe_sig(OPSIG_ADAM, a, 5), &sc, sizeof sc, &dyn))

@@ -56,13 +56,13 @@ static __global__ void adam_kernel(size_t n, float *p, const float *g, float *m,
 extern "C" cudaError_t cuk_sgd(cudaStream_t s, size_t n, float *p, const float *g,
                                float *momentum_buf, cuk_sgd_sc sc, const cuk_sgd_sc *dyn)
 {
-    sgd_kernel<<<cuk_blocks(n), CUK_THREADS, 0, s>>>(n, p, g, momentum_buf, sc, dyn);
+    CUK_LAUNCH(sgd_kernel, cuk_blocks(n), CUK_THREADS, s, n, p, g, momentum_buf, sc, dyn);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuk_adam(cudaStream_t s, size_t n, float *p, const float *g, float *m,
                                 float *v, cuk_adam_sc sc, const cuk_adam_sc *dyn)
 {
-    adam_kernel<<<cuk_blocks(n), CUK_THREADS, 0, s>>>(n, p, g, m, v, sc, dyn);
+    CUK_LAUNCH(adam_kernel, cuk_blocks(n), CUK_THREADS, s, n, p, g, m, v, sc, dyn);
     return cudaGetLastError();
 }

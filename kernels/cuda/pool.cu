@@ -139,7 +139,7 @@ extern "C" cudaError_t cuk_maxpool_fwd(cudaStream_t s, cdl_pool2d_desc d, const 
                                        float *y, int32_t *argmax)
 {
     size_t total = out_total(d);
-    maxpool_fwd_kernel<<<cuk_blocks(total), CUK_THREADS, 0, s>>>(d, x, y, argmax, total);
+    CUK_LAUNCH(maxpool_fwd_kernel, cuk_blocks(total), CUK_THREADS, s, d, x, y, argmax, total);
     return cudaGetLastError();
 }
 
@@ -147,7 +147,7 @@ extern "C" cudaError_t cuk_maxpool_bwd(cudaStream_t s, cdl_pool2d_desc d, const 
                                        const int32_t *argmax, float *dx)
 {
     size_t total = in_total(d);
-    maxpool_bwd_kernel<<<cuk_blocks(total), CUK_THREADS, 0, s>>>(d, dy, argmax, dx, total);
+    CUK_LAUNCH(maxpool_bwd_kernel, cuk_blocks(total), CUK_THREADS, s, d, dy, argmax, dx, total);
     return cudaGetLastError();
 }
 
@@ -155,7 +155,7 @@ extern "C" cudaError_t cuk_avgpool_fwd(cudaStream_t s, cdl_pool2d_desc d, const 
                                        float *y)
 {
     size_t total = out_total(d);
-    avgpool_fwd_kernel<<<cuk_blocks(total), CUK_THREADS, 0, s>>>(d, x, y, total);
+    CUK_LAUNCH(avgpool_fwd_kernel, cuk_blocks(total), CUK_THREADS, s, d, x, y, total);
     return cudaGetLastError();
 }
 
@@ -163,6 +163,6 @@ extern "C" cudaError_t cuk_avgpool_bwd(cudaStream_t s, cdl_pool2d_desc d, const 
                                        float *dx)
 {
     size_t total = in_total(d);
-    avgpool_bwd_kernel<<<cuk_blocks(total), CUK_THREADS, 0, s>>>(d, dy, dx, total);
+    CUK_LAUNCH(avgpool_bwd_kernel, cuk_blocks(total), CUK_THREADS, s, d, dy, dx, total);
     return cudaGetLastError();
 }

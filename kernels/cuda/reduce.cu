@@ -52,10 +52,10 @@ sumsq_final_kernel(const double *partials, double *out)
 extern "C" cudaError_t cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials,
                                  double *out)
 {
-    sumsq_partial_kernel<<<CUK_SUMSQ_BLOCKS, SUMSQ_THREADS, 0, s>>>(x, n, partials);
+    CUK_LAUNCH(sumsq_partial_kernel, CUK_SUMSQ_BLOCKS, SUMSQ_THREADS, s, x, n, partials);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
-    sumsq_final_kernel<<<1, SUMSQ_THREADS, 0, s>>>(partials, out);
+    CUK_LAUNCH(sumsq_final_kernel, 1, SUMSQ_THREADS, s, partials, out);
     return cudaGetLastError();
 }

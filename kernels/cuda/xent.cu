@@ -85,7 +85,7 @@ extern "C" cudaError_t cuk_xent(cudaStream_t s, int n, int classes, const float 
 {
     unsigned rows_per_block = XENT_THREADS / 32;
     unsigned blocks = (unsigned)(((size_t)n + rows_per_block - 1) / rows_per_block);
-    xent_kernel<<<blocks, XENT_THREADS, 0, s>>>(n, classes, logits, labels, dlogits, loss, pred,
-                                                sc, dyn);
+    CUK_LAUNCH(xent_kernel, blocks, XENT_THREADS, s,
+               n, classes, logits, labels, dlogits, loss, pred, sc, dyn);
     return cudaGetLastError();
 }

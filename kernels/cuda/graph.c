@@ -4,17 +4,18 @@
  * microseconds each. A graph launches them all with one call and lets the
  * GPU run them back to back.
  *
- * Capture: graph_begin starts stream capture and first enqueues an upload
- * of the scalar block (pinned host -> device). Every op then runs as usual
+ * Capture: graph_begin starts stream capture. Every op then runs as usual
  * (captured instead of executed), records its signature (op and buffers),
- * and puts its per-step scalars in the next slot of the block; its kernel
- * reads them from the device copy. graph_end instantiates and launches.
+ * and puts its per-step scalars in the next slot of the host scalar block;
+ * its kernel reads them from the device block. graph_end instantiates the
+ * graph, uploads the host block to the device block and launches.
  *
  * Replay: the caller issues the same ops; each only checks its signature
  * against the capture and writes its scalars into the same slot, then
- * graph_end launches the graph, whose first node uploads the block. The
- * block is written only after the previous launch finished (graph_begin
- * waits for it), so a running graph never sees a half-written block.
+ * graph_end uploads and launches. Upload and launch are in stream order,
+ * so a graph reads the scalars of its own step. The host blocks form a
+ * ring: a block is refilled only once its upload has finished (an event),
+ * so the host runs ahead of the GPU without a sync per step.
  */
 #include <stdio.h>
 #include <string.h>
@@ -121,13 +122,14 @@ static void drop_exec(cbe *ci)
 void cbe_graph_destroy(cbe *ci)
 {
     step_graph *g = &ci->graph;
-    if (g->launched)
-        (void)cudaEventSynchronize(g->done);
+    if (ci->stream)
+        (void)cudaStreamSynchronize(ci->stream);
     drop_exec(ci);
-    if (g->done)
-        (void)cudaEventDestroy(g->done);
-    if (g->host_scalars)
-        (void)cudaFreeHost(g->host_scalars);
+    for (int i = 0; i < GRAPH_RING; i++)
+        if (g->uploaded[i])
+            (void)cudaEventDestroy(g->uploaded[i]);
+    if (g->ring)
+        (void)cudaFreeHost(g->ring);
     if (g->dev_scalars)
         (void)cudaFree(g->dev_scalars);
     cdl_free(g->sigs);
@@ -143,14 +145,18 @@ static int graph_setup(cbe *ci)
     g->sigs = cdl_calloc(GRAPH_MAX_OPS, sizeof *g->sigs);
     if (!g->sigs)
         return -1;
-    if (CU_CHECK(ci, cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming)) ||
-        CU_CHECK(ci, cudaHostAlloc((void **)&g->host_scalars, GRAPH_SCALAR_BYTES,
-                                   cudaHostAllocPortable)) ||
-        CU_CHECK(ci, cudaMalloc((void **)&g->dev_scalars, GRAPH_SCALAR_BYTES))) {
+    int failed = CU_CHECK(ci, cudaHostAlloc((void **)&g->ring,
+                                            (size_t)GRAPH_RING * GRAPH_SCALAR_BYTES,
+                                            cudaHostAllocPortable)) ||
+                 CU_CHECK(ci, cudaMalloc((void **)&g->dev_scalars, GRAPH_SCALAR_BYTES));
+    for (int i = 0; i < GRAPH_RING && !failed; i++)
+        failed = CU_CHECK(ci, cudaEventCreateWithFlags(&g->uploaded[i], cudaEventDisableTiming));
+    if (failed) {
         cbe_graph_destroy(ci);
         return -1;
     }
-    memset(g->host_scalars, 0, GRAPH_SCALAR_BYTES);
+    memset(g->ring, 0, (size_t)GRAPH_RING * GRAPH_SCALAR_BYTES);
+    g->host_scalars = g->ring;
     return 0;
 }
 
@@ -168,10 +174,12 @@ int cuda_backend_graph_begin(cdl_backend *be, uint64_t key)
         return cbe_fail(ci, "cuda_backend_graph_begin: an earlier op failed: %s", ci->err);
     if (graph_setup(ci) != 0)
         return -1;
-    /* The previous launch may still read the scalar block. */
-    if (g->launched && CU_CHECK(ci, cudaEventSynchronize(g->done)))
+    /* This step's host block: the next in the ring, once its last upload
+     * has left it. */
+    g->slot = (g->slot + 1) % GRAPH_RING;
+    if (g->recorded[g->slot] && CU_CHECK(ci, cudaEventSynchronize(g->uploaded[g->slot])))
         return -1;
-    g->launched = 0;
+    g->host_scalars = g->ring + (size_t)g->slot * GRAPH_SCALAR_BYTES;
     g->scalars_used = 0;
     g->pos = 0;
     if (g->have && g->key == key && !g->broken) {
@@ -185,28 +193,21 @@ int cuda_backend_graph_begin(cdl_backend *be, uint64_t key)
     if (CU_CHECK(ci, cudaStreamBeginCapture(ci->stream, cudaStreamCaptureModeThreadLocal)))
         return -1;
     g->mode = GRAPH_CAPTURE;
-    /* First node of every launch: this step's scalars to the device. */
-    if (CU_CHECK(ci, cudaMemcpyAsync(g->dev_scalars, g->host_scalars, GRAPH_SCALAR_BYTES,
-                                     cudaMemcpyHostToDevice, ci->stream))) {
-        cudaGraph_t dead = NULL;
-        (void)cudaStreamEndCapture(ci->stream, &dead);
-        if (dead)
-            (void)cudaGraphDestroy(dead);
-        (void)cudaGetLastError();
-        g->mode = GRAPH_OFF;
-        return -1;
-    }
     return 0;
 }
 
+/* This step's scalars to the device, then the graph, in stream order. */
 static int launch(cbe *ci)
 {
     step_graph *g = &ci->graph;
-    if (CU_CHECK(ci, cudaGraphLaunch(g->exec, ci->stream)) ||
-        CU_CHECK(ci, cudaEventRecord(g->done, ci->stream)))
-        return -1;
-    g->launched = 1;
-    return 0;
+    if (g->scalars_used) {
+        if (CU_CHECK(ci, cudaMemcpyAsync(g->dev_scalars, g->host_scalars, g->scalars_used,
+                                         cudaMemcpyHostToDevice, ci->stream)) ||
+            CU_CHECK(ci, cudaEventRecord(g->uploaded[g->slot], ci->stream)))
+            return -1;
+        g->recorded[g->slot] = 1;
+    }
+    return CU_CHECK(ci, cudaGraphLaunch(g->exec, ci->stream));
 }
 
 int cuda_backend_graph_end(cdl_backend *be)
@@ -260,7 +261,7 @@ void cuda_backend_graph_reset(cdl_backend *be)
     cbe_enter(ci);
     if (ci->graph.mode != GRAPH_OFF)
         return;
-    if (ci->graph.launched)
-        (void)cudaEventSynchronize(ci->graph.done);
+    /* cudaGraphExecDestroy may be called while a launch runs: the launch
+     * completes first. */
     drop_exec(ci);
 }

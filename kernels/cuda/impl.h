@@ -46,19 +46,24 @@ typedef enum graph_mode { GRAPH_OFF, GRAPH_CAPTURE, GRAPH_REPLAY } graph_mode;
 #define GRAPH_SCALAR_BYTES 8192
 /* Ops one captured step may hold. */
 #define GRAPH_MAX_OPS 4096
+/* Host copies of the scalar block in flight: the host fills the next one
+ * while earlier launches still upload theirs. */
+#define GRAPH_RING 4
 
 typedef struct step_graph {
     graph_mode mode;
     int have;                 /* exec holds the graph of `key` */
     int broken;               /* a replay diverged: recapture next time */
-    int launched;             /* done records the last launch */
     uint64_t key;
     cudaGraphExec_t exec;
-    cudaEvent_t done;
     uint64_t *sigs;           /* GRAPH_MAX_OPS op signatures in capture order */
     int nsigs, pos;           /* captured ops; replay position */
-    unsigned char *host_scalars;   /* pinned, GRAPH_SCALAR_BYTES */
-    unsigned char *dev_scalars;    /* device copy, uploaded first in every launch */
+    unsigned char *ring;      /* pinned, GRAPH_RING blocks of GRAPH_SCALAR_BYTES */
+    cudaEvent_t uploaded[GRAPH_RING];
+    int recorded[GRAPH_RING]; /* uploaded[i] was recorded */
+    unsigned slot;            /* ring block of the current step */
+    unsigned char *host_scalars;   /* = ring + slot * GRAPH_SCALAR_BYTES */
+    unsigned char *dev_scalars;    /* what the kernels read */
     size_t scalars_used;
 } step_graph;
 

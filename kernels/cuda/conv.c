@@ -173,6 +173,9 @@ static int plan_make(cbe *ci, conv_plan *p, const cdl_conv2d_desc *d, size_t lim
     if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->oc <= 0 || d->kh <= 0 ||
         d->kw <= 0 || d->stride <= 0 || d->pad < 0)
         return cbe_fail(ci, "%s: every size must be positive (padding >= 0)", what);
+    if (d->oc > 65535)
+        return cbe_fail(ci, "%s: more than 65535 output channels are not supported by the CUDA "
+                        "backend's bias kernels", what);
     if (CUDNN_CHECK(ci, cudnnCreateTensorDescriptor(&p->x)) ||
         CUDNN_CHECK(ci, cudnnCreateTensorDescriptor(&p->y)) ||
         CUDNN_CHECK(ci, cudnnCreateFilterDescriptor(&p->w)) ||

@@ -2,10 +2,11 @@
  * backward, on random inputs of several shapes (tests/gpu/run.sh, step 1).
  *
  * Error measure: max |gpu - cpu| / max(1, max |cpu|) per output. Strict FP32
- * (TF32 off) first, with tolerances a little above float rounding of the
- * different summation orders; then convolutions and linear layers again
- * with TF32 on (10-bit mantissa: ~1e-3). Index outputs (argmax, masks,
- * predictions) must be equal. Also checked: GPU results are reproducible
+ * (TF32 off) first: 1e-4 for convolutions and products (sums of up to 400k
+ * terms in other orders), 1e-6 for the rest; then convolutions and linear
+ * layers again with TF32 on (10-bit mantissa), 1e-2. Index outputs (argmax,
+ * masks, predictions) and the ops that compute exactly like the CPU backend
+ * (pooling, ReLU, dropout, fill, scale) must be equal. Also checked: GPU results are reproducible
  * bit for bit, and a CUDA-graph step equals the same step run eagerly.
  *
  * Prints one line per check and exits 1 if any fails. Without a GPU it
@@ -148,7 +149,7 @@ static void check_conv(cdl_conv2d_desc d, int tf32)
              d.stride, d.pad);
     size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.oc * d.c * d.kh * d.kw;
     size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
-    double tol = tf32 ? 5e-3 : 1e-5;
+    double tol = tf32 ? 1e-2 : 1e-4;
     float *x = host_rand(nx, -1, 1), *w = host_rand(nw, -0.5f, 0.5f), *b = host_rand(d.oc, -1, 1);
     float *dy = host_rand(ny, -1, 1);
     size_t cws = cpu->ops->conv2d_workspace(cpu, &d), gws = gpu->ops->conv2d_workspace(gpu, &d);
@@ -166,7 +167,7 @@ static void check_conv(cdl_conv2d_desc d, int tf32)
     cmp(tf32 ? "conv2d_fwd tf32" : "conv2d_fwd", shape, gy, y, ny, tol, tf32);
     cmp(tf32 ? "conv2d_bwd dx tf32" : "conv2d_bwd dx", shape, gdx, dx, nx, tol, tf32);
     cmp(tf32 ? "conv2d_bwd dw tf32" : "conv2d_bwd dw", shape, gdw, dw, nw, tol, tf32);
-    cmp("conv2d_bwd db", shape, gdb, db, (size_t)d.oc, 1e-5, tf32);
+    cmp("conv2d_bwd db", shape, gdb, db, (size_t)d.oc, 1e-4, tf32);
     if (!tf32) {
         /* Deterministic algorithms: the same bits again; no dx for the first layer. */
         float *gdw2 = up(NULL, nw * 4), *gdb2 = up(NULL, (size_t)d.oc * 4);
@@ -194,7 +195,7 @@ static void check_linear(int n, int in, int out, int tf32)
 {
     char shape[64];
     snprintf(shape, sizeof shape, "n%d in%d out%d", n, in, out);
-    double tol = tf32 ? 5e-3 : 1e-5;
+    double tol = tf32 ? 1e-2 : 1e-4;
     size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
     float *x = host_rand(nx, -1, 1), *w = host_rand(nw, -0.5f, 0.5f), *b = host_rand(out, -1, 1);
     float *dy = host_rand(ny, -1, 1);
@@ -213,7 +214,7 @@ static void check_linear(int n, int in, int out, int tf32)
     cmp(tf32 ? "linear_fwd tf32" : "linear_fwd", shape, gy, y, ny, tol, tf32);
     cmp(tf32 ? "linear_bwd dx tf32" : "linear_bwd dx", shape, gdx, dx, nx, tol, tf32);
     cmp(tf32 ? "linear_bwd dw tf32" : "linear_bwd dw", shape, gdw, dw, nw, tol, tf32);
-    cmp("linear_bwd db", shape, gdb, db, (size_t)out, 1e-5, tf32);
+    cmp("linear_bwd db", shape, gdb, db, (size_t)out, 1e-4, tf32);
     if (!tf32) {
         cpu->ops->linear_fwd(cpu, n, in, out, x, w, NULL, y, cw);
         gpu->ops->linear_fwd(gpu, n, in, out, gx, gwt, NULL, gy, gw);
@@ -261,8 +262,8 @@ static void check_pool(int n, int c, int h, int w, int k, int stride, int pad)
     cpu->ops->avgpool_bwd(cpu, &d, dy, dx);
     gpu->ops->avgpool_fwd(gpu, &d, gx, gy);
     gpu->ops->avgpool_bwd(gpu, &d, gdy, gdx);
-    cmp("avgpool_fwd", shape, gy, y, ny, 1e-6, 0);
-    cmp("avgpool_bwd", shape, gdx, dx, nx, 1e-6, 0);
+    cmp_exact("avgpool_fwd", shape, gy, y, ny * 4);
+    cmp_exact("avgpool_bwd", shape, gdx, dx, nx * 4);
     void *gpu_bufs[] = {gx, gdy, gy, gdx, gam};
     for (size_t i = 0; i < sizeof gpu_bufs / sizeof gpu_bufs[0]; i++)
         gpu->ops->free(gpu, gpu_bufs[i]);

@@ -1,1 +1,6 @@
-# launcher: sources are added here.
+# launcher: cdlrun, the local multi-rank launcher.
+bin_PROGRAMS += launcher/cdlrun
+launcher_cdlrun_SOURCES = launcher/cdlrun.c launcher/spawn.c launcher/supervise.c \
+	launcher/bind.c launcher/launch.h
+launcher_cdlrun_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS)
+launcher_cdlrun_LDADD = $(HWLOC_LIBS)

@@ -15,41 +15,49 @@ cd "$top" && ./autogen.sh >/dev/null 2>&1 || { echo "autogen.sh failed" >&2; exi
 
 pass=0 fail=0 skip=0
 failed_stages=()
-count() {   # adds the results of one automake test-suite.log
-    local log=$1
-    [ -f "$log" ] || return 0
-    local p f s e
-    p=$(grep -c '^PASS: ' "$log" || true); f=$(grep -c '^FAIL: ' "$log" || true)
-    s=$(grep -c '^SKIP: ' "$log" || true); e=$(grep -c '^ERROR: ' "$log" || true)
-    pass=$((pass + p)); fail=$((fail + f + e)); skip=$((skip + s))
+count() {   # adds up the automake test summaries ("# PASS:  N") in a log
+    local p f s
+    read -r p f s < <(awk '/^# PASS:/ {p += $3} /^# (FAIL|ERROR|XPASS):/ {f += $3}
+                          /^# SKIP:/ {s += $3} END {print p+0, f+0, s+0}' "$1")
+    pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
 }
-stage() {   # stage NAME BUILD-DIR CONFIGURE-ARGS... -- MAKE-TARGETS...
+stage() {   # stage NAME BUILD-DIR CONFIGURE-ARGS... -- MAKE-TARGET [VAR=VALUE...]
     local name=$1 dir=$2; shift 2
-    local conf=() targets=()
+    local conf=()
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do conf+=("$1"); shift; done
     shift
-    targets=("$@")
     echo "=== $name"
-    mkdir -p "$dir"
+    rm -rf "$dir"; mkdir -p "$dir"
     if ! (cd "$dir" && "$top/configure" -q "${conf[@]}" >configure.out 2>&1); then
-        cat "$dir/configure.out"; failed_stages+=("$name: configure"); return 1
+        cat "$dir/configure.out"; failed_stages+=("$name: configure"); return 0
     fi
-    (cd "$dir" && make -j"$jobs" -s "${targets[@]}") 2>&1 | grep -v '^make\[' | tail -n 200
-    local rc=${PIPESTATUS[0]}
-    find "$dir/tests" -name test-suite.log 2>/dev/null | head -0
-    count "$dir/test-suite.log"
-    [ "$rc" -eq 0 ] || failed_stages+=("$name")
+    # Build first, then test: two goals in one parallel make race each other.
+    if ! (cd "$dir" && make -j"$jobs" -s all) >"$dir/build.out" 2>&1; then
+        tail -n 60 "$dir/build.out"; failed_stages+=("$name: build"); return 0
+    fi
+    (cd "$dir" && make -j"$jobs" "$@") >"$dir/test.out" 2>&1
+    local rc=$?
+    grep -E '^(PASS|FAIL|SKIP|ERROR|XPASS|XFAIL): ' "$dir/test.out"
+    count "$dir/test.out"
+    if [ "$rc" -ne 0 ]; then
+        find "$dir" -name '*.log' ! -name test-suite.log ! -name config.log \
+            -exec grep -l -E '^(FAIL|ERROR)' {} + 2>/dev/null | while read -r log; do
+            echo "--- $log"; tail -n 40 "$log"
+        done
+        tail -n 30 "$dir/test.out"
+        failed_stages+=("$name")
+    fi
     return 0
 }
 
 export CDL_TIMEOUT=${CDL_TIMEOUT:-120}
-stage "gcc -Werror: make check" "$top/_build/gcc" CC=gcc --enable-werror -- all check
+stage "gcc -Werror: make check" "$top/_build/gcc" CC=gcc --enable-werror -- check
 stage "clang -Werror: unit tests" "$top/_build/clang" CC=clang --enable-werror \
-    --disable-shared -- all check TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
+    --disable-shared -- check TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
 stage "ASan+UBSan: unit tests" "$top/_build/asan" CC=gcc --enable-sanitizers \
-    --disable-shared -- all check TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
+    --disable-shared -- check TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
 stage "valgrind: unit tests" "$top/_build/valgrind" CC=gcc --disable-shared -- \
-    all check-valgrind
+    check-valgrind
 if [ -z "${CDL_SKIP_DISTCHECK:-}" ]; then
     stage "make distcheck" "$top/_build/dist" CC=gcc -- distcheck \
         DISTCHECK_CONFIGURE_FLAGS=--enable-werror TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit

@@ -20,4 +20,12 @@
 #define CDL_ENV_LAUNCHER          "CDL_LAUNCHER"      /* "slurm", "cdlrun": who exported the contract */
 #define CDL_ENV_TIMEOUT           "CDL_TIMEOUT"       /* seconds any cross-process wait may take */
 
+/* The TCP store (bootstrap without PMIx) served by rank 0. */
+#define CDL_ENV_STORE_TOKEN       "CDL_STORE_TOKEN"   /* per-run secret a client must present */
+#define CDL_ENV_STORE_FD          "CDL_STORE_FD"      /* rank 0 only: an already listening socket on
+                                                       * MASTER_PORT, inherited from the launcher */
+
+/* Default of CDL_TIMEOUT, in seconds. */
+#define CDL_DEFAULT_TIMEOUT 300
+
 #endif

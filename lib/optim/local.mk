@@ -1,1 +1,2 @@
-# lib/optim: sources are added here.
+# lib/optim: optimizers and learning-rate schedules.
+libcdl_core_la_SOURCES += lib/optim/optim.c lib/optim/schedule.c

@@ -70,7 +70,7 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
         return -1;
     host = download(be, cdl_model_params(m), np);
     tensors = cdl_calloc((size_t)nv + 1, sizeof *tensors);
-    config = cdl_malloc(8192);
+    config = cdl_malloc(16384);
     if (!host || !tensors || !config)
         goto out;
     for (int i = 0; i < nv; i++) {
@@ -80,7 +80,7 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
         tensors[i].ndim = v->ndim;
         memcpy(tensors[i].shape, v->shape, sizeof v->shape);
     }
-    if (train_config_json(cfg, config, 8192) != 0)
+    if (train_config_json(cfg, config, 16384) != 0)
         goto out;
     meta_add(&meta, "format", fmt_dup("%s", CKPT_FORMAT));
     meta_add(&meta, "cdl_version", fmt_dup("%s", cdl_version()));

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../ckpt/json.h"
 #include "harness.h"
 
 void cdl_train_defaults(cdl_train_config *cfg)
@@ -29,42 +30,25 @@ void cdl_train_defaults(cdl_train_config *cfg)
     cfg->progress = -1;
 }
 
-/* Appends s to buf as a JSON string literal; returns chars written or -1. */
-static int json_string(char *buf, size_t len, const char *s)
+/* Quotes s as a JSON string into out (len bytes); -1 if it does not fit. */
+static int quoted(const char *s, char *out, size_t len)
 {
-    size_t o = 0;
-    if (len < 3)
-        return -1;
-    buf[o++] = '"';
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        const char *piece = esc;
-        if (c == '"' || c == '\\')
-            snprintf(esc, sizeof esc, "\\%c", c);
-        else if (c < 0x20)
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-        else {
-            esc[0] = (char)c;
-            esc[1] = 0;
-        }
-        size_t pl = strlen(piece);
-        if (o + pl + 2 > len)
-            return -1;
-        memcpy(buf + o, piece, pl);
-        o += pl;
-    }
-    buf[o++] = '"';
-    buf[o] = 0;
-    return (int)o;
+    json_buf b = {0};
+    json_buf_string(&b, s);
+    json_buf_put(&b, "", 1);
+    int ok = !b.failed && b.len <= len;
+    if (ok)
+        memcpy(out, b.data, b.len);
+    json_buf_free(&b);
+    return ok ? 0 : -1;
 }
 
 int train_config_json(const cdl_train_config *c, char *buf, size_t len)
 {
-    char model[600], dataset[80], data_dir[2100];
-    if (json_string(model, sizeof model, c->model) < 0 ||
-        json_string(dataset, sizeof dataset, c->dataset) < 0 ||
-        json_string(data_dir, sizeof data_dir, c->data_dir) < 0)
+    char model[1600], dataset[200], data_dir[6200];
+    if (quoted(c->model, model, sizeof model) < 0 ||
+        quoted(c->dataset, dataset, sizeof dataset) < 0 ||
+        quoted(c->data_dir, data_dir, sizeof data_dir) < 0)
         return cdl_error("configuration strings too long for the checkpoint metadata");
     int n = snprintf(buf, len,
                      "{\"model\":%s,\"dataset\":%s,\"data_dir\":%s,\"epochs\":%d,"

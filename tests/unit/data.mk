@@ -1,1 +1,12 @@
 # tests for data
+check_PROGRAMS += tests/unit/test_data
+TESTS += tests/unit/test_data
+tests_unit_test_data_SOURCES = tests/unit/test_data.c
+tests_unit_test_data_CPPFLAGS = $(TEST_CPPFLAGS) $(ZLIB_CFLAGS)
+tests_unit_test_data_LDADD = $(TEST_LDADD) $(ZLIB_LIBS)
+
+# Timings of the batch conversion and the loader: built, run by hand.
+check_PROGRAMS += tests/unit/test_data_bench
+tests_unit_test_data_bench_SOURCES = tests/unit/test_data_bench.c
+tests_unit_test_data_bench_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_data_bench_LDADD = $(TEST_LDADD)

@@ -29,7 +29,7 @@ static void base_config(cdl_train_config *c, const char *sub)
 /* Loads every tensor of DIR/last.safetensors into one flat array. */
 static float *load_weights(const char *dir, size_t *n)
 {
-    char path[600];
+    char path[1100];
     snprintf(path, sizeof path, "%s/last.safetensors", dir);
     cdl_st_file *f = cdl_st_open(path);
     if (!f)
@@ -143,7 +143,7 @@ static void test_corrupt_checkpoint_is_an_error(void **state)
     base_config(&c, "corrupt");
     c.epochs = 1;
     run_ok(&c);
-    char path[600];
+    char path[1100];
     snprintf(path, sizeof path, "%s/last.safetensors", c.ckpt_dir);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);

@@ -1,0 +1,45 @@
+/* cdlrun's parts: the run description, starting ranks, CPU binding and the
+ * supervision loop (labelled output, signals, failure handling). */
+#ifndef CDL_LAUNCHER_LAUNCH_H
+#define CDL_LAUNCHER_LAUNCH_H
+
+#include <sched.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define CDLRUN_MAX_RANKS 1024
+#define CDLRUN_KILL_GRACE 3.0      /* seconds between SIGTERM and SIGKILL when stopping ranks */
+
+typedef struct rank_proc {
+    pid_t pid;                     /* also its process group */
+    int out_fd, err_fd;            /* read ends with --label, else -1 */
+    int running;
+    int status;                    /* wait status once exited */
+    cpu_set_t cpus;                /* --bind cores */
+} rank_proc;
+
+typedef struct run {
+    int n;
+    int label, bind_cores, verbose;
+    double timeout;                /* --timeout: exported as CDL_TIMEOUT (0 = unset) */
+    char **argv;                   /* PROGRAM ARGS... */
+    int listen_fd, port;           /* the store socket handed to rank 0 */
+    char token[33], job_id[64];
+    rank_proc *ranks;
+} run;
+
+/* Plans one CPU set per rank over the CPUs this process may use: contiguous
+ * blocks of whole cores (hwloc when built with it, else CPUs of the affinity
+ * mask). -1 with a message in err. */
+int bind_plan(int n, cpu_set_t *sets, char *err, size_t errlen);
+/* "0-3,8" for a set. */
+void cpus_format(const cpu_set_t *set, char *buf, size_t len);
+
+/* Binds the store port, makes the token and job id, starts all ranks. */
+int launch_ranks(run *r);
+
+/* Waits for the ranks, labelling their output and forwarding signals;
+ * returns cdlrun's exit code (docs/rank-contract.md). */
+int supervise(run *r);
+
+#endif

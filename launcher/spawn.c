@@ -1,0 +1,181 @@
+/* Starting cdlrun's ranks: the store socket, the per-run token and job id,
+ * and one child per rank with the rank contract in its environment.
+ *
+ * The port race is avoided by binding 127.0.0.1:0 here and handing the
+ * listening socket to rank 0 (CDL_STORE_FD): the port is taken before any
+ * rank starts and nobody else can grab it in between. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "lib/dist/contract.h"
+#include "launch.h"
+
+static int random_hex(char *out, size_t bytes)
+{
+    unsigned char b[32];
+    if (bytes > sizeof b || getrandom(b, bytes, 0) != (ssize_t)bytes)
+        return -1;
+    for (size_t i = 0; i < bytes; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+    return 0;
+}
+
+static int listen_loopback(run *r)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 1024) ||
+        getsockname(fd, (struct sockaddr *)&a, &l)) {
+        fprintf(stderr, "cdlrun: cannot listen on a loopback port: %s\n", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    r->listen_fd = fd;
+    r->port = ntohs(a.sin_port);
+    return 0;
+}
+
+static void setenv_int(const char *name, long v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%ld", v);
+    setenv(name, buf, 1);
+}
+
+/* In the child: the contract, then exec. Never returns. */
+static void exec_rank(run *r, int rank, const sigset_t *mask, int out_w, int err_w)
+{
+    setpgid(0, 0);   /* its own group: cdlrun forwards terminal signals once */
+    signal(SIGPIPE, SIG_DFL);
+    sigprocmask(SIG_SETMASK, mask, NULL);
+    int null = open("/dev/null", O_RDONLY);
+    if (null >= 0) {
+        dup2(null, 0);
+        close(null);
+    }
+    if (out_w >= 0) {
+        dup2(out_w, 1);
+        dup2(err_w, 2);
+        close(out_w);
+        close(err_w);
+    }
+    setenv_int(CDL_ENV_RANK, rank);
+    setenv_int(CDL_ENV_WORLD_SIZE, r->n);
+    setenv_int(CDL_ENV_LOCAL_RANK, rank);
+    setenv_int(CDL_ENV_LOCAL_WORLD_SIZE, r->n);
+    setenv(CDL_ENV_GROUP_RANK, "0", 1);
+    setenv(CDL_ENV_NODE_RANK, "0", 1);
+    setenv(CDL_ENV_NNODES, "1", 1);
+    setenv(CDL_ENV_MASTER_ADDR, "127.0.0.1", 1);
+    setenv_int(CDL_ENV_MASTER_PORT, r->port);
+    setenv(CDL_ENV_JOB_ID, r->job_id, 1);
+    setenv(CDL_ENV_LAUNCHER, "cdlrun", 1);
+    setenv(CDL_ENV_STORE_TOKEN, r->token, 1);
+    if (!getenv(CDL_ENV_REPLICAS_PER_GPU))
+        setenv(CDL_ENV_REPLICAS_PER_GPU, "1", 1);
+    if (r->timeout > 0) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%g", r->timeout);
+        setenv(CDL_ENV_TIMEOUT, buf, 1);
+    }
+    /* Another launcher's variables would only confuse discovery. */
+    unsetenv("TORCHELASTIC_RUN_ID");
+    unsetenv("GROUP_WORLD_SIZE");
+    unsetenv(CDL_ENV_STORE_FD);
+    cpu_set_t mine;
+    if (r->bind_cores) {
+        mine = r->ranks[rank].cpus;
+        if (sched_setaffinity(0, sizeof mine, &mine))
+            fprintf(stderr, "cdlrun: rank %d: cannot bind: %s\n", rank, strerror(errno));
+    }
+    if (!getenv("OMP_NUM_THREADS")) {
+        /* One share of the CPUs per rank, like torchrun. */
+        if (!r->bind_cores && sched_getaffinity(0, sizeof mine, &mine))
+            CPU_ZERO(&mine);
+        int cpus = CPU_COUNT(&mine);
+        setenv_int("OMP_NUM_THREADS", r->bind_cores ? (cpus > 0 ? cpus : 1)
+                                                    : (cpus / r->n > 0 ? cpus / r->n : 1));
+    }
+    if (rank == 0) {
+        fcntl(r->listen_fd, F_SETFD, 0);   /* inherited across exec */
+        setenv_int(CDL_ENV_STORE_FD, r->listen_fd);
+    } else {
+        close(r->listen_fd);
+    }
+    execvp(r->argv[0], r->argv);
+    fprintf(stderr, "cdlrun: rank %d: cannot run %s: %s\n", rank, r->argv[0], strerror(errno));
+    _exit(127);
+}
+
+int launch_ranks(run *r)
+{
+    if (listen_loopback(r) || random_hex(r->token, 16)) {
+        if (r->listen_fd >= 0)
+            fprintf(stderr, "cdlrun: getrandom failed\n");
+        return -1;
+    }
+    char rnd[9];
+    if (random_hex(rnd, 4))
+        return -1;
+    snprintf(r->job_id, sizeof r->job_id, "cdlrun.%d.%s", (int)getpid(), rnd);
+    if (r->bind_cores) {
+        cpu_set_t *sets = calloc((size_t)r->n, sizeof *sets);
+        char err[256];
+        if (!sets || bind_plan(r->n, sets, err, sizeof err)) {
+            fprintf(stderr, "cdlrun: --bind cores: %s\n", sets ? err : "out of memory");
+            free(sets);
+            return -1;
+        }
+        for (int i = 0; i < r->n; i++)
+            r->ranks[i].cpus = sets[i];
+        free(sets);
+    }
+    /* The signals supervise() takes through a signalfd stay blocked from
+     * here on; children get the original mask back. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    int sigs[] = {SIGCHLD, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        sigaddset(&block, sigs[i]);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    fflush(NULL);
+    for (int i = 0; i < r->n; i++) {
+        int out[2] = {-1, -1}, err[2] = {-1, -1};
+        if (r->label && (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC))) {
+            fprintf(stderr, "cdlrun: pipe failed: %s\n", strerror(errno));
+            return -1;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "cdlrun: cannot start rank %d: %s\n", i, strerror(errno));
+            return -1;
+        }
+        if (pid == 0)
+            exec_rank(r, i, &old, out[1], err[1]);
+        setpgid(pid, pid);   /* also here: no race with signals sent right away */
+        r->ranks[i] = (rank_proc){pid, out[0], err[0], 1, 0, r->ranks[i].cpus};
+        if (r->label) {
+            close(out[1]);
+            close(err[1]);
+        }
+        if (r->verbose) {
+            char cpus[256] = "any";
+            if (r->bind_cores)
+                cpus_format(&r->ranks[i].cpus, cpus, sizeof cpus);
+            fprintf(stderr, "cdlrun: rank %d: pid %d, CPUs %s\n", i, (int)pid, cpus);
+        }
+    }
+    close(r->listen_fd);   /* rank 0 owns it now */
+    r->listen_fd = -1;
+    return 0;
+}

@@ -1,0 +1,203 @@
+/* Atomic file replacement: temporary file, fsync, rename, fsync of the
+ * directory (see atomic.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+#include "lib/ckpt/atomic.h"
+
+/* What to do about a failed file operation, by errno. */
+static const char *errno_hint(int err, const char *dir)
+{
+    static _Thread_local char buf[1200];
+    switch (err) {
+    case ENOSPC:
+#ifdef EDQUOT
+    case EDQUOT:
+#endif
+        snprintf(buf, sizeof buf, "the file system of %s is full or over quota: free space "
+                 "there or write checkpoints to another directory", dir);
+        return buf;
+    case EACCES:
+    case EPERM:
+        snprintf(buf, sizeof buf, "check that %s exists and is writable by this user", dir);
+        return buf;
+    case EROFS:
+        snprintf(buf, sizeof buf, "%s is on a read-only file system: write checkpoints elsewhere", dir);
+        return buf;
+    case ENOENT:
+    case ENOTDIR:
+        snprintf(buf, sizeof buf, "the directory %s does not exist: create it first", dir);
+        return buf;
+    case EISDIR:
+        return "the target is a directory: name a file";
+    case EFBIG:
+        return "the file size limit was reached (ulimit -f): raise it";
+    case ENAMETOOLONG:
+        return "use a shorter file name";
+    case EIO:
+        return "the storage reported an I/O error: check the file system";
+    default:
+        return "check the file system";
+    }
+}
+
+/* The process umask without changing it (umask() would race with other
+ * threads creating files): Linux reports it in /proc/self/status. */
+static mode_t current_umask(void)
+{
+    FILE *f = fopen("/proc/self/status", "re");
+    unsigned mask = 022;
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "Umask: %o", &mask) == 1)
+                break;
+        fclose(f);
+    }
+    return (mode_t)mask;
+}
+
+int afile_open(afile *a, const char *path)
+{
+    a->fd = -1;
+    a->path = path;
+    a->tmp = a->dir = NULL;
+    if (!path || !*path)
+        return cdl_error("checkpoint path is empty: name a file");
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+        return cdl_error("%s: not a file name: name a file, not a directory", path);
+    size_t dirlen = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
+    size_t baselen = strlen(base);
+    a->dir = cdl_malloc(dirlen + 1);
+    a->tmp = cdl_malloc(dirlen + baselen + 16);
+    if (!a->dir || !a->tmp) {
+        afile_abort(a);
+        return -1;
+    }
+    memcpy(a->dir, slash ? path : ".", dirlen);
+    a->dir[dirlen] = '\0';
+    /* ".NAME.tmp.XXXXXX" next to the target: hidden, and recognisable as
+     * debris if a crash leaves one behind. */
+    sprintf(a->tmp, "%.*s.%s.tmp.XXXXXX", (int)(slash ? slash + 1 - path : 0), path, base);
+
+    struct stat st;
+    mode_t mode = 0666 & ~current_umask();
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+        mode = st.st_mode & 07777;   /* replacing a file keeps its permissions */
+
+    a->fd = mkostemp(a->tmp, O_CLOEXEC);
+    if (a->fd < 0) {
+        int err = errno;
+        cdl_error("%s: cannot create a temporary file in %s: %s: %s", path, a->dir,
+                  strerror(err), errno_hint(err, a->dir));
+        cdl_free(a->tmp);
+        a->tmp = NULL;
+        afile_abort(a);
+        return -1;
+    }
+    if (fchmod(a->fd, mode) != 0) {
+        int err = errno;
+        cdl_error("%s: cannot set the permissions of %s: %s: %s", path, a->tmp, strerror(err),
+                  errno_hint(err, a->dir));
+        afile_abort(a);
+        return -1;
+    }
+    return 0;
+}
+
+int afile_write(afile *a, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n) {
+        /* Linux writes at most 2 GiB - 4 KiB per call anyway. */
+        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+        ssize_t w = write(a->fd, p, chunk);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int err = w < 0 ? errno : ENOSPC;   /* write() == 0: no room */
+            return cdl_error("%s: writing %s failed: %s: %s", a->path, a->tmp, strerror(err),
+                             errno_hint(err, a->dir));
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void release(afile *a)
+{
+    cdl_free(a->tmp);
+    cdl_free(a->dir);
+    a->tmp = a->dir = NULL;
+    a->fd = -1;
+}
+
+void afile_abort(afile *a)
+{
+    if (a->fd >= 0)
+        close(a->fd);
+    if (a->tmp && a->fd >= 0)
+        unlink(a->tmp);
+    release(a);
+}
+
+/* fsync of a directory: some file systems cannot (EINVAL); then the rename's
+ * durability is theirs to provide, and that is not an error. */
+static int sync_dir(afile *a)
+{
+    int fd = open(a->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return cdl_error("%s: was renamed into place but its directory %s cannot be opened to "
+                         "make that durable: %s", a->path, a->dir, strerror(errno));
+    int rc = 0;
+    while (fsync(fd) != 0) {
+        if (errno == EINTR)
+            continue;
+        if (errno != EINVAL && errno != ENOTSUP)
+            rc = cdl_error("%s: was renamed into place but fsync of %s failed: %s: the file may "
+                           "be lost on a crash; %s", a->path, a->dir, strerror(errno),
+                           errno_hint(errno, a->dir));
+        break;
+    }
+    close(fd);
+    return rc;
+}
+
+int afile_commit(afile *a)
+{
+    int err = 0;
+    const char *what = NULL;
+    while (fsync(a->fd) != 0) {
+        if (errno != EINTR) {
+            err = errno, what = "fsync of";
+            break;
+        }
+    }
+    /* close reports deferred write errors on NFS and similar. */
+    int fd = a->fd;
+    a->fd = -1;
+    if (close(fd) != 0 && !err && errno != EINTR)
+        err = errno, what = "closing";
+    if (!err && rename(a->tmp, a->path) != 0)
+        err = errno, what = "renaming into place";
+    if (err) {
+        cdl_error("%s: %s %s failed: %s: %s; the previous file, if any, is unchanged", a->path,
+                  what, a->tmp, strerror(err), errno_hint(err, a->dir));
+        unlink(a->tmp);
+        release(a);
+        return -1;
+    }
+    int rc = sync_dir(a);
+    release(a);
+    return rc;
+}

@@ -1,0 +1,36 @@
+/* Atomic replacement of a file: readers see the old content or the complete
+ * new one, never a torn file, even after a crash or power loss.
+ *
+ *   afile a;
+ *   if (afile_open(&a, path)) return -1;
+ *   if (afile_write(&a, buf, n) || ...) { afile_abort(&a); return -1; }
+ *   return afile_commit(&a);
+ *
+ * The data goes to a temporary ".NAME.tmp.XXXXXX" in the target's directory
+ * (rename is atomic only within one file system); commit fsyncs it, renames
+ * it over the target and fsyncs the directory so the rename itself is
+ * durable. Any failure removes the temporary file and leaves an existing
+ * target untouched. The new file gets mode 0666 & ~umask, like fopen's.
+ */
+#ifndef CDL_CKPT_ATOMIC_H
+#define CDL_CKPT_ATOMIC_H
+
+#include <stddef.h>
+
+typedef struct afile {
+    int fd;
+    const char *path;   /* the target (not copied: must outlive the afile) */
+    char *tmp;          /* cdl_malloc'd temporary path */
+    char *dir;          /* cdl_malloc'd directory of path */
+} afile;
+
+int afile_open(afile *a, const char *path);
+/* Writes all n bytes (retrying short writes and EINTR); on failure the
+ * caller must still call afile_abort. */
+int afile_write(afile *a, const void *buf, size_t n);
+/* fsync, rename, fsync of the directory; cleans up in every case. */
+int afile_commit(afile *a);
+/* Closes and removes the temporary file. */
+void afile_abort(afile *a);
+
+#endif

@@ -1,0 +1,234 @@
+/* cdl_st_write: a safetensors file of float32 tensors, written atomically.
+ *
+ * Layout: u64 LE header length N, N bytes of JSON padded with spaces to a
+ * multiple of 8 (so the data starts 8-byte aligned, as the reference writer
+ * does), then the tensors' little-endian bytes back to back in the order
+ * given. "__metadata__" comes first in the header when there is any. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+#include "lib/ckpt/atomic.h"
+#include "lib/ckpt/json.h"
+
+_Static_assert(sizeof(float) == 4, "safetensors F32 needs a 4-byte float");
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first name that occurs twice, or NULL; -1 in *err if out of memory. */
+static const char *find_duplicate(const char **names, int n, int *err)
+{
+    *err = 0;
+    if (n < 2)
+        return NULL;
+    const char **sorted = cdl_malloc((size_t)n * sizeof *sorted);
+    if (!sorted) {
+        *err = -1;
+        return NULL;
+    }
+    memcpy(sorted, names, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_str);
+    const char *dup = NULL;
+    for (int i = 1; i < n && !dup; i++)
+        if (!strcmp(sorted[i - 1], sorted[i]))
+            dup = sorted[i];
+    cdl_free(sorted);
+    return dup;
+}
+
+/* Elements of t, or -1 (error set) if the shape is invalid. */
+static int64_t tensor_numel(const char *path, const cdl_st_tensor *t)
+{
+    if (t->ndim < 0 || t->ndim > 4)
+        return cdl_error("%s: tensor '%s' has %d dimensions: cdl_st_write takes 0 to 4",
+                         path, t->name, t->ndim);
+    int64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0)
+            return cdl_error("%s: tensor '%s' has negative size %lld in dimension %d", path,
+                             t->name, (long long)t->shape[d], d);
+        if (t->shape[d] && numel > INT64_MAX / 4 / t->shape[d])
+            return cdl_error("%s: tensor '%s' is too large to store", path, t->name);
+        numel *= t->shape[d];
+    }
+    if (numel > 0 && !t->data)
+        return cdl_error("%s: tensor '%s' has %lld elements but no data", path, t->name,
+                         (long long)numel);
+    return numel;
+}
+
+static int check_text(const char *path, const char *what, const char *s)
+{
+    if (!s)
+        return cdl_error("%s: %s is NULL", path, what);
+    if (!utf8_valid(s, strlen(s)))
+        return cdl_error("%s: %s '%s' is not valid UTF-8: safetensors headers are UTF-8 JSON",
+                         path, what, s);
+    return 0;
+}
+
+/* Checks the arguments; fills numel[i]. */
+static int check_args(const char *path, const cdl_st_tensor *tensors, int ntensors,
+                      const cdl_st_meta *meta, int nmeta, int64_t *numel)
+{
+    for (int i = 0; i < ntensors; i++) {
+        const cdl_st_tensor *t = &tensors[i];
+        if (check_text(path, "tensor name", t->name))
+            return -1;
+        if (!*t->name || !strcmp(t->name, "__metadata__"))
+            return cdl_error("%s: tensor %d has the name '%s', which safetensors reserves or "
+                             "cannot look up: rename it", path, i, t->name);
+        if ((numel[i] = tensor_numel(path, t)) < 0)
+            return -1;
+    }
+    for (int i = 0; i < nmeta; i++)
+        if (check_text(path, "metadata key", meta[i].key) ||
+            check_text(path, "metadata value", meta[i].value))
+            return -1;
+
+    int n = ntensors > nmeta ? ntensors : nmeta, err;
+    const char **names = cdl_malloc((size_t)(n ? n : 1) * sizeof *names);
+    if (!names)
+        return -1;
+    for (int i = 0; i < ntensors; i++)
+        names[i] = tensors[i].name;
+    const char *dup = find_duplicate(names, ntensors, &err);
+    if (dup) {
+        cdl_error("%s: two tensors are named '%s': names must be unique", path, dup);
+        err = -1;
+    }
+    if (!err) {
+        for (int i = 0; i < nmeta; i++)
+            names[i] = meta[i].key;
+        dup = find_duplicate(names, nmeta, &err);
+        if (dup) {
+            cdl_error("%s: metadata key '%s' is given twice", path, dup);
+            err = -1;
+        }
+    }
+    cdl_free(names);
+    return err;
+}
+
+/* The header: JSON padded with spaces to a multiple of 8. */
+static int build_header(json_buf *h, const char *path, const cdl_st_tensor *tensors,
+                        int ntensors, const cdl_st_meta *meta, int nmeta, const int64_t *numel)
+{
+    json_buf_puts(h, "{");
+    if (nmeta > 0) {
+        json_buf_puts(h, "\"__metadata__\":{");
+        for (int i = 0; i < nmeta; i++) {
+            if (i)
+                json_buf_puts(h, ",");
+            json_buf_string(h, meta[i].key);
+            json_buf_puts(h, ":");
+            json_buf_string(h, meta[i].value);
+        }
+        json_buf_puts(h, ntensors ? "}," : "}");
+    }
+    uint64_t offset = 0;
+    for (int i = 0; i < ntensors; i++) {
+        const cdl_st_tensor *t = &tensors[i];
+        if (i)
+            json_buf_puts(h, ",");
+        json_buf_string(h, t->name);
+        json_buf_puts(h, ":{\"dtype\":\"F32\",\"shape\":[");
+        for (int d = 0; d < t->ndim; d++) {
+            if (d)
+                json_buf_puts(h, ",");
+            json_buf_uint(h, (uint64_t)t->shape[d]);
+        }
+        json_buf_puts(h, "],\"data_offsets\":[");
+        json_buf_uint(h, offset);
+        json_buf_puts(h, ",");
+        offset += (uint64_t)numel[i] * 4;
+        json_buf_uint(h, offset);
+        json_buf_puts(h, "]}");
+        if (h->len > CDL_ST_MAX_HEADER)
+            break;   /* no point building further */
+    }
+    json_buf_puts(h, "}");
+    while (h->len % 8)
+        json_buf_puts(h, " ");
+    if (h->failed)
+        return -1;
+    if (h->len > CDL_ST_MAX_HEADER)
+        return cdl_error("%s: the header would exceed the safetensors limit of %u bytes: store "
+                         "large state as tensors, not metadata", path, CDL_ST_MAX_HEADER);
+    return 0;
+}
+
+static void put_le32(unsigned char *o, uint32_t v)
+{
+    o[0] = (unsigned char)v;
+    o[1] = (unsigned char)(v >> 8);
+    o[2] = (unsigned char)(v >> 16);
+    o[3] = (unsigned char)(v >> 24);
+}
+
+/* Tensor data as little-endian bytes, through a staging buffer (a plain copy
+ * on little-endian hosts, a byte swap elsewhere). */
+static int write_floats(afile *a, const float *x, size_t n, unsigned char *stage, size_t stage_floats)
+{
+    while (n) {
+        size_t k = n < stage_floats ? n : stage_floats;
+        for (size_t i = 0; i < k; i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], 4);
+            put_le32(stage + 4 * i, u);
+        }
+        if (afile_write(a, stage, 4 * k))
+            return -1;
+        x += k;
+        n -= k;
+    }
+    return 0;
+}
+
+int cdl_st_write(const char *path, const cdl_st_tensor *tensors, int ntensors,
+                 const cdl_st_meta *meta, int nmeta)
+{
+    if (!path || !*path)
+        return cdl_error("cdl_st_write: the checkpoint path is empty: name a file");
+    if (ntensors < 0 || nmeta < 0 || (ntensors && !tensors) || (nmeta && !meta))
+        return cdl_error("%s: cdl_st_write got %d tensors and %d metadata entries with %s", path,
+                         ntensors, nmeta, ntensors < 0 || nmeta < 0 ? "a negative count" : "a NULL array");
+    int64_t *numel = cdl_malloc((size_t)(ntensors ? ntensors : 1) * sizeof *numel);
+    if (!numel)
+        return -1;
+    json_buf h = {0};
+    enum { STAGE_FLOATS = 16384 };   /* 64 KiB */
+    unsigned char *stage = NULL;
+    afile a;
+    int rc = -1;
+    if (check_args(path, tensors, ntensors, meta, nmeta, numel) ||
+        build_header(&h, path, tensors, ntensors, meta, nmeta, numel) ||
+        !(stage = cdl_malloc(4 * STAGE_FLOATS)))
+        goto out;
+
+    unsigned char len8[8];
+    put_le32(len8, (uint32_t)h.len);
+    put_le32(len8 + 4, (uint32_t)((uint64_t)h.len >> 32));
+    if (afile_open(&a, path))
+        goto out;
+    if (afile_write(&a, len8, 8) || afile_write(&a, h.data, h.len)) {
+        afile_abort(&a);
+        goto out;
+    }
+    for (int i = 0; i < ntensors; i++) {
+        if (write_floats(&a, tensors[i].data, (size_t)numel[i], stage, STAGE_FLOATS)) {
+            afile_abort(&a);
+            goto out;
+        }
+    }
+    rc = afile_commit(&a);
+out:
+    cdl_free(stage);
+    json_buf_free(&h);
+    cdl_free(numel);
+    return rc;
+}

@@ -1,0 +1,204 @@
+/* MNIST / Fashion-MNIST idx files, gzip'd or raw (zlib reads both).
+ *
+ * An idx file is a big-endian header (magic 0x00000803 = 2051 for a 3-d
+ * uint8 array, 0x00000801 = 2049 for a 1-d one, then one 32-bit size per
+ * dimension) followed by the array. Everything is checked: magic, image
+ * size, matching counts, label range, and the exact length (a truncated
+ * file and a file with trailing data are both errors).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <cdl/cdl.h>
+
+#include "lib/data/internal.h"
+
+#define IDX_IMAGES_MAGIC 2051
+#define IDX_LABELS_MAGIC 2049
+#define IDX_SIDE 28
+
+typedef struct idx_file {
+    gzFile f;
+    char path[4096];
+} idx_file;
+
+/* Opens dir/base.gz if it exists, else dir/base. */
+static int idx_open(idx_file *x, const char *dir, const char *base, const char *hint)
+{
+    struct stat st;
+    snprintf(x->path, sizeof x->path, "%s/%s.gz", dir, base);
+    if (stat(x->path, &st) != 0) {
+        snprintf(x->path, sizeof x->path, "%s/%s", dir, base);
+        if (stat(x->path, &st) != 0)
+            return cdl_error("cannot find %s/%s.gz or %s: %s: %s", dir, base, x->path,
+                             strerror(errno), hint);
+    }
+    errno = 0;
+    x->f = gzopen(x->path, "rb");
+    if (!x->f)
+        return cdl_error("cannot open %s: %s: check its permissions or %s", x->path,
+                         errno ? strerror(errno) : "out of memory", hint);
+    gzbuffer(x->f, 1 << 17);
+    return 0;
+}
+
+/* Reads up to len bytes; returns the count read, or -1 (with the error set)
+ * on a read or decompression error. A gzip stream cut short reads as a
+ * short count here, and its "unexpected end of file" is reported by the
+ * caller as truncation. */
+static long long idx_read_bytes(idx_file *x, void *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        size_t chunk = len - got > (1u << 30) ? (1u << 30) : len - got;
+        int r = gzread(x->f, (char *)buf + got, (unsigned)chunk);
+        if (r < 0) {
+            int zerr;
+            const char *msg = gzerror(x->f, &zerr);
+            if (zerr == Z_BUF_ERROR)   /* truncated gzip stream */
+                break;
+            return cdl_error("cannot read %s: %s: the file is damaged; re-download it",
+                             x->path, zerr == Z_ERRNO ? strerror(errno) : msg);
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (long long)got;
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Reads exactly len bytes that must end the file: a short read is
+ * truncation, one more byte is trailing data. what names the contents. */
+static int idx_read_exact(idx_file *x, void *buf, size_t len, size_t offset, const char *what)
+{
+    long long got = idx_read_bytes(x, buf, len);
+    if (got < 0)
+        return -1;
+    if ((size_t)got < len)
+        return cdl_error("%s is truncated: expected %zu bytes (%s) after the %zu-byte header, "
+                         "found %lld: re-download it",
+                         x->path, len, what, offset, got);
+    unsigned char extra;
+    got = idx_read_bytes(x, &extra, 1);
+    if (got < 0)
+        return -1;
+    if (got > 0)
+        return cdl_error("%s has trailing data after its %zu + %zu bytes (%s): "
+                         "it is not a plain idx file of this dataset; re-download it",
+                         x->path, offset, len, what);
+    return 0;
+}
+
+/* Reads the header (magic, then ndim sizes) into dims. */
+static int idx_header(idx_file *x, uint32_t magic, int ndim, uint32_t *dims)
+{
+    unsigned char h[16];
+    size_t len = 4 + 4 * (size_t)ndim;
+    long long got = idx_read_bytes(x, h, len);
+    if (got < 0)
+        return -1;
+    if ((size_t)got < len)
+        return cdl_error("%s is truncated: %lld bytes, shorter than the %zu-byte idx header: "
+                         "re-download it", x->path, got, len);
+    uint32_t m = be32(h);
+    if (m != magic) {
+        const char *guess = m == IDX_IMAGES_MAGIC   ? " (that of an image file)"
+                            : m == IDX_LABELS_MAGIC ? " (that of a label file)"
+                            : (m >> 8) == 0x1f8b08u   ? " (a gzip header: compressed twice?)"
+                                                    : "";
+        return cdl_error("%s: wrong magic number %u%s, expected %u for an idx %s file: "
+                         "is it the right file? Re-download it",
+                         x->path, m, guess, magic, magic == IDX_IMAGES_MAGIC ? "image" : "label");
+    }
+    for (int i = 0; i < ndim; i++)
+        dims[i] = be32(h + 4 + 4 * i);
+    return 0;
+}
+
+static void idx_close(idx_file *x)
+{
+    if (x->f)
+        gzclose(x->f);
+    x->f = NULL;
+}
+
+static int read_images(const char *dir, const char *prefix, const char *hint, cdl_dataset *out,
+                       idx_file *x)
+{
+    char base[64];
+    snprintf(base, sizeof base, "%s-images-idx3-ubyte", prefix);
+    if (idx_open(x, dir, base, hint))
+        return -1;
+    uint32_t dims[3];
+    if (idx_header(x, IDX_IMAGES_MAGIC, 3, dims))
+        return -1;
+    if (dims[1] != IDX_SIDE || dims[2] != IDX_SIDE)
+        return cdl_error("%s: images are %ux%u, expected %dx%d: not an MNIST-style file",
+                         x->path, dims[1], dims[2], IDX_SIDE, IDX_SIDE);
+    if (dims[0] == 0 || dims[0] > INT_MAX / (IDX_SIDE * IDX_SIDE))
+        return cdl_error("%s: image count %u is out of range 1..%d: the header is damaged; "
+                         "re-download it", x->path, dims[0], INT_MAX / (IDX_SIDE * IDX_SIDE));
+    out->n = (int)dims[0];
+    out->shape = (cdl_shape){ 1, IDX_SIDE, IDX_SIDE };
+    size_t bytes = (size_t)out->n * IDX_SIDE * IDX_SIDE;
+    out->images = cdl_malloc(bytes);
+    if (!out->images)
+        return -1;
+    char what[64];
+    snprintf(what, sizeof what, "%d images of %dx%d", out->n, IDX_SIDE, IDX_SIDE);
+    return idx_read_exact(x, out->images, bytes, 16, what);
+}
+
+static int read_labels(const char *dir, const char *prefix, int classes, const char *hint,
+                       const char *images_path, cdl_dataset *out, idx_file *x)
+{
+    char base[64];
+    snprintf(base, sizeof base, "%s-labels-idx1-ubyte", prefix);
+    if (idx_open(x, dir, base, hint))
+        return -1;
+    uint32_t n;
+    if (idx_header(x, IDX_LABELS_MAGIC, 1, &n))
+        return -1;
+    if (n != (uint32_t)out->n)
+        return cdl_error("%s has %u labels but %s has %d images: the two files are from "
+                         "different sets; re-download them", x->path, n, images_path, out->n);
+    uint8_t *raw = cdl_malloc((size_t)out->n);
+    out->labels = cdl_malloc((size_t)out->n * sizeof *out->labels);
+    if (!raw || !out->labels) {
+        cdl_free(raw);
+        return -1;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "%d labels", out->n);
+    int rc = idx_read_exact(x, raw, (size_t)out->n, 8, what);
+    for (int i = 0; rc == 0 && i < out->n; i++) {
+        if (raw[i] >= classes)
+            rc = cdl_error("%s: label %u of sample %d is out of range 0..%d: the file is "
+                           "damaged or of another dataset; re-download it",
+                           x->path, raw[i], i, classes - 1);
+        out->labels[i] = raw[i];
+    }
+    cdl_free(raw);
+    return rc;
+}
+
+int idx_read(const char *dir, int train, int classes, const char *hint, cdl_dataset *out)
+{
+    const char *prefix = train ? "train" : "t10k";
+    idx_file images = { 0 }, labels = { 0 };
+    int rc = read_images(dir, prefix, hint, out, &images);
+    idx_close(&images);
+    if (rc == 0)
+        rc = read_labels(dir, prefix, classes, hint, images.path, out, &labels);
+    idx_close(&labels);
+    return rc;
+}

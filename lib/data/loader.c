@@ -1,0 +1,335 @@
+/* The batch loader: a ring of preallocated batch slots filled by worker
+ * threads, handed out strictly in batch order.
+ *
+ * Batch b of an epoch always lives in slot b % nslots. Workers claim batch
+ * numbers in order (next_claim), each only once its slot is free, fill it
+ * without holding the lock, and mark it ready; the consumer waits on a
+ * condition variable for the slot of the batch it wants and keeps it (HELD)
+ * until its next call. What a batch holds is a pure function of (seed,
+ * epoch, rank, world, batch index), so the number of workers and their
+ * timing change nothing but speed.
+ *
+ * Starting an epoch stops claims, waits for the workers' batches in flight
+ * (they are small), recomputes the order and restarts from first_batch.
+ * With workers = 0 the consumer fills slot 0 itself in cdl_loader_next.
+ * Everything is allocated in cdl_loader_create.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+#include "lib/data/internal.h"
+
+#define MAX_WORKERS 256
+
+enum slot_state { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+
+typedef struct slot {
+    float *x;        /* (batch_size, c, h, w) */
+    int32_t *y;      /* batch_size */
+    long batch;
+    int n;
+    enum slot_state state;
+} slot;
+
+struct cdl_loader {
+    const cdl_dataset *d;
+    cdl_loader_config cfg;
+    size_t sample_size;          /* c*h*w */
+    long samples, batches;       /* per epoch, for this rank */
+    float luts[3][256];          /* per-channel normalisation */
+    int32_t *order;              /* (n) this epoch's order; read by workers */
+    int epoch;
+
+    slot *slots;
+    int nslots;
+    pthread_t *threads;
+    int nthreads;
+
+    /* Under mu: */
+    pthread_mutex_t mu;
+    pthread_cond_t ready;        /* a slot became READY: the consumer waits */
+    pthread_cond_t space;        /* a slot became FREE or an epoch started: workers wait */
+    pthread_cond_t idle;         /* busy dropped to 0: cdl_loader_start_epoch waits */
+    long next_claim, next_deliver, end;
+    int held;                    /* slot the consumer holds, -1 if none */
+    int busy;                    /* workers filling a slot */
+    int active;                  /* workers may claim */
+    int started;                 /* an epoch was started */
+    int quit;
+};
+
+/* Shuffled samples are scattered over the dataset (47 MB for Fashion-MNIST):
+ * asking for the next one's cache lines while converting this one hides the
+ * misses (a whole shuffled epoch went from ~930 to ~265 ns/sample). */
+static void prefetch_sample(const uint8_t *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o);
+}
+
+/* Converts batch b of the current epoch into s (no lock needed: the order
+ * and epoch do not change while a batch is being filled). */
+static void fill_batch(const cdl_loader *l, long b, slot *s)
+{
+    const cdl_dataset *d = l->d;
+    const cdl_loader_config *c = &l->cfg;
+    long k0 = b * c->batch_size;
+    long k1 = k0 + c->batch_size < l->samples ? k0 + c->batch_size : l->samples;
+    for (long k = k0; k < k1; k++) {
+        long pos = sampler_position(c->rank, c->world, k);
+        int32_t idx = l->order[pos % d->n];
+        if (k + 1 < k1)
+            prefetch_sample(d->images + (size_t)l->order[(pos + c->world) % d->n] * l->sample_size,
+                            l->sample_size);
+        aug_params a = c->augment ? augment_draw(c->seed, l->epoch, pos) : augment_none();
+        convert_sample(d->images + (size_t)idx * l->sample_size, d->shape,
+                       (const float (*)[256])l->luts, a, s->x + (size_t)(k - k0) * l->sample_size);
+        s->y[k - k0] = d->labels[idx];
+    }
+    s->n = (int)(k1 - k0);
+}
+
+static int claimable(const cdl_loader *l)
+{
+    return l->active && l->next_claim < l->end &&
+           l->slots[l->next_claim % l->nslots].state == SLOT_FREE;
+}
+
+static void *worker_main(void *arg)
+{
+    cdl_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->quit && !claimable(l))
+            pthread_cond_wait(&l->space, &l->mu);
+        if (l->quit)
+            break;
+        long b = l->next_claim++;
+        slot *s = &l->slots[b % l->nslots];
+        s->state = SLOT_FILLING;
+        s->batch = b;
+        l->busy++;
+        pthread_mutex_unlock(&l->mu);
+
+        fill_batch(l, b, s);
+
+        pthread_mutex_lock(&l->mu);
+        s->state = SLOT_READY;
+        pthread_cond_signal(&l->ready);
+        if (--l->busy == 0)
+            pthread_cond_broadcast(&l->idle);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static int check_config(const cdl_dataset *d, const cdl_loader_config *c)
+{
+    if (!d || !c)
+        return cdl_error("cdl_loader_create: dataset or config is NULL");
+    if (d->n <= 0 || !d->images || !d->labels || d->shape.c <= 0 || d->shape.h <= 0 ||
+        d->shape.w <= 0)
+        return cdl_error("cdl_loader_create: dataset '%s' is empty or not loaded", d->name);
+    for (int k = 0; k < (d->shape.c < 3 ? d->shape.c : 3); k++)
+        if (!(d->std[k] > 0))
+            return cdl_error("dataset '%s': std[%d] = %g must be > 0", d->name, k,
+                             (double)d->std[k]);
+    if (c->batch_size <= 0)
+        return cdl_error("loader: batch size %d must be >= 1 (--batch-size)", c->batch_size);
+    if (c->world <= 0 || c->rank < 0 || c->rank >= c->world)
+        return cdl_error("loader: rank %d of world %d: need 0 <= rank < world", c->rank,
+                         c->world);
+    if (c->workers < 0 || c->workers > MAX_WORKERS)
+        return cdl_error("loader: %d workers: use 0..%d (--workers)", c->workers, MAX_WORKERS);
+    if (c->prefetch < 0 || c->prefetch > 4 * MAX_WORKERS)
+        return cdl_error("loader: prefetch %d: use 0 (automatic) .. %d", c->prefetch,
+                         4 * MAX_WORKERS);
+    return 0;
+}
+
+static void loader_destroy(cdl_loader *l, int sync_ready)
+{
+    if (sync_ready) {
+        pthread_mutex_lock(&l->mu);
+        l->quit = 1;
+        pthread_cond_broadcast(&l->space);
+        pthread_mutex_unlock(&l->mu);
+        for (int i = 0; i < l->nthreads; i++)
+            pthread_join(l->threads[i], NULL);
+        pthread_cond_destroy(&l->idle);
+        pthread_cond_destroy(&l->space);
+        pthread_cond_destroy(&l->ready);
+        pthread_mutex_destroy(&l->mu);
+    }
+    for (int i = 0; l->slots && i < l->nslots; i++) {
+        cdl_free(l->slots[i].x);
+        cdl_free(l->slots[i].y);
+    }
+    cdl_free(l->slots);
+    cdl_free(l->threads);
+    cdl_free(l->order);
+    cdl_free(l);
+}
+
+cdl_loader *cdl_loader_create(const cdl_dataset *d, const cdl_loader_config *cfg)
+{
+    if (check_config(d, cfg))
+        return NULL;
+    const cdl_loader_config *c = cfg;
+    long samples = sampler_count(d->n, c->rank, c->world, c->pad);
+    long batches = c->drop_last ? samples / c->batch_size
+                                : (samples + c->batch_size - 1) / c->batch_size;
+    if (c->drop_last && samples > 0 && batches == 0) {
+        cdl_error("loader: batch size %d is larger than the %ld samples of rank %d of %d and "
+                  "drop_last drops the only batch: lower --batch-size", c->batch_size, samples,
+                  c->rank, c->world);
+        return NULL;
+    }
+
+    cdl_loader *l = cdl_calloc(1, sizeof *l);
+    if (!l)
+        return NULL;
+    l->d = d;
+    l->cfg = *c;
+    l->sample_size = (size_t)d->shape.c * d->shape.h * d->shape.w;
+    l->samples = samples;
+    l->batches = batches;
+    l->held = -1;
+    for (int k = 0; k < 3; k++)
+        normalise_lut(l->luts[k], d->mean[k < d->shape.c ? k : d->shape.c - 1],
+                      d->std[k < d->shape.c ? k : d->shape.c - 1]);
+
+    /* workers = 0 fills one slot in the caller; otherwise prefetch slots,
+     * never more than there are batches. */
+    int nslots = c->workers == 0 ? 1 : c->prefetch ? c->prefetch : 2 * c->workers;
+    if (c->workers && nslots < 2)
+        nslots = 2;
+    if (nslots > batches)
+        nslots = batches > 0 ? (int)batches : 1;
+    l->nslots = nslots;
+    l->order = cdl_malloc((size_t)d->n * sizeof *l->order);
+    l->slots = cdl_calloc((size_t)nslots, sizeof *l->slots);
+    l->threads = cdl_calloc(c->workers ? (size_t)c->workers : 1, sizeof *l->threads);
+    if (!l->order || !l->slots || !l->threads) {
+        loader_destroy(l, 0);
+        return NULL;
+    }
+    for (int i = 0; i < nslots; i++) {
+        l->slots[i].x = cdl_malloc((size_t)c->batch_size * l->sample_size * sizeof(float));
+        l->slots[i].y = cdl_malloc((size_t)c->batch_size * sizeof(int32_t));
+        if (!l->slots[i].x || !l->slots[i].y) {
+            loader_destroy(l, 0);
+            return NULL;
+        }
+    }
+
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->ready, NULL);
+    pthread_cond_init(&l->space, NULL);
+    pthread_cond_init(&l->idle, NULL);
+    for (int i = 0; i < c->workers; i++) {
+        int err = pthread_create(&l->threads[i], NULL, worker_main, l);
+        if (err) {
+            cdl_error("loader: cannot start worker thread %d of %d: %s: use fewer --workers", i,
+                      c->workers, strerror(err));
+            loader_destroy(l, 1);
+            return NULL;
+        }
+        l->nthreads++;
+    }
+    return l;
+}
+
+void cdl_loader_free(cdl_loader *l)
+{
+    if (l)
+        loader_destroy(l, 1);
+}
+
+long cdl_loader_samples(const cdl_loader *l)
+{
+    return l ? l->samples : 0;
+}
+
+long cdl_loader_batches(const cdl_loader *l)
+{
+    return l ? l->batches : 0;
+}
+
+int cdl_loader_start_epoch(cdl_loader *l, int epoch, long first_batch)
+{
+    if (!l)
+        return cdl_error("cdl_loader_start_epoch: loader is NULL");
+    if (epoch < 0)
+        return cdl_error("loader: epoch %d must be >= 0", epoch);
+    if (first_batch < 0 || first_batch > l->batches)
+        return cdl_error("loader: cannot resume at batch %ld of an epoch of %ld batches: "
+                         "the checkpoint is from another batch size, world size or dataset",
+                         first_batch, l->batches);
+
+    /* Stop claims and let the batches in flight finish: afterwards no
+     * worker reads the order. The slot the consumer holds stays valid
+     * until its next cdl_loader_next; the ring waits for it. */
+    pthread_mutex_lock(&l->mu);
+    l->active = 0;
+    while (l->busy)
+        pthread_cond_wait(&l->idle, &l->mu);
+    for (int i = 0; i < l->nslots; i++)
+        if (i != l->held)
+            l->slots[i].state = SLOT_FREE;
+    pthread_mutex_unlock(&l->mu);
+
+    sampler_order(l->order, l->d->n, l->cfg.shuffle, l->cfg.seed, epoch);
+
+    pthread_mutex_lock(&l->mu);
+    l->epoch = epoch;
+    l->next_claim = l->next_deliver = first_batch;
+    l->end = l->batches;
+    l->active = 1;
+    l->started = 1;
+    pthread_cond_broadcast(&l->space);
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
+int cdl_loader_next(cdl_loader *l, cdl_batch *b)
+{
+    if (!l || !b)
+        return cdl_error("cdl_loader_next: loader or batch is NULL");
+    if (!l->started)
+        return cdl_error("cdl_loader_next: call cdl_loader_start_epoch first");
+    slot *s;
+    if (l->cfg.workers == 0) {
+        if (l->next_deliver >= l->end)
+            return 0;
+        s = &l->slots[0];
+        s->batch = l->next_deliver++;
+        fill_batch(l, s->batch, s);
+    } else {
+        pthread_mutex_lock(&l->mu);
+        if (l->held >= 0) {
+            l->slots[l->held].state = SLOT_FREE;
+            l->held = -1;
+            pthread_cond_signal(&l->space);
+        }
+        if (l->next_deliver >= l->end) {
+            pthread_mutex_unlock(&l->mu);
+            return 0;
+        }
+        int i = (int)(l->next_deliver % l->nslots);
+        s = &l->slots[i];
+        while (!(s->state == SLOT_READY && s->batch == l->next_deliver))
+            pthread_cond_wait(&l->ready, &l->mu);
+        s->state = SLOT_HELD;
+        l->held = i;
+        l->next_deliver++;
+        pthread_mutex_unlock(&l->mu);
+    }
+    b->n = s->n;
+    b->x = s->x;
+    b->y = s->y;
+    b->index = s->batch;
+    return 1;
+}

@@ -1,0 +1,59 @@
+/* Bootstrap: how ranks exchange the little they need before collectives
+ * work (shared-memory segment names, NCCL ids, node layout).
+ *
+ * Two implementations behind one interface: PMIx (Put / Commit / Fence with
+ * collected data / Get) when a PMIx server started the job, else the TCP
+ * store that rank 0 serves at MASTER_ADDR:MASTER_PORT (store.h). Keys are per
+ * rank: boot_put stores under this rank, boot_get reads another rank's. */
+#ifndef CDL_DIST_BOOT_H
+#define CDL_DIST_BOOT_H
+
+#include <stddef.h>
+
+#include <cdl/dist.h>
+
+#include "store.h"
+
+typedef struct boot boot;
+
+/* Collective over all ranks of info. Bounded by timeout_s. */
+boot *boot_open(const cdl_rank_info *info, double timeout_s);
+void boot_close(boot *b);
+const char *boot_kind(const boot *b);            /* "pmix" or "store" */
+
+/* Publishes this rank's value for key (visible to others after boot_fence). */
+int boot_put(boot *b, const char *key, const void *val, size_t len);
+/* Collective: every rank's puts before it are visible to all after it. */
+int boot_fence(boot *b);
+/* Reads rank's value for key into buf (exactly len bytes expected). */
+int boot_get(boot *b, int rank, const char *key, void *buf, size_t len);
+/* The TCP store behind b, or NULL under PMIx. */
+store *boot_store(boot *b);
+
+/* PMIx (pmix_boot.c). pmix_present: the environment shows a PMIx server
+ * (PMIX_RANK / PMIX_NAMESPACE) and libcdl was built with PMIx. */
+int pmix_present(void);
+/* Fills info from PMIx job-level keys; source "pmix". */
+int pmix_discover(cdl_rank_info *info);
+
+struct boot_ops {
+    const char *kind;
+    int (*put)(boot *b, const char *key, const void *val, size_t len);
+    int (*fence)(boot *b);
+    int (*get)(boot *b, int rank, const char *key, void *buf, size_t len);
+    void (*close)(boot *b);
+};
+
+struct boot {
+    const struct boot_ops *ops;
+    int rank, world;
+    double timeout;
+    store *st;        /* store bootstrap */
+    void *impl;       /* PMIx bootstrap */
+    long fences;      /* fences done, to name them */
+};
+
+/* PMIx bootstrap; NULL with cdl_error when unavailable. */
+int pmix_boot_open(boot *b, const cdl_rank_info *info);
+
+#endif

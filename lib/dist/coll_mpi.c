@@ -1,0 +1,250 @@
+/* Collectives over Open MPI (between nodes on CPU, or flat).
+ *
+ * Allreduce keeps the fixed summation order of shm (reduce.h) instead of
+ * MPI_Allreduce, whose order depends on the algorithm Open MPI picks: per
+ * round of T elements, a reduce-scatter by MPI_Ialltoallv (member j sends
+ * part i of its buffer to member i), a left-to-right sum of the W parts,
+ * then MPI_Iallgatherv in place. The traffic is that of a ring allreduce;
+ * the results equal the shm backend's bit for bit.
+ *
+ * MPI has no timeouts, so every call is non-blocking and waited by polling
+ * MPI_Test against the deadline (what MPI_Wait does inside; we yield the CPU
+ * when ranks outnumber CPUs). A timeout cannot name the missing rank: MPI
+ * does not say. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+#include "boot.h"
+#include "coll.h"
+
+int coll_mpi_available(void)
+{
+#ifdef HAVE_MPI
+    const char *o = getenv("OMPI_COMM_WORLD_SIZE");
+    return (o && *o) || pmix_present();
+#else
+    return 0;
+#endif
+}
+
+#ifdef HAVE_MPI
+#include <mpi.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include "reduce.h"
+#include "util.h"
+
+#define SCRATCH_BYTES (8u << 20)   /* receive buffer of one reduce-scatter round */
+#define PAD 16                      /* elements: a part may exceed T/W by the alignment */
+
+typedef struct mpi_coll {
+    coll base;
+    MPI_Comm comm;
+    double timeout;
+    int yield;                      /* ranks outnumber CPUs: give the CPU away while polling */
+    void *scratch;
+    int *counts, *displs, *rcounts, *rdispls;
+    long ops;
+} mpi_coll;
+
+static int mpi_fail(mpi_coll *m, const char *what, int err)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(err, msg, &len);
+    (void)m;
+    return cdl_error("MPI %s failed: %s", what, msg);
+}
+
+static int mpi_wait(mpi_coll *m, MPI_Request *req, int err, const char *what)
+{
+    if (err != MPI_SUCCESS)
+        return mpi_fail(m, what, err);
+    double deadline = dist_now() + m->timeout;
+    for (long k = 0;; k++) {
+        int done = 0;
+        err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (err != MPI_SUCCESS)
+            return mpi_fail(m, what, err);
+        if (done)
+            return 0;
+        if (m->yield)
+            sched_yield();
+        if ((k & 255) == 255 && dist_now() > deadline)
+            return cdl_error("MPI %s #%ld did not complete within %.0f s: a peer is missing or "
+                             "dead (MPI does not say which; see the other ranks' errors)", what,
+                             m->ops, m->timeout);
+    }
+}
+
+static MPI_Datatype mpi_type(coll_dtype t)
+{
+    return t == COLL_F32 ? MPI_FLOAT : MPI_DOUBLE;
+}
+
+static int mpi_allreduce(coll *c, void *buf, size_t n, coll_dtype t, int average)
+{
+    mpi_coll *m = (mpi_coll *)c;
+    int w = c->size, me = c->rank;
+    size_t es = coll_dtype_size(t);
+    size_t chunk = SCRATCH_BYTES / es / (size_t)w - PAD, round = chunk * (size_t)w;
+    size_t stride = chunk + PAD;
+    char *p = buf;
+    m->ops++;
+    for (size_t off = 0; off < n; off += round) {
+        size_t len = n - off < round ? n - off : round, lo, hi;
+        for (int j = 0; j < w; j++) {
+            reduce_part(len, w, j, es, &lo, &hi);
+            m->counts[j] = (int)(hi - lo);
+            m->displs[j] = (int)lo;
+        }
+        for (int j = 0; j < w; j++) {
+            m->rcounts[j] = m->counts[me];
+            m->rdispls[j] = (int)((size_t)j * stride);
+        }
+        MPI_Request req;
+        char *slab = p + off * es;
+        int err = MPI_Ialltoallv(slab, m->counts, m->displs, mpi_type(t), m->scratch, m->rcounts,
+                                 m->rdispls, mpi_type(t), m->comm, &req);
+        if (mpi_wait(m, &req, err, "allreduce (reduce-scatter)"))
+            return -1;
+        reduce_strided(t, slab + (size_t)m->displs[me] * es, m->scratch, stride * es, w, 0,
+                       (size_t)m->counts[me], average);
+        err = MPI_Iallgatherv(MPI_IN_PLACE, 0, mpi_type(t), slab, m->counts, m->displs,
+                              mpi_type(t), m->comm, &req);
+        if (mpi_wait(m, &req, err, "allreduce (allgather)"))
+            return -1;
+    }
+    return 0;
+}
+
+static int mpi_broadcast(coll *c, void *buf, size_t bytes, int root)
+{
+    mpi_coll *m = (mpi_coll *)c;
+    char *p = buf;
+    m->ops++;
+    for (size_t off = 0; off < bytes; off += 1u << 30) {
+        size_t len = bytes - off < (1u << 30) ? bytes - off : (1u << 30);
+        MPI_Request req;
+        int err = MPI_Ibcast(p + off, (int)len, MPI_BYTE, root, m->comm, &req);
+        if (mpi_wait(m, &req, err, "broadcast"))
+            return -1;
+    }
+    return 0;
+}
+
+static int mpi_barrier(coll *c)
+{
+    mpi_coll *m = (mpi_coll *)c;
+    MPI_Request req;
+    m->ops++;
+    int err = MPI_Ibarrier(m->comm, &req);
+    return mpi_wait(m, &req, err, "barrier");
+}
+
+static int mpi_allgather(coll *c, const void *in, void *out, size_t bytes)
+{
+    mpi_coll *m = (mpi_coll *)c;
+    if (bytes > (size_t)1 << 30)
+        return cdl_error("MPI allgather of %zu bytes per rank: at most 1 GiB", bytes);
+    MPI_Request req;
+    m->ops++;
+    int err = MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, m->comm, &req);
+    return mpi_wait(m, &req, err, "allgather");
+}
+
+static void mpi_destroy(coll *c)
+{
+    mpi_coll *m = (mpi_coll *)c;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized)
+        MPI_Comm_free(&m->comm);
+    cdl_free(m->scratch);
+    cdl_free(m->counts);
+    cdl_free(m);
+}
+
+static const coll_ops mpi_ops = {"mpi", mpi_allreduce, mpi_broadcast, mpi_barrier, mpi_allgather,
+                                 NULL, mpi_destroy};
+
+static void finalize_at_exit(void)
+{
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized)
+        MPI_Finalize();
+}
+
+/* MPI_Init once per process; MPI cannot be initialised again after
+ * MPI_Finalize, so we finalise at exit (unless the program owns MPI). */
+static int ensure_init(void)
+{
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return cdl_error("MPI was already finalised in this process: create the mpi dist backend "
+                         "before MPI_Finalize");
+    if (inited)
+        return 0;
+    int provided;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        return cdl_error("MPI_Init_thread failed: was the job started by mpirun or srun "
+                         "--mpi=pmix?");
+    atexit(finalize_at_exit);
+    if (provided < MPI_THREAD_SERIALIZED)
+        return cdl_error("this MPI provides thread level %d, below MPI_THREAD_SERIALIZED: the "
+                         "data-parallel communication thread needs it", provided);
+    return 0;
+}
+
+coll *coll_mpi_create(const coll_group *g, int world_rank, int world, double timeout_s,
+                      int *member)
+{
+    *member = g->me >= 0;
+    if (ensure_init())
+        return NULL;
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != world)
+        return cdl_error("rank %d: MPI sees %d processes but WORLD_SIZE=%d: the mpi backend "
+                         "needs the job started by mpirun or srun --mpi=pmix", world_rank, size,
+                         world), NULL;
+    MPI_Comm comm;
+    int err = MPI_Comm_split(MPI_COMM_WORLD, g->me >= 0 ? 0 : MPI_UNDEFINED, g->me, &comm);
+    if (err != MPI_SUCCESS)
+        return mpi_fail(NULL, "MPI_Comm_split", err), NULL;
+    if (g->me < 0)
+        return NULL;
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    mpi_coll *m = cdl_calloc(1, sizeof *m);
+    if (!m) {
+        MPI_Comm_free(&comm);
+        return NULL;
+    }
+    m->base = (coll){&mpi_ops, g->me, g->size, 0};
+    m->comm = comm;
+    m->timeout = timeout_s;
+    m->scratch = cdl_malloc(SCRATCH_BYTES + (size_t)g->size * PAD * 8);
+    m->counts = cdl_calloc(4 * (size_t)g->size, sizeof *m->counts);
+    if (!m->scratch || !m->counts) {
+        mpi_destroy(&m->base);
+        return NULL;
+    }
+    m->displs = m->counts + g->size;
+    m->rcounts = m->displs + g->size;
+    m->rdispls = m->rcounts + g->size;
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int on_node = local ? atoi(local) : 1;
+    m->yield = on_node > (ncpu > online ? ncpu : (int)online);
+    return &m->base;
+}
+#endif

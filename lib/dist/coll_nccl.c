@@ -1,0 +1,243 @@
+/* NCCL collectives among GPUs (one rank per GPU; replicas packed on one GPU
+ * reduce over shm first, then their leaders use this, see coll_hier.c).
+ * Compiled when configure finds NCCL; runs once the CUDA backend lands.
+ *
+ * The communicator is created non-blocking and every operation is waited by
+ * polling its stream against the deadline, so a dead peer makes this rank
+ * fail (ncclCommAbort) instead of hanging. Host buffers (metrics, the
+ * hierarchical leaders' sums) are staged through a device scratch buffer. */
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+/* nccl.h declares some functions as f() (no prototype). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#include <cdl/cdl.h>
+
+#include "coll.h"
+#include "util.h"
+
+#define STAGE (8u << 20)
+
+typedef struct nccl_coll {
+    coll base;
+    ncclComm_t comm;
+    cudaStream_t stream;
+    void *dev;                  /* STAGE bytes of device scratch */
+    double timeout;
+    int host_buffers;
+} nccl_coll;
+
+static int nccl_fail(const char *what, ncclResult_t r)
+{
+    return cdl_error("NCCL %s failed: %s", what, ncclGetErrorString(r));
+}
+
+static int cuda_fail(const char *what, cudaError_t e)
+{
+    return cdl_error("CUDA %s failed: %s", what, cudaGetErrorString(e));
+}
+
+/* Waits for the communicator to be ready (or an operation on the stream to
+ * finish) until the deadline; aborts the communicator on failure. */
+static int nccl_wait(nccl_coll *n, int stream_too, const char *what)
+{
+    double deadline = dist_now() + n->timeout;
+    for (;;) {
+        ncclResult_t st;
+        ncclResult_t r = ncclCommGetAsyncError(n->comm, &st);
+        if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
+            ncclCommAbort(n->comm);
+            n->comm = NULL;
+            return nccl_fail(what, r != ncclSuccess ? r : st);
+        }
+        int done = st == ncclSuccess;
+        if (done && stream_too) {
+            cudaError_t e = cudaStreamQuery(n->stream);
+            if (e != cudaSuccess && e != cudaErrorNotReady)
+                return cuda_fail(what, e);
+            done = e == cudaSuccess;
+        }
+        if (done)
+            return 0;
+        if (dist_now() > deadline) {
+            ncclCommAbort(n->comm);
+            n->comm = NULL;
+            return cdl_error("NCCL %s did not complete within %.0f s: a peer is missing or dead",
+                             what, n->timeout);
+        }
+        sched_yield();
+    }
+}
+
+static int is_device(const void *p)
+{
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static ncclDataType_t nccl_type(coll_dtype t)
+{
+    return t == COLL_F32 ? ncclFloat32 : ncclFloat64;
+}
+
+static int run_allreduce(nccl_coll *n, void *dev, size_t count, coll_dtype t, int average)
+{
+    if (!n->comm)
+        return cdl_error("NCCL communicator was aborted after an earlier failure");
+    ncclResult_t r = ncclAllReduce(dev, dev, count, nccl_type(t), average ? ncclAvg : ncclSum,
+                                   n->comm, n->stream);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_fail("allreduce", r);
+    return nccl_wait(n, 1, "allreduce");
+}
+
+static int n_allreduce(coll *c, void *buf, size_t count, coll_dtype t, int average)
+{
+    nccl_coll *n = (nccl_coll *)c;
+    if (is_device(buf))
+        return run_allreduce(n, buf, count, t, average);
+    size_t es = coll_dtype_size(t), per = STAGE / es;
+    char *p = buf;
+    for (size_t off = 0; off < count; off += per) {
+        size_t m = count - off < per ? count - off : per;
+        cudaMemcpyAsync(n->dev, p + off * es, m * es, cudaMemcpyHostToDevice, n->stream);
+        if (run_allreduce(n, n->dev, m, t, average))
+            return -1;
+        cudaMemcpyAsync(p + off * es, n->dev, m * es, cudaMemcpyDeviceToHost, n->stream);
+        cudaError_t e = cudaStreamSynchronize(n->stream);
+        if (e != cudaSuccess)
+            return cuda_fail("copy", e);
+    }
+    return 0;
+}
+
+static int run_bcast(nccl_coll *n, void *dev, size_t bytes, int root)
+{
+    if (!n->comm)
+        return cdl_error("NCCL communicator was aborted after an earlier failure");
+    ncclResult_t r = ncclBroadcast(dev, dev, bytes, ncclChar, root, n->comm, n->stream);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_fail("broadcast", r);
+    return nccl_wait(n, 1, "broadcast");
+}
+
+static int n_broadcast(coll *c, void *buf, size_t bytes, int root)
+{
+    nccl_coll *n = (nccl_coll *)c;
+    if (is_device(buf))
+        return run_bcast(n, buf, bytes, root);
+    char *p = buf;
+    for (size_t off = 0; off < bytes; off += STAGE) {
+        size_t m = bytes - off < STAGE ? bytes - off : STAGE;
+        if (c->rank == root)
+            cudaMemcpyAsync(n->dev, p + off, m, cudaMemcpyHostToDevice, n->stream);
+        if (run_bcast(n, n->dev, m, root))
+            return -1;
+        cudaMemcpyAsync(p + off, n->dev, m, cudaMemcpyDeviceToHost, n->stream);
+        cudaError_t e = cudaStreamSynchronize(n->stream);
+        if (e != cudaSuccess)
+            return cuda_fail("copy", e);
+    }
+    return 0;
+}
+
+static int n_barrier(coll *c)
+{
+    nccl_coll *n = (nccl_coll *)c;
+    return run_allreduce(n, n->dev, 1, COLL_F32, 0);
+}
+
+/* Small host buffers: staged whole. */
+static int n_allgather(coll *c, const void *in, void *out, size_t bytes)
+{
+    nccl_coll *n = (nccl_coll *)c;
+    if ((size_t)c->size * bytes + bytes > STAGE)
+        return cdl_error("NCCL allgather of %zu bytes per rank exceeds the %u-byte stage", bytes,
+                         STAGE);
+    char *dev = n->dev;
+    cudaMemcpyAsync(dev, in, bytes, cudaMemcpyHostToDevice, n->stream);
+    ncclResult_t r = ncclAllGather(dev, dev + bytes, bytes, ncclChar, n->comm, n->stream);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_fail("allgather", r);
+    if (nccl_wait(n, 1, "allgather"))
+        return -1;
+    cudaMemcpyAsync(out, dev + bytes, (size_t)c->size * bytes, cudaMemcpyDeviceToHost, n->stream);
+    cudaError_t e = cudaStreamSynchronize(n->stream);
+    return e == cudaSuccess ? 0 : cuda_fail("copy", e);
+}
+
+static void n_destroy(coll *c)
+{
+    nccl_coll *n = (nccl_coll *)c;
+    if (n->comm)
+        ncclCommDestroy(n->comm);
+    if (n->stream)
+        cudaStreamDestroy(n->stream);
+    if (n->dev)
+        cudaFree(n->dev);
+    cdl_free(n);
+}
+
+static const coll_ops nccl_ops = {"nccl", n_allreduce, n_broadcast, n_barrier, n_allgather,
+                                  NULL, n_destroy};
+
+static void id_key(const coll_group *g, char *key, size_t len)
+{
+    snprintf(key, len, "nccl.%s", g->tag);
+}
+
+int nccl_prepare(const coll_group *g, boot *b)
+{
+    if (g->me != 0)
+        return 0;
+    ncclUniqueId id;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess)
+        return nccl_fail("ncclGetUniqueId", r);
+    char key[64];
+    id_key(g, key, sizeof key);
+    return boot_put(b, key, &id, sizeof id);
+}
+
+coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double timeout_s)
+{
+    ncclUniqueId id;
+    char key[64];
+    id_key(g, key, sizeof key);
+    if (boot_get(b, g->ranks[0], key, &id, sizeof id))
+        return NULL;
+    nccl_coll *n = cdl_calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    n->base = (coll){&nccl_ops, g->me, g->size, 1};
+    n->timeout = timeout_s;
+    n->host_buffers = host_buffers;
+    cudaError_t e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&n->dev, STAGE);
+    if (e != cudaSuccess) {
+        cuda_fail("setup", e);
+        n_destroy(&n->base);
+        return NULL;
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&n->comm, g->size, id, g->me, &config);
+    if ((r != ncclSuccess && r != ncclInProgress) || nccl_wait(n, 0, "communicator setup")) {
+        if (r != ncclSuccess && r != ncclInProgress)
+            nccl_fail("ncclCommInitRankConfig", r);
+        n_destroy(&n->base);
+        return NULL;
+    }
+    return &n->base;
+}

@@ -1,0 +1,532 @@
+/* Collectives among the ranks of one node through one POSIX shared-memory
+ * segment.
+ *
+ * Layout: a header (one cache line per member for its phase counter), then
+ * W input slabs (one per member) and one result slab, each `slab` bytes:
+ *
+ *     [hdr | slots[W] | in[0] | in[1] | ... | in[W-1] | res]
+ *
+ * Allreduce, per slab of the user buffer (m elements):
+ *   1. member i copies its slab into in[i];            sync
+ *   2. member i reduces its part P_i of the slab:       res[P_i] = in[0][P_i] + in[1][P_i] + ...
+ *      (the reduce-scatter; parts are ~m/W, 64-byte aligned)   sync
+ *   3. everyone copies res into its buffer (the allgather).
+ * Each element is summed in member order 0, 1, ..., W-1 by exactly one
+ * member, so every rank gets bitwise-identical results, independent of
+ * timing, equal to a plain sequential sum. Each member reads and writes
+ * O(m) bytes: bandwidth-optimal for shared memory.
+ *
+ * Who may touch what when (no op needs a sync at its start):
+ *  - before an op's first sync a member writes only its own in[] slab;
+ *  - res is written only between syncs, and read after the last one (the
+ *    allreduce copy-out may still run while a fast member starts the next
+ *    op, which therefore must not write res first);
+ *  - reads of in[] finish before the op's last sync.
+ *
+ * Synchronisation: member i publishes its phase (C11 atomics) and rings a
+ * shared futex word; waiters spin briefly (when there are CPUs to spare),
+ * then sleep on the futex in 100 ms slices, checking the deadline, an abort
+ * flag and whether the missing peers' processes are still alive. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+#include "coll.h"
+#include "reduce.h"
+#include "util.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+#define SHM_MAGIC 0x4d4c4443u            /* "CDLM" */
+#define LINE 64
+#define SHM_NAME_MAX 200
+#define DEFAULT_SLAB (1u << 20)          /* bytes per member; see docs/data-parallel.md */
+
+typedef struct shm_slot {
+    _Atomic uint32_t phase;              /* syncs this member has arrived at */
+    int32_t pid;
+    uint64_t start;                      /* the pid's start time: tells pid reuse apart */
+    char pad[LINE - 16];
+} shm_slot;
+
+typedef struct shm_hdr {
+    _Atomic uint32_t magic;
+    uint32_t nranks;
+    uint64_t slab, data_off, total;
+    char pad0[LINE - 32];
+    _Atomic uint32_t bell;               /* futex word: bumped at every arrival */
+    _Atomic uint32_t sleepers;           /* members inside futex_wait */
+    _Atomic int32_t aborted;             /* 1 once a member gave up: abort_msg says why */
+    char pad1[LINE - 12];
+    char abort_msg[512];
+    shm_slot slots[];
+} shm_hdr;
+
+struct shm_seg {
+    int me, size;
+    int *ranks;
+    char name[SHM_NAME_MAX];
+    char tag[32];
+    double timeout;
+    shm_hdr *h;                          /* member 0: created here */
+    size_t map_len;
+};
+
+typedef struct shm_coll {
+    coll base;
+    shm_hdr *h;
+    size_t map_len, slab;
+    char *data;
+    int *ranks;
+    uint32_t phase;
+    double timeout;
+    long spin;                           /* pause iterations before sleeping */
+    long ops;                            /* collectives so far, for messages */
+    const char *op;                      /* the current one */
+    char label[48];
+} shm_coll;
+
+/* ------------------------------------------------------------ futex */
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val, long ns)
+{
+    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *addr)
+{
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* ------------------------------------------------------------ sync */
+
+/* The first member to give up tells the others why. */
+static void post_abort(shm_hdr *h, const char *msg)
+{
+    int32_t zero = 0;
+    if (atomic_compare_exchange_strong(&h->aborted, &zero, -1)) {
+        snprintf(h->abort_msg, sizeof h->abort_msg, "%s", msg);
+        atomic_store(&h->aborted, 1);
+        atomic_fetch_add(&h->bell, 1);
+        futex_wake(&h->bell);
+    }
+}
+
+static int fail(shm_coll *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(shm_coll *s, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    post_abort(s->h, msg);
+    return cdl_error("rank %d: %s", s->ranks[s->base.rank], msg);
+}
+
+/* "allreduce #12" (the 12th collective on this group), or "attach". */
+static const char *label(shm_coll *s)
+{
+    if (s->ops == 0)
+        return s->op;
+    snprintf(s->label, sizeof s->label, "%s #%ld", s->op, s->ops);
+    return s->label;
+}
+
+static int arrived(const shm_coll *s, uint32_t target)
+{
+    for (int j = 0; j < s->base.size; j++)
+        if ((int32_t)(atomic_load_explicit(&s->h->slots[j].phase, memory_order_acquire) - target) < 0)
+            return 0;
+    return 1;
+}
+
+/* Members that have not reached target, as global ranks. */
+static int missing(const shm_coll *s, uint32_t target, int *out)
+{
+    int n = 0;
+    for (int j = 0; j < s->base.size; j++)
+        if ((int32_t)(atomic_load(&s->h->slots[j].phase) - target) < 0)
+            out[n++] = j;
+    return n;
+}
+
+static int check_peers(shm_coll *s, uint32_t target)
+{
+    int miss[256];
+    int n = missing(s, target, miss);
+    for (int i = 0; i < n && i < 256; i++) {
+        shm_slot *sl = &s->h->slots[miss[i]];
+        if (!dist_pid_alive(sl->pid, sl->start))
+            return fail(s, "rank %d (pid %d) died: %s on shared memory cannot complete",
+                        s->ranks[miss[i]], (int)sl->pid, label(s));
+    }
+    return 0;
+}
+
+static int timed_out(shm_coll *s, uint32_t target)
+{
+    int miss[256], glob[256];
+    int n = missing(s, target, miss);
+    for (int i = 0; i < n && i < 256; i++)
+        glob[i] = s->ranks[miss[i]];
+    char list[512];
+    dist_rank_list(list, sizeof list, glob, n < 256 ? n : 256);
+    return fail(s, "%s on shared memory timed out after %.0f s: %s did not arrive "
+                "(stuck, or running a different number of steps?)", label(s), s->timeout, list);
+}
+
+/* Arrive at the next phase and wait for every member to get there. */
+static int sync_all(shm_coll *s)
+{
+    shm_hdr *h = s->h;
+    uint32_t target = ++s->phase;
+    atomic_store_explicit(&h->slots[s->base.rank].phase, target, memory_order_seq_cst);
+    atomic_fetch_add(&h->bell, 1);
+    if (atomic_load(&h->sleepers))
+        futex_wake(&h->bell);
+
+    long spins = 0;
+    double deadline = 0, next_check = 0;
+    for (;;) {
+        uint32_t bell = atomic_load(&h->bell);
+        if (arrived(s, target))
+            return 0;
+        if (atomic_load_explicit(&h->aborted, memory_order_acquire) == 1)
+            return cdl_error("rank %d: %s", s->ranks[s->base.rank], h->abort_msg);
+        if (spins < s->spin) {
+            cpu_relax();
+            spins++;
+            continue;
+        }
+        double now = dist_now();
+        if (deadline == 0) {
+            deadline = now + s->timeout;
+            next_check = now + 0.1;
+        }
+        if (now >= next_check) {
+            if (check_peers(s, target))
+                return -1;
+            next_check = now + 0.1;
+        }
+        if (now >= deadline)
+            return timed_out(s, target);
+        atomic_fetch_add(&h->sleepers, 1);
+        if (!arrived(s, target))
+            futex_wait(&h->bell, bell, 100000000L);
+        atomic_fetch_sub(&h->sleepers, 1);
+    }
+}
+
+/* ------------------------------------------------------------ reduction */
+
+static char *in_slab(const shm_coll *s, int j)
+{
+    return s->data + (size_t)j * s->slab;
+}
+
+static char *res_slab(const shm_coll *s)
+{
+    return s->data + (size_t)s->base.size * s->slab;
+}
+
+static int shm_allreduce(coll *c, void *buf, size_t n, coll_dtype t, int average)
+{
+    shm_coll *s = (shm_coll *)c;
+    if (c->size == 1)
+        return 0;
+    size_t es = coll_dtype_size(t), per = s->slab / es;
+    char *p = buf;
+    s->ops++;
+    s->op = "allreduce";
+    for (size_t off = 0; off < n; off += per) {
+        size_t m = n - off < per ? n - off : per, lo, hi;
+        memcpy(in_slab(s, c->rank), p + off * es, m * es);
+        if (sync_all(s))
+            return -1;
+        reduce_part(m, c->size, c->rank, es, &lo, &hi);
+        reduce_strided(t, res_slab(s), s->data, s->slab, c->size, lo, hi, average);
+        if (sync_all(s))
+            return -1;
+        memcpy(p + off * es, res_slab(s), m * es);
+    }
+    return 0;
+}
+
+static int shm_broadcast(coll *c, void *buf, size_t bytes, int root)
+{
+    shm_coll *s = (shm_coll *)c;
+    if (c->size == 1)
+        return 0;
+    char *p = buf;
+    s->ops++;
+    s->op = "broadcast";
+    for (size_t off = 0; off < bytes; off += s->slab) {
+        size_t m = bytes - off < s->slab ? bytes - off : s->slab;
+        if (c->rank == root)
+            memcpy(in_slab(s, root), p + off, m);
+        if (sync_all(s))
+            return -1;
+        if (c->rank != root)
+            memcpy(p + off, in_slab(s, root), m);
+        if (sync_all(s))
+            return -1;
+    }
+    return 0;
+}
+
+static int shm_barrier(coll *c)
+{
+    shm_coll *s = (shm_coll *)c;
+    s->ops++;
+    s->op = "barrier";
+    return c->size == 1 ? 0 : sync_all(s);
+}
+
+static int shm_allgather(coll *c, const void *in, void *out, size_t bytes)
+{
+    shm_coll *s = (shm_coll *)c;
+    s->ops++;
+    s->op = "allgather";
+    if (c->size == 1) {
+        memmove(out, in, bytes);
+        return 0;
+    }
+    for (size_t off = 0; off < bytes; off += s->slab) {
+        size_t m = bytes - off < s->slab ? bytes - off : s->slab;
+        memcpy(in_slab(s, c->rank), (const char *)in + off, m);
+        if (sync_all(s))
+            return -1;
+        for (int j = 0; j < c->size; j++)
+            memcpy((char *)out + (size_t)j * bytes + off, in_slab(s, j), m);
+        if (sync_all(s))
+            return -1;
+    }
+    return 0;
+}
+
+static void shm_abort(coll *c, const char *why)
+{
+    shm_coll *s = (shm_coll *)c;
+    char msg[512];
+    if (c->size == 1)
+        return;
+    snprintf(msg, sizeof msg, "rank %d gave up: %s", s->ranks[c->rank], why);
+    post_abort(s->h, msg);
+}
+
+static void shm_destroy(coll *c)
+{
+    shm_coll *s = (shm_coll *)c;
+    munmap(s->h, s->map_len);
+    cdl_free(s->ranks);
+    cdl_free(s);
+}
+
+static const coll_ops shm_ops = {"shm", shm_allreduce, shm_broadcast, shm_barrier,
+                                 shm_allgather, shm_abort, shm_destroy};
+
+/* ------------------------------------------------------------ setup */
+
+static size_t slab_bytes(void)
+{
+    const char *s = getenv("CDL_SHM_SLAB_KB");
+    long kb = s ? atol(s) : 0;
+    size_t b = kb >= 4 && kb <= (1L << 20) ? (size_t)kb << 10 : DEFAULT_SLAB;
+    return b / LINE * LINE;
+}
+
+static size_t header_bytes(int n)
+{
+    size_t b = sizeof(shm_hdr) + (size_t)n * sizeof(shm_slot);
+    return (b + 4095) / 4096 * 4096;
+}
+
+shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b, double timeout_s)
+{
+    shm_seg *seg = cdl_calloc(1, sizeof *seg);
+    if (!seg)
+        return NULL;
+    seg->ranks = cdl_calloc((size_t)g->size, sizeof *seg->ranks);
+    if (!seg->ranks) {
+        cdl_free(seg);
+        return NULL;
+    }
+    memcpy(seg->ranks, g->ranks, (size_t)g->size * sizeof *seg->ranks);
+    seg->me = g->me;
+    seg->size = g->size;
+    seg->timeout = timeout_s;
+    snprintf(seg->tag, sizeof seg->tag, "%s", g->tag);
+    if (g->me != 0 || g->size == 1)
+        return seg;
+
+    /* Member 0 creates a fresh segment under a random name (a crashed run's
+     * leftover can never be mistaken for it) and publishes the name. */
+    char job[96];
+    unsigned char rnd[8];
+    dist_sanitize(job_id && *job_id ? job_id : "nojob", job, sizeof job);
+    if (dist_random(rnd, sizeof rnd))
+        goto fail;
+    snprintf(seg->name, sizeof seg->name, "/cdl-%s-%s-%02x%02x%02x%02x%02x%02x%02x%02x", job,
+             g->tag, rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    size_t slab = slab_bytes(), hdr = header_bytes(g->size);
+    size_t total = hdr + (size_t)(g->size + 1) * slab;
+    int fd = shm_open(seg->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+        cdl_error("rank %d: shm_open(%s) failed: %s (is /dev/shm mounted and writable?)",
+                  g->ranks[0], seg->name, strerror(errno));
+        goto fail;
+    }
+    if (ftruncate(fd, (off_t)total)) {
+        cdl_error("rank %d: cannot size shared memory %s to %zu bytes: %s (is /dev/shm big "
+                  "enough? CDL_SHM_SLAB_KB makes slabs smaller)", g->ranks[0], seg->name, total,
+                  strerror(errno));
+        close(fd);
+        shm_unlink(seg->name);
+        goto fail;
+    }
+    void *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        cdl_error("rank %d: mmap of %s failed: %s", g->ranks[0], seg->name, strerror(errno));
+        shm_unlink(seg->name);
+        goto fail;
+    }
+    shm_hdr *h = map;
+    h->nranks = (uint32_t)g->size;
+    h->slab = slab;
+    h->data_off = hdr;
+    h->total = total;
+    atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
+    seg->h = h;
+    seg->map_len = total;
+    char key[64];
+    snprintf(key, sizeof key, "shm.%s", g->tag);
+    if (boot_put(b, key, seg->name, sizeof seg->name)) {
+        shm_seg_discard(seg);
+        return NULL;
+    }
+    return seg;
+fail:
+    cdl_free(seg->ranks);
+    cdl_free(seg);
+    return NULL;
+}
+
+void shm_seg_discard(shm_seg *seg)
+{
+    if (!seg)
+        return;
+    if (seg->h) {
+        munmap(seg->h, seg->map_len);
+        shm_unlink(seg->name);
+    }
+    cdl_free(seg->ranks);
+    cdl_free(seg);
+}
+
+static int open_segment(shm_seg *seg)
+{
+    int fd = shm_open(seg->name, O_RDWR, 0);
+    struct stat st;
+    if (fd < 0)
+        return cdl_error("rank %d: cannot open the shared memory %s of rank %d: %s (ranks of one "
+                         "node must share /dev/shm and a user)", seg->ranks[seg->me], seg->name,
+                         seg->ranks[0], strerror(errno));
+    if (fstat(fd, &st) || (size_t)st.st_size < sizeof(shm_hdr)) {
+        close(fd);
+        return cdl_error("rank %d: shared memory %s is truncated", seg->ranks[seg->me], seg->name);
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                     fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return cdl_error("rank %d: mmap of %s failed: %s", seg->ranks[seg->me], seg->name,
+                         strerror(errno));
+    shm_hdr *h = map;
+    seg->h = h;
+    seg->map_len = (size_t)st.st_size;
+    if (atomic_load_explicit(&h->magic, memory_order_acquire) != SHM_MAGIC ||
+        h->nranks != (uint32_t)seg->size || h->total != (uint64_t)st.st_size)
+        return cdl_error("rank %d: shared memory %s does not hold a segment for %d ranks",
+                         seg->ranks[seg->me], seg->name, seg->size);
+    return 0;
+}
+
+coll *shm_attach(shm_seg *seg, boot *b)
+{
+    shm_coll *s = cdl_calloc(1, sizeof *s);
+    if (!s) {
+        shm_seg_discard(seg);
+        return NULL;
+    }
+    s->base.ops = &shm_ops;
+    s->base.rank = seg->me;
+    s->base.size = seg->size;
+    s->timeout = seg->timeout;
+    s->ranks = seg->ranks;
+    seg->ranks = NULL;
+    s->op = "attaching to the segment";
+    if (seg->size == 1) {
+        cdl_free(seg);
+        return &s->base;
+    }
+    char key[64];
+    snprintf(key, sizeof key, "shm.%s", seg->tag);
+    if (seg->me != 0 && (boot_get(b, s->ranks[0], key, seg->name, sizeof seg->name) ||
+                         (seg->name[sizeof seg->name - 1] = '\0', open_segment(seg)))) {
+        if (seg->h)
+            munmap(seg->h, seg->map_len);
+        cdl_free(seg);
+        cdl_free(s->ranks);
+        cdl_free(s);
+        return NULL;
+    }
+    s->h = seg->h;
+    s->map_len = seg->map_len;
+    s->slab = s->h->slab;
+    s->data = (char *)s->h + s->h->data_off;
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    /* Spin (~20 us) only when every member can have a CPU; else sleep at once. */
+    s->spin = seg->size <= (ncpu > online ? ncpu : online) ? 2000 : 0;
+    shm_slot *me = &s->h->slots[seg->me];
+    me->pid = (int32_t)getpid();
+    me->start = dist_pid_starttime((int)getpid());
+    int is_creator = seg->me == 0;
+    char name[SHM_NAME_MAX];
+    memcpy(name, seg->name, sizeof name);
+    cdl_free(seg);
+    int rc = sync_all(s);
+    if (is_creator)
+        shm_unlink(name);   /* all attached (or failed): nobody else opens it */
+    if (rc) {
+        shm_destroy(&s->base);
+        return NULL;
+    }
+    return &s->base;
+}

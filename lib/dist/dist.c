@@ -1,0 +1,434 @@
+/* cdl_dist: picks a collective backend, connects the ranks through the
+ * bootstrap and dispatches the public collectives to the backend's vtable.
+ *
+ * Backends (docs/data-parallel.md): single, shm (one node), mpi (flat Open
+ * MPI), nccl (flat, GPUs), hier (shm inside a node or GPU, then mpi, nccl or
+ * the TCP store between the leaders). "auto" takes single for one rank, shm
+ * for one node, and for several nodes nccl (CUDA), else hier over mpi when
+ * an MPI launcher started the job, else hier over the TCP store (slow but
+ * correct). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+#include "boot.h"
+#include "coll.h"
+#include "util.h"
+
+#define STAGE_BYTES (4u << 20)   /* device <-> host staging, per chunk */
+
+struct cdl_dist {
+    cdl_rank_info info;
+    double timeout;
+    cdl_backend *be;
+    boot *boot;
+    store *extra_store;          /* hier over the store when the bootstrap is PMIx */
+    coll *coll;
+    void *stage;                 /* STAGE_BYTES of host memory, NULL if not needed */
+    char name[32];
+};
+
+/* What each rank tells the others at init, to check the layout. */
+typedef struct rank_loc {
+    int32_t node, local_rank, local_world, nnodes, world, gpu_slot;
+} rank_loc;
+
+/* The layout all ranks agree on. */
+typedef struct layout {
+    rank_loc *loc;               /* world entries */
+    int *local, nlocal, me_local;   /* global ranks of my local group, by local rank */
+    int *leaders, nleaders, me_leader; /* leader of each local group; my index or -1 */
+} layout;
+
+static void layout_free(layout *l)
+{
+    cdl_free(l->loc);
+    cdl_free(l->local);
+    cdl_free(l->leaders);
+}
+
+static int same_group(const rank_loc *a, const rank_loc *b)
+{
+    return a->node == b->node && a->gpu_slot == b->gpu_slot;
+}
+
+/* Gathers every rank's place and checks they describe one layout. Local
+ * groups are the ranks of a node (or of one GPU when replicas share it);
+ * their leaders are the members with the lowest local rank. */
+static int exchange_layout(cdl_dist *d, int by_gpu, layout *l)
+{
+    const cdl_rank_info *in = &d->info;
+    int w = in->world, rpg = by_gpu ? in->replicas_per_gpu : 0;
+    rank_loc me = {in->node_rank, in->local_rank, in->local_world, in->nnodes, in->world,
+                   rpg ? in->local_rank / rpg : 0};
+    memset(l, 0, sizeof *l);
+    l->loc = cdl_calloc((size_t)w, sizeof *l->loc);
+    l->local = cdl_calloc((size_t)w, sizeof *l->local);
+    l->leaders = cdl_calloc((size_t)w, sizeof *l->leaders);
+    if (!l->loc || !l->local || !l->leaders)
+        return -1;
+    if (boot_put(d->boot, "loc", &me, sizeof me) || boot_fence(d->boot))
+        return -1;
+    for (int r = 0; r < w; r++)
+        if (boot_get(d->boot, r, "loc", &l->loc[r], sizeof me))
+            return -1;
+    int *seen = cdl_calloc((size_t)w, sizeof *seen);   /* local rank -> rank+1 on my node */
+    if (!seen)
+        return -1;
+    int rc = 0, count = 0;
+    for (int r = 0; r < w && !rc; r++) {
+        const rank_loc *o = &l->loc[r];
+        if (o->world != w || o->nnodes != in->nnodes)
+            rc = cdl_error("rank %d sees WORLD_SIZE=%d and %d nodes, but rank %d sees %d and %d: "
+                           "the launcher gave the ranks different layouts", r, o->world,
+                           o->nnodes, in->rank, w, in->nnodes);
+        else if (o->node != me.node)
+            continue;
+        else if (o->local_world != me.local_world)
+            rc = cdl_error("ranks %d and %d on node %d disagree on LOCAL_WORLD_SIZE (%d vs %d)", r,
+                           in->rank, me.node, o->local_world, me.local_world);
+        else if (seen[o->local_rank])
+            rc = cdl_error("ranks %d and %d both have LOCAL_RANK=%d on node %d", seen[o->local_rank] - 1,
+                           r, o->local_rank, me.node);
+        else {
+            seen[o->local_rank] = r + 1;
+            count++;
+        }
+    }
+    if (!rc && count != me.local_world)
+        rc = cdl_error("node %d has %d ranks but LOCAL_WORLD_SIZE=%d: GROUP_RANK/NODE_RANK or "
+                       "LOCAL_WORLD_SIZE is wrong for some rank", me.node, count, me.local_world);
+    cdl_free(seen);
+    if (rc)
+        return -1;
+    /* My local group, ordered by local rank. */
+    for (int lr = 0; lr < me.local_world; lr++)
+        for (int r = 0; r < w; r++)
+            if (same_group(&l->loc[r], &me) && l->loc[r].local_rank == lr) {
+                if (r == in->rank)
+                    l->me_local = l->nlocal;
+                l->local[l->nlocal++] = r;
+            }
+    /* Leaders ordered by (node, gpu slot): rank order for block layouts. */
+    l->me_leader = -1;
+    for (int r = 0; r < w; r++) {
+        int leader = 1;
+        for (int q = 0; q < w && leader; q++)
+            if (same_group(&l->loc[q], &l->loc[r]) && l->loc[q].local_rank < l->loc[r].local_rank)
+                leader = 0;
+        if (!leader)
+            continue;
+        if (r == in->rank)
+            l->me_leader = l->nleaders;
+        l->leaders[l->nleaders++] = r;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ choosing */
+
+static int is_cuda(const cdl_backend *be)
+{
+    return be && !be->host_memory;
+}
+
+/* Resolves "auto" and checks the others against the layout. */
+static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
+{
+    const cdl_rank_info *in = &d->info;
+    inter[0] = '\0';
+    if (in->world == 1) {
+        strcpy(kind, "single");
+        return 0;
+    }
+    if (!strcmp(want, "auto")) {
+        if (in->nnodes == 1 && !(is_cuda(d->be) && in->replicas_per_gpu < in->local_world))
+            strcpy(kind, "shm");
+        else if (is_cuda(d->be) && in->replicas_per_gpu == 1)
+            strcpy(kind, "nccl");
+        else {
+            strcpy(kind, "hier");
+            strcpy(inter, is_cuda(d->be) ? "nccl" : coll_mpi_available() ? "mpi" : "store");
+        }
+        return 0;
+    }
+    const char *colon = strchr(want, ':');
+    size_t klen = colon ? (size_t)(colon - want) : strlen(want);
+    if (klen >= 16)
+        klen = 15;
+    memcpy(kind, want, klen);
+    kind[klen] = '\0';
+    if (colon && strcmp(kind, "hier"))
+        return cdl_error("dist backend '%s': only hier takes a ':transport'", want);
+    if (!strcmp(kind, "hier")) {
+        snprintf(inter, 16, "%s", colon ? colon + 1
+                 : is_cuda(d->be) ? "nccl" : coll_mpi_available() ? "mpi" : "store");
+        if (strcmp(inter, "mpi") && strcmp(inter, "nccl") && strcmp(inter, "store"))
+            return cdl_error("dist backend '%s': the transport between nodes is mpi, nccl or "
+                             "store", want);
+        return 0;
+    }
+    if (!strcmp(kind, "shm")) {
+        if (in->nnodes > 1)
+            return cdl_error("dist backend shm needs all ranks on one node, but there are %d "
+                             "nodes: use auto or hier", in->nnodes);
+        return 0;
+    }
+    if (!strcmp(kind, "mpi") || !strcmp(kind, "nccl") || !strcmp(kind, "single"))
+        return !strcmp(kind, "single")
+                   ? cdl_error("dist backend single needs WORLD_SIZE=1, not %d", in->world)
+                   : 0;
+    return cdl_error("unknown dist backend '%s': use auto, shm, mpi, nccl, hier (or hier:mpi, "
+                     "hier:nccl, hier:store) or single", want);
+}
+
+/* ------------------------------------------------------------ init */
+
+static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
+{
+    layout l;
+    coll *local = NULL, *inter = NULL, *c = NULL;
+    shm_seg *seg = NULL;
+    int *node_of = NULL, *local_of = NULL;
+    if (exchange_layout(d, by_gpu, &l))
+        goto out;
+    char tag[32];
+    const rank_loc *me = &l.loc[d->info.rank];
+    snprintf(tag, sizeof tag, by_gpu ? "n%dg%d" : "n%d", me->node, me->gpu_slot);
+    coll_group lg = {l.me_local, l.nlocal, l.local, tag};
+    coll_group leaders = {l.me_leader, l.nleaders, l.leaders, "leaders"};
+    if (!(seg = shm_prepare(&lg, d->info.job_id, d->boot, d->timeout)))
+        goto out;
+    if (!strcmp(inter_kind, "nccl") && l.me_leader == 0 && nccl_prepare(&leaders, d->boot))
+        goto out;
+    if (boot_fence(d->boot))
+        goto out;
+    local = shm_attach(seg, d->boot);
+    seg = NULL;
+    if (!local)
+        goto out;
+    if (!strcmp(inter_kind, "mpi")) {
+        int member;
+        inter = coll_mpi_create(&leaders, d->info.rank, d->info.world, d->timeout, &member);
+        if (!inter && member)
+            goto out;
+    } else if (l.me_leader >= 0 && !strcmp(inter_kind, "nccl")) {
+        if (!(inter = coll_nccl_create(&leaders, d->boot, 1, d->timeout)))
+            goto out;
+    } else if (!strcmp(inter_kind, "store")) {
+        store *st = boot_store(d->boot);
+        if (!st)
+            st = d->extra_store = store_open(&d->info, d->timeout);
+        if (!st)
+            goto out;
+        if (l.me_leader >= 0 && !(inter = coll_store_create(&leaders, st)))
+            goto out;
+    }
+    /* Groups by node for the hierarchy's bookkeeping. */
+    node_of = cdl_calloc((size_t)d->info.world, sizeof *node_of);
+    local_of = cdl_calloc((size_t)d->info.world, sizeof *local_of);
+    if (!node_of || !local_of)
+        goto out;
+    for (int r = 0; r < d->info.world; r++) {
+        for (int g = 0; g < l.nleaders; g++)
+            if (same_group(&l.loc[l.leaders[g]], &l.loc[r]))
+                node_of[r] = g;
+        local_of[r] = l.loc[r].local_rank -
+                      (by_gpu ? l.loc[r].gpu_slot * d->info.replicas_per_gpu : 0);
+    }
+    c = coll_hier_create(local, inter, node_of[d->info.rank], l.nleaders, node_of, local_of,
+                         d->info.world, d->info.rank);
+    if (c)
+        local = inter = NULL;
+out:
+    if (seg)
+        shm_seg_discard(seg);
+    if (local)
+        local->ops->destroy(local);
+    if (inter)
+        inter->ops->destroy(inter);
+    cdl_free(node_of);
+    cdl_free(local_of);
+    layout_free(&l);
+    return c;
+}
+
+static coll *make_shm(cdl_dist *d)
+{
+    layout l;
+    coll *c = NULL;
+    if (exchange_layout(d, 0, &l) == 0) {
+        coll_group g = {l.me_local, l.nlocal, l.local, "n0"};
+        shm_seg *seg = shm_prepare(&g, d->info.job_id, d->boot, d->timeout);
+        if (seg && boot_fence(d->boot) == 0)
+            c = shm_attach(seg, d->boot);
+        else
+            shm_seg_discard(seg);
+    }
+    layout_free(&l);
+    return c;
+}
+
+static coll *make_flat(cdl_dist *d, const char *kind)
+{
+    int *all = cdl_calloc((size_t)d->info.world, sizeof *all);
+    if (!all)
+        return NULL;
+    for (int r = 0; r < d->info.world; r++)
+        all[r] = r;
+    coll_group g = {d->info.rank, d->info.world, all, "world"};
+    coll *c = NULL;
+    if (!strcmp(kind, "mpi")) {
+        int member;
+        c = coll_mpi_create(&g, d->info.rank, d->info.world, d->timeout, &member);
+    } else if (nccl_prepare(&g, d->boot) == 0 && boot_fence(d->boot) == 0) {
+        c = coll_nccl_create(&g, d->boot, 0, d->timeout);
+    }
+    cdl_free(all);
+    return c;
+}
+
+cdl_dist *cdl_dist_init(const cdl_rank_info *info, const char *backend, cdl_backend *be,
+                        double timeout_s)
+{
+    cdl_dist *d = cdl_calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    d->info = *info;
+    d->be = be;
+    char kind[16], inter[16];
+    if (dist_resolve_timeout(timeout_s, &d->timeout) ||
+        choose(d, backend && *backend ? backend : "auto", kind, inter))
+        goto fail;
+    if (!strcmp(kind, "single")) {
+        d->coll = coll_single_create();
+    } else {
+        if (strcmp(kind, "mpi") && !(d->boot = boot_open(info, d->timeout)))
+            goto fail;
+        if (!strcmp(kind, "shm"))
+            d->coll = make_shm(d);
+        else if (!strcmp(kind, "hier"))
+            d->coll = make_hier(d, inter, is_cuda(be) && info->replicas_per_gpu > 1);
+        else
+            d->coll = make_flat(d, kind);
+    }
+    if (!d->coll)
+        goto fail;
+    if (inter[0])
+        snprintf(d->name, sizeof d->name, "%s:%s", kind, inter);
+    else
+        snprintf(d->name, sizeof d->name, "%s", kind);
+    if (is_cuda(be) && !d->coll->device_memory && !(d->stage = cdl_malloc(STAGE_BYTES)))
+        goto fail;
+    if (info->rank == 0 && info->world > 1)
+        fprintf(stderr, "cdl: rank 0: collectives over %s (%d ranks, %d node%s, bootstrap %s)\n",
+                d->name, info->world, info->nnodes, info->nnodes == 1 ? "" : "s",
+                d->boot ? boot_kind(d->boot) : "mpi");
+    return d;
+fail:
+    {
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", cdl_last_error());
+        cdl_dist_finalize(d);
+        cdl_error("%s", msg);
+    }
+    return NULL;
+}
+
+void cdl_dist_finalize(cdl_dist *d)
+{
+    if (!d)
+        return;
+    if (d->coll)
+        d->coll->ops->destroy(d->coll);
+    store_close(d->extra_store);
+    boot_close(d->boot);
+    cdl_free(d->stage);
+    cdl_free(d);
+}
+
+int cdl_dist_rank(const cdl_dist *d)
+{
+    return d->info.rank;
+}
+
+int cdl_dist_world(const cdl_dist *d)
+{
+    return d->info.world;
+}
+
+const char *cdl_dist_backend_name(const cdl_dist *d)
+{
+    return d->name;
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+static int staged(const cdl_dist *d)
+{
+    return d->stage != NULL;
+}
+
+/* After a failed collective: tell the peers that wait for this rank. */
+static int failed(cdl_dist *d)
+{
+    if (d->coll->ops->abort)
+        d->coll->ops->abort(d->coll, cdl_last_error());
+    return -1;
+}
+
+int cdl_dist_allreduce(cdl_dist *d, float *buf, size_t n, int average)
+{
+    if (!staged(d))
+        return d->coll->ops->allreduce(d->coll, buf, n, COLL_F32, average) ? failed(d) : 0;
+    /* Device memory through host chunks: element-wise, so the fixed order holds. */
+    size_t per = STAGE_BYTES / sizeof(float);
+    cdl_backend *be = d->be;
+    for (size_t off = 0; off < n; off += per) {
+        size_t m = n - off < per ? n - off : per;
+        be->ops->to_host(be, d->stage, buf + off, m * sizeof(float));
+        if (be->ops->sync(be) || d->coll->ops->allreduce(d->coll, d->stage, m, COLL_F32, average))
+            return failed(d);
+        be->ops->to_device(be, buf + off, d->stage, m * sizeof(float));
+    }
+    return be->ops->sync(be);
+}
+
+int cdl_dist_allreduce_f64(cdl_dist *d, double *buf, size_t n)
+{
+    return d->coll->ops->allreduce(d->coll, buf, n, COLL_F64, 0) ? failed(d) : 0;
+}
+
+int cdl_dist_broadcast(cdl_dist *d, void *buf, size_t bytes, int root)
+{
+    if (root < 0 || root >= d->info.world)
+        return cdl_error("broadcast root %d is not a rank (world of %d)", root, d->info.world);
+    if (!staged(d))
+        return d->coll->ops->broadcast(d->coll, buf, bytes, root) ? failed(d) : 0;
+    cdl_backend *be = d->be;
+    char *p = buf;
+    for (size_t off = 0; off < bytes; off += STAGE_BYTES) {
+        size_t m = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
+        if (d->info.rank == root)
+            be->ops->to_host(be, d->stage, p + off, m);
+        if (be->ops->sync(be) || d->coll->ops->broadcast(d->coll, d->stage, m, root))
+            return failed(d);
+        if (d->info.rank != root)
+            be->ops->to_device(be, p + off, d->stage, m);
+    }
+    return be->ops->sync(be);
+}
+
+int cdl_dist_barrier(cdl_dist *d)
+{
+    return d->coll->ops->barrier(d->coll) ? failed(d) : 0;
+}
+
+int cdl_dist_allgather(cdl_dist *d, const void *in, void *out, size_t bytes)
+{
+    return d->coll->ops->allgather(d->coll, in, out, bytes) ? failed(d) : 0;
+}

@@ -1,0 +1,225 @@
+/* PMIx: rank discovery from job-level keys and the bootstrap exchange by
+ * Put / Commit / Fence (collecting data) / Get. No TCP port is needed.
+ *
+ * PMIx is initialised once per process and finalised at exit: PMIx counts
+ * PMIx_Init calls (Open MPI's MPI_Init makes its own), but after the count
+ * drops to zero a second PMIx_Init leaves it broken (MPI_Init then fails
+ * with "getting local rank failed"), and mpirun reports a process that exits
+ * without PMIx_Finalize. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+#include "boot.h"
+#include "contract.h"
+#include "util.h"
+
+int pmix_present(void)
+{
+#ifdef HAVE_PMIX
+    const char *r = getenv("PMIX_RANK"), *ns = getenv("PMIX_NAMESPACE");
+    return (r && *r) || (ns && *ns);
+#else
+    return 0;
+#endif
+}
+
+#ifndef HAVE_PMIX
+int pmix_discover(cdl_rank_info *info)
+{
+    (void)info;
+    return cdl_error("this libcdl was built without PMIx: install libpmix-dev and reconfigure");
+}
+
+int pmix_boot_open(boot *b, const cdl_rank_info *info)
+{
+    (void)b;
+    (void)info;
+    return cdl_error("this libcdl was built without PMIx: install libpmix-dev and reconfigure");
+}
+#else
+#include <pmix.h>
+
+static int pmix_fail(const char *what, pmix_status_t st)
+{
+    return cdl_error("PMIx: %s failed: %s; was the job started by a PMIx server "
+                     "(srun --mpi=pmix, mpirun)?", what, PMIx_Error_string(st));
+}
+
+/* A numeric PMIx value as a long (servers differ in the types they use). */
+static int value_long(const pmix_value_t *v, long *out)
+{
+    switch (v->type) {
+    case PMIX_UINT32: *out = (long)v->data.uint32; return 0;
+    case PMIX_UINT16: *out = (long)v->data.uint16; return 0;
+    case PMIX_UINT8: *out = (long)v->data.uint8; return 0;
+    case PMIX_UINT64: *out = (long)v->data.uint64; return 0;
+    case PMIX_INT: *out = (long)v->data.integer; return 0;
+    case PMIX_INT32: *out = (long)v->data.int32; return 0;
+    case PMIX_UINT: *out = (long)v->data.uint; return 0;
+    case PMIX_PROC_RANK: *out = (long)v->data.rank; return 0;
+    case PMIX_SIZE: *out = (long)v->data.size; return 0;
+    default: return -1;
+    }
+}
+
+static int get_long(const pmix_proc_t *proc, const char *key, long *out)
+{
+    pmix_value_t *v = NULL;
+    pmix_status_t st = PMIx_Get(proc, key, NULL, 0, &v);
+    if (st != PMIX_SUCCESS)
+        return pmix_fail(key, st);
+    int rc = value_long(v, out);
+    PMIX_VALUE_RELEASE(v);
+    if (rc)
+        return cdl_error("PMIx: key %s has an unexpected type", key);
+    return 0;
+}
+
+static pmix_proc_t self;
+static int inited;
+
+static void finalize_at_exit(void)
+{
+    PMIx_Finalize(NULL, 0);
+}
+
+/* PMIx_Init on first use; *me gets this process's name. */
+static int pmix_up(pmix_proc_t *me)
+{
+    if (!inited) {
+        pmix_status_t st = PMIx_Init(&self, NULL, 0);
+        if (st != PMIX_SUCCESS)
+            return pmix_fail("PMIx_Init", st);
+        inited = 1;
+        atexit(finalize_at_exit);
+    }
+    *me = self;
+    return 0;
+}
+
+int pmix_discover(cdl_rank_info *info)
+{
+    pmix_proc_t me, wild, zero;
+    if (pmix_up(&me))
+        return -1;
+    PMIX_LOAD_PROCID(&wild, me.nspace, PMIX_RANK_WILDCARD);
+    PMIX_LOAD_PROCID(&zero, me.nspace, 0);
+    long size, local_size, local_rank, nodeid, nnodes = 1;
+    int rc = 0;
+    if (get_long(&wild, PMIX_JOB_SIZE, &size) || get_long(&wild, PMIX_LOCAL_SIZE, &local_size) ||
+        get_long(&me, PMIX_LOCAL_RANK, &local_rank) || get_long(&me, PMIX_NODEID, &nodeid))
+        rc = -1;
+    if (rc == 0 && get_long(&wild, PMIX_NUM_NODES, &nnodes))
+        nnodes = 1;   /* optional: some servers do not provide it */
+    if (rc == 0) {
+        info->rank = (int)me.rank;
+        info->world = (int)size;
+        info->local_rank = (int)local_rank;
+        info->local_world = (int)local_size;
+        info->node_rank = (int)nodeid;
+        info->nnodes = (int)(nnodes > 0 ? nnodes : 1);
+        pmix_value_t *v = NULL;
+        if (PMIx_Get(&zero, PMIX_HOSTNAME, NULL, 0, &v) == PMIX_SUCCESS && v->type == PMIX_STRING)
+            snprintf(info->master_addr, sizeof info->master_addr, "%s", v->data.string);
+        if (v)
+            PMIX_VALUE_RELEASE(v);
+        snprintf(info->job_id, sizeof info->job_id, "%.63s", me.nspace);
+        const char *s = getenv(CDL_ENV_JOB_ID);
+        if (s && *s)
+            snprintf(info->job_id, sizeof info->job_id, "%s", s);
+        s = getenv(CDL_ENV_MASTER_PORT);
+        info->master_port = s ? atoi(s) : 0;
+        s = getenv(CDL_ENV_REPLICAS_PER_GPU);
+        if (s && atoi(s) > 0)
+            info->replicas_per_gpu = atoi(s);
+        info->source = "pmix";
+    }
+    return rc;
+}
+
+typedef struct pmix_boot {
+    pmix_proc_t me;
+} pmix_boot;
+
+static int pb_put(boot *b, const char *key, const void *val, size_t len)
+{
+    (void)b;
+    pmix_value_t v;
+    pmix_byte_object_t bo = {.bytes = (char *)val, .size = len};
+    PMIx_Value_load(&v, &bo, PMIX_BYTE_OBJECT);
+    pmix_status_t st = PMIx_Put(PMIX_GLOBAL, key, &v);
+    PMIx_Value_destruct(&v);
+    return st == PMIX_SUCCESS ? 0 : pmix_fail("PMIx_Put", st);
+}
+
+static int pb_fence(boot *b)
+{
+    pmix_status_t st = PMIx_Commit();
+    if (st != PMIX_SUCCESS)
+        return pmix_fail("PMIx_Commit", st);
+    pmix_info_t info[2];
+    bool collect = true;
+    int timeout = (int)(b->timeout + 0.999);
+    PMIx_Info_load(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    PMIx_Info_load(&info[1], PMIX_TIMEOUT, &timeout, PMIX_INT);
+    st = PMIx_Fence(NULL, 0, info, 2);
+    PMIX_INFO_DESTRUCT(&info[0]);
+    PMIX_INFO_DESTRUCT(&info[1]);
+    if (st == PMIX_ERR_TIMEOUT)
+        return cdl_error("rank %d: PMIx fence #%ld timed out after %.0f s: some rank did not "
+                         "arrive (PMIx does not say which; see the other ranks' errors)",
+                         b->rank, b->fences, b->timeout);
+    return st == PMIX_SUCCESS ? 0 : pmix_fail("PMIx_Fence", st);
+}
+
+static int pb_get(boot *b, int rank, const char *key, void *buf, size_t len)
+{
+    pmix_boot *p = b->impl;
+    pmix_proc_t peer;
+    PMIX_LOAD_PROCID(&peer, p->me.nspace, (pmix_rank_t)rank);
+    pmix_value_t *v = NULL;
+    pmix_status_t st = PMIx_Get(&peer, key, NULL, 0, &v);
+    if (st != PMIX_SUCCESS)
+        return cdl_error("rank %d: PMIx_Get of '%s' from rank %d failed: %s", b->rank, key, rank,
+                         PMIx_Error_string(st));
+    int rc = 0;
+    if (v->type != PMIX_BYTE_OBJECT || v->data.bo.size != len)
+        rc = cdl_error("rank %d: PMIx value '%s' of rank %d has %zu bytes, expected %zu "
+                       "(ranks of different libcdl versions?)", b->rank, key, rank,
+                       v->type == PMIX_BYTE_OBJECT ? v->data.bo.size : 0, len);
+    else
+        memcpy(buf, v->data.bo.bytes, len);
+    PMIX_VALUE_RELEASE(v);
+    return rc;
+}
+
+static void pb_close(boot *b)
+{
+    cdl_free(b->impl);
+}
+
+static const struct boot_ops pmix_ops = {"pmix", pb_put, pb_fence, pb_get, pb_close};
+
+int pmix_boot_open(boot *b, const cdl_rank_info *info)
+{
+    pmix_boot *p = cdl_calloc(1, sizeof *p);
+    if (!p)
+        return -1;
+    if (pmix_up(&p->me)) {
+        cdl_free(p);
+        return -1;
+    }
+    if ((int)p->me.rank != info->rank) {
+        int pr = (int)p->me.rank;
+        cdl_free(p);
+        return cdl_error("RANK=%d (from %s) differs from the PMIx rank %d: the launcher's "
+                         "contract and the PMIx server disagree", info->rank, info->source, pr);
+    }
+    b->ops = &pmix_ops;
+    b->impl = p;
+    return 0;
+}
+#endif

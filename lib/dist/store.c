@@ -1,0 +1,251 @@
+/* The TCP store's client side, and store_open/close (rank 0 also serves). */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+#include "contract.h"
+#include "store.h"
+#include "store_proto.h"
+#include "util.h"
+
+struct store {
+    int fd, rank, world;
+    double timeout;
+    char addr[256];
+    int port;
+    store_server *srv;   /* rank 0 */
+};
+
+void store_token(const cdl_rank_info *info, char *out, size_t len)
+{
+    const char *t = getenv(CDL_ENV_STORE_TOKEN);
+    if (t && *t) {
+        snprintf(out, len, "%s", t);
+        return;
+    }
+    /* FNV-1a over what every rank of this run shares. */
+    char text[512];
+    snprintf(text, sizeof text, "cdl-store|%s|%u|%d|%d", info->job_id, (unsigned)getuid(),
+             info->world, info->master_port);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = text; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    snprintf(out, len, "%016llx", (unsigned long long)h);
+}
+
+/* One connect attempt to any address of host:port, bounded by deadline. */
+static int connect_once(const char *host, int port, double deadline, int *err)
+{
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    int g = getaddrinfo(host, service, &hints, &res);
+    if (g) {
+        *err = -g;   /* resolver errors are negative, errno values positive */
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+        if (fd < 0) {
+            *err = errno;
+            continue;
+        }
+        int rc = connect(fd, a->ai_addr, a->ai_addrlen);
+        if (rc && errno == EINPROGRESS) {
+            double left = deadline - dist_now();
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            int soerr = ETIMEDOUT;
+            socklen_t l = sizeof soerr;
+            if (left > 0 && poll(&p, 1, (int)(left * 1000) + 1) == 1)
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &l);
+            rc = soerr ? -1 : 0;
+            errno = soerr;
+        }
+        if (rc) {
+            *err = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd >= 0) {
+        int one = 1;
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    return fd;
+}
+
+/* Connects with bounded retries: the server may not listen yet. */
+static int connect_retry(const char *host, int port, int rank, double timeout)
+{
+    double deadline = dist_now() + timeout, backoff = 0.01;
+    int err = 0;
+    for (;;) {
+        int fd = connect_once(host, port, deadline, &err);
+        if (fd >= 0)
+            return fd;
+        double left = deadline - dist_now();
+        if (left <= 0)
+            break;
+        double pause = backoff < left ? backoff : left;
+        struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 < 0.5 ? backoff * 2 : 0.5;
+    }
+    return cdl_error("rank %d could not reach the store of rank 0 at %s:%d within %.0f s (%s): "
+                     "is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?", rank, host, port,
+                     timeout, err < 0 ? gai_strerror(-err) : strerror(err));
+}
+
+/* Sends one request and reads the reply into buf (cap bytes; *len its size).
+ * wait_s bounds how long the server may take (it enforces waits itself). */
+static int request(store *s, uint32_t op, const char *key, int owner, const void *val,
+                   size_t vlen, uint64_t arg, void *buf, size_t cap, size_t *len, double wait_s)
+{
+    store_req h = {STORE_MAGIC, op, (uint32_t)strlen(key), owner, vlen, arg};
+    if (store_send_all(s->fd, &h, sizeof h) || store_send_all(s->fd, key, h.klen) ||
+        (vlen && store_send_all(s->fd, val, vlen)))
+        return cdl_error("rank %d lost the store at %s:%d (%s): did rank 0 exit?", s->rank,
+                         s->addr, s->port, strerror(errno));
+    store_rep r;
+    double deadline = dist_now() + wait_s + 30;   /* the server answers first */
+    if (store_recv_all(s->fd, &r, sizeof r, deadline) || r.magic != STORE_MAGIC)
+        return cdl_error("rank %d lost the store at %s:%d during '%s' (%s): did rank 0 exit?",
+                         s->rank, s->addr, s->port, key,
+                         errno == EPIPE ? "connection closed" : strerror(errno));
+    if (r.status) {
+        char msg[1024];
+        size_t n = r.vlen < sizeof msg - 1 ? (size_t)r.vlen : sizeof msg - 1;
+        if (store_recv_all(s->fd, msg, n, deadline))
+            return cdl_error("rank %d lost the store at %s:%d", s->rank, s->addr, s->port);
+        msg[n] = '\0';
+        return cdl_error("%s", msg);
+    }
+    if (r.vlen > cap) {
+        return cdl_error("rank %d: store value '%s' has %llu bytes, expected at most %zu (ranks "
+                         "of different builds?)", s->rank, key, (unsigned long long)r.vlen, cap);
+    }
+    if (r.vlen && store_recv_all(s->fd, buf, (size_t)r.vlen, deadline))
+        return cdl_error("rank %d lost the store at %s:%d", s->rank, s->addr, s->port);
+    if (len)
+        *len = (size_t)r.vlen;
+    return 0;
+}
+
+static int hello(store *s, const char *token)
+{
+    uint64_t arg = (uint64_t)(uint32_t)s->world << 32 | (uint32_t)s->rank;
+    return request(s, STORE_HELLO, token, -1, NULL, 0, arg, NULL, 0, NULL, 10);
+}
+
+static store *client(const char *addr, int port, int rank, int world, double timeout)
+{
+    store *s = cdl_calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->rank = rank;
+    s->world = world;
+    s->timeout = timeout;
+    s->port = port;
+    snprintf(s->addr, sizeof s->addr, "%s", addr);
+    s->fd = connect_retry(addr, port, rank, timeout);
+    if (s->fd < 0) {
+        cdl_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+store *store_open(const cdl_rank_info *info, double timeout_s)
+{
+    if (!info->master_port)
+        return cdl_error("rank %d: no MASTER_PORT: the TCP store (the bootstrap without PMIx, "
+                         "and the hier:store transport) is served by rank 0 on "
+                         "MASTER_ADDR:MASTER_PORT; launch with cdlrun or srun --cdl-ddp, "
+                         "or export MASTER_PORT", info->rank), NULL;
+    const char *addr = info->master_addr[0] ? info->master_addr : "127.0.0.1";
+    char token[STORE_KEY_MAX + 1];
+    store_token(info, token, sizeof token);
+    store_server *srv = NULL;
+    if (info->rank == 0 && !(srv = store_server_start(info, token)))
+        return NULL;
+    /* Rank 0 talks to its own server over loopback: MASTER_ADDR may name an
+     * interface of this host that does not route to itself. */
+    store *s = client(info->rank == 0 ? "localhost" : addr, info->master_port, info->rank,
+                      info->world, timeout_s);
+    if (s && hello(s, token)) {
+        close(s->fd);
+        cdl_free(s);
+        s = NULL;
+    }
+    if (!s) {
+        store_server_stop(srv, 0);
+        return NULL;
+    }
+    s->srv = srv;
+    return s;
+}
+
+void store_close(store *s)
+{
+    if (!s)
+        return;
+    store_req h = {STORE_MAGIC, STORE_BYE, 0, -1, 0, 0};
+    (void)store_send_all(s->fd, &h, sizeof h);
+    close(s->fd);
+    store_server_stop(s->srv, s->timeout);
+    cdl_free(s);
+}
+
+static uint64_t ms_of(double s)
+{
+    return (uint64_t)(s * 1000 + 0.5);
+}
+
+int store_set(store *s, const char *key, const void *val, size_t len, int readers)
+{
+    return request(s, STORE_SET, key, -1, val, len, (uint64_t)(readers > 0 ? readers : 0), NULL,
+                   0, NULL, s->timeout);
+}
+
+int store_get(store *s, const char *key, int owner, void *buf, size_t cap, size_t *len)
+{
+    return request(s, STORE_GET, key, owner, NULL, 0, ms_of(s->timeout), buf, cap, len,
+                   s->timeout);
+}
+
+int store_barrier(store *s, const char *name)
+{
+    return request(s, STORE_BARRIER, name, -1, NULL, 0, ms_of(s->timeout), NULL, 0, NULL,
+                   s->timeout);
+}
+
+int store_probe(const char *addr, int port, const char *token, int rank, int world,
+                double timeout_s)
+{
+    store *s = client(addr, port, rank, world, timeout_s);
+    if (!s)
+        return -1;
+    int rc = hello(s, token);
+    if (rc == 0) {
+        store_req h = {STORE_MAGIC, STORE_BYE, 0, -1, 0, 0};
+        (void)store_send_all(s->fd, &h, sizeof h);
+    }
+    close(s->fd);
+    cdl_free(s);
+    return rc;
+}

@@ -1,0 +1,50 @@
+/* The TCP key-value store: bootstrap without PMIx, and the transport of the
+ * slow multi-node fallback. Rank 0 serves it (a thread) at
+ * MASTER_ADDR:MASTER_PORT; every rank, rank 0 included, is a client.
+ *
+ * - Rank 0 binds the port before anyone connects and fails clearly when it
+ *   is taken, or adopts the listening socket a launcher passed in
+ *   CDL_STORE_FD (cdlrun: no port race at all).
+ * - A client first presents the job's token (CDL_STORE_TOKEN, else derived
+ *   from CDL_JOB_ID); the server drops connections with a wrong token, a bad
+ *   rank or a second process claiming a connected rank.
+ * - Every wait (get, barrier) is bounded by the timeout, enforced by the
+ *   server, whose error names the ranks still missing; a rank whose
+ *   connection drops without saying goodbye is "lost" and fails every wait.
+ * - Clients connect with bounded retries (backoff) until the timeout. */
+#ifndef CDL_DIST_STORE_H
+#define CDL_DIST_STORE_H
+
+#include <stddef.h>
+
+#include <cdl/dist.h>
+
+typedef struct store store;
+
+store *store_open(const cdl_rank_info *info, double timeout_s);
+/* Says goodbye; rank 0 then waits (bounded) for the connected ranks to say
+ * goodbye too before the server stops. */
+void store_close(store *s);
+
+/* Sets key (replacing any value). readers > 0: the value is dropped after
+ * that many gets (values exchanged once per collective). */
+int store_set(store *s, const char *key, const void *val, size_t len, int readers);
+/* Waits for key and copies its value into buf (cap bytes); *len gets its
+ * size (a larger value is an error). owner: the rank expected to set it, for
+ * the timeout's message (-1: unknown). */
+int store_get(store *s, const char *key, int owner, void *buf, size_t cap, size_t *len);
+/* All ranks of the job; names are unique per use (e.g. "fence3"). */
+int store_barrier(store *s, const char *name);
+
+/* The job's token: CDL_STORE_TOKEN, else derived from the job id, uid,
+ * world size and port (this keeps out strangers and stale ranks of other
+ * runs, not an attacker who can read the job's environment). */
+void store_token(const cdl_rank_info *info, char *out, size_t len);
+
+/* Connects to a store as `rank` of `world` presenting `token`: 0 when
+ * accepted (then says goodbye), -1 with the server's reason. For tests and
+ * diagnostics. */
+int store_probe(const char *addr, int port, const char *token, int rank, int world,
+                double timeout_s);
+
+#endif

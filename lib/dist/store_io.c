@@ -1,0 +1,59 @@
+/* Blocking socket I/O with deadlines, shared by the store's client and server. */
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include "store_proto.h"
+#include "util.h"
+
+int store_send_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int store_recv_all(int fd, void *buf, size_t n, double deadline)
+{
+    char *p = buf;
+    while (n) {
+        if (deadline > 0) {
+            double left = deadline - dist_now();
+            if (left <= 0) {
+                errno = ETIMEDOUT;
+                return -1;
+            }
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            int ms = left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
+            int r = poll(&pfd, 1, ms);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0)
+                return -1;
+            if (r == 0)
+                continue;   /* re-check the deadline */
+        }
+        ssize_t k = recv(fd, p, n, 0);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (k == 0) {
+            errno = EPIPE;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}

@@ -1,0 +1,50 @@
+/* The TCP store's wire format (both ends are the same libcdl build on one
+ * architecture; the magic catches strangers speaking something else) and
+ * the socket helpers its two ends share. */
+#ifndef CDL_DIST_STORE_PROTO_H
+#define CDL_DIST_STORE_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cdl/dist.h>
+
+#define STORE_MAGIC 0x53444c43u          /* "CLDS" */
+#define STORE_KEY_MAX 256                /* bytes of a key (or token) */
+#define STORE_VAL_MAX (1ull << 34)       /* 16 GiB: refuses absurd lengths */
+
+enum store_op {
+    STORE_HELLO = 1,   /* key = token, arg = world << 32 | rank */
+    STORE_SET,         /* key, value, arg = readers (0 = keep) */
+    STORE_GET,         /* key, arg = timeout in ms, owner = rank expected to set it */
+    STORE_BARRIER,     /* key = name, arg = timeout in ms */
+    STORE_BYE,         /* no reply */
+};
+
+/* A request: header, then klen key bytes, then vlen value bytes. */
+typedef struct store_req {
+    uint32_t magic, op, klen;
+    int32_t owner;
+    uint64_t vlen, arg;
+} store_req;
+
+/* A reply: header, then vlen bytes (the value, or the error message). */
+typedef struct store_rep {
+    uint32_t magic, status;   /* 0 ok, 1 error */
+    uint64_t vlen;
+} store_rep;
+
+/* Sends all n bytes (no SIGPIPE). 0, or -1 with errno. */
+int store_send_all(int fd, const void *buf, size_t n);
+/* Receives exactly n bytes by `deadline` (dist_now() seconds; <= 0 waits
+ * forever). 0, or -1 with errno: ETIMEDOUT, EPIPE when the peer closed. */
+int store_recv_all(int fd, void *buf, size_t n, double deadline);
+
+/* Server side (store_server.c): binds MASTER_PORT (or adopts CDL_STORE_FD)
+ * and serves from a thread. */
+typedef struct store_server store_server;
+store_server *store_server_start(const cdl_rank_info *info, const char *token);
+/* Waits up to timeout_s for every connected rank to say goodbye, then stops. */
+void store_server_stop(store_server *srv, double timeout_s);
+
+#endif

@@ -1,0 +1,609 @@
+/* The TCP store's server, run by rank 0: an accept thread plus one thread
+ * per connection (a job has one connection per rank; waits block in a
+ * condition variable, so the code reads top to bottom). All state is under
+ * one mutex; waits use CLOCK_MONOTONIC deadlines. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+#include "contract.h"
+#include "store_proto.h"
+#include "util.h"
+
+enum { RANK_NEVER, RANK_CONNECTED, RANK_BYE, RANK_LOST };
+
+typedef struct entry {
+    char *key;
+    void *val;
+    size_t len;
+    int readers_left;        /* 0: kept until replaced */
+    struct entry *next;
+} entry;
+
+typedef struct barrier {
+    char *name;
+    unsigned char *in;       /* world flags: arrived */
+    int arrived, left;
+    struct barrier *next;
+} barrier;
+
+typedef struct conn {
+    store_server *srv;
+    int fd, rank;
+    int done;                /* the thread has finished: join and free it */
+    pthread_t thread;
+    struct conn *next;
+} conn;
+
+struct store_server {
+    int lfd, wake[2];
+    int world, port;
+    char token[STORE_KEY_MAX + 1];
+    char host[256];
+    pthread_t acceptor;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned char *state;    /* world entries of RANK_* */
+    entry *entries;
+    barrier *barriers;
+    conn *conns;
+    int nconns, stopping;
+};
+
+/* ------------------------------------------------------------ listening */
+
+static int adopt_fd(const cdl_rank_info *info, const char *s)
+{
+    char *end;
+    long fd = strtol(s, &end, 10);
+    int listening = 0;
+    socklen_t l = sizeof listening;
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    if (end == s || *end || fd < 0 || fd > 1 << 20 ||
+        getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &l) || !listening ||
+        getsockname((int)fd, (struct sockaddr *)&sa, &sl))
+        return cdl_error(CDL_ENV_STORE_FD "=%s is not a listening socket: it is for launchers "
+                         "that bind MASTER_PORT for rank 0; unset it", s);
+    int port = sa.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
+                                        : ntohs(((struct sockaddr_in *)&sa)->sin_port);
+    if (port != info->master_port)
+        return cdl_error(CDL_ENV_STORE_FD "=%s listens on port %d, not MASTER_PORT=%d", s, port,
+                         info->master_port);
+    fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+    return (int)fd;
+}
+
+/* Binds [::]:port (dual stack) or 0.0.0.0:port before any rank connects. */
+static int bind_port(const cdl_rank_info *info, const char *host)
+{
+    int one = 1, zero = 0;
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int rc;
+    if (fd >= 0) {
+        struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = in6addr_any,
+                                  .sin6_port = htons((uint16_t)info->master_port)};
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+        rc = bind(fd, (struct sockaddr *)&a6, sizeof a6);
+    } else {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return cdl_error("rank 0: cannot create a socket for the store: %s", strerror(errno));
+        struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY),
+                                 .sin_port = htons((uint16_t)info->master_port)};
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        rc = bind(fd, (struct sockaddr *)&a4, sizeof a4);
+    }
+    if (rc == 0)
+        rc = listen(fd, 1024);
+    if (rc != 0) {
+        int e = errno;
+        close(fd);
+        if (e == EADDRINUSE)
+            return cdl_error("MASTER_PORT %d on host %s is in use: %s; another job or a "
+                             "previous run holds it: choose another MASTER_PORT (cdlrun and "
+                             "srun --cdl-ddp pick a free one)", info->master_port, host,
+                             strerror(e));
+        return cdl_error("rank 0: cannot listen on MASTER_PORT %d on host %s: %s",
+                         info->master_port, host, strerror(e));
+    }
+    return fd;
+}
+
+/* ------------------------------------------------------------ replies */
+
+static int reply(conn *c, int status, const void *val, size_t len)
+{
+    store_rep h = {STORE_MAGIC, (uint32_t)status, len};
+    if (store_send_all(c->fd, &h, sizeof h) || (len && store_send_all(c->fd, val, len)))
+        return -1;
+    return 0;
+}
+
+static int reply_err(conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int reply_err(conn *c, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return reply(c, 1, msg, strlen(msg));
+}
+
+/* ------------------------------------------------------------ state (under mu) */
+
+static entry *find(store_server *s, const char *key, entry ***link)
+{
+    entry **pp = &s->entries;
+    for (; *pp; pp = &(*pp)->next)
+        if (!strcmp((*pp)->key, key)) {
+            if (link)
+                *link = pp;
+            return *pp;
+        }
+    return NULL;
+}
+
+static void drop(entry **link)
+{
+    entry *e = *link;
+    *link = e->next;
+    cdl_free(e->key);
+    cdl_free(e->val);
+    cdl_free(e);
+}
+
+/* The first lost rank, or -1. */
+static int lost_rank(const store_server *s)
+{
+    for (int r = 0; r < s->world; r++)
+        if (s->state[r] == RANK_LOST)
+            return r;
+    return -1;
+}
+
+static const char *state_word(int st)
+{
+    switch (st) {
+    case RANK_NEVER: return "never connected to the store";
+    case RANK_CONNECTED: return "is connected but did not get there";
+    case RANK_BYE: return "has already finished";
+    default: return "lost its connection (died?)";
+    }
+}
+
+static struct timespec abs_deadline(uint64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* ------------------------------------------------------------ requests */
+
+static int do_set(conn *c, char *key, void *val, size_t len, int readers)
+{
+    store_server *s = c->srv;
+    pthread_mutex_lock(&s->mu);
+    entry **link, *e = find(s, key, &link);
+    if (e)
+        drop(link);
+    e = cdl_malloc(sizeof *e);
+    if (!e) {
+        pthread_mutex_unlock(&s->mu);
+        cdl_free(key);
+        cdl_free(val);
+        return reply_err(c, "rank 0: store out of memory");
+    }
+    *e = (entry){key, val, len, readers, s->entries};
+    s->entries = e;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return reply(c, 0, NULL, 0);
+}
+
+static int do_get(conn *c, const char *key, int owner, uint64_t ms)
+{
+    store_server *s = c->srv;
+    struct timespec dl = abs_deadline(ms);
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        entry **link, *e = find(s, key, &link);
+        if (e) {
+            void *copy = cdl_malloc(e->len ? e->len : 1);
+            size_t len = e->len;
+            if (copy)
+                memcpy(copy, e->val, len);
+            if (e->readers_left > 0 && --e->readers_left == 0)
+                drop(link);
+            pthread_mutex_unlock(&s->mu);
+            int rc = copy ? reply(c, 0, copy, len) : reply_err(c, "rank 0: store out of memory");
+            cdl_free(copy);
+            return rc;
+        }
+        int lost = lost_rank(s);
+        if (lost >= 0 || s->stopping) {
+            pthread_mutex_unlock(&s->mu);
+            if (lost < 0)
+                return reply_err(c, "rank 0 stopped its store while rank %d waited for '%s'",
+                                 c->rank, key);
+            return reply_err(c, "rank %d lost its connection to the store (died?) while rank %d "
+                             "waited for '%s'", lost, c->rank, key);
+        }
+        if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT && !find(s, key, NULL)) {
+            int st = owner >= 0 && owner < s->world ? s->state[owner] : -1;
+            pthread_mutex_unlock(&s->mu);
+            if (st < 0)
+                return reply_err(c, "rank %d timed out after %.0f s waiting for '%s'", c->rank,
+                                 (double)ms / 1000, key);
+            return reply_err(c, "rank %d timed out after %.0f s waiting for '%s' of rank %d, "
+                             "which %s", c->rank, (double)ms / 1000, key, owner, state_word(st));
+        }
+    }
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = cdl_malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+static barrier *barrier_get(store_server *s, const char *name)
+{
+    for (barrier *b = s->barriers; b; b = b->next)
+        if (!strcmp(b->name, name))
+            return b;
+    barrier *b = cdl_calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->name = dup_str(name);
+    b->in = cdl_calloc((size_t)s->world, 1);
+    if (!b->name || !b->in) {
+        cdl_free(b->name);
+        cdl_free(b->in);
+        cdl_free(b);
+        return NULL;
+    }
+    b->next = s->barriers;
+    s->barriers = b;
+    return b;
+}
+
+static void barrier_leave(store_server *s, barrier *b)
+{
+    if (++b->left < s->world)
+        return;
+    for (barrier **pp = &s->barriers; *pp; pp = &(*pp)->next)
+        if (*pp == b) {
+            *pp = b->next;
+            break;
+        }
+    cdl_free(b->name);
+    cdl_free(b->in);
+    cdl_free(b);
+}
+
+static int do_barrier(conn *c, const char *name, uint64_t ms)
+{
+    store_server *s = c->srv;
+    struct timespec dl = abs_deadline(ms);
+    pthread_mutex_lock(&s->mu);
+    barrier *b = barrier_get(s, name);
+    if (!b) {
+        pthread_mutex_unlock(&s->mu);
+        return reply_err(c, "rank 0: store out of memory");
+    }
+    if (!b->in[c->rank]) {
+        b->in[c->rank] = 1;
+        b->arrived++;
+        pthread_cond_broadcast(&s->cv);
+    }
+    for (;;) {
+        if (b->arrived == s->world) {
+            barrier_leave(s, b);
+            pthread_mutex_unlock(&s->mu);
+            return reply(c, 0, NULL, 0);
+        }
+        int lost = lost_rank(s);
+        if (lost < 0 && !s->stopping) {
+            if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) != ETIMEDOUT || b->arrived == s->world)
+                continue;
+        }
+        {
+            int missing[64], n = 0, never = 0;
+            for (int r = 0; r < s->world; r++)
+                if (!b->in[r]) {
+                    if (n < 64)
+                        missing[n] = r;
+                    n++;
+                    never += s->state[r] == RANK_NEVER;
+                }
+            char list[512];
+            dist_rank_list(list, sizeof list, missing, n < 64 ? n : 64);
+            /* It stays counted as arrived: the others' messages then name
+             * only the ranks that really are missing. */
+            pthread_mutex_unlock(&s->mu);
+            if (lost >= 0)
+                return reply_err(c, "rank %d lost its connection to the store (died?) while "
+                                 "rank %d waited in barrier '%s'", lost, c->rank, name);
+            if (s->stopping)
+                return reply_err(c, "rank 0 stopped its store during barrier '%s'", name);
+            return reply_err(c, "rank %d timed out after %.0f s in barrier '%s': %s did not "
+                             "arrive%s", c->rank, (double)ms / 1000, name, list,
+                             never ? " (some never connected to the store: did they start?)" : "");
+        }
+    }
+}
+
+/* ------------------------------------------------------------ connections */
+
+static int read_request(conn *c, store_req *h, char **key, void **val)
+{
+    *key = NULL;
+    *val = NULL;
+    if (store_recv_all(c->fd, h, sizeof *h, 0) || h->magic != STORE_MAGIC ||
+        h->klen > STORE_KEY_MAX || h->vlen > STORE_VAL_MAX)
+        return -1;
+    if (c->rank < 0 && (h->op != STORE_HELLO || h->vlen))
+        return -1;   /* strangers get nothing but the handshake */
+    *key = cdl_malloc(h->klen + 1);
+    *val = cdl_malloc(h->vlen ? h->vlen : 1);
+    if (!*key || !*val || store_recv_all(c->fd, *key, h->klen, 0) ||
+        store_recv_all(c->fd, *val, h->vlen, 0)) {
+        cdl_free(*key);
+        cdl_free(*val);
+        *key = NULL;
+        *val = NULL;
+        return -1;
+    }
+    (*key)[h->klen] = '\0';
+    return 0;
+}
+
+/* Constant-time token comparison. */
+static int token_ok(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned diff = (unsigned)(la ^ lb);
+    for (size_t i = 0; i < la && i < lb; i++)
+        diff |= (unsigned)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+static int do_hello(conn *c, const store_req *h, const char *token)
+{
+    store_server *s = c->srv;
+    int rank = (int)(h->arg & 0xffffffffu), world = (int)(h->arg >> 32);
+    if (!token_ok(token, s->token))
+        return reply_err(c, "the store at port %d refused the connection: wrong token (a "
+                         "process of another job? every rank needs the same CDL_STORE_TOKEN "
+                         "or CDL_JOB_ID)", s->port), -1;
+    if (world != s->world || rank < 0 || rank >= world)
+        return reply_err(c, "the store serves WORLD_SIZE=%d but a client claims rank %d of %d",
+                         s->world, rank, world), -1;
+    pthread_mutex_lock(&s->mu);
+    int st = s->state[rank];
+    if (st == RANK_NEVER)
+        s->state[rank] = RANK_CONNECTED;
+    pthread_mutex_unlock(&s->mu);
+    if (st != RANK_NEVER)
+        return reply_err(c, "rank %d connected to the store twice: two processes claim RANK=%d",
+                         rank, rank), -1;
+    c->rank = rank;
+    return reply(c, 0, NULL, 0);
+}
+
+static void *conn_main(void *arg)
+{
+    conn *c = arg;
+    store_server *s = c->srv;
+    /* Strangers that never finish the handshake do not keep a thread long. */
+    struct timeval tv = {10, 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    int bye = 0;
+    for (;;) {
+        store_req h;
+        char *key;
+        void *val;
+        if (read_request(c, &h, &key, &val))
+            break;
+        int rc = 0;
+        if (c->rank < 0) {
+            rc = do_hello(c, &h, key);
+            tv.tv_sec = 0;
+            setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        } else if (h.op == STORE_SET) {
+            rc = do_set(c, key, val, h.vlen, (int)h.arg);
+            key = NULL;
+            val = NULL;
+        } else if (h.op == STORE_GET) {
+            rc = do_get(c, key, h.owner, h.arg);
+        } else if (h.op == STORE_BARRIER) {
+            rc = do_barrier(c, key, h.arg);
+        } else if (h.op == STORE_BYE) {
+            bye = 1;
+            rc = -1;
+        } else {
+            rc = -1;
+        }
+        cdl_free(key);
+        cdl_free(val);
+        if (rc)
+            break;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (c->rank >= 0 && s->state[c->rank] == RANK_CONNECTED)
+        s->state[c->rank] = bye || s->stopping ? RANK_BYE : RANK_LOST;
+    close(c->fd);   /* now: a dropped stranger sees EOF at once */
+    c->fd = -1;
+    c->done = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Joins finished connection threads (strangers come and go). Under mu. */
+static void reap(store_server *s)
+{
+    for (conn **pp = &s->conns; *pp;) {
+        conn *c = *pp;
+        if (!c->done) {
+            pp = &c->next;
+            continue;
+        }
+        *pp = c->next;
+        pthread_join(c->thread, NULL);
+        cdl_free(c);
+        s->nconns--;
+    }
+}
+
+static void *accept_main(void *arg)
+{
+    store_server *s = arg;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = s->lfd, .events = POLLIN}, {.fd = s->wake[0], .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (p[1].revents)
+            break;
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        pthread_mutex_lock(&s->mu);
+        reap(s);
+        conn *c = s->nconns < s->world + 16 ? cdl_calloc(1, sizeof *c) : NULL;
+        if (c) {
+            *c = (conn){s, fd, -1, 0, 0, s->conns};
+            if (pthread_create(&c->thread, NULL, conn_main, c) == 0) {
+                s->conns = c;
+                s->nconns++;
+            } else {
+                cdl_free(c);
+                c = NULL;
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!c)
+            close(fd);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+store_server *store_server_start(const cdl_rank_info *info, const char *token)
+{
+    store_server *s = cdl_calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->world = info->world;
+    s->port = info->master_port;
+    snprintf(s->token, sizeof s->token, "%s", token);
+    gethostname(s->host, sizeof s->host - 1);
+    s->state = cdl_calloc((size_t)info->world, 1);
+    s->lfd = -1;
+    s->wake[0] = s->wake[1] = -1;
+    if (!s->state)
+        goto fail;
+    const char *fdenv = getenv(CDL_ENV_STORE_FD);
+    s->lfd = fdenv && *fdenv ? adopt_fd(info, fdenv) : bind_port(info, s->host);
+    if (s->lfd < 0 || pipe2(s->wake, O_CLOEXEC)) {
+        if (s->lfd >= 0)
+            cdl_error("rank 0: pipe2 failed: %s", strerror(errno));
+        goto fail;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&s->mu, NULL);
+    if (pthread_create(&s->acceptor, NULL, accept_main, s) != 0) {
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        cdl_error("rank 0: cannot start the store thread");
+        goto fail;
+    }
+    return s;
+fail:
+    if (s->lfd >= 0)
+        close(s->lfd);
+    if (s->wake[0] >= 0) {
+        close(s->wake[0]);
+        close(s->wake[1]);
+    }
+    cdl_free(s->state);
+    cdl_free(s);
+    return NULL;
+}
+
+void store_server_stop(store_server *s, double timeout_s)
+{
+    if (!s)
+        return;
+    struct timespec dl = abs_deadline((uint64_t)(timeout_s * 1000));
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        int connected = 0;
+        for (int r = 0; r < s->world; r++)
+            connected += s->state[r] == RANK_CONNECTED;
+        if (!connected || pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT)
+            break;
+    }
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->cv);
+    for (conn *c = s->conns; c; c = c->next)
+        if (c->fd >= 0)
+            shutdown(c->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&s->mu);
+    (void)!write(s->wake[1], "x", 1);
+    pthread_join(s->acceptor, NULL);
+    while (s->conns) {
+        conn *c = s->conns;
+        s->conns = c->next;
+        pthread_join(c->thread, NULL);
+        cdl_free(c);
+    }
+    while (s->entries)
+        drop(&s->entries);
+    while (s->barriers) {
+        barrier *b = s->barriers;
+        s->barriers = b->next;
+        cdl_free(b->name);
+        cdl_free(b->in);
+        cdl_free(b);
+    }
+    close(s->lfd);
+    close(s->wake[0]);
+    close(s->wake[1]);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    cdl_free(s->state);
+    cdl_free(s);
+}

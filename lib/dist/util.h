@@ -1,0 +1,33 @@
+/* Small helpers shared by the files of lib/dist: clocks, timeouts, rank
+ * lists for error messages, names safe for shm_open. */
+#ifndef CDL_DIST_UTIL_H
+#define CDL_DIST_UTIL_H
+
+#include <stddef.h>
+
+/* Seconds on CLOCK_MONOTONIC. */
+double dist_now(void);
+
+/* The timeout every cross-process wait uses: t if t > 0, else CDL_TIMEOUT,
+ * else CDL_DEFAULT_TIMEOUT. -1 with cdl_error when CDL_TIMEOUT is garbage. */
+int dist_resolve_timeout(double t, double *out);
+
+/* Copies in to out keeping [A-Za-z0-9._-] and mapping the rest to '_';
+ * out is always terminated (truncated to len-1). */
+void dist_sanitize(const char *in, char *out, size_t len);
+
+/* "ranks 2, 3, 5" or "rank 2" for the n ranks listed, into buf; long lists
+ * end in "... (17 in all)". Returns buf. */
+const char *dist_rank_list(char *buf, size_t len, const int *ranks, int n);
+
+/* Fills buf with n bytes from the kernel's random source; -1 on failure. */
+int dist_random(void *buf, size_t n);
+
+/* Is the process (pid, start time from /proc/pid/stat, 0 = unknown) still
+ * alive? Zombies count as dead: a rank killed by a signal is a zombie until
+ * its parent reaps it. */
+int dist_pid_alive(int pid, unsigned long long starttime);
+/* Start time (clock ticks since boot) of pid, 0 if unknown. */
+unsigned long long dist_pid_starttime(int pid);
+
+#endif

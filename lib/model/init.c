@@ -1,0 +1,34 @@
+/* PyTorch's default initialisation of conv2d and linear layers.
+ *
+ * Weights: kaiming_uniform_(a=sqrt(5)), i.e. U(-b, b) with
+ * b = gain * sqrt(3 / fan_in), gain = sqrt(2 / (1 + a^2)), so b = 1/sqrt(fan_in).
+ * Biases: U(-1/sqrt(fan_in), 1/sqrt(fan_in)). Both with fan_in = in*kh*kw.
+ * Each view draws from its own stream (seed, view index), so adding a layer
+ * at the end does not change the others' initial values. Values are made on
+ * the host in small chunks and copied to the device: no allocation. */
+#include <math.h>
+
+#include <cdl/cdl.h>
+
+#include "core/rng.h"
+
+#define CHUNK 1024
+
+void cdl_model_init(cdl_model *m, uint64_t seed)
+{
+    cdl_backend *be = cdl_model_backend(m);
+    float *params = cdl_model_params(m);
+    float chunk[CHUNK];
+    for (int v = 0; v < cdl_model_nviews(m); v++) {
+        const cdl_param_view *pv = cdl_model_view(m, v);
+        double bound = 1.0 / sqrt((double)pv->fan_in);
+        rng_state r;
+        rng_seed2(&r, seed, (uint64_t)v);
+        for (size_t done = 0; done < pv->numel; done += CHUNK) {
+            size_t n = pv->numel - done < CHUNK ? pv->numel - done : CHUNK;
+            for (size_t i = 0; i < n; i++)
+                chunk[i] = (float)((2.0 * rng_uniform(&r) - 1.0) * bound);
+            be->ops->to_device(be, params + pv->offset + done, chunk, n * sizeof(float));
+        }
+    }
+}

@@ -1,0 +1,45 @@
+/* Helpers shared by the spec parser, shape inference and the model (and
+ * the tests, which link the library statically). */
+#ifndef CDL_MODEL_MODEL_INTERNAL_H
+#define CDL_MODEL_MODEL_INTERNAL_H
+
+#include <stdint.h>
+
+#include <stddef.h>
+
+#include <cdl/model.h>
+
+/* Limits on the numbers a spec may hold: generous for the models cdl is
+ * for, small enough that no shape arithmetic below overflows an int. */
+#define SPEC_MAX_FEATURES 1000000  /* conv2d / linear output size */
+#define SPEC_MAX_DIM 65536         /* kernel, stride, padding, input dims */
+#define SPEC_MAX_NUMEL (1L << 30)  /* floats per sample of any activation */
+
+/* "conv2d", "relu", ... as written in spec files. */
+const char *spec_kind_name(cdl_layer_kind kind);
+
+/* Where layer i comes from, for error messages: "file:line", or
+ * "lenet (layer 3)" for built-ins and specs built in code. */
+void spec_where(const cdl_model_spec *spec, int i, char *buf, size_t len);
+
+/* The layer as a spec-file line without its name: "conv2d 6 kernel=5 padding=2". */
+void spec_layer_str(const cdl_layer_spec *l, char *buf, size_t len);
+
+/* 1 for the layers that own parameters (conv2d, linear). */
+int spec_has_params(cdl_layer_kind kind);
+
+/* 1 if s is a valid layer name: [A-Za-z_][A-Za-z0-9_]*, shorter than
+ * CDL_NAME_MAX (so "name.weight" fits a parameter view's name). */
+int spec_name_ok(const char *s);
+
+/* Fills empty names with convK / fcK (K counts that kind's layers from 1)
+ * and rejects invalid or duplicate names; errors name the layer's place. */
+int spec_finish_names(cdl_model_spec *spec);
+
+/* The seed of the dropout layer at spec index `layer` in a forward with
+ * dropout_seed `seed`: its mask is cdl_dropout_keep(that, i, p) for the
+ * element i of its (n, numel) input, so two dropout layers never share a
+ * mask. (docs/model-spec.md gives the formula for other implementations.) */
+uint64_t model_dropout_seed(uint64_t seed, int layer);
+
+#endif

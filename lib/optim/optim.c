@@ -1,0 +1,166 @@
+/* Optimizers over the flat parameter buffer with PyTorch's update rules;
+ * the arithmetic is the backend's sgd_step / adam_step, this file keeps the
+ * configuration, the step count and the state buffers. */
+#include <math.h>
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+struct cdl_optim {
+    cdl_optim_config cfg;
+    cdl_backend *be;
+    size_t n;
+    long steps;
+    int nstate;
+    float *state[2];   /* SGD: momentum_buffer; Adam(W): exp_avg, exp_avg_sq */
+};
+
+static const char *const kind_names[] = {"sgd", "adam", "adamw"};
+
+cdl_optim_config cdl_optim_defaults(cdl_optim_kind kind)
+{
+    cdl_optim_config c = {.kind = kind, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+    if (kind == CDL_OPTIM_ADAMW)
+        c.weight_decay = 0.01f;
+    return c;
+}
+
+int cdl_optim_kind_parse(const char *s)
+{
+    for (int i = 0; s && i < 3; i++)
+        if (!strcmp(s, kind_names[i]))
+            return i;
+    return -1;
+}
+
+const char *cdl_optim_kind_name(cdl_optim_kind kind)
+{
+    return (unsigned)kind < 3 ? kind_names[kind] : "unknown";
+}
+
+/* The checks torch.optim makes, with the same wording of what is wrong. */
+static int check_config(const cdl_optim_config *c)
+{
+    const char *k = cdl_optim_kind_name(c->kind);
+    if ((unsigned)c->kind > CDL_OPTIM_ADAMW)
+        return cdl_error("unknown optimizer kind %d: use sgd, adam or adamw", (int)c->kind);
+    if (!(c->weight_decay >= 0.0f) || !isfinite(c->weight_decay))
+        return cdl_error("%s: invalid weight decay %g: it must be >= 0", k,
+                         (double)c->weight_decay);
+    if (c->kind == CDL_OPTIM_SGD) {
+        if (!(c->momentum >= 0.0f) || !isfinite(c->momentum))
+            return cdl_error("sgd: invalid momentum %g: it must be >= 0", (double)c->momentum);
+        if (!isfinite(c->dampening))
+            return cdl_error("sgd: invalid dampening %g", (double)c->dampening);
+        if (c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f))
+            return cdl_error("sgd: nesterov momentum needs momentum > 0 and dampening 0 (got "
+                             "momentum %g, dampening %g)", (double)c->momentum,
+                             (double)c->dampening);
+        return 0;
+    }
+    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
+        return cdl_error("%s: invalid betas (%g, %g): each must be in [0, 1)", k, (double)c->beta1,
+                         (double)c->beta2);
+    if (!(c->eps >= 0.0f) || !isfinite(c->eps))
+        return cdl_error("%s: invalid eps %g: it must be >= 0", k, (double)c->eps);
+    return 0;
+}
+
+cdl_optim *cdl_optim_create(const cdl_optim_config *cfg, size_t nparams, cdl_backend *be)
+{
+    if (!cfg || !be) {
+        cdl_error("cdl_optim_create: no %s given", cfg ? "backend" : "configuration");
+        return NULL;
+    }
+    if (check_config(cfg))
+        return NULL;
+    cdl_optim *o = cdl_calloc(1, sizeof *o);
+    if (!o)
+        return NULL;
+    o->cfg = *cfg;
+    o->be = be;
+    o->n = nparams;
+    /* SGD without momentum keeps no state, like PyTorch. */
+    o->nstate = cfg->kind == CDL_OPTIM_SGD ? (cfg->momentum != 0.0f) : 2;
+    for (int i = 0; i < o->nstate && nparams; i++) {
+        o->state[i] = be->ops->alloc(be, nparams * sizeof(float));   /* zeroed */
+        if (!o->state[i]) {
+            cdl_error("%s: cannot allocate optimizer state for %zu parameters: %s",
+                      cdl_optim_kind_name(cfg->kind), nparams, cdl_last_error());
+            cdl_optim_free(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+void cdl_optim_free(cdl_optim *o)
+{
+    if (!o)
+        return;
+    for (int i = 0; i < 2; i++)
+        if (o->state[i])
+            o->be->ops->free(o->be, o->state[i]);
+    cdl_free(o);
+}
+
+void cdl_optim_step_range(cdl_optim *o, float *params_dev, const float *grads_dev, size_t offset,
+                          size_t count, float lr)
+{
+    if (offset > o->n || count > o->n - offset) {
+        cdl_error("%s: step over [%zu, %zu) is outside the %zu parameters",
+                  cdl_optim_kind_name(o->cfg.kind), offset, offset + count, o->n);
+        return;
+    }
+    if (!count)
+        return;
+    const cdl_optim_config *c = &o->cfg;
+    float *p = params_dev + offset;
+    const float *g = grads_dev + offset;
+    if (c->kind == CDL_OPTIM_SGD) {
+        cdl_sgd_hparams hp = {.lr = lr, .momentum = c->momentum, .dampening = c->dampening,
+                              .weight_decay = c->weight_decay, .nesterov = c->nesterov,
+                              .first_step = o->steps == 0};
+        o->be->ops->sgd_step(o->be, count, p, g, o->nstate ? o->state[0] + offset : NULL, &hp);
+    } else {
+        cdl_adam_hparams hp = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+                               .weight_decay = c->weight_decay,
+                               .decoupled = c->kind == CDL_OPTIM_ADAMW, .step = o->steps + 1};
+        o->be->ops->adam_step(o->be, count, p, g, o->state[0] + offset, o->state[1] + offset, &hp);
+    }
+}
+
+void cdl_optim_step(cdl_optim *o, float *params_dev, const float *grads_dev, float lr)
+{
+    cdl_optim_step_range(o, params_dev, grads_dev, 0, o->n, lr);
+    cdl_optim_advance(o);
+}
+
+void cdl_optim_advance(cdl_optim *o) { o->steps++; }
+long cdl_optim_steps(const cdl_optim *o) { return o->steps; }
+const cdl_optim_config *cdl_optim_get_config(const cdl_optim *o) { return &o->cfg; }
+int cdl_optim_nstate(const cdl_optim *o) { return o->nstate; }
+
+void cdl_optim_set_steps(cdl_optim *o, long steps)
+{
+    if (steps < 0) {
+        cdl_error("%s: invalid step count %ld: it must be >= 0", cdl_optim_kind_name(o->cfg.kind),
+                  steps);
+        return;
+    }
+    o->steps = steps;
+}
+
+float *cdl_optim_state(cdl_optim *o, int i)
+{
+    return i >= 0 && i < o->nstate ? o->state[i] : NULL;
+}
+
+const char *cdl_optim_state_name(const cdl_optim *o, int i)
+{
+    if (i < 0 || i >= o->nstate)
+        return NULL;
+    if (o->cfg.kind == CDL_OPTIM_SGD)
+        return "momentum_buffer";
+    return i == 0 ? "exp_avg" : "exp_avg_sq";
+}

@@ -1,0 +1,17 @@
+#!/bin/sh
+# cdlrun end to end: 1-4 ranks with the contract and the TCP store
+# bootstrap check every collective bitwise (tests/dist/dist_check.c).
+set -u
+builddir=${top_builddir:-.}
+cdlrun=$builddir/launcher/cdlrun
+check=$builddir/tests/dist/dist_check
+run() {
+    echo "+ $*"
+    timeout 120 "$@" || { echo "FAILED: $*"; exit 1; }
+}
+run "$cdlrun" -n 1 "$check" --expect-source contract --expect-backend single
+run "$cdlrun" -n 2 --label "$check" --expect-source contract --expect-backend shm --big
+run "$cdlrun" -n 3 --bind cores "$check" --expect-source contract --expect-backend shm
+run "$cdlrun" -n 4 --timeout 60 "$check" --expect-source contract --expect-world 4 \
+    --expect-backend shm --big
+echo "cdlrun checks passed"

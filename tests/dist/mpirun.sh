@@ -1,0 +1,36 @@
+#!/bin/sh
+# Multi-process checks under mpirun: PMIx discovery and bootstrap, the mpi
+# backend (bitwise equal to the fixed-order reference), and the hierarchical
+# backend over two emulated nodes (shm inside, MPI between the leaders).
+# Skips (exit 77) only when mpirun is missing.
+set -u
+builddir=${top_builddir:-.}
+check=$builddir/tests/dist/dist_check
+if ! command -v mpirun >/dev/null 2>&1; then
+    echo "SKIP: mpirun not found (install openmpi-bin)"
+    exit 77
+fi
+have() { grep -q "^#define $1 1" "$builddir/config.h"; }
+mpi_run() {
+    echo "+ mpirun -n $*"
+    timeout 120 mpirun --allow-run-as-root --oversubscribe -n "$@" || {
+        echo "FAILED: mpirun -n $*"
+        exit 1
+    }
+}
+# Two emulated nodes of two ranks: the contract names the nodes.
+two_nodes='r=$OMPI_COMM_WORLD_RANK; RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 NODE_RANK=$((r / 2)) CDL_NNODES=2 exec "$0" "$@"'
+
+if have HAVE_PMIX; then
+    mpi_run 2 "$check" --expect-source pmix --expect-world 2 --expect-backend shm --big
+    mpi_run 4 "$check" --expect-source pmix --expect-world 4 --expect-backend shm
+else
+    echo "note: built without PMIx: PMIx discovery not checked"
+fi
+if have HAVE_MPI; then
+    mpi_run 2 "$check" --backend mpi --expect-backend mpi --big
+    mpi_run 3 "$check" --backend mpi --expect-backend mpi
+    mpi_run 4 sh -c "$two_nodes" "$check" --expect-source contract --expect-nodes 2 \
+        --expect-backend hier:mpi
+fi
+echo "mpirun checks passed"

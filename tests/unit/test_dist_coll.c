@@ -1,0 +1,407 @@
+/* Collectives through the public API, one forked process per rank: shm on
+ * 1-4 ranks and the hierarchical backend over two emulated nodes (shm plus
+ * the TCP store between them). Results must equal a fixed-order reference
+ * bit for bit on every rank; dead and missing ranks must fail the others
+ * with their names, never hang. */
+#include "testutil.h"
+#include "dist_fork.h"
+
+#include <dirent.h>
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+typedef struct coll_case {
+    const char *backend;
+    int nodes;               /* emulated nodes (block layout), 1 = one node */
+    const size_t *sizes;
+    int nsizes;
+    const char *slab_kb;     /* CDL_SHM_SLAB_KB, NULL = default */
+    const char *expect_name; /* cdl_dist_backend_name, NULL = do not check */
+} coll_case;
+
+static const size_t big_sizes[] = {1, 1001, 62006, 1u << 20};
+static const size_t small_sizes[] = {1, 17, 1001, 5003};
+
+/* Emulated nodes: the contract of rank r in a block layout. */
+static void set_nodes(int rank, int world, int nodes)
+{
+    if (nodes <= 1)
+        return;
+    int per = world / nodes;
+    char v[16];
+    snprintf(v, sizeof v, "%d", rank / per);
+    setenv("NODE_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", rank % per);
+    setenv("LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", per);
+    setenv("LOCAL_WORLD_SIZE", v, 1);
+    snprintf(v, sizeof v, "%d", nodes);
+    setenv("CDL_NNODES", v, 1);
+}
+
+static cdl_dist *open_dist(const char *backend, double timeout)
+{
+    cdl_rank_info info;
+    if (cdl_rank_discover(&info))
+        return NULL;
+    return cdl_dist_init(&info, backend, NULL, timeout);
+}
+
+/* The fixed order: flat, x0 + x1 + ...; over nodes, each node's sum in
+ * local order, the node sums added in node order. */
+static float reference(int world, int nodes, size_t i, int average)
+{
+    int per = world / (nodes > 1 ? nodes : 1);
+    float total = 0;
+    for (int g = 0; g < (nodes > 1 ? nodes : 1); g++) {
+        float s = test_value(g * per, i);
+        for (int l = 1; l < per; l++)
+            s += test_value(g * per + l, i);
+        total = g == 0 ? s : total + s;
+    }
+    return average ? total / (float)world : total;
+}
+
+static int allreduce_rank(int rank, int world, void *arg)
+{
+    const coll_case *c = arg;
+    set_nodes(rank, world, c->nodes);
+    if (c->slab_kb)
+        setenv("CDL_SHM_SLAB_KB", c->slab_kb, 1);
+    cdl_dist *d = open_dist(c->backend, 30);
+    CHILD_CHECK(d, "%s", cdl_last_error());
+    if (c->expect_name)
+        CHILD_CHECK(!strcmp(cdl_dist_backend_name(d), c->expect_name), "backend %s, expected %s",
+                    cdl_dist_backend_name(d), c->expect_name);
+    size_t maxn = 0;
+    for (int k = 0; k < c->nsizes; k++)
+        maxn = c->sizes[k] > maxn ? c->sizes[k] : maxn;
+    float *buf = cdl_malloc(maxn * sizeof *buf);
+    CHILD_CHECK(buf, "no memory");
+    int bad = 0;
+    for (int k = 0; k < c->nsizes && !bad; k++)
+        for (int average = 0; average < 2 && !bad; average++) {
+            size_t n = c->sizes[k];
+            for (size_t i = 0; i < n; i++)
+                buf[i] = test_value(rank, i);
+            CHILD_CHECK(cdl_dist_allreduce(d, buf, n, average) == 0, "%s", cdl_last_error());
+            for (size_t i = 0; i < n && !bad; i++) {
+                float want = reference(world, c->nodes, i, average);
+                if (memcmp(&buf[i], &want, sizeof want)) {
+                    fprintf(stderr, "rank %d: n=%zu avg=%d: [%zu] = %.9g, want %.9g\n", rank, n,
+                            average, i, buf[i], want);
+                    bad = 1;
+                }
+            }
+        }
+    cdl_free(buf);
+    /* f64 metrics: sums of small integers are exact. */
+    double m[3] = {rank, 1, 0.5 * rank};
+    CHILD_CHECK(cdl_dist_allreduce_f64(d, m, 3) == 0, "%s", cdl_last_error());
+    double wsum = world * (world - 1) / 2.0;
+    CHILD_CHECK(m[0] == wsum && m[1] == world && m[2] == 0.5 * wsum, "f64 %g %g %g", m[0], m[1],
+                m[2]);
+    cdl_dist_finalize(d);
+    return bad;
+}
+
+static void run_case(const coll_case *c, int world)
+{
+    if (run_world(world, allreduce_rank, (void *)c, guard_s(60)))
+        fail_msg("%s allreduce on %d ranks failed", c->backend, world);
+}
+
+static void test_allreduce_shm(void **state)
+{
+    (void)state;
+    coll_case c = {"shm", 1, big_sizes, 4, NULL, NULL};
+    for (int world = 1; world <= 4; world++) {
+        c.expect_name = world == 1 ? "single" : "shm";
+        run_case(&c, world);
+    }
+}
+
+/* Buffers spanning many slabs, with ragged ends. */
+static void test_allreduce_shm_small_slabs(void **state)
+{
+    (void)state;
+    coll_case c = {"shm", 1, small_sizes, 4, "4", "shm"};
+    run_case(&c, 3);
+}
+
+static void test_allreduce_hier_two_nodes(void **state)
+{
+    (void)state;
+    coll_case c = {"auto", 2, small_sizes, 4, NULL, "hier:store"};
+    run_case(&c, 4);
+    coll_case one_per_node = {"hier:store", 2, small_sizes, 4, NULL, "hier:store"};
+    run_case(&one_per_node, 2);
+}
+
+static void test_auto_one_node_is_shm(void **state)
+{
+    (void)state;
+    coll_case c = {"auto", 1, small_sizes, 2, NULL, "shm"};
+    run_case(&c, 2);
+}
+
+/* Broadcast (odd sizes, several slabs), barrier, allgather. */
+static int others_rank(int rank, int world, void *arg)
+{
+    const coll_case *c = arg;
+    set_nodes(rank, world, c->nodes);
+    if (c->slab_kb)
+        setenv("CDL_SHM_SLAB_KB", c->slab_kb, 1);
+    cdl_dist *d = open_dist(c->backend, 30);
+    CHILD_CHECK(d, "%s", cdl_last_error());
+    const size_t sizes[] = {1, 10007, 3u << 20};
+    unsigned char *b = cdl_malloc(sizes[2]);
+    CHILD_CHECK(b, "no memory");
+    for (int k = 0; k < 3; k++) {
+        int root = (k + world - 1) % world;
+        for (size_t i = 0; i < sizes[k]; i++)
+            b[i] = rank == root ? (unsigned char)(i * 7 + k) : 0xee;
+        CHILD_CHECK(cdl_dist_broadcast(d, b, sizes[k], root) == 0, "%s", cdl_last_error());
+        for (size_t i = 0; i < sizes[k]; i++)
+            CHILD_CHECK(b[i] == (unsigned char)(i * 7 + k), "broadcast from %d: byte %zu", root, i);
+    }
+    cdl_free(b);
+    for (int k = 0; k < 5; k++)
+        CHILD_CHECK(cdl_dist_barrier(d) == 0, "%s", cdl_last_error());
+    char mine[13], all[64 * 13];
+    for (int i = 0; i < 13; i++)
+        mine[i] = (char)(rank * 13 + i);
+    CHILD_CHECK(cdl_dist_allgather(d, mine, all, 13) == 0, "%s", cdl_last_error());
+    for (int r = 0; r < world; r++)
+        for (int i = 0; i < 13; i++)
+            CHILD_CHECK(all[r * 13 + i] == (char)(r * 13 + i), "allgather: rank %d byte %d", r, i);
+    cdl_dist_finalize(d);
+    return 0;
+}
+
+static void test_broadcast_barrier_allgather(void **state)
+{
+    (void)state;
+    coll_case shm = {"shm", 1, NULL, 0, "64", NULL};
+    coll_case hier = {"hier", 2, NULL, 0, NULL, NULL};
+    for (int world = 1; world <= 4; world++)
+        if (run_world(world, others_rank, &shm, guard_s(60)))
+            fail_msg("shm collectives on %d ranks failed", world);
+    if (run_world(4, others_rank, &hier, guard_s(60)))
+        fail_msg("hier collectives on 4 ranks failed");
+}
+
+/* Ops back to back in a varying order: no op may overwrite what a slower
+ * member still reads of the previous one. */
+static int mixed_rank(int rank, int world, void *arg)
+{
+    (void)arg;
+    setenv("CDL_SHM_SLAB_KB", "64", 1);
+    cdl_dist *d = open_dist("shm", 30);
+    CHILD_CHECK(d, "%s", cdl_last_error());
+    enum { N = 40000 };
+    float *buf = cdl_malloc(N * sizeof *buf);
+    int all[64];
+    CHILD_CHECK(buf, "no memory");
+    for (int it = 0; it < 600; it++) {
+        size_t n = 1 + (size_t)(it * 7919) % N;
+        /* A fixed pseudo-random order: every op follows every other. */
+        uint64_t z = ((uint64_t)it + 1) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+        int op = (int)((z >> 40) & 3), root = (int)((z >> 50) % (uint64_t)world);
+        if (op == 0) {
+            for (size_t i = 0; i < n; i++)
+                buf[i] = test_value(rank, i + (size_t)it);
+            CHILD_CHECK(cdl_dist_allreduce(d, buf, n, 0) == 0, "%s", cdl_last_error());
+            for (size_t i = 0; i < n; i++) {
+                float want = test_value(0, i + (size_t)it);
+                for (int r = 1; r < world; r++)
+                    want += test_value(r, i + (size_t)it);
+                CHILD_CHECK(!memcmp(&want, &buf[i], sizeof want), "it %d allreduce [%zu]", it, i);
+            }
+        } else if (op == 1) {
+            for (size_t i = 0; i < n; i++)
+                buf[i] = rank == root ? (float)(i + (size_t)it) : -1;
+            CHILD_CHECK(cdl_dist_broadcast(d, buf, n * sizeof *buf, root) == 0, "%s",
+                        cdl_last_error());
+            for (size_t i = 0; i < n; i++)
+                CHILD_CHECK(buf[i] == (float)(i + (size_t)it), "it %d broadcast [%zu]", it, i);
+        } else if (op == 2) {
+            int mine = it * 100 + rank;
+            CHILD_CHECK(cdl_dist_allgather(d, &mine, all, sizeof mine) == 0, "%s",
+                        cdl_last_error());
+            for (int r = 0; r < world; r++)
+                CHILD_CHECK(all[r] == it * 100 + r, "it %d allgather [%d]", it, r);
+        } else {
+            CHILD_CHECK(cdl_dist_barrier(d) == 0, "%s", cdl_last_error());
+        }
+    }
+    cdl_free(buf);
+    cdl_dist_finalize(d);
+    return 0;
+}
+
+static void test_mixed_sequence(void **state)
+{
+    (void)state;
+    for (int world = 2; world <= 4; world++)
+        if (run_world(world, mixed_rank, NULL, guard_s(60)))
+            fail_msg("mixed sequence on %d ranks failed", world);
+}
+
+/* The segment is unlinked once everyone attached: nothing is left behind
+ * in /dev/shm even if the job is killed. */
+static int unlinked_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    cdl_dist *d = open_dist("shm", 30);
+    CHILD_CHECK(d, "%s", cdl_last_error());
+    /* Rank 0 unlinks before it reaches the barrier. */
+    CHILD_CHECK(cdl_dist_barrier(d) == 0, "%s", cdl_last_error());
+    const char *job = getenv("CDL_JOB_ID");
+    DIR *dir = opendir("/dev/shm");
+    CHILD_CHECK(dir, "no /dev/shm");
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(dir)))
+        found += strstr(e->d_name, job) != NULL;
+    closedir(dir);
+    CHILD_CHECK(found == 0, "rank %d sees %d segment(s) of job %s", rank, found, job);
+    cdl_dist_finalize(d);
+    return 0;
+}
+
+static void test_segment_unlinked(void **state)
+{
+    (void)state;
+    if (run_world(3, unlinked_rank, NULL, guard_s(30)))
+        fail_msg("a segment was left in /dev/shm");
+}
+
+/* kill -9 of one rank: the others fail naming it, within 10 s. */
+static int killed_rank(int rank, int world, void *arg)
+{
+    const coll_case *c = arg;
+    set_nodes(rank, world, c->nodes);
+    cdl_dist *d = open_dist(c->backend, 300);
+    CHILD_CHECK(d, "%s", cdl_last_error());
+    if (rank == world - 1)
+        raise(SIGKILL);
+    float x[1000] = {0};
+    int rc = 0;
+    for (int step = 0; step < 1000 && rc == 0; step++)
+        rc = cdl_dist_allreduce(d, x, 1000, 1);
+    CHILD_CHECK(rc == -1, "allreduce went on without rank %d", world - 1);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", world - 1);
+    CHILD_CHECK(strstr(cdl_last_error(), want), "error '%s' does not name %s", cdl_last_error(),
+                want);
+    fprintf(stderr, "(expected) %s\n", cdl_last_error());
+    cdl_dist_finalize(d);
+    return 0;
+}
+
+static void check_killed(const coll_case *c, int world)
+{
+    int start[8], status[8];
+    for (int i = 0; i < world; i++)
+        start[i] = i;
+    run_opts o = {guard_s(10), 0, 0};
+    assert_int_equal(run_ranks(world, start, world, killed_rank, (void *)c, &o, status), 0);
+    for (int i = 0; i < world - 1; i++)
+        assert_true(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0);
+    assert_true(WIFSIGNALED(status[world - 1]) && WTERMSIG(status[world - 1]) == SIGKILL);
+}
+
+static void test_killed_rank_shm(void **state)
+{
+    (void)state;
+    coll_case c = {"shm", 1, NULL, 0, NULL, NULL};
+    check_killed(&c, 3);
+}
+
+static void test_killed_rank_hier(void **state)
+{
+    (void)state;
+    coll_case c = {"hier:store", 2, NULL, 0, NULL, NULL};
+    check_killed(&c, 4);
+}
+
+/* A rank that never starts: init times out naming it. */
+static int lonely_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    cdl_dist *d = open_dist("shm", 1);
+    CHILD_CHECK(!d, "rank %d: init succeeded without rank 2", rank);
+    CHILD_CHECK(strstr(cdl_last_error(), "rank 2") && strstr(cdl_last_error(), "did not arrive"),
+                "error '%s' does not name rank 2", cdl_last_error());
+    fprintf(stderr, "(expected) %s\n", cdl_last_error());
+    return 0;
+}
+
+static void test_missing_rank_times_out(void **state)
+{
+    (void)state;
+    int start[2] = {0, 1}, status[2];
+    run_opts o = {guard_s(30), 0, 0};
+    assert_int_equal(run_ranks(3, start, 2, lonely_rank, NULL, &o, status), 0);
+    for (int i = 0; i < 2; i++)
+        assert_true(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0);
+}
+
+/* Two ranks claiming one local rank: init names both. */
+static int duplicate_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    setenv("LOCAL_RANK", "0", 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    setenv("CDL_NNODES", "1", 1);
+    cdl_dist *d = open_dist("shm", 10);
+    CHILD_CHECK(!d, "rank %d: init accepted two LOCAL_RANK=0", rank);
+    CHILD_CHECK(strstr(cdl_last_error(), "ranks 0 and 1 both have LOCAL_RANK=0"), "error '%s'",
+                cdl_last_error());
+    return 0;
+}
+
+static void test_duplicate_local_rank(void **state)
+{
+    (void)state;
+    if (run_world(2, duplicate_rank, NULL, guard_s(30)))
+        fail_msg("duplicate LOCAL_RANK not reported");
+}
+
+static void test_unknown_backend(void **state)
+{
+    (void)state;
+    cdl_rank_info info = {.rank = 0, .world = 2, .local_world = 2, .nnodes = 1,
+                          .replicas_per_gpu = 1, .source = "contract"};
+    assert_null(cdl_dist_init(&info, "carrier-pigeon", NULL, 1));
+    assert_non_null(strstr(cdl_last_error(), "'carrier-pigeon'"));
+    info.nnodes = 2;
+    assert_null(cdl_dist_init(&info, "shm", NULL, 1));
+    assert_non_null(strstr(cdl_last_error(), "one node"));
+}
+
+int main(void)
+{
+    clear_launcher_env();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_allreduce_shm),
+        cmocka_unit_test(test_allreduce_shm_small_slabs),
+        cmocka_unit_test(test_auto_one_node_is_shm),
+        cmocka_unit_test(test_allreduce_hier_two_nodes),
+        cmocka_unit_test(test_broadcast_barrier_allgather),
+        cmocka_unit_test(test_mixed_sequence),
+        cmocka_unit_test(test_segment_unlinked),
+        cmocka_unit_test(test_killed_rank_shm),
+        cmocka_unit_test(test_killed_rank_hier),
+        cmocka_unit_test(test_missing_rank_times_out),
+        cmocka_unit_test(test_duplicate_local_rank),
+        cmocka_unit_test(test_unknown_backend),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

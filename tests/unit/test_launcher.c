@@ -1,0 +1,358 @@
+/* cdlrun: the contract it exports, labelled output, the failing rank's
+ * message and exit code, signal forwarding, stopping the other ranks, and
+ * the exit-code conventions. Each case runs the built launcher/cdlrun on
+ * small sh scripts, with a hang guard. */
+#include "testutil.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+struct result {
+    char out[65536], err[65536];
+    size_t nout, nerr;
+    int status;         /* wait status, -1 when the guard killed it */
+};
+
+typedef struct result result;
+
+typedef struct launch {
+    const char *const *argv;   /* cdlrun's arguments after the program name */
+    double guard_s;
+    const char *ready;         /* once stdout holds `nready` of these: */
+    int nready, sig;           /* send sig to cdlrun, */
+    void (*on_ready)(const result *r);   /* or call this */
+} launch;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+static void run_cdlrun(const launch *l, result *res)
+{
+    char path[4096];
+    const char *top = getenv("top_builddir");
+    snprintf(path, sizeof path, "%s/launcher/cdlrun", top && *top ? top : ".");
+    const char *argv[32] = {path};
+    int argc = 1;
+    for (int i = 0; l->argv[i]; i++)
+        argv[argc++] = l->argv[i];
+    argv[argc] = NULL;
+    int out[2], err[2];
+    assert_int_equal(pipe(out), 0);
+    assert_int_equal(pipe(err), 0);
+    sigset_t chld, old;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, &old);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        close(out[0]);
+        close(err[0]);
+        execv(path, (char *const *)argv);
+        _exit(126);
+    }
+    close(out[1]);
+    close(err[1]);
+    memset(res, 0, sizeof *res);
+    double deadline = now_s() + l->guard_s;
+    int open = 2, signalled = 0;
+    while (open > 0) {
+        struct pollfd p[2] = {{.fd = out[0], .events = POLLIN}, {.fd = err[0], .events = POLLIN}};
+        double left = deadline - now_s();
+        if (left <= 0)
+            break;
+        poll(p, 2, (int)(left * 1000) + 1);
+        for (int k = 0; k < 2; k++) {
+            if (p[k].fd < 0 || !(p[k].revents & (POLLIN | POLLHUP)))
+                continue;
+            char *buf = k ? res->err : res->out;
+            size_t *n = k ? &res->nerr : &res->nout;
+            ssize_t got = read(p[k].fd, buf + *n, sizeof res->out - 1 - *n);
+            if (got <= 0) {
+                close(k ? err[0] : out[0]);
+                if (k)
+                    err[0] = -1;
+                else
+                    out[0] = -1;
+                open--;
+                continue;
+            }
+            *n += (size_t)got;
+            buf[*n] = '\0';
+        }
+        if (l->ready && !signalled && count(res->out, l->ready) >= l->nready) {
+            if (l->on_ready)
+                l->on_ready(res);
+            else
+                kill(pid, l->sig);
+            signalled = 1;
+        }
+    }
+    if (out[0] >= 0)
+        close(out[0]);
+    if (err[0] >= 0)
+        close(err[0]);
+    /* Wait for the exit within what is left of the guard. */
+    res->status = -1;
+    for (;;) {
+        if (waitpid(pid, &res->status, WNOHANG) == pid)
+            break;
+        res->status = -1;
+        double left = deadline - now_s();
+        if (left <= 0)
+            break;
+        struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        sigtimedwait(&chld, NULL, &ts);
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    if (res->status == -1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fail_msg("cdlrun did not finish within %.0f s; stderr: %s", l->guard_s, res->err);
+    }
+}
+
+static int exit_code(const result *r)
+{
+    return WIFEXITED(r->status) ? WEXITSTATUS(r->status) : 128 + WTERMSIG(r->status);
+}
+
+#define EXPECT_IN(hay, needle) \
+    do { if (!strstr(hay, needle)) fail_msg("'%s' not in:\n%s", needle, hay); } while (0)
+
+static void test_contract_and_labels(void **state)
+{
+    (void)state;
+    unsetenv("OMP_NUM_THREADS");
+    const char *argv[] = {"-n", "3", "--label", "sh", "-c",
+                          "echo \"r=$RANK w=$WORLD_SIZE lr=$LOCAL_RANK lw=$LOCAL_WORLD_SIZE "
+                          "g=$GROUP_RANK n=$NODE_RANK nn=$CDL_NNODES a=$MASTER_ADDR "
+                          "l=$CDL_LAUNCHER omp=$OMP_NUM_THREADS\"; "
+                          "echo \"p=$MASTER_PORT t=$CDL_STORE_TOKEN j=$CDL_JOB_ID\"; "
+                          "echo \"e$RANK\" >&2",
+                          NULL};
+    launch l = {argv, 20, NULL, 0, 0, NULL};
+    result *r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l, r);
+    assert_int_equal(exit_code(r), 0);
+    for (int k = 0; k < 3; k++) {
+        char want[256];
+        snprintf(want, sizeof want, "[%d] r=%d w=3 lr=%d lw=3 g=0 n=0 nn=1 a=127.0.0.1 l=cdlrun omp=",
+                 k, k, k);
+        EXPECT_IN(r->out, want);
+        snprintf(want, sizeof want, "[%d] e%d\n", k, k);
+        EXPECT_IN(r->err, want);
+    }
+    /* Every rank sees the same port, token and job id; the token is set. */
+    char first[512] = "";
+    for (char *p = r->out; (p = strstr(p, "] p=")); p++) {
+        char line[512];
+        sscanf(p + 2, "%511[^\n]", line);
+        assert_null(strstr(line, "t= "));
+        if (!first[0])
+            snprintf(first, sizeof first, "%s", line);
+        assert_string_equal(line, first);
+    }
+    assert_true(first[0]);
+    cdl_free(r);
+}
+
+static void test_omp_threads_kept(void **state)
+{
+    (void)state;
+    setenv("OMP_NUM_THREADS", "7", 1);
+    const char *argv[] = {"-n", "2", "sh", "-c", "echo omp=$OMP_NUM_THREADS", NULL};
+    launch l = {argv, 20, NULL, 0, 0, NULL};
+    result *r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l, r);
+    unsetenv("OMP_NUM_THREADS");
+    assert_int_equal(exit_code(r), 0);
+    assert_int_equal(count(r->out, "omp=7\n"), 2);
+    cdl_free(r);
+}
+
+static void test_failing_rank_named(void **state)
+{
+    (void)state;
+    const char *argv[] = {"-n", "3", "sh", "-c",
+                          "if [ $RANK = 1 ]; then exit 3; fi; exec sleep 1000", NULL};
+    launch l = {argv, 10, NULL, 0, 0, NULL};
+    result *r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l, r);
+    assert_int_equal(exit_code(r), 3);
+    EXPECT_IN(r->err, "rank 1 exited with code 3");
+    cdl_free(r);
+}
+
+static void test_killed_rank_named(void **state)
+{
+    (void)state;
+    const char *argv[] = {"-n", "3", "sh", "-c",
+                          "if [ $RANK = 2 ]; then kill -9 $$; fi; exec sleep 1000", NULL};
+    launch l = {argv, 10, NULL, 0, 0, NULL};
+    result *r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l, r);
+    assert_int_equal(exit_code(r), 128 + 9);
+    EXPECT_IN(r->err, "rank 2 was killed by signal 9");
+    cdl_free(r);
+}
+
+/* kill -9 of rank 0 once every rank is ready (their pid after "ready"). */
+static void kill_rank0(const result *r)
+{
+    const char *p = strstr(r->out, "[0] ready ");
+    assert_non_null(p);
+    kill((pid_t)atoi(p + 10), SIGKILL);
+}
+
+/* Ranks that ignore SIGTERM are killed: cdlrun finishes within the guard
+ * (SIGTERM, then SIGKILL after 3 s). */
+static void test_stops_stubborn_ranks(void **state)
+{
+    (void)state;
+    const char *argv[] = {"-n", "3", "--label", "sh", "-c",
+                          "trap '' TERM; echo ready $$; while :; do sleep 1; done", NULL};
+    launch l = {argv, 8, "ready", 3, 0, kill_rank0};
+    result *r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l, r);
+    assert_int_equal(exit_code(r), 128 + 9);
+    EXPECT_IN(r->err, "rank 0 was killed by signal 9 (Killed); stopping the other 2 ranks");
+    cdl_free(r);
+}
+
+/* SIGUSR1 reaches every rank; all exit 75, and so does cdlrun. */
+static void test_forwards_usr1_requeue(void **state)
+{
+    (void)state;
+    const char *argv[] = {"-n", "3", "--label", "sh", "-c",
+                          "trap 'echo got-usr1; exit 75' USR1; echo ready; "
+                          "while :; do sleep 0.05; done",
+                          NULL};
+    launch l = {argv, 20, "ready", 3, SIGUSR1, NULL};
+    result *r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l, r);
+    assert_int_equal(exit_code(r), 75);
+    assert_int_equal(count(r->out, "got-usr1"), 3);
+    cdl_free(r);
+}
+
+/* SIGTERM is forwarded too; ranks without a handler die of it. */
+static void test_forwards_term(void **state)
+{
+    (void)state;
+    const char *argv[] = {"-n", "2", "sh", "-c", "echo ready; exec sleep 1000", NULL};
+    launch l = {argv, 20, "ready", 2, SIGTERM, NULL};
+    result *r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l, r);
+    assert_int_equal(exit_code(r), 128 + SIGTERM);
+    EXPECT_IN(r->err, "was killed by signal 15");
+    cdl_free(r);
+}
+
+static void test_mixed_requeue_and_success(void **state)
+{
+    (void)state;
+    const char *argv[] = {"-n", "2", "sh", "-c", "exit $((RANK * 75))", NULL};
+    launch l = {argv, 20, NULL, 0, 0, NULL};
+    result *r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l, r);
+    assert_int_equal(exit_code(r), 75);
+    EXPECT_IN(r->err, "1 of 2 ranks asked to be requeued");
+    cdl_free(r);
+}
+
+static void test_cannot_exec(void **state)
+{
+    (void)state;
+    const char *argv[] = {"-n", "2", "/nonexistent/program", NULL};
+    launch l = {argv, 20, NULL, 0, 0, NULL};
+    result *r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l, r);
+    assert_int_equal(exit_code(r), 127);
+    EXPECT_IN(r->err, "cannot run /nonexistent/program");
+    cdl_free(r);
+}
+
+static void test_usage_errors(void **state)
+{
+    (void)state;
+    const char *no_n[] = {"true", NULL};
+    const char *zero[] = {"-n", "0", "true", NULL};
+    const char *bind[] = {"-n", "2", "--bind", "sockets", "true", NULL};
+    const char *noprog[] = {"-n", "2", NULL};
+    const char *const *cases[] = {no_n, zero, bind, noprog};
+    const char *msgs[] = {"-n N is required", "-n '0'", "--bind 'sockets'", "no PROGRAM"};
+    for (int k = 0; k < 4; k++) {
+        launch l = {cases[k], 20, NULL, 0, 0, NULL};
+        result *r = cdl_calloc(1, sizeof *r);
+        run_cdlrun(&l, r);
+        assert_int_equal(exit_code(r), 2);
+        EXPECT_IN(r->err, msgs[k]);
+        cdl_free(r);
+    }
+}
+
+/* --bind cores: each rank gets its own CPUs (disjoint sets). */
+static void test_bind_cores(void **state)
+{
+    (void)state;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus < 2)
+        skip();
+    const char *argv[] = {"-n", "2", "--label", "--bind", "cores", "sh", "-c",
+                          "grep Cpus_allowed_list /proc/self/status", NULL};
+    launch l = {argv, 20, NULL, 0, 0, NULL};
+    result *r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l, r);
+    assert_int_equal(exit_code(r), 0);
+    char a[64] = "", b[64] = "";
+    char *p0 = strstr(r->out, "[0] Cpus_allowed_list:"), *p1 = strstr(r->out, "[1] Cpus_allowed_list:");
+    assert_non_null(p0);
+    assert_non_null(p1);
+    sscanf(p0 + 22, " %63s", a);
+    sscanf(p1 + 22, " %63s", b);
+    assert_string_not_equal(a, b);
+    cdl_free(r);
+}
+
+int main(void)
+{
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_contract_and_labels),
+        cmocka_unit_test(test_omp_threads_kept),
+        cmocka_unit_test(test_failing_rank_named),
+        cmocka_unit_test(test_killed_rank_named),
+        cmocka_unit_test(test_stops_stubborn_ranks),
+        cmocka_unit_test(test_forwards_usr1_requeue),
+        cmocka_unit_test(test_forwards_term),
+        cmocka_unit_test(test_mixed_requeue_and_success),
+        cmocka_unit_test(test_cannot_exec),
+        cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_bind_cores),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,612 @@
+/* The model graph: parameter views, initialisation, gradients against
+ * central finite differences of a float64 forward built from the reference
+ * ops (tests/unit/ref_ops.h), the grad-ready callback, determinism, and no
+ * allocation inside a training step. */
+#include "model_testutil.h"
+
+#include "model/model_internal.h"
+#include "ref_ops.h"
+
+static cdl_backend *be;
+
+static int setup(void **state)
+{
+    (void)state;
+    be = cdl_backend_cpu_create(2);
+    return be ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    cdl_backend_destroy(be);
+    return 0;
+}
+
+static cdl_model *lenet(cdl_shape in, int max_batch)
+{
+    cdl_model_spec spec;
+    assert_int_equal(cdl_spec_builtin("lenet", in, 10, &spec), 0);
+    cdl_model *m = cdl_model_create(&spec, in, max_batch, be);
+    assert_non_null(m);
+    return m;
+}
+
+static cdl_model *from_text(const char *text, cdl_shape in, int max_batch)
+{
+    cdl_model_spec spec;
+    assert_int_equal(cdl_spec_parse(text, "test.spec", &spec), 0);
+    cdl_model *m = cdl_model_create(&spec, in, max_batch, be);
+    if (!m)
+        fail_msg("%s", cdl_last_error());
+    return m;
+}
+
+/* n samples of standard-normal-ish inputs from a fixed seed. */
+static float *random_input(cdl_shape in, int n, uint64_t seed)
+{
+    size_t count = (size_t)n * in.c * in.h * in.w;
+    float *x = malloc(count * sizeof *x);
+    uint64_t s = seed;
+    for (size_t i = 0; i < count; i++) {
+        double u = 0;
+        for (int k = 0; k < 4; k++) {   /* Irwin-Hall: mean 2, var 1/3 */
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            u += (double)(s >> 11) / 9007199254740992.0;
+        }
+        x[i] = (float)((u - 2.0) * 1.7320508);
+    }
+    return x;
+}
+
+static void random_labels(int32_t *labels, int n, int classes)
+{
+    for (int i = 0; i < n; i++)
+        labels[i] = (i * 7 + 3) % classes;
+}
+
+static void test_views(void **state)
+{
+    (void)state;
+    cdl_model *m = lenet((cdl_shape){1, 28, 28}, 4);
+    static const struct {
+        const char *name;
+        int ndim;
+        int64_t shape[4];
+        int fan_in;
+    } want[] = {
+        {"conv1.weight", 4, {6, 1, 5, 5}, 25},   {"conv1.bias", 1, {6}, 25},
+        {"conv2.weight", 4, {16, 6, 5, 5}, 150}, {"conv2.bias", 1, {16}, 150},
+        {"fc1.weight", 2, {120, 400}, 400},      {"fc1.bias", 1, {120}, 400},
+        {"fc2.weight", 2, {84, 120}, 120},       {"fc2.bias", 1, {84}, 120},
+        {"fc3.weight", 2, {10, 84}, 84},         {"fc3.bias", 1, {10}, 84},
+    };
+    assert_int_equal(cdl_model_nviews(m), 10);
+    size_t offset = 0;
+    for (int v = 0; v < 10; v++) {
+        const cdl_param_view *pv = cdl_model_view(m, v);
+        assert_string_equal(pv->name, want[v].name);
+        assert_int_equal(pv->ndim, want[v].ndim);
+        size_t numel = 1;
+        for (int d = 0; d < pv->ndim; d++) {
+            assert_int_equal(pv->shape[d], want[v].shape[d]);
+            numel *= (size_t)pv->shape[d];
+        }
+        assert_int_equal(pv->numel, numel);
+        assert_int_equal(pv->offset, offset);   /* forward order, no gaps */
+        assert_int_equal(pv->fan_in, want[v].fan_in);
+        assert_int_equal(pv->is_bias, v % 2);
+        offset += numel;
+    }
+    assert_int_equal(cdl_model_nparams(m), offset);
+    assert_int_equal(offset, 61706);
+    assert_null(cdl_model_view(m, 10));
+    assert_null(cdl_model_view(m, -1));
+    assert_ptr_equal(cdl_model_find(m, "fc2.weight"), cdl_model_view(m, 6));
+    assert_null(cdl_model_find(m, "fc4.weight"));
+    assert_int_equal(cdl_model_outputs(m), 10);
+    assert_int_equal(cdl_model_max_batch(m), 4);
+    assert_int_equal(cdl_model_input(m).h, 28);
+    assert_ptr_equal(cdl_model_backend(m), be);
+    assert_string_equal(cdl_model_get_spec(m)->source, "lenet");
+    cdl_model_free(m);
+
+    /* Layers without bias have one view. */
+    m = from_text("conv2d 3 kernel=3 bias=false\nflatten\nlinear 2 bias=false name=out\n",
+                  (cdl_shape){2, 4, 4}, 1);
+    assert_int_equal(cdl_model_nviews(m), 2);
+    assert_string_equal(cdl_model_view(m, 1)->name, "out.weight");
+    assert_int_equal(cdl_model_nparams(m), 3 * 2 * 9 + 2 * 12);
+    cdl_model_free(m);
+}
+
+static void test_init(void **state)
+{
+    (void)state;
+    cdl_model *a = lenet((cdl_shape){1, 28, 28}, 1), *b = lenet((cdl_shape){1, 28, 28}, 1);
+    size_t np = cdl_model_nparams(a);
+    cdl_model_init(a, 42);
+    cdl_model_init(b, 42);
+    float *pa = host_copy(be, cdl_model_params(a), np), *pb = host_copy(be, cdl_model_params(b), np);
+    assert_memory_equal(pa, pb, np * sizeof *pa);
+    cdl_model_init(b, 43);
+    free(pb);
+    pb = host_copy(be, cdl_model_params(b), np);
+    size_t same = 0;
+    for (size_t i = 0; i < np; i++)
+        same += pa[i] == pb[i];
+    assert_true(same < np / 1000);
+
+    /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases alike. */
+    for (int v = 0; v < cdl_model_nviews(a); v++) {
+        const cdl_param_view *pv = cdl_model_view(a, v);
+        double bound = 1.0 / sqrt((double)pv->fan_in), sum = 0, sumsq = 0, maxabs = 0;
+        for (size_t i = 0; i < pv->numel; i++) {
+            double x = pa[pv->offset + i];
+            sum += x;
+            sumsq += x * x;
+            maxabs = fabs(x) > maxabs ? fabs(x) : maxabs;
+        }
+        assert_true(maxabs <= bound);
+        if (pv->numel < 1000)
+            continue;
+        /* Uniform: mean 0, variance b^2/3; 5 sigma bands (fixed seed). */
+        double nn = (double)pv->numel, mean = sum / nn, var = sumsq / nn - mean * mean;
+        assert_true(fabs(mean) < 5 * bound / sqrt(3 * nn));
+        assert_true(fabs(var / (bound * bound / 3) - 1) < 5 * sqrt(0.8 / nn));
+        assert_true(maxabs > 0.99 * bound);
+    }
+    free(pa);
+    free(pb);
+    cdl_model_free(a);
+    cdl_model_free(b);
+
+    /* Each view has its own stream: a layer added at the end leaves the
+     * others' initial values alone. */
+    a = from_text("flatten\nlinear 5\nlinear 3\n", (cdl_shape){1, 2, 2}, 1);
+    b = from_text("flatten\nlinear 5\nlinear 3\nlinear 2\n", (cdl_shape){1, 2, 2}, 1);
+    cdl_model_init(a, 7);
+    cdl_model_init(b, 7);
+    pa = host_copy(be, cdl_model_params(a), cdl_model_nparams(a));
+    pb = host_copy(be, cdl_model_params(b), cdl_model_nparams(b));
+    assert_memory_equal(pa, pb, cdl_model_nparams(a) * sizeof *pa);
+    free(pa);
+    free(pb);
+    cdl_model_free(a);
+    cdl_model_free(b);
+}
+
+/* ------------------------------------------------ float64 reference model */
+
+/* Every layer kind, with strides, padding, layers without bias and a
+ * dropout layer; small enough to difference every parameter. */
+static const char fd_spec[] =
+    "conv2d 3 kernel=3 padding=1\n"            /* 2x7x7 -> 3x7x7 */
+    "relu\n"
+    "maxpool2d 3 stride=2 padding=1\n"         /* 3x4x4 */
+    "conv2d 4 kernel=2 stride=2 bias=false\n"  /* 4x2x2 */
+    "avgpool2d 2 stride=1 padding=1\n"         /* 4x3x3 */
+    "relu\n"
+    "flatten\n"                                /* 36 */
+    "dropout 0.3\n"
+    "linear 8\n"
+    "relu\n"
+    "linear 3\n";
+
+/* Mean cross-entropy of the model's spec evaluated in float64 with the
+ * reference ops, at parameters p (laid out like the model's views). */
+static double ref_loss(const cdl_model *m, const double *p, const double *x, int n,
+                       const int32_t *labels, int train, uint64_t seed)
+{
+    const cdl_model_spec *spec = cdl_model_get_spec(m);
+    cdl_shape sh[CDL_MAX_LAYERS + 1];
+    assert_int_equal(cdl_spec_infer(spec, cdl_model_input(m), sh), 0);
+    size_t maxn = 0;
+    for (int i = 0; i <= spec->nlayers; i++) {
+        size_t c = (size_t)n * sh[i].c * sh[i].h * sh[i].w;
+        maxn = c > maxn ? c : maxn;
+    }
+    double *cur = malloc(maxn * sizeof *cur), *next = malloc(maxn * sizeof *next);
+    int32_t *argmax = malloc(maxn * sizeof *argmax);
+    uint8_t *mask = malloc(maxn);
+    memcpy(cur, x, (size_t)n * sh[0].c * sh[0].h * sh[0].w * sizeof *cur);
+    int view = 0;
+    for (int i = 0; i < spec->nlayers; i++) {
+        const cdl_layer_spec *l = &spec->layers[i];
+        cdl_shape a = sh[i];
+        size_t count = (size_t)n * a.c * a.h * a.w;
+        const double *w = NULL, *b = NULL;
+        if (l->kind == CDL_LAYER_CONV2D || l->kind == CDL_LAYER_LINEAR) {
+            w = p + cdl_model_view(m, view++)->offset;
+            b = l->bias ? p + cdl_model_view(m, view++)->offset : NULL;
+        }
+        int stride = l->stride ? l->stride : l->kernel;
+        cdl_conv2d_desc cd;
+        cdl_pool2d_desc pd;
+        switch (l->kind) {
+        case CDL_LAYER_CONV2D:
+            cd = ref_conv_desc(n, a.c, a.h, a.w, l->out, l->kernel, l->kernel, l->stride, l->pad);
+            ref_conv2d_fwd(&cd, cur, w, b, next);
+            break;
+        case CDL_LAYER_LINEAR:
+            ref_linear_fwd(n, a.c, l->out, cur, w, b, next);
+            break;
+        case CDL_LAYER_MAXPOOL2D:
+            pd = ref_pool_desc(n, a.c, a.h, a.w, l->kernel, stride, l->pad);
+            ref_maxpool_fwd(&pd, cur, next, argmax);
+            break;
+        case CDL_LAYER_AVGPOOL2D:
+            pd = ref_pool_desc(n, a.c, a.h, a.w, l->kernel, stride, l->pad);
+            ref_avgpool_fwd(&pd, cur, next);
+            break;
+        case CDL_LAYER_RELU:
+            ref_relu_fwd(count, cur, next);
+            break;
+        case CDL_LAYER_DROPOUT:
+            if (train)
+                ref_dropout_fwd(count, (double)l->p, model_dropout_seed(seed, i), cur, next, mask);
+            else
+                memcpy(next, cur, count * sizeof *cur);
+            break;
+        case CDL_LAYER_FLATTEN:
+            memcpy(next, cur, count * sizeof *cur);
+            break;
+        }
+        double *t = cur;
+        cur = next;
+        next = t;
+    }
+    int classes = sh[spec->nlayers].c;
+    double *loss = malloc((size_t)n * sizeof *loss), total = 0;
+    ref_xent(n, classes, cur, labels, 1.0, next, loss, argmax);
+    for (int i = 0; i < n; i++)
+        total += loss[i];
+    free(loss);
+    free(cur);
+    free(next);
+    free(argmax);
+    free(mask);
+    return total / n;
+}
+
+/* The float model's gradient of the mean loss against central differences
+ * of the float64 reference at the same (float) parameters and input. */
+static void check_fd(int train)
+{
+    const int n = 4, classes = 3;
+    cdl_shape in = {2, 7, 7};
+    const uint64_t seed = 99;
+    cdl_model *m = from_text(fd_spec, in, n);
+    cdl_model_init(m, 5);
+    size_t np = cdl_model_nparams(m);
+    float *xh = random_input(in, n, 17);
+    float *x = dev_upload(be, xh, (size_t)n * 98 * sizeof(float));
+    int32_t labels[4];
+    random_labels(labels, n, classes);
+    loss_bufs lb;
+    loss_bufs_init(&lb, be, n, classes, labels);
+
+    const float *logits = cdl_model_forward(m, x, n, train, seed);
+    double loss = loss_bufs_run(&lb, logits);
+    cdl_model_backward(m, lb.dlogits, NULL, NULL);
+    float *g = host_copy(be, cdl_model_grads(m), np), *pf = host_copy(be, cdl_model_params(m), np);
+
+    double *p = malloc(np * sizeof *p), *xd = malloc((size_t)n * 98 * sizeof *xd);
+    for (size_t i = 0; i < np; i++)
+        p[i] = pf[i];
+    for (int i = 0; i < n * 98; i++)
+        xd[i] = xh[i];
+    double ref = ref_loss(m, p, xd, n, labels, train, seed);
+    assert_true(fabs(loss - ref) < 1e-5 * fabs(ref));
+
+    /* h = 1e-6: truncation ~1e-12, rounding ~1e-10; no ReLU or max-pool
+     * decision is this close to its kink for this input. */
+    const double h = 1e-6;
+    for (int v = 0; v < cdl_model_nviews(m); v++) {
+        const cdl_param_view *pv = cdl_model_view(m, v);
+        double maxdiff = 0, maxref = 0;
+        for (size_t i = pv->offset; i < pv->offset + pv->numel; i++) {
+            double keep = p[i];
+            p[i] = keep + h;
+            double up = ref_loss(m, p, xd, n, labels, train, seed);
+            p[i] = keep - h;
+            double down = ref_loss(m, p, xd, n, labels, train, seed);
+            p[i] = keep;
+            double fd = (up - down) / (2 * h);
+            maxdiff = fmax(maxdiff, fabs(fd - g[i]));
+            maxref = fmax(maxref, fabs(fd));
+        }
+        assert_true(maxref > 0);
+        if (maxdiff / maxref > 1e-4)
+            fail_msg("%s (train %d): gradient vs finite differences: normalised error %.3g",
+                     pv->name, train, maxdiff / maxref);
+    }
+    free(p);
+    free(xd);
+    free(g);
+    free(pf);
+    free(xh);
+    loss_bufs_free(&lb);
+    be->ops->free(be, x);
+    cdl_model_free(m);
+}
+
+static void test_finite_differences_train(void **state)
+{
+    (void)state;
+    check_fd(1);
+}
+
+static void test_finite_differences_eval(void **state)
+{
+    (void)state;
+    check_fd(0);
+}
+
+/* ------------------------------------------------------------ callbacks */
+
+typedef struct ranges {
+    int count;
+    size_t offset[16], len[16];
+    cdl_model *m;
+    float *snapshot;   /* grads as they were when reported */
+} ranges;
+
+static void record_range(void *ctx, size_t offset, size_t count)
+{
+    ranges *r = ctx;
+    assert_true(r->count < 16);
+    r->offset[r->count] = offset;
+    r->len[r->count] = count;
+    r->count++;
+    be->ops->to_host(be, r->snapshot + offset, cdl_model_grads(r->m) + offset, count * sizeof(float));
+}
+
+static void test_grad_ready_ranges(void **state)
+{
+    (void)state;
+    /* Starts with a layer without parameters, has a layer without bias. */
+    static const char *specs[] = {
+        "relu\nconv2d 3 kernel=3\nmaxpool2d 2\nflatten\nlinear 4 bias=false\nrelu\nlinear 2\n",
+        "conv2d 3 kernel=3\nrelu\nflatten\nlinear 2\n",
+    };
+    cdl_shape in = {1, 6, 6};
+    for (int s = 0; s < 2; s++) {
+        cdl_model *m = from_text(specs[s], in, 3);
+        cdl_model_init(m, 1);
+        size_t np = cdl_model_nparams(m);
+        float *xh = random_input(in, 3, 4);
+        float *x = dev_upload(be, xh, 3 * 36 * sizeof(float));
+        int32_t labels[3] = {0, 1, 1};
+        loss_bufs lb;
+        loss_bufs_init(&lb, be, 3, 2, labels);
+        ranges r = {.m = m, .snapshot = calloc(np, sizeof(float))};
+        loss_bufs_run(&lb, cdl_model_forward(m, x, 3, 1, 0));
+        cdl_model_backward(m, lb.dlogits, record_range, &r);
+
+        /* One range per layer with parameters, from the end, contiguous. */
+        int nparam_layers = 0;
+        for (int i = 0; i < cdl_model_get_spec(m)->nlayers; i++)
+            nparam_layers += cdl_model_get_spec(m)->layers[i].kind == CDL_LAYER_CONV2D ||
+                             cdl_model_get_spec(m)->layers[i].kind == CDL_LAYER_LINEAR;
+        assert_int_equal(r.count, nparam_layers);
+        size_t end = np;
+        for (int i = 0; i < r.count; i++) {
+            assert_int_equal(r.offset[i] + r.len[i], end);
+            assert_true(r.len[i] > 0);
+            end = r.offset[i];
+        }
+        assert_int_equal(end, 0);
+        /* Reported ranges were final. */
+        float *g = host_copy(be, cdl_model_grads(m), np);
+        assert_memory_equal(g, r.snapshot, np * sizeof *g);
+        free(g);
+        free(r.snapshot);
+        free(xh);
+        loss_bufs_free(&lb);
+        be->ops->free(be, x);
+        cdl_model_free(m);
+    }
+}
+
+/* ----------------------------------------------- determinism, allocation */
+
+static void test_deterministic_and_overwrites(void **state)
+{
+    (void)state;
+    cdl_shape in = {3, 32, 32};
+    const int n = 5;
+    cdl_model *a = lenet(in, n), *b = lenet(in, n);
+    cdl_model_init(a, 3);
+    cdl_model_init(b, 3);
+    size_t np = cdl_model_nparams(a);
+    float *xh = random_input(in, n, 8);
+    float *x = dev_upload(be, xh, (size_t)n * 3072 * sizeof(float));
+    int32_t labels[5];
+    random_labels(labels, n, 10);
+    loss_bufs lb;
+    loss_bufs_init(&lb, be, n, 10, labels);
+
+    loss_bufs_run(&lb, cdl_model_forward(a, x, n, 1, 11));
+    cdl_model_backward(a, lb.dlogits, NULL, NULL);
+    float *ga = host_copy(be, cdl_model_grads(a), np);
+    /* Again on the same model: gradients are overwritten, not summed. */
+    loss_bufs_run(&lb, cdl_model_forward(a, x, n, 1, 11));
+    cdl_model_backward(a, lb.dlogits, NULL, NULL);
+    float *ga2 = host_copy(be, cdl_model_grads(a), np);
+    assert_memory_equal(ga, ga2, np * sizeof *ga);
+    /* And on a second model built the same way. */
+    loss_bufs_run(&lb, cdl_model_forward(b, x, n, 1, 11));
+    cdl_model_backward(b, lb.dlogits, NULL, NULL);
+    float *gb = host_copy(be, cdl_model_grads(b), np);
+    assert_memory_equal(ga, gb, np * sizeof *ga);
+
+    free(ga);
+    free(ga2);
+    free(gb);
+    free(xh);
+    loss_bufs_free(&lb);
+    be->ops->free(be, x);
+    cdl_model_free(a);
+    cdl_model_free(b);
+}
+
+/* The model keeps its own copy of the input: refilling the caller's buffer
+ * between forward and backward (a prefetching loader) changes nothing. */
+static void test_input_may_change_before_backward(void **state)
+{
+    (void)state;
+    cdl_shape in = {1, 28, 28};
+    const int n = 3;
+    cdl_model *m = from_text("flatten\nlinear 16\nrelu\nlinear 4\n", in, n);
+    cdl_model_init(m, 1);
+    size_t np = cdl_model_nparams(m);
+    float *xh = random_input(in, n, 2);
+    float *x = dev_upload(be, xh, (size_t)n * 784 * sizeof(float));
+    int32_t labels[3] = {0, 1, 2};
+    loss_bufs lb;
+    loss_bufs_init(&lb, be, n, 4, labels);
+
+    loss_bufs_run(&lb, cdl_model_forward(m, x, n, 0, 0));
+    cdl_model_backward(m, lb.dlogits, NULL, NULL);
+    float *g1 = host_copy(be, cdl_model_grads(m), np);
+    loss_bufs_run(&lb, cdl_model_forward(m, x, n, 0, 0));
+    be->ops->fill(be, x, 100.0f, (size_t)n * 784);
+    cdl_model_backward(m, lb.dlogits, NULL, NULL);
+    float *g2 = host_copy(be, cdl_model_grads(m), np);
+    assert_memory_equal(g1, g2, np * sizeof *g1);
+    free(g1);
+    free(g2);
+    free(xh);
+    loss_bufs_free(&lb);
+    be->ops->free(be, x);
+    cdl_model_free(m);
+}
+
+/* A batch smaller than max_batch gives the same rows as a full one. */
+static void test_partial_batch(void **state)
+{
+    (void)state;
+    cdl_shape in = {1, 28, 28};
+    cdl_model *m = lenet(in, 8);
+    cdl_model_init(m, 9);
+    float *xh = random_input(in, 8, 5);
+    float *x = dev_upload(be, xh, 8 * 784 * sizeof(float));
+    float *full = host_copy(be, cdl_model_forward(m, x, 8, 0, 0), 80);
+    float *part = host_copy(be, cdl_model_forward(m, x, 3, 0, 0), 30);
+    assert_true(norm_err_ff(part, full, 30) < 1e-6);
+    free(full);
+    free(part);
+    free(xh);
+    be->ops->free(be, x);
+    cdl_model_free(m);
+}
+
+static void test_no_allocation_in_step(void **state)
+{
+    (void)state;
+    cdl_shape in = {1, 28, 28};
+    const int n = 16;
+    cdl_model *m = from_text("conv2d 6 kernel=5 padding=2\nrelu\nmaxpool2d 2\navgpool2d 2\n"
+                             "flatten\ndropout 0.5\nlinear 10\n", in, n);
+    cdl_model_init(m, 1);
+    cdl_optim_config oc = cdl_optim_defaults(CDL_OPTIM_ADAMW);
+    cdl_optim *opt = cdl_optim_create(&oc, cdl_model_nparams(m), be);
+    float *xh = random_input(in, n, 3);
+    float *x = dev_upload(be, xh, (size_t)n * 784 * sizeof(float));
+    int32_t labels[16];
+    random_labels(labels, n, 10);
+    loss_bufs lb;
+    loss_bufs_init(&lb, be, n, 10, labels);
+
+    uint64_t before = cdl_alloc_count();
+    for (int step = 0; step < 3; step++) {
+        loss_bufs_run(&lb, cdl_model_forward(m, x, step ? n : n / 2, 1, (uint64_t)step));
+        cdl_model_backward(m, lb.dlogits, NULL, NULL);
+        cdl_optim_step(opt, cdl_model_params(m), cdl_model_grads(m), 1e-3f);
+    }
+    assert_true(cdl_model_forward(m, x, n, 0, 0) != NULL);
+    assert_int_equal(cdl_alloc_count(), before);
+
+    free(xh);
+    loss_bufs_free(&lb);
+    be->ops->free(be, x);
+    cdl_optim_free(opt);
+    cdl_model_free(m);
+}
+
+/* -------------------------------------------------------------- misuse */
+
+static void test_errors(void **state)
+{
+    (void)state;
+    cdl_model_spec spec;
+    cdl_shape in = {1, 28, 28};
+    assert_int_equal(cdl_spec_builtin("lenet", in, 10, &spec), 0);
+    assert_null(cdl_model_create(&spec, in, 0, be));
+    assert_non_null(strstr(cdl_last_error(), "batch size 0 is invalid"));
+    assert_null(cdl_model_create(&spec, (cdl_shape){3, 32, 32}, 4, be));
+    assert_non_null(strstr(cdl_last_error(), "the spec is for 1x28x28 inputs but the data is 3x32x32"));
+    assert_int_equal(cdl_spec_parse("flatten\nlinear 3\n", "x.spec", &spec), 0);
+    assert_null(cdl_model_create(&spec, (cdl_shape){0, 0, 0}, 4, be));
+    assert_non_null(strstr(cdl_last_error(), "x.spec: no input shape"));
+    assert_null(cdl_model_create(&spec, (cdl_shape){3, 32, 32}, 1 << 20, be));
+    assert_non_null(strstr(cdl_last_error(), "more than 2^31 values"));
+    /* Specs built in code: duplicate names are caught here too. */
+    assert_int_equal(cdl_spec_parse("flatten\nlinear 3\nlinear 2\n", "x.spec", &spec), 0);
+    strcpy(spec.layers[2].name, "fc1");
+    assert_null(cdl_model_create(&spec, in, 4, be));
+    assert_non_null(strstr(cdl_last_error(), "x.spec:3: the name 'fc1' is already used at x.spec:2"));
+    spec.layers[2].name[0] = '\0';   /* "" = automatic */
+    cdl_model *m = cdl_model_create(&spec, in, 4, be);
+    assert_non_null(m);
+    assert_non_null(cdl_model_find(m, "fc2.weight"));
+
+    float *x = be->ops->alloc(be, 5 * 784 * sizeof(float));
+    cdl_model_backward(m, x, NULL, NULL);
+    assert_non_null(strstr(cdl_last_error(), "backward without a forward"));
+    assert_null(cdl_model_forward(m, x, 5, 0, 0));
+    assert_non_null(strstr(cdl_last_error(), "forward of 5 samples"));
+    assert_non_null(strstr(cdl_last_error(), "batches of 1 to 4"));
+    assert_null(cdl_model_forward(m, x, 0, 0, 0));
+    assert_null(cdl_model_forward(m, NULL, 2, 0, 0));
+    be->ops->free(be, x);
+    cdl_model_free(m);
+    cdl_model_free(NULL);
+}
+
+static void test_print(void **state)
+{
+    (void)state;
+    cdl_model *m = lenet((cdl_shape){1, 28, 28}, 4);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cdl_model_print(m, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "model lenet: input 1x28x28, 61706 parameters"));
+    assert_non_null(strstr(buf, "conv1    conv2d 6 kernel=5 stride=1 padding=2"));
+    assert_non_null(strstr(buf, "6x28x28"));
+    assert_non_null(strstr(buf, "fc1      linear 120"));
+    assert_non_null(strstr(buf, "48120"));
+    free(buf);
+    cdl_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_views),
+        cmocka_unit_test(test_init),
+        cmocka_unit_test(test_finite_differences_train),
+        cmocka_unit_test(test_finite_differences_eval),
+        cmocka_unit_test(test_grad_ready_ranges),
+        cmocka_unit_test(test_deterministic_and_overwrites),
+        cmocka_unit_test(test_input_may_change_before_backward),
+        cmocka_unit_test(test_partial_batch),
+        cmocka_unit_test(test_no_allocation_in_step),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_print),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -24,8 +24,6 @@
  * conv2d_workspace (FFT algorithms can ask for gigabytes). */
 #define CONV_WS_CAP ((size_t)256 << 20)
 
-#define P(x) ((uint64_t)(uintptr_t)(x))
-
 static void plan_release(conv_plan *p)
 {
     if (p->x)
@@ -274,7 +272,7 @@ static uint64_t conv_sig(int op, const cdl_conv2d_desc *d, const void *a, const 
     const uint64_t v[] = {(uint64_t)d->n, (uint64_t)d->c, (uint64_t)d->h, (uint64_t)d->w,
                           (uint64_t)d->oc, (uint64_t)d->kh, (uint64_t)d->kw, (uint64_t)d->stride,
                           (uint64_t)d->pad, (uint64_t)d->oh, (uint64_t)d->ow, (uint64_t)tf32,
-                          P(a), P(b), P(c), P(e), P(f), P(g)};
+                          sigp(a), sigp(b), sigp(c), sigp(e), sigp(f), sigp(g)};
     return cbe_sig(op, v, sizeof v / sizeof v[0]);
 }
 

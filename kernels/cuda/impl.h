@@ -184,6 +184,12 @@ enum {
     OPSIG_DROPOUT_BWD, OPSIG_XENT, OPSIG_SGD, OPSIG_ADAM,
 };
 
+/* A pointer as a signature argument. */
+static inline uint64_t sigp(const void *p)
+{
+    return (uint64_t)(uintptr_t)p;
+}
+
 /* A signature of an op and its arguments (pointers, sizes), not of the
  * per-step scalars: a replayed step must issue the captured ops in order. */
 uint64_t cbe_sig(int op, const uint64_t *args, size_t nargs);

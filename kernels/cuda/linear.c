@@ -12,8 +12,6 @@
  */
 #include "kernels/cuda/impl.h"
 
-#define P(x) ((uint64_t)(uintptr_t)(x))
-
 int cbe_apply_matmul_math(cbe *ci)
 {
     return CUBLAS_CHECK(ci, cublasSetMathMode(ci->blas, ci->tf32_matmul ? CUBLAS_TF32_TENSOR_OP_MATH
@@ -38,7 +36,7 @@ void cbe_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x, con
     if (n <= 0 || out <= 0 || in <= 0)
         return;
     cbe_enter(ci);
-    const uint64_t a[] = {(uint64_t)n, (uint64_t)in, (uint64_t)out, P(x), P(w), P(b), P(y)};
+    const uint64_t a[] = {(uint64_t)n, (uint64_t)in, (uint64_t)out, sigp(x), sigp(w), sigp(b), sigp(y)};
     const void *dyn;
     if (cbe_graph_op(ci, "linear_fwd", cbe_sig(OPSIG_LINEAR_FWD, a, 7), NULL, 0, &dyn))
         return;
@@ -58,8 +56,8 @@ void cbe_linear_bwd(cdl_backend *be, int n, int in, int out, const float *x, con
     if (n <= 0 || out <= 0 || in <= 0)
         return;
     cbe_enter(ci);
-    const uint64_t a[] = {(uint64_t)n, (uint64_t)in, (uint64_t)out, P(x), P(w), P(dy),
-                          P(dx), P(dw), P(db)};
+    const uint64_t a[] = {(uint64_t)n, (uint64_t)in, (uint64_t)out, sigp(x), sigp(w), sigp(dy),
+                          sigp(dx), sigp(dw), sigp(db)};
     const void *dyn;
     if (cbe_graph_op(ci, "linear_bwd", cbe_sig(OPSIG_LINEAR_BWD, a, 9), NULL, 0, &dyn))
         return;

@@ -82,7 +82,7 @@ void cbe_to_device(cdl_backend *be, void *dst, const void *src, size_t bytes)
         return;
     cbe_enter(ci);
     int pinned = cbe_is_pinned(src);
-    const uint64_t a[] = {(uintptr_t)dst, (uintptr_t)src, bytes};
+    const uint64_t a[] = {sigp(dst), sigp(src), bytes};
     const void *dyn;
     if (cbe_graph_busy(ci) && !pinned) {
         cbe_fail(ci, "CUDA backend: to_device from pageable memory %p during CUDA graph %s: "
@@ -105,7 +105,7 @@ void cbe_to_host(cdl_backend *be, void *dst, const void *src, size_t bytes)
         return;
     cbe_enter(ci);
     int pinned = cbe_is_pinned(dst);
-    const uint64_t a[] = {(uintptr_t)dst, (uintptr_t)src, bytes};
+    const uint64_t a[] = {sigp(dst), sigp(src), bytes};
     const void *dyn;
     if (cbe_graph_busy(ci) && !pinned) {
         cbe_fail(ci, "CUDA backend: to_host into pageable memory %p during CUDA graph %s: copy "
@@ -126,7 +126,7 @@ void cbe_copy(cdl_backend *be, void *dst, const void *src, size_t bytes)
     if (!bytes || dst == src)
         return;
     cbe_enter(ci);
-    const uint64_t a[] = {(uintptr_t)dst, (uintptr_t)src, bytes};
+    const uint64_t a[] = {sigp(dst), sigp(src), bytes};
     const void *dyn;
     if (cbe_graph_op(ci, "copy", cbe_sig(OPSIG_COPY, a, 3), NULL, 0, &dyn))
         return;

@@ -6,15 +6,13 @@
 #include "kernels/cuda/impl.h"
 #include "kernels/cuda/scalars.h"
 
-#define P(x) ((uint64_t)(uintptr_t)(x))
-
 /* Signature of a pooling op: the descriptor and the buffers. */
 static uint64_t pool_sig(int op, const cdl_pool2d_desc *d, const void *a, const void *b,
                          const void *c)
 {
     const uint64_t v[] = {(uint64_t)d->n, (uint64_t)d->c, (uint64_t)d->h, (uint64_t)d->w,
                           (uint64_t)d->k, (uint64_t)d->stride, (uint64_t)d->pad,
-                          (uint64_t)d->oh, (uint64_t)d->ow, P(a), P(b), P(c)};
+                          (uint64_t)d->oh, (uint64_t)d->ow, sigp(a), sigp(b), sigp(c)};
     return cbe_sig(op, v, sizeof v / sizeof v[0]);
 }
 
@@ -30,7 +28,7 @@ void cbe_fill(cdl_backend *be, float *x, float value, size_t n)
         return;
     cbe_enter(ci);
     cuk_val_sc sc = {value};
-    const uint64_t a[] = {P(x), n};
+    const uint64_t a[] = {sigp(x), n};
     const void *dyn;
     if (cbe_graph_op(ci, "fill", cbe_sig(OPSIG_FILL, a, 2), &sc, sizeof sc, &dyn))
         return;
@@ -44,7 +42,7 @@ void cbe_scale(cdl_backend *be, float *x, float a_, size_t n)
         return;
     cbe_enter(ci);
     cuk_val_sc sc = {a_};
-    const uint64_t a[] = {P(x), n};
+    const uint64_t a[] = {sigp(x), n};
     const void *dyn;
     if (cbe_graph_op(ci, "scale", cbe_sig(OPSIG_SCALE, a, 2), &sc, sizeof sc, &dyn))
         return;
@@ -111,7 +109,7 @@ void cbe_relu_fwd(cdl_backend *be, size_t n, const float *x, float *y)
     if (!n)
         return;
     cbe_enter(ci);
-    const uint64_t a[] = {n, P(x), P(y)};
+    const uint64_t a[] = {n, sigp(x), sigp(y)};
     const void *dyn;
     if (cbe_graph_op(ci, "relu_fwd", cbe_sig(OPSIG_RELU_FWD, a, 3), NULL, 0, &dyn))
         return;
@@ -124,7 +122,7 @@ void cbe_relu_bwd(cdl_backend *be, size_t n, const float *y, const float *dy, fl
     if (!n)
         return;
     cbe_enter(ci);
-    const uint64_t a[] = {n, P(y), P(dy), P(dx)};
+    const uint64_t a[] = {n, sigp(y), sigp(dy), sigp(dx)};
     const void *dyn;
     if (cbe_graph_op(ci, "relu_bwd", cbe_sig(OPSIG_RELU_BWD, a, 4), NULL, 0, &dyn))
         return;
@@ -139,7 +137,7 @@ void cbe_dropout_fwd(cdl_backend *be, size_t n, float p, uint64_t seed, const fl
         return;
     cbe_enter(ci);
     cuk_drop_sc sc = cbe_dropout_scalars(p, seed);
-    const uint64_t a[] = {n, P(x), P(y), P(mask)};
+    const uint64_t a[] = {n, sigp(x), sigp(y), sigp(mask)};
     const void *dyn;
     if (cbe_graph_op(ci, "dropout_fwd", cbe_sig(OPSIG_DROPOUT_FWD, a, 4), &sc, sizeof sc, &dyn))
         return;
@@ -154,7 +152,7 @@ void cbe_dropout_bwd(cdl_backend *be, size_t n, float p, const uint8_t *mask, co
         return;
     cbe_enter(ci);
     cuk_drop_sc sc = cbe_dropout_scalars(p, 0);
-    const uint64_t a[] = {n, P(mask), P(dy), P(dx)};
+    const uint64_t a[] = {n, sigp(mask), sigp(dy), sigp(dx)};
     const void *dyn;
     if (cbe_graph_op(ci, "dropout_bwd", cbe_sig(OPSIG_DROPOUT_BWD, a, 4), &sc, sizeof sc, &dyn))
         return;
@@ -170,8 +168,8 @@ void cbe_xent_fwd_bwd(cdl_backend *be, int n, int classes, const float *logits,
         return;
     cbe_enter(ci);
     cuk_xent_sc sc = {grad_scale};
-    const uint64_t a[] = {(uint64_t)n, (uint64_t)classes, P(logits), P(labels), P(dlogits),
-                          P(sample_loss), P(pred)};
+    const uint64_t a[] = {(uint64_t)n, (uint64_t)classes, sigp(logits), sigp(labels), sigp(dlogits),
+                          sigp(sample_loss), sigp(pred)};
     const void *dyn;
     if (cbe_graph_op(ci, "xent_fwd_bwd", cbe_sig(OPSIG_XENT, a, 7), &sc, sizeof sc, &dyn))
         return;
@@ -192,7 +190,7 @@ void cbe_sgd_step(cdl_backend *be, size_t n, float *p, const float *g, float *mo
         return;
     }
     cuk_sgd_sc sc = cbe_sgd_scalars(hp);
-    const uint64_t a[] = {n, P(p), P(g), P(momentum_buf)};
+    const uint64_t a[] = {n, sigp(p), sigp(g), sigp(momentum_buf)};
     const void *dyn;
     if (cbe_graph_op(ci, "sgd_step", cbe_sig(OPSIG_SGD, a, 4), &sc, sizeof sc, &dyn))
         return;
@@ -207,7 +205,7 @@ void cbe_adam_step(cdl_backend *be, size_t n, float *p, const float *g, float *m
         return;
     cbe_enter(ci);
     cuk_adam_sc sc = cbe_adam_scalars(hp);
-    const uint64_t a[] = {n, P(p), P(g), P(m), P(v)};
+    const uint64_t a[] = {n, sigp(p), sigp(g), sigp(m), sigp(v)};
     const void *dyn;
     if (cbe_graph_op(ci, "adam_step", cbe_sig(OPSIG_ADAM, a, 5), &sc, sizeof sc, &dyn))
         return;

@@ -1,9 +1,223 @@
-/* Placeholder until the CUDA backend lands. */
-#include <cdl/cdl.h>
+/* The CUDA backend: creation, the ops table, TF32 settings.
+ *
+ * One backend = one GPU, one stream on which every op runs in order, a
+ * cuBLAS and a cuDNN handle bound to that stream. Ops only enqueue work;
+ * errors are kept and reported by sync() (check.c). Memory and copies are
+ * in memory.c, convolutions in conv.c, linear layers in linear.c, our own
+ * kernels behind ops.c, whole-step graphs in graph.c.
+ */
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/impl.h"
+
+/* cuBLAS workspace: NVIDIA recommends 32 MiB on Hopper. A fixed one keeps
+ * results deterministic and lets cuBLAS run inside CUDA graphs. */
+#define BLAS_WS_BYTES ((size_t)32 << 20)
+
+static _Thread_local int current_device = -1;
+
+void cbe_enter(cbe *ci)
+{
+    if (current_device != ci->device) {
+        if (CU_CHECK(ci, cudaSetDevice(ci->device)) == 0)
+            current_device = ci->device;
+    }
+}
+
+static void cbe_destroy(cdl_backend *be);
+
+static const cdl_backend_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cbe_alloc,
+    .free = cbe_free,
+    .to_device = cbe_to_device,
+    .to_host = cbe_to_host,
+    .copy = cbe_copy,
+    .fill = cbe_fill,
+    .sync = cbe_sync,
+    .conv2d_workspace = cbe_conv2d_workspace,
+    .linear_workspace = cbe_linear_workspace,
+    .conv2d_fwd = cbe_conv2d_fwd,
+    .conv2d_bwd = cbe_conv2d_bwd,
+    .linear_fwd = cbe_linear_fwd,
+    .linear_bwd = cbe_linear_bwd,
+    .maxpool_fwd = cbe_maxpool_fwd,
+    .maxpool_bwd = cbe_maxpool_bwd,
+    .avgpool_fwd = cbe_avgpool_fwd,
+    .avgpool_bwd = cbe_avgpool_bwd,
+    .relu_fwd = cbe_relu_fwd,
+    .relu_bwd = cbe_relu_bwd,
+    .dropout_fwd = cbe_dropout_fwd,
+    .dropout_bwd = cbe_dropout_bwd,
+    .xent_fwd_bwd = cbe_xent_fwd_bwd,
+    .sgd_step = cbe_sgd_step,
+    .adam_step = cbe_adam_step,
+    .sumsq = cbe_sumsq,
+    .scale = cbe_scale,
+    .destroy = cbe_destroy,
+};
+
+int cuda_backend_is_cuda(const cdl_backend *be)
+{
+    return be && be->ops == &cuda_ops;
+}
+
+/* ----------------------------------------------------------------- TF32 */
+
+int cuda_backend_set_tf32(cdl_backend *be, int conv, int matmul)
+{
+    if (!cuda_backend_is_cuda(be))
+        return 0;
+    cbe *ci = cbe_of(be);
+    cbe_enter(ci);
+    ci->tf32_conv = conv != 0;
+    ci->tf32_matmul = matmul != 0;
+    /* Conv plans are keyed by the setting; a captured graph is not. */
+    cuda_backend_graph_reset(be);
+    return cbe_apply_matmul_math(ci);
+}
+
+int cuda_backend_get_tf32(const cdl_backend *be, int *conv, int *matmul)
+{
+    if (!cuda_backend_is_cuda(be)) {
+        *conv = *matmul = 0;
+        return 0;
+    }
+    const cbe *ci = be->impl;
+    *conv = ci->tf32_conv;
+    *matmul = ci->tf32_matmul;
+    return 0;
+}
+
+/* ------------------------------------------------------ create, destroy */
+
+static void release(cbe *ci)
+{
+    if (ci->stream)
+        (void)cudaStreamSynchronize(ci->stream);
+    if (ci->copy_stream)
+        (void)cudaStreamSynchronize(ci->copy_stream);
+    cbe_graph_destroy(ci);
+    cbe_conv_cache_clear(ci);
+    if (ci->dnn)
+        (void)cudnnDestroy(ci->dnn);
+    if (ci->blas)
+        (void)cublasDestroy(ci->blas);
+    if (ci->blas_ws)
+        (void)cudaFree(ci->blas_ws);
+    if (ci->sumsq_dev)
+        (void)cudaFree(ci->sumsq_dev);
+    if (ci->sumsq_host)
+        (void)cudaFreeHost(ci->sumsq_host);
+    if (ci->bias_partials)
+        (void)cudaFree(ci->bias_partials);
+    if (ci->copy_done)
+        (void)cudaEventDestroy(ci->copy_done);
+    if (ci->copy_stream)
+        (void)cudaStreamDestroy(ci->copy_stream);
+    if (ci->stream)
+        (void)cudaStreamDestroy(ci->stream);
+    (void)cudaGetLastError();
+}
+
+static void cbe_destroy(cdl_backend *be)
+{
+    cbe *ci = cbe_of(be);
+    cbe_enter(ci);
+    release(ci);
+    cdl_free(ci);
+    cdl_free(be);
+}
+
+/* Handles, streams and the small fixed buffers. */
+static int setup(cbe *ci)
+{
+    struct cudaDeviceProp prop;
+    if (CU_CHECK(ci, cudaSetDevice(ci->device)) ||
+        CU_CHECK(ci, cudaGetDeviceProperties(&prop, ci->device)))
+        return -1;
+    current_device = ci->device;
+    snprintf(ci->gpu_name, sizeof ci->gpu_name, "%s", prop.name);
+    ci->cc_major = prop.major;
+    ci->cc_minor = prop.minor;
+    if (CU_CHECK(ci, cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking)) ||
+        CU_CHECK(ci, cudaStreamCreateWithFlags(&ci->copy_stream, cudaStreamNonBlocking)) ||
+        CU_CHECK(ci, cudaEventCreateWithFlags(&ci->copy_done, cudaEventDisableTiming)) ||
+        CU_CHECK(ci, cudaMalloc(&ci->blas_ws, BLAS_WS_BYTES)) ||
+        CU_CHECK(ci, cudaMalloc((void **)&ci->sumsq_dev,
+                                (CUK_SUMSQ_BLOCKS + 1) * sizeof(double))) ||
+        CU_CHECK(ci, cudaHostAlloc((void **)&ci->sumsq_host, sizeof(double),
+                                   cudaHostAllocPortable)) ||
+        CU_CHECK(ci, cudaMalloc((void **)&ci->bias_partials,
+                                CBE_BIAS_PARTIALS * sizeof(float))))
+        return -1;
+    /* cublasSetStream resets the workspace: set the stream first. */
+    if (CUBLAS_CHECK(ci, cublasCreate(&ci->blas)) ||
+        CUBLAS_CHECK(ci, cublasSetStream(ci->blas, ci->stream)) ||
+        CUBLAS_CHECK(ci, cublasSetWorkspace(ci->blas, ci->blas_ws, BLAS_WS_BYTES)) ||
+        cbe_apply_matmul_math(ci))
+        return -1;
+    if (CUDNN_CHECK(ci, cudnnCreate(&ci->dnn)) || CUDNN_CHECK(ci, cudnnSetStream(ci->dnn, ci->stream)))
+        return -1;
+    /* One tiny kernel now: a GPU this build has no code for fails here,
+     * with a hint, rather than in the middle of a step. */
+    cuk_val_sc one = {1.0f};
+    if (CU_CHECK(ci, cuk_fill(ci->stream, (float *)(void *)ci->sumsq_dev, 2, one, NULL)) ||
+        CU_CHECK(ci, cudaStreamSynchronize(ci->stream)))
+        return -1;
+    return 0;
+}
 
 cdl_backend *cdl_backend_cuda_create(int device)
 {
-    (void)device;
-    cdl_error("the CUDA backend is not implemented yet: use --device cpu");
-    return NULL;
+    int tf32_conv = 1, tf32_matmul = 0;
+    const char *env = getenv("CDL_TF32");
+    if (env && *env && cuda_backend_parse_tf32(env, "CDL_TF32", &tf32_conv, &tf32_matmul) != 0)
+        return NULL;
+
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count <= 0) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        (void)cudaGetLastError();
+        cdl_error("no CUDA GPU is visible (cudaGetDeviceCount: %s; CUDA_VISIBLE_DEVICES=%s): use "
+                  "--device cpu, or run on a node with an NVIDIA GPU and its driver (e.g. srun "
+                  "--gpus=1; check nvidia-smi)",
+                  e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", vis ? vis : "(unset)");
+        return NULL;
+    }
+    if (device < -1 || device >= count) {
+        cdl_error("CUDA device %d does not exist: %d GPU%s visible (0..%d; -1 = the first)", device,
+                  count, count == 1 ? " is" : "s are", count - 1);
+        return NULL;
+    }
+
+    cdl_backend *be = cdl_calloc(1, sizeof *be);
+    cbe *ci = cdl_calloc(1, sizeof *ci);
+    if (!be || !ci) {
+        cdl_free(be);
+        cdl_free(ci);
+        return NULL;
+    }
+    ci->device = device < 0 ? 0 : device;
+    ci->tf32_conv = tf32_conv;
+    ci->tf32_matmul = tf32_matmul;
+    if (setup(ci) != 0) {
+        char msg[sizeof ci->err];
+        snprintf(msg, sizeof msg, "%s", ci->err);
+        release(ci);
+        cdl_free(ci);
+        cdl_free(be);
+        cdl_error("cannot start the CUDA backend on GPU %d: %s", device < 0 ? 0 : device, msg);
+        return NULL;
+    }
+    ci->failed = 0;
+    be->ops = &cuda_ops;
+    be->host_memory = 0;
+    be->threads = 1;
+    be->impl = ci;
+    return be;
 }

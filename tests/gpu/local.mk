@@ -1,1 +1,22 @@
-# tests/gpu: sources are added here.
+# tests/gpu: the one script of GPU checks (tests/gpu/run.sh, not part of
+# make check) and its helper programs, plus the CUDA tests that need no GPU
+# (tests/unit/cuda.mk).
+if HAVE_CMOCKA
+include tests/unit/cuda.mk
+endif
+if HAVE_CUDA
+VALGRIND_FLAGS += --suppressions=$(top_srcdir)/tests/unit/cuda.supp
+endif
+EXTRA_DIST += tests/unit/cuda.supp
+
+# The helper programs of run.sh: built by make check (so CI compiles and
+# links them), run only by run.sh.
+if HAVE_CUDA
+check_PROGRAMS += tests/gpu/ops_vs_cpu tests/gpu/bench_lenet
+tests_gpu_ops_vs_cpu_SOURCES = tests/gpu/ops_vs_cpu.c
+tests_gpu_ops_vs_cpu_LDADD = libcdl_core.la
+tests_gpu_bench_lenet_SOURCES = tests/gpu/bench_lenet.c
+tests_gpu_bench_lenet_LDADD = libcdl_core.la
+endif
+EXTRA_DIST += tests/gpu/run.sh tests/gpu/bench_torch.py tests/gpu/ops_vs_cpu.c \
+	tests/gpu/bench_lenet.c

@@ -1,0 +1,325 @@
+/* 2-D convolution with cuDNN: x is (n,c,h,w), w is (oc,c,kh,kw), b is (oc),
+ * y is (n,oc,oh,ow), cross-correlation like torch.nn.Conv2d.
+ *
+ * Each shape gets a plan once (descriptors and an algorithm per direction),
+ * kept in a small cache, so a steady-state step creates nothing. Algorithms
+ * come from cuDNN's heuristics (cudnnGet*Algorithm_v7, not Find: timing
+ * based choices vary run to run); only deterministic ones are taken, as
+ * backend.h promises reproducible results, the first in cuDNN's order whose
+ * workspace fits. TF32: CUDNN_DEFAULT_MATH when enabled (PyTorch's default
+ * for convolutions), CUDNN_FMA_MATH (strict FP32) when not.
+ *
+ * Workspace: conv2d_workspace reports the largest of the three algorithms'
+ * needs in floats; the caller passes a buffer at least that large as ws. A
+ * shape first seen in a step (e.g. a last, partial batch) gets algorithms
+ * that fit in the largest workspace reported so far. The bias add and bias
+ * gradient are our kernels (bias.cu), the gradient in a fixed order.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/cuda/impl.h"
+
+/* The most workspace one convolution may take when it is planned through
+ * conv2d_workspace (FFT algorithms can ask for gigabytes). */
+#define CONV_WS_CAP ((size_t)256 << 20)
+
+static void plan_release(conv_plan *p)
+{
+    if (p->x)
+        (void)cudnnDestroyTensorDescriptor(p->x);
+    if (p->y)
+        (void)cudnnDestroyTensorDescriptor(p->y);
+    if (p->w)
+        (void)cudnnDestroyFilterDescriptor(p->w);
+    if (p->fwd_conv)
+        (void)cudnnDestroyConvolutionDescriptor(p->fwd_conv);
+    if (p->bwd_data_conv)
+        (void)cudnnDestroyConvolutionDescriptor(p->bwd_data_conv);
+    if (p->bwd_filter_conv)
+        (void)cudnnDestroyConvolutionDescriptor(p->bwd_filter_conv);
+    memset(p, 0, sizeof *p);
+}
+
+void cbe_conv_cache_clear(cbe *ci)
+{
+    for (int i = 0; i < ci->nplans; i++)
+        plan_release(&ci->plans[i]);
+    ci->nplans = 0;
+}
+
+static void desc_str(const cdl_conv2d_desc *d, char *buf, size_t len)
+{
+    snprintf(buf, len, "conv2d x (%d,%d,%d,%d) w (%d,%d,%d,%d) stride %d pad %d -> (%d,%d)", d->n,
+             d->c, d->h, d->w, d->oc, d->c, d->kh, d->kw, d->stride, d->pad, d->oh, d->ow);
+}
+
+/* Algorithms with FP32 inputs may run in strict FP32 (FMA) or, when TF32 is
+ * allowed, DEFAULT math; tensor-op math would convert to half precision. */
+static int math_ok(cudnnMathType_t m)
+{
+    return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
+}
+
+static cudnnMathType_t math_for(const conv_plan *p, cudnnMathType_t chosen)
+{
+    return p->tf32 ? chosen : CUDNN_FMA_MATH;
+}
+
+#define MAX_ALGOS 16
+
+static int choose_fwd(cbe *ci, conv_plan *p, size_t limit)
+{
+    cudnnConvolutionFwdAlgoPerf_t perf[MAX_ALGOS];
+    int got = 0;
+    if (CUDNN_CHECK(ci, cudnnSetConvolutionMathType(p->fwd_conv, math_for(p, CUDNN_DEFAULT_MATH))) ||
+        CUDNN_CHECK(ci, cudnnGetConvolutionForwardAlgorithm_v7(ci->dnn, p->x, p->w, p->fwd_conv,
+                                                               p->y, MAX_ALGOS, &got, perf)))
+        return -1;
+    for (int i = 0; i < got; i++) {
+        size_t bytes = 0;
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
+            !math_ok(perf[i].mathType))
+            continue;
+        if (cudnnSetConvolutionMathType(p->fwd_conv, math_for(p, perf[i].mathType)) !=
+                CUDNN_STATUS_SUCCESS ||
+            cudnnGetConvolutionForwardWorkspaceSize(ci->dnn, p->x, p->w, p->fwd_conv, p->y,
+                                                    perf[i].algo, &bytes) != CUDNN_STATUS_SUCCESS ||
+            bytes > limit)
+            continue;
+        p->fwd = perf[i].algo;
+        p->fwd_bytes = bytes;
+        return 0;
+    }
+    return 1;
+}
+
+static int choose_bwd_data(cbe *ci, conv_plan *p, size_t limit)
+{
+    cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
+    int got = 0;
+    if (CUDNN_CHECK(ci, cudnnSetConvolutionMathType(p->bwd_data_conv,
+                                                    math_for(p, CUDNN_DEFAULT_MATH))) ||
+        CUDNN_CHECK(ci, cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                            ci->dnn, p->w, p->y, p->bwd_data_conv, p->x, MAX_ALGOS, &got, perf)))
+        return -1;
+    for (int i = 0; i < got; i++) {
+        size_t bytes = 0;
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
+            !math_ok(perf[i].mathType))
+            continue;
+        if (cudnnSetConvolutionMathType(p->bwd_data_conv, math_for(p, perf[i].mathType)) !=
+                CUDNN_STATUS_SUCCESS ||
+            cudnnGetConvolutionBackwardDataWorkspaceSize(ci->dnn, p->w, p->y, p->bwd_data_conv,
+                                                         p->x, perf[i].algo, &bytes) !=
+                CUDNN_STATUS_SUCCESS ||
+            bytes > limit)
+            continue;
+        p->bwd_data = perf[i].algo;
+        p->bwd_data_bytes = bytes;
+        return 0;
+    }
+    return 1;
+}
+
+static int choose_bwd_filter(cbe *ci, conv_plan *p, size_t limit)
+{
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_ALGOS];
+    int got = 0;
+    if (CUDNN_CHECK(ci, cudnnSetConvolutionMathType(p->bwd_filter_conv,
+                                                    math_for(p, CUDNN_DEFAULT_MATH))) ||
+        CUDNN_CHECK(ci, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                            ci->dnn, p->x, p->y, p->bwd_filter_conv, p->w, MAX_ALGOS, &got, perf)))
+        return -1;
+    for (int i = 0; i < got; i++) {
+        size_t bytes = 0;
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
+            !math_ok(perf[i].mathType))
+            continue;
+        if (cudnnSetConvolutionMathType(p->bwd_filter_conv, math_for(p, perf[i].mathType)) !=
+                CUDNN_STATUS_SUCCESS ||
+            cudnnGetConvolutionBackwardFilterWorkspaceSize(ci->dnn, p->x, p->y,
+                                                           p->bwd_filter_conv, p->w, perf[i].algo,
+                                                           &bytes) != CUDNN_STATUS_SUCCESS ||
+            bytes > limit)
+            continue;
+        p->bwd_filter = perf[i].algo;
+        p->bwd_filter_bytes = bytes;
+        return 0;
+    }
+    return 1;
+}
+
+static int make_conv_desc(cbe *ci, cudnnConvolutionDescriptor_t *c, const cdl_conv2d_desc *d)
+{
+    return CUDNN_CHECK(ci, cudnnCreateConvolutionDescriptor(c)) ||
+           CUDNN_CHECK(ci, cudnnSetConvolution2dDescriptor(*c, d->pad, d->pad, d->stride,
+                                                           d->stride, 1, 1,
+                                                           CUDNN_CROSS_CORRELATION,
+                                                           CUDNN_DATA_FLOAT))
+               ? -1
+               : 0;
+}
+
+static int plan_make(cbe *ci, conv_plan *p, const cdl_conv2d_desc *d, size_t limit)
+{
+    char what[160];
+    desc_str(d, what, sizeof what);
+    memset(p, 0, sizeof *p);
+    p->d = *d;
+    p->tf32 = ci->tf32_conv;
+    if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->oc <= 0 || d->kh <= 0 ||
+        d->kw <= 0 || d->stride <= 0 || d->pad < 0)
+        return cbe_fail(ci, "%s: every size must be positive (padding >= 0)", what);
+    if (d->oc > 65535)
+        return cbe_fail(ci, "%s: more than 65535 output channels are not supported by the CUDA "
+                        "backend's bias kernels", what);
+    if (CUDNN_CHECK(ci, cudnnCreateTensorDescriptor(&p->x)) ||
+        CUDNN_CHECK(ci, cudnnCreateTensorDescriptor(&p->y)) ||
+        CUDNN_CHECK(ci, cudnnCreateFilterDescriptor(&p->w)) ||
+        CUDNN_CHECK(ci, cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n,
+                                                   d->c, d->h, d->w)) ||
+        CUDNN_CHECK(ci, cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n,
+                                                   d->oc, d->oh, d->ow)) ||
+        CUDNN_CHECK(ci, cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                                   d->oc, d->c, d->kh, d->kw)) ||
+        make_conv_desc(ci, &p->fwd_conv, d) || make_conv_desc(ci, &p->bwd_data_conv, d) ||
+        make_conv_desc(ci, &p->bwd_filter_conv, d))
+        goto fail;
+    int on, oc, oh, ow;
+    if (CUDNN_CHECK(ci, cudnnGetConvolution2dForwardOutputDim(p->fwd_conv, p->x, p->w, &on, &oc,
+                                                              &oh, &ow)))
+        goto fail;
+    if (on != d->n || oc != d->oc || oh != d->oh || ow != d->ow) {
+        cbe_fail(ci, "%s: the output of this convolution is (%d,%d,%d,%d), not (%d,%d,%d,%d): fix "
+                 "oh/ow in the descriptor", what, on, oc, oh, ow, d->n, d->oc, d->oh, d->ow);
+        goto fail;
+    }
+    int r;
+    const char *dir = "forward";
+    if ((r = choose_fwd(ci, p, limit)) == 0) {
+        dir = "backward-data";
+        if ((r = choose_bwd_data(ci, p, limit)) == 0) {
+            dir = "backward-filter";
+            r = choose_bwd_filter(ci, p, limit);
+        }
+    }
+    if (r > 0)
+        cbe_fail(ci, "%s: cuDNN offers no deterministic %s algorithm within %zu bytes of "
+                 "workspace: size ws with conv2d_workspace for this shape (or try CDL_TF32=off)",
+                 what, dir, limit);
+    if (r != 0)
+        goto fail;
+    size_t bytes = p->fwd_bytes;
+    if (p->bwd_data_bytes > bytes)
+        bytes = p->bwd_data_bytes;
+    if (p->bwd_filter_bytes > bytes)
+        bytes = p->bwd_filter_bytes;
+    p->ws_floats = (bytes + sizeof(float) - 1) / sizeof(float);
+    return 0;
+fail:
+    plan_release(p);
+    return -1;
+}
+
+/* The plan of d at the current TF32 setting, made if needed. planning: the
+ * caller is sizing its workspace (so any algorithm up to CONV_WS_CAP may be
+ * chosen), else it must fit in what was sized before. */
+static conv_plan *get_plan(cbe *ci, const cdl_conv2d_desc *d, int planning)
+{
+    conv_plan *lru = NULL;
+    for (int i = 0; i < ci->nplans; i++) {
+        conv_plan *p = &ci->plans[i];
+        if (p->tf32 == ci->tf32_conv && !memcmp(&p->d, d, sizeof *d)) {
+            p->last_use = ++ci->plan_clock;
+            return p;
+        }
+        if (!lru || p->last_use < lru->last_use)
+            lru = p;
+    }
+    conv_plan *p;
+    if (ci->nplans < CONV_CACHE_SIZE) {
+        p = &ci->plans[ci->nplans];
+    } else {
+        p = lru;
+        plan_release(p);
+    }
+    size_t limit = planning ? CONV_WS_CAP : ci->conv_ws_limit;
+    if (plan_make(ci, p, d, limit) != 0)
+        return NULL;
+    if (p == &ci->plans[ci->nplans])
+        ci->nplans++;
+    p->last_use = ++ci->plan_clock;
+    return p;
+}
+
+size_t cbe_conv2d_workspace(cdl_backend *be, const cdl_conv2d_desc *d)
+{
+    cbe *ci = cbe_of(be);
+    cbe_enter(ci);
+    conv_plan *p = get_plan(ci, d, 1);
+    if (!p)
+        return 0;
+    size_t bytes = p->ws_floats * sizeof(float);
+    if (bytes > ci->conv_ws_limit)
+        ci->conv_ws_limit = bytes;
+    return p->ws_floats;
+}
+
+static uint64_t conv_sig(int op, const cdl_conv2d_desc *d, const void *a, const void *b,
+                         const void *c, const void *e, const void *f, const void *g, int tf32)
+{
+    const uint64_t v[] = {(uint64_t)d->n, (uint64_t)d->c, (uint64_t)d->h, (uint64_t)d->w,
+                          (uint64_t)d->oc, (uint64_t)d->kh, (uint64_t)d->kw, (uint64_t)d->stride,
+                          (uint64_t)d->pad, (uint64_t)d->oh, (uint64_t)d->ow, (uint64_t)tf32,
+                          sigp(a), sigp(b), sigp(c), sigp(e), sigp(f), sigp(g)};
+    return cbe_sig(op, v, sizeof v / sizeof v[0]);
+}
+
+void cbe_conv2d_fwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x, const float *w,
+                    const float *b, float *y, float *ws)
+{
+    cbe *ci = cbe_of(be);
+    cbe_enter(ci);
+    const void *dyn;
+    if (cbe_graph_op(ci, "conv2d_fwd", conv_sig(OPSIG_CONV_FWD, d, x, w, b, y, ws, NULL,
+                                                ci->tf32_conv),
+                     NULL, 0, &dyn))
+        return;
+    conv_plan *p = get_plan(ci, d, 0);
+    if (!p)
+        return;
+    const float one = 1.0f, zero = 0.0f;
+    if (CUDNN_CHECK(ci, cudnnConvolutionForward(ci->dnn, &one, p->x, x, p->w, w, p->fwd_conv,
+                                                p->fwd, ws, p->fwd_bytes, &zero, p->y, y)))
+        return;
+    if (b)
+        CU_CHECK(ci, cuk_bias_add_nchw(ci->stream, y, b, d->n, d->oc, d->oh * d->ow));
+}
+
+void cbe_conv2d_bwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x, const float *w,
+                    const float *dy, float *dx, float *dw, float *db, float *ws)
+{
+    cbe *ci = cbe_of(be);
+    cbe_enter(ci);
+    const void *dyn;
+    if (cbe_graph_op(ci, "conv2d_bwd", conv_sig(OPSIG_CONV_BWD, d, x, w, dy, dx, dw, db,
+                                                ci->tf32_conv),
+                     NULL, 0, &dyn))
+        return;
+    conv_plan *p = get_plan(ci, d, 0);
+    if (!p)
+        return;
+    const float one = 1.0f, zero = 0.0f;
+    if (dx && CUDNN_CHECK(ci, cudnnConvolutionBackwardData(ci->dnn, &one, p->w, w, p->y, dy,
+                                                           p->bwd_data_conv, p->bwd_data, ws,
+                                                           p->bwd_data_bytes, &zero, p->x, dx)))
+        return;
+    if (CUDNN_CHECK(ci, cudnnConvolutionBackwardFilter(ci->dnn, &one, p->x, x, p->y, dy,
+                                                       p->bwd_filter_conv, p->bwd_filter, ws,
+                                                       p->bwd_filter_bytes, &zero, p->w, dw)))
+        return;
+    if (db)
+        CU_CHECK(ci, cuk_bias_grad_nchw(ci->stream, dy, db, d->n, d->oc, d->oh * d->ow,
+                                        ci->bias_partials, CBE_BIAS_PARTIALS));
+}

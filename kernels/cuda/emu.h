@@ -1,0 +1,250 @@
+/* Test only: runs the kernels of the .cu files on the CPU.
+ *
+ * Machines without a GPU (CI, the developers' own) cannot run a kernel, but
+ * most of what can go wrong in one is indexing and reduction logic, which
+ * runs the same on the CPU. tests/unit/cuda.mk compiles each .cu file as
+ * plain C++ (nvcc -x c++) with this header forced in first: the CUDA
+ * keywords become nothing and __shared__ becomes static. Blocks run one
+ * after another; the threads of a block are coroutines (ucontext) on the
+ * calling thread, each run until it exits or waits at __syncthreads or a
+ * warp shuffle, and a barrier opens when every thread still running in the
+ * block (or warp) waits at it, as on a GPU, where exited threads no longer
+ * count. Everything is deterministic. Pointers are host pointers. Launch
+ * errors (empty grids, too many threads) are reported by cudaGetLastError
+ * like the runtime does; a deadlock (a barrier some threads never reach)
+ * aborts with a message.
+ *
+ * It knows nothing of memory coalescing or timing: a check of results, not
+ * of speed.
+ */
+#ifndef CDL_KERNELS_CUDA_EMU_H
+#define CDL_KERNELS_CUDA_EMU_H
+
+#ifndef __cplusplus
+#error "emu.h is for compiling .cu files as C++"
+#endif
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <ucontext.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef VALGRIND_STACK_REGISTER
+#define VALGRIND_STACK_REGISTER(lo, hi) 0
+#define VALGRIND_STACK_DEREGISTER(id) ((void)(id))
+#endif
+
+#define CUK_EMULATION 1
+
+#undef __global__
+#define __global__
+#undef __device__
+#define __device__
+#undef __host__
+#define __host__
+#undef __shared__
+#define __shared__ static
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+#undef __forceinline__
+#define __forceinline__ inline
+
+inline uint3 threadIdx;
+inline uint3 blockIdx;
+inline dim3 blockDim;
+inline dim3 gridDim;
+
+inline uint3 cuk_emu_uint3(unsigned x, unsigned y, unsigned z)
+{
+    uint3 v;
+    v.x = x;
+    v.y = y;
+    v.z = z;
+    return v;
+}
+
+enum cuk_emu_state { CUK_EMU_READY, CUK_EMU_AT_SYNC, CUK_EMU_AT_WARP, CUK_EMU_DONE };
+
+/* The launch being run. */
+struct cuk_emu_launch_state {
+    unsigned n;                                /* threads per block */
+    dim3 grid, block;
+    const std::function<void()> *kernel;
+    ucontext_t sched;
+    std::vector<ucontext_t> ctx;
+    std::vector<std::unique_ptr<char[]>> stack;
+    std::vector<unsigned> vg_stack;
+    std::vector<int> state;
+    std::vector<uint64_t> slot;                /* one shuffle value per thread */
+    unsigned current;
+};
+
+inline cuk_emu_launch_state *cuk_emu_now;
+inline cudaError_t cuk_emu_error = cudaSuccess;
+
+#define CUK_EMU_STACK (64u << 10)
+
+inline cudaError_t cuk_emu_last_error()
+{
+    cudaError_t e = cuk_emu_error;
+    cuk_emu_error = cudaSuccess;
+    return e;
+}
+#define cudaGetLastError() cuk_emu_last_error()
+
+inline void cuk_emu_set_thread(unsigned t)
+{
+    const dim3 &b = cuk_emu_now->block;
+    threadIdx = cuk_emu_uint3(t % b.x, (t / b.x) % b.y, t / (b.x * b.y));
+}
+
+/* Back to the scheduler until a barrier opens. */
+inline void cuk_emu_wait(int at)
+{
+    cuk_emu_launch_state *L = cuk_emu_now;
+    unsigned t = L->current;
+    L->state[t] = at;
+    swapcontext(&L->ctx[t], &L->sched);
+    cuk_emu_set_thread(t);
+}
+
+inline void __syncthreads()
+{
+    cuk_emu_wait(CUK_EMU_AT_SYNC);
+}
+
+template <typename T> T __shfl_xor_sync(unsigned mask, T v, int lane_mask)
+{
+    static_assert(sizeof(T) <= sizeof(uint64_t), "shuffle of a type wider than 8 bytes");
+    (void)mask;
+    cuk_emu_launch_state *L = cuk_emu_now;
+    unsigned t = L->current;
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof v);
+    L->slot[t] = bits;
+    cuk_emu_wait(CUK_EMU_AT_WARP);           /* everyone has written */
+    unsigned src = (t & ~31u) | ((t & 31u) ^ (unsigned)lane_mask);
+    bits = L->slot[src < L->n ? src : t];
+    T r;
+    std::memcpy(&r, &bits, sizeof r);
+    cuk_emu_wait(CUK_EMU_AT_WARP);           /* everyone has read */
+    return r;
+}
+
+inline void cuk_emu_trampoline()
+{
+    cuk_emu_launch_state *L = cuk_emu_now;
+    (*L->kernel)();
+    L->state[L->current] = CUK_EMU_DONE;
+    /* uc_link returns to the scheduler */
+}
+
+/* Opens every barrier all of whose live threads wait at it; 0 if none. */
+inline int cuk_emu_release(cuk_emu_launch_state *L)
+{
+    unsigned live = 0, at_sync = 0;
+    for (unsigned t = 0; t < L->n; t++) {
+        live += L->state[t] != CUK_EMU_DONE;
+        at_sync += L->state[t] == CUK_EMU_AT_SYNC;
+    }
+    int opened = 0;
+    if (live && at_sync == live) {
+        for (unsigned t = 0; t < L->n; t++)
+            L->state[t] = CUK_EMU_READY;
+        return 1;
+    }
+    for (unsigned w = 0; w * 32 < L->n; w++) {
+        unsigned lo = w * 32, hi = lo + 32 < L->n ? lo + 32 : L->n, wlive = 0, waiting = 0;
+        for (unsigned t = lo; t < hi; t++) {
+            wlive += L->state[t] != CUK_EMU_DONE;
+            waiting += L->state[t] == CUK_EMU_AT_WARP;
+        }
+        if (wlive && waiting == wlive) {
+            for (unsigned t = lo; t < hi; t++)
+                if (L->state[t] == CUK_EMU_AT_WARP)
+                    L->state[t] = CUK_EMU_READY;
+            opened = 1;
+        }
+    }
+    return opened;
+}
+
+/* A fresh coroutine for thread t (getcontext returns twice: kept apart from
+ * the scheduler's loops). */
+__attribute__((noinline)) inline void cuk_emu_make_thread(cuk_emu_launch_state *L, unsigned t)
+{
+    getcontext(&L->ctx[t]);
+    L->ctx[t].uc_stack.ss_sp = L->stack[t].get();
+    L->ctx[t].uc_stack.ss_size = CUK_EMU_STACK;
+    L->ctx[t].uc_link = &L->sched;
+    makecontext(&L->ctx[t], cuk_emu_trampoline, 0);
+    L->state[t] = CUK_EMU_READY;
+}
+
+inline void cuk_emu_launch(dim3 grid, dim3 block, const std::function<void()> &kernel)
+{
+    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
+        threads == 0 || threads > 1024 || block.z > 64) {
+        cuk_emu_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    cuk_emu_launch_state L;
+    L.n = (unsigned)threads;
+    L.grid = grid;
+    L.block = block;
+    L.kernel = &kernel;
+    L.ctx.resize(L.n);
+    L.state.assign(L.n, CUK_EMU_DONE);
+    L.slot.assign(L.n, 0);
+    for (unsigned t = 0; t < L.n; t++) {
+        L.stack.emplace_back(new char[CUK_EMU_STACK]);
+        L.vg_stack.push_back(VALGRIND_STACK_REGISTER(L.stack[t].get(),
+                                                     L.stack[t].get() + CUK_EMU_STACK));
+    }
+    cuk_emu_now = &L;
+    blockDim = block;
+    gridDim = grid;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx = cuk_emu_uint3(x, y, z);
+                for (unsigned t = 0; t < L.n; t++)
+                    cuk_emu_make_thread(&L, t);
+                for (;;) {
+                    for (unsigned t = 0; t < L.n; t++)
+                        if (L.state[t] == CUK_EMU_READY) {
+                            L.current = t;
+                            cuk_emu_set_thread(t);
+                            swapcontext(&L.sched, &L.ctx[t]);
+                        }
+                    int live = 0;
+                    for (unsigned t = 0; t < L.n; t++)
+                        live |= L.state[t] != CUK_EMU_DONE;
+                    if (!live)
+                        break;
+                    if (!cuk_emu_release(&L)) {
+                        std::fprintf(stderr, "emu.h: deadlock in block (%u,%u,%u): threads wait "
+                                     "at barriers that others never reach\n", x, y, z);
+                        std::abort();
+                    }
+                }
+            }
+    for (unsigned t = 0; t < L.n; t++)
+        VALGRIND_STACK_DEREGISTER(L.vg_stack[t]);
+    cuk_emu_now = nullptr;
+}
+
+#endif

@@ -1,0 +1,207 @@
+/* Internals of the CUDA backend shared by its .c files: the backend state,
+ * the check wrappers, the conv2d plan cache and the step-graph recorder.
+ * Nothing here is exported (no cdl_ prefix). */
+#ifndef CDL_KERNELS_CUDA_IMPL_H
+#define CDL_KERNELS_CUDA_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cdl/cdl.h>
+
+#include "kernels/cuda/kernels.h"
+
+/* ------------------------------------------------------------ conv plans */
+
+/* Descriptors and algorithms for one conv2d shape (conv.c). */
+typedef struct conv_plan {
+    cdl_conv2d_desc d;
+    int tf32;
+    uint64_t last_use;
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    /* One convolution descriptor per direction: each carries the math type
+     * (TF32 or strict FP32) of the algorithm chosen for it. */
+    cudnnConvolutionDescriptor_t fwd_conv, bwd_data_conv, bwd_filter_conv;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    size_t fwd_bytes, bwd_data_bytes, bwd_filter_bytes;
+    size_t ws_floats;   /* what conv2d_workspace reports: cuDNN's and the bias partials */
+} conv_plan;
+
+/* Plans are created once per shape and reused; the least recently used one
+ * is replaced when the cache is full (models have far fewer shapes). */
+#define CONV_CACHE_SIZE 64
+
+/* ----------------------------------------------------------- step graphs */
+
+typedef enum graph_mode { GRAPH_OFF, GRAPH_CAPTURE, GRAPH_REPLAY } graph_mode;
+
+/* Bytes of per-step scalars one captured step may carry (graph.c). */
+#define GRAPH_SCALAR_BYTES 8192
+/* Ops one captured step may hold. */
+#define GRAPH_MAX_OPS 4096
+/* Host copies of the scalar block in flight: the host fills the next one
+ * while earlier launches still upload theirs. */
+#define GRAPH_RING 4
+
+typedef struct step_graph {
+    graph_mode mode;
+    int have;                 /* exec holds the graph of `key` */
+    int broken;               /* a replay diverged: recapture next time */
+    uint64_t key;
+    cudaGraphExec_t exec;
+    uint64_t *sigs;           /* GRAPH_MAX_OPS op signatures in capture order */
+    int nsigs, pos;           /* captured ops; replay position */
+    unsigned char *ring;      /* pinned, GRAPH_RING blocks of GRAPH_SCALAR_BYTES */
+    cudaEvent_t uploaded[GRAPH_RING];
+    int recorded[GRAPH_RING]; /* uploaded[i] was recorded */
+    unsigned slot;            /* ring block of the current step */
+    unsigned char *host_scalars;   /* = ring + slot * GRAPH_SCALAR_BYTES */
+    unsigned char *dev_scalars;    /* what the kernels read */
+    size_t scalars_used;
+} step_graph;
+
+/* ------------------------------------------------------------- backend */
+
+/* Scratch of the conv2d bias gradient (bias.cu): 64 image groups of 4096
+ * channels; wider layers use fewer groups. */
+#define CBE_BIAS_PARTIALS ((size_t)64 * 4096)
+
+typedef struct cbe {
+    int device;
+    char gpu_name[256];
+    int cc_major, cc_minor;
+    cudaStream_t stream;      /* every op runs here, in order */
+    cudaStream_t copy_stream; /* cuda_backend_prefetch */
+    cudaEvent_t copy_done;
+    cublasHandle_t blas;
+    cudnnHandle_t dnn;
+    void *blas_ws;            /* cuBLAS workspace (fixed: deterministic, capturable) */
+    double *sumsq_dev;        /* CUK_SUMSQ_BLOCKS partials, then the result */
+    double *sumsq_host;       /* pinned */
+    float *bias_partials;     /* CBE_BIAS_PARTIALS floats for conv2d bias gradients */
+    int tf32_conv, tf32_matmul;
+    conv_plan plans[CONV_CACHE_SIZE];
+    int nplans;
+    uint64_t plan_clock;
+    size_t conv_ws_limit;     /* bytes: the largest workspace conv2d_workspace reported */
+    step_graph graph;
+    int failed;               /* err holds the first failure since the last sync */
+    char err[1536];
+} cbe;
+
+static inline cbe *cbe_of(cdl_backend *be)
+{
+    return (cbe *)be->impl;
+}
+
+/* Makes the backend's GPU current on the calling thread (cheap when it is). */
+void cbe_enter(cbe *ci);
+
+/* ------------------------------------------------------ check wrappers */
+
+/* Each returns 0 on success; on failure it records "file:line: call: error
+ * (name): hint" as the backend's pending error (reported by sync) and in
+ * cdl_last_error(), and returns -1. ci may be NULL (during creation). */
+int cbe_check_cuda(cbe *ci, cudaError_t e, const char *call, const char *file, int line);
+int cbe_check_cublas(cbe *ci, cublasStatus_t s, const char *call, const char *file, int line);
+int cbe_check_cudnn(cbe *ci, cudnnStatus_t s, const char *call, const char *file, int line);
+#define CU_CHECK(ci, call) cbe_check_cuda((ci), (call), #call, __FILE__, __LINE__)
+#define CUBLAS_CHECK(ci, call) cbe_check_cublas((ci), (call), #call, __FILE__, __LINE__)
+#define CUDNN_CHECK(ci, call) cbe_check_cudnn((ci), (call), #call, __FILE__, __LINE__)
+
+/* Records a failure that is not a library status (printf-style); returns -1. */
+int cbe_fail(cbe *ci, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The hint printed after an error, for tests and messages. */
+const char *cbe_cuda_hint(cudaError_t e);
+
+/* ---------------------------------------------------------- the ops */
+
+/* memory.c */
+void *cbe_alloc(cdl_backend *be, size_t bytes);
+void cbe_free(cdl_backend *be, void *p);
+void cbe_to_device(cdl_backend *be, void *dst, const void *src, size_t bytes);
+void cbe_to_host(cdl_backend *be, void *dst, const void *src, size_t bytes);
+void cbe_copy(cdl_backend *be, void *dst, const void *src, size_t bytes);
+int cbe_sync(cdl_backend *be);
+/* 1 when p is page-locked host memory (cudaHostAlloc or cudaHostRegister). */
+int cbe_is_pinned(const void *p);
+
+/* conv.c */
+size_t cbe_conv2d_workspace(cdl_backend *be, const cdl_conv2d_desc *d);
+void cbe_conv2d_fwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x, const float *w,
+                    const float *b, float *y, float *ws);
+void cbe_conv2d_bwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x, const float *w,
+                    const float *dy, float *dx, float *dw, float *db, float *ws);
+void cbe_conv_cache_clear(cbe *ci);
+
+/* linear.c */
+size_t cbe_linear_workspace(cdl_backend *be, int n, int in, int out);
+void cbe_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x, const float *w,
+                    const float *b, float *y, float *ws);
+void cbe_linear_bwd(cdl_backend *be, int n, int in, int out, const float *x, const float *w,
+                    const float *dy, float *dx, float *dw, float *db, float *ws);
+int cbe_apply_matmul_math(cbe *ci);
+
+/* ops.c: our own kernels */
+void cbe_fill(cdl_backend *be, float *x, float value, size_t n);
+void cbe_scale(cdl_backend *be, float *x, float a, size_t n);
+void cbe_maxpool_fwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *x, float *y,
+                     int32_t *argmax);
+void cbe_maxpool_bwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *dy,
+                     const int32_t *argmax, float *dx);
+void cbe_avgpool_fwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *x, float *y);
+void cbe_avgpool_bwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *dy, float *dx);
+void cbe_relu_fwd(cdl_backend *be, size_t n, const float *x, float *y);
+void cbe_relu_bwd(cdl_backend *be, size_t n, const float *y, const float *dy, float *dx);
+void cbe_dropout_fwd(cdl_backend *be, size_t n, float p, uint64_t seed, const float *x, float *y,
+                     uint8_t *mask);
+void cbe_dropout_bwd(cdl_backend *be, size_t n, float p, const uint8_t *mask, const float *dy,
+                     float *dx);
+void cbe_xent_fwd_bwd(cdl_backend *be, int n, int classes, const float *logits,
+                      const int32_t *labels, float grad_scale, float *dlogits,
+                      float *sample_loss, int32_t *pred);
+void cbe_sgd_step(cdl_backend *be, size_t n, float *p, const float *g, float *momentum_buf,
+                  const cdl_sgd_hparams *hp);
+void cbe_adam_step(cdl_backend *be, size_t n, float *p, const float *g, float *m, float *v,
+                   const cdl_adam_hparams *hp);
+double cbe_sumsq(cdl_backend *be, const float *x, size_t n);
+
+/* ----------------------------------------------------- graph recorder */
+
+/* Op identities for signatures. */
+enum {
+    OPSIG_TO_DEVICE = 1, OPSIG_TO_HOST, OPSIG_COPY, OPSIG_FILL, OPSIG_SCALE, OPSIG_CONV_FWD,
+    OPSIG_CONV_BWD, OPSIG_LINEAR_FWD, OPSIG_LINEAR_BWD, OPSIG_MAXPOOL_FWD, OPSIG_MAXPOOL_BWD,
+    OPSIG_AVGPOOL_FWD, OPSIG_AVGPOOL_BWD, OPSIG_RELU_FWD, OPSIG_RELU_BWD, OPSIG_DROPOUT_FWD,
+    OPSIG_DROPOUT_BWD, OPSIG_XENT, OPSIG_SGD, OPSIG_ADAM,
+};
+
+/* A pointer as a signature argument. */
+static inline uint64_t sigp(const void *p)
+{
+    return (uint64_t)(uintptr_t)p;
+}
+
+/* A signature of an op and its arguments (pointers, sizes), not of the
+ * per-step scalars: a replayed step must issue the captured ops in order. */
+uint64_t cbe_sig(int op, const uint64_t *args, size_t nargs);
+
+/* Every op calls this before enqueuing work. It returns 1 when the op must
+ * not enqueue anything (replay: the graph already holds it; or the step
+ * diverged), else 0. sc (sc_bytes, may be 0) are the op's per-step scalars:
+ * *dyn receives the device copy the kernel must read (NULL outside graphs). */
+int cbe_graph_op(cbe *ci, const char *name, uint64_t sig, const void *sc, size_t sc_bytes,
+                 const void **dyn);
+/* The name of the current graph mode for error messages, NULL when off. */
+const char *cbe_graph_busy(const cbe *ci);
+void cbe_graph_destroy(cbe *ci);
+
+#endif

@@ -1,0 +1,106 @@
+/* Launchers of cdl's own CUDA kernels (the .cu files here), callable from C.
+ *
+ * Each launcher enqueues its kernel(s) on stream s and returns the launch
+ * status (cudaGetLastError), which the caller checks (check.c). Pointers are
+ * device pointers. Sizes are element counts.
+ *
+ * Scalars that may change from one training step to the next (learning
+ * rate, dropout seed, ...) travel in a small struct passed by value `sc`,
+ * plus `dyn`: NULL, or a device copy of the same struct that the kernel reads
+ * instead. A CUDA graph replays kernels with the arguments they were captured
+ * with, so under graph replay the per-step values must come from device
+ * memory (graph.c uploads them at the start of each replay).
+ */
+#ifndef CDL_KERNELS_CUDA_KERNELS_H
+#define CDL_KERNELS_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cdl/backend.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* fill: x = value; scale: x *= value. */
+typedef struct cuk_val_sc {
+    float value;
+} cuk_val_sc;
+
+/* Inverted dropout: keep draws cdl_dropout_keep(seed, i, p); kept elements
+ * are multiplied by scale = 1/(1-p) (0 when p >= 1: everything dropped). */
+typedef struct cuk_drop_sc {
+    uint64_t seed;
+    float p, scale;
+} cuk_drop_sc;
+
+typedef struct cuk_xent_sc {
+    float grad_scale;
+} cuk_xent_sc;
+
+/* torch.optim.SGD, see optim.cu. one_minus_damp = 1 - dampening. */
+typedef struct cuk_sgd_sc {
+    float lr, momentum, one_minus_damp, wd;
+    int nesterov, first;
+} cuk_sgd_sc;
+
+/* torch.optim.Adam / AdamW, see optim.cu. step_size = lr / bc1, bc2_sqrt =
+ * sqrt(bc2), decay = 1 - lr*wd (AdamW), computed on the host in double. */
+typedef struct cuk_adam_sc {
+    float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+    float wd, decay, step_size, bc2_sqrt;
+    int decoupled;
+} cuk_adam_sc;
+
+/* eltwise.cu */
+cudaError_t cuk_fill(cudaStream_t s, float *x, size_t n, cuk_val_sc sc, const cuk_val_sc *dyn);
+cudaError_t cuk_scale(cudaStream_t s, float *x, size_t n, cuk_val_sc sc, const cuk_val_sc *dyn);
+cudaError_t cuk_relu_fwd(cudaStream_t s, size_t n, const float *x, float *y);
+cudaError_t cuk_relu_bwd(cudaStream_t s, size_t n, const float *y, const float *dy, float *dx);
+cudaError_t cuk_dropout_fwd(cudaStream_t s, size_t n, const float *x, float *y, uint8_t *mask,
+                            cuk_drop_sc sc, const cuk_drop_sc *dyn);
+cudaError_t cuk_dropout_bwd(cudaStream_t s, size_t n, const uint8_t *mask, const float *dy,
+                            float *dx, cuk_drop_sc sc, const cuk_drop_sc *dyn);
+
+/* bias.cu. NCHW: y is (n,c,plane), b is (c). Rows: y is (rows,cols), b is
+ * (cols). bias_grad_nchw uses up to max_partials floats of scratch in
+ * partials; both gradients are sums in an order fixed by the shape. */
+cudaError_t cuk_bias_add_nchw(cudaStream_t s, float *y, const float *b, int n, int c, int plane);
+cudaError_t cuk_bias_add_rows(cudaStream_t s, float *y, const float *b, int rows, int cols);
+cudaError_t cuk_bias_grad_nchw(cudaStream_t s, const float *dy, float *db, int n, int c,
+                               int plane, float *partials, size_t max_partials);
+cudaError_t cuk_bias_grad_rows(cudaStream_t s, const float *dy, float *db, int rows, int cols);
+
+/* pool.cu: semantics of backend.h and the CPU backend (padding ignored by
+ * max pooling, first maximum on ties, NaN wins; average counts padding).
+ * Backward passes gather per input element in a fixed order: no atomics. */
+cudaError_t cuk_maxpool_fwd(cudaStream_t s, cdl_pool2d_desc d, const float *x, float *y,
+                            int32_t *argmax);
+cudaError_t cuk_maxpool_bwd(cudaStream_t s, cdl_pool2d_desc d, const float *dy,
+                            const int32_t *argmax, float *dx);
+cudaError_t cuk_avgpool_fwd(cudaStream_t s, cdl_pool2d_desc d, const float *x, float *y);
+cudaError_t cuk_avgpool_bwd(cudaStream_t s, cdl_pool2d_desc d, const float *dy, float *dx);
+
+/* xent.cu: softmax cross-entropy fused with its gradient, one warp per row. */
+cudaError_t cuk_xent(cudaStream_t s, int n, int classes, const float *logits,
+                     const int32_t *labels, float *dlogits, float *loss, int32_t *pred,
+                     cuk_xent_sc sc, const cuk_xent_sc *dyn);
+
+/* optim.cu. momentum_buf may be NULL when momentum is 0. */
+cudaError_t cuk_sgd(cudaStream_t s, size_t n, float *p, const float *g, float *momentum_buf,
+                    cuk_sgd_sc sc, const cuk_sgd_sc *dyn);
+cudaError_t cuk_adam(cudaStream_t s, size_t n, float *p, const float *g, float *m, float *v,
+                     cuk_adam_sc sc, const cuk_adam_sc *dyn);
+
+/* reduce.cu: *out = sum x[i]^2 in double, in a fixed order that depends on
+ * n only. partials holds CUK_SUMSQ_BLOCKS doubles. */
+#define CUK_SUMSQ_BLOCKS 256
+cudaError_t cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, double *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

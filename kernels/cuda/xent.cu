@@ -1,0 +1,91 @@
+/* Softmax cross-entropy fused with its gradient over (n,classes) logits,
+ * one warp per sample.
+ *
+ * The same computation as the CPU backend (kernels/cpu/xent.c): m = max z,
+ * e_j = expf(z_j - m), sum in double, dlogits = e * (1/sum) * scale minus
+ * scale at the label, loss = (m - z_label) + log(sum); a label outside
+ * [0,classes) gives a NaN loss and no onehot term; pred is the first index
+ * of the maximum (like torch.argmax). The lanes' sums are combined by a
+ * butterfly, so every lane holds the same, reproducible value.
+ */
+#include <limits.h>
+#include <math.h>
+
+#include "kernels/cuda/cuk.cuh"
+
+#define XENT_THREADS 256
+#define FULL_MASK 0xffffffffu
+
+/* (m, best) of lane `other` replaces ours when its maximum is larger, or
+ * equal at a smaller index. best == INT_MAX: the lane saw no element. */
+static __device__ __forceinline__ void take_max(float *m, int *best, float om, int ob)
+{
+    if (ob == INT_MAX)
+        return;
+    if (*best == INT_MAX || om > *m || (om == *m && ob < *best)) {
+        *m = om;
+        *best = ob;
+    }
+}
+
+static __global__ void __launch_bounds__(XENT_THREADS)
+xent_kernel(int n, int k, const float *logits, const int32_t *labels, float *dlogits,
+            float *loss, int32_t *pred, cuk_xent_sc sc, const cuk_xent_sc *dyn)
+{
+    int row = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32);
+    int lane = (int)(threadIdx.x & 31);
+    if (row >= n)
+        return;   /* whole warps leave together: row is uniform in a warp */
+    float scale = cuk_pick(sc, dyn).grad_scale;
+    const float *z = logits + (size_t)row * k;
+    float *dz = dlogits + (size_t)row * k;
+
+    float m = -INFINITY;
+    int best = INT_MAX;
+    for (int j = lane; j < k; j += 32) {
+        float v = z[j];
+        if (best == INT_MAX || v > m) {
+            m = v;
+            best = j;
+        }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        float om = __shfl_xor_sync(FULL_MASK, m, off);
+        int ob = __shfl_xor_sync(FULL_MASK, best, off);
+        take_max(&m, &best, om, ob);
+    }
+
+    double sum = 0.0;
+    for (int j = lane; j < k; j += 32) {
+        float e = expf(z[j] - m);
+        dz[j] = e;
+        sum += e;
+    }
+    for (int off = 16; off > 0; off >>= 1)
+        sum += __shfl_xor_sync(FULL_MASK, sum, off);
+
+    float inv = (float)(1.0 / sum);
+    float log_sum = (float)log(sum);
+    int32_t label = labels[row];
+    for (int j = lane; j < k; j += 32) {
+        float g = dz[j] * inv * scale;
+        if (j == label)
+            g -= scale;
+        dz[j] = g;
+    }
+    if (lane == 0) {
+        loss[row] = label >= 0 && label < k ? (m - z[label]) + log_sum : NAN;
+        pred[row] = best;
+    }
+}
+
+extern "C" cudaError_t cuk_xent(cudaStream_t s, int n, int classes, const float *logits,
+                                const int32_t *labels, float *dlogits, float *loss, int32_t *pred,
+                                cuk_xent_sc sc, const cuk_xent_sc *dyn)
+{
+    unsigned rows_per_block = XENT_THREADS / 32;
+    unsigned blocks = (unsigned)(((size_t)n + rows_per_block - 1) / rows_per_block);
+    CUK_LAUNCH(xent_kernel, blocks, XENT_THREADS, s,
+               n, classes, logits, labels, dlogits, loss, pred, sc, dyn);
+    return cudaGetLastError();
+}

@@ -1,0 +1,585 @@
+/* Every op of the CUDA backend against the CPU backend, forward and
+ * backward, on random inputs of several shapes (tests/gpu/run.sh, step 1).
+ *
+ * Error measure: max |gpu - cpu| / max(1, max |cpu|) per output. Strict FP32
+ * (TF32 off) first: 1e-4 for convolutions and products (sums of up to 400k
+ * terms in other orders), 1e-6 for the rest; then convolutions and linear
+ * layers again with TF32 on (10-bit mantissa), 1e-2. Index outputs (argmax,
+ * masks, predictions) and the ops that compute exactly like the CPU backend
+ * (pooling, ReLU, dropout, fill, scale) must be equal. Also checked: GPU results are reproducible
+ * bit for bit, and a CUDA-graph step equals the same step run eagerly.
+ *
+ * Prints one line per check and exits 1 if any fails. Without a GPU it
+ * prints the backend's error and exits 1.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+#include "kernels/cuda/cuda_backend.h"
+
+static cdl_backend *cpu, *gpu;
+static int failures, checks;
+static double worst_strict;
+
+/* ------------------------------------------------------------ helpers */
+
+static uint64_t rng_state = 42;
+static float frand(float lo, float hi)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (float)(rng_state >> 40) * (1.0f / 16777216.0f);
+}
+
+static float *host_rand(size_t n, float lo, float hi)
+{
+    float *x = malloc(n * sizeof *x + 16);
+    if (!x) {
+        fprintf(stderr, "ops_vs_cpu: out of host memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand(lo, hi);
+    return x;
+}
+
+static void *host_zero(size_t bytes)
+{
+    void *p = calloc(1, bytes + 16);
+    if (!p) {
+        fprintf(stderr, "ops_vs_cpu: out of host memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* A GPU buffer holding a copy of host data (or zeros). */
+static void *up(const void *host, size_t bytes)
+{
+    void *d = gpu->ops->alloc(gpu, bytes ? bytes : 4);
+    if (!d) {
+        fprintf(stderr, "ops_vs_cpu: %s\n", cdl_last_error());
+        exit(1);
+    }
+    if (host && bytes)
+        gpu->ops->to_device(gpu, d, host, bytes);
+    return d;
+}
+
+static void *down(const void *dev, size_t bytes)
+{
+    void *h = host_zero(bytes);
+    gpu->ops->to_host(gpu, h, dev, bytes);
+    if (gpu->ops->sync(gpu) != 0) {
+        fprintf(stderr, "ops_vs_cpu: %s\n", cdl_last_error());
+        exit(1);
+    }
+    return h;
+}
+
+static double norm_err(const float *a, const float *b, size_t n)
+{
+    double maxdiff = 0, maxref = 1;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (isnan(a[i]) != isnan(b[i]))
+            d = INFINITY;
+        else if (isnan(a[i]))
+            d = 0;
+        if (d > maxdiff)
+            maxdiff = d;
+        if (fabs((double)b[i]) > maxref)
+            maxref = fabs((double)b[i]);
+    }
+    return maxdiff / maxref;
+}
+
+static void report(const char *op, const char *shape, double err, double tol, int tf32)
+{
+    int ok = err <= tol;
+    checks++;
+    failures += !ok;
+    if (!tf32 && err > worst_strict && isfinite(err))
+        worst_strict = err;
+    printf("%-4s %-22s %-34s err %.2e  tol %.0e\n", ok ? "ok" : "FAIL", op, shape, err, tol);
+}
+
+/* Compares a GPU output (device) with a CPU one (host) of n floats. */
+static void cmp(const char *op, const char *shape, const float *dev, const float *ref, size_t n,
+                double tol, int tf32)
+{
+    float *h = down(dev, n * sizeof *h);
+    report(op, shape, norm_err(h, ref, n), tol, tf32);
+    free(h);
+}
+
+static void cmp_exact(const char *op, const char *shape, const void *dev, const void *ref,
+                      size_t bytes)
+{
+    void *h = down(dev, bytes);
+    report(op, shape, memcmp(h, ref, bytes) ? INFINITY : 0.0, 0.0, 0);
+    free(h);
+}
+
+static void same_bits(const char *op, const char *shape, const void *dev_a, const void *dev_b,
+                      size_t bytes)
+{
+    void *a = down(dev_a, bytes), *b = down(dev_b, bytes);
+    report(op, shape, memcmp(a, b, bytes) ? INFINITY : 0.0, 0.0, 0);
+    free(a);
+    free(b);
+}
+
+/* -------------------------------------------------------------- conv2d */
+
+static cdl_conv2d_desc conv_desc(int n, int c, int h, int w, int oc, int k, int stride, int pad)
+{
+    cdl_conv2d_desc d = {n, c, h, w, oc, k, k, stride, pad, (h + 2 * pad - k) / stride + 1,
+                         (w + 2 * pad - k) / stride + 1};
+    return d;
+}
+
+static void check_conv(cdl_conv2d_desc d, int tf32)
+{
+    char shape[96];
+    snprintf(shape, sizeof shape, "%dx%dx%dx%d oc%d k%d s%d p%d", d.n, d.c, d.h, d.w, d.oc, d.kh,
+             d.stride, d.pad);
+    size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.oc * d.c * d.kh * d.kw;
+    size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
+    double tol = tf32 ? 1e-2 : 1e-4;
+    float *x = host_rand(nx, -1, 1), *w = host_rand(nw, -0.5f, 0.5f), *b = host_rand(d.oc, -1, 1);
+    float *dy = host_rand(ny, -1, 1);
+    size_t cws = cpu->ops->conv2d_workspace(cpu, &d), gws = gpu->ops->conv2d_workspace(gpu, &d);
+    float *cw = host_zero(cws * sizeof(float)), *gw = up(NULL, gws * sizeof(float));
+    float *y = host_zero(ny * 4), *dx = host_zero(nx * 4), *dw = host_zero(nw * 4);
+    float *db = host_zero((size_t)d.oc * 4);
+    cpu->ops->conv2d_fwd(cpu, &d, x, w, b, y, cw);
+    cpu->ops->conv2d_bwd(cpu, &d, x, w, dy, dx, dw, db, cw);
+
+    float *gx = up(x, nx * 4), *gwt = up(w, nw * 4), *gb = up(b, (size_t)d.oc * 4);
+    float *gdy = up(dy, ny * 4), *gy = up(NULL, ny * 4), *gdx = up(NULL, nx * 4);
+    float *gdw = up(NULL, nw * 4), *gdb = up(NULL, (size_t)d.oc * 4);
+    gpu->ops->conv2d_fwd(gpu, &d, gx, gwt, gb, gy, gw);
+    gpu->ops->conv2d_bwd(gpu, &d, gx, gwt, gdy, gdx, gdw, gdb, gw);
+    cmp(tf32 ? "conv2d_fwd tf32" : "conv2d_fwd", shape, gy, y, ny, tol, tf32);
+    cmp(tf32 ? "conv2d_bwd dx tf32" : "conv2d_bwd dx", shape, gdx, dx, nx, tol, tf32);
+    cmp(tf32 ? "conv2d_bwd dw tf32" : "conv2d_bwd dw", shape, gdw, dw, nw, tol, tf32);
+    cmp("conv2d_bwd db", shape, gdb, db, (size_t)d.oc, 1e-4, tf32);
+    if (!tf32) {
+        /* Deterministic algorithms: the same bits again; no dx for the first layer. */
+        float *gdw2 = up(NULL, nw * 4), *gdb2 = up(NULL, (size_t)d.oc * 4);
+        gpu->ops->conv2d_bwd(gpu, &d, gx, gwt, gdy, NULL, gdw2, gdb2, gw);
+        same_bits("conv2d_bwd reproducible", shape, gdw, gdw2, nw * 4);
+        same_bits("conv2d db reproducible", shape, gdb, gdb2, (size_t)d.oc * 4);
+        gpu->ops->free(gpu, gdw2);
+        gpu->ops->free(gpu, gdb2);
+        /* No bias. */
+        cpu->ops->conv2d_fwd(cpu, &d, x, w, NULL, y, cw);
+        gpu->ops->conv2d_fwd(gpu, &d, gx, gwt, NULL, gy, gw);
+        cmp("conv2d_fwd no bias", shape, gy, y, ny, tol, tf32);
+    }
+    void *gpu_bufs[] = {gw, gx, gwt, gb, gdy, gy, gdx, gdw, gdb};
+    for (size_t i = 0; i < sizeof gpu_bufs / sizeof gpu_bufs[0]; i++)
+        gpu->ops->free(gpu, gpu_bufs[i]);
+    void *host_bufs[] = {x, w, b, dy, cw, y, dx, dw, db};
+    for (size_t i = 0; i < sizeof host_bufs / sizeof host_bufs[0]; i++)
+        free(host_bufs[i]);
+}
+
+/* -------------------------------------------------------------- linear */
+
+static void check_linear(int n, int in, int out, int tf32)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "n%d in%d out%d", n, in, out);
+    double tol = tf32 ? 1e-2 : 1e-4;
+    size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
+    float *x = host_rand(nx, -1, 1), *w = host_rand(nw, -0.5f, 0.5f), *b = host_rand(out, -1, 1);
+    float *dy = host_rand(ny, -1, 1);
+    size_t cws = cpu->ops->linear_workspace(cpu, n, in, out);
+    size_t gws = gpu->ops->linear_workspace(gpu, n, in, out);
+    float *cw = host_zero(cws * 4), *gw = up(NULL, gws * 4);
+    float *y = host_zero(ny * 4), *dx = host_zero(nx * 4), *dw = host_zero(nw * 4);
+    float *db = host_zero((size_t)out * 4);
+    cpu->ops->linear_fwd(cpu, n, in, out, x, w, b, y, cw);
+    cpu->ops->linear_bwd(cpu, n, in, out, x, w, dy, dx, dw, db, cw);
+    float *gx = up(x, nx * 4), *gwt = up(w, nw * 4), *gb = up(b, (size_t)out * 4);
+    float *gdy = up(dy, ny * 4), *gy = up(NULL, ny * 4), *gdx = up(NULL, nx * 4);
+    float *gdw = up(NULL, nw * 4), *gdb = up(NULL, (size_t)out * 4);
+    gpu->ops->linear_fwd(gpu, n, in, out, gx, gwt, gb, gy, gw);
+    gpu->ops->linear_bwd(gpu, n, in, out, gx, gwt, gdy, gdx, gdw, gdb, gw);
+    cmp(tf32 ? "linear_fwd tf32" : "linear_fwd", shape, gy, y, ny, tol, tf32);
+    cmp(tf32 ? "linear_bwd dx tf32" : "linear_bwd dx", shape, gdx, dx, nx, tol, tf32);
+    cmp(tf32 ? "linear_bwd dw tf32" : "linear_bwd dw", shape, gdw, dw, nw, tol, tf32);
+    cmp("linear_bwd db", shape, gdb, db, (size_t)out, 1e-4, tf32);
+    if (!tf32) {
+        cpu->ops->linear_fwd(cpu, n, in, out, x, w, NULL, y, cw);
+        gpu->ops->linear_fwd(gpu, n, in, out, gx, gwt, NULL, gy, gw);
+        cmp("linear_fwd no bias", shape, gy, y, ny, tol, 0);
+        float *gdw2 = up(NULL, nw * 4);
+        gpu->ops->linear_bwd(gpu, n, in, out, gx, gwt, gdy, NULL, gdw2, NULL, gw);
+        same_bits("linear_bwd reproducible", shape, gdw, gdw2, nw * 4);
+        gpu->ops->free(gpu, gdw2);
+    }
+    void *gpu_bufs[] = {gw, gx, gwt, gb, gdy, gy, gdx, gdw, gdb};
+    for (size_t i = 0; i < sizeof gpu_bufs / sizeof gpu_bufs[0]; i++)
+        gpu->ops->free(gpu, gpu_bufs[i]);
+    void *host_bufs[] = {x, w, b, dy, cw, y, dx, dw, db};
+    for (size_t i = 0; i < sizeof host_bufs / sizeof host_bufs[0]; i++)
+        free(host_bufs[i]);
+}
+
+/* ------------------------------------------------------------- pooling */
+
+static void check_pool(int n, int c, int h, int w, int k, int stride, int pad)
+{
+    cdl_pool2d_desc d = {n, c, h, w, k, stride, pad, (h + 2 * pad - k) / stride + 1,
+                         (w + 2 * pad - k) / stride + 1};
+    char shape[64];
+    snprintf(shape, sizeof shape, "%dx%dx%dx%d k%d s%d p%d", n, c, h, w, k, stride, pad);
+    size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * d.oh * d.ow;
+    float *x = host_rand(nx, -1, 1), *dy = host_rand(ny, -1, 1);
+    for (size_t i = 0; i < nx; i += 7)
+        x[i] = (float)(int)(x[i] * 3);   /* ties */
+    float *y = host_zero(ny * 4), *dx = host_zero(nx * 4);
+    int32_t *am = host_zero(ny * 4);
+    float *gx = up(x, nx * 4), *gdy = up(dy, ny * 4), *gy = up(NULL, ny * 4);
+    float *gdx = up(NULL, nx * 4);
+    int32_t *gam = up(NULL, ny * 4);
+
+    cpu->ops->maxpool_fwd(cpu, &d, x, y, am);
+    cpu->ops->maxpool_bwd(cpu, &d, dy, am, dx);
+    gpu->ops->maxpool_fwd(gpu, &d, gx, gy, gam);
+    gpu->ops->maxpool_bwd(gpu, &d, gdy, gam, gdx);
+    cmp_exact("maxpool_fwd y", shape, gy, y, ny * 4);
+    cmp_exact("maxpool_fwd argmax", shape, gam, am, ny * 4);
+    cmp_exact("maxpool_bwd dx", shape, gdx, dx, nx * 4);
+
+    cpu->ops->avgpool_fwd(cpu, &d, x, y);
+    cpu->ops->avgpool_bwd(cpu, &d, dy, dx);
+    gpu->ops->avgpool_fwd(gpu, &d, gx, gy);
+    gpu->ops->avgpool_bwd(gpu, &d, gdy, gdx);
+    cmp_exact("avgpool_fwd", shape, gy, y, ny * 4);
+    cmp_exact("avgpool_bwd", shape, gdx, dx, nx * 4);
+    void *gpu_bufs[] = {gx, gdy, gy, gdx, gam};
+    for (size_t i = 0; i < sizeof gpu_bufs / sizeof gpu_bufs[0]; i++)
+        gpu->ops->free(gpu, gpu_bufs[i]);
+    free(x), free(dy), free(y), free(dx), free(am);
+}
+
+/* ------------------------------------------------ elementwise and loss */
+
+static void check_eltwise(size_t n)
+{
+    char shape[32];
+    snprintf(shape, sizeof shape, "n%zu", n);
+    float *x = host_rand(n, -1, 1), *dy = host_rand(n, -1, 1);
+    float *y = host_zero(n * 4), *dx = host_zero(n * 4);
+    uint8_t *mask = host_zero(n);
+    float *gx = up(x, n * 4), *gdy = up(dy, n * 4), *gy = up(NULL, n * 4), *gdx = up(NULL, n * 4);
+    uint8_t *gmask = up(NULL, n);
+
+    cpu->ops->relu_fwd(cpu, n, x, y);
+    gpu->ops->relu_fwd(gpu, n, gx, gy);
+    cmp_exact("relu_fwd", shape, gy, y, n * 4);
+    cpu->ops->relu_bwd(cpu, n, y, dy, dx);
+    gpu->ops->relu_bwd(gpu, n, gy, gdy, gdx);
+    cmp_exact("relu_bwd", shape, gdx, dx, n * 4);
+
+    const float ps[] = {0.0f, 0.25f, 0.5f};
+    for (int k = 0; k < 3; k++) {
+        char s2[64];
+        snprintf(s2, sizeof s2, "%s p%.2f", shape, (double)ps[k]);
+        cpu->ops->dropout_fwd(cpu, n, ps[k], 777 + (uint64_t)k, x, y, mask);
+        gpu->ops->dropout_fwd(gpu, n, ps[k], 777 + (uint64_t)k, gx, gy, gmask);
+        cmp_exact("dropout_fwd mask", s2, gmask, mask, n);
+        cmp_exact("dropout_fwd y", s2, gy, y, n * 4);
+        cpu->ops->dropout_bwd(cpu, n, ps[k], mask, dy, dx);
+        gpu->ops->dropout_bwd(gpu, n, ps[k], gmask, gdy, gdx);
+        cmp_exact("dropout_bwd", s2, gdx, dx, n * 4);
+    }
+
+    memcpy(y, x, n * 4);
+    cpu->ops->scale(cpu, y, -0.3f, n);
+    gpu->ops->copy(gpu, gy, gx, n * 4);
+    gpu->ops->scale(gpu, gy, -0.3f, n);
+    cmp_exact("copy+scale", shape, gy, y, n * 4);
+    cpu->ops->fill(cpu, y, 2.5f, n);
+    gpu->ops->fill(gpu, gy, 2.5f, n);
+    cmp_exact("fill", shape, gy, y, n * 4);
+
+    double s_cpu = cpu->ops->sumsq(cpu, x, n), s_gpu = gpu->ops->sumsq(gpu, gx, n);
+    double s_again = gpu->ops->sumsq(gpu, gx, n);
+    report("sumsq", shape, fabs(s_gpu - s_cpu) / (s_cpu > 1 ? s_cpu : 1), 1e-12, 0);
+    report("sumsq reproducible", shape, memcmp(&s_gpu, &s_again, sizeof s_gpu) ? INFINITY : 0,
+           0, 0);
+    void *gpu_bufs[] = {gx, gdy, gy, gdx, gmask};
+    for (size_t i = 0; i < sizeof gpu_bufs / sizeof gpu_bufs[0]; i++)
+        gpu->ops->free(gpu, gpu_bufs[i]);
+    free(x), free(dy), free(y), free(dx), free(mask);
+}
+
+static void check_xent(int n, int classes)
+{
+    char shape[48];
+    snprintf(shape, sizeof shape, "n%d classes%d", n, classes);
+    size_t nz = (size_t)n * classes;
+    float *z = host_rand(nz, -6, 6), *dz = host_zero(nz * 4), *loss = host_zero((size_t)n * 4);
+    int32_t *labels = host_zero((size_t)n * 4), *pred = host_zero((size_t)n * 4);
+    for (int i = 0; i < n; i++)
+        labels[i] = (int32_t)(frand(0, 1) * (float)classes) % classes;
+    float *gz = up(z, nz * 4), *gdz = up(NULL, nz * 4), *gloss = up(NULL, (size_t)n * 4);
+    int32_t *glabels = up(labels, (size_t)n * 4), *gpred = up(NULL, (size_t)n * 4);
+    cpu->ops->xent_fwd_bwd(cpu, n, classes, z, labels, 1.0f / (float)n, dz, loss, pred);
+    gpu->ops->xent_fwd_bwd(gpu, n, classes, gz, glabels, 1.0f / (float)n, gdz, gloss, gpred);
+    cmp("xent loss", shape, gloss, loss, (size_t)n, 1e-6, 0);
+    cmp("xent dlogits", shape, gdz, dz, nz, 1e-6, 0);
+    cmp_exact("xent pred", shape, gpred, pred, (size_t)n * 4);
+    void *gpu_bufs[] = {gz, gdz, gloss, glabels, gpred};
+    for (size_t i = 0; i < sizeof gpu_bufs / sizeof gpu_bufs[0]; i++)
+        gpu->ops->free(gpu, gpu_bufs[i]);
+    free(z), free(dz), free(loss), free(labels), free(pred);
+}
+
+/* ------------------------------------------------------------ optimizers */
+
+static void check_sgd(size_t n, cdl_sgd_hparams hp, const char *name)
+{
+    float *p = host_rand(n, -1, 1), *buf = host_zero(n * 4);
+    float *gp = up(p, n * 4), *gbuf = up(NULL, n * 4), *gg = up(NULL, n * 4);
+    for (int step = 0; step < 3; step++) {
+        float *g = host_rand(n, -1, 1);
+        gpu->ops->to_device(gpu, gg, g, n * 4);
+        hp.first_step = step == 0;
+        hp.lr *= 0.9f;
+        cpu->ops->sgd_step(cpu, n, p, g, hp.momentum != 0 ? buf : NULL, &hp);
+        gpu->ops->sgd_step(gpu, n, gp, gg, hp.momentum != 0 ? gbuf : NULL, &hp);
+        free(g);
+    }
+    /* FMA on the GPU: an ulp per operation. */
+    cmp(name, "3 steps", gp, p, n, 1e-6, 0);
+    if (hp.momentum != 0)
+        cmp(name, "momentum_buffer", gbuf, buf, n, 1e-6, 0);
+    gpu->ops->free(gpu, gp), gpu->ops->free(gpu, gbuf), gpu->ops->free(gpu, gg);
+    free(p), free(buf);
+}
+
+static void check_adam(size_t n, int decoupled)
+{
+    const char *name = decoupled ? "adamw_step" : "adam_step";
+    float *p = host_rand(n, -1, 1), *m = host_zero(n * 4), *v = host_zero(n * 4);
+    float *gp = up(p, n * 4), *gm = up(NULL, n * 4), *gv = up(NULL, n * 4), *gg = up(NULL, n * 4);
+    for (long step = 1; step <= 3; step++) {
+        float *g = host_rand(n, -1, 1);
+        gpu->ops->to_device(gpu, gg, g, n * 4);
+        cdl_adam_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                               .weight_decay = decoupled ? 1e-2f : 1e-4f,
+                               .decoupled = decoupled, .step = step};
+        cpu->ops->adam_step(cpu, n, p, g, m, v, &hp);
+        gpu->ops->adam_step(gpu, n, gp, gg, gm, gv, &hp);
+        free(g);
+    }
+    cmp(name, "3 steps", gp, p, n, 1e-6, 0);
+    cmp(name, "exp_avg", gm, m, n, 1e-6, 0);
+    cmp(name, "exp_avg_sq", gv, v, n, 1e-6, 0);
+    gpu->ops->free(gpu, gp), gpu->ops->free(gpu, gm), gpu->ops->free(gpu, gv);
+    gpu->ops->free(gpu, gg);
+    free(p), free(m), free(v);
+}
+
+/* -------------------------------------------------------------- graphs */
+
+/* A small training step: x (n,in) -> linear -> relu -> dropout -> linear
+ * -> xent -> backward -> SGD, with the input copied in from pinned memory and
+ * the loss copied out, the learning rate and dropout seed changing each
+ * step. Run eagerly, and as warm-up + capture + replays; the weights and
+ * losses must be the same bits. */
+enum { GN = 64, GIN = 50, GH = 40, GOUT = 10 };
+
+typedef struct mini {
+    float *x, *w1, *b1, *h, *hd, *w2, *b2, *z, *dz, *dh, *dw1, *db1, *dw2, *db2, *loss, *buf;
+    uint8_t *mask;
+    int32_t *y, *pred;
+    float *params;   /* w1 b1 w2 b2, flat */
+    float *grads;
+    size_t np;
+} mini;
+
+static void mini_make(mini *m, const float *init)
+{
+    size_t off[5] = {0, (size_t)GH * GIN, 0, 0, 0};
+    off[2] = off[1] + GH;
+    off[3] = off[2] + (size_t)GOUT * GH;
+    off[4] = off[3] + GOUT;
+    m->np = off[4];
+    m->params = up(init, m->np * 4);
+    m->grads = up(NULL, m->np * 4);
+    m->buf = up(NULL, m->np * 4);
+    m->w1 = m->params, m->b1 = m->params + off[1], m->w2 = m->params + off[2];
+    m->b2 = m->params + off[3];
+    m->dw1 = m->grads, m->db1 = m->grads + off[1], m->dw2 = m->grads + off[2];
+    m->db2 = m->grads + off[3];
+    m->x = up(NULL, (size_t)GN * GIN * 4);
+    m->h = up(NULL, (size_t)GN * GH * 4);
+    m->hd = up(NULL, (size_t)GN * GH * 4);
+    m->dh = up(NULL, (size_t)GN * GH * 4);
+    m->z = up(NULL, (size_t)GN * GOUT * 4);
+    m->dz = up(NULL, (size_t)GN * GOUT * 4);
+    m->loss = up(NULL, GN * 4);
+    m->mask = up(NULL, (size_t)GN * GH);
+    m->y = up(NULL, GN * 4);
+    m->pred = up(NULL, GN * 4);
+}
+
+static void mini_step(mini *m, const float *x_pinned, const int32_t *y_pinned, float *loss_pinned,
+                      int step)
+{
+    cdl_backend *be = gpu;
+    be->ops->to_device(be, m->x, x_pinned, (size_t)GN * GIN * 4);
+    be->ops->to_device(be, m->y, y_pinned, GN * 4);
+    be->ops->linear_fwd(be, GN, GIN, GH, m->x, m->w1, m->b1, m->h, NULL);
+    be->ops->relu_fwd(be, (size_t)GN * GH, m->h, m->h);
+    be->ops->dropout_fwd(be, (size_t)GN * GH, 0.2f, 1000 + (uint64_t)step, m->h, m->hd, m->mask);
+    be->ops->linear_fwd(be, GN, GH, GOUT, m->hd, m->w2, m->b2, m->z, NULL);
+    be->ops->xent_fwd_bwd(be, GN, GOUT, m->z, m->y, 1.0f / GN, m->dz, m->loss, m->pred);
+    be->ops->linear_bwd(be, GN, GH, GOUT, m->hd, m->w2, m->dz, m->dh, m->dw2, m->db2, NULL);
+    be->ops->dropout_bwd(be, (size_t)GN * GH, 0.2f, m->mask, m->dh, m->dh);
+    be->ops->relu_bwd(be, (size_t)GN * GH, m->h, m->dh, m->dh);
+    be->ops->linear_bwd(be, GN, GIN, GH, m->x, m->w1, m->dh, NULL, m->dw1, m->db1, NULL);
+    cdl_sgd_hparams hp = {.lr = 0.1f / (float)(step + 1), .momentum = 0.9f,
+                          .weight_decay = 1e-4f, .first_step = step == 0};
+    be->ops->sgd_step(be, m->np, m->params, m->grads, m->buf, &hp);
+    be->ops->to_host(be, loss_pinned, m->loss, GN * 4);
+}
+
+static void check_graph(void)
+{
+    enum { STEPS = 6 };
+    size_t np = (size_t)GH * GIN + GH + (size_t)GOUT * GH + GOUT;
+    float *init = host_rand(np, -0.1f, 0.1f);
+    float *xs = host_rand((size_t)STEPS * GN * GIN, -1, 1);
+    int32_t *ys = host_zero((size_t)STEPS * GN * 4);
+    for (size_t i = 0; i < (size_t)STEPS * GN; i++)
+        ys[i] = (int32_t)(i * 7 % GOUT);
+    float *xp = cuda_backend_host_alloc(gpu, (size_t)GN * GIN * 4);
+    int32_t *yp = cuda_backend_host_alloc(gpu, GN * 4);
+    float *lp = cuda_backend_host_alloc(gpu, GN * 4);
+    float *loss_eager = host_zero((size_t)STEPS * GN * 4);
+    float *loss_graph = host_zero((size_t)STEPS * GN * 4);
+    if (!xp || !yp || !lp) {
+        report("graph: pinned buffers", cdl_last_error(), INFINITY, 0, 0);
+        return;
+    }
+    mini a, b;
+    mini_make(&a, init);
+    mini_make(&b, init);
+    int modes_ok = 1;
+    for (int s = 0; s < STEPS; s++) {
+        memcpy(xp, xs + (size_t)s * GN * GIN, (size_t)GN * GIN * 4);
+        memcpy(yp, ys + (size_t)s * GN, GN * 4);
+        mini_step(&a, xp, yp, lp, s);
+        if (gpu->ops->sync(gpu) != 0)
+            modes_ok = 0;
+        memcpy(loss_eager + (size_t)s * GN, lp, GN * 4);
+        /* Step 0 eager (warm-up), 1 captured, 2.. replayed. */
+        int mode = s == 0 ? -2 : cuda_backend_graph_begin(gpu, 1);
+        modes_ok &= mode == (s == 0 ? -2 : s == 1 ? 0 : 1);
+        mini_step(&b, xp, yp, lp, s);
+        if (s > 0 && cuda_backend_graph_end(gpu) != 0)
+            modes_ok = 0;
+        if (gpu->ops->sync(gpu) != 0)
+            modes_ok = 0;
+        memcpy(loss_graph + (size_t)s * GN, lp, GN * 4);
+    }
+    if (!modes_ok)
+        printf("     graph: %s\n", cdl_last_error());
+    report("graph: begin/end modes", "capture once, replay 4", modes_ok ? 0 : INFINITY, 0, 0);
+    /* The same kernels in the same order: equal up to cuBLAS choosing other
+     * kernels under capture (it should not). */
+    report("graph: losses", "6 steps", norm_err(loss_graph, loss_eager, (size_t)STEPS * GN), 1e-6,
+           0);
+    float *wa = down(a.params, np * 4), *wb = down(b.params, np * 4);
+    float *ma = down(a.buf, np * 4), *mb = down(b.buf, np * 4);
+    report("graph: weights", "6 steps", norm_err(wb, wa, np), 1e-6, 0);
+    report("graph: momentum", "6 steps", norm_err(mb, ma, np), 1e-6, 0);
+    printf("     graph and eager weights are %s\n",
+           memcmp(wa, wb, np * 4) ? "close but not bitwise equal" : "bitwise equal");
+    free(wa), free(wb), free(ma), free(mb);
+
+    /* A step that differs from the capture is refused, not run. */
+    cuda_backend_graph_begin(gpu, 1);
+    gpu->ops->relu_fwd(gpu, 10, a.h, a.h);
+    int rc = cuda_backend_graph_end(gpu);
+    int synced = gpu->ops->sync(gpu);
+    report("graph: divergent step refused", "", rc == -1 && synced == -1 ? 0 : INFINITY, 0, 0);
+
+    cuda_backend_host_free(gpu, xp);
+    cuda_backend_host_free(gpu, yp);
+    cuda_backend_host_free(gpu, lp);
+    free(init), free(xs), free(ys), free(loss_eager), free(loss_graph);
+}
+
+int main(void)
+{
+    cpu = cdl_backend_cpu_create(0);
+    if (!cpu) {
+        fprintf(stderr, "ops_vs_cpu: CPU backend: %s\n", cdl_last_error());
+        return 1;
+    }
+    gpu = cdl_backend_cuda_create(-1);
+    if (!gpu) {
+        fprintf(stderr, "ops_vs_cpu: %s\n", cdl_last_error());
+        cdl_backend_destroy(cpu);
+        return 1;
+    }
+    cuda_backend_set_tf32(gpu, 0, 0);
+    printf("CUDA backend vs CPU backend (%d threads), strict FP32 then TF32\n", cpu->threads);
+
+    const cdl_conv2d_desc convs[] = {
+        conv_desc(512, 3, 32, 32, 6, 5, 1, 0),   /* the seed CNN's conv1 */
+        conv_desc(512, 6, 14, 14, 16, 5, 1, 0),  /* and conv2 */
+        conv_desc(64, 1, 28, 28, 6, 5, 1, 2),    /* LeNet-5 on Fashion-MNIST */
+        conv_desc(8, 3, 17, 19, 7, 3, 2, 1),
+        conv_desc(4, 16, 8, 8, 32, 1, 1, 0),
+        conv_desc(1, 2, 5, 5, 3, 5, 1, 0),
+    };
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
+        check_conv(convs[i], 0);
+    const int lins[][3] = {{512, 400, 120}, {512, 120, 84}, {512, 84, 10}, {3, 7, 5},
+                           {1, 1000, 33}, {37, 256, 1}};
+    for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++)
+        check_linear(lins[i][0], lins[i][1], lins[i][2], 0);
+    check_pool(512, 6, 28, 28, 2, 2, 0);
+    check_pool(3, 4, 9, 7, 3, 2, 1);
+    check_pool(2, 3, 8, 8, 3, 1, 1);
+    check_eltwise(1000003);
+    check_eltwise(17);
+    check_xent(512, 10);
+    check_xent(37, 1000);
+    check_sgd(100003, (cdl_sgd_hparams){.lr = 0.1f}, "sgd_step");
+    check_sgd(100003, (cdl_sgd_hparams){.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f},
+              "sgd_step momentum");
+    check_sgd(100003, (cdl_sgd_hparams){.lr = 0.05f, .momentum = 0.9f, .dampening = 0.1f,
+                                        .nesterov = 1, .weight_decay = 1e-2f},
+              "sgd_step nesterov");
+    check_adam(100003, 0);
+    check_adam(100003, 1);
+    check_graph();
+
+    cuda_backend_set_tf32(gpu, 1, 1);
+    check_conv(convs[0], 1);
+    check_conv(convs[1], 1);
+    check_linear(512, 400, 120, 1);
+
+    int rc = gpu->ops->sync(gpu);
+    if (rc != 0)
+        printf("FAIL backend error: %s\n", cdl_last_error());
+    printf("ops_vs_cpu: %d of %d checks passed; worst strict-FP32 error %.2e\n", checks - failures,
+           checks, worst_strict);
+    cdl_backend_destroy(gpu);
+    cdl_backend_destroy(cpu);
+    return failures || rc ? 1 : 0;
+}

@@ -1,0 +1,215 @@
+#!/bin/bash
+# The GPU checks of the CUDA backend, on a machine with an NVIDIA GPU. Not
+# part of make check. Within about 8 minutes it
+#   0. builds cdl with CUDA (for this GPU's architecture only, to be quick),
+#   1. checks every op forward and backward against the CPU backend
+#      (tests/gpu/ops_vs_cpu.c),
+#   2. trains the seed CNN one epoch on the GPU with cdl-train (Fashion-MNIST,
+#      or synthetic data when its files are missing),
+#   3. measures the seed CNN (3x32x32 LeNet, batch 512) with cdl and with
+#      PyTorch eager on the same GPU (bench_lenet.c, bench_torch.py),
+#   4. if nvidia-cuda-mps-control exists, runs 1, 2, 4 and 8 replicas packed
+#      on the GPU under a private MPS daemon and sums their images/s,
+# and prints a table last. Exit status: 0 when steps 0-2 pass (speeds are
+# reported against the targets, not enforced), 1 otherwise, and 1 with a
+# message at once when no GPU is visible.
+#
+# Usage: tests/gpu/run.sh   (from anywhere; builds in $CDL_GPU_BUILD, default
+# _build-gpu in the source tree). CDL_GPU_CONFIGURE_FLAGS adds configure
+# options; PYTHON picks the interpreter with PyTorch (default python3).
+set -u
+export LC_ALL=C
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+build=${CDL_GPU_BUILD:-$top/_build-gpu}
+python=${PYTHON:-}
+if [ -z "$python" ]; then   # the first python3 that has PyTorch
+    python=python3
+    for p in python3 /usr/bin/python3; do
+        if "$p" -c 'import torch' >/dev/null 2>&1; then python=$p; break; fi
+    done
+fi
+t_start=$(date +%s)
+die() { echo "tests/gpu/run.sh: $*" >&2; exit 1; }
+elapsed() { echo $(( $(date +%s) - t_start )); }
+
+# ------------------------------------------------------------ a GPU here?
+command -v nvidia-smi >/dev/null 2>&1 ||
+    die "no NVIDIA GPU here (nvidia-smi is not installed): run this script on a GPU node, e.g. srun --gpus=1 tests/gpu/run.sh"
+if ! gpu_info=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1) ||
+        [ -z "$gpu_info" ]; then
+    die "no NVIDIA GPU is visible (nvidia-smi: ${gpu_info:-no devices}; CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}): run this script on a GPU node"
+fi
+gpu_name=$(echo "$gpu_info" | head -1)
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+case $cc in
+    [0-9][0-9]|[0-9][0-9][0-9]) arch="-gencode arch=compute_$cc,code=sm_$cc" ;;
+    *) arch= ;;   # configure's default set
+esac
+
+mkdir -p "$build/gpu-logs" || die "cannot create $build"
+logs=$build/gpu-logs
+rows=()          # the final table, one line each
+failed=0
+row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
+fail_row() { row "$1" "FAIL  $2"; failed=1; }
+
+# ------------------------------------------------------------- 0. build
+cd "$build" || die "cannot enter $build"
+if [ ! -x "$top/configure" ]; then
+    (cd "$top" && ./autogen.sh) > "$logs/autogen.log" 2>&1 ||
+        die "autogen.sh failed (autoconf, automake, libtool installed?): see $logs/autogen.log"
+fi
+if [ ! -f Makefile ]; then
+    # shellcheck disable=SC2086
+    timeout 180 "$top/configure" --with-cuda ${arch:+NVCC_ARCH_FLAGS="$arch"} \
+        ${CDL_GPU_CONFIGURE_FLAGS:-} > "$logs/configure.log" 2>&1 ||
+        die "configure --with-cuda failed (CUDA toolkit with cuDNN under /usr/local/cuda, or pass CDL_GPU_CONFIGURE_FLAGS=--with-cuda=PREFIX): see $logs/configure.log"
+fi
+jobs=$(nproc 2>/dev/null || echo 4)
+if timeout 300 make -j"$jobs" libcdl_core.la tests/gpu/ops_vs_cpu tests/gpu/bench_lenet \
+        > "$logs/make.log" 2>&1; then
+    row "0 build with CUDA (${arch:-default archs})" "PASS  $(elapsed) s"
+else
+    tail -20 "$logs/make.log" >&2
+    die "building the CUDA backend failed: see $logs/make.log"
+fi
+have_train=0
+if timeout 240 make -j"$jobs" cli/cdl-train > "$logs/make-cli.log" 2>&1; then
+    have_train=1
+fi
+
+# ------------------------------------------------------- 1. ops vs CPU
+echo "== 1. every op against the CPU backend"
+if timeout 180 tests/gpu/ops_vs_cpu > "$logs/ops_vs_cpu.log" 2>&1; then
+    row "1 ops vs CPU backend" "PASS  $(tail -1 "$logs/ops_vs_cpu.log" | sed 's/^ops_vs_cpu: //')"
+else
+    grep -E '^FAIL|ops_vs_cpu' "$logs/ops_vs_cpu.log" | head -20 >&2
+    fail_row "1 ops vs CPU backend" "$(tail -1 "$logs/ops_vs_cpu.log" | cut -c1-120) (see $logs/ops_vs_cpu.log)"
+fi
+
+# ------------------------------------------------- 2. train one epoch
+echo "== 2. seed CNN, one epoch on the GPU"
+data=/usr/share/datasets/fashion-mnist
+if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+    ds=(--dataset fashion-mnist --data-dir "$data"); ds_name=fashion-mnist; min_acc=0.70
+else
+    ds=(--dataset synthetic --synthetic-size 60000); ds_name="synthetic 60000"; min_acc=0
+fi
+if [ $have_train = 0 ]; then
+    fail_row "2 train 1 epoch ($ds_name)" "cli/cdl-train did not build (see $logs/make-cli.log)"
+else
+    rm -f "$logs/train.json"
+    if timeout 180 cli/cdl-train --device cuda "${ds[@]}" --epochs 1 --batch-size 128 \
+            --no-progress --metrics "$logs/train.json" > "$logs/train.log" 2>&1 &&
+            [ -s "$logs/train.json" ]; then
+        read -r acc ips < <("$python" -c 'import json,sys
+m=[json.loads(l) for l in open(sys.argv[1])][-1]
+print(m["val_acc"], m["images_per_sec"])' "$logs/train.json" 2>/dev/null || echo "nan 0")
+        if awk -v a="$acc" -v m="$min_acc" 'BEGIN{exit !(a==a && a+0 >= m+0)}'; then
+            row "2 train 1 epoch ($ds_name, batch 128)" "PASS  val acc $acc, $(printf '%.0f' "$ips") img/s"
+        else
+            fail_row "2 train 1 epoch ($ds_name, batch 128)" "val acc $acc < $min_acc (see $logs/train.log)"
+        fi
+    else
+        tail -5 "$logs/train.log" >&2
+        fail_row "2 train 1 epoch ($ds_name)" "cdl-train failed (see $logs/train.log)"
+    fi
+fi
+
+# -------------------------------------------------------- 3. speed
+echo "== 3. seed CNN speed, cdl vs PyTorch"
+ips_of() { awk '/^images_per_sec/ {v=$2} END {if (v == "") exit 1; printf "%.0f", v}' "$1"; }
+bench() {   # bench LOG CMD...: runs CMD, prints its images/s or nothing
+    local log=$logs/$1; shift
+    timeout 60 "$@" > "$log" 2>&1 && ips_of "$log"
+}
+cdl_eager=$(bench bench-eager.log tests/gpu/bench_lenet --seconds 5)
+cdl_graph=$(bench bench-graph.log tests/gpu/bench_lenet --graph --seconds 5)
+cdl_pinned=$(bench bench-graph-pinned.log tests/gpu/bench_lenet --graph --input pinned --seconds 5)
+torch_eager=$(bench bench-torch.log "$python" "$top/tests/gpu/bench_torch.py" --seconds 5)
+torch_bench=$(bench bench-torch-benchmark.log "$python" "$top/tests/gpu/bench_torch.py" --benchmark --seconds 5)
+torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "(not installed)")
+ratio() {   # ratio A B: "(A/B x PyTorch eager)"
+    [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx torch eager", a/b}'
+}
+speed_row() {   # speed_row NAME VALUE [LOG]
+    if [ -n "$2" ]; then
+        row "    $1" "$(printf '%9s img/s  %s' "$2" "$(ratio "$2" "$torch_eager")")"
+    else
+        row "    $1" "failed (see $logs/$3)"
+    fi
+}
+row "3 speed, seed CNN 3x32x32, batch 512" "target: cdl >= 3x torch eager"
+speed_row "cdl eager" "$cdl_eager" bench-eager.log
+speed_row "cdl CUDA graph" "$cdl_graph" bench-graph.log
+speed_row "cdl CUDA graph, input from pinned memory" "$cdl_pinned" bench-graph-pinned.log
+speed_row "torch $torch_version eager" "$torch_eager" bench-torch.log
+speed_row "torch eager, cudnn.benchmark" "$torch_bench" bench-torch-benchmark.log
+best=$cdl_graph; [ -z "$best" ] && best=$cdl_eager
+if [ -n "$best" ] && [ -n "$torch_eager" ]; then
+    if awk -v a="$best" -v b="$torch_eager" 'BEGIN{exit !(a >= 3*b)}'; then
+        row "    target" "met"
+    else
+        row "    target" "NOT met"
+    fi
+fi
+[ -z "$cdl_eager$cdl_graph" ] && fail_row "    cdl bench" "did not run (see $logs/bench-*.log)"
+
+# ----------------------------------------------------------- 4. MPS
+echo "== 4. replicas packed under MPS"
+if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+    row "4 MPS replicas" "skipped: nvidia-cuda-mps-control not found"
+elif [ "$(elapsed)" -gt 360 ]; then
+    row "4 MPS replicas" "skipped: $(elapsed) s spent, no time left in 8 minutes"
+else
+    mps=$(mktemp -d /tmp/cdl-mps.XXXXXX)
+    export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    stop_mps() { echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; rm -rf "$mps"; }
+    if nvidia-cuda-mps-control -d > "$logs/mps-start.log" 2>&1; then
+        trap stop_mps EXIT
+        row "4 MPS replicas (cdl CUDA graph, batch 512)" "target: 8 replicas >= 4x one"
+        one=
+        for r in 1 2 4 8; do
+            # Everyone warms up (context, plans, graph capture), then all
+            # time the same 8 seconds.
+            start=$(( $(date +%s) + 6 + r ))
+            pids=()
+            for i in $(seq 1 $r); do
+                timeout 60 tests/gpu/bench_lenet --graph --seconds 8 --start-at "$start" \
+                    > "$logs/mps-$r-$i.log" 2>&1 &
+                pids+=($!)
+            done
+            ok=1
+            for p in "${pids[@]}"; do wait "$p" || ok=0; done
+            total=0
+            for i in $(seq 1 $r); do
+                v=$(ips_of "$logs/mps-$r-$i.log") || { ok=0; v=0; }
+                total=$(( total + v ))
+            done
+            late=$(cat "$logs"/mps-$r-*.log | grep -c 'after --start-at')
+            if [ $ok = 1 ]; then
+                [ -z "$one" ] && one=$total
+                row "    $r replica(s)" "$(printf '%9s img/s  %s%s' "$total" \
+                    "$(awk -v a="$total" -v b="$one" 'BEGIN{printf "%.2fx one replica", a/b}')" \
+                    "$([ "$late" -gt 0 ] && echo ", $late started late")")"
+            else
+                row "    $r replica(s)" "failed (see $logs/mps-$r-*.log, $mps/log)"
+            fi
+        done
+        stop_mps
+        trap - EXIT
+    else
+        row "4 MPS replicas" "skipped: the MPS daemon did not start ($(head -1 "$logs/mps-start.log"))"
+        rm -rf "$mps"
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
+
+# ----------------------------------------------------------- the table
+echo
+echo "cdl GPU checks on $gpu_name ($(elapsed) s, logs in $logs)"
+printf '%s\n' "${rows[@]}"
+if [ $failed = 0 ]; then echo "result: PASS"; else echo "result: FAIL"; fi
+exit $failed

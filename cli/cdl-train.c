@@ -17,7 +17,7 @@ enum {
     OPT_DATA_DIR = 256, OPT_BATCH, OPT_MOMENTUM, OPT_WD, OPT_SCHEDULE, OPT_WARMUP, OPT_WORKERS,
     OPT_CKPT_DIR, OPT_RESUME, OPT_METRICS, OPT_MAX_STEPS, OPT_CKPT_EVERY, OPT_DROP_LAST,
     OPT_DEVICE, OPT_NESTEROV, OPT_DAMPENING, OPT_STEP_EPOCHS, OPT_SYNTH_N, OPT_PROGRESS,
-    OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION,
+    OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32,
 };
 
 static const struct option long_opts[] = {
@@ -48,6 +48,7 @@ static const struct option long_opts[] = {
     {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
     {"drop-last", no_argument, NULL, OPT_DROP_LAST},
     {"device", required_argument, NULL, OPT_DEVICE},
+    {"tf32", required_argument, NULL, OPT_TF32},
     {"dist-backend", required_argument, NULL, OPT_DIST},
     {"synthetic-size", required_argument, NULL, OPT_SYNTH_N},
     {"progress", no_argument, NULL, OPT_PROGRESS},
@@ -81,15 +82,17 @@ static void usage(FILE *f)
 "      --schedule constant|step|cosine           [cosine]\n"
 "      --step-epochs N          step schedule: lr x0.1 every N epochs [3]\n"
 "      --warmup-epochs N        linear warmup [0]\n"
-"      --max-steps N            stop after N steps in total\n"
+"      --max-steps N            stop after N steps in total [0: no limit]\n"
 "      --drop-last              drop each epoch's last partial batch\n"
 "  -s, --seed N                 seeds init, shuffling, augmentation, dropout [1]\n"
 "Checkpoints:\n"
 "      --ckpt-dir DIR           write DIR/last.safetensors each epoch, keep DIR/best.safetensors\n"
-"      --ckpt-every N           also write last every N steps\n"
+"      --ckpt-every N           also write last every N steps [0: never]\n"
 "      --resume auto|never|PATH [auto: continue from DIR/last.safetensors if present]\n"
 "Resources and output:\n"
-"      --device cpu|cuda|auto   [cpu]\n"
+"      --device cpu|cuda|auto   [auto: cuda when a GPU is visible, else cpu]\n"
+"      --tf32 on|off|default    TF32 on GPUs [default: like PyTorch, on for\n"
+"                               convolutions, off for matrix products; env CDL_TF32]\n"
 "  -t, --threads N              compute threads [SLURM_CPUS_PER_TASK, OMP_NUM_THREADS or all]\n"
 "      --workers N              data loader threads [1]\n"
 "      --dist-backend NAME      auto, shm, mpi, hier, nccl [auto]\n"
@@ -234,12 +237,20 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             cfg->seed = (uint64_t)l;
             break;
         case OPT_CKPT_DIR: rc = copy_str(name, a, cfg->ckpt_dir, sizeof cfg->ckpt_dir); break;
-        case OPT_CKPT_EVERY: rc = parse_long(name, a, 1, LONG_MAX, &cfg->ckpt_every); break;
+        case OPT_CKPT_EVERY: rc = parse_long(name, a, 0, LONG_MAX, &cfg->ckpt_every); break;
         case OPT_RESUME: rc = copy_str(name, a, cfg->resume, sizeof cfg->resume); break;
         case OPT_METRICS: rc = copy_str(name, a, cfg->metrics, sizeof cfg->metrics); break;
-        case OPT_MAX_STEPS: rc = parse_long(name, a, 1, LONG_MAX, &cfg->max_steps); break;
+        case OPT_MAX_STEPS: rc = parse_long(name, a, 0, LONG_MAX, &cfg->max_steps); break;
         case OPT_DROP_LAST: cfg->drop_last = 1; break;
         case OPT_DEVICE: rc = one_of(name, a, devices, cfg->device, sizeof cfg->device); break;
+        case OPT_TF32: {
+            static const char *const tf32[] = {"on", "off", "default", NULL};
+            char v[16];
+            rc = one_of(name, a, tf32, v, sizeof v);
+            if (rc == 0)
+                setenv("CDL_TF32", v, 1);   /* read by the CUDA backend at creation */
+            break;
+        }
         case OPT_DIST: rc = one_of(name, a, dists, cfg->dist_backend, sizeof cfg->dist_backend); break;
         case OPT_SYNTH_N: rc = parse_int(name, a, 1, 10000000, &cfg->synthetic_n); break;
         case OPT_PROGRESS: cfg->progress = 1; break;

@@ -35,7 +35,7 @@ typedef struct cdl_train_config {
     char metrics[1024];       /* "" = none; else JSON lines appended per epoch */
     long max_steps;           /* stop after this many steps in total (0 = no limit) */
     int drop_last;
-    char device[16];          /* "cpu", "cuda", "auto" */
+    char device[16];          /* "cpu", "cuda", "auto" (the default: cuda when a GPU is visible) */
     char dist_backend[16];    /* "auto" */
     int synthetic_n;          /* synthetic dataset size */
     int progress;             /* -1 auto (terminal), 0 plain lines, 1 bar */

@@ -24,7 +24,7 @@ void cdl_train_defaults(cdl_train_config *cfg)
     cfg->workers = 1;
     cfg->seed = 1;
     snprintf(cfg->resume, sizeof cfg->resume, "auto");
-    snprintf(cfg->device, sizeof cfg->device, "cpu");
+    snprintf(cfg->device, sizeof cfg->device, "auto");
     snprintf(cfg->dist_backend, sizeof cfg->dist_backend, "auto");
     cfg->synthetic_n = 10000;
     cfg->progress = -1;

@@ -94,6 +94,12 @@ start() {
     while [ "$p1" = "$pctl" ]; do p1=$(free_port); done
     pres=$((30000 + RANDOM % 20000))   # MpiParams=ports= range for --resv-ports
 
+    # The emulated nodes' names must resolve, as node names do on a real
+    # cluster: MASTER_ADDR is task 0's node name (master_addr=hostname).
+    if ! getent hosts n1 >/dev/null || ! getent hosts n2 >/dev/null; then
+        echo "127.0.0.1 n1 n2 $HOSTS_MARK" >>/etc/hosts
+    fi
+
     cat >"$dir/etc/plugstack.conf" <<EOF
 required $CDL_SPANK_SO mps_control=$dir/bin/nvidia-cuda-mps-control runtime_dir=$dir/cdl port_range=41000-41999 ${CDL_PLUGSTACK_ARGS:-}
 EOF
@@ -163,6 +169,9 @@ nodes_idle() {
 
 # stop_pids FILE...: TERM every daemon named in the files at once (each takes
 # about 2 s to exit), then KILL those still there after 10 s.
+# Marks the /etc/hosts line start adds, so stop removes only that line.
+HOSTS_MARK="# cdl test cluster (tests/slurm/cluster.sh)"
+
 stop_pids() {
     local f pid pids=()
     for f in "$@"; do

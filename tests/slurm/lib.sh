@@ -20,6 +20,7 @@ export CDL_SPANK_SO CDL_FAKE_MPS CDL_TEST_USER
 skip() { echo "SKIP: $*"; exit 77; }
 
 require_cluster_tools() {
+    [ "${CDL_TEST_SCOPE:-}" != unit ] || skip "Slurm test in a unit-only pass (sanitizers, valgrind)"
     [ "$(id -u)" = 0 ] || skip "the Slurm tests need root (slurmd must become the job user)"
     local b
     for b in munged mungekey slurmctld slurmd slurmstepd srun sbatch sinfo squeue scancel \

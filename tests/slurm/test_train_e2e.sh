@@ -22,10 +22,10 @@ require_cluster_tools
 start_cluster
 runuser -u "$CDL_TEST_USER" -- test -x "$CDL_TRAIN_BIN" || skip "$CDL_TRAIN_BIN not executable by $CDL_TEST_USER"
 
-STEPS=30
+STEPS=20
 B=16
 common="--model lenet --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist
-        --device cpu --epochs 1 --lr 0.05 --optimizer sgd --momentum 0.9 --weight-decay 0
+        --device cpu --epochs 1 --lr 0.01 --optimizer sgd --momentum 0.9 --weight-decay 0
         --schedule constant --warmup-epochs 0 --threads 1 --workers 1 --seed 7 --resume never"
 # shellcheck disable=SC2086
 as_user_env OPENBLAS_NUM_THREADS=1 -- srun -N2 --ntasks-per-node=2 --cdl-ddp \
@@ -42,7 +42,8 @@ newest() { ls -t "$WORK/$1"/*.safetensors 2>/dev/null | head -1; }
 a=$(newest ddp)
 b=$(newest single)
 check "both wrote a checkpoint" eval '[ -n "$a" ] && [ -n "$b" ]'
-# Same tensors, max |a-b| / max(1, max|b|) below 1e-4 (float32, 30 steps).
+# Same tensors, max |a-b| / max(1, max|b|) below 1e-5 (float32, 20 steps; at
+# lr 0.05 rounding differences grow chaotically past ~10 steps, so a gentle lr).
 /usr/bin/python3 - "$a" "$b" <<'EOF'
 import json, struct, sys
 import numpy as np
@@ -63,7 +64,7 @@ params = sorted(k for k in b if not k.startswith("optim"))
 assert params and set(params) <= set(a), (sorted(a), params)
 worst = max(float(np.max(np.abs(a[k] - b[k])) / max(1.0, float(np.max(np.abs(b[k]))))) for k in params)
 print(f"max normalised difference over {len(params)} tensors: {worst:.3g}")
-sys.exit(0 if worst < 1e-4 else 1)
+sys.exit(0 if worst < 1e-5 else 1)
 EOF
 check "DDP weights equal the single process's" test $? = 0
 

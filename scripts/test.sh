@@ -52,11 +52,11 @@ stage() {   # stage NAME BUILD-DIR CONFIGURE-ARGS... -- MAKE-TARGET [VAR=VALUE..
 
 export CDL_TIMEOUT=${CDL_TIMEOUT:-120}
 stage "gcc -Werror: make check" "$top/_build/gcc" CC=gcc --enable-werror -- check
-stage "clang -Werror: unit tests" "$top/_build/clang" CC=clang --enable-werror \
-    --disable-shared -- check TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
-stage "ASan+UBSan: unit tests" "$top/_build/asan" CC=gcc --enable-sanitizers \
-    --disable-shared -- check TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
-stage "valgrind: unit tests" "$top/_build/valgrind" CC=gcc --disable-shared -- \
+stage "clang -Werror: unit tests" "$top/_build/clang" CC=clang --enable-werror -- \
+    check TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
+stage "ASan+UBSan: unit tests" "$top/_build/asan" CC=gcc --enable-sanitizers -- \
+    check TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
+stage "valgrind: unit tests" "$top/_build/valgrind" CC=gcc -- \
     check-valgrind
 if [ -z "${CDL_SKIP_DISTCHECK:-}" ]; then
     stage "make distcheck" "$top/_build/dist" CC=gcc -- distcheck \

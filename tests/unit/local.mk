@@ -14,11 +14,10 @@ endif
 EXTRA_DIST += tests/unit/testutil.h lib/core/rng.h lib/dist/contract.h
 
 # make check-valgrind: the unit tests under valgrind (memcheck), failing on
-# errors and on definite or indirect leaks. Script tests skip themselves
-# when CDL_TEST_SCOPE=unit.
+# errors and on definite or indirect leaks; script tests are left out.
 VALGRIND_FLAGS = --leak-check=full --show-leak-kinds=definite,indirect \
 	--errors-for-leak-kinds=definite,indirect --error-exitcode=1 --quiet
 check-valgrind:
 	$(MAKE) $(AM_MAKEFLAGS) check LOG_COMPILER="valgrind $(VALGRIND_FLAGS)" \
-	  TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
+	  TESTS="$(filter-out %.sh,$(TESTS))" TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
 .PHONY: check-valgrind

@@ -66,7 +66,7 @@ int bind_plan(int n, cpu_set_t *sets, char *err, size_t errlen)
             sets[r] = cores[r % c];
         }
     }
-    return 0;
+    return c;
 }
 
 void cpus_format(const cpu_set_t *set, char *buf, size_t len)

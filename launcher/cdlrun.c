@@ -13,13 +13,14 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: cdlrun -n N [--bind none|cores] [--label] [--timeout S] [-v] PROGRAM [ARGS...]\n"
+            "usage: cdlrun -n N [--bind auto|none|cores] [--label] [--timeout S] [-v] PROGRAM [ARGS...]\n"
             "\n"
             "Starts N ranks of PROGRAM on this machine with RANK, WORLD_SIZE, LOCAL_RANK,\n"
             "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CDL_* exported.\n"
             "\n"
             "  -n, --ntasks N     number of ranks (1-%d)\n"
-            "  --bind none|cores  pin each rank to its own block of cores (default none)\n"
+            "  --bind auto|none|cores  cores: pin each rank to its own block of cores;\n"
+            "                     auto (default): cores when there are at least N cores\n"
             "  --label            prefix every output line with [rank]\n"
             "  --timeout S        CDL_TIMEOUT for the ranks: seconds any wait for a peer may\n"
             "                     take (default 300)\n"
@@ -80,11 +81,12 @@ static int parse(int argc, char **argv, run *r)
         } else if (is_opt(a, "--bind")) {
             if (!(v = opt_value(argc, argv, &i, "--bind")))
                 return -1;
-            if (strcmp(v, "none") && strcmp(v, "cores")) {
-                fprintf(stderr, "cdlrun: --bind '%s': use none or cores\n", v);
+            if (strcmp(v, "auto") && strcmp(v, "none") && strcmp(v, "cores")) {
+                fprintf(stderr, "cdlrun: --bind '%s': use auto, none or cores\n", v);
                 return -1;
             }
             r->bind_cores = !strcmp(v, "cores");
+            r->bind_auto = !strcmp(v, "auto");
         } else if (!strcmp(a, "--label")) {
             r->label = 1;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
@@ -117,7 +119,7 @@ static int parse(int argc, char **argv, run *r)
 
 int main(int argc, char **argv)
 {
-    run r = {.listen_fd = -1};
+    run r = {.listen_fd = -1, .bind_auto = 1};
     if (parse(argc, argv, &r))
         return 2;
     r.ranks = calloc((size_t)r.n, sizeof *r.ranks);

@@ -21,6 +21,7 @@ typedef struct rank_proc {
 typedef struct run {
     int n;
     int label, bind_cores, verbose;
+    int bind_auto;                 /* --bind auto (default): cores when every rank gets its own */
     double timeout;                /* --timeout: exported as CDL_TIMEOUT (0 = unset) */
     char **argv;                   /* PROGRAM ARGS... */
     int listen_fd, port;           /* the store socket handed to rank 0 */
@@ -30,7 +31,7 @@ typedef struct run {
 
 /* Plans one CPU set per rank over the CPUs this process may use: contiguous
  * blocks of whole cores (hwloc when built with it, else CPUs of the affinity
- * mask). -1 with a message in err. */
+ * mask). Returns the number of cores found, or -1 with a message in err. */
 int bind_plan(int n, cpu_set_t *sets, char *err, size_t errlen);
 /* "0-3,8" for a set. */
 void cpus_format(const cpu_set_t *set, char *buf, size_t len);

@@ -128,15 +128,20 @@ int launch_ranks(run *r)
     if (random_hex(rnd, 4))
         return -1;
     snprintf(r->job_id, sizeof r->job_id, "cdlrun.%d.%s", (int)getpid(), rnd);
-    if (r->bind_cores) {
+    if (r->bind_cores || r->bind_auto) {
         cpu_set_t *sets = calloc((size_t)r->n, sizeof *sets);
         char err[256];
-        if (!sets || bind_plan(r->n, sets, err, sizeof err)) {
+        int cores = sets ? bind_plan(r->n, sets, err, sizeof err) : -1;
+        if (cores < 0 && r->bind_cores) {
             fprintf(stderr, "cdlrun: --bind cores: %s\n", sets ? err : "out of memory");
             free(sets);
             return -1;
         }
-        for (int i = 0; i < r->n; i++)
+        /* auto: pin only when every rank gets cores of its own; sharing
+         * pinned cores would be worse than letting the kernel spread. */
+        if (r->bind_auto)
+            r->bind_cores = cores >= r->n;
+        for (int i = 0; i < r->n && r->bind_cores; i++)
             r->ranks[i].cpus = sets[i];
         free(sets);
     }

@@ -7,7 +7,7 @@
  * lowest offset reported so far is final, so every bucket above it is handed
  * to a communication thread, which averages buckets in index order with
  * cdl_dist_allreduce while backward computes the earlier layers. ddp_finish
- * hands over whatever is left and waits.
+ * waits for those and averages whatever is left itself, in order.
  *
  * Every rank launches the same buckets in the same order. The collectives
  * reduce element by element in a fixed order, so bucketing does not change a
@@ -199,13 +199,19 @@ int ddp_finish(ddp *g)
             rc = reduce_bucket(g, k);
         return rc;
     }
+    /* Backward is over. The thread finishes what it was handed; the rest
+     * this thread reduces itself, in the same order: handing it over would
+     * only add two wake-ups to the step's critical path. */
     pthread_mutex_lock(&g->mu);
-    g->launched = g->nb;   /* backward is over: everything is final */
-    pthread_cond_signal(&g->work);
-    while (g->finished < g->nb)
+    int first = g->launched;
+    while (g->finished < first)
         pthread_cond_wait(&g->done, &g->mu);
     if (g->failed)
         rc = cdl_error("%s", g->err);
+    pthread_mutex_unlock(&g->mu);
+    for (int k = first; k < g->nb && rc == 0; k++)
+        rc = reduce_bucket(g, k);
+    pthread_mutex_lock(&g->mu);
     g->launched = g->finished = 0;
     g->unordered = 0;
     g->low = g->n;

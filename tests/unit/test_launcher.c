@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -337,6 +338,65 @@ static void test_bind_cores(void **state)
     cdl_free(r);
 }
 
+/* The allowed-CPU list rank k printed, "" when absent. */
+static void allowed_of(const result *r, int k, char out[64])
+{
+    char tag[32];
+    snprintf(tag, sizeof tag, "[%d] Cpus_allowed_list:", k);
+    const char *p = strstr(r->out, tag);
+    out[0] = '\0';
+    if (p)
+        sscanf(p + strlen(tag), " %63s", out);
+}
+
+/* --bind auto (the default): disjoint CPUs while every rank can have its own
+ * core; once ranks outnumber the CPUs, nobody is pinned (each keeps this
+ * process's whole mask). */
+static void test_bind_auto(void **state)
+{
+    (void)state;
+    cpu_set_t mine;
+    assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
+    int cpus = CPU_COUNT(&mine);
+    char n_few[16], n_many[16], a[64], b[64], whole[64] = "";
+    snprintf(n_few, sizeof n_few, "%d", cpus >= 2 ? 2 : 1);
+    snprintf(n_many, sizeof n_many, "%d", cpus + 1);
+    const char *few[] = {"-n", n_few, "--label", "sh", "-c",
+                         "grep Cpus_allowed_list /proc/self/status", NULL};
+    const char *many[] = {"-n", n_many, "--label", "sh", "-c",
+                          "grep Cpus_allowed_list /proc/self/status", NULL};
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "Cpus_allowed_list:", 18))
+            sscanf(line + 18, " %63s", whole);
+    if (f)
+        fclose(f);
+    assert_true(whole[0]);
+
+    launch l = {many, 20, NULL, 0, 0, NULL};
+    result *r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l, r);
+    assert_int_equal(exit_code(r), 0);
+    for (int k = 0; k <= cpus; k++) {
+        allowed_of(r, k, a);
+        assert_string_equal(a, whole);
+    }
+    cdl_free(r);
+    if (cpus < 2)
+        return;
+    launch l2 = {few, 20, NULL, 0, 0, NULL};
+    r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l2, r);
+    assert_int_equal(exit_code(r), 0);
+    allowed_of(r, 0, a);
+    allowed_of(r, 1, b);
+    assert_true(a[0] && b[0]);
+    assert_string_not_equal(a, b);
+    assert_string_not_equal(a, whole);
+    cdl_free(r);
+}
+
 int main(void)
 {
     unsetenv("RANK");
@@ -353,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_cannot_exec),
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_bind_cores),
+        cmocka_unit_test(test_bind_auto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,11 @@ bench_bench_cnn_SOURCES = bench/bench_cnn.c
 bench_bench_cnn_CPPFLAGS = $(AM_CPPFLAGS) $(OPENBLAS_CFLAGS)
 bench_bench_cnn_LDADD = libcdl_core.la
 EXTRA_DIST += bench/torch_cnn.py bench/run_cnn.sh
+# One epoch of real Fashion-MNIST through the loader against synthetic images
+# in memory (run_cnn.sh prints its table too).
+noinst_PROGRAMS += bench/bench_data
+bench_bench_data_SOURCES = bench/bench_data.c
+bench_bench_data_LDADD = libcdl_core.la
 
 # --- allreduce benchmark (dist): cdl shm beside Open MPI; bench/run_allreduce.sh
 if HAVE_MPI
@@ -13,7 +18,7 @@ bench_bench_allreduce_SOURCES = bench/bench_allreduce.c
 bench_bench_allreduce_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS)
 bench_bench_allreduce_LDADD = libcdl_core.la $(MPI_LIBS)
 endif
-dist_noinst_SCRIPTS += bench/run_allreduce.sh
+dist_noinst_SCRIPTS += bench/run_allreduce.sh bench/run_ddp.sh
 # --- end allreduce benchmark
 
 # --- SPANK plugin cost (spank/): what the plugin adds to `srun -n 2 true` on

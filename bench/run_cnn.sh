@@ -3,12 +3,13 @@
 # rows batch 64/512 x threads 1/2; columns cdl img/s, torch tuned img/s
 # (OPENBLAS_NUM_THREADS=1 + torch.set_num_threads), torch default img/s (only
 # torch.set_num_threads), cdl/tuned, cdl's share of this machine's SGEMM
-# speed; then the peak RSS of both at batch 512.
+# speed; then the peak RSS of both at batch 512; then a real Fashion-MNIST
+# epoch through the loader against synthetic images (bench/bench_data).
 #
 # Usage: bench/run_cnn.sh [BUILD_DIR]   (BUILD_DIR holds bench/bench_cnn;
 #        default: the current directory). Takes about two minutes. Measure on
 #        a quiet machine: the load average is printed before and after.
-# Environment: BATCHES="64 512", THREADS="1 2", RUNS=7, PYTHON=/usr/bin/python3.
+# Environment: BATCHES="64 512", THREADS="1 2", RUNS=7, DATA_RUNS=5, PYTHON=/usr/bin/python3.
 set -u
 
 build=${1:-.}
@@ -37,6 +38,21 @@ mib() { if [[ ${1:-} =~ ^[0-9]+$ ]]; then echo $(( $1 / 1024 )); else echo -; fi
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
 echo "machine: ${cpu:-unknown CPU}, $(nproc) CPUs; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+# OpenBLAS (cdl's GEMM and PyTorch's here) picks its kernels by CPU model;
+# one it does not know yet (Debian 12's 0.3.21 on newer Xeons) falls back to
+# "Prescott", SSE3 kernels at a fraction of the machine's speed. Both sides
+# then get the best kernels the CPU supports, so that neither is handicapped
+# and the SGEMM column is the machine's, not the fallback's.
+core=$(OPENBLAS_VERBOSE=2 "$bench" --batch 8 --threads 1 --steps 1 --runs 5 2>&1 | sed -n 's/^Core: //p' | head -n1)
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "$core" = Prescott ]; then
+    if grep -qw avx512bw /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
+if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+    echo "OpenBLAS kernels: $OPENBLAS_CORETYPE (OPENBLAS_CORETYPE; detected: ${core:-unknown})"
+else
+    echo "OpenBLAS kernels: ${core:-unknown} (detected)"
+fi
 torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "not importable with $python")
 echo "torch: $torch_version"
 echo
@@ -72,4 +88,31 @@ for b in $batches; do
     done
 done
 echo "img/s: median of $runs runs after a warm-up run; SGEMM GF/s: OpenBLAS 2048^3 on the same threads"
+
+# Second table: does the loader keep up? A real Fashion-MNIST epoch through
+# cdl_loader (1 worker thread) against as many synthetic images in memory.
+data="$build/bench/bench_data"
+echo
+if [ -x "$data" ]; then
+    drows=()
+    for b in $batches; do
+        for t in $threads_list; do
+            d=$("$data" --batch "$b" --threads "$t" --runs "${DATA_RUNS:-5}")
+            rc=$?
+            if [ $rc -eq 77 ]; then echo "$d"; drows=(); break 2; fi
+            d=$(printf '%s\n' "$d" | result)
+            drows+=("$(printf '| %5s | %7s | %15s | %13s | %19s |' "$b" "$t" "$(field synthetic "$d")" \
+                "$(field real "$d")" "$(field ratio "$d") ($(field ratio_min "$d")-$(field ratio_max "$d"))")")
+        done
+    done
+    if [ ${#drows[@]} -gt 0 ]; then
+        echo "| batch | threads | synthetic img/s | real img/s | real/synthetic (min-max) |"
+        echo "|-------|---------|-----------------|------------|--------------------------|"
+        printf '%s\n' "${drows[@]}"
+        echo "seed CNN on 1x28x28; real: Fashion-MNIST train split shuffled through the loader;"
+        echo "median of ${DATA_RUNS:-5} alternating pairs of epochs; target: real within 10% of synthetic"
+    fi
+else
+    echo "real-data table skipped: $data not built"
+fi
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,6 +1,8 @@
 /* The CPU backend: the ops table, create/destroy and host "device" memory.
  * Kernels live in conv2d.c, linear.c, pool2d.c, eltwise.c, xent.c, optim.c
  * and reduce.c; threading in pool.c. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -88,6 +90,29 @@ static const cdl_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
 };
 
+/* OpenBLAS picks its kernels by CPU model when it loads; a model newer than
+ * the library (Debian 12's 0.3.21 on recent Xeons) gets the SSE3 "Prescott"
+ * fallback, several times slower for the linear layers and wide
+ * convolutions. Too late to change in-process, so say once how to fix it. */
+static void check_blas_kernels(void)
+{
+    static int checked;
+    if (checked++ || getenv("OPENBLAS_CORETYPE"))
+        return;
+    const char *core = openblas_get_corename();
+    if (!core || strcmp(core, "Prescott") != 0)
+        return;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    const char *better = __builtin_cpu_supports("avx512bw") ? "SkylakeX"
+                         : __builtin_cpu_supports("avx2")   ? "Haswell"
+                                                            : NULL;
+    if (better)
+        fprintf(stderr, "cdl: warning: OpenBLAS does not know this CPU and uses its slow SSE3 "
+                        "kernels (core Prescott): export OPENBLAS_CORETYPE=%s for the ones this "
+                        "CPU supports\n", better);
+#endif
+}
+
 cdl_backend *cdl_backend_cpu_create(int threads)
 {
     if (threads == 0)
@@ -101,6 +126,7 @@ cdl_backend *cdl_backend_cpu_create(int threads)
      * threads next to ours and both pools fight for the cores. Our pool owns
      * the threading and every worker calls a single-threaded BLAS. */
     openblas_set_num_threads(1);
+    check_blas_kernels();
 
     cdl_backend *be = cdl_calloc(1, sizeof *be);
     cpu_impl *impl = cdl_calloc(1, sizeof *impl);

@@ -29,23 +29,11 @@
 
 #include <cdl/cdl.h>
 
+#include "bench/bench_util.h"
 #include "lib/core/rng.h"
 
 #define BATCHES 4      /* distinct synthetic batches, used in turn */
 #define CLASSES 10
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Best SGEMM GFLOP/s of an n x n x n product on `threads` OpenBLAS threads. */
 static double sgemm_gflops(int threads, int n)
@@ -63,9 +51,9 @@ static double sgemm_gflops(int threads, int n)
     openblas_set_num_threads(threads);
     double best = 1e30;
     for (int r = 0; r < 4; r++) {
-        double t = now_s();
+        double t = bench_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        t = now_s() - t;
+        t = bench_now() - t;
         if (r > 0 && t < best)   /* the first call warms up */
             best = t;
     }
@@ -170,7 +158,7 @@ int main(int argc, char **argv)
     long step = 0;
     double *ips = cdl_calloc((size_t)runs, sizeof *ips);
     for (int run = -1; run < runs; run++) {   /* run -1 warms up */
-        double t = now_s();
+        double t = bench_now();
         for (int s = 0; s < steps; s++, step++) {
             int b = (int)(step % BATCHES);
             const float *logits = cdl_model_forward(m, x[b], batch, 1, (uint64_t)step);
@@ -179,14 +167,14 @@ int main(int argc, char **argv)
             cdl_optim_step(opt, cdl_model_params(m), cdl_model_grads(m), 0.01f);
         }
         op->sync(be);
-        t = now_s() - t;
+        t = bench_now() - t;
         if (run >= 0)
             ips[run] = (double)batch * steps / t;
     }
     float last_loss;
     op->to_host(be, &last_loss, loss, sizeof last_loss);
 
-    qsort(ips, (size_t)runs, sizeof *ips, cmp_double);
+    qsort(ips, (size_t)runs, sizeof *ips, bench_cmp_double);
     struct rusage ru;   /* before the SGEMM buffers exist */
     getrusage(RUSAGE_SELF, &ru);
     double peak = sgemm_gflops(threads, 2048);

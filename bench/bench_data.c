@@ -23,6 +23,7 @@
 
 #include <cdl/cdl.h>
 
+#include "bench/bench_util.h"
 #include "lib/core/rng.h"
 
 #define BATCHES 4      /* distinct synthetic batches, used in turn */
@@ -36,19 +37,6 @@ typedef struct bench {
     int32_t *pred;
     long step;
 } bench;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void die(void)
 {
@@ -71,14 +59,14 @@ static void train_step(bench *b, const float *x, const int32_t *y, int n)
 /* Images/s of `total` synthetic images from memory, in loader-sized batches. */
 static double synthetic_epoch(bench *b, float *const *x, int32_t *const *y, long total)
 {
-    double t = now_s();
+    double t = bench_now();
     for (long done = 0, k = 0; done < total; k++) {
         int n = total - done < b->batch ? (int)(total - done) : b->batch;
         train_step(b, x[k % BATCHES], y[k % BATCHES], n);
         done += n;
     }
     b->be->ops->sync(b->be);
-    return (double)total / (now_s() - t);
+    return (double)total / (bench_now() - t);
 }
 
 /* Images/s of one shuffled epoch through the loader. */
@@ -87,7 +75,7 @@ static double real_epoch(bench *b, cdl_loader *l, int epoch, long *seen)
     cdl_batch bt;
     int got;
     *seen = 0;
-    double t = now_s();
+    double t = bench_now();
     if (cdl_loader_start_epoch(l, epoch, 0))
         die();
     while ((got = cdl_loader_next(l, &bt)) == 1) {
@@ -97,15 +85,7 @@ static double real_epoch(bench *b, cdl_loader *l, int epoch, long *seen)
     if (got < 0)
         die();
     b->be->ops->sync(b->be);
-    return (double)*seen / (now_s() - t);
-}
-
-static void median3(double *v, int n, double out[3])
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    out[0] = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    out[1] = v[0];
-    out[2] = v[n - 1];
+    return (double)*seen / (bench_now() - t);
 }
 
 int main(int argc, char **argv)
@@ -198,9 +178,9 @@ int main(int argc, char **argv)
         ratio[k] = real[k] / syn[k];
     }
     double s[3], rl[3], q[3];
-    median3(syn, runs, s);
-    median3(real, runs, rl);
-    median3(ratio, runs, q);
+    bench_stats(syn, runs, s);
+    bench_stats(real, runs, rl);
+    bench_stats(ratio, runs, q);
     printf("cdl %s, seed CNN on 1x28x28, %d thread(s), batch %d, %d loader worker(s), %d pairs of "
            "epochs of %ld images\n", cdl_version(), threads, batch, workers, runs, seen);
     printf("  synthetic in memory: median %.0f img/s (min %.0f, max %.0f)\n", s[0], s[1], s[2]);

@@ -1,14 +1,14 @@
 # Benchmarks (built by `make`, not run by `make check`): bench/run_cnn.sh
 # compares the seed CNN's training speed with PyTorch's.
 noinst_PROGRAMS += bench/bench_cnn
-bench_bench_cnn_SOURCES = bench/bench_cnn.c
+bench_bench_cnn_SOURCES = bench/bench_cnn.c bench/bench_util.h
 bench_bench_cnn_CPPFLAGS = $(AM_CPPFLAGS) $(OPENBLAS_CFLAGS)
 bench_bench_cnn_LDADD = libcdl_core.la
 EXTRA_DIST += bench/torch_cnn.py bench/run_cnn.sh
 # One epoch of real Fashion-MNIST through the loader against synthetic images
 # in memory (run_cnn.sh prints its table too).
 noinst_PROGRAMS += bench/bench_data
-bench_bench_data_SOURCES = bench/bench_data.c
+bench_bench_data_SOURCES = bench/bench_data.c bench/bench_util.h
 bench_bench_data_LDADD = libcdl_core.la
 
 # --- allreduce benchmark (dist): cdl shm beside Open MPI; bench/run_allreduce.sh

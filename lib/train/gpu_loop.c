@@ -28,7 +28,12 @@
  *
  * Nothing is allocated per step; the loop waits on the host only for step
  * marks (with NCCL: polled with CDL_TIMEOUT's deadline, so a dead peer does
- * not hang it) and for the per-step stop agreement. */
+ * not hang it) and for the per-step stop agreement.
+ *
+ * CDL_TEST_GPU_LOOP=1 runs this loop on a host-memory backend too (plain
+ * buffers, copies instead of prefetches, marks that are always done), so
+ * tests/unit/test_train.c checks its bookkeeping against the host loop
+ * without a GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,15 +63,45 @@ static size_t x_bytes(const run *r, int n)
     return (size_t)n * r->sample_floats * sizeof(float);
 }
 
+/* Page-locked on a GPU; plain memory under CDL_TEST_GPU_LOOP elsewhere. */
+static void *host_buf(run *r, size_t bytes)
+{
+    return cuda_backend_is_cuda(r->be) ? cuda_backend_host_alloc(r->be, bytes)
+                                       : cdl_calloc(1, bytes);
+}
+
+static void host_buf_free(run *r, void *p)
+{
+    if (cuda_backend_is_cuda(r->be))
+        cuda_backend_host_free(r->be, p);
+    else
+        cdl_free(p);
+}
+
+/* dev <- host on the copy stream (a plain copy on host-memory backends). */
+static int copy_in(run *r, void *dev, const void *host, size_t bytes)
+{
+    if (cuda_backend_is_cuda(r->be))
+        return cuda_backend_prefetch(r->be, dev, host, bytes);
+    r->be->ops->to_device(r->be, dev, host, bytes);
+    return 0;
+}
+
+static int copy_in_wait(run *r)
+{
+    return cuda_backend_is_cuda(r->be) ? cuda_backend_prefetch_wait(r->be) : 0;
+}
+
 int gpu_loop_create(run *r)
 {
     cdl_backend *be = r->be;
-    if (!cuda_backend_is_cuda(be))
+    const char *test = getenv("CDL_TEST_GPU_LOOP");
+    if (!cuda_backend_is_cuda(be) && !(test && !strcmp(test, "1")))
         return 0;
     int on;
     const char *why;
-    if (train_graphs_decide(r->cfg->cuda_graphs, getenv("CDL_CUDA_GRAPHS"), 1, r->ri.world,
-                            &on, &why) != 0)
+    if (train_graphs_decide(r->cfg->cuda_graphs, getenv("CDL_CUDA_GRAPHS"),
+                            cuda_backend_is_cuda(be), r->ri.world, &on, &why) != 0)
         return -1;
     gpu_loop *g = cdl_calloc(1, sizeof *g);
     if (!g)
@@ -75,10 +110,10 @@ int gpu_loop_create(run *r)
     g->graphs = on;
     int b = r->cfg->batch_size;
     for (int s = 0; s < 2; s++) {
-        if (!(g->x_pin[s] = cuda_backend_host_alloc(be, x_bytes(r, b))) ||
-            !(g->y_pin[s] = cuda_backend_host_alloc(be, (size_t)b * sizeof(int32_t))) ||
-            !(g->h_loss[s] = cuda_backend_host_alloc(be, (size_t)b * sizeof(float))) ||
-            !(g->h_pred[s] = cuda_backend_host_alloc(be, (size_t)b * sizeof(int32_t))) ||
+        if (!(g->x_pin[s] = host_buf(r, x_bytes(r, b))) ||
+            !(g->y_pin[s] = host_buf(r, (size_t)b * sizeof(int32_t))) ||
+            !(g->h_loss[s] = host_buf(r, (size_t)b * sizeof(float))) ||
+            !(g->h_pred[s] = host_buf(r, (size_t)b * sizeof(int32_t))) ||
             !(g->x_in[s] = be->ops->alloc(be, x_bytes(r, b))) ||
             !(g->y_in[s] = be->ops->alloc(be, (size_t)b * sizeof(int32_t))))
             return -1;
@@ -101,10 +136,10 @@ void gpu_loop_free(run *r)
     if (!g)
         return;
     for (int s = 0; s < 2; s++) {
-        cuda_backend_host_free(be, g->x_pin[s]);
-        cuda_backend_host_free(be, g->y_pin[s]);
-        cuda_backend_host_free(be, g->h_loss[s]);
-        cuda_backend_host_free(be, g->h_pred[s]);
+        host_buf_free(r, g->x_pin[s]);
+        host_buf_free(r, g->y_pin[s]);
+        host_buf_free(r, g->h_loss[s]);
+        host_buf_free(r, g->h_pred[s]);
         be->ops->free(be, g->x_in[s]);
         be->ops->free(be, g->y_in[s]);
     }
@@ -121,8 +156,8 @@ static int stage(run *r, const cdl_batch *b, int s)
     gpu_loop *g = r->gpu;
     memcpy(g->x_pin[s], b->x, x_bytes(r, b->n));
     memcpy(g->y_pin[s], b->y, (size_t)b->n * sizeof(int32_t));
-    if (cuda_backend_prefetch(r->be, g->x_in[s], g->x_pin[s], x_bytes(r, b->n)) != 0 ||
-        cuda_backend_prefetch(r->be, g->y_in[s], g->y_pin[s], (size_t)b->n * sizeof(int32_t)))
+    if (copy_in(r, g->x_in[s], g->x_pin[s], x_bytes(r, b->n)) != 0 ||
+        copy_in(r, g->y_in[s], g->y_pin[s], (size_t)b->n * sizeof(int32_t)) != 0)
         return -1;
     return 0;
 }
@@ -151,7 +186,7 @@ static int queue_step(run *r, int s, int n, long step)
     cdl_backend *be = r->be;
     const float *x = g->x_in[s];
     const int32_t *y = g->y_in[s];
-    if (cuda_backend_prefetch_wait(be) != 0)
+    if (copy_in_wait(r) != 0)
         return -1;
     int graphed = train_graph_step(g->graphs, g->warm, n, r->cfg->batch_size);
     if (graphed) {

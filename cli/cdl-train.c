@@ -17,7 +17,7 @@ enum {
     OPT_DATA_DIR = 256, OPT_BATCH, OPT_MOMENTUM, OPT_WD, OPT_SCHEDULE, OPT_WARMUP, OPT_WORKERS,
     OPT_CKPT_DIR, OPT_RESUME, OPT_METRICS, OPT_MAX_STEPS, OPT_CKPT_EVERY, OPT_DROP_LAST,
     OPT_DEVICE, OPT_NESTEROV, OPT_DAMPENING, OPT_STEP_EPOCHS, OPT_SYNTH_N, OPT_PROGRESS,
-    OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32,
+    OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32, OPT_GRAPHS,
 };
 
 static const struct option long_opts[] = {
@@ -49,6 +49,7 @@ static const struct option long_opts[] = {
     {"drop-last", no_argument, NULL, OPT_DROP_LAST},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"tf32", required_argument, NULL, OPT_TF32},
+    {"cuda-graphs", required_argument, NULL, OPT_GRAPHS},
     {"dist-backend", required_argument, NULL, OPT_DIST},
     {"synthetic-size", required_argument, NULL, OPT_SYNTH_N},
     {"progress", no_argument, NULL, OPT_PROGRESS},
@@ -93,6 +94,8 @@ static void usage(FILE *f)
 "      --device cpu|cuda|auto   [auto: cuda when a GPU is visible, else cpu]\n"
 "      --tf32 on|off|default    TF32 on GPUs [default: like PyTorch, on for\n"
 "                               convolutions, off for matrix products; env CDL_TF32]\n"
+"      --cuda-graphs on|off     run each full training batch as one CUDA graph [on\n"
+"                               on a GPU with one rank; env CDL_CUDA_GRAPHS]\n"
 "  -t, --threads N              compute threads [SLURM_CPUS_PER_TASK, OMP_NUM_THREADS or all]\n"
 "      --workers N              data loader threads [1]\n"
 "      --dist-backend NAME      auto, shm, mpi, hier, nccl [auto]\n"
@@ -249,6 +252,14 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             rc = one_of(name, a, tf32, v, sizeof v);
             if (rc == 0)
                 setenv("CDL_TF32", v, 1);   /* read by the CUDA backend at creation */
+            break;
+        }
+        case OPT_GRAPHS: {
+            static const char *const onoff[] = {"on", "off", NULL};
+            char v[8];
+            rc = one_of(name, a, onoff, v, sizeof v);
+            if (rc == 0)
+                cfg->cuda_graphs = !strcmp(v, "on") ? 1 : -1;
             break;
         }
         case OPT_DIST: rc = one_of(name, a, dists, cfg->dist_backend, sizeof cfg->dist_backend); break;

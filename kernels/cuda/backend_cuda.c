@@ -116,6 +116,9 @@ static void release(cbe *ci)
         (void)cudaFree(ci->bias_partials);
     if (ci->copy_done)
         (void)cudaEventDestroy(ci->copy_done);
+    for (int i = 0; i < CUDA_BACKEND_MARKS; i++)
+        if (ci->marks[i])
+            (void)cudaEventDestroy(ci->marks[i]);
     if (ci->copy_stream)
         (void)cudaStreamDestroy(ci->copy_stream);
     if (ci->stream)
@@ -143,6 +146,7 @@ static int setup(cbe *ci)
     snprintf(ci->gpu_name, sizeof ci->gpu_name, "%s", prop.name);
     ci->cc_major = prop.major;
     ci->cc_minor = prop.minor;
+    memcpy(ci->uuid, prop.uuid.bytes, sizeof ci->uuid);
     if (CU_CHECK(ci, cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking)) ||
         CU_CHECK(ci, cudaStreamCreateWithFlags(&ci->copy_stream, cudaStreamNonBlocking)) ||
         CU_CHECK(ci, cudaEventCreateWithFlags(&ci->copy_done, cudaEventDisableTiming)) ||
@@ -154,6 +158,9 @@ static int setup(cbe *ci)
         CU_CHECK(ci, cudaMalloc((void **)&ci->bias_partials,
                                 CBE_BIAS_PARTIALS * sizeof(float))))
         return -1;
+    for (int i = 0; i < CUDA_BACKEND_MARKS; i++)
+        if (CU_CHECK(ci, cudaEventCreateWithFlags(&ci->marks[i], cudaEventDisableTiming)))
+            return -1;
     /* cublasSetStream resets the workspace: set the stream first. */
     if (CUBLAS_CHECK(ci, cublasCreate(&ci->blas)) ||
         CUBLAS_CHECK(ci, cublasSetStream(ci->blas, ci->stream)) ||

@@ -70,4 +70,30 @@ int cuda_backend_graph_end(cdl_backend *be);
 /* Drops the captured graph (e.g. after changing TF32). */
 void cuda_backend_graph_reset(cdl_backend *be);
 
+/* Step marks: events on the backend's stream, so a pipelined loop can wait
+ * for one earlier step while later ones are already queued (a sync would
+ * wait for all of them). mark records slot (0..CUDA_BACKEND_MARKS-1) after
+ * everything enqueued so far; mark_done says 1 when that work has finished,
+ * 0 when not yet; mark_wait blocks until it has. done and wait report the
+ * first failure since the last sync like sync() does (and clear it). Not
+ * inside graph steps. Other backends: no-ops that return 0 (done: 1), as
+ * their ops finish before they return. */
+#define CUDA_BACKEND_MARKS 4
+int cuda_backend_mark(cdl_backend *be, int slot);
+int cuda_backend_mark_done(cdl_backend *be, int slot);
+int cuda_backend_mark_wait(cdl_backend *be, int slot);
+
+/* The backend's stream as a cudaStream_t (void * keeps CUDA headers out of
+ * callers), for libraries that enqueue work in order with the ops (NCCL).
+ * NULL on other backends. */
+void *cuda_backend_stream(cdl_backend *be);
+
+/* The identity of the backend's GPU (cudaDeviceProp.uuid, the same in every
+ * process whatever CUDA_VISIBLE_DEVICES says), to find ranks sharing a GPU.
+ * Returns 0; -1 with cdl_error on other backends. */
+int cuda_backend_gpu_uuid(cdl_backend *be, unsigned char uuid[16]);
+
+/* GPUs visible to this process; 0 when none (or built without CUDA). */
+int cuda_backend_device_count(void);
+
 #endif

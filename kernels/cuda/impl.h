@@ -13,6 +13,7 @@
 
 #include <cdl/cdl.h>
 
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
 
 /* ------------------------------------------------------------ conv plans */
@@ -77,9 +78,11 @@ typedef struct cbe {
     int device;
     char gpu_name[256];
     int cc_major, cc_minor;
+    unsigned char uuid[16];   /* cudaDeviceProp.uuid: names the GPU across processes */
     cudaStream_t stream;      /* every op runs here, in order */
     cudaStream_t copy_stream; /* cuda_backend_prefetch */
     cudaEvent_t copy_done;
+    cudaEvent_t marks[CUDA_BACKEND_MARKS];   /* cuda_backend_mark */
     cublasHandle_t blas;
     cudnnHandle_t dnn;
     void *blas_ws;            /* cuBLAS workspace (fixed: deterministic, capturable) */

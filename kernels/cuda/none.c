@@ -3,6 +3,8 @@
  * so in lib/core/backend.c.) */
 #include "kernels/cuda/cuda_backend.h"
 
+#include <string.h>
+
 #include <cdl/cdl.h>
 
 static int no_cuda(const char *fn)
@@ -92,4 +94,43 @@ int cuda_backend_graph_end(cdl_backend *be)
 void cuda_backend_graph_reset(cdl_backend *be)
 {
     (void)be;
+}
+
+int cuda_backend_mark(cdl_backend *be, int slot)
+{
+    (void)be;
+    (void)slot;
+    return 0;
+}
+
+int cuda_backend_mark_done(cdl_backend *be, int slot)
+{
+    (void)be;
+    (void)slot;
+    return 1;
+}
+
+int cuda_backend_mark_wait(cdl_backend *be, int slot)
+{
+    (void)be;
+    (void)slot;
+    return 0;
+}
+
+void *cuda_backend_stream(cdl_backend *be)
+{
+    (void)be;
+    return NULL;
+}
+
+int cuda_backend_gpu_uuid(cdl_backend *be, unsigned char uuid[16])
+{
+    (void)be;
+    memset(uuid, 0, 16);
+    return no_cuda("cuda_backend_gpu_uuid");
+}
+
+int cuda_backend_device_count(void)
+{
+    return 0;
 }

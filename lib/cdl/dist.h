@@ -36,7 +36,11 @@ typedef struct cdl_dist cdl_dist;
 
 /* Connects to the peers: backend "auto", "shm", "mpi", "nccl", "hier" or
  * "single". timeout_s bounds every wait (0 = CDL_TIMEOUT or 300 s); a peer
- * that does not arrive in time is an error naming the missing ranks. */
+ * that does not arrive in time is an error naming the missing ranks. be
+ * (may be NULL: host memory) is the compute backend whose buffers the
+ * collectives take; on a GPU it picks nccl or the GPU groups of MPS-packed
+ * replicas and holds pinned staging memory, so destroy it only after
+ * cdl_dist_finalize. */
 cdl_dist *cdl_dist_init(const cdl_rank_info *info, const char *backend, cdl_backend *be,
                         double timeout_s);
 void cdl_dist_finalize(cdl_dist *d);

@@ -44,6 +44,10 @@ typedef struct cdl_train_config {
      * custom logging, or to test signal handling at an exact step). */
     void (*on_step)(void *ctx, long steps);
     void *on_step_ctx;
+    /* Whole training steps as CUDA graphs on a GPU: 1 on, -1 off, 0 (the
+     * default) CDL_CUDA_GRAPHS=on|off, else on. One rank only: data-parallel
+     * steps run eagerly (docs/cuda.md). */
+    int cuda_graphs;
 } cdl_train_config;
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,

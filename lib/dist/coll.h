@@ -36,6 +36,15 @@ typedef struct coll_ops {
      * backend cannot (the others then time out or see this process die). */
     void (*abort)(coll *c, const char *why);
     void (*destroy)(coll *c);
+    /* GPU backends only (NULL elsewhere): work queued without host waits.
+     * enqueue_allreduce: in place on device memory, after everything queued
+     * so far on the compute stream `after` (a cudaStream_t); join: `stream`
+     * waits for every enqueued operation; poll: 0 while healthy, -1 with
+     * cdl_error once an enqueued operation failed (the backend is then
+     * aborted, so nothing waits on it forever). */
+    int (*enqueue_allreduce)(coll *c, void *buf, size_t n, coll_dtype t, int average, void *after);
+    int (*join)(coll *c, void *stream);
+    int (*poll)(coll *c);
 } coll_ops;
 
 struct coll {

@@ -99,8 +99,11 @@ static void h_destroy(coll *c)
     cdl_free(h);
 }
 
-static const coll_ops hier_ops = {"hier", h_allreduce, h_broadcast, h_barrier, h_allgather,
-                                  h_abort, h_destroy};
+static const coll_ops hier_ops = {
+    .name = "hier", .allreduce = h_allreduce, .broadcast = h_broadcast,
+    .barrier = h_barrier, .allgather = h_allgather, .abort = h_abort,
+    .destroy = h_destroy,
+};
 
 coll *coll_hier_create(coll *local, coll *inter, int group, int ngroups, const int *group_of,
                        const int *local_of, int world, int rank)

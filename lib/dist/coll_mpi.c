@@ -169,8 +169,10 @@ static void mpi_destroy(coll *c)
     cdl_free(m);
 }
 
-static const coll_ops mpi_ops = {"mpi", mpi_allreduce, mpi_broadcast, mpi_barrier, mpi_allgather,
-                                 NULL, mpi_destroy};
+static const coll_ops mpi_ops = {
+    .name = "mpi", .allreduce = mpi_allreduce, .broadcast = mpi_broadcast,
+    .barrier = mpi_barrier, .allgather = mpi_allgather, .destroy = mpi_destroy,
+};
 
 static void finalize_at_exit(void)
 {

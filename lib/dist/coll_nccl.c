@@ -1,11 +1,13 @@
 /* NCCL collectives among GPUs (one rank per GPU; replicas packed on one GPU
  * reduce over shm first, then their leaders use this, see coll_hier.c).
- * Compiled when configure finds NCCL; runs once the CUDA backend lands.
+ * Compiled when configure finds NCCL.
  *
  * The communicator is created non-blocking and every operation is waited by
  * polling its stream against the deadline, so a dead peer makes this rank
  * fail (ncclCommAbort) instead of hanging. Host buffers (metrics, the
- * hierarchical leaders' sums) are staged through a device scratch buffer. */
+ * hierarchical leaders' sums) are staged through a device scratch buffer.
+ * DDP's gradient buckets are enqueued instead (enqueue_allreduce, join):
+ * stream-ordered with the compute stream through events, no host wait. */
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +31,7 @@ typedef struct nccl_coll {
     ncclComm_t comm;
     cudaStream_t stream;
     void *dev;                  /* STAGE bytes of device scratch */
+    cudaEvent_t ready, done;    /* enqueue_allreduce: compute -> nccl -> compute stream */
     double timeout;
     int host_buffers;
 } nccl_coll;
@@ -43,20 +46,32 @@ static int cuda_fail(const char *what, cudaError_t e)
     return cdl_error("CUDA %s failed: %s", what, cudaGetErrorString(e));
 }
 
+/* The communicator's asynchronous state: 0 with *ready (1: idle, 0: an
+ * operation is still being enqueued); -1 after aborting it on an error. */
+static int comm_state(nccl_coll *n, const char *what, int *ready)
+{
+    if (!n->comm)
+        return cdl_error("NCCL %s: the communicator was aborted after an earlier failure", what);
+    ncclResult_t st;
+    ncclResult_t r = ncclCommGetAsyncError(n->comm, &st);
+    if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
+        ncclCommAbort(n->comm);
+        n->comm = NULL;
+        return nccl_fail(what, r != ncclSuccess ? r : st);
+    }
+    *ready = st == ncclSuccess;
+    return 0;
+}
+
 /* Waits for the communicator to be ready (or an operation on the stream to
  * finish) until the deadline; aborts the communicator on failure. */
 static int nccl_wait(nccl_coll *n, int stream_too, const char *what)
 {
     double deadline = dist_now() + n->timeout;
     for (;;) {
-        ncclResult_t st;
-        ncclResult_t r = ncclCommGetAsyncError(n->comm, &st);
-        if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
-            ncclCommAbort(n->comm);
-            n->comm = NULL;
-            return nccl_fail(what, r != ncclSuccess ? r : st);
-        }
-        int done = st == ncclSuccess;
+        int done = 0;
+        if (comm_state(n, what, &done))
+            return -1;
         if (done && stream_too) {
             cudaError_t e = cudaStreamQuery(n->stream);
             if (e != cudaSuccess && e != cudaErrorNotReady)
@@ -185,11 +200,66 @@ static void n_destroy(coll *c)
         cudaStreamDestroy(n->stream);
     if (n->dev)
         cudaFree(n->dev);
+    if (n->ready)
+        cudaEventDestroy(n->ready);
+    if (n->done)
+        cudaEventDestroy(n->done);
     cdl_free(n);
 }
 
-static const coll_ops nccl_ops = {"nccl", n_allreduce, n_broadcast, n_barrier, n_allgather,
-                                  NULL, n_destroy};
+/* Gradient buckets while backward runs: the NCCL stream waits for the
+ * compute stream's work so far, then reduces; nothing waits on the host
+ * but the enqueueing itself (a non-blocking communicator may take a moment
+ * to accept the call). */
+static int n_enqueue_allreduce(coll *c, void *buf, size_t count, coll_dtype t, int average,
+                               void *after)
+{
+    nccl_coll *n = (nccl_coll *)c;
+    if (!n->comm)
+        return cdl_error("NCCL communicator was aborted after an earlier failure");
+    cudaError_t e = cudaEventRecord(n->ready, (cudaStream_t)after);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(n->stream, n->ready, 0);
+    if (e != cudaSuccess)
+        return cuda_fail("event before the gradient allreduce", e);
+    ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(t), average ? ncclAvg : ncclSum,
+                                   n->comm, n->stream);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_fail("allreduce (enqueued)", r);
+    return r == ncclInProgress ? nccl_wait(n, 0, "allreduce (enqueued)") : 0;
+}
+
+static int n_join(coll *c, void *stream)
+{
+    nccl_coll *n = (nccl_coll *)c;
+    cudaError_t e = cudaEventRecord(n->done, n->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent((cudaStream_t)stream, n->done, 0);
+    return e == cudaSuccess ? 0 : cuda_fail("event after the gradient allreduces", e);
+}
+
+static int n_poll(coll *c)
+{
+    int ready = 0;
+    return comm_state((nccl_coll *)c, "allreduce (enqueued)", &ready);
+}
+
+/* Frees this rank from NCCL kernels that wait for a dead peer. */
+static void n_abort(coll *c, const char *why)
+{
+    nccl_coll *n = (nccl_coll *)c;
+    (void)why;
+    if (n->comm)
+        ncclCommAbort(n->comm);
+    n->comm = NULL;
+}
+
+static const coll_ops nccl_ops = {
+    .name = "nccl", .allreduce = n_allreduce, .broadcast = n_broadcast,
+    .barrier = n_barrier, .allgather = n_allgather, .abort = n_abort,
+    .destroy = n_destroy, .enqueue_allreduce = n_enqueue_allreduce, .join = n_join,
+    .poll = n_poll,
+};
 
 static void id_key(const coll_group *g, char *key, size_t len)
 {
@@ -225,6 +295,10 @@ coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double ti
     cudaError_t e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)
         e = cudaMalloc(&n->dev, STAGE);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming);
     if (e != cudaSuccess) {
         cuda_fail("setup", e);
         n_destroy(&n->base);

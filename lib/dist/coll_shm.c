@@ -434,8 +434,11 @@ static void shm_destroy(coll *c)
     cdl_free(s);
 }
 
-static const coll_ops shm_ops = {"shm", shm_allreduce, shm_broadcast, shm_barrier,
-                                 shm_allgather, shm_abort, shm_destroy};
+static const coll_ops shm_ops = {
+    .name = "shm", .allreduce = shm_allreduce, .broadcast = shm_broadcast,
+    .barrier = shm_barrier, .allgather = shm_allgather, .abort = shm_abort,
+    .destroy = shm_destroy,
+};
 
 /* ------------------------------------------------------------ setup */
 

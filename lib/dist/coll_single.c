@@ -35,8 +35,10 @@ static void single_destroy(coll *c)
     cdl_free(c);
 }
 
-static const coll_ops single_ops = {"single", single_allreduce, single_broadcast,
-                                    single_barrier, single_allgather, NULL, single_destroy};
+static const coll_ops single_ops = {
+    .name = "single", .allreduce = single_allreduce, .broadcast = single_broadcast,
+    .barrier = single_barrier, .allgather = single_allgather, .destroy = single_destroy,
+};
 
 coll *coll_single_create(void)
 {

@@ -129,8 +129,10 @@ static void st_destroy(coll *c)
     cdl_free(s);
 }
 
-static const coll_ops store_coll_ops = {"store", st_allreduce, st_broadcast, st_barrier,
-                                        st_allgather, NULL, st_destroy};
+static const coll_ops store_coll_ops = {
+    .name = "store", .allreduce = st_allreduce, .broadcast = st_broadcast,
+    .barrier = st_barrier, .allgather = st_allgather, .destroy = st_destroy,
+};
 
 coll *coll_store_create(const coll_group *g, store *st)
 {

@@ -15,8 +15,12 @@
 
 #include <cdl/cdl.h>
 
+#include "kernels/cuda/cuda_backend.h"
+
 #include "boot.h"
 #include "coll.h"
+#include "dist_gpu.h"
+#include "gpu_group.h"
 #include "util.h"
 
 #define STAGE_BYTES (4u << 20)   /* device <-> host staging, per chunk */
@@ -28,13 +32,14 @@ struct cdl_dist {
     boot *boot;
     store *extra_store;          /* hier over the store when the bootstrap is PMIx */
     coll *coll;
-    void *stage;                 /* STAGE_BYTES of host memory, NULL if not needed */
+    void *stage;                 /* STAGE_BYTES of host memory (pinned on a GPU), NULL if not needed */
     char name[32];
 };
 
 /* What each rank tells the others at init, to check the layout. */
 typedef struct rank_loc {
     int32_t node, local_rank, local_world, nnodes, world, gpu_slot;
+    unsigned char gpu[16];       /* the GPU's UUID; zero without a CUDA backend */
 } rank_loc;
 
 /* The layout all ranks agree on. */
@@ -56,15 +61,34 @@ static int same_group(const rank_loc *a, const rank_loc *b)
     return a->node == b->node && a->gpu_slot == b->gpu_slot;
 }
 
+/* The contract's GPU groups against the GPUs the ranks opened. */
+static int check_gpus(const rank_loc *loc, int w, int rpg)
+{
+    gpu_place *p = cdl_calloc((size_t)w, sizeof *p);
+    if (!p)
+        return -1;
+    for (int r = 0; r < w; r++) {
+        p[r].node = loc[r].node;
+        p[r].local_rank = loc[r].local_rank;
+        memcpy(p[r].uuid, loc[r].gpu, sizeof p[r].uuid);
+    }
+    int rc = gpu_groups_check(p, w, rpg);
+    cdl_free(p);
+    return rc;
+}
+
 /* Gathers every rank's place and checks they describe one layout. Local
  * groups are the ranks of a node (or of one GPU when replicas share it);
- * their leaders are the members with the lowest local rank. */
+ * their leaders are the members with the lowest local rank. by_gpu: groups
+ * are GPUs, and the GPUs the ranks opened must match the contract's. */
 static int exchange_layout(cdl_dist *d, int by_gpu, layout *l)
 {
     const cdl_rank_info *in = &d->info;
     int w = in->world, rpg = by_gpu ? in->replicas_per_gpu : 0;
     rank_loc me = {in->node_rank, in->local_rank, in->local_world, in->nnodes, in->world,
-                   rpg ? in->local_rank / rpg : 0};
+                   rpg ? gpu_slot_of(in->local_rank, rpg) : 0, {0}};
+    if (cuda_backend_is_cuda(d->be) && cuda_backend_gpu_uuid(d->be, me.gpu))
+        return -1;
     memset(l, 0, sizeof *l);
     l->loc = cdl_calloc((size_t)w, sizeof *l->loc);
     l->local = cdl_calloc((size_t)w, sizeof *l->local);
@@ -103,6 +127,8 @@ static int exchange_layout(cdl_dist *d, int by_gpu, layout *l)
         rc = cdl_error("node %d has %d ranks but LOCAL_WORLD_SIZE=%d: GROUP_RANK/NODE_RANK or "
                        "LOCAL_WORLD_SIZE is wrong for some rank", me.node, count, me.local_world);
     cdl_free(seen);
+    if (!rc && by_gpu && cuda_backend_is_cuda(d->be))
+        rc = check_gpus(l->loc, w, in->replicas_per_gpu);
     if (rc)
         return -1;
     /* My local group, ordered by local rank. */
@@ -285,8 +311,13 @@ static coll *make_flat(cdl_dist *d, const char *kind)
     if (!strcmp(kind, "mpi")) {
         int member;
         c = coll_mpi_create(&g, d->info.rank, d->info.world, d->timeout, &member);
-    } else if (nccl_prepare(&g, d->boot) == 0 && boot_fence(d->boot) == 0) {
-        c = coll_nccl_create(&g, d->boot, 0, d->timeout);
+    } else {
+        /* NCCL hangs when two of its ranks share a GPU: refuse that first. */
+        layout l;
+        int ok = exchange_layout(d, 1, &l) == 0;
+        layout_free(&l);
+        if (ok && nccl_prepare(&g, d->boot) == 0 && boot_fence(d->boot) == 0)
+            c = coll_nccl_create(&g, d->boot, 0, d->timeout);
     }
     cdl_free(all);
     return c;
@@ -322,7 +353,11 @@ cdl_dist *cdl_dist_init(const cdl_rank_info *info, const char *backend, cdl_back
         snprintf(d->name, sizeof d->name, "%s:%s", kind, inter);
     else
         snprintf(d->name, sizeof d->name, "%s", kind);
-    if (is_cuda(be) && !d->coll->device_memory && !(d->stage = cdl_malloc(STAGE_BYTES)))
+    /* Device buffers reach host collectives through a page-locked stage:
+     * faster copies, and the same buffer every time. */
+    if (is_cuda(be) && !d->coll->device_memory &&
+        !(d->stage = cuda_backend_is_cuda(be) ? cuda_backend_host_alloc(be, STAGE_BYTES)
+                                              : cdl_malloc(STAGE_BYTES)))
         goto fail;
     if (info->rank == 0 && info->world > 1)
         fprintf(stderr, "cdl: rank 0: collectives over %s (%d ranks, %d node%s, bootstrap %s)\n",
@@ -347,7 +382,10 @@ void cdl_dist_finalize(cdl_dist *d)
         d->coll->ops->destroy(d->coll);
     store_close(d->extra_store);
     boot_close(d->boot);
-    cdl_free(d->stage);
+    if (cuda_backend_is_cuda(d->be))
+        cuda_backend_host_free(d->be, d->stage);
+    else
+        cdl_free(d->stage);
     cdl_free(d);
 }
 
@@ -431,4 +469,41 @@ int cdl_dist_barrier(cdl_dist *d)
 int cdl_dist_allgather(cdl_dist *d, const void *in, void *out, size_t bytes)
 {
     return d->coll->ops->allgather(d->coll, in, out, bytes) ? failed(d) : 0;
+}
+
+/* ------------------------------------------------- queued on the GPU */
+
+int dist_can_enqueue(const cdl_dist *d)
+{
+    return d && cuda_backend_is_cuda(d->be) && d->coll->device_memory &&
+           d->coll->ops->enqueue_allreduce && d->coll->ops->join && d->coll->ops->poll;
+}
+
+int dist_enqueue_allreduce(cdl_dist *d, float *dev, size_t n)
+{
+    if (!dist_can_enqueue(d))
+        return cdl_error("dist backend %s cannot queue allreduces on the GPU", d->name);
+    return d->coll->ops->enqueue_allreduce(d->coll, dev, n, COLL_F32, 1,
+                                           cuda_backend_stream(d->be)) ? failed(d) : 0;
+}
+
+int dist_enqueue_join(cdl_dist *d)
+{
+    return d->coll->ops->join(d->coll, cuda_backend_stream(d->be)) ? failed(d) : 0;
+}
+
+int dist_enqueue_poll(cdl_dist *d)
+{
+    return d->coll->ops->poll(d->coll) ? failed(d) : 0;
+}
+
+void dist_abort(cdl_dist *d, const char *why)
+{
+    if (d && d->coll && d->coll->ops->abort)
+        d->coll->ops->abort(d->coll, why);
+}
+
+double dist_timeout(const cdl_dist *d)
+{
+    return d->timeout;
 }

@@ -4,7 +4,8 @@ libcdl_core_la_SOURCES += lib/dist/discover.c lib/dist/util.c lib/dist/boot.c \
 	lib/dist/dist.c lib/dist/reduce.c lib/dist/coll_single.c lib/dist/coll_shm.c \
 	lib/dist/coll_mpi.c lib/dist/coll_hier.c lib/dist/coll_store.c lib/dist/coll_none.c \
 	lib/dist/util.h lib/dist/boot.h lib/dist/store.h lib/dist/store_proto.h \
-	lib/dist/coll.h lib/dist/reduce.h
+	lib/dist/coll.h lib/dist/reduce.h lib/dist/gpu_group.c lib/dist/gpu_group.h \
+	lib/dist/dist_gpu.h
 if HAVE_NCCL
 libcdl_core_la_SOURCES += lib/dist/coll_nccl.c
 endif

@@ -13,10 +13,16 @@
  * reduce element by element in a fixed order, so bucketing does not change a
  * single bit of the result: it equals one allreduce of the whole buffer.
  *
- * Overlap needs a synchronous backend (host memory, like the CPU backend:
- * a reported range is computed, not just enqueued); on others ddp_finish
- * syncs the backend and reduces all buckets then. If ranges ever arrive out
- * of order, nothing is launched early in that step. No allocation per step. */
+ * Overlap on the host needs a synchronous backend (host memory, like the
+ * CPU backend: a reported range is computed, not just enqueued). On a GPU
+ * with NCCL each bucket is instead queued as it is reported: the NCCL
+ * stream waits for the compute stream's work so far (an event), reduces,
+ * and ddp_finish makes the compute stream wait for the NCCL stream before
+ * the optimizer step; nothing waits on the host (dist_gpu.h). With other
+ * collectives on a GPU (shm, hier: MPS-packed replicas) ddp_finish syncs
+ * the backend and reduces all buckets through pinned host memory. If ranges
+ * ever arrive out of order, nothing is launched early in that step. No
+ * allocation per step. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +30,7 @@
 
 #include <cdl/cdl.h>
 
+#include "../dist/dist_gpu.h"
 #include "ddp.h"
 
 typedef struct bucket {
@@ -38,6 +45,7 @@ struct ddp {
     bucket *b;
     int nb;
     int overlap;                 /* the thread runs buckets during backward */
+    int queued;                  /* buckets are queued on the GPU (nccl), no thread */
 
     pthread_t thread;
     int have_thread;
@@ -133,7 +141,8 @@ ddp *ddp_create(cdl_dist *d, cdl_model *m, size_t bucket_bytes)
     pthread_cond_init(&g->work, NULL);
     pthread_cond_init(&g->done, NULL);
     cdl_backend *be = cdl_model_backend(m);
-    g->overlap = be && be->host_memory;
+    g->queued = dist_can_enqueue(d);
+    g->overlap = be && be->host_memory && !g->queued;
     /* Without a thread (it could not start) ddp_finish reduces every bucket. */
     g->have_thread = g->overlap && pthread_create(&g->thread, NULL, comm_main, g) == 0;
     g->overlap = g->have_thread;
@@ -168,22 +177,85 @@ int ddp_broadcast_params(ddp *g)
                               cdl_model_nparams(g->model) * sizeof(float), 0);
 }
 
-void ddp_grad_ready(void *ctx, size_t offset, size_t count)
+/* [offset, offset+count) is final: how many buckets, from 0, are complete. */
+static int complete_buckets(ddp *g, size_t offset, size_t count)
 {
-    ddp *g = ctx;
-    if (!g->dist || !g->overlap)
-        return;
-    pthread_mutex_lock(&g->mu);
     if (offset + count > g->low || offset + count > g->n)
         g->unordered = 1;   /* not below what was reported: launch nothing early */
     else
         g->low = offset;
-    int before = g->launched;
-    while (!g->unordered && g->launched < g->nb && g->b[g->launched].start >= g->low)
-        g->launched++;
-    if (g->launched != before)
+    int k = g->launched;
+    while (!g->unordered && k < g->nb && g->b[k].start >= g->low)
+        k++;
+    return k;
+}
+
+/* Queues buckets [launched, upto) on the GPU, in index order. */
+static void queue_buckets(ddp *g, int upto)
+{
+    for (; g->launched < upto; g->launched++) {
+        const bucket *b = &g->b[g->launched];
+        if (!g->failed && dist_enqueue_allreduce(g->dist, g->grads + b->start, b->end - b->start)) {
+            g->failed = 1;
+            snprintf(g->err, sizeof g->err, "%s", cdl_last_error());
+        }
+    }
+}
+
+void ddp_grad_ready(void *ctx, size_t offset, size_t count)
+{
+    ddp *g = ctx;
+    if (!g->dist)
+        return;
+    if (g->queued) {
+        queue_buckets(g, complete_buckets(g, offset, count));
+        return;
+    }
+    if (!g->overlap)
+        return;
+    pthread_mutex_lock(&g->mu);
+    int k = complete_buckets(g, offset, count);
+    if (k != g->launched) {
+        g->launched = k;
         pthread_cond_signal(&g->work);
+    }
     pthread_mutex_unlock(&g->mu);
+}
+
+/* The queued path's end of a step: the rest of the buckets, then the
+ * compute stream waits for all of them. */
+static int finish_queued(ddp *g)
+{
+    queue_buckets(g, g->nb);
+    if (!g->failed && dist_enqueue_join(g->dist)) {
+        g->failed = 1;
+        snprintf(g->err, sizeof g->err, "%s", cdl_last_error());
+    }
+    g->launched = 0;
+    g->unordered = 0;
+    g->low = g->n;
+    return g->failed ? cdl_error("%s", g->err) : 0;
+}
+
+int ddp_queued(const ddp *g)
+{
+    return g->dist && g->queued;
+}
+
+int ddp_poll(ddp *g)
+{
+    return ddp_queued(g) ? dist_enqueue_poll(g->dist) : 0;
+}
+
+void ddp_abort(ddp *g, const char *why)
+{
+    if (g->dist)
+        dist_abort(g->dist, why);
+}
+
+double ddp_timeout(const ddp *g)
+{
+    return g->dist ? dist_timeout(g->dist) : 0;
 }
 
 int ddp_finish(ddp *g)
@@ -191,6 +263,8 @@ int ddp_finish(ddp *g)
     if (!g->dist)
         return 0;
     int rc = 0;
+    if (g->queued)
+        return finish_queued(g);
     if (!g->have_thread) {
         cdl_backend *be = cdl_model_backend(g->model);
         if (be && be->ops->sync(be))

@@ -20,7 +20,18 @@ void ddp_free(ddp *g);
 int ddp_broadcast_params(ddp *g);
 /* cdl_grad_ready_fn: [offset, offset+count) of the gradients is final. */
 void ddp_grad_ready(void *g, size_t offset, size_t count);
-/* Waits for all buckets; afterwards the gradients are averaged. */
+/* Waits for all buckets; afterwards the gradients are averaged. When
+ * ddp_queued (a GPU with NCCL), it waits on the GPU, not the host: the ops
+ * queued after it see averaged gradients. */
 int ddp_finish(ddp *g);
+
+/* 1 when buckets are queued on the GPU; the host then learns of failures
+ * only through ddp_poll, which a loop waiting for the GPU calls (with
+ * ddp_timeout's deadline) so a dead peer cannot hang it. */
+int ddp_queued(const ddp *g);
+int ddp_poll(ddp *g);
+double ddp_timeout(const ddp *g);
+/* After giving up on a wait: frees the GPU of collectives stuck on peers. */
+void ddp_abort(ddp *g, const char *why);
 
 #endif

@@ -12,42 +12,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/cuda/cuda_backend.h"
+
 #include "../core/rng.h"
 #include "ddp.h"
 #include "harness.h"
+#include "pipeline.h"
+#include "run.h"
 
-typedef struct run {
-    const cdl_train_config *cfg;
-    cdl_rank_info ri;
-    cdl_dist *dist;
-    cdl_backend *be;
-    cdl_dataset train, test;
-    int have_train, have_test;
-    cdl_model *model;
-    cdl_optim *optim;
-    ddp *ddp;
-    cdl_loader *train_loader, *val_loader;
-    cdl_schedule sched;
-    train_report *rep;
-    int classes;
-    size_t sample_floats;
-    /* Device buffers of max_batch samples. */
-    float *x_dev, *dlogits, *sample_loss;
-    int32_t *y_dev, *pred;
-    /* Host copies of per-sample results. */
-    float *h_loss;
-    int32_t *h_pred;
-    char last_path[1100], best_path[1100];
-} run;
 
-static double now_s(void)
+double train_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t dropout_seed(uint64_t seed, long step)
+uint64_t train_dropout_seed(uint64_t seed, long step)
 {
     uint64_t x = seed ^ ((uint64_t)step * 0x9E3779B97F4A7C15ull);
     return rng_splitmix64(&x);
@@ -199,7 +180,7 @@ static int run_batch(run *r, const cdl_batch *b, int train, long step, double su
         y = r->y_dev;
     }
     const float *logits =
-        cdl_model_forward(r->model, x, n, train, dropout_seed(r->cfg->seed, step));
+        cdl_model_forward(r->model, x, n, train, train_dropout_seed(r->cfg->seed, step));
     be->ops->xent_fwd_bwd(be, n, r->classes, logits, y, 1.0f / (float)n, r->dlogits,
                           r->sample_loss, r->pred);
     if (train) {
@@ -213,15 +194,10 @@ static int run_batch(run *r, const cdl_batch *b, int train, long step, double su
     be->ops->to_host(be, r->h_pred, r->pred, (size_t)n * sizeof(int32_t));
     if (be->ops->sync(be) != 0)
         return -1;
-    double loss = 0, correct = 0;
-    for (int i = 0; i < n; i++) {
-        loss += r->h_loss[i];
-        correct += r->h_pred[i] == b->y[i];
-    }
+    double loss, correct;
+    train_batch_sums(r->h_loss, r->h_pred, b->y, n, &loss, &correct);
     if (!isfinite(loss))
-        return cdl_error("rank %d: loss is %g at step %ld: training diverged (lower --lr, or "
-                         "resume from the last good checkpoint)",
-                         r->ri.rank, loss, step);
+        return train_loss_error(r->ri.rank, loss, step, 0);
     sums[0] += loss;
     sums[1] += correct;
     return 0;
@@ -324,6 +300,63 @@ static int stop_agreed(run *r)
     return flag > 0;
 }
 
+int train_after_step(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res)
+{
+    const cdl_train_config *c = r->cfg;
+    if (c->on_step)
+        c->on_step(c->on_step_ctx, pos->step);
+    double dt = train_now() - ck->t0;
+    if (pos->seen > 0)   /* a GPU loop counts a step's results one step late */
+        train_report_progress(r->rep, pos->epoch, pos->batch, ck->spe, pos->loss_sum / pos->seen,
+                              pos->correct / pos->seen,
+                              dt > 0 ? (pos->seen - ck->seen0) * r->ri.world / dt : 0);
+    int stop = stop_agreed(r);
+    if (stop < 0)
+        return -1;
+    int max_steps = c->max_steps > 0 && pos->step >= c->max_steps;
+    int ckpt = c->ckpt_every > 0 && pos->step % c->ckpt_every == 0 && pos->batch < ck->spe;
+    if ((stop || max_steps || ckpt) && r->gpu && gpu_loop_flush(r, pos) != 0)
+        return -1;
+    if (stop) {
+        if (save_checkpoint(r, pos, 0) != 0)
+            return -1;
+        train_report_note(r->rep, "stopped by signal at epoch %d, batch %ld (step %ld)%s",
+                          pos->epoch + 1, pos->batch, pos->step,
+                          c->ckpt_dir[0] ? ": checkpoint written, resume with --resume auto"
+                                         : ": no --ckpt-dir, nothing saved");
+        res->steps = pos->step;
+        res->interrupted = 1;
+        return CDL_EXIT_REQUEUE;
+    }
+    if (max_steps)
+        return EPOCH_MAX_STEPS;
+    if (ckpt && save_checkpoint(r, pos, 0) != 0)
+        return -1;
+    return 0;
+}
+
+/* One epoch's training batches on host memory: each step complete before
+ * the next. */
+static int host_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res)
+{
+    cdl_batch b;
+    int got;
+    while ((got = cdl_loader_next(r->train_loader, &b)) == 1) {
+        double sums[2] = {0, 0};
+        if (run_batch(r, &b, 1, pos->step, sums) != 0)
+            return -1;
+        pos->loss_sum += sums[0];
+        pos->correct += sums[1];
+        pos->seen += b.n;
+        pos->step++;
+        pos->batch = b.index + 1;
+        int rc = train_after_step(r, pos, ck, res);
+        if (rc != 0)
+            return rc;
+    }
+    return got < 0 ? -1 : 0;
+}
+
 static int train_loop(run *r, cdl_train_result *res)
 {
     const cdl_train_config *c = r->cfg;
@@ -337,52 +370,17 @@ static int train_loop(run *r, cdl_train_result *res)
     int done_steps = 0;
 
     for (; pos.epoch < c->epochs && !done_steps; pos.epoch++, pos.batch = 0) {
-        double t0 = now_s();
+        double t0 = train_now();
         double seen0 = pos.seen;
         if (cdl_loader_start_epoch(r->train_loader, pos.epoch, pos.batch) != 0)
             return -1;
-        cdl_batch b;
-        int got;
-        while ((got = cdl_loader_next(r->train_loader, &b)) == 1) {
-            double sums[2] = {0, 0};
-            if (run_batch(r, &b, 1, pos.step, sums) != 0)
-                return -1;
-            pos.loss_sum += sums[0];
-            pos.correct += sums[1];
-            pos.seen += b.n;
-            pos.step++;
-            pos.batch = b.index + 1;
-            if (c->on_step)
-                c->on_step(c->on_step_ctx, pos.step);
-            double dt = now_s() - t0;
-            train_report_progress(r->rep, pos.epoch, pos.batch, spe, pos.loss_sum / pos.seen,
-                                  pos.correct / pos.seen,
-                                  dt > 0 ? (pos.seen - seen0) * r->ri.world / dt : 0);
-            int stop = stop_agreed(r);
-            if (stop < 0)
-                return -1;
-            if (stop) {
-                if (save_checkpoint(r, &pos, 0) != 0)
-                    return -1;
-                train_report_note(r->rep, "stopped by signal at epoch %d, batch %ld (step %ld)%s",
-                                  pos.epoch + 1, pos.batch, pos.step,
-                                  c->ckpt_dir[0] ? ": checkpoint written, resume with --resume auto"
-                                                 : ": no --ckpt-dir, nothing saved");
-                res->steps = pos.step;
-                res->interrupted = 1;
-                return CDL_EXIT_REQUEUE;
-            }
-            if (c->max_steps > 0 && pos.step >= c->max_steps) {
-                done_steps = 1;
-                break;
-            }
-            if (c->ckpt_every > 0 && pos.step % c->ckpt_every == 0 && pos.batch < spe &&
-                save_checkpoint(r, &pos, 0) != 0)
-                return -1;
-        }
-        if (got < 0)
-            return -1;
-        double seconds = now_s() - t0;
+        epoch_clock ck = {t0, seen0, spe};
+        int rc = r->gpu ? gpu_loop_epoch(r, &pos, &ck, res) : host_epoch(r, &pos, &ck, res);
+        if (rc == EPOCH_MAX_STEPS)
+            done_steps = 1;
+        else if (rc != 0)
+            return rc;
+        double seconds = train_now() - t0;
         double tr[3] = {pos.loss_sum, pos.correct, pos.seen};
         double seen_here[1] = {pos.seen - seen0};
         if (reduce_sums(r, tr, 3) != 0 || reduce_sums(r, seen_here, 1) != 0)
@@ -441,6 +439,7 @@ static void run_free(run *r)
     }
     cdl_free(r->h_loss);
     cdl_free(r->h_pred);
+    gpu_loop_free(r);
     ddp_free(r->ddp);
     cdl_optim_free(r->optim);
     cdl_model_free(r->model);
@@ -449,8 +448,28 @@ static void run_free(run *r)
     if (r->have_test)
         cdl_dataset_free(&r->test);
     train_report_free(r->rep);
-    cdl_backend_destroy(be);
+    /* The collectives may hold pinned memory of the backend. */
     cdl_dist_finalize(r->dist);
+    cdl_backend_destroy(be);
+}
+
+/* --device: cpu, cuda or auto (cuda when a GPU is visible); ranks of a
+ * data-parallel job open the GPU of their slot in the rank contract. */
+static cdl_backend *make_backend(run *r)
+{
+    const cdl_train_config *c = r->cfg;
+    const char *dev = c->device[0] ? c->device : "auto";
+    if (strcmp(dev, "cuda") && strcmp(dev, "auto"))
+        return cdl_backend_create(dev, c->threads);
+    int visible = cuda_backend_device_count(), gpu;
+    if (!strcmp(dev, "auto") && visible == 0)
+        return cdl_backend_create("cpu", c->threads);
+    if (train_pick_gpu(visible, r->ri.world, r->ri.local_rank, r->ri.replicas_per_gpu, &gpu) != 0)
+        return NULL;
+    cdl_backend *be = cdl_backend_cuda_create(gpu);
+    if (!be && !strcmp(dev, "auto"))
+        be = cdl_backend_create("cpu", c->threads);
+    return be;
 }
 
 static int check_config(const cdl_train_config *c)
@@ -482,10 +501,15 @@ int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res)
         return -1;
     if (cdl_rank_discover(&r.ri) != 0)
         return -1;
+    /* The backend first: the collectives pick their transport, GPU groups
+     * and staging by it. */
+    r.be = make_backend(&r);
+    if (!r.be)
+        return -1;
     if (r.ri.world > 1) {
-        r.dist = cdl_dist_init(&r.ri, cfg->dist_backend, NULL, 0);
+        r.dist = cdl_dist_init(&r.ri, cfg->dist_backend, r.be, 0);
         if (!r.dist)
-            return -1;
+            goto out;
     }
     if (cfg->ckpt_dir[0]) {
         if (r.ri.rank == 0 && mkdir_p(cfg->ckpt_dir) != 0)
@@ -496,14 +520,13 @@ int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res)
     r.rep = train_report_open(cfg, r.ri.rank);
     if (!r.rep)
         goto out;
-    r.be = cdl_backend_create(cfg->device, cfg->threads);
-    if (!r.be || load_data(&r) != 0 || build_model(&r) != 0 || make_buffers(&r) != 0 ||
+    if (load_data(&r) != 0 || build_model(&r) != 0 || make_buffers(&r) != 0 ||
         make_loaders(&r) != 0)
         goto out;
     cdl_model_init(r.model, cfg->seed);
     r.optim = cdl_optim_create(&cfg->optim, cdl_model_nparams(r.model), r.be);
     r.ddp = ddp_create(r.dist, r.model, 25u << 20);
-    if (!r.optim || !r.ddp)
+    if (!r.optim || !r.ddp || gpu_loop_create(&r) != 0)
         goto out;
     train_report_note(r.rep, "cdl %s: %s on %s (%d train / %d test), %zu parameters, %s "
                       "backend with %d threads, %d rank%s",

@@ -10,9 +10,15 @@
 #      PyTorch eager on the same GPU (bench_lenet.c, bench_torch.py),
 #   4. if nvidia-cuda-mps-control exists, runs 1, 2, 4 and 8 replicas packed
 #      on the GPU under a private MPS daemon and sums their images/s,
-# and prints a table last. Exit status: 0 when steps 0-2 pass (speeds are
-# reported against the targets, not enforced), 1 otherwise, and 1 with a
-# message at once when no GPU is visible.
+#   5. times one cdl-train epoch at batch 512 with whole-step CUDA graphs on
+#      and off (--cuda-graphs), same data, same weights expected,
+#   6. trains one epoch data-parallel with 2 ranks through cdlrun: on the
+#      nccl backend with 2 or more GPUs, else 2 replicas packed on the one GPU
+#      under MPS (CDL_REPLICAS_PER_GPU=2, the hier backend),
+# and prints a table last. Exit status: 0 when steps 0-2, 5 (graph and eager
+# weights agree) and 6 pass (speeds are reported against the targets, not
+# enforced; steps skipped for lack of time or hardware say so), 1 otherwise,
+# and 1 with a message at once when no GPU is visible.
 #
 # Usage: tests/gpu/run.sh   (from anywhere; builds in $CDL_GPU_BUILD, default
 # _build-gpu in the source tree). CDL_GPU_CONFIGURE_FLAGS adds configure
@@ -75,9 +81,39 @@ else
     die "building the CUDA backend failed: see $logs/make.log"
 fi
 have_train=0
-if timeout 240 make -j"$jobs" cli/cdl-train > "$logs/make-cli.log" 2>&1; then
+if timeout 240 make -j"$jobs" cli/cdl-train launcher/cdlrun tests/dist/weights_cmp \
+        > "$logs/make-cli.log" 2>&1; then
     have_train=1
 fi
+ngpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+
+# A private MPS daemon for steps 4 and 6 (never the node's own).
+mps=
+start_mps() {
+    mps=$(mktemp -d /tmp/cdl-mps.XXXXXX)
+    export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d > "$logs/mps-start.log" 2>&1; then
+        trap stop_mps EXIT
+        return 0
+    fi
+    rm -rf "$mps"; mps=
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    return 1
+}
+stop_mps() {
+    [ -n "$mps" ] || return 0
+    echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
+    rm -rf "$mps"; mps=
+    trap - EXIT
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+# val_acc and images/s of the last epoch in a --metrics file, or "nan 0".
+metrics_of() {
+    "$python" -c 'import json,sys
+m=[json.loads(l) for l in open(sys.argv[1])][-1]
+print(m["val_acc"], m["images_per_sec"])' "$1" 2>/dev/null || echo "nan 0"
+}
 
 # ------------------------------------------------------- 1. ops vs CPU
 echo "== 1. every op against the CPU backend"
@@ -96,25 +132,29 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
 else
     ds=(--dataset synthetic --synthetic-size 60000); ds_name="synthetic 60000"; min_acc=0
 fi
+# train_check NAME TAG CMD...: runs a training command (with --metrics
+# $logs/TAG.json appended), checks its validation accuracy against min_acc
+# and adds the row.
+train_check() {
+    local name=$1 tag=$2 acc ips; shift 2
+    rm -f "$logs/$tag.json"
+    if "$@" --metrics "$logs/$tag.json" > "$logs/$tag.log" 2>&1 && [ -s "$logs/$tag.json" ]; then
+        read -r acc ips < <(metrics_of "$logs/$tag.json")
+        if awk -v a="$acc" -v m="$min_acc" 'BEGIN{exit !(a==a && a+0 >= m+0)}'; then
+            row "$name" "PASS  val acc $acc, $(printf '%.0f' "$ips") img/s"
+        else
+            fail_row "$name" "val acc $acc < $min_acc (see $logs/$tag.log)"
+        fi
+    else
+        tail -5 "$logs/$tag.log" >&2
+        fail_row "$name" "failed (see $logs/$tag.log)"
+    fi
+}
 if [ $have_train = 0 ]; then
     fail_row "2 train 1 epoch ($ds_name)" "cli/cdl-train did not build (see $logs/make-cli.log)"
 else
-    rm -f "$logs/train.json"
-    if timeout 180 cli/cdl-train --device cuda "${ds[@]}" --epochs 1 --batch-size 128 \
-            --no-progress --metrics "$logs/train.json" > "$logs/train.log" 2>&1 &&
-            [ -s "$logs/train.json" ]; then
-        read -r acc ips < <("$python" -c 'import json,sys
-m=[json.loads(l) for l in open(sys.argv[1])][-1]
-print(m["val_acc"], m["images_per_sec"])' "$logs/train.json" 2>/dev/null || echo "nan 0")
-        if awk -v a="$acc" -v m="$min_acc" 'BEGIN{exit !(a==a && a+0 >= m+0)}'; then
-            row "2 train 1 epoch ($ds_name, batch 128)" "PASS  val acc $acc, $(printf '%.0f' "$ips") img/s"
-        else
-            fail_row "2 train 1 epoch ($ds_name, batch 128)" "val acc $acc < $min_acc (see $logs/train.log)"
-        fi
-    else
-        tail -5 "$logs/train.log" >&2
-        fail_row "2 train 1 epoch ($ds_name)" "cdl-train failed (see $logs/train.log)"
-    fi
+    train_check "2 train 1 epoch ($ds_name, batch 128)" train timeout 180 cli/cdl-train \
+        --device cuda "${ds[@]}" --epochs 1 --batch-size 128 --no-progress
 fi
 
 # -------------------------------------------------------- 3. speed
@@ -163,12 +203,7 @@ if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
 elif [ "$(elapsed)" -gt 360 ]; then
     row "4 MPS replicas" "skipped: $(elapsed) s spent, no time left in 8 minutes"
 else
-    mps=$(mktemp -d /tmp/cdl-mps.XXXXXX)
-    export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    stop_mps() { echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; rm -rf "$mps"; }
-    if nvidia-cuda-mps-control -d > "$logs/mps-start.log" 2>&1; then
-        trap stop_mps EXIT
+    if start_mps; then
         row "4 MPS replicas (cdl CUDA graph, batch 512)" "target: 8 replicas >= 4x one"
         one=
         for r in 1 2 4 8; do
@@ -195,16 +230,75 @@ else
                     "$(awk -v a="$total" -v b="$one" 'BEGIN{printf "%.2fx one replica", a/b}')" \
                     "$([ "$late" -gt 0 ] && echo ", $late started late")")"
             else
-                row "    $r replica(s)" "failed (see $logs/mps-$r-*.log, $mps/log)"
+                row "    $r replica(s)" "failed (see $logs/mps-$r-*.log)"
             fi
         done
         stop_mps
-        trap - EXIT
     else
         row "4 MPS replicas" "skipped: the MPS daemon did not start ($(head -1 "$logs/mps-start.log"))"
-        rm -rf "$mps"
     fi
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
+
+
+# ------------------------------------------- 5. CUDA graphs on vs off
+echo "== 5. cdl-train epoch, CUDA graphs on vs off"
+if [ $have_train = 0 ]; then
+    fail_row "5 CUDA graphs on/off" "cli/cdl-train did not build (see $logs/make-cli.log)"
+elif [ "$(elapsed)" -gt 400 ]; then
+    row "5 CUDA graphs on/off" "skipped: $(elapsed) s spent, no time left in 8 minutes"
+else
+    row "5 cdl-train 1 epoch, batch 512 ($ds_name)" "CUDA graphs on vs off, same weights expected"
+    for g in off on; do
+        rm -rf "$logs/graphs-$g" "$logs/graphs-$g.json"
+        if timeout 120 cli/cdl-train --device cuda "${ds[@]}" --epochs 1 --batch-size 512 \
+                --cuda-graphs $g --no-progress --ckpt-dir "$logs/graphs-$g" \
+                --metrics "$logs/graphs-$g.json" > "$logs/graphs-$g.log" 2>&1 &&
+                [ -s "$logs/graphs-$g.json" ]; then
+            read -r acc ips < <(metrics_of "$logs/graphs-$g.json")
+            eval "ips_$g=\$ips"
+            row "    graphs $g" "$(printf '%9.0f img/s  val acc %s' "$ips" "$acc")"
+        else
+            tail -3 "$logs/graphs-$g.log" >&2
+            fail_row "    graphs $g" "cdl-train failed (see $logs/graphs-$g.log)"
+        fi
+    done
+    if [ -s "$logs/graphs-on/last.safetensors" ] && [ -s "$logs/graphs-off/last.safetensors" ]; then
+        speedup=$(awk -v a="${ips_on:-0}" -v b="${ips_off:-0}" \
+            'BEGIN{if (b > 0) printf ", graphs %.2fx the speed of eager", a/b}')
+        w_off=$logs/graphs-off/last.safetensors w_on=$logs/graphs-on/last.safetensors
+        if tests/dist/weights_cmp "$w_off" "$w_on" --bitwise > "$logs/graphs-cmp.log" 2>&1; then
+            row "    weights, graphs on vs off" "PASS  bitwise equal$speedup"
+        elif tests/dist/weights_cmp "$w_off" "$w_on" --rel 1e-5 >> "$logs/graphs-cmp.log" 2>&1; then
+            row "    weights, graphs on vs off" "PASS  within 1e-5, not bitwise$speedup"
+        else
+            fail_row "    weights, graphs on vs off" "$(tail -1 "$logs/graphs-cmp.log" | cut -c1-100)"
+        fi
+    fi
+fi
+
+# ------------------------------------------------ 6. data-parallel
+echo "== 6. data-parallel epoch, 2 ranks"
+ddp_run() {   # ddp_run LABEL ENV...: one epoch of cdlrun -n 2 cdl-train with ENV set
+    local label=$1; shift
+    train_check "6 $label (2 ranks x 64)" ddp timeout 150 env "$@" launcher/cdlrun -n 2 --label \
+        cli/cdl-train --device cuda "${ds[@]}" --epochs 1 --batch-size 64 --no-progress \
+        "${ddp_args[@]}"
+}
+if [ $have_train = 0 ]; then
+    fail_row "6 data-parallel" "cdl-train or cdlrun did not build (see $logs/make-cli.log)"
+elif [ "$(elapsed)" -gt 430 ]; then
+    row "6 data-parallel" "skipped: $(elapsed) s spent, no time left in 8 minutes"
+elif [ "$ngpus" -ge 2 ]; then
+    ddp_args=(--dist-backend nccl)
+    ddp_run "2 ranks on 2 GPUs, nccl" CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-0,1}"
+elif ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+    row "6 data-parallel" "skipped: 1 GPU and no nvidia-cuda-mps-control to pack 2 replicas"
+elif start_mps; then
+    ddp_args=(--dist-backend hier)
+    ddp_run "2 MPS replicas on 1 GPU, hier" CDL_REPLICAS_PER_GPU=2
+    stop_mps
+else
+    row "6 data-parallel" "skipped: the MPS daemon did not start ($(head -1 "$logs/mps-start.log"))"
 fi
 
 # ----------------------------------------------------------- the table

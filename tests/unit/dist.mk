@@ -1,8 +1,8 @@
-# tests for dist: discovery, collectives (forked ranks), the TCP store.
+# tests for dist: discovery, collectives (forked ranks), the TCP store, GPU groups.
 check_PROGRAMS += tests/unit/test_dist_discover tests/unit/test_dist_coll tests/unit/test_dist_store \
-	tests/unit/test_dist_ddp
+	tests/unit/test_dist_ddp tests/unit/test_dist_gpu_group
 TESTS += tests/unit/test_dist_discover tests/unit/test_dist_coll tests/unit/test_dist_store \
-	tests/unit/test_dist_ddp
+	tests/unit/test_dist_ddp tests/unit/test_dist_gpu_group
 tests_unit_test_dist_discover_SOURCES = tests/unit/test_dist_discover.c tests/unit/dist_fork.h
 tests_unit_test_dist_discover_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_dist_discover_LDADD = $(TEST_LDADD)
@@ -15,6 +15,9 @@ tests_unit_test_dist_store_LDADD = $(TEST_LDADD)
 tests_unit_test_dist_ddp_SOURCES = tests/unit/test_dist_ddp.c tests/unit/dist_fork.h
 tests_unit_test_dist_ddp_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_dist_ddp_LDADD = $(TEST_LDADD)
+tests_unit_test_dist_gpu_group_SOURCES = tests/unit/test_dist_gpu_group.c
+tests_unit_test_dist_gpu_group_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_dist_gpu_group_LDADD = $(TEST_LDADD)
 
 # Multi-process checks: one program, launched by cdlrun and mpirun.
 check_PROGRAMS += tests/dist/dist_check tests/dist/weights_cmp

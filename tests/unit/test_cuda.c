@@ -65,6 +65,13 @@ static void test_cpu_backend_passthrough(void **state)
     assert_int_equal(cuda_backend_graph_end(be), 0);
     assert_null(cuda_backend_host_alloc(be, 16));
     assert_int_equal(cuda_backend_prefetch(be, NULL, NULL, 0), -1);
+    /* Its ops finish before they return: every step mark is done. */
+    assert_int_equal(cuda_backend_mark(be, 1), 0);
+    assert_int_equal(cuda_backend_mark_done(be, 1), 1);
+    assert_int_equal(cuda_backend_mark_wait(be, 1), 0);
+    assert_null(cuda_backend_stream(be));
+    unsigned char uuid[16];
+    assert_int_equal(cuda_backend_gpu_uuid(be, uuid), -1);
     cdl_backend_destroy(be);
 }
 
@@ -84,6 +91,7 @@ static void test_create_without_gpu(void **state)
     assert_non_null(strstr(cdl_last_error(), "built without CUDA"));
 #endif
     assert_non_null(strstr(cdl_last_error(), "--device cpu"));
+    assert_int_equal(cuda_backend_device_count(), 0);
     /* Any device number fails the same way, and again and again. */
     assert_null(cdl_backend_cuda_create(3));
     assert_null(cdl_backend_cuda_create(0));

@@ -1,0 +1,128 @@
+/* Host-side decisions of the GPU training pipeline (see pipeline.h). */
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+#include <cdl/cdl.h>
+
+#include "../dist/contract.h"
+#include "../dist/gpu_group.h"
+#include "pipeline.h"
+
+void lag_init(step_lag *l)
+{
+    memset(l, 0, sizeof *l);
+}
+
+int lag_free_slot(const step_lag *l)
+{
+    if (l->count == 0)
+        return 0;
+    return l->count == 1 ? 1 - l->oldest : -1;
+}
+
+int lag_push(step_lag *l, int slot, long step, int n)
+{
+    if (slot < 0 || slot > 1 || slot != lag_free_slot(l))
+        return cdl_error("GPU pipeline: step %ld wants buffer slot %d, but %s: its batch would "
+                         "overwrite one still in flight (a bug in lib/train/gpu_loop.c)",
+                         step, slot, l->count == 2 ? "both are in use" : "that one is in use");
+    if (l->count == 0)
+        l->oldest = slot;
+    l->step[slot] = step;
+    l->n[slot] = n;
+    l->count++;
+    return 0;
+}
+
+int lag_oldest(const step_lag *l, long *step, int *n)
+{
+    if (l->count == 0)
+        return -1;
+    if (step)
+        *step = l->step[l->oldest];
+    if (n)
+        *n = l->n[l->oldest];
+    return l->oldest;
+}
+
+void lag_pop(step_lag *l)
+{
+    if (l->count == 0)
+        return;
+    l->count--;
+    l->oldest = 1 - l->oldest;
+}
+
+void train_batch_sums(const float *loss, const int32_t *pred, const int32_t *labels, int n,
+                      double *loss_sum, double *correct)
+{
+    double s = 0, c = 0;
+    for (int i = 0; i < n; i++) {
+        s += loss[i];
+        c += pred[i] == labels[i];
+    }
+    *loss_sum = s;
+    *correct = c;
+}
+
+int train_loss_error(int rank, double loss, long step, int late)
+{
+    if (late)
+        return cdl_error("rank %d: loss is %g at step %ld (noticed one step late: GPU steps are "
+                         "pipelined, step %ld was already queued): training diverged (lower --lr, "
+                         "or resume from the last good checkpoint)",
+                         rank, loss, step, step + 1);
+    return cdl_error("rank %d: loss is %g at step %ld: training diverged (lower --lr, or resume "
+                     "from the last good checkpoint)",
+                     rank, loss, step);
+}
+
+int train_graphs_decide(int setting, const char *env, int is_cuda, int world, int *on,
+                        const char **why)
+{
+    int want = setting;
+    *on = 0;
+    *why = NULL;
+    if (env && *env) {
+        int e = !strcasecmp(env, "on") ? 1 : !strcasecmp(env, "off") ? -1 : 0;
+        if (!e)
+            return cdl_error("CDL_CUDA_GRAPHS '%s': use on or off (or unset it: on for CUDA)",
+                             env);
+        if (!want)
+            want = e;
+    }
+    if (!is_cuda)
+        *why = "not a CUDA backend";
+    else if (want < 0)
+        *why = setting < 0 ? "--cuda-graphs off" : "CDL_CUDA_GRAPHS=off";
+    else if (world > 1)
+        *why = "data-parallel steps run eagerly";
+    else
+        *on = 1;
+    return 0;
+}
+
+int train_graph_step(int graphs_on, int warmed_up, int n, int batch_size)
+{
+    return graphs_on && warmed_up && n == batch_size;
+}
+
+int train_pick_gpu(int visible, int world, int local_rank, int rpg, int *device)
+{
+    *device = -1;
+    if (world <= 1 || visible <= 0)
+        return 0;   /* the first GPU; none: the backend says so */
+    if (visible == 1) {
+        *device = 0;
+        return 0;
+    }
+    int slot = gpu_slot_of(local_rank, rpg);
+    if (slot >= visible)
+        return cdl_error("LOCAL_RANK=%d with " CDL_ENV_REPLICAS_PER_GPU "=%d needs GPU %d, but "
+                         "only %d are visible: start fewer ranks per node, pack them (raise "
+                         CDL_ENV_REPLICAS_PER_GPU ", under MPS) or make more GPUs visible",
+                         local_rank, rpg, slot, visible);
+    *device = slot;
+    return 0;
+}

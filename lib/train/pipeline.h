@@ -1,0 +1,65 @@
+/* Host-side decisions of the GPU training pipeline (pipeline.c): which
+ * buffers a step may fill, which step's results are read when, when a step
+ * runs as a CUDA graph, which GPU a rank opens. Pure functions of their
+ * arguments, so the logic is tested without a GPU (tests/unit/test_pipeline.c);
+ * gpu_loop.c drives the GPU with them. */
+#ifndef CDL_TRAIN_PIPELINE_H
+#define CDL_TRAIN_PIPELINE_H
+
+#include <stdint.h>
+
+/* Steps whose per-sample results are still on their way to the host. Each
+ * step owns one of two buffer slots (pinned batch staging, device input,
+ * pinned loss and predictions) from when its batch is staged until its
+ * results are read: at most two steps are in flight, the one just queued and
+ * the one before it, and results are read in step order. */
+typedef struct step_lag {
+    int count;          /* steps in flight: 0, 1 or 2 */
+    int oldest;         /* slot of the oldest one (count > 0) */
+    long step[2];       /* per slot: the step's number and samples */
+    int n[2];
+} step_lag;
+
+void lag_init(step_lag *l);
+/* The slot the next step may fill: one no step in flight owns; -1 when
+ * both are owned (read the oldest first). */
+int lag_free_slot(const step_lag *l);
+/* Step `step` of n samples now owns `slot`; -1 with cdl_error if the slot is
+ * not free (a pipeline bug: the buffers would be overwritten in flight). */
+int lag_push(step_lag *l, int slot, long step, int n);
+/* The oldest step in flight: its slot (and number, samples), -1 if none. */
+int lag_oldest(const step_lag *l, long *step, int *n);
+/* Its results have been read: its slot is free again. */
+void lag_pop(step_lag *l);
+
+/* The loss and correct predictions of one batch, added in sample order
+ * (the epoch metrics are sums of these, the same on every backend). */
+void train_batch_sums(const float *loss, const int32_t *pred, const int32_t *labels, int n,
+                      double *loss_sum, double *correct);
+
+/* The error for a non-finite batch loss. late: it was noticed after the
+ * next step had already been queued (the GPU pipeline reads results one
+ * step late), which the message says. Returns -1. */
+int train_loss_error(int rank, double loss, long step, int late);
+
+/* Whole-step CUDA graphs for this run. setting: --cuda-graphs (1 on, -1
+ * off, 0 not given); env: CDL_CUDA_GRAPHS (on|off, NULL or "" unset).
+ * *on: graphs are used (a CUDA backend, one rank, not switched off); *why:
+ * a short reason when they are not. -1 with cdl_error for a bad env value. */
+int train_graphs_decide(int setting, const char *env, int is_cuda, int world, int *on,
+                        const char **why);
+
+/* Whether a step runs as a graph: graphs on, an eager full step ran before
+ * in this process (cuDNN and cuBLAS settle their plans), and the batch is
+ * full (the graph's shape; the last partial batch runs eagerly). */
+int train_graph_step(int graphs_on, int warmed_up, int n, int batch_size);
+
+/* The GPU a rank opens, as a device index among the visible ones: one rank
+ * alone takes the first (-1); several take local_rank / replicas_per_gpu,
+ * the slot the rank contract gives them, or 0 when only one GPU is visible
+ * (the launcher gave each rank its own CUDA_VISIBLE_DEVICES, or they share
+ * it under MPS; cdl_dist checks that against the contract). -1 with
+ * cdl_error when the slot has no GPU. */
+int train_pick_gpu(int visible, int world, int local_rank, int replicas_per_gpu, int *device);
+
+#endif

@@ -66,7 +66,9 @@
 #define SHM_MAGIC 0x4d4c4443u            /* "CDLM" */
 #define LINE 64
 #define SHM_NAME_MAX 200
-#define DEFAULT_SLAB (512u << 10)        /* bytes per member and set; docs/data-parallel.md */
+#define DEFAULT_SLAB (2u << 20)          /* bytes per member and set; docs/data-parallel.md */
+#define MIN_SLAB (256u << 10)            /* the default's floor for many members */
+#define DEFAULT_DATA (32u << 20)         /* the default keeps both sets within this */
 #define SHM_MAX_INLINE 64                /* members whose pointers fit on the stack */
 #define SMALL_BYTES (32u << 10)          /* one-sync allreduce up to this size */
 #define STREAM_BYTES (64u << 20)         /* streaming copy-out from this size */
@@ -450,11 +452,17 @@ static size_t env_bytes(const char *name, int shift, size_t dflt)
     return v > 0 ? (size_t)v << shift : dflt;
 }
 
-static size_t slab_bytes(void)
+/* Fewer, bigger rounds mean fewer syncs; the cap keeps /dev/shm use modest
+ * for many members (containers often mount only 64 MB there). */
+static size_t slab_bytes(int members)
 {
     const char *s = getenv("CDL_SHM_SLAB_KB");
     long kb = s ? atol(s) : 0;
-    size_t b = kb >= 4 && kb <= (1L << 20) ? (size_t)kb << 10 : DEFAULT_SLAB;
+    size_t b = kb >= 4 && kb <= (1L << 20) ? (size_t)kb << 10 : 0;
+    if (!b) {
+        b = DEFAULT_DATA / (2 * ((size_t)members + 1));
+        b = b > DEFAULT_SLAB ? DEFAULT_SLAB : b < MIN_SLAB ? MIN_SLAB : b;
+    }
     return b / LINE * LINE;
 }
 
@@ -491,7 +499,7 @@ shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b, double ti
         goto fail;
     snprintf(seg->name, sizeof seg->name, "/cdl-%s-%s-%02x%02x%02x%02x%02x%02x%02x%02x", job,
              g->tag, rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-    size_t slab = slab_bytes(), hdr = header_bytes(g->size);
+    size_t slab = slab_bytes(g->size), hdr = header_bytes(g->size);
     size_t total = hdr + 2 * (size_t)(g->size + 1) * slab;
     int fd = shm_open(seg->name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {

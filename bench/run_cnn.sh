@@ -38,21 +38,8 @@ mib() { if [[ ${1:-} =~ ^[0-9]+$ ]]; then echo $(( $1 / 1024 )); else echo -; fi
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
 echo "machine: ${cpu:-unknown CPU}, $(nproc) CPUs; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-# OpenBLAS (cdl's GEMM and PyTorch's here) picks its kernels by CPU model;
-# one it does not know yet (Debian 12's 0.3.21 on newer Xeons) falls back to
-# "Prescott", SSE3 kernels at a fraction of the machine's speed. Both sides
-# then get the best kernels the CPU supports, so that neither is handicapped
-# and the SGEMM column is the machine's, not the fallback's.
-core=$(OPENBLAS_VERBOSE=2 "$bench" --batch 8 --threads 1 --steps 1 --runs 5 2>&1 | sed -n 's/^Core: //p' | head -n1)
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "$core" = Prescott ]; then
-    if grep -qw avx512bw /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
-if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
-    echo "OpenBLAS kernels: $OPENBLAS_CORETYPE (OPENBLAS_CORETYPE; detected: ${core:-unknown})"
-else
-    echo "OpenBLAS kernels: ${core:-unknown} (detected)"
-fi
+bench_args="--batch 8 --threads 1 --steps 1 --runs 5"
+. "$here/openblas_core.sh"
 torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "not importable with $python")
 echo "torch: $torch_version"
 echo

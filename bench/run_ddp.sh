@@ -49,6 +49,8 @@ two_ranks() {
     ips "$tmp/b.json"
 }
 
+bench="$train" bench_args="--dataset synthetic --synthetic-size 64 --epochs 1 --max-steps 1 -q"
+. "$(cd "$(dirname "$0")" && pwd)/openblas_core.sh"
 echo "machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), $(nproc) CPUs;" \
      "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "seed CNN, synthetic 3x32x32, $samples images, global batch $batch, $runs alternating pairs"

@@ -99,6 +99,16 @@ static void check_blas_kernels(void)
     static int checked;
     if (checked++ || getenv("OPENBLAS_CORETYPE"))
         return;
+    /* Once per job, not once per rank: the first rank variable set decides. */
+    const char *rank_vars[] = {"RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof rank_vars / sizeof *rank_vars; i++) {
+        const char *v = getenv(rank_vars[i]);
+        if (v && *v) {
+            if (strcmp(v, "0") != 0)
+                return;
+            break;
+        }
+    }
     const char *core = openblas_get_corename();
     if (!core || strcmp(core, "Prescott") != 0)
         return;

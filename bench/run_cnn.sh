@@ -56,15 +56,17 @@ for b in $batches; do
         if [ "$ci" != - ] && [ "$ti" != - ]; then
             ratio=$(awk -v a="$ci" -v b="$ti" 'BEGIN { printf "%.2f", a / b }')
         fi
-        rows+=("$(printf '| %5s | %7s | %9s | %17s | %19s | %9s | %16s |' "$b" "$t" "$ci" "$ti" "$di" \
+        rows+=("$(printf '| %5s | %7s | %21s | %21s | %21s | %9s | %16s |' "$b" "$t" \
+            "$ci ($(field min "$c")-$(field max "$c"))" "$ti ($(field min "$tt")-$(field max "$tt"))" \
+            "$di ($(field min "$td")-$(field max "$td"))" \
             "$ratio" "$(field peak_pct "$c")% of $(field sgemm_gflops "$c")")")
         rss[cdl-$b-$t]=$(field rss_kb "$c"); rss[torch-$b-$t]=$(field rss_kb "$tt")
         rss[torchd-$b-$t]=$(field rss_kb "$td")
     done
 done
 
-echo "| batch | threads | cdl img/s | torch tuned img/s | torch default img/s | cdl/tuned | cdl % SGEMM GF/s |"
-echo "|-------|---------|-----------|-------------------|---------------------|-----------|------------------|"
+echo "| batch | threads | cdl img/s (min-max)   | torch tuned (min-max) | torch default (min-max) | cdl/tuned | cdl % SGEMM GF/s |"
+echo "|-------|---------|-----------------------|-----------------------|-------------------------|-----------|------------------|"
 printf '%s\n' "${rows[@]}"
 echo
 for b in $batches; do
@@ -74,7 +76,7 @@ for b in $batches; do
              "torch tuned $(mib "${rss[torch-$b-$t]}") MiB, torch default $(mib "${rss[torchd-$b-$t]}") MiB"
     done
 done
-echo "img/s: median of $runs runs after a warm-up run; SGEMM GF/s: OpenBLAS 2048^3 on the same threads"
+echo "img/s: median (min-max) of $runs runs after a warm-up run; cdl/tuned: ratio of medians; SGEMM GF/s: OpenBLAS 2048^3 on the same threads"
 
 # Second table: does the loader keep up? A real Fashion-MNIST epoch through
 # cdl_loader (1 worker thread) against as many synthetic images in memory.

@@ -28,8 +28,8 @@
  * member reaches only once done reading it.
  *
  * Synchronisation: member i publishes its phase (C11 atomics) and rings a
- * shared futex word; waiters spin briefly (when there are CPUs to spare),
- * then sleep on the futex in 100 ms slices, checking the deadline, an abort
+ * shared futex word; waiters spin up to 1 ms (20 us when members share
+ * CPUs), then sleep on the futex in 100 ms slices, checking the deadline, an abort
  * flag and whether the missing peers' processes are still alive. */
 #include <errno.h>
 #include <fcntl.h>
@@ -71,6 +71,7 @@
 #define DEFAULT_DATA (32u << 20)         /* the default keeps both sets within this */
 #define SHM_MAX_INLINE 64                /* members whose pointers fit on the stack */
 #define SMALL_BYTES (32u << 10)          /* one-sync allreduce up to this size */
+#define SPIN_US 1000.0                   /* spinning before sleeping, see shm_attach */
 #define STREAM_BYTES (64u << 20)         /* streaming copy-out from this size */
 
 typedef struct shm_slot {
@@ -112,7 +113,8 @@ typedef struct shm_coll {
     uint32_t phase;
     unsigned long round;                 /* rounds so far: set = round & 1 */
     double timeout;
-    long spin;                           /* pause (or yield) iterations before sleeping */
+    double spin_s;                       /* seconds of spinning before sleeping */
+    int spin_yield;                      /* spin with sched_yield, not pause */
     int oversubscribed;                  /* more members than CPUs */
     size_t small_bytes;                  /* one-sync allreduce up to this size */
     size_t stream_bytes;                 /* allreduces this big copy out with streaming stores */
@@ -224,21 +226,28 @@ static int sync_all(shm_coll *s)
         futex_wake(&h->bell);
 
     long spins = 0;
-    double deadline = 0, next_check = 0;
+    int spinning = s->spin_s > 0;
+    double spin_end = 0, deadline = 0, next_check = 0;
     for (;;) {
         uint32_t bell = atomic_load(&h->bell);
         if (arrived(s, target))
             return 0;
         if (atomic_load_explicit(&h->aborted, memory_order_acquire) == 1)
             return cdl_error("rank %d: %s", s->ranks[s->base.rank], h->abort_msg);
-        if (spins < s->spin) {
-            /* Oversubscribed, give the CPU to a peer that still has work;
-             * else spin on it for a few microseconds. */
-            if (s->oversubscribed)
+        if (spinning && (spins++ & 63) == 0) {
+            double now = dist_now();
+            if (spin_end == 0)
+                spin_end = now + s->spin_s;
+            else if (now >= spin_end)
+                spinning = 0;
+        }
+        if (spinning) {
+            /* Yield when CPUs are shared (with peers, or with this rank's
+             * own threads on its one CPU): whoever still has work runs. */
+            if (s->spin_yield)
                 sched_yield();
             else
                 cpu_relax();
-            spins++;
             continue;
         }
         double now = dist_now();
@@ -626,10 +635,22 @@ coll *shm_attach(shm_seg *seg, boot *b)
     cpu_set_t cpus;
     int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    /* Before sleeping: ~100 us of pause when every member has a CPU, a
-     * few sched_yield()s when members share CPUs. */
+    /* Before sleeping on the futex: spin for up to SPIN_US when every member
+     * has a CPU, 20 us when members share CPUs. Waking a sleeping CPU costs
+     * tens of microseconds (more under a hypervisor), and members of a
+     * training step routinely arrive a few hundred microseconds apart, so a
+     * short spin would sleep at nearly every step. */
     s->oversubscribed = seg->size > (ncpu > online ? ncpu : online);
-    s->spin = s->oversubscribed ? 16 : 2000;
+    double us = s->oversubscribed ? 20 : SPIN_US;
+    const char *e = getenv("CDL_SHM_SPIN_US");
+    if (e && *e) {
+        char *end;
+        double v = strtod(e, &end);
+        if (*end == '\0' && v >= 0 && v <= 1e6)
+            us = v;
+    }
+    s->spin_s = us * 1e-6;
+    s->spin_yield = s->oversubscribed || ncpu == 1;
     s->small_bytes = env_bytes("CDL_SHM_SMALL_KB", 10, SMALL_BYTES);
     s->stream_bytes = env_bytes("CDL_SHM_STREAM_MB", 20, STREAM_BYTES);
     shm_slot *me = &s->h->slots[seg->me];

@@ -73,6 +73,7 @@
 #define SMALL_BYTES (32u << 10)          /* one-sync allreduce up to this size */
 #define SPIN_US 1000.0                   /* spinning before sleeping, see shm_attach */
 #define STREAM_BYTES (64u << 20)         /* streaming copy-out from this size */
+#define MISS_MAX 256                     /* missing members named or checked at once */
 
 typedef struct shm_slot {
     _Atomic uint32_t phase;              /* syncs this member has arrived at */
@@ -180,21 +181,25 @@ static int arrived(const shm_coll *s, uint32_t target)
     return 1;
 }
 
-/* Members that have not reached target, as global ranks. */
-static int missing(const shm_coll *s, uint32_t target, int *out)
+/* Members that have not reached target, as member indices: the first cap
+ * into out; returns how many there are in all. */
+static int missing(const shm_coll *s, uint32_t target, int *out, int cap)
 {
     int n = 0;
     for (int j = 0; j < s->base.size; j++)
-        if ((int32_t)(atomic_load(&s->h->slots[j].phase) - target) < 0)
-            out[n++] = j;
+        if ((int32_t)(atomic_load(&s->h->slots[j].phase) - target) < 0) {
+            if (n < cap)
+                out[n] = j;
+            n++;
+        }
     return n;
 }
 
 static int check_peers(shm_coll *s, uint32_t target)
 {
-    int miss[256];
-    int n = missing(s, target, miss);
-    for (int i = 0; i < n && i < 256; i++) {
+    int miss[MISS_MAX];
+    int n = missing(s, target, miss, MISS_MAX);
+    for (int i = 0; i < n && i < MISS_MAX; i++) {
         shm_slot *sl = &s->h->slots[miss[i]];
         if (!dist_pid_alive(sl->pid, sl->start))
             return fail(s, "rank %d (pid %d) died: %s on shared memory cannot complete",
@@ -205,12 +210,12 @@ static int check_peers(shm_coll *s, uint32_t target)
 
 static int timed_out(shm_coll *s, uint32_t target)
 {
-    int miss[256], glob[256];
-    int n = missing(s, target, miss);
-    for (int i = 0; i < n && i < 256; i++)
+    int miss[MISS_MAX], glob[MISS_MAX];
+    int n = missing(s, target, miss, MISS_MAX);
+    for (int i = 0; i < n && i < MISS_MAX; i++)
         glob[i] = s->ranks[miss[i]];
     char list[512];
-    dist_rank_list(list, sizeof list, glob, n < 256 ? n : 256);
+    dist_rank_list(list, sizeof list, glob, n);   /* reads at most the first 9 */
     return fail(s, "%s on shared memory timed out after %.0f s: %s did not arrive "
                 "(stuck, or running a different number of steps?)", label(s), s->timeout, list);
 }

@@ -15,4 +15,5 @@ libcdl_core_la_SOURCES += \
 	kernels/cpu/eltwise.c \
 	kernels/cpu/xent.c \
 	kernels/cpu/optim.c \
+	kernels/optim_scalars.h \
 	kernels/cpu/reduce.c

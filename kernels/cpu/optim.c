@@ -15,21 +15,50 @@
 #include <math.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/optim_scalars.h"
+
+/* The scalars of both backends (kernels/optim_scalars.h). */
+kern_sgd_sc kern_sgd_scalars(const cdl_sgd_hparams *hp)
+{
+    kern_sgd_sc sc = {
+        .lr = hp->lr, .momentum = hp->momentum,
+        .one_minus_damp = (float)(1.0 - (double)hp->dampening),
+        .wd = hp->weight_decay, .nesterov = hp->nesterov, .first = hp->first_step,
+    };
+    return sc;
+}
+
+kern_adam_sc kern_adam_scalars(const cdl_adam_hparams *hp)
+{
+    double step = hp->step > 0 ? (double)hp->step : 1.0;
+    double bc1 = 1.0 - pow((double)hp->beta1, step);
+    double bc2 = 1.0 - pow((double)hp->beta2, step);
+    kern_adam_sc sc = {
+        .beta1 = hp->beta1, .one_minus_beta1 = (float)(1.0 - (double)hp->beta1),
+        .beta2 = hp->beta2, .one_minus_beta2 = (float)(1.0 - (double)hp->beta2),
+        .eps = hp->eps, .wd = hp->weight_decay,
+        .decay = (float)(1.0 - (double)hp->lr * (double)hp->weight_decay),
+        .step_size = (float)((double)hp->lr / bc1),
+        .bc2_sqrt = (float)sqrt(bc2),
+        .decoupled = hp->decoupled,
+    };
+    return sc;
+}
 
 typedef struct sgd_ctx {
     float *p, *buf;
     const float *g;
-    float lr, momentum, one_minus_damp, wd;
-    int nesterov, first;
+    kern_sgd_sc sc;
 } sgd_ctx;
 
 static void sgd_chunk(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk;
     (void)tid;
-    const sgd_ctx *c = vctx;
-    float *p = c->p, *buf = c->buf;
-    const float *g = c->g;
+    const sgd_ctx *cx = vctx;
+    const kern_sgd_sc *c = &cx->sc;
+    float *p = cx->p, *buf = cx->buf;
+    const float *g = cx->g;
     for (size_t i = b; i < e; i++) {
         float d = g[i];
         if (c->wd != 0.0f)
@@ -46,31 +75,24 @@ static void sgd_chunk(void *vctx, size_t b, size_t e, int chunk, int tid)
 void cpu_sgd_step(cdl_backend *be, size_t n, float *p, const float *g,
                   float *momentum_buf, const cdl_sgd_hparams *hp)
 {
-    sgd_ctx c = {
-        .p = p, .buf = momentum_buf, .g = g,
-        .lr = hp->lr, .momentum = hp->momentum,
-        .one_minus_damp = (float)(1.0 - (double)hp->dampening),
-        .wd = hp->weight_decay, .nesterov = hp->nesterov, .first = hp->first_step,
-    };
+    sgd_ctx c = {.p = p, .buf = momentum_buf, .g = g, .sc = kern_sgd_scalars(hp)};
     pool_for(cpu_pool(be), n, CPU_ELT_GRAIN, sgd_chunk, &c);
 }
 
 typedef struct adam_ctx {
     float *p, *m, *v;
     const float *g;
-    float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
-    float wd, decay;          /* L2 term (Adam) or p multiplier (AdamW) */
-    float step_size, bc2_sqrt;
-    int decoupled;
+    kern_adam_sc sc;
 } adam_ctx;
 
 static void adam_chunk(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk;
     (void)tid;
-    const adam_ctx *c = vctx;
-    float *p = c->p, *m = c->m, *v = c->v;
-    const float *g = c->g;
+    const adam_ctx *cx = vctx;
+    const kern_adam_sc *c = &cx->sc;
+    float *p = cx->p, *m = cx->m, *v = cx->v;
+    const float *g = cx->g;
     for (size_t i = b; i < e; i++) {
         float gi = g[i];
         if (c->decoupled)
@@ -90,18 +112,6 @@ static void adam_chunk(void *vctx, size_t b, size_t e, int chunk, int tid)
 void cpu_adam_step(cdl_backend *be, size_t n, float *p, const float *g,
                    float *m, float *v, const cdl_adam_hparams *hp)
 {
-    double step = hp->step > 0 ? (double)hp->step : 1.0;
-    double bc1 = 1.0 - pow((double)hp->beta1, step);
-    double bc2 = 1.0 - pow((double)hp->beta2, step);
-    adam_ctx c = {
-        .p = p, .m = m, .v = v, .g = g,
-        .beta1 = hp->beta1, .one_minus_beta1 = (float)(1.0 - (double)hp->beta1),
-        .beta2 = hp->beta2, .one_minus_beta2 = (float)(1.0 - (double)hp->beta2),
-        .eps = hp->eps, .wd = hp->weight_decay,
-        .decay = (float)(1.0 - (double)hp->lr * (double)hp->weight_decay),
-        .step_size = (float)((double)hp->lr / bc1),
-        .bc2_sqrt = (float)sqrt(bc2),
-        .decoupled = hp->decoupled,
-    };
+    adam_ctx c = {.p = p, .m = m, .v = v, .g = g, .sc = kern_adam_scalars(hp)};
     pool_for(cpu_pool(be), n, CPU_ELT_GRAIN, adam_chunk, &c);
 }

@@ -21,6 +21,8 @@
 
 #include <cdl/backend.h>
 
+#include "kernels/optim_scalars.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -41,19 +43,10 @@ typedef struct cuk_xent_sc {
     float grad_scale;
 } cuk_xent_sc;
 
-/* torch.optim.SGD, see optim.cu. one_minus_damp = 1 - dampening. */
-typedef struct cuk_sgd_sc {
-    float lr, momentum, one_minus_damp, wd;
-    int nesterov, first;
-} cuk_sgd_sc;
-
-/* torch.optim.Adam / AdamW, see optim.cu. step_size = lr / bc1, bc2_sqrt =
- * sqrt(bc2), decay = 1 - lr*wd (AdamW), computed on the host in double. */
-typedef struct cuk_adam_sc {
-    float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
-    float wd, decay, step_size, bc2_sqrt;
-    int decoupled;
-} cuk_adam_sc;
+/* torch.optim.SGD / Adam / AdamW, see optim.cu: the same scalars as the CPU
+ * backend's, from kern_sgd_scalars() / kern_adam_scalars(). */
+typedef kern_sgd_sc cuk_sgd_sc;
+typedef kern_adam_sc cuk_adam_sc;
 
 /* eltwise.cu */
 cudaError_t cuk_fill(cudaStream_t s, float *x, size_t n, cuk_val_sc sc, const cuk_val_sc *dyn);

@@ -28,7 +28,7 @@ CDL_NVCCFLAGS = -std=c++17 -O3 $(NVCC_ARCH_FLAGS) -Xcompiler -fPIC,-fno-exceptio
 	-I$(top_builddir) $(NVCCFLAGS)
 CDL_NVCC_DEPS = $(top_builddir)/config.h $(top_srcdir)/lib/cdl/backend.h \
 	$(top_srcdir)/kernels/cuda/kernels.h $(top_srcdir)/kernels/cuda/cuk.cuh \
-	$(top_srcdir)/kernels/cuda/dropout_keep.h
+	$(top_srcdir)/kernels/cuda/dropout_keep.h $(top_srcdir)/kernels/optim_scalars.h
 $(CUDA_KERNEL_OBJS): $(CDL_NVCC_DEPS)
 
 AM_V_NVCC = $(am__v_NVCC_@AM_V@)

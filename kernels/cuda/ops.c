@@ -189,7 +189,7 @@ void cbe_sgd_step(cdl_backend *be, size_t n, float *p, const float *g, float *mo
                  (double)hp->momentum);
         return;
     }
-    cuk_sgd_sc sc = cbe_sgd_scalars(hp);
+    cuk_sgd_sc sc = kern_sgd_scalars(hp);
     const uint64_t a[] = {n, sigp(p), sigp(g), sigp(momentum_buf)};
     const void *dyn;
     if (cbe_graph_op(ci, "sgd_step", cbe_sig(OPSIG_SGD, a, 4), &sc, sizeof sc, &dyn))
@@ -204,7 +204,7 @@ void cbe_adam_step(cdl_backend *be, size_t n, float *p, const float *g, float *m
     if (!n)
         return;
     cbe_enter(ci);
-    cuk_adam_sc sc = cbe_adam_scalars(hp);
+    cuk_adam_sc sc = kern_adam_scalars(hp);
     const uint64_t a[] = {n, sigp(p), sigp(g), sigp(m), sigp(v)};
     const void *dyn;
     if (cbe_graph_op(ci, "adam_step", cbe_sig(OPSIG_ADAM, a, 5), &sc, sizeof sc, &dyn))

@@ -1,5 +1,6 @@
 /* The kernels' per-call scalars from the ops' arguments (scalars.c). Pure
- * host code: the CPU emulation tests use it too. */
+ * host code: the CPU emulation tests use it too. The optimizers' scalars are
+ * shared with the CPU backend: kernels/optim_scalars.h. */
 #ifndef CDL_KERNELS_CUDA_SCALARS_H
 #define CDL_KERNELS_CUDA_SCALARS_H
 
@@ -8,7 +9,5 @@
 #include "kernels/cuda/kernels.h"
 
 cuk_drop_sc cbe_dropout_scalars(float p, uint64_t seed);
-cuk_sgd_sc cbe_sgd_scalars(const cdl_sgd_hparams *hp);
-cuk_adam_sc cbe_adam_scalars(const cdl_adam_hparams *hp);
 
 #endif

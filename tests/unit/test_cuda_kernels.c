@@ -274,7 +274,7 @@ static void test_sgd(void **state)
             float *g = frand(n, -1, 1);
             cdl_sgd_hparams hp = hps[k];
             hp.first_step = step == 0;
-            assert_int_equal(cuk_sgd(NULL, n, p_gpu, g, b_gpu, cbe_sgd_scalars(&hp), NULL),
+            assert_int_equal(cuk_sgd(NULL, n, p_gpu, g, b_gpu, kern_sgd_scalars(&hp), NULL),
                              cudaSuccess);
             cpu->ops->sgd_step(cpu, n, p_cpu, g, b_cpu, &hp);
             free(g);
@@ -298,7 +298,7 @@ static void test_adam(void **state)
             cdl_adam_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                    .weight_decay = decoupled ? 1e-2f : 1e-4f,
                                    .decoupled = decoupled, .step = step};
-            assert_int_equal(cuk_adam(NULL, n, p_gpu, g, m_gpu, v_gpu, cbe_adam_scalars(&hp), NULL),
+            assert_int_equal(cuk_adam(NULL, n, p_gpu, g, m_gpu, v_gpu, kern_adam_scalars(&hp), NULL),
                              cudaSuccess);
             cpu->ops->adam_step(cpu, n, p_cpu, g, m_cpu, v_cpu, &hp);
             free(g);

@@ -258,7 +258,9 @@ static int save_checkpoint(run *r, const train_position *pos, int best)
         if (cdl_dist_broadcast(r->dist, &ok, sizeof ok, 0) != 0)
             return -1;
         if (!ok && r->ri.rank != 0)
-            return cdl_error("rank 0 failed to write checkpoint %s", r->last_path);
+            return cdl_error("rank %d: rank 0 could not write its checkpoint %s%s%s: rank 0's "
+                             "error says why and what to do", r->ri.rank, r->last_path,
+                             best ? " or " : "", best ? r->best_path : "");
     }
     return rc;
 }

@@ -156,17 +156,21 @@ void afile_abort(afile *a)
 static int sync_dir(afile *a)
 {
     int fd = open(a->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
+    if (fd < 0) {
+        int err = errno;
         return cdl_error("%s: was renamed into place but its directory %s cannot be opened to "
-                         "make that durable: %s", a->path, a->dir, strerror(errno));
+                         "make that durable: %s: %s", a->path, a->dir, strerror(err),
+                         errno_hint(err, a->dir));
+    }
     int rc = 0;
     while (fsync(fd) != 0) {
-        if (errno == EINTR)
+        int err = errno;
+        if (err == EINTR)
             continue;
-        if (errno != EINVAL && errno != ENOTSUP)
+        if (err != EINVAL && err != ENOTSUP)
             rc = cdl_error("%s: was renamed into place but fsync of %s failed: %s: the file may "
-                           "be lost on a crash; %s", a->path, a->dir, strerror(errno),
-                           errno_hint(errno, a->dir));
+                           "be lost on a crash; %s", a->path, a->dir, strerror(err),
+                           errno_hint(err, a->dir));
         break;
     }
     close(fd);

@@ -33,16 +33,21 @@ static void meta_add(meta_list *l, const char *key, char *value_owned)
 }
 
 static char *fmt_dup(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A cdl_malloc'd formatted string of any length (the model's spec path
+ * may be long). */
 static char *fmt_dup(const char *fmt, ...)
 {
-    char tmp[128];
-    va_list ap;
+    va_list ap, ap2;
     va_start(ap, fmt);
-    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    char *s = cdl_malloc(strlen(tmp) + 1);
+    char *s = n < 0 ? NULL : cdl_malloc((size_t)n + 1);
     if (s)
-        strcpy(s, tmp);
+        vsnprintf(s, (size_t)n + 1, fmt, ap2);
+    else if (n < 0)
+        cdl_error("checkpoint metadata: cannot format '%s'", fmt);
+    va_end(ap2);
     return s;
 }
 

@@ -15,8 +15,8 @@
  * is reported one step late (the message says so); before anything that
  * stops or saves (a signal, --max-steps, --ckpt-every, the epoch's end) the
  * steps in flight are counted first, so checkpoints hold exactly the state
- * an unpipelined run has at that step. The same ops run in the same order
- * as run_batch's, on the same data: results do not depend on the pipeline.
+ * an unpipelined run has at that step. Each step runs train_step_ops, as
+ * the host loop does, on the same data: results do not depend on the pipeline.
  *
  * CUDA graphs: graph.c replays a step only with the buffers it captured, so
  * graph steps read fixed inputs x_step, y_step, filled from x_in[s], y_in[s]
@@ -162,23 +162,6 @@ static int stage(run *r, const cdl_batch *b, int s)
     return 0;
 }
 
-/* Forward, loss, backward, gradient averaging, update: run_batch's ops. */
-static int step_ops(run *r, const float *x, const int32_t *y, int n, long step)
-{
-    cdl_backend *be = r->be;
-    const float *logits = cdl_model_forward(r->model, x, n, 1, train_dropout_seed(r->cfg->seed, step));
-    if (!logits)
-        return -1;
-    be->ops->xent_fwd_bwd(be, n, r->classes, logits, y, 1.0f / (float)n, r->dlogits,
-                          r->sample_loss, r->pred);
-    cdl_model_backward(r->model, r->dlogits, ddp_grad_ready, r->ddp);
-    if (ddp_finish(r->ddp) != 0)
-        return -1;
-    cdl_optim_step(r->optim, cdl_model_params(r->model), cdl_model_grads(r->model),
-                   cdl_schedule_lr(&r->sched, step));
-    return 0;
-}
-
 /* Queues step `step` on slot s's batch of n samples. */
 static int queue_step(run *r, int s, int n, long step)
 {
@@ -197,7 +180,7 @@ static int queue_step(run *r, int s, int n, long step)
         if (cuda_backend_graph_begin(be, (uint64_t)n) < 0)
             return -1;
     }
-    int rc = step_ops(r, x, y, n, step);
+    int rc = train_step_ops(r, x, y, n, 1, step);
     if (graphed && cuda_backend_graph_end(be) != 0)
         return cdl_error("rank %d: step %ld as a CUDA graph: %s (run with --cuda-graphs off or "
                          "CDL_CUDA_GRAPHS=off, and report it)",

@@ -165,6 +165,25 @@ static int make_loaders(run *r)
     return 0;
 }
 
+int train_step_ops(run *r, const float *x, const int32_t *y, int n, int train, long step)
+{
+    cdl_backend *be = r->be;
+    const float *logits =
+        cdl_model_forward(r->model, x, n, train, train_dropout_seed(r->cfg->seed, step));
+    if (!logits)
+        return -1;
+    be->ops->xent_fwd_bwd(be, n, r->classes, logits, y, 1.0f / (float)n, r->dlogits,
+                          r->sample_loss, r->pred);
+    if (train) {
+        cdl_model_backward(r->model, r->dlogits, ddp_grad_ready, r->ddp);
+        if (ddp_finish(r->ddp) != 0)
+            return -1;
+        cdl_optim_step(r->optim, cdl_model_params(r->model), cdl_model_grads(r->model),
+                       cdl_schedule_lr(&r->sched, step));
+    }
+    return 0;
+}
+
 /* Runs one batch through the model; with train, also backward and update.
  * Adds the batch's loss and correct count to sums[0], sums[1]. */
 static int run_batch(run *r, const cdl_batch *b, int train, long step, double sums[2])
@@ -179,17 +198,8 @@ static int run_batch(run *r, const cdl_batch *b, int train, long step, double su
         x = r->x_dev;
         y = r->y_dev;
     }
-    const float *logits =
-        cdl_model_forward(r->model, x, n, train, train_dropout_seed(r->cfg->seed, step));
-    be->ops->xent_fwd_bwd(be, n, r->classes, logits, y, 1.0f / (float)n, r->dlogits,
-                          r->sample_loss, r->pred);
-    if (train) {
-        cdl_model_backward(r->model, r->dlogits, ddp_grad_ready, r->ddp);
-        if (ddp_finish(r->ddp) != 0)
-            return -1;
-        cdl_optim_step(r->optim, cdl_model_params(r->model), cdl_model_grads(r->model),
-                       cdl_schedule_lr(&r->sched, step));
-    }
+    if (train_step_ops(r, x, y, n, train, step) != 0)
+        return -1;
     be->ops->to_host(be, r->h_loss, r->sample_loss, (size_t)n * sizeof(float));
     be->ops->to_host(be, r->h_pred, r->pred, (size_t)n * sizeof(int32_t));
     if (be->ops->sync(be) != 0)
@@ -248,7 +258,9 @@ static int save_checkpoint(run *r, const train_position *pos, int best)
         if (cdl_dist_broadcast(r->dist, &ok, sizeof ok, 0) != 0)
             return -1;
         if (!ok && r->ri.rank != 0)
-            return cdl_error("rank 0 failed to write checkpoint %s", r->last_path);
+            return cdl_error("rank %d: rank 0 could not write its checkpoint %s%s%s: rank 0's "
+                             "error says why and what to do", r->ri.rank, r->last_path,
+                             best ? " or " : "", best ? r->best_path : "");
     }
     return rc;
 }

@@ -34,6 +34,9 @@ void train_signals_install(void);
 void train_signals_restore(void);
 int train_stop_requested(void);
 
+/* Seconds on CLOCK_MONOTONIC (harness.c). */
+double train_now(void);
+
 /* Progress and metrics (report.c). */
 typedef struct train_report train_report;
 train_report *train_report_open(const cdl_train_config *cfg, int rank);

@@ -3,7 +3,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -17,13 +16,6 @@ struct train_report {
     char metrics_path[1024];
     double last_draw;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 train_report *train_report_open(const cdl_train_config *cfg, int rank)
 {
@@ -62,7 +54,7 @@ void train_report_progress(train_report *r, int epoch, long b, long nb, double l
 {
     if (!r->bar)
         return;
-    double t = now_s();
+    double t = train_now();
     if (b < nb && t - r->last_draw < 0.1)
         return;
     r->last_draw = t;

@@ -44,9 +44,14 @@ typedef struct epoch_clock {
 /* What an epoch loop returns besides 0 (the epoch is done) and -1. */
 #define EPOCH_MAX_STEPS 1     /* --max-steps reached */
 
-/* harness.c: seconds on CLOCK_MONOTONIC; the dropout seed of a step. */
-double train_now(void);
+/* harness.c: the dropout seed of a step (train_now: harness.h). */
 uint64_t train_dropout_seed(uint64_t seed, long step);
+
+/* harness.c: the ops of one step on device inputs x (n samples) and labels
+ * y: forward, loss (per-sample loss and predictions into r->sample_loss,
+ * r->pred); with train also backward, gradient averaging and the update.
+ * The host loop and the GPU loop both run it, so their results match. */
+int train_step_ops(run *r, const float *x, const int32_t *y, int n, int train, long step);
 
 /* harness.c: after the optimizer step pos->step (counted in pos): progress,
  * on_step, the stop agreed by all ranks, --max-steps and --ckpt-every.

@@ -243,6 +243,35 @@ static void test_mismatched_model_is_an_error(void **state)
     assert_non_null(strstr(cdl_last_error(), "--optimizer sgd"));
 }
 
+/* The checkpoint's "model" metadata holds the spec file's whole path, also
+ * one longer than 127 characters (it used to be cut there). */
+static void test_checkpoint_keeps_long_model_path(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "longpath");
+    c.epochs = 1;
+    char dir[200];
+    snprintf(dir, sizeof dir, "%.60s/a-folder-with-a-name-long-enough-that-the-spec-path-passes-"
+             "one-hundred-and-twenty-seven-characters", tmpdir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(c.model, sizeof c.model, "%s/linear.spec", dir);
+    assert_true(strlen(c.model) > 127);
+    FILE *spec = fopen(c.model, "w");
+    assert_non_null(spec);
+    fputs("flatten\nlinear 10\n", spec);
+    fclose(spec);
+    run_ok(&c);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/last.safetensors", c.ckpt_dir);
+    cdl_st_file *f = cdl_st_open(path);
+    if (!f)
+        fail_msg("%s", cdl_last_error());
+    assert_non_null(cdl_st_meta_get(f, "model"));
+    assert_string_equal(cdl_st_meta_get(f, "model"), c.model);
+    cdl_st_close(f);
+}
+
 typedef struct alloc_probe {
     long first, last;
     uint64_t at_first, at_last;
@@ -311,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_gpu_loop_matches_host_loop),
         cmocka_unit_test(test_corrupt_checkpoint_is_an_error),
         cmocka_unit_test(test_mismatched_model_is_an_error),
+        cmocka_unit_test(test_checkpoint_keeps_long_model_path),
         cmocka_unit_test(test_no_allocation_inside_steps),
         cmocka_unit_test(test_bad_config),
     };

@@ -27,13 +27,6 @@ struct spk_mps_shared {
     char error[768];         /* why the start failed, for every task */
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* The daemon's whole environment: nothing from slurmstepd or the job. */
 struct mps_env {
     char path[SPK_PATH_MAX + 64], pipe[SPK_PATH_MAX + 32], log[SPK_PATH_MAX + 32],
@@ -133,12 +126,12 @@ static int alive_as(pid_t pid, uid_t uid)
 /* Waits until pid is gone (exited or zombie), at most timeout_s. */
 static int wait_gone(pid_t pid, uid_t uid, double timeout_s)
 {
-    double deadline = now_s() + timeout_s;
+    double deadline = spk_now_s() + timeout_s;
 #ifdef SYS_pidfd_open
     int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (pfd >= 0) {
         while (alive_as(pid, uid)) {
-            double left = deadline - now_s();
+            double left = deadline - spk_now_s();
             if (left <= 0)
                 break;
             struct pollfd p = {.fd = pfd, .events = POLLIN};
@@ -149,7 +142,7 @@ static int wait_gone(pid_t pid, uid_t uid, double timeout_s)
         return alive_as(pid, uid) ? -1 : 0;
     }
 #endif
-    while (alive_as(pid, uid) && now_s() < deadline) {
+    while (alive_as(pid, uid) && spk_now_s() < deadline) {
         struct timespec ts = {0, 10 * 1000 * 1000};   /* no pidfd: poll /proc */
         nanosleep(&ts, NULL);
     }
@@ -186,7 +179,7 @@ static int stop_daemon(const char *control, const struct spk_rundir *rd,
 static int start_daemon(struct spk_mps *m)
 {
     char out[512];
-    double deadline = now_s() + m->timeout_s;
+    double deadline = spk_now_s() + m->timeout_s;
     int ino, rc = -1;
     if (spk_check_admin_binary("mps_control", m->control) != 0)
         return -1;
@@ -204,7 +197,7 @@ static int start_daemon(struct spk_mps *m)
         goto out;
     }
     for (;;) {
-        double left = deadline - now_s();
+        double left = deadline - spk_now_s();
         if (left <= 0) {
             spk_error("the MPS control daemon in %s did not answer within %.0f s (logs in %s)",
                       m->rd.pipe_dir, m->timeout_s, m->rd.log_dir);

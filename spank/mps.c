@@ -229,8 +229,9 @@ out:
 static int lock_shared(struct spk_mps *m)
 {
     struct timespec ts;
+    time_t wait_s = (time_t)(3 * m->timeout_s) + 1;
     clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(3 * m->timeout_s) + 1;
+    ts.tv_sec += wait_s;
     int rc = pthread_mutex_timedlock(&m->sh->lock, &ts);
     if (rc == EOWNERDEAD) {
         /* A task died holding the lock (killed while starting the daemon):
@@ -240,6 +241,11 @@ static int lock_shared(struct spk_mps *m)
         pthread_mutex_consistent(&m->sh->lock);
         return 0;
     }
+    if (rc == ETIMEDOUT)
+        return spk_error("cannot take the MPS lock of %s within %lld s: another task of this "
+                         "step is still starting or stopping the MPS daemon (see that task's "
+                         "error; raise mps_timeout in plugstack.conf if the daemon needs longer)",
+                         m->rd.key, (long long)wait_s);
     if (rc != 0)
         return spk_error("cannot take the MPS lock of %s: %s", m->rd.key, strerror(rc));
     return 0;

@@ -55,7 +55,8 @@ static void mps_env(struct mps_env *e, const char *control, const struct spk_run
 }
 
 /* Runs the control binary with `input` on stdin (a command such as "quit")
- * or with `arg` ("-d"). Returns 0 when it exited 0. */
+ * or with `arg` ("-d"). Returns 0 when it exited 0. Every run checks the
+ * binary (spawn.h): the epilog and teardown run it too, not only the start. */
 static int control_run(const char *control, const struct spk_rundir *rd, const char *visible,
                        const struct spk_cred *cred, const char *arg, const char *input,
                        double timeout_s, char *out, size_t outlen)
@@ -63,6 +64,8 @@ static int control_run(const char *control, const struct spk_rundir *rd, const c
     struct mps_env e;
     char *argv[3] = {(char *)control, (char *)arg, NULL};
     int status = 0;
+    if (spk_check_admin_binary("mps_control", control) != 0)
+        return -1;
     mps_env(&e, control, rd, visible);
     struct spk_cmd cmd = {
         .path = control, .argv = argv, .envp = e.envp, .input = input,
@@ -181,8 +184,6 @@ static int start_daemon(struct spk_mps *m)
     char out[512];
     double deadline = spk_now_s() + m->timeout_s;
     int ino, rc = -1;
-    if (spk_check_admin_binary("mps_control", m->control) != 0)
-        return -1;
     /* Watch the pipe directory before starting: the daemon's control pipe
      * appearing there is the event to wake up for (no sleeping). */
     ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);

@@ -138,7 +138,10 @@ static int set_key(struct spk_conf *c, int k, const char *v)
             c->mps_thread_percentage = 0;
             return 0;
         }
-        return int_value("mps_thread_percentage", v, 1, 100, &c->mps_thread_percentage);
+        if (int_value("mps_thread_percentage", v, 1, 100, &c->mps_thread_percentage) != 0)
+            return spk_error("plugstack.conf: mps_thread_percentage=%.40s: expected auto or an "
+                             "integer in 1..100", v);
+        return 0;
     case 9: return int_value("mps_timeout", v, 1, 300, &c->mps_timeout_s);
     }
     return -1;

@@ -133,9 +133,12 @@ int spk_contract_task(const struct spk_step *s, const struct spk_step_contract *
 int spk_env_keep_user(struct spk_env *env, const char *self_job_id, spk_lookup_fn lookup,
                       void *ctx)
 {
+    /* A value is only good until the next lookup (the plugin's shares one
+     * buffer): compare each before asking for the next. */
     const char *launcher = lookup(ctx, CDL_ENV_LAUNCHER);
+    int from_slurm = launcher && !strcmp(launcher, "slurm");
     const char *job = lookup(ctx, CDL_ENV_JOB_ID);
-    int inherited = launcher && !strcmp(launcher, "slurm") && job && strcmp(job, self_job_id);
+    int inherited = from_slurm && job && strcmp(job, self_job_id);
     int kept = 0;
     for (int i = 0; i < env->n; i++) {
         struct spk_envvar *v = &env->v[i];

@@ -68,7 +68,8 @@ int spk_contract_task(const struct spk_step *step, const struct spk_step_contrac
                       uint32_t local_id, uint32_t global_id, struct spk_env *out);
 
 /* Marks the variables whose value the user set explicitly (lookup returns
- * the task's current value or NULL): those are kept. Values exported by
+ * the task's current value or NULL, valid until its next call): those are
+ * kept. Values exported by
  * this plugin for another step (CDL_LAUNCHER=slurm with a different
  * CDL_JOB_ID: an srun inside a --cdl-ddp step) are not the user's and are
  * replaced. Returns the number of variables kept. */

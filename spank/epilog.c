@@ -22,7 +22,8 @@ static int sweep_one(const char *key, uid_t owner, gid_t group, void *arg)
     /* The directory was handed to the job user; anything else is not ours
      * to touch with that user's identity. */
     if (owner == 0 || (s->have_uid && owner != s->cred.uid)) {
-        slurm_error("cdl: epilog: %s/%s is owned by uid %u, not the job's: left alone",
+        slurm_error("cdl: epilog: %s/%s is owned by uid %u, not the job's: left alone "
+                    "(remove it by hand once no step of this job runs on the node)",
                     spk_g.conf.runtime_dir, key, (unsigned)owner);
         s->failed = 1;
         return 0;

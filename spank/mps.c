@@ -27,13 +27,6 @@ struct spk_mps_shared {
     char error[768];         /* why the start failed, for every task */
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* The daemon's whole environment: nothing from slurmstepd or the job. */
 struct mps_env {
     char path[SPK_PATH_MAX + 64], pipe[SPK_PATH_MAX + 32], log[SPK_PATH_MAX + 32],
@@ -62,7 +55,8 @@ static void mps_env(struct mps_env *e, const char *control, const struct spk_run
 }
 
 /* Runs the control binary with `input` on stdin (a command such as "quit")
- * or with `arg` ("-d"). Returns 0 when it exited 0. */
+ * or with `arg` ("-d"). Returns 0 when it exited 0. Every run checks the
+ * binary (spawn.h): the epilog and teardown run it too, not only the start. */
 static int control_run(const char *control, const struct spk_rundir *rd, const char *visible,
                        const struct spk_cred *cred, const char *arg, const char *input,
                        double timeout_s, char *out, size_t outlen)
@@ -70,6 +64,8 @@ static int control_run(const char *control, const struct spk_rundir *rd, const c
     struct mps_env e;
     char *argv[3] = {(char *)control, (char *)arg, NULL};
     int status = 0;
+    if (spk_check_admin_binary("mps_control", control) != 0)
+        return -1;
     mps_env(&e, control, rd, visible);
     struct spk_cmd cmd = {
         .path = control, .argv = argv, .envp = e.envp, .input = input,
@@ -133,12 +129,12 @@ static int alive_as(pid_t pid, uid_t uid)
 /* Waits until pid is gone (exited or zombie), at most timeout_s. */
 static int wait_gone(pid_t pid, uid_t uid, double timeout_s)
 {
-    double deadline = now_s() + timeout_s;
+    double deadline = spk_now_s() + timeout_s;
 #ifdef SYS_pidfd_open
     int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (pfd >= 0) {
         while (alive_as(pid, uid)) {
-            double left = deadline - now_s();
+            double left = deadline - spk_now_s();
             if (left <= 0)
                 break;
             struct pollfd p = {.fd = pfd, .events = POLLIN};
@@ -149,7 +145,7 @@ static int wait_gone(pid_t pid, uid_t uid, double timeout_s)
         return alive_as(pid, uid) ? -1 : 0;
     }
 #endif
-    while (alive_as(pid, uid) && now_s() < deadline) {
+    while (alive_as(pid, uid) && spk_now_s() < deadline) {
         struct timespec ts = {0, 10 * 1000 * 1000};   /* no pidfd: poll /proc */
         nanosleep(&ts, NULL);
     }
@@ -186,10 +182,8 @@ static int stop_daemon(const char *control, const struct spk_rundir *rd,
 static int start_daemon(struct spk_mps *m)
 {
     char out[512];
-    double deadline = now_s() + m->timeout_s;
+    double deadline = spk_now_s() + m->timeout_s;
     int ino, rc = -1;
-    if (spk_check_admin_binary("mps_control", m->control) != 0)
-        return -1;
     /* Watch the pipe directory before starting: the daemon's control pipe
      * appearing there is the event to wake up for (no sleeping). */
     ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
@@ -204,7 +198,7 @@ static int start_daemon(struct spk_mps *m)
         goto out;
     }
     for (;;) {
-        double left = deadline - now_s();
+        double left = deadline - spk_now_s();
         if (left <= 0) {
             spk_error("the MPS control daemon in %s did not answer within %.0f s (logs in %s)",
                       m->rd.pipe_dir, m->timeout_s, m->rd.log_dir);
@@ -236,8 +230,9 @@ out:
 static int lock_shared(struct spk_mps *m)
 {
     struct timespec ts;
+    time_t wait_s = (time_t)(3 * m->timeout_s) + 1;
     clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(3 * m->timeout_s) + 1;
+    ts.tv_sec += wait_s;
     int rc = pthread_mutex_timedlock(&m->sh->lock, &ts);
     if (rc == EOWNERDEAD) {
         /* A task died holding the lock (killed while starting the daemon):
@@ -247,6 +242,11 @@ static int lock_shared(struct spk_mps *m)
         pthread_mutex_consistent(&m->sh->lock);
         return 0;
     }
+    if (rc == ETIMEDOUT)
+        return spk_error("cannot take the MPS lock of %s within %lld s: another task of this "
+                         "step is still starting or stopping the MPS daemon (see that task's "
+                         "error; raise mps_timeout in plugstack.conf if the daemon needs longer)",
+                         m->rd.key, (long long)wait_s);
     if (rc != 0)
         return spk_error("cannot take the MPS lock of %s: %s", m->rd.key, strerror(rc));
     return 0;

@@ -204,6 +204,12 @@ static int apply_env(spank_t sp, const struct spk_env *env)
     return 0;
 }
 
+/* CDL_JOB_ID of this step, as the contract exports it. */
+static void self_job_id(char *buf, size_t len)
+{
+    snprintf(buf, len, "%u.%u", spk_g.step.jobid, spk_g.step.stepid);
+}
+
 static int task_contract(spank_t sp, uint32_t local_id, uint32_t global_id)
 {
     struct spk_env env;
@@ -216,7 +222,7 @@ static int task_contract(spank_t sp, uint32_t local_id, uint32_t global_id)
         return -1;
     if (spk_contract_task(&spk_g.step, &sc, local_id, global_id, &env) != 0)
         return -1;
-    snprintf(self, sizeof self, "%u.%u", spk_g.step.jobid, spk_g.step.stepid);
+    self_job_id(self, sizeof self);
     spk_env_keep_user(&env, self, task_lookup, &ctx);
     return apply_env(sp, &env);
 }
@@ -225,6 +231,7 @@ static int task_mps_env(spank_t sp, uint32_t local_id)
 {
     struct spk_env env;
     struct env_ctx ctx = {.sp = sp};
+    char self[32];
     int g = spk_pack_gpu(&spk_g.pack, (int)local_id);
     spk_env_init(&env);
     /* The pipe/log directories and the device are the plugin's: a value in
@@ -234,7 +241,11 @@ static int task_mps_env(spank_t sp, uint32_t local_id)
         spk_env_add(&env, "CUDA_VISIBLE_DEVICES", 0, "%s", spk_g.step_gpus.id[g]) ||
         spk_env_add(&env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", 1, "%d", spk_g.pack.thread_pct))
         return -1;
-    spk_env_keep_user(&env, "", task_lookup, &ctx);
+    /* task_contract (--cdl-mps implies --cdl-ddp) has just exported this
+     * step's CDL_JOB_ID: with any other id the user's values would count as
+     * inherited and be replaced. */
+    self_job_id(self, sizeof self);
+    spk_env_keep_user(&env, self, task_lookup, &ctx);
     return apply_env(sp, &env);
 }
 

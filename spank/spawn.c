@@ -20,7 +20,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "spank/spawn.h"
@@ -38,13 +37,6 @@ static const char *const stage_name[] = {
 struct child_err {
     int stage, err;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void child_fail(int fd, int stage)
 {
@@ -160,6 +152,17 @@ static int pidfd_of(pid_t pid)
 #endif
 }
 
+/* Appends k bytes of buf to out[outlen] (NUL-terminated, excess dropped). */
+static void append_out(char *out, size_t outlen, size_t *used, const char *buf, size_t k)
+{
+    if (!out || *used + 1 >= outlen)
+        return;
+    size_t c = k < outlen - 1 - *used ? k : outlen - 1 - *used;
+    memcpy(out + *used, buf, c);
+    *used += c;
+    out[*used] = '\0';
+}
+
 /* Waits for the child to exit (or the deadline), collecting its output and
  * the exec report. Returns 0 with *status, or -1 on timeout (child killed). */
 static int wait_child(pid_t pid, int err_fd, int out_fd, char *out, size_t outlen,
@@ -186,7 +189,7 @@ static int wait_child(pid_t pid, int err_fd, int out_fd, char *out, size_t outle
             fds[n] = (struct pollfd){.fd = pfd, .events = POLLIN};
             idx_pid = n++;
         }
-        double left = deadline - now_s();
+        double left = deadline - spk_now_s();
         if (left <= 0)
             break;
         /* Without a pidfd, wake up every 10 ms to ask waitpid(). */
@@ -207,11 +210,8 @@ static int wait_child(pid_t pid, int err_fd, int out_fd, char *out, size_t outle
             if (k <= 0) {
                 close(out_fd);
                 out_fd = -1;
-            } else if (out && used + 1 < outlen) {
-                size_t c = (size_t)k < outlen - 1 - used ? (size_t)k : outlen - 1 - used;
-                memcpy(out + used, buf, c);
-                used += c;
-                out[used] = '\0';
+            } else {
+                append_out(out, outlen, &used, buf, (size_t)k);
             }
         }
         if (!exited && (pfd < 0 || (idx_pid >= 0 && (fds[idx_pid].revents & POLLIN)))) {
@@ -233,12 +233,7 @@ static int wait_child(pid_t pid, int err_fd, int out_fd, char *out, size_t outle
                 char buf[512];
                 ssize_t k;
                 while ((k = read(out_fd, buf, sizeof buf)) > 0)
-                    if (out && used + 1 < outlen) {
-                        size_t c = (size_t)k < outlen - 1 - used ? (size_t)k : outlen - 1 - used;
-                        memcpy(out + used, buf, c);
-                        used += c;
-                        out[used] = '\0';
-                    }
+                    append_out(out, outlen, &used, buf, (size_t)k);
                 close(out_fd);
             }
             return 0;
@@ -261,7 +256,8 @@ int spk_spawn(const struct spk_cred *cred, const struct spk_cmd *cmd, int *statu
     int in_sp[2] = {-1, -1}, out_sp[2] = {-1, -1}, errp[2] = {-1, -1};
     struct child_err cerr;
     int have_cerr, rc;
-    double deadline = now_s() + (cmd->timeout_s > 0 ? cmd->timeout_s : 10);
+    double timeout_s = cmd->timeout_s > 0 ? cmd->timeout_s : 10;
+    double deadline = spk_now_s() + timeout_s;
     pid_t pid;
 
     if (!cmd->path || cmd->path[0] != '/')
@@ -309,8 +305,7 @@ int spk_spawn(const struct spk_cred *cred, const struct spk_cmd *cmd, int *statu
                     &cerr, &have_cerr);
     errp[0] = out_sp[0] = -1;   /* closed by wait_child */
     if (rc != 0) {
-        rc = spk_error("%s did not finish within %.0f s and was killed", cmd->path,
-                       cmd->timeout_s);
+        rc = spk_error("%s did not finish within %g s and was killed", cmd->path, timeout_s);
     } else if (have_cerr) {
         errno = cerr.err;
         rc = spk_error("cannot run %s as uid %u gid %u: %s failed: %s", cmd->path,
@@ -350,8 +345,9 @@ int spk_run_as(const struct spk_cred *cred, int (*fn)(void *), void *arg, double
         _exit(fn(arg) & 0x7f);
     }
     close(errp[1]);
-    if (wait_child(pid, errp[0], -1, NULL, 0, now_s() + timeout_s, &status, &cerr, &have_cerr))
-        return spk_error("helper as uid %u did not finish within %.0f s", (unsigned)cred->uid,
+    if (wait_child(pid, errp[0], -1, NULL, 0, spk_now_s() + timeout_s, &status, &cerr,
+                   &have_cerr))
+        return spk_error("helper as uid %u did not finish within %g s", (unsigned)cred->uid,
                          timeout_s);
     if (have_cerr) {
         errno = cerr.err;

@@ -27,6 +27,9 @@ typedef void (*spk_log_fn)(const char *msg);
 void spk_set_log(spk_log_fn fn);
 void spk_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Seconds on the monotonic clock, for deadlines of bounded waits. */
+double spk_now_s(void);
+
 /* Copies src into dst[len]; returns -1 (without an error message) when src
  * does not fit, leaving dst empty. */
 int spk_copy(char *dst, size_t len, const char *src);

@@ -83,6 +83,20 @@ echo "$out"
 check "a step on n2 inside a job on n[1-2] gets MASTER_ADDR=n2" \
     test "$(field "$(echo "$out" | grep '^T0 ')" MASTER_ADDR)" = n2
 
+# An srun inside a --cdl-ddp step: its tasks inherit the outer contract
+# (RANK=1 of 2, CDL_LAUNCHER=slurm, the outer CDL_JOB_ID), which is replaced.
+user_script nested.sh <<'EOF'
+#!/bin/sh
+[ "$RANK" = 1 ] || exit 0
+srun --overlap -N1 -n1 --cdl-ddp ./show.sh
+EOF
+out=$(as_user salloc -N1 -n2 srun -n2 --cdl-ddp ./nested.sh 2>/dev/null)
+echo "$out"
+line=$(echo "$out" | grep '^T0 ')
+check "a step inside a --cdl-ddp step gets its own contract (RANK=0 of 1)" \
+    test "$(field "$line" RANK)/$(field "$line" WORLD_SIZE)/$(field "$line" CDL_JOB_ID)" = \
+    "0/1/$(field "$line" job).$(field "$line" step)"
+
 # -m arbitrary: refused with a message (no node can tell where task 0 is).
 printf 'n2\nn1\n' >"$WORK/hosts"
 chmod 0644 "$WORK/hosts"

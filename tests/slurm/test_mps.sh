@@ -56,6 +56,9 @@ check "--cdl-mps=2 on 2 GPUs: local ranks 0,1 on GPU 0 and 2,3 on GPU 1" \
     test "$(echo "$out" | sed -n 's/.*local=\([0-9]\) cvd=\([0-9]\) rpg=2 pct=50 .*/\1\2/p' | sort | tr '\n' ' ')" = "00 10 21 31 "
 out=$(as_user srun -N1 -n4 --gres=gpu:2 --cdl-mps ./task.sh)
 check "--cdl-mps without N: local tasks / GPUs = 2" test "$(echo "$out" | grep -c 'rpg=2 pct=50')" = 4
+out=$(as_user_env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20 -- srun -N1 -n2 --gres=gpu:1 --cdl-mps ./task.sh)
+check "the user's own CUDA_MPS_ACTIVE_THREAD_PERCENTAGE wins (docs/slurm-plugin.md)" \
+    test "$(echo "$out" | grep -c 'rpg=2 pct=20 ')" = 2
 err=$(as_user srun -N1 -n3 --gres=gpu:1 --cdl-mps=2 ./task.sh 2>&1)
 rc=$?
 check "3 tasks in groups of 2 on 1 GPU: refused with the numbers" \

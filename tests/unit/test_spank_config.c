@@ -102,6 +102,7 @@ static void test_bad_values_named(void **state)
         {"allow_batch=true", "allow_batch"},
         {"mps_thread_percentage=101", "mps_thread_percentage"},
         {"mps_thread_percentage=0", "mps_thread_percentage"},
+        {"mps_thread_percentage=half", "expected auto or an integer in 1..100"},
         {"mps_timeout=0", "mps_timeout"},
         {"mps_timeout=99999999999", "mps_timeout"},
     };

@@ -151,6 +151,23 @@ static const char *fake_lookup(void *arg, const char *name)
     return NULL;
 }
 
+/* The plugin's lookup (spank_getenv into one buffer) returns the same
+ * pointer for every name: each value is only good until the next call. */
+struct buffered_env {
+    struct fake_env env;
+    char buf[64];
+};
+
+static const char *buffered_lookup(void *arg, const char *name)
+{
+    struct buffered_env *b = arg;
+    const char *v = fake_lookup(&b->env, name);
+    if (!v)
+        return NULL;
+    snprintf(b->buf, sizeof b->buf, "%s", v);
+    return b->buf;
+}
+
 static void test_user_values_kept(void **state)
 {
     (void)state;
@@ -180,6 +197,10 @@ static void test_user_values_kept(void **state)
     /* cdlrun's contract in the environment is the user's doing: kept. */
     struct fake_env cdlrun = {{{"CDL_LAUNCHER", "cdlrun"}, {"CDL_JOB_ID", "x"}, {"RANK", "7"}}};
     assert_int_equal(spk_env_keep_user(&env, "4242.3", fake_lookup, &cdlrun), 3);
+    /* The same two cases through a lookup that reuses its buffer. */
+    struct buffered_env b_outer = {outer, ""}, b_same = {same, ""};
+    assert_int_equal(spk_env_keep_user(&env, "4242.3", buffered_lookup, &b_outer), 0);
+    assert_int_equal(spk_env_keep_user(&env, "4242.3", buffered_lookup, &b_same), 3);
 }
 
 static void test_env_limits(void **state)

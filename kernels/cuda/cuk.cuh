@@ -31,7 +31,7 @@ template <typename T> static __device__ __forceinline__ T cuk_pick(const T &sc, 
  * emulation of the unit tests (emu.h) can run the same source. */
 #ifdef CUK_EMULATION
 #define CUK_LAUNCH(kernel, grid, block, stream, ...)                                       \
-    ((void)(stream), cuk_emu_launch(dim3(grid), dim3(block), [&]() { kernel(__VA_ARGS__); }))
+    cuk_emu_submit_launch((stream), dim3(grid), dim3(block), [=]() { kernel(__VA_ARGS__); })
 #else
 #define CUK_LAUNCH(kernel, grid, block, stream, ...)                                       \
     kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)

@@ -9,7 +9,9 @@
  * calling thread, each run until it exits or waits at __syncthreads or a
  * warp shuffle, and a barrier opens when every thread still running in the
  * block (or warp) waits at it, as on a GPU, where exited threads no longer
- * count. Everything is deterministic. Pointers are host pointers. Launch
+ * count (blocks after the first run their threads as plain calls when the
+ * first block never waited: cuk_emu_launch). Everything is deterministic.
+ * Pointers are host pointers. Launch
  * errors (empty grids, too many threads) are reported by cudaGetLastError
  * like the runtime does; a deadlock (a barrier some threads never reach)
  * aborts with a message.
@@ -89,6 +91,7 @@ struct cuk_emu_launch_state {
     std::vector<int> state;
     std::vector<uint64_t> slot;                /* one shuffle value per thread */
     unsigned current;
+    int plain;                                 /* threads run as plain calls */
 };
 
 inline cuk_emu_launch_state *cuk_emu_now;
@@ -115,6 +118,13 @@ inline void cuk_emu_wait(int at)
 {
     cuk_emu_launch_state *L = cuk_emu_now;
     unsigned t = L->current;
+    if (L->plain) {
+        std::fprintf(stderr, "emu.h: a thread of block (%u,%u,%u) waits at a barrier, but the "
+                     "threads of block (0,0,0) never did, so this block runs without coroutines: "
+                     "make the kernel's barriers the same in every block\n",
+                     blockIdx.x, blockIdx.y, blockIdx.z);
+        std::abort();
+    }
     L->state[t] = at;
     swapcontext(&L->ctx[t], &L->sched);
     cuk_emu_set_thread(t);
@@ -193,19 +203,59 @@ __attribute__((noinline)) inline void cuk_emu_make_thread(cuk_emu_launch_state *
     L->state[t] = CUK_EMU_READY;
 }
 
-inline void cuk_emu_launch(dim3 grid, dim3 block, const std::function<void()> &kernel)
+/* One block with every thread a coroutine. Returns whether any thread
+ * waited at a barrier or a shuffle. */
+inline int cuk_emu_run_block(cuk_emu_launch_state *L)
+{
+    int waited = 0;
+    for (unsigned t = 0; t < L->n; t++)
+        cuk_emu_make_thread(L, t);
+    for (;;) {
+        for (unsigned t = 0; t < L->n; t++)
+            if (L->state[t] == CUK_EMU_READY) {
+                L->current = t;
+                cuk_emu_set_thread(t);
+                swapcontext(&L->sched, &L->ctx[t]);
+            }
+        int live = 0;
+        for (unsigned t = 0; t < L->n; t++)
+            live |= L->state[t] != CUK_EMU_DONE;
+        if (!live)
+            return waited;
+        waited = 1;
+        if (!cuk_emu_release(L)) {
+            std::fprintf(stderr, "emu.h: deadlock in block (%u,%u,%u): threads wait at barriers "
+                         "that others never reach\n", blockIdx.x, blockIdx.y, blockIdx.z);
+            std::abort();
+        }
+    }
+}
+
+inline int cuk_emu_bad_config(dim3 grid, dim3 block)
 {
     unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
-    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
-        threads == 0 || threads > 1024 || block.z > 64) {
+    return grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
+           threads == 0 || threads > 1024 || block.z > 64;
+}
+
+/* Runs a launch now. Block (0,0,0) runs with coroutines; when none of its
+ * threads waited at a barrier, the kernel is taken to have none (the kernels
+ * of cdl either always synchronise or never) and the other blocks run their
+ * threads as plain calls, which is a hundred times faster. A barrier reached
+ * in such a block after all is reported and aborts: the fast path never
+ * changes a result silently. */
+inline void cuk_emu_launch(dim3 grid, dim3 block, const std::function<void()> &kernel)
+{
+    if (cuk_emu_bad_config(grid, block)) {
         cuk_emu_error = cudaErrorInvalidConfiguration;
         return;
     }
     cuk_emu_launch_state L;
-    L.n = (unsigned)threads;
+    L.n = (unsigned)((unsigned long long)block.x * block.y * block.z);
     L.grid = grid;
     L.block = block;
     L.kernel = &kernel;
+    L.plain = 0;
     L.ctx.resize(L.n);
     L.state.assign(L.n, CUK_EMU_DONE);
     L.slot.assign(L.n, 0);
@@ -217,34 +267,49 @@ inline void cuk_emu_launch(dim3 grid, dim3 block, const std::function<void()> &k
     cuk_emu_now = &L;
     blockDim = block;
     gridDim = grid;
+    int barriers = 1;
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
                 blockIdx = cuk_emu_uint3(x, y, z);
-                for (unsigned t = 0; t < L.n; t++)
-                    cuk_emu_make_thread(&L, t);
-                for (;;) {
-                    for (unsigned t = 0; t < L.n; t++)
-                        if (L.state[t] == CUK_EMU_READY) {
-                            L.current = t;
-                            cuk_emu_set_thread(t);
-                            swapcontext(&L.sched, &L.ctx[t]);
-                        }
-                    int live = 0;
-                    for (unsigned t = 0; t < L.n; t++)
-                        live |= L.state[t] != CUK_EMU_DONE;
-                    if (!live)
-                        break;
-                    if (!cuk_emu_release(&L)) {
-                        std::fprintf(stderr, "emu.h: deadlock in block (%u,%u,%u): threads wait "
-                                     "at barriers that others never reach\n", x, y, z);
-                        std::abort();
-                    }
+                if (x == 0 && y == 0 && z == 0) {
+                    barriers = cuk_emu_run_block(&L);
+                    continue;
                 }
+                if (barriers) {
+                    cuk_emu_run_block(&L);
+                    continue;
+                }
+                L.plain = 1;
+                for (unsigned t = 0; t < L.n; t++) {
+                    L.current = t;
+                    cuk_emu_set_thread(t);
+                    kernel();
+                }
+                L.plain = 0;
             }
     for (unsigned t = 0; t < L.n; t++)
         VALGRIND_STACK_DEREGISTER(L.vg_stack[t]);
     cuk_emu_now = nullptr;
+}
+
+/* Where launches go. Unset (the kernel unit tests), a launch runs at once;
+ * the fake CUDA runtime of tests/fakegpu sets it to queue the launch on its
+ * stream, to run in stream order when the host waits, or to record it into
+ * a graph under capture. The launch configuration is checked here, as the
+ * runtime checks it at launch. */
+inline void (*cuk_emu_submit)(cudaStream_t, dim3, dim3, std::function<void()>) = nullptr;
+
+inline void cuk_emu_submit_launch(cudaStream_t s, dim3 grid, dim3 block, std::function<void()> k)
+{
+    if (cuk_emu_bad_config(grid, block)) {
+        cuk_emu_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    if (cuk_emu_submit)
+        cuk_emu_submit(s, grid, block, std::move(k));
+    else
+        cuk_emu_launch(grid, block, k);
 }
 
 #endif

@@ -14,19 +14,9 @@ check_PROGRAMS += tests/unit/test_cuda_kernels
 TESTS += tests/unit/test_cuda_kernels
 tests_unit_test_cuda_kernels_SOURCES = tests/unit/test_cuda_kernels.c
 tests_unit_test_cuda_kernels_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CFLAGS)
-# The emulated kernels come first, so the archive's GPU objects (same
-# symbols) are never pulled in.
-CUDA_EMU_OBJS = $(CUDA_KERNEL_OBJS:kernels/cuda/%.lo=tests/unit/cuda_emu/%.o)
+# The emulated kernels (tests/fakegpu/local.mk) come first, so the
+# archive's GPU objects (same symbols) are never pulled in.
 tests_unit_test_cuda_kernels_LDADD = $(CUDA_EMU_OBJS) $(TEST_LDADD) -lstdc++
 EXTRA_tests_unit_test_cuda_kernels_DEPENDENCIES = $(CUDA_EMU_OBJS)
-CLEANFILES += $(CUDA_EMU_OBJS)
-
-# The .cu files as plain C++ (the host compiler through nvcc), with the
-# emulation header forced in first; no -O3: the checks, not the speed.
-CDL_EMU_FLAGS = -x c++ -std=c++17 -O1 -Xcompiler -Wall,-Wextra,-ffp-contract=off $(CDL_NVCC_WERROR) \
-	-include $(top_srcdir)/kernels/cuda/emu.h -I$(top_srcdir)/lib -I$(top_srcdir) -I$(top_builddir)
-$(CUDA_EMU_OBJS): $(CDL_NVCC_DEPS) $(top_srcdir)/kernels/cuda/emu.h
-tests/unit/cuda_emu/%.o: kernels/cuda/%.cu
-	$(AM_V_NVCC)$(MKDIR_P) $(@D) && $(NVCC) $(CDL_EMU_FLAGS) -c $< -o $@
 endif
 EXTRA_DIST += kernels/cuda/emu.h

@@ -1,0 +1,50 @@
+# tests/fakegpu: the fake GPU, libcdl's CUDA host code run on the CPU.
+#
+# The host code of the CUDA backend (kernels/cuda/*.c, lib/train/gpu_loop.c,
+# lib/dist/coll_nccl.c) is linked as it is, but against a CUDA runtime,
+# cuBLAS and cuDNN written for the tests (fake_*.cc) instead of NVIDIA's,
+# with the .cu kernels compiled as C++ onto kernels/cuda/emu.h. So the
+# whole GPU path, from cudaMalloc through cuDNN plans and CUDA graphs to
+# the pipelined training loop, runs in CI, which has no GPU. What it can
+# and cannot show: docs/cuda.md, "Testing without a GPU".
+if HAVE_CUDA
+# The .cu kernels as plain C++ (the host compiler through nvcc), with the
+# emulation header forced in first; no -O3: the checks, not the speed.
+CDL_EMU_FLAGS = -x c++ -std=c++17 -O1 -Xcompiler -Wall,-Wextra,-ffp-contract=off $(CDL_NVCC_WERROR) \
+	-include $(top_srcdir)/kernels/cuda/emu.h -I$(top_srcdir)/lib -I$(top_srcdir) -I$(top_builddir)
+CUDA_EMU_OBJS = $(CUDA_KERNEL_OBJS:kernels/cuda/%.lo=tests/fakegpu/emu/%.o)
+$(CUDA_EMU_OBJS): $(CDL_NVCC_DEPS) $(top_srcdir)/kernels/cuda/emu.h
+tests/fakegpu/emu/%.o: kernels/cuda/%.cu
+	$(AM_V_NVCC)$(MKDIR_P) $(@D) && $(NVCC) $(CDL_EMU_FLAGS) -c $< -o $@
+
+FAKEGPU_OBJS = tests/fakegpu/fake_runtime.o tests/fakegpu/fake_blas.o tests/fakegpu/fake_dnn.o
+FAKEGPU_FLAGS = -x c++ -std=c++17 -O2 -Xcompiler -Wall,-Wextra $(CDL_NVCC_WERROR) \
+	-I$(top_srcdir)/lib -I$(top_srcdir) -I$(top_builddir)
+$(FAKEGPU_OBJS): $(top_srcdir)/tests/fakegpu/fake.h $(top_srcdir)/kernels/cuda/emu.h
+tests/fakegpu/%.o: tests/fakegpu/%.cc
+	$(AM_V_NVCC)$(MKDIR_P) $(@D) && $(NVCC) $(FAKEGPU_FLAGS) -c $< -o $@
+CLEANFILES += $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+
+# Emulated kernels and the fake libraries come before libcdl_core.la, so
+# the archive's GPU kernel objects (same symbols) are never pulled in, and
+# --as-needed drops NVIDIA's libraries, which nothing references then.
+FAKEGPU_LDADD = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS) libcdl_core.la -lstdc++
+FAKEGPU_LINKFLAGS = -Wl,--as-needed
+
+# ops_vs_cpu of tests/gpu/run.sh, unchanged, on the fake GPU.
+check_PROGRAMS += tests/fakegpu/ops_vs_cpu tests/fakegpu/cdl-train
+tests_fakegpu_ops_vs_cpu_SOURCES = tests/gpu/ops_vs_cpu.c
+tests_fakegpu_ops_vs_cpu_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
+tests_fakegpu_ops_vs_cpu_LDADD = $(FAKEGPU_LDADD)
+tests_fakegpu_ops_vs_cpu_LDFLAGS = $(FAKEGPU_LINKFLAGS)
+EXTRA_tests_fakegpu_ops_vs_cpu_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+# cdl-train, unchanged, on the fake GPU.
+tests_fakegpu_cdl_train_SOURCES = cli/cdl-train.c
+tests_fakegpu_cdl_train_CPPFLAGS = $(AM_CPPFLAGS)
+tests_fakegpu_cdl_train_LDADD = $(FAKEGPU_LDADD)
+tests_fakegpu_cdl_train_LDFLAGS = $(FAKEGPU_LINKFLAGS)
+EXTRA_tests_fakegpu_cdl_train_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh
+endif
+EXTRA_DIST += tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
+	tests/fakegpu/fake_dnn.cc tests/fakegpu/ops.sh tests/fakegpu/train.sh

@@ -55,6 +55,8 @@ const char *cdl_dist_backend_name(const cdl_dist *d);
 int cdl_dist_allreduce(cdl_dist *d, float *buf, size_t n, int average);
 /* Same for doubles in host memory (metrics: loss sums, counts). */
 int cdl_dist_allreduce_f64(cdl_dist *d, double *buf, size_t n);
+/* Root's bytes to every rank, in the backend's memory like
+ * cdl_dist_allreduce (the model's parameters at the start of DDP). */
 int cdl_dist_broadcast(cdl_dist *d, void *buf, size_t bytes, int root);
 int cdl_dist_barrier(cdl_dist *d);
 /* Gathers `bytes` from every rank into out (world * bytes), in rank order. */

@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include "boot.h"
+#include "contract.h"
 #include "coll.h"
 #include "dist_gpu.h"
 #include "gpu_group.h"
@@ -204,6 +205,15 @@ static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
                              "nodes: use auto or hier", in->nnodes);
         return 0;
     }
+    if (!strcmp(kind, "nccl") && !is_cuda(d->be))
+        return cdl_error("dist backend nccl reduces GPU memory and needs the cuda backend "
+                         "(--device cuda): for CPU training use auto, shm, mpi or hier");
+    /* NCCL hangs or fails at init when two of its ranks share a GPU. */
+    if (!strcmp(kind, "nccl") && in->replicas_per_gpu > 1)
+        return cdl_error("dist backend nccl takes one rank per GPU, but "
+                         CDL_ENV_REPLICAS_PER_GPU "=%d packs %d ranks on each: use auto or "
+                         "hier:nccl (shared memory among the ranks of a GPU, NCCL between "
+                         "GPUs)", in->replicas_per_gpu, in->replicas_per_gpu);
     if (!strcmp(kind, "mpi") || !strcmp(kind, "nccl") || !strcmp(kind, "single"))
         return !strcmp(kind, "single")
                    ? cdl_error("dist backend single needs WORLD_SIZE=1, not %d", in->world)

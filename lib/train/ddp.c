@@ -242,6 +242,15 @@ int ddp_queued(const ddp *g)
     return g->dist && g->queued;
 }
 
+int ddp_queue_average(ddp *g, float *dev, size_t n)
+{
+    if (!ddp_queued(g))
+        return cdl_error("ddp_queue_average without a GPU collective (a bug in lib/train)");
+    if (dist_enqueue_allreduce(g->dist, dev, n) != 0 || dist_enqueue_join(g->dist) != 0)
+        return -1;
+    return 0;
+}
+
 int ddp_poll(ddp *g)
 {
     return ddp_queued(g) ? dist_enqueue_poll(g->dist) : 0;

@@ -29,6 +29,11 @@ int ddp_finish(ddp *g);
  * only through ddp_poll, which a loop waiting for the GPU calls (with
  * ddp_timeout's deadline) so a dead peer cannot hang it. */
 int ddp_queued(const ddp *g);
+/* When ddp_queued: dev[0..n) (device memory) averaged over the ranks after
+ * the work queued so far, and the compute stream waits for it. Small
+ * values that ride with a step (the stop agreement) instead of a host
+ * collective, which would wait for the whole step. */
+int ddp_queue_average(ddp *g, float *dev, size_t n);
 int ddp_poll(ddp *g);
 double ddp_timeout(const ddp *g);
 /* After giving up on a wait: frees the GPU of collectives stuck on peers. */

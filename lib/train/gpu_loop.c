@@ -28,7 +28,12 @@
  *
  * Nothing is allocated per step; the loop waits on the host only for step
  * marks (with NCCL: polled with CDL_TIMEOUT's deadline, so a dead peer does
- * not hang it) and for the per-step stop agreement.
+ * not hang it). The ranks' agreement to stop (a signal reached one of them)
+ * is a host collective after each step, except with NCCL, where a host
+ * collective would wait for the step's gradient allreduce and so for the
+ * whole step: there each step carries the rank's stop flag, averaged on the
+ * GPU after the step and read with its results, one step late like them;
+ * every rank has counted the same steps, so all stop at the same one.
  *
  * CDL_TEST_GPU_LOOP=1 runs this loop on a host-memory backend too (plain
  * buffers, copies instead of prefetches, marks that are always done), so
@@ -53,6 +58,10 @@ struct gpu_loop {
     int32_t *y_step;
     float *h_loss[2];         /* pinned: per-sample results */
     int32_t *h_pred[2];
+    float *stop_pin[2];       /* pinned: [0] this rank's stop flag, [1] the ranks' average */
+    float *stop_dev[2];       /* device: the average */
+    int stop_queued;          /* the stop agreement rides with the steps (NCCL) */
+    int stop_seen;            /* a counted step's agreement says stop */
     int graphs;               /* whole-step CUDA graphs for full batches */
     int warm;                 /* an eager full step has run */
     step_lag lag;
@@ -118,6 +127,11 @@ int gpu_loop_create(run *r)
             !(g->y_in[s] = be->ops->alloc(be, (size_t)b * sizeof(int32_t))))
             return -1;
     }
+    g->stop_queued = r->ddp && ddp_queued(r->ddp);
+    for (int s = 0; g->stop_queued && s < 2; s++)
+        if (!(g->stop_pin[s] = host_buf(r, 2 * sizeof(float))) ||
+            !(g->stop_dev[s] = be->ops->alloc(be, sizeof(float))))
+            return -1;
     if (on && (!(g->x_step = be->ops->alloc(be, x_bytes(r, b))) ||
                !(g->y_step = be->ops->alloc(be, (size_t)b * sizeof(int32_t)))))
         return -1;
@@ -142,6 +156,9 @@ void gpu_loop_free(run *r)
         host_buf_free(r, g->h_pred[s]);
         be->ops->free(be, g->x_in[s]);
         be->ops->free(be, g->y_in[s]);
+        if (g->stop_pin[s])
+            host_buf_free(r, g->stop_pin[s]);
+        be->ops->free(be, g->stop_dev[s]);
     }
     be->ops->free(be, g->x_step);
     be->ops->free(be, g->y_step);
@@ -189,6 +206,13 @@ static int queue_step(run *r, int s, int n, long step)
         return -1;
     be->ops->to_host(be, g->h_loss[s], r->sample_loss, (size_t)n * sizeof(float));
     be->ops->to_host(be, g->h_pred[s], r->pred, (size_t)n * sizeof(int32_t));
+    if (g->stop_queued) {
+        g->stop_pin[s][0] = train_stop_requested() ? 1.0f : 0.0f;
+        be->ops->to_device(be, g->stop_dev[s], g->stop_pin[s], sizeof(float));
+        if (ddp_queue_average(r->ddp, g->stop_dev[s], 1) != 0)
+            return -1;
+        be->ops->to_host(be, g->stop_pin[s] + 1, g->stop_dev[s], sizeof(float));
+    }
     if (cuda_backend_mark(be, s) != 0)
         return -1;
     if (n == r->cfg->batch_size)
@@ -235,6 +259,8 @@ static int count_oldest(run *r, train_position *pos)
     if (wait_step(r, s, step) != 0)
         return -1;
     double loss, correct;
+    if (g->stop_queued && g->stop_pin[s][1] > 0)
+        g->stop_seen = 1;
     train_batch_sums(g->h_loss[s], g->h_pred[s], g->y_pin[s], n, &loss, &correct);
     if (!isfinite(loss))
         return train_loss_error(r->ri.rank, loss, step, late);
@@ -243,6 +269,11 @@ static int count_oldest(run *r, train_position *pos)
     pos->seen += n;
     lag_pop(&g->lag);
     return 0;
+}
+
+int gpu_loop_stop_agreed(const run *r)
+{
+    return r->gpu && r->gpu->stop_queued ? r->gpu->stop_seen : -1;
 }
 
 int gpu_loop_flush(run *r, train_position *pos)

@@ -253,9 +253,11 @@ static int save_checkpoint(run *r, const train_position *pos, int best)
     }
     if (r->dist && r->ri.world > 1) {
         /* Everyone learns whether rank 0 succeeded, so nobody reads a file
-         * that is not there or keeps training alone. */
-        double ok = rc == 0;
-        if (cdl_dist_broadcast(r->dist, &ok, sizeof ok, 0) != 0)
+         * that is not there or keeps training alone: a sum to which only
+         * rank 0 adds (a host-memory collective; cdl_dist_broadcast takes
+         * the backend's memory, a GPU's on a GPU). */
+        double ok = r->ri.rank == 0 && rc == 0;
+        if (cdl_dist_allreduce_f64(r->dist, &ok, 1) != 0)
             return -1;
         if (!ok && r->ri.rank != 0)
             return cdl_error("rank %d: rank 0 could not write its checkpoint %s%s%s: rank 0's "
@@ -303,9 +305,13 @@ static int resume(run *r, train_position *pos)
     return 0;
 }
 
-/* Asks every rank whether any was told to stop, so all stop at one step. */
+/* Asks every rank whether any was told to stop, so all stop at one step
+ * (on a GPU with NCCL the steps carry the question, gpu_loop.c). */
 static int stop_agreed(run *r)
 {
+    int carried = gpu_loop_stop_agreed(r);
+    if (carried >= 0)
+        return carried;
     double flag = train_stop_requested();
     if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, &flag, 1) != 0)
         return -1;

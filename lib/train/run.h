@@ -68,5 +68,8 @@ int gpu_loop_create(run *r);
 void gpu_loop_free(run *r);
 int gpu_loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res);
 int gpu_loop_flush(run *r, train_position *pos);
+/* Whether a step counted so far carried a stop agreed by the ranks; -1
+ * when the loop does not carry the agreement (a host collective does). */
+int gpu_loop_stop_agreed(const run *r);
 
 #endif

@@ -48,9 +48,18 @@
 #include "kernels/cuda/emu.h"
 #undef cudaGetLastError
 
+/* Work queued on a stream: sequence number, the work, and for a
+ * cudaStreamWaitEvent the stream and sequence number waited for. */
+struct queued {
+    uint64_t seq;
+    std::function<void()> fn;
+    CUstream_st *wait_on;
+    uint64_t wait_upto;
+};
+
 struct CUstream_st {
     unsigned flags = 0;
-    std::deque<std::pair<uint64_t, std::function<void()>>> q;
+    std::deque<queued> q;
     bool capturing = false, invalidated = false;
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
     std::thread::id capture_thread;
@@ -116,11 +125,27 @@ CUstream_st *resolve(cudaStream_t s)
     return std::find(streams.begin(), streams.end(), s) != streams.end() ? s : nullptr;
 }
 
-/* Runs the work of s queued up to sequence number upto. */
+bool alive(CUstream_st *s)
+{
+    return s == &legacy_stream || std::find(streams.begin(), streams.end(), s) != streams.end();
+}
+
+/* Runs the work of s queued up to sequence number upto. Of the orders a
+ * GPU may choose, the least forgiving: first the work on other streams
+ * that this work waits for (cudaStreamWaitEvent), as early as it may run,
+ * then this stream's own. So work on another stream that should have
+ * waited for s but does not runs before s's, and the result shows it. */
 void run_until(CUstream_st *s, uint64_t upto)
 {
-    while (!s->q.empty() && s->q.front().first <= upto) {
-        std::function<void()> fn = std::move(s->q.front().second);
+    for (size_t i = 0; i < s->q.size() && s->q[i].seq <= upto; i++) {
+        if (s->q[i].wait_on && alive(s->q[i].wait_on)) {
+            CUstream_st *src = s->q[i].wait_on;
+            uint64_t to = s->q[i].wait_upto;
+            run_until(src, to);   /* may run work of s too: what src waits for */
+        }
+    }
+    while (!s->q.empty() && s->q.front().seq <= upto) {
+        std::function<void()> fn = std::move(s->q.front().fn);
         s->q.pop_front();
         fn();
     }
@@ -274,7 +299,7 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> fn)
                  "cublasSetStream, cudnnSetStream or stream argument?");
         legacy_warned = true;
     }
-    st->q.emplace_back(++next_seq, std::move(fn));
+    st->q.push_back({++next_seq, std::move(fn), nullptr, 0});
     return cudaSuccess;
 }
 
@@ -861,7 +886,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 
 static bool event_done(CUevent_st *e)
 {
-    return !e->recorded || e->stream->q.empty() || e->stream->q.front().first > e->seq;
+    return !e->recorded || e->stream->q.empty() || e->stream->q.front().seq > e->seq;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e)
@@ -908,7 +933,15 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
     }
     CUstream_st *src = e->stream;
     uint64_t upto = e->seq;
-    return enqueue(s, [src, upto]() { run_until(src, upto); });
+    cudaError_t r = enqueue(s, [src, upto]() {
+        if (alive(src))   /* a destroyed stream's work has all run */
+            run_until(src, upto);
+    });
+    if (r == cudaSuccess && !st->q.empty()) {
+        st->q.back().wait_on = src;
+        st->q.back().wait_upto = upto;
+    }
+    return r;
 }
 
 /* ------------------------------------------------------------ graphs */

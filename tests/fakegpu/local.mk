@@ -17,7 +17,8 @@ $(CUDA_EMU_OBJS): $(CDL_NVCC_DEPS) $(top_srcdir)/kernels/cuda/emu.h
 tests/fakegpu/emu/%.o: kernels/cuda/%.cu
 	$(AM_V_NVCC)$(MKDIR_P) $(@D) && $(NVCC) $(CDL_EMU_FLAGS) -c $< -o $@
 
-FAKEGPU_OBJS = tests/fakegpu/fake_runtime.o tests/fakegpu/fake_blas.o tests/fakegpu/fake_dnn.o
+FAKEGPU_OBJS = tests/fakegpu/fake_runtime.o tests/fakegpu/fake_blas.o tests/fakegpu/fake_dnn.o \
+	tests/fakegpu/fake_nccl.o
 FAKEGPU_FLAGS = -x c++ -std=c++17 -O2 -Xcompiler -Wall,-Wextra $(CDL_NVCC_WERROR) \
 	-I$(top_srcdir)/lib -I$(top_srcdir) -I$(top_builddir)
 $(FAKEGPU_OBJS): $(top_srcdir)/tests/fakegpu/fake.h $(top_srcdir)/kernels/cuda/emu.h
@@ -44,7 +45,7 @@ tests_fakegpu_cdl_train_CPPFLAGS = $(AM_CPPFLAGS)
 tests_fakegpu_cdl_train_LDADD = $(FAKEGPU_LDADD)
 tests_fakegpu_cdl_train_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_cdl_train_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
-TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh
+TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh tests/fakegpu/ddp.sh
 endif
 EXTRA_DIST += tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
-	tests/fakegpu/fake_dnn.cc tests/fakegpu/ops.sh tests/fakegpu/train.sh
+	tests/fakegpu/fake_dnn.cc tests/fakegpu/fake_nccl.cc tests/fakegpu/ops.sh tests/fakegpu/train.sh tests/fakegpu/ddp.sh

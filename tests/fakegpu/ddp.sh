@@ -1,0 +1,109 @@
+#!/bin/sh
+# Data-parallel GPU training on fake GPUs (tests/fakegpu, with its NCCL):
+# cdlrun ranks of cdl-train --device cuda against the same ranks on the CPU.
+# - one rank per GPU: collectives over nccl, gradient buckets reduced on
+#   NCCL's stream during backward; weights within 1e-5 (relative) of the
+#   CPU ranks, and bucket size does not change a bit;
+# - replicas packed on a GPU (CDL_REPLICAS_PER_GPU, as under --cdl-mps):
+#   hier:nccl, shared memory among a GPU's ranks and NCCL between GPUs,
+#   on two GPUs of two replicas and on one GPU of two; within 1e-5 of CPU;
+# - SIGUSR1 to one rank stops both at the same step, checkpointed (exit 75);
+# - the mistakes: two ranks on one GPU without packing, --dist-backend nccl
+#   with packed ranks or on the CPU, each an error that says what to do.
+set -u
+if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
+    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
+fi
+builddir=${top_builddir:-.}
+fake=$builddir/tests/fakegpu/cdl-train
+cpu=$builddir/cli/cdl-train
+cdlrun=$builddir/launcher/cdlrun
+cmp=$builddir/tests/dist/weights_cmp
+tmp=$(mktemp -d /tmp/cdl-fakeddp.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+GLOBAL=16
+common="--dataset synthetic --synthetic-size 136 --epochs 2 --schedule constant --lr 0.01 --threads 1 --tf32 off --no-progress"
+fail() { echo "FAILED: $*"; exit 1; }
+run() {   # run DIR RANKS PROGRAM ARGS...: GLOBAL/RANKS samples per rank into DIR
+    dir=$1 ranks=$2 prog=$3; shift 3
+    echo "+ cdlrun -n $ranks $(basename "$(dirname "$prog")")/cdl-train --batch-size $((GLOBAL / ranks)) $*"
+    timeout 600 "$cdlrun" -n "$ranks" --timeout 120 "$prog" $common --batch-size $((GLOBAL / ranks)) \
+        --ckpt-dir "$tmp/$dir" "$@" >"$tmp/$dir.out" 2>&1 || { cat "$tmp/$dir.out"; fail "training into $dir"; }
+    ! grep -q -E "^fake(gpu|nccl):" "$tmp/$dir.out" || { cat "$tmp/$dir.out"; fail "$dir misused the fake GPU"; }
+}
+says() {  # says DIR TEXT: DIR's output has TEXT
+    grep -q -- "$2" "$tmp/$1.out" || { cat "$tmp/$1.out"; fail "$1 does not say '$2'"; }
+}
+same() {  # same A B MODE...
+    a=$1 b=$2; shift 2
+    out=$("$cmp" "$tmp/$a/last.safetensors" "$tmp/$b/last.safetensors" "$@" 2>&1)
+    rc=$?
+    echo "  $a vs $b ($*): $out"
+    [ $rc -eq 0 ] || fail "weights of $a and $b differ beyond $*"
+}
+refused() {  # refused NAME TEXT ENV... -- RANKS PROGRAM ARGS...: fails, saying TEXT
+    name=$1 text=$2; shift 2
+    echo "+ $name"
+    env "$@" >"$tmp/$name.out" 2>&1 && { cat "$tmp/$name.out"; fail "$name succeeded"; }
+    says "$name" "$text"
+}
+
+run cpu2 2 "$cpu" --device cpu
+run cpu4 4 "$cpu" --device cpu
+
+export CDL_FAKE_GPUS=2
+run nccl2 2 "$fake" --device cuda
+says nccl2 "collectives over nccl "
+says nccl2 "gradients reduced by NCCL during backward"
+same nccl2 cpu2 --rel 1e-5
+CDL_DDP_BUCKET_KB=16 run nccl2small 2 "$fake" --device cuda
+same nccl2small nccl2 --bitwise
+
+CDL_REPLICAS_PER_GPU=2 run packed4 4 "$fake" --device cuda
+says packed4 "collectives over hier:nccl "
+same packed4 cpu4 --rel 1e-5
+CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=2 run packed2 2 "$fake" --device cuda
+same packed2 cpu2 --rel 1e-5
+
+# SIGUSR1 to rank 1 alone: with NCCL the stop agreement rides with the
+# steps (no host collective per step), and still every rank stops at the
+# same step, writes the checkpoint and exits 75 (requeue).
+echo "+ SIGUSR1 to rank 1 of 2"
+"$cdlrun" -n 2 -v --label --timeout 120 "$fake" $common --epochs 1000 --batch-size 8 --device cuda \
+    --ckpt-dir "$tmp/sig" --ckpt-every 3 >"$tmp/sig.out" 2>&1 &
+pid=$!
+trap 'kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+i=0
+while [ ! -s "$tmp/sig/last.safetensors" ]; do   # bounded: training runs
+    i=$((i + 1))
+    [ $i -le 1200 ] || { cat "$tmp/sig.out"; fail "no checkpoint after 120 s"; }
+    kill -0 $pid 2>/dev/null || { cat "$tmp/sig.out"; fail "training ended early"; }
+    sleep 0.1
+done
+victim=$(sed -n 's/^cdlrun: rank 1: pid \([0-9]*\),.*/\1/p' "$tmp/sig.out")
+[ -n "$victim" ] || { cat "$tmp/sig.out"; fail "no pid for rank 1"; }
+kill -USR1 "$victim"
+i=0
+while kill -0 $pid 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -le 1200 ] || { cat "$tmp/sig.out"; fail "ranks still running 120 s after SIGUSR1"; }
+    sleep 0.1
+done
+wait $pid
+rc=$?
+[ $rc -eq 75 ] || { cat "$tmp/sig.out"; fail "cdlrun exited $rc after SIGUSR1, expected 75"; }
+says sig "^\[0\] .*stopped by signal at epoch"
+! grep -q -E "fake(gpu|nccl):" "$tmp/sig.out" || { cat "$tmp/sig.out"; fail "sig misused the fake GPU"; }
+stopped=$(sed -n 's/.*stopped by signal at .*(step \([0-9]*\)).*/\1/p' "$tmp/sig.out" | head -1)
+echo "  both ranks stopped at step $stopped, exit 75"
+run sigresume 2 "$fake" --device cuda --resume "$tmp/sig/last.safetensors" --max-steps $((stopped + 2))
+says sigresume "resuming from .*step $stopped"
+
+cuda="$fake $common --batch-size 8 --device cuda"
+refused unpacked "set CDL_REPLICAS_PER_GPU to the number of ranks per GPU" \
+    CDL_FAKE_GPUS=1 timeout 120 "$cdlrun" -n 2 --timeout 60 $cuda
+refused nccl-packed "use auto or hier:nccl" \
+    CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=2 timeout 120 "$cdlrun" -n 2 --timeout 60 $cuda --dist-backend nccl
+refused nccl-cpu "needs the cuda backend (--device cuda)" \
+    timeout 120 "$cdlrun" -n 2 --timeout 60 "$cpu" $common --batch-size 8 --device cpu --dist-backend nccl
+echo "PASS: data-parallel training on fake GPUs"

@@ -19,6 +19,8 @@
 # weights agree) and 6 pass (speeds are reported against the targets, not
 # enforced; steps skipped for lack of time or hardware say so), 1 otherwise,
 # and 1 with a message at once when no GPU is visible.
+# Without a GPU, make check runs the same host code on a fake GPU
+# (tests/fakegpu: steps 1, 2, 5 and 6, correctness only, no speed).
 #
 # Usage: tests/gpu/run.sh   (from anywhere; builds in $CDL_GPU_BUILD, default
 # _build-gpu in the source tree). CDL_GPU_CONFIGURE_FLAGS adds configure

@@ -434,6 +434,14 @@ static void mini_make(mini *m, const float *init)
     m->pred = up(NULL, GN * 4);
 }
 
+static void mini_free(mini *m)
+{
+    void *bufs[] = {m->params, m->grads, m->buf, m->x, m->h, m->hd, m->dh, m->z, m->dz,
+                    m->loss, m->mask, m->y, m->pred};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        gpu->ops->free(gpu, bufs[i]);
+}
+
 static void mini_step(mini *m, const float *x_pinned, const int32_t *y_pinned, float *loss_pinned,
                       int step)
 {
@@ -519,6 +527,8 @@ static void check_graph(void)
     cuda_backend_host_free(gpu, xp);
     cuda_backend_host_free(gpu, yp);
     cuda_backend_host_free(gpu, lp);
+    mini_free(&a);
+    mini_free(&b);
     free(init), free(xs), free(ys), free(loss_eager), free(loss_graph);
 }
 

@@ -374,7 +374,7 @@ static void test_duplicate_local_rank(void **state)
         fail_msg("duplicate LOCAL_RANK not reported");
 }
 
-static void test_unknown_backend(void **state)
+static void test_refused_backends(void **state)
 {
     (void)state;
     cdl_rank_info info = {.rank = 0, .world = 2, .local_world = 2, .nnodes = 1,
@@ -384,6 +384,11 @@ static void test_unknown_backend(void **state)
     info.nnodes = 2;
     assert_null(cdl_dist_init(&info, "shm", NULL, 1));
     assert_non_null(strstr(cdl_last_error(), "one node"));
+    /* NCCL reduces GPU memory: on the CPU backend it is refused before any
+     * rank waits for another, with what to use instead. */
+    assert_null(cdl_dist_init(&info, "nccl", NULL, 1));
+    assert_non_null(strstr(cdl_last_error(), "needs the cuda backend (--device cuda)"));
+    assert_non_null(strstr(cdl_last_error(), "use auto, shm, mpi or hier"));
 }
 
 int main(void)
@@ -401,7 +406,7 @@ int main(void)
         cmocka_unit_test(test_killed_rank_hier),
         cmocka_unit_test(test_missing_rank_times_out),
         cmocka_unit_test(test_duplicate_local_rank),
-        cmocka_unit_test(test_unknown_backend),
+        cmocka_unit_test(test_refused_backends),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

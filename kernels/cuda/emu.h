@@ -5,8 +5,9 @@
  * runs the same on the CPU. tests/unit/cuda.mk compiles each .cu file as
  * plain C++ (nvcc -x c++) with this header forced in first: the CUDA
  * keywords become nothing and __shared__ becomes static. Blocks run one
- * after another; the threads of a block are coroutines (ucontext) on the
- * calling thread, each run until it exits or waits at __syncthreads or a
+ * after another; the threads of a block are coroutines on the calling
+ * thread (fibers, made once and reused by every launch; see "Fibers"
+ * below), each run until it exits or waits at __syncthreads or a
  * warp shuffle, and a barrier opens when every thread still running in the
  * block (or warp) waits at it, as on a GPU, where exited threads no longer
  * count (blocks after the first run their threads as plain calls when the
@@ -84,10 +85,6 @@ struct cuk_emu_launch_state {
     unsigned n;                                /* threads per block */
     dim3 grid, block;
     const std::function<void()> *kernel;
-    ucontext_t sched;
-    std::vector<ucontext_t> ctx;
-    std::vector<std::unique_ptr<char[]>> stack;
-    std::vector<unsigned> vg_stack;
     std::vector<int> state;
     std::vector<uint64_t> slot;                /* one shuffle value per thread */
     unsigned current;
@@ -98,6 +95,88 @@ inline cuk_emu_launch_state *cuk_emu_now;
 inline cudaError_t cuk_emu_error = cudaSuccess;
 
 #define CUK_EMU_STACK (64u << 10)
+
+/* Fibers: one per thread of a block, each with its own stack, made the
+ * first time a launch needs that many and then reused, parked between
+ * launches. A fiber loops: run the kernel for the current block and thread,
+ * mark the thread done, switch back to the scheduler. A switch happens at
+ * every barrier of every thread, so its cost is most of the emulator's:
+ * glibc's swapcontext makes a system call each time (the signal mask), so
+ * on x86-64 a switch saves the callee-saved registers and the FPU control
+ * words and swaps stack pointers (cuk_emu_switch, below), which is all the
+ * System V ABI asks a function call to preserve; elsewhere ucontext does
+ * it. Valgrind is told about each stack. */
+#if defined(__x86_64__) && defined(__linux__) && !defined(CUK_EMU_UCONTEXT)
+#define CUK_EMU_FAST_SWITCH 1
+/* Saves this context's stack pointer into *save and resumes the one at to. */
+extern "C" void cuk_emu_switch(void **save, void *to);
+/* One weak copy per object file that includes this header; the linker
+ * keeps one. Frame, from the saved stack pointer up: MXCSR and x87 control
+ * word (8 bytes), r15, r14, r13, r12, rbx, rbp, return address. */
+__asm__(".pushsection .text.cuk_emu_switch,\"axG\",@progbits,cuk_emu_switch,comdat\n"
+        ".weak cuk_emu_switch\n"
+        ".type cuk_emu_switch,@function\n"
+        "cuk_emu_switch:\n"
+        "\tpushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n"
+        "\tsubq $8, %rsp\n\tstmxcsr (%rsp)\n\tfnstcw 4(%rsp)\n"
+        "\tmovq %rsp, (%rdi)\n"
+        "\tmovq %rsi, %rsp\n"
+        "\tldmxcsr (%rsp)\n\tfldcw 4(%rsp)\n\taddq $8, %rsp\n"
+        "\tpopq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n"
+        "\tret\n"
+        ".size cuk_emu_switch, .-cuk_emu_switch\n"
+        ".popsection\n");
+#else
+#define CUK_EMU_FAST_SWITCH 0
+#endif
+
+struct cuk_emu_fiber {
+    std::unique_ptr<char[]> stack;
+    unsigned vg;
+#if CUK_EMU_FAST_SWITCH
+    void *sp;
+#else
+    ucontext_t ctx;
+#endif
+};
+
+/* Per host thread: its fibers and where the scheduler was left. */
+struct cuk_emu_fiber_pool {
+    std::vector<std::unique_ptr<cuk_emu_fiber>> fibers;   /* stable addresses */
+#if CUK_EMU_FAST_SWITCH
+    void *sched_sp;
+#else
+    ucontext_t sched;
+#endif
+    ~cuk_emu_fiber_pool()
+    {
+        for (auto &f : fibers)
+            VALGRIND_STACK_DEREGISTER(f->vg);
+    }
+};
+inline thread_local cuk_emu_fiber_pool cuk_emu_pool;
+
+/* Scheduler -> thread t's fiber, until it waits or finishes. */
+inline void cuk_emu_resume(unsigned t)
+{
+    cuk_emu_fiber &f = *cuk_emu_pool.fibers[t];
+#if CUK_EMU_FAST_SWITCH
+    cuk_emu_switch(&cuk_emu_pool.sched_sp, f.sp);
+#else
+    swapcontext(&cuk_emu_pool.sched, &f.ctx);
+#endif
+}
+
+/* Thread t's fiber -> the scheduler. */
+inline void cuk_emu_yield(unsigned t)
+{
+    cuk_emu_fiber &f = *cuk_emu_pool.fibers[t];
+#if CUK_EMU_FAST_SWITCH
+    cuk_emu_switch(&f.sp, cuk_emu_pool.sched_sp);
+#else
+    swapcontext(&f.ctx, &cuk_emu_pool.sched);
+#endif
+}
 
 inline cudaError_t cuk_emu_last_error()
 {
@@ -126,7 +205,7 @@ inline void cuk_emu_wait(int at)
         std::abort();
     }
     L->state[t] = at;
-    swapcontext(&L->ctx[t], &L->sched);
+    cuk_emu_yield(t);
     cuk_emu_set_thread(t);
 }
 
@@ -153,12 +232,52 @@ template <typename T> T __shfl_xor_sync(unsigned mask, T v, int lane_mask)
     return r;
 }
 
-inline void cuk_emu_trampoline()
+/* The body of every fiber; it never returns. The launch and the thread
+ * are read afresh each time round: a parked fiber is resumed by the next
+ * block or launch that needs its thread. */
+inline void cuk_emu_fiber_main()
 {
-    cuk_emu_launch_state *L = cuk_emu_now;
-    (*L->kernel)();
-    L->state[L->current] = CUK_EMU_DONE;
-    /* uc_link returns to the scheduler */
+    for (;;) {
+        cuk_emu_launch_state *L = cuk_emu_now;
+        unsigned t = L->current;
+        (*L->kernel)();
+        L->state[t] = CUK_EMU_DONE;
+        cuk_emu_yield(t);
+    }
+}
+
+/* At least n fibers, all parked at the start of their loop. */
+inline void cuk_emu_fibers(unsigned n)
+{
+    auto &fs = cuk_emu_pool.fibers;
+    while (fs.size() < n) {
+        std::unique_ptr<cuk_emu_fiber> f(new cuk_emu_fiber());
+        f->stack.reset(new char[CUK_EMU_STACK]);
+        char *lo = f->stack.get(), *hi = lo + CUK_EMU_STACK;
+        f->vg = VALGRIND_STACK_REGISTER(lo, hi);
+#if CUK_EMU_FAST_SWITCH
+        /* The frame cuk_emu_switch pops: control words, six registers, then
+         * "return" into the fiber's body with the stack aligned as after a
+         * call (rsp + 8 a multiple of 16 on entry). */
+        uintptr_t top = ((uintptr_t)hi & ~(uintptr_t)15) - 8;   /* a null return address */
+        uint64_t *sp = (uint64_t *)(top - 64);
+        std::memset(sp, 0, 72);
+        uint32_t mxcsr = __builtin_ia32_stmxcsr();
+        uint16_t fcw;
+        __asm__ volatile("fnstcw %0" : "=m"(fcw));
+        std::memcpy(sp, &mxcsr, 4);
+        std::memcpy((char *)sp + 4, &fcw, 2);
+        sp[7] = (uint64_t)(uintptr_t)&cuk_emu_fiber_main;
+        f->sp = sp;
+#else
+        getcontext(&f->ctx);
+        f->ctx.uc_stack.ss_sp = lo;
+        f->ctx.uc_stack.ss_size = CUK_EMU_STACK;
+        f->ctx.uc_link = nullptr;
+        makecontext(&f->ctx, cuk_emu_fiber_main, 0);
+#endif
+        fs.push_back(std::move(f));
+    }
 }
 
 /* Opens every barrier all of whose live threads wait at it; 0 if none. */
@@ -191,31 +310,19 @@ inline int cuk_emu_release(cuk_emu_launch_state *L)
     return opened;
 }
 
-/* A fresh coroutine for thread t (getcontext returns twice: kept apart from
- * the scheduler's loops). */
-__attribute__((noinline)) inline void cuk_emu_make_thread(cuk_emu_launch_state *L, unsigned t)
-{
-    getcontext(&L->ctx[t]);
-    L->ctx[t].uc_stack.ss_sp = L->stack[t].get();
-    L->ctx[t].uc_stack.ss_size = CUK_EMU_STACK;
-    L->ctx[t].uc_link = &L->sched;
-    makecontext(&L->ctx[t], cuk_emu_trampoline, 0);
-    L->state[t] = CUK_EMU_READY;
-}
-
 /* One block with every thread a coroutine. Returns whether any thread
  * waited at a barrier or a shuffle. */
 inline int cuk_emu_run_block(cuk_emu_launch_state *L)
 {
     int waited = 0;
     for (unsigned t = 0; t < L->n; t++)
-        cuk_emu_make_thread(L, t);
+        L->state[t] = CUK_EMU_READY;
     for (;;) {
         for (unsigned t = 0; t < L->n; t++)
             if (L->state[t] == CUK_EMU_READY) {
                 L->current = t;
                 cuk_emu_set_thread(t);
-                swapcontext(&L->sched, &L->ctx[t]);
+                cuk_emu_resume(t);
             }
         int live = 0;
         for (unsigned t = 0; t < L->n; t++)
@@ -256,14 +363,9 @@ inline void cuk_emu_launch(dim3 grid, dim3 block, const std::function<void()> &k
     L.block = block;
     L.kernel = &kernel;
     L.plain = 0;
-    L.ctx.resize(L.n);
     L.state.assign(L.n, CUK_EMU_DONE);
     L.slot.assign(L.n, 0);
-    for (unsigned t = 0; t < L.n; t++) {
-        L.stack.emplace_back(new char[CUK_EMU_STACK]);
-        L.vg_stack.push_back(VALGRIND_STACK_REGISTER(L.stack[t].get(),
-                                                     L.stack[t].get() + CUK_EMU_STACK));
-    }
+    cuk_emu_fibers(L.n);
     cuk_emu_now = &L;
     blockDim = block;
     gridDim = grid;
@@ -288,8 +390,6 @@ inline void cuk_emu_launch(dim3 grid, dim3 block, const std::function<void()> &k
                 }
                 L.plain = 0;
             }
-    for (unsigned t = 0; t < L.n; t++)
-        VALGRIND_STACK_DEREGISTER(L.vg_stack[t]);
     cuk_emu_now = nullptr;
 }
 

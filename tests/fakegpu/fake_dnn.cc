@@ -460,6 +460,17 @@ geometry geometry_of(const problem &p)
                     p.cd->math == CUDNN_DEFAULT_MATH && tf32_allowed()};
 }
 
+/* An operand as the math unit sees it: in double, TF32-rounded when the
+ * math allows it. Converted once per call, not once per tap. */
+std::vector<double> values(const geometry &g, const void *p, size_t bytes)
+{
+    const float *f = (const float *)p;
+    std::vector<double> v(bytes / sizeof(float));
+    for (size_t i = 0; i < v.size(); i++)
+        v[i] = g.op(f[i]);
+    return v;
+}
+
 void poison(void *ws, size_t bytes)
 {
     float nan = std::numeric_limits<float>::quiet_NaN();
@@ -663,12 +674,12 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
     if (s)
         return s;
     geometry g = geometry_of(p);
-    const float *X = (const float *)x, *W = (const float *)w;
     return execute(call, h, ws, ws_bytes, fwd_ws(p, algo),
                    {{"x", x, x_bytes(p)}, {"w", w, w_bytes(p)}}, {"y", y, y_bytes(p)}, alpha,
                    beta, [=](std::vector<double> &acc) {
+                       std::vector<double> X = values(g, x, x_bytes(p)), W = values(g, w, w_bytes(p));
                        each_tap(g, [&](size_t yi, size_t xi, size_t wi) {
-                           acc[yi] += (double)g.op(X[xi]) * g.op(W[wi]);
+                           acc[yi] += X[xi] * W[wi];
                        });
                    });
 }
@@ -688,12 +699,12 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
     if (s)
         return s;
     geometry g = geometry_of(p);
-    const float *W = (const float *)w, *DY = (const float *)dy;
     return execute(call, h, ws, ws_bytes, bwd_data_ws(p, algo),
                    {{"w", w, w_bytes(p)}, {"dy", dy, y_bytes(p)}}, {"dx", dx, x_bytes(p)}, alpha,
                    beta, [=](std::vector<double> &acc) {
+                       std::vector<double> W = values(g, w, w_bytes(p)), DY = values(g, dy, y_bytes(p));
                        each_tap(g, [&](size_t yi, size_t xi, size_t wi) {
-                           acc[xi] += (double)g.op(DY[yi]) * g.op(W[wi]);
+                           acc[xi] += DY[yi] * W[wi];
                        });
                    });
 }
@@ -713,12 +724,12 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
     if (s)
         return s;
     geometry g = geometry_of(p);
-    const float *X = (const float *)x, *DY = (const float *)dy;
     return execute(call, h, ws, ws_bytes, bwd_filter_ws(p, algo),
                    {{"x", x, x_bytes(p)}, {"dy", dy, y_bytes(p)}}, {"dw", dw, w_bytes(p)}, alpha,
                    beta, [=](std::vector<double> &acc) {
+                       std::vector<double> X = values(g, x, x_bytes(p)), DY = values(g, dy, y_bytes(p));
                        each_tap(g, [&](size_t yi, size_t xi, size_t wi) {
-                           acc[wi] += (double)g.op(X[xi]) * g.op(DY[yi]);
+                           acc[wi] += X[xi] * DY[yi];
                        });
                    });
 }

@@ -20,16 +20,26 @@
 # enforced; steps skipped for lack of time or hardware say so), 1 otherwise,
 # and 1 with a message at once when no GPU is visible.
 # Without a GPU, make check runs the same host code on a fake GPU
-# (tests/fakegpu: steps 1, 2, 5 and 6, correctness only, no speed).
+# (tests/fakegpu: steps 1, 2, 5 and 6, correctness only, no speed), and
+# rehearses this script there: CDL_GPU_REHEARSAL=1 runs every step with the
+# fake GPU's programs (tests/fakegpu/), small sizes, PyTorch on the CPU, the
+# test double of nvidia-cuda-mps-control and no time limits, in an
+# existing build (CDL_GPU_BUILD), so that the script itself is known to
+# work before it meets a GPU (tests/fakegpu/gpu_script.sh). Its figures
+# mean nothing.
 #
 # Usage: tests/gpu/run.sh   (from anywhere; builds in $CDL_GPU_BUILD, default
-# _build-gpu in the source tree). CDL_GPU_CONFIGURE_FLAGS adds configure
-# options; PYTHON picks the interpreter with PyTorch (default python3).
+# _build-gpu in the source tree; logs in $CDL_GPU_LOGS, default gpu-logs
+# there). CDL_GPU_CONFIGURE_FLAGS adds configure options; PYTHON picks the
+# interpreter with PyTorch (default python3).
 set -u
 export LC_ALL=C
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=${CDL_GPU_BUILD:-$top/_build-gpu}
+build=$(mkdir -p "$build" && cd "$build" && pwd) || { echo "tests/gpu/run.sh: cannot create $build" >&2; exit 1; }
+rehearsal=${CDL_GPU_REHEARSAL:-0}
+case $rehearsal in 0|1) ;; *) echo "tests/gpu/run.sh: CDL_GPU_REHEARSAL=$rehearsal: use 1 (fake GPU) or 0" >&2; exit 1 ;; esac
 python=${PYTHON:-}
 if [ -z "$python" ]; then   # the first python3 that has PyTorch
     python=python3
@@ -40,8 +50,25 @@ fi
 t_start=$(date +%s)
 die() { echo "tests/gpu/run.sh: $*" >&2; exit 1; }
 elapsed() { echo $(( $(date +%s) - t_start )); }
+# over_time LIMIT: whether more than LIMIT seconds are spent (never in a
+# rehearsal, whose steps must all run).
+over_time() { [ "$rehearsal" = 0 ] && [ "$(elapsed)" -gt "$1" ]; }
+
+# What runs: the real programs on a GPU, the fake GPU's in a rehearsal.
+if [ "$rehearsal" = 1 ]; then
+    bin=tests/fakegpu big=64 secs=1 replicas="1 2" torch_dev=cpu
+else
+    bin=tests/gpu big=512 secs=5 replicas="1 2 4 8" torch_dev=cuda
+fi
+ops_bin=$bin/ops_vs_cpu bench_bin=$bin/bench_lenet
+train_bin=cli/cdl-train; [ "$rehearsal" = 1 ] && train_bin=tests/fakegpu/cdl-train
 
 # ------------------------------------------------------------ a GPU here?
+if [ "$rehearsal" = 1 ]; then
+    [ -f "$build/Makefile" ] || die "CDL_GPU_REHEARSAL=1 needs a configured build with CUDA in CDL_GPU_BUILD ($build)"
+    gpu_name="the fake GPU of tests/fakegpu (rehearsal: the figures mean nothing)"
+    ngpus=${CDL_FAKE_GPUS:-1} arch=
+else
 command -v nvidia-smi >/dev/null 2>&1 ||
     die "no NVIDIA GPU here (nvidia-smi is not installed): run this script on a GPU node, e.g. srun --gpus=1 tests/gpu/run.sh"
 if ! gpu_info=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1) ||
@@ -54,9 +81,11 @@ case $cc in
     [0-9][0-9]|[0-9][0-9][0-9]) arch="-gencode arch=compute_$cc,code=sm_$cc" ;;
     *) arch= ;;   # configure's default set
 esac
+ngpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+fi
 
-mkdir -p "$build/gpu-logs" || die "cannot create $build"
-logs=$build/gpu-logs
+logs=${CDL_GPU_LOGS:-$build/gpu-logs}
+mkdir -p "$logs" || die "cannot create $logs"
 rows=()          # the final table, one line each
 failed=0
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
@@ -75,7 +104,9 @@ if [ ! -f Makefile ]; then
         die "configure --with-cuda failed (CUDA toolkit with cuDNN under /usr/local/cuda, or pass CDL_GPU_CONFIGURE_FLAGS=--with-cuda=PREFIX): see $logs/configure.log"
 fi
 jobs=$(nproc 2>/dev/null || echo 4)
-if timeout 300 make -j"$jobs" libcdl_core.la tests/gpu/ops_vs_cpu tests/gpu/bench_lenet \
+extra=; [ "$rehearsal" = 1 ] && extra="tests/slurm/fake-mps-control tests/fakegpu/cdl-train"
+# shellcheck disable=SC2086
+if timeout 300 make -j"$jobs" libcdl_core.la "$ops_bin" "$bench_bin" $extra \
         > "$logs/make.log" 2>&1; then
     row "0 build with CUDA (${arch:-default archs})" "PASS  $(elapsed) s"
 else
@@ -87,7 +118,10 @@ if timeout 240 make -j"$jobs" cli/cdl-train launcher/cdlrun tests/dist/weights_c
         > "$logs/make-cli.log" 2>&1; then
     have_train=1
 fi
-ngpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+if [ "$rehearsal" = 1 ] && ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+    mkdir -p "$logs/bin" && ln -sf "$build/tests/slurm/fake-mps-control" "$logs/bin/nvidia-cuda-mps-control"
+    PATH=$logs/bin:$PATH
+fi
 
 # A private MPS daemon for steps 4 and 6 (never the node's own).
 mps=
@@ -119,7 +153,7 @@ print(m["val_acc"], m["images_per_sec"])' "$1" 2>/dev/null || echo "nan 0"
 
 # ------------------------------------------------------- 1. ops vs CPU
 echo "== 1. every op against the CPU backend"
-if timeout 180 tests/gpu/ops_vs_cpu > "$logs/ops_vs_cpu.log" 2>&1; then
+if timeout 180 "$ops_bin" > "$logs/ops_vs_cpu.log" 2>&1; then
     row "1 ops vs CPU backend" "PASS  $(tail -1 "$logs/ops_vs_cpu.log" | sed 's/^ops_vs_cpu: //')"
 else
     grep -E '^FAIL|ops_vs_cpu' "$logs/ops_vs_cpu.log" | head -20 >&2
@@ -129,7 +163,9 @@ fi
 # ------------------------------------------------- 2. train one epoch
 echo "== 2. seed CNN, one epoch on the GPU"
 data=/usr/share/datasets/fashion-mnist
-if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+if [ "$rehearsal" = 1 ]; then
+    ds=(--dataset synthetic --synthetic-size 512); ds_name="synthetic 512"; min_acc=0
+elif [ -f "$data/train-images-idx3-ubyte.gz" ]; then
     ds=(--dataset fashion-mnist --data-dir "$data"); ds_name=fashion-mnist; min_acc=0.70
 else
     ds=(--dataset synthetic --synthetic-size 60000); ds_name="synthetic 60000"; min_acc=0
@@ -155,7 +191,7 @@ train_check() {
 if [ $have_train = 0 ]; then
     fail_row "2 train 1 epoch ($ds_name)" "cli/cdl-train did not build (see $logs/make-cli.log)"
 else
-    train_check "2 train 1 epoch ($ds_name, batch 128)" train timeout 180 cli/cdl-train \
+    train_check "2 train 1 epoch ($ds_name, batch 128)" train timeout 180 "$train_bin" \
         --device cuda "${ds[@]}" --epochs 1 --batch-size 128 --no-progress
 fi
 
@@ -166,11 +202,13 @@ bench() {   # bench LOG CMD...: runs CMD, prints its images/s or nothing
     local log=$logs/$1; shift
     timeout 60 "$@" > "$log" 2>&1 && ips_of "$log"
 }
-cdl_eager=$(bench bench-eager.log tests/gpu/bench_lenet --seconds 5)
-cdl_graph=$(bench bench-graph.log tests/gpu/bench_lenet --graph --seconds 5)
-cdl_pinned=$(bench bench-graph-pinned.log tests/gpu/bench_lenet --graph --input pinned --seconds 5)
-torch_eager=$(bench bench-torch.log "$python" "$top/tests/gpu/bench_torch.py" --seconds 5)
-torch_bench=$(bench bench-torch-benchmark.log "$python" "$top/tests/gpu/bench_torch.py" --benchmark --seconds 5)
+lenet=("$bench_bin" --batch "$big" --seconds "$secs")
+torch=("$python" "$top/tests/gpu/bench_torch.py" --device "$torch_dev" --batch "$big" --seconds "$secs")
+cdl_eager=$(bench bench-eager.log "${lenet[@]}")
+cdl_graph=$(bench bench-graph.log "${lenet[@]}" --graph)
+cdl_pinned=$(bench bench-graph-pinned.log "${lenet[@]}" --graph --input pinned)
+torch_eager=$(bench bench-torch.log "${torch[@]}")
+torch_bench=$(bench bench-torch-benchmark.log "${torch[@]}" --benchmark)
 torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "(not installed)")
 ratio() {   # ratio A B: "(A/B x PyTorch eager)"
     [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx torch eager", a/b}'
@@ -182,7 +220,7 @@ speed_row() {   # speed_row NAME VALUE [LOG]
         row "    $1" "failed (see $logs/$3)"
     fi
 }
-row "3 speed, seed CNN 3x32x32, batch 512" "target: cdl >= 3x torch eager"
+row "3 speed, seed CNN 3x32x32, batch $big" "target: cdl >= 3x torch eager"
 speed_row "cdl eager" "$cdl_eager" bench-eager.log
 speed_row "cdl CUDA graph" "$cdl_graph" bench-graph.log
 speed_row "cdl CUDA graph, input from pinned memory" "$cdl_pinned" bench-graph-pinned.log
@@ -202,19 +240,19 @@ fi
 echo "== 4. replicas packed under MPS"
 if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     row "4 MPS replicas" "skipped: nvidia-cuda-mps-control not found"
-elif [ "$(elapsed)" -gt 360 ]; then
+elif over_time 360; then
     row "4 MPS replicas" "skipped: $(elapsed) s spent, no time left in 8 minutes"
 else
     if start_mps; then
-        row "4 MPS replicas (cdl CUDA graph, batch 512)" "target: 8 replicas >= 4x one"
+        row "4 MPS replicas (cdl CUDA graph, batch $big)" "target: 8 replicas >= 4x one"
         one=
-        for r in 1 2 4 8; do
+        for r in $replicas; do
             # Everyone warms up (context, plans, graph capture), then all
             # time the same 8 seconds.
             start=$(( $(date +%s) + 6 + r ))
             pids=()
             for i in $(seq 1 $r); do
-                timeout 60 tests/gpu/bench_lenet --graph --seconds 8 --start-at "$start" \
+                timeout 60 "$bench_bin" --batch "$big" --graph --seconds "$((secs + 3))" --start-at "$start" \
                     > "$logs/mps-$r-$i.log" 2>&1 &
                 pids+=($!)
             done
@@ -246,13 +284,13 @@ fi
 echo "== 5. cdl-train epoch, CUDA graphs on vs off"
 if [ $have_train = 0 ]; then
     fail_row "5 CUDA graphs on/off" "cli/cdl-train did not build (see $logs/make-cli.log)"
-elif [ "$(elapsed)" -gt 400 ]; then
+elif over_time 400; then
     row "5 CUDA graphs on/off" "skipped: $(elapsed) s spent, no time left in 8 minutes"
 else
-    row "5 cdl-train 1 epoch, batch 512 ($ds_name)" "CUDA graphs on vs off, same weights expected"
+    row "5 cdl-train 1 epoch, batch $big ($ds_name)" "CUDA graphs on vs off, same weights expected"
     for g in off on; do
         rm -rf "$logs/graphs-$g" "$logs/graphs-$g.json"
-        if timeout 120 cli/cdl-train --device cuda "${ds[@]}" --epochs 1 --batch-size 512 \
+        if timeout 120 "$train_bin" --device cuda "${ds[@]}" --epochs 1 --batch-size "$big" \
                 --cuda-graphs $g --no-progress --ckpt-dir "$logs/graphs-$g" \
                 --metrics "$logs/graphs-$g.json" > "$logs/graphs-$g.log" 2>&1 &&
                 [ -s "$logs/graphs-$g.json" ]; then
@@ -283,12 +321,12 @@ echo "== 6. data-parallel epoch, 2 ranks"
 ddp_run() {   # ddp_run LABEL ENV...: one epoch of cdlrun -n 2 cdl-train with ENV set
     local label=$1; shift
     train_check "6 $label (2 ranks x 64)" ddp timeout 150 env "$@" launcher/cdlrun -n 2 --label \
-        cli/cdl-train --device cuda "${ds[@]}" --epochs 1 --batch-size 64 --no-progress \
+        "$train_bin" --device cuda "${ds[@]}" --epochs 1 --batch-size 64 --no-progress \
         "${ddp_args[@]}"
 }
 if [ $have_train = 0 ]; then
     fail_row "6 data-parallel" "cdl-train or cdlrun did not build (see $logs/make-cli.log)"
-elif [ "$(elapsed)" -gt 430 ]; then
+elif over_time 430; then
     row "6 data-parallel" "skipped: $(elapsed) s spent, no time left in 8 minutes"
 elif [ "$ngpus" -ge 2 ]; then
     ddp_args=(--dist-backend nccl)

@@ -1,0 +1,53 @@
+#!/bin/sh
+# A rehearsal of tests/gpu/run.sh, the GPU checks, on the fake GPU: every
+# step runs (build, ops, training, speed table against PyTorch on the CPU,
+# replicas under the test double of nvidia-cuda-mps-control, graphs on and
+# off, 2 packed data-parallel replicas), so the script that only a GPU
+# machine runs for real is known to work here. Its figures mean nothing;
+# what is checked is that each step ran and the table says so.
+set -u
+if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
+    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
+fi
+builddir=$(cd "${top_builddir:-.}" && pwd)
+srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+tmp=$(mktemp -d /tmp/cdl-gpu-script.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+out=$tmp/run.out
+CDL_GPU_REHEARSAL=1 CDL_GPU_BUILD=$builddir CDL_GPU_LOGS=$tmp/logs CDL_FAKE_GPUS=1 \
+    timeout 900 bash "$srcdir/tests/gpu/run.sh" >"$out" 2>&1
+rc=$?
+sed -n '/^cdl GPU checks on/,$p' "$out"
+fail() {
+    echo "FAILED: $*"
+    for f in "$tmp"/logs/*.log; do echo "--- $f"; tail -n 5 "$f"; done
+    exit 1
+}
+[ $rc -eq 0 ] || fail "tests/gpu/run.sh exited $rc"
+has() {   # has PATTERN WHAT: the table has a line matching PATTERN
+    grep -Eq "$1" "$out" || fail "no table line for $2 (/$1/)"
+}
+has '^0 build with CUDA.*PASS' "the build"
+has '^1 ops vs CPU backend.*PASS .*157 of 157 checks passed' "the op checks"
+has '^2 train 1 epoch \(synthetic 512, batch 128\).*PASS  val acc [0-9.]+, [0-9]+ img/s' "training"
+for what in 'cdl eager' 'cdl CUDA graph' 'cdl CUDA graph, input from pinned memory'; do
+    has "^    $what  +[0-9]+ img/s  [0-9.]+x torch eager" "$what"
+done
+if python3 -c 'import torch' >/dev/null 2>&1; then
+    has '^    torch [^ ]+ eager +[0-9]+ img/s  1.00x torch eager' "PyTorch"
+    has '^    target +(met|NOT met)' "the speed target"
+fi
+has '^4 MPS replicas \(cdl CUDA graph, batch 64\)' "the MPS step"
+has '^    1 replica\(s\) +[0-9]+ img/s  1.00x one replica' "one replica"
+has '^    2 replica\(s\) +[0-9]+ img/s  [0-9.]+x one replica' "two replicas"
+has '^    weights, graphs on vs off.*PASS' "graphs on vs off"
+has '^6 2 MPS replicas on 1 GPU, hier \(2 ranks x 64\).*PASS' "data-parallel"
+grep -q 'FAIL' "$out" && fail "a step failed"
+grep -q '^result: PASS' "$out" || fail "no 'result: PASS'"
+# The MPS daemon it started has quit (it inherited CDL_GPU_LOGS; quitting
+# takes a moment after the client returns, so this polls, bounded).
+left() { grep -lsz "^CDL_GPU_LOGS=$tmp/logs\$" /proc/[0-9]*/environ 2>/dev/null | head -1; }
+i=0
+while [ -n "$(left)" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+[ -z "$(left)" ] || fail "the MPS daemon of the script still runs ($(left))"
+echo "PASS: tests/gpu/run.sh rehearsed on the fake GPU"

@@ -3,7 +3,8 @@
 # cdlrun ranks of cdl-train --device cuda against the same ranks on the CPU.
 # - one rank per GPU: collectives over nccl, gradient buckets reduced on
 #   NCCL's stream during backward; weights within 1e-5 (relative) of the
-#   CPU ranks, and bucket size does not change a bit;
+#   CPU ranks, and neither bucket size nor each rank seeing only its own
+#   GPU (CUDA_VISIBLE_DEVICES) changes a bit;
 # - replicas packed on a GPU (CDL_REPLICAS_PER_GPU, as under --cdl-mps):
 #   hier:nccl, shared memory among a GPU's ranks and NCCL between GPUs,
 #   on two GPUs of two replicas and on one GPU of two; within 1e-5 of CPU;
@@ -58,6 +59,14 @@ says nccl2 "gradients reduced by NCCL during backward"
 same nccl2 cpu2 --rel 1e-5
 CDL_DDP_BUCKET_KB=16 run nccl2small 2 "$fake" --device cuda
 same nccl2small nccl2 --bitwise
+# Each rank shown only its own GPU (CUDA_VISIBLE_DEVICES=LOCAL_RANK, as a
+# scheduler's GPU binding does): every rank opens its device 0, and they
+# are still two GPUs, told apart by UUID.
+own=$tmp/own-gpu.sh
+printf '#!/bin/sh\nCUDA_VISIBLE_DEVICES=$LOCAL_RANK exec "%s" "$@"\n' "$fake" >"$own" && chmod +x "$own"
+run owngpu 2 "$own" --device cuda
+says owngpu "collectives over nccl "
+same owngpu nccl2 --bitwise
 
 CDL_REPLICAS_PER_GPU=2 run packed4 4 "$fake" --device cuda
 says packed4 "collectives over hier:nccl "

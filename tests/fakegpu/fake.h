@@ -41,6 +41,9 @@ float tf32_round(float x);
 bool tf32_allowed();
 
 int device_count();
+/* The physical device behind visible device `device` (CUDA_VISIBLE_DEVICES
+ * maps one to the other); -1 for none. Devices are told apart by it. */
+int physical_device(int device);
 
 } // namespace fakegpu
 

@@ -69,7 +69,7 @@ struct seg_header {
     std::atomic<int32_t> nranks;              /* set by the first to map the segment */
     std::atomic<int32_t> joined, aborted;
     std::atomic<int32_t> claimed[max_ranks];  /* pid of the rank's process */
-    std::atomic<int32_t> device[max_ranks];   /* its CUDA device + 1 */
+    std::atomic<int32_t> device[max_ranks];   /* its physical device + 1 */
     std::atomic<uint64_t> arrive[max_ranks];  /* step whose data is in the rank's slot */
     std::atomic<uint64_t> done[max_ranks];    /* step the rank has finished reading */
     op_meta meta[max_ranks];
@@ -277,7 +277,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
         return ncclInvalidArgument;
     }
     int dev = -1;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
+    if (cudaGetDevice(&dev) != cudaSuccess || (dev = fakegpu::physical_device(dev)) < 0) {
         fakegpu::complain("ncclCommInitRankConfig: no CUDA device set on rank %d", rank);
         return ncclUnhandledCudaError;
     }
@@ -325,7 +325,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
     for (int r = 0; r < nranks; r++) {
         if (r != rank && h->device[r].load() == dev + 1) {
             fprintf(stderr, "fakenccl: rank %d: Duplicate GPU detected: rank %d and rank %d "
-                    "both on CUDA device %d\n", rank, rank, r, dev);
+                    "both on fake GPU %d\n", rank, rank, r, dev);
             return ncclInvalidUsage;
         }
     }

@@ -20,8 +20,10 @@
  *   mode) fail with cudaErrorStreamCaptureUnsupported and invalidate the
  *   capture; cudaGraphLaunch queues the recorded work again, with the
  *   arguments it had when captured.
- * - Devices: CDL_FAKE_GPUS of them (default 1), fewer when
- *   CUDA_VISIBLE_DEVICES lists fewer; none when it is empty or says -1.
+ * - Devices: CDL_FAKE_GPUS of them (default 1); CUDA_VISIBLE_DEVICES picks
+ *   and orders them by physical index, up to its first invalid entry (none
+ *   when it is empty or says -1); UUID and bus follow the physical device,
+ *   so processes shown different devices see different GPUs.
  *
  * Not modelled: the legacy default stream's implicit synchronisation with
  * blocking streams (libcdl creates only non-blocking streams; work on the
@@ -237,28 +239,41 @@ void complain(const char *fmt, ...)
     va_end(ap);
 }
 
-int device_count()
+/* The machine's devices as this process sees them: the physical index of
+ * each visible one, in order (CUDA_VISIBLE_DEVICES picks and reorders). */
+std::vector<int> visible_devices()
 {
     const char *n = getenv("CDL_FAKE_GPUS");
     long count = n && *n ? strtol(n, nullptr, 10) : 1;
-    if (count < 0)
-        count = 0;
+    std::vector<int> v;
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    if (vis) {
-        long listed = 0;
-        for (const char *p = vis; *p;) {
-            char *end;
-            long id = strtol(p, &end, 10);
-            if (end == p || id < 0)
-                break;  /* the runtime stops at the first invalid entry */
-            listed++;
-            p = *end == ',' ? end + 1 : end;
-            if (*end != ',' && *end)
-                break;
-        }
-        count = std::min(count, listed);
+    if (!vis) {
+        for (long i = 0; i < count; i++)
+            v.push_back((int)i);
+        return v;
     }
-    return (int)count;
+    for (const char *p = vis; *p;) {
+        char *end;
+        long id = strtol(p, &end, 10);
+        if (end == p || id < 0 || id >= count)
+            break;  /* the runtime stops at the first invalid entry */
+        v.push_back((int)id);
+        p = *end == ',' ? end + 1 : end;
+        if (*end != ',' && *end)
+            break;
+    }
+    return v;
+}
+
+int device_count()
+{
+    return (int)visible_devices().size();
+}
+
+int physical_device(int device)
+{
+    std::vector<int> v = visible_devices();
+    return device >= 0 && device < (int)v.size() ? v[(size_t)device] : -1;
 }
 
 bool device_range(const void *p, size_t bytes, char *why, size_t len)
@@ -446,17 +461,18 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "cdl fake GPU %d (CPU emulation, tests/fakegpu)",
              device);
-    /* The same UUID for the same device index in every process, as ranks
-     * packed on one real GPU see. */
+    /* The UUID and bus of the physical device, the same in every process
+     * whatever CUDA_VISIBLE_DEVICES says, as on a real machine. */
+    int phys = physical_device(device);
     for (int i = 0; i < 16; i++)
-        prop->uuid.bytes[i] = (char)(0xc0 + i * 7 + device * 13);
+        prop->uuid.bytes[i] = (char)(0xc0 + i * 7 + phys * 13);
     prop->totalGlobalMem = device_mem_total();
     prop->major = 9;
     prop->minor = 0;
     prop->multiProcessorCount = 4;
     prop->warpSize = 32;
     prop->maxThreadsPerBlock = 1024;
-    prop->pciBusID = device + 1;
+    prop->pciBusID = phys + 1;
     return cudaSuccess;
 }
 

@@ -3,7 +3,7 @@
 # CPU backend, run on the fake GPU: every op forward and backward in strict
 # FP32 and TF32, reproducibility, and CUDA-graph capture and replay against
 # eager steps (157 checks).
-# One process and about 20 s: it runs in the unit-only passes too, so the
+# One process and about 10 s: it runs in the unit-only passes too, so the
 # ASan+UBSan build checks the backend's host code and the fake's leaks.
 set -u
 out=$(mktemp /tmp/cdl-fakegpu-ops.XXXXXX)

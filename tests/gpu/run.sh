@@ -56,12 +56,13 @@ over_time() { [ "$rehearsal" = 0 ] && [ "$(elapsed)" -gt "$1" ]; }
 
 # What runs: the real programs on a GPU, the fake GPU's in a rehearsal.
 if [ "$rehearsal" = 1 ]; then
-    bin=tests/fakegpu big=64 secs=1 replicas="1 2" torch_dev=cpu
+    bin=tests/fakegpu train_bin=tests/fakegpu/cdl-train big=64 secs=1 replicas="1 2" torch_dev=cpu
+    extra="tests/slurm/fake-mps-control tests/fakegpu/cdl-train"   # more to build
 else
-    bin=tests/gpu big=512 secs=5 replicas="1 2 4 8" torch_dev=cuda
+    bin=tests/gpu train_bin=cli/cdl-train big=512 secs=5 replicas="1 2 4 8" torch_dev=cuda
+    extra=
 fi
 ops_bin=$bin/ops_vs_cpu bench_bin=$bin/bench_lenet
-train_bin=cli/cdl-train; [ "$rehearsal" = 1 ] && train_bin=tests/fakegpu/cdl-train
 
 # ------------------------------------------------------------ a GPU here?
 if [ "$rehearsal" = 1 ]; then
@@ -104,7 +105,6 @@ if [ ! -f Makefile ]; then
         die "configure --with-cuda failed (CUDA toolkit with cuDNN under /usr/local/cuda, or pass CDL_GPU_CONFIGURE_FLAGS=--with-cuda=PREFIX): see $logs/configure.log"
 fi
 jobs=$(nproc 2>/dev/null || echo 4)
-extra=; [ "$rehearsal" = 1 ] && extra="tests/slurm/fake-mps-control tests/fakegpu/cdl-train"
 # shellcheck disable=SC2086
 if timeout 300 make -j"$jobs" libcdl_core.la "$ops_bin" "$bench_bin" $extra \
         > "$logs/make.log" 2>&1; then

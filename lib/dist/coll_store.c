@@ -9,6 +9,7 @@
 #include <cdl/cdl.h>
 
 #include "coll.h"
+#include "store_proto.h"
 #include "reduce.h"
 
 typedef struct store_coll {
@@ -32,22 +33,41 @@ static int grow(store_coll *s, size_t bytes)
     return s->cap ? 0 : -1;
 }
 
-/* Publishes mine under "<op><seq>/<me>" for the size-1 others. */
+/* The store takes values of at most STORE_VAL_MAX bytes: larger buffers
+ * go in pieces "<op><seq>/<rank>:<piece>". */
+static size_t piece_len(size_t len, size_t off)
+{
+    return len - off < STORE_VAL_MAX ? len - off : (size_t)STORE_VAL_MAX;
+}
+
+/* Publishes mine for the size-1 others. */
 static int publish(store_coll *s, const char *op, const void *val, size_t len)
 {
     char key[64];
-    snprintf(key, sizeof key, "%s%ld/%d", op, s->seq, s->base.rank);
-    return store_set(s->st, key, val, len, s->base.size - 1);
+    size_t off = 0, i = 0;
+    do {
+        snprintf(key, sizeof key, "%s%ld/%d:%zu", op, s->seq, s->base.rank, i++);
+        if (store_set(s->st, key, (const char *)val + off, piece_len(len, off), s->base.size - 1))
+            return -1;
+        off += piece_len(len, off);
+    } while (off < len);
+    return 0;
 }
 
 static int fetch(store_coll *s, const char *op, int j, void *buf, size_t len)
 {
     char key[64];
-    size_t got;
-    snprintf(key, sizeof key, "%s%ld/%d", op, s->seq, j);
-    if (store_get(s->st, key, s->ranks[j], buf, len, &got))
-        return -1;
-    return got == len ? 0 : cdl_error("store value '%s' has %zu bytes, expected %zu", key, got, len);
+    size_t got, off = 0, i = 0;
+    do {
+        size_t want = piece_len(len, off);
+        snprintf(key, sizeof key, "%s%ld/%d:%zu", op, s->seq, j, i++);
+        if (store_get(s->st, key, s->ranks[j], (char *)buf + off, want, &got))
+            return -1;
+        if (got != want)
+            return cdl_error("store value '%s' has %zu bytes, expected %zu", key, got, want);
+        off += want;
+    } while (off < len);
+    return 0;
 }
 
 static int st_allreduce(coll *c, void *buf, size_t n, coll_dtype t, int average)

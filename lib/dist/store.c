@@ -25,6 +25,7 @@ struct store {
     double timeout;
     char addr[256];
     int port;
+    int dropped;         /* the last request failed because the connection broke */
     store_server *srv;   /* rank 0 */
 };
 
@@ -117,6 +118,7 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
                    size_t vlen, uint64_t arg, void *buf, size_t cap, size_t *len, double wait_s)
 {
     store_req h = {STORE_MAGIC, op, (uint32_t)strlen(key), owner, vlen, arg};
+    s->dropped = 1;
     if (store_send_all(s->fd, &h, sizeof h) || store_send_all(s->fd, key, h.klen) ||
         (vlen && store_send_all(s->fd, val, vlen)))
         return cdl_error("rank %d lost the store at %s:%d (%s): did rank 0 exit?", s->rank,
@@ -127,6 +129,7 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
         return cdl_error("rank %d lost the store at %s:%d during '%s' (%s): did rank 0 exit?",
                          s->rank, s->addr, s->port, key,
                          errno == EPIPE ? "connection closed" : strerror(errno));
+    s->dropped = 0;
     if (r.status) {
         char msg[1024];
         size_t n = r.vlen < sizeof msg - 1 ? (size_t)r.vlen : sizeof msg - 1;
@@ -152,7 +155,11 @@ static int hello(store *s, const char *token)
     return request(s, STORE_HELLO, token, -1, NULL, 0, arg, NULL, 0, NULL, 10);
 }
 
-static store *client(const char *addr, int port, int rank, int world, double timeout)
+/* Connects and says hello. A connection that breaks before the server's
+ * answer (the server dropped us among strangers, or was not ready) is
+ * retried with backoff until the timeout; a refusal is final. */
+static store *client(const char *addr, int port, int rank, int world, double timeout,
+                     const char *token)
 {
     store *s = cdl_calloc(1, sizeof *s);
     if (!s)
@@ -162,12 +169,24 @@ static store *client(const char *addr, int port, int rank, int world, double tim
     s->timeout = timeout;
     s->port = port;
     snprintf(s->addr, sizeof s->addr, "%s", addr);
-    s->fd = connect_retry(addr, port, rank, timeout);
-    if (s->fd < 0) {
-        cdl_free(s);
-        return NULL;
+    double deadline = dist_now() + timeout, backoff = 0.01;
+    for (;;) {
+        s->fd = connect_retry(addr, port, rank, deadline - dist_now());
+        if (s->fd < 0)
+            break;
+        if (hello(s, token) == 0)
+            return s;
+        close(s->fd);
+        s->fd = -1;
+        double left = deadline - dist_now();
+        if (!s->dropped || left <= backoff)
+            break;
+        struct timespec ts = {0, (long)(backoff * 1e9)};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 < 0.5 ? backoff * 2 : 0.5;
     }
-    return s;
+    cdl_free(s);
+    return NULL;
 }
 
 store *store_open(const cdl_rank_info *info, double timeout_s)
@@ -186,12 +205,7 @@ store *store_open(const cdl_rank_info *info, double timeout_s)
     /* Rank 0 talks to its own server over loopback: MASTER_ADDR may name an
      * interface of this host that does not route to itself. */
     store *s = client(info->rank == 0 ? "localhost" : addr, info->master_port, info->rank,
-                      info->world, timeout_s);
-    if (s && hello(s, token)) {
-        close(s->fd);
-        cdl_free(s);
-        s = NULL;
-    }
+                      info->world, timeout_s, token);
     if (!s) {
         store_server_stop(srv, 0);
         return NULL;
@@ -218,6 +232,9 @@ static uint64_t ms_of(double s)
 
 int store_set(store *s, const char *key, const void *val, size_t len, int readers)
 {
+    if (len > STORE_VAL_MAX)
+        return cdl_error("rank %d: store value '%s' has %zu bytes; the store takes at most %llu "
+                         "per value", s->rank, key, len, (unsigned long long)STORE_VAL_MAX);
     return request(s, STORE_SET, key, -1, val, len, (uint64_t)(readers > 0 ? readers : 0), NULL,
                    0, NULL, s->timeout);
 }
@@ -237,15 +254,12 @@ int store_barrier(store *s, const char *name)
 int store_probe(const char *addr, int port, const char *token, int rank, int world,
                 double timeout_s)
 {
-    store *s = client(addr, port, rank, world, timeout_s);
+    store *s = client(addr, port, rank, world, timeout_s, token);
     if (!s)
         return -1;
-    int rc = hello(s, token);
-    if (rc == 0) {
-        store_req h = {STORE_MAGIC, STORE_BYE, 0, -1, 0, 0};
-        (void)store_send_all(s->fd, &h, sizeof h);
-    }
+    store_req h = {STORE_MAGIC, STORE_BYE, 0, -1, 0, 0};
+    (void)store_send_all(s->fd, &h, sizeof h);
     close(s->fd);
     cdl_free(s);
-    return rc;
+    return 0;
 }

@@ -11,7 +11,19 @@
 
 #define STORE_MAGIC 0x53444c43u          /* "CLDS" */
 #define STORE_KEY_MAX 256                /* bytes of a key (or token) */
-#define STORE_VAL_MAX (1ull << 34)       /* 16 GiB: refuses absurd lengths */
+/* A value's largest size, checked before anything is allocated (a header
+ * announcing 16 GiB must not make rank 0 allocate it). Larger collectives
+ * go through in pieces of this size (coll_store.c). */
+#define STORE_VAL_MAX (64ull << 20)
+/* Strangers (connections that have not completed the handshake) have their
+ * own quota, apart from the ranks' slots: when it is full the oldest
+ * stranger is dropped for the newcomer, so trickling connections cannot
+ * keep a real rank out (it retries, see store.c). */
+#define STORE_STRANGERS_MAX 16
+/* Whole-handshake deadline of a stranger, in seconds (a rank's hello is one
+ * round trip); CDL_STORE_HELLO_TIMEOUT overrides it (tests, slow links). */
+#define STORE_HELLO_S 10.0
+#define STORE_ENV_HELLO_TIMEOUT "CDL_STORE_HELLO_TIMEOUT"
 
 enum store_op {
     STORE_HELLO = 1,   /* key = token, arg = world << 32 | rank */

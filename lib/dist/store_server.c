@@ -40,8 +40,10 @@ typedef struct barrier {
 
 typedef struct conn {
     store_server *srv;
-    int fd, rank;
+    int fd, rank;            /* rank: -1 until the hello is accepted (under mu) */
     int done;                /* the thread has finished: join and free it */
+    int evicted;             /* a stranger dropped for a newcomer (under mu) */
+    double deadline;         /* dist_now() by which a stranger must be accepted */
     pthread_t thread;
     struct conn *next;
 } conn;
@@ -49,6 +51,7 @@ typedef struct conn {
 struct store_server {
     int lfd, wake[2];
     int world, port;
+    double hello_s;          /* a stranger's whole-handshake deadline */
     char token[STORE_KEY_MAX + 1];
     char host[256];
     pthread_t acceptor;
@@ -359,19 +362,31 @@ static int do_barrier(conn *c, const char *name, uint64_t ms)
 
 /* ------------------------------------------------------------ connections */
 
+/* Reads one request. A stranger must send a whole hello by its deadline
+ * (one byte every few seconds does not extend it); ranks may stay idle. The
+ * announced lengths are checked before anything is allocated. */
 static int read_request(conn *c, store_req *h, char **key, void **val)
 {
+    double deadline = c->rank < 0 ? c->deadline : 0;
     *key = NULL;
     *val = NULL;
-    if (store_recv_all(c->fd, h, sizeof *h, 0) || h->magic != STORE_MAGIC ||
-        h->klen > STORE_KEY_MAX || h->vlen > STORE_VAL_MAX)
+    if (store_recv_all(c->fd, h, sizeof *h, deadline) || h->magic != STORE_MAGIC ||
+        h->klen > STORE_KEY_MAX)
         return -1;
     if (c->rank < 0 && (h->op != STORE_HELLO || h->vlen))
         return -1;   /* strangers get nothing but the handshake */
+    if (h->vlen > STORE_VAL_MAX) {
+        /* A rank of another build, or a bug: say why, then drop it (the
+         * value's bytes that follow cannot be skipped). */
+        reply_err(c, "rank %d sent a store value of %llu bytes; the store takes at most %llu "
+                  "(ranks of different builds?)", c->rank, (unsigned long long)h->vlen,
+                  (unsigned long long)STORE_VAL_MAX);
+        return -1;
+    }
     *key = cdl_malloc(h->klen + 1);
     *val = cdl_malloc(h->vlen ? h->vlen : 1);
-    if (!*key || !*val || store_recv_all(c->fd, *key, h->klen, 0) ||
-        store_recv_all(c->fd, *val, h->vlen, 0)) {
+    if (!*key || !*val || store_recv_all(c->fd, *key, h->klen, deadline) ||
+        store_recv_all(c->fd, *val, h->vlen, deadline)) {
         cdl_free(*key);
         cdl_free(*val);
         *key = NULL;
@@ -404,14 +419,17 @@ static int do_hello(conn *c, const store_req *h, const char *token)
         return reply_err(c, "the store serves WORLD_SIZE=%d but a client claims rank %d of %d",
                          s->world, rank, world), -1;
     pthread_mutex_lock(&s->mu);
-    int st = s->state[rank];
-    if (st == RANK_NEVER)
+    int st = s->state[rank], evicted = c->evicted;
+    if (st == RANK_NEVER && !evicted) {
         s->state[rank] = RANK_CONNECTED;
+        c->rank = rank;   /* no longer a stranger: never evicted from now on */
+    }
     pthread_mutex_unlock(&s->mu);
+    if (evicted)
+        return -1;        /* its socket is shut down; the rank retries */
     if (st != RANK_NEVER)
         return reply_err(c, "rank %d connected to the store twice: two processes claim RANK=%d",
                          rank, rank), -1;
-    c->rank = rank;
     return reply(c, 0, NULL, 0);
 }
 
@@ -419,9 +437,6 @@ static void *conn_main(void *arg)
 {
     conn *c = arg;
     store_server *s = c->srv;
-    /* Strangers that never finish the handshake do not keep a thread long. */
-    struct timeval tv = {10, 0};
-    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     int bye = 0;
     for (;;) {
         store_req h;
@@ -432,8 +447,6 @@ static void *conn_main(void *arg)
         int rc = 0;
         if (c->rank < 0) {
             rc = do_hello(c, &h, key);
-            tv.tv_sec = 0;
-            setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         } else if (h.op == STORE_SET) {
             rc = do_set(c, key, val, h.vlen, (int)h.arg);
             key = NULL;
@@ -480,6 +493,25 @@ static void reap(store_server *s)
     }
 }
 
+/* Makes room for one more stranger: when STORE_STRANGERS_MAX are waiting
+ * for their handshake, the oldest is dropped (its thread sees EOF and
+ * exits). Under mu. */
+static void evict_stranger(store_server *s)
+{
+    conn *oldest = NULL;
+    int n = 0;
+    for (conn *c = s->conns; c; c = c->next)
+        if (c->rank < 0 && !c->done && !c->evicted) {
+            n++;
+            if (!oldest || c->deadline <= oldest->deadline)
+                oldest = c;
+        }
+    if (n >= STORE_STRANGERS_MAX && oldest) {
+        oldest->evicted = 1;
+        shutdown(oldest->fd, SHUT_RDWR);
+    }
+}
+
 static void *accept_main(void *arg)
 {
     store_server *s = arg;
@@ -497,9 +529,13 @@ static void *accept_main(void *arg)
             continue;
         pthread_mutex_lock(&s->mu);
         reap(s);
-        conn *c = s->nconns < s->world + 16 ? cdl_calloc(1, sizeof *c) : NULL;
+        evict_stranger(s);
+        /* Ranks' slots plus the strangers' quota, and room for evicted
+         * strangers whose threads are on their way out. */
+        conn *c = s->nconns < s->world + 2 * STORE_STRANGERS_MAX ? cdl_calloc(1, sizeof *c) : NULL;
         if (c) {
-            *c = (conn){s, fd, -1, 0, 0, s->conns};
+            *c = (conn){.srv = s, .fd = fd, .rank = -1, .next = s->conns,
+                        .deadline = dist_now() + s->hello_s};
             if (pthread_create(&c->thread, NULL, conn_main, c) == 0) {
                 s->conns = c;
                 s->nconns++;
@@ -524,6 +560,18 @@ store_server *store_server_start(const cdl_rank_info *info, const char *token)
         return NULL;
     s->world = info->world;
     s->port = info->master_port;
+    s->hello_s = STORE_HELLO_S;
+    const char *hs = getenv(STORE_ENV_HELLO_TIMEOUT);
+    if (hs && *hs) {
+        char *end;
+        double v = strtod(hs, &end);
+        if (end == hs || *end || !(v > 0 && v <= 3600)) {
+            cdl_free(s);
+            return cdl_error(STORE_ENV_HELLO_TIMEOUT "=%.40s: expected seconds in (0, 3600]", hs),
+                   NULL;
+        }
+        s->hello_s = v;
+    }
     snprintf(s->token, sizeof s->token, "%s", token);
     gethostname(s->host, sizeof s->host - 1);
     s->state = cdl_calloc((size_t)info->world, 1);

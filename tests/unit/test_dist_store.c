@@ -3,11 +3,14 @@
 #include "testutil.h"
 #include "dist_fork.h"
 
+#include <poll.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
 
 #include "lib/dist/store.h"
+#include "lib/dist/store_proto.h"
+#include "lib/dist/util.h"
 
 static store *open_store(double timeout, cdl_rank_info *info)
 {
@@ -236,6 +239,186 @@ static void test_readers_drop_value(void **state)
         fail_msg("readers test failed");
 }
 
+/* A raw TCP connection to the store on loopback (what a stranger opens). */
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* 1 when the server has closed fd (EOF or reset), polling up to wait_s. */
+static int closed_by_server(int fd, double wait_s)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char c;
+    if (poll(&p, 1, (int)(wait_s * 1000)) != 1)
+        return 0;
+    return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+/* Rank 1 trickles a hello one byte every 50 ms: the whole-handshake
+ * deadline (0.5 s here) drops it although bytes keep coming, then rank 1
+ * joins for real. */
+static int trickle_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    cdl_rank_info info;
+    if (rank == 1) {
+        CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
+        int fd = raw_connect(info.master_port);
+        CHILD_CHECK(fd >= 0, "connect");
+        store_req h = {STORE_MAGIC, STORE_HELLO, STORE_KEY_MAX, -1, 0, 1ull << 32 | 1};
+        unsigned char bytes[sizeof h + STORE_KEY_MAX];
+        memcpy(bytes, &h, sizeof h);
+        memset(bytes + sizeof h, 'x', STORE_KEY_MAX);
+        size_t sent = 0;
+        int dropped = 0;
+        /* 200 bytes = 10 s of trickling: 20 times the deadline. */
+        while (sent < 200 && !(dropped = closed_by_server(fd, 0.05)))
+            if (send(fd, bytes + sent++, 1, MSG_NOSIGNAL) != 1)
+                dropped = 1;
+        close(fd);
+        CHILD_CHECK(dropped, "a stranger trickling %zu bytes was never dropped", sent);
+    }
+    store *s = open_store(10, &info);
+    CHILD_CHECK(s, "%s", cdl_last_error());
+    CHILD_CHECK(store_barrier(s, "after-trickle") == 0, "%s", cdl_last_error());
+    store_close(s);
+    return 0;
+}
+
+static void test_stranger_deadline(void **state)
+{
+    (void)state;
+    setenv(STORE_ENV_HELLO_TIMEOUT, "0.5", 1);
+    int rc = run_world(2, trickle_rank, NULL, guard_s(60));
+    unsetenv(STORE_ENV_HELLO_TIMEOUT);
+    if (rc)
+        fail_msg("trickle test failed");
+}
+
+/* 40 strangers hold connections open (a generous deadline, so only the
+ * quota can save the day): rank 1 still gets in, and the oldest strangers
+ * are the ones dropped. */
+enum { NSTRANGERS = 40 };
+
+static int exhaust_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    cdl_rank_info info;
+    int fds[NSTRANGERS];
+    if (rank == 1) {
+        CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
+        for (int i = 0; i < NSTRANGERS; i++) {
+            fds[i] = raw_connect(info.master_port);
+            CHILD_CHECK(fds[i] >= 0, "connect %d", i);
+            CHILD_CHECK(send(fds[i], "C", 1, MSG_NOSIGNAL) == 1, "send %d", i);
+        }
+    }
+    store *s = open_store(10, &info);
+    CHILD_CHECK(s, "%s", cdl_last_error());
+    if (rank == 1) {
+        /* The quota keeps at most STORE_STRANGERS_MAX of them: wait (bounded)
+         * until the server has closed the others. */
+        int closed[NSTRANGERS] = {0}, nclosed = 0;
+        double until = dist_now() + 10;
+        while (nclosed < NSTRANGERS - STORE_STRANGERS_MAX && dist_now() < until) {
+            struct pollfd p[NSTRANGERS];
+            for (int i = 0; i < NSTRANGERS; i++)
+                p[i] = (struct pollfd){.fd = closed[i] ? -1 : fds[i], .events = POLLIN};
+            if (poll(p, NSTRANGERS, 100) > 0)
+                for (int i = 0; i < NSTRANGERS; i++)
+                    if (p[i].revents && closed_by_server(fds[i], 0)) {
+                        closed[i] = 1;
+                        nclosed++;
+                    }
+        }
+        for (int i = 0; i < NSTRANGERS; i++)
+            close(fds[i]);
+        CHILD_CHECK(nclosed >= NSTRANGERS - STORE_STRANGERS_MAX,
+                    "%d strangers kept a connection", NSTRANGERS - nclosed);
+    }
+    CHILD_CHECK(store_barrier(s, "after-exhaust") == 0, "%s", cdl_last_error());
+    store_close(s);
+    return 0;
+}
+
+static void test_strangers_cannot_exhaust(void **state)
+{
+    (void)state;
+    setenv(STORE_ENV_HELLO_TIMEOUT, "60", 1);
+    int rc = run_world(2, exhaust_rank, NULL, guard_s(60));
+    unsetenv(STORE_ENV_HELLO_TIMEOUT);
+    if (rc)
+        fail_msg("exhaustion test failed");
+}
+
+/* A rank announcing a 16 GiB value is refused before rank 0 allocates it;
+ * a client refuses to send one at all. */
+static int huge_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    cdl_rank_info info;
+    if (rank == 0) {
+        store *s = open_store(10, &info);
+        CHILD_CHECK(s, "%s", cdl_last_error());
+        char c = 0;
+        CHILD_CHECK(store_set(s, "big", &c, (size_t)STORE_VAL_MAX + 1, 0) == -1 &&
+                    strstr(cdl_last_error(), "at most"), "an oversized value was sent: %s",
+                    cdl_last_error());
+        /* Rank 1 is dropped after its oversized request. */
+        CHILD_CHECK(store_get(s, "never", 1, &c, 1, NULL) == -1 &&
+                    strstr(cdl_last_error(), "rank 1 lost"), "error '%s'", cdl_last_error());
+        store_close(s);
+        return 0;
+    }
+    CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
+    char token[STORE_KEY_MAX + 1];
+    store_token(&info, token, sizeof token);
+    int fd = -1;
+    double deadline = dist_now() + 10;
+    store_rep r = {0};
+    /* Rank 0 may not listen yet: retry the connection until it does. */
+    while (fd < 0 && dist_now() < deadline) {
+        fd = raw_connect(info.master_port);
+        if (fd < 0)
+            closed_by_server(-1, 0.05);   /* a 50 ms pause: poll on no fd */
+    }
+    CHILD_CHECK(fd >= 0, "connect");
+    store_req h = {STORE_MAGIC, STORE_HELLO, (uint32_t)strlen(token), -1, 0, 2ull << 32 | 1};
+    CHILD_CHECK(store_send_all(fd, &h, sizeof h) == 0 &&
+                store_send_all(fd, token, h.klen) == 0 &&
+                store_recv_all(fd, &r, sizeof r, deadline) == 0 && r.status == 0,
+                "hello refused");
+    store_req set = {STORE_MAGIC, STORE_SET, 1, -1, 16ull << 30, 0};
+    CHILD_CHECK(store_send_all(fd, &set, sizeof set) == 0 && store_send_all(fd, "k", 1) == 0,
+                "send");
+    CHILD_CHECK(store_recv_all(fd, &r, sizeof r, dist_now() + 10) == 0 && r.status == 1,
+                "no refusal of a 16 GiB value");
+    char msg[512] = "";
+    size_t n = r.vlen < sizeof msg - 1 ? (size_t)r.vlen : sizeof msg - 1;
+    CHILD_CHECK(store_recv_all(fd, msg, n, dist_now() + 10) == 0 && strstr(msg, "at most"),
+                "reply '%s'", msg);
+    close(fd);
+    return 0;
+}
+
+static void test_value_length_capped(void **state)
+{
+    (void)state;
+    if (run_world(2, huge_rank, NULL, guard_s(60)))
+        fail_msg("value cap test failed");
+}
+
 int main(void)
 {
     clear_launcher_env();
@@ -247,6 +430,9 @@ int main(void)
         cmocka_unit_test(test_rank0_absent),
         cmocka_unit_test(test_lost_rank_named),
         cmocka_unit_test(test_readers_drop_value),
+        cmocka_unit_test(test_stranger_deadline),
+        cmocka_unit_test(test_strangers_cannot_exhaust),
+        cmocka_unit_test(test_value_length_capped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,8 @@
 # Builds cdl every way CI does and runs every test:
 #   1. gcc, warnings as errors: make check (unit, checkpoint interop,
 #      data-parallel, the real local Slurm cluster when run as root)
-#   2. clang, warnings as errors: build and unit tests
+#   2. clang, warnings as errors: build, unit tests and make fuzz (libFuzzer,
+#      a few seconds per target)
 #   3. AddressSanitizer + UBSan: unit tests
 #   4. valgrind: unit tests, no leaks
 #   5. make distcheck
@@ -52,8 +53,8 @@ stage() {   # stage NAME BUILD-DIR CONFIGURE-ARGS... -- MAKE-TARGET [VAR=VALUE..
 
 export CDL_TIMEOUT=${CDL_TIMEOUT:-120}
 stage "gcc -Werror: make check" "$top/_build/gcc" CC=gcc --enable-werror -- check
-stage "clang -Werror: unit tests" "$top/_build/clang" CC=clang --enable-werror -- \
-    check TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
+stage "clang -Werror: unit tests, make fuzz" "$top/_build/clang" CC=clang --enable-werror -- \
+    check fuzz TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
 stage "ASan+UBSan: unit tests" "$top/_build/asan" CC=gcc --enable-sanitizers -- \
     check TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
 stage "valgrind: unit tests" "$top/_build/valgrind" CC=gcc -- \

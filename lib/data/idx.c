@@ -76,26 +76,52 @@ static uint32_t be32(const unsigned char *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* Reads exactly len bytes that must end the file: a short read is
- * truncation, one more byte is trailing data. what names the contents. */
-static int idx_read_exact(idx_file *x, void *buf, size_t len, size_t offset, const char *what)
+/* Reads the len bytes (what) that must end the file into a new cdl_malloc'd
+ * buffer: a short read is truncation, one more byte is trailing data. The
+ * buffer grows with the bytes actually read (doubling from 1 MiB), so a
+ * header that claims 2 GB in a 16-byte file costs no 2 GB allocation. */
+#define IDX_CHUNK ((size_t)1 << 20)
+static void *idx_read_all(idx_file *x, size_t len, size_t offset, const char *what)
 {
-    long long got = idx_read_bytes(x, buf, len);
-    if (got < 0)
-        return -1;
-    if ((size_t)got < len)
-        return cdl_error("%s is truncated: expected %zu bytes (%s) after the %zu-byte header, "
-                         "found %lld: re-download it",
-                         x->path, len, what, offset, got);
+    size_t cap = len < IDX_CHUNK ? len : IDX_CHUNK, got = 0;
+    unsigned char *buf = cdl_malloc(cap ? cap : 1);
+    while (buf) {
+        long long r = idx_read_bytes(x, buf + got, cap - got);
+        if (r < 0)
+            goto fail;
+        got += (size_t)r;
+        if (got < cap || cap == len)
+            break;
+        size_t ncap = cap > len / 2 ? len : 2 * cap;
+        unsigned char *bigger = cdl_malloc(ncap);
+        if (!bigger)
+            goto fail;
+        memcpy(bigger, buf, got);
+        cdl_free(buf);
+        buf = bigger;
+        cap = ncap;
+    }
+    if (!buf)
+        return NULL;
+    if (got < len) {
+        cdl_error("%s is truncated: expected %zu bytes (%s) after the %zu-byte header, "
+                  "found %zu: re-download it", x->path, len, what, offset, got);
+        goto fail;
+    }
     unsigned char extra;
-    got = idx_read_bytes(x, &extra, 1);
-    if (got < 0)
-        return -1;
-    if (got > 0)
-        return cdl_error("%s has trailing data after its %zu + %zu bytes (%s): "
-                         "it is not a plain idx file of this dataset; re-download it",
-                         x->path, offset, len, what);
-    return 0;
+    long long more = idx_read_bytes(x, &extra, 1);
+    if (more < 0)
+        goto fail;
+    if (more > 0) {
+        cdl_error("%s has trailing data after its %zu + %zu bytes (%s): "
+                  "it is not a plain idx file of this dataset; re-download it",
+                  x->path, offset, len, what);
+        goto fail;
+    }
+    return buf;
+fail:
+    cdl_free(buf);
+    return NULL;
 }
 
 /* Reads the header (magic, then ndim sizes) into dims. */
@@ -150,12 +176,10 @@ static int read_images(const char *dir, const char *prefix, const char *hint, cd
     out->n = (int)dims[0];
     out->shape = (cdl_shape){ 1, IDX_SIDE, IDX_SIDE };
     size_t bytes = (size_t)out->n * IDX_SIDE * IDX_SIDE;
-    out->images = cdl_malloc(bytes);
-    if (!out->images)
-        return -1;
     char what[64];
     snprintf(what, sizeof what, "%d images of %dx%d", out->n, IDX_SIDE, IDX_SIDE);
-    return idx_read_exact(x, out->images, bytes, 16, what);
+    out->images = idx_read_all(x, bytes, 16, what);
+    return out->images ? 0 : -1;
 }
 
 static int read_labels(const char *dir, const char *prefix, int classes, const char *hint,
@@ -171,15 +195,13 @@ static int read_labels(const char *dir, const char *prefix, int classes, const c
     if (n != (uint32_t)out->n)
         return cdl_error("%s has %u labels but %s has %d images: the two files are from "
                          "different sets; re-download them", x->path, n, images_path, out->n);
-    uint8_t *raw = cdl_malloc((size_t)out->n);
-    out->labels = cdl_malloc((size_t)out->n * sizeof *out->labels);
-    if (!raw || !out->labels) {
-        cdl_free(raw);
-        return -1;
-    }
     char what[64];
     snprintf(what, sizeof what, "%d labels", out->n);
-    int rc = idx_read_exact(x, raw, (size_t)out->n, 8, what);
+    uint8_t *raw = idx_read_all(x, (size_t)out->n, 8, what);
+    if (!raw)
+        return -1;
+    out->labels = cdl_malloc((size_t)out->n * sizeof *out->labels);
+    int rc = out->labels ? 0 : -1;
     for (int i = 0; rc == 0 && i < out->n; i++) {
         if (raw[i] >= classes)
             rc = cdl_error("%s: label %u of sample %d is out of range 0..%d: the file is "

@@ -90,6 +90,10 @@ int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shape
                          "spec's input line or use matching data", src, spec->input.c,
                          spec->input.h, spec->input.w, input.c, input.h, input.w);
 
+    if ((int64_t)input.c * input.h * input.w > SPEC_MAX_NUMEL)
+        return cdl_error("%s: input %dx%dx%d has more than %ld values per sample: use a smaller "
+                         "input", src, input.c, input.h, input.w, SPEC_MAX_NUMEL);
+
     cdl_shape s = input;
     shapes[0] = s;
     for (int i = 0; i < spec->nlayers; i++) {
@@ -116,7 +120,8 @@ int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shape
             s.c = l->out;
             break;
         case CDL_LAYER_FLATTEN:
-            s.c = s.c * s.h * s.w;   /* bounded by SPEC_MAX_NUMEL below */
+            /* The product fits: every shape so far is at most SPEC_MAX_NUMEL. */
+            s.c = (int)((int64_t)s.c * s.h * s.w);
             s.h = s.w = 1;
             break;
         default:   /* relu, dropout: same shape */

@@ -5,7 +5,9 @@
 
 #include <dirent.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -253,6 +255,62 @@ static void test_idx_trailing(void **state)
     write_good_idx("train", 1);
     write_labels("train-labels-idx1-ubyte.gz", 2049, NIMG, good_labels, 0, 3, 1);
     assert_load_fails("mnist", 1, "train-labels-idx1-ubyte.gz", "trailing");
+}
+
+/* Address space of this process in bytes (/proc/self/statm), or 0. */
+static size_t vm_size(void)
+{
+    unsigned long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%lu", &pages) != 1)
+            pages = 0;
+        fclose(f);
+    }
+    return pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* A 16-byte file whose header claims 2739128 images (2.1 GB) is reported as
+ * truncated without allocating what it claims: checked in a child whose
+ * address space may grow by 256 MiB only. Not under ASan or valgrind, whose
+ * own reservations an address-space limit breaks. */
+static void test_idx_header_claims_too_much(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__)
+    skip();
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    skip();
+#endif
+#endif
+    const char *preload = getenv("LD_PRELOAD");
+    if (preload && strstr(preload, "vgpreload"))
+        skip();
+    clear_tmpdir();
+    write_good_idx("train", 0);
+    uint8_t head[16];
+    put_be32(head, 2051);
+    put_be32(head + 4, 2147483647u / (SIDE * SIDE));
+    put_be32(head + 8, SIDE);
+    put_be32(head + 12, SIDE);
+    write_file("train-images-idx3-ubyte", head, sizeof head, 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit lim = { vm_size() + (256u << 20), vm_size() + (256u << 20) };
+        cdl_dataset d;
+        int ok = setrlimit(RLIMIT_AS, &lim) == 0 && cdl_dataset_load("mnist", tmpdir, 1, &d) == -1
+                 && strstr(cdl_last_error(), "truncated");
+        if (!ok)
+            fprintf(stderr, "expected 'truncated', got: %s\n", cdl_last_error());
+        _exit(ok ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 static void test_idx_count_mismatch(void **state)
@@ -906,6 +964,7 @@ int main(void)
         cmocka_unit_test(test_idx_missing),
         cmocka_unit_test(test_idx_wrong_magic),
         cmocka_unit_test(test_idx_truncated),
+        cmocka_unit_test(test_idx_header_claims_too_much),
         cmocka_unit_test(test_idx_trailing),
         cmocka_unit_test(test_idx_count_mismatch),
         cmocka_unit_test(test_idx_bad_label_and_size),

@@ -332,6 +332,13 @@ static void test_infer_errors(void **state)
     cdl_shape large = {1, 2000, 2000};
     assert_int_equal(cdl_spec_infer(&s, large, sh), -1);
     assert_non_null(strstr(cdl_last_error(), "big.spec:1: output 1000000x2000x2000 has more than"));
+
+    /* An input of 2^32 values: refused before flatten multiplies in int. */
+    assert_int_equal(cdl_spec_parse("input 65536x65536x1\nflatten\nlinear 10\n", "huge.spec",
+                                    &s), 0);
+    cdl_shape huge = {65536, 65536, 1};
+    assert_int_equal(cdl_spec_infer(&s, huge, sh), -1);
+    assert_non_null(strstr(cdl_last_error(), "huge.spec: input 65536x65536x1 has more than"));
 }
 
 static void write_file(const char *path, const void *data, size_t n)

@@ -1,0 +1,39 @@
+/* libFuzzer target: a whole safetensors file (8-byte length, JSON header,
+ * data) through cdl_st_open and every accessor. */
+#include <cdl/cdl.h>
+
+#include "tests/fuzz/fuzz.h"
+
+/* Touches everything an opened file offers, as a checkpoint loader would. */
+static void walk(const cdl_st_file *f)
+{
+    volatile float sink = 0;
+    for (int i = 0; i < cdl_st_count(f); i++) {
+        int ndim;
+        int64_t shape[8];
+        size_t numel = 0;
+        const char *name = cdl_st_name(f, i);
+        if (cdl_st_find(f, name) != i)
+            __builtin_trap();   /* names are unique: find must agree */
+        cdl_st_shape(f, i, &ndim, shape);
+        const float *d = cdl_st_data(f, i, &numel);
+        for (size_t k = 0; d && k < numel; k++)
+            sink += d[k];
+    }
+    for (int i = 0; i < cdl_st_meta_count(f); i++) {
+        const char *v = cdl_st_meta_get(f, cdl_st_meta_key(f, i));
+        if (!v)
+            __builtin_trap();
+    }
+    (void)sink;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    cdl_st_file *f = cdl_st_open(fuzz_write("in.safetensors", data, size));
+    if (f) {
+        walk(f);
+        cdl_st_close(f);
+    }
+    return 0;
+}

@@ -1,0 +1,54 @@
+# libFuzzer targets, one per reader of untrusted input, built and run by
+# `make fuzz` (clang only: configure checks that -fsanitize=fuzzer links).
+# Each target compiles the sources it tests itself, instrumented for coverage
+# and with ASan+UBSan; libcdl_core stays as configured. Seed inputs live in
+# tests/fuzz/corpus/<target>/; new inputs found during a run go to a
+# temporary directory, crashes to tests/fuzz/<target>-crash-* in the build.
+FUZZ_TARGETS = tests/fuzz/fuzz_safetensors tests/fuzz/fuzz_st_header tests/fuzz/fuzz_spec \
+	tests/fuzz/fuzz_idx tests/fuzz/fuzz_cifar
+EXTRA_PROGRAMS += $(FUZZ_TARGETS)
+CLEANFILES += $(FUZZ_TARGETS) tests/fuzz/*.log tests/fuzz/*-crash-* tests/fuzz/*-leak-* \
+	tests/fuzz/*-timeout-* tests/fuzz/*-oom-*
+FUZZ_CFLAGS_ALL = $(AM_CFLAGS) $(FUZZ_CFLAGS)
+FUZZ_CPPFLAGS_ALL = $(AM_CPPFLAGS) $(ZLIB_CFLAGS)
+FUZZ_LDADD_ALL = $(ZLIB_LIBS) -lm
+FUZZ_COMMON = tests/fuzz/fuzz.h tests/fuzz/fuzz_util.c lib/core/error.c lib/core/alloc.c
+
+tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c $(FUZZ_COMMON) \
+	lib/ckpt/safetensors_read.c lib/ckpt/json.c
+tests_fuzz_fuzz_st_header_SOURCES = tests/fuzz/fuzz_st_header.c $(FUZZ_COMMON) \
+	lib/ckpt/safetensors_read.c lib/ckpt/json.c
+tests_fuzz_fuzz_spec_SOURCES = tests/fuzz/fuzz_spec.c $(FUZZ_COMMON) \
+	lib/model/spec.c lib/model/layer.c lib/model/infer.c
+tests_fuzz_fuzz_idx_SOURCES = tests/fuzz/fuzz_idx.c $(FUZZ_COMMON) lib/data/idx.c
+tests_fuzz_fuzz_cifar_SOURCES = tests/fuzz/fuzz_cifar.c $(FUZZ_COMMON) lib/data/cifar.c
+tests_fuzz_fuzz_safetensors_CFLAGS = $(FUZZ_CFLAGS_ALL)
+tests_fuzz_fuzz_st_header_CFLAGS = $(FUZZ_CFLAGS_ALL)
+tests_fuzz_fuzz_spec_CFLAGS = $(FUZZ_CFLAGS_ALL)
+tests_fuzz_fuzz_idx_CFLAGS = $(FUZZ_CFLAGS_ALL)
+tests_fuzz_fuzz_cifar_CFLAGS = $(FUZZ_CFLAGS_ALL)
+tests_fuzz_fuzz_safetensors_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)
+tests_fuzz_fuzz_st_header_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)
+tests_fuzz_fuzz_spec_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)
+tests_fuzz_fuzz_idx_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)
+tests_fuzz_fuzz_cifar_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)
+tests_fuzz_fuzz_safetensors_LDADD = $(FUZZ_LDADD_ALL)
+tests_fuzz_fuzz_st_header_LDADD = $(FUZZ_LDADD_ALL)
+tests_fuzz_fuzz_spec_LDADD = $(FUZZ_LDADD_ALL)
+tests_fuzz_fuzz_idx_LDADD = $(FUZZ_LDADD_ALL)
+tests_fuzz_fuzz_cifar_LDADD = $(FUZZ_LDADD_ALL)
+
+EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/corpus
+
+# Seconds of fuzzing per target; `make fuzz FUZZ_SECONDS=600` for a long run.
+FUZZ_SECONDS = 5
+if HAVE_FUZZER
+fuzz: $(FUZZ_TARGETS)
+	$(SHELL) $(srcdir)/tests/fuzz/run.sh $(srcdir)/tests/fuzz/corpus $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+else
+fuzz:
+	@echo "make fuzz: $(CC) cannot build libFuzzer targets (-fsanitize=fuzzer)." >&2; \
+	 echo "  Configure with CC=clang (Debian: apt-get install clang libclang-rt-14-dev)." >&2; \
+	 exit 1
+endif
+.PHONY: fuzz

@@ -65,6 +65,20 @@ int cuda_backend_is_cuda(const cdl_backend *be)
     return be && be->ops == &cuda_ops;
 }
 
+/* Whether CDL_LOG (a comma-separated list, or "all") names topic. */
+int cbe_log_has(const char *topic)
+{
+    const char *s = getenv("CDL_LOG");
+    size_t n = strlen(topic);
+    while (s && *s) {
+        size_t len = strcspn(s, ",");
+        if ((len == n && !strncmp(s, topic, n)) || (len == 3 && !strncmp(s, "all", 3)))
+            return 1;
+        s += len + (s[len] == ',');
+    }
+    return 0;
+}
+
 /* ----------------------------------------------------------------- TF32 */
 
 int cuda_backend_set_tf32(cdl_backend *be, int conv, int matmul)
@@ -102,6 +116,7 @@ static void release(cbe *ci)
         (void)cudaStreamSynchronize(ci->copy_stream);
     cbe_graph_destroy(ci);
     cbe_conv_cache_clear(ci);
+    cbe_blocks_free(ci);
     if (ci->dnn)
         (void)cudnnDestroy(ci->dnn);
     if (ci->blas)
@@ -212,6 +227,7 @@ cdl_backend *cdl_backend_cuda_create(int device)
     ci->device = device < 0 ? 0 : device;
     ci->tf32_conv = tf32_conv;
     ci->tf32_matmul = tf32_matmul;
+    ci->log_cudnn = cbe_log_has("cudnn");
     if (setup(ci) != 0) {
         char msg[sizeof ci->err];
         snprintf(msg, sizeof msg, "%s", ci->err);

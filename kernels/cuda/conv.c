@@ -6,14 +6,23 @@
  * come from cuDNN's heuristics (cudnnGet*Algorithm_v7, not Find: timing
  * based choices vary run to run); only deterministic ones are taken, as
  * backend.h promises reproducible results, the first in cuDNN's order whose
- * workspace fits. TF32: CUDNN_DEFAULT_MATH when enabled (PyTorch's default
- * for convolutions), CUDNN_FMA_MATH (strict FP32) when not.
+ * workspace fits. Math: for FP32 data CUDNN_TENSOR_OP_MATH and
+ * CUDNN_DEFAULT_MATH mean TF32 tensor cores are allowed (on sm_80 and
+ * later), so with TF32 on (PyTorch's default for convolutions) algorithms
+ * with either are taken, each run in the math cuDNN listed it with; with
+ * TF32 off every algorithm runs in CUDNN_FMA_MATH (strict FP32). Only
+ * CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION converts to half precision: never
+ * taken. CDL_LOG=cudnn prints each plan's choice per direction once.
  *
  * Workspace: conv2d_workspace reports the largest of the three algorithms'
- * needs in floats; the caller passes a buffer at least that large as ws. A
- * shape first seen in a step (e.g. a last, partial batch) gets algorithms
- * that fit in the largest workspace reported so far. The bias add and bias
- * gradient are our kernels (bias.cu), the gradient in a fixed order.
+ * needs in floats; the caller passes a buffer at least that large as ws,
+ * allocated with this backend's alloc. The real room of ws (to the end of
+ * its allocation, memory.c) is what cuDNN is given and what a plan must fit:
+ * two models sharing this backend have buffers of different sizes, and a
+ * shape first seen mid-run (e.g. a last, partial batch) is planned for the
+ * buffer it arrives with, so a plan made for a larger buffer is never used
+ * with a smaller one. The bias add and bias gradient are our kernels
+ * (bias.cu), the gradient in a fixed order.
  */
 #include <stdio.h>
 #include <string.h>
@@ -54,16 +63,87 @@ static void desc_str(const cdl_conv2d_desc *d, char *buf, size_t len)
              d->c, d->h, d->w, d->oc, d->c, d->kh, d->kw, d->stride, d->pad, d->oh, d->ow);
 }
 
-/* Algorithms with FP32 inputs may run in strict FP32 (FMA) or, when TF32 is
- * allowed, DEFAULT math; tensor-op math would convert to half precision. */
-static int math_ok(cudnnMathType_t m)
+/* Whether an algorithm cuDNN lists with math m may be taken. Strict FP32
+ * runs FMA or DEFAULT algorithms in FMA math; TF32 also takes tensor-op
+ * ones (TF32 for float data). Half-precision conversion: never. */
+static int math_ok(const conv_plan *p, cudnnMathType_t m)
 {
-    return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
+    if (m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH)
+        return 1;
+    return p->tf32 && m == CUDNN_TENSOR_OP_MATH;
 }
 
 static cudnnMathType_t math_for(const conv_plan *p, cudnnMathType_t chosen)
 {
     return p->tf32 ? chosen : CUDNN_FMA_MATH;
+}
+
+static const char *math_name(cudnnMathType_t m)
+{
+    switch (m) {
+    case CUDNN_DEFAULT_MATH: return "DEFAULT_MATH";
+    case CUDNN_TENSOR_OP_MATH: return "TENSOR_OP_MATH";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "TENSOR_OP_MATH_ALLOW_CONVERSION";
+    case CUDNN_FMA_MATH: return "FMA_MATH";
+    default: return "unknown math";
+    }
+}
+
+static const char *fwd_name(cudnnConvolutionFwdAlgo_t a)
+{
+    switch (a) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "IMPLICIT_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "IMPLICIT_PRECOMP_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "DIRECT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "FFT_TILING";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "WINOGRAD";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    default: return "unknown";
+    }
+}
+
+static const char *bwd_data_name(cudnnConvolutionBwdDataAlgo_t a)
+{
+    switch (a) {
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_0: return "ALGO_0";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_1: return "ALGO_1";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING: return "FFT_TILING";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD: return "WINOGRAD";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    default: return "unknown";
+    }
+}
+
+static const char *bwd_filter_name(cudnnConvolutionBwdFilterAlgo_t a)
+{
+    switch (a) {
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0: return "ALGO_0";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1: return "ALGO_1";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3: return "ALGO_3";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING: return "FFT_TILING";
+    default: return "unknown";
+    }
+}
+
+/* One line per direction of a new plan (CDL_LOG=cudnn), on stderr: which
+ * algorithm and math type run each layer shape, e.g. to see TF32 is used. */
+static void plan_log(const cbe *ci, const conv_plan *p, const char *what)
+{
+    if (!ci->log_cudnn)
+        return;
+    fprintf(stderr, "cdl: cudnn: GPU %d: %s (TF32 %s, workspace room %zu bytes):\n"
+            "cdl: cudnn:   forward         %-22s %-15s %zu bytes\n"
+            "cdl: cudnn:   backward-data   %-22s %-15s %zu bytes\n"
+            "cdl: cudnn:   backward-filter %-22s %-15s %zu bytes\n",
+            ci->device, what, p->tf32 ? "on" : "off", p->room, fwd_name(p->fwd),
+            math_name(p->fwd_math), p->fwd_bytes, bwd_data_name(p->bwd_data),
+            math_name(p->bwd_data_math), p->bwd_data_bytes, bwd_filter_name(p->bwd_filter),
+            math_name(p->bwd_filter_math), p->bwd_filter_bytes);
 }
 
 #define MAX_ALGOS 16
@@ -79,7 +159,7 @@ static int choose_fwd(cbe *ci, conv_plan *p, size_t limit)
     for (int i = 0; i < got; i++) {
         size_t bytes = 0;
         if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
-            !math_ok(perf[i].mathType))
+            !math_ok(p, perf[i].mathType))
             continue;
         if (cudnnSetConvolutionMathType(p->fwd_conv, math_for(p, perf[i].mathType)) !=
                 CUDNN_STATUS_SUCCESS ||
@@ -88,6 +168,7 @@ static int choose_fwd(cbe *ci, conv_plan *p, size_t limit)
             bytes > limit)
             continue;
         p->fwd = perf[i].algo;
+        p->fwd_math = math_for(p, perf[i].mathType);
         p->fwd_bytes = bytes;
         return 0;
     }
@@ -106,7 +187,7 @@ static int choose_bwd_data(cbe *ci, conv_plan *p, size_t limit)
     for (int i = 0; i < got; i++) {
         size_t bytes = 0;
         if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
-            !math_ok(perf[i].mathType))
+            !math_ok(p, perf[i].mathType))
             continue;
         if (cudnnSetConvolutionMathType(p->bwd_data_conv, math_for(p, perf[i].mathType)) !=
                 CUDNN_STATUS_SUCCESS ||
@@ -116,6 +197,7 @@ static int choose_bwd_data(cbe *ci, conv_plan *p, size_t limit)
             bytes > limit)
             continue;
         p->bwd_data = perf[i].algo;
+        p->bwd_data_math = math_for(p, perf[i].mathType);
         p->bwd_data_bytes = bytes;
         return 0;
     }
@@ -134,7 +216,7 @@ static int choose_bwd_filter(cbe *ci, conv_plan *p, size_t limit)
     for (int i = 0; i < got; i++) {
         size_t bytes = 0;
         if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
-            !math_ok(perf[i].mathType))
+            !math_ok(p, perf[i].mathType))
             continue;
         if (cudnnSetConvolutionMathType(p->bwd_filter_conv, math_for(p, perf[i].mathType)) !=
                 CUDNN_STATUS_SUCCESS ||
@@ -144,6 +226,7 @@ static int choose_bwd_filter(cbe *ci, conv_plan *p, size_t limit)
             bytes > limit)
             continue;
         p->bwd_filter = perf[i].algo;
+        p->bwd_filter_math = math_for(p, perf[i].mathType);
         p->bwd_filter_bytes = bytes;
         return 0;
     }
@@ -168,6 +251,7 @@ static int plan_make(cbe *ci, conv_plan *p, const cdl_conv2d_desc *d, size_t lim
     memset(p, 0, sizeof *p);
     p->d = *d;
     p->tf32 = ci->tf32_conv;
+    p->room = limit;
     if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->oc <= 0 || d->kh <= 0 ||
         d->kw <= 0 || d->stride <= 0 || d->pad < 0)
         return cbe_fail(ci, "%s: every size must be positive (padding >= 0)", what);
@@ -205,9 +289,9 @@ static int plan_make(cbe *ci, conv_plan *p, const cdl_conv2d_desc *d, size_t lim
         }
     }
     if (r > 0)
-        cbe_fail(ci, "%s: cuDNN offers no deterministic %s algorithm within %zu bytes of "
-                 "workspace: size ws with conv2d_workspace for this shape (or try CDL_TF32=off)",
-                 what, dir, limit);
+        cbe_fail(ci, "%s: cuDNN offers no deterministic %s algorithm within the %zu bytes of "
+                 "workspace given: size ws with conv2d_workspace for this shape (or try "
+                 "CDL_TF32=off)", what, dir, limit);
     if (r != 0)
         goto fail;
     size_t bytes = p->fwd_bytes;
@@ -216,21 +300,22 @@ static int plan_make(cbe *ci, conv_plan *p, const cdl_conv2d_desc *d, size_t lim
     if (p->bwd_filter_bytes > bytes)
         bytes = p->bwd_filter_bytes;
     p->ws_floats = (bytes + sizeof(float) - 1) / sizeof(float);
+    plan_log(ci, p, what);
     return 0;
 fail:
     plan_release(p);
     return -1;
 }
 
-/* The plan of d at the current TF32 setting, made if needed. planning: the
- * caller is sizing its workspace (so any algorithm up to CONV_WS_CAP may be
- * chosen), else it must fit in what was sized before. */
-static conv_plan *get_plan(cbe *ci, const cdl_conv2d_desc *d, int planning)
+/* The plan of d at the current TF32 setting whose workspace fits in room
+ * bytes, made if needed (with algorithms chosen to fit room). */
+static conv_plan *get_plan(cbe *ci, const cdl_conv2d_desc *d, size_t room)
 {
     conv_plan *lru = NULL;
     for (int i = 0; i < ci->nplans; i++) {
         conv_plan *p = &ci->plans[i];
-        if (p->tf32 == ci->tf32_conv && !memcmp(&p->d, d, sizeof *d)) {
+        if (p->tf32 == ci->tf32_conv && !memcmp(&p->d, d, sizeof *d) &&
+            p->ws_floats * sizeof(float) <= room) {
             p->last_use = ++ci->plan_clock;
             return p;
         }
@@ -244,8 +329,7 @@ static conv_plan *get_plan(cbe *ci, const cdl_conv2d_desc *d, int planning)
         p = lru;
         plan_release(p);
     }
-    size_t limit = planning ? CONV_WS_CAP : ci->conv_ws_limit;
-    if (plan_make(ci, p, d, limit) != 0)
+    if (plan_make(ci, p, d, room) != 0)
         return NULL;
     if (p == &ci->plans[ci->nplans])
         ci->nplans++;
@@ -257,13 +341,24 @@ size_t cbe_conv2d_workspace(cdl_backend *be, const cdl_conv2d_desc *d)
 {
     cbe *ci = cbe_of(be);
     cbe_enter(ci);
-    conv_plan *p = get_plan(ci, d, 1);
-    if (!p)
-        return 0;
-    size_t bytes = p->ws_floats * sizeof(float);
-    if (bytes > ci->conv_ws_limit)
-        ci->conv_ws_limit = bytes;
-    return p->ws_floats;
+    conv_plan *p = get_plan(ci, d, CONV_WS_CAP);
+    return p ? p->ws_floats : 0;
+}
+
+/* The plan for d with the workspace ws really has (0 with an error when
+ * ws is not memory of this backend). */
+static conv_plan *plan_for(cbe *ci, const cdl_conv2d_desc *d, const void *ws, size_t *room)
+{
+    *room = ws ? cbe_room(ci, ws) : 0;
+    if (ws && !*room) {
+        char what[160];
+        desc_str(d, what, sizeof what);
+        cbe_fail(ci, "%s: the workspace %p is not memory of this CUDA backend: allocate ws with "
+                 "its alloc(), sized by conv2d_workspace", what, ws);
+        return NULL;
+    }
+    size_t limit = *room < CONV_WS_CAP ? *room : CONV_WS_CAP;
+    return get_plan(ci, d, limit);
 }
 
 static uint64_t conv_sig(int op, const cdl_conv2d_desc *d, const void *a, const void *b,
@@ -286,12 +381,13 @@ void cbe_conv2d_fwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x, c
                                                 ci->tf32_conv),
                      NULL, 0, &dyn))
         return;
-    conv_plan *p = get_plan(ci, d, 0);
+    size_t room;
+    conv_plan *p = plan_for(ci, d, ws, &room);
     if (!p)
         return;
     const float one = 1.0f, zero = 0.0f;
     if (CUDNN_CHECK(ci, cudnnConvolutionForward(ci->dnn, &one, p->x, x, p->w, w, p->fwd_conv,
-                                                p->fwd, ws, p->fwd_bytes, &zero, p->y, y)))
+                                                p->fwd, ws, room, &zero, p->y, y)))
         return;
     if (b)
         CU_CHECK(ci, cuk_bias_add_nchw(ci->stream, y, b, d->n, d->oc, d->oh * d->ow));
@@ -307,17 +403,18 @@ void cbe_conv2d_bwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x, c
                                                 ci->tf32_conv),
                      NULL, 0, &dyn))
         return;
-    conv_plan *p = get_plan(ci, d, 0);
+    size_t room;
+    conv_plan *p = plan_for(ci, d, ws, &room);
     if (!p)
         return;
     const float one = 1.0f, zero = 0.0f;
     if (dx && CUDNN_CHECK(ci, cudnnConvolutionBackwardData(ci->dnn, &one, p->w, w, p->y, dy,
                                                            p->bwd_data_conv, p->bwd_data, ws,
-                                                           p->bwd_data_bytes, &zero, p->x, dx)))
+                                                           room, &zero, p->x, dx)))
         return;
     if (CUDNN_CHECK(ci, cudnnConvolutionBackwardFilter(ci->dnn, &one, p->x, x, p->y, dy,
                                                        p->bwd_filter_conv, p->bwd_filter, ws,
-                                                       p->bwd_filter_bytes, &zero, p->w, dw)))
+                                                       room, &zero, p->w, dw)))
         return;
     if (db)
         CU_CHECK(ci, cuk_bias_grad_nchw(ci->stream, dy, db, d->n, d->oc, d->oh * d->ow,

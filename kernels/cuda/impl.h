@@ -31,8 +31,10 @@ typedef struct conv_plan {
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
     size_t fwd_bytes, bwd_data_bytes, bwd_filter_bytes;
-    size_t ws_floats;   /* what conv2d_workspace reports: cuDNN's and the bias partials */
+    size_t ws_floats;   /* what conv2d_workspace reports: the largest of the three */
+    size_t room;        /* bytes of workspace the algorithms were chosen to fit */
 } conv_plan;
 
 /* Plans are created once per shape and reused; the least recently used one
@@ -93,7 +95,9 @@ typedef struct cbe {
     conv_plan plans[CONV_CACHE_SIZE];
     int nplans;
     uint64_t plan_clock;
-    size_t conv_ws_limit;     /* bytes: the largest workspace conv2d_workspace reported */
+    struct cbe_block *blocks; /* live allocations of alloc(), by address (memory.c) */
+    size_t nblocks, cap_blocks;
+    int log_cudnn;            /* CDL_LOG has cudnn: print each conv plan */
     step_graph graph;
     int failed;               /* err holds the first failure since the last sync */
     char err[1536];
@@ -103,6 +107,9 @@ static inline cbe *cbe_of(cdl_backend *be)
 {
     return (cbe *)be->impl;
 }
+
+/* Whether the CDL_LOG list (e.g. "cudnn,cuda" or "all") names topic. */
+int cbe_log_has(const char *topic);
 
 /* Makes the backend's GPU current on the calling thread (cheap when it is). */
 void cbe_enter(cbe *ci);
@@ -134,6 +141,10 @@ void cbe_to_device(cdl_backend *be, void *dst, const void *src, size_t bytes);
 void cbe_to_host(cdl_backend *be, void *dst, const void *src, size_t bytes);
 void cbe_copy(cdl_backend *be, void *dst, const void *src, size_t bytes);
 int cbe_sync(cdl_backend *be);
+/* Bytes from p to the end of the alloc() block holding it; 0 when p is not
+ * in a live block of this backend. */
+size_t cbe_room(const cbe *ci, const void *p);
+void cbe_blocks_free(cbe *ci);
 /* 1 when p is page-locked host memory (cudaHostAlloc or cudaHostRegister). */
 int cbe_is_pinned(const void *p);
 

@@ -11,6 +11,8 @@
  *    asynchronous and overlaps whatever runs on the host; the buffer must
  *    stay untouched until sync().
  */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_backend.h"
@@ -25,6 +27,77 @@ int cbe_is_pinned(const void *p)
     }
     return a.type == cudaMemoryTypeHost;
 }
+
+/* ------------------------------------------------------ the block table */
+
+/* Each live block of alloc(), sorted by address, so an op handed a pointer
+ * into one (a conv workspace) knows how much room it really has. Models
+ * allocate a handful of blocks once: a sorted array is enough. */
+struct cbe_block {
+    uintptr_t base;
+    size_t bytes;
+};
+
+/* The index of the first block whose base is above a. */
+static size_t blocks_above(const cbe *ci, uintptr_t a)
+{
+    size_t lo = 0, hi = ci->nblocks;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ci->blocks[mid].base <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+size_t cbe_room(const cbe *ci, const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    size_t i = blocks_above(ci, a);
+    if (i == 0)
+        return 0;
+    const struct cbe_block *b = &ci->blocks[i - 1];
+    return a - b->base < b->bytes ? b->bytes - (a - b->base) : 0;
+}
+
+static int blocks_add(cbe *ci, void *p, size_t bytes)
+{
+    if (ci->nblocks == ci->cap_blocks) {
+        size_t cap = ci->cap_blocks ? 2 * ci->cap_blocks : 64;
+        struct cbe_block *nb = realloc(ci->blocks, cap * sizeof *nb);
+        if (!nb)
+            return -1;
+        ci->blocks = nb;
+        ci->cap_blocks = cap;
+    }
+    uintptr_t a = (uintptr_t)p;
+    size_t i = blocks_above(ci, a);
+    memmove(&ci->blocks[i + 1], &ci->blocks[i], (ci->nblocks - i) * sizeof *ci->blocks);
+    ci->blocks[i] = (struct cbe_block){a, bytes};
+    ci->nblocks++;
+    return 0;
+}
+
+static void blocks_remove(cbe *ci, const void *p)
+{
+    size_t i = blocks_above(ci, (uintptr_t)p);
+    if (i == 0 || ci->blocks[i - 1].base != (uintptr_t)p)
+        return;
+    i--;
+    memmove(&ci->blocks[i], &ci->blocks[i + 1], (ci->nblocks - i - 1) * sizeof *ci->blocks);
+    ci->nblocks--;
+}
+
+void cbe_blocks_free(cbe *ci)
+{
+    free(ci->blocks);
+    ci->blocks = NULL;
+    ci->nblocks = ci->cap_blocks = 0;
+}
+
+/* ------------------------------------------------------------- the ops */
 
 static int refuse_in_graph(cbe *ci, const char *what)
 {
@@ -60,6 +133,12 @@ void *cbe_alloc(cdl_backend *be, size_t bytes)
         (void)cudaFree(p);
         return NULL;
     }
+    if (blocks_add(ci, p, b)) {
+        (void)cudaFree(p);
+        cdl_error("cannot allocate %zu bytes on GPU %d: out of host memory for its record",
+                  bytes, ci->device);
+        return NULL;
+    }
     return p;
 }
 
@@ -72,7 +151,8 @@ void cbe_free(cdl_backend *be, void *p)
     if (refuse_in_graph(ci, "free"))
         return;
     /* cudaFree waits for the device: no queued op still uses p. */
-    CU_CHECK(ci, cudaFree(p));
+    if (CU_CHECK(ci, cudaFree(p)) == 0)
+        blocks_remove(ci, p);
 }
 
 void cbe_to_device(cdl_backend *be, void *dst, const void *src, size_t bytes)

@@ -9,17 +9,21 @@
  * - The heuristics (cudnnGet*Algorithm_v7) return a fixed list per
  *   direction that includes what real cuDNN has: algorithms documented as
  *   non-deterministic (BWD_DATA_ALGO_0, BWD_FILTER_ALGO_0 and _3), ones
- *   that want tensor-op (half-precision) math, ones that are not supported
- *   for the shape, and ones with large workspaces, so that the caller's
- *   choice is exercised. Each algorithm has its own workspace size.
+ *   with tensor-op math (TF32 for float data), ones that convert to half
+ *   precision (TENSOR_OP_MATH_ALLOW_CONVERSION), ones that are not
+ *   supported for the shape, and ones with large workspaces or one that
+ *   grows with the batch, so that the caller's choice is exercised. Each
+ *   algorithm has its own workspace size.
  * - Execution checks what cuDNN checks (shapes consistent with the
  *   descriptors, a workspace of at least the algorithm's size) and that
  *   every pointer lies in device memory; then, on the handle's stream, it
  *   overwrites the workspace with NaNs (a caller that keeps data there
  *   loses it, as it could on a GPU) and computes y = alpha * op + beta * y
- *   in double precision (beta == 0: y is not read). With DEFAULT math on
- *   this sm_90 device the operands are rounded to TF32, as cuDNN may do;
- *   FMA math is strict FP32.
+ *   in double precision (beta == 0: y is not read). With DEFAULT or
+ *   TENSOR_OP math on this sm_90 device the operands are rounded to TF32,
+ *   as cuDNN may do (for float data TENSOR_OP_MATH is TF32, not half);
+ *   ALLOW_CONVERSION rounds them to half precision; FMA math is strict
+ *   FP32.
  */
 #include "fake.h"
 
@@ -364,6 +368,10 @@ const entry<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t> fwd_list[]
     {CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD, CUDNN_STATUS_NOT_SUPPORTED, CUDNN_DETERMINISTIC,
      CUDNN_DEFAULT_MATH},
     {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_STATUS_SUCCESS, CUDNN_DETERMINISTIC,
+     CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION},
+    {CUDNN_CONVOLUTION_FWD_ALGO_GEMM, CUDNN_STATUS_SUCCESS, CUDNN_DETERMINISTIC,
+     CUDNN_TENSOR_OP_MATH},
+    {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_STATUS_SUCCESS, CUDNN_DETERMINISTIC,
      CUDNN_TENSOR_OP_MATH},
     {CUDNN_CONVOLUTION_FWD_ALGO_FFT, CUDNN_STATUS_SUCCESS, CUDNN_DETERMINISTIC, CUDNN_DEFAULT_MATH},
     {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_STATUS_SUCCESS, CUDNN_DETERMINISTIC,
@@ -373,6 +381,8 @@ const entry<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t> fwd_list[]
 };
 
 const entry<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t> bwd_data_list[] = {
+    {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_STATUS_SUCCESS, CUDNN_DETERMINISTIC,
+     CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION},
     {CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, CUDNN_STATUS_SUCCESS, CUDNN_NON_DETERMINISTIC,
      CUDNN_DEFAULT_MATH},
     {CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT, CUDNN_STATUS_SUCCESS, CUDNN_DETERMINISTIC,
@@ -384,8 +394,12 @@ const entry<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t> bw
 
 const entry<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>
     bwd_filter_list[] = {
+        {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, CUDNN_STATUS_SUCCESS, CUDNN_DETERMINISTIC,
+         CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION},
         {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, CUDNN_STATUS_SUCCESS, CUDNN_NON_DETERMINISTIC,
          CUDNN_DEFAULT_MATH},
+        {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, CUDNN_STATUS_SUCCESS, CUDNN_DETERMINISTIC,
+         CUDNN_TENSOR_OP_MATH},
         {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3, CUDNN_STATUS_SUCCESS, CUDNN_NON_DETERMINISTIC,
          CUDNN_DEFAULT_MATH},
         {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, CUDNN_STATUS_SUCCESS, CUDNN_DETERMINISTIC,
@@ -447,17 +461,34 @@ cudnnStatus_t check_ws(const char *call, void *ws, size_t given, size_t needed)
 
 /* The filter index that multiplies input row ih of output row oh, for
  * both modes: convolution flips the filter. */
+/* x rounded to IEEE half precision (what ALLOW_CONVERSION feeds the tensor
+ * cores): TF32's 10-bit mantissa, but a 5-bit exponent, so large values
+ * overflow and small ones lose bits (subnormals are multiples of 2^-24). */
+float half_round(float x)
+{
+    float a = std::fabs(x);
+    if (a >= 65520.0f)
+        return std::copysign(std::numeric_limits<float>::infinity(), x);
+    if (a < 6.103515625e-05f)   /* 2^-14: below it, half is fixed point */
+        return std::ldexp(std::nearbyint(std::ldexp(x, 24)), -24);
+    return tf32_round(x);
+}
+
 struct geometry {
     problem p;
-    bool flip, tf32;
+    bool flip, tf32, half;
     int tap(int i, int n) const { return flip ? n - 1 - i : i; }
-    float op(float x) const { return tf32 ? tf32_round(x) : x; }
+    float op(float x) const { return half ? half_round(x) : tf32 ? tf32_round(x) : x; }
 };
 
+/* For float data DEFAULT and TENSOR_OP math both allow TF32 on this device;
+ * only ALLOW_CONVERSION converts to half. */
 geometry geometry_of(const problem &p)
 {
+    cudnnMathType_t m = p.cd->math;
     return geometry{p, p.cd->mode == CUDNN_CONVOLUTION,
-                    p.cd->math == CUDNN_DEFAULT_MATH && tf32_allowed()};
+                    (m == CUDNN_DEFAULT_MATH || m == CUDNN_TENSOR_OP_MATH) && tf32_allowed(),
+                    m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION};
 }
 
 /* An operand as the math unit sees it: in double, TF32-rounded when the
@@ -600,7 +631,7 @@ cudnnStatus_t execute(const char *call, cudnnHandle_t h, void *ws, size_t ws_byt
     float *Y = (float *)out.p;
     size_t n = out.bytes / sizeof(float);
     cudaError_t e = enqueue(h->stream, [=]() {
-        poison(ws, ws_bytes);
+        poison(ws, ws_needed);   /* what the algorithm may use of the buffer */
         std::vector<double> acc(n, 0.0);
         fill(acc);
         for (size_t i = 0; i < n; i++)

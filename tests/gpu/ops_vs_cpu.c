@@ -189,6 +189,52 @@ static void check_conv(cdl_conv2d_desc d, int tf32)
         free(host_bufs[i]);
 }
 
+/* Two models on one backend, each with the workspace it sized: a shape the
+ * small one never sized (a batch first seen mid-run) must be planned for
+ * the small buffer it comes with, not for the largest workspace any model
+ * asked for (the big one's), and cuDNN must be told the real room. */
+static void check_shared_workspace(void)
+{
+    cdl_conv2d_desc small = conv_desc(8, 3, 16, 16, 4, 3, 1, 1);
+    cdl_conv2d_desc big = conv_desc(64, 3, 32, 32, 8, 5, 1, 0);
+    size_t ws_small = gpu->ops->conv2d_workspace(gpu, &small);
+    size_t ws_big = gpu->ops->conv2d_workspace(gpu, &big);
+    float *gws_small = up(NULL, ws_small * sizeof(float) + 4);
+    float *gws_big = up(NULL, ws_big * sizeof(float) + 4);
+    cdl_conv2d_desc shapes[] = {small, big, small};
+    float *wss[] = {gws_small, gws_big, gws_small};
+    shapes[2].n = 16;   /* the small model's new batch */
+    for (int i = 0; i < 3; i++) {
+        cdl_conv2d_desc d = shapes[i];
+        char shape[96];
+        snprintf(shape, sizeof shape, "%dx%dx%dx%d oc%d, %s workspace", d.n, d.c, d.h, d.w, d.oc,
+                 wss[i] == gws_small ? "small" : "big");
+        size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.oc * d.c * d.kh * d.kw;
+        size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
+        float *x = host_rand(nx, -1, 1), *w = host_rand(nw, -0.5f, 0.5f);
+        float *dy = host_rand(ny, -1, 1);
+        float *cw = host_zero(cpu->ops->conv2d_workspace(cpu, &d) * sizeof(float));
+        float *y = host_zero(ny * 4), *dx = host_zero(nx * 4), *dw = host_zero(nw * 4);
+        cpu->ops->conv2d_fwd(cpu, &d, x, w, NULL, y, cw);
+        cpu->ops->conv2d_bwd(cpu, &d, x, w, dy, dx, dw, NULL, cw);
+        float *gx = up(x, nx * 4), *gw = up(w, nw * 4), *gdy = up(dy, ny * 4);
+        float *gy = up(NULL, ny * 4), *gdx = up(NULL, nx * 4), *gdw = up(NULL, nw * 4);
+        gpu->ops->conv2d_fwd(gpu, &d, gx, gw, NULL, gy, wss[i]);
+        gpu->ops->conv2d_bwd(gpu, &d, gx, gw, gdy, gdx, gdw, NULL, wss[i]);
+        cmp("conv2d_fwd shared backend", shape, gy, y, ny, 1e-2, 1);
+        cmp("conv2d_bwd dx shared backend", shape, gdx, dx, nx, 1e-2, 1);
+        cmp("conv2d_bwd dw shared backend", shape, gdw, dw, nw, 1e-2, 1);
+        void *gpu_bufs[] = {gx, gw, gdy, gy, gdx, gdw};
+        for (size_t j = 0; j < sizeof gpu_bufs / sizeof gpu_bufs[0]; j++)
+            gpu->ops->free(gpu, gpu_bufs[j]);
+        void *host_bufs[] = {x, w, dy, cw, y, dx, dw};
+        for (size_t j = 0; j < sizeof host_bufs / sizeof host_bufs[0]; j++)
+            free(host_bufs[j]);
+    }
+    gpu->ops->free(gpu, gws_small);
+    gpu->ops->free(gpu, gws_big);
+}
+
 /* -------------------------------------------------------------- linear */
 
 static void check_linear(int n, int in, int out, int tf32)
@@ -534,6 +580,7 @@ static void check_graph(void)
 
 int main(void)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* whole lines between the backend's logs */
     cpu = cdl_backend_cpu_create(0);
     if (!cpu) {
         fprintf(stderr, "ops_vs_cpu: CPU backend: %s\n", cdl_last_error());
@@ -583,6 +630,7 @@ int main(void)
     check_conv(convs[0], 1);
     check_conv(convs[1], 1);
     check_linear(512, 400, 120, 1);
+    check_shared_workspace();
 
     int rc = gpu->ops->sync(gpu);
     if (rc != 0)

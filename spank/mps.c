@@ -87,22 +87,42 @@ static int control_run(const char *control, const struct spk_rundir *rd, const c
 }
 
 /* The daemon's pid from its pid file in the user's pipe directory. The file
- * is the user's: the value is only used to wait and to signal as the user. */
+ * is the user's: no link is followed on the way (pipe/ may have been
+ * replaced by one), it must be a regular file, and the value is only used
+ * to wait and to signal as the user. */
 static pid_t read_pidfile(const struct spk_rundir *rd)
 {
-    char path[SPK_PATH_MAX + 40], buf[24];
+    char buf[24];
     long v;
-    snprintf(path, sizeof path, "%s/nvidia-cuda-mps-control.pid", rd->pipe_dir);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    int dir = spk_rundir_open_sub(rd, "pipe");
+    if (dir < 0)
+        return 0;
+    int fd = openat(dir, "nvidia-cuda-mps-control.pid",
+                    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    close(dir);
     if (fd < 0)
         return 0;
-    ssize_t k = read(fd, buf, sizeof buf - 1);
+    ssize_t k = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, buf, sizeof buf - 1) : 0;
     close(fd);
     if (k <= 0)
         return 0;
     buf[k] = '\0';
     buf[strcspn(buf, "\n")] = '\0';
     return spk_parse_uint(buf, 2, 1 << 22, &v) == 0 ? (pid_t)v : 0;
+}
+
+/* 1 when the daemon's control pipe exists, looked up without following a
+ * link (the user owns pipe/). */
+static int has_control(const struct spk_rundir *rd)
+{
+    struct stat st;
+    int dir = spk_rundir_open_sub(rd, "pipe");
+    if (dir < 0)
+        return 0;
+    int found = fstatat(dir, "control", &st, AT_SYMLINK_NOFOLLOW) == 0;
+    close(dir);
+    return found;
 }
 
 /* 1 when pid is a live (not zombie) process of uid. */
@@ -161,12 +181,9 @@ static int stop_daemon(const char *control, const struct spk_rundir *rd,
                        const struct spk_cred *cred, double timeout_s, pid_t pid)
 {
     char out[256];
-    struct stat st;
-    char ctl[SPK_PATH_MAX + 16];
     if (pid <= 0)
         pid = read_pidfile(rd);
-    snprintf(ctl, sizeof ctl, "%s/control", rd->pipe_dir);
-    if (lstat(ctl, &st) == 0 || (pid > 0 && alive_as(pid, cred->uid)))
+    if (has_control(rd) || (pid > 0 && alive_as(pid, cred->uid)))
         if (control_run(control, rd, NULL, cred, NULL, "quit\n", timeout_s, out, sizeof out))
             spk_log("cdl: MPS quit in %s: %s", rd->step_dir, spk_last_error());
     if (pid > 0 && wait_gone(pid, cred->uid, timeout_s) != 0) {
@@ -187,8 +204,8 @@ static int start_daemon(struct spk_mps *m)
     /* Watch the pipe directory before starting: the daemon's control pipe
      * appearing there is the event to wake up for (no sleeping). */
     ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    if (ino >= 0 && inotify_add_watch(ino, m->rd.pipe_dir, IN_CREATE | IN_MOVED_TO |
-                                                             IN_CLOSE_WRITE | IN_ATTRIB) < 0) {
+    if (ino >= 0 && inotify_add_watch(ino, m->rd.pipe_dir, IN_DONT_FOLLOW | IN_CREATE |
+                                      IN_MOVED_TO | IN_CLOSE_WRITE | IN_ATTRIB) < 0) {
         close(ino);
         ino = -1;
     }

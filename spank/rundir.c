@@ -2,6 +2,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -35,9 +37,59 @@ int spk_rundir_from_key(struct spk_rundir *rd, const char *runtime_dir, const ch
     return 0;
 }
 
+/* Every directory above runtime_dir (after resolving the links an admin may
+ * have, like /var/run -> /run) must be root's and not writable by group or
+ * others unless sticky (/tmp): otherwise a user could swap a component and
+ * root would create, remove and read under a path of the user's choice. */
+static int check_parent(const char *runtime_dir, const char *dir)
+{
+    struct stat st;
+    if (lstat(dir, &st) != 0)
+        return spk_error("runtime_dir=%s: %s: %s", runtime_dir, dir, strerror(errno));
+    const char *why = !S_ISDIR(st.st_mode) ? "not a directory"
+                      : st.st_uid != 0     ? "not owned by root"
+                      : (st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)
+                          ? "writable by group or others without the sticky bit"
+                          : NULL;
+    if (why)
+        return spk_error("runtime_dir=%s is unsafe: its parent %s is %s; choose a runtime_dir "
+                         "whose every parent directory is owned by root and writable by root "
+                         "only (e.g. /run/cdl)", runtime_dir, dir, why);
+    return 0;
+}
+
+static int check_parents(const char *runtime_dir)
+{
+    char parent[SPK_PATH_MAX], real[PATH_MAX], *slash;
+    if (spk_copy(parent, sizeof parent, runtime_dir) != 0)
+        return spk_error("runtime_dir=%.80s is too long", runtime_dir);
+    slash = strrchr(parent, '/');
+    if (!slash)
+        return spk_error("runtime_dir=%s is not an absolute path", runtime_dir);
+    slash[slash == parent] = '\0';   /* "/run/cdl" -> "/run"; "/cdl" -> "/" */
+    if (!realpath(parent, real))
+        return spk_error("runtime_dir=%s: its parent %s: %s", runtime_dir, parent,
+                         strerror(errno));
+    if (check_parent(runtime_dir, "/") != 0)
+        return -1;
+    /* Each prefix of the resolved path: "/run", "/run/x", ... */
+    for (size_t i = 1; real[i - 1] && real[1]; i++)
+        if (real[i] == '/' || real[i] == '\0') {
+            char c = real[i];
+            real[i] = '\0';
+            int rc = check_parent(runtime_dir, real);
+            real[i] = c;
+            if (rc != 0)
+                return -1;
+        }
+    return 0;
+}
+
 int spk_rundir_check_root(const char *runtime_dir)
 {
     struct stat st;
+    if (check_parents(runtime_dir) != 0)
+        return -1;
     if (mkdir(runtime_dir, 0755) != 0 && errno != EEXIST)
         return spk_error("runtime_dir=%s: cannot create it: %s", runtime_dir, strerror(errno));
     if (lstat(runtime_dir, &st) != 0)
@@ -45,56 +97,165 @@ int spk_rundir_check_root(const char *runtime_dir)
     if (!S_ISDIR(st.st_mode))
         return spk_error("runtime_dir=%s is not a directory (a symbolic link is refused)",
                          runtime_dir);
-    if (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)))
+    /* A directory everyone may write to is a shared one (like /tmp): its
+     * mode is not for cdl to change, runtime_dir must be a directory of its
+     * own. */
+    if (st.st_mode & S_IWOTH)
+        return spk_error("runtime_dir=%s is writable by everyone (a shared directory): set "
+                         "runtime_dir to a directory of cdl's own, e.g. runtime_dir=/run/cdl",
+                         runtime_dir);
+    if (st.st_uid != 0 || (st.st_mode & S_IWGRP))
         return spk_error("runtime_dir=%s must be owned by root and not writable by group or "
-                         "others (chown root: %s; chmod 755 %s)", runtime_dir, runtime_dir,
+                         "others (chown root: %s; chmod g-w %s)", runtime_dir, runtime_dir,
                          runtime_dir);
     return 0;
 }
 
-/* Empties and removes the directory `name` under dirfd; depth-limited. */
-static int remove_at(int dirfd, const char *name, int depth)
+/* Removing a tree the job user wrote, as root: without following a link,
+ * without a depth limit and without recursion. Each pass goes over the
+ * step directory's entries; files and empty directories are removed, and a
+ * directory with entries is emptied one level: its own subdirectories are
+ * moved up into the step directory (renameat of a directory the walk holds
+ * open, so no path is resolved again), to be emptied by a later pass. At
+ * most two directories are open at a time however deep the tree is. */
+enum { REMOVE_MAX_ENTRIES = 1 << 24 };   /* a live writer cannot keep us forever */
+
+static int is_dot(const char *n)
 {
-    int fd, rc = 0;
-    DIR *d;
+    return n[0] == '.' && (n[1] == '\0' || (n[1] == '.' && n[2] == '\0'));
+}
+
+/* Empties the directory sub (under top) one level. Counts removals in *done. */
+static int empty_one_level(int top, int sub, const char *where, unsigned *seq, long *done)
+{
+    DIR *d = fdopendir(sub);
     struct dirent *e;
-    if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
-        return 0;
-    if (errno != EISDIR && errno != EPERM)
-        return spk_error("cannot remove %s: %s", name, strerror(errno));
-    if (depth > 16)
-        return spk_error("cannot remove %s: nested too deeply", name);
-    fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? 0 : spk_error("cannot open %s: %s", name, strerror(errno));
-    d = fdopendir(fd);
+    int rc = 0;
     if (!d) {
-        close(fd);
-        return spk_error("cannot read %s: %s", name, strerror(errno));
+        close(sub);
+        return spk_error("cannot read %s: %s", where, strerror(errno));
     }
     while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+        char hoisted[32];
+        if (is_dot(e->d_name))
             continue;
-        if (remove_at(fd, e->d_name, depth + 1) != 0)
-            rc = -1;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0 ||
+            ((errno == EISDIR || errno == EPERM) &&
+             unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) == 0)) {
+            ++*done;
+            continue;
+        }
+        if (errno != ENOTEMPTY && errno != EEXIST) {
+            if (errno != ENOENT)
+                rc = spk_error("cannot remove %s/%s: %s", where, e->d_name, strerror(errno));
+            continue;
+        }
+        /* A directory with entries: up into the step directory. */
+        do
+            snprintf(hoisted, sizeof hoisted, ".cdl-rm.%u", (*seq)++);
+        while (faccessat(top, hoisted, F_OK, AT_SYMLINK_NOFOLLOW) == 0);
+        if (renameat(dirfd(d), e->d_name, top, hoisted) == 0)
+            ++*done;
+        else if (errno != ENOENT)
+            rc = spk_error("cannot move %s/%s: %s", where, e->d_name, strerror(errno));
     }
     closedir(d);
-    if (unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
-        rc = spk_error("cannot remove directory %s: %s", name, strerror(errno));
     return rc;
+}
+
+static int remove_tree(int parent, const char *name, const char *where)
+{
+    unsigned seq = 0;
+    long total = 0;
+    if (unlinkat(parent, name, 0) == 0 || errno == ENOENT)
+        return 0;
+    if (errno != EISDIR && errno != EPERM)
+        return spk_error("cannot remove %s: %s", where, strerror(errno));
+    int top = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (top < 0)
+        return errno == ENOENT ? 0 : spk_error("cannot open %s: %s", where, strerror(errno));
+    for (;;) {
+        long done = 0;
+        int failed = 0, fd = dup(top);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        struct dirent *e;
+        if (!d) {
+            if (fd >= 0)
+                close(fd);
+            close(top);
+            return spk_error("cannot read %s: %s", where, strerror(errno));
+        }
+        rewinddir(d);   /* the dup shares the offset of earlier passes */
+        while ((e = readdir(d)) != NULL) {
+            if (is_dot(e->d_name))
+                continue;
+            if (unlinkat(top, e->d_name, 0) == 0 ||
+                ((errno == EISDIR || errno == EPERM) &&
+                 unlinkat(top, e->d_name, AT_REMOVEDIR) == 0)) {
+                done++;
+                continue;
+            }
+            if (errno == ENOENT)
+                continue;
+            int sub = openat(top, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0) {
+                failed = errno != ENOENT;
+                continue;
+            }
+            failed |= empty_one_level(top, sub, where, &seq, &done) != 0;
+        }
+        closedir(d);
+        if (unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT) {
+            close(top);
+            return 0;
+        }
+        total += done;
+        if (done == 0 || total > REMOVE_MAX_ENTRIES) {
+            int err = errno;
+            close(top);
+            if (failed)
+                return -1;   /* the message of the entry that failed */
+            return spk_error("cannot remove directory %s: %s", where,
+                             total > REMOVE_MAX_ENTRIES ? "something keeps writing into it"
+                                                        : strerror(err));
+        }
+    }
 }
 
 int spk_rundir_remove(const char *runtime_dir, const char *key)
 {
     int fd, rc;
+    char where[SPK_PATH_MAX + 130];
     if (strchr(key, '/') || key[0] == '.' || !key[0])
         return spk_error("refusing to remove '%s' under %s", key, runtime_dir);
     fd = open(runtime_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return errno == ENOENT ? 0 : spk_error("runtime_dir=%s: %s", runtime_dir, strerror(errno));
-    rc = remove_at(fd, key, 0);
+    snprintf(where, sizeof where, "%s/%s", runtime_dir, key);
+    rc = remove_tree(fd, key, where);
     close(fd);
     return rc;
+}
+
+int spk_rundir_open_sub(const struct spk_rundir *rd, const char *sub)
+{
+    /* step_dir is "<runtime_dir>/<key>" (spk_rundir_from_key). */
+    char runtime_dir[SPK_PATH_MAX];
+    size_t n = strlen(rd->step_dir) - strlen(rd->key) - 1;
+    memcpy(runtime_dir, rd->step_dir, n);
+    runtime_dir[n] = '\0';
+    int top = open(runtime_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int step = top < 0 ? -1 : openat(top, rd->key, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = step < 0 ? -1 : openat(step, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int e = errno;
+    if (top >= 0)
+        close(top);
+    if (step >= 0)
+        close(step);
+    if (fd < 0)
+        return spk_error("%s/%s is not a directory of the step (%s): a link is not followed",
+                         rd->step_dir, sub, strerror(e));
+    return fd;
 }
 
 int spk_rundir_create(const struct spk_rundir *rd, const char *runtime_dir, uid_t uid, gid_t gid)

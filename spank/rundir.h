@@ -6,9 +6,9 @@
  *       log/                          the job user, 0700: CUDA_MPS_LOG_DIRECTORY
  *
  * The node name is part of the key because several slurmd may share one
- * host (and one runtime_dir). Root only creates and removes these; removal
- * walks with openat(O_NOFOLLOW) and unlinkat(), so links the user plants
- * inside cannot redirect it. */
+ * host (and one runtime_dir). Root only creates and removes these and
+ * reads pipe/ through spk_rundir_open_sub; every walk uses openat(O_NOFOLLOW)
+ * and unlinkat(), so links the user plants inside cannot redirect it. */
 #ifndef CDL_SPANK_RUNDIR_H
 #define CDL_SPANK_RUNDIR_H
 
@@ -32,15 +32,23 @@ int spk_rundir_init(struct spk_rundir *rd, const char *runtime_dir, uint32_t job
 int spk_rundir_from_key(struct spk_rundir *rd, const char *runtime_dir, const char *key);
 
 /* Makes sure runtime_dir is a real directory owned by root and not writable
- * by group or others (creating it with 0755 when it is missing). */
+ * by group or others (creating it with 0755 when it is missing), and that
+ * every directory above it is root's and not writable by group or others
+ * unless sticky. The hint never suggests changing a shared directory. */
 int spk_rundir_check_root(const char *runtime_dir);
 
 /* Creates the step directory with pipe/ and log/ for uid:gid, removing a
  * stale one of the same key first (a requeued job reuses its step ids). */
 int spk_rundir_create(const struct spk_rundir *rd, const char *runtime_dir, uid_t uid, gid_t gid);
 
-/* Removes the step directory tree; a missing one is not an error. */
+/* Removes the step directory tree; a missing one is not an error. No link
+ * is followed, there is no depth limit and no recursion (rundir.c). */
 int spk_rundir_remove(const char *runtime_dir, const char *key);
+
+/* Opens the step directory's subdirectory `sub` (pipe, log) for reading as
+ * root without following a link at any level below runtime_dir: an fd, or
+ * -1 with spk_last_error(). */
+int spk_rundir_open_sub(const struct spk_rundir *rd, const char *sub);
 
 /* Calls fn(key, owner uid, owner gid, arg) for every step directory of jobid in
  * runtime_dir (names "<jobid>.*"). Returns the number found, or -1. */

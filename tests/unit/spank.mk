@@ -4,9 +4,9 @@ SPANK_TEST_CPPFLAGS = $(TEST_CPPFLAGS) $(HWLOC_CFLAGS)
 SPANK_TEST_LDADD = $(CMOCKA_LIBS)
 
 check_PROGRAMS += tests/unit/test_spank_config tests/unit/test_spank_contract \
-	tests/unit/test_spank_spawn tests/unit/test_spank_mps
+	tests/unit/test_spank_spawn tests/unit/test_spank_mps tests/unit/test_spank_rundir
 TESTS += tests/unit/test_spank_config tests/unit/test_spank_contract \
-	tests/unit/test_spank_spawn tests/unit/test_spank_mps
+	tests/unit/test_spank_spawn tests/unit/test_spank_mps tests/unit/test_spank_rundir
 
 tests_unit_test_spank_config_SOURCES = tests/unit/test_spank_config.c spank/util.c \
 	spank/config.c spank/options.c
@@ -21,6 +21,11 @@ tests_unit_test_spank_contract_LDADD = $(SPANK_TEST_LDADD)
 tests_unit_test_spank_spawn_SOURCES = tests/unit/test_spank_spawn.c spank/util.c spank/spawn.c
 tests_unit_test_spank_spawn_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
 tests_unit_test_spank_spawn_LDADD = $(SPANK_TEST_LDADD)
+
+tests_unit_test_spank_rundir_SOURCES = tests/unit/test_spank_rundir.c spank/util.c \
+	spank/rundir.c
+tests_unit_test_spank_rundir_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_rundir_LDADD = $(SPANK_TEST_LDADD)
 
 # Runs the fake MPS control program (tests/slurm) through the real lifecycle.
 tests_unit_test_spank_mps_SOURCES = tests/unit/test_spank_mps.c spank/util.c spank/config.c \

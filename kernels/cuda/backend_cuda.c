@@ -158,13 +158,21 @@ static int setup(cbe *ci)
         CU_CHECK(ci, cudaGetDeviceProperties(&prop, ci->device)))
         return -1;
     current_device = ci->device;
+    /* Replicas packed on one GPU (MPS) would each spin a host core while
+     * they wait for the GPU: they block instead (device and events). */
+    unsigned int ev_flags = cudaEventDisableTiming;
+    if (ci->packed > 1) {
+        if (CU_CHECK(ci, cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync)))
+            return -1;
+        ev_flags |= cudaEventBlockingSync;
+    }
     snprintf(ci->gpu_name, sizeof ci->gpu_name, "%s", prop.name);
     ci->cc_major = prop.major;
     ci->cc_minor = prop.minor;
     memcpy(ci->uuid, prop.uuid.bytes, sizeof ci->uuid);
     if (CU_CHECK(ci, cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking)) ||
         CU_CHECK(ci, cudaStreamCreateWithFlags(&ci->copy_stream, cudaStreamNonBlocking)) ||
-        CU_CHECK(ci, cudaEventCreateWithFlags(&ci->copy_done, cudaEventDisableTiming)) ||
+        CU_CHECK(ci, cudaEventCreateWithFlags(&ci->copy_done, ev_flags)) ||
         CU_CHECK(ci, cudaMalloc(&ci->blas_ws, BLAS_WS_BYTES)) ||
         CU_CHECK(ci, cudaMalloc((void **)&ci->sumsq_dev,
                                 (CUK_SUMSQ_BLOCKS + 1) * sizeof(double))) ||
@@ -174,7 +182,7 @@ static int setup(cbe *ci)
                                 CBE_BIAS_PARTIALS * sizeof(float))))
         return -1;
     for (int i = 0; i < CUDA_BACKEND_MARKS; i++)
-        if (CU_CHECK(ci, cudaEventCreateWithFlags(&ci->marks[i], cudaEventDisableTiming)))
+        if (CU_CHECK(ci, cudaEventCreateWithFlags(&ci->marks[i], ev_flags)))
             return -1;
     /* cublasSetStream resets the workspace: set the stream first. */
     if (CUBLAS_CHECK(ci, cublasCreate(&ci->blas)) ||
@@ -190,6 +198,15 @@ static int setup(cbe *ci)
     if (CU_CHECK(ci, cuk_fill(ci->stream, (float *)(void *)ci->sumsq_dev, 2, one, NULL)) ||
         CU_CHECK(ci, cudaStreamSynchronize(ci->stream)))
         return -1;
+    if (cbe_log_has("cuda")) {
+        unsigned int f = 0;
+        (void)cudaGetDeviceFlags(&f);
+        fprintf(stderr, "cdl: cuda: GPU %d (%s, compute capability %d.%d): host waits %s "
+                "(%d replica%s per GPU)\n", ci->device, ci->gpu_name, ci->cc_major, ci->cc_minor,
+                (f & cudaDeviceScheduleMask) == cudaDeviceScheduleBlockingSync ? "block"
+                : (f & cudaDeviceScheduleMask) == cudaDeviceScheduleYield ? "yield" : "spin or auto",
+                ci->packed, ci->packed == 1 ? "" : "s");
+    }
     return 0;
 }
 
@@ -228,6 +245,9 @@ cdl_backend *cdl_backend_cuda_create(int device)
     ci->tf32_conv = tf32_conv;
     ci->tf32_matmul = tf32_matmul;
     ci->log_cudnn = cbe_log_has("cudnn");
+    /* The launcher's contract says how many replicas share this GPU. */
+    const char *rpg = getenv("CDL_REPLICAS_PER_GPU");
+    ci->packed = rpg && atoi(rpg) > 1 ? atoi(rpg) : 1;
     if (setup(ci) != 0) {
         char msg[sizeof ci->err];
         snprintf(msg, sizeof msg, "%s", ci->err);

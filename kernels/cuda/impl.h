@@ -98,6 +98,7 @@ typedef struct cbe {
     struct cbe_block *blocks; /* live allocations of alloc(), by address (memory.c) */
     size_t nblocks, cap_blocks;
     int log_cudnn;            /* CDL_LOG has cudnn: print each conv plan */
+    int packed;               /* replicas sharing this GPU (CDL_REPLICAS_PER_GPU) */
     step_graph graph;
     int failed;               /* err holds the first failure since the last sync */
     char err[1536];

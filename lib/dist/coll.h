@@ -83,9 +83,12 @@ int coll_mpi_available(void);   /* built with MPI and launched by an MPI-capable
 coll *coll_store_create(const coll_group *g, store *st);
 
 /* NCCL among g (one rank per GPU); host_buffers: stage through device memory
- * (when used between node leaders in hier). */
+ * (when used between node leaders in hier). compute_stream (a cudaStream_t,
+ * NULL with host buffers only): device-buffer collectives wait for the work
+ * queued on it first. */
 int nccl_prepare(const coll_group *g, boot *b);
-coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double timeout_s);
+coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double timeout_s,
+                       void *compute_stream);
 
 /* Hierarchical: `local` inside this rank's group (shm), `inter` between the
  * group leaders (NULL on non-leaders). group_of[r] and local_of[r] place

@@ -7,7 +7,11 @@
  * fail (ncclCommAbort) instead of hanging. Host buffers (metrics, the
  * hierarchical leaders' sums) are staged through a device scratch buffer.
  * DDP's gradient buckets are enqueued instead (enqueue_allreduce, join):
- * stream-ordered with the compute stream through events, no host wait. */
+ * stream-ordered with the compute stream through events, no host wait.
+ * A collective on device buffers first makes NCCL's stream wait (an event)
+ * for the work queued so far on the compute stream, so a buffer an op is
+ * still writing is never reduced stale. Every copy is checked and every
+ * wait, copies included, is bounded by the timeout (CDL_TIMEOUT). */
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,6 +36,8 @@ typedef struct nccl_coll {
     cudaStream_t stream;
     void *dev;                  /* STAGE bytes of device scratch */
     cudaEvent_t ready, done;    /* enqueue_allreduce: compute -> nccl -> compute stream */
+    cudaStream_t compute;       /* the compute backend's stream (NULL: host buffers only) */
+    cudaEvent_t queued;         /* recorded on compute before a device collective */
     double timeout;
     int host_buffers;
 } nccl_coll;
@@ -90,6 +96,26 @@ static int nccl_wait(nccl_coll *n, int stream_too, const char *what)
     }
 }
 
+/* One checked copy on NCCL's stream. */
+static int copy(nccl_coll *n, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                const char *what)
+{
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, n->stream);
+    return e == cudaSuccess ? 0 : cuda_fail(what, e);
+}
+
+/* NCCL's stream waits (on the GPU) for the work queued so far on the
+ * compute stream: the device buffer may still be being written. */
+static int after_compute(nccl_coll *n, const char *what)
+{
+    if (!n->compute)
+        return 0;
+    cudaError_t e = cudaEventRecord(n->queued, n->compute);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(n->stream, n->queued, 0);
+    return e == cudaSuccess ? 0 : cuda_fail(what, e);
+}
+
 static int is_device(const void *p)
 {
     struct cudaPointerAttributes a;
@@ -120,18 +146,21 @@ static int n_allreduce(coll *c, void *buf, size_t count, coll_dtype t, int avera
 {
     nccl_coll *n = (nccl_coll *)c;
     if (is_device(buf))
-        return run_allreduce(n, buf, count, t, average);
+        return after_compute(n, "event before the allreduce") ||
+                       run_allreduce(n, buf, count, t, average)
+                   ? -1
+                   : 0;
     size_t es = coll_dtype_size(t), per = STAGE / es;
     char *p = buf;
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
-        cudaMemcpyAsync(n->dev, p + off * es, m * es, cudaMemcpyHostToDevice, n->stream);
-        if (run_allreduce(n, n->dev, m, t, average))
+        if (copy(n, n->dev, p + off * es, m * es, cudaMemcpyHostToDevice,
+                 "copy to the allreduce stage") ||
+            run_allreduce(n, n->dev, m, t, average) ||
+            copy(n, p + off * es, n->dev, m * es, cudaMemcpyDeviceToHost,
+                 "copy from the allreduce stage") ||
+            nccl_wait(n, 1, "copy from the allreduce stage"))
             return -1;
-        cudaMemcpyAsync(p + off * es, n->dev, m * es, cudaMemcpyDeviceToHost, n->stream);
-        cudaError_t e = cudaStreamSynchronize(n->stream);
-        if (e != cudaSuccess)
-            return cuda_fail("copy", e);
     }
     return 0;
 }
@@ -150,18 +179,18 @@ static int n_broadcast(coll *c, void *buf, size_t bytes, int root)
 {
     nccl_coll *n = (nccl_coll *)c;
     if (is_device(buf))
-        return run_bcast(n, buf, bytes, root);
+        return after_compute(n, "event before the broadcast") || run_bcast(n, buf, bytes, root)
+                   ? -1
+                   : 0;
     char *p = buf;
     for (size_t off = 0; off < bytes; off += STAGE) {
         size_t m = bytes - off < STAGE ? bytes - off : STAGE;
-        if (c->rank == root)
-            cudaMemcpyAsync(n->dev, p + off, m, cudaMemcpyHostToDevice, n->stream);
-        if (run_bcast(n, n->dev, m, root))
+        if ((c->rank == root && copy(n, n->dev, p + off, m, cudaMemcpyHostToDevice,
+                                     "copy to the broadcast stage")) ||
+            run_bcast(n, n->dev, m, root) ||
+            copy(n, p + off, n->dev, m, cudaMemcpyDeviceToHost, "copy from the broadcast stage") ||
+            nccl_wait(n, 1, "copy from the broadcast stage"))
             return -1;
-        cudaMemcpyAsync(p + off, n->dev, m, cudaMemcpyDeviceToHost, n->stream);
-        cudaError_t e = cudaStreamSynchronize(n->stream);
-        if (e != cudaSuccess)
-            return cuda_fail("copy", e);
     }
     return 0;
 }
@@ -179,16 +208,21 @@ static int n_allgather(coll *c, const void *in, void *out, size_t bytes)
     if ((size_t)c->size * bytes + bytes > STAGE)
         return cdl_error("NCCL allgather of %zu bytes per rank exceeds the %u-byte stage", bytes,
                          STAGE);
+    if (!n->comm)
+        return cdl_error("NCCL communicator was aborted after an earlier failure");
     char *dev = n->dev;
-    cudaMemcpyAsync(dev, in, bytes, cudaMemcpyHostToDevice, n->stream);
+    if (copy(n, dev, in, bytes, cudaMemcpyHostToDevice, "copy to the allgather stage"))
+        return -1;
     ncclResult_t r = ncclAllGather(dev, dev + bytes, bytes, ncclChar, n->comm, n->stream);
     if (r != ncclSuccess && r != ncclInProgress)
         return nccl_fail("allgather", r);
     if (nccl_wait(n, 1, "allgather"))
         return -1;
-    cudaMemcpyAsync(out, dev + bytes, (size_t)c->size * bytes, cudaMemcpyDeviceToHost, n->stream);
-    cudaError_t e = cudaStreamSynchronize(n->stream);
-    return e == cudaSuccess ? 0 : cuda_fail("copy", e);
+    return copy(n, out, dev + bytes, (size_t)c->size * bytes, cudaMemcpyDeviceToHost,
+                "copy from the allgather stage") ||
+                   nccl_wait(n, 1, "copy from the allgather stage")
+               ? -1
+               : 0;
 }
 
 static void n_destroy(coll *c)
@@ -204,6 +238,8 @@ static void n_destroy(coll *c)
         cudaEventDestroy(n->ready);
     if (n->done)
         cudaEventDestroy(n->done);
+    if (n->queued)
+        cudaEventDestroy(n->queued);
     cdl_free(n);
 }
 
@@ -279,7 +315,8 @@ int nccl_prepare(const coll_group *g, boot *b)
     return boot_put(b, key, &id, sizeof id);
 }
 
-coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double timeout_s)
+coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double timeout_s,
+                       void *compute_stream)
 {
     ncclUniqueId id;
     char key[64];
@@ -292,6 +329,7 @@ coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double ti
     n->base = (coll){&nccl_ops, g->me, g->size, 1};
     n->timeout = timeout_s;
     n->host_buffers = host_buffers;
+    n->compute = (cudaStream_t)compute_stream;
     cudaError_t e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)
         e = cudaMalloc(&n->dev, STAGE);
@@ -299,6 +337,8 @@ coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double ti
         e = cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming);
     if (e == cudaSuccess)
         e = cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&n->queued, cudaEventDisableTiming);
     if (e != cudaSuccess) {
         cuda_fail("setup", e);
         n_destroy(&n->base);

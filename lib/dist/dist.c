@@ -253,7 +253,7 @@ static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
         if (!inter && member)
             goto out;
     } else if (l.me_leader >= 0 && !strcmp(inter_kind, "nccl")) {
-        if (!(inter = coll_nccl_create(&leaders, d->boot, 1, d->timeout)))
+        if (!(inter = coll_nccl_create(&leaders, d->boot, 1, d->timeout, NULL)))
             goto out;
     } else if (!strcmp(inter_kind, "store")) {
         store *st = boot_store(d->boot);
@@ -327,7 +327,7 @@ static coll *make_flat(cdl_dist *d, const char *kind)
         int ok = exchange_layout(d, 1, &l) == 0;
         layout_free(&l);
         if (ok && nccl_prepare(&g, d->boot) == 0 && boot_fence(d->boot) == 0)
-            c = coll_nccl_create(&g, d->boot, 0, d->timeout);
+            c = coll_nccl_create(&g, d->boot, 0, d->timeout, cuda_backend_stream(d->be));
     }
     cdl_free(all);
     return c;

@@ -453,6 +453,32 @@ cudaError_t cudaGetDevice(int *device)
     return cudaSuccess;
 }
 
+/* Per device of this process, as the runtime keeps them: the scheduling
+ * flags only (how host threads wait; nothing else is modelled). */
+static unsigned int device_flags[64];
+
+cudaError_t cudaSetDeviceFlags(unsigned int flags)
+{
+    LOCKED;
+    const unsigned int sched = cudaDeviceScheduleSpin | cudaDeviceScheduleYield |
+                               cudaDeviceScheduleBlockingSync;
+    if (flags & ~(sched | cudaDeviceMapHost | cudaDeviceLmemResizeToMax))
+        return fail(cudaErrorInvalidValue);
+    if (current_device < 0 || current_device >= 64)
+        return fail(cudaErrorInvalidDevice);
+    device_flags[current_device] = flags;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceFlags(unsigned int *flags)
+{
+    LOCKED;
+    if (current_device < 0 || current_device >= 64)
+        return fail(cudaErrorInvalidDevice);
+    *flags = device_flags[current_device] | cudaDeviceMapHost;
+    return cudaSuccess;
+}
+
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 {
     int n = device_count();

@@ -52,9 +52,17 @@ tests_fakegpu_bench_lenet_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
 tests_fakegpu_bench_lenet_LDADD = $(FAKEGPU_LDADD)
 tests_fakegpu_bench_lenet_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_bench_lenet_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+# NCCL collectives of lib/dist/coll_nccl.c against the compute stream.
+check_PROGRAMS += tests/fakegpu/coll_order
+tests_fakegpu_coll_order_SOURCES = tests/fakegpu/coll_order.c
+tests_fakegpu_coll_order_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
+tests_fakegpu_coll_order_LDADD = $(FAKEGPU_LDADD)
+tests_fakegpu_coll_order_LDFLAGS = $(FAKEGPU_LINKFLAGS)
+EXTRA_tests_fakegpu_coll_order_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
 TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh tests/fakegpu/ddp.sh \
-	tests/fakegpu/gpu_script.sh
+	tests/fakegpu/gpu_script.sh tests/fakegpu/coll.sh
 endif
 EXTRA_DIST += tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
 	tests/fakegpu/fake_dnn.cc tests/fakegpu/fake_nccl.cc tests/fakegpu/ops.sh \
-	tests/fakegpu/train.sh tests/fakegpu/ddp.sh tests/fakegpu/gpu_script.sh
+	tests/fakegpu/train.sh tests/fakegpu/ddp.sh tests/fakegpu/gpu_script.sh \
+	tests/fakegpu/coll.sh

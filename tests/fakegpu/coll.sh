@@ -1,0 +1,25 @@
+#!/bin/sh
+# tests/fakegpu/coll_order: NCCL collectives on device buffers wait for the
+# compute stream's queued work, and an aborted communicator is an error;
+# 2 ranks of cdlrun on 2 fake GPUs. Then: replicas packed on one GPU block
+# while they wait for it (no core spinning per replica), unpacked ones not.
+set -u
+if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
+    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
+fi
+builddir=${top_builddir:-.}
+out=$(mktemp /tmp/cdl-fakecoll.XXXXXX)
+trap 'rm -f "$out"' EXIT
+CDL_FAKE_GPUS=2 timeout 300 "$builddir/launcher/cdlrun" -n 2 --timeout 60 \
+    "$builddir/tests/fakegpu/coll_order" >"$out" 2>&1
+rc=$?
+cat "$out"
+[ $rc -eq 0 ] || { echo "FAILED: coll_order exited $rc"; exit 1; }
+[ "$(grep -c ' ok ' "$out")" -eq 6 ] || { echo "FAILED: not every check passed on both ranks"; exit 1; }
+prog=$builddir/tests/fakegpu/coll_order
+packed=$(CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=2 "$prog" --sync-flags 2>&1)
+alone=$(CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=1 "$prog" --sync-flags 2>&1)
+echo "packed: $packed; alone: $alone"
+[ "$packed" = "host waits: block" ] || { echo "FAILED: packed replicas do not block"; exit 1; }
+[ "$alone" = "host waits: other" ] || { echo "FAILED: a replica alone should not change how it waits"; exit 1; }
+echo "PASS: NCCL collectives ordered after the compute stream; packed replicas block"

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "lib/dist/contract.h"
+
 #define CDLRUN_MAX_RANKS 1024
 #define CDLRUN_KILL_GRACE 3.0      /* seconds between SIGTERM and SIGKILL when stopping ranks */
 
@@ -25,7 +27,7 @@ typedef struct run {
     double timeout;                /* --timeout: exported as CDL_TIMEOUT (0 = unset) */
     char **argv;                   /* PROGRAM ARGS... */
     int listen_fd, port;           /* the store socket handed to rank 0 */
-    char token[33], job_id[64];
+    char token[CONTRACT_TOKEN_LEN + 1], job_id[64];
     rank_proc *ranks;
 } run;
 

@@ -11,22 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "lib/dist/contract.h"
 #include "launch.h"
-
-static int random_hex(char *out, size_t bytes)
-{
-    unsigned char b[32];
-    if (bytes > sizeof b || getrandom(b, bytes, 0) != (ssize_t)bytes)
-        return -1;
-    for (size_t i = 0; i < bytes; i++)
-        snprintf(out + 2 * i, 3, "%02x", b[i]);
-    return 0;
-}
 
 static int listen_loopback(run *r)
 {
@@ -52,6 +41,46 @@ static void setenv_int(const char *name, long v)
     setenv(name, buf, 1);
 }
 
+static int setenv_contract(void *ctx, const char *name, const char *value, int user_wins,
+                           contract_err *e)
+{
+    (void)ctx;
+    if (setenv(name, value, !user_wins) != 0) {
+        snprintf(e->msg, sizeof e->msg, "cannot set %s: %s", name, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* The contract of one rank: all ranks on this host. */
+static int export_contract(const run *r, int rank)
+{
+    contract c = {0};
+    contract_err e;
+    const char *rpg = getenv(CDL_ENV_REPLICAS_PER_GPU);
+    long v = 1;
+    if (rpg && *rpg && contract_parse_int(CDL_ENV_REPLICAS_PER_GPU, rpg, 1, r->n, &v, &e)) {
+        fprintf(stderr, "cdlrun: %s\n", e.msg);
+        return -1;
+    }
+    c.rank = c.local_rank = rank;
+    c.world = c.local_world = r->n;
+    c.nnodes = 1;
+    c.replicas_per_gpu = (int)v;
+    c.master_port = r->port;
+    snprintf(c.master_addr, sizeof c.master_addr, "127.0.0.1");
+    snprintf(c.job_id, sizeof c.job_id, "%s", r->job_id);
+    snprintf(c.launcher, sizeof c.launcher, "cdlrun");
+    snprintf(c.token, sizeof c.token, "%s", r->token);
+    for (const char *const *f = contract_foreign_vars; *f; f++)
+        unsetenv(*f);
+    if (contract_encode(&c, setenv_contract, NULL, &e) != 0) {
+        fprintf(stderr, "cdlrun: rank %d: %s\n", rank, e.msg);
+        return -1;
+    }
+    return 0;
+}
+
 /* In the child: the contract, then exec. Never returns. */
 static void exec_rank(run *r, int rank, const sigset_t *mask, int out_w, int err_w)
 {
@@ -69,29 +98,13 @@ static void exec_rank(run *r, int rank, const sigset_t *mask, int out_w, int err
         close(out_w);
         close(err_w);
     }
-    setenv_int(CDL_ENV_RANK, rank);
-    setenv_int(CDL_ENV_WORLD_SIZE, r->n);
-    setenv_int(CDL_ENV_LOCAL_RANK, rank);
-    setenv_int(CDL_ENV_LOCAL_WORLD_SIZE, r->n);
-    setenv(CDL_ENV_GROUP_RANK, "0", 1);
-    setenv(CDL_ENV_NODE_RANK, "0", 1);
-    setenv(CDL_ENV_NNODES, "1", 1);
-    setenv(CDL_ENV_MASTER_ADDR, "127.0.0.1", 1);
-    setenv_int(CDL_ENV_MASTER_PORT, r->port);
-    setenv(CDL_ENV_JOB_ID, r->job_id, 1);
-    setenv(CDL_ENV_LAUNCHER, "cdlrun", 1);
-    setenv(CDL_ENV_STORE_TOKEN, r->token, 1);
-    if (!getenv(CDL_ENV_REPLICAS_PER_GPU))
-        setenv(CDL_ENV_REPLICAS_PER_GPU, "1", 1);
+    if (export_contract(r, rank) != 0)
+        _exit(127);
     if (r->timeout > 0) {
         char buf[32];
         snprintf(buf, sizeof buf, "%g", r->timeout);
         setenv(CDL_ENV_TIMEOUT, buf, 1);
     }
-    /* Another launcher's variables would only confuse discovery. */
-    unsetenv("TORCHELASTIC_RUN_ID");
-    unsetenv("GROUP_WORLD_SIZE");
-    unsetenv(CDL_ENV_STORE_FD);
     cpu_set_t mine;
     if (r->bind_cores) {
         mine = r->ranks[rank].cpus;
@@ -119,15 +132,20 @@ static void exec_rank(run *r, int rank, const sigset_t *mask, int out_w, int err
 
 int launch_ranks(run *r)
 {
-    if (listen_loopback(r) || random_hex(r->token, 16)) {
-        if (r->listen_fd >= 0)
-            fprintf(stderr, "cdlrun: getrandom failed\n");
+    contract_err e;
+    if (listen_loopback(r))
+        return -1;
+    if (contract_token_make(r->token, sizeof r->token, &e) != 0) {
+        fprintf(stderr, "cdlrun: %s\n", e.msg);
         return -1;
     }
-    char rnd[9];
-    if (random_hex(rnd, 4))
+    /* The job id is public (shm names): its own bits, not the token's. */
+    char rnd[CONTRACT_TOKEN_LEN + 1];
+    if (contract_token_make(rnd, sizeof rnd, &e) != 0) {
+        fprintf(stderr, "cdlrun: %s\n", e.msg);
         return -1;
-    snprintf(r->job_id, sizeof r->job_id, "cdlrun.%d.%s", (int)getpid(), rnd);
+    }
+    snprintf(r->job_id, sizeof r->job_id, "cdlrun.%d.%.8s", (int)getpid(), rnd);
     if (r->bind_cores || r->bind_auto) {
         cpu_set_t *sets = calloc((size_t)r->n, sizeof *sets);
         char err[256];

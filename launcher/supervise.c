@@ -24,7 +24,7 @@
 
 #include "launch.h"
 
-#define EXIT_REQUEUE 75   /* CDL_EXIT_REQUEUE of lib/cdl/train.h */
+#define EXIT_REQUEUE CONTRACT_EXIT_REQUEUE
 #define LINE_MAX_BYTES 65536
 
 typedef struct outbuf {

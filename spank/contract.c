@@ -1,6 +1,7 @@
 /* The rank contract for one task (see contract.h). */
 #include <netdb.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -48,8 +49,10 @@ int spk_contract_step(const struct spk_conf *conf, const struct spk_step *step,
     if (!step->nodelist || !*step->nodelist)
         return spk_error("--cdl-ddp: SLURM_STEP_NODELIST is missing from the step's "
                          "environment, so MASTER_ADDR cannot be derived");
-    if (spk_hostlist_first(step->nodelist, out->master_node, sizeof out->master_node) != 0)
-        return spk_error("--cdl-ddp: SLURM_STEP_NODELIST: %s", spk_last_error());
+    contract_err e;
+    if (contract_hostlist_nth(step->nodelist, 0, out->master_node, sizeof out->master_node,
+                              &e) != 0)
+        return spk_error("--cdl-ddp: SLURM_STEP_NODELIST: %s", e.msg);
     if ((size_t)snprintf(name, sizeof name, "%s%s", out->master_node, conf->addr_suffix) >=
         sizeof name)
         return spk_error("--cdl-ddp: master node name '%s' is too long", out->master_node);
@@ -85,70 +88,85 @@ int spk_env_add(struct spk_env *env, const char *name, int keep_user, const char
     if (n < 0 || (size_t)n >= sizeof v->value)
         return spk_error("value of %s is too long", name);
     v->keep_user = keep_user;
-    v->skip = 0;
+    v->skip = v->unset = 0;
     env->n++;
+    return 0;
+}
+
+int spk_env_unset(struct spk_env *env, const char *name)
+{
+    if (spk_env_add(env, name, 0, "%s", "") != 0)
+        return -1;
+    env->v[env->n - 1].unset = 1;
     return 0;
 }
 
 const char *spk_env_get(const struct spk_env *env, const char *name)
 {
     for (int i = 0; i < env->n; i++)
-        if (!strcmp(env->v[i].name, name))
+        if (!env->v[i].unset && !strcmp(env->v[i].name, name))
             return env->v[i].value;
     return NULL;
+}
+
+/* contract_encode's writer: into the list, tuning knobs marked as the
+ * user's to keep. */
+static int env_set(void *ctx, const char *name, const char *value, int user_wins,
+                   contract_err *e)
+{
+    if (spk_env_add(ctx, name, user_wins, "%s", value) != 0) {
+        snprintf(e->msg, sizeof e->msg, "%s", spk_last_error());
+        return -1;
+    }
+    return 0;
 }
 
 int spk_contract_task(const struct spk_step *s, const struct spk_step_contract *sc,
                       uint32_t local_id, uint32_t global_id, struct spk_env *out)
 {
+    contract c;
+    contract_err e;
     spk_env_init(out);
     if (s->ntasks == 0 || s->local_tasks == 0 || s->nnodes == 0)
         return spk_error("--cdl-ddp: step %u.%u reports no tasks or nodes", s->jobid, s->stepid);
     if (global_id >= s->ntasks || local_id >= s->local_tasks || s->nodeid >= s->nnodes ||
-        s->local_tasks > s->ntasks)
+        s->local_tasks > s->ntasks || s->ntasks > INT32_MAX)
         return spk_error("--cdl-ddp: inconsistent layout: task %u (local %u of %u) of %u on "
                          "node %u of %u", global_id, local_id, s->local_tasks, s->ntasks,
                          s->nodeid, s->nnodes);
-    if (s->replicas_per_gpu < 1)
-        return spk_error("--cdl-ddp: replicas per GPU must be at least 1");
-    uint32_t cpus = s->cpus_per_task ? s->cpus_per_task : 1;
-    /* Every value but the MPS ones may be overridden by the user (kept). */
-    if (spk_env_add(out, CDL_ENV_RANK, 1, "%u", global_id) ||
-        spk_env_add(out, CDL_ENV_WORLD_SIZE, 1, "%u", s->ntasks) ||
-        spk_env_add(out, CDL_ENV_LOCAL_RANK, 1, "%u", local_id) ||
-        spk_env_add(out, CDL_ENV_LOCAL_WORLD_SIZE, 1, "%u", s->local_tasks) ||
-        spk_env_add(out, CDL_ENV_GROUP_RANK, 1, "%u", s->nodeid) ||
-        spk_env_add(out, CDL_ENV_NODE_RANK, 1, "%u", s->nodeid) ||
-        spk_env_add(out, CDL_ENV_MASTER_ADDR, 1, "%s", sc->master_addr) ||
-        spk_env_add(out, CDL_ENV_MASTER_PORT, 1, "%d", sc->master_port) ||
-        spk_env_add(out, CDL_ENV_NNODES, 1, "%u", s->nnodes) ||
-        spk_env_add(out, CDL_ENV_REPLICAS_PER_GPU, 1, "%d", s->replicas_per_gpu) ||
-        spk_env_add(out, CDL_ENV_JOB_ID, 1, "%u.%u", s->jobid, s->stepid) ||
-        spk_env_add(out, CDL_ENV_LAUNCHER, 1, "slurm") ||
-        spk_env_add(out, "OMP_NUM_THREADS", 1, "%u", cpus))
+    memset(&c, 0, sizeof c);
+    c.rank = (int)global_id;
+    c.world = (int)s->ntasks;
+    c.local_rank = (int)local_id;
+    c.local_world = (int)s->local_tasks;
+    c.node_rank = (int)s->nodeid;
+    c.nnodes = (int)s->nnodes;
+    c.replicas_per_gpu = s->replicas_per_gpu;
+    c.master_port = sc->master_port;
+    c.threads = s->cpus_per_task ? (int)s->cpus_per_task : 1;
+    snprintf(c.master_addr, sizeof c.master_addr, "%s", sc->master_addr);
+    snprintf(c.job_id, sizeof c.job_id, "%u.%u", s->jobid, s->stepid);
+    snprintf(c.launcher, sizeof c.launcher, "slurm");
+    snprintf(c.token, sizeof c.token, "%s", sc->token);
+    if (contract_encode(&c, env_set, out, &e) != 0)
+        return spk_error("--cdl-ddp: %s", e.msg);
+    /* Whatever the contract does not set must not reach the task from the
+     * submit shell: a stale token or store socket, torchrun's names. */
+    if (!sc->token[0] && spk_env_unset(out, CDL_ENV_STORE_TOKEN))
         return -1;
+    for (const char *const *f = contract_foreign_vars; *f; f++)
+        if (spk_env_unset(out, *f))
+            return -1;
     return 0;
 }
 
-int spk_env_keep_user(struct spk_env *env, const char *self_job_id, spk_lookup_fn lookup,
-                      void *ctx)
+int spk_env_keep_user(struct spk_env *env, spk_lookup_fn lookup, void *ctx)
 {
-    /* A value is only good until the next lookup (the plugin's shares one
-     * buffer): compare each before asking for the next. */
-    const char *launcher = lookup(ctx, CDL_ENV_LAUNCHER);
-    int from_slurm = launcher && !strcmp(launcher, "slurm");
-    const char *job = lookup(ctx, CDL_ENV_JOB_ID);
-    int inherited = from_slurm && job && strcmp(job, self_job_id);
     int kept = 0;
     for (int i = 0; i < env->n; i++) {
         struct spk_envvar *v = &env->v[i];
-        v->skip = 0;
-        if (!v->keep_user || inherited)
-            continue;
-        if (lookup(ctx, v->name)) {
-            v->skip = 1;
-            kept++;
-        }
+        v->skip = v->keep_user && !v->unset && lookup(ctx, v->name);
+        kept += v->skip;
     }
     return kept;
 }

@@ -27,6 +27,7 @@ struct spk_step_contract {
     char master_addr[SPK_VALUE_MAX];   /* what MASTER_ADDR says (admin policy) */
     int master_port;
     int port_reserved;                 /* port from SLURM_STEP_RESV_PORTS */
+    char token[80];                    /* CDL_STORE_TOKEN for every task, "": none */
 };
 
 /* Resolves a host name to a numeric address; 0 or -1 with spk_error(). */
@@ -41,12 +42,13 @@ int spk_resolve_host(const char *name, char *addr, size_t len);
 int spk_contract_step(const struct spk_conf *conf, const struct spk_step *step,
                       spk_resolve_fn resolve, struct spk_step_contract *out);
 
-#define SPK_ENV_MAX 24
+#define SPK_ENV_MAX 40
 struct spk_envvar {
     char name[40];
     char value[SPK_VALUE_MAX];
     int keep_user;   /* a value already in the task's environment wins */
     int skip;        /* set by spk_env_keep_user(): leave the task's value */
+    int unset;       /* remove the variable from the task's environment */
 };
 struct spk_env {
     int n;
@@ -57,24 +59,26 @@ void spk_env_init(struct spk_env *env);
 /* Appends name=value; keep_user says whether a value the user set wins. */
 int spk_env_add(struct spk_env *env, const char *name, int keep_user, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Appends "remove name from the task's environment". */
+int spk_env_unset(struct spk_env *env, const char *name);
 const char *spk_env_get(const struct spk_env *env, const char *name);
 
-/* The contract of one task: RANK = global task id, WORLD_SIZE = tasks of the
- * step, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK = NODE_RANK = node index,
- * MASTER_ADDR, MASTER_PORT, CDL_NNODES, CDL_REPLICAS_PER_GPU,
- * CDL_JOB_ID = "<jobid>.<stepid>", CDL_LAUNCHER = slurm,
- * OMP_NUM_THREADS = CPUs per task. Inconsistent input is an error. */
+/* The contract of one task, written by lib/dist/contract.c's encoder:
+ * RANK = global task id, WORLD_SIZE = tasks of the step, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE, GROUP_RANK = NODE_RANK = node index, MASTER_ADDR,
+ * MASTER_PORT, CDL_NNODES, CDL_REPLICAS_PER_GPU, CDL_JOB_ID =
+ * "<jobid>.<stepid>", CDL_LAUNCHER = slurm, CDL_CONTRACT_VERSION, the
+ * step's CDL_STORE_TOKEN, OMP_NUM_THREADS = CPUs per task; plus removals of
+ * every other contract variable (a RANK exported in the submit shell must
+ * not survive). Inconsistent input is an error. */
 int spk_contract_task(const struct spk_step *step, const struct spk_step_contract *sc,
                       uint32_t local_id, uint32_t global_id, struct spk_env *out);
 
-/* Marks the variables whose value the user set explicitly (lookup returns
- * the task's current value or NULL, valid until its next call): those are
- * kept. Values exported by
- * this plugin for another step (CDL_LAUNCHER=slurm with a different
- * CDL_JOB_ID: an srun inside a --cdl-ddp step) are not the user's and are
- * replaced. Returns the number of variables kept. */
+/* Marks the tuning knobs (OMP_NUM_THREADS, ...) whose value the user set
+ * (lookup returns the task's current value or NULL, valid until its next
+ * call): those are kept. Contract variables are always the plugin's.
+ * Returns the number of variables kept. */
 typedef const char *(*spk_lookup_fn)(void *ctx, const char *name);
-int spk_env_keep_user(struct spk_env *env, const char *self_job_id, spk_lookup_fn lookup,
-                      void *ctx);
+int spk_env_keep_user(struct spk_env *env, spk_lookup_fn lookup, void *ctx);
 
 #endif

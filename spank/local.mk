@@ -1,6 +1,7 @@
 # spank: the Slurm SPANK plugin cdl_spank.so (srun --cdl-ddp, --cdl-mps,
 # --cdl-bind). It is loaded into srun, sbatch, salloc, slurmd and slurmstepd,
-# so it links nothing of libcdl, exports only the SPANK entry points
+# so it links nothing of libcdl but the rank contract's rules
+# (lib/dist/contract.c, pure libc, compiled in), exports only the SPANK entry points
 # (spank/cdl_spank.map) and is hardened: FORTIFY (spank/harden.h), stack
 # protector, full RELRO, non-executable stack.
 #
@@ -9,7 +10,8 @@
 SPANK_CORE_SOURCES = spank/util.c spank/util.h spank/config.c spank/conf.h \
 	spank/options.c spank/options.h spank/contract.c spank/contract.h \
 	spank/port.c spank/port.h spank/packing.c spank/packing.h \
-	spank/spawn.c spank/spawn.h spank/rundir.c spank/rundir.h spank/mps.c spank/mps.h
+	spank/spawn.c spank/spawn.h spank/rundir.c spank/rundir.h spank/mps.c spank/mps.h \
+	lib/dist/contract.c lib/dist/contract.h
 if HAVE_HWLOC
 SPANK_CORE_SOURCES += spank/bind.c
 endif

@@ -3,6 +3,8 @@
 #ifndef CDL_SPANK_PACKING_H
 #define CDL_SPANK_PACKING_H
 
+#include "lib/dist/contract.h"
+
 #define SPK_MAX_GPUS 64
 
 /* The step's GPUs on this node, in CUDA_VISIBLE_DEVICES order: indices
@@ -20,6 +22,7 @@ struct spk_pack {
     int replicas;     /* consecutive local ranks per GPU */
     int gpus_used;    /* ceil(local tasks / replicas) */
     int thread_pct;   /* CUDA_MPS_ACTIVE_THREAD_PERCENTAGE per replica */
+    char note[200];   /* a warning for the user, "" when none */
 };
 
 /* requested: --cdl-mps=N, 0 for ceil(local tasks / GPUs). pct_conf: the
@@ -28,10 +31,10 @@ struct spk_pack {
 int spk_pack_plan(int local_tasks, int ngpus, int requested, int max_replicas, int pct_conf,
                   struct spk_pack *out);
 
-/* Index into spk_gpus of local task `local_id`: local_id / replicas. */
+/* Index into spk_gpus of local task `local_id`: the contract's GPU slot. */
 static inline int spk_pack_gpu(const struct spk_pack *p, int local_id)
 {
-    return local_id / p->replicas;
+    return contract_gpu_slot(local_id, p->replicas);
 }
 
 #endif

@@ -95,7 +95,13 @@ static int setup_mps(spank_t sp)
                       spk_g.conf.max_replicas_per_gpu, spk_g.conf.mps_thread_percentage,
                       &spk_g.pack) != 0)
         return -1;
-    spk_g.step.replicas_per_gpu = spk_g.pack.replicas;
+    /* More replicas per GPU than local tasks: they all share GPU 0, which
+     * the contract says with the task count (the slot rule gives the same
+     * GPU); the note warns that part of the GPU idles. */
+    spk_g.step.replicas_per_gpu = spk_g.pack.replicas < (int)spk_g.step.local_tasks
+                                      ? spk_g.pack.replicas : (int)spk_g.step.local_tasks;
+    if (spk_g.pack.note[0] && spk_g.step.nodeid == 0)
+        slurm_info("cdl: %s", spk_g.pack.note);
     node_name(node, sizeof node);
     if (get_cred(sp, &cred) != 0 ||
         spk_rundir_init(&rd, spk_g.conf.runtime_dir, spk_g.step.jobid, spk_g.step.stepid,
@@ -198,23 +204,21 @@ static int apply_env(spank_t sp, const struct spk_env *env)
     for (int i = 0; i < env->n; i++) {
         if (env->v[i].skip)
             continue;
+        if (env->v[i].unset) {
+            spank_unsetenv(sp, env->v[i].name);   /* absent already: fine */
+            continue;
+        }
         if (spank_setenv(sp, env->v[i].name, env->v[i].value, 1) != ESPANK_SUCCESS)
             return spk_error("cannot set %s in the task's environment", env->v[i].name);
     }
     return 0;
 }
 
-/* CDL_JOB_ID of this step, as the contract exports it. */
-static void self_job_id(char *buf, size_t len)
-{
-    snprintf(buf, len, "%u.%u", spk_g.step.jobid, spk_g.step.stepid);
-}
-
 static int task_contract(spank_t sp, uint32_t local_id, uint32_t global_id)
 {
     struct spk_env env;
     struct env_ctx ctx = {.sp = sp};
-    char resv[64], self[32];
+    char resv[64];
     struct spk_step_contract sc = spk_g.sc;
     job_env(sp, "SLURM_STEP_RESV_PORTS", resv, sizeof resv);
     if (resv[0] && spk_port_choose(resv, spk_g.step.jobid, spk_g.step.stepid, spk_g.conf.port_lo,
@@ -222,8 +226,7 @@ static int task_contract(spank_t sp, uint32_t local_id, uint32_t global_id)
         return -1;
     if (spk_contract_task(&spk_g.step, &sc, local_id, global_id, &env) != 0)
         return -1;
-    self_job_id(self, sizeof self);
-    spk_env_keep_user(&env, self, task_lookup, &ctx);
+    spk_env_keep_user(&env, task_lookup, &ctx);
     return apply_env(sp, &env);
 }
 
@@ -231,7 +234,6 @@ static int task_mps_env(spank_t sp, uint32_t local_id)
 {
     struct spk_env env;
     struct env_ctx ctx = {.sp = sp};
-    char self[32];
     int g = spk_pack_gpu(&spk_g.pack, (int)local_id);
     spk_env_init(&env);
     /* The pipe/log directories and the device are the plugin's: a value in
@@ -241,27 +243,20 @@ static int task_mps_env(spank_t sp, uint32_t local_id)
         spk_env_add(&env, "CUDA_VISIBLE_DEVICES", 0, "%s", spk_g.step_gpus.id[g]) ||
         spk_env_add(&env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", 1, "%d", spk_g.pack.thread_pct))
         return -1;
-    /* task_contract (--cdl-mps implies --cdl-ddp) has just exported this
-     * step's CDL_JOB_ID: with any other id the user's values would count as
-     * inherited and be replaced. */
-    self_job_id(self, sizeof self);
-    spk_env_keep_user(&env, self, task_lookup, &ctx);
+    spk_env_keep_user(&env, task_lookup, &ctx);
     return apply_env(sp, &env);
 }
 
 #ifdef HAVE_HWLOC
-/* Slurm's index of local task t's GPU: its MPS group's GPU, else the step's
- * GPUs spread over the local tasks in order; -1 when unknown (UUIDs). */
+/* Slurm's index of local task t's GPU: the contract's GPU slot (the GPU
+ * cdl-train opens) looked up in the step's GPUs; -1 when the task has none
+ * or the GPUs are named by UUID. */
 static int task_gpu_index(int t)
 {
     const struct spk_gpus *g = &spk_g.step_gpus;
     long v;
-    int i;
-    if (g->n == 0)
-        return -1;
-    i = spk_g.mps_ready ? spk_pack_gpu(&spk_g.pack, t)
-                        : (int)((long)t * g->n / (long)spk_g.step.local_tasks);
-    return spk_parse_uint(g->id[i], 0, 4096, &v) == 0 ? (int)v : -1;
+    int i = contract_task_gpu(t, spk_g.step.replicas_per_gpu, g->n);
+    return i >= 0 && spk_parse_uint(g->id[i], 0, 4096, &v) == 0 ? (int)v : -1;
 }
 
 static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)

@@ -42,8 +42,4 @@ int spk_parse_uint(const char *s, long lo, long hi, long *out);
  * characters `allowed` (plus ASCII letters and digits when alnum is set). */
 int spk_charset_ok(const char *s, size_t maxlen, int alnum, const char *allowed);
 
-/* The first host name of a Slurm host list ("n[1-4,7],gpu05" -> "n1",
- * "a[08-10]b" -> "a08b"). Returns -1 with an error for a malformed list. */
-int spk_hostlist_first(const char *list, char *out, size_t len);
-
 #endif

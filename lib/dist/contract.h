@@ -1,10 +1,24 @@
 /* The rank contract: the environment variables through which the Slurm
  * plugin (srun --cdl-ddp), cdlrun and any other launcher tell each process
- * where it stands. The names PyTorch users know, plus CDL_* for what they
- * lack. Shared verbatim by lib/, spank/ and launcher/ (docs/rank-contract.md).
- * Plain macros and a pure helper: no dependencies, safe inside slurmstepd. */
+ * where it stands, and the one implementation of its rules (contract.c):
+ *
+ *   contract_encode   struct -> variables, from one table (plugin, cdlrun)
+ *   contract_decode   variables -> struct, strict (libcdl's discovery)
+ *   contract_check    is the layout possible? errors name the variables
+ *   hostlists         Slurm's syntax: "a[08-10]b,gpu[01-02,05]-x[1-2]"
+ *   GPU slot          which GPU a local rank uses (with MPS packing too)
+ *   ports, tokens     MASTER_PORT choice, the per-run store secret
+ *   exit codes        what a launcher returns when ranks asked for requeue
+ *
+ * Pure C with no dependency beyond libc: it is compiled into libcdl, cdlrun
+ * and, statically, the SPANK plugin that runs inside slurmstepd. Errors go
+ * into a contract_err the caller turns into cdl_error() or spk_error().
+ * docs/rank-contract.md describes the variables. */
 #ifndef CDL_DIST_CONTRACT_H
 #define CDL_DIST_CONTRACT_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #define CDL_ENV_RANK              "RANK"              /* global rank, 0..WORLD_SIZE-1 */
 #define CDL_ENV_WORLD_SIZE        "WORLD_SIZE"        /* number of ranks */
@@ -19,13 +33,150 @@
 #define CDL_ENV_JOB_ID            "CDL_JOB_ID"        /* unique per run (job.step under Slurm) */
 #define CDL_ENV_LAUNCHER          "CDL_LAUNCHER"      /* "slurm", "cdlrun": who exported the contract */
 #define CDL_ENV_TIMEOUT           "CDL_TIMEOUT"       /* seconds any cross-process wait may take */
+#define CDL_ENV_CONTRACT_VERSION  "CDL_CONTRACT_VERSION" /* version of the writer's contract */
 
 /* The TCP store (bootstrap without PMIx) served by rank 0. */
 #define CDL_ENV_STORE_TOKEN       "CDL_STORE_TOKEN"   /* per-run secret a client must present */
 #define CDL_ENV_STORE_FD          "CDL_STORE_FD"      /* rank 0 only: an already listening socket on
                                                        * MASTER_PORT, inherited from the launcher */
 
+/* Raised whenever a variable is added, removed or changes meaning: a plugin
+ * and a library of different versions then say so instead of misreading. */
+#define CDL_CONTRACT_VERSION 2
+
 /* Default of CDL_TIMEOUT, in seconds. */
 #define CDL_DEFAULT_TIMEOUT 300
+
+/* Exit code of a rank (and of cdlrun) that checkpointed after SIGUSR1 or
+ * SIGTERM and wants the job requeued: EX_TEMPFAIL, as CDL_EXIT_REQUEUE in
+ * lib/cdl/train.h (checked in contract.c). */
+#define CONTRACT_EXIT_REQUEUE 75
+
+/* Length of a store token made by contract_token_make (hex, 128 bits). */
+#define CONTRACT_TOKEN_LEN 32
+
+typedef struct contract_err {
+    char msg[512];
+} contract_err;
+
+/* One process's place, as the variables say it. */
+typedef struct contract {
+    int version;                   /* CDL_CONTRACT_VERSION; 0 when not given */
+    int rank, world;               /* RANK, WORLD_SIZE */
+    int local_rank, local_world;   /* LOCAL_RANK, LOCAL_WORLD_SIZE */
+    int node_rank, nnodes;         /* GROUP_RANK = NODE_RANK, CDL_NNODES */
+    int replicas_per_gpu;          /* CDL_REPLICAS_PER_GPU, >= 1 */
+    int master_port;               /* MASTER_PORT, 0: none */
+    int threads;                   /* OMP_NUM_THREADS, 0: leave it alone */
+    char master_addr[256];         /* MASTER_ADDR, "": none */
+    char job_id[64];               /* CDL_JOB_ID */
+    char launcher[16];             /* CDL_LAUNCHER */
+    char token[80];                /* CDL_STORE_TOKEN, "": none */
+} contract;
+
+/* ------------------------------------------------------------ the table */
+
+/* One variable of the encoder. To export a new variable: a field in
+ * struct contract, a row in contract.c's table (and docs/rank-contract.md). */
+enum contract_kind { CONTRACT_INT, CONTRACT_STR };
+enum {
+    CONTRACT_OPTIONAL = 1,     /* not written when 0 or "" */
+    CONTRACT_USER_WINS = 2,    /* a tuning knob: a value the task already has is kept */
+};
+typedef struct contract_var {
+    const char *name;
+    enum contract_kind kind;
+    size_t offset;             /* into struct contract */
+    int flags;
+} contract_var;
+
+/* The table, and the variables of other launchers (torchrun's, the store
+ * socket) that a launcher must remove so no stale value survives. */
+const contract_var *contract_vars(size_t *n);
+extern const char *const contract_foreign_vars[];   /* NULL-terminated */
+
+/* Sets one variable; user_wins: keep a value the process already has.
+ * Returns 0, or -1 with the reason in e. */
+typedef int (*contract_set_fn)(void *ctx, const char *name, const char *value, int user_wins,
+                               contract_err *e);
+/* Gets one variable: its value, or NULL when unset or empty. */
+typedef const char *(*contract_get_fn)(void *ctx, const char *name);
+
+/* Writes every row of the table for c (checked first with contract_check)
+ * and CDL_CONTRACT_VERSION. */
+int contract_encode(const contract *c, contract_set_fn set, void *ctx, contract_err *e);
+
+/* Reads the variables strictly: integers in range, every error naming the
+ * variable and value. RANK and WORLD_SIZE are required; on one node the
+ * LOCAL_* and GROUP_RANK default to the global values and 0, on several
+ * they are required. A CDL_CONTRACT_VERSION other than ours is an error. */
+int contract_decode(contract *c, contract_get_fn get, void *ctx, contract_err *e);
+
+/* The variable names of one source of rank information, for messages. */
+typedef struct contract_names {
+    const char *source;     /* "contract", "slurm", ... */
+    const char *what;       /* "the contract variables" */
+    const char *rank, *world, *local_rank, *local_world, *node, *nnodes;
+} contract_names;
+extern const contract_names contract_names_of_contract;
+
+/* The layout must be possible (rank < world, one node means local = global,
+ * replicas of a GPU are ranks of one node, ...). */
+int contract_check(const contract *c, const contract_names *nm, contract_err *e);
+
+/* ------------------------------------------------------------ numbers */
+
+/* Strict decimal: all of s, no sign or spaces, in [lo, hi]. 0, or -1 with
+ * "NAME='VALUE' is not an integer in [lo, hi]" in e. */
+int contract_parse_int(const char *name, const char *s, long lo, long hi, long *out,
+                       contract_err *e);
+
+/* ------------------------------------------------------------ hostlists */
+
+/* Host `index` (0-based) of a Slurm host list, in Slurm's order: items are
+ * separated by commas outside brackets; an item is literal text and bracket
+ * groups of numbers and ranges ("[01-03,7]"), zero-padded to the width of
+ * each range's first number; with several groups the last varies fastest:
+ * "a[08-10]b" is a08b,a09b,a10b and "r[1-2]n[1-2]" is r1n1,r1n2,r2n1,r2n2.
+ * Returns 0, 1 when the list has fewer hosts, -1 when it is malformed. */
+int contract_hostlist_nth(const char *list, long index, char *out, size_t len, contract_err *e);
+
+/* Number of hosts of the list, or -1 when malformed. */
+long contract_hostlist_count(const char *list, contract_err *e);
+
+/* ------------------------------------------------------------ Slurm values */
+
+/* Entry `index` of a tasks-per-node list ("2(x3),1" is 2,2,2,1) into *out;
+ * the whole list is checked, counts and repeats in 1..2^20. The message
+ * in e continues "VARIABLE='list' ...". */
+int contract_tasks_on_node(const char *list, int index, int *out, contract_err *e);
+
+/* The first port of SLURM_STEP_RESV_PORTS ("12000-12003", "12000,12007"):
+ * every number must be a TCP port (1-65535), ranges ascending. */
+int contract_resv_port(const char *resv, int *port, contract_err *e);
+
+/* MASTER_PORT without a reservation: lo + (mix(jobid) + stepid) mod span,
+ * the same on every node without any exchange, different for the steps of
+ * one job, spread over [lo, hi] across jobs. Two jobs on one node may still
+ * meet (one chance in the span per pair): rank 0's store then fails to bind
+ * with a message (docs/admin.md: reserve ports). */
+int contract_port_hash(uint32_t jobid, uint32_t stepid, int lo, int hi);
+
+/* ------------------------------------------------------------ GPUs */
+
+/* The GPU slot of a local rank: replicas_per_gpu consecutive local ranks
+ * share one GPU, so slot = local_rank / replicas_per_gpu (replicas 1: each
+ * rank its own). The index is into the GPUs visible to the step on this
+ * node, in CUDA_VISIBLE_DEVICES order: the plugin binds near that GPU and
+ * cdl-train opens that one. */
+int contract_gpu_slot(int local_rank, int replicas_per_gpu);
+
+/* The same, -1 when the slot is not below ngpus (more ranks than GPUs). */
+int contract_task_gpu(int local_rank, int replicas_per_gpu, int ngpus);
+
+/* ------------------------------------------------------------ secrets */
+
+/* CONTRACT_TOKEN_LEN hex digits from getrandom(); out holds one more. */
+int contract_token_make(char *out, size_t len, contract_err *e);
 
 #endif

@@ -9,7 +9,6 @@
  * Node identity always comes from the launcher's node id (GROUP_RANK,
  * SLURM_NODEID, PMIX_NODEID), never from the hostname, so emulated nodes on
  * one host are distinct nodes. */
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,29 +20,20 @@
 #include "boot.h"
 #include "contract.h"
 
-/* The variable names of one source, for error messages. */
-typedef struct src_names {
-    const char *source;     /* "contract", ... */
-    const char *what;       /* "the contract variables" */
-    const char *rank, *world, *local_rank, *local_world, *node, *nnodes;
-} src_names;
-
-static const src_names contract_names = {
-    "contract", "the contract variables", CDL_ENV_RANK, CDL_ENV_WORLD_SIZE, CDL_ENV_LOCAL_RANK,
-    CDL_ENV_LOCAL_WORLD_SIZE, CDL_ENV_GROUP_RANK, CDL_ENV_NNODES,
-};
-static const src_names torchrun_names = {
+static const contract_names torchrun_names = {
     "torchrun", "torchrun's variables", "RANK", "WORLD_SIZE", "LOCAL_RANK",
     "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
 };
-static const src_names slurm_names = {
+static const contract_names slurm_names = {
     "slurm", "Slurm's variables", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
     "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_NNODES",
 };
-static const src_names pmix_names = {
+static const contract_names pmix_names = {
     "pmix", "PMIx", "PMIX_RANK", "PMIX_JOB_SIZE", "PMIX_LOCAL_RANK",
     "PMIX_LOCAL_SIZE", "PMIX_NODEID", "PMIX_NUM_NODES",
 };
+
+_Static_assert(CONTRACT_EXIT_REQUEUE == CDL_EXIT_REQUEUE, "one requeue exit code");
 
 static int env_set(const char *name)
 {
@@ -51,19 +41,22 @@ static int env_set(const char *name)
     return s && *s;
 }
 
+static int contract_fail(const contract_err *e)
+{
+    return cdl_error("%s", e->msg);
+}
+
 /* 1 and *out when name holds an integer in [lo, INT_MAX], 0 when unset, -1
  * with an error naming the variable and its value otherwise. */
 static int env_int(const char *name, int lo, int *out)
 {
     const char *s = getenv(name);
+    contract_err e;
+    long v;
     if (!s || !*s)
         return 0;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > INT_MAX)
-        return cdl_error("%s='%s' is not an integer >= %d: fix the launcher's environment "
-                         "(docs/rank-contract.md)", name, s, lo);
+    if (contract_parse_int(name, s, lo, INT_MAX, &v, &e))
+        return contract_fail(&e);
     *out = (int)v;
     return 1;
 }
@@ -82,54 +75,6 @@ static void env_str(const char *name, char *out, size_t len)
     const char *s = getenv(name);
     if (s && *s)
         snprintf(out, len, "%s", s);
-}
-
-/* The first host of a Slurm hostlist: "n[01-04,7],m" -> "n01". */
-static void first_host(const char *list, char *out, size_t len)
-{
-    size_t i = 0;
-    int in_bracket = 0;
-    for (const char *p = list; *p && i + 1 < len; p++) {
-        if (*p == '[') {
-            in_bracket = 1;
-            continue;
-        }
-        if (in_bracket && (*p == '-' || *p == ',' || *p == ']'))
-            break;
-        if (!in_bracket && *p == ',')
-            break;
-        out[i++] = *p;
-    }
-    out[i] = '\0';
-}
-
-/* Entry `index` of a Slurm tasks-per-node list: "2(x3),1" is 2,2,2,1. */
-static int tasks_on_node(const char *list, int index)
-{
-    const char *p = list;
-    int node = 0;
-    while (*p) {
-        char *end;
-        long count = strtol(p, &end, 10);
-        if (end == p || count <= 0)
-            return -1;
-        long repeat = 1;
-        p = end;
-        if (p[0] == '(' && p[1] == 'x') {
-            repeat = strtol(p + 2, &end, 10);
-            if (end == p + 2 || *end != ')' || repeat <= 0)
-                return -1;
-            p = end + 1;
-        }
-        if (index < node + repeat)
-            return (int)count;
-        node += (int)repeat;
-        if (*p == ',')
-            p++;
-        else if (*p)
-            return -1;
-    }
-    return -1;
 }
 
 static void master_from_env(cdl_rank_info *info)
@@ -151,52 +96,54 @@ static int port_from_env(cdl_rank_info *info)
     return 0;
 }
 
+/* The contract as the process environment holds it; torchrun spells the
+ * node count GROUP_WORLD_SIZE. */
+static const char *contract_getenv(void *torchrun, const char *name)
+{
+    if (torchrun && !strcmp(name, CDL_ENV_NNODES))
+        name = "GROUP_WORLD_SIZE";
+    const char *s = getenv(name);
+    return s && *s ? s : NULL;
+}
+
+static void info_of(const contract *c, cdl_rank_info *info)
+{
+    info->rank = c->rank;
+    info->world = c->world;
+    info->local_rank = c->local_rank;
+    info->local_world = c->local_world;
+    info->node_rank = c->node_rank;
+    info->nnodes = c->nnodes;
+    info->replicas_per_gpu = c->replicas_per_gpu;
+    info->master_port = c->master_port;
+    snprintf(info->master_addr, sizeof info->master_addr, "%s", c->master_addr);
+    snprintf(info->job_id, sizeof info->job_id, "%s", c->job_id);
+}
+
+static void contract_of(const cdl_rank_info *info, contract *c)
+{
+    memset(c, 0, sizeof *c);
+    c->rank = info->rank;
+    c->world = info->world;
+    c->local_rank = info->local_rank;
+    c->local_world = info->local_world;
+    c->node_rank = info->node_rank;
+    c->nnodes = info->nnodes;
+    c->replicas_per_gpu = info->replicas_per_gpu;
+    c->master_port = info->master_port;
+}
+
 /* RANK/WORLD_SIZE and the rest of the contract (or torchrun's spelling). */
 static int from_contract(cdl_rank_info *info, int torchrun)
 {
-    const src_names *nm = torchrun ? &torchrun_names : &contract_names;
-    if (env_int_req(CDL_ENV_RANK, 0, &info->rank, CDL_ENV_WORLD_SIZE " is") ||
-        env_int_req(CDL_ENV_WORLD_SIZE, 1, &info->world, CDL_ENV_RANK " is"))
-        return -1;
-    int have_lr = env_int(CDL_ENV_LOCAL_RANK, 0, &info->local_rank);
-    int have_lw = env_int(CDL_ENV_LOCAL_WORLD_SIZE, 1, &info->local_world);
-    int group = 0, node = 0;
-    int have_group = env_int(CDL_ENV_GROUP_RANK, 0, &group);
-    int have_node = env_int(CDL_ENV_NODE_RANK, 0, &node);
-    int have_nn = env_int(torchrun ? "GROUP_WORLD_SIZE" : CDL_ENV_NNODES, 1, &info->nnodes);
-    if (have_lr < 0 || have_lw < 0 || have_group < 0 || have_node < 0 || have_nn < 0)
-        return -1;
-    if (have_group && have_node && group != node)
-        return cdl_error("GROUP_RANK=%d and NODE_RANK=%d disagree: they both name this "
-                         "process's node; set them equal", group, node);
-    int have_noderank = have_group || have_node;
-    info->node_rank = have_group ? group : node;
-    if (!have_nn)
-        info->nnodes = (have_lw == 1 && info->world % info->local_world == 0)
-                           ? info->world / info->local_world : 1;
-    if (info->nnodes == 1) {
-        if (!have_lr)
-            info->local_rank = info->rank;
-        if (!have_lw)
-            info->local_world = info->world;
-        if (!have_noderank)
-            info->node_rank = 0;
-    } else {
-        const char *why = "several nodes are given";
-        if ((!have_lr && env_int_req(CDL_ENV_LOCAL_RANK, 0, &info->local_rank, why)) ||
-            (!have_lw && env_int_req(CDL_ENV_LOCAL_WORLD_SIZE, 1, &info->local_world, why)) ||
-            (!have_noderank && env_int_req(CDL_ENV_GROUP_RANK, 0, &info->node_rank, why)))
-            return -1;
-    }
-    if (env_int(CDL_ENV_REPLICAS_PER_GPU, 1, &info->replicas_per_gpu) < 0)
-        return -1;
-    master_from_env(info);
-    if (port_from_env(info))
-        return -1;
-    if (torchrun)
+    contract c;
+    contract_err e;
+    if (contract_decode(&c, contract_getenv, torchrun ? (void *)"" : NULL, &e))
+        return contract_fail(&e);
+    info_of(&c, info);
+    if (torchrun && !c.job_id[0])
         env_str("TORCHELASTIC_RUN_ID", info->job_id, sizeof info->job_id);
-    env_str(CDL_ENV_JOB_ID, info->job_id, sizeof info->job_id);   /* wins when both are set */
-    info->source = nm->source;
+    info->source = torchrun ? torchrun_names.source : contract_names_of_contract.source;
     return 0;
 }
 
@@ -233,11 +180,10 @@ static int from_slurm(cdl_rank_info *info)
     const char *tpn_var = env_set("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
                                                                : "SLURM_TASKS_PER_NODE";
     const char *tpn = getenv(tpn_var);
+    contract_err e;
     if (tpn && *tpn) {
-        info->local_world = tasks_on_node(tpn, info->node_rank);
-        if (info->local_world <= 0)
-            return cdl_error("%s='%s' has no task count for node %d (SLURM_NODEID)", tpn_var, tpn,
-                             info->node_rank);
+        if (contract_tasks_on_node(tpn, info->node_rank, &info->local_world, &e))
+            return cdl_error("%s='%.64s' %s (SLURM_NODEID)", tpn_var, tpn, e.msg);
     } else if (info->nnodes == 1) {
         info->local_world = info->world;
     } else {
@@ -251,14 +197,16 @@ static int from_slurm(cdl_rank_info *info)
         const char *nodes = getenv("SLURM_STEP_NODELIST");
         if (!nodes || !*nodes)
             nodes = getenv("SLURM_NODELIST");
-        if (nodes)
-            first_host(nodes, info->master_addr, sizeof info->master_addr);
+        if (nodes && contract_hostlist_nth(nodes, 0, info->master_addr,
+                                           sizeof info->master_addr, &e) != 0)
+            return cdl_error("MASTER_ADDR from SLURM_STEP_NODELIST: %s", e.msg);
     }
     if (port_from_env(info))
         return -1;
     const char *resv = getenv("SLURM_STEP_RESV_PORTS");
-    if (!info->master_port && resv && *resv)
-        info->master_port = atoi(resv);   /* "12000-12003": the first reserved port */
+    if (!info->master_port && resv && *resv &&
+        contract_resv_port(resv, &info->master_port, &e))   /* the first reserved port */
+        return contract_fail(&e);
     const char *job = getenv("SLURM_JOB_ID");
     const char *step = getenv("SLURM_STEP_ID");
     if (!step)
@@ -279,7 +227,7 @@ static void single(cdl_rank_info *info)
     env_str(CDL_ENV_JOB_ID, info->job_id, sizeof info->job_id);
 }
 
-static const src_names *names_of(const char *source)
+static const contract_names *names_of(const char *source)
 {
     if (!strcmp(source, "torchrun"))
         return &torchrun_names;
@@ -287,37 +235,16 @@ static const src_names *names_of(const char *source)
         return &slurm_names;
     if (!strcmp(source, "pmix"))
         return &pmix_names;
-    return &contract_names;
+    return &contract_names_of_contract;
 }
 
 /* The values must describe a possible layout; errors name the variables. */
 static int validate(const cdl_rank_info *in)
 {
-    const src_names *nm = names_of(in->source);
-    if (in->rank >= in->world)
-        return cdl_error("%s=%d is not below %s=%d (from %s): ranks are 0..%d", nm->rank, in->rank,
-                         nm->world, in->world, nm->what, in->world - 1);
-    if (in->local_world > in->world)
-        return cdl_error("%s=%d exceeds %s=%d (from %s)", nm->local_world, in->local_world,
-                         nm->world, in->world, nm->what);
-    if (in->local_rank >= in->local_world)
-        return cdl_error("%s=%d is not below %s=%d (from %s)", nm->local_rank, in->local_rank,
-                         nm->local_world, in->local_world, nm->what);
-    if (in->nnodes > in->world)
-        return cdl_error("%s=%d exceeds %s=%d (from %s): every node runs at least one rank",
-                         nm->nnodes, in->nnodes, nm->world, in->world, nm->what);
-    if (in->node_rank >= in->nnodes)
-        return cdl_error("%s=%d is not below %s=%d (from %s)", nm->node, in->node_rank,
-                         nm->nnodes, in->nnodes, nm->what);
-    if (in->nnodes == 1 && in->local_world != in->world)
-        return cdl_error("%s=%d differs from %s=%d but there is one node (%s=1, from %s)",
-                         nm->local_world, in->local_world, nm->world, in->world, nm->nnodes,
-                         nm->what);
-    if (in->replicas_per_gpu > in->local_world)
-        return cdl_error(CDL_ENV_REPLICAS_PER_GPU "=%d exceeds %s=%d: replicas sharing a GPU "
-                         "are ranks of one node", in->replicas_per_gpu, nm->local_world,
-                         in->local_world);
-    return 0;
+    contract c;
+    contract_err e;
+    contract_of(in, &c);
+    return contract_check(&c, names_of(in->source), &e) ? contract_fail(&e) : 0;
 }
 
 int cdl_rank_discover(cdl_rank_info *info)

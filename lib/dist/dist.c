@@ -87,7 +87,7 @@ static int exchange_layout(cdl_dist *d, int by_gpu, layout *l)
     const cdl_rank_info *in = &d->info;
     int w = in->world, rpg = by_gpu ? in->replicas_per_gpu : 0;
     rank_loc me = {in->node_rank, in->local_rank, in->local_world, in->nnodes, in->world,
-                   rpg ? gpu_slot_of(in->local_rank, rpg) : 0, {0}};
+                   rpg ? contract_gpu_slot(in->local_rank, rpg) : 0, {0}};
     memset(l, 0, sizeof *l);   /* first: callers layout_free it on every return */
     if (cuda_backend_is_cuda(d->be) && cuda_backend_gpu_uuid(d->be, me.gpu))
         return -1;

@@ -7,11 +7,6 @@
 #include "contract.h"
 #include "gpu_group.h"
 
-int gpu_slot_of(int local_rank, int replicas_per_gpu)
-{
-    return replicas_per_gpu > 0 ? local_rank / replicas_per_gpu : local_rank;
-}
-
 void gpu_uuid_str(const unsigned char u[16], char out[41])
 {
     snprintf(out, 41,
@@ -33,7 +28,7 @@ int gpu_groups_check(const gpu_place *p, int n, int rpg)
             if (p[a].node != p[b].node || !has_gpu(&p[a]) || !has_gpu(&p[b]))
                 continue;
             int same_gpu = !memcmp(p[a].uuid, p[b].uuid, 16);
-            int same_slot = gpu_slot_of(p[a].local_rank, rpg) == gpu_slot_of(p[b].local_rank, rpg);
+            int same_slot = contract_gpu_slot(p[a].local_rank, rpg) == contract_gpu_slot(p[b].local_rank, rpg);
             if (same_gpu == same_slot)
                 continue;
             char ua[41], ub[41];

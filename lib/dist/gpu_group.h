@@ -11,8 +11,7 @@
 
 #include <stddef.h>
 
-/* The GPU slot of a local rank under the contract: local_rank / rpg. */
-int gpu_slot_of(int local_rank, int replicas_per_gpu);
+#include "lib/dist/contract.h"   /* contract_gpu_slot: the slot rule */
 
 /* One rank as the layout exchange sees it. */
 typedef struct gpu_place {

@@ -130,11 +130,17 @@ int pmix_discover(cdl_rank_info *info)
         const char *s = getenv(CDL_ENV_JOB_ID);
         if (s && *s)
             snprintf(info->job_id, sizeof info->job_id, "%s", s);
+        /* Launcher knobs next to PMIx's layout, read as strictly as the contract. */
+        long port = 0, rpg = 1;
+        contract_err e;
         s = getenv(CDL_ENV_MASTER_PORT);
-        info->master_port = s ? atoi(s) : 0;
+        if (s && *s && contract_parse_int(CDL_ENV_MASTER_PORT, s, 1, 65535, &port, &e))
+            rc = cdl_error("%s", e.msg);
         s = getenv(CDL_ENV_REPLICAS_PER_GPU);
-        if (s && atoi(s) > 0)
-            info->replicas_per_gpu = atoi(s);
+        if (s && *s && contract_parse_int(CDL_ENV_REPLICAS_PER_GPU, s, 1, 4096, &rpg, &e))
+            rc = cdl_error("%s", e.msg);
+        info->master_port = (int)port;
+        info->replicas_per_gpu = (int)rpg;
         info->source = "pmix";
     }
     return rc;

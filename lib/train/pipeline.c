@@ -117,7 +117,7 @@ int train_pick_gpu(int visible, int world, int local_rank, int rpg, int *device)
         *device = 0;
         return 0;
     }
-    int slot = gpu_slot_of(local_rank, rpg);
+    int slot = contract_gpu_slot(local_rank, rpg);
     if (slot >= visible)
         return cdl_error("LOCAL_RANK=%d with " CDL_ENV_REPLICAS_PER_GPU "=%d needs GPU %d, but "
                          "only %d are visible: start fewer ranks per node, pack them (raise "

@@ -66,11 +66,16 @@ out=$(as_user srun -N1 -n1 ./show.sh)
 check "without --cdl-ddp nothing is exported" \
     test "$(field "$out" RANK)$(field "$out" MASTER_ADDR)$(field "$out" CDL_LAUNCHER)" = unsetunsetunset
 
-# Values the user exported are kept.
-out=$(as_user_env MASTER_PORT=3456 OMP_NUM_THREADS=7 -- srun -N2 --ntasks-per-node=1 --cdl-ddp ./show.sh)
-check "user's MASTER_PORT and OMP_NUM_THREADS are kept" \
-    test "$(echo "$out" | grep -c 'MASTER_PORT=3456 .*OMP_NUM_THREADS=7')" = 2
-check "the rest is still exported" test "$(echo "$out" | grep -c 'RANK=[01] WORLD_SIZE=2')" = 2
+# A contract variable exported in the submit shell does not survive (two
+# tasks would share RANK=5); stale store sockets are removed; the tuning knob
+# OMP_NUM_THREADS is the user's.
+out=$(as_user_env RANK=5 MASTER_PORT=3456 CDL_STORE_FD=7 OMP_NUM_THREADS=7 -- \
+      srun -N2 --ntasks-per-node=1 --cdl-ddp sh -c './show.sh; echo "T$SLURM_PROCID FD=${CDL_STORE_FD-unset}"')
+echo "$out"
+check "RANK and MASTER_PORT from the submit shell are replaced" \
+    eval 'test "$(echo "$out" | grep -c "RANK=[01] WORLD_SIZE=2")" = 2 && ! echo "$out" | grep -q "MASTER_PORT=3456"'
+check "CDL_STORE_FD from the submit shell is removed" test "$(echo "$out" | grep -c 'FD=unset')" = 2
+check "the user's OMP_NUM_THREADS is kept" test "$(echo "$out" | grep -c 'OMP_NUM_THREADS=7')" = 2
 
 # MASTER_ADDR is the node of task 0 of this step, not of the job: a job on
 # both nodes whose step runs on the second one only.

@@ -28,3 +28,20 @@ tests_dist_weights_cmp_LDADD = libcdl_core.la
 TESTS += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tests/dist/train_kill.sh
 EXTRA_DIST += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tests/dist/step_equiv.sh \
 	tests/dist/train_kill.sh
+
+# The rank contract's rules alone, from their source (the plugin compiles it
+# the same way).
+check_PROGRAMS += tests/unit/test_contract
+TESTS += tests/unit/test_contract
+tests_unit_test_contract_SOURCES = tests/unit/test_contract.c lib/dist/contract.c
+tests_unit_test_contract_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_contract_LDADD = $(CMOCKA_LIBS)
+
+# Round trips: the plugin's contract code and cdlrun, read back by discovery.
+check_PROGRAMS += tests/unit/test_contract_roundtrip
+TESTS += tests/unit/test_contract_roundtrip
+tests_unit_test_contract_roundtrip_SOURCES = tests/unit/test_contract_roundtrip.c \
+	tests/unit/dist_fork.h spank/util.c spank/config.c spank/contract.c spank/port.c
+tests_unit_test_contract_roundtrip_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_contract_roundtrip_LDADD = $(TEST_LDADD)
+EXTRA_tests_unit_test_contract_roundtrip_DEPENDENCIES = launcher/cdlrun

@@ -48,6 +48,7 @@ static inline void clear_launcher_env(void)
         "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES", "SLURM_STEP_TASKS_PER_NODE",
         "SLURM_TASKS_PER_NODE", "SLURM_STEP_NODELIST", "SLURM_NODELIST",
         "SLURM_STEP_RESV_PORTS", "TORCHELASTIC_RUN_ID", "GROUP_WORLD_SIZE",
+        "CDL_CONTRACT_VERSION",
     };
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);

@@ -14,7 +14,7 @@ tests_unit_test_spank_config_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
 tests_unit_test_spank_config_LDADD = $(SPANK_TEST_LDADD)
 
 tests_unit_test_spank_contract_SOURCES = tests/unit/test_spank_contract.c spank/util.c \
-	spank/config.c spank/contract.c spank/port.c spank/packing.c
+	spank/config.c spank/contract.c spank/port.c spank/packing.c lib/dist/contract.c
 tests_unit_test_spank_contract_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
 tests_unit_test_spank_contract_LDADD = $(SPANK_TEST_LDADD)
 

@@ -174,6 +174,37 @@ static void test_slurm_repeat_counts_and_ports(void **state)
     assert_string_equal(info.master_addr, "a");
 }
 
+/* Plain srun (no --cdl-ddp): MASTER_ADDR is the first host of the step's
+ * list in Slurm's full syntax; the library used to cut it at the bracket
+ * (a[08-10]b gave a08, n[1-2]-ib gave n1). */
+static void test_slurm_hostlist_suffix(void **state)
+{
+    (void)state;
+    static const char *const lists[][2] = {
+        {"a[08-10]b", "a08b"}, {"n[1-2]-ib", "n1-ib"}, {"gpu[01-02,05]-x[1-2]", "gpu01-x1"},
+    };
+    cdl_rank_info info;
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+        slurm_step_env();
+        set("SLURM_STEP_NODELIST", lists[i][0]);
+        assert_int_equal(cdl_rank_discover(&info), 0);
+        assert_string_equal(info.master_addr, lists[i][1]);
+    }
+    set("SLURM_STEP_NODELIST", "n[1-");
+    expect_error("SLURM_STEP_NODELIST", "n[1-");
+}
+
+/* A reserved port out of range is refused, not wrapped (99999 -> 34463). */
+static void test_slurm_resv_port_range(void **state)
+{
+    (void)state;
+    slurm_step_env();
+    set("SLURM_STEP_RESV_PORTS", "99999");
+    expect_error("SLURM_STEP_RESV_PORTS='99999'", NULL);
+    set("SLURM_STEP_TASKS_PER_NODE", "3,99999999999");
+    expect_error("SLURM_STEP_TASKS_PER_NODE='3,99999999999'", "malformed");
+}
+
 /* The batch script has SLURM_PROCID=0 and SLURM_NTASKS but is one process. */
 static void test_slurm_batch_script_is_single(void **state)
 {
@@ -289,6 +320,8 @@ int main(void)
         cmocka_unit_test_setup(test_one_node_local_world_mismatch, setup),
         cmocka_unit_test_setup(test_slurm_bad_tasks_per_node, setup),
         cmocka_unit_test_setup(test_bad_port, setup),
+        cmocka_unit_test_setup(test_slurm_hostlist_suffix, setup),
+        cmocka_unit_test_setup(test_slurm_resv_port_range, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

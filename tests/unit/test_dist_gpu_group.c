@@ -31,11 +31,11 @@ static void expect_error(const char *needle)
 static void test_slot(void **state)
 {
     (void)state;
-    assert_int_equal(gpu_slot_of(0, 2), 0);
-    assert_int_equal(gpu_slot_of(3, 2), 1);
-    assert_int_equal(gpu_slot_of(7, 4), 1);
-    assert_int_equal(gpu_slot_of(5, 1), 5);
-    assert_int_equal(gpu_slot_of(5, 0), 5);   /* unset: one per GPU */
+    assert_int_equal(contract_gpu_slot(0, 2), 0);
+    assert_int_equal(contract_gpu_slot(3, 2), 1);
+    assert_int_equal(contract_gpu_slot(7, 4), 1);
+    assert_int_equal(contract_gpu_slot(5, 1), 5);
+    assert_int_equal(contract_gpu_slot(5, 0), 5);   /* unset: one per GPU */
 }
 
 static void test_uuid_str(void **state)

@@ -227,35 +227,6 @@ static void test_parse_uint_charset(void **state)
     assert_int_equal(spk_charset_ok("", 8, 1, "-"), 0);
 }
 
-static void test_hostlist_first(void **state)
-{
-    (void)state;
-    char h[64];
-    static const struct {
-        const char *list, *first;
-    } ok[] = {
-        {"n1", "n1"},
-        {"n[1-2]", "n1"},
-        {"n[1-4,7],gpu05", "n1"},
-        {"gpu05,n[1-2]", "gpu05"},
-        {"a[08-10]b", "a08b"},
-        {"rack[2-3]-node[001-004]", "rack2-node001"},
-        {"node7.cluster.example", "node7.cluster.example"},
-        {"n[3,1-2]", "n3"},
-    };
-    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        assert_int_equal(spk_hostlist_first(ok[i].list, h, sizeof h), 0);
-        assert_string_equal(h, ok[i].first);
-    }
-    static const char *const bad[] = {"", "n[", "n[a-b]", "n[1-2", "[]", ",n1", "n;1",
-                                      "n$(id)", "../x"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        if (spk_hostlist_first(bad[i], h, sizeof h) != -1)
-            fail_msg("host list '%s' accepted as '%s'", bad[i], h);
-    char small[4];
-    assert_int_equal(spk_hostlist_first("node1", small, sizeof small), -1);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,7 +239,6 @@ int main(void)
         cmocka_unit_test(test_opt_bind),
         cmocka_unit_test(test_user_cpu_bind),
         cmocka_unit_test(test_parse_uint_charset),
-        cmocka_unit_test(test_hostlist_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

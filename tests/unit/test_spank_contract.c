@@ -59,9 +59,12 @@ static void test_task_contract(void **state)
             fail_msg("%s=%s, want %s", want[i][0], v ? v : "(unset)", want[i][1]);
     }
     assert_string_equal(spk_env_get(&env, CDL_ENV_MASTER_PORT), port);
-    assert_int_equal(env.n, 13);
+    char version[8];
+    snprintf(version, sizeof version, "%d", CDL_CONTRACT_VERSION);
+    assert_string_equal(spk_env_get(&env, CDL_ENV_CONTRACT_VERSION), version);
+    /* Only the tuning knob is the user's to override. */
     for (int i = 0; i < env.n; i++)
-        assert_int_equal(env.v[i].keep_user, 1);
+        assert_int_equal(env.v[i].keep_user, !strcmp(env.v[i].name, "OMP_NUM_THREADS"));
 }
 
 static void test_master_addr_policies(void **state)
@@ -168,7 +171,11 @@ static const char *buffered_lookup(void *arg, const char *name)
     return b->buf;
 }
 
-static void test_user_values_kept(void **state)
+/* Item 7 of issue 13: a RANK (or any contract variable) exported in the
+ * submit shell must not survive into the tasks; only tuning knobs
+ * (OMP_NUM_THREADS) are the user's. Variables the contract does not set
+ * (a stale CDL_STORE_FD, torchrun's) are removed. */
+static void test_user_values(void **state)
 {
     (void)state;
     struct spk_conf c;
@@ -178,29 +185,24 @@ static void test_user_values_kept(void **state)
     spk_conf_defaults(&c);
     assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
     assert_int_equal(spk_contract_task(&s, &sc, 0, 2, &env), 0);
-    struct fake_env user = {{{"OMP_NUM_THREADS", "1"}, {"MASTER_PORT", "3456"}}};
-    assert_int_equal(spk_env_keep_user(&env, "4242.3", fake_lookup, &user), 2);
-    for (int i = 0; i < env.n; i++) {
-        int kept = !strcmp(env.v[i].name, "OMP_NUM_THREADS") ||
-                   !strcmp(env.v[i].name, "MASTER_PORT");
-        assert_int_equal(env.v[i].skip, kept);
-    }
-    /* Set by this plugin for the same step (slurmstepd calls twice): kept. */
-    struct fake_env same = {{{"CDL_LAUNCHER", "slurm"}, {"CDL_JOB_ID", "4242.3"}, {"RANK", "2"}}};
-    assert_int_equal(spk_env_keep_user(&env, "4242.3", fake_lookup, &same), 3);
-    /* Inherited from an enclosing --cdl-ddp step: replaced, not kept. */
-    struct fake_env outer = {{{"CDL_LAUNCHER", "slurm"}, {"CDL_JOB_ID", "4242.1"},
-                              {"RANK", "7"}, {"WORLD_SIZE", "8"}}};
-    assert_int_equal(spk_env_keep_user(&env, "4242.3", fake_lookup, &outer), 0);
+    struct fake_env user = {{{"OMP_NUM_THREADS", "1"}, {"MASTER_PORT", "3456"}, {"RANK", "0"},
+                             {"CDL_STORE_FD", "7"}}};
+    assert_int_equal(spk_env_keep_user(&env, fake_lookup, &user), 1);
     for (int i = 0; i < env.n; i++)
-        assert_int_equal(env.v[i].skip, 0);
-    /* cdlrun's contract in the environment is the user's doing: kept. */
-    struct fake_env cdlrun = {{{"CDL_LAUNCHER", "cdlrun"}, {"CDL_JOB_ID", "x"}, {"RANK", "7"}}};
-    assert_int_equal(spk_env_keep_user(&env, "4242.3", fake_lookup, &cdlrun), 3);
-    /* The same two cases through a lookup that reuses its buffer. */
-    struct buffered_env b_outer = {outer, ""}, b_same = {same, ""};
-    assert_int_equal(spk_env_keep_user(&env, "4242.3", buffered_lookup, &b_outer), 0);
-    assert_int_equal(spk_env_keep_user(&env, "4242.3", buffered_lookup, &b_same), 3);
+        assert_int_equal(env.v[i].skip, !strcmp(env.v[i].name, "OMP_NUM_THREADS"));
+    static const char *const removed[] = {CDL_ENV_STORE_FD, "TORCHELASTIC_RUN_ID",
+                                          "GROUP_WORLD_SIZE", CDL_ENV_STORE_TOKEN};
+    for (size_t k = 0; k < sizeof removed / sizeof removed[0]; k++) {
+        int found = 0;
+        for (int i = 0; i < env.n; i++)
+            found |= env.v[i].unset && !strcmp(env.v[i].name, removed[k]);
+        if (!found)
+            fail_msg("%s is not removed from the task's environment", removed[k]);
+    }
+    assert_null(spk_env_get(&env, CDL_ENV_STORE_FD));
+    /* Through a lookup that reuses its buffer. */
+    struct buffered_env b_user = {user, ""};
+    assert_int_equal(spk_env_keep_user(&env, buffered_lookup, &b_user), 1);
 }
 
 static void test_env_limits(void **state)
@@ -313,6 +315,13 @@ static void test_pack_plan(void **state)
     assert_int_equal(p.thread_pct, 40);
     assert_int_equal(spk_pack_plan(1, 1, 0, 16, 0, &p), 0);
     assert_int_equal(p.thread_pct, 100);
+    assert_string_equal(p.note, "");
+    /* --cdl-mps=4 with 2 tasks: each held to 25%, half the GPU idles: warned. */
+    assert_int_equal(spk_pack_plan(2, 1, 4, 16, 0, &p), 0);
+    assert_non_null(strstr(p.note, "idle"));
+    assert_non_null(strstr(p.note, "2 local tasks in groups of 4"));
+    assert_int_equal(spk_pack_plan(8, 2, 4, 16, 0, &p), 0);
+    assert_string_equal(p.note, "");
     /* Errors name the numbers. */
     assert_int_equal(spk_pack_plan(6, 2, 2, 16, 0, &p), -1);
     assert_non_null(strstr(spk_last_error(), "need 3 GPUs"));
@@ -330,7 +339,7 @@ int main(void)
         cmocka_unit_test(test_master_addr_policies),
         cmocka_unit_test(test_master_is_first_node_of_step),
         cmocka_unit_test(test_bad_layout),
-        cmocka_unit_test(test_user_values_kept),
+        cmocka_unit_test(test_user_values),
         cmocka_unit_test(test_env_limits),
         cmocka_unit_test(test_port_reserved),
         cmocka_unit_test(test_port_deterministic),

@@ -1,70 +1,73 @@
-/* CPU binding plans for cdlrun --bind cores: rank r gets a contiguous block
- * of whole cores (all their hardware threads); with more ranks than cores,
- * ranks share cores round-robin. */
+/* CPU binding plans for cdlrun --bind cores: the plugin's planner
+ * (lib/dist/bind.h, mode cores) on this machine's topology when built with
+ * hwloc, else the same block rule (contract_share) over the CPUs of the
+ * affinity mask, each counting as a core. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "launch.h"
 
 #ifdef HAVE_HWLOC
-#include <hwloc.h>
 #include <hwloc/glibc-sched.h>
+
+#include "lib/dist/bind.h"
+
+/* 0 with sets filled, or -1 when hwloc cannot help (then the fallback). */
+static int plan_hwloc(int n, const cpu_set_t *allowed, cpu_set_t *sets, int *units)
+{
+    hwloc_topology_t topo;
+    contract_err e;
+    int rc = -1;
+    if (bind_load(&topo, NULL, 0, &e) != 0)
+        return -1;
+    hwloc_cpuset_t a = hwloc_bitmap_alloc();
+    hwloc_cpuset_t *out = calloc((size_t)n, sizeof *out);
+    for (int r = 0; out && r < n; r++)
+        out[r] = hwloc_bitmap_alloc();
+    if (out && hwloc_cpuset_from_glibc_sched_affinity(topo, a, allowed, sizeof *allowed) == 0 &&
+        bind_plan(topo, a, BIND_CORES, n, NULL, out, NULL, 0, &e) == 0) {
+        for (int r = 0; r < n; r++)
+            hwloc_cpuset_to_glibc_sched_affinity(topo, out[r], &sets[r], sizeof sets[r]);
+        *units = bind_count_units(topo, a);
+        rc = 0;
+    }
+    for (int r = 0; out && r < n; r++)
+        hwloc_bitmap_free(out[r]);
+    free(out);
+    hwloc_bitmap_free(a);
+    hwloc_topology_destroy(topo);
+    return rc;
+}
 #endif
 
-/* The cores this process may use, as one CPU set per core. */
-static int allowed_cores(cpu_set_t *cores, int max, char *err, size_t errlen)
+int bind_plan_cpus(int n, cpu_set_t *sets, char *err, size_t errlen)
 {
     cpu_set_t allowed;
+    static int cpu[CPU_SETSIZE];
+    int c = 0;
     if (sched_getaffinity(0, sizeof allowed, &allowed)) {
         snprintf(err, errlen, "sched_getaffinity failed");
         return -1;
     }
-    int n = 0;
 #ifdef HAVE_HWLOC
-    hwloc_topology_t topo;
-    if (hwloc_topology_init(&topo) == 0 && hwloc_topology_load(topo) == 0) {
-        int depth = hwloc_get_type_depth(topo, HWLOC_OBJ_CORE);
-        unsigned count = depth < 0 ? 0 : hwloc_get_nbobjs_by_depth(topo, (unsigned)depth);
-        for (unsigned i = 0; i < count && n < max; i++) {
-            hwloc_obj_t core = hwloc_get_obj_by_depth(topo, (unsigned)depth, i);
-            cpu_set_t set;
-            hwloc_cpuset_to_glibc_sched_affinity(topo, core->cpuset, &set, sizeof set);
-            CPU_AND(&set, &set, &allowed);
-            if (CPU_COUNT(&set))
-                cores[n++] = set;
-        }
-        hwloc_topology_destroy(topo);
-    }
+    int units;
+    if (plan_hwloc(n, &allowed, sets, &units) == 0)
+        return units;
 #endif
-    if (n == 0)   /* no hwloc: every allowed CPU counts as a core */
-        for (int c = 0; c < CPU_SETSIZE && n < max; c++)
-            if (CPU_ISSET(c, &allowed)) {
-                CPU_ZERO(&cores[n]);
-                CPU_SET(c, &cores[n]);
-                n++;
-            }
-    if (n == 0) {
+    for (int k = 0; k < CPU_SETSIZE; k++)
+        if (CPU_ISSET(k, &allowed))
+            cpu[c++] = k;
+    if (c == 0) {
         snprintf(err, errlen, "no CPU is available to this process");
         return -1;
     }
-    return n;
-}
-
-int bind_plan(int n, cpu_set_t *sets, char *err, size_t errlen)
-{
-    static cpu_set_t cores[CPU_SETSIZE];
-    int c = allowed_cores(cores, CPU_SETSIZE, err, errlen);
-    if (c < 0)
-        return -1;
     for (int r = 0; r < n; r++) {
+        int lo, hi;
+        contract_share(r, n, c, &lo, &hi);
         CPU_ZERO(&sets[r]);
-        if (c >= n) {
-            int lo = (int)((long)r * c / n), hi = (int)((long)(r + 1) * c / n);
-            for (int k = lo; k < hi; k++)
-                CPU_OR(&sets[r], &sets[r], &cores[k]);
-        } else {
-            sets[r] = cores[r % c];
-        }
+        for (int k = lo; k < hi && k < c; k++)
+            CPU_SET(cpu[k], &sets[r]);
     }
     return c;
 }

@@ -31,10 +31,12 @@ typedef struct run {
     rank_proc *ranks;
 } run;
 
-/* Plans one CPU set per rank over the CPUs this process may use: contiguous
- * blocks of whole cores (hwloc when built with it, else CPUs of the affinity
- * mask). Returns the number of cores found, or -1 with a message in err. */
-int bind_plan(int n, cpu_set_t *sets, char *err, size_t errlen);
+/* Plans one CPU set per rank over the CPUs this process may use: the
+ * plugin's `cores` plan (lib/dist/bind.h) when built with hwloc, else the
+ * same block rule over the affinity mask's CPUs. With more ranks than
+ * cores, neighbouring ranks share a core. Returns the number of cores
+ * found, or -1 with a message in err. */
+int bind_plan_cpus(int n, cpu_set_t *sets, char *err, size_t errlen);
 /* "0-3,8" for a set. */
 void cpus_format(const cpu_set_t *set, char *buf, size_t len);
 

@@ -4,3 +4,6 @@ launcher_cdlrun_SOURCES = launcher/cdlrun.c launcher/spawn.c launcher/supervise.
 	launcher/bind.c launcher/launch.h lib/dist/contract.c lib/dist/contract.h
 launcher_cdlrun_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS)
 launcher_cdlrun_LDADD = $(HWLOC_LIBS)
+if HAVE_HWLOC
+launcher_cdlrun_SOURCES += lib/dist/bind.c lib/dist/bind.h
+endif

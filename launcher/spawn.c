@@ -149,7 +149,7 @@ int launch_ranks(run *r)
     if (r->bind_cores || r->bind_auto) {
         cpu_set_t *sets = calloc((size_t)r->n, sizeof *sets);
         char err[256];
-        int cores = sets ? bind_plan(r->n, sets, err, sizeof err) : -1;
+        int cores = sets ? bind_plan_cpus(r->n, sets, err, sizeof err) : -1;
         if (cores < 0 && r->bind_cores) {
             fprintf(stderr, "cdlrun: --bind cores: %s\n", sets ? err : "out of memory");
             free(sets);

@@ -13,16 +13,16 @@ SPANK_CORE_SOURCES = spank/util.c spank/util.h spank/config.c spank/conf.h \
 	spank/spawn.c spank/spawn.h spank/rundir.c spank/rundir.h spank/mps.c spank/mps.h \
 	lib/dist/contract.c lib/dist/contract.h
 if HAVE_HWLOC
-SPANK_CORE_SOURCES += spank/bind.c
+SPANK_CORE_SOURCES += lib/dist/bind.c
 endif
 SPANK_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_srcdir)/spank/harden.h $(HWLOC_CFLAGS)
 SPANK_CFLAGS = $(AM_CFLAGS) -fstack-protector-strong
 
-EXTRA_DIST += spank/harden.h spank/cdl_spank.map spank/cdl.conf.in spank/bind.c spank/bind.h
+EXTRA_DIST += spank/harden.h spank/cdl_spank.map spank/cdl.conf.in lib/dist/bind.c lib/dist/bind.h
 
 if HAVE_SLURM
 slurmplugin_LTLIBRARIES = spank/cdl_spank.la
-spank_cdl_spank_la_SOURCES = $(SPANK_CORE_SOURCES) spank/bind.h spank/plugin.c spank/plugin.h \
+spank_cdl_spank_la_SOURCES = $(SPANK_CORE_SOURCES) lib/dist/bind.h spank/plugin.c spank/plugin.h \
 	spank/remote.c spank/epilog.c
 spank_cdl_spank_la_CPPFLAGS = $(SPANK_CPPFLAGS) $(SLURM_CPPFLAGS)
 spank_cdl_spank_la_CFLAGS = $(SPANK_CFLAGS)

@@ -22,7 +22,7 @@
 #include <hwloc/glibc-sched.h>
 #endif
 
-#include "spank/bind.h"
+#include "lib/dist/bind.h"
 #include "spank/plugin.h"
 #include "spank/port.h"
 
@@ -146,8 +146,11 @@ int spk_remote_post_opt(spank_t sp)
         defer("--cdl-mps");
 #ifdef HAVE_HWLOC
     if (spk_g.bind != SPK_BIND_NONE) {
-        if (spk_bind_load(&spk_g.topo, spk_g.conf.topology, spk_g.bind == SPK_BIND_CLOSEST) != 0)
+        contract_err e;
+        if (bind_load(&spk_g.topo, spk_g.conf.topology, spk_g.bind == SPK_BIND_CLOSEST, &e)) {
+            spk_error("%s", e.msg);
             defer("--cdl-bind");
+        }
         else
             spk_g.have_topo = 1;
     }
@@ -291,8 +294,12 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)
         spk_error("sched_getaffinity failed");
         goto done;
     }
-    if (spk_bind_plan(spk_g.topo, allowed, spk_g.bind, n, gpu, out, note, sizeof note) != 0)
+    contract_err e;
+    if (bind_plan(spk_g.topo, allowed, spk_g.bind == SPK_BIND_CLOSEST ? BIND_CLOSEST : BIND_CORES,
+                  n, gpu, out, note, sizeof note, &e) != 0) {
+        spk_error("%s", e.msg);
         goto done;
+    }
     if (hwloc_cpuset_to_glibc_sched_affinity(spk_g.topo, out[local_id], &mask, sizeof mask) ||
         sched_setaffinity(0, sizeof mask, &mask) != 0) {
         spk_error("sched_setaffinity failed");
@@ -302,10 +309,10 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)
         /* The plan's note is about the first task without a GPU; say it
          * about this one. */
         note[0] = '\0';
-        if (spk_g.bind == SPK_BIND_CLOSEST && !spk_bind_gpu(spk_g.topo, gpu[local_id]))
+        if (spk_g.bind == SPK_BIND_CLOSEST && !bind_gpu(spk_g.topo, gpu[local_id]))
             snprintf(note, sizeof note, gpu[local_id] < 0 ? "no GPU known: bound as with cores"
                      : "GPU %d not found in the topology: bound as with cores", gpu[local_id]);
-        spk_bind_describe(spk_g.topo, out[local_id], desc, sizeof desc);
+        bind_describe(spk_g.topo, out[local_id], desc, sizeof desc);
         slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s",
                         spk_g.bind == SPK_BIND_CLOSEST ? "closest" : "cores", global_id,
                         local_id, gpu[local_id], desc, note[0] ? "; " : "", note);

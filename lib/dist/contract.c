@@ -9,7 +9,7 @@
 
 #include "lib/dist/contract.h"
 
-__attribute__((format(printf, 2, 3))) static int fail(contract_err *e, const char *fmt, ...)
+int contract_errorf(contract_err *e, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -17,6 +17,8 @@ __attribute__((format(printf, 2, 3))) static int fail(contract_err *e, const cha
     va_end(ap);
     return -1;
 }
+
+#define fail contract_errorf
 
 /* ------------------------------------------------------------ the table */
 
@@ -478,6 +480,14 @@ int contract_task_gpu(int local_rank, int replicas_per_gpu, int ngpus)
 {
     int s = contract_gpu_slot(local_rank, replicas_per_gpu);
     return s >= 0 && s < ngpus ? s : -1;
+}
+
+void contract_share(int j, int k, int units, int *lo, int *hi)
+{
+    *lo = (int)((long)j * units / k);
+    *hi = (int)((long)(j + 1) * units / k);
+    if (*hi <= *lo)
+        *hi = *lo + 1;
 }
 
 /* ------------------------------------------------------------ secrets */

@@ -59,6 +59,9 @@ typedef struct contract_err {
     char msg[512];
 } contract_err;
 
+/* Writes the message into e (printf-style); returns -1. */
+int contract_errorf(contract_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* One process's place, as the variables say it. */
 typedef struct contract {
     int version;                   /* CDL_CONTRACT_VERSION; 0 when not given */
@@ -173,6 +176,12 @@ int contract_gpu_slot(int local_rank, int replicas_per_gpu);
 
 /* The same, -1 when the slot is not below ngpus (more ranks than GPUs). */
 int contract_task_gpu(int local_rank, int replicas_per_gpu, int ngpus);
+
+/* CPU sharing: member j of k tasks that share `units` cores (in local-rank
+ * order) gets cores [lo, hi) = [j*U/k, (j+1)*U/k), or core j*U/k alone when
+ * U < k: neighbouring ranks (the replicas of one GPU) share a core, and no
+ * core is left out. Both binding planners (bind.h) use it. */
+void contract_share(int j, int k, int units, int *lo, int *hi);
 
 /* ------------------------------------------------------------ secrets */
 

@@ -20,4 +20,6 @@ dist_check_SCRIPTS += $(SLURM_TESTS) tests/slurm/cluster.sh
 EXTRA_DIST += tests/slurm/lib.sh tests/slurm/fake-train.sh
 
 EXTRA_DIST += tests/topologies/README.md tests/topologies/2socket-4gpu-nvml.xml \
-	tests/topologies/1socket-2gpu-pci.xml tests/topologies/this-vm-2pu.xml
+	tests/topologies/1socket-2gpu-pci.xml tests/topologies/this-vm-2pu.xml \
+	tests/topologies/dgx-2socket-8gpu.xml tests/topologies/1socket-4gpu.xml \
+	tests/topologies/gh200.xml tests/topologies/make_gpu_nodes.py

@@ -45,3 +45,12 @@ tests_unit_test_contract_roundtrip_SOURCES = tests/unit/test_contract_roundtrip.
 tests_unit_test_contract_roundtrip_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_contract_roundtrip_LDADD = $(TEST_LDADD)
 EXTRA_tests_unit_test_contract_roundtrip_DEPENDENCIES = launcher/cdlrun
+
+# The binding planner of the plugin and cdlrun on saved topologies.
+if HAVE_HWLOC
+check_PROGRAMS += tests/unit/test_bind
+TESTS += tests/unit/test_bind
+tests_unit_test_bind_SOURCES = tests/unit/test_bind.c lib/dist/bind.c lib/dist/contract.c
+tests_unit_test_bind_CPPFLAGS = $(TEST_CPPFLAGS) $(HWLOC_CFLAGS)
+tests_unit_test_bind_LDADD = $(CMOCKA_LIBS) $(HWLOC_LIBS)
+endif

@@ -34,10 +34,3 @@ tests_unit_test_spank_mps_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
 tests_unit_test_spank_mps_LDADD = $(SPANK_TEST_LDADD)
 EXTRA_tests_unit_test_spank_mps_DEPENDENCIES = tests/slurm/fake-mps-control
 
-if HAVE_HWLOC
-check_PROGRAMS += tests/unit/test_spank_bind
-TESTS += tests/unit/test_spank_bind
-tests_unit_test_spank_bind_SOURCES = tests/unit/test_spank_bind.c spank/util.c spank/bind.c
-tests_unit_test_spank_bind_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
-tests_unit_test_spank_bind_LDADD = $(SPANK_TEST_LDADD) $(HWLOC_LIBS)
-endif

@@ -79,6 +79,22 @@ static void test_gpu_slot(void **state)
     assert_int_equal(contract_gpu_slot(5, 0), 5);
 }
 
+/* The block rule of both binding planners (also cdlrun without hwloc). */
+static void test_share(void **state)
+{
+    (void)state;
+    int lo, hi;
+    contract_share(1, 3, 8, &lo, &hi);   /* 8 cores / 3 tasks: 2, 3, 3 */
+    assert_int_equal(lo, 2);
+    assert_int_equal(hi, 5);
+    /* 4 tasks on 2 cores: neighbours 0,1 share core 0 (not 0 and 2). */
+    for (int j = 0; j < 4; j++) {
+        contract_share(j, 4, 2, &lo, &hi);
+        assert_int_equal(lo, j / 2);
+        assert_int_equal(hi, j / 2 + 1);
+    }
+}
+
 static void test_tasks_on_node(void **state)
 {
     (void)state;
@@ -252,6 +268,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostlist),
         cmocka_unit_test(test_gpu_slot),
+        cmocka_unit_test(test_share),
         cmocka_unit_test(test_tasks_on_node),
         cmocka_unit_test(test_resv_port),
         cmocka_unit_test(test_round_trip),

@@ -4,21 +4,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spank/bind.h"
+#include "lib/dist/bind.h"
 
-int spk_bind_load(hwloc_topology_t *topo, const char *xml_path, int with_io)
+#define fail contract_errorf
+
+int bind_load(hwloc_topology_t *topo, const char *xml_path, int with_io, contract_err *e)
 {
     if (hwloc_topology_init(topo) != 0)
-        return spk_error("hwloc: cannot initialise a topology");
+        return fail(e, "hwloc: cannot initialise a topology");
     if (xml_path && *xml_path && hwloc_topology_set_xml(*topo, xml_path) != 0) {
         hwloc_topology_destroy(*topo);
-        return spk_error("topology=%s: hwloc cannot read this XML file", xml_path);
+        return fail(e, "topology=%s: hwloc cannot read this XML file", xml_path);
     }
     hwloc_topology_set_io_types_filter(*topo, with_io ? HWLOC_TYPE_FILTER_KEEP_IMPORTANT
                                                       : HWLOC_TYPE_FILTER_KEEP_NONE);
     if (hwloc_topology_load(*topo) != 0) {
         hwloc_topology_destroy(*topo);
-        return spk_error("hwloc: cannot load the topology%s%s", xml_path && *xml_path ? " " : "",
+        return fail(e, "hwloc: cannot load the topology%s%s", xml_path && *xml_path ? " " : "",
                          xml_path ? xml_path : "");
     }
     return 0;
@@ -41,7 +43,7 @@ static int pci_cmp(const void *a, const void *b)
     return kx < ky ? -1 : kx > ky;
 }
 
-hwloc_obj_t spk_bind_gpu(hwloc_topology_t topo, int k)
+hwloc_obj_t bind_gpu(hwloc_topology_t topo, int k)
 {
     hwloc_obj_t o = NULL, found = NULL, gpus[64];
     int nvml = 0, n = 0;
@@ -72,7 +74,8 @@ struct units {
     hwloc_cpuset_t *set;
 };
 
-static int units_get(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, struct units *u)
+static int units_get(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, struct units *u,
+                     contract_err *e)
 {
     hwloc_obj_type_t t = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE
                                                                            : HWLOC_OBJ_PU;
@@ -80,7 +83,7 @@ static int units_get(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, struct
     u->n = 0;
     u->set = calloc((size_t)(total > 0 ? total : 1), sizeof *u->set);
     if (!u->set)
-        return spk_error("out of memory");
+        return fail(e, "out of memory");
     for (int i = 0; i < total; i++) {
         hwloc_obj_t c = hwloc_get_obj_by_type(topo, t, (unsigned)i);
         hwloc_cpuset_t s = hwloc_bitmap_alloc();
@@ -109,9 +112,9 @@ static void domain_of(const struct units *u, hwloc_const_cpuset_t near, hwloc_bi
             hwloc_bitmap_set(dom, (unsigned)i);
 }
 
-int spk_bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum spk_bind_mode mode,
-                  int ntasks, const int *task_gpu, hwloc_cpuset_t *out, char *note,
-                  size_t notelen)
+int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mode mode,
+              int ntasks, const int *task_gpu, hwloc_cpuset_t *out, char *note, size_t notelen,
+              contract_err *e)
 {
     struct units u;
     hwloc_bitmap_t *dom;
@@ -119,24 +122,24 @@ int spk_bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum spk_
     if (note && notelen)
         note[0] = '\0';
     if (ntasks < 1)
-        return spk_error("--cdl-bind: no local tasks");
-    if (units_get(topo, allowed, &u) != 0)
+        return fail(e, "no local tasks to bind");
+    if (units_get(topo, allowed, &u, e) != 0)
         return -1;
     if (u.n == 0) {
         units_free(&u);
-        return spk_error("--cdl-bind: the step's allowed CPUs are not in the topology");
+        return fail(e, "the allowed CPUs are not in the topology");
     }
     dom = calloc((size_t)ntasks, sizeof *dom);
     if (!dom) {
         units_free(&u);
-        return spk_error("out of memory");
+        return fail(e, "out of memory");
     }
     for (int t = 0; t < ntasks; t++) {
         dom[t] = hwloc_bitmap_alloc();
         hwloc_obj_t gpu = NULL;
-        if (mode == SPK_BIND_CLOSEST) {
+        if (mode == BIND_CLOSEST) {
             int g = task_gpu ? task_gpu[t] : -1;
-            gpu = spk_bind_gpu(topo, g);
+            gpu = bind_gpu(topo, g);
             if (!gpu && note && !note[0])
                 snprintf(note, notelen, g < 0 ? "no GPU assigned: binding as with cores"
                                               : "GPU %d not found in the topology: binding as "
@@ -153,8 +156,7 @@ int spk_bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum spk_
         if (hwloc_bitmap_iszero(dom[t]))
             hwloc_bitmap_set_range(dom[t], 0, u.n - 1);
     }
-    /* Tasks with the same domain split it in local-rank order: member j of
-     * k gets units [j*U/k, (j+1)*U/k), or unit j*U/k when U < k. */
+    /* Tasks with the same domain split it in local-rank order. */
     for (int t = 0; t < ntasks; t++) {
         int k = 0, j = 0, idx[1024], nu = 0;
         for (int s = 0; s < ntasks; s++)
@@ -169,9 +171,8 @@ int spk_bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum spk_
                 idx[nu++] = i;
         }
         hwloc_bitmap_foreach_end();
-        int lo = (int)((long)j * nu / k), hi = (int)((long)(j + 1) * nu / k);
-        if (hi <= lo)
-            hi = lo + 1;
+        int lo, hi;
+        contract_share(j, k, nu, &lo, &hi);
         hwloc_bitmap_zero(out[t]);
         for (int x = lo; x < hi && x < nu; x++)
             hwloc_bitmap_or(out[t], out[t], u.set[idx[x]]);
@@ -184,7 +185,18 @@ int spk_bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum spk_
     return rc;
 }
 
-void spk_bind_describe(hwloc_topology_t topo, hwloc_const_cpuset_t set, char *buf, size_t len)
+int bind_count_units(hwloc_topology_t topo, hwloc_const_cpuset_t allowed)
+{
+    struct units u;
+    contract_err e;
+    if (units_get(topo, allowed, &u, &e) != 0)
+        return 0;
+    int n = u.n;
+    units_free(&u);
+    return n;
+}
+
+void bind_describe(hwloc_topology_t topo, hwloc_const_cpuset_t set, char *buf, size_t len)
 {
     hwloc_bitmap_t cores = hwloc_bitmap_alloc();
     char c[256], p[256];

@@ -1,0 +1,58 @@
+/* CPU binding plans, one planner for the plugin (--cdl-bind) and cdlrun
+ * (--bind cores). The plan is a pure function of (topology, allowed cpuset,
+ * number of local tasks, each task's GPU), so it is tested on saved hwloc
+ * XML topologies (tests/topologies/, tests/unit/test_bind.c).
+ *
+ *  cores    the allowed cores (a core counts with the PUs of it that are
+ *           allowed) are cut into contiguous, balanced blocks, one per task;
+ *           with more tasks than cores, neighbouring tasks share a core
+ *           (contract_share: consecutive local ranks are the ones that
+ *           share a GPU, so they also share caches).
+ *  closest  each task's domain is the allowed cores local to its GPU (the
+ *           GPU's nearest non-I/O ancestor, widened upwards until it holds
+ *           an allowed core); tasks with the same domain (the replicas of
+ *           one GPU, or GPUs behind the same socket) split it as above. A
+ *           task without a GPU found in the topology falls back to `cores`
+ *           over all allowed cores, and the note says so.
+ *
+ * A task's GPU is the contract's slot (contract_task_gpu): the GPU
+ * cdl-train opens. GPU k (Slurm's index, as in CUDA_VISIBLE_DEVICES without
+ * device cgroups) is the OS device "nvml<k>" when hwloc's NVML backend named
+ * them, else the k-th NVIDIA PCI display/3D controller in bus order (the
+ * order of NVML and of the /dev/nvidia<k> minors that Slurm's gres.conf
+ * lists). Errors go into a contract_err. */
+#ifndef CDL_DIST_BIND_H
+#define CDL_DIST_BIND_H
+
+#include <stddef.h>
+
+#include "lib/dist/contract.h"
+
+enum bind_mode { BIND_CORES = 1, BIND_CLOSEST = 2 };
+
+#ifdef HAVE_HWLOC
+#include <hwloc.h>
+
+/* Loads the machine's topology, or the XML at xml_path when given. with_io
+ * keeps PCI devices and OS devices (needed for `closest` only: slower). */
+int bind_load(hwloc_topology_t *topo, const char *xml_path, int with_io, contract_err *e);
+
+/* The GPU with Slurm index k, or NULL. */
+hwloc_obj_t bind_gpu(hwloc_topology_t topo, int k);
+
+/* Fills out[0..ntasks-1] (allocated by the caller with hwloc_bitmap_alloc)
+ * for mode cores or closest. task_gpu[i] is task i's GPU index, -1 for none
+ * (NULL: no task has one). note (may be NULL) receives a remark for the
+ * verbose map, "" when there is none. Errors: no allowed core. */
+int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mode mode,
+              int ntasks, const int *task_gpu, hwloc_cpuset_t *out, char *note, size_t notelen,
+              contract_err *e);
+
+/* The allowed cores (or PUs when hwloc knows no cores): their number. */
+int bind_count_units(hwloc_topology_t topo, hwloc_const_cpuset_t allowed);
+
+/* "cores 0-3 (PUs 0-7)": logical core indexes and OS PU numbers of set. */
+void bind_describe(hwloc_topology_t topo, hwloc_const_cpuset_t set, char *buf, size_t len);
+
+#endif /* HAVE_HWLOC */
+#endif

@@ -1,0 +1,276 @@
+/* Binding plans (lib/dist/bind.h) on saved hwloc topologies (tests/topologies/):
+ *   2socket-4gpu-nvml.xml  2 sockets x 4 cores x 2 PUs, GPUs nvml0,1 on
+ *                          socket 0 and nvml2,3 on socket 1
+ *   1socket-2gpu-pci.xml   8 cores, 2 NVIDIA GPUs without NVML names (bus c1
+ *                          listed before 41) and an ASPEED VGA
+ *   this-vm-2pu.xml        a real 2-vCPU virtual machine, no GPU
+ *   dgx-2socket-8gpu.xml, 1socket-4gpu.xml, gh200.xml: GPU nodes (README)
+ * One planner serves the plugin and cdlrun; each task's GPU comes from the
+ * contract's slot rule, as in cdl-train. */
+#include <stdio.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "lib/dist/bind.h"
+
+static hwloc_topology_t load(const char *name)
+{
+    char rel[128], path[512];
+    hwloc_topology_t t;
+    snprintf(rel, sizeof rel, "tests/topologies/%s", name);
+    test_path(rel, path, sizeof path);
+    contract_err e;
+    if (bind_load(&t, path, 1, &e) != 0)
+        fail_msg("%s", e.msg);
+    return t;
+}
+
+/* Plans ntasks and compares each task's PUs with want[t] ("0-3"). */
+static void expect_plan(hwloc_topology_t topo, const char *allowed_list,
+                        enum bind_mode mode, int ntasks, const int *gpus,
+                        const char *const *want, const char *note_has)
+{
+    hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+    hwloc_cpuset_t out[64];
+    char note[128], got[64];
+    if (allowed_list)
+        hwloc_bitmap_list_sscanf(allowed, allowed_list);
+    else
+        hwloc_bitmap_copy(allowed, hwloc_topology_get_topology_cpuset(topo));
+    for (int t = 0; t < ntasks; t++)
+        out[t] = hwloc_bitmap_alloc();
+    contract_err e;
+    if (bind_plan(topo, allowed, mode, ntasks, gpus, out, note, sizeof note, &e) != 0)
+        fail_msg("%s", e.msg);
+    for (int t = 0; t < ntasks; t++) {
+        hwloc_bitmap_list_snprintf(got, sizeof got, out[t]);
+        if (strcmp(got, want[t]))
+            fail_msg("task %d: PUs %s, want %s", t, got, want[t]);
+        hwloc_bitmap_free(out[t]);
+    }
+    if (note_has)
+        assert_non_null(strstr(note, note_has));
+    else
+        assert_string_equal(note, "");
+    hwloc_bitmap_free(allowed);
+}
+
+static void test_cores_blocks(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-4gpu-nvml.xml");
+    static const char *const four[] = {"0-3", "4-7", "8-11", "12-15"};
+    expect_plan(t, NULL, BIND_CORES, 4, NULL, four, NULL);
+    static const char *const three[] = {"0-3", "4-9", "10-15"};   /* 8 cores / 3: 2,3,3 */
+    expect_plan(t, NULL, BIND_CORES, 3, NULL, three, NULL);
+    /* More tasks than cores: neighbours share a core, none is left out. */
+    static const char *const ten[] = {"0-1", "0-1", "2-3", "4-5", "6-7",
+                                      "8-9", "8-9", "10-11", "12-13", "14-15"};
+    expect_plan(t, NULL, BIND_CORES, 10, NULL, ten, NULL);
+    /* Only parts of cores allowed (a cgroup): a core counts with those PUs. */
+    static const char *const part[] = {"0", "2-3,5"};
+    expect_plan(t, "0,2-3,5", BIND_CORES, 2, NULL, part, NULL);
+    hwloc_topology_destroy(t);
+}
+
+static void test_closest(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-4gpu-nvml.xml");
+    /* One task per GPU: the two GPUs of a socket split its cores. */
+    static const int g4[] = {0, 1, 2, 3};
+    static const char *const w4[] = {"0-3", "4-7", "8-11", "12-15"};
+    expect_plan(t, NULL, BIND_CLOSEST, 4, g4, w4, NULL);
+    /* Two replicas on each of GPUs 2 and 3: all four on socket 1, one core
+     * each, where `cores` would have spread them over both sockets. */
+    static const int g23[] = {2, 2, 3, 3};
+    static const char *const w23[] = {"8-9", "10-11", "12-13", "14-15"};
+    expect_plan(t, NULL, BIND_CLOSEST, 4, g23, w23, NULL);
+    static const char *const w23c[] = {"0-3", "4-7", "8-11", "12-15"};
+    expect_plan(t, NULL, BIND_CORES, 4, g23, w23c, NULL);
+    /* Eight replicas on GPU 0: socket 0's four cores, two tasks per core. */
+    static const int g0[] = {0, 0, 0, 0, 0, 0, 0, 0};
+    static const char *const w0[] = {"0-1", "0-1", "2-3", "2-3", "4-5", "4-5", "6-7", "6-7"};
+    expect_plan(t, NULL, BIND_CLOSEST, 8, g0, w0, NULL);
+    /* The step may only use socket 1: GPU 0's locality is widened to the
+     * machine and the allowed cores are used. */
+    static const int g01[] = {0, 1};
+    static const char *const w01[] = {"8-11", "12-15"};
+    expect_plan(t, "8-15", BIND_CLOSEST, 2, g01, w01, NULL);
+    /* A GPU the topology does not have: like cores, and the note says so. */
+    static const int g9[] = {9, 9};
+    static const char *const w9[] = {"0-7", "8-15"};
+    expect_plan(t, NULL, BIND_CLOSEST, 2, g9, w9, "GPU 9 not found in the topology");
+    expect_plan(t, NULL, BIND_CLOSEST, 2, NULL, w9, "no GPU assigned");
+    hwloc_topology_destroy(t);
+}
+
+static void test_gpu_identity(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-4gpu-nvml.xml");
+    hwloc_obj_t g = bind_gpu(t, 2);
+    assert_non_null(g);
+    assert_string_equal(g->name, "nvml2");
+    assert_null(bind_gpu(t, 4));
+    assert_null(bind_gpu(t, -1));
+    hwloc_topology_destroy(t);
+    /* No NVML names: NVIDIA 3D controllers in PCI bus order, VGA skipped. */
+    t = load("1socket-2gpu-pci.xml");
+    g = bind_gpu(t, 0);
+    assert_non_null(g);
+    assert_int_equal(g->attr->pcidev.bus, 0x41);
+    g = bind_gpu(t, 1);
+    assert_non_null(g);
+    assert_int_equal(g->attr->pcidev.bus, 0xc1);
+    assert_null(bind_gpu(t, 2));
+    static const int g10[] = {1, 0, 1};
+    static const char *const w[] = {"0-1", "2-4", "5-7"};   /* one socket: one domain */
+    expect_plan(t, NULL, BIND_CLOSEST, 3, g10, w, NULL);
+    hwloc_topology_destroy(t);
+}
+
+static void test_real_vm(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("this-vm-2pu.xml");
+    static const char *const w[] = {"0", "1"};
+    expect_plan(t, NULL, BIND_CORES, 2, NULL, w, NULL);
+    static const char *const w3[] = {"0", "0", "1"};
+    expect_plan(t, NULL, BIND_CLOSEST, 3, NULL, w3, "no GPU assigned");
+    /* Allowed CPUs outside the topology: an error, not an empty binding. */
+    hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+    hwloc_cpuset_t out[1] = {hwloc_bitmap_alloc()};
+    hwloc_bitmap_list_sscanf(allowed, "40-41");
+    contract_err e;
+    assert_int_equal(bind_plan(t, allowed, BIND_CORES, 1, NULL, out, NULL, 0, &e), -1);
+    assert_non_null(strstr(e.msg, "not in the topology"));
+    assert_int_equal(bind_plan(t, allowed, BIND_CORES, 0, NULL, out, NULL, 0, &e), -1);
+    hwloc_bitmap_free(out[0]);
+    hwloc_bitmap_free(allowed);
+    hwloc_topology_destroy(t);
+}
+
+static void test_describe_and_load(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-4gpu-nvml.xml");
+    hwloc_bitmap_t s = hwloc_bitmap_alloc();
+    char buf[128];
+    hwloc_bitmap_list_sscanf(s, "0-3,9");
+    bind_describe(t, s, buf, sizeof buf);
+    assert_string_equal(buf, "cores 0-1,4 (PUs 0-3,9)");
+    hwloc_bitmap_free(s);
+    hwloc_topology_destroy(t);
+    contract_err e;
+    assert_int_equal(bind_load(&t, "/nonexistent/topology.xml", 0, &e), -1);
+    assert_non_null(strstr(e.msg, "topology=/nonexistent/topology.xml"));
+    /* The machine itself (as slurmstepd and cdlrun load it). */
+    assert_int_equal(bind_load(&t, NULL, 0, &e), 0);
+    assert_true(hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU) >= 1);
+    hwloc_topology_destroy(t);
+}
+
+/* Each task's GPU by the contract's slot rule over ngpus visible GPUs. */
+static void slot_gpus(int ntasks, int rpg, int ngpus, int *out)
+{
+    for (int t = 0; t < ntasks; t++)
+        out[t] = contract_task_gpu(t, rpg, ngpus);
+}
+
+/* DGX-like: 2 sockets x 2 NUMA domains (L3) x 8 cores x 2 PUs, GPUs 2k and
+ * 2k+1 behind the PCIe switch of domain k (PUs 16k..16k+15). */
+static void test_dgx(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("dgx-2socket-8gpu.xml");
+    int g[16];
+    /* 2 tasks: task 1 uses GPU 1 (what cdl-train opens), next to GPU 0 in
+     * domain 0. The plugin used to spread tasks over the GPUs (task 1 ->
+     * GPU 4) and bound it on the other socket. */
+    slot_gpus(2, 1, 8, g);
+    assert_int_equal(g[1], 1);
+    static const char *const w2[] = {"0-7", "8-15"};
+    expect_plan(t, NULL, BIND_CLOSEST, 2, g, w2, NULL);
+    /* One task per GPU: the two tasks of a domain split its 8 cores. */
+    slot_gpus(8, 1, 8, g);
+    static const char *const w8[] = {"0-7", "8-15", "16-23", "24-31",
+                                     "32-39", "40-47", "48-55", "56-63"};
+    expect_plan(t, NULL, BIND_CLOSEST, 8, g, w8, NULL);
+    /* MPS, 2 replicas per GPU: 4 tasks per domain, 2 cores each. */
+    slot_gpus(16, 2, 8, g);
+    static const char *const w16[] = {"0-3", "4-7", "8-11", "12-15", "16-19", "20-23",
+                                      "24-27", "28-31", "32-35", "36-39", "40-43", "44-47",
+                                      "48-51", "52-55", "56-59", "60-63"};
+    expect_plan(t, NULL, BIND_CLOSEST, 16, g, w16, NULL);
+    /* The step got socket 1 only, 2 tasks on GPUs 4 and 5. */
+    static const int g45[] = {4, 5};
+    static const char *const w45[] = {"32-39", "40-47"};
+    expect_plan(t, "32-63", BIND_CLOSEST, 2, g45, w45, NULL);
+    hwloc_topology_destroy(t);
+}
+
+/* More ranks than cores (the plugin and cdlrun used to differ: cdlrun went
+ * round-robin, 0 and 32 sharing core 0): neighbouring ranks share a core,
+ * as MPS replicas of one GPU are neighbours. */
+static void test_more_tasks_than_cores(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("dgx-2socket-8gpu.xml");
+    static char want[64][8];
+    const char *w[64];
+    for (int r = 0; r < 64; r++) {
+        snprintf(want[r], sizeof want[r], "%d-%d", 2 * (r / 2), 2 * (r / 2) + 1);
+        w[r] = want[r];
+    }
+    expect_plan(t, NULL, BIND_CORES, 64, NULL, w, NULL);
+    hwloc_topology_destroy(t);
+}
+
+/* 1 socket x 16 cores x 2 PUs, 4 PCIe GPUs: one domain for all. */
+static void test_one_socket_4gpu(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("1socket-4gpu.xml");
+    int g[8];
+    slot_gpus(4, 1, 4, g);
+    static const char *const w4[] = {"0-7", "8-15", "16-23", "24-31"};
+    expect_plan(t, NULL, BIND_CLOSEST, 4, g, w4, NULL);
+    /* 5 tasks on 4 GPUs without packing: task 4 has none, and is told. */
+    slot_gpus(5, 1, 4, g);
+    assert_int_equal(g[4], -1);
+    static const char *const w5[] = {"0-5", "6-11", "12-17", "18-23", "24-31"};
+    expect_plan(t, NULL, BIND_CLOSEST, 5, g, w5, "no GPU assigned");
+    hwloc_topology_destroy(t);
+}
+
+/* GH200-like: 72 cores without SMT, one GPU; 4 MPS replicas share it. */
+static void test_gh200(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("gh200.xml");
+    int g[4];
+    slot_gpus(4, 4, 1, g);
+    static const char *const w[] = {"0-17", "18-35", "36-53", "54-71"};
+    expect_plan(t, NULL, BIND_CLOSEST, 4, g, w, NULL);
+    assert_non_null(bind_gpu(t, 0));
+    assert_null(bind_gpu(t, 1));
+    hwloc_topology_destroy(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cores_blocks),
+        cmocka_unit_test(test_closest),
+        cmocka_unit_test(test_gpu_identity),
+        cmocka_unit_test(test_real_vm),
+        cmocka_unit_test(test_describe_and_load),
+        cmocka_unit_test(test_dgx),
+        cmocka_unit_test(test_more_tasks_than_cores),
+        cmocka_unit_test(test_one_socket_4gpu),
+        cmocka_unit_test(test_gh200),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

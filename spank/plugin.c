@@ -35,6 +35,8 @@ static int batch_refused(const char *opt)
 static int opt_ddp(int val, const char *arg, int remote)
 {
     (void)val, (void)arg, (void)remote;
+    if (spk_g.conf_broken)
+        return 0;   /* node side with unknown settings: the option does nothing */
     if (batch_refused("--cdl-ddp"))
         return -1;
     spk_g.opts.ddp = 1;
@@ -45,6 +47,8 @@ static int opt_mps(int val, const char *arg, int remote)
 {
     int n;
     (void)val, (void)remote;
+    if (spk_g.conf_broken)
+        return 0;   /* node side with unknown settings: the option does nothing */
     if (batch_refused("--cdl-mps"))
         return -1;
     if (spk_opt_mps(arg, spk_g.conf.max_replicas_per_gpu, &n) != 0) {
@@ -62,6 +66,8 @@ static int opt_bind(int val, const char *arg, int remote)
     enum spk_bind_mode m;
     int verbose;
     (void)val, (void)remote;
+    if (spk_g.conf_broken)
+        return 0;   /* node side with unknown settings: the option does nothing */
     if (batch_refused("--cdl-bind"))
         return -1;
     if (spk_opt_bind(arg, spk_g.conf.default_bind, &m, &verbose) != 0) {
@@ -86,15 +92,42 @@ static struct spank_option options[] = {
      opt_bind},
 };
 
+/* A plugstack.conf error must never take a node down: slurmd (at start,
+ * where a failure with `required` stops it), the job prolog/epilog and the
+ * batch, extern and interactive steps (a failure there drains the node)
+ * log it and go on without doing anything. srun, sbatch and salloc fail
+ * with the message naming the key, and so does a normal step in
+ * slurmstepd (it fails the user's tasks only), so the admin hears of it at
+ * the first job. Returns what the hook returns. */
+static int conf_failed(spank_t sp, spank_context_t ctx)
+{
+    uint32_t stepid = 0;
+    const char *where = ctx == S_CTX_SLURMD       ? "slurmd"
+                        : ctx == S_CTX_JOB_SCRIPT ? "the job prolog/epilog"
+                        : ctx == S_CTX_REMOTE && sp &&
+                                spank_get_item(sp, S_JOB_STEPID, &stepid) == ESPANK_SUCCESS &&
+                                stepid > SPK_MAX_NORMAL_STEP_ID
+                            ? "the batch/extern step"
+                            : NULL;
+    if (where) {
+        slurm_error("cdl: %s; ignored in %s so the node stays up, but every srun and sbatch "
+                    "with this plugin fails until it is fixed", spk_last_error(), where);
+        spk_g.conf_broken = 1;
+        return 0;
+    }
+    slurm_error("cdl: %s", spk_last_error());
+    return -1;
+}
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
     spank_context_t ctx = spank_context();
     spk_set_log(log_to_slurm);
     memset(&spk_g, 0, sizeof spk_g);
-    if (spk_conf_parse(&spk_g.conf, ac, av) != 0) {
-        slurm_error("cdl: %s", spk_last_error());
+    /* With a broken configuration on the node side the options are still
+     * registered (forwarded values must be accepted) but do nothing. */
+    if (spk_conf_parse(&spk_g.conf, ac, av) != 0 && conf_failed(sp, ctx) != 0)
         return -1;
-    }
     /* slurmd and prolog/epilog scripts parse no options. */
     if (ctx == S_CTX_SLURMD || ctx == S_CTX_JOB_SCRIPT)
         return 0;
@@ -109,47 +142,59 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
     (void)ac, (void)av;
+    if (spk_g.conf_broken)
+        return 0;
     return spank_context() == S_CTX_REMOTE ? spk_remote_post_opt(sp) : 0;
 }
 
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
     (void)ac, (void)av;
+    if (spk_g.conf_broken)
+        return 0;
     return spk_remote_user_init(sp);
 }
 
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
     (void)ac, (void)av;
+    if (spk_g.conf_broken)
+        return 0;
     return spk_remote_task_privileged(sp);
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
     (void)ac, (void)av;
+    if (spk_g.conf_broken)
+        return 0;
     return spk_remote_task_init(sp);
 }
 
 int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 {
     (void)ac, (void)av;
+    if (spk_g.conf_broken)
+        return 0;
     return spk_remote_task_exit(sp);
 }
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)
 {
     (void)ac, (void)av;
+    if (spk_g.conf_broken)
+        return 0;
     return spank_context() == S_CTX_REMOTE ? spk_remote_exit(sp) : 0;
 }
 
 /* The job script context gets no slurm_spank_init: the settings are parsed
- * here from the same arguments. */
+ * here from the same arguments. With a broken configuration nothing is swept
+ * (runtime_dir itself may be the broken value): steps cannot start with it,
+ * and the logged error tells the admin to look. */
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 {
     spk_set_log(log_to_slurm);
-    if (spk_conf_parse(&spk_g.conf, ac, av) != 0) {
-        slurm_error("cdl: %s", spk_last_error());
-        return -1;
-    }
+    if (spk_conf_parse(&spk_g.conf, ac, av) != 0)
+        return conf_failed(sp, S_CTX_JOB_SCRIPT);
     return spk_epilog(sp);
 }

@@ -18,6 +18,8 @@
 
 struct spk_state {
     struct spk_conf conf;
+    int conf_broken;                 /* plugstack.conf is wrong where failing
+                                      * would take the node down: do nothing */
     struct spk_opts opts;
 
     /* slurmstepd, filled by init_post_opt/user_init for a normal step */

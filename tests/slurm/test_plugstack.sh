@@ -1,0 +1,66 @@
+#!/bin/bash
+# A misspelled key in plugstack.conf, with `required` (what docs/admin.md
+# recommends), must not take nodes down: slurmd and the job epilog log it
+# and go on (a running job ends, its nodes return to idle, not drained;
+# slurmd restarts), while srun and sbatch fail with a message naming the
+# key, so the admin hears of it at once.
+set -u
+. "${top_srcdir:-.}/tests/slurm/lib.sh"
+require_cluster_tools
+start_cluster
+CONF=$CDL_CLUSTER_DIR/etc/plugstack.conf
+GOOD=$(cat "$CONF")
+FLAG=$WORK/flag
+node_states() { sinfo -h -N -o '%N %T' 2>/dev/null | sort -u | tr '\n' ' '; }
+# Both idle once jobs have finished completing (a drained node never is).
+both_idle() {
+    wait_until 30 sh -c '[ "$(sinfo -h -N -o %T | grep -c "^idle$")" = 2 ]' && return 0
+    echo "nodes: $(node_states)"
+    sinfo -R
+    return 1
+}
+
+# A job that runs until told to stop (its own wait is bounded).
+user_script wait-flag.sh <<EOF
+#!/bin/sh
+i=0
+while [ ! -e "$FLAG" ] && [ \$i -lt 1200 ]; do sleep 0.05; i=\$((i + 1)); done
+echo done
+EOF
+job=$(submit -N2 -n2 -o "$WORK/job.out" ./wait-flag.sh)
+check "a job is submitted with a good configuration" test -n "$job"
+wait_until "$JOB_TIMEOUT" sh -c "squeue -h -j $job -o %T | grep -qx RUNNING" ||
+    fail "job $job did not start"
+
+# Now the admin misspells a key.
+echo "$GOOD mps_timeuot=5" >"$CONF"
+err=$(as_user srun -N1 -n1 true 2>&1)
+rc=$?
+check "srun fails naming the key" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "unknown key .mps_timeuot."' || echo "rc=$rc: $err"
+err=$(as_user sbatch --wrap true 2>&1)
+rc=$?
+check "sbatch fails naming the key" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "unknown key .mps_timeuot."' || echo "rc=$rc: $err"
+
+# The running job ends: its epilog runs with the bad line on both nodes.
+touch "$FLAG"
+state=$(wait_job "$job")
+check "the running job completes" eval 'echo "$state" | grep -q "JobState=COMPLETED"' ||
+    echo "$state"
+check "both nodes idle after the epilog, none drained" both_idle
+check "the epilog logged the error naming the key" \
+    grep -q "unknown key 'mps_timeuot'.*ignored in the job prolog/epilog" \
+    "$CDL_CLUSTER_DIR/log/slurmd.n1.log" "$CDL_CLUSTER_DIR/log/slurmd.n2.log"
+
+# slurmd starts with the bad line (it logs it).
+check "slurmd restarts with the bad key" "$SLURM_TESTS_DIR/cluster.sh" restart "$CDL_CLUSTER_DIR" n1
+check "slurmd logged the error at start" \
+    grep -q "unknown key 'mps_timeuot'.*ignored in slurmd" "$CDL_CLUSTER_DIR/log/slurmd.n1.log"
+
+# Fixed: jobs run again on the restarted node.
+echo "$GOOD" >"$CONF"
+out=$(as_user srun --quiet -w n1 -N1 -n1 hostname 2>&1)
+check "after the fix, srun runs on the restarted node" test "$out" = "$(hostname)" || echo "$out"
+check "nodes idle at the end" both_idle
+finish

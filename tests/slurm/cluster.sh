@@ -7,6 +7,15 @@
 #                          nodes are idle, write DIR/env.sh for clients
 #   cluster.sh stop DIR    stop the daemons by their pid files, remove DIR
 #                          (kept when CDL_KEEP_CLUSTER=1)
+#   cluster.sh restart DIR NODE
+#                          stop NODE's slurmd and start it again (it re-reads
+#                          plugstack.conf); fails unless it comes back
+#
+# The machine is left as found: the node names n1, n2 resolve through a
+# hosts file of the cluster's own, bind-mounted over /etc/hosts in a private
+# mount namespace of each slurmd (so its steps and tasks see it too);
+# /etc/hosts itself is not edited. Jobs run as an existing unprivileged
+# user (nobody by default), so no account is created.
 #
 # Inputs (environment):
 #   CDL_SPANK_SO        the built plugin (.libs/cdl_spank.so); loaded through
@@ -16,7 +25,8 @@
 #                       DIR/bin/nvidia-cuda-mps-control and named in the
 #                       plugin's admin configuration
 #   CDL_PLUGSTACK_ARGS  extra plugstack arguments (key=value ...)
-#   CDL_TEST_USER       the unprivileged user jobs run as (created if missing)
+#   CDL_TEST_USER       the unprivileged user jobs run as (default nobody;
+#                       it must exist: the harness creates no account)
 #   CDL_RESV_PORTS=1    configure MpiParams=ports=... so that Slurm reserves
 #                       ports for every step (SLURM_STEP_RESV_PORTS)
 #
@@ -47,9 +57,18 @@ free_port() {
 
 ensure_user() {
     local u=$1
-    id -u "$u" >/dev/null 2>&1 && return 0
-    useradd --system --no-create-home --shell /usr/sbin/nologin "$u" >/dev/null 2>&1 ||
-        id -u "$u" >/dev/null 2>&1 || die "cannot create test user $u"
+    [ "$(id -u "$u" 2>/dev/null)" ] || die "test user $u does not exist (the harness creates no account: set CDL_TEST_USER to an unprivileged user)"
+    [ "$(id -u "$u")" != 0 ] || die "test user $u is root: it must be unprivileged"
+}
+
+# start_slurmd DIR NODE: slurmd in a mount namespace of its own where the
+# cluster's hosts file stands for /etc/hosts (see the top).
+start_slurmd() {
+    local dir=$1 n=$2
+    unshare --mount --propagation private -- /bin/sh -c \
+        'mount --bind "$0" /etc/hosts && exec "$@"' "$dir/etc/hosts" \
+        slurmd -D -N "$n" -f "$dir/etc/slurm.conf" </dev/null >>"$dir/log/slurmd.$n.out" 2>&1 &
+    echo $! >"$dir/run/harness.slurmd.$n.pid"
 }
 
 start() {
@@ -58,7 +77,7 @@ start() {
     [ -n "${CDL_SPANK_SO:-}" ] && [ -f "$CDL_SPANK_SO" ] || die "CDL_SPANK_SO is not a file: ${CDL_SPANK_SO:-unset}"
     [ -n "${CDL_FAKE_MPS:-}" ] && [ -x "$CDL_FAKE_MPS" ] || die "CDL_FAKE_MPS is not executable: ${CDL_FAKE_MPS:-unset}"
     CDL_SPANK_SO=$(readlink -f "$CDL_SPANK_SO")   # slurmstepd runs elsewhere
-    local user=${CDL_TEST_USER:-cdltest}
+    local user=${CDL_TEST_USER:-nobody}
     ensure_user "$user"
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
@@ -96,9 +115,12 @@ start() {
 
     # The emulated nodes' names must resolve, as node names do on a real
     # cluster: MASTER_ADDR is task 0's node name (master_addr=hostname).
-    if ! getent hosts n1 >/dev/null || ! getent hosts n2 >/dev/null; then
-        echo "127.0.0.1 n1 n2 $HOSTS_MARK" >>/etc/hosts
-    fi
+    # Only the slurmd see this file (start_slurmd).
+    { cat /etc/hosts; echo "127.0.0.1 n1 n2"; } >"$dir/etc/hosts"
+    chmod 0644 "$dir/etc/hosts"
+    unshare --mount --propagation private -- /bin/sh -c \
+        'mount --bind "$0" /etc/hosts && getent hosts n1' "$dir/etc/hosts" >/dev/null 2>&1 ||
+        die "cannot give slurmd a private /etc/hosts (unshare --mount and mount --bind need CAP_SYS_ADMIN)"
 
     cat >"$dir/etc/plugstack.conf" <<EOF
 required $CDL_SPANK_SO mps_control=$dir/bin/nvidia-cuda-mps-control runtime_dir=$dir/cdl port_range=41000-41999 ${CDL_PLUGSTACK_ARGS:-}
@@ -155,8 +177,7 @@ EOF
     echo $! >"$dir/run/harness.slurmctld.pid"
     local n
     for n in n1 n2; do
-        slurmd -D -N "$n" -f "$SLURM_CONF" </dev/null >>"$dir/log/slurmd.$n.out" 2>&1 &
-        echo $! >"$dir/run/harness.slurmd.$n.pid"
+        start_slurmd "$dir" "$n"
     done
     wait_for 30 nodes_idle || { sinfo -N >&2 || true; die "nodes did not become idle (logs in $dir/log)"; }
 }
@@ -169,8 +190,6 @@ nodes_idle() {
 
 # stop_pids FILE...: TERM every daemon named in the files at once (each takes
 # about 2 s to exit), then KILL those still there after 10 s.
-# Marks the /etc/hosts line start adds, so stop removes only that line.
-HOSTS_MARK="# cdl test cluster (tests/slurm/cluster.sh)"
 
 stop_pids() {
     local f pid pids=()
@@ -211,8 +230,32 @@ stop() {
     fi
 }
 
+# restart DIR NODE: a new slurmd for NODE; it must register with slurmctld
+# again (slurmd with a `required` plugin whose init fails does not start).
+slurmd_start_time() {
+    scontrol show node "$1" 2>/dev/null | tr ' ' '\n' | sed -n 's/^SlurmdStartTime=//p'
+}
+registered_since() {   # registered_since NODE OLD-START-TIME PID
+    kill -0 "$3" 2>/dev/null || return 0   # exited: stop waiting
+    local now
+    now=$(slurmd_start_time "$1")
+    [ -n "$now" ] && [ "$now" != "$2" ]
+}
+restart() {
+    local dir=$1 n=$2 before pid
+    export SLURM_CONF=$dir/etc/slurm.conf
+    before=$(slurmd_start_time "$n")
+    stop_pids "$dir/run/harness.slurmd.$n.pid"
+    start_slurmd "$dir" "$n"
+    pid=$(cat "$dir/run/harness.slurmd.$n.pid")
+    wait_for 60 registered_since "$n" "$before" "$pid" ||
+        die "slurmd $n did not register again within 60 s (logs in $dir/log/slurmd.$n.log)"
+    kill -0 "$pid" 2>/dev/null || die "slurmd $n exited at start (logs in $dir/log/slurmd.$n.log)"
+}
+
 case ${1:-} in
 start) [ $# = 2 ] || die "usage: cluster.sh start DIR"; start "$2" ;;
 stop)  [ $# = 2 ] || die "usage: cluster.sh stop DIR"; stop "$2" ;;
-*) die "usage: cluster.sh start|stop DIR" ;;
+restart) [ $# = 3 ] || die "usage: cluster.sh restart DIR NODE"; restart "$2" "$3" ;;
+*) die "usage: cluster.sh start|stop|restart DIR [NODE]" ;;
 esac

@@ -13,7 +13,7 @@
 SLURM_TESTS_DIR=$top_srcdir/tests/slurm
 CDL_SPANK_SO=${CDL_SPANK_SO:-$top_builddir/spank/.libs/cdl_spank.so}
 CDL_FAKE_MPS=${CDL_FAKE_MPS:-$top_builddir/tests/slurm/fake-mps-control}
-CDL_TEST_USER=${CDL_TEST_USER:-cdltest}
+CDL_TEST_USER=${CDL_TEST_USER:-nobody}
 JOB_TIMEOUT=${JOB_TIMEOUT:-60}
 export CDL_SPANK_SO CDL_FAKE_MPS CDL_TEST_USER
 
@@ -24,7 +24,7 @@ require_cluster_tools() {
     [ "$(id -u)" = 0 ] || skip "the Slurm tests need root (slurmd must become the job user)"
     local b
     for b in munged mungekey slurmctld slurmd slurmstepd srun sbatch sinfo squeue scancel \
-             scontrol runuser useradd mknod timeout; do
+             scontrol runuser unshare mount mknod timeout; do
         command -v "$b" >/dev/null 2>&1 || skip "$b not found (install munge slurm-wlm slurmctld slurmd slurm-client)"
     done
     [ -f "$CDL_SPANK_SO" ] || skip "plugin not built ($CDL_SPANK_SO): configure found no slurm/spank.h"

@@ -27,7 +27,9 @@ if [[ $full == *[-,]* ]]; then   # more than one CPU: binding is visible
     check "default_bind=cores: tasks bound without --cdl-bind" \
         test "$(echo "$out" | grep -c "cpus=$full\$")" = 0
 fi
-out=$(as_user srun -N1 -n1 ./show.sh 2>&1)
+# Compared whole: only the task's output (--quiet: srun's own "queued and
+# waiting" lines would mix in).
+out=$(as_user srun --quiet -N1 -n1 ./show.sh)
 check "default_bind applies to --cdl-ddp steps only" test "$(echo "$out" | sed 's/.*cpus=//')" = "$full"
 
 # ".invalid" never resolves (RFC 2606), whatever the DNS of the test host.

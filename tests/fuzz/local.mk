@@ -5,7 +5,8 @@
 # tests/fuzz/corpus/<target>/; new inputs found during a run go to a
 # temporary directory, crashes to tests/fuzz/<target>-crash-* in the build.
 FUZZ_TARGETS = tests/fuzz/fuzz_safetensors tests/fuzz/fuzz_st_header tests/fuzz/fuzz_spec \
-	tests/fuzz/fuzz_idx tests/fuzz/fuzz_cifar
+	tests/fuzz/fuzz_idx tests/fuzz/fuzz_cifar tests/fuzz/fuzz_plugstack \
+	tests/fuzz/fuzz_discover tests/fuzz/fuzz_store
 EXTRA_PROGRAMS += $(FUZZ_TARGETS)
 CLEANFILES += $(FUZZ_TARGETS) tests/fuzz/*.log tests/fuzz/*-crash-* tests/fuzz/*-leak-* \
 	tests/fuzz/*-timeout-* tests/fuzz/*-oom-*
@@ -22,6 +23,22 @@ tests_fuzz_fuzz_spec_SOURCES = tests/fuzz/fuzz_spec.c $(FUZZ_COMMON) \
 	lib/model/spec.c lib/model/layer.c lib/model/infer.c
 tests_fuzz_fuzz_idx_SOURCES = tests/fuzz/fuzz_idx.c $(FUZZ_COMMON) lib/data/idx.c
 tests_fuzz_fuzz_cifar_SOURCES = tests/fuzz/fuzz_cifar.c $(FUZZ_COMMON) lib/data/cifar.c
+# The plugin's parsers (root side), rank discovery, the store's server.
+tests_fuzz_fuzz_plugstack_SOURCES = tests/fuzz/fuzz_plugstack.c $(FUZZ_COMMON) spank/util.c \
+	spank/config.c spank/options.c
+tests_fuzz_fuzz_discover_SOURCES = tests/fuzz/fuzz_discover.c $(FUZZ_COMMON) \
+	lib/dist/discover.c
+tests_fuzz_fuzz_store_SOURCES = tests/fuzz/fuzz_store.c $(FUZZ_COMMON) lib/dist/store_server.c \
+	lib/dist/store_io.c lib/dist/util.c
+tests_fuzz_fuzz_plugstack_CFLAGS = $(FUZZ_CFLAGS_ALL)
+tests_fuzz_fuzz_discover_CFLAGS = $(FUZZ_CFLAGS_ALL)
+tests_fuzz_fuzz_store_CFLAGS = $(FUZZ_CFLAGS_ALL) -pthread
+tests_fuzz_fuzz_plugstack_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)
+tests_fuzz_fuzz_discover_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)
+tests_fuzz_fuzz_store_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)
+tests_fuzz_fuzz_plugstack_LDADD = $(FUZZ_LDADD_ALL)
+tests_fuzz_fuzz_discover_LDADD = $(FUZZ_LDADD_ALL)
+tests_fuzz_fuzz_store_LDADD = $(FUZZ_LDADD_ALL) -lpthread
 tests_fuzz_fuzz_safetensors_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_st_header_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_spec_CFLAGS = $(FUZZ_CFLAGS_ALL)

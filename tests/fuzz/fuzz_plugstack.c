@@ -1,0 +1,65 @@
+/* libFuzzer target: the plugin's parsers of administrator and user text,
+ * which run as root in slurmstepd and slurmd: the plugstack.conf arguments
+ * (spk_conf_parse), the option values of --cdl-mps and --cdl-bind, Slurm's
+ * --cpu-bind value and a node list's first host.
+ *
+ * Input: one selector byte, then text. Selector 0 (mod 5): the text split
+ * at whitespace into the plugstack argument vector; otherwise the text is
+ * one value for the parser chosen. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "spank/conf.h"
+#include "spank/options.h"
+#include "spank/util.h"
+#include "tests/fuzz/fuzz.h"
+
+enum { MAX_ARGS = 64 };
+
+static void quiet(const char *msg)
+{
+    (void)msg;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1 || size > 8192)
+        return 0;
+    spk_set_log(quiet);
+    char *text = malloc(size);   /* size - 1 bytes of text and a NUL */
+    memcpy(text, data + 1, size - 1);
+    text[size - 1] = '\0';
+    switch (data[0] % 5) {
+    case 0: {
+        char *av[MAX_ARGS];
+        int ac = 0;
+        for (char *save = NULL, *t = strtok_r(text, " \t\n", &save); t && ac < MAX_ARGS;
+             t = strtok_r(NULL, " \t\n", &save))
+            av[ac++] = t;
+        struct spk_conf c;
+        spk_conf_parse(&c, ac, av);
+        break;
+    }
+    case 1: {
+        int n;
+        spk_opt_mps(size > 1 ? text : NULL, 16, &n);
+        break;
+    }
+    case 2: {
+        enum spk_bind_mode m;
+        int verbose;
+        spk_opt_bind(text, SPK_BIND_NONE, &m, &verbose);
+        break;
+    }
+    case 3:
+        spk_user_cpu_bind(text);
+        break;
+    default: {
+        char host[256];
+        spk_hostlist_first(text, host, sizeof host);
+        break;
+    }
+    }
+    free(text);
+    return 0;
+}

@@ -217,6 +217,15 @@ cdl_backend *cdl_backend_cuda_create(int device)
     if (env && *env && cuda_backend_parse_tf32(env, "CDL_TF32", &tf32_conv, &tf32_matmul) != 0)
         return NULL;
 
+    /* MIG slices: not supported deliberately (no tests, and NCCL and MPS
+     * packing assume whole GPUs): refused with what to do. */
+    const char *vis_env = getenv("CUDA_VISIBLE_DEVICES");
+    if (vis_env && strstr(vis_env, "MIG-")) {
+        cdl_error("CUDA_VISIBLE_DEVICES=%s names a MIG slice: the CUDA backend does not support MIG "
+                  "instances; ask for whole GPUs (e.g. srun --gpus=1 on a partition without MIG) "
+                  "or use --device cpu", vis_env);
+        return NULL;
+    }
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count <= 0) {

@@ -95,6 +95,39 @@ const char *cbe_cuda_hint(cudaError_t e)
     }
 }
 
+/* Errors a faulting kernel leaves behind: the context is lost for good, and
+ * the call that reports one is only the first to check, not the culprit. */
+static int lost_context(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorECCUncorrectable:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* "a, b, c" (oldest first): the last ops issued, the suspects of a fault. */
+static void recent_ops(const cbe *ci, char *out, size_t len)
+{
+    unsigned long n = ci->ops < CBE_RECENT ? ci->ops : CBE_RECENT;
+    size_t used = 0;
+    out[0] = 0;
+    for (unsigned long i = ci->ops - n; i < ci->ops && used < len; i++)
+        used += (size_t)snprintf(out + used, len - used, "%s%s", i == ci->ops - n ? "" : ", ",
+                                 ci->recent[i % CBE_RECENT]);
+    if (!n)
+        snprintf(out, len, "(none yet)");
+}
+
 int cbe_check_cuda(cbe *ci, cudaError_t e, const char *call, const char *file, int line)
 {
     if (e == cudaSuccess)
@@ -102,6 +135,21 @@ int cbe_check_cuda(cbe *ci, cudaError_t e, const char *call, const char *file, i
     /* Clears a non-sticky error so the next call does not report it again
      * (a lost context keeps failing anyway). */
     (void)cudaGetLastError();
+    if (ci && lost_context(e)) {
+        /* Let everything queued finish or fail, so the report is final. */
+        (void)cudaDeviceSynchronize();
+        char ops[256];
+        recent_ops(ci, ops, sizeof ops);
+        return cbe_fail(ci, "%s:%d: %s: %s (%s): an asynchronous fault on GPU %d, reported by "
+                        "this call but caused by an op queued before it; the last %lu ops issued "
+                        "(oldest first): %s. The GPU context is lost: this process cannot use "
+                        "the GPU again; resume from the last checkpoint in a new process. To "
+                        "find the op: rerun with CUDA_LAUNCH_BLOCKING=1 under compute-sanitizer "
+                        "--tool memcheck (tests/gpu/run.sh --diagnose)",
+                        short_path(file), line, call, cudaGetErrorString(e), cudaGetErrorName(e),
+                        ci->device, ci->ops < CBE_RECENT ? ci->ops : (unsigned long)CBE_RECENT,
+                        ops);
+    }
     return cbe_fail(ci, "%s:%d: %s: %s (%s): %s", short_path(file), line, call,
                     cudaGetErrorString(e), cudaGetErrorName(e), cbe_cuda_hint(e));
 }
@@ -127,10 +175,20 @@ static const char *cublas_hint(cublasStatus_t s)
     }
 }
 
+/* A library call that failed because a kernel queued earlier faulted: the
+ * runtime's sticky error says so; reported as the fault it is. */
+static int fault_behind(cbe *ci, const char *call, const char *file, int line)
+{
+    cudaError_t e = cudaPeekAtLastError();
+    return ci && lost_context(e) ? cbe_check_cuda(ci, e, call, file, line) : 0;
+}
+
 int cbe_check_cublas(cbe *ci, cublasStatus_t s, const char *call, const char *file, int line)
 {
     if (s == CUBLAS_STATUS_SUCCESS)
         return 0;
+    if (fault_behind(ci, call, file, line))
+        return -1;
     return cbe_fail(ci, "%s:%d: %s: %s (%s): %s", short_path(file), line, call,
                     cublasGetStatusString(s), cublasGetStatusName(s), cublas_hint(s));
 }
@@ -159,6 +217,8 @@ int cbe_check_cudnn(cbe *ci, cudnnStatus_t s, const char *call, const char *file
 {
     if (s == CUDNN_STATUS_SUCCESS)
         return 0;
+    if (fault_behind(ci, call, file, line))
+        return -1;
     char detail[512];
     detail[0] = 0;
     cudnnGetLastErrorString(detail, sizeof detail);

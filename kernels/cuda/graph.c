@@ -70,6 +70,7 @@ int cbe_graph_op(cbe *ci, const char *name, uint64_t sig, const void *sc, size_t
 {
     step_graph *g = &ci->graph;
     *dyn = NULL;
+    ci->recent[ci->ops++ % CBE_RECENT] = name;
     if (g->mode == GRAPH_OFF)
         return 0;
     int ok = 1;

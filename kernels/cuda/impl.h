@@ -75,6 +75,8 @@ typedef struct step_graph {
 /* Scratch of the conv2d bias gradient (bias.cu): 64 image groups of 4096
  * channels; wider layers use fewer groups. */
 #define CBE_BIAS_PARTIALS ((size_t)64 * 4096)
+/* Op names kept for fault reports (check.c). */
+#define CBE_RECENT 8
 
 typedef struct cbe {
     int device;
@@ -99,6 +101,10 @@ typedef struct cbe {
     size_t nblocks, cap_blocks;
     int log_cudnn;            /* CDL_LOG has cudnn: print each conv plan */
     int packed;               /* replicas sharing this GPU (CDL_REPLICAS_PER_GPU) */
+    /* The names of the last ops issued (a ring; ops counts all of them): an
+     * asynchronous fault surfaces at a later call, these are the suspects. */
+    const char *recent[CBE_RECENT];
+    unsigned long ops;
     step_graph graph;
     int failed;               /* err holds the first failure since the last sync */
     char err[1536];

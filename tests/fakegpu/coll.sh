@@ -2,7 +2,8 @@
 # tests/fakegpu/coll_order: NCCL collectives on device buffers wait for the
 # compute stream's queued work, and an aborted communicator is an error;
 # 2 ranks of cdlrun on 2 fake GPUs. Then: replicas packed on one GPU block
-# while they wait for it (no core spinning per replica), unpacked ones not.
+# while they wait for it (no core spinning per replica), unpacked ones not;
+# a MIG slice is refused with a message that says what to do.
 set -u
 if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
     echo "SKIP: end-to-end test in a unit-only pass"; exit 77
@@ -22,4 +23,8 @@ alone=$(CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=1 "$prog" --sync-flags 2>&1)
 echo "packed: $packed; alone: $alone"
 [ "$packed" = "host waits: block" ] || { echo "FAILED: packed replicas do not block"; exit 1; }
 [ "$alone" = "host waits: other" ] || { echo "FAILED: a replica alone should not change how it waits"; exit 1; }
-echo "PASS: NCCL collectives ordered after the compute stream; packed replicas block"
+# A MIG slice is refused with what to do (not "no GPU visible").
+mig=$(CDL_FAKE_GPUS=1 CUDA_VISIBLE_DEVICES=MIG-0e1f2a3b-0000-0000-0000-000000000000 "$prog" --sync-flags 2>&1)
+echo "MIG: $mig"
+echo "$mig" | grep -q 'names a MIG slice.*whole GPUs' || { echo "FAILED: a MIG slice is not refused clearly"; exit 1; }
+echo "PASS: NCCL collectives ordered after the compute stream; packed replicas block; MIG refused"

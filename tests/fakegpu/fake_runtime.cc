@@ -25,10 +25,17 @@
  *   when it is empty or says -1); UUID and bus follow the physical device,
  *   so processes shown different devices see different GPUs.
  *
+ * - An injected asynchronous fault (tests only): CDL_FAKE_FAULT_AT=N makes
+ *   the Nth item of work queued in the process fault when it runs, as a
+ *   kernel with a bad address would; from then on the context is lost, as
+ *   on a GPU: nothing queued runs, waits, queries, launches and
+ *   cudaGetLastError return cudaErrorIllegalAddress (sticky), so the
+ *   error surfaces at whichever call checks next, not at the op at fault.
+ *
  * Not modelled: the legacy default stream's implicit synchronisation with
  * blocking streams (libcdl creates only non-blocking streams; work on the
  * legacy stream is reported once), concurrency between streams (work runs one item at a time),
- * timing, and device-side faults (a kernel that writes out of bounds
+ * timing, and real device-side faults (a kernel that writes out of bounds
  * corrupts host memory, which ASan and valgrind catch in the test runs).
  */
 #include "fake.h"
@@ -134,6 +141,26 @@ cudaError_t fail(cudaError_t e)
     return e;
 }
 
+/* The injected fault (CDL_FAKE_FAULT_AT): the item of work that faults,
+ * counted over the process, and the sticky error once it ran. */
+cudaError_t sticky_error = cudaSuccess;
+uint64_t queued_items;
+
+uint64_t fault_at()
+{
+    static const uint64_t at = [] {
+        const char *s = getenv("CDL_FAKE_FAULT_AT");
+        return s && *s ? (uint64_t)strtoull(s, nullptr, 10) : 0;
+    }();
+    return at;
+}
+
+/* What a wait returns after running work: the sticky error once lost. */
+cudaError_t after_run()
+{
+    return sticky_error ? fail(sticky_error) : cudaSuccess;
+}
+
 CUstream_st *resolve(cudaStream_t s)
 {
     if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread)
@@ -163,7 +190,8 @@ void run_until(CUstream_st *s, uint64_t upto)
     while (!s->q.empty() && s->q.front().seq <= upto) {
         std::function<void()> fn = std::move(s->q.front().fn);
         s->q.pop_front();
-        fn();
+        if (!sticky_error)   /* a lost context runs nothing more */
+            fn();
     }
 }
 
@@ -316,11 +344,15 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> fn)
         complain("work queued on stream %p, which does not exist (destroyed?)", (void *)s);
         return fail(cudaErrorInvalidResourceHandle);
     }
+    if (sticky_error)
+        return fail(sticky_error);
     if (st->capturing) {
         if (!st->invalidated)
             st->captured.push_back(std::move(fn));
         return cudaSuccess;
     }
+    if (fault_at() && ++queued_items == fault_at())
+        fn = [] { sticky_error = cudaErrorIllegalAddress; };
     if (st == &legacy_stream && !legacy_warned) {
         /* Legal, but libcdl means every op to run on its own non-blocking
          * streams: the legacy stream would serialise against everything. */
@@ -378,6 +410,7 @@ static const struct {
     const char *name, *text;
 } error_table[] = {
     {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
     {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
     {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
     {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
@@ -418,6 +451,8 @@ const char *cudaGetErrorName(cudaError_t e)
 
 cudaError_t cudaGetLastError(void)
 {
+    if (sticky_error)
+        return sticky_error;
     cudaError_t e = last_error;
     last_error = cudaSuccess;
     return e;
@@ -425,7 +460,7 @@ cudaError_t cudaGetLastError(void)
 
 cudaError_t cudaPeekAtLastError(void)
 {
-    return last_error;
+    return sticky_error ? sticky_error : last_error;
 }
 
 /* ------------------------------------------------------------ devices */
@@ -516,7 +551,7 @@ cudaError_t cudaDeviceSynchronize(void)
     if (capture_forbids("cudaDeviceSynchronize"))
         return fail(cudaErrorStreamCaptureUnsupported);
     run_all();
-    return cudaSuccess;
+    return after_run();
 }
 
 /* ------------------------------------------------------------ memory */
@@ -824,7 +859,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
         run_all();
     else
         run_until(st, std::numeric_limits<uint64_t>::max());
-    return cudaSuccess;
+    return after_run();
 }
 
 /* Not ready the first time there is work; that work has run by the next
@@ -839,6 +874,8 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
         st->invalidated = true;
         return fail(cudaErrorStreamCaptureUnsupported);
     }
+    if (sticky_error)
+        return fail(sticky_error);
     if (st->q.empty())
         return cudaSuccess;
     run_until(st, std::numeric_limits<uint64_t>::max());
@@ -952,6 +989,8 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
         return fail(cudaErrorInvalidResourceHandle);
     if (e->recorded && e->in_capture)
         return fail(cudaErrorCapturedEvent);
+    if (sticky_error)
+        return fail(sticky_error);
     if (event_done(e))
         return cudaSuccess;
     run_until(e->stream, e->seq);
@@ -967,7 +1006,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
         return fail(cudaErrorCapturedEvent);
     if (e->recorded)
         run_until(e->stream, e->seq);
-    return cudaSuccess;
+    return after_run();
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)

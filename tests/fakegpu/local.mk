@@ -60,9 +60,9 @@ tests_fakegpu_coll_order_LDADD = $(FAKEGPU_LDADD)
 tests_fakegpu_coll_order_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_coll_order_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
 TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh tests/fakegpu/ddp.sh \
-	tests/fakegpu/gpu_script.sh tests/fakegpu/coll.sh
+	tests/fakegpu/gpu_script.sh tests/fakegpu/coll.sh tests/fakegpu/fault.sh
 endif
 EXTRA_DIST += tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
 	tests/fakegpu/fake_dnn.cc tests/fakegpu/fake_nccl.cc tests/fakegpu/ops.sh \
 	tests/fakegpu/train.sh tests/fakegpu/ddp.sh tests/fakegpu/gpu_script.sh \
-	tests/fakegpu/coll.sh
+	tests/fakegpu/coll.sh tests/fakegpu/fault.sh tests/fakegpu/fake-compute-sanitizer

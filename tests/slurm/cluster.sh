@@ -11,10 +11,10 @@
 #                          stop NODE's slurmd and start it again (it re-reads
 #                          plugstack.conf); fails unless it comes back
 #
-# The machine is left as found: the node names n1, n2 resolve through a
-# hosts file of the cluster's own, bind-mounted over /etc/hosts in a private
-# mount namespace of each slurmd (so its steps and tasks see it too);
-# /etc/hosts itself is not edited. Jobs run as an existing unprivileged
+# The machine is left as found: the node names n1, n2 resolve (unless they
+# already do) through a hosts file of the cluster's own, bind-mounted over
+# /etc/hosts in a private mount namespace of each slurmd (so its steps and
+# tasks see it too); /etc/hosts itself is not edited. Jobs run as an existing unprivileged
 # user (nobody by default), so no account is created.
 #
 # Inputs (environment):
@@ -65,9 +65,13 @@ ensure_user() {
 # cluster's hosts file stands for /etc/hosts (see the top).
 start_slurmd() {
     local dir=$1 n=$2
-    unshare --mount --propagation private -- /bin/sh -c \
-        'mount --bind "$0" /etc/hosts && exec "$@"' "$dir/etc/hosts" \
+    if [ -f "$dir/etc/hosts" ]; then
+        unshare --mount --propagation private -- /bin/sh -c \
+            'mount --bind "$0" /etc/hosts && exec "$@"' "$dir/etc/hosts" \
+            slurmd -D -N "$n" -f "$dir/etc/slurm.conf" </dev/null >>"$dir/log/slurmd.$n.out" 2>&1 &
+    else
         slurmd -D -N "$n" -f "$dir/etc/slurm.conf" </dev/null >>"$dir/log/slurmd.$n.out" 2>&1 &
+    fi
     echo $! >"$dir/run/harness.slurmd.$n.pid"
 }
 
@@ -115,12 +119,14 @@ start() {
 
     # The emulated nodes' names must resolve, as node names do on a real
     # cluster: MASTER_ADDR is task 0's node name (master_addr=hostname).
-    # Only the slurmd see this file (start_slurmd).
-    { cat /etc/hosts; echo "127.0.0.1 n1 n2"; } >"$dir/etc/hosts"
-    chmod 0644 "$dir/etc/hosts"
-    unshare --mount --propagation private -- /bin/sh -c \
-        'mount --bind "$0" /etc/hosts && getent hosts n1' "$dir/etc/hosts" >/dev/null 2>&1 ||
-        die "cannot give slurmd a private /etc/hosts (unshare --mount and mount --bind need CAP_SYS_ADMIN)"
+    # Unless they already do, only the slurmd see them (start_slurmd).
+    if ! getent hosts n1 >/dev/null || ! getent hosts n2 >/dev/null; then
+        { cat /etc/hosts; echo "127.0.0.1 n1 n2"; } >"$dir/etc/hosts"
+        chmod 0644 "$dir/etc/hosts"
+        unshare --mount --propagation private -- /bin/sh -c \
+            'mount --bind "$0" /etc/hosts && getent hosts n1' "$dir/etc/hosts" >/dev/null 2>&1 ||
+            die "n1 and n2 do not resolve and slurmd cannot get a private /etc/hosts (unshare --mount and mount --bind need CAP_SYS_ADMIN): run as full root, or make n1 and n2 resolve to 127.0.0.1"
+    fi
 
     cat >"$dir/etc/plugstack.conf" <<EOF
 required $CDL_SPANK_SO mps_control=$dir/bin/nvidia-cuda-mps-control runtime_dir=$dir/cdl port_range=41000-41999 ${CDL_PLUGSTACK_ARGS:-}

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cdl/cdl.h>
 
@@ -175,6 +176,28 @@ static int one_of(const char *opt, const char *s, const char *const *choices, ch
     return bad(opt, s, why);
 }
 
+/* The environment's settings (options given later override them): read
+ * here, at the edge, so libcdl takes its configuration by value. */
+static int read_env(cdl_train_config *cfg)
+{
+    const char *tf32 = getenv("CDL_TF32");
+    if (tf32 && *tf32 &&
+        cdl_backend_parse_tf32(tf32, "CDL_TF32", &cfg->tf32_conv, &cfg->tf32_matmul) != 0) {
+        fprintf(stderr, "cdl-train: %s\n", cdl_last_error());
+        return -1;
+    }
+    const char *graphs = getenv("CDL_CUDA_GRAPHS");
+    if (graphs && *graphs) {
+        if (strcasecmp(graphs, "on") && strcasecmp(graphs, "off")) {
+            fprintf(stderr, "cdl-train: CDL_CUDA_GRAPHS '%s': use on or off (or unset it: on "
+                    "for CUDA)\n", graphs);
+            return -1;
+        }
+        cfg->cuda_graphs = strcasecmp(graphs, "on") ? -1 : 1;
+    }
+    return 0;
+}
+
 /* Fills cfg from argv; returns 0, 1 for --help/--version (exit 0) or -1. */
 static int parse_args(int argc, char **argv, cdl_train_config *cfg)
 {
@@ -251,7 +274,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             char v[16];
             rc = one_of(name, a, tf32, v, sizeof v);
             if (rc == 0)
-                setenv("CDL_TF32", v, 1);   /* read by the CUDA backend at creation */
+                cdl_backend_parse_tf32(v, "--tf32", &cfg->tf32_conv, &cfg->tf32_matmul);
             break;
         }
         case OPT_GRAPHS: {
@@ -294,6 +317,8 @@ int main(int argc, char **argv)
 {
     cdl_train_config cfg;
     cdl_train_defaults(&cfg);
+    if (read_env(&cfg) != 0)
+        return 2;
     int p = parse_args(argc, argv, &cfg);
     if (p != 0)
         return p > 0 ? 0 : 2;

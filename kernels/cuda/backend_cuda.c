@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/impl.h"
+#include "lib/core/backends.h"
 
 /* cuBLAS workspace: NVIDIA recommends 32 MiB on Hopper. A fixed one keeps
  * results deterministic and lets cuBLAS run inside CUDA graphs. */
@@ -58,6 +59,19 @@ static const cdl_backend_ops cuda_ops = {
     .sumsq = cbe_sumsq,
     .scale = cbe_scale,
     .destroy = cbe_destroy,
+    /* The asynchronous entries (memory.c, marks.c, graph.c). */
+    .host_alloc = cuda_backend_host_alloc,
+    .host_free = cuda_backend_host_free,
+    .copy_in = cuda_backend_prefetch,
+    .copy_in_wait = cuda_backend_prefetch_wait,
+    .mark = cuda_backend_mark,
+    .mark_done = cuda_backend_mark_done,
+    .mark_wait = cuda_backend_mark_wait,
+    .graph_begin = cuda_backend_graph_begin,
+    .graph_end = cuda_backend_graph_end,
+    .graph_reset = cuda_backend_graph_reset,
+    .stream = cuda_backend_stream,
+    .device_uuid = cuda_backend_gpu_uuid,
 };
 
 int cuda_backend_is_cuda(const cdl_backend *be)
@@ -210,12 +224,12 @@ static int setup(cbe *ci)
     return 0;
 }
 
-cdl_backend *cdl_backend_cuda_create(int device)
+/* TF32 defaults to PyTorch's: on for convolutions, off for matmuls. */
+cdl_backend *cuda_backend_open(const cdl_backend_params *params)
 {
-    int tf32_conv = 1, tf32_matmul = 0;
-    const char *env = getenv("CDL_TF32");
-    if (env && *env && cuda_backend_parse_tf32(env, "CDL_TF32", &tf32_conv, &tf32_matmul) != 0)
-        return NULL;
+    int device = params->device;
+    int tf32_conv = params->tf32_conv < 0 ? 1 : params->tf32_conv != 0;
+    int tf32_matmul = params->tf32_matmul < 0 ? 0 : params->tf32_matmul != 0;
 
     /* MIG slices: not supported deliberately (no tests, and NCCL and MPS
      * packing assume whole GPUs): refused with what to do. */

@@ -1,12 +1,13 @@
-/* What the CUDA backend offers beyond cdl_backend_ops, for libcdl's own
- * harness (lib/train) and tools: TF32 control, page-locked host buffers,
- * prefetching on a copy stream, and whole-step CUDA graphs. docs/cuda.md
- * shows how a training loop uses them.
+/* The CUDA backend's asynchronous entries (page-locked host buffers,
+ * prefetching on a copy stream, step marks, whole-step CUDA graphs, the
+ * stream, the GPU's identity) and its TF32 switch, by name. libcdl reaches
+ * the entries only through cdl_backend_ops (lib/cdl/backend.h): nothing
+ * under lib/ or cli/ includes this header; kernels/cuda and the CUDA
+ * backend's own tests do. Built only with CUDA. Internal: not exported.
  *
- * Every function takes any backend: on a non-CUDA backend (or a libcdl built
- * without CUDA) cuda_backend_is_cuda() is 0 and the others fail with a
- * cdl_error (set_tf32 and graph_begin/end are no-ops there, see below), so
- * callers need no #ifdef. Internal to libcdl: not exported.
+ * Every function takes any backend: on a non-CUDA backend
+ * cuda_backend_is_cuda() is 0 and the others fail with a cdl_error
+ * (set_tf32 and graph_begin/end are no-ops there, see below).
  */
 #ifndef CDL_KERNELS_CUDA_CUDA_BACKEND_H
 #define CDL_KERNELS_CUDA_CUDA_BACKEND_H
@@ -20,14 +21,10 @@
 int cuda_backend_is_cuda(const cdl_backend *be);
 
 /* TF32 tensor-core math. conv: cuDNN convolutions; matmul: cuBLAS linear
- * layers. The default is PyTorch's (conv 1, matmul 0); the environment
- * variable CDL_TF32=on|off|default, read when the backend is created,
- * changes it. Returns 0; a no-op returning 0 on other backends (no TF32). */
+ * layers. Set at creation (cdl_backend_params); these change it later (the
+ * op tests compare both). Return 0; no-ops returning 0 on other backends. */
 int cuda_backend_set_tf32(cdl_backend *be, int conv, int matmul);
 int cuda_backend_get_tf32(const cdl_backend *be, int *conv, int *matmul);
-/* "on" -> 1,1; "off" -> 0,0; "default" -> 1,0 (case-insensitive); -1 with
- * cdl_error naming `what` (e.g. "CDL_TF32" or "--tf32") otherwise. */
-int cuda_backend_parse_tf32(const char *s, const char *what, int *conv, int *matmul);
 
 /* Page-locked (pinned) host memory: to_device/to_host with it are fully
  * asynchronous (see memory.c); such buffers must stay untouched until
@@ -78,7 +75,7 @@ void cuda_backend_graph_reset(cdl_backend *be);
  * first failure since the last sync like sync() does (and clear it). Not
  * inside graph steps. Other backends: no-ops that return 0 (done: 1), as
  * their ops finish before they return. */
-#define CUDA_BACKEND_MARKS 4
+#define CUDA_BACKEND_MARKS CDL_BACKEND_MARKS
 int cuda_backend_mark(cdl_backend *be, int slot);
 int cuda_backend_mark_done(cdl_backend *be, int slot);
 int cuda_backend_mark_wait(cdl_backend *be, int slot);
@@ -92,8 +89,5 @@ void *cuda_backend_stream(cdl_backend *be);
  * process whatever CUDA_VISIBLE_DEVICES says), to find ranks sharing a GPU.
  * Returns 0; -1 with cdl_error on other backends. */
 int cuda_backend_gpu_uuid(cdl_backend *be, unsigned char uuid[16]);
-
-/* GPUs visible to this process; 0 when none (or built without CUDA). */
-int cuda_backend_device_count(void);
 
 #endif

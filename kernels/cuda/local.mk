@@ -4,7 +4,6 @@
 # files compiled by $(NVCC) into libtool objects (.lo, PIC) that join
 # libcdl_core.la through its LIBADD; with --enable-werror nvcc's warnings
 # and the host compiler's are errors too.
-libcdl_core_la_SOURCES += kernels/cuda/tf32.c kernels/cuda/cuda_backend.h
 EXTRA_DIST += kernels/cuda/cuk.cuh kernels/cuda/eltwise.cu kernels/cuda/bias.cu \
 	kernels/cuda/pool.cu kernels/cuda/xent.cu kernels/cuda/optim.cu kernels/cuda/reduce.cu
 
@@ -15,7 +14,7 @@ CLEANFILES += $(CUDA_KERNEL_OBJS) $(CUDA_KERNEL_OBJS:.lo=.o)
 if HAVE_CUDA
 libcdl_core_la_SOURCES += kernels/cuda/backend_cuda.c kernels/cuda/check.c \
 	kernels/cuda/memory.c kernels/cuda/conv.c kernels/cuda/linear.c kernels/cuda/ops.c \
-	kernels/cuda/graph.c kernels/cuda/marks.c kernels/cuda/scalars.c kernels/cuda/scalars.h kernels/cuda/impl.h kernels/cuda/kernels.h kernels/cuda/dropout_keep.h
+	kernels/cuda/graph.c kernels/cuda/marks.c kernels/cuda/cuda_backend.h kernels/cuda/scalars.c kernels/cuda/scalars.h kernels/cuda/impl.h kernels/cuda/kernels.h kernels/cuda/dropout_keep.h
 libcdl_core_la_LIBADD += $(CUDA_KERNEL_OBJS)
 else
 libcdl_core_la_SOURCES += kernels/cuda/none.c

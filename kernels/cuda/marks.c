@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/impl.h"
+#include "lib/core/backends.h"
 
 static cbe *mark_target(cdl_backend *be, int slot, const char *fn)
 {
@@ -82,7 +83,7 @@ int cuda_backend_gpu_uuid(cdl_backend *be, unsigned char uuid[16])
     return 0;
 }
 
-int cuda_backend_device_count(void)
+int cuda_backend_visible(void)
 {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -124,7 +124,47 @@ typedef struct cdl_backend_ops {
     void (*scale)(cdl_backend *be, float *x, float a, size_t n);
 
     void (*destroy)(cdl_backend *be);
+
+    /* Optional asynchronous entries: NULL on a synchronous backend (the
+     * CPU), whose ops are done when they return. Callers go through the
+     * cdl_backend_* functions below, which fall back to plain memory, plain
+     * copies and sync(), so one training loop serves every backend and no
+     * caller needs a backend's own header. */
+
+    /* Page-locked host memory: to_device/to_host with it are fully
+     * asynchronous; such buffers stay untouched until the step's mark. */
+    void *(*host_alloc)(cdl_backend *be, size_t bytes);
+    void (*host_free)(cdl_backend *be, void *p);
+    /* dst_dev <- src_pinned on a second (copy) stream, so the next batch's
+     * copy overlaps this step's compute; copy_in_wait makes the ops issued
+     * after it wait for every copy_in issued before it. */
+    int (*copy_in)(cdl_backend *be, void *dst_dev, const void *src_pinned, size_t bytes);
+    int (*copy_in_wait)(cdl_backend *be);
+    /* Step marks (slot 0..CDL_BACKEND_MARKS-1): mark records one after
+     * everything enqueued so far; mark_done says 1 when that work has
+     * finished, 0 when not yet (-1 on a fault); mark_wait blocks until it
+     * has. done and wait report a fault like sync() does. */
+    int (*mark)(cdl_backend *be, int slot);
+    int (*mark_done)(cdl_backend *be, int slot);
+    int (*mark_wait)(cdl_backend *be, int slot);
+    /* Whole-step graphs (CUDA graphs): the ops between graph_begin and
+     * graph_end form one step, captured the first time for a key (the
+     * step's shape) and replayed after. begin returns 1 (replay), 0
+     * (capture) or -1; end 0 or -1; reset drops the captured graph. Rules
+     * inside a graph step: docs/cuda.md. */
+    int (*graph_begin)(cdl_backend *be, uint64_t key);
+    int (*graph_end)(cdl_backend *be);
+    void (*graph_reset)(cdl_backend *be);
+    /* The native stream (a cudaStream_t as void *) for libraries that
+     * enqueue work in order with the ops (NCCL in lib/dist). */
+    void *(*stream)(cdl_backend *be);
+    /* The device's identity (the same in every process whatever
+     * CUDA_VISIBLE_DEVICES says), to find ranks sharing a GPU. */
+    int (*device_uuid)(cdl_backend *be, unsigned char uuid[16]);
 } cdl_backend_ops;
+
+/* Step mark slots a backend with marks keeps. */
+#define CDL_BACKEND_MARKS 4
 
 struct cdl_backend {
     const cdl_backend_ops *ops;
@@ -133,18 +173,58 @@ struct cdl_backend {
     void *impl;
 };
 
-/* The CPU backend with `threads` worker threads (0 = cdl_default_threads()).
- * It owns its threads and keeps OpenBLAS to one thread per worker. */
+/* How to create a backend. Fill with cdl_backend_params_init (it sets
+ * size, so a libcdl with more fields reads only the ones a caller knows). */
+typedef struct cdl_backend_params {
+    size_t size;       /* sizeof(cdl_backend_params) */
+    int threads;       /* CPU worker threads (0 = cdl_default_threads()) */
+    int device;        /* GPU index among the visible ones (-1 = the first) */
+    /* TF32 tensor-core math on GPUs: conv for convolutions, matmul for
+     * linear layers. -1 = the default, PyTorch's (conv on, matmul off). */
+    int tf32_conv, tf32_matmul;
+} cdl_backend_params;
+
+void cdl_backend_params_init(cdl_backend_params *p);
+
+/* "cpu", "cuda", or "auto" (cuda when a GPU is visible, else cpu), with
+ * params (NULL = the defaults). NULL with cdl_last_error() on failure. */
+cdl_backend *cdl_backend_create_with(const char *name, const cdl_backend_params *params);
+
+/* Shorthands: the CPU backend with `threads` worker threads (it owns its
+ * threads and keeps OpenBLAS to one thread per worker); the CUDA backend
+ * on `device` (NULL with a clear cdl_last_error() when libcdl was built
+ * without CUDA or no GPU is visible); a backend by name. */
 cdl_backend *cdl_backend_cpu_create(int threads);
-
-/* The CUDA backend on `device` (-1 = the first visible GPU). NULL with a clear
- * cdl_last_error() when libcdl was built without CUDA or no GPU is visible. */
 cdl_backend *cdl_backend_cuda_create(int device);
-
-/* "cpu", "cuda", or "auto" (cuda when a GPU is visible, else cpu). */
 cdl_backend *cdl_backend_create(const char *name, int threads);
 
 void cdl_backend_destroy(cdl_backend *be);
+
+/* GPUs visible to this process; 0 when none (or built without CUDA). */
+int cdl_backend_cuda_device_count(void);
+
+/* The TF32 switch as text: "on" -> 1,1; "off" -> 0,0; "default" -> 1,0
+ * (case-insensitive); -1 with cdl_error naming `what` (e.g. "--tf32"). */
+int cdl_backend_parse_tf32(const char *s, const char *what, int *conv, int *matmul);
+
+/* The optional entries with their fallbacks (see cdl_backend_ops):
+ * host_alloc: zeroed plain memory; copy_in: to_device; copy_in_wait,
+ * mark: nothing; mark_done, mark_wait: sync(); graph_begin/end: nothing
+ * (0: the ops just run); stream: NULL; device_uuid: -1 with cdl_error.
+ * cdl_backend_is_async says whether ops may still run after returning. */
+int cdl_backend_is_async(const cdl_backend *be);
+void *cdl_backend_host_alloc(cdl_backend *be, size_t bytes);
+void cdl_backend_host_free(cdl_backend *be, void *p);
+int cdl_backend_copy_in(cdl_backend *be, void *dst_dev, const void *src_host, size_t bytes);
+int cdl_backend_copy_in_wait(cdl_backend *be);
+int cdl_backend_mark(cdl_backend *be, int slot);
+int cdl_backend_mark_done(cdl_backend *be, int slot);
+int cdl_backend_mark_wait(cdl_backend *be, int slot);
+int cdl_backend_graph_begin(cdl_backend *be, uint64_t key);
+int cdl_backend_graph_end(cdl_backend *be);
+void cdl_backend_graph_reset(cdl_backend *be);
+void *cdl_backend_stream(cdl_backend *be);
+int cdl_backend_device_uuid(cdl_backend *be, unsigned char uuid[16]);
 
 /* Counter-based keep decision for dropout element i: identical on every
  * backend and independent of thread count. */

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include <cdl/backend.h>
 #include <cdl/optim.h>
 
 #ifdef __cplusplus
@@ -45,9 +46,16 @@ typedef struct cdl_train_config {
     void (*on_step)(void *ctx, long steps);
     void *on_step_ctx;
     /* Whole training steps as CUDA graphs on a GPU: 1 on, -1 off, 0 (the
-     * default) CDL_CUDA_GRAPHS=on|off, else on. One rank only: data-parallel
-     * steps run eagerly (docs/cuda.md). */
+     * default) on. One rank only: data-parallel steps run eagerly
+     * (docs/cuda.md). cdl-train sets it from --cuda-graphs or
+     * CDL_CUDA_GRAPHS=on|off. */
     int cuda_graphs;
+    /* TF32 tensor-core math on GPUs (cdl_backend_params): 1 on, 0 off, -1
+     * (the default) PyTorch's: on for convolutions, off for linear layers. */
+    int tf32_conv, tf32_matmul;
+    /* Run on this backend (kept: the caller destroys it) instead of making
+     * one from device, threads and tf32; NULL (the default) makes one. */
+    cdl_backend *backend;
 } cdl_train_config;
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,

@@ -1,20 +1,72 @@
-/* Choosing a backend by name. */
+/* Choosing a backend by name, its creation parameters, and the optional
+ * asynchronous entries with their synchronous fallbacks (backend.h). */
 #include <string.h>
+#include <strings.h>
 
 #include <cdl/cdl.h>
 
-cdl_backend *cdl_backend_create(const char *name, int threads)
+#include "backends.h"
+
+void cdl_backend_params_init(cdl_backend_params *p)
 {
+    memset(p, 0, sizeof *p);
+    p->size = sizeof *p;
+    p->device = -1;
+    p->tf32_conv = p->tf32_matmul = -1;
+}
+
+/* The caller's params as this libcdl's struct: fields it does not know
+ * (an older caller's smaller size) keep their defaults. */
+static int read_params(const cdl_backend_params *in, cdl_backend_params *out)
+{
+    cdl_backend_params_init(out);
+    if (!in)
+        return 0;
+    if (in->size < offsetof(cdl_backend_params, threads) + sizeof in->threads ||
+        in->size > sizeof *out)
+        return cdl_error("cdl_backend_params: size %zu is not that of this libcdl's struct "
+                         "(%zu): call cdl_backend_params_init first", in->size, sizeof *out);
+    memcpy(out, in, in->size);
+    out->size = sizeof *out;
+    return 0;
+}
+
+cdl_backend *cdl_backend_create_with(const char *name, const cdl_backend_params *params)
+{
+    cdl_backend_params p;
+    if (read_params(params, &p) != 0)
+        return NULL;
     if (!name || !strcmp(name, "cpu"))
-        return cdl_backend_cpu_create(threads);
+        return cdl_backend_cpu_create(p.threads);
     if (!strcmp(name, "cuda"))
-        return cdl_backend_cuda_create(-1);
+        return cuda_backend_open(&p);
     if (!strcmp(name, "auto")) {
-        cdl_backend *be = cdl_backend_cuda_create(-1);
-        return be ? be : cdl_backend_cpu_create(threads);
+        cdl_backend *be = cuda_backend_open(&p);
+        return be ? be : cdl_backend_cpu_create(p.threads);
     }
     cdl_error("unknown device '%s': use cpu, cuda or auto", name);
     return NULL;
+}
+
+cdl_backend *cdl_backend_create(const char *name, int threads)
+{
+    cdl_backend_params p;
+    cdl_backend_params_init(&p);
+    p.threads = threads;
+    return cdl_backend_create_with(name, &p);
+}
+
+cdl_backend *cdl_backend_cuda_create(int device)
+{
+    cdl_backend_params p;
+    cdl_backend_params_init(&p);
+    p.device = device;
+    return cuda_backend_open(&p);
+}
+
+int cdl_backend_cuda_device_count(void)
+{
+    return cuda_backend_visible();
 }
 
 void cdl_backend_destroy(cdl_backend *be)
@@ -23,11 +75,107 @@ void cdl_backend_destroy(cdl_backend *be)
         be->ops->destroy(be);
 }
 
-#ifndef HAVE_CUDA
-cdl_backend *cdl_backend_cuda_create(int device)
+int cdl_backend_parse_tf32(const char *s, const char *what, int *conv, int *matmul)
 {
-    (void)device;
-    cdl_error("this libcdl was built without CUDA: reconfigure with --with-cuda (CUDA toolkit with cuDNN) or use --device cpu");
-    return NULL;
+    if (s && !strcasecmp(s, "on")) {
+        *conv = 1;
+        *matmul = 1;
+    } else if (s && !strcasecmp(s, "off")) {
+        *conv = 0;
+        *matmul = 0;
+    } else if (s && !strcasecmp(s, "default")) {
+        *conv = 1;
+        *matmul = 0;
+    } else {
+        return cdl_error("%s '%s': use on (TF32 for convolutions and matrix products), off "
+                         "(strict FP32) or default (TF32 for convolutions only, like PyTorch)",
+                         what, s ? s : "(null)");
+    }
+    return 0;
 }
-#endif
+
+/* ------------------------------------ optional entries and their fallbacks */
+
+int cdl_backend_is_async(const cdl_backend *be)
+{
+    return be->ops->mark != NULL;
+}
+
+void *cdl_backend_host_alloc(cdl_backend *be, size_t bytes)
+{
+    return be->ops->host_alloc ? be->ops->host_alloc(be, bytes)
+                               : cdl_calloc(1, bytes ? bytes : 1);
+}
+
+void cdl_backend_host_free(cdl_backend *be, void *p)
+{
+    if (be->ops->host_free)
+        be->ops->host_free(be, p);
+    else
+        cdl_free(p);
+}
+
+int cdl_backend_copy_in(cdl_backend *be, void *dst_dev, const void *src_host, size_t bytes)
+{
+    if (be->ops->copy_in)
+        return be->ops->copy_in(be, dst_dev, src_host, bytes);
+    be->ops->to_device(be, dst_dev, src_host, bytes);
+    return 0;
+}
+
+int cdl_backend_copy_in_wait(cdl_backend *be)
+{
+    return be->ops->copy_in_wait ? be->ops->copy_in_wait(be) : 0;
+}
+
+int cdl_backend_mark(cdl_backend *be, int slot)
+{
+    if (slot < 0 || slot >= CDL_BACKEND_MARKS)
+        return cdl_error("backend %s: step mark slot %d is not 0..%d", be->ops->name, slot,
+                         CDL_BACKEND_MARKS - 1);
+    return be->ops->mark ? be->ops->mark(be, slot) : 0;
+}
+
+/* Without marks every op is done when it returns; sync() still reports a
+ * fault the ops kept. */
+int cdl_backend_mark_done(cdl_backend *be, int slot)
+{
+    if (be->ops->mark_done)
+        return be->ops->mark_done(be, slot);
+    return be->ops->sync(be) == 0 ? 1 : -1;
+}
+
+int cdl_backend_mark_wait(cdl_backend *be, int slot)
+{
+    return be->ops->mark_wait ? be->ops->mark_wait(be, slot) : be->ops->sync(be);
+}
+
+int cdl_backend_graph_begin(cdl_backend *be, uint64_t key)
+{
+    return be->ops->graph_begin ? be->ops->graph_begin(be, key) : 0;
+}
+
+int cdl_backend_graph_end(cdl_backend *be)
+{
+    return be->ops->graph_end ? be->ops->graph_end(be) : 0;
+}
+
+void cdl_backend_graph_reset(cdl_backend *be)
+{
+    if (be->ops->graph_reset)
+        be->ops->graph_reset(be);
+}
+
+void *cdl_backend_stream(cdl_backend *be)
+{
+    return be->ops->stream ? be->ops->stream(be) : NULL;
+}
+
+int cdl_backend_device_uuid(cdl_backend *be, unsigned char uuid[16])
+{
+    memset(uuid, 0, 16);
+    if (!be->ops->device_uuid)
+        return cdl_error("backend %s has no device identity (only GPU backends do)",
+                         be->ops->name);
+    return be->ops->device_uuid(be, uuid);
+}

@@ -1,1 +1,1 @@
-libcdl_core_la_SOURCES += lib/core/error.c lib/core/alloc.c lib/core/threads.c lib/core/backend.c
+libcdl_core_la_SOURCES += lib/core/error.c lib/core/alloc.c lib/core/threads.c lib/core/backend.c lib/core/backends.h

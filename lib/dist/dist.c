@@ -15,7 +15,6 @@
 
 #include <cdl/cdl.h>
 
-#include "kernels/cuda/cuda_backend.h"
 
 #include "boot.h"
 #include "contract.h"
@@ -89,7 +88,7 @@ static int exchange_layout(cdl_dist *d, int by_gpu, layout *l)
     rank_loc me = {in->node_rank, in->local_rank, in->local_world, in->nnodes, in->world,
                    rpg ? contract_gpu_slot(in->local_rank, rpg) : 0, {0}};
     memset(l, 0, sizeof *l);   /* first: callers layout_free it on every return */
-    if (cuda_backend_is_cuda(d->be) && cuda_backend_gpu_uuid(d->be, me.gpu))
+    if (d->be && d->be->ops->device_uuid && cdl_backend_device_uuid(d->be, me.gpu))
         return -1;
     l->loc = cdl_calloc((size_t)w, sizeof *l->loc);
     l->local = cdl_calloc((size_t)w, sizeof *l->local);
@@ -128,7 +127,7 @@ static int exchange_layout(cdl_dist *d, int by_gpu, layout *l)
         rc = cdl_error("node %d has %d ranks but LOCAL_WORLD_SIZE=%d: GROUP_RANK/NODE_RANK or "
                        "LOCAL_WORLD_SIZE is wrong for some rank", me.node, count, me.local_world);
     cdl_free(seen);
-    if (!rc && by_gpu && cuda_backend_is_cuda(d->be))
+    if (!rc && by_gpu && d->be && d->be->ops->device_uuid)
         rc = check_gpus(l->loc, w, in->replicas_per_gpu);
     if (rc)
         return -1;
@@ -327,7 +326,7 @@ static coll *make_flat(cdl_dist *d, const char *kind)
         int ok = exchange_layout(d, 1, &l) == 0;
         layout_free(&l);
         if (ok && nccl_prepare(&g, d->boot) == 0 && boot_fence(d->boot) == 0)
-            c = coll_nccl_create(&g, d->boot, 0, d->timeout, cuda_backend_stream(d->be));
+            c = coll_nccl_create(&g, d->boot, 0, d->timeout, cdl_backend_stream(d->be));
     }
     cdl_free(all);
     return c;
@@ -366,8 +365,7 @@ cdl_dist *cdl_dist_init(const cdl_rank_info *info, const char *backend, cdl_back
     /* Device buffers reach host collectives through a page-locked stage:
      * faster copies, and the same buffer every time. */
     if (is_cuda(be) && !d->coll->device_memory &&
-        !(d->stage = cuda_backend_is_cuda(be) ? cuda_backend_host_alloc(be, STAGE_BYTES)
-                                              : cdl_malloc(STAGE_BYTES)))
+        !(d->stage = cdl_backend_host_alloc(be, STAGE_BYTES)))
         goto fail;
     if (info->rank == 0 && info->world > 1)
         fprintf(stderr, "cdl: rank 0: collectives over %s (%d ranks, %d node%s, bootstrap %s)\n",
@@ -392,10 +390,8 @@ void cdl_dist_finalize(cdl_dist *d)
         d->coll->ops->destroy(d->coll);
     store_close(d->extra_store);
     boot_close(d->boot);
-    if (cuda_backend_is_cuda(d->be))
-        cuda_backend_host_free(d->be, d->stage);
-    else
-        cdl_free(d->stage);
+    if (d->stage)
+        cdl_backend_host_free(d->be, d->stage);
     cdl_free(d);
 }
 
@@ -485,7 +481,7 @@ int cdl_dist_allgather(cdl_dist *d, const void *in, void *out, size_t bytes)
 
 int dist_can_enqueue(const cdl_dist *d)
 {
-    return d && cuda_backend_is_cuda(d->be) && d->coll->device_memory &&
+    return d && d->be && cdl_backend_stream(d->be) && d->coll->device_memory &&
            d->coll->ops->enqueue_allreduce && d->coll->ops->join && d->coll->ops->poll;
 }
 
@@ -494,12 +490,12 @@ int dist_enqueue_allreduce(cdl_dist *d, float *dev, size_t n)
     if (!dist_can_enqueue(d))
         return cdl_error("dist backend %s cannot queue allreduces on the GPU", d->name);
     return d->coll->ops->enqueue_allreduce(d->coll, dev, n, COLL_F32, 1,
-                                           cuda_backend_stream(d->be)) ? failed(d) : 0;
+                                           cdl_backend_stream(d->be)) ? failed(d) : 0;
 }
 
 int dist_enqueue_join(cdl_dist *d)
 {
-    return d->coll->ops->join(d->coll, cuda_backend_stream(d->be)) ? failed(d) : 0;
+    return d->coll->ops->join(d->coll, cdl_backend_stream(d->be)) ? failed(d) : 0;
 }
 
 int dist_enqueue_poll(cdl_dist *d)

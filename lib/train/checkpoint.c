@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "checkpoint.h"
 
 #define CKPT_FORMAT "cdl-checkpoint-1"
 

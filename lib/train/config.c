@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "../ckpt/json.h"
-#include "harness.h"
+#include "checkpoint.h"
 
 void cdl_train_defaults(cdl_train_config *cfg)
 {
@@ -28,6 +28,7 @@ void cdl_train_defaults(cdl_train_config *cfg)
     snprintf(cfg->dist_backend, sizeof cfg->dist_backend, "auto");
     cfg->synthetic_n = 10000;
     cfg->progress = -1;
+    cfg->tf32_conv = cfg->tf32_matmul = -1;
 }
 
 /* Quotes s as a JSON string into out (len bytes); -1 if it does not fit. */

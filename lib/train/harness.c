@@ -12,27 +12,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels/cuda/cuda_backend.h"
-
-#include "../core/rng.h"
+#include "checkpoint.h"
 #include "ddp.h"
-#include "harness.h"
+#include "loop.h"
 #include "pipeline.h"
 #include "run.h"
-
-
-double train_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-uint64_t train_dropout_seed(uint64_t seed, long step)
-{
-    uint64_t x = seed ^ ((uint64_t)step * 0x9E3779B97F4A7C15ull);
-    return rng_splitmix64(&x);
-}
+#include "signals.h"
+#include "step.h"
 
 static int mkdir_p(const char *dir)
 {
@@ -165,54 +151,6 @@ static int make_loaders(run *r)
     return 0;
 }
 
-int train_step_ops(run *r, const float *x, const int32_t *y, int n, int train, long step)
-{
-    cdl_backend *be = r->be;
-    const float *logits =
-        cdl_model_forward(r->model, x, n, train, train_dropout_seed(r->cfg->seed, step));
-    if (!logits)
-        return -1;
-    be->ops->xent_fwd_bwd(be, n, r->classes, logits, y, 1.0f / (float)n, r->dlogits,
-                          r->sample_loss, r->pred);
-    if (train) {
-        cdl_model_backward(r->model, r->dlogits, ddp_grad_ready, r->ddp);
-        if (ddp_finish(r->ddp) != 0)
-            return -1;
-        cdl_optim_step(r->optim, cdl_model_params(r->model), cdl_model_grads(r->model),
-                       cdl_schedule_lr(&r->sched, step));
-    }
-    return 0;
-}
-
-/* Runs one batch through the model; with train, also backward and update.
- * Adds the batch's loss and correct count to sums[0], sums[1]. */
-static int run_batch(run *r, const cdl_batch *b, int train, long step, double sums[2])
-{
-    cdl_backend *be = r->be;
-    const float *x = b->x;
-    const int32_t *y = b->y;
-    int n = b->n;
-    if (!be->host_memory) {
-        be->ops->to_device(be, r->x_dev, b->x, (size_t)n * r->sample_floats * sizeof(float));
-        be->ops->to_device(be, r->y_dev, b->y, (size_t)n * sizeof(int32_t));
-        x = r->x_dev;
-        y = r->y_dev;
-    }
-    if (train_step_ops(r, x, y, n, train, step) != 0)
-        return -1;
-    be->ops->to_host(be, r->h_loss, r->sample_loss, (size_t)n * sizeof(float));
-    be->ops->to_host(be, r->h_pred, r->pred, (size_t)n * sizeof(int32_t));
-    if (be->ops->sync(be) != 0)
-        return -1;
-    double loss, correct;
-    train_batch_sums(r->h_loss, r->h_pred, b->y, n, &loss, &correct);
-    if (!isfinite(loss))
-        return train_loss_error(r->ri.rank, loss, step, 0);
-    sums[0] += loss;
-    sums[1] += correct;
-    return 0;
-}
-
 /* Sums a few doubles over ranks. */
 static int reduce_sums(run *r, double *v, size_t n)
 {
@@ -229,7 +167,7 @@ static int validate(run *r, double *loss, double *acc)
     if (cdl_loader_start_epoch(r->val_loader, 0, 0) != 0)
         return -1;
     while ((got = cdl_loader_next(r->val_loader, &b)) == 1) {
-        if (run_batch(r, &b, 0, 0, sums) != 0)
+        if (train_run_batch(r, &b, 0, 0, sums) != 0)
             return -1;
         sums[2] += b.n;
     }
@@ -238,33 +176,6 @@ static int validate(run *r, double *loss, double *acc)
     *loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
     *acc = sums[2] > 0 ? sums[1] / sums[2] : 0;
     return 0;
-}
-
-/* Rank 0 writes; every rank waits until the file is complete. */
-static int save_checkpoint(run *r, const train_position *pos, int best)
-{
-    int rc = 0;
-    if (!r->cfg->ckpt_dir[0])
-        return 0;
-    if (r->ri.rank == 0) {
-        rc = train_ckpt_save(r->last_path, r->model, r->optim, r->cfg, pos);
-        if (rc == 0 && best)
-            rc = train_ckpt_save(r->best_path, r->model, r->optim, r->cfg, pos);
-    }
-    if (r->dist && r->ri.world > 1) {
-        /* Everyone learns whether rank 0 succeeded, so nobody reads a file
-         * that is not there or keeps training alone: a sum to which only
-         * rank 0 adds (a host-memory collective; cdl_dist_broadcast takes
-         * the backend's memory, a GPU's on a GPU). */
-        double ok = r->ri.rank == 0 && rc == 0;
-        if (cdl_dist_allreduce_f64(r->dist, &ok, 1) != 0)
-            return -1;
-        if (!ok && r->ri.rank != 0)
-            return cdl_error("rank %d: rank 0 could not write its checkpoint %s%s%s: rank 0's "
-                             "error says why and what to do", r->ri.rank, r->last_path,
-                             best ? " or " : "", best ? r->best_path : "");
-    }
-    return rc;
 }
 
 static int resume(run *r, train_position *pos)
@@ -305,77 +216,7 @@ static int resume(run *r, train_position *pos)
     return 0;
 }
 
-/* Asks every rank whether any was told to stop, so all stop at one step
- * (on a GPU with NCCL the steps carry the question, gpu_loop.c). */
-static int stop_agreed(run *r)
-{
-    int carried = gpu_loop_stop_agreed(r);
-    if (carried >= 0)
-        return carried;
-    double flag = train_stop_requested();
-    if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, &flag, 1) != 0)
-        return -1;
-    return flag > 0;
-}
-
-int train_after_step(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res)
-{
-    const cdl_train_config *c = r->cfg;
-    if (c->on_step)
-        c->on_step(c->on_step_ctx, pos->step);
-    double dt = train_now() - ck->t0;
-    if (pos->seen > 0)   /* a GPU loop counts a step's results one step late */
-        train_report_progress(r->rep, pos->epoch, pos->batch, ck->spe, pos->loss_sum / pos->seen,
-                              pos->correct / pos->seen,
-                              dt > 0 ? (pos->seen - ck->seen0) * r->ri.world / dt : 0);
-    int stop = stop_agreed(r);
-    if (stop < 0)
-        return -1;
-    int max_steps = c->max_steps > 0 && pos->step >= c->max_steps;
-    int ckpt = c->ckpt_every > 0 && pos->step % c->ckpt_every == 0 && pos->batch < ck->spe;
-    if ((stop || max_steps || ckpt) && r->gpu && gpu_loop_flush(r, pos) != 0)
-        return -1;
-    if (stop) {
-        if (save_checkpoint(r, pos, 0) != 0)
-            return -1;
-        train_report_note(r->rep, "stopped by signal at epoch %d, batch %ld (step %ld)%s",
-                          pos->epoch + 1, pos->batch, pos->step,
-                          c->ckpt_dir[0] ? ": checkpoint written, resume with --resume auto"
-                                         : ": no --ckpt-dir, nothing saved");
-        res->steps = pos->step;
-        res->interrupted = 1;
-        return CDL_EXIT_REQUEUE;
-    }
-    if (max_steps)
-        return EPOCH_MAX_STEPS;
-    if (ckpt && save_checkpoint(r, pos, 0) != 0)
-        return -1;
-    return 0;
-}
-
-/* One epoch's training batches on host memory: each step complete before
- * the next. */
-static int host_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res)
-{
-    cdl_batch b;
-    int got;
-    while ((got = cdl_loader_next(r->train_loader, &b)) == 1) {
-        double sums[2] = {0, 0};
-        if (run_batch(r, &b, 1, pos->step, sums) != 0)
-            return -1;
-        pos->loss_sum += sums[0];
-        pos->correct += sums[1];
-        pos->seen += b.n;
-        pos->step++;
-        pos->batch = b.index + 1;
-        int rc = train_after_step(r, pos, ck, res);
-        if (rc != 0)
-            return rc;
-    }
-    return got < 0 ? -1 : 0;
-}
-
-static int train_loop(run *r, cdl_train_result *res)
+static int run_epochs(run *r, cdl_train_result *res)
 {
     const cdl_train_config *c = r->cfg;
     train_position pos = {.world = r->ri.world, .best_val_loss = INFINITY};
@@ -393,7 +234,7 @@ static int train_loop(run *r, cdl_train_result *res)
         if (cdl_loader_start_epoch(r->train_loader, pos.epoch, pos.batch) != 0)
             return -1;
         epoch_clock ck = {t0, seen0, spe};
-        int rc = r->gpu ? gpu_loop_epoch(r, &pos, &ck, res) : host_epoch(r, &pos, &ck, res);
+        int rc = loop_epoch(r, &pos, &ck, res);
         if (rc == EPOCH_MAX_STEPS)
             done_steps = 1;
         else if (rc != 0)
@@ -430,7 +271,7 @@ static int train_loop(run *r, cdl_train_result *res)
             next.batch = 0;
             next.loss_sum = next.correct = next.seen = 0;
         }
-        if (save_checkpoint(r, &next, best) != 0)
+        if (loop_save(r, &next, best) != 0)
             return -1;
         if (!done_steps) {
             pos.loss_sum = pos.correct = pos.seen = 0;
@@ -457,7 +298,7 @@ static void run_free(run *r)
     }
     cdl_free(r->h_loss);
     cdl_free(r->h_pred);
-    gpu_loop_free(r);
+    loop_free(r);
     ddp_free(r->ddp);
     cdl_optim_free(r->optim);
     cdl_model_free(r->model);
@@ -468,7 +309,8 @@ static void run_free(run *r)
     train_report_free(r->rep);
     /* The collectives may hold pinned memory of the backend. */
     cdl_dist_finalize(r->dist);
-    cdl_backend_destroy(be);
+    if (r->own_be)
+        cdl_backend_destroy(be);
 }
 
 /* --device: cpu, cuda or auto (cuda when a GPU is visible); ranks of a
@@ -477,16 +319,22 @@ static cdl_backend *make_backend(run *r)
 {
     const cdl_train_config *c = r->cfg;
     const char *dev = c->device[0] ? c->device : "auto";
+    cdl_backend_params p;
+    cdl_backend_params_init(&p);
+    p.threads = c->threads;
+    p.tf32_conv = c->tf32_conv;
+    p.tf32_matmul = c->tf32_matmul;
     if (strcmp(dev, "cuda") && strcmp(dev, "auto"))
-        return cdl_backend_create(dev, c->threads);
-    int visible = cuda_backend_device_count(), gpu;
+        return cdl_backend_create_with(dev, &p);
+    int visible = cdl_backend_cuda_device_count();
     if (!strcmp(dev, "auto") && visible == 0)
-        return cdl_backend_create("cpu", c->threads);
-    if (train_pick_gpu(visible, r->ri.world, r->ri.local_rank, r->ri.replicas_per_gpu, &gpu) != 0)
+        return cdl_backend_create_with("cpu", &p);
+    if (train_pick_gpu(visible, r->ri.world, r->ri.local_rank, r->ri.replicas_per_gpu,
+                       &p.device) != 0)
         return NULL;
-    cdl_backend *be = cdl_backend_cuda_create(gpu);
+    cdl_backend *be = cdl_backend_create_with("cuda", &p);
     if (!be && !strcmp(dev, "auto"))
-        be = cdl_backend_create("cpu", c->threads);
+        be = cdl_backend_create_with("cpu", &p);
     return be;
 }
 
@@ -521,7 +369,11 @@ int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res)
         return -1;
     /* The backend first: the collectives pick their transport, GPU groups
      * and staging by it. */
-    r.be = make_backend(&r);
+    r.be = cfg->backend;
+    if (!r.be) {
+        r.be = make_backend(&r);
+        r.own_be = 1;
+    }
     if (!r.be)
         return -1;
     if (r.ri.world > 1) {
@@ -544,7 +396,7 @@ int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res)
     cdl_model_init(r.model, cfg->seed);
     r.optim = cdl_optim_create(&cfg->optim, cdl_model_nparams(r.model), r.be);
     r.ddp = ddp_create(r.dist, r.model, 25u << 20);
-    if (!r.optim || !r.ddp || gpu_loop_create(&r) != 0)
+    if (!r.optim || !r.ddp || loop_create(&r) != 0)
         goto out;
     train_report_note(r.rep, "cdl %s: %s on %s (%d train / %d test), %zu parameters, %s "
                       "backend with %d threads, %d rank%s",
@@ -552,7 +404,7 @@ int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res)
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");
     train_signals_install();
-    rc = train_loop(&r, res);
+    rc = run_epochs(&r, res);
     train_signals_restore();
 out:
     run_free(&r);

@@ -25,7 +25,7 @@ int lag_push(step_lag *l, int slot, long step, int n)
 {
     if (slot < 0 || slot > 1 || slot != lag_free_slot(l))
         return cdl_error("GPU pipeline: step %ld wants buffer slot %d, but %s: its batch would "
-                         "overwrite one still in flight (a bug in lib/train/gpu_loop.c)",
+                         "overwrite one still in flight (a bug in lib/train/loop.c)",
                          step, slot, l->count == 2 ? "both are in use" : "that one is in use");
     if (l->count == 0)
         l->oldest = slot;

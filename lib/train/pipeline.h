@@ -2,7 +2,7 @@
  * buffers a step may fill, which step's results are read when, when a step
  * runs as a CUDA graph, which GPU a rank opens. Pure functions of their
  * arguments, so the logic is tested without a GPU (tests/unit/test_pipeline.c);
- * gpu_loop.c drives the GPU with them. */
+ * loop.c drives the backend with them. */
 #ifndef CDL_TRAIN_PIPELINE_H
 #define CDL_TRAIN_PIPELINE_H
 

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "report.h"
 
 struct train_report {
     int rank;

@@ -4,7 +4,7 @@
 #include <signal.h>
 #include <string.h>
 
-#include "harness.h"
+#include "signals.h"
 
 static volatile sig_atomic_t stop_requested;
 static struct sigaction old_usr1, old_term;

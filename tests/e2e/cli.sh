@@ -20,6 +20,10 @@ expect_status 2 "$CDL_TRAIN" --batch-size;          expect_err "needs a value"
 expect_status 2 "$CDL_TRAIN" stray;                 expect_err "unexpected argument 'stray'"
 expect_status 2 "$CDL_TRAIN" --optimizer adam --nesterov; expect_err "--nesterov"
 [ "$(wc -l <"$TMP/err")" -eq 1 ] || die "error is not one line"
+# The environment is read by cdl-train (libcdl takes its settings by value).
+CDL_TF32=maybe expect_status 2 "$CDL_TRAIN" --epochs 1;        expect_err "CDL_TF32 'maybe'"
+CDL_CUDA_GRAPHS=maybe expect_status 2 "$CDL_TRAIN" --epochs 1; expect_err "CDL_CUDA_GRAPHS 'maybe'"
+expect_status 2 "$CDL_TRAIN" --tf32 maybe;          expect_err "--tf32 'maybe'"
 
 # Runtime errors: exit 1, naming what is wrong.
 expect_status 1 "$CDL_TRAIN" --data-dir "$TMP/none" --epochs 1

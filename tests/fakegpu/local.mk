@@ -1,6 +1,6 @@
 # tests/fakegpu: the fake GPU, libcdl's CUDA host code run on the CPU.
 #
-# The host code of the CUDA backend (kernels/cuda/*.c, lib/train/gpu_loop.c,
+# The host code of the CUDA backend (kernels/cuda/*.c, lib/train/loop.c,
 # lib/dist/coll_nccl.c) is linked as it is, but against a CUDA runtime,
 # cuBLAS and cuDNN written for the tests (fake_*.cc) instead of NVIDIA's,
 # with the .cu kernels compiled as C++ onto kernels/cuda/emu.h. So the

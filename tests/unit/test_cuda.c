@@ -10,9 +10,9 @@
 
 #include <cdl/cdl.h>
 
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/dropout_keep.h"
 #ifdef HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/impl.h"
 #endif
 
@@ -37,41 +37,51 @@ static void test_parse_tf32(void **state)
 {
     (void)state;
     int conv = -1, mm = -1;
-    assert_int_equal(cuda_backend_parse_tf32("on", "--tf32", &conv, &mm), 0);
+    assert_int_equal(cdl_backend_parse_tf32("on", "--tf32", &conv, &mm), 0);
     assert_true(conv == 1 && mm == 1);
-    assert_int_equal(cuda_backend_parse_tf32("OFF", "--tf32", &conv, &mm), 0);
+    assert_int_equal(cdl_backend_parse_tf32("OFF", "--tf32", &conv, &mm), 0);
     assert_true(conv == 0 && mm == 0);
-    assert_int_equal(cuda_backend_parse_tf32("default", "--tf32", &conv, &mm), 0);
+    assert_int_equal(cdl_backend_parse_tf32("default", "--tf32", &conv, &mm), 0);
     assert_true(conv == 1 && mm == 0);
-    assert_int_equal(cuda_backend_parse_tf32("yes", "--tf32", &conv, &mm), -1);
+    assert_int_equal(cdl_backend_parse_tf32("yes", "--tf32", &conv, &mm), -1);
     assert_non_null(strstr(cdl_last_error(), "--tf32 'yes'"));
     assert_non_null(strstr(cdl_last_error(), "on"));
-    assert_int_equal(cuda_backend_parse_tf32(NULL, "CDL_TF32", &conv, &mm), -1);
+    assert_int_equal(cdl_backend_parse_tf32(NULL, "CDL_TF32", &conv, &mm), -1);
 }
 
-/* Other backends: nothing CUDA-specific happens, nothing breaks. */
+/* A backend without asynchronous entries (the CPU): the fallbacks make
+ * one loop work on it, nothing CUDA-specific happens, nothing breaks. */
 static void test_cpu_backend_passthrough(void **state)
 {
     (void)state;
     cdl_backend *be = cdl_backend_cpu_create(1);
     if (!be)
         skip();   /* the CPU backend is not built in this tree yet */
-    int conv = -1, mm = -1;
-    assert_false(cuda_backend_is_cuda(be));
-    assert_int_equal(cuda_backend_set_tf32(be, 1, 1), 0);
-    assert_int_equal(cuda_backend_get_tf32(be, &conv, &mm), 0);
-    assert_true(conv == 0 && mm == 0);
-    assert_int_equal(cuda_backend_graph_begin(be, 7), 0);
-    assert_int_equal(cuda_backend_graph_end(be), 0);
-    assert_null(cuda_backend_host_alloc(be, 16));
-    assert_int_equal(cuda_backend_prefetch(be, NULL, NULL, 0), -1);
+    assert_false(cdl_backend_is_async(be));
+    assert_int_equal(cdl_backend_graph_begin(be, 7), 0);
+    assert_int_equal(cdl_backend_graph_end(be), 0);
+    cdl_backend_graph_reset(be);
+    /* Host buffers are plain zeroed memory; copy_in is a plain copy. */
+    float *h = cdl_backend_host_alloc(be, 4 * sizeof(float));
+    assert_non_null(h);
+    assert_true(h[0] == 0 && h[3] == 0);
+    float *d = be->ops->alloc(be, 4 * sizeof(float));
+    h[2] = 5.0f;
+    assert_int_equal(cdl_backend_copy_in(be, d, h, 4 * sizeof(float)), 0);
+    assert_int_equal(cdl_backend_copy_in_wait(be), 0);
+    assert_true(d[2] == 5.0f);
+    be->ops->free(be, d);
+    cdl_backend_host_free(be, h);
     /* Its ops finish before they return: every step mark is done. */
-    assert_int_equal(cuda_backend_mark(be, 1), 0);
-    assert_int_equal(cuda_backend_mark_done(be, 1), 1);
-    assert_int_equal(cuda_backend_mark_wait(be, 1), 0);
-    assert_null(cuda_backend_stream(be));
+    assert_int_equal(cdl_backend_mark(be, 1), 0);
+    assert_int_equal(cdl_backend_mark_done(be, 1), 1);
+    assert_int_equal(cdl_backend_mark_wait(be, 1), 0);
+    assert_int_equal(cdl_backend_mark(be, CDL_BACKEND_MARKS), -1);
+    assert_non_null(strstr(cdl_last_error(), "slot"));
+    assert_null(cdl_backend_stream(be));
     unsigned char uuid[16];
-    assert_int_equal(cuda_backend_gpu_uuid(be, uuid), -1);
+    assert_int_equal(cdl_backend_device_uuid(be, uuid), -1);
+    assert_non_null(strstr(cdl_last_error(), "cpu"));
     cdl_backend_destroy(be);
 }
 
@@ -80,7 +90,7 @@ static void test_create_without_gpu(void **state)
     (void)state;
     cdl_backend *be = cdl_backend_cuda_create(-1);
     if (be) {   /* a GPU machine: run.sh checks it */
-        assert_true(cuda_backend_is_cuda(be));
+        assert_string_equal(be->ops->name, "cuda");
         assert_int_equal(be->ops->sync(be), 0);
         cdl_backend_destroy(be);
         skip();
@@ -91,7 +101,7 @@ static void test_create_without_gpu(void **state)
     assert_non_null(strstr(cdl_last_error(), "built without CUDA"));
 #endif
     assert_non_null(strstr(cdl_last_error(), "--device cpu"));
-    assert_int_equal(cuda_backend_device_count(), 0);
+    assert_int_equal(cdl_backend_cuda_device_count(), 0);
     /* Any device number fails the same way, and again and again. */
     assert_null(cdl_backend_cuda_create(3));
     assert_null(cdl_backend_cuda_create(0));
@@ -99,17 +109,42 @@ static void test_create_without_gpu(void **state)
     assert_non_null(strstr(cdl_last_error(), "--device cpu"));
 }
 
-static void test_bad_tf32_env(void **state)
+/* Creation parameters: a struct of another size is refused with what to
+ * do, NULL means the defaults, the TF32 switch reaches the backend (libcdl
+ * reads no CDL_TF32: cdl-train does, tests/e2e/cli.sh). */
+static void test_backend_params(void **state)
 {
     (void)state;
+    cdl_backend_params p;
+    cdl_backend_params_init(&p);
+    assert_int_equal(p.size, sizeof p);
+    assert_int_equal(p.device, -1);
+    assert_true(p.tf32_conv == -1 && p.tf32_matmul == -1);
+    p.size = 3;
+    assert_null(cdl_backend_create_with("cpu", &p));
+    assert_non_null(strstr(cdl_last_error(), "cdl_backend_params_init"));
+    cdl_backend_params_init(&p);
+    p.threads = 2;
+    cdl_backend *be = cdl_backend_create_with("cpu", &p);
+    assert_non_null(be);
+    assert_int_equal(be->threads, 2);
+    cdl_backend_destroy(be);
+    be = cdl_backend_create_with(NULL, NULL);
+    assert_non_null(be);
+    cdl_backend_destroy(be);
+    assert_null(cdl_backend_create_with("tpu", NULL));
+    assert_non_null(strstr(cdl_last_error(), "use cpu, cuda or auto"));
 #ifdef HAVE_CUDA
-    setenv("CDL_TF32", "maybe", 1);
-    cdl_backend *be = cdl_backend_cuda_create(-1);
-    unsetenv("CDL_TF32");
-    assert_null(be);
-    assert_non_null(strstr(cdl_last_error(), "CDL_TF32 'maybe'"));
-#else
-    skip();
+    cdl_backend_params_init(&p);
+    p.tf32_conv = 0;
+    p.tf32_matmul = 1;
+    be = cdl_backend_create_with("cuda", &p);
+    if (be) {   /* a GPU (or the fake one) */
+        int conv = -1, mm = -1;
+        assert_int_equal(cuda_backend_get_tf32(be, &conv, &mm), 0);
+        assert_true(conv == 0 && mm == 1);
+        cdl_backend_destroy(be);
+    }
 #endif
 }
 
@@ -234,7 +269,7 @@ int main(void)
         cmocka_unit_test(test_parse_tf32),
         cmocka_unit_test(test_cpu_backend_passthrough),
         cmocka_unit_test(test_create_without_gpu),
-        cmocka_unit_test(test_bad_tf32_env),
+        cmocka_unit_test(test_backend_params),
 #ifdef HAVE_CUDA
         cmocka_unit_test(test_graph_signatures),
         cmocka_unit_test(test_graph_recorder),

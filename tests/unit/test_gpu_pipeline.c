@@ -53,7 +53,7 @@ static void test_lag_slots(void **state)
     assert_int_equal(lag_free_slot(&l), 0);
 }
 
-/* The schedule of gpu_loop_epoch over an epoch: queue step k, read every
+/* The schedule of loop_epoch (lib/train/loop.c) over an epoch: queue step k, read every
  * step but the newest, sometimes everything (a checkpoint), stage the next
  * batch into the free slot. Every step is read once, in order, one step
  * late except where flushed, and no batch is staged into a slot whose step

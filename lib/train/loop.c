@@ -1,24 +1,29 @@
-/* The training epoch on a CUDA backend: pipelined, so the GPU never waits
- * for the host between steps.
+/* The training loop, one for every backend: pipelined, so a GPU never
+ * waits for the host between steps; on a backend without asynchronous
+ * entries (the CPU: its ops are done when they return) the same code
+ * counts each step's results right after it.
  *
  * Step k, in slot s = its buffers (pipeline.h):
  *   1. its batch was staged while step k-1 ran: copied from the loader into
- *      pinned x_pin[s], y_pin[s] and prefetched on the copy stream into the
- *      device inputs x_in[s], y_in[s];
- *   2. the compute stream waits for that copy, runs the step (as a CUDA
- *      graph when the batch is full) and copies the per-sample loss and
- *      predictions into pinned h_loss[s], h_pred[s]; a mark ends the step;
+ *      host x_pin[s], y_pin[s] (page-locked where the backend has it) and
+ *      copied in (on a GPU's copy stream) to the device inputs x_in[s],
+ *      y_in[s];
+ *   2. the compute stream waits for that copy, runs the step (as a whole-
+ *      step graph when the backend has them and the batch is full) and
+ *      copies the per-sample loss and predictions into h_loss[s],
+ *      h_pred[s]; a step mark ends the step;
  *   3. then, with step k queued, the host waits for step k-1's mark only,
  *      adds its results to the epoch's sums (labels from y_pin), and stages
  *      batch k+1 into step k-1's slot, which no queued work reads any more.
- * So metrics are exact and in step order, one step late; a non-finite loss
- * is reported one step late (the message says so); before anything that
- * stops or saves (a signal, --max-steps, --ckpt-every, the epoch's end) the
- * steps in flight are counted first, so checkpoints hold exactly the state
- * an unpipelined run has at that step. Each step runs train_step_ops, as
- * the host loop does, on the same data: results do not depend on the pipeline.
+ * So metrics are exact and in step order, one step late on an asynchronous
+ * backend; a non-finite loss is reported one step late there (the message
+ * says so); before anything that stops or saves (a signal, --max-steps,
+ * --ckpt-every, the epoch's end) the steps in flight are counted first, so
+ * checkpoints hold exactly the state an unpipelined run has at that step.
+ * Each step runs train_step_ops, as validation does, on the same data:
+ * results do not depend on the pipeline.
  *
- * CUDA graphs: graph.c replays a step only with the buffers it captured, so
+ * Graphs: graph.c replays a step only with the buffers it captured, so
  * graph steps read fixed inputs x_step, y_step, filled from x_in[s], y_in[s]
  * by a device copy before the graph. Every per-step value (learning rate,
  * Adam's step count, SGD's first step, dropout seed, loss scale) reaches the
@@ -33,23 +38,18 @@
  * collective would wait for the step's gradient allreduce and so for the
  * whole step: there each step carries the rank's stop flag, averaged on the
  * GPU after the step and read with its results, one step late like them;
- * every rank has counted the same steps, so all stop at the same one.
- *
- * CDL_TEST_GPU_LOOP=1 runs this loop on a host-memory backend too (plain
- * buffers, copies instead of prefetches, marks that are always done), so
- * tests/unit/test_train.c checks its bookkeeping against the host loop
- * without a GPU. */
+ * every rank has counted the same steps, so all stop at the same one. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cuda/cuda_backend.h"
-
+#include "loop.h"
 #include "pipeline.h"
-#include "run.h"
+#include "signals.h"
+#include "step.h"
 
-struct gpu_loop {
+struct train_loop {
     float *x_pin[2];          /* pinned: batch staging */
     int32_t *y_pin[2];
     float *x_in[2];           /* device: prefetch targets */
@@ -62,7 +62,8 @@ struct gpu_loop {
     float *stop_dev[2];       /* device: the average */
     int stop_queued;          /* the stop agreement rides with the steps (NCCL) */
     int stop_seen;            /* a counted step's agreement says stop */
-    int graphs;               /* whole-step CUDA graphs for full batches */
+    int async;                /* the backend's ops may still run after returning */
+    int graphs;               /* whole-step graphs for full batches */
     int warm;                 /* an eager full step has run */
     step_lag lag;
 };
@@ -72,109 +73,80 @@ static size_t x_bytes(const run *r, int n)
     return (size_t)n * r->sample_floats * sizeof(float);
 }
 
-/* Page-locked on a GPU; plain memory under CDL_TEST_GPU_LOOP elsewhere. */
-static void *host_buf(run *r, size_t bytes)
-{
-    return cuda_backend_is_cuda(r->be) ? cuda_backend_host_alloc(r->be, bytes)
-                                       : cdl_calloc(1, bytes);
-}
-
-static void host_buf_free(run *r, void *p)
-{
-    if (cuda_backend_is_cuda(r->be))
-        cuda_backend_host_free(r->be, p);
-    else
-        cdl_free(p);
-}
-
-/* dev <- host on the copy stream (a plain copy on host-memory backends). */
-static int copy_in(run *r, void *dev, const void *host, size_t bytes)
-{
-    if (cuda_backend_is_cuda(r->be))
-        return cuda_backend_prefetch(r->be, dev, host, bytes);
-    r->be->ops->to_device(r->be, dev, host, bytes);
-    return 0;
-}
-
-static int copy_in_wait(run *r)
-{
-    return cuda_backend_is_cuda(r->be) ? cuda_backend_prefetch_wait(r->be) : 0;
-}
-
-int gpu_loop_create(run *r)
+int loop_create(run *r)
 {
     cdl_backend *be = r->be;
-    const char *test = getenv("CDL_TEST_GPU_LOOP");
-    if (!cuda_backend_is_cuda(be) && !(test && !strcmp(test, "1")))
-        return 0;
     int on;
     const char *why;
-    if (train_graphs_decide(r->cfg->cuda_graphs, getenv("CDL_CUDA_GRAPHS"),
-                            cuda_backend_is_cuda(be), r->ri.world, &on, &why) != 0)
+    if (train_graphs_decide(r->cfg->cuda_graphs, NULL, be->ops->graph_begin != NULL,
+                            r->ri.world, &on, &why) != 0)
         return -1;
-    gpu_loop *g = cdl_calloc(1, sizeof *g);
+    train_loop *g = cdl_calloc(1, sizeof *g);
     if (!g)
         return -1;
-    r->gpu = g;
+    r->loop = g;
+    g->async = cdl_backend_is_async(be);
     g->graphs = on;
     int b = r->cfg->batch_size;
     for (int s = 0; s < 2; s++) {
-        if (!(g->x_pin[s] = host_buf(r, x_bytes(r, b))) ||
-            !(g->y_pin[s] = host_buf(r, (size_t)b * sizeof(int32_t))) ||
-            !(g->h_loss[s] = host_buf(r, (size_t)b * sizeof(float))) ||
-            !(g->h_pred[s] = host_buf(r, (size_t)b * sizeof(int32_t))) ||
+        if (!(g->x_pin[s] = cdl_backend_host_alloc(be, x_bytes(r, b))) ||
+            !(g->y_pin[s] = cdl_backend_host_alloc(be, (size_t)b * sizeof(int32_t))) ||
+            !(g->h_loss[s] = cdl_backend_host_alloc(be, (size_t)b * sizeof(float))) ||
+            !(g->h_pred[s] = cdl_backend_host_alloc(be, (size_t)b * sizeof(int32_t))) ||
             !(g->x_in[s] = be->ops->alloc(be, x_bytes(r, b))) ||
             !(g->y_in[s] = be->ops->alloc(be, (size_t)b * sizeof(int32_t))))
             return -1;
     }
     g->stop_queued = r->ddp && ddp_queued(r->ddp);
     for (int s = 0; g->stop_queued && s < 2; s++)
-        if (!(g->stop_pin[s] = host_buf(r, 2 * sizeof(float))) ||
+        if (!(g->stop_pin[s] = cdl_backend_host_alloc(be, 2 * sizeof(float))) ||
             !(g->stop_dev[s] = be->ops->alloc(be, sizeof(float))))
             return -1;
     if (on && (!(g->x_step = be->ops->alloc(be, x_bytes(r, b))) ||
                !(g->y_step = be->ops->alloc(be, (size_t)b * sizeof(int32_t)))))
         return -1;
     lag_init(&g->lag);
-    train_report_note(r->rep, "GPU steps pipelined (pinned double-buffered input, results read "
-                      "one step late%s); CUDA graphs %s%s%s",
-                      ddp_queued(r->ddp) ? ", gradients reduced by NCCL during backward" : "",
-                      on ? "on" : "off", why ? ": " : "", why ? why : "");
+    if (g->async)
+        train_report_note(r->rep, "GPU steps pipelined (pinned double-buffered input, results "
+                          "read one step late%s); CUDA graphs %s%s%s",
+                          ddp_queued(r->ddp) ? ", gradients reduced by NCCL during backward"
+                                             : "",
+                          on ? "on" : "off", why ? ": " : "", why ? why : "");
     return 0;
 }
 
-void gpu_loop_free(run *r)
+void loop_free(run *r)
 {
-    gpu_loop *g = r->gpu;
+    train_loop *g = r->loop;
     cdl_backend *be = r->be;
     if (!g)
         return;
     for (int s = 0; s < 2; s++) {
-        host_buf_free(r, g->x_pin[s]);
-        host_buf_free(r, g->y_pin[s]);
-        host_buf_free(r, g->h_loss[s]);
-        host_buf_free(r, g->h_pred[s]);
+        cdl_backend_host_free(be, g->x_pin[s]);
+        cdl_backend_host_free(be, g->y_pin[s]);
+        cdl_backend_host_free(be, g->h_loss[s]);
+        cdl_backend_host_free(be, g->h_pred[s]);
         be->ops->free(be, g->x_in[s]);
         be->ops->free(be, g->y_in[s]);
         if (g->stop_pin[s])
-            host_buf_free(r, g->stop_pin[s]);
+            cdl_backend_host_free(be, g->stop_pin[s]);
         be->ops->free(be, g->stop_dev[s]);
     }
     be->ops->free(be, g->x_step);
     be->ops->free(be, g->y_step);
     cdl_free(g);
-    r->gpu = NULL;
+    r->loop = NULL;
 }
 
 /* The loader's batch into slot s: its buffer is only valid until the next
  * cdl_loader_next, and a copy from pinned memory can be asynchronous. */
 static int stage(run *r, const cdl_batch *b, int s)
 {
-    gpu_loop *g = r->gpu;
+    train_loop *g = r->loop;
     memcpy(g->x_pin[s], b->x, x_bytes(r, b->n));
     memcpy(g->y_pin[s], b->y, (size_t)b->n * sizeof(int32_t));
-    if (copy_in(r, g->x_in[s], g->x_pin[s], x_bytes(r, b->n)) != 0 ||
-        copy_in(r, g->y_in[s], g->y_pin[s], (size_t)b->n * sizeof(int32_t)) != 0)
+    if (cdl_backend_copy_in(r->be, g->x_in[s], g->x_pin[s], x_bytes(r, b->n)) != 0 ||
+        cdl_backend_copy_in(r->be, g->y_in[s], g->y_pin[s], (size_t)b->n * sizeof(int32_t)) != 0)
         return -1;
     return 0;
 }
@@ -182,11 +154,11 @@ static int stage(run *r, const cdl_batch *b, int s)
 /* Queues step `step` on slot s's batch of n samples. */
 static int queue_step(run *r, int s, int n, long step)
 {
-    gpu_loop *g = r->gpu;
+    train_loop *g = r->loop;
     cdl_backend *be = r->be;
     const float *x = g->x_in[s];
     const int32_t *y = g->y_in[s];
-    if (copy_in_wait(r) != 0)
+    if (cdl_backend_copy_in_wait(be) != 0)
         return -1;
     int graphed = train_graph_step(g->graphs, g->warm, n, r->cfg->batch_size);
     if (graphed) {
@@ -194,11 +166,11 @@ static int queue_step(run *r, int s, int n, long step)
         be->ops->copy(be, g->y_step, y, (size_t)n * sizeof(int32_t));
         x = g->x_step;
         y = g->y_step;
-        if (cuda_backend_graph_begin(be, (uint64_t)n) < 0)
+        if (cdl_backend_graph_begin(be, (uint64_t)n) < 0)
             return -1;
     }
     int rc = train_step_ops(r, x, y, n, 1, step);
-    if (graphed && cuda_backend_graph_end(be) != 0)
+    if (graphed && cdl_backend_graph_end(be) != 0)
         return cdl_error("rank %d: step %ld as a CUDA graph: %s (run with --cuda-graphs off or "
                          "CDL_CUDA_GRAPHS=off, and report it)",
                          r->ri.rank, step, cdl_last_error());
@@ -213,7 +185,7 @@ static int queue_step(run *r, int s, int n, long step)
             return -1;
         be->ops->to_host(be, g->stop_pin[s] + 1, g->stop_dev[s], sizeof(float));
     }
-    if (cuda_backend_mark(be, s) != 0)
+    if (cdl_backend_mark(be, s) != 0)
         return -1;
     if (n == r->cfg->batch_size)
         g->warm = 1;
@@ -226,10 +198,10 @@ static int queue_step(run *r, int s, int n, long step)
 static int wait_step(run *r, int s, long step)
 {
     if (!ddp_queued(r->ddp))
-        return cuda_backend_mark_wait(r->be, s);
+        return cdl_backend_mark_wait(r->be, s);
     double deadline = train_now() + ddp_timeout(r->ddp);
     for (;;) {
-        int done = cuda_backend_mark_done(r->be, s);
+        int done = cdl_backend_mark_done(r->be, s);
         if (done != 0)
             return done > 0 ? 0 : -1;
         if (ddp_poll(r->ddp) != 0)
@@ -249,7 +221,7 @@ static int wait_step(run *r, int s, long step)
 /* The oldest step in flight: waits for it and adds its results. */
 static int count_oldest(run *r, train_position *pos)
 {
-    gpu_loop *g = r->gpu;
+    train_loop *g = r->loop;
     long step;
     int n;
     int s = lag_oldest(&g->lag, &step, &n);
@@ -271,22 +243,97 @@ static int count_oldest(run *r, train_position *pos)
     return 0;
 }
 
-int gpu_loop_stop_agreed(const run *r)
+/* Waits for the steps in flight and adds their results to pos. */
+static int flush(run *r, train_position *pos)
 {
-    return r->gpu && r->gpu->stop_queued ? r->gpu->stop_seen : -1;
-}
-
-int gpu_loop_flush(run *r, train_position *pos)
-{
-    while (r->gpu->lag.count > 0)
+    while (r->loop->lag.count > 0)
         if (count_oldest(r, pos) != 0)
             return -1;
     return 0;
 }
 
-int gpu_loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res)
+int loop_save(run *r, const train_position *pos, int best)
 {
-    gpu_loop *g = r->gpu;
+    int rc = 0;
+    if (!r->cfg->ckpt_dir[0])
+        return 0;
+    if (r->ri.rank == 0) {
+        rc = train_ckpt_save(r->last_path, r->model, r->optim, r->cfg, pos);
+        if (rc == 0 && best)
+            rc = train_ckpt_save(r->best_path, r->model, r->optim, r->cfg, pos);
+    }
+    if (r->dist && r->ri.world > 1) {
+        /* Everyone learns whether rank 0 succeeded, so nobody reads a file
+         * that is not there or keeps training alone: a sum to which only
+         * rank 0 adds (a host-memory collective; cdl_dist_broadcast takes
+         * the backend's memory, a GPU's on a GPU). */
+        double ok = r->ri.rank == 0 && rc == 0;
+        if (cdl_dist_allreduce_f64(r->dist, &ok, 1) != 0)
+            return -1;
+        if (!ok && r->ri.rank != 0)
+            return cdl_error("rank %d: rank 0 could not write its checkpoint %s%s%s: rank 0's "
+                             "error says why and what to do", r->ri.rank, r->last_path,
+                             best ? " or " : "", best ? r->best_path : "");
+    }
+    return rc;
+}
+
+/* Whether any rank was told to stop, so all stop at one step: carried by
+ * the counted steps with NCCL, else a host collective. */
+static int stop_agreed(run *r)
+{
+    if (r->loop->stop_queued)
+        return r->loop->stop_seen;
+    double flag = train_stop_requested();
+    if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, &flag, 1) != 0)
+        return -1;
+    return flag > 0;
+}
+
+/* After the optimizer step pos->step (counted in pos): progress, on_step,
+ * the stop agreed by all ranks, --max-steps and --ckpt-every. Returns like
+ * loop_epoch, 0 to go on. */
+static int after_step(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res)
+{
+    const cdl_train_config *c = r->cfg;
+    if (c->on_step)
+        c->on_step(c->on_step_ctx, pos->step);
+    double dt = train_now() - ck->t0;
+    if (pos->seen > 0)   /* a pipelined loop counts a step's results one step late */
+        train_report_progress(r->rep, pos->epoch, pos->batch, ck->spe, pos->loss_sum / pos->seen,
+                              pos->correct / pos->seen,
+                              dt > 0 ? (pos->seen - ck->seen0) * r->ri.world / dt : 0);
+    int stop = stop_agreed(r);
+    if (stop < 0)
+        return -1;
+    int max_steps = c->max_steps > 0 && pos->step >= c->max_steps;
+    int ckpt = c->ckpt_every > 0 && pos->step % c->ckpt_every == 0 && pos->batch < ck->spe;
+    if ((stop || max_steps || ckpt) && flush(r, pos) != 0)
+        return -1;
+    if (stop) {
+        if (loop_save(r, pos, 0) != 0)
+            return -1;
+        train_report_note(r->rep, "stopped by signal at epoch %d, batch %ld (step %ld)%s",
+                          pos->epoch + 1, pos->batch, pos->step,
+                          c->ckpt_dir[0] ? ": checkpoint written, resume with --resume auto"
+                                         : ": no --ckpt-dir, nothing saved");
+        res->steps = pos->step;
+        res->interrupted = 1;
+        return CDL_EXIT_REQUEUE;
+    }
+    if (max_steps)
+        return EPOCH_MAX_STEPS;
+    if (ckpt && loop_save(r, pos, 0) != 0)
+        return -1;
+    return 0;
+}
+
+int loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res)
+{
+    train_loop *g = r->loop;
+    /* Steps left in flight after queueing one: the one before it on an
+     * asynchronous backend, none on a synchronous one. */
+    int in_flight = g->async ? 1 : 0;
     cdl_batch b;
     int got = cdl_loader_next(r->train_loader, &b);
     int s = lag_free_slot(&g->lag);
@@ -299,10 +346,10 @@ int gpu_loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train
         pos->step++;
         pos->batch = index + 1;
         /* The previous step's results, while this one runs. */
-        while (g->lag.count > 1)
+        while (g->lag.count > in_flight)
             if (count_oldest(r, pos) != 0)
                 return -1;
-        int rc = train_after_step(r, pos, ck, res);
+        int rc = after_step(r, pos, ck, res);
         if (rc != 0)
             return rc;
         got = cdl_loader_next(r->train_loader, &b);
@@ -310,12 +357,12 @@ int gpu_loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train
             break;
         /* At most this step is in flight: the other slot is free. */
         if ((s = lag_free_slot(&g->lag)) < 0)
-            return cdl_error("GPU pipeline: no free buffer slot for step %ld (a bug in "
-                             "lib/train/gpu_loop.c)", pos->step);
+            return cdl_error("training loop: no free buffer slot for step %ld (a bug in "
+                             "lib/train/loop.c)", pos->step);
         if (stage(r, &b, s) != 0)
             return -1;
     }
     if (got < 0)
         return -1;
-    return gpu_loop_flush(r, pos);
+    return flush(r, pos);
 }

@@ -1,0 +1,14 @@
+/* The constructors of the backends built into this libcdl, for
+ * lib/core/backend.c (the registry behind cdl_backend_create_with). Each
+ * backend folder defines its own; kernels/cuda/none.c stands in for CUDA in
+ * a build without it. Internal. */
+#ifndef CDL_CORE_BACKENDS_H
+#define CDL_CORE_BACKENDS_H
+
+#include <cdl/backend.h>
+
+/* params is complete (cdl_backend_params_init, then the caller's fields). */
+cdl_backend *cuda_backend_open(const cdl_backend_params *params);
+int cuda_backend_visible(void);
+
+#endif

@@ -1,0 +1,35 @@
+/* The training loop (loop.c): one epoch's batches, pipelined on a backend
+ * with asynchronous entries (a GPU), step by step on one without (the CPU);
+ * the same bookkeeping either way. */
+#ifndef CDL_TRAIN_LOOP_H
+#define CDL_TRAIN_LOOP_H
+
+#include "checkpoint.h"
+#include "run.h"
+
+/* Where an epoch's clock started, for progress and images/s. */
+typedef struct epoch_clock {
+    double t0, seen0;
+    long spe;                 /* steps per epoch */
+} epoch_clock;
+
+/* What loop_epoch returns besides 0 (the epoch is done) and -1. */
+#define EPOCH_MAX_STEPS 1     /* --max-steps reached */
+
+/* The loop's buffers into r->loop (pinned staging, double-buffered device
+ * inputs, graph inputs); free releases them. */
+int loop_create(run *r);
+void loop_free(run *r);
+
+/* The training batches of one epoch. After each step: progress, on_step,
+ * the stop agreed by all ranks, --max-steps and --ckpt-every, with the
+ * steps in flight counted first wherever it stops or saves. Returns 0 at
+ * the epoch's end, EPOCH_MAX_STEPS, CDL_EXIT_REQUEUE (stopped by a signal
+ * after checkpointing) or -1. */
+int loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res);
+
+/* Writes the checkpoint at pos (rank 0; every rank learns whether it
+ * worked); best also writes best.safetensors. */
+int loop_save(run *r, const train_position *pos, int best);
+
+#endif

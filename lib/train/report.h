@@ -1,0 +1,34 @@
+/* Progress and metrics of a run (report.c): a live bar on a terminal, one
+ * plain line per epoch otherwise, JSON lines for --metrics. Rank 0 speaks. */
+#ifndef CDL_TRAIN_REPORT_H
+#define CDL_TRAIN_REPORT_H
+
+#include <time.h>
+
+#include <cdl/cdl.h>
+
+/* Seconds on CLOCK_MONOTONIC. */
+static inline double train_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct train_report train_report;
+train_report *train_report_open(const cdl_train_config *cfg, int rank);
+void train_report_free(train_report *r);
+/* Live progress for batch b of nb in an epoch (bar on a terminal only). */
+void train_report_progress(train_report *r, int epoch, long b, long nb, double loss,
+                           double acc, double imgs_per_sec);
+typedef struct epoch_stats {
+    int epoch;
+    long step;
+    double train_loss, train_acc, val_loss, val_acc;
+    double images_per_sec, seconds, lr;
+} epoch_stats;
+int train_report_epoch(train_report *r, const epoch_stats *s);
+/* A line for the user (rank 0 only), e.g. "resuming from ...". */
+void train_report_note(train_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,63 @@
+/* One step of the model: forward, loss, and for training backward,
+ * gradient averaging and the update. The training loop (loop.c) and
+ * validation (harness.c) both run it, so their results match. */
+#include <math.h>
+
+#include "../core/rng.h"
+#include "pipeline.h"
+#include "step.h"
+
+uint64_t train_dropout_seed(uint64_t seed, long step)
+{
+    uint64_t x = seed ^ ((uint64_t)step * 0x9E3779B97F4A7C15ull);
+    return rng_splitmix64(&x);
+}
+
+int train_step_ops(run *r, const float *x, const int32_t *y, int n, int train, long step)
+{
+    cdl_backend *be = r->be;
+    const float *logits =
+        cdl_model_forward(r->model, x, n, train, train_dropout_seed(r->cfg->seed, step));
+    if (!logits)
+        return -1;
+    be->ops->xent_fwd_bwd(be, n, r->classes, logits, y, 1.0f / (float)n, r->dlogits,
+                          r->sample_loss, r->pred);
+    if (train) {
+        cdl_model_backward(r->model, r->dlogits, ddp_grad_ready, r->ddp);
+        if (ddp_finish(r->ddp) != 0)
+            return -1;
+        cdl_optim_step(r->optim, cdl_model_params(r->model), cdl_model_grads(r->model),
+                       cdl_schedule_lr(&r->sched, step));
+    }
+    return 0;
+}
+
+/* Runs one batch through the model; with train, also backward and update.
+ * Adds the batch's loss and correct count to sums[0], sums[1]. */
+int train_run_batch(run *r, const cdl_batch *b, int train, long step, double sums[2])
+{
+    cdl_backend *be = r->be;
+    const float *x = b->x;
+    const int32_t *y = b->y;
+    int n = b->n;
+    if (!be->host_memory) {
+        be->ops->to_device(be, r->x_dev, b->x, (size_t)n * r->sample_floats * sizeof(float));
+        be->ops->to_device(be, r->y_dev, b->y, (size_t)n * sizeof(int32_t));
+        x = r->x_dev;
+        y = r->y_dev;
+    }
+    if (train_step_ops(r, x, y, n, train, step) != 0)
+        return -1;
+    be->ops->to_host(be, r->h_loss, r->sample_loss, (size_t)n * sizeof(float));
+    be->ops->to_host(be, r->h_pred, r->pred, (size_t)n * sizeof(int32_t));
+    if (be->ops->sync(be) != 0)
+        return -1;
+    double loss, correct;
+    train_batch_sums(r->h_loss, r->h_pred, b->y, n, &loss, &correct);
+    if (!isfinite(loss))
+        return train_loss_error(r->ri.rank, loss, step, 0);
+    sums[0] += loss;
+    sums[1] += correct;
+    return 0;
+}
+

@@ -54,7 +54,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cuda/emu.h"
+#include "tests/fakegpu/emu.h"
 #undef cudaGetLastError
 
 /* Work queued on a stream: sequence number, the work, and for a

@@ -3,7 +3,7 @@
 # The host code of the CUDA backend (kernels/cuda/*.c, lib/train/loop.c,
 # lib/dist/coll_nccl.c) is linked as it is, but against a CUDA runtime,
 # cuBLAS and cuDNN written for the tests (fake_*.cc) instead of NVIDIA's,
-# with the .cu kernels compiled as C++ onto kernels/cuda/emu.h. So the
+# with the .cu kernels compiled as C++ onto tests/fakegpu/emu.h. So the
 # whole GPU path, from cudaMalloc through cuDNN plans and CUDA graphs to
 # the pipelined training loop, runs in CI, which has no GPU. What it can
 # and cannot show: docs/cuda.md, "Testing without a GPU".
@@ -11,9 +11,9 @@ if HAVE_CUDA
 # The .cu kernels as plain C++ (the host compiler through nvcc), with the
 # emulation header forced in first; no -O3: the checks, not the speed.
 CDL_EMU_FLAGS = -x c++ -std=c++17 -O1 -Xcompiler -Wall,-Wextra,-ffp-contract=off $(CDL_NVCC_WERROR) \
-	-include $(top_srcdir)/kernels/cuda/emu.h -I$(top_srcdir)/lib -I$(top_srcdir) -I$(top_builddir)
+	-include $(top_srcdir)/tests/fakegpu/emu.h -I$(top_srcdir)/lib -I$(top_srcdir) -I$(top_builddir)
 CUDA_EMU_OBJS = $(CUDA_KERNEL_OBJS:kernels/cuda/%.lo=tests/fakegpu/emu/%.o)
-$(CUDA_EMU_OBJS): $(CDL_NVCC_DEPS) $(top_srcdir)/kernels/cuda/emu.h
+$(CUDA_EMU_OBJS): $(CDL_NVCC_DEPS) $(top_srcdir)/tests/fakegpu/emu.h
 tests/fakegpu/emu/%.o: kernels/cuda/%.cu
 	$(AM_V_NVCC)$(MKDIR_P) $(@D) && $(NVCC) $(CDL_EMU_FLAGS) -c $< -o $@
 
@@ -21,7 +21,7 @@ FAKEGPU_OBJS = tests/fakegpu/fake_runtime.o tests/fakegpu/fake_blas.o tests/fake
 	tests/fakegpu/fake_nccl.o
 FAKEGPU_FLAGS = -x c++ -std=c++17 -O2 -Xcompiler -Wall,-Wextra $(CDL_NVCC_WERROR) \
 	-I$(top_srcdir)/lib -I$(top_srcdir) -I$(top_builddir)
-$(FAKEGPU_OBJS): $(top_srcdir)/tests/fakegpu/fake.h $(top_srcdir)/kernels/cuda/emu.h
+$(FAKEGPU_OBJS): $(top_srcdir)/tests/fakegpu/fake.h $(top_srcdir)/tests/fakegpu/emu.h
 tests/fakegpu/%.o: tests/fakegpu/%.cc
 	$(AM_V_NVCC)$(MKDIR_P) $(@D) && $(NVCC) $(FAKEGPU_FLAGS) -c $< -o $@
 CLEANFILES += $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
@@ -62,7 +62,7 @@ EXTRA_tests_fakegpu_coll_order_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
 TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh tests/fakegpu/ddp.sh \
 	tests/fakegpu/gpu_script.sh tests/fakegpu/coll.sh tests/fakegpu/fault.sh
 endif
-EXTRA_DIST += tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
+EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
 	tests/fakegpu/fake_dnn.cc tests/fakegpu/fake_nccl.cc tests/fakegpu/ops.sh \
 	tests/fakegpu/train.sh tests/fakegpu/ddp.sh tests/fakegpu/gpu_script.sh \
 	tests/fakegpu/coll.sh tests/fakegpu/fault.sh tests/fakegpu/fake-compute-sanitizer

@@ -2,7 +2,7 @@
 #
 # test_cuda: creation without a GPU, the TF32 switch, the dropout mask's
 # device copy, the graph recorder. test_cuda_kernels: the .cu kernels run on
-# the CPU (kernels/cuda/emu.h) against the CPU backend.
+# the CPU (tests/fakegpu/emu.h) against the CPU backend.
 check_PROGRAMS += tests/unit/test_cuda
 TESTS += tests/unit/test_cuda
 tests_unit_test_cuda_SOURCES = tests/unit/test_cuda.c
@@ -19,4 +19,3 @@ tests_unit_test_cuda_kernels_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CFLAGS)
 tests_unit_test_cuda_kernels_LDADD = $(CUDA_EMU_OBJS) $(TEST_LDADD) -lstdc++
 EXTRA_tests_unit_test_cuda_kernels_DEPENDENCIES = $(CUDA_EMU_OBJS)
 endif
-EXTRA_DIST += kernels/cuda/emu.h

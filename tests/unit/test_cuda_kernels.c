@@ -1,4 +1,4 @@
-/* The CUDA backend's own kernels, run on the CPU through kernels/cuda/emu.h
+/* The CUDA backend's own kernels, run on the CPU through tests/fakegpu/emu.h
  * (no GPU needed), against the CPU backend op by op.
  *
  * Pooling, ReLU, dropout, fill, scale and the optimizer updates perform the

@@ -34,6 +34,9 @@ if args.mode == "tuned":
 try:
     import torch
     import torch.nn as nn
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                    "fixtures"))
+    from torch_ref import LeNet
 except ImportError as e:
     print(f"torch is not importable with {sys.executable}: {e}")
     print(f"RESULT impl=torch-{args.mode} batch={args.batch} threads={args.threads} error=no-torch")
@@ -43,14 +46,7 @@ start_threads = torch.get_num_threads()
 torch.set_num_threads(args.threads)
 torch.manual_seed(1)
 
-model = nn.Sequential(
-    nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
-    nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-    nn.Flatten(),
-    nn.Linear(400, 120), nn.ReLU(),
-    nn.Linear(120, 84), nn.ReLU(),
-    nn.Linear(84, 10),
-)
+model = LeNet(3, 0, 10)   # the seed CNN, as cdl's lenet on 3x32x32
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
 loss_fn = nn.CrossEntropyLoss()
 

@@ -20,6 +20,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
+from torch_ref import LeNet  # noqa: E402  (the one reference model of the tests)
+
 ST_TOOL = sys.argv[1]
 results = {"passed": 0, "failed": 0}
 
@@ -68,16 +71,6 @@ def bits(t):
     return t.contiguous().view(torch.int32)
 
 
-class LeNetPart(torch.nn.Module):
-    """Names and layouts as libcdl writes them: conv1.weight is
-    (out, in, kh, kw), fc1.weight is (out, in)."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = torch.nn.Conv2d(1, 6, 5)
-        self.fc1 = torch.nn.Linear(400, 120)
-
-
 def special_values():
     return torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"),
                          1e-45, -1.17549435e-38, 3.4028235e38, 1.0 / 3.0])
@@ -85,7 +78,7 @@ def special_values():
 
 def c_writes_python_reads(tmp):
     torch.manual_seed(1)
-    model = LeNetPart()
+    model = LeNet()   # names and layouts as libcdl writes them
     tensors = list(model.state_dict().items()) + [
         ("special", special_values()),
         ("scalar", torch.tensor(2.5)),
@@ -117,7 +110,7 @@ def c_writes_python_reads(tmp):
         check(f.metadata() == metadata, "metadata identical")
         check(list(f.keys()) == sorted(n for n, _ in tensors), "safe_open lists the tensors")
 
-    fresh = LeNetPart()
+    fresh = LeNet()
     state = {k: v for k, v in loaded.items() if k in fresh.state_dict()}
     fresh.load_state_dict(state, strict=True)
     check(all(torch.equal(fresh.state_dict()[k], v) for k, v in model.state_dict().items()),

@@ -1,29 +1,16 @@
 """Loads a cdl LeNet checkpoint into torch.nn and evaluates Fashion-MNIST's
 test set. Usage: torch_lenet.py CKPT DATA_DIR CDL_ACC CDL_LOSS"""
 import gzip
+import os
 import sys
 
 import numpy as np
 import safetensors.torch
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-
-class LeNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 6, 5, padding=2)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = torch.flatten(x, 1)
-        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
+from torch_ref import LeNet  # noqa: E402  (the one reference model of the tests)
 
 
 def idx(path, offset):
@@ -33,7 +20,7 @@ def idx(path, offset):
 
 def main():
     ckpt, data, cdl_acc, cdl_loss = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-    model = LeNet()
+    model = LeNet(1, 2, 10)   # fashion-mnist: 28x28, padded
     model.load_state_dict(safetensors.torch.load_file(ckpt))  # strict: every key, no extras
     x = idx(f"{data}/t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
     y = torch.from_numpy(idx(f"{data}/t10k-labels-idx1-ubyte.gz", 8).astype(np.int64))

@@ -7,28 +7,15 @@ Usage: bench_torch.py [--batch N] [--seconds S] [--benchmark] [--device cuda|cpu
 choice). The last line is "images_per_sec X"; exit 1 without a GPU (--device
 cpu only checks the script itself)."""
 import argparse
+import os
 import sys
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-
-class LeNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 6, 5)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = torch.flatten(x, 1)
-        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
+from torch_ref import LeNet  # noqa: E402  (the one reference model of the tests)
 
 
 def main():
@@ -45,7 +32,7 @@ def main():
     dev = torch.device(a.device)
     sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     torch.manual_seed(0)
-    model = LeNet().to(dev)
+    model = LeNet(3, 0, 10).to(dev)   # the seed CNN: 3x32x32
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     x = torch.rand(a.batch, 3, 32, 32, device=dev) * 2 - 1
     y = torch.arange(a.batch, device=dev) * 7919 % 10

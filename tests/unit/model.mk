@@ -18,5 +18,5 @@ tests_unit_test_model_torch_SOURCES = tests/unit/test_model_torch.c tests/unit/m
 tests_unit_test_model_torch_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_model_torch_LDADD = $(TEST_LDADD)
 
-EXTRA_DIST += tests/fixtures/make_fixtures.py tests/fixtures/README.md \
+EXTRA_DIST += tests/fixtures/make_fixtures.py tests/fixtures/torch_ref.py tests/fixtures/README.md \
 	tests/fixtures/lenet.fix tests/fixtures/allkinds.fix tests/fixtures/optim.fix

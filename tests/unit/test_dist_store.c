@@ -4,6 +4,7 @@
 #include "dist_fork.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
@@ -419,6 +420,48 @@ static void test_value_length_capped(void **state)
         fail_msg("value cap test failed");
 }
 
+/* A server that drops a client's first connection before answering its
+ * hello (as the store drops the oldest stranger when its quota is full),
+ * then accepts the second: the client retries and gets in. */
+static void *drop_first_server(void *arg)
+{
+    int lfd = *(int *)arg, ok = 0;
+    int fd = accept(lfd, NULL, NULL);
+    if (fd >= 0)
+        close(fd);
+    /* A client that does not retry never comes back: bounded wait. */
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    fd = poll(&p, 1, 10000) == 1 ? accept(lfd, NULL, NULL) : -1;
+    store_req h;
+    char token[STORE_KEY_MAX];
+    double deadline = dist_now() + 10;
+    if (fd >= 0 && store_recv_all(fd, &h, sizeof h, deadline) == 0 && h.op == STORE_HELLO &&
+        h.klen < sizeof token && store_recv_all(fd, token, h.klen, deadline) == 0) {
+        store_rep r = {STORE_MAGIC, 0, 0};
+        ok = store_send_all(fd, &r, sizeof r) == 0;
+    }
+    if (fd >= 0)
+        close(fd);
+    return ok ? arg : NULL;
+}
+
+static void test_hello_retried(void **state)
+{
+    (void)state;
+    int port = 0, lfd = listen_any(&port);
+    assert_true(lfd >= 0);
+    pthread_t t;
+    void *served;
+    assert_int_equal(pthread_create(&t, NULL, drop_first_server, &lfd), 0);
+    int rc = store_probe("127.0.0.1", port, "tok", 1, 2, 10);
+    const char *err = cdl_last_error();
+    pthread_join(t, &served);
+    close(lfd);
+    if (rc != 0)
+        fail_msg("the client did not retry after its first connection was dropped: %s", err);
+    assert_non_null(served);
+}
+
 int main(void)
 {
     clear_launcher_env();
@@ -433,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_stranger_deadline),
         cmocka_unit_test(test_strangers_cannot_exhaust),
         cmocka_unit_test(test_value_length_capped),
+        cmocka_unit_test(test_hello_retried),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,8 +22,6 @@
 
 #include <cdl/cdl.h>
 
-#include "kernels/cuda/cuda_backend.h"
-
 typedef struct net {
     cdl_backend *be;
     int B;
@@ -133,8 +131,8 @@ static void net_make(net *m, cdl_backend *be, int B, int pinned)
     be->ops->to_device(be, m->x, x, b * 3072 * 4);
     be->ops->to_device(be, m->labels, y, b * 4);
     if (pinned) {
-        m->x_pinned = cuda_backend_host_alloc(be, b * 3072 * 4);
-        m->labels_pinned = cuda_backend_host_alloc(be, b * 4);
+        m->x_pinned = cdl_backend_host_alloc(be, b * 3072 * 4);
+        m->labels_pinned = cdl_backend_host_alloc(be, b * 4);
         if (!m->x_pinned || !m->labels_pinned) {
             fprintf(stderr, "bench_lenet: %s\n", cdl_last_error());
             exit(1);
@@ -189,10 +187,10 @@ static void net_step(net *m)
 
 static int step(net *m, int graph)
 {
-    if (graph && cuda_backend_graph_begin(m->be, (uint64_t)m->B) < 0)
+    if (graph && cdl_backend_graph_begin(m->be, (uint64_t)m->B) < 0)
         return -1;
     net_step(m);
-    if (graph && cuda_backend_graph_end(m->be) != 0)
+    if (graph && cdl_backend_graph_end(m->be) != 0)
         return -1;
     return 0;
 }

@@ -11,12 +11,16 @@ EXTRA_DIST += tests/unit/cuda.supp
 
 # The helper programs of run.sh: built by make check (so CI compiles and
 # links them), run only by run.sh.
-if HAVE_CUDA
-check_PROGRAMS += tests/gpu/ops_vs_cpu tests/gpu/bench_lenet
+# ops_vs_cpu is the op-test harness of every backend: built in every build,
+# run by make check on the CPU backend (ops_cpu.sh).
+check_PROGRAMS += tests/gpu/ops_vs_cpu
 tests_gpu_ops_vs_cpu_SOURCES = tests/gpu/ops_vs_cpu.c
 tests_gpu_ops_vs_cpu_LDADD = libcdl_core.la
+TESTS += tests/gpu/ops_cpu.sh
+if HAVE_CUDA
+check_PROGRAMS += tests/gpu/bench_lenet
 tests_gpu_bench_lenet_SOURCES = tests/gpu/bench_lenet.c
 tests_gpu_bench_lenet_LDADD = libcdl_core.la
 endif
-EXTRA_DIST += tests/gpu/run.sh tests/gpu/bench_torch.py tests/gpu/ops_vs_cpu.c \
+EXTRA_DIST += tests/gpu/run.sh tests/gpu/ops_cpu.sh tests/gpu/bench_torch.py tests/gpu/ops_vs_cpu.c \
 	tests/gpu/bench_lenet.c

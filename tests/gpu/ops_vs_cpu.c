@@ -1,5 +1,12 @@
-/* Every op of the CUDA backend against the CPU backend, forward and
- * backward, on random inputs of several shapes (tests/gpu/run.sh, step 1).
+/* Every op of a backend against the CPU backend, forward and backward, on
+ * random inputs of several shapes: the op-test harness of every backend
+ * that is built. `ops_vs_cpu [BACKEND]` (cuda, the default, or cpu):
+ * tests/gpu/run.sh runs it on a GPU (step 1), tests/fakegpu/ops.sh on the
+ * fake GPU, tests/gpu/ops_cpu.sh on the CPU backend itself (another thread
+ * count than the reference). The backend is reached only through
+ * lib/cdl/backend.h: TF32 is a creation parameter (a second backend with it
+ * on), graphs and pinned memory are the table's optional entries (the
+ * graph checks are skipped on a backend without them).
  *
  * Error measure: max |gpu - cpu| / max(1, max |cpu|) per output. Strict FP32
  * (TF32 off) first: 1e-4 for convolutions and products (sums of up to 400k
@@ -18,8 +25,6 @@
 #include <string.h>
 
 #include <cdl/cdl.h>
-
-#include "kernels/cuda/cuda_backend.h"
 
 static cdl_backend *cpu, *gpu;
 static int failures, checks;
@@ -518,9 +523,9 @@ static void check_graph(void)
     int32_t *ys = host_zero((size_t)STEPS * GN * 4);
     for (size_t i = 0; i < (size_t)STEPS * GN; i++)
         ys[i] = (int32_t)(i * 7 % GOUT);
-    float *xp = cuda_backend_host_alloc(gpu, (size_t)GN * GIN * 4);
-    int32_t *yp = cuda_backend_host_alloc(gpu, GN * 4);
-    float *lp = cuda_backend_host_alloc(gpu, GN * 4);
+    float *xp = cdl_backend_host_alloc(gpu, (size_t)GN * GIN * 4);
+    int32_t *yp = cdl_backend_host_alloc(gpu, GN * 4);
+    float *lp = cdl_backend_host_alloc(gpu, GN * 4);
     float *loss_eager = host_zero((size_t)STEPS * GN * 4);
     float *loss_graph = host_zero((size_t)STEPS * GN * 4);
     if (!xp || !yp || !lp) {
@@ -539,10 +544,10 @@ static void check_graph(void)
             modes_ok = 0;
         memcpy(loss_eager + (size_t)s * GN, lp, GN * 4);
         /* Step 0 eager (warm-up), 1 captured, 2.. replayed. */
-        int mode = s == 0 ? -2 : cuda_backend_graph_begin(gpu, 1);
+        int mode = s == 0 ? -2 : cdl_backend_graph_begin(gpu, 1);
         modes_ok &= mode == (s == 0 ? -2 : s == 1 ? 0 : 1);
         mini_step(&b, xp, yp, lp, s);
-        if (s > 0 && cuda_backend_graph_end(gpu) != 0)
+        if (s > 0 && cdl_backend_graph_end(gpu) != 0)
             modes_ok = 0;
         if (gpu->ops->sync(gpu) != 0)
             modes_ok = 0;
@@ -564,36 +569,55 @@ static void check_graph(void)
     free(wa), free(wb), free(ma), free(mb);
 
     /* A step that differs from the capture is refused, not run. */
-    cuda_backend_graph_begin(gpu, 1);
+    cdl_backend_graph_begin(gpu, 1);
     gpu->ops->relu_fwd(gpu, 10, a.h, a.h);
-    int rc = cuda_backend_graph_end(gpu);
+    int rc = cdl_backend_graph_end(gpu);
     int synced = gpu->ops->sync(gpu);
     report("graph: divergent step refused", "", rc == -1 && synced == -1 ? 0 : INFINITY, 0, 0);
 
-    cuda_backend_host_free(gpu, xp);
-    cuda_backend_host_free(gpu, yp);
-    cuda_backend_host_free(gpu, lp);
+    cdl_backend_host_free(gpu, xp);
+    cdl_backend_host_free(gpu, yp);
+    cdl_backend_host_free(gpu, lp);
     mini_free(&a);
     mini_free(&b);
     free(init), free(xs), free(ys), free(loss_eager), free(loss_graph);
 }
 
-int main(void)
+/* The backend under test, TF32 on or off. The CPU backend is tested with
+ * another thread count than the reference's, so the harness checks
+ * something there too (reductions split differently). */
+static cdl_backend *open_backend(const char *name, int tf32)
 {
+    cdl_backend_params p;
+    cdl_backend_params_init(&p);
+    p.tf32_conv = p.tf32_matmul = tf32;
+    p.threads = cpu->threads > 1 ? 1 : 2;
+    cdl_backend *be = cdl_backend_create_with(name, &p);
+    if (!be)
+        fprintf(stderr, "ops_vs_cpu: %s\n", cdl_last_error());
+    return be;
+}
+
+int main(int argc, char **argv)
+{
+    const char *name = argc > 1 ? argv[1] : "cuda";
     setvbuf(stdout, NULL, _IOLBF, 0);   /* whole lines between the backend's logs */
+    if (argc > 2 || (strcmp(name, "cuda") && strcmp(name, "cpu"))) {
+        fprintf(stderr, "usage: ops_vs_cpu [cuda|cpu]\n");
+        return 2;
+    }
     cpu = cdl_backend_cpu_create(0);
     if (!cpu) {
         fprintf(stderr, "ops_vs_cpu: CPU backend: %s\n", cdl_last_error());
         return 1;
     }
-    gpu = cdl_backend_cuda_create(-1);
+    gpu = open_backend(name, 0);
     if (!gpu) {
-        fprintf(stderr, "ops_vs_cpu: %s\n", cdl_last_error());
         cdl_backend_destroy(cpu);
         return 1;
     }
-    cuda_backend_set_tf32(gpu, 0, 0);
-    printf("CUDA backend vs CPU backend (%d threads), strict FP32 then TF32\n", cpu->threads);
+    printf("%s backend (%d threads) vs CPU backend (%d threads), strict FP32 then TF32\n",
+           gpu->ops->name, gpu->threads, cpu->threads);
 
     const cdl_conv2d_desc convs[] = {
         conv_desc(512, 3, 32, 32, 6, 5, 1, 0),   /* the seed CNN's conv1 */
@@ -624,20 +648,34 @@ int main(void)
               "sgd_step nesterov");
     check_adam(100003, 0);
     check_adam(100003, 1);
-    check_graph();
+    if (gpu->ops->graph_begin)
+        check_graph();
+    else
+        printf("skip graph checks: the %s backend has no whole-step graphs\n", gpu->ops->name);
 
-    cuda_backend_set_tf32(gpu, 1, 1);
+    int rc = gpu->ops->sync(gpu);
+    if (rc != 0)
+        printf("FAIL backend error: %s\n", cdl_last_error());
+    cdl_backend *strict = gpu;
+    gpu = open_backend(name, 1);
+    if (!gpu) {
+        cdl_backend_destroy(strict);
+        cdl_backend_destroy(cpu);
+        return 1;
+    }
     check_conv(convs[0], 1);
     check_conv(convs[1], 1);
     check_linear(512, 400, 120, 1);
     check_shared_workspace();
 
-    int rc = gpu->ops->sync(gpu);
-    if (rc != 0)
+    int rc_tf32 = gpu->ops->sync(gpu);
+    if (rc_tf32 != 0)
         printf("FAIL backend error: %s\n", cdl_last_error());
+    rc |= rc_tf32;
     printf("ops_vs_cpu: %d of %d checks passed; worst strict-FP32 error %.2e\n", checks - failures,
            checks, worst_strict);
     cdl_backend_destroy(gpu);
+    cdl_backend_destroy(strict);
     cdl_backend_destroy(cpu);
     return failures || rc ? 1 : 0;
 }

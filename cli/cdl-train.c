@@ -16,7 +16,7 @@
 
 enum {
     OPT_DATA_DIR = 256, OPT_BATCH, OPT_MOMENTUM, OPT_WD, OPT_SCHEDULE, OPT_WARMUP, OPT_WORKERS,
-    OPT_CKPT_DIR, OPT_RESUME, OPT_METRICS, OPT_MAX_STEPS, OPT_CKPT_EVERY, OPT_DROP_LAST,
+    OPT_CKPT_DIR, OPT_RESUME, OPT_RESUME_ALLOW, OPT_METRICS, OPT_MAX_STEPS, OPT_CKPT_EVERY, OPT_DROP_LAST,
     OPT_DEVICE, OPT_NESTEROV, OPT_DAMPENING, OPT_STEP_EPOCHS, OPT_SYNTH_N, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32, OPT_GRAPHS,
 };
@@ -45,6 +45,7 @@ static const struct option long_opts[] = {
     {"ckpt-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"ckpt-every", required_argument, NULL, OPT_CKPT_EVERY},
     {"resume", required_argument, NULL, OPT_RESUME},
+    {"resume-allow", required_argument, NULL, OPT_RESUME_ALLOW},
     {"metrics", required_argument, NULL, OPT_METRICS},
     {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
     {"drop-last", no_argument, NULL, OPT_DROP_LAST},
@@ -91,6 +92,7 @@ static void usage(FILE *f)
 "      --ckpt-dir DIR           write DIR/last.safetensors each epoch, keep DIR/best.safetensors\n"
 "      --ckpt-every N           also write last every N steps [0: never]\n"
 "      --resume auto|never|PATH [auto: continue from DIR/last.safetensors if present]\n"
+"      --resume-allow LIST      settings a resume may change, e.g. epochs,lr [none]\n"
 "Resources and output:\n"
 "      --device cpu|cuda|auto   [auto: cuda when a GPU is visible, else cpu]\n"
 "      --tf32 on|off|default    TF32 on GPUs [default: like PyTorch, on for\n"
@@ -265,6 +267,9 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case OPT_CKPT_DIR: rc = copy_str(name, a, cfg->ckpt_dir, sizeof cfg->ckpt_dir); break;
         case OPT_CKPT_EVERY: rc = parse_long(name, a, 0, LONG_MAX, &cfg->ckpt_every); break;
         case OPT_RESUME: rc = copy_str(name, a, cfg->resume, sizeof cfg->resume); break;
+        case OPT_RESUME_ALLOW:
+            rc = copy_str(name, a, cfg->resume_allow, sizeof cfg->resume_allow);
+            break;
         case OPT_METRICS: rc = copy_str(name, a, cfg->metrics, sizeof cfg->metrics); break;
         case OPT_MAX_STEPS: rc = parse_long(name, a, 0, LONG_MAX, &cfg->max_steps); break;
         case OPT_DROP_LAST: cfg->drop_last = 1; break;

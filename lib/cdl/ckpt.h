@@ -7,6 +7,9 @@
  * the epoch, the run's configuration) lives in __metadata__, so the tensor
  * list is exactly the model's state_dict.
  *
+ * Every file written carries CRC-32s of its data and of its header in
+ * __metadata__ ("cdl_checksum"), verified on every read.
+ *
  * Writes are atomic: a temporary file in the same directory, fsync, rename,
  * fsync of the directory. Readers validate everything and reject a corrupt or
  * mismatched file with an error naming it; nothing starts from scratch
@@ -66,6 +69,11 @@ const char *cdl_st_meta_get(const cdl_st_file *f, const char *key);
 int cdl_st_meta_count(const cdl_st_file *f);
 const char *cdl_st_meta_key(const cdl_st_file *f, int i);
 const char *cdl_st_path(const cdl_st_file *f);
+/* 1 if the file carried cdl's checksums of its data and header (metadata
+ * "cdl_checksum", written by cdl_st_write) and cdl_st_open verified them;
+ * 0 for a file without them (other writers, older cdl), which loads as it
+ * is. A mismatch is an error of cdl_st_open. */
+int cdl_st_checksummed(const cdl_st_file *f);
 
 /* Base64 of raw bytes (for binary state in __metadata__); returns a
  * cdl_malloc'd NUL-terminated string or NULL. */

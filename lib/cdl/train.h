@@ -32,6 +32,7 @@ typedef struct cdl_train_config {
     uint64_t seed;
     char ckpt_dir[1024];      /* "" = no checkpoints */
     char resume[1024];        /* "auto", "never" or a checkpoint path */
+    char resume_allow[256];   /* settings a resume may change, e.g. "epochs,lr" */
     long ckpt_every;          /* also checkpoint every N steps (0 = per epoch only) */
     char metrics[1024];       /* "" = none; else JSON lines appended per epoch */
     long max_steps;           /* stop after this many steps in total (0 = no limit) */

@@ -19,6 +19,7 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/ckpt/checksum.h"
 #include "lib/ckpt/json.h"
 
 #define ST_MAX_DIMS 8
@@ -62,6 +63,8 @@ struct cdl_st_file {
     st_kv *meta;               /* header order */
     int nm, mcap;
     int *meta_by_key;          /* indices into meta, sorted by key */
+    uint32_t header_crc;       /* the header's meaning (checksum.h) */
+    int checksummed;           /* the file carried checksums and they matched */
 };
 
 /* Grows an array of elements of size `size` to hold one more. */
@@ -421,6 +424,31 @@ static int convert_f32(st_entry *e, unsigned char *data)
     return 0;
 }
 
+/* Checks the sums of checksum.h when the file carries them (files of other
+ * writers, and cdl's before them, do not: checksummed stays 0). */
+static int verify(cdl_st_file *f)
+{
+    const char *entry = cdl_st_meta_get(f, ST_CHECKSUM_KEY);
+    if (!entry)
+        return 0;
+    uint32_t want_data, want_header;
+    if (st_checksum_parse(entry, &want_data, &want_header))
+        return cdl_error("%s: its checksum entry '%s' is damaged: the file is corrupt; restore "
+                         "it from a copy (or start afresh)", f->path, ST_CHECKSUM_KEY);
+    if (f->header_crc != want_header)
+        return cdl_error("%s: the header (tensor list or metadata) does not match its checksum "
+                         "(crc32 %08x, recorded %08x): the file is corrupt; restore it from a "
+                         "copy (or start afresh)", f->path, (unsigned)f->header_crc,
+                         (unsigned)want_header);
+    uint32_t data = st_crc_bytes(0, f->data, (size_t)f->data_bytes);
+    if (data != want_data)
+        return cdl_error("%s: the tensor data does not match its checksum (crc32 %08x, "
+                         "recorded %08x): the file is corrupt; restore it from a copy (or start "
+                         "afresh)", f->path, (unsigned)data, (unsigned)want_data);
+    f->checksummed = 1;
+    return 0;
+}
+
 static int read_file(cdl_st_file *f, int fd)
 {
     struct stat st;
@@ -472,6 +500,16 @@ static int read_file(cdl_st_file *f, int fd)
             return cdl_error("%s: tensor '%s': %s", f->path, p.tensor, p.c.err);
         return cdl_error("%s: invalid safetensors header: %s", f->path, p.c.err);
     }
+    /* In header order: before check_layout sorts the tensors by offset. */
+    f->header_crc = 0;
+    for (int i = 0; i < f->nm; i++)
+        if (strcmp(f->meta[i].key, ST_CHECKSUM_KEY) != 0)
+            f->header_crc = st_crc_meta(f->header_crc, f->meta[i].key, f->meta[i].value);
+    for (int i = 0; i < f->nt; i++) {
+        const st_entry *e = &f->t[i];
+        f->header_crc = st_crc_tensor(f->header_crc, e->name, dtypes[e->dtype].name, e->ndim,
+                                      e->shape, e->begin, e->end);
+    }
     if (check_unique(f) || check_layout(f))
         return -1;
     /* Read only after validation, so a corrupt header fails fast. */
@@ -482,6 +520,8 @@ static int read_file(cdl_st_file *f, int fd)
         return cdl_error("%s: cannot read %llu bytes of tensor data: %s", f->path,
                          (unsigned long long)f->data_bytes,
                          errno ? strerror(errno) : "the file shrank while being read");
+    if (verify(f))
+        return -1;
     for (int i = 0; i < f->nt; i++)
         if (f->t[i].dtype == DTYPE_F32 && convert_f32(&f->t[i], f->data))
             return -1;
@@ -654,4 +694,9 @@ const char *cdl_st_meta_key(const cdl_st_file *f, int i)
 const char *cdl_st_path(const cdl_st_file *f)
 {
     return f ? f->path : NULL;
+}
+
+int cdl_st_checksummed(const cdl_st_file *f)
+{
+    return f ? f->checksummed : 0;
 }

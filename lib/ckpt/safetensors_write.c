@@ -3,13 +3,15 @@
  * Layout: u64 LE header length N, N bytes of JSON padded with spaces to a
  * multiple of 8 (so the data starts 8-byte aligned, as the reference writer
  * does), then the tensors' little-endian bytes back to back in the order
- * given. "__metadata__" comes first in the header when there is any. */
+ * given. "__metadata__" comes first in the header and ends with the
+ * checksums of the data and the header (checksum.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
 
 #include "lib/ckpt/atomic.h"
+#include "lib/ckpt/checksum.h"
 #include "lib/ckpt/json.h"
 
 _Static_assert(sizeof(float) == 4, "safetensors F32 needs a 4-byte float");
@@ -85,10 +87,14 @@ static int check_args(const char *path, const cdl_st_tensor *tensors, int ntenso
         if ((numel[i] = tensor_numel(path, t)) < 0)
             return -1;
     }
-    for (int i = 0; i < nmeta; i++)
+    for (int i = 0; i < nmeta; i++) {
         if (check_text(path, "metadata key", meta[i].key) ||
             check_text(path, "metadata value", meta[i].value))
             return -1;
+        if (!strcmp(meta[i].key, ST_CHECKSUM_KEY))
+            return cdl_error("%s: metadata key '%s' is reserved: cdl_st_write adds it itself",
+                             path, ST_CHECKSUM_KEY);
+    }
 
     int n = ntensors > nmeta ? ntensors : nmeta, err;
     const char **names = cdl_malloc((size_t)(n ? n : 1) * sizeof *names);
@@ -114,22 +120,23 @@ static int check_args(const char *path, const cdl_st_tensor *tensors, int ntenso
     return err;
 }
 
-/* The header: JSON padded with spaces to a multiple of 8. */
+/* The header: JSON padded with spaces to a multiple of 8; the metadata ends
+ * with the checksum entry (checksum.h). */
 static int build_header(json_buf *h, const char *path, const cdl_st_tensor *tensors,
-                        int ntensors, const cdl_st_meta *meta, int nmeta, const int64_t *numel)
+                        int ntensors, const cdl_st_meta *meta, int nmeta, const int64_t *numel,
+                        const char *checksum)
 {
-    json_buf_puts(h, "{");
-    if (nmeta > 0) {
-        json_buf_puts(h, "\"__metadata__\":{");
-        for (int i = 0; i < nmeta; i++) {
-            if (i)
-                json_buf_puts(h, ",");
-            json_buf_string(h, meta[i].key);
-            json_buf_puts(h, ":");
-            json_buf_string(h, meta[i].value);
-        }
-        json_buf_puts(h, ntensors ? "}," : "}");
+    json_buf_puts(h, "{\"__metadata__\":{");
+    for (int i = 0; i < nmeta; i++) {
+        json_buf_string(h, meta[i].key);
+        json_buf_puts(h, ":");
+        json_buf_string(h, meta[i].value);
+        json_buf_puts(h, ",");
     }
+    json_buf_string(h, ST_CHECKSUM_KEY);
+    json_buf_puts(h, ":");
+    json_buf_string(h, checksum);
+    json_buf_puts(h, ntensors ? "}," : "}");
     uint64_t offset = 0;
     for (int i = 0; i < ntensors; i++) {
         const cdl_st_tensor *t = &tensors[i];
@@ -171,8 +178,10 @@ static void put_le32(unsigned char *o, uint32_t v)
 }
 
 /* Tensor data as little-endian bytes, through a staging buffer (a plain copy
- * on little-endian hosts, a byte swap elsewhere). */
-static int write_floats(afile *a, const float *x, size_t n, unsigned char *stage, size_t stage_floats)
+ * on little-endian hosts, a byte swap elsewhere), either written to a (when
+ * a is not NULL) or added to the CRC *crc. */
+static int put_floats(afile *a, uint32_t *crc, const float *x, size_t n, unsigned char *stage,
+                      size_t stage_floats)
 {
     while (n) {
         size_t k = n < stage_floats ? n : stage_floats;
@@ -181,12 +190,34 @@ static int write_floats(afile *a, const float *x, size_t n, unsigned char *stage
             memcpy(&u, &x[i], 4);
             put_le32(stage + 4 * i, u);
         }
-        if (afile_write(a, stage, 4 * k))
+        if (a && afile_write(a, stage, 4 * k))
             return -1;
+        if (!a)
+            *crc = st_crc_bytes(*crc, stage, 4 * k);
         x += k;
         n -= k;
     }
     return 0;
+}
+
+/* The checksum entry's value: a pass over the data, then the header's
+ * meaning as the reader will see it. */
+static void checksum(const cdl_st_tensor *tensors, int ntensors, const cdl_st_meta *meta,
+                     int nmeta, const int64_t *numel, unsigned char *stage, size_t stage_floats,
+                     char *out)
+{
+    uint32_t data = 0, header = 0;
+    uint64_t offset = 0;
+    for (int i = 0; i < nmeta; i++)
+        header = st_crc_meta(header, meta[i].key, meta[i].value);
+    for (int i = 0; i < ntensors; i++) {
+        put_floats(NULL, &data, tensors[i].data, (size_t)numel[i], stage, stage_floats);
+        uint64_t end = offset + (uint64_t)numel[i] * 4;
+        header = st_crc_tensor(header, tensors[i].name, "F32", tensors[i].ndim, tensors[i].shape,
+                               offset, end);
+        offset = end;
+    }
+    st_checksum_format(out, data, header);
 }
 
 int cdl_st_write(const char *path, const cdl_st_tensor *tensors, int ntensors,
@@ -205,9 +236,12 @@ int cdl_st_write(const char *path, const cdl_st_tensor *tensors, int ntensors,
     unsigned char *stage = NULL;
     afile a;
     int rc = -1;
+    char sum[ST_CHECKSUM_LEN];
     if (check_args(path, tensors, ntensors, meta, nmeta, numel) ||
-        build_header(&h, path, tensors, ntensors, meta, nmeta, numel) ||
         !(stage = cdl_malloc(4 * STAGE_FLOATS)))
+        goto out;
+    checksum(tensors, ntensors, meta, nmeta, numel, stage, STAGE_FLOATS, sum);
+    if (build_header(&h, path, tensors, ntensors, meta, nmeta, numel, sum))
         goto out;
 
     unsigned char len8[8];
@@ -220,7 +254,7 @@ int cdl_st_write(const char *path, const cdl_st_tensor *tensors, int ntensors,
         goto out;
     }
     for (int i = 0; i < ntensors; i++) {
-        if (write_floats(&a, tensors[i].data, (size_t)numel[i], stage, STAGE_FLOATS)) {
+        if (put_floats(&a, NULL, tensors[i].data, (size_t)numel[i], stage, STAGE_FLOATS)) {
             afile_abort(&a);
             goto out;
         }

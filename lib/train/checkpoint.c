@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,9 +15,15 @@
 
 #include "checkpoint.h"
 
-#define CKPT_FORMAT "cdl-checkpoint-1"
+/* Format 2 carries checksums (cdl_st_checksummed) and must verify; format 1
+ * (older cdl) had none and still loads, with a note. */
+#define CKPT_FORMAT "cdl-checkpoint-2"
+#define CKPT_FORMAT_1 "cdl-checkpoint-1"
 
 enum { MAX_META = 32 };
+/* Largest world size a checkpoint may record (a sanity bound, far above any
+ * real job). */
+#define CKPT_MAX_WORLD 1000000
 
 typedef struct meta_list {
     cdl_st_meta items[MAX_META];
@@ -104,6 +111,7 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "optimizer", fmt_dup("%s", cdl_optim_kind_name(cdl_optim_get_config(o)->kind)));
     meta_add(&meta, "optimizer_steps", fmt_dup("%ld", cdl_optim_steps(o)));
     meta_add(&meta, "nparams", fmt_dup("%zu", np));
+    meta_add(&meta, "train_samples", fmt_dup("%ld", pos->samples));
     static const char *state_keys[] = {"optimizer_state_0", "optimizer_state_1"};
     static const char *name_keys[] = {"optimizer_state_0_name", "optimizer_state_1_name"};
     for (int i = 0; i < cdl_optim_nstate(o) && i < 2; i++) {
@@ -127,31 +135,77 @@ out:
     return rc;
 }
 
-/* Parses metadata key as a number; -1 with an error naming file and key. */
-static int meta_num(const cdl_st_file *f, const char *key, double *out)
+/* A metadata value for messages: at most 40 characters, then an ellipsis
+ * (crafted files can hold megabytes). */
+static const char *shown(const char *s, char buf[48])
+{
+    snprintf(buf, 48, "%.40s%s", s, strlen(s) > 40 ? "..." : "");
+    return buf;
+}
+
+static const char *meta_need(const cdl_st_file *f, const char *key)
 {
     const char *s = cdl_st_meta_get(f, key);
-    char *end;
     if (!s)
-        return cdl_error("%s: not a cdl checkpoint: metadata '%s' is missing "
-                         "(use --resume never to start afresh, or name another file)",
-                         cdl_st_path(f), key);
+        cdl_error("%s: not a cdl checkpoint: metadata '%s' is missing "
+                  "(use --resume never to start afresh, or name another file)",
+                  cdl_st_path(f), key);
+    return s;
+}
+
+/* Metadata key as a decimal integer in [lo, hi]; -1 with an error naming
+ * the file, the key and the range. */
+static int meta_int(const cdl_st_file *f, const char *key, long long lo, long long hi,
+                    long long *out)
+{
+    const char *s = meta_need(f, key);
+    if (!s)
+        return -1;
+    char *end, buf[48];
     errno = 0;
-    *out = strtod(s, &end);
-    if (end == s || *end || errno == ERANGE)
-        return cdl_error("%s: metadata '%s' = '%s' is not a number", cdl_st_path(f), key, s);
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno == ERANGE || v < lo || v > hi)
+        return cdl_error("%s: metadata '%s' = '%s' is not an integer from %lld to %lld: the file "
+                         "is damaged or not from cdl-train (use --resume never to start afresh)",
+                         cdl_st_path(f), key, shown(s, buf), lo, hi);
+    *out = v;
     return 0;
 }
 
-static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, train_position *pos)
+/* Metadata key as a number >= 0 (+infinity only if inf_ok); never NaN. */
+static int meta_real(const cdl_st_file *f, const char *key, int inf_ok, double *out)
+{
+    const char *s = meta_need(f, key);
+    if (!s)
+        return -1;
+    char *end, buf[48];
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno == ERANGE || !(v >= 0) || (isinf(v) && !inf_ok))
+        return cdl_error("%s: metadata '%s' = '%s' is not a %s number >= 0: the file is damaged "
+                         "or not from cdl-train (use --resume never to start afresh)",
+                         cdl_st_path(f), key, shown(s, buf), inf_ok ? "" : "finite");
+    *out = v;
+    return 0;
+}
+
+static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,
+                      train_position *pos)
 {
     cdl_backend *be = cdl_model_backend(m);
     size_t np = cdl_model_nparams(m);
     const char *path = cdl_st_path(f);
     const char *fmt = cdl_st_meta_get(f, "format");
-    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
+    char buf[48];
+    if (fmt && !strcmp(fmt, CKPT_FORMAT_1)) {
+        pos->unverified = !cdl_st_checksummed(f);
+    } else if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0) {
         return cdl_error("%s: not a cdl checkpoint (metadata format = '%s', expected '%s')", path,
-                         fmt ? fmt : "(none)", CKPT_FORMAT);
+                         fmt ? shown(fmt, buf) : "(none)", CKPT_FORMAT);
+    } else if (!cdl_st_checksummed(f)) {
+        return cdl_error("%s: a %s file without its checksum entry: the file is damaged; "
+                         "restore it from a copy (or --resume never)", path, CKPT_FORMAT);
+    }
 
     /* Tensors: exactly the model's, with the same shapes. */
     int nv = cdl_model_nviews(m);
@@ -199,19 +253,24 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, train_position
                          "--optimizer %s to resume, or --resume never",
                          path, okind ? okind : "(none)", want, okind ? okind : "?");
     }
-    double v_np, v_steps, v_epoch, v_batch, v_step, v_world;
-    if (meta_num(f, "nparams", &v_np) || meta_num(f, "optimizer_steps", &v_steps) ||
-        meta_num(f, "epoch", &v_epoch) || meta_num(f, "batch_in_epoch", &v_batch) ||
-        meta_num(f, "step", &v_step) || meta_num(f, "world_size", &v_world) ||
-        meta_num(f, "best_val_loss", &pos->best_val_loss) ||
-        meta_num(f, "epoch_loss_sum", &pos->loss_sum) ||
-        meta_num(f, "epoch_correct", &pos->correct) || meta_num(f, "epoch_seen", &pos->seen)) {
+    long long v_np, v_steps, v_epoch, v_batch, v_step, v_world;
+    if (meta_int(f, "nparams", 0, LLONG_MAX, &v_np) ||
+        meta_int(f, "optimizer_steps", 0, LONG_MAX, &v_steps) ||
+        meta_int(f, "epoch", 0, INT_MAX - 1, &v_epoch) ||
+        meta_int(f, "batch_in_epoch", 0, LONG_MAX, &v_batch) ||
+        meta_int(f, "step", 0, LONG_MAX, &v_step) ||
+        meta_int(f, "world_size", 1, CKPT_MAX_WORLD, &v_world) ||
+        meta_real(f, "best_val_loss", 1, &pos->best_val_loss) ||
+        meta_real(f, "epoch_loss_sum", 0, &pos->loss_sum) ||
+        meta_real(f, "epoch_correct", 0, &pos->correct) ||
+        meta_real(f, "epoch_seen", 0, &pos->seen) ||
+        ckpt_check_config(f, cfg, pos)) {
         cdl_free(host);
         return -1;
     }
-    if ((size_t)v_np != np) {
+    if ((unsigned long long)v_np != np) {
         cdl_free(host);
-        return cdl_error("%s: nparams %.0f does not match the model's %zu", path, v_np, np);
+        return cdl_error("%s: nparams %lld does not match the model's %zu", path, v_np, np);
     }
     float *state = cdl_malloc(np * sizeof *state + 1);
     if (!state) {
@@ -243,11 +302,10 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, train_position
 int train_ckpt_load(const char *path, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,
                     train_position *pos)
 {
-    (void)cfg;
     cdl_st_file *f = cdl_st_open(path);
     if (!f)
         return -1;
-    int rc = load_state(f, m, o, pos);
+    int rc = load_state(f, m, o, cfg, pos);
     cdl_st_close(f);
     return rc;
 }

@@ -16,6 +16,8 @@ typedef struct train_position {
     double best_val_loss;     /* lowest validation loss so far (INFINITY if none) */
     double loss_sum;          /* running sums of the epoch in progress (this rank, */
     double correct, seen;     /* so epoch metrics survive a mid-epoch restart) */
+    long samples;             /* training samples of the dataset (set before loading) */
+    int unverified;           /* loaded from a file without checksums (older cdl) */
 } train_position;
 
 int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,
@@ -24,6 +26,21 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
  * that the file belongs to this model and optimizer. */
 int train_ckpt_load(const char *path, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,
                     train_position *pos);
+
+/* resume_check.c: refuses a resume whose configuration differs from the
+ * one stored in f (other than in the settings cfg->resume_allow names),
+ * listing every change; train_resume_allow_check validates such a list. */
+int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg,
+                      const train_position *pos);
+int train_resume_allow_check(const char *list);
+
+/* ckpt_dir.c: checks that dir is a writable directory and removes the
+ * temporary files interrupted checkpoint writes left there (rank 0, before
+ * the first step); whether path (last.safetensors) exists: 1, 0, or -1 for
+ * a link whose target is gone (an unmounted file system must not restart
+ * the run from scratch). */
+int ckpt_dir_prepare(const char *dir);
+int ckpt_last_present(const char *path);
 
 /* The run's configuration as one JSON object (config.c), stored in each
  * checkpoint's metadata and printed by --verbose runs. */

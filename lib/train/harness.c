@@ -185,8 +185,9 @@ static int resume(run *r, train_position *pos)
     if (!strcmp(c->resume, "never"))
         return 0;
     if (!strcmp(c->resume, "auto") || !c->resume[0]) {
-        if (!c->ckpt_dir[0] || access(r->last_path, F_OK) != 0)
-            return 0;
+        int present = c->ckpt_dir[0] ? ckpt_last_present(r->last_path) : 0;
+        if (present <= 0)
+            return present;
         path = r->last_path;
     } else {
         path = c->resume;
@@ -196,6 +197,9 @@ static int resume(run *r, train_position *pos)
     }
     if (train_ckpt_load(path, r->model, r->optim, c, pos) != 0)
         return -1;
+    if (pos->unverified)
+        train_report_note(r->rep, "note: %s was written by an older cdl without checksums: "
+                          "loaded unverified", path);
     long spe = cdl_loader_batches(r->train_loader);
     if (pos->world != r->ri.world) {
         long b = pos->batch * pos->world / r->ri.world;
@@ -219,7 +223,8 @@ static int resume(run *r, train_position *pos)
 static int run_epochs(run *r, cdl_train_result *res)
 {
     const cdl_train_config *c = r->cfg;
-    train_position pos = {.world = r->ri.world, .best_val_loss = INFINITY};
+    train_position pos = {.world = r->ri.world, .best_val_loss = INFINITY,
+                          .samples = r->train.n};
     if (resume(r, &pos) != 0)
         return -1;
     if (ddp_broadcast_params(r->ddp) != 0)
@@ -350,7 +355,7 @@ static int check_config(const cdl_train_config *c)
         return cdl_error("--workers %d: must be between 0 and 64", c->workers);
     if (c->threads < 0 || c->threads > 1024)
         return cdl_error("--threads %d: must be between 0 (automatic) and 1024", c->threads);
-    return 0;
+    return train_resume_allow_check(c->resume_allow);
 }
 
 int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res)
@@ -382,7 +387,7 @@ int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res)
             goto out;
     }
     if (cfg->ckpt_dir[0]) {
-        if (r.ri.rank == 0 && mkdir_p(cfg->ckpt_dir) != 0)
+        if (r.ri.rank == 0 && (mkdir_p(cfg->ckpt_dir) != 0 || ckpt_dir_prepare(cfg->ckpt_dir)))
             goto out;
         snprintf(r.last_path, sizeof r.last_path, "%s/last.safetensors", cfg->ckpt_dir);
         snprintf(r.best_path, sizeof r.best_path, "%s/best.safetensors", cfg->ckpt_dir);

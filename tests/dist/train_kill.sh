@@ -48,7 +48,7 @@ echo "ranks 0 and 2 named the lost rank:"
 grep -E "^\[(0|2)\].*rank 1" "$tmp/err" | head -2
 # The last checkpoint loads: resume it on one rank to the end of its epoch.
 cp "$tmp/ck/last.safetensors" "$tmp/resume.safetensors"
-timeout 120 "$train" $common --epochs 1 --resume "$tmp/resume.safetensors" >"$tmp/out" 2>"$tmp/err" \
+timeout 120 "$train" $common --epochs 1 --resume-allow epochs --resume "$tmp/resume.safetensors" >"$tmp/out" 2>"$tmp/err" \
     || fail "resuming from the last checkpoint"
 grep -q "resuming from" "$tmp/err" "$tmp/out" || fail "the last checkpoint did not load"
 grep -q "written by 3 ranks, resuming on 1" "$tmp/err" "$tmp/out" || fail "no world-size warning"

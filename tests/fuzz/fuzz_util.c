@@ -15,7 +15,7 @@ static void cleanup(void)
 {
     char path[4200];
     for (int i = 0; i < nnames; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        snprintf(path, sizeof path, "%.4000s/%.60s", dir, names[i]);
         unlink(path);
     }
     rmdir(dir);
@@ -38,7 +38,7 @@ const char *fuzz_dir(void)
 const char *fuzz_write(const char *name, const uint8_t *data, size_t len)
 {
     static char path[4200];
-    snprintf(path, sizeof path, "%s/%s", fuzz_dir(), name);
+    snprintf(path, sizeof path, "%.4000s/%.60s", fuzz_dir(), name);
     int known = 0;
     for (int i = 0; i < nnames; i++)
         known |= !strcmp(names[i], name);

@@ -16,9 +16,9 @@ FUZZ_LDADD_ALL = $(ZLIB_LIBS) -lm
 FUZZ_COMMON = tests/fuzz/fuzz.h tests/fuzz/fuzz_util.c lib/core/error.c lib/core/alloc.c
 
 tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c $(FUZZ_COMMON) \
-	lib/ckpt/safetensors_read.c lib/ckpt/json.c
+	lib/ckpt/safetensors_read.c lib/ckpt/json.c lib/ckpt/checksum.c
 tests_fuzz_fuzz_st_header_SOURCES = tests/fuzz/fuzz_st_header.c $(FUZZ_COMMON) \
-	lib/ckpt/safetensors_read.c lib/ckpt/json.c
+	lib/ckpt/safetensors_read.c lib/ckpt/json.c lib/ckpt/checksum.c
 tests_fuzz_fuzz_spec_SOURCES = tests/fuzz/fuzz_spec.c $(FUZZ_COMMON) \
 	lib/model/spec.c lib/model/layer.c lib/model/infer.c
 tests_fuzz_fuzz_idx_SOURCES = tests/fuzz/fuzz_idx.c $(FUZZ_COMMON) lib/data/idx.c

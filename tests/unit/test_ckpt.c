@@ -201,7 +201,10 @@ static void test_round_trip(void **state)
     }
     assert_int_equal(cdl_st_find(f, "conv2.weight"), -1);
     assert_non_null(strstr(cdl_last_error(), "conv2.weight"));
-    assert_int_equal(cdl_st_meta_count(f), nm);
+    /* The writer's checksum entry comes last, verified. */
+    assert_int_equal(cdl_st_meta_count(f), nm + 1);
+    assert_string_equal(cdl_st_meta_key(f, nm), "cdl_checksum");
+    assert_int_equal(cdl_st_checksummed(f), 1);
     for (int i = 0; i < nm; i++) {
         assert_string_equal(cdl_st_meta_key(f, i), meta[i].key);
         assert_string_equal(cdl_st_meta_get(f, meta[i].key), meta[i].value);
@@ -234,7 +237,8 @@ static void test_exact_bytes(void **state)
     const cdl_st_tensor t[] = {{"a", a, 1, {2}}, {"b", a, 0, {0}}};
     const cdl_st_meta m[] = {{"k", "v\"\n"}};
     assert_int_equal(cdl_st_write(path, t, 2, m, 1), 0);
-    const char json[] = "{\"__metadata__\":{\"k\":\"v\\\"\\n\"},"
+    const char json[] = "{\"__metadata__\":{\"k\":\"v\\\"\\n\","
+                        "\"cdl_checksum\":\"crc32 data=08a89dc0 header=defe9320\"},"
                         "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                         "\"b\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[8,12]}}";
     size_t jl = strlen(json), padded = (jl + 7) / 8 * 8, len;
@@ -259,7 +263,7 @@ static void test_empty_lists(void **state)
     cdl_st_file *f = cdl_st_open(path);
     assert_non_null(f);
     assert_int_equal(cdl_st_count(f), 0);
-    assert_int_equal(cdl_st_meta_count(f), 0);
+    assert_int_equal(cdl_st_meta_count(f), 1);   /* the checksum */
     assert_int_equal(cdl_st_find(f, "x"), -1);
     cdl_st_close(f);
 
@@ -586,7 +590,7 @@ static void test_mutations(void **state)
                 fail_msg("iteration %d: message does not name the file: %s", iter, cdl_last_error());
             continue;
         }
-        accepted++;   /* e.g. a data byte changed: still a valid file */
+        accepted++;   /* e.g. a byte set to its own value, or the checksum key renamed */
         for (int i = 0; i < cdl_st_count(f); i++) {
             size_t numel;
             const float *d = cdl_st_data(f, i, &numel);
@@ -602,7 +606,53 @@ static void test_mutations(void **state)
         }
         cdl_st_close(f);
     }
-    assert_true(accepted > 0);
+    (void)accepted;
+    free(buf);
+    free(good);
+}
+
+/* Every single-bit flip of a checkpoint is detected: in the length, the
+ * metadata, the tensor list, the padding and the data. The one flip
+ * cdl_st_open cannot see is one in the checksum entry's own key, which
+ * makes the file look like one without checksums: cdl_st_checksummed says
+ * so, and a cdl-checkpoint-2 file then fails to load (test_train_resume). */
+static void test_every_bit_flip_detected(void **state)
+{
+    char path[512], bad[512];
+    in_dir(state, "good.safetensors", path, sizeof path);
+    in_dir(state, "flipped.safetensors", bad, sizeof bad);
+    const float x[6] = {1, -2, 3.5f, 0, 5, 6e-30f};
+    const cdl_st_tensor t[] = {{"fc.weight", x, 2, {2, 2}}, {"fc.bias", x + 4, 1, {2}}};
+    const cdl_st_meta m[] = {{"format", "cdl-checkpoint-2"}, {"epoch", "12"},
+                             {"config", "{\"lr\":0.05}"}};
+    assert_int_equal(cdl_st_write(path, t, 2, m, 3), 0);
+    size_t len;
+    unsigned char *good = read_bytes(path, &len);
+    unsigned char *buf = malloc(len);
+    const char *key = strstr((const char *)good + 8, "\"cdl_checksum\"");
+    assert_non_null(key);
+    size_t key_at = (size_t)(key - (const char *)good) + 1, key_len = strlen("cdl_checksum");
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--)
+        hl = hl << 8 | good[i];
+    int missed = 0;
+    for (size_t bit = 0; bit < 8 * len; bit++) {
+        memcpy(buf, good, len);
+        buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        write_bytes(bad, buf, len);
+        cdl_st_file *f = cdl_st_open(bad);
+        if (!f)
+            continue;
+        size_t at = bit / 8;
+        int in_key = at >= key_at && at < key_at + key_len;
+        if (!in_key || cdl_st_checksummed(f)) {
+            print_error("bit %zu (byte %zu, %s) flipped and not detected\n", bit, at,
+                        at < 8 ? "length" : at < 8 + hl ? "header" : "data");
+            missed++;
+        }
+        cdl_st_close(f);
+    }
+    assert_int_equal(missed, 0);
     free(buf);
     free(good);
 }
@@ -834,6 +884,7 @@ int main(void)
         T(test_reject_layout),
         T(test_reject_metadata),
         T(test_mutations),
+        T(test_every_bit_flip_detected),
         T(test_writer_rejects_bad_input),
         T(test_overwrite),
         T(test_missing_directory),

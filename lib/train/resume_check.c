@@ -1,0 +1,176 @@
+/* Resuming with another configuration than the checkpoint's: the position
+ * (epoch, batch, sample order, schedule) would be reinterpreted and the run
+ * would diverge silently, so every change is refused unless the user allows
+ * it by name (--resume-allow epochs,lr). */
+#include <stdio.h>
+#include <string.h>
+
+#include "../ckpt/json.h"
+#include "checkpoint.h"
+
+/* The settings compared, by their key in the stored configuration (see
+ * train_config_json) and the cdl-train option that sets them. Left out:
+ * model and optimizer (their tensors and state are checked on load), where
+ * the data lives, threads, workers, device, max_steps and ckpt_every, which
+ * change neither the position nor the numbers' meaning. */
+static const struct {
+    const char *key, *option;
+} compared[] = {
+    {"dataset", "dataset"}, {"epochs", "epochs"}, {"batch_size", "batch-size"}, {"lr", "lr"},
+    {"momentum", "momentum"}, {"dampening", "dampening"}, {"nesterov", "nesterov"},
+    {"weight_decay", "weight-decay"}, {"beta1", "beta1"}, {"beta2", "beta2"}, {"eps", "eps"},
+    {"schedule", "schedule"}, {"step_epochs", "step-epochs"},
+    {"warmup_epochs", "warmup-epochs"}, {"seed", "seed"}, {"drop_last", "drop-last"},
+};
+enum { NCOMPARED = sizeof compared / sizeof compared[0], CONFIG_MAX = 16384 };
+#define DATASET_SIZE "dataset-size"   /* the training samples, stored apart */
+
+typedef struct flat {
+    const char *key[64], *value[64];
+    int n;
+} flat;
+
+/* A flat object of string and number values: string values decoded, others
+ * as their text (both sides come from train_config_json). pool holds len+1. */
+static int parse_flat(const char *text, size_t len, char *pool, flat *out)
+{
+    json_cur c;
+    json_init(&c, text, len, pool, len + 1);
+    out->n = 0;
+    if (json_expect(&c, '{'))
+        return -1;
+    int first = 1, r;
+    while ((r = json_next(&c, '}', &first)) == 1) {
+        const char *k, *v;
+        if (out->n == 64 || json_string(&c, &k) || json_expect(&c, ':'))
+            return -1;
+        if (json_peek(&c) == '"') {
+            if (json_string(&c, &v))
+                return -1;
+        } else {
+            const char *p = c.p;
+            while (c.p < c.end && *c.p != ',' && *c.p != '}' && *c.p != ' ')
+                c.p++;
+            size_t n = (size_t)(c.p - p);
+            if (n == 0 || c.pool_used + n + 1 > c.pool_cap)
+                return -1;
+            char *dst = c.pool + c.pool_used;
+            memcpy(dst, p, n);
+            dst[n] = '\0';
+            c.pool_used += n + 1;
+            v = dst;
+        }
+        out->key[out->n] = k;
+        out->value[out->n++] = v;
+    }
+    return r < 0 ? -1 : json_finish(&c);
+}
+
+static const char *lookup(const flat *f, const char *key)
+{
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->key[i], key))
+            return f->value[i];
+    return NULL;
+}
+
+/* Whether option is in the comma-separated list (with '-' or '_'). */
+static int allowed(const char *list, const char *option)
+{
+    size_t n = strlen(option);
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        int same = len == n;
+        for (size_t i = 0; same && i < n; i++)
+            same = p[i] == option[i] || (p[i] == '_' && option[i] == '-');
+        if (same)
+            return 1;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
+int train_resume_allow_check(const char *list)
+{
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        char one[32];
+        snprintf(one, sizeof one, "%.*s", (int)(len < 31 ? len : 31), p);
+        int known = len > 0 && len < 31 && allowed(one, DATASET_SIZE);
+        for (int i = 0; i < NCOMPARED && !known; i++)
+            known = len > 0 && len < 31 && allowed(one, compared[i].option);
+        if (!known) {
+            char names[400] = "";
+            for (int i = 0; i < NCOMPARED; i++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s,",
+                         compared[i].option);
+            return cdl_error("--resume-allow: '%.*s%s' is not a setting a resume compares: use "
+                             "a comma-separated list of %s" DATASET_SIZE,
+                             (int)(len < 40 ? len : 40), p, len > 40 ? "..." : "", names);
+        }
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
+/* Appends "option OLD -> NEW, " to msg (values cut at 40 characters). */
+static void add_change(char *msg, size_t len, const char *option, const char *was,
+                       const char *now)
+{
+    size_t used = strlen(msg);
+    snprintf(msg + used, len - used, "%s--%s %.40s%s -> %.40s%s", used ? ", " : "", option, was,
+             strlen(was) > 40 ? "..." : "", now, strlen(now) > 40 ? "..." : "");
+}
+
+int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg,
+                      const train_position *pos)
+{
+    const char *path = cdl_st_path(f), *allow = cfg->resume_allow;
+    if (train_resume_allow_check(allow))
+        return -1;
+    const char *stored = cdl_st_meta_get(f, "config");
+    if (!stored)
+        return cdl_error("%s: not a cdl checkpoint: metadata 'config' is missing (use --resume "
+                         "never to start afresh, or name another file)", path);
+    size_t slen = strlen(stored);
+    char *now = cdl_malloc(CONFIG_MAX), *pool = cdl_malloc(slen + 1 + CONFIG_MAX + 1);
+    flat *was = cdl_malloc(2 * sizeof *was);
+    char msg[1024] = "";
+    int rc = -1;
+    if (!now || !pool || !was || train_config_json(cfg, now, CONFIG_MAX))
+        goto out;
+    if (parse_flat(stored, slen, pool, &was[0])) {
+        cdl_error("%s: metadata 'config' is damaged: the file is corrupt or not from cdl-train "
+                  "(use --resume never to start afresh)", path);
+        goto out;
+    }
+    if (parse_flat(now, strlen(now), pool + slen + 1, &was[1])) {
+        cdl_error("internal error: the configuration's JSON does not parse");
+        goto out;
+    }
+    for (int i = 0; i < NCOMPARED; i++) {
+        const char *a = lookup(&was[0], compared[i].key), *b = lookup(&was[1], compared[i].key);
+        if (a && b && strcmp(a, b) != 0 && !allowed(allow, compared[i].option))
+            add_change(msg, sizeof msg, compared[i].option, a, b);
+    }
+    /* The dataset's size: a different file or --synthetic-size reorders
+     * every epoch (absent in checkpoints of older cdl). */
+    const char *samples = cdl_st_meta_get(f, "train_samples");
+    char cur[32];
+    snprintf(cur, sizeof cur, "%ld", pos->samples);
+    if (samples && strcmp(samples, cur) != 0 && !allowed(allow, DATASET_SIZE))
+        add_change(msg, sizeof msg, DATASET_SIZE, samples, cur);
+    if (msg[0]) {
+        cdl_error("%s was written with another configuration: %s. Resuming would reinterpret its "
+                  "position in the run: pass the same options, allow the changes you mean with "
+                  "--resume-allow (e.g. --resume-allow epochs,lr to extend a run), or start afresh "
+                  "with --resume never", path, msg);
+        goto out;
+    }
+    rc = 0;
+out:
+    cdl_free(was);
+    cdl_free(pool);
+    cdl_free(now);
+    return rc;
+}

@@ -1,0 +1,283 @@
+/* Resuming safely (lib/train/checkpoint.c, resume_check.c, ckpt_dir.c):
+ * damaged or crafted checkpoints, a changed configuration, a dangling
+ * last.safetensors link and an unusable --ckpt-dir are errors that name
+ * the file, key or option; nothing restarts from scratch silently. */
+#include "testutil.h"
+
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+static char tmpdir[256];
+static char good[1024];   /* a one-epoch checkpoint made once */
+
+static void base_config(cdl_train_config *c, const char *sub)
+{
+    cdl_train_defaults(c);
+    snprintf(c->dataset, sizeof c->dataset, "synthetic");
+    snprintf(c->model, sizeof c->model, "mlp");
+    c->synthetic_n = 64;
+    c->epochs = 1;
+    c->batch_size = 32;
+    c->threads = 1;
+    c->workers = 0;
+    c->quiet = 1;
+    c->seed = 7;
+    snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s/%s", tmpdir, sub);
+}
+
+static void run_ok(const cdl_train_config *c)
+{
+    if (cdl_train_run(c, NULL) != 0)
+        fail_msg("cdl_train_run: %s", cdl_last_error());
+}
+
+/* Runs c resuming from path and expects an error containing each of want. */
+static void resume_fails(cdl_train_config *c, const char *path, const char *const *want)
+{
+    snprintf(c->resume, sizeof c->resume, "%s", path);
+    c->ckpt_dir[0] = '\0';
+    if (cdl_train_run(c, NULL) != -1)
+        fail_msg("resuming from %s succeeded", path);
+    for (int i = 0; want[i]; i++)
+        if (!strstr(cdl_last_error(), want[i]))
+            fail_msg("error \"%s\" lacks \"%s\"", cdl_last_error(), want[i]);
+}
+
+/* Copies the good checkpoint to dst with metadata key set to value. */
+static void rewrite(const char *dst, const char *key, const char *value)
+{
+    cdl_st_file *f = cdl_st_open(good);
+    assert_non_null(f);
+    cdl_st_tensor t[16];
+    cdl_st_meta m[64];
+    int nt = cdl_st_count(f), nm = 0;
+    assert_true(nt <= 16);
+    for (int i = 0; i < nt; i++) {
+        int64_t shape[8];
+        size_t n;
+        t[i].name = cdl_st_name(f, i);
+        t[i].data = cdl_st_data(f, i, &n);
+        cdl_st_shape(f, i, &t[i].ndim, shape);
+        memcpy(t[i].shape, shape, sizeof t[i].shape);
+    }
+    for (int i = 0; i < cdl_st_meta_count(f); i++) {
+        const char *k = cdl_st_meta_key(f, i);
+        if (strcmp(k, "cdl_checksum") != 0)
+            m[nm++] = (cdl_st_meta){k, strcmp(k, key) ? cdl_st_meta_get(f, k) : value};
+    }
+    assert_int_equal(cdl_st_write(dst, t, nt, m, nm), 0);
+    cdl_st_close(f);
+}
+
+static void path_in(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", tmpdir, name);
+}
+
+/* Item 10: numbers in the metadata are integers in range (or finite). */
+static void test_crafted_metadata(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key, *value;
+    } bad[] = {
+        {"epoch", "1e30"}, {"nparams", "nan"}, {"step", "-7"}, {"world_size", "0"},
+        {"optimizer_steps", "-1000"}, {"batch_in_epoch", "3.5"}, {"epoch_seen", "nan"},
+        {"epoch_loss_sum", "inf"}, {"best_val_loss", "-1"}, {"epoch", "99999999999999999999"},
+    };
+    char path[600];
+    path_in(path, sizeof path, "crafted.safetensors");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rewrite(path, bad[i].key, bad[i].value);
+        cdl_train_config c;
+        base_config(&c, "crafted");
+        char quoted[64];
+        snprintf(quoted, sizeof quoted, "'%s'", bad[i].key);
+        const char *want[] = {path, quoted, NULL};
+        resume_fails(&c, path, want);
+    }
+    /* A huge value is echoed cut short. */
+    char huge[4096];
+    memset(huge, '9', sizeof huge - 1);
+    huge[sizeof huge - 1] = '\0';
+    rewrite(path, "step", huge);
+    cdl_train_config c;
+    base_config(&c, "crafted");
+    const char *want[] = {"'step'", "...", NULL};
+    resume_fails(&c, path, want);
+    assert_true(strlen(cdl_last_error()) < 600);
+}
+
+/* Item 11: a changed configuration is refused, listing every change, unless
+ * allowed by name. */
+static void test_changed_config(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "changed");
+    c.batch_size = 16;
+    c.seed = 8;
+    c.epochs = 2;
+    const char *want[] = {"--batch-size 32 -> 16", "--seed 7 -> 8", "--epochs 1 -> 2",
+                          "--resume-allow", NULL};
+    resume_fails(&c, good, want);
+
+    base_config(&c, "changed");
+    c.synthetic_n = 96;
+    const char *want_size[] = {"--dataset-size 64 -> 96", NULL};
+    resume_fails(&c, good, want_size);
+
+    base_config(&c, "changed");
+    c.lr = 0.01f;
+    snprintf(c.resume_allow, sizeof c.resume_allow, "epochs");
+    const char *want_lr[] = {"--lr 0.0500000007 -> 0.00999999978", NULL};
+    resume_fails(&c, good, want_lr);
+
+    /* Allowed: extending the run and changing lr. */
+    base_config(&c, "changed");
+    c.epochs = 2;
+    c.lr = 0.01f;
+    snprintf(c.resume_allow, sizeof c.resume_allow, "epochs,lr");
+    snprintf(c.resume, sizeof c.resume, "%s", good);
+    c.ckpt_dir[0] = '\0';
+    cdl_train_result res;
+    if (cdl_train_run(&c, &res) != 0)
+        fail_msg("allowed resume: %s", cdl_last_error());
+    assert_int_equal(res.steps, 4);   /* 2 steps per epoch, epoch 2 only ran here */
+
+    /* Unknown names are refused before anything runs. */
+    snprintf(c.resume_allow, sizeof c.resume_allow, "epochs,colour");
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "--resume-allow: 'colour'"));
+}
+
+/* Item 9 at the harness: a cdl-checkpoint-2 file must verify; a flipped bit
+ * in its data or in its checksum entry's key is an error. */
+static void test_damaged_checkpoint(void **state)
+{
+    (void)state;
+    struct stat st;
+    assert_int_equal(stat(good, &st), 0);
+    size_t len = (size_t)st.st_size;
+    unsigned char *raw = malloc(len);
+    FILE *in = fopen(good, "rb");
+    assert_non_null(in);
+    assert_int_equal(fread(raw, 1, len, in), len);
+    fclose(in);
+    char path[600];
+    path_in(path, sizeof path, "damaged.safetensors");
+
+    raw[len - 3] ^= 0x10;   /* in the last tensor's data */
+    FILE *out = fopen(path, "wb");
+    assert_int_equal(fwrite(raw, 1, len, out), len);
+    fclose(out);
+    cdl_train_config c;
+    base_config(&c, "damaged");
+    const char *want[] = {path, "does not match its checksum", NULL};
+    resume_fails(&c, path, want);
+    raw[len - 3] ^= 0x10;
+
+    unsigned char *key = memmem(raw, len, "cdl_checksum", 12);
+    assert_non_null(key);
+    key[2] ^= 0x01;
+    out = fopen(path, "wb");
+    assert_int_equal(fwrite(raw, 1, len, out), len);
+    fclose(out);
+    base_config(&c, "damaged");
+    const char *want_key[] = {path, "without its checksum entry", NULL};
+    resume_fails(&c, path, want_key);
+    free(raw);
+}
+
+/* Item 12: a dangling last.safetensors link is an error and stays. */
+static void test_dangling_last_link(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "dangling");
+    assert_int_equal(mkdir(c.ckpt_dir, 0755), 0);
+    char link[1200], target[600];
+    snprintf(link, sizeof link, "%s/last.safetensors", c.ckpt_dir);
+    path_in(target, sizeof target, "unmounted/last.safetensors");
+    assert_int_equal(symlink(target, link), 0);
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), link));
+    assert_non_null(strstr(cdl_last_error(), "mounted"));
+    struct stat st;
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+}
+
+static void count_step(void *ctx, long steps)
+{
+    (void)steps;
+    ++*(long *)ctx;
+}
+
+/* Item 12: --ckpt-dir is checked before the first step; stale temporary
+ * files of interrupted writes are removed, other files are not. */
+static void test_ckpt_dir_checked_first(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "a-file");
+    FILE *f = fopen(c.ckpt_dir, "w");
+    assert_non_null(f);
+    fclose(f);
+    long steps = 0;
+    c.on_step = count_step;
+    c.on_step_ctx = &steps;
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "is not a directory"));
+    assert_int_equal(steps, 0);
+
+    base_config(&c, "stale");
+    assert_int_equal(mkdir(c.ckpt_dir, 0755), 0);
+    char stale[1200], other[1200];
+    snprintf(stale, sizeof stale, "%s/.last.safetensors.tmp.Ab12Cd", c.ckpt_dir);
+    snprintf(other, sizeof other, "%s/.notes.tmp.x", c.ckpt_dir);
+    fclose(fopen(stale, "w"));
+    fclose(fopen(other, "w"));
+    run_ok(&c);
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(access(other, F_OK), 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/cdl-test-resume-XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return -1;
+    cdl_train_config c;
+    base_config(&c, "good");
+    if (cdl_train_run(&c, NULL) != 0) {
+        fprintf(stderr, "setup: %s\n", cdl_last_error());
+        return -1;
+    }
+    snprintf(good, sizeof good, "%.900s/last.safetensors", c.ckpt_dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_crafted_metadata),
+        cmocka_unit_test(test_changed_config),
+        cmocka_unit_test(test_damaged_checkpoint),
+        cmocka_unit_test(test_dangling_last_link),
+        cmocka_unit_test(test_ckpt_dir_checked_first),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,7 +1,8 @@
 /* st_tool: drives libcdl's safetensors code from tests/ckpt/interop.py.
  *
  *   st_tool write OUT.safetensors SPEC   writes the tensors and metadata of SPEC
- *   st_tool dump IN.safetensors          prints the file as a SPEC
+ *   st_tool dump IN.safetensors          prints the file as a SPEC (without
+ *                                        cdl's checksum entry: write adds it)
  *
  * SPEC is line-based text; names, values and data are hex so that any bytes
  * (quotes, newlines, UTF-8) pass through unchanged:
@@ -165,6 +166,8 @@ static int cmd_dump(const char *path)
         return die("open");
     for (int i = 0; i < cdl_st_meta_count(f); i++) {
         const char *k = cdl_st_meta_key(f, i), *v = cdl_st_meta_get(f, k);
+        if (!strcmp(k, "cdl_checksum"))
+            continue;   /* verified by the open; write adds a new one */
         printf("meta ");
         put_hex(stdout, k, strlen(k));
         putchar(' ');

@@ -79,7 +79,8 @@ for s in 1 20 39; do
     base=$tmp/b$s
     step_relabel "$base" 2
     step_relabel "$base" 4
-    from="$model --max-steps $((s + 1)) --resume $base"
+    # The global batch stays: the per-rank --batch-size changes on purpose.
+    from="$model --max-steps $((s + 1)) --resume-allow batch-size --resume $base"
     args="$from/last.safetensors" run s$s 1 env
     args="$from/w2.safetensors" run s$s-cdlrun2 2 "$cdlrun" -n 2
     step_same s$s s$s-cdlrun2 "$base"
@@ -94,7 +95,7 @@ done
 # of the global 32, the first step of epoch 2).
 echo "+ negative check: 2 samples of 32 missing"
 timeout 300 "$cdlrun" -n 2 "$train" $common $model --batch-size 15 --max-steps 21 \
-    --resume "$tmp/b20/w2.safetensors" --ckpt-dir "$tmp/missing" || fail "training into missing"
+    --resume-allow batch-size --resume "$tmp/b20/w2.safetensors" --ckpt-dir "$tmp/missing" || fail "training into missing"
 "$cmp" "$tmp/s20/last.safetensors" "$tmp/missing/last.safetensors" --base "$tmp/b20/last.safetensors" \
     --rel "$STEP_TOL" && fail "2 missing samples of 32 pass the step check"
 echo "training equivalence passed"

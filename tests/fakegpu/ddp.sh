@@ -121,7 +121,7 @@ says sig "^\[0\] .*stopped by signal at epoch"
 ! grep -q -E "fake(gpu|nccl):" "$tmp/sig.out" || { cat "$tmp/sig.out"; fail "sig misused the fake GPU"; }
 stopped=$(sed -n 's/.*stopped by signal at .*(step \([0-9]*\)).*/\1/p' "$tmp/sig.out" | head -1)
 echo "  both ranks stopped at step $stopped, exit 75"
-run sigresume 2 "$fake" --device cuda --resume "$tmp/sig/last.safetensors" --max-steps $((stopped + 2))
+run sigresume 2 "$fake" --device cuda --resume-allow epochs --resume "$tmp/sig/last.safetensors" --max-steps $((stopped + 2))
 says sigresume "resuming from .*step $stopped"
 
 cuda="$fake $common --batch-size 8 --device cuda"

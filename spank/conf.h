@@ -18,6 +18,7 @@ struct spk_conf {
     char mps_control[SPK_PATH_MAX];   /* absolute path of nvidia-cuda-mps-control */
     char runtime_dir[SPK_PATH_MAX];   /* root-owned parent of the per-step dirs */
     char topology[SPK_PATH_MAX];      /* hwloc XML to load instead of probing ("" = probe) */
+    char secret_key[SPK_PATH_MAX];    /* site key the secrets of multi-node steps derive from */
     int port_lo, port_hi;             /* MASTER_PORT range when Slurm reserved none */
     int max_replicas_per_gpu;         /* upper bound of --cdl-mps=N */
     enum spk_bind_mode default_bind;  /* binding when --cdl-ddp is given without --cdl-bind */

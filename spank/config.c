@@ -8,6 +8,7 @@ void spk_conf_defaults(struct spk_conf *c)
     memset(c, 0, sizeof *c);
     spk_copy(c->mps_control, sizeof c->mps_control, "/usr/bin/nvidia-cuda-mps-control");
     spk_copy(c->runtime_dir, sizeof c->runtime_dir, "/run/cdl");
+    spk_copy(c->secret_key, sizeof c->secret_key, "/etc/munge/munge.key");
     /* Below Linux's ephemeral range (32768-60999), above torchrun's 29500. */
     c->port_lo = 29500;
     c->port_hi = 32499;
@@ -118,6 +119,7 @@ static int yes_no(const char *key, const char *v, int *dst)
 static const char *const known_keys[] = {
     "mps_control", "runtime_dir", "topology", "port_range", "max_replicas_per_gpu",
     "default_bind", "master_addr", "allow_batch", "mps_thread_percentage", "mps_timeout",
+    "secret_key",
 };
 enum { NKEYS = sizeof known_keys / sizeof known_keys[0] };
 
@@ -143,6 +145,7 @@ static int set_key(struct spk_conf *c, int k, const char *v)
                              "integer in 1..100", v);
         return 0;
     case 9: return int_value("mps_timeout", v, 1, 300, &c->mps_timeout_s);
+    case 10: return abs_path("secret_key", v, c->secret_key, sizeof c->secret_key);
     }
     return -1;
 }
@@ -164,7 +167,7 @@ int spk_conf_parse(struct spk_conf *c, int ac, char **av)
             return spk_error("plugstack.conf: unknown key '%.*s' (known: mps_control, "
                              "runtime_dir, topology, port_range, max_replicas_per_gpu, "
                              "default_bind, master_addr, allow_batch, mps_thread_percentage, "
-                             "mps_timeout)", (int)(eq - arg > 64 ? 64 : eq - arg), arg);
+                             "mps_timeout, secret_key)", (int)(eq - arg > 64 ? 64 : eq - arg), arg);
         if (seen[k]++)
             return spk_error("plugstack.conf: key '%s' given twice", known_keys[k]);
         if (eq[1] == '\0')

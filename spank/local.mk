@@ -11,11 +11,12 @@ SPANK_CORE_SOURCES = spank/util.c spank/util.h spank/config.c spank/conf.h \
 	spank/options.c spank/options.h spank/contract.c spank/contract.h \
 	spank/port.c spank/port.h spank/packing.c spank/packing.h \
 	spank/spawn.c spank/spawn.h spank/rundir.c spank/rundir.h spank/mps.c spank/mps.h \
-	lib/dist/contract.c lib/dist/contract.h
+	spank/secret.c spank/secret.h lib/dist/contract.c lib/dist/contract.h
 if HAVE_HWLOC
 SPANK_CORE_SOURCES += lib/dist/bind.c
 endif
-SPANK_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_srcdir)/spank/harden.h $(HWLOC_CFLAGS)
+SPANK_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_srcdir)/spank/harden.h $(HWLOC_CFLAGS) \
+	$(NETTLE_CFLAGS)
 SPANK_CFLAGS = $(AM_CFLAGS) -fstack-protector-strong
 
 EXTRA_DIST += spank/harden.h spank/cdl_spank.map spank/cdl.conf.in lib/dist/bind.c lib/dist/bind.h
@@ -30,7 +31,7 @@ spank_cdl_spank_la_CFLAGS = $(SPANK_CFLAGS)
 spank_cdl_spank_la_LDFLAGS = -module -avoid-version -shared \
 	-Wl,--version-script=$(top_srcdir)/spank/cdl_spank.map \
 	-Wl,-z,relro -Wl,-z,now -Wl,-z,noexecstack
-spank_cdl_spank_la_LIBADD = $(HWLOC_LIBS)
+spank_cdl_spank_la_LIBADD = $(HWLOC_LIBS) $(NETTLE_LIBS)
 EXTRA_spank_cdl_spank_la_DEPENDENCIES = $(top_srcdir)/spank/cdl_spank.map
 
 # The plugstack.conf.d snippet, with the install path of the plugin.

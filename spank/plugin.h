@@ -8,6 +8,7 @@
 
 #include "spank/conf.h"
 #include "spank/contract.h"
+#include "spank/secret.h"
 #include "spank/mps.h"
 #include "spank/options.h"
 #include "spank/packing.h"
@@ -32,6 +33,7 @@ struct spk_state {
     struct spk_gpus step_gpus;
     struct spk_pack pack;
     struct spk_step_contract sc;
+    char token[SPK_SECRET_HEX + 1];       /* the step's store secret (secret.h) */
     struct spk_mps mps;
     int mps_ready;                   /* spk_mps_setup succeeded */
 #ifdef HAVE_HWLOC

@@ -135,6 +135,12 @@ int spk_remote_post_opt(spank_t sp)
     }
     if (item_u32(sp, S_STEP_CPUS_PER_TASK, &s->cpus_per_task) != 0)
         s->cpus_per_task = 1;
+    /* The store secret, as root (the site key is root's to read). */
+    uid_t uid;
+    if (o->ddp && (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
+                   spk_secret_step(spk_g.conf.secret_key, s->nnodes, (uint32_t)uid, s->jobid,
+                                   s->stepid, spk_g.token, sizeof spk_g.token) != 0))
+        defer("--cdl-ddp");
     job_env(sp, "SLURM_STEP_NODELIST", spk_g.nodelist, sizeof spk_g.nodelist);
     job_env(sp, "SLURM_DISTRIBUTION", spk_g.distribution, sizeof spk_g.distribution);
     job_env(sp, "CUDA_VISIBLE_DEVICES", spk_g.step_gpus_str, sizeof spk_g.step_gpus_str);
@@ -223,6 +229,7 @@ static int task_contract(spank_t sp, uint32_t local_id, uint32_t global_id)
     struct env_ctx ctx = {.sp = sp};
     char resv[64];
     struct spk_step_contract sc = spk_g.sc;
+    snprintf(sc.token, sizeof sc.token, "%s", spk_g.token);
     job_env(sp, "SLURM_STEP_RESV_PORTS", resv, sizeof resv);
     if (resv[0] && spk_port_choose(resv, spk_g.step.jobid, spk_g.step.stepid, spk_g.conf.port_lo,
                                    spk_g.conf.port_hi, &sc.master_port, &sc.port_reserved) != 0)
@@ -328,6 +335,17 @@ done:
 }
 #endif
 
+/* A component of a heterogeneous step: Slurm's global task id counts within
+ * the component, while SLURM_PROCID adds the component's task offset. */
+static int het_step(spank_t sp, uint32_t global_id)
+{
+    char buf[32];
+    long procid;
+    job_env(sp, "SLURM_PROCID", buf, sizeof buf);
+    return buf[0] && spk_parse_uint(buf, 0, 1L << 30, &procid) == 0 &&
+           (uint32_t)procid != global_id;
+}
+
 int spk_remote_task_init(spank_t sp)
 {
     uint32_t local_id, global_id;
@@ -344,6 +362,13 @@ int spk_remote_task_init(spank_t sp)
         return -1;
     }
     local_id = (uint32_t)tid;
+    if (spk_g.opts.ddp && het_step(sp, global_id)) {
+        slurm_error("cdl: --cdl-ddp: heterogeneous steps (srun --het-group, or srun A : B) "
+                    "are not supported: each component numbers its tasks from 0, so two "
+                    "tasks would get RANK=0; run the data-parallel tasks as one homogeneous "
+                    "step");
+        return -1;
+    }
     if (spk_g.opts.ddp && task_contract(sp, local_id, global_id) != 0) {
         slurm_error("cdl: --cdl-ddp: %s", spk_last_error());
         return -1;

@@ -57,7 +57,7 @@ boot *boot_open(const cdl_rank_info *info, double timeout_s)
         }
         return b;
     }
-    b->st = store_open(info, timeout_s);
+    b->st = store_open(info, NULL, timeout_s);
     if (!b->st) {
         cdl_free(b);
         return NULL;

@@ -223,6 +223,27 @@ static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
 
 /* ------------------------------------------------------------ init */
 
+/* Under PMIx the TCP store (hier:store) needs a secret only the job's ranks
+ * know: rank 0 makes one and publishes it through PMIx, the others read it
+ * after the fence. token is "" when CDL_STORE_TOKEN is set (store_token()
+ * takes that one). Collective over all ranks. */
+static int pmix_token(boot *b, int rank, char token[CONTRACT_TOKEN_LEN + 1])
+{
+    const char *env = getenv(CDL_ENV_STORE_TOKEN);
+    contract_err e;
+    memset(token, 0, CONTRACT_TOKEN_LEN + 1);
+    if (env && *env)
+        return 0;
+    if (rank == 0 && contract_token_make(token, CONTRACT_TOKEN_LEN + 1, &e))
+        return cdl_error("rank 0: %s", e.msg);
+    if ((rank == 0 && boot_put(b, "cdl.store_token", token, CONTRACT_TOKEN_LEN + 1)) ||
+        boot_fence(b) ||
+        (rank != 0 && boot_get(b, 0, "cdl.store_token", token, CONTRACT_TOKEN_LEN + 1)))
+        return -1;
+    token[CONTRACT_TOKEN_LEN] = '\0';
+    return 0;
+}
+
 static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
 {
     layout l;
@@ -256,8 +277,9 @@ static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
             goto out;
     } else if (!strcmp(inter_kind, "store")) {
         store *st = boot_store(d->boot);
-        if (!st)
-            st = d->extra_store = store_open(&d->info, d->timeout);
+        char token[CONTRACT_TOKEN_LEN + 1];
+        if (!st && pmix_token(d->boot, d->info.rank, token) == 0)
+            st = d->extra_store = store_open(&d->info, token[0] ? token : NULL, d->timeout);
         if (!st)
             goto out;
         if (l.me_leader >= 0 && !(inter = coll_store_create(&leaders, st)))

@@ -29,21 +29,23 @@ struct store {
     store_server *srv;   /* rank 0 */
 };
 
-void store_token(const cdl_rank_info *info, char *out, size_t len)
+int store_token(const cdl_rank_info *info, char *out, size_t len)
 {
     const char *t = getenv(CDL_ENV_STORE_TOKEN);
     if (t && *t) {
         snprintf(out, len, "%s", t);
-        return;
+        return 0;
     }
-    /* FNV-1a over what every rank of this run shares. */
-    char text[512];
-    snprintf(text, sizeof text, "cdl-store|%s|%u|%d|%d", info->job_id, (unsigned)getuid(),
-             info->world, info->master_port);
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = text; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    snprintf(out, len, "%016llx", (unsigned long long)h);
+    if (info->world > 1)
+        return cdl_error("rank %d: " CDL_ENV_STORE_TOKEN " is not set but WORLD_SIZE=%d: the "
+                         "store on MASTER_ADDR:MASTER_PORT admits only ranks that present the "
+                         "run's secret. Launch with cdlrun or srun --cdl-ddp (they set one per "
+                         "run), or export the same random value to every rank, e.g. "
+                         CDL_ENV_STORE_TOKEN "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
+                         "(docs/rank-contract.md)", info->rank, info->world);
+    /* One rank: nobody else may join, and none needs to. */
+    snprintf(out, len, "single.%d", (int)getpid());
+    return 0;
 }
 
 /* One connect attempt to any address of host:port, bounded by deadline. */
@@ -189,7 +191,7 @@ static store *client(const char *addr, int port, int rank, int world, double tim
     return NULL;
 }
 
-store *store_open(const cdl_rank_info *info, double timeout_s)
+store *store_open(const cdl_rank_info *info, const char *given, double timeout_s)
 {
     if (!info->master_port)
         return cdl_error("rank %d: no MASTER_PORT: the TCP store (the bootstrap without PMIx, "
@@ -198,14 +200,16 @@ store *store_open(const cdl_rank_info *info, double timeout_s)
                          "or export MASTER_PORT", info->rank), NULL;
     const char *addr = info->master_addr[0] ? info->master_addr : "127.0.0.1";
     char token[STORE_KEY_MAX + 1];
-    store_token(info, token, sizeof token);
+    if (given)
+        snprintf(token, sizeof token, "%s", given);
+    else if (store_token(info, token, sizeof token))
+        return NULL;
     store_server *srv = NULL;
     if (info->rank == 0 && !(srv = store_server_start(info, token)))
         return NULL;
-    /* Rank 0 talks to its own server over loopback: MASTER_ADDR may name an
-     * interface of this host that does not route to itself. */
-    store *s = client(info->rank == 0 ? "localhost" : addr, info->master_port, info->rank,
-                      info->world, timeout_s, token);
+    /* Rank 0 too connects to the advertised address: the server listens
+     * there only. */
+    store *s = client(addr, info->master_port, info->rank, info->world, timeout_s, token);
     if (!s) {
         store_server_stop(srv, 0);
         return NULL;

@@ -21,7 +21,8 @@
 
 typedef struct store store;
 
-store *store_open(const cdl_rank_info *info, double timeout_s);
+/* Rank 0 serves, everyone connects; token NULL: store_token()'s. */
+store *store_open(const cdl_rank_info *info, const char *token, double timeout_s);
 /* Says goodbye; rank 0 then waits (bounded) for the connected ranks to say
  * goodbye too before the server stops. */
 void store_close(store *s);
@@ -36,10 +37,12 @@ int store_get(store *s, const char *key, int owner, void *buf, size_t cap, size_
 /* All ranks of the job; names are unique per use (e.g. "fence3"). */
 int store_barrier(store *s, const char *name);
 
-/* The job's token: CDL_STORE_TOKEN, else derived from the job id, uid,
- * world size and port (this keeps out strangers and stale ranks of other
- * runs, not an attacker who can read the job's environment). */
-void store_token(const cdl_rank_info *info, char *out, size_t len);
+/* The run's secret: CDL_STORE_TOKEN (cdlrun and srun --cdl-ddp set an
+ * unpredictable one per run; PMIx runs exchange one, dist.c). Without it a
+ * world of one rank gets a private value, a larger world is an error that
+ * says how to get one: anything computable from public values (job id,
+ * uid, port) would let any user on the network join as a rank. */
+int store_token(const cdl_rank_info *info, char *out, size_t len);
 
 /* Connects to a store as `rank` of `world` presenting `token`: 0 when
  * accepted (then says goodbye), -1 with the server's reason. For tests and

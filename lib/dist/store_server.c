@@ -4,6 +4,7 @@
  * one mutex; waits use CLOCK_MONOTONIC deadlines. */
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -88,41 +89,50 @@ static int adopt_fd(const cdl_rank_info *info, const char *s)
     return (int)fd;
 }
 
-/* Binds [::]:port (dual stack) or 0.0.0.0:port before any rank connects. */
+/* Binds the address rank 0 advertises (MASTER_ADDR, 127.0.0.1 when none)
+ * before any rank connects, not every interface: only what routes to that
+ * address can reach the store. SO_REUSEADDR lets a rerun rebind a port in
+ * TIME_WAIT; it never lets two listeners share one. */
 static int bind_port(const cdl_rank_info *info, const char *host)
 {
-    int one = 1, zero = 0;
-    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int rc;
-    if (fd >= 0) {
-        struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = in6addr_any,
-                                  .sin6_port = htons((uint16_t)info->master_port)};
+    const char *addr = info->master_addr[0] ? info->master_addr : "127.0.0.1";
+    char service[16];
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV}, *res;
+    snprintf(service, sizeof service, "%d", info->master_port);
+    int g = getaddrinfo(addr, service, &hints, &res);
+    if (g)
+        return cdl_error("rank 0 on host %s: cannot resolve MASTER_ADDR=%s (%s): it must name "
+                         "this host", host, addr, gai_strerror(g));
+    int fd = -1, e = 0, one = 1;
+    for (struct addrinfo *a = res; a && fd < 0 && e != EADDRINUSE; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            e = errno;
+            continue;
+        }
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        rc = bind(fd, (struct sockaddr *)&a6, sizeof a6);
-    } else {
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return cdl_error("rank 0: cannot create a socket for the store: %s", strerror(errno));
-        struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY),
-                                 .sin_port = htons((uint16_t)info->master_port)};
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        rc = bind(fd, (struct sockaddr *)&a4, sizeof a4);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+            e = errno;
+            close(fd);
+            fd = -1;
+        }
     }
-    if (rc == 0)
-        rc = listen(fd, 1024);
-    if (rc != 0) {
-        int e = errno;
-        close(fd);
-        if (e == EADDRINUSE)
-            return cdl_error("MASTER_PORT %d on host %s is in use: %s; another job or a "
-                             "previous run holds it: choose another MASTER_PORT (cdlrun and "
-                             "srun --cdl-ddp pick a free one)", info->master_port, host,
-                             strerror(e));
-        return cdl_error("rank 0: cannot listen on MASTER_PORT %d on host %s: %s",
-                         info->master_port, host, strerror(e));
-    }
-    return fd;
+    freeaddrinfo(res);
+    if (fd >= 0)
+        return fd;
+    if (e == EADDRINUSE)
+        return cdl_error("MASTER_PORT %d on host %s is in use: %s; another process holds it "
+                         "(a step of another job: under srun --cdl-ddp the port is a hash of "
+                         "the job and step ids, so two jobs on one node can meet; run the step "
+                         "again for another step id, or reserve ports with srun --resv-ports, "
+                         "docs/admin.md; a hand-exported MASTER_PORT: choose another, cdlrun "
+                         "picks a free one)", info->master_port, host, strerror(e));
+    if (e == EADDRNOTAVAIL)
+        return cdl_error("rank 0 runs on host %s, but MASTER_ADDR=%s is not an address of this "
+                         "host: point MASTER_ADDR at rank 0's host", host, addr);
+    return cdl_error("rank 0: cannot listen on %s:%d (MASTER_ADDR:MASTER_PORT) on host %s: %s",
+                     addr, info->master_port, host, strerror(e));
 }
 
 /* ------------------------------------------------------------ replies */

@@ -129,7 +129,7 @@ start() {
     fi
 
     cat >"$dir/etc/plugstack.conf" <<EOF
-required $CDL_SPANK_SO mps_control=$dir/bin/nvidia-cuda-mps-control runtime_dir=$dir/cdl port_range=41000-41999 ${CDL_PLUGSTACK_ARGS:-}
+required $CDL_SPANK_SO mps_control=$dir/bin/nvidia-cuda-mps-control runtime_dir=$dir/cdl port_range=41000-41999 secret_key=$dir/munge/munge.key ${CDL_PLUGSTACK_ARGS:-}
 EOF
     cat >"$dir/etc/gres.conf" <<EOF
 NodeName=n[1-2] Name=gpu File=$dir/dev/nvidia[0-1]

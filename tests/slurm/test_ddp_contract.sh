@@ -15,7 +15,7 @@ echo "T$SLURM_PROCID procid=$SLURM_PROCID localid=$SLURM_LOCALID nodeid=$SLURM_N
   "NODE_RANK=${NODE_RANK-unset} MASTER_ADDR=${MASTER_ADDR-unset} MASTER_PORT=${MASTER_PORT-unset}" \
   "CDL_NNODES=${CDL_NNODES-unset} CDL_REPLICAS_PER_GPU=${CDL_REPLICAS_PER_GPU-unset}" \
   "CDL_JOB_ID=${CDL_JOB_ID-unset} CDL_LAUNCHER=${CDL_LAUNCHER-unset}" \
-  "OMP_NUM_THREADS=${OMP_NUM_THREADS-unset}"
+  "OMP_NUM_THREADS=${OMP_NUM_THREADS-unset} TOKEN=${CDL_STORE_TOKEN-unset}"
 EOF
 
 field() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
@@ -54,8 +54,17 @@ check "srun -N2 --ntasks-per-node=2 --cdl-ddp: contract on every task" \
 check "tasks 0,1 on n1 and 2,3 on n2" \
     test "$(echo "$out" | grep -E '^T[01] ' | grep -c node=n1)$(echo "$out" | grep -E '^T[23] ' | grep -c node=n2)" = 22
 
+tokens() { echo "$1" | tr ' ' '\n' | sed -n 's/^TOKEN=//p' | sort -u; }
+tok1=$(tokens "$out")
+check "a two-node step: one store secret on every task, 64 hex digits (issue 13 item 1)" \
+    eval '[ "$(echo "$tok1" | wc -l)" = 1 ] && echo "$tok1" | grep -Eq "^[0-9a-f]{64}$"'
+
 out=$(as_user srun -N2 --ntasks-per-node=1 -c 2 --cdl-ddp ./show.sh)
 check "-c 2: OMP_NUM_THREADS=2 (CPUs per task)" check_contract "$out" 2 2 1 n1 2
+check "another step: another secret" eval '[ -n "$(tokens "$out")" ] && [ "$(tokens "$out")" != "$tok1" ]'
+out=$(as_user_env CDL_STORE_TOKEN=guessable -- srun -N1 -n2 --cdl-ddp ./show.sh)
+check "a one-node step: a random secret, not one from the submit shell" \
+    eval '[ "$(tokens "$out" | wc -l)" = 1 ] && tokens "$out" | grep -Eq "^[0-9a-f]{32}$"'
 
 out=$(as_user srun -N2 --ntasks-per-node=2 -m cyclic --cdl-ddp ./show.sh)
 check "-m cyclic: RANK is the global task id, LOCAL_RANK Slurm's local id" \
@@ -101,6 +110,14 @@ line=$(echo "$out" | grep '^T0 ')
 check "a step inside a --cdl-ddp step gets its own contract (RANK=0 of 1)" \
     test "$(field "$line" RANK)/$(field "$line" WORLD_SIZE)/$(field "$line" CDL_JOB_ID)" = \
     "0/1/$(field "$line" job).$(field "$line" step)"
+
+# A heterogeneous step: each component numbers its tasks from 0 (two tasks
+# had RANK=0); refused with a message, as -m arbitrary is.
+err=$(as_user salloc -n1 -w n1 : -n1 -w n2 srun --het-group=0,1 --cdl-ddp ./show.sh 2>&1)
+rc=$?
+echo "$err" | tail -5
+check "a heterogeneous step fails with a message naming it" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "heterogeneous steps"'
 
 # -m arbitrary: refused with a message (no node can tell where task 0 is).
 printf 'n2\nn1\n' >"$WORK/hosts"

@@ -131,6 +131,7 @@ static inline int run_ranks(int world, const int *start, int nstart, rank_fn fn,
             setenv("MASTER_PORT", v, 1);
             setenv("MASTER_ADDR", "127.0.0.1", 1);
             setenv("CDL_JOB_ID", job, 1);
+            setenv("CDL_STORE_TOKEN", "0123456789abcdef0123456789abcdef", 1);
             setenv("CDL_LAUNCHER", "test", 1);
             if (lfd >= 0 && rank == 0) {
                 int fd = dup(lfd);   /* without FD_CLOEXEC */

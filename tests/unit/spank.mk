@@ -1,6 +1,6 @@
 # tests for spank: the plugin's pure modules, compiled from their sources
 # (not through the plugin, which needs a Slurm process around it).
-SPANK_TEST_CPPFLAGS = $(TEST_CPPFLAGS) $(HWLOC_CFLAGS)
+SPANK_TEST_CPPFLAGS = $(TEST_CPPFLAGS) $(HWLOC_CFLAGS) $(NETTLE_CFLAGS)
 SPANK_TEST_LDADD = $(CMOCKA_LIBS)
 
 check_PROGRAMS += tests/unit/test_spank_config tests/unit/test_spank_contract \
@@ -34,3 +34,13 @@ tests_unit_test_spank_mps_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
 tests_unit_test_spank_mps_LDADD = $(SPANK_TEST_LDADD)
 EXTRA_tests_unit_test_spank_mps_DEPENDENCIES = tests/slurm/fake-mps-control
 
+
+# The step secret (HMAC-SHA256 with nettle, getrandom for one node).
+if HAVE_NETTLE
+check_PROGRAMS += tests/unit/test_spank_secret
+TESTS += tests/unit/test_spank_secret
+tests_unit_test_spank_secret_SOURCES = tests/unit/test_spank_secret.c spank/util.c \
+	spank/secret.c lib/dist/contract.c
+tests_unit_test_spank_secret_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_secret_LDADD = $(SPANK_TEST_LDADD) $(NETTLE_LIBS)
+endif

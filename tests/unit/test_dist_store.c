@@ -17,7 +17,7 @@ static store *open_store(double timeout, cdl_rank_info *info)
 {
     if (cdl_rank_discover(info))
         return NULL;
-    return store_open(info, timeout);
+    return store_open(info, NULL, timeout);
 }
 
 static int expect_children_ok(int n, const int *status)
@@ -38,9 +38,29 @@ static int stranger_rank(int rank, int world, void *arg)
         if (cdl_rank_discover(&info))
             return 1;
         char token[300];
-        store_token(&info, token, sizeof token);
+        CHILD_CHECK(store_token(&info, token, sizeof token) == 0, "%s", cdl_last_error());
         CHILD_CHECK(store_probe("127.0.0.1", info.master_port, "not-the-token", 1, 2, 10) == -1,
                     "a wrong token was accepted");
+        /* What anyone could compute before: FNV-1a over the job id, uid,
+         * world size and port (issue 13, item 1). */
+        char old[512], oldtok[17];
+        snprintf(old, sizeof old, "cdl-store|%s|%u|%d|%d", info.job_id, (unsigned)getuid(),
+                 info.world, info.master_port);
+        uint64_t h = 1469598103934665603ull;
+        for (const char *p = old; *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        snprintf(oldtok, sizeof oldtok, "%016llx", (unsigned long long)h);
+        CHILD_CHECK(store_probe("127.0.0.1", info.master_port, oldtok, 1, 2, 10) == -1,
+                    "the computable token was accepted");
+        /* The store listens on MASTER_ADDR (127.0.0.1) only, not on every
+         * address of the host: 127.0.0.2 is this host too. */
+        int fd2 = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in other = {.sin_family = AF_INET,
+                                    .sin_port = htons((uint16_t)info.master_port),
+                                    .sin_addr.s_addr = htonl(0x7f000002)};
+        CHILD_CHECK(fd2 >= 0 && connect(fd2, (struct sockaddr *)&other, sizeof other) != 0,
+                    "the store accepts connections on 127.0.0.2");
+        close(fd2);
         CHILD_CHECK(strstr(cdl_last_error(), "wrong token"), "error '%s'", cdl_last_error());
         CHILD_CHECK(store_probe("127.0.0.1", info.master_port, token, 7, 2, 10) == -1,
                     "rank 7 of 2 was accepted");
@@ -70,7 +90,7 @@ static int stranger_rank(int rank, int world, void *arg)
     /* A second process claiming a connected rank is refused. */
     if (rank == 1) {
         char token[300];
-        store_token(&info, token, sizeof token);
+        CHILD_CHECK(store_token(&info, token, sizeof token) == 0, "%s", cdl_last_error());
         CHILD_CHECK(store_probe("127.0.0.1", info.master_port, token, 0, 2, 10) == -1,
                     "a second rank 0 was accepted");
         CHILD_CHECK(strstr(cdl_last_error(), "twice"), "error '%s'", cdl_last_error());
@@ -87,20 +107,22 @@ static void test_stranger_rejected(void **state)
         fail_msg("stranger test failed");
 }
 
-/* A token from CDL_STORE_TOKEN (what cdlrun exports) wins over the job id. */
+/* The token is CDL_STORE_TOKEN; without one, only a world of one rank may
+ * open a store, and the error for more says how to get a secret. */
 static void test_token_from_env(void **state)
 {
     (void)state;
     cdl_rank_info info = {.world = 2, .master_port = 1};
-    snprintf(info.job_id, sizeof info.job_id, "job");
-    char a[300], b[300];
+    char a[300];
     unsetenv("CDL_STORE_TOKEN");
-    store_token(&info, a, sizeof a);
-    snprintf(info.job_id, sizeof info.job_id, "other-job");
-    store_token(&info, b, sizeof b);
-    assert_string_not_equal(a, b);
+    assert_int_equal(store_token(&info, a, sizeof a), -1);
+    assert_non_null(strstr(cdl_last_error(), "CDL_STORE_TOKEN is not set but WORLD_SIZE=2"));
+    assert_non_null(strstr(cdl_last_error(), "srun --cdl-ddp"));
+    info.world = 1;
+    assert_int_equal(store_token(&info, a, sizeof a), 0);
     setenv("CDL_STORE_TOKEN", "s3cret", 1);
-    store_token(&info, a, sizeof a);
+    info.world = 2;
+    assert_int_equal(store_token(&info, a, sizeof a), 0);
     assert_string_equal(a, "s3cret");
     unsetenv("CDL_STORE_TOKEN");
 }

@@ -1,0 +1,68 @@
+/* The step's store secret (see secret.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nettle/hmac.h>
+
+#include "lib/dist/contract.h"
+#include "spank/secret.h"
+#include "spank/util.h"
+
+int spk_secret_read_key(const char *path, unsigned char *key, size_t cap, size_t *len)
+{
+    struct stat st;
+    ssize_t n;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return spk_error("secret_key=%s: %s: a step on several nodes needs this site key to "
+                         "derive its secret; point secret_key at a key only root can read "
+                         "(docs/admin.md)", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077)) {
+        close(fd);
+        return spk_error("secret_key=%s must be a regular file that group and others cannot "
+                         "access (chmod 0600): anyone who can read it can join other users' "
+                         "jobs as a rank", path);
+    }
+    n = read(fd, key, cap);
+    close(fd);
+    if (n < 32 || (size_t)n >= cap)
+        return spk_error("secret_key=%s: expected 32 to %d bytes of key", path, (int)cap - 1);
+    *len = (size_t)n;
+    return 0;
+}
+
+void spk_secret_derive(const unsigned char *key, size_t klen, uint32_t uid, uint32_t jobid,
+                       uint32_t stepid, char *out)
+{
+    struct hmac_sha256_ctx ctx;
+    unsigned char digest[SHA256_DIGEST_SIZE];
+    char msg[96];
+    int n = snprintf(msg, sizeof msg, "cdl-step-secret/1|%u|%u|%u", uid, jobid, stepid);
+    hmac_sha256_set_key(&ctx, klen, key);
+    hmac_sha256_update(&ctx, (size_t)n, (const uint8_t *)msg);
+    hmac_sha256_digest(&ctx, sizeof digest, digest);
+    for (size_t i = 0; i < sizeof digest; i++)
+        snprintf(out + 2 * i, 3, "%02x", digest[i]);
+    memset(&ctx, 0, sizeof ctx);
+}
+
+int spk_secret_step(const char *key_path, uint32_t nnodes, uint32_t uid, uint32_t jobid,
+                    uint32_t stepid, char *out, size_t len)
+{
+    unsigned char key[SPK_SECRET_KEY_MAX];
+    size_t klen;
+    contract_err e;
+    if (len < SPK_SECRET_HEX + 1)
+        return spk_error("internal: secret buffer too small");
+    if (nnodes <= 1)
+        return contract_token_make(out, len, &e) ? spk_error("%s", e.msg) : 0;
+    if (spk_secret_read_key(key_path, key, sizeof key, &klen) != 0)
+        return -1;
+    spk_secret_derive(key, klen, uid, jobid, stepid, out);
+    memset(key, 0, sizeof key);
+    return 0;
+}

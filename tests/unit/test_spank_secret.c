@@ -1,0 +1,77 @@
+/* The step secret (spank/secret.h): the same on every node of a step
+ * without any exchange, different for every step and user, and only from
+ * a site key that group and others cannot read. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#include "spank/secret.h"
+#include "spank/util.h"
+
+static const unsigned char key[32] = "0123456789abcdef0123456789abcdef";
+
+static void test_derive(void **state)
+{
+    (void)state;
+    char a[SPK_SECRET_HEX + 1], b[SPK_SECRET_HEX + 1];
+    spk_secret_derive(key, sizeof key, 1000, 77, 3, a);
+    spk_secret_derive(key, sizeof key, 1000, 77, 3, b);
+    assert_string_equal(a, b);   /* every node computes the same */
+    assert_int_equal(strlen(a), SPK_SECRET_HEX);
+    spk_secret_derive(key, sizeof key, 1000, 77, 4, b);
+    assert_string_not_equal(a, b);
+    spk_secret_derive(key, sizeof key, 1001, 77, 3, b);
+    assert_string_not_equal(a, b);
+    spk_secret_derive(key, sizeof key, 1000, 78, 3, b);
+    assert_string_not_equal(a, b);
+    static const unsigned char other[32] = "fedcba9876543210fedcba9876543210";
+    spk_secret_derive(other, sizeof other, 1000, 77, 3, b);
+    assert_string_not_equal(a, b);
+}
+
+/* One node: random, so two steps with the same ids still differ. */
+static void test_one_node_random(void **state)
+{
+    (void)state;
+    char a[SPK_SECRET_HEX + 1], b[SPK_SECRET_HEX + 1];
+    assert_int_equal(spk_secret_step("/nonexistent", 1, 1000, 77, 3, a, sizeof a), 0);
+    assert_int_equal(spk_secret_step("/nonexistent", 1, 1000, 77, 3, b, sizeof b), 0);
+    assert_string_not_equal(a, b);
+}
+
+static void test_key_file(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/cdl-test-key-XXXXXX", a[SPK_SECRET_HEX + 1], b[SPK_SECRET_HEX + 1];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, key, sizeof key), (ssize_t)sizeof key);
+    close(fd);
+    assert_int_equal(chmod(path, 0600), 0);
+    assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), 0);
+    spk_secret_derive(key, sizeof key, 1000, 77, 3, b);
+    assert_string_equal(a, b);
+    /* Readable by others: refused, naming the setting. */
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), -1);
+    assert_non_null(strstr(spk_last_error(), "secret_key="));
+    assert_non_null(strstr(spk_last_error(), "0600"));
+    unlink(path);
+    assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), -1);
+    assert_non_null(strstr(spk_last_error(), "several nodes"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_derive),
+        cmocka_unit_test(test_one_node_random),
+        cmocka_unit_test(test_key_file),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

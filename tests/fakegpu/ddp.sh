@@ -78,7 +78,7 @@ for s in 1 8; do
     base=$tmp/b$s
     step_relabel "$base" 2
     step_relabel "$base" 4
-    from="$sm --max-steps $((s + 1)) --resume $base"
+    from="$sm --max-steps $((s + 1)) --resume-allow batch-size --resume $base"
     run s$s 1 "$cpu" --device cpu $from/last.safetensors
     run s$s-nccl2 2 "$fake" --device cuda $from/w2.safetensors
     says s$s-nccl2 "collectives over nccl "

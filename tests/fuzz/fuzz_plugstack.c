@@ -1,7 +1,8 @@
 /* libFuzzer target: the plugin's parsers of administrator and user text,
  * which run as root in slurmstepd and slurmd: the plugstack.conf arguments
  * (spk_conf_parse), the option values of --cdl-mps and --cdl-bind, Slurm's
- * --cpu-bind value and a node list's first host.
+ * --cpu-bind value and node lists (lib/dist/contract.c, compiled into the
+ * plugin).
  *
  * Input: one selector byte, then text. Selector 0 (mod 5): the text split
  * at whitespace into the plugstack argument vector; otherwise the text is
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/dist/contract.h"
 #include "spank/conf.h"
 #include "spank/options.h"
 #include "spank/util.h"
@@ -56,7 +58,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     default: {
         char host[256];
-        spk_hostlist_first(text, host, sizeof host);
+        contract_err e;
+        contract_hostlist_nth(text, 0, host, sizeof host, &e);
+        contract_hostlist_nth(text, 7, host, sizeof host, &e);
+        contract_hostlist_count(text, &e);
         break;
     }
     }

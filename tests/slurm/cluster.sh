@@ -25,6 +25,7 @@
 #                       DIR/bin/nvidia-cuda-mps-control and named in the
 #                       plugin's admin configuration
 #   CDL_PLUGSTACK_ARGS  extra plugstack arguments (key=value ...)
+#   CDL_PORT_RANGE      the plugin's port_range (default 41000-41999)
 #   CDL_TEST_USER       the unprivileged user jobs run as (default nobody;
 #                       it must exist: the harness creates no account)
 #   CDL_RESV_PORTS=1    configure MpiParams=ports=... so that Slurm reserves
@@ -129,7 +130,7 @@ start() {
     fi
 
     cat >"$dir/etc/plugstack.conf" <<EOF
-required $CDL_SPANK_SO mps_control=$dir/bin/nvidia-cuda-mps-control runtime_dir=$dir/cdl port_range=41000-41999 secret_key=$dir/munge/munge.key ${CDL_PLUGSTACK_ARGS:-}
+required $CDL_SPANK_SO mps_control=$dir/bin/nvidia-cuda-mps-control runtime_dir=$dir/cdl port_range=${CDL_PORT_RANGE:-41000-41999} secret_key=$dir/munge/munge.key ${CDL_PLUGSTACK_ARGS:-}
 EOF
     cat >"$dir/etc/gres.conf" <<EOF
 NodeName=n[1-2] Name=gpu File=$dir/dev/nvidia[0-1]

@@ -27,6 +27,12 @@ two_nodes='r=$OMPI_COMM_WORLD_RANK; RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) L
 if have HAVE_PMIX; then
     mpi_run 2 "$check" --expect-source pmix --expect-world 2 --expect-backend shm --big
     mpi_run 4 "$check" --expect-source pmix --expect-world 4 --expect-backend shm
+    # hier:store under PMIx without CDL_STORE_TOKEN: rank 0 makes the store's
+    # secret and hands it over through PMIx (a hand-exported contract of 4
+    # ranks without a token is refused otherwise).
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mpi_run 4 sh -c "export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port; $two_nodes" "$check" \
+        --backend hier:store --expect-backend hier:store
 else
     echo "note: built without PMIx: PMIx discovery not checked"
 fi

@@ -66,3 +66,10 @@ int spk_pack_plan(int tasks, int ngpus, int requested, int max, int pct_conf,
     out->thread_pct = pct_conf ? pct_conf : (100 + n - 1) / n;
     return 0;
 }
+
+int spk_task_gpu_index(const struct spk_gpus *g, int local_id, int replicas_per_gpu)
+{
+    long v;
+    int i = contract_task_gpu(local_id, replicas_per_gpu, g->n);
+    return i >= 0 && spk_parse_uint(g->id[i], 0, 4096, &v) == 0 ? (int)v : -1;
+}

@@ -37,4 +37,10 @@ static inline int spk_pack_gpu(const struct spk_pack *p, int local_id)
     return contract_gpu_slot(local_id, p->replicas);
 }
 
+/* Slurm's index of local task t's GPU for --cdl-bind=closest: the
+ * contract's GPU slot (the GPU cdl-train opens) looked up in the step's
+ * GPUs; -1 when the task has none (more tasks than GPUs) or the GPUs are
+ * named by UUID. */
+int spk_task_gpu_index(const struct spk_gpus *g, int local_id, int replicas_per_gpu);
+
 #endif

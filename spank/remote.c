@@ -258,15 +258,10 @@ static int task_mps_env(spank_t sp, uint32_t local_id)
 }
 
 #ifdef HAVE_HWLOC
-/* Slurm's index of local task t's GPU: the contract's GPU slot (the GPU
- * cdl-train opens) looked up in the step's GPUs; -1 when the task has none
- * or the GPUs are named by UUID. */
+/* Slurm's index of local task t's GPU (packing.h). */
 static int task_gpu_index(int t)
 {
-    const struct spk_gpus *g = &spk_g.step_gpus;
-    long v;
-    int i = contract_task_gpu(t, spk_g.step.replicas_per_gpu, g->n);
-    return i >= 0 && spk_parse_uint(g->id[i], 0, 4096, &v) == 0 ? (int)v : -1;
+    return spk_task_gpu_index(&spk_g.step_gpus, t, spk_g.step.replicas_per_gpu);
 }
 
 static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)

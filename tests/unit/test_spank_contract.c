@@ -332,6 +332,24 @@ static void test_pack_plan(void **state)
     assert_non_null(strstr(spk_last_error(), "no GPUs"));
 }
 
+/* Which GPU --cdl-bind=closest binds near: the one cdl-train opens (issue
+ * 14: with 2 tasks on a 4-GPU node the plugin bound task 1 near GPU 2 while
+ * cdl-train opened GPU 1). */
+static void test_task_gpu_index(void **state)
+{
+    (void)state;
+    struct spk_gpus g;
+    assert_int_equal(spk_gpus_parse("0,1,2,3", &g), 0);
+    assert_int_equal(spk_task_gpu_index(&g, 0, 1), 0);
+    assert_int_equal(spk_task_gpu_index(&g, 1, 1), 1);
+    assert_int_equal(spk_gpus_parse("4,5,6,7", &g), 0);   /* Slurm's indexes, not 0-based */
+    assert_int_equal(spk_task_gpu_index(&g, 1, 1), 5);
+    assert_int_equal(spk_task_gpu_index(&g, 4, 1), -1);   /* more tasks than GPUs */
+    assert_int_equal(spk_task_gpu_index(&g, 3, 2), 5);    /* MPS: 2 replicas per GPU */
+    assert_int_equal(spk_gpus_parse("GPU-8f1e,GPU-77aa", &g), 0);
+    assert_int_equal(spk_task_gpu_index(&g, 0, 1), -1);   /* UUIDs: no index */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_port_deterministic),
         cmocka_unit_test(test_gpus_parse),
         cmocka_unit_test(test_pack_plan),
+        cmocka_unit_test(test_task_gpu_index),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,6 +44,7 @@ typedef struct conn {
     int fd, rank;            /* rank: -1 until the hello is accepted (under mu) */
     int done;                /* the thread has finished: join and free it */
     int evicted;             /* a stranger dropped for a newcomer (under mu) */
+    int told;                /* an error message was sent: drain before closing */
     double deadline;         /* dist_now() by which a stranger must be accepted */
     pthread_t thread;
     struct conn *next;
@@ -153,7 +154,30 @@ static int reply_err(conn *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    c->told = 1;
     return reply(c, 1, msg, strlen(msg));
+}
+
+/* Before closing a connection that was just told why: a close with unread
+ * bytes from the client (the rest of a refused request) sends a reset,
+ * which can destroy the message before the client reads it. So stop
+ * sending, then read and discard for a moment (bounded in time and bytes). */
+static void drain(int fd)
+{
+    char buf[4096];
+    size_t total = 0;
+    double deadline = dist_now() + 1;
+    shutdown(fd, SHUT_WR);
+    while (total < (1u << 20)) {
+        double left = deadline - dist_now();
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0)
+            break;
+        ssize_t k = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (k <= 0)
+            break;
+        total += (size_t)k;
+    }
 }
 
 /* ------------------------------------------------------------ state (under mu) */
@@ -476,6 +500,8 @@ static void *conn_main(void *arg)
         if (rc)
             break;
     }
+    if (c->told && !bye)
+        drain(c->fd);
     pthread_mutex_lock(&s->mu);
     if (c->rank >= 0 && s->state[c->rank] == RANK_CONNECTED)
         s->state[c->rank] = bye || s->stopping ? RANK_BYE : RANK_LOST;

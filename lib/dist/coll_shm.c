@@ -75,6 +75,12 @@
 #define STREAM_BYTES (64u << 20)         /* streaming copy-out from this size */
 #define MISS_MAX 256                     /* missing members named or checked at once */
 
+/* A process, as published through the bootstrap (key "shmpid.TAG"). */
+typedef struct shm_pid {
+    int64_t pid;
+    uint64_t start;
+} shm_pid;
+
 typedef struct shm_slot {
     _Atomic uint32_t phase;              /* syncs this member has arrived at */
     int32_t pid;
@@ -90,7 +96,8 @@ typedef struct shm_hdr {
     _Atomic uint32_t bell;               /* futex word: bumped at every arrival */
     _Atomic uint32_t sleepers;           /* members inside futex_wait */
     _Atomic int32_t aborted;             /* 1 once a member gave up: abort_msg says why */
-    char pad1[LINE - 12];
+    _Atomic uint32_t opened;             /* members that opened the segment */
+    char pad1[LINE - 16];
     char abort_msg[512];
     shm_slot slots[];
 } shm_hdr;
@@ -123,6 +130,9 @@ typedef struct shm_coll {
     const char *op;                      /* the current one */
     char label[48];
     void **ptrs;                         /* size pointers, when size > SHM_MAX_INLINE */
+    shm_pid *peers;                      /* member 0: every member's process, published
+                                          * before the attach fence, so one that dies
+                                          * before attaching is seen dead, not waited for */
 } shm_coll;
 
 /* ------------------------------------------------------------ futex */
@@ -201,9 +211,15 @@ static int check_peers(shm_coll *s, uint32_t target)
     int n = missing(s, target, miss, MISS_MAX);
     for (int i = 0; i < n && i < MISS_MAX; i++) {
         shm_slot *sl = &s->h->slots[miss[i]];
-        if (!dist_pid_alive(sl->pid, sl->start))
-            return fail(s, "rank %d (pid %d) died: %s on shared memory cannot complete",
-                        s->ranks[miss[i]], (int)sl->pid, label(s));
+        int pid = sl->pid;
+        uint64_t start = sl->start;
+        if (pid == 0 && s->peers) {   /* not attached yet: the process it announced */
+            pid = (int)s->peers[miss[i]].pid;
+            start = s->peers[miss[i]].start;
+        }
+        if (!dist_pid_alive(pid, start))
+            return fail(s, "rank %d (pid %d) died%s: %s on shared memory cannot complete",
+                        s->ranks[miss[i]], pid, sl->pid ? "" : " before attaching", label(s));
     }
     return 0;
 }
@@ -446,6 +462,7 @@ static void shm_destroy(coll *c)
     shm_coll *s = (shm_coll *)c;
     munmap(s->h, s->map_len);
     cdl_free(s->ptrs);
+    cdl_free(s->peers);
     cdl_free(s->ranks);
     cdl_free(s);
 }
@@ -501,7 +518,15 @@ shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b, double ti
     seg->size = g->size;
     seg->timeout = timeout_s;
     snprintf(seg->tag, sizeof seg->tag, "%s", g->tag);
-    if (g->me != 0 || g->size == 1)
+    if (g->size == 1)
+        return seg;
+    /* Who this member is, for member 0 to watch until it attaches. */
+    char key[64];
+    shm_pid mine = {getpid(), dist_pid_starttime((int)getpid())};
+    snprintf(key, sizeof key, "shmpid.%s", g->tag);
+    if (boot_put(b, key, &mine, sizeof mine))
+        goto fail;
+    if (g->me != 0)
         return seg;
 
     /* Member 0 creates a fresh segment under a random name (a crashed run's
@@ -541,10 +566,10 @@ shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b, double ti
     h->slab = slab;
     h->data_off = hdr;
     h->total = total;
+    atomic_store(&h->opened, 1);
     atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
     seg->h = h;
     seg->map_len = total;
-    char key[64];
     snprintf(key, sizeof key, "shm.%s", g->tag);
     if (boot_put(b, key, seg->name, sizeof seg->name)) {
         shm_seg_discard(seg);
@@ -594,6 +619,10 @@ static int open_segment(shm_seg *seg)
         h->nranks != (uint32_t)seg->size || h->total != (uint64_t)st.st_size)
         return cdl_error("rank %d: shared memory %s does not hold a segment for %d ranks",
                          seg->ranks[seg->me], seg->name, seg->size);
+    /* The last member to open it unlinks the name: from then on the memory
+     * goes away with the last mapping, whoever dies when. */
+    if (atomic_fetch_add(&h->opened, 1) + 1 == h->nranks)
+        shm_unlink(seg->name);
     return 0;
 }
 
@@ -635,6 +664,19 @@ coll *shm_attach(shm_seg *seg, boot *b)
         cdl_free(s);
         return NULL;
     }
+    if (seg->me == 0 && !(s->peers = cdl_calloc((size_t)seg->size, sizeof *s->peers))) {
+        munmap(seg->h, seg->map_len);
+        shm_unlink(seg->name);
+        cdl_free(seg);
+        cdl_free(s->ptrs);
+        cdl_free(s->ranks);
+        cdl_free(s);
+        return NULL;
+    }
+    snprintf(key, sizeof key, "shmpid.%s", seg->tag);
+    for (int j = 1; s->peers && j < seg->size; j++)
+        if (boot_get(b, s->ranks[j], key, &s->peers[j], sizeof s->peers[j]))
+            s->peers[j] = (shm_pid){0, 0};   /* unknown: the timeout still bounds the wait */
     s->slab = s->h->slab;
     s->data = (char *)s->h + s->h->data_off;
     cpu_set_t cpus;

@@ -7,6 +7,9 @@
 #include "dist_fork.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
@@ -329,6 +332,62 @@ static void test_killed_rank_hier(void **state)
     check_killed(&c, 4);
 }
 
+/* shm_open as libcdl calls it: the real one, except that the rank named by
+ * TEST_SHM_DIE_RANK is killed when it opens the segment another member
+ * created, i.e. after the attach fence but before attaching. */
+int shm_open(const char *name, int flags, mode_t mode)
+{
+    const char *die = getenv("TEST_SHM_DIE_RANK"), *rank = getenv("RANK");
+    if (die && rank && !strcmp(die, rank) && !(flags & O_CREAT))
+        raise(SIGKILL);
+    int (*real)(const char *, int, mode_t) =
+        (int (*)(const char *, int, mode_t))dlsym(RTLD_NEXT, "shm_open");
+    return real(name, flags, mode);
+}
+
+/* Counts /dev/shm entries whose name contains part. */
+static int shm_entries(const char *part)
+{
+    DIR *dir = opendir("/dev/shm");
+    int found = 0;
+    struct dirent *e;
+    while (dir && (e = readdir(dir)))
+        found += strstr(e->d_name, part) != NULL;
+    if (dir)
+        closedir(dir);
+    return found;
+}
+
+static int attach_dies_rank(int rank, int world, void *arg)
+{
+    (void)arg;
+    setenv("TEST_SHM_DIE_RANK", "2", 1);
+    cdl_dist *d = open_dist("shm", 300);
+    CHILD_CHECK(!d, "rank %d: init succeeded without rank 2", rank);
+    CHILD_CHECK(strstr(cdl_last_error(), "rank 2") && strstr(cdl_last_error(), "died"),
+                "error '%s' does not say that rank 2 died", cdl_last_error());
+    fprintf(stderr, "(expected) %s\n", cdl_last_error());
+    (void)world;
+    return 0;
+}
+
+/* A rank killed before it attaches (it never wrote its pid into the
+ * segment) is seen dead at once, not waited for until the 300 s timeout,
+ * and the segment does not outlive the job. */
+static void test_rank_dies_before_attaching(void **state)
+{
+    (void)state;
+    int start[3] = {0, 1, 2}, status[3];
+    run_opts o = {guard_s(20), 0, 0};
+    assert_int_equal(run_ranks(3, start, 3, attach_dies_rank, NULL, &o, status), 0);
+    for (int i = 0; i < 2; i++)
+        assert_true(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0);
+    assert_true(WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL);
+    char part[64];
+    snprintf(part, sizeof part, "cdl-test-%d-", (int)getpid());
+    assert_int_equal(shm_entries(part), 0);
+}
+
 /* A rank that never starts: init times out naming it. */
 static int lonely_rank(int rank, int world, void *arg)
 {
@@ -403,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_mixed_sequence),
         cmocka_unit_test(test_segment_unlinked),
         cmocka_unit_test(test_killed_rank_shm),
+        cmocka_unit_test(test_rank_dies_before_attaching),
         cmocka_unit_test(test_killed_rank_hier),
         cmocka_unit_test(test_missing_rank_times_out),
         cmocka_unit_test(test_duplicate_local_rank),

@@ -188,6 +188,17 @@ static int read_env(cdl_train_config *cfg)
         fprintf(stderr, "cdl-train: %s\n", cdl_last_error());
         return -1;
     }
+    const char *kb = getenv("CDL_DDP_BUCKET_KB");   /* tuning and tests */
+    if (kb && *kb) {
+        char *end;
+        long v = strtol(kb, &end, 10);
+        if (*end || v < 1 || v > (1L << 22)) {
+            fprintf(stderr, "cdl-train: CDL_DDP_BUCKET_KB '%s': give a bucket size in KiB "
+                    "(1..4194304) or unset it (25 MiB)\n", kb);
+            return -1;
+        }
+        cfg->ddp_bucket_kb = v;
+    }
     const char *graphs = getenv("CDL_CUDA_GRAPHS");
     if (graphs && *graphs) {
         if (strcasecmp(graphs, "on") && strcasecmp(graphs, "off")) {

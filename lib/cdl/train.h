@@ -17,6 +17,8 @@ extern "C" {
 #define CDL_EXIT_REQUEUE 75
 
 typedef struct cdl_train_config {
+    size_t size;              /* sizeof(cdl_train_config): set by cdl_train_defaults, so a
+                               * libcdl with more fields reads only those a caller knows */
     char model[256];          /* "lenet", "mlp" or a spec file path */
     char dataset[32];         /* "fashion-mnist", "mnist", "cifar10", "synthetic" */
     char data_dir[1024];      /* "" = the dataset's default */
@@ -51,6 +53,10 @@ typedef struct cdl_train_config {
      * (docs/cuda.md). cdl-train sets it from --cuda-graphs or
      * CDL_CUDA_GRAPHS=on|off. */
     int cuda_graphs;
+    /* Gradient bucket size of data-parallel runs in KiB (0 = 25 MiB, like
+     * PyTorch's DDP); small buckets are for tuning and tests. cdl-train
+     * sets it from CDL_DDP_BUCKET_KB. */
+    long ddp_bucket_kb;
     /* TF32 tensor-core math on GPUs (cdl_backend_params): 1 on, 0 off, -1
      * (the default) PyTorch's: on for convolutions, off for linear layers. */
     int tf32_conv, tf32_matmul;
@@ -60,7 +66,8 @@ typedef struct cdl_train_config {
 } cdl_train_config;
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,
- * SGD lr 0.05 momentum 0.9, weight decay 5e-4, cosine schedule. */
+ * SGD lr 0.05 momentum 0.9, weight decay 5e-4, cosine schedule. Every
+ * config starts here (it sets size). */
 void cdl_train_defaults(cdl_train_config *cfg);
 
 /* Result of a run. */

@@ -9,6 +9,7 @@
 void cdl_train_defaults(cdl_train_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
+    cfg->size = sizeof *cfg;
     snprintf(cfg->model, sizeof cfg->model, "lenet");
     snprintf(cfg->dataset, sizeof cfg->dataset, "fashion-mnist");
     cfg->epochs = 10;

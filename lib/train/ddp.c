@@ -130,9 +130,6 @@ ddp *ddp_create(cdl_dist *d, cdl_model *m, size_t bucket_bytes)
     g->grads = cdl_model_grads(m);
     g->n = cdl_model_nparams(m);
     g->low = g->n;
-    const char *kb = getenv("CDL_DDP_BUCKET_KB");   /* tuning and tests */
-    if (kb && atol(kb) > 0)
-        bucket_bytes = (size_t)atol(kb) << 10;
     if (make_buckets(g, bucket_bytes ? bucket_bytes : 25u << 20)) {
         cdl_free(g);
         return NULL;

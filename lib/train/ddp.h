@@ -13,7 +13,8 @@
 
 typedef struct ddp ddp;
 
-/* d may be NULL or a world of one: then every call is a no-op. */
+/* d may be NULL or a world of one: then every call is a no-op.
+ * bucket_bytes: the gradient bucket size (0 = 25 MiB, PyTorch's). */
 ddp *ddp_create(cdl_dist *d, cdl_model *m, size_t bucket_bytes);
 void ddp_free(ddp *g);
 /* Makes every rank's parameters equal to rank 0's. */

@@ -6,6 +6,7 @@
  * bitwise the same weights as one that never stopped. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,7 +24,7 @@
 static int mkdir_p(const char *dir)
 {
     char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", dir);
+    snprintf(tmp, sizeof tmp, "%.*s", (int)sizeof tmp - 1, dir);
     for (char *p = tmp + 1; *p; p++) {
         if (*p != '/')
             continue;
@@ -343,6 +344,27 @@ static cdl_backend *make_backend(run *r)
     return be;
 }
 
+/* cfg as this libcdl's struct: fields a caller built against an older,
+ * smaller one does not know keep their defaults. */
+static int read_config(const cdl_train_config *in, cdl_train_config *out)
+{
+    cdl_train_defaults(out);
+    if (in->size < offsetof(cdl_train_config, cuda_graphs) || in->size > sizeof *out)
+        return cdl_error("cdl_train_config: size %zu is not that of this libcdl's struct "
+                         "(%zu): start from cdl_train_defaults", in->size, sizeof *out);
+    memcpy(out, in, in->size);
+    out->size = sizeof *out;
+    /* Strings end inside their fields whatever the caller left there. */
+    char *strs[] = {out->model, out->dataset, out->data_dir, out->ckpt_dir, out->resume,
+                    out->metrics, out->device, out->dist_backend};
+    size_t lens[] = {sizeof out->model, sizeof out->dataset, sizeof out->data_dir,
+                     sizeof out->ckpt_dir, sizeof out->resume, sizeof out->metrics,
+                     sizeof out->device, sizeof out->dist_backend};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+        strs[i][lens[i] - 1] = '\0';
+    return 0;
+}
+
 static int check_config(const cdl_train_config *c)
 {
     if (c->epochs <= 0)
@@ -358,14 +380,18 @@ static int check_config(const cdl_train_config *c)
     return train_resume_allow_check(c->resume_allow);
 }
 
-int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res)
+int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
 {
     cdl_train_result dummy;
+    cdl_train_config config;
+    const cdl_train_config *cfg = &config;
     run r;
     memset(&r, 0, sizeof r);
     if (!res)
         res = &dummy;
     memset(res, 0, sizeof *res);
+    if (read_config(caller_cfg, &config) != 0)
+        return -1;
     r.cfg = cfg;
     int rc = -1;
     if (check_config(cfg) != 0)
@@ -389,8 +415,9 @@ int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res)
     if (cfg->ckpt_dir[0]) {
         if (r.ri.rank == 0 && (mkdir_p(cfg->ckpt_dir) != 0 || ckpt_dir_prepare(cfg->ckpt_dir)))
             goto out;
-        snprintf(r.last_path, sizeof r.last_path, "%s/last.safetensors", cfg->ckpt_dir);
-        snprintf(r.best_path, sizeof r.best_path, "%s/best.safetensors", cfg->ckpt_dir);
+        int n = (int)sizeof cfg->ckpt_dir - 1;   /* ckpt_dir's bound, for the compiler */
+        snprintf(r.last_path, sizeof r.last_path, "%.*s/last.safetensors", n, cfg->ckpt_dir);
+        snprintf(r.best_path, sizeof r.best_path, "%.*s/best.safetensors", n, cfg->ckpt_dir);
     }
     r.rep = train_report_open(cfg, r.ri.rank);
     if (!r.rep)
@@ -400,7 +427,8 @@ int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res)
         goto out;
     cdl_model_init(r.model, cfg->seed);
     r.optim = cdl_optim_create(&cfg->optim, cdl_model_nparams(r.model), r.be);
-    r.ddp = ddp_create(r.dist, r.model, 25u << 20);
+    size_t bucket_kb = cfg->ddp_bucket_kb > 0 ? (size_t)cfg->ddp_bucket_kb : 0;
+    r.ddp = ddp_create(r.dist, r.model, bucket_kb << 10);
     if (!r.optim || !r.ddp || loop_create(&r) != 0)
         goto out;
     train_report_note(r.rep, "cdl %s: %s on %s (%d train / %d test), %zu parameters, %s "

@@ -22,6 +22,7 @@ expect_status 2 "$CDL_TRAIN" --optimizer adam --nesterov; expect_err "--nesterov
 [ "$(wc -l <"$TMP/err")" -eq 1 ] || die "error is not one line"
 # The environment is read by cdl-train (libcdl takes its settings by value).
 CDL_TF32=maybe expect_status 2 "$CDL_TRAIN" --epochs 1;        expect_err "CDL_TF32 'maybe'"
+CDL_DDP_BUCKET_KB=0 expect_status 2 "$CDL_TRAIN" --epochs 1;   expect_err "CDL_DDP_BUCKET_KB '0'"
 CDL_CUDA_GRAPHS=maybe expect_status 2 "$CDL_TRAIN" --epochs 1; expect_err "CDL_CUDA_GRAPHS 'maybe'"
 expect_status 2 "$CDL_TRAIN" --tf32 maybe;          expect_err "--tf32 'maybe'"
 

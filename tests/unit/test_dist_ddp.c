@@ -18,7 +18,6 @@ enum { BATCH = 8 };
 static int ddp_rank(int rank, int world, void *arg)
 {
     (void)world;
-    setenv("CDL_DDP_BUCKET_KB", (const char *)arg, 1);
     cdl_rank_info info;
     CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
     cdl_dist *d = cdl_dist_init(&info, "shm", NULL, 30);
@@ -31,7 +30,7 @@ static int ddp_rank(int rank, int world, void *arg)
     cdl_model *m = cdl_model_create(&spec, in, BATCH, be);
     CHILD_CHECK(m, "%s", cdl_last_error());
     cdl_model_init(m, 7 + (uint64_t)rank);   /* different: the broadcast must fix it */
-    ddp *g = ddp_create(d, m, 0);
+    ddp *g = ddp_create(d, m, (size_t)atol((const char *)arg) << 10);
     CHILD_CHECK(g && ddp_broadcast_params(g) == 0, "%s", cdl_last_error());
     size_t np = cdl_model_nparams(m);
     float *x = cdl_malloc(BATCH * 784 * sizeof *x), *dlogits = cdl_malloc(BATCH * 10 * sizeof *x);

@@ -347,6 +347,11 @@ static void test_bad_config(void **state)
     snprintf(c.data_dir, sizeof c.data_dir, "%s/nowhere", tmpdir);
     assert_int_equal(cdl_train_run(&c, NULL), -1);
     assert_non_null(strstr(cdl_last_error(), "nowhere"));
+    /* A config not started from cdl_train_defaults (no size) is refused. */
+    base_config(&c, "bad");
+    c.size = 0;
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "cdl_train_defaults"));
 }
 
 static int setup(void **state)

@@ -36,6 +36,7 @@ struct spk_state {
     char token[SPK_SECRET_HEX + 1];       /* the step's store secret (secret.h) */
     struct spk_mps mps;
     int mps_ready;                   /* spk_mps_setup succeeded */
+    unsigned step_cpus;              /* slurmstepd's CPUs: the step's on this node */
 #ifdef HAVE_HWLOC
     hwloc_topology_t topo;
 #endif

@@ -25,6 +25,7 @@
 #include "lib/dist/bind.h"
 #include "spank/plugin.h"
 #include "spank/port.h"
+#include "spank/threads.h"
 
 /* Keeps "cdl: OPTION: message" (without repeating OPTION if the message
  * starts with it) for the tasks to report. */
@@ -49,6 +50,13 @@ static void job_env(spank_t sp, const char *name, char *buf, int len)
 {
     if (spank_getenv(sp, name, buf, len) != ESPANK_SUCCESS)
         buf[0] = '\0';
+}
+
+/* CPUs in this process's affinity mask; 0 when unknown. */
+static unsigned affinity_cpus(void)
+{
+    cpu_set_t mask;
+    return sched_getaffinity(0, sizeof mask, &mask) == 0 ? (unsigned)CPU_COUNT(&mask) : 0;
 }
 
 static int normal_step(spank_t sp)
@@ -148,6 +156,7 @@ int spk_remote_post_opt(spank_t sp)
     s->distribution = spk_g.distribution[0] ? spk_g.distribution : NULL;
     if (spk_gpus_parse(spk_g.step_gpus_str, &spk_g.step_gpus) != 0)
         spk_g.step_gpus.n = 0;   /* only --cdl-mps needs them; it re-parses and fails */
+    spk_g.step_cpus = affinity_cpus();
     if (o->mps && setup_mps(sp) != 0)
         defer("--cdl-mps");
 #ifdef HAVE_HWLOC
@@ -223,18 +232,23 @@ static int apply_env(spank_t sp, const struct spk_env *env)
     return 0;
 }
 
-static int task_contract(spank_t sp, uint32_t local_id, uint32_t global_id)
+/* threads: this task's CPU share (threads.h), computed after binding. */
+static int task_contract(spank_t sp, uint32_t local_id, uint32_t global_id, unsigned threads)
 {
     struct spk_env env;
     struct env_ctx ctx = {.sp = sp};
     char resv[64];
     struct spk_step_contract sc = spk_g.sc;
     snprintf(sc.token, sizeof sc.token, "%s", spk_g.token);
+    /* The contract's OMP_NUM_THREADS/MKL_NUM_THREADS come from cpus_per_task:
+     * give it this task's share instead of Slurm's grant. */
+    struct spk_step step = spk_g.step;
+    step.cpus_per_task = threads;
     job_env(sp, "SLURM_STEP_RESV_PORTS", resv, sizeof resv);
     if (resv[0] && spk_port_choose(resv, spk_g.step.jobid, spk_g.step.stepid, spk_g.conf.port_lo,
                                    spk_g.conf.port_hi, &sc.master_port, &sc.port_reserved) != 0)
         return -1;
-    if (spk_contract_task(&spk_g.step, &sc, local_id, global_id, &env) != 0)
+    if (spk_contract_task(&step, &sc, local_id, global_id, &env) != 0)
         return -1;
     spk_env_keep_user(&env, task_lookup, &ctx);
     return apply_env(sp, &env);
@@ -364,7 +378,16 @@ int spk_remote_task_init(spank_t sp)
                     "step");
         return -1;
     }
-    if (spk_g.opts.ddp && task_contract(sp, local_id, global_id) != 0) {
+#ifdef HAVE_HWLOC
+    if (spk_g.bind != SPK_BIND_NONE && task_bind(sp, local_id, global_id) != 0) {
+        slurm_error("cdl: --cdl-bind: %s", spk_last_error());
+        return -1;
+    }
+#endif
+    /* After binding: the thread count follows the task's own CPUs. */
+    unsigned threads = spk_thread_share(spk_g.step.cpus_per_task, spk_g.step_cpus,
+                                        spk_g.step.local_tasks, affinity_cpus());
+    if (spk_g.opts.ddp && task_contract(sp, local_id, global_id, threads) != 0) {
         slurm_error("cdl: --cdl-ddp: %s", spk_last_error());
         return -1;
     }
@@ -372,12 +395,6 @@ int spk_remote_task_init(spank_t sp)
         slurm_error("cdl: --cdl-mps: %s", spk_last_error());
         return -1;
     }
-#ifdef HAVE_HWLOC
-    if (spk_g.bind != SPK_BIND_NONE && task_bind(sp, local_id, global_id) != 0) {
-        slurm_error("cdl: --cdl-bind: %s", spk_last_error());
-        return -1;
-    }
-#endif
     return 0;
 }
 

@@ -28,6 +28,7 @@ static const contract_var table[] = {
     ROW(CDL_ENV_WORLD_SIZE, CONTRACT_INT, world, 0),
     ROW(CDL_ENV_LOCAL_RANK, CONTRACT_INT, local_rank, 0),
     ROW(CDL_ENV_LOCAL_WORLD_SIZE, CONTRACT_INT, local_world, 0),
+    ROW(CDL_ENV_LOCAL_SIZE, CONTRACT_INT, local_world, 0),
     ROW(CDL_ENV_GROUP_RANK, CONTRACT_INT, node_rank, 0),
     ROW(CDL_ENV_NODE_RANK, CONTRACT_INT, node_rank, 0),
     ROW(CDL_ENV_NNODES, CONTRACT_INT, nnodes, 0),
@@ -40,6 +41,7 @@ static const contract_var table[] = {
     ROW(CDL_ENV_CONTRACT_VERSION, CONTRACT_INT, version, 0),
     /* Tuning knobs: a value the user exported is theirs. */
     ROW("OMP_NUM_THREADS", CONTRACT_INT, threads, CONTRACT_OPTIONAL | CONTRACT_USER_WINS),
+    ROW("MKL_NUM_THREADS", CONTRACT_INT, threads, CONTRACT_OPTIONAL | CONTRACT_USER_WINS),
 };
 #undef ROW
 

@@ -24,6 +24,7 @@
 #define CDL_ENV_WORLD_SIZE        "WORLD_SIZE"        /* number of ranks */
 #define CDL_ENV_LOCAL_RANK        "LOCAL_RANK"        /* rank among this node's ranks */
 #define CDL_ENV_LOCAL_WORLD_SIZE  "LOCAL_WORLD_SIZE"  /* ranks on this node */
+#define CDL_ENV_LOCAL_SIZE        "LOCAL_SIZE"        /* the same, DeepSpeed's name */
 #define CDL_ENV_GROUP_RANK        "GROUP_RANK"        /* node index (torchrun's name) */
 #define CDL_ENV_NODE_RANK         "NODE_RANK"         /* node index (Lightning's name) */
 #define CDL_ENV_MASTER_ADDR       "MASTER_ADDR"       /* host of rank 0 */
@@ -42,7 +43,7 @@
 
 /* Raised whenever a variable is added, removed or changes meaning: a plugin
  * and a library of different versions then say so instead of misreading. */
-#define CDL_CONTRACT_VERSION 2
+#define CDL_CONTRACT_VERSION 3
 
 /* Default of CDL_TIMEOUT, in seconds. */
 #define CDL_DEFAULT_TIMEOUT 300
@@ -70,7 +71,7 @@ typedef struct contract {
     int node_rank, nnodes;         /* GROUP_RANK = NODE_RANK, CDL_NNODES */
     int replicas_per_gpu;          /* CDL_REPLICAS_PER_GPU, >= 1 */
     int master_port;               /* MASTER_PORT, 0: none */
-    int threads;                   /* OMP_NUM_THREADS, 0: leave it alone */
+    int threads;                   /* OMP_NUM_THREADS = MKL_NUM_THREADS, 0: leave them alone */
     char master_addr[256];         /* MASTER_ADDR, "": none */
     char job_id[64];               /* CDL_JOB_ID */
     char launcher[16];             /* CDL_LAUNCHER */

@@ -4,9 +4,15 @@ SPANK_TEST_CPPFLAGS = $(TEST_CPPFLAGS) $(HWLOC_CFLAGS) $(NETTLE_CFLAGS)
 SPANK_TEST_LDADD = $(CMOCKA_LIBS)
 
 check_PROGRAMS += tests/unit/test_spank_config tests/unit/test_spank_contract \
-	tests/unit/test_spank_spawn tests/unit/test_spank_mps tests/unit/test_spank_rundir
+	tests/unit/test_spank_spawn tests/unit/test_spank_mps tests/unit/test_spank_rundir \
+	tests/unit/test_spank_threads
 TESTS += tests/unit/test_spank_config tests/unit/test_spank_contract \
-	tests/unit/test_spank_spawn tests/unit/test_spank_mps tests/unit/test_spank_rundir
+	tests/unit/test_spank_spawn tests/unit/test_spank_mps tests/unit/test_spank_rundir \
+	tests/unit/test_spank_threads
+
+tests_unit_test_spank_threads_SOURCES = tests/unit/test_spank_threads.c spank/threads.c
+tests_unit_test_spank_threads_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_threads_LDADD = $(SPANK_TEST_LDADD)
 
 tests_unit_test_spank_config_SOURCES = tests/unit/test_spank_config.c spank/util.c \
 	spank/config.c spank/options.c

@@ -52,6 +52,7 @@ static void test_task_contract(void **state)
         {CDL_ENV_LOCAL_WORLD_SIZE, "2"}, {CDL_ENV_GROUP_RANK, "1"}, {CDL_ENV_NODE_RANK, "1"},
         {CDL_ENV_MASTER_ADDR, "n1"}, {CDL_ENV_NNODES, "2"}, {CDL_ENV_REPLICAS_PER_GPU, "1"},
         {CDL_ENV_JOB_ID, "4242.3"}, {CDL_ENV_LAUNCHER, "slurm"}, {"OMP_NUM_THREADS", "3"},
+        {"MKL_NUM_THREADS", "3"}, {CDL_ENV_LOCAL_SIZE, "2"},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const char *v = spk_env_get(&env, want[i][0]);
@@ -62,9 +63,10 @@ static void test_task_contract(void **state)
     char version[8];
     snprintf(version, sizeof version, "%d", CDL_CONTRACT_VERSION);
     assert_string_equal(spk_env_get(&env, CDL_ENV_CONTRACT_VERSION), version);
-    /* Only the tuning knob is the user's to override. */
+    /* Only the tuning knobs are the user's to override. */
     for (int i = 0; i < env.n; i++)
-        assert_int_equal(env.v[i].keep_user, !strcmp(env.v[i].name, "OMP_NUM_THREADS"));
+        assert_int_equal(env.v[i].keep_user, !strcmp(env.v[i].name, "OMP_NUM_THREADS") ||
+                                                 !strcmp(env.v[i].name, "MKL_NUM_THREADS"));
 }
 
 static void test_master_addr_policies(void **state)

@@ -4,8 +4,13 @@
 templatesdir = $(pkgdatadir)/templates
 CDL_TEMPLATES = templates/single-gpu.sbatch templates/ddp-multinode.sbatch \
 	templates/mps-pack.sbatch templates/cpu-ddp.sbatch templates/long-requeue.sbatch \
-	templates/lr-sweep.sbatch
+	templates/lr-sweep.sbatch templates/pytorch-ddp.sbatch templates/pytorch-mps-pack.sbatch \
+	templates/lightning.sbatch templates/pytorch-requeue.sbatch
 dist_templates_DATA = $(CDL_TEMPLATES) templates/train.c templates/README.md
+# The Python scripts the PyTorch templates run (tests/slurm/test_pytorch.sh,
+# test_lightning.sh run them on the test cluster).
+templatespytorchdir = $(templatesdir)/pytorch
+dist_templatespytorch_DATA = templates/pytorch/train_ddp.py templates/pytorch/train_lightning.py
 
 # train.c must keep compiling against the public headers: built (not linked)
 # into a check-only convenience library during `make check`. This fragment

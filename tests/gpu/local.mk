@@ -24,3 +24,6 @@ tests_gpu_bench_lenet_LDADD = libcdl_core.la
 endif
 EXTRA_DIST += tests/gpu/run.sh tests/gpu/ops_cpu.sh tests/gpu/bench_torch.py tests/gpu/ops_vs_cpu.c \
 	tests/gpu/bench_lenet.c
+
+# The PyTorch templates on a GPU (docs/pytorch.md); run.sh may call it.
+EXTRA_DIST += tests/gpu/pytorch_templates.sh

@@ -2,10 +2,12 @@
 # templates/: every sbatch script parses (bash -n) and is accepted by sbatch
 # (--test-only, with its #SBATCH --cdl-* lines) on the test cluster; the
 # CPU templates run with `sbatch` when cdl-train is built, the requeue one
-# is interrupted with SIGUSR1 and shown to resume and finish.
+# is interrupted with SIGUSR1 and shown to resume and finish. The PyTorch
+# templates run in test_pytorch.sh and test_lightning.sh.
 set -u
 . "${top_srcdir:-.}/tests/slurm/lib.sh"
-TEMPLATES="single-gpu ddp-multinode mps-pack cpu-ddp long-requeue lr-sweep"
+TEMPLATES="single-gpu ddp-multinode mps-pack cpu-ddp long-requeue lr-sweep
+           pytorch-ddp pytorch-mps-pack lightning pytorch-requeue"
 
 for t in $TEMPLATES; do
     check "bash -n templates/$t.sbatch" bash -n "$top_srcdir/templates/$t.sbatch"
@@ -22,8 +24,8 @@ done
 fit() {
     case $1 in
     single-gpu) echo "--cpus-per-task=1" ;;
-    ddp-multinode) echo "--gres=gpu:2 --ntasks-per-node=2 --cpus-per-task=1" ;;
-    mps-pack) echo "--ntasks=4 --cpus-per-task=1" ;;
+    ddp-multinode|pytorch-ddp|lightning) echo "--gres=gpu:2 --ntasks-per-node=2 --cpus-per-task=1" ;;
+    mps-pack|pytorch-mps-pack) echo "--ntasks=4 --cpus-per-task=1" ;;
     *) echo "--cpus-per-task=1" ;;
     esac
 }

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""PyTorch DistributedDataParallel under `srun --cdl-ddp` (or --cdl-mps).
+
+    srun --cdl-ddp python3 train_ddp.py [--epochs N] [--ckpt-dir DIR] ...
+
+What the cluster guides' scripts did by hand, the plugin does per task:
+RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (the node of
+this step's task 0) and MASTER_PORT (free of collisions between steps) are
+in the environment, so init_process_group("env://") needs no argument, and
+OMP_NUM_THREADS / MKL_NUM_THREADS already hold this task's share of the CPUs
+(PyTorch reads them: no torch.set_num_threads). Without srun the script runs
+as one process without torch.distributed.
+
+Data: a synthetic classification set (inputs N(0,1), labels from a fixed
+random linear "teacher"), the same for every seed, so the script needs no
+download. --save writes this rank's final weights, --double trains in
+float64 (results independent of the machine's BLAS kernels).
+
+Checkpoint-restart (--ckpt-dir): resumes from DIR/last.pt when it exists;
+rank 0 writes it atomically at the end of every epoch. On SIGUSR1 or
+SIGTERM every rank stops after the same step (the ranks agree with a
+one-element all-reduce each step), rank 0 saves, and all exit with 75 so
+that the job script requeues the job (templates/pytorch-requeue.sbatch).
+"""
+import argparse
+import os
+import signal
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+EXIT_REQUEUE = 75  # like cdl-train: "checkpoint written, requeue me"
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=32, help="per rank")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--samples", type=int, default=4096)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
+                   help="auto: nccl for one GPU per rank, gloo on CPU or when "
+                        "replicas share a GPU (CDL_REPLICAS_PER_GPU > 1)")
+    p.add_argument("--double", action="store_true", help="train in float64")
+    p.add_argument("--ckpt-dir", help="resume from and save to DIR/last.pt")
+    p.add_argument("--save", help="write this rank's final weights; {rank} is replaced")
+    return p.parse_args()
+
+
+def synthetic_data(samples, seed, dtype):
+    """(x, y): x is (samples, 32), y in 0..9 from a fixed linear teacher."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(samples, 32, generator=g, dtype=torch.float64)
+    teacher = torch.randn(32, 10, generator=g, dtype=torch.float64)
+    y = (x @ teacher).argmax(dim=1)
+    return TensorDataset(x.to(dtype), y)
+
+
+def make_model(seed, dtype):
+    torch.manual_seed(seed)  # every rank starts from the same weights
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(),
+                               torch.nn.Linear(64, 10)).to(dtype)
+
+
+def banner(rank, world, device, backend):
+    """One line per rank: what the plugin handed this process."""
+    e = os.environ.get
+    print(f"rank {rank}/{world} local {e('LOCAL_RANK', '0')}/{e('LOCAL_WORLD_SIZE', '1')} "
+          f"node {e('GROUP_RANK', '0')} master {e('MASTER_ADDR', '-')}:{e('MASTER_PORT', '-')} "
+          f"threads {torch.get_num_threads()} omp {e('OMP_NUM_THREADS', '-')} "
+          f"mkl {e('MKL_NUM_THREADS', '-')} cpus {len(os.sched_getaffinity(0))} "
+          f"replicas_per_gpu {e('CDL_REPLICAS_PER_GPU', '1')} "
+          f"mps_pipe {e('CUDA_MPS_PIPE_DIRECTORY', '-')} "
+          f"mps_pct {e('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE', '-')} "
+          f"device {device} backend {backend or '-'}", flush=True)
+
+
+def main():
+    args = parse_args()
+    dtype = torch.float64 if args.double else torch.float32
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        # One GPU per rank: device LOCAL_RANK. Under --cdl-mps every rank
+        # sees only its group's GPU (CUDA_VISIBLE_DEVICES), as device 0.
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
+    backend = args.backend
+    if backend == "auto":
+        packed = int(os.environ.get("CDL_REPLICAS_PER_GPU", "1")) > 1
+        # NCCL refuses two ranks on one GPU ("Duplicate GPU detected").
+        backend = "nccl" if use_cuda and not packed else "gloo"
+    launched = "WORLD_SIZE" in os.environ  # by srun --cdl-ddp, cdlrun or torchrun
+    if launched:
+        dist.init_process_group(backend=backend, init_method="env://")
+        rank = dist.get_rank()
+    else:
+        rank, backend = 0, None
+    banner(rank, world, device, backend)
+
+    data = synthetic_data(args.samples, args.seed, dtype)
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True,
+                                 seed=args.seed, drop_last=True)
+    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    model = make_model(args.seed, dtype).to(device)
+    net = DDP(model, device_ids=[device.index] if use_cuda else None) if launched else model
+    opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    ckpt = os.path.join(args.ckpt_dir, "last.pt") if args.ckpt_dir else None
+    start_epoch, skip = 0, 0
+    if ckpt and os.path.exists(ckpt):
+        state = torch.load(ckpt, map_location=device)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start_epoch, skip = state["epoch"], state["step"]
+        if rank == 0:
+            print(f"resumed from {ckpt}: epoch {start_epoch} step {skip}", flush=True)
+
+    stop = {"asked": False}
+    if ckpt:
+        def ask_stop(signum, frame):
+            stop["asked"] = True
+        signal.signal(signal.SIGUSR1, ask_stop)
+        signal.signal(signal.SIGTERM, ask_stop)
+
+    def save(epoch, step):
+        """Rank 0 writes DIR/last.pt atomically; the others wait for it."""
+        if rank == 0:
+            os.makedirs(args.ckpt_dir, exist_ok=True)
+            tmp = ckpt + ".tmp"
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                        "epoch": epoch, "step": step}, tmp)
+            os.replace(tmp, ckpt)
+        if launched:
+            dist.barrier()
+
+    for epoch in range(start_epoch, args.epochs):
+        sampler.set_epoch(epoch)  # one shuffle per epoch, the same on every rank
+        total, steps = 0.0, 0
+        for step, (x, y) in enumerate(loader):
+            if step < skip:
+                continue  # done before the restart
+            x, y = x.to(device), y.to(device)
+            loss = loss_fn(net(x), y)
+            opt.zero_grad()
+            loss.backward()  # DDP averages the gradients over the ranks here
+            opt.step()
+            total += loss.item()
+            steps += 1
+            if ckpt:
+                flag = torch.tensor([1.0 if stop["asked"] else 0.0], device=device)
+                if launched:
+                    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                if flag.item() > 0:
+                    save(epoch, step + 1)
+                    if rank == 0:
+                        print(f"signal: checkpoint at epoch {epoch} step {step + 1} "
+                              f"written, exiting with {EXIT_REQUEUE}", flush=True)
+                    if launched:
+                        dist.destroy_process_group()
+                    return EXIT_REQUEUE
+        skip = 0
+        if rank == 0:
+            print(f"epoch {epoch + 1}/{args.epochs} loss {total / max(steps, 1):.6f}", flush=True)
+        if ckpt:
+            save(epoch + 1, 0)
+
+    if args.save:
+        torch.save(model.state_dict(), args.save.replace("{rank}", str(rank)))
+    if launched:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""PyTorch Lightning under `srun --cdl-ddp`, strategy "ddp".
+
+    srun --cdl-ddp python3 train_lightning.py [--epochs N] [--accelerator cpu|gpu|auto]
+
+Lightning's SLURMEnvironment takes the ranks from Slurm (SLURM_PROCID,
+SLURM_LOCALID, SLURM_NODEID, SLURM_NTASKS: the same numbers as the plugin's
+RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE) and MASTER_ADDR/MASTER_PORT from
+the environment when they are set, which --cdl-ddp does. Without them it
+would take the first node of the *job* (SLURM_NODELIST) and the port
+15000 + the last 4 digits of the job id, the same for every step of the
+job (docs/pytorch.md). devices and num_nodes must match Slurm's layout:
+they are read from the plugin's LOCAL_WORLD_SIZE and CDL_NNODES here, so
+the script follows whatever the job script asks for.
+
+Each rank prints one line "lightning rank R/W local L node N master A:P
+env CLASS" from inside the fit, and rank 0 "finished" at the end.
+"""
+import argparse
+import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+try:
+    import lightning.pytorch as pl  # the "lightning" package
+except ImportError:
+    import pytorch_lightning as pl  # the "pytorch-lightning" package
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32, help="per rank")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--samples", type=int, default=2048)
+    p.add_argument("--accelerator", default="auto")
+    p.add_argument("--root-dir", default=".", help="Lightning's default_root_dir")
+    return p.parse_args()
+
+
+class Net(pl.LightningModule):
+    def __init__(self, lr):
+        super().__init__()
+        self.lr = lr
+        self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(),
+                                       torch.nn.Linear(64, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+    def _register_sharded_tensor_state_dict_hooks_if_available(self):
+        # Lightning < 2.1 calls this from LightningModule.__init__ on torch <
+        # 2.1; it imports torch.distributed._shard, which Debian 12's torch
+        # 1.13 cannot import under Python 3.11 ("mutable default ... for
+        # field tensor_properties"). Plain DDP has no ShardedTensors: skip.
+        try:
+            super()._register_sharded_tensor_state_dict_hooks_if_available()
+        except ValueError:
+            pass
+
+    def on_fit_start(self):
+        t = self.trainer
+        env = t.strategy.cluster_environment
+        print(f"lightning rank {t.global_rank}/{t.world_size} local {t.local_rank} "
+              f"node {t.node_rank} master {env.main_address}:{env.main_port} "
+              f"env {type(env).__name__} dist_rank {torch.distributed.get_rank()}", flush=True)
+
+
+def main():
+    args = parse_args()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(args.samples, 32, generator=g)
+    y = (x @ torch.randn(32, 10, generator=g)).argmax(dim=1)
+    loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=True)
+    trainer = pl.Trainer(
+        accelerator=args.accelerator,
+        devices=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        num_nodes=int(os.environ.get("CDL_NNODES", "1")),
+        strategy="ddp", max_epochs=args.epochs, default_root_dir=args.root_dir,
+        enable_progress_bar=False, enable_model_summary=False, logger=False)
+    trainer.fit(Net(args.lr), loader)
+    if trainer.global_rank == 0:
+        print("finished", flush=True)
+
+
+if __name__ == "__main__":
+    main()

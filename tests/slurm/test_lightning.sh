@@ -1,0 +1,60 @@
+#!/bin/bash
+# PyTorch Lightning under --cdl-ddp (templates/lightning.sbatch with
+# templates/pytorch/train_lightning.py), strategy "ddp" on the CPU, 2 nodes
+# x 2 tasks: Lightning picks SLURMEnvironment, its ranks agree with the
+# plugin's and torch.distributed's, it uses the plugin's MASTER_ADDR and
+# MASTER_PORT (not its own job-id-derived port), and training finishes.
+#
+# Lightning comes from PyPI, pinned to the last release for Debian's torch
+# 1.13, into a venv over the system site-packages (so that Debian's torch
+# is used) with --no-deps, so that pip never pulls a new torch. The venv is
+# cached in the build tree (tests/slurm/lightning-venv, removed by make
+# clean): CI installs once. Without PyPI the test is skipped, saying so.
+set -u
+. "${top_srcdir:-.}/tests/slurm/lib.sh"
+PY=${CDL_TEST_PYTHON:-/usr/bin/python3}
+PINS="pytorch-lightning==2.2.5 torchmetrics==1.4.3 lightning-utilities==0.11.9 fsspec==2024.6.1
+      tqdm==4.66.5 packaging==24.1"
+require_cluster_tools
+"$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null ||
+    skip "$PY has no PyTorch with gloo (install python3-torch)"
+
+venv=$(mkdir -p "$top_builddir/tests/slurm" && cd "$top_builddir/tests/slurm" && pwd)/lightning-venv
+if ! "$venv/bin/python" -c 'import pytorch_lightning' >/dev/null 2>&1; then
+    rm -rf "$venv" "$venv.tmp"
+    "$PY" -m venv --system-site-packages "$venv.tmp" ||
+        skip "$PY -m venv failed (install python3-venv)"
+    # shellcheck disable=SC2086
+    if ! timeout 600 "$venv.tmp/bin/python" -m pip install -q --no-deps \
+            --disable-pip-version-check $PINS; then
+        rm -rf "$venv.tmp"
+        skip "cannot install Lightning from PyPI ($(echo $PINS)): no network or no PyPI here"
+    fi
+    mv "$venv.tmp" "$venv"   # only a complete venv is cached
+fi
+"$venv/bin/python" -c 'import pytorch_lightning, torch; print("Lightning", pytorch_lightning.__version__, "on torch", torch.__version__)'
+
+start_cluster
+mkdir -p "$WORK/pytorch"
+install -m 0644 "$top_srcdir/templates/pytorch/train_lightning.py" "$WORK/pytorch/"
+install -m 0644 "$top_srcdir/templates/lightning.sbatch" "$WORK/lightning.sbatch"
+JOB_TIMEOUT=180
+# The template's resources shrunk to the test cluster; its --cdl-* lines stay.
+id=$(submit --export="ALL,PYTHON=$venv/bin/python,EPOCHS=2,ACCELERATOR=cpu,RUN_DIR=runs/pl" \
+     --gres=gpu:2 --ntasks-per-node=2 --cpus-per-task=1 -o pl.out ./lightning.sbatch)
+state=$(wait_job "$id")
+out=$(cat "$WORK/pl.out")
+echo "$out" | grep -E '^(lightning|finished)|Error|error' | head -40
+lines=$(echo "$out" | grep '^lightning rank')
+check "the job completed ($state)" test "${state%% *}" = JobState=COMPLETED
+check "4 ranks, each 'rank R/4 local L node N' with R = 2N + L (Slurm's block layout)" \
+    test "$(echo "$lines" | awk '{split($3, r, "/"); if (r[1] == 2 * $7 + $5 && r[2] == 4) print r[1]}' |
+            sort | tr '\n' ,)" = "0,1,2,3,"
+check "Lightning's global rank is torch.distributed's rank" \
+    test "$(echo "$lines" | awk '{split($3, r, "/"); if (r[1] == $13) n++} END {print n + 0}')" = 4
+check "Lightning detected SLURMEnvironment" test "$(echo "$lines" | grep -c 'env SLURMEnvironment ')" = 4
+check "Lightning used the plugin's MASTER_ADDR:MASTER_PORT (n1, admin range), not 15000 + job id" \
+    eval '[ "$(echo "$lines" | awk "{print \$9}" | sort -u)" = "$(echo "$lines" | awk "{print \$9}" | head -1)" ] &&
+          echo "$lines" | awk "{print \$9}" | head -1 | grep -qxE "n1:41[0-9]{3}"'
+check "training finished on rank 0" eval 'echo "$out" | grep -qx finished'
+finish

@@ -178,6 +178,7 @@ def main():
     if args.save:
         torch.save(model.state_dict(), args.save.replace("{rank}", str(rank)))
     if launched:
+        dist.barrier()  # leave together: no rank tears down while a peer still talks
         dist.destroy_process_group()
     return 0
 

@@ -87,6 +87,11 @@ def main():
         strategy="ddp", max_epochs=args.epochs, default_root_dir=args.root_dir,
         enable_progress_bar=False, enable_model_summary=False, logger=False)
     trainer.fit(Net(args.lr), loader)
+    # Leave together: Lightning keeps the process group open, and a rank
+    # whose gloo peers have already exited can abort at interpreter exit.
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     if trainer.global_rank == 0:
         print("finished", flush=True)
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -81,11 +82,25 @@ static int export_contract(const run *r, int rank)
     return 0;
 }
 
+/* The signals cdlrun forwards (supervise.c), and SIGCHLD it waits on. */
+static const int forwarded[] = {SIGCHLD, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT};
+#define NFORWARDED (sizeof forwarded / sizeof forwarded[0])
+
 /* In the child: the contract, then exec. Never returns. */
-static void exec_rank(run *r, int rank, const sigset_t *mask, int out_w, int err_w)
+static void exec_rank(run *r, int rank, const sigset_t *mask, pid_t launcher, int out_w,
+                      int err_w)
 {
     setpgid(0, 0);   /* its own group: cdlrun forwards terminal signals once */
+    /* A rank dies with cdlrun: a SIGKILLed launcher must not leave ranks
+     * training. The parent check closes the race with a launcher that died
+     * before prctl (the flag survives exec). */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher)
+        _exit(127);
+    /* Dispositions survive exec: signals ignored by whoever started cdlrun
+     * (nohup, '&' in a script) must still reach the program. */
     signal(SIGPIPE, SIG_DFL);
+    for (size_t i = 0; i < NFORWARDED; i++)
+        signal(forwarded[i], SIG_DFL);
     sigprocmask(SIG_SETMASK, mask, NULL);
     int null = open("/dev/null", O_RDONLY);
     if (null >= 0) {
@@ -167,10 +182,14 @@ int launch_ranks(run *r)
      * here on; children get the original mask back. */
     sigset_t block, old;
     sigemptyset(&block);
-    int sigs[] = {SIGCHLD, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT};
-    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
-        sigaddset(&block, sigs[i]);
+    for (size_t i = 0; i < NFORWARDED; i++)
+        sigaddset(&block, forwarded[i]);
     sigprocmask(SIG_BLOCK, &block, &old);
+    /* An ignored signal is discarded even while blocked: the signalfd would
+     * never see a SIGINT or SIGHUP that nohup or '&' ignored. */
+    for (size_t i = 0; i < NFORWARDED; i++)
+        signal(forwarded[i], SIG_DFL);
+    pid_t launcher = getpid();
     fflush(NULL);
     for (int i = 0; i < r->n; i++) {
         int out[2] = {-1, -1}, err[2] = {-1, -1};
@@ -184,7 +203,7 @@ int launch_ranks(run *r)
             return -1;
         }
         if (pid == 0)
-            exec_rank(r, i, &old, out[1], err[1]);
+            exec_rank(r, i, &old, launcher, out[1], err[1]);
         setpgid(pid, pid);   /* also here: no race with signals sent right away */
         r->ranks[i] = (rank_proc){pid, out[0], err[0], 1, 0, r->ranks[i].cpus};
         if (r->label) {

@@ -31,6 +31,9 @@ typedef struct launch {
     void (*on_ready)(const result *r);   /* or call this */
 } launch;
 
+/* A signal cdlrun starts with ignored (as under nohup, or '&' in a script). */
+static int start_ignored;
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -67,6 +70,8 @@ static void run_cdlrun(const launch *l, result *res)
     assert_true(pid >= 0);
     if (pid == 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
+        if (start_ignored)
+            signal(start_ignored, SIG_IGN);
         dup2(out[1], 1);
         dup2(err[1], 2);
         close(out[0]);
@@ -272,6 +277,91 @@ static void test_forwards_term(void **state)
     cdl_free(r);
 }
 
+/* Started with SIGINT or SIGHUP ignored (nohup, '&' in a script), cdlrun
+ * still forwards them, and ranks die of them (their dispositions reset). */
+static void test_forwards_inherited_ignored(void **state)
+{
+    (void)state;
+    static const int sigs[] = {SIGINT, SIGHUP};
+    for (int k = 0; k < 2; k++) {
+        const char *argv[] = {"-n", "2", "sh", "-c", "echo ready; exec sleep 30", NULL};
+        launch l = {argv, 20, "ready", 2, sigs[k], NULL};
+        result *r = cdl_calloc(1, sizeof *r);
+        start_ignored = sigs[k];
+        run_cdlrun(&l, r);
+        start_ignored = 0;
+        assert_int_equal(exit_code(r), 128 + sigs[k]);
+        char want[64];
+        snprintf(want, sizeof want, "was killed by signal %d", sigs[k]);
+        EXPECT_IN(r->err, want);
+        cdl_free(r);
+    }
+}
+
+/* A process's state letter and parent from /proc; state 0 when it is gone. */
+static char proc_state(int pid, int *ppid)
+{
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    const char *close_paren = strrchr(stat, ')');
+    char state = 0;
+    if (!close_paren || sscanf(close_paren + 1, " %c %d", &state, ppid) != 2)
+        return 0;
+    return state;
+}
+
+static int rank_pids[2];
+
+/* SIGKILL to cdlrun, found as the parent of the ranks that said "ready PID". */
+static void kill_launcher(const result *r)
+{
+    const char *p = r->out;
+    for (int i = 0; i < 2; i++) {
+        p = strstr(p, "ready ");
+        assert_non_null(p);
+        p += 6;
+        rank_pids[i] = atoi(p);
+    }
+    int ppid = 0;
+    assert_true(proc_state(rank_pids[0], &ppid) != 0);
+    assert_true(ppid > 1);
+    kill(ppid, SIGKILL);
+}
+
+/* cdlrun SIGKILLed: its ranks die with it. */
+static void test_ranks_die_with_cdlrun(void **state)
+{
+    (void)state;
+    const char *argv[] = {"-n", "2", "sh", "-c", "echo ready $$; exec sleep 30", NULL};
+    launch l = {argv, 20, "ready ", 2, 0, kill_launcher};
+    result *r = cdl_calloc(1, sizeof *r);
+    run_cdlrun(&l, r);
+    assert_int_equal(exit_code(r), 128 + SIGKILL);
+    cdl_free(r);
+    /* They held cdlrun's stdout, so run_cdlrun returned once they closed it
+     * (or its guard expired). A process closes its files a moment before it
+     * becomes a zombie: wait for that, boundedly. */
+    int alive = 2, ppid;
+    for (double end = now_s() + 10; alive && now_s() < end;) {
+        alive = 0;
+        for (int i = 0; i < 2; i++) {
+            char st = proc_state(rank_pids[i], &ppid);
+            alive += st && st != 'Z' && st != 'X';
+        }
+        if (alive)
+            sched_yield();
+    }
+    for (int i = 0; i < 2 && alive; i++)
+        kill(rank_pids[i], SIGKILL);   /* leave nothing behind */
+    assert_int_equal(alive, 0);
+}
+
 static void test_mixed_requeue_and_success(void **state)
 {
     (void)state;
@@ -409,6 +499,8 @@ int main(void)
         cmocka_unit_test(test_stops_stubborn_ranks),
         cmocka_unit_test(test_forwards_usr1_requeue),
         cmocka_unit_test(test_forwards_term),
+        cmocka_unit_test(test_forwards_inherited_ignored),
+        cmocka_unit_test(test_ranks_die_with_cdlrun),
         cmocka_unit_test(test_mixed_requeue_and_success),
         cmocka_unit_test(test_cannot_exec),
         cmocka_unit_test(test_usage_errors),

@@ -48,8 +48,9 @@ finish() {
 
 # start_cluster [extra plugstack args]: a fresh cluster for this test.
 start_cluster() {
+    ETC_BEFORE=$(etc_state)
     CDL_CLUSTER_DIR=$(mktemp -d /tmp/cdl-slurm.XXXXXX)
-    trap 'stop_cluster' EXIT
+    trap 'stop_cluster; etc_unchanged' EXIT
     CDL_PLUGSTACK_ARGS="$*" "$SLURM_TESTS_DIR/cluster.sh" start "$CDL_CLUSTER_DIR" ||
         { echo "cluster did not start"; exit 1; }
     . "$CDL_CLUSTER_DIR/env.sh"
@@ -63,6 +64,15 @@ start_cluster() {
 stop_cluster() {
     [ -n "${CDL_CLUSTER_DIR:-}" ] && "$SLURM_TESTS_DIR/cluster.sh" stop "$CDL_CLUSTER_DIR"
     CDL_CLUSTER_DIR=
+}
+
+# The machine is left as found: the harness edits no /etc/hosts line and
+# creates no account. Checked when the test exits (a change fails it).
+etc_state() { cat /etc/hosts /etc/passwd /etc/group 2>/dev/null | cksum; }
+etc_unchanged() {
+    [ "$(etc_state)" = "${ETC_BEFORE:-}" ] && return 0
+    echo "FAIL: the test changed /etc/hosts, /etc/passwd or /etc/group" >&2
+    exit 1
 }
 
 # as_user CMD...: run a Slurm client as the test user, in WORK, bounded.

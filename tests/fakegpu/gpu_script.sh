@@ -2,7 +2,8 @@
 # A rehearsal of tests/gpu/run.sh, the GPU checks, on the fake GPU: every
 # step runs (build, ops, training, speed table against PyTorch on the CPU,
 # replicas under the test double of nvidia-cuda-mps-control, graphs on and
-# off, 2 packed data-parallel replicas), so the script that only a GPU
+# off, 2 packed data-parallel replicas, the --diagnose stage under the test
+# double of compute-sanitizer, what it runs on), so the script that only a GPU
 # machine runs for real is known to work here. Its figures mean nothing;
 # what is checked is that each step ran and the table says so.
 set -u
@@ -15,7 +16,7 @@ tmp=$(mktemp -d /tmp/cdl-gpu-script.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 out=$tmp/run.out
 CDL_GPU_REHEARSAL=1 CDL_GPU_BUILD=$builddir CDL_GPU_LOGS=$tmp/logs CDL_FAKE_GPUS=1 \
-    timeout 900 bash "$srcdir/tests/gpu/run.sh" >"$out" 2>&1
+    timeout 1200 bash "$srcdir/tests/gpu/run.sh" --diagnose --out "$tmp/logs" >"$out" 2>&1
 rc=$?
 sed -n '/^cdl GPU checks on/,$p' "$out"
 fail() {
@@ -42,6 +43,15 @@ has '^    1 replica\(s\) +[0-9]+ img/s  1.00x one replica' "one replica"
 has '^    2 replica\(s\) +[0-9]+ img/s  [0-9.]+x one replica' "two replicas"
 has '^    weights, graphs on vs off.*PASS' "graphs on vs off"
 has '^6 2 MPS replicas on 1 GPU, hier \(2 ranks x 64\).*PASS' "data-parallel"
+for tool in memcheck racecheck synccheck; do
+    has "^D compute-sanitizer $tool +PASS  ERROR SUMMARY: 0 errors" "--diagnose: $tool"
+done
+# What it runs on, before measuring: versions, devices, conv algorithms.
+has '^visible devices: ' "the visible devices"
+has '^CUDA toolkit .* cuDNN .* NCCL ' "the library versions"
+has '^MPS: ' "MPS availability"
+has '^  cudnn:   forward +[A-Z_]+ +(TENSOR_OP|DEFAULT|FMA)_MATH' "the seed CNN's conv algorithms"
+[ -s "$tmp/logs/table.txt" ] || fail "no table.txt in the --out directory"
 grep -q 'FAIL' "$out" && fail "a step failed"
 grep -q '^result: PASS' "$out" || fail "no 'result: PASS'"
 # The MPS daemon it started has quit (it inherited CDL_GPU_LOGS; quitting

@@ -28,12 +28,33 @@
 # work before it meets a GPU (tests/fakegpu/gpu_script.sh). Its figures
 # mean nothing.
 #
-# Usage: tests/gpu/run.sh   (from anywhere; builds in $CDL_GPU_BUILD, default
-# _build-gpu in the source tree; logs in $CDL_GPU_LOGS, default gpu-logs
+# Before measuring it prints what it runs on (nvidia-smi -L, driver, CUDA,
+# cuDNN, cuBLAS and NCCL versions, the visible devices, MPS, and the cuDNN
+# algorithms and math types the seed CNN's convolutions get). It honours
+# CUDA_VISIBLE_DEVICES: the GPUs it counts and builds for are the ones the
+# job was given, not all the node has. With --diagnose it then runs a few
+# training steps under compute-sanitizer (memcheck, racecheck, synccheck),
+# each bounded in time, before measuring.
+#
+# Usage: tests/gpu/run.sh [--diagnose] [--out DIR]   (from anywhere; builds
+# in $CDL_GPU_BUILD, default _build-gpu in the source tree; the table
+# (table.txt) and every log go to DIR, or $CDL_GPU_LOGS, default gpu-logs
 # there). CDL_GPU_CONFIGURE_FLAGS adds configure options; PYTHON picks the
-# interpreter with PyTorch (default python3).
+# interpreter with PyTorch (default python3). Every step has a timeout and
+# a failed step is a row, not the end.
 set -u
 export LC_ALL=C
+diagnose=0 out_dir=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --diagnose) diagnose=1 ;;
+        --out) [ $# -ge 2 ] || { echo "tests/gpu/run.sh: --out needs a directory" >&2; exit 1; }
+               out_dir=$2; shift ;;
+        --out=*) out_dir=${1#--out=} ;;
+        *) echo "tests/gpu/run.sh: unknown option '$1': use --diagnose or --out DIR" >&2; exit 1 ;;
+    esac
+    shift
+done
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=${CDL_GPU_BUILD:-$top/_build-gpu}
@@ -57,9 +78,10 @@ over_time() { [ "$rehearsal" = 0 ] && [ "$(elapsed)" -gt "$1" ]; }
 # What runs: the real programs on a GPU, the fake GPU's in a rehearsal.
 if [ "$rehearsal" = 1 ]; then
     bin=tests/fakegpu train_bin=tests/fakegpu/cdl-train big=64 secs=1 replicas="1 2" torch_dev=cpu
+    slow=5   # the fake GPU on a shared CPU: benchmarks get 5 times their time
     extra="tests/slurm/fake-mps-control tests/fakegpu/cdl-train"   # more to build
 else
-    bin=tests/gpu train_bin=cli/cdl-train big=512 secs=5 replicas="1 2 4 8" torch_dev=cuda
+    bin=tests/gpu train_bin=cli/cdl-train big=512 secs=5 replicas="1 2 4 8" torch_dev=cuda slow=1
     extra=
 fi
 ops_bin=$bin/ops_vs_cpu bench_bin=$bin/bench_lenet
@@ -68,7 +90,7 @@ ops_bin=$bin/ops_vs_cpu bench_bin=$bin/bench_lenet
 if [ "$rehearsal" = 1 ]; then
     [ -f "$build/Makefile" ] || die "CDL_GPU_REHEARSAL=1 needs a configured build with CUDA in CDL_GPU_BUILD ($build)"
     gpu_name="the fake GPU of tests/fakegpu (rehearsal: the figures mean nothing)"
-    ngpus=${CDL_FAKE_GPUS:-1} arch=
+    ngpus=${CDL_FAKE_GPUS:-1} arch= visible="${CUDA_VISIBLE_DEVICES-all (fake)}"
 else
 command -v nvidia-smi >/dev/null 2>&1 ||
     die "no NVIDIA GPU here (nvidia-smi is not installed): run this script on a GPU node, e.g. srun --gpus=1 tests/gpu/run.sh"
@@ -76,16 +98,31 @@ if ! gpu_info=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format
         [ -z "$gpu_info" ]; then
     die "no NVIDIA GPU is visible (nvidia-smi: ${gpu_info:-no devices}; CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}): run this script on a GPU node"
 fi
-gpu_name=$(echo "$gpu_info" | head -1)
-cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+# The GPUs this job was given: CUDA_VISIBLE_DEVICES (indices or UUIDs)
+# when set, else all that nvidia-smi shows. The build is for the first one,
+# the GPU every single-GPU step runs on.
+if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then
+    visible=$CUDA_VISIBLE_DEVICES
+    ngpus=$(echo "$visible" | tr ',' '\n' | grep -c .)
+    first=${visible%%,*}
+    [ "$ngpus" -ge 1 ] || die "CUDA_VISIBLE_DEVICES is empty: this job was given no GPU"
+else
+    ngpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+    visible="all $ngpus (CUDA_VISIBLE_DEVICES unset)" first=0
+fi
+case $first in
+    MIG-*) die "CUDA_VISIBLE_DEVICES=$first is a MIG slice: cdl refuses MIG instances (docs/cuda.md); run on a whole GPU" ;;
+esac
+gpu_name=$(nvidia-smi -i "$first" --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+[ -n "$gpu_name" ] || gpu_name=$(echo "$gpu_info" | head -1)
+cc=$(nvidia-smi -i "$first" --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
 case $cc in
     [0-9][0-9]|[0-9][0-9][0-9]) arch="-gencode arch=compute_$cc,code=sm_$cc" ;;
     *) arch= ;;   # configure's default set
 esac
-ngpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 fi
 
-logs=${CDL_GPU_LOGS:-$build/gpu-logs}
+logs=${out_dir:-${CDL_GPU_LOGS:-$build/gpu-logs}}
 mkdir -p "$logs" || die "cannot create $logs"
 rows=()          # the final table, one line each
 failed=0
@@ -122,6 +159,10 @@ if [ "$rehearsal" = 1 ] && ! command -v nvidia-cuda-mps-control >/dev/null 2>&1;
     mkdir -p "$logs/bin" && ln -sf "$build/tests/slurm/fake-mps-control" "$logs/bin/nvidia-cuda-mps-control"
     PATH=$logs/bin:$PATH
 fi
+if [ "$rehearsal" = 1 ] && [ "$diagnose" = 1 ] && ! command -v compute-sanitizer >/dev/null 2>&1; then
+    mkdir -p "$logs/bin" && ln -sf "$top/tests/fakegpu/fake-compute-sanitizer" "$logs/bin/compute-sanitizer"
+    PATH=$logs/bin:$PATH
+fi
 
 # A private MPS daemon for steps 4 and 6 (never the node's own).
 mps=
@@ -150,6 +191,74 @@ metrics_of() {
 m=[json.loads(l) for l in open(sys.argv[1])][-1]
 print(m["val_acc"], m["images_per_sec"])' "$1" 2>/dev/null || echo "nan 0"
 }
+
+# ------------------------------------------------- what it runs on
+# version_of HEADER MACRO...: the values of the macros in the build's
+# CUDA headers, joined by dots ("?" when not found).
+version_of() {
+    local h=$1 v= m x; shift
+    for d in ${CUDA_HOME:-/usr/local/cuda}/include /usr/include /usr/local/include; do
+        [ -f "$d/$h" ] && { h=$d/$h; break; }
+    done
+    for m in "$@"; do
+        x=$(awk -v m="$m" '$1 == "#define" && $2 == m {print $3; exit}' "$h" 2>/dev/null)
+        v=${v:+$v.}${x:-?}
+    done
+    echo "$v"
+}
+echo "== what this runs on"
+{
+    if [ "$rehearsal" = 1 ]; then
+        echo "GPUs: $gpu_name (CDL_FAKE_GPUS=${CDL_FAKE_GPUS:-1})"
+    else
+        echo "nvidia-smi -L:"; nvidia-smi -L 2>&1 | sed 's/^/  /'
+        echo "driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)," \
+             "CUDA (driver): $(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)"
+    fi
+    echo "visible devices: $visible; building for: ${arch:-the default archs}"
+    echo "CUDA toolkit $(version_of cuda_runtime_api.h CUDART_VERSION), cuDNN" \
+         "$(version_of cudnn_version.h CUDNN_MAJOR CUDNN_MINOR CUDNN_PATCHLEVEL), cuBLAS" \
+         "$(version_of cublas_api.h CUBLAS_VER_MAJOR CUBLAS_VER_MINOR CUBLAS_VER_PATCH), NCCL" \
+         "$(version_of nccl.h NCCL_MAJOR NCCL_MINOR NCCL_PATCH) (headers of the build)"
+    if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+        echo "MPS: nvidia-cuda-mps-control at $(command -v nvidia-cuda-mps-control)"
+    else
+        echo "MPS: not available (no nvidia-cuda-mps-control)"
+    fi
+    echo "seed CNN convolutions (CDL_LOG=cudnn, TF32 default):"
+    CDL_LOG=cudnn,cuda timeout $((60 * slow)) "$bench_bin" --batch "$big" --seconds 0.1 2>&1 |
+        grep '^cdl: cud' | sed 's/^cdl: /  /'
+} 2>&1 | tee "$logs/info.log"
+
+# ----------------------------------------------- D. compute-sanitizer
+# A few training steps (cuDNN, cuBLAS and every custom kernel the seed CNN
+# uses: bias, pooling, ReLU, loss, optimizer) under memcheck, racecheck
+# and synccheck; each bounded, a failure is a row. First,
+# before measuring: on a first contact the diagnosis matters more than the
+# speeds, and the later steps skip themselves when time runs out.
+if [ "$diagnose" = 1 ]; then
+    echo "== D. compute-sanitizer"
+    # 3 minutes of the 8, shared by the three tools (a rehearsal: slower).
+    left=$((180 * slow))
+    sanitizer=$(command -v compute-sanitizer || ls "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" 2>/dev/null)
+    if [ -z "$sanitizer" ]; then
+        row "D compute-sanitizer" "skipped: compute-sanitizer not found (CUDA toolkit bin/)"
+    elif [ $have_train = 0 ]; then
+        fail_row "D compute-sanitizer" "cli/cdl-train did not build (see $logs/make-cli.log)"
+    else
+        steps=(--device cuda --dataset synthetic --synthetic-size 128 --epochs 1 --batch-size 64
+               --no-progress --cuda-graphs off)
+        for tool in memcheck racecheck synccheck; do
+            if timeout $((left / 3)) "$sanitizer" --tool $tool --error-exitcode 3 "$train_bin" "${steps[@]}" \
+                    > "$logs/sanitizer-$tool.log" 2>&1; then
+                row "D compute-sanitizer $tool" "PASS  $(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$logs/sanitizer-$tool.log" | tail -1)"
+            else
+                rc=$?
+                fail_row "D compute-sanitizer $tool" "exit $rc$([ $rc = 124 ] && echo " (over $((left / 3)) s)"), $(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$logs/sanitizer-$tool.log" | tail -1) (see $logs/sanitizer-$tool.log)"
+            fi
+        done
+    fi
+fi
 
 # ------------------------------------------------------- 1. ops vs CPU
 echo "== 1. every op against the CPU backend"
@@ -200,7 +309,7 @@ echo "== 3. seed CNN speed, cdl vs PyTorch"
 ips_of() { awk '/^images_per_sec/ {v=$2} END {if (v == "") exit 1; printf "%.0f", v}' "$1"; }
 bench() {   # bench LOG CMD...: runs CMD, prints its images/s or nothing
     local log=$logs/$1; shift
-    timeout 60 "$@" > "$log" 2>&1 && ips_of "$log"
+    timeout $((60 * slow)) "$@" > "$log" 2>&1 && ips_of "$log"
 }
 lenet=("$bench_bin" --batch "$big" --seconds "$secs")
 torch=("$python" "$top/tests/gpu/bench_torch.py" --device "$torch_dev" --batch "$big" --seconds "$secs")
@@ -252,7 +361,7 @@ else
             start=$(( $(date +%s) + 6 + r ))
             pids=()
             for i in $(seq 1 $r); do
-                timeout 60 "$bench_bin" --batch "$big" --graph --seconds "$((secs + 3))" --start-at "$start" \
+                timeout $((60 * slow)) "$bench_bin" --batch "$big" --graph --seconds "$((secs + 3))" --start-at "$start" \
                     > "$logs/mps-$r-$i.log" 2>&1 &
                 pids+=($!)
             done
@@ -342,8 +451,10 @@ else
 fi
 
 # ----------------------------------------------------------- the table
-echo
-echo "cdl GPU checks on $gpu_name ($(elapsed) s, logs in $logs)"
-printf '%s\n' "${rows[@]}"
-if [ $failed = 0 ]; then echo "result: PASS"; else echo "result: FAIL"; fi
+{
+    echo
+    echo "cdl GPU checks on $gpu_name ($(elapsed) s, logs in $logs)"
+    printf '%s\n' "${rows[@]}"
+    if [ $failed = 0 ]; then echo "result: PASS"; else echo "result: FAIL"; fi
+} | tee "$logs/table.txt"
 exit $failed

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds cdl every way CI does and runs every test:
 #   1. gcc, warnings as errors: make check (unit, checkpoint interop,
-#      data-parallel, the real local Slurm cluster when run as root)
+#      data-parallel, the real local Slurm cluster when run as root);
+#      then its data-parallel and e2e tests again under each OpenBLAS core
+#      type this CPU runs (scripts/blas-matrix.sh; CDL_BLAS_MATRIX=1 or 0,
+#      default 1 when CI=true)
 #   2. clang, warnings as errors: build, unit tests and make fuzz (libFuzzer,
 #      a few seconds per target)
 #   3. AddressSanitizer + UBSan: unit tests
@@ -53,6 +56,13 @@ stage() {   # stage NAME BUILD-DIR CONFIGURE-ARGS... -- MAKE-TARGET [VAR=VALUE..
 
 export CDL_TIMEOUT=${CDL_TIMEOUT:-120}
 stage "gcc -Werror: make check" "$top/_build/gcc" CC=gcc --enable-werror -- check
+if [ "${CDL_BLAS_MATRIX:-$([ "${CI:-}" = true ] && echo 1)}" = 1 ] && [ -x "$top/_build/gcc/cli/cdl-train" ]; then
+    echo "=== gcc: OpenBLAS core types"
+    "$top/scripts/blas-matrix.sh" "$top/_build/gcc" >"$top/_build/gcc/blas-matrix.out" 2>&1 ||
+        failed_stages+=("gcc: OpenBLAS core types")
+    grep -v '^# ' "$top/_build/gcc/blas-matrix.out"
+    count "$top/_build/gcc/blas-matrix.out"
+fi
 stage "clang -Werror: unit tests, make fuzz" "$top/_build/clang" CC=clang --enable-werror -- \
     check fuzz TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
 stage "ASan+UBSan: unit tests" "$top/_build/asan" CC=gcc --enable-sanitizers -- \

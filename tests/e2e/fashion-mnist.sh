@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Trains LeNet on the real Fashion-MNIST (Debian's dataset-fashion-mnist) for
 # two epochs with the default recipe and checks the stated accuracy: at
-# least 86% on the 10000 test images after two epochs (the full default run
+# least 88% on the 10000 test images after two epochs (the full default run
 # of ten epochs ends above 89%, see README). Also checks the metrics file
-# and the checkpoints it leaves.
+# and the checkpoints it leaves. The threshold is an outcome of training,
+# not an equivalence: rounding (OpenBLAS's kernels, the thread count) sends
+# the run on another trajectory, and it ended at 0.8914, 0.8921 and 0.8922
+# with the Haswell, Sandybridge and Prescott kernels; 0.88 is well below.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 data=/usr/share/datasets/fashion-mnist
 [ -f "$data/train-images-idx3-ubyte.gz" ] || { echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77; }

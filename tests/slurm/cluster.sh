@@ -25,7 +25,8 @@
 #                       DIR/bin/nvidia-cuda-mps-control and named in the
 #                       plugin's admin configuration
 #   CDL_PLUGSTACK_ARGS  extra plugstack arguments (key=value ...)
-#   CDL_PORT_RANGE      the plugin's port_range (default 41000-41999)
+#   CDL_PORT_RANGE      the plugin's port_range (default: 100 ports at a random
+#                       place in 10000-19999; env.sh exports CDL_PORT_LO/HI)
 #   CDL_TEST_USER       the unprivileged user jobs run as (default nobody;
 #                       it must exist: the harness creates no account)
 #   CDL_RESV_PORTS=1    configure MpiParams=ports=... so that Slurm reserves
@@ -117,6 +118,12 @@ start() {
     while [ "$p2" = "$p1" ] || [ "$p2" = "$pctl" ]; do p2=$(free_port); done
     while [ "$p1" = "$pctl" ]; do p1=$(free_port); done
     pres=$((30000 + RANDOM % 20000))   # MpiParams=ports= range for --resv-ports
+    # The plugin's MASTER_PORT range: a window of 100 at a random place in
+    # 10000-19999, away from the ports above. Clusters started at the same
+    # time on one host (job ids start at 1 in each, so their steps hash to
+    # the same ports) then seldom share a window.
+    local plo=$((10000 + RANDOM % 100 * 100))
+    local prange=${CDL_PORT_RANGE:-$plo-$((plo + 99))}
 
     # The emulated nodes' names must resolve, as node names do on a real
     # cluster: MASTER_ADDR is task 0's node name (master_addr=hostname).
@@ -130,7 +137,7 @@ start() {
     fi
 
     cat >"$dir/etc/plugstack.conf" <<EOF
-required $CDL_SPANK_SO mps_control=$dir/bin/nvidia-cuda-mps-control runtime_dir=$dir/cdl port_range=${CDL_PORT_RANGE:-41000-41999} secret_key=$dir/munge/munge.key ${CDL_PLUGSTACK_ARGS:-}
+required $CDL_SPANK_SO mps_control=$dir/bin/nvidia-cuda-mps-control runtime_dir=$dir/cdl port_range=$prange secret_key=$dir/munge/munge.key ${CDL_PLUGSTACK_ARGS:-}
 EOF
     cat >"$dir/etc/gres.conf" <<EOF
 NodeName=n[1-2] Name=gpu File=$dir/dev/nvidia[0-1]
@@ -177,6 +184,7 @@ EOF
 export SLURM_CONF=$dir/etc/slurm.conf
 export CDL_CLUSTER_DIR=$dir
 export CDL_TEST_USER=$user
+export CDL_PORT_LO=${prange%-*} CDL_PORT_HI=${prange#*-}
 EOF
     export SLURM_CONF=$dir/etc/slurm.conf
 

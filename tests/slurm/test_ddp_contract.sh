@@ -43,7 +43,8 @@ check_contract() {
     ports=$(for t in $(seq 0 $((n - 1))); do field "$(echo "$out" | grep "^T$t ")" MASTER_PORT; done | sort -u)
     [ "$(echo "$ports" | wc -l)" = 1 ] || { echo "MASTER_PORT differs between tasks: $ports"; ok=0; }
     # The harness's admin range (no ports reserved by Slurm in this cluster).
-    [ "$ports" -ge 41000 ] && [ "$ports" -le 41999 ] || { echo "MASTER_PORT $ports outside 41000-41999"; ok=0; }
+    [ "$ports" -ge "$CDL_PORT_LO" ] && [ "$ports" -le "$CDL_PORT_HI" ] ||
+        { echo "MASTER_PORT $ports outside $CDL_PORT_LO-$CDL_PORT_HI"; ok=0; }
     [ "$ok" = 1 ]
 }
 

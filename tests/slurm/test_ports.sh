@@ -45,8 +45,9 @@ read -r pa ra pb rb < <(concurrent_ports)
 echo "no reservation: steps got $pa and $pb (reserved: $ra $rb)"
 check "two concurrent steps on one node: different MASTER_PORTs" \
     eval '[ -n "$pa" ] && [ -n "$pb" ] && [ "$pa" != "$pb" ]'
-check "both in the admin range 41000-41999" \
-    eval '[ "$pa" -ge 41000 ] && [ "$pa" -le 41999 ] && [ "$pb" -ge 41000 ] && [ "$pb" -le 41999 ]'
+check "both in the admin range $CDL_PORT_LO-$CDL_PORT_HI" \
+    eval '[ "$pa" -ge "$CDL_PORT_LO" ] && [ "$pa" -le "$CDL_PORT_HI" ] &&
+          [ "$pb" -ge "$CDL_PORT_LO" ] && [ "$pb" -le "$CDL_PORT_HI" ]'
 
 # A malformed SLURM_STEP_RESV_PORTS in the job's environment: a clear error.
 err=$(as_user_env SLURM_STEP_RESV_PORTS='12a;x' -- srun -N1 -n1 --cdl-ddp true 2>&1)
@@ -64,7 +65,8 @@ stop_cluster
 # the first keeps its port.
 DIST_CHECK=$(readlink -f "$top_builddir/tests/dist/dist_check" 2>/dev/null)
 if [ -x "$DIST_CHECK" ] && runuser -u "$CDL_TEST_USER" -- test -x "$DIST_CHECK"; then
-    CDL_PORT_RANGE=41500-41500 start_cluster
+    p1=$((10000 + RANDOM % 10000))
+    CDL_PORT_RANGE=$p1-$p1 start_cluster
     user_script hold.sh <<'EOF'
 #!/bin/sh
 # Holds MASTER_PORT on MASTER_ADDR like a running store, until told to stop.
@@ -90,7 +92,7 @@ EOF
     out=$(as_user salloc -N1 -n3 -w n1 ./meet.sh 2>&1)
     echo "$out" | grep -E "in use|rc=" | head -3
     check "a taken MASTER_PORT: rank 0 fails, naming the port and the way out" \
-        eval 'echo "$out" | grep -q "MASTER_PORT 41500 on host .* is in use" &&
+        eval 'echo "$out" | grep -q "MASTER_PORT $p1 on host .* is in use" &&
               echo "$out" | grep -q -- "--resv-ports" && ! echo "$out" | grep -q "^rc=0"'
     stop_cluster
 else

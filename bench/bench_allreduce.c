@@ -67,7 +67,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_allreduce: %s\n", cdl_last_error());
         return 1;
     }
-    cdl_dist *d = cdl_dist_init(&info, "shm", NULL, 0);
+    cdl_dist *d = cdl_dist_create(&info, "shm", NULL, 0);
     if (!d) {
         fprintf(stderr, "bench_allreduce: %s\n", cdl_last_error());
         return 1;
@@ -115,7 +115,7 @@ int main(int argc, char **argv)
                "(%.2fx)\n", speedup[2] >= 2 ? "met" : "MISSED", speedup[2],
                speedup[0] >= 1 ? "met" : "MISSED", speedup[0]);
     cdl_free(buf);
-    cdl_dist_finalize(d);
+    cdl_dist_destroy(d);
     MPI_Finalize();
     return 0;
 }

@@ -203,8 +203,8 @@ int main(int argc, char **argv)
     cdl_free(hx);
     cdl_free(hl);
     cdl_free(ips);
-    cdl_optim_free(opt);
-    cdl_model_free(m);
+    cdl_optim_destroy(opt);
+    cdl_model_destroy(m);
     cdl_backend_destroy(be);
     return 0;
 }

@@ -199,12 +199,12 @@ int main(int argc, char **argv)
     cdl_free(syn);
     cdl_free(real);
     cdl_free(ratio);
-    cdl_loader_free(l);
+    cdl_loader_destroy(l);
     op->free(b.be, b.dlogits);
     op->free(b.be, b.loss);
     op->free(b.be, b.pred);
-    cdl_optim_free(b.opt);
-    cdl_model_free(b.m);
+    cdl_optim_destroy(b.opt);
+    cdl_model_destroy(b.m);
     cdl_backend_destroy(b.be);
     cdl_dataset_free(&ds);
     return 0;

@@ -48,6 +48,14 @@ uint64_t cdl_alloc_count(void);            /* number of successful cdl_malloc/ca
  * OMP_NUM_THREADS, else the CPUs in this process's affinity mask. */
 int cdl_default_threads(void);
 
+/* Objects are made by cdl_X_create and released by cdl_X_destroy. The names
+ * before that rule, deprecated (for code not yet updated; to be removed): */
+#define cdl_model_free cdl_model_destroy
+#define cdl_optim_free cdl_optim_destroy
+#define cdl_loader_free cdl_loader_destroy
+#define cdl_dist_init cdl_dist_create
+#define cdl_dist_finalize cdl_dist_destroy
+
 #ifdef __cplusplus
 }
 #endif

@@ -66,7 +66,7 @@ typedef struct cdl_batch {
 typedef struct cdl_loader cdl_loader;
 
 cdl_loader *cdl_loader_create(const cdl_dataset *d, const cdl_loader_config *cfg);
-void cdl_loader_free(cdl_loader *l);
+void cdl_loader_destroy(cdl_loader *l);
 
 /* Samples this rank sees per epoch, and batches per epoch. */
 long cdl_loader_samples(const cdl_loader *l);

@@ -40,10 +40,10 @@ typedef struct cdl_dist cdl_dist;
  * (may be NULL: host memory) is the compute backend whose buffers the
  * collectives take; on a GPU it picks nccl or the GPU groups of MPS-packed
  * replicas and holds pinned staging memory, so destroy it only after
- * cdl_dist_finalize. */
-cdl_dist *cdl_dist_init(const cdl_rank_info *info, const char *backend, cdl_backend *be,
-                        double timeout_s);
-void cdl_dist_finalize(cdl_dist *d);
+ * cdl_dist_destroy. */
+cdl_dist *cdl_dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,
+                          double timeout_s);
+void cdl_dist_destroy(cdl_dist *d);
 
 int cdl_dist_rank(const cdl_dist *d);
 int cdl_dist_world(const cdl_dist *d);

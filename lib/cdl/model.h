@@ -87,7 +87,7 @@ typedef struct cdl_model cdl_model;
  * shape, allocating every buffer a step needs (activations, workspaces). */
 cdl_model *cdl_model_create(const cdl_model_spec *spec, cdl_shape input, int max_batch,
                             cdl_backend *be);
-void cdl_model_free(cdl_model *m);
+void cdl_model_destroy(cdl_model *m);
 
 /* PyTorch's default initialisation (kaiming_uniform a=sqrt(5) for weights,
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for biases), from a seeded generator. */

@@ -33,7 +33,7 @@ typedef struct cdl_optim cdl_optim;
 /* State buffers (momentum, or exp_avg and exp_avg_sq) are flat, nparams
  * floats each, in the backend's memory, laid out like the parameters. */
 cdl_optim *cdl_optim_create(const cdl_optim_config *cfg, size_t nparams, cdl_backend *be);
-void cdl_optim_free(cdl_optim *o);
+void cdl_optim_destroy(cdl_optim *o);
 
 /* One update of params from grads at learning rate lr; increments steps. */
 void cdl_optim_step(cdl_optim *o, float *params_dev, const float *grads_dev, float lr);

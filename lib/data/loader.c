@@ -242,7 +242,7 @@ cdl_loader *cdl_loader_create(const cdl_dataset *d, const cdl_loader_config *cfg
     return l;
 }
 
-void cdl_loader_free(cdl_loader *l)
+void cdl_loader_destroy(cdl_loader *l)
 {
     if (l)
         loader_destroy(l, 1);

@@ -354,8 +354,8 @@ static coll *make_flat(cdl_dist *d, const char *kind)
     return c;
 }
 
-cdl_dist *cdl_dist_init(const cdl_rank_info *info, const char *backend, cdl_backend *be,
-                        double timeout_s)
+cdl_dist *cdl_dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,
+                          double timeout_s)
 {
     cdl_dist *d = cdl_calloc(1, sizeof *d);
     if (!d)
@@ -398,13 +398,13 @@ fail:
     {
         char msg[2048];
         snprintf(msg, sizeof msg, "%s", cdl_last_error());
-        cdl_dist_finalize(d);
+        cdl_dist_destroy(d);
         cdl_error("%s", msg);
     }
     return NULL;
 }
 
-void cdl_dist_finalize(cdl_dist *d)
+void cdl_dist_destroy(cdl_dist *d)
 {
     if (!d)
         return;

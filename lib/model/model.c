@@ -256,11 +256,11 @@ cdl_model *cdl_model_create(const cdl_model_spec *spec, cdl_shape input, int max
         goto fail;
     return m;
 fail:
-    cdl_model_free(m);
+    cdl_model_destroy(m);
     return NULL;
 }
 
-void cdl_model_free(cdl_model *m)
+void cdl_model_destroy(cdl_model *m)
 {
     if (!m)
         return;

@@ -87,14 +87,14 @@ cdl_optim *cdl_optim_create(const cdl_optim_config *cfg, size_t nparams, cdl_bac
         if (!o->state[i]) {
             cdl_error("%s: cannot allocate optimizer state for %zu parameters: %s",
                       cdl_optim_kind_name(cfg->kind), nparams, cdl_last_error());
-            cdl_optim_free(o);
+            cdl_optim_destroy(o);
             return NULL;
         }
     }
     return o;
 }
 
-void cdl_optim_free(cdl_optim *o)
+void cdl_optim_destroy(cdl_optim *o)
 {
     if (!o)
         return;

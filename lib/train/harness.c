@@ -293,8 +293,8 @@ static int run_epochs(run *r, cdl_train_result *res)
 static void run_free(run *r)
 {
     cdl_backend *be = r->be;
-    cdl_loader_free(r->train_loader);
-    cdl_loader_free(r->val_loader);
+    cdl_loader_destroy(r->train_loader);
+    cdl_loader_destroy(r->val_loader);
     if (be) {
         be->ops->free(be, r->x_dev);
         be->ops->free(be, r->y_dev);
@@ -306,15 +306,15 @@ static void run_free(run *r)
     cdl_free(r->h_pred);
     loop_free(r);
     ddp_free(r->ddp);
-    cdl_optim_free(r->optim);
-    cdl_model_free(r->model);
+    cdl_optim_destroy(r->optim);
+    cdl_model_destroy(r->model);
     if (r->have_train)
         cdl_dataset_free(&r->train);
     if (r->have_test)
         cdl_dataset_free(&r->test);
     train_report_free(r->rep);
     /* The collectives may hold pinned memory of the backend. */
-    cdl_dist_finalize(r->dist);
+    cdl_dist_destroy(r->dist);
     if (r->own_be)
         cdl_backend_destroy(be);
 }
@@ -408,7 +408,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (!r.be)
         return -1;
     if (r.ri.world > 1) {
-        r.dist = cdl_dist_init(&r.ri, cfg->dist_backend, r.be, 0);
+        r.dist = cdl_dist_create(&r.ri, cfg->dist_backend, r.be, 0);
         if (!r.dist)
             goto out;
     }

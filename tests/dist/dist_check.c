@@ -91,7 +91,7 @@ int main(int argc, char **argv)
           want_world);
     CHECK(!want_nodes || info.nnodes == want_nodes, "%d nodes, expected %d", info.nnodes,
           want_nodes);
-    cdl_dist *d = cdl_dist_init(&info, backend, NULL, 0);
+    cdl_dist *d = cdl_dist_create(&info, backend, NULL, 0);
     CHECK(d, "%s", cdl_last_error());
     const char *name = cdl_dist_backend_name(d);
     CHECK(!want_backend || !strcmp(name, want_backend), "backend %s, expected %s", name,
@@ -142,6 +142,6 @@ int main(int argc, char **argv)
     cdl_free(all);
     cdl_free(buf);
     cdl_free(pl);
-    cdl_dist_finalize(d);
+    cdl_dist_destroy(d);
     return 0;
 }

@@ -66,7 +66,7 @@ int main(int argc, char **argv)
         return 1;
     }
     cdl_backend *be = cdl_backend_cuda_create(info.local_rank);
-    cdl_dist *d = be ? cdl_dist_init(&info, "nccl", be, 60) : NULL;
+    cdl_dist *d = be ? cdl_dist_create(&info, "nccl", be, 60) : NULL;
     float *buf = d ? be->ops->alloc(be, N * sizeof(float)) : NULL;
     if (!buf) {
         fprintf(stderr, "coll_order: rank %d: %s\n", info.rank, cdl_last_error());
@@ -90,7 +90,7 @@ int main(int argc, char **argv)
         printf("rank %d:      allgather: rc %d, %s\n", r, rc, cdl_last_error());
 
     be->ops->free(be, buf);
-    cdl_dist_finalize(d);
+    cdl_dist_destroy(d);
     cdl_backend_destroy(be);
     return failures ? 1 : 0;
 }

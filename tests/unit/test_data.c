@@ -718,7 +718,7 @@ static void test_normalisation_values(void **state)
         assert_float_equal(b.x[8 + i], (1 - 0.4465) / 0.2616, 1e-6);
     }
     assert_int_equal(cdl_loader_next(l, &b), 0);
-    cdl_loader_free(l);
+    cdl_loader_destroy(l);
 }
 
 /* ------------------------------------------------------------ loader */
@@ -780,7 +780,7 @@ static void test_loader_ranks(void **state)
             }
             assert_int_equal(k, expect);
             assert_int_equal(cdl_loader_next(l, &b), 0);   /* stays at the end */
-            cdl_loader_free(l);
+            cdl_loader_destroy(l);
         }
         int total = 0, twice = 0;
         for (int i = 0; i < n; i++) {
@@ -814,7 +814,7 @@ static void test_loader_drop_last_and_errors(void **state)
     assert_int_equal(b.n, 4);
     assert_int_equal(decode_index(b.x + 4 * 3), 7);
     assert_int_equal(cdl_loader_next(l, &b), 0);
-    cdl_loader_free(l);
+    cdl_loader_destroy(l);
 
     cfg.drop_last = 0;
     l = cdl_loader_create(&t.d, &cfg);
@@ -824,7 +824,7 @@ static void test_loader_drop_last_and_errors(void **state)
     assert_int_equal(b.n, 2);
     assert_int_equal(b.index, 2);
     assert_int_equal(decode_index(b.x + 4), 9);
-    cdl_loader_free(l);
+    cdl_loader_destroy(l);
 
     cfg.drop_last = 1;
     cfg.batch_size = 11;
@@ -846,7 +846,7 @@ static void test_loader_drop_last_and_errors(void **state)
     assert_int_equal(cdl_loader_batches(l), 0);
     assert_int_equal(cdl_loader_start_epoch(l, 0, 0), 0);
     assert_int_equal(cdl_loader_next(l, &b), 0);
-    cdl_loader_free(l);
+    cdl_loader_destroy(l);
 }
 
 /* All of epoch `epoch` from first_batch on, as floats and labels. */
@@ -883,7 +883,7 @@ static void test_loader_workers_resume(void **state)
     cdl_loader *l0 = cdl_loader_create(&d, &cfg);
     size_t n = run_epoch(l0, 3, 0, ref, yref, iref);
     assert_int_equal(n, 45);
-    cdl_loader_free(l0);
+    cdl_loader_destroy(l0);
 
     /* Each sample is its dataset image cropped and flipped as drawn. */
     int32_t order[CN];
@@ -925,7 +925,7 @@ static void test_loader_workers_resume(void **state)
             /* A different epoch differs. */
             run_epoch(l, 4, 0, got, ygot, igot);
             assert_memory_not_equal(ref, got, 45 * 3072 * sizeof *got);
-            cdl_loader_free(l);
+            cdl_loader_destroy(l);
         }
     free(ref);
     free(got);
@@ -951,7 +951,7 @@ static void test_loader_allocates_nothing(void **state)
                 got++;
         }
         assert_int_equal(cdl_alloc_count(), before);
-        cdl_loader_free(l);
+        cdl_loader_destroy(l);
     }
     cdl_dataset_free(&d);
 }

@@ -63,7 +63,7 @@ static double loader_ns(const cdl_dataset *d, int augment, int workers)
         double t = (now() - t0) / n * 1e9;
         best = t < best ? t : best;
     }
-    cdl_loader_free(l);
+    cdl_loader_destroy(l);
     return best;
 }
 

@@ -48,7 +48,7 @@ static cdl_dist *open_dist(const char *backend, double timeout)
     cdl_rank_info info;
     if (cdl_rank_discover(&info))
         return NULL;
-    return cdl_dist_init(&info, backend, NULL, timeout);
+    return cdl_dist_create(&info, backend, NULL, timeout);
 }
 
 /* The fixed order: flat, x0 + x1 + ...; over nodes, each node's sum in
@@ -105,7 +105,7 @@ static int allreduce_rank(int rank, int world, void *arg)
     double wsum = world * (world - 1) / 2.0;
     CHILD_CHECK(m[0] == wsum && m[1] == world && m[2] == 0.5 * wsum, "f64 %g %g %g", m[0], m[1],
                 m[2]);
-    cdl_dist_finalize(d);
+    cdl_dist_destroy(d);
     return bad;
 }
 
@@ -179,7 +179,7 @@ static int others_rank(int rank, int world, void *arg)
     for (int r = 0; r < world; r++)
         for (int i = 0; i < 13; i++)
             CHILD_CHECK(all[r * 13 + i] == (char)(r * 13 + i), "allgather: rank %d byte %d", r, i);
-    cdl_dist_finalize(d);
+    cdl_dist_destroy(d);
     return 0;
 }
 
@@ -241,7 +241,7 @@ static int mixed_rank(int rank, int world, void *arg)
         }
     }
     cdl_free(buf);
-    cdl_dist_finalize(d);
+    cdl_dist_destroy(d);
     return 0;
 }
 
@@ -272,7 +272,7 @@ static int unlinked_rank(int rank, int world, void *arg)
         found += strstr(e->d_name, job) != NULL;
     closedir(dir);
     CHILD_CHECK(found == 0, "rank %d sees %d segment(s) of job %s", rank, found, job);
-    cdl_dist_finalize(d);
+    cdl_dist_destroy(d);
     return 0;
 }
 
@@ -302,7 +302,7 @@ static int killed_rank(int rank, int world, void *arg)
     CHILD_CHECK(strstr(cdl_last_error(), want), "error '%s' does not name %s", cdl_last_error(),
                 want);
     fprintf(stderr, "(expected) %s\n", cdl_last_error());
-    cdl_dist_finalize(d);
+    cdl_dist_destroy(d);
     return 0;
 }
 
@@ -438,14 +438,14 @@ static void test_refused_backends(void **state)
     (void)state;
     cdl_rank_info info = {.rank = 0, .world = 2, .local_world = 2, .nnodes = 1,
                           .replicas_per_gpu = 1, .source = "contract"};
-    assert_null(cdl_dist_init(&info, "carrier-pigeon", NULL, 1));
+    assert_null(cdl_dist_create(&info, "carrier-pigeon", NULL, 1));
     assert_non_null(strstr(cdl_last_error(), "'carrier-pigeon'"));
     info.nnodes = 2;
-    assert_null(cdl_dist_init(&info, "shm", NULL, 1));
+    assert_null(cdl_dist_create(&info, "shm", NULL, 1));
     assert_non_null(strstr(cdl_last_error(), "one node"));
     /* NCCL reduces GPU memory: on the CPU backend it is refused before any
      * rank waits for another, with what to use instead. */
-    assert_null(cdl_dist_init(&info, "nccl", NULL, 1));
+    assert_null(cdl_dist_create(&info, "nccl", NULL, 1));
     assert_non_null(strstr(cdl_last_error(), "needs the cuda backend (--device cuda)"));
     assert_non_null(strstr(cdl_last_error(), "use auto, shm, mpi or hier"));
 }

@@ -20,7 +20,7 @@ static int ddp_rank(int rank, int world, void *arg)
     (void)world;
     cdl_rank_info info;
     CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
-    cdl_dist *d = cdl_dist_init(&info, "shm", NULL, 30);
+    cdl_dist *d = cdl_dist_create(&info, "shm", NULL, 30);
     CHILD_CHECK(d, "%s", cdl_last_error());
     cdl_backend *be = cdl_backend_cpu_create(1);
     CHILD_CHECK(be, "%s", cdl_last_error());
@@ -65,9 +65,9 @@ static int ddp_rank(int rank, int world, void *arg)
     cdl_free(loss);
     cdl_free(want);
     ddp_free(g);
-    cdl_model_free(m);
+    cdl_model_destroy(m);
     cdl_backend_destroy(be);
-    cdl_dist_finalize(d);
+    cdl_dist_destroy(d);
     return 0;
 }
 

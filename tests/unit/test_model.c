@@ -109,7 +109,7 @@ static void test_views(void **state)
     assert_int_equal(cdl_model_input(m).h, 28);
     assert_ptr_equal(cdl_model_backend(m), be);
     assert_string_equal(cdl_model_get_spec(m)->source, "lenet");
-    cdl_model_free(m);
+    cdl_model_destroy(m);
 
     /* Layers without bias have one view. */
     m = from_text("conv2d 3 kernel=3 bias=false\nflatten\nlinear 2 bias=false name=out\n",
@@ -117,7 +117,7 @@ static void test_views(void **state)
     assert_int_equal(cdl_model_nviews(m), 2);
     assert_string_equal(cdl_model_view(m, 1)->name, "out.weight");
     assert_int_equal(cdl_model_nparams(m), 3 * 2 * 9 + 2 * 12);
-    cdl_model_free(m);
+    cdl_model_destroy(m);
 }
 
 static void test_init(void **state)
@@ -158,8 +158,8 @@ static void test_init(void **state)
     }
     free(pa);
     free(pb);
-    cdl_model_free(a);
-    cdl_model_free(b);
+    cdl_model_destroy(a);
+    cdl_model_destroy(b);
 
     /* Each view has its own stream: a layer added at the end leaves the
      * others' initial values alone. */
@@ -172,8 +172,8 @@ static void test_init(void **state)
     assert_memory_equal(pa, pb, cdl_model_nparams(a) * sizeof *pa);
     free(pa);
     free(pb);
-    cdl_model_free(a);
-    cdl_model_free(b);
+    cdl_model_destroy(a);
+    cdl_model_destroy(b);
 }
 
 /* ------------------------------------------------ float64 reference model */
@@ -328,7 +328,7 @@ static void check_fd(int train)
     free(xh);
     loss_bufs_free(&lb);
     be->ops->free(be, x);
-    cdl_model_free(m);
+    cdl_model_destroy(m);
 }
 
 static void test_finite_differences_train(void **state)
@@ -405,7 +405,7 @@ static void test_grad_ready_ranges(void **state)
         free(xh);
         loss_bufs_free(&lb);
         be->ops->free(be, x);
-        cdl_model_free(m);
+        cdl_model_destroy(m);
     }
 }
 
@@ -447,8 +447,8 @@ static void test_deterministic_and_overwrites(void **state)
     free(xh);
     loss_bufs_free(&lb);
     be->ops->free(be, x);
-    cdl_model_free(a);
-    cdl_model_free(b);
+    cdl_model_destroy(a);
+    cdl_model_destroy(b);
 }
 
 /* The model keeps its own copy of the input: refilling the caller's buffer
@@ -480,7 +480,7 @@ static void test_input_may_change_before_backward(void **state)
     free(xh);
     loss_bufs_free(&lb);
     be->ops->free(be, x);
-    cdl_model_free(m);
+    cdl_model_destroy(m);
 }
 
 /* A batch smaller than max_batch gives the same rows as a full one. */
@@ -499,7 +499,7 @@ static void test_partial_batch(void **state)
     free(part);
     free(xh);
     be->ops->free(be, x);
-    cdl_model_free(m);
+    cdl_model_destroy(m);
 }
 
 static void test_no_allocation_in_step(void **state)
@@ -531,8 +531,8 @@ static void test_no_allocation_in_step(void **state)
     free(xh);
     loss_bufs_free(&lb);
     be->ops->free(be, x);
-    cdl_optim_free(opt);
-    cdl_model_free(m);
+    cdl_optim_destroy(opt);
+    cdl_model_destroy(m);
 }
 
 /* -------------------------------------------------------------- misuse */
@@ -571,8 +571,8 @@ static void test_errors(void **state)
     assert_null(cdl_model_forward(m, x, 0, 0, 0));
     assert_null(cdl_model_forward(m, NULL, 2, 0, 0));
     be->ops->free(be, x);
-    cdl_model_free(m);
-    cdl_model_free(NULL);
+    cdl_model_destroy(m);
+    cdl_model_destroy(NULL);
 }
 
 static void test_print(void **state)
@@ -590,7 +590,7 @@ static void test_print(void **state)
     assert_non_null(strstr(buf, "fc1      linear 120"));
     assert_non_null(strstr(buf, "48120"));
     free(buf);
-    cdl_model_free(m);
+    cdl_model_destroy(m);
 }
 
 int main(void)

@@ -109,7 +109,7 @@ static void check_lenet(const char *prefix, cdl_shape in, size_t nparams)
 
     loss_bufs_free(&lb);
     be->ops->free(be, x);
-    cdl_model_free(m);
+    cdl_model_destroy(m);
     fixture_free(fx);
 }
 
@@ -176,10 +176,10 @@ static void test_allkinds_training(void **state)
     }
     check_views(m, cdl_model_params(m), fx, "final/", GRAD_TOL);
 
-    cdl_optim_free(opt);
+    cdl_optim_destroy(opt);
     loss_bufs_free(&lb);
     be->ops->free(be, x);
-    cdl_model_free(m);
+    cdl_model_destroy(m);
     fixture_free(fx);
 }
 

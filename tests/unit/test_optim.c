@@ -87,7 +87,7 @@ static void run_case(const char *name)
     }
     be->ops->free(be, p);
     be->ops->free(be, g);
-    cdl_optim_free(o);
+    cdl_optim_destroy(o);
 }
 
 static void test_against_torch(void **state)
@@ -156,9 +156,9 @@ static void test_ranges_and_resume(void **state)
         be->ops->free(be, pw);
         be->ops->free(be, pp);
         be->ops->free(be, g);
-        cdl_optim_free(whole);
-        cdl_optim_free(parts);
-        cdl_optim_free(resumed);
+        cdl_optim_destroy(whole);
+        cdl_optim_destroy(parts);
+        cdl_optim_destroy(resumed);
     }
 }
 
@@ -186,13 +186,13 @@ static void test_config(void **state)
     assert_null(cdl_optim_state(o, 0));
     assert_null(cdl_optim_state_name(o, 0));
     assert_int_equal(cdl_optim_get_config(o)->kind, CDL_OPTIM_SGD);
-    cdl_optim_free(o);
+    cdl_optim_destroy(o);
     c.momentum = 0.9f;
     o = cdl_optim_create(&c, 10, be);
     assert_int_equal(cdl_optim_nstate(o), 1);
     assert_string_equal(cdl_optim_state_name(o, 0), "momentum_buffer");
     assert_non_null(cdl_optim_state(o, 0));
-    cdl_optim_free(o);
+    cdl_optim_destroy(o);
     c = cdl_optim_defaults(CDL_OPTIM_ADAM);
     o = cdl_optim_create(&c, 10, be);
     assert_int_equal(cdl_optim_nstate(o), 2);
@@ -210,8 +210,8 @@ static void test_config(void **state)
     assert_non_null(strstr(cdl_last_error(), "invalid step count -1"));
     be->ops->free(be, p);
     be->ops->free(be, g);
-    cdl_optim_free(o);
-    cdl_optim_free(NULL);
+    cdl_optim_destroy(o);
+    cdl_optim_destroy(NULL);
 
     static const struct {
         cdl_optim_kind kind;

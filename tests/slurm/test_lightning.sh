@@ -25,7 +25,7 @@ if ! "$venv/bin/python" -c 'import pytorch_lightning' >/dev/null 2>&1; then
     "$PY" -m venv --system-site-packages "$venv.tmp" ||
         skip "$PY -m venv failed (install python3-venv)"
     # shellcheck disable=SC2086
-    if ! timeout 600 "$venv.tmp/bin/python" -m pip install -q --no-deps \
+    if ! timeout 600 "$venv.tmp/bin/python" -m pip install -q --no-deps --no-cache-dir \
             --disable-pip-version-check $PINS; then
         rm -rf "$venv.tmp"
         skip "cannot install Lightning from PyPI ($(echo $PINS)): no network or no PyPI here"

@@ -112,9 +112,17 @@ static void usage(FILE *f)
             CDL_EXIT_REQUEUE);
 }
 
+/* Values are echoed cut at 80 characters ('%.80s%s', s, ell(s)): a 100 KB
+ * argument must not make a 100 KB error line. */
+static const char *ell(const char *s)
+{
+    return strlen(s) > 80 ? "..." : "";
+}
+
 static int bad(const char *opt, const char *val, const char *why)
 {
-    fprintf(stderr, "cdl-train: --%s '%s': %s (see cdl-train --help)\n", opt, val, why);
+    fprintf(stderr, "cdl-train: --%s '%.80s%s': %s (see cdl-train --help)\n", opt, val, ell(val),
+            why);
     return -1;
 }
 
@@ -149,6 +157,23 @@ static int parse_float(const char *opt, const char *s, double lo, double hi, flo
     char why[96];
     if (end == s || *end || errno == ERANGE || !isfinite(v) || v < lo || v > hi) {
         snprintf(why, sizeof why, "expected a number from %g to %g", lo, hi);
+        return bad(opt, s, why);
+    }
+    *out = (float)v;
+    return 0;
+}
+
+/* A number in [lo, hi): Adam's betas, as torch.optim.Adam checks them
+ * (0 <= beta < 1; beta = 1 would never forget and divides by 1 - beta^t = 0). */
+static int parse_float_below(const char *opt, const char *s, double lo, double hi, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    char why[96];
+    if (end == s || *end || errno == ERANGE || !isfinite(v) || v < lo || !((float)v < hi)) {
+        snprintf(why, sizeof why, "expected a number from %g up to, not including, %g (as in "
+                 "PyTorch)", lo, hi);
         return bad(opt, s, why);
     }
     *out = (float)v;
@@ -193,8 +218,8 @@ static int read_env(cdl_train_config *cfg)
         char *end;
         long v = strtol(kb, &end, 10);
         if (*end || v < 1 || v > (1L << 22)) {
-            fprintf(stderr, "cdl-train: CDL_DDP_BUCKET_KB '%s': give a bucket size in KiB "
-                    "(1..4194304) or unset it (25 MiB)\n", kb);
+            fprintf(stderr, "cdl-train: CDL_DDP_BUCKET_KB '%.80s%s': give a bucket size in KiB "
+                    "(1..4194304) or unset it (25 MiB)\n", kb, ell(kb));
             return -1;
         }
         cfg->ddp_bucket_kb = v;
@@ -202,8 +227,8 @@ static int read_env(cdl_train_config *cfg)
     const char *graphs = getenv("CDL_CUDA_GRAPHS");
     if (graphs && *graphs) {
         if (strcasecmp(graphs, "on") && strcasecmp(graphs, "off")) {
-            fprintf(stderr, "cdl-train: CDL_CUDA_GRAPHS '%s': use on or off (or unset it: on "
-                    "for CUDA)\n", graphs);
+            fprintf(stderr, "cdl-train: CDL_CUDA_GRAPHS '%.80s%s': use on or off (or unset it: on "
+                    "for CUDA)\n", graphs, ell(graphs));
             return -1;
         }
         cfg->cuda_graphs = strcasecmp(graphs, "on") ? -1 : 1;
@@ -256,8 +281,8 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case OPT_DAMPENING: rc = parse_float(name, a, 0, 1, &cfg->optim.dampening); break;
         case OPT_NESTEROV: cfg->optim.nesterov = 1; break;
         case OPT_WD: rc = parse_float(name, a, 0, 10, &cfg->optim.weight_decay); wd_given = 1; break;
-        case OPT_BETA1: rc = parse_float(name, a, 0, 0.999999, &cfg->optim.beta1); break;
-        case OPT_BETA2: rc = parse_float(name, a, 0, 0.99999999, &cfg->optim.beta2); break;
+        case OPT_BETA1: rc = parse_float_below(name, a, 0, 1, &cfg->optim.beta1); break;
+        case OPT_BETA2: rc = parse_float_below(name, a, 0, 1, &cfg->optim.beta2); break;
         case OPT_EPS: rc = parse_float(name, a, 1e-20, 1, &cfg->optim.eps); break;
         case OPT_SCHEDULE: {
             int k = cdl_sched_kind_parse(a);
@@ -309,17 +334,18 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case 'h': usage(stdout); return 1;
         case OPT_VERSION: printf("cdl-train (cdl) %s\n", cdl_version()); return 1;
         case ':':
-            fprintf(stderr, "cdl-train: option '%s' needs a value (see cdl-train --help)\n",
-                    argv[optind - 1]);
+            fprintf(stderr, "cdl-train: option '%.80s%s' needs a value (see cdl-train --help)\n",
+                    argv[optind - 1], ell(argv[optind - 1]));
             return -1;
         default:
-            fprintf(stderr, "cdl-train: unknown option '%s' (see cdl-train --help)\n",
-                    argv[optind - 1]);
+            fprintf(stderr, "cdl-train: unknown option '%.80s%s' (see cdl-train --help)\n",
+                    argv[optind - 1], ell(argv[optind - 1]));
             return -1;
         }
     }
     if (rc == 0 && optind < argc) {
-        fprintf(stderr, "cdl-train: unexpected argument '%s' (see cdl-train --help)\n", argv[optind]);
+        fprintf(stderr, "cdl-train: unexpected argument '%.80s%s' (see cdl-train --help)\n",
+                argv[optind], ell(argv[optind]));
         return -1;
     }
     if (rc == 0 && cfg->optim.kind != CDL_OPTIM_SGD && cfg->optim.nesterov) {

@@ -44,6 +44,12 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name)
     return argv[++*i];
 }
 
+/* Echoed values are cut at 80 characters: '%.80s%s', s, ell(s). */
+static const char *ell(const char *s)
+{
+    return strlen(s) > 80 ? "..." : "";
+}
+
 static int is_opt(const char *arg, const char *name)
 {
     size_t n = strlen(name);
@@ -73,8 +79,8 @@ static int parse(int argc, char **argv, run *r)
                 return -1;
             long n = strtol(v, &end, 10);
             if (end == v || *end || n < 1 || n > CDLRUN_MAX_RANKS) {
-                fprintf(stderr, "cdlrun: -n '%s': give a number of ranks from 1 to %d\n", v,
-                        CDLRUN_MAX_RANKS);
+                fprintf(stderr, "cdlrun: -n '%.80s%s': give a number of ranks from 1 to %d\n", v,
+                        ell(v), CDLRUN_MAX_RANKS);
                 return -1;
             }
             r->n = (int)n;
@@ -82,7 +88,7 @@ static int parse(int argc, char **argv, run *r)
             if (!(v = opt_value(argc, argv, &i, "--bind")))
                 return -1;
             if (strcmp(v, "auto") && strcmp(v, "none") && strcmp(v, "cores")) {
-                fprintf(stderr, "cdlrun: --bind '%s': use auto, none or cores\n", v);
+                fprintf(stderr, "cdlrun: --bind '%.80s%s': use auto, none or cores\n", v, ell(v));
                 return -1;
             }
             r->bind_cores = !strcmp(v, "cores");
@@ -94,14 +100,17 @@ static int parse(int argc, char **argv, run *r)
         } else if (is_opt(a, "--timeout")) {
             if (!(v = opt_value(argc, argv, &i, "--timeout")))
                 return -1;
+            errno = 0;
             double t = strtod(v, &end);
-            if (end == v || *end || !(t > 0)) {
-                fprintf(stderr, "cdlrun: --timeout '%s': give seconds > 0\n", v);
+            /* What every rank accepts as CDL_TIMEOUT (dist_resolve_timeout). */
+            if (end == v || *end || errno || !(t > 0) || t > CDL_MAX_TIMEOUT) {
+                fprintf(stderr, "cdlrun: --timeout '%.80s%s': give seconds > 0, at most %g\n", v,
+                        ell(v), CDL_MAX_TIMEOUT);
                 return -1;
             }
             r->timeout = t;
         } else {
-            fprintf(stderr, "cdlrun: unknown option '%s' (see cdlrun --help)\n", a);
+            fprintf(stderr, "cdlrun: unknown option '%.80s%s' (see cdlrun --help)\n", a, ell(a));
             return -1;
         }
     }

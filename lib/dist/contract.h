@@ -47,6 +47,7 @@
 
 /* Default of CDL_TIMEOUT, in seconds. */
 #define CDL_DEFAULT_TIMEOUT 300
+#define CDL_MAX_TIMEOUT 1e7   /* seconds: CDL_TIMEOUT and cdlrun --timeout */
 
 /* Exit code of a rank (and of cdlrun) that checkpointed after SIGUSR1 or
  * SIGTERM and wants the job requeued: EX_TEMPFAIL, as CDL_EXIT_REQUEUE in

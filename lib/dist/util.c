@@ -32,7 +32,7 @@ int dist_resolve_timeout(double t, double *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v > 0) || v > 1e7)
+    if (errno || end == s || *end || !(v > 0) || v > CDL_MAX_TIMEOUT)
         return cdl_error(CDL_ENV_TIMEOUT "='%s' is not a positive number of seconds: "
                          "unset it or give e.g. " CDL_ENV_TIMEOUT "=300", s);
     *out = v;

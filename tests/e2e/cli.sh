@@ -25,6 +25,15 @@ CDL_TF32=maybe expect_status 2 "$CDL_TRAIN" --epochs 1;        expect_err "CDL_T
 CDL_DDP_BUCKET_KB=0 expect_status 2 "$CDL_TRAIN" --epochs 1;   expect_err "CDL_DDP_BUCKET_KB '0'"
 CDL_CUDA_GRAPHS=maybe expect_status 2 "$CDL_TRAIN" --epochs 1; expect_err "CDL_CUDA_GRAPHS 'maybe'"
 expect_status 2 "$CDL_TRAIN" --tf32 maybe;          expect_err "--tf32 'maybe'"
+# Adam's betas as PyTorch checks them: 0 <= beta < 1.
+expect_status 2 "$CDL_TRAIN" --beta2 1;             expect_err "not including, 1"
+expect_status 2 "$CDL_TRAIN" --beta1 -0.1;          expect_err "--beta1 '-0.1'"
+# A 100 KB value is echoed cut short.
+big=$(head -c 100000 /dev/zero | tr '\0' 7)
+expect_status 2 "$CDL_TRAIN" --lr "$big";           expect_err "777..."
+[ "$(wc -c <"$TMP/err")" -lt 300 ] || die "a 100 KB value is echoed whole"
+expect_status 2 "$CDL_TRAIN" "--$big";              expect_err "777..."
+[ "$(wc -c <"$TMP/err")" -lt 300 ] || die "a 100 KB option name is echoed whole"
 
 # Runtime errors: exit 1, naming what is wrong.
 expect_status 1 "$CDL_TRAIN" --data-dir "$TMP/none" --epochs 1

@@ -393,14 +393,23 @@ static void test_usage_errors(void **state)
     const char *zero[] = {"-n", "0", "true", NULL};
     const char *bind[] = {"-n", "2", "--bind", "sockets", "true", NULL};
     const char *noprog[] = {"-n", "2", NULL};
-    const char *const *cases[] = {no_n, zero, bind, noprog};
-    const char *msgs[] = {"-n N is required", "-n '0'", "--bind 'sockets'", "no PROGRAM"};
-    for (int k = 0; k < 4; k++) {
+    /* What no rank would accept as CDL_TIMEOUT is refused here, once. */
+    const char *inf[] = {"-n", "2", "--timeout", "1e400", "true", NULL};
+    const char *huge_t[] = {"-n", "2", "--timeout", "2e7", "true", NULL};
+    /* A long value is echoed cut short. */
+    static char longv[20000];
+    memset(longv, 'x', sizeof longv - 1);
+    const char *longb[] = {"-n", "2", "--bind", longv, "true", NULL};
+    const char *const *cases[] = {no_n, zero, bind, noprog, inf, huge_t, longb};
+    const char *msgs[] = {"-n N is required", "-n '0'", "--bind 'sockets'", "no PROGRAM",
+                          "--timeout '1e400'", "--timeout '2e7'", "xxx...': use auto"};
+    for (int k = 0; k < 7; k++) {
         launch l = {cases[k], 20, NULL, 0, 0, NULL};
         result *r = cdl_calloc(1, sizeof *r);
         run_cdlrun(&l, r);
         assert_int_equal(exit_code(r), 2);
         EXPECT_IN(r->err, msgs[k]);
+        assert_true(r->nerr < 400);
         cdl_free(r);
     }
 }

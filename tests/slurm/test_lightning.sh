@@ -53,8 +53,11 @@ check "4 ranks, each 'rank R/4 local L node N' with R = 2N + L (Slurm's block la
 check "Lightning's global rank is torch.distributed's rank" \
     test "$(echo "$lines" | awk '{split($3, r, "/"); if (r[1] == $13) n++} END {print n + 0}')" = 4
 check "Lightning detected SLURMEnvironment" test "$(echo "$lines" | grep -c 'env SLURMEnvironment ')" = 4
-check "Lightning used the plugin's MASTER_ADDR:MASTER_PORT (n1, admin range), not 15000 + job id" \
-    eval '[ "$(echo "$lines" | awk "{print \$9}" | sort -u)" = "$(echo "$lines" | awk "{print \$9}" | head -1)" ] &&
-          echo "$lines" | awk "{print \$9}" | head -1 | grep -qxE "n1:41[0-9]{3}"'
+# Lightning alone would use 15000 + the last 4 digits of the job id.
+master=$(echo "$lines" | awk '{print $9}' | sort -u)
+own=$((15000 + 10#$(printf '%s' "$id" | tail -c 4)))
+check "Lightning used the plugin's MASTER_ADDR:MASTER_PORT ($master: n1, the admin range), not its own $own" \
+    eval '[ "$(echo "$master" | wc -l)" = 1 ] && [ "${master%%:*}" = n1 ] && p=${master#n1:} &&
+          [ "$p" -ge "$CDL_PORT_LO" ] && [ "$p" -le "$CDL_PORT_HI" ] && [ "$p" != "$own" ]'
 check "training finished on rank 0" eval 'echo "$out" | grep -qx finished'
 finish

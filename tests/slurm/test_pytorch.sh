@@ -39,9 +39,11 @@ echo "$out"
 check "4 ranks started: 0/4..3/4, two per node" \
     test "$(banners "$out" | awk '{print $2, $4, $6}' | sort | tr '\n' ,)" = \
          "0/4 0/2 0,1/4 1/2 0,2/4 0/2 1,3/4 1/2 1,"
-check "every rank has the same MASTER_ADDR:PORT: n1 and a port of the admin range" \
-    eval 'banners "$out" | awk "{print \$8}" | sort -u | grep -qxE "n1:41[0-9]{3}" &&
-          [ "$(banners "$out" | awk "{print \$8}" | sort -u | wc -l)" = 1 ]'
+# n1:PORT with PORT in this cluster's port_range (cluster.sh's env.sh).
+in_range() { [ "${1%%:*}" = n1 ] && [ "${1#n1:}" -ge "$CDL_PORT_LO" ] && [ "${1#n1:}" -le "$CDL_PORT_HI" ]; }
+master=$(banners "$out" | awk '{print $8}' | sort -u)
+check "every rank has the same MASTER_ADDR:PORT ($master): n1 and a port of the admin range" \
+    eval '[ "$(echo "$master" | wc -l)" = 1 ] && in_range "$master"'
 as_user "$PY" pytorch/train_ddp.py --double --epochs 2 --samples 1024 --batch-size 128 \
     --save single.pt >/dev/null 2>&1
 cmp=$(cd "$WORK" && "$PY" - <<'EOF'

@@ -15,8 +15,10 @@
 #   6. trains one epoch data-parallel with 2 ranks through cdlrun: on the
 #      nccl backend with 2 or more GPUs, else 2 replicas packed on the one GPU
 #      under MPS (CDL_REPLICAS_PER_GPU=2, the hier backend),
+#   7. runs the PyTorch templates' GPU path (tests/gpu/pytorch_templates.sh:
+#      NCCL DDP, 4 replicas packed with gloo) when PYTHON has PyTorch,
 # and prints a table last. Exit status: 0 when steps 0-2, 5 (graph and eager
-# weights agree) and 6 pass (speeds are reported against the targets, not
+# weights agree), 6 and 7 pass (speeds are reported against the targets, not
 # enforced; steps skipped for lack of time or hardware say so), 1 otherwise,
 # and 1 with a message at once when no GPU is visible.
 # Without a GPU, make check runs the same host code on a fake GPU
@@ -448,6 +450,25 @@ elif start_mps; then
     stop_mps
 else
     row "6 data-parallel" "skipped: the MPS daemon did not start ($(head -1 "$logs/mps-start.log"))"
+fi
+
+# ------------------------------------------ 7. the PyTorch templates
+# tests/gpu/pytorch_templates.sh: NCCL DDP and 4 replicas packed with gloo,
+# PyTorch's own weights checked. The rehearsal skips it (it has its own:
+# CDL_GPU_REHEARSAL=1 tests/gpu/pytorch_templates.sh).
+echo "== 7. PyTorch templates (tests/gpu/pytorch_templates.sh)"
+if [ "$rehearsal" = 1 ]; then
+    row "7 PyTorch templates" "skipped in the rehearsal (CDL_GPU_REHEARSAL=1 tests/gpu/pytorch_templates.sh)"
+elif ! "$python" -c 'import torch' >/dev/null 2>&1; then
+    row "7 PyTorch templates" "skipped: $python has no PyTorch"
+elif over_time 450; then
+    row "7 PyTorch templates" "skipped: $(elapsed) s spent, no time left in 8 minutes"
+else
+    PYTHON=$python CDL_GPU_LOGS=$logs timeout 300 "$top/tests/gpu/pytorch_templates.sh" \
+        >"$logs/pytorch-templates.log" 2>&1
+    rc=$?
+    while IFS= read -r l; do rows+=("7 $l"); done < <(grep -E '^[12]\. ' "$logs/pytorch-templates.log")
+    [ $rc = 0 ] || fail_row "7 PyTorch templates" "see $logs/pytorch-templates.log"
 fi
 
 # ----------------------------------------------------------- the table

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cdl/cdl.h>
 
@@ -30,9 +31,14 @@ static void cifar_path(char *buf, size_t len, const char *dir, int train, int i)
 /* Opens path and returns its record count, or -1. */
 static long cifar_open(const char *path, const char *hint, FILE **f)
 {
-    *f = fopen(path, "rb");
-    if (!*f)
+    int fd = data_open_regular(path, hint);
+    if (fd < 0)
+        return -1;
+    *f = fdopen(fd, "rb");
+    if (!*f) {
+        close(fd);
         return cdl_error("cannot open %s: %s: %s", path, strerror(errno), hint);
+    }
     struct stat st;
     if (fstat(fileno(*f), &st) != 0)
         return cdl_error("cannot stat %s: %s", path, strerror(errno));

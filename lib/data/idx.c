@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cdl/cdl.h>
@@ -37,11 +38,16 @@ static int idx_open(idx_file *x, const char *dir, const char *base, const char *
             return cdl_error("cannot find %s/%s.gz or %s: %s: %s", dir, base, x->path,
                              strerror(errno), hint);
     }
+    int fd = data_open_regular(x->path, hint);
+    if (fd < 0)
+        return -1;
     errno = 0;
-    x->f = gzopen(x->path, "rb");
-    if (!x->f)
+    x->f = gzdopen(fd, "rb");
+    if (!x->f) {
+        close(fd);
         return cdl_error("cannot open %s: %s: check its permissions or %s", x->path,
                          errno ? strerror(errno) : "out of memory", hint);
+    }
     gzbuffer(x->f, 1 << 17);
     return 0;
 }

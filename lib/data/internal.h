@@ -9,6 +9,11 @@
 
 /* ---------------------------------------------------------------- readers */
 
+/* Opens path for reading only if it is a regular file: a FIFO or device
+ * would block or never end. The fd (blocking again), or -1 with an error
+ * naming the file (hint: what to do when it is missing). */
+int data_open_regular(const char *path, const char *hint);
+
 /* Reads the idx pair <prefix>-images-idx3-ubyte[.gz] / <prefix>-labels-idx1-ubyte[.gz]
  * (prefix "train" or "t10k") from dir: 28x28 uint8 images, labels < classes.
  * Fills n, shape, images, labels of out; hint says what to do when a file is

@@ -1,4 +1,4 @@
 # lib/data: idx / CIFAR readers, synthetic data, the threaded loader.
 libcdl_core_la_SOURCES += lib/data/dataset.c lib/data/idx.c lib/data/cifar.c \
 	lib/data/sampler.c lib/data/augment.c lib/data/loader.c
-libcdl_core_la_SOURCES += lib/data/internal.h
+libcdl_core_la_SOURCES += lib/data/internal.h lib/data/open.c

@@ -313,6 +313,42 @@ static void test_idx_header_claims_too_much(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* A FIFO in place of a dataset file is an error naming it, not a read that
+ * blocks forever (checked in a child with an alarm, so the old behaviour
+ * fails instead of hanging the suite). */
+static int load_fails_not_regular(const char *name, const char *file)
+{
+    cdl_dataset d;
+    alarm(20);
+    return cdl_dataset_load(name, tmpdir, name[0] == 'c' ? 0 : 1, &d) == -1 &&
+           strstr(cdl_last_error(), "is not a regular file (a FIFO)") &&
+           strstr(cdl_last_error(), tmp_path(file));
+}
+
+static void test_fifo_is_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *dataset, *file;
+    } cases[] = {{"mnist", "train-images-idx3-ubyte"}, {"cifar10", "test_batch.bin"}};
+    for (int k = 0; k < 2; k++) {
+        clear_tmpdir();
+        write_good_idx("train", 0);
+        unlink(tmp_path(cases[k].file));
+        assert_int_equal(mkfifo(tmp_path(cases[k].file), 0600), 0);
+        fflush(NULL);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0)
+            _exit(load_fails_not_regular(cases[k].dataset, cases[k].file) ? 0 : 1);
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            fail_msg("%s: a FIFO was not refused (status 0x%x)", cases[k].file, status);
+    }
+    clear_tmpdir();
+}
+
 static void test_idx_count_mismatch(void **state)
 {
     (void)state;
@@ -965,6 +1001,7 @@ int main(void)
         cmocka_unit_test(test_idx_wrong_magic),
         cmocka_unit_test(test_idx_truncated),
         cmocka_unit_test(test_idx_header_claims_too_much),
+        cmocka_unit_test(test_fifo_is_refused),
         cmocka_unit_test(test_idx_trailing),
         cmocka_unit_test(test_idx_count_mismatch),
         cmocka_unit_test(test_idx_bad_label_and_size),

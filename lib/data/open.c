@@ -1,0 +1,36 @@
+/* Opening dataset files: regular files only (internal.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+#include "lib/data/internal.h"
+
+int data_open_regular(const char *path, const char *hint)
+{
+    /* O_NONBLOCK: opening a FIFO without a writer would wait forever. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return cdl_error("cannot open %s: %s: check its permissions or %s", path,
+                         strerror(errno), hint);
+    struct stat st = {0};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int err = errno;
+        close(fd);
+        return cdl_error("%s is not a regular file (%s): a dataset file must be a plain file; "
+                         "%s", path, S_ISFIFO(st.st_mode)  ? "a FIFO"
+                                     : S_ISDIR(st.st_mode) ? "a directory"
+                                     : err                 ? strerror(err)
+                                                           : "a device or socket", hint);
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int err = errno;
+        close(fd);
+        return cdl_error("cannot read %s: %s", path, strerror(err));
+    }
+    return fd;
+}

@@ -101,7 +101,7 @@ static void usage(FILE *f)
 "                               on a GPU with one rank; env CDL_CUDA_GRAPHS]\n"
 "  -t, --threads N              compute threads [SLURM_CPUS_PER_TASK, OMP_NUM_THREADS or all]\n"
 "      --workers N              data loader threads [1]\n"
-"      --dist-backend NAME      auto, shm, mpi, hier, nccl [auto]\n"
+"      --dist-backend NAME      auto, shm, mpi, hier, hier:mpi|nccl|store, nccl [auto]\n"
 "      --metrics FILE           append one JSON object per epoch\n"
 "      --progress | --no-progress  live bar (default: when stderr is a terminal)\n"
 "  -q, --quiet                  no output but errors\n"
@@ -241,7 +241,8 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
 {
     static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", NULL};
     static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
-    static const char *const dists[] = {"auto", "shm", "mpi", "hier", "nccl", "single", NULL};
+    static const char *const dists[] = {"auto", "shm", "mpi", "hier", "hier:mpi", "hier:nccl",
+                                        "hier:store", "nccl", "single", NULL};
     int c, wd_given = 0, mom_given = 0;
     long l;
     int rc = 0;

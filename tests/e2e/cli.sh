@@ -35,6 +35,11 @@ expect_status 2 "$CDL_TRAIN" --lr "$big";           expect_err "777..."
 expect_status 2 "$CDL_TRAIN" "--$big";              expect_err "777..."
 [ "$(wc -c <"$TMP/err")" -lt 300 ] || die "a 100 KB option name is echoed whole"
 
+# Every backend docs/data-parallel.md lists is accepted (one process: unused).
+expect_status 2 "$CDL_TRAIN" --dist-backend hier:tcp;  expect_err "hier:store"
+expect_status 0 "$CDL_TRAIN" --dist-backend hier:store --dataset synthetic --synthetic-size 64 \
+    --model mlp --epochs 1 --batch-size 32 --quiet
+
 # Runtime errors: exit 1, naming what is wrong.
 expect_status 1 "$CDL_TRAIN" --data-dir "$TMP/none" --epochs 1
 expect_err "$TMP/none"

@@ -8,9 +8,10 @@
  * the results equal the shm backend's bit for bit.
  *
  * MPI has no timeouts, so every call is non-blocking and waited by polling
- * MPI_Test against the deadline (what MPI_Wait does inside; we yield the CPU
- * when ranks outnumber CPUs). A timeout cannot name the missing rank: MPI
- * does not say. */
+ * MPI_Test against one deadline per collective (what MPI_Wait does inside;
+ * we yield the CPU when ranks outnumber CPUs). A timeout cannot name the
+ * missing rank: MPI does not say. After a timeout or an error the process
+ * aborts the MPI job at exit rather than finalising (see mpi_broken). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,14 @@ typedef struct mpi_coll {
     void *scratch;
     int *counts, *displs, *rcounts, *rdispls;
     long ops;
+    double deadline;                /* of the collective in progress: one timeout per call */
 } mpi_coll;
+
+/* Set once a collective timed out or failed: MPI cannot recover (a request
+ * is still pending on a peer that never came), so later calls fail at once
+ * and the exit aborts the job instead of waiting in MPI_Finalize for the
+ * missing peer forever. */
+static int mpi_broken;
 
 static int mpi_fail(mpi_coll *m, const char *what, int err)
 {
@@ -57,14 +65,18 @@ static int mpi_fail(mpi_coll *m, const char *what, int err)
     int len = 0;
     MPI_Error_string(err, msg, &len);
     (void)m;
+    mpi_broken = 1;
     return cdl_error("MPI %s failed: %s", what, msg);
 }
 
 static int mpi_wait(mpi_coll *m, MPI_Request *req, int err, const char *what)
 {
+    if (mpi_broken)
+        return cdl_error("MPI %s #%ld: an earlier MPI collective failed; the job stops", what,
+                         m->ops);
     if (err != MPI_SUCCESS)
         return mpi_fail(m, what, err);
-    double deadline = dist_now() + m->timeout;
+    double deadline = m->deadline;
     for (long k = 0;; k++) {
         int done = 0;
         err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -75,7 +87,7 @@ static int mpi_wait(mpi_coll *m, MPI_Request *req, int err, const char *what)
         if (m->yield)
             sched_yield();
         if ((k & 255) == 255 && dist_now() > deadline)
-            return cdl_error("MPI %s #%ld did not complete within %.0f s: a peer is missing or "
+            return mpi_broken = 1, cdl_error("MPI %s #%ld did not complete within %.0f s: a peer is missing or "
                              "dead (MPI does not say which; see the other ranks' errors)", what,
                              m->ops, m->timeout);
     }
@@ -89,6 +101,7 @@ static MPI_Datatype mpi_type(coll_dtype t)
 static int mpi_allreduce(coll *c, void *buf, size_t n, coll_dtype t, int average)
 {
     mpi_coll *m = (mpi_coll *)c;
+    m->deadline = dist_now() + m->timeout;
     int w = c->size, me = c->rank;
     size_t es = coll_dtype_size(t);
     size_t chunk = SCRATCH_BYTES / es / (size_t)w - PAD, round = chunk * (size_t)w;
@@ -127,6 +140,7 @@ static int mpi_broadcast(coll *c, void *buf, size_t bytes, int root)
     mpi_coll *m = (mpi_coll *)c;
     char *p = buf;
     m->ops++;
+    m->deadline = dist_now() + m->timeout;
     for (size_t off = 0; off < bytes; off += 1u << 30) {
         size_t len = bytes - off < (1u << 30) ? bytes - off : (1u << 30);
         MPI_Request req;
@@ -142,6 +156,7 @@ static int mpi_barrier(coll *c)
     mpi_coll *m = (mpi_coll *)c;
     MPI_Request req;
     m->ops++;
+    m->deadline = dist_now() + m->timeout;
     int err = MPI_Ibarrier(m->comm, &req);
     return mpi_wait(m, &req, err, "barrier");
 }
@@ -153,6 +168,7 @@ static int mpi_allgather(coll *c, const void *in, void *out, size_t bytes)
         return cdl_error("MPI allgather of %zu bytes per rank: at most 1 GiB", bytes);
     MPI_Request req;
     m->ops++;
+    m->deadline = dist_now() + m->timeout;
     int err = MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, m->comm, &req);
     return mpi_wait(m, &req, err, "allgather");
 }
@@ -162,7 +178,7 @@ static void mpi_destroy(coll *c)
     mpi_coll *m = (mpi_coll *)c;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized)
+    if (!finalized && !mpi_broken)   /* not with a request left pending */
         MPI_Comm_free(&m->comm);
     cdl_free(m->scratch);
     cdl_free(m->counts);
@@ -178,8 +194,15 @@ static void finalize_at_exit(void)
 {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized)
-        MPI_Finalize();
+    if (finalized)
+        return;
+    if (mpi_broken) {
+        /* MPI_Finalize would wait for the peer that never came. */
+        fprintf(stderr, "cdl: an MPI collective failed: aborting the MPI job\n");
+        fflush(NULL);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Finalize();
 }
 
 /* MPI_Init once per process; MPI cannot be initialised again after

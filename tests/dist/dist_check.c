@@ -4,15 +4,17 @@
  * tests/dist/ only launch it and look at exit codes.
  *
  *   dist_check [--backend B] [--expect-source S] [--expect-backend B]
- *              [--expect-world N] [--expect-nodes N] [--big]
+ *              [--expect-world N] [--expect-nodes N] [--big] [--stop-rank R PID_FILE]
  *
  * --big adds 1M-float buffers. The reference of a hierarchical backend sums
  * each node in local-rank order, then the node sums in node order. */
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cdl/cdl.h>
 
@@ -63,7 +65,8 @@ static float reference(const place *pl, int world, int nodes, size_t i, int aver
 int main(int argc, char **argv)
 {
     const char *backend = "auto", *want_source = NULL, *want_backend = NULL;
-    int want_world = 0, want_nodes = 0, big = 0;
+    int want_world = 0, want_nodes = 0, big = 0, stop_rank = -1;
+    const char *pid_file = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc)
             backend = argv[++i];
@@ -77,6 +80,10 @@ int main(int argc, char **argv)
             want_nodes = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--big"))
             big = 1;
+        else if (!strcmp(argv[i], "--stop-rank") && i + 2 < argc) {
+            stop_rank = atoi(argv[++i]);
+            pid_file = argv[++i];
+        }
         else {
             fprintf(stderr, "dist_check: unknown argument '%s'\n", argv[i]);
             return 2;
@@ -97,6 +104,24 @@ int main(int argc, char **argv)
     CHECK(!want_backend || !strcmp(name, want_backend), "backend %s, expected %s", name,
           want_backend);
     int world = info.world, hier = !strncmp(name, "hier", 4);
+    if (stop_rank >= 0) {
+        /* A peer that stops (SIGSTOP) after connecting: the others must fail
+         * within one timeout and the job must end, not hang. The stopped
+         * rank's pid goes to PID_FILE for the script's cleanup. */
+        if (rank == stop_rank) {
+            FILE *f = fopen(pid_file, "w");
+            CHECK(f, "cannot write %s", pid_file);
+            fprintf(f, "%d\n", (int)getpid());
+            fclose(f);
+            raise(SIGSTOP);
+            return 0;
+        }
+        float x[64] = {0};
+        int rc = cdl_dist_allreduce(d, x, 64, 0);
+        CHECK(rc == -1, "allreduce completed without rank %d", stop_rank);
+        fprintf(stderr, "dist_check: rank %d: (expected) %s\n", rank, cdl_last_error());
+        return 3;
+    }
 
     /* Everyone's place, for the reference order. */
     place me = {hier ? info.node_rank : 0, hier ? info.local_rank : info.rank};

@@ -38,6 +38,21 @@ else
 fi
 if have HAVE_MPI; then
     mpi_run 2 "$check" --backend mpi --expect-backend mpi --big
+    # A stopped peer: rank 0 reports it at the first timeout and the job
+    # ends (MPI_Abort), instead of hanging in MPI_Finalize.
+    pidf=$(mktemp /tmp/cdl-mpistop.XXXXXX)
+    echo "+ mpirun -n 2 dist_check --backend mpi --stop-rank 1 (CDL_TIMEOUT=3)"
+    CDL_TIMEOUT=3 timeout 60 mpirun --allow-run-as-root --oversubscribe -x CDL_TIMEOUT -n 2 \
+        "$check" --backend mpi --stop-rank 1 "$pidf" >"$pidf.out" 2>&1
+    rc=$?
+    stopped=$(cat "$pidf" 2>/dev/null)
+    [ -n "$stopped" ] && kill -9 "$stopped" 2>/dev/null   # only if the job did not end it
+    cat "$pidf.out"
+    grep -q "did not complete within 3 s" "$pidf.out"; said=$?
+    rm -f "$pidf" "$pidf.out"
+    [ $rc -ne 124 ] || { echo "FAILED: the job hung after a peer stopped"; exit 1; }
+    [ $rc -ne 0 ] && [ $said -eq 0 ] ||
+        { echo "FAILED: a stopped peer was not reported (exit $rc)"; exit 1; }
     mpi_run 3 "$check" --backend mpi --expect-backend mpi
     mpi_run 4 sh -c "$two_nodes" "$check" --expect-source contract --expect-nodes 2 \
         --expect-backend hier:mpi

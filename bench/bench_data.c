@@ -159,8 +159,8 @@ int main(int argc, char **argv)
             y[k][i] = (int32_t)rng_below(&r, (uint64_t)ds.classes);
     }
 
-    cdl_loader_config lc = {.batch_size = batch, .shuffle = 1, .workers = workers, .seed = 1,
-                            .rank = 0, .world = 1};
+    cdl_loader_config lc = {.size = sizeof lc, .batch_size = batch, .shuffle = 1,
+                            .workers = workers, .seed = 1, .rank = 0, .world = 1};
     cdl_loader *l = cdl_loader_create(&ds, &lc);
     if (!l)
         die();

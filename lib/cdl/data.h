@@ -44,6 +44,8 @@ int cdl_dataset_synthetic(int n, cdl_shape shape, int classes, uint64_t seed, cd
 void cdl_dataset_free(cdl_dataset *d);
 
 typedef struct cdl_loader_config {
+    size_t size;              /* sizeof(cdl_loader_config): set by cdl_loader_defaults, so a
+                               * libcdl with more fields reads only those a caller knows */
     int batch_size;
     int shuffle;              /* a fresh permutation each epoch from seed+epoch */
     int augment;              /* CIFAR: random crop (4-pixel zero padding) + horizontal flip */
@@ -55,6 +57,10 @@ typedef struct cdl_loader_config {
     uint64_t seed;
     int rank, world;          /* this rank takes every world-th index from rank */
 } cdl_loader_config;
+
+/* Zero for every field (batch_size and world still to set) and size set:
+ * every loader config starts here. */
+void cdl_loader_defaults(cdl_loader_config *cfg);
 
 typedef struct cdl_batch {
     int n;                    /* samples in this batch */

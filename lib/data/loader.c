@@ -15,6 +15,7 @@
  * Everything is allocated in cdl_loader_create.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
@@ -173,11 +174,35 @@ static void loader_destroy(cdl_loader *l, int sync_ready)
     cdl_free(l);
 }
 
+void cdl_loader_defaults(cdl_loader_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->size = sizeof *cfg;
+}
+
+/* cfg as this libcdl's struct: fields a caller built against an older,
+ * smaller one does not know keep their defaults (zero). The first struct
+ * with a size ends with world. */
+static int read_config(const cdl_loader_config *in, cdl_loader_config *out)
+{
+    cdl_loader_defaults(out);
+    if (!in)
+        return cdl_error("cdl_loader_create: dataset or config is NULL");
+    if (in->size < offsetof(cdl_loader_config, world) + sizeof in->world ||
+        in->size > sizeof *out)
+        return cdl_error("cdl_loader_config: size %zu is not that of this libcdl's struct "
+                         "(%zu): start from cdl_loader_defaults", in->size, sizeof *out);
+    memcpy(out, in, in->size);
+    out->size = sizeof *out;
+    return 0;
+}
+
 cdl_loader *cdl_loader_create(const cdl_dataset *d, const cdl_loader_config *cfg)
 {
-    if (check_config(d, cfg))
+    cdl_loader_config cv;
+    if (read_config(cfg, &cv) || check_config(d, &cv))
         return NULL;
-    const cdl_loader_config *c = cfg;
+    const cdl_loader_config *c = &cv;
     long samples = sampler_count(d->n, c->rank, c->world, c->pad);
     long batches = c->drop_last ? samples / c->batch_size
                                 : (samples + c->batch_size - 1) / c->batch_size;

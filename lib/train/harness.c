@@ -115,6 +115,7 @@ static int make_loaders(run *r)
 {
     const cdl_train_config *c = r->cfg;
     cdl_loader_config lc = {
+        .size = sizeof(cdl_loader_config),
         .batch_size = c->batch_size,
         .shuffle = 1,
         .augment = !strcmp(c->dataset, "cifar10"),

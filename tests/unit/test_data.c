@@ -4,6 +4,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -742,7 +743,7 @@ static void test_normalisation_values(void **state)
     cdl_dataset d = { .name = "t", .n = 1, .shape = { 3, 2, 2 }, .classes = 1,
                       .images = img, .labels = &label,
                       .mean = { 0.4914f, 0.4822f, 0.4465f }, .std = { 0.2470f, 0.2435f, 0.2616f } };
-    cdl_loader_config cfg = { .batch_size = 1, .world = 1 };
+    cdl_loader_config cfg = { .size = sizeof cfg, .batch_size = 1, .world = 1 };
     cdl_loader *l = cdl_loader_create(&d, &cfg);
     assert_non_null(l);
     cdl_batch b;
@@ -795,8 +796,9 @@ static void test_loader_ranks(void **state)
         sampler_order(order, n, 1, 1234, 2);
         int seen[103] = { 0 };
         for (int rank = 0; rank < world; rank++) {
-            cdl_loader_config cfg = { .batch_size = bs, .shuffle = 1, .pad = pad, .workers = 2,
-                                      .seed = 1234, .rank = rank, .world = world };
+            cdl_loader_config cfg = { .size = sizeof cfg, .batch_size = bs, .shuffle = 1,
+                                      .pad = pad, .workers = 2, .seed = 1234, .rank = rank,
+                                      .world = world };
             cdl_loader *l = cdl_loader_create(&t.d, &cfg);
             assert_non_null(l);
             long expect = pad ? 26 : (rank < 3 ? 26 : 25);
@@ -836,7 +838,7 @@ static void test_loader_drop_last_and_errors(void **state)
     (void)state;
     static index_data t;
     index_data_init(&t, 10);
-    cdl_loader_config cfg = { .batch_size = 4, .world = 1, .drop_last = 1 };
+    cdl_loader_config cfg = { .size = sizeof cfg, .batch_size = 4, .world = 1, .drop_last = 1 };
     cdl_loader *l = cdl_loader_create(&t.d, &cfg);
     assert_int_equal(cdl_loader_batches(l), 2);
     cdl_batch b;
@@ -875,13 +877,46 @@ static void test_loader_drop_last_and_errors(void **state)
 
     /* Validation on more ranks than samples: the last rank has nothing. */
     index_data_init(&t, 2);
-    cfg = (cdl_loader_config){ .batch_size = 2, .world = 3, .rank = 2, .workers = 1 };
+    cfg = (cdl_loader_config){ .size = sizeof cfg, .batch_size = 2, .world = 3, .rank = 2,
+                               .workers = 1 };
     l = cdl_loader_create(&t.d, &cfg);
     assert_non_null(l);
     assert_int_equal(cdl_loader_samples(l), 0);
     assert_int_equal(cdl_loader_batches(l), 0);
     assert_int_equal(cdl_loader_start_epoch(l, 0, 0), 0);
     assert_int_equal(cdl_loader_next(l, &b), 0);
+    cdl_loader_destroy(l);
+}
+
+/* The size field: a config from cdl_loader_defaults works; one without a
+ * size (not started from cdl_loader_defaults) or from a newer libcdl is
+ * refused; the smallest struct that had a size (ending with world) is read. */
+static void test_loader_config_size(void **state)
+{
+    (void)state;
+    static index_data t;
+    index_data_init(&t, 10);
+    cdl_loader_config cfg;
+    cdl_loader_defaults(&cfg);
+    assert_int_equal(cfg.size, sizeof cfg);
+    assert_int_equal(cfg.workers, 0);
+    cfg.batch_size = 4;
+    cfg.world = 1;
+    cdl_loader *l = cdl_loader_create(&t.d, &cfg);
+    assert_non_null(l);
+    assert_int_equal(cdl_loader_batches(l), 3);
+    cdl_loader_destroy(l);
+
+    cfg.size = 0;
+    assert_null(cdl_loader_create(&t.d, &cfg));
+    assert_non_null(strstr(cdl_last_error(), "cdl_loader_defaults"));
+    cfg.size = sizeof cfg + 8;
+    assert_null(cdl_loader_create(&t.d, &cfg));
+    assert_non_null(strstr(cdl_last_error(), "size"));
+    cfg.size = offsetof(cdl_loader_config, world) + sizeof cfg.world;
+    l = cdl_loader_create(&t.d, &cfg);
+    assert_non_null(l);
+    assert_int_equal(cdl_loader_batches(l), 3);
     cdl_loader_destroy(l);
 }
 
@@ -914,7 +949,7 @@ static void test_loader_workers_resume(void **state)
     float *ref = malloc(per * sizeof *ref), *got = malloc(per * sizeof *got);
     int32_t yref[CN], ygot[CN];
     long iref[CN], igot[CN];
-    cdl_loader_config cfg = { .batch_size = CBS, .shuffle = 1, .augment = 1, .pad = 1,
+    cdl_loader_config cfg = { .size = sizeof cfg, .batch_size = CBS, .shuffle = 1, .augment = 1, .pad = 1,
                               .seed = 77, .rank = 1, .world = 2 };
     cdl_loader *l0 = cdl_loader_create(&d, &cfg);
     size_t n = run_epoch(l0, 3, 0, ref, yref, iref);
@@ -974,7 +1009,7 @@ static void test_loader_allocates_nothing(void **state)
     cdl_dataset d;
     assert_int_equal(cdl_dataset_synthetic(200, (cdl_shape){ 3, 32, 32 }, 10, 3, &d), 0);
     for (int workers = 0; workers <= 2; workers += 2) {
-        cdl_loader_config cfg = { .batch_size = 16, .shuffle = 1, .augment = 1, .pad = 1,
+        cdl_loader_config cfg = { .size = sizeof cfg, .batch_size = 16, .shuffle = 1, .augment = 1, .pad = 1,
                                   .workers = workers, .seed = 1, .world = 1 };
         cdl_loader *l = cdl_loader_create(&d, &cfg);
         assert_non_null(l);
@@ -1019,6 +1054,7 @@ int main(void)
         cmocka_unit_test(test_normalisation_values),
         cmocka_unit_test(test_loader_ranks),
         cmocka_unit_test(test_loader_drop_last_and_errors),
+        cmocka_unit_test(test_loader_config_size),
         cmocka_unit_test(test_loader_workers_resume),
         cmocka_unit_test(test_loader_allocates_nothing),
     };

@@ -43,8 +43,9 @@ static double convert_ns(const cdl_dataset *d, int augment)
 /* One epoch through the loader (workers threads), best of 3, ns per sample. */
 static double loader_ns(const cdl_dataset *d, int augment, int workers)
 {
-    cdl_loader_config cfg = { .batch_size = 64, .shuffle = 1, .augment = augment, .pad = 1,
-                              .workers = workers, .seed = 1, .world = 1 };
+    cdl_loader_config cfg = { .size = sizeof cfg, .batch_size = 64, .shuffle = 1,
+                              .augment = augment, .pad = 1, .workers = workers, .seed = 1,
+                              .world = 1 };
     if (getenv("PREFETCH"))
         cfg.prefetch = atoi(getenv("PREFETCH"));
     cdl_loader *l = cdl_loader_create(d, &cfg);

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include <cdl/cdl.h>
+#include "tests/test_rng.h"
 
 typedef struct net {
     cdl_backend *be;
@@ -56,11 +57,10 @@ static void *dev(net *m, size_t bytes)
     return p;
 }
 
-static uint64_t rng = 7;
+static rng_state rng; /* seeded at the top of main */
 static float frand(float lo, float hi)
 {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return lo + (hi - lo) * (float)(rng >> 40) * (1.0f / 16777216.0f);
+    return (float)test_uniform(&rng, lo, hi);
 }
 
 static void net_make(net *m, cdl_backend *be, int B, int pinned)
@@ -216,6 +216,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
+    rng_seed(&rng, 7);
     const char *device = "cuda", *input = "device";
     int B = 512, graph = 0;
     double seconds = 5, start_at = 0;

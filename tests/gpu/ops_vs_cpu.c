@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include <cdl/cdl.h>
+#include "tests/test_rng.h"
 
 static cdl_backend *cpu, *gpu;
 static int failures, checks;
@@ -32,11 +33,10 @@ static double worst_strict;
 
 /* ------------------------------------------------------------ helpers */
 
-static uint64_t rng_state = 42;
+static rng_state rng; /* seeded at the top of main */
 static float frand(float lo, float hi)
 {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return lo + (hi - lo) * (float)(rng_state >> 40) * (1.0f / 16777216.0f);
+    return (float)test_uniform(&rng, lo, hi);
 }
 
 static float *host_rand(size_t n, float lo, float hi)
@@ -600,6 +600,7 @@ static cdl_backend *open_backend(const char *name, int tf32)
 
 int main(int argc, char **argv)
 {
+    rng_seed(&rng, 42);
     const char *name = argc > 1 ? argv[1] : "cuda";
     setvbuf(stdout, NULL, _IOLBF, 0);   /* whole lines between the backend's logs */
     if (argc > 2 || (strcmp(name, "cuda") && strcmp(name, "cpu"))) {

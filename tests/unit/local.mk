@@ -11,7 +11,7 @@ include tests/unit/train.mk
 include tests/unit/spank.mk
 include tests/unit/launcher.mk
 endif
-EXTRA_DIST += tests/unit/testutil.h lib/core/rng.h
+EXTRA_DIST += tests/unit/testutil.h lib/core/rng.h tests/test_rng.h
 
 # make check-valgrind: the unit tests under valgrind (memcheck), failing on
 # errors and on definite or indirect leaks; script tests are left out.

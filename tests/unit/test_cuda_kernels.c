@@ -15,6 +15,7 @@
 
 #include <cdl/cdl.h>
 
+#include "tests/test_rng.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/scalars.h"
 
@@ -34,14 +35,11 @@ static int teardown(void **state)
     return 0;
 }
 
-/* xorshift64*, uniform in [lo, hi). */
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
+/* Uniform in [lo, hi); seeded once in main. */
+static rng_state rng;
 static double urand(double lo, double hi)
 {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return lo + (hi - lo) * (double)((rng * 0x2545F4914F6CDD1Dull) >> 11) * (1.0 / 9007199254740992.0);
+    return test_uniform(&rng, lo, hi);
 }
 
 /* Test buffers come from plain malloc, sized exactly, so valgrind (make
@@ -382,6 +380,7 @@ static void test_bad_launch(void **state)
 
 int main(void)
 {
+    rng_seed(&rng, 0x9e3779b97f4a7c15ull);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_maxpool),    cmocka_unit_test(test_avgpool),
         cmocka_unit_test(test_relu),       cmocka_unit_test(test_dropout),

@@ -18,6 +18,7 @@ static void base_config(cdl_train_config *c, const char *sub)
     cdl_train_defaults(c);
     snprintf(c->dataset, sizeof c->dataset, "synthetic");
     snprintf(c->model, sizeof c->model, "mlp");
+    snprintf(c->device, sizeof c->device, "cpu");
     c->synthetic_n = 64;
     c->epochs = 1;
     c->batch_size = 32;

@@ -67,7 +67,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_allreduce: %s\n", cdl_last_error());
         return 1;
     }
-    cdl_dist *d = cdl_dist_create(&info, "shm", NULL, 0);
+    cdl_dist_config dc;   /* CDL_TIMEOUT, CDL_SHM_* */
+    cdl_dist *d = cdl_dist_config_from_env(&dc) ? NULL
+                                                 : cdl_dist_create_with(&info, "shm", NULL, &dc);
     if (!d) {
         fprintf(stderr, "bench_allreduce: %s\n", cdl_last_error());
         return 1;

@@ -233,6 +233,12 @@ static int read_env(cdl_train_config *cfg)
         }
         cfg->cuda_graphs = strcasecmp(graphs, "on") ? -1 : 1;
     }
+    static cdl_dist_config dist;   /* CDL_TIMEOUT, CDL_SHM_*: docs/data-parallel.md */
+    if (cdl_dist_config_from_env(&dist) != 0) {
+        fprintf(stderr, "cdl-train: %s\n", cdl_last_error());
+        return -1;
+    }
+    cfg->dist_config = &dist;
     return 0;
 }
 

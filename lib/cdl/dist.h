@@ -34,13 +34,39 @@ int cdl_rank_discover(cdl_rank_info *info);
 
 typedef struct cdl_dist cdl_dist;
 
+/* Settings of the collectives (docs/data-parallel.md names the variables a
+ * program's edge reads them from). Start from cdl_dist_config_init: it sets
+ * size, so a libcdl with more fields reads only those a caller knows, and
+ * the defaults (zero, or -1 where zero is a setting). */
+typedef struct cdl_dist_config {
+    size_t size;              /* sizeof(cdl_dist_config) */
+    double timeout_s;         /* CDL_TIMEOUT: bound of every wait (0 = 300 s) */
+    double shm_spin_us;       /* CDL_SHM_SPIN_US: spin before sleeping, 0..1e6 (-1 = 1000 us,
+                                 20 us when members share CPUs) */
+    long shm_slab_kb;         /* CDL_SHM_SLAB_KB: 4..1048576 (0 = by member count) */
+    long shm_small_kb;        /* CDL_SHM_SMALL_KB: small-message threshold (0 = default) */
+    long shm_stream_mb;       /* CDL_SHM_STREAM_MB: streaming threshold (0 = default) */
+    double store_hello_s;     /* CDL_STORE_HELLO_TIMEOUT: the TCP store's wait for a
+                                 client's hello, (0, 3600] (0 = default) */
+} cdl_dist_config;
+
+void cdl_dist_config_init(cdl_dist_config *cfg);
+
+/* The defaults, then the variables above from the environment: for a
+ * program's edge (cdl-train, tests, benchmarks); the library itself does not
+ * read them. -1 with cdl_error naming a variable with a bad value. */
+int cdl_dist_config_from_env(cdl_dist_config *cfg);
+
 /* Connects to the peers: backend "auto", "shm", "mpi", "nccl", "hier" or
- * "single". timeout_s bounds every wait (0 = CDL_TIMEOUT or 300 s); a peer
- * that does not arrive in time is an error naming the missing ranks. be
- * (may be NULL: host memory) is the compute backend whose buffers the
- * collectives take; on a GPU it picks nccl or the GPU groups of MPS-packed
- * replicas and holds pinned staging memory, so destroy it only after
- * cdl_dist_destroy. */
+ * "single", with cfg (NULL = the defaults; a cfg without a size is refused).
+ * cfg->timeout_s bounds every wait; a peer that does not arrive in time is
+ * an error naming the missing ranks. be (may be NULL: host memory) is the
+ * compute backend whose buffers the collectives take; on a GPU it picks
+ * nccl or the GPU groups of MPS-packed replicas and holds pinned staging
+ * memory, so destroy it only after cdl_dist_destroy. */
+cdl_dist *cdl_dist_create_with(const cdl_rank_info *info, const char *backend, cdl_backend *be,
+                               const cdl_dist_config *cfg);
+/* The same with the defaults and timeout_s (0 = 300 s). */
 cdl_dist *cdl_dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,
                           double timeout_s);
 void cdl_dist_destroy(cdl_dist *d);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include <cdl/backend.h>
+#include <cdl/dist.h>
 #include <cdl/optim.h>
 
 #ifdef __cplusplus
@@ -63,6 +64,10 @@ typedef struct cdl_train_config {
     /* Run on this backend (kept: the caller destroys it) instead of making
      * one from device, threads and tf32; NULL (the default) makes one. */
     cdl_backend *backend;
+    /* Settings of the collectives (kept: the caller owns it); NULL (the
+     * default) = cdl_dist_config_init's. cdl-train reads them from
+     * CDL_TIMEOUT and CDL_SHM_* (cdl_dist_config_from_env). */
+    const cdl_dist_config *dist_config;
 } cdl_train_config;
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,

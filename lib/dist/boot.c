@@ -42,7 +42,7 @@ static void st_close(boot *b)
 
 static const struct boot_ops store_ops = {"store", st_put, st_fence, st_get, st_close};
 
-boot *boot_open(const cdl_rank_info *info, double timeout_s)
+boot *boot_open(const cdl_rank_info *info, double timeout_s, double hello_s)
 {
     boot *b = cdl_calloc(1, sizeof *b);
     if (!b)
@@ -57,7 +57,7 @@ boot *boot_open(const cdl_rank_info *info, double timeout_s)
         }
         return b;
     }
-    b->st = store_open(info, NULL, timeout_s);
+    b->st = store_open(info, NULL, timeout_s, hello_s);
     if (!b->st) {
         cdl_free(b);
         return NULL;

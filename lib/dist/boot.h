@@ -17,7 +17,7 @@
 typedef struct boot boot;
 
 /* Collective over all ranks of info. Bounded by timeout_s. */
-boot *boot_open(const cdl_rank_info *info, double timeout_s);
+boot *boot_open(const cdl_rank_info *info, double timeout_s, double hello_s);
 void boot_close(boot *b);
 const char *boot_kind(const boot *b);            /* "pmix" or "store" */
 

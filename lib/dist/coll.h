@@ -68,7 +68,8 @@ coll *coll_single_create(void);
  * bootstrap fence: member 0 creates the segment and publishes its name
  * (before the fence), then everyone attaches (after it). */
 typedef struct shm_seg shm_seg;
-shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b, double timeout_s);
+shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b,
+                     const cdl_dist_config *cfg);
 coll *shm_attach(shm_seg *seg, boot *b);   /* consumes seg, also on failure */
 void shm_seg_discard(shm_seg *seg);
 

@@ -108,6 +108,7 @@ struct shm_seg {
     char name[SHM_NAME_MAX];
     char tag[32];
     double timeout;
+    cdl_dist_config cfg;                 /* the tuning knobs (CDL_SHM_*) */
     shm_hdr *h;                          /* member 0: created here */
     size_t map_len;
 };
@@ -475,20 +476,16 @@ static const coll_ops shm_ops = {
 
 /* ------------------------------------------------------------ setup */
 
-/* A tuning knob from the environment, in units of 1 << shift bytes. */
-static size_t env_bytes(const char *name, int shift, size_t dflt)
+/* A tuning knob (CDL_SHM_*), in units of 1 << shift bytes; 0 = dflt. */
+static size_t knob_bytes(long v, int shift, size_t dflt)
 {
-    const char *e = getenv(name);
-    long v = e ? atol(e) : 0;
-    return v > 0 ? (size_t)v << shift : dflt;
+    return v > 0 && v <= (1L << 20) ? (size_t)v << shift : dflt;
 }
 
 /* Fewer, bigger rounds mean fewer syncs; the cap keeps /dev/shm use modest
  * for many members (containers often mount only 64 MB there). */
-static size_t slab_bytes(int members)
+static size_t slab_bytes(int members, long kb)
 {
-    const char *s = getenv("CDL_SHM_SLAB_KB");
-    long kb = s ? atol(s) : 0;
     size_t b = kb >= 4 && kb <= (1L << 20) ? (size_t)kb << 10 : 0;
     if (!b) {
         b = DEFAULT_DATA / (2 * ((size_t)members + 1));
@@ -503,7 +500,8 @@ static size_t header_bytes(int n)
     return (b + 4095) / 4096 * 4096;
 }
 
-shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b, double timeout_s)
+shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b,
+                     const cdl_dist_config *cfg)
 {
     shm_seg *seg = cdl_calloc(1, sizeof *seg);
     if (!seg)
@@ -516,7 +514,8 @@ shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b, double ti
     memcpy(seg->ranks, g->ranks, (size_t)g->size * sizeof *seg->ranks);
     seg->me = g->me;
     seg->size = g->size;
-    seg->timeout = timeout_s;
+    seg->timeout = cfg->timeout_s;
+    seg->cfg = *cfg;
     snprintf(seg->tag, sizeof seg->tag, "%s", g->tag);
     if (g->size == 1)
         return seg;
@@ -538,7 +537,7 @@ shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b, double ti
         goto fail;
     snprintf(seg->name, sizeof seg->name, "/cdl-%s-%s-%02x%02x%02x%02x%02x%02x%02x%02x", job,
              g->tag, rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-    size_t slab = slab_bytes(g->size), hdr = header_bytes(g->size);
+    size_t slab = slab_bytes(g->size, cfg->shm_slab_kb), hdr = header_bytes(g->size);
     size_t total = hdr + 2 * (size_t)(g->size + 1) * slab;
     int fd = shm_open(seg->name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
@@ -689,17 +688,12 @@ coll *shm_attach(shm_seg *seg, boot *b)
      * short spin would sleep at nearly every step. */
     s->oversubscribed = seg->size > (ncpu > online ? ncpu : online);
     double us = s->oversubscribed ? 20 : SPIN_US;
-    const char *e = getenv("CDL_SHM_SPIN_US");
-    if (e && *e) {
-        char *end;
-        double v = strtod(e, &end);
-        if (*end == '\0' && v >= 0 && v <= 1e6)
-            us = v;
-    }
+    if (seg->cfg.shm_spin_us >= 0 && seg->cfg.shm_spin_us <= 1e6)
+        us = seg->cfg.shm_spin_us;
     s->spin_s = us * 1e-6;
     s->spin_yield = s->oversubscribed || ncpu == 1;
-    s->small_bytes = env_bytes("CDL_SHM_SMALL_KB", 10, SMALL_BYTES);
-    s->stream_bytes = env_bytes("CDL_SHM_STREAM_MB", 20, STREAM_BYTES);
+    s->small_bytes = knob_bytes(seg->cfg.shm_small_kb, 10, SMALL_BYTES);
+    s->stream_bytes = knob_bytes(seg->cfg.shm_stream_mb, 20, STREAM_BYTES);
     shm_slot *me = &s->h->slots[seg->me];
     me->pid = (int32_t)getpid();
     me->start = dist_pid_starttime((int)getpid());

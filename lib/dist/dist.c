@@ -7,6 +7,7 @@
  * for one node, and for several nodes nccl (CUDA), else hier over mpi when
  * an MPI launcher started the job, else hier over the TCP store (slow but
  * correct). */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 
 struct cdl_dist {
     cdl_rank_info info;
+    cdl_dist_config cfg;         /* as this libcdl's struct, timeout resolved */
     double timeout;
     cdl_backend *be;
     boot *boot;
@@ -257,7 +259,7 @@ static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
     snprintf(tag, sizeof tag, by_gpu ? "n%dg%d" : "n%d", me->node, me->gpu_slot);
     coll_group lg = {l.me_local, l.nlocal, l.local, tag};
     coll_group leaders = {l.me_leader, l.nleaders, l.leaders, "leaders"};
-    if (!(seg = shm_prepare(&lg, d->info.job_id, d->boot, d->timeout)))
+    if (!(seg = shm_prepare(&lg, d->info.job_id, d->boot, &d->cfg)))
         goto out;
     if (!strcmp(inter_kind, "nccl") && l.me_leader == 0 && nccl_prepare(&leaders, d->boot))
         goto out;
@@ -279,7 +281,8 @@ static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
         store *st = boot_store(d->boot);
         char token[CONTRACT_TOKEN_LEN + 1];
         if (!st && pmix_token(d->boot, d->info.rank, token) == 0)
-            st = d->extra_store = store_open(&d->info, token[0] ? token : NULL, d->timeout);
+            st = d->extra_store = store_open(&d->info, token[0] ? token : NULL, d->timeout,
+                                                 d->cfg.store_hello_s);
         if (!st)
             goto out;
         if (l.me_leader >= 0 && !(inter = coll_store_create(&leaders, st)))
@@ -320,7 +323,7 @@ static coll *make_shm(cdl_dist *d)
     coll *c = NULL;
     if (exchange_layout(d, 0, &l) == 0) {
         coll_group g = {l.me_local, l.nlocal, l.local, "n0"};
-        shm_seg *seg = shm_prepare(&g, d->info.job_id, d->boot, d->timeout);
+        shm_seg *seg = shm_prepare(&g, d->info.job_id, d->boot, &d->cfg);
         if (seg && boot_fence(d->boot) == 0)
             c = shm_attach(seg, d->boot);
         else
@@ -354,8 +357,33 @@ static coll *make_flat(cdl_dist *d, const char *kind)
     return c;
 }
 
+/* cfg as this libcdl's struct: fields a caller built against an older,
+ * smaller one does not know keep their defaults. */
+static int read_config(const cdl_dist_config *in, cdl_dist_config *out)
+{
+    cdl_dist_config_init(out);
+    if (!in)
+        return 0;
+    if (in->size < offsetof(cdl_dist_config, store_hello_s) + sizeof in->store_hello_s ||
+        in->size > sizeof *out)
+        return cdl_error("cdl_dist_config: size %zu is not that of this libcdl's struct "
+                         "(%zu): start from cdl_dist_config_init", in->size, sizeof *out);
+    memcpy(out, in, in->size);
+    out->size = sizeof *out;
+    return 0;
+}
+
 cdl_dist *cdl_dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,
                           double timeout_s)
+{
+    cdl_dist_config cfg;
+    cdl_dist_config_init(&cfg);
+    cfg.timeout_s = timeout_s;
+    return cdl_dist_create_with(info, backend, be, &cfg);
+}
+
+cdl_dist *cdl_dist_create_with(const cdl_rank_info *info, const char *backend, cdl_backend *be,
+                               const cdl_dist_config *cfg)
 {
     cdl_dist *d = cdl_calloc(1, sizeof *d);
     if (!d)
@@ -363,13 +391,16 @@ cdl_dist *cdl_dist_create(const cdl_rank_info *info, const char *backend, cdl_ba
     d->info = *info;
     d->be = be;
     char kind[16], inter[16];
-    if (dist_resolve_timeout(timeout_s, &d->timeout) ||
-        choose(d, backend && *backend ? backend : "auto", kind, inter))
+    if (read_config(cfg, &d->cfg) || dist_resolve_timeout(d->cfg.timeout_s, &d->timeout))
+        goto fail;
+    d->cfg.timeout_s = d->timeout;
+    if (choose(d, backend && *backend ? backend : "auto", kind, inter))
         goto fail;
     if (!strcmp(kind, "single")) {
         d->coll = coll_single_create();
     } else {
-        if (strcmp(kind, "mpi") && !(d->boot = boot_open(info, d->timeout)))
+        if (strcmp(kind, "mpi") &&
+            !(d->boot = boot_open(info, d->timeout, d->cfg.store_hello_s)))
             goto fail;
         if (!strcmp(kind, "shm"))
             d->coll = make_shm(d);

@@ -191,7 +191,8 @@ static store *client(const char *addr, int port, int rank, int world, double tim
     return NULL;
 }
 
-store *store_open(const cdl_rank_info *info, const char *given, double timeout_s)
+store *store_open(const cdl_rank_info *info, const char *given, double timeout_s,
+                  double hello_s)
 {
     if (!info->master_port)
         return cdl_error("rank %d: no MASTER_PORT: the TCP store (the bootstrap without PMIx, "
@@ -205,7 +206,7 @@ store *store_open(const cdl_rank_info *info, const char *given, double timeout_s
     else if (store_token(info, token, sizeof token))
         return NULL;
     store_server *srv = NULL;
-    if (info->rank == 0 && !(srv = store_server_start(info, token)))
+    if (info->rank == 0 && !(srv = store_server_start(info, token, hello_s)))
         return NULL;
     /* Rank 0 too connects to the advertised address: the server listens
      * there only. */

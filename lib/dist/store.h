@@ -22,7 +22,8 @@
 typedef struct store store;
 
 /* Rank 0 serves, everyone connects; token NULL: store_token()'s. */
-store *store_open(const cdl_rank_info *info, const char *token, double timeout_s);
+store *store_open(const cdl_rank_info *info, const char *token, double timeout_s,
+                  double hello_s);
 /* Says goodbye; rank 0 then waits (bounded) for the connected ranks to say
  * goodbye too before the server stops. */
 void store_close(store *s);

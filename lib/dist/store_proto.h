@@ -55,7 +55,7 @@ int store_recv_all(int fd, void *buf, size_t n, double deadline);
 /* Server side (store_server.c): binds MASTER_PORT (or adopts CDL_STORE_FD)
  * and serves from a thread. */
 typedef struct store_server store_server;
-store_server *store_server_start(const cdl_rank_info *info, const char *token);
+store_server *store_server_start(const cdl_rank_info *info, const char *token, double hello_s);
 /* Waits up to timeout_s for every connected rank to say goodbye, then stops. */
 void store_server_stop(store_server *srv, double timeout_s);
 

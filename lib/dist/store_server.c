@@ -589,25 +589,14 @@ static void *accept_main(void *arg)
 
 /* ------------------------------------------------------------ lifetime */
 
-store_server *store_server_start(const cdl_rank_info *info, const char *token)
+store_server *store_server_start(const cdl_rank_info *info, const char *token, double hello_s)
 {
     store_server *s = cdl_calloc(1, sizeof *s);
     if (!s)
         return NULL;
     s->world = info->world;
     s->port = info->master_port;
-    s->hello_s = STORE_HELLO_S;
-    const char *hs = getenv(STORE_ENV_HELLO_TIMEOUT);
-    if (hs && *hs) {
-        char *end;
-        double v = strtod(hs, &end);
-        if (end == hs || *end || !(v > 0 && v <= 3600)) {
-            cdl_free(s);
-            return cdl_error(STORE_ENV_HELLO_TIMEOUT "=%.40s: expected seconds in (0, 3600]", hs),
-                   NULL;
-        }
-        s->hello_s = v;
-    }
+    s->hello_s = hello_s > 0 && hello_s <= 3600 ? hello_s : STORE_HELLO_S;
     snprintf(s->token, sizeof s->token, "%s", token);
     gethostname(s->host, sizeof s->host - 1);
     s->state = cdl_calloc((size_t)info->world, 1);

@@ -20,22 +20,14 @@ double dist_now(void)
 
 int dist_resolve_timeout(double t, double *out)
 {
-    if (t > 0) {
+    if (t > 0 && t <= CDL_MAX_TIMEOUT) {
         *out = t;
         return 0;
     }
-    const char *s = getenv(CDL_ENV_TIMEOUT);
-    if (!s || !*s) {
-        *out = CDL_DEFAULT_TIMEOUT;
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v > 0) || v > CDL_MAX_TIMEOUT)
-        return cdl_error(CDL_ENV_TIMEOUT "='%s' is not a positive number of seconds: "
-                         "unset it or give e.g. " CDL_ENV_TIMEOUT "=300", s);
-    *out = v;
+    if (t < 0 || t > CDL_MAX_TIMEOUT || t != t)
+        return cdl_error("timeout %g s: give seconds > 0, at most %g (0 = %d)", t,
+                         CDL_MAX_TIMEOUT, CDL_DEFAULT_TIMEOUT);
+    *out = CDL_DEFAULT_TIMEOUT;
     return 0;
 }
 

@@ -8,8 +8,9 @@
 /* Seconds on CLOCK_MONOTONIC. */
 double dist_now(void);
 
-/* The timeout every cross-process wait uses: t if t > 0, else CDL_TIMEOUT,
- * else CDL_DEFAULT_TIMEOUT. -1 with cdl_error when CDL_TIMEOUT is garbage. */
+/* The timeout every cross-process wait uses: t if t > 0, else
+ * CDL_DEFAULT_TIMEOUT (the edge reads CDL_TIMEOUT into cdl_dist_config).
+ * -1 with cdl_error when t is negative or above CDL_MAX_TIMEOUT. */
 int dist_resolve_timeout(double t, double *out);
 
 /* Copies in to out keeping [A-Za-z0-9._-] and mapping the rest to '_';

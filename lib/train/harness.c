@@ -409,7 +409,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (!r.be)
         return -1;
     if (r.ri.world > 1) {
-        r.dist = cdl_dist_create(&r.ri, cfg->dist_backend, r.be, 0);
+        r.dist = cdl_dist_create_with(&r.ri, cfg->dist_backend, r.be, cfg->dist_config);
         if (!r.dist)
             goto out;
     }

@@ -98,7 +98,10 @@ int main(int argc, char **argv)
           want_world);
     CHECK(!want_nodes || info.nnodes == want_nodes, "%d nodes, expected %d", info.nnodes,
           want_nodes);
-    cdl_dist *d = cdl_dist_create(&info, backend, NULL, 0);
+    /* This program is an edge: CDL_TIMEOUT and CDL_SHM_* from cdlrun or the test. */
+    cdl_dist_config dc;
+    CHECK(cdl_dist_config_from_env(&dc) == 0, "%s", cdl_last_error());
+    cdl_dist *d = cdl_dist_create_with(&info, backend, NULL, &dc);
     CHECK(d, "%s", cdl_last_error());
     const char *name = cdl_dist_backend_name(d);
     CHECK(!want_backend || !strcmp(name, want_backend), "backend %s, expected %s", name,

@@ -36,7 +36,6 @@ static void listen_once(void)
         abort();
     }
     port = ntohs(a.sin_port);
-    setenv(STORE_ENV_HELLO_TIMEOUT, "1", 1);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -54,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     info.world = 2;
     info.master_port = port;
     snprintf(info.job_id, sizeof info.job_id, "fuzz");
-    store_server *srv = store_server_start(&info, "fuzz-token");
+    store_server *srv = store_server_start(&info, "fuzz-token", 1);
     if (!srv) {
         fprintf(stderr, "fuzz_store: %s\n", cdl_last_error());
         abort();

@@ -46,9 +46,12 @@ static void set_nodes(int rank, int world, int nodes)
 static cdl_dist *open_dist(const char *backend, double timeout)
 {
     cdl_rank_info info;
-    if (cdl_rank_discover(&info))
+    cdl_dist_config dc;
+    /* The test is the edge: CDL_SHM_SLAB_KB as the cases set it. */
+    if (cdl_rank_discover(&info) || cdl_dist_config_from_env(&dc))
         return NULL;
-    return cdl_dist_create(&info, backend, NULL, timeout);
+    dc.timeout_s = timeout;
+    return cdl_dist_create_with(&info, backend, NULL, &dc);
 }
 
 /* The fixed order: flat, x0 + x1 + ...; over nodes, each node's sum in
@@ -450,6 +453,51 @@ static void test_refused_backends(void **state)
     assert_non_null(strstr(cdl_last_error(), "use auto, shm, mpi or hier"));
 }
 
+/* cdl_dist_config: read from the environment at the edge (a bad
+ * CDL_TIMEOUT named), and a struct without a size refused. */
+static void test_dist_config(void **state)
+{
+    (void)state;
+    cdl_dist_config c;
+    setenv("CDL_TIMEOUT", "7.5", 1);
+    setenv("CDL_SHM_SLAB_KB", "64", 1);
+    setenv("CDL_SHM_SPIN_US", "0", 1);
+    setenv("CDL_STORE_HELLO_TIMEOUT", "2", 1);
+    assert_int_equal(cdl_dist_config_from_env(&c), 0);
+    assert_int_equal(c.size, sizeof c);
+    assert_true(c.timeout_s == 7.5 && c.shm_spin_us == 0 && c.store_hello_s == 2);
+    assert_int_equal(c.shm_slab_kb, 64);
+    setenv("CDL_TIMEOUT", "soon", 1);
+    assert_int_equal(cdl_dist_config_from_env(&c), -1);
+    assert_non_null(strstr(cdl_last_error(), "CDL_TIMEOUT='soon'"));
+    setenv("CDL_TIMEOUT", "1", 1);
+    setenv("CDL_STORE_HELLO_TIMEOUT", "-3", 1);
+    assert_int_equal(cdl_dist_config_from_env(&c), -1);
+    assert_non_null(strstr(cdl_last_error(), "CDL_STORE_HELLO_TIMEOUT"));
+    unsetenv("CDL_TIMEOUT");
+    unsetenv("CDL_SHM_SLAB_KB");
+    unsetenv("CDL_SHM_SPIN_US");
+    unsetenv("CDL_STORE_HELLO_TIMEOUT");
+    assert_int_equal(cdl_dist_config_from_env(&c), 0);
+    assert_true(c.timeout_s == 0 && c.shm_spin_us == -1 && c.store_hello_s == 0);
+    assert_int_equal(c.shm_slab_kb, 0);
+
+    cdl_rank_info info = {.rank = 0, .world = 1, .local_world = 1, .nnodes = 1,
+                          .replicas_per_gpu = 1, .source = "single"};
+    c.size = 0;
+    assert_null(cdl_dist_create_with(&info, "single", NULL, &c));
+    assert_non_null(strstr(cdl_last_error(), "cdl_dist_config_init"));
+    cdl_dist_config_init(&c);
+    c.timeout_s = -1;
+    assert_null(cdl_dist_create_with(&info, "single", NULL, &c));
+    assert_non_null(strstr(cdl_last_error(), "timeout"));
+    c.timeout_s = 0;
+    cdl_dist *d = cdl_dist_create_with(&info, "single", NULL, &c);
+    assert_non_null(d);
+    assert_string_equal(cdl_dist_backend_name(d), "single");
+    cdl_dist_destroy(d);
+}
+
 int main(void)
 {
     clear_launcher_env();
@@ -467,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_missing_rank_times_out),
         cmocka_unit_test(test_duplicate_local_rank),
         cmocka_unit_test(test_refused_backends),
+        cmocka_unit_test(test_dist_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,11 +13,15 @@
 #include "lib/dist/store_proto.h"
 #include "lib/dist/util.h"
 
+/* The server's wait for a client's hello (0 = its default): set before
+ * run_world, so the forked ranks inherit it. */
+static double hello_s;
+
 static store *open_store(double timeout, cdl_rank_info *info)
 {
     if (cdl_rank_discover(info))
         return NULL;
-    return store_open(info, NULL, timeout);
+    return store_open(info, NULL, timeout, hello_s);
 }
 
 static int expect_children_ok(int n, const int *status)
@@ -321,9 +325,9 @@ static int trickle_rank(int rank, int world, void *arg)
 static void test_stranger_deadline(void **state)
 {
     (void)state;
-    setenv(STORE_ENV_HELLO_TIMEOUT, "2", 1);
+    hello_s = 2;
     int rc = run_world(2, trickle_rank, NULL, guard_s(60));
-    unsetenv(STORE_ENV_HELLO_TIMEOUT);
+    hello_s = 0;
     if (rc)
         fail_msg("trickle test failed");
 }
@@ -378,9 +382,9 @@ static int exhaust_rank(int rank, int world, void *arg)
 static void test_strangers_cannot_exhaust(void **state)
 {
     (void)state;
-    setenv(STORE_ENV_HELLO_TIMEOUT, "60", 1);
+    hello_s = 60;
     int rc = run_world(2, exhaust_rank, NULL, guard_s(60));
-    unsetenv(STORE_ENV_HELLO_TIMEOUT);
+    hello_s = 0;
     if (rc)
         fail_msg("exhaustion test failed");
 }

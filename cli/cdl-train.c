@@ -239,6 +239,7 @@ static int read_env(cdl_train_config *cfg)
         return -1;
     }
     cfg->dist_config = &dist;
+    cfg->log = getenv("CDL_LOG");   /* docs/cuda.md */
     return 0;
 }
 

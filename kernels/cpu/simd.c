@@ -12,6 +12,10 @@ int cpu_has_avx512(void)
 {
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
+        /* Read here, not passed in cdl_backend_params: which instructions
+         * the process's kernels use is a process-wide dispatch (cached once,
+         * shared by every CPU backend), a diagnosis switch like OpenBLAS's
+         * OPENBLAS_CORETYPE, not a setting of one backend. */
         const char *off = getenv("CDL_CPU_NO_AVX512");
         __builtin_cpu_init();
         v = __builtin_cpu_supports("avx512f") && !(off && *off && *off != '0');

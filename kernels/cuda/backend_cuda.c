@@ -79,10 +79,9 @@ int cuda_backend_is_cuda(const cdl_backend *be)
     return be && be->ops == &cuda_ops;
 }
 
-/* Whether CDL_LOG (a comma-separated list, or "all") names topic. */
-int cbe_log_has(const char *topic)
+/* Whether the log list (CDL_LOG's: comma-separated, or "all") names topic. */
+static int log_has(const char *s, const char *topic)
 {
-    const char *s = getenv("CDL_LOG");
     size_t n = strlen(topic);
     while (s && *s) {
         size_t len = strcspn(s, ",");
@@ -212,7 +211,7 @@ static int setup(cbe *ci)
     if (CU_CHECK(ci, cuk_fill(ci->stream, (float *)(void *)ci->sumsq_dev, 2, one, NULL)) ||
         CU_CHECK(ci, cudaStreamSynchronize(ci->stream)))
         return -1;
-    if (cbe_log_has("cuda")) {
+    if (ci->log_cuda) {
         unsigned int f = 0;
         (void)cudaGetDeviceFlags(&f);
         fprintf(stderr, "cdl: cuda: GPU %d (%s, compute capability %d.%d): host waits %s "
@@ -267,10 +266,10 @@ cdl_backend *cuda_backend_open(const cdl_backend_params *params)
     ci->device = device < 0 ? 0 : device;
     ci->tf32_conv = tf32_conv;
     ci->tf32_matmul = tf32_matmul;
-    ci->log_cudnn = cbe_log_has("cudnn");
+    ci->log_cudnn = log_has(params->log, "cudnn");
+    ci->log_cuda = log_has(params->log, "cuda");
     /* The launcher's contract says how many replicas share this GPU. */
-    const char *rpg = getenv("CDL_REPLICAS_PER_GPU");
-    ci->packed = rpg && atoi(rpg) > 1 ? atoi(rpg) : 1;
+    ci->packed = params->replicas_per_gpu > 1 ? params->replicas_per_gpu : 1;
     if (setup(ci) != 0) {
         char msg[sizeof ci->err];
         snprintf(msg, sizeof msg, "%s", ci->err);

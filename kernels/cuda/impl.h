@@ -99,7 +99,8 @@ typedef struct cbe {
     uint64_t plan_clock;
     struct cbe_block *blocks; /* live allocations of alloc(), by address (memory.c) */
     size_t nblocks, cap_blocks;
-    int log_cudnn;            /* CDL_LOG has cudnn: print each conv plan */
+    int log_cudnn;            /* the log list (CDL_LOG) has cudnn: print each conv plan */
+    int log_cuda;             /* ... has cuda: print how host threads wait */
     int packed;               /* replicas sharing this GPU (CDL_REPLICAS_PER_GPU) */
     /* The names of the last ops issued (a ring; ops counts all of them): an
      * asynchronous fault surfaces at a later call, these are the suspects. */
@@ -115,8 +116,6 @@ static inline cbe *cbe_of(cdl_backend *be)
     return (cbe *)be->impl;
 }
 
-/* Whether the CDL_LOG list (e.g. "cudnn,cuda" or "all") names topic. */
-int cbe_log_has(const char *topic);
 
 /* Makes the backend's GPU current on the calling thread (cheap when it is). */
 void cbe_enter(cbe *ci);

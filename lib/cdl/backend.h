@@ -182,9 +182,21 @@ typedef struct cdl_backend_params {
     /* TF32 tensor-core math on GPUs: conv for convolutions, matmul for
      * linear layers. -1 = the default, PyTorch's (conv on, matmul off). */
     int tf32_conv, tf32_matmul;
+    /* Replicas sharing this GPU (the rank contract's CDL_REPLICAS_PER_GPU;
+     * 0 = 1): packed ones make host threads block instead of spin. */
+    int replicas_per_gpu;
+    /* What the GPU backend logs on stderr: CDL_LOG's comma-separated
+     * topics ("cuda", "cudnn") or "all"; NULL = nothing. Kept, not copied:
+     * it must outlive cdl_backend_create_with. */
+    const char *log;
 } cdl_backend_params;
 
 void cdl_backend_params_init(cdl_backend_params *p);
+
+/* cdl_backend_params_init, then log from CDL_LOG and replicas_per_gpu from
+ * CDL_REPLICAS_PER_GPU: for a program's edge (tests, benchmarks); the
+ * backends themselves do not read them. */
+void cdl_backend_params_from_env(cdl_backend_params *p);
 
 /* "cpu", "cuda", or "auto" (cuda when a GPU is visible, else cpu), with
  * params (NULL = the defaults). NULL with cdl_last_error() on failure. */

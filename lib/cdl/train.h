@@ -68,6 +68,9 @@ typedef struct cdl_train_config {
      * default) = cdl_dist_config_init's. cdl-train reads them from
      * CDL_TIMEOUT and CDL_SHM_* (cdl_dist_config_from_env). */
     const cdl_dist_config *dist_config;
+    /* What the GPU backend logs (cdl_backend_params.log; kept, not
+     * copied): cdl-train sets it from CDL_LOG. NULL = nothing. */
+    const char *log;
 } cdl_train_config;
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,

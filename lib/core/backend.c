@@ -1,5 +1,6 @@
 /* Choosing a backend by name, its creation parameters, and the optional
  * asynchronous entries with their synchronous fallbacks (backend.h). */
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -13,6 +14,14 @@ void cdl_backend_params_init(cdl_backend_params *p)
     p->size = sizeof *p;
     p->device = -1;
     p->tf32_conv = p->tf32_matmul = -1;
+}
+
+void cdl_backend_params_from_env(cdl_backend_params *p)
+{
+    cdl_backend_params_init(p);
+    p->log = getenv("CDL_LOG");
+    const char *rpg = getenv("CDL_REPLICAS_PER_GPU");
+    p->replicas_per_gpu = rpg && atoi(rpg) > 1 ? atoi(rpg) : 0;
 }
 
 /* The caller's params as this libcdl's struct: fields it does not know

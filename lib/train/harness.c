@@ -331,6 +331,8 @@ static cdl_backend *make_backend(run *r)
     p.threads = c->threads;
     p.tf32_conv = c->tf32_conv;
     p.tf32_matmul = c->tf32_matmul;
+    p.log = c->log;
+    p.replicas_per_gpu = r->ri.replicas_per_gpu;
     if (strcmp(dev, "cuda") && strcmp(dev, "auto"))
         return cdl_backend_create_with(dev, &p);
     int visible = cdl_backend_cuda_device_count();

@@ -44,7 +44,9 @@ static int all_are(cdl_backend *be, const float *dev, float want)
 
 static int sync_flags(void)
 {
-    cdl_backend *be = cdl_backend_cuda_create(-1);
+    cdl_backend_params p;
+    cdl_backend_params_from_env(&p);   /* CDL_REPLICAS_PER_GPU: tests/fakegpu/coll.sh */
+    cdl_backend *be = cdl_backend_create_with("cuda", &p);
     unsigned int f = 0;
     if (!be || cudaGetDeviceFlags(&f) != cudaSuccess) {
         fprintf(stderr, "coll_order: %s\n", be ? "cudaGetDeviceFlags failed" : cdl_last_error());
@@ -65,7 +67,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "coll_order: %s\n", cdl_last_error());
         return 1;
     }
-    cdl_backend *be = cdl_backend_cuda_create(info.local_rank);
+    cdl_backend_params p;
+    cdl_backend_params_init(&p);
+    p.device = info.local_rank;
+    p.replicas_per_gpu = info.replicas_per_gpu;
+    cdl_backend *be = cdl_backend_create_with("cuda", &p);
     cdl_dist *d = be ? cdl_dist_create(&info, "nccl", be, 60) : NULL;
     float *buf = d ? be->ops->alloc(be, N * sizeof(float)) : NULL;
     if (!buf) {

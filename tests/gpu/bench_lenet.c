@@ -239,7 +239,9 @@ int main(int argc, char **argv)
     }
     if (B < 1 || B > 65536 || !(seconds > 0) || (strcmp(input, "device") && strcmp(input, "pinned")))
         usage();
-    cdl_backend *be = cdl_backend_create(device, 0);
+    cdl_backend_params p;
+    cdl_backend_params_from_env(&p);   /* CDL_LOG=cudnn,cuda: tests/gpu/run.sh */
+    cdl_backend *be = cdl_backend_create_with(device, &p);
     if (!be) {
         fprintf(stderr, "bench_lenet: %s\n", cdl_last_error());
         return 1;

@@ -589,7 +589,7 @@ static void check_graph(void)
 static cdl_backend *open_backend(const char *name, int tf32)
 {
     cdl_backend_params p;
-    cdl_backend_params_init(&p);
+    cdl_backend_params_from_env(&p);   /* CDL_LOG=cudnn: tests/fakegpu/ops.sh */
     p.tf32_conv = p.tf32_matmul = tf32;
     p.threads = cpu->threads > 1 ? 1 : 2;
     cdl_backend *be = cdl_backend_create_with(name, &p);

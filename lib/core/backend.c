@@ -7,6 +7,7 @@
 #include <cdl/cdl.h>
 
 #include "backends.h"
+#include "sized.h"
 
 void cdl_backend_params_init(cdl_backend_params *p)
 {
@@ -31,13 +32,8 @@ static int read_params(const cdl_backend_params *in, cdl_backend_params *out)
     cdl_backend_params_init(out);
     if (!in)
         return 0;
-    if (in->size < offsetof(cdl_backend_params, threads) + sizeof in->threads ||
-        in->size > sizeof *out)
-        return cdl_error("cdl_backend_params: size %zu is not that of this libcdl's struct "
-                         "(%zu): call cdl_backend_params_init first", in->size, sizeof *out);
-    memcpy(out, in, in->size);
-    out->size = sizeof *out;
-    return 0;
+    return sized_read(in, out, sizeof *out, offsetof(cdl_backend_params, threads) +
+                      sizeof in->threads, "cdl_backend_params", "cdl_backend_params_init");
 }
 
 cdl_backend *cdl_backend_create_with(const char *name, const cdl_backend_params *params)

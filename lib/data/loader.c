@@ -20,6 +20,7 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/core/sized.h"
 #include "lib/data/internal.h"
 
 #define MAX_WORKERS 256
@@ -188,13 +189,8 @@ static int read_config(const cdl_loader_config *in, cdl_loader_config *out)
     cdl_loader_defaults(out);
     if (!in)
         return cdl_error("cdl_loader_create: dataset or config is NULL");
-    if (in->size < offsetof(cdl_loader_config, world) + sizeof in->world ||
-        in->size > sizeof *out)
-        return cdl_error("cdl_loader_config: size %zu is not that of this libcdl's struct "
-                         "(%zu): start from cdl_loader_defaults", in->size, sizeof *out);
-    memcpy(out, in, in->size);
-    out->size = sizeof *out;
-    return 0;
+    return sized_read(in, out, sizeof *out, offsetof(cdl_loader_config, world) + sizeof in->world,
+                      "cdl_loader_config", "cdl_loader_defaults");
 }
 
 cdl_loader *cdl_loader_create(const cdl_dataset *d, const cdl_loader_config *cfg)

@@ -17,6 +17,8 @@
 #include <cdl/cdl.h>
 
 
+#include "lib/core/sized.h"
+
 #include "boot.h"
 #include "contract.h"
 #include "coll.h"
@@ -364,13 +366,9 @@ static int read_config(const cdl_dist_config *in, cdl_dist_config *out)
     cdl_dist_config_init(out);
     if (!in)
         return 0;
-    if (in->size < offsetof(cdl_dist_config, store_hello_s) + sizeof in->store_hello_s ||
-        in->size > sizeof *out)
-        return cdl_error("cdl_dist_config: size %zu is not that of this libcdl's struct "
-                         "(%zu): start from cdl_dist_config_init", in->size, sizeof *out);
-    memcpy(out, in, in->size);
-    out->size = sizeof *out;
-    return 0;
+    return sized_read(in, out, sizeof *out,
+                      offsetof(cdl_dist_config, store_hello_s) + sizeof in->store_hello_s,
+                      "cdl_dist_config", "cdl_dist_config_init");
 }
 
 cdl_dist *cdl_dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,

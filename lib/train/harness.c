@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/core/sized.h"
+
 #include "checkpoint.h"
 #include "ddp.h"
 #include "loop.h"
@@ -352,11 +354,9 @@ static cdl_backend *make_backend(run *r)
 static int read_config(const cdl_train_config *in, cdl_train_config *out)
 {
     cdl_train_defaults(out);
-    if (in->size < offsetof(cdl_train_config, cuda_graphs) || in->size > sizeof *out)
-        return cdl_error("cdl_train_config: size %zu is not that of this libcdl's struct "
-                         "(%zu): start from cdl_train_defaults", in->size, sizeof *out);
-    memcpy(out, in, in->size);
-    out->size = sizeof *out;
+    if (sized_read(in, out, sizeof *out, offsetof(cdl_train_config, cuda_graphs),
+                   "cdl_train_config", "cdl_train_defaults"))
+        return -1;
     /* Strings end inside their fields whatever the caller left there. */
     char *strs[] = {out->model, out->dataset, out->data_dir, out->ckpt_dir, out->resume,
                     out->metrics, out->device, out->dist_backend};

@@ -25,6 +25,7 @@ static void usage(FILE *f)
             "  --timeout S        CDL_TIMEOUT for the ranks: seconds any wait for a peer may\n"
             "                     take (default 300)\n"
             "  -v, --verbose      print each rank's pid and CPUs\n"
+            "  -h, --help         this text;  --version  print the version\n"
             "\n"
             "Exit code: 0 when all ranks succeed; 75 when they exit 75 (checkpointed, requeue);\n"
             "else that of the first rank to fail (128 + signal when killed).\n",
@@ -67,6 +68,9 @@ static int parse(int argc, char **argv, run *r)
             break;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "--version")) {
+            printf("cdlrun (cdl) %s\n", PACKAGE_VERSION);
             exit(0);
         } else if (!strncmp(a, "-n", 2) || is_opt(a, "--ntasks")) {
             if (a[1] == '-')

@@ -124,6 +124,10 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     spank_context_t ctx = spank_context();
     spk_set_log(log_to_slurm);
     memset(&spk_g, 0, sizeof spk_g);
+    /* One line in the slurmd log (at its start and per step) tells the
+     * admin which build a node runs; srun/sbatch stay quiet for users. */
+    if (ctx == S_CTX_SLURMD || ctx == S_CTX_REMOTE)
+        slurm_info("cdl_spank %s loaded", PACKAGE_VERSION);
     /* With a broken configuration on the node side the options are still
      * registered (forwarded values must be accepted) but do nothing. */
     if (spk_conf_parse(&spk_g.conf, ac, av) != 0 && conf_failed(sp, ctx) != 0)

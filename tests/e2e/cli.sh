@@ -7,6 +7,8 @@ expect_status 0 "$CDL_TRAIN" --help
 grep -q -- '--resume auto|never|PATH' "$TMP/out" || die "--help lacks --resume"
 expect_status 0 "$CDL_TRAIN" --version
 grep -q '^cdl-train (cdl) ' "$TMP/out" || die "--version output"
+expect_status 0 "$CDLRUN" --version
+grep -qx 'cdlrun (cdl) [0-9][0-9.]*' "$TMP/out" || die "cdlrun --version output"
 
 expect_status 2 "$CDL_TRAIN" --epochs 0;            expect_err "--epochs '0'"
 expect_status 2 "$CDL_TRAIN" --epochs 3x;           expect_err "expected an integer"

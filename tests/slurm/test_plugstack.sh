@@ -31,6 +31,9 @@ job=$(submit -N2 -n2 -o "$WORK/job.out" ./wait-flag.sh)
 check "a job is submitted with a good configuration" test -n "$job"
 wait_until "$JOB_TIMEOUT" sh -c "squeue -h -j $job -o %T | grep -qx RUNNING" ||
     fail "job $job did not start"
+version=$(sed -n 's/^#define PACKAGE_VERSION "\(.*\)"$/\1/p' "${top_builddir:-.}/config.h")
+check "slurmd logged 'cdl_spank $version loaded' at start" \
+    grep -qF "cdl_spank $version loaded" "$CDL_CLUSTER_DIR/log/slurmd.n1.log"
 
 # Now the admin misspells a key.
 echo "$GOOD mps_timeuot=5" >"$CONF"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `make install DESTDIR=...` from the build tree: no libtool .la in the
+# plugin directory, the man pages and the modulefile installed, and the
+# modulefile's paths pointing at the configured prefix.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+
+command -v "${MAKE:-make}" >/dev/null || { echo "SKIP: no make"; exit 77; }
+# Under the build tree (writable even in distcheck's read-only source tree).
+DEST=$(cd "$top_builddir" && pwd)/install-test.$$
+trap 'rm -rf "$DEST" "$TMP"' EXIT
+mk() { "${MAKE:-make}" -s --no-print-directory -C "$top_builddir" "$@"; }
+var() { mk -f Makefile -f - print-var V="$1" <<'MK'
+print-var:
+	@echo '$($(V))'
+MK
+}
+mk install DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make install DESTDIR=$DEST failed"; }
+
+prefix=$(var prefix) mandir=$(var mandir) version=$(var VERSION)
+modfile="$DEST$(var modulefilesdir)/cdl/$version"
+[ -n "$prefix" ] && [ -n "$version" ] || die "cannot read prefix/VERSION from the Makefile"
+
+if [ "$(var slurmplugin_LTLIBRARIES)" != "" ]; then
+    plugdir="$DEST$(var slurmplugindir)"
+    [ -f "$plugdir/cdl_spank.so" ] || die "cdl_spank.so not installed into $plugdir"
+    [ ! -e "$plugdir/cdl_spank.la" ] || die "make install left cdl_spank.la in $plugdir"
+    [ -f "$DEST$(var plugstackdir)/cdl.conf" ] || die "cdl.conf not installed into $(var plugstackdir)"
+fi
+for page in man1/cdl-train.1 man1/cdlrun.1 man5/cdl-model-spec.5 man8/cdl_spank.8; do
+    [ -s "$DEST$mandir/$page" ] || die "man page $mandir/$page not installed"
+done
+
+[ -f "$modfile" ] || die "modulefile not installed as $modfile"
+head -1 "$modfile" | grep -q '^#%Module' || die "$modfile lacks the #%Module magic"
+grep -q '@[a-z]*@' "$modfile" && die "$modfile has unexpanded @...@"
+grep -q '\${' "$modfile" && die "$modfile has unexpanded \${...}"
+for v in PATH MANPATH PKG_CONFIG_PATH CPATH LIBRARY_PATH; do
+    dir=$(awk -v v="$v" '$1 == "prepend-path" && $2 == v { print $3 }' "$modfile")
+    case "$dir" in
+        "$prefix"/*) ;;
+        *) die "$modfile: $v -> '$dir', not under the prefix $prefix" ;;
+    esac
+done
+# With tclsh, the file must be valid Tcl that does what the awk above read:
+# the modulefile commands are stubbed to print their arguments.
+if command -v tclsh >/dev/null; then
+    tclsh >"$TMP/tcl" 2>&1 <<TCL || { cat "$TMP/tcl" >&2; die "$modfile is not valid Tcl"; }
+proc prepend-path {var dir} { puts "\$var=\$dir" }
+proc module-whatis {text} {}
+proc conflict {args} {}
+source {$modfile}
+TCL
+    grep -qx "MANPATH=$mandir" "$TMP/tcl" || { cat "$TMP/tcl" >&2; die "$modfile: MANPATH is not $mandir"; }
+fi
+grep -q "prepend-path PATH *$(var bindir)\$" "$modfile" || die "$modfile: PATH is not bindir"
+grep -qE '^[^#]*LD_LIBRARY_PATH' "$modfile" && die "$modfile sets LD_LIBRARY_PATH (programs use their run path)"
+[ -x "$DEST$(var bindir)/cdl-train" ] || die "cdl-train not installed"
+"$DEST$(var bindir)/cdlrun" --version | grep -q "^cdlrun (cdl) $version\$" || die "cdlrun --version"
+echo "PASS: make install (prefix $prefix, modulefile cdl/$version)"

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The manual pages in man/: each renders without a single groff warning (as
+# lintian checks them), and every option that cdl-train --help and
+# cdlrun --help print appears in its page, so the pages cannot fall behind
+# the programs.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+
+command -v man >/dev/null || { echo "SKIP: man is not installed (Debian: man-db)"; exit 77; }
+MAN="$top_srcdir/man"
+render() {   # render PAGE: the text to stdout, groff's warnings to stderr
+    LC_ALL=C.UTF-8 MANROFFSEQ='' MANWIDTH=80 man --warnings -E UTF-8 -l "$1"
+}
+
+# The check itself must see warnings: a page with an unknown request warns.
+printf '.TH BAD 1\n.SH NAME\nbad \\- bad\n.XYZZY\n' > "$TMP/bad.1"
+render "$TMP/bad.1" >/dev/null 2>"$TMP/warn"
+[ -s "$TMP/warn" ] || die "man --warnings reports nothing for a broken page: the check is blind"
+
+for page in "$MAN"/*.[1-8]; do
+    render "$page" >"$TMP/$(basename "$page").txt" 2>"$TMP/warn" ||
+        { cat "$TMP/warn" >&2; die "man cannot render $page"; }
+    [ ! -s "$TMP/warn" ] || { cat "$TMP/warn" >&2; die "$page: groff warnings (above)"; }
+    [ -s "$TMP/$(basename "$page").txt" ] || die "$page renders to nothing"
+done
+
+# check_options PROGRAM PAGE: every -x and --long-option of PROGRAM --help
+# is in the rendered PAGE.
+check_options() {
+    local prog=$1 page=$2 opt missing=
+    "$prog" --help >"$TMP/help" || die "$prog --help failed"
+    local opts
+    opts=$(grep -oE -- '(^|[^-A-Za-z0-9])(--[a-z][a-z0-9-]*|-[A-Za-z])([^-A-Za-z0-9]|$)' "$TMP/help" |
+           grep -oE -- '--?[A-Za-z][a-z0-9-]*' | sort -u)
+    [ -n "$opts" ] || die "no options found in $prog --help"
+    for opt in $opts; do
+        grep -qE -- "(^|[^-A-Za-z0-9])${opt}([^-A-Za-z0-9]|\$)" "$TMP/$page.txt" ||
+            missing="$missing $opt"
+    done
+    [ -z "$missing" ] || die "man/$page lacks options that $prog --help prints:$missing"
+    echo "man/$page: $(echo "$opts" | wc -l) options of $(basename "$prog") --help documented"
+}
+check_options "$CDL_TRAIN" cdl-train.1
+check_options "$CDLRUN" cdlrun.1
+# Every plugstack.conf key the plugin accepts (its known_keys table) is in
+# cdl_spank(8).
+keys=$(sed -n '/known_keys\[\] = {/,/};/p' "$top_srcdir/spank/config.c" | grep -oE '"[a-z_]+"' | tr -d '"')
+[ "$(echo "$keys" | wc -l)" -ge 10 ] || die "cannot read the keys from spank/config.c"
+for key in $keys; do
+    grep -q -- "$key=" "$TMP/cdl_spank.8.txt" || die "man/cdl_spank.8 lacks the setting $key="
+done
+echo "PASS: man pages"

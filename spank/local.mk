@@ -35,10 +35,22 @@ spank_cdl_spank_la_LIBADD = $(HWLOC_LIBS) $(NETTLE_LIBS)
 EXTRA_spank_cdl_spank_la_DEPENDENCIES = $(top_srcdir)/spank/cdl_spank.map
 
 # The plugstack.conf.d snippet, with the install path of the plugin.
-plugstackddir = $(slurmconfdir)/plugstack.conf.d
+# configure --with-plugstack-dir=DIR (packages: /etc/slurm/plugstack.conf.d).
 plugstackd_DATA = spank/cdl.conf
+plugstackddir = $(plugstackdir)
 CLEANFILES += spank/cdl.conf
 spank/cdl.conf: $(top_srcdir)/spank/cdl.conf.in Makefile
 	$(AM_V_GEN)$(MKDIR_P) spank && \
 	sed -e 's|@slurmplugindir[@]|$(slurmplugindir)|g' $(top_srcdir)/spank/cdl.conf.in > $@
 endif
+
+# Slurm loads cdl_spank.so only; a libtool .la beside it is useless to it
+# and would be one more file in every package, so it never stays installed.
+# Without the .la, libtool's uninstall no longer knows the .so: remove it here.
+install-data-hook: install-data-hook-spank
+install-data-hook-spank:
+	rm -f '$(DESTDIR)$(slurmplugindir)/cdl_spank.la'
+uninstall-local: uninstall-local-spank
+uninstall-local-spank:
+	rm -f '$(DESTDIR)$(slurmplugindir)/cdl_spank.so'
+.PHONY: install-data-hook-spank uninstall-local-spank

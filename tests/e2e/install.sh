@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make install DESTDIR=...` from the build tree: no libtool .la in the
-# plugin directory, the man pages and the modulefile installed, and the
-# modulefile's paths pointing at the configured prefix.
+# plugin directory, the man pages and the modulefile installed, the
+# modulefile's paths pointing at the configured prefix, and `make uninstall`
+# removing all of it again.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 
 command -v "${MAKE:-make}" >/dev/null || { echo "SKIP: no make"; exit 77; }
@@ -56,4 +57,9 @@ grep -q "prepend-path PATH *$(var bindir)\$" "$modfile" || die "$modfile: PATH i
 grep -qE '^[^#]*LD_LIBRARY_PATH' "$modfile" && die "$modfile sets LD_LIBRARY_PATH (programs use their run path)"
 [ -x "$DEST$(var bindir)/cdl-train" ] || die "cdl-train not installed"
 "$DEST$(var bindir)/cdlrun" --version | grep -q "^cdlrun (cdl) $version\$" || die "cdlrun --version"
+# make uninstall takes everything away again (distcheck's rule), the plugin
+# included although libtool no longer has its .la to go by.
+mk uninstall DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make uninstall failed"; }
+left=$(find "$DEST" -type f | head -5)
+[ -z "$left" ] || die "make uninstall left files: $left"
 echo "PASS: make install (prefix $prefix, modulefile cdl/$version)"

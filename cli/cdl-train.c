@@ -7,12 +7,15 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include <cdl/cdl.h>
+
+#include "suggest.h"
 
 enum {
     OPT_DATA_DIR = 256, OPT_BATCH, OPT_MOMENTUM, OPT_WD, OPT_SCHEDULE, OPT_WARMUP, OPT_WORKERS,
@@ -203,6 +206,21 @@ static int one_of(const char *opt, const char *s, const char *const *choices, ch
     return bad(opt, s, why);
 }
 
+/* Slurm's CPU count above what this process may run on (a cgroup or a
+ * launcher's binding smaller than --cpus-per-task): libcdl uses the smaller
+ * (cdl_default_threads); say so once, in one line. */
+static void warn_cpus(void)
+{
+    const char *s = getenv("SLURM_CPUS_PER_TASK");
+    cpu_set_t set;
+    if (!s || !*s || sched_getaffinity(0, sizeof set, &set) != 0)
+        return;
+    long want = strtol(s, NULL, 10);
+    if (want > CPU_COUNT(&set) && want <= 4096)
+        fprintf(stderr, "cdl-train: warning: SLURM_CPUS_PER_TASK is %ld but this process may run on "
+                "%d CPUs; cdl uses the smaller, %d\n", want, CPU_COUNT(&set), CPU_COUNT(&set));
+}
+
 /* The environment's settings (options given later override them): read
  * here, at the edge, so libcdl takes its configuration by value. */
 static int read_env(cdl_train_config *cfg)
@@ -240,6 +258,7 @@ static int read_env(cdl_train_config *cfg)
     }
     cfg->dist_config = &dist;
     cfg->log = getenv("CDL_LOG");   /* docs/cuda.md */
+    warn_cpus();
     return 0;
 }
 
@@ -317,7 +336,13 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case OPT_METRICS: rc = copy_str(name, a, cfg->metrics, sizeof cfg->metrics); break;
         case OPT_MAX_STEPS: rc = parse_long(name, a, 0, LONG_MAX, &cfg->max_steps); break;
         case OPT_DROP_LAST: cfg->drop_last = 1; break;
-        case OPT_DEVICE: rc = one_of(name, a, devices, cfg->device, sizeof cfg->device); break;
+        case OPT_DEVICE:
+            if (!strcmp(a, "gpu")) {   /* PyTorch's word */
+                fprintf(stderr, "cdl-train: --device 'gpu': use --device cuda\n");
+                return -1;
+            }
+            rc = one_of(name, a, devices, cfg->device, sizeof cfg->device);
+            break;
         case OPT_TF32: {
             static const char *const tf32[] = {"on", "off", "default", NULL};
             char v[16];
@@ -345,10 +370,21 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             fprintf(stderr, "cdl-train: option '%.80s%s' needs a value (see cdl-train --help)\n",
                     argv[optind - 1], ell(argv[optind - 1]));
             return -1;
-        default:
-            fprintf(stderr, "cdl-train: unknown option '%.80s%s' (see cdl-train --help)\n",
-                    argv[optind - 1], ell(argv[optind - 1]));
+        default: {
+            /* PyTorch's spellings, and the nearest option to a typo. */
+            static const char *const aliases[] = {
+                "lr-scheduler", "--schedule", "scheduler", "--schedule",
+                "num-workers", "--workers", "num-epochs", "--epochs", "max-epochs", "--epochs",
+                NULL};
+            const char *known[sizeof long_opts / sizeof *long_opts];
+            for (size_t i = 0; i < sizeof long_opts / sizeof *long_opts; i++)
+                known[i] = long_opts[i].name;
+            char hint[96];
+            suggest_option(argv[optind - 1], known, aliases, hint, sizeof hint);
+            fprintf(stderr, "cdl-train: unknown option '%.80s%s'%s (see cdl-train --help)\n",
+                    argv[optind - 1], ell(argv[optind - 1]), hint);
             return -1;
+        }
         }
     }
     if (rc == 0 && optind < argc) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "launch.h"
+#include "../cli/suggest.h"
 
 static void usage(FILE *f)
 {
@@ -114,7 +115,14 @@ static int parse(int argc, char **argv, run *r)
             }
             r->timeout = t;
         } else {
-            fprintf(stderr, "cdlrun: unknown option '%.80s%s' (see cdlrun --help)\n", a, ell(a));
+            /* torchrun's spelling, and the nearest option to a typo. */
+            static const char *const known[] = {"ntasks", "bind", "label", "timeout", "verbose",
+                                                "help", "version", NULL};
+            static const char *const aliases[] = {"nproc-per-node", "-n", NULL};
+            char hint[96];
+            suggest_option(a, known, aliases, hint, sizeof hint);
+            fprintf(stderr, "cdlrun: unknown option '%.80s%s'%s (see cdlrun --help)\n", a, ell(a),
+                    hint);
             return -1;
         }
     }

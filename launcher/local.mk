@@ -1,7 +1,8 @@
 # launcher: cdlrun, the local multi-rank launcher.
 bin_PROGRAMS += launcher/cdlrun
 launcher_cdlrun_SOURCES = launcher/cdlrun.c launcher/spawn.c launcher/supervise.c \
-	launcher/bind.c launcher/launch.h lib/dist/contract.c lib/dist/contract.h
+	launcher/bind.c launcher/launch.h lib/dist/contract.c lib/dist/contract.h \
+	cli/suggest.c cli/suggest.h
 launcher_cdlrun_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS)
 launcher_cdlrun_LDADD = $(HWLOC_LIBS)
 if HAVE_HWLOC

@@ -44,8 +44,9 @@ void *cdl_calloc(size_t n, size_t size);   /* zeroed, 64-byte aligned */
 void cdl_free(void *p);
 uint64_t cdl_alloc_count(void);            /* number of successful cdl_malloc/calloc calls */
 
-/* Number of CPUs this process should keep busy: SLURM_CPUS_PER_TASK, else
- * OMP_NUM_THREADS, else the CPUs in this process's affinity mask. */
+/* Number of CPUs this process should keep busy: SLURM_CPUS_PER_TASK (at
+ * most the CPUs in this process's affinity mask), else OMP_NUM_THREADS,
+ * else the CPUs in the affinity mask. */
 int cdl_default_threads(void);
 
 /* Objects are made by cdl_X_create and released by cdl_X_destroy. The names

@@ -20,14 +20,16 @@ static int positive_env(const char *name)
 
 int cdl_default_threads(void)
 {
+    cpu_set_t set;
+    int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
     int n = positive_env("SLURM_CPUS_PER_TASK");
+    /* More threads than CPUs we may run on only time-slice: cdl-train warns. */
+    if (n && ncpu && n > ncpu)
+        n = ncpu;
     if (!n)
         n = positive_env("OMP_NUM_THREADS");
-    if (!n) {
-        cpu_set_t set;
-        if (sched_getaffinity(0, sizeof set, &set) == 0)
-            n = CPU_COUNT(&set);
-    }
+    if (!n)
+        n = ncpu;
     if (n <= 0) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);
         n = c > 0 ? (int)c : 1;

@@ -19,6 +19,22 @@ expect_status 2 "$CDL_TRAIN" --dataset imagenet;    expect_err "fashion-mnist"
 expect_status 2 "$CDL_TRAIN" --schedule linear;     expect_err "--schedule 'linear'"
 expect_status 2 "$CDL_TRAIN" --no-such-option;      expect_err "unknown option '--no-such-option'"
 expect_status 2 "$CDL_TRAIN" --batch-size;          expect_err "needs a value"
+# More Slurm CPUs than the affinity mask allows: a one-line warning, and the
+# smaller count is used (checked with a bad option after it: nothing runs).
+SLURM_CPUS_PER_TASK=4096 expect_status 2 "$CDL_TRAIN" --epochs 0
+expect_err "SLURM_CPUS_PER_TASK is 4096 but this process may run on $(nproc) CPUs"
+[ "$(grep -c warning "$TMP/err")" -eq 1 ] || die "the CPU warning is not printed once"
+# A misspelt option gets the nearest one; PyTorch's spellings get cdl's.
+expect_status 2 "$CDL_TRAIN" --epohcs 3;            expect_err "did you mean --epochs?"
+expect_status 2 "$CDL_TRAIN" --lerning-rate 1;      expect_err "unknown option '--lerning-rate' (see"
+expect_status 2 "$CDL_TRAIN" --batch_size 64;       expect_err "use --batch-size (cdl's options use dashes)"
+expect_status 2 "$CDL_TRAIN" --num_workers=2;       expect_err "use --workers"
+expect_status 2 "$CDL_TRAIN" --lr-scheduler cosine; expect_err "use --schedule"
+expect_status 2 "$CDL_TRAIN" --max_epochs 3;        expect_err "use --epochs"
+expect_status 2 "$CDL_TRAIN" --device gpu;          expect_err "use --device cuda"
+[ "$(wc -l <"$TMP/err")" -eq 1 ] || die "error is not one line"
+expect_status 2 "$CDLRUN" --nproc_per_node 2 true;  expect_err "use -n"
+expect_status 2 "$CDLRUN" --labl -n 2 true;         expect_err "did you mean --label?"
 expect_status 2 "$CDL_TRAIN" stray;                 expect_err "unexpected argument 'stray'"
 expect_status 2 "$CDL_TRAIN" --optimizer adam --nesterov; expect_err "--nesterov"
 [ "$(wc -l <"$TMP/err")" -eq 1 ] || die "error is not one line"

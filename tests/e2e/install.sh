@@ -31,6 +31,9 @@ for page in man1/cdl-train.1 man1/cdlrun.1 man5/cdl-model-spec.5 man8/cdl_spank.
     [ -s "$DEST$mandir/$page" ] || die "man page $mandir/$page not installed"
 done
 
+for prog in cdl-train cdlrun; do
+    [ -s "$DEST$(var bashcompletiondir)/$prog" ] || die "bash completion for $prog not installed"
+done
 [ -f "$modfile" ] || die "modulefile not installed as $modfile"
 head -1 "$modfile" | grep -q '^#%Module' || die "$modfile lacks the #%Module magic"
 grep -q '@[a-z]*@' "$modfile" && die "$modfile has unexpanded @...@"

@@ -1,6 +1,7 @@
 /* Core utilities: error messages, counted aligned allocation, thread count. */
 #include "testutil.h"
 
+#include <sched.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
@@ -33,9 +34,15 @@ static void test_alloc_counts_and_aligns(void **state)
 static void test_default_threads(void **state)
 {
     (void)state;
+    cpu_set_t set;
+    assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+    int ncpu = CPU_COUNT(&set);
     setenv("SLURM_CPUS_PER_TASK", "3", 1);
     setenv("OMP_NUM_THREADS", "5", 1);
-    assert_int_equal(cdl_default_threads(), 3);
+    assert_int_equal(cdl_default_threads(), ncpu < 3 ? ncpu : 3);
+    /* More than the CPUs we may run on: the affinity mask's count wins. */
+    setenv("SLURM_CPUS_PER_TASK", "4096", 1);
+    assert_int_equal(cdl_default_threads(), ncpu);
     unsetenv("SLURM_CPUS_PER_TASK");
     assert_int_equal(cdl_default_threads(), 5);
     setenv("OMP_NUM_THREADS", "garbage", 1);

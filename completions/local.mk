@@ -1,0 +1,13 @@
+# completions: bash completion for cdl-train and cdlrun, one file installed
+# under both names into $(bashcompletiondir) (configure
+# --with-bash-completion-dir), where bash-completion loads it on first use.
+EXTRA_DIST += completions/cdl-train
+install-data-local: install-data-local-completion
+install-data-local-completion:
+	$(MKDIR_P) '$(DESTDIR)$(bashcompletiondir)'
+	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdl-train'
+	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdlrun'
+uninstall-local: uninstall-local-completion
+uninstall-local-completion:
+	rm -f '$(DESTDIR)$(bashcompletiondir)/cdl-train' '$(DESTDIR)$(bashcompletiondir)/cdlrun'
+.PHONY: install-data-local-completion uninstall-local-completion

@@ -6,6 +6,10 @@
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 
 command -v "${MAKE:-make}" >/dev/null || { echo "SKIP: no make"; exit 77; }
+# Run make as a top-level make: under `make -j2 check` the inherited
+# MAKEFLAGS would print "Entering directory" into the variables read below
+# and warn about the jobserver.
+unset MAKEFLAGS MFLAGS MAKELEVEL
 # Under the build tree (writable even in distcheck's read-only source tree).
 DEST=$(cd "$top_builddir" && pwd)/install-test.$$
 trap 'rm -rf "$DEST" "$TMP"' EXIT

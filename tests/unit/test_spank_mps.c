@@ -73,12 +73,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    if (tmp[0] && getuid() == 0) {
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-        return system(cmd) == 0 ? 0 : -1;
-    }
-    return 0;
+    return tmp[0] && getuid() == 0 ? test_rm_rf(tmp) : 0;
 }
 
 static void clear_records(void)

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,22 @@ static inline double test_norm_err(const float *a, const double *b, size_t n)
             maxref = fabs(b[i]);
     }
     return maxdiff / maxref;
+}
+
+static inline int test_rm_entry(const char *path, const struct stat *st, int type,
+                                struct FTW *ftw)
+{
+    (void)st;
+    (void)type;
+    (void)ftw;
+    return remove(path);
+}
+
+/* Removes dir and everything below it without following links (a test's
+ * temporary tree); 0 on success. No shell: a path with a quote is safe. */
+static inline int test_rm_rf(const char *dir)
+{
+    return nftw(dir, test_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 #endif

@@ -79,6 +79,8 @@ typedef struct cdl_param_view {
     int64_t shape[4];
     int fan_in;               /* for PyTorch's default initialisation */
     int is_bias;
+    int is_count;             /* buffers: a float count (num_batches_tracked) that
+                               * checkpoints write as I64 for PyTorch */
 } cdl_param_view;
 
 typedef struct cdl_model cdl_model;
@@ -118,6 +120,24 @@ typedef void (*cdl_grad_ready_fn)(void *ctx, size_t offset, size_t count);
 /* Backward from dlogits (n, outputs) of the last forward. Gradients are
  * overwritten, not accumulated. cb may be NULL. */
 void cdl_model_backward(cdl_model *m, const float *dlogits_dev, cdl_grad_ready_fn cb, void *ctx);
+
+/* Non-trainable buffers (batchnorm2d's running_mean, running_var and
+ * num_batches_tracked, PyTorch's names) in one flat device buffer of floats,
+ * separate from the parameters: the optimizer and the gradient allreduce
+ * never see them. num_batches_tracked is a float count (exact to 2^24
+ * steps) whose view has is_count = 1. Offsets are into cdl_model_buffers.
+ * A model without batchnorm has 0 buffers (cdl_model_buffers is NULL). */
+int cdl_model_nbuffers(const cdl_model *m);
+const cdl_param_view *cdl_model_buffer(const cdl_model *m, int i);
+float *cdl_model_buffers(cdl_model *m);        /* device, nbuffer_floats floats */
+size_t cdl_model_nbuffer_floats(const cdl_model *m);
+
+/* SyncBatchNorm: batchnorm2d layers with sync=true call fn during forward
+ * and backward to sum `count` floats of device memory in place across the
+ * data-parallel ranks (per-channel statistics). Without a hook (fn NULL,
+ * the default) they use their own batch, like a single process. */
+typedef int (*cdl_model_allreduce_fn)(void *ctx, float *buf, size_t count);
+void cdl_model_set_allreduce(cdl_model *m, cdl_model_allreduce_fn fn, void *ctx);
 
 /* Writes a one-line-per-layer summary (shapes, parameter counts) to f. */
 void cdl_model_print(const cdl_model *m, void *file /* FILE* */);

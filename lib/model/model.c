@@ -45,6 +45,12 @@ struct cdl_model {
     layer layers[CDL_MAX_LAYERS];
     cdl_param_view views[2 * CDL_MAX_LAYERS];
     float *params, *grads;
+    int nbuffers;                  /* non-trainable buffers (batchnorm running stats) */
+    size_t nbuffer_floats;
+    cdl_param_view bviews[3 * CDL_MAX_LAYERS];
+    float *buffers;
+    cdl_model_allreduce_fn allreduce;   /* SyncBatchNorm hook; NULL = none */
+    void *allreduce_ctx;
     float *acts;                   /* every activation buffer */
     float *gbuf[2];                /* backward ping-pong */
     float *ws;                     /* shared conv/linear workspace */
@@ -265,7 +271,8 @@ void cdl_model_destroy(cdl_model *m)
     if (!m)
         return;
     cdl_backend *be = m->be;
-    void *bufs[] = {m->params, m->grads, m->acts, m->gbuf[0], m->ws, m->argmax, m->masks};
+    void *bufs[] = {m->params, m->grads, m->acts, m->gbuf[0], m->ws, m->argmax, m->masks,
+                    m->buffers};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
@@ -419,6 +426,21 @@ int cdl_model_outputs(const cdl_model *m) { return m->outputs; }
 int cdl_model_max_batch(const cdl_model *m) { return m->max_batch; }
 cdl_backend *cdl_model_backend(const cdl_model *m) { return m->be; }
 const cdl_model_spec *cdl_model_get_spec(const cdl_model *m) { return &m->spec; }
+
+int cdl_model_nbuffers(const cdl_model *m) { return m->nbuffers; }
+float *cdl_model_buffers(cdl_model *m) { return m->buffers; }
+size_t cdl_model_nbuffer_floats(const cdl_model *m) { return m->nbuffer_floats; }
+
+const cdl_param_view *cdl_model_buffer(const cdl_model *m, int i)
+{
+    return i >= 0 && i < m->nbuffers ? &m->bviews[i] : NULL;
+}
+
+void cdl_model_set_allreduce(cdl_model *m, cdl_model_allreduce_fn fn, void *ctx)
+{
+    m->allreduce = fn;
+    m->allreduce_ctx = fn ? ctx : NULL;
+}
 
 const cdl_param_view *cdl_model_view(const cdl_model *m, int i)
 {

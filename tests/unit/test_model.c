@@ -575,6 +575,41 @@ static void test_errors(void **state)
     cdl_model_destroy(NULL);
 }
 
+/* Models without batchnorm have no buffers; the allreduce hook is stored
+ * and never called by them. */
+static int hook_calls;
+static int count_hook(void *ctx, float *buf, size_t count)
+{
+    (void)ctx, (void)buf, (void)count;
+    hook_calls++;
+    return 0;
+}
+
+static void test_no_buffers_without_batchnorm(void **state)
+{
+    (void)state;
+    cdl_shape in = {1, 28, 28};
+    cdl_model *m = lenet(in, 2);
+    assert_int_equal(cdl_model_nbuffers(m), 0);
+    assert_int_equal(cdl_model_nbuffer_floats(m), 0);
+    assert_null(cdl_model_buffers(m));
+    assert_null(cdl_model_buffer(m, 0));
+    cdl_model_set_allreduce(m, count_hook, NULL);
+    cdl_model_init(m, 1);
+    float *x = random_input(in, 2, 5);
+    float *xd = dev_upload(be, x, 2 * 28 * 28 * sizeof(float));
+    const float *logits = cdl_model_forward(m, xd, 2, 1, 0);
+    assert_non_null(logits);
+    float dl[20] = {0};
+    float *dld = dev_upload(be, dl, sizeof dl);
+    cdl_model_backward(m, dld, NULL, NULL);
+    assert_int_equal(hook_calls, 0);
+    be->ops->free(be, xd);
+    be->ops->free(be, dld);
+    free(x);
+    cdl_model_destroy(m);
+}
+
 static void test_print(void **state)
 {
     (void)state;
@@ -606,6 +641,7 @@ int main(void)
         cmocka_unit_test(test_partial_batch),
         cmocka_unit_test(test_no_allocation_in_step),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_no_buffers_without_batchnorm),
         cmocka_unit_test(test_print),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

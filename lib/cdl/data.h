@@ -29,6 +29,8 @@ typedef struct cdl_dataset {
     uint8_t *images;          /* n * c*h*w, channel-major per sample */
     int32_t *labels;          /* n */
     float mean[3], std[3];    /* per-channel normalisation applied by the loader */
+    char **class_names;       /* classes entries, NULL when the dataset has none (idx, CIFAR,
+                               * synthetic, integer labels); owned, freed by cdl_dataset_free */
 } cdl_dataset;
 
 /* Loads the train (train = 1) or test split of "fashion-mnist" or "mnist"

@@ -123,5 +123,10 @@ void cdl_dataset_free(cdl_dataset *d)
         return;
     cdl_free(d->images);
     cdl_free(d->labels);
+    if (d->class_names) {
+        for (int k = 0; k < d->classes; k++)
+            cdl_free(d->class_names[k]);
+        cdl_free(d->class_names);
+    }
     memset(d, 0, sizeof *d);
 }

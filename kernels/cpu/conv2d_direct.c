@@ -74,10 +74,10 @@ static void dplan_make(const cdl_conv2d_desc *d, dplan *p)
 {
     p->K = d->c * d->kh * d->kw;
     p->P = d->oh * d->ow;
-    p->hp = d->h + 2 * d->pad;
-    p->wp = d->w + 2 * d->pad;
-    p->hq = d->oh + 2 * (d->kh - 1 - d->pad);
-    p->wq = d->ow + 2 * (d->kw - 1 - d->pad);
+    p->hp = d->h + 2 * d->pad_h;
+    p->wp = d->w + 2 * d->pad_w;
+    p->hq = d->oh + 2 * (d->kh - 1 - d->pad_h);
+    p->wq = d->ow + 2 * (d->kw - 1 - d->pad_w);
     p->Kq = d->oc * d->kh * d->kw;
     p->ocb = (d->oc + OB - 1) / OB;
     p->cb = (d->c + OB - 1) / OB;
@@ -105,7 +105,9 @@ int conv_direct_supported(const cdl_conv2d_desc *d)
 {
     if (!cpu_has_avx512())
         return 0;
-    if (d->stride != 1 || d->pad < 0 || d->pad >= d->kh || d->pad >= d->kw)
+    if (d->stride_h != 1 || d->stride_w != 1 || d->dil_h != 1 || d->dil_w != 1 || d->groups != 1)
+        return 0;
+    if (d->pad_h < 0 || d->pad_w < 0 || d->pad_h >= d->kh || d->pad_w >= d->kw)
         return 0;
     if (d->n < 1 || d->c < 1 || d->oc < 1 || d->oh < 1 || d->ow < 1)
         return 0;
@@ -612,9 +614,9 @@ static const float *image_input(const dctx *c, size_t img, float *xin)
 {
     const cdl_conv2d_desc *d = c->d;
     const float *x = c->x + img * (size_t)d->c * d->h * d->w;
-    if (!d->pad && img + 1 < (size_t)d->n)
+    if (!d->pad_h && !d->pad_w && img + 1 < (size_t)d->n)
         return x;
-    pad_copy(x, d->c, d->h, d->w, d->pad, d->pad, xin);
+    pad_copy(x, d->c, d->h, d->w, d->pad_h, d->pad_w, xin);
     return xin;
 }
 
@@ -624,7 +626,7 @@ static void direct_fwd_images(void *vctx, size_t b, size_t e, int chunk, int tid
     const dctx *c = vctx;
     const cdl_conv2d_desc *d = c->d;
     float *xin = thread_xin(c, tid);
-    corr_rows rows = {d->kh, d->c * d->kw, d->pad, d->pad + d->h};
+    corr_rows rows = {d->kh, d->c * d->kw, d->pad_h, d->pad_h + d->h};
     memset(xin, 0, c->p.xin_floats * sizeof *xin);
     for (size_t img = b; img < e; img++) {
         const float *in = image_input(c, img, xin);
@@ -662,7 +664,7 @@ static void direct_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid
     const dplan *p = &c->p;
     float *xin = thread_xin(c, tid), *qpad = thread_qpad(c, tid), *dyt = thread_dyt(c, tid);
     float *dwp = chunk_dwp(c, chunk), *dbp = chunk_dbp(c, chunk);
-    int ph = d->kh - 1 - d->pad, pw = d->kw - 1 - d->pad;
+    int ph = d->kh - 1 - d->pad_h, pw = d->kw - 1 - d->pad_w;
     corr_rows rows = {d->kh, d->oc * d->kw, ph, ph + d->oh};
     memset(xin, 0, p->xin_floats * sizeof *xin);
     if (c->dx)

@@ -43,7 +43,8 @@ static void conv_plan_make(const cdl_conv2d_desc *d, conv_plan *p)
 {
     p->K = d->c * d->kh * d->kw;
     p->P = d->oh * d->ow;
-    p->direct = d->kh == 1 && d->kw == 1 && d->stride == 1 && d->pad == 0;
+    p->direct = d->kh == 1 && d->kw == 1 && d->stride_h == 1 && d->stride_w == 1 &&
+                d->pad_h == 0 && d->pad_w == 0;
     size_t row_floats = (size_t)p->K * (size_t)(d->ow > 0 ? d->ow : 1);
     size_t rows = CONV_TILE_FLOATS / row_floats;
     if (rows < 1)
@@ -66,13 +67,14 @@ size_t conv_gemm_workspace(const cdl_conv2d_desc *d, int threads)
 }
 
 /* Valid output columns [*ox0,*ox1) for kernel column kx: those whose input
- * column ox*stride - pad + kx lies in [0,w). */
+ * column ox*stride_w - pad_w + kx*dil_w lies in [0,w). */
 static inline void valid_cols(const cdl_conv2d_desc *d, int kx, int *ox0, int *ox1)
 {
-    int lo = d->pad - kx;                 /* need ox*stride >= lo */
-    int hi = d->w - 1 + d->pad - kx;      /* need ox*stride <= hi */
-    int a = lo > 0 ? (lo + d->stride - 1) / d->stride : 0;
-    int b = hi >= 0 ? hi / d->stride + 1 : 0;
+    int s = d->stride_w, off = kx * d->dil_w;
+    int lo = d->pad_w - off;              /* need ox*stride >= lo */
+    int hi = d->w - 1 + d->pad_w - off;   /* need ox*stride <= hi */
+    int a = lo > 0 ? (lo + s - 1) / s : 0;
+    int b = hi >= 0 ? hi / s + 1 : 0;
     if (b > d->ow)
         b = d->ow;
     if (a > b)
@@ -93,19 +95,19 @@ static void im2col_tile(const cdl_conv2d_desc *d, const float *x, int r0, int r1
                 int ox0, ox1;
                 valid_cols(d, kx, &ox0, &ox1);
                 for (int r = r0; r < r1; r++, dst += ow) {
-                    int iy = r * d->stride - d->pad + ky;
+                    int iy = r * d->stride_h - d->pad_h + ky * d->dil_h;
                     if (iy < 0 || iy >= d->h) {
                         memset(dst, 0, (size_t)ow * sizeof *dst);
                         continue;
                     }
-                    const float *src = xc + (size_t)iy * d->w - d->pad + kx;
+                    const float *src = xc + (size_t)iy * d->w - d->pad_w + kx * d->dil_w;
                     for (int ox = 0; ox < ox0; ox++)
                         dst[ox] = 0.0f;
-                    if (d->stride == 1)
+                    if (d->stride_w == 1)
                         memcpy(dst + ox0, src + ox0, (size_t)(ox1 - ox0) * sizeof *dst);
                     else
                         for (int ox = ox0; ox < ox1; ox++)
-                            dst[ox] = src[ox * d->stride];
+                            dst[ox] = src[ox * d->stride_w];
                     for (int ox = ox1; ox < ow; ox++)
                         dst[ox] = 0.0f;
                 }
@@ -125,12 +127,12 @@ static void col2im_tile(const cdl_conv2d_desc *d, const float *col, int r0, int 
                 int ox0, ox1;
                 valid_cols(d, kx, &ox0, &ox1);
                 for (int r = r0; r < r1; r++, src += ow) {
-                    int iy = r * d->stride - d->pad + ky;
+                    int iy = r * d->stride_h - d->pad_h + ky * d->dil_h;
                     if (iy < 0 || iy >= d->h)
                         continue;
-                    float *dst = dxc + (size_t)iy * d->w - d->pad + kx;
+                    float *dst = dxc + (size_t)iy * d->w - d->pad_w + kx * d->dil_w;
                     for (int ox = ox0; ox < ox1; ox++)
-                        dst[ox * d->stride] += src[ox];
+                        dst[ox * d->stride_w] += src[ox];
                 }
             }
     }

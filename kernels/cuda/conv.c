@@ -59,8 +59,11 @@ void cbe_conv_cache_clear(cbe *ci)
 
 static void desc_str(const cdl_conv2d_desc *d, char *buf, size_t len)
 {
-    snprintf(buf, len, "conv2d x (%d,%d,%d,%d) w (%d,%d,%d,%d) stride %d pad %d -> (%d,%d)", d->n,
-             d->c, d->h, d->w, d->oc, d->c, d->kh, d->kw, d->stride, d->pad, d->oh, d->ow);
+    snprintf(buf, len,
+             "conv2d x (%d,%d,%d,%d) w (%d,%d,%d,%d) stride %dx%d pad %dx%d dilation %dx%d "
+             "groups %d -> (%d,%d)", d->n, d->c, d->h, d->w, d->oc,
+             d->groups > 0 ? d->c / d->groups : d->c, d->kh, d->kw, d->stride_h, d->stride_w,
+             d->pad_h, d->pad_w, d->dil_h, d->dil_w, d->groups, d->oh, d->ow);
 }
 
 /* Whether an algorithm cuDNN lists with math m may be taken. Strict FP32
@@ -236,8 +239,9 @@ static int choose_bwd_filter(cbe *ci, conv_plan *p, size_t limit)
 static int make_conv_desc(cbe *ci, cudnnConvolutionDescriptor_t *c, const cdl_conv2d_desc *d)
 {
     return CUDNN_CHECK(ci, cudnnCreateConvolutionDescriptor(c)) ||
-           CUDNN_CHECK(ci, cudnnSetConvolution2dDescriptor(*c, d->pad, d->pad, d->stride,
-                                                           d->stride, 1, 1,
+           CUDNN_CHECK(ci, cudnnSetConvolution2dDescriptor(*c, d->pad_h, d->pad_w,
+                                                           d->stride_h, d->stride_w,
+                                                           d->dil_h, d->dil_w,
                                                            CUDNN_CROSS_CORRELATION,
                                                            CUDNN_DATA_FLOAT))
                ? -1
@@ -246,15 +250,19 @@ static int make_conv_desc(cbe *ci, cudnnConvolutionDescriptor_t *c, const cdl_co
 
 static int plan_make(cbe *ci, conv_plan *p, const cdl_conv2d_desc *d, size_t limit)
 {
-    char what[160];
+    char what[256];
     desc_str(d, what, sizeof what);
     memset(p, 0, sizeof *p);
     p->d = *d;
     p->tf32 = ci->tf32_conv;
     p->room = limit;
     if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->oc <= 0 || d->kh <= 0 ||
-        d->kw <= 0 || d->stride <= 0 || d->pad < 0)
+        d->kw <= 0 || d->stride_h <= 0 || d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0 ||
+        d->dil_h <= 0 || d->dil_w <= 0)
         return cbe_fail(ci, "%s: every size must be positive (padding >= 0)", what);
+    if (d->groups != 1)
+        return cbe_fail(ci, "%s: grouped convolutions are not supported by the CUDA backend yet",
+                        what);
     if (d->oc > 65535)
         return cbe_fail(ci, "%s: more than 65535 output channels are not supported by the CUDA "
                         "backend's bias kernels", what);
@@ -351,7 +359,7 @@ static conv_plan *plan_for(cbe *ci, const cdl_conv2d_desc *d, const void *ws, si
 {
     *room = ws ? cbe_room(ci, ws) : 0;
     if (ws && !*room) {
-        char what[160];
+        char what[256];
         desc_str(d, what, sizeof what);
         cbe_fail(ci, "%s: the workspace %p is not memory of this CUDA backend: allocate ws with "
                  "its alloc(), sized by conv2d_workspace", what, ws);
@@ -365,8 +373,10 @@ static uint64_t conv_sig(int op, const cdl_conv2d_desc *d, const void *a, const 
                          const void *c, const void *e, const void *f, const void *g, int tf32)
 {
     const uint64_t v[] = {(uint64_t)d->n, (uint64_t)d->c, (uint64_t)d->h, (uint64_t)d->w,
-                          (uint64_t)d->oc, (uint64_t)d->kh, (uint64_t)d->kw, (uint64_t)d->stride,
-                          (uint64_t)d->pad, (uint64_t)d->oh, (uint64_t)d->ow, (uint64_t)tf32,
+                          (uint64_t)d->oc, (uint64_t)d->kh, (uint64_t)d->kw, (uint64_t)d->stride_h,
+                          (uint64_t)d->stride_w, (uint64_t)d->pad_h, (uint64_t)d->pad_w,
+                          (uint64_t)d->dil_h, (uint64_t)d->dil_w, (uint64_t)d->groups,
+                          (uint64_t)d->oh, (uint64_t)d->ow, (uint64_t)tf32,
                           sigp(a), sigp(b), sigp(c), sigp(e), sigp(f), sigp(g)};
     return cbe_sig(op, v, sizeof v / sizeof v[0]);
 }

@@ -18,13 +18,26 @@
 extern "C" {
 #endif
 
-/* One conv2d: x is (n,c,h,w), w is (oc,c,kh,kw), b is (oc), y is (n,oc,oh,ow). */
+/* One conv2d, PyTorch's nn.Conv2d: x is (n,c,h,w), w is (oc,c/groups,kh,kw),
+ * b is (oc), y is (n,oc,oh,ow). Output channel o of group g = o/(oc/groups)
+ * sees input channels [g*c/groups, (g+1)*c/groups); groups == c == oc is a
+ * depthwise convolution. Every field is explicit: stride, dilation and
+ * groups are >= 1 (a zeroed field is not a default), padding >= 0, and c and
+ * oc are divisible by groups. */
 typedef struct cdl_conv2d_desc {
     int n, c, h, w;
     int oc, kh, kw;
-    int stride, pad;
-    int oh, ow;       /* (h + 2*pad - kh) / stride + 1, likewise for w */
+    int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+    int groups;       /* c and oc divisible; weight is (oc, c/groups, kh, kw) */
+    int oh, ow;       /* cdl_conv2d_out(h, kh, stride_h, pad_h, dil_h), likewise w */
 } cdl_conv2d_desc;
+
+/* Output size of a convolution along one axis (floor, like PyTorch):
+ * (in + 2*pad - dil*(k-1) - 1) / stride + 1. */
+static inline int cdl_conv2d_out(int in, int k, int stride, int pad, int dil)
+{
+    return (in + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+}
 
 /* One pooling window sweep: x is (n,c,h,w), y is (n,c,oh,ow). Average pooling
  * counts padded zeros like PyTorch's default (count_include_pad=True). */

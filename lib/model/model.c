@@ -141,7 +141,9 @@ static size_t plan_layers(cdl_model *m, const cdl_shape *shapes)
         if (s->kind == CDL_LAYER_CONV2D) {
             L->conv = (cdl_conv2d_desc){.n = m->max_batch, .c = L->in.c, .h = L->in.h,
                                         .w = L->in.w, .oc = s->out, .kh = s->kernel,
-                                        .kw = s->kernel, .stride = s->stride, .pad = s->pad,
+                                        .kw = s->kernel, .stride_h = s->stride, .stride_w = s->stride,
+                                        .pad_h = s->pad, .pad_w = s->pad, .dil_h = 1,
+                                        .dil_w = 1, .groups = 1,
                                         .oh = L->out.h, .ow = L->out.w};
             for (int b = 0; b < 2; b++) {
                 cdl_conv2d_desc d = L->conv;

@@ -63,14 +63,22 @@ static float frand(float lo, float hi)
     return (float)test_uniform(&rng, lo, hi);
 }
 
+/* A square 5x5 stride-1 unpadded conv: x (n,c,hw,hw) -> y (n,oc,ohw,ohw). */
+static cdl_conv2d_desc conv5x5(int n, int c, int hw, int oc, int ohw)
+{
+    return (cdl_conv2d_desc){.n = n, .c = c, .h = hw, .w = hw, .oc = oc, .kh = 5, .kw = 5,
+                             .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
+                             .oh = ohw, .ow = ohw};
+}
+
 static void net_make(net *m, cdl_backend *be, int B, int pinned)
 {
     memset(m, 0, sizeof *m);
     m->be = be;
     m->B = B;
-    m->c1 = (cdl_conv2d_desc){B, 3, 32, 32, 6, 5, 5, 1, 0, 28, 28};
+    m->c1 = conv5x5(B, 3, 32, 6, 28);
     m->p1 = (cdl_pool2d_desc){B, 6, 28, 28, 2, 2, 0, 14, 14};
-    m->c2 = (cdl_conv2d_desc){B, 6, 14, 14, 16, 5, 5, 1, 0, 10, 10};
+    m->c2 = conv5x5(B, 6, 14, 16, 10);
     m->p2 = (cdl_pool2d_desc){B, 16, 10, 10, 2, 2, 0, 5, 5};
     /* Flat parameters in forward order: (size, fan_in) per tensor. */
     const size_t sizes[10] = {450, 6, 2400, 16, 48000, 120, 10080, 84, 840, 10};

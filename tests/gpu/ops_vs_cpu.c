@@ -142,17 +142,21 @@ static void same_bits(const char *op, const char *shape, const void *dev_a, cons
 
 static cdl_conv2d_desc conv_desc(int n, int c, int h, int w, int oc, int k, int stride, int pad)
 {
-    cdl_conv2d_desc d = {n, c, h, w, oc, k, k, stride, pad, (h + 2 * pad - k) / stride + 1,
-                         (w + 2 * pad - k) / stride + 1};
+    cdl_conv2d_desc d = {.n = n, .c = c, .h = h, .w = w, .oc = oc, .kh = k, .kw = k,
+                         .stride_h = stride, .stride_w = stride, .pad_h = pad, .pad_w = pad,
+                         .dil_h = 1, .dil_w = 1, .groups = 1,
+                         .oh = cdl_conv2d_out(h, k, stride, pad, 1),
+                         .ow = cdl_conv2d_out(w, k, stride, pad, 1)};
     return d;
 }
 
 static void check_conv(cdl_conv2d_desc d, int tf32)
 {
-    char shape[96];
-    snprintf(shape, sizeof shape, "%dx%dx%dx%d oc%d k%d s%d p%d", d.n, d.c, d.h, d.w, d.oc, d.kh,
-             d.stride, d.pad);
-    size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.oc * d.c * d.kh * d.kw;
+    char shape[128];
+    snprintf(shape, sizeof shape, "%dx%dx%dx%d oc%d k%dx%d s%dx%d p%dx%d d%dx%d g%d", d.n, d.c, d.h,
+             d.w, d.oc, d.kh, d.kw, d.stride_h, d.stride_w, d.pad_h, d.pad_w, d.dil_h, d.dil_w,
+             d.groups);
+    size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.oc * (d.c / d.groups) * d.kh * d.kw;
     size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
     double tol = tf32 ? 1e-2 : 1e-4;
     float *x = host_rand(nx, -1, 1), *w = host_rand(nw, -0.5f, 0.5f), *b = host_rand(d.oc, -1, 1);

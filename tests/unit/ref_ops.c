@@ -8,8 +8,18 @@
 cdl_conv2d_desc ref_conv_desc(int n, int c, int h, int w, int oc, int kh, int kw,
                               int stride, int pad)
 {
-    cdl_conv2d_desc d = {n, c, h, w, oc, kh, kw, stride, pad,
-                         (h + 2 * pad - kh) / stride + 1, (w + 2 * pad - kw) / stride + 1};
+    return ref_conv_desc_full(n, c, h, w, oc, kh, kw, stride, stride, pad, pad, 1, 1, 1);
+}
+
+cdl_conv2d_desc ref_conv_desc_full(int n, int c, int h, int w, int oc, int kh, int kw,
+                                   int stride_h, int stride_w, int pad_h, int pad_w,
+                                   int dil_h, int dil_w, int groups)
+{
+    cdl_conv2d_desc d = {.n = n, .c = c, .h = h, .w = w, .oc = oc, .kh = kh, .kw = kw,
+                         .stride_h = stride_h, .stride_w = stride_w, .pad_h = pad_h,
+                         .pad_w = pad_w, .dil_h = dil_h, .dil_w = dil_w, .groups = groups,
+                         .oh = cdl_conv2d_out(h, kh, stride_h, pad_h, dil_h),
+                         .ow = cdl_conv2d_out(w, kw, stride_w, pad_w, dil_w)};
     return d;
 }
 
@@ -21,22 +31,26 @@ cdl_pool2d_desc ref_pool_desc(int n, int c, int h, int w, int k, int stride, int
 }
 
 /* Calls back for every (output, input, weight) index triple of a conv2d
- * whose input tap is inside the image. */
+ * whose input tap is inside the image: output channel o_ of group
+ * o_/(oc/groups) reads that group's cg = c/groups input channels. */
 #define CONV_LOOP(d, BODY)                                                          \
     for (int n_ = 0; n_ < (d)->n; n_++)                                             \
         for (int o_ = 0; o_ < (d)->oc; o_++)                                        \
             for (int oy_ = 0; oy_ < (d)->oh; oy_++)                                 \
                 for (int ox_ = 0; ox_ < (d)->ow; ox_++) {                           \
                     size_t yi = (((size_t)n_ * (d)->oc + o_) * (d)->oh + oy_) * (d)->ow + ox_; \
-                    for (int c_ = 0; c_ < (d)->c; c_++)                             \
+                    int cg_ = (d)->c / (d)->groups;                                 \
+                    int g_ = o_ / ((d)->oc / (d)->groups);                          \
+                    for (int j_ = 0; j_ < cg_; j_++)                                \
                         for (int ky_ = 0; ky_ < (d)->kh; ky_++)                     \
                             for (int kx_ = 0; kx_ < (d)->kw; kx_++) {               \
-                                int iy_ = oy_ * (d)->stride - (d)->pad + ky_;       \
-                                int ix_ = ox_ * (d)->stride - (d)->pad + kx_;       \
+                                int c_ = g_ * cg_ + j_;                             \
+                                int iy_ = oy_ * (d)->stride_h - (d)->pad_h + ky_ * (d)->dil_h; \
+                                int ix_ = ox_ * (d)->stride_w - (d)->pad_w + kx_ * (d)->dil_w; \
                                 if (iy_ < 0 || iy_ >= (d)->h || ix_ < 0 || ix_ >= (d)->w) \
                                     continue;                                       \
                                 size_t xi = (((size_t)n_ * (d)->c + c_) * (d)->h + iy_) * (d)->w + ix_; \
-                                size_t wi = (((size_t)o_ * (d)->c + c_) * (d)->kh + ky_) * (d)->kw + kx_; \
+                                size_t wi = (((size_t)o_ * cg_ + j_) * (d)->kh + ky_) * (d)->kw + kx_; \
                                 BODY;                                               \
                             }                                                       \
                 }
@@ -53,7 +67,8 @@ void ref_conv2d_fwd(const cdl_conv2d_desc *d, const double *x, const double *w,
 void ref_conv2d_bwd(const cdl_conv2d_desc *d, const double *x, const double *w,
                     const double *dy, double *dx, double *dw, double *db)
 {
-    size_t nx = (size_t)d->n * d->c * d->h * d->w, nw = (size_t)d->oc * d->c * d->kh * d->kw;
+    size_t nx = (size_t)d->n * d->c * d->h * d->w;
+    size_t nw = (size_t)d->oc * (d->c / d->groups) * d->kh * d->kw;
     size_t ny = (size_t)d->n * d->oc * d->oh * d->ow, plane = (size_t)d->oh * d->ow;
     if (dx)
         memset(dx, 0, nx * sizeof *dx);

@@ -10,13 +10,17 @@
 
 #include <cdl/backend.h>
 
-/* A conv2d descriptor with oh/ow filled in. */
+/* A conv2d descriptor with oh/ow filled in: square stride and padding, no
+ * dilation, one group; and every field. */
 cdl_conv2d_desc ref_conv_desc(int n, int c, int h, int w, int oc, int kh, int kw,
                               int stride, int pad);
+cdl_conv2d_desc ref_conv_desc_full(int n, int c, int h, int w, int oc, int kh, int kw,
+                                   int stride_h, int stride_w, int pad_h, int pad_w,
+                                   int dil_h, int dil_w, int groups);
 /* A pooling descriptor with oh/ow filled in (floor mode). */
 cdl_pool2d_desc ref_pool_desc(int n, int c, int h, int w, int k, int stride, int pad);
 
-/* x (n,c,h,w), w (oc,c,kh,kw), b (oc) or NULL, y (n,oc,oh,ow). */
+/* x (n,c,h,w), w (oc,c/groups,kh,kw), b (oc) or NULL, y (n,oc,oh,ow). */
 void ref_conv2d_fwd(const cdl_conv2d_desc *d, const double *x, const double *w,
                     const double *b, double *y);
 /* dx (may be NULL), dw, db (may be NULL) are overwritten. */

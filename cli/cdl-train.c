@@ -22,6 +22,7 @@ enum {
     OPT_CKPT_DIR, OPT_RESUME, OPT_RESUME_ALLOW, OPT_METRICS, OPT_MAX_STEPS, OPT_CKPT_EVERY, OPT_DROP_LAST,
     OPT_DEVICE, OPT_NESTEROV, OPT_DAMPENING, OPT_STEP_EPOCHS, OPT_SYNTH_N, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32, OPT_GRAPHS,
+    OPT_METRICS_EVERY,
 };
 
 static const struct option long_opts[] = {
@@ -50,6 +51,7 @@ static const struct option long_opts[] = {
     {"resume", required_argument, NULL, OPT_RESUME},
     {"resume-allow", required_argument, NULL, OPT_RESUME_ALLOW},
     {"metrics", required_argument, NULL, OPT_METRICS},
+    {"metrics-every", required_argument, NULL, OPT_METRICS_EVERY},
     {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
     {"drop-last", no_argument, NULL, OPT_DROP_LAST},
     {"device", required_argument, NULL, OPT_DEVICE},
@@ -105,7 +107,9 @@ static void usage(FILE *f)
 "  -t, --threads N              compute threads [SLURM_CPUS_PER_TASK, OMP_NUM_THREADS or all]\n"
 "      --workers N              data loader threads [1]\n"
 "      --dist-backend NAME      auto, shm, mpi, hier, hier:mpi|nccl|store, nccl [auto]\n"
-"      --metrics FILE           append one JSON object per epoch\n"
+"      --metrics FILE           append JSON lines: the run's configuration, then one\n"
+"                               record per epoch (docs/metrics.md)\n"
+"      --metrics-every N        also a record every N steps [0: never]\n"
 "      --progress | --no-progress  live bar (default: when stderr is a terminal)\n"
 "  -q, --quiet                  no output but errors\n"
 "  -h, --help    --version\n"
@@ -334,6 +338,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             rc = copy_str(name, a, cfg->resume_allow, sizeof cfg->resume_allow);
             break;
         case OPT_METRICS: rc = copy_str(name, a, cfg->metrics, sizeof cfg->metrics); break;
+        case OPT_METRICS_EVERY: rc = parse_long(name, a, 0, LONG_MAX, &cfg->metrics_every); break;
         case OPT_MAX_STEPS: rc = parse_long(name, a, 0, LONG_MAX, &cfg->max_steps); break;
         case OPT_DROP_LAST: cfg->drop_last = 1; break;
         case OPT_DEVICE:

@@ -37,7 +37,7 @@ typedef struct cdl_train_config {
     char resume[1024];        /* "auto", "never" or a checkpoint path */
     char resume_allow[256];   /* settings a resume may change, e.g. "epochs,lr" */
     long ckpt_every;          /* also checkpoint every N steps (0 = per epoch only) */
-    char metrics[1024];       /* "" = none; else JSON lines appended per epoch */
+    char metrics[1024];       /* "" = none; else JSON lines (docs/metrics.md) */
     long max_steps;           /* stop after this many steps in total (0 = no limit) */
     int drop_last;
     char device[16];          /* "cpu", "cuda", "auto" (the default: cuda when a GPU is visible) */
@@ -71,6 +71,9 @@ typedef struct cdl_train_config {
     /* What the GPU backend logs (cdl_backend_params.log; kept, not
      * copied): cdl-train sets it from CDL_LOG. NULL = nothing. */
     const char *log;
+    /* --metrics-every: also a "step" record in the metrics file every N
+     * optimizer steps (0, the default: epoch records only). */
+    long metrics_every;
 } cdl_train_config;
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,

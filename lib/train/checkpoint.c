@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "metrics.h"
 
 /* Format 2 carries checksums (cdl_st_checksummed) and must verify; format 1
  * (older cdl) had none and still loads, with a note. */
@@ -112,6 +113,8 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "optimizer_steps", fmt_dup("%ld", cdl_optim_steps(o)));
     meta_add(&meta, "nparams", fmt_dup("%zu", np));
     meta_add(&meta, "train_samples", fmt_dup("%ld", pos->samples));
+    if (pos->run_id[0])
+        meta_add(&meta, "run_id", fmt_dup("%s", pos->run_id));
     static const char *state_keys[] = {"optimizer_state_0", "optimizer_state_1"};
     static const char *name_keys[] = {"optimizer_state_0_name", "optimizer_state_1_name"};
     for (int i = 0; i < cdl_optim_nstate(o) && i < 2; i++) {
@@ -292,6 +295,10 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
     be->ops->to_device(be, cdl_model_params(m), host, np * sizeof *host);
     cdl_free(host);
     cdl_optim_set_steps(o, (long)v_steps);
+    /* The run goes on under its id (older files have none: a new one). */
+    const char *id = cdl_st_meta_get(f, "run_id");
+    if (id && run_id_valid(id))
+        snprintf(pos->run_id, sizeof pos->run_id, "%s", id);
     pos->epoch = (int)v_epoch;
     pos->batch = (long)v_batch;
     pos->step = (long)v_step;

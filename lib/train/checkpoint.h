@@ -18,6 +18,7 @@ typedef struct train_position {
     double correct, seen;     /* so epoch metrics survive a mid-epoch restart) */
     long samples;             /* training samples of the dataset (set before loading) */
     int unverified;           /* loaded from a file without checksums (older cdl) */
+    char run_id[33];          /* the run's identity (metrics.h; RUN_ID_LEN digits) */
 } train_position;
 
 int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,

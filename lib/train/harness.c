@@ -18,6 +18,7 @@
 #include "checkpoint.h"
 #include "ddp.h"
 #include "loop.h"
+#include "metrics.h"
 #include "pipeline.h"
 #include "run.h"
 #include "signals.h"
@@ -229,7 +230,14 @@ static int run_epochs(run *r, cdl_train_result *res)
     const cdl_train_config *c = r->cfg;
     train_position pos = {.world = r->ri.world, .best_val_loss = INFINITY,
                           .samples = r->train.n};
-    if (resume(r, &pos) != 0)
+    if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
+        return -1;
+    run_info info = {
+        .run_id = pos.run_id, .rank = r->ri.rank, .world = r->ri.world,
+        .backend = r->be->ops->name, .threads = r->be->threads, .start_step = pos.step,
+        .steps_per_epoch = cdl_loader_batches(r->train_loader),
+    };
+    if (train_report_start(r->rep, c, &info) != 0)
         return -1;
     if (ddp_broadcast_params(r->ddp) != 0)
         return -1;
@@ -368,6 +376,21 @@ static int read_config(const cdl_train_config *in, cdl_train_config *out)
     return 0;
 }
 
+/* --resume never into a used --ckpt-dir or --metrics file: rank 0 looks,
+ * and every rank learns its verdict (as loop_save does). */
+static int refuse_used(run *r)
+{
+    int rc = r->ri.rank == 0 ? metrics_refuse_used(r->cfg) : 0;
+    if (r->dist && r->ri.world > 1) {
+        double ok = r->ri.rank == 0 && rc == 0;
+        if (cdl_dist_allreduce_f64(r->dist, &ok, 1) != 0)
+            return -1;
+        if (!ok && r->ri.rank != 0)
+            return cdl_error("rank %d: rank 0 refused to start (see its error)", r->ri.rank);
+    }
+    return rc;
+}
+
 static int check_config(const cdl_train_config *c)
 {
     if (c->epochs <= 0)
@@ -378,6 +401,9 @@ static int check_config(const cdl_train_config *c)
         return cdl_error("--lr %g: must be a positive number", c->lr);
     if (c->workers < 0 || c->workers > 64)
         return cdl_error("--workers %d: must be between 0 and 64", c->workers);
+    if (c->metrics_every < 0)
+        return cdl_error("--metrics-every %ld: must be 0 (epoch records only) or more",
+                         c->metrics_every);
     if (c->threads < 0 || c->threads > 1024)
         return cdl_error("--threads %d: must be between 0 (automatic) and 1024", c->threads);
     return train_resume_allow_check(c->resume_allow);
@@ -422,6 +448,8 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         snprintf(r.last_path, sizeof r.last_path, "%.*s/last.safetensors", n, cfg->ckpt_dir);
         snprintf(r.best_path, sizeof r.best_path, "%.*s/best.safetensors", n, cfg->ckpt_dir);
     }
+    if (refuse_used(&r) != 0)
+        goto out;
     r.rep = train_report_open(cfg, r.ri.rank);
     if (!r.rep)
         goto out;

@@ -45,6 +45,7 @@
 #include <time.h>
 
 #include "loop.h"
+#include "metrics.h"
 #include "pipeline.h"
 #include "signals.h"
 #include "step.h"
@@ -66,6 +67,10 @@ struct train_loop {
     int graphs;               /* whole-step graphs for full batches */
     int warm;                 /* an eager full step has run */
     step_lag lag;
+    /* --metrics-every: rank 0's sums since the last step record, and the
+     * gradient norm of the steps to record, per slot (NAN: not taken). */
+    double win_loss, win_correct, win_seen, win_t0;
+    double grad_norm[2];
 };
 
 static size_t x_bytes(const run *r, int n)
@@ -151,6 +156,39 @@ static int stage(run *r, const cdl_batch *b, int s)
     return 0;
 }
 
+/* Whether the step that makes `done` steps gets a step record (rank 0). */
+static int record_due(const run *r, long done)
+{
+    long every = r->cfg->metrics_every;
+    return every > 0 && r->ri.rank == 0 && done % every == 0;
+}
+
+/* Adds a counted step's results to the record window, and writes the
+ * step record when it is due. */
+static int step_record(run *r, const train_position *pos, long step, int s, double loss,
+                       double correct, int n)
+{
+    train_loop *g = r->loop;
+    g->win_loss += loss;
+    g->win_correct += correct;
+    g->win_seen += n;
+    if (!record_due(r, step + 1))
+        return 0;
+    double now = train_now(), dt = now - g->win_t0;
+    step_stats st = {
+        .epoch = pos->epoch,
+        .step = step + 1,
+        .loss = g->win_loss / g->win_seen,
+        .acc = g->win_correct / g->win_seen,
+        .lr = cdl_schedule_lr(&r->sched, step),
+        .samples_per_sec = dt > 0 ? g->win_seen * r->ri.world / dt : 0,
+        .grad_norm = g->grad_norm[s],
+    };
+    g->win_loss = g->win_correct = g->win_seen = 0;
+    g->win_t0 = now;
+    return train_report_step(r->rep, &st);
+}
+
 /* Queues step `step` on slot s's batch of n samples. */
 static int queue_step(run *r, int s, int n, long step)
 {
@@ -176,6 +214,12 @@ static int queue_step(run *r, int s, int n, long step)
                          r->ri.rank, step, cdl_last_error());
     if (rc != 0)
         return -1;
+    g->grad_norm[s] = NAN;
+    if (record_due(r, step + 1) && !ddp_queued(r->ddp))
+        /* The averaged gradient the update used: a host sync every N
+         * steps (not with NCCL in flight, whose wait has no deadline). */
+        g->grad_norm[s] = sqrt(be->ops->sumsq(be, cdl_model_grads(r->model),
+                                              cdl_model_nparams(r->model)));
     be->ops->to_host(be, g->h_loss[s], r->sample_loss, (size_t)n * sizeof(float));
     be->ops->to_host(be, g->h_pred[s], r->pred, (size_t)n * sizeof(int32_t));
     if (g->stop_queued) {
@@ -240,7 +284,7 @@ static int count_oldest(run *r, train_position *pos)
     pos->correct += correct;
     pos->seen += n;
     lag_pop(&g->lag);
-    return 0;
+    return step_record(r, pos, step, s, loss, correct, n);
 }
 
 /* Waits for the steps in flight and adds their results to pos. */
@@ -334,6 +378,9 @@ int loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_res
     /* Steps left in flight after queueing one: the one before it on an
      * asynchronous backend, none on a synchronous one. */
     int in_flight = g->async ? 1 : 0;
+    /* Step records cover this epoch's training only, not validation. */
+    g->win_loss = g->win_correct = g->win_seen = 0;
+    g->win_t0 = train_now();
     cdl_batch b;
     int got = cdl_loader_next(r->train_loader, &b);
     int s = lag_free_slot(&g->lag);

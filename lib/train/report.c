@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "metrics.h"
 #include "report.h"
 
 struct train_report {
@@ -14,6 +15,7 @@ struct train_report {
     int epochs;
     FILE *metrics;
     char metrics_path[1024];
+    char run_id[RUN_ID_LEN + 1];
     double last_draw;
 };
 
@@ -82,16 +84,23 @@ int train_report_epoch(train_report *r, const epoch_stats *s)
                100 * s->val_acc, s->images_per_sec, s->seconds, s->lr);
         fflush(stdout);
     }
-    if (r->metrics) {
-        fprintf(r->metrics,
-                "{\"epoch\":%d,\"step\":%ld,\"train_loss\":%.6f,\"train_acc\":%.6f,"
-                "\"val_loss\":%.6f,\"val_acc\":%.6f,\"images_per_sec\":%.1f,"
-                "\"seconds\":%.3f,\"lr\":%.6g}\n",
-                s->epoch + 1, s->step, s->train_loss, s->train_acc, s->val_loss, s->val_acc,
-                s->images_per_sec, s->seconds, s->lr);
-        if (fflush(r->metrics) != 0)
-            return cdl_error("writing --metrics file %s failed: %m", r->metrics_path);
-    }
+    if (r->metrics && metrics_epoch(r->metrics, r->run_id, r->rank, s) != 0)
+        return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
+    return 0;
+}
+
+int train_report_start(train_report *r, const cdl_train_config *cfg, const run_info *ri)
+{
+    snprintf(r->run_id, sizeof r->run_id, "%s", ri->run_id);
+    if (r->metrics && metrics_config(r->metrics, cfg, ri) != 0)
+        return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
+    return 0;
+}
+
+int train_report_step(train_report *r, const step_stats *s)
+{
+    if (r->metrics && metrics_step(r->metrics, r->run_id, r->rank, s) != 0)
+        return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
     return 0;
 }
 

@@ -28,6 +28,12 @@ typedef struct epoch_stats {
     double images_per_sec, seconds, lr;
 } epoch_stats;
 int train_report_epoch(train_report *r, const epoch_stats *s);
+/* The run's first record, once its id is known (after resuming), and a
+ * step record (--metrics-every; rank 0 only opens the file). */
+struct run_info;
+struct step_stats;
+int train_report_start(train_report *r, const cdl_train_config *cfg, const struct run_info *ri);
+int train_report_step(train_report *r, const struct step_stats *s);
 /* A line for the user (rank 0 only), e.g. "resuming from ...". */
 void train_report_note(train_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

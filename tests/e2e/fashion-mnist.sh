@@ -14,9 +14,11 @@ data=/usr/share/datasets/fashion-mnist
 "$CDL_TRAIN" --epochs 2 --ckpt-dir "$TMP/ckpt" --metrics "$TMP/metrics.jsonl" --no-progress \
     >"$TMP/out" 2>"$TMP/err" || { cat "$TMP/out" "$TMP/err"; die "training failed"; }
 cat "$TMP/out"
-[ "$(wc -l <"$TMP/metrics.jsonl")" -eq 2 ] || die "expected 2 metrics lines"
-for key in epoch step train_loss train_acc val_loss val_acc images_per_sec seconds; do
-    grep -q "\"$key\":" "$TMP/metrics.jsonl" || die "metrics lack $key"
+head -n 1 "$TMP/metrics.jsonl" | grep -q '^{"type":"config","run_id":"[0-9a-f]\{32\}","rank":0,' ||
+    die "the metrics file does not start with the run's configuration"
+[ "$(grep -c '^{"type":"epoch"' "$TMP/metrics.jsonl")" -eq 2 ] || die "expected 2 epoch records"
+for key in run_id rank epoch step train_loss train_acc val_loss val_acc images_per_sec seconds; do
+    grep '^{"type":"epoch"' "$TMP/metrics.jsonl" | grep -q "\"$key\":" || die "metrics lack $key"
 done
 acc=$(tail -n 1 "$TMP/metrics.jsonl" | sed 's/.*"val_acc":\([0-9.]*\).*/\1/')
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.88) }' || die "test accuracy $acc after 2 epochs is below 0.88"

@@ -36,7 +36,7 @@ train() {   # train DIR ARGS...: one run of the fake-GPU cdl-train into DIR
         { cat "$tmp/$dir.out"; fail "training into $dir"; }
 }
 metrics() { # metrics DIR: epoch, train loss and accuracy, val loss and accuracy per line
-    sed 's/.*"epoch":\([0-9]*\).*"train_loss":\([^,]*\),"train_acc":\([^,]*\),"val_loss":\([^,]*\),"val_acc":\([^,]*\).*/\1 \2 \3 \4 \5/' \
+    sed -n '/^{"type":"epoch"/s/.*"epoch":\([0-9]*\).*"train_loss":\([^,]*\),"train_acc":\([^,]*\),"val_loss":\([^,]*\),"val_acc":\([^,]*\).*/\1 \2 \3 \4 \5/p' \
         "$tmp/$1.json"
 }
 same_metrics() {  # same_metrics A B [ACC]: the epochs' losses agree to 1e-4, accuracies to ACC [0]

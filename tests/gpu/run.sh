@@ -190,7 +190,7 @@ stop_mps() {
 # val_acc and images/s of the last epoch in a --metrics file, or "nan 0".
 metrics_of() {
     "$python" -c 'import json,sys
-m=[json.loads(l) for l in open(sys.argv[1])][-1]
+m=[r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "epoch"][-1]
 print(m["val_acc"], m["images_per_sec"])' "$1" 2>/dev/null || echo "nan 0"
 }
 

@@ -143,23 +143,130 @@ static void test_signal_checkpoint_and_resume(void **state)
     assert_same_weights(full.ckpt_dir, sig.ckpt_dir);
 }
 
-/* The metrics of every epoch up to images_per_sec (what timing leaves
- * alone), one line after another. */
+/* The metrics of every epoch from "epoch" up to images_per_sec (what
+ * neither the run's id nor timing changes), one line after another. */
 static void read_metrics(const char *path, char *out, size_t len)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         fail_msg("cannot open %s", path);
-    char line[512];
+    char line[20000];
     out[0] = 0;
     while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "{\"type\":\"epoch\",", 16) != 0)
+            continue;
+        char *from = strstr(line, "\"epoch\":");
         char *cut = strstr(line, ",\"images_per_sec\"");
+        assert_non_null(from);
         assert_non_null(cut);
         *cut = 0;
-        strncat(out, line, len - strlen(out) - 2);
+        strncat(out, from, len - strlen(out) - 2);
         strcat(out, "\n");
     }
     fclose(f);
+}
+
+/* Line i (0-based) of path into line (of len bytes); 0 if there is none. */
+static int metrics_line(const char *path, int i, char *line, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    int found = 0;
+    for (int k = 0; !found && fgets(line, (int)len, f); k++)
+        found = k == i;
+    fclose(f);
+    return found;
+}
+
+/* The value of "key" in a JSON line, as text up to the next , or }. */
+static void json_value(const char *line, const char *key, char *out, size_t len)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(line, pat);
+    if (!p)
+        fail_msg("no %s in %s", key, line);
+    p += strlen(pat);
+    size_t n = strcspn(p, ",}");
+    snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), p);
+}
+
+/* The metrics file: a config record first (run id, rank, world, every
+ * option), step records every --metrics-every steps with a gradient norm,
+ * epoch records; a resumed run keeps its id; --resume never into the used
+ * directory is refused and leaves the file alone. */
+static void test_metrics_records(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "metrics");
+    snprintf(c.metrics, sizeof c.metrics, "%s/metrics.jsonl", tmpdir);
+    c.metrics_every = 2;
+    c.max_steps = 4;
+    run_ok(&c);
+    c.max_steps = 0;
+    run_ok(&c);   /* --resume auto: the same run goes on */
+    char line[20000], v[128], id[128];
+    static const char *const types[] = {"config", "step", "step", "epoch", "config", "step",
+                                        "epoch", "step", "step", "step", "epoch", NULL};
+    static const char *const steps[] = {"", "2", "4", "4", "", "6", "6", "8", "10", "12", "12"};
+    assert_true(metrics_line(c.metrics, 0, line, sizeof line));
+    json_value(line, "run_id", id, sizeof id);
+    assert_int_equal(strlen(id), 34);   /* 32 hex digits, quoted */
+    for (int i = 0; types[i]; i++) {
+        assert_true(metrics_line(c.metrics, i, line, sizeof line));
+        json_value(line, "type", v, sizeof v);
+        char want[32];
+        snprintf(want, sizeof want, "\"%s\"", types[i]);
+        assert_string_equal(v, want);
+        json_value(line, "run_id", v, sizeof v);
+        assert_string_equal(v, id);
+        json_value(line, "rank", v, sizeof v);
+        assert_string_equal(v, "0");
+        if (!strcmp(types[i], "config")) {
+            json_value(line, "world", v, sizeof v);
+            assert_string_equal(v, "1");
+            json_value(line, "metrics_every", v, sizeof v);
+            assert_string_equal(v, "2");
+            json_value(line, "batch_size", v, sizeof v);
+            assert_string_equal(v, "32");
+            json_value(line, "start_step", v, sizeof v);
+            assert_string_equal(v, i ? "4" : "0");
+            json_value(line, "version", v, sizeof v);
+            assert_true(strlen(v) > 2);
+            continue;
+        }
+        json_value(line, "step", v, sizeof v);
+        assert_string_equal(v, steps[i]);
+        if (!strcmp(types[i], "step")) {
+            json_value(line, "grad_norm", v, sizeof v);
+            assert_true(atof(v) > 0);
+            json_value(line, "loss", v, sizeof v);
+            assert_true(atof(v) > 0);
+        }
+    }
+    assert_false(metrics_line(c.metrics, 11, line, sizeof line));
+
+    /* A second run into the same place: refused, nothing appended. */
+    snprintf(c.resume, sizeof c.resume, "never");
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "--resume never"));
+    assert_non_null(strstr(cdl_last_error(), "--resume auto"));
+    assert_false(metrics_line(c.metrics, 11, line, sizeof line));
+    /* Its own directory and file: a new run with another id. */
+    base_config(&c, "metrics-2");
+    snprintf(c.metrics, sizeof c.metrics, "%s/metrics-2.jsonl", tmpdir);
+    c.epochs = 1;
+    snprintf(c.resume, sizeof c.resume, "never");
+    run_ok(&c);
+    assert_true(metrics_line(c.metrics, 0, line, sizeof line));
+    json_value(line, "run_id", v, sizeof v);
+    assert_string_not_equal(v, id);
+    /* A metrics file alone (no checkpoints) counts as a used place too. */
+    c.ckpt_dir[0] = 0;
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "metrics-2.jsonl"));
 }
 
 static void loop_config(cdl_train_config *c, const char *sub)
@@ -237,7 +344,10 @@ static void test_gpu_loop_matches_host_loop(void **state)
     assert_same_weights(host.ckpt_dir, sig.ckpt_dir);
     read_metrics(sig.metrics, mp, sizeof mp);
     /* Epoch 2's metrics survive the restart: the same as the host loop's. */
-    assert_non_null(strstr(mh, strrchr(mp, '{')));
+    const char *last = mp;
+    for (const char *p = mp; (p = strstr(p, "\"epoch\":")); p++)
+        last = p;
+    assert_non_null(strstr(mh, last));
     cdl_backend_destroy(be);
 }
 
@@ -379,6 +489,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_keeps_long_model_path),
         cmocka_unit_test(test_no_allocation_inside_steps),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_metrics_records),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,164 @@
+/* The --metrics file's JSON lines (metrics.h; keys in docs/metrics.md). */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../ckpt/json.h"
+#include "../dist/util.h"
+#include "checkpoint.h"
+#include "metrics.h"
+#include "report.h"
+
+int run_id_new(char out[RUN_ID_LEN + 1])
+{
+    unsigned char b[RUN_ID_LEN / 2];
+    if (dist_random(b, sizeof b) != 0)
+        return -1;
+    for (size_t i = 0; i < sizeof b; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+    return 0;
+}
+
+int run_id_valid(const char *s)
+{
+    size_t n = strspn(s, "0123456789abcdef");
+    return n == RUN_ID_LEN && s[n] == '\0';
+}
+
+static void putf(json_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(json_buf *b, const char *fmt, ...)
+{
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        b->failed = 1;
+    else
+        json_buf_put(b, tmp, (size_t)n);
+}
+
+/* ,"key":"value" */
+static void put_str(json_buf *b, const char *key, const char *value)
+{
+    putf(b, ",\"%s\":", key);
+    json_buf_string(b, value);
+}
+
+/* Every record starts {"type":T,"run_id":ID,"rank":R */
+static void head(json_buf *b, const char *type, const char *run_id, int rank)
+{
+    putf(b, "{\"type\":\"%s\",\"run_id\":\"%s\",\"rank\":%d", type, run_id, rank);
+}
+
+/* Writes the record in b as one line and flushes it (a crash loses no
+ * finished line; a reader never sees half of one but the last). */
+static int emit(FILE *f, json_buf *b)
+{
+    json_buf_put(b, "}\n", 2);
+    int rc = 0;
+    if (b->failed)
+        rc = cdl_error("--metrics: out of memory formatting a record");
+    else if (fwrite(b->data, 1, b->len, f) != b->len || fflush(f) != 0)
+        rc = cdl_error("writing the --metrics file failed: %s (is the disk full?)",
+                       strerror(errno));
+    json_buf_free(b);
+    return rc;
+}
+
+int metrics_config(FILE *f, const cdl_train_config *c, const run_info *ri)
+{
+    char opts[16384];
+    if (train_config_json(c, opts, sizeof opts) != 0)
+        return -1;
+    json_buf b = {0};
+    head(&b, "config", ri->run_id, ri->rank);
+    put_str(&b, "version", cdl_version());
+    putf(&b, ",\"time\":%lld,\"world\":%d", (long long)time(NULL), ri->world);
+    put_str(&b, "backend", ri->backend);
+    putf(&b, ",\"backend_threads\":%d,\"steps_per_epoch\":%ld,\"start_step\":%ld",
+         ri->threads, ri->steps_per_epoch, ri->start_step);
+    /* The options: the checkpoint's configuration (train_config_json) and
+     * the settings it leaves out, which do not change the numbers. */
+    json_buf_puts(&b, ",\"config\":");
+    json_buf_put(&b, opts, strlen(opts) - 1);   /* without its '}' */
+    put_str(&b, "ckpt_dir", c->ckpt_dir);
+    put_str(&b, "resume", c->resume);
+    put_str(&b, "resume_allow", c->resume_allow);
+    put_str(&b, "metrics", c->metrics);
+    putf(&b, ",\"metrics_every\":%ld", c->metrics_every);
+    put_str(&b, "dist_backend", c->dist_backend);
+    putf(&b, ",\"synthetic_size\":%d,\"tf32_conv\":%d,\"tf32_matmul\":%d,\"cuda_graphs\":%d,"
+         "\"ddp_bucket_kb\":%ld,\"progress\":%d,\"quiet\":%d}",
+         c->synthetic_n, c->tf32_conv, c->tf32_matmul, c->cuda_graphs, c->ddp_bucket_kb,
+         c->progress, c->quiet);
+    return emit(f, &b);
+}
+
+int metrics_step(FILE *f, const char *run_id, int rank, const step_stats *s)
+{
+    json_buf b = {0};
+    head(&b, "step", run_id, rank);
+    putf(&b, ",\"epoch\":%d,\"step\":%ld,\"loss\":%.6f,\"acc\":%.6f,\"lr\":%.6g,"
+         "\"samples_per_sec\":%.1f",
+         s->epoch + 1, s->step, s->loss, s->acc, s->lr, s->samples_per_sec);
+    if (isfinite(s->grad_norm))
+        putf(&b, ",\"grad_norm\":%.6g", s->grad_norm);
+    return emit(f, &b);
+}
+
+int metrics_epoch(FILE *f, const char *run_id, int rank, const epoch_stats *s)
+{
+    json_buf b = {0};
+    head(&b, "epoch", run_id, rank);
+    putf(&b, ",\"epoch\":%d,\"step\":%ld,\"train_loss\":%.6f,\"train_acc\":%.6f,"
+         "\"val_loss\":%.6f,\"val_acc\":%.6f,\"images_per_sec\":%.1f,\"seconds\":%.3f,"
+         "\"lr\":%.6g",
+         s->epoch + 1, s->step, s->train_loss, s->train_acc, s->val_loss, s->val_acc,
+         s->images_per_sec, s->seconds, s->lr);
+    return emit(f, &b);
+}
+
+/* 1 if path is there and not empty, 0 if absent or empty, -1 on error. */
+static int holds(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return errno == ENOENT ? 0 : cdl_error("cannot check %s: %s", path, strerror(errno));
+    return st.st_size > 0;
+}
+
+int metrics_refuse_used(const cdl_train_config *c)
+{
+    if (strcmp(c->resume, "never") != 0)
+        return 0;
+    char path[1100];
+    const char *what = NULL;
+    int n = (int)sizeof c->ckpt_dir - 1;
+    for (int i = 0; c->ckpt_dir[0] && i < 2 && !what; i++) {
+        snprintf(path, sizeof path, "%.*s/%s.safetensors", n, c->ckpt_dir, i ? "best" : "last");
+        int h = holds(path);
+        if (h < 0)
+            return -1;
+        if (h)
+            what = path;
+    }
+    if (!what && c->metrics[0]) {
+        int h = holds(c->metrics);
+        if (h < 0)
+            return -1;
+        if (h)
+            what = c->metrics;
+    }
+    if (!what)
+        return 0;
+    return cdl_error("--resume never: %s already holds a run, and a second one would be mixed "
+                     "into it: continue that run with --resume auto, or give this one its own "
+                     "--ckpt-dir and --metrics, or remove the old files first", what);
+}

@@ -1,0 +1,50 @@
+/* The --metrics file (metrics.c): JSON lines, one object per line, each
+ * with "type", "run_id" and "rank":
+ *   {"type":"config", ...}  at every start: version, world size, backend,
+ *                           and every option's effective value ("config")
+ *   {"type":"step", ...}    every --metrics-every steps
+ *   {"type":"epoch", ...}   after each epoch's validation
+ * docs/metrics.md describes every key. Written by rank 0 only. */
+#ifndef CDL_TRAIN_METRICS_H
+#define CDL_TRAIN_METRICS_H
+
+#include <stdio.h>
+
+#include <cdl/cdl.h>
+
+/* A run's identity: 32 hex digits, drawn at a fresh start, kept in the
+ * checkpoint's metadata ("run_id") so a resumed run keeps it. */
+enum { RUN_ID_LEN = 32 };
+int run_id_new(char out[RUN_ID_LEN + 1]);
+/* 1 if s is a run id as run_id_new makes them (checkpoints are input). */
+int run_id_valid(const char *s);
+
+/* What the config record says besides the options. */
+typedef struct run_info {
+    const char *run_id;
+    int rank, world;
+    const char *backend;      /* the compute backend's name: "cpu", "cuda" */
+    int threads;
+    long start_step;          /* > 0: resumed at this step */
+    long steps_per_epoch;
+} run_info;
+
+typedef struct step_stats {
+    int epoch;                /* 0-based */
+    long step;                /* optimizer steps done */
+    double loss, acc;         /* mean over rank 0's samples since the last record */
+    double lr, samples_per_sec;
+    double grad_norm;         /* NAN when not computed */
+} step_stats;
+
+struct epoch_stats;
+
+int metrics_config(FILE *f, const cdl_train_config *cfg, const run_info *ri);
+int metrics_step(FILE *f, const char *run_id, int rank, const step_stats *s);
+int metrics_epoch(FILE *f, const char *run_id, int rank, const struct epoch_stats *s);
+
+/* --resume never must not add a second run to a directory or file that
+ * holds one: -1 naming what is there and what to do, 0 when unused. */
+int metrics_refuse_used(const cdl_train_config *cfg);
+
+#endif

@@ -39,8 +39,10 @@ typedef struct cuk_drop_sc {
     float p, scale;
 } cuk_drop_sc;
 
+/* smoothing: label smoothing eps in [0,1] (0: the plain loss). */
 typedef struct cuk_xent_sc {
     float grad_scale;
+    float smoothing;
 } cuk_xent_sc;
 
 /* torch.optim.SGD / Adam / AdamW, see optim.cu: the same scalars as the CPU
@@ -87,6 +89,39 @@ cudaError_t cuk_sgd(cudaStream_t s, size_t n, float *p, const float *g, float *m
                     cuk_sgd_sc sc, const cuk_sgd_sc *dyn);
 cudaError_t cuk_adam(cudaStream_t s, size_t n, float *p, const float *g, float *m, float *v,
                      cuk_adam_sc sc, const cuk_adam_sc *dyn);
+
+/* act.cu: activations (PyTorch's formulas). alpha is leaky ReLU's negative
+ * slope (unused by the others). The backward pass reads x or y as
+ * cuk_act_bwd_reads(kind) says ('x' or 'y'); the other may be NULL. */
+enum {
+    CUK_ACT_GELU, CUK_ACT_GELU_TANH, CUK_ACT_SILU, CUK_ACT_SIGMOID, CUK_ACT_TANH,
+    CUK_ACT_LEAKYRELU,
+};
+int cuk_act_bwd_reads(int kind);
+cudaError_t cuk_act_fwd(cudaStream_t s, int kind, size_t n, float alpha, const float *x,
+                        float *y);
+cudaError_t cuk_act_bwd(cudaStream_t s, int kind, size_t n, float alpha, const float *x,
+                        const float *y, const float *dy, float *dx);
+/* y = a + b; dst += src (bit for bit the CPU's). */
+cudaError_t cuk_add(cudaStream_t s, size_t n, const float *a, const float *b, float *y);
+cudaError_t cuk_accumulate(cudaStream_t s, size_t n, float *dst, const float *src);
+
+/* chan.cu. Global average pooling over rows (n*c) planes of `plane` floats:
+ * y (rows) = plane sums (in sequence) times 1/plane; dx = dy / plane. */
+cudaError_t cuk_gap_fwd(cudaStream_t s, size_t rows, int plane, const float *x, float *y);
+cudaError_t cuk_gap_bwd(cudaStream_t s, size_t rows, int plane, const float *dy, float *dx);
+/* outer blocks of inner floats: dst[o*dst_stride + j] = src[o*src_stride + j]
+ * (channel concat and split of NCHW tensors). */
+cudaError_t cuk_strided_copy(cudaStream_t s, size_t outer, size_t inner, float *dst,
+                             size_t dst_stride, const float *src, size_t src_stride);
+/* Per-channel sums over (n,c,plane), in double, in an order fixed by the
+ * shape: CUK_CHAN_SUM out0 = sum x; CUK_CHAN_SQDEV out0 = sum (x - mean)^2;
+ * CUK_CHAN_BWD out0 = sum dy, out1 = sum dy * (x - mean) * invstd. partials
+ * holds max_partials doubles (at least 2*c). */
+enum { CUK_CHAN_SUM, CUK_CHAN_SQDEV, CUK_CHAN_BWD };
+cudaError_t cuk_chan_sums(cudaStream_t s, int mode, const float *x, const float *dy,
+                          const float *mean, const float *invstd, int n, int c, int plane,
+                          float *out0, float *out1, double *partials, size_t max_partials);
 
 /* reduce.cu: *out = sum x[i]^2 in double, in a fixed order that depends on
  * n only. partials holds CUK_SUMSQ_BLOCKS doubles. */

@@ -167,7 +167,7 @@ void cbe_xent_fwd_bwd(cdl_backend *be, int n, int classes, const float *logits,
     if (n <= 0 || classes <= 0)
         return;
     cbe_enter(ci);
-    cuk_xent_sc sc = {grad_scale};
+    cuk_xent_sc sc = {.grad_scale = grad_scale};
     const uint64_t a[] = {(uint64_t)n, (uint64_t)classes, sigp(logits), sigp(labels), sigp(dlogits),
                           sigp(sample_loss), sigp(pred)};
     const void *dyn;

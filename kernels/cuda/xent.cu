@@ -7,6 +7,13 @@
  * [0,classes) gives a NaN loss and no onehot term; pred is the first index
  * of the maximum (like torch.argmax). The lanes' sums are combined by a
  * butterfly, so every lane holds the same, reproducible value.
+ *
+ * Label smoothing eps (torch.nn.CrossEntropyLoss(label_smoothing=eps)):
+ * the target is (1-eps) * onehot + eps/classes, so
+ *   loss = (1-eps) * (lse - z_label) + eps * (lse - mean_j z_j),
+ *   dlogits = (softmax - (1-eps) * onehot - eps/classes) * scale,
+ * with lse = m + log(sum) and the mean of the logits summed in double;
+ * eps = 0 gives the plain loss bit for bit.
  */
 #include <limits.h>
 #include <math.h>
@@ -36,7 +43,8 @@ xent_kernel(int n, int k, const float *logits, const int32_t *labels, float *dlo
     int lane = (int)(threadIdx.x & 31);
     if (row >= n)
         return;   /* whole warps leave together: row is uniform in a warp */
-    float scale = cuk_pick(sc, dyn).grad_scale;
+    cuk_xent_sc v = cuk_pick(sc, dyn);
+    float scale = v.grad_scale, eps = v.smoothing;
     const float *z = logits + (size_t)row * k;
     float *dz = dlogits + (size_t)row * k;
 
@@ -55,26 +63,41 @@ xent_kernel(int n, int k, const float *logits, const int32_t *labels, float *dlo
         take_max(&m, &best, om, ob);
     }
 
-    double sum = 0.0;
+    double sum = 0.0, zsum = 0.0;
     for (int j = lane; j < k; j += 32) {
         float e = expf(z[j] - m);
         dz[j] = e;
         sum += e;
+        zsum += z[j];
     }
-    for (int off = 16; off > 0; off >>= 1)
+    for (int off = 16; off > 0; off >>= 1) {
         sum += __shfl_xor_sync(FULL_MASK, sum, off);
+        zsum += __shfl_xor_sync(FULL_MASK, zsum, off);
+    }
 
     float inv = (float)(1.0 / sum);
     float log_sum = (float)log(sum);
     int32_t label = labels[row];
+    float hit = eps == 0.0f ? scale : (1.0f - eps) * scale;
+    float spread = eps == 0.0f ? 0.0f : eps / (float)k * scale;
     for (int j = lane; j < k; j += 32) {
         float g = dz[j] * inv * scale;
+        if (eps != 0.0f)
+            g -= spread;
         if (j == label)
-            g -= scale;
+            g -= hit;
         dz[j] = g;
     }
     if (lane == 0) {
-        loss[row] = label >= 0 && label < k ? (m - z[label]) + log_sum : NAN;
+        float l = NAN;
+        if (label >= 0 && label < k) {
+            l = (m - z[label]) + log_sum;
+            if (eps != 0.0f) {
+                float zmean = (float)(zsum / (double)k);
+                l = (1.0f - eps) * l + eps * ((m - zmean) + log_sum);
+            }
+        }
+        loss[row] = l;
         pred[row] = best;
     }
 }

@@ -3,8 +3,9 @@
  *
  * - Descriptors: 4-D NCHW float tensors (packed, as cudnnSetTensor4d makes
  *   them), KCRS filters, 2-D convolution descriptors with padding, stride,
- *   dilation, mode (CUDNN_CONVOLUTION flips the filter, CROSS_CORRELATION
- *   does not) and math type. Other layouts and types answer
+ *   dilation (per axis), group count (the filter has C/groups channels),
+ *   mode (CUDNN_CONVOLUTION flips the filter, CROSS_CORRELATION does not)
+ *   and math type. Other layouts and types answer
  *   CUDNN_STATUS_NOT_SUPPORTED: they are not modelled.
  * - The heuristics (cudnnGet*Algorithm_v7) return a fixed list per
  *   direction that includes what real cuDNN has: algorithms documented as
@@ -58,6 +59,7 @@ struct cudnnFilterStruct {
 struct cudnnConvolutionStruct {
     bool set = false;
     int pad_h = 0, pad_w = 0, u = 1, v = 1, dil_h = 1, dil_w = 1;
+    int groups = 1;   /* cudnnSetConvolutionGroupCount */
     cudnnConvolutionMode_t mode = CUDNN_CONVOLUTION;
     cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };
@@ -244,6 +246,47 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnM
     return CUDNN_STATUS_SUCCESS;
 }
 
+/* Grouped convolution (cudnnSetConvolutionGroupCount): the filter is
+ * (k, c/groups, r, s) for an input of c channels; output channel o of group
+ * o/(k/groups) sees input channels [g*c/groups, (g+1)*c/groups). */
+cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int groups)
+{
+    LOCKED;
+    if (!objects.count(d))
+        return bad(CUDNN_STATUS_BAD_PARAM, "cudnnSetConvolutionGroupCount: no such descriptor");
+    if (groups < 1)
+        return bad(CUDNN_STATUS_BAD_PARAM, "cudnnSetConvolutionGroupCount: %d groups", groups);
+    d->groups = groups;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int *groups)
+{
+    LOCKED;
+    if (!objects.count(d) || !groups)
+        return bad(CUDNN_STATUS_BAD_PARAM, "cudnnGetConvolutionGroupCount: no such descriptor");
+    *groups = d->groups;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* What cuDNN checks of the channels: the input has filter-channels times
+ * groups channels, and the filters split evenly among the groups. */
+static bool channels_ok(const char *call, const cudnnTensorStruct *x, const cudnnFilterStruct *w,
+                        const cudnnConvolutionStruct *cd)
+{
+    if (x->c != w->c * cd->groups) {
+        bad(CUDNN_STATUS_BAD_PARAM, "%s: input has %d channels, filter %d per group times %d "
+            "groups", call, x->c, w->c, cd->groups);
+        return false;
+    }
+    if (w->k % cd->groups) {
+        bad(CUDNN_STATUS_BAD_PARAM, "%s: %d filters do not split into %d groups", call, w->k,
+            cd->groups);
+        return false;
+    }
+    return true;
+}
+
 static int out_dim(int in, int pad, int k, int dil, int stride)
 {
     return 1 + (in + 2 * pad - ((k - 1) * dil + 1)) / stride;
@@ -258,9 +301,8 @@ cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescri
     if (!live(cd) || !live(x) || !live(w))
         return bad(CUDNN_STATUS_BAD_PARAM, "cudnnGetConvolution2dForwardOutputDim: a descriptor "
                    "is not set");
-    if (x->c != w->c)
-        return bad(CUDNN_STATUS_BAD_PARAM, "cudnnGetConvolution2dForwardOutputDim: input has %d "
-                   "channels, filter %d", x->c, w->c);
+    if (!channels_ok("cudnnGetConvolution2dForwardOutputDim", x, w, cd))
+        return CUDNN_STATUS_BAD_PARAM;
     int oh = out_dim(x->h, cd->pad_h, w->r, cd->dil_h, cd->u);
     int ow = out_dim(x->w, cd->pad_w, w->s, cd->dil_w, cd->v);
     if (oh <= 0 || ow <= 0)
@@ -276,6 +318,7 @@ namespace {
 
 struct problem {
     int n, c, h, w, k, r, s, oh, ow;
+    int cg;   /* input channels per group (the filter's c) */
     const cudnnConvolutionStruct *cd;
 };
 
@@ -285,16 +328,15 @@ cudnnStatus_t make_problem(const char *call, const cudnnTensorDescriptor_t x,
 {
     if (!live(x) || !live(w) || !live(cd) || !live(y))
         return bad(CUDNN_STATUS_BAD_PARAM, "%s: a descriptor does not exist or is not set", call);
-    if (x->c != w->c)
-        return bad(CUDNN_STATUS_BAD_PARAM, "%s: input has %d channels, filter %d", call, x->c,
-                   w->c);
+    if (!channels_ok(call, x, w, cd))
+        return CUDNN_STATUS_BAD_PARAM;
     int oh = out_dim(x->h, cd->pad_h, w->r, cd->dil_h, cd->u);
     int ow = out_dim(x->w, cd->pad_w, w->s, cd->dil_w, cd->v);
     if (y->n != x->n || y->c != w->k || y->h != oh || y->w != ow)
         return bad(CUDNN_STATUS_BAD_PARAM, "%s: output descriptor (%d,%d,%d,%d) is not the "
                    "convolution's output (%d,%d,%d,%d)", call, y->n, y->c, y->h, y->w, x->n, w->k,
                    oh, ow);
-    *p = problem{x->n, x->c, x->h, x->w, w->k, w->r, w->s, oh, ow, cd};
+    *p = problem{x->n, x->c, x->h, x->w, w->k, w->r, w->s, oh, ow, w->c, cd};
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -520,12 +562,14 @@ template <typename F> void each_tap(const geometry &g, F f)
 {
     const problem &p = g.p;
     const cudnnConvolutionStruct &cd = *p.cd;
+    int k_per_group = p.k / cd.groups;
     for (int n = 0; n < p.n; n++)
         for (int k = 0; k < p.k; k++)
             for (int oy = 0; oy < p.oh; oy++)
                 for (int ox = 0; ox < p.ow; ox++) {
                     size_t yi = (((size_t)n * p.k + k) * p.oh + oy) * p.ow + ox;
-                    for (int c = 0; c < p.c; c++)
+                    int c0 = k / k_per_group * p.cg;   /* the group's first input channel */
+                    for (int c = 0; c < p.cg; c++)
                         for (int r = 0; r < p.r; r++) {
                             int iy = oy * cd.u - cd.pad_h + r * cd.dil_h;
                             if (iy < 0 || iy >= p.h)
@@ -534,8 +578,8 @@ template <typename F> void each_tap(const geometry &g, F f)
                                 int ix = ox * cd.v - cd.pad_w + s * cd.dil_w;
                                 if (ix < 0 || ix >= p.w)
                                     continue;
-                                size_t xi = (((size_t)n * p.c + c) * p.h + iy) * p.w + ix;
-                                size_t wi = (((size_t)k * p.c + c) * p.r + g.tap(r, p.r)) * p.s +
+                                size_t xi = (((size_t)n * p.c + c0 + c) * p.h + iy) * p.w + ix;
+                                size_t wi = (((size_t)k * p.cg + c) * p.r + g.tap(r, p.r)) * p.s +
                                             g.tap(s, p.s);
                                 f(yi, xi, wi);
                             }
@@ -544,7 +588,7 @@ template <typename F> void each_tap(const geometry &g, F f)
 }
 
 size_t x_bytes(const problem &p) { return (size_t)p.n * p.c * p.h * p.w * 4; }
-size_t w_bytes(const problem &p) { return (size_t)p.k * p.c * p.r * p.s * 4; }
+size_t w_bytes(const problem &p) { return (size_t)p.k * p.cg * p.r * p.s * 4; }
 size_t y_bytes(const problem &p) { return (size_t)p.n * p.k * p.oh * p.ow * 4; }
 
 } // namespace

@@ -240,7 +240,7 @@ static void test_xent(void **state)
         }
         float *dz_gpu = fzero(nz), *dz_cpu = fzero(nz), *l_gpu = fzero(n), *l_cpu = fzero(n);
         int32_t *p_gpu = calloc((size_t)n, 4), *p_cpu = calloc((size_t)n, 4);
-        cuk_xent_sc sc = {1.0f / (float)n};
+        cuk_xent_sc sc = {.grad_scale = 1.0f / (float)n};
         assert_int_equal(cuk_xent(NULL, n, c, z, labels, dz_gpu, l_gpu, p_gpu, sc, NULL),
                          cudaSuccess);
         cpu->ops->xent_fwd_bwd(cpu, n, c, z, labels, 1.0f / (float)n, dz_cpu, l_cpu, p_cpu);

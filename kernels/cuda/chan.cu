@@ -1,0 +1,174 @@
+/* Per-channel work on NCHW tensors: global average pooling, channel
+ * concat/split as a strided copy, and the per-channel sums of batch norm.
+ *
+ * Every sum is in an order fixed by the shape (no atomics), so results are
+ * bitwise reproducible run to run:
+ * - global average pooling: one thread per (n,c) plane adds its plane in
+ *   sequence, like the CPU backend, then scales by 1/plane;
+ * - batch-norm sums: images are split into up to CHAN_GROUPS interleaved
+ *   groups; block (g, ch) adds channel ch over the images of group g, each
+ *   thread in sequence, then a fixed shared-memory tree; one thread per
+ *   channel adds the groups' partials in order. Accumulated in double (a
+ *   channel of a batch of 256 32x32 images is 262144 terms), stored as
+ *   float.
+ */
+#include "kernels/cuda/cuk.cuh"
+
+/* ----------------------------------------------------- global avg pool */
+
+static __global__ void gap_fwd_kernel(size_t rows, int plane, const float *x, float *y)
+{
+    float inv = 1.0f / (float)plane;
+    CUK_GRID_STRIDE(r, rows) {
+        const float *p = x + r * (size_t)plane;
+        float s = 0.0f;
+        for (int j = 0; j < plane; j++)
+            s += p[j];
+        y[r] = s * inv;
+    }
+}
+
+static __global__ void gap_bwd_kernel(size_t total, int plane, const float *dy, float *dx)
+{
+    float inv = 1.0f / (float)plane;
+    CUK_GRID_STRIDE(i, total)
+        dx[i] = dy[i / (size_t)plane] * inv;
+}
+
+extern "C" cudaError_t cuk_gap_fwd(cudaStream_t s, size_t rows, int plane, const float *x,
+                                   float *y)
+{
+    CUK_LAUNCH(gap_fwd_kernel, cuk_blocks(rows), CUK_THREADS, s, rows, plane, x, y);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_gap_bwd(cudaStream_t s, size_t rows, int plane, const float *dy,
+                                   float *dx)
+{
+    size_t total = rows * (size_t)plane;
+    CUK_LAUNCH(gap_bwd_kernel, cuk_blocks(total), CUK_THREADS, s, total, plane, dy, dx);
+    return cudaGetLastError();
+}
+
+/* --------------------------------------------------------- strided copy */
+
+/* outer blocks of inner floats: dst[o*dst_stride + j] = src[o*src_stride + j]. */
+static __global__ void strided_copy_kernel(size_t outer, size_t inner, float *dst,
+                                           size_t dst_stride, const float *src,
+                                           size_t src_stride)
+{
+    size_t total = outer * inner;
+    CUK_GRID_STRIDE(i, total) {
+        size_t o = i / inner, j = i % inner;
+        dst[o * dst_stride + j] = src[o * src_stride + j];
+    }
+}
+
+extern "C" cudaError_t cuk_strided_copy(cudaStream_t s, size_t outer, size_t inner, float *dst,
+                                        size_t dst_stride, const float *src, size_t src_stride)
+{
+    size_t total = outer * inner;
+    CUK_LAUNCH(strided_copy_kernel, cuk_blocks(total), CUK_THREADS, s, outer, inner, dst,
+               dst_stride, src, src_stride);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------- channel sums */
+
+#define CHAN_GROUPS 32
+#define CHAN_THREADS 256
+
+static int chan_groups(int n, int c, size_t max_partials)
+{
+    size_t g = n < CHAN_GROUPS ? (size_t)(n > 0 ? n : 1) : CHAN_GROUPS;
+    size_t fit = max_partials / (2 * (size_t)(c > 0 ? c : 1));
+    if (g > fit)
+        g = fit > 0 ? fit : 1;
+    return (int)g;
+}
+
+/* Fixed-order tree over the CHAN_THREADS values; the sum lands in sh[0].
+ * sh is reused right after: the caller reads sh[0] before the next call's
+ * first write, separated by that call's barrier. */
+static __device__ double chan_tree(double *sh, double v)
+{
+    int t = threadIdx.x;
+    __syncthreads();   /* the previous tree's sh[0] has been read */
+    sh[t] = v;
+    __syncthreads();
+    for (int st = CHAN_THREADS / 2; st > 0; st >>= 1) {
+        if (t < st)
+            sh[t] += sh[t + st];
+        __syncthreads();
+    }
+    return sh[0];
+}
+
+/* The term each element adds, per mode (see kernels.h, cuk_chan_sums). */
+static __global__ void __launch_bounds__(CHAN_THREADS)
+chan_partial_kernel(int mode, const float *x, const float *dy, const float *mean,
+                    const float *invstd, double *partials, int n, int c, int plane)
+{
+    __shared__ double sh[CHAN_THREADS];
+    int g = blockIdx.x, groups = gridDim.x, ch = blockIdx.y;
+    double a0 = 0.0, a1 = 0.0;
+    float m = mean ? mean[ch] : 0.0f, is = invstd ? invstd[ch] : 0.0f;
+    for (int img = g; img < n; img += groups) {
+        size_t base = ((size_t)img * c + ch) * (size_t)plane;
+        for (int j = threadIdx.x; j < plane; j += CHAN_THREADS) {
+            if (mode == CUK_CHAN_SUM) {
+                a0 += (double)x[base + j];
+            } else if (mode == CUK_CHAN_SQDEV) {
+                double d = (double)x[base + j] - (double)m;
+                a0 += d * d;
+            } else { /* CUK_CHAN_BWD */
+                double g_ = (double)dy[base + j];
+                a0 += g_;
+                a1 += g_ * (((double)x[base + j] - (double)m) * (double)is);
+            }
+        }
+    }
+    double s0 = chan_tree(sh, a0);
+    if (threadIdx.x == 0)
+        partials[(size_t)ch * groups + g] = s0;
+    if (mode == CUK_CHAN_BWD) {
+        double s1 = chan_tree(sh, a1);
+        if (threadIdx.x == 0)
+            partials[((size_t)c + ch) * groups + g] = s1;
+    }
+}
+
+static __global__ void chan_final_kernel(int mode, const double *partials, float *out0,
+                                         float *out1, int c, int groups)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
+        return;
+    double s = 0.0;
+    for (int g = 0; g < groups; g++)
+        s += partials[(size_t)ch * groups + g];
+    out0[ch] = (float)s;
+    if (mode == CUK_CHAN_BWD) {
+        double t = 0.0;
+        for (int g = 0; g < groups; g++)
+            t += partials[((size_t)c + ch) * groups + g];
+        out1[ch] = (float)t;
+    }
+}
+
+extern "C" cudaError_t cuk_chan_sums(cudaStream_t s, int mode, const float *x, const float *dy,
+                                     const float *mean, const float *invstd, int n, int c,
+                                     int plane, float *out0, float *out1, double *partials,
+                                     size_t max_partials)
+{
+    int groups = chan_groups(n, c, max_partials);
+    dim3 grid((unsigned)groups, (unsigned)c);
+    CUK_LAUNCH(chan_partial_kernel, grid, CHAN_THREADS, s, mode, x, dy, mean, invstd, partials,
+               n, c, plane);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    CUK_LAUNCH(chan_final_kernel, (unsigned)(c + 127) / 128, 128, s, mode, partials, out0, out1,
+               c, groups);
+    return cudaGetLastError();
+}

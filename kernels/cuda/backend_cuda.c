@@ -142,6 +142,8 @@ static void release(cbe *ci)
         (void)cudaFreeHost(ci->sumsq_host);
     if (ci->bias_partials)
         (void)cudaFree(ci->bias_partials);
+    if (ci->chan_partials)
+        (void)cudaFree(ci->chan_partials);
     if (ci->copy_done)
         (void)cudaEventDestroy(ci->copy_done);
     for (int i = 0; i < CUDA_BACKEND_MARKS; i++)
@@ -192,7 +194,9 @@ static int setup(cbe *ci)
         CU_CHECK(ci, cudaHostAlloc((void **)&ci->sumsq_host, sizeof(double),
                                    cudaHostAllocPortable)) ||
         CU_CHECK(ci, cudaMalloc((void **)&ci->bias_partials,
-                                CBE_BIAS_PARTIALS * sizeof(float))))
+                                CBE_BIAS_PARTIALS * sizeof(float))) ||
+        CU_CHECK(ci, cudaMalloc((void **)&ci->chan_partials,
+                                CBE_CHAN_PARTIALS * sizeof(double))))
         return -1;
     for (int i = 0; i < CUDA_BACKEND_MARKS; i++)
         if (CU_CHECK(ci, cudaEventCreateWithFlags(&ci->marks[i], ev_flags)))

@@ -12,6 +12,8 @@
  *   channel of a batch of 256 32x32 images is 262144 terms), stored as
  *   float.
  */
+#include <math.h>
+
 #include "kernels/cuda/cuk.cuh"
 
 /* ----------------------------------------------------- global avg pool */
@@ -106,13 +108,14 @@ static __device__ double chan_tree(double *sh, double v)
 
 /* The term each element adds, per mode (see kernels.h, cuk_chan_sums). */
 static __global__ void __launch_bounds__(CHAN_THREADS)
-chan_partial_kernel(int mode, const float *x, const float *dy, const float *mean,
-                    const float *invstd, double *partials, int n, int c, int plane)
+chan_partial_kernel(int mode, const float *x, const float *dy, const float *relu_y,
+                    const float *mean, const float *var, float eps, double *partials, int n,
+                    int c, int plane)
 {
     __shared__ double sh[CHAN_THREADS];
     int g = blockIdx.x, groups = gridDim.x, ch = blockIdx.y;
     double a0 = 0.0, a1 = 0.0;
-    float m = mean ? mean[ch] : 0.0f, is = invstd ? invstd[ch] : 0.0f;
+    float m = mean ? mean[ch] : 0.0f, is = var ? 1.0f / sqrtf(var[ch] + eps) : 0.0f;
     for (int img = g; img < n; img += groups) {
         size_t base = ((size_t)img * c + ch) * (size_t)plane;
         for (int j = threadIdx.x; j < plane; j += CHAN_THREADS) {
@@ -122,9 +125,10 @@ chan_partial_kernel(int mode, const float *x, const float *dy, const float *mean
                 double d = (double)x[base + j] - (double)m;
                 a0 += d * d;
             } else { /* CUK_CHAN_BWD */
-                double g_ = (double)dy[base + j];
-                a0 += g_;
-                a1 += g_ * (((double)x[base + j] - (double)m) * (double)is);
+                float gf = relu_y && !(relu_y[base + j] > 0.0f) ? 0.0f : dy[base + j];
+                float xhat = (x[base + j] - m) * is;   /* as bn.cu's backward has it */
+                a0 += (double)gf;
+                a1 += (double)gf * (double)xhat;
             }
         }
     }
@@ -157,14 +161,14 @@ static __global__ void chan_final_kernel(int mode, const double *partials, float
 }
 
 extern "C" cudaError_t cuk_chan_sums(cudaStream_t s, int mode, const float *x, const float *dy,
-                                     const float *mean, const float *invstd, int n, int c,
-                                     int plane, float *out0, float *out1, double *partials,
-                                     size_t max_partials)
+                                     const float *relu_y, const float *mean, const float *var,
+                                     float eps, int n, int c, int plane, float *out0, float *out1,
+                                     double *partials, size_t max_partials)
 {
     int groups = chan_groups(n, c, max_partials);
     dim3 grid((unsigned)groups, (unsigned)c);
-    CUK_LAUNCH(chan_partial_kernel, grid, CHAN_THREADS, s, mode, x, dy, mean, invstd, partials,
-               n, c, plane);
+    CUK_LAUNCH(chan_partial_kernel, grid, CHAN_THREADS, s, mode, x, dy, relu_y, mean, var, eps,
+               partials, n, c, plane);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;

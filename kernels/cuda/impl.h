@@ -75,6 +75,9 @@ typedef struct step_graph {
 /* Scratch of the conv2d bias gradient (bias.cu): 64 image groups of 4096
  * channels; wider layers use fewer groups. */
 #define CBE_BIAS_PARTIALS ((size_t)64 * 4096)
+/* Scratch of batch norm's per-channel sums (chan.cu), in doubles: two sums
+ * of 4096 channels over 32 image groups; wider layers use fewer groups. */
+#define CBE_CHAN_PARTIALS ((size_t)2 * 32 * 4096)
 /* Op names kept for fault reports (check.c). */
 #define CBE_RECENT 8
 
@@ -93,6 +96,7 @@ typedef struct cbe {
     double *sumsq_dev;        /* CUK_SUMSQ_BLOCKS partials, then the result */
     double *sumsq_host;       /* pinned */
     float *bias_partials;     /* CBE_BIAS_PARTIALS floats for conv2d bias gradients */
+    double *chan_partials;    /* CBE_CHAN_PARTIALS doubles for batch norm's channel sums */
     int tf32_conv, tf32_matmul;
     conv_plan plans[CONV_CACHE_SIZE];
     int nplans;
@@ -201,7 +205,9 @@ enum {
     OPSIG_TO_DEVICE = 1, OPSIG_TO_HOST, OPSIG_COPY, OPSIG_FILL, OPSIG_SCALE, OPSIG_CONV_FWD,
     OPSIG_CONV_BWD, OPSIG_LINEAR_FWD, OPSIG_LINEAR_BWD, OPSIG_MAXPOOL_FWD, OPSIG_MAXPOOL_BWD,
     OPSIG_AVGPOOL_FWD, OPSIG_AVGPOOL_BWD, OPSIG_RELU_FWD, OPSIG_RELU_BWD, OPSIG_DROPOUT_FWD,
-    OPSIG_DROPOUT_BWD, OPSIG_XENT, OPSIG_SGD, OPSIG_ADAM,
+    OPSIG_DROPOUT_BWD, OPSIG_XENT, OPSIG_SGD, OPSIG_ADAM, OPSIG_ACT_FWD, OPSIG_ACT_BWD,
+    OPSIG_ADD, OPSIG_ACCUMULATE, OPSIG_GAP_FWD, OPSIG_GAP_BWD, OPSIG_STRIDED_COPY, OPSIG_BN_SUMS,
+    OPSIG_BN_FWD, OPSIG_BN_BWD, OPSIG_BN_RUNNING,
 };
 
 /* A pointer as a signature argument. */

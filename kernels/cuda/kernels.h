@@ -116,12 +116,28 @@ cudaError_t cuk_strided_copy(cudaStream_t s, size_t outer, size_t inner, float *
                              size_t dst_stride, const float *src, size_t src_stride);
 /* Per-channel sums over (n,c,plane), in double, in an order fixed by the
  * shape: CUK_CHAN_SUM out0 = sum x; CUK_CHAN_SQDEV out0 = sum (x - mean)^2;
- * CUK_CHAN_BWD out0 = sum dy, out1 = sum dy * (x - mean) * invstd. partials
- * holds max_partials doubles (at least 2*c). */
+ * CUK_CHAN_BWD out0 = sum g, out1 = sum g * xhat with g = dy (zero where
+ * relu_y, when not NULL, is not positive) and xhat = (x - mean) /
+ * sqrtf(var + eps). partials holds max_partials doubles (at least 2*c). */
 enum { CUK_CHAN_SUM, CUK_CHAN_SQDEV, CUK_CHAN_BWD };
 cudaError_t cuk_chan_sums(cudaStream_t s, int mode, const float *x, const float *dy,
-                          const float *mean, const float *invstd, int n, int c, int plane,
-                          float *out0, float *out1, double *partials, size_t max_partials);
+                          const float *relu_y, const float *mean, const float *var, float eps,
+                          int n, int c, int plane, float *out0, float *out1, double *partials,
+                          size_t max_partials);
+
+/* bn.cu: batch norm's elementwise passes (formulas in bn.cu). gamma/beta
+ * NULL: 1/0. relu: forward fused with ReLU; relu_y (NULL: none) is that
+ * forward's output, whose mask the backward applies to dy first. count: the
+ * elements the sums cover. unbias: count / (count - 1). */
+cudaError_t cuk_bn_fwd(cudaStream_t s, int n, int c, int plane, const float *x,
+                       const float *mean, const float *var, float eps, const float *gamma,
+                       const float *beta, int relu, float *y);
+cudaError_t cuk_bn_bwd(cudaStream_t s, int n, int c, int plane, const float *x,
+                       const float *relu_y, const float *dy, const float *mean, const float *var,
+                       float eps, const float *gamma, const float *sum_dy,
+                       const float *sum_dy_xhat, float count, float *dx);
+cudaError_t cuk_bn_running(cudaStream_t s, int c, float *running_mean, float *running_var,
+                           const float *mean, const float *var, float momentum, float unbias);
 
 /* reduce.cu: *out = sum x[i]^2 in double, in a fixed order that depends on
  * n only. partials holds CUK_SUMSQ_BLOCKS doubles. */

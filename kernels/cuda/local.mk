@@ -6,11 +6,11 @@
 # and the host compiler's are errors too.
 EXTRA_DIST += kernels/cuda/cuk.cuh kernels/cuda/eltwise.cu kernels/cuda/bias.cu \
 	kernels/cuda/pool.cu kernels/cuda/xent.cu kernels/cuda/optim.cu kernels/cuda/reduce.cu \
-	kernels/cuda/act.cu kernels/cuda/chan.cu
+	kernels/cuda/act.cu kernels/cuda/chan.cu kernels/cuda/bn.cu
 
 CUDA_KERNEL_OBJS = kernels/cuda/eltwise.lo kernels/cuda/bias.lo kernels/cuda/pool.lo \
 	kernels/cuda/xent.lo kernels/cuda/optim.lo kernels/cuda/reduce.lo \
-	kernels/cuda/act.lo kernels/cuda/chan.lo
+	kernels/cuda/act.lo kernels/cuda/chan.lo kernels/cuda/bn.lo
 CLEANFILES += $(CUDA_KERNEL_OBJS) $(CUDA_KERNEL_OBJS:.lo=.o)
 
 if HAVE_CUDA

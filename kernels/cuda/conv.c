@@ -1,5 +1,6 @@
-/* 2-D convolution with cuDNN: x is (n,c,h,w), w is (oc,c,kh,kw), b is (oc),
- * y is (n,oc,oh,ow), cross-correlation like torch.nn.Conv2d.
+/* 2-D convolution with cuDNN: x is (n,c,h,w), w is (oc,c/groups,kh,kw), b is
+ * (oc), y is (n,oc,oh,ow), cross-correlation like torch.nn.Conv2d, with
+ * per-axis stride, padding and dilation and grouped (depthwise) filters.
  *
  * Each shape gets a plan once (descriptors and an algorithm per direction),
  * kept in a small cache, so a steady-state step creates nothing. Algorithms
@@ -236,6 +237,9 @@ static int choose_bwd_filter(cbe *ci, conv_plan *p, size_t limit)
     return 1;
 }
 
+/* Dilation per axis in the descriptor; groups (depthwise when groups = c)
+ * through cudnnSetConvolutionGroupCount, the filter then being
+ * (oc, c/groups, kh, kw) like PyTorch's weight. */
 static int make_conv_desc(cbe *ci, cudnnConvolutionDescriptor_t *c, const cdl_conv2d_desc *d)
 {
     return CUDNN_CHECK(ci, cudnnCreateConvolutionDescriptor(c)) ||
@@ -243,7 +247,8 @@ static int make_conv_desc(cbe *ci, cudnnConvolutionDescriptor_t *c, const cdl_co
                                                            d->stride_h, d->stride_w,
                                                            d->dil_h, d->dil_w,
                                                            CUDNN_CROSS_CORRELATION,
-                                                           CUDNN_DATA_FLOAT))
+                                                           CUDNN_DATA_FLOAT)) ||
+           CUDNN_CHECK(ci, cudnnSetConvolutionGroupCount(*c, d->groups))
                ? -1
                : 0;
 }
@@ -260,9 +265,9 @@ static int plan_make(cbe *ci, conv_plan *p, const cdl_conv2d_desc *d, size_t lim
         d->kw <= 0 || d->stride_h <= 0 || d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0 ||
         d->dil_h <= 0 || d->dil_w <= 0)
         return cbe_fail(ci, "%s: every size must be positive (padding >= 0)", what);
-    if (d->groups != 1)
-        return cbe_fail(ci, "%s: grouped convolutions are not supported by the CUDA backend yet",
-                        what);
+    if (d->groups <= 0 || d->c % d->groups || d->oc % d->groups)
+        return cbe_fail(ci, "%s: %d groups must divide the %d input and %d output channels",
+                        what, d->groups, d->c, d->oc);
     if (d->oc > 65535)
         return cbe_fail(ci, "%s: more than 65535 output channels are not supported by the CUDA "
                         "backend's bias kernels", what);
@@ -274,7 +279,7 @@ static int plan_make(cbe *ci, conv_plan *p, const cdl_conv2d_desc *d, size_t lim
         CUDNN_CHECK(ci, cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n,
                                                    d->oc, d->oh, d->ow)) ||
         CUDNN_CHECK(ci, cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                                   d->oc, d->c, d->kh, d->kw)) ||
+                                                   d->oc, d->c / d->groups, d->kh, d->kw)) ||
         make_conv_desc(ci, &p->fwd_conv, d) || make_conv_desc(ci, &p->bwd_data_conv, d) ||
         make_conv_desc(ci, &p->bwd_filter_conv, d))
         goto fail;

@@ -150,6 +150,99 @@ static cdl_conv2d_desc conv_desc(int n, int c, int h, int w, int oc, int k, int 
     return d;
 }
 
+/* Any convolution: per-axis kernel, stride, padding, dilation; groups. */
+static cdl_conv2d_desc conv_desc_full(int n, int c, int h, int w, int oc, int kh, int kw, int sh,
+                                      int sw, int ph, int pw, int dh, int dw, int groups)
+{
+    cdl_conv2d_desc d = {.n = n, .c = c, .h = h, .w = w, .oc = oc, .kh = kh, .kw = kw,
+                         .stride_h = sh, .stride_w = sw, .pad_h = ph, .pad_w = pw,
+                         .dil_h = dh, .dil_w = dw, .groups = groups,
+                         .oh = cdl_conv2d_out(h, kh, sh, ph, dh),
+                         .ow = cdl_conv2d_out(w, kw, sw, pw, dw)};
+    return d;
+}
+
+/* nn.Conv2d by definition, in double: y (forward, with bias b), and from
+ * dy the gradients dx, dw, db. The reference for the GPU where the CPU
+ * backend is not (yet) one: grouped convolutions. */
+static void naive_conv(const cdl_conv2d_desc *d, const float *x, const float *w, const float *b,
+                       const float *dy, float *y, float *dx, float *dw, float *db)
+{
+    int cg = d->c / d->groups, og = d->oc / d->groups;
+    size_t nx = (size_t)d->n * d->c * d->h * d->w, nw = (size_t)d->oc * cg * d->kh * d->kw;
+    size_t ny = (size_t)d->n * d->oc * d->oh * d->ow;
+    double *Y = calloc(ny, sizeof *Y), *DX = calloc(nx, sizeof *DX), *DW = calloc(nw, sizeof *DW);
+    double *DB = calloc((size_t)d->oc, sizeof *DB);
+    if (!Y || !DX || !DW || !DB) {
+        fprintf(stderr, "ops_vs_cpu: out of host memory\n");
+        exit(1);
+    }
+    for (int n = 0; n < d->n; n++)
+        for (int o = 0; o < d->oc; o++)
+            for (int oy = 0; oy < d->oh; oy++)
+                for (int ox = 0; ox < d->ow; ox++) {
+                    size_t yi = (((size_t)n * d->oc + o) * d->oh + oy) * d->ow + ox;
+                    double acc = b[o], g = dy[yi];
+                    DB[o] += g;
+                    for (int ci = 0; ci < cg; ci++)
+                        for (int ky = 0; ky < d->kh; ky++)
+                            for (int kx = 0; kx < d->kw; kx++) {
+                                int iy = oy * d->stride_h - d->pad_h + ky * d->dil_h;
+                                int ix = ox * d->stride_w - d->pad_w + kx * d->dil_w;
+                                if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w)
+                                    continue;
+                                int c = o / og * cg + ci;
+                                size_t xi = (((size_t)n * d->c + c) * d->h + iy) * d->w + ix;
+                                size_t wi = (((size_t)o * cg + ci) * d->kh + ky) * d->kw + kx;
+                                acc += (double)x[xi] * w[wi];
+                                DX[xi] += g * w[wi];
+                                DW[wi] += g * x[xi];
+                            }
+                    Y[yi] = acc;
+                }
+    for (size_t i = 0; i < ny; i++)
+        y[i] = (float)Y[i];
+    for (size_t i = 0; i < nx; i++)
+        dx[i] = (float)DX[i];
+    for (size_t i = 0; i < nw; i++)
+        dw[i] = (float)DW[i];
+    for (int i = 0; i < d->oc; i++)
+        db[i] = (float)DB[i];
+    free(Y), free(DX), free(DW), free(DB);
+}
+
+/* The reference check_conv compares with: the CPU backend, or naive_conv. */
+static int conv_reference_naive;
+
+static void ref_conv_fwd(const cdl_conv2d_desc *d, const float *x, const float *w, const float *b,
+                         float *y, float *cw)
+{
+    if (!conv_reference_naive) {
+        cpu->ops->conv2d_fwd(cpu, d, x, w, b, y, cw);
+        return;
+    }
+    size_t nx = (size_t)d->n * d->c * d->h * d->w;
+    size_t nw = (size_t)d->oc * (d->c / d->groups) * d->kh * d->kw;
+    size_t ny = (size_t)d->n * d->oc * d->oh * d->ow;
+    float *zb = host_zero((size_t)d->oc * 4), *dy = host_zero(ny * 4), *dx = host_zero(nx * 4);
+    float *dw = host_zero(nw * 4), *db = host_zero((size_t)d->oc * 4);
+    naive_conv(d, x, w, b ? b : zb, dy, y, dx, dw, db);
+    free(zb), free(dy), free(dx), free(dw), free(db);
+}
+
+static void ref_conv_bwd(const cdl_conv2d_desc *d, const float *x, const float *w,
+                         const float *dy, float *dx, float *dw, float *db, float *cw)
+{
+    if (!conv_reference_naive) {
+        cpu->ops->conv2d_bwd(cpu, d, x, w, dy, dx, dw, db, cw);
+        return;
+    }
+    size_t ny = (size_t)d->n * d->oc * d->oh * d->ow;
+    float *zb = host_zero((size_t)d->oc * 4), *y = host_zero(ny * 4);
+    naive_conv(d, x, w, zb, dy, y, dx, dw, db);
+    free(zb), free(y);
+}
+
 static void check_conv(cdl_conv2d_desc d, int tf32)
 {
     char shape[128];
@@ -165,8 +258,8 @@ static void check_conv(cdl_conv2d_desc d, int tf32)
     float *cw = host_zero(cws * sizeof(float)), *gw = up(NULL, gws * sizeof(float));
     float *y = host_zero(ny * 4), *dx = host_zero(nx * 4), *dw = host_zero(nw * 4);
     float *db = host_zero((size_t)d.oc * 4);
-    cpu->ops->conv2d_fwd(cpu, &d, x, w, b, y, cw);
-    cpu->ops->conv2d_bwd(cpu, &d, x, w, dy, dx, dw, db, cw);
+    ref_conv_fwd(&d, x, w, b, y, cw);
+    ref_conv_bwd(&d, x, w, dy, dx, dw, db, cw);
 
     float *gx = up(x, nx * 4), *gwt = up(w, nw * 4), *gb = up(b, (size_t)d.oc * 4);
     float *gdy = up(dy, ny * 4), *gy = up(NULL, ny * 4), *gdx = up(NULL, nx * 4);
@@ -186,7 +279,7 @@ static void check_conv(cdl_conv2d_desc d, int tf32)
         gpu->ops->free(gpu, gdw2);
         gpu->ops->free(gpu, gdb2);
         /* No bias. */
-        cpu->ops->conv2d_fwd(cpu, &d, x, w, NULL, y, cw);
+        ref_conv_fwd(&d, x, w, NULL, y, cw);
         gpu->ops->conv2d_fwd(gpu, &d, gx, gwt, NULL, gy, gw);
         cmp("conv2d_fwd no bias", shape, gy, y, ny, tol, tf32);
     }
@@ -634,6 +727,27 @@ int main(int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
         check_conv(convs[i], 0);
+    /* Rectangular kernels, per-axis stride and padding, dilation. */
+    const cdl_conv2d_desc shaped[] = {
+        conv_desc_full(8, 5, 13, 11, 6, 3, 1, 1, 1, 1, 0, 1, 1, 1),   /* 3x1 */
+        conv_desc_full(8, 5, 13, 11, 6, 1, 5, 2, 1, 0, 2, 1, 1, 1),   /* 1x5, stride 2x1 */
+        conv_desc_full(4, 6, 16, 16, 8, 3, 3, 1, 1, 2, 2, 2, 2, 1),   /* dilation 2 */
+        conv_desc_full(4, 6, 15, 17, 4, 3, 2, 2, 1, 3, 1, 3, 1, 1),   /* dilation 3x1 */
+    };
+    for (size_t i = 0; i < sizeof shaped / sizeof shaped[0]; i++)
+        check_conv(shaped[i], 0);
+    /* Grouped and depthwise, against nn.Conv2d's definition in double (the
+     * CPU backend's grouped path is checked by its own tests). */
+    const cdl_conv2d_desc grouped[] = {
+        conv_desc_full(4, 8, 9, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 4),    /* 4 groups */
+        conv_desc_full(4, 16, 10, 10, 16, 3, 3, 2, 2, 1, 1, 1, 1, 16),/* depthwise, stride 2 */
+        conv_desc_full(2, 6, 11, 8, 12, 5, 3, 1, 1, 2, 1, 2, 1, 3),   /* groups, 5x3, dilation */
+        conv_desc_full(2, 32, 8, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1, 32),  /* depthwise multiplier 2 */
+    };
+    conv_reference_naive = 1;
+    for (size_t i = 0; i < sizeof grouped / sizeof grouped[0]; i++)
+        check_conv(grouped[i], 0);
+    conv_reference_naive = 0;
     const int lins[][3] = {{512, 400, 120}, {512, 120, 84}, {512, 84, 10}, {3, 7, 5},
                            {1, 1000, 33}, {37, 256, 1}};
     for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++)

@@ -198,6 +198,23 @@ void cbe_adam_step(cdl_backend *be, size_t n, float *p, const float *g, float *m
                    const cdl_adam_hparams *hp);
 double cbe_sumsq(cdl_backend *be, const float *x, size_t n);
 
+/* ops_nn.c: the ops of residual networks (act.cu, chan.cu, bn.cu). name
+ * is the op's name in graph and error messages; kind a CUK_ACT_*, mode a
+ * CUK_CHAN_* (kernels.h). */
+void cbe_act_fwd(cdl_backend *be, const char *name, int kind, size_t n, float alpha,
+                 const float *x, float *y);
+void cbe_act_bwd(cdl_backend *be, const char *name, int kind, size_t n, float alpha,
+                 const float *x, const float *y, const float *dy, float *dx);
+void cbe_add(cdl_backend *be, size_t n, const float *a, const float *b, float *y);
+void cbe_accumulate(cdl_backend *be, size_t n, float *dst, const float *src);
+void cbe_gap_fwd(cdl_backend *be, int n, int c, int plane, const float *x, float *y);
+void cbe_gap_bwd(cdl_backend *be, int n, int c, int plane, const float *dy, float *dx);
+void cbe_strided_copy(cdl_backend *be, const char *name, size_t outer, size_t inner, float *dst,
+                      size_t dst_stride, const float *src, size_t src_stride);
+void cbe_bn_sums(cdl_backend *be, const char *name, int mode, int n, int c, int plane,
+                 const float *x, const float *dy, const float *relu_y, const float *mean,
+                 const float *var, float eps, float *out0, float *out1);
+
 /* ----------------------------------------------------- graph recorder */
 
 /* Op identities for signatures. */

@@ -16,6 +16,7 @@ CLEANFILES += $(CUDA_KERNEL_OBJS) $(CUDA_KERNEL_OBJS:.lo=.o)
 if HAVE_CUDA
 libcdl_core_la_SOURCES += kernels/cuda/backend_cuda.c kernels/cuda/check.c \
 	kernels/cuda/memory.c kernels/cuda/conv.c kernels/cuda/linear.c kernels/cuda/ops.c \
+	kernels/cuda/ops_nn.c \
 	kernels/cuda/graph.c kernels/cuda/marks.c kernels/cuda/cuda_backend.h kernels/cuda/scalars.c kernels/cuda/scalars.h kernels/cuda/impl.h kernels/cuda/kernels.h kernels/cuda/dropout_keep.h
 libcdl_core_la_LIBADD += $(CUDA_KERNEL_OBJS)
 else

@@ -64,6 +64,47 @@ void cpu_xent_fwd_bwd(cdl_backend *be, int n, int classes, const float *logits,
                       const int32_t *labels, float grad_scale, float *dlogits,
                       float *sample_loss, int32_t *pred);
 
+void cpu_xent_ls_fwd_bwd(cdl_backend *be, int n, int classes, const float *logits,
+                         const int32_t *labels, float label_smoothing, float grad_scale,
+                         float *dlogits, float *sample_loss, int32_t *pred);
+
+/* bnorm.c: batch norm pieces and global average pooling */
+void cpu_bn_sum(cdl_backend *be, int n, int c, int hw, const float *x, float *sum);
+void cpu_bn_sqdev(cdl_backend *be, int n, int c, int hw, const float *x, const float *sum,
+                  float *sqdev);
+void cpu_bn_apply(cdl_backend *be, int n, int c, int hw, const float *x, const float *sum,
+                  const float *sqdev, float eps, const float *gamma, const float *beta,
+                  int relu, float *y, float *saved);
+void cpu_bn_running(cdl_backend *be, int c, const float *sum, const float *sqdev,
+                    float momentum, float *running_mean, float *running_var,
+                    float *num_batches_tracked);
+void cpu_bn_eval(cdl_backend *be, int n, int c, int hw, const float *x,
+                 const float *running_mean, const float *running_var, float eps,
+                 const float *gamma, const float *beta, int relu, float *y);
+void cpu_bn_bwd_sums(cdl_backend *be, int n, int c, int hw, const float *x,
+                     const float *y_relu, const float *dy, const float *saved,
+                     float *dgamma, float *dbeta);
+void cpu_bn_bwd_apply(cdl_backend *be, int n, int c, int hw, const float *x,
+                      const float *y_relu, const float *dy, const float *saved,
+                      const float *gamma, const float *sum_dy, const float *sum_dy_xhat,
+                      float *dx);
+void cpu_bn_fold(cdl_backend *be, int oc, int per_oc, const float *w, const float *b,
+                 const float *running_mean, const float *running_var, float eps,
+                 const float *gamma, const float *beta, float *w_out, float *b_out);
+void cpu_gap_fwd(cdl_backend *be, int n, int c, int hw, const float *x, float *y);
+void cpu_gap_bwd(cdl_backend *be, int n, int c, int hw, const float *dy, float *dx);
+
+/* act.c */
+void cpu_act_fwd(cdl_backend *be, cdl_act act, float alpha, size_t n, const float *x, float *y);
+void cpu_act_bwd(cdl_backend *be, cdl_act act, float alpha, size_t n, const float *x,
+                 const float *y, const float *dy, float *dx);
+
+/* join.c */
+void cpu_add(cdl_backend *be, size_t n, const float *a, const float *b, float *y);
+void cpu_accumulate(cdl_backend *be, size_t n, const float *src, float *dst);
+void cpu_channel_copy(cdl_backend *be, int n, int c, int hw, const float *src, int src_c,
+                      int src_off, float *dst, int dst_c, int dst_off, int accumulate);
+
 /* optim.c */
 void cpu_sgd_step(cdl_backend *be, size_t n, float *p, const float *g,
                   float *momentum_buf, const cdl_sgd_hparams *hp);

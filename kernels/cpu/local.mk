@@ -14,6 +14,9 @@ libcdl_core_la_SOURCES += \
 	kernels/cpu/pool2d.c \
 	kernels/cpu/eltwise.c \
 	kernels/cpu/xent.c \
+	kernels/cpu/bnorm.c \
+	kernels/cpu/act.c \
+	kernels/cpu/join.c \
 	kernels/cpu/optim.c \
 	kernels/optim_scalars.h \
 	kernels/cpu/reduce.c

@@ -5,6 +5,11 @@
  * with m = max(z) so no exp overflows; dlogits = (softmax - onehot) * scale.
  * pred_i is the first index of the maximum (like torch.argmax). A label out
  * of [0,classes) gives a NaN loss (so the caller notices) and no onehot term.
+ *
+ * With label smoothing eps the target is (1-eps) onehot + eps/classes:
+ * loss_i = (1-eps) (logsumexp - z[label]) + eps (logsumexp - mean(z)), and
+ * eps/classes more comes off every dlogit. eps = 0 runs exactly the plain
+ * arithmetic (xent_fwd_bwd is this with eps = 0).
  */
 #include <math.h>
 
@@ -14,7 +19,7 @@ typedef struct xent_ctx {
     int classes;
     const float *logits;
     const int32_t *labels;
-    float grad_scale;
+    float grad_scale, eps;
     float *dlogits, *loss;
     int32_t *pred;
 } xent_ctx;
@@ -46,10 +51,24 @@ static void xent_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
         int32_t label = c->labels[i];
         for (int j = 0; j < k; j++)
             dz[j] = dz[j] * inv * c->grad_scale;
+        if (c->eps != 0.0f) {
+            float off = c->eps / (float)k * c->grad_scale;
+            for (int j = 0; j < k; j++)
+                dz[j] -= off;
+        }
         if (label >= 0 && label < k) {
-            dz[label] -= c->grad_scale;
             /* (m - z) first: exact for close values, no cancellation at large logits */
             c->loss[i] = (m - z[label]) + log_sum;
+            if (c->eps != 0.0f) {
+                double zsum = 0.0;
+                for (int j = 0; j < k; j++)
+                    zsum += m - z[j];
+                float smooth = (float)(zsum / k) + log_sum;   /* logsumexp - mean(z) */
+                c->loss[i] = (1.0f - c->eps) * c->loss[i] + c->eps * smooth;
+                dz[label] -= (1.0f - c->eps) * c->grad_scale;
+            } else {
+                dz[label] -= c->grad_scale;
+            }
         } else {
             c->loss[i] = NAN;
         }
@@ -61,9 +80,17 @@ void cpu_xent_fwd_bwd(cdl_backend *be, int n, int classes, const float *logits,
                       const int32_t *labels, float grad_scale, float *dlogits,
                       float *sample_loss, int32_t *pred)
 {
+    cpu_xent_ls_fwd_bwd(be, n, classes, logits, labels, 0.0f, grad_scale, dlogits, sample_loss,
+                        pred);
+}
+
+void cpu_xent_ls_fwd_bwd(cdl_backend *be, int n, int classes, const float *logits,
+                         const int32_t *labels, float label_smoothing, float grad_scale,
+                         float *dlogits, float *sample_loss, int32_t *pred)
+{
     if (n <= 0 || classes <= 0)
         return;
-    xent_ctx c = {classes, logits, labels, grad_scale, dlogits, sample_loss, pred};
+    xent_ctx c = {classes, logits, labels, grad_scale, label_smoothing, dlogits, sample_loss, pred};
     size_t grain = (size_t)(CPU_ELT_GRAIN / 4 / classes) + 1;
     pool_for(cpu_pool(be), (size_t)n, grain, xent_rows, &c);
 }

@@ -62,6 +62,26 @@ typedef struct cdl_adam_hparams {
     long step;        /* 1-based step count, for bias correction */
 } cdl_adam_hparams;
 
+/* Elementwise activations of act_fwd/act_bwd, with PyTorch's definitions:
+ *   RELU       max(0, x)
+ *   GELU       x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))   (approximate='none')
+ *   GELU_TANH  0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   ('tanh')
+ *   SILU       x * sigmoid(x)
+ *   SIGMOID    1 / (1 + exp(-x))
+ *   TANH       tanh(x)
+ *   LEAKYRELU  x > 0 ? x : alpha x   (alpha = negative_slope, PyTorch's 0.01)
+ * act_bwd reads x for GELU, GELU_TANH, SILU and LEAKYRELU and y for RELU,
+ * SIGMOID and TANH; the other pointer may be NULL. */
+typedef enum cdl_act {
+    CDL_ACT_RELU = 0,
+    CDL_ACT_GELU,
+    CDL_ACT_GELU_TANH,
+    CDL_ACT_SILU,
+    CDL_ACT_SIGMOID,
+    CDL_ACT_TANH,
+    CDL_ACT_LEAKYRELU,
+} cdl_act;
+
 typedef struct cdl_backend cdl_backend;
 
 typedef struct cdl_backend_ops {
@@ -135,6 +155,117 @@ typedef struct cdl_backend_ops {
      * sumsq is computed in double in a fixed order. */
     double (*sumsq)(cdl_backend *be, const float *x, size_t n);
     void (*scale)(cdl_backend *be, float *x, float a, size_t n);
+
+    /* ---- Ops of convolutional networks with branches (issue 15). Until a
+     * backend implements one, its entry is NULL and callers must not reach
+     * it (check before building a model that needs it). Every op below
+     * has a plain reference next to its fast path in kernels/cpu/ and a
+     * double-precision twin in tests/unit/ref_ops.c. */
+
+    /* Batch normalisation over x (n,c,hw): hw = h*w for BatchNorm2d, 1 for
+     * BatchNorm1d on (n,c). Statistics are per channel over n*hw values.
+     * Training, in pieces so that SyncBatchNorm can sum each piece across
+     * ranks (cdl_model_set_allreduce) between them; without sync the
+     * calls simply follow each other:
+     *   bn_sum(x, sum)                   sum   (c+1): sum[ch] = sum of x over
+     *                                    n,hw; sum[c] = n*hw (the count)
+     *   [sync: allreduce sum, c+1 floats: the count becomes global]
+     *   bn_sqdev(x, sum, sqdev)          sqdev (c): sum of (x - mean)^2,
+     *                                    mean = sum[ch]/sum[c] (two-pass)
+     *   [sync: allreduce sqdev, c floats]
+     *   bn_apply(x, sum, sqdev, ..., y, saved)
+     *                                    y = (x - mean) * invstd * gamma + beta,
+     *                                    invstd = 1/sqrt(sqdev/count + eps)
+     *                                    (biased variance, like PyTorch); relu
+     *                                    = 1 fuses max(0, .) into y. saved
+     *                                    (2c+1) = mean (c), invstd (c), count,
+     *                                    what the backward reads.
+     *   bn_running(sum, sqdev, ...)      running_mean = (1-m) rm + m mean,
+     *                                    running_var = (1-m) rv + m sqdev/(count-1)
+     *                                    (unbiased; count > 1, which PyTorch
+     *                                    demands in training too), and
+     *                                    *num_batches_tracked += 1 (NULL: none).
+     * Counts are floats: exact up to 2^24 values per channel (and rank sum).
+     * gamma/beta (c) NULL mean 1/0 (affine=False). y may alias x. */
+    void (*bn_sum)(cdl_backend *be, int n, int c, int hw, const float *x, float *sum);
+    void (*bn_sqdev)(cdl_backend *be, int n, int c, int hw, const float *x, const float *sum,
+                     float *sqdev);
+    void (*bn_apply)(cdl_backend *be, int n, int c, int hw, const float *x, const float *sum,
+                     const float *sqdev, float eps, const float *gamma, const float *beta,
+                     int relu, float *y, float *saved);
+    void (*bn_running)(cdl_backend *be, int c, const float *sum, const float *sqdev,
+                       float momentum, float *running_mean, float *running_var,
+                       float *num_batches_tracked);
+    /* Evaluation: y = (x - running_mean) / sqrt(running_var + eps) * gamma
+     * + beta, then max(0, .) when relu. y may alias x. (To fold an
+     * evaluation BN into the convolution before it, see bn_fold.) */
+    void (*bn_eval)(cdl_backend *be, int n, int c, int hw, const float *x,
+                    const float *running_mean, const float *running_var, float eps,
+                    const float *gamma, const float *beta, int relu, float *y);
+    /* Training backward, in two pieces around the (sync) allreduce. y_relu
+     * is the forward output when bn_apply fused the ReLU (dy counts only
+     * where y > 0), else NULL. xhat = (x - mean) * invstd from saved.
+     *   bn_bwd_sums: dgamma[ch] = sum of dy*xhat, dbeta[ch] = sum of dy over
+     *     n,hw (this rank's: these are the parameter gradients, overwritten;
+     *     scratch of c floats each when affine=False).
+     *   [sync: copy dbeta, dgamma into one scratch (2c) and allreduce it]
+     *   bn_bwd_apply: dx = gamma * invstd * (dy - sum_dy/count
+     *     - xhat * sum_dy_xhat/count), from the (global) sums; gamma NULL
+     *     = 1. dx may alias dy. */
+    void (*bn_bwd_sums)(cdl_backend *be, int n, int c, int hw, const float *x,
+                        const float *y_relu, const float *dy, const float *saved,
+                        float *dgamma, float *dbeta);
+    void (*bn_bwd_apply)(cdl_backend *be, int n, int c, int hw, const float *x,
+                         const float *y_relu, const float *dy, const float *saved,
+                         const float *gamma, const float *sum_dy, const float *sum_dy_xhat,
+                         float *dx);
+    /* Folds an evaluation BN into the conv before it, so conv+BN(+ReLU) in
+     * evaluation is one convolution (+ relu_fwd in place): for each output
+     * channel o, s = gamma[o] / sqrt(running_var[o] + eps),
+     *   w_out[o][k] = w[o][k] * s          (k < per_oc = (c/groups)*kh*kw)
+     *   b_out[o] = (b[o] - running_mean[o]) * s + beta[o]   (b NULL = 0)
+     * gamma/beta NULL = 1/0. w_out/b_out may alias w/b (then the model's
+     * own parameters are lost: fold into a copy). Redo the fold whenever
+     * the parameters or buffers change (once per evaluation pass). */
+    void (*bn_fold)(cdl_backend *be, int oc, int per_oc, const float *w, const float *b,
+                    const float *running_mean, const float *running_var, float eps,
+                    const float *gamma, const float *beta, float *w_out, float *b_out);
+
+    /* Global average pooling (AdaptiveAvgPool2d(1)): x (n,c,hw) -> y (n,c),
+     * y = mean over hw; backward dx (n,c,hw) = dy (n,c) / hw. */
+    void (*gap_fwd)(cdl_backend *be, int n, int c, int hw, const float *x, float *y);
+    void (*gap_bwd)(cdl_backend *be, int n, int c, int hw, const float *dy, float *dx);
+
+    /* Elementwise activation over n floats (see cdl_act; alpha is the
+     * LEAKYRELU slope, ignored by the others). y may alias x when the
+     * backward does not need x (RELU, SIGMOID, TANH); dx may alias dy. */
+    void (*act_fwd)(cdl_backend *be, cdl_act act, float alpha, size_t n, const float *x,
+                    float *y);
+    void (*act_bwd)(cdl_backend *be, cdl_act act, float alpha, size_t n, const float *x,
+                    const float *y, const float *dy, float *dx);
+
+    /* y = a + b over n floats (a residual join; y may alias a or b); its
+     * backward passes dy to both branches. accumulate: dst += src, for the
+     * gradient of a tensor read by several layers (fan-out). */
+    void (*add)(cdl_backend *be, size_t n, const float *a, const float *b, float *y);
+    void (*accumulate)(cdl_backend *be, size_t n, const float *src, float *dst);
+
+    /* Channel concat and split as one strided copy over n images of hw
+     * floats per channel: channels [src_off, src_off+c) of src (n,src_c,hw)
+     * go to channels [dst_off, dst_off+c) of dst (n,dst_c,hw); accumulate =
+     * 1 adds to dst instead. Concat: a piece (n,ck,hw) into y at its offset;
+     * its backward: the same slice of dy out into dx_k. */
+    void (*channel_copy)(cdl_backend *be, int n, int c, int hw, const float *src, int src_c,
+                         int src_off, float *dst, int dst_c, int dst_off, int accumulate);
+
+    /* xent_fwd_bwd with label smoothing eps (PyTorch's label_smoothing):
+     * the target is (1-eps) onehot + eps/classes, so
+     *   loss = logsumexp(z) - (1-eps) z[label] - eps * mean(z)
+     *   dlogits = (softmax - (1-eps) onehot - eps/classes) * grad_scale;
+     * eps = 0 gives xent_fwd_bwd exactly. */
+    void (*xent_ls_fwd_bwd)(cdl_backend *be, int n, int classes, const float *logits,
+                            const int32_t *labels, float label_smoothing, float grad_scale,
+                            float *dlogits, float *sample_loss, int32_t *pred);
 
     void (*destroy)(cdl_backend *be);
 

@@ -1,6 +1,14 @@
 # tests for kernels: the CPU backend against double-precision reference ops.
 check_PROGRAMS += tests/unit/test_kernels
 TESTS += tests/unit/test_kernels
-tests_unit_test_kernels_SOURCES = tests/unit/test_kernels.c tests/unit/ref_ops.c tests/unit/ref_ops.h
+tests_unit_test_kernels_SOURCES = tests/unit/test_kernels.c tests/unit/ref_ops.c tests/unit/ref_ops.h \
+	tests/unit/kernel_testutil.h
 tests_unit_test_kernels_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_kernels_LDADD = $(TEST_LDADD)
+# the ops of networks with branches (batch norm, activations, joins)
+check_PROGRAMS += tests/unit/test_kernels_net
+TESTS += tests/unit/test_kernels_net
+tests_unit_test_kernels_net_SOURCES = tests/unit/test_kernels_net.c tests/unit/ref_ops.c \
+	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
+tests_unit_test_kernels_net_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_kernels_net_LDADD = $(TEST_LDADD)

@@ -245,3 +245,161 @@ void ref_xent(int n, int classes, const double *logits, const int32_t *labels,
         pred[r] = best;
     }
 }
+
+/* ---- ops of networks with branches (issue 15) ---- */
+
+/* Batch mean and biased variance of channel ch of x (n,c,hw), two-pass. */
+static void bn_stats(int n, int c, int hw, const double *x, int ch, double *mean, double *var)
+{
+    double count = (double)n * hw, s = 0.0, q = 0.0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < hw; j++)
+            s += x[((size_t)i * c + ch) * hw + j];
+    *mean = s / count;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < hw; j++) {
+            double d = x[((size_t)i * c + ch) * hw + j] - *mean;
+            q += d * d;
+        }
+    *var = q / count;
+}
+
+void ref_bn_train_fwd(int n, int c, int hw, const double *x, const double *gamma,
+                      const double *beta, double eps, int relu, double *y, double *mean,
+                      double *var)
+{
+    for (int ch = 0; ch < c; ch++) {
+        double m, v;
+        bn_stats(n, c, hw, x, ch, &m, &v);
+        double invstd = 1.0 / sqrt(v + eps);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < hw; j++) {
+                size_t k = ((size_t)i * c + ch) * hw + j;
+                double o = (x[k] - m) * invstd * (gamma ? gamma[ch] : 1.0) + (beta ? beta[ch] : 0.0);
+                y[k] = relu && o < 0.0 ? 0.0 : o;
+            }
+        if (mean)
+            mean[ch] = m;
+        if (var)
+            var[ch] = v;
+    }
+}
+
+void ref_bn_train_bwd(int n, int c, int hw, const double *x, const double *gamma, double eps,
+                      int relu, const double *y, const double *dy, double *dx, double *dgamma,
+                      double *dbeta)
+{
+    double count = (double)n * hw;
+    for (int ch = 0; ch < c; ch++) {
+        double m, v;
+        bn_stats(n, c, hw, x, ch, &m, &v);
+        double invstd = 1.0 / sqrt(v + eps), g = gamma ? gamma[ch] : 1.0;
+        double sdy = 0.0, sdyx = 0.0;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < hw; j++) {
+                size_t k = ((size_t)i * c + ch) * hw + j;
+                double e = relu && !(y[k] > 0.0) ? 0.0 : dy[k];
+                sdy += e;
+                sdyx += e * (x[k] - m) * invstd;
+            }
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < hw; j++) {
+                size_t k = ((size_t)i * c + ch) * hw + j;
+                double e = relu && !(y[k] > 0.0) ? 0.0 : dy[k];
+                double xhat = (x[k] - m) * invstd;
+                dx[k] = g * invstd * (e - sdy / count - xhat * sdyx / count);
+            }
+        if (dgamma)
+            dgamma[ch] = sdyx;
+        if (dbeta)
+            dbeta[ch] = sdy;
+    }
+}
+
+void ref_bn_eval(int n, int c, int hw, const double *x, const double *rm, const double *rv,
+                 double eps, const double *gamma, const double *beta, int relu, double *y)
+{
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            for (int j = 0; j < hw; j++) {
+                size_t k = ((size_t)i * c + ch) * hw + j;
+                double o = (x[k] - rm[ch]) / sqrt(rv[ch] + eps) * (gamma ? gamma[ch] : 1.0) +
+                           (beta ? beta[ch] : 0.0);
+                y[k] = relu && o < 0.0 ? 0.0 : o;
+            }
+}
+
+void ref_gap_fwd(int n, int c, int hw, const double *x, double *y)
+{
+    for (size_t p = 0; p < (size_t)n * c; p++) {
+        double s = 0.0;
+        for (int j = 0; j < hw; j++)
+            s += x[p * hw + j];
+        y[p] = s / hw;
+    }
+}
+
+void ref_gap_bwd(int n, int c, int hw, const double *dy, double *dx)
+{
+    for (size_t p = 0; p < (size_t)n * c; p++)
+        for (int j = 0; j < hw; j++)
+            dx[p * hw + j] = dy[p] / hw;
+}
+
+static double sigmoid(double x)
+{
+    return 1.0 / (1.0 + exp(-x));
+}
+
+#define GELU_K0 0.79788456080286535588 /* sqrt(2/pi) */
+#define GELU_K1 0.044715
+
+double ref_act(cdl_act act, double alpha, double x)
+{
+    switch (act) {
+    case CDL_ACT_RELU: return x > 0.0 ? x : 0.0;
+    case CDL_ACT_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case CDL_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(GELU_K0 * (x + GELU_K1 * x * x * x)));
+    case CDL_ACT_SILU: return x * sigmoid(x);
+    case CDL_ACT_SIGMOID: return sigmoid(x);
+    case CDL_ACT_TANH: return tanh(x);
+    case CDL_ACT_LEAKYRELU: return x > 0.0 ? x : alpha * x;
+    }
+    return NAN;
+}
+
+double ref_act_grad(cdl_act act, double alpha, double x)
+{
+    switch (act) {
+    case CDL_ACT_RELU: return x > 0.0 ? 1.0 : 0.0;
+    case CDL_ACT_GELU:
+        return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / 2.5066282746310002 /* sqrt(2 pi) */;
+    case CDL_ACT_GELU_TANH: {
+        double t = tanh(GELU_K0 * (x + GELU_K1 * x * x * x));
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K0 * (1.0 + 3.0 * GELU_K1 * x * x);
+    }
+    case CDL_ACT_SILU: return sigmoid(x) * (1.0 + x * (1.0 - sigmoid(x)));
+    case CDL_ACT_SIGMOID: return sigmoid(x) * (1.0 - sigmoid(x));
+    case CDL_ACT_TANH: return 1.0 - tanh(x) * tanh(x);
+    case CDL_ACT_LEAKYRELU: return x > 0.0 ? 1.0 : alpha;
+    }
+    return NAN;
+}
+
+void ref_xent_ls(int n, int classes, const double *logits, const int32_t *labels, double eps,
+                 double grad_scale, double *dlogits, double *loss, int32_t *pred)
+{
+    ref_xent(n, classes, logits, labels, grad_scale, dlogits, loss, pred);
+    for (int r = 0; r < n; r++) {
+        const double *z = logits + (size_t)r * classes;
+        double m = z[pred[r]], s = 0.0, zsum = 0.0;
+        for (int j = 0; j < classes; j++) {
+            s += exp(z[j] - m);
+            zsum += z[j];
+        }
+        double lse = m + log(s);
+        loss[r] = (1.0 - eps) * loss[r] + eps * (lse - zsum / classes);
+        for (int j = 0; j < classes; j++)
+            dlogits[(size_t)r * classes + j] += eps * grad_scale * ((j == labels[r]) - 1.0 / classes);
+    }
+}

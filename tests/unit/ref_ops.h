@@ -53,4 +53,31 @@ void ref_dropout_fwd(size_t n, double p, uint64_t seed, const double *x, double 
 void ref_xent(int n, int classes, const double *logits, const int32_t *labels,
               double grad_scale, double *dlogits, double *loss, int32_t *pred);
 
+/* Batch norm in training over x (n,c,hw): batch mean and biased variance
+ * per channel, y = (x-mean)/sqrt(var+eps)*gamma + beta (gamma/beta NULL =
+ * 1/0), max(0, .) when relu; mean/var (c) may be NULL. The backward takes
+ * the forward's y (for the fused ReLU's mask) and overwrites dx, and
+ * dgamma/dbeta unless NULL. */
+void ref_bn_train_fwd(int n, int c, int hw, const double *x, const double *gamma,
+                      const double *beta, double eps, int relu, double *y, double *mean,
+                      double *var);
+void ref_bn_train_bwd(int n, int c, int hw, const double *x, const double *gamma, double eps,
+                      int relu, const double *y, const double *dy, double *dx, double *dgamma,
+                      double *dbeta);
+/* Batch norm in evaluation, from running statistics. */
+void ref_bn_eval(int n, int c, int hw, const double *x, const double *rm, const double *rv,
+                 double eps, const double *gamma, const double *beta, int relu, double *y);
+
+/* Global average pooling (n,c,hw) -> (n,c) and its adjoint. */
+void ref_gap_fwd(int n, int c, int hw, const double *x, double *y);
+void ref_gap_bwd(int n, int c, int hw, const double *dy, double *dx);
+
+/* An activation of cdl_act at x, and its derivative at x. */
+double ref_act(cdl_act act, double alpha, double x);
+double ref_act_grad(cdl_act act, double alpha, double x);
+
+/* ref_xent with PyTorch's label_smoothing eps. */
+void ref_xent_ls(int n, int classes, const double *logits, const int32_t *labels, double eps,
+                 double grad_scale, double *dlogits, double *loss, int32_t *pred);
+
 #endif

@@ -1,0 +1,339 @@
+/* Batch normalisation over x (n,c,hw) in the pieces of backend.h (bn_sum,
+ * bn_sqdev, bn_apply, bn_running, bn_eval, bn_bwd_sums, bn_bwd_apply,
+ * bn_fold).
+ *
+ * Every piece works on planes: the hw contiguous floats of one (image,
+ * channel). Per-channel sums run one channel per item, over the images in
+ * order, each plane summed into a double: results do not depend on the
+ * thread count. Elementwise pieces run one plane per item with the
+ * channel's constants folded into y = x*scale + shift.
+ *
+ * Each plane kernel is a plain C loop (the definition), picked through
+ * bn_kernels so a vectorised twin can be dispatched per CPU (simd.h); the
+ * tests check them against tests/unit/ref_ops.c. BN+ReLU in training fuses the ReLU into
+ * bn_apply and its mask into the backward pieces, so the fused layer makes
+ * one pass less over memory each way than BN followed by relu_fwd/bwd.
+ */
+#include <math.h>
+
+#include "kernels/cpu/cpu.h"
+
+/* ---- plane kernels: reference ---- */
+
+static double sum_ref(const float *x, int hw)
+{
+    double s = 0.0;
+    for (int i = 0; i < hw; i++)
+        s += x[i];
+    return s;
+}
+
+static double sqdev_ref(const float *x, int hw, float mean)
+{
+    double s = 0.0;
+    for (int i = 0; i < hw; i++) {
+        float d = x[i] - mean;
+        s += (double)d * d;
+    }
+    return s;
+}
+
+/* y = x*scale + shift, then max(0, .) when relu. */
+static void affine_ref(const float *x, int hw, float scale, float shift, int relu, float *y)
+{
+    for (int i = 0; i < hw; i++) {
+        float v = x[i] * scale + shift;
+        y[i] = relu && v < 0.0f ? 0.0f : v;
+    }
+}
+
+/* The gradient reaching BN: dy, masked by y > 0 when the ReLU is fused. */
+static inline float dy_eff(const float *yr, const float *dy, int i)
+{
+    return !yr || yr[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+/* *sdy += sum of dy, *sdyx += sum of dy*(x - mean). */
+static void bwd_sums_ref(const float *x, const float *yr, const float *dy, int hw, float mean,
+                         double *sdy, double *sdyx)
+{
+    double a = 0.0, b = 0.0;
+    for (int i = 0; i < hw; i++) {
+        float g = dy_eff(yr, dy, i);
+        a += g;
+        b += (double)g * (x[i] - mean);
+    }
+    *sdy += a;
+    *sdyx += b;
+}
+
+/* dx = A*dy - B*x + C. */
+static void bwd_apply_ref(const float *x, const float *yr, const float *dy, int hw, float A,
+                          float B, float C, float *dx)
+{
+    for (int i = 0; i < hw; i++)
+        dx[i] = A * dy_eff(yr, dy, i) - B * x[i] + C;
+}
+
+/* The plane kernels this CPU runs (a vectorised set slots in here; the
+ * portable loops are the reference it is tested against). */
+typedef struct bn_kernels {
+    double (*sum)(const float *x, int hw);
+    double (*sqdev)(const float *x, int hw, float mean);
+    void (*affine)(const float *x, int hw, float scale, float shift, int relu, float *y);
+    void (*bwd_sums)(const float *x, const float *yr, const float *dy, int hw, float mean,
+                     double *sdy, double *sdyx);
+    void (*bwd_apply)(const float *x, const float *yr, const float *dy, int hw, float A, float B,
+                      float C, float *dx);
+} bn_kernels;
+
+static bn_kernels pick(void)
+{
+    return (bn_kernels){sum_ref, sqdev_ref, affine_ref, bwd_sums_ref, bwd_apply_ref};
+}
+
+typedef struct bn_ctx {
+    bn_kernels k;
+    int n, c, hw, relu;
+    float eps;
+    const float *x, *yr, *dy, *sum, *sqdev, *saved, *gamma, *beta, *rm, *rv, *sdy, *sdyx;
+    float *out, *out2;
+} bn_ctx;
+
+static const float *plane(const float *p, const bn_ctx *c, int img, int ch)
+{
+    return p + ((size_t)img * c->c + (size_t)ch) * (size_t)c->hw;
+}
+
+/* Items are channels: out[ch] = sum over images of x. */
+static void sum_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const bn_ctx *c = vctx;
+    for (size_t ch = b; ch < e; ch++) {
+        double s = 0.0;
+        for (int img = 0; img < c->n; img++)
+            s += c->k.sum(plane(c->x, c, img, (int)ch), c->hw);
+        c->out[ch] = (float)s;
+    }
+}
+
+static float chan_mean(const bn_ctx *c, size_t ch)
+{
+    return c->sum[c->c] > 0.0f ? (float)((double)c->sum[ch] / c->sum[c->c]) : 0.0f;
+}
+
+static void sqdev_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const bn_ctx *c = vctx;
+    for (size_t ch = b; ch < e; ch++) {
+        float mean = chan_mean(c, ch);
+        double s = 0.0;
+        for (int img = 0; img < c->n; img++)
+            s += c->k.sqdev(plane(c->x, c, img, (int)ch), c->hw, mean);
+        c->out[ch] = (float)s;
+    }
+}
+
+/* Items are planes (img*c + ch): y = x*scale + shift with the channel's
+ * scale = gamma*invstd and shift = beta - mean*scale from saved (training)
+ * or the running statistics (evaluation, saved == NULL). */
+static void affine_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const bn_ctx *c = vctx;
+    for (size_t p = b; p < e; p++) {
+        size_t ch = p % (size_t)c->c;
+        float mean, invstd;
+        if (c->saved) {
+            mean = c->saved[ch];
+            invstd = c->saved[c->c + ch];
+        } else {
+            mean = c->rm[ch];
+            invstd = (float)(1.0 / sqrt((double)c->rv[ch] + c->eps));
+        }
+        float scale = (c->gamma ? c->gamma[ch] : 1.0f) * invstd;
+        float shift = (c->beta ? c->beta[ch] : 0.0f) - mean * scale;
+        size_t off = p * (size_t)c->hw;
+        c->k.affine(c->x + off, c->hw, scale, shift, c->relu, c->out + off);
+    }
+}
+
+static size_t nplanes(int n, int c)
+{
+    return n > 0 && c > 0 ? (size_t)n * (size_t)c : 0;
+}
+
+/* Grain for plane items: about CPU_ELT_GRAIN floats per chunk. */
+static size_t plane_grain(int hw)
+{
+    return (size_t)(CPU_ELT_GRAIN / (hw > 0 ? hw : 1)) + 1;
+}
+
+void cpu_bn_sum(cdl_backend *be, int n, int c, int hw, const float *x, float *sum)
+{
+    bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .x = x, .out = sum};
+    if (c <= 0)
+        return;
+    sum[c] = (float)((double)(n > 0 ? n : 0) * (hw > 0 ? hw : 0));
+    pool_for(cpu_pool(be), (size_t)c, 1, sum_channels, &ctx);
+}
+
+void cpu_bn_sqdev(cdl_backend *be, int n, int c, int hw, const float *x, const float *sum,
+                  float *sqdev)
+{
+    bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .x = x, .sum = sum, .out = sqdev};
+    if (c > 0)
+        pool_for(cpu_pool(be), (size_t)c, 1, sqdev_channels, &ctx);
+}
+
+void cpu_bn_apply(cdl_backend *be, int n, int c, int hw, const float *x, const float *sum,
+                  const float *sqdev, float eps, const float *gamma, const float *beta,
+                  int relu, float *y, float *saved)
+{
+    if (c <= 0)
+        return;
+    double count = sum[c];
+    for (int ch = 0; ch < c; ch++) {
+        double var = count > 0.0 ? sqdev[ch] / count : 0.0;
+        saved[ch] = count > 0.0 ? (float)(sum[ch] / count) : 0.0f;
+        saved[c + ch] = (float)(1.0 / sqrt(var + eps));
+    }
+    saved[2 * c] = (float)count;
+    bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .relu = relu, .x = x, .saved = saved,
+                  .gamma = gamma, .beta = beta, .out = y};
+    pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), affine_planes, &ctx);
+}
+
+void cpu_bn_running(cdl_backend *be, int c, const float *sum, const float *sqdev,
+                    float momentum, float *running_mean, float *running_var,
+                    float *num_batches_tracked)
+{
+    (void)be;
+    if (c <= 0)
+        return;
+    double count = sum[c];
+    for (int ch = 0; ch < c; ch++) {
+        double mean = count > 0.0 ? sum[ch] / count : 0.0;
+        double var = count > 1.0 ? sqdev[ch] / (count - 1.0) : 0.0;
+        running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * (float)mean;
+        running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * (float)var;
+    }
+    if (num_batches_tracked)
+        *num_batches_tracked += 1.0f;
+}
+
+void cpu_bn_eval(cdl_backend *be, int n, int c, int hw, const float *x,
+                 const float *running_mean, const float *running_var, float eps,
+                 const float *gamma, const float *beta, int relu, float *y)
+{
+    bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .relu = relu, .eps = eps, .x = x,
+                  .rm = running_mean, .rv = running_var, .gamma = gamma, .beta = beta, .out = y};
+    pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), affine_planes, &ctx);
+}
+
+/* Items are channels: out[ch] = sum of dy*xhat (dgamma), out2[ch] = sum of
+ * dy (dbeta). */
+static void bwd_sum_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const bn_ctx *c = vctx;
+    for (size_t ch = b; ch < e; ch++) {
+        double sdy = 0.0, sdyx = 0.0;
+        float mean = c->saved[ch];
+        for (int img = 0; img < c->n; img++)
+            c->k.bwd_sums(plane(c->x, c, img, (int)ch), c->yr ? plane(c->yr, c, img, (int)ch) : NULL,
+                          plane(c->dy, c, img, (int)ch), c->hw, mean, &sdy, &sdyx);
+        c->out[ch] = (float)(sdyx * c->saved[c->c + ch]);
+        c->out2[ch] = (float)sdy;
+    }
+}
+
+void cpu_bn_bwd_sums(cdl_backend *be, int n, int c, int hw, const float *x,
+                     const float *y_relu, const float *dy, const float *saved,
+                     float *dgamma, float *dbeta)
+{
+    bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .x = x, .yr = y_relu, .dy = dy,
+                  .saved = saved, .out = dgamma, .out2 = dbeta};
+    if (c > 0)
+        pool_for(cpu_pool(be), (size_t)c, 1, bwd_sum_channels, &ctx);
+}
+
+/* dx = k*(dy - sdy/N - xhat*sdyx/N) with k = gamma*invstd and xhat =
+ * (x - mean)*invstd, as A*dy - B*x + C. */
+static void bwd_apply_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const bn_ctx *c = vctx;
+    double count = c->saved[2 * c->c];
+    for (size_t p = b; p < e; p++) {
+        size_t ch = p % (size_t)c->c;
+        double mean = c->saved[ch], invstd = c->saved[c->c + ch];
+        double k = (c->gamma ? c->gamma[ch] : 1.0) * invstd;
+        double B = k * invstd * c->sdyx[ch] / count;
+        double C = -k * c->sdy[ch] / count + B * mean;
+        size_t off = p * (size_t)c->hw;
+        c->k.bwd_apply(c->x + off, c->yr ? c->yr + off : NULL, c->dy + off, c->hw, (float)k,
+                       (float)B, (float)C, c->out + off);
+    }
+}
+
+void cpu_bn_bwd_apply(cdl_backend *be, int n, int c, int hw, const float *x,
+                      const float *y_relu, const float *dy, const float *saved,
+                      const float *gamma, const float *sum_dy, const float *sum_dy_xhat,
+                      float *dx)
+{
+    bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .x = x, .yr = y_relu, .dy = dy,
+                  .saved = saved, .gamma = gamma, .sdy = sum_dy, .sdyx = sum_dy_xhat, .out = dx};
+    pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), bwd_apply_planes, &ctx);
+}
+
+void cpu_bn_fold(cdl_backend *be, int oc, int per_oc, const float *w, const float *b,
+                 const float *running_mean, const float *running_var, float eps,
+                 const float *gamma, const float *beta, float *w_out, float *b_out)
+{
+    (void)be;
+    for (int o = 0; o < oc; o++) {
+        float s = (float)((gamma ? gamma[o] : 1.0) / sqrt((double)running_var[o] + eps));
+        for (int k = 0; k < per_oc; k++)
+            w_out[(size_t)o * per_oc + k] = w[(size_t)o * per_oc + k] * s;
+        b_out[o] = ((b ? b[o] : 0.0f) - running_mean[o]) * s + (beta ? beta[o] : 0.0f);
+    }
+}
+
+/* ---- global average pooling: plane means and their adjoint ---- */
+
+static void gap_fwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const bn_ctx *c = vctx;
+    for (size_t p = b; p < e; p++)
+        c->out[p] = (float)(c->k.sum(c->x + p * (size_t)c->hw, c->hw) / c->hw);
+}
+
+static void gap_bwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const bn_ctx *c = vctx;
+    for (size_t p = b; p < e; p++) {
+        float g = c->dy[p] / (float)c->hw;
+        float *dx = c->out + p * (size_t)c->hw;
+        for (int i = 0; i < c->hw; i++)
+            dx[i] = g;
+    }
+}
+
+void cpu_gap_fwd(cdl_backend *be, int n, int c, int hw, const float *x, float *y)
+{
+    bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .x = x, .out = y};
+    if (hw > 0)
+        pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), gap_fwd_planes, &ctx);
+}
+
+void cpu_gap_bwd(cdl_backend *be, int n, int c, int hw, const float *dy, float *dx)
+{
+    bn_ctx ctx = {.n = n, .c = c, .hw = hw, .dy = dy, .out = dx};
+    if (hw > 0)
+        pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), gap_bwd_planes, &ctx);
+}

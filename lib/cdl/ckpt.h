@@ -1,11 +1,13 @@
 /* Checkpoints as safetensors files.
  *
  * Model tensors carry PyTorch's names and layouts, so in Python
- *   model.load_state_dict(safetensors.torch.load_file(path))
- * loads them into the equivalent torch.nn model. Everything else needed to
- * resume (optimizer state, schedule and RNG state, epoch, step, position in
- * the epoch, the run's configuration) lives in __metadata__, so the tensor
- * list is exactly the model's state_dict.
+ *   sd = safetensors.torch.load_file(path)
+ *   model.load_state_dict({k: v for k, v in sd.items()
+ *                          if not k.startswith("optimizer.")}, strict=True)
+ * loads them into the equivalent torch.nn model. Training checkpoints add
+ * the optimizer's state as tensors named optimizer.<state>.<parameter>
+ * (docs/checkpoints.md); the rest of what resuming needs (position in the
+ * run, the run's configuration) is small text in __metadata__.
  *
  * Every file written carries CRC-32s of its data and of its header in
  * __metadata__ ("cdl_checksum"), verified on every read.
@@ -28,12 +30,15 @@ extern "C" {
 /* Largest header we write or accept (the safetensors reference limit). */
 #define CDL_ST_MAX_HEADER 100000000u
 
-/* One float32 tensor to write (host memory). */
+/* One tensor to write (host memory): float32 from data ("F32"), or, when
+ * i64 is not NULL, int64 from i64 ("I64", data unused: PyTorch's integer
+ * buffers such as BatchNorm's num_batches_tracked). */
 typedef struct cdl_st_tensor {
     const char *name;
     const float *data;
     int ndim;
     int64_t shape[4];
+    const int64_t *i64;
 } cdl_st_tensor;
 
 /* One __metadata__ entry (both strings). */
@@ -43,7 +48,7 @@ typedef struct cdl_st_meta {
 } cdl_st_meta;
 
 /* Writes path atomically. Tensors are stored in the order given, offsets
- * contiguous from 0, little-endian float32 ("F32"). */
+ * contiguous from 0, little-endian ("F32", or "I64"). */
 int cdl_st_write(const char *path, const cdl_st_tensor *tensors, int ntensors,
                  const cdl_st_meta *meta, int nmeta);
 
@@ -64,6 +69,11 @@ int cdl_st_find(const cdl_st_file *f, const char *name);
  * tensors are returned, others are an error). */
 int cdl_st_shape(const cdl_st_file *f, int i, int *ndim, int64_t shape[8]);
 const float *cdl_st_data(const cdl_st_file *f, int i, size_t *numel);
+/* The same for an I64 tensor (little-endian int64 converted to native);
+ * other dtypes are an error. */
+const int64_t *cdl_st_data_i64(const cdl_st_file *f, int i, size_t *numel);
+/* The tensor's safetensors dtype ("F32", "I64", "BF16", ...), or NULL. */
+const char *cdl_st_dtype(const cdl_st_file *f, int i);
 /* A __metadata__ value, or NULL. */
 const char *cdl_st_meta_get(const cdl_st_file *f, const char *key);
 int cdl_st_meta_count(const cdl_st_file *f);

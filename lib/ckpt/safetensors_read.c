@@ -34,7 +34,8 @@ static const struct {
     {"F16", 16}, {"BF16", 16}, {"I32", 32}, {"U32", 32}, {"F64", 64}, {"I64", 64},
     {"U64", 64}, {"C64", 64}, {"F4", 4}, {"F6_E2M3", 6}, {"F6_E3M2", 6},
 };
-enum { DTYPE_F32 = 0, NDTYPES = sizeof dtypes / sizeof dtypes[0] };
+/* Indices into dtypes of the two cdl converts. */
+enum { DTYPE_F32 = 0, DTYPE_I64 = 16, NDTYPES = sizeof dtypes / sizeof dtypes[0] };
 
 typedef struct st_entry {
     const char *name;     /* in the file's string pool */
@@ -44,7 +45,8 @@ typedef struct st_entry {
     uint64_t begin, end;  /* data_offsets, relative to the data section */
     int order;            /* position in the header (ties in the offset sort) */
     float *f32;           /* F32 data converted to native order, else NULL */
-    int own_f32;          /* f32 was allocated (its offset was not 4-aligned) */
+    int64_t *i64;         /* I64 data likewise */
+    int own;              /* f32 or i64 was allocated (its offset was not aligned) */
 } st_entry;
 
 typedef struct st_kv {
@@ -410,7 +412,7 @@ static int convert_f32(st_entry *e, unsigned char *data)
     if (e->begin % 4) {
         if (!(dst = cdl_malloc(n * sizeof *dst)))
             return -1;
-        e->own_f32 = 1;
+        e->own = 1;
     }
     for (size_t i = 0; i < n; i++) {
         const unsigned char *b = src + 4 * i;
@@ -421,6 +423,31 @@ static int convert_f32(st_entry *e, unsigned char *data)
         dst[i] = v;
     }
     e->f32 = dst;
+    return 0;
+}
+
+/* Little-endian int64 to native, likewise (in place when 8-aligned). */
+static int convert_i64(st_entry *e, unsigned char *data)
+{
+    size_t n = (size_t)((e->end - e->begin) / 8);
+    if (!n)
+        return 0;
+    const unsigned char *src = data + e->begin;
+    int64_t *dst = (int64_t *)(void *)(data + e->begin);
+    if (e->begin % 8) {
+        if (!(dst = cdl_malloc(n * sizeof *dst)))
+            return -1;
+        e->own = 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u = 0;
+        for (int b = 7; b >= 0; b--)
+            u = u << 8 | src[8 * i + (size_t)b];
+        int64_t v;
+        memcpy(&v, &u, 8);
+        dst[i] = v;
+    }
+    e->i64 = dst;
     return 0;
 }
 
@@ -523,7 +550,8 @@ static int read_file(cdl_st_file *f, int fd)
     if (verify(f))
         return -1;
     for (int i = 0; i < f->nt; i++)
-        if (f->t[i].dtype == DTYPE_F32 && convert_f32(&f->t[i], f->data))
+        if ((f->t[i].dtype == DTYPE_F32 && convert_f32(&f->t[i], f->data)) ||
+            (f->t[i].dtype == DTYPE_I64 && convert_i64(&f->t[i], f->data)))
             return -1;
     /* The index by name refers to positions before the offset sort. */
     sort_file = f;
@@ -572,8 +600,10 @@ void cdl_st_close(cdl_st_file *f)
     if (!f)
         return;
     for (int i = 0; i < f->nt; i++)
-        if (f->t[i].own_f32)
+        if (f->t[i].own) {
             cdl_free(f->t[i].f32);
+            cdl_free(f->t[i].i64);
+        }
     cdl_free(f->t);
     cdl_free(f->by_name);
     cdl_free(f->meta);
@@ -656,6 +686,29 @@ const float *cdl_st_data(const cdl_st_file *f, int i, size_t *numel)
     if (numel)
         *numel = n;
     return n ? e->f32 : empty;
+}
+
+const int64_t *cdl_st_data_i64(const cdl_st_file *f, int i, size_t *numel)
+{
+    static const int64_t empty[1];
+    const st_entry *e = entry(f, i);
+    if (!e)
+        return NULL;
+    if (e->dtype != DTYPE_I64) {
+        cdl_error("%s: tensor '%s' is %s where I64 (int64) is expected", f->path, e->name,
+                  dtypes[e->dtype].name);
+        return NULL;
+    }
+    size_t n = (size_t)((e->end - e->begin) / 8);
+    if (numel)
+        *numel = n;
+    return n ? e->i64 : empty;
+}
+
+const char *cdl_st_dtype(const cdl_st_file *f, int i)
+{
+    const st_entry *e = entry(f, i);
+    return e ? dtypes[e->dtype].name : NULL;
 }
 
 const char *cdl_st_meta_get(const cdl_st_file *f, const char *key)

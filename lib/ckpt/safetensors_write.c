@@ -1,4 +1,5 @@
-/* cdl_st_write: a safetensors file of float32 tensors, written atomically.
+/* cdl_st_write: a safetensors file of float32 (and int64) tensors, written
+ * atomically.
  *
  * Layout: u64 LE header length N, N bytes of JSON padded with spaces to a
  * multiple of 8 (so the data starts 8-byte aligned, as the reference writer
@@ -15,6 +16,12 @@
 #include "lib/ckpt/json.h"
 
 _Static_assert(sizeof(float) == 4, "safetensors F32 needs a 4-byte float");
+
+/* Bytes per element of t: F32 or I64. */
+static uint64_t elem_size(const cdl_st_tensor *t)
+{
+    return t->i64 ? 8 : 4;
+}
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -53,11 +60,11 @@ static int64_t tensor_numel(const char *path, const cdl_st_tensor *t)
         if (t->shape[d] < 0)
             return cdl_error("%s: tensor '%s' has negative size %lld in dimension %d", path,
                              t->name, (long long)t->shape[d], d);
-        if (t->shape[d] && numel > INT64_MAX / 4 / t->shape[d])
+        if (t->shape[d] && numel > INT64_MAX / 8 / t->shape[d])
             return cdl_error("%s: tensor '%s' is too large to store", path, t->name);
         numel *= t->shape[d];
     }
-    if (numel > 0 && !t->data)
+    if (numel > 0 && !t->data && !t->i64)
         return cdl_error("%s: tensor '%s' has %lld elements but no data", path, t->name,
                          (long long)numel);
     return numel;
@@ -143,7 +150,7 @@ static int build_header(json_buf *h, const char *path, const cdl_st_tensor *tens
         if (i)
             json_buf_puts(h, ",");
         json_buf_string(h, t->name);
-        json_buf_puts(h, ":{\"dtype\":\"F32\",\"shape\":[");
+        json_buf_puts(h, t->i64 ? ":{\"dtype\":\"I64\",\"shape\":[" : ":{\"dtype\":\"F32\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) {
             if (d)
                 json_buf_puts(h, ",");
@@ -152,7 +159,7 @@ static int build_header(json_buf *h, const char *path, const cdl_st_tensor *tens
         json_buf_puts(h, "],\"data_offsets\":[");
         json_buf_uint(h, offset);
         json_buf_puts(h, ",");
-        offset += (uint64_t)numel[i] * 4;
+        offset += (uint64_t)numel[i] * elem_size(t);
         json_buf_uint(h, offset);
         json_buf_puts(h, "]}");
         if (h->len > CDL_ST_MAX_HEADER)
@@ -200,6 +207,37 @@ static int put_floats(afile *a, uint32_t *crc, const float *x, size_t n, unsigne
     return 0;
 }
 
+/* The same for int64 values (8 little-endian bytes each). */
+static int put_i64(afile *a, uint32_t *crc, const int64_t *x, size_t n, unsigned char *stage,
+                   size_t stage_floats)
+{
+    size_t cap = stage_floats / 2;
+    while (n) {
+        size_t k = n < cap ? n : cap;
+        for (size_t i = 0; i < k; i++) {
+            uint64_t u = (uint64_t)x[i];
+            put_le32(stage + 8 * i, (uint32_t)u);
+            put_le32(stage + 8 * i + 4, (uint32_t)(u >> 32));
+        }
+        if (a && afile_write(a, stage, 8 * k))
+            return -1;
+        if (!a)
+            *crc = st_crc_bytes(*crc, stage, 8 * k);
+        x += k;
+        n -= k;
+    }
+    return 0;
+}
+
+/* One tensor's data: written to a, or added to *crc. */
+static int put_tensor(afile *a, uint32_t *crc, const cdl_st_tensor *t, size_t n,
+                      unsigned char *stage, size_t stage_floats)
+{
+    if (t->i64)
+        return put_i64(a, crc, t->i64, n, stage, stage_floats);
+    return put_floats(a, crc, t->data, n, stage, stage_floats);
+}
+
 /* The checksum entry's value: a pass over the data, then the header's
  * meaning as the reader will see it. */
 static void checksum(const cdl_st_tensor *tensors, int ntensors, const cdl_st_meta *meta,
@@ -211,10 +249,10 @@ static void checksum(const cdl_st_tensor *tensors, int ntensors, const cdl_st_me
     for (int i = 0; i < nmeta; i++)
         header = st_crc_meta(header, meta[i].key, meta[i].value);
     for (int i = 0; i < ntensors; i++) {
-        put_floats(NULL, &data, tensors[i].data, (size_t)numel[i], stage, stage_floats);
-        uint64_t end = offset + (uint64_t)numel[i] * 4;
-        header = st_crc_tensor(header, tensors[i].name, "F32", tensors[i].ndim, tensors[i].shape,
-                               offset, end);
+        put_tensor(NULL, &data, &tensors[i], (size_t)numel[i], stage, stage_floats);
+        uint64_t end = offset + (uint64_t)numel[i] * elem_size(&tensors[i]);
+        header = st_crc_tensor(header, tensors[i].name, tensors[i].i64 ? "I64" : "F32",
+                               tensors[i].ndim, tensors[i].shape, offset, end);
         offset = end;
     }
     st_checksum_format(out, data, header);
@@ -254,7 +292,7 @@ int cdl_st_write(const char *path, const cdl_st_tensor *tensors, int ntensors,
         goto out;
     }
     for (int i = 0; i < ntensors; i++) {
-        if (put_floats(&a, NULL, tensors[i].data, (size_t)numel[i], stage, STAGE_FLOATS)) {
+        if (put_tensor(&a, NULL, &tensors[i], (size_t)numel[i], stage, STAGE_FLOATS)) {
             afile_abort(&a);
             goto out;
         }

@@ -1,9 +1,13 @@
 /* Training checkpoints: the model's tensors under their PyTorch names (so
- * torch's load_state_dict takes the file as it is), and in __metadata__
- * everything else that resuming needs: optimizer state (base64 of the raw
- * little-endian float32 buffers), position in the run, and the run's
- * configuration. RNG state is the seed: every random draw (shuffle,
- * augmentation, dropout) is a pure function of seed, epoch and step. */
+ * torch's load_state_dict takes them as they are), the optimizer's state as
+ * tensors named optimizer.<state>.<parameter> (shaped like the parameter:
+ * nothing large in the header, whatever the model's size), and in
+ * __metadata__ the position in the run and the run's configuration. RNG
+ * state is the seed: every random draw (shuffle, augmentation, dropout) is a
+ * pure function of seed, epoch and step.
+ *
+ * Tensor order in the file (the data section's order): model parameters in
+ * the model's order, then the optimizer state, state by state. */
 #include <errno.h>
 #include <stdarg.h>
 #include <inttypes.h>
@@ -16,10 +20,14 @@
 #include "checkpoint.h"
 #include "metrics.h"
 
-/* Format 2 carries checksums (cdl_st_checksummed) and must verify; format 1
- * (older cdl) had none and still loads, with a note. */
-#define CKPT_FORMAT "cdl-checkpoint-2"
+/* Format 3 stores the optimizer state as tensors; format 2 had it as
+ * base64 in the header (which capped Adam models at ~9M parameters) and
+ * still loads, as does format 1 (no checksums; loads with a note). Formats
+ * 2 and 3 must verify. */
+#define CKPT_FORMAT "cdl-checkpoint-3"
+#define CKPT_FORMAT_2 "cdl-checkpoint-2"
 #define CKPT_FORMAT_1 "cdl-checkpoint-1"
+#define OPT_PREFIX "optimizer."
 
 enum { MAX_META = 32 };
 /* Largest world size a checkpoint may record (a sanity bound, far above any
@@ -67,32 +75,87 @@ static float *download(cdl_backend *be, const float *dev, size_t n)
     return h;
 }
 
+/* The file's tensor name of state buffer `state` of the parameter named
+ * param: optimizer.<state>.<param> (cdl_malloc'd, NULL on failure). */
+static char *state_tensor_name(const char *state, const char *param)
+{
+    return fmt_dup(OPT_PREFIX "%s.%s", state, param);
+}
+
+/* The tensors a checkpoint holds, in host memory: views, names and copies. */
+typedef struct ckpt_tensors {
+    cdl_st_tensor *t;
+    int n;
+    char **names;           /* owned names (NULL where the model's own) */
+    float *host[3];         /* parameters, then each optimizer state */
+} ckpt_tensors;
+
+static void ckpt_tensors_free(ckpt_tensors *c)
+{
+    for (int i = 0; c->names && i < c->n; i++)
+        cdl_free(c->names[i]);
+    cdl_free(c->names);
+    cdl_free(c->t);
+    for (int i = 0; i < 3; i++)
+        cdl_free(c->host[i]);
+}
+
+/* Adds every parameter view of the model over the flat host buffer h,
+ * under prefix.state (NULL: the model's own names). */
+static int add_views(ckpt_tensors *c, cdl_model *m, const float *h, const char *state)
+{
+    for (int i = 0; i < cdl_model_nviews(m); i++) {
+        const cdl_param_view *v = cdl_model_view(m, i);
+        cdl_st_tensor *t = &c->t[c->n];
+        if (state && !(c->names[c->n] = state_tensor_name(state, v->name)))
+            return -1;
+        t->name = state ? c->names[c->n] : v->name;
+        t->data = h + v->offset;
+        t->ndim = v->ndim;
+        memcpy(t->shape, v->shape, sizeof v->shape);
+        c->n++;
+    }
+    return 0;
+}
+
+/* Everything the file stores as tensors, downloaded from the device. */
+static int collect_tensors(ckpt_tensors *c, cdl_model *m, cdl_optim *o)
+{
+    cdl_backend *be = cdl_model_backend(m);
+    size_t np = cdl_model_nparams(m);
+    int nv = cdl_model_nviews(m), ns = cdl_optim_nstate(o);
+    if (ns > 2)
+        return cdl_error("checkpoint: the optimizer has %d state buffers; cdl stores at most 2",
+                         ns);
+    size_t cap = (size_t)nv * (size_t)(1 + ns) + 1;
+    c->t = cdl_calloc(cap, sizeof *c->t);
+    c->names = cdl_calloc(cap, sizeof *c->names);
+    if (!c->t || !c->names || !(c->host[0] = download(be, cdl_model_params(m), np)))
+        return -1;
+    if (add_views(c, m, c->host[0], NULL))
+        return -1;
+    for (int i = 0; i < ns; i++)
+        if (!(c->host[1 + i] = download(be, cdl_optim_state(o, i), np)) ||
+            add_views(c, m, c->host[1 + i], cdl_optim_state_name(o, i)))
+            return -1;
+    return 0;
+}
+
 int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,
                     const train_position *pos)
 {
     cdl_backend *be = cdl_model_backend(m);
     size_t np = cdl_model_nparams(m);
-    int nv = cdl_model_nviews(m);
     int rc = -1;
     meta_list meta = {0};
-    cdl_st_tensor *tensors = NULL;
-    float *host = NULL;
+    ckpt_tensors ct = {0};
     char *config = NULL;
 
     if (be->ops->sync(be) != 0)
         return -1;
-    host = download(be, cdl_model_params(m), np);
-    tensors = cdl_calloc((size_t)nv + 1, sizeof *tensors);
     config = cdl_malloc(16384);
-    if (!host || !tensors || !config)
+    if (!config || collect_tensors(&ct, m, o))
         goto out;
-    for (int i = 0; i < nv; i++) {
-        const cdl_param_view *v = cdl_model_view(m, i);
-        tensors[i].name = v->name;
-        tensors[i].data = host + v->offset;
-        tensors[i].ndim = v->ndim;
-        memcpy(tensors[i].shape, v->shape, sizeof v->shape);
-    }
     if (train_config_json(cfg, config, 16384) != 0)
         goto out;
     meta_add(&meta, "format", fmt_dup("%s", CKPT_FORMAT));
@@ -115,26 +178,15 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "train_samples", fmt_dup("%ld", pos->samples));
     if (pos->run_id[0])
         meta_add(&meta, "run_id", fmt_dup("%s", pos->run_id));
-    static const char *state_keys[] = {"optimizer_state_0", "optimizer_state_1"};
-    static const char *name_keys[] = {"optimizer_state_0_name", "optimizer_state_1_name"};
-    for (int i = 0; i < cdl_optim_nstate(o) && i < 2; i++) {
-        float *st = download(be, cdl_optim_state(o, i), np);
-        if (!st)
-            goto out;
-        meta_add(&meta, name_keys[i], fmt_dup("%s", cdl_optim_state_name(o, i)));
-        meta_add(&meta, state_keys[i], cdl_base64_encode(st, np * sizeof(float)));
-        cdl_free(st);
-    }
     for (int i = 0; i < meta.n; i++)
         if (!meta.items[i].value)
             goto out;
-    rc = cdl_st_write(path, tensors, nv, meta.items, meta.n);
+    rc = cdl_st_write(path, ct.t, ct.n, meta.items, meta.n);
 out:
     for (int i = 0; i < meta.n; i++)
         cdl_free(meta.owned[i]);
     cdl_free(config);
-    cdl_free(tensors);
-    cdl_free(host);
+    ckpt_tensors_free(&ct);
     return rc;
 }
 
@@ -192,6 +244,76 @@ static int meta_real(const cdl_st_file *f, const char *key, int inf_ok, double *
     return 0;
 }
 
+/* Whether the file's tensor `name` is one this model and optimizer store:
+ * a parameter, or optimizer.<state>.<parameter> (format 3). */
+static int expected_tensor(cdl_model *m, cdl_optim *o, int v3, const char *name)
+{
+    if (cdl_model_find(m, name))
+        return 1;
+    if (!v3 || strncmp(name, OPT_PREFIX, strlen(OPT_PREFIX)) != 0)
+        return 0;
+    const char *rest = name + strlen(OPT_PREFIX);
+    for (int i = 0; i < cdl_optim_nstate(o); i++) {
+        const char *st = cdl_optim_state_name(o, i);
+        size_t k = strlen(st);
+        if (!strncmp(rest, st, k) && rest[k] == '.' && cdl_model_find(m, rest + k + 1))
+            return 1;
+    }
+    return 0;
+}
+
+/* Copies the file's tensor `name` into h at the view's place, checking its
+ * shape; what: how messages call it ("tensor", "optimizer state"). */
+static int read_view(const cdl_st_file *f, const cdl_param_view *v, const char *name,
+                     const char *what, float *h)
+{
+    const char *path = cdl_st_path(f);
+    int t = cdl_st_find(f, name), nd;
+    int64_t shape[8];
+    size_t numel;
+    if (t < 0)
+        return cdl_error("%s: %s '%s' is missing: the checkpoint belongs to another model or "
+                         "optimizer (pass the same --model and --optimizer, or --resume never)",
+                         path, what, name);
+    const float *data = cdl_st_data(f, t, &numel);
+    if (!data || cdl_st_shape(f, t, &nd, shape) != 0)
+        return -1;
+    int same = nd == v->ndim && numel == v->numel;
+    for (int d = 0; same && d < nd; d++)
+        same = shape[d] == v->shape[d];
+    if (!same)
+        return cdl_error("%s: %s '%s' has another shape than the model's '%s': the checkpoint "
+                         "belongs to another model (pass the same --model, or --resume never)",
+                         path, what, name, v->name);
+    memcpy(h + v->offset, data, numel * sizeof *h);
+    return 0;
+}
+
+/* Optimizer state i into h: the tensors of format 3, or the base64 blob of
+ * the older formats (the flat buffer as it was on the device). */
+static int read_state(const cdl_st_file *f, cdl_model *m, cdl_optim *o, int i, int v3, float *h)
+{
+    size_t np = cdl_model_nparams(m);
+    if (!v3) {
+        static const char *state_keys[] = {"optimizer_state_0", "optimizer_state_1"};
+        const char *b64 = cdl_st_meta_get(f, state_keys[i]);
+        if (!b64 || cdl_base64_decode(b64, h, np * sizeof *h) != 0)
+            return cdl_error("%s: optimizer state '%s' is missing or corrupt "
+                             "(use --resume never to start afresh)", cdl_st_path(f),
+                             state_keys[i]);
+        return 0;
+    }
+    for (int k = 0; k < cdl_model_nviews(m); k++) {
+        const cdl_param_view *v = cdl_model_view(m, k);
+        char *name = state_tensor_name(cdl_optim_state_name(o, i), v->name);
+        int rc = name ? read_view(f, v, name, "optimizer state", h) : -1;
+        cdl_free(name);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
 static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,
                       train_position *pos)
 {
@@ -200,62 +322,25 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
     const char *path = cdl_st_path(f);
     const char *fmt = cdl_st_meta_get(f, "format");
     char buf[48];
+    int v3 = fmt && !strcmp(fmt, CKPT_FORMAT);
     if (fmt && !strcmp(fmt, CKPT_FORMAT_1)) {
         pos->unverified = !cdl_st_checksummed(f);
-    } else if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0) {
+    } else if (!v3 && (!fmt || strcmp(fmt, CKPT_FORMAT_2) != 0)) {
         return cdl_error("%s: not a cdl checkpoint (metadata format = '%s', expected '%s')", path,
                          fmt ? shown(fmt, buf) : "(none)", CKPT_FORMAT);
     } else if (!cdl_st_checksummed(f)) {
         return cdl_error("%s: a %s file without its checksum entry: the file is damaged; "
-                         "restore it from a copy (or --resume never)", path, CKPT_FORMAT);
+                         "restore it from a copy (or --resume never)", path, fmt);
     }
 
-    /* Tensors: exactly the model's, with the same shapes. */
-    int nv = cdl_model_nviews(m);
-    if (cdl_st_count(f) != nv)
-        return cdl_error("%s: holds %d tensors but the model %s has %d: the checkpoint belongs to "
-                         "another model (pass the same --model, or --resume never)",
-                         path, cdl_st_count(f), cdl_model_get_spec(m)->source, nv);
-    float *host = cdl_malloc(np * sizeof *host + 1);
-    if (!host)
-        return -1;
-    for (int i = 0; i < nv; i++) {
-        const cdl_param_view *v = cdl_model_view(m, i);
-        int t = cdl_st_find(f, v->name), nd;
-        int64_t shape[8];
-        size_t numel;
-        if (t < 0) {
-            cdl_free(host);
-            return cdl_error("%s: tensor '%s' of the model is missing: the checkpoint belongs to "
-                             "another model (pass the same --model, or --resume never)",
-                             path, v->name);
-        }
-        const float *data = cdl_st_data(f, t, &numel);
-        if (!data || cdl_st_shape(f, t, &nd, shape) != 0) {
-            cdl_free(host);
-            return -1;
-        }
-        int same = nd == v->ndim && numel == v->numel;
-        for (int d = 0; same && d < nd; d++)
-            same = shape[d] == v->shape[d];
-        if (!same) {
-            cdl_free(host);
-            return cdl_error("%s: tensor '%s' has another shape than the model's: the checkpoint "
-                             "belongs to another model (pass the same --model, or --resume never)",
-                             path, v->name);
-        }
-        memcpy(host + v->offset, data, numel * sizeof *host);
-    }
-
-    /* Optimizer state. */
+    /* The optimizer first: its state is part of the tensor list. */
     const char *okind = cdl_st_meta_get(f, "optimizer");
     const char *want = cdl_optim_kind_name(cdl_optim_get_config(o)->kind);
-    if (!okind || strcmp(okind, want) != 0) {
-        cdl_free(host);
+    if (!okind || strcmp(okind, want) != 0)
         return cdl_error("%s: written with optimizer '%s' but this run uses '%s': pass "
                          "--optimizer %s to resume, or --resume never",
-                         path, okind ? okind : "(none)", want, okind ? okind : "?");
-    }
+                         path, okind ? shown(okind, buf) : "(none)", want,
+                         okind ? shown(okind, buf) : "?");
     long long v_np, v_steps, v_epoch, v_batch, v_step, v_world;
     if (meta_int(f, "nparams", 0, LLONG_MAX, &v_np) ||
         meta_int(f, "optimizer_steps", 0, LONG_MAX, &v_steps) ||
@@ -267,33 +352,39 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
         meta_real(f, "epoch_loss_sum", 0, &pos->loss_sum) ||
         meta_real(f, "epoch_correct", 0, &pos->correct) ||
         meta_real(f, "epoch_seen", 0, &pos->seen) ||
-        ckpt_check_config(f, cfg, pos)) {
-        cdl_free(host);
+        ckpt_check_config(f, cfg, pos))
         return -1;
-    }
-    if ((unsigned long long)v_np != np) {
-        cdl_free(host);
+    if ((unsigned long long)v_np != np)
         return cdl_error("%s: nparams %lld does not match the model's %zu", path, v_np, np);
+
+    /* Tensors: exactly the model's (and its optimizer state's), with the
+     * same shapes; nothing else. */
+    for (int i = 0; i < cdl_st_count(f); i++)
+        if (!expected_tensor(m, o, v3, cdl_st_name(f, i)))
+            return cdl_error("%s: holds tensor '%s', which the model %s with optimizer %s does "
+                             "not have: the checkpoint belongs to another model (pass the same "
+                             "--model, or --resume never)", path, cdl_st_name(f, i),
+                             cdl_model_get_spec(m)->source, want);
+    int ns = cdl_optim_nstate(o), rc = 0;
+    float *host[3] = {0};
+    for (int i = 0; i <= ns && i < 3; i++)
+        if (!(host[i] = cdl_calloc(np + 1, sizeof(float))))
+            rc = -1;
+    for (int i = 0; rc == 0 && i < cdl_model_nviews(m); i++) {
+        const cdl_param_view *v = cdl_model_view(m, i);
+        rc = read_view(f, v, v->name, "tensor", host[0]);
     }
-    float *state = cdl_malloc(np * sizeof *state + 1);
-    if (!state) {
-        cdl_free(host);
+    for (int i = 0; rc == 0 && i < ns && i < 2; i++)
+        rc = read_state(f, m, o, i, v3, host[1 + i]);
+    if (rc == 0) {
+        for (int i = 0; i < ns && i < 2; i++)
+            be->ops->to_device(be, cdl_optim_state(o, i), host[1 + i], np * sizeof(float));
+        be->ops->to_device(be, cdl_model_params(m), host[0], np * sizeof(float));
+    }
+    for (int i = 0; i < 3; i++)
+        cdl_free(host[i]);
+    if (rc)
         return -1;
-    }
-    static const char *state_keys[] = {"optimizer_state_0", "optimizer_state_1"};
-    for (int i = 0; i < cdl_optim_nstate(o) && i < 2; i++) {
-        const char *b64 = cdl_st_meta_get(f, state_keys[i]);
-        if (!b64 || cdl_base64_decode(b64, state, np * sizeof *state) != 0) {
-            cdl_free(state);
-            cdl_free(host);
-            return cdl_error("%s: optimizer state '%s' is missing or corrupt "
-                             "(use --resume never to start afresh)", path, state_keys[i]);
-        }
-        be->ops->to_device(be, cdl_optim_state(o, i), state, np * sizeof *state);
-    }
-    cdl_free(state);
-    be->ops->to_device(be, cdl_model_params(m), host, np * sizeof *host);
-    cdl_free(host);
     cdl_optim_set_steps(o, (long)v_steps);
     /* The run goes on under its id (older files have none: a new one). */
     const char *id = cdl_st_meta_get(f, "run_id");

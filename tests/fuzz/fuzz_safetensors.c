@@ -1,5 +1,7 @@
 /* libFuzzer target: a whole safetensors file (8-byte length, JSON header,
  * data) through cdl_st_open and every accessor. */
+#include <string.h>
+
 #include <cdl/cdl.h>
 
 #include "tests/fuzz/fuzz.h"
@@ -19,6 +21,12 @@ static void walk(const cdl_st_file *f)
         const float *d = cdl_st_data(f, i, &numel);
         for (size_t k = 0; d && k < numel; k++)
             sink += d[k];
+        const char *dtype = cdl_st_dtype(f, i);
+        const int64_t *q = cdl_st_data_i64(f, i, &numel);
+        if (!dtype || (q != NULL) != !strcmp(dtype, "I64") || (d != NULL) != !strcmp(dtype, "F32"))
+            __builtin_trap();   /* each accessor returns exactly its dtype */
+        for (size_t k = 0; q && k < numel; k++)
+            sink += (float)q[k];
     }
     for (int i = 0; i < cdl_st_meta_count(f); i++) {
         const char *v = cdl_st_meta_get(f, cdl_st_meta_key(f, i));

@@ -154,12 +154,12 @@ static void test_round_trip(void **state)
     rng_state r;
     rng_seed(&r, 42);
     cdl_st_tensor t[] = {
-        {"conv1.weight", NULL, 4, {6, 1, 5, 5}},
-        {"conv1.bias", NULL, 1, {6}},
-        {"scalar", NULL, 0, {0}},
-        {"empty", NULL, 2, {0, 3}},
-        {"fc1.weight", NULL, 2, {120, 400}},
-        {"name with \"quotes\", \\ and \t", NULL, 1, {3}},
+        {"conv1.weight", NULL, 4, {6, 1, 5, 5}, NULL},
+        {"conv1.bias", NULL, 1, {6}, NULL},
+        {"scalar", NULL, 0, {0}, NULL},
+        {"empty", NULL, 2, {0, 3}, NULL},
+        {"fc1.weight", NULL, 2, {120, 400}, NULL},
+        {"name with \"quotes\", \\ and \t", NULL, 1, {3}, NULL},
     };
     const int nt = (int)(sizeof t / sizeof t[0]);
     size_t numel[6];
@@ -234,7 +234,7 @@ static void test_exact_bytes(void **state)
     char path[512];
     in_dir(state, "small.safetensors", path, sizeof path);
     const float a[2] = {1.0f, -2.0f};
-    const cdl_st_tensor t[] = {{"a", a, 1, {2}}, {"b", a, 0, {0}}};
+    const cdl_st_tensor t[] = {{"a", a, 1, {2}, NULL}, {"b", a, 0, {0}, NULL}};
     const cdl_st_meta m[] = {{"k", "v\"\n"}};
     assert_int_equal(cdl_st_write(path, t, 2, m, 1), 0);
     const char json[] = "{\"__metadata__\":{\"k\":\"v\\\"\\n\","
@@ -253,6 +253,47 @@ static void test_exact_bytes(void **state)
     const unsigned char data[12] = {0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0, 0, 0, 0x80, 0x3f};
     assert_memory_equal(raw + 8 + padded, data, 12);
     free(raw);
+}
+
+/* I64 tensors (BatchNorm's num_batches_tracked): written little-endian,
+ * read back exactly also when an odd-sized F32 tensor before them leaves
+ * them off 8-byte alignment; each accessor refuses the other dtype. */
+static void test_i64(void **state)
+{
+    char path[512];
+    in_dir(state, "i64.safetensors", path, sizeof path);
+    const float x[3] = {1.5f, -2.0f, 0.25f};
+    const int64_t n[3] = {0, -1, INT64_MAX};
+    const int64_t one = 3;
+    const cdl_st_tensor t[] = {{"w", x, 1, {3}, NULL}, {"bn.num_batches_tracked", NULL, 0, {0}, &one},
+                               {"ints", NULL, 1, {3}, n}};
+    assert_int_equal(cdl_st_write(path, t, 3, NULL, 0), 0);
+    size_t len;
+    unsigned char *raw = read_bytes(path, &len);
+    const char *entry = "\"ints\":{\"dtype\":\"I64\",\"shape\":[3],\"data_offsets\":[20,44]}";
+    assert_non_null(memmem(raw, len, entry, strlen(entry)));
+    const unsigned char le[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    assert_memory_equal(raw + len - 24, le, 16);
+    free(raw);
+    cdl_st_file *f = cdl_st_open(path);
+    assert_non_null(f);
+    assert_true(cdl_st_checksummed(f));
+    int i = cdl_st_find(f, "ints"), k = cdl_st_find(f, "bn.num_batches_tracked");
+    size_t numel = 0;
+    const int64_t *got = cdl_st_data_i64(f, i, &numel);
+    assert_non_null(got);
+    assert_int_equal(numel, 3);
+    assert_memory_equal(got, n, sizeof n);
+    got = cdl_st_data_i64(f, k, &numel);
+    assert_int_equal(numel, 1);
+    assert_int_equal(got[0], 3);
+    assert_string_equal(cdl_st_dtype(f, i), "I64");
+    assert_string_equal(cdl_st_dtype(f, cdl_st_find(f, "w")), "F32");
+    assert_null(cdl_st_data(f, i, &numel));
+    assert_non_null(strstr(cdl_last_error(), "is I64"));
+    assert_null(cdl_st_data_i64(f, cdl_st_find(f, "w"), &numel));
+    assert_non_null(strstr(cdl_last_error(), "'w' is F32 where I64"));
+    cdl_st_close(f);
 }
 
 static void test_empty_lists(void **state)
@@ -347,7 +388,7 @@ static void test_reject_truncated(void **state)
 
     /* A valid file cut short loses the end of its last tensor. */
     const float x[4] = {1, 2, 3, 4};
-    const cdl_st_tensor t[] = {{"w", x, 2, {2, 2}}};
+    const cdl_st_tensor t[] = {{"w", x, 2, {2, 2}, NULL}};
     assert_int_equal(cdl_st_write(path, t, 1, NULL, 0), 0);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
@@ -510,15 +551,15 @@ static void test_writer_rejects_bad_input(void **state)
         int nt;
         const char *want;
     } cases[] = {
-        {{{"a", x, 1, {1}}, {"a", x, 1, {1}}}, 2, "two tensors are named 'a'"},
-        {{{"a", x, 5, {1}}}, 1, "has 5 dimensions"},
-        {{{"a", x, 1, {-2}}}, 1, "negative size -2"},
-        {{{"a", NULL, 1, {2}}}, 1, "has 2 elements but no data"},
-        {{{"__metadata__", x, 1, {1}}}, 1, "reserves"},
-        {{{"", x, 1, {1}}}, 1, "reserves"},
-        {{{NULL, x, 1, {1}}}, 1, "tensor name is NULL"},
-        {{{"bad\xff", x, 1, {1}}}, 1, "not valid UTF-8"},
-        {{{"a", x, 4, {INT64_MAX / 2, 2, 2, 2}}}, 1, "too large"},
+        {{{"a", x, 1, {1}, NULL}, {"a", x, 1, {1}, NULL}}, 2, "two tensors are named 'a'"},
+        {{{"a", x, 5, {1}, NULL}}, 1, "has 5 dimensions"},
+        {{{"a", x, 1, {-2}, NULL}}, 1, "negative size -2"},
+        {{{"a", NULL, 1, {2}, NULL}}, 1, "has 2 elements but no data"},
+        {{{"__metadata__", x, 1, {1}, NULL}}, 1, "reserves"},
+        {{{"", x, 1, {1}, NULL}}, 1, "reserves"},
+        {{{NULL, x, 1, {1}, NULL}}, 1, "tensor name is NULL"},
+        {{{"bad\xff", x, 1, {1}, NULL}}, 1, "not valid UTF-8"},
+        {{{"a", x, 4, {INT64_MAX / 2, 2, 2, 2}, NULL}}, 1, "too large"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         assert_int_equal(cdl_st_write(path, cases[i].t, cases[i].nt, NULL, 0), -1);
@@ -559,7 +600,7 @@ static void test_mutations(void **state)
     in_dir(state, "good.safetensors", path, sizeof path);
     in_dir(state, "mutant.safetensors", bad, sizeof bad);
     const float x[6] = {1, 2, 3, 4, 5, 6};
-    const cdl_st_tensor t[] = {{"a", x, 2, {2, 2}}, {"b\"", x, 1, {2}}, {"c", x, 0, {0}}};
+    const cdl_st_tensor t[] = {{"a", x, 2, {2, 2}, NULL}, {"b\"", x, 1, {2}, NULL}, {"c", x, 0, {0}, NULL}};
     const cdl_st_meta m[] = {{"k", "v\n\u00e9"}, {"epoch", "12"}};
     assert_int_equal(cdl_st_write(path, t, 3, m, 2), 0);
     size_t len;
@@ -622,7 +663,7 @@ static void test_every_bit_flip_detected(void **state)
     in_dir(state, "good.safetensors", path, sizeof path);
     in_dir(state, "flipped.safetensors", bad, sizeof bad);
     const float x[6] = {1, -2, 3.5f, 0, 5, 6e-30f};
-    const cdl_st_tensor t[] = {{"fc.weight", x, 2, {2, 2}}, {"fc.bias", x + 4, 1, {2}}};
+    const cdl_st_tensor t[] = {{"fc.weight", x, 2, {2, 2}, NULL}, {"fc.bias", x + 4, 1, {2}, NULL}};
     const cdl_st_meta m[] = {{"format", "cdl-checkpoint-2"}, {"epoch", "12"},
                              {"config", "{\"lr\":0.05}"}};
     assert_int_equal(cdl_st_write(path, t, 2, m, 3), 0);
@@ -663,7 +704,7 @@ static void test_every_bit_flip_detected(void **state)
 static void write_old(const char *path, float v)
 {
     const float x[3] = {v, v, v};
-    const cdl_st_tensor t[] = {{"w", x, 1, {3}}};
+    const cdl_st_tensor t[] = {{"w", x, 1, {3}, NULL}};
     const cdl_st_meta m[] = {{"version", "old"}};
     assert_int_equal(cdl_st_write(path, t, 1, m, 1), 0);
 }
@@ -706,7 +747,7 @@ static void test_missing_directory(void **state)
     char path[512];
     in_dir(state, "nope/last.safetensors", path, sizeof path);
     const float x[1] = {0};
-    const cdl_st_tensor t[] = {{"w", x, 1, {1}}};
+    const cdl_st_tensor t[] = {{"w", x, 1, {1}, NULL}};
     assert_int_equal(cdl_st_write(path, t, 1, NULL, 0), -1);
     assert_non_null(strstr(cdl_last_error(), path));
     assert_non_null(strstr(cdl_last_error(), "does not exist: create it first"));
@@ -725,7 +766,7 @@ static void test_failed_write_keeps_old(void **state)
 
     size_t n = 1 << 18;   /* 1 MiB of data */
     float *big = calloc(n, sizeof *big);
-    const cdl_st_tensor t[] = {{"w", big, 1, {(int64_t)n}}};
+    const cdl_st_tensor t[] = {{"w", big, 1, {(int64_t)n}, NULL}};
     struct rlimit old, lim;
     assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
     lim = old;
@@ -755,7 +796,7 @@ static void test_failed_rename_cleans_up(void **state)
     snprintf(inner, sizeof inner, "%s/keep", path);
     write_bytes(inner, "x", 1);
     const float x[1] = {0};
-    const cdl_st_tensor t[] = {{"w", x, 1, {1}}};
+    const cdl_st_tensor t[] = {{"w", x, 1, {1}, NULL}};
     assert_int_equal(cdl_st_write(path, t, 1, NULL, 0), -1);
     assert_non_null(strstr(cdl_last_error(), "renaming into place"));
     assert_non_null(strstr(cdl_last_error(), "unchanged"));
@@ -773,7 +814,7 @@ static void test_unwritable_directory(void **state)
     write_old(path, 6.0f);
     assert_int_equal(chmod(fx->dir, 0500), 0);
     const float x[1] = {0};
-    const cdl_st_tensor t[] = {{"w", x, 1, {1}}};
+    const cdl_st_tensor t[] = {{"w", x, 1, {1}, NULL}};
     int rc = cdl_st_write(path, t, 1, NULL, 0);
     chmod(fx->dir, 0700);
     assert_int_equal(rc, -1);
@@ -875,6 +916,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_round_trip),
         T(test_exact_bytes),
+        T(test_i64),
         T(test_empty_lists),
         T(test_foreign_but_valid),
         T(test_reject_truncated),

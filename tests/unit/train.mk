@@ -13,3 +13,5 @@ TESTS += tests/unit/test_train_resume
 tests_unit_test_train_resume_SOURCES = tests/unit/test_train_resume.c
 tests_unit_test_train_resume_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_train_resume_LDADD = $(TEST_LDADD)
+EXTRA_DIST += tests/fixtures/ckpt-v2/README.md tests/fixtures/ckpt-v2/tiny.spec \
+	tests/fixtures/ckpt-v2/epoch1.safetensors tests/fixtures/ckpt-v2/final.safetensors

@@ -341,21 +341,6 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
                          "--optimizer %s to resume, or --resume never",
                          path, okind ? shown(okind, buf) : "(none)", want,
                          okind ? shown(okind, buf) : "?");
-    long long v_np, v_steps, v_epoch, v_batch, v_step, v_world;
-    if (meta_int(f, "nparams", 0, LLONG_MAX, &v_np) ||
-        meta_int(f, "optimizer_steps", 0, LONG_MAX, &v_steps) ||
-        meta_int(f, "epoch", 0, INT_MAX - 1, &v_epoch) ||
-        meta_int(f, "batch_in_epoch", 0, LONG_MAX, &v_batch) ||
-        meta_int(f, "step", 0, LONG_MAX, &v_step) ||
-        meta_int(f, "world_size", 1, CKPT_MAX_WORLD, &v_world) ||
-        meta_real(f, "best_val_loss", 1, &pos->best_val_loss) ||
-        meta_real(f, "epoch_loss_sum", 0, &pos->loss_sum) ||
-        meta_real(f, "epoch_correct", 0, &pos->correct) ||
-        meta_real(f, "epoch_seen", 0, &pos->seen) ||
-        ckpt_check_config(f, cfg, pos))
-        return -1;
-    if ((unsigned long long)v_np != np)
-        return cdl_error("%s: nparams %lld does not match the model's %zu", path, v_np, np);
 
     /* Tensors: exactly the model's (and its optimizer state's), with the
      * same shapes; nothing else. */
@@ -376,6 +361,24 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
     }
     for (int i = 0; rc == 0 && i < ns && i < 2; i++)
         rc = read_state(f, m, o, i, v3, host[1 + i]);
+    /* Then the position and the configuration (a changed one is refused,
+     * naming every change). */
+    long long v_np = 0, v_steps = 0, v_epoch = 0, v_batch = 0, v_step = 0, v_world = 0;
+    if (rc == 0 &&
+        (meta_int(f, "nparams", 0, LLONG_MAX, &v_np) ||
+         meta_int(f, "optimizer_steps", 0, LONG_MAX, &v_steps) ||
+         meta_int(f, "epoch", 0, INT_MAX - 1, &v_epoch) ||
+         meta_int(f, "batch_in_epoch", 0, LONG_MAX, &v_batch) ||
+         meta_int(f, "step", 0, LONG_MAX, &v_step) ||
+         meta_int(f, "world_size", 1, CKPT_MAX_WORLD, &v_world) ||
+         meta_real(f, "best_val_loss", 1, &pos->best_val_loss) ||
+         meta_real(f, "epoch_loss_sum", 0, &pos->loss_sum) ||
+         meta_real(f, "epoch_correct", 0, &pos->correct) ||
+         meta_real(f, "epoch_seen", 0, &pos->seen) ||
+         ckpt_check_config(f, cfg, pos)))
+        rc = -1;
+    if (rc == 0 && (unsigned long long)v_np != np)
+        rc = cdl_error("%s: nparams %lld does not match the model's %zu", path, v_np, np);
     if (rc == 0) {
         for (int i = 0; i < ns && i < 2; i++)
             be->ops->to_device(be, cdl_optim_state(o, i), host[1 + i], np * sizeof(float));

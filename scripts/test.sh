@@ -10,6 +10,8 @@
 #   3. AddressSanitizer + UBSan: unit tests
 #   4. valgrind: unit tests, no leaks
 #   5. make distcheck
+#   6. Debian packages: build, lintian, install into a clean debootstrap
+#      root and train there (scripts/deb-check.sh; CDL_SKIP_DEB=1 skips it)
 # Ends with one line "tests: N passed, N failed, N skipped".
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -72,6 +74,15 @@ stage "valgrind: unit tests" "$top/_build/valgrind" CC=gcc -- \
 if [ -z "${CDL_SKIP_DISTCHECK:-}" ]; then
     stage "make distcheck" "$top/_build/dist" CC=gcc -- distcheck \
         DISTCHECK_CONFIGURE_FLAGS=--enable-werror TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
+fi
+if [ -z "${CDL_SKIP_DEB:-}" ]; then
+    echo "=== Debian packages: build, lintian, clean-root install, training"
+    mkdir -p "$top/_build"
+    "$top/scripts/deb-check.sh" >"$top/_build/deb-check.out" 2>&1
+    deb_rc=$?
+    cat "$top/_build/deb-check.out"
+    count "$top/_build/deb-check.out"
+    [ "$deb_rc" -eq 0 ] || [ "$deb_rc" -eq 77 ] || failed_stages+=("Debian packages")
 fi
 
 echo

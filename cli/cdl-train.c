@@ -23,6 +23,7 @@ enum {
     OPT_DEVICE, OPT_NESTEROV, OPT_DAMPENING, OPT_STEP_EPOCHS, OPT_SYNTH_N, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32, OPT_GRAPHS,
     OPT_METRICS_EVERY,
+    OPT_IMAGE_SIZE, OPT_CHANNELS, OPT_LABEL_COLUMN, OPT_SKIP_BAD, OPT_NORMALIZE, OPT_AUGMENT,
 };
 
 static const struct option long_opts[] = {
@@ -59,6 +60,12 @@ static const struct option long_opts[] = {
     {"cuda-graphs", required_argument, NULL, OPT_GRAPHS},
     {"dist-backend", required_argument, NULL, OPT_DIST},
     {"synthetic-size", required_argument, NULL, OPT_SYNTH_N},
+    {"image-size", required_argument, NULL, OPT_IMAGE_SIZE},
+    {"channels", required_argument, NULL, OPT_CHANNELS},
+    {"label-column", required_argument, NULL, OPT_LABEL_COLUMN},
+    {"skip-bad-files", no_argument, NULL, OPT_SKIP_BAD},
+    {"normalize", required_argument, NULL, OPT_NORMALIZE},
+    {"augment", required_argument, NULL, OPT_AUGMENT},
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"quiet", no_argument, NULL, 'q'},
@@ -76,9 +83,20 @@ static void usage(FILE *f)
 "\n"
 "Model and data:\n"
 "  -m, --model lenet|mlp|FILE   built-in model or a model spec file [lenet]\n"
-"  -d, --dataset NAME           fashion-mnist, mnist, cifar10 or synthetic [fashion-mnist]\n"
-"      --data-dir DIR           dataset files [fashion-mnist: " CDL_FASHION_MNIST_DIR "]\n"
+"  -d, --dataset NAME           fashion-mnist, mnist, cifar10, synthetic, or your data:\n"
+"                               imagefolder, npy, npz, csv (NAME:PATH = --data-dir PATH)\n"
+"                               [fashion-mnist]\n"
+"      --data-dir PATH          dataset folder or file [fashion-mnist: " CDL_FASHION_MNIST_DIR "]\n"
 "      --synthetic-size N       samples of the synthetic dataset [10000]\n"
+"      --image-size N           imagefolder: shorter side to N, centre N x N crop\n"
+"                               [0: the first picture's size]\n"
+"      --channels 1|3           imagefolder: grayscale or RGB [the first picture's]\n"
+"      --skip-bad-files         imagefolder: leave out unreadable pictures (counted)\n"
+"      --label-column NAME      csv: the label column [label, else the last]\n"
+"      --normalize auto|none|MEAN,STD|M1,..,Mc,S1,..,Sc\n"
+"                               per-channel (x-mean)/std [named datasets: their\n"
+"                               published values; others: auto = computed]\n"
+"      --augment none|crop|flip|crop+flip  pictures [cifar10: crop+flip, else none]\n"
 "Training:\n"
 "  -e, --epochs N               [10]\n"
 "      --batch-size N           samples per step and rank [64]\n"
@@ -210,6 +228,81 @@ static int one_of(const char *opt, const char *s, const char *const *choices, ch
     return bad(opt, s, why);
 }
 
+/* --dataset NAME or NAME:PATH (= --data-dir PATH); a typo gets the
+ * nearest name. */
+static int parse_dataset(const char *opt, const char *a, cdl_train_config *cfg)
+{
+    static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", "synthetic",
+                                           "imagefolder", "npy", "npz", "csv", NULL};
+    static const char *const aliases[] = {"folder", "imagefolder", "image-folder", "imagefolder",
+                                          "ImageFolder", "imagefolder", "fashion_mnist",
+                                          "fashion-mnist", "fmnist", "fashion-mnist", NULL};
+    char kind[32];
+    const char *colon = strchr(a, ':');
+    size_t len = colon ? (size_t)(colon - a) : strlen(a);
+    if (len >= sizeof kind)
+        len = sizeof kind - 1;
+    memcpy(kind, a, len);
+    kind[len] = 0;
+    for (int i = 0; datasets[i]; i++)
+        if (!strcmp(kind, datasets[i])) {
+            if (colon && i < 4)
+                return bad(opt, a, "NAME:PATH is for imagefolder, npy, npz and csv; the named "
+                           "datasets take --data-dir");
+            if (colon && copy_str("data-dir", colon + 1, cfg->data_dir, sizeof cfg->data_dir))
+                return -1;
+            return copy_str(opt, kind, cfg->dataset, sizeof cfg->dataset);
+        }
+    char why[200], hint[64] = "";
+    for (int i = 0; aliases[i]; i += 2)
+        if (!strcmp(kind, aliases[i]))
+            snprintf(hint, sizeof hint, "; use %s", aliases[i + 1]);
+    if (!hint[0])
+        suggest_value(kind, datasets, hint, sizeof hint);
+    snprintf(why, sizeof why, "expected fashion-mnist, mnist, cifar10, synthetic, imagefolder, "
+             "npy, npz or csv%s", hint);
+    return bad(opt, a, why);
+}
+
+/* --normalize auto|none|MEAN,STD|M1,...,Mc,S1,...,Sc */
+static int parse_normalize(const char *opt, const char *a, cdl_train_config *cfg)
+{
+    if (!strcmp(a, "auto")) {
+        cfg->normalize = CDL_NORMALIZE_COMPUTE;
+        return 0;
+    }
+    if (!strcmp(a, "none")) {
+        cfg->normalize = CDL_NORMALIZE_NONE;
+        return 0;
+    }
+    float v[32];
+    int n = 0;
+    const char *p = a;
+    for (;;) {
+        char *end;
+        errno = 0;
+        double x = strtod(p, &end);
+        if (end == p || errno || !isfinite(x) || n == 32 || (*end && *end != ','))
+            return bad(opt, a, "expected auto, none, MEAN,STD or per channel M1,..,Mc,S1,..,Sc "
+                       "(at most 16 channels)");
+        v[n++] = (float)x;
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    if (n % 2)
+        return bad(opt, a, "give as many standard deviations as means");
+    cfg->norm_count = n / 2;
+    for (int k = 0; k < n / 2; k++) {
+        cfg->norm_mean[k] = v[k];
+        cfg->norm_std[k] = v[n / 2 + k];
+        if (!(cfg->norm_std[k] > 0))
+            return bad(opt, a, "a standard deviation must be > 0");
+    }
+    cfg->normalize = CDL_NORMALIZE_GIVEN;
+    return 0;
+}
+
 /* Slurm's CPU count above what this process may run on (a cgroup or a
  * launcher's binding smaller than --cpus-per-task): libcdl uses the smaller
  * (cdl_default_threads); say so once, in one line. */
@@ -269,7 +362,6 @@ static int read_env(cdl_train_config *cfg)
 /* Fills cfg from argv; returns 0, 1 for --help/--version (exit 0) or -1. */
 static int parse_args(int argc, char **argv, cdl_train_config *cfg)
 {
-    static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", NULL};
     static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
     static const char *const dists[] = {"auto", "shm", "mpi", "hier", "hier:mpi", "hier:nccl",
                                         "hier:store", "nccl", "single", NULL};
@@ -285,7 +377,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
                 name = long_opts[i].name;
         switch (c) {
         case 'm': rc = copy_str(name, a, cfg->model, sizeof cfg->model); break;
-        case 'd': rc = one_of(name, a, datasets, cfg->dataset, sizeof cfg->dataset); break;
+        case 'd': rc = parse_dataset(name, a, cfg); break;
         case OPT_DATA_DIR: rc = copy_str(name, a, cfg->data_dir, sizeof cfg->data_dir); break;
         case 'e': rc = parse_int(name, a, 1, 100000, &cfg->epochs); break;
         case OPT_BATCH: rc = parse_int(name, a, 1, 65536, &cfg->batch_size); break;
@@ -366,6 +458,28 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         }
         case OPT_DIST: rc = one_of(name, a, dists, cfg->dist_backend, sizeof cfg->dist_backend); break;
         case OPT_SYNTH_N: rc = parse_int(name, a, 1, 10000000, &cfg->synthetic_n); break;
+        case OPT_IMAGE_SIZE: rc = parse_int(name, a, 1, 4096, &cfg->image_size); break;
+        case OPT_CHANNELS: {
+            static const char *const ch[] = {"1", "3", NULL};
+            char v[4];
+            if ((rc = one_of(name, a, ch, v, sizeof v)) == 0)
+                cfg->image_channels = atoi(v);
+            break;
+        }
+        case OPT_LABEL_COLUMN:
+            rc = copy_str(name, a, cfg->label_column, sizeof cfg->label_column);
+            break;
+        case OPT_SKIP_BAD: cfg->skip_bad_files = 1; break;
+        case OPT_NORMALIZE: rc = parse_normalize(name, a, cfg); break;
+        case OPT_AUGMENT: {
+            static const char *const aug[] = {"none", "crop+flip", "crop", "flip", NULL};
+            char v[16];
+            if ((rc = one_of(name, a, aug, v, sizeof v)) == 0)
+                for (int k = 0; aug[k]; k++)
+                    if (!strcmp(v, aug[k]))
+                        cfg->augment = k;   /* the order of enum cdl_augment */
+            break;
+        }
         case OPT_PROGRESS: cfg->progress = 1; break;
         case OPT_NO_PROGRESS: cfg->progress = 0; break;
         case 'q': cfg->quiet = 1; break;

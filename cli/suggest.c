@@ -83,3 +83,21 @@ int suggest_option(const char *arg, const char *const *known, const char *const 
     snprintf(hint, n, "; did you mean --%s?", best);
     return 1;
 }
+
+int suggest_value(const char *arg, const char *const *known, char *hint, size_t n)
+{
+    char opt[NAME_MAX_LEN + 2], h[NAME_MAX_LEN + 32];
+    hint[0] = '\0';
+    if (!*arg || strlen(arg) >= NAME_MAX_LEN - 1 || strchr(arg, '='))
+        return 0;
+    snprintf(opt, sizeof opt, "--%s", arg);
+    /* The same rules as for option names; the hint names a value, not --X. */
+    if (!suggest_option(opt, known, NULL, h, sizeof h))
+        return 0;
+    const char *name = strstr(h, "--");
+    size_t len = name ? strcspn(name + 2, "? (") : 0;
+    if (!name || !len)
+        return 0;
+    snprintf(hint, n, "; did you mean %.*s?", (int)len, name + 2);
+    return 1;
+}

@@ -13,4 +13,8 @@
 int suggest_option(const char *arg, const char *const *known, const char *const *aliases,
                    char *hint, size_t n);
 
+/* The nearest of known (NULL-terminated) to a mistyped value, within 2
+ * edits or as its unique prefix: "; did you mean X?" into hint, 1; else "", 0. */
+int suggest_value(const char *arg, const char *const *known, char *hint, size_t n);
+
 #endif

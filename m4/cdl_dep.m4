@@ -23,6 +23,7 @@ AS_IF([test "x$with_$1" = xno],
       AC_LINK_IFELSE([AC_LANG_CALL([], [$7])],
         [have_$1=yes], [have_$1=no])
       AC_MSG_RESULT([$have_$1])], [], [[#include <stdarg.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>]])

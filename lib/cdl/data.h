@@ -26,12 +26,68 @@ typedef struct cdl_dataset {
     int n;                    /* samples */
     cdl_shape shape;          /* per sample */
     int classes;
-    uint8_t *images;          /* n * c*h*w, channel-major per sample */
+    uint8_t *images;          /* n * c*h*w, channel-major per sample; NULL when features
+                               * hold the samples */
     int32_t *labels;          /* n */
     float mean[3], std[3];    /* per-channel normalisation applied by the loader */
     char **class_names;       /* classes entries, NULL when the dataset has none (idx, CIFAR,
                                * synthetic, integer labels); owned, freed by cdl_dataset_free */
+    float *features;          /* n * c*h*w float32 samples (CSV tables, float .npy), instead
+                               * of images; normalised by the loader like them */
+    float *channel_mean;      /* shape.c entries each when shape.c > 3 (CSV columns, arrays */
+    float *channel_std;       /* with many channels), else NULL: mean/std hold them; owned */
+    long skipped;             /* unreadable files left out (--skip-bad-files) */
 } cdl_dataset;
+
+/* The formats a dataset can be read from besides the named datasets
+ * (docs/data.md): "imagefolder" (one subdirectory of PNG/JPEG files per
+ * class), "npy" (a directory of x_train.npy, y_train.npy ...), "npz" (one
+ * archive holding x_train, y_train ...) and "csv" (a table with a header
+ * row). Their path is --data-dir (a directory or a file). */
+#define CDL_DATASET_FORMATS "imagefolder, npy, npz, csv"
+
+/* How samples are normalised: per channel (x - mean) / std, x = v/255 for
+ * uint8 pixels, the value itself for float features. */
+enum cdl_normalize {
+    CDL_NORMALIZE_DEFAULT = 0,  /* named datasets: their published constants; formats: computed
+                                 * from the training split in one pass */
+    CDL_NORMALIZE_COMPUTE,      /* computed from the split that is loaded */
+    CDL_NORMALIZE_GIVEN,        /* norm_mean/norm_std below */
+    CDL_NORMALIZE_NONE,         /* mean 0, std 1 */
+};
+
+/* Options of cdl_dataset_load_with; cdl_dataset_options_defaults sets size
+ * and zeroes the rest (a libcdl with more fields reads only those a caller
+ * knows, as with cdl_loader_config). */
+typedef struct cdl_dataset_options {
+    size_t size;
+    int image_size;           /* imagefolder: resize the shorter side to this and crop the
+                               * centre square; 0 = the size of the first image (others are
+                               * resized and cropped to it) */
+    int channels;             /* imagefolder: 1 (grayscale) or 3 (RGB); 0 = 1 if the first
+                               * image is grayscale, else 3 */
+    int threads;              /* imagefolder: decoding threads (0 = cdl_default_threads()) */
+    int skip_bad_files;       /* imagefolder: leave out unreadable files (counted in
+                               * cdl_dataset.skipped) instead of failing */
+    const char *label_column; /* csv: the label column's header name (NULL = "label" if present,
+                               * else the last column) */
+    int normalize;            /* enum cdl_normalize */
+    int norm_count;           /* GIVEN: 1 (every channel) or shape.c values in each array */
+    const float *norm_mean, *norm_std;
+} cdl_dataset_options;
+
+void cdl_dataset_options_defaults(cdl_dataset_options *o);
+
+/* cdl_dataset_load, with options; name may also be a format of
+ * CDL_DATASET_FORMATS, path its directory or file (required for them).
+ * Returns 1 (out empty, no error) for the test split (train = 0) of data that
+ * has none, 0 on success, -1 with an error naming the file. */
+int cdl_dataset_load_with(const char *name, const char *path, int train,
+                          const cdl_dataset_options *opt, cdl_dataset *out);
+
+/* Gives dst the normalisation of src (the test split takes the training
+ * split's): same channel count required. */
+int cdl_dataset_copy_normalization(cdl_dataset *dst, const cdl_dataset *src);
 
 /* Loads the train (train = 1) or test split of "fashion-mnist" or "mnist"
  * (idx files, gzip or raw: train-images-idx3-ubyte[.gz] ...) or "cifar10"
@@ -45,12 +101,21 @@ int cdl_dataset_synthetic(int n, cdl_shape shape, int classes, uint64_t seed, cd
 
 void cdl_dataset_free(cdl_dataset *d);
 
+/* cdl_loader_config.augment; 1 is crop + flip, as before there was a choice. */
+enum cdl_augment {
+    CDL_AUGMENT_NONE = 0,
+    CDL_AUGMENT_CROP_FLIP = 1,
+    CDL_AUGMENT_CROP = 2,
+    CDL_AUGMENT_FLIP = 3,
+};
+
 typedef struct cdl_loader_config {
     size_t size;              /* sizeof(cdl_loader_config): set by cdl_loader_defaults, so a
                                * libcdl with more fields reads only those a caller knows */
     int batch_size;
     int shuffle;              /* a fresh permutation each epoch from seed+epoch */
-    int augment;              /* CIFAR: random crop (4-pixel zero padding) + horizontal flip */
+    int augment;              /* enum cdl_augment: random crop (4-pixel zero padding) and/or
+                               * horizontal flip; images only */
     int drop_last;            /* drop the last partial batch */
     int pad;                  /* data-parallel training: every rank gets ceil(N/W) samples,
                                  wrapping around (DistributedSampler); 0 for validation */

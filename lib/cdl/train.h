@@ -21,7 +21,8 @@ typedef struct cdl_train_config {
     size_t size;              /* sizeof(cdl_train_config): set by cdl_train_defaults, so a
                                * libcdl with more fields reads only those a caller knows */
     char model[256];          /* "lenet", "mlp" or a spec file path */
-    char dataset[32];         /* "fashion-mnist", "mnist", "cifar10", "synthetic" */
+    char dataset[32];         /* "fashion-mnist", "mnist", "cifar10", "synthetic" or a format
+                               * of CDL_DATASET_FORMATS (data_dir: its folder or file) */
     char data_dir[1024];      /* "" = the dataset's default */
     int epochs;
     int batch_size;           /* per rank */
@@ -74,6 +75,17 @@ typedef struct cdl_train_config {
     /* --metrics-every: also a "step" record in the metrics file every N
      * optimizer steps (0, the default: epoch records only). */
     long metrics_every;
+    /* Data (docs/data.md): the augmentation (enum cdl_augment; -1, the
+     * default, = crop+flip for cifar10, else none), and what
+     * cdl_dataset_options says for the formats of CDL_DATASET_FORMATS. */
+    int augment;
+    int image_size;           /* --image-size (0: the first picture's size) */
+    int image_channels;       /* --channels 1|3 (0: from the first picture) */
+    int skip_bad_files;       /* --skip-bad-files */
+    char label_column[128];   /* --label-column ("" = "label", else the last column) */
+    int normalize;            /* enum cdl_normalize (--normalize) */
+    int norm_count;           /* CDL_NORMALIZE_GIVEN: values in norm_mean and norm_std */
+    float norm_mean[16], norm_std[16];
 } cdl_train_config;
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,

@@ -1,4 +1,4 @@
-/* uint8 sample -> normalised float, with the optional CIFAR augmentation
+/* uint8 sample -> normalised float, with the optional augmentation
  * (random crop of the image zero-padded by AUG_PAD on each side, then a
  * horizontal flip with p = 0.5).
  *
@@ -17,7 +17,7 @@
 /* Keeps augmentation streams apart from the shuffle streams rng_seed2(seed, epoch). */
 #define AUG_DOMAIN 0x6175676d656e7421ull
 
-aug_params augment_draw(uint64_t seed, int epoch, long pos)
+aug_params augment_draw(uint64_t seed, int epoch, long pos, int mode)
 {
     rng_state r;
     /* One stream per (epoch, position): positions stay below 2^40. */
@@ -26,7 +26,21 @@ aug_params augment_draw(uint64_t seed, int epoch, long pos)
     a.dy = (int)rng_below(&r, 2 * AUG_PAD + 1);
     a.dx = (int)rng_below(&r, 2 * AUG_PAD + 1);
     a.flip = (int)(rng_next(&r) >> 63);
+    /* One stream for every mode: crop alone is crop+flip's crops. */
+    if (mode == CDL_AUGMENT_FLIP)
+        a.dy = a.dx = AUG_PAD;
+    if (mode == CDL_AUGMENT_CROP)
+        a.flip = 0;
     return a;
+}
+
+void convert_features(const float *src, cdl_shape s, const float *mean, const float *std,
+                      float *dst)
+{
+    const size_t plane = (size_t)s.h * s.w;
+    for (int k = 0; k < s.c; k++)
+        for (size_t i = 0; i < plane; i++)
+            dst[k * plane + i] = (src[k * plane + i] - mean[k]) / std[k];
 }
 
 void normalise_lut(float lut[256], float mean, float std)

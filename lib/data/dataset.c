@@ -1,12 +1,15 @@
 /* The datasets cdl knows: where their files live by default, what to tell a
  * user who lacks them, and their per-channel normalisation constants (the
  * usual published means and standard deviations of the training sets). */
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
 
 #include "lib/core/rng.h"
+#include "lib/core/sized.h"
 #include "lib/data/internal.h"
 
 enum { FORMAT_IDX, FORMAT_CIFAR };
@@ -46,32 +49,192 @@ static void set_normalisation(cdl_dataset *d, const float *mean, const float *st
     }
 }
 
-int cdl_dataset_load(const char *name, const char *dir, int train, cdl_dataset *out)
+void cdl_dataset_options_defaults(cdl_dataset_options *o)
 {
-    if (!out)
-        return cdl_error("cdl_dataset_load: out is NULL");
-    memset(out, 0, sizeof *out);
-    if (!name)
-        return cdl_error("cdl_dataset_load: no dataset name: use fashion-mnist, mnist or cifar10");
+    memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
+}
+
+static int load_named(const char *name, const char *dir, int train, cdl_dataset *out)
+{
     const dataset_info *info = NULL;
     for (size_t i = 0; i < sizeof datasets / sizeof datasets[0]; i++)
         if (strcmp(name, datasets[i].name) == 0)
             info = &datasets[i];
     if (!info)
-        return cdl_error("unknown dataset '%s': use fashion-mnist, mnist or cifar10 "
+        return cdl_error("unknown dataset '%s': use fashion-mnist, mnist, cifar10 or a format "
+                         "(" CDL_DATASET_FORMATS ") with --data-dir "
                          "(synthetic data is made, not loaded)", name);
     if (!dir || !*dir)
         dir = info->default_dir;
 
     int rc = info->format == FORMAT_IDX ? idx_read(dir, train, 10, info->hint, out)
                                         : cifar_read(dir, train, info->hint, out);
+    if (rc)
+        return -1;
+    snprintf(out->name, sizeof out->name, "%s", info->name);
+    out->classes = 10;
+    set_normalisation(out, info->mean, info->std, out->shape.c);
+    return 0;
+}
+
+/* The format readers; 1 = no such split. */
+static int load_format(const char *name, const char *path, int train,
+                       const cdl_dataset_options *o, cdl_dataset *out)
+{
+    if (!path || !*path)
+        return cdl_error("--dataset %s needs --data-dir: the folder or file holding the data "
+                         "(docs/data.md)", name);
+    int rc;
+    if (!strcmp(name, "imagefolder"))
+        rc = imagefolder_read(path, train, o, out);
+    else if (!strcmp(name, "npy"))
+        rc = npy_read_dir(path, train, out);
+    else if (!strcmp(name, "npz"))
+        rc = npz_read(path, train, out);
+    else
+        rc = csv_read(path, train, o->label_column, out);
+    if (rc)
+        return rc;
+    snprintf(out->name, sizeof out->name, "%s", name);
+    return 0;
+}
+
+static int is_format(const char *name)
+{
+    return !strcmp(name, "imagefolder") || !strcmp(name, "npy") || !strcmp(name, "npz") ||
+           !strcmp(name, "csv");
+}
+
+/* Given values: 1 for every channel or one per channel. */
+static int set_given(cdl_dataset *d, const cdl_dataset_options *o)
+{
+    int c = d->shape.c;
+    if (o->norm_count != 1 && o->norm_count != c)
+        return cdl_error("--normalize gives %d mean/std pairs but '%s' has %d channels: give "
+                         "one pair or %d", o->norm_count, d->name, c, c);
+    for (int k = 0; k < o->norm_count; k++)
+        if (!(o->norm_std[k] > 0) || !isfinite(o->norm_mean[k]))
+            return cdl_error("--normalize: std %g must be > 0 and mean %g finite",
+                             (double)o->norm_std[k], (double)o->norm_mean[k]);
+    float *m = d->channel_mean ? d->channel_mean : d->mean;
+    float *s = d->channel_mean ? d->channel_std : d->std;
+    for (int k = 0; k < c; k++) {
+        m[k] = o->norm_mean[o->norm_count == 1 ? 0 : k];
+        s[k] = o->norm_std[o->norm_count == 1 ? 0 : k];
+    }
+    return 0;
+}
+
+int cdl_dataset_load_with(const char *name, const char *path, int train,
+                          const cdl_dataset_options *opt, cdl_dataset *out)
+{
+    if (!out)
+        return cdl_error("cdl_dataset_load: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!name)
+        return cdl_error("cdl_dataset_load: no dataset name: use fashion-mnist, mnist, cifar10 "
+                         "or one of " CDL_DATASET_FORMATS);
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    if (opt && sized_read(opt, &o, sizeof o,
+                          offsetof(cdl_dataset_options, norm_std) + sizeof o.norm_std,
+                          "cdl_dataset_options", "cdl_dataset_options_defaults"))
+        return -1;
+    int format = is_format(name);
+    int rc = format ? load_format(name, path, train, &o, out) : load_named(name, path, train, out);
+    if (rc) {
+        cdl_dataset_free(out);
+        return rc;
+    }
+    if (out->shape.c > 3) {
+        out->channel_mean = cdl_calloc((size_t)out->shape.c, sizeof(float));
+        out->channel_std = cdl_calloc((size_t)out->shape.c, sizeof(float));
+        if (!out->channel_mean || !out->channel_std) {
+            cdl_dataset_free(out);
+            return -1;
+        }
+    }
+    int mode = o.normalize;
+    if (mode == CDL_NORMALIZE_DEFAULT && format)
+        mode = CDL_NORMALIZE_COMPUTE;
+    if (mode == CDL_NORMALIZE_COMPUTE)
+        rc = dataset_compute_normalization(out);
+    else if (mode == CDL_NORMALIZE_GIVEN)
+        rc = set_given(out, &o);
+    else if (mode == CDL_NORMALIZE_NONE) {
+        const float zero[1] = {0}, one[1] = {1};
+        cdl_dataset_options none = o;
+        none.norm_count = 1;
+        none.norm_mean = zero;
+        none.norm_std = one;
+        rc = set_given(out, &none);
+    }
     if (rc) {
         cdl_dataset_free(out);
         return -1;
     }
-    snprintf(out->name, sizeof out->name, "%s", info->name);
-    out->classes = 10;
-    set_normalisation(out, info->mean, info->std, out->shape.c);
+    return 0;
+}
+
+int cdl_dataset_load(const char *name, const char *dir, int train, cdl_dataset *out)
+{
+    int rc = cdl_dataset_load_with(name, dir, train, NULL, out);
+    if (rc == 1)
+        return cdl_error("%s: the data in %s has no %s split", name, dir ? dir : "",
+                         train ? "training" : "test");
+    return rc;
+}
+
+int cdl_dataset_copy_normalization(cdl_dataset *dst, const cdl_dataset *src)
+{
+    if (!dst || !src || dst->shape.c != src->shape.c ||
+        !dst->channel_mean != !src->channel_mean)
+        return cdl_error("cdl_dataset_copy_normalization: the datasets differ in channels");
+    memcpy(dst->mean, src->mean, sizeof dst->mean);
+    memcpy(dst->std, src->std, sizeof dst->std);
+    if (src->channel_mean) {
+        memcpy(dst->channel_mean, src->channel_mean, (size_t)src->shape.c * sizeof(float));
+        memcpy(dst->channel_std, src->channel_std, (size_t)src->shape.c * sizeof(float));
+    }
+    return 0;
+}
+
+/* Pixels: a histogram per channel (exact, one pass); features: sums in
+ * double. Population std, as a NumPy x.std() over the training set. */
+int dataset_compute_normalization(cdl_dataset *d)
+{
+    const int c = d->shape.c;
+    const size_t plane = (size_t)d->shape.h * d->shape.w;
+    float *m = d->channel_mean ? d->channel_mean : d->mean;
+    float *s = d->channel_mean ? d->channel_std : d->std;
+    for (int k = 0; k < c; k++) {
+        double sum = 0, sq = 0, cnt = (double)plane * d->n;
+        if (d->images) {
+            uint64_t hist[256] = {0};
+            for (int i = 0; i < d->n; i++) {
+                const uint8_t *p = d->images + ((size_t)i * c + k) * plane;
+                for (size_t j = 0; j < plane; j++)
+                    hist[p[j]]++;
+            }
+            for (int v = 0; v < 256; v++) {
+                double x = v / 255.0;
+                sum += x * (double)hist[v];
+                sq += x * x * (double)hist[v];
+            }
+        } else {
+            for (int i = 0; i < d->n; i++) {
+                const float *p = d->features + ((size_t)i * c + k) * plane;
+                for (size_t j = 0; j < plane; j++) {
+                    sum += p[j];
+                    sq += (double)p[j] * p[j];
+                }
+            }
+        }
+        double mean = sum / cnt, var = sq / cnt - mean * mean;
+        m[k] = (float)mean;
+        s[k] = var > 1e-12 ? (float)sqrt(var) : 1.0f;   /* a constant column: left as is */
+    }
     return 0;
 }
 
@@ -123,6 +286,9 @@ void cdl_dataset_free(cdl_dataset *d)
         return;
     cdl_free(d->images);
     cdl_free(d->labels);
+    cdl_free(d->features);
+    cdl_free(d->channel_mean);
+    cdl_free(d->channel_std);
     if (d->class_names) {
         for (int k = 0; k < d->classes; k++)
             cdl_free(d->class_names[k]);

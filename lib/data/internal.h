@@ -24,6 +24,83 @@ int idx_read(const char *dir, int train, int classes, const char *hint, cdl_data
  * dir: records of 1 label byte + 3x32x32 bytes. Fills n, shape, images, labels. */
 int cifar_read(const char *dir, int train, const char *hint, cdl_dataset *out);
 
+/* The whole of a regular file in memory (cdl_malloc'd, *len bytes; a file
+ * over max bytes is an error naming it). */
+int data_read_file(const char *path, size_t max, const char *hint, uint8_t **buf, size_t *len);
+
+/* s with bytes that are not printable UTF-8 written as \xNN, for error
+ * messages: file names are bytes, a terminal or log wants text. buf (len
+ * bytes) is returned. */
+const char *data_printable(const char *s, char *buf, size_t len);
+
+/* 1 if s is valid UTF-8 without control characters. */
+int data_utf8_ok(const char *s);
+
+/* A decoded picture: h rows of w pixels of c (1 or 3) interleaved bytes. */
+typedef struct image_buf {
+    uint8_t *px;
+    int h, w, c;
+} image_buf;
+
+/* Decodes a PNG or JPEG (told apart by their magic bytes) held in memory;
+ * name is the file for errors. Grayscale stays 1 channel, everything else
+ * (palette, alpha, 16-bit) becomes 8-bit RGB. A format cdl was built
+ * without is an error naming the file and the configure option. */
+int image_decode(const uint8_t *data, size_t len, const char *name, image_buf *out);
+
+/* Only the size and channel count of an encoded image (the header). */
+int image_probe(const uint8_t *data, size_t len, const char *name, int *h, int *w, int *c);
+
+/* in -> dst (c, h, w) uint8: scaled (bilinear, antialiased when shrinking)
+ * so it covers h x w with its aspect ratio kept, the centre h x w cropped,
+ * converted to c channels (gray -> RGB repeats it, RGB -> gray is the
+ * ITU-R 601 luma PIL uses). Same size: a plain copy. */
+int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst);
+
+/* Reads an ImageFolder tree (imagefolder.c). train = 0 reads the test split
+ * (dir/test or dir/val), with the class list of dir/train. 1 = no such split. */
+int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, cdl_dataset *out);
+
+/* A parsed .npy array held in memory (npy.c): data points into the buffer. */
+typedef struct npy_array {
+    char kind;        /* 'u', 'i', 'f' */
+    int itemsize;     /* 1, 2, 4, 8 */
+    int ndim;
+    long shape[8];
+    size_t count;     /* elements */
+    const uint8_t *data;
+} npy_array;
+
+/* Parses the .npy bytes buf (name for errors): little-endian or one-byte
+ * numbers, C order, data size checked against the declared shape. */
+int npy_parse(const uint8_t *buf, size_t len, const char *name, npy_array *a);
+
+/* x (images or features) and y (labels) arrays -> out (npy.c). */
+int npy_to_dataset(const npy_array *x, const npy_array *y, const char *xname, const char *yname,
+                   cdl_dataset *out);
+
+/* path = a directory of x_train.npy/y_train.npy (x_test.npy/y_test.npy), or
+ * x.npy/y.npy as the training split; npz: one archive with those names. */
+int npy_read_dir(const char *dir, int train, cdl_dataset *out);
+int npz_read(const char *path, int train, cdl_dataset *out);
+/* The same from an archive in memory (the fuzz target). */
+int npz_read_mem(const uint8_t *buf, size_t len, const char *name, int train, cdl_dataset *out);
+
+/* A CSV table in memory (RFC 4180, header row) -> features (f,1,1) and
+ * labels (csv.c). label_column NULL = "label" if present, else the last
+ * column. names (nnames) = the training split's class names the labels must
+ * be among, or NULL to take them from this table. */
+int csv_parse(const char *buf, size_t len, const char *name, const char *label_column,
+              char *const *names, int nnames, cdl_dataset *out);
+
+/* path = a CSV file (the training split) or a directory holding train.csv
+ * and test.csv. */
+int csv_read(const char *path, int train, const char *label_column, cdl_dataset *out);
+
+/* Per-channel mean and std of d in one pass (formats.c): pixels as v/255,
+ * features as they are; a constant channel gets std 1. */
+int dataset_compute_normalization(cdl_dataset *d);
+
 /* ---------------------------------------------------------------- sampler */
 
 /* order (n) = the epoch's sample order: identity without shuffle, else a
@@ -58,9 +135,13 @@ static inline aug_params augment_none(void)
 }
 
 /* Counter-based draw for the sample at position pos (see sampler_position)
- * of epoch: a pure function of (seed, epoch, pos), so it never depends on
+ * of epoch, for mode (enum cdl_augment, not NONE): a pure function of (seed, epoch, pos), so it never depends on
  * which worker prepares the sample or when. */
-aug_params augment_draw(uint64_t seed, int epoch, long pos);
+aug_params augment_draw(uint64_t seed, int epoch, long pos, int mode);
+
+/* One float sample (c,h,w) -> (x - mean[k]) / std[k] per channel k. */
+void convert_features(const float *src, cdl_shape s, const float *mean, const float *std,
+                      float *dst);
 
 /* lut[v] = (v/255 - mean) / std in float32 operations, bit for bit what
  * torchvision's ToTensor + Normalize give. */

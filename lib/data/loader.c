@@ -40,7 +40,8 @@ struct cdl_loader {
     cdl_loader_config cfg;
     size_t sample_size;          /* c*h*w */
     long samples, batches;       /* per epoch, for this rank */
-    float luts[3][256];          /* per-channel normalisation */
+    float luts[3][256];          /* per-channel normalisation of uint8 images */
+    float *fmean, *fstd;         /* (c) the same for float features */
     int32_t *order;              /* (n) this epoch's order; read by workers */
     int epoch;
 
@@ -82,13 +83,20 @@ static void fill_batch(const cdl_loader *l, long b, slot *s)
     for (long k = k0; k < k1; k++) {
         long pos = sampler_position(c->rank, c->world, k);
         int32_t idx = l->order[pos % d->n];
+        float *dst = s->x + (size_t)(k - k0) * l->sample_size;
+        s->y[k - k0] = d->labels[idx];
+        if (d->features) {
+            convert_features(d->features + (size_t)idx * l->sample_size, d->shape, l->fmean,
+                             l->fstd, dst);
+            continue;
+        }
         if (k + 1 < k1)
             prefetch_sample(d->images + (size_t)l->order[(pos + c->world) % d->n] * l->sample_size,
                             l->sample_size);
-        aug_params a = c->augment ? augment_draw(c->seed, l->epoch, pos) : augment_none();
+        aug_params a = c->augment ? augment_draw(c->seed, l->epoch, pos, c->augment)
+                                  : augment_none();
         convert_sample(d->images + (size_t)idx * l->sample_size, d->shape,
-                       (const float (*)[256])l->luts, a, s->x + (size_t)(k - k0) * l->sample_size);
-        s->y[k - k0] = d->labels[idx];
+                       (const float (*)[256])l->luts, a, dst);
     }
     s->n = (int)(k1 - k0);
 }
@@ -131,13 +139,26 @@ static int check_config(const cdl_dataset *d, const cdl_loader_config *c)
 {
     if (!d || !c)
         return cdl_error("cdl_loader_create: dataset or config is NULL");
-    if (d->n <= 0 || !d->images || !d->labels || d->shape.c <= 0 || d->shape.h <= 0 ||
-        d->shape.w <= 0)
+    if (d->n <= 0 || (!d->images && !d->features) || !d->labels || d->shape.c <= 0 ||
+        d->shape.h <= 0 || d->shape.w <= 0)
         return cdl_error("cdl_loader_create: dataset '%s' is empty or not loaded", d->name);
-    for (int k = 0; k < (d->shape.c < 3 ? d->shape.c : 3); k++)
-        if (!(d->std[k] > 0))
-            return cdl_error("dataset '%s': std[%d] = %g must be > 0", d->name, k,
-                             (double)d->std[k]);
+    if (d->images && d->shape.c > 3)
+        return cdl_error("dataset '%s': uint8 images have at most 3 channels, not %d", d->name,
+                         d->shape.c);
+    if (d->shape.c > 3 && (!d->channel_mean || !d->channel_std))
+        return cdl_error("dataset '%s': %d channels need channel_mean/channel_std", d->name,
+                         d->shape.c);
+    for (int k = 0; k < d->shape.c; k++) {
+        float sd = d->shape.c > 3 ? d->channel_std[k] : d->std[k];
+        if (!(sd > 0))
+            return cdl_error("dataset '%s': std[%d] = %g must be > 0", d->name, k, (double)sd);
+    }
+    if (c->augment < 0 || c->augment > CDL_AUGMENT_FLIP)
+        return cdl_error("loader: augment %d: use enum cdl_augment (--augment "
+                         "none|crop|flip|crop+flip)", c->augment);
+    if (c->augment && !d->images)
+        return cdl_error("--augment crop/flip needs pictures, but dataset '%s' holds features: "
+                         "use --augment none", d->name);
     if (c->batch_size <= 0)
         return cdl_error("loader: batch size %d must be >= 1 (--batch-size)", c->batch_size);
     if (c->world <= 0 || c->rank < 0 || c->rank >= c->world)
@@ -172,6 +193,8 @@ static void loader_destroy(cdl_loader *l, int sync_ready)
     cdl_free(l->slots);
     cdl_free(l->threads);
     cdl_free(l->order);
+    cdl_free(l->fmean);
+    cdl_free(l->fstd);
     cdl_free(l);
 }
 
@@ -230,6 +253,18 @@ cdl_loader *cdl_loader_create(const cdl_dataset *d, const cdl_loader_config *cfg
     if (nslots > batches)
         nslots = batches > 0 ? (int)batches : 1;
     l->nslots = nslots;
+    if (d->features) {
+        l->fmean = cdl_malloc((size_t)d->shape.c * sizeof(float));
+        l->fstd = cdl_malloc((size_t)d->shape.c * sizeof(float));
+        if (!l->fmean || !l->fstd) {
+            loader_destroy(l, 0);
+            return NULL;
+        }
+        for (int k = 0; k < d->shape.c; k++) {
+            l->fmean[k] = d->shape.c > 3 ? d->channel_mean[k] : d->mean[k];
+            l->fstd[k] = d->shape.c > 3 ? d->channel_std[k] : d->std[k];
+        }
+    }
     l->order = cdl_malloc((size_t)d->n * sizeof *l->order);
     l->slots = cdl_calloc((size_t)nslots, sizeof *l->slots);
     l->threads = cdl_calloc(c->workers ? (size_t)c->workers : 1, sizeof *l->threads);

@@ -2,3 +2,5 @@
 libcdl_core_la_SOURCES += lib/data/dataset.c lib/data/idx.c lib/data/cifar.c \
 	lib/data/sampler.c lib/data/augment.c lib/data/loader.c
 libcdl_core_la_SOURCES += lib/data/internal.h lib/data/open.c
+libcdl_core_la_SOURCES += lib/data/fileio.c lib/data/image.c lib/data/imagefolder.c
+libcdl_core_la_SOURCES += lib/data/npy.c lib/data/csv.c

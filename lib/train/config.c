@@ -30,6 +30,7 @@ void cdl_train_defaults(cdl_train_config *cfg)
     cfg->synthetic_n = 10000;
     cfg->progress = -1;
     cfg->tf32_conv = cfg->tf32_matmul = -1;
+    cfg->augment = -1;
 }
 
 /* Quotes s as a JSON string into out (len bytes); -1 if it does not fit. */

@@ -56,12 +56,40 @@ static int load_data(run *r)
         return 0;
     }
     const char *dir = c->data_dir[0] ? c->data_dir : NULL;
-    if (cdl_dataset_load(c->dataset, dir, 1, &r->train) != 0)
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.image_size = c->image_size;
+    o.channels = c->image_channels;
+    o.threads = c->threads;
+    o.skip_bad_files = c->skip_bad_files;
+    o.label_column = c->label_column[0] ? c->label_column : NULL;
+    o.normalize = c->normalize;
+    o.norm_count = c->norm_count;
+    o.norm_mean = c->norm_mean;
+    o.norm_std = c->norm_std;
+    if (cdl_dataset_load_with(c->dataset, dir, 1, &o, &r->train) != 0)
         return -1;
     r->have_train = 1;
-    if (cdl_dataset_load(c->dataset, dir, 0, &r->test) != 0)
+    if (r->train.skipped && !c->quiet && r->ri.rank == 0)
+        fprintf(stderr, "cdl-train: --skip-bad-files: left out %ld unreadable files of %s\n",
+                r->train.skipped, c->data_dir);
+    int rc = cdl_dataset_load_with(c->dataset, dir, 0, &o, &r->test);
+    if (rc < 0)
         return -1;
+    if (rc == 1)
+        return cdl_error("--dataset %s: %s has no test split: add test/ next to train/ (image "
+                         "folders), x_test/y_test (npy, npz) or test.csv (docs/data.md)",
+                         c->dataset, c->data_dir);
     r->have_test = 1;
+    /* The test split is normalised with the training split's statistics and
+     * its labels must be classes the model has. */
+    if (c->normalize != CDL_NORMALIZE_GIVEN && c->normalize != CDL_NORMALIZE_NONE &&
+        cdl_dataset_copy_normalization(&r->test, &r->train) != 0)
+        return -1;
+    if (r->test.classes > r->train.classes)
+        return cdl_error("%s: the test split has labels up to %d but the training split only %d "
+                         "classes", c->dataset, r->test.classes - 1, r->train.classes);
+    r->test.classes = r->train.classes;
     return 0;
 }
 
@@ -121,7 +149,8 @@ static int make_loaders(run *r)
         .size = sizeof(cdl_loader_config),
         .batch_size = c->batch_size,
         .shuffle = 1,
-        .augment = !strcmp(c->dataset, "cifar10"),
+        .augment = c->augment >= 0 ? c->augment
+                 : !strcmp(c->dataset, "cifar10") ? CDL_AUGMENT_CROP_FLIP : CDL_AUGMENT_NONE,
         .drop_last = c->drop_last,
         .pad = r->ri.world > 1,
         .workers = c->workers,

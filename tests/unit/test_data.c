@@ -615,14 +615,14 @@ static void test_augment_draws(void **state)
     (void)state;
     int hist_dy[9] = { 0 }, hist_dx[9] = { 0 }, flips = 0;
     for (long pos = 0; pos < 9000; pos++) {
-        aug_params a = augment_draw(5, 2, pos);
+        aug_params a = augment_draw(5, 2, pos, CDL_AUGMENT_CROP_FLIP);
         assert_in_range(a.dy, 0, 2 * AUG_PAD);
         assert_in_range(a.dx, 0, 2 * AUG_PAD);
         assert_in_range(a.flip, 0, 1);
         hist_dy[a.dy]++;
         hist_dx[a.dx]++;
         flips += a.flip;
-        aug_params again = augment_draw(5, 2, pos);
+        aug_params again = augment_draw(5, 2, pos, CDL_AUGMENT_CROP_FLIP);
         assert_memory_equal(&a, &again, sizeof a);
     }
     for (int i = 0; i < 9; i++) {   /* every offset occurs, roughly uniformly */
@@ -630,11 +630,11 @@ static void test_augment_draws(void **state)
         assert_in_range(hist_dx[i], 800, 1200);
     }
     assert_in_range(flips, 4200, 4800);
-    aug_params e0 = augment_draw(5, 0, 17), e1 = augment_draw(5, 1, 17);
-    aug_params s1 = augment_draw(6, 0, 17);
+    aug_params e0 = augment_draw(5, 0, 17, CDL_AUGMENT_CROP_FLIP), e1 = augment_draw(5, 1, 17, CDL_AUGMENT_CROP_FLIP);
+    aug_params s1 = augment_draw(6, 0, 17, CDL_AUGMENT_CROP_FLIP);
     int differ = 0;
     for (long pos = 0; pos < 32; pos++) {
-        e0 = augment_draw(5, 0, pos), e1 = augment_draw(5, 1, pos), s1 = augment_draw(6, 0, pos);
+        e0 = augment_draw(5, 0, pos, CDL_AUGMENT_CROP_FLIP), e1 = augment_draw(5, 1, pos, CDL_AUGMENT_CROP_FLIP), s1 = augment_draw(6, 0, pos, CDL_AUGMENT_CROP_FLIP);
         differ += memcmp(&e0, &e1, sizeof e0) != 0;
         differ += memcmp(&e0, &s1, sizeof e0) != 0;
     }
@@ -966,7 +966,7 @@ static void test_loader_workers_resume(void **state)
         long pos = 1 + 2 * k;
         int idx = order[pos % CN];
         convert_sample(d.images + (size_t)idx * 3072, d.shape, (const float (*)[256])luts,
-                       augment_draw(77, 3, pos), one);
+                       augment_draw(77, 3, pos, CDL_AUGMENT_CROP_FLIP), one);
         assert_memory_equal(one, ref + k * 3072, sizeof one);
         assert_int_equal(yref[k], d.labels[idx]);
     }

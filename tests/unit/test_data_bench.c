@@ -29,7 +29,7 @@ static double convert_ns(const cdl_dataset *d, int augment)
     for (int rep = 0; rep < 3; rep++) {
         double t0 = now();
         for (long i = 0; i < d->n; i++) {
-            aug_params a = augment ? augment_draw(1, rep, i) : augment_none();
+            aug_params a = augment ? augment_draw(1, rep, i, CDL_AUGMENT_CROP_FLIP) : augment_none();
             convert_sample(d->images + (size_t)i * ss, d->shape, (const float (*)[256])luts, a,
                            out + (size_t)(i % 64) * ss);
         }

@@ -1,0 +1,360 @@
+/* CSV tables (RFC 4180): a header row naming the columns, then one sample
+ * per row; every column but the label column is a number (a feature). The
+ * label column holds integers >= 0 (the class index) or any text (the
+ * classes are then the distinct strings sorted by byte value, as
+ * sklearn's LabelEncoder orders them). Fields may be quoted ("a ""b"", c"),
+ * quoted fields may hold commas and line breaks; lines end in LF or CRLF. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+#include "lib/data/internal.h"
+
+#define MAX_FILE_BYTES ((size_t)1 << 34)
+#define MAX_CLASSES 100000
+#define MAX_COLUMNS 100000
+
+typedef struct reader {
+    const char *p, *end;
+    const char *name;
+    long line;
+    char *field;       /* the current field, unquoted, NUL-terminated */
+    size_t flen, fcap;
+} reader;
+
+/* Reads one field; *eol = 1 when it ended its record (or the input). */
+static int next_field(reader *r, int *eol)
+{
+    r->flen = 0;
+    int quoted = r->p < r->end && *r->p == '"';
+    long start_line = r->line;
+    if (quoted)
+        r->p++;
+    for (;;) {
+        if (r->p >= r->end) {
+            if (quoted)
+                return cdl_error("%s:%ld: a quoted field is not closed before the end of the "
+                                 "file", r->name, start_line);
+            *eol = 1;
+            break;
+        }
+        char ch = *r->p;
+        if (quoted && ch == '"') {
+            if (r->p + 1 < r->end && r->p[1] == '"') {
+                r->p += 2;
+            } else {
+                r->p++;
+                quoted = 0;
+                if (r->p < r->end && *r->p != ',' && *r->p != '\n' && *r->p != '\r')
+                    return cdl_error("%s:%ld: text after a closing quote: quote the whole field "
+                                     "and double the quotes inside it (\"\")", r->name, r->line);
+                continue;
+            }
+        } else if (!quoted && ch == ',') {
+            r->p++;
+            *eol = 0;
+            break;
+        } else if (!quoted && (ch == '\n' || ch == '\r')) {
+            r->p += ch == '\r' && r->p + 1 < r->end && r->p[1] == '\n' ? 2 : 1;
+            r->line++;
+            *eol = 1;
+            break;
+        } else {
+            if (ch == '\n')
+                r->line++;
+            if (ch == '\0')
+                return cdl_error("%s:%ld: a NUL byte: not a text file", r->name, r->line);
+            r->p++;
+        }
+        if (r->flen + 2 > r->fcap) {
+            size_t cap = r->fcap ? 2 * r->fcap : 64;
+            char *f = realloc(r->field, cap);
+            if (!f)
+                return cdl_error("out of memory reading %s", r->name);
+            r->field = f;
+            r->fcap = cap;
+        }
+        r->field[r->flen++] = ch;
+    }
+    if (!r->field) {
+        r->field = malloc(64);
+        if (!r->field)
+            return cdl_error("out of memory reading %s", r->name);
+        r->fcap = 64;
+    }
+    r->field[r->flen] = 0;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A whole integer >= 0 that fits the class limit, or -1. */
+static long class_index(const char *s)
+{
+    if (!*s)
+        return -1;
+    for (const char *p = s; *p; p++)
+        if (*p < '0' || *p > '9')
+            return -1;
+    if (strlen(s) > 9)
+        return -1;
+    long v = atol(s);
+    return v < MAX_CLASSES ? v : -1;
+}
+
+int csv_parse(const char *buf, size_t len, const char *name, const char *label_column,
+              char *const *names, int nnames, cdl_dataset *out)
+{
+    reader r = {.p = buf, .end = buf + len, .name = name, .line = 1};
+    char **header = NULL, **labels = NULL;
+    float *feat = NULL;
+    int ncol = 0, label_col = -1, rc = 0, eol = 0;
+    long rows = 0, cap = 0;
+    /* Header. */
+    if (len >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3))
+        r.p += 3;   /* a UTF-8 byte order mark (spreadsheets write one) */
+    if (r.p >= r.end)
+        return cdl_error("%s is empty: a CSV table needs a header row and samples", name);
+    do {
+        if ((rc = next_field(&r, &eol)))
+            goto done;
+        if (ncol == MAX_COLUMNS) {
+            rc = cdl_error("%s: more than %d columns", name, MAX_COLUMNS);
+            goto done;
+        }
+        char **h = realloc(header, (size_t)(ncol + 1) * sizeof *h);
+        if (!h || !(h[ncol] = strdup(r.field))) {
+            header = h ? h : header;
+            rc = cdl_error("out of memory reading %s", name);
+            goto done;
+        }
+        header = h;
+        ncol++;
+    } while (!eol);
+    if (ncol < 2) {
+        rc = cdl_error("%s: the header has %d column: a table needs features and a label column",
+                       name, ncol);
+        goto done;
+    }
+    for (int k = 0; k < ncol; k++)
+        if (label_column ? !strcmp(header[k], label_column) : !strcmp(header[k], "label"))
+            label_col = k;
+    if (label_col < 0 && label_column) {
+        char pn[256];
+        rc = cdl_error("%s: no column named '%s' in the header (%s, ...): pass --label-column "
+                       "with one of its names", name, label_column,
+                       data_printable(header[0], pn, sizeof pn));
+        goto done;
+    }
+    if (label_col < 0)
+        label_col = ncol - 1;
+    const int nf = ncol - 1;
+    /* Rows. */
+    while (r.p < r.end) {
+        if (*r.p == '\n' || *r.p == '\r') {   /* blank line */
+            r.p += *r.p == '\r' && r.p + 1 < r.end && r.p[1] == '\n' ? 2 : 1;
+            r.line++;
+            continue;
+        }
+        if (rows == cap) {
+            cap = cap ? 2 * cap : 1024;
+            if ((size_t)cap > SIZE_MAX / sizeof(float) / (size_t)nf || cap > INT_MAX) {
+                rc = cdl_error("%s: too many rows", name);
+                goto done;
+            }
+            float *f = realloc(feat, (size_t)cap * (size_t)nf * sizeof *f);
+            char **l = realloc(labels, (size_t)cap * sizeof *l);
+            feat = f ? f : feat;
+            labels = l ? l : labels;
+            if (!f || !l) {
+                rc = cdl_error("out of memory reading %s", name);
+                goto done;
+            }
+        }
+        long line = r.line;
+        labels[rows] = NULL;
+        int k = 0, j = 0;
+        do {
+            if ((rc = next_field(&r, &eol)))
+                goto done;
+            if (k >= ncol) {
+                rows++;
+                rc = cdl_error("%s:%ld: more fields than the %d columns of the header", name,
+                               line, ncol);
+                goto done;
+            }
+            if (k == label_col) {
+                if (!(labels[rows] = strdup(r.field))) {
+                    rows++;
+                    rc = cdl_error("out of memory reading %s", name);
+                    goto done;
+                }
+            } else {
+                char *end;
+                errno = 0;
+                double v = strtod(r.field, &end);
+                while (*end == ' ')
+                    end++;
+                if (!r.field[0] || *end || !isfinite(v) || fabs(v) > 3.4e38) {
+                    char pn[128], hn[128];
+                    rows++;
+                    rc = cdl_error("%s:%ld: column '%s' holds '%s', not a finite number: every "
+                                   "column but the label (--label-column) must be numeric",
+                                   name, line, data_printable(header[k], hn, sizeof hn),
+                                   data_printable(r.field, pn, sizeof pn));
+                    goto done;
+                }
+                feat[(size_t)rows * nf + j++] = (float)v;
+            }
+            k++;
+        } while (!eol);
+        rows++;
+        if (k != ncol) {
+            rc = cdl_error("%s:%ld: %d fields but the header has %d columns", name, line, k, ncol);
+            goto done;
+        }
+    }
+    if (rows == 0) {
+        rc = cdl_error("%s has a header but no rows", name);
+        goto done;
+    }
+
+    /* Labels: all class indices, or class names. */
+    out->labels = cdl_malloc((size_t)rows * sizeof *out->labels);
+    if (!out->labels) {
+        rc = -1;
+        goto done;
+    }
+    int numeric = !names;
+    for (long i = 0; numeric && i < rows; i++)
+        numeric = class_index(labels[i]) >= 0;
+    if (numeric) {
+        long maxl = 0;
+        for (long i = 0; i < rows; i++) {
+            out->labels[i] = (int32_t)class_index(labels[i]);
+            if (out->labels[i] > maxl)
+                maxl = out->labels[i];
+        }
+        out->classes = (int)maxl + 1;
+    } else {
+        char **sorted = NULL;
+        int ns = nnames;
+        if (!names) {
+            /* Distinct label strings, sorted. */
+            sorted = malloc((size_t)rows * sizeof *sorted);
+            if (!sorted) {
+                rc = cdl_error("out of memory reading %s", name);
+                goto done;
+            }
+            memcpy(sorted, labels, (size_t)rows * sizeof *sorted);
+            qsort(sorted, (size_t)rows, sizeof *sorted, cmp_str);
+            ns = 0;
+            for (long i = 0; i < rows; i++)
+                if (ns == 0 || strcmp(sorted[ns - 1], sorted[i]))
+                    sorted[ns++] = sorted[i];
+            if (ns > MAX_CLASSES) {
+                free(sorted);
+                rc = cdl_error("%s: %d distinct labels, more than %d classes", name, ns,
+                               MAX_CLASSES);
+                goto done;
+            }
+        }
+        char *const *list = names ? names : sorted;
+        out->classes = ns;
+        out->class_names = cdl_calloc((size_t)ns, sizeof *out->class_names);
+        for (int c = 0; !rc && out->class_names && c < ns; c++) {
+            if (!data_utf8_ok(list[c])) {
+                char pn[128];
+                rc = cdl_error("%s: the label '%s' is not UTF-8 text", name,
+                               data_printable(list[c], pn, sizeof pn));
+                break;
+            }
+            size_t l = strlen(list[c]) + 1;
+            if (!(out->class_names[c] = cdl_malloc(l)))
+                rc = -1;
+            else
+                memcpy(out->class_names[c], list[c], l);
+        }
+        if (!out->class_names)
+            rc = -1;
+        for (long i = 0; !rc && i < rows; i++) {
+            char *const *hit = bsearch(&labels[i], list, (size_t)ns, sizeof *list, cmp_str);
+            if (!hit) {
+                char pn[128];
+                rc = cdl_error("%s: label '%s' of row %ld is not a class of the training table",
+                               name, data_printable(labels[i], pn, sizeof pn), i + 1);
+                break;
+            }
+            out->labels[i] = (int32_t)(hit - list);
+        }
+        free(sorted);
+        if (rc)
+            goto done;
+    }
+    out->n = (int)rows;
+    out->shape = (cdl_shape){nf, 1, 1};
+    out->features = cdl_malloc((size_t)rows * nf * sizeof(float));
+    if (!out->features) {
+        rc = -1;
+        goto done;
+    }
+    memcpy(out->features, feat, (size_t)rows * nf * sizeof(float));
+done:
+    for (int k = 0; k < ncol; k++)
+        free(header[k]);
+    free(header);
+    for (long i = 0; labels && i < rows; i++)
+        free(labels[i]);
+    free(labels);
+    free(feat);
+    free(r.field);
+    return rc ? -1 : 0;
+}
+
+static int exists(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f)
+        fclose(f);
+    return f != NULL;
+}
+
+int csv_read(const char *path, int train, const char *label_column, cdl_dataset *out)
+{
+    char file[4096], pn[512];
+    snprintf(file, sizeof file, "%s/train.csv", path);
+    int dir = exists(file);
+    if (!train) {
+        snprintf(file, sizeof file, "%s/test.csv", path);
+        if (!dir || !exists(file))
+            return 1;   /* a single table: the training split alone */
+    } else if (!dir) {
+        snprintf(file, sizeof file, "%s", path);
+    }
+
+    /* The test table's text labels map onto the training table's classes. */
+    cdl_dataset tr = {0};
+    if (!train && csv_read(path, 1, label_column, &tr) != 0) {
+        cdl_dataset_free(&tr);
+        return -1;
+    }
+    uint8_t *buf;
+    size_t len;
+    int rc = data_read_file(file, MAX_FILE_BYTES, "pass the CSV file (or a folder with train.csv "
+                            "and test.csv) as --data-dir", &buf, &len);
+    if (!rc) {
+        rc = csv_parse((const char *)buf, len, data_printable(file, pn, sizeof pn), label_column,
+                       tr.class_names, tr.class_names ? tr.classes : 0, out);
+        cdl_free(buf);
+    }
+    cdl_dataset_free(&tr);
+    return rc;
+}

@@ -1,0 +1,106 @@
+/* Whole files into memory and file names into printable text (internal.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+#include "lib/data/internal.h"
+
+int data_read_file(const char *path, size_t max, const char *hint, uint8_t **buf, size_t *len)
+{
+    char pn[512];
+    *buf = NULL;
+    *len = 0;
+    int fd = data_open_regular(path, hint);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return cdl_error("cannot stat %s: %s", data_printable(path, pn, sizeof pn), strerror(err));
+    }
+    if ((unsigned long long)st.st_size > max) {
+        close(fd);
+        return cdl_error("%s is %lld bytes, more than the %zu a dataset file may have here",
+                         data_printable(path, pn, sizeof pn), (long long)st.st_size, max);
+    }
+    size_t size = (size_t)st.st_size;
+    uint8_t *b = cdl_malloc(size ? size : 1);
+    if (!b) {
+        close(fd);
+        return -1;
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, b + got, size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            int err = r < 0 ? errno : 0;
+            close(fd);
+            cdl_free(b);
+            return cdl_error("cannot read %s: %s", data_printable(path, pn, sizeof pn),
+                             err ? strerror(err) : "it shrank while being read");
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    *buf = b;
+    *len = size;
+    return 0;
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), 0 if invalid. */
+static int utf8_len(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    int n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
+          : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (n == 0 || (n == 2 && c < 0xc2) || (n == 4 && c > 0xf4))
+        return 0;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if (n == 3 && ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] >= 0xa0)))
+        return 0;   /* overlong or a UTF-16 surrogate */
+    if (n == 4 && ((c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] >= 0x90)))
+        return 0;
+    return n;
+}
+
+int data_utf8_ok(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        int n = utf8_len(p);
+        if (n == 0 || *p < 0x20 || *p == 0x7f)
+            return 0;
+        p += n;
+    }
+    return 1;
+}
+
+const char *data_printable(const char *s, char *buf, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0;
+    while (*p && o + 5 < len) {
+        int n = utf8_len(p);
+        if (n == 0 || *p < 0x20 || *p == 0x7f) {
+            o += (size_t)snprintf(buf + o, len - o, "\\x%02x", *p);
+            p++;
+            continue;
+        }
+        if (o + (size_t)n >= len)
+            break;
+        memcpy(buf + o, p, (size_t)n);
+        o += (size_t)n;
+        p += n;
+    }
+    buf[o < len ? o : len - 1] = 0;
+    return buf;
+}

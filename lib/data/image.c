@@ -1,0 +1,341 @@
+/* PNG (libpng's simplified API) and JPEG (libjpeg-turbo) decoding from
+ * memory, and fitting a picture to the model's input (internal.h).
+ *
+ * Both libraries are optional at configure time (--with-png, --with-jpeg);
+ * without one, its files are an error that names the file and the option. */
+
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifdef HAVE_PNG
+#include <png.h>
+#endif
+#ifdef HAVE_JPEG
+#include <jpeglib.h>
+#endif
+
+#include <cdl/cdl.h>
+
+#include "lib/data/internal.h"
+
+/* Pictures larger than this many pixels are refused before decoding: a
+ * forged header must not make us allocate gigabytes. */
+#define MAX_PIXELS (1L << 28)
+
+static int is_png(const uint8_t *d, size_t n)
+{
+    return n >= 8 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8);
+}
+
+static int is_jpeg(const uint8_t *d, size_t n)
+{
+    return n >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff;
+}
+
+static int check_size(const char *name, long h, long w)
+{
+    if (h <= 0 || w <= 0 || h > INT_MAX / 4 || w > INT_MAX / 4 || h * w > MAX_PIXELS)
+        return cdl_error("%s: the image declares %ldx%ld pixels (at most %ld allowed): the file "
+                         "is damaged or not a picture", name, w, h, MAX_PIXELS);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- PNG */
+#ifdef HAVE_PNG
+static int png_begin(const uint8_t *d, size_t n, const char *name, png_image *im)
+{
+    memset(im, 0, sizeof *im);
+    im->version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(im, d, n)) {
+        int rc = cdl_error("%s: not a readable PNG: %s", name, im->message);
+        png_image_free(im);
+        return rc;
+    }
+    if (check_size(name, im->height, im->width)) {
+        png_image_free(im);
+        return -1;
+    }
+    return 0;
+}
+
+static int png_decode(const uint8_t *d, size_t n, const char *name, image_buf *out)
+{
+    png_image im;
+    if (png_begin(d, n, name, &im))
+        return -1;
+    int gray = !(im.format & PNG_FORMAT_FLAG_COLOR);
+    /* Alpha is composited on black: the formats without it ask for that. */
+    im.format = gray ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+    out->c = gray ? 1 : 3;
+    out->h = (int)im.height;
+    out->w = (int)im.width;
+    out->px = cdl_malloc(PNG_IMAGE_SIZE(im));
+    if (!out->px) {
+        png_image_free(&im);
+        return -1;
+    }
+    if (!png_image_finish_read(&im, NULL, out->px, 0, NULL)) {
+        int rc = cdl_error("%s: damaged PNG: %s", name, im.message);
+        png_image_free(&im);
+        cdl_free(out->px);
+        out->px = NULL;
+        return rc;
+    }
+    return 0;
+}
+#endif
+
+/* ---------------------------------------------------------------- JPEG */
+#ifdef HAVE_JPEG
+typedef struct jpeg_err {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jump;
+    char msg[JMSG_LENGTH_MAX];
+} jpeg_err;
+
+static void jpeg_fail(j_common_ptr cinfo)
+{
+    jpeg_err *e = (jpeg_err *)cinfo->err;
+    e->mgr.format_message(cinfo, e->msg);
+    longjmp(e->jump, 1);
+}
+
+/* Warnings (a truncated file is one) are errors: a damaged picture must not
+ * train as grey pixels. */
+static void jpeg_warn(j_common_ptr cinfo, int level)
+{
+    if (level < 0)
+        jpeg_fail(cinfo);
+}
+
+/* header_only: fills h, w, c and stops. */
+static int jpeg_decode(const uint8_t *d, size_t n, const char *name, image_buf *out,
+                       int header_only)
+{
+    struct jpeg_decompress_struct cinfo;
+    jpeg_err err;
+    /* volatile: changed between setjmp and a longjmp back. */
+    uint8_t *volatile px = NULL;
+    cinfo.err = jpeg_std_error(&err.mgr);
+    err.mgr.error_exit = jpeg_fail;
+    err.mgr.emit_message = jpeg_warn;
+    if (setjmp(err.jump)) {
+        jpeg_destroy_decompress(&cinfo);
+        cdl_free(px);
+        return cdl_error("%s: damaged JPEG: %s", name, err.msg);
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, d, (unsigned long)n);
+    jpeg_read_header(&cinfo, TRUE);
+    if (cinfo.num_components != 1 && cinfo.num_components != 3) {
+        jpeg_destroy_decompress(&cinfo);
+        return cdl_error("%s: a JPEG with %d colour components (CMYK?): convert it to RGB",
+                         name, cinfo.num_components);
+    }
+    if (check_size(name, cinfo.image_height, cinfo.image_width)) {
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    out->c = cinfo.num_components;
+    out->h = (int)cinfo.image_height;
+    out->w = (int)cinfo.image_width;
+    if (header_only) {
+        jpeg_destroy_decompress(&cinfo);
+        return 0;
+    }
+    cinfo.out_color_space = out->c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    size_t stride = (size_t)out->w * (size_t)out->c;
+    px = cdl_malloc(stride * (size_t)out->h);
+    if (!px) {
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    while (cinfo.output_scanline < cinfo.output_height) {
+        JSAMPROW row = px + stride * cinfo.output_scanline;
+        jpeg_read_scanlines(&cinfo, &row, 1);
+    }
+    jpeg_finish_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    out->px = px;
+    return 0;
+}
+#endif
+
+static int decode(const uint8_t *data, size_t len, const char *name, image_buf *out,
+                  int header_only)
+{
+    memset(out, 0, sizeof *out);
+    if (is_png(data, len)) {
+#ifdef HAVE_PNG
+        if (header_only) {
+            png_image im;
+            if (png_begin(data, len, name, &im))
+                return -1;
+            out->h = (int)im.height;
+            out->w = (int)im.width;
+            out->c = im.format & PNG_FORMAT_FLAG_COLOR ? 3 : 1;
+            png_image_free(&im);
+            return 0;
+        }
+        return png_decode(data, len, name, out);
+#else
+        return cdl_error("%s is a PNG but cdl was built without libpng: install libpng-dev and "
+                         "configure --with-png", name);
+#endif
+    }
+    if (is_jpeg(data, len)) {
+#ifdef HAVE_JPEG
+        return jpeg_decode(data, len, name, out, header_only);
+#else
+        return cdl_error("%s is a JPEG but cdl was built without libjpeg: install "
+                         "libjpeg62-turbo-dev and configure --with-jpeg", name);
+#endif
+    }
+    return cdl_error("%s is neither a PNG nor a JPEG (wrong magic bytes): remove it from the "
+                     "folder or pass --skip-bad-files", name);
+}
+
+int image_decode(const uint8_t *data, size_t len, const char *name, image_buf *out)
+{
+    return decode(data, len, name, out, 0);
+}
+
+int image_probe(const uint8_t *data, size_t len, const char *name, int *h, int *w, int *c)
+{
+    image_buf b;
+    if (decode(data, len, name, &b, 1))
+        return -1;
+    *h = b.h;
+    *w = b.w;
+    *c = b.c;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- fitting */
+
+/* Filter taps of one axis: output i of `out` reads `n[i]` inputs from
+ * first[i] with weights w[i*taps ...]. A triangle filter widened by the
+ * shrink factor (antialiasing, as PIL's bilinear resize does). */
+typedef struct axis {
+    int taps;
+    int *first, *n;
+    float *w;
+} axis;
+
+static void axis_free(axis *a)
+{
+    cdl_free(a->first);
+    cdl_free(a->n);
+    cdl_free(a->w);
+}
+
+/* Input size in, scaled size scaled (>= out), output positions [off, off+out). */
+static int axis_make(axis *a, int in, int scaled, int off, int out)
+{
+    double scale = (double)in / scaled;
+    double support = scale > 1 ? scale : 1;
+    a->taps = (int)ceil(support) * 2 + 1;
+    a->first = cdl_malloc((size_t)out * sizeof(int));
+    a->n = cdl_malloc((size_t)out * sizeof(int));
+    a->w = cdl_malloc((size_t)out * (size_t)a->taps * sizeof(float));
+    if (!a->first || !a->n || !a->w) {
+        axis_free(a);
+        return -1;
+    }
+    for (int i = 0; i < out; i++) {
+        double centre = (i + off + 0.5) * scale;
+        int lo = (int)floor(centre - support), hi = (int)ceil(centre + support);
+        if (lo < 0)
+            lo = 0;
+        if (hi > in)
+            hi = in;
+        if (hi - lo > a->taps)
+            hi = lo + a->taps;
+        double sum = 0, wt[2 * 64 + 3];   /* taps <= 2 * 64 + 1 (shrinking <= 64x) */
+        int k = 0;
+        float *w = a->w + (size_t)i * a->taps;
+        for (int j = lo; j < hi; j++, k++) {
+            double x = (j + 0.5 - centre) / support;
+            double v = 1 - fabs(x);
+            wt[k] = v > 0 ? v : 0;
+            sum += v > 0 ? v : 0;
+        }
+        for (int j = 0; j < k; j++)
+            w[j] = (float)(sum > 0 ? wt[j] / sum : (j == 0));
+        a->first[i] = lo;
+        a->n[i] = k;
+    }
+    return 0;
+}
+
+static uint8_t clamp_u8(float v)
+{
+    return v <= 0 ? 0 : v >= 255 ? 255 : (uint8_t)(v + 0.5f);
+}
+
+/* Pixel (y, x) channel k of `in` as channel count c wants it. */
+static inline float sample(const image_buf *in, int y, int x, int k, int c)
+{
+    const uint8_t *p = in->px + ((size_t)y * in->w + x) * in->c;
+    if (in->c == c)
+        return p[k];
+    if (c == 3)
+        return p[0];                                   /* gray -> RGB */
+    return (p[0] * 299 + p[1] * 587 + p[2] * 114) / 1000.0f; /* RGB -> gray, PIL's "L" */
+}
+
+int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst)
+{
+    const size_t plane = (size_t)h * w;
+    if (in->h == h && in->w == w) {
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++)
+                for (int k = 0; k < c; k++)
+                    dst[k * plane + (size_t)y * w + x] = clamp_u8(sample(in, y, x, k, c));
+        return 0;
+    }
+    if (check_size("image", in->h, in->w))
+        return -1;
+    /* Scale so the picture covers h x w, then take the centre. */
+    double s = fmax((double)h / in->h, (double)w / in->w);
+    int sh = (int)fmax(h, floor(in->h * s + 0.5)), sw = (int)fmax(w, floor(in->w * s + 0.5));
+    if ((double)in->h / sh > 64 || (double)in->w / sw > 64)
+        return cdl_error("an image of %dx%d shrinks more than 64 times to %dx%d: pass a larger "
+                         "--image-size", in->w, in->h, w, h);
+    axis ay = {0}, ax = {0};
+    float *tmp = cdl_malloc((size_t)in->h * w * c * sizeof(float));
+    if (!tmp || axis_make(&ay, in->h, sh, (sh - h) / 2, h) ||
+        axis_make(&ax, in->w, sw, (sw - w) / 2, w)) {
+        cdl_free(tmp);
+        axis_free(&ay);
+        axis_free(&ax);
+        return -1;
+    }
+    /* Columns first into tmp (in->h, w, c), then rows into dst (c, h, w). */
+    for (int y = 0; y < in->h; y++)
+        for (int x = 0; x < w; x++)
+            for (int k = 0; k < c; k++) {
+                float v = 0;
+                const float *wt = ax.w + (size_t)x * ax.taps;
+                for (int j = 0; j < ax.n[x]; j++)
+                    v += wt[j] * sample(in, y, ax.first[x] + j, k, c);
+                tmp[((size_t)y * w + x) * c + k] = v;
+            }
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int k = 0; k < c; k++) {
+                float v = 0;
+                const float *wt = ay.w + (size_t)y * ay.taps;
+                for (int j = 0; j < ay.n[y]; j++)
+                    v += wt[j] * tmp[((size_t)(ay.first[y] + j) * w + x) * c + k];
+                dst[k * plane + (size_t)y * w + x] = clamp_u8(v);
+            }
+    cdl_free(tmp);
+    axis_free(&ay);
+    axis_free(&ax);
+    return 0;
+}

@@ -1,0 +1,383 @@
+/* ImageFolder trees: root/<class>/<file>.png|.jpg|.jpeg (docs/data.md).
+ *
+ * Classes are the subdirectories sorted by byte value (Python's sorted(),
+ * as torchvision's ImageFolder), hidden ones (".name") left out; files are
+ * sorted the same way inside each class, so sample i is the same file on
+ * every rank and every run. With root/train the splits are root/train and
+ * root/test (or root/val), the test split mapped onto train's classes.
+ *
+ * Every file is decoded once, at load time, by `threads` threads into the
+ * uint8 (n, c, h, w) array the loader reads like idx data. Decoding at load
+ * rather than in the loader's workers keeps the dataset's contract: n, the
+ * sample order and the skipped files are known before the first batch, so a
+ * bad file found late cannot change which sample a batch index means (and
+ * a resumed run sees the same samples); each file is written only into its
+ * own slot, so the result does not depend on the number of threads. */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include <cdl/cdl.h>
+
+#include "lib/data/internal.h"
+
+#define MAX_FILE_BYTES ((size_t)1 << 30)
+#define MAX_CLASSES 100000
+#define HINT "check the folder layout (docs/data.md)"
+
+typedef struct strlist {
+    char **v;
+    int n, cap;
+} strlist;
+
+static void strlist_free(strlist *l)
+{
+    for (int i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int strlist_add(strlist *l, const char *s)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        char **v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return cdl_error("out of memory listing a dataset folder");
+        l->v = v;
+        l->cap = cap;
+    }
+    if (!(l->v[l->n] = strdup(s)))
+        return cdl_error("out of memory listing a dataset folder");
+    l->n++;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int is_image_name(const char *s)
+{
+    const char *dot = strrchr(s, '.');
+    return dot && (!strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") ||
+                   !strcasecmp(dot, ".jpeg"));
+}
+
+/* buf = a/b; an error when it does not fit. */
+static int join(char *buf, size_t len, const char *a, const char *b)
+{
+    char pn[256];
+    if ((size_t)snprintf(buf, len, "%s/%s", a, b) >= len)
+        return cdl_error("%s/%s: path too long", data_printable(a, pn, sizeof pn), b);
+    return 0;
+}
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The entries of dir that are directories (want_dirs) or image files,
+ * sorted; hidden entries are left out. */
+static int list_dir(const char *dir, int want_dirs, strlist *out)
+{
+    char pn[512];
+    DIR *d = opendir(dir);
+    if (!d)
+        return cdl_error("cannot open the image folder %s: %s: " HINT,
+                         data_printable(dir, pn, sizeof pn), strerror(errno));
+    struct dirent *e;
+    char path[4096];
+    int rc = 0;
+    while (!rc && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        if (!want_dirs && !is_image_name(e->d_name))
+            continue;
+        if ((rc = join(path, sizeof path, dir, e->d_name)))
+            break;
+        struct stat st;
+        if (stat(path, &st) != 0)
+            continue;   /* a dangling link: not a class or picture */
+        if (want_dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode))
+            rc = strlist_add(out, e->d_name);
+    }
+    closedir(d);
+    if (!rc)
+        qsort(out->v, (size_t)out->n, sizeof *out->v, cmp_str);
+    return rc;
+}
+
+typedef struct job {
+    const strlist *files;       /* full paths */
+    int h, w, c;
+    uint8_t *images;
+    char **errors;              /* per file: NULL or the error */
+    pthread_mutex_t mu;
+    long next;
+} job;
+
+static int decode_one(job *j, long i)
+{
+    char pn[512];
+    const char *name = data_printable(j->files->v[i], pn, sizeof pn);
+    uint8_t *buf;
+    size_t len;
+    if (data_read_file(j->files->v[i], MAX_FILE_BYTES, HINT, &buf, &len))
+        return -1;
+    image_buf im;
+    int rc = image_decode(buf, len, name, &im);
+    cdl_free(buf);
+    if (rc)
+        return -1;
+    size_t sample = (size_t)j->c * j->h * j->w;
+    rc = image_fit(&im, j->h, j->w, j->c, j->images + (size_t)i * sample);
+    cdl_free(im.px);
+    if (rc)
+        return cdl_error("%s: %s", name, cdl_last_error());
+    return 0;
+}
+
+static void *decode_worker(void *arg)
+{
+    job *j = arg;
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        long i = j->next++;
+        pthread_mutex_unlock(&j->mu);
+        if (i >= j->files->n)
+            break;
+        if (decode_one(j, i))
+            j->errors[i] = strdup(cdl_last_error()[0] ? cdl_last_error() : "unreadable");
+    }
+    return NULL;
+}
+
+/* Decodes every file with `threads` threads; errors[i] set for bad ones. */
+static int decode_all(job *j, int threads)
+{
+    pthread_mutex_init(&j->mu, NULL);
+    j->next = 0;
+    if (threads > j->files->n)
+        threads = j->files->n;
+    if (threads > 256)
+        threads = 256;
+    pthread_t tid[256];
+    int started = 0;
+    for (int t = 1; t < threads; t++) {
+        if (pthread_create(&tid[started], NULL, decode_worker, j) != 0)
+            break;   /* fewer threads only make it slower */
+        started++;
+    }
+    decode_worker(j);
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+    pthread_mutex_destroy(&j->mu);
+    return 0;
+}
+
+/* Classes of root (sorted subdirectories). */
+static int list_classes(const char *root, strlist *classes)
+{
+    char pn[512];
+    if (list_dir(root, 1, classes))
+        return -1;
+    if (classes->n == 0)
+        return cdl_error("%s has no class subdirectories: an image folder holds one "
+                         "subdirectory of pictures per class (docs/data.md)",
+                         data_printable(root, pn, sizeof pn));
+    if (classes->n > MAX_CLASSES)
+        return cdl_error("%s has %d class subdirectories, more than %d",
+                         data_printable(root, pn, sizeof pn), classes->n, MAX_CLASSES);
+    for (int k = 0; k < classes->n; k++)
+        if (!data_utf8_ok(classes->v[k]))
+            return cdl_error("%s: the class folder name '%s' is not UTF-8 text: rename it (class "
+                             "names go into checkpoints and reports)",
+                             data_printable(root, pn, sizeof pn),
+                             data_printable(classes->v[k], pn + 256, 256));
+    return 0;
+}
+
+/* The first readable image decides the size and channels not given. */
+static int pick_geometry(const strlist *files, const cdl_dataset_options *o, int *h, int *w,
+                         int *c)
+{
+    char pn[512];
+    int rc = -1;
+    for (int i = 0; i < files->n; i++) {
+        uint8_t *buf;
+        size_t len;
+        int ih, iw, ic;
+        const char *name = data_printable(files->v[i], pn, sizeof pn);
+        rc = data_read_file(files->v[i], MAX_FILE_BYTES, HINT, &buf, &len);
+        if (!rc) {
+            rc = image_probe(buf, len, name, &ih, &iw, &ic);
+            cdl_free(buf);
+        }
+        if (rc && o->skip_bad_files)
+            continue;
+        if (rc)
+            return -1;
+        *h = o->image_size > 0 ? o->image_size : ih;
+        *w = o->image_size > 0 ? o->image_size : iw;
+        *c = o->channels > 0 ? o->channels : ic;
+        return 0;
+    }
+    return rc ? -1 : cdl_error("no readable picture");
+}
+
+int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, cdl_dataset *out)
+{
+    char pn[512], root[4096], path[4096];
+    if (o->channels != 0 && o->channels != 1 && o->channels != 3)
+        return cdl_error("image folder: %d channels: use 1 (grayscale) or 3 (RGB)", o->channels);
+    if (o->image_size < 0 || o->image_size > 4096)
+        return cdl_error("--image-size %d: use 1..4096 (or 0: the first picture's size)",
+                         o->image_size);
+    char train_dir[4096];
+    if (join(train_dir, sizeof train_dir, dir, "train"))
+        return -1;
+    int split = is_dir(train_dir);
+    if (train) {
+        if (join(root, sizeof root, dir, split ? "train" : "."))
+            return -1;
+        if (!split)
+            snprintf(root, sizeof root, "%s", dir);
+    } else {
+        if (!split)
+            return 1;
+        if (join(root, sizeof root, dir, "test"))
+            return -1;
+        if (!is_dir(root) && join(root, sizeof root, dir, "val"))
+            return -1;
+        if (!is_dir(root))
+            return 1;
+    }
+
+    strlist classes = {0}, files = {0}, here = {0};
+    int32_t *labels = NULL;
+    char **errors = NULL;
+    int rc = list_classes(split ? train_dir : root, &classes);
+    strlist test_classes = {0};
+    if (!rc && !train)
+        rc = list_classes(root, &test_classes);
+    /* Files of each class directory of root (the test split's may be fewer). */
+    strlist *dirs = train ? &classes : &test_classes;
+    for (int k = 0; !rc && k < dirs->n; k++) {
+        int label = k;
+        if (!train) {
+            char **hit = bsearch(&dirs->v[k], classes.v, (size_t)classes.n, sizeof *classes.v,
+                                 cmp_str);
+            if (!hit) {
+                rc = cdl_error("%s/%s: a class the training folder %s does not have: the splits "
+                               "must share their class folders", data_printable(root, pn, 256),
+                               dirs->v[k], data_printable(train_dir, pn + 256, 256));
+                break;
+            }
+            label = (int)(hit - classes.v);
+        }
+        strlist_free(&here);
+        if ((rc = join(path, sizeof path, root, dirs->v[k])) || (rc = list_dir(path, 0, &here)))
+            break;
+        if (here.n == 0 && train) {
+            rc = cdl_error("%s has no .png, .jpg or .jpeg file: remove the empty class folder",
+                           data_printable(path, pn, sizeof pn));
+            break;
+        }
+        int32_t *nl = realloc(labels, (size_t)(files.n + here.n) * sizeof *nl);
+        if (!nl) {
+            rc = cdl_error("out of memory listing %s", data_printable(path, pn, sizeof pn));
+            break;
+        }
+        labels = nl;
+        for (int i = 0; !rc && i < here.n; i++) {
+            char full[4096];
+            labels[files.n] = label;
+            if (!(rc = join(full, sizeof full, path, here.v[i])))
+                rc = strlist_add(&files, full);
+        }
+    }
+    strlist_free(&here);
+    strlist_free(&test_classes);
+    if (!rc && files.n == 0)
+        rc = cdl_error("%s has no pictures", data_printable(root, pn, sizeof pn));
+
+    job j = {.files = &files};
+    if (!rc)
+        rc = pick_geometry(&files, o, &j.h, &j.w, &j.c);
+    size_t sample = (size_t)j.c * j.h * j.w;
+    if (!rc && sample > SIZE_MAX / 2 / (size_t)files.n)
+        rc = cdl_error("%s: %d pictures of %dx%dx%d do not fit in memory: pass a smaller "
+                       "--image-size", data_printable(root, pn, sizeof pn), files.n, j.c, j.h,
+                       j.w);
+    if (!rc) {
+        j.images = cdl_malloc(sample * (size_t)files.n);
+        errors = calloc((size_t)files.n, sizeof *errors);
+        if (!j.images || !errors)
+            rc = cdl_error("out of memory for %d pictures of %dx%dx%d", files.n, j.c, j.h, j.w);
+    }
+    if (!rc) {
+        j.errors = errors;
+        decode_all(&j, o->threads > 0 ? o->threads : cdl_default_threads());
+        /* The first bad file (in sample order, so the same message every run),
+         * or compact the good ones in order. */
+        long kept = 0, bad = 0;
+        for (long i = 0; i < files.n; i++) {
+            if (errors[i]) {
+                if (!o->skip_bad_files) {
+                    rc = cdl_error("%s (or pass --skip-bad-files to leave such files out)",
+                                   errors[i]);
+                    break;
+                }
+                bad++;
+                continue;
+            }
+            if (kept != i)
+                memmove(j.images + kept * sample, j.images + i * sample, sample);
+            labels[kept++] = labels[i];
+        }
+        if (!rc && kept == 0)
+            rc = cdl_error("%s: none of the %d pictures could be read",
+                           data_printable(root, pn, sizeof pn), files.n);
+        if (!rc) {
+            out->n = (int)kept;
+            out->skipped = bad;
+        }
+    }
+    if (!rc) {
+        out->shape = (cdl_shape){j.c, j.h, j.w};
+        out->images = j.images;
+        j.images = NULL;
+        out->labels = cdl_malloc((size_t)out->n * sizeof *out->labels);
+        out->class_names = cdl_calloc((size_t)classes.n, sizeof *out->class_names);
+        out->classes = classes.n;
+        if (!out->labels || !out->class_names)
+            rc = -1;
+        for (int k = 0; !rc && k < classes.n; k++) {
+            size_t len = strlen(classes.v[k]) + 1;
+            if (!(out->class_names[k] = cdl_malloc(len)))
+                rc = -1;
+            else
+                memcpy(out->class_names[k], classes.v[k], len);
+        }
+        if (!rc)
+            memcpy(out->labels, labels, (size_t)out->n * sizeof *labels);
+    }
+    for (long i = 0; errors && i < files.n; i++)
+        free(errors[i]);
+    free(errors);
+    cdl_free(j.images);
+    free(labels);
+    strlist_free(&files);
+    strlist_free(&classes);
+    return rc ? -1 : 0;
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# cdl-train on users' data: a .npz and a .npy folder written by NumPy, a
+# CSV table; the --dataset spellings, did-you-mean and one-line errors.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+PY=/usr/bin/python3   # Debian's, with python3-numpy
+$PY -c 'import numpy' 2>/dev/null || { echo "SKIP: no python3-numpy"; exit 77; }
+
+$PY - "$TMP" <<'PYEOF' || die "numpy fixture"
+import sys, numpy as np
+d = sys.argv[1]
+r = np.random.default_rng(1)
+y = r.integers(0, 3, 96)
+x = (r.integers(0, 40, (96, 8, 8)) + 60 * y[:, None, None]).astype(np.uint8)
+np.savez_compressed(d + "/small.npz", x_train=x[:64], y_train=y[:64], x_test=x[64:], y_test=y[64:])
+import os
+os.mkdir(d + "/npy")
+np.save(d + "/npy/x.npy", x.reshape(96, 8, 8, 1))      # (n,h,w,c), no test split
+np.save(d + "/npy/y.npy", y.astype(np.int32))
+with open(d + "/t.csv", "w") as f:
+    f.write('f1,"f 2",kind\n')
+    for i in range(96):
+        f.write('%.3f,%d,"%s"\n' % (x[i].mean(), i % 2, ["a, x", "b", "c"][y[i]]))
+PYEOF
+
+run() { expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 16 --quiet "$@"; }
+run --model mlp --dataset "npz:$TMP/small.npz" --metrics "$TMP/m.json"
+grep -q '"val_acc"' "$TMP/m.json" || die "no metrics for the npz run"
+run --model mlp --dataset npz --data-dir "$TMP/small.npz" --augment crop+flip --normalize 0.5,0.25
+
+# No test split: a clear error (or a validation split carved from training).
+expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy" --epochs 1
+expect_err "has no test split"
+
+# Features: --augment is refused for a table, the label column is chosen.
+expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "csv:$TMP/t.csv" --augment flip
+expect_err "has no test split"
+mkdir "$TMP/tab" && cp "$TMP/t.csv" "$TMP/tab/train.csv" && cp "$TMP/t.csv" "$TMP/tab/test.csv"
+run --model mlp --dataset "csv:$TMP/tab" --label-column kind
+expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "csv:$TMP/tab" --augment flip
+expect_err "--augment none"
+expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "csv:$TMP/tab" --label-column kin
+expect_err "no column named 'kin'"
+# A model file's outputs must match the classes: 10 against 3.
+printf 'flatten\nlinear 10\n' >"$TMP/ten.spec"
+expect_status 1 "$CDL_TRAIN" --device cpu --model "$TMP/ten.spec" --dataset "npz:$TMP/small.npz"
+expect_err "3 classes"
+
+# Option values: did-you-mean, NAME:PATH only for formats, one line each.
+expect_status 2 "$CDL_TRAIN" --dataset imagefoldr;  expect_err "did you mean imagefolder?"
+expect_status 2 "$CDL_TRAIN" --dataset folder;      expect_err "use imagefolder"
+expect_status 2 "$CDL_TRAIN" --dataset mnist:/x;    expect_err "--data-dir"
+expect_status 2 "$CDL_TRAIN" --augment crop+flop;   expect_err "expected one of"
+expect_status 2 "$CDL_TRAIN" --normalize 0.5;       expect_err "as many standard deviations"
+expect_status 2 "$CDL_TRAIN" --normalize 0.5,0;     expect_err "must be > 0"
+expect_status 2 "$CDL_TRAIN" --channels 2;          expect_err "--channels '2'"
+[ "$(wc -l <"$TMP/err")" -eq 1 ] || die "error is not one line"
+# A damaged archive names the file.
+head -c 300 "$TMP/small.npz" >"$TMP/cut.npz"
+expect_status 1 "$CDL_TRAIN" --device cpu --dataset "npz:$TMP/cut.npz"; expect_err "cut.npz"
+exit 0

@@ -1,0 +1,393 @@
+/* lib/data's readers for users' own data: image folders (PNG/JPEG written
+ * here with libpng/libjpeg), hand-made .npy headers, CSV tables with
+ * quoting, the normalisation and the loader's float features; and hostile
+ * files (truncated, wrong magic, huge declared shapes, non-UTF-8 names). */
+#include "testutil.h"
+
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+#include "img_write.h"
+#include "lib/data/internal.h"
+
+static char tmp[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *t = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/cdl-test-readers-XXXXXX", t && *t ? t : "/tmp");
+    return mkdtemp(tmp) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return test_rm_rf(tmp);
+}
+
+static const char *at(const char *rel)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, rel);
+    return buf[k];
+}
+
+static void write_bytes(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void assert_error_has(const char *what)
+{
+    if (!strstr(cdl_last_error(), what))
+        fail_msg("error '%s' does not contain '%s'", cdl_last_error(), what);
+}
+
+/* ------------------------------------------------------------ image folders */
+
+#if defined(HAVE_PNG) && defined(HAVE_JPEG)
+/* root/train/{bird,cat}: 3 gray 4x4 PNGs of value 10*i+class, 1 RGB JPEG
+ * (flat grey 128, exact at quality 100); root/test/cat: 1 PNG. */
+static void make_folder(void)
+{
+    uint8_t px[8 * 8 * 3];
+    mkdir(at("img"), 0755);
+    mkdir(at("img/train"), 0755);
+    mkdir(at("img/train/cat"), 0755);
+    mkdir(at("img/train/bird"), 0755);
+    mkdir(at("img/train/.hidden"), 0755);
+    mkdir(at("img/test"), 0755);
+    mkdir(at("img/test/cat"), 0755);
+    const char *cls[2] = {"bird", "cat"};
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < 3; i++) {
+            char p[64];
+            snprintf(p, sizeof p, "img/train/%s/%d.png", cls[c], i);
+            memset(px, 10 * i + c, 16);
+            assert_int_equal(test_write_png(at(p), px, 4, 4, 1), 0);
+        }
+    memset(px, 128, sizeof px);
+    assert_int_equal(test_write_jpeg(at("img/train/cat/z.JPG"), px, 4, 4, 3), 0);
+    write_bytes(at("img/train/cat/notes.txt"), "not a picture", 13);
+    memset(px, 200, 16);
+    assert_int_equal(test_write_png(at("img/test/cat/a.png"), px, 4, 4, 1), 0);
+}
+
+static void test_imagefolder(void **state)
+{
+    (void)state;
+    make_folder();
+    cdl_dataset d;
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.threads = 3;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
+    assert_int_equal(d.n, 7);
+    assert_int_equal(d.classes, 2);
+    assert_string_equal(d.class_names[0], "bird");
+    assert_string_equal(d.class_names[1], "cat");
+    assert_int_equal(d.shape.c, 1);   /* the first picture (bird/0.png) is grayscale */
+    assert_int_equal(d.shape.h, 4);
+    /* Sorted: bird/0,1,2 then cat/0,1,2,z.JPG. */
+    int32_t want[7] = {0, 0, 0, 1, 1, 1, 1};
+    for (int i = 0; i < 7; i++)
+        assert_int_equal(d.labels[i], want[i]);
+    assert_int_equal(d.images[1 * 16], 10);
+    assert_int_equal(d.images[5 * 16 + 3], 21);
+    assert_int_equal(d.images[6 * 16], 128);   /* RGB -> luma of a grey */
+    /* Computed normalisation: mean of the pixels / 255. */
+    double sum = 0;
+    for (int i = 0; i < 7 * 16; i++)
+        sum += d.images[i] / 255.0;
+    assert_float_equal(d.mean[0], sum / (7 * 16), 1e-6);
+
+    /* One thread gives the same bytes. */
+    cdl_dataset d1;
+    o.threads = 1;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d1), 0);
+    assert_memory_equal(d.images, d1.images, 7 * 16);
+    cdl_dataset_free(&d1);
+
+    /* The test split is mapped onto train's classes. */
+    cdl_dataset t;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 0, &o, &t), 0);
+    assert_int_equal(t.n, 1);
+    assert_int_equal(t.labels[0], 1);
+    cdl_dataset_free(&t);
+
+    /* RGB and a resize: 3 channels, 2x2. */
+    o.channels = 3;
+    o.image_size = 2;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d1), 0);
+    assert_int_equal(d1.shape.c, 3);
+    assert_int_equal(d1.shape.h, 2);
+    assert_int_equal(d1.images[1 * 12 + 11], 10);   /* flat pictures stay flat */
+    cdl_dataset_free(&d1);
+    cdl_dataset_free(&d);
+}
+
+static void test_imagefolder_bad_files(void **state)
+{
+    (void)state;
+    make_folder();
+    uint8_t trunc[40];
+    FILE *f = fopen(at("img/train/bird/0.png"), "rb");
+    assert_non_null(f);
+    size_t n = fread(trunc, 1, sizeof trunc, f);
+    fclose(f);
+    write_bytes(at("img/train/bird/1.png"), trunc, n);   /* truncated */
+    write_bytes(at("img/train/cat/x.png"), "GIF89a......", 12);   /* wrong magic */
+    cdl_dataset d;
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.threads = 2;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
+    assert_error_has("bird/1.png");
+    assert_error_has("--skip-bad-files");
+    o.skip_bad_files = 1;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
+    assert_int_equal(d.n, 6);
+    assert_int_equal(d.skipped, 2);
+    cdl_dataset_free(&d);
+
+    /* A class folder whose name is not UTF-8. */
+    mkdir(at("img/train/caf\xe9"), 0755);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
+    assert_error_has("caf\\xe9");
+    assert_error_has("not UTF-8");
+}
+#endif
+
+static void test_imagefolder_missing(void **state)
+{
+    (void)state;
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("nope"), 1, NULL, &d), -1);
+    assert_error_has("nope");
+    mkdir(at("empty"), 0755);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("empty"), 1, NULL, &d), -1);
+    assert_error_has("no class subdirectories");
+    assert_int_equal(cdl_dataset_load_with("imagefolder", NULL, 1, NULL, &d), -1);
+    assert_error_has("--data-dir");
+}
+
+/* ------------------------------------------------------------ npy */
+
+/* A version 1 .npy of descr and shape (a tuple's text) and data. */
+static size_t make_npy(uint8_t *out, const char *descr, const char *shape, const void *data,
+                       size_t n)
+{
+    char h[128];
+    int len = snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                       descr, shape);
+    int pad = 64 - (10 + len + 1) % 64;
+    memcpy(out, "\x93NUMPY\x01\x00", 8);
+    size_t hl = (size_t)len + (size_t)pad % 64 + 1;
+    out[8] = (uint8_t)(hl & 0xff);
+    out[9] = (uint8_t)(hl >> 8);
+    memcpy(out + 10, h, (size_t)len);
+    memset(out + 10 + len, ' ', hl - 1 - (size_t)len);
+    out[10 + hl - 1] = '\n';
+    memcpy(out + 10 + hl, data, n);
+    return 10 + hl + n;
+}
+
+static void test_npy(void **state)
+{
+    (void)state;
+    uint8_t buf[1024];
+    mkdir(at("np"), 0755);
+    /* 2 RGB pictures 2x2 in NumPy's (n,h,w,c) layout: pixel value = 10*k + p. */
+    uint8_t x[2 * 2 * 2 * 3];
+    for (int i = 0; i < 2; i++)
+        for (int p = 0; p < 4; p++)
+            for (int k = 0; k < 3; k++)
+                x[(i * 4 + p) * 3 + k] = (uint8_t)(100 * i + 10 * k + p);
+    write_bytes(at("np/x_train.npy"), buf, make_npy(buf, "|u1", "(2, 2, 2, 3)", x, sizeof x));
+    int64_t y[2] = {4, 1};
+    write_bytes(at("np/y_train.npy"), buf, make_npy(buf, "<i8", "(2,)", y, sizeof y));
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), 0);
+    assert_int_equal(d.n, 2);
+    assert_int_equal(d.shape.c, 3);
+    assert_int_equal(d.classes, 5);
+    assert_null(d.class_names);
+    assert_int_equal(d.labels[0], 4);
+    /* (c,h,w): sample 1, channel 2, pixel 3 = 100 + 20 + 3. */
+    assert_int_equal(d.images[12 + 2 * 4 + 3], 123);
+    cdl_dataset_free(&d);
+    /* No test split: 1, no error. */
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 0, NULL, &d), 1);
+
+    /* float32 features (n, f): float features, per-column statistics. */
+    float fx[3 * 5];
+    for (int i = 0; i < 15; i++)
+        fx[i] = (float)i;
+    write_bytes(at("np/x_train.npy"), buf, make_npy(buf, "<f4", "(3, 5)", fx, sizeof fx));
+    int32_t y3[3] = {0, 1, 0};
+    write_bytes(at("np/y_train.npy"), buf, make_npy(buf, "<i4", "(3,)", y3, sizeof y3));
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), 0);
+    assert_null(d.images);
+    assert_non_null(d.features);
+    assert_int_equal(d.shape.c, 5);
+    assert_non_null(d.channel_mean);
+    assert_float_equal(d.channel_mean[1], 6.0, 1e-6);   /* column 1: 1, 6, 11 */
+    /* The loader standardises each column. */
+    cdl_loader_config lc;
+    cdl_loader_defaults(&lc);
+    lc.batch_size = 3;
+    lc.world = 1;
+    cdl_loader *l = cdl_loader_create(&d, &lc);
+    assert_non_null(l);
+    cdl_batch b;
+    assert_int_equal(cdl_loader_start_epoch(l, 0, 0), 0);
+    assert_int_equal(cdl_loader_next(l, &b), 1);
+    assert_float_equal(b.x[1], (1 - 6) / d.channel_std[1], 1e-5);
+    assert_float_equal(b.x[5 + 1], 0, 1e-6);
+    cdl_loader_destroy(l);
+    lc.augment = CDL_AUGMENT_FLIP;
+    assert_null(cdl_loader_create(&d, &lc));
+    assert_error_has("--augment none");
+    cdl_dataset_free(&d);
+}
+
+static void test_npy_hostile(void **state)
+{
+    (void)state;
+    uint8_t buf[1024], x[4] = {1, 2, 3, 4};
+    npy_array a;
+    size_t n = make_npy(buf, "|u1", "(1, 2, 2)", x, 4);
+    assert_int_equal(npy_parse(buf, n, "t.npy", &a), 0);
+    assert_int_equal(npy_parse(buf, n - 1, "t.npy", &a), -1);   /* truncated data */
+    assert_error_has("truncated");
+    assert_int_equal(npy_parse(buf, 20, "t.npy", &a), -1);      /* truncated header */
+    assert_error_has("t.npy");
+    buf[1] = 'X';
+    assert_int_equal(npy_parse(buf, n, "t.npy", &a), -1);
+    assert_error_has("magic");
+    n = make_npy(buf, "|u1", "(4294967296, 4294967296, 4294967296)", x, 4);
+    assert_int_equal(npy_parse(buf, n, "t.npy", &a), -1);       /* huge declared shape */
+    n = make_npy(buf, "|u1", "(1000000, 1000, 1000)", x, 4);
+    assert_int_equal(npy_parse(buf, n, "t.npy", &a), -1);
+    assert_error_has("truncated");
+    n = make_npy(buf, ">f4", "(1,)", x, 4);
+    assert_int_equal(npy_parse(buf, n, "t.npy", &a), -1);
+    assert_error_has("big-endian");
+    n = make_npy(buf, "<c8", "(1,)", x, 4);
+    assert_int_equal(npy_parse(buf, n, "t.npy", &a), -1);
+    assert_error_has("not supported");
+    cdl_dataset d;
+    assert_int_equal(npz_read_mem((const uint8_t *)"PK\3\4garbage", 11, "t.npz", 1, &d), -1);
+    assert_error_has("t.npz");
+}
+
+/* ------------------------------------------------------------ CSV */
+
+static void test_csv(void **state)
+{
+    (void)state;
+    const char *t = "\xef\xbb\xbf" "a,\"b, \"\"quoted\"\"\nline\",species\r\n"
+                    "1.5,2,setosa\r\n"
+                    "\"3\",4e1,\"vir, ginica\"\n"
+                    "\n"
+                    "-1,0,setosa";
+    cdl_dataset d = {0};
+    if (csv_parse(t, strlen(t), "t.csv", "species", NULL, 0, &d) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_int_equal(d.n, 3);
+    assert_int_equal(d.shape.c, 2);
+    assert_int_equal(d.classes, 2);
+    assert_string_equal(d.class_names[0], "setosa");
+    assert_string_equal(d.class_names[1], "vir, ginica");
+    assert_int_equal(d.labels[1], 1);
+    assert_float_equal(d.features[3], 40.0, 0);
+    assert_float_equal(d.features[4], -1.0, 0);
+    cdl_dataset_free(&d);
+    /* Default label column: the last; integer labels are class indices. */
+    const char *u = "x,y,k\n1,2,3\n4,5,0\n";
+    assert_int_equal(csv_parse(u, strlen(u), "u.csv", NULL, NULL, 0, &d), 0);
+    assert_int_equal(d.classes, 4);
+    assert_null(d.class_names);
+    cdl_dataset_free(&d);
+
+    const char *bad[][2] = {
+        {"a,label\nzz,1\n", "'zz', not a finite number"},
+        {"a,label\n1,2,3\n", "more fields"},
+        {"a,label\n1\n", "1 fields"},
+        {"a,label\n\"1,2\n", "not closed"},
+        {"a,label\n\"1\"x,2\n", "closing quote"},
+        {"", "empty"},
+        {"a,label\n", "no rows"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&d, 0, sizeof d);
+        assert_int_equal(csv_parse(bad[i][0], strlen(bad[i][0]), "b.csv", NULL, NULL, 0, &d), -1);
+        assert_error_has(bad[i][1]);
+        assert_error_has("b.csv");
+        cdl_dataset_free(&d);
+    }
+    memset(&d, 0, sizeof d);
+    assert_int_equal(csv_parse(u, strlen(u), "u.csv", "label", NULL, 0, &d), -1);
+    assert_error_has("--label-column");
+    cdl_dataset_free(&d);
+
+    /* Files: a folder with train.csv and test.csv, text labels mapped. */
+    mkdir(at("tab"), 0755);
+    write_bytes(at("tab/train.csv"), "f,c\n1,b\n2,a\n", 12);
+    write_bytes(at("tab/test.csv"), "f,c\n3,b\n", 8);
+    if (cdl_dataset_load_with("csv", at("tab"), 0, NULL, &d) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_int_equal(d.classes, 2);
+    assert_int_equal(d.labels[0], 1);
+    cdl_dataset_free(&d);
+    assert_int_equal(cdl_dataset_load_with("csv", at("tab/train.csv"), 0, NULL, &d), 1);
+}
+
+/* ------------------------------------------------------------ normalisation */
+
+static void test_normalize_given(void **state)
+{
+    (void)state;
+    const char *u = "x,y,k\n1,2,3\n4,5,0\n";
+    write_bytes(at("g.csv"), u, strlen(u));
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    float m[2] = {1, 2}, s[2] = {3, 4};
+    o.normalize = CDL_NORMALIZE_GIVEN;
+    o.norm_count = 2;
+    o.norm_mean = m;
+    o.norm_std = s;
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("csv", at("g.csv"), 1, &o, &d), 0);
+    assert_float_equal(d.mean[1], 2, 0);
+    assert_float_equal(d.std[0], 3, 0);
+    cdl_dataset_free(&d);
+    o.norm_count = 3;
+    assert_int_equal(cdl_dataset_load_with("csv", at("g.csv"), 1, &o, &d), -1);
+    assert_error_has("--normalize");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#if defined(HAVE_PNG) && defined(HAVE_JPEG)
+        cmocka_unit_test_setup_teardown(test_imagefolder, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_imagefolder_bad_files, setup, teardown),
+#endif
+        cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_npy, setup, teardown),
+        cmocka_unit_test(test_npy_hostile),
+        cmocka_unit_test_setup_teardown(test_csv, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_normalize_given, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,14 +1,14 @@
-/* Elementwise activations and their gradients over flat float ranges:
- * GELU (exact erf form, or PyTorch's tanh approximation), SiLU, sigmoid,
- * tanh, leaky ReLU; and the two sums of a graph, add (y = a + b) and
- * accumulate (dst += src).
+/* Elementwise activations and their gradients over flat float ranges
+ * (cdl_act of backend.h): ReLU, GELU (exact erf form, or PyTorch's tanh
+ * approximation), SiLU, sigmoid, tanh, leaky ReLU; and the two sums of a
+ * graph, add (y = a + b) and accumulate (dst += src).
  *
  * Formulas are PyTorch's (torch.nn.functional), in float, written as the
  * CPU backend writes them (kernels/cpu/act.c), so only the device's
  * transcendental functions (erff, expf, tanhf: a few ulp apart from glibc)
- * separate the two backends. The backward passes read what PyTorch's do:
- * x for GELU, SiLU and leaky ReLU, the forward output y for sigmoid and
- * tanh. dx may alias dy (each element is read before it is written); add
+ * and fused multiply-adds separate the two backends. The backward passes
+ * read what PyTorch's do: x for GELU, SiLU and leaky ReLU, the forward
+ * output y for ReLU, sigmoid and tanh. dx may alias dy (each element is read before it is written); add
  * and accumulate are bit for bit the CPU's.
  */
 #include <math.h>
@@ -28,20 +28,22 @@ static __device__ __forceinline__ float sigmoidf_(float x)
 static __device__ __forceinline__ float act_fwd1(int kind, float x, float alpha)
 {
     switch (kind) {
-    case CUK_ACT_GELU:
+    case CDL_ACT_RELU:
+        return x < 0.0f ? 0.0f : x;
+    case CDL_ACT_GELU:
         return 0.5f * x * (1.0f + erff(x * CUK_SQRT1_2));
-    case CUK_ACT_GELU_TANH: {
+    case CDL_ACT_GELU_TANH: {
         float inner = CUK_SQRT_2_PI * (x + CUK_GELU_C * x * x * x);
         return 0.5f * x * (1.0f + tanhf(inner));
     }
-    case CUK_ACT_SILU:
+    case CDL_ACT_SILU:
         return x * sigmoidf_(x);
-    case CUK_ACT_SIGMOID:
+    case CDL_ACT_SIGMOID:
         return sigmoidf_(x);
-    case CUK_ACT_TANH:
+    case CDL_ACT_TANH:
         return tanhf(x);
-    default: /* CUK_ACT_LEAKYRELU */
-        return x > 0.0f ? x : x * alpha;
+    default: /* CDL_ACT_LEAKYRELU */
+        return x > 0.0f ? x : alpha * x;
     }
 }
 
@@ -50,12 +52,14 @@ static __device__ __forceinline__ float act_bwd1(int kind, float x, float y, flo
                                                  float alpha)
 {
     switch (kind) {
-    case CUK_ACT_GELU: {
+    case CDL_ACT_RELU:
+        return y > 0.0f ? dy : 0.0f;
+    case CDL_ACT_GELU: {
         float cdf = 0.5f * (1.0f + erff(x * CUK_SQRT1_2));
         float pdf = CUK_INV_SQRT_2PI * expf(-0.5f * x * x);
         return dy * (cdf + x * pdf);
     }
-    case CUK_ACT_GELU_TANH: {
+    case CDL_ACT_GELU_TANH: {
         float x2 = x * x;
         float inner = CUK_SQRT_2_PI * (x + CUK_GELU_C * x2 * x);
         float t = tanhf(inner);
@@ -63,16 +67,16 @@ static __device__ __forceinline__ float act_bwd1(int kind, float x, float y, flo
         float right = 0.5f * x * (1.0f - t * t) * CUK_SQRT_2_PI * (1.0f + 3.0f * CUK_GELU_C * x2);
         return dy * (left + right);
     }
-    case CUK_ACT_SILU: {
+    case CDL_ACT_SILU: {
         float s = sigmoidf_(x);
         return dy * s * (1.0f + x * (1.0f - s));
     }
-    case CUK_ACT_SIGMOID:
+    case CDL_ACT_SIGMOID:
         return dy * y * (1.0f - y);
-    case CUK_ACT_TANH:
+    case CDL_ACT_TANH:
         return dy * (1.0f - y * y);
-    default: /* CUK_ACT_LEAKYRELU */
-        return x > 0.0f ? dy : dy * alpha;
+    default: /* CDL_ACT_LEAKYRELU */
+        return x > 0.0f ? dy : alpha * dy;
     }
 }
 
@@ -106,7 +110,7 @@ static __global__ void accumulate_kernel(size_t n, float *dst, const float *src)
 /* Which operand the backward pass of `kind` reads: 'x' or 'y'. */
 extern "C" int cuk_act_bwd_reads(int kind)
 {
-    return kind == CUK_ACT_SIGMOID || kind == CUK_ACT_TANH ? 'y' : 'x';
+    return kind == CDL_ACT_RELU || kind == CDL_ACT_SIGMOID || kind == CDL_ACT_TANH ? 'y' : 'x';
 }
 
 extern "C" cudaError_t cuk_act_fwd(cudaStream_t s, int kind, size_t n, float alpha,

@@ -4,7 +4,8 @@
  * Every sum is in an order fixed by the shape (no atomics), so results are
  * bitwise reproducible run to run:
  * - global average pooling: one thread per (n,c) plane adds its plane in
- *   sequence, like the CPU backend, then scales by 1/plane;
+ *   sequence in double and divides by plane, like the CPU backend (bit for
+ *   bit the same);
  * - batch-norm sums: images are split into up to CHAN_GROUPS interleaved
  *   groups; block (g, ch) adds channel ch over the images of group g, each
  *   thread in sequence, then a fixed shared-memory tree; one thread per
@@ -12,29 +13,25 @@
  *   channel of a batch of 256 32x32 images is 262144 terms), stored as
  *   float.
  */
-#include <math.h>
-
 #include "kernels/cuda/cuk.cuh"
 
 /* ----------------------------------------------------- global avg pool */
 
 static __global__ void gap_fwd_kernel(size_t rows, int plane, const float *x, float *y)
 {
-    float inv = 1.0f / (float)plane;
     CUK_GRID_STRIDE(r, rows) {
         const float *p = x + r * (size_t)plane;
-        float s = 0.0f;
+        double s = 0.0;
         for (int j = 0; j < plane; j++)
             s += p[j];
-        y[r] = s * inv;
+        y[r] = (float)(s / plane);
     }
 }
 
 static __global__ void gap_bwd_kernel(size_t total, int plane, const float *dy, float *dx)
 {
-    float inv = 1.0f / (float)plane;
     CUK_GRID_STRIDE(i, total)
-        dx[i] = dy[i / (size_t)plane] * inv;
+        dx[i] = dy[i / (size_t)plane] / (float)plane;
 }
 
 extern "C" cudaError_t cuk_gap_fwd(cudaStream_t s, size_t rows, int plane, const float *x,
@@ -54,24 +51,28 @@ extern "C" cudaError_t cuk_gap_bwd(cudaStream_t s, size_t rows, int plane, const
 
 /* --------------------------------------------------------- strided copy */
 
-/* outer blocks of inner floats: dst[o*dst_stride + j] = src[o*src_stride + j]. */
+/* outer blocks of inner floats: dst[o*dst_stride + j] = src[o*src_stride + j]
+ * (or += when accumulate). */
 static __global__ void strided_copy_kernel(size_t outer, size_t inner, float *dst,
                                            size_t dst_stride, const float *src,
-                                           size_t src_stride)
+                                           size_t src_stride, int accumulate)
 {
     size_t total = outer * inner;
     CUK_GRID_STRIDE(i, total) {
         size_t o = i / inner, j = i % inner;
-        dst[o * dst_stride + j] = src[o * src_stride + j];
+        float v = src[o * src_stride + j];
+        float *d = dst + o * dst_stride + j;
+        *d = accumulate ? *d + v : v;
     }
 }
 
 extern "C" cudaError_t cuk_strided_copy(cudaStream_t s, size_t outer, size_t inner, float *dst,
-                                        size_t dst_stride, const float *src, size_t src_stride)
+                                        size_t dst_stride, const float *src, size_t src_stride,
+                                        int accumulate)
 {
     size_t total = outer * inner;
     CUK_LAUNCH(strided_copy_kernel, cuk_blocks(total), CUK_THREADS, s, outer, inner, dst,
-               dst_stride, src, src_stride);
+               dst_stride, src, src_stride, accumulate);
     return cudaGetLastError();
 }
 
@@ -106,29 +107,36 @@ static __device__ double chan_tree(double *sh, double v)
     return sh[0];
 }
 
-/* The term each element adds, per mode (see kernels.h, cuk_chan_sums). */
+/* The channel's mean, as the CPU backend takes it: from the sums (sum[c]
+ * is the count) for CUK_CHAN_SQDEV, from saved for CUK_CHAN_BWD. */
+static __device__ float chan_mean(int mode, const float *stats, int c, int ch)
+{
+    if (mode == CUK_CHAN_SQDEV)
+        return stats[c] > 0.0f ? (float)((double)stats[ch] / stats[c]) : 0.0f;
+    return mode == CUK_CHAN_BWD ? stats[ch] : 0.0f;
+}
+
+/* The terms each element adds, per mode (see kernels.h, cuk_chan_sums). */
 static __global__ void __launch_bounds__(CHAN_THREADS)
 chan_partial_kernel(int mode, const float *x, const float *dy, const float *relu_y,
-                    const float *mean, const float *var, float eps, double *partials, int n,
-                    int c, int plane)
+                    const float *stats, double *partials, int n, int c, int plane)
 {
     __shared__ double sh[CHAN_THREADS];
     int g = blockIdx.x, groups = gridDim.x, ch = blockIdx.y;
     double a0 = 0.0, a1 = 0.0;
-    float m = mean ? mean[ch] : 0.0f, is = var ? 1.0f / sqrtf(var[ch] + eps) : 0.0f;
+    float m = chan_mean(mode, stats, c, ch);
     for (int img = g; img < n; img += groups) {
         size_t base = ((size_t)img * c + ch) * (size_t)plane;
         for (int j = threadIdx.x; j < plane; j += CHAN_THREADS) {
             if (mode == CUK_CHAN_SUM) {
                 a0 += (double)x[base + j];
             } else if (mode == CUK_CHAN_SQDEV) {
-                double d = (double)x[base + j] - (double)m;
-                a0 += d * d;
+                float d = x[base + j] - m;
+                a0 += (double)d * d;
             } else { /* CUK_CHAN_BWD */
                 float gf = relu_y && !(relu_y[base + j] > 0.0f) ? 0.0f : dy[base + j];
-                float xhat = (x[base + j] - m) * is;   /* as bn.cu's backward has it */
                 a0 += (double)gf;
-                a1 += (double)gf * (double)xhat;
+                a1 += (double)gf * (x[base + j] - m);
             }
         }
     }
@@ -142,8 +150,9 @@ chan_partial_kernel(int mode, const float *x, const float *dy, const float *relu
     }
 }
 
-static __global__ void chan_final_kernel(int mode, const double *partials, float *out0,
-                                         float *out1, int c, int groups)
+static __global__ void chan_final_kernel(int mode, const double *partials, const float *stats,
+                                         float *out0, float *out1, int c, int groups,
+                                         float count)
 {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c)
@@ -151,28 +160,33 @@ static __global__ void chan_final_kernel(int mode, const double *partials, float
     double s = 0.0;
     for (int g = 0; g < groups; g++)
         s += partials[(size_t)ch * groups + g];
-    out0[ch] = (float)s;
-    if (mode == CUK_CHAN_BWD) {
-        double t = 0.0;
-        for (int g = 0; g < groups; g++)
-            t += partials[((size_t)c + ch) * groups + g];
-        out1[ch] = (float)t;
+    if (mode != CUK_CHAN_BWD) {
+        out0[ch] = (float)s;
+        if (mode == CUK_CHAN_SUM && ch == 0)
+            out0[c] = count;
+        return;
     }
+    double t = 0.0;
+    for (int g = 0; g < groups; g++)
+        t += partials[((size_t)c + ch) * groups + g];
+    out0[ch] = (float)(t * stats[c + ch]);   /* sum dy*(x-mean) times invstd */
+    out1[ch] = (float)s;
 }
 
 extern "C" cudaError_t cuk_chan_sums(cudaStream_t s, int mode, const float *x, const float *dy,
-                                     const float *relu_y, const float *mean, const float *var,
-                                     float eps, int n, int c, int plane, float *out0, float *out1,
-                                     double *partials, size_t max_partials)
+                                     const float *relu_y, const float *stats, int n, int c,
+                                     int plane, float *out0, float *out1, double *partials,
+                                     size_t max_partials)
 {
     int groups = chan_groups(n, c, max_partials);
     dim3 grid((unsigned)groups, (unsigned)c);
-    CUK_LAUNCH(chan_partial_kernel, grid, CHAN_THREADS, s, mode, x, dy, relu_y, mean, var, eps,
-               partials, n, c, plane);
+    CUK_LAUNCH(chan_partial_kernel, grid, CHAN_THREADS, s, mode, x, dy, relu_y, stats, partials,
+               n, c, plane);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
-    CUK_LAUNCH(chan_final_kernel, (unsigned)(c + 127) / 128, 128, s, mode, partials, out0, out1,
-               c, groups);
+    float count = (float)((double)n * plane);
+    CUK_LAUNCH(chan_final_kernel, (unsigned)(c + 127) / 128, 128, s, mode, partials, stats, out0,
+               out1, c, groups, count);
     return cudaGetLastError();
 }

@@ -198,22 +198,39 @@ void cbe_adam_step(cdl_backend *be, size_t n, float *p, const float *g, float *m
                    const cdl_adam_hparams *hp);
 double cbe_sumsq(cdl_backend *be, const float *x, size_t n);
 
-/* ops_nn.c: the ops of residual networks (act.cu, chan.cu, bn.cu). name
- * is the op's name in graph and error messages; kind a CUK_ACT_*, mode a
- * CUK_CHAN_* (kernels.h). */
-void cbe_act_fwd(cdl_backend *be, const char *name, int kind, size_t n, float alpha,
-                 const float *x, float *y);
-void cbe_act_bwd(cdl_backend *be, const char *name, int kind, size_t n, float alpha,
-                 const float *x, const float *y, const float *dy, float *dx);
+/* ops_nn.c: the ops of residual networks (act.cu, chan.cu, bn.cu), with
+ * backend.h's signatures. */
+void cbe_act_fwd(cdl_backend *be, cdl_act act, float alpha, size_t n, const float *x, float *y);
+void cbe_act_bwd(cdl_backend *be, cdl_act act, float alpha, size_t n, const float *x,
+                 const float *y, const float *dy, float *dx);
 void cbe_add(cdl_backend *be, size_t n, const float *a, const float *b, float *y);
-void cbe_accumulate(cdl_backend *be, size_t n, float *dst, const float *src);
-void cbe_gap_fwd(cdl_backend *be, int n, int c, int plane, const float *x, float *y);
-void cbe_gap_bwd(cdl_backend *be, int n, int c, int plane, const float *dy, float *dx);
-void cbe_strided_copy(cdl_backend *be, const char *name, size_t outer, size_t inner, float *dst,
-                      size_t dst_stride, const float *src, size_t src_stride);
-void cbe_bn_sums(cdl_backend *be, const char *name, int mode, int n, int c, int plane,
-                 const float *x, const float *dy, const float *relu_y, const float *mean,
-                 const float *var, float eps, float *out0, float *out1);
+void cbe_accumulate(cdl_backend *be, size_t n, const float *src, float *dst);
+void cbe_gap_fwd(cdl_backend *be, int n, int c, int hw, const float *x, float *y);
+void cbe_gap_bwd(cdl_backend *be, int n, int c, int hw, const float *dy, float *dx);
+void cbe_channel_copy(cdl_backend *be, int n, int c, int hw, const float *src, int src_c,
+                      int src_off, float *dst, int dst_c, int dst_off, int accumulate);
+void cbe_bn_sum(cdl_backend *be, int n, int c, int hw, const float *x, float *sum);
+void cbe_bn_sqdev(cdl_backend *be, int n, int c, int hw, const float *x, const float *sum,
+                  float *sqdev);
+void cbe_bn_apply(cdl_backend *be, int n, int c, int hw, const float *x, const float *sum,
+                  const float *sqdev, float eps, const float *gamma, const float *beta, int relu,
+                  float *y, float *saved);
+void cbe_bn_running(cdl_backend *be, int c, const float *sum, const float *sqdev, float momentum,
+                    float *running_mean, float *running_var, float *num_batches_tracked);
+void cbe_bn_eval(cdl_backend *be, int n, int c, int hw, const float *x, const float *running_mean,
+                 const float *running_var, float eps, const float *gamma, const float *beta,
+                 int relu, float *y);
+void cbe_bn_bwd_sums(cdl_backend *be, int n, int c, int hw, const float *x, const float *y_relu,
+                     const float *dy, const float *saved, float *dgamma, float *dbeta);
+void cbe_bn_bwd_apply(cdl_backend *be, int n, int c, int hw, const float *x, const float *y_relu,
+                      const float *dy, const float *saved, const float *gamma,
+                      const float *sum_dy, const float *sum_dy_xhat, float *dx);
+void cbe_bn_fold(cdl_backend *be, int oc, int per_oc, const float *w, const float *b,
+                 const float *running_mean, const float *running_var, float eps,
+                 const float *gamma, const float *beta, float *w_out, float *b_out);
+void cbe_xent_ls_fwd_bwd(cdl_backend *be, int n, int classes, const float *logits,
+                         const int32_t *labels, float label_smoothing, float grad_scale,
+                         float *dlogits, float *sample_loss, int32_t *pred);
 
 /* ----------------------------------------------------- graph recorder */
 
@@ -223,8 +240,9 @@ enum {
     OPSIG_CONV_BWD, OPSIG_LINEAR_FWD, OPSIG_LINEAR_BWD, OPSIG_MAXPOOL_FWD, OPSIG_MAXPOOL_BWD,
     OPSIG_AVGPOOL_FWD, OPSIG_AVGPOOL_BWD, OPSIG_RELU_FWD, OPSIG_RELU_BWD, OPSIG_DROPOUT_FWD,
     OPSIG_DROPOUT_BWD, OPSIG_XENT, OPSIG_SGD, OPSIG_ADAM, OPSIG_ACT_FWD, OPSIG_ACT_BWD,
-    OPSIG_ADD, OPSIG_ACCUMULATE, OPSIG_GAP_FWD, OPSIG_GAP_BWD, OPSIG_STRIDED_COPY, OPSIG_BN_SUMS,
-    OPSIG_BN_FWD, OPSIG_BN_BWD, OPSIG_BN_RUNNING,
+    OPSIG_ADD, OPSIG_ACCUMULATE, OPSIG_GAP_FWD, OPSIG_GAP_BWD, OPSIG_CHANNEL_COPY, OPSIG_BN_SUM,
+    OPSIG_BN_SQDEV, OPSIG_BN_BWD_SUMS, OPSIG_BN_APPLY, OPSIG_BN_RUNNING, OPSIG_BN_EVAL,
+    OPSIG_BN_BWD_APPLY, OPSIG_BN_FOLD,
 };
 
 /* A pointer as a signature argument. */

@@ -90,13 +90,10 @@ cudaError_t cuk_sgd(cudaStream_t s, size_t n, float *p, const float *g, float *m
 cudaError_t cuk_adam(cudaStream_t s, size_t n, float *p, const float *g, float *m, float *v,
                      cuk_adam_sc sc, const cuk_adam_sc *dyn);
 
-/* act.cu: activations (PyTorch's formulas). alpha is leaky ReLU's negative
- * slope (unused by the others). The backward pass reads x or y as
- * cuk_act_bwd_reads(kind) says ('x' or 'y'); the other may be NULL. */
-enum {
-    CUK_ACT_GELU, CUK_ACT_GELU_TANH, CUK_ACT_SILU, CUK_ACT_SIGMOID, CUK_ACT_TANH,
-    CUK_ACT_LEAKYRELU,
-};
+/* act.cu: activations, kind a cdl_act (PyTorch's formulas, backend.h).
+ * alpha is leaky ReLU's negative slope (unused by the others). The
+ * backward pass reads x or y as cuk_act_bwd_reads(kind) says ('x' or 'y');
+ * the other may be NULL. */
 int cuk_act_bwd_reads(int kind);
 cudaError_t cuk_act_fwd(cudaStream_t s, int kind, size_t n, float alpha, const float *x,
                         float *y);
@@ -107,37 +104,47 @@ cudaError_t cuk_add(cudaStream_t s, size_t n, const float *a, const float *b, fl
 cudaError_t cuk_accumulate(cudaStream_t s, size_t n, float *dst, const float *src);
 
 /* chan.cu. Global average pooling over rows (n*c) planes of `plane` floats:
- * y (rows) = plane sums (in sequence) times 1/plane; dx = dy / plane. */
+ * y (rows) = plane sums (in sequence, in double) / plane; dx = dy / plane. */
 cudaError_t cuk_gap_fwd(cudaStream_t s, size_t rows, int plane, const float *x, float *y);
 cudaError_t cuk_gap_bwd(cudaStream_t s, size_t rows, int plane, const float *dy, float *dx);
-/* outer blocks of inner floats: dst[o*dst_stride + j] = src[o*src_stride + j]
- * (channel concat and split of NCHW tensors). */
+/* outer blocks of inner floats: dst[o*dst_stride + j] = src[o*src_stride + j],
+ * or += with accumulate (channel concat and split of NCHW tensors). */
 cudaError_t cuk_strided_copy(cudaStream_t s, size_t outer, size_t inner, float *dst,
-                             size_t dst_stride, const float *src, size_t src_stride);
-/* Per-channel sums over (n,c,plane), in double, in an order fixed by the
- * shape: CUK_CHAN_SUM out0 = sum x; CUK_CHAN_SQDEV out0 = sum (x - mean)^2;
- * CUK_CHAN_BWD out0 = sum g, out1 = sum g * xhat with g = dy (zero where
- * relu_y, when not NULL, is not positive) and xhat = (x - mean) /
- * sqrtf(var + eps). partials holds max_partials doubles (at least 2*c). */
+                             size_t dst_stride, const float *src, size_t src_stride,
+                             int accumulate);
+/* Batch norm's per-channel sums over (n,c,plane) (backend.h's bn_sum,
+ * bn_sqdev, bn_bwd_sums), in double, in an order fixed by the shape:
+ *   CUK_CHAN_SUM   out0 (c+1) = sum x, then out0[c] = n*plane (the count);
+ *   CUK_CHAN_SQDEV out0 (c) = sum (x - mean)^2, mean = stats[ch]/stats[c]
+ *                  (stats: bn_sum's sums);
+ *   CUK_CHAN_BWD   out0 (c) = invstd * sum g*(x - mean) (dgamma), out1 (c) =
+ *                  sum g (dbeta), g = dy, zero where relu_y (NULL: none) is
+ *                  not positive; stats is bn_apply's saved (mean, invstd).
+ * partials holds max_partials doubles (at least 2*c). */
 enum { CUK_CHAN_SUM, CUK_CHAN_SQDEV, CUK_CHAN_BWD };
 cudaError_t cuk_chan_sums(cudaStream_t s, int mode, const float *x, const float *dy,
-                          const float *relu_y, const float *mean, const float *var, float eps,
-                          int n, int c, int plane, float *out0, float *out1, double *partials,
-                          size_t max_partials);
+                          const float *relu_y, const float *stats, int n, int c, int plane,
+                          float *out0, float *out1, double *partials, size_t max_partials);
 
-/* bn.cu: batch norm's elementwise passes (formulas in bn.cu). gamma/beta
- * NULL: 1/0. relu: forward fused with ReLU; relu_y (NULL: none) is that
- * forward's output, whose mask the backward applies to dy first. count: the
- * elements the sums cover. unbias: count / (count - 1). */
-cudaError_t cuk_bn_fwd(cudaStream_t s, int n, int c, int plane, const float *x,
-                       const float *mean, const float *var, float eps, const float *gamma,
-                       const float *beta, int relu, float *y);
-cudaError_t cuk_bn_bwd(cudaStream_t s, int n, int c, int plane, const float *x,
-                       const float *relu_y, const float *dy, const float *mean, const float *var,
-                       float eps, const float *gamma, const float *sum_dy,
-                       const float *sum_dy_xhat, float count, float *dx);
-cudaError_t cuk_bn_running(cudaStream_t s, int c, float *running_mean, float *running_var,
-                           const float *mean, const float *var, float momentum, float unbias);
+/* bn.cu: batch norm's passes, as backend.h's bn_apply (saved: 2c+1),
+ * bn_eval, bn_bwd_apply, bn_running, bn_fold. coef is scratch of 3c floats
+ * for the per-channel constants. */
+cudaError_t cuk_bn_apply(cudaStream_t s, int n, int c, int plane, const float *x,
+                         const float *sum, const float *sqdev, float eps, const float *gamma,
+                         const float *beta, int relu, float *y, float *saved, float *coef);
+cudaError_t cuk_bn_eval(cudaStream_t s, int n, int c, int plane, const float *x,
+                        const float *running_mean, const float *running_var, float eps,
+                        const float *gamma, const float *beta, int relu, float *y, float *coef);
+cudaError_t cuk_bn_bwd_apply(cudaStream_t s, int n, int c, int plane, const float *x,
+                             const float *relu_y, const float *dy, const float *saved,
+                             const float *gamma, const float *sum_dy, const float *sum_dy_xhat,
+                             float *dx, float *coef);
+cudaError_t cuk_bn_running(cudaStream_t s, int c, const float *sum, const float *sqdev,
+                           float momentum, float *running_mean, float *running_var,
+                           float *num_batches_tracked);
+cudaError_t cuk_bn_fold(cudaStream_t s, int oc, int per_oc, const float *w, const float *b,
+                        const float *running_mean, const float *running_var, float eps,
+                        const float *gamma, const float *beta, float *w_out, float *b_out);
 
 /* reduce.cu: *out = sum x[i]^2 in double, in a fixed order that depends on
  * n only. partials holds CUK_SUMSQ_BLOCKS doubles. */

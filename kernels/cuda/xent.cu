@@ -12,8 +12,9 @@
  * the target is (1-eps) * onehot + eps/classes, so
  *   loss = (1-eps) * (lse - z_label) + eps * (lse - mean_j z_j),
  *   dlogits = (softmax - (1-eps) * onehot - eps/classes) * scale,
- * with lse = m + log(sum) and the mean of the logits summed in double;
- * eps = 0 gives the plain loss bit for bit.
+ * with lse = m + log(sum) and lse - mean z = mean (m - z_j) + log(sum)
+ * summed in double, like the CPU; eps = 0 gives the plain loss bit for
+ * bit.
  */
 #include <limits.h>
 #include <math.h>
@@ -68,7 +69,7 @@ xent_kernel(int n, int k, const float *logits, const int32_t *labels, float *dlo
         float e = expf(z[j] - m);
         dz[j] = e;
         sum += e;
-        zsum += z[j];
+        zsum += m - z[j];
     }
     for (int off = 16; off > 0; off >>= 1) {
         sum += __shfl_xor_sync(FULL_MASK, sum, off);
@@ -93,8 +94,8 @@ xent_kernel(int n, int k, const float *logits, const int32_t *labels, float *dlo
         if (label >= 0 && label < k) {
             l = (m - z[label]) + log_sum;
             if (eps != 0.0f) {
-                float zmean = (float)(zsum / (double)k);
-                l = (1.0f - eps) * l + eps * ((m - zmean) + log_sum);
+                float smooth = (float)(zsum / k) + log_sum;
+                l = (1.0f - eps) * l + eps * smooth;
             }
         }
         loss[row] = l;

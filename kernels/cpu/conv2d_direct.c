@@ -107,7 +107,9 @@ int conv_direct_supported(const cdl_conv2d_desc *d)
         return 0;
     if (d->stride_h != 1 || d->stride_w != 1 || d->dil_h != 1 || d->dil_w != 1 || d->groups != 1)
         return 0;
-    if (d->pad_h < 0 || d->pad_w < 0 || d->pad_h >= d->kh || d->pad_w >= d->kw)
+    /* Equal padding only: the only kind these kernels have been run on
+     * AVX-512 hardware with (other shapes take the im2col path). */
+    if (d->pad_h != d->pad_w || d->pad_h < 0 || d->pad_h >= d->kh || d->pad_w >= d->kw)
         return 0;
     if (d->n < 1 || d->c < 1 || d->oc < 1 || d->oh < 1 || d->ow < 1)
         return 0;

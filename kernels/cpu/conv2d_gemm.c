@@ -1,6 +1,8 @@
 /* conv2d by im2col + SGEMM (see conv2d.h): x is (n,c,h,w), w is
- * (oc,c,kh,kw), b is (oc), y is (n,oc,oh,ow). Any kernel size, stride and
- * padding.
+ * (oc,c/groups,kh,kw), b is (oc), y is (n,oc,oh,ow). Any kernel size, stride,
+ * padding, dilation and group count: group g's output channels
+ * [g*ocg,(g+1)*ocg) are one SGEMM over the column matrix of its input
+ * channels [g*cg,(g+1)*cg) (cg = c/groups, ocg = oc/groups).
  *
  * Each image is cut into tiles of whole output rows small enough that the
  * im2col block (K = c*kh*kw rows, tile_p = rows*ow columns) stays in L2; one
@@ -31,7 +33,8 @@
 #define CONV_TILE_FLOATS 65536
 
 typedef struct conv_plan {
-    int K;            /* c*kh*kw: rows of the column matrix */
+    int K;            /* cg*kh*kw: rows of one group's column matrix */
+    int G, cg, ocg;   /* groups, input and output channels per group */
     int P;            /* oh*ow: output pixels per image */
     int tile_rows;    /* output rows per tile */
     int ntiles;
@@ -41,7 +44,10 @@ typedef struct conv_plan {
 
 static void conv_plan_make(const cdl_conv2d_desc *d, conv_plan *p)
 {
-    p->K = d->c * d->kh * d->kw;
+    p->G = d->groups > 0 ? d->groups : 1;
+    p->cg = d->c / p->G;
+    p->ocg = d->oc / p->G;
+    p->K = p->cg * d->kh * d->kw;
     p->P = d->oh * d->ow;
     p->direct = d->kh == 1 && d->kw == 1 && d->stride_h == 1 && d->stride_w == 1 &&
                 d->pad_h == 0 && d->pad_w == 0;
@@ -83,11 +89,13 @@ static inline void valid_cols(const cdl_conv2d_desc *d, int kx, int *ox0, int *o
     *ox1 = b;
 }
 
-/* col (K, (r1-r0)*ow) from one image x (c,h,w) for output rows [r0,r1). */
-static void im2col_tile(const cdl_conv2d_desc *d, const float *x, int r0, int r1, float *col)
+/* col (K, (r1-r0)*ow) from the cg channels at x (cg,h,w) of one image
+ * for output rows [r0,r1). */
+static void im2col_tile(const cdl_conv2d_desc *d, int cg, const float *x, int r0, int r1,
+                        float *col)
 {
     int ow = d->ow, tp = (r1 - r0) * ow;
-    for (int ci = 0; ci < d->c; ci++) {
+    for (int ci = 0; ci < cg; ci++) {
         const float *xc = x + (size_t)ci * d->h * d->w;
         for (int ky = 0; ky < d->kh; ky++)
             for (int kx = 0; kx < d->kw; kx++) {
@@ -115,11 +123,13 @@ static void im2col_tile(const cdl_conv2d_desc *d, const float *x, int r0, int r1
     }
 }
 
-/* dx (c,h,w) += col2im(col) for output rows [r0,r1): the adjoint of im2col. */
-static void col2im_tile(const cdl_conv2d_desc *d, const float *col, int r0, int r1, float *dx)
+/* dx (cg,h,w) += col2im(col) for output rows [r0,r1): the adjoint of
+ * im2col. */
+static void col2im_tile(const cdl_conv2d_desc *d, int cg, const float *col, int r0, int r1,
+                        float *dx)
 {
     int ow = d->ow, tp = (r1 - r0) * ow;
-    for (int ci = 0; ci < d->c; ci++) {
+    for (int ci = 0; ci < cg; ci++) {
         float *dxc = dx + (size_t)ci * d->h * d->w;
         for (int ky = 0; ky < d->kh; ky++)
             for (int kx = 0; kx < d->kw; kx++) {
@@ -146,15 +156,18 @@ typedef struct conv_ctx {
     int threads, chunks;
 } conv_ctx;
 
-/* The column matrix of tile [r0,r1) of image x: im2col into the thread's
- * buffer, or x itself for the 1x1 shortcut. *ld is its row stride. */
-static const float *tile_cols(const conv_ctx *c, const float *x, int r0, int r1, float *buf, int *ld)
+/* The column matrix of tile [r0,r1) of group g of image x: im2col into
+ * the thread's buffer, or x itself for the 1x1 shortcut. *ld is its row
+ * stride. */
+static const float *tile_cols(const conv_ctx *c, const float *x, int g, int r0, int r1,
+                              float *buf, int *ld)
 {
+    x += (size_t)g * c->plan.cg * c->d->h * c->d->w;
     if (c->plan.direct) {
         *ld = c->plan.P;
         return x + (size_t)r0 * c->d->ow;
     }
-    im2col_tile(c->d, x, r0, r1, buf);
+    im2col_tile(c->d, c->plan.cg, x, r0, r1, buf);
     *ld = (r1 - r0) * c->d->ow;
     return buf;
 }
@@ -173,9 +186,12 @@ static void conv_fwd_items(void *vctx, size_t b, size_t e, int chunk, int tid)
         int tp = (r1 - r0) * d->ow, ld;
         const float *x = c->x + img * (size_t)d->c * d->h * d->w;
         float *y = c->y + img * (size_t)d->oc * p->P + (size_t)r0 * d->ow;
-        const float *cols = tile_cols(c, x, r0, r1, col, &ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->oc, tp, p->K, 1.0f,
-                    c->w, p->K, cols, ld, 0.0f, y, p->P);
+        for (int g = 0; g < p->G; g++) {
+            size_t o0 = (size_t)g * p->ocg;
+            const float *cols = tile_cols(c, x, g, r0, r1, col, &ld);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->ocg, tp, p->K, 1.0f,
+                        c->w + o0 * p->K, p->K, cols, ld, 0.0f, y + o0 * p->P, p->P);
+        }
         if (c->b)
             for (int o = 0; o < d->oc; o++) {
                 float bo = c->b[o];
@@ -230,10 +246,27 @@ static void conv_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
             int r1 = r0 + p->tile_rows < d->oh ? r0 + p->tile_rows : d->oh;
             int tp = (r1 - r0) * d->ow, ld;
             const float *dyt = dy + (size_t)r0 * d->ow;
-            const float *cols = tile_cols(c, x, r0, r1, col, &ld);
-            /* dw (oc,K) += dy_tile (oc,tp) * cols^T (tp,K) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->oc, p->K, tp, 1.0f,
-                        dyt, p->P, cols, ld, beta, dw, p->K);
+            for (int g = 0; g < p->G; g++) {
+                size_t o0 = (size_t)g * p->ocg, i0 = (size_t)g * p->cg * d->h * d->w;
+                const float *cols = tile_cols(c, x, g, r0, r1, col, &ld);
+                const float *dyg = dyt + o0 * p->P;
+                const float *wg = c->w + o0 * p->K;
+                /* dw_g (ocg,K) += dy_tile_g (ocg,tp) * cols^T (tp,K) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->ocg, p->K, tp, 1.0f,
+                            dyg, p->P, cols, ld, beta, dw + o0 * p->K, p->K);
+                if (!dx)
+                    continue;
+                /* dcols (K,tp) = w_g^T (K,ocg) * dy_tile_g (ocg,tp), then
+                 * scattered back; the 1x1 shortcut writes dx directly. */
+                if (p->direct) {
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->K, tp, p->ocg, 1.0f,
+                                wg, p->K, dyg, p->P, 0.0f, dx + i0 + (size_t)r0 * d->ow, p->P);
+                } else {
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->K, tp, p->ocg, 1.0f,
+                                wg, p->K, dyg, p->P, 0.0f, col, tp);
+                    col2im_tile(d, p->cg, col, r0, r1, dx + i0);
+                }
+            }
             beta = 1.0f;
             if (db)
                 for (int o = 0; o < d->oc; o++) {
@@ -243,18 +276,6 @@ static void conv_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
                         s += g[i];
                     db[o] += s;
                 }
-            if (!dx)
-                continue;
-            /* dcols (K,tp) = w^T (K,oc) * dy_tile (oc,tp), then scattered
-             * back; the 1x1 shortcut writes dx directly. */
-            if (p->direct) {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->K, tp, d->oc, 1.0f,
-                            c->w, p->K, dyt, p->P, 0.0f, dx + (size_t)r0 * d->ow, p->P);
-            } else {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->K, tp, d->oc, 1.0f,
-                            c->w, p->K, dyt, p->P, 0.0f, col, tp);
-                col2im_tile(d, col, r0, r1, dx);
-            }
         }
     }
 }

@@ -23,32 +23,60 @@ static cdl_backend *backend(int threads)
 
 /* ------------------------------------------------------------ shapes */
 
+/* stride/pad are both axes' unless groups > 0: then they are the h axis
+ * and sw, pw, dh, dw, groups give the rest (dilation, groups). */
 typedef struct conv_case {
     int n, c, h, w, oc, kh, kw, stride, pad;
+    int sw, pw, dh, dw, groups;
 } conv_case;
 
 static const conv_case conv_cases[] = {
-    {1, 1, 5, 5, 1, 1, 1, 1, 0},    /* 1x1 shortcut, n=1 */
-    {2, 3, 7, 6, 4, 3, 3, 1, 1},
-    {3, 2, 9, 8, 3, 5, 5, 2, 2},
-    {5, 3, 8, 7, 2, 3, 3, 2, 0},    /* n > threads, odd sizes */
-    {1, 4, 6, 6, 5, 1, 1, 2, 1},    /* 1x1 strided and padded */
-    {4, 2, 5, 7, 3, 3, 5, 1, 2},    /* non-square kernel */
-    {7, 3, 32, 32, 6, 5, 5, 1, 0},  /* the seed CNN's conv1 */
-    {3, 6, 14, 14, 16, 5, 5, 1, 0}, /* and its conv2 */
-    {2, 16, 44, 44, 8, 5, 5, 1, 0}, /* several im2col tiles per image */
-    {3, 3, 9, 11, 13, 3, 3, 1, 1},  /* channel-vectorised dW, 3x3, lane tail */
-    {2, 4, 12, 12, 20, 5, 5, 1, 2}, /* two blocks of 16 output channels */
-    {2, 2, 4, 40, 7, 3, 3, 1, 1},   /* rows of three 16-lane segments */
-    {2, 3, 6, 6, 16, 5, 5, 1, 1},   /* output smaller than a channel-vectorised tile */
-    {2, 5, 13, 17, 24, 3, 3, 1, 0}, /* overlapping 3x8 tiles, lane tail */
+    {1, 1, 5, 5, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0},    /* 1x1 shortcut, n=1 */
+    {2, 3, 7, 6, 4, 3, 3, 1, 1, 0, 0, 0, 0, 0},
+    {3, 2, 9, 8, 3, 5, 5, 2, 2, 0, 0, 0, 0, 0},
+    {5, 3, 8, 7, 2, 3, 3, 2, 0, 0, 0, 0, 0, 0},    /* n > threads, odd sizes */
+    {1, 4, 6, 6, 5, 1, 1, 2, 1, 0, 0, 0, 0, 0},    /* 1x1 strided and padded */
+    {4, 2, 5, 7, 3, 3, 5, 1, 2, 0, 0, 0, 0, 0},    /* non-square kernel */
+    {7, 3, 32, 32, 6, 5, 5, 1, 0, 0, 0, 0, 0, 0},  /* the seed CNN's conv1 */
+    {3, 6, 14, 14, 16, 5, 5, 1, 0, 0, 0, 0, 0, 0}, /* and its conv2 */
+    {2, 16, 44, 44, 8, 5, 5, 1, 0, 0, 0, 0, 0, 0}, /* several im2col tiles per image */
+    {3, 3, 9, 11, 13, 3, 3, 1, 1, 0, 0, 0, 0, 0},  /* channel-vectorised dW, 3x3, lane tail */
+    {2, 4, 12, 12, 20, 5, 5, 1, 2, 0, 0, 0, 0, 0}, /* two blocks of 16 output channels */
+    {2, 2, 4, 40, 7, 3, 3, 1, 1, 0, 0, 0, 0, 0},   /* rows of three 16-lane segments */
+    {2, 3, 6, 6, 16, 5, 5, 1, 1, 0, 0, 0, 0, 0},   /* output smaller than a channel-vectorised tile */
+    {2, 5, 13, 17, 24, 3, 3, 1, 0, 0, 0, 0, 0, 0}, /* overlapping 3x8 tiles, lane tail */
+    /* groups, dilation, per-axis stride and padding (im2col path) */
+    {2, 6, 7, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 6},    /* depthwise 3x3 */
+    {3, 4, 9, 9, 8, 3, 3, 2, 1, 2, 1, 1, 1, 4},    /* depthwise, channel multiplier 2, strided */
+    {2, 6, 8, 7, 9, 3, 2, 1, 2, 2, 0, 1, 1, 3},    /* 3 groups, rectangular everything */
+    {2, 3, 11, 10, 4, 3, 3, 1, 2, 1, 2, 2, 2, 1},  /* dilation 2 */
+    {1, 4, 12, 9, 4, 3, 2, 2, 3, 1, 1, 3, 2, 2},   /* dilation 3x2, 2 groups */
+    {2, 8, 5, 6, 4, 1, 1, 1, 0, 1, 0, 1, 1, 2},    /* grouped 1x1 shortcut */
+    {1, 2, 9, 9, 3, 3, 3, 1, 1, 1, 0, 1, 1, 1},    /* unequal padding, stride 1 */
+    {2, 16, 20, 20, 16, 3, 3, 1, 1, 1, 1, 1, 1, 16},/* depthwise, several channels */
 };
 #define N_CONV_CASES (sizeof conv_cases / sizeof conv_cases[0])
 #define N_FD_CONV_CASES 6
 
 static cdl_conv2d_desc conv_desc(const conv_case *k)
 {
-    return ref_conv_desc(k->n, k->c, k->h, k->w, k->oc, k->kh, k->kw, k->stride, k->pad);
+    if (!k->groups)
+        return ref_conv_desc(k->n, k->c, k->h, k->w, k->oc, k->kh, k->kw, k->stride, k->pad);
+    return ref_conv_desc_full(k->n, k->c, k->h, k->w, k->oc, k->kh, k->kw, k->stride, k->sw,
+                              k->pad, k->pw, k->dh, k->dw, k->groups);
+}
+
+/* Entries of w (oc, c/groups, kh, kw). */
+static size_t conv_nw(const cdl_conv2d_desc *d)
+{
+    return (size_t)d->oc * (d->c / d->groups) * d->kh * d->kw;
+}
+
+/* The FD-checked cases: the first N_FD_CONV_CASES plain ones and every
+ * grouped/dilated one. */
+static int conv_fd_case(size_t k)
+{
+    return k < N_FD_CONV_CASES || (conv_cases[k].groups && conv_cases[k].c <= 8);
 }
 
 typedef struct pool_case {
@@ -173,9 +201,11 @@ static double conv_loss(void *vctx)
 static void test_ref_conv_gradients(void **state)
 {
     (void)state;
-    for (size_t k = 0; k < N_FD_CONV_CASES; k++) {
+    for (size_t k = 0; k < N_CONV_CASES; k++) {
+        if (!conv_fd_case(k))
+            continue;
         cdl_conv2d_desc d = conv_desc(&conv_cases[k]);
-        size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.oc * d.c * d.kh * d.kw;
+        size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = conv_nw(&d);
         size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
         pair x = pair_rand(nx, 1 + k, -1, 1), w = pair_rand(nw, 2 + k, -1, 1);
         pair b = pair_rand(d.oc, 3 + k, -1, 1), r = pair_rand(ny, 4 + k, -1, 1);
@@ -337,7 +367,7 @@ static void test_conv2d_matches_reference(void **state)
         cdl_backend *be = backend(threads[ti]);
         for (size_t k = 0; k < N_CONV_CASES; k++) {
             cdl_conv2d_desc d = conv_desc(&conv_cases[k]);
-            size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.oc * d.c * d.kh * d.kw;
+            size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = conv_nw(&d);
             size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
             pair x = pair_rand(nx, 31 + k, -1, 1), w = pair_rand(nw, 32 + k, -1, 1);
             pair b = pair_rand(d.oc, 33 + k, -1, 1), dy = pair_rand(ny, 34 + k, -1, 1);

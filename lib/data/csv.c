@@ -114,7 +114,7 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
               char *const *names, int nnames, cdl_dataset *out)
 {
     reader r = {.p = buf, .end = buf + len, .name = name, .line = 1};
-    char **header = NULL, **labels = NULL;
+    char **header = NULL, **labels = NULL, *lab = NULL;   /* lab: this row's label */
     float *feat = NULL;
     int ncol = 0, label_col = -1, rc = 0, eol = 0;
     long rows = 0, cap = 0;
@@ -180,20 +180,18 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
             }
         }
         long line = r.line;
-        labels[rows] = NULL;
+        lab = NULL;
         int k = 0, j = 0;
         do {
             if ((rc = next_field(&r, &eol)))
                 goto done;
             if (k >= ncol) {
-                rows++;
                 rc = cdl_error("%s:%ld: more fields than the %d columns of the header", name,
                                line, ncol);
                 goto done;
             }
             if (k == label_col) {
-                if (!(labels[rows] = strdup(r.field))) {
-                    rows++;
+                if (!(lab = strdup(r.field))) {
                     rc = cdl_error("out of memory reading %s", name);
                     goto done;
                 }
@@ -205,7 +203,6 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
                     end++;
                 if (!r.field[0] || *end || !isfinite(v) || fabs(v) > 3.4e38) {
                     char pn[128], hn[128];
-                    rows++;
                     rc = cdl_error("%s:%ld: column '%s' holds '%s', not a finite number: every "
                                    "column but the label (--label-column) must be numeric",
                                    name, line, data_printable(header[k], hn, sizeof hn),
@@ -216,7 +213,8 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
             }
             k++;
         } while (!eol);
-        rows++;
+        labels[rows++] = lab;
+        lab = NULL;
         if (k != ncol) {
             rc = cdl_error("%s:%ld: %d fields but the header has %d columns", name, line, k, ncol);
             goto done;
@@ -314,6 +312,7 @@ done:
     for (long i = 0; labels && i < rows; i++)
         free(labels[i]);
     free(labels);
+    free(lab);
     free(feat);
     free(r.field);
     return rc ? -1 : 0;

@@ -7,6 +7,7 @@
 FUZZ_TARGETS = tests/fuzz/fuzz_safetensors tests/fuzz/fuzz_st_header tests/fuzz/fuzz_spec \
 	tests/fuzz/fuzz_idx tests/fuzz/fuzz_cifar tests/fuzz/fuzz_plugstack \
 	tests/fuzz/fuzz_discover tests/fuzz/fuzz_store
+FUZZ_TARGETS += tests/fuzz/fuzz_image tests/fuzz/fuzz_npy tests/fuzz/fuzz_npz tests/fuzz/fuzz_csv
 EXTRA_PROGRAMS += $(FUZZ_TARGETS)
 CLEANFILES += $(FUZZ_TARGETS) tests/fuzz/*.log tests/fuzz/*-crash-* tests/fuzz/*-leak-* \
 	tests/fuzz/*-timeout-* tests/fuzz/*-oom-*
@@ -54,6 +55,29 @@ tests_fuzz_fuzz_st_header_LDADD = $(FUZZ_LDADD_ALL)
 tests_fuzz_fuzz_spec_LDADD = $(FUZZ_LDADD_ALL)
 tests_fuzz_fuzz_idx_LDADD = $(FUZZ_LDADD_ALL)
 tests_fuzz_fuzz_cifar_LDADD = $(FUZZ_LDADD_ALL)
+
+# The readers of users' data (lib/data): pictures, .npy, .npz, CSV.
+FUZZ_READERS = lib/data/dataset.c lib/data/idx.c lib/data/cifar.c lib/data/open.c lib/data/fileio.c \
+	lib/data/image.c lib/data/imagefolder.c lib/data/npy.c lib/data/csv.c lib/core/sized.c \
+	lib/core/threads.c
+FUZZ_RD_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL) $(PNG_CFLAGS) $(JPEG_CFLAGS) $(LIBZIP_CFLAGS)
+FUZZ_RD_LDADD = $(FUZZ_LDADD_ALL) $(PNG_LIBS) $(JPEG_LIBS) $(LIBZIP_LIBS) -lpthread
+tests_fuzz_fuzz_image_SOURCES = tests/fuzz/fuzz_image.c $(FUZZ_COMMON) $(FUZZ_READERS)
+tests_fuzz_fuzz_npy_SOURCES = tests/fuzz/fuzz_npy.c $(FUZZ_COMMON) $(FUZZ_READERS)
+tests_fuzz_fuzz_npz_SOURCES = tests/fuzz/fuzz_npz.c $(FUZZ_COMMON) $(FUZZ_READERS)
+tests_fuzz_fuzz_csv_SOURCES = tests/fuzz/fuzz_csv.c $(FUZZ_COMMON) $(FUZZ_READERS)
+tests_fuzz_fuzz_image_CFLAGS = $(FUZZ_CFLAGS_ALL) -pthread
+tests_fuzz_fuzz_npy_CFLAGS = $(FUZZ_CFLAGS_ALL) -pthread
+tests_fuzz_fuzz_npz_CFLAGS = $(FUZZ_CFLAGS_ALL) -pthread
+tests_fuzz_fuzz_csv_CFLAGS = $(FUZZ_CFLAGS_ALL) -pthread
+tests_fuzz_fuzz_image_CPPFLAGS = $(FUZZ_RD_CPPFLAGS)
+tests_fuzz_fuzz_npy_CPPFLAGS = $(FUZZ_RD_CPPFLAGS)
+tests_fuzz_fuzz_npz_CPPFLAGS = $(FUZZ_RD_CPPFLAGS)
+tests_fuzz_fuzz_csv_CPPFLAGS = $(FUZZ_RD_CPPFLAGS)
+tests_fuzz_fuzz_image_LDADD = $(FUZZ_RD_LDADD)
+tests_fuzz_fuzz_npy_LDADD = $(FUZZ_RD_LDADD)
+tests_fuzz_fuzz_npz_LDADD = $(FUZZ_RD_LDADD)
+tests_fuzz_fuzz_csv_LDADD = $(FUZZ_RD_LDADD)
 
 EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/corpus
 

@@ -325,6 +325,7 @@ static void test_csv(void **state)
         {"a,label\n1\n", "1 fields"},
         {"a,label\n\"1,2\n", "not closed"},
         {"a,label\n\"1\"x,2\n", "closing quote"},
+        {"label,a\nx,\"1\n", "not closed"},   /* a label read before the error is freed */
         {"", "empty"},
         {"a,label\n", "no rows"},
     };

@@ -6,8 +6,15 @@
  * state is the seed: every random draw (shuffle, augmentation, dropout) is a
  * pure function of seed, epoch and step.
  *
- * Tensor order in the file (the data section's order): model parameters in
- * the model's order, then the optimizer state, state by state. */
+ * The model's non-trainable buffers (batchnorm2d's running_mean, running_var
+ * and num_batches_tracked) are tensors under their PyTorch names too;
+ * num_batches_tracked, a float count on the device, is I64 in the file, as
+ * PyTorch keeps it.
+ *
+ * Tensor order in the file (the data section's order): the I64 counts (8
+ * bytes each, first so that they stay 8-byte aligned), the float buffers,
+ * the model parameters in the model's order, then the optimizer state,
+ * state by state. */
 #include <errno.h>
 #include <stdarg.h>
 #include <inttypes.h>
@@ -88,6 +95,8 @@ typedef struct ckpt_tensors {
     int n;
     char **names;           /* owned names (NULL where the model's own) */
     float *host[3];         /* parameters, then each optimizer state */
+    float *bufs;            /* the model's buffers */
+    int64_t *counts;        /* is_count buffers as integers, one slot per buffer float */
 } ckpt_tensors;
 
 static void ckpt_tensors_free(ckpt_tensors *c)
@@ -98,6 +107,30 @@ static void ckpt_tensors_free(ckpt_tensors *c)
     cdl_free(c->t);
     for (int i = 0; i < 3; i++)
         cdl_free(c->host[i]);
+    cdl_free(c->bufs);
+    cdl_free(c->counts);
+}
+
+/* Adds the model's buffers from the host copy c->bufs: the counts (as I64)
+ * when counts is 1, the float buffers when 0. */
+static void add_buffers(ckpt_tensors *c, cdl_model *m, int counts)
+{
+    for (int i = 0; i < cdl_model_nbuffers(m); i++) {
+        const cdl_param_view *v = cdl_model_buffer(m, i);
+        if (!v->is_count != !counts)
+            continue;
+        cdl_st_tensor *t = &c->t[c->n++];
+        t->name = v->name;
+        t->ndim = v->ndim;
+        memcpy(t->shape, v->shape, sizeof v->shape);
+        if (counts) {
+            for (size_t k = 0; k < v->numel; k++)
+                c->counts[v->offset + k] = (int64_t)c->bufs[v->offset + k];
+            t->i64 = c->counts + v->offset;
+        } else {
+            t->data = c->bufs + v->offset;
+        }
+    }
 }
 
 /* Adds every parameter view of the model over the flat host buffer h,
@@ -127,11 +160,19 @@ static int collect_tensors(ckpt_tensors *c, cdl_model *m, cdl_optim *o)
     if (ns > 2)
         return cdl_error("checkpoint: the optimizer has %d state buffers; cdl stores at most 2",
                          ns);
-    size_t cap = (size_t)nv * (size_t)(1 + ns) + 1;
+    size_t nbf = cdl_model_nbuffer_floats(m);
+    size_t cap = (size_t)nv * (size_t)(1 + ns) + (size_t)cdl_model_nbuffers(m) + 1;
     c->t = cdl_calloc(cap, sizeof *c->t);
     c->names = cdl_calloc(cap, sizeof *c->names);
     if (!c->t || !c->names || !(c->host[0] = download(be, cdl_model_params(m), np)))
         return -1;
+    if (nbf) {
+        if (!(c->bufs = download(be, cdl_model_buffers(m), nbf)) ||
+            !(c->counts = cdl_calloc(nbf, sizeof *c->counts)))
+            return -1;
+        add_buffers(c, m, 1);
+        add_buffers(c, m, 0);
+    }
     if (add_views(c, m, c->host[0], NULL))
         return -1;
     for (int i = 0; i < ns; i++)
@@ -244,11 +285,20 @@ static int meta_real(const cdl_st_file *f, const char *key, int inf_ok, double *
     return 0;
 }
 
+/* The model's buffer named name, or NULL. */
+static const cdl_param_view *find_buffer(const cdl_model *m, const char *name)
+{
+    for (int i = 0; i < cdl_model_nbuffers(m); i++)
+        if (!strcmp(cdl_model_buffer(m, i)->name, name))
+            return cdl_model_buffer(m, i);
+    return NULL;
+}
+
 /* Whether the file's tensor `name` is one this model and optimizer store:
- * a parameter, or optimizer.<state>.<parameter> (format 3). */
+ * a parameter, a buffer, or optimizer.<state>.<parameter> (format 3). */
 static int expected_tensor(cdl_model *m, cdl_optim *o, int v3, const char *name)
 {
-    if (cdl_model_find(m, name))
+    if (cdl_model_find(m, name) || find_buffer(m, name))
         return 1;
     if (!v3 || strncmp(name, OPT_PREFIX, strlen(OPT_PREFIX)) != 0)
         return 0;
@@ -286,6 +336,42 @@ static int read_view(const cdl_st_file *f, const cdl_param_view *v, const char *
                          "belongs to another model (pass the same --model, or --resume never)",
                          path, what, name, v->name);
     memcpy(h + v->offset, data, numel * sizeof *h);
+    return 0;
+}
+
+/* The model's buffers into h (nbuffer_floats): float ones as they are,
+ * counts from I64 (num_batches_tracked, also as PyTorch writes it). */
+static int read_buffers(const cdl_st_file *f, cdl_model *m, float *h)
+{
+    const char *path = cdl_st_path(f);
+    for (int i = 0; i < cdl_model_nbuffers(m); i++) {
+        const cdl_param_view *v = cdl_model_buffer(m, i);
+        if (!v->is_count) {
+            if (read_view(f, v, v->name, "buffer", h))
+                return -1;
+            continue;
+        }
+        int t = cdl_st_find(f, v->name), nd;
+        int64_t shape[8];
+        size_t numel;
+        if (t < 0)
+            return cdl_error("%s: buffer '%s' is missing: the checkpoint belongs to another "
+                             "model (pass the same --model, or --resume never)", path, v->name);
+        const int64_t *q = cdl_st_data_i64(f, t, &numel);
+        if (!q || cdl_st_shape(f, t, &nd, shape) != 0)
+            return -1;
+        if (numel != v->numel)
+            return cdl_error("%s: buffer '%s' has %zu values where the model has %zu: the "
+                             "checkpoint belongs to another model (pass the same --model, or "
+                             "--resume never)", path, v->name, numel, v->numel);
+        for (size_t k = 0; k < numel; k++) {
+            if (q[k] < 0)
+                return cdl_error("%s: buffer '%s' holds the count %lld: the file is damaged "
+                                 "(use --resume never to start afresh)", path, v->name,
+                                 (long long)q[k]);
+            h[v->offset + k] = (float)q[k];
+        }
+    }
     return 0;
 }
 
@@ -351,10 +437,15 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
                              "--model, or --resume never)", path, cdl_st_name(f, i),
                              cdl_model_get_spec(m)->source, want);
     int ns = cdl_optim_nstate(o), rc = 0;
-    float *host[3] = {0};
+    float *host[3] = {0}, *bufs = NULL;
+    size_t nbf = cdl_model_nbuffer_floats(m);
     for (int i = 0; i <= ns && i < 3; i++)
         if (!(host[i] = cdl_calloc(np + 1, sizeof(float))))
             rc = -1;
+    if (rc == 0 && !(bufs = cdl_calloc(nbf + 1, sizeof *bufs)))
+        rc = -1;
+    if (rc == 0)
+        rc = read_buffers(f, m, bufs);
     for (int i = 0; rc == 0 && i < cdl_model_nviews(m); i++) {
         const cdl_param_view *v = cdl_model_view(m, i);
         rc = read_view(f, v, v->name, "tensor", host[0]);
@@ -383,9 +474,12 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
         for (int i = 0; i < ns && i < 2; i++)
             be->ops->to_device(be, cdl_optim_state(o, i), host[1 + i], np * sizeof(float));
         be->ops->to_device(be, cdl_model_params(m), host[0], np * sizeof(float));
+        if (nbf)
+            be->ops->to_device(be, cdl_model_buffers(m), bufs, nbf * sizeof *bufs);
     }
     for (int i = 0; i < 3; i++)
         cdl_free(host[i]);
+    cdl_free(bufs);
     if (rc)
         return -1;
     cdl_optim_set_steps(o, (long)v_steps);

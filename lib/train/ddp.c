@@ -22,7 +22,16 @@
  * collectives on a GPU (shm, hier: MPS-packed replicas) ddp_finish syncs
  * the backend and reduces all buckets through pinned host memory. If ranges
  * ever arrive out of order, nothing is launched early in that step. No
- * allocation per step. */
+ * allocation per step.
+ *
+ * BatchNorm under data parallelism, as PyTorch's DDP does it: each rank
+ * normalises with its own batch; the buffers (running statistics) follow
+ * rank 0, broadcast from it at the start of every training forward
+ * (broadcast_buffers=True), so what a checkpoint (rank 0) holds is what
+ * every rank used. Layers with sync=true (SyncBatchNorm) sum their
+ * per-channel statistics over the ranks through the model's allreduce
+ * hook, ddp_sync_sum: a blocking sum on the same collective, in the order
+ * every rank reaches it. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +127,42 @@ static void *comm_main(void *arg)
     return NULL;
 }
 
+/* Waits until the communication thread has averaged every bucket handed
+ * to it: the collectives of one coll must not run concurrently. Called on
+ * the thread that launches buckets, so none can be added meanwhile. */
+static int wait_thread_idle(ddp *g)
+{
+    if (!g->have_thread)
+        return 0;
+    pthread_mutex_lock(&g->mu);
+    while (g->finished < g->launched)
+        pthread_cond_wait(&g->done, &g->mu);
+    int failed = g->failed;
+    pthread_mutex_unlock(&g->mu);
+    return failed ? cdl_error("%s", g->err) : 0;
+}
+
+int ddp_sync_sum(void *ctx, float *buf, size_t count)
+{
+    ddp *g = ctx;
+    if (!g->dist || !count)
+        return 0;
+    if (wait_thread_idle(g) != 0)
+        return -1;
+    if (cdl_dist_allreduce(g->dist, buf, count, 0) != 0)
+        return cdl_error("SyncBatchNorm: summing %zu statistics over %d ranks: %s", count,
+                         cdl_dist_world(g->dist), cdl_last_error());
+    return 0;
+}
+
+int ddp_broadcast_buffers(ddp *g)
+{
+    size_t n = g->dist ? cdl_model_nbuffer_floats(g->model) : 0;
+    if (!n)
+        return 0;
+    return cdl_dist_broadcast(g->dist, cdl_model_buffers(g->model), n * sizeof(float), 0);
+}
+
 ddp *ddp_create(cdl_dist *d, cdl_model *m, size_t bucket_bytes)
 {
     ddp *g = cdl_calloc(1, sizeof *g);
@@ -143,6 +188,7 @@ ddp *ddp_create(cdl_dist *d, cdl_model *m, size_t bucket_bytes)
     /* Without a thread (it could not start) ddp_finish reduces every bucket. */
     g->have_thread = g->overlap && pthread_create(&g->thread, NULL, comm_main, g) == 0;
     g->overlap = g->have_thread;
+    cdl_model_set_allreduce(m, ddp_sync_sum, g);
     return g;
 }
 
@@ -151,6 +197,7 @@ void ddp_free(ddp *g)
     if (!g)
         return;
     if (g->dist) {
+        cdl_model_set_allreduce(g->model, NULL, NULL);
         if (g->have_thread) {
             pthread_mutex_lock(&g->mu);
             g->stop = 1;

@@ -19,6 +19,15 @@ ddp *ddp_create(cdl_dist *d, cdl_model *m, size_t bucket_bytes);
 void ddp_free(ddp *g);
 /* Makes every rank's parameters equal to rank 0's. */
 int ddp_broadcast_params(ddp *g);
+/* Makes every rank's model buffers (BatchNorm's running statistics) equal
+ * to rank 0's: called before every training forward, like PyTorch's DDP
+ * with broadcast_buffers=True. A no-op without buffers or peers. */
+int ddp_broadcast_buffers(ddp *g);
+/* cdl_model_allreduce_fn (ddp_create installs it on the model): sums
+ * buf[0..count) (device memory) over the ranks in place, for SyncBatchNorm.
+ * Waits for the gradient buckets already handed to the collective, so
+ * calls never overlap. */
+int ddp_sync_sum(void *g, float *buf, size_t count);
 /* cdl_grad_ready_fn: [offset, offset+count) of the gradients is final. */
 void ddp_grad_ready(void *g, size_t offset, size_t count);
 /* Waits for all buckets; afterwards the gradients are averaged. When

@@ -16,6 +16,8 @@ uint64_t train_dropout_seed(uint64_t seed, long step)
 int train_step_ops(run *r, const float *x, const int32_t *y, int n, int train, long step)
 {
     cdl_backend *be = r->be;
+    if (train && ddp_broadcast_buffers(r->ddp) != 0)
+        return -1;
     const float *logits =
         cdl_model_forward(r->model, x, n, train, train_dropout_seed(r->cfg->seed, step));
     if (!logits)

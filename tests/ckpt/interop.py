@@ -3,11 +3,12 @@
   interop.py ST_TOOL
 
 1. A checkpoint written by libcdl (through ST_TOOL) loads with
-   safetensors.torch.load_file, bit for bit, with its metadata, and loads into
-   the equivalent torch.nn model with load_state_dict(strict=True).
+   safetensors.torch.load_file, bit for bit (float32 and int64 tensors),
+   with its metadata, and loads into the equivalent torch.nn model with
+   load_state_dict(strict=True).
 2. A file written by safetensors.torch.save_file (with metadata and a mix of
-   dtypes) is read by libcdl: float32 tensors bit for bit, the others
-   reported as not F32.
+   dtypes) is read by libcdl: float32 and int64 tensors bit for bit, the
+   others reported as neither.
 Prints "N passed, N failed" and exits non-zero on any failure.
 """
 import os
@@ -41,8 +42,10 @@ def write_spec(path, tensors, metadata):
             t = t.contiguous()
             f.write("tensor %s %d %s\n" % (name.encode().hex(), t.dim(),
                                            " ".join(str(d) for d in t.shape)))
-            raw = t.numpy().astype("<f4").tobytes()
-            f.write("data %s\n" % raw.hex())
+            if t.dtype == torch.int64:
+                f.write("i64 %s\n" % t.numpy().astype("<i8").tobytes().hex())
+            else:
+                f.write("data %s\n" % t.numpy().astype("<f4").tobytes().hex())
 
 
 def parse_dump(text):
@@ -59,6 +62,8 @@ def parse_dump(text):
                             [int(d) for d in parts[2:2 + int(parts[1])]], None])
         elif kind == "data":
             tensors[-1][2] = bytes.fromhex(rest.strip())
+        elif kind == "i64":
+            tensors[-1][2] = ("i64", bytes.fromhex(rest.strip()))
         elif kind == "error":
             tensors[-1][2] = rest
         else:
@@ -83,6 +88,8 @@ def c_writes_python_reads(tmp):
         ("special", special_values()),
         ("scalar", torch.tensor(2.5)),
         ("empty", torch.zeros(0, 3)),
+        ("bn1.num_batches_tracked", torch.tensor(123456789012, dtype=torch.int64)),
+        ("counts", torch.tensor([0, -1, 2**63 - 1], dtype=torch.int64)),
         ("a 4-d \"quoted\\\" name \u00e9\U0001F600", torch.randn(2, 3, 4, 5)),
     ]
     metadata = {
@@ -104,8 +111,9 @@ def c_writes_python_reads(tmp):
     check(sorted(loaded) == sorted(n for n, _ in tensors), "load_file sees every tensor")
     for name, t in tensors:
         got = loaded.get(name)
-        check(got is not None and got.dtype == torch.float32 and got.shape == t.shape
-              and torch.equal(bits(got), bits(t)), "tensor %r identical" % name)
+        same = (got is not None and got.dtype == t.dtype and got.shape == t.shape and
+                (torch.equal(got, t) if t.dtype == torch.int64 else torch.equal(bits(got), bits(t))))
+        check(same, "tensor %r identical" % name)
     with safe_open(out, framework="pt") as f:
         # cdl adds its checksum entry (docs/checkpoints.md), plain metadata to others.
         meta = dict(f.metadata())
@@ -156,9 +164,14 @@ def python_writes_c_reads(tmp):
         shape, payload = by_name.get(name, (None, None))
         expect = t.contiguous().numpy().astype("<f4").tobytes()
         check(shape == list(t.shape) and payload == expect, "F32 tensor %r identical" % name)
+    shape, payload = by_name.get("steps", (None, None))
+    check(shape == [5] and payload == ("i64", other["steps"].numpy().astype("<i8").tobytes()),
+          "I64 tensor 'steps' identical")
     for name, t in other.items():
+        if t.dtype == torch.int64:
+            continue
         shape, payload = by_name.get(name, (None, None))
-        dtype = {torch.float16: "F16", torch.int64: "I64", torch.bool: "BOOL"}[t.dtype]
+        dtype = {torch.float16: "F16", torch.bool: "BOOL"}[t.dtype]
         check(shape == list(t.shape) and isinstance(payload, str)
               and ("is %s" % dtype) in payload and out in payload,
               "%s tensor %r parsed, its data refused: %s" % (dtype, name, payload))

@@ -9,6 +9,7 @@
  *   meta HEXKEY HEXVALUE
  *   tensor HEXNAME NDIM D0 D1 ...
  *   data HEX                  (the tensor's float32 little-endian bytes)
+ *   i64 HEX                   (instead of data: an I64 tensor's little-endian bytes)
  *   error TEXT                (dump only: the tensor's data cannot be read)
  * Exit status 0 on success, 1 with the library's message on stderr.
  */
@@ -135,6 +136,18 @@ static int cmd_write(const char *out, const char *spec)
             }
             free(a);
             t[nt - 1].data = x;
+        } else if (kind && !strcmp(kind, "i64") && nt > 0) {
+            if (from_hex(tok(&save), &a, &na) || na % 8)
+                goto bad;
+            int64_t *q = malloc(na + 8);
+            for (size_t i = 0; i < na / 8; i++) {
+                uint64_t u = 0;
+                for (int k = 7; k >= 0; k--)
+                    u = u << 8 | a[8 * i + (size_t)k];
+                memcpy(&q[i], &u, 8);
+            }
+            free(a);
+            t[nt - 1].i64 = q;
         } else {
             goto bad;
         }
@@ -151,6 +164,7 @@ out:
     for (int i = 0; i < nt; i++) {
         free((void *)t[i].name);
         free((void *)t[i].data);
+        free((void *)t[i].i64);
     }
     for (int i = 0; i < nm; i++) {
         free((void *)m[i].key);
@@ -186,6 +200,18 @@ static int cmd_dump(const char *path)
             printf(" %lld", (long long)shape[d]);
         putchar('\n');
         size_t n;
+        if (!strcmp(cdl_st_dtype(f, i), "I64")) {
+            const int64_t *q = cdl_st_data_i64(f, i, &n);
+            printf("i64 ");
+            for (size_t j = 0; j < n; j++) {
+                unsigned char b[8];
+                for (int k = 0; k < 8; k++)
+                    b[k] = (unsigned char)((uint64_t)q[j] >> (8 * k));
+                put_hex(stdout, b, 8);
+            }
+            putchar('\n');
+            continue;
+        }
         const float *x = cdl_st_data(f, i, &n);
         if (!x) {
             printf("error %s\n", cdl_last_error());

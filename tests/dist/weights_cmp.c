@@ -10,7 +10,10 @@
  * weights, one step's difference would hide under the weights' rounding (a
  * weight is ~100x its update); relative to the update it is what the
  * summation order changes in the gradient. a and b are each rounded once
- * when the update is added (half an ulp each), hence the ulp allowed. */
+ * when the update is added (half an ulp each), hence the ulp allowed.
+ *
+ * I64 tensors (BatchNorm's num_batches_tracked) are counts: they must be
+ * equal in A and B whatever the options. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +38,21 @@ static const float *tensor(const cdl_st_file *f, const char *file, const char *n
         return NULL;
     }
     return x;
+}
+
+/* A's I64 tensor i against B's of the same name: 0 if equal, else 1 after
+ * saying so. */
+static int same_counts(const cdl_st_file *a, const cdl_st_file *b, int i, const char *file_b)
+{
+    const char *name = cdl_st_name(a, i);
+    int j = cdl_st_find(b, name);
+    size_t n = 0, m = 0;
+    const int64_t *x = cdl_st_data_i64(a, i, &n), *y = j >= 0 ? cdl_st_data_i64(b, j, &m) : NULL;
+    if (!x || !y || n != m || memcmp(x, y, n * sizeof *x)) {
+        fprintf(stderr, "weights_cmp: count %s differs in %s\n", name, file_b);
+        return 1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -66,6 +84,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < cdl_st_count(a) && !rc; i++) {
         const char *name = cdl_st_name(a, i);
         size_t n;
+        if (!strcmp(cdl_st_dtype(a, i), "I64")) {
+            rc = same_counts(a, b, i, argv[2]);
+            continue;
+        }
         const float *x = cdl_st_data(a, i, &n);
         const float *y = x ? tensor(b, argv[2], name, n) : NULL;
         const float *z = y && c ? tensor(c, base_path, name, n) : NULL;

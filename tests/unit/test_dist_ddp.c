@@ -1,6 +1,9 @@
 /* DDP gradient buckets: reduced by a communication thread while backward
  * runs, the result is bitwise what one allreduce of the whole gradient
- * buffer gives (the fixed summation order works element by element). */
+ * buffer gives (the fixed summation order works element by element). And
+ * the SyncBatchNorm hook (ddp_sync_sum), called in the middle of backward
+ * while buckets are in flight, as a sync=true batchnorm2d does: its sums
+ * are right and the buckets are not disturbed. */
 #include "testutil.h"
 #include "dist_fork.h"
 
@@ -12,12 +15,31 @@
 
 enum { BATCH = 8 };
 
+/* Backward's callback: hands the range to ddp, then sums a few values over
+ * the ranks through the model's hook, as SyncBatchNorm's backward would
+ * between two layers. */
+typedef struct hook_ctx {
+    ddp *g;
+    int rank, world, calls, bad;
+} hook_ctx;
+
+static void ready_then_sum(void *ctx, size_t offset, size_t count)
+{
+    hook_ctx *h = ctx;
+    ddp_grad_ready(h->g, offset, count);
+    float s[3] = {(float)(h->rank + 1), 1.0f, (float)h->calls};
+    int w = h->world;
+    if (ddp_sync_sum(h->g, s, 3) != 0 || s[0] != (float)(w * (w + 1) / 2) || s[1] != (float)w ||
+        s[2] != (float)(w * h->calls))
+        h->bad = 1;
+    h->calls++;
+}
+
 /* One rank: forward/backward of LeNet on its own synthetic batch, gradients
  * averaged by ddp (tiny buckets: many of them, launched during backward)
  * and, for reference, by one allreduce of the whole buffer. */
 static int ddp_rank(int rank, int world, void *arg)
 {
-    (void)world;
     cdl_rank_info info;
     CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
     cdl_dist *d = cdl_dist_create(&info, "shm", NULL, 30);
@@ -47,8 +69,11 @@ static int ddp_rank(int rank, int world, void *arg)
         cdl_model_backward(m, dlogits, NULL, NULL);
         memcpy(want, cdl_model_grads(m), np * sizeof *want);
         CHILD_CHECK(cdl_dist_allreduce(d, want, np, 1) == 0, "%s", cdl_last_error());
-        cdl_model_backward(m, dlogits, ddp_grad_ready, g);
+        hook_ctx hk = {.g = g, .rank = rank, .world = world};
+        cdl_model_backward(m, dlogits, ready_then_sum, &hk);
         CHILD_CHECK(ddp_finish(g) == 0, "%s", cdl_last_error());
+        CHILD_CHECK(hk.calls > 0 && !hk.bad, "step %d: the sync hook summed wrongly (%d calls)",
+                    step, hk.calls);
         CHILD_CHECK(!memcmp(want, cdl_model_grads(m), np * sizeof *want),
                     "step %d: bucketed gradients differ from one allreduce", step);
         /* Parameters stay equal on all ranks: gather a checksum. */
@@ -90,6 +115,10 @@ static void test_single_rank_noop(void **state)
     assert_int_equal(ddp_broadcast_params(g), 0);
     ddp_grad_ready(g, 0, 10);
     assert_int_equal(ddp_finish(g), 0);
+    float s[2] = {1.5f, -2.0f};
+    assert_int_equal(ddp_sync_sum(g, s, 2), 0);
+    assert_true(s[0] == 1.5f && s[1] == -2.0f);
+    assert_int_equal(ddp_broadcast_buffers(g), 0);
     ddp_free(g);
 }
 

@@ -27,8 +27,9 @@ static void base_config(cdl_train_config *c, const char *sub)
     snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s/%s", tmpdir, sub);
 }
 
-/* Loads every tensor of DIR/last.safetensors into one flat array. */
-static float *load_weights(const char *dir, size_t *n)
+/* Loads every tensor of DIR/last.safetensors (F32 weights and optimizer
+ * state, I64 counts) into one flat array of bytes. */
+static unsigned char *load_weights(const char *dir, size_t *n)
 {
     char path[1100];
     snprintf(path, sizeof path, "%s/last.safetensors", dir);
@@ -36,18 +37,27 @@ static float *load_weights(const char *dir, size_t *n)
     if (!f)
         fail_msg("%s", cdl_last_error());
     size_t total = 0;
-    for (int i = 0; i < cdl_st_count(f); i++) {
-        size_t k;
-        assert_non_null(cdl_st_data(f, i, &k));
-        total += k;
-    }
-    float *w = malloc(total * sizeof *w);
-    size_t o = 0;
-    for (int i = 0; i < cdl_st_count(f); i++) {
-        size_t k;
-        const float *d = cdl_st_data(f, i, &k);
-        memcpy(w + o, d, k * sizeof *w);
-        o += k;
+    unsigned char *w = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t o = 0;
+        for (int i = 0; i < cdl_st_count(f); i++) {
+            size_t k;
+            const void *d;
+            size_t es = 4;
+            if (!strcmp(cdl_st_dtype(f, i), "I64")) {
+                d = cdl_st_data_i64(f, i, &k);
+                es = 8;
+            } else {
+                d = cdl_st_data(f, i, &k);
+            }
+            assert_non_null(d);
+            if (w)
+                memcpy(w + o, d, k * es);
+            o += k * es;
+        }
+        total = o;
+        if (!pass)
+            w = malloc(total + 1);
     }
     cdl_st_close(f);
     *n = total;
@@ -57,9 +67,9 @@ static float *load_weights(const char *dir, size_t *n)
 static void assert_same_weights(const char *a, const char *b)
 {
     size_t na, nb;
-    float *wa = load_weights(a, &na), *wb = load_weights(b, &nb);
+    unsigned char *wa = load_weights(a, &na), *wb = load_weights(b, &nb);
     assert_int_equal(na, nb);
-    assert_memory_equal(wa, wb, na * sizeof *wa);
+    assert_memory_equal(wa, wb, na);
     free(wa);
     free(wb);
 }
@@ -86,9 +96,9 @@ static void test_deterministic(void **state)
     c.seed = 8;
     run_ok(&c);
     size_t na, nc;
-    float *wa = load_weights(a.ckpt_dir, &na), *wc = load_weights(c.ckpt_dir, &nc);
+    unsigned char *wa = load_weights(a.ckpt_dir, &na), *wc = load_weights(c.ckpt_dir, &nc);
     assert_int_equal(na, nc);
-    assert_true(memcmp(wa, wc, na * sizeof *wa) != 0);
+    assert_true(memcmp(wa, wc, na) != 0);
     free(wa);
     free(wc);
 }

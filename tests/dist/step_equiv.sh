@@ -22,7 +22,9 @@ printf 'conv2d 6 kernel=5\navgpool2d 2\nconv2d 16 kernel=5\navgpool2d 2\nflatten
 # --base). Two summation orders of the same float32 gradient differ by
 # about sqrt(n) * 2^-24 of the terms' magnitude for n terms, a few 1e-7 of
 # the update here (measured: at most 3e-7 with OpenBLAS's Haswell,
-# Sandybridge and Prescott kernels, ranks 1 to 4, shm and hier). One sample
+# Sandybridge and Prescott kernels, ranks 1 to 4, shm and hier; the
+# momentum buffers, which checkpoints hold as tensors since format 3, up to
+# 5.2e-7 on Haswell). One sample
 # more or less in a global batch of 32 changes the update by ~1e-1 (the
 # negative check in train_equiv.sh), so 1e-5 is 30x from either.
 STEP_TOL=1e-5

@@ -1,3 +1,7 @@
 bin_PROGRAMS += cli/cdl-train
 cli_cdl_train_SOURCES = cli/cdl-train.c cli/suggest.c cli/suggest.h
 cli_cdl_train_LDADD = libcdl.la
+bin_PROGRAMS += cli/cdl-plot
+cli_cdl_plot_SOURCES = cli/cdl-plot.c cli/plot_read.c cli/plot_read.h cli/plot_gnuplot.c \
+	cli/plot_gnuplot.h
+cli_cdl_plot_LDADD = libcdl.la

@@ -7,7 +7,9 @@ install-data-local-completion:
 	$(MKDIR_P) '$(DESTDIR)$(bashcompletiondir)'
 	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdl-train'
 	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdlrun'
+	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdl-plot'
 uninstall-local: uninstall-local-completion
 uninstall-local-completion:
 	rm -f '$(DESTDIR)$(bashcompletiondir)/cdl-train' '$(DESTDIR)$(bashcompletiondir)/cdlrun'
+	rm -f '$(DESTDIR)$(bashcompletiondir)/cdl-plot'
 .PHONY: install-data-local-completion uninstall-local-completion

@@ -10,7 +10,8 @@ build_pkgs=(build-essential autoconf automake libtool pkg-config
 test_pkgs=(libcmocka-dev clang libclang-rt-14-dev valgrind munge slurm-wlm slurmctld slurmd slurm-client
            python3 python3-torch python3-numpy python3-pip python3-venv
            passwd procps psmisc util-linux man-db
-           debhelper dpkg-dev fakeroot lintian debootstrap)
+           debhelper dpkg-dev fakeroot lintian debootstrap
+           gnuplot-nox)
 
 pkgs=("${build_pkgs[@]}")
 [ "${1:-}" = "--test" ] && pkgs+=("${test_pkgs[@]}")

@@ -456,6 +456,11 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         return -1;
     if (cdl_rank_discover(&r.ri) != 0)
         return -1;
+    /* From here on SIGUSR1/SIGTERM ask for a checkpoint: one that comes
+     * while the data loads (a job signalled as soon as its metrics file
+     * shows the run's start) stops the run after its first step instead of
+     * killing this rank. */
+    train_signals_install();
     /* The backend first: the collectives pick their transport, GPU groups
      * and staging by it. */
     r.be = cfg->backend;
@@ -464,7 +469,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         r.own_be = 1;
     }
     if (!r.be)
-        return -1;
+        goto out;
     if (r.ri.world > 1) {
         r.dist = cdl_dist_create_with(&r.ri, cfg->dist_backend, r.be, cfg->dist_config);
         if (!r.dist)
@@ -496,10 +501,9 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                       cdl_version(), cfg->model, cfg->dataset, r.train.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");
-    train_signals_install();
     rc = run_epochs(&r, res);
-    train_signals_restore();
 out:
+    train_signals_restore();
     run_free(&r);
     return rc;
 }

@@ -35,3 +35,4 @@ check_options() {
 }
 check_options "$CDL_TRAIN" _cdl_train
 check_options "$CDLRUN" _cdlrun
+check_options "$top_builddir/cli/cdl-plot" _cdl_plot

@@ -53,7 +53,8 @@ else
     FAKE_TRAIN=0
 fi
 DATA=/usr/share/datasets/fashion-mnist
-EXPORTS="ALL,CDL_TRAIN=$CDL_TRAIN_BIN,DATA_DIR=$DATA,EPOCHS=1,MAX_STEPS=20"
+CDL_PLOT_BIN=$(readlink -f "$top_builddir/cli/cdl-plot" 2>/dev/null)
+EXPORTS="ALL,CDL_TRAIN=$CDL_TRAIN_BIN,CDL_PLOT=${CDL_PLOT_BIN:-cdl-plot},DATA_DIR=$DATA,EPOCHS=1,MAX_STEPS=20"
 
 id=$(submit --export="$EXPORTS,RUN_DIR=runs/cpu" --cpus-per-task=1 -o cpu.out ./cpu-ddp.sbatch)
 state=$(wait_job "$id")
@@ -69,13 +70,22 @@ id=$(submit --export="$EXPORTS,RUN_DIR=runs/sweep" --array=0-1 --cpus-per-task=1
 wait_job "${id}" >/dev/null
 check "lr-sweep.sbatch: one run per array task" \
     eval '[ -s "$WORK/runs/sweep/lr-0.01/metrics.jsonl" ] && [ -s "$WORK/runs/sweep/lr-0.02/metrics.jsonl" ]'
+if [ "$FAKE_TRAIN" = 0 ] && command -v gnuplot >/dev/null; then
+    # Both tasks plot; the last to end drew both runs.
+    check "lr-sweep.sbatch ends by drawing its runs (sweep.png, sweep.svg)" \
+        eval 'head -c 8 "$WORK/runs/sweep/sweep.png" | od -An -tx1 | tr -d " \n" | grep -qx 89504e470d0a1a0a &&
+              grep -q ">lr-0.01 train<" "$WORK/runs/sweep/sweep.svg" && grep -q ">lr-0.02 train<" "$WORK/runs/sweep/sweep.svg"' ||
+        tail -n 5 "$WORK"/sweep-*.out
+fi
 
 # The requeue template: SIGUSR1 to the batch script (what --signal=B:USR1
 # does before the limit), checkpoint + exit 75, requeue, resume, finish.
 id=$(submit --export="ALL,CDL_TRAIN=$CDL_TRAIN_BIN,DATA_DIR=$DATA,EPOCHS=2,MAX_STEPS=0,RUN_DIR=runs/long" \
      --cpus-per-task=1 -o long.out ./long-requeue.sbatch)
 wait_until 60 sh -c "grep -q '^run 1 ' '$WORK/long.out' && ls '$WORK/runs/long' >/dev/null"
-wait_until 60 test -s "$WORK/runs/long/metrics.jsonl"
+# The first epoch's record (fake-train: its start line), so the resumed
+# run has one epoch left.
+wait_until 90 grep -qE '"type":"epoch"|"event":"start"' "$WORK/runs/long/metrics.jsonl"
 scancel --signal=USR1 --batch "$id"
 # Slurm delays a requeued job's start by two minutes; the test need not wait.
 requeued() { scontrol show job "$1" 2>/dev/null | grep -q 'JobState=PENDING'; }

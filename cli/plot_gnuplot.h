@@ -1,0 +1,26 @@
+/* cdl-plot's charts (plot_gnuplot.c): gnuplot run without a shell, its
+ * script and data written into its standard input. */
+#ifndef CDL_CLI_PLOT_GNUPLOT_H
+#define CDL_CLI_PLOT_GNUPLOT_H
+
+#include <stdio.h>
+
+#include "plot_read.h"
+
+typedef struct plot_opts {
+    const char *prefix;       /* writes PREFIX.png and/or PREFIX.svg */
+    int png, svg;
+    int width, height;        /* pixels */
+    const char *title;
+    double timeout;           /* seconds gnuplot may take */
+} plot_opts;
+
+/* The full path of an executable gnuplot in PATH into out, 0; -1 if none. */
+int plot_find_gnuplot(char *out, size_t len);
+/* The gnuplot script of the charts (loss, accuracy, learning rate against
+ * the epoch, one colour per run, validation dashed). */
+int plot_script(FILE *f, const plot_set *set, const plot_opts *o);
+/* Runs gnuplot (its path) on the script; 0 when it exited 0 in time. */
+int plot_run_gnuplot(const char *gnuplot, const plot_set *set, const plot_opts *o);
+
+#endif

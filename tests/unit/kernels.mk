@@ -12,3 +12,11 @@ tests_unit_test_kernels_net_SOURCES = tests/unit/test_kernels_net.c tests/unit/r
 	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
 tests_unit_test_kernels_net_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_kernels_net_LDADD = $(TEST_LDADD)
+# the same ops against PyTorch (tests/fixtures/ops.fix)
+check_PROGRAMS += tests/unit/test_ops_torch
+TESTS += tests/unit/test_ops_torch
+tests_unit_test_ops_torch_SOURCES = tests/unit/test_ops_torch.c tests/unit/ref_ops.c \
+	tests/unit/ref_ops.h tests/unit/kernel_testutil.h tests/unit/fixture.c tests/unit/fixture.h
+tests_unit_test_ops_torch_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_ops_torch_LDADD = $(TEST_LDADD)
+EXTRA_DIST += tests/fixtures/ops_fixtures.py tests/fixtures/ops.fix

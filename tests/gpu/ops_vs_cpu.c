@@ -911,6 +911,130 @@ static void check_graph(void)
     free(init), free(xs), free(ys), free(loss_eager), free(loss_graph);
 }
 
+/* The ops of residual networks inside a CUDA graph: a block x -> BN+ReLU
+ * -> GELU -> + x -> concat with x -> global average pool -> label-smoothing
+ * xent, backward through all of it (accumulate at the fan-out of x), BN
+ * running statistics; run eagerly on one set of buffers and as warm-up,
+ * capture and replays on another. Every op must be capturable (no
+ * allocation, no host wait) and the replayed steps must give the eager
+ * bits. */
+enum { RN = 8, RC = 4, RHW = 16, RCLS = 2 * RC };
+
+typedef struct rblock {
+    float *x, *sum, *sq, *saved, *h, *g, *r, *cat, *pool, *dpool, *dcat, *dr, *dg, *dh, *dx;
+    float *gamma, *beta, *dgamma, *dbeta, *rm, *rv, *nbt, *loss;
+    int32_t *labels, *pred;
+} rblock;
+
+static void rblock_make(rblock *b, const float *x, const int32_t *labels)
+{
+    size_t nx = (size_t)RN * RC * RHW, ncat = 2 * nx, C = RC;
+    float ones[RC], zeros[RC];
+    for (int i = 0; i < RC; i++)
+        ones[i] = 1.0f, zeros[i] = 0.0f;
+    b->x = up(x, nx * 4);
+    b->sum = up(NULL, (C + 1) * 4), b->sq = up(NULL, C * 4), b->saved = up(NULL, (2 * C + 1) * 4);
+    b->h = up(NULL, nx * 4), b->g = up(NULL, nx * 4), b->r = up(NULL, nx * 4);
+    b->cat = up(NULL, ncat * 4), b->dcat = up(NULL, ncat * 4);
+    b->pool = up(NULL, (size_t)RN * RCLS * 4), b->dpool = up(NULL, (size_t)RN * RCLS * 4);
+    b->dr = up(NULL, nx * 4), b->dg = up(NULL, nx * 4), b->dh = up(NULL, nx * 4);
+    b->dx = up(NULL, nx * 4);
+    b->gamma = up(ones, C * 4), b->beta = up(zeros, C * 4), b->rv = up(ones, C * 4);
+    b->dgamma = up(NULL, C * 4), b->dbeta = up(NULL, C * 4), b->rm = up(zeros, C * 4);
+    b->nbt = up(zeros, 4), b->loss = up(NULL, RN * 4);
+    b->labels = up(labels, RN * 4), b->pred = up(NULL, RN * 4);
+}
+
+static void rblock_free(rblock *b)
+{
+    void *bufs[] = {b->x, b->sum, b->sq, b->saved, b->h, b->g, b->r, b->cat, b->pool, b->dpool,
+                    b->dcat, b->dr, b->dg, b->dh, b->dx, b->gamma, b->beta, b->dgamma, b->dbeta,
+                    b->rm, b->rv, b->nbt, b->loss, b->labels, b->pred};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        gpu->ops->free(gpu, bufs[i]);
+}
+
+static void rblock_step(rblock *b, const float *x_pinned, float *loss_pinned)
+{
+    cdl_backend *be = gpu;
+    const cdl_backend_ops *o = be->ops;
+    size_t nx = (size_t)RN * RC * RHW;
+    o->to_device(be, b->x, x_pinned, nx * 4);
+    o->bn_sum(be, RN, RC, RHW, b->x, b->sum);
+    o->bn_sqdev(be, RN, RC, RHW, b->x, b->sum, b->sq);
+    o->bn_apply(be, RN, RC, RHW, b->x, b->sum, b->sq, 1e-5f, b->gamma, b->beta, 1, b->h, b->saved);
+    o->bn_running(be, RC, b->sum, b->sq, 0.1f, b->rm, b->rv, b->nbt);
+    o->act_fwd(be, CDL_ACT_GELU, 0.0f, nx, b->h, b->g);
+    o->add(be, nx, b->g, b->x, b->r);
+    o->channel_copy(be, RN, RC, RHW, b->r, RC, 0, b->cat, 2 * RC, 0, 0);
+    o->channel_copy(be, RN, RC, RHW, b->x, RC, 0, b->cat, 2 * RC, RC, 0);
+    o->gap_fwd(be, RN, 2 * RC, RHW, b->cat, b->pool);
+    o->xent_ls_fwd_bwd(be, RN, RCLS, b->pool, b->labels, 0.1f, 1.0f / RN, b->dpool, b->loss,
+                       b->pred);
+    o->gap_bwd(be, RN, 2 * RC, RHW, b->dpool, b->dcat);
+    o->channel_copy(be, RN, RC, RHW, b->dcat, 2 * RC, 0, b->dr, RC, 0, 0);
+    o->channel_copy(be, RN, RC, RHW, b->dcat, 2 * RC, RC, b->dx, RC, 0, 0);
+    o->accumulate(be, nx, b->dr, b->dx);            /* the residual branch of x */
+    o->act_bwd(be, CDL_ACT_GELU, 0.0f, nx, b->h, b->g, b->dr, b->dg);
+    o->bn_bwd_sums(be, RN, RC, RHW, b->x, b->h, b->dg, b->saved, b->dgamma, b->dbeta);
+    o->bn_bwd_apply(be, RN, RC, RHW, b->x, b->h, b->dg, b->saved, b->gamma, b->dbeta, b->dgamma,
+                    b->dh);
+    o->accumulate(be, nx, b->dh, b->dx);
+    o->to_host(be, loss_pinned, b->loss, RN * 4);
+}
+
+static void check_graph_resnet_ops(void)
+{
+    if (!gpu->ops->bn_sum || !gpu->ops->xent_ls_fwd_bwd || !gpu->ops->channel_copy) {
+        printf("skip graph of residual-network ops: the %s backend lacks some\n", gpu->ops->name);
+        return;
+    }
+    enum { STEPS = 5 };
+    size_t nx = (size_t)RN * RC * RHW;
+    float *xs = host_rand(STEPS * nx, -2, 2);
+    int32_t labels[RN];
+    for (int i = 0; i < RN; i++)
+        labels[i] = (int32_t)(i * 3 % RCLS);
+    float *xp = cdl_backend_host_alloc(gpu, nx * 4), *lp = cdl_backend_host_alloc(gpu, RN * 4);
+    if (!xp || !lp) {
+        report("graph resnet ops: pinned buffers", cdl_last_error(), INFINITY, 0, 0);
+        return;
+    }
+    float loss_eager[STEPS * RN], loss_graph[STEPS * RN];
+    rblock a, b;
+    rblock_make(&a, xs, labels);
+    rblock_make(&b, xs, labels);
+    int modes_ok = 1;
+    for (int s = 0; s < STEPS; s++) {
+        memcpy(xp, xs + (size_t)s * nx, nx * 4);
+        rblock_step(&a, xp, lp);
+        modes_ok &= gpu->ops->sync(gpu) == 0;
+        memcpy(loss_eager + s * RN, lp, RN * 4);
+        int mode = s == 0 ? -2 : cdl_backend_graph_begin(gpu, 2);
+        modes_ok &= mode == (s == 0 ? -2 : s == 1 ? 0 : 1);
+        rblock_step(&b, xp, lp);
+        if (s > 0 && cdl_backend_graph_end(gpu) != 0)
+            modes_ok = 0;
+        modes_ok &= gpu->ops->sync(gpu) == 0;
+        memcpy(loss_graph + s * RN, lp, RN * 4);
+    }
+    if (!modes_ok)
+        printf("     graph resnet ops: %s\n", cdl_last_error());
+    report("graph resnet ops: modes", "capture once, replay 3", modes_ok ? 0 : INFINITY, 0, 0);
+    report("graph resnet ops: losses", "5 steps",
+           memcmp(loss_eager, loss_graph, sizeof loss_eager) ? INFINITY : 0, 0, 0);
+    same_bits("graph resnet ops: dx", "5 steps", a.dx, b.dx, nx * 4);
+    same_bits("graph resnet ops: dgamma", "5 steps", a.dgamma, b.dgamma, RC * 4);
+    same_bits("graph resnet ops: running_var", "5 steps", a.rv, b.rv, RC * 4);
+    same_bits("graph resnet ops: num_batches_tracked", "5 steps", a.nbt, b.nbt, 4);
+    cdl_backend_graph_reset(gpu);
+    cdl_backend_host_free(gpu, xp);
+    cdl_backend_host_free(gpu, lp);
+    rblock_free(&a);
+    rblock_free(&b);
+    free(xs);
+}
+
 /* The backend under test, TF32 on or off. The CPU backend is tested with
  * another thread count than the reference's, so the harness checks
  * something there too (reductions split differently). */
@@ -1012,8 +1136,10 @@ int main(int argc, char **argv)
               "sgd_step nesterov");
     check_adam(100003, 0);
     check_adam(100003, 1);
-    if (gpu->ops->graph_begin)
+    if (gpu->ops->graph_begin) {
         check_graph();
+        check_graph_resnet_ops();
+    }
     else
         printf("skip graph checks: the %s backend has no whole-step graphs\n", gpu->ops->name);
 

@@ -246,9 +246,9 @@ static void ref_conv_bwd(const cdl_conv2d_desc *d, const float *x, const float *
 static void check_conv(cdl_conv2d_desc d, int tf32)
 {
     char shape[128];
-    snprintf(shape, sizeof shape, "%dx%dx%dx%d oc%d k%dx%d s%dx%d p%dx%d d%dx%d g%d", d.n, d.c, d.h,
-             d.w, d.oc, d.kh, d.kw, d.stride_h, d.stride_w, d.pad_h, d.pad_w, d.dil_h, d.dil_w,
-             d.groups);
+    snprintf(shape, sizeof shape, "%dx%dx%dx%d oc%d k%dx%d s%dx%d p%dx%d d%dx%d g%d%s", d.n, d.c,
+             d.h, d.w, d.oc, d.kh, d.kw, d.stride_h, d.stride_w, d.pad_h, d.pad_w, d.dil_h, d.dil_w,
+             d.groups, conv_reference_naive ? " vs def" : "");
     size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.oc * (d.c / d.groups) * d.kh * d.kw;
     size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
     double tol = tf32 ? 1e-2 : 1e-4;
@@ -1091,20 +1091,17 @@ int main(int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof shaped / sizeof shaped[0]; i++)
         check_conv(shaped[i], 0);
-    /* Grouped and depthwise, against nn.Conv2d's definition in double (the
-     * CPU backend's grouped path is checked by its own tests). */
+    /* Grouped and depthwise, against the CPU backend and against nn.Conv2d's
+     * definition in double (naive_conv). */
     const cdl_conv2d_desc grouped[] = {
         conv_desc_full(4, 8, 9, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 4),    /* 4 groups */
         conv_desc_full(4, 16, 10, 10, 16, 3, 3, 2, 2, 1, 1, 1, 1, 16),/* depthwise, stride 2 */
         conv_desc_full(2, 6, 11, 8, 12, 5, 3, 1, 1, 2, 1, 2, 1, 3),   /* groups, 5x3, dilation */
         conv_desc_full(2, 32, 8, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1, 32),  /* depthwise multiplier 2 */
     };
-    conv_reference_naive = 1;
-    if (strcmp(gpu->ops->name, "cpu") != 0)
+    for (conv_reference_naive = 0; conv_reference_naive < 2; conv_reference_naive++)
         for (size_t i = 0; i < sizeof grouped / sizeof grouped[0]; i++)
             check_conv(grouped[i], 0);
-    else   /* tests/unit/test_kernels checks it against ref_ops.c */
-        printf("skip grouped conv2d: the CPU backend's is checked by its unit tests\n");
     conv_reference_naive = 0;
     const int lins[][3] = {{512, 400, 120}, {512, 120, 84}, {512, 84, 10}, {3, 7, 5},
                            {1, 1000, 33}, {37, 256, 1}};

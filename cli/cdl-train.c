@@ -24,6 +24,7 @@ enum {
     OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32, OPT_GRAPHS,
     OPT_METRICS_EVERY,
     OPT_IMAGE_SIZE, OPT_CHANNELS, OPT_LABEL_COLUMN, OPT_SKIP_BAD, OPT_NORMALIZE, OPT_AUGMENT,
+    OPT_VAL_SPLIT, OPT_INIT, OPT_INIT_IGNORE,
 };
 
 static const struct option long_opts[] = {
@@ -66,6 +67,9 @@ static const struct option long_opts[] = {
     {"skip-bad-files", no_argument, NULL, OPT_SKIP_BAD},
     {"normalize", required_argument, NULL, OPT_NORMALIZE},
     {"augment", required_argument, NULL, OPT_AUGMENT},
+    {"val-split", required_argument, NULL, OPT_VAL_SPLIT},
+    {"init", required_argument, NULL, OPT_INIT},
+    {"init-ignore", required_argument, NULL, OPT_INIT_IGNORE},
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"quiet", no_argument, NULL, 'q'},
@@ -97,6 +101,11 @@ static void usage(FILE *f)
 "                               per-channel (x-mean)/std [named datasets: their\n"
 "                               published values; others: auto = computed]\n"
 "      --augment none|crop|flip|crop+flip  pictures [cifar10: crop+flip, else none]\n"
+"      --val-split F            validation samples taken from the training set: a\n"
+"                               fraction or a count; 0 = none, validate on test\n"
+"                               [5000 for (fashion-)mnist, else 0.1]\n"
+"      --init FILE              start from the weights in FILE (.safetensors)\n"
+"      --init-ignore GLOB       tensors of the model --init leaves fresh (a new head)\n"
 "Training:\n"
 "  -e, --epochs N               [10]\n"
 "      --batch-size N           samples per step and rank [64]\n"
@@ -480,6 +489,18 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
                         cfg->augment = k;   /* the order of enum cdl_augment */
             break;
         }
+        case OPT_VAL_SPLIT: {
+            float f;
+            rc = parse_float(name, a, 0, 1e9, &f);
+            if (rc == 0 && f >= 1 && f != (float)(long)f)
+                rc = bad(name, a, "expected a fraction below 1 or a whole number of samples");
+            cfg->val_split = f;
+            break;
+        }
+        case OPT_INIT: rc = copy_str(name, a, cfg->init, sizeof cfg->init); break;
+        case OPT_INIT_IGNORE:
+            rc = copy_str(name, a, cfg->init_ignore, sizeof cfg->init_ignore);
+            break;
         case OPT_PROGRESS: cfg->progress = 1; break;
         case OPT_NO_PROGRESS: cfg->progress = 0; break;
         case 'q': cfg->quiet = 1; break;

@@ -5,3 +5,8 @@ bin_PROGRAMS += cli/cdl-plot
 cli_cdl_plot_SOURCES = cli/cdl-plot.c cli/plot_read.c cli/plot_read.h cli/plot_gnuplot.c \
 	cli/plot_gnuplot.h
 cli_cdl_plot_LDADD = libcdl.la
+bin_PROGRAMS += cli/cdl-eval cli/cdl-predict
+cli_cdl_eval_SOURCES = cli/cdl-eval.c cli/evalcommon.c cli/evalcommon.h
+cli_cdl_eval_LDADD = libcdl.la -lm
+cli_cdl_predict_SOURCES = cli/cdl-predict.c cli/evalcommon.c cli/evalcommon.h
+cli_cdl_predict_LDADD = libcdl.la -lm

@@ -8,8 +8,11 @@ install-data-local-completion:
 	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdl-train'
 	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdlrun'
 	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdl-plot'
+	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdl-eval'
+	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdl-predict'
 uninstall-local: uninstall-local-completion
 uninstall-local-completion:
 	rm -f '$(DESTDIR)$(bashcompletiondir)/cdl-train' '$(DESTDIR)$(bashcompletiondir)/cdlrun'
 	rm -f '$(DESTDIR)$(bashcompletiondir)/cdl-plot'
+	rm -f '$(DESTDIR)$(bashcompletiondir)/cdl-eval' '$(DESTDIR)$(bashcompletiondir)/cdl-predict'
 .PHONY: install-data-local-completion uninstall-local-completion

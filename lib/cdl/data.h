@@ -108,6 +108,13 @@ enum cdl_augment {
     CDL_AUGMENT_CROP = 2,
     CDL_AUGMENT_FLIP = 3,
 };
+/* Moves `count` samples of train, drawn with seed (split.c), into val (a new
+ * dataset); train keeps the rest. Both keep index order. The choice depends
+ * only on (seed, train->n, count), never on ranks or threads. */
+int cdl_dataset_split(cdl_dataset *train, long count, uint64_t seed, cdl_dataset *val);
+/* Validation samples of a --val-split value for n training samples: 0 for
+ * 0, round(split * n) for a fraction in (0,1), else split itself. */
+long cdl_val_split_count(double split, long n);
 
 typedef struct cdl_loader_config {
     size_t size;              /* sizeof(cdl_loader_config): set by cdl_loader_defaults, so a

@@ -7,6 +7,7 @@
 
 #include <cdl/backend.h>
 #include <cdl/dist.h>
+#include <cdl/model.h>
 #include <cdl/optim.h>
 
 #ifdef __cplusplus
@@ -86,6 +87,17 @@ typedef struct cdl_train_config {
     int normalize;            /* enum cdl_normalize (--normalize) */
     int norm_count;           /* CDL_NORMALIZE_GIVEN: values in norm_mean and norm_std */
     float norm_mean[16], norm_std[16];
+    /* Validation samples carved from the training set with seed (--val-split;
+     * docs/training.md): -1 (the default) the dataset's default (5,000 for
+     * MNIST and Fashion-MNIST, 10% otherwise), 0 none (validate on the
+     * test set), a fraction in (0,1) or a count >= 1. */
+    double val_split;
+    /* Start from these weights (--init: a cdl checkpoint or a safetensors
+     * file with the model's tensor names and shapes); "" = fresh ones.
+     * Tensors whose names match the glob init_ignore keep their fresh
+     * initialisation (a replaced head). */
+    char init[1024];
+    char init_ignore[256];
 } cdl_train_config;
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,
@@ -104,6 +116,13 @@ typedef struct cdl_train_result {
 /* Runs training. Returns 0, -1 on error (cdl_last_error), or
  * CDL_EXIT_REQUEUE when interrupted by SIGUSR1/SIGTERM after a checkpoint. */
 int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res);
+
+/* Loads the tensors of the safetensors file path (a cdl checkpoint or one
+ * PyTorch wrote) into m's parameters, by name: every tensor of the model
+ * must be in the file with the same shape, and every tensor of the file in
+ * the model, except those whose names match the glob `ignore` (NULL or ""
+ * = none), which keep their values. Errors name the file and the tensor. */
+int cdl_model_load_weights(cdl_model *m, const char *path, const char *ignore);
 
 #ifdef __cplusplus
 }

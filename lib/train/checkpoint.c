@@ -219,6 +219,12 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "train_samples", fmt_dup("%ld", pos->samples));
     if (pos->run_id[0])
         meta_add(&meta, "run_id", fmt_dup("%s", pos->run_id));
+    /* What cdl-eval and cdl-predict need to find the data again. */
+    meta_add(&meta, "dataset", fmt_dup("%s", cfg->dataset));
+    meta_add(&meta, "data_dir", fmt_dup("%s", cfg->data_dir));
+    meta_add(&meta, "val_samples", fmt_dup("%ld", pos->val_samples));
+    meta_add(&meta, "synthetic_size", fmt_dup("%d", cfg->synthetic_n));
+    meta_add(&meta, "classes", fmt_dup("%d", cdl_model_outputs(m)));
     for (int i = 0; i < meta.n; i++)
         if (!meta.items[i].value)
             goto out;

@@ -17,6 +17,7 @@ typedef struct train_position {
     double loss_sum;          /* running sums of the epoch in progress (this rank, */
     double correct, seen;     /* so epoch metrics survive a mid-epoch restart) */
     long samples;             /* training samples of the dataset (set before loading) */
+    long val_samples;         /* of them carved out for validation (--val-split) */
     int unverified;           /* loaded from a file without checksums (older cdl) */
     char run_id[33];          /* the run's identity (metrics.h; RUN_ID_LEN digits) */
 } train_position;

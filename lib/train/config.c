@@ -31,6 +31,7 @@ void cdl_train_defaults(cdl_train_config *cfg)
     cfg->progress = -1;
     cfg->tf32_conv = cfg->tf32_matmul = -1;
     cfg->augment = -1;
+    cfg->val_split = -1;
 }
 
 /* Quotes s as a JSON string into out (len bytes); -1 if it does not fit. */
@@ -59,13 +60,14 @@ int train_config_json(const cdl_train_config *c, char *buf, size_t len)
                      "\"dampening\":%.9g,\"nesterov\":%d,\"weight_decay\":%.9g,\"beta1\":%.9g,"
                      "\"beta2\":%.9g,\"eps\":%.9g,\"schedule\":\"%s\",\"step_epochs\":%d,"
                      "\"warmup_epochs\":%d,\"threads\":%d,\"workers\":%d,\"seed\":%" PRIu64 ","
-                     "\"drop_last\":%d,\"device\":\"%s\",\"max_steps\":%ld,\"ckpt_every\":%ld}",
+                     "\"drop_last\":%d,\"device\":\"%s\",\"max_steps\":%ld,\"ckpt_every\":%ld,"
+                     "\"val_split\":%.9g}",
                      model, dataset, data_dir, c->epochs, c->batch_size, c->lr,
                      cdl_optim_kind_name(c->optim.kind), c->optim.momentum, c->optim.dampening,
                      c->optim.nesterov, c->optim.weight_decay, c->optim.beta1, c->optim.beta2,
                      c->optim.eps, cdl_sched_kind_name(c->schedule), c->step_epochs,
                      c->warmup_epochs, c->threads, c->workers, c->seed, c->drop_last, c->device,
-                     c->max_steps, c->ckpt_every);
+                     c->max_steps, c->ckpt_every, c->val_split);
     if (n < 0 || (size_t)n >= len)
         return cdl_error("configuration too long for the checkpoint metadata");
     return 0;

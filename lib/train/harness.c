@@ -41,6 +41,29 @@ static int mkdir_p(const char *dir)
     return 0;
 }
 
+/* --val-split: the validation samples carved from the training set (the
+ * default: 5,000 for the MNISTs, whose test sets are 10,000, else 10%). */
+static int carve_val(run *r)
+{
+    const cdl_train_config *c = r->cfg;
+    long n = r->train.n, count;
+    if (c->val_split >= 0)
+        count = cdl_val_split_count(c->val_split, n);
+    else if (!strcmp(r->train.name, "mnist") || !strcmp(r->train.name, "fashion-mnist"))
+        count = n > 10000 ? 5000 : n / 10;
+    else
+        count = n / 10;
+    if (count == 0)
+        return 0;
+    if (count >= n)
+        return cdl_error("--val-split %g leaves no training samples of the %ld in '%s': give a "
+                         "fraction below 1 or a count below %ld", c->val_split, n, c->dataset, n);
+    if (cdl_dataset_split(&r->train, count, c->seed, &r->val) != 0)
+        return -1;
+    r->have_val = 1;
+    return 0;
+}
+
 static int load_data(run *r)
 {
     const cdl_train_config *c = r->cfg;
@@ -53,7 +76,7 @@ static int load_data(run *r)
         if (cdl_dataset_synthetic(n / 5 > 0 ? n / 5 : 1, s, 10, c->seed + 1, &r->test) != 0)
             return -1;
         r->have_test = 1;
-        return 0;
+        return carve_val(r);
     }
     const char *dir = c->data_dir[0] ? c->data_dir : NULL;
     cdl_dataset_options o;
@@ -90,7 +113,7 @@ static int load_data(run *r)
         return cdl_error("%s: the test split has labels up to %d but the training split only %d "
                          "classes", c->dataset, r->test.classes - 1, r->train.classes);
     r->test.classes = r->train.classes;
-    return 0;
+    return carve_val(r);
 }
 
 static int build_model(run *r)
@@ -165,7 +188,7 @@ static int make_loaders(run *r)
     lc.augment = 0;
     lc.drop_last = 0;
     lc.pad = 0;
-    r->val_loader = cdl_loader_create(&r->test, &lc);
+    r->val_loader = cdl_loader_create(r->have_val ? &r->val : &r->test, &lc);
     if (!r->val_loader)
         return -1;
     long spe = cdl_loader_batches(r->train_loader);
@@ -193,14 +216,16 @@ static int reduce_sums(run *r, double *v, size_t n)
     return cdl_dist_allreduce_f64(r->dist, v, n);
 }
 
-static int validate(run *r, double *loss, double *acc)
+/* Mean loss and accuracy of the model on every sample of loader (each
+ * rank its share, summed over ranks). */
+static int evaluate(run *r, cdl_loader *loader, double *loss, double *acc)
 {
     double sums[3] = {0, 0, 0};
     cdl_batch b;
     int got;
-    if (cdl_loader_start_epoch(r->val_loader, 0, 0) != 0)
+    if (cdl_loader_start_epoch(loader, 0, 0) != 0)
         return -1;
-    while ((got = cdl_loader_next(r->val_loader, &b)) == 1) {
+    while ((got = cdl_loader_next(loader, &b)) == 1) {
         if (train_run_batch(r, &b, 0, 0, sums) != 0)
             return -1;
         sums[2] += b.n;
@@ -258,7 +283,7 @@ static int run_epochs(run *r, cdl_train_result *res)
 {
     const cdl_train_config *c = r->cfg;
     train_position pos = {.world = r->ri.world, .best_val_loss = INFINITY,
-                          .samples = r->train.n};
+                          .samples = r->train.n, .val_samples = r->val.n};
     if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;
     run_info info = {
@@ -290,7 +315,7 @@ static int run_epochs(run *r, cdl_train_result *res)
         double seen_here[1] = {pos.seen - seen0};
         if (reduce_sums(r, tr, 3) != 0 || reduce_sums(r, seen_here, 1) != 0)
             return -1;
-        if (validate(r, &val_loss, &val_acc) != 0)
+        if (evaluate(r, r->val_loader, &val_loss, &val_acc) != 0)
             return -1;
         int best = val_loss < pos.best_val_loss;
         if (best)
@@ -330,6 +355,29 @@ static int run_epochs(run *r, cdl_train_result *res)
     return 0;
 }
 
+/* The test set, once, with the final weights, when validation had its own
+ * samples (with --val-split 0 the epochs' validation was the test set). */
+static int test_once(run *r)
+{
+    if (!r->have_val || !r->have_test)
+        return 0;
+    const cdl_train_config *c = r->cfg;
+    cdl_loader_config lc;
+    cdl_loader_defaults(&lc);
+    lc.batch_size = c->batch_size;
+    lc.workers = c->workers;
+    lc.seed = c->seed;
+    lc.rank = r->ri.rank;
+    lc.world = r->ri.world;
+    cdl_loader *l = cdl_loader_create(&r->test, &lc);
+    double loss, acc;
+    int rc = l ? evaluate(r, l, &loss, &acc) : -1;
+    cdl_loader_destroy(l);
+    if (rc == 0)
+        rc = train_report_test(r->rep, loss, acc, r->test.n);
+    return rc;
+}
+
 static void run_free(run *r)
 {
     cdl_backend *be = r->be;
@@ -352,6 +400,8 @@ static void run_free(run *r)
         cdl_dataset_free(&r->train);
     if (r->have_test)
         cdl_dataset_free(&r->test);
+    if (r->have_val)
+        cdl_dataset_free(&r->val);
     train_report_free(r->rep);
     /* The collectives may hold pinned memory of the backend. */
     cdl_dist_destroy(r->dist);
@@ -396,10 +446,12 @@ static int read_config(const cdl_train_config *in, cdl_train_config *out)
         return -1;
     /* Strings end inside their fields whatever the caller left there. */
     char *strs[] = {out->model, out->dataset, out->data_dir, out->ckpt_dir, out->resume,
-                    out->metrics, out->device, out->dist_backend};
+                    out->metrics, out->device, out->dist_backend,
+                    out->init, out->init_ignore};
     size_t lens[] = {sizeof out->model, sizeof out->dataset, sizeof out->data_dir,
                      sizeof out->ckpt_dir, sizeof out->resume, sizeof out->metrics,
-                     sizeof out->device, sizeof out->dist_backend};
+                     sizeof out->device, sizeof out->dist_backend,
+                     sizeof out->init, sizeof out->init_ignore};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
         strs[i][lens[i] - 1] = '\0';
     return 0;
@@ -433,6 +485,10 @@ static int check_config(const cdl_train_config *c)
     if (c->metrics_every < 0)
         return cdl_error("--metrics-every %ld: must be 0 (epoch records only) or more",
                          c->metrics_every);
+    if (!(c->val_split >= -1) || !isfinite(c->val_split) ||
+        (c->val_split >= 1 && c->val_split != floor(c->val_split)))
+        return cdl_error("--val-split %g: give a fraction in (0,1), a whole count of samples, or "
+                         "0 for none", c->val_split);
     if (c->threads < 0 || c->threads > 1024)
         return cdl_error("--threads %d: must be between 0 (automatic) and 1024", c->threads);
     return train_resume_allow_check(c->resume_allow);
@@ -491,17 +547,24 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         make_loaders(&r) != 0)
         goto out;
     cdl_model_init(r.model, cfg->seed);
+    if (cfg->init[0] && cdl_model_load_weights(r.model, cfg->init, cfg->init_ignore) != 0)
+        goto out;
     r.optim = cdl_optim_create(&cfg->optim, cdl_model_nparams(r.model), r.be);
     size_t bucket_kb = cfg->ddp_bucket_kb > 0 ? (size_t)cfg->ddp_bucket_kb : 0;
     r.ddp = ddp_create(r.dist, r.model, bucket_kb << 10);
     if (!r.optim || !r.ddp || loop_create(&r) != 0)
         goto out;
-    train_report_note(r.rep, "cdl %s: %s on %s (%d train / %d test), %zu parameters, %s "
-                      "backend with %d threads, %d rank%s",
-                      cdl_version(), cfg->model, cfg->dataset, r.train.n, r.test.n,
+    train_report_note(r.rep, "cdl %s: %s on %s (%d train / %d val / %d test), %zu parameters, "
+                      "%s backend with %d threads, %d rank%s",
+                      cdl_version(), cfg->model, cfg->dataset, r.train.n, r.val.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");
+    if (!r.have_val)
+        train_report_note(r.rep, "note: no validation split (--val-split 0): validating on the "
+                          "test set, which then also chooses best.safetensors");
     rc = run_epochs(&r, res);
+    if (rc == 0)
+        rc = test_once(&r);
 out:
     train_signals_restore();
     run_free(&r);

@@ -5,3 +5,4 @@ EXTRA_DIST += lib/train/checkpoint.h lib/train/report.h lib/train/signals.h lib/
 libcdl_core_la_SOURCES += lib/train/resume_check.c lib/train/ckpt_dir.c
 libcdl_core_la_SOURCES += lib/train/metrics.c
 EXTRA_DIST += lib/train/metrics.h
+libcdl_core_la_SOURCES += lib/train/init.c

@@ -125,6 +125,14 @@ int metrics_epoch(FILE *f, const char *run_id, int rank, const epoch_stats *s)
     return emit(f, &b);
 }
 
+int metrics_test(FILE *f, const char *run_id, int rank, double loss, double acc, int samples)
+{
+    json_buf b = {0};
+    head(&b, "test", run_id, rank);
+    putf(&b, ",\"test_loss\":%.6f,\"test_acc\":%.6f,\"test_samples\":%d", loss, acc, samples);
+    return emit(f, &b);
+}
+
 /* 1 if path is there and not empty, 0 if absent or empty, -1 on error. */
 static int holds(const char *path)
 {

@@ -4,6 +4,7 @@
  *                           and every option's effective value ("config")
  *   {"type":"step", ...}    every --metrics-every steps
  *   {"type":"epoch", ...}   after each epoch's validation
+ *   {"type":"test", ...}    the test set, once at the end (--val-split)
  * docs/metrics.md describes every key. Written by rank 0 only. */
 #ifndef CDL_TRAIN_METRICS_H
 #define CDL_TRAIN_METRICS_H
@@ -42,6 +43,7 @@ struct epoch_stats;
 int metrics_config(FILE *f, const cdl_train_config *cfg, const run_info *ri);
 int metrics_step(FILE *f, const char *run_id, int rank, const step_stats *s);
 int metrics_epoch(FILE *f, const char *run_id, int rank, const struct epoch_stats *s);
+int metrics_test(FILE *f, const char *run_id, int rank, double loss, double acc, int samples);
 
 /* --resume never must not add a second run to a directory or file that
  * holds one: -1 naming what is there and what to do, 0 when unused. */

@@ -104,6 +104,20 @@ int train_report_step(train_report *r, const step_stats *s)
     return 0;
 }
 
+int train_report_test(train_report *r, double loss, double acc, int samples)
+{
+    if (r->rank != 0)
+        return 0;
+    if (!r->quiet) {
+        printf("test  loss %.4f acc %6.2f%%  (%d samples, final weights)\n", loss, 100 * acc,
+               samples);
+        fflush(stdout);
+    }
+    if (r->metrics && metrics_test(r->metrics, r->run_id, r->rank, loss, acc, samples) != 0)
+        return -1;
+    return 0;
+}
+
 void train_report_note(train_report *r, const char *fmt, ...)
 {
     if (r->rank != 0 || r->quiet)

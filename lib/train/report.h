@@ -34,6 +34,9 @@ struct run_info;
 struct step_stats;
 int train_report_start(train_report *r, const cdl_train_config *cfg, const struct run_info *ri);
 int train_report_step(train_report *r, const struct step_stats *s);
+/* The test set's result at the end of a run: a line, and in --metrics an
+ * object with test_loss, test_acc, test_samples (and no "epoch"). */
+int train_report_test(train_report *r, double loss, double acc, int samples);
 /* A line for the user (rank 0 only), e.g. "resuming from ...". */
 void train_report_note(train_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -19,6 +19,8 @@ typedef struct run {
     int own_be;               /* made here (not cfg->backend): destroyed at the end */
     cdl_dataset train, test;
     int have_train, have_test;
+    cdl_dataset val;          /* carved from train by --val-split (have_val) */
+    int have_val;
     cdl_model *model;
     cdl_optim *optim;
     ddp *ddp;

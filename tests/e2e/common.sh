@@ -7,6 +7,8 @@ if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
 fi
 : "${top_builddir:=.}" "${top_srcdir:=.}"
 CDL_TRAIN="$top_builddir/cli/cdl-train"
+CDL_EVAL="$top_builddir/cli/cdl-eval"
+CDL_PREDICT="$top_builddir/cli/cdl-predict"
 CDLRUN="$top_builddir/launcher/cdlrun"
 TMP=$(mktemp -d /tmp/cdl-e2e.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

@@ -36,3 +36,6 @@ check_options() {
 check_options "$CDL_TRAIN" _cdl_train
 check_options "$CDLRUN" _cdlrun
 check_options "$top_builddir/cli/cdl-plot" _cdl_plot
+check_options "$CDL_EVAL" _cdl_eval
+check_options "$CDL_PREDICT" _cdl_eval
+complete_words _cdl_eval cdl-eval x.safetensors --split v | grep -qx val || die "cdl-eval --split v"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A cdl-train checkpoint loads into the equivalent torch.nn LeNet with
 # model.load_state_dict(safetensors.torch.load_file(path)) — strict — and
-# PyTorch then computes the same test loss and accuracy that cdl reported.
+# PyTorch then computes the same test loss and accuracy that cdl reported;
+# cdl-eval and cdl-predict agree with PyTorch on that checkpoint and on one
+# PyTorch wrote (loss, accuracy, top-5, every prediction).
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 py=/usr/bin/python3
 data=/usr/share/datasets/fashion-mnist
@@ -11,9 +13,31 @@ $py -c 'import torch, safetensors.torch' 2>/dev/null ||
 
 "$CDL_TRAIN" --epochs 1 --max-steps 150 --ckpt-dir "$TMP/ckpt" --metrics "$TMP/m.jsonl" \
     --no-progress -q || die "training failed"
-line=$(tail -n 1 "$TMP/m.jsonl")
-acc=$(echo "$line" | sed 's/.*"val_acc":\([0-9.]*\).*/\1/')
-loss=$(echo "$line" | sed 's/.*"val_loss":\([0-9.]*\).*/\1/')
+line=$(grep '"test_acc"' "$TMP/m.jsonl") || die "no test result in the metrics"
+acc=$(echo "$line" | sed 's/.*"test_acc":\([0-9.]*\).*/\1/')
+loss=$(echo "$line" | sed 's/.*"test_loss":\([0-9.]*\).*/\1/')
 $py "$top_srcdir/tests/e2e/torch_lenet.py" "$TMP/ckpt/last.safetensors" "$data" "$acc" "$loss" ||
     die "PyTorch disagrees with cdl"
 echo "PASS: checkpoint loads into torch.nn with load_state_dict; PyTorch agrees (acc $acc, loss $loss)"
+
+$py "$top_srcdir/tests/e2e/torch_eval.py" --write "$TMP/torch.safetensors" \
+    "$TMP/ckpt/last.safetensors" || die "writing torch weights"
+for ck in "$TMP/ckpt/last.safetensors" "$TMP/torch.safetensors"; do
+    "$CDL_EVAL" "$ck" --model lenet --dataset fashion-mnist --json >"$TMP/eval.json" ||
+        die "cdl-eval $ck failed"
+    "$CDL_PREDICT" "$ck" --model lenet --dataset fashion-mnist --top-k 3 >"$TMP/pred.csv" ||
+        die "cdl-predict $ck failed"
+    $py "$top_srcdir/tests/e2e/torch_eval.py" "$ck" "$data" "$TMP/eval.json" "$TMP/pred.csv" ||
+        die "PyTorch disagrees with cdl-eval/cdl-predict on $ck"
+done
+echo "PASS: cdl-eval and cdl-predict agree with PyTorch on a cdl and a PyTorch-written checkpoint"
+
+# --init: PyTorch's weights start a run; another model's names are refused by name.
+"$CDL_TRAIN" --init "$TMP/torch.safetensors" --epochs 1 --max-steps 2 --val-split 0 -q \
+    --no-progress || die "cdl-train --init with PyTorch's weights failed"
+expect_status 1 "$CDL_TRAIN" --model mlp --init "$TMP/torch.safetensors" --epochs 1 --max-steps 2 -q
+expect_err "tensor 'conv1.bias' is not in the model mlp"
+expect_status 1 "$CDL_TRAIN" --init "$TMP/torch.safetensors" --init-ignore 'fc*' --dataset synthetic \
+    --synthetic-size 64 --epochs 1 --max-steps 1 -q
+expect_err "tensor 'conv1.weight' has shape (6, 1, 5, 5) but the model's is (6, 3, 5, 5)"
+echo "PASS: --init loads PyTorch's weights and names mismatched tensors"

@@ -283,6 +283,7 @@ static void loop_config(cdl_train_config *c, const char *sub)
 {
     base_config(c, sub);
     c->synthetic_n = 200;     /* 6 full batches and one of 8 per epoch */
+    c->val_split = 0;         /* (all 200 train) */
     snprintf(c->metrics, sizeof c->metrics, "%s/%s.json", tmpdir, sub);
 }
 

@@ -21,6 +21,7 @@ static void base_config(cdl_train_config *c, const char *sub)
     snprintf(c->model, sizeof c->model, "mlp");
     snprintf(c->device, sizeof c->device, "cpu");
     c->synthetic_n = 64;
+    c->val_split = 0;   /* all 64 samples train: the sizes below are the dataset's */
     c->epochs = 1;
     c->batch_size = 32;
     c->threads = 1;

@@ -15,3 +15,8 @@ tests_unit_test_train_resume_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_train_resume_LDADD = $(TEST_LDADD)
 EXTRA_DIST += tests/fixtures/ckpt-v2/README.md tests/fixtures/ckpt-v2/tiny.spec \
 	tests/fixtures/ckpt-v2/epoch1.safetensors tests/fixtures/ckpt-v2/final.safetensors
+check_PROGRAMS += tests/unit/test_split
+TESTS += tests/unit/test_split
+tests_unit_test_split_SOURCES = tests/unit/test_split.c
+tests_unit_test_split_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_split_LDADD = $(TEST_LDADD)

@@ -1,0 +1,192 @@
+/* cdl-eval: evaluate a checkpoint on a dataset split: loss, accuracy,
+ * top-5, per-class accuracy and the confusion matrix, as text or JSON.
+ * Under cdlrun or srun --cdl-ddp every rank takes a share of the samples
+ * and rank 0 prints the summed result.
+ *
+ * Exit status: 0 done, 1 an error, 2 a bad option. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evalcommon.h"
+
+#define PROG "cdl-eval"
+
+enum { OPT_JSON = EVAL_OPT_OWN };
+
+static const struct option long_opts[] = {
+    EVAL_LONG_OPTS,
+    {"json", no_argument, NULL, OPT_JSON},
+    {NULL, 0, NULL, 0},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"Usage: cdl-eval CHECKPOINT [OPTION]...\n"
+"Evaluate a checkpoint: loss, accuracy, top-5, per-class accuracy and the\n"
+"confusion matrix. Runs data-parallel under cdlrun or srun --cdl-ddp.\n"
+"\n"
+EVAL_USAGE_DATA
+"      --split test|val|train  which samples; val and train are split as the\n"
+"                           training run did (its seed and validation count) [test]\n"
+"  -m, --model lenet|mlp|FILE  the model [the checkpoint's]\n"
+"      --json               one JSON object instead of text\n"
+EVAL_USAGE_RUN);
+}
+
+typedef struct sums {
+    int classes;
+    double *v;   /* loss, correct, top5, n, then confusion[true][pred] */
+} sums;
+
+static int add_batch(void *ctx, const eval_ctx *e, long first, int n, const int32_t *y,
+                     const float *logits)
+{
+    (void)first;
+    sums *s = ctx;
+    int c = e->classes;
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * c;
+        int best = 0, above = 0;
+        double mx = z[0];
+        for (int k = 1; k < c; k++) {
+            if (z[k] > z[best])
+                best = k;
+            if (z[k] > mx)
+                mx = z[k];
+        }
+        double se = 0;
+        for (int k = 0; k < c; k++) {
+            se += exp((double)z[k] - mx);
+            above += z[k] > z[y[i]];
+        }
+        s->v[0] += mx + log(se) - (double)z[y[i]];
+        s->v[1] += best == y[i];
+        s->v[2] += above < 5;
+        s->v[3] += 1;
+        s->v[4 + (size_t)y[i] * c + best] += 1;
+    }
+    return 0;
+}
+
+static void print_text(const eval_ctx *e, const sums *s, const char *split)
+{
+    int c = s->classes;
+    const double *v = s->v, *cm = s->v + 4;
+    double n = v[3] > 0 ? v[3] : 1;
+    char buf[32];
+    printf("%s on %s %s (%.0f samples)\n", e->o->ckpt, e->dataset, split, v[3]);
+    printf("loss      %.4f\n", v[0] / n);
+    printf("accuracy  %.2f%%  (%.0f/%.0f)\n", 100 * v[1] / n, v[1], v[3]);
+    printf("top-5     %.2f%%\n", 100 * v[2] / n);
+    int w = 5;
+    for (int k = 0; k < c; k++) {
+        int len = (int)strlen(eval_class_name(e, k, buf, sizeof buf));
+        w = len > w ? (len < 24 ? len : 24) : w;
+    }
+    printf("\nper-class accuracy:\n  %-*s %8s %8s\n", w, "class", "acc", "samples");
+    for (int k = 0; k < c; k++) {
+        double row = 0;
+        for (int j = 0; j < c; j++)
+            row += cm[(size_t)k * c + j];
+        printf("  %-*.24s %7.2f%% %8.0f\n", w, eval_class_name(e, k, buf, sizeof buf),
+               row > 0 ? 100 * cm[(size_t)k * c + k] / row : 0.0, row);
+    }
+    if (c > 100) {
+        printf("\n(confusion matrix of %d classes left out of the text: use --json)\n", c);
+        return;
+    }
+    printf("\nconfusion matrix (rows: true class, columns: predicted):\n  %*s", w, "");
+    for (int j = 0; j < c; j++)
+        printf(" %5d", j);
+    printf("\n");
+    for (int k = 0; k < c; k++) {
+        printf("  %-*.24s", w, eval_class_name(e, k, buf, sizeof buf));
+        for (int j = 0; j < c; j++)
+            printf(" %5.0f", cm[(size_t)k * c + j]);
+        printf("\n");
+    }
+}
+
+static void print_json(const eval_ctx *e, const sums *s, const char *split)
+{
+    int c = s->classes;
+    const double *v = s->v, *cm = s->v + 4;
+    double n = v[3] > 0 ? v[3] : 1;
+    char buf[32];
+    printf("{\"checkpoint\":");
+    eval_json_string(stdout, e->o->ckpt);
+    printf(",\"dataset\":");
+    eval_json_string(stdout, e->dataset);
+    printf(",\"split\":\"%s\",\"samples\":%.0f,\"loss\":%.6f,\"accuracy\":%.6f,\"top5\":%.6f,"
+           "\"classes\":[", split, v[3], v[0] / n, v[1] / n, v[2] / n);
+    for (int k = 0; k < c; k++) {
+        printf(k ? "," : "");
+        eval_json_string(stdout, eval_class_name(e, k, buf, sizeof buf));
+    }
+    printf("],\"per_class_accuracy\":[");
+    for (int k = 0; k < c; k++) {
+        double row = 0;
+        for (int j = 0; j < c; j++)
+            row += cm[(size_t)k * c + j];
+        printf("%s%.6f", k ? "," : "", row > 0 ? cm[(size_t)k * c + k] / row : 0.0);
+    }
+    printf("],\"confusion\":[");
+    for (int k = 0; k < c; k++) {
+        printf("%s[", k ? "," : "");
+        for (int j = 0; j < c; j++)
+            printf("%s%.0f", j ? "," : "", cm[(size_t)k * c + j]);
+        printf("]");
+    }
+    printf("]}\n");
+}
+
+int main(int argc, char **argv)
+{
+    eval_opts o = {.prog = PROG, .split = "test", .device = "auto", .batch_size = 256,
+                   .workers = 1, .distributed = 1};
+    int json = 0, c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, EVAL_SHORT_OPTS, long_opts, NULL)) != -1) {
+        int r = eval_common_option(&o, c, optarg, argv, usage);
+        if (r == EVAL_OPT_EXIT0 || r == EVAL_OPT_BAD)
+            return r == EVAL_OPT_BAD ? 2 : 0;
+        switch (r == EVAL_OPT_OK ? 0 : c) {
+        case 0: break;
+        case OPT_JSON: json = 1; break;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, PROG ": give one checkpoint (see " PROG " --help)\n");
+        return 2;
+    }
+    o.ckpt = argv[optind];
+    eval_ctx e;
+    sums s = {0};
+    int rc = eval_open(&e, &o);
+    if (rc == 0) {
+        s.classes = e.classes;
+        s.v = cdl_calloc(4 + (size_t)e.classes * e.classes, sizeof *s.v);
+        rc = s.v ? eval_run(&e, add_batch, &s) : -1;
+    }
+    if (rc == 0 && e.dist)
+        rc = cdl_dist_allreduce_f64(e.dist, s.v, 4 + (size_t)e.classes * e.classes);
+    if (rc == 0 && e.ri.rank == 0) {
+        if (json)
+            print_json(&e, &s, o.split);
+        else
+            print_text(&e, &s, o.split);
+    }
+    if (rc != 0) {
+        if (e.ri.world > 1)
+            fprintf(stderr, PROG ": rank %d: error: %s\n", e.ri.rank, cdl_last_error());
+        else
+            fprintf(stderr, PROG ": error: %s\n", cdl_last_error());
+    }
+    cdl_free(s.v);
+    eval_close(&e);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,152 @@
+/* cdl-predict: the top-k classes and their probabilities (softmax of the
+ * logits) for every sample of a dataset split, as CSV or JSON lines.
+ *
+ * Exit status: 0 done, 1 an error, 2 a bad option. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evalcommon.h"
+
+#define PROG "cdl-predict"
+
+enum { OPT_FORMAT = EVAL_OPT_OWN, OPT_TOPK };
+
+static const struct option long_opts[] = {
+    EVAL_LONG_OPTS,
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"top-k", required_argument, NULL, OPT_TOPK},
+    {NULL, 0, NULL, 0},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"Usage: cdl-predict CHECKPOINT --dataset NAME [OPTION]...\n"
+"Print the top-k classes with their probabilities for every sample of a\n"
+"dataset split, one line each (CSV with a header, or JSON lines).\n"
+"\n"
+EVAL_USAGE_DATA
+"      --split test|val|train  [test]\n"
+"  -m, --model lenet|mlp|FILE  the model [the checkpoint's]\n"
+"      --top-k K            classes per sample [5, at most the model's outputs]\n"
+"      --format csv|jsonl   [csv]\n"
+EVAL_USAGE_RUN);
+}
+
+typedef struct out {
+    int k, json;
+    int *idx;     /* classes, sorted by probability */
+    double *p;    /* classes */
+} out;
+
+static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const int32_t *y,
+                         const float *logits)
+{
+    out *o = ctx;
+    int c = e->classes;
+    char buf[32];
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * c;
+        double mx = z[0], se = 0;
+        for (int k = 1; k < c; k++)
+            mx = z[k] > mx ? z[k] : mx;
+        for (int k = 0; k < c; k++)
+            se += (o->p[k] = exp((double)z[k] - mx));
+        /* Selection of the k largest, ties to the lower class (as argmax). */
+        for (int k = 0; k < c; k++)
+            o->idx[k] = k;
+        for (int j = 0; j < o->k; j++) {
+            int b = j;
+            for (int k = j + 1; k < c; k++)
+                if (o->p[o->idx[k]] > o->p[o->idx[b]])
+                    b = k;
+            int t = o->idx[j];
+            o->idx[j] = o->idx[b];
+            o->idx[b] = t;
+        }
+        long index = first + i;
+        if (o->json) {
+            printf("{\"index\":%ld,\"label\":", index);
+            eval_json_string(stdout, eval_class_name(e, y[i], buf, sizeof buf));
+            printf(",\"top\":[");
+            for (int j = 0; j < o->k; j++) {
+                printf("%s{\"class\":", j ? "," : "");
+                eval_json_string(stdout, eval_class_name(e, o->idx[j], buf, sizeof buf));
+                printf(",\"p\":%.6f}", o->p[o->idx[j]] / se);
+            }
+            printf("]}\n");
+        } else {
+            printf("%ld,%s", index, eval_class_name(e, y[i], buf, sizeof buf));
+            for (int j = 0; j < o->k; j++)
+                printf(",%s,%.6f", eval_class_name(e, o->idx[j], buf, sizeof buf),
+                       o->p[o->idx[j]] / se);
+            printf("\n");
+        }
+    }
+    return ferror(stdout) ? cdl_error("writing the predictions failed") : 0;
+}
+
+int main(int argc, char **argv)
+{
+    eval_opts o = {.prog = PROG, .split = "test", .device = "auto", .batch_size = 256,
+                   .workers = 1, .distributed = 0};
+    out w = {.k = 5};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, EVAL_SHORT_OPTS, long_opts, NULL)) != -1) {
+        int r = eval_common_option(&o, c, optarg, argv, usage);
+        if (r == EVAL_OPT_EXIT0 || r == EVAL_OPT_BAD)
+            return r == EVAL_OPT_BAD ? 2 : 0;
+        switch (r == EVAL_OPT_OK ? 0 : c) {
+        case 0: break;
+        case OPT_FORMAT:
+            if (strcmp(optarg, "csv") && strcmp(optarg, "jsonl")) {
+                fprintf(stderr, PROG ": --format '%.80s': expected csv or jsonl\n", optarg);
+                return 2;
+            }
+            w.json = !strcmp(optarg, "jsonl");
+            break;
+        case OPT_TOPK:
+            if (eval_parse_int(PROG, "top-k", optarg, 1, 65536, &w.k))
+                return 2;
+            break;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, PROG ": give a checkpoint (see " PROG " --help)\n");
+        return 2;
+    }
+    o.ckpt = argv[optind++];
+    if (optind < argc) {
+        fprintf(stderr, PROG ": '%.80s': predicting on image files needs cdl's image readers; "
+                "use --dataset (see " PROG " --help)\n", argv[optind]);
+        return 2;
+    }
+    eval_ctx e;
+    int rc = eval_open(&e, &o);
+    if (rc == 0) {
+        w.k = w.k < e.classes ? w.k : e.classes;
+        w.idx = cdl_calloc((size_t)e.classes, sizeof *w.idx);
+        w.p = cdl_calloc((size_t)e.classes, sizeof *w.p);
+        rc = w.idx && w.p ? 0 : -1;
+    }
+    if (rc == 0 && !w.json) {
+        printf("index,label");
+        for (int j = 1; j <= w.k; j++)
+            printf(",class%d,p%d", j, j);
+        printf("\n");
+    }
+    if (rc == 0)
+        rc = eval_run(&e, predict_batch, &w);
+    if (rc == 0 && fflush(stdout) != 0)
+        rc = cdl_error("writing the predictions failed");
+    if (rc != 0)
+        fprintf(stderr, PROG ": error: %s\n", cdl_last_error());
+    cdl_free(w.idx);
+    cdl_free(w.p);
+    eval_close(&e);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,297 @@
+/* cdl-eval's and cdl-predict's common part (evalcommon.h). */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evalcommon.h"
+
+/* A metadata value of the checkpoint or "" (PyTorch-written files have none). */
+static const char *meta(const cdl_st_file *f, const char *key)
+{
+    const char *s = cdl_st_meta_get(f, key);
+    return s ? s : "";
+}
+
+static long meta_long(const cdl_st_file *f, const char *key)
+{
+    const char *s = meta(f, key);
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    return (*s && !*end && errno == 0 && v >= 0) ? v : -1;
+}
+
+static cdl_backend *make_backend(const eval_opts *o, const cdl_rank_info *ri)
+{
+    cdl_backend_params p;
+    cdl_backend_params_from_env(&p);
+    p.threads = o->threads;
+    const char *dev = o->device ? o->device : "auto";
+    if (!strcmp(dev, "cpu"))
+        return cdl_backend_create_with("cpu", &p);
+    int visible = cdl_backend_cuda_device_count();
+    if (!strcmp(dev, "auto") && visible == 0)
+        return cdl_backend_create_with("cpu", &p);
+    if (ri->world > 1 && visible > 0)
+        p.device = ri->local_rank % visible;
+    cdl_backend *be = cdl_backend_create_with("cuda", &p);
+    if (!be && !strcmp(dev, "auto"))
+        be = cdl_backend_create_with("cpu", &p);
+    return be;
+}
+
+/* The split o->split of the dataset: test as it is; train and val carved
+ * the way the run did (its seed and validation count). */
+static int load_data(eval_ctx *e, const cdl_st_file *f)
+{
+    const eval_opts *o = e->o;
+    const char *name = o->dataset ? o->dataset : meta(f, "dataset");
+    const char *dir = o->data_dir ? o->data_dir : meta(f, "data_dir");
+    if (!*name)
+        return cdl_error("%s has no dataset in its metadata (not written by cdl-train): pass "
+                         "--dataset", o->ckpt);
+    snprintf(e->dataset, sizeof e->dataset, "%s", name);
+    long val = meta_long(f, "val_samples");
+    const char *seed_s = meta(f, "seed");
+    uint64_t seed = strtoull(seed_s, NULL, 10);
+    int test = !strcmp(o->split, "test");
+    if (!test && o->dataset && strcmp(o->dataset, meta(f, "dataset")) != 0 && val > 0)
+        return cdl_error("--split %s of another dataset than the checkpoint's (%s): the "
+                         "validation samples are unknown; use --split test", o->split,
+                         meta(f, "dataset"));
+    if (!strcmp(o->split, "val") && val <= 0)
+        return cdl_error("%s was trained without a validation split (--val-split 0, or an older "
+                         "cdl): use --split test or train", o->ckpt);
+    cdl_dataset all;
+    if (!strcmp(name, "synthetic")) {
+        long n = meta_long(f, "synthetic_size");
+        if (n <= 0)
+            n = 10000;
+        cdl_shape s = {3, 32, 32};   /* as cdl-train makes it */
+        if (cdl_dataset_synthetic(test ? (n / 5 > 0 ? (int)n / 5 : 1) : (int)n, s, 10,
+                                  test ? seed + 1 : seed, &all) != 0)
+            return -1;
+    } else if (cdl_dataset_load(name, *dir ? dir : NULL, !test, &all) != 0) {
+        return -1;
+    }
+    if (test || val <= 0) {
+        e->data = all;
+        e->have_data = 1;
+        return 0;
+    }
+    cdl_dataset v;
+    if (cdl_dataset_split(&all, val, seed, &v) != 0) {
+        cdl_dataset_free(&all);
+        return -1;
+    }
+    if (!strcmp(o->split, "val")) {
+        e->data = v;
+        cdl_dataset_free(&all);
+    } else {
+        e->data = all;
+        cdl_dataset_free(&v);
+    }
+    e->have_data = 1;
+    return 0;
+}
+
+static int build_model(eval_ctx *e, const cdl_st_file *f)
+{
+    const eval_opts *o = e->o;
+    const char *name = o->model ? o->model : meta(f, "model");
+    cdl_model_spec spec;
+    if (!*name)
+        return cdl_error("%s has no model in its metadata (not written by cdl-train): pass "
+                         "--model lenet|mlp|FILE", o->ckpt);
+    long classes = meta_long(f, "classes");
+    if (classes <= 0)
+        classes = e->data.classes;
+    if (!strcmp(name, "lenet") || !strcmp(name, "mlp")) {
+        if (cdl_spec_builtin(name, e->data.shape, (int)classes, &spec) != 0)
+            return -1;
+    } else if (cdl_spec_load(name, &spec) != 0) {
+        return -1;
+    }
+    e->model = cdl_model_create(&spec, e->data.shape, o->batch_size, e->be);
+    if (!e->model)
+        return -1;
+    e->classes = cdl_model_outputs(e->model);
+    if (e->classes < e->data.classes)
+        return cdl_error("%s: the model has %d outputs but dataset %s has %d classes: pass the "
+                         "dataset it was trained on", o->ckpt, e->classes, e->dataset,
+                         e->data.classes);
+    return cdl_model_load_weights(e->model, o->ckpt, NULL);
+}
+
+int eval_open(eval_ctx *e, const eval_opts *o)
+{
+    memset(e, 0, sizeof *e);
+    e->o = o;
+    e->ri.rank = 0;
+    e->ri.world = 1;
+    if (o->distributed && cdl_rank_discover(&e->ri) != 0)
+        return -1;
+    e->be = make_backend(o, &e->ri);
+    if (!e->be)
+        return -1;
+    if (e->ri.world > 1) {
+        static cdl_dist_config dc;
+        if (cdl_dist_config_from_env(&dc) != 0)
+            return -1;
+        e->dist = cdl_dist_create_with(&e->ri, "auto", e->be, &dc);
+        if (!e->dist)
+            return -1;
+    }
+    cdl_st_file *f = cdl_st_open(o->ckpt);
+    if (!f)
+        return -1;
+    int rc = load_data(e, f);
+    if (rc == 0)
+        rc = build_model(e, f);
+    cdl_st_close(f);
+    if (rc != 0)
+        return -1;
+    size_t sample = (size_t)e->data.shape.c * e->data.shape.h * e->data.shape.w;
+    if (!e->be->host_memory) {
+        e->x_dev = e->be->ops->alloc(e->be, (size_t)o->batch_size * sample * sizeof(float));
+        if (!e->x_dev)
+            return -1;
+    }
+    e->logits = cdl_malloc((size_t)o->batch_size * (size_t)e->classes * sizeof(float));
+    return e->logits ? 0 : -1;
+}
+
+int eval_run(eval_ctx *e, eval_batch_fn fn, void *cb_ctx)
+{
+    cdl_loader_config lc;
+    cdl_loader_defaults(&lc);
+    lc.batch_size = e->o->batch_size;
+    lc.workers = e->o->workers;
+    lc.rank = e->ri.rank;
+    lc.world = e->ri.world;
+    cdl_loader *l = cdl_loader_create(&e->data, &lc);
+    if (!l)
+        return -1;
+    cdl_backend *be = e->be;
+    size_t sample = (size_t)e->data.shape.c * e->data.shape.h * e->data.shape.w;
+    cdl_batch b;
+    int got, rc = cdl_loader_start_epoch(l, 0, 0);
+    long first = 0;
+    while (rc == 0 && (got = cdl_loader_next(l, &b)) == 1) {
+        const float *x = b.x;
+        if (e->x_dev) {
+            be->ops->to_device(be, e->x_dev, b.x, (size_t)b.n * sample * sizeof(float));
+            x = e->x_dev;
+        }
+        const float *logits = cdl_model_forward(e->model, x, b.n, 0, 0);
+        if (!logits) {
+            rc = -1;
+            break;
+        }
+        be->ops->to_host(be, e->logits, logits, (size_t)b.n * e->classes * sizeof(float));
+        if (be->ops->sync(be) != 0 ||
+            fn(cb_ctx, e, e->ri.world > 1 ? -1 : first, b.n, b.y, e->logits) != 0)
+            rc = -1;
+        first += b.n;
+    }
+    if (rc == 0 && got < 0)
+        rc = -1;
+    cdl_loader_destroy(l);
+    return rc;
+}
+
+void eval_close(eval_ctx *e)
+{
+    if (e->be && e->x_dev)
+        e->be->ops->free(e->be, e->x_dev);
+    cdl_free(e->logits);
+    cdl_model_destroy(e->model);
+    if (e->have_data)
+        cdl_dataset_free(&e->data);
+    cdl_dist_destroy(e->dist);
+    if (e->be)
+        cdl_backend_destroy(e->be);
+    memset(e, 0, sizeof *e);
+}
+
+const char *eval_class_name(const eval_ctx *e, int k, char *buf, size_t len)
+{
+    if (e->names && e->names[k])
+        return e->names[k];
+    snprintf(buf, len, "%d", k);
+    return buf;
+}
+
+void eval_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "%s: --%s '%.80s': expected an integer from %d to %d (see %s --help)\n",
+                prog, opt, s, lo, hi, prog);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
+                       void (*usage)(FILE *))
+{
+    const char *prog = o->prog;
+    switch (c) {
+    case 'm': o->model = arg; return EVAL_OPT_OK;
+    case 'd': o->dataset = arg; return EVAL_OPT_OK;
+    case EVAL_OPT_DATA_DIR: o->data_dir = arg; return EVAL_OPT_OK;
+    case EVAL_OPT_SPLIT:
+        if (strcmp(arg, "test") && strcmp(arg, "val") && strcmp(arg, "train")) {
+            fprintf(stderr, "%s: --split '%.80s': expected test, val or train\n", prog, arg);
+            return EVAL_OPT_BAD;
+        }
+        o->split = arg;
+        return EVAL_OPT_OK;
+    case EVAL_OPT_BATCH:
+        return eval_parse_int(prog, "batch-size", arg, 1, 65536, &o->batch_size) ? EVAL_OPT_BAD
+                                                                                 : EVAL_OPT_OK;
+    case 't':
+        return eval_parse_int(prog, "threads", arg, 1, 1024, &o->threads) ? EVAL_OPT_BAD
+                                                                          : EVAL_OPT_OK;
+    case EVAL_OPT_WORKERS:
+        return eval_parse_int(prog, "workers", arg, 0, 64, &o->workers) ? EVAL_OPT_BAD
+                                                                        : EVAL_OPT_OK;
+    case EVAL_OPT_DEVICE:
+        if (strcmp(arg, "cpu") && strcmp(arg, "cuda") && strcmp(arg, "auto")) {
+            fprintf(stderr, "%s: --device '%.80s': expected cpu, cuda or auto\n", prog, arg);
+            return EVAL_OPT_BAD;
+        }
+        o->device = arg;
+        return EVAL_OPT_OK;
+    case 'h': usage(stdout); return EVAL_OPT_EXIT0;
+    case EVAL_OPT_VERSION: printf("%s (cdl) %s\n", prog, cdl_version()); return EVAL_OPT_EXIT0;
+    case ':':
+        fprintf(stderr, "%s: option '%.80s' needs a value (see %s --help)\n", prog,
+                argv[optind - 1], prog);
+        return EVAL_OPT_BAD;
+    case '?':
+        fprintf(stderr, "%s: unknown option '%.80s' (see %s --help)\n", prog, argv[optind - 1],
+                prog);
+        return EVAL_OPT_BAD;
+    default: return EVAL_OPT_NOT_MINE;
+    }
+}

@@ -1,0 +1,93 @@
+/* What cdl-eval and cdl-predict share (evalcommon.c): a trained model
+ * rebuilt from its checkpoint, the data split it names, and a pass over
+ * that data that hands every batch's logits to a callback. Public libcdl
+ * API only. */
+#ifndef CDL_CLI_EVALCOMMON_H
+#define CDL_CLI_EVALCOMMON_H
+
+#include <getopt.h>
+#include <stdio.h>
+
+#include <cdl/cdl.h>
+
+typedef struct eval_opts {
+    const char *prog;         /* "cdl-eval", for messages */
+    const char *ckpt;
+    const char *model;        /* NULL = the checkpoint's ("model" metadata) */
+    const char *dataset;      /* NULL = the checkpoint's */
+    const char *data_dir;     /* NULL = the checkpoint's, then the dataset's default */
+    const char *split;        /* "test", "val" or "train" */
+    const char *device;       /* "cpu", "cuda", "auto" */
+    int batch_size, threads, workers;
+    int distributed;          /* join a data-parallel job when started as one */
+} eval_opts;
+
+typedef struct eval_ctx {
+    const eval_opts *o;
+    cdl_rank_info ri;
+    cdl_dist *dist;           /* NULL for one process */
+    cdl_backend *be;
+    cdl_model *model;
+    cdl_dataset data;
+    int have_data;
+    int classes;
+    char dataset[64];         /* the dataset's name, for the report */
+    char **names;             /* classes names (NULL: print indices) */
+    float *x_dev, *logits;    /* device input (NULL on host backends), host logits */
+} eval_ctx;
+
+/* A batch's results: n samples, their dataset indices (first + k), labels
+ * and (n, classes) logits on the host. */
+typedef int (*eval_batch_fn)(void *cb_ctx, const eval_ctx *e, long first, int n,
+                             const int32_t *labels, const float *logits);
+
+/* Opens everything: -1 with cdl_last_error set. */
+int eval_open(eval_ctx *e, const eval_opts *o);
+/* Runs this rank's share of the data through the model; first is the index
+ * of the batch's first sample in the split (one process only: with several,
+ * indices are not contiguous, so it is -1). */
+int eval_run(eval_ctx *e, eval_batch_fn fn, void *cb_ctx);
+void eval_close(eval_ctx *e);
+
+/* The name of class k: its name or its index as text (buf). */
+const char *eval_class_name(const eval_ctx *e, int k, char *buf, size_t len);
+/* s as a JSON string (quotes and escapes) on f. */
+void eval_json_string(FILE *f, const char *s);
+/* Parses an integer option in [lo, hi]; prints an error and returns -1. */
+int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out);
+
+/* The options both programs take (getopt_long values; a program's own
+ * start at EVAL_OPT_OWN). */
+enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS,
+       EVAL_OPT_DEVICE, EVAL_OPT_VERSION, EVAL_OPT_OWN };
+/* --help lines of the common options. */
+#define EVAL_USAGE_DATA                                                                     \
+    "  -d, --dataset NAME       fashion-mnist, mnist, cifar10, synthetic [the checkpoint's]\n" \
+    "      --data-dir DIR       dataset files [the checkpoint's, else the dataset's default]\n"
+#define EVAL_USAGE_RUN                                        \
+    "      --batch-size N       [256]\n"                      \
+    "      --device cpu|cuda|auto  [auto]\n"                  \
+    "  -t, --threads N          compute threads [all]\n"      \
+    "      --workers N          data loader threads [1]\n"    \
+    "  -h, --help    --version\n"
+#define EVAL_SHORT_OPTS ":m:d:t:h"
+#define EVAL_LONG_OPTS                                             \
+    {"model", required_argument, NULL, 'm'},                       \
+    {"dataset", required_argument, NULL, 'd'},                     \
+    {"data-dir", required_argument, NULL, EVAL_OPT_DATA_DIR},      \
+    {"split", required_argument, NULL, EVAL_OPT_SPLIT},            \
+    {"batch-size", required_argument, NULL, EVAL_OPT_BATCH},       \
+    {"threads", required_argument, NULL, 't'},                     \
+    {"workers", required_argument, NULL, EVAL_OPT_WORKERS},        \
+    {"device", required_argument, NULL, EVAL_OPT_DEVICE},          \
+    {"help", no_argument, NULL, 'h'},                              \
+    {"version", no_argument, NULL, EVAL_OPT_VERSION}
+
+/* Handles getopt_long's answer c when it is a common option or an error:
+ * EVAL_OPT_OK (taken), EVAL_OPT_EXIT0 (--help, --version), EVAL_OPT_BAD
+ * (message printed: exit 2) or EVAL_OPT_NOT_MINE. */
+enum { EVAL_OPT_OK, EVAL_OPT_EXIT0, EVAL_OPT_BAD, EVAL_OPT_NOT_MINE };
+int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
+                       void (*usage)(FILE *));
+
+#endif

@@ -1,0 +1,102 @@
+/* Carving a validation set out of a training set (cdl_dataset_split).
+ *
+ * Which samples go to validation is a pure function of (seed, n, count):
+ * the split happens before any rank takes its share, so every world size
+ * trains and validates on the same samples. The draw uses its own RNG
+ * stream, so it is independent of the shuffling of the epochs. */
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+#include "lib/core/rng.h"
+#include "lib/data/internal.h"
+
+/* The RNG stream of the split (epochs use streams 0, 1, ...). */
+#define SPLIT_STREAM 0x76616c73706c6974ull   /* "valsplit" */
+
+long cdl_val_split_count(double split, long n)
+{
+    if (!(split >= 0) || n <= 0)
+        return 0;
+    if (split < 1)
+        return (long)(split * (double)n + 0.5);
+    return (long)split;
+}
+
+/* Copies the samples whose keep[i] == want, in index order, into out
+ * (images, labels, n); the rest of out is the caller's. */
+static int gather(const cdl_dataset *d, const uint8_t *pick, uint8_t want, long count,
+                  cdl_dataset *out)
+{
+    size_t sample = (size_t)d->shape.c * d->shape.h * d->shape.w;
+    out->images = cdl_malloc(sample * (size_t)count + 1);
+    out->labels = cdl_malloc((size_t)count * sizeof *out->labels + 1);
+    if (!out->images || !out->labels)
+        return -1;
+    long k = 0;
+    for (long i = 0; i < d->n; i++) {
+        if (pick[i] != want)
+            continue;
+        memcpy(out->images + (size_t)k * sample, d->images + (size_t)i * sample, sample);
+        out->labels[k++] = d->labels[i];
+    }
+    out->n = (int)count;
+    return 0;
+}
+
+int cdl_dataset_split(cdl_dataset *train, long count, uint64_t seed, cdl_dataset *val)
+{
+    if (!train || !val)
+        return cdl_error("cdl_dataset_split: train or val is NULL");
+    memset(val, 0, sizeof *val);
+    if (count <= 0 || count >= train->n)
+        return cdl_error("--val-split: %ld validation samples out of %d training samples of "
+                         "'%s': give a fraction in (0,1) or a count from 1 to %d (0 = none)",
+                         count, train->n, train->name, train->n - 1);
+    /* A partial Fisher-Yates: the first count positions of a seeded
+     * permutation are the validation samples. */
+    int32_t *perm = cdl_malloc((size_t)train->n * sizeof *perm);
+    uint8_t *pick = cdl_calloc((size_t)train->n, 1);
+    cdl_dataset rest = *train;
+    int rc = -1;
+    if (!perm || !pick)
+        goto out;
+    for (int i = 0; i < train->n; i++)
+        perm[i] = i;
+    rng_state r;
+    rng_seed2(&r, seed, SPLIT_STREAM);
+    for (long i = 0; i < count; i++) {
+        long j = i + (long)rng_below(&r, (uint64_t)(train->n - i));
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+        pick[perm[i]] = 1;
+    }
+    *val = *train;   /* name, shape, classes, normalisation */
+    val->images = NULL;
+    val->labels = NULL;
+    rest.images = NULL;
+    rest.labels = NULL;
+    if (gather(train, pick, 1, count, val) != 0 ||
+        gather(train, pick, 0, train->n - count, &rest) != 0)
+        goto out;
+    cdl_free(train->images);
+    cdl_free(train->labels);
+    train->images = rest.images;
+    train->labels = rest.labels;
+    train->n = rest.n;
+    rest.images = NULL;
+    rest.labels = NULL;
+    rc = 0;
+out:
+    cdl_free(rest.images);
+    cdl_free(rest.labels);
+    if (rc != 0) {
+        cdl_free(val->images);
+        cdl_free(val->labels);
+        memset(val, 0, sizeof *val);
+    }
+    cdl_free(perm);
+    cdl_free(pick);
+    return rc;
+}

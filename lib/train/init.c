@@ -1,0 +1,101 @@
+/* Starting from saved weights (--init, cdl-eval, cdl-predict): the tensors
+ * of a safetensors file, matched to the model's by their PyTorch names.
+ * Strict like torch's load_state_dict: a missing, unexpected or
+ * differently shaped tensor is an error naming it, except the tensors a
+ * glob sets aside (a classifier head replaced for a new task). */
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+static int ignored(const char *name, const char *ignore)
+{
+    return ignore && *ignore && fnmatch(ignore, name, 0) == 0;
+}
+
+/* "(a, b, c)" of a shape into buf. */
+static const char *shape_str(int nd, const int64_t *shape, char *buf, size_t len)
+{
+    size_t used = (size_t)snprintf(buf, len, "(");
+    for (int d = 0; d < nd && used < len; d++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%" PRId64, d ? ", " : "", shape[d]);
+    if (used < len)
+        snprintf(buf + used, len - used, ")");
+    return buf;
+}
+
+static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *host)
+{
+    const char *path = cdl_st_path(f);
+    /* Unexpected tensors first: a file of another model says so at once. */
+    for (int t = 0; t < cdl_st_count(f); t++) {
+        const char *name = cdl_st_name(f, t);
+        if (!cdl_model_find(m, name) && !ignored(name, ignore))
+            return cdl_error("%s: tensor '%s' is not in the model %s: the file belongs to "
+                             "another model (check --model), or name what to leave out with "
+                             "--init-ignore PATTERN", path, name, cdl_model_get_spec(m)->source);
+    }
+    for (int i = 0; i < cdl_model_nviews(m); i++) {
+        const cdl_param_view *v = cdl_model_view(m, i);
+        if (ignored(v->name, ignore))
+            continue;
+        int t = cdl_st_find(f, v->name), nd;
+        int64_t shape[8];
+        size_t numel;
+        if (t < 0)
+            return cdl_error("%s: the model's tensor '%s' is missing from the file (check "
+                             "--model, or keep it freshly initialised with --init-ignore "
+                             "'%s')", path, v->name, v->name);
+        if (cdl_st_shape(f, t, &nd, shape) != 0)
+            return -1;
+        int same = nd == v->ndim;
+        for (int d = 0; same && d < nd; d++)
+            same = shape[d] == v->shape[d];
+        if (!same) {
+            char a[96], b[96];
+            return cdl_error("%s: tensor '%s' has shape %s but the model's is %s (a replaced "
+                             "layer? leave it out with --init-ignore '%s')", path, v->name,
+                             shape_str(nd, shape, a, sizeof a),
+                             shape_str(v->ndim, v->shape, b, sizeof b), v->name);
+        }
+        const float *data = cdl_st_data(f, t, &numel);
+        if (!data || numel != v->numel)
+            return data ? cdl_error("%s: tensor '%s' holds %zu values, expected %zu", path,
+                                    v->name, numel, v->numel)
+                        : -1;
+        memcpy(host + v->offset, data, numel * sizeof *host);
+    }
+    return 0;
+}
+
+int cdl_model_load_weights(cdl_model *m, const char *path, const char *ignore)
+{
+    if (!m || !path)
+        return cdl_error("cdl_model_load_weights: model or path is NULL");
+    cdl_backend *be = cdl_model_backend(m);
+    size_t np = cdl_model_nparams(m);
+    float *host = cdl_malloc(np * sizeof *host + 1);
+    if (!host)
+        return -1;
+    /* Tensors set aside keep their current values: start from them. */
+    int rc = -1;
+    if (be->ops->sync(be) != 0)
+        goto out;
+    be->ops->to_host(be, host, cdl_model_params(m), np * sizeof *host);
+    if (be->ops->sync(be) != 0)
+        goto out;
+    cdl_st_file *f = cdl_st_open(path);
+    if (!f)
+        goto out;
+    rc = load(f, m, ignore, host);
+    cdl_st_close(f);
+    if (rc == 0) {
+        be->ops->to_device(be, cdl_model_params(m), host, np * sizeof *host);
+        rc = be->ops->sync(be);
+    }
+out:
+    cdl_free(host);
+    return rc;
+}

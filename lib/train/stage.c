@@ -1,0 +1,308 @@
+/* Node-local staging (--stage): what the cluster guides tell users to do by
+ * hand with $SLURM_TMPDIR, done once per node before the first epoch.
+ *
+ * Local rank 0 of each node copies every regular file under the dataset's
+ * directory (links to files followed, to directories not) into
+ * BASE/cdl-stage-JOB/, through a temporary name and rename, and reads each
+ * copy back to compare its size and CRC-32 with the source's. All ranks
+ * then meet in one allreduce (bounded by CDL_TIMEOUT like every wait) that
+ * also sums failures and seconds, so a node whose copy failed stops every
+ * rank with an error instead of leaving them waiting.
+ *
+ * --stage auto copies to $SLURM_TMPDIR, else $TMPDIR, and only from a
+ * network file system on another device (data already local is read where
+ * it is); --stage DIR copies to DIR and keeps the copy (a later job finds
+ * the verified files there and copies nothing). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "../ckpt/checksum.h"
+#include "stage.h"
+
+enum { STAGE_MAX_DEPTH = 8, BUF = 1 << 20 };
+
+/* Network and cluster file systems by statfs f_type (magic numbers of the
+ * kernel and of the vendors' modules). */
+static int is_network_fs(long type)
+{
+    static const long net[] = {
+        0x6969,        /* NFS */
+        0xFF534D42,    /* CIFS */
+        0xFE534D42,    /* SMB2 */
+        0x0BD00BD0,    /* Lustre */
+        0x47504653,    /* GPFS */
+        0x19830326,    /* BeeGFS */
+        0x00C36400,    /* CephFS */
+        0x65735546,    /* FUSE (sshfs, ...) */
+        0xAAD7AAEA,    /* PanFS */
+        0x5346414F,    /* AFS */
+    };
+    for (size_t i = 0; i < sizeof net / sizeof net[0]; i++)
+        if ((unsigned long)type == (unsigned long)net[i])
+            return 1;
+    return 0;
+}
+
+typedef struct stage_stats {
+    long files;
+    double bytes;
+    long copied;   /* files copied (the rest were there already, verified) */
+} stage_stats;
+
+/* CRC-32 and size of a regular file: 0, or -1 with an error naming it. */
+static int file_crc(const char *path, uint32_t *crc, off_t *size, char *buf)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return cdl_error("--stage: cannot read %s: %m", path);
+    uint32_t c = 0;
+    off_t n = 0;
+    ssize_t got;
+    while ((got = read(fd, buf, BUF)) > 0) {
+        c = st_crc_bytes(c, buf, (size_t)got);
+        n += got;
+    }
+    int err = errno;
+    close(fd);
+    if (got < 0)
+        return cdl_error("--stage: reading %s failed: %s", path, strerror(err));
+    *crc = c;
+    *size = n;
+    return 0;
+}
+
+/* Copies src to dst (through dst.tmp and rename) and verifies the copy. */
+static int copy_file(const char *src, const char *dst, char *buf, stage_stats *st)
+{
+    uint32_t crc_src, crc_dst;
+    off_t size_src, size_dst;
+    struct stat ss;
+    if (stat(src, &ss) != 0)
+        return cdl_error("--stage: %s: %m", src);
+    /* Already there (a kept --stage DIR): verified, not copied again. */
+    struct stat ds;
+    if (stat(dst, &ds) == 0 && ds.st_size == ss.st_size &&
+        file_crc(src, &crc_src, &size_src, buf) == 0 &&
+        file_crc(dst, &crc_dst, &size_dst, buf) == 0 && crc_src == crc_dst &&
+        size_src == size_dst) {
+        st->files++;
+        st->bytes += (double)size_src;
+        return 0;
+    }
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp%ld", dst, (long)getpid()) >= (int)sizeof tmp)
+        return cdl_error("--stage: path too long: %s", dst);
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return cdl_error("--stage: cannot read %s: %m", src);
+    int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (out < 0) {
+        close(in);
+        return cdl_error("--stage: cannot create %s: %m (is the node-local directory writable "
+                         "and large enough?)", tmp);
+    }
+    uint32_t crc = 0;
+    off_t n = 0;
+    ssize_t got;
+    int rc = 0;
+    while (rc == 0 && (got = read(in, buf, BUF)) > 0) {
+        crc = st_crc_bytes(crc, buf, (size_t)got);
+        n += got;
+        for (ssize_t off = 0; off < got;) {
+            ssize_t w = write(out, buf + off, (size_t)(got - off));
+            if (w <= 0) {
+                rc = cdl_error("--stage: writing %s failed: %m (node-local disk full?)", tmp);
+                break;
+            }
+            off += w;
+        }
+    }
+    if (rc == 0 && got < 0)
+        rc = cdl_error("--stage: reading %s failed: %m", src);
+    if (close(out) != 0 && rc == 0)
+        rc = cdl_error("--stage: writing %s failed: %m", tmp);
+    close(in);
+    if (rc == 0 && file_crc(tmp, &crc_dst, &size_dst, buf) == 0 &&
+        (crc_dst != crc || size_dst != n || n != ss.st_size))
+        rc = cdl_error("--stage: the copy %s does not verify (size %lld of %lld, CRC-32 %08x "
+                       "instead of %08x): the source changed while copying or the node-local "
+                       "disk is faulty", dst, (long long)size_dst, (long long)ss.st_size,
+                       crc_dst, crc);
+    if (rc == 0 && rename(tmp, dst) != 0)
+        rc = cdl_error("--stage: cannot rename %s to %s: %m", tmp, dst);
+    if (rc != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    chmod(dst, 0644 & ss.st_mode);
+    st->files++;
+    st->copied++;
+    st->bytes += (double)n;
+    return 0;
+}
+
+/* Copies the regular files under src into dst (created), recursively. */
+static int copy_tree(const char *src, const char *dst, int depth, char *buf, stage_stats *st)
+{
+    if (depth > STAGE_MAX_DEPTH)
+        return cdl_error("--stage: %s is nested deeper than %d directories", src,
+                         STAGE_MAX_DEPTH);
+    if (mkdir(dst, 0755) != 0 && errno != EEXIST)
+        return cdl_error("--stage: cannot create %s: %m", dst);
+    DIR *d = opendir(src);
+    if (!d)
+        return cdl_error("--stage: cannot list the dataset directory %s: %m", src);
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;   /* ., .., and hidden files are no dataset's */
+        char s[4096], t[4096];
+        if (snprintf(s, sizeof s, "%s/%s", src, e->d_name) >= (int)sizeof s ||
+            snprintf(t, sizeof t, "%s/%s", dst, e->d_name) >= (int)sizeof t) {
+            rc = cdl_error("--stage: path too long under %s", src);
+            break;
+        }
+        struct stat ls, fs;
+        if (lstat(s, &ls) != 0 || stat(s, &fs) != 0)
+            continue;   /* a dangling link: not data */
+        if (S_ISDIR(ls.st_mode))
+            rc = copy_tree(s, t, depth + 1, buf, st);
+        else if (S_ISREG(fs.st_mode))
+            rc = copy_file(s, t, buf, st);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[4096];
+        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p)
+            continue;
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            remove_tree(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    return rmdir(dir);
+}
+
+/* The directory the dataset's files are in, or "" (made, not loaded). */
+static const char *source_dir(const run *r)
+{
+    const cdl_train_config *c = r->cfg;
+    if (c->data_dir[0])
+        return c->data_dir;
+    return cdl_dataset_default_dir(c->dataset);
+}
+
+int train_stage(run *r)
+{
+    const cdl_train_config *c = r->cfg;
+    const char *src = source_dir(r);
+    snprintf(r->data_dir, sizeof r->data_dir, "%s", c->data_dir);
+    if (!c->stage[0] || !strcmp(c->stage, "off") || !src || !*src)
+        return 0;
+    int automatic = !strcmp(c->stage, "auto");
+    const char *base = c->stage;
+    if (automatic) {
+        base = getenv("SLURM_TMPDIR");
+        if (!base || !*base)
+            base = getenv("TMPDIR");
+        if (!base || !*base) {
+            train_report_note(r->rep, "--stage auto: neither SLURM_TMPDIR nor TMPDIR is set: "
+                              "reading %s where it is", src);
+            return 0;
+        }
+    }
+    /* Every rank takes the same decision from what it sees; local rank 0
+     * of each node acts on it. */
+    struct stat ss, bs;
+    struct statfs sf;
+    if (stat(src, &ss) != 0 || !S_ISDIR(ss.st_mode))
+        return cdl_error("--stage: the dataset directory %s: %s (pass --data-dir)", src,
+                         errno ? strerror(errno) : "not a directory");
+    if (stat(base, &bs) != 0 || !S_ISDIR(bs.st_mode))
+        return cdl_error("--stage %s: %s is not a directory: create it or use --stage off",
+                         c->stage, base);
+    int local = ss.st_dev == bs.st_dev || (statfs(src, &sf) == 0 && !is_network_fs(sf.f_type));
+    if (automatic && local) {
+        train_report_note(r->rep, "--stage auto: %s is on a local file system: read where it is",
+                          src);
+        return 0;
+    }
+    char dir[1100];
+    const char *job = r->ri.job_id[0] ? r->ri.job_id : getenv("SLURM_JOB_ID");
+    char name[80];
+    snprintf(name, sizeof name, "%s", job && *job ? job : "");
+    if (!name[0])
+        snprintf(name, sizeof name, "pid%ld", (long)getpid());
+    for (char *p = name; *p; p++)   /* a file name, whatever the job id holds */
+        if (*p == '/')
+            *p = '_';
+    if (strchr(c->dataset, '/') || c->dataset[0] == '.')
+        return cdl_error("--stage: dataset name '%s' is not a plain name", c->dataset);
+    if (automatic)
+        snprintf(dir, sizeof dir, "%.900s/cdl-stage-%s", base, name);
+    else
+        snprintf(dir, sizeof dir, "%.900s/%.60s", base, c->dataset);
+    double t0 = train_now();
+    double v[3] = {0, 0, 0};   /* failures, seconds, nodes that copied */
+    stage_stats st = {0};
+    if (r->ri.local_rank == 0) {
+        char *buf = cdl_malloc(BUF);
+        int rc = buf ? copy_tree(src, dir, 0, buf, &st) : -1;
+        cdl_free(buf);
+        if (automatic)
+            snprintf(r->stage_owned, sizeof r->stage_owned, "%s", dir);
+        v[0] = rc != 0;
+        v[1] = train_now() - t0;
+        v[2] = 1;
+        if (rc != 0)
+            fprintf(stderr, "cdl: rank %d (node %d): %s\n", r->ri.rank, r->ri.node_rank,
+                    cdl_last_error());
+    }
+    if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, v, 3) != 0)
+        return cdl_error("--stage: waiting for the copies of the dataset on every node failed: "
+                         "%s (a slow copy? raise CDL_TIMEOUT)", cdl_last_error());
+    if (v[0] > 0)
+        return cdl_error("--stage: copying %s to node-local storage failed on %.0f node%s (the "
+                         "first error is above, from its local rank 0): use --stage off or "
+                         "another --stage DIR", src, v[0], v[0] > 1 ? "s" : "");
+    snprintf(r->data_dir, sizeof r->data_dir, "%s", dir);
+    train_report_note(r->rep, "staged %s to %s: %ld files, %.1f MB (%ld copied) in %.2f s "
+                      "(mean of %.0f node%s: %.2f s)", src, dir, st.files, st.bytes / 1e6,
+                      st.copied, v[1] > 0 && v[2] == 1 ? v[1] : train_now() - t0, v[2],
+                      v[2] == 1 ? "" : "s", v[2] > 0 ? v[1] / v[2] : 0.0);
+    return 0;
+}
+
+void train_stage_cleanup(run *r, int ok)
+{
+    if (!r->stage_owned[0])
+        return;
+    /* After a good run the node's other ranks are done reading once they
+     * reach this barrier; after a failure the run is over for all. */
+    if (ok && r->dist && r->ri.world > 1)
+        cdl_dist_barrier(r->dist);
+    remove_tree(r->stage_owned);
+    r->stage_owned[0] = '\0';
+}

@@ -1,0 +1,23 @@
+/* Node-local staging of the dataset files (--stage, stage.c). Internal. */
+#ifndef CDL_TRAIN_STAGE_H
+#define CDL_TRAIN_STAGE_H
+
+#include <stddef.h>
+
+#include "run.h"
+
+/* Before the data is read: with --stage auto|DIR, local rank 0 of every
+ * node copies the files of the dataset's directory into a per-job
+ * directory of node-local storage and verifies sizes and CRC-32s, while the
+ * node's other ranks wait (in a collective, bounded by CDL_TIMEOUT); then
+ * every rank reads from there. Sets r->data_dir (the directory to read:
+ * the staged copy, or the original when staging is off or skipped) and
+ * reports what it did and how long it took. */
+int train_stage(run *r);
+
+/* At the end of the run (ok: it succeeded, so every rank meets in a
+ * barrier first): removes the per-job copy this process made (never a DIR
+ * the user gave). */
+void train_stage_cleanup(run *r, int ok);
+
+#endif

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# --val-split carves the same validation samples for every world size: the
+# same run on 1, 2 and 3 ranks (cdlrun) reports the same validation and test
+# metrics. cdl-eval runs data-parallel and gives, reduced over 2 ranks, the
+# numbers of one process.
+set -u
+if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
+    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
+fi
+builddir=${top_builddir:-.}
+train=$builddir/cli/cdl-train
+ev=$builddir/cli/cdl-eval
+cdlrun=$builddir/launcher/cdlrun
+tmp=$(mktemp -d /tmp/cdl-valsplit.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAILED: $*"; exit 1; }
+common="--dataset synthetic --synthetic-size 300 --model mlp --epochs 1 --schedule constant
+        --lr 0.01 --threads 1 --quiet --val-split 60"   # 240 train: 10 steps of 24
+for n in 1 2 3; do
+    timeout 300 "$cdlrun" -n $n "$train" $common --batch-size $((24 / n)) \
+        --ckpt-dir "$tmp/w$n" --metrics "$tmp/w$n.json" || fail "training on $n ranks"
+    # Everything but the timings.
+    sed 's/,"images_per_sec".*//' "$tmp/w$n.json" >"$tmp/w$n.m"
+    grep -q '"val_loss"' "$tmp/w$n.m" && grep -q '"test_samples":60' "$tmp/w$n.m" ||
+        fail "metrics of $n ranks lack validation or test results"
+done
+cat "$tmp/w1.m"
+cmp -s "$tmp/w1.m" "$tmp/w2.m" && cmp -s "$tmp/w1.m" "$tmp/w3.m" ||
+    { cat "$tmp/w2.m" "$tmp/w3.m"; fail "validation/test metrics differ between world sizes"; }
+
+"$ev" "$tmp/w1/last.safetensors" --split val --json --threads 1 >"$tmp/e1.json" || fail "cdl-eval"
+timeout 300 "$cdlrun" -n 2 "$ev" "$tmp/w1/last.safetensors" --split val --json --threads 1 \
+    >"$tmp/e2.json" || fail "cdl-eval on 2 ranks"
+cat "$tmp/e1.json"
+cmp -s "$tmp/e1.json" "$tmp/e2.json" || { cat "$tmp/e2.json"; fail "cdl-eval on 2 ranks differs"; }
+grep -q '"samples":60,' "$tmp/e1.json" || fail "cdl-eval --split val: expected 60 samples"
+# The validation loss cdl-train reported is what cdl-eval finds.
+loss=$(sed 's/.*"val_loss":\([0-9.]*\).*/\1/' "$tmp/w1.m" | head -n 1)
+eloss=$(sed 's/.*"loss":\([0-9.]*\),.*/\1/' "$tmp/e1.json")
+awk -v a="$loss" -v b="$eloss" 'BEGIN { d = a - b; exit !(d < 1e-5 && d > -1e-5) }' ||
+    fail "cdl-eval's val loss $eloss is not cdl-train's $loss"
+echo "validation split and data-parallel cdl-eval passed"

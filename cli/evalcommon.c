@@ -124,6 +124,38 @@ static int build_model(eval_ctx *e, const cdl_st_file *f)
     return cdl_model_load_weights(e->model, o->ckpt, NULL);
 }
 
+/* The class names: the checkpoint's ("class_names", one per line), else
+ * the dataset's, else none (indices are printed). */
+static int class_names(eval_ctx *e, const cdl_st_file *f)
+{
+    const char *s = cdl_st_meta_get(f, "class_names");
+    if (!s && !e->data.class_names)
+        return 0;
+    e->names = cdl_calloc((size_t)e->classes, sizeof *e->names);
+    if (!e->names)
+        return -1;
+    for (int k = 0; k < e->classes; k++) {
+        const char *from = NULL;
+        size_t n = 0;
+        if (s && *s) {
+            n = strcspn(s, "\n");
+            from = s;
+            s += n + (s[n] == '\n');
+        } else if (!cdl_st_meta_get(f, "class_names") && k < e->data.classes &&
+                   e->data.class_names[k]) {
+            from = e->data.class_names[k];
+            n = strlen(from);
+        }
+        if (!from)
+            continue;
+        if (!(e->names[k] = cdl_malloc(n + 1)))
+            return -1;
+        memcpy(e->names[k], from, n);
+        e->names[k][n] = '\0';
+    }
+    return 0;
+}
+
 int eval_open(eval_ctx *e, const eval_opts *o)
 {
     memset(e, 0, sizeof *e);
@@ -149,6 +181,8 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     int rc = load_data(e, f);
     if (rc == 0)
         rc = build_model(e, f);
+    if (rc == 0)
+        rc = class_names(e, f);
     cdl_st_close(f);
     if (rc != 0)
         return -1;
@@ -206,6 +240,9 @@ void eval_close(eval_ctx *e)
     if (e->be && e->x_dev)
         e->be->ops->free(e->be, e->x_dev);
     cdl_free(e->logits);
+    for (int k = 0; e->names && k < e->classes; k++)
+        cdl_free(e->names[k]);
+    cdl_free(e->names);
     cdl_model_destroy(e->model);
     if (e->have_data)
         cdl_dataset_free(&e->data);

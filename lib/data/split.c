@@ -23,6 +23,15 @@ long cdl_val_split_count(double split, long n)
     return (long)split;
 }
 
+static char *copy_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = cdl_malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
 /* Copies the samples whose keep[i] == want, in index order, into out
  * (images, labels, n); the rest of out is the caller's. */
 static int gather(const cdl_dataset *d, const uint8_t *pick, uint8_t want, long count,
@@ -75,6 +84,16 @@ int cdl_dataset_split(cdl_dataset *train, long count, uint64_t seed, cdl_dataset
     *val = *train;   /* name, shape, classes, normalisation */
     val->images = NULL;
     val->labels = NULL;
+    val->class_names = NULL;
+    if (train->class_names) {   /* each dataset owns its copy */
+        val->class_names = cdl_calloc((size_t)train->classes, sizeof *val->class_names);
+        if (!val->class_names)
+            goto out;
+        for (int k = 0; k < train->classes; k++)
+            if (train->class_names[k] &&
+                !(val->class_names[k] = copy_str(train->class_names[k])))
+                goto out;
+    }
     rest.images = NULL;
     rest.labels = NULL;
     if (gather(train, pick, 1, count, val) != 0 ||
@@ -91,11 +110,8 @@ int cdl_dataset_split(cdl_dataset *train, long count, uint64_t seed, cdl_dataset
 out:
     cdl_free(rest.images);
     cdl_free(rest.labels);
-    if (rc != 0) {
-        cdl_free(val->images);
-        cdl_free(val->labels);
-        memset(val, 0, sizeof *val);
-    }
+    if (rc != 0)
+        cdl_dataset_free(val);   /* what was made of it so far */
     cdl_free(perm);
     cdl_free(pick);
     return rc;

@@ -225,6 +225,8 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "val_samples", fmt_dup("%ld", pos->val_samples));
     meta_add(&meta, "synthetic_size", fmt_dup("%d", cfg->synthetic_n));
     meta_add(&meta, "classes", fmt_dup("%d", cdl_model_outputs(m)));
+    if (pos->class_names)
+        meta_add(&meta, "class_names", fmt_dup("%s", pos->class_names));
     for (int i = 0; i < meta.n; i++)
         if (!meta.items[i].value)
             goto out;

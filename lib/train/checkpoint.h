@@ -18,6 +18,7 @@ typedef struct train_position {
     double correct, seen;     /* so epoch metrics survive a mid-epoch restart) */
     long samples;             /* training samples of the dataset (set before loading) */
     long val_samples;         /* of them carved out for validation (--val-split) */
+    const char *class_names;  /* the dataset's class names, one per line (NULL: none) */
     int unverified;           /* loaded from a file without checksums (older cdl) */
     char run_id[33];          /* the run's identity (metrics.h; RUN_ID_LEN digits) */
 } train_position;

@@ -64,6 +64,30 @@ static int carve_val(run *r)
     return 0;
 }
 
+/* The class names for checkpoints: one per line (a line break inside a
+ * name becomes a space). */
+static int join_class_names(run *r)
+{
+    const cdl_dataset *d = &r->train;
+    if (!d->class_names)
+        return 0;
+    size_t len = 1;
+    for (int k = 0; k < d->classes; k++)
+        len += (d->class_names[k] ? strlen(d->class_names[k]) : 0) + 1;
+    char *s = cdl_malloc(len), *p = s;
+    if (!s)
+        return -1;
+    for (int k = 0; k < d->classes; k++) {
+        for (const char *q = d->class_names[k] ? d->class_names[k] : ""; *q; q++)
+            *p++ = *q == '\n' || *q == '\r' ? ' ' : *q;
+        *p++ = k + 1 < d->classes ? '\n' : '\0';
+    }
+    if (p == s)
+        *p = '\0';
+    r->class_names = s;
+    return 0;
+}
+
 static int load_data(run *r)
 {
     const cdl_train_config *c = r->cfg;
@@ -283,7 +307,8 @@ static int run_epochs(run *r, cdl_train_result *res)
 {
     const cdl_train_config *c = r->cfg;
     train_position pos = {.world = r->ri.world, .best_val_loss = INFINITY,
-                          .samples = r->train.n, .val_samples = r->val.n};
+                          .samples = r->train.n, .val_samples = r->val.n,
+                          .class_names = r->class_names};
     if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;
     run_info info = {
@@ -402,6 +427,7 @@ static void run_free(run *r)
         cdl_dataset_free(&r->test);
     if (r->have_val)
         cdl_dataset_free(&r->val);
+    cdl_free(r->class_names);
     train_report_free(r->rep);
     /* The collectives may hold pinned memory of the backend. */
     cdl_dist_destroy(r->dist);
@@ -543,7 +569,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     r.rep = train_report_open(cfg, r.ri.rank);
     if (!r.rep)
         goto out;
-    if (load_data(&r) != 0 || build_model(&r) != 0 || make_buffers(&r) != 0 ||
+    if (load_data(&r) != 0 || join_class_names(&r) != 0 || build_model(&r) != 0 || make_buffers(&r) != 0 ||
         make_loaders(&r) != 0)
         goto out;
     cdl_model_init(r.model, cfg->seed);

@@ -21,6 +21,7 @@ typedef struct run {
     int have_train, have_test;
     cdl_dataset val;          /* carved from train by --val-split (have_val) */
     int have_val;
+    char *class_names;        /* the training set's class names, one per line, or NULL */
     cdl_model *model;
     cdl_optim *optim;
     ddp *ddp;

@@ -67,6 +67,22 @@ static void test_split_partitions_deterministically(void **state)
         assert_int_equal(seen[i], 1);
     assert_string_equal(va.name, "ids");
     assert_int_equal(va.classes, 7);
+    assert_null(va.class_names);
+
+    /* Class names: each side owns a copy (both are freed). */
+    cdl_dataset d, vd;
+    ids_dataset(&d);
+    d.class_names = cdl_calloc(7, sizeof *d.class_names);
+    for (int k = 0; k < 7; k++) {
+        d.class_names[k] = cdl_malloc(8);
+        snprintf(d.class_names[k], 8, "c%d", k);
+    }
+    assert_int_equal(cdl_dataset_split(&d, 10, 5, &vd), 0);
+    assert_non_null(vd.class_names);
+    assert_ptr_not_equal(vd.class_names, d.class_names);
+    assert_string_equal(vd.class_names[6], "c6");
+    cdl_dataset_free(&d);
+    cdl_dataset_free(&vd);
     cdl_dataset_free(&a), cdl_dataset_free(&va), cdl_dataset_free(&b);
     cdl_dataset_free(&vb), cdl_dataset_free(&c), cdl_dataset_free(&vc);
 }

@@ -218,9 +218,12 @@ static void test_metrics_records(void **state)
     c.max_steps = 0;
     run_ok(&c);   /* --resume auto: the same run goes on */
     char line[20000], v[128], id[128];
-    static const char *const types[] = {"config", "step", "step", "epoch", "config", "step",
-                                        "epoch", "step", "step", "step", "epoch", NULL};
-    static const char *const steps[] = {"", "2", "4", "4", "", "6", "6", "8", "10", "12", "12"};
+    /* Each run (the first ended by --max-steps) ends with the test set's record. */
+    static const char *const types[] = {"config", "step", "step", "epoch", "test", "config",
+                                        "step", "epoch", "step", "step", "step", "epoch",
+                                        "test", NULL};
+    static const char *const steps[] = {"", "2", "4", "4", "", "", "6", "6", "8", "10", "12",
+                                        "12", ""};
     assert_true(metrics_line(c.metrics, 0, line, sizeof line));
     json_value(line, "run_id", id, sizeof id);
     assert_int_equal(strlen(id), 34);   /* 32 hex digits, quoted */
@@ -247,6 +250,11 @@ static void test_metrics_records(void **state)
             assert_true(strlen(v) > 2);
             continue;
         }
+        if (!strcmp(types[i], "test")) {
+            json_value(line, "test_samples", v, sizeof v);
+            assert_string_equal(v, "38");   /* synthetic 192 / 5 */
+            continue;
+        }
         json_value(line, "step", v, sizeof v);
         assert_string_equal(v, steps[i]);
         if (!strcmp(types[i], "step")) {
@@ -256,14 +264,14 @@ static void test_metrics_records(void **state)
             assert_true(atof(v) > 0);
         }
     }
-    assert_false(metrics_line(c.metrics, 11, line, sizeof line));
+    assert_false(metrics_line(c.metrics, 13, line, sizeof line));
 
     /* A second run into the same place: refused, nothing appended. */
     snprintf(c.resume, sizeof c.resume, "never");
     assert_int_equal(cdl_train_run(&c, NULL), -1);
     assert_non_null(strstr(cdl_last_error(), "--resume never"));
     assert_non_null(strstr(cdl_last_error(), "--resume auto"));
-    assert_false(metrics_line(c.metrics, 11, line, sizeof line));
+    assert_false(metrics_line(c.metrics, 13, line, sizeof line));
     /* Its own directory and file: a new run with another id. */
     base_config(&c, "metrics-2");
     snprintf(c.metrics, sizeof c.metrics, "%s/metrics-2.jsonl", tmpdir);

@@ -29,9 +29,15 @@ static const char *shape_str(int nd, const int64_t *shape, char *buf, size_t len
 static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *host)
 {
     const char *path = cdl_st_path(f);
+    /* A cdl checkpoint also holds the optimizer's state (optimizer.*):
+     * not weights, and a fresh run's optimizer starts afresh. */
+    const char *fmt = cdl_st_meta_get(f, "format");
+    int cdl_ckpt = fmt && !strncmp(fmt, "cdl-checkpoint", 14);
     /* Unexpected tensors first: a file of another model says so at once. */
     for (int t = 0; t < cdl_st_count(f); t++) {
         const char *name = cdl_st_name(f, t);
+        if (cdl_ckpt && !strncmp(name, "optimizer.", 10))
+            continue;
         if (!cdl_model_find(m, name) && !ignored(name, ignore))
             return cdl_error("%s: tensor '%s' is not in the model %s: the file belongs to "
                              "another model (check --model), or name what to leave out with "

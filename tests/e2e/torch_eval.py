@@ -14,19 +14,19 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
 from torch_ref import LeNet  # noqa: E402
-from torch_lenet import idx  # noqa: E402  (this folder: the idx reader)
+from torch_lenet import idx, model_tensors  # noqa: E402  (this folder)
 
 
 def main():
     if sys.argv[1] == "--write":
         torch.manual_seed(7)
-        sd = safetensors.torch.load_file(sys.argv[3])
+        sd = model_tensors(sys.argv[3])
         safetensors.torch.save_file({k: v + 0.01 * torch.randn_like(v) for k, v in sd.items()},
                                     sys.argv[2])
         return 0
     ckpt, data, ev, pred = sys.argv[1:5]
     model = LeNet(1, 2, 10)
-    model.load_state_dict(safetensors.torch.load_file(ckpt))
+    model.load_state_dict(model_tensors(ckpt))  # strict
     x = idx(f"{data}/t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
     y = torch.from_numpy(idx(f"{data}/t10k-labels-idx1-ubyte.gz", 8).astype(np.int64))
     x = (torch.from_numpy(x.astype(np.float32)) / 255.0 - 0.2860) / 0.3530

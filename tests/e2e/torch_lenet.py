@@ -18,10 +18,17 @@ def idx(path, offset):
         return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
 
 
+def model_tensors(path):
+    """The model's tensors of a safetensors file: a cdl checkpoint also
+    holds the optimizer's state as optimizer.* tensors (docs/checkpoints.md)."""
+    sd = safetensors.torch.load_file(path)
+    return {k: v for k, v in sd.items() if not k.startswith("optimizer.")}
+
+
 def main():
     ckpt, data, cdl_acc, cdl_loss = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
     model = LeNet(1, 2, 10)   # fashion-mnist: 28x28, padded
-    model.load_state_dict(safetensors.torch.load_file(ckpt))  # strict: every key, no extras
+    model.load_state_dict(model_tensors(ckpt))  # strict: every key, no extras
     x = idx(f"{data}/t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
     y = torch.from_numpy(idx(f"{data}/t10k-labels-idx1-ubyte.gz", 8).astype(np.int64))
     x = (torch.from_numpy(x.astype(np.float32)) / 255.0 - 0.2860) / 0.3530

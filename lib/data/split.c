@@ -32,24 +32,43 @@ static char *copy_str(const char *s)
     return d;
 }
 
-/* Copies the samples whose keep[i] == want, in index order, into out
- * (images, labels, n); the rest of out is the caller's. */
+/* Copies the samples whose pick[i] == want, in index order, into out
+ * (images or features, labels, n); the rest of out is the caller's. */
 static int gather(const cdl_dataset *d, const uint8_t *pick, uint8_t want, long count,
                   cdl_dataset *out)
 {
     size_t sample = (size_t)d->shape.c * d->shape.h * d->shape.w;
-    out->images = cdl_malloc(sample * (size_t)count + 1);
+    size_t bytes = d->features ? sample * sizeof(float) : sample;
+    const uint8_t *src = d->features ? (const uint8_t *)d->features : d->images;
+    uint8_t *dst = cdl_malloc(bytes * (size_t)count + 1);
+    if (d->features)
+        out->features = (float *)dst;
+    else
+        out->images = dst;
     out->labels = cdl_malloc((size_t)count * sizeof *out->labels + 1);
-    if (!out->images || !out->labels)
+    if (!dst || !out->labels)
         return -1;
     long k = 0;
     for (long i = 0; i < d->n; i++) {
         if (pick[i] != want)
             continue;
-        memcpy(out->images + (size_t)k * sample, d->images + (size_t)i * sample, sample);
+        memcpy(dst + (size_t)k * bytes, src + (size_t)i * bytes, bytes);
         out->labels[k++] = d->labels[i];
     }
     out->n = (int)count;
+    return 0;
+}
+
+/* A cdl_malloc'd copy of n floats (NULL stays NULL): 0 or -1. */
+static int copy_floats(float **dst, const float *src, int n)
+{
+    *dst = NULL;
+    if (!src)
+        return 0;
+    *dst = cdl_malloc((size_t)n * sizeof **dst + 1);
+    if (!*dst)
+        return -1;
+    memcpy(*dst, src, (size_t)n * sizeof **dst);
     return 0;
 }
 
@@ -83,8 +102,13 @@ int cdl_dataset_split(cdl_dataset *train, long count, uint64_t seed, cdl_dataset
     }
     *val = *train;   /* name, shape, classes, normalisation */
     val->images = NULL;
+    val->features = NULL;
     val->labels = NULL;
     val->class_names = NULL;
+    val->skipped = 0;
+    if (copy_floats(&val->channel_mean, train->channel_mean, train->shape.c) != 0 ||
+        copy_floats(&val->channel_std, train->channel_std, train->shape.c) != 0)
+        goto out;
     if (train->class_names) {   /* each dataset owns its copy */
         val->class_names = cdl_calloc((size_t)train->classes, sizeof *val->class_names);
         if (!val->class_names)
@@ -95,20 +119,25 @@ int cdl_dataset_split(cdl_dataset *train, long count, uint64_t seed, cdl_dataset
                 goto out;
     }
     rest.images = NULL;
+    rest.features = NULL;
     rest.labels = NULL;
     if (gather(train, pick, 1, count, val) != 0 ||
         gather(train, pick, 0, train->n - count, &rest) != 0)
         goto out;
     cdl_free(train->images);
+    cdl_free(train->features);
     cdl_free(train->labels);
     train->images = rest.images;
+    train->features = rest.features;
     train->labels = rest.labels;
     train->n = rest.n;
     rest.images = NULL;
+    rest.features = NULL;
     rest.labels = NULL;
     rc = 0;
 out:
     cdl_free(rest.images);
+    cdl_free(rest.features);
     cdl_free(rest.labels);
     if (rc != 0)
         cdl_dataset_free(val);   /* what was made of it so far */

@@ -28,3 +28,18 @@ bench-spank: all
 	top_srcdir=$(top_srcdir) top_builddir=$(top_builddir) $(top_srcdir)/bench/bench_spank.sh $(RUNS)
 .PHONY: bench-spank
 # --- end of SPANK plugin cost
+
+# --- image-folder loading against PyTorch's DataLoader: bench/run_readers.sh
+if HAVE_PNG
+if HAVE_JPEG
+noinst_PROGRAMS += bench/bench_readers bench/make_folders
+bench_bench_readers_SOURCES = bench/bench_readers.c bench/bench_util.h
+bench_bench_readers_LDADD = libcdl_core.la
+bench_make_folders_SOURCES = bench/make_folders.c
+bench_make_folders_CPPFLAGS = $(AM_CPPFLAGS) $(PNG_CFLAGS) $(JPEG_CFLAGS)
+bench_make_folders_LDADD = libcdl_core.la $(PNG_LIBS) $(JPEG_LIBS)
+endif
+endif
+EXTRA_DIST += bench/torch_loader.py
+dist_noinst_SCRIPTS += bench/run_readers.sh
+# --- end of image-folder loading

@@ -111,9 +111,11 @@ static void jpeg_warn(j_common_ptr cinfo, int level)
         jpeg_fail(cinfo);
 }
 
-/* header_only: fills h, w, c and stops. */
+/* header_only: fills h, w, c and stops. want_h/want_w > 0: decode at the
+ * smallest DCT scale M/8 that still covers want_h x want_w (libjpeg-turbo
+ * scales while decoding, far cheaper than decoding whole and shrinking). */
 static int jpeg_decode(const uint8_t *d, size_t n, const char *name, image_buf *out,
-                       int header_only)
+                       int header_only, int want_h, int want_w)
 {
     struct jpeg_decompress_struct cinfo;
     jpeg_err err;
@@ -147,7 +149,17 @@ static int jpeg_decode(const uint8_t *d, size_t n, const char *name, image_buf *
         return 0;
     }
     cinfo.out_color_space = out->c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    if (want_h > 0 && want_w > 0) {
+        unsigned m = 1;
+        while (m < 8 && ((unsigned long)out->h * m < 8ul * want_h ||
+                         (unsigned long)out->w * m < 8ul * want_w))
+            m++;
+        cinfo.scale_num = m;
+        cinfo.scale_denom = 8;
+    }
     jpeg_start_decompress(&cinfo);
+    out->h = (int)cinfo.output_height;
+    out->w = (int)cinfo.output_width;
     size_t stride = (size_t)out->w * (size_t)out->c;
     px = cdl_malloc(stride * (size_t)out->h);
     if (!px) {
@@ -166,8 +178,11 @@ static int jpeg_decode(const uint8_t *d, size_t n, const char *name, image_buf *
 #endif
 
 static int decode(const uint8_t *data, size_t len, const char *name, image_buf *out,
-                  int header_only)
+                  int header_only, int want_h, int want_w)
 {
+    (void)header_only;   /* unused without libpng and libjpeg */
+    (void)want_h;
+    (void)want_w;
     memset(out, 0, sizeof *out);
     if (is_png(data, len)) {
 #ifdef HAVE_PNG
@@ -189,7 +204,7 @@ static int decode(const uint8_t *data, size_t len, const char *name, image_buf *
     }
     if (is_jpeg(data, len)) {
 #ifdef HAVE_JPEG
-        return jpeg_decode(data, len, name, out, header_only);
+        return jpeg_decode(data, len, name, out, header_only, want_h, want_w);
 #else
         return cdl_error("%s is a JPEG but cdl was built without libjpeg: install "
                          "libjpeg62-turbo-dev and configure --with-jpeg", name);
@@ -201,13 +216,19 @@ static int decode(const uint8_t *data, size_t len, const char *name, image_buf *
 
 int image_decode(const uint8_t *data, size_t len, const char *name, image_buf *out)
 {
-    return decode(data, len, name, out, 0);
+    return decode(data, len, name, out, 0, 0, 0);
+}
+
+int image_decode_for(const uint8_t *data, size_t len, const char *name, int want_h, int want_w,
+                     image_buf *out)
+{
+    return decode(data, len, name, out, 0, want_h, want_w);
 }
 
 int image_probe(const uint8_t *data, size_t len, const char *name, int *h, int *w, int *c)
 {
     image_buf b;
-    if (decode(data, len, name, &b, 1))
+    if (decode(data, len, name, &b, 1, 0, 0))
         return -1;
     *h = b.h;
     *w = b.w;

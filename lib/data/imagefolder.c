@@ -135,7 +135,7 @@ static int decode_one(job *j, long i)
     if (data_read_file(j->files->v[i], MAX_FILE_BYTES, HINT, &buf, &len))
         return -1;
     image_buf im;
-    int rc = image_decode(buf, len, name, &im);
+    int rc = image_decode_for(buf, len, name, j->h, j->w, &im);
     cdl_free(buf);
     if (rc)
         return -1;

@@ -48,6 +48,11 @@ typedef struct image_buf {
  * without is an error naming the file and the configure option. */
 int image_decode(const uint8_t *data, size_t len, const char *name, image_buf *out);
 
+/* The same for a picture that image_fit will shrink to want_h x want_w: a
+ * JPEG is decoded at the smallest DCT scale (1/8 .. 8/8) still covering it. */
+int image_decode_for(const uint8_t *data, size_t len, const char *name, int want_h, int want_w,
+                     image_buf *out);
+
 /* Only the size and channel count of an encoded image (the header). */
 int image_probe(const uint8_t *data, size_t len, const char *name, int *h, int *w, int *c);
 

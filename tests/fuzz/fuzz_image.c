@@ -19,5 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         image_fit(&im, 4, 4, 3, rgb);
     }
     cdl_free(im.px);
+    if (image_decode_for(data, size, "fuzz.jpg", 3, 2, &im) == 0)
+        cdl_free(im.px);
     return 0;
 }

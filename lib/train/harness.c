@@ -123,10 +123,18 @@ static int load_data(run *r)
     int rc = cdl_dataset_load_with(c->dataset, dir, 0, &o, &r->test);
     if (rc < 0)
         return -1;
-    if (rc == 1)
-        return cdl_error("--dataset %s: %s has no test split: add test/ next to train/ (image "
-                         "folders), x_test/y_test (npy, npz) or test.csv (docs/data.md)",
-                         c->dataset, c->data_dir);
+    if (rc == 1) {
+        /* No test split: validation is carved from training (--val-split),
+         * and there is no final test. */
+        if (carve_val(r) != 0)
+            return -1;
+        if (!r->have_val)
+            return cdl_error("--dataset %s: %s has no test split, and --val-split 0 leaves "
+                             "nothing to validate on: drop --val-split 0, or add test/ next to "
+                             "train/ (image folders), x_test/y_test (npy, npz) or test.csv "
+                             "(docs/data.md)", c->dataset, c->data_dir);
+        return 0;
+    }
     r->have_test = 1;
     /* The test split is normalised with the training split's statistics and
      * its labels must be classes the model has. */

@@ -25,6 +25,7 @@ enum {
     OPT_METRICS_EVERY,
     OPT_IMAGE_SIZE, OPT_CHANNELS, OPT_LABEL_COLUMN, OPT_SKIP_BAD, OPT_NORMALIZE, OPT_AUGMENT,
     OPT_VAL_SPLIT, OPT_INIT, OPT_INIT_IGNORE,
+    OPT_LABEL_SMOOTHING,
 };
 
 static const struct option long_opts[] = {
@@ -39,6 +40,7 @@ static const struct option long_opts[] = {
     {"dampening", required_argument, NULL, OPT_DAMPENING},
     {"nesterov", no_argument, NULL, OPT_NESTEROV},
     {"weight-decay", required_argument, NULL, OPT_WD},
+    {"label-smoothing", required_argument, NULL, OPT_LABEL_SMOOTHING},
     {"beta1", required_argument, NULL, OPT_BETA1},
     {"beta2", required_argument, NULL, OPT_BETA2},
     {"eps", required_argument, NULL, OPT_EPS},
@@ -86,7 +88,8 @@ static void usage(FILE *f)
 "(srun --cdl-ddp, cdlrun, mpirun).\n"
 "\n"
 "Model and data:\n"
-"  -m, --model lenet|mlp|FILE   built-in model or a model spec file [lenet]\n"
+"  -m, --model lenet|mlp|resnet20|resnet18|FILE\n"
+"                               built-in model or a model spec file [lenet]\n"
 "  -d, --dataset NAME           fashion-mnist, mnist, cifar10, synthetic, or your data:\n"
 "                               imagefolder, npy, npz, csv (NAME:PATH = --data-dir PATH)\n"
 "                               [fashion-mnist]\n"
@@ -113,6 +116,7 @@ static void usage(FILE *f)
 "  -o, --optimizer sgd|adam|adamw  [sgd]\n"
 "      --momentum X  --dampening X  --nesterov   SGD [momentum 0.9]\n"
 "      --weight-decay X         [5e-4; adamw decouples it]\n"
+"      --label-smoothing X      cross-entropy label smoothing, 0..1 (PyTorch's) [0]\n"
 "      --beta1 X --beta2 X --eps X               Adam/AdamW [0.9 0.999 1e-8]\n"
 "      --schedule constant|step|cosine           [cosine]\n"
 "      --step-epochs N          step schedule: lr x0.1 every N epochs [3]\n"
@@ -413,6 +417,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case OPT_DAMPENING: rc = parse_float(name, a, 0, 1, &cfg->optim.dampening); break;
         case OPT_NESTEROV: cfg->optim.nesterov = 1; break;
         case OPT_WD: rc = parse_float(name, a, 0, 10, &cfg->optim.weight_decay); wd_given = 1; break;
+        case OPT_LABEL_SMOOTHING: rc = parse_float(name, a, 0, 1, &cfg->label_smoothing); break;
         case OPT_BETA1: rc = parse_float_below(name, a, 0, 1, &cfg->optim.beta1); break;
         case OPT_BETA2: rc = parse_float_below(name, a, 0, 1, &cfg->optim.beta2); break;
         case OPT_EPS: rc = parse_float(name, a, 1e-20, 1, &cfg->optim.eps); break;

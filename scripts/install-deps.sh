@@ -8,7 +8,7 @@ build_pkgs=(build-essential autoconf automake libtool pkg-config
             libpng-dev libjpeg62-turbo-dev libzip-dev
             openmpi-bin libopenmpi-dev libslurm-dev nettle-dev dataset-fashion-mnist)
 test_pkgs=(libcmocka-dev clang libclang-rt-14-dev valgrind munge slurm-wlm slurmctld slurmd slurm-client
-           python3 python3-torch python3-numpy python3-pip python3-venv
+           python3 python3-torch python3-torchvision python3-numpy python3-pip python3-venv
            passwd procps psmisc util-linux man-db
            debhelper dpkg-dev fakeroot lintian debootstrap
            gnuplot-nox)

@@ -1,5 +1,6 @@
-/* Models: a sequence of layers described by a spec (built-in or from a
- * plain-text file), with parameters and gradients in two flat buffers.
+/* Models: a graph of layers described by a spec (built-in or from a
+ * plain-text file; each layer reads the previous one or named earlier ones),
+ * with parameters and gradients in two flat buffers.
  *
  * The flat layout is what makes allreduce, checkpointing and clipping loops
  * over ranges: parameter views are laid out in forward order, so backward
@@ -18,8 +19,9 @@
 extern "C" {
 #endif
 
-#define CDL_MAX_LAYERS 64
-#define CDL_NAME_MAX 48
+#define CDL_MAX_LAYERS 512   /* a ResNet-18 with its batch norms has ~70 */
+#define CDL_NAME_MAX 48      /* PyTorch module paths: "layer4.1.downsample.0" */
+#define CDL_MAX_INPUTS 8     /* inputs of one add / concat */
 
 typedef enum cdl_layer_kind {
     CDL_LAYER_CONV2D,
@@ -29,6 +31,15 @@ typedef enum cdl_layer_kind {
     CDL_LAYER_RELU,
     CDL_LAYER_FLATTEN,
     CDL_LAYER_DROPOUT,
+    CDL_LAYER_ADD,            /* sum of its inputs (same shape): residual joins */
+    CDL_LAYER_CONCAT,         /* its inputs along channels (same height, width) */
+    CDL_LAYER_BATCHNORM2D,
+    CDL_LAYER_GLOBALAVGPOOL,  /* adaptive average pooling to 1x1 */
+    CDL_LAYER_GELU,
+    CDL_LAYER_SILU,
+    CDL_LAYER_SIGMOID,
+    CDL_LAYER_TANH,
+    CDL_LAYER_LEAKYRELU,
 } cdl_layer_kind;
 
 /* Per-sample shape (channels, height, width); a flat vector of k is (k,1,1). */
@@ -36,14 +47,32 @@ typedef struct cdl_shape {
     int c, h, w;
 } cdl_shape;
 
+/* One layer. A zeroed spec plus kind and sizes is a valid layer reading the
+ * previous layer's output (square kernel, no dilation, one group); the
+ * parser sets momentum and slope, specs built in code set them too. */
 typedef struct cdl_layer_spec {
     cdl_layer_kind kind;
     int out;                  /* conv2d: output channels; linear: output features */
-    int kernel, stride, pad;  /* conv2d and pools; pool stride 0 means = kernel */
+    int kernel, stride, pad;  /* conv2d and pools (heights, and widths unless set below);
+                               * pool stride 0 means = kernel */
     float p;                  /* dropout probability in [0,1) */
     int bias;                 /* conv2d, linear: 1 to have a bias (the default) */
-    char name[CDL_NAME_MAX];  /* PyTorch module name ("conv1", "fc2"); "" = automatic */
+    char name[CDL_NAME_MAX];  /* PyTorch module name ("conv1", "layer1.0.bn2"); "" = none */
     int line;                 /* spec file line, for error messages (0 = built-in) */
+    int use_line;             /* the `use` line of the block it comes from (0 = none) */
+    int auto_name;            /* 1 when the name was given automatically (convK, ...) */
+    int kernel_w, stride_w, pad_w;  /* conv2d: widths when not square (0 = as above) */
+    int dilation, dilation_w; /* conv2d (0 = 1) */
+    int groups;               /* conv2d (0 = 1); groups == in == out is depthwise */
+    float eps;                /* batchnorm2d (0 = PyTorch's 1e-5) */
+    float momentum;           /* batchnorm2d: PyTorch's momentum (the parser's default 0.1) */
+    int sync;                 /* batchnorm2d: statistics over every rank (SyncBatchNorm) */
+    float slope;              /* leakyrelu: negative slope (the parser's default 0.01) */
+    int approx_tanh;          /* gelu: the tanh approximation */
+    /* Inputs, as spec layer indices before this one, -1 = the model's input.
+     * nin = 0: the previous layer (or the input for the first layer). */
+    int nin;
+    int in[CDL_MAX_INPUTS];
 } cdl_layer_spec;
 
 typedef struct cdl_model_spec {
@@ -66,6 +95,13 @@ int cdl_spec_load(const char *path, cdl_model_spec *out);
  * relu, fc classes). */
 int cdl_spec_builtin(const char *name, cdl_shape input, int classes, cdl_model_spec *out);
 
+/* 1 if name is a built-in model (lenet, mlp, resnet20, resnet18). "resnet20"
+ * is He et al.'s CIFAR ResNet-20 (3x3 basic blocks, 16/32/64 channels,
+ * projection shortcuts named shortcut.0/1, head "linear"); "resnet18" is
+ * torchvision's resnet18 with a 3x3 stride-1 conv1 and no max-pool, with
+ * torchvision's parameter names. Both take any input of at least 8x8. */
+int cdl_spec_is_builtin(const char *name);
+
 /* Checks the spec against an input shape and computes every layer's output
  * shape; errors name the layer (and file:line) and the shapes involved. */
 int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shapes_out /* nlayers+1 */);
@@ -73,12 +109,13 @@ int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shape
 /* One parameter tensor inside the flat buffers, with its PyTorch name and
  * layout ("conv1.weight" is (out,in,kh,kw), "fc1.weight" is (out,in)). */
 typedef struct cdl_param_view {
-    char name[CDL_NAME_MAX + 8];
+    char name[CDL_NAME_MAX + 24];   /* + ".num_batches_tracked" */
     size_t offset, numel;     /* in floats, into params/grads */
     int ndim;
     int64_t shape[4];
     int fan_in;               /* for PyTorch's default initialisation */
     int is_bias;
+    int is_bn;                /* batchnorm2d: weight starts at 1, bias at 0 (PyTorch's) */
     int is_count;             /* buffers: a float count (num_batches_tracked) that
                                * checkpoints write as I64 for PyTorch */
 } cdl_param_view;

@@ -98,6 +98,7 @@ typedef struct cdl_train_config {
      * initialisation (a replaced head). */
     char init[1024];
     char init_ignore[256];
+    float label_smoothing;    /* --label-smoothing: cross-entropy's, PyTorch's (0 = none) */
 } cdl_train_config;
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,

@@ -2,6 +2,7 @@
  * layer's per-sample output shape. This is also where specs built in code
  * (not parsed) get their values checked, so the model never sees a layer
  * it cannot run. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -26,9 +27,21 @@ static int check_values(const cdl_layer_spec *l, const char *where)
                              l->out, SPEC_MAX_FEATURES);
         if (l->kind == CDL_LAYER_LINEAR)
             return 0;
-        if (!in_range(l->stride, 1, SPEC_MAX_DIM))
-            return cdl_error("%s: conv2d stride=%d is out of range: use 1 to %d", where, l->stride,
-                             SPEC_MAX_DIM);
+        {
+            spec_conv c = spec_conv_of(l);
+            if (!in_range(c.sh, 1, SPEC_MAX_DIM) || !in_range(c.sw, 1, SPEC_MAX_DIM))
+                return cdl_error("%s: conv2d stride=%d is out of range: use 1 to %d", where,
+                                 in_range(c.sh, 1, SPEC_MAX_DIM) ? c.sw : c.sh, SPEC_MAX_DIM);
+            if (!in_range(c.kw, 1, SPEC_MAX_DIM) || !in_range(c.pw, 0, SPEC_MAX_DIM) ||
+                !in_range(c.dh, 1, SPEC_MAX_DIM) || !in_range(c.dw, 1, SPEC_MAX_DIM) ||
+                !in_range(c.groups, 1, SPEC_MAX_FEATURES))
+                return cdl_error("%s: conv2d kernel, padding, dilation or groups out of range: "
+                                 "kernel and dilation 1 to %d, padding 0 to %d", where,
+                                 SPEC_MAX_DIM, SPEC_MAX_DIM);
+            if (l->out % c.groups)
+                return cdl_error("%s: conv2d groups=%d does not divide its %d output channels: "
+                                 "use a divisor of %d", where, c.groups, l->out, l->out);
+        }
         break;
     case CDL_LAYER_MAXPOOL2D:
     case CDL_LAYER_AVGPOOL2D:
@@ -44,8 +57,24 @@ static int check_values(const cdl_layer_spec *l, const char *where)
             return cdl_error("%s: dropout probability %g is out of range: use 0 <= P < 1", where,
                              (double)l->p);
         return 0;
+    case CDL_LAYER_BATCHNORM2D:
+        if (!(l->eps >= 0.0f && l->eps <= 1.0f) || !(l->momentum >= 0.0f && l->momentum <= 1.0f))
+            return cdl_error("%s: batchnorm2d eps=%g momentum=%g: use 0 < eps <= 1 and momentum "
+                             "from 0 to 1", where, (double)l->eps, (double)l->momentum);
+        return 0;
+    case CDL_LAYER_LEAKYRELU:
+        if (!isfinite(l->slope))
+            return cdl_error("%s: leakyrelu negative_slope is not a number", where);
+        return 0;
     case CDL_LAYER_RELU:
     case CDL_LAYER_FLATTEN:
+    case CDL_LAYER_ADD:
+    case CDL_LAYER_CONCAT:
+    case CDL_LAYER_GLOBALAVGPOOL:
+    case CDL_LAYER_GELU:
+    case CDL_LAYER_SILU:
+    case CDL_LAYER_SIGMOID:
+    case CDL_LAYER_TANH:
         return 0;
     default:
         return cdl_error("%s: unknown layer kind %d", where, (int)l->kind);
@@ -59,18 +88,76 @@ static int check_values(const cdl_layer_spec *l, const char *where)
     return 0;
 }
 
+/* Output size of a window sweep along one axis, or -1 if the (dilated)
+ * kernel is larger than the padded input. */
+static int sweep(int in, int k, int stride, int pad, int dil)
+{
+    long span = (long)dil * (k - 1) + 1;
+    long padded = (long)in + 2L * pad;
+    return padded < span ? -1 : (int)((padded - span) / stride + 1);
+}
+
 /* Output shape of a conv2d or pool window sweep over s. */
-static int window(const cdl_layer_spec *l, int stride, cdl_shape s, int oc, const char *where,
+static int window(const cdl_layer_spec *l, cdl_shape s, int oc, const char *where,
                   cdl_shape *out)
 {
-    int ph = s.h + 2 * l->pad, pw = s.w + 2 * l->pad;
-    if (ph < l->kernel || pw < l->kernel)
-        return cdl_error("%s: %s kernel %d is larger than its %dx%dx%d input (padding %d): use a "
-                         "smaller kernel, more padding, or fewer pooling layers before it", where,
-                         spec_kind_name(l->kind), l->kernel, s.c, s.h, s.w, l->pad);
+    spec_conv c = spec_conv_of(l);
+    if (l->kind != CDL_LAYER_CONV2D) {   /* pools: square, stride 0 = the kernel */
+        c.sh = c.sw = l->stride ? l->stride : l->kernel;
+        c.kw = l->kernel;
+        c.pw = l->pad;
+        c.dh = c.dw = 1;
+    }
+    int oh = sweep(s.h, c.kh, c.sh, c.ph, c.dh), ow = sweep(s.w, c.kw, c.sw, c.pw, c.dw);
+    if (oh < 1 || ow < 1) {
+        char k[32], pad[32];
+        snprintf(k, sizeof k, c.kh == c.kw ? "%d" : "%dx%d", c.kh, c.kw);
+        snprintf(pad, sizeof pad, c.ph == c.pw ? "%d" : "%dx%d", c.ph, c.pw);
+        return cdl_error("%s: %s kernel %s is larger than its %dx%dx%d input (padding %s%s): use "
+                         "a smaller kernel, more padding, or fewer pooling layers before it",
+                         where, spec_kind_name(l->kind), k, s.c, s.h, s.w, pad,
+                         c.dh > 1 || c.dw > 1 ? ", dilated" : "");
+    }
     out->c = oc;
-    out->h = (ph - l->kernel) / stride + 1;
-    out->w = (pw - l->kernel) / stride + 1;
+    out->h = oh;
+    out->w = ow;
+    return 0;
+}
+
+/* The name of layer i for messages: its name, or "the KIND at WHERE". */
+static void layer_label(const cdl_model_spec *spec, int i, char *buf, size_t len)
+{
+    if (i < 0)
+        snprintf(buf, len, "the input");
+    else if (spec->layers[i].name[0])
+        snprintf(buf, len, "'%s'", spec->layers[i].name);
+    else {
+        char where[320];
+        spec_where(spec, i, where, sizeof where);
+        snprintf(buf, len, "the %s at %s", spec_kind_name(spec->layers[i].kind), where);
+    }
+}
+
+/* The inputs of layer i: indices in range and before i, the right number
+ * for its kind. */
+static int check_inputs(const cdl_model_spec *spec, int i, const char *where)
+{
+    const cdl_layer_spec *l = &spec->layers[i];
+    int join = l->kind == CDL_LAYER_ADD || l->kind == CDL_LAYER_CONCAT;
+    if (l->nin < 0 || l->nin > CDL_MAX_INPUTS)
+        return cdl_error("%s: %d inputs: a layer has 1 to %d", where, l->nin, CDL_MAX_INPUTS);
+    if (join && spec_nin(l) < 2)
+        return cdl_error("%s: %s joins 2 or more layers but has %d input: write '%s LAYER'",
+                         where, spec_kind_name(l->kind), spec_nin(l), spec_kind_name(l->kind));
+    if (!join && spec_nin(l) != 1)
+        return cdl_error("%s: %s takes one input but has %d: use add or concat to join layers",
+                         where, spec_kind_name(l->kind), spec_nin(l));
+    for (int j = 0; j < spec_nin(l); j++) {
+        int k = spec_in(l, i, j);
+        if (k < -1 || k >= i)
+            return cdl_error("%s: input %d is layer %d: a layer reads the input (-1) or layers "
+                             "before it (0 to %d)", where, j + 1, k, i - 1);
+    }
     return 0;
 }
 
@@ -94,22 +181,27 @@ int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shape
         return cdl_error("%s: input %dx%dx%d has more than %ld values per sample: use a smaller "
                          "input", src, input.c, input.h, input.w, SPEC_MAX_NUMEL);
 
-    cdl_shape s = input;
-    shapes[0] = s;
+    shapes[0] = input;
     for (int i = 0; i < spec->nlayers; i++) {
         const cdl_layer_spec *l = &spec->layers[i];
         char where[320];
         spec_where(spec, i, where, sizeof where);
-        if (check_values(l, where))
+        if (check_values(l, where) || check_inputs(spec, i, where))
             return -1;
+        cdl_shape s = shapes[spec_in(l, i, 0) + 1];
         switch (l->kind) {
-        case CDL_LAYER_CONV2D:
-            if (window(l, l->stride, s, l->out, where, &s))
+        case CDL_LAYER_CONV2D: {
+            int g = l->groups > 1 ? l->groups : 1;
+            if (s.c % g)
+                return cdl_error("%s: conv2d groups=%d does not divide its %d input channels: use "
+                                 "a divisor of %d", where, g, s.c, s.c);
+            if (window(l, s, l->out, where, &s))
                 return -1;
             break;
+        }
         case CDL_LAYER_MAXPOOL2D:
         case CDL_LAYER_AVGPOOL2D:
-            if (window(l, l->stride ? l->stride : l->kernel, s, s.c, where, &s))
+            if (window(l, s, s.c, where, &s))
                 return -1;
             break;
         case CDL_LAYER_LINEAR:
@@ -124,13 +216,59 @@ int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shape
             s.c = (int)((int64_t)s.c * s.h * s.w);
             s.h = s.w = 1;
             break;
-        default:   /* relu, dropout: same shape */
+        case CDL_LAYER_GLOBALAVGPOOL:
+            s.h = s.w = 1;
+            break;
+        case CDL_LAYER_ADD:
+        case CDL_LAYER_CONCAT: {
+            int64_t c = s.c;
+            for (int j = 1; j < spec_nin(l); j++) {
+                int k = spec_in(l, i, j);
+                cdl_shape t = shapes[k + 1];
+                int add = l->kind == CDL_LAYER_ADD;
+                if (add ? t.c != s.c || t.h != s.h || t.w != s.w : t.h != s.h || t.w != s.w) {
+                    char a[400], b[400];
+                    layer_label(spec, spec_in(l, i, 0), a, sizeof a);
+                    layer_label(spec, k, b, sizeof b);
+                    return cdl_error("%s: %s of %s (%dx%dx%d) and %s (%dx%dx%d): %s", where,
+                                     spec_kind_name(l->kind), a, s.c, s.h, s.w, b, t.c, t.h, t.w,
+                                     add ? "the shapes differ: give the shortcut a conv2d kernel=1 "
+                                           "with the same stride and channels (a downsample), or "
+                                           "join other layers"
+                                         : "heights and widths differ: concat joins along "
+                                           "channels only");
+                }
+                c += t.c;
+            }
+            if (l->kind == CDL_LAYER_CONCAT) {
+                if (c > SPEC_MAX_FEATURES)
+                    return cdl_error("%s: concat has %lld channels: at most %d", where,
+                                     (long long)c, SPEC_MAX_FEATURES);
+                s.c = (int)c;
+            }
+            break;
+        }
+        default:   /* relu, dropout, batchnorm2d, activations: same shape */
             break;
         }
         if ((int64_t)s.c * s.h * s.w > SPEC_MAX_NUMEL)
             return cdl_error("%s: output %dx%dx%d has more than %ld values per sample: use fewer "
                              "channels or a smaller input", where, s.c, s.h, s.w, SPEC_MAX_NUMEL);
         shapes[i + 1] = s;
+    }
+    /* Every output but the last is read (else it is a mistake, or dead code). */
+    for (int i = 0; i < spec->nlayers - 1; i++) {
+        int used = 0;
+        for (int k = i + 1; k < spec->nlayers && !used; k++)
+            for (int j = 0; j < spec_nin(&spec->layers[k]); j++)
+                used |= spec_in(&spec->layers[k], k, j) == i;
+        if (!used) {
+            char where[320];
+            spec_where(spec, i, where, sizeof where);
+            return cdl_error("%s: the output of this %s is never used (the next line reads "
+                             "another layer): remove it, or read it with from=, add or concat",
+                             where, spec_kind_name(spec->layers[i].kind));
+        }
     }
     return 0;
 }

@@ -4,13 +4,15 @@
  * b = gain * sqrt(3 / fan_in), gain = sqrt(2 / (1 + a^2)), so b = 1/sqrt(fan_in).
  * Biases: U(-1/sqrt(fan_in), 1/sqrt(fan_in)). Both with fan_in = in*kh*kw.
  * Each view draws from its own stream (seed, view index), so adding a layer
- * at the end does not change the others' initial values. Values are made on
+ * at the end does not change the others' initial values. Batch norms start
+ * like PyTorch's: weight 1, bias 0, running mean 0 and variance 1. Values are made on
  * the host in small chunks and copied to the device: no allocation. */
 #include <math.h>
 
 #include <cdl/cdl.h>
 
 #include "core/rng.h"
+#include "graph.h"
 
 #define CHUNK 1024
 
@@ -21,6 +23,10 @@ void cdl_model_init(cdl_model *m, uint64_t seed)
     float chunk[CHUNK];
     for (int v = 0; v < cdl_model_nviews(m); v++) {
         const cdl_param_view *pv = cdl_model_view(m, v);
+        if (pv->is_bn) {   /* PyTorch: weight 1, bias 0 */
+            be->ops->fill(be, params + pv->offset, pv->is_bias ? 0.0f : 1.0f, pv->numel);
+            continue;
+        }
         double bound = 1.0 / sqrt((double)pv->fan_in);
         rng_state r;
         rng_seed2(&r, seed, (uint64_t)v);
@@ -31,4 +37,5 @@ void cdl_model_init(cdl_model *m, uint64_t seed)
             be->ops->to_device(be, params + pv->offset + done, chunk, n * sizeof(float));
         }
     }
+    model_reset_buffers(m);
 }

@@ -17,22 +17,58 @@ const char *spec_kind_name(cdl_layer_kind kind)
     case CDL_LAYER_RELU: return "relu";
     case CDL_LAYER_FLATTEN: return "flatten";
     case CDL_LAYER_DROPOUT: return "dropout";
+    case CDL_LAYER_ADD: return "add";
+    case CDL_LAYER_CONCAT: return "concat";
+    case CDL_LAYER_BATCHNORM2D: return "batchnorm2d";
+    case CDL_LAYER_GLOBALAVGPOOL: return "globalavgpool";
+    case CDL_LAYER_GELU: return "gelu";
+    case CDL_LAYER_SILU: return "silu";
+    case CDL_LAYER_SIGMOID: return "sigmoid";
+    case CDL_LAYER_TANH: return "tanh";
+    case CDL_LAYER_LEAKYRELU: return "leakyrelu";
     }
     return "unknown-layer";
 }
 
 int spec_has_params(cdl_layer_kind kind)
 {
-    return kind == CDL_LAYER_CONV2D || kind == CDL_LAYER_LINEAR;
+    return kind == CDL_LAYER_CONV2D || kind == CDL_LAYER_LINEAR || kind == CDL_LAYER_BATCHNORM2D;
 }
 
 void spec_where(const cdl_model_spec *spec, int i, char *buf, size_t len)
 {
     const char *src = spec->source[0] ? spec->source : "model spec";
-    if (spec->layers[i].line > 0)
-        snprintf(buf, len, "%s:%d", src, spec->layers[i].line);
+    const cdl_layer_spec *l = &spec->layers[i];
+    if (l->line > 0 && l->use_line > 0)
+        snprintf(buf, len, "%s:%d (%s, from the block used at line %d)", src, l->line,
+                 l->name[0] ? l->name : spec_kind_name(l->kind), l->use_line);
+    else if (l->line > 0)
+        snprintf(buf, len, "%s:%d", src, l->line);
     else
         snprintf(buf, len, "%s (layer %d, %s)", src, i + 1, spec_kind_name(spec->layers[i].kind));
+}
+
+spec_conv spec_conv_of(const cdl_layer_spec *l)
+{
+    spec_conv c;
+    c.kh = l->kernel;
+    c.kw = l->kernel_w ? l->kernel_w : l->kernel;
+    c.sh = l->stride;
+    c.sw = l->stride_w ? l->stride_w : l->stride;
+    c.ph = l->pad;
+    c.pw = l->pad_w || l->kernel_w ? l->pad_w : l->pad;
+    c.dh = l->dilation > 1 ? l->dilation : 1;
+    c.dw = l->dilation_w ? l->dilation_w : c.dh;
+    c.groups = l->groups > 1 ? l->groups : 1;
+    return c;
+}
+
+static void pair_str(char *buf, size_t len, int h, int w)
+{
+    if (h == w)
+        snprintf(buf, len, "%d", h);
+    else
+        snprintf(buf, len, "%dx%d", h, w);
 }
 
 void spec_layer_str(const cdl_layer_spec *l, char *buf, size_t len)
@@ -40,9 +76,32 @@ void spec_layer_str(const cdl_layer_spec *l, char *buf, size_t len)
     const char *kind = spec_kind_name(l->kind);
     const char *nobias = l->bias ? "" : " bias=false";
     switch (l->kind) {
-    case CDL_LAYER_CONV2D:
-        snprintf(buf, len, "%s %d kernel=%d stride=%d padding=%d%s", kind, l->out, l->kernel,
-                 l->stride, l->pad, nobias);
+    case CDL_LAYER_CONV2D: {
+        char k[32], st[32], pd[32], ex[64] = "";
+        spec_conv c = spec_conv_of(l);
+        pair_str(k, sizeof k, c.kh, c.kw);
+        pair_str(st, sizeof st, c.sh, c.sw);
+        pair_str(pd, sizeof pd, c.ph, c.pw);
+        if (c.dh > 1 || c.dw > 1) {
+            char d[32];
+            pair_str(d, sizeof d, c.dh, c.dw);
+            snprintf(ex, sizeof ex, " dilation=%s", d);
+        }
+        if (c.groups > 1)
+            snprintf(ex + strlen(ex), sizeof ex - strlen(ex), " groups=%d", c.groups);
+        snprintf(buf, len, "%s %d kernel=%s stride=%s padding=%s%s%s", kind, l->out, k, st, pd,
+                 ex, nobias);
+        break;
+    }
+    case CDL_LAYER_BATCHNORM2D:
+        snprintf(buf, len, "%s eps=%g momentum=%g%s", kind, (double)(l->eps > 0 ? l->eps : 1e-5f),
+                 (double)l->momentum, l->sync ? " sync=true" : "");
+        break;
+    case CDL_LAYER_LEAKYRELU:
+        snprintf(buf, len, "%s negative_slope=%g", kind, (double)l->slope);
+        break;
+    case CDL_LAYER_GELU:
+        snprintf(buf, len, "%s%s", kind, l->approx_tanh ? " approximate=tanh" : "");
         break;
     case CDL_LAYER_MAXPOOL2D:
     case CDL_LAYER_AVGPOOL2D:
@@ -61,6 +120,8 @@ void spec_layer_str(const cdl_layer_spec *l, char *buf, size_t len)
     }
 }
 
+/* PyTorch module paths: parts of letters, digits and _ joined by dots
+ * ("layer1.0.conv1", "features.3"), not starting with a digit. */
 int spec_name_ok(const char *s)
 {
     size_t n = strlen(s);
@@ -69,39 +130,42 @@ int spec_name_ok(const char *s)
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '_';
+                 c == '_' || (c == '.' && i > 0 && i + 1 < n && s[i + 1] != '.');
         if (!ok)
             return 0;
     }
     return 1;
 }
 
+/* 0 conv, 1 fc, 2 bn: the kinds with automatic names; -1 others. */
+static int auto_kind(cdl_layer_kind kind)
+{
+    return kind == CDL_LAYER_CONV2D ? 0 : kind == CDL_LAYER_LINEAR ? 1
+         : kind == CDL_LAYER_BATCHNORM2D ? 2 : -1;
+}
+
 int spec_finish_names(cdl_model_spec *spec)
 {
+    static const char *const stem[3] = {"conv", "fc", "bn"};
     char where[320], other[320];
-    int nconv = 0, nfc = 0;
-    unsigned char automatic[CDL_MAX_LAYERS] = {0};
+    int count[3] = {0};
 
     for (int i = 0; i < spec->nlayers; i++) {
         cdl_layer_spec *l = &spec->layers[i];
-        if (!spec_has_params(l->kind)) {
-            if (l->name[0]) {
-                spec_where(spec, i, where, sizeof where);
-                return cdl_error("%s: %s layers have no parameters and take no name: "
-                                 "remove name=%s", where, spec_kind_name(l->kind), l->name);
+        int k = auto_kind(l->kind);
+        /* Top-level layers count for automatic names; a block's have theirs. */
+        if (k >= 0 && !l->use_line) {
+            count[k]++;
+            if (!l->name[0]) {
+                snprintf(l->name, sizeof l->name, "%s%d", stem[k], count[k]);
+                l->auto_name = 1;
             }
-            continue;
         }
-        int k = l->kind == CDL_LAYER_CONV2D ? ++nconv : ++nfc;
-        if (!l->name[0]) {
-            const char *stem = l->kind == CDL_LAYER_CONV2D ? "conv" : "fc";
-            snprintf(l->name, sizeof l->name, "%s%d", stem, k);
-            automatic[i] = 1;
-        } else if (!spec_name_ok(l->name)) {
+        if (l->name[0] && (!spec_name_ok(l->name) || !strcmp(l->name, "input"))) {
             spec_where(spec, i, where, sizeof where);
-            return cdl_error("%s: invalid layer name '%.*s': use letters, digits and _ (not first "
-                             "a digit), at most %d characters", where, CDL_NAME_MAX, l->name,
-                             CDL_NAME_MAX - 1);
+            return cdl_error("%s: invalid layer name '%.*s': use letters, digits and _ with dots "
+                             "between parts (not first a digit, not 'input'), at most %d "
+                             "characters", where, CDL_NAME_MAX, l->name, CDL_NAME_MAX - 1);
         }
     }
     for (int j = 0; j < spec->nlayers; j++) {
@@ -112,10 +176,11 @@ int spec_finish_names(cdl_model_spec *spec)
                 continue;
             spec_where(spec, j, where, sizeof where);
             spec_where(spec, i, other, sizeof other);
-            if (automatic[j] || automatic[i])
+            if (spec->layers[j].auto_name || spec->layers[i].auto_name)
                 return cdl_error("%s: the name '%s' is used twice (here and at %s; automatic names "
-                                 "are convK / fcK for the K-th conv2d / linear): give one of "
-                                 "them another name=", where, spec->layers[j].name, other);
+                                 "are convK / fcK / bnK for the K-th conv2d / linear / "
+                                 "batchnorm2d): give one of them another name=", where,
+                                 spec->layers[j].name, other);
             return cdl_error("%s: the name '%s' is already used at %s: names must be unique, "
                              "rename one of them", where, spec->layers[j].name, other);
         }

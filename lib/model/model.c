@@ -1,13 +1,25 @@
-/* The model: a sequence of layers over two flat buffers (parameters and
- * gradients), with every buffer a training step needs allocated once, for
- * max_batch samples, when the model is created.
+/* The model: a graph of layers (each reads the previous one or named
+ * earlier ones) over flat buffers of parameters, gradients and batchnorm
+ * buffers, with every buffer a training step needs planned and allocated
+ * once, for max_batch samples, when the model is created.
  *
- * Activations: act[0] is the model's own copy of the input batch (so the
- * caller may refill its buffer before backward), act[i+1] the output of
- * layer i. Flatten only reinterprets its input, and ReLU overwrites it (its
- * backward reads only its output, and no other layer's backward reads a
- * ReLU's input), so both reuse their input buffer. Backward ping-pongs
- * between two gradient buffers sized for the largest layer input. */
+ * Activations: the model keeps its own copy of the input batch (so the
+ * caller may refill its buffer before backward) and one buffer per layer
+ * output, except where a layer can share its input's: flatten only
+ * reinterprets it; a ReLU (sigmoid, tanh) whose input has no other reader
+ * and whose producer's backward does not read its own output overwrites
+ * it (their backward reads only their output); a ReLU right after a
+ * batchnorm2d that only it reads is fused into the batchnorm.
+ *
+ * Gradients: layers run backward in reverse spec order, which is a
+ * reverse topological order. The gradient of a layer's output (dy) is
+ * written by its last reader and accumulated into by the earlier ones
+ * (fan-out), then consumed by the layer itself; its buffer lives from the
+ * first write to that read and is placed in a shared pool by first fit
+ * over those intervals, so buffers are reused once their last reader has
+ * run. A flatten, in-place activation or add passes its dy to the one
+ * input it solely feeds without a copy. Parameters lie in spec order, so
+ * the ranges reported by backward move from the end towards the start. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,49 +27,10 @@
 #include <cdl/cdl.h>
 
 #include "core/rng.h"
-#include "model_internal.h"
+#include "graph.h"
 
 #define MAX_BATCH_LIMIT (1 << 20)
 #define MAX_BATCH_NUMEL 2147483647L   /* backends index a batch with int */
-
-typedef struct layer {
-    const cdl_layer_spec *s;       /* into the model's copy of the spec */
-    cdl_shape in, out;
-    size_t in_numel, out_numel;    /* floats per sample */
-    size_t poff, pcount;           /* the layer's range of params/grads (weight, then bias) */
-    int wview, bview;              /* view indices, -1 if none */
-    cdl_conv2d_desc conv;          /* n is set per batch */
-    cdl_pool2d_desc pool;
-    float *x, *y;                  /* input and output, max_batch samples; y == x in place */
-    int32_t *argmax;               /* maxpool: n*c*oh*ow */
-    uint8_t *mask;                 /* dropout: n*numel */
-    int dropped;                   /* dropout: the last forward applied a mask */
-} layer;
-
-struct cdl_model {
-    cdl_model_spec spec;
-    cdl_backend *be;
-    cdl_shape input;
-    int max_batch, nlayers, nviews;
-    int first_param;               /* first layer with parameters: backward stops there */
-    int outputs;
-    size_t nparams;
-    layer layers[CDL_MAX_LAYERS];
-    cdl_param_view views[2 * CDL_MAX_LAYERS];
-    float *params, *grads;
-    int nbuffers;                  /* non-trainable buffers (batchnorm running stats) */
-    size_t nbuffer_floats;
-    cdl_param_view bviews[3 * CDL_MAX_LAYERS];
-    float *buffers;
-    cdl_model_allreduce_fn allreduce;   /* SyncBatchNorm hook; NULL = none */
-    void *allreduce_ctx;
-    float *acts;                   /* every activation buffer */
-    float *gbuf[2];                /* backward ping-pong */
-    float *ws;                     /* shared conv/linear workspace */
-    int32_t *argmax;
-    uint8_t *masks;
-    int n;                         /* batch of the last forward; 0 = none yet */
-};
 
 static size_t round16(size_t n)
 {
@@ -79,37 +52,142 @@ static void *dev_alloc(cdl_backend *be, size_t bytes, int *failed)
     return p;
 }
 
-static void add_view(cdl_model *m, layer *L, int is_bias)
+static cdl_param_view *new_view(cdl_param_view *v, const char *lname, const char *what,
+                                size_t offset, int ndim, const int64_t *shape)
+{
+    memset(v, 0, sizeof *v);
+    snprintf(v->name, sizeof v->name, "%s.%s", lname, what);
+    v->offset = offset;
+    v->ndim = ndim;
+    v->numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        v->shape[d] = shape[d];
+        v->numel *= (size_t)shape[d];
+    }
+    return v;
+}
+
+/* The parameter views of a conv2d, linear or batchnorm2d layer. */
+static void add_params(cdl_model *m, layer *L)
 {
     const cdl_layer_spec *s = L->s;
-    cdl_param_view *v = &m->views[m->nviews];
-    int fan_in = s->kind == CDL_LAYER_CONV2D ? L->in.c * s->kernel * s->kernel : (int)L->in_numel;
-    snprintf(v->name, sizeof v->name, "%s.%s", s->name, is_bias ? "bias" : "weight");
-    v->offset = m->nparams;
-    v->fan_in = fan_in;
-    v->is_bias = is_bias;
-    if (is_bias) {
-        v->ndim = 1;
-        v->shape[0] = s->out;
-        v->numel = (size_t)s->out;
-        L->bview = m->nviews;
-    } else if (s->kind == CDL_LAYER_CONV2D) {
-        v->ndim = 4;   /* (out, in, kh, kw) */
-        v->shape[0] = s->out;
-        v->shape[1] = L->in.c;
-        v->shape[2] = v->shape[3] = s->kernel;
-        v->numel = (size_t)s->out * (size_t)fan_in;
-        L->wview = m->nviews;
-    } else {
-        v->ndim = 2;   /* (out, in) */
-        v->shape[0] = s->out;
-        v->shape[1] = fan_in;
-        v->numel = (size_t)s->out * (size_t)fan_in;
-        L->wview = m->nviews;
+    int64_t shape[4];
+    int ndim, fan_in;
+    if (s->kind == CDL_LAYER_CONV2D) {
+        spec_conv c = spec_conv_of(s);
+        ndim = 4;   /* (out, in/groups, kh, kw) */
+        shape[0] = s->out;
+        shape[1] = L->ishape.c / c.groups;
+        shape[2] = c.kh;
+        shape[3] = c.kw;
+        fan_in = (int)(shape[1] * c.kh * c.kw);
+    } else if (s->kind == CDL_LAYER_LINEAR) {
+        ndim = 2;   /* (out, in) */
+        shape[0] = s->out;
+        shape[1] = (int64_t)L->in_numel;
+        fan_in = (int)L->in_numel;
+    } else {   /* batchnorm2d: weight and bias (c) */
+        ndim = 1;
+        shape[0] = L->ishape.c;
+        fan_in = 0;
     }
+    int bn = s->kind == CDL_LAYER_BATCHNORM2D;
+    cdl_param_view *v = new_view(&m->views[m->nviews], s->name, "weight", m->nparams, ndim, shape);
+    v->fan_in = fan_in;
+    v->is_bn = bn;
+    L->wview = m->nviews++;
     m->nparams += v->numel;
-    L->pcount += v->numel;
-    m->nviews++;
+    if (s->bias || bn) {
+        shape[0] = bn ? L->ishape.c : s->out;
+        v = new_view(&m->views[m->nviews], s->name, "bias", m->nparams, 1, shape);
+        v->fan_in = fan_in;
+        v->is_bias = 1;
+        v->is_bn = bn;
+        L->bview = m->nviews++;
+        m->nparams += v->numel;
+    }
+    L->pcount = m->nparams - L->poff;
+    if (!bn)
+        return;
+    /* Buffers: running_mean, running_var (c), num_batches_tracked (a scalar). */
+    static const char *const bname[3] = {"running_mean", "running_var", "num_batches_tracked"};
+    L->bufview = m->nbuffers;
+    for (int b = 0; b < 3; b++) {
+        v = new_view(&m->bviews[m->nbuffers++], s->name, bname[b], m->nbuffer_floats, b < 2,
+                     shape);
+        v->is_count = b == 2;
+        m->nbuffer_floats += v->numel;
+    }
+}
+
+/* Readers of each output, the layers that need gradients, fusions and
+ * in-place activations. */
+static void plan_graph(cdl_model *m)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *L = &m->layers[i];
+        L->dy_alias = -1;
+        L->last_reader = -1;
+        int need = spec_has_params(L->s->kind);
+        for (int j = 0; j < L->nin; j++) {
+            int k = L->in[j];
+            if (k < 0)
+                continue;
+            m->layers[k].ncons++;
+            m->layers[k].last_reader = i;
+            need |= m->layers[k].need_grad;
+        }
+        L->need_grad = need;
+    }
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *L = &m->layers[i];
+        cdl_layer_kind k = L->s->kind;
+        int src = L->in[0];
+        layer *P = src >= 0 ? &m->layers[src] : NULL;
+        int sole = !P || P->ncons == 1;
+        if (k == CDL_LAYER_RELU && P && sole && P->s->kind == CDL_LAYER_BATCHNORM2D) {
+            L->fused = 1;
+            P->fuse_relu = 1;
+        }
+        /* dy passes to a sole input unchanged (flatten), or is computed in
+         * place (relu, sigmoid, tanh, fused relu), or is copied to it (add:
+         * the first input it solely feeds). */
+        int pass = k == CDL_LAYER_FLATTEN || k == CDL_LAYER_RELU || k == CDL_LAYER_SIGMOID ||
+                   k == CDL_LAYER_TANH;
+        if (k == CDL_LAYER_ADD) {
+            for (int j = 0; j < L->nin; j++) {
+                int q = L->in[j];
+                if (q >= 0 && m->layers[q].ncons == 1 && m->layers[q].need_grad) {
+                    m->layers[q].dy_alias = i;
+                    break;
+                }
+            }
+        } else if (pass && P && sole && P->need_grad) {
+            P->dy_alias = i;
+        }
+    }
+}
+
+/* 1 if an activation may overwrite its input: nothing else reads it, and
+ * the layer that made it (through flattens) does not read its own output
+ * in backward (a ReLU rewriting a ReLU's output leaves it unchanged). */
+static int may_overwrite(const cdl_model *m, const layer *L)
+{
+    int k = L->in[0];
+    while (k >= 0) {
+        const layer *P = &m->layers[k];
+        if (P->ncons != 1)
+            return 0;
+        if (P->s->kind != CDL_LAYER_FLATTEN) {
+            cdl_layer_kind pk = P->s->kind;
+            if (pk == CDL_LAYER_RELU)
+                return L->s->kind == CDL_LAYER_RELU;
+            return !(pk == CDL_LAYER_SIGMOID || pk == CDL_LAYER_TANH ||
+                     (pk == CDL_LAYER_BATCHNORM2D && P->fuse_relu));
+        }
+        k = P->in[0];
+    }
+    return 1;   /* the model's own copy of the input */
 }
 
 /* Shapes, descriptors and parameter views of every layer; returns the
@@ -118,33 +196,30 @@ static size_t plan_layers(cdl_model *m, const cdl_shape *shapes)
 {
     cdl_backend *be = m->be;
     size_t ws = 0;
-    m->first_param = m->nlayers;
     for (int i = 0; i < m->nlayers; i++) {
         layer *L = &m->layers[i];
         const cdl_layer_spec *s = &m->spec.layers[i];
         L->s = s;
-        L->in = shapes[i];
+        L->nin = spec_nin(s);
+        for (int j = 0; j < L->nin; j++)
+            L->in[j] = spec_in(s, i, j);
+        L->ishape = shapes[L->in[0] + 1];
         L->out = shapes[i + 1];
-        L->in_numel = numel(L->in);
+        L->in_numel = numel(L->ishape);
         L->out_numel = numel(L->out);
-        L->wview = L->bview = -1;
+        L->wview = L->bview = L->bufview = -1;
         L->poff = m->nparams;
-        if (spec_has_params(s->kind)) {
-            if (m->first_param == m->nlayers)
-                m->first_param = i;
-            add_view(m, L, 0);
-            if (s->bias)
-                add_view(m, L, 1);
-        }
+        if (spec_has_params(s->kind))
+            add_params(m, L);
         /* Workspace sizes for the largest and the smallest batch. */
         const int batches[2] = {m->max_batch, 1};
         if (s->kind == CDL_LAYER_CONV2D) {
-            L->conv = (cdl_conv2d_desc){.n = m->max_batch, .c = L->in.c, .h = L->in.h,
-                                        .w = L->in.w, .oc = s->out, .kh = s->kernel,
-                                        .kw = s->kernel, .stride_h = s->stride, .stride_w = s->stride,
-                                        .pad_h = s->pad, .pad_w = s->pad, .dil_h = 1,
-                                        .dil_w = 1, .groups = 1,
-                                        .oh = L->out.h, .ow = L->out.w};
+            spec_conv c = spec_conv_of(s);
+            L->conv = (cdl_conv2d_desc){.n = m->max_batch, .c = L->ishape.c, .h = L->ishape.h,
+                                        .w = L->ishape.w, .oc = s->out, .kh = c.kh, .kw = c.kw,
+                                        .stride_h = c.sh, .stride_w = c.sw, .pad_h = c.ph,
+                                        .pad_w = c.pw, .dil_h = c.dh, .dil_w = c.dw,
+                                        .groups = c.groups, .oh = L->out.h, .ow = L->out.w};
             for (int b = 0; b < 2; b++) {
                 cdl_conv2d_desc d = L->conv;
                 d.n = batches[b];
@@ -157,31 +232,113 @@ static size_t plan_layers(cdl_model *m, const cdl_shape *shapes)
                 ws = need > ws ? need : ws;
             }
         } else if (s->kind == CDL_LAYER_MAXPOOL2D || s->kind == CDL_LAYER_AVGPOOL2D) {
-            L->pool = (cdl_pool2d_desc){.n = m->max_batch, .c = L->in.c, .h = L->in.h,
-                                        .w = L->in.w, .k = s->kernel,
+            L->pool = (cdl_pool2d_desc){.n = m->max_batch, .c = L->ishape.c, .h = L->ishape.h,
+                                        .w = L->ishape.w, .k = s->kernel,
                                         .stride = s->stride ? s->stride : s->kernel,
                                         .pad = s->pad, .oh = L->out.h, .ow = L->out.w};
         }
     }
+    plan_graph(m);
     return ws;
 }
 
-/* Activation, argmax, mask and gradient buffers; see the top comment. */
+/* A gradient buffer's life in backward steps (step t runs layer
+ * nlayers-1-t; the caller's dlogits are copied at step -1). */
+typedef struct interval {
+    int start, end;
+    size_t size, off;
+} interval;
+
+/* First fit: each buffer, in order of its first write, at the lowest
+ * offset not used by a buffer alive at the same time. Returns the pool's
+ * size. */
+static size_t place(interval *iv, int n)
+{
+    size_t total = 0;
+    int order[CDL_MAX_LAYERS];
+    for (int i = 0; i < n; i++) {   /* insertion sort by start */
+        int j = i;
+        while (j > 0 && iv[order[j - 1]].start > iv[i].start) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    for (int a = 0; a < n; a++) {
+        interval *x = &iv[order[a]];
+        size_t off = 0;
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int b = 0; b < a; b++) {
+                const interval *y = &iv[order[b]];
+                if (y->end < x->start || y->start > x->end)
+                    continue;   /* not alive together */
+                if (off < y->off + y->size && y->off < off + x->size) {
+                    off = y->off + y->size;
+                    moved = 1;
+                }
+            }
+        }
+        x->off = off;
+        total = off + x->size > total ? off + x->size : total;
+    }
+    return total;
+}
+
+/* Gradient buffers by liveness; returns the pool's floats and sets each
+ * layer's dy offset (in dyoff, -1 = none) and the accumulation scratch. */
+static size_t plan_grads(cdl_model *m, long *dyoff, size_t *tmp)
+{
+    size_t mb = (size_t)m->max_batch;
+    int root[CDL_MAX_LAYERS], slot[CDL_MAX_LAYERS], n = 0;
+    interval iv[CDL_MAX_LAYERS];
+    *tmp = 0;
+    /* A layer whose dy is another's shares that one's buffer (a chain). */
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        layer *L = &m->layers[i];
+        root[i] = L->dy_alias >= 0 ? root[L->dy_alias] : i;
+        slot[i] = -1;
+        dyoff[i] = -1;
+        if (!L->need_grad)
+            continue;
+        int start = L->last_reader < 0 ? -1 : m->nlayers - 1 - L->last_reader;
+        int end = m->nlayers - 1 - i;
+        if (root[i] == i) {
+            slot[i] = n;
+            iv[n++] = (interval){start, end, round16(mb * L->out_numel), 0};
+        } else {
+            interval *r = &iv[slot[root[i]]];
+            slot[i] = slot[root[i]];
+            r->end = end > r->end ? end : r->end;
+        }
+        /* Earlier readers of a layer with several write into tmp first. */
+        if (L->ncons > 1)
+            *tmp = mb * L->out_numel > *tmp ? mb * L->out_numel : *tmp;
+    }
+    size_t total = place(iv, n);
+    for (int i = 0; i < m->nlayers; i++)
+        if (slot[i] >= 0)
+            dyoff[i] = (long)iv[slot[i]].off;
+    return total;
+}
+
+/* Activation, argmax, mask, statistics and gradient buffers; see the top
+ * comment. */
 static int alloc_buffers(cdl_model *m, size_t ws_floats)
 {
     cdl_backend *be = m->be;
     size_t mb = (size_t)m->max_batch;
-    size_t act_off[CDL_MAX_LAYERS + 1], am_off[CDL_MAX_LAYERS], mask_off[CDL_MAX_LAYERS];
-    size_t nact = round16(mb * numel(m->input)), nam = 0, nmask = 0, gmax = 0;
+    long act_off[CDL_MAX_LAYERS], dyoff[CDL_MAX_LAYERS];
+    size_t am_off[CDL_MAX_LAYERS], mask_off[CDL_MAX_LAYERS], st_off[CDL_MAX_LAYERS];
+    size_t nact = 0, nam = 0, nmask = 0, nst = 0, sync = 0, tmp = 0;
 
-    act_off[0] = 0;
     for (int i = 0; i < m->nlayers; i++) {
         layer *L = &m->layers[i];
         cdl_layer_kind k = L->s->kind;
-        if (k == CDL_LAYER_FLATTEN || k == CDL_LAYER_RELU) {
-            act_off[i + 1] = act_off[i];
-        } else {
-            act_off[i + 1] = nact;
+        int act_inplace = k == CDL_LAYER_RELU || k == CDL_LAYER_SIGMOID || k == CDL_LAYER_TANH;
+        act_off[i] = -1;   /* -1: the input's buffer */
+        if (!(k == CDL_LAYER_FLATTEN || L->fused || (act_inplace && may_overwrite(m, L)))) {
+            act_off[i] = (long)nact;
             nact += round16(mb * L->out_numel);
         }
         am_off[i] = nam;
@@ -190,18 +347,26 @@ static int alloc_buffers(cdl_model *m, size_t ws_floats)
         mask_off[i] = nmask;
         if (k == CDL_LAYER_DROPOUT)
             nmask += (mb * L->out_numel + 63) & ~(size_t)63;
-        if (i > m->first_param && L->in_numel > gmax)
-            gmax = L->in_numel;
+        st_off[i] = nst;
+        if (k == CDL_LAYER_BATCHNORM2D) {
+            nst += round16(4 * (size_t)L->ishape.c + 2);
+            if (L->s->sync && 2 * (size_t)L->ishape.c > sync)
+                sync = 2 * (size_t)L->ishape.c;
+        }
     }
-    gmax = round16(mb * gmax);
+    size_t ngrad = plan_grads(m, dyoff, &tmp);
 
     int failed = 0;
     m->params = dev_alloc(be, m->nparams * sizeof(float), &failed);
     m->grads = dev_alloc(be, m->nparams * sizeof(float), &failed);
+    m->buffers = dev_alloc(be, m->nbuffer_floats * sizeof(float), &failed);
+    m->x = dev_alloc(be, round16(mb * numel(m->input)) * sizeof(float), &failed);
     m->acts = dev_alloc(be, nact * sizeof(float), &failed);
-    m->gbuf[0] = dev_alloc(be, 2 * gmax * sizeof(float), &failed);
-    m->gbuf[1] = m->gbuf[0] ? m->gbuf[0] + gmax : NULL;
+    m->gpool = dev_alloc(be, ngrad * sizeof(float), &failed);
+    m->tmp = dev_alloc(be, tmp * sizeof(float), &failed);
     m->ws = dev_alloc(be, ws_floats * sizeof(float), &failed);
+    m->bnstats = dev_alloc(be, nst * sizeof(float), &failed);
+    m->sync_scratch = dev_alloc(be, sync * sizeof(float), &failed);
     m->argmax = dev_alloc(be, nam * sizeof(int32_t), &failed);
     m->masks = dev_alloc(be, nmask, &failed);
     if (failed)
@@ -210,14 +375,46 @@ static int alloc_buffers(cdl_model *m, size_t ws_floats)
 
     for (int i = 0; i < m->nlayers; i++) {
         layer *L = &m->layers[i];
-        L->x = m->acts + act_off[i];
-        L->y = m->acts + act_off[i + 1];
+        L->y = act_off[i] >= 0 ? m->acts + act_off[i] : model_in(m, L, 0);
+        L->dy = dyoff[i] >= 0 ? m->gpool + dyoff[i] : NULL;
         if (L->s->kind == CDL_LAYER_MAXPOOL2D)
             L->argmax = m->argmax + am_off[i];
         if (L->s->kind == CDL_LAYER_DROPOUT)
             L->mask = m->masks + mask_off[i];
+        if (L->s->kind == CDL_LAYER_BATCHNORM2D)
+            L->stats = m->bnstats + st_off[i];
     }
+    model_reset_buffers(m);
     return 0;
+}
+
+void model_reset_buffers(cdl_model *m)
+{
+    cdl_backend *be = m->be;
+    for (int b = 0; b < m->nbuffers; b++) {
+        const cdl_param_view *v = &m->bviews[b];
+        int var = strstr(v->name, ".running_var") != NULL;
+        be->ops->fill(be, m->buffers + v->offset, var ? 1.0f : 0.0f, v->numel);
+    }
+}
+
+/* The ops a layer kind needs, for a clear error on a backend without them. */
+static const char *missing_op(const cdl_backend_ops *op, cdl_layer_kind k)
+{
+    switch (k) {
+    case CDL_LAYER_ADD: return op->add && op->accumulate ? NULL : "add";
+    case CDL_LAYER_CONCAT: return op->channel_copy ? NULL : "channel_copy";
+    case CDL_LAYER_BATCHNORM2D:
+        return op->bn_sum && op->bn_sqdev && op->bn_apply && op->bn_running && op->bn_eval &&
+               op->bn_bwd_sums && op->bn_bwd_apply ? NULL : "batch norm";
+    case CDL_LAYER_GLOBALAVGPOOL: return op->gap_fwd && op->gap_bwd ? NULL : "gap";
+    case CDL_LAYER_GELU:
+    case CDL_LAYER_SILU:
+    case CDL_LAYER_SIGMOID:
+    case CDL_LAYER_TANH:
+    case CDL_LAYER_LEAKYRELU: return op->act_fwd && op->act_bwd ? NULL : "act";
+    default: return NULL;
+    }
 }
 
 cdl_model *cdl_model_create(const cdl_model_spec *spec, cdl_shape input, int max_batch,
@@ -260,6 +457,16 @@ cdl_model *cdl_model_create(const cdl_model_spec *spec, cdl_shape input, int max
         }
     }
     m->outputs = (int)numel(shapes[m->nlayers]);
+    for (int i = 0; i < m->nlayers; i++) {
+        const char *op = missing_op(be->ops, m->spec.layers[i].kind);
+        if (op) {
+            char where[320];
+            spec_where(&m->spec, i, where, sizeof where);
+            cdl_error("%s: the %s backend has no %s op yet: %s layers need it (use another "
+                      "backend)", where, be->ops->name, op, spec_kind_name(m->spec.layers[i].kind));
+            goto fail;
+        }
+    }
     if (alloc_buffers(m, plan_layers(m, shapes)))
         goto fail;
     return m;
@@ -273,150 +480,13 @@ void cdl_model_destroy(cdl_model *m)
     if (!m)
         return;
     cdl_backend *be = m->be;
-    void *bufs[] = {m->params, m->grads, m->acts, m->gbuf[0], m->ws, m->argmax, m->masks,
-                    m->buffers};
+    void *bufs[] = {m->params, m->grads,   m->buffers, m->x,            m->acts,
+                    m->gpool,  m->tmp,     m->ws,      m->bnstats,      m->sync_scratch,
+                    m->argmax, m->masks};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
     cdl_free(m);
-}
-
-uint64_t model_dropout_seed(uint64_t seed, int index)
-{
-    uint64_t z = seed ^ ((uint64_t)(index + 1) * 0xD1B54A32D192ED03ull);
-    return rng_splitmix64(&z);
-}
-
-static const float *param(const cdl_model *m, int view)
-{
-    return view < 0 ? NULL : m->params + m->views[view].offset;
-}
-
-static float *grad(const cdl_model *m, int view)
-{
-    return view < 0 ? NULL : m->grads + m->views[view].offset;
-}
-
-const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int train,
-                               uint64_t dropout_seed)
-{
-    cdl_backend *be = m->be;
-    const cdl_backend_ops *op = be->ops;
-    m->n = 0;
-    if (n < 1 || n > m->max_batch || !x_dev) {
-        cdl_error("%s: forward of %d samples%s: the model takes batches of 1 to %d", m->spec.source,
-                  n, x_dev ? "" : " from a NULL input", m->max_batch);
-        return NULL;
-    }
-    op->copy(be, m->acts, x_dev, (size_t)n * numel(m->input) * sizeof(float));
-    for (int i = 0; i < m->nlayers; i++) {
-        layer *L = &m->layers[i];
-        size_t count = (size_t)n * L->out_numel;
-        switch (L->s->kind) {
-        case CDL_LAYER_CONV2D: {
-            cdl_conv2d_desc d = L->conv;
-            d.n = n;
-            op->conv2d_fwd(be, &d, L->x, param(m, L->wview), param(m, L->bview), L->y, m->ws);
-            break;
-        }
-        case CDL_LAYER_LINEAR:
-            op->linear_fwd(be, n, (int)L->in_numel, L->s->out, L->x, param(m, L->wview),
-                           param(m, L->bview), L->y, m->ws);
-            break;
-        case CDL_LAYER_MAXPOOL2D: {
-            cdl_pool2d_desc d = L->pool;
-            d.n = n;
-            op->maxpool_fwd(be, &d, L->x, L->y, L->argmax);
-            break;
-        }
-        case CDL_LAYER_AVGPOOL2D: {
-            cdl_pool2d_desc d = L->pool;
-            d.n = n;
-            op->avgpool_fwd(be, &d, L->x, L->y);
-            break;
-        }
-        case CDL_LAYER_RELU:
-            op->relu_fwd(be, count, L->x, L->y);   /* in place */
-            break;
-        case CDL_LAYER_DROPOUT:
-            L->dropped = train && L->s->p > 0.0f;
-            if (L->dropped)
-                op->dropout_fwd(be, count, L->s->p, model_dropout_seed(dropout_seed, i), L->x,
-                                L->y, L->mask);
-            else
-                op->copy(be, L->y, L->x, count * sizeof(float));
-            break;
-        case CDL_LAYER_FLATTEN:
-            break;   /* same memory, read as (n, c*h*w) */
-        }
-    }
-    m->n = n;
-    return m->layers[m->nlayers - 1].y;
-}
-
-void cdl_model_backward(cdl_model *m, const float *dlogits_dev, cdl_grad_ready_fn cb, void *ctx)
-{
-    cdl_backend *be = m->be;
-    const cdl_backend_ops *op = be->ops;
-    int n = m->n;
-    if (!n || !dlogits_dev) {
-        cdl_error("%s: backward %s: call cdl_model_forward first and pass the logits' gradient",
-                  m->spec.source, n ? "from NULL gradients" : "without a forward");
-        return;
-    }
-    const float *dy = dlogits_dev;
-    for (int i = m->nlayers - 1; i >= m->first_param; i--) {
-        layer *L = &m->layers[i];
-        size_t count = (size_t)n * L->in_numel;
-        /* dx goes to the gradient buffer dy is not in; the first layer with
-         * parameters needs none. */
-        int which = dy == m->gbuf[0] ? 1 : 0;
-        float *dx = i > m->first_param ? m->gbuf[which] : NULL;
-        int identity = 0;   /* the layer passes dy through unchanged */
-        switch (L->s->kind) {
-        case CDL_LAYER_CONV2D: {
-            cdl_conv2d_desc d = L->conv;
-            d.n = n;
-            op->conv2d_bwd(be, &d, L->x, param(m, L->wview), dy, dx, grad(m, L->wview),
-                           grad(m, L->bview), m->ws);
-            break;
-        }
-        case CDL_LAYER_LINEAR:
-            op->linear_bwd(be, n, (int)L->in_numel, L->s->out, L->x, param(m, L->wview), dy, dx,
-                           grad(m, L->wview), grad(m, L->bview), m->ws);
-            break;
-        case CDL_LAYER_MAXPOOL2D: {
-            cdl_pool2d_desc d = L->pool;
-            d.n = n;
-            op->maxpool_bwd(be, &d, dy, L->argmax, dx);
-            break;
-        }
-        case CDL_LAYER_AVGPOOL2D: {
-            cdl_pool2d_desc d = L->pool;
-            d.n = n;
-            op->avgpool_bwd(be, &d, dy, dx);
-            break;
-        }
-        case CDL_LAYER_RELU:
-            if (dy == m->gbuf[0] || dy == m->gbuf[1])
-                dx = m->gbuf[!which];   /* in place: dy's own buffer */
-            op->relu_bwd(be, count, L->y, dy, dx);
-            break;
-        case CDL_LAYER_DROPOUT:
-            if (L->dropped)
-                op->dropout_bwd(be, count, L->s->p, L->mask, dy, dx);
-            else
-                identity = 1;
-            break;
-        case CDL_LAYER_FLATTEN:
-            identity = 1;
-            break;
-        }
-        if (L->pcount && cb)
-            cb(ctx, L->poff, L->pcount);
-        if (!identity)
-            dy = dx;
-    }
 }
 
 size_t cdl_model_nparams(const cdl_model *m) { return m->nparams; }
@@ -463,16 +533,34 @@ void cdl_model_print(const cdl_model *m, void *file)
     fprintf(f, "model %s: input %dx%dx%d, %zu parameters, batches of up to %d, backend %s\n",
             m->spec.source, m->input.c, m->input.h, m->input.w, m->nparams, m->max_batch,
             m->be->ops->name);
-    fprintf(f, "  %3s  %-8s %-44s %-14s %s\n", "#", "name", "layer", "output", "params");
+    fprintf(f, "  %3s  %-22s %-44s %-14s %s\n", "#", "name", "layer", "output", "params");
     for (int i = 0; i < m->nlayers; i++) {
         const layer *L = &m->layers[i];
-        char desc[128], shape[48];
+        char desc[512], shape[48];
         spec_layer_str(L->s, desc, sizeof desc);
+        /* Inputs other than the previous line: "<- a, b". */
+        if (L->nin > 1 || L->in[0] != i - 1) {
+            strcat(desc, " <-");
+            for (int j = 0; j < L->nin; j++) {
+                char ref[64];
+                int k = L->in[j];
+                if (k < 0)
+                    snprintf(ref, sizeof ref, "input");
+                else if (m->layers[k].s->name[0])
+                    snprintf(ref, sizeof ref, "%s", m->layers[k].s->name);
+                else
+                    snprintf(ref, sizeof ref, "#%d", k + 1);
+                if (strlen(desc) + strlen(ref) + 3 < sizeof desc) {
+                    strcat(desc, j ? ", " : " ");
+                    strcat(desc, ref);
+                }
+            }
+        }
         if (L->out.h == 1 && L->out.w == 1)
             snprintf(shape, sizeof shape, "%d", L->out.c);
         else
             snprintf(shape, sizeof shape, "%dx%dx%d", L->out.c, L->out.h, L->out.w);
-        fprintf(f, "  %3d  %-8s %-44s %-14s %zu\n", i + 1, L->s->name[0] ? L->s->name : "-", desc,
-                shape, L->pcount);
+        fprintf(f, "  %3d  %-22s %-44s %-14s %zu\n", i + 1, L->s->name[0] ? L->s->name : "-",
+                desc, shape, L->pcount);
     }
 }

@@ -25,10 +25,29 @@ void spec_where(const cdl_model_spec *spec, int i, char *buf, size_t len);
 /* The layer as a spec-file line without its name: "conv2d 6 kernel=5 padding=2". */
 void spec_layer_str(const cdl_layer_spec *l, char *buf, size_t len);
 
-/* 1 for the layers that own parameters (conv2d, linear). */
+/* The inputs of layer i: how many, and the spec index of input j (-1 =
+ * the model's input); nin = 0 in the spec means the previous layer. */
+static inline int spec_nin(const cdl_layer_spec *l)
+{
+    return l->nin > 0 ? l->nin : 1;
+}
+
+static inline int spec_in(const cdl_layer_spec *l, int i, int j)
+{
+    return l->nin > 0 ? l->in[j] : i - 1;
+}
+
+/* The effective conv2d sizes (widths default to heights, 0 to 1). */
+typedef struct spec_conv {
+    int kh, kw, sh, sw, ph, pw, dh, dw, groups;
+} spec_conv;
+spec_conv spec_conv_of(const cdl_layer_spec *l);
+
+/* 1 for the layers that own parameters (conv2d, linear, batchnorm2d). */
 int spec_has_params(cdl_layer_kind kind);
 
-/* 1 if s is a valid layer name: [A-Za-z_][A-Za-z0-9_]*, shorter than
+/* 1 if s is a valid layer name (a PyTorch module path: [A-Za-z0-9_] parts
+ * joined by dots, not starting with a digit), shorter than
  * CDL_NAME_MAX (so "name.weight" fits a parameter view's name). */
 int spec_name_ok(const char *s);
 

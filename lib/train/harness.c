@@ -153,7 +153,7 @@ static int build_model(run *r)
     const cdl_train_config *c = r->cfg;
     cdl_model_spec spec;
     cdl_shape in = r->train.shape;
-    if (!strcmp(c->model, "lenet") || !strcmp(c->model, "mlp")) {
+    if (cdl_spec_is_builtin(c->model)) {
         if (cdl_spec_builtin(c->model, in, r->train.classes, &spec) != 0)
             return -1;
     } else if (cdl_spec_load(c->model, &spec) != 0) {

@@ -22,8 +22,12 @@ int train_step_ops(run *r, const float *x, const int32_t *y, int n, int train, l
         cdl_model_forward(r->model, x, n, train, train_dropout_seed(r->cfg->seed, step));
     if (!logits)
         return -1;
-    be->ops->xent_fwd_bwd(be, n, r->classes, logits, y, 1.0f / (float)n, r->dlogits,
-                          r->sample_loss, r->pred);
+    if (r->cfg->label_smoothing > 0.0f)   /* every backend has it */
+        be->ops->xent_ls_fwd_bwd(be, n, r->classes, logits, y, r->cfg->label_smoothing,
+                                 1.0f / (float)n, r->dlogits, r->sample_loss, r->pred);
+    else
+        be->ops->xent_fwd_bwd(be, n, r->classes, logits, y, 1.0f / (float)n, r->dlogits,
+                              r->sample_loss, r->pred);
     if (train) {
         cdl_model_backward(r->model, r->dlogits, ddp_grad_ready, r->ddp);
         if (ddp_finish(r->ddp) != 0)

@@ -19,4 +19,5 @@ tests_unit_test_model_torch_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_model_torch_LDADD = $(TEST_LDADD)
 
 EXTRA_DIST += tests/fixtures/make_fixtures.py tests/fixtures/torch_ref.py tests/fixtures/README.md \
-	tests/fixtures/lenet.fix tests/fixtures/allkinds.fix tests/fixtures/optim.fix
+	tests/fixtures/lenet.fix tests/fixtures/allkinds.fix tests/fixtures/optim.fix \
+	tests/fixtures/make_resnet_fixture.py tests/fixtures/resnet20.fix

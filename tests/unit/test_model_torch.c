@@ -183,12 +183,167 @@ static void test_allkinds_training(void **state)
     fixture_free(fx);
 }
 
+/* ------------------------------------------------------------ resnet20 */
+
+/* tests/fixtures/make_resnet_fixture.py: parameters and inputs from a
+ * counter hash (exact in double), gradients and stepped parameters sampled
+ * every RESNET_STRIDE-th element with each tensor's norm. */
+#define RESNET_STRIDE 37
+#define RESNET_TOL 1e-5   /* relative (normalised per tensor), against float64 PyTorch */
+
+static void hash_uniform(int v, size_t n, double *u)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = ((uint64_t)i * 2654435761ull + (uint64_t)(v + 1) * 97531ull) % (1ull << 32);
+        u[i] = (double)z / 4294967296.0;
+    }
+}
+
+static void hash_params(cdl_model *m)
+{
+    float *p = malloc(cdl_model_nparams(m) * sizeof *p);
+    for (int v = 0; v < cdl_model_nviews(m); v++) {
+        const cdl_param_view *pv = cdl_model_view(m, v);
+        double *u = malloc(pv->numel * sizeof *u);
+        hash_uniform(v, pv->numel, u);
+        for (size_t i = 0; i < pv->numel; i++) {
+            double x = 2.0 * u[i] - 1.0;
+            p[pv->offset + i] = (float)(pv->is_bn ? (pv->is_bias ? 0.1 * x : 1.0 + 0.2 * x)
+                                        : pv->is_bias ? 0.1 * x : x / sqrt((double)pv->fan_in));
+        }
+        free(u);
+    }
+    be->ops->to_device(be, cdl_model_params(m), p, cdl_model_nparams(m) * sizeof *p);
+    free(p);
+}
+
+/* The model's buffer against the fixture's samples of `<prefix><name>`,
+ * normalised by the tensor's largest value (all of it, so that a tensor
+ * sampled once is not held to a relative error of a sum near 0), and its
+ * norm. */
+static void check_sampled(cdl_model *m, const float *dev, const fixture *fx, const char *prefix,
+                          const char *norm_prefix, double tol)
+{
+    char key[160];
+    float *host = host_copy(be, dev, cdl_model_nparams(m));
+    for (int v = 0; v < cdl_model_nviews(m); v++) {
+        const cdl_param_view *pv = cdl_model_view(m, v);
+        size_t ns = (pv->numel + RESNET_STRIDE - 1) / RESNET_STRIDE;
+        snprintf(key, sizeof key, "%s%s", prefix, pv->name);
+        const float *want = fixture_f32(fx, key, ns);
+        float *got = malloc(ns * sizeof *got);
+        double sumsq = 0, maxabs = 1e-30, maxdiff = 0;
+        for (size_t i = 0; i < ns; i++)
+            got[i] = host[pv->offset + i * RESNET_STRIDE];
+        for (size_t i = 0; i < pv->numel; i++) {
+            sumsq += (double)host[pv->offset + i] * host[pv->offset + i];
+            maxabs = fmax(maxabs, fabs((double)host[pv->offset + i]));
+        }
+        for (size_t i = 0; i < ns; i++)
+            maxdiff = fmax(maxdiff, fabs((double)got[i] - (double)want[i]));
+        double err = maxdiff / maxabs;
+        if (err > tol)
+            fail_msg("%s: normalised error %.3g > %.1g", key, err, tol);
+        if (norm_prefix) {
+            snprintf(key, sizeof key, "%s%s", norm_prefix, pv->name);
+            double want_norm = fixture_f32(fx, key, 1)[0];
+            if (fabs(sqrt(sumsq) - want_norm) > tol * want_norm)
+                fail_msg("%s: %.9g vs PyTorch %.9g", key, sqrt(sumsq), want_norm);
+        }
+        free(got);
+    }
+    free(host);
+}
+
+/* resnet20 in training mode: logits, loss, every gradient, the running
+ * statistics and one SGD step (momentum, weight decay), all within 1e-5 of
+ * PyTorch. */
+static void check_resnet20(const char *prefix, cdl_shape in)
+{
+    const int n = 2, classes = 10;
+    const int32_t labels[2] = {3, 7};
+    char key[160];
+    fixture *fx = fixture_load("tests/fixtures/resnet20.fix");
+    cdl_model_spec spec;
+    assert_int_equal(cdl_spec_builtin("resnet20", in, classes, &spec), 0);
+    cdl_model *m = cdl_model_create(&spec, in, n, be);
+    assert_non_null(m);
+    hash_params(m);
+    size_t nx = (size_t)n * in.c * in.h * in.w;
+    double *u = malloc(nx * sizeof *u);
+    float *xh = malloc(nx * sizeof *xh);
+    hash_uniform(1000, nx, u);
+    for (size_t i = 0; i < nx; i++)
+        xh[i] = (float)(2.0 * u[i] - 1.0);
+    float *x = dev_upload(be, xh, nx * sizeof *xh);
+    loss_bufs lb;
+    loss_bufs_init(&lb, be, n, classes, labels);
+
+    const float *logits = cdl_model_forward(m, x, n, 1, 0);
+    double loss = loss_bufs_run(&lb, logits);
+    float *lh = host_copy(be, logits, (size_t)n * classes);
+    snprintf(key, sizeof key, "%slogits", prefix);
+    double err = norm_err_ff(lh, fixture_f32(fx, key, (size_t)n * classes), (size_t)n * classes);
+    if (err > RESNET_TOL)
+        fail_msg("%s: normalised error %.3g", key, err);
+    snprintf(key, sizeof key, "%sloss", prefix);
+    check_rel(key, loss, fixture_f32(fx, key, 1)[0], RESNET_TOL);
+    cdl_model_backward(m, lb.dlogits, NULL, NULL);
+    snprintf(key, sizeof key, "%sgrad/", prefix);
+    char nkey[64];
+    snprintf(nkey, sizeof nkey, "%sgradnorm/", prefix);
+    check_sampled(m, cdl_model_grads(m), fx, key, nkey, RESNET_TOL);
+
+    /* Running statistics after the batch (PyTorch's unbiased variance). */
+    float *bufs = host_copy(be, cdl_model_buffers(m), cdl_model_nbuffer_floats(m));
+    for (int b = 0; b < cdl_model_nbuffers(m); b++) {
+        const cdl_param_view *bv = cdl_model_buffer(m, b);
+        snprintf(key, sizeof key, "%sbuf/%s", prefix, bv->name);
+        double e = norm_err_ff(bufs + bv->offset, fixture_f32(fx, key, bv->numel), bv->numel);
+        if (e > RESNET_TOL)
+            fail_msg("%s: normalised error %.3g", key, e);
+    }
+    free(bufs);
+
+    cdl_optim_config oc = cdl_optim_defaults(CDL_OPTIM_SGD);
+    oc.momentum = 0.9f;
+    oc.weight_decay = 5e-4f;
+    cdl_optim *opt = cdl_optim_create(&oc, cdl_model_nparams(m), be);
+    assert_non_null(opt);
+    cdl_optim_step(opt, cdl_model_params(m), cdl_model_grads(m), 0.1f);
+    snprintf(key, sizeof key, "%sstep/", prefix);
+    check_sampled(m, cdl_model_params(m), fx, key, NULL, RESNET_TOL);
+
+    cdl_optim_destroy(opt);
+    loss_bufs_free(&lb);
+    be->ops->free(be, x);
+    free(lh);
+    free(xh);
+    free(u);
+    cdl_model_destroy(m);
+    fixture_free(fx);
+}
+
+static void test_resnet20_cifar(void **state)
+{
+    (void)state;
+    check_resnet20("cifar/", (cdl_shape){3, 32, 32});
+}
+
+static void test_resnet20_mnist(void **state)
+{
+    (void)state;
+    check_resnet20("mnist/", (cdl_shape){1, 28, 28});
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lenet_mnist),
         cmocka_unit_test(test_lenet_cifar),
         cmocka_unit_test(test_allkinds_training),
+        cmocka_unit_test(test_resnet20_cifar),
+        cmocka_unit_test(test_resnet20_mnist),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

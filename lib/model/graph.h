@@ -1,0 +1,75 @@
+/* The model's internal state, shared by model.c (planning, memory) and
+ * run.c (forward and backward). */
+#ifndef CDL_MODEL_GRAPH_H
+#define CDL_MODEL_GRAPH_H
+
+#include <stdint.h>
+
+#include <cdl/cdl.h>
+
+#include "model_internal.h"
+
+typedef struct layer {
+    const cdl_layer_spec *s;       /* into the model's copy of the spec */
+    int nin;
+    int in[CDL_MAX_INPUTS];        /* spec indices of the inputs, -1 = the model's input */
+    cdl_shape ishape, out;         /* first input's and the output's shape */
+    size_t in_numel, out_numel;    /* floats per sample */
+    size_t poff, pcount;           /* the layer's range of params/grads (weight, then bias) */
+    int wview, bview;              /* view indices, -1 if none */
+    int bufview;                   /* batchnorm: its running_mean buffer view (then var, count) */
+    cdl_conv2d_desc conv;          /* n is set per batch */
+    cdl_pool2d_desc pool;
+    float *y;                      /* output, max_batch samples; may be an input's buffer */
+    float *dy;                     /* gradient of the output (planned, may be shared) */
+    int32_t *argmax;               /* maxpool: n*c*oh*ow */
+    uint8_t *mask;                 /* dropout: n*numel */
+    float *stats;                  /* batchnorm: sum (c+1), sqdev (c), saved (2c+1) */
+    int dropped;                   /* dropout: the last forward applied a mask */
+    int need_grad;                 /* a layer with parameters is at or before it */
+    int ncons;                     /* reads of its output by later layers */
+    int last_reader;               /* the highest layer reading it: writes dy first */
+    int fused;                     /* relu: computed by the batchnorm before it */
+    int fuse_relu;                 /* batchnorm: applies the relu after it */
+    int dy_alias;                  /* dy is the dy of layer dy_alias (its only reader) or -1 */
+} layer;
+
+struct cdl_model {
+    cdl_model_spec spec;
+    cdl_backend *be;
+    cdl_shape input;
+    int max_batch, nlayers, nviews;
+    int outputs;
+    size_t nparams;
+    layer layers[CDL_MAX_LAYERS];
+    cdl_param_view views[2 * CDL_MAX_LAYERS];
+    float *params, *grads;
+    int nbuffers;                  /* non-trainable buffers (batchnorm running stats) */
+    size_t nbuffer_floats;
+    cdl_param_view bviews[3 * CDL_MAX_LAYERS];
+    float *buffers;
+    cdl_model_allreduce_fn allreduce;   /* SyncBatchNorm hook; NULL = none */
+    void *allreduce_ctx;
+    float *x;                      /* the model's copy of the input batch */
+    float *acts;                   /* every activation buffer */
+    float *gpool;                  /* gradient buffers, shared by liveness */
+    float *tmp;                    /* one input gradient before it is accumulated */
+    float *dlogits;                /* copy of the caller's dlogits */
+    float *ws;                     /* shared conv/linear workspace */
+    float *bnstats, *sync_scratch;
+    int32_t *argmax;
+    uint8_t *masks;
+    int n;                         /* batch of the last forward; 0 = none yet */
+    int train;                     /* mode of the last forward */
+};
+
+/* Layer i's input j as a device pointer. */
+static inline float *model_in(const cdl_model *m, const layer *L, int j)
+{
+    return L->in[j] < 0 ? m->x : m->layers[L->in[j]].y;
+}
+
+/* Resets the batchnorm buffers to PyTorch's initial values. */
+void model_reset_buffers(cdl_model *m);
+
+#endif

@@ -1,0 +1,330 @@
+/* Forward and backward over the model's graph (planned in model.c). */
+#include <stdint.h>
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+#include "core/rng.h"
+#include "graph.h"
+
+uint64_t model_dropout_seed(uint64_t seed, int index)
+{
+    uint64_t z = seed ^ ((uint64_t)(index + 1) * 0xD1B54A32D192ED03ull);
+    return rng_splitmix64(&z);
+}
+
+static const float *param(const cdl_model *m, int view)
+{
+    return view < 0 ? NULL : m->params + m->views[view].offset;
+}
+
+static float *grad(const cdl_model *m, int view)
+{
+    return view < 0 ? NULL : m->grads + m->views[view].offset;
+}
+
+static float *buffer(const cdl_model *m, int view)
+{
+    return m->buffers + m->bviews[view].offset;
+}
+
+static cdl_act act_of(const cdl_layer_spec *s)
+{
+    switch (s->kind) {
+    case CDL_LAYER_GELU: return s->approx_tanh ? CDL_ACT_GELU_TANH : CDL_ACT_GELU;
+    case CDL_LAYER_SILU: return CDL_ACT_SILU;
+    case CDL_LAYER_SIGMOID: return CDL_ACT_SIGMOID;
+    case CDL_LAYER_TANH: return CDL_ACT_TANH;
+    case CDL_LAYER_LEAKYRELU: return CDL_ACT_LEAKYRELU;
+    default: return CDL_ACT_RELU;
+    }
+}
+
+static int hw_of(cdl_shape s)
+{
+    return s.h * s.w;
+}
+
+static void allreduce(cdl_model *m, float *buf, size_t count)
+{
+    if (m->allreduce)
+        m->allreduce(m->allreduce_ctx, buf, count);
+}
+
+/* batchnorm2d forward: batch statistics (reduced across ranks with sync)
+ * and the running-stat update in training, running statistics else. */
+static void bn_forward(cdl_model *m, layer *L, int n, int train)
+{
+    cdl_backend *be = m->be;
+    const cdl_backend_ops *op = be->ops;
+    int c = L->ishape.c, hw = hw_of(L->ishape);
+    float eps = L->s->eps > 0 ? L->s->eps : 1e-5f;
+    const float *x = model_in(m, L, 0);
+    if (!train) {
+        op->bn_eval(be, n, c, hw, x, buffer(m, L->bufview), buffer(m, L->bufview + 1), eps,
+                    param(m, L->wview), param(m, L->bview), L->fuse_relu, L->y);
+        return;
+    }
+    float *sum = L->stats, *sqdev = sum + c + 1, *saved = sqdev + c;
+    int sync = L->s->sync;
+    op->bn_sum(be, n, c, hw, x, sum);
+    if (sync)
+        allreduce(m, sum, (size_t)c + 1);
+    op->bn_sqdev(be, n, c, hw, x, sum, sqdev);
+    if (sync)
+        allreduce(m, sqdev, (size_t)c);
+    op->bn_apply(be, n, c, hw, x, sum, sqdev, eps, param(m, L->wview), param(m, L->bview),
+                 L->fuse_relu, L->y, saved);
+    op->bn_running(be, c, sum, sqdev, L->s->momentum, buffer(m, L->bufview),
+                   buffer(m, L->bufview + 1), buffer(m, L->bufview + 2));
+}
+
+const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int train,
+                               uint64_t dropout_seed)
+{
+    cdl_backend *be = m->be;
+    const cdl_backend_ops *op = be->ops;
+    m->n = 0;
+    if (n < 1 || n > m->max_batch || !x_dev) {
+        cdl_error("%s: forward of %d samples%s: the model takes batches of 1 to %d", m->spec.source,
+                  n, x_dev ? "" : " from a NULL input", m->max_batch);
+        return NULL;
+    }
+    op->copy(be, m->x, x_dev, (size_t)n * m->input.c * m->input.h * m->input.w * sizeof(float));
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *L = &m->layers[i];
+        size_t count = (size_t)n * L->out_numel;
+        const float *x = model_in(m, L, 0);
+        switch (L->s->kind) {
+        case CDL_LAYER_CONV2D: {
+            cdl_conv2d_desc d = L->conv;
+            d.n = n;
+            op->conv2d_fwd(be, &d, x, param(m, L->wview), param(m, L->bview), L->y, m->ws);
+            break;
+        }
+        case CDL_LAYER_LINEAR:
+            op->linear_fwd(be, n, (int)L->in_numel, L->s->out, x, param(m, L->wview),
+                           param(m, L->bview), L->y, m->ws);
+            break;
+        case CDL_LAYER_MAXPOOL2D: {
+            cdl_pool2d_desc d = L->pool;
+            d.n = n;
+            op->maxpool_fwd(be, &d, x, L->y, L->argmax);
+            break;
+        }
+        case CDL_LAYER_AVGPOOL2D: {
+            cdl_pool2d_desc d = L->pool;
+            d.n = n;
+            op->avgpool_fwd(be, &d, x, L->y);
+            break;
+        }
+        case CDL_LAYER_RELU:
+            if (!L->fused)
+                op->relu_fwd(be, count, x, L->y);   /* maybe in place */
+            break;
+        case CDL_LAYER_GELU:
+        case CDL_LAYER_SILU:
+        case CDL_LAYER_SIGMOID:
+        case CDL_LAYER_TANH:
+        case CDL_LAYER_LEAKYRELU:
+            op->act_fwd(be, act_of(L->s), L->s->slope, count, x, L->y);
+            break;
+        case CDL_LAYER_DROPOUT:
+            L->dropped = train && L->s->p > 0.0f;
+            if (L->dropped)
+                op->dropout_fwd(be, count, L->s->p, model_dropout_seed(dropout_seed, i), x,
+                                L->y, L->mask);
+            else
+                op->copy(be, L->y, x, count * sizeof(float));
+            break;
+        case CDL_LAYER_FLATTEN:
+            break;   /* same memory, read as (n, c*h*w) */
+        case CDL_LAYER_ADD:
+            op->add(be, count, x, model_in(m, L, 1), L->y);
+            for (int j = 2; j < L->nin; j++)
+                op->add(be, count, L->y, model_in(m, L, j), L->y);
+            break;
+        case CDL_LAYER_CONCAT:
+            for (int j = 0, off = 0; j < L->nin; j++) {
+                int cj = L->in[j] < 0 ? m->input.c : m->layers[L->in[j]].out.c;
+                op->channel_copy(be, n, cj, hw_of(L->out), model_in(m, L, j), cj, 0, L->y,
+                                 L->out.c, off, 0);
+                off += cj;
+            }
+            break;
+        case CDL_LAYER_BATCHNORM2D:
+            bn_forward(m, L, n, train);
+            break;
+        case CDL_LAYER_GLOBALAVGPOOL:
+            op->gap_fwd(be, n, L->ishape.c, hw_of(L->ishape), x, L->y);
+            break;
+        }
+    }
+    m->n = n;
+    m->train = train;
+    return m->layers[m->nlayers - 1].y;
+}
+
+/* Where layer L's backward writes the gradient of its input j: straight
+ * into that input's dy when L is its last reader (the first to write it),
+ * else into tmp, to be accumulated (finish_dx). NULL: no gradient needed. */
+static float *dx_target(cdl_model *m, const layer *L, int i, int j)
+{
+    int k = L->in[j];
+    if (k < 0 || !m->layers[k].need_grad)
+        return NULL;
+    const layer *K = &m->layers[k];
+    return K->last_reader == i ? K->dy : m->tmp;
+}
+
+static void finish_dx(cdl_model *m, const layer *L, int j, const float *dx, size_t count)
+{
+    if (dx && dx == m->tmp)
+        m->be->ops->accumulate(m->be, count, m->tmp, m->layers[L->in[j]].dy);
+}
+
+static void bn_backward(cdl_model *m, layer *L, int i, int n)
+{
+    cdl_backend *be = m->be;
+    const cdl_backend_ops *op = be->ops;
+    int c = L->ishape.c, hw = hw_of(L->ishape);
+    const float *x = model_in(m, L, 0);
+    const float *saved = L->stats + 2 * c + 1;
+    const float *y_relu = L->fuse_relu ? L->y : NULL;
+    float *dgamma = grad(m, L->wview), *dbeta = grad(m, L->bview);
+    op->bn_bwd_sums(be, n, c, hw, x, y_relu, L->dy, saved, dgamma, dbeta);
+    const float *sum_dy = dbeta, *sum_dy_xhat = dgamma;
+    if (L->s->sync && m->allreduce) {
+        /* The parameter gradients stay this rank's (DDP averages them);
+         * the normalisation needs the global sums. */
+        op->copy(be, m->sync_scratch, dbeta, (size_t)c * sizeof(float));
+        op->copy(be, m->sync_scratch + c, dgamma, (size_t)c * sizeof(float));
+        allreduce(m, m->sync_scratch, 2 * (size_t)c);
+        sum_dy = m->sync_scratch;
+        sum_dy_xhat = m->sync_scratch + c;
+    }
+    float *dx = dx_target(m, L, i, 0);
+    if (!dx)
+        return;
+    op->bn_bwd_apply(be, n, c, hw, x, y_relu, L->dy, saved, param(m, L->wview), sum_dy,
+                     sum_dy_xhat, dx);
+    finish_dx(m, L, 0, dx, (size_t)n * L->in_numel);
+}
+
+/* The gradient of every input of an add or concat from the output's. */
+static void join_backward(cdl_model *m, layer *L, int i, int n)
+{
+    cdl_backend *be = m->be;
+    const cdl_backend_ops *op = be->ops;
+    for (int j = 0, off = 0; j < L->nin; j++) {
+        int k = L->in[j];
+        int cj = k < 0 ? m->input.c : m->layers[k].out.c;
+        if (k >= 0 && m->layers[k].need_grad) {
+            layer *K = &m->layers[k];
+            int acc = K->last_reader != i;
+            if (L->s->kind == CDL_LAYER_CONCAT)
+                op->channel_copy(be, n, cj, hw_of(L->out), L->dy, L->out.c, off, K->dy, cj, 0,
+                                 acc);
+            else if (K->dy_alias == i)
+                ;   /* shares this layer's dy */
+            else if (acc)
+                op->accumulate(be, (size_t)n * L->out_numel, L->dy, K->dy);
+            else
+                op->copy(be, K->dy, L->dy, (size_t)n * L->out_numel * sizeof(float));
+        }
+        off += cj;
+    }
+}
+
+void cdl_model_backward(cdl_model *m, const float *dlogits_dev, cdl_grad_ready_fn cb, void *ctx)
+{
+    cdl_backend *be = m->be;
+    const cdl_backend_ops *op = be->ops;
+    int n = m->n;
+    if (!n || !dlogits_dev) {
+        cdl_error("%s: backward %s: call cdl_model_forward first and pass the logits' gradient",
+                  m->spec.source, n ? "from NULL gradients" : "without a forward");
+        return;
+    }
+    if (!m->train && m->nbuffers) {
+        cdl_error("%s: backward after an evaluation forward: batchnorm2d layers have gradients "
+                  "only for batch statistics; call cdl_model_forward with train=1", m->spec.source);
+        return;
+    }
+    layer *last = &m->layers[m->nlayers - 1];
+    if (last->need_grad)
+        op->copy(be, last->dy, dlogits_dev, (size_t)n * last->out_numel * sizeof(float));
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        layer *L = &m->layers[i];
+        if (!L->need_grad)
+            continue;
+        size_t count = (size_t)n * L->in_numel;
+        const float *x = model_in(m, L, 0), *dy = L->dy;
+        float *dx = dx_target(m, L, i, 0);
+        switch (L->s->kind) {
+        case CDL_LAYER_CONV2D: {
+            cdl_conv2d_desc d = L->conv;
+            d.n = n;
+            op->conv2d_bwd(be, &d, x, param(m, L->wview), dy, dx, grad(m, L->wview),
+                           grad(m, L->bview), m->ws);
+            break;
+        }
+        case CDL_LAYER_LINEAR:
+            op->linear_bwd(be, n, (int)L->in_numel, L->s->out, x, param(m, L->wview), dy, dx,
+                           grad(m, L->wview), grad(m, L->bview), m->ws);
+            break;
+        case CDL_LAYER_MAXPOOL2D: {
+            cdl_pool2d_desc d = L->pool;
+            d.n = n;
+            if (dx)
+                op->maxpool_bwd(be, &d, dy, L->argmax, dx);
+            break;
+        }
+        case CDL_LAYER_AVGPOOL2D: {
+            cdl_pool2d_desc d = L->pool;
+            d.n = n;
+            if (dx)
+                op->avgpool_bwd(be, &d, dy, dx);
+            break;
+        }
+        case CDL_LAYER_RELU:
+            if (!L->fused && dx)
+                op->relu_bwd(be, count, L->y, dy, dx);   /* dx may be dy */
+            break;
+        case CDL_LAYER_GELU:
+        case CDL_LAYER_SILU:
+        case CDL_LAYER_SIGMOID:
+        case CDL_LAYER_TANH:
+        case CDL_LAYER_LEAKYRELU:
+            if (dx)
+                op->act_bwd(be, act_of(L->s), L->s->slope, count, x, L->y, dy, dx);
+            break;
+        case CDL_LAYER_DROPOUT:
+            if (dx && L->dropped)
+                op->dropout_bwd(be, count, L->s->p, L->mask, dy, dx);
+            else if (dx)
+                op->copy(be, dx, dy, count * sizeof(float));
+            break;
+        case CDL_LAYER_FLATTEN:
+            if (dx && dx != dy)
+                op->copy(be, dx, dy, count * sizeof(float));
+            break;
+        case CDL_LAYER_GLOBALAVGPOOL:
+            if (dx)
+                op->gap_bwd(be, n, L->ishape.c, hw_of(L->ishape), dy, dx);
+            break;
+        case CDL_LAYER_BATCHNORM2D:
+            bn_backward(m, L, i, n);
+            dx = NULL;
+            break;
+        case CDL_LAYER_ADD:
+        case CDL_LAYER_CONCAT:
+            join_backward(m, L, i, n);
+            dx = NULL;
+            break;
+        }
+        finish_dx(m, L, 0, dx, count);
+        if (L->pcount && cb)
+            cb(ctx, L->poff, L->pcount);
+    }
+}

@@ -114,7 +114,9 @@ if wait "$boot_pid"; then
             [ -f "$f" ] && cp "$f" "$root/tmp/debs/" && debs+=("/tmp/debs/${f##*/}")
         done
     done
-    if [ ${#debs[@]} -eq 3 ] && chroot "$root" apt-get update -q >"$work/install.log" 2>&1 &&
+    [ ${#debs[@]} -eq 3 ] ||
+        echo "deb-check: expected libcdl0, cdl-tools and slurm-spank-cdl .deb files, found: ${debs[*]}" >"$work/install.log"
+    if [ ${#debs[@]} -eq 3 ] && chroot "$root" apt-get update -q >>"$work/install.log" 2>&1 &&
        DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get install -y -q --no-install-recommends \
            "${debs[@]}" >>"$work/install.log" 2>&1; then
         ok "apt-get install libcdl0 cdl-tools slurm-spank-cdl into a clean $suite root"

@@ -45,7 +45,8 @@ boot_pid=
 # Unmounts whatever is mounted under the root (deepest first), then removes
 # the whole temporary directory without crossing into another file system.
 cleanup() {
-    [ -n "$boot_pid" ] && kill "$boot_pid" 2>/dev/null && wait "$boot_pid" 2>/dev/null
+    # debootstrap runs in its own process group: stop it with its dpkg children.
+    [ -n "$boot_pid" ] && kill -- -"$boot_pid" 2>/dev/null && wait "$boot_pid" 2>/dev/null
     awk -v r="$root" '$2 == r || index($2, r "/") == 1 { print $2 }' /proc/mounts |
         sort -r | while read -r m; do umount -l "$m" || echo "deb-check: cannot unmount $m" >&2; done
     rm -rf --one-file-system "$work"
@@ -64,7 +65,7 @@ else
 fi
 
 # 4a. The clean root, in the background while the packages build.
-debootstrap --variant=minbase "$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 &
+setsid debootstrap --variant=minbase "$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 &
 boot_pid=$!
 
 # 2. Build in a copy: tracked files and untracked ones git does not ignore

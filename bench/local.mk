@@ -43,3 +43,4 @@ endif
 EXTRA_DIST += bench/torch_loader.py
 dist_noinst_SCRIPTS += bench/run_readers.sh
 # --- end of image-folder loading
+EXTRA_DIST += bench/run_resnet.sh bench/torch_resnet.py

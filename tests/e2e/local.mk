@@ -8,3 +8,5 @@ EXTRA_DIST += tests/e2e/common.sh tests/e2e/cli.sh tests/e2e/fashion-mnist.sh \
 EXTRA_DIST += tests/e2e/readers.sh
 TESTS += tests/e2e/plot.sh
 EXTRA_DIST += tests/e2e/plot.sh
+TESTS += tests/e2e/torch-resnet.sh
+EXTRA_DIST += tests/e2e/torch-resnet.sh tests/e2e/torch_resnet18.py

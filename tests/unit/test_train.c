@@ -118,6 +118,28 @@ static void test_resume_mid_epoch(void **state)
     assert_same_weights(full.ckpt_dir, part.ckpt_dir);
 }
 
+/* The same with batch norm (running statistics and num_batches_tracked
+ * go through the checkpoint) and a graph: resnet20, 6 steps of 8. */
+static void test_resume_mid_epoch_resnet20(void **state)
+{
+    (void)state;
+    cdl_train_config full, part;
+    base_config(&full, "r20-full");
+    snprintf(full.model, sizeof full.model, "resnet20");
+    full.synthetic_n = 48;
+    full.batch_size = 8;
+    full.epochs = 1;
+    run_ok(&full);
+    part = full;
+    snprintf(part.ckpt_dir, sizeof part.ckpt_dir, "%s/r20-part", tmpdir);
+    part.max_steps = 3;
+    run_ok(&part);
+    part.max_steps = 0;
+    snprintf(part.resume, sizeof part.resume, "auto");
+    run_ok(&part);
+    assert_same_weights(full.ckpt_dir, part.ckpt_dir);
+}
+
 static void raise_at_step(void *ctx, long steps)
 {
     if (steps == *(long *)ctx)
@@ -501,6 +523,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_resume_mid_epoch),
+        cmocka_unit_test(test_resume_mid_epoch_resnet20),
         cmocka_unit_test(test_signal_checkpoint_and_resume),
         cmocka_unit_test(test_gpu_loop_matches_host_loop),
         cmocka_unit_test(test_corrupt_checkpoint_is_an_error),

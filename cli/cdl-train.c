@@ -26,6 +26,7 @@ enum {
     OPT_IMAGE_SIZE, OPT_CHANNELS, OPT_LABEL_COLUMN, OPT_SKIP_BAD, OPT_NORMALIZE, OPT_AUGMENT,
     OPT_VAL_SPLIT, OPT_INIT, OPT_INIT_IGNORE,
     OPT_LABEL_SMOOTHING,
+    OPT_STAGE,
 };
 
 static const struct option long_opts[] = {
@@ -72,6 +73,7 @@ static const struct option long_opts[] = {
     {"val-split", required_argument, NULL, OPT_VAL_SPLIT},
     {"init", required_argument, NULL, OPT_INIT},
     {"init-ignore", required_argument, NULL, OPT_INIT_IGNORE},
+    {"stage", required_argument, NULL, OPT_STAGE},
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"quiet", no_argument, NULL, 'q'},
@@ -109,6 +111,8 @@ static void usage(FILE *f)
 "                               [5000 for (fashion-)mnist, else 0.1]\n"
 "      --init FILE              start from the weights in FILE (.safetensors)\n"
 "      --init-ignore GLOB       tensors of the model --init leaves fresh (a new head)\n"
+"      --stage auto|off|DIR     copy the data once per node to $SLURM_TMPDIR/$TMPDIR\n"
+"                               (auto: from network file systems) or DIR (kept) [off]\n"
 "Training:\n"
 "  -e, --epochs N               [10]\n"
 "      --batch-size N           samples per step and rank [64]\n"
@@ -503,6 +507,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             break;
         }
         case OPT_INIT: rc = copy_str(name, a, cfg->init, sizeof cfg->init); break;
+        case OPT_STAGE: rc = copy_str(name, a, cfg->stage, sizeof cfg->stage); break;
         case OPT_INIT_IGNORE:
             rc = copy_str(name, a, cfg->init_ignore, sizeof cfg->init_ignore);
             break;

@@ -96,6 +96,10 @@ int cdl_dataset_copy_normalization(cdl_dataset *dst, const cdl_dataset *src);
  * the file and what is wrong. */
 int cdl_dataset_load(const char *name, const char *dir, int train, cdl_dataset *out);
 
+/* The directory cdl_dataset_load reads name from when given none, or NULL
+ * for an unknown name. */
+const char *cdl_dataset_default_dir(const char *name);
+
 /* n random samples of shape with labels in [0,classes), from seed. */
 int cdl_dataset_synthetic(int n, cdl_shape shape, int classes, uint64_t seed, cdl_dataset *out);
 

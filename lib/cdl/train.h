@@ -99,6 +99,10 @@ typedef struct cdl_train_config {
     char init[1024];
     char init_ignore[256];
     float label_smoothing;    /* --label-smoothing: cross-entropy's, PyTorch's (0 = none) */
+    /* --stage (docs/training.md): "" or "off" read the data where it is;
+     * "auto" copies it once per node to $SLURM_TMPDIR (else $TMPDIR) when
+     * it is on a network file system; a directory: copy it there (kept). */
+    char stage[1024];
 } cdl_train_config;
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,

@@ -296,3 +296,11 @@ void cdl_dataset_free(cdl_dataset *d)
     }
     memset(d, 0, sizeof *d);
 }
+
+const char *cdl_dataset_default_dir(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof datasets / sizeof datasets[0]; i++)
+        if (strcmp(name, datasets[i].name) == 0)
+            return datasets[i].default_dir;
+    return NULL;
+}

@@ -22,6 +22,7 @@
 #include "pipeline.h"
 #include "run.h"
 #include "signals.h"
+#include "stage.h"
 #include "step.h"
 
 static int mkdir_p(const char *dir)
@@ -102,7 +103,7 @@ static int load_data(run *r)
         r->have_test = 1;
         return carve_val(r);
     }
-    const char *dir = c->data_dir[0] ? c->data_dir : NULL;
+    const char *dir = r->data_dir[0] ? r->data_dir : NULL;
     cdl_dataset_options o;
     cdl_dataset_options_defaults(&o);
     o.image_size = c->image_size;
@@ -481,11 +482,11 @@ static int read_config(const cdl_train_config *in, cdl_train_config *out)
     /* Strings end inside their fields whatever the caller left there. */
     char *strs[] = {out->model, out->dataset, out->data_dir, out->ckpt_dir, out->resume,
                     out->metrics, out->device, out->dist_backend,
-                    out->init, out->init_ignore};
+                    out->init, out->init_ignore, out->stage};
     size_t lens[] = {sizeof out->model, sizeof out->dataset, sizeof out->data_dir,
                      sizeof out->ckpt_dir, sizeof out->resume, sizeof out->metrics,
                      sizeof out->device, sizeof out->dist_backend,
-                     sizeof out->init, sizeof out->init_ignore};
+                     sizeof out->init, sizeof out->init_ignore, sizeof out->stage};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
         strs[i][lens[i] - 1] = '\0';
     return 0;
@@ -577,7 +578,8 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     r.rep = train_report_open(cfg, r.ri.rank);
     if (!r.rep)
         goto out;
-    if (load_data(&r) != 0 || join_class_names(&r) != 0 || build_model(&r) != 0 || make_buffers(&r) != 0 ||
+    if (train_stage(&r) != 0 || load_data(&r) != 0 || join_class_names(&r) != 0 ||
+        build_model(&r) != 0 || make_buffers(&r) != 0 ||
         make_loaders(&r) != 0)
         goto out;
     cdl_model_init(r.model, cfg->seed);
@@ -600,6 +602,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (rc == 0)
         rc = test_once(&r);
 out:
+    train_stage_cleanup(&r, rc == 0);
     train_signals_restore();
     run_free(&r);
     return rc;

@@ -6,3 +6,4 @@ libcdl_core_la_SOURCES += lib/train/resume_check.c lib/train/ckpt_dir.c
 libcdl_core_la_SOURCES += lib/train/metrics.c
 EXTRA_DIST += lib/train/metrics.h
 libcdl_core_la_SOURCES += lib/train/init.c
+libcdl_core_la_SOURCES += lib/train/stage.c lib/train/stage.h

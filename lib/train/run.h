@@ -22,6 +22,8 @@ typedef struct run {
     cdl_dataset val;          /* carved from train by --val-split (have_val) */
     int have_val;
     char *class_names;        /* the training set's class names, one per line, or NULL */
+    char data_dir[1100];      /* where the data is read: --data-dir or its staged copy */
+    char stage_owned[1100];   /* the per-job staged copy this process removes at the end */
     cdl_model *model;
     cdl_optim *optim;
     ddp *ddp;

@@ -183,6 +183,12 @@ static int copy_tree(const char *src, const char *dst, int depth, char *buf, sta
     return rc;
 }
 
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
 static int remove_tree(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -205,22 +211,30 @@ static int remove_tree(const char *dir)
     return rmdir(dir);
 }
 
-/* The directory the dataset's files are in, or "" (made, not loaded). */
-static const char *source_dir(const run *r)
+/* The dataset's folder or file, or NULL (synthetic data is made, not
+ * loaded; NAME:PATH datasets are staged through --data-dir). */
+static const char *source_path(const run *r)
 {
     const cdl_train_config *c = r->cfg;
     if (c->data_dir[0])
         return c->data_dir;
+    if (strchr(c->dataset, ':'))
+        return NULL;
     return cdl_dataset_default_dir(c->dataset);
 }
 
 int train_stage(run *r)
 {
     const cdl_train_config *c = r->cfg;
-    const char *src = source_dir(r);
+    const char *src = source_path(r);
     snprintf(r->data_dir, sizeof r->data_dir, "%s", c->data_dir);
-    if (!c->stage[0] || !strcmp(c->stage, "off") || !src || !*src)
+    if (!c->stage[0] || !strcmp(c->stage, "off"))
         return 0;
+    if (!src || !*src) {
+        train_report_note(r->rep, "--stage: nothing to copy for --dataset %s (give the data "
+                          "with --data-dir to stage it)", c->dataset);
+        return 0;
+    }
     int automatic = !strcmp(c->stage, "auto");
     const char *base = c->stage;
     if (automatic) {
@@ -237,9 +251,10 @@ int train_stage(run *r)
      * of each node acts on it. */
     struct stat ss, bs;
     struct statfs sf;
-    if (stat(src, &ss) != 0 || !S_ISDIR(ss.st_mode))
-        return cdl_error("--stage: the dataset directory %s: %s (pass --data-dir)", src,
-                         errno ? strerror(errno) : "not a directory");
+    errno = 0;
+    if (stat(src, &ss) != 0 || !(S_ISDIR(ss.st_mode) || S_ISREG(ss.st_mode)))
+        return cdl_error("--stage: the dataset's %s: %s (pass --data-dir)", src,
+                         errno ? strerror(errno) : "not a folder or file");
     if (stat(base, &bs) != 0 || !S_ISDIR(bs.st_mode))
         return cdl_error("--stage %s: %s is not a directory: create it or use --stage off",
                          c->stage, base);
@@ -269,7 +284,16 @@ int train_stage(run *r)
     stage_stats st = {0};
     if (r->ri.local_rank == 0) {
         char *buf = cdl_malloc(BUF);
-        int rc = buf ? copy_tree(src, dir, 0, buf, &st) : -1;
+        int rc = -1;
+        if (buf && S_ISDIR(ss.st_mode)) {
+            rc = copy_tree(src, dir, 0, buf, &st);
+        } else if (buf) {   /* one file (npz, csv): into dir under its name */
+            char to[1400];
+            snprintf(to, sizeof to, "%.1000s/%.300s", dir, base_name(src));
+            rc = mkdir(dir, 0755) != 0 && errno != EEXIST
+                     ? cdl_error("--stage: cannot create %s: %m", dir)
+                     : copy_file(src, to, buf, &st);
+        }
         cdl_free(buf);
         if (automatic)
             snprintf(r->stage_owned, sizeof r->stage_owned, "%s", dir);
@@ -287,7 +311,10 @@ int train_stage(run *r)
         return cdl_error("--stage: copying %s to node-local storage failed on %.0f node%s (the "
                          "first error is above, from its local rank 0): use --stage off or "
                          "another --stage DIR", src, v[0], v[0] > 1 ? "s" : "");
-    snprintf(r->data_dir, sizeof r->data_dir, "%s", dir);
+    if (S_ISDIR(ss.st_mode))
+        snprintf(r->data_dir, sizeof r->data_dir, "%s", dir);
+    else
+        snprintf(r->data_dir, sizeof r->data_dir, "%.900s/%.150s", dir, base_name(src));
     train_report_note(r->rep, "staged %s to %s: %ld files, %.1f MB (%ld copied) in %.2f s "
                       "(mean of %.0f node%s: %.2f s)", src, dir, st.files, st.bytes / 1e6,
                       st.copied, v[1] > 0 && v[2] == 1 ? v[1] : train_now() - t0, v[2],

@@ -26,8 +26,8 @@ tests_dist_dist_check_LDADD = libcdl_core.la
 tests_dist_weights_cmp_SOURCES = tests/dist/weights_cmp.c
 tests_dist_weights_cmp_LDADD = libcdl_core.la
 TESTS += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tests/dist/train_kill.sh
-TESTS += tests/dist/val_split.sh
-EXTRA_DIST += tests/dist/val_split.sh
+TESTS += tests/dist/val_split.sh tests/dist/stage.sh
+EXTRA_DIST += tests/dist/val_split.sh tests/dist/stage.sh
 EXTRA_DIST += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tests/dist/step_equiv.sh \
 	tests/dist/train_kill.sh
 

@@ -8,15 +8,16 @@
  * thread count. Elementwise pieces run one plane per item with the
  * channel's constants folded into y = x*scale + shift.
  *
- * Each plane kernel is a plain C loop (the definition), picked through
- * bn_kernels so a vectorised twin can be dispatched per CPU (simd.h); the
- * tests check them against tests/unit/ref_ops.c. BN+ReLU in training fuses the ReLU into
+ * Each plane kernel has a plain C loop (the definition; the portable path)
+ * and an AVX2 twin picked at run time (simd.h); the tests run both against
+ * tests/unit/ref_ops.c. BN+ReLU in training fuses the ReLU into
  * bn_apply and its mask into the backward pieces, so the fused layer makes
  * one pass less over memory each way than BN followed by relu_fwd/bwd.
  */
 #include <math.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/simd.h"
 
 /* ---- plane kernels: reference ---- */
 
@@ -75,8 +76,87 @@ static void bwd_apply_ref(const float *x, const float *yr, const float *dy, int 
         dx[i] = A * dy_eff(yr, dy, i) - B * x[i] + C;
 }
 
-/* The plane kernels this CPU runs (a vectorised set slots in here; the
- * portable loops are the reference it is tested against). */
+/* ---- plane kernels: AVX2 (8 lanes; the tail of a plane goes through the
+ * reference). Sums run in 8 float lanes per plane, added into a double. ---- */
+#if CPU_X86
+static CPU_AVX2 double hsum8(__m256 v)
+{
+    __m256d d = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                              _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
+static CPU_AVX2 double sum_avx2(const float *x, int hw)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= hw; i += 8)
+        acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
+    return hsum8(acc) + sum_ref(x + i, hw - i);
+}
+
+static CPU_AVX2 double sqdev_avx2(const float *x, int hw, float mean)
+{
+    __m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(mean);
+    int i = 0;
+    for (; i + 8 <= hw; i += 8) {
+        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
+        acc = _mm256_fmadd_ps(d, d, acc);
+    }
+    return hsum8(acc) + sqdev_ref(x + i, hw - i, mean);
+}
+
+static CPU_AVX2 void affine_avx2(const float *x, int hw, float scale, float shift, int relu,
+                                 float *y)
+{
+    __m256 s = _mm256_set1_ps(scale), t = _mm256_set1_ps(shift), z = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= hw; i += 8) {
+        __m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), s, t);
+        _mm256_storeu_ps(y + i, relu ? _mm256_max_ps(v, z) : v);
+    }
+    affine_ref(x + i, hw - i, scale, shift, relu, y + i);
+}
+
+/* dy of 8 lanes, zero where the fused ReLU's output y <= 0. */
+static CPU_AVX2 inline __m256 dy8(const float *yr, const float *dy, int i)
+{
+    __m256 g = _mm256_loadu_ps(dy + i);
+    if (yr)
+        g = _mm256_and_ps(g, _mm256_cmp_ps(_mm256_loadu_ps(yr + i), _mm256_setzero_ps(), _CMP_GT_OQ));
+    return g;
+}
+
+static CPU_AVX2 void bwd_sums_avx2(const float *x, const float *yr, const float *dy, int hw,
+                                   float mean, double *sdy, double *sdyx)
+{
+    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps(), m = _mm256_set1_ps(mean);
+    int i = 0;
+    for (; i + 8 <= hw; i += 8) {
+        __m256 g = dy8(yr, dy, i);
+        a = _mm256_add_ps(a, g);
+        b = _mm256_fmadd_ps(g, _mm256_sub_ps(_mm256_loadu_ps(x + i), m), b);
+    }
+    *sdy += hsum8(a);
+    *sdyx += hsum8(b);
+    bwd_sums_ref(x + i, yr ? yr + i : NULL, dy + i, hw - i, mean, sdy, sdyx);
+}
+
+static CPU_AVX2 void bwd_apply_avx2(const float *x, const float *yr, const float *dy, int hw,
+                                    float A, float B, float C, float *dx)
+{
+    __m256 va = _mm256_set1_ps(A), vb = _mm256_set1_ps(-B), vc = _mm256_set1_ps(C);
+    int i = 0;
+    for (; i + 8 <= hw; i += 8) {
+        __m256 g = dy8(yr, dy, i);
+        _mm256_storeu_ps(dx + i, _mm256_fmadd_ps(vb, _mm256_loadu_ps(x + i), _mm256_fmadd_ps(va, g, vc)));
+    }
+    bwd_apply_ref(x + i, yr ? yr + i : NULL, dy + i, hw - i, A, B, C, dx + i);
+}
+#endif
+
+/* The plane kernels this CPU runs. */
 typedef struct bn_kernels {
     double (*sum)(const float *x, int hw);
     double (*sqdev)(const float *x, int hw, float mean);
@@ -89,6 +169,10 @@ typedef struct bn_kernels {
 
 static bn_kernels pick(void)
 {
+#if CPU_X86
+    if (cpu_has_avx2())
+        return (bn_kernels){sum_avx2, sqdev_avx2, affine_avx2, bwd_sums_avx2, bwd_apply_avx2};
+#endif
     return (bn_kernels){sum_ref, sqdev_ref, affine_ref, bwd_sums_ref, bwd_apply_ref};
 }
 
@@ -302,14 +386,16 @@ void cpu_bn_fold(cdl_backend *be, int oc, int per_oc, const float *w, const floa
     }
 }
 
-/* ---- global average pooling: plane means and their adjoint ---- */
+/* ---- global average pooling: plane means and their adjoint. The
+ * plain double sum on every CPU (a small op: one pass over the last
+ * feature map), so the CUDA backend's matches it bit for bit. ---- */
 
 static void gap_fwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk, (void)tid;
     const bn_ctx *c = vctx;
     for (size_t p = b; p < e; p++)
-        c->out[p] = (float)(c->k.sum(c->x + p * (size_t)c->hw, c->hw) / c->hw);
+        c->out[p] = (float)(sum_ref(c->x + p * (size_t)c->hw, c->hw) / c->hw);
 }
 
 static void gap_bwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)

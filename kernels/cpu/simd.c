@@ -24,8 +24,22 @@ int cpu_has_avx512(void)
     return v;
 }
 
+static atomic_int cached2 = -1;
+
+int cpu_has_avx2(void)
+{
+    int v = atomic_load_explicit(&cached2, memory_order_relaxed);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        atomic_store_explicit(&cached2, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 void cpu_disable_avx512(int off)
 {
     atomic_store_explicit(&cached, off ? 0 : -1, memory_order_relaxed);
+    atomic_store_explicit(&cached2, off ? 0 : -1, memory_order_relaxed);
 }
 #endif

@@ -20,9 +20,15 @@
  * that throttles on 512-bit code). Cached after the first call. */
 int cpu_has_avx512(void);
 
-/* Tests: 1 turns the AVX-512 kernels off (the portable paths run), 0 goes
- * back to what the CPU supports. Not for use while ops run. */
+/* Tests: 1 turns the AVX-512 (and AVX2) kernels off (the portable paths
+ * run), 0 goes back to what the CPU supports. Not for use while ops run. */
 void cpu_disable_avx512(int off);
+
+/* AVX2 with FMA (every x86-64 CPU since 2013-2015, Zen included): the
+ * 8-lane kernels of the elementwise and batch-norm ops. cpu_disable_avx512(1)
+ * turns them off too, so the tests' portable run is portable. */
+#define CPU_AVX2 __attribute__((target("avx2,fma")))
+int cpu_has_avx2(void);
 
 /* Lanes [0,n) of a 16-lane mask, n in [0,16]. */
 static inline __mmask16 cpu_mask16(int n)
@@ -32,6 +38,10 @@ static inline __mmask16 cpu_mask16(int n)
 #else
 #define CPU_X86 0
 static inline int cpu_has_avx512(void)
+{
+    return 0;
+}
+static inline int cpu_has_avx2(void)
 {
     return 0;
 }

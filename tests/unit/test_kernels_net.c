@@ -444,11 +444,11 @@ int main(void)
         cmocka_unit_test(test_add_accumulate_channel_copy),
         cmocka_unit_test(test_xent_ls_matches_reference),
     };
-    /* Every test twice, like test_kernels: AVX-512 where the CPU has it,
-     * then the portable paths. */
+    /* Every test twice, like test_kernels: the SIMD kernels (AVX-512,
+     * AVX2) where the CPU has them, then the portable paths. */
     int failed = 0;
-    if (cpu_has_avx512())
-        failed += cmocka_run_group_tests_name("kernels of nets (AVX-512)", tests, NULL, NULL);
+    if (cpu_has_avx512() || cpu_has_avx2())
+        failed += cmocka_run_group_tests_name("kernels of nets (SIMD)", tests, NULL, NULL);
     cpu_disable_avx512(1);
     failed += cmocka_run_group_tests_name("kernels of nets (portable)", tests, NULL, NULL);
     cpu_disable_avx512(0);

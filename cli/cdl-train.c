@@ -23,6 +23,7 @@ enum {
     OPT_DEVICE, OPT_NESTEROV, OPT_DAMPENING, OPT_STEP_EPOCHS, OPT_SYNTH_N, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32, OPT_GRAPHS,
     OPT_METRICS_EVERY,
+    OPT_TENSORBOARD,
     OPT_IMAGE_SIZE, OPT_CHANNELS, OPT_LABEL_COLUMN, OPT_SKIP_BAD, OPT_NORMALIZE, OPT_AUGMENT,
     OPT_VAL_SPLIT, OPT_INIT, OPT_INIT_IGNORE,
     OPT_LABEL_SMOOTHING,
@@ -57,6 +58,7 @@ static const struct option long_opts[] = {
     {"resume-allow", required_argument, NULL, OPT_RESUME_ALLOW},
     {"metrics", required_argument, NULL, OPT_METRICS},
     {"metrics-every", required_argument, NULL, OPT_METRICS_EVERY},
+    {"tensorboard", required_argument, NULL, OPT_TENSORBOARD},
     {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
     {"drop-last", no_argument, NULL, OPT_DROP_LAST},
     {"device", required_argument, NULL, OPT_DEVICE},
@@ -145,6 +147,8 @@ static void usage(FILE *f)
 "      --metrics FILE           append JSON lines: the run's configuration, then one\n"
 "                               record per epoch (docs/metrics.md)\n"
 "      --metrics-every N        also a record every N steps [0: never]\n"
+"      --tensorboard DIR        TensorBoard event files: scalars per epoch (and every\n"
+"                               --metrics-every steps), hyper-parameters\n"
 "      --progress | --no-progress  live bar (default: when stderr is a terminal)\n"
 "  -q, --quiet                  no output but errors\n"
 "  -h, --help    --version\n"
@@ -449,6 +453,9 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             break;
         case OPT_METRICS: rc = copy_str(name, a, cfg->metrics, sizeof cfg->metrics); break;
         case OPT_METRICS_EVERY: rc = parse_long(name, a, 0, LONG_MAX, &cfg->metrics_every); break;
+        case OPT_TENSORBOARD:
+            rc = copy_str(name, a, cfg->tensorboard, sizeof cfg->tensorboard);
+            break;
         case OPT_MAX_STEPS: rc = parse_long(name, a, 0, LONG_MAX, &cfg->max_steps); break;
         case OPT_DROP_LAST: cfg->drop_last = 1; break;
         case OPT_DEVICE:

@@ -103,6 +103,9 @@ typedef struct cdl_train_config {
      * "auto" copies it once per node to $SLURM_TMPDIR (else $TMPDIR) when
      * it is on a network file system; a directory: copy it there (kept). */
     char stage[1024];
+    /* --tensorboard: rank 0 writes TensorBoard event files into this
+     * directory ("" = none; docs/metrics.md). */
+    char tensorboard[1024];
 } cdl_train_config;
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,

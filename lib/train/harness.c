@@ -489,6 +489,7 @@ static int read_config(const cdl_train_config *in, cdl_train_config *out)
                      sizeof out->init, sizeof out->init_ignore, sizeof out->stage};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
         strs[i][lens[i] - 1] = '\0';
+    out->tensorboard[sizeof out->tensorboard - 1] = '\0';
     return 0;
 }
 

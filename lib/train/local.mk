@@ -7,3 +7,5 @@ libcdl_core_la_SOURCES += lib/train/metrics.c
 EXTRA_DIST += lib/train/metrics.h
 libcdl_core_la_SOURCES += lib/train/init.c
 libcdl_core_la_SOURCES += lib/train/stage.c lib/train/stage.h
+libcdl_core_la_SOURCES += lib/train/tfevents.c lib/train/tboard.c
+EXTRA_DIST += lib/train/tfevents.h

@@ -1,4 +1,5 @@
 /* The --metrics file's JSON lines (metrics.h; keys in docs/metrics.md). */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -92,6 +93,7 @@ int metrics_config(FILE *f, const cdl_train_config *c, const run_info *ri)
     put_str(&b, "resume", c->resume);
     put_str(&b, "resume_allow", c->resume_allow);
     put_str(&b, "metrics", c->metrics);
+    put_str(&b, "tensorboard", c->tensorboard);
     putf(&b, ",\"metrics_every\":%ld", c->metrics_every);
     put_str(&b, "dist_backend", c->dist_backend);
     putf(&b, ",\"synthetic_size\":%d,\"tf32_conv\":%d,\"tf32_matmul\":%d,\"cuda_graphs\":%d,"
@@ -164,9 +166,20 @@ int metrics_refuse_used(const cdl_train_config *c)
         if (h)
             what = c->metrics;
     }
+    if (!what && c->tensorboard[0]) {
+        DIR *d = opendir(c->tensorboard);
+        struct dirent *e;
+        while (d && !what && (e = readdir(d)))
+            if (!strncmp(e->d_name, "events.out.tfevents.", 20)) {
+                snprintf(path, sizeof path, "--tensorboard %.1000s", c->tensorboard);
+                what = path;
+            }
+        if (d)
+            closedir(d);
+    }
     if (!what)
         return 0;
     return cdl_error("--resume never: %s already holds a run, and a second one would be mixed "
                      "into it: continue that run with --resume auto, or give this one its own "
-                     "--ckpt-dir and --metrics, or remove the old files first", what);
+                     "--ckpt-dir, --metrics and --tensorboard, or remove the old files first", what);
 }

@@ -1,5 +1,6 @@
 /* What a run tells its user: a live bar on a terminal, one plain line per
- * epoch otherwise, and JSON lines for --metrics. Only rank 0 speaks. */
+ * epoch otherwise, JSON lines for --metrics (metrics.c) and TensorBoard
+ * events for --tensorboard (tboard.c). Only rank 0 speaks. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 
 #include "metrics.h"
 #include "report.h"
+#include "tfevents.h"
 
 struct train_report {
     int rank;
@@ -16,6 +18,7 @@ struct train_report {
     FILE *metrics;
     char metrics_path[1024];
     char run_id[RUN_ID_LEN + 1];
+    tfev *tb;                /* --tensorboard */
     double last_draw;
 };
 
@@ -39,6 +42,10 @@ train_report *train_report_open(const cdl_train_config *cfg, int rank)
         }
         snprintf(r->metrics_path, sizeof r->metrics_path, "%s", cfg->metrics);
     }
+    if (rank == 0 && cfg->tensorboard[0] && !(r->tb = tfev_open(cfg->tensorboard))) {
+        train_report_free(r);
+        return NULL;
+    }
     return r;
 }
 
@@ -48,6 +55,7 @@ void train_report_free(train_report *r)
         return;
     if (r->metrics)
         fclose(r->metrics);
+    tfev_close(r->tb);
     cdl_free(r);
 }
 
@@ -86,7 +94,7 @@ int train_report_epoch(train_report *r, const epoch_stats *s)
     }
     if (r->metrics && metrics_epoch(r->metrics, r->run_id, r->rank, s) != 0)
         return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
-    return 0;
+    return r->tb ? tboard_epoch(r->tb, s) : 0;
 }
 
 int train_report_start(train_report *r, const cdl_train_config *cfg, const run_info *ri)
@@ -94,14 +102,14 @@ int train_report_start(train_report *r, const cdl_train_config *cfg, const run_i
     snprintf(r->run_id, sizeof r->run_id, "%s", ri->run_id);
     if (r->metrics && metrics_config(r->metrics, cfg, ri) != 0)
         return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
-    return 0;
+    return r->tb ? tboard_start(r->tb, cfg, ri) : 0;
 }
 
 int train_report_step(train_report *r, const step_stats *s)
 {
     if (r->metrics && metrics_step(r->metrics, r->run_id, r->rank, s) != 0)
         return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
-    return 0;
+    return r->tb ? tboard_step(r->tb, s) : 0;
 }
 
 int train_report_test(train_report *r, double loss, double acc, int samples)

@@ -10,3 +10,9 @@ TESTS += tests/e2e/plot.sh
 EXTRA_DIST += tests/e2e/plot.sh
 TESTS += tests/e2e/torch-resnet.sh
 EXTRA_DIST += tests/e2e/torch-resnet.sh tests/e2e/torch_resnet18.py
+TESTS += tests/e2e/tensorboard.sh
+EXTRA_DIST += tests/e2e/tensorboard.sh tests/e2e/tfevents_read.py
+clean-local: clean-local-tensorboard-venv
+clean-local-tensorboard-venv:
+	-rm -rf tests/e2e/tensorboard-venv tests/e2e/tensorboard-venv.tmp
+.PHONY: clean-local-tensorboard-venv

@@ -1,0 +1,58 @@
+/* What cdl-train writes for TensorBoard (--tensorboard DIR, rank 0): the
+ * run's hyper-parameters (hparams plugin) at start, scalars per step
+ * record (--metrics-every) and per epoch, flushed each epoch. */
+#include <math.h>
+#include <stdio.h>
+
+#include "metrics.h"
+#include "report.h"
+#include "tfevents.h"
+
+/* The metrics the hparams dashboard compares runs by. */
+static const char *const compared[] = {"epoch/val_loss", "epoch/val_accuracy",
+                                       "epoch/train_loss", "epoch/train_accuracy", NULL};
+
+int tboard_start(tfev *w, const cdl_train_config *c, const run_info *ri)
+{
+    const tfev_hparam hp[] = {
+        {"model", c->model, 0},
+        {"dataset", c->dataset, 0},
+        {"optimizer", cdl_optim_kind_name(c->optim.kind), 0},
+        {"schedule", cdl_sched_kind_name(c->schedule), 0},
+        {"lr", NULL, c->lr},
+        {"batch_size", NULL, c->batch_size},
+        {"global_batch_size", NULL, (double)c->batch_size * ri->world},
+        {"epochs", NULL, c->epochs},
+        {"momentum", NULL, c->optim.momentum},
+        {"weight_decay", NULL, c->optim.weight_decay},
+        {"warmup_epochs", NULL, c->warmup_epochs},
+        {"seed", NULL, (double)c->seed},
+        {"world", NULL, ri->world},
+        {"backend", ri->backend, 0},
+        {"run_id", ri->run_id, 0},
+    };
+    return tfev_hparams(w, hp, (int)(sizeof hp / sizeof hp[0]), compared, ri->run_id);
+}
+
+int tboard_step(tfev *w, const step_stats *s)
+{
+    if (tfev_scalar(w, "step/loss", s->step, s->loss) || tfev_scalar(w, "step/accuracy", s->step, s->acc) ||
+        tfev_scalar(w, "step/lr", s->step, s->lr) ||
+        tfev_scalar(w, "step/samples_per_sec", s->step, s->samples_per_sec))
+        return -1;
+    return isfinite(s->grad_norm) ? tfev_scalar(w, "step/grad_norm", s->step, s->grad_norm) : 0;
+}
+
+int tboard_epoch(tfev *w, const epoch_stats *s)
+{
+    long x = s->step;   /* the x axis of every chart: optimizer steps */
+    if (tfev_scalar(w, "epoch/train_loss", x, s->train_loss) ||
+        tfev_scalar(w, "epoch/train_accuracy", x, s->train_acc) ||
+        tfev_scalar(w, "epoch/val_loss", x, s->val_loss) ||
+        tfev_scalar(w, "epoch/val_accuracy", x, s->val_acc) ||
+        tfev_scalar(w, "epoch/lr", x, s->lr) ||
+        tfev_scalar(w, "epoch/images_per_sec", x, s->images_per_sec) ||
+        tfev_scalar(w, "epoch/epoch", x, s->epoch + 1))
+        return -1;
+    return tfev_flush(w);
+}

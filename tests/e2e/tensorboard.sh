@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# cdl-train --tensorboard: one event file named like TensorFlow's, every
+# record's masked CRC32C right (read back by tests/e2e/tfevents_read.py,
+# standard library only, which must also reject a damaged copy), the
+# scalars per step and epoch equal to the metrics file's values, the
+# hparams plugin's records; then read by the TensorBoard library itself
+# (EventAccumulator) from a venv with tensorboard from PyPI, cached in the
+# build tree (tests/e2e/tensorboard-venv, removed by make clean); without
+# PyPI that part is skipped, saying so, and the rest still runs.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+PY=${CDL_TEST_PYTHON:-/usr/bin/python3}
+[ -x "$PY" ] || { echo "SKIP: no $PY"; exit 77; }
+READ="$top_srcdir/tests/e2e/tfevents_read.py"
+TB_PIN="tensorboard==2.15.2 numpy<2"   # its numpy stub needs NumPy 1 (Debian 12 has 1.24)
+
+"$PY" -c "import sys; sys.path.insert(0, '$top_srcdir/tests/e2e'); import tfevents_read as t
+assert t.crc32c(b'123456789') == 0xE3069283" || die "the reader's CRC32C is wrong"
+
+"$CDL_TRAIN" --dataset synthetic --synthetic-size 256 --batch-size 64 --epochs 2 --threads 1 \
+    --workers 0 --metrics-every 2 --metrics "$TMP/m.jsonl" --tensorboard "$TMP/tb" -q ||
+    die "training with --tensorboard failed"
+set -- "$TMP"/tb/events.out.tfevents.*
+[ $# = 1 ] && [ -s "$1" ] || die "expected one event file in $TMP/tb: $*"
+ev=$1
+basename "$ev" | grep -qE '^events\.out\.tfevents\.[0-9]{10}\.[A-Za-z0-9._-]+$' ||
+    die "$(basename "$ev") is not named events.out.tfevents.<time>.<host>"
+
+"$PY" "$READ" "$ev" >"$TMP/ev.json" || die "tfevents_read.py rejects $ev"
+"$PY" - "$TMP/ev.json" "$TMP/m.jsonl" <<'PY' || die "the event file disagrees with the metrics file"
+import json, sys
+ev = json.load(open(sys.argv[1]))
+recs = [json.loads(l) for l in open(sys.argv[2])]
+assert ev["version"] == "brain.Event:2", ev["version"]
+sc = ev["scalars"]
+steps = [r for r in recs if r["type"] == "step"]
+epochs = [r for r in recs if r["type"] == "epoch"]
+assert len(steps) == 4 and len(epochs) == 2, (len(steps), len(epochs))
+def same(tag, rs, key, tol=1e-5):   # float32 in events, 6 digits in JSON
+    got = sc[tag]
+    assert [s for s, _ in got] == [r["step"] for r in rs], (tag, got)
+    for (_, v), r in zip(got, rs):
+        assert abs(v - r[key]) <= tol * max(1, abs(r[key])), (tag, v, r[key])
+same("step/loss", steps, "loss")
+same("step/lr", steps, "lr")
+same("step/grad_norm", steps, "grad_norm")
+same("epoch/val_accuracy", epochs, "val_acc")
+same("epoch/train_loss", epochs, "train_loss")
+same("epoch/images_per_sec", epochs, "images_per_sec", 1e-3)   # JSON: 1 decimal
+for tag in ("_hparams_/experiment", "_hparams_/session_start_info"):
+    assert ev["hparams"][tag]["plugin"] == "hparams", ev["hparams"]
+print("event file:", ev["records"], "records,", len(sc), "scalar tags, CRCs right")
+PY
+
+# The reader can fail: one flipped byte in the last record.
+cp "$ev" "$TMP/damaged"
+size=$(stat -c %s "$TMP/damaged")
+printf '\377' | dd of="$TMP/damaged" bs=1 seek=$((size - 6)) conv=notrunc status=none
+"$PY" "$READ" "$TMP/damaged" >/dev/null 2>"$TMP/err" && die "a damaged event file reads as good"
+expect_err "CRC mismatch"
+
+# Another run into the same directory with --resume never: refused.
+expect_status 1 "$CDL_TRAIN" --dataset synthetic --synthetic-size 64 --epochs 1 --resume never \
+    --tensorboard "$TMP/tb" -q
+expect_err "--tensorboard $TMP/tb"
+
+# TensorBoard's own reader.
+venv=$(mkdir -p "$top_builddir/tests/e2e" && cd "$top_builddir/tests/e2e" && pwd)/tensorboard-venv
+if ! "$venv/bin/python" -c 'import tensorboard' >/dev/null 2>&1; then
+    rm -rf "$venv" "$venv.tmp"
+    # shellcheck disable=SC2086
+    if "$PY" -m venv --system-site-packages "$venv.tmp" >/dev/null 2>&1 &&
+       timeout 600 "$venv.tmp/bin/python" -m pip install -q --no-cache-dir \
+           --disable-pip-version-check $TB_PIN >"$TMP/pip.log" 2>&1; then
+        mv "$venv.tmp" "$venv"   # only a complete venv is cached
+    else
+        rm -rf "$venv.tmp"
+        tail -n 3 "$TMP/pip.log" 2>/dev/null
+        echo "PASS (TensorBoard library part skipped: cannot install $TB_PIN from PyPI here)"
+        exit 0
+    fi
+fi
+run_id=$(head -n 1 "$TMP/m.jsonl" | sed 's/.*"run_id":"\([0-9a-f]*\)".*/\1/')
+"$venv/bin/python" - "$TMP/tb" "$run_id" <<'PY' || die "TensorBoard cannot read the event file"
+import sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+from tensorboard.plugins.hparams import plugin_data_pb2
+acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0})
+acc.Reload()
+tags = acc.Tags()["scalars"]
+for t in ("epoch/val_accuracy", "epoch/train_loss", "epoch/lr", "epoch/images_per_sec",
+          "step/loss", "step/grad_norm", "step/samples_per_sec"):
+    assert t in tags, (t, tags)
+assert [e.step for e in acc.Scalars("epoch/val_loss")] == [4, 8]
+assert [e.step for e in acc.Scalars("step/loss")] == [2, 4, 6, 8]
+content = acc.PluginTagToContent("hparams")
+start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+hp = start.session_start_info.hparams
+assert abs(hp["lr"].number_value - 0.05) < 1e-7, hp["lr"]
+assert hp["dataset"].string_value == "synthetic", hp["dataset"]
+assert start.session_start_info.group_name == sys.argv[2]
+exp = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+assert "lr" in [h.name for h in exp.hparam_infos]
+assert "epoch/val_accuracy" in [m.name.tag for m in exp.metric_infos]
+print("TensorBoard reads", len(tags), "scalar tags and the hparams of run", sys.argv[2])
+PY
+echo "PASS: TensorBoard event files"

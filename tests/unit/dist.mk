@@ -15,6 +15,12 @@ tests_unit_test_dist_store_LDADD = $(TEST_LDADD)
 tests_unit_test_dist_ddp_SOURCES = tests/unit/test_dist_ddp.c tests/unit/dist_fork.h
 tests_unit_test_dist_ddp_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_dist_ddp_LDADD = $(TEST_LDADD)
+# BatchNorm under DDP (buffers follow rank 0; SyncBatchNorm): test_dist_bn.c.
+check_PROGRAMS += tests/unit/test_dist_bn
+TESTS += tests/unit/test_dist_bn
+tests_unit_test_dist_bn_SOURCES = tests/unit/test_dist_bn.c tests/unit/dist_fork.h
+tests_unit_test_dist_bn_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_dist_bn_LDADD = $(TEST_LDADD)
 tests_unit_test_dist_gpu_group_SOURCES = tests/unit/test_dist_gpu_group.c
 tests_unit_test_dist_gpu_group_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_dist_gpu_group_LDADD = $(TEST_LDADD)

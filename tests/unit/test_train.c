@@ -144,6 +144,64 @@ static void test_resume_mid_epoch_resnet20(void **state)
     assert_same_weights(full.ckpt_dir, part.ckpt_dir);
 }
 
+/* Issue 15: batchnorm2d's buffers (running_mean, running_var,
+ * num_batches_tracked) are in the checkpoint under PyTorch's names, the
+ * count as I64, and resuming from the middle of an epoch stays bitwise,
+ * buffers included (assert_same_weights compares every tensor). */
+static void test_resume_mid_epoch_batchnorm(void **state)
+{
+    (void)state;
+    char spec[300];
+    snprintf(spec, sizeof spec, "%s/bn.spec", tmpdir);
+    FILE *f = fopen(spec, "w");
+    assert_non_null(f);
+    fputs("conv2d 4 kernel=3 padding=1\nbatchnorm2d\nrelu\nmaxpool2d 2\n"
+          "conv2d 8 kernel=3 bias=false\nbatchnorm2d momentum=0.2\nrelu\n"
+          "avgpool2d 14\nflatten\nlinear 10\n", f);
+    fclose(f);
+    cdl_train_config full, part;
+    base_config(&full, "bn-full");
+    snprintf(full.model, sizeof full.model, "%.255s", spec);
+    run_ok(&full);
+    base_config(&part, "bn-part");
+    snprintf(part.model, sizeof part.model, "%.255s", spec);
+    part.max_steps = 4;       /* stops inside epoch 1 */
+    run_ok(&part);
+    part.max_steps = 0;
+    snprintf(part.resume, sizeof part.resume, "auto");
+    run_ok(&part);
+    assert_same_weights(full.ckpt_dir, part.ckpt_dir);
+
+    char path[1100];
+    snprintf(path, sizeof path, "%s/last.safetensors", full.ckpt_dir);
+    cdl_st_file *st = cdl_st_open(path);
+    assert_non_null(st);
+    static const char *const names[] = {"bn1.running_mean", "bn1.running_var", "bn2.running_mean",
+                                        "bn2.running_var"};
+    for (int i = 0; i < 4; i++) {
+        int t = cdl_st_find(st, names[i]);
+        size_t n;
+        assert_true(t >= 0);
+        assert_string_equal(cdl_st_dtype(st, t), "F32");
+        assert_non_null(cdl_st_data(st, t, &n));
+        assert_int_equal(n, i < 2 ? 4 : 8);
+    }
+    for (int i = 1; i <= 2; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "bn%d.num_batches_tracked", i);
+        int t = cdl_st_find(st, name), nd;
+        size_t n;
+        int64_t shape[8];
+        assert_true(t >= 0);
+        const int64_t *q = cdl_st_data_i64(st, t, &n);
+        assert_non_null(q);
+        assert_int_equal(cdl_st_shape(st, t, &nd, shape), 0);
+        assert_int_equal(nd, 0);
+        assert_int_equal(q[0], 12);   /* 2 epochs of 6 training steps */
+    }
+    cdl_st_close(st);
+}
+
 static void raise_at_step(void *ctx, long steps)
 {
     if (steps == *(long *)ctx)
@@ -527,6 +585,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_resume_mid_epoch),
+        cmocka_unit_test(test_resume_mid_epoch_batchnorm),
         cmocka_unit_test(test_resume_mid_epoch_resnet20),
         cmocka_unit_test(test_signal_checkpoint_and_resume),
         cmocka_unit_test(test_gpu_loop_matches_host_loop),

@@ -149,7 +149,7 @@ static void usage(FILE *f)
 "      --metrics-every N        also a record every N steps [0: never]\n"
 "      --tensorboard DIR        TensorBoard event files: scalars per epoch (and every\n"
 "                               --metrics-every steps), hyper-parameters\n"
-"      --progress | --no-progress  live bar (default: when stderr is a terminal)\n"
+"      --progress | --no-progress  live bar with ETA (default: when stderr is a terminal)\n"
 "  -q, --quiet                  no output but errors\n"
 "  -h, --help    --version\n"
 "\n"

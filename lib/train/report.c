@@ -20,6 +20,9 @@ struct train_report {
     char run_id[RUN_ID_LEN + 1];
     tfev *tb;                /* --tensorboard */
     double last_draw;
+    int bar_epoch;           /* the ETA's epoch, first batch and time */
+    long bar_b0;
+    double bar_t0;
 };
 
 train_report *train_report_open(const cdl_train_config *cfg, int rank)
@@ -30,8 +33,11 @@ train_report *train_report_open(const cdl_train_config *cfg, int rank)
     r->rank = rank;
     r->quiet = cfg->quiet;
     r->epochs = cfg->epochs;
+    /* By default only on a terminal, so a log file (Slurm's output, a
+     * pipe) never gets the bar's carriage returns. */
     r->bar = rank == 0 && !cfg->quiet &&
              (cfg->progress == 1 || (cfg->progress < 0 && isatty(STDERR_FILENO)));
+    r->bar_epoch = -1;
     if (rank == 0 && cfg->metrics[0]) {
         r->metrics = fopen(cfg->metrics, "a");
         if (!r->metrics) {
@@ -59,12 +65,32 @@ void train_report_free(train_report *r)
     cdl_free(r);
 }
 
+void train_format_duration(double s, char *buf, size_t len)
+{
+    if (!(s >= 0) || s > 99 * 86400.0) {   /* NaN, negative or absurd: no guess */
+        snprintf(buf, len, "?");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
+}
+
 void train_report_progress(train_report *r, int epoch, long b, long nb, double loss, double acc,
                            double imgs_per_sec)
 {
     if (!r->bar)
         return;
     double t = train_now();
+    /* The epoch's clock for the ETA starts at its first drawn batch (a
+     * resumed epoch starts in its middle). */
+    if (epoch != r->bar_epoch || b <= r->bar_b0) {
+        r->bar_epoch = epoch;
+        r->bar_b0 = b;
+        r->bar_t0 = t;
+    }
     if (b < nb && t - r->last_draw < 0.1)
         return;
     r->last_draw = t;
@@ -74,8 +100,18 @@ void train_report_progress(train_report *r, int epoch, long b, long nb, double l
     for (int i = 0; i < WIDTH; i++)
         bar[i] = i < fill ? '#' : '.';
     bar[WIDTH] = 0;
-    fprintf(stderr, "\r\033[Kepoch %d/%d [%s] %ld/%ld  loss %.4f  acc %5.2f%%  %.0f img/s",
-            epoch + 1, r->epochs, bar, b, nb, loss, 100 * acc, imgs_per_sec);
+    /* ETA from this epoch's pace: the rest of the epoch, and of the run
+     * (the training batches only: validation adds its own time). */
+    char eta[32] = "?", run[32] = "?";
+    if (b > r->bar_b0 && t > r->bar_t0) {
+        double per_batch = (t - r->bar_t0) / (double)(b - r->bar_b0);
+        train_format_duration(per_batch * (double)(nb - b), eta, sizeof eta);
+        train_format_duration(per_batch * ((double)(nb - b) + (double)nb * (r->epochs - epoch - 1)),
+                              run, sizeof run);
+    }
+    fprintf(stderr, "\r\033[Kepoch %d/%d [%s] %ld/%ld  loss %.4f  acc %5.2f%%  %.0f img/s  "
+            "ETA %s (run %s)", epoch + 1, r->epochs, bar, b, nb, loss, 100 * acc, imgs_per_sec,
+            eta, run);
     fflush(stderr);
 }
 

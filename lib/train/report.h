@@ -3,6 +3,7 @@
 #ifndef CDL_TRAIN_REPORT_H
 #define CDL_TRAIN_REPORT_H
 
+#include <stddef.h>
 #include <time.h>
 
 #include <cdl/cdl.h>
@@ -18,7 +19,10 @@ static inline double train_now(void)
 typedef struct train_report train_report;
 train_report *train_report_open(const cdl_train_config *cfg, int rank);
 void train_report_free(train_report *r);
-/* Live progress for batch b of nb in an epoch (bar on a terminal only). */
+/* Seconds as M:SS or H:MM:SS into buf ("?" if not a sensible time). */
+void train_format_duration(double s, char *buf, size_t len);
+/* Live progress for batch b of nb in an epoch (bar on a terminal only),
+ * with the ETA of the epoch and of the run. */
 void train_report_progress(train_report *r, int epoch, long b, long nb, double loss,
                            double acc, double imgs_per_sec);
 typedef struct epoch_stats {

@@ -16,3 +16,5 @@ clean-local: clean-local-tensorboard-venv
 clean-local-tensorboard-venv:
 	-rm -rf tests/e2e/tensorboard-venv tests/e2e/tensorboard-venv.tmp
 .PHONY: clean-local-tensorboard-venv
+TESTS += tests/e2e/progress.sh
+EXTRA_DIST += tests/e2e/progress.sh

@@ -11,6 +11,8 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/train/report.h"
+
 static char tmpdir[256];
 
 static void base_config(cdl_train_config *c, const char *sub)
@@ -567,6 +569,23 @@ static void test_bad_config(void **state)
     assert_non_null(strstr(cdl_last_error(), "cdl_train_defaults"));
 }
 
+/* The progress bar's ETA (lib/train/report.c). */
+static void test_eta_format(void **state)
+{
+    (void)state;
+    char b[32];
+    train_format_duration(0, b, sizeof b);
+    assert_string_equal(b, "0:00");
+    train_format_duration(59.6, b, sizeof b);
+    assert_string_equal(b, "1:00");
+    train_format_duration(3725, b, sizeof b);
+    assert_string_equal(b, "1:02:05");
+    train_format_duration(NAN, b, sizeof b);
+    assert_string_equal(b, "?");
+    train_format_duration(-1, b, sizeof b);
+    assert_string_equal(b, "?");
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -595,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_no_allocation_inside_steps),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_metrics_records),
+        cmocka_unit_test(test_eta_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The live progress bar: on a terminal (a pseudo-terminal from script(1))
+# cdl-train draws it with an ETA for the epoch and the run; into a file or a
+# pipe (a Slurm log) it writes no bar and no carriage return, only the plain
+# epoch lines.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+args="--dataset synthetic --synthetic-size 512 --batch-size 32 --epochs 2 --threads 1 --workers 0"
+
+# shellcheck disable=SC2086
+"$CDL_TRAIN" $args >"$TMP/out" 2>"$TMP/err" || die "training failed"
+grep -q '^epoch 2/2 ' "$TMP/out" || die "no plain epoch lines in the log"
+grep -q 'ETA' "$TMP/out" "$TMP/err" && die "the bar went into a log file"
+grep -q $'\r' "$TMP/out" "$TMP/err" && die "carriage returns in a log file"
+
+command -v script >/dev/null || { echo "SKIP: no script(1) for a terminal (util-linux)"; exit 77; }
+# script runs the command line with $SHELL -c and records the terminal.
+SHELL=/bin/sh script -qec "'$CDL_TRAIN' $args" "$TMP/tty" >/dev/null 2>&1 ||
+    { cat "$TMP/tty"; die "training on a terminal failed"; }
+grep -aq 'epoch 1/2 \[#*\.*\] [0-9]*/[0-9]* .* img/s  ETA [0-9?][0-9:]* (run [0-9?][0-9:]*)' "$TMP/tty" ||
+    { cat -v "$TMP/tty" | head -5; die "no bar with an ETA on the terminal"; }
+grep -aq 'epoch 2/2 \[##############################\] \([0-9]*\)/\1 .*ETA 0:00 (run 0:00)' "$TMP/tty" ||
+    { cat -v "$TMP/tty" | head -5; die "the last batch's bar does not end at ETA 0:00"; }
+echo "PASS: progress bar with ETA on a terminal only"

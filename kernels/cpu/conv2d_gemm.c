@@ -39,6 +39,7 @@ typedef struct conv_plan {
     int tile_rows;    /* output rows per tile */
     int ntiles;
     int direct;       /* 1x1, stride 1, no padding: x is the column matrix */
+    int depthwise;    /* one input and output channel per group: direct loops */
     size_t col_floats, dw_floats, db_floats;
 } conv_plan;
 
@@ -48,6 +49,7 @@ static void conv_plan_make(const cdl_conv2d_desc *d, conv_plan *p)
     p->cg = d->c / p->G;
     p->ocg = d->oc / p->G;
     p->K = p->cg * d->kh * d->kw;
+    p->depthwise = p->cg == 1 && p->ocg == 1 && p->G > 1;
     p->P = d->oh * d->ow;
     p->direct = d->kh == 1 && d->kw == 1 && d->stride_h == 1 && d->stride_w == 1 &&
                 d->pad_h == 0 && d->pad_w == 0;
@@ -59,7 +61,7 @@ static void conv_plan_make(const cdl_conv2d_desc *d, conv_plan *p)
         rows = (size_t)(d->oh > 0 ? d->oh : 1);
     p->tile_rows = (int)rows;
     p->ntiles = d->oh > 0 ? (d->oh + p->tile_rows - 1) / p->tile_rows : 0;
-    p->col_floats = p->direct ? 0 : cpu_align16((size_t)p->K * rows * (size_t)d->ow);
+    p->col_floats = p->direct || p->depthwise ? 0 : cpu_align16((size_t)p->K * rows * (size_t)d->ow);
     p->dw_floats = cpu_align16((size_t)d->oc * p->K);
     p->db_floats = cpu_align16((size_t)d->oc);
 }
@@ -148,6 +150,55 @@ static void col2im_tile(const cdl_conv2d_desc *d, int cg, const float *col, int 
     }
 }
 
+/* Depthwise (one input and one output channel per group): direct loops
+ * instead of a one-row SGEMM. For output rows [r0,r1) of channel plane xc
+ * (h,w) with kernel wk (kh,kw): y rows are overwritten (fwd); or dw (kh*kw)
+ * accumulates and dxc (h,w) accumulates unless NULL (bwd). */
+static void dw_fwd_rows(const cdl_conv2d_desc *d, const float *xc, const float *wk, int r0,
+                        int r1, float *y)
+{
+    memset(y + (size_t)r0 * d->ow, 0, (size_t)(r1 - r0) * d->ow * sizeof *y);
+    for (int ky = 0; ky < d->kh; ky++)
+        for (int kx = 0; kx < d->kw; kx++) {
+            float wv = wk[ky * d->kw + kx];
+            int ox0, ox1;
+            valid_cols(d, kx, &ox0, &ox1);
+            for (int r = r0; r < r1; r++) {
+                int iy = r * d->stride_h - d->pad_h + ky * d->dil_h;
+                if (iy < 0 || iy >= d->h)
+                    continue;
+                const float *src = xc + (size_t)iy * d->w - d->pad_w + kx * d->dil_w;
+                float *dst = y + (size_t)r * d->ow;
+                for (int ox = ox0; ox < ox1; ox++)
+                    dst[ox] += wv * src[ox * d->stride_w];
+            }
+        }
+}
+
+static void dw_bwd_rows(const cdl_conv2d_desc *d, const float *xc, const float *wk,
+                        const float *dy, int r0, int r1, float *dw, float *dxc)
+{
+    for (int ky = 0; ky < d->kh; ky++)
+        for (int kx = 0; kx < d->kw; kx++) {
+            float wv = wk[ky * d->kw + kx], acc = 0.0f;
+            int ox0, ox1;
+            valid_cols(d, kx, &ox0, &ox1);
+            for (int r = r0; r < r1; r++) {
+                int iy = r * d->stride_h - d->pad_h + ky * d->dil_h;
+                if (iy < 0 || iy >= d->h)
+                    continue;
+                size_t off = (size_t)iy * d->w - d->pad_w + kx * d->dil_w;
+                const float *src = xc + off, *g = dy + (size_t)r * d->ow;
+                for (int ox = ox0; ox < ox1; ox++)
+                    acc += g[ox] * src[ox * d->stride_w];
+                if (dxc)
+                    for (int ox = ox0; ox < ox1; ox++)
+                        dxc[off + (size_t)ox * d->stride_w] += wv * g[ox];
+            }
+            dw[ky * d->kw + kx] += acc;
+        }
+}
+
 typedef struct conv_ctx {
     const cdl_conv2d_desc *d;
     conv_plan plan;
@@ -186,7 +237,10 @@ static void conv_fwd_items(void *vctx, size_t b, size_t e, int chunk, int tid)
         int tp = (r1 - r0) * d->ow, ld;
         const float *x = c->x + img * (size_t)d->c * d->h * d->w;
         float *y = c->y + img * (size_t)d->oc * p->P + (size_t)r0 * d->ow;
-        for (int g = 0; g < p->G; g++) {
+        for (int g = 0; g < p->G && p->depthwise; g++)
+            dw_fwd_rows(d, x + (size_t)g * d->h * d->w, c->w + (size_t)g * p->K, r0, r1,
+                        y + (size_t)g * p->P - (size_t)r0 * d->ow);
+        for (int g = 0; g < p->G && !p->depthwise; g++) {
             size_t o0 = (size_t)g * p->ocg;
             const float *cols = tile_cols(c, x, g, r0, r1, col, &ld);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->ocg, tp, p->K, 1.0f,
@@ -246,7 +300,13 @@ static void conv_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
             int r1 = r0 + p->tile_rows < d->oh ? r0 + p->tile_rows : d->oh;
             int tp = (r1 - r0) * d->ow, ld;
             const float *dyt = dy + (size_t)r0 * d->ow;
-            for (int g = 0; g < p->G; g++) {
+            if (p->depthwise && beta == 0.0f)
+                memset(dw, 0, (size_t)d->oc * p->K * sizeof *dw);
+            for (int g = 0; g < p->G && p->depthwise; g++)
+                dw_bwd_rows(d, x + (size_t)g * d->h * d->w, c->w + (size_t)g * p->K,
+                            dy + (size_t)g * p->P, r0, r1, dw + (size_t)g * p->K,
+                            dx ? dx + (size_t)g * d->h * d->w : NULL);
+            for (int g = 0; g < p->G && !p->depthwise; g++) {
                 size_t o0 = (size_t)g * p->ocg, i0 = (size_t)g * p->cg * d->h * d->w;
                 const float *cols = tile_cols(c, x, g, r0, r1, col, &ld);
                 const float *dyg = dyt + o0 * p->P;

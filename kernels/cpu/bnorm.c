@@ -77,34 +77,44 @@ static void bwd_apply_ref(const float *x, const float *yr, const float *dy, int 
 }
 
 /* ---- plane kernels: AVX2 (8 lanes; the tail of a plane goes through the
- * reference). Sums run in 8 float lanes per plane, added into a double. ---- */
+ * reference). Sums run in double lanes, like the reference's. ---- */
 #if CPU_X86
-static CPU_AVX2 double hsum8(__m256 v)
+/* Sums accumulate in double lanes (4+4 per 8 floats): batch-norm sums
+ * cancel (dy*xhat sums to little), and float lanes lost 1e-5 of them. */
+static CPU_AVX2 double hsum4d(__m256d d)
 {
-    __m256d d = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),
-                              _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
     __m128d h = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
     return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
 
-static CPU_AVX2 double sum_avx2(const float *x, int hw)
+static CPU_AVX2 inline __m256d acc8(__m256d acc, __m256 v)
 {
-    __m256 acc = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= hw; i += 8)
-        acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
-    return hsum8(acc) + sum_ref(x + i, hw - i);
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    return _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
 }
 
+static CPU_AVX2 double sum_avx2(const float *x, int hw)
+{
+    __m256d acc = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= hw; i += 8)
+        acc = acc8(acc, _mm256_loadu_ps(x + i));
+    return hsum4d(acc) + sum_ref(x + i, hw - i);
+}
+
+/* Squares of float differences, each widened before it is squared. */
 static CPU_AVX2 double sqdev_avx2(const float *x, int hw, float mean)
 {
-    __m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(mean);
+    __m256d acc = _mm256_setzero_pd();
+    __m256 m = _mm256_set1_ps(mean);
     int i = 0;
     for (; i + 8 <= hw; i += 8) {
         __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
-        acc = _mm256_fmadd_ps(d, d, acc);
+        __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(d));
+        __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1));
+        acc = _mm256_fmadd_pd(lo, lo, _mm256_fmadd_pd(hi, hi, acc));
     }
-    return hsum8(acc) + sqdev_ref(x + i, hw - i, mean);
+    return hsum4d(acc) + sqdev_ref(x + i, hw - i, mean);
 }
 
 static CPU_AVX2 void affine_avx2(const float *x, int hw, float scale, float shift, int relu,
@@ -131,15 +141,19 @@ static CPU_AVX2 inline __m256 dy8(const float *yr, const float *dy, int i)
 static CPU_AVX2 void bwd_sums_avx2(const float *x, const float *yr, const float *dy, int hw,
                                    float mean, double *sdy, double *sdyx)
 {
-    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps(), m = _mm256_set1_ps(mean);
+    __m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
+    __m256 m = _mm256_set1_ps(mean);
     int i = 0;
     for (; i + 8 <= hw; i += 8) {
-        __m256 g = dy8(yr, dy, i);
-        a = _mm256_add_ps(a, g);
-        b = _mm256_fmadd_ps(g, _mm256_sub_ps(_mm256_loadu_ps(x + i), m), b);
+        __m256 g = dy8(yr, dy, i), d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
+        a = acc8(a, g);
+        b = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(g)),
+                            _mm256_cvtps_pd(_mm256_castps256_ps128(d)), b);
+        b = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(g, 1)),
+                            _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1)), b);
     }
-    *sdy += hsum8(a);
-    *sdyx += hsum8(b);
+    *sdy += hsum4d(a);
+    *sdyx += hsum4d(b);
     bwd_sums_ref(x + i, yr ? yr + i : NULL, dy + i, hw - i, mean, sdy, sdyx);
 }
 

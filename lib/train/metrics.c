@@ -97,9 +97,18 @@ int metrics_config(FILE *f, const cdl_train_config *c, const run_info *ri)
     putf(&b, ",\"metrics_every\":%ld", c->metrics_every);
     put_str(&b, "dist_backend", c->dist_backend);
     putf(&b, ",\"synthetic_size\":%d,\"tf32_conv\":%d,\"tf32_matmul\":%d,\"cuda_graphs\":%d,"
-         "\"ddp_bucket_kb\":%ld,\"progress\":%d,\"quiet\":%d}",
+         "\"ddp_bucket_kb\":%ld,\"progress\":%d,\"quiet\":%d",
          c->synthetic_n, c->tf32_conv, c->tf32_matmul, c->cuda_graphs, c->ddp_bucket_kb,
          c->progress, c->quiet);
+    /* Data and initialisation options (docs/data.md, docs/training.md). */
+    putf(&b, ",\"augment\":%d,\"image_size\":%d,\"channels\":%d,\"skip_bad_files\":%d,"
+         "\"normalize\":%d,\"label_smoothing\":%.9g", c->augment, c->image_size,
+         c->image_channels, c->skip_bad_files, c->normalize, c->label_smoothing);
+    put_str(&b, "label_column", c->label_column);
+    put_str(&b, "init", c->init);
+    put_str(&b, "init_ignore", c->init_ignore);
+    put_str(&b, "stage", c->stage);
+    json_buf_put(&b, "}", 1);
     return emit(f, &b);
 }
 

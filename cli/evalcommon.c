@@ -103,11 +103,11 @@ static int build_model(eval_ctx *e, const cdl_st_file *f)
     cdl_model_spec spec;
     if (!*name)
         return cdl_error("%s has no model in its metadata (not written by cdl-train): pass "
-                         "--model lenet|mlp|FILE", o->ckpt);
+                         "--model lenet|mlp|resnet20|resnet18|FILE", o->ckpt);
     long classes = meta_long(f, "classes");
     if (classes <= 0)
         classes = e->data.classes;
-    if (!strcmp(name, "lenet") || !strcmp(name, "mlp")) {
+    if (cdl_spec_is_builtin(name)) {
         if (cdl_spec_builtin(name, e->data.shape, (int)classes, &spec) != 0)
             return -1;
     } else if (cdl_spec_load(name, &spec) != 0) {

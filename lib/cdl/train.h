@@ -126,7 +126,8 @@ typedef struct cdl_train_result {
 int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res);
 
 /* Loads the tensors of the safetensors file path (a cdl checkpoint or one
- * PyTorch wrote) into m's parameters, by name: every tensor of the model
+ * PyTorch wrote) into m's parameters and buffers (batchnorm2d's running
+ * statistics), by name: every tensor of the model
  * must be in the file with the same shape, and every tensor of the file in
  * the model, except those whose names match the glob `ignore` (NULL or ""
  * = none), which keep their values. Errors name the file and the tensor. */

@@ -26,7 +26,66 @@ static const char *shape_str(int nd, const int64_t *shape, char *buf, size_t len
     return buf;
 }
 
-static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *host)
+/* The model's buffer named name (batchnorm2d's running statistics), or NULL. */
+static const cdl_param_view *find_buffer(const cdl_model *m, const char *name)
+{
+    for (int i = 0; i < cdl_model_nbuffers(m); i++)
+        if (!strcmp(cdl_model_buffer(m, i)->name, name))
+            return cdl_model_buffer(m, i);
+    return NULL;
+}
+
+/* The file's tensor for view v (a parameter or a buffer) into dst + v->offset,
+ * with load_state_dict's strictness. Counts (num_batches_tracked) are I64
+ * in files PyTorch and cdl write; they live as floats in the model. */
+static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst)
+{
+    const char *path = cdl_st_path(f);
+    int t = cdl_st_find(f, v->name), nd;
+    int64_t shape[8];
+    size_t numel;
+    if (t < 0)
+        return cdl_error("%s: the model's tensor '%s' is missing from the file (check "
+                         "--model, or keep it freshly initialised with --init-ignore "
+                         "'%s')", path, v->name, v->name);
+    if (cdl_st_shape(f, t, &nd, shape) != 0)
+        return -1;
+    int same = nd == v->ndim;
+    for (int d = 0; same && d < nd; d++)
+        same = shape[d] == v->shape[d];
+    if (!same) {
+        char a[96], b[96];
+        return cdl_error("%s: tensor '%s' has shape %s but the model's is %s (a replaced "
+                         "layer? leave it out with --init-ignore '%s')", path, v->name,
+                         shape_str(nd, shape, a, sizeof a),
+                         shape_str(v->ndim, v->shape, b, sizeof b), v->name);
+    }
+    const char *dtype = cdl_st_dtype(f, t);
+    if (v->is_count && dtype && !strcmp(dtype, "I64")) {
+        const int64_t *q = cdl_st_data_i64(f, t, &numel);
+        if (!q)
+            return -1;
+        for (size_t k = 0; k < numel && k < v->numel; k++) {
+            if (q[k] < 0)
+                return cdl_error("%s: tensor '%s' holds the count %lld: the file is damaged",
+                                 path, v->name, (long long)q[k]);
+            dst[v->offset + k] = (float)q[k];
+        }
+    } else {
+        const float *data = cdl_st_data(f, t, &numel);
+        if (!data)
+            return -1;
+        if (numel == v->numel)
+            memcpy(dst + v->offset, data, numel * sizeof *dst);
+    }
+    if (numel != v->numel)
+        return cdl_error("%s: tensor '%s' holds %zu values, expected %zu", path, v->name, numel,
+                         v->numel);
+    return 0;
+}
+
+/* Parameters into params, buffers into bufs (host copies of the model's). */
+static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *params, float *bufs)
 {
     const char *path = cdl_st_path(f);
     /* A cdl checkpoint also holds the optimizer's state (optimizer.*):
@@ -38,40 +97,20 @@ static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *host)
         const char *name = cdl_st_name(f, t);
         if (cdl_ckpt && !strncmp(name, "optimizer.", 10))
             continue;
-        if (!cdl_model_find(m, name) && !ignored(name, ignore))
+        if (!cdl_model_find(m, name) && !find_buffer(m, name) && !ignored(name, ignore))
             return cdl_error("%s: tensor '%s' is not in the model %s: the file belongs to "
                              "another model (check --model), or name what to leave out with "
                              "--init-ignore PATTERN", path, name, cdl_model_get_spec(m)->source);
     }
     for (int i = 0; i < cdl_model_nviews(m); i++) {
         const cdl_param_view *v = cdl_model_view(m, i);
-        if (ignored(v->name, ignore))
-            continue;
-        int t = cdl_st_find(f, v->name), nd;
-        int64_t shape[8];
-        size_t numel;
-        if (t < 0)
-            return cdl_error("%s: the model's tensor '%s' is missing from the file (check "
-                             "--model, or keep it freshly initialised with --init-ignore "
-                             "'%s')", path, v->name, v->name);
-        if (cdl_st_shape(f, t, &nd, shape) != 0)
+        if (!ignored(v->name, ignore) && load_view(f, v, params) != 0)
             return -1;
-        int same = nd == v->ndim;
-        for (int d = 0; same && d < nd; d++)
-            same = shape[d] == v->shape[d];
-        if (!same) {
-            char a[96], b[96];
-            return cdl_error("%s: tensor '%s' has shape %s but the model's is %s (a replaced "
-                             "layer? leave it out with --init-ignore '%s')", path, v->name,
-                             shape_str(nd, shape, a, sizeof a),
-                             shape_str(v->ndim, v->shape, b, sizeof b), v->name);
-        }
-        const float *data = cdl_st_data(f, t, &numel);
-        if (!data || numel != v->numel)
-            return data ? cdl_error("%s: tensor '%s' holds %zu values, expected %zu", path,
-                                    v->name, numel, v->numel)
-                        : -1;
-        memcpy(host + v->offset, data, numel * sizeof *host);
+    }
+    for (int i = 0; i < cdl_model_nbuffers(m); i++) {
+        const cdl_param_view *v = cdl_model_buffer(m, i);
+        if (!ignored(v->name, ignore) && load_view(f, v, bufs) != 0)
+            return -1;
     }
     return 0;
 }
@@ -81,24 +120,29 @@ int cdl_model_load_weights(cdl_model *m, const char *path, const char *ignore)
     if (!m || !path)
         return cdl_error("cdl_model_load_weights: model or path is NULL");
     cdl_backend *be = cdl_model_backend(m);
-    size_t np = cdl_model_nparams(m);
-    float *host = cdl_malloc(np * sizeof *host + 1);
+    size_t np = cdl_model_nparams(m), nb = cdl_model_nbuffer_floats(m);
+    float *host = cdl_malloc((np + nb) * sizeof *host + 1);
     if (!host)
         return -1;
+    float *bufs = host + np;
     /* Tensors set aside keep their current values: start from them. */
     int rc = -1;
     if (be->ops->sync(be) != 0)
         goto out;
     be->ops->to_host(be, host, cdl_model_params(m), np * sizeof *host);
+    if (nb)
+        be->ops->to_host(be, bufs, cdl_model_buffers(m), nb * sizeof *host);
     if (be->ops->sync(be) != 0)
         goto out;
     cdl_st_file *f = cdl_st_open(path);
     if (!f)
         goto out;
-    rc = load(f, m, ignore, host);
+    rc = load(f, m, ignore, host, bufs);
     cdl_st_close(f);
     if (rc == 0) {
         be->ops->to_device(be, cdl_model_params(m), host, np * sizeof *host);
+        if (nb)
+            be->ops->to_device(be, cdl_model_buffers(m), bufs, nb * sizeof *host);
         rc = be->ops->sync(be);
     }
 out:

@@ -35,9 +35,23 @@ timeout 300 "$cdlrun" -n 2 "$ev" "$tmp/w1/last.safetensors" --split val --json -
 cat "$tmp/e1.json"
 cmp -s "$tmp/e1.json" "$tmp/e2.json" || { cat "$tmp/e2.json"; fail "cdl-eval on 2 ranks differs"; }
 grep -q '"samples":60,' "$tmp/e1.json" || fail "cdl-eval --split val: expected 60 samples"
-# The validation loss cdl-train reported is what cdl-eval finds.
-loss=$(sed 's/.*"val_loss":\([0-9.]*\).*/\1/' "$tmp/w1.m" | head -n 1)
-eloss=$(sed 's/.*"loss":\([0-9.]*\),.*/\1/' "$tmp/e1.json")
-awk -v a="$loss" -v b="$eloss" 'BEGIN { d = a - b; exit !(d < 1e-5 && d > -1e-5) }' ||
-    fail "cdl-eval's val loss $eloss is not cdl-train's $loss"
+# The validation loss cdl-train reported (metrics $1) is what cdl-eval
+# found (JSON $2).
+same_val_loss() {
+    local loss eloss
+    loss=$(grep '"val_loss"' "$1" | sed 's/.*"val_loss":\([0-9.]*\).*/\1/' | tail -n 1)
+    eloss=$(sed 's/.*"loss":\([0-9.]*\),.*/\1/' "$2")
+    awk -v a="$loss" -v b="$eloss" 'BEGIN { d = a - b; exit !(d < 1e-5 && d > -1e-5) }' ||
+        fail "cdl-eval's val loss $eloss is not cdl-train's $loss ($2)"
+}
+same_val_loss "$tmp/w1.m" "$tmp/e1.json"
+# With batch norm the running statistics are part of the weights: cdl-eval
+# must restore them (evaluation normalises with them, not with the batch).
+"$train" --dataset synthetic --synthetic-size 96 --model resnet20 --epochs 1 --batch-size 16 \
+    --val-split 32 --schedule constant --lr 0.05 --threads 1 --quiet --ckpt-dir "$tmp/bn" \
+    --metrics "$tmp/bn.json" || fail "training resnet20"
+"$ev" "$tmp/bn/last.safetensors" --split val --json --threads 1 >"$tmp/ebn.json" ||
+    fail "cdl-eval of a resnet20 checkpoint"
+cat "$tmp/ebn.json"
+same_val_loss "$tmp/bn.json" "$tmp/ebn.json"
 echo "validation split and data-parallel cdl-eval passed"

@@ -7,6 +7,8 @@
  *
  * Only the slurm_spank_* functions and the four plugin_* / spank_plugin_*
  * symbols of SPANK_PLUGIN are exported (spank/cdl_spank.map). */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "spank/plugin.h"
@@ -80,7 +82,21 @@ static int opt_bind(int val, const char *arg, int remote)
     return 0;
 }
 
+/* srun/sbatch/salloc --cdl-version: which plugin build the cluster runs,
+ * for a user's bug report; printed where the option is parsed (the
+ * submitting command), which then stops like --version does. */
+static int opt_version(int val, const char *arg, int remote)
+{
+    (void)val, (void)arg;
+    if (remote)
+        return 0;
+    printf("cdl_spank %s (rank contract %d)\n", PACKAGE_VERSION, CDL_CONTRACT_VERSION);
+    fflush(stdout);
+    exit(0);
+}
+
 static struct spank_option options[] = {
+    {"cdl-version", NULL, "print the version of the cdl plugin and exit", 0, 0, opt_version},
     {"cdl-ddp", NULL,
      "export the data-parallel rank contract (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, "
      "MASTER_PORT, ...) to every task", 0, 0, opt_ddp},

@@ -1,5 +1,6 @@
 /* cdl-predict: the top-k classes and their probabilities (softmax of the
- * logits) for every sample of a dataset split, as CSV or JSON lines.
+ * logits) for every sample of a dataset split, or for PNG/JPEG files
+ * prepared as the run's image folder was, as CSV or JSON lines.
  *
  * Exit status: 0 done, 1 an error, 2 a bad option. */
 #include <getopt.h>
@@ -24,9 +25,12 @@ static const struct option long_opts[] = {
 static void usage(FILE *f)
 {
     fprintf(f,
-"Usage: cdl-predict CHECKPOINT --dataset NAME [OPTION]...\n"
+"Usage: cdl-predict CHECKPOINT [--dataset NAME] [OPTION]...\n"
+"  or:  cdl-predict CHECKPOINT [OPTION]... FILE...\n"
 "Print the top-k classes with their probabilities for every sample of a\n"
-"dataset split, one line each (CSV with a header, or JSON lines).\n"
+"dataset split, or for every PNG/JPEG FILE (scaled, cropped and normalised\n"
+"as the training run's pictures), one line each (CSV with a header, or\n"
+"JSON lines).\n"
 "\n"
 EVAL_USAGE_DATA
 "      --split test|val|train  [test]\n"
@@ -39,9 +43,26 @@ EVAL_USAGE_RUN);
 
 typedef struct out {
     int k, json;
+    char *const *files;   /* FILE... (labels are indices into it), or NULL */
     int *idx;     /* classes, sorted by probability */
     double *p;    /* classes */
 } out;
+
+/* s as one CSV field: quoted when it holds a comma, quote or line break. */
+static void csv_field(const char *s)
+{
+    if (!s[strcspn(s, ",\"\r\n")]) {
+        fputs(s, stdout);
+        return;
+    }
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"')
+            putchar('"');
+        putchar(*s);
+    }
+    putchar('"');
+}
 
 static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const int32_t *y,
                          const float *logits)
@@ -69,9 +90,14 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
             o->idx[b] = t;
         }
         long index = first + i;
-        if (o->json) {
+        if (o->json && o->files) {
+            printf("{\"file\":");
+            eval_json_string(stdout, o->files[y[i]]);
+        } else if (o->json) {
             printf("{\"index\":%ld,\"label\":", index);
             eval_json_string(stdout, eval_class_name(e, y[i], buf, sizeof buf));
+        }
+        if (o->json) {
             printf(",\"top\":[");
             for (int j = 0; j < o->k; j++) {
                 printf("%s{\"class\":", j ? "," : "");
@@ -80,7 +106,10 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
             }
             printf("]}\n");
         } else {
-            printf("%ld,%s", index, eval_class_name(e, y[i], buf, sizeof buf));
+            if (o->files)
+                csv_field(o->files[y[i]]);
+            else
+                printf("%ld,%s", index, eval_class_name(e, y[i], buf, sizeof buf));
             for (int j = 0; j < o->k; j++)
                 printf(",%s,%.6f", eval_class_name(e, o->idx[j], buf, sizeof buf),
                        o->p[o->idx[j]] / se);
@@ -92,7 +121,8 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
 
 int main(int argc, char **argv)
 {
-    eval_opts o = {.prog = PROG, .split = "test", .device = "auto", .batch_size = 256,
+    static const char default_split[] = "test";
+    eval_opts o = {.prog = PROG, .split = default_split, .device = "auto", .batch_size = 256,
                    .workers = 1, .distributed = 0};
     out w = {.k = 5};
     int c;
@@ -122,9 +152,14 @@ int main(int argc, char **argv)
     }
     o.ckpt = argv[optind++];
     if (optind < argc) {
-        fprintf(stderr, PROG ": '%.80s': predicting on image files needs cdl's image readers; "
-                "use --dataset (see " PROG " --help)\n", argv[optind]);
-        return 2;
+        if (o.dataset || o.data_dir || o.split != default_split) {
+            fprintf(stderr, PROG ": files and --dataset/--data-dir/--split exclude each other: "
+                    "give one or the other (see " PROG " --help)\n");
+            return 2;
+        }
+        o.files = argv + optind;
+        o.nfiles = argc - optind;
+        w.files = o.files;
     }
     eval_ctx e;
     int rc = eval_open(&e, &o);
@@ -135,7 +170,7 @@ int main(int argc, char **argv)
         rc = w.idx && w.p ? 0 : -1;
     }
     if (rc == 0 && !w.json) {
-        printf("index,label");
+        printf(w.files ? "file" : "index,label");
         for (int j = 1; j <= w.k; j++)
             printf(",class%d,p%d", j, j);
         printf("\n");

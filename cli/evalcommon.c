@@ -41,8 +41,67 @@ static cdl_backend *make_backend(const eval_opts *o, const cdl_rank_info *ri)
     return be;
 }
 
+/* "v0,v1,..." -> cdl_malloc'd floats (*n of them); NULL if s is missing or
+ * malformed. */
+static float *parse_floats(const char *s, int *n)
+{
+    if (!s || !*s)
+        return NULL;
+    int count = 1;
+    for (const char *p = s; *p; p++)
+        count += *p == ',';
+    float *v = cdl_malloc((size_t)count * sizeof *v);
+    for (int k = 0; v && k < count; k++) {
+        char *end;
+        errno = 0;
+        v[k] = strtof(s, &end);
+        if (end == s || errno == ERANGE || *end != (k + 1 < count ? ',' : '\0')) {
+            cdl_free(v);
+            return NULL;
+        }
+        s = end + (*end == ',');
+    }
+    *n = count;
+    return v;
+}
+
+/* The reader options of the run (metadata), overridden by the command
+ * line; the run's normalisation where stored (norm: cdl_malloc'd mean then
+ * std, NULL for a checkpoint of an older cdl). */
+static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_options *opt,
+                        float **norm)
+{
+    cdl_dataset_options_defaults(opt);
+    long size = meta_long(f, "image_size"), ch = meta_long(f, "image_channels");
+    int c = 0, h = 0, w = 0;
+    sscanf(meta(f, "input_shape"), "%d,%d,%d", &c, &h, &w);
+    /* A run that took the first picture's size: the samples' size, when
+     * square (the reader's option is a side). */
+    opt->image_size = o->image_size ? o->image_size : size > 0 ? (int)size : h == w ? h : 0;
+    opt->channels = o->channels ? o->channels : ch > 0 ? (int)ch : (c == 1 || c == 3) ? c : 0;
+    opt->label_column = o->label_column ? o->label_column
+                        : *meta(f, "label_column") ? meta(f, "label_column") : NULL;
+    opt->skip_bad_files = o->skip_bad_files;
+    opt->threads = o->threads;
+    int nm = 0, ns = 0;
+    float *m = parse_floats(cdl_st_meta_get(f, "norm_mean"), &nm);
+    float *sd = parse_floats(cdl_st_meta_get(f, "norm_std"), &ns);
+    *norm = NULL;
+    if (m && sd && nm == ns && (*norm = cdl_malloc(2 * (size_t)nm * sizeof **norm))) {
+        memcpy(*norm, m, (size_t)nm * sizeof *m);
+        memcpy(*norm + nm, sd, (size_t)nm * sizeof *sd);
+        opt->normalize = CDL_NORMALIZE_GIVEN;
+        opt->norm_count = nm;
+        opt->norm_mean = *norm;
+        opt->norm_std = *norm + nm;
+    }
+    cdl_free(m);
+    cdl_free(sd);
+}
+
 /* The split o->split of the dataset: test as it is; train and val carved
- * the way the run did (its seed and validation count). */
+ * the way the run did (its seed and validation count). Samples are read
+ * and normalised with the run's options (run_options). */
 static int load_data(eval_ctx *e, const cdl_st_file *f)
 {
     const eval_opts *o = e->o;
@@ -51,12 +110,22 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
     if (!*name)
         return cdl_error("%s has no dataset in its metadata (not written by cdl-train): pass "
                          "--dataset", o->ckpt);
+    /* KIND:PATH, as cdl-train takes it. */
+    char kind[64];
+    const char *colon = strchr(name, ':');
+    if (colon && (size_t)(colon - name) < sizeof kind) {
+        snprintf(kind, sizeof kind, "%.*s", (int)(colon - name), name);
+        if (!o->data_dir)
+            dir = colon + 1;
+        name = kind;
+    }
     snprintf(e->dataset, sizeof e->dataset, "%s", name);
     long val = meta_long(f, "val_samples");
     const char *seed_s = meta(f, "seed");
     uint64_t seed = strtoull(seed_s, NULL, 10);
     int test = !strcmp(o->split, "test");
-    if (!test && o->dataset && strcmp(o->dataset, meta(f, "dataset")) != 0 && val > 0)
+    int same = !strcmp(name, meta(f, "dataset"));
+    if (!test && o->dataset && !same && val > 0)
         return cdl_error("--split %s of another dataset than the checkpoint's (%s): the "
                          "validation samples are unknown; use --split test", o->split,
                          meta(f, "dataset"));
@@ -72,8 +141,29 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         if (cdl_dataset_synthetic(test ? (n / 5 > 0 ? (int)n / 5 : 1) : (int)n, s, 10,
                                   test ? seed + 1 : seed, &all) != 0)
             return -1;
-    } else if (cdl_dataset_load(name, *dir ? dir : NULL, !test, &all) != 0) {
-        return -1;
+    } else {
+        cdl_dataset_options opt;
+        float *norm;
+        run_options(o, f, &opt, &norm);
+        /* Another dataset than the run's has its own statistics. */
+        if (norm && !same) {
+            opt.normalize = CDL_NORMALIZE_DEFAULT;
+            opt.norm_count = 0;
+        }
+        if (!norm && same && !o->files)
+            fprintf(stderr, "%s: warning: %s does not store its normalisation (an older cdl): "
+                    "using %s's defaults, which for %s are computed from the split read\n",
+                    o->prog, o->ckpt, name, CDL_DATASET_FORMATS);
+        int rc = cdl_dataset_load_with(name, *dir ? dir : NULL, !test, &opt, &all);
+        cdl_free(norm);
+        if (rc == 1)
+            return cdl_error("%s: the data in %s has no test split: use --split val or train",
+                             name, dir);
+        if (rc != 0)
+            return -1;
+        if (all.skipped)
+            fprintf(stderr, "%s: --skip-bad-files: left out %ld unreadable files of %s\n",
+                    o->prog, all.skipped, dir);
     }
     if (test || val <= 0) {
         e->data = all;
@@ -93,6 +183,59 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         cdl_dataset_free(&v);
     }
     e->have_data = 1;
+    return 0;
+}
+
+/* cdl-predict FILE...: the pictures, scaled and cropped to the model's
+ * input as the run's image folder was, normalised with the run's
+ * statistics. A checkpoint without them (an older cdl) takes both from its
+ * dataset's training split, with a warning. */
+static int load_files(eval_ctx *e, const cdl_st_file *f)
+{
+    const eval_opts *o = e->o;
+    cdl_shape s = {0, 0, 0};
+    cdl_dataset_options opt;
+    float *norm;
+    run_options(o, f, &opt, &norm);
+    sscanf(meta(f, "input_shape"), "%d,%d,%d", &s.c, &s.h, &s.w);
+    float mean[3], std[3];
+    if (norm && s.c >= 1 && s.c <= 3 && (opt.norm_count == s.c || opt.norm_count == 1)) {
+        for (int k = 0; k < 3; k++) {
+            mean[k] = opt.norm_mean[opt.norm_count == 1 ? 0 : (k < s.c ? k : 0)];
+            std[k] = opt.norm_std[opt.norm_count == 1 ? 0 : (k < s.c ? k : 0)];
+        }
+        cdl_free(norm);
+    } else {
+        cdl_free(norm);
+        fprintf(stderr, "%s: warning: %s does not store its input shape and normalisation (an "
+                "older cdl): taking them from its dataset's training split\n", o->prog, o->ckpt);
+        eval_opts train = *o;
+        train.split = "train";
+        eval_ctx t = {.o = &train};
+        if (load_data(&t, f) != 0)
+            return -1;
+        s = t.data.shape;
+        memcpy(mean, t.data.mean, sizeof mean);
+        memcpy(std, t.data.std, sizeof std);
+        cdl_dataset_free(&t.data);
+    }
+    if (o->image_size)
+        s.h = s.w = o->image_size;
+    if (o->channels)
+        s.c = o->channels;
+    if (s.c != 1 && s.c != 3)
+        return cdl_error("%s was trained on samples of %d channels, not pictures: predict with "
+                         "--dataset instead of files", o->ckpt, s.c);
+    if (cdl_dataset_from_image_files((const char *const *)o->files, o->nfiles, s, o->threads,
+                                     o->skip_bad_files, &e->data) != 0)
+        return -1;
+    e->have_data = 1;
+    memcpy(e->data.mean, mean, sizeof mean);
+    memcpy(e->data.std, std, sizeof std);
+    snprintf(e->dataset, sizeof e->dataset, "files");
+    if (e->data.skipped)
+        fprintf(stderr, "%s: --skip-bad-files: left out %ld unreadable files\n", o->prog,
+                e->data.skipped);
     return 0;
 }
 
@@ -117,7 +260,7 @@ static int build_model(eval_ctx *e, const cdl_st_file *f)
     if (!e->model)
         return -1;
     e->classes = cdl_model_outputs(e->model);
-    if (e->classes < e->data.classes)
+    if (!e->o->files && e->classes < e->data.classes)
         return cdl_error("%s: the model has %d outputs but dataset %s has %d classes: pass the "
                          "dataset it was trained on", o->ckpt, e->classes, e->dataset,
                          e->data.classes);
@@ -141,7 +284,7 @@ static int class_names(eval_ctx *e, const cdl_st_file *f)
             n = strcspn(s, "\n");
             from = s;
             s += n + (s[n] == '\n');
-        } else if (!cdl_st_meta_get(f, "class_names") && k < e->data.classes &&
+        } else if (!cdl_st_meta_get(f, "class_names") && !e->o->files && k < e->data.classes &&
                    e->data.class_names[k]) {
             from = e->data.class_names[k];
             n = strlen(from);
@@ -178,7 +321,7 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     cdl_st_file *f = cdl_st_open(o->ckpt);
     if (!f)
         return -1;
-    int rc = load_data(e, f);
+    int rc = o->files ? load_files(e, f) : load_data(e, f);
     if (rc == 0)
         rc = build_model(e, f);
     if (rc == 0)
@@ -319,6 +462,19 @@ int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
         }
         o->device = arg;
         return EVAL_OPT_OK;
+    case EVAL_OPT_IMAGE_SIZE:
+        return eval_parse_int(prog, "image-size", arg, 1, 4096, &o->image_size) ? EVAL_OPT_BAD
+                                                                                 : EVAL_OPT_OK;
+    case EVAL_OPT_CHANNELS:
+        if (strcmp(arg, "1") && strcmp(arg, "3")) {
+            fprintf(stderr, "%s: --channels '%.80s': expected 1 (grayscale) or 3 (RGB)\n", prog,
+                    arg);
+            return EVAL_OPT_BAD;
+        }
+        o->channels = arg[0] - '0';
+        return EVAL_OPT_OK;
+    case EVAL_OPT_LABEL_COLUMN: o->label_column = arg; return EVAL_OPT_OK;
+    case EVAL_OPT_SKIP_BAD: o->skip_bad_files = 1; return EVAL_OPT_OK;
     case 'h': usage(stdout); return EVAL_OPT_EXIT0;
     case EVAL_OPT_VERSION: printf("%s (cdl) %s\n", prog, cdl_version()); return EVAL_OPT_EXIT0;
     case ':':

@@ -20,6 +20,14 @@ typedef struct eval_opts {
     const char *device;       /* "cpu", "cuda", "auto" */
     int batch_size, threads, workers;
     int distributed;          /* join a data-parallel job when started as one */
+    /* How the data is read: 0/NULL = as the training run did (checkpoint
+     * metadata), else overriding it. */
+    int image_size, channels;
+    const char *label_column;
+    int skip_bad_files;
+    /* cdl-predict FILE...: PNG/JPEG files instead of a dataset split. */
+    char *const *files;
+    int nfiles;
 } eval_opts;
 
 typedef struct eval_ctx {
@@ -29,7 +37,7 @@ typedef struct eval_ctx {
     cdl_backend *be;
     cdl_model *model;
     cdl_dataset data;
-    int have_data;
+    int have_data;            /* data: a split, or the files (labels = index in o->files) */
     int classes;
     char dataset[64];         /* the dataset's name, for the report */
     char **names;             /* classes names (NULL: print indices) */
@@ -59,11 +67,18 @@ int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int
 /* The options both programs take (getopt_long values; a program's own
  * start at EVAL_OPT_OWN). */
 enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS,
-       EVAL_OPT_DEVICE, EVAL_OPT_VERSION, EVAL_OPT_OWN };
+       EVAL_OPT_DEVICE, EVAL_OPT_VERSION,
+       EVAL_OPT_IMAGE_SIZE, EVAL_OPT_CHANNELS, EVAL_OPT_LABEL_COLUMN, EVAL_OPT_SKIP_BAD,
+       EVAL_OPT_OWN };
 /* --help lines of the common options. */
 #define EVAL_USAGE_DATA                                                                     \
-    "  -d, --dataset NAME       fashion-mnist, mnist, cifar10, synthetic [the checkpoint's]\n" \
-    "      --data-dir DIR       dataset files [the checkpoint's, else the dataset's default]\n"
+    "  -d, --dataset NAME       fashion-mnist, mnist, cifar10, synthetic, imagefolder, npy,\n" \
+    "                           npz, csv, or KIND:PATH [the checkpoint's]\n"                 \
+    "      --data-dir DIR       dataset files [the checkpoint's, else the dataset's default]\n" \
+    "      --image-size N       imagefolder: side of the square samples [the run's]\n"       \
+    "      --channels 1|3       imagefolder: grayscale or RGB [the run's]\n"                 \
+    "      --label-column NAME  csv: the label column [the run's]\n"                         \
+    "      --skip-bad-files     leave out unreadable pictures (counted) instead of failing\n"
 #define EVAL_USAGE_RUN                                        \
     "      --batch-size N       [256]\n"                      \
     "      --device cpu|cuda|auto  [auto]\n"                  \
@@ -81,7 +96,11 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     {"workers", required_argument, NULL, EVAL_OPT_WORKERS},        \
     {"device", required_argument, NULL, EVAL_OPT_DEVICE},          \
     {"help", no_argument, NULL, 'h'},                              \
-    {"version", no_argument, NULL, EVAL_OPT_VERSION}
+    {"version", no_argument, NULL, EVAL_OPT_VERSION},                \
+    {"image-size", required_argument, NULL, EVAL_OPT_IMAGE_SIZE},  \
+    {"channels", required_argument, NULL, EVAL_OPT_CHANNELS},      \
+    {"label-column", required_argument, NULL, EVAL_OPT_LABEL_COLUMN}, \
+    {"skip-bad-files", no_argument, NULL, EVAL_OPT_SKIP_BAD}
 
 /* Handles getopt_long's answer c when it is a common option or an error:
  * EVAL_OPT_OK (taken), EVAL_OPT_EXIT0 (--help, --version), EVAL_OPT_BAD

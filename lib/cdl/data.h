@@ -85,6 +85,15 @@ void cdl_dataset_options_defaults(cdl_dataset_options *o);
 int cdl_dataset_load_with(const char *name, const char *path, int train,
                           const cdl_dataset_options *opt, cdl_dataset *out);
 
+/* Decodes the PNG/JPEG files paths[0..n) into a dataset of samples of
+ * shape (c 1 or 3): each is scaled and centre-cropped as the imagefolder
+ * reader does, by threads threads (0 = cdl_default_threads()). labels[i] is
+ * the index in paths of the i-th sample, classes is n; mean/std are left
+ * 0/1 for the caller. An unreadable file is an error naming it, or with
+ * skip_bad left out and counted in skipped (at least one must be read). */
+int cdl_dataset_from_image_files(const char *const *paths, int n, cdl_shape shape, int threads,
+                                 int skip_bad, cdl_dataset *out);
+
 /* Gives dst the normalisation of src (the test split takes the training
  * split's): same channel count required. */
 int cdl_dataset_copy_normalization(cdl_dataset *dst, const cdl_dataset *src);

@@ -381,3 +381,71 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
     strlist_free(&classes);
     return rc ? -1 : 0;
 }
+
+int cdl_dataset_from_image_files(const char *const *paths, int n, cdl_shape shape, int threads,
+                                 int skip_bad, cdl_dataset *out)
+{
+    if (!out || !paths || n <= 0)
+        return cdl_error("cdl_dataset_from_image_files: no files");
+    memset(out, 0, sizeof *out);
+    if ((shape.c != 1 && shape.c != 3) || shape.h <= 0 || shape.w <= 0 || shape.h > 4096 ||
+        shape.w > 4096)
+        return cdl_error("cdl_dataset_from_image_files: shape %dx%dx%d is not a picture's (1 or "
+                         "3 channels, sides 1..4096)", shape.c, shape.h, shape.w);
+    strlist files = {0};
+    int rc = 0;
+    for (int i = 0; !rc && i < n; i++)
+        rc = strlist_add(&files, paths[i]);
+    job j = {.files = &files, .h = shape.h, .w = shape.w, .c = shape.c};
+    size_t sample = (size_t)j.c * j.h * j.w;
+    char **errors = NULL;
+    out->labels = NULL;
+    if (!rc) {
+        j.images = cdl_malloc(sample * (size_t)n);
+        errors = calloc((size_t)n, sizeof *errors);
+        out->labels = cdl_malloc((size_t)n * sizeof *out->labels);
+        if (!j.images || !errors || !out->labels)
+            rc = cdl_error("out of memory for %d pictures of %dx%dx%d", n, j.c, j.h, j.w);
+    }
+    long kept = 0;
+    if (!rc) {
+        j.errors = errors;
+        decode_all(&j, threads > 0 ? threads : cdl_default_threads());
+        for (long i = 0; i < n; i++) {
+            if (errors[i]) {
+                if (!skip_bad) {
+                    rc = cdl_error("%s (or pass --skip-bad-files to leave such files out)",
+                                   errors[i]);
+                    break;
+                }
+                out->skipped++;
+                continue;
+            }
+            if (kept != i)
+                memmove(j.images + kept * sample, j.images + i * sample, sample);
+            out->labels[kept++] = (int32_t)i;
+        }
+        if (!rc && kept == 0)
+            rc = cdl_error("none of the %d pictures could be read", n);
+    }
+    for (long i = 0; errors && i < n; i++)
+        free(errors[i]);
+    free(errors);
+    strlist_free(&files);
+    if (rc) {
+        cdl_free(j.images);
+        cdl_free(out->labels);
+        memset(out, 0, sizeof *out);
+        return -1;
+    }
+    snprintf(out->name, sizeof out->name, "files");
+    out->n = (int)kept;
+    out->shape = shape;
+    out->classes = n;
+    out->images = j.images;
+    for (int k = 0; k < 3; k++) {
+        out->mean[k] = 0;
+        out->std[k] = 1;
+    }
+    return 0;
+}

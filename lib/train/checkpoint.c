@@ -182,6 +182,20 @@ static int collect_tensors(ckpt_tensors *c, cdl_model *m, cdl_optim *o)
     return 0;
 }
 
+/* n floats as "v0,v1,...", each with the digits that read back to the
+ * same float (%.9g); NULL when out of memory. */
+static char *join_floats(const float *v, int n)
+{
+    char *s = cdl_malloc((size_t)n * 17 + 1);
+    if (!s)
+        return NULL;
+    size_t at = 0;
+    s[0] = '\0';
+    for (int k = 0; k < n; k++)
+        at += (size_t)sprintf(s + at, "%s%.9g", k ? "," : "", (double)v[k]);
+    return s;
+}
+
 int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,
                     const train_position *pos)
 {
@@ -227,6 +241,20 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "classes", fmt_dup("%d", cdl_model_outputs(m)));
     if (pos->class_names)
         meta_add(&meta, "class_names", fmt_dup("%s", pos->class_names));
+    /* How the data was read and normalised, so cdl-eval and cdl-predict
+     * prepare samples exactly as training did (the computed statistics of a
+     * format's training split are not known from the test split). */
+    meta_add(&meta, "image_size", fmt_dup("%d", cfg->image_size));
+    meta_add(&meta, "image_channels", fmt_dup("%d", cfg->image_channels));
+    meta_add(&meta, "label_column", fmt_dup("%s", cfg->label_column));
+    if (pos->data) {
+        const cdl_dataset *d = pos->data;
+        meta_add(&meta, "input_shape", fmt_dup("%d,%d,%d", d->shape.c, d->shape.h, d->shape.w));
+        meta_add(&meta, "norm_mean", join_floats(d->channel_mean ? d->channel_mean : d->mean,
+                                                 d->shape.c));
+        meta_add(&meta, "norm_std", join_floats(d->channel_std ? d->channel_std : d->std,
+                                                d->shape.c));
+    }
     for (int i = 0; i < meta.n; i++)
         if (!meta.items[i].value)
             goto out;

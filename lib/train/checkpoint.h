@@ -19,6 +19,8 @@ typedef struct train_position {
     long samples;             /* training samples of the dataset (set before loading) */
     long val_samples;         /* of them carved out for validation (--val-split) */
     const char *class_names;  /* the dataset's class names, one per line (NULL: none) */
+    const cdl_dataset *data;  /* the training split: its sample shape and normalisation go
+                               * into the metadata for cdl-eval/cdl-predict (NULL: left out) */
     int unverified;           /* loaded from a file without checksums (older cdl) */
     char run_id[33];          /* the run's identity (metrics.h; RUN_ID_LEN digits) */
 } train_position;

@@ -317,7 +317,7 @@ static int run_epochs(run *r, cdl_train_result *res)
     const cdl_train_config *c = r->cfg;
     train_position pos = {.world = r->ri.world, .best_val_loss = INFINITY,
                           .samples = r->train.n, .val_samples = r->val.n,
-                          .class_names = r->class_names};
+                          .class_names = r->class_names, .data = &r->train};
     if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;
     run_info info = {

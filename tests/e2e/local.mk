@@ -18,3 +18,5 @@ clean-local-tensorboard-venv:
 .PHONY: clean-local-tensorboard-venv
 TESTS += tests/e2e/progress.sh
 EXTRA_DIST += tests/e2e/progress.sh
+TESTS += tests/e2e/predict-files.sh
+EXTRA_DIST += tests/e2e/predict-files.sh

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# cdl-eval and cdl-predict on runs trained from users' data: an image folder
+# and a CSV table (the reader options and normalisation come from the
+# checkpoint), and cdl-predict on PNG files given by name.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+PY=/usr/bin/python3
+
+# 3 classes of 12x10 RGB pictures (train 12 each, test 4 each), one colour
+# channel brighter per class; PNGs written with zlib (no imaging library).
+$PY - "$TMP" <<'PYEOF' || die "picture fixture"
+import os, random, struct, sys, zlib
+d = sys.argv[1]
+def png(path, w, h, rows):
+    raw = b"".join(b"\0" + bytes(r) for r in rows)
+    def chunk(t, b):
+        return struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b) & 0xffffffff)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+rnd = random.Random(1)
+for split, n in (("train", 12), ("test", 4)):
+    for k, cls in enumerate(("blue", "green", "red")):
+        os.makedirs("%s/img/%s/%s" % (d, split, cls))
+        for i in range(n):
+            rows = [[(90 if c == 2 - k else 60) + rnd.randrange(100) for x in range(12) for c in range(3)]
+                    for y in range(10)]
+            png("%s/img/%s/%s/%02d.png" % (d, split, cls, i), 12, 10, rows)
+with open(d + "/t.csv", "w") as f:
+    f.write("a,b,kind\n")
+    for i in range(60):
+        k = i % 3
+        f.write("%.3f,%.3f,%s\n" % (k + rnd.random(), rnd.random() * 5, "xyz"[k]))
+PYEOF
+
+train() { "$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 8 --seed 3 --quiet \
+              --no-progress "$@" || die "cdl-train $*"; }
+# acc_equal METRICS EVAL_JSON: cdl-eval's accuracy is the run's final test accuracy.
+acc_equal() {
+    $PY - "$1" "$2" <<'PYEOF' || die "cdl-eval disagrees with cdl-train ($1, $2)"
+import json, sys
+test = [json.loads(l) for l in open(sys.argv[1]) if '"test_acc"' in l][-1]
+ev = json.load(open(sys.argv[2]))
+print("cdl-train test_acc", test["test_acc"], "cdl-eval accuracy", ev["accuracy"])
+sys.exit(abs(test["test_acc"] - ev["accuracy"]) > 1e-6)
+PYEOF
+}
+
+# An image folder read at 8x8 (scaled and centre-cropped from 12x10).
+train --model mlp --dataset "imagefolder:$TMP/img" --image-size 8 --ckpt-dir "$TMP/ck" \
+    --metrics "$TMP/m.jsonl"
+ck="$TMP/ck/last.safetensors"
+"$CDL_EVAL" "$ck" --json >"$TMP/eval.json" || die "cdl-eval on an image-folder run"
+acc_equal "$TMP/m.jsonl" "$TMP/eval.json"
+
+# Predictions through the dataset and through the same files by name agree
+# (classes and probabilities); the test split's order is class, then file.
+"$CDL_PREDICT" "$ck" --top-k 2 >"$TMP/pd.csv" || die "cdl-predict --dataset"
+"$CDL_PREDICT" "$ck" --top-k 2 "$TMP"/img/test/*/*.png >"$TMP/pf.csv" || die "cdl-predict FILE..."
+head -1 "$TMP/pf.csv" | grep -qx 'file,class1,p1,class2,p2' || die "header: $(head -1 "$TMP/pf.csv")"
+[ "$(wc -l <"$TMP/pf.csv")" -eq 13 ] || die "12 files, $(($(wc -l <"$TMP/pf.csv") - 1)) lines"
+diff <(tail -n +2 "$TMP/pd.csv" | cut -d, -f3-) <(tail -n +2 "$TMP/pf.csv" | cut -d, -f2-) ||
+    die "predictions on the files differ from those on the dataset"
+grep -q ',red,\|,green,\|,blue,' "$TMP/pf.csv" || die "no class names"
+"$CDL_PREDICT" "$ck" --format jsonl "$TMP/img/test/red/00.png" >"$TMP/pf.jsonl" ||
+    die "cdl-predict --format jsonl FILE"
+grep -q "^{\"file\":\"$TMP/img/test/red/00.png\",\"top\":\[{\"class\":\"" "$TMP/pf.jsonl" ||
+    die "JSON line: $(cat "$TMP/pf.jsonl")"
+echo "PASS: cdl-eval matches cdl-train on an image folder; cdl-predict on files matches --dataset"
+
+# A bad file is an error naming it, or left out and counted.
+echo "not a picture" >"$TMP/bad.png"
+expect_status 1 "$CDL_PREDICT" "$ck" "$TMP/img/test/red/00.png" "$TMP/bad.png"
+expect_err "bad.png"
+expect_err "--skip-bad-files"
+expect_status 0 "$CDL_PREDICT" "$ck" --skip-bad-files "$TMP/img/test/red/00.png" "$TMP/bad.png"
+expect_err "left out 1"
+[ "$(wc -l <"$TMP/out")" -eq 2 ] || die "--skip-bad-files: $(cat "$TMP/out")"
+expect_status 2 "$CDL_PREDICT" "$ck" --dataset mnist "$TMP/bad.png"
+expect_err "exclude each other"
+
+# A CSV table with its label column chosen: read and normalised as the run did.
+mkdir "$TMP/tab" && head -46 "$TMP/t.csv" >"$TMP/tab/train.csv" &&
+    { head -1 "$TMP/t.csv"; tail -15 "$TMP/t.csv"; } >"$TMP/tab/test.csv"
+train --model mlp --dataset "csv:$TMP/tab" --label-column kind --ckpt-dir "$TMP/ckc" \
+    --metrics "$TMP/mc.jsonl"
+"$CDL_EVAL" "$TMP/ckc/last.safetensors" --json >"$TMP/evalc.json" || die "cdl-eval on a CSV run"
+acc_equal "$TMP/mc.jsonl" "$TMP/evalc.json"
+"$CDL_EVAL" "$TMP/ckc/last.safetensors" --dataset "csv:$TMP/tab" --split val --json \
+    >"$TMP/evalv.json" || die "cdl-eval --dataset csv:PATH --split val"
+expect_status 1 "$CDL_PREDICT" "$TMP/ckc/last.safetensors" "$TMP/img/test/red/00.png"
+expect_err "predict with --dataset"
+echo "PASS: cdl-eval matches cdl-train on a CSV run; KIND:PATH; files refused for a table's model"
+exit 0

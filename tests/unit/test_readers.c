@@ -165,6 +165,51 @@ static void test_imagefolder_bad_files(void **state)
     assert_error_has("caf\\xe9");
     assert_error_has("not UTF-8");
 }
+
+/* cdl-predict's files: the same bytes as the folder reader gives them
+ * (PNG and JPEG, resized and converted to RGB), labels = file indices, bad
+ * files named or skipped and counted. */
+static void test_image_files(void **state)
+{
+    (void)state;
+    make_folder();
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.channels = 3;
+    o.image_size = 2;
+    cdl_dataset d, f;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
+    char p[2][512];
+    snprintf(p[0], sizeof p[0], "%s", at("img/train/cat/z.JPG"));   /* sample 6 */
+    snprintf(p[1], sizeof p[1], "%s", at("img/train/bird/1.png"));  /* sample 1 */
+    const char *files[3] = {p[0], p[1], NULL};
+    cdl_shape s = {3, 2, 2};
+    assert_int_equal(cdl_dataset_from_image_files(files, 2, s, 2, 0, &f), 0);
+    assert_int_equal(f.n, 2);
+    assert_int_equal(f.labels[0], 0);
+    assert_int_equal(f.labels[1], 1);
+    assert_memory_equal(f.images, d.images + 6 * 12, 12);
+    assert_memory_equal(f.images + 12, d.images + 1 * 12, 12);
+    cdl_dataset_free(&f);
+
+    char bad[512];
+    snprintf(bad, sizeof bad, "%s", at("img/train/cat/notes.txt"));
+    const char *with_bad[3] = {p[0], bad, p[1]};
+    assert_int_equal(cdl_dataset_from_image_files(with_bad, 3, s, 1, 0, &f), -1);
+    assert_error_has("notes.txt");
+    assert_error_has("--skip-bad-files");
+    assert_int_equal(cdl_dataset_from_image_files(with_bad, 3, s, 1, 1, &f), 0);
+    assert_int_equal(f.n, 2);
+    assert_int_equal(f.skipped, 1);
+    assert_int_equal(f.labels[1], 2);
+    assert_memory_equal(f.images + 12, d.images + 1 * 12, 12);
+    cdl_dataset_free(&f);
+    assert_int_equal(cdl_dataset_from_image_files(with_bad + 1, 1, s, 1, 1, &f), -1);
+    assert_error_has("none of the 1 pictures");
+    s.c = 2;
+    assert_int_equal(cdl_dataset_from_image_files(files, 2, s, 1, 0, &f), -1);
+    cdl_dataset_free(&d);
+}
 #endif
 
 static void test_imagefolder_missing(void **state)
@@ -383,6 +428,7 @@ int main(void)
 #if defined(HAVE_PNG) && defined(HAVE_JPEG)
         cmocka_unit_test_setup_teardown(test_imagefolder, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_bad_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_image_files, setup, teardown),
 #endif
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_npy, setup, teardown),

@@ -207,6 +207,15 @@ static int list_classes(const char *root, strlist *classes)
     return 0;
 }
 
+/* A bad file's error, with the way out unless the decoder's message
+ * already gives it. */
+static int bad_file_error(const char *msg)
+{
+    if (strstr(msg, "--skip-bad-files"))
+        return cdl_error("%s", msg);
+    return cdl_error("%s (or pass --skip-bad-files to leave such files out)", msg);
+}
+
 /* The first readable image decides the size and channels not given. */
 static int pick_geometry(const strlist *files, const cdl_dataset_options *o, int *h, int *w,
                          int *c)
@@ -334,8 +343,7 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         for (long i = 0; i < files.n; i++) {
             if (errors[i]) {
                 if (!o->skip_bad_files) {
-                    rc = cdl_error("%s (or pass --skip-bad-files to leave such files out)",
-                                   errors[i]);
+                    rc = bad_file_error(errors[i]);
                     break;
                 }
                 bad++;
@@ -414,8 +422,7 @@ int cdl_dataset_from_image_files(const char *const *paths, int n, cdl_shape shap
         for (long i = 0; i < n; i++) {
             if (errors[i]) {
                 if (!skip_bad) {
-                    rc = cdl_error("%s (or pass --skip-bad-files to leave such files out)",
-                                   errors[i]);
+                    rc = bad_file_error(errors[i]);
                     break;
                 }
                 out->skipped++;

@@ -46,6 +46,10 @@ PYEOF
 }
 
 # An image folder read at 8x8 (scaled and centre-cropped from 12x10).
+if ! "$CDL_TRAIN" --device cpu --model mlp --dataset "imagefolder:$TMP/img" --epochs 1 --max-steps 1 -q \
+        --no-progress 2>"$TMP/err" >/dev/null && grep -q "built without libpng" "$TMP/err"; then
+    echo "SKIP: cdl was built without libpng"; exit 77
+fi
 train --model mlp --dataset "imagefolder:$TMP/img" --image-size 8 --ckpt-dir "$TMP/ck" \
     --metrics "$TMP/m.jsonl"
 ck="$TMP/ck/last.safetensors"

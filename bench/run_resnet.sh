@@ -1,22 +1,25 @@
 #!/bin/bash
 # ResNet-20 on Fashion-MNIST, cdl against PyTorch, side by side: the same
 # network (cdl's built-in resnet20) and recipe (SGD momentum 0.9, weight
-# decay 5e-4, cosine from LR, batch 128, no augmentation), trained by
-# cdl-train, by PyTorch 2.x from PyPI (in a venv this script creates) and
-# by Debian's python3-torch; prints test accuracy and seconds per epoch with
-# cdl's ratios. Target: cdl >= 93.5% test accuracy.
+# decay 5e-4, cosine from LR per step, batch 128, random crop (pad 4) and
+# horizontal flip), trained by cdl-train, by PyTorch 2.x from PyPI (in a
+# venv this script creates) and by Debian's python3-torch 1.13; prints test
+# accuracy and seconds per epoch with cdl's ratios. Target: cdl >= 93.5%
+# test accuracy.
 #
 # Usage: bench/run_resnet.sh [BUILD_DIR]   (BUILD_DIR holds cli/cdl-train)
-# Environment: EPOCHS=30 LR=0.1 BATCH=128 THREADS=2, MAX_STEPS=0 (steps per
-# epoch, for a quick check), VENV=BUILD_DIR/bench/venv-torch2 (NO_VENV=1
-# skips the PyPI column), PYTHON=/usr/bin/python3.
+# Environment: EPOCHS=30 LR=0.1 BATCH=128 THREADS=2 AUGMENT=crop+flip
+# (none|crop|flip|crop+flip), MAX_STEPS=0 (steps per epoch, for a quick
+# check), VENV=BUILD_DIR/bench/venv-torch2 (made once, only a complete one
+# is kept; NO_VENV=1 skips the PyPI column; PIP_ARGS adds pip options),
+# PYTHON=/usr/bin/python3.
 # A full run takes hours on a small machine; a check of the script itself:
 #   EPOCHS=1 MAX_STEPS=20 NO_VENV=1 bench/run_resnet.sh _build
 set -u
 build=${1:-.}
 here=$(cd "$(dirname "$0")" && pwd)
 epochs=${EPOCHS:-30} lr=${LR:-0.1} batch=${BATCH:-128} threads=${THREADS:-2}
-max_steps=${MAX_STEPS:-0}
+max_steps=${MAX_STEPS:-0} augment=${AUGMENT:-crop+flip}
 python=${PYTHON:-/usr/bin/python3}
 venv=${VENV:-$build/bench/venv-torch2}
 data=/usr/share/datasets/fashion-mnist
@@ -24,14 +27,15 @@ data=/usr/share/datasets/fashion-mnist
 [ -f "$data/t10k-images-idx3-ubyte.gz" ] || { echo "run_resnet.sh: $data missing" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $epochs epochs, batch $batch, lr $lr, $threads threads"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $epochs epochs, batch $batch, lr $lr, $threads threads, augment $augment"
 
 # cdl: validation on the test set (--val-split 0), so the accuracy is the test accuracy.
 steps_arg=()
 [ "$max_steps" -gt 0 ] && steps_arg=(--max-steps $((max_steps * epochs)))
 start=$(date +%s.%N)
 "$build/cli/cdl-train" --model resnet20 --dataset fashion-mnist --val-split 0 --epochs "$epochs" \
-    --batch-size "$batch" --lr "$lr" --threads "$threads" --metrics "$tmp/m.jsonl" \
+    --batch-size "$batch" --lr "$lr" --optimizer sgd --momentum 0.9 --weight-decay 5e-4 \
+    --schedule cosine --augment "$augment" --threads "$threads" --metrics "$tmp/m.jsonl" \
     --no-progress -q "${steps_arg[@]}" || { echo "cdl-train failed" >&2; exit 1; }
 end=$(date +%s.%N)
 last=$(grep '"val_acc"' "$tmp/m.jsonl" | tail -n 1)
@@ -42,13 +46,25 @@ cdl_s=$(grep '"val_acc"' "$tmp/m.jsonl" | sed 's/.*"seconds":\([0-9.]*\).*/\1/' 
 
 torch_run() {   # torch_run PYTHON: prints the RESULT line
     "$1" "$here/torch_resnet.py" --epochs "$epochs" --batch "$batch" --lr "$lr" \
-        --threads "$threads" --max-steps "$max_steps" | tee /dev/stderr | grep '^RESULT'
+        --threads "$threads" --max-steps "$max_steps" --augment "$augment" | tee /dev/stderr | grep '^RESULT'
 }
 rows=()
 if [ "${NO_VENV:-0}" != 1 ]; then
-    if [ ! -x "$venv/bin/python" ]; then
-        "$python" -m venv "$venv" && "$venv/bin/pip" install -q torch numpy ||
-            echo "run_resnet.sh: could not make the PyTorch 2.x venv in $venv" >&2
+    # PyPI's torch in its own venv (not over the system site-packages, so
+    # Debian's 1.13 cannot shadow it), built in $venv.tmp and moved into
+    # place only when complete, so an interrupted install is redone.
+    if ! "$venv/bin/python" -c 'import torch, numpy' >/dev/null 2>&1; then
+        rm -rf "$venv" "$venv.tmp"
+        mkdir -p "$(dirname "$venv")"
+        if "$python" -m venv "$venv.tmp" &&
+           timeout 1800 "$venv.tmp/bin/python" -m pip install -q --no-cache-dir ${PIP_ARGS:-} \
+               'torch>=2' numpy; then
+            mv "$venv.tmp" "$venv"
+        else
+            rm -rf "$venv.tmp"
+            echo "run_resnet.sh: could not make the PyTorch 2.x venv in $venv (python3-venv" \
+                 "installed? PyPI reachable?); NO_VENV=1 skips that column" >&2
+        fi
     fi
     [ -x "$venv/bin/python" ] && rows+=("$(torch_run "$venv/bin/python" 2>/dev/null)")
 fi

@@ -6,7 +6,9 @@ The network is cdl's built-in resnet20 (tests/fixtures/make_resnet_fixture.py:
 3x3 basic blocks, 16/32/64 channels, projection shortcuts); the recipe is
 cdl-train's: SGD momentum 0.9, weight decay 5e-4 on every parameter, cosine
 learning rate per step from --lr to 0, batch --batch, inputs (x/255 - 0.2860)
-/ 0.3530, no augmentation, the 10,000 test images for accuracy. Prints one
+/ 0.3530, --augment as cdl's (crop: random 28x28 crop of the image padded by 4
+zero pixels; flip: horizontal flip with p = 0.5), the 10,000 test images for
+accuracy. Prints one
 line per epoch and "RESULT impl=torch-VERSION acc=... epoch_s=...".
 """
 import argparse
@@ -32,6 +34,7 @@ p.add_argument("--lr", type=float, default=0.1)
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--max-steps", type=int, default=0, help="steps per epoch (0 = all)")
 p.add_argument("--seed", type=int, default=1)
+p.add_argument("--augment", default="none", choices=["none", "crop", "flip", "crop+flip"])
 a = p.parse_args()
 
 
@@ -51,6 +54,24 @@ xtr, ytr = images("train-images-idx3-ubyte.gz"), torch.from_numpy(
     idx("train-labels-idx1-ubyte.gz", 8).astype(np.int64))
 xte, yte = images("t10k-images-idx3-ubyte.gz"), torch.from_numpy(
     idx("t10k-labels-idx1-ubyte.gz", 8).astype(np.int64))
+PAD = 4
+ZERO = (0.0 - 0.2860) / 0.3530   # a zero pixel, normalised
+
+
+def augment(x):
+    """x (n, 1, 28, 28) normalised -> cropped and/or flipped copy."""
+    n, h, w = x.shape[0], x.shape[2], x.shape[3]
+    if "crop" in a.augment:
+        padded = F.pad(x, (PAD, PAD, PAD, PAD), value=ZERO)
+        dy = torch.randint(0, 2 * PAD + 1, (n,)).tolist()
+        dx = torch.randint(0, 2 * PAD + 1, (n,)).tolist()
+        x = torch.stack([padded[k, :, dy[k]:dy[k] + h, dx[k]:dx[k] + w] for k in range(n)])
+    if "flip" in a.augment:
+        flip = torch.rand(n) < 0.5
+        x = torch.where(flip[:, None, None, None], x.flip(3), x)
+    return x
+
+
 model = ResNet20(1, 10)
 opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4)
 steps = len(xtr) // a.batch if not a.max_steps else min(a.max_steps, len(xtr) // a.batch)
@@ -64,7 +85,8 @@ for epoch in range(a.epochs):
             g["lr"] = a.lr * (1 + math.cos(math.pi * step / total)) / 2
         i = perm[s * a.batch:(s + 1) * a.batch]
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(xtr[i]), ytr[i]).backward()
+        xb = xtr[i] if a.augment == "none" else augment(xtr[i])
+        F.cross_entropy(model(xb), ytr[i]).backward()
         opt.step()
         step += 1
     times.append(time.perf_counter() - t0)

@@ -112,7 +112,7 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
             rc = strlist_add(out, e->d_name);
     }
     closedir(d);
-    if (!rc)
+    if (!rc && out->n > 1)   /* an empty list has no array (qsort wants one) */
         qsort(out->v, (size_t)out->n, sizeof *out->v, cmp_str);
     return rc;
 }

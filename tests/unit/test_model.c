@@ -508,8 +508,8 @@ static void test_grad_ready_ranges(void **state)
         "relu\nconv2d 3 kernel=3\nmaxpool2d 2\nflatten\nlinear 4 bias=false\nrelu\nlinear 2\n",
         "conv2d 3 kernel=3\nrelu\nflatten\nlinear 2\n",
         /* A graph: layers in spec order finish from the end. */
-        "conv2d 3 kernel=3 padding=1\nrelu name=r\nconv2d 3 kernel=3 padding=1\nadd r name=sum\n"
-        "conv2d 2 kernel=1 from=r name=s\nconcat sum s\nflatten\nlinear 2\n",
+        ("conv2d 3 kernel=3 padding=1\nrelu name=r\nconv2d 3 kernel=3 padding=1\nadd r name=sum\n"
+         "conv2d 2 kernel=1 from=r name=s\nconcat sum s\nflatten\nlinear 2\n"),
     };
     cdl_shape in = {1, 6, 6};
     for (int s = 0; s < 3; s++) {

@@ -238,8 +238,7 @@ static void test_init_strict(void **state)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/cdl-test-split-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return test_mkdtemp(tmpdir, sizeof tmpdir, "split");
 }
 
 static int teardown(void **state)

@@ -589,8 +589,7 @@ static void test_eta_format(void **state)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/cdl-test-train-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return test_mkdtemp(tmpdir, sizeof tmpdir, "train");
 }
 
 static int teardown(void **state)

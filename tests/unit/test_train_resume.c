@@ -310,8 +310,7 @@ static void test_resume_format2(void **state)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/cdl-test-resume-XXXXXX");
-    if (!mkdtemp(tmpdir))
+    if (test_mkdtemp(tmpdir, sizeof tmpdir, "resume") != 0)
         return -1;
     cdl_train_config c;
     base_config(&c, "good");

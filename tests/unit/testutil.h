@@ -51,4 +51,12 @@ static inline int test_rm_rf(const char *dir)
     return nftw(dir, test_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* Makes a fresh private directory /tmp/cdl-test-STEM-XXXXXX into buf (a
+ * test's temporary tree, removed with test_rm_rf); 0 on success. */
+static inline int test_mkdtemp(char *buf, size_t len, const char *stem)
+{
+    snprintf(buf, len, "/tmp/cdl-test-%s-XXXXXX", stem);
+    return mkdtemp(buf) ? 0 : -1;
+}
+
 #endif

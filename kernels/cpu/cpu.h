@@ -111,6 +111,20 @@ void cpu_sgd_step(cdl_backend *be, size_t n, float *p, const float *g,
 void cpu_adam_step(cdl_backend *be, size_t n, float *p, const float *g,
                    float *m, float *v, const cdl_adam_hparams *hp);
 
+/* attn.c: causal multi-head self-attention (backend.h). The table's entries
+ * are the fast path (blocked SGEMM + fused softmax); cpu_attn_ref_* are the
+ * plain loops of the definition, kept for the tests. ws: attn_workspace. */
+size_t cpu_attn_workspace(cdl_backend *be, int n, int T, int C, int nh);
+void cpu_attn_fwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv, float *y,
+                  float *lse, float *ws);
+void cpu_attn_bwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
+                  const float *y, const float *lse, const float *dy, float *dqkv, float *ws);
+void cpu_attn_ref_fwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
+                      float *y, float *lse, float *ws);
+void cpu_attn_ref_bwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
+                      const float *y, const float *lse, const float *dy, float *dqkv,
+                      float *ws);
+
 /* reduce.c */
 double cpu_sumsq(cdl_backend *be, const float *x, size_t n);
 

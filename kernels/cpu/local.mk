@@ -18,5 +18,6 @@ libcdl_core_la_SOURCES += \
 	kernels/cpu/act.c \
 	kernels/cpu/join.c \
 	kernels/cpu/optim.c \
+	kernels/cpu/attn.c \
 	kernels/optim_scalars.h \
 	kernels/cpu/reduce.c

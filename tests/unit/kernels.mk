@@ -12,6 +12,13 @@ tests_unit_test_kernels_net_SOURCES = tests/unit/test_kernels_net.c tests/unit/r
 	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
 tests_unit_test_kernels_net_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_kernels_net_LDADD = $(TEST_LDADD)
+# causal multi-head self-attention (reference and fast CPU paths)
+check_PROGRAMS += tests/unit/test_kernels_attn
+TESTS += tests/unit/test_kernels_attn
+tests_unit_test_kernels_attn_SOURCES = tests/unit/test_kernels_attn.c tests/unit/ref_ops.c \
+	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
+tests_unit_test_kernels_attn_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_kernels_attn_LDADD = $(TEST_LDADD)
 # the same ops against PyTorch (tests/fixtures/ops.fix)
 check_PROGRAMS += tests/unit/test_ops_torch
 TESTS += tests/unit/test_ops_torch

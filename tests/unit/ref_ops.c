@@ -1,6 +1,7 @@
 /* Double-precision reference ops (see ref_ops.h): direct loops straight from
  * the definitions. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ref_ops.h"
@@ -402,4 +403,91 @@ void ref_xent_ls(int n, int classes, const double *logits, const int32_t *labels
         for (int j = 0; j < classes; j++)
             dlogits[(size_t)r * classes + j] += eps * grad_scale * ((j == labels[r]) - 1.0 / classes);
     }
+}
+
+/* Scores of one (sample b, head h) as the definition writes them: row t
+ * holds S[t][s] = q_t . k_s / sqrt(hd) for s <= t, then the softmax P and
+ * lse[t]. P (T*T) has zeros above the diagonal. */
+static void ref_attn_probs(int T, int C, int nh, const double *qkv, int b, int h, double *P,
+                           double *lse)
+{
+    int hd = C / nh;
+    const double *base = qkv + (size_t)b * T * 3 * C + (size_t)h * hd;
+    for (int t = 0; t < T; t++) {
+        double *p = P + (size_t)t * T, m = -INFINITY, sum = 0.0;
+        for (int s = 0; s < T; s++) {
+            p[s] = 0.0;
+            if (s > t)
+                continue;
+            for (int j = 0; j < hd; j++)
+                p[s] += base[(size_t)t * 3 * C + j] * base[(size_t)s * 3 * C + C + j];
+            p[s] /= sqrt((double)hd);
+            m = p[s] > m ? p[s] : m;
+        }
+        for (int s = 0; s <= t; s++)
+            sum += exp(p[s] - m);
+        for (int s = 0; s <= t; s++)
+            p[s] = exp(p[s] - m) / sum;
+        if (lse)
+            lse[t] = m + log(sum);
+    }
+}
+
+void ref_attn_fwd(int n, int T, int C, int nh, const double *qkv, double *y, double *lse)
+{
+    int hd = C / nh;
+    double *P = malloc((size_t)T * T * sizeof *P);
+    for (int b = 0; b < n; b++)
+        for (int h = 0; h < nh; h++) {
+            ref_attn_probs(T, C, nh, qkv, b, h, P, lse ? lse + ((size_t)b * nh + h) * T : NULL);
+            const double *v = qkv + (size_t)b * T * 3 * C + 2 * C + (size_t)h * hd;
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j < hd; j++) {
+                    double acc = 0.0;
+                    for (int s = 0; s <= t; s++)
+                        acc += P[(size_t)t * T + s] * v[(size_t)s * 3 * C + j];
+                    y[((size_t)b * T + t) * C + (size_t)h * hd + j] = acc;
+                }
+        }
+    free(P);
+}
+
+void ref_attn_bwd(int n, int T, int C, int nh, const double *qkv, const double *dy,
+                  double *dqkv)
+{
+    int hd = C / nh;
+    double scale = 1.0 / sqrt((double)hd);
+    double *P = malloc((size_t)T * T * sizeof *P), *dS = malloc((size_t)T * T * sizeof *dS);
+    memset(dqkv, 0, (size_t)n * T * 3 * C * sizeof *dqkv);
+    for (int b = 0; b < n; b++)
+        for (int h = 0; h < nh; h++) {
+            ref_attn_probs(T, C, nh, qkv, b, h, P, NULL);
+            size_t o3 = (size_t)b * T * 3 * C + (size_t)h * hd;
+            const double *q = qkv + o3, *k = q + C, *v = q + 2 * C;
+            const double *g = dy + (size_t)b * T * C + (size_t)h * hd;
+            double *dq = dqkv + o3, *dk = dq + C, *dv = dq + 2 * C;
+            /* dP[t][s] = dy_t . v_s; softmax backward: dS = P (dP - sum_s P dP) */
+            for (int t = 0; t < T; t++) {
+                double rowsum = 0.0;
+                for (int s = 0; s <= t; s++) {
+                    double dp = 0.0;
+                    for (int j = 0; j < hd; j++)
+                        dp += g[(size_t)t * C + j] * v[(size_t)s * 3 * C + j];
+                    dS[(size_t)t * T + s] = dp;
+                    rowsum += P[(size_t)t * T + s] * dp;
+                }
+                for (int s = 0; s <= t; s++)
+                    dS[(size_t)t * T + s] = P[(size_t)t * T + s] * (dS[(size_t)t * T + s] - rowsum);
+            }
+            for (int t = 0; t < T; t++)
+                for (int s = 0; s <= t; s++)
+                    for (int j = 0; j < hd; j++) {
+                        double ds = dS[(size_t)t * T + s] * scale;
+                        dq[(size_t)t * 3 * C + j] += ds * k[(size_t)s * 3 * C + j];
+                        dk[(size_t)s * 3 * C + j] += ds * q[(size_t)t * 3 * C + j];
+                        dv[(size_t)s * 3 * C + j] += P[(size_t)t * T + s] * g[(size_t)t * C + j];
+                    }
+        }
+    free(P);
+    free(dS);
 }

@@ -80,4 +80,11 @@ double ref_act_grad(cdl_act act, double alpha, double x);
 void ref_xent_ls(int n, int classes, const double *logits, const int32_t *labels, double eps,
                  double grad_scale, double *dlogits, double *loss, int32_t *pred);
 
+/* Causal multi-head self-attention (backend.h's attn_fwd): qkv (n,T,3C),
+ * y (n,T,C), lse (n,nh,T) or NULL. The backward overwrites dqkv (n,T,3C)
+ * from dy (n,T,C), recomputing the probabilities. */
+void ref_attn_fwd(int n, int T, int C, int nh, const double *qkv, double *y, double *lse);
+void ref_attn_bwd(int n, int T, int C, int nh, const double *qkv, const double *dy,
+                  double *dqkv);
+
 #endif

@@ -1,0 +1,312 @@
+/* Causal multi-head self-attention (nanoGPT's CausalSelfAttention between
+ * c_attn and c_proj); shapes and semantics in lib/cdl/backend.h.
+ *
+ * qkv (n, T, 3C): q, k, v side by side, head h = columns [h*hd, (h+1)*hd)
+ * of each (hd = C/nh); y (n, T, C); lse (n, nh, T). Per (sample, head):
+ *   S = q k^T * scale (scale = 1/sqrt(hd)), S[t][s] = -inf for s > t
+ *   P = softmax over each row, lse[t] = log sum_s exp(S[t][s])
+ *   y = P v
+ * Backward, from P = exp(S - lse) recomputed (nothing T x T is saved):
+ *   dv = P^T dy, dP = dy v^T, D[t] = dy[t] . y[t] (= sum_s P dP),
+ *   dS = P (dP - D), dq = dS k * scale, dk = dS^T q * scale.
+ *
+ * Work items are the n*nh (sample, head) pairs; each owns its head's
+ * columns of y, lse and dqkv outright, so results do not depend on the
+ * thread count and nothing needs reducing. Two paths:
+ *   - the reference (cpu_attn_ref_*): plain loops straight from the
+ *     definition, one score row of scratch;
+ *   - the fast path (the table's entries): blocks of ATTN_BLOCK query rows,
+ *     each a single-threaded SGEMM against the keys up to the block's last
+ *     row only (the causal mask skips the blocks above the diagonal), the
+ *     scale, mask and softmax fused in one pass over the block's scores,
+ *     then a second SGEMM. The backward accumulates dk and dv over the
+ *     blocks in block order (fixed, so deterministic).
+ * Scratch per thread: 2 blocks of ATTN_BLOCK x T scores (the reference uses
+ * the first 2T floats of its thread's share).
+ */
+#include <math.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "kernels/cpu/cpu.h"
+
+/* Query rows per block of the fast path: the scores of a block (64 x T)
+ * stay in L2 between the GEMMs and the softmax. */
+#define ATTN_BLOCK 64
+
+typedef struct attn_ctx {
+    int n, T, C, nh, hd;
+    float scale;
+    const float *qkv, *y, *lse, *dy;
+    float *yo, *lse_o, *dqkv, *ws;
+    size_t ws_per_thread;
+} attn_ctx;
+
+static size_t attn_thread_floats(int T)
+{
+    int b = T < ATTN_BLOCK ? T : ATTN_BLOCK;
+    return cpu_align16(2 * (size_t)b * (size_t)T);
+}
+
+size_t cpu_attn_workspace(cdl_backend *be, int n, int T, int C, int nh)
+{
+    (void)n;
+    (void)C;
+    (void)nh;
+    if (T <= 0)
+        return 0;
+    return (size_t)pool_threads(cpu_pool(be)) * attn_thread_floats(T);
+}
+
+/* The item's pointers: q, k, v of sample b, head h (row stride 3C), its y
+ * and dy (row stride C), its dq, dk, dv (row stride 3C), its lse row. */
+typedef struct attn_item {
+    const float *q, *k, *v, *y, *dy, *lse;
+    float *yo, *lse_o, *dq, *dk, *dv;
+} attn_item;
+
+static attn_item attn_at(const attn_ctx *c, size_t item)
+{
+    int b = (int)(item / (size_t)c->nh), h = (int)(item % (size_t)c->nh);
+    size_t row3 = (size_t)b * c->T * 3 * c->C + (size_t)h * c->hd;
+    size_t row1 = (size_t)b * c->T * c->C + (size_t)h * c->hd;
+    attn_item it = {0};
+    it.q = c->qkv + row3;
+    it.k = it.q + c->C;
+    it.v = it.q + 2 * c->C;
+    if (c->y)
+        it.y = c->y + row1;
+    if (c->dy)
+        it.dy = c->dy + row1;
+    if (c->lse)
+        it.lse = c->lse + item * (size_t)c->T;
+    if (c->yo)
+        it.yo = c->yo + row1;
+    if (c->lse_o)
+        it.lse_o = c->lse_o + item * (size_t)c->T;
+    if (c->dqkv) {
+        it.dq = c->dqkv + row3;
+        it.dk = it.dq + c->C;
+        it.dv = it.dq + 2 * c->C;
+    }
+    return it;
+}
+
+static float attn_dot(const float *a, const float *b, int n)
+{
+    float s = 0.0f;
+    for (int j = 0; j < n; j++)
+        s += a[j] * b[j];
+    return s;
+}
+
+/* Zeroes the head's hd columns of T rows of stride ld. */
+static void attn_zero_cols(float *p, int T, int hd, size_t ld)
+{
+    for (int t = 0; t < T; t++)
+        memset(p + (size_t)t * ld, 0, (size_t)hd * sizeof *p);
+}
+
+/* ------------------------------------------------------------------ reference */
+
+static void attn_ref_fwd_items(void *vctx, size_t i0, size_t i1, int chunk, int tid)
+{
+    (void)chunk;
+    const attn_ctx *c = vctx;
+    int T = c->T, hd = c->hd;
+    size_t ld3 = 3 * (size_t)c->C, ld1 = (size_t)c->C;
+    float *p = c->ws + (size_t)tid * c->ws_per_thread;
+    for (size_t item = i0; item < i1; item++) {
+        attn_item it = attn_at(c, item);
+        for (int t = 0; t < T; t++) {
+            const float *q = it.q + t * ld3;
+            float m = -INFINITY;
+            for (int s = 0; s <= t; s++) {
+                p[s] = attn_dot(q, it.k + s * ld3, hd) * c->scale;
+                if (p[s] > m)
+                    m = p[s];
+            }
+            double sum = 0.0;
+            for (int s = 0; s <= t; s++) {
+                p[s] = expf(p[s] - m);
+                sum += p[s];
+            }
+            float inv = (float)(1.0 / sum);
+            float *y = it.yo + t * ld1;
+            for (int j = 0; j < hd; j++) {
+                float acc = 0.0f;
+                for (int s = 0; s <= t; s++)
+                    acc += p[s] * it.v[s * ld3 + j];
+                y[j] = acc * inv;
+            }
+            it.lse_o[t] = m + (float)log(sum);
+        }
+    }
+}
+
+static void attn_ref_bwd_items(void *vctx, size_t i0, size_t i1, int chunk, int tid)
+{
+    (void)chunk;
+    const attn_ctx *c = vctx;
+    int T = c->T, hd = c->hd;
+    size_t ld3 = 3 * (size_t)c->C, ld1 = (size_t)c->C;
+    float *p = c->ws + (size_t)tid * c->ws_per_thread;
+    for (size_t item = i0; item < i1; item++) {
+        attn_item it = attn_at(c, item);
+        attn_zero_cols(it.dq, T, hd, ld3);
+        attn_zero_cols(it.dk, T, hd, ld3);
+        attn_zero_cols(it.dv, T, hd, ld3);
+        for (int t = 0; t < T; t++) {
+            const float *q = it.q + t * ld3, *dy = it.dy + t * ld1;
+            float *dq = it.dq + t * ld3;
+            float d = attn_dot(dy, it.y + t * ld1, hd);
+            for (int s = 0; s <= t; s++) {
+                const float *k = it.k + s * ld3, *v = it.v + s * ld3;
+                float *dk = it.dk + s * ld3, *dv = it.dv + s * ld3;
+                p[s] = expf(attn_dot(q, k, hd) * c->scale - it.lse[t]);
+                float ds = p[s] * (attn_dot(dy, v, hd) - d) * c->scale;
+                for (int j = 0; j < hd; j++) {
+                    dq[j] += ds * k[j];
+                    dk[j] += ds * q[j];
+                    dv[j] += p[s] * dy[j];
+                }
+            }
+        }
+    }
+}
+
+/* Runs fn over the n*nh items; the forward passes y, lse out (yo, lse_o),
+ * the backward y, lse in and dy, dqkv. */
+static void attn_run(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
+                     const float *y, const float *lse, const float *dy, float *yo,
+                     float *lse_o, float *dqkv, float *ws, pool_fn fn)
+{
+    if (n <= 0 || T <= 0)
+        return;
+    attn_ctx c = {.n = n, .T = T, .C = C, .nh = nh, .hd = C / nh, .qkv = qkv, .y = y,
+                  .lse = lse, .dy = dy, .yo = yo, .lse_o = lse_o, .dqkv = dqkv, .ws = ws,
+                  .ws_per_thread = attn_thread_floats(T)};
+    c.scale = (float)(1.0 / sqrt((double)c.hd));
+    pool_for(cpu_pool(be), (size_t)n * nh, 1, fn, &c);
+}
+
+void cpu_attn_ref_fwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
+                      float *y, float *lse, float *ws)
+{
+    attn_run(be, n, T, C, nh, qkv, NULL, NULL, NULL, y, lse, NULL, ws, attn_ref_fwd_items);
+}
+
+void cpu_attn_ref_bwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
+                      const float *y, const float *lse, const float *dy, float *dqkv,
+                      float *ws)
+{
+    attn_run(be, n, T, C, nh, qkv, y, lse, dy, NULL, NULL, dqkv, ws, attn_ref_bwd_items);
+}
+
+/* ------------------------------------------------------------------ fast path */
+
+/* Scale, causal mask and softmax of one block's scores in place: rows
+ * t0..t0+rows-1 of S (rows x keys, keys = t0+rows), row r valid up to
+ * column t0+r. Forward (lse_o set): P = softmax, lse written. Backward
+ * (lse set): P = exp(S*scale - lse). Masked entries become 0, so the
+ * GEMMs after it can run over all `keys` columns. */
+static void attn_block_softmax(float *S, int t0, int rows, int keys, float scale,
+                               const float *lse, float *lse_o)
+{
+    for (int r = 0; r < rows; r++) {
+        float *s = S + (size_t)r * keys;
+        int valid = t0 + r + 1;
+        if (lse) {
+            float l = lse[t0 + r];
+            for (int j = 0; j < valid; j++)
+                s[j] = expf(s[j] * scale - l);
+        } else {
+            float m = -INFINITY;
+            for (int j = 0; j < valid; j++) {
+                s[j] *= scale;
+                m = s[j] > m ? s[j] : m;
+            }
+            double sum = 0.0;
+            for (int j = 0; j < valid; j++) {
+                s[j] = expf(s[j] - m);
+                sum += s[j];
+            }
+            float inv = (float)(1.0 / sum);
+            for (int j = 0; j < valid; j++)
+                s[j] *= inv;
+            lse_o[t0 + r] = m + (float)log(sum);
+        }
+        for (int j = valid; j < keys; j++)
+            s[j] = 0.0f;
+    }
+}
+
+static void attn_fwd_items(void *vctx, size_t i0, size_t i1, int chunk, int tid)
+{
+    (void)chunk;
+    const attn_ctx *c = vctx;
+    int T = c->T, hd = c->hd, ld3 = 3 * c->C, ld1 = c->C;
+    float *S = c->ws + (size_t)tid * c->ws_per_thread;
+    for (size_t item = i0; item < i1; item++) {
+        attn_item it = attn_at(c, item);
+        for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
+            int rows = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, keys = t0 + rows;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, 1.0f,
+                        it.q + (size_t)t0 * ld3, ld3, it.k, ld3, 0.0f, S, keys);
+            attn_block_softmax(S, t0, rows, keys, c->scale, NULL, it.lse_o);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, S, keys,
+                        it.v, ld3, 0.0f, it.yo + (size_t)t0 * ld1, ld1);
+        }
+    }
+}
+
+static void attn_bwd_items(void *vctx, size_t i0, size_t i1, int chunk, int tid)
+{
+    (void)chunk;
+    const attn_ctx *c = vctx;
+    int T = c->T, hd = c->hd, ld3 = 3 * c->C, ld1 = c->C;
+    int blk = T < ATTN_BLOCK ? T : ATTN_BLOCK;
+    float *P = c->ws + (size_t)tid * c->ws_per_thread;
+    float *dS = P + (size_t)blk * T;
+    for (size_t item = i0; item < i1; item++) {
+        attn_item it = attn_at(c, item);
+        attn_zero_cols(it.dk, T, hd, (size_t)ld3);
+        attn_zero_cols(it.dv, T, hd, (size_t)ld3);
+        for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
+            int rows = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, keys = t0 + rows;
+            const float *q = it.q + (size_t)t0 * ld3, *dy = it.dy + (size_t)t0 * ld1;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, 1.0f, q, ld3,
+                        it.k, ld3, 0.0f, P, keys);
+            attn_block_softmax(P, t0, rows, keys, c->scale, it.lse, NULL);
+            /* dP = dy v^T, then dS = P (dP - D) * scale in place */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, 1.0f, dy, ld1,
+                        it.v, ld3, 0.0f, dS, keys);
+            for (int r = 0; r < rows; r++) {
+                float d = attn_dot(dy + (size_t)r * ld1, it.y + (size_t)(t0 + r) * ld1, hd);
+                const float *p = P + (size_t)r * keys;
+                float *ds = dS + (size_t)r * keys;
+                for (int j = 0; j < keys; j++)
+                    ds[j] = p[j] * (ds[j] - d) * c->scale;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, dS, keys,
+                        it.k, ld3, 0.0f, it.dq + (size_t)t0 * ld3, ld3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hd, rows, 1.0f, dS, keys,
+                        q, ld3, 1.0f, it.dk, ld3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hd, rows, 1.0f, P, keys,
+                        dy, ld1, 1.0f, it.dv, ld3);
+        }
+    }
+}
+
+void cpu_attn_fwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv, float *y,
+                  float *lse, float *ws)
+{
+    attn_run(be, n, T, C, nh, qkv, NULL, NULL, NULL, y, lse, NULL, ws, attn_fwd_items);
+}
+
+void cpu_attn_bwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
+                  const float *y, const float *lse, const float *dy, float *dqkv, float *ws)
+{
+    attn_run(be, n, T, C, nh, qkv, y, lse, dy, NULL, NULL, dqkv, ws, attn_bwd_items);
+}

@@ -1,6 +1,7 @@
 /* The CPU backend: the ops table, create/destroy and host "device" memory.
- * Kernels live in conv2d.c, linear.c, pool2d.c, eltwise.c, xent.c, optim.c
- * and reduce.c; threading in pool.c. */
+ * Kernels live in conv2d.c, linear.c, pool2d.c, eltwise.c, xent.c, optim.c,
+ * reduce.c, bnorm.c, act.c, join.c, layernorm.c and embedding.c; threading
+ * in pool.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,12 @@ static const cdl_backend_ops cpu_ops = {
     .accumulate = cpu_accumulate,
     .channel_copy = cpu_channel_copy,
     .xent_ls_fwd_bwd = cpu_xent_ls_fwd_bwd,
+    .layernorm_fwd = cpu_layernorm_fwd,
+    .layernorm_bwd = cpu_layernorm_bwd,
+    .embedding_fwd = cpu_embedding_fwd,
+    .embedding_bwd = cpu_embedding_bwd,
+    .bcast_add_fwd = cpu_bcast_add_fwd,
+    .bcast_add_bwd = cpu_bcast_add_bwd,
     .destroy = cpu_destroy,
 };
 

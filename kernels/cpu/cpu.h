@@ -105,6 +105,22 @@ void cpu_accumulate(cdl_backend *be, size_t n, const float *src, float *dst);
 void cpu_channel_copy(cdl_backend *be, int n, int c, int hw, const float *src, int src_c,
                       int src_off, float *dst, int dst_c, int dst_off, int accumulate);
 
+/* layernorm.c */
+void cpu_layernorm_fwd(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
+                       const float *beta, float eps, float *y, float *saved);
+void cpu_layernorm_bwd(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
+                       const float *saved, const float *dy, float *dx, float *dgamma,
+                       float *dbeta);
+
+/* embedding.c: token embedding and the broadcast add of positions */
+void cpu_embedding_fwd(cdl_backend *be, int rows, int d, const float *ids, const float *w,
+                       float *y);
+void cpu_embedding_bwd(cdl_backend *be, int rows, int d, int vocab, const float *ids,
+                       const float *dy, float *dw);
+void cpu_bcast_add_fwd(cdl_backend *be, int n, size_t m, const float *x, const float *b,
+                       float *y);
+void cpu_bcast_add_bwd(cdl_backend *be, int n, size_t m, const float *dy, float *db);
+
 /* optim.c */
 void cpu_sgd_step(cdl_backend *be, size_t n, float *p, const float *g,
                   float *momentum_buf, const cdl_sgd_hparams *hp);

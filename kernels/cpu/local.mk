@@ -17,6 +17,8 @@ libcdl_core_la_SOURCES += \
 	kernels/cpu/bnorm.c \
 	kernels/cpu/act.c \
 	kernels/cpu/join.c \
+	kernels/cpu/layernorm.c \
+	kernels/cpu/embedding.c \
 	kernels/cpu/optim.c \
 	kernels/cpu/attn.c \
 	kernels/optim_scalars.h \

@@ -3,8 +3,10 @@
  *
  * loss_i = logsumexp(z_i) - z_i[label_i], computed as m + log(sum exp(z-m))
  * with m = max(z) so no exp overflows; dlogits = (softmax - onehot) * scale.
- * pred_i is the first index of the maximum (like torch.argmax). A label out
- * of [0,classes) gives a NaN loss (so the caller notices) and no onehot term.
+ * pred_i is the first index of the maximum (like torch.argmax). A negative
+ * label is ignored (PyTorch's ignore_index): loss 0 and a zero dlogits row,
+ * pred still written. A label >= classes gives a NaN loss (so the caller
+ * notices) and no onehot term.
  *
  * With label smoothing eps the target is (1-eps) onehot + eps/classes:
  * loss_i = (1-eps) (logsumexp - z[label]) + eps (logsumexp - mean(z)), and
@@ -40,6 +42,14 @@ static void xent_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
                 m = z[j];
                 best = j;
             }
+        int32_t label = c->labels[i];
+        c->pred[i] = best;
+        if (label < 0) {
+            for (int j = 0; j < k; j++)
+                dz[j] = 0.0f;
+            c->loss[i] = 0.0f;
+            continue;
+        }
         double sum = 0.0;
         for (int j = 0; j < k; j++) {
             float ez = expf(z[j] - m);
@@ -48,7 +58,6 @@ static void xent_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
         }
         float inv = (float)(1.0 / sum);
         float log_sum = (float)log(sum);
-        int32_t label = c->labels[i];
         for (int j = 0; j < k; j++)
             dz[j] = dz[j] * inv * c->grad_scale;
         if (c->eps != 0.0f) {
@@ -56,7 +65,7 @@ static void xent_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
             for (int j = 0; j < k; j++)
                 dz[j] -= off;
         }
-        if (label >= 0 && label < k) {
+        if (label < k) {
             /* (m - z) first: exact for close values, no cancellation at large logits */
             c->loss[i] = (m - z[label]) + log_sum;
             if (c->eps != 0.0f) {
@@ -72,7 +81,6 @@ static void xent_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
         } else {
             c->loss[i] = NAN;
         }
-        c->pred[i] = best;
     }
 }
 

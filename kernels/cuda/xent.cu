@@ -3,8 +3,9 @@
  *
  * The same computation as the CPU backend (kernels/cpu/xent.c): m = max z,
  * e_j = expf(z_j - m), sum in double, dlogits = e * (1/sum) * scale minus
- * scale at the label, loss = (m - z_label) + log(sum); a label outside
- * [0,classes) gives a NaN loss and no onehot term; pred is the first index
+ * scale at the label, loss = (m - z_label) + log(sum); a negative label is
+ * ignored (loss 0, dlogits row 0: PyTorch's ignore_index), a label >=
+ * classes gives a NaN loss and no onehot term; pred is the first index
  * of the maximum (like torch.argmax). The lanes' sums are combined by a
  * butterfly, so every lane holds the same, reproducible value.
  *
@@ -64,6 +65,17 @@ xent_kernel(int n, int k, const float *logits, const int32_t *labels, float *dlo
         take_max(&m, &best, om, ob);
     }
 
+    int32_t label = labels[row];
+    if (label < 0) {   /* ignored: uniform in the warp, so no shuffle is left waiting */
+        for (int j = lane; j < k; j += 32)
+            dz[j] = 0.0f;
+        if (lane == 0) {
+            loss[row] = 0.0f;
+            pred[row] = best;
+        }
+        return;
+    }
+
     double sum = 0.0, zsum = 0.0;
     for (int j = lane; j < k; j += 32) {
         float e = expf(z[j] - m);
@@ -78,7 +90,6 @@ xent_kernel(int n, int k, const float *logits, const int32_t *labels, float *dlo
 
     float inv = (float)(1.0 / sum);
     float log_sum = (float)log(sum);
-    int32_t label = labels[row];
     float hit = eps == 0.0f ? scale : (1.0f - eps) * scale;
     float spread = eps == 0.0f ? 0.0f : eps / (float)k * scale;
     for (int j = lane; j < k; j += 32) {
@@ -91,7 +102,7 @@ xent_kernel(int n, int k, const float *logits, const int32_t *labels, float *dlo
     }
     if (lane == 0) {
         float l = NAN;
-        if (label >= 0 && label < k) {
+        if (label < k) {
             l = (m - z[label]) + log_sum;
             if (eps != 0.0f) {
                 float smooth = (float)(zsum / k) + log_sum;

@@ -140,7 +140,11 @@ typedef struct cdl_backend_ops {
 
     /* Softmax cross-entropy over (n,classes) logits, fused with its gradient:
      * dlogits = (softmax - onehot) * grad_scale. Writes each sample's loss and
-     * predicted class (device arrays of n). */
+     * predicted class (device arrays of n). A negative label is ignored
+     * (PyTorch's ignore_index): its loss is 0, its dlogits row 0, its pred
+     * still written; the caller passes grad_scale = 1/(rows with a label) for
+     * the mean over those. A label >= classes gives a NaN loss (a bug the
+     * caller must notice) and no onehot term. */
     void (*xent_fwd_bwd)(cdl_backend *be, int n, int classes, const float *logits,
                          const int32_t *labels, float grad_scale, float *dlogits,
                          float *sample_loss, int32_t *pred);
@@ -262,10 +266,56 @@ typedef struct cdl_backend_ops {
      * the target is (1-eps) onehot + eps/classes, so
      *   loss = logsumexp(z) - (1-eps) z[label] - eps * mean(z)
      *   dlogits = (softmax - (1-eps) onehot - eps/classes) * grad_scale;
-     * eps = 0 gives xent_fwd_bwd exactly. */
+     * eps = 0 gives xent_fwd_bwd exactly. Negative labels are ignored as
+     * in xent_fwd_bwd (loss 0, dlogits row 0). */
     void (*xent_ls_fwd_bwd)(cdl_backend *be, int n, int classes, const float *logits,
                             const int32_t *labels, float label_smoothing, float grad_scale,
                             float *dlogits, float *sample_loss, int32_t *pred);
+
+    /* ---- Ops of transformers (issue 16). NULL in a backend that does not
+     * have them yet, like the ops of issue 15. */
+
+    /* LayerNorm over the last axis of x (rows, d): y = (x - mean) * rstd *
+     * gamma + beta, rstd = 1/sqrt(var + eps), var biased (PyTorch). saved
+     * (2*rows): mean then rstd of each row, what the backward reads. gamma /
+     * beta NULL = 1 / 0. y must not alias x. */
+    void (*layernorm_fwd)(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
+                          const float *beta, float eps, float *y, float *saved);
+    /* dx overwritten (no alias with dy); dgamma, dbeta (d) overwritten with
+     * the sums over rows in row order (NULL: not wanted). */
+    void (*layernorm_bwd)(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
+                          const float *saved, const float *dy, float *dx, float *dgamma,
+                          float *dbeta);
+    /* Embedding lookup: ids (rows) floats holding integers in [0, vocab); y
+     * (rows, d) = w[ids[i]]. Backward ACCUMULATES dw (vocab, d) += dy rows
+     * at their ids (a tied output layer has already written its part), each
+     * row of dw summed in row order (deterministic). Out-of-range ids are
+     * the data reader's job to refuse; the ops may assume them valid. */
+    void (*embedding_fwd)(cdl_backend *be, int rows, int d, const float *ids, const float *w,
+                          float *y);
+    void (*embedding_bwd)(cdl_backend *be, int rows, int d, int vocab, const float *ids,
+                          const float *dy, float *dw);
+    /* Broadcast add over a batch (learned positions, wpe): y (n, m) = x
+     * (n, m) + b (m); y may alias x. Backward: db (m) = sum over n of dy,
+     * in order, overwritten. */
+    void (*bcast_add_fwd)(cdl_backend *be, int n, size_t m, const float *x, const float *b,
+                          float *y);
+    void (*bcast_add_bwd)(cdl_backend *be, int n, size_t m, const float *dy, float *db);
+    /* Causal multi-head self-attention, the part between c_attn and c_proj
+     * (nanoGPT): qkv (n, T, 3C) is c_attn's output, q = columns [0,C), k =
+     * [C,2C), v = [2C,3C), head h = columns [h*hd, (h+1)*hd) of each, hd =
+     * C/nh. y (n, T, C) = heads side by side of softmax(q k^T / sqrt(hd),
+     * masked to keys s <= t) v. lse (n, nh, T): each softmax row's
+     * log-sum-exp, saved for the backward, so no T x T matrix is kept
+     * between forward and backward (flash-style; a kernel may still use
+     * T x T scratch in ws for short sequences). dqkv (n, T, 3C)
+     * overwritten. ws: floats from attn_workspace. No dropout on attention
+     * probabilities. */
+    size_t (*attn_workspace)(cdl_backend *be, int n, int T, int C, int nh);
+    void (*attn_fwd)(cdl_backend *be, int n, int T, int C, int nh, const float *qkv, float *y,
+                     float *lse, float *ws);
+    void (*attn_bwd)(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
+                     const float *y, const float *lse, const float *dy, float *dqkv, float *ws);
 
     void (*destroy)(cdl_backend *be);
 

@@ -697,6 +697,8 @@ static void check_xent(int n, int classes, int ls, float eps)
     int32_t *labels = host_zero((size_t)n * 4), *pred = host_zero((size_t)n * 4);
     for (int i = 0; i < n; i++)
         labels[i] = (int32_t)(frand(0, 1) * (float)classes) % classes;
+    for (int i = 3; i < n; i += 7)
+        labels[i] = -1;   /* ignored (ignore_index): loss 0, dlogits row 0 */
     float *gz = up(z, nz * 4), *gdz = up(NULL, nz * 4), *gloss = up(NULL, (size_t)n * 4);
     float *gdz0 = up(NULL, nz * 4), *gloss0 = up(NULL, (size_t)n * 4);
     int32_t *glabels = up(labels, (size_t)n * 4), *gpred = up(NULL, (size_t)n * 4);

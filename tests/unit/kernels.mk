@@ -27,3 +27,10 @@ tests_unit_test_ops_torch_SOURCES = tests/unit/test_ops_torch.c tests/unit/ref_o
 tests_unit_test_ops_torch_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_ops_torch_LDADD = $(TEST_LDADD)
 EXTRA_DIST += tests/fixtures/ops_fixtures.py tests/fixtures/ops.fix
+# the ops of transformers (layernorm, embedding, bcast_add, ignored labels)
+check_PROGRAMS += tests/unit/test_kernels_seq
+TESTS += tests/unit/test_kernels_seq
+tests_unit_test_kernels_seq_SOURCES = tests/unit/test_kernels_seq.c tests/unit/ref_ops.c \
+	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
+tests_unit_test_kernels_seq_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_kernels_seq_LDADD = $(TEST_LDADD)

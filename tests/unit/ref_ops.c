@@ -240,10 +240,16 @@ void ref_xent(int n, int classes, const double *logits, const int32_t *labels,
         double m = z[best], s = 0.0;
         for (int j = 0; j < classes; j++)
             s += exp(z[j] - m);
+        pred[r] = best;
+        if (labels[r] < 0) {   /* ignored */
+            for (int j = 0; j < classes; j++)
+                dz[j] = 0.0;
+            loss[r] = 0.0;
+            continue;
+        }
         for (int j = 0; j < classes; j++)
             dz[j] = (exp(z[j] - m) / s - (j == labels[r])) * grad_scale;
         loss[r] = m + log(s) - z[labels[r]];
-        pred[r] = best;
     }
 }
 
@@ -392,6 +398,8 @@ void ref_xent_ls(int n, int classes, const double *logits, const int32_t *labels
 {
     ref_xent(n, classes, logits, labels, grad_scale, dlogits, loss, pred);
     for (int r = 0; r < n; r++) {
+        if (labels[r] < 0)
+            continue;   /* ignored: ref_xent wrote zeros */
         const double *z = logits + (size_t)r * classes;
         double m = z[pred[r]], s = 0.0, zsum = 0.0;
         for (int j = 0; j < classes; j++) {
@@ -490,4 +498,95 @@ void ref_attn_bwd(int n, int T, int C, int nh, const double *qkv, const double *
         }
     free(P);
     free(dS);
+}
+
+/* ---- ops of transformers (issue 16) ---- */
+
+/* Mean and 1/sqrt(biased variance + eps) of one row of d, two-pass. */
+static void ln_stats(int d, const double *xr, double eps, double *mean, double *rstd)
+{
+    double m = 0.0, var = 0.0;
+    for (int j = 0; j < d; j++)
+        m += xr[j];
+    m /= d;
+    for (int j = 0; j < d; j++)
+        var += (xr[j] - m) * (xr[j] - m);
+    *mean = m;
+    *rstd = 1.0 / sqrt(var / d + eps);
+}
+
+void ref_layernorm_fwd(int rows, int d, const double *x, const double *gamma,
+                       const double *beta, double eps, double *y)
+{
+    for (int r = 0; r < rows; r++) {
+        const double *xr = x + (size_t)r * d;
+        double mean, rstd;
+        ln_stats(d, xr, eps, &mean, &rstd);
+        for (int j = 0; j < d; j++)
+            y[(size_t)r * d + j] =
+                (xr[j] - mean) * rstd * (gamma ? gamma[j] : 1.0) + (beta ? beta[j] : 0.0);
+    }
+}
+
+void ref_layernorm_bwd(int rows, int d, const double *x, const double *gamma, double eps,
+                       const double *dy, double *dx, double *dgamma, double *dbeta)
+{
+    for (int j = 0; j < d; j++) {
+        if (dgamma)
+            dgamma[j] = 0.0;
+        if (dbeta)
+            dbeta[j] = 0.0;
+    }
+    for (int r = 0; r < rows; r++) {
+        const double *xr = x + (size_t)r * d, *g = dy + (size_t)r * d;
+        double mean, rstd, a = 0.0, b = 0.0;
+        ln_stats(d, xr, eps, &mean, &rstd);
+        /* d/dx of y_j = xhat_j gamma_j: with gy = dy*gamma,
+         * dx = rstd (gy - mean(gy) - xhat mean(gy xhat)). */
+        for (int j = 0; j < d; j++) {
+            double gy = g[j] * (gamma ? gamma[j] : 1.0), xhat = (xr[j] - mean) * rstd;
+            a += gy;
+            b += gy * xhat;
+            if (dgamma)
+                dgamma[j] += g[j] * xhat;
+            if (dbeta)
+                dbeta[j] += g[j];
+        }
+        a /= d;
+        b /= d;
+        for (int j = 0; j < d; j++) {
+            double gy = g[j] * (gamma ? gamma[j] : 1.0), xhat = (xr[j] - mean) * rstd;
+            dx[(size_t)r * d + j] = rstd * (gy - a - xhat * b);
+        }
+    }
+}
+
+void ref_embedding_fwd(int rows, int d, const double *ids, const double *w, double *y)
+{
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < d; j++)
+            y[(size_t)r * d + j] = w[(size_t)ids[r] * d + j];
+}
+
+void ref_embedding_bwd(int rows, int d, const double *ids, const double *dy, double *dw)
+{
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < d; j++)
+            dw[(size_t)ids[r] * d + j] += dy[(size_t)r * d + j];
+}
+
+void ref_bcast_add_fwd(int n, size_t m, const double *x, const double *b, double *y)
+{
+    for (int i = 0; i < n; i++)
+        for (size_t j = 0; j < m; j++)
+            y[(size_t)i * m + j] = x[(size_t)i * m + j] + b[j];
+}
+
+void ref_bcast_add_bwd(int n, size_t m, const double *dy, double *db)
+{
+    for (size_t j = 0; j < m; j++) {
+        db[j] = 0.0;
+        for (int i = 0; i < n; i++)
+            db[j] += dy[(size_t)i * m + j];
+    }
 }

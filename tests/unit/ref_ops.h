@@ -49,7 +49,7 @@ void ref_dropout_fwd(size_t n, double p, uint64_t seed, const double *x, double 
                      uint8_t *mask);
 
 /* Per-sample softmax cross-entropy loss, dlogits = (softmax-onehot)*scale,
- * pred = first argmax. */
+ * pred = first argmax; a negative label is ignored (loss 0, dlogits 0). */
 void ref_xent(int n, int classes, const double *logits, const int32_t *labels,
               double grad_scale, double *dlogits, double *loss, int32_t *pred);
 
@@ -86,5 +86,21 @@ void ref_xent_ls(int n, int classes, const double *logits, const int32_t *labels
 void ref_attn_fwd(int n, int T, int C, int nh, const double *qkv, double *y, double *lse);
 void ref_attn_bwd(int n, int T, int C, int nh, const double *qkv, const double *dy,
                   double *dqkv);
+
+/* LayerNorm over the last axis of x (rows, d), biased variance; gamma/beta
+ * NULL = 1/0. The backward recomputes the statistics and overwrites dx,
+ * and dgamma/dbeta (d) unless NULL. */
+void ref_layernorm_fwd(int rows, int d, const double *x, const double *gamma,
+                       const double *beta, double eps, double *y);
+void ref_layernorm_bwd(int rows, int d, const double *x, const double *gamma, double eps,
+                       const double *dy, double *dx, double *dgamma, double *dbeta);
+
+/* Embedding: y (rows,d) = w[ids[r]]; the backward ADDS dy rows into dw. */
+void ref_embedding_fwd(int rows, int d, const double *ids, const double *w, double *y);
+void ref_embedding_bwd(int rows, int d, const double *ids, const double *dy, double *dw);
+
+/* y (n,m) = x + b (m); db (m) = sum over n of dy (overwritten). */
+void ref_bcast_add_fwd(int n, size_t m, const double *x, const double *b, double *y);
+void ref_bcast_add_bwd(int n, size_t m, const double *dy, double *db);
 
 #endif

@@ -233,7 +233,8 @@ static void test_xent(void **state)
         int32_t *labels = calloc((size_t)n, 4);
         for (int i = 0; i < n; i++)
             labels[i] = (int32_t)urand(0, c);
-        labels[5] = -1;                 /* out of range: NaN loss */
+        labels[5] = c;                  /* out of range: NaN loss */
+        labels[6] = -1;                 /* ignored: loss 0, dlogits row 0 */
         if (c >= 3) {                   /* a tie: the first maximum is the prediction */
             z[2 * c + 1] = 20.0f;
             z[2 * c + 2] = 20.0f;
@@ -249,6 +250,9 @@ static void test_xent(void **state)
             assert_int_equal(p_gpu[2], 1);
         assert_true(isnan(l_gpu[5]) && isnan(l_cpu[5]));
         l_gpu[5] = l_cpu[5] = 0;
+        assert_true(l_gpu[6] == 0.0f && p_gpu[6] == p_cpu[6]);
+        for (int j = 0; j < c; j++)
+            assert_true(dz_gpu[6 * (size_t)c + j] == 0.0f);
         assert_true(norm_err(l_gpu, l_cpu, (size_t)n) < 1e-6);
         assert_true(norm_err(dz_gpu, dz_cpu, nz) < 1e-6);
         free(z), free(labels), free(dz_gpu), free(dz_cpu), free(l_gpu);

@@ -4,7 +4,9 @@
  * and unbiased variance, num_batches_tracked) and evaluation, activations
  * (GELU exact and tanh, SiLU, sigmoid, tanh, LeakyReLU at 0.01 and 0.2),
  * adaptive average pooling to 1x1, grouped/depthwise/dilated/rectangular
- * nn.Conv2d, cross-entropy with label_smoothing=0.1, add and cat.
+ * nn.Conv2d, cross-entropy with label_smoothing=0.1, add and cat;
+ * nn.LayerNorm with and without bias, nn.Embedding and cross-entropy with
+ * ignore_index=-1.
  * Tolerances: one float32 operation against float64 (hacking.md). */
 #include <string.h>
 
@@ -192,6 +194,81 @@ static void test_add_and_concat(void **state)
     cdl_backend_destroy(be);
 }
 
+static void test_layernorm(void **state)
+{
+    (void)state;
+    cdl_backend *be = test_cpu_backend(2);
+    int rows = 6, d = 16;
+    size_t nx = (size_t)rows * d;
+    const float *x = fixture_f32(fx, "ln/x", nx), *dy = fixture_f32(fx, "ln/dy", nx);
+    const float *g = fixture_f32(fx, "ln/weight", d), *b = fixture_f32(fx, "ln/bias", d);
+    float y[96], dx[96], saved[12], dg[16], db[16];
+    be->ops->layernorm_fwd(be, rows, d, x, g, b, 1e-5f, y, saved);
+    check("layernorm y", y, fixture_f32(fx, "ln/y", nx), nx, TOL);
+    be->ops->layernorm_bwd(be, rows, d, x, g, saved, dy, dx, dg, db);
+    check("layernorm dx", dx, fixture_f32(fx, "ln/dx", nx), nx, TOL);
+    check("layernorm dweight", dg, fixture_f32(fx, "ln/dweight", d), (size_t)d, TOL);
+    check("layernorm dbias", db, fixture_f32(fx, "ln/dbias", d), (size_t)d, TOL);
+    /* bias=False */
+    be->ops->layernorm_fwd(be, rows, d, x, g, NULL, 1e-5f, y, saved);
+    check("layernorm nobias y", y, fixture_f32(fx, "ln/nobias/y", nx), nx, TOL);
+    be->ops->layernorm_bwd(be, rows, d, x, g, saved, dy, dx, dg, NULL);
+    check("layernorm nobias dx", dx, fixture_f32(fx, "ln/nobias/dx", nx), nx, TOL);
+    check("layernorm nobias dweight", dg, fixture_f32(fx, "ln/nobias/dweight", d), (size_t)d,
+          TOL);
+    cdl_backend_destroy(be);
+}
+
+static void test_embedding(void **state)
+{
+    (void)state;
+    cdl_backend *be = test_cpu_backend(2);
+    int rows = 8, d = 5, vocab = 11;
+    const int32_t *id32 = fixture_i32(fx, "emb/ids", rows);
+    float ids[8], y[40], dw[55] = {0};
+    for (int r = 0; r < rows; r++)
+        ids[r] = (float)id32[r];
+    be->ops->embedding_fwd(be, rows, d, ids, fixture_f32(fx, "emb/weight", 55), y);
+    check("embedding y", y, fixture_f32(fx, "emb/y", 40), 40, 0);
+    be->ops->embedding_bwd(be, rows, d, vocab, ids, fixture_f32(fx, "emb/dy", 40), dw);
+    check("embedding dweight", dw, fixture_f32(fx, "emb/dweight", 55), 55, TOL);
+    cdl_backend_destroy(be);
+}
+
+/* cross_entropy(ignore_index=-1): cdl's per-row losses (0 where ignored)
+ * are PyTorch's reduction="none", and grad_scale = 1/(rows with a label)
+ * gives the gradient of PyTorch's mean. */
+static void test_xent_ignore_index(void **state)
+{
+    (void)state;
+    cdl_backend *be = test_cpu_backend(1);
+    int n = 6, k = 7;
+    const float *z = fixture_f32(fx, "xent_ig/logits", 42);
+    const int32_t *labels = fixture_i32(fx, "xent_ig/labels", 6);
+    int valid = 0;
+    for (int i = 0; i < n; i++)
+        valid += labels[i] >= 0;
+    const char *names[2] = {"plain", "ls"};
+    for (int e = 0; e < 2; e++) {
+        float dz[42], loss[6], mean = 0.0f;
+        int32_t pred[6];
+        char q[64];
+        if (e == 0)
+            be->ops->xent_fwd_bwd(be, n, k, z, labels, 1.0f / valid, dz, loss, pred);
+        else
+            be->ops->xent_ls_fwd_bwd(be, n, k, z, labels, 0.1f, 1.0f / valid, dz, loss, pred);
+        snprintf(q, sizeof q, "xent_ig/%s/loss", names[e]);
+        check(q, loss, fixture_f32(fx, q, 6), 6, TOL);
+        for (int i = 0; i < n; i++)
+            mean += loss[i] / valid;
+        snprintf(q, sizeof q, "xent_ig/%s/mean", names[e]);
+        check(q, &mean, fixture_f32(fx, q, 1), 1, TOL);
+        snprintf(q, sizeof q, "xent_ig/%s/dlogits", names[e]);
+        check(q, dz, fixture_f32(fx, q, 42), 42, TOL);
+    }
+    cdl_backend_destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -201,6 +278,9 @@ int main(void)
         cmocka_unit_test(test_conv2d_groups_dilation),
         cmocka_unit_test(test_label_smoothing),
         cmocka_unit_test(test_add_and_concat),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_xent_ignore_index),
     };
     return cmocka_run_group_tests_name("ops against PyTorch", tests, setup, teardown);
 }

@@ -28,6 +28,7 @@ enum {
     OPT_VAL_SPLIT, OPT_INIT, OPT_INIT_IGNORE,
     OPT_LABEL_SMOOTHING,
     OPT_STAGE,
+    OPT_CLIP_GRAD, OPT_ACCUM_STEPS, OPT_DECAY_PARAMS, OPT_EVAL_EVERY, OPT_PEAK_TFLOPS,
 };
 
 static const struct option long_opts[] = {
@@ -76,6 +77,11 @@ static const struct option long_opts[] = {
     {"init", required_argument, NULL, OPT_INIT},
     {"init-ignore", required_argument, NULL, OPT_INIT_IGNORE},
     {"stage", required_argument, NULL, OPT_STAGE},
+    {"clip-grad", required_argument, NULL, OPT_CLIP_GRAD},
+    {"accum-steps", required_argument, NULL, OPT_ACCUM_STEPS},
+    {"decay-params", required_argument, NULL, OPT_DECAY_PARAMS},
+    {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
+    {"peak-tflops", required_argument, NULL, OPT_PEAK_TFLOPS},
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"quiet", no_argument, NULL, 'q'},
@@ -128,6 +134,11 @@ static void usage(FILE *f)
 "      --step-epochs N          step schedule: lr x0.1 every N epochs [3]\n"
 "      --warmup-epochs N        linear warmup [0]\n"
 "      --max-steps N            stop after N steps in total [0: no limit]\n"
+"      --clip-grad NORM         clip the gradient's global L2 norm to NORM [0: off]\n"
+"      --accum-steps K          K micro-batches of --batch-size per optimizer step [1]\n"
+"      --decay-params 2d|all    weight decay on >= 2-D parameters only, or on all\n"
+"                               [2d for sequence models (gpt), else all]\n"
+"      --eval-every N           also validate every N steps [0: per epoch only]\n"
 "      --drop-last              drop each epoch's last partial batch\n"
 "  -s, --seed N                 seeds init, shuffling, augmentation, dropout [1]\n"
 "Checkpoints:\n"
@@ -149,6 +160,7 @@ static void usage(FILE *f)
 "      --metrics-every N        also a record every N steps [0: never]\n"
 "      --tensorboard DIR        TensorBoard event files: scalars per epoch (and every\n"
 "                               --metrics-every steps), hyper-parameters\n"
+"      --peak-tflops X          the device's peak TFLOP/s for MFU [known GPUs by name]\n"
 "      --progress | --no-progress  live bar with ETA (default: when stderr is a terminal)\n"
 "  -q, --quiet                  no output but errors\n"
 "  -h, --help    --version\n"
@@ -456,6 +468,23 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case OPT_TENSORBOARD:
             rc = copy_str(name, a, cfg->tensorboard, sizeof cfg->tensorboard);
             break;
+        case OPT_CLIP_GRAD: rc = parse_float(name, a, 0, 1e30, &cfg->clip_grad); break;
+        case OPT_ACCUM_STEPS: rc = parse_int(name, a, 1, 1 << 20, &cfg->accum_steps); break;
+        case OPT_DECAY_PARAMS: {
+            static const char *const groups[] = {"2d", "all", NULL};
+            char v[8];
+            rc = one_of(name, a, groups, v, sizeof v);
+            if (rc == 0)
+                cfg->decay_params = !strcmp(v, "2d") ? CDL_DECAY_2D : CDL_DECAY_ALL;
+            break;
+        }
+        case OPT_EVAL_EVERY: rc = parse_long(name, a, 0, LONG_MAX, &cfg->eval_every); break;
+        case OPT_PEAK_TFLOPS: {
+            float v = 0;
+            rc = parse_float(name, a, 0, 1e9, &v);
+            cfg->peak_tflops = v;
+            break;
+        }
         case OPT_MAX_STEPS: rc = parse_long(name, a, 0, LONG_MAX, &cfg->max_steps); break;
         case OPT_DROP_LAST: cfg->drop_last = 1; break;
         case OPT_DEVICE:

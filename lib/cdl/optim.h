@@ -42,6 +42,14 @@ void cdl_optim_step(cdl_optim *o, float *params_dev, const float *grads_dev, flo
 void cdl_optim_step_range(cdl_optim *o, float *params_dev, const float *grads_dev,
                           size_t offset, size_t count, float lr);
 void cdl_optim_advance(cdl_optim *o);
+/* Parameter groups of nanoGPT's AdamW (cdl-train --decay-params 2d):
+ * weight decay 0 on the n ranges [offsets[i], offsets[i]+counts[i]) of the
+ * flat buffer (biases and norm weights), the configured decay elsewhere.
+ * Ranges must be sorted and disjoint; they are copied. n = 0 (the default)
+ * decays every parameter, like one PyTorch parameter group. Steps over any
+ * sub-range (cdl_optim_step_range) honour the groups. -1 with cdl_error on
+ * a range outside the parameters or out of order. */
+int cdl_optim_set_no_decay(cdl_optim *o, const size_t *offsets, const size_t *counts, int n);
 
 long cdl_optim_steps(const cdl_optim *o);       /* completed steps */
 void cdl_optim_set_steps(cdl_optim *o, long steps);

@@ -106,7 +106,29 @@ typedef struct cdl_train_config {
     /* --tensorboard: rank 0 writes TensorBoard event files into this
      * directory ("" = none; docs/metrics.md). */
     char tensorboard[1024];
+    /* Large-model training (docs/training.md, "Gradient clipping,
+     * accumulation, weight decay groups"). --clip-grad: scale the averaged
+     * gradient to at most this global L2 norm, PyTorch's clip_grad_norm_
+     * (0 = off). */
+    float clip_grad;
+    /* --accum-steps: micro-batches of batch_size summed into each optimizer
+     * step (0 or 1 = none): one step sees batch_size * accum_steps samples
+     * per rank, and ranks exchange gradients at its last micro-batch only. */
+    int accum_steps;
+    /* --decay-params (enum cdl_decay_params): which parameters get weight
+     * decay. */
+    int decay_params;
+    /* --eval-every: also validate every N optimizer steps (0 = per epoch). */
+    long eval_every;
+    /* --peak-tflops: the device's peak for MFU (0 = known GPUs by name,
+     * else MFU is not reported). */
+    double peak_tflops;
 } cdl_train_config;
+
+/* --decay-params: AUTO is 2D for models with sequence layers (the gpt
+ * built-in, like nanoGPT's groups), ALL otherwise (PyTorch's one group);
+ * 2D decays only parameters of 2 or more dimensions (not biases, norms). */
+enum cdl_decay_params { CDL_DECAY_AUTO = 0, CDL_DECAY_ALL, CDL_DECAY_2D };
 
 /* The defaults of cdl-train: lenet on fashion-mnist, 10 epochs, batch 64,
  * SGD lr 0.05 momentum 0.9, weight decay 5e-4, cosine schedule. Every

@@ -13,6 +13,8 @@ struct cdl_optim {
     long steps;
     int nstate;
     float *state[2];   /* SGD: momentum_buffer; Adam(W): exp_avg, exp_avg_sq */
+    size_t *nd_start, *nd_end;   /* sorted disjoint ranges without weight decay */
+    int nd;
 };
 
 static const char *const kind_names[] = {"sgd", "adam", "adamw"};
@@ -101,7 +103,66 @@ void cdl_optim_destroy(cdl_optim *o)
     for (int i = 0; i < 2; i++)
         if (o->state[i])
             o->be->ops->free(o->be, o->state[i]);
+    cdl_free(o->nd_start);
+    cdl_free(o->nd_end);
     cdl_free(o);
+}
+
+int cdl_optim_set_no_decay(cdl_optim *o, const size_t *offsets, const size_t *counts, int n)
+{
+    size_t *start = NULL, *end = NULL;
+    if (n < 0)
+        return cdl_error("cdl_optim_set_no_decay: %d ranges", n);
+    if (n > 0) {
+        start = cdl_calloc((size_t)n, sizeof *start);
+        end = cdl_calloc((size_t)n, sizeof *end);
+        if (!start || !end) {
+            cdl_free(start);
+            cdl_free(end);
+            return -1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        int bad = offsets[i] > o->n || counts[i] > o->n - offsets[i] ||
+                  (i > 0 && offsets[i] < end[i - 1]);
+        if (bad) {
+            cdl_free(start);
+            cdl_free(end);
+            return cdl_error("%s: no-decay range %d [%zu, %zu) is outside the %zu parameters or "
+                             "not after the one before", cdl_optim_kind_name(o->cfg.kind), i,
+                             offsets[i], offsets[i] + counts[i], o->n);
+        }
+        start[i] = offsets[i];
+        end[i] = offsets[i] + counts[i];
+    }
+    cdl_free(o->nd_start);
+    cdl_free(o->nd_end);
+    o->nd_start = start;
+    o->nd_end = end;
+    o->nd = n;
+    return 0;
+}
+
+/* The update of [offset, offset+count) with weight decay wd. */
+static void step_part(cdl_optim *o, float *params_dev, const float *grads_dev, size_t offset,
+                      size_t count, float lr, float wd)
+{
+    if (!count)
+        return;
+    const cdl_optim_config *c = &o->cfg;
+    float *p = params_dev + offset;
+    const float *g = grads_dev + offset;
+    if (c->kind == CDL_OPTIM_SGD) {
+        cdl_sgd_hparams hp = {.lr = lr, .momentum = c->momentum, .dampening = c->dampening,
+                              .weight_decay = wd, .nesterov = c->nesterov,
+                              .first_step = o->steps == 0};
+        o->be->ops->sgd_step(o->be, count, p, g, o->nstate ? o->state[0] + offset : NULL, &hp);
+    } else {
+        cdl_adam_hparams hp = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+                               .weight_decay = wd,
+                               .decoupled = c->kind == CDL_OPTIM_ADAMW, .step = o->steps + 1};
+        o->be->ops->adam_step(o->be, count, p, g, o->state[0] + offset, o->state[1] + offset, &hp);
+    }
 }
 
 void cdl_optim_step_range(cdl_optim *o, float *params_dev, const float *grads_dev, size_t offset,
@@ -112,22 +173,21 @@ void cdl_optim_step_range(cdl_optim *o, float *params_dev, const float *grads_de
                   cdl_optim_kind_name(o->cfg.kind), offset, offset + count, o->n);
         return;
     }
-    if (!count)
-        return;
-    const cdl_optim_config *c = &o->cfg;
-    float *p = params_dev + offset;
-    const float *g = grads_dev + offset;
-    if (c->kind == CDL_OPTIM_SGD) {
-        cdl_sgd_hparams hp = {.lr = lr, .momentum = c->momentum, .dampening = c->dampening,
-                              .weight_decay = c->weight_decay, .nesterov = c->nesterov,
-                              .first_step = o->steps == 0};
-        o->be->ops->sgd_step(o->be, count, p, g, o->nstate ? o->state[0] + offset : NULL, &hp);
-    } else {
-        cdl_adam_hparams hp = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
-                               .weight_decay = c->weight_decay,
-                               .decoupled = c->kind == CDL_OPTIM_ADAMW, .step = o->steps + 1};
-        o->be->ops->adam_step(o->be, count, p, g, o->state[0] + offset, o->state[1] + offset, &hp);
+    /* Alternating decayed and undecayed pieces of the range, in order (the
+     * updates are elementwise, so the cut changes no bit). */
+    size_t at = offset, stop = offset + count;
+    for (int i = 0; i < o->nd && at < stop; i++) {
+        if (o->nd_end[i] <= at)
+            continue;
+        if (o->nd_start[i] >= stop)
+            break;
+        size_t s = o->nd_start[i] > at ? o->nd_start[i] : at;
+        size_t e = o->nd_end[i] < stop ? o->nd_end[i] : stop;
+        step_part(o, params_dev, grads_dev, at, s - at, lr, o->cfg.weight_decay);
+        step_part(o, params_dev, grads_dev, s, e - s, lr, 0.0f);
+        at = e;
     }
+    step_part(o, params_dev, grads_dev, at, stop - at, lr, o->cfg.weight_decay);
 }
 
 void cdl_optim_step(cdl_optim *o, float *params_dev, const float *grads_dev, float lr)

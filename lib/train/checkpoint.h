@@ -50,5 +50,7 @@ int ckpt_last_present(const char *path);
 /* The run's configuration as one JSON object (config.c), stored in each
  * checkpoint's metadata and printed by --verbose runs. */
 int train_config_json(const cdl_train_config *cfg, char *buf, size_t len);
+/* --decay-params as its option value: "auto", "all", "2d". */
+const char *train_decay_name(int decay_params);
 
 #endif

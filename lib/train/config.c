@@ -34,6 +34,11 @@ void cdl_train_defaults(cdl_train_config *cfg)
     cfg->val_split = -1;
 }
 
+const char *train_decay_name(int decay_params)
+{
+    return decay_params == CDL_DECAY_2D ? "2d" : decay_params == CDL_DECAY_ALL ? "all" : "auto";
+}
+
 /* Quotes s as a JSON string into out (len bytes); -1 if it does not fit. */
 static int quoted(const char *s, char *out, size_t len)
 {
@@ -61,13 +66,15 @@ int train_config_json(const cdl_train_config *c, char *buf, size_t len)
                      "\"beta2\":%.9g,\"eps\":%.9g,\"schedule\":\"%s\",\"step_epochs\":%d,"
                      "\"warmup_epochs\":%d,\"threads\":%d,\"workers\":%d,\"seed\":%" PRIu64 ","
                      "\"drop_last\":%d,\"device\":\"%s\",\"max_steps\":%ld,\"ckpt_every\":%ld,"
-                     "\"val_split\":%.9g}",
+                     "\"val_split\":%.9g,\"clip_grad\":%.9g,\"accum_steps\":%d,"
+                     "\"decay_params\":\"%s\"}",
                      model, dataset, data_dir, c->epochs, c->batch_size, c->lr,
                      cdl_optim_kind_name(c->optim.kind), c->optim.momentum, c->optim.dampening,
                      c->optim.nesterov, c->optim.weight_decay, c->optim.beta1, c->optim.beta2,
                      c->optim.eps, cdl_sched_kind_name(c->schedule), c->step_epochs,
                      c->warmup_epochs, c->threads, c->workers, c->seed, c->drop_last, c->device,
-                     c->max_steps, c->ckpt_every, c->val_split);
+                     c->max_steps, c->ckpt_every, c->val_split, c->clip_grad,
+                     c->accum_steps > 1 ? c->accum_steps : 1, train_decay_name(c->decay_params));
     if (n < 0 || (size_t)n >= len)
         return cdl_error("configuration too long for the checkpoint metadata");
     return 0;

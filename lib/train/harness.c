@@ -17,6 +17,7 @@
 
 #include "checkpoint.h"
 #include "ddp.h"
+#include "grads.h"
 #include "loop.h"
 #include "metrics.h"
 #include "pipeline.h"
@@ -224,11 +225,12 @@ static int make_loaders(run *r)
     r->val_loader = cdl_loader_create(r->have_val ? &r->val : &r->test, &lc);
     if (!r->val_loader)
         return -1;
-    long spe = cdl_loader_batches(r->train_loader);
-    if (spe <= 0)
+    long batches = cdl_loader_batches(r->train_loader);
+    if (batches <= 0)
         return cdl_error("--batch-size %d leaves no training batch for %ld samples per rank "
                          "(drop --drop-last or use a smaller batch)",
                          c->batch_size, cdl_loader_samples(r->train_loader));
+    long spe = train_steps_per_epoch(r);
     r->sched = (cdl_schedule){
         .kind = c->schedule,
         .base_lr = c->lr,
@@ -241,6 +243,12 @@ static int make_loaders(run *r)
     return 0;
 }
 
+long train_steps_per_epoch(const run *r)
+{
+    long batches = cdl_loader_batches(r->train_loader);
+    return (batches + r->accum - 1) / r->accum;
+}
+
 /* Sums a few doubles over ranks. */
 static int reduce_sums(run *r, double *v, size_t n)
 {
@@ -249,9 +257,7 @@ static int reduce_sums(run *r, double *v, size_t n)
     return cdl_dist_allreduce_f64(r->dist, v, n);
 }
 
-/* Mean loss and accuracy of the model on every sample of loader (each
- * rank its share, summed over ranks). */
-static int evaluate(run *r, cdl_loader *loader, double *loss, double *acc)
+int train_evaluate(run *r, cdl_loader *loader, double *loss, double *acc)
 {
     double sums[3] = {0, 0, 0};
     cdl_batch b;
@@ -323,7 +329,7 @@ static int run_epochs(run *r, cdl_train_result *res)
     run_info info = {
         .run_id = pos.run_id, .rank = r->ri.rank, .world = r->ri.world,
         .backend = r->be->ops->name, .threads = r->be->threads, .start_step = pos.step,
-        .steps_per_epoch = cdl_loader_batches(r->train_loader),
+        .steps_per_epoch = train_steps_per_epoch(r),
     };
     if (train_report_start(r->rep, c, &info) != 0)
         return -1;
@@ -349,7 +355,7 @@ static int run_epochs(run *r, cdl_train_result *res)
         double seen_here[1] = {pos.seen - seen0};
         if (reduce_sums(r, tr, 3) != 0 || reduce_sums(r, seen_here, 1) != 0)
             return -1;
-        if (evaluate(r, r->val_loader, &val_loss, &val_acc) != 0)
+        if (train_evaluate(r, r->val_loader, &val_loss, &val_acc) != 0)
             return -1;
         int best = val_loss < pos.best_val_loss;
         if (best)
@@ -405,7 +411,7 @@ static int test_once(run *r)
     lc.world = r->ri.world;
     cdl_loader *l = cdl_loader_create(&r->test, &lc);
     double loss, acc;
-    int rc = l ? evaluate(r, l, &loss, &acc) : -1;
+    int rc = l ? train_evaluate(r, l, &loss, &acc) : -1;
     cdl_loader_destroy(l);
     if (rc == 0)
         rc = train_report_test(r->rep, loss, acc, r->test.n);
@@ -426,6 +432,8 @@ static void run_free(run *r)
     }
     cdl_free(r->h_loss);
     cdl_free(r->h_pred);
+    if (be)
+        be->ops->free(be, r->grad_acc);
     loop_free(r);
     ddp_free(r->ddp);
     cdl_optim_destroy(r->optim);
@@ -527,6 +535,18 @@ static int check_config(const cdl_train_config *c)
                          "0 for none", c->val_split);
     if (c->threads < 0 || c->threads > 1024)
         return cdl_error("--threads %d: must be between 0 (automatic) and 1024", c->threads);
+    if (!(c->clip_grad >= 0) || !isfinite(c->clip_grad))
+        return cdl_error("--clip-grad %g: give the largest gradient norm (> 0), or 0 for none",
+                         c->clip_grad);
+    if (c->accum_steps < 0 || c->accum_steps > (1 << 20))
+        return cdl_error("--accum-steps %d: must be between 1 and %d", c->accum_steps, 1 << 20);
+    if (c->decay_params < CDL_DECAY_AUTO || c->decay_params > CDL_DECAY_2D)
+        return cdl_error("--decay-params %d: use 2d or all (CDL_DECAY_*)", c->decay_params);
+    if (c->eval_every < 0)
+        return cdl_error("--eval-every %ld: must be 0 (per epoch only) or more", c->eval_every);
+    if (!(c->peak_tflops >= 0) || !isfinite(c->peak_tflops))
+        return cdl_error("--peak-tflops %g: give the device's peak in TFLOP/s, or 0 for the "
+                         "known GPUs' table", c->peak_tflops);
     return train_resume_allow_check(c->resume_allow);
 }
 
@@ -543,6 +563,8 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (read_config(caller_cfg, &config) != 0)
         return -1;
     r.cfg = cfg;
+    r.accum = cfg->accum_steps > 1 ? cfg->accum_steps : 1;
+    r.grad_norm = NAN;
     int rc = -1;
     if (check_config(cfg) != 0)
         return -1;
@@ -589,13 +611,26 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     r.optim = cdl_optim_create(&cfg->optim, cdl_model_nparams(r.model), r.be);
     size_t bucket_kb = cfg->ddp_bucket_kb > 0 ? (size_t)cfg->ddp_bucket_kb : 0;
     r.ddp = ddp_create(r.dist, r.model, bucket_kb << 10);
-    if (!r.optim || !r.ddp || loop_create(&r) != 0)
+    if (!r.optim || !r.ddp || train_decay_groups(&r) != 0 || loop_create(&r) != 0)
+        goto out;
+    if (r.accum > 1 &&
+        !(r.grad_acc = r.be->ops->alloc(r.be, cdl_model_nparams(r.model) * sizeof(float))))
         goto out;
     train_report_note(r.rep, "cdl %s: %s on %s (%d train / %d val / %d test), %zu parameters, "
                       "%s backend with %d threads, %d rank%s",
                       cdl_version(), cfg->model, cfg->dataset, r.train.n, r.val.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");
+    char clip[64] = "";
+    if (cfg->clip_grad > 0)
+        snprintf(clip, sizeof clip, ", gradient norm clipped to %g", cfg->clip_grad);
+    train_report_note(r.rep, "optimizer %s: weight decay %g on %s (--decay-params %s)%s; %d "
+                      "micro-batch%s of %d per step and rank (--accum-steps)",
+                      cdl_optim_kind_name(cfg->optim.kind), cfg->optim.weight_decay,
+                      r.decay_2d ? "parameters of >= 2 dimensions, not biases or norms"
+                                 : "all parameters",
+                      r.decay_2d ? "2d" : "all", clip, r.accum, r.accum > 1 ? "es" : "",
+                      cfg->batch_size);
     if (!r.have_val)
         train_report_note(r.rep, "note: no validation split (--val-split 0): validating on the "
                           "test set, which then also chooses best.safetensors");

@@ -9,3 +9,4 @@ libcdl_core_la_SOURCES += lib/train/init.c
 libcdl_core_la_SOURCES += lib/train/stage.c lib/train/stage.h
 libcdl_core_la_SOURCES += lib/train/tfevents.c lib/train/tboard.c
 EXTRA_DIST += lib/train/tfevents.h
+libcdl_core_la_SOURCES += lib/train/grads.c lib/train/grads.h

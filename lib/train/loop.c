@@ -44,6 +44,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "grads.h"
 #include "loop.h"
 #include "metrics.h"
 #include "pipeline.h"
@@ -71,6 +72,9 @@ struct train_loop {
      * gradient norm of the steps to record, per slot (NAN: not taken). */
     double win_loss, win_correct, win_seen, win_t0;
     double grad_norm[2];
+    /* --accum-steps: per slot, whether its batch ends an optimizer step
+     * (only then the step is recorded and the stop agreement rides). */
+    int ends_step[2];
 };
 
 static size_t x_bytes(const run *r, int n)
@@ -86,6 +90,12 @@ int loop_create(run *r)
     if (train_graphs_decide(r->cfg->cuda_graphs, NULL, be->ops->graph_begin != NULL,
                             r->ri.world, &on, &why) != 0)
         return -1;
+    if (on && (r->accum > 1 || r->cfg->clip_grad > 0)) {
+        /* Micro-batches run different ops, and clipping reads the norm on
+         * the host. */
+        on = 0;
+        why = "--accum-steps and --clip-grad steps run eagerly";
+    }
     train_loop *g = cdl_calloc(1, sizeof *g);
     if (!g)
         return -1;
@@ -172,7 +182,7 @@ static int step_record(run *r, const train_position *pos, long step, int s, doub
     g->win_loss += loss;
     g->win_correct += correct;
     g->win_seen += n;
-    if (!record_due(r, step + 1))
+    if (!g->ends_step[s] || !record_due(r, step + 1))
         return 0;
     double now = train_now(), dt = now - g->win_t0;
     step_stats st = {
@@ -189,8 +199,9 @@ static int step_record(run *r, const train_position *pos, long step, int s, doub
     return train_report_step(r->rep, &st);
 }
 
-/* Queues step `step` on slot s's batch of n samples. */
-static int queue_step(run *r, int s, int n, long step)
+/* Queues step `step` on slot s's batch of n samples (with --accum-steps:
+ * one micro-batch of it; ends: the last one). */
+static int queue_step(run *r, int s, int n, long step, int ends)
 {
     train_loop *g = r->loop;
     cdl_backend *be = r->be;
@@ -215,14 +226,19 @@ static int queue_step(run *r, int s, int n, long step)
     if (rc != 0)
         return -1;
     g->grad_norm[s] = NAN;
-    if (record_due(r, step + 1) && !ddp_queued(r->ddp))
+    g->ends_step[s] = ends;
+    if (ends && isfinite(r->grad_norm))
+        g->grad_norm[s] = r->grad_norm;   /* --clip-grad's: before clipping, as PyTorch's */
+    else if (ends && record_due(r, step + 1) && !ddp_queued(r->ddp))
         /* The averaged gradient the update used: a host sync every N
          * steps (not with NCCL in flight, whose wait has no deadline). */
         g->grad_norm[s] = sqrt(be->ops->sumsq(be, cdl_model_grads(r->model),
                                               cdl_model_nparams(r->model)));
     be->ops->to_host(be, g->h_loss[s], r->sample_loss, (size_t)n * sizeof(float));
     be->ops->to_host(be, g->h_pred[s], r->pred, (size_t)n * sizeof(int32_t));
-    if (g->stop_queued) {
+    if (g->stop_queued && !ends)
+        g->stop_pin[s][1] = 0;   /* no collective inside an accumulation */
+    else if (g->stop_queued) {
         g->stop_pin[s][0] = train_stop_requested() ? 1.0f : 0.0f;
         be->ops->to_device(be, g->stop_dev[s], g->stop_pin[s], sizeof(float));
         if (ddp_queue_average(r->ddp, g->stop_dev[s], 1) != 0)
@@ -352,7 +368,9 @@ static int after_step(run *r, train_position *pos, const epoch_clock *ck, cdl_tr
         return -1;
     int max_steps = c->max_steps > 0 && pos->step >= c->max_steps;
     int ckpt = c->ckpt_every > 0 && pos->step % c->ckpt_every == 0 && pos->batch < ck->spe;
-    if ((stop || max_steps || ckpt) && flush(r, pos) != 0)
+    int eval = c->eval_every > 0 && pos->step % c->eval_every == 0 && pos->batch < ck->spe &&
+               !stop && !max_steps;
+    if ((stop || max_steps || ckpt || eval) && flush(r, pos) != 0)
         return -1;
     if (stop) {
         if (loop_save(r, pos, 0) != 0)
@@ -369,6 +387,14 @@ static int after_step(run *r, train_position *pos, const epoch_clock *ck, cdl_tr
         return EPOCH_MAX_STEPS;
     if (ckpt && loop_save(r, pos, 0) != 0)
         return -1;
+    if (eval) {
+        /* --eval-every: validation in the middle of an epoch (the epoch's
+         * end has its own); it changes no state training reads. */
+        double loss, acc;
+        if (train_evaluate(r, r->val_loader, &loss, &acc) != 0 ||
+            train_report_eval(r->rep, pos->epoch, pos->step, loss, acc) != 0)
+            return -1;
+    }
     return 0;
 }
 
@@ -388,15 +414,17 @@ int loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_res
         return -1;
     while (got == 1) {
         long index = b.index;
-        if (queue_step(r, s, b.n, pos->step) != 0 || lag_push(&g->lag, s, pos->step, b.n) != 0)
+        int ends = train_micro_begin(r, index, ck->spe, cdl_loader_samples(r->train_loader));
+        if (queue_step(r, s, b.n, pos->step, ends) != 0 ||
+            lag_push(&g->lag, s, pos->step, b.n) != 0)
             return -1;
-        pos->step++;
+        pos->step += ends;
         pos->batch = index + 1;
         /* The previous step's results, while this one runs. */
         while (g->lag.count > in_flight)
             if (count_oldest(r, pos) != 0)
                 return -1;
-        int rc = after_step(r, pos, ck, res);
+        int rc = ends ? after_step(r, pos, ck, res) : 0;
         if (rc != 0)
             return rc;
         got = cdl_loader_next(r->train_loader, &b);

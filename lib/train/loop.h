@@ -10,7 +10,8 @@
 /* Where an epoch's clock started, for progress and images/s. */
 typedef struct epoch_clock {
     double t0, seen0;
-    long spe;                 /* steps per epoch */
+    long spe;                 /* batches per epoch (optimizer steps: fewer with
+                               * --accum-steps, train_steps_per_epoch) */
 } epoch_clock;
 
 /* What loop_epoch returns besides 0 (the epoch is done) and -1. */
@@ -31,5 +32,11 @@ int loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_res
 /* Writes the checkpoint at pos (rank 0; every rank learns whether it
  * worked); best also writes best.safetensors. */
 int loop_save(run *r, const train_position *pos, int best);
+
+/* Harness functions the loop uses (harness.c): optimizer steps per epoch
+ * (batches / --accum-steps, rounded up), and the mean loss and accuracy on
+ * every sample of loader (each rank its share, summed over ranks). */
+long train_steps_per_epoch(const run *r);
+int train_evaluate(run *r, cdl_loader *loader, double *loss, double *acc);
 
 #endif

@@ -94,7 +94,8 @@ int metrics_config(FILE *f, const cdl_train_config *c, const run_info *ri)
     put_str(&b, "resume_allow", c->resume_allow);
     put_str(&b, "metrics", c->metrics);
     put_str(&b, "tensorboard", c->tensorboard);
-    putf(&b, ",\"metrics_every\":%ld", c->metrics_every);
+    putf(&b, ",\"metrics_every\":%ld,\"eval_every\":%ld,\"peak_tflops\":%.9g", c->metrics_every,
+         c->eval_every, c->peak_tflops);
     put_str(&b, "dist_backend", c->dist_backend);
     putf(&b, ",\"synthetic_size\":%d,\"tf32_conv\":%d,\"tf32_matmul\":%d,\"cuda_graphs\":%d,"
          "\"ddp_bucket_kb\":%ld,\"progress\":%d,\"quiet\":%d",
@@ -133,6 +134,16 @@ int metrics_epoch(FILE *f, const char *run_id, int rank, const epoch_stats *s)
          "\"lr\":%.6g",
          s->epoch + 1, s->step, s->train_loss, s->train_acc, s->val_loss, s->val_acc,
          s->images_per_sec, s->seconds, s->lr);
+    return emit(f, &b);
+}
+
+int metrics_eval(FILE *f, const char *run_id, int rank, int epoch, long step, double loss,
+                 double acc)
+{
+    json_buf b = {0};
+    head(&b, "eval", run_id, rank);
+    putf(&b, ",\"epoch\":%d,\"step\":%ld,\"val_loss\":%.6f,\"val_acc\":%.6f", epoch + 1, step,
+         loss, acc);
     return emit(f, &b);
 }
 

@@ -3,6 +3,7 @@
  *   {"type":"config", ...}  at every start: version, world size, backend,
  *                           and every option's effective value ("config")
  *   {"type":"step", ...}    every --metrics-every steps
+ *   {"type":"eval", ...}    every --eval-every steps: validation mid-epoch
  *   {"type":"epoch", ...}   after each epoch's validation
  *   {"type":"test", ...}    the test set, once at the end (--val-split)
  * docs/metrics.md describes every key. Written by rank 0 only. */
@@ -43,6 +44,8 @@ struct epoch_stats;
 int metrics_config(FILE *f, const cdl_train_config *cfg, const run_info *ri);
 int metrics_step(FILE *f, const char *run_id, int rank, const step_stats *s);
 int metrics_epoch(FILE *f, const char *run_id, int rank, const struct epoch_stats *s);
+int metrics_eval(FILE *f, const char *run_id, int rank, int epoch, long step, double loss,
+                 double acc);
 int metrics_test(FILE *f, const char *run_id, int rank, double loss, double acc, int samples);
 
 /* --resume never must not add a second run to a directory or file that

@@ -162,6 +162,22 @@ int train_report_test(train_report *r, double loss, double acc, int samples)
     return 0;
 }
 
+int train_report_eval(train_report *r, int epoch, long step, double loss, double acc)
+{
+    if (r->rank != 0)
+        return 0;
+    if (r->bar)
+        fprintf(stderr, "\r\033[K");
+    if (!r->quiet) {
+        printf("epoch %d/%d  step %ld  val loss %.4f acc %6.2f%%\n", epoch + 1, r->epochs, step,
+               loss, 100 * acc);
+        fflush(stdout);
+    }
+    if (r->metrics && metrics_eval(r->metrics, r->run_id, r->rank, epoch, step, loss, acc) != 0)
+        return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
+    return r->tb ? tboard_eval(r->tb, step, loss, acc) : 0;
+}
+
 void train_report_note(train_report *r, const char *fmt, ...)
 {
     if (r->rank != 0 || r->quiet)

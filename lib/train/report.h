@@ -41,6 +41,9 @@ int train_report_step(train_report *r, const struct step_stats *s);
 /* The test set's result at the end of a run: a line, and in --metrics an
  * object with test_loss, test_acc, test_samples (and no "epoch"). */
 int train_report_test(train_report *r, double loss, double acc, int samples);
+/* --eval-every: validation at step `step` of epoch `epoch` (0-based): a
+ * line, an "eval" record in --metrics, eval scalars in --tensorboard. */
+int train_report_eval(train_report *r, int epoch, long step, double loss, double acc);
 /* A line for the user (rank 0 only), e.g. "resuming from ...". */
 void train_report_note(train_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

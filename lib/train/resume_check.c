@@ -21,7 +21,8 @@ static const struct {
     {"weight_decay", "weight-decay"}, {"beta1", "beta1"}, {"beta2", "beta2"}, {"eps", "eps"},
     {"schedule", "schedule"}, {"step_epochs", "step-epochs"},
     {"warmup_epochs", "warmup-epochs"}, {"seed", "seed"}, {"drop_last", "drop-last"},
-    {"val_split", "val-split"},
+    {"val_split", "val-split"}, {"clip_grad", "clip-grad"}, {"accum_steps", "accum-steps"},
+    {"decay_params", "decay-params"},
 };
 enum { NCOMPARED = sizeof compared / sizeof compared[0], CONFIG_MAX = 16384 };
 #define DATASET_SIZE "dataset-size"   /* the training samples, stored apart */

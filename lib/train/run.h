@@ -40,6 +40,16 @@ typedef struct run {
     int32_t *h_pred;
     char last_path[1100], best_path[1100];
     train_loop *loop;         /* the training loop's buffers (loop.c) */
+    /* --accum-steps and --clip-grad (grads.c): micro-batches per optimizer
+     * step (1: none), the running one and the next, how many its step has
+     * and their samples (the loss's denominator), the sum of the earlier
+     * micro-batches' gradients (device, nparams; accum > 1 only), and the
+     * norm clipping saw at the last update (NAN: not taken). */
+    int accum, micro, micro_next, micros;
+    long group_rows;
+    float *grad_acc;
+    double grad_norm;
+    int decay_2d;             /* --decay-params resolved: 1 = >= 2-D parameters only */
 } run;
 
 #endif

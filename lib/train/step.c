@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "../core/rng.h"
+#include "grads.h"
 #include "pipeline.h"
 #include "step.h"
 
@@ -18,19 +19,23 @@ int train_step_ops(run *r, const float *x, const int32_t *y, int n, int train, l
     cdl_backend *be = r->be;
     if (train && ddp_broadcast_buffers(r->ddp) != 0)
         return -1;
+    /* Each micro-batch its own dropout masks (accum 1: the step's). */
+    long draw = train && r->accum > 1 ? step * r->accum + r->micro : step;
     const float *logits =
-        cdl_model_forward(r->model, x, n, train, train_dropout_seed(r->cfg->seed, step));
+        cdl_model_forward(r->model, x, n, train, train_dropout_seed(r->cfg->seed, draw));
     if (!logits)
         return -1;
+    float scale = train_grad_scale(r, n);
     if (r->cfg->label_smoothing > 0.0f)   /* every backend has it */
         be->ops->xent_ls_fwd_bwd(be, n, r->classes, logits, y, r->cfg->label_smoothing,
-                                 1.0f / (float)n, r->dlogits, r->sample_loss, r->pred);
+                                 scale, r->dlogits, r->sample_loss, r->pred);
     else
-        be->ops->xent_fwd_bwd(be, n, r->classes, logits, y, 1.0f / (float)n, r->dlogits,
+        be->ops->xent_fwd_bwd(be, n, r->classes, logits, y, scale, r->dlogits,
                               r->sample_loss, r->pred);
     if (train) {
-        cdl_model_backward(r->model, r->dlogits, ddp_grad_ready, r->ddp);
-        if (ddp_finish(r->ddp) != 0)
+        if (!train_backward(r))
+            return 0;   /* an earlier micro-batch: no update yet */
+        if (ddp_finish(r->ddp) != 0 || train_clip_grads(r) != 0)
             return -1;
         cdl_optim_step(r->optim, cdl_model_params(r->model), cdl_model_grads(r->model),
                        cdl_schedule_lr(&r->sched, step));

@@ -43,6 +43,14 @@ int tboard_step(tfev *w, const step_stats *s)
     return isfinite(s->grad_norm) ? tfev_scalar(w, "step/grad_norm", s->step, s->grad_norm) : 0;
 }
 
+int tboard_eval(tfev *w, long step, double loss, double acc)
+{
+    if (tfev_scalar(w, "eval/val_loss", step, loss) ||
+        tfev_scalar(w, "eval/val_accuracy", step, acc))
+        return -1;
+    return tfev_flush(w);
+}
+
 int tboard_epoch(tfev *w, const epoch_stats *s)
 {
     long x = s->step;   /* the x axis of every chart: optimizer steps */

@@ -162,6 +162,63 @@ static void test_ranges_and_resume(void **state)
     }
 }
 
+/* nanoGPT's groups (cdl_optim_set_no_decay): the no-decay ranges move
+ * exactly like an optimizer without weight decay, the rest like one with
+ * it, for whole steps and for sub-range steps that cut across groups. */
+static void test_no_decay_groups(void **state)
+{
+    (void)state;
+    const cdl_optim_kind kinds[3] = {CDL_OPTIM_SGD, CDL_OPTIM_ADAM, CDL_OPTIM_ADAMW};
+    const float *grads = fixture_f32(fx, "optim/grads", STEPS * N);
+    const size_t off[2] = {100, 290}, cnt[2] = {50, 11};   /* the second ends the buffer */
+    for (int k = 0; k < 3; k++) {
+        cdl_optim_config c = cdl_optim_defaults(kinds[k]), c0;
+        c.weight_decay = 0.1f;
+        c.momentum = kinds[k] == CDL_OPTIM_SGD ? 0.9f : 0.0f;
+        c0 = c;
+        c0.weight_decay = 0.0f;
+        cdl_optim *grouped = cdl_optim_create(&c, N, be), *parts = cdl_optim_create(&c, N, be);
+        cdl_optim *decay = cdl_optim_create(&c, N, be), *none = cdl_optim_create(&c0, N, be);
+        assert_int_equal(cdl_optim_set_no_decay(grouped, off, cnt, 2), 0);
+        assert_int_equal(cdl_optim_set_no_decay(parts, off, cnt, 2), 0);
+        float *p[4], *g = be->ops->alloc(be, N * sizeof(float));
+        for (int i = 0; i < 4; i++)
+            p[i] = dev_upload(be, fixture_f32(fx, "optim/p0", N), N * sizeof(float));
+        for (int s = 0; s < 2; s++) {
+            be->ops->to_device(be, g, grads + s * N, N * sizeof(float));
+            cdl_optim_step(grouped, p[0], g, 0.01f);
+            cdl_optim_step_range(parts, p[1], g, 120, N - 120, 0.01f);
+            cdl_optim_step_range(parts, p[1], g, 0, 120, 0.01f);
+            cdl_optim_advance(parts);
+            cdl_optim_step(decay, p[2], g, 0.01f);
+            cdl_optim_step(none, p[3], g, 0.01f);
+        }
+        float *h[4];
+        for (int i = 0; i < 4; i++)
+            h[i] = host_copy(be, p[i], N);
+        assert_memory_equal(h[0], h[1], N * sizeof(float));
+        for (int i = 0; i < N; i++) {
+            int nd = (i >= 100 && i < 150) || i >= 290;
+            assert_memory_equal(&h[0][i], &h[nd ? 3 : 2][i], sizeof(float));
+        }
+        /* The two references differ, so the check can fail. */
+        assert_true(memcmp(h[2], h[3], N * sizeof(float)) != 0);
+        for (int i = 0; i < 4; i++) {
+            free(h[i]);
+            be->ops->free(be, p[i]);
+        }
+        be->ops->free(be, g);
+        /* Out of order or outside the buffer: refused. */
+        const size_t boff[2] = {100, 90}, bcnt[2] = {5, 5}, big = N;
+        assert_int_equal(cdl_optim_set_no_decay(decay, boff, bcnt, 2), -1);
+        assert_int_equal(cdl_optim_set_no_decay(decay, &off[1], &big, 1), -1);
+        cdl_optim_destroy(grouped);
+        cdl_optim_destroy(parts);
+        cdl_optim_destroy(decay);
+        cdl_optim_destroy(none);
+    }
+}
+
 static void test_config(void **state)
 {
     (void)state;
@@ -297,6 +354,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_torch),
         cmocka_unit_test(test_ranges_and_resume),
+        cmocka_unit_test(test_no_decay_groups),
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_schedules_against_torch),
         cmocka_unit_test(test_schedule_properties),

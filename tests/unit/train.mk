@@ -1,6 +1,6 @@
 check_PROGRAMS += tests/unit/test_train
 TESTS += tests/unit/test_train
-tests_unit_test_train_SOURCES = tests/unit/test_train.c
+tests_unit_test_train_SOURCES = tests/unit/test_train.c tests/unit/train_testutil.h
 tests_unit_test_train_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_train_LDADD = $(TEST_LDADD)
 check_PROGRAMS += tests/unit/test_gpu_pipeline
@@ -20,3 +20,8 @@ TESTS += tests/unit/test_split
 tests_unit_test_split_SOURCES = tests/unit/test_split.c
 tests_unit_test_split_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_split_LDADD = $(TEST_LDADD)
+check_PROGRAMS += tests/unit/test_train_lm
+TESTS += tests/unit/test_train_lm
+tests_unit_test_train_lm_SOURCES = tests/unit/test_train_lm.c tests/unit/train_testutil.h
+tests_unit_test_train_lm_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_train_lm_LDADD = $(TEST_LDADD)

@@ -1,0 +1,138 @@
+/* Gradient accumulation and clipping (grads.h).
+ *
+ * Accumulation: each micro-batch's backward overwrites the model's
+ * gradients (cdl_model_backward); all but the last add them into
+ * r->grad_acc (the first copies), the last adds r->grad_acc into the
+ * model's gradients and only then reports them to the data-parallel
+ * reduction, so ranks exchange one gradient per optimizer step, like
+ * PyTorch's DDP under no_sync(). Each micro-batch's loss is scaled by the
+ * step's sample count, so the sum is the mean over all of the step's
+ * samples: one batch accum times larger, up to float rounding (batch norm
+ * is the exception: it normalises each micro-batch with its own
+ * statistics). */
+#include <math.h>
+
+#include "grads.h"
+
+long train_batch_rows(long samples, int b, long i)
+{
+    long left = samples - i * (long)b;
+    return left < 0 ? 0 : left < b ? left : b;
+}
+
+int train_micro_begin(run *r, long index, long batches, long samples)
+{
+    if (r->micro_next == 0) {
+        long left = batches - index;
+        r->micros = (int)(left < r->accum ? (left > 0 ? left : 1) : r->accum);
+        r->group_rows = 0;
+        for (long i = index; i < index + r->micros; i++)
+            r->group_rows += r->cfg->drop_last ? r->cfg->batch_size
+                                               : train_batch_rows(samples, r->cfg->batch_size, i);
+    }
+    r->micro = r->micro_next;
+    int last = r->micro + 1 >= r->micros;
+    r->micro_next = last ? 0 : r->micro + 1;
+    return last;
+}
+
+float train_grad_scale(const run *r, int n)
+{
+    if (r->accum > 1 && r->group_rows > 0)
+        return 1.0f / (float)r->group_rows;
+    return 1.0f / (float)n;
+}
+
+int train_backward(run *r)
+{
+    if (r->accum <= 1) {
+        cdl_model_backward(r->model, r->dlogits, ddp_grad_ready, r->ddp);
+        return 1;
+    }
+    cdl_backend *be = r->be;
+    float *g = cdl_model_grads(r->model);
+    size_t np = cdl_model_nparams(r->model);
+    int last = r->micro + 1 >= r->micros;
+    cdl_model_backward(r->model, r->dlogits, NULL, NULL);
+    if (!last) {
+        if (r->micro == 0)
+            be->ops->copy(be, r->grad_acc, g, np * sizeof(float));
+        else
+            be->ops->accumulate(be, np, g, r->grad_acc);
+        return 0;
+    }
+    if (r->micro > 0)
+        be->ops->accumulate(be, np, r->grad_acc, g);
+    ddp_grad_ready(r->ddp, 0, np);
+    return 1;
+}
+
+float train_clip_coef(double total, float max_norm)
+{
+    float coef = max_norm / ((float)total + 1e-6f);
+    return coef < 1.0f ? coef : 1.0f;
+}
+
+int train_clip_grads(run *r)
+{
+    r->grad_norm = NAN;
+    if (!(r->cfg->clip_grad > 0))
+        return 0;
+    cdl_backend *be = r->be;
+    float *g = cdl_model_grads(r->model);
+    size_t np = cdl_model_nparams(r->model);
+    r->grad_norm = sqrt(be->ops->sumsq(be, g, np));
+    float coef = train_clip_coef(r->grad_norm, r->cfg->clip_grad);
+    /* A coefficient of 1 changes no bit (PyTorch multiplies anyway). */
+    if (coef < 1.0f)
+        be->ops->scale(be, g, coef, np);
+    return 0;
+}
+
+/* Whether the model has sequence layers (the gpt built-in): their
+ * parameter groups follow nanoGPT by default. */
+static int sequence_model(const cdl_model *m)
+{
+    (void)m;
+    return 0;
+}
+
+int train_decay_groups(run *r)
+{
+    int mode = r->cfg->decay_params;
+    r->decay_2d = mode == CDL_DECAY_2D || (mode == CDL_DECAY_AUTO && sequence_model(r->model));
+    if (!r->decay_2d)
+        return 0;
+    int nv = cdl_model_nviews(r->model), n = 0;
+    size_t *off = cdl_calloc((size_t)nv + 1, sizeof *off);
+    size_t *cnt = cdl_calloc((size_t)nv + 1, sizeof *cnt);
+    int rc = -1;
+    if (!off || !cnt)
+        goto out;
+    /* Views in offset order (the flat layout); neighbours merge. */
+    size_t at = 0;
+    for (;;) {
+        const cdl_param_view *next = NULL;
+        for (int i = 0; i < nv; i++) {
+            const cdl_param_view *v = cdl_model_view(r->model, i);
+            if (v->offset >= at && v->numel > 0 && (!next || v->offset < next->offset))
+                next = v;
+        }
+        if (!next)
+            break;
+        at = next->offset + next->numel;
+        if (next->ndim >= 2)
+            continue;
+        if (n > 0 && off[n - 1] + cnt[n - 1] == next->offset)
+            cnt[n - 1] += next->numel;
+        else {
+            off[n] = next->offset;
+            cnt[n++] = next->numel;
+        }
+    }
+    rc = cdl_optim_set_no_decay(r->optim, off, cnt, n);
+out:
+    cdl_free(off);
+    cdl_free(cnt);
+    return rc;
+}

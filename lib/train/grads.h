@@ -1,0 +1,49 @@
+/* What happens to the gradient between backward and the update (grads.c):
+ * accumulation over the micro-batches of one optimizer step
+ * (--accum-steps), clipping by global norm (--clip-grad), and which
+ * parameters the update decays (--decay-params). */
+#ifndef CDL_TRAIN_GRADS_H
+#define CDL_TRAIN_GRADS_H
+
+#include "run.h"
+
+/* Samples of batch i of an epoch of `samples` per rank in batches of b
+ * (the last one may be short). */
+long train_batch_rows(long samples, int b, long i);
+
+/* The micro-batch of loader batch `index` (epoch of `batches` batches of
+ * `samples` samples per rank): sets r->micro, r->micros and r->group_rows.
+ * A group starts at the first batch an epoch (or a resumed epoch) runs and
+ * after each group's last batch, and holds accum batches, fewer at the
+ * epoch's end. Returns 1 when this batch ends an optimizer step. */
+int train_micro_begin(run *r, long index, long batches, long samples);
+
+/* The scale of the loss's gradient for a batch of n samples: 1/n, or with
+ * accumulation 1/(samples of the optimizer step), so the summed gradient is
+ * the mean over the step's samples, the gradient one batch of them all
+ * would give. */
+float train_grad_scale(const run *r, int n);
+
+/* Backward of the last forward into the model's gradients, reduced over
+ * ranks as buckets finish when this micro-batch ends the step; earlier
+ * micro-batches only add their gradient to r->grad_acc (no collective).
+ * Returns 1 when the summed gradient is in the model's gradients and its
+ * allreduce under way (ddp_finish and the update follow), 0 after an
+ * earlier micro-batch. */
+int train_backward(run *r);
+
+/* PyTorch's clip_grad_norm_ coefficient: max_norm / (total + 1e-6) in
+ * float, at most 1. */
+float train_clip_coef(double total, float max_norm);
+/* --clip-grad on the averaged gradient (after ddp_finish): its global L2
+ * norm into r->grad_norm and, when above the limit, the gradient scaled
+ * by train_clip_coef. A no-op (r->grad_norm NAN) without --clip-grad.
+ * Waits for the gradient on the host (sumsq). */
+int train_clip_grads(run *r);
+
+/* --decay-params: resolves auto (2d for models with sequence layers, else
+ * all) into r->decay_2d and gives the optimizer the ranges of parameters
+ * with fewer than 2 dimensions (biases, norm weights) as undecayed. */
+int train_decay_groups(run *r);
+
+#endif

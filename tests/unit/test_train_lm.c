@@ -1,0 +1,252 @@
+/* The harness's options for large models on small synthetic data (LeNet,
+ * no batch norm): --accum-steps equals one batch K times larger and
+ * exchanges nothing before the last micro-batch; --clip-grad is PyTorch's
+ * clip_grad_norm_; --decay-params 2d leaves biases undecayed; --eval-every
+ * validates mid-epoch; all of them resume bitwise, and a resume that
+ * changes them is refused. */
+#include "train_testutil.h"
+
+#include <math.h>
+
+#include "lib/train/grads.h"
+
+static char tmpdir[256];
+
+static void base_config(cdl_train_config *c, const char *sub)
+{
+    cdl_train_defaults(c);
+    snprintf(c->dataset, sizeof c->dataset, "synthetic");
+    c->synthetic_n = 192;     /* 173 training samples after the 10% validation split */
+    c->epochs = 2;
+    c->batch_size = 32;       /* 5 full batches and one of 13 per epoch */
+    c->threads = 2;
+    c->workers = 1;
+    c->quiet = 1;
+    c->seed = 5;
+    snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s/%s", tmpdir, sub);
+}
+
+/* The largest difference between the float tensors of two runs, relative
+ * to the largest magnitude (optimizer state included). */
+static double weights_diff(const char *a, const char *b)
+{
+    size_t na, nb;
+    unsigned char *wa = load_weights(a, &na), *wb = load_weights(b, &nb);
+    assert_int_equal(na, nb);
+    double diff = 0, big = 1e-30;
+    /* The I64 counts are equal or the memcmp-free part differs wildly;
+     * reading everything as floats keeps the helper small. */
+    for (size_t i = 0; i + 4 <= na; i += 4) {
+        float x, y;
+        memcpy(&x, wa + i, 4);
+        memcpy(&y, wb + i, 4);
+        if (isfinite(x) && isfinite(y)) {
+            diff = fmax(diff, fabs((double)x - y));
+            big = fmax(big, fabs((double)x));
+        }
+    }
+    free(wa);
+    free(wb);
+    return diff / big;
+}
+
+/* Micro-batches of 16, two per step, against batches of 32: the same
+ * samples per step (the epoch's short last group holds the same 13 samples
+ * as the short last batch), the same weights within float rounding. */
+static void test_accum_equals_big_batch(void **state)
+{
+    (void)state;
+    cdl_train_config big, acc, small;
+    base_config(&big, "acc-big");
+    run_ok(&big);
+    base_config(&acc, "acc-2x16");
+    acc.batch_size = 16;
+    acc.accum_steps = 2;
+    run_ok(&acc);
+    double d = weights_diff(big.ckpt_dir, acc.ckpt_dir);
+    if (d > 1e-6)
+        fail_msg("--accum-steps 2 of 16 against batch 32: relative difference %.3g", d);
+    /* Without accumulation, batches of 16 train other weights: the check can fail. */
+    base_config(&small, "acc-16");
+    small.batch_size = 16;
+    run_ok(&small);
+    assert_true(weights_diff(big.ckpt_dir, small.ckpt_dir) > 1e-3);
+}
+
+/* PyTorch's coefficient: max_norm / (total + 1e-6), at most 1. */
+static void test_clip_coef(void **state)
+{
+    (void)state;
+    assert_true(train_clip_coef(3.0, 1.0f) == 1.0f / (3.0f + 1e-6f));
+    assert_true(train_clip_coef(0.5, 1.0f) == 1.0f);
+    assert_true(train_clip_coef(0.0, 1.0f) == 1.0f);
+}
+
+/* A limit above every norm changes no bit; a small one changes the
+ * weights; the step records show the norm before clipping. */
+static void test_clip_grad(void **state)
+{
+    (void)state;
+    cdl_train_config plain, loose, tight;
+    base_config(&plain, "clip-none");
+    plain.epochs = 1;
+    run_ok(&plain);
+    base_config(&loose, "clip-loose");
+    loose.epochs = 1;
+    loose.clip_grad = 1e30f;
+    run_ok(&loose);
+    assert_same_weights(plain.ckpt_dir, loose.ckpt_dir);
+    base_config(&tight, "clip-tight");
+    tight.epochs = 1;
+    tight.clip_grad = 0.01f;
+    tight.metrics_every = 1;
+    snprintf(tight.metrics, sizeof tight.metrics, "%s/clip.jsonl", tmpdir);
+    run_ok(&tight);
+    assert_true(weights_diff(plain.ckpt_dir, tight.ckpt_dir) > 1e-4);
+    FILE *f = fopen(tight.metrics, "r");
+    assert_non_null(f);
+    char line[20000];
+    int steps = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *g = strstr(line, "\"grad_norm\":");
+        if (!strstr(line, "\"type\":\"step\""))
+            continue;
+        assert_non_null(g);
+        assert_true(atof(g + 12) > 0.01);   /* before clipping */
+        steps++;
+    }
+    fclose(f);
+    assert_int_equal(steps, 6);
+}
+
+/* After one AdamW step (its update depends only on that step's gradient):
+ * with --decay-params 2d the biases moved as without weight decay and the
+ * weights as with it on every parameter. */
+static void test_decay_params(void **state)
+{
+    (void)state;
+    cdl_train_config two, all, none;
+    base_config(&two, "decay-2d");
+    two.optim = cdl_optim_defaults(CDL_OPTIM_ADAMW);
+    two.optim.weight_decay = 0.5f;
+    two.max_steps = 1;
+    two.decay_params = CDL_DECAY_2D;
+    all = two;
+    none = two;
+    snprintf(all.ckpt_dir, sizeof all.ckpt_dir, "%s/decay-all", tmpdir);
+    all.decay_params = CDL_DECAY_ALL;
+    snprintf(none.ckpt_dir, sizeof none.ckpt_dir, "%s/decay-none", tmpdir);
+    none.optim.weight_decay = 0;
+    run_ok(&two);
+    run_ok(&all);
+    run_ok(&none);
+    const char *names[] = {"conv1.bias", "fc3.bias", "conv1.weight", "fc3.weight"};
+    for (int i = 0; i < 4; i++) {
+        size_t n2, nr, no;
+        float *t = load_tensor(two.ckpt_dir, names[i], &n2);
+        float *r = load_tensor(i < 2 ? none.ckpt_dir : all.ckpt_dir, names[i], &nr);
+        float *o = load_tensor(i < 2 ? all.ckpt_dir : none.ckpt_dir, names[i], &no);
+        assert_int_equal(n2, nr);
+        assert_memory_equal(t, r, n2 * sizeof *t);
+        assert_true(memcmp(t, o, n2 * sizeof *t) != 0);   /* the groups matter */
+        free(t);
+        free(r);
+        free(o);
+    }
+}
+
+/* Stopped at step 4 (inside a group of two micro-batches' worth of
+ * steps) and resumed: bitwise the uninterrupted run, with accumulation,
+ * clipping, decay groups and mid-epoch validation together; validation
+ * records every 2 steps; a resume with another --accum-steps is refused. */
+static void test_resume_with_options(void **state)
+{
+    (void)state;
+    cdl_train_config full, part;
+    base_config(&full, "opts-full");
+    full.batch_size = 16;
+    full.accum_steps = 2;
+    full.clip_grad = 0.5f;
+    full.decay_params = CDL_DECAY_2D;
+    full.optim = cdl_optim_defaults(CDL_OPTIM_ADAMW);
+    full.lr = 0.003f;
+    run_ok(&full);
+    part = full;
+    snprintf(part.ckpt_dir, sizeof part.ckpt_dir, "%s/opts-part", tmpdir);
+    snprintf(part.metrics, sizeof part.metrics, "%s/opts.jsonl", tmpdir);
+    part.eval_every = 2;
+    part.max_steps = 4;
+    run_ok(&part);
+    part.max_steps = 0;
+    part.accum_steps = 3;
+    assert_int_equal(cdl_train_run(&part, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "--accum-steps 2 -> 3"));
+    part.accum_steps = 2;
+    run_ok(&part);
+    assert_same_weights(full.ckpt_dir, part.ckpt_dir);
+    /* 6 steps per epoch: validation after steps 2, 4 (before the stop:
+     * none at the --max-steps step itself) and 8, 10; the epochs' own
+     * at 6 and 12. */
+    FILE *f = fopen(part.metrics, "r");
+    assert_non_null(f);
+    char line[20000], steps[64] = "";
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"type\":\"eval\"");
+        if (p) {
+            const char *s = strstr(line, "\"step\":");
+            assert_non_null(s);
+            assert_non_null(strstr(line, "\"val_loss\":"));
+            snprintf(steps + strlen(steps), sizeof steps - strlen(steps), "%ld,",
+                     strtol(s + 7, NULL, 10));
+        }
+    }
+    fclose(f);
+    assert_string_equal(steps, "2,8,10,");
+
+    /* The pipelined loop of GPUs (results read one step late), stopped
+     * and resumed too: the same weights, one step record per optimizer
+     * step, not per micro-batch. */
+    cdl_backend *be = pipelined_cpu();
+    cdl_train_config pipe = full;
+    snprintf(pipe.ckpt_dir, sizeof pipe.ckpt_dir, "%s/opts-pipe", tmpdir);
+    snprintf(pipe.metrics, sizeof pipe.metrics, "%s/pipe.jsonl", tmpdir);
+    pipe.backend = be;
+    pipe.metrics_every = 1;
+    pipe.max_steps = 3;
+    run_ok(&pipe);
+    pipe.max_steps = 0;
+    run_ok(&pipe);
+    cdl_backend_destroy(be);
+    assert_same_weights(full.ckpt_dir, pipe.ckpt_dir);
+    f = fopen(pipe.metrics, "r");
+    assert_non_null(f);
+    int records = 0;
+    while (fgets(line, sizeof line, f))
+        records += strstr(line, "\"type\":\"step\"") != NULL;
+    fclose(f);
+    assert_int_equal(records, 12);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return test_mkdtemp(tmpdir, sizeof tmpdir, "train-lm");
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return test_rm_rf(tmpdir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accum_equals_big_batch),
+        cmocka_unit_test(test_clip_coef),
+        cmocka_unit_test(test_clip_grad),
+        cmocka_unit_test(test_decay_params),
+        cmocka_unit_test(test_resume_with_options),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,9 +1,10 @@
-/* Training speed of the seed CNN on the CPU backend, through the public API.
+/* Training speed of a built-in CNN on the CPU backend, through the public API.
  *
- * The network is the built-in LeNet on 3x32x32 inputs (conv 6@5x5, relu,
- * maxpool 2, conv 16@5x5, relu, maxpool 2, fc 120, relu, fc 84, relu, fc 10),
- * cross-entropy, SGD with momentum 0.9 and weight decay 1e-4: the same as
- * bench/torch_cnn.py. Each step is forward, the fused softmax cross-entropy
+ * The network is a built-in model on 3x32x32 inputs: by default LeNet (conv
+ * 6@5x5, relu, maxpool 2, conv 16@5x5, relu, maxpool 2, fc 120, relu, fc 84,
+ * relu, fc 10, the same as bench/torch_cnn.py), or --model resnet20 /
+ * resnet18 (bench/torch_speed.py has the PyTorch side); cross-entropy, SGD
+ * with momentum 0.9 and weight decay 1e-4. Each step is forward, the fused softmax cross-entropy
  * op, backward and the optimizer step on pre-generated synthetic batches in
  * memory (no loader). After warm-up steps, --runs timed runs of --steps
  * steps each give the median, min and max images/s.
@@ -15,7 +16,7 @@
  * linear layers (forward, weight gradients and input gradients) per second,
  * divided by SGEMM FLOP/s.
  *
- * Usage: bench_cnn [--batch N] [--threads T] [--steps S] [--runs R]
+ * Usage: bench_cnn [--model NAME] [--batch N] [--threads T] [--steps S] [--runs R]
  * Prints a human-readable report and one line "RESULT key=value ..." for
  * bench/run_cnn.sh.
  */
@@ -75,11 +76,15 @@ static double step_flops(const cdl_model_spec *spec, cdl_shape in)
     for (int i = 0; i < spec->nlayers; i++) {
         const cdl_layer_spec *l = &spec->layers[i];
         double f;
+        /* A layer's input is the previous layer's output unless it names
+         * others; only add/concat read several, and they have no FLOPs. */
+        int src = l->nin > 0 ? l->in[0] + 1 : i;
+        cdl_shape x = shapes[src], y = shapes[i + 1];
         if (l->kind == CDL_LAYER_CONV2D)
-            f = 2.0 * shapes[i + 1].c * shapes[i + 1].h * shapes[i + 1].w * shapes[i].c * l->kernel *
-                l->kernel;
+            f = 2.0 * y.c * y.h * y.w * (x.c / (l->groups > 1 ? l->groups : 1)) * l->kernel *
+                (l->kernel_w ? l->kernel_w : l->kernel);
         else if (l->kind == CDL_LAYER_LINEAR)
-            f = 2.0 * shapes[i].c * shapes[i].h * shapes[i].w * l->out;
+            f = 2.0 * x.c * x.h * x.w * l->out;
         else
             continue;
         total += f * (first ? 2 : 3);   /* the first layer needs no dx */
@@ -91,8 +96,13 @@ static double step_flops(const cdl_model_spec *spec, cdl_shape in)
 int main(int argc, char **argv)
 {
     int batch = 512, threads = 1, steps = 0, runs = 7;
+    const char *model = "lenet";
     for (int i = 1; i < argc; i += 2) {
         int *dst = NULL;
+        if (!strcmp(argv[i], "--model") && i + 1 < argc && cdl_spec_is_builtin(argv[i + 1])) {
+            model = argv[i + 1];
+            continue;
+        }
         if (!strcmp(argv[i], "--batch"))
             dst = &batch;
         else if (!strcmp(argv[i], "--threads"))
@@ -102,20 +112,22 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--runs"))
             dst = &runs;
         if (!dst || i + 1 >= argc || (*dst = atoi(argv[i + 1])) < 1) {
-            fprintf(stderr, "usage: %s [--batch N] [--threads T] [--steps S] [--runs R] (all >= 1)\n",
+            fprintf(stderr, "usage: %s [--model lenet|mlp|resnet20|resnet18] [--batch N] [--threads T] "
+                            "[--steps S] [--runs R] (numbers >= 1)\n",
                     argv[0]);
             return 2;
         }
     }
-    if (!steps)
-        steps = 16384 / batch > 4 ? 16384 / batch : 4;   /* ~1 s per run */
+    if (!steps)   /* ~1 s per run */
+        steps = !strcmp(model, "lenet") || !strcmp(model, "mlp") ? (16384 / batch > 4 ? 16384 / batch : 4)
+                                                                 : 4;
     if (runs < 5)
         runs = 5;
 
     cdl_backend *be = cdl_backend_cpu_create(threads);
     cdl_shape in = {3, 32, 32};
     cdl_model_spec spec;
-    if (!be || cdl_spec_builtin("lenet", in, CLASSES, &spec)) {
+    if (!be || cdl_spec_builtin(model, in, CLASSES, &spec)) {
         fprintf(stderr, "bench_cnn: %s\n", cdl_last_error());
         return 1;
     }
@@ -181,16 +193,16 @@ int main(int argc, char **argv)
     double median = ips[runs / 2], flops = step_flops(&spec, in);
     double gflops = median * flops / 1e9;
 
-    printf("cdl %s, CPU backend, %d thread(s), batch %d, %d runs x %d steps (after 1 warm-up run)\n",
-           cdl_version(), threads, batch, runs, steps);
+    printf("cdl %s, %s, CPU backend, %d thread(s), batch %d, %d runs x %d steps (after 1 warm-up run)\n",
+           cdl_version(), model, threads, batch, runs, steps);
     printf("  images/s: median %.0f  min %.0f  max %.0f\n", median, ips[0], ips[runs - 1]);
     printf("  %.2f MFLOP per image (conv+linear, fwd+bwd) -> %.1f GFLOP/s = %.1f%% of SGEMM %.1f GFLOP/s "
            "(%d thread(s), 2048^3)\n",
            flops / 1e6, gflops, 100 * gflops / peak, peak, threads);
     printf("  peak RSS %ld MiB (before the SGEMM check), last sample loss %.4f\n", ru.ru_maxrss / 1024, (double)last_loss);
-    printf("RESULT impl=cdl batch=%d threads=%d img_s=%.0f min=%.0f max=%.0f gflops=%.2f "
+    printf("RESULT impl=cdl model=%s batch=%d threads=%d img_s=%.0f min=%.0f max=%.0f gflops=%.2f "
            "sgemm_gflops=%.2f peak_pct=%.1f rss_kb=%ld\n",
-           batch, threads, median, ips[0], ips[runs - 1], gflops, peak, 100 * gflops / peak,
+           model, batch, threads, median, ips[0], ips[runs - 1], gflops, peak, 100 * gflops / peak,
            ru.ru_maxrss);
 
     for (int b = 0; b < BATCHES; b++) {

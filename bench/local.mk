@@ -4,7 +4,8 @@ noinst_PROGRAMS += bench/bench_cnn
 bench_bench_cnn_SOURCES = bench/bench_cnn.c bench/bench_util.h
 bench_bench_cnn_CPPFLAGS = $(AM_CPPFLAGS) $(OPENBLAS_CFLAGS)
 bench_bench_cnn_LDADD = libcdl_core.la
-EXTRA_DIST += bench/torch_cnn.py bench/run_cnn.sh bench/openblas_core.sh
+EXTRA_DIST += bench/torch_cnn.py bench/run_cnn.sh bench/openblas_core.sh bench/torch_speed.py \
+	bench/run_resnet_speed.sh bench/torch2_venv.sh
 # One epoch of real Fashion-MNIST through the loader against synthetic images
 # in memory (run_cnn.sh prints its table too).
 noinst_PROGRAMS += bench/bench_data

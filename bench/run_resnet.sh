@@ -49,25 +49,9 @@ torch_run() {   # torch_run PYTHON: prints the RESULT line
         --threads "$threads" --max-steps "$max_steps" --augment "$augment" | tee /dev/stderr | grep '^RESULT'
 }
 rows=()
-if [ "${NO_VENV:-0}" != 1 ]; then
-    # PyPI's torch in its own venv (not over the system site-packages, so
-    # Debian's 1.13 cannot shadow it), built in $venv.tmp and moved into
-    # place only when complete, so an interrupted install is redone.
-    if ! "$venv/bin/python" -c 'import torch, numpy' >/dev/null 2>&1; then
-        rm -rf "$venv" "$venv.tmp"
-        mkdir -p "$(dirname "$venv")"
-        if "$python" -m venv "$venv.tmp" &&
-           timeout 1800 "$venv.tmp/bin/python" -m pip install -q --no-cache-dir ${PIP_ARGS:-} \
-               'torch>=2' numpy; then
-            mv "$venv.tmp" "$venv"
-        else
-            rm -rf "$venv.tmp"
-            echo "run_resnet.sh: could not make the PyTorch 2.x venv in $venv (python3-venv" \
-                 "installed? PyPI reachable?); NO_VENV=1 skips that column" >&2
-        fi
-    fi
-    [ -x "$venv/bin/python" ] && rows+=("$(torch_run "$venv/bin/python" 2>/dev/null)")
-fi
+. "$here/torch2_venv.sh"
+torch2=$(torch2_venv "$venv")
+[ -n "$torch2" ] && rows+=("$(torch_run "$torch2" 2>/dev/null)")
 rows+=("$(torch_run "$python" 2>/dev/null)")
 
 printf '\n%-24s %9s %12s %14s\n' implementation "test acc" "s / epoch" "cdl speed-up"

@@ -27,8 +27,17 @@ count() {   # adds up the automake test summaries ("# PASS:  N") in a log
                           /^# SKIP:/ {s += $3} END {print p+0, f+0, s+0}' "$1")
     pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
 }
+slowest() {   # slowest BUILD-DIR: the 8 longest tests of a stage, from each test's
+    # log (created when it starts) and result file (written when it ends); prints
+    # nothing where the file system keeps no creation time
+    find "$1" -name '*.trs' 2>/dev/null | while read -r trs; do
+        local log=${trs%.trs}.log born
+        born=$(stat -c %W "$log" 2>/dev/null) || continue
+        [ "${born:-0}" -gt 0 ] && echo "$(($(stat -c %Y "$trs") - born)) ${log#"$1"/}"
+    done | sort -rn | head -n 8 | awk '{printf "  %5d s  %s\n", $1, $2}'
+}
 stage() {   # stage NAME BUILD-DIR CONFIGURE-ARGS... -- MAKE-TARGET [VAR=VALUE...]
-    local name=$1 dir=$2; shift 2
+    local name=$1 dir=$2 t0=$SECONDS; shift 2
     local conf=()
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do conf+=("$1"); shift; done
     shift
@@ -53,6 +62,8 @@ stage() {   # stage NAME BUILD-DIR CONFIGURE-ARGS... -- MAKE-TARGET [VAR=VALUE..
         tail -n 30 "$dir/test.out"
         failed_stages+=("$name")
     fi
+    echo "--- $name: $((SECONDS - t0)) s; slowest tests:"
+    slowest "$dir"
     return 0
 }
 
@@ -60,10 +71,12 @@ export CDL_TIMEOUT=${CDL_TIMEOUT:-120}
 stage "gcc -Werror: make check" "$top/_build/gcc" CC=gcc --enable-werror -- check
 if [ "${CDL_BLAS_MATRIX:-$([ "${CI:-}" = true ] && echo 1)}" = 1 ] && [ -x "$top/_build/gcc/cli/cdl-train" ]; then
     echo "=== gcc: OpenBLAS core types"
+    t0=$SECONDS
     "$top/scripts/blas-matrix.sh" "$top/_build/gcc" >"$top/_build/gcc/blas-matrix.out" 2>&1 ||
         failed_stages+=("gcc: OpenBLAS core types")
     grep -v '^# ' "$top/_build/gcc/blas-matrix.out"
     count "$top/_build/gcc/blas-matrix.out"
+    echo "--- gcc: OpenBLAS core types: $((SECONDS - t0)) s"
 fi
 stage "clang -Werror: unit tests, make fuzz" "$top/_build/clang" CC=clang --enable-werror -- \
     check fuzz TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
@@ -77,15 +90,18 @@ if [ -z "${CDL_SKIP_DISTCHECK:-}" ]; then
 fi
 if [ -z "${CDL_SKIP_DEB:-}" ]; then
     echo "=== Debian packages: build, lintian, clean-root install, training"
+    t0=$SECONDS
     mkdir -p "$top/_build"
     "$top/scripts/deb-check.sh" >"$top/_build/deb-check.out" 2>&1
     deb_rc=$?
     cat "$top/_build/deb-check.out"
     count "$top/_build/deb-check.out"
     [ "$deb_rc" -eq 0 ] || [ "$deb_rc" -eq 77 ] || failed_stages+=("Debian packages")
+    echo "--- Debian packages: $((SECONDS - t0)) s"
 fi
 
 echo
+echo "total: $SECONDS s"
 for s in "${failed_stages[@]}"; do echo "FAILED STAGE: $s"; done
 echo "tests: $pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ] && [ ${#failed_stages[@]} -eq 0 ]

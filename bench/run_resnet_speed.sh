@@ -1,0 +1,60 @@
+#!/bin/bash
+# ResNet-20 training speed on the CPU, cdl against every PyTorch mode a user
+# could pick, side by side in one run: rows are thread counts; columns are
+# cdl's images/s and its share of this machine's SGEMM speed, then PyTorch
+# 2.x from PyPI (in a venv this script creates, shared with run_resnet.sh)
+# eager NCHW, eager channels_last and torch.compile, and Debian's 1.13 eager
+# and channels_last; the last column is cdl's ratio to the fastest PyTorch
+# mode of that row (issue target: >= 1.5). Synthetic 3x32x32 batches in
+# memory, SGD momentum 0.9, weight decay 1e-4 on both sides (bench_cnn.c,
+# torch_speed.py). Measure on a quiet machine: the load average is printed
+# before and after.
+#
+# Usage: bench/run_resnet_speed.sh [BUILD_DIR]   (BUILD_DIR holds
+#        bench/bench_cnn; default: the current directory)
+# Environment: THREADS="1 2" BATCH=128 STEPS=4 RUNS=5 MODEL=resnet20,
+# VENV=BUILD_DIR/bench/venv-torch2 (NO_VENV=1 skips PyPI's torch),
+# PYTHON=/usr/bin/python3. About 5 minutes with the venv in place (compiling
+# takes a minute per row).
+set -u
+build=${1:-.}
+here=$(cd "$(dirname "$0")" && pwd)
+threads_list=${THREADS:-1 2} batch=${BATCH:-128} steps=${STEPS:-4} runs=${RUNS:-5}
+model=${MODEL:-resnet20}
+python=${PYTHON:-/usr/bin/python3}
+bench="$build/bench/bench_cnn"
+[ -x "$bench" ] || { echo "run_resnet_speed.sh: $bench not found: build it (make bench/bench_cnn)" >&2; exit 2; }
+. "$here/torch2_venv.sh"
+torch2=$(torch2_venv "${VENV:-$build/bench/venv-torch2}")
+
+field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n1; }
+torch_ips() {   # torch_ips PYTHON MODE THREADS: images/s or "-"
+    local r
+    r=$("$1" "$here/torch_speed.py" --mode "$2" --threads "$3" --batch "$batch" --steps "$steps" \
+        --runs "$runs" 2>/dev/null | grep '^RESULT' | tail -n1)
+    local v; v=$(field img_s "$r")
+    echo "${v:--}"
+}
+v2=$([ -n "$torch2" ] && "$torch2" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)
+v1=$("$python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $model, batch $batch, $runs runs x $steps steps"
+printf '\n%-7s %8s %7s | %9s %9s %9s | %9s %9s | %7s\n' threads "cdl" "%SGEMM" \
+    "${v2:-2.x}" "ch_last" compile "${v1:-1.13}" ch_last "cdl/best"
+printf '%-7s %8s %7s | %9s %9s %9s | %9s %9s | %7s\n' "" "img/s" "" eager "" "" eager "" "torch"
+for t in $threads_list; do
+    r=$("$bench" --model "$model" --batch "$batch" --threads "$t" --steps "$steps" --runs "$runs" |
+        grep '^RESULT')
+    cdl=$(field img_s "$r") pct=$(field peak_pct "$r")
+    cols=()
+    for mode in eager channels_last compile; do
+        if [ -n "$torch2" ]; then cols+=("$(torch_ips "$torch2" "$mode" "$t")"); else cols+=(-); fi
+    done
+    for mode in eager channels_last; do cols+=("$(torch_ips "$python" "$mode" "$t")"); done
+    best=0
+    for c in "${cols[@]}"; do [ "$c" != - ] && [ "$c" -gt "$best" ] && best=$c; done
+    ratio=-
+    [ "$best" -gt 0 ] && ratio=$(awk -v a="$cdl" -v b="$best" 'BEGIN {printf "%.2fx", a / b}')
+    printf '%-7s %8s %6s%% | %9s %9s %9s | %9s %9s | %7s\n' "$t" "$cdl" "$pct" "${cols[@]}" "$ratio"
+done
+echo
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

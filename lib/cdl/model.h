@@ -40,6 +40,12 @@ typedef enum cdl_layer_kind {
     CDL_LAYER_SIGMOID,
     CDL_LAYER_TANH,
     CDL_LAYER_LEAKYRELU,
+    /* Sequence layers (transformers): a per-sample sequence of T positions
+     * of E features is the shape (T, 1, E), row-major like PyTorch's (B, T, C). */
+    CDL_LAYER_EMBEDDING,      /* token ids (T,1,1) -> (T,1,E): weight (vocab, E) */
+    CDL_LAYER_POSEMBEDDING,   /* (T,1,E) + learned positions: weight (block, E), T <= block */
+    CDL_LAYER_LAYERNORM,      /* over the feature axis: weight, bias (E) */
+    CDL_LAYER_ATTENTION,      /* causal self-attention core: (T,1,3C) -> (T,1,C), heads */
 } cdl_layer_kind;
 
 /* Per-sample shape (channels, height, width); a flat vector of k is (k,1,1). */
@@ -69,6 +75,14 @@ typedef struct cdl_layer_spec {
     int sync;                 /* batchnorm2d: statistics over every rank (SyncBatchNorm) */
     float slope;              /* leakyrelu: negative slope (the parser's default 0.01) */
     int approx_tanh;          /* gelu: the tanh approximation */
+    int vocab;                /* embedding: rows of its weight (0 = not known yet: cdl_spec_fit) */
+    int block;                /* posembedding: rows of its weight (0 = not known yet) */
+    int heads;                /* attention: number of heads */
+    int tie;                  /* linear: spec index + 1 of the embedding whose weight it
+                               * uses (its gradient goes there too); 0 = own weight */
+    float init_std;           /* linear, embedding, posembedding: weights start as
+                               * N(0, init_std) and biases at 0 (GPT-2's init); 0 = the
+                               * default (PyTorch's: kaiming for linear, N(0,1) embeddings) */
     /* Inputs, as spec layer indices before this one, -1 = the model's input.
      * nin = 0: the previous layer (or the input for the first layer). */
     int nin;
@@ -82,6 +96,18 @@ typedef struct cdl_model_spec {
     char source[256];         /* "lenet", "mlp" or the spec file's path */
 } cdl_model_spec;
 
+/* Fills in what a spec left to the data (a `gpt` line without vocab_size or
+ * block_size): the vocabulary of embeddings and tied linears with 0 rows
+ * from `classes`, the block of posembeddings with 0 rows from input.c (the
+ * sequence length). A size the spec gives must match: the error names both. */
+int cdl_spec_fit(cdl_model_spec *spec, cdl_shape input, int classes);
+
+/* The block size (positions) a model argument fixes: block_size= of a
+ * "gpt:..." built-in, or the rows of the first posembedding of a spec file
+ * (its gpt line's block_size); 0 when it fixes none (the data's choice),
+ * -1 with cdl_error when the argument cannot be read. */
+int cdl_spec_block_size(const char *model);
+
 /* Parses the text of a model spec file (format: docs/model-spec.md). Errors
  * name `filename` and the line. Automatic names are filled in: convK for the
  * K-th conv2d, fcK for the K-th linear, so a spec of LeNet gets the names of
@@ -94,6 +120,11 @@ int cdl_spec_load(const char *path, cdl_model_spec *out);
  * 28x28 inputs, the classic LeNet-5) and "mlp" (flatten, fc 256, relu, fc 128,
  * relu, fc classes). */
 int cdl_spec_builtin(const char *name, cdl_shape input, int classes, cdl_model_spec *out);
+/* "gpt" (or "gpt:KEY=VALUE,...", keys n_layer, n_head, n_embd, block_size,
+ * vocab_size, bias, dropout; defaults 4, 4, 128, the input's length, the
+ * classes, true, 0) is nanoGPT's GPT with its parameter names and GPT-2's
+ * initialisation, for (T,1,1) inputs of token ids; a spec file's `gpt`
+ * line takes the same keys (docs/model-spec.md). */
 
 /* 1 if name is a built-in model (lenet, mlp, resnet20, resnet18). "resnet20"
  * is He et al.'s CIFAR ResNet-20 (3x3 basic blocks, 16/32/64 channels,
@@ -118,6 +149,9 @@ typedef struct cdl_param_view {
     int is_bn;                /* batchnorm2d: weight starts at 1, bias at 0 (PyTorch's) */
     int is_count;             /* buffers: a float count (num_batches_tracked) that
                                * checkpoints write as I64 for PyTorch */
+    int is_norm;              /* layernorm: weight starts at 1, bias at 0 */
+    float init_std;           /* > 0: weights start as N(0, init_std), biases at 0;
+                               * < 0: N(0, 1) (PyTorch's nn.Embedding) */
 } cdl_param_view;
 
 typedef struct cdl_model cdl_model;
@@ -139,7 +173,16 @@ int cdl_model_nviews(const cdl_model *m);
 const cdl_param_view *cdl_model_view(const cdl_model *m, int i);
 const cdl_param_view *cdl_model_find(const cdl_model *m, const char *name);
 cdl_shape cdl_model_input(const cdl_model *m);
-int cdl_model_outputs(const cdl_model *m);     /* logits per sample */
+int cdl_model_outputs(const cdl_model *m);     /* logits per sample (positions * classes) */
+/* T when the last layer's output is a sequence of T positions (a language
+ * model: one prediction per position), else 1. */
+int cdl_model_positions(const cdl_model *m);
+/* Other names of parameter tensors: a linear tied to an embedding's weight
+ * (lm_head.weight = transformer.wte.weight) has no view of its own; its
+ * alias, a copy of the embedding's view under the linear's name, is what
+ * checkpoints also write so that PyTorch loads them strictly. */
+int cdl_model_naliases(const cdl_model *m);
+const cdl_param_view *cdl_model_alias(const cdl_model *m, int i);
 int cdl_model_max_batch(const cdl_model *m);
 cdl_backend *cdl_model_backend(const cdl_model *m);
 const cdl_model_spec *cdl_model_get_spec(const cdl_model *m);

@@ -32,6 +32,12 @@ typedef struct layer {
     int fused;                     /* relu: computed by the batchnorm before it */
     int fuse_relu;                 /* batchnorm: applies the relu after it */
     int dy_alias;                  /* dy is the dy of layer dy_alias (its only reader) or -1 */
+    /* Sequences: an output of T positions of E features is (T, 1, E). */
+    int seq, in_seq;               /* the output / first input is a sequence */
+    int rows;                      /* positions per sample that row-wise ops see (1 if flat) */
+    int feat_in;                   /* features per row of the input (linear, layernorm) */
+    int tied_by;                   /* embedding: a later linear writes its gradient first */
+    float *saved;                  /* layernorm: mean, rstd per row; attention: lse (n,nh,T) */
 } layer;
 
 struct cdl_model {
@@ -43,6 +49,8 @@ struct cdl_model {
     size_t nparams;
     layer layers[CDL_MAX_LAYERS];
     cdl_param_view views[2 * CDL_MAX_LAYERS];
+    int naliases;                  /* tied linears' weights under their own names */
+    cdl_param_view aliases[CDL_MAX_LAYERS];
     float *params, *grads;
     int nbuffers;                  /* non-trainable buffers (batchnorm running stats) */
     size_t nbuffer_floats;
@@ -57,6 +65,7 @@ struct cdl_model {
     float *dlogits;                /* copy of the caller's dlogits */
     float *ws;                     /* shared conv/linear workspace */
     float *bnstats, *sync_scratch;
+    float *seqsaved;               /* layernorm and attention statistics (layer.saved) */
     int32_t *argmax;
     uint8_t *masks;
     int n;                         /* batch of the last forward; 0 = none yet */

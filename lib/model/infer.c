@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <cdl/cdl.h>
 
@@ -22,6 +23,9 @@ static int check_values(const cdl_layer_spec *l, const char *where)
     switch (l->kind) {
     case CDL_LAYER_CONV2D:
     case CDL_LAYER_LINEAR:
+        if (l->kind == CDL_LAYER_LINEAR && l->tie && !l->out)
+            return cdl_error("%s: the vocabulary of this tied linear is not known: give the gpt "
+                             "line vocab_size= or let the data set it", where);
         if (!in_range(l->out, 1, SPEC_MAX_FEATURES))
             return cdl_error("%s: %s output size %d is out of range: use 1 to %d", where, kind,
                              l->out, SPEC_MAX_FEATURES);
@@ -65,6 +69,28 @@ static int check_values(const cdl_layer_spec *l, const char *where)
     case CDL_LAYER_LEAKYRELU:
         if (!isfinite(l->slope))
             return cdl_error("%s: leakyrelu negative_slope is not a number", where);
+        return 0;
+    case CDL_LAYER_EMBEDDING:
+    case CDL_LAYER_POSEMBEDDING: {
+        int rows = l->kind == CDL_LAYER_EMBEDDING ? l->vocab : l->block;
+        if (!rows)
+            return cdl_error("%s: the %s's %s is not known: give the gpt line %s= (or the layer "
+                             "its size), or let the data set it", where, kind,
+                             l->kind == CDL_LAYER_EMBEDDING ? "vocabulary" : "block size",
+                             l->kind == CDL_LAYER_EMBEDDING ? "vocab_size" : "block_size");
+        if (!in_range(rows, 1, SPEC_MAX_FEATURES) || !in_range(l->out, 1, SPEC_MAX_FEATURES) ||
+            (int64_t)rows * l->out > SPEC_MAX_NUMEL)
+            return cdl_error("%s: %s %d x %d is out of range: at most %ld weights", where, kind,
+                             rows, l->out, SPEC_MAX_NUMEL);
+        return 0;
+    }
+    case CDL_LAYER_LAYERNORM:
+        if (!(l->eps >= 0.0f && l->eps <= 1.0f))
+            return cdl_error("%s: layernorm eps=%g: use 0 < eps <= 1", where, (double)l->eps);
+        return 0;
+    case CDL_LAYER_ATTENTION:
+        if (!in_range(l->heads, 1, SPEC_MAX_FEATURES))
+            return cdl_error("%s: attention heads=%d: use at least 1", where, l->heads);
         return 0;
     case CDL_LAYER_RELU:
     case CDL_LAYER_FLATTEN:
@@ -161,8 +187,84 @@ static int check_inputs(const cdl_model_spec *spec, int i, const char *where)
     return 0;
 }
 
+/* The sequence layers' shapes (and linear's): out and out_seq from s, the
+ * first input's shape (a sequence when seq). Returns 1 for the other kinds. */
+static int seq_shape(const cdl_model_spec *spec, int i, cdl_shape s, int seq, const char *where,
+                     cdl_shape *out, int *out_seq)
+{
+    const cdl_layer_spec *l = &spec->layers[i];
+    const char *kind = spec_kind_name(l->kind);
+    *out = s;
+    *out_seq = seq;
+    switch (l->kind) {
+    case CDL_LAYER_EMBEDDING:
+        if (seq || s.h != 1 || s.w != 1)
+            return cdl_error("%s: embedding reads token ids (Tx1x1: one id per position) but gets "
+                             "%dx%dx%d: give it the model's input", where, s.c, s.h, s.w);
+        if (spec_in(l, i, 0) >= 0)
+            return cdl_error("%s: embedding reads token ids from the model's input, not from "
+                             "another layer: put it first (or from=input)", where);
+        *out = (cdl_shape){s.c, 1, l->out};
+        *out_seq = 1;
+        return 0;
+    case CDL_LAYER_POSEMBEDDING:
+    case CDL_LAYER_ATTENTION:
+        if (!seq)
+            return cdl_error("%s: %s needs a sequence (TxE, after an embedding) but gets %dx%dx%d",
+                             where, kind, s.c, s.h, s.w);
+        if (l->kind == CDL_LAYER_POSEMBEDDING) {
+            if (s.w != l->out || s.c > l->block)
+                return cdl_error("%s: posembedding %d %d (block x size) on a sequence of %d x %d: "
+                                 "the sizes must match and the sequence be at most the block; use "
+                                 "a smaller --block-size or a larger block", where, l->block,
+                                 l->out, s.c, s.w);
+            return 0;
+        }
+        if (s.w % 3 || (s.w / 3) % l->heads)
+            return cdl_error("%s: attention heads=%d reads q, k, v side by side (3C features, C a "
+                             "multiple of the heads) but gets %d features: give the linear before "
+                             "it 3 x C outputs", where, l->heads, s.w);
+        out->w = s.w / 3;
+        return 0;
+    case CDL_LAYER_LAYERNORM:
+        if (!seq && (s.h != 1 || s.w != 1))
+            return cdl_error("%s: layernorm normalises the features of a flat input or of each "
+                             "position of a sequence but gets %dx%dx%d: add flatten before it",
+                             where, s.c, s.h, s.w);
+        return 0;
+    case CDL_LAYER_LINEAR:
+        if (!seq && (s.h != 1 || s.w != 1))
+            return 1;   /* the flat-input error below */
+        if (seq)
+            out->w = l->out;   /* every position: (T, 1, out) */
+        else
+            out->c = l->out;
+        if (l->tie) {
+            int t = l->tie - 1;
+            int in = seq ? s.w : s.c;
+            if (t < 0 || t >= i || spec->layers[t].kind != CDL_LAYER_EMBEDDING)
+                return cdl_error("%s: tie= names layer %d, which is not an embedding before it",
+                                 where, t);
+            const cdl_layer_spec *e = &spec->layers[t];
+            if (e->out != in || e->vocab != l->out)
+                return cdl_error("%s: a linear %d -> %d cannot share the weight of the embedding "
+                                 "%d x %d ('%s'): it must map the embedding's size to its "
+                                 "vocabulary", where, in, l->out, e->vocab, e->out, e->name);
+        }
+        return 0;
+    default:
+        return 1;   /* not a sequence layer */
+    }
+}
+
 int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shapes)
 {
+    return spec_infer_seq(spec, input, shapes, NULL);
+}
+
+int spec_infer_seq(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shapes, int *seq_out)
+{
+    int seqs[CDL_MAX_LAYERS + 1];
     const char *src = spec->source[0] ? spec->source : "model spec";
     if (spec->nlayers < 1 || spec->nlayers > CDL_MAX_LAYERS)
         return cdl_error("%s: %d layers: a model has 1 to %d layers", src, spec->nlayers,
@@ -182,6 +284,7 @@ int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shape
                          "input", src, input.c, input.h, input.w, SPEC_MAX_NUMEL);
 
     shapes[0] = input;
+    seqs[0] = 0;
     for (int i = 0; i < spec->nlayers; i++) {
         const cdl_layer_spec *l = &spec->layers[i];
         char where[320];
@@ -189,6 +292,22 @@ int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shape
         if (check_values(l, where) || check_inputs(spec, i, where))
             return -1;
         cdl_shape s = shapes[spec_in(l, i, 0) + 1];
+        int seq = seqs[spec_in(l, i, 0) + 1];
+        int rc = seq_shape(spec, i, s, seq, where, &s, &seq);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            goto shaped;
+        /* Elementwise layers, add and flatten take sequences; the others
+         * are for images (their c would be the positions). */
+        if (seq && l->kind != CDL_LAYER_FLATTEN && l->kind != CDL_LAYER_ADD &&
+            l->kind != CDL_LAYER_DROPOUT && l->kind != CDL_LAYER_RELU &&
+            l->kind != CDL_LAYER_GELU && l->kind != CDL_LAYER_SILU &&
+            l->kind != CDL_LAYER_SIGMOID && l->kind != CDL_LAYER_TANH &&
+            l->kind != CDL_LAYER_LEAKYRELU)
+            return cdl_error("%s: %s works on images, but its input is a sequence (%d positions "
+                             "of %d features): use flatten first, or sequence layers", where,
+                             spec_kind_name(l->kind), s.c, s.w);
         switch (l->kind) {
         case CDL_LAYER_CONV2D: {
             int g = l->groups > 1 ? l->groups : 1;
@@ -215,6 +334,7 @@ int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shape
             /* The product fits: every shape so far is at most SPEC_MAX_NUMEL. */
             s.c = (int)((int64_t)s.c * s.h * s.w);
             s.h = s.w = 1;
+            seq = 0;
             break;
         case CDL_LAYER_GLOBALAVGPOOL:
             s.h = s.w = 1;
@@ -251,10 +371,12 @@ int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shape
         default:   /* relu, dropout, batchnorm2d, activations: same shape */
             break;
         }
+    shaped:
         if ((int64_t)s.c * s.h * s.w > SPEC_MAX_NUMEL)
             return cdl_error("%s: output %dx%dx%d has more than %ld values per sample: use fewer "
                              "channels or a smaller input", where, s.c, s.h, s.w, SPEC_MAX_NUMEL);
         shapes[i + 1] = s;
+        seqs[i + 1] = seq;
     }
     /* Every output but the last is read (else it is a mistake, or dead code). */
     for (int i = 0; i < spec->nlayers - 1; i++) {
@@ -270,5 +392,7 @@ int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shape
                              where, spec_kind_name(spec->layers[i].kind));
         }
     }
+    if (seq_out)
+        memcpy(seq_out, seqs, sizeof(int) * (size_t)(spec->nlayers + 1));
     return 0;
 }

@@ -26,13 +26,19 @@ const char *spec_kind_name(cdl_layer_kind kind)
     case CDL_LAYER_SIGMOID: return "sigmoid";
     case CDL_LAYER_TANH: return "tanh";
     case CDL_LAYER_LEAKYRELU: return "leakyrelu";
+    case CDL_LAYER_EMBEDDING: return "embedding";
+    case CDL_LAYER_POSEMBEDDING: return "posembedding";
+    case CDL_LAYER_LAYERNORM: return "layernorm";
+    case CDL_LAYER_ATTENTION: return "attention";
     }
     return "unknown-layer";
 }
 
 int spec_has_params(cdl_layer_kind kind)
 {
-    return kind == CDL_LAYER_CONV2D || kind == CDL_LAYER_LINEAR || kind == CDL_LAYER_BATCHNORM2D;
+    return kind == CDL_LAYER_CONV2D || kind == CDL_LAYER_LINEAR || kind == CDL_LAYER_BATCHNORM2D ||
+           kind == CDL_LAYER_EMBEDDING || kind == CDL_LAYER_POSEMBEDDING ||
+           kind == CDL_LAYER_LAYERNORM;
 }
 
 void spec_where(const cdl_model_spec *spec, int i, char *buf, size_t len)
@@ -109,7 +115,19 @@ void spec_layer_str(const cdl_layer_spec *l, char *buf, size_t len)
                  l->stride ? l->stride : l->kernel, l->pad);
         break;
     case CDL_LAYER_LINEAR:
-        snprintf(buf, len, "%s %d%s", kind, l->out, nobias);
+        snprintf(buf, len, "%s %d%s%s", kind, l->out, nobias, l->tie ? " tie" : "");
+        break;
+    case CDL_LAYER_EMBEDDING:
+        snprintf(buf, len, "%s %d %d", kind, l->vocab, l->out);
+        break;
+    case CDL_LAYER_POSEMBEDDING:
+        snprintf(buf, len, "%s %d %d", kind, l->block, l->out);
+        break;
+    case CDL_LAYER_LAYERNORM:
+        snprintf(buf, len, "%s eps=%g%s", kind, (double)(l->eps > 0 ? l->eps : 1e-5f), nobias);
+        break;
+    case CDL_LAYER_ATTENTION:
+        snprintf(buf, len, "%s heads=%d", kind, l->heads);
         break;
     case CDL_LAYER_DROPOUT:
         snprintf(buf, len, "%s %g", kind, (double)l->p);
@@ -137,22 +155,30 @@ int spec_name_ok(const char *s)
     return 1;
 }
 
-/* 0 conv, 1 fc, 2 bn: the kinds with automatic names; -1 others. */
-static int auto_kind(cdl_layer_kind kind)
+const char *const spec_auto_stem[SPEC_AUTO_KINDS] = {"conv", "fc", "bn", "emb", "pos", "ln"};
+
+int spec_auto_kind(cdl_layer_kind kind)
 {
-    return kind == CDL_LAYER_CONV2D ? 0 : kind == CDL_LAYER_LINEAR ? 1
-         : kind == CDL_LAYER_BATCHNORM2D ? 2 : -1;
+    switch (kind) {
+    case CDL_LAYER_CONV2D: return 0;
+    case CDL_LAYER_LINEAR: return 1;
+    case CDL_LAYER_BATCHNORM2D: return 2;
+    case CDL_LAYER_EMBEDDING: return 3;
+    case CDL_LAYER_POSEMBEDDING: return 4;
+    case CDL_LAYER_LAYERNORM: return 5;
+    default: return -1;
+    }
 }
 
 int spec_finish_names(cdl_model_spec *spec)
 {
-    static const char *const stem[3] = {"conv", "fc", "bn"};
+    const char *const *stem = spec_auto_stem;
     char where[320], other[320];
-    int count[3] = {0};
+    int count[SPEC_AUTO_KINDS] = {0};
 
     for (int i = 0; i < spec->nlayers; i++) {
         cdl_layer_spec *l = &spec->layers[i];
-        int k = auto_kind(l->kind);
+        int k = spec_auto_kind(l->kind);
         /* Top-level layers count for automatic names; a block's have theirs. */
         if (k >= 0 && !l->use_line) {
             count[k]++;
@@ -178,8 +204,9 @@ int spec_finish_names(cdl_model_spec *spec)
             spec_where(spec, i, other, sizeof other);
             if (spec->layers[j].auto_name || spec->layers[i].auto_name)
                 return cdl_error("%s: the name '%s' is used twice (here and at %s; automatic names "
-                                 "are convK / fcK / bnK for the K-th conv2d / linear / "
-                                 "batchnorm2d): give one of them another name=", where,
+                                 "are convK / fcK / bnK / embK / posK / lnK for "
+                                 "the K-th conv2d / linear / batchnorm2d / embedding / "
+                                 "posembedding / layernorm): give one of them another name=", where,
                                  spec->layers[j].name, other);
             return cdl_error("%s: the name '%s' is already used at %s: names must be unique, "
                              "rename one of them", where, spec->layers[j].name, other);

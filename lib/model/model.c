@@ -67,13 +67,52 @@ static cdl_param_view *new_view(cdl_param_view *v, const char *lname, const char
     return v;
 }
 
-/* The parameter views of a conv2d, linear or batchnorm2d layer. */
+/* The parameter views of a conv2d, linear, batchnorm2d, embedding,
+ * posembedding or layernorm layer. A tied linear has no weight view: it
+ * uses its embedding's (and gets an alias under its own name). */
 static void add_params(cdl_model *m, layer *L)
 {
     const cdl_layer_spec *s = L->s;
     int64_t shape[4];
-    int ndim, fan_in;
-    if (s->kind == CDL_LAYER_CONV2D) {
+    int ndim, fan_in = 0, norm = s->kind == CDL_LAYER_LAYERNORM;
+    float std = s->init_std;
+    if (s->kind == CDL_LAYER_EMBEDDING || s->kind == CDL_LAYER_POSEMBEDDING) {
+        ndim = 2;   /* (vocab or block, E) */
+        shape[0] = s->kind == CDL_LAYER_EMBEDDING ? s->vocab : s->block;
+        shape[1] = s->out;
+        std = std > 0 ? std : -1.0f;   /* PyTorch's nn.Embedding: N(0, 1) */
+    } else if (norm) {
+        ndim = 1;   /* weight, bias (features) */
+        shape[0] = L->feat_in;
+        if (!s->bias) {
+            cdl_param_view *v = new_view(&m->views[m->nviews], s->name, "weight", m->nparams, 1,
+                                         shape);
+            v->is_norm = 1;
+            L->wview = m->nviews++;
+            m->nparams += v->numel;
+            L->pcount = m->nparams - L->poff;
+            return;
+        }
+    } else if (s->kind == CDL_LAYER_LINEAR && s->tie) {
+        layer *E = &m->layers[s->tie - 1];
+        L->wview = E->wview;
+        E->tied_by = 1;
+        cdl_param_view *a = &m->aliases[m->naliases++];
+        *a = m->views[E->wview];
+        snprintf(a->name, sizeof a->name, "%s.weight", s->name);
+        if (s->bias) {
+            shape[0] = s->out;
+            cdl_param_view *v = new_view(&m->views[m->nviews], s->name, "bias", m->nparams, 1,
+                                         shape);
+            v->fan_in = L->feat_in;
+            v->is_bias = 1;
+            v->init_std = std;
+            L->bview = m->nviews++;
+            m->nparams += v->numel;
+        }
+        L->pcount = m->nparams - L->poff;
+        return;
+    } else if (s->kind == CDL_LAYER_CONV2D) {
         spec_conv c = spec_conv_of(s);
         ndim = 4;   /* (out, in/groups, kh, kw) */
         shape[0] = s->out;
@@ -84,8 +123,8 @@ static void add_params(cdl_model *m, layer *L)
     } else if (s->kind == CDL_LAYER_LINEAR) {
         ndim = 2;   /* (out, in) */
         shape[0] = s->out;
-        shape[1] = (int64_t)L->in_numel;
-        fan_in = (int)L->in_numel;
+        shape[1] = L->feat_in;
+        fan_in = L->feat_in;
     } else {   /* batchnorm2d: weight and bias (c) */
         ndim = 1;
         shape[0] = L->ishape.c;
@@ -95,14 +134,19 @@ static void add_params(cdl_model *m, layer *L)
     cdl_param_view *v = new_view(&m->views[m->nviews], s->name, "weight", m->nparams, ndim, shape);
     v->fan_in = fan_in;
     v->is_bn = bn;
+    v->is_norm = norm;
+    v->init_std = std;
     L->wview = m->nviews++;
     m->nparams += v->numel;
-    if (s->bias || bn) {
-        shape[0] = bn ? L->ishape.c : s->out;
+    int emb = s->kind == CDL_LAYER_EMBEDDING || s->kind == CDL_LAYER_POSEMBEDDING;
+    if ((s->bias && !emb) || bn) {
+        shape[0] = bn ? L->ishape.c : norm ? L->feat_in : s->out;
         v = new_view(&m->views[m->nviews], s->name, "bias", m->nparams, 1, shape);
         v->fan_in = fan_in;
         v->is_bias = 1;
         v->is_bn = bn;
+        v->is_norm = norm;
+        v->init_std = std;
         L->bview = m->nviews++;
         m->nparams += v->numel;
     }
@@ -153,7 +197,7 @@ static void plan_graph(cdl_model *m)
          * place (relu, sigmoid, tanh, fused relu), or is copied to it (add:
          * the first input it solely feeds). */
         int pass = k == CDL_LAYER_FLATTEN || k == CDL_LAYER_RELU || k == CDL_LAYER_SIGMOID ||
-                   k == CDL_LAYER_TANH;
+                   k == CDL_LAYER_TANH || k == CDL_LAYER_POSEMBEDDING;
         if (k == CDL_LAYER_ADD) {
             for (int j = 0; j < L->nin; j++) {
                 int q = L->in[j];
@@ -183,6 +227,7 @@ static int may_overwrite(const cdl_model *m, const layer *L)
             if (pk == CDL_LAYER_RELU)
                 return L->s->kind == CDL_LAYER_RELU;
             return !(pk == CDL_LAYER_SIGMOID || pk == CDL_LAYER_TANH ||
+                     pk == CDL_LAYER_ATTENTION ||   /* its backward reads y */
                      (pk == CDL_LAYER_BATCHNORM2D && P->fuse_relu));
         }
         k = P->in[0];
@@ -192,7 +237,7 @@ static int may_overwrite(const cdl_model *m, const layer *L)
 
 /* Shapes, descriptors and parameter views of every layer; returns the
  * floats of scratch the backend needs for the largest conv2d / linear. */
-static size_t plan_layers(cdl_model *m, const cdl_shape *shapes)
+static size_t plan_layers(cdl_model *m, const cdl_shape *shapes, const int *seqs)
 {
     cdl_backend *be = m->be;
     size_t ws = 0;
@@ -207,6 +252,14 @@ static size_t plan_layers(cdl_model *m, const cdl_shape *shapes)
         L->out = shapes[i + 1];
         L->in_numel = numel(L->ishape);
         L->out_numel = numel(L->out);
+        L->seq = seqs[i + 1];
+        L->in_seq = seqs[L->in[0] + 1];
+        /* Row-wise ops see (n * rows, feat_in): a sequence's positions, or
+         * one row of the whole flat input. */
+        L->rows = L->in_seq ? L->ishape.c : 1;
+        L->feat_in = L->in_seq ? L->ishape.w : (int)L->in_numel;
+        if (s->kind == CDL_LAYER_EMBEDDING)
+            L->rows = L->ishape.c;   /* one id per position */
         L->wview = L->bview = L->bufview = -1;
         L->poff = m->nparams;
         if (spec_has_params(s->kind))
@@ -228,7 +281,14 @@ static size_t plan_layers(cdl_model *m, const cdl_shape *shapes)
             }
         } else if (s->kind == CDL_LAYER_LINEAR) {
             for (int b = 0; b < 2; b++) {
-                size_t need = be->ops->linear_workspace(be, batches[b], (int)L->in_numel, s->out);
+                size_t need = be->ops->linear_workspace(be, batches[b] * L->rows, L->feat_in,
+                                                        s->out);
+                ws = need > ws ? need : ws;
+            }
+        } else if (s->kind == CDL_LAYER_ATTENTION) {
+            for (int b = 0; b < 2; b++) {
+                size_t need = be->ops->attn_workspace(be, batches[b], L->ishape.c, L->out.w,
+                                                      s->heads);
                 ws = need > ws ? need : ws;
             }
         } else if (s->kind == CDL_LAYER_MAXPOOL2D || s->kind == CDL_LAYER_AVGPOOL2D) {
@@ -330,7 +390,8 @@ static int alloc_buffers(cdl_model *m, size_t ws_floats)
     size_t mb = (size_t)m->max_batch;
     long act_off[CDL_MAX_LAYERS], dyoff[CDL_MAX_LAYERS];
     size_t am_off[CDL_MAX_LAYERS], mask_off[CDL_MAX_LAYERS], st_off[CDL_MAX_LAYERS];
-    size_t nact = 0, nam = 0, nmask = 0, nst = 0, sync = 0, tmp = 0;
+    size_t sv_off[CDL_MAX_LAYERS];
+    size_t nact = 0, nam = 0, nmask = 0, nst = 0, sync = 0, tmp = 0, nsv = 0;
 
     for (int i = 0; i < m->nlayers; i++) {
         layer *L = &m->layers[i];
@@ -347,6 +408,11 @@ static int alloc_buffers(cdl_model *m, size_t ws_floats)
         mask_off[i] = nmask;
         if (k == CDL_LAYER_DROPOUT)
             nmask += (mb * L->out_numel + 63) & ~(size_t)63;
+        sv_off[i] = nsv;
+        if (k == CDL_LAYER_LAYERNORM)
+            nsv += round16(mb * 2 * (size_t)L->rows);
+        if (k == CDL_LAYER_ATTENTION)
+            nsv += round16(mb * (size_t)L->s->heads * (size_t)L->ishape.c);
         st_off[i] = nst;
         if (k == CDL_LAYER_BATCHNORM2D) {
             nst += round16(4 * (size_t)L->ishape.c + 2);
@@ -355,6 +421,14 @@ static int alloc_buffers(cdl_model *m, size_t ws_floats)
         }
     }
     size_t ngrad = plan_grads(m, dyoff, &tmp);
+    /* A layernorm on the model's input computes a dx nobody reads: in tmp. */
+    for (int i = 0; i < m->nlayers; i++) {
+        const layer *L = &m->layers[i];
+        int k = L->in[0];
+        if (L->s->kind == CDL_LAYER_LAYERNORM && (k < 0 || !m->layers[k].need_grad) &&
+            mb * L->in_numel > tmp)
+            tmp = mb * L->in_numel;
+    }
 
     int failed = 0;
     m->params = dev_alloc(be, m->nparams * sizeof(float), &failed);
@@ -367,6 +441,7 @@ static int alloc_buffers(cdl_model *m, size_t ws_floats)
     m->ws = dev_alloc(be, ws_floats * sizeof(float), &failed);
     m->bnstats = dev_alloc(be, nst * sizeof(float), &failed);
     m->sync_scratch = dev_alloc(be, sync * sizeof(float), &failed);
+    m->seqsaved = dev_alloc(be, nsv * sizeof(float), &failed);
     m->argmax = dev_alloc(be, nam * sizeof(int32_t), &failed);
     m->masks = dev_alloc(be, nmask, &failed);
     if (failed)
@@ -383,6 +458,8 @@ static int alloc_buffers(cdl_model *m, size_t ws_floats)
             L->mask = m->masks + mask_off[i];
         if (L->s->kind == CDL_LAYER_BATCHNORM2D)
             L->stats = m->bnstats + st_off[i];
+        if (L->s->kind == CDL_LAYER_LAYERNORM || L->s->kind == CDL_LAYER_ATTENTION)
+            L->saved = m->seqsaved + sv_off[i];
     }
     model_reset_buffers(m);
     return 0;
@@ -413,6 +490,11 @@ static const char *missing_op(const cdl_backend_ops *op, cdl_layer_kind k)
     case CDL_LAYER_SIGMOID:
     case CDL_LAYER_TANH:
     case CDL_LAYER_LEAKYRELU: return op->act_fwd && op->act_bwd ? NULL : "act";
+    case CDL_LAYER_EMBEDDING: return op->embedding_fwd && op->embedding_bwd ? NULL : "embedding";
+    case CDL_LAYER_POSEMBEDDING: return op->bcast_add_fwd && op->bcast_add_bwd ? NULL : "bcast_add";
+    case CDL_LAYER_LAYERNORM: return op->layernorm_fwd && op->layernorm_bwd ? NULL : "layernorm";
+    case CDL_LAYER_ATTENTION:
+        return op->attn_workspace && op->attn_fwd && op->attn_bwd ? NULL : "attention";
     default: return NULL;
     }
 }
@@ -446,7 +528,8 @@ cdl_model *cdl_model_create(const cdl_model_spec *spec, cdl_shape input, int max
     m->nlayers = spec->nlayers;
 
     cdl_shape shapes[CDL_MAX_LAYERS + 1];
-    if (spec_finish_names(&m->spec) || cdl_spec_infer(&m->spec, input, shapes))
+    int seqs[CDL_MAX_LAYERS + 1];
+    if (spec_finish_names(&m->spec) || spec_infer_seq(&m->spec, input, shapes, seqs))
         goto fail;
     for (int i = 0; i <= m->nlayers; i++) {
         if ((double)numel(shapes[i]) * max_batch > (double)MAX_BATCH_NUMEL) {
@@ -467,7 +550,7 @@ cdl_model *cdl_model_create(const cdl_model_spec *spec, cdl_shape input, int max
             goto fail;
         }
     }
-    if (alloc_buffers(m, plan_layers(m, shapes)))
+    if (alloc_buffers(m, plan_layers(m, shapes, seqs)))
         goto fail;
     return m;
 fail:
@@ -482,7 +565,7 @@ void cdl_model_destroy(cdl_model *m)
     cdl_backend *be = m->be;
     void *bufs[] = {m->params, m->grads,   m->buffers, m->x,            m->acts,
                     m->gpool,  m->tmp,     m->ws,      m->bnstats,      m->sync_scratch,
-                    m->argmax, m->masks};
+                    m->argmax, m->masks, m->seqsaved};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
@@ -495,6 +578,18 @@ float *cdl_model_grads(cdl_model *m) { return m->grads; }
 int cdl_model_nviews(const cdl_model *m) { return m->nviews; }
 cdl_shape cdl_model_input(const cdl_model *m) { return m->input; }
 int cdl_model_outputs(const cdl_model *m) { return m->outputs; }
+int cdl_model_naliases(const cdl_model *m) { return m->naliases; }
+
+int cdl_model_positions(const cdl_model *m)
+{
+    const layer *L = &m->layers[m->nlayers - 1];
+    return L->seq ? L->out.c : 1;
+}
+
+const cdl_param_view *cdl_model_alias(const cdl_model *m, int i)
+{
+    return i >= 0 && i < m->naliases ? &m->aliases[i] : NULL;
+}
 int cdl_model_max_batch(const cdl_model *m) { return m->max_batch; }
 cdl_backend *cdl_model_backend(const cdl_model *m) { return m->be; }
 const cdl_model_spec *cdl_model_get_spec(const cdl_model *m) { return &m->spec; }

@@ -43,7 +43,14 @@ typedef struct spec_conv {
 } spec_conv;
 spec_conv spec_conv_of(const cdl_layer_spec *l);
 
-/* 1 for the layers that own parameters (conv2d, linear, batchnorm2d). */
+/* Kinds with automatic names (stem + K for the K-th in its scope): 0 conv,
+ * 1 fc, 2 bn, 3 emb, 4 pos, 5 ln; -1 for the others. */
+#define SPEC_AUTO_KINDS 6
+extern const char *const spec_auto_stem[SPEC_AUTO_KINDS];
+int spec_auto_kind(cdl_layer_kind kind);
+
+/* 1 for the layers that own parameters (conv2d, linear, batchnorm2d,
+ * embedding, posembedding, layernorm; a tied linear owns only its bias). */
 int spec_has_params(cdl_layer_kind kind);
 
 /* 1 if s is a valid layer name (a PyTorch module path: [A-Za-z0-9_] parts
@@ -60,5 +67,17 @@ int spec_finish_names(cdl_model_spec *spec);
  * element i of its (n, numel) input, so two dropout layers never share a
  * mask. (docs/model-spec.md gives the formula for other implementations.) */
 uint64_t model_dropout_seed(uint64_t seed, int layer);
+
+/* cdl_spec_infer that also says which outputs are sequences (seq[i + 1]
+ * for layer i, seq[0] for the input: never); seq may be NULL. */
+int spec_infer_seq(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shapes, int *seq);
+
+/* The text of the gpt built-in for these options (a spec-file `gpt` line's
+ * key=value words, or the "gpt:k=v,..." built-in's), or -1 with cdl_error.
+ * Sizes not given are 0 in the text (cdl_spec_fit fills them) unless
+ * block / vocab are > 0. */
+#define SPEC_GPT_TEXT 32768
+int spec_gpt_text(char **kv, int nkv, const char *where, int block, int vocab, char *text,
+                  size_t len);
 
 #endif

@@ -102,9 +102,23 @@ const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int trai
             op->conv2d_fwd(be, &d, x, param(m, L->wview), param(m, L->bview), L->y, m->ws);
             break;
         }
-        case CDL_LAYER_LINEAR:
-            op->linear_fwd(be, n, (int)L->in_numel, L->s->out, x, param(m, L->wview),
+        case CDL_LAYER_LINEAR:   /* a sequence: every position, (n*T, E) rows */
+            op->linear_fwd(be, n * L->rows, L->feat_in, L->s->out, x, param(m, L->wview),
                            param(m, L->bview), L->y, m->ws);
+            break;
+        case CDL_LAYER_EMBEDDING:
+            op->embedding_fwd(be, n * L->rows, L->s->out, x, param(m, L->wview), L->y);
+            break;
+        case CDL_LAYER_POSEMBEDDING:   /* the first T rows of the (block, E) weight */
+            op->bcast_add_fwd(be, n, L->in_numel, x, param(m, L->wview), L->y);
+            break;
+        case CDL_LAYER_LAYERNORM:
+            op->layernorm_fwd(be, n * L->rows, L->feat_in, x, param(m, L->wview),
+                              param(m, L->bview), L->s->eps > 0 ? L->s->eps : 1e-5f, L->y,
+                              L->saved);
+            break;
+        case CDL_LAYER_ATTENTION:
+            op->attn_fwd(be, n, L->ishape.c, L->out.w, L->s->heads, x, L->y, L->saved, m->ws);
             break;
         case CDL_LAYER_MAXPOOL2D: {
             cdl_pool2d_desc d = L->pool;
@@ -270,8 +284,36 @@ void cdl_model_backward(cdl_model *m, const float *dlogits_dev, cdl_grad_ready_f
             break;
         }
         case CDL_LAYER_LINEAR:
-            op->linear_bwd(be, n, (int)L->in_numel, L->s->out, x, param(m, L->wview), dy, dx,
+            /* Tied: dw is the embedding's gradient, written here first
+             * (this layer comes later, so its backward runs earlier). */
+            op->linear_bwd(be, n * L->rows, L->feat_in, L->s->out, x, param(m, L->wview), dy, dx,
                            grad(m, L->wview), grad(m, L->bview), m->ws);
+            break;
+        case CDL_LAYER_EMBEDDING: {
+            const cdl_param_view *v = &m->views[L->wview];
+            if (!L->tied_by)   /* the op accumulates */
+                op->fill(be, grad(m, L->wview), 0.0f, v->numel);
+            op->embedding_bwd(be, n * L->rows, L->s->out, L->s->vocab, x, dy, grad(m, L->wview));
+            break;
+        }
+        case CDL_LAYER_POSEMBEDDING: {
+            /* Positions past this batch's T get no gradient. */
+            const cdl_param_view *v = &m->views[L->wview];
+            op->bcast_add_bwd(be, n, L->in_numel, dy, grad(m, L->wview));
+            if (v->numel > L->in_numel)
+                op->fill(be, grad(m, L->wview) + L->in_numel, 0.0f, v->numel - L->in_numel);
+            if (dx && dx != dy)
+                op->copy(be, dx, dy, count * sizeof(float));
+            break;
+        }
+        case CDL_LAYER_LAYERNORM:
+            op->layernorm_bwd(be, n * L->rows, L->feat_in, x, param(m, L->wview), L->saved, dy,
+                              dx ? dx : m->tmp, grad(m, L->wview), grad(m, L->bview));
+            break;
+        case CDL_LAYER_ATTENTION:
+            if (dx)
+                op->attn_bwd(be, n, L->ishape.c, L->out.w, L->s->heads, x, L->y, L->saved, dy, dx,
+                             m->ws);
             break;
         case CDL_LAYER_MAXPOOL2D: {
             cdl_pool2d_desc d = L->pool;

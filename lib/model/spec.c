@@ -29,7 +29,7 @@
 enum {
     K_KERNEL = 1, K_STRIDE = 2, K_PADDING = 4, K_BIAS = 8, K_NAME = 16, K_FROM = 32,
     K_GROUPS = 64, K_DILATION = 128, K_EPS = 256, K_MOMENTUM = 512, K_SYNC = 1024,
-    K_SLOPE = 2048, K_APPROX = 4096,
+    K_SLOPE = 2048, K_APPROX = 4096, K_HEADS = 8192, K_TIE = 16384, K_INIT_STD = 32768,
 };
 
 static const struct key_info {
@@ -40,7 +40,8 @@ static const struct key_info {
     {"bias", K_BIAS},         {"name", K_NAME},           {"from", K_FROM},
     {"groups", K_GROUPS},     {"dilation", K_DILATION},   {"eps", K_EPS},
     {"momentum", K_MOMENTUM}, {"sync", K_SYNC},           {"negative_slope", K_SLOPE},
-    {"approximate", K_APPROX},
+    {"approximate", K_APPROX}, {"heads", K_HEADS},         {"tie", K_TIE},
+    {"init_std", K_INIT_STD},
 };
 
 #define K_ANY (K_NAME | K_FROM)   /* every layer but add / concat */
@@ -62,7 +63,8 @@ static const struct kind_info {
      "maxpool2d K [stride=S] [padding=P]"},
     {"avgpool2d", CDL_LAYER_AVGPOOL2D, 1, K_ANY | K_STRIDE | K_PADDING,
      "avgpool2d K [stride=S] [padding=P]"},
-    {"linear", CDL_LAYER_LINEAR, 1, K_ANY | K_BIAS, "linear OUT [bias=true|false] [name=NAME]"},
+    {"linear", CDL_LAYER_LINEAR, 1, K_ANY | K_BIAS | K_TIE | K_INIT_STD,
+     "linear OUT [bias=true|false] [tie=EMBEDDING] [init_std=S] [name=NAME]"},
     {"relu", CDL_LAYER_RELU, 0, K_ANY, "relu [name=NAME] [from=LAYER]"},
     {"flatten", CDL_LAYER_FLATTEN, 0, K_ANY, "flatten"},
     {"dropout", CDL_LAYER_DROPOUT, 1, K_ANY, "dropout P (0 <= P < 1)"},
@@ -78,6 +80,13 @@ static const struct kind_info {
     {"sigmoid", CDL_LAYER_SIGMOID, 0, K_ANY, "sigmoid"},
     {"tanh", CDL_LAYER_TANH, 0, K_ANY, "tanh"},
     {"leakyrelu", CDL_LAYER_LEAKYRELU, 0, K_ANY | K_SLOPE, "leakyrelu [negative_slope=0.01]"},
+    {"embedding", CDL_LAYER_EMBEDDING, 2, K_ANY | K_INIT_STD,
+     "embedding VOCAB DIM [init_std=S] [name=NAME]"},
+    {"posembedding", CDL_LAYER_POSEMBEDDING, 2, K_ANY | K_INIT_STD,
+     "posembedding BLOCK DIM [init_std=S] [name=NAME]"},
+    {"layernorm", CDL_LAYER_LAYERNORM, 0, K_ANY | K_BIAS | K_EPS,
+     "layernorm [eps=1e-5] [bias=true|false] [name=NAME]"},
+    {"attention", CDL_LAYER_ATTENTION, 0, K_ANY | K_HEADS, "attention heads=H"},
 };
 
 typedef struct parser {
@@ -226,6 +235,7 @@ typedef struct refs {
     int n;
     int from;                 /* 1: from= (the one input); 0: add / concat names */
     char name[CDL_MAX_INPUTS][CDL_NAME_MAX];
+    char tie[CDL_NAME_MAX];   /* linear tie=: the embedding ("" = none) */
 } refs;
 
 static int add_ref(const parser *p, const char *what, const char *s, refs *r)
@@ -240,7 +250,7 @@ static int add_ref(const parser *p, const char *what, const char *s, refs *r)
     return 0;
 }
 
-static int parse_positional(const parser *p, const struct kind_info *k, const char *s,
+static int parse_positional(const parser *p, const struct kind_info *k, int pos, const char *s,
                             cdl_layer_spec *l, refs *r)
 {
     char what[64];
@@ -248,7 +258,16 @@ static int parse_positional(const parser *p, const struct kind_info *k, const ch
     case CDL_LAYER_CONV2D:
     case CDL_LAYER_LINEAR:
         snprintf(what, sizeof what, "%s output size ", k->word);
-        return parse_int(p, what, s, 1, SPEC_MAX_FEATURES, &l->out);
+        /* 0: a tied linear's vocabulary, filled in from the data. */
+        return parse_int(p, what, s, k->kind == CDL_LAYER_LINEAR ? 0 : 1, SPEC_MAX_FEATURES,
+                         &l->out);
+    case CDL_LAYER_EMBEDDING:
+    case CDL_LAYER_POSEMBEDDING:
+        /* Rows 0: from the data (cdl_spec_fit); then the feature size. */
+        snprintf(what, sizeof what, "%s %s ", k->word,
+                 pos ? "size" : k->kind == CDL_LAYER_EMBEDDING ? "vocabulary" : "block size");
+        return parse_int(p, what, s, pos ? 1 : 0, pos ? SPEC_MAX_FEATURES : SPEC_MAX_FEATURES,
+                         pos ? &l->out : k->kind == CDL_LAYER_EMBEDDING ? &l->vocab : &l->block);
     case CDL_LAYER_MAXPOOL2D:
     case CDL_LAYER_AVGPOOL2D:
         snprintf(what, sizeof what, "%s kernel size ", k->word);
@@ -285,6 +304,13 @@ static int parse_key(const parser *p, const struct kind_info *k, unsigned bit, c
     case K_EPS: return parse_real(p, what, val, 1e-30, 1.0, &l->eps);
     case K_MOMENTUM: return parse_real(p, what, val, 0.0, 1.0, &l->momentum);
     case K_SLOPE: return parse_real(p, what, val, -1e6, 1e6, &l->slope);
+    case K_HEADS: return parse_int(p, what, val, 1, SPEC_MAX_FEATURES, &l->heads);
+    case K_INIT_STD: return parse_real(p, what, val, 1e-30, 1e6, &l->init_std);
+    case K_TIE:
+        if (!val[0] || strlen(val) >= CDL_NAME_MAX)
+            return perr(p, "tie='%s' is not a layer name", val);
+        snprintf(r->tie, sizeof r->tie, "%s", val);
+        return 0;
     case K_APPROX:
         if (strcmp(val, "none") && strcmp(val, "tanh"))
             return perr(p, "approximate=%s: write approximate=none or approximate=tanh (PyTorch's "
@@ -309,9 +335,10 @@ static int parse_layer(const parser *p, char **w, int nw, cdl_layer_spec *l, ref
 {
     const struct kind_info *k = find_kind(w[0]);
     if (!k)
-        return perr(p, "unknown layer '%s': use input, block, use, conv2d, maxpool2d, avgpool2d, "
-                    "linear, relu, flatten, dropout, add, concat, batchnorm2d, globalavgpool, "
-                    "gelu, silu, sigmoid, tanh or leakyrelu", w[0]);
+        return perr(p, "unknown layer '%s': use input, block, use, gpt, conv2d, maxpool2d, "
+                    "avgpool2d, linear, relu, flatten, dropout, add, concat, batchnorm2d, "
+                    "globalavgpool, gelu, silu, sigmoid, tanh, leakyrelu, embedding, "
+                    "posembedding, layernorm or attention", w[0]);
     memset(l, 0, sizeof *l);
     memset(r, 0, sizeof *r);
     l->kind = k->kind;
@@ -329,7 +356,7 @@ static int parse_layer(const parser *p, char **w, int nw, cdl_layer_spec *l, ref
         if (!eq) {
             if (npos == k->npos)
                 return perr(p, "unexpected '%s': write '%s'", w[i], k->usage);
-            if (parse_positional(p, k, w[i], l, r))
+            if (parse_positional(p, k, npos, w[i], l, r))
                 return -1;
             npos++;
             continue;
@@ -354,8 +381,14 @@ static int parse_layer(const parser *p, char **w, int nw, cdl_layer_spec *l, ref
         return perr(p, "%s is missing its %s: write '%s'", k->word,
                     k->kind == CDL_LAYER_DROPOUT ? "probability"
                     : k->kind == CDL_LAYER_MAXPOOL2D || k->kind == CDL_LAYER_AVGPOOL2D
-                        ? "kernel size" : "output size",
+                        ? "kernel size"
+                    : k->npos == 2 ? "sizes" : "output size",
                     k->usage);
+    if (k->kind == CDL_LAYER_ATTENTION && !(seen & K_HEADS))
+        return perr(p, "attention needs heads=H, e.g. 'attention heads=4'");
+    if (k->kind == CDL_LAYER_LINEAR && l->out == 0 && !r->tie[0])
+        return perr(p, "linear output size 0 is out of range: use 1 to %d (0 only with tie=, "
+                    "for the vocabulary of the data)", SPEC_MAX_FEATURES);
     if (k->kind == CDL_LAYER_CONV2D && !(seen & K_KERNEL))
         return perr(p, "conv2d needs kernel=K, e.g. 'conv2d %d kernel=3'", l->out);
     int pool = k->kind == CDL_LAYER_MAXPOOL2D || k->kind == CDL_LAYER_AVGPOOL2D;
@@ -401,7 +434,7 @@ typedef struct body_line {
 typedef struct scope {
     const char *prefix;       /* NULL at the top level */
     int first;
-    int count[3];             /* automatic names made: conv, fc, bn */
+    int count[SPEC_AUTO_KINDS];   /* automatic names made: conv, fc, bn, emb, pos, ln */
 } scope;
 
 typedef struct pctx {
@@ -411,6 +444,7 @@ typedef struct pctx {
     int nblocks, nbody, defining;   /* defining: the open block, or -1 */
     body_line body[MAX_BODY_LINES];
     scope top;
+    char *gpt_text;           /* a gpt line's expansion (block bodies point into it) */
 } pctx;
 
 static int ident_ok(const char *s)
@@ -479,13 +513,11 @@ static int add_layer(pctx *c, scope *sc, char **w, int nw)
         return perr(&c->p, "'input' is the name of the model's (or a block's) input: give the "
                     "layer another name=");
     /* Automatic names: convK, fcK, bnK for the K-th of its kind in the scope. */
-    int which = l->kind == CDL_LAYER_CONV2D ? 0 : l->kind == CDL_LAYER_LINEAR ? 1
-              : l->kind == CDL_LAYER_BATCHNORM2D ? 2 : -1;
+    int which = spec_auto_kind(l->kind);
     if (which >= 0) {
-        static const char *const stem[3] = {"conv", "fc", "bn"};
         int k = ++sc->count[which];
         if (!l->name[0]) {
-            snprintf(l->name, sizeof l->name, "%s%d", stem[which], k);
+            snprintf(l->name, sizeof l->name, "%s%d", spec_auto_stem[which], k);
             l->auto_name = 1;
         }
     }
@@ -502,6 +534,15 @@ static int add_layer(pctx *c, scope *sc, char **w, int nw)
     for (int j = 0; j < r.n; j++)
         if (lookup(c, sc, r.name[j], &in[j]))
             return -1;
+    if (r.tie[0]) {
+        int t;
+        if (lookup(c, sc, r.tie, &t))
+            return -1;
+        if (t < 0 || spec->layers[t].kind != CDL_LAYER_EMBEDDING)
+            return perr(&c->p, "tie=%s: a linear ties its weight to an embedding layer, and %s is "
+                        "%s", r.tie, r.tie, t < 0 ? "the input" : spec_kind_name(spec->layers[t].kind));
+        l->tie = t + 1;
+    }
     if (r.from) {
         l->nin = 1;
         l->in[0] = in[0];
@@ -689,6 +730,36 @@ static int use_block(pctx *c, char **w, int nw)
     return rc;
 }
 
+static int spec_line(pctx *c, const char *text, size_t len, char **w, int nw);
+
+/* "gpt KEY=VALUE ...": nanoGPT's GPT (builtin.c writes its lines), read
+ * here line by line as if the file held them; errors name the gpt line. */
+static int gpt_line(pctx *c, char **w, int nw)
+{
+    char where[300];
+    if (c->gpt_text)
+        return perr(&c->p, "a second gpt line: a spec holds one gpt model");
+    if (c->spec->nlayers)
+        return perr(&c->p, "the gpt line must come before any layer: it is the whole model");
+    snprintf(where, sizeof where, "%s:%d", c->p.file, c->p.line);
+    c->gpt_text = cdl_malloc(SPEC_GPT_TEXT);
+    if (!c->gpt_text || spec_gpt_text(w + 1, nw - 1, where, 0, 0, c->gpt_text, SPEC_GPT_TEXT))
+        return -1;
+    for (const char *s = c->gpt_text; *s;) {
+        const char *eol = strchr(s, '\n');
+        size_t len = eol ? (size_t)(eol - s) : strlen(s);
+        char buf[LINE_CHARS], *lw[MAX_WORDS];
+        memcpy(buf, s, len);
+        buf[len] = '\0';
+        const char *line_text = s;
+        s += len + (eol != NULL);
+        int n = split_words(&c->p, buf, lw);
+        if (n < 0 || (n > 0 && spec_line(c, line_text, len, lw, n)))
+            return -1;
+    }
+    return 0;
+}
+
 /* One line of the file, split into words. */
 static int spec_line(pctx *c, const char *text, size_t len, char **w, int nw)
 {
@@ -719,6 +790,8 @@ static int spec_line(pctx *c, const char *text, size_t len, char **w, int nw)
         return perr(&c->p, "'end' without a block: blocks start with 'block NAME ...'");
     if (!strcmp(w[0], "use"))
         return use_block(c, w, nw);
+    if (!strcmp(w[0], "gpt"))
+        return gpt_line(c, w, nw);
     if (!strcmp(w[0], "input")) {
         if (spec->input.c)
             return perr(&c->p, "a second input line: give the input shape once");
@@ -780,6 +853,8 @@ int cdl_spec_parse(const char *text, const char *filename, cdl_model_spec *out)
     rc = 0;
 done:
     cdl_free(spec);
+    if (c)
+        cdl_free(c->gpt_text);
     cdl_free(c);
     return rc;
 }

@@ -148,6 +148,17 @@ static int add_views(ckpt_tensors *c, cdl_model *m, const float *h, const char *
         memcpy(t->shape, v->shape, sizeof v->shape);
         c->n++;
     }
+    /* A tied weight also under its other name (lm_head.weight), so that
+     * PyTorch's load_state_dict(strict=True) finds every key; resume reads
+     * the view's own name only. */
+    for (int i = 0; !state && i < cdl_model_naliases(m); i++) {
+        const cdl_param_view *v = cdl_model_alias(m, i);
+        cdl_st_tensor *t = &c->t[c->n++];
+        t->name = v->name;
+        t->data = h + v->offset;
+        t->ndim = v->ndim;
+        memcpy(t->shape, v->shape, sizeof v->shape);
+    }
     return 0;
 }
 
@@ -161,7 +172,8 @@ static int collect_tensors(ckpt_tensors *c, cdl_model *m, cdl_optim *o)
         return cdl_error("checkpoint: the optimizer has %d state buffers; cdl stores at most 2",
                          ns);
     size_t nbf = cdl_model_nbuffer_floats(m);
-    size_t cap = (size_t)nv * (size_t)(1 + ns) + (size_t)cdl_model_nbuffers(m) + 1;
+    size_t cap = (size_t)nv * (size_t)(1 + ns) + (size_t)cdl_model_nbuffers(m) +
+                 (size_t)cdl_model_naliases(m) + 1;
     c->t = cdl_calloc(cap, sizeof *c->t);
     c->names = cdl_calloc(cap, sizeof *c->names);
     if (!c->t || !c->names || !(c->host[0] = download(be, cdl_model_params(m), np)))
@@ -238,7 +250,8 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "data_dir", fmt_dup("%s", cfg->data_dir));
     meta_add(&meta, "val_samples", fmt_dup("%ld", pos->val_samples));
     meta_add(&meta, "synthetic_size", fmt_dup("%d", cfg->synthetic_n));
-    meta_add(&meta, "classes", fmt_dup("%d", cdl_model_outputs(m)));
+    /* Per position: a language model's outputs are positions x classes. */
+    meta_add(&meta, "classes", fmt_dup("%d", cdl_model_outputs(m) / cdl_model_positions(m)));
     if (pos->class_names)
         meta_add(&meta, "class_names", fmt_dup("%s", pos->class_names));
     /* How the data was read and normalised, so cdl-eval and cdl-predict
@@ -336,6 +349,9 @@ static int expected_tensor(cdl_model *m, cdl_optim *o, int v3, const char *name)
 {
     if (cdl_model_find(m, name) || find_buffer(m, name))
         return 1;
+    for (int i = 0; i < cdl_model_naliases(m); i++)
+        if (!strcmp(cdl_model_alias(m, i)->name, name))
+            return 1;   /* a tied weight's other name: read under its own */
     if (!v3 || strncmp(name, OPT_PREFIX, strlen(OPT_PREFIX)) != 0)
         return 0;
     const char *rest = name + strlen(OPT_PREFIX);

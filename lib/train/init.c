@@ -97,7 +97,10 @@ static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *params,
         const char *name = cdl_st_name(f, t);
         if (cdl_ckpt && !strncmp(name, "optimizer.", 10))
             continue;
-        if (!cdl_model_find(m, name) && !find_buffer(m, name) && !ignored(name, ignore))
+        int alias = 0;   /* a tied weight's other name (lm_head.weight): read as its view */
+        for (int k = 0; k < cdl_model_naliases(m); k++)
+            alias |= !strcmp(cdl_model_alias(m, k)->name, name);
+        if (!cdl_model_find(m, name) && !find_buffer(m, name) && !alias && !ignored(name, ignore))
             return cdl_error("%s: tensor '%s' is not in the model %s: the file belongs to "
                              "another model (check --model), or name what to leave out with "
                              "--init-ignore PATTERN", path, name, cdl_model_get_spec(m)->source);

@@ -336,6 +336,152 @@ static void test_resnet20_mnist(void **state)
     check_resnet20("mnist/", (cdl_shape){1, 28, 28});
 }
 
+/* ------------------------------------------------------------ gpt */
+
+/* tests/fixtures/make_gpt_fixture.py: the built-in gpt (2 layers, 2 heads,
+ * n_embd 16, vocab 11, T 8, batch 3) against tests/fixtures/gpt_ref.py in
+ * float64: logits, loss, every gradient and one AdamW step, parameters,
+ * ids and labels from the counter hash above. */
+#define GPT_TOL 1e-5   /* normalised per tensor, against float64 PyTorch */
+
+static void gpt_hash_params(cdl_model *m)
+{
+    float *p = malloc(cdl_model_nparams(m) * sizeof *p);
+    for (int v = 0; v < cdl_model_nviews(m); v++) {
+        const cdl_param_view *pv = cdl_model_view(m, v);
+        double *u = malloc(pv->numel * sizeof *u);
+        hash_uniform(v, pv->numel, u);
+        for (size_t i = 0; i < pv->numel; i++) {
+            double x = 2.0 * u[i] - 1.0;
+            p[pv->offset + i] = (float)(pv->is_norm ? (pv->is_bias ? 0.1 * x : 1.0 + 0.2 * x)
+                                        : pv->is_bias ? 0.1 * x
+                                        : pv->fan_in ? x / sqrt((double)pv->fan_in) : 0.5 * x);
+        }
+        free(u);
+    }
+    be->ops->to_device(be, cdl_model_params(m), p, cdl_model_nparams(m) * sizeof *p);
+    free(p);
+}
+
+/* buf (params or grads) against `<prefix><name>`, normalised by the
+ * tensor's largest value. */
+static void check_full(cdl_model *m, const float *dev, const fixture *fx, const char *prefix)
+{
+    char key[160];
+    float *host = host_copy(be, dev, cdl_model_nparams(m));
+    for (int v = 0; v < cdl_model_nviews(m); v++) {
+        const cdl_param_view *pv = cdl_model_view(m, v);
+        snprintf(key, sizeof key, "%s%s", prefix, pv->name);
+        const fixture_rec *rec = fixture_get(fx, key, FIX_F32, pv->numel);
+        assert_int_equal(rec->ndim, pv->ndim);
+        for (int d = 0; d < pv->ndim; d++)
+            assert_int_equal(rec->dims[d], pv->shape[d]);
+        const float *want = rec->data;
+        double maxabs = 1e-30, maxdiff = 0;
+        for (size_t i = 0; i < pv->numel; i++) {
+            maxabs = fmax(maxabs, fabs((double)want[i]));
+            maxdiff = fmax(maxdiff, fabs((double)host[pv->offset + i] - (double)want[i]));
+        }
+        if (maxdiff / maxabs > GPT_TOL)
+            fail_msg("%s: normalised error %.3g > %.1g", key, maxdiff / maxabs, GPT_TOL);
+    }
+    free(host);
+}
+
+static void check_gpt(const char *prefix, const char *model, int ignore)
+{
+    enum { N = 3, T = 8, V = 11 };
+    char key[160];
+    if (!be->ops->attn_fwd)
+        skip();   /* the CPU backend's attention is not in its table yet */
+    fixture *fx = fixture_load("tests/fixtures/gpt.fix");
+    cdl_model_spec spec;
+    cdl_shape in = {T, 1, 1};
+    assert_int_equal(cdl_spec_builtin(model, in, V, &spec), 0);
+    cdl_model *m = cdl_model_create(&spec, in, N, be);
+    assert_non_null(m);
+    assert_int_equal(cdl_model_positions(m), T);
+    assert_int_equal(cdl_model_outputs(m), T * V);
+    /* Every parameter of the fixture (PyTorch's named_parameters) has a view. */
+    int in_fixture = 0;
+    snprintf(key, sizeof key, "%sgrad/", prefix);
+    for (int i = 0; i < fx->count; i++)
+        in_fixture += !strncmp(fx->recs[i].name, key, strlen(key));
+    assert_int_equal(in_fixture, cdl_model_nviews(m));
+    assert_int_equal(cdl_model_naliases(m), 1);
+    assert_string_equal(cdl_model_alias(m, 0)->name, "lm_head.weight");
+    assert_int_equal(cdl_model_alias(m, 0)->offset, cdl_model_find(m, "transformer.wte.weight")->offset);
+    gpt_hash_params(m);
+
+    float ids[N * T];
+    int32_t labels[N * T];
+    for (int i = 0; i < N * T; i++) {
+        ids[i] = (float)((i * 7 + 3) % V);
+        labels[i] = (i * 5 + 1) % V;
+    }
+    int valid = N * T;
+    if (ignore) {
+        labels[1 * T + 3] = -1;
+        valid--;
+    }
+    float *x = dev_upload(be, ids, sizeof ids);
+    loss_bufs lb;
+    loss_bufs_init(&lb, be, N * T, V, labels);
+
+    const float *logits = cdl_model_forward(m, x, N, 1, 0);
+    assert_non_null(logits);
+    float *lh = host_copy(be, logits, (size_t)N * T * V);
+    snprintf(key, sizeof key, "%slogits", prefix);
+    double err = norm_err_ff(lh, fixture_f32(fx, key, (size_t)N * T * V), (size_t)N * T * V);
+    if (err > GPT_TOL)
+        fail_msg("%s: normalised error %.3g", key, err);
+    /* Mean over the valid positions: the caller's grad_scale (ignore index). */
+    float *loss = malloc(N * T * sizeof *loss);
+    be->ops->xent_fwd_bwd(be, N * T, V, logits, lb.labels, 1.0f / (float)valid, lb.dlogits,
+                          lb.loss, lb.pred);
+    be->ops->to_host(be, loss, lb.loss, N * T * sizeof *loss);
+    double sum = 0;
+    for (int i = 0; i < N * T; i++)
+        sum += loss[i];
+    snprintf(key, sizeof key, "%sloss", prefix);
+    check_rel(key, sum / valid, fixture_f32(fx, key, 1)[0], GPT_TOL);
+
+    cdl_model_backward(m, lb.dlogits, NULL, NULL);
+    snprintf(key, sizeof key, "%sgrad/", prefix);
+    check_full(m, cdl_model_grads(m), fx, key);
+
+    cdl_optim_config oc = cdl_optim_defaults(CDL_OPTIM_ADAMW);
+    oc.beta1 = 0.9f;
+    oc.beta2 = 0.95f;
+    oc.eps = 1e-5f;   /* make_gpt_fixture.py says why */
+    oc.weight_decay = 0.1f;
+    cdl_optim *opt = cdl_optim_create(&oc, cdl_model_nparams(m), be);
+    assert_non_null(opt);
+    cdl_optim_step(opt, cdl_model_params(m), cdl_model_grads(m), 1e-3f);
+    snprintf(key, sizeof key, "%sstep/", prefix);
+    check_full(m, cdl_model_params(m), fx, key);
+
+    cdl_optim_destroy(opt);
+    loss_bufs_free(&lb);
+    be->ops->free(be, x);
+    free(loss);
+    free(lh);
+    cdl_model_destroy(m);
+    fixture_free(fx);
+}
+
+static void test_gpt_bias(void **state)
+{
+    (void)state;
+    check_gpt("bias/", "gpt:n_layer=2,n_head=2,n_embd=16,block_size=10", 1);
+}
+
+static void test_gpt_nobias(void **state)
+{
+    (void)state;
+    check_gpt("nobias/", "gpt:n_layer=2,n_head=2,n_embd=16,bias=false", 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -344,6 +490,8 @@ int main(void)
         cmocka_unit_test(test_allkinds_training),
         cmocka_unit_test(test_resnet20_cifar),
         cmocka_unit_test(test_resnet20_mnist),
+        cmocka_unit_test(test_gpt_bias),
+        cmocka_unit_test(test_gpt_nobias),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -25,3 +25,10 @@ TESTS += tests/unit/test_train_lm
 tests_unit_test_train_lm_SOURCES = tests/unit/test_train_lm.c tests/unit/train_testutil.h
 tests_unit_test_train_lm_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_train_lm_LDADD = $(TEST_LDADD)
+# A gpt's checkpoint: PyTorch's state_dict keys (the tied lm_head.weight too), bitwise resume.
+check_PROGRAMS += tests/unit/test_ckpt_gpt
+TESTS += tests/unit/test_ckpt_gpt
+tests_unit_test_ckpt_gpt_SOURCES = tests/unit/test_ckpt_gpt.c tests/unit/model_testutil.h \
+	tests/unit/fixture.c tests/unit/fixture.h
+tests_unit_test_ckpt_gpt_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_ckpt_gpt_LDADD = $(TEST_LDADD)

@@ -81,25 +81,13 @@ static void bwd_apply_ref(const float *x, const float *yr, const float *dy, int 
 #if CPU_X86
 /* Sums accumulate in double lanes (4+4 per 8 floats): batch-norm sums
  * cancel (dy*xhat sums to little), and float lanes lost 1e-5 of them. */
-static CPU_AVX2 double hsum4d(__m256d d)
-{
-    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
-    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
-}
-
-static CPU_AVX2 inline __m256d acc8(__m256d acc, __m256 v)
-{
-    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-    return _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
-}
-
 static CPU_AVX2 double sum_avx2(const float *x, int hw)
 {
     __m256d acc = _mm256_setzero_pd();
     int i = 0;
     for (; i + 8 <= hw; i += 8)
-        acc = acc8(acc, _mm256_loadu_ps(x + i));
-    return hsum4d(acc) + sum_ref(x + i, hw - i);
+        acc = cpu_acc8(acc, _mm256_loadu_ps(x + i));
+    return cpu_hsum4d(acc) + sum_ref(x + i, hw - i);
 }
 
 /* Squares of float differences, each widened before it is squared. */
@@ -114,7 +102,7 @@ static CPU_AVX2 double sqdev_avx2(const float *x, int hw, float mean)
         __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1));
         acc = _mm256_fmadd_pd(lo, lo, _mm256_fmadd_pd(hi, hi, acc));
     }
-    return hsum4d(acc) + sqdev_ref(x + i, hw - i, mean);
+    return cpu_hsum4d(acc) + sqdev_ref(x + i, hw - i, mean);
 }
 
 static CPU_AVX2 void affine_avx2(const float *x, int hw, float scale, float shift, int relu,
@@ -146,14 +134,11 @@ static CPU_AVX2 void bwd_sums_avx2(const float *x, const float *yr, const float 
     int i = 0;
     for (; i + 8 <= hw; i += 8) {
         __m256 g = dy8(yr, dy, i), d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
-        a = acc8(a, g);
-        b = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(g)),
-                            _mm256_cvtps_pd(_mm256_castps256_ps128(d)), b);
-        b = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(g, 1)),
-                            _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1)), b);
+        a = cpu_acc8(a, g);
+        b = cpu_dot8(b, g, d);
     }
-    *sdy += hsum4d(a);
-    *sdyx += hsum4d(b);
+    *sdy += cpu_hsum4d(a);
+    *sdyx += cpu_hsum4d(b);
     bwd_sums_ref(x + i, yr ? yr + i : NULL, dy + i, hw - i, mean, sdy, sdyx);
 }
 
@@ -188,6 +173,16 @@ static bn_kernels pick(void)
         return (bn_kernels){sum_avx2, sqdev_avx2, affine_avx2, bwd_sums_avx2, bwd_apply_avx2};
 #endif
     return (bn_kernels){sum_ref, sqdev_ref, affine_ref, bwd_sums_ref, bwd_apply_ref};
+}
+
+double cpu_plane_sum(const float *x, int n)
+{
+    return pick().sum(x, n);
+}
+
+double cpu_plane_sqdev(const float *x, int n, float mean)
+{
+    return pick().sqdev(x, n, mean);
 }
 
 typedef struct bn_ctx {

@@ -91,6 +91,11 @@ void cpu_bn_bwd_apply(cdl_backend *be, int n, int c, int hw, const float *x,
 void cpu_bn_fold(cdl_backend *be, int oc, int per_oc, const float *w, const float *b,
                  const float *running_mean, const float *running_var, float eps,
                  const float *gamma, const float *beta, float *w_out, float *b_out);
+/* The plane sums of batch norm (the AVX2 kernels where the CPU has them),
+ * which layernorm's row statistics share: sum of x, and sum of (x -
+ * mean)^2, in double. */
+double cpu_plane_sum(const float *x, int n);
+double cpu_plane_sqdev(const float *x, int n, float mean);
 void cpu_gap_fwd(cdl_backend *be, int n, int c, int hw, const float *x, float *y);
 void cpu_gap_bwd(cdl_backend *be, int n, int c, int hw, const float *dy, float *dx);
 

@@ -22,26 +22,19 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/simd.h"
 
-/* Columns per item of the dgamma/dbeta pass: whole cache lines, and the
- * double accumulators of a block fit on the stack. */
-#define LN_COLS 64
+/* Columns per item of the dgamma/dbeta pass: one cache line, whose 16
+ * double sums (x2) the AVX2 kernel keeps in registers. */
+#define LN_COLS 16
 
 /* ---- row kernels: reference ---- */
 
-/* Mean and 1/sqrt(var + eps) of one row. */
-static void stats_ref(const float *x, int d, float eps, float *mean, float *rstd)
+/* Mean and 1/sqrt(var + eps) of one row: batch norm's plane sums (with
+ * their AVX2 twins), in double. */
+static void row_stats(const float *x, int d, float eps, float *mean, float *rstd)
 {
-    double s = 0.0;
-    for (int j = 0; j < d; j++)
-        s += x[j];
-    float m = (float)(s / d);
-    double v = 0.0;
-    for (int j = 0; j < d; j++) {
-        float t = x[j] - m;
-        v += (double)t * t;
-    }
+    float m = (float)(cpu_plane_sum(x, d) / d);
     *mean = m;
-    *rstd = (float)(1.0 / sqrt(v / d + eps));
+    *rstd = (float)(1.0 / sqrt(cpu_plane_sqdev(x, d, m) / d + eps));
 }
 
 static void apply_ref(const float *x, int d, float mean, float rstd, const float *gamma,
@@ -53,17 +46,21 @@ static void apply_ref(const float *x, int d, float mean, float rstd, const float
     }
 }
 
-/* dx of one row. */
-static void dx_ref(const float *x, const float *dy, int d, float mean, float rstd,
-                   const float *gamma, float *dx)
+/* *sg += sum of g = dy*gamma, *sgx += sum of g*xhat. */
+static void dx_sums_ref(const float *x, const float *dy, int d, float mean, float rstd,
+                        const float *gamma, double *sg, double *sgx)
 {
-    double sg = 0.0, sgx = 0.0;
     for (int j = 0; j < d; j++) {
         float g = dy[j] * (gamma ? gamma[j] : 1.0f);
-        sg += g;
-        sgx += (double)g * ((x[j] - mean) * rstd);
+        *sg += g;
+        *sgx += (double)g * ((x[j] - mean) * rstd);
     }
-    float a = (float)(sg / d), b = (float)(sgx / d);
+}
+
+/* dx = rstd * (g - a - xhat * b). */
+static void dx_apply_ref(const float *x, const float *dy, int d, float mean, float rstd,
+                         const float *gamma, float a, float b, float *dx)
+{
     for (int j = 0; j < d; j++) {
         float g = dy[j] * (gamma ? gamma[j] : 1.0f);
         float xhat = (x[j] - mean) * rstd;
@@ -71,18 +68,141 @@ static void dx_ref(const float *x, const float *dy, int d, float mean, float rst
     }
 }
 
+/* One block of columns [0,n) (n <= LN_COLS) of x and dy (rows, stride d):
+ * dgamma[j] = sum over rows of dy * xhat, dbeta[j] = sum of dy, each
+ * summed in double over the rows in order; NULL outputs are not written. */
+static void param_block_ref(const float *x, const float *dy, size_t d, int rows, int n,
+                            const float *saved, float *dgamma, float *dbeta)
+{
+    double sg[LN_COLS] = {0}, sb[LN_COLS] = {0};
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * d, *g = dy + (size_t)r * d;
+        float mean = saved[r], rstd = saved[rows + r];
+        for (int j = 0; j < n; j++) {
+            sg[j] += (double)g[j] * ((xr[j] - mean) * rstd);
+            sb[j] += g[j];
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        if (dgamma)
+            dgamma[j] = (float)sg[j];
+        if (dbeta)
+            dbeta[j] = (float)sb[j];
+    }
+}
+
+/* ---- row kernels: AVX2 (8 lanes; tails through the reference; sums in
+ * double lanes like the reference's) ---- */
+#if CPU_X86
+static CPU_AVX2 inline __m256 gamma8(const float *gamma, int j, __m256 v)
+{
+    return gamma ? _mm256_mul_ps(v, _mm256_loadu_ps(gamma + j)) : v;
+}
+
+static CPU_AVX2 void apply_avx2(const float *x, int d, float mean, float rstd,
+                                const float *gamma, const float *beta, float *y)
+{
+    __m256 m = _mm256_set1_ps(mean), r = _mm256_set1_ps(rstd);
+    int j = 0;
+    for (; j + 8 <= d; j += 8) {
+        __m256 t = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), m), r);
+        t = gamma8(gamma, j, t);
+        if (beta)
+            t = _mm256_add_ps(t, _mm256_loadu_ps(beta + j));
+        _mm256_storeu_ps(y + j, t);
+    }
+    apply_ref(x + j, d - j, mean, rstd, gamma ? gamma + j : NULL, beta ? beta + j : NULL, y + j);
+}
+
+static CPU_AVX2 void dx_sums_avx2(const float *x, const float *dy, int d, float mean, float rstd,
+                                  const float *gamma, double *sg, double *sgx)
+{
+    __m256 m = _mm256_set1_ps(mean), r = _mm256_set1_ps(rstd);
+    __m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
+    int j = 0;
+    for (; j + 8 <= d; j += 8) {
+        __m256 g = gamma8(gamma, j, _mm256_loadu_ps(dy + j));
+        __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), m), r);
+        a = cpu_acc8(a, g);
+        b = cpu_dot8(b, g, xh);
+    }
+    *sg += cpu_hsum4d(a);
+    *sgx += cpu_hsum4d(b);
+    dx_sums_ref(x + j, dy + j, d - j, mean, rstd, gamma ? gamma + j : NULL, sg, sgx);
+}
+
+static CPU_AVX2 void dx_apply_avx2(const float *x, const float *dy, int d, float mean,
+                                   float rstd, const float *gamma, float a, float b, float *dx)
+{
+    __m256 m = _mm256_set1_ps(mean), r = _mm256_set1_ps(rstd);
+    __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    int j = 0;
+    for (; j + 8 <= d; j += 8) {
+        __m256 g = gamma8(gamma, j, _mm256_loadu_ps(dy + j));
+        __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), m), r);
+        __m256 t = _mm256_sub_ps(_mm256_sub_ps(g, va), _mm256_mul_ps(xh, vb));
+        _mm256_storeu_ps(dx + j, _mm256_mul_ps(r, t));
+    }
+    dx_apply_ref(x + j, dy + j, d - j, mean, rstd, gamma ? gamma + j : NULL, a, b, dx + j);
+}
+
+/* A whole block of 16 columns: the 8+8 double sums stay in registers
+ * over the rows; a narrower block (the tail) goes through the reference. */
+static CPU_AVX2 void param_block_avx2(const float *x, const float *dy, size_t d, int rows,
+                                      int n, const float *saved, float *dgamma, float *dbeta)
+{
+    if (n != 16) {
+        param_block_ref(x, dy, d, rows, n, saved, dgamma, dbeta);
+        return;
+    }
+    __m256d g0 = _mm256_setzero_pd(), g1 = g0, g2 = g0, g3 = g0, b0 = g0, b1 = g0, b2 = g0, b3 = g0;
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * d, *dr = dy + (size_t)r * d;
+        __m256 m = _mm256_set1_ps(saved[r]), s = _mm256_set1_ps(saved[rows + r]);
+        __m256 ga = _mm256_loadu_ps(dr), gb = _mm256_loadu_ps(dr + 8);
+        __m256 xa = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr), m), s);
+        __m256 xb = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + 8), m), s);
+        __m256d ga0 = _mm256_cvtps_pd(_mm256_castps256_ps128(ga));
+        __m256d ga1 = _mm256_cvtps_pd(_mm256_extractf128_ps(ga, 1));
+        __m256d gb0 = _mm256_cvtps_pd(_mm256_castps256_ps128(gb));
+        __m256d gb1 = _mm256_cvtps_pd(_mm256_extractf128_ps(gb, 1));
+        g0 = _mm256_fmadd_pd(ga0, _mm256_cvtps_pd(_mm256_castps256_ps128(xa)), g0);
+        g1 = _mm256_fmadd_pd(ga1, _mm256_cvtps_pd(_mm256_extractf128_ps(xa, 1)), g1);
+        g2 = _mm256_fmadd_pd(gb0, _mm256_cvtps_pd(_mm256_castps256_ps128(xb)), g2);
+        g3 = _mm256_fmadd_pd(gb1, _mm256_cvtps_pd(_mm256_extractf128_ps(xb, 1)), g3);
+        b0 = _mm256_add_pd(b0, ga0);
+        b1 = _mm256_add_pd(b1, ga1);
+        b2 = _mm256_add_pd(b2, gb0);
+        b3 = _mm256_add_pd(b3, gb1);
+    }
+    __m256d gs[4] = {g0, g1, g2, g3}, bs[4] = {b0, b1, b2, b3};
+    for (int q = 0; q < 4; q++) {
+        if (dgamma)
+            _mm_storeu_ps(dgamma + 4 * q, _mm256_cvtpd_ps(gs[q]));
+        if (dbeta)
+            _mm_storeu_ps(dbeta + 4 * q, _mm256_cvtpd_ps(bs[q]));
+    }
+}
+#endif
+
 typedef struct ln_kernels {
-    void (*stats)(const float *x, int d, float eps, float *mean, float *rstd);
     void (*apply)(const float *x, int d, float mean, float rstd, const float *gamma,
                   const float *beta, float *y);
-    void (*dx)(const float *x, const float *dy, int d, float mean, float rstd,
-               const float *gamma, float *dx);
+    void (*dx_sums)(const float *x, const float *dy, int d, float mean, float rstd,
+                    const float *gamma, double *sg, double *sgx);
+    void (*dx_apply)(const float *x, const float *dy, int d, float mean, float rstd,
+                     const float *gamma, float a, float b, float *dx);
+    void (*param_block)(const float *x, const float *dy, size_t d, int rows, int n,
+                        const float *saved, float *dgamma, float *dbeta);
 } ln_kernels;
 
 static ln_kernels pick(void)
 {
-    ln_kernels k = {stats_ref, apply_ref, dx_ref};
-    return k;
+#if CPU_X86
+    if (cpu_has_avx2())
+        return (ln_kernels){apply_avx2, dx_sums_avx2, dx_apply_avx2, param_block_avx2};
+#endif
+    return (ln_kernels){apply_ref, dx_sums_ref, dx_apply_ref, param_block_ref};
 }
 
 typedef struct ln_ctx {
@@ -101,7 +221,7 @@ static void fwd_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
     size_t d = (size_t)c->d;
     for (size_t r = b; r < e; r++) {
         float mean, rstd;
-        c->k.stats(c->x + r * d, c->d, c->eps, &mean, &rstd);
+        row_stats(c->x + r * d, c->d, c->eps, &mean, &rstd);
         c->k.apply(c->x + r * d, c->d, mean, rstd, c->gamma, c->beta, c->y + r * d);
         c->saved[r] = mean;
         c->saved[(size_t)c->rows + r] = rstd;
@@ -123,9 +243,14 @@ static void dx_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
     (void)chunk, (void)tid;
     const ln_ctx *c = vctx;
     size_t d = (size_t)c->d;
-    for (size_t r = b; r < e; r++)
-        c->k.dx(c->x + r * d, c->dy + r * d, c->d, c->csaved[r], c->csaved[(size_t)c->rows + r],
-                c->gamma, c->dx + r * d);
+    for (size_t r = b; r < e; r++) {
+        const float *x = c->x + r * d, *dy = c->dy + r * d;
+        float mean = c->csaved[r], rstd = c->csaved[(size_t)c->rows + r];
+        double sg = 0.0, sgx = 0.0;
+        c->k.dx_sums(x, dy, c->d, mean, rstd, c->gamma, &sg, &sgx);
+        c->k.dx_apply(x, dy, c->d, mean, rstd, c->gamma, (float)(sg / c->d),
+                      (float)(sgx / c->d), c->dx + r * d);
+    }
 }
 
 /* Items are blocks of LN_COLS columns; each sums its columns over the rows
@@ -137,21 +262,8 @@ static void param_cols(void *vctx, size_t b, size_t e, int chunk, int tid)
     size_t d = (size_t)c->d;
     for (size_t blk = b; blk < e; blk++) {
         size_t j0 = blk * LN_COLS, j1 = j0 + LN_COLS < d ? j0 + LN_COLS : d;
-        double sg[LN_COLS] = {0}, sb[LN_COLS] = {0};
-        for (size_t r = 0; r < (size_t)c->rows; r++) {
-            const float *x = c->x + r * d, *dy = c->dy + r * d;
-            float mean = c->csaved[r], rstd = c->csaved[(size_t)c->rows + r];
-            for (size_t j = j0; j < j1; j++) {
-                sg[j - j0] += (double)dy[j] * ((x[j] - mean) * rstd);
-                sb[j - j0] += dy[j];
-            }
-        }
-        for (size_t j = j0; j < j1; j++) {
-            if (c->dgamma)
-                c->dgamma[j] = (float)sg[j - j0];
-            if (c->dbeta)
-                c->dbeta[j] = (float)sb[j - j0];
-        }
+        c->k.param_block(c->x + j0, c->dy + j0, d, c->rows, (int)(j1 - j0), c->csaved,
+                         c->dgamma ? c->dgamma + j0 : NULL, c->dbeta ? c->dbeta + j0 : NULL);
     }
 }
 

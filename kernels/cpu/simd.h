@@ -30,6 +30,29 @@ void cpu_disable_avx512(int off);
 #define CPU_AVX2 __attribute__((target("avx2,fma")))
 int cpu_has_avx2(void);
 
+/* Sums in double lanes: the 4 lanes of d added up; acc plus the 8 floats
+ * of v widened (4+4). */
+static CPU_AVX2 inline double cpu_hsum4d(__m256d d)
+{
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
+static CPU_AVX2 inline __m256d cpu_acc8(__m256d acc, __m256 v)
+{
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    return _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+/* acc plus the 8 products a*b, each widened to double before the product. */
+static CPU_AVX2 inline __m256d cpu_dot8(__m256d acc, __m256 a, __m256 b)
+{
+    acc = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)),
+                          _mm256_cvtps_pd(_mm256_castps256_ps128(b)), acc);
+    return _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
+                           _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)), acc);
+}
+
 /* Lanes [0,n) of a 16-lane mask, n in [0,16]. */
 static inline __mmask16 cpu_mask16(int n)
 {

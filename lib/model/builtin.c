@@ -123,7 +123,7 @@ static const char gpt_block_fmt[] =
     "posembedding %d %d init_std=0.02 name=transformer.wpe\n"
     "%s";
 
-#define GPT_MAX_LAYERS 36   /* 13 spec layers each: within CDL_MAX_LAYERS */
+#define GPT_MAX_LAYERS 33   /* up to 15 spec layers each (with dropout): within CDL_MAX_LAYERS */
 
 typedef struct gpt_opts {
     int n_layer, n_head, n_embd, block_size, vocab_size, bias;

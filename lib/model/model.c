@@ -651,7 +651,9 @@ void cdl_model_print(const cdl_model *m, void *file)
                 }
             }
         }
-        if (L->out.h == 1 && L->out.w == 1)
+        if (L->seq)   /* T positions x E features */
+            snprintf(shape, sizeof shape, "%dx%d seq", L->out.c, L->out.w);
+        else if (L->out.h == 1 && L->out.w == 1)
             snprintf(shape, sizeof shape, "%d", L->out.c);
         else
             snprintf(shape, sizeof shape, "%dx%dx%d", L->out.c, L->out.h, L->out.w);

@@ -80,6 +80,12 @@ static void test_gpt_builtin(void **state)
     assert_int_equal(drops, 3);   /* after the embeddings and each projection */
     assert_int_equal(cdl_spec_infer(&spec, in, sh), 0);
 
+    /* The deepest gpt fits CDL_MAX_LAYERS, with its dropout layers. */
+    assert_int_equal(cdl_spec_builtin("gpt:n_layer=33,n_head=1,n_embd=4,dropout=0.1", in, 10,
+                                      &spec), 0);
+    assert_int_equal(cdl_spec_infer(&spec, in, sh), 0);
+    assert_int_equal(cdl_spec_builtin("gpt:n_layer=34", in, 10, &spec), -1);
+    assert_error("gpt n_layer=34: use a whole number from 1 to 33");
     assert_int_equal(cdl_spec_builtin("gpt:n_head=3,n_embd=32", in, 10, &spec), -1);
     assert_error("n_head=3 does not divide n_embd=32");
     assert_int_equal(cdl_spec_builtin("gpt:n_layers=2", in, 10, &spec), -1);

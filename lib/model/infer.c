@@ -246,6 +246,13 @@ static int seq_shape(const cdl_model_spec *spec, int i, cdl_shape s, int seq, co
                 return cdl_error("%s: tie= names layer %d, which is not an embedding before it",
                                  where, t);
             const cdl_layer_spec *e = &spec->layers[t];
+            /* Its backward writes the embedding's gradient first (the
+             * embedding adds to it): one writer only. */
+            for (int j = t + 1; j < i; j++)
+                if (spec->layers[j].kind == CDL_LAYER_LINEAR && spec->layers[j].tie == l->tie)
+                    return cdl_error("%s: '%s' is already tied to the linear at layer %d: an "
+                                     "embedding shares its weight with one linear", where,
+                                     e->name, j + 1);
             if (e->out != in || e->vocab != l->out)
                 return cdl_error("%s: a linear %d -> %d cannot share the weight of the embedding "
                                  "%d x %d ('%s'): it must map the embedding's size to its "

@@ -198,6 +198,8 @@ static void test_sequence_layers(void **state)
         {"embedding 20 12\nlinear 12\nembedding 20 12\n", "s.spec:3: embedding reads token ids"},
         {"embedding 20 12 name=wte\nlinear 21 tie=wte\n", "s.spec:2: a linear 12 -> 21 cannot "
                                                            "share the weight of the embedding"},
+        {"embedding 20 12 name=wte\nlinear 20 tie=wte\nlinear 12\nlinear 20 tie=wte\n",
+         "s.spec:4: 'wte' is already tied to the linear at layer 2"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(cdl_spec_parse(bad[i].text, "s.spec", &spec), 0);

@@ -52,6 +52,15 @@ tests_fakegpu_bench_lenet_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
 tests_fakegpu_bench_lenet_LDADD = $(FAKEGPU_LDADD)
 tests_fakegpu_bench_lenet_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_bench_lenet_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+# The gpt built-in on the CUDA backend against the CPU backend (skips, exit
+# 77, while the backend lacks an op of the model).
+check_PROGRAMS += tests/fakegpu/gpt_vs_cpu
+TESTS += tests/fakegpu/gpt_vs_cpu
+tests_fakegpu_gpt_vs_cpu_SOURCES = tests/gpu/gpt_vs_cpu.c
+tests_fakegpu_gpt_vs_cpu_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
+tests_fakegpu_gpt_vs_cpu_LDADD = $(FAKEGPU_LDADD)
+tests_fakegpu_gpt_vs_cpu_LDFLAGS = $(FAKEGPU_LINKFLAGS)
+EXTRA_tests_fakegpu_gpt_vs_cpu_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
 # NCCL collectives of lib/dist/coll_nccl.c against the compute stream.
 check_PROGRAMS += tests/fakegpu/coll_order
 tests_fakegpu_coll_order_SOURCES = tests/fakegpu/coll_order.c

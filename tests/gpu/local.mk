@@ -21,11 +21,18 @@ if HAVE_CUDA
 check_PROGRAMS += tests/gpu/bench_lenet
 tests_gpu_bench_lenet_SOURCES = tests/gpu/bench_lenet.c
 tests_gpu_bench_lenet_LDADD = libcdl_core.la
+# gpt_vs_cpu: the gpt built-in on the GPU against the CPU (run.sh may call it;
+# the fake GPU runs it in make check).
+check_PROGRAMS += tests/gpu/gpt_vs_cpu
+tests_gpu_gpt_vs_cpu_SOURCES = tests/gpu/gpt_vs_cpu.c
+tests_gpu_gpt_vs_cpu_LDADD = libcdl_core.la
 endif
 # NVIDIA's libraries load through run paths (-Wl,-rpath), not LD_LIBRARY_PATH.
 TESTS += tests/gpu/rpath.sh
 EXTRA_DIST += tests/gpu/run.sh tests/gpu/ops_cpu.sh tests/gpu/bench_torch.py tests/gpu/ops_vs_cpu.c \
 	tests/gpu/bench_lenet.c tests/gpu/rpath.sh
+
+EXTRA_DIST += tests/gpu/gpt_vs_cpu.c
 
 # The PyTorch templates on a GPU (docs/pytorch.md); run.sh may call it.
 EXTRA_DIST += tests/gpu/pytorch_templates.sh

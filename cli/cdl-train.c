@@ -29,6 +29,7 @@ enum {
     OPT_LABEL_SMOOTHING,
     OPT_STAGE,
     OPT_CLIP_GRAD, OPT_ACCUM_STEPS, OPT_DECAY_PARAMS, OPT_EVAL_EVERY, OPT_PEAK_TFLOPS,
+    OPT_SHARD_OPTIMIZER,
 };
 
 static const struct option long_opts[] = {
@@ -66,6 +67,7 @@ static const struct option long_opts[] = {
     {"tf32", required_argument, NULL, OPT_TF32},
     {"cuda-graphs", required_argument, NULL, OPT_GRAPHS},
     {"dist-backend", required_argument, NULL, OPT_DIST},
+    {"shard-optimizer", no_argument, NULL, OPT_SHARD_OPTIMIZER},
     {"synthetic-size", required_argument, NULL, OPT_SYNTH_N},
     {"image-size", required_argument, NULL, OPT_IMAGE_SIZE},
     {"channels", required_argument, NULL, OPT_CHANNELS},
@@ -155,6 +157,8 @@ static void usage(FILE *f)
 "  -t, --threads N              compute threads [SLURM_CPUS_PER_TASK, OMP_NUM_THREADS or all]\n"
 "      --workers N              data loader threads [1]\n"
 "      --dist-backend NAME      auto, shm, mpi, hier, hier:mpi|nccl|store, nccl [auto]\n"
+"      --shard-optimizer        ZeRO-1: each rank keeps 1/world of the optimizer state\n"
+"                               (same results as unsharded)\n"
 "      --metrics FILE           append JSON lines: the run's configuration, then one\n"
 "                               record per epoch (docs/metrics.md)\n"
 "      --metrics-every N        also a record every N steps [0: never]\n"
@@ -510,6 +514,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
                 cfg->cuda_graphs = !strcmp(v, "on") ? 1 : -1;
             break;
         }
+        case OPT_SHARD_OPTIMIZER: cfg->shard_optimizer = 1; break;
         case OPT_DIST: rc = one_of(name, a, dists, cfg->dist_backend, sizeof cfg->dist_backend); break;
         case OPT_SYNTH_N: rc = parse_int(name, a, 1, 10000000, &cfg->synthetic_n); break;
         case OPT_IMAGE_SIZE: rc = parse_int(name, a, 1, 4096, &cfg->image_size); break;

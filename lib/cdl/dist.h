@@ -88,6 +88,19 @@ int cdl_dist_barrier(cdl_dist *d);
 /* Gathers `bytes` from every rank into out (world * bytes), in rank order. */
 int cdl_dist_allgather(cdl_dist *d, const void *in, void *out, size_t bytes);
 
+/* ZeRO-1 (a sharded optimizer). The part [*lo, *hi) of n elements that
+ * `rank` of `world` owns: equal parts of ceil(n / world) rounded up to 64
+ * elements (256-byte aligned), the last ones shorter or empty. */
+void cdl_dist_shard(size_t n, int world, int rank, size_t *lo, size_t *hi);
+/* In place over buf[0..n) (device memory): this rank's part (cdl_dist_shard)
+ * gets the sum over the ranks, divided by the world size when average, with
+ * exactly the bits cdl_dist_allreduce gives it (the same summation order on
+ * every backend); the rest of buf is left undefined. Backends without a
+ * native reduce-scatter run the allreduce (same result, more traffic). */
+int cdl_dist_reduce_scatter(cdl_dist *d, float *buf, size_t n, int average);
+/* In place: every rank's part of buf[0..n) (device memory) to every rank. */
+int cdl_dist_allgather_shards(cdl_dist *d, float *buf, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

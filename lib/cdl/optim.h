@@ -33,12 +33,20 @@ typedef struct cdl_optim cdl_optim;
 /* State buffers (momentum, or exp_avg and exp_avg_sq) are flat, nparams
  * floats each, in the backend's memory, laid out like the parameters. */
 cdl_optim *cdl_optim_create(const cdl_optim_config *cfg, size_t nparams, cdl_backend *be);
+/* ZeRO-1: an optimizer holding state for parameters [offset, offset+count)
+ * of nparams only (count floats per state buffer; element k of a state is
+ * parameter offset+k). Its steps update that range and no other. */
+cdl_optim *cdl_optim_create_shard(const cdl_optim_config *cfg, size_t nparams, size_t offset,
+                                  size_t count, cdl_backend *be);
+/* The range the state covers: [0, nparams) unless created as a shard. */
+void cdl_optim_shard(const cdl_optim *o, size_t *offset, size_t *count);
 void cdl_optim_destroy(cdl_optim *o);
 
 /* One update of params from grads at learning rate lr; increments steps. */
 void cdl_optim_step(cdl_optim *o, float *params_dev, const float *grads_dev, float lr);
 /* Same, over a sub-range (for sharded or bucketed updates); does not
- * increment steps: call cdl_optim_advance() once after all ranges. */
+ * increment steps: call cdl_optim_advance() once after all ranges. On a
+ * shard, only the part of the range inside the shard is updated. */
 void cdl_optim_step_range(cdl_optim *o, float *params_dev, const float *grads_dev,
                           size_t offset, size_t count, float lr);
 void cdl_optim_advance(cdl_optim *o);

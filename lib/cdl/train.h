@@ -123,6 +123,10 @@ typedef struct cdl_train_config {
     /* --peak-tflops: the device's peak for MFU (0 = known GPUs by name,
      * else MFU is not reported). */
     double peak_tflops;
+    /* --shard-optimizer: ZeRO-1 over the data-parallel ranks, each holding
+     * the optimizer state of 1/world of the parameters (docs/data-parallel.md);
+     * the numbers are the unsharded run's, bit for bit. */
+    int shard_optimizer;
 } cdl_train_config;
 
 /* --decay-params: AUTO is 2D for models with sequence layers (the gpt

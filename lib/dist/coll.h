@@ -31,6 +31,15 @@ typedef struct coll_ops {
     int (*barrier)(coll *c);
     /* out holds size * bytes, member order. */
     int (*allgather)(coll *c, const void *in, void *out, size_t bytes);
+    /* ZeRO-1 (optional, NULL: dist.c falls back on allreduce / broadcasts).
+     * The n elements of buf are split into shard_part's parts, member i
+     * owning part i. reduce_scatter: in place, member i's part gets the sum
+     * over members (divided by the group size when average), each element
+     * summed in member order like allreduce, so the bits are allreduce's;
+     * the rest of buf is left undefined. allgather_parts: in place, every
+     * member's part of buf to every member. */
+    int (*reduce_scatter)(coll *c, void *buf, size_t n, coll_dtype t, int average);
+    int (*allgather_parts)(coll *c, void *buf, size_t n, coll_dtype t);
     /* Tells the group's other members this one gave up (why: the message),
      * so they fail at once instead of waiting for it; NULL when the
      * backend cannot (the others then time out or see this process die). */

@@ -12,6 +12,7 @@
  * we yield the CPU when ranks outnumber CPUs). A timeout cannot name the
  * missing rank: MPI does not say. After a timeout or an error the process
  * aborts the MPI job at exit rather than finalising (see mpi_broken). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,73 @@ static int mpi_allgather(coll *c, const void *in, void *out, size_t bytes)
     return mpi_wait(m, &req, err, "allgather");
 }
 
+/* ZeRO-1's parts (shard_part) of the whole buffer; MPI counts are ints. */
+static int parts_fit(size_t n, const char *what)
+{
+    return n <= (size_t)INT32_MAX ? 0
+                                  : cdl_error("MPI %s of %zu elements: at most 2^31 - 1", what, n);
+}
+
+/* Like the allreduce's first half over the parts of the whole buffer: per
+ * round, member j sends the next chunk of part i to member i
+ * (MPI_Ialltoallv), which sums the W chunks left to right (reduce.h) into
+ * its buffer: the allreduce's bits. */
+static int mpi_reduce_scatter(coll *c, void *buf, size_t n, coll_dtype t, int average)
+{
+    mpi_coll *m = (mpi_coll *)c;
+    if (parts_fit(n, "reduce-scatter"))
+        return -1;
+    m->deadline = dist_now() + m->timeout;
+    int w = c->size, me = c->rank;
+    size_t es = coll_dtype_size(t), chunk = SCRATCH_BYTES / es / (size_t)w - PAD;
+    size_t stride = chunk + PAD, lo, hi, mlo, mhi;
+    shard_part(n, w, 0, &lo, &hi);
+    shard_part(n, w, me, &mlo, &mhi);
+    char *p = buf;
+    m->ops++;
+    for (size_t at = 0; at < hi - lo; at += chunk) {   /* part 0 is the longest */
+        for (int j = 0; j < w; j++) {
+            size_t a, b;
+            shard_part(n, w, j, &a, &b);
+            size_t len = b - a > at ? b - a - at : 0;
+            m->counts[j] = (int)(len < chunk ? len : chunk);
+            m->displs[j] = (int)(a + at);
+        }
+        for (int j = 0; j < w; j++) {
+            m->rcounts[j] = m->counts[me];
+            m->rdispls[j] = (int)((size_t)j * stride);
+        }
+        MPI_Request req;
+        int err = MPI_Ialltoallv(p, m->counts, m->displs, mpi_type(t), m->scratch, m->rcounts,
+                                 m->rdispls, mpi_type(t), m->comm, &req);
+        if (mpi_wait(m, &req, err, "reduce-scatter"))
+            return -1;
+        if (m->counts[me])
+            reduce_strided(t, p + (mlo + at) * es, m->scratch, stride * es, w, 0,
+                           (size_t)m->counts[me], average);
+    }
+    return 0;
+}
+
+static int mpi_allgather_parts(coll *c, void *buf, size_t n, coll_dtype t)
+{
+    mpi_coll *m = (mpi_coll *)c;
+    if (parts_fit(n, "allgather"))
+        return -1;
+    m->deadline = dist_now() + m->timeout;
+    m->ops++;
+    for (int j = 0; j < c->size; j++) {
+        size_t a, b;
+        shard_part(n, c->size, j, &a, &b);
+        m->counts[j] = (int)(b - a);
+        m->displs[j] = (int)a;
+    }
+    MPI_Request req;
+    int err = MPI_Iallgatherv(MPI_IN_PLACE, 0, mpi_type(t), buf, m->counts, m->displs, mpi_type(t),
+                              m->comm, &req);
+    return mpi_wait(m, &req, err, "allgather");
+}
+
 static void mpi_destroy(coll *c)
 {
     mpi_coll *m = (mpi_coll *)c;
@@ -188,6 +256,7 @@ static void mpi_destroy(coll *c)
 static const coll_ops mpi_ops = {
     .name = "mpi", .allreduce = mpi_allreduce, .broadcast = mpi_broadcast,
     .barrier = mpi_barrier, .allgather = mpi_allgather, .destroy = mpi_destroy,
+    .reduce_scatter = mpi_reduce_scatter, .allgather_parts = mpi_allgather_parts,
 };
 
 static void finalize_at_exit(void)

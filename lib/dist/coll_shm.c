@@ -448,6 +448,78 @@ static int shm_allgather(coll *c, const void *in, void *out, size_t bytes)
     return 0;
 }
 
+/* [a, b): part `i` of n elements (shard_part) within the round [off, off+m). */
+static void part_in_round(size_t n, int size, int i, size_t off, size_t m, size_t *a, size_t *b)
+{
+    size_t lo, hi;
+    shard_part(n, size, i, &lo, &hi);
+    *a = lo > off ? lo : off;
+    *b = hi < off + m ? hi : off + m;
+    if (*b < *a)   /* the part is before or after the round: empty, at its edge */
+        *a = *b = hi <= off ? off : off + m;
+}
+
+/* ZeRO-1's reduce-scatter: per round, like the allreduce's first half, but
+ * over the parts of the whole buffer: every member copies in its round's
+ * slab but its own part, and sums its own part, in member order (the bits
+ * of the allreduce). One sync per round, for the reason above. */
+static int shm_reduce_scatter(coll *c, void *buf, size_t n, coll_dtype t, int average)
+{
+    shm_coll *s = (shm_coll *)c;
+    if (c->size == 1)
+        return 0;
+    size_t es = coll_dtype_size(t), per = s->slab / es;
+    char *p = buf;
+    const void *x[SHM_MAX_INLINE];
+    const void **xs = c->size <= SHM_MAX_INLINE ? x : (const void **)s->ptrs;
+    int me = c->rank;
+    s->ops++;
+    s->op = "reduce-scatter";
+    for (size_t off = 0; off < n; off += per) {
+        size_t m = n - off < per ? n - off : per, a, b;
+        part_in_round(n, c->size, me, off, m, &a, &b);
+        char *set = next_set(s), *mine = in_slab(s, set, me), *u = p + off * es;
+        memcpy(mine, u, (a - off) * es);
+        memcpy(mine + (b - off) * es, p + b * es, (off + m - b) * es);
+        if (sync_all(s))
+            return -1;
+        if (b == a)
+            continue;
+        for (int j = 0; j < c->size; j++)
+            xs[j] = j == me ? p + a * es : in_slab(s, set, j) + (a - off) * es;
+        reduce_into2(t, res_slab(s, set) + (a - off) * es, p + a * es, xs, c->size, b - a,
+                     average);
+    }
+    return 0;
+}
+
+/* Each member's part of buf to every member, in place, a slab per round. */
+static int shm_allgather_parts(coll *c, void *buf, size_t n, coll_dtype t)
+{
+    shm_coll *s = (shm_coll *)c;
+    if (c->size == 1)
+        return 0;
+    size_t es = coll_dtype_size(t), per = s->slab / es;
+    char *p = buf;
+    s->ops++;
+    s->op = "allgather";
+    for (size_t off = 0; off < n; off += per) {
+        size_t m = n - off < per ? n - off : per, a, b;
+        char *set = next_set(s);
+        part_in_round(n, c->size, c->rank, off, m, &a, &b);
+        memcpy(in_slab(s, set, c->rank) + (a - off) * es, p + a * es, (b - a) * es);
+        if (sync_all(s))
+            return -1;
+        for (int j = 0; j < c->size; j++) {
+            if (j == c->rank)
+                continue;
+            part_in_round(n, c->size, j, off, m, &a, &b);
+            memcpy(p + a * es, in_slab(s, set, j) + (a - off) * es, (b - a) * es);
+        }
+    }
+    return 0;
+}
+
 static void shm_abort(coll *c, const char *why)
 {
     shm_coll *s = (shm_coll *)c;
@@ -471,7 +543,8 @@ static void shm_destroy(coll *c)
 static const coll_ops shm_ops = {
     .name = "shm", .allreduce = shm_allreduce, .broadcast = shm_broadcast,
     .barrier = shm_barrier, .allgather = shm_allgather, .abort = shm_abort,
-    .destroy = shm_destroy,
+    .destroy = shm_destroy, .reduce_scatter = shm_reduce_scatter,
+    .allgather_parts = shm_allgather_parts,
 };
 
 /* ------------------------------------------------------------ setup */

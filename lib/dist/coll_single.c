@@ -30,6 +30,17 @@ static int single_allgather(coll *c, const void *in, void *out, size_t bytes)
     return 0;
 }
 
+static int single_reduce_scatter(coll *c, void *buf, size_t n, coll_dtype t, int average)
+{
+    return single_allreduce(c, buf, n, t, average);   /* the one part is everything */
+}
+
+static int single_allgather_parts(coll *c, void *buf, size_t n, coll_dtype t)
+{
+    (void)c, (void)buf, (void)n, (void)t;
+    return 0;
+}
+
 static void single_destroy(coll *c)
 {
     cdl_free(c);
@@ -38,6 +49,7 @@ static void single_destroy(coll *c)
 static const coll_ops single_ops = {
     .name = "single", .allreduce = single_allreduce, .broadcast = single_broadcast,
     .barrier = single_barrier, .allgather = single_allgather, .destroy = single_destroy,
+    .reduce_scatter = single_reduce_scatter, .allgather_parts = single_allgather_parts,
 };
 
 coll *coll_single_create(void)

@@ -22,6 +22,7 @@
 #include "boot.h"
 #include "contract.h"
 #include "coll.h"
+#include "reduce.h"
 #include "dist_gpu.h"
 #include "gpu_group.h"
 #include "util.h"
@@ -526,6 +527,41 @@ int cdl_dist_barrier(cdl_dist *d)
 int cdl_dist_allgather(cdl_dist *d, const void *in, void *out, size_t bytes)
 {
     return d->coll->ops->allgather(d->coll, in, out, bytes) ? failed(d) : 0;
+}
+
+/* ------------------------------------------------------------ ZeRO-1 */
+
+void cdl_dist_shard(size_t n, int world, int rank, size_t *lo, size_t *hi)
+{
+    shard_part(n, world > 0 ? world : 1, rank, lo, hi);
+}
+
+/* The native parts need host buffers and the top group's member order to
+ * be the ranks' (flat backends); otherwise the generic path. */
+static int native_parts(const cdl_dist *d)
+{
+    return !staged(d) && d->coll->rank == d->info.rank && d->coll->size == d->info.world;
+}
+
+int cdl_dist_reduce_scatter(cdl_dist *d, float *buf, size_t n, int average)
+{
+    if (!native_parts(d) || !d->coll->ops->reduce_scatter)
+        return cdl_dist_allreduce(d, buf, n, average);
+    return d->coll->ops->reduce_scatter(d->coll, buf, n, COLL_F32, average) ? failed(d) : 0;
+}
+
+int cdl_dist_allgather_shards(cdl_dist *d, float *buf, size_t n)
+{
+    if (native_parts(d) && d->coll->ops->allgather_parts)
+        return d->coll->ops->allgather_parts(d->coll, buf, n, COLL_F32) ? failed(d) : 0;
+    /* Each owner broadcasts its part: the traffic of an allgather. */
+    for (int r = 0; r < d->info.world; r++) {
+        size_t lo, hi;
+        cdl_dist_shard(n, d->info.world, r, &lo, &hi);
+        if (hi > lo && cdl_dist_broadcast(d, buf + lo, (hi - lo) * sizeof(float), r) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------- queued on the GPU */

@@ -13,6 +13,15 @@ void reduce_part(size_t m, int size, int i, size_t esize, size_t *lo, size_t *hi
     *hi = i + 1 == size ? m : (m * (size_t)(i + 1) / (size_t)size) / align * align;
 }
 
+void shard_part(size_t n, int size, int i, size_t *lo, size_t *hi)
+{
+    size_t per = (n + (size_t)size - 1) / (size_t)size;
+    per = (per + SHARD_ALIGN - 1) / SHARD_ALIGN * SHARD_ALIGN;
+    size_t a = per * (size_t)i, b = a + per;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
+}
+
 /* In L1-sized blocks so out stays in cache across the w passes. */
 #define DEFINE_STRIDED(NAME, T)                                                             \
     static void NAME(T *restrict out, const char *base, size_t stride, int w, size_t lo,   \

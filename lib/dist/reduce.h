@@ -12,6 +12,15 @@
  * boundaries on 64-byte lines (no false sharing between writers). */
 void reduce_part(size_t m, int size, int i, size_t esize, size_t *lo, size_t *hi);
 
+/* Part i of n elements sharded over `size` members (ZeRO-1, cdl_dist_shard):
+ * equal parts of ceil(n / size) rounded up to SHARD_ALIGN elements, the
+ * last ones shorter or empty. Aligned so that every part starts on a
+ * 256-byte boundary of the buffer: an elementwise kernel over a part then
+ * takes each element through the same (vector or tail) path as over the
+ * whole buffer. */
+#define SHARD_ALIGN 64
+void shard_part(size_t n, int size, int i, size_t *lo, size_t *hi);
+
 /* out[lo,hi) = sum over j < w of x_j[lo,hi), where x_j = base + j * stride
  * bytes; divided by w when average. out may not alias the inputs. */
 void reduce_strided(coll_dtype t, void *out, const void *base, size_t stride, int w, size_t lo,

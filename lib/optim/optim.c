@@ -10,6 +10,7 @@ struct cdl_optim {
     cdl_optim_config cfg;
     cdl_backend *be;
     size_t n;
+    size_t lo, count;  /* the state covers parameters [lo, lo+count) (all unless a shard) */
     long steps;
     int nstate;
     float *state[2];   /* SGD: momentum_buffer; Adam(W): exp_avg, exp_avg_sq */
@@ -70,25 +71,38 @@ static int check_config(const cdl_optim_config *c)
 
 cdl_optim *cdl_optim_create(const cdl_optim_config *cfg, size_t nparams, cdl_backend *be)
 {
+    return cdl_optim_create_shard(cfg, nparams, 0, nparams, be);
+}
+
+cdl_optim *cdl_optim_create_shard(const cdl_optim_config *cfg, size_t nparams, size_t offset,
+                                  size_t count, cdl_backend *be)
+{
     if (!cfg || !be) {
         cdl_error("cdl_optim_create: no %s given", cfg ? "backend" : "configuration");
         return NULL;
     }
     if (check_config(cfg))
         return NULL;
+    if (offset > nparams || count > nparams - offset) {
+        cdl_error("%s: shard [%zu, %zu) is outside the %zu parameters",
+                  cdl_optim_kind_name(cfg->kind), offset, offset + count, nparams);
+        return NULL;
+    }
     cdl_optim *o = cdl_calloc(1, sizeof *o);
     if (!o)
         return NULL;
     o->cfg = *cfg;
     o->be = be;
     o->n = nparams;
+    o->lo = offset;
+    o->count = count;
     /* SGD without momentum keeps no state, like PyTorch. */
     o->nstate = cfg->kind == CDL_OPTIM_SGD ? (cfg->momentum != 0.0f) : 2;
-    for (int i = 0; i < o->nstate && nparams; i++) {
-        o->state[i] = be->ops->alloc(be, nparams * sizeof(float));   /* zeroed */
+    for (int i = 0; i < o->nstate && count; i++) {
+        o->state[i] = be->ops->alloc(be, count * sizeof(float));   /* zeroed */
         if (!o->state[i]) {
             cdl_error("%s: cannot allocate optimizer state for %zu parameters: %s",
-                      cdl_optim_kind_name(cfg->kind), nparams, cdl_last_error());
+                      cdl_optim_kind_name(cfg->kind), count, cdl_last_error());
             cdl_optim_destroy(o);
             return NULL;
         }
@@ -152,16 +166,17 @@ static void step_part(cdl_optim *o, float *params_dev, const float *grads_dev, s
     const cdl_optim_config *c = &o->cfg;
     float *p = params_dev + offset;
     const float *g = grads_dev + offset;
+    size_t k = offset - o->lo;   /* into the state buffers (a shard's start at 0) */
     if (c->kind == CDL_OPTIM_SGD) {
         cdl_sgd_hparams hp = {.lr = lr, .momentum = c->momentum, .dampening = c->dampening,
                               .weight_decay = wd, .nesterov = c->nesterov,
                               .first_step = o->steps == 0};
-        o->be->ops->sgd_step(o->be, count, p, g, o->nstate ? o->state[0] + offset : NULL, &hp);
+        o->be->ops->sgd_step(o->be, count, p, g, o->nstate ? o->state[0] + k : NULL, &hp);
     } else {
         cdl_adam_hparams hp = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
                                .weight_decay = wd,
                                .decoupled = c->kind == CDL_OPTIM_ADAMW, .step = o->steps + 1};
-        o->be->ops->adam_step(o->be, count, p, g, o->state[0] + offset, o->state[1] + offset, &hp);
+        o->be->ops->adam_step(o->be, count, p, g, o->state[0] + k, o->state[1] + k, &hp);
     }
 }
 
@@ -173,9 +188,13 @@ void cdl_optim_step_range(cdl_optim *o, float *params_dev, const float *grads_de
                   cdl_optim_kind_name(o->cfg.kind), offset, offset + count, o->n);
         return;
     }
+    /* A shard updates the part of the range it holds state for. */
+    size_t at = offset > o->lo ? offset : o->lo;
+    size_t stop = offset + count < o->lo + o->count ? offset + count : o->lo + o->count;
+    if (stop <= at)
+        return;
     /* Alternating decayed and undecayed pieces of the range, in order (the
      * updates are elementwise, so the cut changes no bit). */
-    size_t at = offset, stop = offset + count;
     for (int i = 0; i < o->nd && at < stop; i++) {
         if (o->nd_end[i] <= at)
             continue;
@@ -197,6 +216,12 @@ void cdl_optim_step(cdl_optim *o, float *params_dev, const float *grads_dev, flo
 }
 
 void cdl_optim_advance(cdl_optim *o) { o->steps++; }
+
+void cdl_optim_shard(const cdl_optim *o, size_t *offset, size_t *count)
+{
+    *offset = o->lo;
+    *count = o->count;
+}
 long cdl_optim_steps(const cdl_optim *o) { return o->steps; }
 const cdl_optim_config *cdl_optim_get_config(const cdl_optim *o) { return &o->cfg; }
 int cdl_optim_nstate(const cdl_optim *o) { return o->nstate; }

@@ -523,8 +523,10 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
     if (rc == 0 && (unsigned long long)v_np != np)
         rc = cdl_error("%s: nparams %lld does not match the model's %zu", path, v_np, np);
     if (rc == 0) {
-        for (int i = 0; i < ns && i < 2; i++)
-            be->ops->to_device(be, cdl_optim_state(o, i), host[1 + i], np * sizeof(float));
+        size_t so, sn;   /* a sharded optimizer (--shard-optimizer) takes its part */
+        cdl_optim_shard(o, &so, &sn);
+        for (int i = 0; i < ns && i < 2 && sn; i++)
+            be->ops->to_device(be, cdl_optim_state(o, i), host[1 + i] + so, sn * sizeof(float));
         be->ops->to_device(be, cdl_model_params(m), host[0], np * sizeof(float));
         if (nbf)
             be->ops->to_device(be, cdl_model_buffers(m), bufs, nbf * sizeof *bufs);

@@ -31,7 +31,16 @@
  * every rank used. Layers with sync=true (SyncBatchNorm) sum their
  * per-channel statistics over the ranks through the model's allreduce
  * hook, ddp_sync_sum: a blocking sum on the same collective, in the order
- * every rank reaches it. */
+ * every rank reaches it.
+ *
+ * ZeRO-1 (--shard-optimizer, ddp_create_shard): each rank owns a part of
+ * the flat buffer (cdl_dist_shard: ~n/world, 256-byte aligned) and holds
+ * the optimizer state of that part only. ddp_finish reduce-scatters the
+ * gradients in one call after backward (no bucket overlap: the parts cut
+ * across buckets), each rank steps its part, and ddp_step all-gathers the
+ * parameters. The reduce-scatter sums in the allreduce's order and the
+ * update is elementwise over aligned parts, so sharded training is
+ * bitwise the unsharded one (tests/dist/shard_equiv.sh). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +63,8 @@ struct ddp {
     bucket *b;
     int nb;
     int overlap;                 /* the thread runs buckets during backward */
+    int shard;                   /* ZeRO-1: gradients reduce-scattered, parameters gathered */
+    size_t own_lo, own_hi;       /* this rank's part of the buffer when shard */
     int queued;                  /* buckets are queued on the GPU (nccl), no thread */
 
     pthread_t thread;
@@ -165,16 +176,28 @@ int ddp_broadcast_buffers(ddp *g)
 
 ddp *ddp_create(cdl_dist *d, cdl_model *m, size_t bucket_bytes)
 {
+    return ddp_create_shard(d, m, bucket_bytes, 0);
+}
+
+ddp *ddp_create_shard(cdl_dist *d, cdl_model *m, size_t bucket_bytes, int shard)
+{
     ddp *g = cdl_calloc(1, sizeof *g);
     if (!g)
         return NULL;
     g->model = m;
+    g->n = m ? cdl_model_nparams(m) : 0;
+    g->own_hi = g->n;
     if (!d || cdl_dist_world(d) <= 1)
         return g;
     g->dist = d;
     g->grads = cdl_model_grads(m);
-    g->n = cdl_model_nparams(m);
     g->low = g->n;
+    if (shard) {
+        g->shard = 1;
+        cdl_dist_shard(g->n, cdl_dist_world(d), cdl_dist_rank(d), &g->own_lo, &g->own_hi);
+        cdl_model_set_allreduce(m, ddp_sync_sum, g);
+        return g;   /* no buckets, no thread: ddp_finish reduce-scatters the whole buffer */
+    }
     if (make_buckets(g, bucket_bytes ? bucket_bytes : 25u << 20)) {
         cdl_free(g);
         return NULL;
@@ -196,7 +219,9 @@ void ddp_free(ddp *g)
 {
     if (!g)
         return;
-    if (g->dist) {
+    if (g->dist && g->shard) {
+        cdl_model_set_allreduce(g->model, NULL, NULL);
+    } else if (g->dist) {
         cdl_model_set_allreduce(g->model, NULL, NULL);
         if (g->have_thread) {
             pthread_mutex_lock(&g->mu);
@@ -316,6 +341,12 @@ int ddp_finish(ddp *g)
     if (!g->dist)
         return 0;
     int rc = 0;
+    if (g->shard) {
+        cdl_backend *be = cdl_model_backend(g->model);
+        if (be && be->ops->sync(be))
+            return -1;
+        return cdl_dist_reduce_scatter(g->dist, g->grads, g->n, 1);
+    }
     if (g->queued)
         return finish_queued(g);
     if (!g->have_thread) {
@@ -344,4 +375,132 @@ int ddp_finish(ddp *g)
     g->low = g->n;
     pthread_mutex_unlock(&g->mu);
     return rc;
+}
+
+/* ------------------------------------------------------------ ZeRO-1 */
+
+int ddp_sharded(const ddp *g)
+{
+    return g->shard;
+}
+
+void ddp_owned(const ddp *g, size_t *offset, size_t *count)
+{
+    *offset = g->own_lo;
+    *count = g->own_hi - g->own_lo;
+}
+
+cdl_optim *ddp_optim_create(ddp *g, const cdl_optim_config *cfg)
+{
+    return cdl_optim_create_shard(cfg, g->n, g->own_lo, g->own_hi - g->own_lo,
+                                  cdl_model_backend(g->model));
+}
+
+int ddp_sum_shards(ddp *g, double *v, size_t n)
+{
+    return g->shard ? cdl_dist_allreduce_f64(g->dist, v, n) : 0;
+}
+
+int ddp_grad_sumsq(ddp *g, double *out)
+{
+    cdl_backend *be = cdl_model_backend(g->model);
+    const float *grads = cdl_model_grads(g->model);
+    if (g->shard) {
+        *out = be->ops->sumsq(be, grads + g->own_lo, g->own_hi - g->own_lo);
+        return cdl_dist_allreduce_f64(g->dist, out, 1);
+    }
+    /* Unsharded, the same parts added in rank order: the bits the sharded
+     * sum has on the flat backends (shm, mpi: left to right). */
+    int world = g->dist ? cdl_dist_world(g->dist) : 1;
+    double sum = 0;
+    for (int r = 0; r < world; r++) {
+        size_t lo, hi;
+        cdl_dist_shard(g->n, world, r, &lo, &hi);
+        double part = be->ops->sumsq(be, grads + lo, hi - lo);
+        sum = r == 0 ? part : sum + part;
+    }
+    *out = sum;
+    return 0;
+}
+
+int ddp_step(ddp *g, cdl_optim *o, float lr)
+{
+    float *params = cdl_model_params(g->model);
+    cdl_optim_step(o, params, cdl_model_grads(g->model), lr);   /* a shard steps its part */
+    if (!g->shard)
+        return 0;
+    if (cdl_dist_allgather_shards(g->dist, params, g->n) != 0)
+        return cdl_error("rank %d: gathering the updated parameters (--shard-optimizer): %s",
+                         cdl_dist_rank(g->dist), cdl_last_error());
+    return 0;
+}
+
+/* Part r's state buffer i to `full` on rank 0: every rank takes part in
+ * the owner's broadcast (non-owners but rank 0 into scratch). */
+static int gather_part(ddp *g, cdl_optim *o, cdl_optim *full, int i, int r, float *scratch)
+{
+    cdl_backend *be = cdl_model_backend(g->model);
+    int me = cdl_dist_rank(g->dist);
+    size_t lo, hi;
+    cdl_dist_shard(g->n, cdl_dist_world(g->dist), r, &lo, &hi);
+    if (hi == lo)
+        return 0;
+    float *buf = me == r ? cdl_optim_state(o, i) : me == 0 ? cdl_optim_state(full, i) + lo
+                                                            : scratch;
+    if (cdl_dist_broadcast(g->dist, buf, (hi - lo) * sizeof(float), r) != 0)
+        return -1;
+    if (me == 0 && r == 0)
+        be->ops->copy(be, cdl_optim_state(full, i) + lo, buf, (hi - lo) * sizeof(float));
+    return 0;
+}
+
+int ddp_optim_gather(ddp *g, cdl_optim *o, cdl_optim **full)
+{
+    *full = NULL;
+    if (!g->shard) {
+        *full = o;
+        return 0;
+    }
+    cdl_backend *be = cdl_model_backend(g->model);
+    int me = cdl_dist_rank(g->dist), world = cdl_dist_world(g->dist), rc = 0;
+    size_t lo, hi;
+    cdl_dist_shard(g->n, world, 0, &lo, &hi);   /* part 0 is the largest */
+    float *scratch = NULL;
+    cdl_optim *f = NULL;
+    if (me == 0)
+        f = cdl_optim_create(cdl_optim_get_config(o), g->n, be);
+    else if (cdl_optim_nstate(o) && hi > lo)
+        scratch = be->ops->alloc(be, (hi - lo) * sizeof(float));
+    /* Everyone learns whether the buffers exist before the broadcasts. */
+    double ok = me == 0 ? f != NULL : scratch != NULL || !cdl_optim_nstate(o) || hi == lo;
+    double bad = !ok;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ok ? "" : cdl_last_error());
+    if (cdl_dist_allreduce_f64(g->dist, &bad, 1) != 0)
+        rc = -1;
+    else if (bad > 0)
+        rc = cdl_error("rank %d: gathering the sharded optimizer state for a checkpoint: %s",
+                       me, ok ? "another rank could not allocate its buffer (its error says "
+                                "why)" : msg);
+    for (int i = 0; rc == 0 && i < cdl_optim_nstate(o); i++)
+        for (int r = 0; rc == 0 && r < world; r++)
+            rc = gather_part(g, o, f, i, r, scratch);
+    if (scratch)
+        be->ops->free(be, scratch);
+    if (rc == 0 && f)
+        cdl_optim_set_steps(f, cdl_optim_steps(o));
+    if (rc == 0 && be->ops->sync(be) != 0)
+        rc = -1;
+    if (rc) {
+        cdl_optim_destroy(f);
+        return -1;
+    }
+    *full = f;
+    return 0;
+}
+
+void ddp_optim_release(cdl_optim *o, cdl_optim *full)
+{
+    if (full != o)
+        cdl_optim_destroy(full);
 }

@@ -10,6 +10,7 @@
 
 #include <cdl/dist.h>
 #include <cdl/model.h>
+#include <cdl/optim.h>
 
 typedef struct ddp ddp;
 
@@ -17,6 +18,37 @@ typedef struct ddp ddp;
  * bucket_bytes: the gradient bucket size (0 = 25 MiB, PyTorch's). */
 ddp *ddp_create(cdl_dist *d, cdl_model *m, size_t bucket_bytes);
 void ddp_free(ddp *g);
+/* The same, with shard = 1: ZeRO-1 (--shard-optimizer; a no-op with one
+ * rank): each rank owns ddp_owned's part of the flat buffer, ddp_finish
+ * reduce-scatters (only the owned part of the gradients is averaged
+ * afterwards), ddp_step updates the owned part and all-gathers. */
+ddp *ddp_create_shard(cdl_dist *d, cdl_model *m, size_t bucket_bytes, int shard);
+int ddp_sharded(const ddp *g);
+/* The part [offset, offset+count) of the gradients this rank updates after
+ * ddp_finish: everything unless sharded. */
+void ddp_owned(const ddp *g, size_t *offset, size_t *count);
+/* The optimizer for this rank: state for the owned part only when sharded
+ * (its memory divided by the world size), for everything otherwise. */
+cdl_optim *ddp_optim_create(ddp *g, const cdl_optim_config *cfg);
+/* What replaces cdl_optim_step after ddp_finish: the update, then when
+ * sharded the parameters gathered from their owners. */
+int ddp_step(ddp *g, cdl_optim *o, float lr);
+/* Sums v[0..n) (host) over the ranks when sharded, for a quantity each rank
+ * computed over its owned part (clip-grad's squared norm); a no-op
+ * otherwise (every rank then already holds the whole). Collective. */
+int ddp_sum_shards(ddp *g, double *v, size_t n);
+/* After ddp_finish: the sum of squares of the averaged gradients (clip-grad's
+ * global norm squared), over the ranks' parts when sharded; unsharded the
+ * same parts summed in rank order, so sharding changes no bit of it on the
+ * flat backends (hier adds per node first: rounding). Collective when
+ * sharded. */
+int ddp_grad_sumsq(ddp *g, double *out);
+/* For a checkpoint (collective over the ranks): *full = o unless sharded;
+ * sharded, rank 0 gets a new optimizer holding every rank's state (the
+ * unsharded layout, written in the same file format) and the others NULL.
+ * Free it with ddp_optim_release. */
+int ddp_optim_gather(ddp *g, cdl_optim *o, cdl_optim **full);
+void ddp_optim_release(cdl_optim *o, cdl_optim *full);
 /* Makes every rank's parameters equal to rank 0's. */
 int ddp_broadcast_params(ddp *g);
 /* Makes every rank's model buffers (BatchNorm's running statistics) equal

@@ -80,12 +80,16 @@ int train_clip_grads(run *r)
         return 0;
     cdl_backend *be = r->be;
     float *g = cdl_model_grads(r->model);
-    size_t np = cdl_model_nparams(r->model);
-    r->grad_norm = sqrt(be->ops->sumsq(be, g, np));
+    size_t off, np;   /* --shard-optimizer: this rank's part, the norm over all parts */
+    double sq;
+    ddp_owned(r->ddp, &off, &np);
+    if (ddp_grad_sumsq(r->ddp, &sq) != 0)
+        return -1;
+    r->grad_norm = sqrt(sq);
     float coef = train_clip_coef(r->grad_norm, r->cfg->clip_grad);
     /* A coefficient of 1 changes no bit (PyTorch multiplies anyway). */
     if (coef < 1.0f)
-        be->ops->scale(be, g, coef, np);
+        be->ops->scale(be, g + off, coef, np);
     return 0;
 }
 

@@ -608,9 +608,9 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     cdl_model_init(r.model, cfg->seed);
     if (cfg->init[0] && cdl_model_load_weights(r.model, cfg->init, cfg->init_ignore) != 0)
         goto out;
-    r.optim = cdl_optim_create(&cfg->optim, cdl_model_nparams(r.model), r.be);
     size_t bucket_kb = cfg->ddp_bucket_kb > 0 ? (size_t)cfg->ddp_bucket_kb : 0;
-    r.ddp = ddp_create(r.dist, r.model, bucket_kb << 10);
+    r.ddp = ddp_create_shard(r.dist, r.model, bucket_kb << 10, cfg->shard_optimizer);
+    r.optim = r.ddp ? ddp_optim_create(r.ddp, &cfg->optim) : NULL;
     if (!r.optim || !r.ddp || train_decay_groups(&r) != 0 || loop_create(&r) != 0)
         goto out;
     if (r.accum > 1 &&
@@ -621,6 +621,17 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                       cdl_version(), cfg->model, cfg->dataset, r.train.n, r.val.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");
+    if (ddp_sharded(r.ddp)) {
+        size_t so, sn;
+        cdl_optim_shard(r.optim, &so, &sn);
+        if (!cdl_optim_nstate(r.optim) && r.ri.rank == 0)   /* a warning: also when quiet */
+            fprintf(stderr, "cdl-train: warning: --shard-optimizer: %s without momentum has no "
+                    "state to shard: it saves no memory (only the update is divided)\n",
+                    cdl_optim_kind_name(cfg->optim.kind));
+        else
+            train_report_note(r.rep, "sharded optimizer (ZeRO-1): rank 0 holds the state of "
+                              "%zu of the %zu parameters", sn, cdl_model_nparams(r.model));
+    }
     char clip[64] = "";
     if (cfg->clip_grad > 0)
         snprintf(clip, sizeof clip, ", gradient norm clipped to %g", cfg->clip_grad);

@@ -317,11 +317,16 @@ int loop_save(run *r, const train_position *pos, int best)
     int rc = 0;
     if (!r->cfg->ckpt_dir[0])
         return 0;
+    /* --shard-optimizer: rank 0 gathers the state (a collective). */
+    cdl_optim *full = NULL;
+    if (ddp_optim_gather(r->ddp, r->optim, &full) != 0)
+        return -1;
     if (r->ri.rank == 0) {
-        rc = train_ckpt_save(r->last_path, r->model, r->optim, r->cfg, pos);
+        rc = train_ckpt_save(r->last_path, r->model, full, r->cfg, pos);
         if (rc == 0 && best)
-            rc = train_ckpt_save(r->best_path, r->model, r->optim, r->cfg, pos);
+            rc = train_ckpt_save(r->best_path, r->model, full, r->cfg, pos);
     }
+    ddp_optim_release(r->optim, full);
     if (r->dist && r->ri.world > 1) {
         /* Everyone learns whether rank 0 succeeded, so nobody reads a file
          * that is not there or keeps training alone: a sum to which only

@@ -109,6 +109,7 @@ int metrics_config(FILE *f, const cdl_train_config *c, const run_info *ri)
     put_str(&b, "init", c->init);
     put_str(&b, "init_ignore", c->init_ignore);
     put_str(&b, "stage", c->stage);
+    putf(&b, ",\"shard_optimizer\":%d", c->shard_optimizer);
     json_buf_put(&b, "}", 1);
     return emit(f, &b);
 }

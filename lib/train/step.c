@@ -35,10 +35,9 @@ int train_step_ops(run *r, const float *x, const int32_t *y, int n, int train, l
     if (train) {
         if (!train_backward(r))
             return 0;   /* an earlier micro-batch: no update yet */
-        if (ddp_finish(r->ddp) != 0 || train_clip_grads(r) != 0)
+        if (ddp_finish(r->ddp) != 0 || train_clip_grads(r) != 0 ||
+            ddp_step(r->ddp, r->optim, cdl_schedule_lr(&r->sched, step)) != 0)
             return -1;
-        cdl_optim_step(r->optim, cdl_model_params(r->model), cdl_model_grads(r->model),
-                       cdl_schedule_lr(&r->sched, step));
     }
     return 0;
 }

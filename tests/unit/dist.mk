@@ -15,6 +15,12 @@ tests_unit_test_dist_store_LDADD = $(TEST_LDADD)
 tests_unit_test_dist_ddp_SOURCES = tests/unit/test_dist_ddp.c tests/unit/dist_fork.h
 tests_unit_test_dist_ddp_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_dist_ddp_LDADD = $(TEST_LDADD)
+# ZeRO-1: reduce-scatter, allgather of parts, optimizer shards.
+check_PROGRAMS += tests/unit/test_dist_shard
+TESTS += tests/unit/test_dist_shard
+tests_unit_test_dist_shard_SOURCES = tests/unit/test_dist_shard.c tests/unit/dist_fork.h
+tests_unit_test_dist_shard_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_dist_shard_LDADD = $(TEST_LDADD)
 # BatchNorm under DDP (buffers follow rank 0; SyncBatchNorm): test_dist_bn.c.
 check_PROGRAMS += tests/unit/test_dist_bn
 TESTS += tests/unit/test_dist_bn
@@ -34,6 +40,8 @@ tests_dist_weights_cmp_LDADD = libcdl_core.la
 TESTS += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tests/dist/train_kill.sh
 TESTS += tests/dist/val_split.sh tests/dist/stage.sh
 EXTRA_DIST += tests/dist/val_split.sh tests/dist/stage.sh
+TESTS += tests/dist/shard_equiv.sh
+EXTRA_DIST += tests/dist/shard_equiv.sh
 EXTRA_DIST += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tests/dist/step_equiv.sh \
 	tests/dist/train_kill.sh
 

@@ -34,6 +34,24 @@
 
 static int rank_of_child = -1;
 
+/* Emulated nodes: the contract of rank r of world in a block layout of
+ * `nodes` nodes (nothing for one node). */
+static inline void dist_set_nodes(int rank, int world, int nodes)
+{
+    if (nodes <= 1)
+        return;
+    int per = world / nodes;
+    char v[16];
+    snprintf(v, sizeof v, "%d", rank / per);
+    setenv("NODE_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", rank % per);
+    setenv("LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", per);
+    setenv("LOCAL_WORLD_SIZE", v, 1);
+    snprintf(v, sizeof v, "%d", nodes);
+    setenv("CDL_NNODES", v, 1);
+}
+
 /* Environment of launchers the tests must not inherit. */
 static inline void clear_launcher_env(void)
 {

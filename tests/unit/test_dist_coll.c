@@ -26,23 +26,6 @@ typedef struct coll_case {
 static const size_t big_sizes[] = {1, 1001, 62006, 1u << 20};
 static const size_t small_sizes[] = {1, 17, 1001, 5003};
 
-/* Emulated nodes: the contract of rank r in a block layout. */
-static void set_nodes(int rank, int world, int nodes)
-{
-    if (nodes <= 1)
-        return;
-    int per = world / nodes;
-    char v[16];
-    snprintf(v, sizeof v, "%d", rank / per);
-    setenv("NODE_RANK", v, 1);
-    snprintf(v, sizeof v, "%d", rank % per);
-    setenv("LOCAL_RANK", v, 1);
-    snprintf(v, sizeof v, "%d", per);
-    setenv("LOCAL_WORLD_SIZE", v, 1);
-    snprintf(v, sizeof v, "%d", nodes);
-    setenv("CDL_NNODES", v, 1);
-}
-
 static cdl_dist *open_dist(const char *backend, double timeout)
 {
     cdl_rank_info info;
@@ -72,7 +55,7 @@ static float reference(int world, int nodes, size_t i, int average)
 static int allreduce_rank(int rank, int world, void *arg)
 {
     const coll_case *c = arg;
-    set_nodes(rank, world, c->nodes);
+    dist_set_nodes(rank, world, c->nodes);
     if (c->slab_kb)
         setenv("CDL_SHM_SLAB_KB", c->slab_kb, 1);
     cdl_dist *d = open_dist(c->backend, 30);
@@ -156,7 +139,7 @@ static void test_auto_one_node_is_shm(void **state)
 static int others_rank(int rank, int world, void *arg)
 {
     const coll_case *c = arg;
-    set_nodes(rank, world, c->nodes);
+    dist_set_nodes(rank, world, c->nodes);
     if (c->slab_kb)
         setenv("CDL_SHM_SLAB_KB", c->slab_kb, 1);
     cdl_dist *d = open_dist(c->backend, 30);
@@ -290,7 +273,7 @@ static void test_segment_unlinked(void **state)
 static int killed_rank(int rank, int world, void *arg)
 {
     const coll_case *c = arg;
-    set_nodes(rank, world, c->nodes);
+    dist_set_nodes(rank, world, c->nodes);
     cdl_dist *d = open_dist(c->backend, 300);
     CHILD_CHECK(d, "%s", cdl_last_error());
     if (rank == world - 1)

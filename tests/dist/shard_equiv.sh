@@ -9,7 +9,8 @@
 #   run gathers them into the unsharded file format);
 # - resume (4 ranks): a sharded checkpoint resumed unsharded and sharded,
 #   an unsharded one resumed sharded, each to the same end as the whole run;
-# - the mpi backend, when built with it;
+# - the mpi backend, when built with it; nccl and staged device memory on
+#   fake GPUs, when built;
 # - SGD without momentum has no state to shard: accepted, and said so.
 set -u
 if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
@@ -69,6 +70,32 @@ if command -v mpirun >/dev/null 2>&1 && grep -q '^#define HAVE_MPI 1' "$builddir
         --max-steps 6 --shard-optimizer --dist-backend mpi --ckpt-dir "$tmp/mpi2" ||
         fail "training into mpi2"
     bitwise plain2 mpi2
+fi
+
+# Fake GPUs (tests/fakegpu), when built: nccl on two GPUs (device memory:
+# the allreduce, owners' broadcasts on the GPU, the state gathered on the
+# device for the checkpoint) and two replicas packed on one GPU (hier:nccl
+# with shm among the replicas: device memory staged through the host).
+fake=$builddir/tests/fakegpu/cdl-train
+if [ -x "$fake" ]; then
+    gpu() {   # gpu DIR [OPTION...]: 2 ranks on fake GPUs into DIR
+        dir=$1; shift
+        echo "+ cdlrun -n 2 fakegpu/cdl-train --device cuda $* --ckpt-dir $dir"
+        # shellcheck disable=SC2086
+        timeout 300 "$cdlrun" -n 2 "$fake" $common --device cuda --tf32 off --batch-size 16 \
+            --max-steps 4 "$@" --ckpt-dir "$tmp/$dir" || fail "training into $dir"
+    }
+    export CDL_FAKE_GPUS=2
+    gpu nccl
+    gpu ncclshard --shard-optimizer
+    bitwise nccl ncclshard
+    export CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=2
+    gpu packed
+    gpu packedshard --shard-optimizer
+    bitwise packed packedshard
+    unset CDL_FAKE_GPUS CDL_REPLICAS_PER_GPU
+else
+    echo "note: no fake GPU build: the device-memory paths are not run"
 fi
 
 echo "+ sgd without momentum, sharded"

@@ -6,7 +6,8 @@
 # a small MLP through cdlrun, 2 and 4 ranks:
 # - whole runs, sharded against unsharded: every tensor of the final
 #   checkpoints, the parameters and Adam's exp_avg / exp_avg_sq (a sharded
-#   run gathers them into the unsharded file format);
+#   run gathers them into the unsharded file format); with --clip-grad
+#   and --accum-steps too;
 # - resume (4 ranks): a sharded checkpoint resumed unsharded and sharded,
 #   an unsharded one resumed sharded, each to the same end as the whole run;
 # - the mpi backend, when built with it; nccl and staged device memory on
@@ -46,6 +47,10 @@ resume() {   # resume FROM DIR RANKS [OPTION...]: FROM's checkpoint on to step 6
 run plain2 2 --max-steps 6
 run shard2 2 --max-steps 6 --shard-optimizer
 bitwise plain2 shard2
+# --clip-grad (the norm summed over the parts) and --accum-steps.
+run plain2clip 2 --max-steps 3 --clip-grad 0.05 --accum-steps 2
+run shard2clip 2 --max-steps 3 --clip-grad 0.05 --accum-steps 2 --shard-optimizer
+bitwise plain2clip shard2clip
 run plain4 4 --max-steps 6
 run shard4 4 --max-steps 6 --shard-optimizer
 bitwise plain4 shard4

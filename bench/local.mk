@@ -45,3 +45,4 @@ EXTRA_DIST += bench/torch_loader.py
 dist_noinst_SCRIPTS += bench/run_readers.sh
 # --- end of image-folder loading
 EXTRA_DIST += bench/run_resnet.sh bench/torch_resnet.py
+EXTRA_DIST += bench/run_gpt.sh bench/torch_gpt.py

@@ -13,7 +13,7 @@ static const char *meta(const cdl_st_file *f, const char *key)
     return s ? s : "";
 }
 
-static long meta_long(const cdl_st_file *f, const char *key)
+long eval_meta_long(const cdl_st_file *f, const char *key)
 {
     const char *s = meta(f, key);
     char *end;
@@ -22,7 +22,7 @@ static long meta_long(const cdl_st_file *f, const char *key)
     return (*s && !*end && errno == 0 && v >= 0) ? v : -1;
 }
 
-static cdl_backend *make_backend(const eval_opts *o, const cdl_rank_info *ri)
+cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri)
 {
     cdl_backend_params p;
     cdl_backend_params_from_env(&p);
@@ -72,7 +72,7 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
                         float **norm)
 {
     cdl_dataset_options_defaults(opt);
-    long size = meta_long(f, "image_size"), ch = meta_long(f, "image_channels");
+    long size = eval_meta_long(f, "image_size"), ch = eval_meta_long(f, "image_channels");
     int c = 0, h = 0, w = 0;
     sscanf(meta(f, "input_shape"), "%d,%d,%d", &c, &h, &w);
     /* A run that took the first picture's size: the samples' size, when
@@ -120,7 +120,7 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         name = kind;
     }
     snprintf(e->dataset, sizeof e->dataset, "%s", name);
-    long val = meta_long(f, "val_samples");
+    long val = eval_meta_long(f, "val_samples");
     const char *seed_s = meta(f, "seed");
     uint64_t seed = strtoull(seed_s, NULL, 10);
     int test = !strcmp(o->split, "test");
@@ -134,7 +134,7 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
                          "cdl): use --split test or train", o->ckpt);
     cdl_dataset all;
     if (!strcmp(name, "synthetic")) {
-        long n = meta_long(f, "synthetic_size");
+        long n = eval_meta_long(f, "synthetic_size");
         if (n <= 0)
             n = 10000;
         cdl_shape s = {3, 32, 32};   /* as cdl-train makes it */
@@ -239,24 +239,37 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
     return 0;
 }
 
+cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input, long classes,
+                      cdl_backend *be)
+{
+    const char *name = o->model ? o->model : meta(f, "model");
+    cdl_model_spec spec;
+    if (!*name) {
+        cdl_error("%s has no model in its metadata (not written by cdl-train): pass "
+                  "--model lenet|mlp|resnet20|resnet18|FILE", o->ckpt);
+        return NULL;
+    }
+    if (cdl_spec_is_builtin(name)) {
+        if (cdl_spec_builtin(name, input, (int)classes, &spec) != 0)
+            return NULL;
+    } else if (cdl_spec_load(name, &spec) != 0) {
+        return NULL;
+    }
+    cdl_model *m = cdl_model_create(&spec, input, o->batch_size, be);
+    if (m && cdl_model_load_weights(m, o->ckpt, NULL) != 0) {
+        cdl_model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
 static int build_model(eval_ctx *e, const cdl_st_file *f)
 {
     const eval_opts *o = e->o;
-    const char *name = o->model ? o->model : meta(f, "model");
-    cdl_model_spec spec;
-    if (!*name)
-        return cdl_error("%s has no model in its metadata (not written by cdl-train): pass "
-                         "--model lenet|mlp|resnet20|resnet18|FILE", o->ckpt);
-    long classes = meta_long(f, "classes");
+    long classes = eval_meta_long(f, "classes");
     if (classes <= 0)
         classes = e->data.classes;
-    if (cdl_spec_is_builtin(name)) {
-        if (cdl_spec_builtin(name, e->data.shape, (int)classes, &spec) != 0)
-            return -1;
-    } else if (cdl_spec_load(name, &spec) != 0) {
-        return -1;
-    }
-    e->model = cdl_model_create(&spec, e->data.shape, o->batch_size, e->be);
+    e->model = eval_model(o, f, e->data.shape, classes, e->be);
     if (!e->model)
         return -1;
     e->classes = cdl_model_outputs(e->model);
@@ -264,7 +277,7 @@ static int build_model(eval_ctx *e, const cdl_st_file *f)
         return cdl_error("%s: the model has %d outputs but dataset %s has %d classes: pass the "
                          "dataset it was trained on", o->ckpt, e->classes, e->dataset,
                          e->data.classes);
-    return cdl_model_load_weights(e->model, o->ckpt, NULL);
+    return 0;
 }
 
 /* The class names: the checkpoint's ("class_names", one per line), else
@@ -307,7 +320,7 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     e->ri.world = 1;
     if (o->distributed && cdl_rank_discover(&e->ri) != 0)
         return -1;
-    e->be = make_backend(o, &e->ri);
+    e->be = eval_backend(o, &e->ri);
     if (!e->be)
         return -1;
     if (e->ri.world > 1) {

@@ -49,6 +49,18 @@ typedef struct eval_ctx {
 typedef int (*eval_batch_fn)(void *cb_ctx, const eval_ctx *e, long first, int n,
                              const int32_t *labels, const float *logits);
 
+/* The backend o->device names (auto: CUDA when a GPU is visible, the
+ * local rank's of several); NULL with cdl_last_error. */
+cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri);
+/* The model of checkpoint f (o->model, else its "model" metadata) built for
+ * samples of `input` shape, batches of o->batch_size and `classes` outputs
+ * (what a built-in takes), with the checkpoint's weights loaded; NULL with
+ * cdl_last_error. */
+cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input, long classes,
+                      cdl_backend *be);
+/* A non-negative integer of f's metadata, -1 when absent or malformed. */
+long eval_meta_long(const cdl_st_file *f, const char *key);
+
 /* Opens everything: -1 with cdl_last_error set. */
 int eval_open(eval_ctx *e, const eval_opts *o);
 /* Runs this rank's share of the data through the model; first is the index

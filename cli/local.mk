@@ -10,3 +10,7 @@ cli_cdl_eval_SOURCES = cli/cdl-eval.c cli/evalcommon.c cli/evalcommon.h
 cli_cdl_eval_LDADD = libcdl.la -lm
 cli_cdl_predict_SOURCES = cli/cdl-predict.c cli/evalcommon.c cli/evalcommon.h
 cli_cdl_predict_LDADD = libcdl.la -lm
+bin_PROGRAMS += cli/cdl-generate
+cli_cdl_generate_SOURCES = cli/cdl-generate.c cli/sample.c cli/sample.h cli/evalcommon.c \
+	cli/evalcommon.h
+cli_cdl_generate_LDADD = libcdl.la -lm

@@ -10,9 +10,11 @@ install-data-local-completion:
 	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdl-plot'
 	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdl-eval'
 	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdl-predict'
+	$(INSTALL_DATA) $(top_srcdir)/completions/cdl-train '$(DESTDIR)$(bashcompletiondir)/cdl-generate'
 uninstall-local: uninstall-local-completion
 uninstall-local-completion:
 	rm -f '$(DESTDIR)$(bashcompletiondir)/cdl-train' '$(DESTDIR)$(bashcompletiondir)/cdlrun'
 	rm -f '$(DESTDIR)$(bashcompletiondir)/cdl-plot'
 	rm -f '$(DESTDIR)$(bashcompletiondir)/cdl-eval' '$(DESTDIR)$(bashcompletiondir)/cdl-predict'
+	rm -f '$(DESTDIR)$(bashcompletiondir)/cdl-generate'
 .PHONY: install-data-local-completion uninstall-local-completion

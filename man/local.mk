@@ -4,3 +4,4 @@
 dist_man_MANS = man/cdl-train.1 man/cdlrun.1 man/cdl-model-spec.5 man/cdl_spank.8
 dist_man_MANS += man/cdl-plot.1
 dist_man_MANS += man/cdl-eval.1 man/cdl-predict.1
+dist_man_MANS += man/cdl-generate.1

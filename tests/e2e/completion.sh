@@ -38,4 +38,5 @@ check_options "$CDLRUN" _cdlrun
 check_options "$top_builddir/cli/cdl-plot" _cdl_plot
 check_options "$CDL_EVAL" _cdl_eval
 check_options "$CDL_PREDICT" _cdl_eval
+check_options "$top_builddir/cli/cdl-generate" _cdl_generate
 complete_words _cdl_eval cdl-eval x.safetensors --split v | grep -qx val || die "cdl-eval --split v"

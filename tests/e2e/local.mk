@@ -20,3 +20,5 @@ TESTS += tests/e2e/progress.sh
 EXTRA_DIST += tests/e2e/progress.sh
 TESTS += tests/e2e/predict-files.sh
 EXTRA_DIST += tests/e2e/predict-files.sh
+TESTS += tests/e2e/generate.sh
+EXTRA_DIST += tests/e2e/generate.sh

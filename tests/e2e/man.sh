@@ -44,6 +44,7 @@ check_options "$CDLRUN" cdlrun.1
 check_options "$top_builddir/cli/cdl-plot" cdl-plot.1
 check_options "$CDL_EVAL" cdl-eval.1
 check_options "$CDL_PREDICT" cdl-predict.1
+check_options "$top_builddir/cli/cdl-generate" cdl-generate.1
 # Every plugstack.conf key the plugin accepts (its known_keys table) is in
 # cdl_spank(8).
 keys=$(sed -n '/known_keys\[\] = {/,/};/p' "$top_srcdir/spank/config.c" | grep -oE '"[a-z_]+"' | tr -d '"')

@@ -10,6 +10,7 @@ include tests/unit/dist.mk
 include tests/unit/train.mk
 include tests/unit/spank.mk
 include tests/unit/launcher.mk
+include tests/unit/generate.mk
 endif
 EXTRA_DIST += tests/unit/testutil.h lib/core/rng.h tests/test_rng.h
 

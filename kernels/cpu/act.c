@@ -90,33 +90,10 @@ static void bwd_chunk_ref(void *vctx, size_t b, size_t e, int chunk, int tid)
 #define V __m256
 #define SET1 _mm256_set1_ps
 
-/* e^x: x = n ln2 + r (|r| <= ln2/2, ln2 in two parts), e^r by its Taylor
- * series to r^7, times 2^n put into the exponent bits. x is clamped to
- * [-87.3, 88.3] so 2^n stays a normal float (below, the result is under
- * 1.2e-38 instead of smaller still: no use of this op can tell). */
-static CPU_AVX2 inline V exp8(V x)
-{
-    x = _mm256_min_ps(_mm256_max_ps(x, SET1(-87.3f)), SET1(88.3f));
-    V n = _mm256_round_ps(_mm256_mul_ps(x, SET1(1.4426950408889634f)),
-                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    V r = _mm256_fnmadd_ps(n, SET1(0.693145751953125f), x);
-    r = _mm256_fnmadd_ps(n, SET1(1.428606765330187e-06f), r);
-    V p = SET1(1.0f / 5040.0f);
-    p = _mm256_fmadd_ps(p, r, SET1(1.0f / 720.0f));
-    p = _mm256_fmadd_ps(p, r, SET1(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, SET1(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, SET1(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, SET1(0.5f));
-    p = _mm256_fmadd_ps(p, r, SET1(1.0f));
-    p = _mm256_fmadd_ps(p, r, SET1(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
 static CPU_AVX2 inline V sigmoid8(V x)
 {
     V one = SET1(1.0f);
-    return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+    return _mm256_div_ps(one, _mm256_add_ps(one, cpu_exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
 }
 
 /* tanh(u) = sign(u) (1-e)/(1+e) with e = exp(-2|u|) in (0,1]: no overflow,
@@ -126,7 +103,7 @@ static CPU_AVX2 inline V tanh8_omt2(V u, V *omt2)
 {
     V one = SET1(1.0f), sign = _mm256_and_ps(u, SET1(-0.0f));
     V a = _mm256_andnot_ps(SET1(-0.0f), u);
-    V e = exp8(_mm256_mul_ps(SET1(-2.0f), a)), d = _mm256_add_ps(one, e);
+    V e = cpu_exp8(_mm256_mul_ps(SET1(-2.0f), a)), d = _mm256_add_ps(one, e);
     if (omt2)
         *omt2 = _mm256_div_ps(_mm256_mul_ps(SET1(4.0f), e), _mm256_mul_ps(d, d));
     return _mm256_or_ps(_mm256_div_ps(_mm256_sub_ps(one, e), d), sign);
@@ -148,7 +125,7 @@ static CPU_AVX2 inline V erf8(V x)
     p = _mm256_fmadd_ps(p, t, SET1(-0.284496736f));
     p = _mm256_fmadd_ps(p, t, SET1(0.254829592f));
     p = _mm256_mul_ps(p, t);
-    V r = _mm256_fnmadd_ps(p, exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), a), a)), one);
+    V r = _mm256_fnmadd_ps(p, cpu_exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), a), a)), one);
     return _mm256_or_ps(r, sign);
 }
 
@@ -191,7 +168,7 @@ static CPU_AVX2 V bwd8(cdl_act act, float alpha, V x, V y, V dy)
         return _mm256_and_ps(dy, _mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ));
     case CDL_ACT_GELU: {
         V cdf = _mm256_mul_ps(half, _mm256_add_ps(one, erf8(_mm256_mul_ps(x, SET1(INV_SQRT2)))));
-        V pdf = _mm256_mul_ps(SET1(INV_SQRT_2PI), exp8(_mm256_mul_ps(SET1(-0.5f), _mm256_mul_ps(x, x))));
+        V pdf = _mm256_mul_ps(SET1(INV_SQRT_2PI), cpu_exp8(_mm256_mul_ps(SET1(-0.5f), _mm256_mul_ps(x, x))));
         return _mm256_mul_ps(dy, _mm256_fmadd_ps(x, pdf, cdf));
     }
     case CDL_ACT_GELU_TANH: {

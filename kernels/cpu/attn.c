@@ -30,6 +30,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/simd.h"
 
 /* Query rows per block of the fast path: the scores of a block (64 x T)
  * stay in L2 between the GEMMs and the softmax. */
@@ -206,6 +207,43 @@ void cpu_attn_ref_bwd(cdl_backend *be, int n, int T, int C, int nh, const float 
 
 /* ------------------------------------------------------------------ fast path */
 
+/* s[j] = e^(a s[j] - b) for j < n; returns the sum of the results (in
+ * double, in index order on the portable path, per lane then lane by lane
+ * on the AVX2 one: fixed either way). */
+static double attn_exp_ref(float *s, int n, float a, float b)
+{
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) {
+        s[j] = expf(a * s[j] - b);
+        sum += s[j];
+    }
+    return sum;
+}
+
+#if CPU_X86
+static CPU_AVX2 double attn_exp_avx2(float *s, int n, float a, float b)
+{
+    __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    __m256d acc = _mm256_setzero_pd();
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = cpu_exp8(_mm256_fmsub_ps(va, _mm256_loadu_ps(s + j), vb));
+        _mm256_storeu_ps(s + j, e);
+        acc = cpu_acc8(acc, e);
+    }
+    return cpu_hsum4d(acc) + attn_exp_ref(s + j, n - j, a, b);
+}
+#endif
+
+static double attn_exp(float *s, int n, float a, float b)
+{
+#if CPU_X86
+    if (cpu_has_avx2())
+        return attn_exp_avx2(s, n, a, b);
+#endif
+    return attn_exp_ref(s, n, a, b);
+}
+
 /* Scale, causal mask and softmax of one block's scores in place: rows
  * t0..t0+rows-1 of S (rows x keys, keys = t0+rows), row r valid up to
  * column t0+r. Forward (lse_o set): P = softmax, lse written. Backward
@@ -218,20 +256,13 @@ static void attn_block_softmax(float *S, int t0, int rows, int keys, float scale
         float *s = S + (size_t)r * keys;
         int valid = t0 + r + 1;
         if (lse) {
-            float l = lse[t0 + r];
-            for (int j = 0; j < valid; j++)
-                s[j] = expf(s[j] * scale - l);
+            attn_exp(s, valid, scale, lse[t0 + r]);
         } else {
             float m = -INFINITY;
-            for (int j = 0; j < valid; j++) {
-                s[j] *= scale;
+            for (int j = 0; j < valid; j++)
                 m = s[j] > m ? s[j] : m;
-            }
-            double sum = 0.0;
-            for (int j = 0; j < valid; j++) {
-                s[j] = expf(s[j] - m);
-                sum += s[j];
-            }
+            m *= scale;   /* scale > 0: the maximum of the scaled scores */
+            double sum = attn_exp(s, valid, scale, m);
             float inv = (float)(1.0 / sum);
             for (int j = 0; j < valid; j++)
                 s[j] *= inv;

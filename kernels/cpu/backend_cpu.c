@@ -110,6 +110,9 @@ static const cdl_backend_ops cpu_ops = {
     .embedding_bwd = cpu_embedding_bwd,
     .bcast_add_fwd = cpu_bcast_add_fwd,
     .bcast_add_bwd = cpu_bcast_add_bwd,
+    .attn_workspace = cpu_attn_workspace,
+    .attn_fwd = cpu_attn_fwd,
+    .attn_bwd = cpu_attn_bwd,
     .destroy = cpu_destroy,
 };
 

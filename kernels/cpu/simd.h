@@ -53,6 +53,31 @@ static CPU_AVX2 inline __m256d cpu_dot8(__m256d acc, __m256 a, __m256 b)
                            _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)), acc);
 }
 
+/* e^x of 8 lanes (act.c, attn.c): x = n ln2 + r (|r| <= ln2/2, ln2 in two
+ * parts), e^r by its Taylor series to r^7, times 2^n put into the exponent
+ * bits. x is clamped to [-87.3, 88.3] so 2^n stays a normal float (below,
+ * the result is under 1.2e-38 instead of smaller still: no use of this op
+ * can tell). */
+static CPU_AVX2 inline __m256 cpu_exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.4426950408889634f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
 /* Lanes [0,n) of a 16-lane mask, n in [0,16]. */
 static inline __mmask16 cpu_mask16(int n)
 {

@@ -76,6 +76,9 @@ static const cdl_backend_ops cuda_ops = {
     .accumulate = cbe_accumulate,
     .channel_copy = cbe_channel_copy,
     .xent_ls_fwd_bwd = cbe_xent_ls_fwd_bwd,
+    .attn_workspace = cbe_attn_workspace,
+    .attn_fwd = cbe_attn_fwd,
+    .attn_bwd = cbe_attn_bwd,
     /* The asynchronous entries (memory.c, marks.c, graph.c). */
     .host_alloc = cuda_backend_host_alloc,
     .host_free = cuda_backend_host_free,

@@ -37,6 +37,14 @@ template <typename T> static __device__ __forceinline__ T cuk_pick(const T &sc, 
     kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
 #endif
 
+/* Full unrolling of a loop with a constant trip count (register arrays
+ * indexed by it stay in registers); nothing in the CPU emulation. */
+#ifdef CUK_EMULATION
+#define CUK_UNROLL
+#else
+#define CUK_UNROLL _Pragma("unroll")
+#endif
+
 #define CUK_GRID_STRIDE(i, n)                                                              \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                \
          i += (size_t)gridDim.x * blockDim.x)

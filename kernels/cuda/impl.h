@@ -232,6 +232,13 @@ void cbe_xent_ls_fwd_bwd(cdl_backend *be, int n, int classes, const float *logit
                          const int32_t *labels, float label_smoothing, float grad_scale,
                          float *dlogits, float *sample_loss, int32_t *pred);
 
+/* ops_attn.c: causal multi-head self-attention (attn.cu) */
+size_t cbe_attn_workspace(cdl_backend *be, int n, int T, int C, int nh);
+void cbe_attn_fwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv, float *y,
+                  float *lse, float *ws);
+void cbe_attn_bwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
+                  const float *y, const float *lse, const float *dy, float *dqkv, float *ws);
+
 /* ----------------------------------------------------- graph recorder */
 
 /* Op identities for signatures. */
@@ -243,6 +250,7 @@ enum {
     OPSIG_ADD, OPSIG_ACCUMULATE, OPSIG_GAP_FWD, OPSIG_GAP_BWD, OPSIG_CHANNEL_COPY, OPSIG_BN_SUM,
     OPSIG_BN_SQDEV, OPSIG_BN_BWD_SUMS, OPSIG_BN_APPLY, OPSIG_BN_RUNNING, OPSIG_BN_EVAL,
     OPSIG_BN_BWD_APPLY, OPSIG_BN_FOLD,
+    OPSIG_ATTN_FWD, OPSIG_ATTN_BWD,
 };
 
 /* A pointer as a signature argument. */

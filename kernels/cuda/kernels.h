@@ -146,6 +146,21 @@ cudaError_t cuk_bn_fold(cudaStream_t s, int oc, int per_oc, const float *w, cons
                         const float *running_mean, const float *running_var, float eps,
                         const float *gamma, const float *beta, float *w_out, float *b_out);
 
+/* attn.cu: causal multi-head self-attention, backend.h's attn_* (ws:
+ * cuk_attn_workspace floats). cuk_attn_flash says which path runs: the
+ * flash-style kernels (nothing T x T stored) for T > CUK_ATTN_NAIVE_MAX_T
+ * and head sizes up to CUK_ATTN_FLASH_HD; else the straightforward one
+ * with the T x T scores of every (sample, head) in ws. */
+#define CUK_ATTN_NAIVE_MAX_T 128
+#define CUK_ATTN_FLASH_HD 64
+int cuk_attn_flash(int T, int hd);
+size_t cuk_attn_workspace(int n, int T, int C, int nh);
+cudaError_t cuk_attn_fwd(cudaStream_t s, int n, int T, int C, int nh, const float *qkv,
+                         float *y, float *lse, float *ws);
+cudaError_t cuk_attn_bwd(cudaStream_t s, int n, int T, int C, int nh, const float *qkv,
+                         const float *y, const float *lse, const float *dy, float *dqkv,
+                         float *ws);
+
 /* reduce.cu: *out = sum x[i]^2 in double, in a fixed order that depends on
  * n only. partials holds CUK_SUMSQ_BLOCKS doubles. */
 #define CUK_SUMSQ_BLOCKS 256

@@ -727,6 +727,43 @@ static void check_xent(int n, int classes, int ls, float eps)
 
 /* ------------------------------------------------------------ optimizers */
 
+/* Causal self-attention forward and backward against the CPU backend: the
+ * straightforward kernels (T <= 128, or heads wider than 64) and the
+ * flash-style ones (longer T), partial tiles, head sizes 5 to 80; dqkv
+ * overwritten (NaN beforehand), reproducible bit for bit. Sums of up to
+ * T*hd products in other orders: 1e-5. */
+static void check_attn(int n, int T, int C, int nh)
+{
+    if (!have((const void *)gpu->ops->attn_fwd, "attn_fwd") ||
+        !have((const void *)gpu->ops->attn_bwd, "attn_bwd"))
+        return;
+    char shape[48];
+    snprintf(shape, sizeof shape, "n%d T%d C%d heads%d", n, T, C, nh);
+    size_t nq = (size_t)n * T * 3 * C, ny = (size_t)n * T * C, nl = (size_t)n * nh * T;
+    float *qkv = host_rand(nq, -1.5f, 1.5f), *dy = host_rand(ny, -1, 1);
+    float *y = host_zero(ny * 4), *lse = host_zero(nl * 4), *dqkv = host_zero(nq * 4);
+    float *cws = host_zero(cpu->ops->attn_workspace(cpu, n, T, C, nh) * 4);
+    cpu->ops->attn_fwd(cpu, n, T, C, nh, qkv, y, lse, cws);
+    cpu->ops->attn_bwd(cpu, n, T, C, nh, qkv, y, lse, dy, dqkv, cws);
+    size_t gw = gpu->ops->attn_workspace(gpu, n, T, C, nh);
+    float *gqkv = up(qkv, nq * 4), *gdy = up(dy, ny * 4), *gy = up(NULL, ny * 4);
+    float *glse = up(NULL, nl * 4), *gd = up(NULL, nq * 4), *gd2 = up(NULL, nq * 4);
+    float *gws = up(NULL, gw * 4);
+    gpu->ops->fill(gpu, gd, NAN, nq);
+    gpu->ops->attn_fwd(gpu, n, T, C, nh, gqkv, gy, glse, gws);
+    gpu->ops->attn_bwd(gpu, n, T, C, nh, gqkv, gy, glse, gdy, gd, gws);
+    cmp("attn_fwd y", shape, gy, y, ny, 1e-5, 0);
+    cmp("attn_fwd lse", shape, glse, lse, nl, 1e-5, 0);
+    cmp("attn_bwd dqkv", shape, gd, dqkv, nq, 1e-5, 0);
+    gpu->ops->fill(gpu, gd2, NAN, nq);
+    gpu->ops->attn_bwd(gpu, n, T, C, nh, gqkv, gy, glse, gdy, gd2, gws);
+    same_bits("attn_bwd reproducible", shape, gd, gd2, nq * 4);
+    gpu->ops->free(gpu, gqkv), gpu->ops->free(gpu, gdy), gpu->ops->free(gpu, gy);
+    gpu->ops->free(gpu, glse), gpu->ops->free(gpu, gd), gpu->ops->free(gpu, gd2);
+    gpu->ops->free(gpu, gws);
+    free(qkv), free(dy), free(y), free(lse), free(dqkv), free(cws);
+}
+
 static void check_sgd(size_t n, cdl_sgd_hparams hp, const char *name)
 {
     float *p = host_rand(n, -1, 1), *buf = host_zero(n * 4);
@@ -1127,6 +1164,11 @@ int main(int argc, char **argv)
     check_bn(16, 16, 8, 8, 1, 1);    /* fused ReLU */
     check_bn(5, 7, 3, 5, 1, 0);      /* odd shapes, affine=False */
     check_bn(64, 3, 1, 1, 0, 1);     /* BatchNorm1d: hw = 1 */
+    check_attn(2, 40, 48, 3);      /* straightforward kernels, head size 16 */
+    check_attn(1, 129, 160, 2);    /* long T, head size 80: straightforward */
+    check_attn(2, 150, 64, 2);     /* flash-style, head size 32, partial tiles */
+    check_attn(1, 140, 128, 2);    /* flash-style, head size 64 */
+    check_attn(1, 130, 20, 4);     /* flash-style, head size 5 */
     check_sgd(100003, (cdl_sgd_hparams){.lr = 0.1f}, "sgd_step");
     check_sgd(100003, (cdl_sgd_hparams){.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f},
               "sgd_step momentum");

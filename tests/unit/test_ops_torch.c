@@ -6,7 +6,8 @@
  * adaptive average pooling to 1x1, grouped/depthwise/dilated/rectangular
  * nn.Conv2d, cross-entropy with label_smoothing=0.1, add and cat;
  * nn.LayerNorm with and without bias, nn.Embedding and cross-entropy with
- * ignore_index=-1.
+ * ignore_index=-1; causal multi-head self-attention (nanoGPT's, written
+ * out).
  * Tolerances: one float32 operation against float64 (hacking.md). */
 #include <string.h>
 
@@ -269,6 +270,30 @@ static void test_xent_ignore_index(void **state)
     cdl_backend_destroy(be);
 }
 
+/* nanoGPT's attention core (masked softmax written out; torch 1.13):
+ * y, each row's logsumexp, and dqkv, on 1 and 3 threads. */
+static void test_causal_attention(void **state)
+{
+    (void)state;
+    const int32_t *sh = fixture_i32(fx, "attn/shape", 4);
+    int n = sh[0], T = sh[1], C = sh[2], nh = sh[3];
+    size_t nq = (size_t)n * T * 3 * C, ny = (size_t)n * T * C, nl = (size_t)n * nh * T;
+    const float *qkv = fixture_f32(fx, "attn/qkv", nq), *dy = fixture_f32(fx, "attn/dy", ny);
+    const int threads[] = {1, 3};
+    for (size_t ti = 0; ti < 2; ti++) {
+        cdl_backend *be = test_cpu_backend(threads[ti]);
+        float *y = buf(ny), *lse = buf(nl), *dqkv = buf(nq);
+        float *ws = buf(be->ops->attn_workspace(be, n, T, C, nh));
+        be->ops->attn_fwd(be, n, T, C, nh, qkv, y, lse, ws);
+        be->ops->attn_bwd(be, n, T, C, nh, qkv, y, lse, dy, dqkv, ws);
+        check("attention y", y, fixture_f32(fx, "attn/y", ny), ny, TOL);
+        check("attention lse", lse, fixture_f32(fx, "attn/lse", nl), nl, TOL);
+        check("attention dqkv", dqkv, fixture_f32(fx, "attn/dqkv", nq), nq, TOL);
+        cdl_free(y), cdl_free(lse), cdl_free(dqkv), cdl_free(ws);
+        cdl_backend_destroy(be);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -281,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_xent_ignore_index),
+        cmocka_unit_test(test_causal_attention),
     };
     return cmocka_run_group_tests_name("ops against PyTorch", tests, setup, teardown);
 }

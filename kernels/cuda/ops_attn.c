@@ -1,0 +1,59 @@
+/* Causal multi-head self-attention on cdl's own kernels (attn.cu): the
+ * shapes checked, the op signed for the graph recorder, then the launch.
+ * Neither op allocates nor waits for the host, so both run inside CUDA
+ * graph steps (docs/cuda.md). */
+#include "kernels/cuda/impl.h"
+
+size_t cbe_attn_workspace(cdl_backend *be, int n, int T, int C, int nh)
+{
+    (void)be;
+    if (n <= 0 || T <= 0 || C <= 0 || nh <= 0 || C % nh)
+        return 0;
+    return cuk_attn_workspace(n, T, C, nh);
+}
+
+/* 0 when the shape is one attention can run, else -1 with the error
+ * recorded (reported by the next sync). */
+static int attn_shape_ok(cbe *ci, const char *op, int C, int nh, const float *ws)
+{
+    if (C <= 0 || nh <= 0 || C % nh)
+        return cbe_fail(ci, "%s: %d features do not split into %d heads (C must be a "
+                        "multiple of nh)", op, C, nh);
+    if (!ws)
+        return cbe_fail(ci, "%s: no workspace (pass attn_workspace() floats)", op);
+    return 0;
+}
+
+void cbe_attn_fwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv, float *y,
+                  float *lse, float *ws)
+{
+    cbe *ci = cbe_of(be);
+    if (n <= 0 || T <= 0)
+        return;
+    cbe_enter(ci);
+    if (attn_shape_ok(ci, "attn_fwd", C, nh, ws))
+        return;
+    const uint64_t a[] = {(uint64_t)n, (uint64_t)T, (uint64_t)C, (uint64_t)nh, sigp(qkv),
+                          sigp(y), sigp(lse), sigp(ws)};
+    const void *dyn;
+    if (cbe_graph_op(ci, "attn_fwd", cbe_sig(OPSIG_ATTN_FWD, a, 8), NULL, 0, &dyn))
+        return;
+    CU_CHECK(ci, cuk_attn_fwd(ci->stream, n, T, C, nh, qkv, y, lse, ws));
+}
+
+void cbe_attn_bwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
+                  const float *y, const float *lse, const float *dy, float *dqkv, float *ws)
+{
+    cbe *ci = cbe_of(be);
+    if (n <= 0 || T <= 0)
+        return;
+    cbe_enter(ci);
+    if (attn_shape_ok(ci, "attn_bwd", C, nh, ws))
+        return;
+    const uint64_t a[] = {(uint64_t)n, (uint64_t)T, (uint64_t)C, (uint64_t)nh, sigp(qkv),
+                          sigp(y), sigp(lse), sigp(dy), sigp(dqkv), sigp(ws)};
+    const void *dyn;
+    if (cbe_graph_op(ci, "attn_bwd", cbe_sig(OPSIG_ATTN_BWD, a, 10), NULL, 0, &dyn))
+        return;
+    CU_CHECK(ci, cuk_attn_bwd(ci->stream, n, T, C, nh, qkv, y, lse, dy, dqkv, ws));
+}

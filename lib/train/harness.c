@@ -158,7 +158,8 @@ static int build_model(run *r)
     if (cdl_spec_is_builtin(c->model)) {
         if (cdl_spec_builtin(c->model, in, r->train.classes, &spec) != 0)
             return -1;
-    } else if (cdl_spec_load(c->model, &spec) != 0) {
+    } else if (cdl_spec_load(c->model, &spec) != 0 ||
+               cdl_spec_fit(&spec, in, r->train.classes) != 0) {   /* a gpt line's sizes */
         return -1;
     }
     if (spec.input.c && (spec.input.c != in.c || spec.input.h != in.h || spec.input.w != in.w))

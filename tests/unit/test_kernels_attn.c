@@ -95,6 +95,8 @@ static void test_attn_matches_reference(void **state)
     const attn_fwd_fn fwds[] = {cpu_attn_ref_fwd, cpu_attn_fwd};
     const attn_bwd_fn bwds[] = {cpu_attn_ref_bwd, cpu_attn_bwd};
     const char *paths[] = {"reference", "fast"};
+    const int threads[] = {1, 3};
+    cdl_backend *bes[] = {test_cpu_backend(threads[0]), test_cpu_backend(threads[1])};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int n = shapes[k][0], T = shapes[k][1], C = shapes[k][2], nh = shapes[k][3];
         size_t nq = (size_t)n * T * 3 * C, ny = (size_t)n * T * C, nl = (size_t)n * nh * T;
@@ -105,9 +107,8 @@ static void test_attn_matches_reference(void **state)
         ref_attn_bwd(n, T, C, nh, qkv.d, dy.d, dqkv.d);
         float *y1 = cdl_calloc(ny, sizeof *y1), *d1 = cdl_calloc(nq, sizeof *d1);
         for (size_t p = 0; p < 2; p++) {
-            const int threads[] = {1, 3};
             for (size_t ti = 0; ti < 2; ti++) {
-                cdl_backend *be = test_cpu_backend(threads[ti]);
+                cdl_backend *be = bes[ti];
                 /* NaN: every output element must be written (dqkv is
                  * overwritten, not accumulated). */
                 for (size_t i = 0; i < nq; i++)
@@ -130,7 +131,6 @@ static void test_attn_matches_reference(void **state)
                     assert_memory_equal(y1, y.f, ny * sizeof *y1);
                     assert_memory_equal(d1, dqkv.f, nq * sizeof *d1);
                 }
-                cdl_backend_destroy(be);
             }
         }
         cdl_free(y1), cdl_free(d1);
@@ -138,6 +138,8 @@ static void test_attn_matches_reference(void **state)
         for (size_t i = 0; i < 5; i++)
             pair_free(all[i]);
     }
+    cdl_backend_destroy(bes[0]);
+    cdl_backend_destroy(bes[1]);
 }
 
 /* Large scores (|S| up to ~400): the max-subtracted softmax must neither

@@ -79,6 +79,12 @@ static const cdl_backend_ops cuda_ops = {
     .attn_workspace = cbe_attn_workspace,
     .attn_fwd = cbe_attn_fwd,
     .attn_bwd = cbe_attn_bwd,
+    .layernorm_fwd = cbe_layernorm_fwd,
+    .layernorm_bwd = cbe_layernorm_bwd,
+    .embedding_fwd = cbe_embedding_fwd,
+    .embedding_bwd = cbe_embedding_bwd,
+    .bcast_add_fwd = cbe_bcast_add_fwd,
+    .bcast_add_bwd = cbe_bcast_add_bwd,
     /* The asynchronous entries (memory.c, marks.c, graph.c). */
     .host_alloc = cuda_backend_host_alloc,
     .host_free = cuda_backend_host_free,

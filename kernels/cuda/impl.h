@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -239,6 +240,20 @@ void cbe_attn_fwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv
 void cbe_attn_bwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
                   const float *y, const float *lse, const float *dy, float *dqkv, float *ws);
 
+/* ops_seq.c: the ops of transformers (issue 16) */
+void cbe_layernorm_fwd(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
+                       const float *beta, float eps, float *y, float *saved);
+void cbe_layernorm_bwd(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
+                       const float *saved, const float *dy, float *dx, float *dgamma,
+                       float *dbeta);
+void cbe_embedding_fwd(cdl_backend *be, int rows, int d, const float *ids, const float *w,
+                       float *y);
+void cbe_embedding_bwd(cdl_backend *be, int rows, int d, int vocab, const float *ids,
+                       const float *dy, float *dw);
+void cbe_bcast_add_fwd(cdl_backend *be, int n, size_t m, const float *x, const float *b,
+                       float *y);
+void cbe_bcast_add_bwd(cdl_backend *be, int n, size_t m, const float *dy, float *db);
+
 /* ----------------------------------------------------- graph recorder */
 
 /* Op identities for signatures. */
@@ -251,12 +266,23 @@ enum {
     OPSIG_BN_SQDEV, OPSIG_BN_BWD_SUMS, OPSIG_BN_APPLY, OPSIG_BN_RUNNING, OPSIG_BN_EVAL,
     OPSIG_BN_BWD_APPLY, OPSIG_BN_FOLD,
     OPSIG_ATTN_FWD, OPSIG_ATTN_BWD,
+    OPSIG_LAYERNORM_FWD, OPSIG_LAYERNORM_BWD, OPSIG_EMBEDDING_FWD, OPSIG_EMBEDDING_BWD,
+    OPSIG_BCAST_ADD_FWD, OPSIG_BCAST_ADD_BWD,
 };
 
 /* A pointer as a signature argument. */
 static inline uint64_t sigp(const void *p)
 {
     return (uint64_t)(uintptr_t)p;
+}
+
+/* A float as a signature argument (constants such as eps: a replayed
+ * step must use the captured ones). */
+static inline uint64_t sigf(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
 }
 
 /* A signature of an op and its arguments (pointers, sizes), not of the

@@ -166,6 +166,25 @@ cudaError_t cuk_attn_bwd(cudaStream_t s, int n, int T, int C, int nh, const floa
 #define CUK_SUMSQ_BLOCKS 256
 cudaError_t cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, double *out);
 
+/* layernorm.cu: backend.h's layernorm_fwd/bwd (saved: mean, rstd per row;
+ * gamma/beta NULL = 1/0; dx, dgamma, dbeta NULL = not wanted). */
+cudaError_t cuk_layernorm_fwd(cudaStream_t s, int rows, int d, const float *x,
+                              const float *gamma, const float *beta, float eps, float *y,
+                              float *saved);
+cudaError_t cuk_layernorm_bwd(cudaStream_t s, int rows, int d, const float *x,
+                              const float *gamma, const float *saved, const float *dy, float *dx,
+                              float *dgamma, float *dbeta);
+
+/* embed.cu: backend.h's embedding_fwd/bwd (the backward adds into dw, each
+ * element in row order) and bcast_add_fwd/bwd. */
+cudaError_t cuk_embedding_fwd(cudaStream_t s, int rows, int d, const float *ids, const float *w,
+                              float *y);
+cudaError_t cuk_embedding_bwd(cudaStream_t s, int rows, int d, const float *ids, const float *dy,
+                              float *dw);
+cudaError_t cuk_bcast_add_fwd(cudaStream_t s, int n, size_t m, const float *x, const float *b,
+                              float *y);
+cudaError_t cuk_bcast_add_bwd(cudaStream_t s, int n, size_t m, const float *dy, float *db);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,15 +8,6 @@
 
 #include "kernels/cuda/impl.h"
 
-/* A float as a signature argument (constants such as eps: a replayed
- * step must use the captured ones). */
-static uint64_t sigf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 /* ------------------------------------------------------- activations */
 
 static const char *act_name(cdl_act act, int bwd)

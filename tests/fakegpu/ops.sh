@@ -4,7 +4,8 @@
 # FP32 and TF32, reproducibility, and CUDA-graph capture and replay against
 # eager steps, two models' workspaces on one backend, the ops of residual
 # networks (batch norm, activations, joins, label smoothing; in a graph
-# step too) and grouped/dilated convolutions (379 checks). With
+# step too), grouped/dilated convolutions and the ops of transformers
+# (layer norm, embedding, broadcast add, ignored labels). With
 # CDL_LOG=cudnn the backend prints the algorithm and math type of every
 # convolution plan: TF32 must reach cuDNN as tensor-op math (for float data
 # that is TF32, not half), strict FP32 must be FMA math, and no plan may

@@ -725,6 +725,77 @@ static void check_xent(int n, int classes, int ls, float eps)
     free(z), free(dz), free(loss), free(labels), free(pred);
 }
 
+/* --------------------------------------- ops of transformers (issue 16) */
+
+/* layernorm (with and without gamma/beta), embedding, bcast_add against
+ * the CPU: layer norm to 1e-6 (double sums in another order), the
+ * embedding and the broadcast add bit for bit (the same float additions
+ * in row order), and reproducible. */
+static void check_seq(int rows, int d, int vocab, int affine)
+{
+    if (!have((const void *)gpu->ops->layernorm_fwd, "layernorm_fwd") ||
+        !have((const void *)gpu->ops->layernorm_bwd, "layernorm_bwd") ||
+        !have((const void *)gpu->ops->embedding_fwd, "embedding_fwd") ||
+        !have((const void *)gpu->ops->embedding_bwd, "embedding_bwd") ||
+        !have((const void *)gpu->ops->bcast_add_fwd, "bcast_add_fwd") ||
+        !have((const void *)gpu->ops->bcast_add_bwd, "bcast_add_bwd"))
+        return;
+    char shape[64];
+    snprintf(shape, sizeof shape, "rows%d d%d vocab%d%s", rows, d, vocab, affine ? "" : " no affine");
+    size_t nx = (size_t)rows * d, nw = (size_t)vocab * d;
+    float *x = host_rand(nx, -2, 3), *dy = host_rand(nx, -1, 1), *g = host_rand((size_t)d, 0.5, 1.5);
+    float *b = host_rand((size_t)d, -0.5, 0.5), *w = host_rand(nw, -1, 1), *dw = host_rand(nw, -1, 1);
+    float *y = host_zero(nx * 4), *dx = host_zero(nx * 4), *saved = host_zero((size_t)rows * 8);
+    float *dg = host_zero((size_t)d * 4), *db = host_zero((size_t)d * 4), *ids = host_zero((size_t)rows * 4);
+    for (int r = 0; r < rows; r++)
+        ids[r] = (float)((int)(frand(0, 1) * (float)vocab) % vocab);
+    float *gx = up(x, nx * 4), *gdy = up(dy, nx * 4), *gg = affine ? up(g, (size_t)d * 4) : NULL;
+    float *gb = affine ? up(b, (size_t)d * 4) : NULL, *gy = up(NULL, nx * 4), *gdx = up(NULL, nx * 4);
+    float *gsaved = up(NULL, (size_t)rows * 8), *gdg = up(NULL, (size_t)d * 4);
+    float *gdb = up(NULL, (size_t)d * 4), *gdg2 = up(NULL, (size_t)d * 4);
+    const float *cg = affine ? g : NULL, *cb = affine ? b : NULL;
+    cpu->ops->layernorm_fwd(cpu, rows, d, x, cg, cb, 1e-5f, y, saved);
+    gpu->ops->layernorm_fwd(gpu, rows, d, gx, gg, gb, 1e-5f, gy, gsaved);
+    cmp("layernorm_fwd y", shape, gy, y, nx, 1e-6, 0);
+    cmp("layernorm_fwd saved", shape, gsaved, saved, 2 * (size_t)rows, 1e-6, 0);
+    /* The backward from the CPU's saved statistics: measured alone. */
+    gpu->ops->to_device(gpu, gsaved, saved, (size_t)rows * 8);
+    cpu->ops->layernorm_bwd(cpu, rows, d, x, cg, saved, dy, dx, dg, db);
+    gpu->ops->layernorm_bwd(gpu, rows, d, gx, gg, gsaved, gdy, gdx, gdg, gdb);
+    cmp("layernorm_bwd dx", shape, gdx, dx, nx, 1e-5, 0);
+    cmp("layernorm_bwd dgamma", shape, gdg, dg, (size_t)d, 1e-6, 0);
+    cmp("layernorm_bwd dbeta", shape, gdb, db, (size_t)d, 1e-6, 0);
+    gpu->ops->layernorm_bwd(gpu, rows, d, gx, gg, gsaved, gdy, gy, gdg2, NULL);
+    same_bits("layernorm_bwd reproducible", shape, gdg, gdg2, (size_t)d * 4);
+    same_bits("layernorm_bwd dx without dbeta", shape, gdx, gy, nx * 4);
+
+    float *gw = up(w, nw * 4), *gdw = up(dw, nw * 4), *gids = up(ids, (size_t)rows * 4);
+    cpu->ops->embedding_fwd(cpu, rows, d, ids, w, y);
+    gpu->ops->embedding_fwd(gpu, rows, d, gids, gw, gy);
+    cmp_exact("embedding_fwd", shape, gy, y, nx * 4);
+    cpu->ops->embedding_bwd(cpu, rows, d, vocab, ids, dy, dw);   /* adds to dw */
+    gpu->ops->embedding_bwd(gpu, rows, d, vocab, gids, gdy, gdw);
+    cmp_exact("embedding_bwd (accumulates)", shape, gdw, dw, nw * 4);
+
+    /* bcast_add over (4, nx/4) with b the first nx/4 of dy; in place too. */
+    size_t m = nx / 4;
+    cpu->ops->bcast_add_fwd(cpu, 4, m, x, dy, y);
+    gpu->ops->bcast_add_fwd(gpu, 4, m, gx, gdy, gy);
+    cmp_exact("bcast_add_fwd", shape, gy, y, 4 * m * 4);
+    gpu->ops->bcast_add_fwd(gpu, 4, m, gx, gdy, gx);
+    same_bits("bcast_add_fwd in place", shape, gx, gy, 4 * m * 4);
+    cpu->ops->bcast_add_bwd(cpu, 4, m, dy, y);
+    gpu->ops->bcast_add_bwd(gpu, 4, m, gdy, gy);
+    cmp_exact("bcast_add_bwd", shape, gy, y, m * 4);
+
+    void *gbufs[] = {gx, gdy, gg, gb, gy, gdx, gsaved, gdg, gdb, gdg2, gw, gdw, gids};
+    for (size_t i = 0; i < sizeof gbufs / sizeof gbufs[0]; i++)
+        if (gbufs[i])
+            gpu->ops->free(gpu, gbufs[i]);
+    free(x), free(dy), free(g), free(b), free(w), free(dw), free(y), free(dx), free(saved);
+    free(dg), free(db), free(ids);
+}
+
 /* ------------------------------------------------------------ optimizers */
 
 /* Causal self-attention forward and backward against the CPU backend: the
@@ -1169,6 +1240,9 @@ int main(int argc, char **argv)
     check_attn(2, 150, 64, 2);     /* flash-style, head size 32, partial tiles */
     check_attn(1, 140, 128, 2);    /* flash-style, head size 64 */
     check_attn(1, 130, 20, 4);     /* flash-style, head size 5 */
+    check_seq(256, 384, 65, 1);      /* a char GPT's rows (n*T), n_embd, vocab */
+    check_seq(37, 100, 1000, 0);     /* odd shapes, no gamma/beta */
+    check_seq(5, 1, 3, 1);           /* d = 1: y = beta */
     check_sgd(100003, (cdl_sgd_hparams){.lr = 0.1f}, "sgd_step");
     check_sgd(100003, (cdl_sgd_hparams){.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f},
               "sgd_step momentum");

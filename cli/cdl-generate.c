@@ -73,8 +73,8 @@ typedef struct gen {
 
 /* The vocabulary: the rows of the token embedding (nanoGPT's name, which
  * the gpt built-in and specs following it use), else the "classes"
- * metadata over the T positions. */
-static int find_vocab(const cdl_st_file *f, const char *ckpt, int T)
+ * metadata (per position for a language model). */
+static int find_vocab(const cdl_st_file *f, const char *ckpt)
 {
     for (int i = 0; i < cdl_st_count(f); i++) {
         const char *name = cdl_st_name(f, i);
@@ -87,11 +87,11 @@ static int find_vocab(const cdl_st_file *f, const char *ckpt, int T)
             return (int)shape[0];
     }
     long classes = eval_meta_long(f, "classes");
-    if (classes > 0 && classes % T == 0)
-        return (int)(classes / T);
-    return cdl_error("%s has no token embedding (transformer.wte.weight) and no usable "
-                     "\"classes\" metadata: cdl-generate needs a language model "
-                     "(cdl-train --model gpt --dataset text:FILE)", ckpt);
+    if (classes > 0 && classes < (1 << 24))
+        return (int)classes;
+    return cdl_error("%s has no token embedding (transformer.wte.weight) and no \"classes\" "
+                     "metadata: cdl-generate needs a language model (cdl-train --model gpt "
+                     "--dataset text:FILE)", ckpt);
 }
 
 static int gen_open(gen *g)
@@ -111,7 +111,7 @@ static int gen_open(gen *g)
         cdl_error("%s: input_shape '%.40s' is not a token window (T,1,1): cdl-generate needs a "
                   "language model trained by cdl-train (--model gpt --dataset text:FILE)",
                   g->o.ckpt, shape ? shape : "(none)");
-    else if ((g->vocab = find_vocab(f, g->o.ckpt, in.c)) > 0)
+    else if ((g->vocab = find_vocab(f, g->o.ckpt)) > 0)
         rc = 0;
     g->T = in.c;
     if (rc == 0)
@@ -120,11 +120,11 @@ static int gen_open(gen *g)
     if (rc != 0 || !g->model)
         return -1;
     int outputs = cdl_model_outputs(g->model);
-    if (outputs != g->vocab && outputs != g->T * g->vocab)
-        return cdl_error("%s: the model has %d outputs per window, neither the vocabulary (%d) "
-                         "nor one row of it per position (%d x %d)", g->o.ckpt, outputs,
-                         g->vocab, g->T, g->vocab);
-    g->positions = outputs / g->vocab;
+    g->positions = cdl_model_positions(g->model);
+    if (outputs != g->positions * g->vocab || (g->positions != 1 && g->positions != g->T))
+        return cdl_error("%s: the model has %d outputs at %d positions of a %d-token window, "
+                         "not one row of the vocabulary (%d) per position: is it a language "
+                         "model?", g->o.ckpt, outputs, g->positions, g->T, g->vocab);
     g->x = cdl_calloc((size_t)g->T, sizeof *g->x);
     g->row = cdl_malloc((size_t)g->vocab * sizeof *g->row);
     g->scratch = cdl_malloc(2 * (size_t)g->vocab * sizeof *g->scratch);

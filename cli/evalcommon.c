@@ -252,8 +252,8 @@ cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input,
     if (cdl_spec_is_builtin(name)) {
         if (cdl_spec_builtin(name, input, (int)classes, &spec) != 0)
             return NULL;
-    } else if (cdl_spec_load(name, &spec) != 0) {
-        return NULL;
+    } else if (cdl_spec_load(name, &spec) != 0 || cdl_spec_fit(&spec, input, (int)classes) != 0) {
+        return NULL;   /* fit: the sizes a gpt line leaves to the data */
     }
     cdl_model *m = cdl_model_create(&spec, input, o->batch_size, be);
     if (m && cdl_model_load_weights(m, o->ckpt, NULL) != 0) {

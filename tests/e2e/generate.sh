@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# cdl-generate: its option errors; a tiny GPT trained on a counting text
+# cdl-generate: its option errors; its greedy text equals PyTorch's on the
+# same weights (tests/fixtures/gpt_ref.py), from a prompt shorter than the
+# block and one longer (the window slides); a tiny GPT trained on a counting text
 # ("0123456789" over and over) continues a prompt greedily with the digits
 # that follow, past its block size (the window slides) and from a prompt
 # shorter than it (the padding after the context changes nothing); the same
@@ -17,6 +19,25 @@ expect_status 2 "$GEN" x.safetensors --prompt a --prompt-tokens 1
 expect_err "exclude each other"
 expect_status 1 "$GEN" "$TMP/none.safetensors"
 expect_err "none.safetensors"
+
+# Greedy (temperature 0) against PyTorch on a GPT PyTorch wrote.
+py=/usr/bin/python3
+if $py -c 'import torch, safetensors.torch' 2>/dev/null; then
+    long="Once upon a time there were"   # 27 bytes, the block is 16
+    $py "$top_srcdir/tests/e2e/generate_torch.py" "$TMP/ref.safetensors" 40 "$long" "$TMP/ta" \
+        Hi "$TMP/tb" || die "generate_torch.py failed"
+    for p in a b; do
+        prompt=$long
+        [ $p = b ] && prompt=Hi
+        "$GEN" "$TMP/ref.safetensors" --prompt "$prompt" --temperature 0 --max-tokens 40 \
+            --device cpu >"$TMP/g$p" || die "cdl-generate on PyTorch's GPT failed"
+        head -c "$(wc -c <"$TMP/t$p")" "$TMP/g$p" | cmp -s - "$TMP/t$p" ||
+            die "greedy text from '$prompt' differs from PyTorch's: $(od -c "$TMP/g$p" | head -3)"
+    done
+    echo "cdl-generate's greedy text equals PyTorch's from a short and a long prompt"
+else
+    echo "note: no python3-torch/safetensors: the comparison with PyTorch is skipped"
+fi
 
 "$CDL_TRAIN" --help | grep -q 'text:' && "$CDL_TRAIN" --help | grep -q 'gpt' ||
     { echo "SKIP: cdl-train has no gpt model or text data yet"; exit 77; }

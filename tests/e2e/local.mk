@@ -21,4 +21,4 @@ EXTRA_DIST += tests/e2e/progress.sh
 TESTS += tests/e2e/predict-files.sh
 EXTRA_DIST += tests/e2e/predict-files.sh
 TESTS += tests/e2e/generate.sh
-EXTRA_DIST += tests/e2e/generate.sh
+EXTRA_DIST += tests/e2e/generate.sh tests/e2e/generate_torch.py

@@ -39,8 +39,10 @@ else
     echo "note: no python3-torch/safetensors: the comparison with PyTorch is skipped"
 fi
 
-"$CDL_TRAIN" --help | grep -q 'text:' && "$CDL_TRAIN" --help | grep -q 'gpt' ||
-    { echo "SKIP: cdl-train has no gpt model or text data yet"; exit 77; }
+if ! "$CDL_TRAIN" --help | grep -q 'text:'; then
+    [ -s "$TMP/ga" ] || { echo "SKIP: no PyTorch, and cdl-train has no text data yet"; exit 77; }
+    echo "PASS (partly): cdl-train has no text data yet: training checks skipped"; exit 0
+fi
 train() { "$CDL_TRAIN" --device cpu --threads 1 --seed 5 --quiet "$@" >"$TMP/train.log" 2>&1 ||
     { cat "$TMP/train.log" >&2; die "cdl-train $* failed"; }; }
 

@@ -232,15 +232,16 @@ static __device__ __forceinline__ void fa_load(float (*tile)[LD], const float *b
     }
 }
 
-/* Forward: grid (query blocks, items). Thread row t keeps q_t * scale and
- * the unnormalised output o in registers; m, l: running max and sum. */
+/* Forward: grid (items, query blocks): items on x, which has room for any
+ * batch. Thread row t keeps q_t * scale and the unnormalised output o in
+ * registers; m, l: running max and sum. */
 template <int HD>
 static __global__ void __launch_bounds__(FA_ROWS)
 fa_fwd(int T, int C, int nh, float scale, const float *qkv, float *y, float *lse)
 {
     __shared__ float ks[FA_TILE][HD], vs[FA_TILE][HD];
-    int hd = C / nh, item = (int)blockIdx.y, b = item / nh, h = item % nh;
-    int t0 = (int)blockIdx.x * FA_ROWS, t = t0 + (int)threadIdx.x;
+    int hd = C / nh, item = (int)blockIdx.x, b = item / nh, h = item % nh;
+    int t0 = (int)blockIdx.y * FA_ROWS, t = t0 + (int)threadIdx.x;
     int last = t0 + FA_ROWS < T ? t0 + FA_ROWS : T;   /* keys the block needs: [0, last) */
     const float *q3 = qkv + base3(b, h, T, C, hd);
     size_t ld3 = 3 * (size_t)C;
@@ -289,7 +290,7 @@ fa_fwd(int T, int C, int nh, float scale, const float *qkv, float *y, float *lse
     }
 }
 
-/* Backward, key side: grid (key blocks, items). Thread key s owns k_s, v_s
+/* Backward, key side: grid (items, key blocks). Thread key s owns k_s, v_s
  * (shared, rows padded against bank conflicts) and dk_s, dv_s (registers);
  * query tiles from the block's first key to T. */
 template <int HD>
@@ -299,8 +300,8 @@ fa_bwd_kv(int T, int C, int nh, float scale, const float *qkv, const float *dy,
 {
     __shared__ float ko[FA_ROWS][HD + 1], vo[FA_ROWS][HD + 1];
     __shared__ float qs[FA_TILE][HD], gs[FA_TILE][HD], ls[FA_TILE], ds_[FA_TILE];
-    int hd = C / nh, item = (int)blockIdx.y, b = item / nh, h = item % nh;
-    int s0 = (int)blockIdx.x * FA_ROWS, s = s0 + (int)threadIdx.x;
+    int hd = C / nh, item = (int)blockIdx.x, b = item / nh, h = item % nh;
+    int s0 = (int)blockIdx.y * FA_ROWS, s = s0 + (int)threadIdx.x;
     const float *q3 = qkv + base3(b, h, T, C, hd), *g1 = dy + base1(b, h, T, C, hd);
     size_t ld3 = 3 * (size_t)C;
     fa_load<HD, FA_ROWS, HD + 1>(ko, q3 + C, ld3, s0, T, hd);
@@ -351,7 +352,7 @@ fa_bwd_kv(int T, int C, int nh, float scale, const float *qkv, const float *dy,
     }
 }
 
-/* Backward, query side: grid (query blocks, items). Thread row t owns q_t
+/* Backward, query side: grid (items, query blocks). Thread row t owns q_t
  * and dy_t (shared, padded) and dq_t (registers); key tiles up to the
  * block's last row. */
 template <int HD>
@@ -361,8 +362,8 @@ fa_bwd_q(int T, int C, int nh, float scale, const float *qkv, const float *dy,
 {
     __shared__ float qo[FA_ROWS][HD + 1], go[FA_ROWS][HD + 1];
     __shared__ float ks[FA_TILE][HD], vs[FA_TILE][HD];
-    int hd = C / nh, item = (int)blockIdx.y, b = item / nh, h = item % nh;
-    int t0 = (int)blockIdx.x * FA_ROWS, t = t0 + (int)threadIdx.x;
+    int hd = C / nh, item = (int)blockIdx.x, b = item / nh, h = item % nh;
+    int t0 = (int)blockIdx.y * FA_ROWS, t = t0 + (int)threadIdx.x;
     int last = t0 + FA_ROWS < T ? t0 + FA_ROWS : T;
     const float *q3 = qkv + base3(b, h, T, C, hd), *g1 = dy + base1(b, h, T, C, hd);
     size_t ld3 = 3 * (size_t)C;
@@ -426,7 +427,7 @@ extern "C" cudaError_t cuk_attn_fwd(cudaStream_t st, int n, int T, int C, int nh
     float scale = (float)(1.0 / sqrt((double)hd));
     size_t rows = (size_t)n * nh * T;
     if (cuk_attn_flash(T, hd)) {
-        dim3 grid((unsigned)((T + FA_ROWS - 1) / FA_ROWS), (unsigned)(n * nh));
+        dim3 grid((unsigned)(n * nh), (unsigned)((T + FA_ROWS - 1) / FA_ROWS));
         FA_DISPATCH(hd, fa_fwd, grid, st, T, C, nh, scale, qkv, y, lse);
         return cudaGetLastError();
     }
@@ -450,7 +451,7 @@ extern "C" cudaError_t cuk_attn_bwd(cudaStream_t st, int n, int T, int C, int nh
     if (cuk_attn_flash(T, hd)) {
         float *D = ws;
         CUK_LAUNCH(attn_rowdot, cuk_blocks(rows), CUK_THREADS, st, n, T, C, nh, dy, y, D);
-        dim3 grid((unsigned)((T + FA_ROWS - 1) / FA_ROWS), (unsigned)(n * nh));
+        dim3 grid((unsigned)(n * nh), (unsigned)((T + FA_ROWS - 1) / FA_ROWS));
         FA_DISPATCH(hd, fa_bwd_kv, grid, st, T, C, nh, scale, qkv, dy, lse, (const float *)D,
                     dqkv);
         FA_DISPATCH(hd, fa_bwd_q, grid, st, T, C, nh, scale, qkv, dy, lse, (const float *)D,

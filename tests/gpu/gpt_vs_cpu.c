@@ -166,9 +166,16 @@ int main(int argc, char **argv)
     int rc = side_init(&c, cpu, NULL, ids, labels);
     float *params = NULL;
     if (rc == 0) {
-        /* GPT-2's initialisation, made once on the CPU, copied to both. */
+        /* GPT-2's initialisation, made once on the CPU, copied to both;
+         * biases not 0 and layer norms not 1, so that each tensor's
+         * largest value (what errors are measured against) is not just
+         * the size of one AdamW step. */
         cdl_model_init(c.m, 7);
         params = download(cpu, cdl_model_params(c.m), cdl_model_nparams(c.m));
+        for (size_t i = 0; i < cdl_model_nparams(c.m); i++)
+            params[i] += 0.05f * sinf((float)i);
+        cpu->ops->to_device(cpu, cdl_model_params(c.m), params,
+                            cdl_model_nparams(c.m) * sizeof *params);
         rc = side_init(&g, be, params, ids, labels);
     }
     if (rc == 77)

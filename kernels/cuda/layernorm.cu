@@ -8,9 +8,10 @@
  * gamma + beta; dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy
  * * gamma.
  *
- * dgamma, dbeta: a block per 32 columns, lane = column; its 8 warps take
- * the rows w, w+8, ... in double, then warp 0 adds the 8 partials in order
- * (no atomics: bitwise reproducible).
+ * dgamma, dbeta: a block per 32 columns, lane = column; its 32 warps take
+ * the rows w, w+32, ... in double, then warp 0 adds the 32 partials in
+ * order (no atomics: bitwise reproducible). A GPT's width gives few such
+ * blocks (n_embd/32), so each is as wide as a block can be.
  */
 #include <math.h>
 
@@ -18,6 +19,8 @@
 
 #define LN_THREADS 256
 #define LN_WARPS (LN_THREADS / 32)
+#define LN_PARAM_THREADS 1024
+#define LN_PARAM_WARPS (LN_PARAM_THREADS / 32)
 #define FULL_MASK 0xffffffffu
 
 static __device__ __forceinline__ double warp_sum(double v)
@@ -82,16 +85,16 @@ ln_dx_kernel(int rows, int d, const float *x, const float *gamma, const float *s
     }
 }
 
-static __global__ void __launch_bounds__(LN_THREADS)
+static __global__ void __launch_bounds__(LN_PARAM_THREADS)
 ln_param_kernel(int rows, int d, const float *x, const float *saved, const float *dy,
                 float *dgamma, float *dbeta)
 {
-    __shared__ double part[2][LN_WARPS][32];
+    __shared__ double part[2][LN_PARAM_WARPS][32];
     int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x / 32);
     int j = (int)blockIdx.x * 32 + lane;
     double sg = 0.0, sb = 0.0;
     if (j < d)
-        for (int r = w; r < rows; r += LN_WARPS) {
+        for (int r = w; r < rows; r += LN_PARAM_WARPS) {
             float g = dy[(size_t)r * d + j];
             sg += (double)g * ((x[(size_t)r * d + j] - saved[r]) * saved[rows + r]);
             sb += g;
@@ -101,7 +104,7 @@ ln_param_kernel(int rows, int d, const float *x, const float *saved, const float
     __syncthreads();
     if (w == 0 && j < d) {
         double tg = 0.0, tb = 0.0;
-        for (int k = 0; k < LN_WARPS; k++) {
+        for (int k = 0; k < LN_PARAM_WARPS; k++) {
             tg += part[0][k][lane];
             tb += part[1][k][lane];
         }
@@ -139,7 +142,7 @@ extern "C" cudaError_t cuk_layernorm_bwd(cudaStream_t s, int rows, int d, const 
             return e;
     }
     if (dgamma || dbeta)
-        CUK_LAUNCH(ln_param_kernel, (unsigned)((d + 31) / 32), LN_THREADS, s, rows, d, x, saved,
-                   dy, dgamma, dbeta);
+        CUK_LAUNCH(ln_param_kernel, (unsigned)((d + 31) / 32), LN_PARAM_THREADS, s, rows, d,
+                   x, saved, dy, dgamma, dbeta);
     return cudaGetLastError();
 }

@@ -98,6 +98,7 @@ static const cdl_backend_ops cuda_ops = {
     .graph_reset = cuda_backend_graph_reset,
     .stream = cuda_backend_stream,
     .device_uuid = cuda_backend_gpu_uuid,
+    .device_name = cuda_backend_gpu_name,
 };
 
 int cuda_backend_is_cuda(const cdl_backend *be)

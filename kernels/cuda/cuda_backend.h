@@ -89,5 +89,7 @@ void *cuda_backend_stream(cdl_backend *be);
  * process whatever CUDA_VISIBLE_DEVICES says), to find ranks sharing a GPU.
  * Returns 0; -1 with cdl_error on other backends. */
 int cuda_backend_gpu_uuid(cdl_backend *be, unsigned char uuid[16]);
+/* The GPU's name from cudaGetDeviceProperties (device_name). */
+const char *cuda_backend_gpu_name(cdl_backend *be);
 
 #endif

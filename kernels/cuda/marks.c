@@ -73,6 +73,11 @@ void *cuda_backend_stream(cdl_backend *be)
     return cuda_backend_is_cuda(be) ? (void *)cbe_of(be)->stream : NULL;
 }
 
+const char *cuda_backend_gpu_name(cdl_backend *be)
+{
+    return cuda_backend_is_cuda(be) ? cbe_of(be)->gpu_name : NULL;
+}
+
 int cuda_backend_gpu_uuid(cdl_backend *be, unsigned char uuid[16])
 {
     if (!cuda_backend_is_cuda(be))

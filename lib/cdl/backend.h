@@ -355,6 +355,9 @@ typedef struct cdl_backend_ops {
     /* The device's identity (the same in every process whatever
      * CUDA_VISIBLE_DEVICES says), to find ranks sharing a GPU. */
     int (*device_uuid)(cdl_backend *be, unsigned char uuid[16]);
+    /* The device's product name ("NVIDIA H100 80GB HBM3"), for the peak
+     * FLOP/s of MFU reports; NULL entry: none (a CPU). */
+    const char *(*device_name)(cdl_backend *be);
 } cdl_backend_ops;
 
 /* Step mark slots a backend with marks keeps. */
@@ -431,6 +434,8 @@ int cdl_backend_graph_end(cdl_backend *be);
 void cdl_backend_graph_reset(cdl_backend *be);
 void *cdl_backend_stream(cdl_backend *be);
 int cdl_backend_device_uuid(cdl_backend *be, unsigned char uuid[16]);
+/* The device's name, or NULL when the backend has none (the CPU). */
+const char *cdl_backend_device_name(cdl_backend *be);
 
 /* Counter-based keep decision for dropout element i: identical on every
  * backend and independent of thread count. */

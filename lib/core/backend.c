@@ -176,6 +176,11 @@ void *cdl_backend_stream(cdl_backend *be)
     return be->ops->stream ? be->ops->stream(be) : NULL;
 }
 
+const char *cdl_backend_device_name(cdl_backend *be)
+{
+    return be->ops->device_name ? be->ops->device_name(be) : NULL;
+}
+
 int cdl_backend_device_uuid(cdl_backend *be, unsigned char uuid[16])
 {
     memset(uuid, 0, 16);

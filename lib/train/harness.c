@@ -19,6 +19,7 @@
 #include "ddp.h"
 #include "grads.h"
 #include "loop.h"
+#include "mfu.h"
 #include "metrics.h"
 #include "pipeline.h"
 #include "run.h"
@@ -368,10 +369,11 @@ static int run_epochs(run *r, cdl_train_result *res)
             .train_acc = tr[2] > 0 ? tr[1] / tr[2] : 0,
             .val_loss = val_loss,
             .val_acc = val_acc,
-            .images_per_sec = seconds > 0 ? seen_here[0] / seconds : 0,
             .seconds = seconds,
             .lr = cdl_schedule_lr(&r->sched, pos.step > 0 ? pos.step - 1 : 0),
         };
+        train_speed(r, seconds > 0 ? seen_here[0] / seconds : 0, &s.images_per_sec,
+                    &s.tokens_per_sec, &s.mfu);
         if (train_report_epoch(r->rep, &s) != 0)
             return -1;
         res->epochs_done = pos.epoch + 1;
@@ -614,6 +616,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     r.optim = r.ddp ? ddp_optim_create(r.ddp, &cfg->optim) : NULL;
     if (!r.optim || !r.ddp || train_decay_groups(&r) != 0 || loop_create(&r) != 0)
         goto out;
+    train_speed_setup(&r);
     if (r.accum > 1 &&
         !(r.grad_acc = r.be->ops->alloc(r.be, cdl_model_nparams(r.model) * sizeof(float))))
         goto out;

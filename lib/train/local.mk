@@ -10,3 +10,4 @@ libcdl_core_la_SOURCES += lib/train/stage.c lib/train/stage.h
 libcdl_core_la_SOURCES += lib/train/tfevents.c lib/train/tboard.c
 EXTRA_DIST += lib/train/tfevents.h
 libcdl_core_la_SOURCES += lib/train/grads.c lib/train/grads.h
+libcdl_core_la_SOURCES += lib/train/mfu.c lib/train/mfu.h

@@ -47,6 +47,7 @@
 #include "grads.h"
 #include "loop.h"
 #include "metrics.h"
+#include "mfu.h"
 #include "pipeline.h"
 #include "signals.h"
 #include "step.h"
@@ -191,9 +192,10 @@ static int step_record(run *r, const train_position *pos, long step, int s, doub
         .loss = g->win_loss / g->win_seen,
         .acc = g->win_correct / g->win_seen,
         .lr = cdl_schedule_lr(&r->sched, step),
-        .samples_per_sec = dt > 0 ? g->win_seen * r->ri.world / dt : 0,
         .grad_norm = g->grad_norm[s],
     };
+    train_speed(r, dt > 0 ? g->win_seen * r->ri.world / dt : 0, &st.samples_per_sec,
+                &st.tokens_per_sec, &st.mfu);
     g->win_loss = g->win_correct = g->win_seen = 0;
     g->win_t0 = now;
     return train_report_step(r->rep, &st);

@@ -52,6 +52,16 @@ static void put_str(json_buf *b, const char *key, const char *value)
     json_buf_string(b, value);
 }
 
+/* Sequence models: ,"tokens_per_sec":X[,"mfu":Y] (mfu left out when n/a). */
+static void put_speed(json_buf *b, double tokens_per_sec, double mfu)
+{
+    if (!(tokens_per_sec > 0))
+        return;
+    putf(b, ",\"tokens_per_sec\":%.1f", tokens_per_sec);
+    if (isfinite(mfu))
+        putf(b, ",\"mfu\":%.6f", mfu);
+}
+
 /* Every record starts {"type":T,"run_id":ID,"rank":R */
 static void head(json_buf *b, const char *type, const char *run_id, int rank)
 {
@@ -123,6 +133,7 @@ int metrics_step(FILE *f, const char *run_id, int rank, const step_stats *s)
          s->epoch + 1, s->step, s->loss, s->acc, s->lr, s->samples_per_sec);
     if (isfinite(s->grad_norm))
         putf(&b, ",\"grad_norm\":%.6g", s->grad_norm);
+    put_speed(&b, s->tokens_per_sec, s->mfu);
     return emit(f, &b);
 }
 
@@ -135,6 +146,7 @@ int metrics_epoch(FILE *f, const char *run_id, int rank, const epoch_stats *s)
          "\"lr\":%.6g",
          s->epoch + 1, s->step, s->train_loss, s->train_acc, s->val_loss, s->val_acc,
          s->images_per_sec, s->seconds, s->lr);
+    put_speed(&b, s->tokens_per_sec, s->mfu);
     return emit(f, &b);
 }
 

@@ -37,6 +37,8 @@ typedef struct step_stats {
     double loss, acc;         /* mean over rank 0's samples since the last record */
     double lr, samples_per_sec;
     double grad_norm;         /* NAN when not computed */
+    double tokens_per_sec;    /* sequence models (else 0): all ranks */
+    double mfu;               /* model FLOPs utilisation, NAN = n/a */
 } step_stats;
 
 struct epoch_stats;

@@ -1,6 +1,7 @@
 /* What a run tells its user: a live bar on a terminal, one plain line per
  * epoch otherwise, JSON lines for --metrics (metrics.c) and TensorBoard
  * events for --tensorboard (tboard.c). Only rank 0 speaks. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -121,7 +122,17 @@ int train_report_epoch(train_report *r, const epoch_stats *s)
         return 0;
     if (r->bar)
         fprintf(stderr, "\r\033[K");
-    if (!r->quiet) {
+    if (!r->quiet && s->tokens_per_sec > 0) {
+        /* Sequence models: accuracy of the next token, tokens/s, MFU. */
+        char mfu[16] = "n/a";
+        if (isfinite(s->mfu))
+            snprintf(mfu, sizeof mfu, "%.1f%%", 100 * s->mfu);
+        printf("epoch %d/%d  train loss %.4f acc %6.2f%%  val loss %.4f acc %6.2f%%  "
+               "%8.0f tok/s  MFU %s  %6.2f s  lr %.5g\n",
+               s->epoch + 1, r->epochs, s->train_loss, 100 * s->train_acc, s->val_loss,
+               100 * s->val_acc, s->tokens_per_sec, mfu, s->seconds, s->lr);
+        fflush(stdout);
+    } else if (!r->quiet) {
         printf("epoch %d/%d  train loss %.4f acc %6.2f%%  val loss %.4f acc %6.2f%%  "
                "%7.0f img/s  %6.2f s  lr %.5g\n",
                s->epoch + 1, r->epochs, s->train_loss, 100 * s->train_acc, s->val_loss,

@@ -30,6 +30,8 @@ typedef struct epoch_stats {
     long step;
     double train_loss, train_acc, val_loss, val_acc;
     double images_per_sec, seconds, lr;
+    double tokens_per_sec;    /* sequence models (else 0): all ranks */
+    double mfu;               /* model FLOPs utilisation, NAN = n/a */
 } epoch_stats;
 int train_report_epoch(train_report *r, const epoch_stats *s);
 /* The run's first record, once its id is known (after resuming), and a

@@ -50,6 +50,11 @@ typedef struct run {
     float *grad_acc;
     double grad_norm;
     int decay_2d;             /* --decay-params resolved: 1 = >= 2-D parameters only */
+    /* Labels per sample (cdl_model_positions: T for a language model, else
+     * 1); for sequence models the training FLOPs per token and the peak
+     * TFLOP/s per device of MFU (mfu.h; 0 = unknown). */
+    int positions;
+    double flops_per_token, peak_tflops;
 } run;
 
 #endif

@@ -40,6 +40,10 @@ int tboard_step(tfev *w, const step_stats *s)
         tfev_scalar(w, "step/lr", s->step, s->lr) ||
         tfev_scalar(w, "step/samples_per_sec", s->step, s->samples_per_sec))
         return -1;
+    if (s->tokens_per_sec > 0 &&
+        (tfev_scalar(w, "step/tokens_per_sec", s->step, s->tokens_per_sec) ||
+         (isfinite(s->mfu) && tfev_scalar(w, "step/mfu", s->step, s->mfu))))
+        return -1;
     return isfinite(s->grad_norm) ? tfev_scalar(w, "step/grad_norm", s->step, s->grad_norm) : 0;
 }
 
@@ -61,6 +65,10 @@ int tboard_epoch(tfev *w, const epoch_stats *s)
         tfev_scalar(w, "epoch/lr", x, s->lr) ||
         tfev_scalar(w, "epoch/images_per_sec", x, s->images_per_sec) ||
         tfev_scalar(w, "epoch/epoch", x, s->epoch + 1))
+        return -1;
+    if (s->tokens_per_sec > 0 &&
+        (tfev_scalar(w, "epoch/tokens_per_sec", x, s->tokens_per_sec) ||
+         (isfinite(s->mfu) && tfev_scalar(w, "epoch/mfu", x, s->mfu))))
         return -1;
     return tfev_flush(w);
 }

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "lib/train/grads.h"
+#include "lib/train/mfu.h"
 
 static char tmpdir[256];
 
@@ -84,6 +85,29 @@ static void test_clip_coef(void **state)
 
 /* A limit above every norm changes no bit; a small one changes the
  * weights; the step records show the norm before clipping. */
+/* The peaks by GPU name (whole words: an L4 is not an L40S) and MFU. */
+static void test_mfu(void **state)
+{
+    (void)state;
+    assert_true(train_gpu_peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0);
+    assert_true(train_gpu_peak_tflops("NVIDIA H100 80GB HBM3") == 989.4);
+    assert_true(train_gpu_peak_tflops("NVIDIA H100 PCIe") == 756.0);
+    assert_true(train_gpu_peak_tflops("NVIDIA L4") == 121.0);
+    assert_true(train_gpu_peak_tflops("NVIDIA L40S") == 362.0);
+    assert_true(train_gpu_peak_tflops("NVIDIA A10G") == 70.0);
+    assert_true(train_gpu_peak_tflops("Tesla T4") == 65.0);
+    assert_true(train_gpu_peak_tflops("NVIDIA GH200 480GB") == 989.4);
+    assert_true(train_gpu_peak_tflops("Fake GPU") == 0);
+    assert_true(train_gpu_peak_tflops(NULL) == 0);
+    /* GPT-2 small as nanoGPT counts it: 6N + 12 L C T per token. */
+    double f = train_flops_per_token(124e6, 12.0 * 768 * 1024);
+    assert_true(fabs(f - (6 * 124e6 + 12.0 * 12 * 768 * 1024)) < 1);
+    /* 100k tokens/s on 4 devices of 312 TFLOP/s. */
+    assert_true(fabs(train_mfu(f, 1e5, 4, 312) - f * 1e5 / 4 / 312e12) < 1e-12);
+    assert_true(isnan(train_mfu(f, 1e5, 1, 0)));
+    assert_true(isnan(train_mfu(0, 1e5, 1, 312)));
+}
+
 static void test_clip_grad(void **state)
 {
     (void)state;
@@ -244,6 +268,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accum_equals_big_batch),
         cmocka_unit_test(test_clip_coef),
+        cmocka_unit_test(test_mfu),
         cmocka_unit_test(test_clip_grad),
         cmocka_unit_test(test_decay_params),
         cmocka_unit_test(test_resume_with_options),

@@ -38,9 +38,18 @@ int train_micro_begin(run *r, long index, long batches, long samples)
 
 float train_grad_scale(const run *r, int n)
 {
-    if (r->accum > 1 && r->group_rows > 0)
-        return 1.0f / (float)r->group_rows;
-    return 1.0f / (float)n;
+    long rows = (long)n * r->positions, valid = r->valid_rows;
+    if (valid <= 0)
+        return 0.0f;   /* every label ignored: no gradient (PyTorch: NaN) */
+    if (r->accum > 1 && r->group_rows > 0) {
+        long all = r->group_rows * r->positions;
+        if (valid == rows)
+            return 1.0f / (float)all;
+        /* Ignored labels: this micro-batch's mean, weighted by its share
+         * of the step's rows. */
+        return (float)((double)rows / (double)all / (double)valid);
+    }
+    return 1.0f / (float)valid;
 }
 
 int train_backward(run *r)

@@ -18,10 +18,13 @@ long train_batch_rows(long samples, int b, long i);
  * epoch's end. Returns 1 when this batch ends an optimizer step. */
 int train_micro_begin(run *r, long index, long batches, long samples);
 
-/* The scale of the loss's gradient for a batch of n samples: 1/n, or with
- * accumulation 1/(samples of the optimizer step), so the summed gradient is
- * the mean over the step's samples, the gradient one batch of them all
- * would give. */
+/* The scale of the loss's gradient for a batch of n samples with
+ * r->valid_rows labelled rows: 1/valid_rows (the mean over them, PyTorch's
+ * with ignore_index), or with accumulation 1/(rows of the optimizer step),
+ * so the summed gradient is the mean over the step's rows, the gradient
+ * one batch of them all would give (with ignored labels: each
+ * micro-batch's mean weighted by its share of the step's rows). 0 when no
+ * row is labelled. */
 float train_grad_scale(const run *r, int n);
 
 /* Backward of the last forward into the model's gradients, reduced over

@@ -171,11 +171,22 @@ static int build_model(run *r)
     r->model = cdl_model_create(&spec, in, c->batch_size, r->be);
     if (!r->model)
         return -1;
-    if (cdl_model_outputs(r->model) != r->train.classes)
-        return cdl_error("%s: the model has %d outputs but dataset %s has %d classes: make the "
+    /* A language model predicts at every position: labels per position
+     * (cross-entropy over n * positions rows). */
+    int t = cdl_model_positions(r->model);
+    if (cdl_model_outputs(r->model) != t * r->train.classes)
+        return cdl_error("%s: the model has %d outputs%s but dataset %s has %d classes: make the "
                          "last linear layer %d wide",
-                         c->model, cdl_model_outputs(r->model), c->dataset, r->train.classes,
-                         r->train.classes);
+                         c->model, cdl_model_outputs(r->model) / t, t > 1 ? " per position" : "",
+                         c->dataset, r->train.classes, r->train.classes);
+    if (train_label_count(&r->train) != t)
+        return cdl_error("%s: the model predicts %d position%s per sample but dataset %s has %d "
+                         "label%s per sample: %s", c->model, t, t > 1 ? "s" : "", c->dataset,
+                         train_label_count(&r->train), train_label_count(&r->train) > 1 ? "s" : "",
+                         t > 1 ? "train a language model on token data (text:FILE, tokens:DIR; "
+                                 "docs/data.md) with --block-size equal to the model's"
+                               : "end the model with a per-sample head (flatten, linear)");
+    r->positions = t;
     r->classes = r->train.classes;
     r->sample_floats = (size_t)in.c * in.h * in.w;
     return 0;
@@ -184,18 +195,18 @@ static int build_model(run *r)
 static int make_buffers(run *r)
 {
     cdl_backend *be = r->be;
-    size_t b = (size_t)r->cfg->batch_size;
+    size_t b = (size_t)r->cfg->batch_size, rows = b * (size_t)r->positions;
     if (!be->host_memory) {
         r->x_dev = be->ops->alloc(be, b * r->sample_floats * sizeof(float));
-        r->y_dev = be->ops->alloc(be, b * sizeof(int32_t));
+        r->y_dev = be->ops->alloc(be, rows * sizeof(int32_t));
         if (!r->x_dev || !r->y_dev)
             return -1;
     }
-    r->dlogits = be->ops->alloc(be, b * (size_t)r->classes * sizeof(float));
-    r->sample_loss = be->ops->alloc(be, b * sizeof(float));
-    r->pred = be->ops->alloc(be, b * sizeof(int32_t));
-    r->h_loss = cdl_calloc(b, sizeof(float));
-    r->h_pred = cdl_calloc(b, sizeof(int32_t));
+    r->dlogits = be->ops->alloc(be, rows * (size_t)r->classes * sizeof(float));
+    r->sample_loss = be->ops->alloc(be, rows * sizeof(float));
+    r->pred = be->ops->alloc(be, rows * sizeof(int32_t));
+    r->h_loss = cdl_calloc(rows, sizeof(float));
+    r->h_pred = cdl_calloc(rows, sizeof(int32_t));
     if (!r->dlogits || !r->sample_loss || !r->pred || !r->h_loss || !r->h_pred)
         return -1;
     return 0;
@@ -266,11 +277,9 @@ int train_evaluate(run *r, cdl_loader *loader, double *loss, double *acc)
     int got;
     if (cdl_loader_start_epoch(loader, 0, 0) != 0)
         return -1;
-    while ((got = cdl_loader_next(loader, &b)) == 1) {
+    while ((got = cdl_loader_next(loader, &b)) == 1)
         if (train_run_batch(r, &b, 0, 0, sums) != 0)
             return -1;
-        sums[2] += b.n;
-    }
     if (got < 0 || reduce_sums(r, sums, 3) != 0)
         return -1;
     *loss = sums[2] > 0 ? sums[0] / sums[2] : 0;

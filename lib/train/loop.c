@@ -83,6 +83,12 @@ static size_t x_bytes(const run *r, int n)
     return (size_t)n * r->sample_floats * sizeof(float);
 }
 
+/* Labels, per-row losses or predictions of n samples (4 bytes a row). */
+static size_t y_bytes(const run *r, int n)
+{
+    return (size_t)n * (size_t)r->positions * sizeof(int32_t);
+}
+
 int loop_create(run *r)
 {
     cdl_backend *be = r->be;
@@ -106,11 +112,11 @@ int loop_create(run *r)
     int b = r->cfg->batch_size;
     for (int s = 0; s < 2; s++) {
         if (!(g->x_pin[s] = cdl_backend_host_alloc(be, x_bytes(r, b))) ||
-            !(g->y_pin[s] = cdl_backend_host_alloc(be, (size_t)b * sizeof(int32_t))) ||
-            !(g->h_loss[s] = cdl_backend_host_alloc(be, (size_t)b * sizeof(float))) ||
-            !(g->h_pred[s] = cdl_backend_host_alloc(be, (size_t)b * sizeof(int32_t))) ||
+            !(g->y_pin[s] = cdl_backend_host_alloc(be, y_bytes(r, b))) ||
+            !(g->h_loss[s] = cdl_backend_host_alloc(be, y_bytes(r, b))) ||
+            !(g->h_pred[s] = cdl_backend_host_alloc(be, y_bytes(r, b))) ||
             !(g->x_in[s] = be->ops->alloc(be, x_bytes(r, b))) ||
-            !(g->y_in[s] = be->ops->alloc(be, (size_t)b * sizeof(int32_t))))
+            !(g->y_in[s] = be->ops->alloc(be, y_bytes(r, b))))
             return -1;
     }
     g->stop_queued = r->ddp && ddp_queued(r->ddp);
@@ -119,7 +125,7 @@ int loop_create(run *r)
             !(g->stop_dev[s] = be->ops->alloc(be, sizeof(float))))
             return -1;
     if (on && (!(g->x_step = be->ops->alloc(be, x_bytes(r, b))) ||
-               !(g->y_step = be->ops->alloc(be, (size_t)b * sizeof(int32_t)))))
+               !(g->y_step = be->ops->alloc(be, y_bytes(r, b)))))
         return -1;
     lag_init(&g->lag);
     if (g->async)
@@ -160,9 +166,9 @@ static int stage(run *r, const cdl_batch *b, int s)
 {
     train_loop *g = r->loop;
     memcpy(g->x_pin[s], b->x, x_bytes(r, b->n));
-    memcpy(g->y_pin[s], b->y, (size_t)b->n * sizeof(int32_t));
+    memcpy(g->y_pin[s], b->y, y_bytes(r, b->n));
     if (cdl_backend_copy_in(r->be, g->x_in[s], g->x_pin[s], x_bytes(r, b->n)) != 0 ||
-        cdl_backend_copy_in(r->be, g->y_in[s], g->y_pin[s], (size_t)b->n * sizeof(int32_t)) != 0)
+        cdl_backend_copy_in(r->be, g->y_in[s], g->y_pin[s], y_bytes(r, b->n)) != 0)
         return -1;
     return 0;
 }
@@ -214,12 +220,13 @@ static int queue_step(run *r, int s, int n, long step, int ends)
     int graphed = train_graph_step(g->graphs, g->warm, n, r->cfg->batch_size);
     if (graphed) {
         be->ops->copy(be, g->x_step, x, x_bytes(r, n));
-        be->ops->copy(be, g->y_step, y, (size_t)n * sizeof(int32_t));
+        be->ops->copy(be, g->y_step, y, y_bytes(r, n));
         x = g->x_step;
         y = g->y_step;
         if (cdl_backend_graph_begin(be, (uint64_t)n) < 0)
             return -1;
     }
+    r->valid_rows = train_valid_rows(g->y_pin[s], n * r->positions);
     int rc = train_step_ops(r, x, y, n, 1, step);
     if (graphed && cdl_backend_graph_end(be) != 0)
         return cdl_error("rank %d: step %ld as a CUDA graph: %s (run with --cuda-graphs off or "
@@ -236,8 +243,8 @@ static int queue_step(run *r, int s, int n, long step, int ends)
          * steps (not with NCCL in flight, whose wait has no deadline). */
         g->grad_norm[s] = sqrt(be->ops->sumsq(be, cdl_model_grads(r->model),
                                               cdl_model_nparams(r->model)));
-    be->ops->to_host(be, g->h_loss[s], r->sample_loss, (size_t)n * sizeof(float));
-    be->ops->to_host(be, g->h_pred[s], r->pred, (size_t)n * sizeof(int32_t));
+    be->ops->to_host(be, g->h_loss[s], r->sample_loss, y_bytes(r, n));
+    be->ops->to_host(be, g->h_pred[s], r->pred, y_bytes(r, n));
     if (g->stop_queued && !ends)
         g->stop_pin[s][1] = 0;   /* no collective inside an accumulation */
     else if (g->stop_queued) {
@@ -295,14 +302,15 @@ static int count_oldest(run *r, train_position *pos)
     double loss, correct;
     if (g->stop_queued && g->stop_pin[s][1] > 0)
         g->stop_seen = 1;
-    train_batch_sums(g->h_loss[s], g->h_pred[s], g->y_pin[s], n, &loss, &correct);
+    long rows = train_batch_sums(g->h_loss[s], g->h_pred[s], g->y_pin[s], n * r->positions,
+                                 &loss, &correct);
     if (!isfinite(loss))
         return train_loss_error(r->ri.rank, loss, step, late);
     pos->loss_sum += loss;
     pos->correct += correct;
-    pos->seen += n;
+    pos->seen += rows;
     lag_pop(&g->lag);
-    return step_record(r, pos, step, s, loss, correct, n);
+    return step_record(r, pos, step, s, loss, correct, rows);
 }
 
 /* Waits for the steps in flight and adds their results to pos. */
@@ -369,7 +377,8 @@ static int after_step(run *r, train_position *pos, const epoch_clock *ck, cdl_tr
     if (pos->seen > 0)   /* a pipelined loop counts a step's results one step late */
         train_report_progress(r->rep, pos->epoch, pos->batch, ck->spe, pos->loss_sum / pos->seen,
                               pos->correct / pos->seen,
-                              dt > 0 ? (pos->seen - ck->seen0) * r->ri.world / dt : 0);
+                              dt > 0 ? (pos->seen - ck->seen0) * r->ri.world / dt /
+                                           r->positions : 0);
     int stop = stop_agreed(r);
     if (stop < 0)
         return -1;

@@ -54,11 +54,24 @@ static void model_flops_inputs(const cdl_model *m, double *params, double *attn_
 {
     *params = (double)cdl_model_nparams(m);
     *attn_ct = 0;
+    const cdl_model_spec *spec = cdl_model_get_spec(m);
+    cdl_shape *shapes = cdl_calloc((size_t)spec->nlayers + 1, sizeof *shapes);
+    if (!shapes || cdl_spec_infer(spec, cdl_model_input(m), shapes) != 0) {
+        cdl_free(shapes);   /* the model was built from it: not expected */
+        return;
+    }
+    for (int i = 0; i < spec->nlayers; i++) {
+        const cdl_shape *out = &shapes[i + 1];   /* shapes[0] is the input */
+        if (spec->layers[i].kind == CDL_LAYER_ATTENTION)
+            *attn_ct += (double)out->c * out->w;   /* T positions of C features */
+        else if (spec->layers[i].kind == CDL_LAYER_POSEMBEDDING)
+            *params -= (double)spec->layers[i].block * out->w;
+    }
+    cdl_free(shapes);
 }
 
 void train_speed_setup(run *r)
 {
-    r->positions = 1;
     double params, attn_ct;
     model_flops_inputs(r->model, &params, &attn_ct);
     r->flops_per_token = r->positions > 1 ? train_flops_per_token(params, attn_ct) : 0;

@@ -54,16 +54,29 @@ void lag_pop(step_lag *l)
     l->oldest = 1 - l->oldest;
 }
 
-void train_batch_sums(const float *loss, const int32_t *pred, const int32_t *labels, int n,
+long train_batch_sums(const float *loss, const int32_t *pred, const int32_t *labels, int n,
                       double *loss_sum, double *correct)
 {
     double s = 0, c = 0;
+    long valid = 0;
     for (int i = 0; i < n; i++) {
+        if (labels[i] < 0)
+            continue;
         s += loss[i];
         c += pred[i] == labels[i];
+        valid++;
     }
     *loss_sum = s;
     *correct = c;
+    return valid;
+}
+
+long train_valid_rows(const int32_t *labels, int n)
+{
+    long valid = 0;
+    for (int i = 0; i < n; i++)
+        valid += labels[i] >= 0;
+    return valid;
 }
 
 int train_loss_error(int rank, double loss, long step, int late)

@@ -32,10 +32,14 @@ int lag_oldest(const step_lag *l, long *step, int *n);
 /* Its results have been read: its slot is free again. */
 void lag_pop(step_lag *l);
 
-/* The loss and correct predictions of one batch, added in sample order
- * (the epoch metrics are sums of these, the same on every backend). */
-void train_batch_sums(const float *loss, const int32_t *pred, const int32_t *labels, int n,
+/* The loss and correct predictions of one batch's n rows (samples, or
+ * samples x positions of a language model), added in row order (the epoch
+ * metrics are sums of these, the same on every backend). Rows with an
+ * ignored label (< 0) count nowhere; returns the rows counted. */
+long train_batch_sums(const float *loss, const int32_t *pred, const int32_t *labels, int n,
                       double *loss_sum, double *correct);
+/* The rows of labels[0..n) that are not ignored (>= 0). */
+long train_valid_rows(const int32_t *labels, int n);
 
 /* The error for a non-finite batch loss. late: it was noticed after the
  * next step had already been queued (the GPU pipeline reads results one

@@ -55,6 +55,16 @@ typedef struct run {
      * TFLOP/s per device of MFU (mfu.h; 0 = unknown). */
     int positions;
     double flops_per_token, peak_tflops;
+    /* The labelled rows (label >= 0) of the batch being run, of its
+     * n * positions: the loss is their mean (set before train_step_ops). */
+    long valid_rows;
 } run;
+
+/* Labels per sample of a dataset: 1, or the window length of token data. */
+static inline int train_label_count(const cdl_dataset *d)
+{
+    (void)d;
+    return 1;
+}
 
 #endif

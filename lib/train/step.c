@@ -26,11 +26,12 @@ int train_step_ops(run *r, const float *x, const int32_t *y, int n, int train, l
     if (!logits)
         return -1;
     float scale = train_grad_scale(r, n);
+    int rows = n * r->positions;   /* cross-entropy rows: a prediction per position */
     if (r->cfg->label_smoothing > 0.0f)   /* every backend has it */
-        be->ops->xent_ls_fwd_bwd(be, n, r->classes, logits, y, r->cfg->label_smoothing,
+        be->ops->xent_ls_fwd_bwd(be, rows, r->classes, logits, y, r->cfg->label_smoothing,
                                  scale, r->dlogits, r->sample_loss, r->pred);
     else
-        be->ops->xent_fwd_bwd(be, n, r->classes, logits, y, scale, r->dlogits,
+        be->ops->xent_fwd_bwd(be, rows, r->classes, logits, y, scale, r->dlogits,
                               r->sample_loss, r->pred);
     if (train) {
         if (!train_backward(r))
@@ -43,31 +44,33 @@ int train_step_ops(run *r, const float *x, const int32_t *y, int n, int train, l
 }
 
 /* Runs one batch through the model; with train, also backward and update.
- * Adds the batch's loss and correct count to sums[0], sums[1]. */
-int train_run_batch(run *r, const cdl_batch *b, int train, long step, double sums[2])
+ * Adds the batch's loss, correct count and labelled rows to sums[0..2]. */
+int train_run_batch(run *r, const cdl_batch *b, int train, long step, double sums[3])
 {
     cdl_backend *be = r->be;
     const float *x = b->x;
     const int32_t *y = b->y;
-    int n = b->n;
+    int n = b->n, rows = n * r->positions;
     if (!be->host_memory) {
         be->ops->to_device(be, r->x_dev, b->x, (size_t)n * r->sample_floats * sizeof(float));
-        be->ops->to_device(be, r->y_dev, b->y, (size_t)n * sizeof(int32_t));
+        be->ops->to_device(be, r->y_dev, b->y, (size_t)rows * sizeof(int32_t));
         x = r->x_dev;
         y = r->y_dev;
     }
+    r->valid_rows = train_valid_rows(b->y, rows);
     if (train_step_ops(r, x, y, n, train, step) != 0)
         return -1;
-    be->ops->to_host(be, r->h_loss, r->sample_loss, (size_t)n * sizeof(float));
-    be->ops->to_host(be, r->h_pred, r->pred, (size_t)n * sizeof(int32_t));
+    be->ops->to_host(be, r->h_loss, r->sample_loss, (size_t)rows * sizeof(float));
+    be->ops->to_host(be, r->h_pred, r->pred, (size_t)rows * sizeof(int32_t));
     if (be->ops->sync(be) != 0)
         return -1;
     double loss, correct;
-    train_batch_sums(r->h_loss, r->h_pred, b->y, n, &loss, &correct);
+    long counted = train_batch_sums(r->h_loss, r->h_pred, b->y, rows, &loss, &correct);
     if (!isfinite(loss))
         return train_loss_error(r->ri.rank, loss, step, 0);
     sums[0] += loss;
     sums[1] += correct;
+    sums[2] += counted;
     return 0;
 }
 

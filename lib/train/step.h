@@ -14,8 +14,8 @@ uint64_t train_dropout_seed(uint64_t seed, long step);
 int train_step_ops(run *r, const float *x, const int32_t *y, int n, int train, long step);
 
 /* One batch from host memory, complete before it returns (validation):
- * train_step_ops, then the batch's loss and correct count added to
- * sums[0], sums[1]. */
-int train_run_batch(run *r, const cdl_batch *b, int train, long step, double sums[2]);
+ * train_step_ops, then the batch's loss, correct count and labelled rows
+ * (samples, or tokens of a language model) added to sums[0..2]. */
+int train_run_batch(run *r, const cdl_batch *b, int train, long step, double sums[3]);
 
 #endif

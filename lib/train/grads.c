@@ -106,7 +106,11 @@ int train_clip_grads(run *r)
  * parameter groups follow nanoGPT by default. */
 static int sequence_model(const cdl_model *m)
 {
-    (void)m;
+    const cdl_model_spec *spec = cdl_model_get_spec(m);
+    for (int i = 0; i < spec->nlayers; i++)
+        if (spec->layers[i].kind == CDL_LAYER_EMBEDDING ||
+            spec->layers[i].kind == CDL_LAYER_ATTENTION)
+            return 1;
     return 0;
 }
 

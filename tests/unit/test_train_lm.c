@@ -10,6 +10,8 @@
 
 #include "lib/train/grads.h"
 #include "lib/train/mfu.h"
+#include "lib/train/report.h"
+#include "lib/train/run.h"
 
 static char tmpdir[256];
 
@@ -179,6 +181,50 @@ static void test_decay_params(void **state)
     }
 }
 
+/* A gpt model: --decay-params auto means 2d, all means all; MFU's FLOPs
+ * per token leave the position embedding out and add the attention term. */
+static void test_gpt_groups_and_flops(void **state)
+{
+    (void)state;
+    cdl_backend *be = cdl_backend_cpu_create(1);
+    if (!be->ops->attn_fwd) {   /* until the CPU backend's table has attention */
+        cdl_backend_destroy(be);
+        skip();
+    }
+    cdl_model_spec spec;
+    cdl_shape in = {8, 1, 1};   /* block 8 */
+    assert_int_equal(cdl_spec_builtin("gpt:n_layer=2,n_head=2,n_embd=16", in, 32, &spec), 0);
+    cdl_model *m = cdl_model_create(&spec, in, 2, be);
+    if (!m)
+        fail_msg("%s", cdl_last_error());
+    cdl_train_config c;
+    cdl_train_defaults(&c);
+    c.peak_tflops = 1;
+    run r = {.cfg = &c, .be = be, .model = m, .positions = cdl_model_positions(m)};
+    r.ri.world = 1;
+    assert_int_equal(r.positions, 8);
+    r.rep = train_report_open(&c, 1);   /* rank 1: silent */
+    cdl_optim_config oc = cdl_optim_defaults(CDL_OPTIM_ADAMW);
+    r.optim = cdl_optim_create(&oc, cdl_model_nparams(m), be);
+    assert_int_equal(train_decay_groups(&r), 0);
+    assert_int_equal(r.decay_2d, 1);
+    c.decay_params = CDL_DECAY_ALL;
+    assert_int_equal(train_decay_groups(&r), 0);
+    assert_int_equal(r.decay_2d, 0);
+    train_speed_setup(&r);
+    double params = (double)cdl_model_nparams(m) - 8 * 16;   /* without wpe */
+    assert_true(fabs(r.flops_per_token - (6 * params + 12.0 * 2 * 16 * 8)) < 1e-6);
+    assert_true(r.peak_tflops == 1);
+    double sps, tps, mfu;
+    train_speed(&r, 800, &sps, &tps, &mfu);   /* 800 tokens/s: 100 samples/s */
+    assert_true(sps == 100 && tps == 800);
+    assert_true(fabs(mfu - r.flops_per_token * 800 / 1e12) < 1e-15);
+    train_report_free(r.rep);
+    cdl_optim_destroy(r.optim);
+    cdl_model_destroy(m);
+    cdl_backend_destroy(be);
+}
+
 /* Stopped at step 4 (inside a group of two micro-batches' worth of
  * steps) and resumed: bitwise the uninterrupted run, with accumulation,
  * clipping, decay groups and mid-epoch validation together; validation
@@ -271,6 +317,7 @@ int main(void)
         cmocka_unit_test(test_mfu),
         cmocka_unit_test(test_clip_grad),
         cmocka_unit_test(test_decay_params),
+        cmocka_unit_test(test_gpt_groups_and_flops),
         cmocka_unit_test(test_resume_with_options),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

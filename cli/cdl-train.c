@@ -30,6 +30,7 @@ enum {
     OPT_STAGE,
     OPT_CLIP_GRAD, OPT_ACCUM_STEPS, OPT_DECAY_PARAMS, OPT_EVAL_EVERY, OPT_PEAK_TFLOPS,
     OPT_SHARD_OPTIMIZER,
+    OPT_BLOCK_SIZE, OPT_VOCAB_SIZE,
 };
 
 static const struct option long_opts[] = {
@@ -84,6 +85,8 @@ static const struct option long_opts[] = {
     {"decay-params", required_argument, NULL, OPT_DECAY_PARAMS},
     {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
     {"peak-tflops", required_argument, NULL, OPT_PEAK_TFLOPS},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+    {"vocab-size", required_argument, NULL, OPT_VOCAB_SIZE},
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"quiet", no_argument, NULL, 'q'},
@@ -104,7 +107,10 @@ static void usage(FILE *f)
 "                               built-in model or a model spec file [lenet]\n"
 "  -d, --dataset NAME           fashion-mnist, mnist, cifar10, synthetic, or your data:\n"
 "                               imagefolder, npy, npz, csv (NAME:PATH = --data-dir PATH)\n"
-"                               [fashion-mnist]\n"
+"                               [fashion-mnist]; language models: text:FILE (bytes),\n"
+"                               tokens:DIR (nanoGPT's train.bin, val.bin: uint16)\n"
+"      --block-size N           text, tokens: tokens per sample [the model's, else 64]\n"
+"      --vocab-size N           tokens: ids must be below N, 1..65536 [50257]\n"
 "      --data-dir PATH          dataset folder or file [fashion-mnist: " CDL_FASHION_MNIST_DIR "]\n"
 "      --synthetic-size N       samples of the synthetic dataset [10000]\n"
 "      --image-size N           imagefolder: shorter side to N, centre N x N crop\n"
@@ -270,7 +276,8 @@ static int one_of(const char *opt, const char *s, const char *const *choices, ch
 static int parse_dataset(const char *opt, const char *a, cdl_train_config *cfg)
 {
     static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", "synthetic",
-                                           "imagefolder", "npy", "npz", "csv", NULL};
+                                           "imagefolder", "npy", "npz", "csv", "text",
+                                           "tokens", NULL};
     static const char *const aliases[] = {"folder", "imagefolder", "image-folder", "imagefolder",
                                           "ImageFolder", "imagefolder", "fashion_mnist",
                                           "fashion-mnist", "fmnist", "fashion-mnist", NULL};
@@ -284,8 +291,8 @@ static int parse_dataset(const char *opt, const char *a, cdl_train_config *cfg)
     for (int i = 0; datasets[i]; i++)
         if (!strcmp(kind, datasets[i])) {
             if (colon && i < 4)
-                return bad(opt, a, "NAME:PATH is for imagefolder, npy, npz and csv; the named "
-                           "datasets take --data-dir");
+                return bad(opt, a, "NAME:PATH is for imagefolder, npy, npz, csv, text and "
+                           "tokens; the named datasets take --data-dir");
             if (colon && copy_str("data-dir", colon + 1, cfg->data_dir, sizeof cfg->data_dir))
                 return -1;
             return copy_str(opt, kind, cfg->dataset, sizeof cfg->dataset);
@@ -297,7 +304,7 @@ static int parse_dataset(const char *opt, const char *a, cdl_train_config *cfg)
     if (!hint[0])
         suggest_value(kind, datasets, hint, sizeof hint);
     snprintf(why, sizeof why, "expected fashion-mnist, mnist, cifar10, synthetic, imagefolder, "
-             "npy, npz or csv%s", hint);
+             "npy, npz, csv, text or tokens%s", hint);
     return bad(opt, a, why);
 }
 
@@ -416,6 +423,8 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case 'm': rc = copy_str(name, a, cfg->model, sizeof cfg->model); break;
         case 'd': rc = parse_dataset(name, a, cfg); break;
         case OPT_DATA_DIR: rc = copy_str(name, a, cfg->data_dir, sizeof cfg->data_dir); break;
+        case OPT_BLOCK_SIZE: rc = parse_int(name, a, 1, 1 << 20, &cfg->block_size); break;
+        case OPT_VOCAB_SIZE: rc = parse_int(name, a, 1, 65536, &cfg->vocab_size); break;
         case 'e': rc = parse_int(name, a, 1, 100000, &cfg->epochs); break;
         case OPT_BATCH: rc = parse_int(name, a, 1, 65536, &cfg->batch_size); break;
         case 'l': rc = parse_float(name, a, 1e-12, 1e3, &cfg->lr); break;

@@ -6,7 +6,8 @@ set -euo pipefail
 build_pkgs=(build-essential autoconf automake libtool pkg-config
             libopenblas-dev zlib1g-dev libhwloc-dev hwloc libpmix-dev libpmix-bin
             libpng-dev libjpeg62-turbo-dev libzip-dev
-            openmpi-bin libopenmpi-dev libslurm-dev nettle-dev dataset-fashion-mnist)
+            openmpi-bin libopenmpi-dev libslurm-dev nettle-dev dataset-fashion-mnist
+            fortunes-min)   # the text corpus of the language-model tests (scripts/fortunes-corpus.sh)
 test_pkgs=(libcmocka-dev clang libclang-rt-14-dev valgrind munge slurm-wlm slurmctld slurmd slurm-client
            python3 python3-torch python3-torchvision python3-numpy python3-pip python3-venv
            passwd procps psmisc util-linux man-db

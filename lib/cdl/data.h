@@ -37,6 +37,19 @@ typedef struct cdl_dataset {
     float *channel_mean;      /* shape.c entries each when shape.c > 3 (CSV columns, arrays */
     float *channel_std;       /* with many channels), else NULL: mean/std hold them; owned */
     long skipped;             /* unreadable files left out (--skip-bad-files) */
+    int label_len;            /* labels per sample: 0 or 1 = one; token windows: T, and a
+                               * batch's y holds n*T labels (sample-major) */
+    /* Token data ("text", "tokens"; tokens.c): ntokens tokens of token_bytes bytes each (1:
+     * the bytes of a text, 2: little-endian uint16, nanoGPT's .bin) at tokens, read-only,
+     * every one below classes. A sample is a window of T = label_len tokens, shape (T,1,1),
+     * x the ids as floats and y the same window shifted by one token. n = (ntokens-1)/T
+     * windows per epoch: a shuffling loader draws each window's start from (seed, epoch,
+     * index), one that does not takes the windows back to back (validation). */
+    const uint8_t *tokens;    /* NULL for every other dataset */
+    size_t ntokens;
+    int token_bytes;
+    void *map;                /* the file mapping cdl_dataset_free unmaps (map_len bytes) */
+    size_t map_len;
 } cdl_dataset;
 
 /* The formats a dataset can be read from besides the named datasets
@@ -44,7 +57,7 @@ typedef struct cdl_dataset {
  * class), "npy" (a directory of x_train.npy, y_train.npy ...), "npz" (one
  * archive holding x_train, y_train ...) and "csv" (a table with a header
  * row). Their path is --data-dir (a directory or a file). */
-#define CDL_DATASET_FORMATS "imagefolder, npy, npz, csv"
+#define CDL_DATASET_FORMATS "imagefolder, npy, npz, csv, text, tokens"
 
 /* How samples are normalised: per channel (x - mean) / std, x = v/255 for
  * uint8 pixels, the value itself for float features. */
@@ -74,6 +87,12 @@ typedef struct cdl_dataset_options {
     int normalize;            /* enum cdl_normalize */
     int norm_count;           /* GIVEN: 1 (every channel) or shape.c values in each array */
     const float *norm_mean, *norm_std;
+    int block_size;           /* text, tokens: tokens per sample (T); 0 = 64 */
+    int vocab_size;           /* tokens: every token must be below it, 1..65536; 0 = 50257
+                               * (GPT-2's); text: 0 or 256 (byte-level) */
+    double val_split;         /* text, tokens without val.bin: the validation part, the last
+                               * tokens of the file: a fraction in (0,1) or a count of tokens;
+                               * 0 = 0.1, < 0 = none (the test split is then absent) */
 } cdl_dataset_options;
 
 void cdl_dataset_options_defaults(cdl_dataset_options *o);
@@ -152,7 +171,7 @@ void cdl_loader_defaults(cdl_loader_config *cfg);
 typedef struct cdl_batch {
     int n;                    /* samples in this batch */
     const float *x;           /* (n, c, h, w) normalised, host memory */
-    const int32_t *y;         /* n labels */
+    const int32_t *y;         /* n labels, n*T for token windows (label_len T) */
     long index;               /* batch index within the epoch */
 } cdl_batch;
 

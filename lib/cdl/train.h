@@ -23,7 +23,8 @@ typedef struct cdl_train_config {
                                * libcdl with more fields reads only those a caller knows */
     char model[256];          /* "lenet", "mlp" or a spec file path */
     char dataset[32];         /* "fashion-mnist", "mnist", "cifar10", "synthetic" or a format
-                               * of CDL_DATASET_FORMATS (data_dir: its folder or file) */
+                               * of CDL_DATASET_FORMATS (data_dir: its folder or file; text
+                               * and tokens: token windows, docs/data.md) */
     char data_dir[1024];      /* "" = the dataset's default */
     int epochs;
     int batch_size;           /* per rank */
@@ -127,6 +128,11 @@ typedef struct cdl_train_config {
      * the optimizer state of 1/world of the parameters (docs/data-parallel.md);
      * the numbers are the unsharded run's, bit for bit. */
     int shard_optimizer;
+    /* Token data (text:FILE, tokens:DIR; docs/data.md): tokens per sample,
+     * T (--block-size; 0 = the model's block size, else 64), and the
+     * vocabulary of tokens:DIR (--vocab-size; 0 = 50257, GPT-2's). */
+    int block_size;
+    int vocab_size;
 } cdl_train_config;
 
 /* --decay-params: AUTO is 2D for models with sequence layers (the gpt

@@ -92,6 +92,8 @@ static int load_format(const char *name, const char *path, int train,
         rc = npy_read_dir(path, train, out);
     else if (!strcmp(name, "npz"))
         rc = npz_read(path, train, out);
+    else if (!strcmp(name, "text") || !strcmp(name, "tokens"))
+        rc = tokens_read(name, path, train, o, out);
     else
         rc = csv_read(path, train, o->label_column, out);
     if (rc)
@@ -103,7 +105,7 @@ static int load_format(const char *name, const char *path, int train,
 static int is_format(const char *name)
 {
     return !strcmp(name, "imagefolder") || !strcmp(name, "npy") || !strcmp(name, "npz") ||
-           !strcmp(name, "csv");
+           !strcmp(name, "csv") || !strcmp(name, "text") || !strcmp(name, "tokens");
 }
 
 /* Given values: 1 for every channel or one per channel. */
@@ -141,12 +143,24 @@ int cdl_dataset_load_with(const char *name, const char *path, int train,
                           offsetof(cdl_dataset_options, norm_std) + sizeof o.norm_std,
                           "cdl_dataset_options", "cdl_dataset_options_defaults"))
         return -1;
+    /* "text:FILE" and "tokens:DIR" name their path (cdl-train's spelling). */
+    char kind[16];
+    const char *colon = strchr(name, ':');
+    if (colon && (!path || !*path) && colon - name < (long)sizeof kind) {
+        snprintf(kind, sizeof kind, "%.*s", (int)(colon - name), name);
+        if (!strcmp(kind, "text") || !strcmp(kind, "tokens")) {
+            name = kind;
+            path = colon + 1;
+        }
+    }
     int format = is_format(name);
     int rc = format ? load_format(name, path, train, &o, out) : load_named(name, path, train, out);
     if (rc) {
         cdl_dataset_free(out);
         return rc;
     }
+    if (out->tokens)
+        return 0;   /* token ids: nothing to normalise */
     if (out->shape.c > 3) {
         out->channel_mean = cdl_calloc((size_t)out->shape.c, sizeof(float));
         out->channel_std = cdl_calloc((size_t)out->shape.c, sizeof(float));
@@ -289,6 +303,7 @@ void cdl_dataset_free(cdl_dataset *d)
     cdl_free(d->features);
     cdl_free(d->channel_mean);
     cdl_free(d->channel_std);
+    tokens_unmap(d);
     if (d->class_names) {
         for (int k = 0; k < d->classes; k++)
             cdl_free(d->class_names[k]);

@@ -14,21 +14,15 @@ int data_read_file(const char *path, size_t max, const char *hint, uint8_t **buf
     char pn[512];
     *buf = NULL;
     *len = 0;
-    int fd = data_open_regular(path, hint);
+    size_t size;
+    int fd = data_open_size(path, hint, &size);
     if (fd < 0)
         return -1;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int err = errno;
+    if (size > max) {
         close(fd);
-        return cdl_error("cannot stat %s: %s", data_printable(path, pn, sizeof pn), strerror(err));
+        return cdl_error("%s is %zu bytes, more than the %zu a dataset file may have here",
+                         data_printable(path, pn, sizeof pn), size, max);
     }
-    if ((unsigned long long)st.st_size > max) {
-        close(fd);
-        return cdl_error("%s is %lld bytes, more than the %zu a dataset file may have here",
-                         data_printable(path, pn, sizeof pn), (long long)st.st_size, max);
-    }
-    size_t size = (size_t)st.st_size;
     uint8_t *b = cdl_malloc(size ? size : 1);
     if (!b) {
         close(fd);

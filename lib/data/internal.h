@@ -13,6 +13,8 @@
  * would block or never end. The fd (blocking again), or -1 with an error
  * naming the file (hint: what to do when it is missing). */
 int data_open_regular(const char *path, const char *hint);
+/* The same, and the file's size in *size. */
+int data_open_size(const char *path, const char *hint, size_t *size);
 
 /* Reads the idx pair <prefix>-images-idx3-ubyte[.gz] / <prefix>-labels-idx1-ubyte[.gz]
  * (prefix "train" or "t10k") from dir: 28x28 uint8 images, labels < classes.
@@ -101,6 +103,29 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
 /* path = a CSV file (the training split) or a directory holding train.csv
  * and test.csv. */
 int csv_read(const char *path, int train, const char *label_column, cdl_dataset *out);
+
+/* Token data (tokens.c). tokens_check: len bytes of token_bytes-byte
+ * tokens (1: bytes, 2: little-endian uint16), every one below vocab; an
+ * odd uint16 size or a bad token is an error naming name and the token's
+ * offset in the file (buf holds its tokens from base on). */
+int tokens_check(const uint8_t *buf, size_t len, int token_bytes, int vocab, const char *name,
+                 size_t base, size_t *ntokens);
+/* The training (train = 1) or validation split of the tokens in buf: the
+ * whole of it (whole = 1: train.bin, val.bin) or the first / last part by
+ * o->val_split. 1 = no validation split. out->tokens points into buf. */
+int tokens_read_mem(const uint8_t *buf, size_t len, const char *name, int token_bytes,
+                    const cdl_dataset_options *o, int train, int whole, cdl_dataset *out);
+/* name "text" (path a file) or "tokens" (path a directory of train.bin
+ * [val.bin], or one .bin file): the split, memory-mapped. */
+int tokens_read(const char *name, const char *path, int train, const cdl_dataset_options *o,
+                cdl_dataset *out);
+void tokens_unmap(cdl_dataset *d);
+/* The first token of window idx of epoch: drawn from (seed, epoch, idx)
+ * when random, else idx * T (back to back). */
+size_t tokens_window_start(const cdl_dataset *d, int random, uint64_t seed, int epoch, long idx);
+/* x (T) = the ids of tokens [start, start+T) as floats, y (T) = tokens
+ * [start+1, start+T]. */
+void tokens_window(const cdl_dataset *d, size_t start, float *x, int32_t *y);
 
 /* Per-channel mean and std of d in one pass (formats.c): pixels as v/255,
  * features as they are; a constant channel gets std 1. */

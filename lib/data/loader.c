@@ -29,7 +29,7 @@ enum slot_state { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 
 typedef struct slot {
     float *x;        /* (batch_size, c, h, w) */
-    int32_t *y;      /* batch_size */
+    int32_t *y;      /* batch_size * label_len */
     long batch;
     int n;
     enum slot_state state;
@@ -42,7 +42,9 @@ struct cdl_loader {
     long samples, batches;       /* per epoch, for this rank */
     float luts[3][256];          /* per-channel normalisation of uint8 images */
     float *fmean, *fstd;         /* (c) the same for float features */
-    int32_t *order;              /* (n) this epoch's order; read by workers */
+    int32_t *order;              /* (n) this epoch's order; read by workers (NULL for
+                                  * token windows: their index is their position) */
+    size_t label_len;            /* labels per sample (>= 1) */
     int epoch;
 
     slot *slots;
@@ -72,6 +74,22 @@ static void prefetch_sample(const uint8_t *p, size_t bytes)
         __builtin_prefetch(p + o);
 }
 
+/* Token windows: sample k of this rank is window pos % n of the epoch (the
+ * padded positions of DistributedSampler repeat the first windows), drawn
+ * from (seed, epoch, window) when shuffling, else back to back. */
+static void fill_tokens(const cdl_loader *l, long k0, long k1, slot *s)
+{
+    const cdl_dataset *d = l->d;
+    const cdl_loader_config *c = &l->cfg;
+    for (long k = k0; k < k1; k++) {
+        long idx = sampler_position(c->rank, c->world, k) % d->n;
+        size_t start = tokens_window_start(d, c->shuffle, c->seed, l->epoch, idx);
+        tokens_window(d, start, s->x + (size_t)(k - k0) * l->sample_size,
+                      s->y + (size_t)(k - k0) * l->label_len);
+    }
+    s->n = (int)(k1 - k0);
+}
+
 /* Converts batch b of the current epoch into s (no lock needed: the order
  * and epoch do not change while a batch is being filled). */
 static void fill_batch(const cdl_loader *l, long b, slot *s)
@@ -80,6 +98,10 @@ static void fill_batch(const cdl_loader *l, long b, slot *s)
     const cdl_loader_config *c = &l->cfg;
     long k0 = b * c->batch_size;
     long k1 = k0 + c->batch_size < l->samples ? k0 + c->batch_size : l->samples;
+    if (d->tokens) {
+        fill_tokens(l, k0, k1, s);
+        return;
+    }
     for (long k = k0; k < k1; k++) {
         long pos = sampler_position(c->rank, c->world, k);
         int32_t idx = l->order[pos % d->n];
@@ -139,16 +161,22 @@ static int check_config(const cdl_dataset *d, const cdl_loader_config *c)
 {
     if (!d || !c)
         return cdl_error("cdl_loader_create: dataset or config is NULL");
-    if (d->n <= 0 || (!d->images && !d->features) || !d->labels || d->shape.c <= 0 ||
-        d->shape.h <= 0 || d->shape.w <= 0)
+    if (d->tokens && (d->n <= 0 || d->label_len < 1 || d->token_bytes < 1 ||
+                      d->token_bytes > 2 || d->ntokens <= (size_t)d->label_len ||
+                      d->shape.c != d->label_len || d->shape.h != 1 || d->shape.w != 1 ||
+                      (size_t)d->n > (d->ntokens - 1) / (size_t)d->label_len))
+        return cdl_error("cdl_loader_create: token dataset '%s' is inconsistent: %d windows of "
+                         "%d of %zu tokens", d->name, d->n, d->label_len, d->ntokens);
+    if (!d->tokens && (d->n <= 0 || (!d->images && !d->features) || !d->labels || d->shape.c <= 0 ||
+        d->shape.h <= 0 || d->shape.w <= 0))
         return cdl_error("cdl_loader_create: dataset '%s' is empty or not loaded", d->name);
     if (d->images && d->shape.c > 3)
         return cdl_error("dataset '%s': uint8 images have at most 3 channels, not %d", d->name,
                          d->shape.c);
-    if (d->shape.c > 3 && (!d->channel_mean || !d->channel_std))
+    if (!d->tokens && d->shape.c > 3 && (!d->channel_mean || !d->channel_std))
         return cdl_error("dataset '%s': %d channels need channel_mean/channel_std", d->name,
                          d->shape.c);
-    for (int k = 0; k < d->shape.c; k++) {
+    for (int k = 0; !d->tokens && k < d->shape.c; k++) {
         float sd = d->shape.c > 3 ? d->channel_std[k] : d->std[k];
         if (!(sd > 0))
             return cdl_error("dataset '%s': std[%d] = %g must be > 0", d->name, k, (double)sd);
@@ -157,8 +185,8 @@ static int check_config(const cdl_dataset *d, const cdl_loader_config *c)
         return cdl_error("loader: augment %d: use enum cdl_augment (--augment "
                          "none|crop|flip|crop+flip)", c->augment);
     if (c->augment && !d->images)
-        return cdl_error("--augment crop/flip needs pictures, but dataset '%s' holds features: "
-                         "use --augment none", d->name);
+        return cdl_error("--augment crop/flip needs pictures, but dataset '%s' holds %s: "
+                         "use --augment none", d->name, d->tokens ? "tokens" : "features");
     if (c->batch_size <= 0)
         return cdl_error("loader: batch size %d must be >= 1 (--batch-size)", c->batch_size);
     if (c->world <= 0 || c->rank < 0 || c->rank >= c->world)
@@ -238,6 +266,7 @@ cdl_loader *cdl_loader_create(const cdl_dataset *d, const cdl_loader_config *cfg
     l->d = d;
     l->cfg = *c;
     l->sample_size = (size_t)d->shape.c * d->shape.h * d->shape.w;
+    l->label_len = d->label_len > 1 ? (size_t)d->label_len : 1;
     l->samples = samples;
     l->batches = batches;
     l->held = -1;
@@ -265,16 +294,16 @@ cdl_loader *cdl_loader_create(const cdl_dataset *d, const cdl_loader_config *cfg
             l->fstd[k] = d->shape.c > 3 ? d->channel_std[k] : d->std[k];
         }
     }
-    l->order = cdl_malloc((size_t)d->n * sizeof *l->order);
+    l->order = d->tokens ? NULL : cdl_malloc((size_t)d->n * sizeof *l->order);
     l->slots = cdl_calloc((size_t)nslots, sizeof *l->slots);
     l->threads = cdl_calloc(c->workers ? (size_t)c->workers : 1, sizeof *l->threads);
-    if (!l->order || !l->slots || !l->threads) {
+    if ((!l->order && !d->tokens) || !l->slots || !l->threads) {
         loader_destroy(l, 0);
         return NULL;
     }
     for (int i = 0; i < nslots; i++) {
         l->slots[i].x = cdl_malloc((size_t)c->batch_size * l->sample_size * sizeof(float));
-        l->slots[i].y = cdl_malloc((size_t)c->batch_size * sizeof(int32_t));
+        l->slots[i].y = cdl_malloc((size_t)c->batch_size * l->label_len * sizeof(int32_t));
         if (!l->slots[i].x || !l->slots[i].y) {
             loader_destroy(l, 0);
             return NULL;
@@ -337,7 +366,8 @@ int cdl_loader_start_epoch(cdl_loader *l, int epoch, long first_batch)
             l->slots[i].state = SLOT_FREE;
     pthread_mutex_unlock(&l->mu);
 
-    sampler_order(l->order, l->d->n, l->cfg.shuffle, l->cfg.seed, epoch);
+    if (l->order)
+        sampler_order(l->order, l->d->n, l->cfg.shuffle, l->cfg.seed, epoch);
 
     pthread_mutex_lock(&l->mu);
     l->epoch = epoch;

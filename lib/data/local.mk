@@ -5,3 +5,4 @@ libcdl_core_la_SOURCES += lib/data/internal.h lib/data/open.c
 libcdl_core_la_SOURCES += lib/data/fileio.c lib/data/image.c lib/data/imagefolder.c
 libcdl_core_la_SOURCES += lib/data/npy.c lib/data/csv.c
 libcdl_core_la_SOURCES += lib/data/split.c
+libcdl_core_la_SOURCES += lib/data/tokens.c

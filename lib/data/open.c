@@ -34,3 +34,18 @@ int data_open_regular(const char *path, const char *hint)
     }
     return fd;
 }
+
+int data_open_size(const char *path, const char *hint, size_t *size)
+{
+    int fd = data_open_regular(path, hint);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return cdl_error("cannot stat %s: %s", path, strerror(err));
+    }
+    *size = (size_t)st.st_size;
+    return fd;
+}

@@ -77,6 +77,9 @@ int cdl_dataset_split(cdl_dataset *train, long count, uint64_t seed, cdl_dataset
     if (!train || !val)
         return cdl_error("cdl_dataset_split: train or val is NULL");
     memset(val, 0, sizeof *val);
+    if (train->tokens)
+        return cdl_error("cdl_dataset_split: '%s' holds token windows: its validation split is "
+                         "the last --val-split tokens, chosen when it is loaded", train->name);
     if (count <= 0 || count >= train->n)
         return cdl_error("--val-split: %ld validation samples out of %d training samples of "
                          "'%s': give a fraction in (0,1) or a count from 1 to %d (0 = none)",

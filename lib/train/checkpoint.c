@@ -260,7 +260,14 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "image_size", fmt_dup("%d", cfg->image_size));
     meta_add(&meta, "image_channels", fmt_dup("%d", cfg->image_channels));
     meta_add(&meta, "label_column", fmt_dup("%s", cfg->label_column));
-    if (pos->data) {
+    if (pos->data && pos->data->tokens) {
+        /* Token windows: ids, not normalised; cdl-generate needs the tokenizer. */
+        const cdl_dataset *d = pos->data;
+        meta_add(&meta, "input_shape", fmt_dup("%d,%d,%d", d->shape.c, d->shape.h, d->shape.w));
+        meta_add(&meta, "tokens", fmt_dup("%s", d->token_bytes == 1 ? "bytes" : "uint16"));
+        meta_add(&meta, "vocab_size", fmt_dup("%d", d->classes));
+        meta_add(&meta, "block_size", fmt_dup("%d", d->label_len));
+    } else if (pos->data) {
         const cdl_dataset *d = pos->data;
         meta_add(&meta, "input_shape", fmt_dup("%d,%d,%d", d->shape.c, d->shape.h, d->shape.w));
         meta_add(&meta, "norm_mean", join_floats(d->channel_mean ? d->channel_mean : d->mean,

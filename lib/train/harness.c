@@ -91,9 +91,37 @@ static int join_class_names(run *r)
     return 0;
 }
 
+/* Token data (text, tokens): windows of T tokens; the validation split is
+ * val.bin or the file's last --val-split tokens, never carved at random
+ * (a window would straddle both splits), and there is no test split. */
+static int load_tokens(run *r, const char *path)
+{
+    const cdl_train_config *c = r->cfg;
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.block_size = c->block_size > 0 ? c->block_size : 64;
+    o.vocab_size = c->vocab_size;
+    /* --val-split: -1 (default) = 10%, 0 = none. */
+    o.val_split = c->val_split < 0 ? 0 : c->val_split == 0 ? -1 : c->val_split;
+    if (cdl_dataset_load_with(c->dataset, path, 1, &o, &r->train) != 0)
+        return -1;
+    r->have_train = 1;
+    int rc = cdl_dataset_load_with(c->dataset, path, 0, &o, &r->val);
+    if (rc < 0)
+        return -1;
+    if (rc == 1)
+        return cdl_error("--dataset %s:%s: --val-split 0 leaves nothing to validate on: drop "
+                         "it%s (docs/data.md)", c->dataset, path,
+                         strcmp(c->dataset, "tokens") ? "" : " or add val.bin");
+    r->have_val = 1;
+    return 0;
+}
+
 static int load_data(run *r)
 {
     const cdl_train_config *c = r->cfg;
+    if (!strcmp(c->dataset, "text") || !strcmp(c->dataset, "tokens"))
+        return load_tokens(r, r->data_dir);
     if (!strcmp(c->dataset, "synthetic")) {
         cdl_shape s = {3, 32, 32};
         int n = c->synthetic_n > 0 ? c->synthetic_n : 10000;

@@ -22,3 +22,6 @@ TESTS += tests/e2e/predict-files.sh
 EXTRA_DIST += tests/e2e/predict-files.sh
 TESTS += tests/e2e/generate.sh
 EXTRA_DIST += tests/e2e/generate.sh tests/e2e/generate_torch.py
+EXTRA_DIST += tests/e2e/generate.sh
+TESTS += tests/e2e/tokens.sh
+EXTRA_DIST += tests/e2e/tokens.sh

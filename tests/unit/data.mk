@@ -17,3 +17,10 @@ TESTS += tests/unit/test_readers
 tests_unit_test_readers_SOURCES = tests/unit/test_readers.c tests/unit/img_write.h
 tests_unit_test_readers_CPPFLAGS = $(TEST_CPPFLAGS) $(PNG_CFLAGS) $(JPEG_CFLAGS)
 tests_unit_test_readers_LDADD = $(TEST_LDADD) $(PNG_LIBS) $(JPEG_LIBS)
+
+# Token datasets (text:FILE, tokens:DIR) and their windows.
+check_PROGRAMS += tests/unit/test_tokens
+TESTS += tests/unit/test_tokens
+tests_unit_test_tokens_SOURCES = tests/unit/test_tokens.c
+tests_unit_test_tokens_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_tokens_LDADD = $(TEST_LDADD)

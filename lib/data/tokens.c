@@ -1,0 +1,260 @@
+/* Token datasets for language models: "text" (any file, byte-level: vocab
+ * 256) and "tokens" (a directory of nanoGPT's train.bin / val.bin: flat
+ * little-endian uint16 token ids, no header).
+ *
+ * The file is memory-mapped read-only, never copied: a split is a range
+ * [first, first + count) of its tokens, and the training and validation
+ * splits of one file are two mappings of it (the page cache holds it
+ * once). Every token of a split is checked below the vocabulary when it
+ * is loaded, so the embedding lookup may trust the ids.
+ *
+ * A sample is a window of T tokens (x, shape (T,1,1)) and its labels the
+ * window shifted by one token (y, T labels), nanoGPT's get_batch. Without
+ * val.bin the validation split is the last --val-split tokens of the file,
+ * contiguous, so no window of one split sees the other's text. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cdl/cdl.h>
+
+#include "lib/core/rng.h"
+#include "lib/data/internal.h"
+
+#define DEFAULT_BLOCK 64
+#define DEFAULT_VOCAB 50257    /* GPT-2's BPE, what nanoGPT's prepare.py writes */
+#define DEFAULT_VAL 0.1
+#define MAX_BLOCK (1 << 20)
+
+/* Keeps the window draws apart from the other streams of the seed. */
+#define WINDOW_DOMAIN 0x77696e646f777321ull   /* "windows!" */
+
+static unsigned token_at(const uint8_t *p, int token_bytes, size_t i)
+{
+    if (token_bytes == 1)
+        return p[i];
+    return (unsigned)p[2 * i] | (unsigned)p[2 * i + 1] << 8;
+}
+
+/* The first token of p (count tokens) that is not below vocab, or count.
+ * The max of a chunk is what the loop computes (it vectorises); the slow
+ * search runs only in a chunk that holds a bad token. */
+static size_t first_bad(const uint8_t *p, int token_bytes, size_t count, unsigned vocab)
+{
+    const size_t chunk = 1 << 16;
+    for (size_t c0 = 0; c0 < count; c0 += chunk) {
+        size_t c1 = c0 + chunk < count ? c0 + chunk : count;
+        unsigned mx = 0;
+        if (token_bytes == 1) {
+            for (size_t i = c0; i < c1; i++)
+                mx = p[i] > mx ? p[i] : mx;
+        } else {
+            for (size_t i = c0; i < c1; i++) {
+                unsigned t = token_at(p, 2, i);
+                mx = t > mx ? t : mx;
+            }
+        }
+        if (mx < vocab)
+            continue;
+        for (size_t i = c0; i < c1; i++)
+            if (token_at(p, token_bytes, i) >= vocab)
+                return i;
+    }
+    return count;
+}
+
+int tokens_check(const uint8_t *buf, size_t len, int token_bytes, int vocab, const char *name,
+                 size_t base, size_t *ntokens)
+{
+    if (token_bytes == 2 && len % 2)
+        return cdl_error("%s: %zu bytes is not a whole number of uint16 tokens: the file is "
+                         "truncated or not in nanoGPT's .bin format (np.uint16 ids, no header)",
+                         name, len);
+    size_t n = len / (size_t)token_bytes;
+    size_t bad = first_bad(buf, token_bytes, n, (unsigned)vocab);
+    if (bad < n)
+        return cdl_error("%s: token %u at token offset %zu (byte %zu) is not below the "
+                         "vocabulary size %d: give the tokenizer's --vocab-size, or rebuild the "
+                         "file", name, token_at(buf, token_bytes, bad), base + bad,
+                         (base + bad) * (size_t)token_bytes, vocab);
+    *ntokens = n;
+    return 0;
+}
+
+/* The validation tokens of a file of total tokens (val_split as in
+ * cdl_dataset_options). */
+static int val_count(double split, size_t total, const char *name, size_t *count)
+{
+    if (split < 0) {
+        *count = 0;
+        return 0;
+    }
+    if (split == 0)
+        split = DEFAULT_VAL;
+    double c = split < 1 ? split * (double)total + 0.5 : split;
+    if (!(c < (double)total))
+        return cdl_error("%s: --val-split %g takes all of its %zu tokens for validation: give a "
+                         "fraction below 1 or a count of tokens below %zu", name, split, total,
+                         total);
+    *count = (size_t)c;
+    return 0;
+}
+
+/* out = the windows of tokens [first, first + count) of buf. */
+static int make_split(const uint8_t *buf, size_t first, size_t count, int token_bytes, int vocab,
+                      int T, const char *name, const char *what, cdl_dataset *out)
+{
+    if (count < (size_t)T + 1)
+        return cdl_error("%s: the %s split holds %zu tokens, fewer than --block-size %d + 1 (a "
+                         "window and the token after it): use a smaller --block-size%s", name,
+                         what, count, T, strcmp(what, "validation") ? ", more data or a smaller "
+                         "--val-split" : " or a larger --val-split");
+    size_t windows = (count - 1) / (size_t)T;
+    out->tokens = buf + first * (size_t)token_bytes;
+    out->ntokens = count;
+    out->token_bytes = token_bytes;
+    out->label_len = T;
+    out->n = windows < INT32_MAX ? (int)windows : INT32_MAX;   /* an epoch's draws */
+    out->shape = (cdl_shape){T, 1, 1};
+    out->classes = vocab;
+    for (int k = 0; k < 3; k++) {
+        out->mean[k] = 0.0f;
+        out->std[k] = 1.0f;
+    }
+    return 0;
+}
+
+int tokens_read_mem(const uint8_t *buf, size_t len, const char *name, int token_bytes,
+                    const cdl_dataset_options *o, int train, int whole, cdl_dataset *out)
+{
+    int T = o->block_size ? o->block_size : DEFAULT_BLOCK;
+    int vocab = token_bytes == 1 ? 256 : o->vocab_size ? o->vocab_size : DEFAULT_VOCAB;
+    if (T < 1 || T > MAX_BLOCK)
+        return cdl_error("--block-size %d: use 1..%d tokens", T, MAX_BLOCK);
+    if (token_bytes == 1 && o->vocab_size && o->vocab_size != 256)
+        return cdl_error("--vocab-size %d: text data is byte-level, its vocabulary is 256: drop "
+                         "--vocab-size or use pre-tokenized data (tokens:DIR)", o->vocab_size);
+    if (vocab < 1 || vocab > 65536)
+        return cdl_error("--vocab-size %d: uint16 tokens allow 1..65536", vocab);
+    if (len == 0)
+        return cdl_error("%s is empty: a token dataset needs at least --block-size + 1 = %d "
+                         "tokens", name, T + 1);
+    if (token_bytes == 2 && len % 2)
+        return tokens_check(buf, len, 2, vocab, name, 0, &(size_t){0});
+    size_t total = len / (size_t)token_bytes, nval = 0;
+    if (!whole && val_count(o->val_split, total, name, &nval) != 0)
+        return -1;
+    if (!train && !whole && nval == 0)
+        return 1;
+    size_t first = whole || train ? 0 : total - nval;
+    size_t count = whole ? total : train ? total - nval : nval;
+    size_t checked;
+    if (tokens_check(buf + first * (size_t)token_bytes, count * (size_t)token_bytes,
+                     token_bytes, vocab, name, first, &checked) != 0)
+        return -1;
+    return make_split(buf, first, count, token_bytes, vocab, T, name,
+                      train ? "training" : "validation", out);
+}
+
+/* The mapping of the regular file path (an empty one maps nothing). */
+static int map_file(const char *path, const char *hint, void **map, size_t *len)
+{
+    int fd = data_open_size(path, hint, len);
+    if (fd < 0)
+        return -1;
+    *map = NULL;
+    if (*len) {
+        void *p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int err = errno;
+            close(fd);
+            return cdl_error("cannot map %s (%zu bytes): %s", path, *len, strerror(err));
+        }
+        *map = p;
+    }
+    close(fd);
+    return 0;
+}
+
+static int is_regular(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int tokens_read(const char *name, const char *path, int train, const cdl_dataset_options *o,
+                cdl_dataset *out)
+{
+    int bin = !strcmp(name, "tokens");
+    char file[4200];
+    int whole = 0;
+    if (!bin) {
+        snprintf(file, sizeof file, "%s", path);
+    } else if (is_regular(path)) {
+        snprintf(file, sizeof file, "%s", path);     /* one .bin: split it like a text */
+    } else {
+        char val[4200];
+        snprintf(val, sizeof val, "%s/val.bin", path);
+        whole = is_regular(val);
+        snprintf(file, sizeof file, "%s/%s.bin", path, whole && !train ? "val" : "train");
+    }
+    void *map = NULL;
+    size_t len = 0;
+    if (map_file(file, bin ? "give tokens:DIR a directory holding train.bin (and val.bin) "
+                             "as nanoGPT's prepare.py writes them"
+                           : "give text:FILE a readable text file", &map, &len) != 0)
+        return -1;
+    char pn[1024];   /* errors show the name as text */
+    int rc = tokens_read_mem(map, len, data_printable(file, pn, sizeof pn), bin ? 2 : 1, o,
+                             train, whole, out);
+    if (rc != 0) {
+        if (map)
+            munmap(map, len);
+        return rc;
+    }
+    out->map = map;
+    out->map_len = len;
+    return 0;
+}
+
+void tokens_unmap(cdl_dataset *d)
+{
+    if (d->map)
+        munmap(d->map, d->map_len);
+    d->map = NULL;
+    d->map_len = 0;
+}
+
+size_t tokens_window_start(const cdl_dataset *d, int random, uint64_t seed, int epoch, long idx)
+{
+    size_t T = (size_t)d->label_len;
+    if (!random)
+        return (size_t)idx * T;
+    rng_state r;
+    /* One stream per (epoch, window index), as augment_draw: index < 2^31. */
+    rng_seed2(&r, seed ^ WINDOW_DOMAIN, (uint64_t)(uint32_t)epoch << 40 ^ (uint64_t)idx);
+    return (size_t)rng_below(&r, (uint64_t)(d->ntokens - T));
+}
+
+void tokens_window(const cdl_dataset *d, size_t start, float *x, int32_t *y)
+{
+    const int T = d->label_len;
+    const uint8_t *p = d->tokens;
+    if (d->token_bytes == 1) {
+        for (int j = 0; j < T; j++) {
+            x[j] = (float)p[start + j];
+            y[j] = p[start + j + 1];
+        }
+        return;
+    }
+    unsigned prev = token_at(p, 2, start);
+    for (int j = 0; j < T; j++) {
+        unsigned next = token_at(p, 2, start + j + 1);
+        x[j] = (float)prev;
+        y[j] = (int32_t)next;
+        prev = next;
+    }
+}

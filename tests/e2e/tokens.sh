@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# cdl-train's token data (text:FILE, tokens:DIR): the Debian corpus loads,
+# and hostile files fail before training with one line naming the file and
+# what is wrong (the unit test test_tokens checks the windows themselves).
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+
+# Little-endian uint16 ids from the shell: bin FILE ID...
+bin() {
+    local f=$1; shift
+    : >"$f"
+    for v in "$@"; do printf "\\x$(printf %02x $((v & 255)))\\x$(printf %02x $((v >> 8)))" >>"$f"; done
+}
+mkdir -p "$TMP/bad" "$TMP/odd"
+bin "$TMP/bad/train.bin" 1 2 3 4 5 6 7 100 8 9 10 11
+bin "$TMP/bad/val.bin" 1 2 3 4 5 6 7 8 9
+printf 'abc' >"$TMP/odd/train.bin"
+
+train() { expect_status "$1" "$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --quiet "${@:2}"; }
+train 1 --dataset "tokens:$TMP/bad" --vocab-size 100 --block-size 4
+expect_err "$TMP/bad/train.bin: token 100 at token offset 7 (byte 14) is not below the vocabulary size 100"
+train 1 --dataset "tokens:$TMP/odd" --block-size 4
+expect_err "3 bytes is not a whole number of uint16 tokens"
+train 1 --dataset tokens --data-dir "$TMP" --block-size 4
+expect_err "$TMP/train.bin"
+train 2 --dataset "tokens:$TMP/bad" --vocab-size 65537
+expect_err "--vocab-size"
+train 2 --dataset "text:$TMP/x" --block-size 0
+expect_err "--block-size"
+
+# The Debian corpus (fortunes-min, scripts/install-deps.sh).
+if "$top_srcdir/scripts/fortunes-corpus.sh" "$TMP/corpus.txt" 2>"$TMP/corpus.err"; then
+    [ "$(wc -c <"$TMP/corpus.txt")" -gt 50000 ] || die "the fortunes corpus is short"
+    train 1 --dataset "text:$TMP/corpus.txt" --val-split 0
+    expect_err "--val-split 0 leaves nothing to validate on"
+    train 1 --dataset "text:$TMP/corpus.txt" --block-size 9000 --val-split 0.05
+    expect_err "the validation split holds 4920 tokens, fewer than --block-size 9000 + 1"
+    train 1 --dataset "text:$TMP/corpus.txt" --vocab-size 50257
+    expect_err "byte-level"
+else
+    echo "SKIP: the fortunes corpus: $(cat "$TMP/corpus.err")"
+fi
+echo "tokens: errors name the file and the offset"

@@ -1,0 +1,320 @@
+/* Token datasets (text:FILE, tokens:DIR): the windows a loader hands out
+ * are a pure function of (seed, epoch, window), the same for every world
+ * size and worker count; the validation split is the file's last tokens
+ * (or val.bin) in fixed windows; hostile files are errors naming the file
+ * and what is wrong. */
+#include "testutil.h"
+
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cdl/cdl.h>
+
+enum { T = 8, NTOK = 4001 };
+
+static char tmpdir[256];
+
+static void write_file(const char *name, const void *buf, size_t len, char *path, size_t plen)
+{
+    snprintf(path, plen, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* dir/name of count little-endian uint16 tokens, token i = first + i. */
+static void write_ids(const char *name, int first, int count, char *path, size_t plen)
+{
+    uint8_t *b = malloc(2 * (size_t)count + 1);
+    assert_non_null(b);
+    for (int i = 0; i < count; i++) {
+        b[2 * i] = (uint8_t)((first + i) & 255);
+        b[2 * i + 1] = (uint8_t)((first + i) >> 8);
+    }
+    write_file(name, b, 2 * (size_t)count, path, plen);
+    free(b);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return test_mkdtemp(tmpdir, sizeof tmpdir, "tokens");
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return test_rm_rf(tmpdir);
+}
+
+static void opts(cdl_dataset_options *o, int block, double val_split)
+{
+    cdl_dataset_options_defaults(o);
+    o->block_size = block;
+    o->vocab_size = 65536;
+    o->val_split = val_split;
+}
+
+/* The first token of each of this rank's windows of epoch (x[0]: token i
+ * holds i), checking that x and y are consecutive tokens of the file. */
+static long collect(const cdl_dataset *d, int rank, int world, int workers, int shuffle,
+                    int epoch, int pad, long *starts)
+{
+    cdl_loader_config c;
+    cdl_loader_defaults(&c);
+    c.batch_size = 5;
+    c.shuffle = shuffle;
+    c.pad = pad;
+    c.workers = workers;
+    c.seed = 42;
+    c.rank = rank;
+    c.world = world;
+    cdl_loader *l = cdl_loader_create(d, &c);
+    if (!l)
+        fail_msg("%s", cdl_last_error());
+    assert_int_equal(cdl_loader_start_epoch(l, epoch, 0), 0);
+    cdl_batch b;
+    long k = 0;
+    int got;
+    long base = d->tokens[0] | d->tokens[1] << 8;   /* the split's first token */
+    while ((got = cdl_loader_next(l, &b)) == 1) {
+        for (int i = 0; i < b.n; i++, k++) {
+            long s = (long)b.x[(size_t)i * T];
+            assert_true(s >= base && s - base + T < (long)d->ntokens);
+            for (int j = 0; j < T; j++) {
+                assert_true(b.x[(size_t)i * T + j] == (float)(s + j));
+                assert_int_equal(b.y[(size_t)i * T + j], s + j + 1);
+            }
+            starts[k] = s;
+        }
+    }
+    assert_int_equal(got, 0);
+    assert_int_equal(k, cdl_loader_samples(l));
+    cdl_loader_destroy(l);
+    return k;
+}
+
+static void test_windows_independent_of_world_and_workers(void **state)
+{
+    (void)state;
+    char path[512];
+    write_ids("ids.bin", 0, NTOK, path, sizeof path);
+    cdl_dataset_options o;
+    opts(&o, T, 0);
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("tokens", path, 1, &o, &d), 0);
+    /* 10% of 4001 tokens validate: the first 3601 train, 450 windows of 8. */
+    assert_int_equal(d.ntokens, 3601);
+    assert_int_equal(d.n, 450);
+    assert_int_equal(d.classes, 65536);
+    assert_int_equal(d.label_len, T);
+    assert_int_equal(d.shape.c, T);
+
+    long *ref = calloc(2000, sizeof *ref), *got = calloc(2000, sizeof *got);
+    assert_non_null(ref);
+    assert_non_null(got);
+    assert_int_equal(collect(&d, 0, 1, 0, 1, 3, 0, ref), 450);
+    int distinct = 0;
+    for (int i = 1; i < 450; i++)
+        distinct += ref[i] != ref[0];
+    assert_true(distinct > 400);   /* random starts, not one window */
+
+    const int worlds[] = {2, 3, 4}, workers[] = {0, 3};
+    for (int w = 0; w < 3; w++)
+        for (int k = 0; k < 2; k++)
+            for (int r = 0; r < worlds[w]; r++) {
+                long n = collect(&d, r, worlds[w], workers[k], 1, 3, 0, got);
+                for (long i = 0; i < n; i++)
+                    assert_int_equal(got[i], ref[r + i * worlds[w]]);
+            }
+    /* DistributedSampler's padding: every rank takes ceil(450/4) = 113,
+     * the wrapped positions repeat the first windows. */
+    for (int r = 0; r < 4; r++) {
+        long n = collect(&d, r, 4, 1, 1, 3, 1, got);
+        assert_int_equal(n, 113);
+        for (long i = 0; i < n; i++)
+            assert_int_equal(got[i], ref[(r + i * 4) % 450]);
+    }
+    /* Another epoch draws other windows; the same epoch the same ones. */
+    collect(&d, 0, 1, 2, 1, 4, 0, got);
+    assert_memory_not_equal(got, ref, 450 * sizeof *ref);
+    collect(&d, 0, 1, 2, 1, 3, 0, got);
+    assert_memory_equal(got, ref, 450 * sizeof *ref);
+    free(ref);
+    free(got);
+    cdl_dataset_free(&d);
+}
+
+static void test_validation_split_fixed_windows(void **state)
+{
+    (void)state;
+    char path[512];
+    write_ids("ids.bin", 0, NTOK, path, sizeof path);
+    cdl_dataset_options o;
+    opts(&o, T, 0);
+    cdl_dataset v;
+    assert_int_equal(cdl_dataset_load_with("tokens", path, 0, &o, &v), 0);
+    assert_int_equal(v.ntokens, 400);   /* the last 10%, contiguous */
+    assert_int_equal(v.n, 399 / T);
+    long starts[64];
+    for (int world = 1; world <= 3; world++)
+        for (int r = 0; r < world; r++) {
+            long n = collect(&v, r, world, 1, 0, 5, 0, starts);
+            /* Back to back from the split's first token, whatever the epoch. */
+            for (long i = 0; i < n; i++)
+                assert_int_equal(starts[i], 3601 + (r + i * world) * T);
+        }
+    cdl_dataset_free(&v);
+
+    /* A count of tokens; and none: no validation split. */
+    o.val_split = 1001;
+    assert_int_equal(cdl_dataset_load_with("tokens", path, 0, &o, &v), 0);
+    assert_int_equal(v.ntokens, 1001);
+    cdl_dataset_free(&v);
+    o.val_split = -1;
+    assert_int_equal(cdl_dataset_load_with("tokens", path, 0, &o, &v), 1);
+    assert_int_equal(cdl_dataset_load_with("tokens", path, 1, &o, &v), 0);
+    assert_int_equal(v.ntokens, NTOK);
+    cdl_dataset train = v;
+    cdl_dataset val;
+    assert_int_equal(cdl_dataset_split(&train, 10, 1, &val), -1);
+    assert_non_null(strstr(cdl_last_error(), "token windows"));
+    cdl_dataset_free(&v);
+}
+
+static void test_val_bin(void **state)
+{
+    (void)state;
+    char path[512];
+    write_ids("train.bin", 0, 1000, path, sizeof path);
+    write_ids("val.bin", 30000, 100, path, sizeof path);
+    cdl_dataset_options o;
+    opts(&o, T, 0.5);   /* ignored: val.bin is the validation split */
+    cdl_dataset d, v;
+    assert_int_equal(cdl_dataset_load_with("tokens", tmpdir, 1, &o, &d), 0);
+    assert_int_equal(d.ntokens, 1000);
+    char spec[600];
+    snprintf(spec, sizeof spec, "tokens:%s", tmpdir);
+    assert_int_equal(cdl_dataset_load_with(spec, NULL, 0, &o, &v), 0);
+    assert_int_equal(v.ntokens, 100);
+    assert_string_equal(v.name, "tokens");
+    long starts[16];
+    assert_int_equal(collect(&v, 0, 1, 0, 0, 0, 0, starts), 99 / T);
+    assert_int_equal(starts[1], 30000 + T);
+    cdl_dataset_free(&d);
+    cdl_dataset_free(&v);
+}
+
+static void test_text_bytes(void **state)
+{
+    (void)state;
+    char path[512], text[300];
+    for (int i = 0; i < 300; i++)
+        text[i] = (char)(i * 7 % 256);
+    write_file("t.txt", text, sizeof text, path, sizeof path);
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.block_size = 16;
+    cdl_dataset d, v;
+    assert_int_equal(cdl_dataset_load_with("text", path, 1, &o, &d), 0);
+    assert_int_equal(cdl_dataset_load_with("text", path, 0, &o, &v), 0);
+    assert_int_equal(d.classes, 256);
+    assert_int_equal(d.token_bytes, 1);
+    assert_int_equal(d.ntokens, 270);
+    assert_int_equal(v.ntokens, 30);
+    assert_int_equal(v.n, 1);
+    cdl_loader_config c;
+    cdl_loader_defaults(&c);
+    c.batch_size = 4;
+    c.world = 1;
+    cdl_loader *l = cdl_loader_create(&v, &c);
+    assert_non_null(l);
+    assert_int_equal(cdl_loader_start_epoch(l, 0, 0), 0);
+    cdl_batch b;
+    assert_int_equal(cdl_loader_next(l, &b), 1);
+    assert_int_equal(b.n, 1);
+    for (int j = 0; j < 16; j++) {
+        assert_true(b.x[j] == (float)(uint8_t)text[270 + j]);
+        assert_int_equal(b.y[j], (uint8_t)text[271 + j]);
+    }
+    cdl_loader_destroy(l);
+    /* Byte-level: any other vocabulary is refused. */
+    o.vocab_size = 50257;
+    cdl_dataset e;
+    assert_int_equal(cdl_dataset_load_with("text", path, 1, &o, &e), -1);
+    assert_non_null(strstr(cdl_last_error(), "byte-level"));
+    cdl_dataset_free(&d);
+    cdl_dataset_free(&v);
+}
+
+/* load must fail with an error holding each of the words. */
+static void expect_error(const char *name, const char *path, int train,
+                         const cdl_dataset_options *o, const char *w1, const char *w2)
+{
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with(name, path, train, o, &d), -1);
+    const char *e = cdl_last_error();
+    if (!strstr(e, w1) || (w2 && !strstr(e, w2)))
+        fail_msg("error \"%s\" lacks \"%s\" / \"%s\"", e, w1, w2 ? w2 : "");
+    assert_null(d.tokens);
+    assert_null(d.map);
+}
+
+static void test_hostile_files(void **state)
+{
+    (void)state;
+    char path[512];
+    cdl_dataset_options o;
+    opts(&o, T, 0);
+
+    /* An odd byte count: not uint16 tokens. */
+    uint8_t odd[101] = {0};
+    write_file("odd.bin", odd, sizeof odd, path, sizeof path);
+    expect_error("tokens", path, 1, &o, "odd.bin", "101 bytes is not a whole number");
+
+    /* A token past the vocabulary: file, value and offset named, in either split. */
+    write_ids("big.bin", 0, 2000, path, sizeof path);
+    o.vocab_size = 1234;
+    expect_error("tokens", path, 1, &o, "token 1234 at token offset 1234 (byte 2468)",
+                 "big.bin");
+    o.vocab_size = 1900;
+    expect_error("tokens", path, 0, &o, "token 1900 at token offset 1900 ", "--vocab-size");
+    o.vocab_size = 65536;
+
+    /* Empty files, a missing train.bin, a directory as a file. */
+    o.vocab_size = 0;
+    write_file("empty.txt", "", 0, path, sizeof path);
+    expect_error("text", path, 1, &o, "empty.txt is empty", NULL);
+    expect_error("text", tmpdir, 1, &o, "not a regular file", NULL);
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/none", tmpdir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    expect_error("tokens", sub, 1, &o, "train.bin", "prepare.py");
+    expect_error("text", NULL, 1, &o, "needs --data-dir", NULL);
+
+    /* Windows longer than the data, in either split. */
+    write_ids("short.bin", 0, 40, path, sizeof path);
+    o.block_size = 40;
+    expect_error("tokens", path, 1, &o, "fewer than --block-size 40 + 1", "short.bin");
+    o.block_size = 4;
+    expect_error("tokens", path, 0, &o, "validation split holds 4 tokens", NULL);
+    o.val_split = 40;
+    expect_error("tokens", path, 1, &o, "--val-split 40 takes all of its 40 tokens", NULL);
+    o.val_split = 0;
+    o.block_size = (1 << 20) + 1;
+    expect_error("tokens", path, 1, &o, "--block-size 1048577", NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_windows_independent_of_world_and_workers, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_validation_split_fixed_windows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_val_bin, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_text_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_files, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

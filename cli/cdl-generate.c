@@ -67,6 +67,7 @@ typedef struct gen {
     cdl_backend *be;
     cdl_model *model;
     int T, vocab, positions;
+    int text;                 /* byte-level: the prompt and the output are text */
     float *x, *x_dev, *row;
     double *scratch;
 } gen;
@@ -114,6 +115,10 @@ static int gen_open(gen *g)
     else if ((g->vocab = find_vocab(f, g->o.ckpt)) > 0)
         rc = 0;
     g->T = in.c;
+    /* Bytes unless the run read uint16 ids ("tokens" metadata of token
+     * data) or the vocabulary is larger than bytes. */
+    const char *kind = cdl_st_meta_get(f, "tokens");
+    g->text = g->vocab <= 256 && !(kind && !strcmp(kind, "uint16"));
     if (rc == 0)
         g->model = eval_model(&g->o, f, in, g->vocab, g->be);
     cdl_st_close(f);
@@ -270,7 +275,7 @@ int main(int argc, char **argv)
     g.o.ckpt = argv[optind];
     int *ctx = NULL, n = 0;
     int rc = gen_open(&g);
-    int text = g.vocab <= 256;
+    int text = g.text;
     if (rc == 0 && prompt_tokens) {
         int *ids;
         rc = sample_parse_tokens(prompt_tokens, g.vocab, &ids, &n);
@@ -285,8 +290,8 @@ int main(int argc, char **argv)
                        "token ids with --prompt-tokens 1,2,3 (for GPT-2: tiktoken's "
                        "encode) and it prints token ids", g.o.ckpt, g.vocab);
     } else if (rc == 0 && !text) {
-        rc = cdl_error("%s has a vocabulary of %d tokens (not bytes): give the prompt as token "
-                       "ids with --prompt-tokens 1,2,3", g.o.ckpt, g.vocab);
+        rc = cdl_error("%s was trained on token ids (a vocabulary of %d, not bytes): give the "
+                       "prompt as token ids with --prompt-tokens 1,2,3", g.o.ckpt, g.vocab);
     } else if (rc == 0) {
         /* Byte-level: each byte of the prompt is a token. */
         const char *p = prompt ? prompt : "\n";

@@ -5,8 +5,8 @@
  * per column of dw walks the rows in order (dw[id][j] += dy[r][j]), so
  * each element is summed in row order, bit for bit the CPU's, with no
  * atomics. Adjacent threads touch adjacent columns (coalesced); the
- * parallelism is d threads, enough for the embedding widths of real
- * models but a sequential walk over the rows.
+ * parallelism is d threads, a sequential walk over the rows (8 rows'
+ * loads in flight at a time).
  * bcast_add_bwd: one thread per column of db, rows in order.
  */
 #include "kernels/cuda/cuk.cuh"
@@ -20,12 +20,28 @@ static __global__ void emb_fwd_kernel(size_t total, int d, const float *ids, con
     }
 }
 
+/* Rows go 8 at a time: their ids and dy values are loaded first (8 loads
+ * in flight instead of one), then added in row order. */
+#define EMB_UNROLL 8
+
 static __global__ void emb_bwd_kernel(int rows, int d, const float *ids, const float *dy,
                                       float *dw)
 {
-    CUK_GRID_STRIDE(j, (size_t)d)
-        for (int r = 0; r < rows; r++)
+    CUK_GRID_STRIDE(j, (size_t)d) {
+        int r = 0;
+        for (; r + EMB_UNROLL <= rows; r += EMB_UNROLL) {
+            size_t at[EMB_UNROLL];
+            float v[EMB_UNROLL];
+            for (int k = 0; k < EMB_UNROLL; k++) {
+                at[k] = (size_t)ids[r + k] * d + j;
+                v[k] = dy[(size_t)(r + k) * d + j];
+            }
+            for (int k = 0; k < EMB_UNROLL; k++)
+                dw[at[k]] += v[k];
+        }
+        for (; r < rows; r++)
             dw[(size_t)ids[r] * d + j] += dy[(size_t)r * d + j];
+    }
 }
 
 static __global__ void bcast_fwd_kernel(size_t total, size_t m, const float *x, const float *b,

@@ -15,10 +15,12 @@
  * cut into chunks (pool.h); chunk i accumulates dw/db over its images into
  * its own partial (chunk 0 into dw/db directly), and the partials are summed
  * in chunk order afterwards, so results are bitwise reproducible for a given
- * thread count.
+ * thread count. dx of stride-1 convolutions is a forward correlation of dy
+ * with the flipped kernel (dx_corr_desc); of others, w^T dy scattered back
+ * by col2im.
  *
- * Workspace: per thread a col buffer (K*tile_p, none for the 1x1 shortcut),
- * then per chunk but the first a dw partial (oc*K) and a db partial (oc),
+ * Workspace: the flipped kernel (dx_corr only), per thread a col buffer
+ * (K*tile_p or the dx correlation's, none for the 1x1 shortcut), then per chunk but the first a dw partial (oc*K) and a db partial (oc),
  * each rounded to 64-byte lines.
  */
 #include <string.h>
@@ -27,6 +29,7 @@
 
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/simd.h"
 
 /* Target size of one im2col tile, in floats (256 KB: a quarter of Zen 4's
  * L2, leaving room for w and the output tile). */
@@ -40,8 +43,40 @@ typedef struct conv_plan {
     int ntiles;
     int direct;       /* 1x1, stride 1, no padding: x is the column matrix */
     int depthwise;    /* one input and output channel per group: direct loops */
+    int dx_corr;      /* dx as a forward correlation of dy (see dx_corr_desc) */
+    int dx_rows;      /* dx rows per tile of that correlation */
     size_t col_floats, dw_floats, db_floats;
+    size_t wt_floats; /* dx_corr: w flipped and transposed, (c, oc*kh*kw) */
 } conv_plan;
+
+/* dx of a stride-1, undilated, ungrouped convolution with pad < kernel is
+ * the valid correlation of dy (oc,oh,ow), zero-padded by k-1-pad, with the
+ * kernel flipped and its channel axes swapped: a forward convolution of its
+ * own, described by this desc. As one GEMM per tile, (c, oc*kh*kw) x
+ * (oc*kh*kw, tile) sums over the long axis and writes dx once, where
+ * w^T dy then col2im summed over only oc and wrote (and re-read) kh*kw
+ * times more. */
+static int dx_corr_ok(const cdl_conv2d_desc *d)
+{
+    return d->stride_h == 1 && d->stride_w == 1 && d->dil_h == 1 && d->dil_w == 1 &&
+           (d->groups <= 1) && d->pad_h >= 0 && d->pad_w >= 0 && d->pad_h < d->kh &&
+           d->pad_w < d->kw && d->oh + d->kh - 1 - 2 * d->pad_h == d->h &&
+           d->ow + d->kw - 1 - 2 * d->pad_w == d->w;
+}
+
+static cdl_conv2d_desc dx_corr_desc(const cdl_conv2d_desc *d)
+{
+    cdl_conv2d_desc t = *d;
+    t.c = d->oc;
+    t.h = d->oh;
+    t.w = d->ow;
+    t.oc = d->c;
+    t.oh = d->h;
+    t.ow = d->w;
+    t.pad_h = d->kh - 1 - d->pad_h;
+    t.pad_w = d->kw - 1 - d->pad_w;
+    return t;
+}
 
 static void conv_plan_make(const cdl_conv2d_desc *d, conv_plan *p)
 {
@@ -62,6 +97,21 @@ static void conv_plan_make(const cdl_conv2d_desc *d, conv_plan *p)
     p->tile_rows = (int)rows;
     p->ntiles = d->oh > 0 ? (d->oh + p->tile_rows - 1) / p->tile_rows : 0;
     p->col_floats = p->direct || p->depthwise ? 0 : cpu_align16((size_t)p->K * rows * (size_t)d->ow);
+    p->dx_corr = !p->direct && !p->depthwise && dx_corr_ok(d);
+    p->dx_rows = 1;
+    p->wt_floats = 0;
+    if (p->dx_corr) {
+        size_t k2 = (size_t)d->oc * d->kh * d->kw, r2 = CONV_TILE_FLOATS / (k2 * (size_t)d->w);
+        if (r2 < 1)
+            r2 = 1;
+        if (r2 > (size_t)d->h)
+            r2 = (size_t)(d->h > 0 ? d->h : 1);
+        p->dx_rows = (int)r2;
+        size_t c2 = cpu_align16(k2 * r2 * (size_t)d->w);
+        if (c2 > p->col_floats)
+            p->col_floats = c2;
+        p->wt_floats = cpu_align16(k2 * (size_t)d->c);
+    }
     p->dw_floats = cpu_align16((size_t)d->oc * p->K);
     p->db_floats = cpu_align16((size_t)d->oc);
 }
@@ -71,7 +121,8 @@ size_t conv_gemm_workspace(const cdl_conv2d_desc *d, int threads)
     conv_plan p;
     conv_plan_make(d, &p);
     size_t part = p.dw_floats + p.db_floats;
-    return p.col_floats * (size_t)threads + part * (size_t)conv_bwd_chunks(threads, d->n, part);
+    return p.wt_floats + p.col_floats * (size_t)threads +
+           part * (size_t)conv_bwd_chunks(threads, d->n, part);
 }
 
 /* Valid output columns [*ox0,*ox1) for kernel column kx: those whose input
@@ -91,12 +142,62 @@ static inline void valid_cols(const cdl_conv2d_desc *d, int kx, int *ox0, int *o
     *ox1 = b;
 }
 
+/* Rows of im2col and col2im with stride 1 on AVX2: the row copies and sums
+ * were a third of a resnet20 training step on CPUs without AVX-512 (short
+ * rows: 8-32 floats, a memcpy call and scalar loops each). Every element is
+ * summed in the same order as by the scalar loops, so results are bitwise
+ * the same. Without AVX2 (or with the tests' portable switch) the scalar
+ * loops run. */
+#if CPU_X86
+/* The lanes i of x0+[0,8) with lo <= x0+i < hi, as a mask vector. */
+static CPU_AVX2 inline __m256i lanes8(int x0, int lo, int hi)
+{
+    __m256i i = _mm256_add_epi32(_mm256_set1_epi32(x0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32(lo), i);
+    __m256i inside = _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i);
+    return _mm256_andnot_si256(below, inside);
+}
+
+/* dst[0,ow) = src[ox] for ox in [ox0,ox1), 0 elsewhere. src[ox] outside
+ * [ox0,ox1) may lie outside x: masked-off lanes are not read. */
+static CPU_AVX2 void im2col_row8(float *dst, const float *src, int ow, int ox0, int ox1)
+{
+    int x0 = 0;
+    for (; x0 + 8 <= ow; x0 += 8)
+        _mm256_storeu_ps(dst + x0, _mm256_maskload_ps(src + x0, lanes8(x0, ox0, ox1)));
+    if (x0 < ow)
+        _mm256_maskstore_ps(dst + x0, lanes8(x0, 0, ow),
+                            _mm256_maskload_ps(src + x0, lanes8(x0, ox0, ox1)));
+}
+
+/* dst[ox] += src[ox] for ox in [ox0,ox1). */
+static CPU_AVX2 void col2im_row8(float *dst, const float *src, int ox0, int ox1)
+{
+    int ox = ox0;
+    for (; ox + 8 <= ox1; ox += 8)
+        _mm256_storeu_ps(dst + ox,
+                         _mm256_add_ps(_mm256_loadu_ps(dst + ox), _mm256_loadu_ps(src + ox)));
+    for (; ox < ox1; ox++)
+        dst[ox] += src[ox];
+}
+#else
+static void im2col_row8(float *dst, const float *src, int ow, int ox0, int ox1)
+{
+    (void)dst, (void)src, (void)ow, (void)ox0, (void)ox1;
+}
+
+static void col2im_row8(float *dst, const float *src, int ox0, int ox1)
+{
+    (void)dst, (void)src, (void)ox0, (void)ox1;
+}
+#endif
+
 /* col (K, (r1-r0)*ow) from the cg channels at x (cg,h,w) of one image
  * for output rows [r0,r1). */
 static void im2col_tile(const cdl_conv2d_desc *d, int cg, const float *x, int r0, int r1,
                         float *col)
 {
-    int ow = d->ow, tp = (r1 - r0) * ow;
+    int ow = d->ow, tp = (r1 - r0) * ow, avx2 = cpu_has_avx2();
     for (int ci = 0; ci < cg; ci++) {
         const float *xc = x + (size_t)ci * d->h * d->w;
         for (int ky = 0; ky < d->kh; ky++)
@@ -111,6 +212,10 @@ static void im2col_tile(const cdl_conv2d_desc *d, int cg, const float *x, int r0
                         continue;
                     }
                     const float *src = xc + (size_t)iy * d->w - d->pad_w + kx * d->dil_w;
+                    if (d->stride_w == 1 && avx2) {
+                        im2col_row8(dst, src, ow, ox0, ox1);
+                        continue;
+                    }
                     for (int ox = 0; ox < ox0; ox++)
                         dst[ox] = 0.0f;
                     if (d->stride_w == 1)
@@ -130,7 +235,7 @@ static void im2col_tile(const cdl_conv2d_desc *d, int cg, const float *x, int r0
 static void col2im_tile(const cdl_conv2d_desc *d, int cg, const float *col, int r0, int r1,
                         float *dx)
 {
-    int ow = d->ow, tp = (r1 - r0) * ow;
+    int ow = d->ow, tp = (r1 - r0) * ow, avx2 = cpu_has_avx2();
     for (int ci = 0; ci < cg; ci++) {
         float *dxc = dx + (size_t)ci * d->h * d->w;
         for (int ky = 0; ky < d->kh; ky++)
@@ -143,6 +248,10 @@ static void col2im_tile(const cdl_conv2d_desc *d, int cg, const float *col, int 
                     if (iy < 0 || iy >= d->h)
                         continue;
                     float *dst = dxc + (size_t)iy * d->w - d->pad_w + kx * d->dil_w;
+                    if (d->stride_w == 1 && avx2) {
+                        col2im_row8(dst, src, ox0, ox1);
+                        continue;
+                    }
                     for (int ox = ox0; ox < ox1; ox++)
                         dst[ox * d->stride_w] += src[ox];
                 }
@@ -229,7 +338,7 @@ static void conv_fwd_items(void *vctx, size_t b, size_t e, int chunk, int tid)
     const conv_ctx *c = vctx;
     const cdl_conv2d_desc *d = c->d;
     const conv_plan *p = &c->plan;
-    float *col = c->ws + (size_t)tid * p->col_floats;
+    float *col = c->ws + p->wt_floats + (size_t)tid * p->col_floats;
     for (size_t it = b; it < e; it++) {
         size_t img = it / (size_t)p->ntiles;
         int r0 = (int)(it % (size_t)p->ntiles) * p->tile_rows;
@@ -269,7 +378,7 @@ void conv_gemm_fwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const flo
 /* Chunk i's dw and db accumulators: dw/db themselves for chunk 0. */
 static float *part_dw(const conv_ctx *c, int i)
 {
-    size_t base = c->plan.col_floats * (size_t)c->threads;
+    size_t base = c->plan.wt_floats + c->plan.col_floats * (size_t)c->threads;
     return i == 0 ? c->dw : c->ws + base + (size_t)(i - 1) * (c->plan.dw_floats + c->plan.db_floats);
 }
 
@@ -278,12 +387,44 @@ static float *part_db(const conv_ctx *c, int i)
     return i == 0 ? c->db : part_dw(c, i) + c->plan.dw_floats;
 }
 
+/* dx (c,h,w) of one image from its dy (oc,oh,ow) by the correlation of
+ * dx_corr_desc, with the flipped weights at the start of the workspace. */
+static void dx_by_corr(const conv_ctx *c, const float *dy, float *dx, float *col)
+{
+    const cdl_conv2d_desc *d = c->d;
+    cdl_conv2d_desc t = dx_corr_desc(d);
+    int k2 = d->oc * d->kh * d->kw, rows = c->plan.dx_rows;
+    size_t plane = (size_t)d->h * d->w;
+    for (int r0 = 0; r0 < d->h; r0 += rows) {
+        int r1 = r0 + rows < d->h ? r0 + rows : d->h;
+        im2col_tile(&t, d->oc, dy, r0, r1, col);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c, (r1 - r0) * d->w, k2, 1.0f,
+                    c->ws, k2, col, (r1 - r0) * d->w, 0.0f, dx + (size_t)r0 * d->w, (int)plane);
+    }
+}
+
+/* ws (c, oc, kh, kw) = w (oc, c, kh, kw) flipped in both kernel axes. */
+static void flip_weights(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const conv_ctx *c = vctx;
+    const cdl_conv2d_desc *d = c->d;
+    size_t kk = (size_t)d->kh * d->kw;
+    for (size_t i = b; i < e; i++) {   /* i = ci*oc + o */
+        size_t ci = i / (size_t)d->oc, o = i % (size_t)d->oc;
+        const float *src = c->w + (o * (size_t)d->c + ci) * kk;
+        float *dst = c->ws + i * kk;
+        for (size_t k = 0; k < kk; k++)
+            dst[k] = src[kk - 1 - k];
+    }
+}
+
 static void conv_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     const conv_ctx *c = vctx;
     const cdl_conv2d_desc *d = c->d;
     const conv_plan *p = &c->plan;
-    float *col = c->ws + (size_t)tid * p->col_floats;
+    float *col = c->ws + p->wt_floats + (size_t)tid * p->col_floats;
     float *dw = part_dw(c, chunk);
     float *db = c->db ? part_db(c, chunk) : NULL;
     size_t in_img = (size_t)d->c * d->h * d->w, out_img = (size_t)d->oc * p->P;
@@ -294,8 +435,10 @@ static void conv_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
         const float *x = c->x + img * in_img;
         const float *dy = c->dy + img * out_img;
         float *dx = c->dx ? c->dx + img * in_img : NULL;
-        if (dx && !p->direct)
+        if (dx && !p->direct && !p->dx_corr)
             memset(dx, 0, in_img * sizeof *dx);
+        if (dx && p->dx_corr)
+            dx_by_corr(c, dy, dx, col);
         for (int r0 = 0; r0 < d->oh; r0 += p->tile_rows) {
             int r1 = r0 + p->tile_rows < d->oh ? r0 + p->tile_rows : d->oh;
             int tp = (r1 - r0) * d->ow, ld;
@@ -314,7 +457,7 @@ static void conv_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
                 /* dw_g (ocg,K) += dy_tile_g (ocg,tp) * cols^T (tp,K) */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->ocg, p->K, tp, 1.0f,
                             dyg, p->P, cols, ld, beta, dw + o0 * p->K, p->K);
-                if (!dx)
+                if (!dx || p->dx_corr)
                     continue;
                 /* dcols (K,tp) = w_g^T (K,ocg) * dy_tile_g (ocg,tp), then
                  * scattered back; the 1x1 shortcut writes dx directly. */
@@ -375,6 +518,8 @@ void conv_gemm_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const flo
         return;
     }
     c.chunks = conv_bwd_chunks(c.threads, d->n, c.plan.dw_floats + c.plan.db_floats);
+    if (dx && c.plan.dx_corr)
+        pool_for(pl, (size_t)d->c * d->oc, 256, flip_weights, &c);
     pool_run(pl, (size_t)d->n, c.chunks, conv_bwd_images, &c);
     size_t nred = dw_n + (db ? (size_t)d->oc : 0);
     if (c.chunks > 1)

@@ -54,6 +54,8 @@ static const conv_case conv_cases[] = {
     {2, 8, 5, 6, 4, 1, 1, 1, 0, 1, 0, 1, 1, 2},    /* grouped 1x1 shortcut */
     {1, 2, 9, 9, 3, 3, 3, 1, 1, 1, 0, 1, 1, 1},    /* unequal padding, stride 1 */
     {2, 16, 20, 20, 16, 3, 3, 1, 1, 1, 1, 1, 1, 16},/* depthwise, several channels */
+    {2, 16, 32, 32, 16, 3, 3, 1, 1, 0, 0, 0, 0, 0}, /* resnet20's first stage: 32-float im2col rows */
+    {2, 16, 32, 32, 32, 3, 3, 2, 1, 0, 0, 0, 0, 0}, /* and its first stride-2 conv */
 };
 #define N_CONV_CASES (sizeof conv_cases / sizeof conv_cases[0])
 #define N_FD_CONV_CASES 6

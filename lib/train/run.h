@@ -63,8 +63,7 @@ typedef struct run {
 /* Labels per sample of a dataset: 1, or the window length of token data. */
 static inline int train_label_count(const cdl_dataset *d)
 {
-    (void)d;
-    return 1;
+    return d->label_len > 1 ? d->label_len : 1;
 }
 
 #endif

@@ -31,6 +31,7 @@ enum {
     OPT_CLIP_GRAD, OPT_ACCUM_STEPS, OPT_DECAY_PARAMS, OPT_EVAL_EVERY, OPT_PEAK_TFLOPS,
     OPT_SHARD_OPTIMIZER,
     OPT_BLOCK_SIZE, OPT_VOCAB_SIZE,
+    OPT_PRECISION,
 };
 
 static const struct option long_opts[] = {
@@ -66,6 +67,7 @@ static const struct option long_opts[] = {
     {"drop-last", no_argument, NULL, OPT_DROP_LAST},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"tf32", required_argument, NULL, OPT_TF32},
+    {"precision", required_argument, NULL, OPT_PRECISION},
     {"cuda-graphs", required_argument, NULL, OPT_GRAPHS},
     {"dist-backend", required_argument, NULL, OPT_DIST},
     {"shard-optimizer", no_argument, NULL, OPT_SHARD_OPTIMIZER},
@@ -158,6 +160,8 @@ static void usage(FILE *f)
 "      --device cpu|cuda|auto   [auto: cuda when a GPU is visible, else cpu]\n"
 "      --tf32 on|off|default    TF32 on GPUs [default: like PyTorch, on for\n"
 "                               convolutions, off for matrix products; env CDL_TF32]\n"
+"      --precision fp32|bf16    matrix products of linear layers on GPUs in bf16 with\n"
+"                               fp32 accumulation, fp32 weights and optimizer [fp32]\n"
 "      --cuda-graphs on|off     run each full training batch as one CUDA graph [on\n"
 "                               on a GPU with one rank; env CDL_CUDA_GRAPHS]\n"
 "  -t, --threads N              compute threads [SLURM_CPUS_PER_TASK, OMP_NUM_THREADS or all]\n"
@@ -513,6 +517,14 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             rc = one_of(name, a, tf32, v, sizeof v);
             if (rc == 0)
                 cdl_backend_parse_tf32(v, "--tf32", &cfg->tf32_conv, &cfg->tf32_matmul);
+            break;
+        }
+        case OPT_PRECISION: {
+            static const char *const prec[] = {"fp32", "bf16", NULL};
+            char v[8];
+            rc = one_of(name, a, prec, v, sizeof v);
+            if (rc == 0)
+                cdl_backend_parse_precision(v, "--precision", &cfg->precision);
             break;
         }
         case OPT_GRAPHS: {

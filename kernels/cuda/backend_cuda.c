@@ -156,6 +156,7 @@ static void release(cbe *ci)
         (void)cudaStreamSynchronize(ci->copy_stream);
     cbe_graph_destroy(ci);
     cbe_conv_cache_clear(ci);
+    cbe_bf16_clear(ci);
     cbe_blocks_free(ci);
     if (ci->dnn)
         (void)cudnnDestroy(ci->dnn);
@@ -297,6 +298,7 @@ cdl_backend *cuda_backend_open(const cdl_backend_params *params)
     ci->device = device < 0 ? 0 : device;
     ci->tf32_conv = tf32_conv;
     ci->tf32_matmul = tf32_matmul;
+    ci->precision = params->precision;
     ci->log_cudnn = log_has(params->log, "cudnn");
     ci->log_cuda = log_has(params->log, "cuda");
     /* The launcher's contract says how many replicas share this GPU. */

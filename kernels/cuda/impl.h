@@ -82,6 +82,13 @@ typedef struct step_graph {
 /* Op names kept for fault reports (check.c). */
 #define CBE_RECENT 8
 
+/* One weight matrix's bf16 copy (bf16_cache.c). */
+typedef struct cbe_bf16_entry {
+    const float *w;           /* the fp32 weight (device), the key with n */
+    size_t n;
+    uint16_t *bf;             /* n bf16 values (cudaMalloc) */
+} cbe_bf16_entry;
+
 typedef struct cbe {
     int device;
     char gpu_name[256];
@@ -99,6 +106,9 @@ typedef struct cbe {
     float *bias_partials;     /* CBE_BIAS_PARTIALS floats for conv2d bias gradients */
     double *chan_partials;    /* CBE_CHAN_PARTIALS doubles for batch norm's channel sums */
     int tf32_conv, tf32_matmul;
+    int precision;            /* cdl_precision of linear layers' matrix products */
+    cbe_bf16_entry *bf16;     /* bf16 weight cache (bf16_cache.c) */
+    size_t nbf16, cap_bf16;
     conv_plan plans[CONV_CACHE_SIZE];
     int nplans;
     uint64_t plan_clock;
@@ -174,6 +184,14 @@ void cbe_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x, con
 void cbe_linear_bwd(cdl_backend *be, int n, int in, int out, const float *x, const float *w,
                     const float *dy, float *dx, float *dw, float *db, float *ws);
 int cbe_apply_matmul_math(cbe *ci);
+
+/* bf16_cache.c: the bf16 buffer of weight w (n floats), made on first use
+ * (*fresh = 1: not yet cast; refused with a pending error and NULL inside a
+ * graph step); forget drops the entries of weights inside a freed block;
+ * clear drops all (destroy). */
+uint16_t *cbe_bf16_weight(cbe *ci, const float *w, size_t n, int *fresh);
+void cbe_bf16_forget(cbe *ci, const void *base, size_t bytes);
+void cbe_bf16_clear(cbe *ci);
 
 /* ops.c: our own kernels */
 void cbe_fill(cdl_backend *be, float *x, float value, size_t n);

@@ -161,6 +161,12 @@ cudaError_t cuk_attn_bwd(cudaStream_t s, int n, int T, int C, int nh, const floa
                          const float *y, const float *lse, const float *dy, float *dqkv,
                          float *ws);
 
+/* bf16.cu: y1 (n1) = x1 and y2 (n2) = x2 rounded to bf16 (nearest, ties to
+ * even; NaN stays NaN), as the 16 bits cuBLAS reads as CUDA_R_16BF. One
+ * launch for both ranges; n2 may be 0 (x2, y2 unused). */
+cudaError_t cuk_to_bf16(cudaStream_t s, size_t n1, const float *x1, uint16_t *y1, size_t n2,
+                        const float *x2, uint16_t *y2);
+
 /* reduce.cu: *out = sum x[i]^2 in double, in a fixed order that depends on
  * n only. partials holds CUK_SUMSQ_BLOCKS doubles. */
 #define CUK_SUMSQ_BLOCKS 256

@@ -9,8 +9,55 @@
  * Bias add and bias gradient are our kernels (bias.cu); the bias gradient
  * sums in a fixed order. Matrix products use TF32 only when enabled
  * (default off, like PyTorch).
+ *
+ * With precision bf16 the three products take bf16 inputs and accumulate
+ * in fp32 into fp32 outputs (cublasGemmEx, CUDA_R_16BF x CUDA_R_16BF ->
+ * CUDA_R_32F, CUBLAS_COMPUTE_32F: tensor cores). The weight is cast into
+ * the backend's bf16 cache by the forward (bf16_cache.c) and read from it
+ * by the backward; x and dy are cast into the op's workspace, which
+ * linear_workspace sizes: x (n*in) then dy (n*out) as bf16, each from a
+ * 256-byte boundary. y, dx, dw and db stay fp32, like the weights and
+ * the optimizer state.
  */
 #include "kernels/cuda/impl.h"
+
+/* Bytes of k bf16 values, to the next 256-byte boundary (cuBLAS's
+ * preferred alignment for tensor-core operands). */
+static size_t bf16_span(size_t k)
+{
+    return (k * sizeof(uint16_t) + 255) & ~(size_t)255;
+}
+
+/* The bf16 workspace of one linear op: room for x and dy. */
+static size_t bf16_ws_bytes(int n, int in, int out)
+{
+    return bf16_span((size_t)n * in) + bf16_span((size_t)n * out);
+}
+
+/* C (m,nn) fp32 = op(A) op(B), A and B bf16, fp32 accumulation. */
+static int gemm_bf16(cbe *ci, cublasOperation_t ta, cublasOperation_t tb, int m, int nn, int k,
+                     const uint16_t *a, int lda, const uint16_t *b, int ldb, float *c, int ldc)
+{
+    const float one = 1.0f, zero = 0.0f;
+    return CUBLAS_CHECK(ci, cublasGemmEx(ci->blas, ta, tb, m, nn, k, &one, a, CUDA_R_16BF, lda,
+                                         b, CUDA_R_16BF, ldb, &zero, c, CUDA_R_32F, ldc,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+/* The workspace of a bf16 op, or NULL with a pending error when ws is too
+ * small (a caller that sized it without linear_workspace). */
+static unsigned char *bf16_ws(cbe *ci, const char *op, int n, int in, int out, float *ws)
+{
+    size_t need = bf16_ws_bytes(n, in, out), room = ws ? cbe_room(ci, ws) : 0;
+    if (room < need) {
+        cbe_fail(ci, "CUDA backend: %s (n %d, in %d, out %d) in bf16 needs a workspace of %zu "
+                 "floats, but ws %p has room for %zu: allocate what linear_workspace returns "
+                 "for these rows and pass it as ws", op, n, in, out, need / sizeof(float),
+                 (void *)ws, room / sizeof(float));
+        return NULL;
+    }
+    return (unsigned char *)ws;
+}
 
 int cbe_apply_matmul_math(cbe *ci)
 {
@@ -18,13 +65,53 @@ int cbe_apply_matmul_math(cbe *ci)
                                                                         : CUBLAS_DEFAULT_MATH));
 }
 
-/* cuBLAS uses its own fixed workspace (set at creation); nothing from ws. */
+/* cuBLAS uses its own fixed workspace (set at creation); ws holds only the
+ * bf16 copies of x and dy in bf16. */
 size_t cbe_linear_workspace(cdl_backend *be, int n, int in, int out)
 {
-    (void)be;
-    (void)n;
-    (void)in;
-    (void)out;
+    if (cbe_of(be)->precision != CDL_PRECISION_BF16 || n <= 0 || in <= 0 || out <= 0)
+        return 0;
+    return bf16_ws_bytes(n, in, out) / sizeof(float);
+}
+
+/* Each returns 0, or -1 with the backend's pending error. */
+static int linear_fwd_bf16(cbe *ci, int n, int in, int out, const float *x, const float *w,
+                           float *y, float *ws)
+{
+    unsigned char *p = bf16_ws(ci, "linear_fwd", n, in, out, ws);
+    int fresh;
+    uint16_t *wb = p ? cbe_bf16_weight(ci, w, (size_t)out * in, &fresh) : NULL;
+    if (!wb)
+        return -1;
+    uint16_t *xb = (uint16_t *)p;
+    if (CU_CHECK(ci, cuk_to_bf16(ci->stream, (size_t)out * in, w, wb, (size_t)n * in, x, xb)))
+        return -1;
+    return gemm_bf16(ci, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, wb, in, xb, in, y, out);
+}
+
+static int linear_bwd_bf16(cbe *ci, int n, int in, int out, const float *x, const float *w,
+                           const float *dy, float *dx, float *dw, float *ws)
+{
+    unsigned char *p = bf16_ws(ci, "linear_bwd", n, in, out, ws);
+    if (!p)
+        return -1;
+    uint16_t *xb = (uint16_t *)p, *dyb = (uint16_t *)(p + bf16_span((size_t)n * in));
+    /* dy always; x only for dw. */
+    if (CU_CHECK(ci, cuk_to_bf16(ci->stream, (size_t)n * out, dy, dyb, dw ? (size_t)n * in : 0,
+                                 x, xb)))
+        return -1;
+    if (dx) {
+        /* The forward's cast; a backward without its forward casts now. */
+        int fresh;
+        uint16_t *wb = cbe_bf16_weight(ci, w, (size_t)out * in, &fresh);
+        if (!wb || (fresh && CU_CHECK(ci, cuk_to_bf16(ci->stream, (size_t)out * in, w, wb, 0,
+                                                      NULL, NULL))))
+            return -1;
+        if (gemm_bf16(ci, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, wb, in, dyb, out, dx, in))
+            return -1;
+    }
+    if (dw)
+        return gemm_bf16(ci, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, xb, in, dyb, out, dw, in);
     return 0;
 }
 
@@ -32,7 +119,6 @@ void cbe_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x, con
                     const float *b, float *y, float *ws)
 {
     cbe *ci = cbe_of(be);
-    (void)ws;
     if (n <= 0 || out <= 0 || in <= 0)
         return;
     cbe_enter(ci);
@@ -41,8 +127,9 @@ void cbe_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x, con
     if (cbe_graph_op(ci, "linear_fwd", cbe_sig(OPSIG_LINEAR_FWD, a, 7), NULL, 0, &dyn))
         return;
     const float one = 1.0f, zero = 0.0f;
-    if (CUBLAS_CHECK(ci, cublasSgemm(ci->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in,
-                                     x, in, &zero, y, out)))
+    if (ci->precision == CDL_PRECISION_BF16 ? linear_fwd_bf16(ci, n, in, out, x, w, y, ws)
+        : CUBLAS_CHECK(ci, cublasSgemm(ci->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w,
+                                       in, x, in, &zero, y, out)))
         return;
     if (b)
         CU_CHECK(ci, cuk_bias_add_rows(ci->stream, y, b, n, out));
@@ -52,7 +139,6 @@ void cbe_linear_bwd(cdl_backend *be, int n, int in, int out, const float *x, con
                     const float *dy, float *dx, float *dw, float *db, float *ws)
 {
     cbe *ci = cbe_of(be);
-    (void)ws;
     if (n <= 0 || out <= 0 || in <= 0)
         return;
     cbe_enter(ci);
@@ -62,12 +148,17 @@ void cbe_linear_bwd(cdl_backend *be, int n, int in, int out, const float *x, con
     if (cbe_graph_op(ci, "linear_bwd", cbe_sig(OPSIG_LINEAR_BWD, a, 9), NULL, 0, &dyn))
         return;
     const float one = 1.0f, zero = 0.0f;
-    if (dx && CUBLAS_CHECK(ci, cublasSgemm(ci->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w,
-                                           in, dy, out, &zero, dx, in)))
-        return;
-    if (dw && CUBLAS_CHECK(ci, cublasSgemm(ci->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x,
-                                           in, dy, out, &zero, dw, in)))
-        return;
+    if (ci->precision == CDL_PRECISION_BF16) {
+        if (linear_bwd_bf16(ci, n, in, out, x, w, dy, dx, dw, ws))
+            return;
+    } else {
+        if (dx && CUBLAS_CHECK(ci, cublasSgemm(ci->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out,
+                                               &one, w, in, dy, out, &zero, dx, in)))
+            return;
+        if (dw && CUBLAS_CHECK(ci, cublasSgemm(ci->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n,
+                                               &one, x, in, dy, out, &zero, dw, in)))
+            return;
+    }
     if (db)
         CU_CHECK(ci, cuk_bias_grad_rows(ci->stream, dy, db, n, out));
 }

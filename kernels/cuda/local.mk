@@ -9,14 +9,16 @@ EXTRA_DIST += kernels/cuda/cuk.cuh kernels/cuda/eltwise.cu kernels/cuda/bias.cu 
 	kernels/cuda/act.cu kernels/cuda/chan.cu kernels/cuda/bn.cu \
 	kernels/cuda/attn.cu \
 	kernels/cuda/layernorm.cu \
-	kernels/cuda/embed.cu
+	kernels/cuda/embed.cu \
+	kernels/cuda/bf16.cu
 
 CUDA_KERNEL_OBJS = kernels/cuda/eltwise.lo kernels/cuda/bias.lo kernels/cuda/pool.lo \
 	kernels/cuda/xent.lo kernels/cuda/optim.lo kernels/cuda/reduce.lo \
 	kernels/cuda/act.lo kernels/cuda/chan.lo kernels/cuda/bn.lo \
 	kernels/cuda/attn.lo \
 	kernels/cuda/layernorm.lo \
-	kernels/cuda/embed.lo
+	kernels/cuda/embed.lo \
+	kernels/cuda/bf16.lo
 CLEANFILES += $(CUDA_KERNEL_OBJS) $(CUDA_KERNEL_OBJS:.lo=.o)
 
 if HAVE_CUDA
@@ -25,6 +27,7 @@ libcdl_core_la_SOURCES += kernels/cuda/backend_cuda.c kernels/cuda/check.c \
 	kernels/cuda/ops_nn.c \
 	kernels/cuda/ops_attn.c \
 	kernels/cuda/ops_seq.c \
+	kernels/cuda/bf16_cache.c \
 	kernels/cuda/graph.c kernels/cuda/marks.c kernels/cuda/cuda_backend.h kernels/cuda/scalars.c kernels/cuda/scalars.h kernels/cuda/impl.h kernels/cuda/kernels.h kernels/cuda/dropout_keep.h
 libcdl_core_la_LIBADD += $(CUDA_KERNEL_OBJS)
 else

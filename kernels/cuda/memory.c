@@ -151,8 +151,11 @@ void cbe_free(cdl_backend *be, void *p)
     if (refuse_in_graph(ci, "free"))
         return;
     /* cudaFree waits for the device: no queued op still uses p. */
-    if (CU_CHECK(ci, cudaFree(p)) == 0)
+    size_t bytes = cbe_room(ci, p);
+    if (CU_CHECK(ci, cudaFree(p)) == 0) {
         blocks_remove(ci, p);
+        cbe_bf16_forget(ci, p, bytes);   /* bf16 copies of weights that lived in p */
+    }
 }
 
 void cbe_to_device(cdl_backend *be, void *dst, const void *src, size_t bytes)

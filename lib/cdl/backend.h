@@ -386,7 +386,18 @@ typedef struct cdl_backend_params {
      * topics ("cuda", "cudnn") or "all"; NULL = nothing. Kept, not copied:
      * it must outlive cdl_backend_create_with. */
     const char *log;
+    /* Precision of matrix products (cdl_precision): FP32 (0, the default),
+     * or BF16 on GPUs: the GEMMs of linear layers take bf16 inputs and
+     * accumulate in fp32; weights, gradients, optimizer state and every
+     * other op stay fp32 (docs/cuda.md). The CPU backend refuses BF16. */
+    int precision;
 } cdl_backend_params;
+
+/* cdl_backend_params.precision. */
+typedef enum cdl_precision {
+    CDL_PRECISION_FP32 = 0,
+    CDL_PRECISION_BF16 = 1,
+} cdl_precision;
 
 void cdl_backend_params_init(cdl_backend_params *p);
 
@@ -415,6 +426,12 @@ int cdl_backend_cuda_device_count(void);
 /* The TF32 switch as text: "on" -> 1,1; "off" -> 0,0; "default" -> 1,0
  * (case-insensitive); -1 with cdl_error naming `what` (e.g. "--tf32"). */
 int cdl_backend_parse_tf32(const char *s, const char *what, int *conv, int *matmul);
+
+/* The precision as text: "fp32" or "bf16" (case-insensitive) -> a
+ * cdl_precision; -1 with cdl_error naming `what` (e.g. "--precision").
+ * cdl_precision_name is the reverse ("fp32", "bf16"). */
+int cdl_backend_parse_precision(const char *s, const char *what, int *precision);
+const char *cdl_precision_name(int precision);
 
 /* The optional entries with their fallbacks (see cdl_backend_ops):
  * host_alloc: zeroed plain memory; copy_in: to_device; copy_in_wait,

@@ -133,6 +133,9 @@ typedef struct cdl_train_config {
      * vocabulary of tokens:DIR (--vocab-size; 0 = 50257, GPT-2's). */
     int block_size;
     int vocab_size;
+    /* --precision: cdl_precision of the backend's matrix products
+     * (cdl_backend_params.precision): FP32 (0, the default) or BF16 (GPUs). */
+    int precision;
 } cdl_train_config;
 
 /* --decay-params: AUTO is 2D for models with sequence layers (the gpt

@@ -1,5 +1,6 @@
 /* Choosing a backend by name, its creation parameters, and the optional
  * asynchronous entries with their synchronous fallbacks (backend.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -36,18 +37,42 @@ static int read_params(const cdl_backend_params *in, cdl_backend_params *out)
                       sizeof in->threads, "cdl_backend_params", "cdl_backend_params_init");
 }
 
+/* The CPU backend computes in fp32 only: bf16 there would be slower, not
+ * faster (no bf16 GEMMs in OpenBLAS's sgemm path), so it is refused rather
+ * than emulated. With auto, why the GPU was not taken comes first. */
+static cdl_backend *cpu_create(const cdl_backend_params *p, const char *gpu_error)
+{
+    if (p->precision != CDL_PRECISION_FP32) {
+        cdl_error("precision %s needs a CUDA GPU: the CPU backend computes in fp32 only; use "
+                  "--precision fp32 (the default) on the CPU, or --device cuda on a node with "
+                  "a GPU%s%s%s", cdl_precision_name(p->precision), gpu_error ? " (" : "",
+                  gpu_error ? gpu_error : "", gpu_error ? ")" : "");
+        return NULL;
+    }
+    return cdl_backend_cpu_create(p->threads);
+}
+
 cdl_backend *cdl_backend_create_with(const char *name, const cdl_backend_params *params)
 {
     cdl_backend_params p;
     if (read_params(params, &p) != 0)
         return NULL;
+    if (p.precision != CDL_PRECISION_FP32 && p.precision != CDL_PRECISION_BF16) {
+        cdl_error("cdl_backend_params.precision %d: use CDL_PRECISION_FP32 or "
+                  "CDL_PRECISION_BF16", p.precision);
+        return NULL;
+    }
     if (!name || !strcmp(name, "cpu"))
-        return cdl_backend_cpu_create(p.threads);
+        return cpu_create(&p, NULL);
     if (!strcmp(name, "cuda"))
         return cuda_backend_open(&p);
     if (!strcmp(name, "auto")) {
         cdl_backend *be = cuda_backend_open(&p);
-        return be ? be : cdl_backend_cpu_create(p.threads);
+        if (be)
+            return be;
+        char why[512];
+        snprintf(why, sizeof why, "%s", cdl_last_error());
+        return cpu_create(&p, why);
     }
     cdl_error("unknown device '%s': use cpu, cuda or auto", name);
     return NULL;
@@ -97,6 +122,25 @@ int cdl_backend_parse_tf32(const char *s, const char *what, int *conv, int *matm
                          what, s ? s : "(null)");
     }
     return 0;
+}
+
+int cdl_backend_parse_precision(const char *s, const char *what, int *precision)
+{
+    if (s && !strcasecmp(s, "fp32"))
+        *precision = CDL_PRECISION_FP32;
+    else if (s && !strcasecmp(s, "bf16"))
+        *precision = CDL_PRECISION_BF16;
+    else
+        return cdl_error("%s '%s': use fp32 (every op in fp32) or bf16 (on GPUs: matrix "
+                         "products in bf16 with fp32 accumulation and fp32 weights)",
+                         what, s ? s : "(null)");
+    return 0;
+}
+
+const char *cdl_precision_name(int precision)
+{
+    return precision == CDL_PRECISION_BF16 ? "bf16" : precision == CDL_PRECISION_FP32 ? "fp32"
+                                                                                      : "unknown";
 }
 
 /* ------------------------------------ optional entries and their fallbacks */

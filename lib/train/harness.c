@@ -503,6 +503,7 @@ static cdl_backend *make_backend(run *r)
     p.threads = c->threads;
     p.tf32_conv = c->tf32_conv;
     p.tf32_matmul = c->tf32_matmul;
+    p.precision = c->precision;
     p.log = c->log;
     p.replicas_per_gpu = r->ri.replicas_per_gpu;
     if (strcmp(dev, "cuda") && strcmp(dev, "auto"))

@@ -107,6 +107,7 @@ int metrics_config(FILE *f, const cdl_train_config *c, const run_info *ri)
     putf(&b, ",\"metrics_every\":%ld,\"eval_every\":%ld,\"peak_tflops\":%.9g", c->metrics_every,
          c->eval_every, c->peak_tflops);
     put_str(&b, "dist_backend", c->dist_backend);
+    put_str(&b, "precision", cdl_precision_name(c->precision));
     putf(&b, ",\"synthetic_size\":%d,\"tf32_conv\":%d,\"tf32_matmul\":%d,\"cuda_graphs\":%d,"
          "\"ddp_bucket_kb\":%ld,\"progress\":%d,\"quiet\":%d",
          c->synthetic_n, c->tf32_conv, c->tf32_matmul, c->cuda_graphs, c->ddp_bucket_kb,

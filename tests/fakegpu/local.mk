@@ -68,10 +68,20 @@ tests_fakegpu_coll_order_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
 tests_fakegpu_coll_order_LDADD = $(FAKEGPU_LDADD)
 tests_fakegpu_coll_order_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_coll_order_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+# The bf16 matrix products (tests/gpu/ops_bf16.c) and bf16 training
+# against fp32 (bf16.sh).
+check_PROGRAMS += tests/fakegpu/ops_bf16
+tests_fakegpu_ops_bf16_SOURCES = tests/gpu/ops_bf16.c
+tests_fakegpu_ops_bf16_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
+tests_fakegpu_ops_bf16_LDADD = $(FAKEGPU_LDADD)
+tests_fakegpu_ops_bf16_LDFLAGS = $(FAKEGPU_LINKFLAGS)
+EXTRA_tests_fakegpu_ops_bf16_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+TESTS += tests/fakegpu/bf16.sh
 TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh tests/fakegpu/ddp.sh \
 	tests/fakegpu/gpu_script.sh tests/fakegpu/coll.sh tests/fakegpu/fault.sh
 endif
 EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
 	tests/fakegpu/fake_dnn.cc tests/fakegpu/fake_nccl.cc tests/fakegpu/ops.sh \
 	tests/fakegpu/train.sh tests/fakegpu/ddp.sh tests/fakegpu/gpu_script.sh \
-	tests/fakegpu/coll.sh tests/fakegpu/fault.sh tests/fakegpu/fake-compute-sanitizer
+	tests/fakegpu/coll.sh tests/fakegpu/fault.sh tests/fakegpu/fake-compute-sanitizer \
+	tests/fakegpu/bf16.sh

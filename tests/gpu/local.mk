@@ -26,11 +26,16 @@ tests_gpu_bench_lenet_LDADD = libcdl_core.la
 check_PROGRAMS += tests/gpu/gpt_vs_cpu
 tests_gpu_gpt_vs_cpu_SOURCES = tests/gpu/gpt_vs_cpu.c
 tests_gpu_gpt_vs_cpu_LDADD = libcdl_core.la
+# bf16 matrix products against their rounding bounds (run.sh step 8).
+check_PROGRAMS += tests/gpu/ops_bf16
+tests_gpu_ops_bf16_SOURCES = tests/gpu/ops_bf16.c
+tests_gpu_ops_bf16_LDADD = libcdl_core.la
 endif
 # NVIDIA's libraries load through run paths (-Wl,-rpath), not LD_LIBRARY_PATH.
 TESTS += tests/gpu/rpath.sh
 EXTRA_DIST += tests/gpu/run.sh tests/gpu/ops_cpu.sh tests/gpu/bench_torch.py tests/gpu/ops_vs_cpu.c \
 	tests/gpu/bench_lenet.c tests/gpu/rpath.sh
+EXTRA_DIST += tests/gpu/ops_bf16.c
 
 EXTRA_DIST += tests/gpu/gpt_vs_cpu.c
 

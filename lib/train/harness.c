@@ -674,6 +674,9 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
             train_report_note(r.rep, "sharded optimizer (ZeRO-1): rank 0 holds the state of "
                               "%zu of the %zu parameters", sn, cdl_model_nparams(r.model));
     }
+    if (cfg->precision == CDL_PRECISION_BF16)
+        train_report_note(r.rep, "precision bf16: matrix products of linear layers in bf16 with "
+                          "fp32 accumulation; weights, gradients, optimizer state fp32");
     char clip[64] = "";
     if (cfg->clip_grad > 0)
         snprintf(clip, sizeof clip, ", gradient norm clipped to %g", cfg->clip_grad);

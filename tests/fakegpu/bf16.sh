@@ -49,6 +49,7 @@ for p in fp32 bf16; do
     train step-$p $sm --max-steps 2 --precision $p --resume "$tmp/base/last.safetensors"
 done
 grep -q '"precision":"bf16"' "$tmp/step-bf16.json" || fail "the metrics do not say precision bf16"
+grep -q "precision bf16: matrix products" "$tmp/step-bf16.out" || { cat "$tmp/step-bf16.out"; fail "the run does not say it trains in bf16"; }
 out=$("$cmp" "$tmp/step-bf16/last.safetensors" "$tmp/step-fp32/last.safetensors" \
     --base "$tmp/base/last.safetensors" --rel "$BF16_STEP_TOL" 2>&1)
 rc=$?

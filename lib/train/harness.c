@@ -99,7 +99,12 @@ static int load_tokens(run *r, const char *path)
     const cdl_train_config *c = r->cfg;
     cdl_dataset_options o;
     cdl_dataset_options_defaults(&o);
-    o.block_size = c->block_size > 0 ? c->block_size : 64;
+    /* T: --block-size, else the one the model fixes (gpt:block_size=, a
+     * spec's posembedding), else 64. */
+    int model_block = c->block_size > 0 ? 0 : cdl_spec_block_size(c->model);
+    if (model_block < 0)
+        return -1;
+    o.block_size = c->block_size > 0 ? c->block_size : model_block > 0 ? model_block : 64;
     o.vocab_size = c->vocab_size;
     /* --val-split: -1 (default) = 10%, 0 = none. */
     o.val_split = c->val_split < 0 ? 0 : c->val_split == 0 ? -1 : c->val_split;

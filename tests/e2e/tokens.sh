@@ -34,6 +34,11 @@ if "$top_srcdir/scripts/fortunes-corpus.sh" "$TMP/corpus.txt" 2>"$TMP/corpus.err
     expect_err "--val-split 0 leaves nothing to validate on"
     train 1 --dataset "text:$TMP/corpus.txt" --block-size 9000 --val-split 0.05
     expect_err "the validation split holds 4920 tokens, fewer than --block-size 9000 + 1"
+    # A char GPT trains on it for a few steps, T from the model's block_size.
+    train 0 --model gpt:n_layer=1,n_head=2,n_embd=16,block_size=16 --dataset "text:$TMP/corpus.txt" \
+        --batch-size 8 --max-steps 4 --metrics "$TMP/m.json"
+    grep -q '"steps_per_epoch":692,' "$TMP/m.json" || die "not ceil(((98399 - 9840) - 1) / 16 / 8) steps"
+    grep -q '"val_loss"' "$TMP/m.json" || die "no validation on the corpus"
     train 1 --dataset "text:$TMP/corpus.txt" --vocab-size 50257
     expect_err "byte-level"
 else

@@ -15,8 +15,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     int bytes = data[0] & 1 ? 2 : 1;
-    cdl_dataset_options o;
-    cdl_dataset_options_defaults(&o);
+    cdl_dataset_options o;   /* as cdl_dataset_options_defaults (dataset.c) leaves it */
+    memset(&o, 0, sizeof o);
+    o.size = sizeof o;
     o.block_size = 1 + (data[0] >> 1 & 15);
     o.vocab_size = bytes == 2 ? 1 + (data[0] >> 5) * 9000 : 0;
     o.val_split = data[0] & 0x80 ? 0 : 0.5;

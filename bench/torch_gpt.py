@@ -41,7 +41,8 @@ def loss_of(model, x, y):
 
 def load_strict(model, path):
     from safetensors.torch import load_file
-    state = load_file(path)
+    # cdl's checkpoints also hold the optimizer state ("optimizer.*").
+    state = {k: v for k, v in load_file(path).items() if not k.startswith("optimizer.")}
     model.load_state_dict(state, strict=True)
 
 

@@ -158,16 +158,37 @@ static CPU_AVX2 inline __m256i lanes8(int x0, int lo, int hi)
     return _mm256_andnot_si256(below, inside);
 }
 
-/* dst[0,ow) = src[ox] for ox in [ox0,ox1), 0 elsewhere. src[ox] outside
- * [ox0,ox1) may lie outside x: masked-off lanes are not read. */
-static CPU_AVX2 void im2col_row8(float *dst, const float *src, int ow, int ox0, int ox1)
+/* The im2col rows [r0,r1) of tap (ky,kx) of channel plane xc (h,w), stride
+ * 1: dst row r = xc row iy(r) at columns ox - pad_w + kx*dil_w for ox in
+ * [ox0,ox1), 0 elsewhere (and all 0 for a row iy outside the plane; any
+ * stride_h).
+ * Vectors wholly inside [ox0,ox1) are plain loads; the edge vectors are
+ * masked loads (their off lanes may lie outside x and are not read). */
+static CPU_AVX2 void im2col_rows8(const cdl_conv2d_desc *d, const float *xc, int ky, int kx,
+                                  int r0, int r1, int ox0, int ox1, float *dst)
 {
-    int x0 = 0;
-    for (; x0 + 8 <= ow; x0 += 8)
-        _mm256_storeu_ps(dst + x0, _mm256_maskload_ps(src + x0, lanes8(x0, ox0, ox1)));
-    if (x0 < ow)
-        _mm256_maskstore_ps(dst + x0, lanes8(x0, 0, ow),
-                            _mm256_maskload_ps(src + x0, lanes8(x0, ox0, ox1)));
+    const int ow = d->ow;
+    for (int r = r0; r < r1; r++, dst += ow) {
+        int iy = r * d->stride_h - d->pad_h + ky * d->dil_h;
+        int x0 = 0;
+        if (iy < 0 || iy >= d->h) {
+            for (; x0 + 8 <= ow; x0 += 8)
+                _mm256_storeu_ps(dst + x0, _mm256_setzero_ps());
+            for (; x0 < ow; x0++)
+                dst[x0] = 0.0f;
+            continue;
+        }
+        const float *src = xc + (size_t)iy * d->w - d->pad_w + kx * d->dil_w;
+        for (; x0 + 8 <= ow; x0 += 8) {
+            __m256 v = x0 >= ox0 && x0 + 8 <= ox1
+                           ? _mm256_loadu_ps(src + x0)
+                           : _mm256_maskload_ps(src + x0, lanes8(x0, ox0, ox1));
+            _mm256_storeu_ps(dst + x0, v);
+        }
+        if (x0 < ow)
+            _mm256_maskstore_ps(dst + x0, lanes8(x0, 0, ow),
+                                _mm256_maskload_ps(src + x0, lanes8(x0, ox0, ox1)));
+    }
 }
 
 /* dst[ox] += src[ox] for ox in [ox0,ox1). */
@@ -181,9 +202,10 @@ static CPU_AVX2 void col2im_row8(float *dst, const float *src, int ox0, int ox1)
         dst[ox] += src[ox];
 }
 #else
-static void im2col_row8(float *dst, const float *src, int ow, int ox0, int ox1)
+static void im2col_rows8(const cdl_conv2d_desc *d, const float *xc, int ky, int kx, int r0,
+                         int r1, int ox0, int ox1, float *dst)
 {
-    (void)dst, (void)src, (void)ow, (void)ox0, (void)ox1;
+    (void)d, (void)xc, (void)ky, (void)kx, (void)r0, (void)r1, (void)ox0, (void)ox1, (void)dst;
 }
 
 static void col2im_row8(float *dst, const float *src, int ox0, int ox1)
@@ -205,6 +227,10 @@ static void im2col_tile(const cdl_conv2d_desc *d, int cg, const float *x, int r0
                 float *dst = col + (size_t)((ci * d->kh + ky) * d->kw + kx) * tp;
                 int ox0, ox1;
                 valid_cols(d, kx, &ox0, &ox1);
+                if (d->stride_w == 1 && avx2) {
+                    im2col_rows8(d, xc, ky, kx, r0, r1, ox0, ox1, dst);
+                    continue;
+                }
                 for (int r = r0; r < r1; r++, dst += ow) {
                     int iy = r * d->stride_h - d->pad_h + ky * d->dil_h;
                     if (iy < 0 || iy >= d->h) {
@@ -212,10 +238,6 @@ static void im2col_tile(const cdl_conv2d_desc *d, int cg, const float *x, int r0
                         continue;
                     }
                     const float *src = xc + (size_t)iy * d->w - d->pad_w + kx * d->dil_w;
-                    if (d->stride_w == 1 && avx2) {
-                        im2col_row8(dst, src, ow, ox0, ox1);
-                        continue;
-                    }
                     for (int ox = 0; ox < ox0; ox++)
                         dst[ox] = 0.0f;
                     if (d->stride_w == 1)

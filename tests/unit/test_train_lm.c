@@ -15,9 +15,8 @@
 
 static char tmpdir[256];
 
-/* Under valgrind (CDL_TEST_SCOPE=unit) the runs that only compare numbers
- * are left to the plain pass; the resume and language-model tests still
- * take every new path through valgrind. */
+/* Under valgrind (CDL_TEST_SCOPE=unit) whole training runs take minutes:
+ * they are left to the plain pass (and the sanitizer build). */
 static void skip_under_valgrind(void)
 {
     const char *scope = getenv("CDL_TEST_SCOPE");
@@ -245,6 +244,7 @@ static void test_gpt_groups_and_flops(void **state)
 static void test_resume_with_options(void **state)
 {
     (void)state;
+    skip_under_valgrind();
     cdl_train_config full, part;
     base_config(&full, "opts-full");
     full.batch_size = 16;
@@ -331,6 +331,7 @@ static void lm_config(cdl_train_config *c, const char *sub, const char *text)
 static void test_language_model(void **state)
 {
     (void)state;
+    skip_under_valgrind();
     char text[300];
     snprintf(text, sizeof text, "%s/corpus.txt", tmpdir);
     FILE *f = fopen(text, "w");

@@ -43,6 +43,11 @@ has '^    1 replica\(s\) +[0-9]+ img/s  1.00x one replica' "one replica"
 has '^    2 replica\(s\) +[0-9]+ img/s  [0-9.]+x one replica' "two replicas"
 has '^    weights, graphs on vs off.*PASS' "graphs on vs off"
 has '^6 2 MPS replicas on 1 GPU, hier \(2 ranks x 64\).*PASS' "data-parallel"
+has '^8 bf16 products vs rounding bounds +PASS +([0-9]+) of \1 checks passed' "the bf16 bounds"
+has '^8 GPT 2x32 \(rehearsal\), block 64 bf16.*(skipped: cdl-train has no --model gpt|target: )' "the GPT bf16 step"
+if grep -q '^8 GPT 2x32 .*target: ' "$out"; then
+    has '^    cdl bf16 +([0-9]+ tokens/s  MFU n/a|skipped: the CUDA backend has no [a-z_]+ op yet)' "cdl's GPT bf16 tokens/s"
+fi
 for tool in memcheck racecheck synccheck; do
     has "^D compute-sanitizer $tool +PASS  ERROR SUMMARY: 0 errors" "--diagnose: $tool"
 done

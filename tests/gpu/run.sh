@@ -17,8 +17,13 @@
 #      under MPS (CDL_REPLICAS_PER_GPU=2, the hier backend),
 #   7. runs the PyTorch templates' GPU path (tests/gpu/pytorch_templates.sh:
 #      NCCL DDP, 4 replicas packed with gloo) when PYTHON has PyTorch,
+#   8. checks the bf16 matrix products against their rounding bounds
+#      (tests/gpu/ops_bf16.c --big) and measures a GPT-2-small-shaped model
+#      (124M, block 1024) trained in bf16: cdl-train --precision bf16 against
+#      PyTorch torch.compile + flash attention (bench_gpt_torch.py), tokens/s
+#      and MFU (skipped until cdl-train has --model gpt),
 # and prints a table last. Exit status: 0 when steps 0-2, 5 (graph and eager
-# weights agree), 6 and 7 pass (speeds are reported against the targets, not
+# weights agree), 6, 7 and 8's bounds pass (speeds are reported against the targets, not
 # enforced; steps skipped for lack of time or hardware say so), 1 otherwise,
 # and 1 with a message at once when no GPU is visible.
 # Without a GPU, make check runs the same host code on a fake GPU
@@ -86,7 +91,7 @@ else
     bin=tests/gpu train_bin=cli/cdl-train big=512 secs=5 replicas="1 2 4 8" torch_dev=cuda slow=1
     extra=
 fi
-ops_bin=$bin/ops_vs_cpu bench_bin=$bin/bench_lenet
+ops_bin=$bin/ops_vs_cpu bench_bin=$bin/bench_lenet bf16_bin=$bin/ops_bf16
 
 # ------------------------------------------------------------ a GPU here?
 if [ "$rehearsal" = 1 ]; then
@@ -145,7 +150,7 @@ if [ ! -f Makefile ]; then
 fi
 jobs=$(nproc 2>/dev/null || echo 4)
 # shellcheck disable=SC2086
-if timeout 300 make -j"$jobs" libcdl_core.la "$ops_bin" "$bench_bin" $extra \
+if timeout 300 make -j"$jobs" libcdl_core.la "$ops_bin" "$bench_bin" "$bf16_bin" $extra \
         > "$logs/make.log" 2>&1; then
     row "0 build with CUDA (${arch:-default archs})" "PASS  $(elapsed) s"
 else
@@ -469,6 +474,98 @@ else
     rc=$?
     while IFS= read -r l; do rows+=("7 $l"); done < <(grep -E '^[12]\. ' "$logs/pytorch-templates.log")
     [ $rc = 0 ] || fail_row "7 PyTorch templates" "see $logs/pytorch-templates.log"
+fi
+
+# -------------------------------------------------------------- 8. bf16
+# ops_bf16: the bf16 products against the bounds of bf16's rounding
+# (docs/cuda.md, "bf16"), with GPT-2 small's shapes on a GPU. Then a
+# GPT-2-small-shaped model (124M, block 1024) trained in bf16 by cdl-train
+# and by PyTorch (torch.compile, flash attention through
+# scaled_dot_product_attention, bf16 autocast: bench_gpt_torch.py on the
+# tree's reference GPT): tokens/s and MFU (nanoGPT's 6N + 12LCT FLOPs per
+# token for both, peak bf16 TFLOP/s from the GPU's name or
+# CDL_PEAK_TFLOPS). cdl's tokens/s is the difference of two runs of 5 and
+# 25 steps (start-up, first step and graph capture cancel out).
+echo "== 8. bf16: products against their bounds, GPT-2 small throughput"
+if timeout 180 "$bf16_bin" $([ "$rehearsal" = 0 ] && echo --big) > "$logs/ops_bf16.log" 2>&1; then
+    row "8 bf16 products vs rounding bounds" "PASS  $(tail -1 "$logs/ops_bf16.log" | sed 's/^ops_bf16: //')"
+else
+    grep -E '^FAIL|ops_bf16' "$logs/ops_bf16.log" | head -20 >&2
+    fail_row "8 bf16 products vs rounding bounds" "$(tail -1 "$logs/ops_bf16.log" | cut -c1-100) (see $logs/ops_bf16.log)"
+fi
+if [ "$rehearsal" = 1 ]; then
+    gl=2 gh=2 gc=32 gt=64 gv=512 gb=4 gpt_name="GPT 2x32 (rehearsal), block 64"
+else
+    gl=12 gh=12 gc=768 gt=1024 gv=50257 gb=${CDL_GPT_BATCH:-16} gpt_name="GPT-2 small (124M), block 1024"
+fi
+gpt_model="gpt:n_layer=$gl,n_head=$gh,n_embd=$gc,block_size=$gt,vocab_size=$gv"
+peak=${CDL_PEAK_TFLOPS:-}
+if [ -z "$peak" ]; then
+    case $gpu_name in   # dense bf16 tensor-core peaks
+        *H100*|*H200*|*GH200*) peak=989 ;;
+        *A100*) peak=312 ;;
+        *L40S*) peak=362 ;;
+        *A10*) peak=125 ;;
+    esac
+fi
+# mfu TOKENS_PER_SEC FLOPS_PER_TOKEN: "MFU x%" or "MFU n/a" (unknown peak)
+mfu() { awk -v t="$1" -v f="$2" -v p="${peak:-0}" 'BEGIN{if (p > 0 && t > 0) printf "MFU %.1f%%", 100 * t * f / (p * 1e12); else printf "MFU n/a"}'; }
+if [ $have_train = 0 ]; then
+    fail_row "8 $gpt_name bf16" "cli/cdl-train did not build (see $logs/make-cli.log)"
+elif ! "$train_bin" --help 2>&1 | grep -q 'gpt' || ! "$train_bin" --help 2>&1 | grep -q 'tokens:'; then
+    row "8 $gpt_name bf16" "skipped: cdl-train has no --model gpt or tokens: data yet"
+elif over_time 420; then
+    row "8 $gpt_name bf16" "skipped: $(elapsed) s spent, no time left in 8 minutes"
+else
+    row "8 $gpt_name bf16, batch $gb" "target: cdl >= 1.0x torch.compile"
+    # Random tokens in nanoGPT's format (uint16), enough for 25 steps.
+    tok=$logs/gpt-tokens
+    mkdir -p "$tok"
+    "$python" -c 'import random, sys, array
+r = random.Random(1); v = int(sys.argv[2])
+array.array("H", (r.randrange(v) for _ in range(int(sys.argv[3])))).tofile(open(sys.argv[1], "wb"))'         "$tok/train.bin" "$gv" $((26 * gb * gt + gt + 1)) &&
+        cp "$tok/train.bin" "$tok/val.bin"
+    # N without the position embedding: wte (tied) + per layer 12C^2 + 13C + ln_f.
+    fpt=$(awk -v l=$gl -v c=$gc -v v=$gv -v t=$gt 'BEGIN{n = v*c + l*(12*c*c + 13*c) + 2*c; printf "%.0f", 6*n + 12*l*c*t}')
+    gpt_run() {   # gpt_run STEPS: seconds of one cdl-train run, or nothing
+        local t0 t1
+        t0=$(date +%s.%N)
+        timeout $((240 * slow)) "$train_bin" --device cuda --model "$gpt_model"             --dataset "tokens:$tok" --vocab-size "$gv" --block-size "$gt" --batch-size "$gb"             --optimizer adamw --lr 6e-4 --precision bf16 --epochs 1 --max-steps "$1"             --no-progress > "$logs/gpt-cdl-$1.log" 2>&1 || return 1
+        t1=$(date +%s.%N)
+        awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b - a}'
+    }
+    cdl_tps=
+    rm -f "$logs"/gpt-cdl-*.log
+    if s5=$(gpt_run 5) && s25=$(gpt_run 25); then
+        cdl_tps=$(awk -v a="$s5" -v b="$s25" -v n=$((20 * gb * gt)) 'BEGIN{if (b > a) printf "%.0f", n / (b - a)}')
+    fi
+    missing=$(grep -ho 'backend has no [a-z_]* op yet' "$logs"/gpt-cdl-*.log 2>/dev/null | head -1)
+    if [ -n "$cdl_tps" ]; then
+        row "    cdl bf16" "$(printf '%9s tokens/s  %s' "$cdl_tps" "$(mfu "$cdl_tps" "$fpt")")"
+    elif [ -n "$missing" ]; then   # the model landed before its CUDA ops
+        row "    cdl bf16" "skipped: the CUDA $missing"
+    else
+        fail_row "    cdl bf16" "cdl-train failed (see $logs/gpt-cdl-*.log)"
+    fi
+    if ! "$python" -c 'import torch, torch.nn.functional as F; F.scaled_dot_product_attention' >/dev/null 2>&1; then
+        row "    torch" "skipped: $python has no PyTorch 2.x"
+    else
+        targs=(--n-layer $gl --n-head $gh --n-embd $gc --block $gt --vocab $gv --batch $gb --device "$torch_dev")
+        [ "$rehearsal" = 1 ] && targs+=(--no-compile --steps 2)
+        if timeout $((300 * slow)) "$python" "$top/tests/gpu/bench_gpt_torch.py" "${targs[@]}"                 > "$logs/gpt-torch.log" 2>&1 &&
+                torch_tps=$(awk '/^tokens_per_sec/ {printf "%.0f", $2}' "$logs/gpt-torch.log") &&
+                [ -n "$torch_tps" ]; then
+            row "    torch $torch_version $([ "$rehearsal" = 1 ] && echo eager || echo torch.compile) + flash, bf16" \
+                "$(printf '%9s tokens/s  %s' "$torch_tps" "$(mfu "$torch_tps" "$fpt")")"
+            if [ -n "$cdl_tps" ]; then
+                r=$(awk -v a="$cdl_tps" -v b="$torch_tps" 'BEGIN{printf "%.2f", a / b}')
+                row "    target" "$(awk -v r="$r" 'BEGIN{exit !(r >= 1.0)}' && echo met || echo "NOT met") (cdl ${r}x torch)"
+            fi
+        else
+            tail -3 "$logs/gpt-torch.log" >&2
+            row "    torch" "failed (see $logs/gpt-torch.log)"
+        fi
+    fi
 fi
 
 # ----------------------------------------------------------- the table

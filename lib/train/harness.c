@@ -201,6 +201,25 @@ static int build_model(run *r)
                          "fix the 'input' line or pick the matching --dataset",
                          c->model, spec.input.c, spec.input.h, spec.input.w, c->dataset, in.c,
                          in.h, in.w);
+    /* An embedding reads token ids from the input: only token data has
+     * ids, and only ids below its vocabulary (the readers check them
+     * against the dataset's vocabulary), so anything else would index
+     * outside the weight. */
+    for (int i = 0; i < spec.nlayers; i++) {
+        const cdl_layer_spec *l = &spec.layers[i];
+        int reads_input = l->nin == 0 ? i == 0 : l->in[0] < 0;
+        if (l->kind != CDL_LAYER_EMBEDDING || !reads_input)
+            continue;
+        if (!r->train.tokens)
+            return cdl_error("%s: layer %d (embedding) reads token ids, but dataset %s holds no "
+                             "tokens: use --dataset text:FILE or tokens:DIR (docs/data.md)",
+                             c->model, i + 1, c->dataset);
+        if (l->vocab < r->train.classes)
+            return cdl_error("%s: layer %d (embedding) has a vocabulary of %d but dataset %s has "
+                             "token ids up to %d: make the embedding %d rows (vocab_size)",
+                             c->model, i + 1, l->vocab, c->dataset, r->train.classes - 1,
+                             r->train.classes);
+    }
     r->model = cdl_model_create(&spec, in, c->batch_size, r->be);
     if (!r->model)
         return -1;

@@ -26,6 +26,15 @@ train 2 --dataset "tokens:$TMP/bad" --vocab-size 65537
 expect_err "--vocab-size"
 train 2 --dataset "text:$TMP/x" --block-size 0
 expect_err "--block-size"
+# An embedding reads token ids: only token data has them, and only below
+# the embedding's vocabulary (else the lookup would index outside it).
+printf 'a,b,label\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n' >"$TMP/t.csv"
+printf 'embedding 10 8\nflatten\nlinear 2\n' >"$TMP/emb.spec"
+train 1 --model "$TMP/emb.spec" --dataset "csv:$TMP/t.csv" --val-split 1
+expect_err "layer 1 (embedding) reads token ids, but dataset csv holds no tokens"
+printf 'hello world, hello tokens\n' >"$TMP/small.txt"
+train 1 --model "$TMP/emb.spec" --dataset "text:$TMP/small.txt" --block-size 4 --val-split 0.3
+expect_err "layer 1 (embedding) has a vocabulary of 10 but dataset text has token ids up to 255"
 
 # The Debian corpus (fortunes-min, scripts/install-deps.sh).
 if "$top_srcdir/scripts/fortunes-corpus.sh" "$TMP/corpus.txt" 2>"$TMP/corpus.err"; then

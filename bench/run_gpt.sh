@@ -17,7 +17,7 @@
 # Usage: bench/run_gpt.sh [--short] [BUILD_DIR]   (BUILD_DIR holds cli/cdl-train)
 # --short: a check of the script itself in about a minute (20 steps, no
 # torch.compile). Environment: STEPS=2000 BATCH=32 BLOCK=64 LR=1e-3 WD=0.1
-# CLIP=1.0 SPEED_STEPS=20 THREADS_LIST="1 2" COMPILE=1,
+# CLIP=1.0 SPEED_STEPS=20 THREADS_LIST="1 2" (empty: no speed part) COMPILE=1,
 # VENV=BUILD_DIR/bench/venv-torch2 (NO_VENV=1 skips the PyPI columns; made
 # as run_resnet.sh makes it when missing), PYTHON=/usr/bin/python3.
 set -u
@@ -31,7 +31,7 @@ else
     steps=${STEPS:-2000} speed_steps=${SPEED_STEPS:-20} compile=${COMPILE:-1}
 fi
 batch=${BATCH:-32} block=${BLOCK:-64} lr=${LR:-1e-3} wd=${WD:-0.1} clip=${CLIP:-1.0}
-threads_list=${THREADS_LIST:-1 2}
+threads_list=${THREADS_LIST-1 2}
 python=${PYTHON:-/usr/bin/python3}
 venv=${VENV:-$build/bench/venv-torch2}
 train="$build/cli/cdl-train"
@@ -44,7 +44,7 @@ fortunes=/usr/share/games/fortunes
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 corpus="$tmp/fortunes.txt"
-cat "$fortunes/fortunes" "$fortunes/literature" "$fortunes/riddles" >"$corpus"
+"$here/../scripts/fortunes-corpus.sh" "$corpus" || exit 2
 # The same clipping on both sides; without cdl's --clip-grad, none.
 "$train" --help | grep -q -- --clip-grad || { clip=0; echo "note: cdl-train has no --clip-grad: no clipping on either side"; }
 clip_arg=()
@@ -99,6 +99,10 @@ printf '%-16s %10s %10s\n' "$impl" "$tv" "$ts"
 printf 'cdl / PyTorch val loss: %.4f (target <= 1.02)\n' "$(echo "$cv / $tv" | bc -l)"
 
 # ---- 2. CPU speed
+if [ -z "$threads_list" ]; then
+    echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    exit 0
+fi
 cdl_speed() {   # cdl_speed THREADS: median tokens/s of the last step records
     cdl "$1" --lr "$lr" --max-steps $((speed_steps + 3)) --metrics-every 1 \
         --metrics "$tmp/speed$1.jsonl" >"$tmp/speed.log" 2>&1 ||

@@ -172,6 +172,8 @@ static void release(cbe *ci)
         (void)cudaFree(ci->bias_partials);
     if (ci->chan_partials)
         (void)cudaFree(ci->chan_partials);
+    if (ci->emb_order)
+        (void)cudaFree(ci->emb_order);
     if (ci->copy_done)
         (void)cudaEventDestroy(ci->copy_done);
     for (int i = 0; i < CUDA_BACKEND_MARKS; i++)

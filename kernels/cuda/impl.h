@@ -105,6 +105,8 @@ typedef struct cbe {
     double *sumsq_host;       /* pinned */
     float *bias_partials;     /* CBE_BIAS_PARTIALS floats for conv2d bias gradients */
     double *chan_partials;    /* CBE_CHAN_PARTIALS doubles for batch norm's channel sums */
+    int *emb_order;           /* embedding_bwd's rows sorted by id (ops_seq.c), emb_cap ints */
+    size_t emb_cap;
     int tf32_conv, tf32_matmul;
     int precision;            /* cdl_precision of linear layers' matrix products */
     cbe_bf16_entry *bf16;     /* bf16 weight cache (bf16_cache.c) */

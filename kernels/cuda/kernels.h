@@ -182,11 +182,11 @@ cudaError_t cuk_layernorm_bwd(cudaStream_t s, int rows, int d, const float *x,
                               float *dgamma, float *dbeta);
 
 /* embed.cu: backend.h's embedding_fwd/bwd (the backward adds into dw, each
- * element in row order) and bcast_add_fwd/bwd. */
+ * element in row order; order: rows ints of scratch) and bcast_add_fwd/bwd. */
 cudaError_t cuk_embedding_fwd(cudaStream_t s, int rows, int d, const float *ids, const float *w,
                               float *y);
 cudaError_t cuk_embedding_bwd(cudaStream_t s, int rows, int d, const float *ids, const float *dy,
-                              float *dw);
+                              float *dw, int *order);
 cudaError_t cuk_bcast_add_fwd(cudaStream_t s, int n, size_t m, const float *x, const float *b,
                               float *y);
 cudaError_t cuk_bcast_add_bwd(cudaStream_t s, int n, size_t m, const float *dy, float *db);

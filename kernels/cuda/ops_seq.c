@@ -57,6 +57,32 @@ void cbe_embedding_fwd(cdl_backend *be, int rows, int d, const float *ids, const
     CU_CHECK(ci, cuk_embedding_fwd(ci->stream, rows, d, ids, w, y));
 }
 
+/* embedding_bwd's scratch (rows ints) grows on an eager call; a graph
+ * step's shape was seen eagerly before it was captured (graph steps start
+ * after an eager warm-up step). A graph that holds the old buffer is
+ * dropped first (it is recaptured at the next graph step). 1: ready. */
+static int emb_scratch(cdl_backend *be, cbe *ci, int rows)
+{
+    if ((size_t)rows <= ci->emb_cap)
+        return 1;
+    const char *mode = cbe_graph_busy(ci);
+    if (mode) {
+        cbe_fail(ci, "CUDA backend: embedding_bwd over %d rows first seen during CUDA graph %s: "
+                 "run one step of that shape eagerly before capturing", rows, mode);
+        return 0;
+    }
+    cuda_backend_graph_reset(be);
+    if (ci->emb_order) {
+        (void)cudaFree(ci->emb_order);
+        ci->emb_order = NULL;
+        ci->emb_cap = 0;
+    }
+    if (CU_CHECK(ci, cudaMalloc((void **)&ci->emb_order, (size_t)rows * sizeof(int))))
+        return 0;
+    ci->emb_cap = (size_t)rows;
+    return 1;
+}
+
 void cbe_embedding_bwd(cdl_backend *be, int rows, int d, int vocab, const float *ids,
                        const float *dy, float *dw)
 {
@@ -69,7 +95,9 @@ void cbe_embedding_bwd(cdl_backend *be, int rows, int d, int vocab, const float 
     const void *dyn;
     if (cbe_graph_op(ci, "embedding_bwd", cbe_sig(OPSIG_EMBEDDING_BWD, a, 6), NULL, 0, &dyn))
         return;
-    CU_CHECK(ci, cuk_embedding_bwd(ci->stream, rows, d, ids, dy, dw));
+    if (!emb_scratch(be, ci, rows))
+        return;
+    CU_CHECK(ci, cuk_embedding_bwd(ci->stream, rows, d, ids, dy, dw, ci->emb_order));
 }
 
 void cbe_bcast_add_fwd(cdl_backend *be, int n, size_t m, const float *x, const float *b,

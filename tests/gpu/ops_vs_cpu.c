@@ -796,6 +796,46 @@ static void check_seq(int rows, int d, int vocab, int affine)
     free(dg), free(db), free(ids);
 }
 
+/* embedding_bwd against the CPU bit for bit at a GPT-2 vocabulary: each
+ * dw element must be the CPU's sum in row order (the GPU sorts rows by id,
+ * then sums each id's rows in row order). ids: 0 random over the
+ * vocabulary, 1 a few ids repeated many times (the first and last id among
+ * them), 2 one id on every row. It accumulates twice (a tied output
+ * layer's part, then the input's, then again), and a second run gives the
+ * same bits. */
+static void check_embedding(int rows, int d, int vocab, int ids_kind)
+{
+    if (!have((const void *)gpu->ops->embedding_bwd, "embedding_bwd"))
+        return;
+    static const char *kinds[] = {"random ids", "7 ids repeated", "one id"};
+    char shape[64];
+    snprintf(shape, sizeof shape, "rows%d d%d vocab%d %s", rows, d, vocab, kinds[ids_kind]);
+    size_t nx = (size_t)rows * d, nw = (size_t)vocab * d;
+    float *dy = host_rand(nx, -1, 1), *dw = host_rand(nw, -1, 1), *ids = host_zero((size_t)rows * 4);
+    const int few[] = {0, vocab - 1, 13 % vocab, 50 % vocab, vocab / 2, 7 % vocab, vocab / 3};
+    for (int r = 0; r < rows; r++) {
+        int id = (int)(frand(0, 1) * (float)vocab) % vocab;
+        if (ids_kind == 1)
+            id = few[(int)(frand(0, 1) * 7.0f) % 7];
+        else if (ids_kind == 2)
+            id = vocab / 2;
+        ids[r] = (float)id;
+    }
+    float *gdy = up(dy, nx * 4), *gids = up(ids, (size_t)rows * 4);
+    float *gdw = up(dw, nw * 4), *gdw2 = up(dw, nw * 4);
+    for (int pass = 0; pass < 2; pass++) {
+        cpu->ops->embedding_bwd(cpu, rows, d, vocab, ids, dy, dw);
+        gpu->ops->embedding_bwd(gpu, rows, d, vocab, gids, gdy, gdw);
+        cmp_exact(pass ? "embedding_bwd again" : "embedding_bwd", shape, gdw, dw, nw * 4);
+    }
+    for (int pass = 0; pass < 2; pass++)
+        gpu->ops->embedding_bwd(gpu, rows, d, vocab, gids, gdy, gdw2);
+    same_bits("embedding_bwd reproducible", shape, gdw, gdw2, nw * 4);
+    gpu->ops->free(gpu, gdy), gpu->ops->free(gpu, gids);
+    gpu->ops->free(gpu, gdw), gpu->ops->free(gpu, gdw2);
+    free(dy), free(dw), free(ids);
+}
+
 /* ------------------------------------------------------------ optimizers */
 
 /* Causal self-attention forward and backward against the CPU backend: the
@@ -1243,6 +1283,10 @@ int main(int argc, char **argv)
     check_seq(256, 384, 65, 1);      /* a char GPT's rows (n*T), n_embd, vocab */
     check_seq(37, 100, 1000, 0);     /* odd shapes, no gamma/beta */
     check_seq(5, 1, 3, 1);           /* d = 1: y = beta */
+    check_embedding(1000, 24, 50257, 0);   /* GPT-2's vocabulary, small T and width */
+    check_embedding(3000, 130, 50257, 1);  /* repeated ids, partial column blocks */
+    check_embedding(600, 7, 50257, 2);     /* one id on every row */
+    check_embedding(300, 16, 1, 2);        /* vocabulary of one */
     check_sgd(100003, (cdl_sgd_hparams){.lr = 0.1f}, "sgd_step");
     check_sgd(100003, (cdl_sgd_hparams){.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f},
               "sgd_step momentum");

@@ -93,6 +93,9 @@ typedef struct cdl_dataset_options {
     double val_split;         /* text, tokens without val.bin: the validation part, the last
                                * tokens of the file: a fraction in (0,1) or a count of tokens;
                                * 0 = 0.1, < 0 = none (the test split is then absent) */
+    size_t memory_limit;      /* imagefolder: bytes the decoded pictures may need (they are
+                               * kept in memory, and a split copies them once); 0 = what this
+                               * process may use: node memory or its cgroup's limit */
 } cdl_dataset_options;
 
 void cdl_dataset_options_defaults(cdl_dataset_options *o);

@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/core/memlimit.h"
 #include "lib/data/internal.h"
 
 #define MAX_FILE_BYTES ((size_t)1 << 30)
@@ -185,6 +187,26 @@ static int decode_all(job *j, int threads)
     return 0;
 }
 
+/* The decoded pictures stay in memory and the validation split copies them
+ * once, so loading needs about twice their size: refuse before decoding
+ * what cannot fit, rather than be killed by the OOM killer halfway. */
+static int check_memory(const char *root, long n, int c, int h, int w, size_t limit)
+{
+    char pn[512];
+    double need = 2.0 * (double)n * c * h * w;
+    if (limit == 0)
+        limit = cdl_memory_limit();
+    if (limit == SIZE_MAX || need <= (double)limit)
+        return 0;
+    return cdl_error("%s: %ld pictures of %dx%dx%d are %.2f GiB decoded and loading them "
+                     "needs about %.2f GiB, more than the %.2f GiB this process may use "
+                     "(node memory or the job's memory limit): cdl keeps the decoded "
+                     "pictures in memory (docs/data.md); pass a smaller --image-size, "
+                     "train on a subset, or ask for more memory (sbatch --mem)",
+                     data_printable(root, pn, sizeof pn), n, c, h, w, need / 2 / (1 << 30),
+                     need / (1 << 30), (double)limit / (1 << 30));
+}
+
 /* Classes of root (sorted subdirectories). */
 static int list_classes(const char *root, strlist *classes)
 {
@@ -328,6 +350,8 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         rc = cdl_error("%s: %d pictures of %dx%dx%d do not fit in memory: pass a smaller "
                        "--image-size", data_printable(root, pn, sizeof pn), files.n, j.c, j.h,
                        j.w);
+    if (!rc)
+        rc = check_memory(root, files.n, j.c, j.h, j.w, o->memory_limit);
     if (!rc) {
         j.images = cdl_malloc(sample * (size_t)files.n);
         errors = calloc((size_t)files.n, sizeof *errors);

@@ -4,6 +4,7 @@
  * files (truncated, wrong magic, huge declared shapes, non-UTF-8 names). */
 #include "testutil.h"
 
+#include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <cdl/cdl.h>
 
 #include "img_write.h"
+#include "lib/core/memlimit.h"
 #include "lib/data/internal.h"
 
 static char tmp[256];
@@ -164,6 +166,37 @@ static void test_imagefolder_bad_files(void **state)
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
     assert_error_has("caf\\xe9");
     assert_error_has("not UTF-8");
+}
+
+/* Decoded pictures that would not fit the memory this process may use are
+ * refused before decoding, with the sizes and the way out; at the limit
+ * they load. The folder: 7 pictures of 1x4x4 = 112 bytes, loading needs
+ * twice that (the split's copy). */
+static void test_imagefolder_memory(void **state)
+{
+    (void)state;
+    make_folder();
+    cdl_dataset d;
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.memory_limit = 223;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
+    assert_error_has("7 pictures of 1x4x4");
+    assert_error_has("--image-size");
+    assert_error_has("--mem");
+    o.memory_limit = 224;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
+    assert_int_equal(d.n, 7);
+    cdl_dataset_free(&d);
+
+    /* The cgroup files' texts: v2 "max", v1's ~2^63 for unlimited. */
+    assert_true(cdl_cgroup_limit_parse("max\n") == SIZE_MAX);
+    assert_true(cdl_cgroup_limit_parse("9223372036854771712\n") == SIZE_MAX);
+    assert_true(cdl_cgroup_limit_parse("12ab") == SIZE_MAX);
+    assert_true(cdl_cgroup_limit_parse("") == SIZE_MAX);
+    assert_true(cdl_cgroup_limit_parse("0") == SIZE_MAX);
+    assert_true(cdl_cgroup_limit_parse("1073741824\n") == (size_t)1 << 30);
+    assert_true(cdl_memory_limit() > ((size_t)1 << 20));
 }
 
 /* cdl-predict's files: the same bytes as the folder reader gives them
@@ -428,6 +461,7 @@ int main(void)
 #if defined(HAVE_PNG) && defined(HAVE_JPEG)
         cmocka_unit_test_setup_teardown(test_imagefolder, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_bad_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_imagefolder_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_image_files, setup, teardown),
 #endif
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),

@@ -1,0 +1,82 @@
+/* cdl_memory_limit (memlimit.h): min(physical memory, the memory limit of
+ * this process's cgroup). The cgroup is found through /proc/self/cgroup
+ * ("0::PATH" for v2, "N:memory:PATH" for v1); inside a cgroup namespace that
+ * path may not exist under the mount, and the mount's root file is the
+ * process's own group, so both are tried. */
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/core/memlimit.h"
+
+size_t cdl_cgroup_limit_parse(const char *text)
+{
+    while (*text && isspace((unsigned char)*text))
+        text++;
+    if (!isdigit((unsigned char)*text))
+        return SIZE_MAX;   /* "max", empty or garbage: no limit we can use */
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    while (*end && isspace((unsigned char)*end))
+        end++;
+    if (*end || v == 0 || v >= (1ULL << 62) || v >= SIZE_MAX)
+        return SIZE_MAX;   /* v1 writes ~2^63 for "unlimited" */
+    return (size_t)v;
+}
+
+static size_t limit_file(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return SIZE_MAX;
+    char buf[64];
+    size_t lim = fgets(buf, sizeof buf, f) ? cdl_cgroup_limit_parse(buf) : SIZE_MAX;
+    fclose(f);
+    return lim;
+}
+
+static size_t min_size(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+/* The limit of the group named in /proc/self/cgroup's line for version
+ * (v2: "0::", v1: the line whose controllers include "memory"). */
+static size_t cgroup_limit(void)
+{
+    size_t lim = min_size(limit_file("/sys/fs/cgroup/memory.max"),
+                          limit_file("/sys/fs/cgroup/memory/memory.limit_in_bytes"));
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (!f)
+        return lim;
+    char line[4096], path[4200];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2 || strstr(c2 + 1, ".."))
+            continue;
+        *c2 = '\0';
+        const char *ctrl = c1 + 1, *grp = c2 + 1;
+        if (!*ctrl && strcmp(line, "0") == 0) {
+            snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", grp);
+            lim = min_size(lim, limit_file(path));
+        } else if (strstr(ctrl, "memory")) {
+            snprintf(path, sizeof path, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", grp);
+            lim = min_size(lim, limit_file(path));
+        }
+    }
+    fclose(f);
+    return lim;
+}
+
+size_t cdl_memory_limit(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    size_t phys = SIZE_MAX;
+    if (pages > 0 && page > 0 && (unsigned long)pages <= SIZE_MAX / (unsigned long)page)
+        phys = (size_t)pages * (size_t)page;
+    return min_size(phys, cgroup_limit());
+}

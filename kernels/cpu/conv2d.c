@@ -1,12 +1,17 @@
-/* conv2d ops: pick the direct AVX-512 kernels or im2col+SGEMM per shape
- * (conv2d.h). The choice depends only on the shape and the CPU, so the
- * workspace size, forward and backward always agree. */
+/* conv2d ops: pick the direct AVX-512 kernels, the direct AVX2 kernels or
+ * im2col+SGEMM per shape (conv2d.h). The choice depends only on the shape
+ * and the CPU, so the workspace size, forward and backward always agree. */
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/simd.h"
 
 /* Direct kernels block 6 output channels; past this many, SGEMM's reuse
  * wins. */
 #define CONV_DIRECT_MAX_OC 48
+
+/* The AVX2 kernels up to this many input and output channels (the CIFAR
+ * ResNets' 16/32/64); wider layers run long GEMMs well. */
+#define CONV_AVX2_MAX_C 64
 
 int conv_bwd_chunks(int threads, int n, size_t partial_floats)
 {
@@ -19,20 +24,36 @@ int conv_bwd_chunks(int threads, int n, size_t partial_floats)
 
 int conv_use_direct(const cdl_conv2d_desc *d)
 {
-    return d->oc <= CONV_DIRECT_MAX_OC && conv_direct_supported(d);
+    if (d->oc <= CONV_DIRECT_MAX_OC && conv_direct_supported(d))
+        return 1;
+    if (!cpu_has_avx512() && d->oc <= CONV_AVX2_MAX_C && d->c <= CONV_AVX2_MAX_C &&
+        conv_avx2_supported(d))
+        return 2;
+    return 0;
 }
 
 size_t cpu_conv2d_workspace(cdl_backend *be, const cdl_conv2d_desc *d)
 {
     int t = pool_threads(cpu_pool(be));
-    return conv_use_direct(d) ? conv_direct_workspace(d, t) : conv_gemm_workspace(d, t);
+    switch (conv_use_direct(d)) {
+    case 1: return conv_direct_workspace(d, t);
+    case 2: {
+        /* Backward of stride 2 runs on im2col+SGEMM. */
+        size_t a = conv_avx2_workspace(d, t), g = conv_avx2_bwd_dx(d) ? 0 : conv_gemm_workspace(d, t);
+        return a > g ? a : g;
+    }
+    default: return conv_gemm_workspace(d, t);
+    }
 }
 
 void cpu_conv2d_fwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
                     const float *w, const float *b, float *y, float *ws)
 {
-    if (conv_use_direct(d))
+    int path = conv_use_direct(d);
+    if (path == 1)
         conv_direct_fwd(cpu_pool(be), d, x, w, b, y, ws);
+    else if (path == 2)
+        conv_avx2_fwd(cpu_pool(be), d, x, w, b, y, ws);
     else
         conv_gemm_fwd(cpu_pool(be), d, x, w, b, y, ws);
 }
@@ -41,8 +62,11 @@ void cpu_conv2d_bwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
                     const float *w, const float *dy, float *dx, float *dw,
                     float *db, float *ws)
 {
-    if (conv_use_direct(d))
+    int path = conv_use_direct(d);
+    if (path == 1)
         conv_direct_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
+    else if (path == 2 && conv_avx2_bwd_dx(d))
+        conv_avx2_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
     else
         conv_gemm_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
 }

@@ -5,6 +5,8 @@
  *    shape, any CPU.
  *  - conv2d_direct.c: direct AVX-512 kernels for stride-1 convolutions with
  *    few channels, where GEMM shapes are too thin to run well.
+ *  - conv2d_avx2.c: direct AVX2 kernels for CPUs without AVX-512 (stride 1
+ *    and 2, equal padding); dx of stride 2 stays on im2col+SGEMM.
  *
  * Both parallelise over images and reduce per-thread weight-gradient
  * partials in thread order (bitwise reproducible for a thread count). The
@@ -31,6 +33,16 @@ void conv_direct_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const fl
 void conv_direct_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
                      const float *dy, float *dx, float *dw, float *db, float *ws);
 
+/* 1 when the AVX2 kernels handle d on this CPU; conv_avx2_bwd_dx: whether
+ * conv_avx2_bwd computes dx too (else it leaves dx alone). */
+int conv_avx2_supported(const cdl_conv2d_desc *d);
+int conv_avx2_bwd_dx(const cdl_conv2d_desc *d);
+size_t conv_avx2_workspace(const cdl_conv2d_desc *d, int threads);
+void conv_avx2_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
+                   const float *b, float *y, float *ws);
+void conv_avx2_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
+                   const float *dy, float *dx, float *dw, float *db, float *ws);
+
 /* Chunks of images for a backward pass whose per-chunk weight-gradient
  * partial is partial_floats: POOL_CHUNKS_PER_THREAD per thread, fewer when
  * the partials would pass CONV_PARTIALS_MAX floats (but never fewer than
@@ -38,7 +50,8 @@ void conv_direct_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const fl
 #define CONV_PARTIALS_MAX ((size_t)32 << 20)
 int conv_bwd_chunks(int threads, int n, size_t partial_floats);
 
-/* Which path the ops take for d: 1 = direct. */
+/* Which path the ops take for d: 1 = direct (AVX-512), 2 = AVX2, 0 =
+ * im2col+SGEMM. */
 int conv_use_direct(const cdl_conv2d_desc *d);
 
 #endif

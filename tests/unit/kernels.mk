@@ -34,3 +34,10 @@ tests_unit_test_kernels_seq_SOURCES = tests/unit/test_kernels_seq.c tests/unit/r
 	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
 tests_unit_test_kernels_seq_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_kernels_seq_LDADD = $(TEST_LDADD)
+# the direct AVX2 convolution on ResNet shapes (skipped without AVX2)
+check_PROGRAMS += tests/unit/test_kernels_conv
+TESTS += tests/unit/test_kernels_conv
+tests_unit_test_kernels_conv_SOURCES = tests/unit/test_kernels_conv.c tests/unit/ref_ops.c \
+	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
+tests_unit_test_kernels_conv_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_kernels_conv_LDADD = $(TEST_LDADD)

@@ -892,11 +892,13 @@ int main(void)
         cmocka_unit_test(test_backward_is_deterministic),
         cmocka_unit_test(test_ops_do_not_allocate),
     };
-    /* Every test twice: with the AVX-512 kernels where the CPU has them, and
-     * with the portable paths (C loops, im2col+SGEMM) forced. */
+    /* Every test twice: with the AVX-512 or AVX2 kernels where the CPU has
+     * them, and with the portable paths (C loops, im2col+SGEMM) forced. */
     int failed = 0;
     if (cpu_has_avx512())
         failed += cmocka_run_group_tests_name("kernels (AVX-512)", tests, NULL, NULL);
+    else if (cpu_has_avx2())
+        failed += cmocka_run_group_tests_name("kernels (AVX2)", tests, NULL, NULL);
     cpu_disable_avx512(1);
     failed += cmocka_run_group_tests_name("kernels (portable)", tests, NULL, NULL);
     cpu_disable_avx512(0);

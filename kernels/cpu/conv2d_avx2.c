@@ -1,0 +1,556 @@
+/* Direct conv2d with AVX2+FMA (8 lanes, 16 ymm registers), see conv2d.h:
+ * the path of CPUs without AVX-512, for the shapes of the CIFAR ResNets
+ * (3x3, pad 1, stride 1 or 2, tens of channels), where im2col+SGEMM spends
+ * a third of its time copying columns and packing. x is (n,c,h,w), w
+ * (oc,c,kh,kw), y (n,oc,oh,ow). Images are split into chunks over the
+ * threads (pool.h).
+ *
+ * Every image is first copied into a zero-padded buffer; for stride 2 each
+ * padded row is stored as its even columns then its odd columns, so that
+ * output column ox of tap kx reads phase kx%2 at ox + kx/2: consecutive
+ * output columns are consecutive floats for both strides.
+ *
+ * Forward, and dx of stride-1 convolutions, are correlations (corr8):
+ *   forward  y  = corr(pad(x, pad), w), stride s
+ *   dx          = corr(pad(dy, k-1-pad), w flipped, in/out channels swapped)
+ * Outputs are cut into 8-lane row segments; SB=3 segments x OB=4 output
+ * channels = 12 accumulators stay in registers while the taps stream by:
+ * per tap 3 input loads and 4 weight broadcasts feed 12 FMAs (12 + 3 + 1 =
+ * 16 registers). Loads are not masked: lanes past a row end read
+ * neighbouring data or the zeroed slack after each buffer, and are never
+ * stored.
+ *
+ * dW (dwt): 8 output channels in the lanes, dy transposed per image to
+ * position-major [oc/8][P][8]; DB=2 channel blocks x DT=6 taps = 12
+ * accumulators (+ 2 dy vectors + 1 broadcast); per output position 2 dy
+ * loads and 6 input broadcasts feed 12 FMAs, and the sums over positions
+ * need no lane reduction. Each chunk of images has its own partials; they
+ * are summed in chunk order, so results are reproducible for a thread
+ * count. db is summed from the transposed dy the same way.
+ *
+ * dx of stride-2 convolutions stays on im2col+SGEMM (conv2d.c).
+ *
+ * Workspace: packed forward and dx weights and tap tables, then per thread
+ * the padded x, padded dy and transposed dy, then per chunk the dW and db
+ * partials.
+ */
+#include <string.h>
+
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/simd.h"
+
+#define OB 4     /* output channels per corr8 block */
+#define SB 3     /* 8-lane output segments per corr8 block */
+#define DB 2     /* blocks of 8 output channels per dwt block */
+#define DT 6     /* taps per dwt block */
+#define SLACK 16 /* zeroed floats after each padded buffer */
+
+typedef struct aplan {
+    int s;                /* stride (both axes) */
+    int K, P;             /* c*kh*kw taps; oh*ow outputs per channel */
+    int hp, wp;           /* forward input, padded */
+    int whs, rowlen;      /* floats per phase of a padded row; per padded row */
+    int hq, wq;           /* dy padded for dx: (oh,ow) + 2*(k-1-pad) */
+    int Kq;               /* oc*kh*kw: taps of the dx correlation */
+    int ocb, cb;          /* blocks of OB: forward outputs, dx outputs */
+    int Kpad;             /* K rounded up to DT */
+    int ocb8;             /* blocks of 8 output channels (dW lanes) */
+    int dx;               /* dx by corr8 (stride 1) */
+    size_t wt_floats;     /* forward weights [ocb][K][OB] */
+    size_t wq_floats;     /* dx weights [cb][Kq][OB] */
+    size_t toff_slots;    /* int32 tap tables: forward/dW K, dx Kq */
+    size_t xin_floats;    /* per thread: padded x */
+    size_t qpad_floats;   /* per thread: padded dy (dx) */
+    size_t dyt_floats;    /* per thread: dy transposed [ocb8][P][8] */
+    size_t dwp_floats;    /* per chunk: dW partial [ocb8][Kpad][8] */
+    size_t dbp_floats;    /* per chunk: db partial [ocb8*8] */
+    size_t shared, per_thread, per_chunk;
+} aplan;
+
+static void aplan_make(const cdl_conv2d_desc *d, aplan *p)
+{
+    p->s = d->stride_h;
+    p->K = d->c * d->kh * d->kw;
+    p->P = d->oh * d->ow;
+    p->hp = d->h + 2 * d->pad_h;
+    p->wp = d->w + 2 * d->pad_w;
+    p->whs = p->s == 1 ? p->wp : (p->wp + 1) / 2;
+    p->rowlen = p->s * p->whs;
+    p->hq = d->oh + 2 * (d->kh - 1 - d->pad_h);
+    p->wq = d->ow + 2 * (d->kw - 1 - d->pad_w);
+    p->Kq = d->oc * d->kh * d->kw;
+    p->ocb = (d->oc + OB - 1) / OB;
+    p->cb = (d->c + OB - 1) / OB;
+    p->Kpad = (p->K + DT - 1) / DT * DT;
+    p->ocb8 = (d->oc + 7) / 8;
+    p->dx = p->s == 1;
+    p->wt_floats = cpu_align16((size_t)p->ocb * p->K * OB);
+    p->wq_floats = p->dx ? cpu_align16((size_t)p->cb * p->Kq * OB) : 0;
+    p->toff_slots = cpu_align16((size_t)p->K) + cpu_align16((size_t)p->Kq);
+    p->xin_floats = cpu_align16((size_t)d->c * p->hp * p->rowlen + SLACK);
+    p->qpad_floats = p->dx ? cpu_align16((size_t)d->oc * p->hq * p->wq + SLACK) : 0;
+    p->dyt_floats = cpu_align16((size_t)p->ocb8 * p->P * 8);
+    p->dwp_floats = (size_t)p->ocb8 * p->Kpad * 8;
+    p->dbp_floats = cpu_align16((size_t)p->ocb8 * 8);
+    p->shared = p->wt_floats + p->wq_floats + p->toff_slots;
+    p->per_thread = p->xin_floats + p->qpad_floats + p->dyt_floats;
+    p->per_chunk = p->dwp_floats + p->dbp_floats;
+}
+
+int conv_avx2_supported(const cdl_conv2d_desc *d)
+{
+    if (!cpu_has_avx2())
+        return 0;
+    if (d->stride_h != d->stride_w || d->stride_h < 1 || d->stride_h > 2)
+        return 0;
+    if (d->dil_h != 1 || d->dil_w != 1 || d->groups > 1)
+        return 0;
+    if (d->pad_h != d->pad_w || d->pad_h < 0 || d->pad_h >= d->kh || d->pad_w >= d->kw)
+        return 0;
+    if (d->n < 1 || d->c < 1 || d->oc < 1 || d->oh < 1 || d->ow < 1)
+        return 0;
+    /* The output size of this padding and stride (no rows of the padded
+     * input left unread past the last output beyond one stride). */
+    if (d->oh != (d->h + 2 * d->pad_h - d->kh) / d->stride_h + 1 ||
+        d->ow != (d->w + 2 * d->pad_w - d->kw) / d->stride_w + 1)
+        return 0;
+    /* Offsets inside one image are int. */
+    double big = (double)(d->h + 2 * d->kh) * (d->w + 2 * d->kw + 16) * (d->c > d->oc ? d->c : d->oc);
+    return big < 1e9;
+}
+
+int conv_avx2_bwd_dx(const cdl_conv2d_desc *d)
+{
+    return d->stride_h == 1;
+}
+
+size_t conv_avx2_workspace(const cdl_conv2d_desc *d, int threads)
+{
+    aplan p;
+    aplan_make(d, &p);
+    int chunks = conv_bwd_chunks(threads, d->n, p.per_chunk);
+    return p.shared + p.per_thread * (size_t)threads + p.per_chunk * (size_t)chunks;
+}
+
+#if CPU_X86
+
+/* The lanes [0,n) of 8, as a mask vector (n in [1,8]). */
+static CPU_AVX2 inline __m256i mask8(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* One block of O output channels x S segments: out[o][yoff[s] + lane] =
+ * bias + sum over taps t of wt[t][o] * in[toff[t] + xoff[s] + lane]. O and
+ * S are compile-time constants after inlining. */
+static inline __attribute__((always_inline)) CPU_AVX2 void
+corr8_block(const int O, const int S, const float *in, const int32_t *toff, int K,
+            const float *wt, const float *bias, float *out, size_t oplane, const int *xoff,
+            const int *yoff, const int *nl)
+{
+    __m256 acc[OB][SB];
+#pragma GCC unroll 4
+    for (int o = 0; o < O; o++) {
+        __m256 b0 = bias ? _mm256_set1_ps(bias[o]) : _mm256_setzero_ps();
+#pragma GCC unroll 3
+        for (int s = 0; s < S; s++)
+            acc[o][s] = b0;
+    }
+    const float *in0 = in + xoff[0], *in1 = in + xoff[S > 1 ? 1 : 0], *in2 = in + xoff[S > 2 ? 2 : 0];
+    for (int t = 0; t < K; t++, wt += OB) {
+        int off = toff[t];
+        __m256 xv[SB];
+        xv[0] = _mm256_loadu_ps(in0 + off);
+        if (S > 1)
+            xv[1] = _mm256_loadu_ps(in1 + off);
+        if (S > 2)
+            xv[2] = _mm256_loadu_ps(in2 + off);
+#pragma GCC unroll 4
+        for (int o = 0; o < O; o++) {
+            __m256 wv = _mm256_broadcast_ss(wt + o);
+#pragma GCC unroll 3
+            for (int s = 0; s < S; s++)
+                acc[o][s] = _mm256_fmadd_ps(xv[s], wv, acc[o][s]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int o = 0; o < O; o++)
+#pragma GCC unroll 3
+        for (int s = 0; s < S; s++) {
+            float *dst = out + o * oplane + yoff[s];
+            if (nl[s] == 8)
+                _mm256_storeu_ps(dst, acc[o][s]);
+            else
+                _mm256_maskstore_ps(dst, mask8(nl[s]), acc[o][s]);
+        }
+}
+
+#define CORR8_O(O, S)                                                                        \
+    switch (O) {                                                                             \
+    case 1: corr8_block(1, S, in, toff, K, wt, bias, out, oplane, xoff, yoff, nl); break;    \
+    case 2: corr8_block(2, S, in, toff, K, wt, bias, out, oplane, xoff, yoff, nl); break;    \
+    case 3: corr8_block(3, S, in, toff, K, wt, bias, out, oplane, xoff, yoff, nl); break;    \
+    default: corr8_block(4, S, in, toff, K, wt, bias, out, oplane, xoff, yoff, nl); break;   \
+    }
+
+static CPU_AVX2 void corr8_group(int O, int S, const float *in, const int32_t *toff, int K,
+                                 const float *wt, const float *bias, float *out, size_t oplane,
+                                 const int *xoff, const int *yoff, const int *nl)
+{
+    if (S == 3) {
+        CORR8_O(O, 3)
+    } else if (S == 2) {
+        CORR8_O(O, 2)
+    } else {
+        CORR8_O(O, 1)
+    }
+}
+
+/* out (O, ho, wo) = bias + correlation with stride s of `in` (padded row
+ * stride rowlen, tap offsets toff) with the block's weights wt [K][OB]. */
+static CPU_AVX2 void corr8(int O, const float *in, const int32_t *toff, int K, int rowlen, int s,
+                           const float *wt, const float *bias, float *out, int ho, int wo)
+{
+    const int vpr = (wo + 7) / 8, nseg = ho * vpr;
+    const size_t oplane = (size_t)ho * wo;
+    for (int g = 0; g < nseg; g += SB) {
+        int S = nseg - g < SB ? nseg - g : SB;
+        int xoff[SB] = {0}, yoff[SB] = {0}, nl[SB] = {8, 8, 8};
+        for (int j = 0; j < S; j++) {
+            int oy = (g + j) / vpr, ox0 = (g + j) % vpr * 8;
+            xoff[j] = oy * s * rowlen + ox0;
+            yoff[j] = oy * wo + ox0;
+            nl[j] = wo - ox0 < 8 ? wo - ox0 : 8;
+        }
+        corr8_group(O, S, in, toff, K, wt, bias, out, oplane, xoff, yoff, nl);
+    }
+}
+
+/* part[b][t][8] += sum over the output positions p of dyt[b][p][8] * (tap t
+ * of in at p), for NB blocks of 8 output channels (lanes) and taps [t0,
+ * t0+DT) (clamped to K: a repeated tap adds into a slot past K, never
+ * read). in has rows of ystride floats per output row, consecutive output
+ * columns are consecutive floats. */
+static inline __attribute__((always_inline)) CPU_AVX2 void
+dwt_block(const int NB, const float *in, int ystride, int ho, int wo, const int32_t *toff, int t0,
+          int K, const float *dyt, size_t bstride, float *part, size_t pstride)
+{
+    const float *xt[DT];
+#pragma GCC unroll 6
+    for (int j = 0; j < DT; j++)
+        xt[j] = in + toff[t0 + j < K ? t0 + j : K - 1];
+    __m256 acc[DB][DT];
+#pragma GCC unroll 2
+    for (int b = 0; b < NB; b++)
+#pragma GCC unroll 6
+        for (int j = 0; j < DT; j++)
+            acc[b][j] = _mm256_setzero_ps();
+    const float *dp = dyt;
+    for (int oy = 0; oy < ho; oy++) {
+        size_t ro = (size_t)oy * ystride;
+        for (int ox = 0; ox < wo; ox++, dp += 8) {
+            __m256 dv[DB];
+#pragma GCC unroll 2
+            for (int b = 0; b < NB; b++)
+                dv[b] = _mm256_loadu_ps(dp + b * bstride);
+            /* Hide that neighbouring positions share inputs, so each tap
+             * stays a broadcast load (load ports) rather than a register
+             * shuffle (the FMA ports' neighbour). */
+            size_t xo = ro + (size_t)ox;
+            __asm__("" : "+r"(xo));
+#pragma GCC unroll 6
+            for (int j = 0; j < DT; j++) {
+                __m256 xv = _mm256_broadcast_ss(xt[j] + xo);
+#pragma GCC unroll 2
+                for (int b = 0; b < NB; b++)
+                    acc[b][j] = _mm256_fmadd_ps(xv, dv[b], acc[b][j]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int b = 0; b < NB; b++)
+#pragma GCC unroll 6
+        for (int j = 0; j < DT; j++) {
+            float *pp = part + b * pstride + (size_t)(t0 + j) * 8;
+            _mm256_storeu_ps(pp, _mm256_add_ps(_mm256_loadu_ps(pp), acc[b][j]));
+        }
+}
+
+/* One image's dW partial for nblk blocks of 8 output channels from dy
+ * transposed to dyt [nblk][P][8]: part [nblk][Kpad][8]. */
+static CPU_AVX2 void dwt(int nblk, const float *in, int ystride, int ho, int wo,
+                         const int32_t *toff, int K, int Kpad, const float *dyt, float *part)
+{
+    const size_t bstride = (size_t)ho * wo * 8, pstride = (size_t)Kpad * 8;
+    for (int b0 = 0; b0 < nblk; b0 += DB)
+        for (int t0 = 0; t0 < K; t0 += DT) {
+            const float *dy0 = dyt + b0 * bstride;
+            float *p0 = part + b0 * pstride;
+            if (nblk - b0 >= 2)
+                dwt_block(2, in, ystride, ho, wo, toff, t0, K, dy0, bstride, p0, pstride);
+            else
+                dwt_block(1, in, ystride, ho, wo, toff, t0, K, dy0, bstride, p0, pstride);
+        }
+}
+
+/* dyt[b][p][j] = dy[b*8+j][p] (zero past oc) for one image's dy (oc, P);
+ * dbp[b][j] += the sum over p, when dbp is not NULL. Full blocks of 8
+ * positions are transposed 8x8 in registers. */
+static CPU_AVX2 void transpose_dy(const float *dy, int oc, int P, float *dyt, float *dbp)
+{
+    for (int o0 = 0; o0 < oc; o0 += 8) {
+        float *tb = dyt + (size_t)(o0 / 8) * P * 8;
+        int full = oc - o0 >= 8;
+        int p = 0;
+        __m256 sum = _mm256_setzero_ps();
+        for (; full && p + 8 <= P; p += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm256_loadu_ps(dy + (size_t)(o0 + i) * P + p);
+            __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            __m256 c[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                           _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                           _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                           _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+            for (int i = 0; i < 8; i++) {
+                _mm256_storeu_ps(tb + (size_t)(p + i) * 8, c[i]);
+                sum = _mm256_add_ps(sum, c[i]);
+            }
+        }
+        for (; p < P; p++) {
+            float v[8];
+            for (int j = 0; j < 8; j++)
+                v[j] = o0 + j < oc ? dy[(size_t)(o0 + j) * P + p] : 0.0f;
+            __m256 c = _mm256_loadu_ps(v);
+            _mm256_storeu_ps(tb + (size_t)p * 8, c);
+            sum = _mm256_add_ps(sum, c);
+        }
+        if (dbp)
+            _mm256_storeu_ps(dbp + o0, _mm256_add_ps(_mm256_loadu_ps(dbp + o0), sum));
+    }
+}
+
+#else /* no x86: conv_avx2_supported() is 0 and these are never called */
+
+static void corr8(int O, const float *in, const int32_t *toff, int K, int rowlen, int s,
+                  const float *wt, const float *bias, float *out, int ho, int wo)
+{
+    (void)O, (void)in, (void)toff, (void)K, (void)rowlen, (void)s, (void)wt, (void)bias;
+    (void)out, (void)ho, (void)wo;
+}
+
+static void dwt(int nblk, const float *in, int ystride, int ho, int wo,
+                const int32_t *toff, int K, int Kpad, const float *dyt, float *part)
+{
+    (void)nblk, (void)in, (void)ystride, (void)ho, (void)wo, (void)toff, (void)K, (void)Kpad;
+    (void)dyt, (void)part;
+}
+
+static void transpose_dy(const float *dy, int oc, int P, float *dyt, float *dbp)
+{
+    (void)dy, (void)oc, (void)P, (void)dyt, (void)dbp;
+}
+#endif
+
+typedef struct actx {
+    const cdl_conv2d_desc *d;
+    aplan p;
+    const float *x, *w, *b, *dy;
+    float *y, *dx, *dw, *db, *ws;
+    int threads, chunks;
+} actx;
+
+static float *thread_xin(const actx *c, int tid)
+{
+    return c->ws + c->p.shared + (size_t)tid * c->p.per_thread;
+}
+
+static float *thread_qpad(const actx *c, int tid) { return thread_xin(c, tid) + c->p.xin_floats; }
+static float *thread_dyt(const actx *c, int tid) { return thread_qpad(c, tid) + c->p.qpad_floats; }
+
+static float *chunk_dwp(const actx *c, int i)
+{
+    return c->ws + c->p.shared + (size_t)c->threads * c->p.per_thread + (size_t)i * c->p.per_chunk;
+}
+
+static float *chunk_dbp(const actx *c, int i) { return chunk_dwp(c, i) + c->p.dwp_floats; }
+
+/* The tap tables in the int32 slots after the packed weights: forward and
+ * dW taps in weight order (c,ky,kx) over the padded x, dx taps (o,ky,kx)
+ * over the padded dy. */
+static int32_t *toff_fwd(const actx *c)
+{
+    return (int32_t *)(c->ws + c->p.wt_floats + c->p.wq_floats);
+}
+
+static int32_t *toff_dx(const actx *c) { return toff_fwd(c) + cpu_align16((size_t)c->p.K); }
+
+/* Offsets of the taps (ci,ky,kx) of a padded (C, hi, rows of rowlen) input
+ * with stride s (phases of whs floats). */
+static void make_taps(int32_t *toff, int C, int kh, int kw, int hi, int rowlen, int whs, int s)
+{
+    for (int ci = 0; ci < C; ci++)
+        for (int ky = 0; ky < kh; ky++)
+            for (int kx = 0; kx < kw; kx++)
+                toff[(ci * kh + ky) * kw + kx] = (ci * hi + ky) * rowlen + kx % s * whs + kx / s;
+}
+
+/* Forward weights per block of OB output channels: wt[blk][t][j] =
+ * w[blk*OB+j][t] (zero past oc). */
+static void pack_fwd_weights(const actx *c)
+{
+    const cdl_conv2d_desc *d = c->d;
+    for (int blk = 0; blk < c->p.ocb; blk++)
+        for (int t = 0; t < c->p.K; t++)
+            for (int j = 0; j < OB; j++) {
+                int o = blk * OB + j;
+                c->ws[((size_t)blk * c->p.K + t) * OB + j] =
+                    o < d->oc ? c->w[(size_t)o * c->p.K + t] : 0.0f;
+            }
+}
+
+/* dx weights: the kernel flipped in both axes with in/out channels swapped:
+ * wq[blk][(o,ky,kx)][j] = w[o][blk*OB+j][kh-1-ky][kw-1-kx]. */
+static void pack_dx_weights(const actx *c)
+{
+    const cdl_conv2d_desc *d = c->d;
+    float *wq = c->ws + c->p.wt_floats;
+    int khw = d->kh * d->kw;
+    for (int blk = 0; blk < c->p.cb; blk++)
+        for (int o = 0; o < d->oc; o++)
+            for (int t = 0; t < khw; t++)
+                for (int j = 0; j < OB; j++) {
+                    int ci = blk * OB + j;
+                    wq[((size_t)blk * c->p.Kq + (size_t)o * khw + t) * OB + j] =
+                        ci < d->c ? c->w[((size_t)o * d->c + ci) * khw + (size_t)(khw - 1 - t)] : 0.0f;
+                }
+}
+
+/* Copies one image (C, h, w) into the interior of a padded buffer (C, hp,
+ * rows of rowlen) whose border and slack are zero: stride 1 as is, stride 2
+ * with each row's even padded columns first, then its odd ones. */
+static void pad_image(const float *src, int C, int h, int w, int ph, int pw, int hp, int rowlen,
+                      int whs, int s, float *dst)
+{
+    for (int ci = 0; ci < C; ci++)
+        for (int y = 0; y < h; y++, src += w) {
+            float *row = dst + ((size_t)ci * hp + y + ph) * rowlen;
+            if (s == 1) {
+                memcpy(row + pw, src, (size_t)w * sizeof *src);
+                continue;
+            }
+            for (int x = 0; x < w; x++) {
+                int q = x + pw;
+                row[(q & 1) * whs + (q >> 1)] = src[x];
+            }
+        }
+}
+
+static void avx2_fwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk;
+    const actx *c = vctx;
+    const cdl_conv2d_desc *d = c->d;
+    const aplan *p = &c->p;
+    float *xin = thread_xin(c, tid);
+    memset(xin, 0, p->xin_floats * sizeof *xin);
+    for (size_t img = b; img < e; img++) {
+        pad_image(c->x + img * (size_t)d->c * d->h * d->w, d->c, d->h, d->w, d->pad_h, d->pad_w,
+                  p->hp, p->rowlen, p->whs, p->s, xin);
+        float *y = c->y + img * (size_t)d->oc * p->P;
+        for (int blk = 0; blk < p->ocb; blk++) {
+            int o0 = blk * OB, nb = d->oc - o0 < OB ? d->oc - o0 : OB;
+            corr8(nb, xin, toff_fwd(c), p->K, p->rowlen, p->s, c->ws + (size_t)blk * p->K * OB,
+                  c->b ? c->b + o0 : NULL, y + (size_t)o0 * p->P, d->oh, d->ow);
+        }
+    }
+}
+
+void conv_avx2_fwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *w,
+                   const float *b, float *y, float *ws)
+{
+    actx c = {.d = d, .x = x, .w = w, .b = b, .y = y, .ws = ws, .threads = pool_threads(pl)};
+    aplan_make(d, &c.p);
+    pack_fwd_weights(&c);
+    make_taps(toff_fwd(&c), d->c, d->kh, d->kw, c.p.hp, c.p.rowlen, c.p.whs, c.p.s);
+    pool_for(pl, (size_t)d->n, 1, avx2_fwd_images, &c);
+}
+
+static void avx2_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    const actx *c = vctx;
+    const cdl_conv2d_desc *d = c->d;
+    const aplan *p = &c->p;
+    float *xin = thread_xin(c, tid), *qpad = thread_qpad(c, tid), *dyt = thread_dyt(c, tid);
+    float *dwp = chunk_dwp(c, chunk), *dbp = chunk_dbp(c, chunk);
+    int ph = d->kh - 1 - d->pad_h, pw = d->kw - 1 - d->pad_w;
+    memset(xin, 0, p->xin_floats * sizeof *xin);
+    if (c->dx)
+        memset(qpad, 0, p->qpad_floats * sizeof *qpad);
+    memset(dwp, 0, p->per_chunk * sizeof *dwp);
+    for (size_t img = b; img < e; img++) {
+        pad_image(c->x + img * (size_t)d->c * d->h * d->w, d->c, d->h, d->w, d->pad_h, d->pad_w,
+                  p->hp, p->rowlen, p->whs, p->s, xin);
+        const float *dy = c->dy + img * (size_t)d->oc * p->P;
+        transpose_dy(dy, d->oc, p->P, dyt, c->db ? dbp : NULL);
+        dwt(p->ocb8, xin, p->s * p->rowlen, d->oh, d->ow, toff_fwd(c), p->K, p->Kpad, dyt, dwp);
+        if (!c->dx)
+            continue;
+        float *dx = c->dx + img * (size_t)d->c * d->h * d->w;
+        pad_image(dy, d->oc, d->oh, d->ow, ph, pw, p->hq, p->wq, p->wq, 1, qpad);
+        const float *wq = c->ws + p->wt_floats;
+        for (int blk = 0; blk < p->cb; blk++) {
+            int c0 = blk * OB, nb = d->c - c0 < OB ? d->c - c0 : OB;
+            corr8(nb, qpad, toff_dx(c), p->Kq, p->wq, 1, wq + (size_t)blk * p->Kq * OB, NULL,
+                  dx + (size_t)c0 * d->h * d->w, d->h, d->w);
+        }
+    }
+}
+
+/* dw[o][t] (items [0, oc*K)) and db[o] (items [oc*K, oc*K+oc)): the chunk
+ * partials summed in chunk order. */
+static void avx2_reduce(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const actx *c = vctx;
+    const aplan *p = &c->p;
+    size_t nw = (size_t)c->d->oc * p->K;
+    for (size_t i = b; i < e; i++) {
+        size_t o = i < nw ? i / p->K : i - nw, t = i % p->K;
+        size_t at = i < nw ? ((o / 8) * p->Kpad + t) * 8 + o % 8 : p->dwp_floats + o;
+        float sum = 0.0f;
+        for (int k = 0; k < c->chunks; k++)
+            sum += chunk_dwp(c, k)[at];
+        if (i < nw)
+            c->dw[i] = sum;
+        else
+            c->db[o] = sum;
+    }
+}
+
+void conv_avx2_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *w,
+                   const float *dy, float *dx, float *dw, float *db, float *ws)
+{
+    actx c = {.d = d, .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw, .db = db, .ws = ws,
+              .threads = pool_threads(pl)};
+    aplan_make(d, &c.p);
+    if (!c.p.dx)
+        c.dx = NULL;   /* the caller computes dx another way */
+    make_taps(toff_fwd(&c), d->c, d->kh, d->kw, c.p.hp, c.p.rowlen, c.p.whs, c.p.s);
+    if (c.dx) {
+        pack_dx_weights(&c);
+        make_taps(toff_dx(&c), d->oc, d->kh, d->kw, c.p.hq, c.p.wq, c.p.wq, 1);
+    }
+    c.chunks = conv_bwd_chunks(c.threads, d->n, c.p.per_chunk);
+    pool_run(pl, (size_t)d->n, c.chunks, avx2_bwd_images, &c);
+    size_t nred = (size_t)d->oc * c.p.K + (db ? (size_t)d->oc : 0);
+    pool_for(pl, nred, 1024, avx2_reduce, &c);
+}

@@ -711,6 +711,58 @@ static void test_adam_matches_torch(void **state)
     }
 }
 
+/* The AVX2 paths of AdamW and of linear's bias gradient do the portable
+ * loops' operations in the same order: their bits must be equal (odd sizes,
+ * so the scalar tails run too). */
+static void test_simd_paths_equal_portable(void **state)
+{
+    (void)state;
+    int simd_before = cpu_has_avx2() || cpu_has_avx512();
+    cdl_backend *be = backend(2);
+    size_t n = 40003;
+    pair p0 = pair_rand(n, 91, -2, 2), g = pair_rand(n, 92, -1, 1), m0 = pair_rand(n, 93, -1, 1);
+    pair v0 = pair_rand(n, 94, 0, 1);
+    float *run[2][3];
+    for (int mode = 0; mode < 3; mode++) {   /* AdamW, Adam with L2, Adam without decay */
+        for (int off = 0; off <= 1; off++) {
+            cpu_disable_avx512(off);
+            for (int k = 0; k < 3; k++) {
+                run[off][k] = cdl_calloc(n, sizeof(float));
+                memcpy(run[off][k], (k == 0 ? p0 : k == 1 ? m0 : v0).f, n * sizeof(float));
+            }
+            for (long step = 1; step <= 2; step++) {
+                cdl_adam_hparams hp = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                       .weight_decay = mode == 2 ? 0.0f : 0.1f,
+                                       .decoupled = mode == 0, .step = step};
+                be->ops->adam_step(be, n, run[off][0], g.f, run[off][1], run[off][2], &hp);
+            }
+        }
+        for (int k = 0; k < 3; k++) {
+            assert_memory_equal(run[0][k], run[1][k], n * sizeof(float));
+            cdl_free(run[0][k]);
+            cdl_free(run[1][k]);
+        }
+    }
+    int rows = 50, in = 3, out = 77;
+    pair x = pair_rand((size_t)rows * in, 95, -1, 1), w = pair_rand((size_t)out * in, 96, -1, 1);
+    pair dy = pair_rand((size_t)rows * out, 97, -1, 1);
+    float *dw = cdl_calloc((size_t)out * in, sizeof *dw), *db[2];
+    for (int off = 0; off <= 1; off++) {
+        cpu_disable_avx512(off);
+        db[off] = cdl_calloc(out, sizeof(float));
+        be->ops->linear_bwd(be, rows, in, out, x.f, w.f, dy.f, NULL, dw, db[off], NULL);
+    }
+    assert_memory_equal(db[0], db[1], out * sizeof(float));
+    cpu_disable_avx512(!simd_before);
+    pair *all[] = {&p0, &g, &m0, &v0, &x, &w, &dy};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        pair_free(all[i]);
+    cdl_free(dw);
+    cdl_free(db[0]);
+    cdl_free(db[1]);
+    cdl_backend_destroy(be);
+}
+
 /* ------------------------------------------------------------ reductions */
 
 static void test_sumsq(void **state)
@@ -888,6 +940,7 @@ int main(void)
         cmocka_unit_test(test_sgd_matches_torch),
         cmocka_unit_test(test_sgd_first_step_copies_gradient),
         cmocka_unit_test(test_adam_matches_torch),
+        cmocka_unit_test(test_simd_paths_equal_portable),
         cmocka_unit_test(test_sumsq),
         cmocka_unit_test(test_backward_is_deterministic),
         cmocka_unit_test(test_ops_do_not_allocate),

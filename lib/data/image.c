@@ -309,9 +309,57 @@ static inline float sample(const image_buf *in, int y, int x, int k, int c)
     return (p[0] * 299 + p[1] * 587 + p[2] * 114) / 1000.0f; /* RGB -> gray, PIL's "L" */
 }
 
+/* Interleaved (h, w, c) to planar (c, h, w), same channels: the common case
+ * (a JPEG decoded by DCT scaling straight to the model's size, a PNG of the
+ * right size), with no float round trip. */
+static void planar_copy(const image_buf *in, uint8_t *dst)
+{
+    const size_t plane = (size_t)in->h * in->w;
+    const int c = in->c;
+    if (c == 1) {
+        memcpy(dst, in->px, plane);
+        return;
+    }
+    if (c == 3) {   /* RGB, unrolled: a runtime channel loop would not vectorise */
+        const uint8_t *p = in->px;
+        uint8_t *r = dst, *g = dst + plane, *b = dst + 2 * plane;
+        for (size_t i = 0; i < plane; i++) {
+            r[i] = p[3 * i];
+            g[i] = p[3 * i + 1];
+            b[i] = p[3 * i + 2];
+        }
+        return;
+    }
+    for (size_t i = 0; i < plane; i++)
+        for (int k = 0; k < c; k++)
+            dst[k * plane + i] = in->px[i * c + k];
+}
+
+/* The column pass of the resize, channels unchanged: row y of in through the
+ * x filter into tmp (w, c) floats; inputs read straight from the bytes. */
+static void columns_same_c(const image_buf *in, const axis *ax, int y, int w, float *tmp)
+{
+    const int c = in->c;
+    const uint8_t *row = in->px + (size_t)y * in->w * c;
+    for (int x = 0; x < w; x++) {
+        const float *wt = ax->w + (size_t)x * ax->taps;
+        const uint8_t *p = row + (size_t)ax->first[x] * c;
+        for (int k = 0; k < c; k++) {
+            float v = 0;
+            for (int j = 0; j < ax->n[x]; j++)
+                v += wt[j] * p[(size_t)j * c + k];
+            tmp[(size_t)x * c + k] = v;
+        }
+    }
+}
+
 int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst)
 {
     const size_t plane = (size_t)h * w;
+    if (in->h == h && in->w == w && in->c == c) {
+        planar_copy(in, dst);
+        return 0;
+    }
     if (in->h == h && in->w == w) {
         for (int y = 0; y < h; y++)
             for (int x = 0; x < w; x++)
@@ -328,7 +376,7 @@ int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst)
         return cdl_error("an image of %dx%d shrinks more than 64 times to %dx%d: pass a larger "
                          "--image-size", in->w, in->h, w, h);
     axis ay = {0}, ax = {0};
-    float *tmp = cdl_malloc((size_t)in->h * w * c * sizeof(float));
+    float *tmp = cdl_malloc(((size_t)in->h + 1) * w * c * sizeof(float));   /* + acc */
     if (!tmp || axis_make(&ay, in->h, sh, (sh - h) / 2, h) ||
         axis_make(&ax, in->w, sw, (sw - w) / 2, w)) {
         cdl_free(tmp);
@@ -337,7 +385,11 @@ int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst)
         return -1;
     }
     /* Columns first into tmp (in->h, w, c), then rows into dst (c, h, w). */
-    for (int y = 0; y < in->h; y++)
+    for (int y = 0; y < in->h; y++) {
+        if (in->c == c) {
+            columns_same_c(in, &ax, y, w, tmp + (size_t)y * w * c);
+            continue;
+        }
         for (int x = 0; x < w; x++)
             for (int k = 0; k < c; k++) {
                 float v = 0;
@@ -346,15 +398,23 @@ int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst)
                     v += wt[j] * sample(in, y, ax.first[x] + j, k, c);
                 tmp[((size_t)y * w + x) * c + k] = v;
             }
-    for (int y = 0; y < h; y++)
+    }
+    /* Rows: whole tmp rows scaled and summed into acc (w*c), taps in the
+     * same order as a per-pixel loop, so the same floats, but contiguous. */
+    const size_t wc = (size_t)w * c;
+    float *acc = tmp + (size_t)in->h * wc;
+    for (int y = 0; y < h; y++) {
+        const float *wt = ay.w + (size_t)y * ay.taps;
+        memset(acc, 0, wc * sizeof *acc);
+        for (int j = 0; j < ay.n[y]; j++) {
+            const float *t = tmp + (size_t)(ay.first[y] + j) * wc;
+            for (size_t i = 0; i < wc; i++)
+                acc[i] += wt[j] * t[i];
+        }
         for (int x = 0; x < w; x++)
-            for (int k = 0; k < c; k++) {
-                float v = 0;
-                const float *wt = ay.w + (size_t)y * ay.taps;
-                for (int j = 0; j < ay.n[y]; j++)
-                    v += wt[j] * tmp[((size_t)(ay.first[y] + j) * w + x) * c + k];
-                dst[k * plane + (size_t)y * w + x] = clamp_u8(v);
-            }
+            for (int k = 0; k < c; k++)
+                dst[k * plane + (size_t)y * w + x] = clamp_u8(acc[(size_t)x * c + k]);
+    }
     cdl_free(tmp);
     axis_free(&ay);
     axis_free(&ax);

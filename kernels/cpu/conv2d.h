@@ -22,6 +22,8 @@
 size_t conv_gemm_workspace(const cdl_conv2d_desc *d, int threads);
 void conv_gemm_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
                    const float *b, float *y, float *ws);
+/* dw may be NULL (with db NULL) for a dx-only pass, except for depthwise
+ * convolutions. */
 void conv_gemm_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
                    const float *dy, float *dx, float *dw, float *db, float *ws);
 

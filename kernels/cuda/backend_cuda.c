@@ -58,6 +58,8 @@ static const cdl_backend_ops cuda_ops = {
     .adam_step = cbe_adam_step,
     .sumsq = cbe_sumsq,
     .scale = cbe_scale,
+    .sumsq_dev = cbe_sumsq_dev,
+    .clip_scale = cbe_clip_scale,
     .destroy = cbe_destroy,
     /* The ops of residual networks (ops_nn.c). */
     .bn_sum = cbe_bn_sum,

@@ -218,6 +218,8 @@ void cbe_sgd_step(cdl_backend *be, size_t n, float *p, const float *g, float *mo
 void cbe_adam_step(cdl_backend *be, size_t n, float *p, const float *g, float *m, float *v,
                    const cdl_adam_hparams *hp);
 double cbe_sumsq(cdl_backend *be, const float *x, size_t n);
+void cbe_sumsq_dev(cdl_backend *be, const float *x, size_t n, double *out, int acc);
+void cbe_clip_scale(cdl_backend *be, float *x, size_t n, const double *sq, float max_norm);
 
 /* ops_nn.c: the ops of residual networks (act.cu, chan.cu, bn.cu), with
  * backend.h's signatures. */
@@ -288,6 +290,7 @@ enum {
     OPSIG_ATTN_FWD, OPSIG_ATTN_BWD,
     OPSIG_LAYERNORM_FWD, OPSIG_LAYERNORM_BWD, OPSIG_EMBEDDING_FWD, OPSIG_EMBEDDING_BWD,
     OPSIG_BCAST_ADD_FWD, OPSIG_BCAST_ADD_BWD,
+    OPSIG_SUMSQ_DEV, OPSIG_CLIP_SCALE,
 };
 
 /* A pointer as a signature argument. */

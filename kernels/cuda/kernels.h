@@ -168,9 +168,13 @@ cudaError_t cuk_to_bf16(cudaStream_t s, size_t n1, const float *x1, uint16_t *y1
                         const float *x2, uint16_t *y2);
 
 /* reduce.cu: *out = sum x[i]^2 in double, in a fixed order that depends on
- * n only. partials holds CUK_SUMSQ_BLOCKS doubles. */
+ * n only (acc: *out += that sum). partials holds CUK_SUMSQ_BLOCKS doubles.
+ * clip_scale: backend.h's clip_scale (x *= the clip coefficient of the
+ * squared norm *sq, when below 1). */
 #define CUK_SUMSQ_BLOCKS 256
-cudaError_t cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, double *out);
+cudaError_t cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, double *out,
+                      int acc);
+cudaError_t cuk_clip_scale(cudaStream_t s, float *x, size_t n, const double *sq, float max_norm);
 
 /* layernorm.cu: backend.h's layernorm_fwd/bwd (saved: mean, rstd per row;
  * gamma/beta NULL = 1/0; dx, dgamma, dbeta NULL = not wanted). */

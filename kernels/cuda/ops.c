@@ -212,6 +212,38 @@ void cbe_adam_step(cdl_backend *be, size_t n, float *p, const float *g, float *m
     CU_CHECK(ci, cuk_adam(ci->stream, n, p, g, m, v, sc, dyn));
 }
 
+/* Asynchronous and capturable: the squared norm stays on the device (the
+ * same kernels and so the same bits as cbe_sumsq). */
+void cbe_sumsq_dev(cdl_backend *be, const float *x, size_t n, double *out, int acc)
+{
+    cbe *ci = cbe_of(be);
+    cbe_enter(ci);
+    const uint64_t a[] = {sigp(x), n, sigp(out), (uint64_t)acc};
+    const void *dyn;
+    if (cbe_graph_op(ci, "sumsq_dev", cbe_sig(OPSIG_SUMSQ_DEV, a, 4), NULL, 0, &dyn))
+        return;
+    if (!n && acc)
+        return;
+    if (!n) {
+        CU_CHECK(ci, cudaMemsetAsync(out, 0, sizeof *out, ci->stream));
+        return;
+    }
+    CU_CHECK(ci, cuk_sumsq(ci->stream, x, n, ci->sumsq_dev, out, acc));
+}
+
+void cbe_clip_scale(cdl_backend *be, float *x, size_t n, const double *sq, float max_norm)
+{
+    cbe *ci = cbe_of(be);
+    if (!n)
+        return;
+    cbe_enter(ci);
+    const uint64_t a[] = {sigp(x), n, sigp(sq), sigf(max_norm)};
+    const void *dyn;
+    if (cbe_graph_op(ci, "clip_scale", cbe_sig(OPSIG_CLIP_SCALE, a, 4), NULL, 0, &dyn))
+        return;
+    CU_CHECK(ci, cuk_clip_scale(ci->stream, x, n, sq, max_norm));
+}
+
 /* Synchronous: the value is needed on the host now. */
 double cbe_sumsq(cdl_backend *be, const float *x, size_t n)
 {
@@ -225,7 +257,7 @@ double cbe_sumsq(cdl_backend *be, const float *x, size_t n)
     if (!n)
         return 0.0;
     double *partials = ci->sumsq_dev, *out = ci->sumsq_dev + CUK_SUMSQ_BLOCKS;
-    if (CU_CHECK(ci, cuk_sumsq(ci->stream, x, n, partials, out)) ||
+    if (CU_CHECK(ci, cuk_sumsq(ci->stream, x, n, partials, out, 0)) ||
         CU_CHECK(ci, cudaMemcpyAsync(ci->sumsq_host, out, sizeof(double), cudaMemcpyDeviceToHost,
                                      ci->stream)) ||
         CU_CHECK(ci, cudaStreamSynchronize(ci->stream)))

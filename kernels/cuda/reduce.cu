@@ -6,6 +6,8 @@
  * fixed tree. The order depends on n only, so the result is bitwise
  * reproducible (not bitwise equal to the CPU backend's, whose order differs).
  */
+#include <math.h>
+
 #include "kernels/cuda/cuk.cuh"
 
 #define SUMSQ_THREADS 256
@@ -38,7 +40,7 @@ sumsq_partial_kernel(const float *x, size_t n, double *partials)
 }
 
 static __global__ void __launch_bounds__(SUMSQ_THREADS)
-sumsq_final_kernel(const double *partials, double *out)
+sumsq_final_kernel(const double *partials, double *out, int add)
 {
     __shared__ double sh[SUMSQ_THREADS];
     double acc = 0.0;
@@ -46,16 +48,36 @@ sumsq_final_kernel(const double *partials, double *out)
         acc += partials[i];
     double s = tree_sum(sh, acc);
     if (threadIdx.x == 0)
-        *out = s;
+        *out = add ? *out + s : s;
+}
+
+/* PyTorch's clip_grad_norm_ from the squared norm on the device, in the
+ * host's arithmetic (grads.c's train_clip_coef): the norm sqrt in double,
+ * then max_norm / (norm + 1e-6) in float; a coefficient of 1 or more (or
+ * NaN) changes nothing. Every thread computes the same coefficient. */
+static __global__ void clip_scale_kernel(float *x, size_t n, const double *sq, float max_norm)
+{
+    float coef = max_norm / ((float)sqrt(*sq) + 1e-6f);
+    if (!(coef < 1.0f))
+        return;
+    CUK_GRID_STRIDE(i, n)
+        x[i] *= coef;
 }
 
 extern "C" cudaError_t cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials,
-                                 double *out)
+                                 double *out, int add)
 {
     CUK_LAUNCH(sumsq_partial_kernel, CUK_SUMSQ_BLOCKS, SUMSQ_THREADS, s, x, n, partials);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
-    CUK_LAUNCH(sumsq_final_kernel, 1, SUMSQ_THREADS, s, partials, out);
+    CUK_LAUNCH(sumsq_final_kernel, 1, SUMSQ_THREADS, s, partials, out, add);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_clip_scale(cudaStream_t s, float *x, size_t n, const double *sq,
+                                      float max_norm)
+{
+    CUK_LAUNCH(clip_scale_kernel, cuk_blocks(n), CUK_THREADS, s, x, n, sq, max_norm);
     return cudaGetLastError();
 }

@@ -159,6 +159,14 @@ typedef struct cdl_backend_ops {
      * sumsq is computed in double in a fixed order. */
     double (*sumsq)(cdl_backend *be, const float *x, size_t n);
     void (*scale)(cdl_backend *be, float *x, float a, size_t n);
+    /* Optional (NULL: the caller uses sumsq and scale on the host), for
+     * --clip-grad without a host wait, inside a CUDA graph step too:
+     * sumsq_dev leaves sumsq's value (the same bits) in device memory, *out
+     * = it (acc 0) or *out + it (acc 1); clip_scale multiplies x by
+     * PyTorch's clip coefficient max_norm / ((float)sqrt(*sq) + 1e-6f) when
+     * that is below 1. Both asynchronous, in stream order. */
+    void (*sumsq_dev)(cdl_backend *be, const float *x, size_t n, double *out, int acc);
+    void (*clip_scale)(cdl_backend *be, float *x, size_t n, const double *sq, float max_norm);
 
     /* ---- Ops of convolutional networks with branches (issue 15). Until a
      * backend implements one, its entry is NULL and callers must not reach

@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cdl/cdl.h>
 
@@ -421,6 +422,64 @@ int ddp_grad_sumsq(ddp *g, double *out)
     }
     *out = sum;
     return 0;
+}
+
+int ddp_grad_sumsq_dev(ddp *g, double *out)
+{
+    cdl_backend *be = cdl_model_backend(g->model);
+    if (g->shard || !be->ops->sumsq_dev)
+        return 1;
+    const float *grads = cdl_model_grads(g->model);
+    int world = g->dist ? cdl_dist_world(g->dist) : 1;
+    for (int r = 0; r < world; r++) {   /* ddp_grad_sumsq's parts and order */
+        size_t lo, hi;
+        cdl_dist_shard(g->n, world, r, &lo, &hi);
+        be->ops->sumsq_dev(be, grads + lo, hi - lo, out, r > 0);
+    }
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int ddp_wait_mark(ddp *g, int slot, const char *what)
+{
+    cdl_backend *be = cdl_model_backend(g->model);
+    if (!ddp_queued(g))
+        return cdl_backend_mark_wait(be, slot);
+    double deadline = now_s() + ddp_timeout(g);
+    for (;;) {
+        int done = cdl_backend_mark_done(be, slot);
+        if (done != 0)
+            return done > 0 ? 0 : -1;
+        if (ddp_poll(g) != 0)
+            return -1;
+        if (now_s() > deadline) {
+            cdl_error("rank %d: %s did not finish within %.0f s (CDL_TIMEOUT): its gradient "
+                      "allreduce waits for a rank that died or hangs (see the other ranks' "
+                      "errors)", cdl_dist_rank(g->dist), what, ddp_timeout(g));
+            ddp_abort(g, cdl_last_error());
+            return -1;
+        }
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The mark slot of ddp_drain: the training loop's steps use 0 and 1. */
+#define DRAIN_MARK (CDL_BACKEND_MARKS - 1)
+
+int ddp_drain(ddp *g, const char *what)
+{
+    if (!ddp_queued(g))
+        return 0;
+    if (cdl_backend_mark(cdl_model_backend(g->model), DRAIN_MARK) != 0)
+        return -1;
+    return ddp_wait_mark(g, DRAIN_MARK, what);
 }
 
 int ddp_step(ddp *g, cdl_optim *o, float lr)

@@ -43,6 +43,22 @@ int ddp_sum_shards(ddp *g, double *v, size_t n);
  * flat backends (hier adds per node first: rounding). Collective when
  * sharded. */
 int ddp_grad_sumsq(ddp *g, double *out);
+/* The same unsharded sum left on the device (backend.h's sumsq_dev, the
+ * same bits): no host wait, capturable in a CUDA graph step. 0 = done, 1 =
+ * not possible here (sharded, or the backend lacks sumsq_dev): use
+ * ddp_grad_sumsq. */
+int ddp_grad_sumsq_dev(ddp *g, double *out);
+/* Waits, polling until CDL_TIMEOUT, for the work queued on the backend's
+ * stream so far (NCCL's gradient allreduce among it) before a host wait
+ * that would otherwise have no deadline; on timeout aborts the
+ * communicator with an error naming the rank and `what`. A no-op without
+ * queued collectives. */
+int ddp_drain(ddp *g, const char *what);
+/* Waits for the backend's step mark `slot` (cdl_backend_mark); with NCCL
+ * queued, polled against CDL_TIMEOUT like ddp_drain ("rank R: WHAT did not
+ * finish within ..."): a peer that died leaves NCCL's kernels, and so the
+ * mark, waiting forever. */
+int ddp_wait_mark(ddp *g, int slot, const char *what);
 /* For a checkpoint (collective over the ranks): *full = o unless sharded;
  * sharded, rank 0 gets a new optimizer holding every rank's state (the
  * unsharded layout, written in the same file format) and the others NULL.

@@ -82,6 +82,12 @@ float train_clip_coef(double total, float max_norm)
     return coef < 1.0f ? coef : 1.0f;
 }
 
+int train_clip_on_device(const run *r)
+{
+    const cdl_backend_ops *ops = r->be->ops;
+    return r->cfg->clip_grad > 0 && ops->sumsq_dev && ops->clip_scale && !ddp_sharded(r->ddp);
+}
+
 int train_clip_grads(run *r)
 {
     r->grad_norm = NAN;
@@ -92,7 +98,14 @@ int train_clip_grads(run *r)
     size_t off, np;   /* --shard-optimizer: this rank's part, the norm over all parts */
     double sq;
     ddp_owned(r->ddp, &off, &np);
-    if (ddp_grad_sumsq(r->ddp, &sq) != 0)
+    if (r->norm_dev && ddp_grad_sumsq_dev(r->ddp, r->norm_dev) == 0) {
+        /* No host wait: the norm is read with the step's results. */
+        be->ops->clip_scale(be, g + off, np, r->norm_dev, r->cfg->clip_grad);
+        return 0;
+    }
+    /* sumsq waits on the host for the stream, NCCL's allreduce on it too. */
+    if (ddp_drain(r->ddp, "the gradient norm of --clip-grad") != 0 ||
+        ddp_grad_sumsq(r->ddp, &sq) != 0)
         return -1;
     r->grad_norm = sqrt(sq);
     float coef = train_clip_coef(r->grad_norm, r->cfg->clip_grad);

@@ -41,8 +41,14 @@ float train_clip_coef(double total, float max_norm);
 /* --clip-grad on the averaged gradient (after ddp_finish): its global L2
  * norm into r->grad_norm and, when above the limit, the gradient scaled
  * by train_clip_coef. A no-op (r->grad_norm NAN) without --clip-grad.
- * Waits for the gradient on the host (sumsq). */
+ * With r->norm_dev: both on the device (grad_norm NAN, the squared norm in
+ * norm_dev); else waits for the gradient on the host (sumsq), bounded by
+ * CDL_TIMEOUT while NCCL's allreduce is queued (ddp_drain). */
 int train_clip_grads(run *r);
+/* Whether --clip-grad runs on the device (r->norm_dev): a backend with
+ * sumsq_dev and clip_scale, unsharded; then train_clip_grads waits for
+ * nothing on the host and fits a CUDA graph step. */
+int train_clip_on_device(const run *r);
 
 /* --decay-params: resolves auto (2d for models with sequence layers, else
  * all) into r->decay_2d and gives the optimizer the ranges of parameters

@@ -498,6 +498,8 @@ static void run_free(run *r)
     cdl_free(r->h_pred);
     if (be)
         be->ops->free(be, r->grad_acc);
+    if (be)
+        be->ops->free(be, r->norm_dev);
     loop_free(r);
     ddp_free(r->ddp);
     cdl_optim_destroy(r->optim);
@@ -681,6 +683,8 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     train_speed_setup(&r);
     if (r.accum > 1 &&
         !(r.grad_acc = r.be->ops->alloc(r.be, cdl_model_nparams(r.model) * sizeof(float))))
+        goto out;
+    if (train_clip_on_device(&r) && !(r.norm_dev = r.be->ops->alloc(r.be, sizeof(double))))
         goto out;
     train_report_note(r.rep, "cdl %s: %s on %s (%d train / %d val / %d test), %zu parameters, "
                       "%s backend with %d threads, %d rank%s",

@@ -73,6 +73,10 @@ struct train_loop {
      * gradient norm of the steps to record, per slot (NAN: not taken). */
     double win_loss, win_correct, win_seen, win_t0;
     double grad_norm[2];
+    /* --clip-grad on the device: per slot, the squared norm read back with
+     * the step's results (pinned), and whether it holds this step's. */
+    double *norm_pin[2];
+    int norm_pending[2];
     /* --accum-steps: per slot, whether its batch ends an optimizer step
      * (only then the step is recorded and the stop agreement rides). */
     int ends_step[2];
@@ -97,11 +101,14 @@ int loop_create(run *r)
     if (train_graphs_decide(r->cfg->cuda_graphs, NULL, be->ops->graph_begin != NULL,
                             r->ri.world, &on, &why) != 0)
         return -1;
-    if (on && (r->accum > 1 || r->cfg->clip_grad > 0)) {
-        /* Micro-batches run different ops, and clipping reads the norm on
-         * the host. */
+    if (on && r->accum > 1) {
+        /* Micro-batches run different ops than the step's last one. */
         on = 0;
-        why = "--accum-steps and --clip-grad steps run eagerly";
+        why = "--accum-steps steps run eagerly";
+    }
+    else if (on && r->cfg->clip_grad > 0 && !train_clip_on_device(r)) {
+        on = 0;   /* clipping reads the norm on the host */
+        why = "--clip-grad steps run eagerly (the backend clips on the host)";
     }
     train_loop *g = cdl_calloc(1, sizeof *g);
     if (!g)
@@ -120,6 +127,9 @@ int loop_create(run *r)
             return -1;
     }
     g->stop_queued = r->ddp && ddp_queued(r->ddp);
+    for (int s = 0; train_clip_on_device(r) && s < 2; s++)
+        if (!(g->norm_pin[s] = cdl_backend_host_alloc(be, sizeof(double))))
+            return -1;
     for (int s = 0; g->stop_queued && s < 2; s++)
         if (!(g->stop_pin[s] = cdl_backend_host_alloc(be, 2 * sizeof(float))) ||
             !(g->stop_dev[s] = be->ops->alloc(be, sizeof(float))))
@@ -152,6 +162,8 @@ void loop_free(run *r)
         be->ops->free(be, g->y_in[s]);
         if (g->stop_pin[s])
             cdl_backend_host_free(be, g->stop_pin[s]);
+        if (g->norm_pin[s])
+            cdl_backend_host_free(be, g->norm_pin[s]);
         be->ops->free(be, g->stop_dev[s]);
     }
     be->ops->free(be, g->x_step);
@@ -236,7 +248,10 @@ static int queue_step(run *r, int s, int n, long step, int ends)
         return -1;
     g->grad_norm[s] = NAN;
     g->ends_step[s] = ends;
-    if (ends && isfinite(r->grad_norm))
+    g->norm_pending[s] = ends && r->norm_dev;
+    if (g->norm_pending[s])   /* --clip-grad's on the device: read when the step is done */
+        be->ops->to_host(be, g->norm_pin[s], r->norm_dev, sizeof(double));
+    else if (ends && isfinite(r->grad_norm))
         g->grad_norm[s] = r->grad_norm;   /* --clip-grad's: before clipping, as PyTorch's */
     else if (ends && record_due(r, step + 1) && !ddp_queued(r->ddp))
         /* The averaged gradient the update used: a host sync every N
@@ -261,30 +276,13 @@ static int queue_step(run *r, int s, int n, long step, int ends)
     return 0;
 }
 
-/* Waits for the step that marked slot s. With NCCL queued on the GPU the
- * wait is polled: a peer that died leaves NCCL's kernels (and so this
- * step) waiting forever, which only the deadline and an abort end. */
+/* Waits for the step that marked slot s (with NCCL queued: polled against
+ * CDL_TIMEOUT, ddp_wait_mark). */
 static int wait_step(run *r, int s, long step)
 {
-    if (!ddp_queued(r->ddp))
-        return cdl_backend_mark_wait(r->be, s);
-    double deadline = train_now() + ddp_timeout(r->ddp);
-    for (;;) {
-        int done = cdl_backend_mark_done(r->be, s);
-        if (done != 0)
-            return done > 0 ? 0 : -1;
-        if (ddp_poll(r->ddp) != 0)
-            return -1;
-        if (train_now() > deadline) {
-            cdl_error("rank %d: step %ld did not finish within %.0f s (CDL_TIMEOUT): its "
-                      "gradient allreduce waits for a rank that died or hangs (see the other "
-                      "ranks' errors)", r->ri.rank, step, ddp_timeout(r->ddp));
-            ddp_abort(r->ddp, cdl_last_error());
-            return -1;
-        }
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
-    }
+    char what[48];
+    snprintf(what, sizeof what, "step %ld", step);
+    return ddp_wait_mark(r->ddp, s, what);
 }
 
 /* The oldest step in flight: waits for it and adds its results. */
@@ -302,6 +300,8 @@ static int count_oldest(run *r, train_position *pos)
     double loss, correct;
     if (g->stop_queued && g->stop_pin[s][1] > 0)
         g->stop_seen = 1;
+    if (g->norm_pending[s])
+        g->grad_norm[s] = sqrt(*g->norm_pin[s]);
     long rows = train_batch_sums(g->h_loss[s], g->h_pred[s], g->y_pin[s], n * r->positions,
                                  &loss, &correct);
     if (!isfinite(loss))

@@ -49,6 +49,9 @@ typedef struct run {
     long group_rows;
     float *grad_acc;
     double grad_norm;
+    /* --clip-grad on the device (train_clip_on_device): the squared norm
+     * (device, one double), read after the step; grad_norm stays NAN. */
+    double *norm_dev;
     int decay_2d;             /* --decay-params resolved: 1 = >= 2-D parameters only */
     /* Labels per sample (cdl_model_positions: T for a language model, else
      * 1); for sequence models the training FLOPs per token and the peak

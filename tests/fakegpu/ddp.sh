@@ -60,6 +60,12 @@ says nccl2 "collectives over nccl "
 says nccl2 "gradients reduced by NCCL during backward"
 CDL_DDP_BUCKET_KB=16 run nccl2small 2 "$fake" --device cuda
 same nccl2small nccl2 --bitwise
+# --clip-grad over NCCL: unsharded the norm and the clip stay on the GPU
+# (no host wait), sharded the host waits for the norm with CDL_TIMEOUT
+# (ddp_drain); both sum the same parts in rank order: the same bits.
+run nccl2clip 2 "$fake" --device cuda --clip-grad 0.05 --max-steps 6
+run nccl2clipshard 2 "$fake" --device cuda --clip-grad 0.05 --max-steps 6 --shard-optimizer
+same nccl2clip nccl2clipshard --bitwise
 # Each rank shown only its own GPU (CUDA_VISIBLE_DEVICES=LOCAL_RANK, as a
 # scheduler's GPU binding does): every rank opens its device 0, and they
 # are still two GPUs, told apart by UUID.

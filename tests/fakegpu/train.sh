@@ -2,7 +2,8 @@
 # cdl-train --device cuda on the fake GPU (tests/fakegpu): the whole GPU
 # training path (pipelined input, cuDNN plans, CUDA graphs, checkpoints) run
 # on the CPU, against the CPU backend:
-# - CUDA graphs on and off give bitwise the same weights and metrics;
+# - CUDA graphs on and off give bitwise the same weights and metrics, with
+#   --clip-grad (clipped on the device inside the graph) too;
 # - a run stopped by --max-steps and resumed equals one uninterrupted run,
 #   bit for bit;
 # - strict FP32 GPU training matches CPU training, one step at a time
@@ -64,6 +65,20 @@ train eager --device cuda --epochs 2 --cuda-graphs off
 grep -q "CUDA graphs off" "$tmp/eager.out" || { cat "$tmp/eager.out"; fail "--cuda-graphs off"; }
 same_or_fail gpu eager --bitwise
 same_metrics gpu eager
+
+# --clip-grad clips on the device inside the graph steps (the norm read
+# after the step): graphs on and off give the same weights and the same
+# reported norms, bit for bit, and the limit is below the norms (it clips).
+train clip --device cuda --epochs 1 --clip-grad 0.05 --metrics-every 1
+grep -q "CUDA graphs on" "$tmp/clip.out" || { cat "$tmp/clip.out"; fail "--clip-grad turned CUDA graphs off"; }
+train clipeager --device cuda --epochs 1 --clip-grad 0.05 --metrics-every 1 --cuda-graphs off
+same_or_fail clip clipeager --bitwise
+norms() { grep -o '"grad_norm":[^,}]*' "$tmp/$1.json"; }
+[ "$(norms clip | wc -l)" -eq 8 ] && [ "$(norms clip)" = "$(norms clipeager)" ] ||
+    { norms clip; norms clipeager; fail "the gradient norms of 8 steps differ with graphs on and off"; }
+norms clip | awk -F: '$2 <= 0.05 { bad = 1 } END { exit bad }' ||
+    fail "a gradient norm is not above --clip-grad 0.05: the test would not clip"
+echo "  clip vs clipeager: 8 step norms equal, all above 0.05"
 
 # Stopped after 5 steps (mid-epoch, graphs replaying), then resumed.
 train stopped --device cuda --epochs 2 --max-steps 5

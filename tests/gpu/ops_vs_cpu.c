@@ -836,6 +836,51 @@ static void check_embedding(int rows, int d, int vocab, int ids_kind)
     free(dy), free(dw), free(ids);
 }
 
+/* --clip-grad on the device: sumsq_dev gives sumsq's bits (and with acc the
+ * parts' sum in the order the host adds them), clip_scale the host's
+ * coefficient (grads.c: max_norm / ((float)norm + 1e-6f)) applied by the
+ * CPU's scale, bit for bit; above the limit nothing changes. */
+static void check_clip(size_t n)
+{
+    if (!have((const void *)gpu->ops->sumsq_dev, "sumsq_dev") ||
+        !have((const void *)gpu->ops->clip_scale, "clip_scale"))
+        return;
+    char shape[64];
+    snprintf(shape, sizeof shape, "n%zu", n);
+    float *x = host_rand(n, -2, 2), *y = host_zero(n * 4);
+    float *gx = up(x, n * 4);
+    double *gsq = up(NULL, 2 * sizeof(double)), sq[2];
+    size_t half = n / 2;
+    gpu->ops->sumsq_dev(gpu, gx, n, gsq, 0);
+    double want = gpu->ops->sumsq(gpu, gx, n);
+    gpu->ops->to_host(gpu, sq, gsq, sizeof(double));
+    gpu->ops->sync(gpu);
+    report("sumsq_dev = sumsq", shape, memcmp(&sq[0], &want, sizeof want) ? INFINITY : 0, 0, 0);
+    gpu->ops->sumsq_dev(gpu, gx, half, gsq + 1, 0);
+    gpu->ops->sumsq_dev(gpu, gx + half, n - half, gsq + 1, 1);
+    double parts = gpu->ops->sumsq(gpu, gx, half);
+    parts = parts + gpu->ops->sumsq(gpu, gx + half, n - half);
+    gpu->ops->to_host(gpu, sq, gsq, 2 * sizeof(double));
+    gpu->ops->sync(gpu);
+    report("sumsq_dev acc", shape, memcmp(&sq[1], &parts, sizeof parts) ? INFINITY : 0, 0, 0);
+    const float limits[] = {(float)sqrt(want) * 0.37f, (float)sqrt(want) * 2.0f};
+    for (int k = 0; k < 2; k++) {
+        char s2[96];
+        snprintf(s2, sizeof s2, "%s %s", shape, k ? "above norm" : "below norm");
+        memcpy(y, x, n * 4);
+        float coef = limits[k] / ((float)sqrt(want) + 1e-6f);
+        if (coef < 1.0f)
+            cpu->ops->scale(cpu, y, coef, n);
+        gpu->ops->to_device(gpu, gx, x, n * 4);
+        gpu->ops->clip_scale(gpu, gx, n, gsq, limits[k]);
+        cmp_exact("clip_scale", s2, gx, y, n * 4);
+        if (k == 1)
+            cmp_exact("clip_scale no-op", s2, gx, x, n * 4);
+    }
+    gpu->ops->free(gpu, gx), gpu->ops->free(gpu, gsq);
+    free(x), free(y);
+}
+
 /* ------------------------------------------------------------ optimizers */
 
 /* Causal self-attention forward and backward against the CPU backend: the
@@ -1287,6 +1332,8 @@ int main(int argc, char **argv)
     check_embedding(3000, 130, 50257, 1);  /* repeated ids, partial column blocks */
     check_embedding(600, 7, 50257, 2);     /* one id on every row */
     check_embedding(300, 16, 1, 2);        /* vocabulary of one */
+    check_clip(100003);
+    check_clip(3);
     check_sgd(100003, (cdl_sgd_hparams){.lr = 0.1f}, "sgd_step");
     check_sgd(100003, (cdl_sgd_hparams){.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f},
               "sgd_step momentum");

@@ -527,10 +527,12 @@ array.array("H", (r.randrange(v) for _ in range(int(sys.argv[3])))).tofile(open(
         cp "$tok/train.bin" "$tok/val.bin"
     # N without the position embedding: wte (tied) + per layer 12C^2 + 13C + ln_f.
     fpt=$(awk -v l=$gl -v c=$gc -v v=$gv -v t=$gt 'BEGIN{n = v*c + l*(12*c*c + 13*c) + 2*c; printf "%.0f", 6*n + 12*l*c*t}')
-    gpt_run() {   # gpt_run STEPS: seconds of one cdl-train run, or nothing
-        local t0 t1
+    gpt_run() {   # gpt_run STEPS [ARGS...]: seconds of one cdl-train run, or nothing
+        local t0 t1 steps=$1 tag=$1
+        shift
+        [ $# -gt 0 ] && tag=$steps-extra
         t0=$(date +%s.%N)
-        timeout $((240 * slow)) "$train_bin" --device cuda --model "$gpt_model"             --dataset "tokens:$tok" --vocab-size "$gv" --block-size "$gt" --batch-size "$gb"             --optimizer adamw --lr 6e-4 --precision bf16 --epochs 1 --max-steps "$1"             --no-progress > "$logs/gpt-cdl-$1.log" 2>&1 || return 1
+        timeout $((240 * slow)) "$train_bin" --device cuda --model "$gpt_model"             --dataset "tokens:$tok" --vocab-size "$gv" --block-size "$gt" --batch-size "$gb"             --optimizer adamw --lr 6e-4 --precision bf16 --epochs 1 --max-steps "$steps" "$@"             --no-progress > "$logs/gpt-cdl-$tag.log" 2>&1 || return 1
         t1=$(date +%s.%N)
         awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b - a}'
     }
@@ -542,6 +544,18 @@ array.array("H", (r.randrange(v) for _ in range(int(sys.argv[3])))).tofile(open(
     missing=$(grep -ho 'backend has no [a-z_]* op yet' "$logs"/gpt-cdl-*.log 2>/dev/null | head -1)
     if [ -n "$cdl_tps" ]; then
         row "    cdl bf16" "$(printf '%9s tokens/s  %s' "$cdl_tps" "$(mfu "$cdl_tps" "$fpt")")"
+        graphs=$(grep -o 'CUDA graphs [a-z]*' "$logs/gpt-cdl-25.log" | head -1)
+        # nanoGPT's --clip-grad 1: the norm and the clip stay on the GPU,
+        # inside the CUDA graph (docs/cuda.md); the same tokens/s expected.
+        if c25=$(gpt_run 25 --clip-grad 1); then
+            ctps=$(awk -v a="$s5" -v b="$c25" -v n=$((20 * gb * gt)) 'BEGIN{if (b > a) printf "%.0f", n / (b - a)}')
+            cgraphs=$(grep -o 'CUDA graphs [a-z]*' "$logs/gpt-cdl-25-extra.log" | head -1)
+            row "    cdl bf16 --clip-grad 1" "$(printf '%9s tokens/s  (%s; without clipping: %s)' "$ctps" "${cgraphs:-graphs ?}" "${graphs:-graphs ?}")"
+            [ "$cgraphs" = "CUDA graphs on" ] ||
+                fail_row "    --clip-grad graphs" "expected CUDA graphs on with --clip-grad (see $logs/gpt-cdl-25-extra.log)"
+        else
+            fail_row "    cdl bf16 --clip-grad 1" "cdl-train failed (see $logs/gpt-cdl-25-extra.log)"
+        fi
     elif [ -n "$missing" ]; then   # the model landed before its CUDA ops
         row "    cdl bf16" "skipped: the CUDA $missing"
     else

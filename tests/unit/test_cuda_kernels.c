@@ -321,11 +321,11 @@ static void test_sumsq(void **state)
     for (size_t k = 0; k < 3; k++) {
         size_t n = sizes[k];
         float *x = frand(n, -2, 2);
-        assert_int_equal(cuk_sumsq(NULL, x, n, partials, &out), cudaSuccess);
+        assert_int_equal(cuk_sumsq(NULL, x, n, partials, &out, 0), cudaSuccess);
         double want = cpu->ops->sumsq(cpu, x, n);
         assert_true(fabs(out - want) <= 1e-12 * want);
         if (k == 2) {   /* fixed order: the same bits every time */
-            assert_int_equal(cuk_sumsq(NULL, x, n, partials, &again), cudaSuccess);
+            assert_int_equal(cuk_sumsq(NULL, x, n, partials, &again, 0), cudaSuccess);
             assert_memory_equal(&out, &again, sizeof out);
         }
         free(x);

@@ -44,20 +44,25 @@ typedef struct attn_ctx {
     size_t ws_per_thread;
 } attn_ctx;
 
-static size_t attn_thread_floats(int T)
+static size_t attn_round16(int v)
+{
+    return ((size_t)v + 15) / 16 * 16;
+}
+
+/* 2 blocks of scores, then the AVX2 path's panel: one GEMM operand packed
+ * 16 columns wide (at most max(T, hd) rows of round16(min) columns). */
+static size_t attn_thread_floats(int T, int hd)
 {
     int b = T < ATTN_BLOCK ? T : ATTN_BLOCK;
-    return cpu_align16(2 * (size_t)b * (size_t)T);
+    return cpu_align16(2 * (size_t)b * (size_t)T) + attn_round16(T) * attn_round16(hd);
 }
 
 size_t cpu_attn_workspace(cdl_backend *be, int n, int T, int C, int nh)
 {
     (void)n;
-    (void)C;
-    (void)nh;
-    if (T <= 0)
+    if (T <= 0 || nh <= 0)
         return 0;
-    return (size_t)pool_threads(cpu_pool(be)) * attn_thread_floats(T);
+    return (size_t)pool_threads(cpu_pool(be)) * attn_thread_floats(T, C / nh);
 }
 
 /* The item's pointers: q, k, v of sample b, head h (row stride 3C), its y
@@ -187,7 +192,7 @@ static void attn_run(cdl_backend *be, int n, int T, int C, int nh, const float *
         return;
     attn_ctx c = {.n = n, .T = T, .C = C, .nh = nh, .hd = C / nh, .qkv = qkv, .y = y,
                   .lse = lse, .dy = dy, .yo = yo, .lse_o = lse_o, .dqkv = dqkv, .ws = ws,
-                  .ws_per_thread = attn_thread_floats(T)};
+                  .ws_per_thread = attn_thread_floats(T, nh > 0 ? C / nh : 0)};
     c.scale = (float)(1.0 / sqrt((double)c.hd));
     pool_for(cpu_pool(be), (size_t)n * nh, 1, fn, &c);
 }
@@ -330,14 +335,223 @@ static void attn_bwd_items(void *vctx, size_t i0, size_t i1, int chunk, int tid)
     }
 }
 
+/* ------------------------------------------------------------------ AVX2 path */
+/* The per-head products are small (T x T x hd, hd = 36 in the bench GPT),
+ * where a BLAS call's packing and dispatch cost as much as the arithmetic
+ * and the causal half of every product is computed only to be masked. The
+ * AVX2 path packs one operand into a zero-padded panel 16 columns wide and
+ * runs a 4 x 16 register tile over it, skipping the tiles and the terms the
+ * mask zeroes. Same blocks, same softmax, same ownership of the outputs as
+ * the SGEMM path, so its results do not depend on the thread count either. */
+#if CPU_X86
+/* How the mask limits a product C (M x N) = A (M x K) B (K x N) whose rows
+ * are tiled by 4 (row tile r .. r+3, off = the block's first query row):
+ *   ATTN_ALL    every term;
+ *   ATTN_UPPER  C is a score block (rows = queries off+r.., columns = keys):
+ *               column tiles past the tile's last query are written 0;
+ *   ATTN_KEYS   K runs over keys: only k <= off + r + 3 (P, dS are 0 past it);
+ *   ATTN_QUERY  rows are keys s, K runs over the block's queries: only
+ *               off + k >= r (P, dS are 0 before). */
+enum { ATTN_ALL, ATTN_UPPER, ATTN_KEYS, ATTN_QUERY };
+
+/* panel (K x round16(N)) = B (K x N, row stride ldb), or B^T when trans
+ * (B then N x K); the columns past N are 0. */
+static void attn_pack(float *panel, const float *B, size_t ldb, int K, int N, int trans)
+{
+    size_t w = attn_round16(N);
+    for (int k = 0; k < K; k++) {
+        float *d = panel + (size_t)k * w;
+        if (trans)
+            for (int j = 0; j < N; j++)
+                d[j] = B[(size_t)j * ldb + k];
+        else
+            memcpy(d, B + (size_t)k * ldb, (size_t)N * sizeof *d);
+        for (size_t j = (size_t)N; j < w; j++)
+            d[j] = 0.0f;
+    }
+}
+
+/* Row r of a tile: 16 sums into C (n <= 16 columns), added to C when acc. */
+#define ATTN_INLINE CPU_AVX2 inline __attribute__((always_inline))
+
+static ATTN_INLINE void attn_store16(float *C, __m256 lo, __m256 hi, int n, int acc)
+{
+    if (n == 16) {
+        if (acc) {
+            lo = _mm256_add_ps(_mm256_loadu_ps(C), lo);
+            hi = _mm256_add_ps(_mm256_loadu_ps(C + 8), hi);
+        }
+        _mm256_storeu_ps(C, lo);
+        _mm256_storeu_ps(C + 8, hi);
+        return;
+    }
+    float t[16];
+    _mm256_storeu_ps(t, lo);
+    _mm256_storeu_ps(t + 8, hi);
+    for (int j = 0; j < n; j++)
+        C[j] = acc ? C[j] + t[j] : t[j];
+}
+
+/* C (rows x n, n <= 16) (+)= sum over k in [k0, k1) of A(r, k) panel(k, 0..15),
+ * A(r, k) = A[r ars + k acs]; rows is 4 or 1. */
+static ATTN_INLINE void attn_tile(int rows, int k0, int k1, const float *A, size_t ars,
+                                  size_t acs, const float *P, size_t ldp, float *C, size_t ldc,
+                                  int n, int acc)
+{
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+           c7 = c0;
+    if (rows == 4) {
+        for (int k = k0; k < k1; k++) {
+            const float *a = A + (size_t)k * acs;
+            __m256 b0 = _mm256_loadu_ps(P + (size_t)k * ldp);
+            __m256 b1 = _mm256_loadu_ps(P + (size_t)k * ldp + 8);
+            __m256 a0 = _mm256_broadcast_ss(a), a1 = _mm256_broadcast_ss(a + ars);
+            c0 = _mm256_fmadd_ps(a0, b0, c0);
+            c1 = _mm256_fmadd_ps(a0, b1, c1);
+            c2 = _mm256_fmadd_ps(a1, b0, c2);
+            c3 = _mm256_fmadd_ps(a1, b1, c3);
+            __m256 a2 = _mm256_broadcast_ss(a + 2 * ars), a3 = _mm256_broadcast_ss(a + 3 * ars);
+            c4 = _mm256_fmadd_ps(a2, b0, c4);
+            c5 = _mm256_fmadd_ps(a2, b1, c5);
+            c6 = _mm256_fmadd_ps(a3, b0, c6);
+            c7 = _mm256_fmadd_ps(a3, b1, c7);
+        }
+        attn_store16(C, c0, c1, n, acc);
+        attn_store16(C + ldc, c2, c3, n, acc);
+        attn_store16(C + 2 * ldc, c4, c5, n, acc);
+        attn_store16(C + 3 * ldc, c6, c7, n, acc);
+        return;
+    }
+    for (int k = k0; k < k1; k++) {
+        __m256 a0 = _mm256_broadcast_ss(A + (size_t)k * acs);
+        c0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(P + (size_t)k * ldp), c0);
+        c1 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(P + (size_t)k * ldp + 8), c1);
+    }
+    attn_store16(C, c0, c1, n, acc);
+}
+
+/* C (M x N, ldc) (+)= A (M x K) panel (K x round16(N)) under the mask rule
+ * `mask` (see the enum) for a block starting at query row off. */
+static CPU_AVX2 void attn_gemm(int M, int N, int K, const float *A, size_t ars, size_t acs,
+                               const float *P, float *C, size_t ldc, int acc, int mask, int off)
+{
+    size_t ldp = attn_round16(N);
+    for (int r = 0; r < M;) {
+        int rows = M - r >= 4 ? 4 : 1;
+        int k0 = 0, k1 = K;
+        if (mask == ATTN_KEYS && off + r + rows < K)
+            k1 = off + r + rows;
+        if (mask == ATTN_QUERY && r - off > 0)
+            k0 = r - off < K ? r - off : K;
+        for (int j = 0; j < N; j += 16) {
+            int n = N - j < 16 ? N - j : 16;
+            float *c = C + (size_t)r * ldc + (size_t)j;
+            if (mask == ATTN_UPPER && j > off + r + rows - 1) {
+                for (int i = 0; i < rows; i++)
+                    memset(c + (size_t)i * ldc, 0, (size_t)n * sizeof *c);
+                continue;
+            }
+            attn_tile(rows, k0, k1, A + (size_t)r * ars, ars, acs, P + j, ldp, c, ldc, n, acc);
+        }
+        r += rows;
+    }
+}
+
+/* dS = P (dP - D) * scale over a block's valid columns, 8 at a time: the
+ * same operations, in the same order, as the SGEMM path's loop. */
+static CPU_AVX2 void attn_ds_avx2(float *ds, const float *p, int n, float d, float scale)
+{
+    __m256 vd = _mm256_set1_ps(d), vs = _mm256_set1_ps(scale);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 diff = _mm256_sub_ps(_mm256_loadu_ps(ds + j), vd);
+        _mm256_storeu_ps(ds + j, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(p + j), diff), vs));
+    }
+    for (; j < n; j++)
+        ds[j] = p[j] * (ds[j] - d) * scale;
+}
+
+static CPU_AVX2 void attn_fwd_items_avx2(void *vctx, size_t i0, size_t i1, int chunk, int tid)
+{
+    (void)chunk;
+    const attn_ctx *c = vctx;
+    int T = c->T, hd = c->hd;
+    size_t ld3 = 3 * (size_t)c->C, ld1 = (size_t)c->C;
+    int blk = T < ATTN_BLOCK ? T : ATTN_BLOCK;
+    float *S = c->ws + (size_t)tid * c->ws_per_thread;
+    float *panel = S + cpu_align16(2 * (size_t)blk * (size_t)T);
+    for (size_t item = i0; item < i1; item++) {
+        attn_item it = attn_at(c, item);
+        for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
+            int rows = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, keys = t0 + rows;
+            attn_pack(panel, it.k, ld3, hd, keys, 1);   /* K^T: hd x keys */
+            attn_gemm(rows, keys, hd, it.q + (size_t)t0 * ld3, ld3, 1, panel, S, (size_t)keys, 0,
+                      ATTN_UPPER, t0);
+            attn_block_softmax(S, t0, rows, keys, c->scale, NULL, it.lse_o);
+            attn_pack(panel, it.v, ld3, keys, hd, 0);   /* V: keys x hd */
+            attn_gemm(rows, hd, keys, S, (size_t)keys, 1, panel, it.yo + (size_t)t0 * ld1, ld1, 0,
+                      ATTN_KEYS, t0);
+        }
+    }
+}
+
+static CPU_AVX2 void attn_bwd_items_avx2(void *vctx, size_t i0, size_t i1, int chunk, int tid)
+{
+    (void)chunk;
+    const attn_ctx *c = vctx;
+    int T = c->T, hd = c->hd;
+    size_t ld3 = 3 * (size_t)c->C, ld1 = (size_t)c->C;
+    int blk = T < ATTN_BLOCK ? T : ATTN_BLOCK;
+    float *P = c->ws + (size_t)tid * c->ws_per_thread;
+    float *dS = P + (size_t)blk * T;
+    float *panel = P + cpu_align16(2 * (size_t)blk * (size_t)T);
+    for (size_t item = i0; item < i1; item++) {
+        attn_item it = attn_at(c, item);
+        attn_zero_cols(it.dk, T, hd, ld3);
+        attn_zero_cols(it.dv, T, hd, ld3);
+        for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
+            int rows = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, keys = t0 + rows;
+            size_t ks = (size_t)keys;
+            const float *q = it.q + (size_t)t0 * ld3, *dy = it.dy + (size_t)t0 * ld1;
+            attn_pack(panel, it.k, ld3, hd, keys, 1);
+            attn_gemm(rows, keys, hd, q, ld3, 1, panel, P, ks, 0, ATTN_UPPER, t0);
+            attn_block_softmax(P, t0, rows, keys, c->scale, it.lse, NULL);
+            attn_pack(panel, it.v, ld3, hd, keys, 1);   /* dP = dy V^T */
+            attn_gemm(rows, keys, hd, dy, ld1, 1, panel, dS, ks, 0, ATTN_UPPER, t0);
+            for (int r = 0; r < rows; r++) {
+                float d = attn_dot(dy + (size_t)r * ld1, it.y + (size_t)(t0 + r) * ld1, hd);
+                attn_ds_avx2(dS + (size_t)r * ks, P + (size_t)r * ks, keys, d, c->scale);
+            }
+            attn_pack(panel, it.k, ld3, keys, hd, 0);   /* dq = dS K */
+            attn_gemm(rows, hd, keys, dS, ks, 1, panel, it.dq + (size_t)t0 * ld3, ld3, 0,
+                      ATTN_KEYS, t0);
+            attn_pack(panel, q, ld3, rows, hd, 0);      /* dk += dS^T q */
+            attn_gemm(keys, hd, rows, dS, 1, ks, panel, it.dk, ld3, 1, ATTN_QUERY, t0);
+            attn_pack(panel, dy, ld1, rows, hd, 0);     /* dv += P^T dy */
+            attn_gemm(keys, hd, rows, P, 1, ks, panel, it.dv, ld3, 1, ATTN_QUERY, t0);
+        }
+    }
+}
+#endif
+
 void cpu_attn_fwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv, float *y,
                   float *lse, float *ws)
 {
-    attn_run(be, n, T, C, nh, qkv, NULL, NULL, NULL, y, lse, NULL, ws, attn_fwd_items);
+    pool_fn fn = attn_fwd_items;
+#if CPU_X86
+    if (cpu_has_avx2())
+        fn = attn_fwd_items_avx2;
+#endif
+    attn_run(be, n, T, C, nh, qkv, NULL, NULL, NULL, y, lse, NULL, ws, fn);
 }
 
 void cpu_attn_bwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
                   const float *y, const float *lse, const float *dy, float *dqkv, float *ws)
 {
-    attn_run(be, n, T, C, nh, qkv, y, lse, dy, NULL, NULL, dqkv, ws, attn_bwd_items);
+    pool_fn fn = attn_bwd_items;
+#if CPU_X86
+    if (cpu_has_avx2())
+        fn = attn_bwd_items_avx2;
+#endif
+    attn_run(be, n, T, C, nh, qkv, y, lse, dy, NULL, NULL, dqkv, ws, fn);
 }

@@ -18,6 +18,7 @@
 # --short: a check of the script itself in about a minute (20 steps, no
 # torch.compile). Environment: STEPS=2000 BATCH=32 BLOCK=64 LR=1e-3 WD=0.1
 # CLIP=1.0 SPEED_STEPS=20 THREADS_LIST="1 2" (empty: no speed part) COMPILE=1,
+# STEPS=0: no learning part (the speed part alone),
 # VENV=BUILD_DIR/bench/venv-torch2 (NO_VENV=1 skips the PyPI columns; made
 # as run_resnet.sh makes it when missing), PYTHON=/usr/bin/python3.
 set -u
@@ -71,32 +72,34 @@ fi
 pys+=("$python")
 result() { grep '^RESULT' | sed "s/.*[ ]$1=\([^ ]*\).*/\1/"; }
 
-# ---- 1. learning
-cdl 2 --lr 1e-12 --max-steps 1 --ckpt-dir "$tmp/init" >"$tmp/init.log" 2>&1 ||
-    { cat "$tmp/init.log" >&2; echo "run_gpt.sh: cdl-train (initial weights) failed" >&2; exit 1; }
-init="$tmp/init/last.safetensors"
-start=$(date +%s.%N)
-cdl 2 --lr "$lr" --init "$init" --max-steps "$steps" --ckpt-dir "$tmp/cdl" \
-    --metrics "$tmp/cdl.jsonl" >"$tmp/cdl.log" 2>&1 ||
-    { cat "$tmp/cdl.log" >&2; echo "run_gpt.sh: cdl-train failed" >&2; exit 1; }
-cdl_s=$(echo "$(date +%s.%N) - $start" | bc -l)
-ref=${pys[0]}
-"$ref" "$here/torch_gpt.py" learn --data "$corpus" --init "$init" \
-    --cdl-ckpt "$tmp/cdl/last.safetensors" --n-layer 4 --n-head 4 --n-embd 144 \
-    --block "$block" --batch "$batch" --steps "$steps" --lr "$lr" --wd "$wd" --clip "$clip" \
-    --threads 2 >"$tmp/learn.txt" 2>"$tmp/learn.err" ||
-    { cat "$tmp/learn.err" >&2; echo "run_gpt.sh: torch_gpt.py learn failed" >&2; exit 1; }
-impl=$(result impl <"$tmp/learn.txt") tv=$(result torch_val <"$tmp/learn.txt")
-cv=$(result cdl_val <"$tmp/learn.txt") ts=$(result seconds <"$tmp/learn.txt")
-own=$(grep -o '"val_loss":[0-9.]*' "$tmp/cdl.jsonl" | tail -n 1 | cut -d: -f2)
-nparams=$("$python" -c 'import sys, json; from safetensors import safe_open
+# ---- 1. learning (STEPS=0: none; cdl-train would read --max-steps 0 as no limit)
+if [ "$steps" -gt 0 ]; then
+    cdl 2 --lr 1e-12 --max-steps 1 --ckpt-dir "$tmp/init" >"$tmp/init.log" 2>&1 ||
+        { cat "$tmp/init.log" >&2; echo "run_gpt.sh: cdl-train (initial weights) failed" >&2; exit 1; }
+    init="$tmp/init/last.safetensors"
+    start=$(date +%s.%N)
+    cdl 2 --lr "$lr" --init "$init" --max-steps "$steps" --ckpt-dir "$tmp/cdl" \
+        --metrics "$tmp/cdl.jsonl" >"$tmp/cdl.log" 2>&1 ||
+        { cat "$tmp/cdl.log" >&2; echo "run_gpt.sh: cdl-train failed" >&2; exit 1; }
+    cdl_s=$(echo "$(date +%s.%N) - $start" | bc -l)
+    ref=${pys[0]}
+    "$ref" "$here/torch_gpt.py" learn --data "$corpus" --init "$init" \
+        --cdl-ckpt "$tmp/cdl/last.safetensors" --n-layer 4 --n-head 4 --n-embd 144 \
+        --block "$block" --batch "$batch" --steps "$steps" --lr "$lr" --wd "$wd" --clip "$clip" \
+        --threads 2 >"$tmp/learn.txt" 2>"$tmp/learn.err" ||
+        { cat "$tmp/learn.err" >&2; echo "run_gpt.sh: torch_gpt.py learn failed" >&2; exit 1; }
+    impl=$(result impl <"$tmp/learn.txt") tv=$(result torch_val <"$tmp/learn.txt")
+    cv=$(result cdl_val <"$tmp/learn.txt") ts=$(result seconds <"$tmp/learn.txt")
+    own=$(grep -o '"val_loss":[0-9.]*' "$tmp/cdl.jsonl" | tail -n 1 | cut -d: -f2)
+    nparams=$("$python" -c 'import sys, json; from safetensors import safe_open
 f = safe_open(sys.argv[1], "pt"); print(f.metadata().get("nparams", "?"))' "$init" 2>/dev/null)
-printf '\n1. learning: %s parameters, %s steps of %s x %s tokens, validation on the last 10 %%\n' \
-    "$nparams" "$steps" "$batch" "$block"
-printf '%-16s %10s %10s\n' implementation "val loss" seconds
-printf '%-16s %10s %10.1f   (cdl-train'"'"'s own val loss: %s)\n' cdl "$cv" "$cdl_s" "${own:--}"
-printf '%-16s %10s %10s\n' "$impl" "$tv" "$ts"
-printf 'cdl / PyTorch val loss: %.4f (target <= 1.02)\n' "$(echo "$cv / $tv" | bc -l)"
+    printf '\n1. learning: %s parameters, %s steps of %s x %s tokens, validation on the last 10 %%\n' \
+        "$nparams" "$steps" "$batch" "$block"
+    printf '%-16s %10s %10s\n' implementation "val loss" seconds
+    printf '%-16s %10s %10.1f   (cdl-train'"'"'s own val loss: %s)\n' cdl "$cv" "$cdl_s" "${own:--}"
+    printf '%-16s %10s %10s\n' "$impl" "$tv" "$ts"
+    printf 'cdl / PyTorch val loss: %.4f (target <= 1.02)\n' "$(echo "$cv / $tv" | bc -l)"
+fi
 
 # ---- 2. CPU speed
 if [ -z "$threads_list" ]; then

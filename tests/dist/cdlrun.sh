@@ -1,13 +1,7 @@
 #!/bin/sh
 # cdlrun end to end: 1-4 ranks with the contract and the TCP store
 # bootstrap check every collective bitwise (tests/dist/dist_check.c).
-set -u
-if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
-    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
-fi
-builddir=${top_builddir:-.}
-cdlrun=$builddir/launcher/cdlrun
-check=$builddir/tests/dist/dist_check
+. "${top_srcdir:-.}/tests/dist/common.sh"
 run() {
     echo "+ $*"
     timeout 120 "$@" || { echo "FAILED: $*"; exit 1; }

@@ -3,17 +3,11 @@
 # backend (bitwise equal to the fixed-order reference), and the hierarchical
 # backend over two emulated nodes (shm inside, MPI between the leaders).
 # Skips (exit 77) only when mpirun is missing.
-set -u
-if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
-    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
-fi
-builddir=${top_builddir:-.}
-check=$builddir/tests/dist/dist_check
+. "${top_srcdir:-.}/tests/dist/common.sh"
 if ! command -v mpirun >/dev/null 2>&1; then
     echo "SKIP: mpirun not found (install openmpi-bin)"
     exit 77
 fi
-have() { grep -q "^#define $1 1" "$builddir/config.h"; }
 mpi_run() {
     echo "+ mpirun -n $*"
     timeout 120 mpirun --allow-run-as-root --oversubscribe -n "$@" || {

@@ -13,30 +13,16 @@
 # - the mpi backend, when built with it; nccl and staged device memory on
 #   fake GPUs, when built;
 # - SGD without momentum has no state to shard: accepted, and said so.
-set -u
-if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
-    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
-fi
-builddir=${top_builddir:-.}
-train=$builddir/cli/cdl-train
-cdlrun=$builddir/launcher/cdlrun
-cmp=$builddir/tests/dist/weights_cmp
-tmp=$(mktemp -d /tmp/cdl-shard.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+. "${top_srcdir:-.}/tests/dist/common.sh"
 GLOBAL=32
 common="--model mlp --dataset synthetic --synthetic-size 256 --epochs 1 --schedule constant
         --optimizer adam --lr 0.001 --threads 1 --quiet --val-split 0"
-fail() { echo "FAILED: $*"; exit 1; }
 run() {   # run DIR RANKS [OPTION...]: GLOBAL/RANKS samples per rank into DIR
     dir=$1; ranks=$2; shift 2
     echo "+ cdlrun -n $ranks cdl-train $* --ckpt-dir $dir"
     # shellcheck disable=SC2086
     timeout 300 "$cdlrun" -n "$ranks" "$train" $common --batch-size $((GLOBAL / ranks)) "$@" \
         --ckpt-dir "$tmp/$dir" || fail "training into $dir"
-}
-bitwise() {  # bitwise A B: every tensor of A's and B's checkpoints is the same bits
-    "$cmp" "$tmp/$1/last.safetensors" "$tmp/$2/last.safetensors" --bitwise ||
-        fail "checkpoints of $1 and $2 are not bitwise equal"
 }
 resume() {   # resume FROM DIR RANKS [OPTION...]: FROM's checkpoint on to step 6 in DIR
     from=$1; dir=$2; shift 2
@@ -68,7 +54,7 @@ bitwise plain4 s2s4
     >/dev/null 2>&1 && fail "3 and 6 steps compare equal"
 # The mpi backend (no native reduce-scatter: the allreduce and owners'
 # broadcasts), when built with MPI.
-if command -v mpirun >/dev/null 2>&1 && grep -q '^#define HAVE_MPI 1' "$builddir/config.h"; then
+if command -v mpirun >/dev/null 2>&1 && have HAVE_MPI; then
     echo "+ mpirun -n 2 cdl-train --dist-backend mpi --shard-optimizer"
     # shellcheck disable=SC2086
     timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 "$train" $common --batch-size 16 \

@@ -3,17 +3,9 @@
 # --stage DIR and verifies them, both ranks read from there and train; a
 # second run finds the verified copy and copies nothing, a damaged copy is
 # copied again; --stage auto leaves data on a local file system where it is.
-set -u
-if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
-    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
-fi
-builddir=${top_builddir:-.}
-train=$builddir/cli/cdl-train
-cdlrun=$builddir/launcher/cdlrun
+. "${top_srcdir:-.}/tests/dist/common.sh"
 data=/usr/share/datasets/fashion-mnist
 [ -f "$data/train-images-idx3-ubyte.gz" ] || { echo "SKIP: $data missing"; exit 77; }
-tmp=$(mktemp -d /tmp/cdl-stage.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAILED: $*"; cat "$tmp/out" 2>/dev/null | tail -20; exit 1; }
 common="--model mlp --epochs 1 --max-steps 2 --threads 1 --no-progress --val-split 0"
 mkdir "$tmp/stage"

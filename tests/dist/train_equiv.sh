@@ -14,20 +14,10 @@
 #   holds after 40 steps would depend on the CPU's BLAS kernels.
 # Small gradient buckets (CDL_DDP_BUCKET_KB) make the communication thread
 # overlap backward.
-set -u
-if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
-    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
-fi
-builddir=${top_builddir:-.}
-train=$builddir/cli/cdl-train
-cdlrun=$builddir/launcher/cdlrun
-cmp=$builddir/tests/dist/weights_cmp
-tmp=$(mktemp -d /tmp/cdl-equiv.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+. "${top_srcdir:-.}/tests/dist/common.sh"
 GLOBAL=32
 common="--dataset synthetic --synthetic-size 640 --epochs 2 --schedule constant --lr 0.01 --threads 1 --quiet
         --val-split 0"   # every sample trains: 20 steps of 32 per epoch
-fail() { echo "FAILED: $*"; exit 1; }
 . "${top_srcdir:-.}/tests/dist/step_equiv.sh"
 args=
 run() {   # run DIR RANKS LAUNCHER...: GLOBAL/RANKS samples per rank into DIR, plus $args
@@ -36,10 +26,6 @@ run() {   # run DIR RANKS LAUNCHER...: GLOBAL/RANKS samples per rank into DIR, p
     # shellcheck disable=SC2086
     timeout 300 "$@" "$train" $common --batch-size $((GLOBAL / ranks)) $args --ckpt-dir "$tmp/$dir" \
         || fail "training into $dir"
-}
-bitwise() {  # bitwise A B: A's and B's final weights are the same bits
-    "$cmp" "$tmp/$1/last.safetensors" "$tmp/$2/last.safetensors" --bitwise ||
-        fail "weights of $1 and $2 are not bitwise equal"
 }
 mpi=
 if command -v mpirun >/dev/null 2>&1; then
@@ -65,7 +51,7 @@ if [ -n "$mpi" ]; then
     bitwise cdlrun2 mpirun2
     run mpirun4 4 $mpi -n 4
     bitwise cdlrun4 mpirun4
-    if grep -q '^#define HAVE_MPI 1' "$builddir/config.h"; then
+    if have HAVE_MPI; then
         args="--dist-backend mpi" run mpi2 2 $mpi -n 2
         bitwise cdlrun2 mpi2
     fi

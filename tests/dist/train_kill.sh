@@ -2,14 +2,7 @@
 # kill -9 of one rank mid-training: every other rank exits non-zero within
 # 10 s naming the lost rank, cdlrun reports it, and the last checkpoint
 # loads (resuming it on another world size works, with a warning).
-set -u
-if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
-    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
-fi
-builddir=${top_builddir:-.}
-train=$builddir/cli/cdl-train
-cdlrun=$builddir/launcher/cdlrun
-tmp=$(mktemp -d /tmp/cdl-kill.XXXXXX)
+. "${top_srcdir:-.}/tests/dist/common.sh"
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "FAILED: $*"; cat "$tmp/err" 2>/dev/null | tail -20; exit 1; }

@@ -3,17 +3,7 @@
 # same run on 1, 2 and 3 ranks (cdlrun) reports the same validation and test
 # metrics. cdl-eval runs data-parallel and gives, reduced over 2 ranks, the
 # numbers of one process.
-set -u
-if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
-    echo "SKIP: end-to-end test in a unit-only pass"; exit 77
-fi
-builddir=${top_builddir:-.}
-train=$builddir/cli/cdl-train
-ev=$builddir/cli/cdl-eval
-cdlrun=$builddir/launcher/cdlrun
-tmp=$(mktemp -d /tmp/cdl-valsplit.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAILED: $*"; exit 1; }
+. "${top_srcdir:-.}/tests/dist/common.sh"
 common="--dataset synthetic --synthetic-size 300 --model mlp --epochs 1 --schedule constant
         --lr 0.01 --threads 1 --quiet --val-split 60"   # 240 train: 10 steps of 24
 for n in 1 2 3; do

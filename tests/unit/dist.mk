@@ -43,7 +43,7 @@ EXTRA_DIST += tests/dist/val_split.sh tests/dist/stage.sh
 TESTS += tests/dist/shard_equiv.sh
 EXTRA_DIST += tests/dist/shard_equiv.sh
 EXTRA_DIST += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tests/dist/step_equiv.sh \
-	tests/dist/train_kill.sh
+	tests/dist/train_kill.sh tests/dist/common.sh
 
 # The rank contract's rules alone, from their source (the plugin compiles it
 # the same way).

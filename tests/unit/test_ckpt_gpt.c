@@ -13,21 +13,7 @@
 enum { N = 2, T = 8, V = 11 };
 #define MODEL "gpt:n_layer=2,n_head=2,n_embd=16,block_size=10"
 
-static cdl_backend *be;
-
-static int setup(void **state)
-{
-    (void)state;
-    be = cdl_backend_cpu_create(2);
-    return be ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    cdl_backend_destroy(be);
-    return 0;
-}
+TEST_CPU_BACKEND_GROUP()
 
 typedef struct run {
     cdl_model *m;
@@ -150,5 +136,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_checkpoint),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, backend_setup, backend_teardown);
 }

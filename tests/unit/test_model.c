@@ -7,21 +7,7 @@
 #include "model/model_internal.h"
 #include "ref_ops.h"
 
-static cdl_backend *be;
-
-static int setup(void **state)
-{
-    (void)state;
-    be = cdl_backend_cpu_create(2);
-    return be ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    cdl_backend_destroy(be);
-    return 0;
-}
+TEST_CPU_BACKEND_GROUP()
 
 static cdl_model *lenet(cdl_shape in, int max_batch)
 {
@@ -872,5 +858,5 @@ int main(void)
         cmocka_unit_test(test_builtin_resnets),
         cmocka_unit_test(test_print),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, backend_setup, backend_teardown);
 }

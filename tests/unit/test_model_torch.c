@@ -11,21 +11,7 @@
 #define LOSS_TOL 1e-5     /* relative */
 #define GRAD_TOL 1e-4     /* normalised, per parameter tensor */
 
-static cdl_backend *be;
-
-static int setup(void **state)
-{
-    (void)state;
-    be = cdl_backend_cpu_create(2);
-    return be ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    cdl_backend_destroy(be);
-    return 0;
-}
+TEST_CPU_BACKEND_GROUP()
 
 /* Loads every parameter from `<prefix><name>`, checking the PyTorch shape,
  * and checks the fixture has no parameter the model lacks. */
@@ -477,5 +463,5 @@ int main(void)
         cmocka_unit_test(test_gpt_bias),
         cmocka_unit_test(test_gpt_nobias),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, backend_setup, backend_teardown);
 }

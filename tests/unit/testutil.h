@@ -59,4 +59,22 @@ static inline int test_mkdtemp(char *buf, size_t len, const char *stem)
     return mkdtemp(buf) ? 0 : -1;
 }
 
+/* A test file's CPU backend `be` (2 threads), shared by its whole group:
+ * TEST_CPU_BACKEND_GROUP() at file scope (after <cdl/cdl.h>), then
+ * cmocka_run_group_tests(tests, backend_setup, backend_teardown). */
+#define TEST_CPU_BACKEND_GROUP()                                                                   \
+    static cdl_backend *be;                                                                        \
+    static int backend_setup(void **state)                                                         \
+    {                                                                                              \
+        (void)state;                                                                               \
+        be = cdl_backend_cpu_create(2);                                                            \
+        return be ? 0 : -1;                                                                        \
+    }                                                                                              \
+    static int backend_teardown(void **state)                                                      \
+    {                                                                                              \
+        (void)state;                                                                               \
+        cdl_backend_destroy(be);                                                                   \
+        return 0;                                                                                  \
+    }
+
 #endif

@@ -30,6 +30,7 @@ static const acase cases[] = {
     {1, 32, 16, 16, 64, 3, 2, 1},  /* stage 3's first conv */
     {3, 64, 8, 8, 64, 3, 1, 1},    /* stage 3 */
     {2, 16, 32, 32, 32, 1, 2, 0},  /* 1x1 stride-2 shortcut */
+    {2, 128, 4, 4, 136, 3, 1, 1},  /* resnet18's widest stage is 512 at 4x4 */
     {3, 5, 13, 11, 7, 3, 1, 1},    /* odd sizes, channel tails */
     {4, 6, 15, 9, 10, 3, 2, 1},    /* odd sizes, stride 2 */
     {2, 3, 7, 20, 5, 3, 2, 0},     /* stride 2, no padding, odd width */
@@ -128,6 +129,10 @@ static void test_backend_takes_avx2_path(void **state)
     (void)state;
     cdl_conv2d_desc d = desc_of(&cases[3]);
     assert_int_equal(conv_use_direct(&d), cpu_has_avx512() ? 1 : 2);
+    /* Stride 2 to outputs narrower than a vector: SGEMM (resnet18's last
+     * downsampling conv). */
+    cdl_conv2d_desc narrow = ref_conv_desc(2, 256, 8, 8, 512, 3, 3, 2, 1);
+    assert_int_equal(conv_use_direct(&narrow), 0);
     cpu_disable_avx512(1);
     assert_int_equal(conv_use_direct(&d), 0);
     assert_false(conv_avx2_supported(&d));

@@ -24,7 +24,7 @@ enum {
     OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32, OPT_GRAPHS,
     OPT_METRICS_EVERY,
     OPT_TENSORBOARD,
-    OPT_IMAGE_SIZE, OPT_CHANNELS, OPT_LABEL_COLUMN, OPT_SKIP_BAD, OPT_NORMALIZE, OPT_AUGMENT,
+    OPT_IMAGE_SIZE, OPT_CHANNELS, OPT_LABEL_COLUMN, OPT_SKIP_BAD, OPT_DECODE, OPT_NORMALIZE, OPT_AUGMENT,
     OPT_VAL_SPLIT, OPT_INIT, OPT_INIT_IGNORE,
     OPT_LABEL_SMOOTHING,
     OPT_STAGE,
@@ -76,6 +76,7 @@ static const struct option long_opts[] = {
     {"channels", required_argument, NULL, OPT_CHANNELS},
     {"label-column", required_argument, NULL, OPT_LABEL_COLUMN},
     {"skip-bad-files", no_argument, NULL, OPT_SKIP_BAD},
+    {"decode", required_argument, NULL, OPT_DECODE},
     {"normalize", required_argument, NULL, OPT_NORMALIZE},
     {"augment", required_argument, NULL, OPT_AUGMENT},
     {"val-split", required_argument, NULL, OPT_VAL_SPLIT},
@@ -119,6 +120,8 @@ static void usage(FILE *f)
 "                               [0: the first picture's size]\n"
 "      --channels 1|3           imagefolder: grayscale or RGB [the first picture's]\n"
 "      --skip-bad-files         imagefolder: leave out unreadable pictures (counted)\n"
+"      --decode auto|memory|stream  imagefolder: decode once into memory, or in the loader's\n"
+"                               workers as batches need them (auto: memory if it fits) [auto]\n"
 "      --label-column NAME      csv: the label column [label, else the last]\n"
 "      --normalize auto|none|MEAN,STD|M1,..,Mc,S1,..,Sc\n"
 "                               per-channel (x-mean)/std [named datasets: their\n"
@@ -273,6 +276,18 @@ static int one_of(const char *opt, const char *s, const char *const *choices, ch
         strncat(why, choices[i], sizeof why - strlen(why) - 1);
     }
     return bad(opt, s, why);
+}
+
+/* s's index in choices (an option whose values follow an enum's order),
+ * or an error listing them. */
+static int index_of(const char *opt, const char *s, const char *const *choices, int *out)
+{
+    char v[32];
+    int rc = one_of(opt, s, choices, v, sizeof v);
+    for (int k = 0; rc == 0 && choices[k]; k++)
+        if (!strcmp(v, choices[k]))
+            *out = k;
+    return rc;
 }
 
 /* --dataset NAME or NAME:PATH (= --data-dir PATH); a typo gets the
@@ -550,14 +565,15 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             rc = copy_str(name, a, cfg->label_column, sizeof cfg->label_column);
             break;
         case OPT_SKIP_BAD: cfg->skip_bad_files = 1; break;
+        case OPT_DECODE: {   /* the order of enum cdl_decode */
+            static const char *const dec[] = {"auto", "memory", "stream", NULL};
+            rc = index_of(name, a, dec, &cfg->image_decode);
+            break;
+        }
         case OPT_NORMALIZE: rc = parse_normalize(name, a, cfg); break;
         case OPT_AUGMENT: {
             static const char *const aug[] = {"none", "crop+flip", "crop", "flip", NULL};
-            char v[16];
-            if ((rc = one_of(name, a, aug, v, sizeof v)) == 0)
-                for (int k = 0; aug[k]; k++)
-                    if (!strcmp(v, aug[k]))
-                        cfg->augment = k;   /* the order of enum cdl_augment */
+            rc = index_of(name, a, aug, &cfg->augment);   /* the order of enum cdl_augment */
             break;
         }
         case OPT_VAL_SPLIT: {

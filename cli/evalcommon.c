@@ -82,6 +82,7 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
     opt->label_column = o->label_column ? o->label_column
                         : *meta(f, "label_column") ? meta(f, "label_column") : NULL;
     opt->skip_bad_files = o->skip_bad_files;
+    opt->decode = o->decode;
     opt->threads = o->threads;
     int nm = 0, ns = 0;
     float *m = parse_floats(cdl_st_meta_get(f, "norm_mean"), &nm);
@@ -488,6 +489,16 @@ int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
         return EVAL_OPT_OK;
     case EVAL_OPT_LABEL_COLUMN: o->label_column = arg; return EVAL_OPT_OK;
     case EVAL_OPT_SKIP_BAD: o->skip_bad_files = 1; return EVAL_OPT_OK;
+    case EVAL_OPT_DECODE: {
+        static const char *const dec[] = {"auto", "memory", "stream"};   /* enum cdl_decode */
+        for (int k = 0; k < 3; k++)
+            if (arg && !strcmp(arg, dec[k])) {
+                o->decode = k;
+                return EVAL_OPT_OK;
+            }
+        fprintf(stderr, "%s: --decode '%s': use auto, memory or stream\n", prog, arg ? arg : "");
+        return EVAL_OPT_BAD;
+    }
     case 'h': usage(stdout); return EVAL_OPT_EXIT0;
     case EVAL_OPT_VERSION: printf("%s (cdl) %s\n", prog, cdl_version()); return EVAL_OPT_EXIT0;
     case ':':

@@ -25,6 +25,7 @@ typedef struct eval_opts {
     int image_size, channels;
     const char *label_column;
     int skip_bad_files;
+    int decode;               /* --decode: enum cdl_decode */
     /* cdl-predict FILE...: PNG/JPEG files instead of a dataset split. */
     char *const *files;
     int nfiles;
@@ -81,6 +82,7 @@ int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int
 enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS,
        EVAL_OPT_DEVICE, EVAL_OPT_VERSION,
        EVAL_OPT_IMAGE_SIZE, EVAL_OPT_CHANNELS, EVAL_OPT_LABEL_COLUMN, EVAL_OPT_SKIP_BAD,
+       EVAL_OPT_DECODE,
        EVAL_OPT_OWN };
 /* --help lines of the common options. */
 #define EVAL_USAGE_DATA                                                                     \
@@ -90,7 +92,9 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     "      --image-size N       imagefolder: side of the square samples [the run's]\n"       \
     "      --channels 1|3       imagefolder: grayscale or RGB [the run's]\n"                 \
     "      --label-column NAME  csv: the label column [the run's]\n"                         \
-    "      --skip-bad-files     leave out unreadable pictures (counted) instead of failing\n"
+    "      --skip-bad-files     leave out unreadable pictures (counted) instead of failing\n"  \
+    "      --decode auto|memory|stream  imagefolder: decode into memory or as batches need\n"  \
+    "                           them [auto: memory if it fits]\n"
 #define EVAL_USAGE_RUN                                        \
     "      --batch-size N       [256]\n"                      \
     "      --device cpu|cuda|auto  [auto]\n"                  \
@@ -112,7 +116,8 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     {"image-size", required_argument, NULL, EVAL_OPT_IMAGE_SIZE},  \
     {"channels", required_argument, NULL, EVAL_OPT_CHANNELS},      \
     {"label-column", required_argument, NULL, EVAL_OPT_LABEL_COLUMN}, \
-    {"skip-bad-files", no_argument, NULL, EVAL_OPT_SKIP_BAD}
+    {"skip-bad-files", no_argument, NULL, EVAL_OPT_SKIP_BAD},       \
+    {"decode", required_argument, NULL, EVAL_OPT_DECODE}
 
 /* Handles getopt_long's answer c when it is a common option or an error:
  * EVAL_OPT_OK (taken), EVAL_OPT_EXIT0 (--help, --version), EVAL_OPT_BAD

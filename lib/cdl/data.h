@@ -50,7 +50,20 @@ typedef struct cdl_dataset {
     int token_bytes;
     void *map;                /* the file mapping cdl_dataset_free unmaps (map_len bytes) */
     size_t map_len;
+    /* An image folder decoded as batches need them (enum cdl_decode): the file list the
+     * loader's workers read, with images NULL; NULL for every other dataset. Owned. */
+    struct cdl_image_stream *stream;
 } cdl_dataset;
+
+/* How an image folder's pictures are decoded: all of them once, at load
+ * time, into memory (fast epochs, n*c*h*w bytes), or by the loader's worker
+ * threads as batches need them (any size of folder, a decode per sample
+ * per epoch); auto: memory when they fit in what the process may use. */
+enum cdl_decode {
+    CDL_DECODE_AUTO = 0,
+    CDL_DECODE_MEMORY,
+    CDL_DECODE_STREAM,
+};
 
 /* The formats a dataset can be read from besides the named datasets
  * (docs/data.md): "imagefolder" (one subdirectory of PNG/JPEG files per
@@ -96,6 +109,7 @@ typedef struct cdl_dataset_options {
     size_t memory_limit;      /* imagefolder: bytes the decoded pictures may need (they are
                                * kept in memory, and a split copies them once); 0 = what this
                                * process may use: node memory or its cgroup's limit */
+    int decode;               /* imagefolder: enum cdl_decode (--decode) */
 } cdl_dataset_options;
 
 void cdl_dataset_options_defaults(cdl_dataset_options *o);

@@ -136,6 +136,9 @@ typedef struct cdl_train_config {
     /* --precision: cdl_precision of the backend's matrix products
      * (cdl_backend_params.precision): FP32 (0, the default) or BF16 (GPUs). */
     int precision;
+    /* --decode auto|memory|stream: how an image folder's pictures are
+     * decoded (enum cdl_decode; docs/data.md). */
+    int image_decode;
 } cdl_train_config;
 
 /* --decay-params: AUTO is 2D for models with sequence layers (the gpt

@@ -214,21 +214,26 @@ int cdl_dataset_copy_normalization(cdl_dataset *dst, const cdl_dataset *src)
     return 0;
 }
 
-/* Pixels: a histogram per channel (exact, one pass); features: sums in
- * double. Population std, as a NumPy x.std() over the training set. */
+/* Pixels: a histogram per channel (exact, one pass; a stream decodes its
+ * pictures for it, stream.c); features: sums in double. Population std, as
+ * a NumPy x.std() over the training set. */
 int dataset_compute_normalization(cdl_dataset *d)
 {
     const int c = d->shape.c;
     const size_t plane = (size_t)d->shape.h * d->shape.w;
     float *m = d->channel_mean ? d->channel_mean : d->mean;
     float *s = d->channel_mean ? d->channel_std : d->std;
+    uint64_t shist[3][256];   /* a stream's histograms, from its pictures decoded now */
+    double spixels = 0;
+    if (d->stream && image_stream_histograms(d->stream, 0, shist, &spixels) != 0)
+        return -1;
     for (int k = 0; k < c; k++) {
-        double sum = 0, sq = 0, cnt = (double)plane * d->n;
-        if (d->images) {
+        double sum = 0, sq = 0, cnt = d->stream ? spixels : (double)plane * d->n;
+        if (d->images || d->stream) {
             /* Four histograms, so that runs of equal pixels do not wait on
              * one counter's increments (about 2x on large pictures). */
             uint64_t hist4[4][256] = {{0}}, hist[256];
-            for (int i = 0; i < d->n; i++) {
+            for (int i = 0; d->images && i < d->n; i++) {
                 const uint8_t *p = d->images + ((size_t)i * c + k) * plane;
                 size_t j = 0;
                 for (; j + 4 <= plane; j += 4) {
@@ -241,7 +246,8 @@ int dataset_compute_normalization(cdl_dataset *d)
                     hist4[0][p[j]]++;
             }
             for (int v = 0; v < 256; v++)
-                hist[v] = hist4[0][v] + hist4[1][v] + hist4[2][v] + hist4[3][v];
+                hist[v] = d->stream ? shist[k][v]
+                                    : hist4[0][v] + hist4[1][v] + hist4[2][v] + hist4[3][v];
             for (int v = 0; v < 256; v++) {
                 double x = v / 255.0;
                 sum += x * (double)hist[v];
@@ -315,6 +321,7 @@ void cdl_dataset_free(cdl_dataset *d)
     cdl_free(d->channel_mean);
     cdl_free(d->channel_std);
     tokens_unmap(d);
+    image_stream_free(d->stream);
     if (d->class_names) {
         for (int k = 0; k < d->classes; k++)
             cdl_free(d->class_names[k]);

@@ -28,7 +28,7 @@
 #include "lib/core/memlimit.h"
 #include "lib/data/internal.h"
 
-#define MAX_FILE_BYTES ((size_t)1 << 30)
+#define MAX_FILE_BYTES IMAGE_MAX_FILE_BYTES
 #define MAX_CLASSES 100000
 #define HINT "check the folder layout (docs/data.md)"
 
@@ -128,39 +128,29 @@ typedef struct job {
     long next;
 } job;
 
-static int decode_one(job *j, long i)
+/* File i into its slot of images, or into the worker's scratch when there
+ * are no slots (the check of every file before streaming). */
+static int decode_one(job *j, long i, uint8_t *scratch)
 {
-    char pn[512];
-    const char *name = data_printable(j->files->v[i], pn, sizeof pn);
-    uint8_t *buf;
-    size_t len;
-    if (data_read_file(j->files->v[i], MAX_FILE_BYTES, HINT, &buf, &len))
-        return -1;
-    image_buf im;
-    int rc = image_decode_for(buf, len, name, j->h, j->w, &im);
-    cdl_free(buf);
-    if (rc)
-        return -1;
     size_t sample = (size_t)j->c * j->h * j->w;
-    rc = image_fit(&im, j->h, j->w, j->c, j->images + (size_t)i * sample);
-    cdl_free(im.px);
-    if (rc)
-        return cdl_error("%s: %s", name, cdl_last_error());
-    return 0;
+    return image_file_fit(j->files->v[i], j->h, j->w, j->c,
+                          j->images ? j->images + (size_t)i * sample : scratch);
 }
 
 static void *decode_worker(void *arg)
 {
     job *j = arg;
+    uint8_t *scratch = j->images ? NULL : cdl_malloc((size_t)j->c * j->h * j->w);
     for (;;) {
         pthread_mutex_lock(&j->mu);
         long i = j->next++;
         pthread_mutex_unlock(&j->mu);
         if (i >= j->files->n)
             break;
-        if (decode_one(j, i))
+        if ((!j->images && !scratch) || decode_one(j, i, scratch))
             j->errors[i] = strdup(cdl_last_error()[0] ? cdl_last_error() : "unreadable");
     }
+    cdl_free(scratch);
     return NULL;
 }
 
@@ -201,8 +191,9 @@ static int check_memory(const char *root, long n, int c, int h, int w, size_t li
     return cdl_error("%s: %ld pictures of %dx%dx%d are %.2f GiB decoded and loading them "
                      "needs about %.2f GiB, more than the %.2f GiB this process may use "
                      "(node memory or the job's memory limit): cdl keeps the decoded "
-                     "pictures in memory (docs/data.md); pass a smaller --image-size, "
-                     "train on a subset, or ask for more memory (sbatch --mem)",
+                     "pictures in memory with --decode memory (docs/data.md): use --decode "
+                     "stream or auto, pass a smaller --image-size, or ask for more memory "
+                     "(sbatch --mem)",
                      data_printable(root, pn, sizeof pn), n, c, h, w, need / 2 / (1 << 30),
                      need / (1 << 30), (double)limit / (1 << 30));
 }
@@ -350,15 +341,24 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         rc = cdl_error("%s: %d pictures of %dx%dx%d do not fit in memory: pass a smaller "
                        "--image-size", data_printable(root, pn, sizeof pn), files.n, j.c, j.h,
                        j.w);
-    if (!rc)
-        rc = check_memory(root, files.n, j.c, j.h, j.w, o->memory_limit);
-    if (!rc) {
-        j.images = cdl_malloc(sample * (size_t)files.n);
-        errors = calloc((size_t)files.n, sizeof *errors);
-        if (!j.images || !errors)
-            rc = cdl_error("out of memory for %d pictures of %dx%dx%d", files.n, j.c, j.h, j.w);
+    const long nfiles = files.n;   /* errors has one entry per listed file */
+    /* Decoded once into memory, or by the loader's workers (stream). */
+    int stream = o->decode == CDL_DECODE_STREAM;
+    if (!rc && !stream && check_memory(root, files.n, j.c, j.h, j.w, o->memory_limit) != 0) {
+        if (o->decode == CDL_DECODE_AUTO)
+            stream = 1;   /* too large for memory: decode as batches need them */
+        else
+            rc = -1;
     }
     if (!rc) {
+        j.images = stream ? NULL : cdl_malloc(sample * (size_t)files.n);
+        errors = calloc((size_t)files.n, sizeof *errors);
+        if ((!stream && !j.images) || !errors)
+            rc = cdl_error("out of memory for %d pictures of %dx%dx%d", files.n, j.c, j.h, j.w);
+    }
+    /* Every file is decoded now unless streaming without --skip-bad-files
+     * (then a bad file stops training at the first batch that holds it). */
+    if (!rc && (!stream || o->skip_bad_files)) {
         j.errors = errors;
         decode_all(&j, o->threads > 0 ? o->threads : cdl_default_threads());
         /* The first bad file (in sample order, so the same message every run),
@@ -371,10 +371,13 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
                     break;
                 }
                 bad++;
+                free(files.v[i]);
+                files.v[i] = NULL;
                 continue;
             }
-            if (kept != i)
+            if (kept != i && j.images)
                 memmove(j.images + kept * sample, j.images + i * sample, sample);
+            files.v[kept] = files.v[i];
             labels[kept++] = labels[i];
         }
         if (!rc && kept == 0)
@@ -383,6 +386,19 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         if (!rc) {
             out->n = (int)kept;
             out->skipped = bad;
+            files.n = (int)kept;   /* the bad ones are freed, the rest moved down */
+        }
+    } else if (!rc) {
+        out->n = files.n;
+    }
+    if (!rc && stream) {
+        /* The stream takes the file list. */
+        if (!(out->stream = calloc(1, sizeof *out->stream))) {
+            rc = cdl_error("out of memory for a list of %d pictures", files.n);
+        } else {
+            *out->stream = (image_stream){.paths = files.v, .n = files.n, .h = j.h, .w = j.w,
+                                          .c = j.c, .threads = o->threads};
+            files = (strlist){0};
         }
     }
     if (!rc) {
@@ -404,13 +420,17 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         if (!rc)
             memcpy(out->labels, labels, (size_t)out->n * sizeof *labels);
     }
-    for (long i = 0; errors && i < files.n; i++)
+    for (long i = 0; errors && i < nfiles; i++)
         free(errors[i]);
     free(errors);
     cdl_free(j.images);
     free(labels);
     strlist_free(&files);
     strlist_free(&classes);
+    if (rc && out->stream) {
+        image_stream_free(out->stream);
+        out->stream = NULL;
+    }
     return rc ? -1 : 0;
 }
 

@@ -64,6 +64,35 @@ int image_probe(const uint8_t *data, size_t len, const char *name, int *h, int *
  * ITU-R 601 luma PIL uses). Same size: a plain copy. */
 int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst);
 
+/* Largest picture file read (1 GiB). */
+#define IMAGE_MAX_FILE_BYTES ((size_t)1 << 30)
+
+/* Reads the picture at path and fits it into dst (c, h, w) as the folder
+ * reader does (image_decode_for + image_fit); errors name the file. */
+int image_file_fit(const char *path, int h, int w, int c, uint8_t *dst);
+
+/* Pictures decoded when a batch needs them (stream.c): cdl_dataset.stream,
+ * with images NULL. Sample i is paths[i] fitted to (c, h, w). */
+typedef struct cdl_image_stream {
+    char **paths;     /* n, owned (malloc'd strings) */
+    int n;
+    int h, w, c;
+    int threads;      /* for the statistics' pass (0 = cdl_default_threads()) */
+} image_stream;
+
+/* Decodes sample i into dst (c*h*w bytes). Thread-safe: the loader's
+ * workers call it. -1 with an error naming the file. */
+int image_stream_read(const image_stream *s, long i, uint8_t *dst);
+void image_stream_free(image_stream *s);
+/* The samples i with pick[i] == want (count of them), in order, as a new
+ * stream (cdl_dataset_split), or NULL with an error. */
+image_stream *image_stream_subset(const image_stream *s, const uint8_t *pick, uint8_t want,
+                                  long count);
+/* Per-channel histograms of the pixels of every picture of s, decoded by
+ * threads threads (0: s->threads); *pixels: the pixels per channel. */
+int image_stream_histograms(const image_stream *s, int threads, uint64_t hist[3][256],
+                            double *pixels);
+
 /* Reads an ImageFolder tree (imagefolder.c). train = 0 reads the test split
  * (dir/test or dir/val), with the class list of dir/train. 1 = no such split. */
 int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, cdl_dataset *out);

@@ -16,6 +16,7 @@
  */
 #include <pthread.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
@@ -30,6 +31,8 @@ enum slot_state { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 typedef struct slot {
     float *x;        /* (batch_size, c, h, w) */
     int32_t *y;      /* batch_size * label_len */
+    uint8_t *raw;    /* (c, h, w): a streamed picture, decoded here (NULL otherwise) */
+    char *err;       /* why the batch could not be filled (a streamed file), or NULL */
     long batch;
     int n;
     enum slot_state state;
@@ -91,13 +94,16 @@ static void fill_tokens(const cdl_loader *l, long k0, long k1, slot *s)
 }
 
 /* Converts batch b of the current epoch into s (no lock needed: the order
- * and epoch do not change while a batch is being filled). */
+ * and epoch do not change while a batch is being filled). A streamed
+ * picture that cannot be read leaves s->err set (the consumer reports it). */
 static void fill_batch(const cdl_loader *l, long b, slot *s)
 {
     const cdl_dataset *d = l->d;
     const cdl_loader_config *c = &l->cfg;
     long k0 = b * c->batch_size;
     long k1 = k0 + c->batch_size < l->samples ? k0 + c->batch_size : l->samples;
+    free(s->err);
+    s->err = NULL;
     if (d->tokens) {
         fill_tokens(l, k0, k1, s);
         return;
@@ -112,13 +118,24 @@ static void fill_batch(const cdl_loader *l, long b, slot *s)
                              l->fstd, dst);
             continue;
         }
-        if (k + 1 < k1)
-            prefetch_sample(d->images + (size_t)l->order[(pos + c->world) % d->n] * l->sample_size,
-                            l->sample_size);
+        const uint8_t *px;
+        if (d->stream) {
+            if (image_stream_read(d->stream, idx, s->raw) != 0) {
+                s->err = strdup(cdl_last_error());
+                s->n = 0;
+                return;
+            }
+            px = s->raw;
+        } else {
+            if (k + 1 < k1)
+                prefetch_sample(d->images +
+                                    (size_t)l->order[(pos + c->world) % d->n] * l->sample_size,
+                                l->sample_size);
+            px = d->images + (size_t)idx * l->sample_size;
+        }
         aug_params a = c->augment ? augment_draw(c->seed, l->epoch, pos, c->augment)
                                   : augment_none();
-        convert_sample(d->images + (size_t)idx * l->sample_size, d->shape,
-                       (const float (*)[256])l->luts, a, dst);
+        convert_sample(px, d->shape, (const float (*)[256])l->luts, a, dst);
     }
     s->n = (int)(k1 - k0);
 }
@@ -167,10 +184,11 @@ static int check_config(const cdl_dataset *d, const cdl_loader_config *c)
                       (size_t)d->n > (d->ntokens - 1) / (size_t)d->label_len))
         return cdl_error("cdl_loader_create: token dataset '%s' is inconsistent: %d windows of "
                          "%d of %zu tokens", d->name, d->n, d->label_len, d->ntokens);
-    if (!d->tokens && (d->n <= 0 || (!d->images && !d->features) || !d->labels || d->shape.c <= 0 ||
+    if (!d->tokens && (d->n <= 0 || (!d->images && !d->features && !d->stream) || !d->labels ||
+                       d->shape.c <= 0 ||
         d->shape.h <= 0 || d->shape.w <= 0))
         return cdl_error("cdl_loader_create: dataset '%s' is empty or not loaded", d->name);
-    if (d->images && d->shape.c > 3)
+    if ((d->images || d->stream) && d->shape.c > 3)
         return cdl_error("dataset '%s': uint8 images have at most 3 channels, not %d", d->name,
                          d->shape.c);
     if (!d->tokens && d->shape.c > 3 && (!d->channel_mean || !d->channel_std))
@@ -184,7 +202,7 @@ static int check_config(const cdl_dataset *d, const cdl_loader_config *c)
     if (c->augment < 0 || c->augment > CDL_AUGMENT_FLIP)
         return cdl_error("loader: augment %d: use enum cdl_augment (--augment "
                          "none|crop|flip|crop+flip)", c->augment);
-    if (c->augment && !d->images)
+    if (c->augment && !d->images && !d->stream)
         return cdl_error("--augment crop/flip needs pictures, but dataset '%s' holds %s: "
                          "use --augment none", d->name, d->tokens ? "tokens" : "features");
     if (c->batch_size <= 0)
@@ -217,6 +235,8 @@ static void loader_destroy(cdl_loader *l, int sync_ready)
     for (int i = 0; l->slots && i < l->nslots; i++) {
         cdl_free(l->slots[i].x);
         cdl_free(l->slots[i].y);
+        cdl_free(l->slots[i].raw);
+        free(l->slots[i].err);
     }
     cdl_free(l->slots);
     cdl_free(l->threads);
@@ -304,6 +324,10 @@ cdl_loader *cdl_loader_create(const cdl_dataset *d, const cdl_loader_config *cfg
     for (int i = 0; i < nslots; i++) {
         l->slots[i].x = cdl_malloc((size_t)c->batch_size * l->sample_size * sizeof(float));
         l->slots[i].y = cdl_malloc((size_t)c->batch_size * l->label_len * sizeof(int32_t));
+        if (d->stream && !(l->slots[i].raw = cdl_malloc(l->sample_size))) {
+            loader_destroy(l, 0);
+            return NULL;
+        }
         if (!l->slots[i].x || !l->slots[i].y) {
             loader_destroy(l, 0);
             return NULL;
@@ -413,6 +437,8 @@ int cdl_loader_next(cdl_loader *l, cdl_batch *b)
         l->next_deliver++;
         pthread_mutex_unlock(&l->mu);
     }
+    if (s->err)   /* the slot stays held: the next call frees it */
+        return cdl_error("rank %d: %s", l->cfg.rank, s->err);
     b->n = s->n;
     b->x = s->x;
     b->y = s->y;

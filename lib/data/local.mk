@@ -6,3 +6,4 @@ libcdl_core_la_SOURCES += lib/data/fileio.c lib/data/image.c lib/data/imagefolde
 libcdl_core_la_SOURCES += lib/data/npy.c lib/data/csv.c
 libcdl_core_la_SOURCES += lib/data/split.c
 libcdl_core_la_SOURCES += lib/data/tokens.c
+libcdl_core_la_SOURCES += lib/data/stream.c

@@ -33,10 +33,24 @@ static char *copy_str(const char *s)
 }
 
 /* Copies the samples whose pick[i] == want, in index order, into out
- * (images or features, labels, n); the rest of out is the caller's. */
+ * (images, features or the stream's files; labels, n); the rest of out is
+ * the caller's. */
 static int gather(const cdl_dataset *d, const uint8_t *pick, uint8_t want, long count,
                   cdl_dataset *out)
 {
+    out->labels = cdl_malloc((size_t)count * sizeof *out->labels + 1);
+    if (!out->labels)
+        return -1;
+    if (d->stream) {   /* pictures decoded later: split the file list */
+        if (!(out->stream = image_stream_subset(d->stream, pick, want, count)))
+            return -1;
+        long k = 0;
+        for (long i = 0; i < d->n; i++)
+            if (pick[i] == want)
+                out->labels[k++] = d->labels[i];
+        out->n = (int)count;
+        return 0;
+    }
     size_t sample = (size_t)d->shape.c * d->shape.h * d->shape.w;
     size_t bytes = d->features ? sample * sizeof(float) : sample;
     const uint8_t *src = d->features ? (const uint8_t *)d->features : d->images;
@@ -45,8 +59,7 @@ static int gather(const cdl_dataset *d, const uint8_t *pick, uint8_t want, long 
         out->features = (float *)dst;
     else
         out->images = dst;
-    out->labels = cdl_malloc((size_t)count * sizeof *out->labels + 1);
-    if (!dst || !out->labels)
+    if (!dst)
         return -1;
     long k = 0;
     for (long i = 0; i < d->n; i++) {
@@ -106,6 +119,7 @@ int cdl_dataset_split(cdl_dataset *train, long count, uint64_t seed, cdl_dataset
     *val = *train;   /* name, shape, classes, normalisation */
     val->images = NULL;
     val->features = NULL;
+    val->stream = NULL;
     val->labels = NULL;
     val->class_names = NULL;
     val->skipped = 0;
@@ -123,6 +137,7 @@ int cdl_dataset_split(cdl_dataset *train, long count, uint64_t seed, cdl_dataset
     }
     rest.images = NULL;
     rest.features = NULL;
+    rest.stream = NULL;
     rest.labels = NULL;
     if (gather(train, pick, 1, count, val) != 0 ||
         gather(train, pick, 0, train->n - count, &rest) != 0)
@@ -130,17 +145,21 @@ int cdl_dataset_split(cdl_dataset *train, long count, uint64_t seed, cdl_dataset
     cdl_free(train->images);
     cdl_free(train->features);
     cdl_free(train->labels);
+    image_stream_free(train->stream);
     train->images = rest.images;
     train->features = rest.features;
+    train->stream = rest.stream;
     train->labels = rest.labels;
     train->n = rest.n;
     rest.images = NULL;
     rest.features = NULL;
+    rest.stream = NULL;
     rest.labels = NULL;
     rc = 0;
 out:
     cdl_free(rest.images);
     cdl_free(rest.features);
+    image_stream_free(rest.stream);
     cdl_free(rest.labels);
     if (rc != 0)
         cdl_dataset_free(val);   /* what was made of it so far */

@@ -145,6 +145,7 @@ static int load_data(run *r)
     o.channels = c->image_channels;
     o.threads = c->threads;
     o.skip_bad_files = c->skip_bad_files;
+    o.decode = c->image_decode;
     o.label_column = c->label_column[0] ? c->label_column : NULL;
     o.normalize = c->normalize;
     o.norm_count = c->norm_count;
@@ -153,6 +154,11 @@ static int load_data(run *r)
     if (cdl_dataset_load_with(c->dataset, dir, 1, &o, &r->train) != 0)
         return -1;
     r->have_train = 1;
+    if (r->train.stream && !c->quiet && r->ri.rank == 0)
+        fprintf(stderr, "cdl-train: %d pictures of %dx%dx%d are decoded by the loader's workers "
+                "as batches need them (--decode %s)\n", r->train.n, r->train.shape.c,
+                r->train.shape.h, r->train.shape.w,
+                c->image_decode == CDL_DECODE_STREAM ? "stream" : "auto: too large for memory");
     if (r->train.skipped && !c->quiet && r->ri.rank == 0)
         fprintf(stderr, "cdl-train: --skip-bad-files: left out %ld unreadable files of %s\n",
                 r->train.skipped, c->data_dir);

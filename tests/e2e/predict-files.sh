@@ -55,6 +55,22 @@ train --model mlp --dataset "imagefolder:$TMP/img" --image-size 8 --ckpt-dir "$T
 ck="$TMP/ck/last.safetensors"
 "$CDL_EVAL" "$ck" --json >"$TMP/eval.json" || die "cdl-eval on an image-folder run"
 acc_equal "$TMP/m.jsonl" "$TMP/eval.json"
+# Decoded by the loader's workers as batches need them: the same training,
+# loss for loss, and the same evaluation.
+train --model mlp --dataset "imagefolder:$TMP/img" --image-size 8 --metrics "$TMP/ms.jsonl" \
+    --decode stream --workers 2
+$PY - "$TMP/m.jsonl" "$TMP/ms.jsonl" <<'PYEOF' || die "--decode stream trains differently"
+import json, sys
+keys = ("loss", "train_loss", "val_loss", "val_acc", "test_loss", "test_acc")
+def losses(p):
+    return [[r.get(k) for k in keys] for r in map(json.loads, open(p)) if "val_loss" in r]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("memory", a, "stream", b)
+sys.exit(not a or a != b)
+PYEOF
+"$CDL_EVAL" "$ck" --json --decode stream >"$TMP/eval-s.json" || die "cdl-eval --decode stream"
+cmp -s "$TMP/eval.json" "$TMP/eval-s.json" || die "cdl-eval --decode stream differs"
+expect_status 2 "$CDL_TRAIN" --decode lazy; expect_err "--decode"
 
 # Predictions through the dataset and through the same files by name agree
 # (classes and probabilities); the test split's order is class, then file.

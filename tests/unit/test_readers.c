@@ -180,12 +180,27 @@ static void test_imagefolder_memory(void **state)
     cdl_dataset_options o;
     cdl_dataset_options_defaults(&o);
     o.memory_limit = 223;
+    o.decode = CDL_DECODE_MEMORY;
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
     assert_error_has("7 pictures of 1x4x4");
     assert_error_has("--image-size");
+    assert_error_has("--decode stream");
     assert_error_has("--mem");
     o.memory_limit = 224;
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
+    assert_int_equal(d.n, 7);
+    assert_non_null(d.images);
+    assert_null(d.stream);
+    cdl_dataset_free(&d);
+    /* auto: in memory when it fits, else streamed. */
+    o.decode = CDL_DECODE_AUTO;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
+    assert_non_null(d.images);
+    cdl_dataset_free(&d);
+    o.memory_limit = 223;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
+    assert_null(d.images);
+    assert_non_null(d.stream);
     assert_int_equal(d.n, 7);
     cdl_dataset_free(&d);
 
@@ -197,6 +212,127 @@ static void test_imagefolder_memory(void **state)
     assert_true(cdl_cgroup_limit_parse("0") == SIZE_MAX);
     assert_true(cdl_cgroup_limit_parse("1073741824\n") == (size_t)1 << 30);
     assert_true(cdl_memory_limit() > ((size_t)1 << 20));
+}
+
+/* Every batch of two shuffled, augmented epochs from loaders over a and b
+ * (2 workers; batch 3) is the same, bitwise; returns the batches seen. */
+static int same_batches(const cdl_dataset *a, const cdl_dataset *b, int augment)
+{
+    cdl_loader_config c;
+    cdl_loader_defaults(&c);
+    c.batch_size = 3;
+    c.shuffle = 1;
+    c.augment = augment;
+    c.workers = 2;
+    c.seed = 5;
+    c.world = 1;
+    cdl_loader *la = cdl_loader_create(a, &c), *lb = cdl_loader_create(b, &c);
+    assert_non_null(la);
+    assert_non_null(lb);
+    int batches = 0;
+    for (int e = 0; e < 2; e++) {
+        assert_int_equal(cdl_loader_start_epoch(la, e, 0), 0);
+        assert_int_equal(cdl_loader_start_epoch(lb, e, 0), 0);
+        cdl_batch ba, bb;
+        int ga, gb;
+        while ((ga = cdl_loader_next(la, &ba)) == 1) {
+            gb = cdl_loader_next(lb, &bb);
+            assert_int_equal(gb, 1);
+            assert_int_equal(ba.n, bb.n);
+            size_t sample = (size_t)a->shape.c * a->shape.h * a->shape.w;
+            assert_memory_equal(ba.x, bb.x, (size_t)ba.n * sample * sizeof(float));
+            assert_memory_equal(ba.y, bb.y, (size_t)ba.n * sizeof(int32_t));
+            batches++;
+        }
+        assert_int_equal(ga, 0);
+        assert_int_equal(cdl_loader_next(lb, &bb), 0);
+    }
+    cdl_loader_destroy(la);
+    cdl_loader_destroy(lb);
+    return batches;
+}
+
+/* --decode stream: the loader's workers decode each picture when a batch
+ * needs it, and every batch equals the in-memory folder's, also after a
+ * validation split and with --skip-bad-files; the statistics are the same
+ * (a folder under 10,000 pictures is counted whole); a bad file found
+ * while training is an error naming it and rank. */
+static void test_imagefolder_stream(void **state)
+{
+    (void)state;
+    make_folder();
+    cdl_dataset m, st;
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.channels = 3;
+    o.image_size = 3;   /* a resize, so the workers run image_fit's filter too */
+    o.decode = CDL_DECODE_MEMORY;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &m), 0);
+    o.decode = CDL_DECODE_STREAM;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &st), 0);
+    assert_null(st.images);
+    assert_non_null(st.stream);
+    assert_int_equal(st.n, m.n);
+    assert_memory_equal(st.labels, m.labels, (size_t)m.n * sizeof *m.labels);
+    assert_memory_equal(st.mean, m.mean, sizeof m.mean);
+    assert_memory_equal(st.std, m.std, sizeof m.std);
+    assert_int_equal(same_batches(&m, &st, CDL_AUGMENT_CROP_FLIP), 6);
+
+    cdl_dataset mv, sv;
+    assert_int_equal(cdl_dataset_split(&m, 3, 11, &mv), 0);
+    assert_int_equal(cdl_dataset_split(&st, 3, 11, &sv), 0);
+    assert_non_null(sv.stream);
+    assert_int_equal(same_batches(&m, &st, 0), 4);
+    assert_int_equal(same_batches(&mv, &sv, 0), 2);
+    cdl_dataset_free(&mv);
+    cdl_dataset_free(&sv);
+    cdl_dataset_free(&m);
+    cdl_dataset_free(&st);
+
+    /* A truncated file: the statistics' pass finds it ... */
+    uint8_t trunc[40];
+    FILE *f = fopen(at("img/train/bird/0.png"), "rb");
+    assert_non_null(f);
+    size_t n = fread(trunc, 1, sizeof trunc, f);
+    fclose(f);
+    write_bytes(at("img/train/cat/1.png"), trunc, n);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &st), -1);
+    assert_error_has("cat/1.png");
+    /* ... with given statistics, loading a stream does not look at it ... */
+    float mean[1] = {0.5f}, sd[1] = {0.25f};
+    o.normalize = CDL_NORMALIZE_GIVEN;
+    o.norm_count = 1;
+    o.norm_mean = mean;
+    o.norm_std = sd;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &st), 0);
+    assert_int_equal(st.n, 7);
+    cdl_loader_config c;
+    cdl_loader_defaults(&c);
+    c.batch_size = 7;
+    c.world = 1;
+    c.rank = 0;
+    c.workers = 1;
+    cdl_loader *l = cdl_loader_create(&st, &c);
+    assert_non_null(l);
+    assert_int_equal(cdl_loader_start_epoch(l, 0, 0), 0);
+    cdl_batch b;
+    /* ... the batch that holds it fails, naming it, the rank and the fix. */
+    assert_int_equal(cdl_loader_next(l, &b), -1);
+    assert_error_has("cat/1.png");
+    assert_error_has("rank 0");
+    assert_error_has("--skip-bad-files");
+    cdl_loader_destroy(l);
+    cdl_dataset_free(&st);
+    /* --skip-bad-files checks every picture first: the same samples as in memory. */
+    o.skip_bad_files = 1;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &st), 0);
+    assert_int_equal(st.n, 6);
+    assert_int_equal(st.skipped, 1);
+    o.decode = CDL_DECODE_MEMORY;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &m), 0);
+    assert_int_equal(same_batches(&m, &st, 0), 4);
+    cdl_dataset_free(&m);
+    cdl_dataset_free(&st);
 }
 
 /* cdl-predict's files: the same bytes as the folder reader gives them
@@ -462,6 +598,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_imagefolder, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_bad_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_memory, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_imagefolder_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_image_files, setup, teardown),
 #endif
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),

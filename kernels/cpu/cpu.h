@@ -54,6 +54,9 @@ void cpu_fill(cdl_backend *be, float *x, float value, size_t n);
 void cpu_scale(cdl_backend *be, float *x, float a, size_t n);
 void cpu_relu_fwd(cdl_backend *be, size_t n, const float *x, float *y);
 void cpu_relu_bwd(cdl_backend *be, size_t n, const float *y, const float *dy, float *dx);
+void cpu_add_relu(cdl_backend *be, size_t n, const float *a, const float *b, float *y);
+void cpu_relu_bwd_split(cdl_backend *be, size_t n, const float *y, const float *dy, float *dx,
+                        float *dx2, int accumulate);
 void cpu_dropout_fwd(cdl_backend *be, size_t n, float p, uint64_t seed,
                      const float *x, float *y, uint8_t *mask);
 void cpu_dropout_bwd(cdl_backend *be, size_t n, float p, const uint8_t *mask,

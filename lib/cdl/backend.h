@@ -261,6 +261,14 @@ typedef struct cdl_backend_ops {
      * gradient of a tensor read by several layers (fan-out). */
     void (*add)(cdl_backend *be, size_t n, const float *a, const float *b, float *y);
     void (*accumulate)(cdl_backend *be, size_t n, const float *src, float *dst);
+    /* Optional (NULL: the model runs add, relu_fwd, relu_bwd and copies
+     * instead): the add fused with the ReLU after it. add_relu: y =
+     * max(0, a + b) (y may alias a or b). relu_bwd_split: g = (y > 0 ? dy
+     * : 0) written to dx (which may alias dy) and to dx2, or added to dx2
+     * when accumulate (the gradient of both branches in one pass). */
+    void (*add_relu)(cdl_backend *be, size_t n, const float *a, const float *b, float *y);
+    void (*relu_bwd_split)(cdl_backend *be, size_t n, const float *y, const float *dy,
+                           float *dx, float *dx2, int accumulate);
 
     /* Channel concat and split as one strided copy over n images of hw
      * floats per channel: channels [src_off, src_off+c) of src (n,src_c,hw)

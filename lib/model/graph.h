@@ -29,8 +29,8 @@ typedef struct layer {
     int need_grad;                 /* a layer with parameters is at or before it */
     int ncons;                     /* reads of its output by later layers */
     int last_reader;               /* the highest layer reading it: writes dy first */
-    int fused;                     /* relu: computed by the batchnorm before it */
-    int fuse_relu;                 /* batchnorm: applies the relu after it */
+    int fused;                     /* relu: computed by the batchnorm or add before it */
+    int fuse_relu;                 /* batchnorm, add: applies the relu after it */
     int dy_alias;                  /* dy is the dy of layer dy_alias (its only reader) or -1 */
     /* Sequences: an output of T positions of E features is (T, 1, E). */
     int seq, in_seq;               /* the output / first input is a sequence */

@@ -9,7 +9,8 @@
  * reinterprets it; a ReLU (sigmoid, tanh) whose input has no other reader
  * and whose producer's backward does not read its own output overwrites
  * it (their backward reads only their output); a ReLU right after a
- * batchnorm2d that only it reads is fused into the batchnorm.
+ * batchnorm2d or an add that only it reads is fused into that layer (the
+ * add's fusion where the backend has add_relu and relu_bwd_split).
  *
  * Gradients: layers run backward in reverse spec order, which is a
  * reverse topological order. The gradient of a layer's output (dy) is
@@ -189,7 +190,10 @@ static void plan_graph(cdl_model *m)
         int src = L->in[0];
         layer *P = src >= 0 ? &m->layers[src] : NULL;
         int sole = !P || P->ncons == 1;
-        if (k == CDL_LAYER_RELU && P && sole && P->s->kind == CDL_LAYER_BATCHNORM2D) {
+        const cdl_backend_ops *op = m->be->ops;
+        if (k == CDL_LAYER_RELU && P && sole &&
+            (P->s->kind == CDL_LAYER_BATCHNORM2D ||
+             (P->s->kind == CDL_LAYER_ADD && op->add_relu && op->relu_bwd_split))) {
             L->fused = 1;
             P->fuse_relu = 1;
         }
@@ -228,7 +232,7 @@ static int may_overwrite(const cdl_model *m, const layer *L)
                 return L->s->kind == CDL_LAYER_RELU;
             return !(pk == CDL_LAYER_SIGMOID || pk == CDL_LAYER_TANH ||
                      pk == CDL_LAYER_ATTENTION ||   /* its backward reads y */
-                     (pk == CDL_LAYER_BATCHNORM2D && P->fuse_relu));
+                     ((pk == CDL_LAYER_BATCHNORM2D || pk == CDL_LAYER_ADD) && P->fuse_relu));
         }
         k = P->in[0];
     }

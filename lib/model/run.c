@@ -153,10 +153,10 @@ const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int trai
             break;
         case CDL_LAYER_FLATTEN:
             break;   /* same memory, read as (n, c*h*w) */
-        case CDL_LAYER_ADD:
-            op->add(be, count, x, model_in(m, L, 1), L->y);
-            for (int j = 2; j < L->nin; j++)
-                op->add(be, count, L->y, model_in(m, L, j), L->y);
+        case CDL_LAYER_ADD:   /* the last sum takes the fused ReLU */
+            for (int j = 1; j < L->nin; j++)
+                (L->fuse_relu && j == L->nin - 1 ? op->add_relu : op->add)(
+                    be, count, j == 1 ? x : L->y, model_in(m, L, j), L->y);
             break;
         case CDL_LAYER_CONCAT:
             for (int j = 0, off = 0; j < L->nin; j++) {
@@ -225,15 +225,36 @@ static void bn_backward(cdl_model *m, layer *L, int i, int n)
     finish_dx(m, L, 0, dx, (size_t)n * L->in_numel);
 }
 
+/* An add with the ReLU after it fused: the ReLU's mask applied to dy in
+ * place (the input sharing dy reads it there) and, in the same pass, the
+ * result written or added to the first input with a gradient buffer of its
+ * own. Returns that input's index, or -1. */
+static int add_relu_backward(cdl_model *m, layer *L, int i, int n)
+{
+    cdl_backend *be = m->be;
+    size_t count = (size_t)n * L->out_numel;
+    for (int j = 0; j < L->nin; j++) {
+        int k = L->in[j];
+        layer *K = k >= 0 ? &m->layers[k] : NULL;
+        if (K && K->need_grad && K->dy_alias != i) {
+            be->ops->relu_bwd_split(be, count, L->y, L->dy, L->dy, K->dy, K->last_reader != i);
+            return j;
+        }
+    }
+    be->ops->relu_bwd(be, count, L->y, L->dy, L->dy);
+    return -1;
+}
+
 /* The gradient of every input of an add or concat from the output's. */
 static void join_backward(cdl_model *m, layer *L, int i, int n)
 {
     cdl_backend *be = m->be;
     const cdl_backend_ops *op = be->ops;
+    int done = L->fuse_relu ? add_relu_backward(m, L, i, n) : -1;
     for (int j = 0, off = 0; j < L->nin; j++) {
         int k = L->in[j];
         int cj = k < 0 ? m->input.c : m->layers[k].out.c;
-        if (k >= 0 && m->layers[k].need_grad) {
+        if (k >= 0 && m->layers[k].need_grad && j != done) {
             layer *K = &m->layers[k];
             int acc = K->last_reader != i;
             if (L->s->kind == CDL_LAYER_CONCAT)

@@ -399,6 +399,61 @@ static void test_add_accumulate_channel_copy(void **state)
     cdl_backend_destroy(be);
 }
 
+/* add_relu and relu_bwd_split give the bits of add + relu_fwd and of
+ * relu_bwd + copy / accumulate (the unfused ops they replace), zeros of
+ * both signs and NaN included, in place too. */
+static void test_add_relu_matches_unfused(void **state)
+{
+    (void)state;
+    cdl_backend *be = test_cpu_backend(3);
+    const cdl_backend_ops *op = be->ops;
+    size_t n = 40009;   /* several chunks, odd tail */
+    pair a = pair_rand(n, 710, -1, 1), b = pair_rand(n, 711, -1, 1), dy = pair_rand(n, 712, -1, 1);
+    pair base = pair_rand(n, 713, -1, 1);
+    float *want = cdl_calloc(n, sizeof *want), *got = cdl_calloc(n, sizeof *got);
+    float *want2 = cdl_calloc(n, sizeof *want2), *got2 = cdl_calloc(n, sizeof *got2);
+    a.f[0] = 0.5f, b.f[0] = -0.5f;         /* +0 */
+    a.f[1] = -0.0f, b.f[1] = -0.0f;        /* -0 */
+    a.f[2] = NAN;
+    a.f[n - 1] = -0.25f, b.f[n - 1] = 0.25f;
+    dy.f[5] = NAN;
+
+    op->add(be, n, a.f, b.f, want);
+    op->relu_fwd(be, n, want, want);
+    op->add_relu(be, n, a.f, b.f, got);
+    assert_memory_equal(got, want, n * sizeof *got);
+    memcpy(got, b.f, n * sizeof *got);
+    op->add_relu(be, n, a.f, got, got);    /* y may alias b */
+    assert_memory_equal(got, want, n * sizeof *got);
+    for (size_t i = 0; i < 3; i++)
+        assert_true(i == 2 ? isnan(got[i]) : got[i] == 0.0f);
+
+    const float *y = want;   /* the forward output the backward reads */
+    for (int acc = 0; acc <= 1; acc++) {
+        float *g = cdl_calloc(n, sizeof *g);
+        op->relu_bwd(be, n, y, dy.f, g);
+        memcpy(want2, base.f, n * sizeof *want2);
+        if (acc)
+            op->accumulate(be, n, g, want2);
+        else
+            memcpy(want2, g, n * sizeof *want2);
+        memcpy(got, dy.f, n * sizeof *got);
+        memcpy(got2, base.f, n * sizeof *got2);
+        op->relu_bwd_split(be, n, y, got, got, got2, acc);   /* dx aliases dy */
+        assert_memory_equal(got, g, n * sizeof *got);
+        assert_memory_equal(got2, want2, n * sizeof *got2);
+        cdl_free(g);
+    }
+    pair *all[] = {&a, &b, &dy, &base};
+    for (size_t i = 0; i < 4; i++)
+        pair_free(all[i]);
+    cdl_free(want);
+    cdl_free(got);
+    cdl_free(want2);
+    cdl_free(got2);
+    cdl_backend_destroy(be);
+}
+
 static void test_xent_ls_matches_reference(void **state)
 {
     (void)state;
@@ -442,6 +497,7 @@ int main(void)
         cmocka_unit_test(test_gap_matches_reference),
         cmocka_unit_test(test_act_matches_reference),
         cmocka_unit_test(test_add_accumulate_channel_copy),
+        cmocka_unit_test(test_add_relu_matches_unfused),
         cmocka_unit_test(test_xent_ls_matches_reference),
     };
     /* Every test twice, like test_kernels: the SIMD kernels (AVX-512,

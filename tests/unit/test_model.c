@@ -4,6 +4,7 @@
  * allocation inside a training step. */
 #include "model_testutil.h"
 
+#include "model/graph.h"
 #include "model/model_internal.h"
 #include "ref_ops.h"
 
@@ -543,6 +544,90 @@ static void test_grad_ready_ranges(void **state)
     }
 }
 
+/* ------------------------------------------------------------ fusions */
+
+/* Residual blocks whose add feeds a ReLU: one fan-out to a conv and the
+ * add (the gradient added to the conv's), one add reading two sole inputs
+ * (the second's gradient overwritten). */
+static const char fuse_spec[] =
+    "conv2d 4 kernel=3 padding=1 bias=false name=stem\n"
+    "batchnorm2d\n"
+    "relu name=r0\n"
+    "conv2d 4 kernel=3 padding=1 bias=false\n"
+    "batchnorm2d\n"
+    "relu\n"
+    "conv2d 4 kernel=3 padding=1 bias=false\n"
+    "batchnorm2d name=b2\n"
+    "add r0\n"
+    "relu name=r1\n"
+    "conv2d 4 kernel=1 bias=false from=r1 name=sc\n"
+    "conv2d 4 kernel=3 padding=1 bias=false from=r1\n"
+    "add sc\n"
+    "relu\n"
+    "globalavgpool\n"
+    "flatten\n"
+    "linear 3\n";
+
+/* The add+ReLU fusion (the CPU backend's add_relu and relu_bwd_split)
+ * gives the bits of the unfused add, relu_fwd, relu_bwd and copies, which
+ * run when a backend lacks the fused ops. */
+static void test_add_relu_fusion_bitwise(void **state)
+{
+    (void)state;
+    static cdl_backend_ops plain_ops;
+    const int n = 5, classes = 3;   /* 5*4*49 floats: AVX2 tails */
+    cdl_shape in = {2, 7, 7};
+    cdl_backend *be2 = cdl_backend_cpu_create(2);
+    assert_non_null(be2);
+    plain_ops = *be2->ops;
+    plain_ops.add_relu = NULL;
+    plain_ops.relu_bwd_split = NULL;
+    be2->ops = &plain_ops;
+    cdl_model_spec spec;
+    assert_int_equal(cdl_spec_parse(fuse_spec, "fuse.spec", &spec), 0);
+    cdl_model *m[2] = {cdl_model_create(&spec, in, n, be), cdl_model_create(&spec, in, n, be2)};
+    cdl_backend *bes[2] = {be, be2};
+    float *g[2], *y[2];
+    float *xh = random_input(in, n, 21);
+    int32_t labels[5];
+    random_labels(labels, n, classes);
+    for (int k = 0; k < 2; k++) {
+        assert_non_null(m[k]);
+        /* Both adds' ReLUs are fused on the CPU backend, none without the ops. */
+        int fused = 0;
+        for (int i = 0; i < m[k]->nlayers; i++)
+            fused += m[k]->layers[i].s->kind == CDL_LAYER_ADD && m[k]->layers[i].fuse_relu;
+        assert_int_equal(fused, k ? 0 : 2);
+        cdl_model_init(m[k], 4);
+        float *x = dev_upload(bes[k], xh, (size_t)n * 98 * sizeof(float));
+        loss_bufs lb;
+        loss_bufs_init(&lb, bes[k], n, classes, labels);
+        const float *logits = cdl_model_forward(m[k], x, n, 1, 1);
+        y[k] = host_copy(bes[k], logits, (size_t)n * classes);
+        loss_bufs_run(&lb, logits);
+        cdl_model_backward(m[k], lb.dlogits, NULL, NULL);
+        g[k] = host_copy(bes[k], cdl_model_grads(m[k]), cdl_model_nparams(m[k]));
+        loss_bufs_free(&lb);
+        bes[k]->ops->free(bes[k], x);
+    }
+    assert_memory_equal(y[0], y[1], (size_t)n * classes * sizeof(float));
+    assert_memory_equal(g[0], g[1], cdl_model_nparams(m[0]) * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        free(g[k]);
+        free(y[k]);
+        cdl_model_destroy(m[k]);
+    }
+    free(xh);
+    cdl_backend_destroy(be2);
+}
+
+/* The fused add+ReLU's gradients against central differences. */
+static void test_finite_differences_add_relu(void **state)
+{
+    (void)state;
+    check_fd(fuse_spec, 1);
+}
+
 /* ----------------------------------------------- determinism, allocation */
 
 static void test_deterministic_and_overwrites(void **state)
@@ -786,15 +871,15 @@ static void test_builtin_resnets(void **state)
     snprintf(want_names[k++], 64, "conv1.weight");
     snprintf(want_names[k++], 64, "bn1.weight");
     snprintf(want_names[k++], 64, "bn1.bias");
-    for (int layer = 1; layer <= 4; layer++)
+    for (int stage = 1; stage <= 4; stage++)
         for (int b = 0; b < 2; b++) {
             static const char *const parts[] = {"conv1.weight", "bn1.weight", "bn1.bias",
                                                 "conv2.weight", "bn2.weight", "bn2.bias",
                                                 "downsample.0.weight", "downsample.1.weight",
                                                 "downsample.1.bias"};
-            int nparts = layer > 1 && b == 0 ? 9 : 6;
+            int nparts = stage > 1 && b == 0 ? 9 : 6;
             for (int p = 0; p < nparts; p++)
-                snprintf(want_names[k++], 64, "layer%d.%d.%s", layer, b, parts[p]);
+                snprintf(want_names[k++], 64, "layer%d.%d.%s", stage, b, parts[p]);
         }
     snprintf(want_names[k++], 64, "fc.weight");
     snprintf(want_names[k++], 64, "fc.bias");
@@ -849,6 +934,8 @@ int main(void)
         cmocka_unit_test(test_finite_differences_graph),
         cmocka_unit_test(test_finite_differences_bn),
         cmocka_unit_test(test_grad_ready_ranges),
+        cmocka_unit_test(test_add_relu_fusion_bitwise),
+        cmocka_unit_test(test_finite_differences_add_relu),
         cmocka_unit_test(test_deterministic_and_overwrites),
         cmocka_unit_test(test_input_may_change_before_backward),
         cmocka_unit_test(test_partial_batch),

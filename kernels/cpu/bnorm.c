@@ -80,29 +80,44 @@ static void bwd_apply_ref(const float *x, const float *yr, const float *dy, int 
  * reference). Sums run in double lanes, like the reference's. ---- */
 #if CPU_X86
 /* Sums accumulate in double lanes (4+4 per 8 floats): batch-norm sums
- * cancel (dy*xhat sums to little), and float lanes lost 1e-5 of them. */
+ * cancel (dy*xhat sums to little), and float lanes lost 1e-5 of them.
+ * Planes of 16 floats or more go through two accumulators (the lanes of
+ * floats 0-7 and 8-15 of every 16), so two chains of dependent adds run
+ * at once: one chain waits on each add's latency, twice the time. */
 static CPU_AVX2 double sum_avx2(const float *x, int hw)
 {
-    __m256d acc = _mm256_setzero_pd();
+    __m256d acc = _mm256_setzero_pd(), acc2 = _mm256_setzero_pd();
     int i = 0;
+    for (; i + 16 <= hw; i += 16) {
+        acc = cpu_acc8(acc, _mm256_loadu_ps(x + i));
+        acc2 = cpu_acc8(acc2, _mm256_loadu_ps(x + i + 8));
+    }
     for (; i + 8 <= hw; i += 8)
         acc = cpu_acc8(acc, _mm256_loadu_ps(x + i));
-    return cpu_hsum4d(acc) + sum_ref(x + i, hw - i);
+    return cpu_hsum4d(_mm256_add_pd(acc, acc2)) + sum_ref(x + i, hw - i);
 }
 
-/* Squares of float differences, each widened before it is squared. */
+/* acc plus the squares of the 8 float differences, each widened before
+ * it is squared. */
+static CPU_AVX2 inline __m256d sqdev8(__m256d acc, __m256 d)
+{
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(d));
+    __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1));
+    return _mm256_fmadd_pd(lo, lo, _mm256_fmadd_pd(hi, hi, acc));
+}
+
 static CPU_AVX2 double sqdev_avx2(const float *x, int hw, float mean)
 {
-    __m256d acc = _mm256_setzero_pd();
+    __m256d acc = _mm256_setzero_pd(), acc2 = _mm256_setzero_pd();
     __m256 m = _mm256_set1_ps(mean);
     int i = 0;
-    for (; i + 8 <= hw; i += 8) {
-        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
-        __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(d));
-        __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1));
-        acc = _mm256_fmadd_pd(lo, lo, _mm256_fmadd_pd(hi, hi, acc));
+    for (; i + 16 <= hw; i += 16) {
+        acc = sqdev8(acc, _mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        acc2 = sqdev8(acc2, _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m));
     }
-    return cpu_hsum4d(acc) + sqdev_ref(x + i, hw - i, mean);
+    for (; i + 8 <= hw; i += 8)
+        acc = sqdev8(acc, _mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+    return cpu_hsum4d(_mm256_add_pd(acc, acc2)) + sqdev_ref(x + i, hw - i, mean);
 }
 
 static CPU_AVX2 void affine_avx2(const float *x, int hw, float scale, float shift, int relu,
@@ -129,16 +144,26 @@ static CPU_AVX2 inline __m256 dy8(const float *yr, const float *dy, int i)
 static CPU_AVX2 void bwd_sums_avx2(const float *x, const float *yr, const float *dy, int hw,
                                    float mean, double *sdy, double *sdyx)
 {
+    /* Two accumulators of each sum, as in sum_avx2. */
     __m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
+    __m256d a2 = _mm256_setzero_pd(), b2 = _mm256_setzero_pd();
     __m256 m = _mm256_set1_ps(mean);
     int i = 0;
+    for (; i + 16 <= hw; i += 16) {
+        __m256 g = dy8(yr, dy, i), d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
+        __m256 g2 = dy8(yr, dy, i + 8), d2 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m);
+        a = cpu_acc8(a, g);
+        b = cpu_dot8(b, g, d);
+        a2 = cpu_acc8(a2, g2);
+        b2 = cpu_dot8(b2, g2, d2);
+    }
     for (; i + 8 <= hw; i += 8) {
         __m256 g = dy8(yr, dy, i), d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
         a = cpu_acc8(a, g);
         b = cpu_dot8(b, g, d);
     }
-    *sdy += cpu_hsum4d(a);
-    *sdyx += cpu_hsum4d(b);
+    *sdy += cpu_hsum4d(_mm256_add_pd(a, a2));
+    *sdyx += cpu_hsum4d(_mm256_add_pd(b, b2));
     bwd_sums_ref(x + i, yr ? yr + i : NULL, dy + i, hw - i, mean, sdy, sdyx);
 }
 
@@ -190,7 +215,7 @@ typedef struct bn_ctx {
     int n, c, hw, relu;
     float eps;
     const float *x, *yr, *dy, *sum, *sqdev, *saved, *gamma, *beta, *rm, *rv, *sdy, *sdyx;
-    float *out, *out2;
+    float *out, *out2, *out3, *out4;
 } bn_ctx;
 
 static const float *plane(const float *p, const bn_ctx *c, int img, int ch)
@@ -253,6 +278,41 @@ static void affine_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
     }
 }
 
+/* Channel ch's mean and invstd in saved (2c+1: mean, invstd, count) from
+ * the sums (count at sum[c]). */
+static void save_channel(int c, size_t ch, const float *sum, const float *sqdev, float eps,
+                         float *saved)
+{
+    double count = sum[c];
+    double var = count > 0.0 ? sqdev[ch] / count : 0.0;
+    saved[ch] = count > 0.0 ? (float)(sum[ch] / count) : 0.0f;
+    saved[(size_t)c + ch] = (float)(1.0 / sqrt(var + eps));
+}
+
+/* bn_train_fwd's items are channels: sum, sqdev, saved and y of one
+ * channel, each step as the pieces' own (the same bits), the channel's
+ * planes read three times while they are still in cache. out = y, out2 =
+ * sum (with the count at [c] already), out3 = sqdev, out4 = saved. */
+static void fwd_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    const bn_ctx *c = vctx;
+    for (size_t ch = b; ch < e; ch++) {
+        bn_ctx one = *c;
+        one.out = c->out2;
+        sum_channels(&one, ch, ch + 1, chunk, tid);
+        one.sum = c->out2;
+        one.out = c->out3;
+        sqdev_channels(&one, ch, ch + 1, chunk, tid);
+        save_channel(c->c, ch, c->out2, c->out3, c->eps, c->out4);
+        one.saved = c->out4;
+        one.out = c->out;
+        for (int img = 0; img < c->n; img++) {
+            size_t p = (size_t)img * (size_t)c->c + ch;
+            affine_planes(&one, p, p + 1, chunk, tid);
+        }
+    }
+}
+
 static size_t nplanes(int n, int c)
 {
     return n > 0 && c > 0 ? (size_t)n * (size_t)c : 0;
@@ -287,16 +347,26 @@ void cpu_bn_apply(cdl_backend *be, int n, int c, int hw, const float *x, const f
 {
     if (c <= 0)
         return;
-    double count = sum[c];
-    for (int ch = 0; ch < c; ch++) {
-        double var = count > 0.0 ? sqdev[ch] / count : 0.0;
-        saved[ch] = count > 0.0 ? (float)(sum[ch] / count) : 0.0f;
-        saved[c + ch] = (float)(1.0 / sqrt(var + eps));
-    }
-    saved[2 * c] = (float)count;
+    for (int ch = 0; ch < c; ch++)
+        save_channel(c, (size_t)ch, sum, sqdev, eps, saved);
+    saved[2 * c] = sum[c];
     bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .relu = relu, .x = x, .saved = saved,
                   .gamma = gamma, .beta = beta, .out = y};
     pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), affine_planes, &ctx);
+}
+
+void cpu_bn_train_fwd(cdl_backend *be, int n, int c, int hw, const float *x, float eps,
+                      const float *gamma, const float *beta, int relu, float *y, float *sum,
+                      float *sqdev, float *saved)
+{
+    if (c <= 0)
+        return;
+    sum[c] = (float)((double)(n > 0 ? n : 0) * (hw > 0 ? hw : 0));
+    saved[2 * c] = sum[c];
+    bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .relu = relu, .eps = eps, .x = x,
+                  .gamma = gamma, .beta = beta, .out = y, .out2 = sum, .out3 = sqdev,
+                  .out4 = saved};
+    pool_for(cpu_pool(be), (size_t)c, 1, fwd_channels, &ctx);
 }
 
 void cpu_bn_running(cdl_backend *be, int c, const float *sum, const float *sqdev,

@@ -78,6 +78,9 @@ void cpu_bn_sqdev(cdl_backend *be, int n, int c, int hw, const float *x, const f
 void cpu_bn_apply(cdl_backend *be, int n, int c, int hw, const float *x, const float *sum,
                   const float *sqdev, float eps, const float *gamma, const float *beta,
                   int relu, float *y, float *saved);
+void cpu_bn_train_fwd(cdl_backend *be, int n, int c, int hw, const float *x, float eps,
+                      const float *gamma, const float *beta, int relu, float *y, float *sum,
+                      float *sqdev, float *saved);
 void cpu_bn_running(cdl_backend *be, int c, const float *sum, const float *sqdev,
                     float momentum, float *running_mean, float *running_var,
                     float *num_batches_tracked);

@@ -205,6 +205,12 @@ typedef struct cdl_backend_ops {
     void (*bn_apply)(cdl_backend *be, int n, int c, int hw, const float *x, const float *sum,
                      const float *sqdev, float eps, const float *gamma, const float *beta,
                      int relu, float *y, float *saved);
+    /* Optional (NULL: the three pieces): bn_sum, bn_sqdev and bn_apply in
+     * one call without sync, their bits, sum/sqdev/saved as they leave them
+     * (a CPU runs it a channel at a time, its planes still in cache). */
+    void (*bn_train_fwd)(cdl_backend *be, int n, int c, int hw, const float *x, float eps,
+                         const float *gamma, const float *beta, int relu, float *y, float *sum,
+                         float *sqdev, float *saved);
     void (*bn_running)(cdl_backend *be, int c, const float *sum, const float *sqdev,
                        float momentum, float *running_mean, float *running_var,
                        float *num_batches_tracked);

@@ -31,6 +31,7 @@ typedef struct layer {
     int last_reader;               /* the highest layer reading it: writes dy first */
     int fused;                     /* relu: computed by the batchnorm or add before it */
     int fuse_relu;                 /* batchnorm, add: applies the relu after it */
+    int bn_one_call;               /* batchnorm: training forward in bn_train_fwd (no sync) */
     int dy_alias;                  /* dy is the dy of layer dy_alias (its only reader) or -1 */
     /* Sequences: an output of T positions of E features is (T, 1, E). */
     int seq, in_seq;               /* the output / first input is a sequence */

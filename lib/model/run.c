@@ -67,14 +67,19 @@ static void bn_forward(cdl_model *m, layer *L, int n, int train)
     }
     float *sum = L->stats, *sqdev = sum + c + 1, *saved = sqdev + c;
     int sync = L->s->sync;
-    op->bn_sum(be, n, c, hw, x, sum);
-    if (sync)
-        allreduce(m, sum, (size_t)c + 1);
-    op->bn_sqdev(be, n, c, hw, x, sum, sqdev);
-    if (sync)
-        allreduce(m, sqdev, (size_t)c);
-    op->bn_apply(be, n, c, hw, x, sum, sqdev, eps, param(m, L->wview), param(m, L->bview),
-                 L->fuse_relu, L->y, saved);
+    if (L->bn_one_call) {
+        op->bn_train_fwd(be, n, c, hw, x, eps, param(m, L->wview), param(m, L->bview),
+                         L->fuse_relu, L->y, sum, sqdev, saved);
+    } else {
+        op->bn_sum(be, n, c, hw, x, sum);
+        if (sync)
+            allreduce(m, sum, (size_t)c + 1);
+        op->bn_sqdev(be, n, c, hw, x, sum, sqdev);
+        if (sync)
+            allreduce(m, sqdev, (size_t)c);
+        op->bn_apply(be, n, c, hw, x, sum, sqdev, eps, param(m, L->wview), param(m, L->bview),
+                     L->fuse_relu, L->y, saved);
+    }
     op->bn_running(be, c, sum, sqdev, L->s->momentum, buffer(m, L->bufview),
                    buffer(m, L->bufview + 1), buffer(m, L->bufview + 2));
 }

@@ -132,6 +132,26 @@ static void test_ref_xent_ls_gradient(void **state)
 
 static const int bn_shapes[][3] = {{4, 3, 37}, {8, 16, 64}, {5, 2, 1}, {2, 5, 300}};
 
+/* bn_train_fwd (one call) leaves the bits bn_sum, bn_sqdev and bn_apply
+ * left in y, sum, sqdev and saved; y may alias x. */
+static void bn_train_fwd_same_bits(cdl_backend *be, int n, int c, int hw, const float *x,
+                                   const float *g, const float *b, int relu, const float *y,
+                                   const float *sum, const float *sq, const float *saved)
+{
+    size_t nx = (size_t)n * c * hw;
+    float *y1 = cdl_calloc(nx, sizeof *y1), *sum1 = cdl_calloc((size_t)c + 1, sizeof *sum1);
+    float *sq1 = cdl_calloc(c, sizeof *sq1), *saved1 = cdl_calloc(2 * (size_t)c + 1, sizeof *saved1);
+    be->ops->bn_train_fwd(be, n, c, hw, x, (float)BN_EPS, g, b, relu, y1, sum1, sq1, saved1);
+    assert_memory_equal(y1, y, nx * sizeof *y1);
+    assert_memory_equal(sum1, sum, ((size_t)c + 1) * sizeof *sum1);
+    assert_memory_equal(sq1, sq, (size_t)c * sizeof *sq1);
+    assert_memory_equal(saved1, saved, (2 * (size_t)c + 1) * sizeof *saved1);
+    memcpy(y1, x, nx * sizeof *y1);
+    be->ops->bn_train_fwd(be, n, c, hw, y1, (float)BN_EPS, g, b, relu, y1, sum1, sq1, saved1);
+    assert_memory_equal(y1, y, nx * sizeof *y1);
+    cdl_free(y1), cdl_free(sum1), cdl_free(sq1), cdl_free(saved1);
+}
+
 /* BatchNorm2d training forward, running statistics and backward from the
  * pieces, fused ReLU on and off, against ref_bn_train_*. */
 static void test_bn_train_matches_reference(void **state)
@@ -162,6 +182,7 @@ static void test_bn_train_matches_reference(void **state)
                 op->bn_apply(be, n, c, hw, x.f, sum, sq, (float)BN_EPS, g.f, b.f, relu, y.f, saved);
                 check_close("bn y", y.f, y.d, nx, 1e-5);
                 check_close("bn saved mean", saved, mean.d, (size_t)c, 1e-6);
+                bn_train_fwd_same_bits(be, n, c, hw, x.f, g.f, b.f, relu, y.f, sum, sq, saved);
                 for (int i = 0; i < c; i++)
                     assert_true(fabs(saved[c + i] - 1.0 / sqrt(var.d[i] + BN_EPS)) <
                                 1e-5 * saved[c + i]);

@@ -7,7 +7,9 @@
 #     against DataLoader + ImageFolder (bench/torch_loader.py) of PyTorch 2.x
 #     from PyPI (torch and torchvision in a venv this script creates, shared
 #     with the other benches) and of Debian's 1.13, and the ratio to the
-#     faster of the two (issue target: >= 3);
+#     faster of the two (issue target: >= 3), for both --decode memory (at
+#     load, in threads) and --decode stream (in the loader's workers, every
+#     epoch, as a DataLoader does);
 #  2. cdl-train EPOCHS epochs of lenet from the PNG folder against the idx
 #     files (target: within 10 %).
 # Usage: bench/run_readers.sh [BUILD_DIR]
@@ -45,19 +47,22 @@ echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/bench/make_folders" "$work" "$npng" "$njpg" || exit 1
 v2=$([ -n "$torch2" ] && "$torch2" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)
 v1=$("$python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)
-echo "| folder | workers | cdl img/s (load+epoch) | cdl later epoch img/s | torch ${v2:-2.x} img/s | torch ${v1:-1.13} img/s | cdl/faster torch |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
+echo "| folder | workers | cdl img/s (load+epoch) | cdl later epoch img/s | cdl --decode stream img/s | torch ${v2:-2.x} img/s | torch ${v1:-1.13} img/s | cdl/faster torch | stream/faster torch |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for set in "png/train 28 1" "jpeg $jsize 0"; do
     read -r dir size gray <<<"$set"
     for w in 1 2; do
         c=$("$build/bench/bench_readers" "$work/$dir" "$size" "$w" | grep RESULT)
+        cs=$("$build/bench/bench_readers" "$work/$dir" "$size" "$w" 256 stream | grep RESULT)
+        si=$(field first_img_s "$cs")
         t2=-
         [ -n "$torch2" ] && t2=$(torch_img_s "$torch2" "$work/$dir" "$size" "$w" "$gray")
         t1=$(torch_img_s "$python" "$work/$dir" "$size" "$w" "$gray")
         ci=$(field first_img_s "$c")
         best=$(printf '%s\n' "$t2" "$t1" | grep -v '^-$' | sort -g | tail -n1)
-        echo "| $dir ($(field n "$c") x $(field shape "$c")) | $w | $ci | $(field later_img_s "$c") | $t2 | $t1 |" \
-             "$(awk -v a="$ci" -v b="${best:-0}" 'BEGIN{if (b > 0) printf "%.1fx", a/b; else printf "-"}') |"
+        ratio() { awk -v a="$1" -v b="${best:-0}" 'BEGIN{if (b > 0) printf "%.1fx", a/b; else printf "-"}'; }
+        echo "| $dir ($(field n "$c") x $(field shape "$c")) | $w | $ci | $(field later_img_s "$c") | $si |" \
+             "$t2 | $t1 | $(ratio "$ci") | $(ratio "$si") |"
     done
 done
 

@@ -141,30 +141,39 @@ static CPU_AVX2 inline __m256 dy8(const float *yr, const float *dy, int i)
     return g;
 }
 
+/* The backward sums of 8 lanes: g and d = x - mean widened once each;
+ * acc[0..1] += g (low, high 4), acc[2..3] += g*d. */
+static CPU_AVX2 inline void bwd8(__m256 g, __m256 d, __m256d acc[4])
+{
+    __m256d glo = _mm256_cvtps_pd(_mm256_castps256_ps128(g));
+    __m256d ghi = _mm256_cvtps_pd(_mm256_extractf128_ps(g, 1));
+    acc[0] = _mm256_add_pd(acc[0], glo);
+    acc[1] = _mm256_add_pd(acc[1], ghi);
+    acc[2] = _mm256_fmadd_pd(glo, _mm256_cvtps_pd(_mm256_castps256_ps128(d)), acc[2]);
+    acc[3] = _mm256_fmadd_pd(ghi, _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1)), acc[3]);
+}
+
+/* Eight independent chains (two sets of bwd8's four) over 16 floats. */
 static CPU_AVX2 void bwd_sums_avx2(const float *x, const float *yr, const float *dy, int hw,
                                    float mean, double *sdy, double *sdyx)
 {
-    /* Two accumulators of each sum, as in sum_avx2. */
-    __m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
-    __m256d a2 = _mm256_setzero_pd(), b2 = _mm256_setzero_pd();
+    __m256d acc[4], acc2[4];
+    for (int k = 0; k < 4; k++)
+        acc[k] = acc2[k] = _mm256_setzero_pd();
     __m256 m = _mm256_set1_ps(mean);
     int i = 0;
     for (; i + 16 <= hw; i += 16) {
-        __m256 g = dy8(yr, dy, i), d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
-        __m256 g2 = dy8(yr, dy, i + 8), d2 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m);
-        a = cpu_acc8(a, g);
-        b = cpu_dot8(b, g, d);
-        a2 = cpu_acc8(a2, g2);
-        b2 = cpu_dot8(b2, g2, d2);
+        bwd8(dy8(yr, dy, i), _mm256_sub_ps(_mm256_loadu_ps(x + i), m), acc);
+        bwd8(dy8(yr, dy, i + 8), _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m), acc2);
     }
-    for (; i + 8 <= hw; i += 8) {
-        __m256 g = dy8(yr, dy, i), d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
-        a = cpu_acc8(a, g);
-        b = cpu_dot8(b, g, d);
-    }
-    *sdy += cpu_hsum4d(_mm256_add_pd(a, a2));
-    *sdyx += cpu_hsum4d(_mm256_add_pd(b, b2));
-    bwd_sums_ref(x + i, yr ? yr + i : NULL, dy + i, hw - i, mean, sdy, sdyx);
+    for (; i + 8 <= hw; i += 8)
+        bwd8(dy8(yr, dy, i), _mm256_sub_ps(_mm256_loadu_ps(x + i), m), acc);
+    __m256d a = _mm256_add_pd(_mm256_add_pd(acc[0], acc[1]), _mm256_add_pd(acc2[0], acc2[1]));
+    __m256d b = _mm256_add_pd(_mm256_add_pd(acc[2], acc[3]), _mm256_add_pd(acc2[2], acc2[3]));
+    *sdy += cpu_hsum4d(a);
+    *sdyx += cpu_hsum4d(b);
+    if (i < hw)
+        bwd_sums_ref(x + i, yr ? yr + i : NULL, dy + i, hw - i, mean, sdy, sdyx);
 }
 
 static CPU_AVX2 void bwd_apply_avx2(const float *x, const float *yr, const float *dy, int hw,
@@ -450,6 +459,37 @@ void cpu_bn_bwd_apply(cdl_backend *be, int n, int c, int hw, const float *x,
     bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .x = x, .yr = y_relu, .dy = dy,
                   .saved = saved, .gamma = gamma, .sdy = sum_dy, .sdyx = sum_dy_xhat, .out = dx};
     pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), bwd_apply_planes, &ctx);
+}
+
+/* bn_train_bwd's items are channels: the sums of one channel, then its dx
+ * (when out3 is not NULL), each as the pieces compute it. out = dgamma,
+ * out2 = dbeta, out3 = dx. */
+static void bwd_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    const bn_ctx *c = vctx;
+    for (size_t ch = b; ch < e; ch++) {
+        bwd_sum_channels(vctx, ch, ch + 1, chunk, tid);
+        if (!c->out3)
+            continue;
+        bn_ctx one = *c;
+        one.sdy = c->out2;
+        one.sdyx = c->out;
+        one.out = c->out3;
+        for (int img = 0; img < c->n; img++) {
+            size_t p = (size_t)img * (size_t)c->c + ch;
+            bwd_apply_planes(&one, p, p + 1, chunk, tid);
+        }
+    }
+}
+
+void cpu_bn_train_bwd(cdl_backend *be, int n, int c, int hw, const float *x,
+                      const float *y_relu, const float *dy, const float *saved,
+                      const float *gamma, float *dgamma, float *dbeta, float *dx)
+{
+    bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .x = x, .yr = y_relu, .dy = dy,
+                  .saved = saved, .gamma = gamma, .out = dgamma, .out2 = dbeta, .out3 = dx};
+    if (c > 0)
+        pool_for(cpu_pool(be), (size_t)c, 1, bwd_channels, &ctx);
 }
 
 void cpu_bn_fold(cdl_backend *be, int oc, int per_oc, const float *w, const float *b,

@@ -81,6 +81,9 @@ void cpu_bn_apply(cdl_backend *be, int n, int c, int hw, const float *x, const f
 void cpu_bn_train_fwd(cdl_backend *be, int n, int c, int hw, const float *x, float eps,
                       const float *gamma, const float *beta, int relu, float *y, float *sum,
                       float *sqdev, float *saved);
+void cpu_bn_train_bwd(cdl_backend *be, int n, int c, int hw, const float *x,
+                      const float *y_relu, const float *dy, const float *saved,
+                      const float *gamma, float *dgamma, float *dbeta, float *dx);
 void cpu_bn_running(cdl_backend *be, int c, const float *sum, const float *sqdev,
                     float momentum, float *running_mean, float *running_var,
                     float *num_batches_tracked);

@@ -211,6 +211,12 @@ typedef struct cdl_backend_ops {
     void (*bn_train_fwd)(cdl_backend *be, int n, int c, int hw, const float *x, float eps,
                          const float *gamma, const float *beta, int relu, float *y, float *sum,
                          float *sqdev, float *saved);
+    /* Optional (NULL: the two pieces): bn_bwd_sums then bn_bwd_apply (with
+     * sum_dy = dbeta, sum_dy_xhat = dgamma) in one call without sync, their
+     * bits; dx NULL computes only dgamma and dbeta. */
+    void (*bn_train_bwd)(cdl_backend *be, int n, int c, int hw, const float *x,
+                         const float *y_relu, const float *dy, const float *saved,
+                         const float *gamma, float *dgamma, float *dbeta, float *dx);
     void (*bn_running)(cdl_backend *be, int c, const float *sum, const float *sqdev,
                        float momentum, float *running_mean, float *running_var,
                        float *num_batches_tracked);

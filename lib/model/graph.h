@@ -32,6 +32,7 @@ typedef struct layer {
     int fused;                     /* relu: computed by the batchnorm or add before it */
     int fuse_relu;                 /* batchnorm, add: applies the relu after it */
     int bn_one_call;               /* batchnorm: training forward in bn_train_fwd (no sync) */
+    int bn_bwd_one_call;           /* batchnorm: backward in bn_train_bwd (no sync) */
     int dy_alias;                  /* dy is the dy of layer dy_alias (its only reader) or -1 */
     /* Sequences: an output of T positions of E features is (T, 1, E). */
     int seq, in_seq;               /* the output / first input is a sequence */

@@ -198,6 +198,7 @@ static void plan_graph(cdl_model *m)
             P->fuse_relu = 1;
         }
         L->bn_one_call = k == CDL_LAYER_BATCHNORM2D && !L->s->sync && op->bn_train_fwd;
+        L->bn_bwd_one_call = k == CDL_LAYER_BATCHNORM2D && !L->s->sync && op->bn_train_bwd;
         /* dy passes to a sole input unchanged (flatten), or is computed in
          * place (relu, sigmoid, tanh, fused relu), or is copied to it (add:
          * the first input it solely feeds). */

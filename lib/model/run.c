@@ -211,6 +211,13 @@ static void bn_backward(cdl_model *m, layer *L, int i, int n)
     const float *saved = L->stats + 2 * c + 1;
     const float *y_relu = L->fuse_relu ? L->y : NULL;
     float *dgamma = grad(m, L->wview), *dbeta = grad(m, L->bview);
+    if (L->bn_bwd_one_call) {
+        float *dx = dx_target(m, L, i, 0);
+        op->bn_train_bwd(be, n, c, hw, x, y_relu, L->dy, saved, param(m, L->wview), dgamma,
+                         dbeta, dx);
+        finish_dx(m, L, 0, dx, (size_t)n * L->in_numel);
+        return;
+    }
     op->bn_bwd_sums(be, n, c, hw, x, y_relu, L->dy, saved, dgamma, dbeta);
     const float *sum_dy = dbeta, *sum_dy_xhat = dgamma;
     if (L->s->sync && m->allreduce) {

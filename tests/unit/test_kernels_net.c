@@ -152,6 +152,25 @@ static void bn_train_fwd_same_bits(cdl_backend *be, int n, int c, int hw, const 
     cdl_free(y1), cdl_free(sum1), cdl_free(sq1), cdl_free(saved1);
 }
 
+/* bn_train_bwd (one call) leaves the bits of bn_bwd_sums and bn_bwd_apply;
+ * without dx only the sums. */
+static void bn_train_bwd_same_bits(cdl_backend *be, int n, int c, int hw, const float *x,
+                                   const float *yr, const float *dy, const float *saved,
+                                   const float *g, const float *dg, const float *db,
+                                   const float *dx)
+{
+    size_t nx = (size_t)n * c * hw;
+    float *dx1 = cdl_calloc(nx, sizeof *dx1), *dg1 = cdl_calloc(c, sizeof *dg1);
+    float *db1 = cdl_calloc(c, sizeof *db1);
+    for (int with_dx = 0; with_dx <= 1; with_dx++) {
+        be->ops->bn_train_bwd(be, n, c, hw, x, yr, dy, saved, g, dg1, db1, with_dx ? dx1 : NULL);
+        assert_memory_equal(dg1, dg, (size_t)c * sizeof *dg1);
+        assert_memory_equal(db1, db, (size_t)c * sizeof *db1);
+    }
+    assert_memory_equal(dx1, dx, nx * sizeof *dx1);
+    cdl_free(dx1), cdl_free(dg1), cdl_free(db1);
+}
+
 /* BatchNorm2d training forward, running statistics and backward from the
  * pieces, fused ReLU on and off, against ref_bn_train_*. */
 static void test_bn_train_matches_reference(void **state)
@@ -204,6 +223,8 @@ static void test_bn_train_matches_reference(void **state)
                 op->bn_bwd_apply(be, n, c, hw, x.f, relu ? y.f : NULL, dy.f, saved, g.f, db.f, dg.f,
                                  dx.f);
                 check_close("bn dx", dx.f, dx.d, nx, 1e-5);
+                bn_train_bwd_same_bits(be, n, c, hw, x.f, relu ? y.f : NULL, dy.f, saved, g.f,
+                                       dg.f, db.f, dx.f);
                 /* dx may alias dy. */
                 op->bn_bwd_apply(be, n, c, hw, x.f, relu ? y.f : NULL, dy.f, saved, g.f, db.f, dg.f,
                                  dy.f);

@@ -232,12 +232,66 @@ stop_fake_daemons() {
     done
 }
 
+# job_pids DIR: the processes of this cluster's jobs: its slurmstepd (they
+# inherit slurmd's environment, which names DIR's slurm.conf) and the tasks
+# they started (the job's environment names it too, and Slurm adds the
+# cluster's name). Neither this shell nor its callers (a test script
+# exports SLURM_CONF too) are ever listed.
+job_pids() {
+    local conf="SLURM_CONF=$1/etc/slurm.conf" p mine=" ${BASHPID:-$$} " a=$$
+    while [ "$a" -gt 1 ] 2>/dev/null; do
+        mine="$mine$a "
+        a=$(awk '{print $4}' "/proc/$a/stat" 2>/dev/null) || break
+    done
+    for p in /proc/[0-9]*; do
+        p=${p#/proc/}
+        case $mine in *" $p "*) continue ;; esac
+        grep -qzxF "$conf" "/proc/$p/environ" 2>/dev/null || continue
+        case $(readlink "/proc/$p/exe" 2>/dev/null) in
+        */slurmstepd | */slurmstepd-*) echo "$p"; continue ;;
+        esac
+        if grep -qzx 'SLURM_CLUSTER_NAME=cdltest' "/proc/$p/environ" 2>/dev/null; then echo "$p"; fi
+    done
+    return 0
+}
+no_job_pids() { [ -z "$(job_pids "$1")" ]; }
+
+# kill_jobs DIR: KILL what is left of the cluster's jobs, and say so.
+kill_jobs() {
+    local pids
+    pids=$(job_pids "$1")
+    [ -n "$pids" ] || return 0
+    echo "cluster.sh: killing job processes left after scancel: $(echo $pids)" >&2
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+    wait_for 10 no_job_pids "$1" ||
+        echo "cluster.sh: job processes still there: $(job_pids "$1" | tr '\n' ' ')" >&2
+}
+
+# cancel_jobs DIR: scancel every job while slurmctld and slurmd still run (a
+# slurmstepd whose slurmd is gone never ends) and wait up to 30 s for their
+# steps to end; then KILL what is left (a test that timed out with a job
+# still running leaves nothing behind).
+cancel_jobs() {
+    local dir=$1 ids
+    if [ -s "$dir/run/harness.slurmctld.pid" ] &&
+       kill -0 "$(cat "$dir/run/harness.slurmctld.pid")" 2>/dev/null; then
+        ids=$(SLURM_CONF=$dir/etc/slurm.conf timeout 10 squeue -h -o %A 2>/dev/null) || ids=
+        # shellcheck disable=SC2086
+        [ -z "$ids" ] || SLURM_CONF=$dir/etc/slurm.conf timeout 10 scancel $ids 2>/dev/null || true
+    fi
+    wait_for 30 no_job_pids "$dir" || kill_jobs "$dir"
+}
+
 stop() {
     local dir=$1
     [ -d "$dir" ] || return 0
     stop_fake_daemons "$dir"
+    cancel_jobs "$dir"
     stop_pids "$dir"/run/harness.slurmd.n1.pid "$dir"/run/harness.slurmd.n2.pid \
               "$dir"/run/harness.slurmctld.pid "$dir"/run/munged.pid
+    # A step started while the daemons stopped.
+    kill_jobs "$dir"
     if [ "${CDL_KEEP_CLUSTER:-0}" = 1 ]; then
         echo "cluster.sh: kept $dir" >&2
     else

@@ -103,4 +103,21 @@ if [ "$FAKE_TRAIN" = 1 ]; then
         eval 'grep -q "\"restart\":\"1\"" "$WORK/runs/long/metrics.jsonl" && grep -q "\"event\":\"resumed\",\"from\":\"step-123\"" "$WORK/runs/long/metrics.jsonl"'
 fi
 
+# A test that times out leaves a job running: stopping the cluster cancels
+# it, and neither its slurmstepd nor its task outlives the cluster.
+user_script linger.sh <<'EOF'
+#!/bin/sh
+echo $$ >linger.pid
+exec sleep 600
+EOF
+submit -o linger.out ./linger.sh >/dev/null
+wait_until 30 test -s "$WORK/linger.pid"
+task=$(cat "$WORK/linger.pid" 2>/dev/null)
+stepd=$(awk '{print $4}' "/proc/$task/stat" 2>/dev/null)
+check "a job runs when the cluster stops (task $task, its slurmstepd $stepd)" \
+    eval 'case "$(readlink "/proc/$stepd/exe")" in */slurmstepd*) true ;; *) false ;; esac'
+stop_cluster
+check "stopping the cluster ended the job's slurmstepd and task" \
+    eval '[ -n "$task" ] && [ ! -e "/proc/$task" ] && [ -n "$stepd" ] && [ ! -e "/proc/$stepd" ]'
+
 finish

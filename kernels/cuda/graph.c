@@ -69,18 +69,19 @@ int cbe_graph_op(cbe *ci, const char *name, uint64_t sig, const void *sc, size_t
                  const void **dyn)
 {
     step_graph *g = &ci->graph;
+    graph_slot *c = &g->slots[g->cur];
     *dyn = NULL;
     ci->recent[ci->ops++ % CBE_RECENT] = name;
     if (g->mode == GRAPH_OFF)
         return 0;
     int ok = 1;
     if (g->mode == GRAPH_CAPTURE) {
-        if (g->nsigs >= GRAPH_MAX_OPS) {
+        if (c->nsigs >= GRAPH_MAX_OPS) {
             cbe_fail(ci, "CUDA graph: more than %d ops in one step (at %s): run the step "
                      "without cuda_backend_graph_begin", GRAPH_MAX_OPS, name);
             return 0;   /* let it be captured: end_capture reports the failure */
         }
-        g->sigs[g->nsigs++] = sig;
+        c->sigs[c->nsigs++] = sig;
         if (sc_bytes) {
             size_t off = take_slot(ci, sc_bytes, name, &ok);
             if (ok) {
@@ -91,10 +92,10 @@ int cbe_graph_op(cbe *ci, const char *name, uint64_t sig, const void *sc, size_t
         return 0;
     }
     /* Replay: the graph holds the work; check and collect the scalars. */
-    if (g->broken)
+    if (c->broken)
         return 1;
-    if (g->pos >= g->nsigs || g->sigs[g->pos] != sig) {
-        g->broken = 1;
+    if (g->pos >= c->nsigs || c->sigs[g->pos] != sig) {
+        c->broken = 1;
         cbe_fail(ci, "CUDA graph: op %d of the step (%s) differs from the captured step (other "
                  "buffers, sizes or op order): a graph step must repeat the same ops on the same "
                  "buffers; use another key for another shape", g->pos + 1, name);
@@ -106,18 +107,23 @@ int cbe_graph_op(cbe *ci, const char *name, uint64_t sig, const void *sc, size_t
         if (ok)
             memcpy(g->host_scalars + off, sc, sc_bytes);
         else
-            g->broken = 1;
+            c->broken = 1;
     }
     return 1;
 }
 
+static void drop_slot(cbe *ci, graph_slot *c)
+{
+    if (c->have) {
+        CU_CHECK(ci, cudaGraphExecDestroy(c->exec));
+        c->have = 0;
+    }
+}
+
 static void drop_exec(cbe *ci)
 {
-    step_graph *g = &ci->graph;
-    if (g->have) {
-        CU_CHECK(ci, cudaGraphExecDestroy(g->exec));
-        g->have = 0;
-    }
+    for (int i = 0; i < GRAPH_SLOTS; i++)
+        drop_slot(ci, &ci->graph.slots[i]);
 }
 
 void cbe_graph_destroy(cbe *ci)
@@ -133,7 +139,8 @@ void cbe_graph_destroy(cbe *ci)
         (void)cudaFreeHost(g->ring);
     if (g->dev_scalars)
         (void)cudaFree(g->dev_scalars);
-    cdl_free(g->sigs);
+    for (int i = 0; i < GRAPH_SLOTS; i++)
+        cdl_free(g->slots[i].sigs);
     memset(g, 0, sizeof *g);
 }
 
@@ -141,11 +148,12 @@ void cbe_graph_destroy(cbe *ci)
 static int graph_setup(cbe *ci)
 {
     step_graph *g = &ci->graph;
-    if (g->sigs)
+    if (g->ring)
         return 0;
-    g->sigs = cdl_calloc(GRAPH_MAX_OPS, sizeof *g->sigs);
-    if (!g->sigs)
-        return -1;
+    for (int i = 0; i < GRAPH_SLOTS; i++)
+        if (!g->slots[i].sigs &&
+            !(g->slots[i].sigs = cdl_calloc(GRAPH_MAX_OPS, sizeof *g->slots[i].sigs)))
+            return -1;
     int failed = CU_CHECK(ci, cudaHostAlloc((void **)&g->ring,
                                             (size_t)GRAPH_RING * GRAPH_SCALAR_BYTES,
                                             cudaHostAllocPortable)) ||
@@ -183,14 +191,32 @@ int cuda_backend_graph_begin(cdl_backend *be, uint64_t key)
     g->host_scalars = g->ring + (size_t)g->slot * GRAPH_SCALAR_BYTES;
     g->scalars_used = 0;
     g->pos = 0;
-    if (g->have && g->key == key && !g->broken) {
+    /* The slot holding key, else an empty one, else the least recently
+     * used one. */
+    int pick = -1;
+    for (int i = 0; i < GRAPH_SLOTS && pick < 0; i++)
+        if (g->slots[i].have && g->slots[i].key == key)
+            pick = i;
+    for (int i = 0; i < GRAPH_SLOTS && pick < 0; i++)
+        if (!g->slots[i].have)
+            pick = i;
+    if (pick < 0) {
+        pick = 0;
+        for (int i = 1; i < GRAPH_SLOTS; i++)
+            if (g->slots[i].used < g->slots[pick].used)
+                pick = i;
+    }
+    graph_slot *c = &g->slots[pick];
+    g->cur = pick;
+    c->used = ++g->clock;
+    if (c->have && c->key == key && !c->broken) {
         g->mode = GRAPH_REPLAY;
         return 1;
     }
-    drop_exec(ci);
-    g->broken = 0;
-    g->nsigs = 0;
-    g->key = key;
+    drop_slot(ci, c);
+    c->broken = 0;
+    c->nsigs = 0;
+    c->key = key;
     if (CU_CHECK(ci, cudaStreamBeginCapture(ci->stream, cudaStreamCaptureModeThreadLocal)))
         return -1;
     g->mode = GRAPH_CAPTURE;
@@ -208,7 +234,7 @@ static int launch(cbe *ci)
             return -1;
         g->recorded[g->slot] = 1;
     }
-    return CU_CHECK(ci, cudaGraphLaunch(g->exec, ci->stream));
+    return CU_CHECK(ci, cudaGraphLaunch(g->slots[g->cur].exec, ci->stream));
 }
 
 int cuda_backend_graph_end(cdl_backend *be)
@@ -217,20 +243,21 @@ int cuda_backend_graph_end(cdl_backend *be)
         return 0;
     cbe *ci = cbe_of(be);
     step_graph *g = &ci->graph;
+    graph_slot *c = &g->slots[g->cur];
     cbe_enter(ci);
     graph_mode mode = g->mode;
     g->mode = GRAPH_OFF;
     if (mode == GRAPH_OFF)
         return cbe_fail(ci, "cuda_backend_graph_end without cuda_backend_graph_begin");
     if (mode == GRAPH_REPLAY) {
-        if (!g->broken && g->pos != g->nsigs) {
-            g->broken = 1;
+        if (!c->broken && g->pos != c->nsigs) {
+            c->broken = 1;
             cbe_fail(ci, "CUDA graph: the step issued %d ops but the captured one has %d: a "
-                     "graph step must repeat the same ops", g->pos, g->nsigs);
+                     "graph step must repeat the same ops", g->pos, c->nsigs);
         }
-        if (g->broken) {
+        if (c->broken) {
             /* Nothing of this step ran: the caller must redo it eagerly. */
-            drop_exec(ci);
+            drop_slot(ci, c);
             return -1;
         }
         return launch(ci);
@@ -242,15 +269,15 @@ int cuda_backend_graph_end(cdl_backend *be)
             CU_CHECK(ci, e);
         if (graph)
             (void)cudaGraphDestroy(graph);
-        g->broken = 1;
+        c->broken = 1;
         return cbe_fail(ci, "CUDA graph capture of the step failed (nothing of it ran): %s",
                         ci->err);
     }
-    e = cudaGraphInstantiate(&g->exec, graph, 0);
+    e = cudaGraphInstantiate(&c->exec, graph, 0);
     (void)cudaGraphDestroy(graph);
     if (CU_CHECK(ci, e))
         return -1;
-    g->have = 1;
+    c->have = 1;
     return launch(ci);
 }
 

@@ -54,14 +54,27 @@ typedef enum graph_mode { GRAPH_OFF, GRAPH_CAPTURE, GRAPH_REPLAY } graph_mode;
  * while earlier launches still upload theirs. */
 #define GRAPH_RING 4
 
-typedef struct step_graph {
-    graph_mode mode;
+/* Captured steps a backend keeps, by key: a training step with
+ * --accum-steps has up to three kinds of micro-batch (the first, a middle
+ * one, the last), each its own graph; the least recently used one goes. */
+#define GRAPH_SLOTS 4
+
+typedef struct graph_slot {
     int have;                 /* exec holds the graph of `key` */
     int broken;               /* a replay diverged: recapture next time */
     uint64_t key;
     cudaGraphExec_t exec;
     uint64_t *sigs;           /* GRAPH_MAX_OPS op signatures in capture order */
-    int nsigs, pos;           /* captured ops; replay position */
+    int nsigs;                /* captured ops */
+    unsigned long used;       /* clock of its last begin (LRU) */
+} graph_slot;
+
+typedef struct step_graph {
+    graph_mode mode;
+    graph_slot slots[GRAPH_SLOTS];
+    int cur;                  /* the slot of the open step */
+    unsigned long clock;
+    int pos;                  /* replay position */
     unsigned char *ring;      /* pinned, GRAPH_RING blocks of GRAPH_SCALAR_BYTES */
     cudaEvent_t uploaded[GRAPH_RING];
     int recorded[GRAPH_RING]; /* uploaded[i] was recorded */

@@ -101,12 +101,7 @@ int loop_create(run *r)
     if (train_graphs_decide(r->cfg->cuda_graphs, NULL, be->ops->graph_begin != NULL,
                             r->ri.world, &on, &why) != 0)
         return -1;
-    if (on && r->accum > 1) {
-        /* Micro-batches run different ops than the step's last one. */
-        on = 0;
-        why = "--accum-steps steps run eagerly";
-    }
-    else if (on && r->cfg->clip_grad > 0 && !train_clip_on_device(r)) {
+    if (on && r->cfg->clip_grad > 0 && !train_clip_on_device(r)) {
         on = 0;   /* clipping reads the norm on the host */
         why = "--clip-grad steps run eagerly (the backend clips on the host)";
     }
@@ -219,6 +214,15 @@ static int step_record(run *r, const train_position *pos, long step, int s, doub
     return train_report_step(r->rep, &st);
 }
 
+/* The captured graph of a full batch: its size and which ops it runs
+ * (--accum-steps: the step's first micro-batch copies its gradient, a
+ * middle one adds it, the last adds and updates; alone: the plain step). */
+static uint64_t graph_key(const run *r, int n, int ends)
+{
+    unsigned kind = ends ? (r->micro == 0 ? 3u : 2u) : (r->micro == 0 ? 0u : 1u);
+    return (uint64_t)n << 2 | kind;
+}
+
 /* Queues step `step` on slot s's batch of n samples (with --accum-steps:
  * one micro-batch of it; ends: the last one). */
 static int queue_step(run *r, int s, int n, long step, int ends)
@@ -235,7 +239,7 @@ static int queue_step(run *r, int s, int n, long step, int ends)
         be->ops->copy(be, g->y_step, y, y_bytes(r, n));
         x = g->x_step;
         y = g->y_step;
-        if (cdl_backend_graph_begin(be, (uint64_t)n) < 0)
+        if (cdl_backend_graph_begin(be, graph_key(r, n, ends)) < 0)
             return -1;
     }
     r->valid_rows = train_valid_rows(g->y_pin[s], n * r->positions);
@@ -271,8 +275,8 @@ static int queue_step(run *r, int s, int n, long step, int ends)
     }
     if (cdl_backend_mark(be, s) != 0)
         return -1;
-    if (n == r->cfg->batch_size)
-        g->warm = 1;
+    if (n == r->cfg->batch_size && ends)
+        g->warm = 1;   /* every kind of micro-batch has run eagerly */
     return 0;
 }
 

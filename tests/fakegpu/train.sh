@@ -3,7 +3,8 @@
 # training path (pipelined input, cuDNN plans, CUDA graphs, checkpoints) run
 # on the CPU, against the CPU backend:
 # - CUDA graphs on and off give bitwise the same weights and metrics, with
-#   --clip-grad (clipped on the device inside the graph) too;
+#   --clip-grad (clipped on the device inside the graph) and --accum-steps
+#   (a graph per kind of micro-batch) too;
 # - a run stopped by --max-steps and resumed equals one uninterrupted run,
 #   bit for bit;
 # - strict FP32 GPU training matches CPU training, one step at a time
@@ -79,6 +80,13 @@ norms() { grep -o '"grad_norm":[^,}]*' "$tmp/$1.json"; }
 norms clip | awk -F: '$2 <= 0.05 { bad = 1 } END { exit bad }' ||
     fail "a gradient norm is not above --clip-grad 0.05: the test would not clip"
 echo "  clip vs clipeager: 8 step norms equal, all above 0.05"
+# --accum-steps 3: each kind of micro-batch (first, middle, last) is its
+# own graph, all three replayed in epoch 2; the same weights as eager.
+train accum --device cuda --epochs 2 --accum-steps 3 --clip-grad 0.05
+grep -q "CUDA graphs on" "$tmp/accum.out" || { cat "$tmp/accum.out"; fail "--accum-steps turned CUDA graphs off"; }
+train accumeager --device cuda --epochs 2 --accum-steps 3 --clip-grad 0.05 --cuda-graphs off
+same_or_fail accum accumeager --bitwise
+same_metrics accum accumeager
 
 # Stopped after 5 steps (mid-epoch, graphs replaying), then resumed.
 train stopped --device cuda --epochs 2 --max-steps 5

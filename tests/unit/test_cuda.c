@@ -155,16 +155,16 @@ static cbe *recorder(void)
 {
     cbe *ci = cdl_calloc(1, sizeof *ci);
     assert_non_null(ci);
-    ci->graph.sigs = cdl_calloc(GRAPH_MAX_OPS, sizeof *ci->graph.sigs);
+    ci->graph.slots[0].sigs = cdl_calloc(GRAPH_MAX_OPS, sizeof *ci->graph.slots[0].sigs);
     ci->graph.host_scalars = cdl_calloc(GRAPH_SCALAR_BYTES, 1);
     ci->graph.dev_scalars = cdl_calloc(GRAPH_SCALAR_BYTES, 1);
-    assert_true(ci->graph.sigs && ci->graph.host_scalars && ci->graph.dev_scalars);
+    assert_true(ci->graph.slots[0].sigs && ci->graph.host_scalars && ci->graph.dev_scalars);
     return ci;
 }
 
 static void recorder_free(cbe *ci)
 {
-    cdl_free(ci->graph.sigs);
+    cdl_free(ci->graph.slots[0].sigs);
     cdl_free(ci->graph.host_scalars);
     cdl_free(ci->graph.dev_scalars);
     cdl_free(ci);
@@ -185,6 +185,7 @@ static void test_graph_recorder(void **state)
     (void)state;
     cbe *ci = recorder();
     step_graph *g = &ci->graph;
+    graph_slot *c = &g->slots[g->cur];   /* the open step's (slot 0) */
     const void *dyn = (const void *)1;
     float lr = 0.5f;
     double big[2] = {1.5, 2.5};
@@ -201,7 +202,7 @@ static void test_graph_recorder(void **state)
     assert_ptr_equal(dyn, g->dev_scalars);
     assert_int_equal(cbe_graph_op(ci, "c", 33, big, sizeof big, &dyn), 0);
     assert_ptr_equal(dyn, g->dev_scalars + 16);
-    assert_int_equal(g->nsigs, 3);
+    assert_int_equal(c->nsigs, 3);
     assert_memory_equal(g->host_scalars, &lr, sizeof lr);
 
     /* Replay: nothing is enqueued; new scalars land in the same slots. */
@@ -216,14 +217,14 @@ static void test_graph_recorder(void **state)
     assert_int_equal(g->pos, 3);
     assert_memory_equal(g->host_scalars, &lr, sizeof lr);
     assert_memory_equal(g->host_scalars + 16, big, sizeof big);
-    assert_false(g->broken || ci->failed);
+    assert_false(c->broken || ci->failed);
 
     /* A replay that diverges is refused and reported. */
     g->pos = 0;
     g->scalars_used = 0;
     assert_int_equal(cbe_graph_op(ci, "a", 11, NULL, 0, &dyn), 1);
     assert_int_equal(cbe_graph_op(ci, "relu_fwd", 99, NULL, 0, &dyn), 1);
-    assert_true(g->broken && ci->failed);
+    assert_true(c->broken && ci->failed);
     assert_non_null(strstr(ci->err, "op 2 of the step (relu_fwd) differs"));
     assert_non_null(strstr(cdl_last_error(), "differs from the captured step"));
     recorder_free(ci);

@@ -81,43 +81,57 @@ static void bwd_apply_ref(const float *x, const float *yr, const float *dy, int 
 #if CPU_X86
 /* Sums accumulate in double lanes (4+4 per 8 floats): batch-norm sums
  * cancel (dy*xhat sums to little), and float lanes lost 1e-5 of them.
- * Planes of 16 floats or more go through two accumulators (the lanes of
- * floats 0-7 and 8-15 of every 16), so two chains of dependent adds run
- * at once: one chain waits on each add's latency, twice the time. */
-static CPU_AVX2 double sum_avx2(const float *x, int hw)
+ * Each sum runs in four accumulators (the low and high halves of floats
+ * 0-7 and 8-15 of every 16): four independent chains of adds, where one
+ * chain would wait on each add's latency. */
+static CPU_AVX2 inline void acc8x2(__m256d acc[2], __m256 v)
 {
-    __m256d acc = _mm256_setzero_pd(), acc2 = _mm256_setzero_pd();
-    int i = 0;
-    for (; i + 16 <= hw; i += 16) {
-        acc = cpu_acc8(acc, _mm256_loadu_ps(x + i));
-        acc2 = cpu_acc8(acc2, _mm256_loadu_ps(x + i + 8));
-    }
-    for (; i + 8 <= hw; i += 8)
-        acc = cpu_acc8(acc, _mm256_loadu_ps(x + i));
-    return cpu_hsum4d(_mm256_add_pd(acc, acc2)) + sum_ref(x + i, hw - i);
+    acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
 }
 
-/* acc plus the squares of the 8 float differences, each widened before
- * it is squared. */
-static CPU_AVX2 inline __m256d sqdev8(__m256d acc, __m256 d)
+/* The squares of the 8 float differences d, each widened before it is
+ * squared, into acc[0] (low 4) and acc[1] (high 4). */
+static CPU_AVX2 inline void sq8x2(__m256d acc[2], __m256 d)
 {
     __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(d));
     __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1));
-    return _mm256_fmadd_pd(lo, lo, _mm256_fmadd_pd(hi, hi, acc));
+    acc[0] = _mm256_fmadd_pd(lo, lo, acc[0]);
+    acc[1] = _mm256_fmadd_pd(hi, hi, acc[1]);
+}
+
+static CPU_AVX2 double hsum4x(const __m256d acc[4])
+{
+    return cpu_hsum4d(_mm256_add_pd(_mm256_add_pd(acc[0], acc[1]), _mm256_add_pd(acc[2], acc[3])));
+}
+
+static CPU_AVX2 double sum_avx2(const float *x, int hw)
+{
+    __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                      _mm256_setzero_pd()};
+    int i = 0;
+    for (; i + 16 <= hw; i += 16) {
+        acc8x2(acc, _mm256_loadu_ps(x + i));
+        acc8x2(acc + 2, _mm256_loadu_ps(x + i + 8));
+    }
+    for (; i + 8 <= hw; i += 8)
+        acc8x2(acc, _mm256_loadu_ps(x + i));
+    return hsum4x(acc) + (i < hw ? sum_ref(x + i, hw - i) : 0.0);
 }
 
 static CPU_AVX2 double sqdev_avx2(const float *x, int hw, float mean)
 {
-    __m256d acc = _mm256_setzero_pd(), acc2 = _mm256_setzero_pd();
+    __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                      _mm256_setzero_pd()};
     __m256 m = _mm256_set1_ps(mean);
     int i = 0;
     for (; i + 16 <= hw; i += 16) {
-        acc = sqdev8(acc, _mm256_sub_ps(_mm256_loadu_ps(x + i), m));
-        acc2 = sqdev8(acc2, _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m));
+        sq8x2(acc, _mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        sq8x2(acc + 2, _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m));
     }
     for (; i + 8 <= hw; i += 8)
-        acc = sqdev8(acc, _mm256_sub_ps(_mm256_loadu_ps(x + i), m));
-    return cpu_hsum4d(_mm256_add_pd(acc, acc2)) + sqdev_ref(x + i, hw - i, mean);
+        sq8x2(acc, _mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+    return hsum4x(acc) + (i < hw ? sqdev_ref(x + i, hw - i, mean) : 0.0);
 }
 
 static CPU_AVX2 void affine_avx2(const float *x, int hw, float scale, float shift, int relu,

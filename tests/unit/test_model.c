@@ -546,9 +546,9 @@ static void test_grad_ready_ranges(void **state)
 
 /* ------------------------------------------------------------ fusions */
 
-/* Residual blocks whose add feeds a ReLU: one fan-out to a conv and the
- * add (the gradient added to the conv's), one add reading two sole inputs
- * (the second's gradient overwritten). */
+/* Residual blocks whose add feeds a ReLU: r0 feeds a conv, the first add
+ * and the later sc (the add's share of r0's gradient is added to sc's);
+ * the second add reads two sole inputs (the second's gradient written). */
 static const char fuse_spec[] =
     "conv2d 4 kernel=3 padding=1 bias=false name=stem\n"
     "batchnorm2d\n"
@@ -560,7 +560,7 @@ static const char fuse_spec[] =
     "batchnorm2d name=b2\n"
     "add r0\n"
     "relu name=r1\n"
-    "conv2d 4 kernel=1 bias=false from=r1 name=sc\n"
+    "conv2d 4 kernel=1 bias=false from=r0 name=sc\n"
     "conv2d 4 kernel=3 padding=1 bias=false from=r1\n"
     "add sc\n"
     "relu\n"

@@ -39,11 +39,7 @@ size_t cpu_conv2d_workspace(cdl_backend *be, const cdl_conv2d_desc *d)
     int t = pool_threads(cpu_pool(be));
     switch (conv_use_direct(d)) {
     case 1: return conv_direct_workspace(d, t);
-    case 2: {
-        /* dx of stride 2 runs on im2col+SGEMM. */
-        size_t a = conv_avx2_workspace(d, t), g = conv_avx2_bwd_dx(d) ? 0 : conv_gemm_workspace(d, t);
-        return a > g ? a : g;
-    }
+    case 2: return conv_avx2_workspace(d, t);
     default: return conv_gemm_workspace(d, t);
     }
 }
@@ -67,12 +63,8 @@ void cpu_conv2d_bwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
     int path = conv_use_direct(d);
     if (path == 1)
         conv_direct_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
-    else if (path == 2) {
-        /* dx of stride 2 by im2col+SGEMM, after dW and db (the two passes
-         * use the workspace one after the other). */
+    else if (path == 2)
         conv_avx2_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
-        if (dx && !conv_avx2_bwd_dx(d))
-            conv_gemm_bwd(cpu_pool(be), d, x, w, dy, dx, NULL, NULL, ws);
-    } else
+    else
         conv_gemm_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
 }

@@ -6,7 +6,7 @@
  *  - conv2d_direct.c: direct AVX-512 kernels for stride-1 convolutions with
  *    few channels, where GEMM shapes are too thin to run well.
  *  - conv2d_avx2.c: direct AVX2 kernels for CPUs without AVX-512 (stride 1
- *    and 2, equal padding); dx of stride 2 stays on im2col+SGEMM.
+ *    and 2, equal padding).
  *
  * Both parallelise over images and reduce per-thread weight-gradient
  * partials in thread order (bitwise reproducible for a thread count). The
@@ -22,8 +22,6 @@
 size_t conv_gemm_workspace(const cdl_conv2d_desc *d, int threads);
 void conv_gemm_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
                    const float *b, float *y, float *ws);
-/* dw may be NULL (with db NULL) for a dx-only pass, except for depthwise
- * convolutions. */
 void conv_gemm_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
                    const float *dy, float *dx, float *dw, float *db, float *ws);
 
@@ -35,10 +33,8 @@ void conv_direct_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const fl
 void conv_direct_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
                      const float *dy, float *dx, float *dw, float *db, float *ws);
 
-/* 1 when the AVX2 kernels handle d on this CPU; conv_avx2_bwd_dx: whether
- * conv_avx2_bwd computes dx too (else it leaves dx alone). */
+/* 1 when the AVX2 kernels handle d on this CPU. */
 int conv_avx2_supported(const cdl_conv2d_desc *d);
-int conv_avx2_bwd_dx(const cdl_conv2d_desc *d);
 size_t conv_avx2_workspace(const cdl_conv2d_desc *d, int threads);
 void conv_avx2_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
                    const float *b, float *y, float *ws);

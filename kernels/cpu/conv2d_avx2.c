@@ -10,9 +10,12 @@
  * output column ox of tap kx reads phase kx%2 at ox + kx/2: consecutive
  * output columns are consecutive floats for both strides.
  *
- * Forward, and dx of stride-1 convolutions, are correlations (corr8):
+ * Forward and dx are correlations (corr8):
  *   forward  y  = corr(pad(x, pad), w), stride s
  *   dx          = corr(pad(dy, k-1-pad), w flipped, in/out channels swapped)
+ * for stride 1; for stride 2, dx is 4 such correlations, one per phase of
+ * its rows and columns (the kernel taps of that phase only; dxphase), each
+ * written to every other row and column of dx.
  * Outputs are cut into 8-lane row segments; SB=3 segments x OB=4 output
  * channels = 12 accumulators stay in registers while the taps stream by:
  * per tap 3 input loads and 4 weight broadcasts feed 12 FMAs (12 + 3 + 1 =
@@ -28,11 +31,9 @@
  * are summed in chunk order, so results are reproducible for a thread
  * count. db is summed from the transposed dy the same way.
  *
- * dx of stride-2 convolutions stays on im2col+SGEMM (conv2d.c).
- *
  * Workspace: packed forward and dx weights and tap tables, then per thread
- * the padded x, padded dy and transposed dy, then per chunk the dW and db
- * partials.
+ * the padded x, the padded dy of each dx phase, one dx phase (stride 2)
+ * and the transposed dy, then per chunk the dW and db partials.
  */
 #include <string.h>
 
@@ -46,27 +47,56 @@
 #define DT 6     /* taps per dwt block */
 #define SLACK 16 /* zeroed floats after each padded buffer */
 
+/* dx as s*s phase correlations: the dx positions (s*a + ry - pad, s*b + rx
+ * - pad) take the kernel taps ky = ry + s*jy, kx = rx + s*jx, and sum
+ * dy[o][a - jy][b - jx]: a stride-1 correlation of dy (rows zero-padded to
+ * the phase's range) with those taps flipped. For stride 1 the only phase
+ * is dx itself. */
+typedef struct dxphase {
+    int ry, rx;            /* the phase */
+    int ny, nx;            /* its kernel taps per axis */
+    int ylo, ylen;         /* its rows a in [ylo, ylo+ylen) */
+    int xlo, xlen;         /* and columns */
+    int hq, wq;            /* its padded dy: ylen+ny-1 rows of xlen+nx-1 */
+    int Kq;                /* oc*ny*nx taps */
+    size_t w_off;          /* its packed weights [cb][Kq][OB] in the workspace */
+    size_t t_off;          /* its taps in the dx tap table */
+    size_t q_off;          /* its padded dy in the thread's region */
+} dxphase;
+
 typedef struct aplan {
     int s;                /* stride (both axes) */
     int K, P;             /* c*kh*kw taps; oh*ow outputs per channel */
     int hp, wp;           /* forward input, padded */
     int whs, rowlen;      /* floats per phase of a padded row; per padded row */
-    int hq, wq;           /* dy padded for dx: (oh,ow) + 2*(k-1-pad) */
-    int Kq;               /* oc*kh*kw: taps of the dx correlation */
+    int nph;              /* dx phases: s*s */
+    dxphase ph[4];
+    int dx_zero;          /* some dx positions meet no tap (1x1 stride 2) */
     int ocb, cb;          /* blocks of OB: forward outputs, dx outputs */
     int Kpad;             /* K rounded up to DT */
     int ocb8;             /* blocks of 8 output channels (dW lanes) */
-    int dx;               /* dx by corr8 (stride 1) */
     size_t wt_floats;     /* forward weights [ocb][K][OB] */
-    size_t wq_floats;     /* dx weights [cb][Kq][OB] */
-    size_t toff_slots;    /* int32 tap tables: forward/dW K, dx Kq */
+    size_t wq_floats;     /* dx weights of all phases */
+    size_t toff_slots;    /* int32 tap tables: forward/dW K, dx phases */
     size_t xin_floats;    /* per thread: padded x */
-    size_t qpad_floats;   /* per thread: padded dy (dx) */
+    size_t qpad_floats;   /* per thread: padded dy of all dx phases */
+    size_t tmp_floats;    /* per thread: one phase of dx (stride 2) */
     size_t dyt_floats;    /* per thread: dy transposed [ocb8][P][8] */
     size_t dwp_floats;    /* per chunk: dW partial [ocb8][Kpad][8] */
     size_t dbp_floats;    /* per chunk: db partial [ocb8*8] */
     size_t shared, per_thread, per_chunk;
 } aplan;
+
+/* Taps, first output and count along one axis for phase r (see dxphase):
+ * padded dx index s*a + r must lie in [pad, pad+n). */
+static void axis_phase(int r, int s, int k, int pad, int n, int *nt, int *lo, int *len)
+{
+    *nt = r < k ? (k - r + s - 1) / s : 0;
+    int first = (pad - r + s - 1) / s, last = pad + n - 1 - r;
+    last = last >= 0 ? last / s : -1;
+    *lo = first;
+    *len = last >= first ? last - first + 1 : 0;
+}
 
 static void aplan_make(const cdl_conv2d_desc *d, aplan *p)
 {
@@ -77,24 +107,46 @@ static void aplan_make(const cdl_conv2d_desc *d, aplan *p)
     p->wp = d->w + 2 * d->pad_w;
     p->whs = p->s == 1 ? p->wp : (p->wp + 1) / 2;
     p->rowlen = p->s * p->whs;
-    p->hq = d->oh + 2 * (d->kh - 1 - d->pad_h);
-    p->wq = d->ow + 2 * (d->kw - 1 - d->pad_w);
-    p->Kq = d->oc * d->kh * d->kw;
     p->ocb = (d->oc + OB - 1) / OB;
     p->cb = (d->c + OB - 1) / OB;
     p->Kpad = (p->K + DT - 1) / DT * DT;
     p->ocb8 = (d->oc + 7) / 8;
-    p->dx = p->s == 1;
+    p->nph = p->s * p->s;
+    p->dx_zero = 0;
+    p->wq_floats = p->qpad_floats = p->tmp_floats = 0;
+    size_t taps = 0;
+    for (int i = 0; i < p->nph; i++) {
+        dxphase *f = &p->ph[i];
+        f->ry = i / p->s;
+        f->rx = i % p->s;
+        axis_phase(f->ry, p->s, d->kh, d->pad_h, d->h, &f->ny, &f->ylo, &f->ylen);
+        axis_phase(f->rx, p->s, d->kw, d->pad_w, d->w, &f->nx, &f->xlo, &f->xlen);
+        if (!f->ny || !f->nx)
+            f->ylen = f->xlen = 0;   /* no taps: these dx are zero */
+        p->dx_zero |= f->ylen == 0;
+        f->hq = f->ylen + f->ny - 1;
+        f->wq = f->xlen + f->nx - 1;
+        f->Kq = d->oc * f->ny * f->nx;
+        f->w_off = p->wq_floats;
+        f->t_off = taps;
+        f->q_off = p->qpad_floats;
+        if (!f->ylen || !f->xlen)
+            continue;
+        p->wq_floats += cpu_align16((size_t)p->cb * f->Kq * OB);
+        taps += cpu_align16((size_t)f->Kq);
+        p->qpad_floats += cpu_align16((size_t)d->oc * f->hq * f->wq + SLACK);
+        size_t t = p->s == 1 ? 0 : (size_t)d->c * f->ylen * f->xlen;
+        p->tmp_floats = t > p->tmp_floats ? t : p->tmp_floats;
+    }
+    p->tmp_floats = cpu_align16(p->tmp_floats);
     p->wt_floats = cpu_align16((size_t)p->ocb * p->K * OB);
-    p->wq_floats = p->dx ? cpu_align16((size_t)p->cb * p->Kq * OB) : 0;
-    p->toff_slots = cpu_align16((size_t)p->K) + cpu_align16((size_t)p->Kq);
+    p->toff_slots = cpu_align16((size_t)p->K) + taps;
     p->xin_floats = cpu_align16((size_t)d->c * p->hp * p->rowlen + SLACK);
-    p->qpad_floats = p->dx ? cpu_align16((size_t)d->oc * p->hq * p->wq + SLACK) : 0;
     p->dyt_floats = cpu_align16((size_t)p->ocb8 * p->P * 8);
     p->dwp_floats = (size_t)p->ocb8 * p->Kpad * 8;
     p->dbp_floats = cpu_align16((size_t)p->ocb8 * 8);
     p->shared = p->wt_floats + p->wq_floats + p->toff_slots;
-    p->per_thread = p->xin_floats + p->qpad_floats + p->dyt_floats;
+    p->per_thread = p->xin_floats + p->qpad_floats + p->tmp_floats + p->dyt_floats;
     p->per_chunk = p->dwp_floats + p->dbp_floats;
 }
 
@@ -118,11 +170,6 @@ int conv_avx2_supported(const cdl_conv2d_desc *d)
     /* Offsets inside one image are int. */
     double big = (double)(d->h + 2 * d->kh) * (d->w + 2 * d->kw + 16) * (d->c > d->oc ? d->c : d->oc);
     return big < 1e9;
-}
-
-int conv_avx2_bwd_dx(const cdl_conv2d_desc *d)
-{
-    return d->stride_h == 1;
 }
 
 size_t conv_avx2_workspace(const cdl_conv2d_desc *d, int threads)
@@ -374,7 +421,8 @@ static float *thread_xin(const actx *c, int tid)
 }
 
 static float *thread_qpad(const actx *c, int tid) { return thread_xin(c, tid) + c->p.xin_floats; }
-static float *thread_dyt(const actx *c, int tid) { return thread_qpad(c, tid) + c->p.qpad_floats; }
+static float *thread_tmp(const actx *c, int tid) { return thread_qpad(c, tid) + c->p.qpad_floats; }
+static float *thread_dyt(const actx *c, int tid) { return thread_tmp(c, tid) + c->p.tmp_floats; }
 
 static float *chunk_dwp(const actx *c, int i)
 {
@@ -417,21 +465,46 @@ static void pack_fwd_weights(const actx *c)
             }
 }
 
-/* dx weights: the kernel flipped in both axes with in/out channels swapped:
- * wq[blk][(o,ky,kx)][j] = w[o][blk*OB+j][kh-1-ky][kw-1-kx]. */
-static void pack_dx_weights(const actx *c)
+/* dx weights of phase f: its taps flipped, in/out channels swapped:
+ * wq[blk][(o,jy,jx)][j] = w[o][blk*OB+j][ry+s*(ny-1-jy)][rx+s*(nx-1-jx)]
+ * (zero past c); and its tap offsets over its padded dy. */
+static void pack_dx_phase(const actx *c, const dxphase *f)
 {
     const cdl_conv2d_desc *d = c->d;
-    float *wq = c->ws + c->p.wt_floats;
-    int khw = d->kh * d->kw;
-    for (int blk = 0; blk < c->p.cb; blk++)
-        for (int o = 0; o < d->oc; o++)
-            for (int t = 0; t < khw; t++)
-                for (int j = 0; j < OB; j++) {
-                    int ci = blk * OB + j;
-                    wq[((size_t)blk * c->p.Kq + (size_t)o * khw + t) * OB + j] =
-                        ci < d->c ? c->w[((size_t)o * d->c + ci) * khw + (size_t)(khw - 1 - t)] : 0.0f;
-                }
+    const int s = c->p.s;
+    float *wq = c->ws + c->p.wt_floats + f->w_off;
+    int32_t *toff = toff_dx(c) + f->t_off;
+    for (int o = 0; o < d->oc; o++)
+        for (int jy = 0; jy < f->ny; jy++)
+            for (int jx = 0; jx < f->nx; jx++) {
+                size_t t = ((size_t)o * f->ny + jy) * f->nx + jx;
+                int ky = f->ry + s * (f->ny - 1 - jy), kx = f->rx + s * (f->nx - 1 - jx);
+                toff[t] = (o * f->hq + jy) * f->wq + jx;
+                for (int blk = 0; blk < c->p.cb; blk++)
+                    for (int j = 0; j < OB; j++) {
+                        int ci = blk * OB + j;
+                        wq[((size_t)blk * f->Kq + t) * OB + j] =
+                            ci < d->c ? c->w[(((size_t)o * d->c + ci) * d->kh + ky) * d->kw + kx] : 0.0f;
+                    }
+            }
+}
+
+/* Phase f's padded dy: q[o][r][b] = dy[o][ylo-ny+1+r][xlo-nx+1+b] where
+ * that lies inside dy (the rest of q stays zero). */
+static void phase_dy(const float *dy, int oc, int oh, int ow, const dxphase *f, float *q)
+{
+    int oy0 = f->ylo - f->ny + 1, ox0 = f->xlo - f->nx + 1;
+    int b0 = ox0 < 0 ? -ox0 : 0, b1 = ow - ox0 < f->wq ? ow - ox0 : f->wq;
+    if (b1 <= b0)
+        return;
+    for (int o = 0; o < oc; o++)
+        for (int r = 0; r < f->hq; r++) {
+            int oy = oy0 + r;
+            if (oy < 0 || oy >= oh)
+                continue;
+            memcpy(q + ((size_t)o * f->hq + r) * f->wq + b0, dy + ((size_t)o * oh + oy) * ow + ox0 + b0,
+                   (size_t)(b1 - b0) * sizeof *q);
+        }
 }
 
 /* Copies one image (C, h, w) into the interior of a padded buffer (C, hp,
@@ -484,14 +557,50 @@ void conv_avx2_fwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const flo
     pool_for(pl, (size_t)d->n, 1, avx2_fwd_images, &c);
 }
 
+/* One image's dx (c, h, w) from its dy, phase by phase: stride 1 writes dx
+ * directly, stride 2 each phase into tmp (c, ylen, xlen) and from there to
+ * every other row and column of dx. */
+static void dx_image(const actx *c, const float *dy, float *dx, float *qpad, float *tmp)
+{
+    const cdl_conv2d_desc *d = c->d;
+    const aplan *p = &c->p;
+    if (p->dx_zero)
+        memset(dx, 0, (size_t)d->c * d->h * d->w * sizeof *dx);
+    for (int i = 0; i < p->nph; i++) {
+        const dxphase *f = &p->ph[i];
+        if (!f->ylen || !f->xlen)
+            continue;
+        float *q = qpad + f->q_off;
+        phase_dy(dy, d->oc, d->oh, d->ow, f, q);
+        float *out = p->s == 1 ? dx : tmp;
+        size_t oplane = (size_t)f->ylen * f->xlen;
+        const float *wq = c->ws + p->wt_floats + f->w_off;
+        for (int blk = 0; blk < p->cb; blk++) {
+            int c0 = blk * OB, nb = d->c - c0 < OB ? d->c - c0 : OB;
+            corr8(nb, q, toff_dx(c) + f->t_off, f->Kq, f->wq, 1, wq + (size_t)blk * f->Kq * OB,
+                  NULL, out + c0 * oplane, f->ylen, f->xlen);
+        }
+        if (p->s == 1)
+            continue;
+        for (int ci = 0; ci < d->c; ci++)
+            for (int a = 0; a < f->ylen; a++) {
+                const float *src = tmp + ci * oplane + (size_t)a * f->xlen;
+                float *row = dx + ((size_t)ci * d->h + p->s * (f->ylo + a) + f->ry - d->pad_h) * d->w +
+                             p->s * f->xlo + f->rx - d->pad_w;
+                for (int b = 0; b < f->xlen; b++)
+                    row[p->s * b] = src[b];
+            }
+    }
+}
+
 static void avx2_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     const actx *c = vctx;
     const cdl_conv2d_desc *d = c->d;
     const aplan *p = &c->p;
     float *xin = thread_xin(c, tid), *qpad = thread_qpad(c, tid), *dyt = thread_dyt(c, tid);
+    float *tmp = thread_tmp(c, tid);
     float *dwp = chunk_dwp(c, chunk), *dbp = chunk_dbp(c, chunk);
-    int ph = d->kh - 1 - d->pad_h, pw = d->kw - 1 - d->pad_w;
     memset(xin, 0, p->xin_floats * sizeof *xin);
     if (c->dx)
         memset(qpad, 0, p->qpad_floats * sizeof *qpad);
@@ -502,16 +611,8 @@ static void avx2_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
         const float *dy = c->dy + img * (size_t)d->oc * p->P;
         transpose_dy(dy, d->oc, p->P, dyt, c->db ? dbp : NULL);
         dwt(p->ocb8, xin, p->s * p->rowlen, d->oh, d->ow, toff_fwd(c), p->K, p->Kpad, dyt, dwp);
-        if (!c->dx)
-            continue;
-        float *dx = c->dx + img * (size_t)d->c * d->h * d->w;
-        pad_image(dy, d->oc, d->oh, d->ow, ph, pw, p->hq, p->wq, p->wq, 1, qpad);
-        const float *wq = c->ws + p->wt_floats;
-        for (int blk = 0; blk < p->cb; blk++) {
-            int c0 = blk * OB, nb = d->c - c0 < OB ? d->c - c0 : OB;
-            corr8(nb, qpad, toff_dx(c), p->Kq, p->wq, 1, wq + (size_t)blk * p->Kq * OB, NULL,
-                  dx + (size_t)c0 * d->h * d->w, d->h, d->w);
-        }
+        if (c->dx)
+            dx_image(c, dy, c->dx + img * (size_t)d->c * d->h * d->w, qpad, tmp);
     }
 }
 
@@ -542,13 +643,10 @@ void conv_avx2_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const flo
     actx c = {.d = d, .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw, .db = db, .ws = ws,
               .threads = pool_threads(pl)};
     aplan_make(d, &c.p);
-    if (!c.p.dx)
-        c.dx = NULL;   /* the caller computes dx another way */
     make_taps(toff_fwd(&c), d->c, d->kh, d->kw, c.p.hp, c.p.rowlen, c.p.whs, c.p.s);
-    if (c.dx) {
-        pack_dx_weights(&c);
-        make_taps(toff_dx(&c), d->oc, d->kh, d->kw, c.p.hq, c.p.wq, c.p.wq, 1);
-    }
+    for (int i = 0; dx && i < c.p.nph; i++)
+        if (c.p.ph[i].ylen && c.p.ph[i].xlen)
+            pack_dx_phase(&c, &c.p.ph[i]);
     c.chunks = conv_bwd_chunks(c.threads, d->n, c.p.per_chunk);
     pool_run(pl, (size_t)d->n, c.chunks, avx2_bwd_images, &c);
     size_t nred = (size_t)d->oc * c.p.K + (db ? (size_t)d->oc : 0);

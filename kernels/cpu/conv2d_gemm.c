@@ -447,7 +447,7 @@ static void conv_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
     const cdl_conv2d_desc *d = c->d;
     const conv_plan *p = &c->plan;
     float *col = c->ws + p->wt_floats + (size_t)tid * p->col_floats;
-    float *dw = c->dw ? part_dw(c, chunk) : NULL;
+    float *dw = part_dw(c, chunk);
     float *db = c->db ? part_db(c, chunk) : NULL;
     size_t in_img = (size_t)d->c * d->h * d->w, out_img = (size_t)d->oc * p->P;
     float beta = 0.0f;
@@ -473,14 +473,12 @@ static void conv_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
                             dx ? dx + (size_t)g * d->h * d->w : NULL);
             for (int g = 0; g < p->G && !p->depthwise; g++) {
                 size_t o0 = (size_t)g * p->ocg, i0 = (size_t)g * p->cg * d->h * d->w;
-                /* (a dx-only pass needs no columns of x) */
-                const float *cols = dw ? tile_cols(c, x, g, r0, r1, col, &ld) : NULL;
+                const float *cols = tile_cols(c, x, g, r0, r1, col, &ld);
                 const float *dyg = dyt + o0 * p->P;
                 const float *wg = c->w + o0 * p->K;
                 /* dw_g (ocg,K) += dy_tile_g (ocg,tp) * cols^T (tp,K) */
-                if (dw)
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->ocg, p->K, tp, 1.0f,
-                                dyg, p->P, cols, ld, beta, dw + o0 * p->K, p->K);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->ocg, p->K, tp, 1.0f,
+                            dyg, p->P, cols, ld, beta, dw + o0 * p->K, p->K);
                 if (!dx || p->dx_corr)
                     continue;
                 /* dcols (K,tp) = w_g^T (K,ocg) * dy_tile_g (ocg,tp), then
@@ -534,8 +532,7 @@ void conv_gemm_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const flo
     conv_plan_make(d, &c.plan);
     size_t dw_n = (size_t)d->oc * c.plan.K;
     if (d->n <= 0 || c.plan.P <= 0) {
-        if (dw)
-            memset(dw, 0, dw_n * sizeof *dw);
+        memset(dw, 0, dw_n * sizeof *dw);
         if (db)
             memset(db, 0, (size_t)d->oc * sizeof *db);
         if (dx)
@@ -547,6 +544,6 @@ void conv_gemm_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const flo
         pool_for(pl, (size_t)d->c * d->oc, 256, flip_weights, &c);
     pool_run(pl, (size_t)d->n, c.chunks, conv_bwd_images, &c);
     size_t nred = dw_n + (db ? (size_t)d->oc : 0);
-    if (c.chunks > 1 && dw)
+    if (c.chunks > 1)
         pool_for(pl, nred, 4096, conv_reduce, &c);
 }

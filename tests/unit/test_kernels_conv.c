@@ -48,8 +48,7 @@ typedef struct result {
     float *y, *dx, *dw, *db;
 } result;
 
-/* Forward (with bias) and backward on `threads` threads; dx only where the
- * AVX2 path computes it. */
+/* Forward (with bias) and backward on `threads` threads. */
 static result run_avx2(const cdl_conv2d_desc *d, int threads, const pair *x, const pair *w,
                        const pair *b, const pair *dy)
 {
@@ -67,7 +66,7 @@ static result run_avx2(const cdl_conv2d_desc *d, int threads, const pair *x, con
         r.dx[i] = 1e6f;
     conv_avx2_fwd(pl, d, x->f, w->f, b->f, r.y, ws);
     memset(ws, 0x7f, conv_avx2_workspace(d, threads) * sizeof *ws);
-    conv_avx2_bwd(pl, d, x->f, w->f, dy->f, conv_avx2_bwd_dx(d) ? r.dx : NULL, r.dw, r.db, ws);
+    conv_avx2_bwd(pl, d, x->f, w->f, dy->f, r.dx, r.dw, r.db, ws);
     cdl_free(ws);
     pool_destroy(pl);
     return r;
@@ -102,8 +101,7 @@ static void test_avx2_matches_reference(void **state)
             print_message("case %zu (n=%d c=%d %dx%d oc=%d k=%d s=%d), %d thread(s)\n", k, d.n,
                           d.c, d.h, d.w, d.oc, d.kh, d.stride_h, i + 1);
             check_close("avx2 y", rs[i]->y, y.d, ny, 1e-5);
-            if (conv_avx2_bwd_dx(&d))
-                check_close("avx2 dx", rs[i]->dx, dx.d, nx, 1e-5);
+            check_close("avx2 dx", rs[i]->dx, dx.d, nx, 1e-5);
             check_close("avx2 dw", rs[i]->dw, dw.d, nw, 1e-5);
             check_close("avx2 db", rs[i]->db, db.d, (size_t)d.oc, 1e-5);
         }

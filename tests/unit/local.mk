@@ -15,10 +15,13 @@ endif
 EXTRA_DIST += tests/unit/testutil.h lib/core/rng.h tests/test_rng.h
 
 # make check-valgrind: the unit tests under valgrind (memcheck), failing on
-# errors and on definite or indirect leaks; script tests are left out.
+# errors and on definite or indirect leaks; script tests are left out. The
+# slow tests run their cases at smaller sizes there (CDL_TEST_SMALL,
+# test_size in testutil.h) and hang guards are longer (CDL_TEST_SLOW).
 VALGRIND_FLAGS = --leak-check=full --show-leak-kinds=definite,indirect \
 	--errors-for-leak-kinds=definite,indirect --error-exitcode=1 --quiet
 check-valgrind:
 	$(MAKE) $(AM_MAKEFLAGS) check LOG_COMPILER="valgrind $(VALGRIND_FLAGS)" \
-	  TESTS="$(filter-out %.sh,$(TESTS))" TESTS_ENVIRONMENT=CDL_TEST_SCOPE=unit
+	  TESTS="$(filter-out %.sh,$(TESTS))" \
+	  TESTS_ENVIRONMENT="CDL_TEST_SCOPE=unit CDL_TEST_SMALL=1 CDL_TEST_SLOW=1"
 .PHONY: check-valgrind

@@ -21,6 +21,16 @@ static inline const char *test_path(const char *rel, char *buf, size_t len)
     return buf;
 }
 
+/* Sizes for the slow tests: make check-valgrind sets CDL_TEST_SMALL=1, and
+ * there the same cases run at smaller sizes (fewer samples, steps or
+ * elements, chosen to keep every code path the full size takes); the
+ * plain, clang and sanitizer passes run the full sizes. */
+static inline long test_size(long full, long small)
+{
+    const char *s = getenv("CDL_TEST_SMALL");
+    return s && *s && *s != '0' ? small : full;
+}
+
 /* Max |a-b| / max(1, max|b|): the normalised error used to compare ops. */
 static inline double test_norm_err(const float *a, const double *b, size_t n)
 {

@@ -10,6 +10,15 @@
 #ifndef KERNELS_CPU_SIMD_H
 #define KERNELS_CPU_SIMD_H
 
+/* No implicit fused multiply-adds in the kernels: several SIMD paths promise
+ * the portable loop's bits (AdamW, batch-norm pieces, the fused ops), and a
+ * compiler that fuses a separate multiply and add where the target has FMA
+ * (clang's default, inside target("fma") functions) breaks that. GCC in
+ * ISO C mode never contracts; kernels that want an FMA write one. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CPU_X86 1
 #include <immintrin.h>

@@ -126,6 +126,8 @@ typedef struct job {
     char **errors;              /* per file: NULL or the error */
     pthread_mutex_t mu;
     long next;
+    uint64_t hist[3][256];      /* no images (the check before streaming): the pixels of the
+                                 * readable files, so the statistics need no second pass */
 } job;
 
 /* File i into its slot of images, or into the worker's scratch when there
@@ -140,17 +142,29 @@ static int decode_one(job *j, long i, uint8_t *scratch)
 static void *decode_worker(void *arg)
 {
     job *j = arg;
-    uint8_t *scratch = j->images ? NULL : cdl_malloc((size_t)j->c * j->h * j->w);
+    size_t plane = (size_t)j->h * j->w;
+    uint8_t *scratch = j->images ? NULL : cdl_malloc((size_t)j->c * plane);
+    uint64_t hist[3][256] = {{0}};
     for (;;) {
         pthread_mutex_lock(&j->mu);
         long i = j->next++;
         pthread_mutex_unlock(&j->mu);
         if (i >= j->files->n)
             break;
-        if ((!j->images && !scratch) || decode_one(j, i, scratch))
+        if ((!j->images && !scratch) || decode_one(j, i, scratch)) {
             j->errors[i] = strdup(cdl_last_error()[0] ? cdl_last_error() : "unreadable");
+            continue;
+        }
+        for (int ch = 0; scratch && ch < j->c; ch++)
+            for (size_t k = 0; k < plane; k++)
+                hist[ch][scratch[ch * plane + k]]++;
     }
     cdl_free(scratch);
+    pthread_mutex_lock(&j->mu);
+    for (int ch = 0; ch < 3; ch++)   /* integer sums: the order does not matter */
+        for (int v = 0; v < 256; v++)
+            j->hist[ch][v] += hist[ch][v];
+    pthread_mutex_unlock(&j->mu);
     return NULL;
 }
 
@@ -397,7 +411,9 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
             rc = cdl_error("out of memory for a list of %d pictures", files.n);
         } else {
             *out->stream = (image_stream){.paths = files.v, .n = files.n, .h = j.h, .w = j.w,
-                                          .c = j.c, .threads = o->threads};
+                                          .c = j.c, .threads = o->threads,
+                                          .have_hist = o->skip_bad_files};
+            memcpy(out->stream->hist, j.hist, sizeof j.hist);
             files = (strlist){0};
         }
     }

@@ -78,6 +78,9 @@ typedef struct cdl_image_stream {
     int n;
     int h, w, c;
     int threads;      /* for the statistics' pass (0 = cdl_default_threads()) */
+    int have_hist;    /* hist holds the pixels of every file already (the check of
+                       * --skip-bad-files decoded them), so no second pass */
+    uint64_t hist[3][256];
 } image_stream;
 
 /* Decodes sample i into dst (c*h*w bytes). Thread-safe: the loader's

@@ -333,6 +333,18 @@ static void test_imagefolder_stream(void **state)
     assert_int_equal(same_batches(&m, &st, 0), 4);
     cdl_dataset_free(&m);
     cdl_dataset_free(&st);
+    /* Computed statistics with --skip-bad-files: counted during the check of
+     * every file (no second pass), equal to memory mode's. */
+    o.normalize = CDL_NORMALIZE_COMPUTE;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &m), 0);
+    o.decode = CDL_DECODE_STREAM;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &st), 0);
+    assert_true(st.stream->have_hist);
+    assert_memory_equal(st.mean, m.mean, sizeof m.mean);
+    assert_memory_equal(st.std, m.std, sizeof m.std);
+    assert_int_equal(same_batches(&m, &st, 0), 4);
+    cdl_dataset_free(&m);
+    cdl_dataset_free(&st);
 }
 
 /* cdl-predict's files: the same bytes as the folder reader gives them

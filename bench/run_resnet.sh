@@ -12,7 +12,8 @@
 # (none|crop|flip|crop+flip), MAX_STEPS=0 (steps per epoch, for a quick
 # check), VENV=BUILD_DIR/bench/venv-torch2 (made once, only a complete one
 # is kept; NO_VENV=1 skips the PyPI column; PIP_ARGS adds pip options),
-# PYTHON=/usr/bin/python3.
+# PYTHON=/usr/bin/python3, NO_DEBIAN=1 skips Debian's 1.13 column (the
+# PyPI one is the peer users pick; the two train the same net the same way).
 # A full run takes hours on a small machine; a check of the script itself:
 #   EPOCHS=1 MAX_STEPS=20 NO_VENV=1 bench/run_resnet.sh _build
 set -u
@@ -52,7 +53,7 @@ rows=()
 . "$here/torch2_venv.sh"
 torch2=$(torch2_venv "$venv")
 [ -n "$torch2" ] && rows+=("$(torch_run "$torch2" 2>/dev/null)")
-rows+=("$(torch_run "$python" 2>/dev/null)")
+[ "${NO_DEBIAN:-0}" = 1 ] || rows+=("$(torch_run "$python" 2>/dev/null)")
 
 printf '\n%-24s %9s %12s %14s\n' implementation "test acc" "s / epoch" "cdl speed-up"
 printf '%-24s %8s%% %12.2f %14s\n' cdl "$cdl_acc" "$cdl_s" -

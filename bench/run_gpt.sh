@@ -124,7 +124,10 @@ for t in $threads_list; do
     for py in "${pys[@]}"; do
         for mode in eager compile; do
             [ "$mode" = compile ] && { [ "$compile" = 1 ] && [ "$py" != "$python" ] || continue; }
-            r=$("$py" "$here/torch_gpt.py" speed --impl "$mode" --threads "$t" --n-layer 4 \
+            # Debian's torch multiplies in OpenBLAS, whose own thread pool
+            # ignores torch.set_num_threads (every core at "1 thread", two
+            # pools fighting at 2): as many BLAS threads as torch threads.
+            r=$(OPENBLAS_NUM_THREADS=$t "$py" "$here/torch_gpt.py" speed --impl "$mode" --threads "$t" --n-layer 4 \
                 --n-head 4 --n-embd 144 --block "$block" --batch "$batch" \
                 --steps "$speed_steps" --warmup $((short ? 1 : 3)) --lr "$lr" --wd "$wd" \
                 --clip "$clip" 2>"$tmp/speed.err")

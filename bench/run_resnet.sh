@@ -46,7 +46,8 @@ cdl_s=$(grep '"val_acc"' "$tmp/m.jsonl" | sed 's/.*"seconds":\([0-9.]*\).*/\1/' 
 [ -n "$cdl_s" ] || cdl_s=$(echo "($end - $start) / $epochs" | bc -l)
 
 torch_run() {   # torch_run PYTHON: prints the RESULT line
-    "$1" "$here/torch_resnet.py" --epochs "$epochs" --batch "$batch" --lr "$lr" \
+    # OpenBLAS's own pool (Debian's torch) gets the same thread count as torch.
+    OPENBLAS_NUM_THREADS=$threads "$1" "$here/torch_resnet.py" --epochs "$epochs" --batch "$batch" --lr "$lr" \
         --threads "$threads" --max-steps "$max_steps" --augment "$augment" | tee /dev/stderr | grep '^RESULT'
 }
 rows=()

@@ -3,9 +3,9 @@
  * bn_fold).
  *
  * Every piece works on planes: the hw contiguous floats of one (image,
- * channel). Per-channel sums run one channel per item, over the images in
- * order, each plane summed into a double: results do not depend on the
- * thread count. Elementwise pieces run one plane per item with the
+ * channel). Per-channel sums run over the images in order, each plane
+ * summed into a double (in blocks of channels, see BN_BLOCK): results do
+ * not depend on the thread count. Elementwise pieces run one plane per item with the
  * channel's constants folded into y = x*scale + shift.
  *
  * Each plane kernel has a plain C loop (the definition; the portable path)
@@ -246,35 +246,63 @@ static const float *plane(const float *p, const bn_ctx *c, int img, int ch)
     return p + ((size_t)img * c->c + (size_t)ch) * (size_t)c->hw;
 }
 
-/* Items are channels: out[ch] = sum over images of x. */
-static void sum_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
-{
-    (void)chunk, (void)tid;
-    const bn_ctx *c = vctx;
-    for (size_t ch = b; ch < e; ch++) {
-        double s = 0.0;
-        for (int img = 0; img < c->n; img++)
-            s += c->k.sum(plane(c->x, c, img, (int)ch), c->hw);
-        c->out[ch] = (float)s;
-    }
-}
+/* Channel blocks: the per-channel sums walk a block of up to BN_BLOCK
+ * channels image by image (for each image, the block's planes one after
+ * the other: one contiguous run of memory). This streams, where one
+ * channel's planes alone (a page apart at 32x32, 256 bytes every 16 KiB at
+ * 8x8) start every plane cold: on the ResNet-20 shapes a layer's whole
+ * forward and backward ran 10-50% faster than channel by channel. Each
+ * channel's sum still adds its planes in image order into one double, so
+ * the bits do not depend on the blocking or the thread count. Channel
+ * items run in one chunk per thread (run_channels): each thread's
+ * channels are one contiguous run of every image. */
+#define BN_BLOCK 64
 
 static float chan_mean(const bn_ctx *c, size_t ch)
 {
     return c->sum[c->c] > 0.0f ? (float)((double)c->sum[ch] / c->sum[c->c]) : 0.0f;
 }
 
+/* out[ch] for the channels of [b,e) a block at a time: the sum of x over
+ * the images, or with sqdev the squared deviations from chan_mean. */
+static void sums_blocks(const bn_ctx *c, size_t b, size_t e, int sqdev, float *out)
+{
+    for (size_t b0 = b; b0 < e; b0 += BN_BLOCK) {
+        size_t e0 = e - b0 < BN_BLOCK ? e : b0 + BN_BLOCK;
+        double s[BN_BLOCK] = {0};
+        float mean[BN_BLOCK];
+        for (size_t ch = b0; sqdev && ch < e0; ch++)
+            mean[ch - b0] = chan_mean(c, ch);
+        for (int img = 0; img < c->n; img++)
+            for (size_t ch = b0; ch < e0; ch++) {
+                const float *x = plane(c->x, c, img, (int)ch);
+                s[ch - b0] += sqdev ? c->k.sqdev(x, c->hw, mean[ch - b0]) : c->k.sum(x, c->hw);
+            }
+        for (size_t ch = b0; ch < e0; ch++)
+            out[ch] = (float)s[ch - b0];
+    }
+}
+
+/* Items are channels: out[ch] = sum over images of x. */
+static void sum_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const bn_ctx *c = vctx;
+    sums_blocks(c, b, e, 0, c->out);
+}
+
+/* Items are channels: out[ch] = sum over images of (x - mean)^2. */
 static void sqdev_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk, (void)tid;
     const bn_ctx *c = vctx;
-    for (size_t ch = b; ch < e; ch++) {
-        float mean = chan_mean(c, ch);
-        double s = 0.0;
-        for (int img = 0; img < c->n; img++)
-            s += c->k.sqdev(plane(c->x, c, img, (int)ch), c->hw, mean);
-        c->out[ch] = (float)s;
-    }
+    sums_blocks(c, b, e, 1, c->out);
+}
+
+static void run_channels(cdl_backend *be, int c, pool_fn fn, void *ctx)
+{
+    int t = pool_threads(cpu_pool(be));
+    pool_run(cpu_pool(be), (size_t)c, t < c ? t : c, fn, ctx);
 }
 
 /* Items are planes (img*c + ch): y = x*scale + shift with the channel's
@@ -312,26 +340,25 @@ static void save_channel(int c, size_t ch, const float *sum, const float *sqdev,
     saved[(size_t)c + ch] = (float)(1.0 / sqrt(var + eps));
 }
 
-/* bn_train_fwd's items are channels: sum, sqdev, saved and y of one
- * channel, each step as the pieces' own (the same bits), the channel's
- * planes read three times while they are still in cache. out = y, out2 =
- * sum (with the count at [c] already), out3 = sqdev, out4 = saved. */
+/* bn_train_fwd's items are channels, a block at a time (BN_BLOCK): the
+ * block's sums, squared deviations, saved statistics and y, each step as
+ * the pieces' own (the same bits). out = y, out2 = sum (with the count at
+ * [c] already), out3 = sqdev, out4 = saved. */
 static void fwd_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     const bn_ctx *c = vctx;
-    for (size_t ch = b; ch < e; ch++) {
-        bn_ctx one = *c;
-        one.out = c->out2;
-        sum_channels(&one, ch, ch + 1, chunk, tid);
-        one.sum = c->out2;
-        one.out = c->out3;
-        sqdev_channels(&one, ch, ch + 1, chunk, tid);
-        save_channel(c->c, ch, c->out2, c->out3, c->eps, c->out4);
-        one.saved = c->out4;
-        one.out = c->out;
+    bn_ctx one = *c;
+    one.sum = c->out2;
+    one.saved = c->out4;
+    for (size_t b0 = b; b0 < e; b0 += BN_BLOCK) {
+        size_t e0 = e - b0 < BN_BLOCK ? e : b0 + BN_BLOCK;
+        sums_blocks(&one, b0, e0, 0, c->out2);
+        sums_blocks(&one, b0, e0, 1, c->out3);
+        for (size_t ch = b0; ch < e0; ch++)
+            save_channel(c->c, ch, c->out2, c->out3, c->eps, c->out4);
         for (int img = 0; img < c->n; img++) {
-            size_t p = (size_t)img * (size_t)c->c + ch;
-            affine_planes(&one, p, p + 1, chunk, tid);
+            size_t p = (size_t)img * (size_t)c->c;
+            affine_planes(&one, p + b0, p + e0, chunk, tid);
         }
     }
 }
@@ -353,7 +380,7 @@ void cpu_bn_sum(cdl_backend *be, int n, int c, int hw, const float *x, float *su
     if (c <= 0)
         return;
     sum[c] = (float)((double)(n > 0 ? n : 0) * (hw > 0 ? hw : 0));
-    pool_for(cpu_pool(be), (size_t)c, 1, sum_channels, &ctx);
+    run_channels(be, c, sum_channels, &ctx);
 }
 
 void cpu_bn_sqdev(cdl_backend *be, int n, int c, int hw, const float *x, const float *sum,
@@ -361,7 +388,7 @@ void cpu_bn_sqdev(cdl_backend *be, int n, int c, int hw, const float *x, const f
 {
     bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .x = x, .sum = sum, .out = sqdev};
     if (c > 0)
-        pool_for(cpu_pool(be), (size_t)c, 1, sqdev_channels, &ctx);
+        run_channels(be, c, sqdev_channels, &ctx);
 }
 
 void cpu_bn_apply(cdl_backend *be, int n, int c, int hw, const float *x, const float *sum,
@@ -389,7 +416,7 @@ void cpu_bn_train_fwd(cdl_backend *be, int n, int c, int hw, const float *x, flo
     bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .relu = relu, .eps = eps, .x = x,
                   .gamma = gamma, .beta = beta, .out = y, .out2 = sum, .out3 = sqdev,
                   .out4 = saved};
-    pool_for(cpu_pool(be), (size_t)c, 1, fwd_channels, &ctx);
+    run_channels(be, c, fwd_channels, &ctx);
 }
 
 void cpu_bn_running(cdl_backend *be, int c, const float *sum, const float *sqdev,
@@ -419,21 +446,28 @@ void cpu_bn_eval(cdl_backend *be, int n, int c, int hw, const float *x,
     pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), affine_planes, &ctx);
 }
 
-/* Items are channels: out[ch] = sum of dy*xhat (dgamma), out2[ch] = sum of
- * dy (dbeta). */
+/* out[ch] = sum of dy*xhat (dgamma), out2[ch] = sum of dy (dbeta) for the
+ * channels [b0,e0) of one block (BN_BLOCK), image by image. */
+static void bwd_sums_block(const bn_ctx *c, size_t b0, size_t e0)
+{
+    double sdy[BN_BLOCK] = {0}, sdyx[BN_BLOCK] = {0};
+    for (int img = 0; img < c->n; img++)
+        for (size_t ch = b0; ch < e0; ch++)
+            c->k.bwd_sums(plane(c->x, c, img, (int)ch), c->yr ? plane(c->yr, c, img, (int)ch) : NULL,
+                          plane(c->dy, c, img, (int)ch), c->hw, c->saved[ch], &sdy[ch - b0],
+                          &sdyx[ch - b0]);
+    for (size_t ch = b0; ch < e0; ch++) {
+        c->out[ch] = (float)(sdyx[ch - b0] * c->saved[c->c + ch]);
+        c->out2[ch] = (float)sdy[ch - b0];
+    }
+}
+
+/* Items are channels: bwd_sums_block a block at a time. */
 static void bwd_sum_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk, (void)tid;
-    const bn_ctx *c = vctx;
-    for (size_t ch = b; ch < e; ch++) {
-        double sdy = 0.0, sdyx = 0.0;
-        float mean = c->saved[ch];
-        for (int img = 0; img < c->n; img++)
-            c->k.bwd_sums(plane(c->x, c, img, (int)ch), c->yr ? plane(c->yr, c, img, (int)ch) : NULL,
-                          plane(c->dy, c, img, (int)ch), c->hw, mean, &sdy, &sdyx);
-        c->out[ch] = (float)(sdyx * c->saved[c->c + ch]);
-        c->out2[ch] = (float)sdy;
-    }
+    for (size_t b0 = b; b0 < e; b0 += BN_BLOCK)
+        bwd_sums_block(vctx, b0, e - b0 < BN_BLOCK ? e : b0 + BN_BLOCK);
 }
 
 void cpu_bn_bwd_sums(cdl_backend *be, int n, int c, int hw, const float *x,
@@ -443,7 +477,7 @@ void cpu_bn_bwd_sums(cdl_backend *be, int n, int c, int hw, const float *x,
     bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .x = x, .yr = y_relu, .dy = dy,
                   .saved = saved, .out = dgamma, .out2 = dbeta};
     if (c > 0)
-        pool_for(cpu_pool(be), (size_t)c, 1, bwd_sum_channels, &ctx);
+        run_channels(be, c, bwd_sum_channels, &ctx);
 }
 
 /* dx = k*(dy - sdy/N - xhat*sdyx/N) with k = gamma*invstd and xhat =
@@ -475,23 +509,22 @@ void cpu_bn_bwd_apply(cdl_backend *be, int n, int c, int hw, const float *x,
     pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), bwd_apply_planes, &ctx);
 }
 
-/* bn_train_bwd's items are channels: the sums of one channel, then its dx
- * (when out3 is not NULL), each as the pieces compute it. out = dgamma,
- * out2 = dbeta, out3 = dx. */
+/* bn_train_bwd's items are channels, a block at a time (BN_BLOCK): the
+ * block's sums, then (when out3 is not NULL) its dx, each as the pieces
+ * compute it. out = dgamma, out2 = dbeta, out3 = dx. */
 static void bwd_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     const bn_ctx *c = vctx;
-    for (size_t ch = b; ch < e; ch++) {
-        bwd_sum_channels(vctx, ch, ch + 1, chunk, tid);
-        if (!c->out3)
-            continue;
-        bn_ctx one = *c;
-        one.sdy = c->out2;
-        one.sdyx = c->out;
-        one.out = c->out3;
-        for (int img = 0; img < c->n; img++) {
-            size_t p = (size_t)img * (size_t)c->c + ch;
-            bwd_apply_planes(&one, p, p + 1, chunk, tid);
+    bn_ctx one = *c;
+    one.sdy = c->out2;
+    one.sdyx = c->out;
+    one.out = c->out3;
+    for (size_t b0 = b; b0 < e; b0 += BN_BLOCK) {
+        size_t e0 = e - b0 < BN_BLOCK ? e : b0 + BN_BLOCK;
+        bwd_sums_block(c, b0, e0);
+        for (int img = 0; c->out3 && img < c->n; img++) {
+            size_t p = (size_t)img * (size_t)c->c;
+            bwd_apply_planes(&one, p + b0, p + e0, chunk, tid);
         }
     }
 }
@@ -503,7 +536,7 @@ void cpu_bn_train_bwd(cdl_backend *be, int n, int c, int hw, const float *x,
     bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .x = x, .yr = y_relu, .dy = dy,
                   .saved = saved, .gamma = gamma, .out = dgamma, .out2 = dbeta, .out3 = dx};
     if (c > 0)
-        pool_for(cpu_pool(be), (size_t)c, 1, bwd_channels, &ctx);
+        run_channels(be, c, bwd_channels, &ctx);
 }
 
 void cpu_bn_fold(cdl_backend *be, int oc, int per_oc, const float *w, const float *b,

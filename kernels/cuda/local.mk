@@ -8,6 +8,7 @@ EXTRA_DIST += kernels/cuda/cuk.cuh kernels/cuda/eltwise.cu kernels/cuda/bias.cu 
 	kernels/cuda/pool.cu kernels/cuda/xent.cu kernels/cuda/optim.cu kernels/cuda/reduce.cu \
 	kernels/cuda/act.cu kernels/cuda/chan.cu kernels/cuda/bn.cu \
 	kernels/cuda/attn.cu \
+	kernels/cuda/attn_bf16.cu \
 	kernels/cuda/layernorm.cu \
 	kernels/cuda/embed.cu \
 	kernels/cuda/bf16.cu
@@ -16,6 +17,7 @@ CUDA_KERNEL_OBJS = kernels/cuda/eltwise.lo kernels/cuda/bias.lo kernels/cuda/poo
 	kernels/cuda/xent.lo kernels/cuda/optim.lo kernels/cuda/reduce.lo \
 	kernels/cuda/act.lo kernels/cuda/chan.lo kernels/cuda/bn.lo \
 	kernels/cuda/attn.lo \
+	kernels/cuda/attn_bf16.lo \
 	kernels/cuda/layernorm.lo \
 	kernels/cuda/embed.lo \
 	kernels/cuda/bf16.lo

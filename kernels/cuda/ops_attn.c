@@ -1,14 +1,25 @@
-/* Causal multi-head self-attention on cdl's own kernels (attn.cu): the
- * shapes checked, the op signed for the graph recorder, then the launch.
+/* Causal multi-head self-attention on cdl's own kernels: the shapes
+ * checked, the op signed for the graph recorder, then the launch. With
+ * precision bf16 and a head size the tensor-core kernels take
+ * (attn_bf16.cu: 16, 32, 64), forward and backward both run them; else
+ * both run the fp32 kernels of attn.cu. The rule depends only on the
+ * backend's precision and the shape, so a forward and its backward always
+ * take the same path (the backward recomputes P from the forward's lse).
  * Neither op allocates nor waits for the host, so both run inside CUDA
  * graph steps (docs/cuda.md). */
 #include "kernels/cuda/impl.h"
 
+static int attn_use_bf16(const cbe *ci, int T, int C, int nh)
+{
+    return ci->precision == CDL_PRECISION_BF16 && cuk_attn_bf16(T, C / nh);
+}
+
 size_t cbe_attn_workspace(cdl_backend *be, int n, int T, int C, int nh)
 {
-    (void)be;
     if (n <= 0 || T <= 0 || C <= 0 || nh <= 0 || C % nh)
         return 0;
+    if (attn_use_bf16(cbe_of(be), T, C, nh))
+        return (size_t)n * nh * T;   /* D */
     return cuk_attn_workspace(n, T, C, nh);
 }
 
@@ -38,7 +49,10 @@ void cbe_attn_fwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv
     const void *dyn;
     if (cbe_graph_op(ci, "attn_fwd", cbe_sig(OPSIG_ATTN_FWD, a, 8), NULL, 0, &dyn))
         return;
-    CU_CHECK(ci, cuk_attn_fwd(ci->stream, n, T, C, nh, qkv, y, lse, ws));
+    if (attn_use_bf16(ci, T, C, nh))
+        CU_CHECK(ci, cuk_attn_bf16_fwd(ci->stream, n, T, C, nh, qkv, y, lse));
+    else
+        CU_CHECK(ci, cuk_attn_fwd(ci->stream, n, T, C, nh, qkv, y, lse, ws));
 }
 
 void cbe_attn_bwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
@@ -55,5 +69,8 @@ void cbe_attn_bwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv
     const void *dyn;
     if (cbe_graph_op(ci, "attn_bwd", cbe_sig(OPSIG_ATTN_BWD, a, 10), NULL, 0, &dyn))
         return;
-    CU_CHECK(ci, cuk_attn_bwd(ci->stream, n, T, C, nh, qkv, y, lse, dy, dqkv, ws));
+    if (attn_use_bf16(ci, T, C, nh))
+        CU_CHECK(ci, cuk_attn_bf16_bwd(ci->stream, n, T, C, nh, qkv, y, lse, dy, dqkv, ws));
+    else
+        CU_CHECK(ci, cuk_attn_bwd(ci->stream, n, T, C, nh, qkv, y, lse, dy, dqkv, ws));
 }

@@ -35,6 +35,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include <ucontext.h>
@@ -411,5 +412,8 @@ inline void cuk_emu_submit_launch(cudaStream_t s, dim3 grid, dim3 block, std::fu
     else
         cuk_emu_launch(grid, block, k);
 }
+
+/* The tensor-core API (nvcuda::wmma) and bf16 type of the bf16 kernels. */
+#include "emu_wmma.h"
 
 #endif

@@ -13,7 +13,7 @@ if HAVE_CUDA
 CDL_EMU_FLAGS = -x c++ -std=c++17 -O1 -Xcompiler -Wall,-Wextra,-ffp-contract=off $(CDL_NVCC_WERROR) \
 	-include $(top_srcdir)/tests/fakegpu/emu.h -I$(top_srcdir)/lib -I$(top_srcdir) -I$(top_builddir)
 CUDA_EMU_OBJS = $(CUDA_KERNEL_OBJS:kernels/cuda/%.lo=tests/fakegpu/emu/%.o)
-$(CUDA_EMU_OBJS): $(CDL_NVCC_DEPS) $(top_srcdir)/tests/fakegpu/emu.h
+$(CUDA_EMU_OBJS): $(CDL_NVCC_DEPS) $(top_srcdir)/tests/fakegpu/emu.h $(top_srcdir)/tests/fakegpu/emu_wmma.h
 tests/fakegpu/emu/%.o: kernels/cuda/%.cu
 	$(AM_V_NVCC)$(MKDIR_P) $(@D) && $(NVCC) $(CDL_EMU_FLAGS) -c $< -o $@
 
@@ -80,7 +80,7 @@ TESTS += tests/fakegpu/bf16.sh
 TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh tests/fakegpu/ddp.sh \
 	tests/fakegpu/gpu_script.sh tests/fakegpu/coll.sh tests/fakegpu/fault.sh
 endif
-EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
+EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/emu_wmma.h tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
 	tests/fakegpu/fake_dnn.cc tests/fakegpu/fake_nccl.cc tests/fakegpu/ops.sh \
 	tests/fakegpu/train.sh tests/fakegpu/ddp.sh tests/fakegpu/gpu_script.sh \
 	tests/fakegpu/coll.sh tests/fakegpu/fault.sh tests/fakegpu/fake-compute-sanitizer \

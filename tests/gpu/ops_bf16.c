@@ -223,6 +223,164 @@ static void check_linear(int n, int in, int out)
         free(host[i]);
 }
 
+/* ------------------------------------------------------- bf16 attention
+ * attn_fwd / attn_bwd on tensor cores (kernels/cuda/attn_bf16.cu) against
+ * a double-precision reference with elementwise bounds derived from the
+ * roundings (docs/cuda.md, "bf16 attention"). round = 0: the reference
+ * from the fp32 inputs, each input of q.k, dy.v, P.v, dS.k, dS.q, P.dy
+ * rounded by the kernel (pu = u); round = 1: from the inputs rounded to
+ * bf16 here (pu = 0), which leaves only the kernel's own roundings (P and
+ * dS to bf16, fp32 sums and exp). Per row t: E_t bounds the error of the
+ * scaled scores S_ts, so the softmax weights are off by a factor within
+ * e^(+-2 E_t); every product then adds its rounding as in the linear
+ * bounds above. Orders: fp32 sums of k terms g_k = k 2^-23. */
+typedef struct attn_case {
+    int n, T, C, nh, round;
+    const float *qkv, *dy;      /* fp32 inputs, (n,T,3C) and (n,T,C) */
+    double *y, *ey, *lse, *else_, *d, *ed;   /* refs and bounds: y (n,T,C), lse (n*nh*T), dqkv */
+} attn_case;
+
+static float in_val(const attn_case *a, const float *x, size_t i)
+{
+    return a->round ? bf16(x[i]) : x[i];
+}
+
+/* One (sample, head) item: the reference and the bounds. */
+static void attn_ref_item(attn_case *a, int b, int h)
+{
+    int T = a->T, C = a->C, hd = C / a->nh;
+    double scale = 1.0 / sqrt((double)hd), pu = a->round ? 0 : U;
+    double ghd = hd * FP32_SUM, gT = T * FP32_SUM, r2 = ((1 + pu) * (1 + pu) - 1) * (1 + ghd) + ghd;
+    size_t ld3 = 3 * (size_t)C, item = (size_t)b * a->nh + h;
+    const float *q3 = a->qkv + (size_t)b * T * ld3 + (size_t)h * hd;
+    const float *g1 = a->dy + (size_t)b * T * C + (size_t)h * hd;
+    double *P = xmalloc((size_t)T * T * sizeof *P), *dS = xmalloc((size_t)T * T * sizeof *dS);
+    double *edS = xmalloc((size_t)T * T * sizeof *edS), *eP = xmalloc((size_t)T * sizeof *eP);
+#define Q(t, j) in_val(a, q3, (size_t)(t) * ld3 + (j))
+#define K(s, j) in_val(a, q3, (size_t)(s) * ld3 + C + (j))
+#define V(s, j) in_val(a, q3, (size_t)(s) * ld3 + 2 * C + (j))
+#define G(t, j) in_val(a, g1, (size_t)(t) * C + (j))
+    for (int t = 0; t < T; t++) {
+        double m = -INFINITY, E = 0, sum = 0, *Pt = P + (size_t)t * T;
+        for (int s = 0; s <= t; s++) {
+            double acc = 0, abs_acc = 0;
+            for (int j = 0; j < hd; j++)
+                acc += (double)Q(t, j) * K(s, j), abs_acc += fabs((double)Q(t, j) * K(s, j));
+            Pt[s] = acc * scale;
+            E = fmax(E, scale * r2 * abs_acc + FP32_SUM * fabs(Pt[s]));
+            m = fmax(m, Pt[s]);
+        }
+        for (int s = 0; s <= t; s++)
+            sum += Pt[s] = exp(Pt[s] - m);
+        for (int s = 0; s <= t; s++)
+            Pt[s] /= sum;
+        double gt = (t + 9) * FP32_SUM, lse = m + log(sum);
+        size_t row = item * T + t, o = ((size_t)b * T + t) * C + (size_t)h * hd;
+        a->lse[row] = lse;
+        a->else_[row] = E + gt * (1 + fabs(lse));
+        /* P recomputed from S (off by E) and lse (off by else), in fp32. */
+        eP[t] = exp(E + a->else_[row] + 4 * FP32_SUM) - 1;
+        double fy = exp(2 * E) * (1 + U) * (1 + pu) * (1 + gt) - 1, D = 0, eD = 0;
+        for (int j = 0; j < hd; j++) {
+            double acc = 0, abs_acc = 0;
+            for (int s = 0; s <= t; s++)
+                acc += Pt[s] * V(s, j), abs_acc += Pt[s] * fabs((double)V(s, j));
+            a->y[o + j] = acc;
+            a->ey[o + j] = fy * abs_acc;
+            /* D = dy . y in the kernel from fp32 dy (not rounded) and its y. */
+            D += (double)G(t, j) * acc;
+            eD += fabs((double)g1[(size_t)t * C + j]) * a->ey[o + j] +
+                  (ghd + U) * fabs(g1[(size_t)t * C + j] * acc);
+        }
+        for (int s = 0; s <= t; s++) {
+            double dp = 0, abs_dp = 0;
+            for (int j = 0; j < hd; j++)
+                dp += (double)G(t, j) * V(s, j), abs_dp += fabs((double)G(t, j) * V(s, j));
+            size_t ts = (size_t)t * T + s;
+            dS[ts] = Pt[s] * (dp - D) * scale;
+            edS[ts] = scale * (eP[t] * Pt[s] * fabs(dp - D) + (1 + eP[t]) * Pt[s] *
+                               (r2 * abs_dp + eD)) * (1 + U) + (U + 3 * FP32_SUM) * fabs(dS[ts]);
+        }
+    }
+    /* dq_t = sum_s dS k_s; dk_s = sum_t dS q_t; dv_s = sum_t P dy_t. */
+    for (int r = 0; r < T; r++)
+        for (int j = 0; j < hd; j++) {
+            double dq = 0, edq = 0, dk = 0, edk = 0, dv = 0, edv = 0;
+            for (int s = 0; s <= r; s++) {
+                double ds = dS[(size_t)r * T + s], kk = fabs((double)K(s, j));
+                dq += ds * K(s, j);
+                edq += (edS[(size_t)r * T + s] * (1 + pu) + fabs(ds) * pu) * kk * (1 + gT) +
+                       gT * fabs(ds) * kk;
+            }
+            for (int t = r; t < T; t++) {
+                double ds = dS[(size_t)t * T + r], p = P[(size_t)t * T + r];
+                double qq = fabs((double)Q(t, j)), gg = fabs((double)G(t, j));
+                dk += ds * Q(t, j);
+                edk += (edS[(size_t)t * T + r] * (1 + pu) + fabs(ds) * pu) * qq * (1 + gT) +
+                       gT * fabs(ds) * qq;
+                dv += p * G(t, j);
+                edv += p * gg * (((1 + eP[t]) * (1 + U) * (1 + pu) - 1) * (1 + gT) + gT);
+            }
+            size_t o = ((size_t)b * T + r) * ld3 + (size_t)h * hd + j;
+            a->d[o] = dq, a->ed[o] = edq;
+            a->d[o + C] = dk, a->ed[o + C] = edk;
+            a->d[o + 2 * C] = dv, a->ed[o + 2 * C] = edv;
+        }
+#undef Q
+#undef K
+#undef V
+#undef G
+    free(P), free(dS), free(edS), free(eP);
+}
+
+/* The largest |got - ref| / bound (a tiny absolute floor for exact zeros). */
+static double attn_worst(const float *got, const double *ref, const double *bound, size_t k)
+{
+    double w = 0;
+    for (size_t i = 0; i < k; i++) {
+        double r = fabs((double)got[i] - ref[i]) / (bound[i] + 1e-30);
+        if (!(r <= w))
+            w = r;   /* NaN too */
+    }
+    return w;
+}
+
+static void check_attn(int n, int T, int nh, int hd)
+{
+    int C = nh * hd;
+    char shape[48];
+    snprintf(shape, sizeof shape, "n%d T%d nh%d hd%d", n, T, nh, hd);
+    size_t nq = (size_t)n * T * 3 * C, ny = (size_t)n * T * C, nl = (size_t)n * nh * T;
+    float *qkv = host_rand(nq, -1, 1), *dy = host_rand(ny, -1, 1);
+    size_t wsn = gpu->ops->attn_workspace(gpu, n, T, C, nh);
+    float *gq = up(qkv, nq * 4), *gdy = up(dy, ny * 4), *gy = up(NULL, ny * 4);
+    float *gl = up(NULL, nl * 4), *gd = up(NULL, nq * 4), *ws = up(NULL, wsn * 4);
+    gpu->ops->attn_fwd(gpu, n, T, C, nh, gq, gy, gl, ws);
+    gpu->ops->attn_bwd(gpu, n, T, C, nh, gq, gy, gl, gdy, gd, ws);
+    float *y = down(gy, ny), *lse = down(gl, nl), *d = down(gd, nq);
+    report("attn workspace: D only", shape, wsn == nl ? 0 : INFINITY, 0);
+    for (int round = 0; round < 2; round++) {
+        attn_case a = {n, T, C, nh, round, qkv, dy, xmalloc(ny * 8), xmalloc(ny * 8),
+                       xmalloc(nl * 8), xmalloc(nl * 8), xmalloc(nq * 8), xmalloc(nq * 8)};
+        for (int b = 0; b < n; b++)
+            for (int h = 0; h < nh; h++)
+                attn_ref_item(&a, b, h);
+        const char *tag = round ? "vs bf16 in (b)" : "vs fp32 (a)";
+        char what[48];
+        snprintf(what, sizeof what, "attn_fwd y %s", tag);
+        report(what, shape, attn_worst(y, a.y, a.ey, ny), 1);
+        snprintf(what, sizeof what, "attn_fwd lse %s", tag);
+        report(what, shape, attn_worst(lse, a.lse, a.else_, nl), 1);
+        snprintf(what, sizeof what, "attn_bwd dqkv %s", tag);
+        report(what, shape, attn_worst(d, a.d, a.ed, nq), 1);
+        free(a.y), free(a.ey), free(a.lse), free(a.else_), free(a.d), free(a.ed);
+    }
+    void *dev[] = {gq, gdy, gy, gl, gd, ws};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        gpu->ops->free(gpu, dev[i]);
+    free(qkv), free(dy), free(y), free(lse), free(d);
+}
+
 /* One training step of a linear classifier: linear, loss, backward, SGD,
  * the loss copied out. */
 enum { SN = 32, SIN = 40, SOUT = 8 };
@@ -378,6 +536,14 @@ int main(int argc, char **argv)
         check_linear(256, 768, 3072);
         check_linear(256, 3072, 768);
     }
+    /* bf16 attention: one row, partial tiles, T > 128 (several query and
+     * key blocks), several heads, each head size of attn_bf16.cu. */
+    const int atts[][4] = {{2, 1, 3, 64}, {1, 77, 2, 64}, {1, 150, 2, 64}, {2, 40, 2, 32},
+                           {1, 19, 1, 16}};
+    for (size_t i = 0; i < sizeof atts / sizeof atts[0]; i++)
+        check_attn(atts[i][0], atts[i][1], atts[i][2], atts[i][3]);
+    if (big)   /* GPT-2 small's attention: head size 64, block 1024 */
+        check_attn(1, 1024, 4, 64);
     check_graph();
     check_small_workspace();
     int rc = gpu->ops->sync(gpu);

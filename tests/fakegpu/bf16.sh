@@ -2,7 +2,9 @@
 # --precision bf16 on the fake GPU (tests/fakegpu), against fp32:
 # - the bf16 matrix products within the bounds of bf16's rounding, graph
 #   steps, the weight cache, the workspace and the CPU's refusal
-#   (tests/gpu/ops_bf16.c, which derives the bounds);
+#   (tests/gpu/ops_bf16.c, which derives the bounds); attention on the
+#   emulated tensor cores (attn_bf16.cu) forward and backward within its
+#   bounds;
 # - one training step from the same checkpoint: the bf16 update of every
 #   tensor within BF16_STEP_TOL of the fp32 update (relative to the
 #   tensor's largest update, weights_cmp --base), and not equal to it;

@@ -25,6 +25,10 @@
  * replays see the optimizer's new weights); a workspace smaller than
  * linear_workspace is refused with an error; the CPU backend refuses bf16.
  *
+ * Attention (check_attn) has bounds of its own, derived where it is
+ * checked; with --big the times of the attention kernels in bf16 and fp32
+ * at GPT-2 small's shape are printed ("time attn_..." lines).
+ *
  * Prints one line per check and exits 1 if any fails.
  */
 #include <math.h>
@@ -32,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cdl/cdl.h>
 #include "tests/test_rng.h"
@@ -381,6 +386,81 @@ static void check_attn(int n, int T, int nh, int hd)
     free(qkv), free(dy), free(y), free(lse), free(d);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Milliseconds per attention forward and backward on backend be (the mean
+ * of REPS after 2 warm-up calls). */
+static void time_attn_on(cdl_backend *be, int n, int T, int C, int nh, const float *qkv,
+                         const float *dy, double *fwd_ms, double *bwd_ms)
+{
+    enum { REPS = 10 };
+    size_t nq = (size_t)n * T * 3 * C, ny = (size_t)n * T * C, nl = (size_t)n * nh * T;
+    size_t wsn = be->ops->attn_workspace(be, n, T, C, nh);
+    float *d[6];
+    size_t sz[6] = {nq, ny, ny, nl, nq, wsn};
+    for (int i = 0; i < 6; i++) {
+        d[i] = be->ops->alloc(be, (sz[i] ? sz[i] : 1) * 4);
+        if (!d[i]) {
+            fprintf(stderr, "ops_bf16: %s\n", cdl_last_error());
+            exit(1);
+        }
+    }
+    be->ops->to_device(be, d[0], qkv, nq * 4);
+    be->ops->to_device(be, d[1], dy, ny * 4);
+    double t[2] = {0, 0};
+    for (int rep = 0; rep < REPS + 2; rep++) {
+        double t0 = now_s();
+        be->ops->attn_fwd(be, n, T, C, nh, d[0], d[2], d[3], d[5]);
+        be->ops->sync(be);
+        double t1 = now_s();
+        be->ops->attn_bwd(be, n, T, C, nh, d[0], d[2], d[3], d[1], d[4], d[5]);
+        be->ops->sync(be);
+        if (rep >= 2)
+            t[0] += t1 - t0, t[1] += now_s() - t1;
+    }
+    *fwd_ms = t[0] / REPS * 1e3;
+    *bwd_ms = t[1] / REPS * 1e3;
+    for (int i = 0; i < 6; i++)
+        be->ops->free(be, d[i]);
+}
+
+/* GPT-2 small's attention (batch 8, block 1024, 12 heads of 64): the bf16
+ * tensor-core kernels against the fp32 ones of a second backend, one line
+ * per direction with the rate of the causal FLOPs (forward 2 products of
+ * n nh T^2 hd / 2 multiply-adds each, backward 5; the backward's recomputed
+ * S not counted, as FlashAttention counts). Reported, not enforced. */
+static void time_attn(void)
+{
+    enum { N = 8, T = 1024, NH = 12, HD = 64, C = NH * HD };
+    cdl_backend_params p;
+    cdl_backend_params_from_env(&p);
+    p.precision = CDL_PRECISION_FP32;
+    cdl_backend *f32 = cdl_backend_create_with("cuda", &p);
+    if (!f32) {
+        fprintf(stderr, "ops_bf16: %s\n", cdl_last_error());
+        exit(1);
+    }
+    float *qkv = host_rand((size_t)N * T * 3 * C, -1, 1), *dy = host_rand((size_t)N * T * C, -1, 1);
+    double bf[2], fp[2];
+    time_attn_on(gpu, N, T, C, NH, qkv, dy, &bf[0], &bf[1]);
+    time_attn_on(f32, N, T, C, NH, qkv, dy, &fp[0], &fp[1]);
+    double prod = (double)N * NH * T * T * HD;   /* flops of one causal product */
+    const char *dir[2] = {"attn_fwd", "attn_bwd"};
+    for (int i = 0; i < 2; i++) {
+        double f = prod * (i ? 5 : 2);
+        printf("time %s n%d T%d nh%d hd%d: bf16 %.3f ms (%.1f TFLOP/s), fp32 %.3f ms (%.1f "
+               "TFLOP/s), %.2fx\n", dir[i], N, T, NH, HD, bf[i], f / bf[i] * 1e-9, fp[i],
+               f / fp[i] * 1e-9, fp[i] / bf[i]);
+    }
+    free(qkv), free(dy);
+    cdl_backend_destroy(f32);
+}
+
 /* One training step of a linear classifier: linear, loss, backward, SGD,
  * the loss copied out. */
 enum { SN = 32, SIN = 40, SOUT = 8 };
@@ -542,8 +622,10 @@ int main(int argc, char **argv)
                            {1, 19, 1, 16}};
     for (size_t i = 0; i < sizeof atts / sizeof atts[0]; i++)
         check_attn(atts[i][0], atts[i][1], atts[i][2], atts[i][3]);
-    if (big)   /* GPT-2 small's attention: head size 64, block 1024 */
+    if (big) {   /* GPT-2 small's attention: head size 64, block 1024 */
         check_attn(1, 1024, 4, 64);
+        time_attn();
+    }
     check_graph();
     check_small_workspace();
     int rc = gpu->ops->sync(gpu);

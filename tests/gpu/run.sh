@@ -493,6 +493,11 @@ else
     grep -E '^FAIL|ops_bf16' "$logs/ops_bf16.log" | head -20 >&2
     fail_row "8 bf16 products vs rounding bounds" "$(tail -1 "$logs/ops_bf16.log" | cut -c1-100) (see $logs/ops_bf16.log)"
 fi
+# The attention kernels' times at GPT-2 small's shape (--big only): bf16
+# tensor cores against cdl's fp32 kernels.
+while read -r _ op shape rest; do
+    row "8 $op $shape" "$rest"
+done < <(grep '^time attn_' "$logs/ops_bf16.log" 2>/dev/null)
 if [ "$rehearsal" = 1 ]; then
     gl=2 gh=2 gc=32 gt=64 gv=512 gb=4 gpt_name="GPT 2x32 (rehearsal), block 64"
 else

@@ -7,6 +7,9 @@
  *    few channels, where GEMM shapes are too thin to run well.
  *  - conv2d_avx2.c: direct AVX2 kernels for CPUs without AVX-512 (stride 1
  *    and 2, equal padding).
+ *  - conv2d_wino.c: Winograd F(2x2,3x3) with AVX2 for 3x3 stride-1 pad-1
+ *    convolutions, forward and dx, where it beats conv2d_avx2.c
+ *    (conv_use_wino).
  *
  * Both parallelise over images and reduce per-thread weight-gradient
  * partials in thread order (bitwise reproducible for a thread count). The
@@ -41,6 +44,17 @@ void conv_avx2_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const floa
 void conv_avx2_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
                    const float *dy, float *dx, float *dw, float *db, float *ws);
 
+/* 1 when the Winograd kernels handle d on this CPU (3x3, stride 1, pad 1,
+ * no dilation or groups, AVX2). dx is the forward on dy with the kernel
+ * flipped and its channel axes swapped; no partial sums, so the results do
+ * not depend on the thread count. */
+int conv_wino_supported(const cdl_conv2d_desc *d);
+size_t conv_wino_workspace(const cdl_conv2d_desc *d, int threads);
+void conv_wino_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
+                   const float *b, float *y, float *ws);
+void conv_wino_dx(pool *p, const cdl_conv2d_desc *d, const float *w, const float *dy, float *dx,
+                  float *ws);
+
 /* Chunks of images for a backward pass whose per-chunk weight-gradient
  * partial is partial_floats: POOL_CHUNKS_PER_THREAD per thread, fewer when
  * the partials would pass CONV_PARTIALS_MAX floats (but never fewer than
@@ -51,5 +65,13 @@ int conv_bwd_chunks(int threads, int n, size_t partial_floats);
 /* Which path the ops take for d: 1 = direct (AVX-512), 2 = AVX2, 0 =
  * im2col+SGEMM. */
 int conv_use_direct(const cdl_conv2d_desc *d);
+
+/* Whether the ops take the Winograd kernels for d: CONV_WINO_FWD for the
+ * forward, CONV_WINO_DX for dx (bits; the weight gradient stays on
+ * conv_use_direct's path). CDL_CPU_NO_WINOGRAD=1 in the environment turns
+ * them off (read once), as does cpu_disable_avx512(1). */
+#define CONV_WINO_FWD 1
+#define CONV_WINO_DX 2
+int conv_use_wino(const cdl_conv2d_desc *d);
 
 #endif

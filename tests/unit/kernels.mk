@@ -41,3 +41,10 @@ tests_unit_test_kernels_conv_SOURCES = tests/unit/test_kernels_conv.c tests/unit
 	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
 tests_unit_test_kernels_conv_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_kernels_conv_LDADD = $(TEST_LDADD)
+# the Winograd F(2x2,3x3) convolution (skipped without AVX2)
+check_PROGRAMS += tests/unit/test_kernels_conv_wino
+TESTS += tests/unit/test_kernels_conv_wino
+tests_unit_test_kernels_conv_wino_SOURCES = tests/unit/test_kernels_conv_wino.c tests/unit/ref_ops.c \
+	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
+tests_unit_test_kernels_conv_wino_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_kernels_conv_wino_LDADD = $(TEST_LDADD)

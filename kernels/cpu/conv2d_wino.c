@@ -1,0 +1,406 @@
+/* Winograd F(2x2,3x3) convolution with AVX2+FMA (see conv2d.h) for 3x3,
+ * stride 1, pad 1, undilated, ungrouped convolutions: the forward pass and
+ * dx (a forward correlation of dy with the kernel flipped and its channel
+ * axes swapped). x is (n,c,h,w), w (oc,c,3,3), y (n,oc,h,w).
+ *
+ * Every 2x2 block of outputs (a tile) reads a 4x4 block of the padded input
+ * (tiles overlap by 2). Per tile and input channel V = B^T d B, per filter
+ * U = G g G^T (once per call, in double, rounded once), then for each of
+ * the 16 positions xi of the transformed tile M[xi] = U[xi] V[xi], a
+ * product (O x C) x (C x tiles), and y = A^T M A + bias per tile and output
+ * channel:
+ *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+ *   G   = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
+ *   A^T = [1 1 1 0; 0 1 -1 -1]
+ * 16 multiply-adds per input channel and tile instead of 36: 2.25x less
+ * arithmetic than the direct kernels (conv2d_avx2.c), plus the transforms
+ * (a few adds per value, a sixth to a third of the time at 16 channels,
+ * less with more).
+ *
+ * Tiles are processed in blocks (bands of tile rows of one image, or
+ * several whole small images) sized so that V and M of a block stay in L2.
+ * Within a block the tiles are numbered image-major, then tile row, then
+ * tile column; V is [16][C][ts] and M [16][O rounded to 4][ts] with the
+ * tiles contiguous, so the transforms work on 8 tiles per vector and the
+ * products run a 4 output channels x 24 tiles register block (12
+ * accumulators, per input channel 3 loads and 4 broadcasts feed 12 FMAs).
+ * Vector stores and loads run up to 7 tiles past a block row: those lanes
+ * are recomputed or rewritten by the next row and never stored to y.
+ *
+ * Blocks are independent (no sums across blocks), so results do not depend
+ * on the thread count at all.
+ *
+ * Numerics: the transforms add up to 4 inputs (B^T, A^T) and halve and add
+ * 3 weights (G), so each output is a sum of C*16 products of transformed
+ * values whose rounding errors are a few times those of the direct sum of
+ * C*9 products: against the double-precision reference the normalised
+ * error (max |err| / max |y|) measured 1-3e-7 at 16-64 channels (direct:
+ * about 1e-7), well inside the kernel tests' 1e-5.
+ *
+ * Workspace: U [16][ocb][C][4] shared, then per thread V, M, the 4 rows of
+ * the vertical input transform and a zero row.
+ */
+#include <string.h>
+
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/simd.h"
+
+#define WOB 4    /* output channels per register block */
+#define WSB 3    /* 8-tile vectors per register block */
+#define WTG (8 * WSB)
+
+/* One correlation y (n, O, H, W) = corr(pad1(x (n, C, H, W)), g) + bias. */
+typedef struct wplan {
+    int n, C, O, H, W;
+    int th, tw, T;         /* tile rows, tile columns, tiles per image */
+    int ocb;               /* output channel blocks of WOB */
+    int gimg;              /* images per block (whole images) */
+    int rows, bands;       /* tile rows per block and blocks per image (gimg == 1) */
+    int nblocks, nbmax;    /* blocks, tiles per block at most */
+    int ts;                /* tile stride of V and M rows */
+    int hw, rowlen;        /* floats per half of a split input row, per row */
+    size_t u_floats, v_floats, m_floats, p_floats;
+    size_t shared, per_thread;
+} wplan;
+
+/* Tiles per block: V and M of a block in about 256 KB (half this core's
+ * L2), at least 2 register blocks wide. */
+static int block_tiles(int C, int O)
+{
+    int t = 4096 / (C + O);
+    return t < 48 ? 48 : t > 256 ? 256 : t;
+}
+
+static void wplan_make(int n, int C, int O, int H, int W, wplan *p)
+{
+    p->n = n;
+    p->C = C;
+    p->O = O;
+    p->H = H;
+    p->W = W;
+    p->th = (H + 1) / 2;
+    p->tw = (W + 1) / 2;
+    p->T = p->th * p->tw;
+    p->ocb = (O + WOB - 1) / WOB;
+    int tgt = block_tiles(C, O);
+    if (p->T >= tgt) {
+        p->gimg = 1;
+        p->rows = tgt / p->tw < 1 ? 1 : tgt / p->tw;
+        p->rows = p->rows > p->th ? p->th : p->rows;
+        p->bands = (p->th + p->rows - 1) / p->rows;
+        p->nblocks = n * p->bands;
+    } else {
+        p->gimg = tgt / p->T < 1 ? 1 : tgt / p->T;
+        p->gimg = p->gimg > n ? n : p->gimg;
+        p->rows = p->th;
+        p->bands = 1;
+        p->nblocks = (n + p->gimg - 1) / p->gimg;
+    }
+    p->nbmax = p->gimg * p->rows * p->tw;
+    p->ts = (p->nbmax + 8 + WTG - 1) / WTG * WTG;
+    p->hw = (p->tw + 7) / 8 * 8 + 8;
+    p->rowlen = 2 * p->hw;
+    p->u_floats = cpu_align16((size_t)16 * p->ocb * C * WOB);
+    p->v_floats = cpu_align16((size_t)16 * C * p->ts);
+    p->m_floats = cpu_align16((size_t)16 * WOB * p->ts);
+    p->p_floats = cpu_align16((size_t)C * (2 * p->rows + 2) * p->rowlen);
+    p->shared = p->u_floats;
+    p->per_thread = p->v_floats + p->m_floats + p->p_floats;
+}
+
+int conv_wino_supported(const cdl_conv2d_desc *d)
+{
+    if (!cpu_has_avx2())
+        return 0;
+    if (d->kh != 3 || d->kw != 3 || d->stride_h != 1 || d->stride_w != 1 || d->pad_h != 1 ||
+        d->pad_w != 1 || d->dil_h != 1 || d->dil_w != 1 || d->groups > 1)
+        return 0;
+    if (d->n < 1 || d->c < 1 || d->oc < 1 || d->h < 1 || d->w < 1 || d->oh != d->h || d->ow != d->w)
+        return 0;
+    /* Offsets inside one block are int. */
+    double big = 16.0 * (d->c > d->oc ? d->c : d->oc) * (1024.0 + (double)d->h * d->w);
+    return big < 1e9;
+}
+
+size_t conv_wino_workspace(const cdl_conv2d_desc *d, int threads)
+{
+    wplan f, b;
+    wplan_make(d->n, d->c, d->oc, d->h, d->w, &f);
+    wplan_make(d->n, d->oc, d->c, d->h, d->w, &b);
+    size_t a = f.shared + f.per_thread * (size_t)threads;
+    size_t c = b.shared + b.per_thread * (size_t)threads;
+    return a > c ? a : c;
+}
+
+typedef struct wctx {
+    wplan p;
+    const float *x, *g, *bias;
+    float *y, *ws;
+    int flip;              /* dx: g is (C, O, 3, 3) and is flipped */
+} wctx;
+
+/* U[xi][ob][c][j] = (G g G^T)[xi] for output channel o = ob*WOB+j (zero
+ * past O) and input channel c, over output channels [b, e). */
+static void pack_u(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const wctx *c = vctx;
+    const wplan *p = &c->p;
+    float *U = c->ws;
+    for (size_t o = b; o < e; o++)
+        for (int ci = 0; ci < p->C; ci++) {
+            double g[3][3], t[4][3], u[4][4];
+            for (int ky = 0; ky < 3; ky++)
+                for (int kx = 0; kx < 3; kx++)
+                    g[ky][kx] = c->flip ? c->g[((size_t)ci * p->O + o) * 9 + (2 - ky) * 3 + (2 - kx)]
+                                        : c->g[((size_t)o * p->C + ci) * 9 + ky * 3 + kx];
+            for (int k = 0; k < 3; k++) {
+                t[0][k] = g[0][k];
+                t[1][k] = 0.5 * (g[0][k] + g[1][k] + g[2][k]);
+                t[2][k] = 0.5 * (g[0][k] - g[1][k] + g[2][k]);
+                t[3][k] = g[2][k];
+            }
+            for (int i = 0; i < 4; i++) {
+                u[i][0] = t[i][0];
+                u[i][1] = 0.5 * (t[i][0] + t[i][1] + t[i][2]);
+                u[i][2] = 0.5 * (t[i][0] - t[i][1] + t[i][2]);
+                u[i][3] = t[i][2];
+            }
+            for (int xi = 0; xi < 16; xi++)
+                U[(((size_t)xi * p->ocb + o / WOB) * p->C + ci) * WOB + o % WOB] = (float)u[xi / 4][xi % 4];
+        }
+}
+
+#if CPU_X86
+
+/* Evens and odds of the 16 floats at s: [s0 s2 .. s14], [s1 s3 .. s15]. */
+static CPU_AVX2 inline void deinterleave(const float *s, __m256 *ev, __m256 *od)
+{
+    __m256 a = _mm256_loadu_ps(s), b = _mm256_loadu_ps(s + 8);
+    *ev = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+    *od = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+}
+
+/* One padded input row split by column parity: padded column q = x+1 of
+ * input column x goes to ev[q/2] (q even) or od[q/2] (q odd), so ev[0] is
+ * the left padding; every other slot of the two halves (hw floats each) is
+ * zero. src NULL: a padding row. */
+static CPU_AVX2 void split_row(const float *src, int W, int hw, float *ev)
+{
+    float *od = ev + hw;
+    for (int k = 0; k < 2 * hw; k += 8)
+        _mm256_storeu_ps(ev + k, _mm256_setzero_ps());
+    if (!src)
+        return;
+    int x = 0;
+    for (; x + 16 <= W; x += 16) {
+        __m256 e, o;
+        deinterleave(src + x, &e, &o);
+        _mm256_storeu_ps(od + x / 2, e);
+        _mm256_storeu_ps(ev + x / 2 + 1, o);
+    }
+    for (; x < W; x++) {
+        if (x % 2 == 0)
+            od[x / 2] = src[x];
+        else
+            ev[(x + 1) / 2] = src[x];
+    }
+}
+
+/* V[xi][ci][j..j+8) of the tiles tx0..tx0+7 of one tile row of channel ci:
+ * B^T d B from the 4 split rows at r (rowlen floats apart, halves hw). */
+static CPU_AVX2 void input_tiles(const float *r, int rowlen, int hw, int tx0, float *v,
+                                 size_t xstride)
+{
+    __m256 h[4][4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const float *e = r + (size_t)k * rowlen + tx0, *o = e + hw;
+        __m256 e0 = _mm256_loadu_ps(e), e1 = _mm256_loadu_ps(e + 1);
+        __m256 o0 = _mm256_loadu_ps(o), o1 = _mm256_loadu_ps(o + 1);
+        h[k][0] = _mm256_sub_ps(e0, e1);
+        h[k][1] = _mm256_add_ps(o0, e1);
+        h[k][2] = _mm256_sub_ps(e1, o0);
+        h[k][3] = _mm256_sub_ps(o0, o1);
+    }
+#pragma GCC unroll 4
+    for (int col = 0; col < 4; col++) {
+        _mm256_storeu_ps(v + (size_t)col * xstride, _mm256_sub_ps(h[0][col], h[2][col]));
+        _mm256_storeu_ps(v + (size_t)(4 + col) * xstride, _mm256_add_ps(h[1][col], h[2][col]));
+        _mm256_storeu_ps(v + (size_t)(8 + col) * xstride, _mm256_sub_ps(h[2][col], h[1][col]));
+        _mm256_storeu_ps(v + (size_t)(12 + col) * xstride, _mm256_sub_ps(h[1][col], h[3][col]));
+    }
+}
+
+/* M (WOB, ngroups*WTG tiles) = U (WOB, C; packed [C][WOB]) V (C, tiles). */
+static CPU_AVX2 void wgemm(const float *ub, const float *V, float *M, int C, int ngroups, int ts)
+{
+    for (int g = 0; g < ngroups; g++) {
+        const float *vb = V + (size_t)g * WTG;
+        __m256 acc[WOB][WSB];
+#pragma GCC unroll 4
+        for (int o = 0; o < WOB; o++)
+#pragma GCC unroll 3
+            for (int s = 0; s < WSB; s++)
+                acc[o][s] = _mm256_setzero_ps();
+        for (int ci = 0; ci < C; ci++) {
+            const float *vr = vb + (size_t)ci * ts;
+            __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8);
+            __m256 v2 = _mm256_loadu_ps(vr + 16);
+#pragma GCC unroll 4
+            for (int o = 0; o < WOB; o++) {
+                __m256 u = _mm256_broadcast_ss(ub + ci * WOB + o);
+                acc[o][0] = _mm256_fmadd_ps(v0, u, acc[o][0]);
+                acc[o][1] = _mm256_fmadd_ps(v1, u, acc[o][1]);
+                acc[o][2] = _mm256_fmadd_ps(v2, u, acc[o][2]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int o = 0; o < WOB; o++) {
+            float *mr = M + (size_t)o * ts + (size_t)g * WTG;
+#pragma GCC unroll 3
+            for (int s = 0; s < WSB; s++)
+                _mm256_storeu_ps(mr + 8 * s, acc[o][s]);
+        }
+    }
+}
+
+/* y rows 2ty, 2ty+1 (the second when inside), columns [2tx0, 2tx0+16) cut to
+ * W, of output channel o from M[xi][o][j..j+8) (A^T M A + bias). */
+static CPU_AVX2 void output_tiles(const float *m, size_t xstride, float bias, float *y0, float *y1,
+                                  int ncols)
+{
+    __m256 v[16];
+#pragma GCC unroll 16
+    for (int xi = 0; xi < 16; xi++)
+        v[xi] = _mm256_loadu_ps(m + (size_t)xi * xstride);
+    __m256 s0[4], s1[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m256 t = _mm256_add_ps(v[4 + k], v[8 + k]);
+        s0[k] = _mm256_add_ps(v[k], t);
+        s1[k] = _mm256_sub_ps(_mm256_sub_ps(v[4 + k], v[8 + k]), v[12 + k]);
+    }
+    __m256 bv = _mm256_set1_ps(bias);
+    __m256 *s[2] = {s0, s1};
+    float *yr[2] = {y0, y1};
+    for (int r = 0; r < 2 && yr[r]; r++) {
+        __m256 t = _mm256_add_ps(s[r][1], s[r][2]);
+        __m256 c0 = _mm256_add_ps(_mm256_add_ps(s[r][0], t), bv);
+        __m256 c1 = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(s[r][1], s[r][2]), s[r][3]), bv);
+        __m256 lo = _mm256_unpacklo_ps(c0, c1), hi = _mm256_unpackhi_ps(c0, c1);
+        __m256 a = _mm256_permute2f128_ps(lo, hi, 0x20), b = _mm256_permute2f128_ps(lo, hi, 0x31);
+        if (ncols >= 16) {
+            _mm256_storeu_ps(yr[r], a);
+            _mm256_storeu_ps(yr[r] + 8, b);
+        } else {
+            float tmp[16];
+            _mm256_storeu_ps(tmp, a);
+            _mm256_storeu_ps(tmp + 8, b);
+            memcpy(yr[r], tmp, (size_t)ncols * sizeof *tmp);
+        }
+    }
+}
+
+static void wino_block(const wctx *c, int blk, int tid)
+{
+    const wplan *p = &c->p;
+    float *V = c->ws + p->shared + (size_t)tid * p->per_thread;
+    float *M = V + p->v_floats, *P = M + p->m_floats;
+    int img0, ni, ty0, nty;
+    if (p->gimg > 1 || p->bands == 1) {
+        img0 = blk * p->gimg;
+        ni = p->n - img0 < p->gimg ? p->n - img0 : p->gimg;
+        ty0 = 0;
+        nty = p->th;
+    } else {
+        img0 = blk / p->bands;
+        ni = 1;
+        ty0 = blk % p->bands * p->rows;
+        nty = p->th - ty0 < p->rows ? p->th - ty0 : p->rows;
+    }
+    const size_t plane = (size_t)p->H * p->W, xs = (size_t)p->C * p->ts;
+    const int prow = 2 * nty + 2;   /* split rows per channel */
+    for (int i = 0; i < ni; i++) {
+        const float *x = c->x + (size_t)(img0 + i) * p->C * plane;
+        for (int ci = 0; ci < p->C; ci++)
+            for (int r = 0; r < prow; r++) {
+                int a = 2 * ty0 - 1 + r;
+                split_row(a >= 0 && a < p->H ? x + ci * plane + (size_t)a * p->W : NULL, p->W, p->hw,
+                          P + ((size_t)ci * prow + r) * p->rowlen);
+            }
+        for (int ci = 0; ci < p->C; ci++)
+            for (int lt = 0; lt < nty; lt++) {
+                size_t j = ((size_t)i * nty + lt) * p->tw;
+                const float *r = P + ((size_t)ci * prow + 2 * lt) * p->rowlen;
+                for (int tx0 = 0; tx0 < p->tw; tx0 += 8)
+                    input_tiles(r, p->rowlen, p->hw, tx0, V + (size_t)ci * p->ts + j + tx0, xs);
+            }
+    }
+    int nb = ni * nty * p->tw, ngroups = (nb + WTG - 1) / WTG;
+    const size_t ms = (size_t)WOB * p->ts;
+    for (int ob = 0; ob < p->ocb; ob++) {
+        for (int xi = 0; xi < 16; xi++)
+            wgemm(c->ws + ((size_t)xi * p->ocb + ob) * p->C * WOB, V + xi * xs, M + xi * ms, p->C,
+                  ngroups, p->ts);
+        for (int i = 0; i < ni; i++) {
+            float *y = c->y + (size_t)(img0 + i) * p->O * plane;
+            for (int lt = 0; lt < nty; lt++) {
+                int ty = ty0 + lt;
+                size_t j = ((size_t)i * nty + lt) * p->tw;
+                for (int o = ob * WOB; o < ob * WOB + WOB && o < p->O; o++) {
+                    float *y0 = y + o * plane + (size_t)(2 * ty) * p->W;
+                    float *y1 = 2 * ty + 1 < p->H ? y0 + p->W : NULL;
+                    float bias = c->bias ? c->bias[o] : 0.0f;
+                    for (int tx0 = 0; tx0 < p->tw; tx0 += 8) {
+                        int ncols = p->W - 2 * tx0 < 16 ? p->W - 2 * tx0 : 16;
+                        output_tiles(M + (size_t)(o - ob * WOB) * p->ts + j + tx0, ms, bias,
+                                     y0 + 2 * tx0, y1 ? y1 + 2 * tx0 : NULL, ncols);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#else /* no x86: conv_wino_supported() is 0 and this is never called */
+
+static void wino_block(const wctx *c, int blk, int tid)
+{
+    (void)c, (void)blk, (void)tid;
+}
+#endif
+
+static void wino_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk;
+    const wctx *c = vctx;
+    /* Lanes past a block's tiles read whatever the buffers hold: keep that
+     * finite and defined. */
+    memset(c->ws + c->p.shared + (size_t)tid * c->p.per_thread, 0, c->p.per_thread * sizeof(float));
+    for (size_t blk = b; blk < e; blk++)
+        wino_block(c, (int)blk, tid);
+}
+
+static void wino_run(pool *pl, int n, int C, int O, int H, int W, const float *x, const float *g,
+                     int flip, const float *bias, float *y, float *ws)
+{
+    wctx c = {.x = x, .g = g, .bias = bias, .y = y, .ws = ws, .flip = flip};
+    wplan_make(n, C, O, H, W, &c.p);
+    memset(ws, 0, c.p.u_floats * sizeof *ws);
+    pool_for(pl, (size_t)O, 4, pack_u, &c);
+    pool_for(pl, (size_t)c.p.nblocks, 1, wino_blocks, &c);
+}
+
+void conv_wino_fwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *w,
+                   const float *b, float *y, float *ws)
+{
+    wino_run(pl, d->n, d->c, d->oc, d->h, d->w, x, w, 0, b, y, ws);
+}
+
+void conv_wino_dx(pool *pl, const cdl_conv2d_desc *d, const float *w, const float *dy, float *dx,
+                  float *ws)
+{
+    wino_run(pl, d->n, d->oc, d->c, d->h, d->w, dy, w, 1, NULL, dx, ws);
+}

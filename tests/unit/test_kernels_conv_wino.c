@@ -1,0 +1,151 @@
+/* The Winograd F(2x2,3x3) convolution (kernels/cpu/conv2d_wino.c) against
+ * the double-precision reference: forward (with and without bias) and dx,
+ * on the CIFAR ResNets' 3x3 stride-1 shapes (16/32/64 channels at 32/16/8
+ * pixels), odd channel counts and odd or tiny images, one image and
+ * several (blocks of several images, bands of one image, a last block with
+ * fewer images); results bitwise equal on 1 and 2 threads (no sums across
+ * blocks); workspaces allocated at exactly the planned size and poisoned
+ * (the sanitizers and valgrind see any read past them or of stale
+ * values); and which shapes the CPU backend sends this way. Skipped on
+ * CPUs without AVX2. */
+#include "testutil.h"
+
+#include <string.h>
+
+#include <cdl/cdl.h>
+
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/cpu/simd.h"
+#include "kernel_testutil.h"
+#include "ref_ops.h"
+
+typedef struct wcase {
+    int n, c, h, w, oc;
+} wcase;
+
+static const wcase cases[] = {
+    {3, 16, 32, 32, 16},  /* resnet20 stage 1: bands of tile rows */
+    {2, 32, 16, 16, 32},  /* stage 2 */
+    {5, 64, 8, 8, 64},    /* stage 3: several images per block */
+    {1, 16, 16, 16, 32},  /* channels up (oc tails of the dx) */
+    {2, 3, 32, 32, 16},   /* the stem: 3 input channels */
+    {3, 5, 13, 11, 7},    /* odd sizes: half tiles at the edges, oc tail */
+    {2, 17, 9, 20, 9},    /* odd height, even width past one vector */
+    {4, 8, 1, 1, 3},      /* one pixel */
+    {3, 6, 2, 3, 5},      /* tiny */
+    {1, 128, 4, 4, 72},   /* resnet18's small images, wide channels */
+};
+#define N_CASES (sizeof cases / sizeof cases[0])
+
+typedef struct result {
+    float *y, *y0, *dx;
+} result;
+
+/* Forward with and without bias, and dx, on `threads` threads; workspace
+ * and outputs full of garbage first. */
+static result run_wino(const cdl_conv2d_desc *d, int threads, const pair *x, const pair *w,
+                       const pair *b, const pair *dy)
+{
+    pool *pl = pool_create(threads);
+    assert_non_null(pl);
+    size_t nx = (size_t)d->n * d->c * d->h * d->w, ny = (size_t)d->n * d->oc * d->oh * d->ow;
+    size_t nws = conv_wino_workspace(d, threads);
+    result r = {cdl_malloc(ny * 4), cdl_malloc(ny * 4), cdl_malloc(nx * 4)};
+    float *ws = cdl_malloc(nws * sizeof *ws);
+    assert_non_null(ws);
+    memset(r.y, 0xff, ny * 4);    /* NaN */
+    memset(r.y0, 0xff, ny * 4);
+    memset(r.dx, 0xff, nx * 4);
+    memset(ws, 0x7f, nws * sizeof *ws);
+    conv_wino_fwd(pl, d, x->f, w->f, b->f, r.y, ws);
+    memset(ws, 0xff, nws * sizeof *ws);
+    conv_wino_fwd(pl, d, x->f, w->f, NULL, r.y0, ws);
+    memset(ws, 0x7f, nws * sizeof *ws);
+    conv_wino_dx(pl, d, w->f, dy->f, r.dx, ws);
+    cdl_free(ws);
+    pool_destroy(pl);
+    return r;
+}
+
+static void result_free(result *r)
+{
+    cdl_free(r->y);
+    cdl_free(r->y0);
+    cdl_free(r->dx);
+}
+
+static void test_wino_matches_reference(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < N_CASES; k++) {
+        const wcase *a = &cases[k];
+        cdl_conv2d_desc d = ref_conv_desc(a->n, a->c, a->h, a->w, a->oc, 3, 3, 1, 1);
+        assert_true(conv_wino_supported(&d));
+        size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.oc * d.c * 9;
+        size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
+        pair x = pair_rand(nx, 81 + k, -1, 1), w = pair_rand(nw, 82 + k, -1, 1);
+        pair b = pair_rand(d.oc, 83 + k, -1, 1), dy = pair_rand(ny, 84 + k, -1, 1);
+        pair y = pair_new(ny), y0 = pair_new(ny), dx = pair_new(nx), dw = pair_new(nw);
+        pair db = pair_new(d.oc);
+        ref_conv2d_fwd(&d, x.d, w.d, b.d, y.d);
+        ref_conv2d_fwd(&d, x.d, w.d, NULL, y0.d);
+        ref_conv2d_bwd(&d, x.d, w.d, dy.d, dx.d, dw.d, db.d);
+        result r1 = run_wino(&d, 1, &x, &w, &b, &dy);
+        result r2 = run_wino(&d, 2, &x, &w, &b, &dy);
+        print_message("case %zu (n=%d c=%d %dx%d oc=%d): y %.2g, dx %.2g\n", k, d.n, d.c, d.h,
+                      d.w, d.oc, test_norm_err(r1.y, y.d, ny), test_norm_err(r1.dx, dx.d, nx));
+        check_close("wino y", r1.y, y.d, ny, 1e-5);
+        check_close("wino y (no bias)", r1.y0, y0.d, ny, 1e-5);
+        check_close("wino dx", r1.dx, dx.d, nx, 1e-5);
+        /* No sums across blocks: the thread count changes no bit. */
+        assert_memory_equal(r1.y, r2.y, ny * sizeof(float));
+        assert_memory_equal(r1.y0, r2.y0, ny * sizeof(float));
+        assert_memory_equal(r1.dx, r2.dx, nx * sizeof(float));
+        result_free(&r1);
+        result_free(&r2);
+        pair *all[] = {&x, &w, &b, &dy, &y, &y0, &dx, &dw, &db};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            pair_free(all[i]);
+    }
+}
+
+/* Which convolutions the Winograd kernels take, and the environment and
+ * SIMD switches. */
+static void test_wino_dispatch(void **state)
+{
+    (void)state;
+    cdl_conv2d_desc s2 = ref_conv_desc(2, 16, 32, 32, 32, 3, 3, 2, 1);
+    cdl_conv2d_desc k1 = ref_conv_desc(2, 16, 32, 32, 32, 1, 1, 1, 0);
+    cdl_conv2d_desc p0 = ref_conv_desc(2, 16, 32, 32, 32, 3, 3, 1, 0);
+    assert_false(conv_wino_supported(&s2));
+    assert_false(conv_wino_supported(&k1));
+    assert_false(conv_wino_supported(&p0));
+    assert_int_equal(conv_use_wino(&s2), 0);
+    /* resnet20's stage 2 on CPUs without AVX-512; its stage 1 (16
+     * channels) and the stem stay direct (measured faster there). */
+    cdl_conv2d_desc st2 = ref_conv_desc(2, 32, 16, 16, 32, 3, 3, 1, 1);
+    cdl_conv2d_desc st1 = ref_conv_desc(2, 16, 32, 32, 16, 3, 3, 1, 1);
+    cdl_conv2d_desc stem = ref_conv_desc(2, 3, 32, 32, 16, 3, 3, 1, 1);
+    if (!cpu_has_avx512())
+        assert_int_equal(conv_use_wino(&st2), CONV_WINO_FWD | CONV_WINO_DX);
+    assert_int_equal(conv_use_wino(&st1), 0);
+    assert_int_equal(conv_use_wino(&stem), 0);
+    cpu_disable_avx512(1);
+    assert_false(conv_wino_supported(&st2));
+    assert_int_equal(conv_use_wino(&st2), 0);
+    cpu_disable_avx512(0);
+}
+
+int main(void)
+{
+    if (!cpu_has_avx2()) {
+        print_message("no AVX2 on this CPU: nothing to test\n");
+        return 77;   /* automake's "skipped" */
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_wino_matches_reference),
+        cmocka_unit_test(test_wino_dispatch),
+    };
+    return cmocka_run_group_tests_name("conv2d Winograd", tests, NULL, NULL);
+}

@@ -200,6 +200,12 @@ static CPU_AVX2 void split_row(const float *src, int W, int hw, float *ev)
         _mm256_storeu_ps(od + x / 2, e);
         _mm256_storeu_ps(ev + x / 2 + 1, o);
     }
+    if (x + 8 <= W) {   /* 8-pixel rows (stage 3 of the CIFAR ResNets) */
+        __m128 a = _mm_loadu_ps(src + x), b = _mm_loadu_ps(src + x + 4);
+        _mm_storeu_ps(od + x / 2, _mm_shuffle_ps(a, b, 0x88));
+        _mm_storeu_ps(ev + x / 2 + 1, _mm_shuffle_ps(a, b, 0xDD));
+        x += 8;
+    }
     for (; x < W; x++) {
         if (x % 2 == 0)
             od[x / 2] = src[x];
@@ -208,17 +214,26 @@ static CPU_AVX2 void split_row(const float *src, int W, int hw, float *ev)
     }
 }
 
-/* V[xi][ci][j..j+8) of the tiles tx0..tx0+7 of one tile row of channel ci:
- * B^T d B from the 4 split rows at r (rowlen floats apart, halves hw). */
-static CPU_AVX2 void input_tiles(const float *r, int rowlen, int hw, int tx0, float *v,
-                                 size_t xstride)
+/* 8 floats: from a (lanes 0-3) and b (lanes 4-7); one load when b = a+4. */
+static CPU_AVX2 inline __m256 load_halves(const int pair, const float *a, const float *b)
+{
+    return pair ? _mm256_loadu2_m128(b, a) : _mm256_loadu_ps(a);
+}
+
+/* V[xi][ci][j..j+8) of 8 tiles of channel ci: B^T d B from the 4 split rows
+ * at ra (tiles of lanes 0-3) and rb (lanes 4-7), rowlen floats apart,
+ * halves hw. rb is ra+4 (8 tiles of one tile row) unless pair (the 4-tile
+ * rows of 7x7 and 8x8 images: two tile rows per vector). */
+static inline __attribute__((always_inline)) CPU_AVX2 void
+input_tiles(const int pair, const float *ra, const float *rb, int rowlen, int hw, float *v,
+            size_t xstride)
 {
     __m256 h[4][4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
-        const float *e = r + (size_t)k * rowlen + tx0, *o = e + hw;
-        __m256 e0 = _mm256_loadu_ps(e), e1 = _mm256_loadu_ps(e + 1);
-        __m256 o0 = _mm256_loadu_ps(o), o1 = _mm256_loadu_ps(o + 1);
+        const float *ea = ra + (size_t)k * rowlen, *eb = rb + (size_t)k * rowlen;
+        __m256 e0 = load_halves(pair, ea, eb), e1 = load_halves(pair, ea + 1, eb + 1);
+        __m256 o0 = load_halves(pair, ea + hw, eb + hw), o1 = load_halves(pair, ea + hw + 1, eb + hw + 1);
         h[k][0] = _mm256_sub_ps(e0, e1);
         h[k][1] = _mm256_add_ps(o0, e1);
         h[k][2] = _mm256_sub_ps(e1, o0);
@@ -231,6 +246,17 @@ static CPU_AVX2 void input_tiles(const float *r, int rowlen, int hw, int tx0, fl
         _mm256_storeu_ps(v + (size_t)(8 + col) * xstride, _mm256_sub_ps(h[2][col], h[1][col]));
         _mm256_storeu_ps(v + (size_t)(12 + col) * xstride, _mm256_sub_ps(h[1][col], h[3][col]));
     }
+}
+
+static CPU_AVX2 void input_tiles8(const float *r, int rowlen, int hw, float *v, size_t xstride)
+{
+    input_tiles(0, r, r + 4, rowlen, hw, v, xstride);
+}
+
+static CPU_AVX2 void input_tiles44(const float *ra, const float *rb, int rowlen, int hw, float *v,
+                                   size_t xstride)
+{
+    input_tiles(1, ra, rb, rowlen, hw, v, xstride);
 }
 
 /* M (WOB, ngroups*WTG tiles) = U (WOB, C; packed [C][WOB]) V (C, tiles). */
@@ -266,41 +292,53 @@ static CPU_AVX2 void wgemm(const float *ub, const float *V, float *M, int C, int
     }
 }
 
-/* y rows 2ty, 2ty+1 (the second when inside), columns [2tx0, 2tx0+16) cut to
- * W, of output channel o from M[xi][o][j..j+8) (A^T M A + bias). */
-static CPU_AVX2 void output_tiles(const float *m, size_t xstride, float bias, float *y0, float *y1,
-                                  int ncols)
+/* Writes n <= 8 floats of v to dst (none when dst is NULL). */
+static CPU_AVX2 inline void store_n(float *dst, __m256 v, int n)
+{
+    if (!dst || n <= 0)
+        return;
+    if (n >= 8) {
+        _mm256_storeu_ps(dst, v);
+        return;
+    }
+    float tmp[8];
+    _mm256_storeu_ps(tmp, v);
+    memcpy(dst, tmp, (size_t)n * sizeof *tmp);
+}
+
+/* A^T M A + bias of 8 tiles of one output channel from M[xi][o][j..j+8):
+ * the 2 output rows of the tiles of lanes 0-3 go to ya[0], ya[1] (na
+ * columns), those of lanes 4-7 to yb[0], yb[1] (nb columns); NULL rows are
+ * outside the image. */
+static CPU_AVX2 void output_tiles(const float *m, size_t xstride, float bias, float *const ya[2],
+                                  int na, float *const yb[2], int nb)
 {
     __m256 v[16];
 #pragma GCC unroll 16
     for (int xi = 0; xi < 16; xi++)
         v[xi] = _mm256_loadu_ps(m + (size_t)xi * xstride);
-    __m256 s0[4], s1[4];
+    __m256 s[2][4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         __m256 t = _mm256_add_ps(v[4 + k], v[8 + k]);
-        s0[k] = _mm256_add_ps(v[k], t);
-        s1[k] = _mm256_sub_ps(_mm256_sub_ps(v[4 + k], v[8 + k]), v[12 + k]);
+        s[0][k] = _mm256_add_ps(v[k], t);
+        s[1][k] = _mm256_sub_ps(_mm256_sub_ps(v[4 + k], v[8 + k]), v[12 + k]);
     }
     __m256 bv = _mm256_set1_ps(bias);
-    __m256 *s[2] = {s0, s1};
-    float *yr[2] = {y0, y1};
-    for (int r = 0; r < 2 && yr[r]; r++) {
+    for (int r = 0; r < 2; r++) {
         __m256 t = _mm256_add_ps(s[r][1], s[r][2]);
         __m256 c0 = _mm256_add_ps(_mm256_add_ps(s[r][0], t), bv);
         __m256 c1 = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(s[r][1], s[r][2]), s[r][3]), bv);
         __m256 lo = _mm256_unpacklo_ps(c0, c1), hi = _mm256_unpackhi_ps(c0, c1);
-        __m256 a = _mm256_permute2f128_ps(lo, hi, 0x20), b = _mm256_permute2f128_ps(lo, hi, 0x31);
-        if (ncols >= 16) {
-            _mm256_storeu_ps(yr[r], a);
-            _mm256_storeu_ps(yr[r] + 8, b);
-        } else {
-            float tmp[16];
-            _mm256_storeu_ps(tmp, a);
-            _mm256_storeu_ps(tmp + 8, b);
-            memcpy(yr[r], tmp, (size_t)ncols * sizeof *tmp);
-        }
+        store_n(ya[r], _mm256_permute2f128_ps(lo, hi, 0x20), na);
+        store_n(yb[r], _mm256_permute2f128_ps(lo, hi, 0x31), nb);
     }
+}
+
+/* Row a of the output plane yo, NULL past the image. */
+static float *out_row(const wplan *p, float *yo, int a)
+{
+    return a < p->H ? yo + (size_t)a * p->W : NULL;
 }
 
 static void wino_block(const wctx *c, int blk, int tid)
@@ -322,6 +360,7 @@ static void wino_block(const wctx *c, int blk, int tid)
     }
     const size_t plane = (size_t)p->H * p->W, xs = (size_t)p->C * p->ts;
     const int prow = 2 * nty + 2;   /* split rows per channel */
+    const int pair = p->tw == 4;    /* two tile rows per 8-tile vector */
     for (int i = 0; i < ni; i++) {
         const float *x = c->x + (size_t)(img0 + i) * p->C * plane;
         for (int ci = 0; ci < p->C; ci++)
@@ -331,11 +370,15 @@ static void wino_block(const wctx *c, int blk, int tid)
                           P + ((size_t)ci * prow + r) * p->rowlen);
             }
         for (int ci = 0; ci < p->C; ci++)
-            for (int lt = 0; lt < nty; lt++) {
+            for (int lt = 0; lt < nty; lt += pair ? 2 : 1) {
                 size_t j = ((size_t)i * nty + lt) * p->tw;
                 const float *r = P + ((size_t)ci * prow + 2 * lt) * p->rowlen;
-                for (int tx0 = 0; tx0 < p->tw; tx0 += 8)
-                    input_tiles(r, p->rowlen, p->hw, tx0, V + (size_t)ci * p->ts + j + tx0, xs);
+                float *v = V + (size_t)ci * p->ts + j;
+                if (pair)
+                    input_tiles44(r, lt + 1 < nty ? r + 2 * p->rowlen : r, p->rowlen, p->hw, v, xs);
+                else
+                    for (int tx0 = 0; tx0 < p->tw; tx0 += 8)
+                        input_tiles8(r + tx0, p->rowlen, p->hw, v + tx0, xs);
             }
     }
     int nb = ni * nty * p->tw, ngroups = (nb + WTG - 1) / WTG;
@@ -346,17 +389,27 @@ static void wino_block(const wctx *c, int blk, int tid)
                   ngroups, p->ts);
         for (int i = 0; i < ni; i++) {
             float *y = c->y + (size_t)(img0 + i) * p->O * plane;
-            for (int lt = 0; lt < nty; lt++) {
+            for (int lt = 0; lt < nty; lt += pair ? 2 : 1) {
                 int ty = ty0 + lt;
                 size_t j = ((size_t)i * nty + lt) * p->tw;
                 for (int o = ob * WOB; o < ob * WOB + WOB && o < p->O; o++) {
-                    float *y0 = y + o * plane + (size_t)(2 * ty) * p->W;
-                    float *y1 = 2 * ty + 1 < p->H ? y0 + p->W : NULL;
+                    float *yo = y + o * plane;
                     float bias = c->bias ? c->bias[o] : 0.0f;
+                    const float *m = M + (size_t)(o - ob * WOB) * p->ts + j;
+                    if (pair) {
+                        float *ya[2] = {out_row(p, yo, 2 * ty), out_row(p, yo, 2 * ty + 1)};
+                        int more = lt + 1 < nty;
+                        float *yb[2] = {more ? out_row(p, yo, 2 * ty + 2) : NULL,
+                                        more ? out_row(p, yo, 2 * ty + 3) : NULL};
+                        output_tiles(m, ms, bias, ya, p->W, yb, p->W);
+                        continue;
+                    }
                     for (int tx0 = 0; tx0 < p->tw; tx0 += 8) {
-                        int ncols = p->W - 2 * tx0 < 16 ? p->W - 2 * tx0 : 16;
-                        output_tiles(M + (size_t)(o - ob * WOB) * p->ts + j + tx0, ms, bias,
-                                     y0 + 2 * tx0, y1 ? y1 + 2 * tx0 : NULL, ncols);
+                        float *r0 = out_row(p, yo, 2 * ty), *r1 = out_row(p, yo, 2 * ty + 1);
+                        float *ya[2] = {r0 + 2 * tx0, r1 ? r1 + 2 * tx0 : NULL};
+                        float *yb[2] = {ya[0] + 8, r1 ? ya[1] + 8 : NULL};
+                        int n = p->W - 2 * tx0;
+                        output_tiles(m + tx0, ms, bias, ya, n < 8 ? n : 8, yb, n - 8);
                     }
                 }
             }

@@ -1,7 +1,8 @@
 /* The Winograd F(2x2,3x3) convolution (kernels/cpu/conv2d_wino.c) against
  * the double-precision reference: forward (with and without bias) and dx,
  * on the CIFAR ResNets' 3x3 stride-1 shapes (16/32/64 channels at 32/16/8
- * pixels), odd channel counts and odd or tiny images, one image and
+ * pixels), odd channel counts and odd or tiny images (7 and 8 pixels
+ * wide: two rows of 4 tiles per vector), one image and
  * several (blocks of several images, bands of one image, a last block with
  * fewer images); results bitwise equal on 1 and 2 threads (no sums across
  * blocks); workspaces allocated at exactly the planned size and poisoned
@@ -35,6 +36,9 @@ static const wcase cases[] = {
     {4, 8, 1, 1, 3},      /* one pixel */
     {3, 6, 2, 3, 5},      /* tiny */
     {1, 128, 4, 4, 72},   /* resnet18's small images, wide channels */
+    {3, 9, 7, 7, 10},     /* 4-tile rows (two per vector), odd height */
+    {2, 6, 10, 8, 7},     /* 4-tile rows, an odd count of them */
+    {1, 8, 70, 7, 8},     /* 4-tile rows in bands, the last band of 3 */
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 

@@ -54,14 +54,16 @@ static int wino_disabled(void)
 
 /* Winograd from this many input and output channels. Measured on a Zen 3
  * core (AVX2, no AVX-512), 1 thread, batch 128, CPU time of the direct
- * AVX2 kernels / Winograd's, forward and dx (dx the same within 0.1):
- *   c=oc=16 at 32x32  0.93-0.96 (the transforms, a third of the time at
- *                     16 channels, eat the 2.25x fewer multiply-adds)
+ * AVX2 kernels / Winograd's, forward and dx (dx within 0.1 of it):
+ *   c=oc=16 at 32x32  0.84-0.92 (the transforms, as costly as the products
+ *                     at 16 channels, eat the 2.25x fewer multiply-adds)
  *   c=3, oc=16 32x32  0.73 (the stem)
- *   32 at 16x16       1.18-1.29      64 at 8x8     1.12-1.15
+ *   32 at 16x16       1.10-1.25      64 at 8x8     1.38-1.40
  *   64 at 32x32       1.74           128 at 16x16  1.25
  *   256 at 8x8        1.14           512 at 4x4    2.09
- * (8x8 and smaller images fill half the 8-tile vectors of the transforms.) */
+ * (the last four before the 8x8 transforms took two tile rows per vector
+ * and the products ran position-major: since then 64 at 8x8 went from
+ * 1.12 to 1.4). */
 #define CONV_WINO_MIN_C 32
 
 int conv_use_wino(const cdl_conv2d_desc *d)

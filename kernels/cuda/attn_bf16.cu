@@ -15,9 +15,11 @@
  *     key/value tiles of 32 rows in shared memory, up to the block's last
  *     row (tiles above the diagonal skipped). A warp keeps its Q fragments
  *     in registers; S = Q K^T goes through shared memory, where two lanes
- *     per row do the online softmax (running max m, sum l) and rescale the
- *     output O, which lives in shared memory (fp32) and is loaded as the
- *     accumulator of O += P V. Writes y = O / l and lse = m + log l.
+ *     per row do the online softmax (reference max m, sum l); O += P V
+ *     accumulates in registers. The reference max moves only when a row's
+ *     scores exceed it by more than FB_SLACK (P stays below e^8), and only
+ *     then does O go through shared memory to have its rows rescaled.
+ *     Writes y = O / l and lse = m + log l.
  *   - backward, query side (first): the same blocks; D = dy . y per row
  *     (fp32, saved in the workspace for the key side), then per key tile
  *     S = Q K^T and dP = dY V^T, P = exp(S scale - lse) and
@@ -133,12 +135,19 @@ static __device__ __forceinline__ void fb_mma_abt(float *out, unsigned ldo, cons
 
 template <int HD> struct fb_fwd_warp {
     union {
-        float o[16][HD + FB_PADF];      /* output accumulator */
+        float o[16][HD + FB_PADF];      /* O on its way through a rescale or out */
         bf16 q[16][HD + FB_PADH];       /* Q staging, before O exists */
     } u;
     float s[16][FB_TILE + FB_PADF];     /* scores */
     bf16 p[16][FB_TILE + FB_PADH];      /* probabilities (unnormalised) */
+    float corr[16];                     /* each row's rescaling factor of this tile */
 };
+
+/* How far (natural log) a tile's row maximum may exceed the row's
+ * reference maximum before the reference moves: until then P = exp(S - m)
+ * stays below e^FB_SLACK (fine in bf16 and fp32), and O, which only the
+ * move rescales, stays in registers. */
+#define FB_SLACK 8.0f
 
 /* Grid (items, query blocks); FB_THREADS threads. */
 template <int HD>
@@ -158,16 +167,18 @@ fb_fwd(int T, int C, int nh, float scale, const float *qkv, float *y, float *lse
     fb_load<HD, HD + FB_PADH>(W.u.q, 16, q3, ld3, wt0, T, lane, 32);
     __syncwarp();
     frag_a qf[HD / 16];
+    frag_c of[HD / 16];
     CUK_UNROLL
-    for (int kk = 0; kk < HD / 16; kk++)
+    for (int kk = 0; kk < HD / 16; kk++) {
         wmma::load_matrix_sync(qf[kk], &W.u.q[0][kk * 16], HD + FB_PADH);
-    __syncwarp();
-    for (int i = lane; i < 16 * (HD + FB_PADF); i += 32)
-        W.u.o[i / (HD + FB_PADF)][i % (HD + FB_PADF)] = 0.0f;
+        wmma::fill_fragment(of[kk], 0.0f);
+    }
 
-    /* Two lanes per row: row r, columns [half * width, (half + 1) * width). */
+    /* Two lanes per row: row r, columns [half * width, (half + 1) * width).
+     * m: the row's reference maximum, l: the sum of exp(S - m) so far. */
     const int r = lane / 2, half = lane % 2, t = wt0 + r;
     float m = -INFINITY, l = 0.0f;
+    int started = 0;   /* some P V in O (warp-uniform) */
     for (int s0 = 0; s0 < last; s0 += FB_TILE) {
         __syncthreads();   /* the previous tile is used up */
         fb_load<HD, HD + FB_PADH>(ks, FB_TILE, q3 + C, ld3, s0, T, (int)threadIdx.x, FB_THREADS);
@@ -188,10 +199,11 @@ fb_fwd(int T, int C, int nh, float scale, const float *qkv, float *y, float *lse
             mx = fmaxf(mx, x);
         }
         mx = fmaxf(mx, __shfl_xor_sync(FB_FULL, mx, 1));
-        float mnew = fmaxf(m, mx);
-        /* m = -inf (no key yet) gives corr 0, which clears nothing but
-         * zeros; mnew = -inf (no key at all, rows past T) keeps all at 0. */
-        float corr = mnew == -INFINITY ? 1.0f : expf(m - mnew), sum = 0.0f;
+        /* A new reference only past the slack (or the first key): corr = 0
+         * from none (O and l are 0), 1 when it stays; rows without any key
+         * (past T) keep -inf and P = 0. */
+        float mnew = mx > m + FB_SLACK ? mx : m;
+        float corr = mnew == m ? 1.0f : expf(m - mnew), sum = 0.0f;
         for (int c = 0; c < 16; c++) {
             float p = sr[c] == -INFINITY ? 0.0f : expf(sr[c] - mnew);
             W.p[r][half * 16 + c] = __float2bfloat16_rn(p);
@@ -200,18 +212,36 @@ fb_fwd(int T, int C, int nh, float scale, const float *qkv, float *y, float *lse
         sum += __shfl_xor_sync(FB_FULL, sum, 1);
         l = l * corr + sum;
         m = mnew;
-        for (int c = 0; c < HD / 2; c++)
-            W.u.o[r][half * (HD / 2) + c] *= corr;
+        if (!half)
+            W.corr[r] = corr;
         __syncwarp();
-        CUK_UNROLL
-        for (int n = 0; n < HD / 16; n++) {
-            frag_c acc;
-            wmma::load_matrix_sync(acc, &W.u.o[0][n * 16], HD + FB_PADF, wmma::mem_row_major);
-            fb_mma_ab<FB_TILE>(acc, &W.p[0][0], FB_TILE + FB_PADH, &vs[0][n * 16],
-                               HD + FB_PADH);
-            wmma::store_matrix_sync(&W.u.o[0][n * 16], acc, HD + FB_PADF, wmma::mem_row_major);
+        int rescale = 0;
+        for (int i = 0; i < 16; i++)
+            rescale |= W.corr[i] != 1.0f;
+        if (rescale && started) {   /* warp-uniform: O's rows through shared memory */
+            CUK_UNROLL
+            for (int n = 0; n < HD / 16; n++)
+                wmma::store_matrix_sync(&W.u.o[0][n * 16], of[n], HD + FB_PADF,
+                                        wmma::mem_row_major);
+            __syncwarp();
+            for (int c = 0; c < HD / 2; c++)
+                W.u.o[r][half * (HD / 2) + c] *= corr;
+            __syncwarp();
+            CUK_UNROLL
+            for (int n = 0; n < HD / 16; n++)
+                wmma::load_matrix_sync(of[n], &W.u.o[0][n * 16], HD + FB_PADF,
+                                       wmma::mem_row_major);
         }
+        CUK_UNROLL
+        for (int n = 0; n < HD / 16; n++)
+            fb_mma_ab<FB_TILE>(of[n], &W.p[0][0], FB_TILE + FB_PADH, &vs[0][n * 16],
+                               HD + FB_PADH);
+        started = 1;
     }
+    __syncwarp();
+    CUK_UNROLL
+    for (int n = 0; n < HD / 16; n++)
+        wmma::store_matrix_sync(&W.u.o[0][n * 16], of[n], HD + FB_PADF, wmma::mem_row_major);
     __syncwarp();
     if (t < T) {
         float inv = 1.0f / l;

@@ -141,7 +141,21 @@ inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, 
     }
 }
 
-/* d = a b + c (d may be c). */
+/* d = a b + c (d may be c). Each output adds its products in k order;
+ * the loops run over whole rows of b so that the compiler may vectorise
+ * across outputs (the emulation's hot spot: every lane multiplies the
+ * whole tile), which changes no sum. */
+inline void cuk_emu_mma(float *out, const float *a, const float *b, const float *c)
+{
+    std::memcpy(out, c, 256 * sizeof *out);
+    for (int i = 0; i < 16; i++)
+        for (int k = 0; k < 16; k++) {
+            float x = a[i * 16 + k];
+            for (int j = 0; j < 16; j++)
+                out[i * 16 + j] += x * b[k * 16 + j];
+        }
+}
+
 template <typename La, typename Lb>
 inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                      const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, La> &a,
@@ -149,13 +163,7 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                      const fragment<accumulator, 16, 16, 16, float> &c)
 {
     float out[256];
-    for (int i = 0; i < 16; i++)
-        for (int j = 0; j < 16; j++) {
-            float acc = c.v[i * 16 + j];
-            for (int k = 0; k < 16; k++)
-                acc += a.v[i * 16 + k] * b.v[k * 16 + j];
-            out[i * 16 + j] = acc;
-        }
+    cuk_emu_mma(out, a.v, b.v, c.v);
     std::memcpy(d.v, out, sizeof out);
 }
 

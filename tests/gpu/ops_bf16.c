@@ -350,13 +350,19 @@ static double attn_worst(const float *got, const double *ref, const double *boun
     return w;
 }
 
-static void check_attn(int n, int T, int nh, int hd)
+/* ramp > 0: key s scaled by 1 + ramp s, so that the rows' maxima keep
+ * growing along the keys and the forward's online softmax must move its
+ * reference maximum (and rescale O) after it has summed tiles. */
+static void check_attn(int n, int T, int nh, int hd, double ramp)
 {
     int C = nh * hd;
     char shape[48];
-    snprintf(shape, sizeof shape, "n%d T%d nh%d hd%d", n, T, nh, hd);
+    snprintf(shape, sizeof shape, "n%d T%d nh%d hd%d%s", n, T, nh, hd, ramp > 0 ? " ramp" : "");
     size_t nq = (size_t)n * T * 3 * C, ny = (size_t)n * T * C, nl = (size_t)n * nh * T;
     float *qkv = host_rand(nq, -1, 1), *dy = host_rand(ny, -1, 1);
+    for (size_t row = 0; ramp > 0 && row < (size_t)n * T; row++)
+        for (int c = C; c < 2 * C; c++)
+            qkv[row * 3 * C + c] *= (float)(1 + ramp * (double)(row % T));
     size_t wsn = gpu->ops->attn_workspace(gpu, n, T, C, nh);
     float *gq = up(qkv, nq * 4), *gdy = up(dy, ny * 4), *gy = up(NULL, ny * 4);
     float *gl = up(NULL, nl * 4), *gd = up(NULL, nq * 4), *ws = up(NULL, wsn * 4);
@@ -364,6 +370,13 @@ static void check_attn(int n, int T, int nh, int hd)
     gpu->ops->attn_bwd(gpu, n, T, C, nh, gq, gy, gl, gdy, gd, ws);
     float *y = down(gy, ny), *lse = down(gl, nl), *d = down(gd, nq);
     report("attn workspace: D only", shape, wsn == nl ? 0 : INFINITY, 0);
+    /* Reproducible bits: one writer per element, a fixed order. */
+    gpu->ops->attn_fwd(gpu, n, T, C, nh, gq, gy, gl, ws);
+    gpu->ops->attn_bwd(gpu, n, T, C, nh, gq, gy, gl, gdy, gd, ws);
+    float *y2 = down(gy, ny), *d2 = down(gd, nq);
+    report("attn bf16 reproducible", shape,
+           memcmp(y, y2, ny * 4) || memcmp(d, d2, nq * 4) ? INFINITY : 0, 0);
+    free(y2), free(d2);
     for (int round = 0; round < 2; round++) {
         attn_case a = {n, T, C, nh, round, qkv, dy, xmalloc(ny * 8), xmalloc(ny * 8),
                        xmalloc(nl * 8), xmalloc(nl * 8), xmalloc(nq * 8), xmalloc(nq * 8)};
@@ -617,13 +630,15 @@ int main(int argc, char **argv)
         check_linear(256, 3072, 768);
     }
     /* bf16 attention: one row, partial tiles, T > 128 (several query and
-     * key blocks), several heads, each head size of attn_bf16.cu. */
+     * key blocks), several heads, each head size of attn_bf16.cu, scores
+     * that grow along the keys. */
     const int atts[][4] = {{2, 1, 3, 64}, {1, 77, 2, 64}, {1, 150, 2, 64}, {2, 40, 2, 32},
                            {1, 19, 1, 16}};
     for (size_t i = 0; i < sizeof atts / sizeof atts[0]; i++)
-        check_attn(atts[i][0], atts[i][1], atts[i][2], atts[i][3]);
+        check_attn(atts[i][0], atts[i][1], atts[i][2], atts[i][3], 0);
+    check_attn(1, 100, 1, 64, 0.25);   /* growing scores: O rescaled */
     if (big) {   /* GPT-2 small's attention: head size 64, block 1024 */
-        check_attn(1, 1024, 4, 64);
+        check_attn(1, 1024, 4, 64, 0);
         time_attn();
     }
     check_graph();

@@ -84,11 +84,27 @@ static __device__ __forceinline__ size_t fb_base1(int b, int h, int T, int C, in
 }
 
 /* rows x HD floats from row r0 of base (row stride ld) into tile, rounded
- * to bf16, zero past row T; threads `me` of `count` share the copy. */
+ * to bf16, zero past row T; threads `me` of `count` share the copy. Four
+ * floats per load when base and ld allow (always in the models: C is a
+ * multiple of 16 and activations start 256-byte aligned), else one. */
 template <int HD, int LD>
 static __device__ __forceinline__ void fb_load(bf16 (*tile)[LD], int rows, const float *base,
                                                size_t ld, int r0, int T, int me, int count)
 {
+    if (((uintptr_t)base | (ld * sizeof(float))) % sizeof(float4) == 0) {
+        for (int i = me; i < rows * (HD / 4); i += count) {
+            int r = i / (HD / 4), j = i % (HD / 4) * 4;
+            float4 v;
+            v.x = v.y = v.z = v.w = 0.0f;
+            if (r0 + r < T)
+                v = *(const float4 *)(base + (size_t)(r0 + r) * ld + j);
+            tile[r][j] = __float2bfloat16_rn(v.x);
+            tile[r][j + 1] = __float2bfloat16_rn(v.y);
+            tile[r][j + 2] = __float2bfloat16_rn(v.z);
+            tile[r][j + 3] = __float2bfloat16_rn(v.w);
+        }
+        return;
+    }
     for (int i = me; i < rows * HD; i += count) {
         int r = i / HD, j = i % HD;
         tile[r][j] = __float2bfloat16_rn(r0 + r < T ? base[(size_t)(r0 + r) * ld + j] : 0.0f);
@@ -133,7 +149,7 @@ static __device__ __forceinline__ void fb_mma_abt(float *out, unsigned ldo, cons
 
 /* ---------------------------------------------------------------- forward */
 
-template <int HD> struct fb_fwd_warp {
+template <int HD> struct __align__(32) fb_fwd_warp {
     union {
         float o[16][HD + FB_PADF];      /* O on its way through a rescale or out */
         bf16 q[16][HD + FB_PADH];       /* Q staging, before O exists */
@@ -255,7 +271,7 @@ fb_fwd(int T, int C, int nh, float scale, const float *qkv, float *y, float *lse
 
 /* ------------------------------------------------------ backward, queries */
 
-template <int HD> struct fb_bwd_warp {
+template <int HD> struct __align__(32) fb_bwd_warp {
     union {
         struct {
             float s[16][FB_TILE + FB_PADF];    /* scores (S or S^T) */

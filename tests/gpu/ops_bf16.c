@@ -352,20 +352,25 @@ static double attn_worst(const float *got, const double *ref, const double *boun
 
 /* ramp > 0: key s scaled by 1 + ramp s, so that the rows' maxima keep
  * growing along the keys and the forward's online softmax must move its
- * reference maximum (and rescale O) after it has summed tiles. */
-static void check_attn(int n, int T, int nh, int hd, double ramp)
+ * reference maximum (and rescale O) after it has summed tiles. odd: qkv
+ * and dy one float past a 16-byte boundary (the kernels' one-float loads). */
+static void check_attn(int n, int T, int nh, int hd, double ramp, int odd)
 {
     int C = nh * hd;
     char shape[48];
-    snprintf(shape, sizeof shape, "n%d T%d nh%d hd%d%s", n, T, nh, hd, ramp > 0 ? " ramp" : "");
+    snprintf(shape, sizeof shape, "n%d T%d nh%d hd%d%s%s", n, T, nh, hd, ramp > 0 ? " ramp" : "",
+             odd ? " odd" : "");
     size_t nq = (size_t)n * T * 3 * C, ny = (size_t)n * T * C, nl = (size_t)n * nh * T;
     float *qkv = host_rand(nq, -1, 1), *dy = host_rand(ny, -1, 1);
     for (size_t row = 0; ramp > 0 && row < (size_t)n * T; row++)
         for (int c = C; c < 2 * C; c++)
             qkv[row * 3 * C + c] *= (float)(1 + ramp * (double)(row % T));
     size_t wsn = gpu->ops->attn_workspace(gpu, n, T, C, nh);
-    float *gq = up(qkv, nq * 4), *gdy = up(dy, ny * 4), *gy = up(NULL, ny * 4);
+    float *gq0 = up(NULL, (nq + 1) * 4), *gdy0 = up(NULL, (ny + 1) * 4), *gy = up(NULL, ny * 4);
     float *gl = up(NULL, nl * 4), *gd = up(NULL, nq * 4), *ws = up(NULL, wsn * 4);
+    float *gq = gq0 + !!odd, *gdy = gdy0 + !!odd;
+    gpu->ops->to_device(gpu, gq, qkv, nq * 4);
+    gpu->ops->to_device(gpu, gdy, dy, ny * 4);
     gpu->ops->attn_fwd(gpu, n, T, C, nh, gq, gy, gl, ws);
     gpu->ops->attn_bwd(gpu, n, T, C, nh, gq, gy, gl, gdy, gd, ws);
     float *y = down(gy, ny), *lse = down(gl, nl), *d = down(gd, nq);
@@ -393,7 +398,7 @@ static void check_attn(int n, int T, int nh, int hd, double ramp)
         report(what, shape, attn_worst(d, a.d, a.ed, nq), 1);
         free(a.y), free(a.ey), free(a.lse), free(a.else_), free(a.d), free(a.ed);
     }
-    void *dev[] = {gq, gdy, gy, gl, gd, ws};
+    void *dev[] = {gq0, gdy0, gy, gl, gd, ws};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         gpu->ops->free(gpu, dev[i]);
     free(qkv), free(dy), free(y), free(lse), free(d);
@@ -630,15 +635,15 @@ int main(int argc, char **argv)
         check_linear(256, 3072, 768);
     }
     /* bf16 attention: one row, partial tiles, T > 128 (several query and
-     * key blocks), several heads, each head size of attn_bf16.cu, scores
-     * that grow along the keys. */
-    const int atts[][4] = {{2, 1, 3, 64}, {1, 77, 2, 64}, {1, 150, 2, 64}, {2, 40, 2, 32},
-                           {1, 19, 1, 16}};
+     * key blocks), several heads, each head size of attn_bf16.cu, inputs
+     * off the 16-byte grid, scores that grow along the keys. */
+    const int atts[][5] = {{2, 1, 3, 64, 0}, {1, 77, 2, 64, 0}, {1, 150, 2, 64, 0},
+                           {2, 40, 2, 32, 0}, {1, 19, 1, 16, 0}, {1, 19, 2, 32, 1}};
     for (size_t i = 0; i < sizeof atts / sizeof atts[0]; i++)
-        check_attn(atts[i][0], atts[i][1], atts[i][2], atts[i][3], 0);
-    check_attn(1, 100, 1, 64, 0.25);   /* growing scores: O rescaled */
+        check_attn(atts[i][0], atts[i][1], atts[i][2], atts[i][3], 0, atts[i][4]);
+    check_attn(1, 100, 1, 64, 0.25, 0);   /* growing scores: O rescaled */
     if (big) {   /* GPT-2 small's attention: head size 64, block 1024 */
-        check_attn(1, 1024, 4, 64, 0);
+        check_attn(1, 1024, 4, 64, 0, 0);
         time_attn();
     }
     check_graph();

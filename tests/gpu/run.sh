@@ -495,8 +495,9 @@ else
 fi
 # The attention kernels' times at GPT-2 small's shape (--big only): bf16
 # tensor cores against cdl's fp32 kernels.
-while read -r _ op shape rest; do
-    row "8 $op $shape" "$rest"
+while IFS= read -r line; do   # "time OP SHAPE: TIMES"
+    line=${line#time }
+    row "8 ${line%%:*}" "${line#*: }"
 done < <(grep '^time attn_' "$logs/ops_bf16.log" 2>/dev/null)
 if [ "$rehearsal" = 1 ]; then
     gl=2 gh=2 gc=32 gt=64 gv=512 gb=4 gpt_name="GPT 2x32 (rehearsal), block 64"

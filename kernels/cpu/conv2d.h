@@ -54,6 +54,10 @@ void conv_wino_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const floa
                    const float *b, float *y, float *ws);
 void conv_wino_dx(pool *p, const cdl_conv2d_desc *d, const float *w, const float *dy, float *dx,
                   float *ws);
+/* dw (and db when not NULL) by Winograd: per-chunk partials summed in chunk
+ * order, reproducible for a thread count. */
+void conv_wino_dw(pool *p, const cdl_conv2d_desc *d, const float *x, const float *dy, float *dw,
+                  float *db, float *ws);
 
 /* Chunks of images for a backward pass whose per-chunk weight-gradient
  * partial is partial_floats: POOL_CHUNKS_PER_THREAD per thread, fewer when
@@ -67,11 +71,12 @@ int conv_bwd_chunks(int threads, int n, size_t partial_floats);
 int conv_use_direct(const cdl_conv2d_desc *d);
 
 /* Whether the ops take the Winograd kernels for d: CONV_WINO_FWD for the
- * forward, CONV_WINO_DX for dx (bits; the weight gradient stays on
- * conv_use_direct's path). CDL_CPU_NO_WINOGRAD=1 in the environment turns
+ * forward, CONV_WINO_DX for dx, CONV_WINO_DW for dw and db (bits; the
+ * rest stays on conv_use_direct's path). CDL_CPU_NO_WINOGRAD=1 in the environment turns
  * them off (read once), as does cpu_disable_avx512(1). */
 #define CONV_WINO_FWD 1
 #define CONV_WINO_DX 2
+#define CONV_WINO_DW 4
 int conv_use_wino(const cdl_conv2d_desc *d);
 
 #endif

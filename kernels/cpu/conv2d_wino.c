@@ -1,7 +1,7 @@
 /* Winograd F(2x2,3x3) convolution with AVX2+FMA (see conv2d.h) for 3x3,
- * stride 1, pad 1, undilated, ungrouped convolutions: the forward pass and
- * dx (a forward correlation of dy with the kernel flipped and its channel
- * axes swapped). x is (n,c,h,w), w (oc,c,3,3), y (n,oc,h,w).
+ * stride 1, pad 1, undilated, ungrouped convolutions: the forward pass, dx
+ * (a forward correlation of dy with the kernel flipped and its channel
+ * axes swapped) and the weight gradient (see dwplan). x is (n,c,h,w), w (oc,c,3,3), y (n,oc,h,w).
  *
  * Every 2x2 block of outputs (a tile) reads a 4x4 block of the padded input
  * (tiles overlap by 2). Per tile and input channel V = B^T d B, per filter
@@ -38,8 +38,9 @@
  * 3 weights (G), so each output is a sum of C*16 products of transformed
  * values whose rounding errors are a few times those of the direct sum of
  * C*9 products: against the double-precision reference the normalised
- * error (max |err| / max |y|) measured 1-3e-7 at 16-64 channels (direct:
- * about 1e-7), well inside the kernel tests' 1e-5.
+ * error (max |err| / max |y|) measured 1-4e-7 at 16-128 channels (direct:
+ * about 1e-7), dW 1-5e-7 (each dU sums over every tile of the batch in
+ * float; G^T dU G is taken in double), well inside the kernel tests' 1e-5.
  *
  * Workspace: U [16][ocb][C][4] shared, then per thread V [16][C][ts], M
  * [16][ocb*4][ts] and the block's input rows split by column parity.
@@ -113,6 +114,47 @@ static void wplan_make(int n, int C, int O, int H, int W, wplan *p)
     p->per_thread = p->v_floats + p->m_floats + p->p_floats;
 }
 
+/* The weight gradient: dU[xi] (O x C) = sum over tiles of dM[xi] V[xi]^T
+ * with dM = A dy A^T per tile and output channel, then dW = G^T dU G per
+ * filter (in double). V as in the forward (recomputed from x, blocks of the
+ * forward plan of x's channels); dy is first transposed position-major
+ * (8 output channels in the lanes) so that dM comes out tile-major
+ * [16][ts][opad] and the products take 8 output channels per vector: 2
+ * such vectors x DC=6 input channels = 12 accumulators summed over the
+ * block's tiles (per tile 2 loads and 6 broadcasts feed 12 FMAs), added
+ * once per block into the chunk's partial. Chunks of blocks (a split that
+ * depends on the shape and the thread count only) are summed in chunk
+ * order. */
+#define DC 6
+
+typedef struct dwplan {
+    wplan p;               /* C = x's channels, O = dy's */
+    int ob8, opad;         /* blocks of 8 output channels; opad = 8*ob8 */
+    int cpad;              /* C rounded up to DC */
+    int dyrows;            /* dy rows of a block per image: 2*rows */
+    size_t v_floats, p_floats, dyt_floats, dmt_floats;   /* per thread */
+    size_t dup_floats, dbp_floats;                       /* per chunk */
+    size_t per_thread, per_chunk;
+} dwplan;
+
+static void dwplan_make(const cdl_conv2d_desc *d, dwplan *q)
+{
+    wplan *p = &q->p;
+    wplan_make(d->n, d->c, d->oc, d->h, d->w, p);
+    q->ob8 = (d->oc + 7) / 8;
+    q->opad = 8 * q->ob8;
+    q->cpad = (d->c + DC - 1) / DC * DC;
+    q->dyrows = 2 * p->rows;
+    q->v_floats = p->v_floats;
+    q->p_floats = p->p_floats;
+    q->dyt_floats = cpu_align16((size_t)p->gimg * q->dyrows * d->w * q->opad);
+    q->dmt_floats = cpu_align16((size_t)16 * p->ts * q->opad);
+    q->dup_floats = cpu_align16((size_t)16 * q->cpad * q->opad);
+    q->dbp_floats = cpu_align16((size_t)q->opad);
+    q->per_thread = q->v_floats + q->p_floats + q->dyt_floats + q->dmt_floats;
+    q->per_chunk = q->dup_floats + q->dbp_floats;
+}
+
 int conv_wino_supported(const cdl_conv2d_desc *d)
 {
     if (!cpu_has_avx2())
@@ -134,7 +176,12 @@ size_t conv_wino_workspace(const cdl_conv2d_desc *d, int threads)
     wplan_make(d->n, d->oc, d->c, d->h, d->w, &b);
     size_t a = f.shared + f.per_thread * (size_t)threads;
     size_t c = b.shared + b.per_thread * (size_t)threads;
-    return a > c ? a : c;
+    dwplan q;
+    dwplan_make(d, &q);
+    int chunks = conv_bwd_chunks(threads, q.p.nblocks, q.per_chunk);
+    size_t e = q.per_thread * (size_t)threads + q.per_chunk * (size_t)chunks;
+    a = a > c ? a : c;
+    return a > e ? a : e;
 }
 
 typedef struct wctx {
@@ -345,28 +392,32 @@ static float *out_row(const wplan *p, float *yo, int a)
     return a < p->H ? yo + (size_t)a * p->W : NULL;
 }
 
-static void wino_block(const wctx *c, int blk, int tid)
+/* The tiles of block blk: images [img0, img0+ni), tile rows [ty0, ty0+nty). */
+static void block_range(const wplan *p, int blk, int *img0, int *ni, int *ty0, int *nty)
 {
-    const wplan *p = &c->p;
-    float *V = c->ws + p->shared + (size_t)tid * p->per_thread;
-    float *M = V + p->v_floats, *P = M + p->m_floats;
-    int img0, ni, ty0, nty;
     if (p->gimg > 1 || p->bands == 1) {
-        img0 = blk * p->gimg;
-        ni = p->n - img0 < p->gimg ? p->n - img0 : p->gimg;
-        ty0 = 0;
-        nty = p->th;
+        *img0 = blk * p->gimg;
+        *ni = p->n - *img0 < p->gimg ? p->n - *img0 : p->gimg;
+        *ty0 = 0;
+        *nty = p->th;
     } else {
-        img0 = blk / p->bands;
-        ni = 1;
-        ty0 = blk % p->bands * p->rows;
-        nty = p->th - ty0 < p->rows ? p->th - ty0 : p->rows;
+        *img0 = blk / p->bands;
+        *ni = 1;
+        *ty0 = blk % p->bands * p->rows;
+        *nty = p->th - *ty0 < p->rows ? p->th - *ty0 : p->rows;
     }
+}
+
+/* V [16][C][ts] of a block's tiles from the input x (n, C, H, W), through
+ * the split rows P. */
+static void transform_input(const wplan *p, const float *xb, int img0, int ni, int ty0, int nty,
+                            float *P, float *V)
+{
     const size_t plane = (size_t)p->H * p->W, xs = (size_t)p->C * p->ts;
     const int prow = 2 * nty + 2;   /* split rows per channel */
     const int pair = p->tw == 4;    /* two tile rows per 8-tile vector */
     for (int i = 0; i < ni; i++) {
-        const float *x = c->x + (size_t)(img0 + i) * p->C * plane;
+        const float *x = xb + (size_t)(img0 + i) * p->C * plane;
         for (int ci = 0; ci < p->C; ci++)
             for (int r = 0; r < prow; r++) {
                 int a = 2 * ty0 - 1 + r;
@@ -385,6 +436,18 @@ static void wino_block(const wctx *c, int blk, int tid)
                         input_tiles8(r + tx0, p->rowlen, p->hw, v + tx0, xs);
             }
     }
+}
+
+static void wino_block(const wctx *c, int blk, int tid)
+{
+    const wplan *p = &c->p;
+    float *V = c->ws + p->shared + (size_t)tid * p->per_thread;
+    float *M = V + p->v_floats, *P = M + p->m_floats;
+    int img0, ni, ty0, nty;
+    block_range(p, blk, &img0, &ni, &ty0, &nty);
+    const size_t plane = (size_t)p->H * p->W, xs = (size_t)p->C * p->ts;
+    const int pair = p->tw == 4;
+    transform_input(p, c->x, img0, ni, ty0, nty, P, V);
     int nb = ni * nty * p->tw, ngroups = (nb + WTG - 1) / WTG;
     const size_t ms = (size_t)p->ocb * WOB * p->ts;
     for (int xi = 0; xi < 16; xi++)
@@ -422,11 +485,222 @@ static void wino_block(const wctx *c, int blk, int tid)
     }
 }
 
+
+/* dst[p][o] (rows of ld floats) = src[o][p] (rows of sld) for 8 channels
+ * and 8 positions. */
+static CPU_AVX2 void transpose8(const float *src, size_t sld, float *dst, size_t ld)
+{
+    __m256 r[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm256_loadu_ps(src + i * sld);
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+/* dyt[p][o] (opad per position, zero past O) = dy[o][p] for np positions;
+ * dbp[o] += the sum over them when dbp is not NULL. */
+static CPU_AVX2 void transpose_block(const float *dy, size_t plane, int O, int np, int opad,
+                                     float *dyt, float *dbp)
+{
+    for (int o0 = 0; o0 < opad; o0 += 8) {
+        int p = 0;
+        for (; o0 + 8 <= O && p + 8 <= np; p += 8)
+            transpose8(dy + (size_t)o0 * plane + p, plane, dyt + (size_t)p * opad + o0, (size_t)opad);
+        for (; p < np; p++)
+            for (int j = 0; j < 8; j++)
+                dyt[(size_t)p * opad + o0 + j] = o0 + j < O ? dy[(size_t)(o0 + j) * plane + p] : 0.0f;
+    }
+    for (int o = 0; dbp && o < O; o++) {
+        const float *g = dy + (size_t)o * plane;
+        __m256 a = _mm256_setzero_ps();
+        int p = 0;
+        for (; p + 8 <= np; p += 8)
+            a = _mm256_add_ps(a, _mm256_loadu_ps(g + p));
+        float l[8], sum = 0.0f;
+        _mm256_storeu_ps(l, a);
+        for (int k = 0; k < 8; k++)
+            sum += l[k];
+        for (; p < np; p++)
+            sum += g[p];
+        dbp[o] += sum;
+    }
+}
+
+/* dMt[xi][j][o] (ts tiles per xi, opad lanes) = (A dy A^T)[xi] of tile j
+ * for the 8 output channels at dyt + position offsets; d[r][s] NULL: that
+ * position is outside dy (zero). */
+static CPU_AVX2 void dm_tile(const float *const d[2][2], int ob8, float *dmt, size_t xstride)
+{
+    for (int b = 0; b < ob8; b++) {
+        __m256 v[2][2];
+        for (int r = 0; r < 2; r++)
+            for (int s = 0; s < 2; s++)
+                v[r][s] = d[r][s] ? _mm256_loadu_ps(d[r][s] + 8 * b) : _mm256_setzero_ps();
+        __m256 a[4][2];
+        for (int s = 0; s < 2; s++) {
+            a[0][s] = v[0][s];
+            a[1][s] = _mm256_add_ps(v[0][s], v[1][s]);
+            a[2][s] = _mm256_sub_ps(v[0][s], v[1][s]);
+            a[3][s] = _mm256_sub_ps(_mm256_setzero_ps(), v[1][s]);
+        }
+        float *m = dmt + 8 * b;
+        for (int i = 0; i < 4; i++) {
+            _mm256_storeu_ps(m + (size_t)(4 * i) * xstride, a[i][0]);
+            _mm256_storeu_ps(m + (size_t)(4 * i + 1) * xstride, _mm256_add_ps(a[i][0], a[i][1]));
+            _mm256_storeu_ps(m + (size_t)(4 * i + 2) * xstride, _mm256_sub_ps(a[i][0], a[i][1]));
+            _mm256_storeu_ps(m + (size_t)(4 * i + 3) * xstride,
+                             _mm256_sub_ps(_mm256_setzero_ps(), a[i][1]));
+        }
+    }
+}
+
+/* part[c][o] (rows of opad) += sum over tiles t < nb of V[c][t] dMt[t][o]
+ * for NB blocks of 8 output channels and input channels [c0, c0+DC)
+ * (clamped to C: a repeated channel adds into a row past C, never read). */
+static inline __attribute__((always_inline)) CPU_AVX2 void
+dw_block(const int NB, const float *V, int ts, int C, int c0, const float *dmt, int opad, int nb,
+         float *part)
+{
+    const float *vr[DC];
+#pragma GCC unroll 6
+    for (int k = 0; k < DC; k++)
+        vr[k] = V + (size_t)(c0 + k < C ? c0 + k : C - 1) * ts;
+    __m256 acc[2][DC];
+#pragma GCC unroll 2
+    for (int b = 0; b < NB; b++)
+#pragma GCC unroll 6
+        for (int k = 0; k < DC; k++)
+            acc[b][k] = _mm256_setzero_ps();
+    for (int t = 0; t < nb; t++) {
+        __m256 dv[2];
+#pragma GCC unroll 2
+        for (int b = 0; b < NB; b++)
+            dv[b] = _mm256_loadu_ps(dmt + (size_t)t * opad + 8 * b);
+        /* Keep each tap a broadcast load (see conv2d_avx2.c's dwt_block). */
+        size_t to = (size_t)t;
+        __asm__("" : "+r"(to));
+#pragma GCC unroll 6
+        for (int k = 0; k < DC; k++) {
+            __m256 xv = _mm256_broadcast_ss(vr[k] + to);
+#pragma GCC unroll 2
+            for (int b = 0; b < NB; b++)
+                acc[b][k] = _mm256_fmadd_ps(xv, dv[b], acc[b][k]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int b = 0; b < NB; b++)
+#pragma GCC unroll 6
+        for (int k = 0; k < DC; k++) {
+            float *pp = part + (size_t)(c0 + k) * opad + 8 * b;
+            _mm256_storeu_ps(pp, _mm256_add_ps(_mm256_loadu_ps(pp), acc[b][k]));
+        }
+}
+
+static CPU_AVX2 void dw_products(const float *V, int ts, int C, const float *dmt, int opad, int ob8,
+                                 int nb, float *part)
+{
+    for (int c0 = 0; c0 < C; c0 += DC)
+        for (int b0 = 0; b0 < ob8; b0 += 2) {
+            if (ob8 - b0 >= 2)
+                dw_block(2, V, ts, C, c0, dmt + 8 * b0, opad, nb, part + 8 * b0);
+            else
+                dw_block(1, V, ts, C, c0, dmt + 8 * b0, opad, nb, part + 8 * b0);
+        }
+}
+
+typedef struct dwctx {
+    dwplan q;
+    const float *x, *dy;
+    float *dw, *db, *ws;
+    int threads, chunks;
+} dwctx;
+
+static float *dw_thread(const dwctx *c, int tid) { return c->ws + (size_t)tid * c->q.per_thread; }
+
+static float *dw_chunk(const dwctx *c, int k)
+{
+    return c->ws + (size_t)c->threads * c->q.per_thread + (size_t)k * c->q.per_chunk;
+}
+
+static void dw_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    const dwctx *c = vctx;
+    const dwplan *q = &c->q;
+    const wplan *p = &q->p;
+    float *V = dw_thread(c, tid), *P = V + q->v_floats, *dyt = P + q->p_floats;
+    float *dmt = dyt + q->dyt_floats;
+    float *part = dw_chunk(c, chunk), *dbp = part + q->dup_floats;
+    memset(part, 0, q->per_chunk * sizeof *part);
+    const size_t plane = (size_t)p->H * p->W, dstride = (size_t)q->dyrows * p->W * q->opad;
+    for (size_t blk = b; blk < e; blk++) {
+        int img0, ni, ty0, nty;
+        block_range(p, (int)blk, &img0, &ni, &ty0, &nty);
+        transform_input(p, c->x, img0, ni, ty0, nty, P, V);
+        int a0 = 2 * ty0, a1 = 2 * (ty0 + nty) < p->H ? 2 * (ty0 + nty) : p->H;
+        for (int i = 0; i < ni; i++)
+            transpose_block(c->dy + (size_t)(img0 + i) * p->O * plane + (size_t)a0 * p->W, plane, p->O,
+                            (a1 - a0) * p->W, q->opad, dyt + i * dstride, c->db ? dbp : NULL);
+        const size_t xs = (size_t)p->ts * q->opad;
+        for (int i = 0; i < ni; i++)
+            for (int lt = 0; lt < nty; lt++) {
+                int ty = ty0 + lt;
+                size_t j = ((size_t)i * nty + lt) * p->tw;
+                for (int tx = 0; tx < p->tw; tx++) {
+                    const float *d[2][2];
+                    for (int r = 0; r < 2; r++)
+                        for (int s = 0; s < 2; s++) {
+                            int a = 2 * ty + r, xx = 2 * tx + s;
+                            d[r][s] = a < p->H && xx < p->W
+                                          ? dyt + i * dstride + ((size_t)(a - a0) * p->W + xx) * q->opad
+                                          : NULL;
+                        }
+                    dm_tile(d, q->ob8, dmt + (j + tx) * q->opad, xs);
+                }
+            }
+        int nb = ni * nty * p->tw;
+        for (int xi = 0; xi < 16; xi++)
+            dw_products(V + (size_t)xi * p->C * p->ts, p->ts, p->C, dmt + xi * xs, q->opad, q->ob8, nb,
+                        part + (size_t)xi * q->cpad * q->opad);
+    }
+}
+
 #else /* no x86: conv_wino_supported() is 0 and this is never called */
 
 static void wino_block(const wctx *c, int blk, int tid)
 {
     (void)c, (void)blk, (void)tid;
+}
+
+typedef struct dwctx {
+    dwplan q;
+    const float *x, *dy;
+    float *dw, *db, *ws;
+    int threads, chunks;
+} dwctx;
+
+static float *dw_chunk(const dwctx *c, int k)
+{
+    (void)k;
+    return c->ws;
+}
+
+static void dw_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)vctx, (void)b, (void)e, (void)chunk, (void)tid;
 }
 #endif
 
@@ -461,4 +735,54 @@ void conv_wino_dx(pool *pl, const cdl_conv2d_desc *d, const float *w, const floa
                   float *ws)
 {
     wino_run(pl, d->n, d->oc, d->c, d->h, d->w, dy, w, 1, NULL, dx, ws);
+}
+
+/* dw[o][c] = G^T dU G with dU[xi] the chunk partials summed in chunk order
+ * (items [0, O*C)), db[o] likewise (items [O*C, O*C+O)). */
+static void dw_reduce(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const dwctx *c = vctx;
+    const dwplan *q = &c->q;
+    const int C = q->p.C;
+    const size_t nw = (size_t)q->p.O * C;
+    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    for (size_t it = b; it < e; it++) {
+        if (it >= nw) {
+            size_t o = it - nw;
+            float sum = 0.0f;
+            for (int k = 0; k < c->chunks; k++)
+                sum += dw_chunk(c, k)[q->dup_floats + o];
+            c->db[o] = sum;
+            continue;
+        }
+        size_t o = it / (size_t)C, ci = it % (size_t)C;
+        double u[4][4], t[3][4];
+        for (int xi = 0; xi < 16; xi++) {
+            float sum = 0.0f;
+            for (int k = 0; k < c->chunks; k++)
+                sum += dw_chunk(c, k)[((size_t)xi * q->cpad + ci) * q->opad + o];
+            u[xi / 4][xi % 4] = sum;
+        }
+        for (int ky = 0; ky < 3; ky++)
+            for (int k = 0; k < 4; k++)
+                t[ky][k] = G[0][ky] * u[0][k] + G[1][ky] * u[1][k] + G[2][ky] * u[2][k] +
+                           G[3][ky] * u[3][k];
+        for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 3; kx++)
+                c->dw[it * 9 + (size_t)ky * 3 + kx] =
+                    (float)(t[ky][0] * G[0][kx] + t[ky][1] * G[1][kx] + t[ky][2] * G[2][kx] +
+                            t[ky][3] * G[3][kx]);
+    }
+}
+
+void conv_wino_dw(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *dy, float *dw,
+                  float *db, float *ws)
+{
+    dwctx c = {.x = x, .dy = dy, .dw = dw, .db = db, .ws = ws, .threads = pool_threads(pl)};
+    dwplan_make(d, &c.q);
+    c.chunks = conv_bwd_chunks(c.threads, c.q.p.nblocks, c.q.per_chunk);
+    pool_run(pl, (size_t)c.q.p.nblocks, c.chunks, dw_blocks, &c);
+    size_t nred = (size_t)d->oc * d->c + (db ? (size_t)d->oc : 0);
+    pool_for(pl, nred, 64, dw_reduce, &c);
 }

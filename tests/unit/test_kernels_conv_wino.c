@@ -1,11 +1,12 @@
 /* The Winograd F(2x2,3x3) convolution (kernels/cpu/conv2d_wino.c) against
- * the double-precision reference: forward (with and without bias) and dx,
+ * the double-precision reference: forward (with and without bias), dx, dw
+ * and db,
  * on the CIFAR ResNets' 3x3 stride-1 shapes (16/32/64 channels at 32/16/8
  * pixels), odd channel counts and odd or tiny images (7 and 8 pixels
  * wide: two rows of 4 tiles per vector), one image and
  * several (blocks of several images, bands of one image, a last block with
- * fewer images); results bitwise equal on 1 and 2 threads (no sums across
- * blocks); workspaces allocated at exactly the planned size and poisoned
+ * fewer images); forward and dx bitwise equal on 1 and 2 threads (no sums
+ * across blocks), dw and db on the same thread count; workspaces allocated at exactly the planned size and poisoned
  * (the sanitizers and valgrind see any read past them or of stale
  * values); and which shapes the CPU backend sends this way. Skipped on
  * CPUs without AVX2. */
@@ -43,7 +44,7 @@ static const wcase cases[] = {
 #define N_CASES (sizeof cases / sizeof cases[0])
 
 typedef struct result {
-    float *y, *y0, *dx;
+    float *y, *y0, *dx, *dw, *db;
 } result;
 
 /* Forward with and without bias, and dx, on `threads` threads; workspace
@@ -55,7 +56,9 @@ static result run_wino(const cdl_conv2d_desc *d, int threads, const pair *x, con
     assert_non_null(pl);
     size_t nx = (size_t)d->n * d->c * d->h * d->w, ny = (size_t)d->n * d->oc * d->oh * d->ow;
     size_t nws = conv_wino_workspace(d, threads);
-    result r = {cdl_malloc(ny * 4), cdl_malloc(ny * 4), cdl_malloc(nx * 4)};
+    size_t nw = (size_t)d->oc * d->c * 9;
+    result r = {cdl_malloc(ny * 4), cdl_malloc(ny * 4), cdl_malloc(nx * 4), cdl_malloc(nw * 4),
+                cdl_malloc((size_t)d->oc * 4)};
     float *ws = cdl_malloc(nws * sizeof *ws);
     assert_non_null(ws);
     memset(r.y, 0xff, ny * 4);    /* NaN */
@@ -67,6 +70,10 @@ static result run_wino(const cdl_conv2d_desc *d, int threads, const pair *x, con
     conv_wino_fwd(pl, d, x->f, w->f, NULL, r.y0, ws);
     memset(ws, 0x7f, nws * sizeof *ws);
     conv_wino_dx(pl, d, w->f, dy->f, r.dx, ws);
+    memset(r.dw, 0xff, nw * 4);
+    memset(r.db, 0xff, (size_t)d->oc * 4);
+    memset(ws, 0x7f, nws * sizeof *ws);
+    conv_wino_dw(pl, d, x->f, dy->f, r.dw, r.db, ws);
     cdl_free(ws);
     pool_destroy(pl);
     return r;
@@ -77,6 +84,8 @@ static void result_free(result *r)
     cdl_free(r->y);
     cdl_free(r->y0);
     cdl_free(r->dx);
+    cdl_free(r->dw);
+    cdl_free(r->db);
 }
 
 static void test_wino_matches_reference(void **state)
@@ -97,17 +106,29 @@ static void test_wino_matches_reference(void **state)
         ref_conv2d_bwd(&d, x.d, w.d, dy.d, dx.d, dw.d, db.d);
         result r1 = run_wino(&d, 1, &x, &w, &b, &dy);
         result r2 = run_wino(&d, 2, &x, &w, &b, &dy);
-        print_message("case %zu (n=%d c=%d %dx%d oc=%d): y %.2g, dx %.2g\n", k, d.n, d.c, d.h,
-                      d.w, d.oc, test_norm_err(r1.y, y.d, ny), test_norm_err(r1.dx, dx.d, nx));
+        result r2b = run_wino(&d, 2, &x, &w, &b, &dy);
+        print_message("case %zu (n=%d c=%d %dx%d oc=%d): y %.2g, dx %.2g, dw %.2g\n", k, d.n, d.c,
+                      d.h, d.w, d.oc, test_norm_err(r1.y, y.d, ny), test_norm_err(r1.dx, dx.d, nx),
+                      test_norm_err(r1.dw, dw.d, nw));
         check_close("wino y", r1.y, y.d, ny, 1e-5);
         check_close("wino y (no bias)", r1.y0, y0.d, ny, 1e-5);
         check_close("wino dx", r1.dx, dx.d, nx, 1e-5);
+        const result *rs[] = {&r1, &r2};
+        for (int i = 0; i < 2; i++) {
+            check_close("wino dw", rs[i]->dw, dw.d, nw, 1e-5);
+            check_close("wino db", rs[i]->db, db.d, (size_t)d.oc, 1e-5);
+        }
+        /* dw and db: partials per chunk, so the same bits for a thread
+         * count. */
+        assert_memory_equal(r2.dw, r2b.dw, nw * sizeof(float));
+        assert_memory_equal(r2.db, r2b.db, (size_t)d.oc * sizeof(float));
         /* No sums across blocks: the thread count changes no bit. */
         assert_memory_equal(r1.y, r2.y, ny * sizeof(float));
         assert_memory_equal(r1.y0, r2.y0, ny * sizeof(float));
         assert_memory_equal(r1.dx, r2.dx, nx * sizeof(float));
         result_free(&r1);
         result_free(&r2);
+        result_free(&r2b);
         pair *all[] = {&x, &w, &b, &dy, &y, &y0, &dx, &dw, &db};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             pair_free(all[i]);
@@ -132,7 +153,7 @@ static void test_wino_dispatch(void **state)
     cdl_conv2d_desc st1 = ref_conv_desc(2, 16, 32, 32, 16, 3, 3, 1, 1);
     cdl_conv2d_desc stem = ref_conv_desc(2, 3, 32, 32, 16, 3, 3, 1, 1);
     if (!cpu_has_avx512())
-        assert_int_equal(conv_use_wino(&st2), CONV_WINO_FWD | CONV_WINO_DX);
+        assert_int_equal(conv_use_wino(&st2), CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW);
     assert_int_equal(conv_use_wino(&st1), 0);
     assert_int_equal(conv_use_wino(&stem), 0);
     cpu_disable_avx512(1);

@@ -50,6 +50,7 @@ if grep -q '^8 GPT 2x32 .*target: ' "$out"; then
 fi
 for tool in memcheck racecheck synccheck; do
     has "^D compute-sanitizer $tool +PASS  ERROR SUMMARY: 0 errors" "--diagnose: $tool"
+    has "^D $tool, bf16 attention +PASS  ERROR SUMMARY: 0 errors" "--diagnose: $tool on bf16 attention"
 done
 # What it runs on, before measuring: versions, devices, conv algorithms.
 has '^visible devices: ' "the visible devices"

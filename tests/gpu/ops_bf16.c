@@ -1,6 +1,6 @@
 /* The bf16 matrix products of the CUDA backend (cdl_backend_params.precision
  * = CDL_PRECISION_BF16) against bounds derived from bf16's rounding:
- * `ops_bf16 [--big]`. tests/fakegpu/bf16.sh runs it on the fake GPU,
+ * `ops_bf16 [--big | --attn-only]`. tests/fakegpu/bf16.sh runs it on the fake GPU,
  * tests/gpu/run.sh on a GPU (--big adds GPT-2-small-shaped products).
  *
  * The bounds. bf16 keeps 8 significant bits: rounding to nearest has a
@@ -28,6 +28,9 @@
  * Attention (check_attn) has bounds of its own, derived where it is
  * checked; with --big the times of the attention kernels in bf16 and fp32
  * at GPT-2 small's shape are printed ("time attn_..." lines).
+ *
+ * --attn-only runs the attention checks alone (tests/gpu/run.sh runs them
+ * under compute-sanitizer).
  *
  * Prints one line per check and exits 1 if any fails.
  */
@@ -608,13 +611,15 @@ static void check_cpu_refuses(void)
 int main(int argc, char **argv)
 {
     int big = argc == 2 && !strcmp(argv[1], "--big");
-    if (argc > 2 || (argc == 2 && !big)) {
-        fprintf(stderr, "usage: ops_bf16 [--big]\n");
+    int attn_only = argc == 2 && !strcmp(argv[1], "--attn-only");
+    if (argc > 2 || (argc == 2 && !big && !attn_only)) {
+        fprintf(stderr, "usage: ops_bf16 [--big | --attn-only]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     rng_seed(&rng, 16);
-    check_cpu_refuses();
+    if (!attn_only)
+        check_cpu_refuses();
     cdl_backend_params p;
     cdl_backend_params_from_env(&p);
     p.precision = CDL_PRECISION_BF16;
@@ -627,7 +632,7 @@ int main(int argc, char **argv)
            gpu->ops->name);
     /* Small k (where (b) tells bf16 from fp32 inputs), odd sizes, a long k. */
     const int lins[][3] = {{64, 16, 24}, {33, 7, 5}, {8, 300, 40}, {1, 9, 1}, {128, 64, 96}};
-    for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++)
+    for (size_t i = 0; !attn_only && i < sizeof lins / sizeof lins[0]; i++)
         check_linear(lins[i][0], lins[i][1], lins[i][2]);
     if (big) {   /* GPT-2 small's c_attn, c_fc and c_proj on 256 positions */
         check_linear(256, 768, 2304);
@@ -646,8 +651,10 @@ int main(int argc, char **argv)
         check_attn(1, 1024, 4, 64, 0, 0);
         time_attn();
     }
-    check_graph();
-    check_small_workspace();
+    if (!attn_only) {
+        check_graph();
+        check_small_workspace();
+    }
     int rc = gpu->ops->sync(gpu);
     printf("ops_bf16: %d of %d checks passed\n", checks - failures, checks);
     cdl_backend_destroy(gpu);

@@ -240,7 +240,8 @@ echo "== what this runs on"
 # ----------------------------------------------- D. compute-sanitizer
 # A few training steps (cuDNN, cuBLAS and every custom kernel the seed CNN
 # uses: bias, pooling, ReLU, loss, optimizer) under memcheck, racecheck
-# and synccheck; each bounded, a failure is a row. First,
+# and synccheck, then the bf16 attention checks (ops_bf16 --attn-only)
+# under the same tools; each bounded, a failure is a row. First,
 # before measuring: on a first contact the diagnosis matters more than the
 # speeds, and the later steps skip themselves when time runs out.
 if [ "$diagnose" = 1 ]; then
@@ -262,6 +263,18 @@ if [ "$diagnose" = 1 ]; then
             else
                 rc=$?
                 fail_row "D compute-sanitizer $tool" "exit $rc$([ $rc = 124 ] && echo " (over $((left / 3)) s)"), $(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$logs/sanitizer-$tool.log" | tail -1) (see $logs/sanitizer-$tool.log)"
+            fi
+        done
+        # The bf16 tensor-core attention (attn_bf16.cu: shared memory handed
+        # between a warp's lanes at __syncwarp) on ops_bf16's small shapes.
+        for tool in memcheck racecheck synccheck; do
+            slog=$logs/sanitizer-attn-$tool.log
+            if timeout $((60 * slow)) "$sanitizer" --tool $tool --error-exitcode 3 "$bf16_bin" --attn-only \
+                    > "$slog" 2>&1; then
+                row "D $tool, bf16 attention" "PASS  $(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$slog" | tail -1)"
+            else
+                rc=$?
+                fail_row "D $tool, bf16 attention" "exit $rc$([ $rc = 124 ] && echo " (over $((60 * slow)) s)"), $(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$slog" | tail -1) (see $slog)"
             fi
         done
     fi

@@ -1,17 +1,18 @@
 /* Causal multi-head self-attention on cdl's own kernels: the shapes
  * checked, the op signed for the graph recorder, then the launch. With
- * precision bf16 and a head size the tensor-core kernels take
- * (attn_bf16.cu: 16, 32, 64), forward and backward both run them; else
- * both run the fp32 kernels of attn.cu. The rule depends only on the
- * backend's precision and the shape, so a forward and its backward always
- * take the same path (the backward recomputes P from the forward's lse).
+ * precision bf16, a head size the tensor-core kernels take (attn_bf16.cu:
+ * 16, 32, 64) and a GPU with bf16 tensor cores (compute capability 8 or
+ * more), forward and backward both run them; else both run the fp32
+ * kernels of attn.cu. The rule depends only on the backend (precision,
+ * GPU) and the shape, so a forward and its backward always take the same
+ * path (the backward recomputes P from the forward's lse).
  * Neither op allocates nor waits for the host, so both run inside CUDA
  * graph steps (docs/cuda.md). */
 #include "kernels/cuda/impl.h"
 
 static int attn_use_bf16(const cbe *ci, int T, int C, int nh)
 {
-    return ci->precision == CDL_PRECISION_BF16 && cuk_attn_bf16(T, C / nh);
+    return ci->precision == CDL_PRECISION_BF16 && ci->cc_major >= 8 && cuk_attn_bf16(T, C / nh);
 }
 
 size_t cbe_attn_workspace(cdl_backend *be, int n, int T, int C, int nh)

@@ -343,6 +343,17 @@ static CPU_AVX2 void wgemm(const float *ub, const float *V, float *M, int C, int
     }
 }
 
+/* n floats at p set to zero (short spans: a memset call per span of a few
+ * floats costs more than the stores). */
+static CPU_AVX2 void zero_span(float *p, int n)
+{
+    for (; n >= 8; n -= 8, p += 8)
+        _mm256_storeu_ps(p, _mm256_setzero_ps());
+    __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    if (n > 0)
+        _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes), _mm256_setzero_ps());
+}
+
 /* Writes n <= 8 floats of v to dst (none when dst is NULL). */
 static CPU_AVX2 inline void store_n(float *dst, __m256 v, int n)
 {
@@ -448,12 +459,18 @@ static void wino_block(const wctx *c, int blk, int tid)
     const size_t plane = (size_t)p->H * p->W, xs = (size_t)p->C * p->ts;
     const int pair = p->tw == 4;
     transform_input(p, c->x, img0, ni, ty0, nty, P, V);
-    int nb = ni * nty * p->tw, ngroups = (nb + WTG - 1) / WTG;
+    int nb = ni * nty * p->tw, ngroups = (nb + WTG - 1) / WTG, ntg = ngroups * WTG;
     const size_t ms = (size_t)p->ocb * WOB * p->ts;
+    /* The products read V up to ntg, the output transform M up to nb+8:
+     * zeros there, not a previous block's values or never-written memory. */
+    for (size_t r = 0; r < (size_t)16 * p->C && ntg > nb; r++)
+        zero_span(V + r * p->ts + nb, ntg - nb);
     for (int xi = 0; xi < 16; xi++)
         for (int ob = 0; ob < p->ocb; ob++)
             wgemm(c->ws + ((size_t)xi * p->ocb + ob) * p->C * WOB, V + xi * xs,
                   M + xi * ms + (size_t)ob * WOB * p->ts, p->C, ngroups, p->ts);
+    for (size_t r = 0; r < (size_t)16 * p->ocb * WOB && nb + 8 > ntg; r++)
+        zero_span(M + r * p->ts + ntg, nb + 8 - ntg);
     for (int ob = 0; ob < p->ocb; ob++) {
         for (int i = 0; i < ni; i++) {
             float *y = c->y + (size_t)(img0 + i) * p->O * plane;
@@ -708,9 +725,6 @@ static void wino_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk;
     const wctx *c = vctx;
-    /* Lanes past a block's tiles read whatever the buffers hold: keep that
-     * finite and defined. */
-    memset(c->ws + c->p.shared + (size_t)tid * c->p.per_thread, 0, c->p.per_thread * sizeof(float));
     for (size_t blk = b; blk < e; blk++)
         wino_block(c, (int)blk, tid);
 }

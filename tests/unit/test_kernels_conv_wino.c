@@ -1,15 +1,16 @@
 /* The Winograd F(2x2,3x3) convolution (kernels/cpu/conv2d_wino.c) against
  * the double-precision reference: forward (with and without bias), dx, dw
- * and db,
- * on the CIFAR ResNets' 3x3 stride-1 shapes (16/32/64 channels at 32/16/8
- * pixels), odd channel counts and odd or tiny images (7 and 8 pixels
- * wide: two rows of 4 tiles per vector), one image and
- * several (blocks of several images, bands of one image, a last block with
- * fewer images); forward and dx bitwise equal on 1 and 2 threads (no sums
- * across blocks), dw and db on the same thread count; workspaces allocated at exactly the planned size and poisoned
- * (the sanitizers and valgrind see any read past them or of stale
- * values); and which shapes the CPU backend sends this way. Skipped on
- * CPUs without AVX2. */
+ * and db, on the CIFAR ResNets' 3x3 stride-1 shapes (16/32/64 channels at
+ * 32/16/8 pixels), odd channel counts and odd or tiny images (7 and 8
+ * pixels wide: two rows of 4 tiles per vector), one image and several
+ * (blocks of several images, bands of one image, a last block with fewer
+ * images); forward and dx bitwise equal on 1 and 2 threads (no sums across
+ * blocks), dw and db bitwise equal for the same thread count; workspaces
+ * allocated at exactly the planned size and poisoned (NaN for one forward:
+ * a lane past a block's tiles that reached y would show), so the
+ * sanitizers and valgrind see any read past them or of stale values; and
+ * which shapes the CPU backend sends this way. Skipped on CPUs without
+ * AVX2. */
 #include "testutil.h"
 
 #include <string.h>

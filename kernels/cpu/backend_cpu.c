@@ -106,6 +106,7 @@ static const cdl_backend_ops cpu_ops = {
     .accumulate = cpu_accumulate,
     .add_relu = cpu_add_relu,
     .relu_bwd_split = cpu_relu_bwd_split,
+    .relu_bwd_split_add = cpu_relu_bwd_split_add,
     .channel_copy = cpu_channel_copy,
     .xent_ls_fwd_bwd = cpu_xent_ls_fwd_bwd,
     .layernorm_fwd = cpu_layernorm_fwd,

@@ -57,6 +57,8 @@ void cpu_relu_bwd(cdl_backend *be, size_t n, const float *y, const float *dy, fl
 void cpu_add_relu(cdl_backend *be, size_t n, const float *a, const float *b, float *y);
 void cpu_relu_bwd_split(cdl_backend *be, size_t n, const float *y, const float *dy, float *dx,
                         float *dx2, int accumulate);
+void cpu_relu_bwd_split_add(cdl_backend *be, size_t n, const float *y, const float *dy,
+                            const float *dy2, float *dx, float *dx2, int accumulate);
 void cpu_dropout_fwd(cdl_backend *be, size_t n, float p, uint64_t seed,
                      const float *x, float *y, uint8_t *mask);
 void cpu_dropout_bwd(cdl_backend *be, size_t n, float p, const uint8_t *mask,

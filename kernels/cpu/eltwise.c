@@ -1,6 +1,7 @@
 /* Elementwise ops over flat float ranges: fill, scale, relu, dropout, and
  * the residual join fused with the ReLU after it (add_relu, and its
- * backward relu_bwd_split). Each splits [0,n) into chunks of at least
+ * backward relu_bwd_split, also with a fan-out's pending sum:
+ * relu_bwd_split_add). Each splits [0,n) into chunks of at least
  * CPU_ELT_GRAIN floats (pool.h). The ReLU kernels have a plain loop (the
  * definition), an AVX2 and an AVX-512 twin picked at run time; each gives
  * the plain loop's bits (NaN and -0 included). */
@@ -10,6 +11,7 @@
 typedef struct elt_ctx {
     const float *a;      /* first input (x, or y for relu_bwd) */
     const float *b;      /* second input (dy) */
+    const float *b2;     /* relu_bwd_split_add: the part of dy still to add */
     float *out;
     float *out2;         /* relu_bwd_split: the second branch's gradient */
     int accumulate;      /* relu_bwd_split: out2 += instead of out2 = */
@@ -128,8 +130,9 @@ static void add_relu_chunk(void *vctx, size_t b, size_t e, int chunk, int tid)
 }
 
 /* g = y > 0 ? dy : 0 into dx (may alias dy) and into out2 (or added to
- * it): the ReLU's backward and the add's split to its two branches in one
- * pass. */
+ * it; out2 NULL: none): the ReLU's backward and the add's split to its two
+ * branches in one pass. With b2, dy is dy + b2 first (the sum accumulate
+ * would have left in dy, the same bits). */
 static void relu_bwd_split_chunk(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk;
@@ -137,9 +140,11 @@ static void relu_bwd_split_chunk(void *vctx, size_t b, size_t e, int chunk, int 
     const elt_ctx *c = vctx;
     const float *y = c->a, *dy = c->b;
     for (size_t i = b; i < e; i++) {
-        float g = y[i] > 0.0f ? dy[i] : 0.0f;
+        float d = c->b2 ? dy[i] + c->b2[i] : dy[i];
+        float g = y[i] > 0.0f ? d : 0.0f;
         c->out[i] = g;
-        c->out2[i] = c->accumulate ? c->out2[i] + g : g;
+        if (c->out2)
+            c->out2[i] = c->accumulate ? c->out2[i] + g : g;
     }
 }
 
@@ -186,10 +191,16 @@ static CPU_AVX2 void add_relu_chunk8(void *vctx, size_t b, size_t e, int chunk, 
 static CPU_AVX2 void relu_bwd_split_chunk8(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     const elt_ctx *c = vctx;
+    const __m256 zero = _mm256_setzero_ps();
     size_t i = b;
     for (; i + 8 <= e; i += 8) {
-        __m256 g = relu_mask8(c->a, c->b, i);
+        __m256 d = _mm256_loadu_ps(c->b + i);
+        if (c->b2)
+            d = _mm256_add_ps(d, _mm256_loadu_ps(c->b2 + i));
+        __m256 g = _mm256_and_ps(d, _mm256_cmp_ps(_mm256_loadu_ps(c->a + i), zero, _CMP_GT_OQ));
         _mm256_storeu_ps(c->out + i, g);
+        if (!c->out2)
+            continue;
         if (c->accumulate)
             g = _mm256_add_ps(_mm256_loadu_ps(c->out2 + i), g);
         _mm256_storeu_ps(c->out2 + i, g);
@@ -245,6 +256,14 @@ void cpu_relu_bwd_split(cdl_backend *be, size_t n, const float *y, const float *
                         float *dx2, int accumulate)
 {
     elt_ctx c = {.a = y, .b = dy, .out = dx, .out2 = dx2, .accumulate = accumulate};
+    pool_for(cpu_pool(be), n, CPU_ELT_GRAIN,
+             widest(relu_bwd_split_chunk, relu_bwd_split_chunk8, NULL), &c);
+}
+
+void cpu_relu_bwd_split_add(cdl_backend *be, size_t n, const float *y, const float *dy,
+                            const float *dy2, float *dx, float *dx2, int accumulate)
+{
+    elt_ctx c = {.a = y, .b = dy, .b2 = dy2, .out = dx, .out2 = dx2, .accumulate = accumulate};
     pool_for(cpu_pool(be), n, CPU_ELT_GRAIN,
              widest(relu_bwd_split_chunk, relu_bwd_split_chunk8, NULL), &c);
 }

@@ -281,6 +281,12 @@ typedef struct cdl_backend_ops {
     void (*add_relu)(cdl_backend *be, size_t n, const float *a, const float *b, float *y);
     void (*relu_bwd_split)(cdl_backend *be, size_t n, const float *y, const float *dy,
                            float *dx, float *dx2, int accumulate);
+    /* Optional (NULL: accumulate dy2 into dy, then relu_bwd_split): the
+     * same with dy + dy2 in place of dy, the bits of that sum (a fan-out's
+     * gradient whose earlier reader left its part in dy2: the sum is never
+     * stored). dx2 may be NULL (dx only). dx may alias dy. */
+    void (*relu_bwd_split_add)(cdl_backend *be, size_t n, const float *y, const float *dy,
+                               const float *dy2, float *dx, float *dx2, int accumulate);
 
     /* Channel concat and split as one strided copy over n images of hw
      * floats per channel: channels [src_off, src_off+c) of src (n,src_c,hw)

@@ -34,6 +34,9 @@ typedef struct layer {
     int bn_one_call;               /* batchnorm: training forward in bn_train_fwd (no sync) */
     int bn_bwd_one_call;           /* batchnorm: backward in bn_train_bwd (no sync) */
     int dy_alias;                  /* dy is the dy of layer dy_alias (its only reader) or -1 */
+    int defer_dx;                  /* conv2d, not its input's last reader: leaves its dx in
+                                    * tmp for the input's own backward to add (no accumulate) */
+    int adds_tmp;                  /* add with fused relu: its dy is dy + tmp (defer_dx) */
     /* Sequences: an output of T positions of E features is (T, 1, E). */
     int seq, in_seq;               /* the output / first input is a sequence */
     int rows;                      /* positions per sample that row-wise ops see (1 if flat) */

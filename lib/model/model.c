@@ -165,6 +165,38 @@ static void add_params(cdl_model *m, layer *L)
     }
 }
 
+/* Fan-out without an accumulate pass: a conv2d that reads the ReLU fused
+ * into an add (the add's output, sharing its dy), but is not its last
+ * reader, writes its dx to tmp, which is normally added to that dy right
+ * away. Where nothing runs between the two backwards (only fused ReLUs lie
+ * between them), the add's own backward adds tmp instead, inside the pass
+ * it makes anyway (relu_bwd_split_add: the same sums, never stored). The
+ * ResNets' block inputs: the next block's first conv. */
+static void plan_deferred(cdl_model *m)
+{
+    if (!m->be->ops->relu_bwd_split_add)
+        return;
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *L = &m->layers[i];
+        int k = L->in[0];
+        if (L->s->kind != CDL_LAYER_CONV2D || k < 0)
+            continue;
+        layer *K = &m->layers[k];
+        int a = K->in[0];
+        if (K->s->kind != CDL_LAYER_RELU || !K->fused || a < 0 || !K->need_grad ||
+            K->last_reader == i)
+            continue;
+        layer *A = &m->layers[a];
+        if (A->s->kind != CDL_LAYER_ADD || !A->fuse_relu || A->dy_alias != k)
+            continue;
+        int quiet = 1;
+        for (int j = a + 1; j < i; j++)
+            quiet &= m->layers[j].s->kind == CDL_LAYER_RELU && m->layers[j].fused;
+        if (quiet)
+            L->defer_dx = A->adds_tmp = 1;
+    }
+}
+
 /* Readers of each output, the layers that need gradients, fusions and
  * in-place activations. */
 static void plan_graph(cdl_model *m)
@@ -216,6 +248,7 @@ static void plan_graph(cdl_model *m)
             P->dy_alias = i;
         }
     }
+    plan_deferred(m);
 }
 
 /* 1 if an activation may overwrite its input: nothing else reads it, and

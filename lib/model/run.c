@@ -196,9 +196,11 @@ static float *dx_target(cdl_model *m, const layer *L, int i, int j)
     return K->last_reader == i ? K->dy : m->tmp;
 }
 
+/* A dx left in tmp is added to the input's dy now, or by the input's own
+ * backward right after (defer_dx: see plan_deferred). */
 static void finish_dx(cdl_model *m, const layer *L, int j, const float *dx, size_t count)
 {
-    if (dx && dx == m->tmp)
+    if (dx && dx == m->tmp && !(j == 0 && L->defer_dx))
         m->be->ops->accumulate(m->be, count, m->tmp, m->layers[L->in[j]].dy);
 }
 
@@ -240,20 +242,29 @@ static void bn_backward(cdl_model *m, layer *L, int i, int n)
 /* An add with the ReLU after it fused: the ReLU's mask applied to dy in
  * place (the input sharing dy reads it there) and, in the same pass, the
  * result written or added to the first input with a gradient buffer of its
- * own. Returns that input's index, or -1. */
+ * own; with adds_tmp, to dy + tmp. Returns that input's index, or -1. */
 static int add_relu_backward(cdl_model *m, layer *L, int i, int n)
 {
     cdl_backend *be = m->be;
     size_t count = (size_t)n * L->out_numel;
+    const float *pending = L->adds_tmp ? m->tmp : NULL;
     for (int j = 0; j < L->nin; j++) {
         int k = L->in[j];
         layer *K = k >= 0 ? &m->layers[k] : NULL;
         if (K && K->need_grad && K->dy_alias != i) {
-            be->ops->relu_bwd_split(be, count, L->y, L->dy, L->dy, K->dy, K->last_reader != i);
+            if (pending)
+                be->ops->relu_bwd_split_add(be, count, L->y, L->dy, pending, L->dy, K->dy,
+                                            K->last_reader != i);
+            else
+                be->ops->relu_bwd_split(be, count, L->y, L->dy, L->dy, K->dy,
+                                        K->last_reader != i);
             return j;
         }
     }
-    be->ops->relu_bwd(be, count, L->y, L->dy, L->dy);
+    if (pending)
+        be->ops->relu_bwd_split_add(be, count, L->y, L->dy, pending, L->dy, NULL, 0);
+    else
+        be->ops->relu_bwd(be, count, L->y, L->dy, L->dy);
     return -1;
 }
 

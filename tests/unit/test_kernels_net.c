@@ -441,9 +441,23 @@ static void test_add_accumulate_channel_copy(void **state)
     cdl_backend_destroy(be);
 }
 
-/* add_relu and relu_bwd_split give the bits of add + relu_fwd and of
- * relu_bwd + copy / accumulate (the unfused ops they replace), zeros of
- * both signs and NaN included, in place too. */
+/* What the unfused ops leave for relu_bwd_split(y, dy, dx, dx2 = base,
+ * acc): g = relu_bwd(y, dy) and want2 = base + g (acc) or g. */
+static void split_expected(cdl_backend *be, size_t n, const float *y, const float *dy,
+                           const float *base, int acc, float *g, float *want2)
+{
+    be->ops->relu_bwd(be, n, y, dy, g);
+    memcpy(want2, base, n * sizeof *want2);
+    if (acc)
+        be->ops->accumulate(be, n, g, want2);
+    else
+        memcpy(want2, g, n * sizeof *want2);
+}
+
+/* add_relu, relu_bwd_split and relu_bwd_split_add give the bits of add +
+ * relu_fwd, of relu_bwd + copy / accumulate and of accumulate before those
+ * (the unfused ops they replace), zeros of both signs and NaN included, in
+ * place too. */
 static void test_add_relu_matches_unfused(void **state)
 {
     (void)state;
@@ -473,17 +487,27 @@ static void test_add_relu_matches_unfused(void **state)
     const float *y = want;   /* the forward output the backward reads */
     for (int acc = 0; acc <= 1; acc++) {
         float *g = cdl_calloc(n, sizeof *g);
-        op->relu_bwd(be, n, y, dy.f, g);
-        memcpy(want2, base.f, n * sizeof *want2);
-        if (acc)
-            op->accumulate(be, n, g, want2);
-        else
-            memcpy(want2, g, n * sizeof *want2);
+        split_expected(be, n, y, dy.f, base.f, acc, g, want2);
         memcpy(got, dy.f, n * sizeof *got);
         memcpy(got2, base.f, n * sizeof *got2);
         op->relu_bwd_split(be, n, y, got, got, got2, acc);   /* dx aliases dy */
         assert_memory_equal(got, g, n * sizeof *got);
         assert_memory_equal(got2, want2, n * sizeof *got2);
+
+        /* relu_bwd_split_add: accumulate (b into dy) then the split. */
+        float *sum = cdl_calloc(n, sizeof *sum);
+        memcpy(sum, dy.f, n * sizeof *sum);
+        op->accumulate(be, n, b.f, sum);
+        split_expected(be, n, y, sum, base.f, acc, g, want2);
+        memcpy(got, dy.f, n * sizeof *got);
+        memcpy(got2, base.f, n * sizeof *got2);
+        op->relu_bwd_split_add(be, n, y, got, b.f, got, got2, acc);
+        assert_memory_equal(got, g, n * sizeof *got);
+        assert_memory_equal(got2, want2, n * sizeof *got2);
+        memset(got, 0, n * sizeof *got);
+        op->relu_bwd_split_add(be, n, y, dy.f, b.f, got, NULL, acc);   /* dx only */
+        assert_memory_equal(got, g, n * sizeof *got);
+        cdl_free(sum);
         cdl_free(g);
     }
     pair *all[] = {&a, &b, &dy, &base};

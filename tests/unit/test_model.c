@@ -568,38 +568,45 @@ static const char fuse_spec[] =
     "flatten\n"
     "linear 3\n";
 
-/* The add+ReLU fusion (the CPU backend's add_relu and relu_bwd_split)
- * gives the bits of the unfused add, relu_fwd, relu_bwd and copies, which
- * run when a backend lacks the fused ops. */
-static void test_add_relu_fusion_bitwise(void **state)
+static int count_fused_adds(const cdl_model *m)
 {
-    (void)state;
-    static cdl_backend_ops plain_ops;
-    const int n = 5, classes = 3;   /* 5*4*49 floats: AVX2 tails */
-    cdl_shape in = {2, 7, 7};
-    cdl_backend *be2 = cdl_backend_cpu_create(2);
-    assert_non_null(be2);
-    plain_ops = *be2->ops;
-    plain_ops.add_relu = NULL;
-    plain_ops.relu_bwd_split = NULL;
-    be2->ops = &plain_ops;
-    cdl_model_spec spec;
-    assert_int_equal(cdl_spec_parse(fuse_spec, "fuse.spec", &spec), 0);
-    cdl_model *m[2] = {cdl_model_create(&spec, in, n, be), cdl_model_create(&spec, in, n, be2)};
+    int fused = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        fused += m->layers[i].s->kind == CDL_LAYER_ADD && m->layers[i].fuse_relu;
+    return fused;
+}
+
+static int count_deferred(const cdl_model *m)
+{
+    int deferred = 0, adds = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        deferred += m->layers[i].defer_dx;
+        adds += m->layers[i].adds_tmp;
+    }
+    assert_int_equal(deferred, adds);
+    return deferred;
+}
+
+/* One training step of spec (classes outputs, n samples of shape in) on
+ * the CPU backend and on be2 (2 threads, some fused ops removed) gives the
+ * same logits and gradients, bit for bit; count(model) is want[0] on the
+ * first and want[1] on the second. */
+static void same_step_bits(const cdl_model_spec *spec, cdl_shape in, int n, int classes,
+                           cdl_backend *be2, int (*count)(const cdl_model *), const int want[2])
+{
+    cdl_model *m[2] = {cdl_model_create(spec, in, n, be), cdl_model_create(spec, in, n, be2)};
     cdl_backend *bes[2] = {be, be2};
     float *g[2], *y[2];
+    size_t numel = (size_t)in.c * in.h * in.w;
     float *xh = random_input(in, n, 21);
-    int32_t labels[5];
+    int32_t labels[8];
+    assert_true(n <= 8);
     random_labels(labels, n, classes);
     for (int k = 0; k < 2; k++) {
         assert_non_null(m[k]);
-        /* Both adds' ReLUs are fused on the CPU backend, none without the ops. */
-        int fused = 0;
-        for (int i = 0; i < m[k]->nlayers; i++)
-            fused += m[k]->layers[i].s->kind == CDL_LAYER_ADD && m[k]->layers[i].fuse_relu;
-        assert_int_equal(fused, k ? 0 : 2);
+        assert_int_equal(count(m[k]), want[k]);
         cdl_model_init(m[k], 4);
-        float *x = dev_upload(bes[k], xh, (size_t)n * 98 * sizeof(float));
+        float *x = dev_upload(bes[k], xh, (size_t)n * numel * sizeof(float));
         loss_bufs lb;
         loss_bufs_init(&lb, bes[k], n, classes, labels);
         const float *logits = cdl_model_forward(m[k], x, n, 1, 1);
@@ -618,6 +625,47 @@ static void test_add_relu_fusion_bitwise(void **state)
         cdl_model_destroy(m[k]);
     }
     free(xh);
+}
+
+/* The add+ReLU fusion (the CPU backend's add_relu and relu_bwd_split)
+ * gives the bits of the unfused add, relu_fwd, relu_bwd and copies, which
+ * run when a backend lacks the fused ops. */
+static void test_add_relu_fusion_bitwise(void **state)
+{
+    (void)state;
+    static cdl_backend_ops plain_ops;
+    cdl_shape in = {2, 7, 7};   /* 5*4*49 floats: AVX2 tails */
+    cdl_backend *be2 = cdl_backend_cpu_create(2);
+    assert_non_null(be2);
+    plain_ops = *be2->ops;
+    plain_ops.add_relu = NULL;
+    plain_ops.relu_bwd_split = NULL;
+    plain_ops.relu_bwd_split_add = NULL;
+    be2->ops = &plain_ops;
+    cdl_model_spec spec;
+    assert_int_equal(cdl_spec_parse(fuse_spec, "fuse.spec", &spec), 0);
+    /* Both adds' ReLUs are fused on the CPU backend, none without the ops. */
+    same_step_bits(&spec, in, 5, 3, be2, count_fused_adds, (const int[2]){2, 0});
+    cdl_backend_destroy(be2);
+}
+
+/* ResNet-20's block inputs: the next block's first conv leaves its dx for
+ * the add's backward to sum in its own pass (relu_bwd_split_add), the bits
+ * of the accumulate it replaces. */
+static void test_deferred_fanout_bitwise(void **state)
+{
+    (void)state;
+    static cdl_backend_ops plain_ops;
+    cdl_shape in = {3, 10, 10};
+    cdl_backend *be2 = cdl_backend_cpu_create(2);
+    assert_non_null(be2);
+    plain_ops = *be2->ops;
+    plain_ops.relu_bwd_split_add = NULL;
+    be2->ops = &plain_ops;
+    cdl_model_spec spec;
+    assert_int_equal(cdl_spec_builtin("resnet20", in, 10, &spec), 0);
+    /* Every block input but the stem's (a batchnorm's ReLU): 8. */
+    same_step_bits(&spec, in, 3, 10, be2, count_deferred, (const int[2]){8, 0});
     cdl_backend_destroy(be2);
 }
 
@@ -935,6 +983,7 @@ int main(void)
         cmocka_unit_test(test_finite_differences_bn),
         cmocka_unit_test(test_grad_ready_ranges),
         cmocka_unit_test(test_add_relu_fusion_bitwise),
+        cmocka_unit_test(test_deferred_fanout_bitwise),
         cmocka_unit_test(test_finite_differences_add_relu),
         cmocka_unit_test(test_deterministic_and_overwrites),
         cmocka_unit_test(test_input_may_change_before_backward),

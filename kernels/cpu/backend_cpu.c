@@ -91,6 +91,7 @@ static const cdl_backend_ops cpu_ops = {
     .bn_sum = cpu_bn_sum,
     .bn_sqdev = cpu_bn_sqdev,
     .bn_train_fwd = cpu_bn_train_fwd,
+    .bn_train_fwd_add_relu = cpu_bn_train_fwd_add_relu,
     .bn_train_bwd = cpu_bn_train_bwd,
     .bn_apply = cpu_bn_apply,
     .bn_running = cpu_bn_running,

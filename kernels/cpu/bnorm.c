@@ -48,6 +48,18 @@ static void affine_ref(const float *x, int hw, float scale, float shift, int rel
     }
 }
 
+/* y = max(0, (x*scale + shift) + r): affine_ref without its ReLU, then
+ * add_relu's step (the residual join after BN, fused). */
+static void affine_add_relu_ref(const float *x, const float *r, int hw, float scale, float shift,
+                                float *y)
+{
+    for (int i = 0; i < hw; i++) {
+        float v = x[i] * scale + shift;
+        v = v + r[i];
+        y[i] = v < 0.0f ? 0.0f : v;
+    }
+}
+
 /* The gradient reaching BN: dy, masked by y > 0 when the ReLU is fused. */
 static inline float dy_eff(const float *yr, const float *dy, int i)
 {
@@ -146,6 +158,20 @@ static CPU_AVX2 void affine_avx2(const float *x, int hw, float scale, float shif
     affine_ref(x + i, hw - i, scale, shift, relu, y + i);
 }
 
+/* affine_avx2's lanes, then add_relu's: the bits of the two ops. */
+static CPU_AVX2 void affine_add_relu_avx2(const float *x, const float *r, int hw, float scale,
+                                          float shift, float *y)
+{
+    __m256 s = _mm256_set1_ps(scale), t = _mm256_set1_ps(shift), z = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= hw; i += 8) {
+        __m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), s, t);
+        v = _mm256_add_ps(v, _mm256_loadu_ps(r + i));
+        _mm256_storeu_ps(y + i, _mm256_max_ps(z, v));
+    }
+    affine_add_relu_ref(x + i, r + i, hw - i, scale, shift, y + i);
+}
+
 /* dy of 8 lanes, zero where the fused ReLU's output y <= 0. */
 static CPU_AVX2 inline __m256 dy8(const float *yr, const float *dy, int i)
 {
@@ -208,6 +234,8 @@ typedef struct bn_kernels {
     double (*sum)(const float *x, int hw);
     double (*sqdev)(const float *x, int hw, float mean);
     void (*affine)(const float *x, int hw, float scale, float shift, int relu, float *y);
+    void (*affine_add_relu)(const float *x, const float *r, int hw, float scale, float shift,
+                            float *y);
     void (*bwd_sums)(const float *x, const float *yr, const float *dy, int hw, float mean,
                      double *sdy, double *sdyx);
     void (*bwd_apply)(const float *x, const float *yr, const float *dy, int hw, float A, float B,
@@ -218,9 +246,11 @@ static bn_kernels pick(void)
 {
 #if CPU_X86
     if (cpu_has_avx2())
-        return (bn_kernels){sum_avx2, sqdev_avx2, affine_avx2, bwd_sums_avx2, bwd_apply_avx2};
+        return (bn_kernels){sum_avx2, sqdev_avx2, affine_avx2, affine_add_relu_avx2,
+                            bwd_sums_avx2, bwd_apply_avx2};
 #endif
-    return (bn_kernels){sum_ref, sqdev_ref, affine_ref, bwd_sums_ref, bwd_apply_ref};
+    return (bn_kernels){sum_ref, sqdev_ref, affine_ref, affine_add_relu_ref, bwd_sums_ref,
+                        bwd_apply_ref};
 }
 
 double cpu_plane_sum(const float *x, int n)
@@ -238,6 +268,7 @@ typedef struct bn_ctx {
     int n, c, hw, relu;
     float eps;
     const float *x, *yr, *dy, *sum, *sqdev, *saved, *gamma, *beta, *rm, *rv, *sdy, *sdyx;
+    const float *res;   /* bn_train_fwd_add_relu: the residual added before the ReLU */
     float *out, *out2, *out3, *out4;
 } bn_ctx;
 
@@ -325,7 +356,10 @@ static void affine_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
         float scale = (c->gamma ? c->gamma[ch] : 1.0f) * invstd;
         float shift = (c->beta ? c->beta[ch] : 0.0f) - mean * scale;
         size_t off = p * (size_t)c->hw;
-        c->k.affine(c->x + off, c->hw, scale, shift, c->relu, c->out + off);
+        if (c->res)
+            c->k.affine_add_relu(c->x + off, c->res + off, c->hw, scale, shift, c->out + off);
+        else
+            c->k.affine(c->x + off, c->hw, scale, shift, c->relu, c->out + off);
     }
 }
 
@@ -405,18 +439,33 @@ void cpu_bn_apply(cdl_backend *be, int n, int c, int hw, const float *x, const f
     pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), affine_planes, &ctx);
 }
 
-void cpu_bn_train_fwd(cdl_backend *be, int n, int c, int hw, const float *x, float eps,
-                      const float *gamma, const float *beta, int relu, float *y, float *sum,
-                      float *sqdev, float *saved)
+/* bn_train_fwd, and with res its add+ReLU fusion. */
+static void train_fwd(cdl_backend *be, int n, int c, int hw, const float *x, float eps,
+                      const float *gamma, const float *beta, int relu, const float *res, float *y,
+                      float *sum, float *sqdev, float *saved)
 {
     if (c <= 0)
         return;
     sum[c] = (float)((double)(n > 0 ? n : 0) * (hw > 0 ? hw : 0));
     saved[2 * c] = sum[c];
     bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .relu = relu, .eps = eps, .x = x,
-                  .gamma = gamma, .beta = beta, .out = y, .out2 = sum, .out3 = sqdev,
+                  .gamma = gamma, .beta = beta, .res = res, .out = y, .out2 = sum, .out3 = sqdev,
                   .out4 = saved};
     run_channels(be, c, fwd_channels, &ctx);
+}
+
+void cpu_bn_train_fwd(cdl_backend *be, int n, int c, int hw, const float *x, float eps,
+                      const float *gamma, const float *beta, int relu, float *y, float *sum,
+                      float *sqdev, float *saved)
+{
+    train_fwd(be, n, c, hw, x, eps, gamma, beta, relu, NULL, y, sum, sqdev, saved);
+}
+
+void cpu_bn_train_fwd_add_relu(cdl_backend *be, int n, int c, int hw, const float *x, float eps,
+                               const float *gamma, const float *beta, const float *res, float *y,
+                               float *sum, float *sqdev, float *saved)
+{
+    train_fwd(be, n, c, hw, x, eps, gamma, beta, 0, res, y, sum, sqdev, saved);
 }
 
 void cpu_bn_running(cdl_backend *be, int c, const float *sum, const float *sqdev,

@@ -83,6 +83,9 @@ void cpu_bn_apply(cdl_backend *be, int n, int c, int hw, const float *x, const f
 void cpu_bn_train_fwd(cdl_backend *be, int n, int c, int hw, const float *x, float eps,
                       const float *gamma, const float *beta, int relu, float *y, float *sum,
                       float *sqdev, float *saved);
+void cpu_bn_train_fwd_add_relu(cdl_backend *be, int n, int c, int hw, const float *x, float eps,
+                               const float *gamma, const float *beta, const float *res, float *y,
+                               float *sum, float *sqdev, float *saved);
 void cpu_bn_train_bwd(cdl_backend *be, int n, int c, int hw, const float *x,
                       const float *y_relu, const float *dy, const float *saved,
                       const float *gamma, float *dgamma, float *dbeta, float *dx);

@@ -211,6 +211,14 @@ typedef struct cdl_backend_ops {
     void (*bn_train_fwd)(cdl_backend *be, int n, int c, int hw, const float *x, float eps,
                          const float *gamma, const float *beta, int relu, float *y, float *sum,
                          float *sqdev, float *saved);
+    /* Optional (NULL: bn_train_fwd without relu, then add_relu): that
+     * pair's bits, y = max(0, BN(x) + res) for res of x's shape (the
+     * residual join and its ReLU after the BN, which itself is never
+     * stored). y may alias x or res. */
+    void (*bn_train_fwd_add_relu)(cdl_backend *be, int n, int c, int hw, const float *x,
+                                  float eps, const float *gamma, const float *beta,
+                                  const float *res, float *y, float *sum, float *sqdev,
+                                  float *saved);
     /* Optional (NULL: the two pieces): bn_bwd_sums then bn_bwd_apply (with
      * sum_dy = dbeta, sum_dy_xhat = dgamma) in one call without sync, their
      * bits; dx NULL computes only dgamma and dbeta. */

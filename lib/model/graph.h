@@ -37,6 +37,9 @@ typedef struct layer {
     int defer_dx;                  /* conv2d, not its input's last reader: leaves its dx in
                                     * tmp for the input's own backward to add (no accumulate) */
     int adds_tmp;                  /* add with fused relu: its dy is dy + tmp (defer_dx) */
+    int fuse_add;                  /* batchnorm: in training also computes the add (and its
+                                    * fused relu) that alone reads it; its y is the add's */
+    int by_bn;                     /* add: its training forward is its input's (fuse_add) */
     /* Sequences: an output of T positions of E features is (T, 1, E). */
     int seq, in_seq;               /* the output / first input is a sequence */
     int rows;                      /* positions per sample that row-wise ops see (1 if flat) */

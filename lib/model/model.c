@@ -10,7 +10,9 @@
  * and whose producer's backward does not read its own output overwrites
  * it (their backward reads only their output); a ReLU right after a
  * batchnorm2d or an add that only it reads is fused into that layer (the
- * add's fusion where the backend has add_relu and relu_bwd_split).
+ * add's fusion where the backend has add_relu and relu_bwd_split); in
+ * training, such an add of a batchnorm is computed by that batchnorm
+ * (plan_bn_add), whose own output is then never stored.
  *
  * Gradients: layers run backward in reverse spec order, which is a
  * reverse topological order. The gradient of a layer's output (dy) is
@@ -165,6 +167,30 @@ static void add_params(cdl_model *m, layer *L)
     }
 }
 
+/* BN, add and ReLU in one pass in training: an add of two inputs with its
+ * ReLU fused whose later input is a batchnorm (no sync, no ReLU of its
+ * own) that only the add reads is computed by that batchnorm
+ * (bn_train_fwd_add_relu, the other input already made), which writes the
+ * add's output and never stores its own: its backward does not read it.
+ * Evaluation runs both layers, the BN writing into the add's output, which
+ * the add then updates in place. The ResNets' last BN of every block. */
+static void plan_bn_add(cdl_model *m)
+{
+    if (!m->be->ops->bn_train_fwd_add_relu)
+        return;
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *A = &m->layers[i];
+        if (A->s->kind != CDL_LAYER_ADD || !A->fuse_relu || A->nin != 2 || A->in[0] < 0 ||
+            A->in[1] < 0)
+            continue;
+        int b = A->in[0] > A->in[1] ? A->in[0] : A->in[1];
+        layer *B = &m->layers[b];
+        if (A->in[0] != A->in[1] && B->s->kind == CDL_LAYER_BATCHNORM2D && B->bn_one_call &&
+            !B->fuse_relu && B->ncons == 1)
+            B->fuse_add = A->by_bn = 1;
+    }
+}
+
 /* Fan-out without an accumulate pass: a conv2d that reads the ReLU fused
  * into an add (the add's output, sharing its dy), but is not its last
  * reader, writes its dx to tmp, which is normally added to that dy right
@@ -248,6 +274,7 @@ static void plan_graph(cdl_model *m)
             P->dy_alias = i;
         }
     }
+    plan_bn_add(m);
     plan_deferred(m);
 }
 
@@ -437,7 +464,8 @@ static int alloc_buffers(cdl_model *m, size_t ws_floats)
         cdl_layer_kind k = L->s->kind;
         int act_inplace = k == CDL_LAYER_RELU || k == CDL_LAYER_SIGMOID || k == CDL_LAYER_TANH;
         act_off[i] = -1;   /* -1: the input's buffer */
-        if (!(k == CDL_LAYER_FLATTEN || L->fused || (act_inplace && may_overwrite(m, L)))) {
+        if (!(k == CDL_LAYER_FLATTEN || L->fused || L->fuse_add ||
+              (act_inplace && may_overwrite(m, L)))) {
             act_off[i] = (long)nact;
             nact += round16(mb * L->out_numel);
         }
@@ -490,6 +518,8 @@ static int alloc_buffers(cdl_model *m, size_t ws_floats)
     for (int i = 0; i < m->nlayers; i++) {
         layer *L = &m->layers[i];
         L->y = act_off[i] >= 0 ? m->acts + act_off[i] : model_in(m, L, 0);
+        if (L->fuse_add)   /* the add's own buffer (it comes later) */
+            L->y = m->acts + act_off[L->last_reader];
         L->dy = dyoff[i] >= 0 ? m->gpool + dyoff[i] : NULL;
         if (L->s->kind == CDL_LAYER_MAXPOOL2D)
             L->argmax = m->argmax + am_off[i];

@@ -67,7 +67,12 @@ static void bn_forward(cdl_model *m, layer *L, int n, int train)
     }
     float *sum = L->stats, *sqdev = sum + c + 1, *saved = sqdev + c;
     int sync = L->s->sync;
-    if (L->bn_one_call) {
+    if (L->fuse_add) {   /* the add that alone reads it, and its ReLU: y is the add's */
+        const layer *A = &m->layers[L->last_reader];
+        const float *res = model_in(m, A, A->in[0] == L - m->layers ? 1 : 0);
+        op->bn_train_fwd_add_relu(be, n, c, hw, x, eps, param(m, L->wview), param(m, L->bview),
+                                  res, L->y, sum, sqdev, saved);
+    } else if (L->bn_one_call) {
         op->bn_train_fwd(be, n, c, hw, x, eps, param(m, L->wview), param(m, L->bview),
                          L->fuse_relu, L->y, sum, sqdev, saved);
     } else {
@@ -159,7 +164,7 @@ const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int trai
         case CDL_LAYER_FLATTEN:
             break;   /* same memory, read as (n, c*h*w) */
         case CDL_LAYER_ADD:   /* the last sum takes the fused ReLU */
-            for (int j = 1; j < L->nin; j++)
+            for (int j = 1; j < L->nin && !(L->by_bn && train); j++)
                 (L->fuse_relu && j == L->nin - 1 ? op->add_relu : op->add)(
                     be, count, j == 1 ? x : L->y, model_in(m, L, j), L->y);
             break;

@@ -152,6 +152,34 @@ static void bn_train_fwd_same_bits(cdl_backend *be, int n, int c, int hw, const 
     cdl_free(y1), cdl_free(sum1), cdl_free(sq1), cdl_free(saved1);
 }
 
+/* bn_train_fwd_add_relu leaves the bits of bn_train_fwd (no ReLU) and then
+ * add_relu with res; y may alias x or res. */
+static void bn_add_relu_same_bits(cdl_backend *be, int n, int c, int hw, const float *x,
+                                  const float *g, const float *b)
+{
+    size_t nx = (size_t)n * c * hw;
+    pair res = pair_rand(nx, 77, -1, 1);
+    float *want = cdl_calloc(nx, sizeof *want), *got = cdl_calloc(nx, sizeof *got);
+    float *st = cdl_calloc(4 * (size_t)c + 2, sizeof *st), *st1 = cdl_calloc(4 * (size_t)c + 2, sizeof *st1);
+    be->ops->bn_train_fwd(be, n, c, hw, x, (float)BN_EPS, g, b, 0, want, st, st + c + 1,
+                          st + 2 * c + 1);
+    be->ops->add_relu(be, nx, want, res.f, want);
+    be->ops->bn_train_fwd_add_relu(be, n, c, hw, x, (float)BN_EPS, g, b, res.f, got, st1,
+                                   st1 + c + 1, st1 + 2 * c + 1);
+    assert_memory_equal(got, want, nx * sizeof *got);
+    assert_memory_equal(st1, st, (4 * (size_t)c + 2) * sizeof *st);
+    memcpy(got, x, nx * sizeof *got);   /* y aliases x */
+    be->ops->bn_train_fwd_add_relu(be, n, c, hw, got, (float)BN_EPS, g, b, res.f, got, st1,
+                                   st1 + c + 1, st1 + 2 * c + 1);
+    assert_memory_equal(got, want, nx * sizeof *got);
+    memcpy(got, res.f, nx * sizeof *got);   /* y aliases res */
+    be->ops->bn_train_fwd_add_relu(be, n, c, hw, x, (float)BN_EPS, g, b, got, got, st1,
+                                   st1 + c + 1, st1 + 2 * c + 1);
+    assert_memory_equal(got, want, nx * sizeof *got);
+    pair_free(&res);
+    cdl_free(want), cdl_free(got), cdl_free(st), cdl_free(st1);
+}
+
 /* bn_train_bwd (one call) leaves the bits of bn_bwd_sums and bn_bwd_apply;
  * without dx only the sums. */
 static void bn_train_bwd_same_bits(cdl_backend *be, int n, int c, int hw, const float *x,
@@ -202,6 +230,8 @@ static void test_bn_train_matches_reference(void **state)
                 check_close("bn y", y.f, y.d, nx, 1e-5);
                 check_close("bn saved mean", saved, mean.d, (size_t)c, 1e-6);
                 bn_train_fwd_same_bits(be, n, c, hw, x.f, g.f, b.f, relu, y.f, sum, sq, saved);
+                if (!relu)
+                    bn_add_relu_same_bits(be, n, c, hw, x.f, g.f, b.f);
                 for (int i = 0; i < c; i++)
                     assert_true(fabs(saved[c + i] - 1.0 / sqrt(var.d[i] + BN_EPS)) <
                                 1e-5 * saved[c + i]);

@@ -596,7 +596,7 @@ static void same_step_bits(const cdl_model_spec *spec, cdl_shape in, int n, int 
 {
     cdl_model *m[2] = {cdl_model_create(spec, in, n, be), cdl_model_create(spec, in, n, be2)};
     cdl_backend *bes[2] = {be, be2};
-    float *g[2], *y[2];
+    float *g[2], *y[2], *ye[2];
     size_t numel = (size_t)in.c * in.h * in.w;
     float *xh = random_input(in, n, 21);
     int32_t labels[8];
@@ -614,14 +614,18 @@ static void same_step_bits(const cdl_model_spec *spec, cdl_shape in, int n, int 
         loss_bufs_run(&lb, logits);
         cdl_model_backward(m[k], lb.dlogits, NULL, NULL);
         g[k] = host_copy(bes[k], cdl_model_grads(m[k]), cdl_model_nparams(m[k]));
+        /* Evaluation (running statistics) runs every layer: the same. */
+        ye[k] = host_copy(bes[k], cdl_model_forward(m[k], x, n, 0, 1), (size_t)n * classes);
         loss_bufs_free(&lb);
         bes[k]->ops->free(bes[k], x);
     }
     assert_memory_equal(y[0], y[1], (size_t)n * classes * sizeof(float));
     assert_memory_equal(g[0], g[1], cdl_model_nparams(m[0]) * sizeof(float));
+    assert_memory_equal(ye[0], ye[1], (size_t)n * classes * sizeof(float));
     for (int k = 0; k < 2; k++) {
         free(g[k]);
         free(y[k]);
+        free(ye[k]);
         cdl_model_destroy(m[k]);
     }
     free(xh);
@@ -649,24 +653,62 @@ static void test_add_relu_fusion_bitwise(void **state)
     cdl_backend_destroy(be2);
 }
 
-/* ResNet-20's block inputs: the next block's first conv leaves its dx for
- * the add's backward to sum in its own pass (relu_bwd_split_add), the bits
- * of the accumulate it replaces. */
-static void test_deferred_fanout_bitwise(void **state)
+static int count_bn_adds(const cdl_model *m)
 {
-    (void)state;
+    int fused = 0, adds = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        fused += m->layers[i].fuse_add;
+        adds += m->layers[i].by_bn;
+    }
+    assert_int_equal(fused, adds);
+    return fused;
+}
+
+/* resnet20 (3x10x10: AVX2 tails) on the CPU backend and, on 2 threads,
+ * without the fused ops that strip() removes: same_step_bits. */
+static void resnet20_without(void (*strip)(cdl_backend_ops *), int (*count)(const cdl_model *),
+                             int want)
+{
     static cdl_backend_ops plain_ops;
     cdl_shape in = {3, 10, 10};
     cdl_backend *be2 = cdl_backend_cpu_create(2);
     assert_non_null(be2);
     plain_ops = *be2->ops;
-    plain_ops.relu_bwd_split_add = NULL;
+    strip(&plain_ops);
     be2->ops = &plain_ops;
     cdl_model_spec spec;
     assert_int_equal(cdl_spec_builtin("resnet20", in, 10, &spec), 0);
-    /* Every block input but the stem's (a batchnorm's ReLU): 8. */
-    same_step_bits(&spec, in, 3, 10, be2, count_deferred, (const int[2]){8, 0});
+    same_step_bits(&spec, in, 3, 10, be2, count, (const int[2]){want, 0});
     cdl_backend_destroy(be2);
+}
+
+static void strip_bn_add(cdl_backend_ops *ops)
+{
+    ops->bn_train_fwd_add_relu = NULL;
+}
+
+static void strip_split_add(cdl_backend_ops *ops)
+{
+    ops->relu_bwd_split_add = NULL;
+}
+
+/* ResNet-20's last BN of each block computes the add and its ReLU
+ * (bn_train_fwd_add_relu) with the bits of bn_train_fwd + add_relu: 7
+ * basic blocks' bn2, 2 projection shortcuts' BN. */
+static void test_bn_add_fusion_bitwise(void **state)
+{
+    (void)state;
+    resnet20_without(strip_bn_add, count_bn_adds, 9);
+}
+
+/* ResNet-20's block inputs: the next block's first conv leaves its dx for
+ * the add's backward to sum in its own pass (relu_bwd_split_add), the bits
+ * of the accumulate it replaces; every block input but the stem's (a
+ * batchnorm's ReLU): 8. */
+static void test_deferred_fanout_bitwise(void **state)
+{
+    (void)state;
+    resnet20_without(strip_split_add, count_deferred, 8);
 }
 
 /* The fused add+ReLU's gradients against central differences. */
@@ -984,6 +1026,7 @@ int main(void)
         cmocka_unit_test(test_grad_ready_ranges),
         cmocka_unit_test(test_add_relu_fusion_bitwise),
         cmocka_unit_test(test_deferred_fanout_bitwise),
+        cmocka_unit_test(test_bn_add_fusion_bitwise),
         cmocka_unit_test(test_finite_differences_add_relu),
         cmocka_unit_test(test_deterministic_and_overwrites),
         cmocka_unit_test(test_input_may_change_before_backward),

@@ -8,7 +8,7 @@
  *  - conv2d_avx2.c: direct AVX2 kernels for CPUs without AVX-512 (stride 1
  *    and 2, equal padding).
  *  - conv2d_wino.c: Winograd F(2x2,3x3) with AVX2 for 3x3 stride-1 pad-1
- *    convolutions, forward and dx, where it beats conv2d_avx2.c
+ *    convolutions, forward, dx and dW, where it beats conv2d_avx2.c
  *    (conv_use_wino).
  *
  * Both parallelise over images and reduce per-thread weight-gradient

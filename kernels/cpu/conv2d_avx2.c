@@ -6,16 +6,22 @@
  * threads (pool.h).
  *
  * Every image is first copied into a zero-padded buffer; for stride 2 each
- * padded row is stored as its even columns then its odd columns, so that
- * output column ox of tap kx reads phase kx%2 at ox + kx/2: consecutive
- * output columns are consecutive floats for both strides.
+ * padded row is stored as its even columns then its odd columns (split in
+ * registers, 16 columns at a time), so that output column ox of tap kx
+ * reads phase kx%2 at ox + kx/2: consecutive output columns are
+ * consecutive floats for both strides. Rows and phases that no tap reads
+ * (a 1x1 stride-2 shortcut reads the even rows' even columns) are not
+ * copied.
  *
  * Forward and dx are correlations (corr8):
  *   forward  y  = corr(pad(x, pad), w), stride s
  *   dx          = corr(pad(dy, k-1-pad), w flipped, in/out channels swapped)
  * for stride 1; for stride 2, dx is 4 such correlations, one per phase of
  * its rows and columns (the kernel taps of that phase only; dxphase), each
- * written to every other row and column of dx.
+ * into its own part of a per-thread buffer, then every row of dx
+ * interleaves the two column phases of its row parity in registers (zeros
+ * for a phase without taps). A phase whose padded dy would be dy itself
+ * (no padding: 1x1) reads dy in place.
  * Outputs are cut into 8-lane row segments; SB=3 segments x OB=4 output
  * channels = 12 accumulators stay in registers while the taps stream by:
  * per tap 3 input loads and 4 weight broadcasts feed 12 FMAs (12 + 3 + 1 =
@@ -32,7 +38,7 @@
  * count. db is summed from the transposed dy the same way.
  *
  * Workspace: packed forward and dx weights and tap tables, then per thread
- * the padded x, the padded dy of each dx phase, one dx phase (stride 2)
+ * the padded x, the padded dy of each dx phase, the dx phases (stride 2)
  * and the transposed dy, then per chunk the dW and db partials.
  */
 #include <string.h>
@@ -62,6 +68,8 @@ typedef struct dxphase {
     size_t w_off;          /* its packed weights [cb][Kq][OB] in the workspace */
     size_t t_off;          /* its taps in the dx tap table */
     size_t q_off;          /* its padded dy in the thread's region */
+    size_t m_off;          /* its dx (c, ylen, xlen) in the thread's tmp (stride 2) */
+    int dy_direct;         /* its padded dy is dy itself (no padding): not copied */
 } dxphase;
 
 typedef struct aplan {
@@ -71,7 +79,6 @@ typedef struct aplan {
     int whs, rowlen;      /* floats per phase of a padded row; per padded row */
     int nph;              /* dx phases: s*s */
     dxphase ph[4];
-    int dx_zero;          /* some dx positions meet no tap (1x1 stride 2) */
     int ocb, cb;          /* blocks of OB: forward outputs, dx outputs */
     int Kpad;             /* K rounded up to DT */
     int ocb8;             /* blocks of 8 output channels (dW lanes) */
@@ -80,7 +87,7 @@ typedef struct aplan {
     size_t toff_slots;    /* int32 tap tables: forward/dW K, dx phases */
     size_t xin_floats;    /* per thread: padded x */
     size_t qpad_floats;   /* per thread: padded dy of all dx phases */
-    size_t tmp_floats;    /* per thread: one phase of dx (stride 2) */
+    size_t tmp_floats;    /* per thread: the dx phases (stride 2) */
     size_t dyt_floats;    /* per thread: dy transposed [ocb8][P][8] */
     size_t dwp_floats;    /* per chunk: dW partial [ocb8][Kpad][8] */
     size_t dbp_floats;    /* per chunk: db partial [ocb8*8] */
@@ -112,7 +119,6 @@ static void aplan_make(const cdl_conv2d_desc *d, aplan *p)
     p->Kpad = (p->K + DT - 1) / DT * DT;
     p->ocb8 = (d->oc + 7) / 8;
     p->nph = p->s * p->s;
-    p->dx_zero = 0;
     p->wq_floats = p->qpad_floats = p->tmp_floats = 0;
     size_t taps = 0;
     for (int i = 0; i < p->nph; i++) {
@@ -123,22 +129,25 @@ static void aplan_make(const cdl_conv2d_desc *d, aplan *p)
         axis_phase(f->rx, p->s, d->kw, d->pad_w, d->w, &f->nx, &f->xlo, &f->xlen);
         if (!f->ny || !f->nx)
             f->ylen = f->xlen = 0;   /* no taps: these dx are zero */
-        p->dx_zero |= f->ylen == 0;
         f->hq = f->ylen + f->ny - 1;
         f->wq = f->xlen + f->nx - 1;
         f->Kq = d->oc * f->ny * f->nx;
         f->w_off = p->wq_floats;
         f->t_off = taps;
         f->q_off = p->qpad_floats;
+        f->m_off = p->tmp_floats;
+        /* Full 8-lane rows: corr8 reads nothing past dy's end. */
+        f->dy_direct = f->ylo == f->ny - 1 && f->xlo == f->nx - 1 && f->hq == d->oh &&
+                       f->wq == d->ow && f->xlen % 8 == 0;
         if (!f->ylen || !f->xlen)
             continue;
         p->wq_floats += cpu_align16((size_t)p->cb * f->Kq * OB);
         taps += cpu_align16((size_t)f->Kq);
-        p->qpad_floats += cpu_align16((size_t)d->oc * f->hq * f->wq + SLACK);
-        size_t t = p->s == 1 ? 0 : (size_t)d->c * f->ylen * f->xlen;
-        p->tmp_floats = t > p->tmp_floats ? t : p->tmp_floats;
+        if (!f->dy_direct)
+            p->qpad_floats += cpu_align16((size_t)d->oc * f->hq * f->wq + SLACK);
+        if (p->s != 1)
+            p->tmp_floats += cpu_align16((size_t)d->c * f->ylen * f->xlen);
     }
-    p->tmp_floats = cpu_align16(p->tmp_floats);
     p->wt_floats = cpu_align16((size_t)p->ocb * p->K * OB);
     p->toff_slots = cpu_align16((size_t)p->K) + taps;
     p->xin_floats = cpu_align16((size_t)d->c * p->hp * p->rowlen + SLACK);
@@ -507,23 +516,56 @@ static void phase_dy(const float *dy, int oc, int oh, int ow, const dxphase *f, 
         }
 }
 
+/* Splits one row of w floats into the two phases of a stride-2 padded row
+ * (phase q&1 at q>>1 for padded column q = x + pw), 16 columns at a time
+ * deinterleaved in registers. Only phase 0 when odd is 0 (1-wide kernels
+ * never read phase 1). */
+#if CPU_X86
+static CPU_AVX2 void split_row2(const float *src, int w, int pw, float *row, int whs, int odd)
+#else
+static void split_row2(const float *src, int w, int pw, float *row, int whs, int odd)
+#endif
+{
+    int x = 0;
+#if CPU_X86
+    /* x even: x + pw has pw's parity, x + 1 the other. */
+    float *ev = row + (pw & 1) * whs, *od = row + (~pw & 1) * whs;
+    int ev0 = pw >> 1, od0 = (pw + 1) >> 1;
+    for (; x + 16 <= w; x += 16) {
+        __m256 a = _mm256_loadu_ps(src + x), b = _mm256_loadu_ps(src + x + 8);
+        __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
+        e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8));
+        o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8));
+        if (odd || !(pw & 1))
+            _mm256_storeu_ps(ev + ev0 + x / 2, e);
+        if (odd || (pw & 1))
+            _mm256_storeu_ps(od + od0 + x / 2, o);
+    }
+#endif
+    for (; x < w; x++) {
+        int q = x + pw;
+        if (odd || !(q & 1))
+            row[(q & 1) * whs + (q >> 1)] = src[x];
+    }
+}
+
 /* Copies one image (C, h, w) into the interior of a padded buffer (C, hp,
  * rows of rowlen) whose border and slack are zero: stride 1 as is, stride 2
- * with each row's even padded columns first, then its odd ones. */
+ * with each row's even padded columns first, then its odd ones. Kernels
+ * narrower than the stride never read some rows and phases (a 1x1 stride-2
+ * shortcut reads a quarter of its input): those are not copied. */
 static void pad_image(const float *src, int C, int h, int w, int ph, int pw, int hp, int rowlen,
-                      int whs, int s, float *dst)
+                      int whs, int s, int kh, int kw, float *dst)
 {
     for (int ci = 0; ci < C; ci++)
         for (int y = 0; y < h; y++, src += w) {
-            float *row = dst + ((size_t)ci * hp + y + ph) * rowlen;
-            if (s == 1) {
-                memcpy(row + pw, src, (size_t)w * sizeof *src);
+            if ((y + ph) % s >= kh)
                 continue;
-            }
-            for (int x = 0; x < w; x++) {
-                int q = x + pw;
-                row[(q & 1) * whs + (q >> 1)] = src[x];
-            }
+            float *row = dst + ((size_t)ci * hp + y + ph) * rowlen;
+            if (s == 1)
+                memcpy(row + pw, src, (size_t)w * sizeof *src);
+            else
+                split_row2(src, w, pw, row, whs, kw > 1);
         }
 }
 
@@ -537,7 +579,7 @@ static void avx2_fwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
     memset(xin, 0, p->xin_floats * sizeof *xin);
     for (size_t img = b; img < e; img++) {
         pad_image(c->x + img * (size_t)d->c * d->h * d->w, d->c, d->h, d->w, d->pad_h, d->pad_w,
-                  p->hp, p->rowlen, p->whs, p->s, xin);
+                  p->hp, p->rowlen, p->whs, p->s, d->kh, d->kw, xin);
         float *y = c->y + img * (size_t)d->oc * p->P;
         for (int blk = 0; blk < p->ocb; blk++) {
             int o0 = blk * OB, nb = d->oc - o0 < OB ? d->oc - o0 : OB;
@@ -557,22 +599,75 @@ void conv_avx2_fwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const flo
     pool_for(pl, (size_t)d->n, 1, avx2_fwd_images, &c);
 }
 
+/* Row a of channel ci of phase f's dx in tmp, NULL when f has no such row
+ * (no taps, or a outside its rows). */
+static const float *phase_row(const dxphase *f, const float *tmp, int ci, int a)
+{
+    if (!f->xlen || a < 0 || a >= f->ylen)
+        return NULL;
+    return tmp + f->m_off + ((size_t)ci * f->ylen + a) * f->xlen;
+}
+
+/* Element b of a phase row (zero outside it or without one). */
+static inline float phase_at(const float *row, int xlen, int b)
+{
+    return row && b >= 0 && b < xlen ? row[b] : 0.0f;
+}
+
+/* One row of dx for stride 2: dx[y][x] is element (x+pw)/2 - xlo of the
+ * row of column phase (x+pw)%2 (r[0], r[1]: their rows, or NULL: zeros).
+ * 16 columns at a time interleave 8 of each phase where both lie inside
+ * (or are zero); any other column one by one. */
+#if CPU_X86
+static CPU_AVX2 void merge_row2(const dxphase *f0, const dxphase *f1, const float *r0,
+                                const float *r1, int w, int pw, float *out)
+#else
+static void merge_row2(const dxphase *f0, const dxphase *f1, const float *r0, const float *r1,
+                       int w, int pw, float *out)
+#endif
+{
+    int x = 0;
+#if CPU_X86
+    /* Even x take the phase of pw's parity, odd x the other. */
+    const dxphase *fe = pw & 1 ? f1 : f0, *fo = pw & 1 ? f0 : f1;
+    const float *re = pw & 1 ? r1 : r0, *ro = pw & 1 ? r0 : r1;
+    for (; x + 16 <= w; x += 16) {
+        int be = ((x + pw) >> 1) - fe->xlo, bo = ((x + 1 + pw) >> 1) - fo->xlo;
+        int oke = !re || (be >= 0 && be + 8 <= fe->xlen), oko = !ro || (bo >= 0 && bo + 8 <= fo->xlen);
+        if (!oke || !oko)
+            break;
+        __m256 e = re ? _mm256_loadu_ps(re + be) : _mm256_setzero_ps();
+        __m256 o = ro ? _mm256_loadu_ps(ro + bo) : _mm256_setzero_ps();
+        __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
+        _mm256_storeu_ps(out + x, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_storeu_ps(out + x + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+#endif
+    for (; x < w; x++) {
+        int q = x + pw;
+        const dxphase *f = q & 1 ? f1 : f0;
+        out[x] = phase_at(q & 1 ? r1 : r0, f->xlen, (q >> 1) - f->xlo);
+    }
+}
+
 /* One image's dx (c, h, w) from its dy, phase by phase: stride 1 writes dx
- * directly, stride 2 each phase into tmp (c, ylen, xlen) and from there to
- * every other row and column of dx. */
+ * directly; stride 2 each phase into tmp (c, ylen, xlen), then every row
+ * of dx interleaves the two phases of its row parity (merge_row2), zeros
+ * where no tap reaches (1x1 stride 2: the odd rows and columns). */
 static void dx_image(const actx *c, const float *dy, float *dx, float *qpad, float *tmp)
 {
     const cdl_conv2d_desc *d = c->d;
     const aplan *p = &c->p;
-    if (p->dx_zero)
-        memset(dx, 0, (size_t)d->c * d->h * d->w * sizeof *dx);
     for (int i = 0; i < p->nph; i++) {
         const dxphase *f = &p->ph[i];
         if (!f->ylen || !f->xlen)
             continue;
-        float *q = qpad + f->q_off;
-        phase_dy(dy, d->oc, d->oh, d->ow, f, q);
-        float *out = p->s == 1 ? dx : tmp;
+        const float *q = dy;
+        if (!f->dy_direct) {
+            phase_dy(dy, d->oc, d->oh, d->ow, f, qpad + f->q_off);
+            q = qpad + f->q_off;
+        }
+        float *out = p->s == 1 ? dx : tmp + f->m_off;
         size_t oplane = (size_t)f->ylen * f->xlen;
         const float *wq = c->ws + p->wt_floats + f->w_off;
         for (int blk = 0; blk < p->cb; blk++) {
@@ -580,17 +675,16 @@ static void dx_image(const actx *c, const float *dy, float *dx, float *qpad, flo
             corr8(nb, q, toff_dx(c) + f->t_off, f->Kq, f->wq, 1, wq + (size_t)blk * f->Kq * OB,
                   NULL, out + c0 * oplane, f->ylen, f->xlen);
         }
-        if (p->s == 1)
-            continue;
-        for (int ci = 0; ci < d->c; ci++)
-            for (int a = 0; a < f->ylen; a++) {
-                const float *src = tmp + ci * oplane + (size_t)a * f->xlen;
-                float *row = dx + ((size_t)ci * d->h + p->s * (f->ylo + a) + f->ry - d->pad_h) * d->w +
-                             p->s * f->xlo + f->rx - d->pad_w;
-                for (int b = 0; b < f->xlen; b++)
-                    row[p->s * b] = src[b];
-            }
     }
+    if (p->s == 1)
+        return;
+    for (int ci = 0; ci < d->c; ci++)
+        for (int y = 0; y < d->h; y++) {
+            int ry = (y + d->pad_h) & 1, a = (y + d->pad_h) >> 1;
+            const dxphase *f0 = &p->ph[2 * ry], *f1 = &p->ph[2 * ry + 1];
+            merge_row2(f0, f1, phase_row(f0, tmp, ci, a - f0->ylo), phase_row(f1, tmp, ci, a - f1->ylo),
+                       d->w, d->pad_w, dx + ((size_t)ci * d->h + y) * d->w);
+        }
 }
 
 static void avx2_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
@@ -607,7 +701,7 @@ static void avx2_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
     memset(dwp, 0, p->per_chunk * sizeof *dwp);
     for (size_t img = b; img < e; img++) {
         pad_image(c->x + img * (size_t)d->c * d->h * d->w, d->c, d->h, d->w, d->pad_h, d->pad_w,
-                  p->hp, p->rowlen, p->whs, p->s, xin);
+                  p->hp, p->rowlen, p->whs, p->s, d->kh, d->kw, xin);
         const float *dy = c->dy + img * (size_t)d->oc * p->P;
         transpose_dy(dy, d->oc, p->P, dyt, c->db ? dbp : NULL);
         dwt(p->ocb8, xin, p->s * p->rowlen, d->oh, d->ow, toff_fwd(c), p->K, p->Kpad, dyt, dwp);

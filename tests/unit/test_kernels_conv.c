@@ -30,6 +30,9 @@ static const acase cases[] = {
     {1, 32, 16, 16, 64, 3, 2, 1},  /* stage 3's first conv */
     {3, 64, 8, 8, 64, 3, 1, 1},    /* stage 3 */
     {2, 16, 32, 32, 32, 1, 2, 0},  /* 1x1 stride-2 shortcut */
+    {2, 32, 16, 16, 64, 1, 2, 0},  /* stage 3's shortcut (dy read in place for dx) */
+    {2, 5, 11, 35, 6, 1, 2, 0},    /* 1x1 stride 2, odd sizes */
+    {1, 4, 6, 40, 3, 3, 2, 1},     /* stride 2, rows of 40: vector and scalar columns */
     {2, 128, 4, 4, 136, 3, 1, 1},  /* resnet18's widest stage is 512 at 4x4 */
     {3, 5, 13, 11, 7, 3, 1, 1},    /* odd sizes, channel tails */
     {4, 6, 15, 9, 10, 3, 2, 1},    /* odd sizes, stride 2 */

@@ -52,6 +52,10 @@ typedef struct coll_ops {
      * cdl_error once an enqueued operation failed (the backend is then
      * aborted, so nothing waits on it forever). */
     int (*enqueue_allreduce)(coll *c, void *buf, size_t n, coll_dtype t, int average, void *after);
+    /* enqueue_broadcast: `bytes` of device memory from member root to every
+     * member, in place, after the work queued so far on `after` (optional:
+     * NULL, and the sharded optimizer's step waits on the host). */
+    int (*enqueue_broadcast)(coll *c, void *buf, size_t bytes, int root, void *after);
     int (*join)(coll *c, void *stream);
     int (*poll)(coll *c);
 } coll_ops;

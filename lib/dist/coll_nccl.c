@@ -247,22 +247,44 @@ static void n_destroy(coll *c)
  * compute stream's work so far, then reduces; nothing waits on the host
  * but the enqueueing itself (a non-blocking communicator may take a moment
  * to accept the call). */
-static int n_enqueue_allreduce(coll *c, void *buf, size_t count, coll_dtype t, int average,
-                               void *after)
+static int enqueue_after(nccl_coll *n, void *after, const char *what)
 {
-    nccl_coll *n = (nccl_coll *)c;
     if (!n->comm)
         return cdl_error("NCCL communicator was aborted after an earlier failure");
     cudaError_t e = cudaEventRecord(n->ready, (cudaStream_t)after);
     if (e == cudaSuccess)
         e = cudaStreamWaitEvent(n->stream, n->ready, 0);
-    if (e != cudaSuccess)
-        return cuda_fail("event before the gradient allreduce", e);
-    ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(t), average ? ncclAvg : ncclSum,
-                                   n->comm, n->stream);
+    return e == cudaSuccess ? 0 : cuda_fail(what, e);
+}
+
+/* The result of enqueueing a collective: a non-blocking communicator may
+ * need a moment to accept it (nothing waits for the operation itself). */
+static int enqueued(nccl_coll *n, ncclResult_t r, const char *what)
+{
     if (r != ncclSuccess && r != ncclInProgress)
-        return nccl_fail("allreduce (enqueued)", r);
-    return r == ncclInProgress ? nccl_wait(n, 0, "allreduce (enqueued)") : 0;
+        return nccl_fail(what, r);
+    return r == ncclInProgress ? nccl_wait(n, 0, what) : 0;
+}
+
+static int n_enqueue_allreduce(coll *c, void *buf, size_t count, coll_dtype t, int average,
+                               void *after)
+{
+    nccl_coll *n = (nccl_coll *)c;
+    if (enqueue_after(n, after, "event before the gradient allreduce"))
+        return -1;
+    return enqueued(n, ncclAllReduce(buf, buf, count, nccl_type(t), average ? ncclAvg : ncclSum,
+                                     n->comm, n->stream),
+                    "allreduce (enqueued)");
+}
+
+/* The sharded optimizer's parameter allgather: one broadcast per owner. */
+static int n_enqueue_broadcast(coll *c, void *buf, size_t bytes, int root, void *after)
+{
+    nccl_coll *n = (nccl_coll *)c;
+    if (enqueue_after(n, after, "event before the parameter broadcast"))
+        return -1;
+    return enqueued(n, ncclBroadcast(buf, buf, bytes, ncclChar, root, n->comm, n->stream),
+                    "broadcast (enqueued)");
 }
 
 static int n_join(coll *c, void *stream)
@@ -293,7 +315,8 @@ static void n_abort(coll *c, const char *why)
 static const coll_ops nccl_ops = {
     .name = "nccl", .allreduce = n_allreduce, .broadcast = n_broadcast,
     .barrier = n_barrier, .allgather = n_allgather, .abort = n_abort,
-    .destroy = n_destroy, .enqueue_allreduce = n_enqueue_allreduce, .join = n_join,
+    .destroy = n_destroy, .enqueue_allreduce = n_enqueue_allreduce,
+    .enqueue_broadcast = n_enqueue_broadcast, .join = n_join,
     .poll = n_poll,
 };
 

@@ -580,6 +580,28 @@ int dist_enqueue_allreduce(cdl_dist *d, float *dev, size_t n)
                                            cdl_backend_stream(d->be)) ? failed(d) : 0;
 }
 
+int dist_can_enqueue_shards(const cdl_dist *d)
+{
+    /* Roots are members of the top group: they must be the ranks. */
+    return dist_can_enqueue(d) && d->coll->ops->enqueue_broadcast &&
+           d->coll->rank == d->info.rank && d->coll->size == d->info.world;
+}
+
+int dist_enqueue_allgather_shards(cdl_dist *d, float *dev, size_t n)
+{
+    if (!dist_can_enqueue_shards(d))
+        return cdl_error("dist backend %s cannot queue the parameter allgather on the GPU",
+                         d->name);
+    for (int r = 0; r < d->info.world; r++) {
+        size_t lo, hi;
+        cdl_dist_shard(n, d->info.world, r, &lo, &hi);
+        if (hi > lo && d->coll->ops->enqueue_broadcast(d->coll, dev + lo, (hi - lo) * sizeof(float),
+                                                       r, cdl_backend_stream(d->be)))
+            return failed(d);
+    }
+    return 0;
+}
+
 int dist_enqueue_join(cdl_dist *d)
 {
     return d->coll->ops->join(d->coll, cdl_backend_stream(d->be)) ? failed(d) : 0;

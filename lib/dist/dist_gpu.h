@@ -14,7 +14,14 @@ int dist_can_enqueue(const cdl_dist *d);
 /* Averages dev[0..n) over the ranks after the work queued so far on the
  * compute backend's stream, on the collective's own stream. */
 int dist_enqueue_allreduce(cdl_dist *d, float *dev, size_t n);
-/* The compute stream waits (on the GPU) for every allreduce enqueued. */
+/* Whether dist_enqueue_allgather_shards works here too (the sharded
+ * optimizer's step then waits for nothing on the host). */
+int dist_can_enqueue_shards(const cdl_dist *d);
+/* cdl_dist_allgather_shards of dev[0..n) (device memory) queued like the
+ * allreduces: each owner's part broadcast after the work queued so far on
+ * the compute stream (its update). */
+int dist_enqueue_allgather_shards(cdl_dist *d, float *dev, size_t n);
+/* The compute stream waits (on the GPU) for every collective enqueued. */
 int dist_enqueue_join(cdl_dist *d);
 /* 0 while the queued allreduces are healthy; -1 with cdl_error once one
  * failed (the collective is then aborted and the cdl_dist unusable). */

@@ -40,7 +40,13 @@
  * across buckets), each rank steps its part, and ddp_step all-gathers the
  * parameters. The reduce-scatter sums in the allreduce's order and the
  * update is elementwise over aligned parts, so sharded training is
- * bitwise the unsharded one (tests/dist/shard_equiv.sh). */
+ * bitwise the unsharded one (tests/dist/shard_equiv.sh). On a GPU with
+ * NCCL the sharded step is queued like the unsharded one: the same
+ * gradient buckets allreduced during backward (NCCL has no reduce-scatter
+ * here, so the full allreduce is what the host path ran too, and every
+ * rank holds the whole averaged gradient: --clip-grad's norm needs no
+ * collective), the update of the owned part, then each owner's part
+ * broadcast on NCCL's stream; nothing in the step waits on the host. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +72,10 @@ struct ddp {
     int overlap;                 /* the thread runs buckets during backward */
     int shard;                   /* ZeRO-1: gradients reduce-scattered, parameters gathered */
     size_t own_lo, own_hi;       /* this rank's part of the buffer when shard */
-    int queued;                  /* buckets are queued on the GPU (nccl), no thread */
+    int queued;                  /* buckets (and the shards' gather) are queued on the GPU
+                                  * (nccl), no thread; sharded too, every rank then holds
+                                  * the whole averaged gradient */
+    const char *queued_ops;      /* what a step queues, for the timeout's message */
 
     pthread_t thread;
     int have_thread;
@@ -196,13 +205,23 @@ ddp *ddp_create_shard(cdl_dist *d, cdl_model *m, size_t bucket_bytes, int shard)
     if (shard) {
         g->shard = 1;
         cdl_dist_shard(g->n, cdl_dist_world(d), cdl_dist_rank(d), &g->own_lo, &g->own_hi);
+        /* On the host: no buckets, no thread, ddp_finish reduce-scatters
+         * the whole buffer. On the GPU: the unsharded buckets, queued. */
+        g->queued = dist_can_enqueue_shards(d);
+        g->queued_ops = "the gradient allreduce, the parameter broadcasts of "
+                        "--shard-optimizer";
+        if (g->queued && make_buckets(g, bucket_bytes ? bucket_bytes : 25u << 20)) {
+            cdl_free(g);
+            return NULL;
+        }
         cdl_model_set_allreduce(m, ddp_sync_sum, g);
-        return g;   /* no buckets, no thread: ddp_finish reduce-scatters the whole buffer */
+        return g;
     }
     if (make_buckets(g, bucket_bytes ? bucket_bytes : 25u << 20)) {
         cdl_free(g);
         return NULL;
     }
+    g->queued_ops = "the gradient allreduce";
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->work, NULL);
     pthread_cond_init(&g->done, NULL);
@@ -222,6 +241,7 @@ void ddp_free(ddp *g)
         return;
     if (g->dist && g->shard) {
         cdl_model_set_allreduce(g->model, NULL, NULL);
+        cdl_free(g->b);
     } else if (g->dist) {
         cdl_model_set_allreduce(g->model, NULL, NULL);
         if (g->have_thread) {
@@ -342,7 +362,7 @@ int ddp_finish(ddp *g)
     if (!g->dist)
         return 0;
     int rc = 0;
-    if (g->shard) {
+    if (g->shard && !g->queued) {
         cdl_backend *be = cdl_model_backend(g->model);
         if (be && be->ops->sync(be))
             return -1;
@@ -406,11 +426,12 @@ int ddp_grad_sumsq(ddp *g, double *out)
 {
     cdl_backend *be = cdl_model_backend(g->model);
     const float *grads = cdl_model_grads(g->model);
-    if (g->shard) {
+    if (g->shard && !g->queued) {
         *out = be->ops->sumsq(be, grads + g->own_lo, g->own_hi - g->own_lo);
         return cdl_dist_allreduce_f64(g->dist, out, 1);
     }
-    /* Unsharded, the same parts added in rank order: the bits the sharded
+    /* Unsharded (or sharded and queued: the whole gradient is averaged
+     * here too), the same parts added in rank order: the bits the sharded
      * sum has on the flat backends (shm, mpi: left to right). */
     int world = g->dist ? cdl_dist_world(g->dist) : 1;
     double sum = 0;
@@ -424,10 +445,15 @@ int ddp_grad_sumsq(ddp *g, double *out)
     return 0;
 }
 
+int ddp_norm_on_device(const ddp *g)
+{
+    return !g->shard || g->queued;
+}
+
 int ddp_grad_sumsq_dev(ddp *g, double *out)
 {
     cdl_backend *be = cdl_model_backend(g->model);
-    if (g->shard || !be->ops->sumsq_dev)
+    if (!ddp_norm_on_device(g) || !be->ops->sumsq_dev)
         return 1;
     const float *grads = cdl_model_grads(g->model);
     int world = g->dist ? cdl_dist_world(g->dist) : 1;
@@ -459,9 +485,12 @@ int ddp_wait_mark(ddp *g, int slot, const char *what)
         if (ddp_poll(g) != 0)
             return -1;
         if (now_s() > deadline) {
-            cdl_error("rank %d: %s did not finish within %.0f s (CDL_TIMEOUT): its gradient "
-                      "allreduce waits for a rank that died or hangs (see the other ranks' "
-                      "errors)", cdl_dist_rank(g->dist), what, ddp_timeout(g));
+            cdl_error("rank %d: %s did not finish within %.0f s (CDL_TIMEOUT): one of its NCCL "
+                      "collectives (%s) waits for a rank that died or hangs: the other ranks' "
+                      "output says which if it could; a rank that is only slow (writing a "
+                      "large checkpoint, a slow file system) needs a larger CDL_TIMEOUT; "
+                      "else resume from the last checkpoint without the failed node",
+                      cdl_dist_rank(g->dist), what, ddp_timeout(g), g->queued_ops);
             ddp_abort(g, cdl_last_error());
             return -1;
         }
@@ -488,7 +517,9 @@ int ddp_step(ddp *g, cdl_optim *o, float lr)
     cdl_optim_step(o, params, cdl_model_grads(g->model), lr);   /* a shard steps its part */
     if (!g->shard)
         return 0;
-    if (cdl_dist_allgather_shards(g->dist, params, g->n) != 0)
+    if (g->queued ? dist_enqueue_allgather_shards(g->dist, params, g->n) != 0 ||
+                        dist_enqueue_join(g->dist) != 0
+                  : cdl_dist_allgather_shards(g->dist, params, g->n) != 0)
         return cdl_error("rank %d: gathering the updated parameters (--shard-optimizer): %s",
                          cdl_dist_rank(g->dist), cdl_last_error());
     return 0;

@@ -21,7 +21,8 @@ void ddp_free(ddp *g);
 /* The same, with shard = 1: ZeRO-1 (--shard-optimizer; a no-op with one
  * rank): each rank owns ddp_owned's part of the flat buffer, ddp_finish
  * reduce-scatters (only the owned part of the gradients is averaged
- * afterwards), ddp_step updates the owned part and all-gathers. */
+ * afterwards; with NCCL queued, ddp_queued, the whole buffer is), ddp_step
+ * updates the owned part and all-gathers (queued on the GPU with NCCL). */
 ddp *ddp_create_shard(cdl_dist *d, cdl_model *m, size_t bucket_bytes, int shard);
 int ddp_sharded(const ddp *g);
 /* The part [offset, offset+count) of the gradients this rank updates after
@@ -41,11 +42,16 @@ int ddp_sum_shards(ddp *g, double *v, size_t n);
  * global norm squared), over the ranks' parts when sharded; unsharded the
  * same parts summed in rank order, so sharding changes no bit of it on the
  * flat backends (hier adds per node first: rounding). Collective when
- * sharded. */
+ * sharded on the host (!ddp_norm_on_device). */
 int ddp_grad_sumsq(ddp *g, double *out);
-/* The same unsharded sum left on the device (backend.h's sumsq_dev, the
- * same bits): no host wait, capturable in a CUDA graph step. 0 = done, 1 =
- * not possible here (sharded, or the backend lacks sumsq_dev): use
+/* Whether every rank holds the whole averaged gradient after ddp_finish,
+ * so ddp_grad_sumsq_dev can work without a collective: unsharded, or
+ * sharded with the step queued on the GPU (NCCL allreduces the whole
+ * buffer); not sharded on the host (a reduce-scatter). */
+int ddp_norm_on_device(const ddp *g);
+/* ddp_grad_sumsq's sum left on the device (backend.h's sumsq_dev, the same
+ * bits): no host wait, capturable in a CUDA graph step. 0 = done, 1 = not
+ * possible here (!ddp_norm_on_device, or the backend lacks sumsq_dev): use
  * ddp_grad_sumsq. */
 int ddp_grad_sumsq_dev(ddp *g, double *out);
 /* Waits, polling until CDL_TIMEOUT, for the work queued on the backend's

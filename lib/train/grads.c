@@ -85,7 +85,8 @@ float train_clip_coef(double total, float max_norm)
 int train_clip_on_device(const run *r)
 {
     const cdl_backend_ops *ops = r->be->ops;
-    return r->cfg->clip_grad > 0 && ops->sumsq_dev && ops->clip_scale && !ddp_sharded(r->ddp);
+    return r->cfg->clip_grad > 0 && ops->sumsq_dev && ops->clip_scale &&
+           ddp_norm_on_device(r->ddp);
 }
 
 int train_clip_grads(run *r)

@@ -46,8 +46,9 @@ float train_clip_coef(double total, float max_norm);
  * CDL_TIMEOUT while NCCL's allreduce is queued (ddp_drain). */
 int train_clip_grads(run *r);
 /* Whether --clip-grad runs on the device (r->norm_dev): a backend with
- * sumsq_dev and clip_scale, unsharded; then train_clip_grads waits for
- * nothing on the host and fits a CUDA graph step. */
+ * sumsq_dev and clip_scale, unsharded or sharded over NCCL (ddp.h's
+ * ddp_norm_on_device); then train_clip_grads waits for nothing on the host
+ * and fits a CUDA graph step. */
 int train_clip_on_device(const run *r);
 
 /* --decay-params: resolves auto (2d for models with sequence layers, else

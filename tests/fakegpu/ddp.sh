@@ -7,6 +7,8 @@
 # - replicas packed on a GPU (CDL_REPLICAS_PER_GPU, as under --cdl-mps):
 #   hier:nccl, shared memory among a GPU's ranks and NCCL between GPUs,
 #   on two GPUs of two replicas and on one GPU of two;
+# - --clip-grad, sharded optimizer or not, 2 and 4 GPUs: bitwise the
+#   same, and no step waits on the host;
 # - each of these equals one CPU process with the same global batch, one
 #   step at a time from its checkpoints at steps 1 and 8 (the epoch's
 #   last, partial batch), updates within STEP_TOL (tests/dist/
@@ -60,12 +62,30 @@ says nccl2 "collectives over nccl "
 says nccl2 "gradients reduced by NCCL during backward"
 CDL_DDP_BUCKET_KB=16 run nccl2small 2 "$fake" --device cuda
 same nccl2small nccl2 --bitwise
-# --clip-grad over NCCL: unsharded the norm and the clip stay on the GPU
-# (no host wait), sharded the host waits for the norm with CDL_TIMEOUT
-# (ddp_drain); both sum the same parts in rank order: the same bits.
-run nccl2clip 2 "$fake" --device cuda --clip-grad 0.05 --max-steps 6
-run nccl2clipshard 2 "$fake" --device cuda --clip-grad 0.05 --max-steps 6 --shard-optimizer
-same nccl2clip nccl2clipshard --bitwise
+# --clip-grad over NCCL, sharded (--shard-optimizer) and not, on 2 and 4
+# GPUs: the whole step is queued on the GPUs either way (gradient buckets,
+# the norm and the clip, and sharded the owners' parameter broadcasts), and
+# both sum the norm's parts in rank order: the same bits. The fake counts
+# each process's blocking host waits (CDL_FAKE_COUNT_WAITS): 4 more steps
+# must add none, sharded or not (a step that waits on the host adds at
+# least one per step).
+waits() {  # waits NAME: the blocking host waits of NAME's ranks, summed
+    awk '{ n += $2 } END { print n + 0 }' "$tmp/$1.waits"
+}
+for w in 2 4; do
+    for shard in "" --shard-optimizer; do
+        name=nccl${w}clip${shard:+shard}
+        for steps in 2 6; do
+            CDL_FAKE_GPUS=$w CDL_FAKE_COUNT_WAITS=$tmp/$name$steps.waits run $name$steps $w "$fake" \
+                --device cuda --clip-grad 0.05 --max-steps $steps $shard
+        done
+        says ${name}6 "gradients reduced by NCCL during backward"
+        a=$(waits ${name}2) b=$(waits ${name}6)
+        echo "  $name: $a host waits in 2 steps, $b in 6"
+        [ "$a" -gt 0 ] && [ "$a" -eq "$b" ] || fail "$name: steps 3-6 waited on the host ($a, then $b)"
+    done
+    same nccl${w}clip6 nccl${w}clipshard6 --bitwise
+done
 # Each rank shown only its own GPU (CUDA_VISIBLE_DEVICES=LOCAL_RANK, as a
 # scheduler's GPU binding does): every rank opens its device 0, and they
 # are still two GPUs, told apart by UUID.

@@ -23,6 +23,11 @@ std::recursive_mutex &lock();
 /* Queues fn on s (or records it into the graph that s is capturing).
  * Returns cudaErrorInvalidResourceHandle for a stream that does not exist. */
 cudaError_t enqueue(cudaStream_t s, std::function<void()> fn);
+/* The same for work that may wait for another process (NCCL): fn(poll)
+ * returns whether it is done; when the host only polls (poll true) it may
+ * return false, and it is called again at the next wait. A blocking wait
+ * calls it with poll false, and then it must finish (or fail). */
+cudaError_t enqueue_pollable(cudaStream_t s, std::function<bool(bool)> fn);
 
 bool stream_ok(cudaStream_t s);
 

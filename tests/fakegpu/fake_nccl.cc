@@ -21,10 +21,17 @@
  *   corrupts real NCCL, fails here with ncclInvalidUsage on every rank);
  * - non-blocking communicators: init returns ncclInProgress and
  *   ncclCommGetAsyncError says ncclInProgress once before ncclSuccess;
- * - a peer that never arrives (dead, or stuck elsewhere) turns into
+ * - a peer that never arrives (dead, or stuck elsewhere): while the host
+ *   only polls (cudaStreamQuery, cudaEventQuery) the collective stays
+ *   queued, not done, as NCCL's kernels spin on a GPU, so the host's own
+ *   deadline must end the wait; a blocking wait turns it into
  *   ncclRemoteError after the timeout (CDL_FAKE_NCCL_TIMEOUT, else
- *   CDL_TIMEOUT, else 300 s), and ncclCommAbort on one rank fails the
- *   others' waits at once, as a real abort frees kernels stuck on a peer.
+ *   CDL_TIMEOUT, else 300 s) instead of hanging the test. ncclCommAbort on
+ *   one rank fails the others' waits at once, as a real abort frees
+ *   kernels stuck on a peer.
+ * - CDL_FAKE_NCCL_STALL=N (tests only): the process hangs for good when
+ *   its Nth collective (counted as they are queued) runs, a rank stuck
+ *   before it arrives; the others must give up by their own timeouts.
  * Not modelled: NCCL's own algorithms (the sum here is in rank order, in
  * the buffer's type), communicators split or shared between threads.
  */
@@ -115,17 +122,22 @@ double timeout_s()
     return 300;
 }
 
+/* /cdl-fakenccl-PID-HEX: PID made the id (the rank that created the
+ * communicator), so a test can look for what its own run left behind. */
 void seg_name(const ncclUniqueId &id, char *out, size_t len)
 {
     const unsigned char *r = (const unsigned char *)id.internal + sizeof id_magic;
-    int n = snprintf(out, len, "/cdl-fakenccl-");
+    int32_t pid;
+    memcpy(&pid, r + 16, sizeof pid);
+    int n = snprintf(out, len, "/cdl-fakenccl-%d-", (int)pid);
     for (int i = 0; i < 16 && n + 2 < (int)len; i++)
         n += snprintf(out + n, len - (size_t)n, "%02x", r[i]);
 }
 
 /* Spins (yielding) until ready() or the deadline; false on timeout or when
- * a peer aborted, with c.error set. */
-template <class F> bool wait_for(comm_state &c, F ready, const char *what)
+ * a peer aborted, with c.error set. poll: looks once, false (c.error
+ * unset) when not ready. */
+template <class F> bool wait_for(comm_state &c, F ready, const char *what, bool poll = false)
 {
     double deadline = now() + c.timeout;
     for (unsigned spins = 0; !ready(); spins++) {
@@ -135,6 +147,8 @@ template <class F> bool wait_for(comm_state &c, F ready, const char *what)
             c.error = ncclRemoteError;
             return false;
         }
+        if (poll)
+            return false;
         if ((spins & 1023) == 0 && now() > deadline) {
             fprintf(stderr, "fakenccl: rank %d: %s: peers missing after %.0f s\n", c.rank, what,
                     c.timeout);
@@ -160,23 +174,43 @@ const char *kind_name(uint32_t k)
                                                                    : "ncclAllGather";
 }
 
+/* Where a queued collective stands, so that a poll can leave it and the
+ * next wait resume it: the chunk (offset), and within a step (s) whether
+ * my data is in my slot yet. */
+struct progress {
+    size_t off = 0;
+    uint64_t s = 0;
+    bool arrived = false;
+};
+
 /* One step of a collective: my bytes into my slot, everyone's slots to
- * combine(), then my slot is free again. */
+ * combine(), then my slot is free again. 1 done, 0 not ready (poll),
+ * -1 failed (c.error). */
 template <class F>
-bool step(comm_state &c, const op_meta &m, const void *mine, size_t bytes, F combine)
+int step(comm_state &c, progress &p, const op_meta &m, const void *mine, size_t bytes, F combine,
+         bool poll)
 {
     if (c.error != ncclSuccess)
-        return false;
-    uint64_t s = ++c.step;
+        return -1;
     seg_header *h = c.h;
-    if (!wait_for(c, [&] { return all_at_least(h->done, c.nranks, s - 1); }, kind_name(m.kind)))
-        return false;
-    h->meta[c.rank] = m;
-    if (bytes)
-        memcpy(c.slot(c.rank), mine, bytes);
-    h->arrive[c.rank].store(s, std::memory_order_release);
-    if (!wait_for(c, [&] { return all_at_least(h->arrive, c.nranks, s); }, kind_name(m.kind)))
-        return false;
+    if (!p.s)
+        p.s = ++c.step;
+    uint64_t s = p.s;
+    if (!p.arrived) {
+        if (!wait_for(c, [&] { return all_at_least(h->done, c.nranks, s - 1); },
+                      kind_name(m.kind), poll))
+            return c.error != ncclSuccess ? -1 : 0;
+        h->meta[c.rank] = m;
+        if (bytes)
+            memcpy(c.slot(c.rank), mine, bytes);
+        h->arrive[c.rank].store(s, std::memory_order_release);
+        p.arrived = true;
+    }
+    if (!wait_for(c, [&] { return all_at_least(h->arrive, c.nranks, s); }, kind_name(m.kind),
+                  poll))
+        return c.error != ncclSuccess ? -1 : 0;
+    p.s = 0;
+    p.arrived = false;
     for (int r = 0; r < c.nranks; r++) {
         const op_meta &o = h->meta[r];
         if (memcmp(&o, &h->meta[0], sizeof o)) {
@@ -189,12 +223,48 @@ bool step(comm_state &c, const op_meta &m, const void *mine, size_t bytes, F com
                               h->meta[0].dtype, h->meta[0].redop, h->meta[0].root);
             c.error = ncclInvalidUsage;
             h->done[c.rank].store(s, std::memory_order_release);
-            return false;
+            return -1;
         }
     }
     combine();
     h->done[c.rank].store(s, std::memory_order_release);
-    return true;
+    return 1;
+}
+
+/* Runs a collective of `total` bytes in chunks of at most `per` bytes
+ * (at least one step, also for 0 bytes), each through step(). Whether it
+ * is done (finished or failed); false when a poll left it waiting. */
+template <class F> bool chunks(progress &p, size_t total, size_t per, F one, bool poll)
+{
+    for (;;) {
+        size_t n = total - p.off < per ? total - p.off : per;
+        int r = one(p.off, n);
+        if (r == 0 && poll)
+            return false;
+        p.off += per;
+        if (r < 0 || p.off >= total) {
+            p = progress();   /* a graph may replay it */
+            return true;
+        }
+    }
+}
+
+/* The process's collectives as queued, for CDL_FAKE_NCCL_STALL. */
+uint64_t queued_collectives;
+
+bool stall_here()
+{
+    static const uint64_t at = [] {
+        const char *v = getenv("CDL_FAKE_NCCL_STALL");
+        return v && *v ? (uint64_t)strtoull(v, nullptr, 10) : 0;
+    }();
+    return at && ++queued_collectives == at;
+}
+
+[[noreturn]] void stall()
+{
+    for (;;)
+        pause();   /* until a signal ends the process (cdlrun's SIGTERM, SIGKILL) */
 }
 
 template <class T> void reduce_into(comm_state &c, T *out, size_t n, ncclRedOp_t op)
@@ -248,6 +318,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     memset(id, 0, sizeof *id);
     memcpy(id->internal, id_magic, sizeof id_magic);
     char *r = id->internal + sizeof id_magic;
+    int32_t pid = (int32_t)getpid();
+    memcpy(r + 16, &pid, sizeof pid);
     if (getrandom(r, 16, 0) != 16) {
         fakegpu::complain("ncclGetUniqueId: getrandom: %s", strerror(errno));
         return ncclSystemError;
@@ -409,19 +481,23 @@ ncclResult_t check_args(const char *call, ncclComm_t comm, cudaStream_t stream,
     return ncclSuccess;
 }
 
-/* Queues body(c) on the stream; it runs unless the communicator ended or
- * failed first. */
+/* Queues body(c, progress, poll) on the stream; it runs unless the
+ * communicator ended or failed first; body returns whether it is done. */
 template <class F> ncclResult_t queue(ncclComm_t comm, cudaStream_t stream, F body)
 {
     std::shared_ptr<comm_state> s = comm->s;
-    cudaError_t e = fakegpu::enqueue(stream, [s, body] {
+    auto p = std::make_shared<progress>();
+    bool stalls = stall_here();
+    cudaError_t e = fakegpu::enqueue_pollable(stream, [s, p, body, stalls](bool poll) {
         if (s->destroyed)
             fakegpu::complain("rank %d: a collective queued before ncclCommDestroy ran after it: "
                               "the host destroyed the communicator without waiting for its "
                               "stream", s->rank);
         if (s->destroyed || s->aborted || s->error != ncclSuccess)
-            return;
-        body(*s);
+            return true;
+        if (stalls)
+            stall();
+        return body(*s, *p, poll);
     });
     return e == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
 }
@@ -450,21 +526,16 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
     if (r != ncclSuccess)
         return r;
     op_meta m = {op_allreduce, (uint32_t)datatype, (uint32_t)op, -1, count};
-    return queue(comm, stream, [=](comm_state &c) {
-        size_t per = chunk / es;
-        for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
-            size_t n = count - off < per ? count - off : per;
-            const char *src = (const char *)sendbuff + off * es;
-            char *dst = (char *)recvbuff + off * es;
-            bool ok = step(c, m, src, n * es, [&] {
+    return queue(comm, stream, [=](comm_state &c, progress &p, bool poll) {
+        return chunks(p, count * es, chunk / es * es, [&](size_t off, size_t n) {
+            char *dst = (char *)recvbuff + off;
+            return step(c, p, m, (const char *)sendbuff + off, n, [&] {
                 if (datatype == ncclFloat32)
-                    reduce_into(c, (float *)dst, n, op);
+                    reduce_into(c, (float *)dst, n / es, op);
                 else
-                    reduce_into(c, (double *)dst, n, op);
-            });
-            if (!ok || count == 0)
-                break;
-        }
+                    reduce_into(c, (double *)dst, n / es, op);
+            }, poll);
+        }, poll);
     });
 }
 
@@ -483,15 +554,12 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
     if (r != ncclSuccess)
         return r;
     op_meta m = {op_broadcast, (uint32_t)datatype, 0, root, count};
-    return queue(comm, stream, [=](comm_state &c) {
-        for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += chunk) {
-            size_t n = bytes - off < chunk ? bytes - off : chunk;
-            bool ok = step(c, m, (const char *)sendbuff + off, c.rank == root ? n : 0, [&] {
+    return queue(comm, stream, [=](comm_state &c, progress &p, bool poll) {
+        return chunks(p, bytes, chunk, [&](size_t off, size_t n) {
+            return step(c, p, m, (const char *)sendbuff + off, c.rank == root ? n : 0, [&] {
                 memmove((char *)recvbuff + off, c.slot(root), n);
-            });
-            if (!ok || bytes == 0)
-                break;
-        }
+            }, poll);
+        }, poll);
     });
 }
 
@@ -510,16 +578,13 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
     if (r != ncclSuccess)
         return r;
     op_meta m = {op_allgather, (uint32_t)datatype, 0, -1, sendcount};
-    return queue(comm, stream, [=](comm_state &c) {
-        for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += chunk) {
-            size_t n = bytes - off < chunk ? bytes - off : chunk;
-            bool ok = step(c, m, (const char *)sendbuff + off, n, [&] {
+    return queue(comm, stream, [=](comm_state &c, progress &p, bool poll) {
+        return chunks(p, bytes, chunk, [&](size_t off, size_t n) {
+            return step(c, p, m, (const char *)sendbuff + off, n, [&] {
                 for (int q = 0; q < c.nranks; q++)
                     memcpy((char *)recvbuff + (size_t)q * bytes + off, c.slot(q), n);
-            });
-            if (!ok || bytes == 0)
-                break;
-        }
+            }, poll);
+        }, poll);
     });
 }
 

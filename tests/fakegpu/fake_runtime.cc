@@ -31,6 +31,14 @@
  *   on a GPU: nothing queued runs, waits, queries, launches and
  *   cudaGetLastError return cudaErrorIllegalAddress (sticky), so the
  *   error surfaces at whichever call checks next, not at the op at fault.
+ * - Host waits (tests only): with CDL_FAKE_COUNT_WAITS=FILE the process
+ *   counts its blocking waits (stream, event and device synchronisation,
+ *   synchronous copies) and appends "PID COUNT" to FILE at exit, so a test
+ *   can show that a training step waits for nothing on the host.
+ * - Polling. A query runs the queued work but leaves a collective whose
+ *   peers have not arrived at the front of its stream (not ready), as a
+ *   GPU's NCCL kernel spins while the host polls; a blocking wait waits
+ *   for the peers (with the fake NCCL's own timeout).
  *
  * Not modelled: the legacy default stream's implicit synchronisation with
  * blocking streams (libcdl creates only non-blocking streams; work on the
@@ -52,16 +60,21 @@
 #include <map>
 #include <set>
 #include <thread>
+
+#include <unistd.h>
 #include <vector>
 
 #include "tests/fakegpu/emu.h"
 #undef cudaGetLastError
 
 /* Work queued on a stream: sequence number, the work, and for a
- * cudaStreamWaitEvent the stream and sequence number waited for. */
+ * cudaStreamWaitEvent the stream and sequence number waited for. The work
+ * is told whether the host only polls (a query): then work waiting for
+ * another process (a collective's missing peer) may return false, not
+ * done, and stays at the front of its stream for the next wait. */
 struct queued {
     uint64_t seq;
-    std::function<void()> fn;
+    std::function<bool(bool)> fn;
     CUstream_st *wait_on;
     uint64_t wait_upto;
 };
@@ -113,6 +126,20 @@ thread_local cudaError_t last_error = cudaSuccess;
 thread_local int current_device;
 
 const size_t quarantine_cap = (size_t)64 << 20;
+
+/* CDL_FAKE_COUNT_WAITS: the blocking waits of the process, written at exit. */
+struct wait_count {
+    unsigned long n = 0;
+    ~wait_count()
+    {
+        const char *path = getenv("CDL_FAKE_COUNT_WAITS");
+        FILE *f = path && *path ? fopen(path, "a") : nullptr;
+        if (f) {
+            fprintf(f, "%d %lu\n", (int)getpid(), n);
+            fclose(f);
+        }
+    }
+} host_waits;
 
 /* At exit, frees the freed blocks still held back from reuse, so that leak
  * checkers report only what the program never gave back with cudaFree
@@ -177,22 +204,34 @@ bool alive(CUstream_st *s)
  * GPU may choose, the least forgiving: first the work on other streams
  * that this work waits for (cudaStreamWaitEvent), as early as it may run,
  * then this stream's own. So work on another stream that should have
- * waited for s but does not runs before s's, and the result shows it. */
-void run_until(CUstream_st *s, uint64_t upto)
+ * waited for s but does not runs before s's, and the result shows it.
+ * poll (a query): stops at work that is not ready (returns false), as a
+ * GPU's queue stays stuck on a collective whose peer never comes while
+ * the host goes on polling; a blocking wait runs everything (true). */
+bool run_until(CUstream_st *s, uint64_t upto, bool poll)
 {
     for (size_t i = 0; i < s->q.size() && s->q[i].seq <= upto; i++) {
         if (s->q[i].wait_on && alive(s->q[i].wait_on)) {
             CUstream_st *src = s->q[i].wait_on;
             uint64_t to = s->q[i].wait_upto;
-            run_until(src, to);   /* may run work of s too: what src waits for */
+            if (!run_until(src, to, poll))   /* may run work of s too: what src waits for */
+                break;
         }
     }
     while (!s->q.empty() && s->q.front().seq <= upto) {
-        std::function<void()> fn = std::move(s->q.front().fn);
+        queued item = std::move(s->q.front());
         s->q.pop_front();
-        if (!sticky_error)   /* a lost context runs nothing more */
-            fn();
+        if (!sticky_error && !item.fn(poll)) {   /* a lost context runs nothing more */
+            s->q.push_front(std::move(item));      /* not ready: polled again later */
+            return false;
+        }
     }
+    return true;
+}
+
+void run_until(CUstream_st *s, uint64_t upto)
+{
+    run_until(s, upto, false);
 }
 
 void run_all()
@@ -339,6 +378,14 @@ bool stream_ok(cudaStream_t s)
 
 cudaError_t enqueue(cudaStream_t s, std::function<void()> fn)
 {
+    return enqueue_pollable(s, [fn](bool) {
+        fn();
+        return true;
+    });
+}
+
+cudaError_t enqueue_pollable(cudaStream_t s, std::function<bool(bool)> fn)
+{
     CUstream_st *st = resolve(s);
     if (!st) {
         complain("work queued on stream %p, which does not exist (destroyed?)", (void *)s);
@@ -348,11 +395,14 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> fn)
         return fail(sticky_error);
     if (st->capturing) {
         if (!st->invalidated)
-            st->captured.push_back(std::move(fn));
+            st->captured.push_back([fn] { fn(false); });
         return cudaSuccess;
     }
     if (fault_at() && ++queued_items == fault_at())
-        fn = [] { sticky_error = cudaErrorIllegalAddress; };
+        fn = [](bool) {
+            sticky_error = cudaErrorIllegalAddress;
+            return true;
+        };
     if (st == &legacy_stream && !legacy_warned) {
         /* Legal, but libcdl means every op to run on its own non-blocking
          * streams: the legacy stream would serialise against everything. */
@@ -550,6 +600,7 @@ cudaError_t cudaDeviceSynchronize(void)
     LOCKED;
     if (capture_forbids("cudaDeviceSynchronize"))
         return fail(cudaErrorStreamCaptureUnsupported);
+    host_waits.n++;
     run_all();
     return after_run();
 }
@@ -787,6 +838,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     if (capture_forbids("cudaMemcpy"))
         return fail(cudaErrorStreamCaptureUnsupported);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+    host_waits.n++;
     if (e == cudaSuccess)
         run_all();
     return e;
@@ -855,6 +907,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
         st->invalidated = true;
         return fail(cudaErrorStreamCaptureUnsupported);
     }
+    host_waits.n++;
     if (st == &legacy_stream)
         run_all();
     else
@@ -863,7 +916,9 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 }
 
 /* Not ready the first time there is work; that work has run by the next
- * query. Host code that polls must therefore poll. */
+ * query, except work waiting for another process (a collective whose peer
+ * has not arrived), which stays queued. Host code that polls must
+ * therefore poll, and bound its polling itself. */
 cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     LOCKED;
@@ -878,7 +933,7 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
         return fail(sticky_error);
     if (st->q.empty())
         return cudaSuccess;
-    run_until(st, std::numeric_limits<uint64_t>::max());
+    run_until(st, std::numeric_limits<uint64_t>::max(), true);
     return cudaErrorNotReady;
 }
 
@@ -993,7 +1048,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
         return fail(sticky_error);
     if (event_done(e))
         return cudaSuccess;
-    run_until(e->stream, e->seq);
+    run_until(e->stream, e->seq, true);
     return cudaErrorNotReady;
 }
 
@@ -1004,6 +1059,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
         return fail(cudaErrorInvalidResourceHandle);
     if (e->recorded && e->in_capture)
         return fail(cudaErrorCapturedEvent);
+    host_waits.n++;
     if (e->recorded)
         run_until(e->stream, e->seq);
     return after_run();
@@ -1028,9 +1084,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
     }
     CUstream_st *src = e->stream;
     uint64_t upto = e->seq;
-    cudaError_t r = enqueue(s, [src, upto]() {
-        if (alive(src))   /* a destroyed stream's work has all run */
-            run_until(src, upto);
+    cudaError_t r = enqueue_pollable(s, [src, upto](bool poll) {
+        /* a destroyed stream's work has all run */
+        return !alive(src) || run_until(src, upto, poll);
     });
     if (r == cudaSuccess && !st->q.empty()) {
         st->q.back().wait_on = src;

@@ -41,3 +41,4 @@ EXTRA_DIST += tests/gpu/gpt_vs_cpu.c
 
 # The PyTorch templates on a GPU (docs/pytorch.md); run.sh may call it.
 EXTRA_DIST += tests/gpu/pytorch_templates.sh
+EXTRA_DIST += tests/gpu/nccl_checks.sh

@@ -14,7 +14,10 @@
 #      and off (--cuda-graphs), same data, same weights expected,
 #   6. trains one epoch data-parallel with 2 ranks through cdlrun: on the
 #      nccl backend with 2 or more GPUs, else 2 replicas packed on the one GPU
-#      under MPS (CDL_REPLICAS_PER_GPU=2, the hier backend),
+#      under MPS (CDL_REPLICAS_PER_GPU=2, the hier backend); with 2 GPUs
+#      also tests/gpu/nccl_checks.sh (--clip-grad with --shard-optimizer
+#      bitwise equal to it without; a stopped rank makes the other fail
+#      within CDL_TIMEOUT),
 #   7. runs the PyTorch templates' GPU path (tests/gpu/pytorch_templates.sh:
 #      NCCL DDP, 4 replicas packed with gloo) when PYTHON has PyTorch,
 #   8. checks the bf16 matrix products against their rounding bounds
@@ -460,6 +463,20 @@ elif over_time 430; then
 elif [ "$ngpus" -ge 2 ]; then
     ddp_args=(--dist-backend nccl)
     ddp_run "2 ranks on 2 GPUs, nccl" CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-0,1}"
+    if over_time 470; then
+        row "6 NCCL checks" "skipped: $(elapsed) s spent, no time left in 8 minutes"
+    else
+        checks=0
+        while IFS='|' read -r label result; do
+            checks=$((checks + 1))
+            case $result in
+                FAIL*) fail_row "$label" "${result#FAIL  }" ;;
+                *) row "$label" "$result" ;;
+            esac
+        done < <(CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-0,1}" \
+                     bash "$top/tests/gpu/nccl_checks.sh" "$train_bin" "$logs" 2>"$logs/nccl-checks.log")
+        [ $checks -gt 0 ] || fail_row "6 NCCL checks" "no result (see $logs/nccl-checks.log)"
+    fi
 elif ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     row "6 data-parallel" "skipped: 1 GPU and no nvidia-cuda-mps-control to pack 2 replicas"
 elif start_mps; then

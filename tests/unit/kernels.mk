@@ -19,6 +19,13 @@ tests_unit_test_kernels_attn_SOURCES = tests/unit/test_kernels_attn.c tests/unit
 	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
 tests_unit_test_kernels_attn_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_kernels_attn_LDADD = $(TEST_LDADD)
+# linear layers on the AVX2 path's shapes (GPT-sized) and the OpenBLAS one
+check_PROGRAMS += tests/unit/test_kernels_linear
+TESTS += tests/unit/test_kernels_linear
+tests_unit_test_kernels_linear_SOURCES = tests/unit/test_kernels_linear.c tests/unit/ref_ops.c \
+	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
+tests_unit_test_kernels_linear_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_kernels_linear_LDADD = $(TEST_LDADD)
 # the same ops against PyTorch (tests/fixtures/ops.fix)
 check_PROGRAMS += tests/unit/test_ops_torch
 TESTS += tests/unit/test_ops_torch

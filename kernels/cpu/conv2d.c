@@ -41,39 +41,65 @@ int conv_use_direct(const cdl_conv2d_desc *d)
  * switch like CDL_CPU_NO_AVX512 (to compare paths), not a backend setting. */
 static atomic_int wino_off = -1;
 
-static int wino_disabled(void)
+/* 1 when the environment variable name is set and not "0", read once into
+ * *cache (-1: not yet). */
+static int env_flag(const char *name, atomic_int *cache)
 {
-    int v = atomic_load_explicit(&wino_off, memory_order_relaxed);
+    int v = atomic_load_explicit(cache, memory_order_relaxed);
     if (v < 0) {
-        const char *e = getenv("CDL_CPU_NO_WINOGRAD");
+        const char *e = getenv(name);
         v = e && *e && *e != '0';
-        atomic_store_explicit(&wino_off, v, memory_order_relaxed);
+        atomic_store_explicit(cache, v, memory_order_relaxed);
     }
     return v;
 }
 
-/* Winograd from this many input and output channels. Measured on a Zen 3
- * core (AVX2, no AVX-512), 1 thread, batch 128, CPU time of the direct
- * AVX2 kernels / Winograd's, forward and dx (dx within 0.1 of it):
- *   c=oc=16 at 32x32  0.84-0.92 (the transforms, as costly as the products
- *                     at 16 channels, eat the 2.25x fewer multiply-adds)
- *   c=3, oc=16 32x32  0.73 (the stem)
- *   32 at 16x16       1.10-1.25      64 at 8x8     1.38-1.40
- *   64 at 32x32       1.74           128 at 16x16  1.25
- *   256 at 8x8        1.14           512 at 4x4    2.09
- * (the last four before the 8x8 transforms took two tile rows per vector
- * and the products ran position-major: since then 64 at 8x8 went from
- * 1.12 to 1.4). The weight gradient, direct / Winograd: 16 at 32x32 0.93,
- * 32 at 16x16 1.29, 64 at 8x8 1.36. */
+static int wino_disabled(void) { return env_flag("CDL_CPU_NO_WINOGRAD", &wino_off); }
+
+/* CDL_CPU_WINOGRAD4=1 (read once) lets the forward and dx take F(4x4): 1.2
+ * to 1.6x faster than the best of F(2x2) and direct on resnet20's stages
+ * (below), but its normalised error per convolution, 2-6e-6 at 16-64
+ * channels (conv2d_wino4.c), takes resnet20's gradients against float64
+ * PyTorch to 1.1-1.5e-5, past the 1e-5 its fixture test allows, even with
+ * F(4x4) in one stage only. Off by default until a more accurate variant
+ * or a looser bound is chosen. */
+static atomic_int wino4_on = -1;
+
+static int wino4_enabled(void) { return env_flag("CDL_CPU_WINOGRAD4", &wino4_on); }
+
+/* Winograd F(2x2) (conv2d_wino.c) from this many input and output
+ * channels, F(4x4) (conv2d_wino4.c, when enabled: see wino4_enabled) for
+ * the forward and dx from
+ * CONV_WINO4_MIN_C channels on maps of at least CONV_WINO4_MIN_HW pixels a
+ * side. Measured on a Zen 3 core (AVX2, no AVX-512), 1 thread, CPU time in
+ * ms of one call, batch 128 unless said (n=32), direct AVX2 / F(2x2) /
+ * F(4x4), forward (F(4x4)'s dx within 10% of its forward):
+ *   c=oc=16 at 32x32   7.9 / 10.1 / 6.6  (F(2x2)'s transforms, as costly
+ *                      as its products at 16 channels, eat its 2.25x)
+ *   c=3, oc=16 32x32   2.6 / 3.7 / 3.7  (the stem)   c=oc=8: 2.3 / 3.2 / 2.6
+ *   32 at 16x16        7.8 / 7.4 / 5.9     64 at 8x8      7.5 / 6.2 / 3.8
+ *   64 at 32x32 n=32   36 / 24 / 16        128 at 16x16   35 / 27 / 18
+ *   256 at 8x8 n=32    31 / 28 / 26        512 at 4x4     94 / 62 / 83
+ * (at 4x4 F(4x4) has one tile per image and its 36 transformed filters of
+ * 512x512 channels, 38 MB, stream from memory for every block of tiles).
+ * The weight gradient, direct / F(2x2): 16 at 32x32 8.3 / 9.0, 32 at
+ * 16x16 7.7 / 6.8, 64 at 8x8 7.8 / 5.7, 128 at 16x16 (n=32) 31 / 33,
+ * 512 at 4x4 73 / 91 (the weight gradient has no F(4x4) yet). */
 #define CONV_WINO_MIN_C 32
+#define CONV_WINO4_MIN_C 16
+#define CONV_WINO4_MIN_HW 8
 
 int conv_use_wino(const cdl_conv2d_desc *d)
 {
     if (conv_use_direct(d) != 2 || !conv_wino_supported(d) || wino_disabled())
         return 0;
+    int f4 = 0;
+    if (wino4_enabled() && d->c >= CONV_WINO4_MIN_C && d->oc >= CONV_WINO4_MIN_C && d->h >= CONV_WINO4_MIN_HW &&
+        d->w >= CONV_WINO4_MIN_HW)
+        f4 = CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_F4;
     if (d->c < CONV_WINO_MIN_C || d->oc < CONV_WINO_MIN_C)
-        return 0;
-    return CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW;
+        return f4;
+    return CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW | f4;
 }
 
 static size_t direct_workspace(const cdl_conv2d_desc *d, int t)
@@ -90,15 +116,21 @@ static size_t direct_workspace(const cdl_conv2d_desc *d, int t)
 size_t cpu_conv2d_workspace(cdl_backend *be, const cdl_conv2d_desc *d)
 {
     int t = pool_threads(cpu_pool(be));
-    size_t a = direct_workspace(d, t), b = conv_use_wino(d) ? conv_wino_workspace(d, t) : 0;
-    return a > b ? a : b;
+    int wino = conv_use_wino(d);
+    size_t a = direct_workspace(d, t), b = wino ? conv_wino_workspace(d, t) : 0;
+    size_t c = wino & CONV_WINO_F4 ? conv_wino4_workspace(d, t) : 0;
+    a = a > b ? a : b;
+    return a > c ? a : c;
 }
 
 void cpu_conv2d_fwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
                     const float *w, const float *b, float *y, float *ws)
 {
     int path = conv_use_direct(d);
-    if (conv_use_wino(d) & CONV_WINO_FWD)
+    int wino = conv_use_wino(d);
+    if (wino & CONV_WINO_F4)
+        conv_wino4_fwd(cpu_pool(be), d, x, w, b, y, ws);
+    else if (wino & CONV_WINO_FWD)
         conv_wino_fwd(cpu_pool(be), d, x, w, b, y, ws);
     else if (path == 1)
         conv_direct_fwd(cpu_pool(be), d, x, w, b, y, ws);
@@ -115,7 +147,10 @@ void cpu_conv2d_bwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
     int path = conv_use_direct(d);
     int wino = conv_use_wino(d);
     if (dx && (wino & CONV_WINO_DX)) {
-        conv_wino_dx(cpu_pool(be), d, w, dy, dx, ws);
+        if (wino & CONV_WINO_F4)
+            conv_wino4_dx(cpu_pool(be), d, w, dy, dx, ws);
+        else
+            conv_wino_dx(cpu_pool(be), d, w, dy, dx, ws);
         dx = NULL;
     }
     if (wino & CONV_WINO_DW) {

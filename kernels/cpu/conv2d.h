@@ -9,7 +9,7 @@
  *    and 2, equal padding).
  *  - conv2d_wino.c: Winograd F(2x2,3x3) with AVX2 for 3x3 stride-1 pad-1
  *    convolutions, forward, dx and dW, where it beats conv2d_avx2.c
- *    (conv_use_wino).
+ *    (conv_use_wino); conv2d_wino4.c: F(4x4,3x3), forward and dx.
  *
  * Both parallelise over images and reduce per-thread weight-gradient
  * partials in thread order (bitwise reproducible for a thread count). The
@@ -59,6 +59,15 @@ void conv_wino_dx(pool *p, const cdl_conv2d_desc *d, const float *w, const float
 void conv_wino_dw(pool *p, const cdl_conv2d_desc *d, const float *x, const float *dy, float *dw,
                   float *db, float *ws);
 
+/* Winograd F(4x4,3x3) (conv2d_wino4.c), forward and dx, for the shapes of
+ * conv_wino_supported: fewer multiply-adds and transformed values per
+ * output than F(2x2), larger rounding errors (see the file). */
+size_t conv_wino4_workspace(const cdl_conv2d_desc *d, int threads);
+void conv_wino4_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
+                    const float *b, float *y, float *ws);
+void conv_wino4_dx(pool *p, const cdl_conv2d_desc *d, const float *w, const float *dy, float *dx,
+                   float *ws);
+
 /* Chunks of images for a backward pass whose per-chunk weight-gradient
  * partial is partial_floats: POOL_CHUNKS_PER_THREAD per thread, fewer when
  * the partials would pass CONV_PARTIALS_MAX floats (but never fewer than
@@ -77,6 +86,7 @@ int conv_use_direct(const cdl_conv2d_desc *d);
 #define CONV_WINO_FWD 1
 #define CONV_WINO_DX 2
 #define CONV_WINO_DW 4
+#define CONV_WINO_F4 8    /* the forward and dx by F(4x4) instead of F(2x2) */
 int conv_use_wino(const cdl_conv2d_desc *d);
 
 #endif

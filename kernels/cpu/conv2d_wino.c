@@ -48,23 +48,18 @@
 #include <string.h>
 
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/conv2d_wino.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/simd.h"
 
-#define WOB 4    /* output channels per register block */
-#define WSB 3    /* 8-tile vectors per register block */
-#define WTG (8 * WSB)
-
 /* One correlation y (n, O, H, W) = corr(pad1(x (n, C, H, W)), g) + bias. */
 typedef struct wplan {
-    int n, C, O, H, W;
-    int th, tw, T;         /* tile rows, tile columns, tiles per image */
+    wgrid g;
+    int C, O, H, W;
     int ocb;               /* output channel blocks of WOB */
-    int gimg;              /* images per block (whole images) */
-    int rows, bands;       /* tile rows per block and blocks per image (gimg == 1) */
-    int nblocks, nbmax;    /* blocks, tiles per block at most */
     int ts;                /* tile stride of V and M rows */
     int hw, rowlen;        /* floats per half of a split input row, per row */
+    size_t vxs, mxs;       /* position stride of V and M (conv_wino_odd_lines) */
     size_t u_floats, v_floats, m_floats, p_floats;
     size_t shared, per_thread;
 } wplan;
@@ -79,37 +74,21 @@ static int block_tiles(int C, int O)
 
 static void wplan_make(int n, int C, int O, int H, int W, wplan *p)
 {
-    p->n = n;
     p->C = C;
     p->O = O;
     p->H = H;
     p->W = W;
-    p->th = (H + 1) / 2;
-    p->tw = (W + 1) / 2;
-    p->T = p->th * p->tw;
     p->ocb = (O + WOB - 1) / WOB;
-    int tgt = block_tiles(C, O);
-    if (p->T >= tgt) {
-        p->gimg = 1;
-        p->rows = tgt / p->tw < 1 ? 1 : tgt / p->tw;
-        p->rows = p->rows > p->th ? p->th : p->rows;
-        p->bands = (p->th + p->rows - 1) / p->rows;
-        p->nblocks = n * p->bands;
-    } else {
-        p->gimg = tgt / p->T < 1 ? 1 : tgt / p->T;
-        p->gimg = p->gimg > n ? n : p->gimg;
-        p->rows = p->th;
-        p->bands = 1;
-        p->nblocks = (n + p->gimg - 1) / p->gimg;
-    }
-    p->nbmax = p->gimg * p->rows * p->tw;
-    p->ts = (p->nbmax + 8 + WTG - 1) / WTG * WTG;
-    p->hw = (p->tw + 7) / 8 * 8 + 8;
+    conv_wino_grid(n, (H + 1) / 2, (W + 1) / 2, block_tiles(C, O), &p->g);
+    p->ts = (p->g.nbmax + 8 + WTG - 1) / WTG * WTG;
+    p->hw = (p->g.tw + 7) / 8 * 8 + 8;
     p->rowlen = 2 * p->hw;
     p->u_floats = cpu_align16((size_t)16 * p->ocb * C * WOB);
-    p->v_floats = cpu_align16((size_t)16 * C * p->ts);
-    p->m_floats = cpu_align16((size_t)16 * p->ocb * WOB * p->ts);
-    p->p_floats = cpu_align16((size_t)C * (2 * p->rows + 2) * p->rowlen);
+    p->vxs = conv_wino_odd_lines((size_t)C * p->ts);
+    p->mxs = conv_wino_odd_lines((size_t)p->ocb * WOB * p->ts);
+    p->v_floats = 16 * p->vxs;
+    p->m_floats = 16 * p->mxs;
+    p->p_floats = cpu_align16((size_t)C * (2 * p->g.rows + 2) * p->rowlen);
     p->shared = p->u_floats;
     p->per_thread = p->v_floats + p->m_floats + p->p_floats;
 }
@@ -133,6 +112,7 @@ typedef struct dwplan {
     int cpad;              /* C rounded up to DC */
     int dyrows;            /* dy rows of a block per image: 2*rows */
     size_t v_floats, p_floats, dyt_floats, dmt_floats;   /* per thread */
+    size_t dxs;                                          /* position stride of dMt */
     size_t dup_floats, dbp_floats;                       /* per chunk */
     size_t per_thread, per_chunk;
 } dwplan;
@@ -144,11 +124,12 @@ static void dwplan_make(const cdl_conv2d_desc *d, dwplan *q)
     q->ob8 = (d->oc + 7) / 8;
     q->opad = 8 * q->ob8;
     q->cpad = (d->c + DC - 1) / DC * DC;
-    q->dyrows = 2 * p->rows;
+    q->dyrows = 2 * p->g.rows;
     q->v_floats = p->v_floats;
     q->p_floats = p->p_floats;
-    q->dyt_floats = cpu_align16((size_t)p->gimg * q->dyrows * d->w * q->opad);
-    q->dmt_floats = cpu_align16((size_t)16 * p->ts * q->opad);
+    q->dyt_floats = cpu_align16((size_t)p->g.gimg * q->dyrows * d->w * q->opad);
+    q->dxs = conv_wino_odd_lines((size_t)p->ts * q->opad);
+    q->dmt_floats = 16 * q->dxs;
     q->dup_floats = cpu_align16((size_t)16 * q->cpad * q->opad);
     q->dbp_floats = cpu_align16((size_t)q->opad);
     q->per_thread = q->v_floats + q->p_floats + q->dyt_floats + q->dmt_floats;
@@ -178,7 +159,7 @@ size_t conv_wino_workspace(const cdl_conv2d_desc *d, int threads)
     size_t c = b.shared + b.per_thread * (size_t)threads;
     dwplan q;
     dwplan_make(d, &q);
-    int chunks = conv_bwd_chunks(threads, q.p.nblocks, q.per_chunk);
+    int chunks = conv_bwd_chunks(threads, q.p.g.nblocks, q.per_chunk);
     size_t e = q.per_thread * (size_t)threads + q.per_chunk * (size_t)chunks;
     a = a > c ? a : c;
     return a > e ? a : e;
@@ -202,10 +183,7 @@ static void pack_u(void *vctx, size_t b, size_t e, int chunk, int tid)
     for (size_t o = b; o < e; o++)
         for (int ci = 0; ci < p->C; ci++) {
             double g[3][3], t[4][3], u[4][4];
-            for (int ky = 0; ky < 3; ky++)
-                for (int kx = 0; kx < 3; kx++)
-                    g[ky][kx] = c->flip ? c->g[((size_t)ci * p->O + o) * 9 + (2 - ky) * 3 + (2 - kx)]
-                                        : c->g[((size_t)o * p->C + ci) * 9 + ky * 3 + kx];
+            conv_wino_filter(c->g, c->flip, p->C, p->O, o, ci, g);
             for (int k = 0; k < 3; k++) {
                 t[0][k] = g[0][k];
                 t[1][k] = 0.5 * (g[0][k] + g[1][k] + g[2][k]);
@@ -310,8 +288,7 @@ static CPU_AVX2 void input_tiles44(const float *ra, const float *rb, int rowlen,
     input_tiles(1, ra, rb, rowlen, hw, v, xstride);
 }
 
-/* M (WOB, ngroups*WTG tiles) = U (WOB, C; packed [C][WOB]) V (C, tiles). */
-static CPU_AVX2 void wgemm(const float *ub, const float *V, float *M, int C, int ngroups, int ts)
+CPU_AVX2 void conv_wino_gemm(const float *ub, const float *V, float *M, int C, int ngroups, int ts)
 {
     for (int g = 0; g < ngroups; g++) {
         const float *vb = V + (size_t)g * WTG;
@@ -343,29 +320,13 @@ static CPU_AVX2 void wgemm(const float *ub, const float *V, float *M, int C, int
     }
 }
 
-/* n floats at p set to zero (short spans: a memset call per span of a few
- * floats costs more than the stores). */
-static CPU_AVX2 void zero_span(float *p, int n)
+CPU_AVX2 void conv_wino_zero_span(float *p, int n)
 {
     for (; n >= 8; n -= 8, p += 8)
         _mm256_storeu_ps(p, _mm256_setzero_ps());
     __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     if (n > 0)
         _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes), _mm256_setzero_ps());
-}
-
-/* Writes n <= 8 floats of v to dst (none when dst is NULL). */
-static CPU_AVX2 inline void store_n(float *dst, __m256 v, int n)
-{
-    if (!dst || n <= 0)
-        return;
-    if (n >= 8) {
-        _mm256_storeu_ps(dst, v);
-        return;
-    }
-    float tmp[8];
-    _mm256_storeu_ps(tmp, v);
-    memcpy(dst, tmp, (size_t)n * sizeof *tmp);
 }
 
 /* A^T M A + bias of 8 tiles of one output channel from M[xi][o][j..j+8):
@@ -392,8 +353,8 @@ static CPU_AVX2 void output_tiles(const float *m, size_t xstride, float bias, fl
         __m256 c0 = _mm256_add_ps(_mm256_add_ps(s[r][0], t), bv);
         __m256 c1 = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(s[r][1], s[r][2]), s[r][3]), bv);
         __m256 lo = _mm256_unpacklo_ps(c0, c1), hi = _mm256_unpackhi_ps(c0, c1);
-        store_n(ya[r], _mm256_permute2f128_ps(lo, hi, 0x20), na);
-        store_n(yb[r], _mm256_permute2f128_ps(lo, hi, 0x31), nb);
+        conv_wino_store_n(ya[r], _mm256_permute2f128_ps(lo, hi, 0x20), na);
+        conv_wino_store_n(yb[r], _mm256_permute2f128_ps(lo, hi, 0x31), nb);
     }
 }
 
@@ -403,30 +364,14 @@ static float *out_row(const wplan *p, float *yo, int a)
     return a < p->H ? yo + (size_t)a * p->W : NULL;
 }
 
-/* The tiles of block blk: images [img0, img0+ni), tile rows [ty0, ty0+nty). */
-static void block_range(const wplan *p, int blk, int *img0, int *ni, int *ty0, int *nty)
-{
-    if (p->gimg > 1 || p->bands == 1) {
-        *img0 = blk * p->gimg;
-        *ni = p->n - *img0 < p->gimg ? p->n - *img0 : p->gimg;
-        *ty0 = 0;
-        *nty = p->th;
-    } else {
-        *img0 = blk / p->bands;
-        *ni = 1;
-        *ty0 = blk % p->bands * p->rows;
-        *nty = p->th - *ty0 < p->rows ? p->th - *ty0 : p->rows;
-    }
-}
-
 /* V [16][C][ts] of a block's tiles from the input x (n, C, H, W), through
  * the split rows P. */
 static void transform_input(const wplan *p, const float *xb, int img0, int ni, int ty0, int nty,
                             float *P, float *V)
 {
-    const size_t plane = (size_t)p->H * p->W, xs = (size_t)p->C * p->ts;
+    const size_t plane = (size_t)p->H * p->W, xs = p->vxs;
     const int prow = 2 * nty + 2;   /* split rows per channel */
-    const int pair = p->tw == 4;    /* two tile rows per 8-tile vector */
+    const int pair = p->g.tw == 4;    /* two tile rows per 8-tile vector */
     for (int i = 0; i < ni; i++) {
         const float *x = xb + (size_t)(img0 + i) * p->C * plane;
         for (int ci = 0; ci < p->C; ci++)
@@ -437,13 +382,13 @@ static void transform_input(const wplan *p, const float *xb, int img0, int ni, i
             }
         for (int ci = 0; ci < p->C; ci++)
             for (int lt = 0; lt < nty; lt += pair ? 2 : 1) {
-                size_t j = ((size_t)i * nty + lt) * p->tw;
+                size_t j = ((size_t)i * nty + lt) * p->g.tw;
                 const float *r = P + ((size_t)ci * prow + 2 * lt) * p->rowlen;
                 float *v = V + (size_t)ci * p->ts + j;
                 if (pair)
                     input_tiles44(r, lt + 1 < nty ? r + 2 * p->rowlen : r, p->rowlen, p->hw, v, xs);
                 else
-                    for (int tx0 = 0; tx0 < p->tw; tx0 += 8)
+                    for (int tx0 = 0; tx0 < p->g.tw; tx0 += 8)
                         input_tiles8(r + tx0, p->rowlen, p->hw, v + tx0, xs);
             }
     }
@@ -455,28 +400,30 @@ static void wino_block(const wctx *c, int blk, int tid)
     float *V = c->ws + p->shared + (size_t)tid * p->per_thread;
     float *M = V + p->v_floats, *P = M + p->m_floats;
     int img0, ni, ty0, nty;
-    block_range(p, blk, &img0, &ni, &ty0, &nty);
-    const size_t plane = (size_t)p->H * p->W, xs = (size_t)p->C * p->ts;
-    const int pair = p->tw == 4;
+    conv_wino_block(&p->g, blk, &img0, &ni, &ty0, &nty);
+    const size_t plane = (size_t)p->H * p->W, xs = p->vxs;
+    const int pair = p->g.tw == 4;
     transform_input(p, c->x, img0, ni, ty0, nty, P, V);
-    int nb = ni * nty * p->tw, ngroups = (nb + WTG - 1) / WTG, ntg = ngroups * WTG;
-    const size_t ms = (size_t)p->ocb * WOB * p->ts;
+    int nb = ni * nty * p->g.tw, ngroups = (nb + WTG - 1) / WTG, ntg = ngroups * WTG;
+    const size_t ms = p->mxs;
     /* The products read V up to ntg, the output transform M up to nb+8:
      * zeros there, not a previous block's values or never-written memory. */
-    for (size_t r = 0; r < (size_t)16 * p->C && ntg > nb; r++)
-        zero_span(V + r * p->ts + nb, ntg - nb);
+    for (int xi = 0; xi < 16 && ntg > nb; xi++)
+        for (int ci = 0; ci < p->C; ci++)
+            conv_wino_zero_span(V + xi * xs + (size_t)ci * p->ts + nb, ntg - nb);
     for (int xi = 0; xi < 16; xi++)
         for (int ob = 0; ob < p->ocb; ob++)
-            wgemm(c->ws + ((size_t)xi * p->ocb + ob) * p->C * WOB, V + xi * xs,
+            conv_wino_gemm(c->ws + ((size_t)xi * p->ocb + ob) * p->C * WOB, V + xi * xs,
                   M + xi * ms + (size_t)ob * WOB * p->ts, p->C, ngroups, p->ts);
-    for (size_t r = 0; r < (size_t)16 * p->ocb * WOB && nb + 8 > ntg; r++)
-        zero_span(M + r * p->ts + ntg, nb + 8 - ntg);
+    for (int xi = 0; xi < 16 && nb + 8 > ntg; xi++)
+        for (int o = 0; o < p->ocb * WOB; o++)
+            conv_wino_zero_span(M + xi * ms + (size_t)o * p->ts + ntg, nb + 8 - ntg);
     for (int ob = 0; ob < p->ocb; ob++) {
         for (int i = 0; i < ni; i++) {
             float *y = c->y + (size_t)(img0 + i) * p->O * plane;
             for (int lt = 0; lt < nty; lt += pair ? 2 : 1) {
                 int ty = ty0 + lt;
-                size_t j = ((size_t)i * nty + lt) * p->tw;
+                size_t j = ((size_t)i * nty + lt) * p->g.tw;
                 for (int o = ob * WOB; o < ob * WOB + WOB && o < p->O; o++) {
                     float *yo = y + o * plane;
                     float bias = c->bias ? c->bias[o] : 0.0f;
@@ -489,7 +436,7 @@ static void wino_block(const wctx *c, int blk, int tid)
                         output_tiles(m, ms, bias, ya, p->W, yb, p->W);
                         continue;
                     }
-                    for (int tx0 = 0; tx0 < p->tw; tx0 += 8) {
+                    for (int tx0 = 0; tx0 < p->g.tw; tx0 += 8) {
                         float *r0 = out_row(p, yo, 2 * ty), *r1 = out_row(p, yo, 2 * ty + 1);
                         float *ya[2] = {r0 + 2 * tx0, r1 ? r1 + 2 * tx0 : NULL};
                         float *yb[2] = {ya[0] + 8, r1 ? ya[1] + 8 : NULL};
@@ -665,18 +612,18 @@ static void dw_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
     const size_t plane = (size_t)p->H * p->W, dstride = (size_t)q->dyrows * p->W * q->opad;
     for (size_t blk = b; blk < e; blk++) {
         int img0, ni, ty0, nty;
-        block_range(p, (int)blk, &img0, &ni, &ty0, &nty);
+        conv_wino_block(&p->g, (int)blk, &img0, &ni, &ty0, &nty);
         transform_input(p, c->x, img0, ni, ty0, nty, P, V);
         int a0 = 2 * ty0, a1 = 2 * (ty0 + nty) < p->H ? 2 * (ty0 + nty) : p->H;
         for (int i = 0; i < ni; i++)
             transpose_block(c->dy + (size_t)(img0 + i) * p->O * plane + (size_t)a0 * p->W, plane, p->O,
                             (a1 - a0) * p->W, q->opad, dyt + i * dstride, c->db ? dbp : NULL);
-        const size_t xs = (size_t)p->ts * q->opad;
+        const size_t xs = q->dxs;
         for (int i = 0; i < ni; i++)
             for (int lt = 0; lt < nty; lt++) {
                 int ty = ty0 + lt;
-                size_t j = ((size_t)i * nty + lt) * p->tw;
-                for (int tx = 0; tx < p->tw; tx++) {
+                size_t j = ((size_t)i * nty + lt) * p->g.tw;
+                for (int tx = 0; tx < p->g.tw; tx++) {
                     const float *d[2][2];
                     for (int r = 0; r < 2; r++)
                         for (int s = 0; s < 2; s++) {
@@ -688,9 +635,9 @@ static void dw_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
                     dm_tile(d, q->ob8, dmt + (j + tx) * q->opad, xs);
                 }
             }
-        int nb = ni * nty * p->tw;
+        int nb = ni * nty * p->g.tw;
         for (int xi = 0; xi < 16; xi++)
-            dw_products(V + (size_t)xi * p->C * p->ts, p->ts, p->C, dmt + xi * xs, q->opad, q->ob8, nb,
+            dw_products(V + (size_t)xi * p->vxs, p->ts, p->C, dmt + xi * xs, q->opad, q->ob8, nb,
                         part + (size_t)xi * q->cpad * q->opad);
     }
 }
@@ -736,7 +683,7 @@ static void wino_run(pool *pl, int n, int C, int O, int H, int W, const float *x
     wplan_make(n, C, O, H, W, &c.p);
     memset(ws, 0, c.p.u_floats * sizeof *ws);
     pool_for(pl, (size_t)O, 4, pack_u, &c);
-    pool_for(pl, (size_t)c.p.nblocks, 1, wino_blocks, &c);
+    pool_for(pl, (size_t)c.p.g.nblocks, 1, wino_blocks, &c);
 }
 
 void conv_wino_fwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *w,
@@ -795,8 +742,8 @@ void conv_wino_dw(pool *pl, const cdl_conv2d_desc *d, const float *x, const floa
 {
     dwctx c = {.x = x, .dy = dy, .dw = dw, .db = db, .ws = ws, .threads = pool_threads(pl)};
     dwplan_make(d, &c.q);
-    c.chunks = conv_bwd_chunks(c.threads, c.q.p.nblocks, c.q.per_chunk);
-    pool_run(pl, (size_t)c.q.p.nblocks, c.chunks, dw_blocks, &c);
+    c.chunks = conv_bwd_chunks(c.threads, c.q.p.g.nblocks, c.q.per_chunk);
+    pool_run(pl, (size_t)c.q.p.g.nblocks, c.chunks, dw_blocks, &c);
     size_t nred = (size_t)d->oc * d->c + (db ? (size_t)d->oc : 0);
     pool_for(pl, nred, 64, dw_reduce, &c);
 }

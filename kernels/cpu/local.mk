@@ -10,6 +10,8 @@ libcdl_core_la_SOURCES += \
 	kernels/cpu/conv2d_direct.c \
 	kernels/cpu/conv2d_avx2.c \
 	kernels/cpu/conv2d_wino.c \
+	kernels/cpu/conv2d_wino.h \
+	kernels/cpu/conv2d_wino4.c \
 	kernels/cpu/simd.c \
 	kernels/cpu/simd.h \
 	kernels/cpu/linear.c \

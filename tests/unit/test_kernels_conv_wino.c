@@ -1,8 +1,11 @@
 /* The Winograd F(2x2,3x3) convolution (kernels/cpu/conv2d_wino.c) against
  * the double-precision reference: forward (with and without bias), dx, dw
- * and db, on the CIFAR ResNets' 3x3 stride-1 shapes (16/32/64 channels at
- * 32/16/8 pixels), odd channel counts and odd or tiny images (7 and 8
- * pixels wide: two rows of 4 tiles per vector), one image and several
+ * and db, and F(4x4,3x3) (conv2d_wino4.c): forward and dx; on the CIFAR
+ * ResNets' 3x3 stride-1 shapes (16/32/64 channels at 32/16/8 pixels), odd
+ * channel counts and odd or tiny images (F(2x2): 7 and 8 pixels wide, two
+ * rows of 4 tiles per vector; F(4x4): 16, 8 and 4 pixels wide, 2, 4 and 8
+ * tile rows per vector, across images and bands; widths not a multiple of
+ * 4), one image and several
  * (blocks of several images, bands of one image, a last block with fewer
  * images); forward and dx bitwise equal on 1 and 2 threads (no sums across
  * blocks), dw and db bitwise equal for the same thread count; workspaces
@@ -13,6 +16,7 @@
  * AVX2. */
 #include "testutil.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
@@ -22,6 +26,11 @@
 #include "kernels/cpu/simd.h"
 #include "kernel_testutil.h"
 #include "ref_ops.h"
+
+/* F(4x4)'s normalised error measured 2-6e-6 at 16-64 channels, 1e-5 at
+ * 128 (conv2d_wino4.c says why it is 10-30x F(2x2)'s): twice the worst
+ * for the cases below (at most 128 channels). */
+#define WINO4_TOL 2e-5
 
 typedef struct wcase {
     int n, c, h, w, oc;
@@ -41,15 +50,45 @@ static const wcase cases[] = {
     {3, 9, 7, 7, 10},     /* 4-tile rows (two per vector), odd height */
     {2, 6, 10, 8, 7},     /* 4-tile rows, an odd count of them */
     {1, 8, 70, 7, 8},     /* 4-tile rows in bands, the last band of 3 */
+    {1, 16, 44, 44, 16},  /* F(4x4): bands of 7 rows of 11 tiles, the last of 4 */
+    {1, 40, 72, 8, 36},   /* F(4x4): bands of 2-tile rows, the last of 2 */
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
 typedef struct result {
     float *y, *y0, *dx, *dw, *db;
+    float *y4, *y40, *dx4;   /* F(4x4) */
 } result;
 
-/* Forward with and without bias, and dx, on `threads` threads; workspace
- * and outputs full of garbage first. */
+typedef void (*fwd_fn)(pool *, const cdl_conv2d_desc *, const float *, const float *,
+                       const float *, float *, float *);
+typedef void (*dx_fn)(pool *, const cdl_conv2d_desc *, const float *, const float *, float *,
+                      float *);
+
+/* Forward with bias into y, without into y0, and dx, by f and g with a
+ * workspace of nws floats (returned, for more calls) and outputs full of
+ * garbage first. */
+static float *fwd_dx(pool *pl, const cdl_conv2d_desc *d, size_t nws, fwd_fn f, dx_fn g,
+                     const pair *x, const pair *w, const pair *b, const pair *dy, float *y,
+                     float *y0, float *dx)
+{
+    size_t nx = (size_t)d->n * d->c * d->h * d->w, ny = (size_t)d->n * d->oc * d->oh * d->ow;
+    float *ws = cdl_malloc(nws * sizeof *ws);
+    assert_non_null(ws);
+    memset(y, 0xff, ny * 4);    /* NaN */
+    memset(y0, 0xff, ny * 4);
+    memset(dx, 0xff, nx * 4);
+    memset(ws, 0x7f, nws * sizeof *ws);
+    f(pl, d, x->f, w->f, b->f, y, ws);
+    memset(ws, 0xff, nws * sizeof *ws);
+    f(pl, d, x->f, w->f, NULL, y0, ws);
+    memset(ws, 0x7f, nws * sizeof *ws);
+    g(pl, d, w->f, dy->f, dx, ws);
+    return ws;
+}
+
+/* F(2x2) forward with and without bias, dx, dw and db, and F(4x4) forward
+ * and dx, on `threads` threads. */
 static result run_wino(const cdl_conv2d_desc *d, int threads, const pair *x, const pair *w,
                        const pair *b, const pair *dy)
 {
@@ -59,22 +98,16 @@ static result run_wino(const cdl_conv2d_desc *d, int threads, const pair *x, con
     size_t nws = conv_wino_workspace(d, threads);
     size_t nw = (size_t)d->oc * d->c * 9;
     result r = {cdl_malloc(ny * 4), cdl_malloc(ny * 4), cdl_malloc(nx * 4), cdl_malloc(nw * 4),
-                cdl_malloc((size_t)d->oc * 4)};
-    float *ws = cdl_malloc(nws * sizeof *ws);
-    assert_non_null(ws);
-    memset(r.y, 0xff, ny * 4);    /* NaN */
-    memset(r.y0, 0xff, ny * 4);
-    memset(r.dx, 0xff, nx * 4);
-    memset(ws, 0x7f, nws * sizeof *ws);
-    conv_wino_fwd(pl, d, x->f, w->f, b->f, r.y, ws);
-    memset(ws, 0xff, nws * sizeof *ws);
-    conv_wino_fwd(pl, d, x->f, w->f, NULL, r.y0, ws);
-    memset(ws, 0x7f, nws * sizeof *ws);
-    conv_wino_dx(pl, d, w->f, dy->f, r.dx, ws);
+                cdl_malloc((size_t)d->oc * 4), cdl_malloc(ny * 4), cdl_malloc(ny * 4),
+                cdl_malloc(nx * 4)};
+    float *ws = fwd_dx(pl, d, nws, conv_wino_fwd, conv_wino_dx, x, w, b, dy, r.y, r.y0, r.dx);
     memset(r.dw, 0xff, nw * 4);
     memset(r.db, 0xff, (size_t)d->oc * 4);
     memset(ws, 0x7f, nws * sizeof *ws);
     conv_wino_dw(pl, d, x->f, dy->f, r.dw, r.db, ws);
+    cdl_free(ws);
+    ws = fwd_dx(pl, d, conv_wino4_workspace(d, threads), conv_wino4_fwd, conv_wino4_dx, x, w, b, dy,
+                r.y4, r.y40, r.dx4);
     cdl_free(ws);
     pool_destroy(pl);
     return r;
@@ -87,6 +120,9 @@ static void result_free(result *r)
     cdl_free(r->dx);
     cdl_free(r->dw);
     cdl_free(r->db);
+    cdl_free(r->y4);
+    cdl_free(r->y40);
+    cdl_free(r->dx4);
 }
 
 static void test_wino_matches_reference(void **state)
@@ -114,6 +150,11 @@ static void test_wino_matches_reference(void **state)
         check_close("wino y", r1.y, y.d, ny, 1e-5);
         check_close("wino y (no bias)", r1.y0, y0.d, ny, 1e-5);
         check_close("wino dx", r1.dx, dx.d, nx, 1e-5);
+        print_message("   F(4x4): y %.2g, dx %.2g\n", test_norm_err(r1.y4, y.d, ny),
+                      test_norm_err(r1.dx4, dx.d, nx));
+        check_close("wino4 y", r1.y4, y.d, ny, WINO4_TOL);
+        check_close("wino4 y (no bias)", r1.y40, y0.d, ny, WINO4_TOL);
+        check_close("wino4 dx", r1.dx4, dx.d, nx, WINO4_TOL);
         const result *rs[] = {&r1, &r2};
         for (int i = 0; i < 2; i++) {
             check_close("wino dw", rs[i]->dw, dw.d, nw, 1e-5);
@@ -127,6 +168,8 @@ static void test_wino_matches_reference(void **state)
         assert_memory_equal(r1.y, r2.y, ny * sizeof(float));
         assert_memory_equal(r1.y0, r2.y0, ny * sizeof(float));
         assert_memory_equal(r1.dx, r2.dx, nx * sizeof(float));
+        assert_memory_equal(r1.y4, r2.y4, ny * sizeof(float));
+        assert_memory_equal(r1.dx4, r2.dx4, nx * sizeof(float));
         result_free(&r1);
         result_free(&r2);
         result_free(&r2b);
@@ -148,14 +191,24 @@ static void test_wino_dispatch(void **state)
     assert_false(conv_wino_supported(&k1));
     assert_false(conv_wino_supported(&p0));
     assert_int_equal(conv_use_wino(&s2), 0);
-    /* resnet20's stage 2 on CPUs without AVX-512; its stage 1 (16
-     * channels) and the stem stay direct (measured faster there). */
+    /* resnet20's stages on CPUs without AVX-512: F(4x4) forward and dx,
+     * F(2x2) weight gradient from 32 channels; stage 1's weight gradient
+     * (16 channels) and the stem stay direct, as do maps under 8 pixels
+     * with F(2x2) (measured faster there). */
     cdl_conv2d_desc st2 = ref_conv_desc(2, 32, 16, 16, 32, 3, 3, 1, 1);
     cdl_conv2d_desc st1 = ref_conv_desc(2, 16, 32, 32, 16, 3, 3, 1, 1);
     cdl_conv2d_desc stem = ref_conv_desc(2, 3, 32, 32, 16, 3, 3, 1, 1);
-    if (!cpu_has_avx512())
-        assert_int_equal(conv_use_wino(&st2), CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW);
-    assert_int_equal(conv_use_wino(&st1), 0);
+    cdl_conv2d_desc r18 = ref_conv_desc(2, 512, 4, 4, 512, 3, 3, 1, 1);
+    const int all = CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW;
+    /* F(4x4) only when CDL_CPU_WINOGRAD4 asks for it (read once: this
+     * test leaves the environment alone and checks either answer). */
+    const char *e4 = getenv("CDL_CPU_WINOGRAD4");
+    const int f4 = e4 && *e4 && *e4 != '0' ? CONV_WINO_F4 : 0;
+    if (!cpu_has_avx512()) {
+        assert_int_equal(conv_use_wino(&st2), all | f4);
+        assert_int_equal(conv_use_wino(&st1), f4 ? CONV_WINO_FWD | CONV_WINO_DX | f4 : 0);
+        assert_int_equal(conv_use_wino(&r18), all);
+    }
     assert_int_equal(conv_use_wino(&stem), 0);
     cpu_disable_avx512(1);
     assert_false(conv_wino_supported(&st2));

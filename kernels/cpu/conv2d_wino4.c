@@ -1,0 +1,503 @@
+/* Winograd F(4x4,3x3) convolution with AVX2+FMA (see conv2d.h) for 3x3,
+ * stride 1, pad 1, undilated, ungrouped convolutions: the forward pass and
+ * dx (the forward on dy with the kernel flipped and its channel axes
+ * swapped). x is (n,c,h,w), w (oc,c,3,3), y (n,oc,h,w).
+ *
+ * Every 4x4 block of outputs (a tile) reads a 6x6 block of the padded
+ * input (tiles overlap by 2). Per tile and input channel V = B^T d B, per
+ * filter U = G g G^T (once per call, in double, rounded once), then for
+ * each of the 36 positions xi = 6*row+column of the transformed tile
+ * M[xi] = U[xi] V[xi], a product (O x C) x (C x tiles) by conv2d_wino.c's
+ * kernel, and y = A^T M A + bias per tile and output channel (points 0,
+ * 1, -1, 2, -2 and infinity):
+ *   B^T = [4  0 -5  0 1 0;  0 -4 -4  1 1 0;  0 4 -4 -1 1 0;
+ *          0 -2 -1  2 1 0;  0  2 -1 -2 1 0;  0 4  0 -5 0 1]
+ *   G   = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6;
+ *          1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1]
+ *   A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
+ * 36 multiply-adds per input channel and tile of 16 outputs (2.25 per
+ * output) instead of F(2x2)'s 16 per 4 (4) and the direct kernels' 9: 4x
+ * less arithmetic than direct, 1.78x less than F(2x2), and 2.25 instead of
+ * 4 transformed values per output and channel to write and read.
+ *
+ * Tiles are processed in blocks (bands of tile rows of one image, or
+ * several whole small images) as in conv2d_wino.c, numbered image-major,
+ * then tile row, then tile column, with V [36][C][ts] and M [36][O rounded
+ * to 4][ts]. The transforms work on 8 tiles per vector: 8 tiles of one
+ * tile row when the maps have 8 or more tile columns (32x32: lanes past a
+ * row are rewritten by the next row and never stored to y), else 8/tw
+ * whole tile rows of tw = 4, 2 or 1 tiles (16x16, 8x8, 4x4 maps), which
+ * may belong to different images of the block. The input comes through
+ * split rows: padded column q of an input row goes to phase q%4 at q/4, so
+ * the 6 columns of tile tx are phases 0-3 at tx and phases 0-1 at tx+1,
+ * each a plain load over consecutive tiles. The input of a block is split
+ * one channel at a time (all its images), so that buffer stays small.
+ *
+ * Blocks are independent (no sums across blocks), so results do not depend
+ * on the thread count at all.
+ *
+ * Numerics: B^T and A^T have entries up to 5 and 8 and G down to 1/24, so
+ * the rounding errors of the transformed values are larger than F(2x2)'s:
+ * against the double-precision reference the normalised error (max |err| /
+ * max |y|, inputs and weights uniform in [-1, 1]) measured 2-6e-6 at 16-64
+ * channels and 1e-5 at 128 (F(2x2): 1-4e-7). Most of it is the float sum
+ * of the products over the channels, whose terms are far larger than y
+ * (a float simulation with that sum exact: 1.6e-6 at 64 channels). The
+ * kernel tests allow 2e-5 (up to 128 channels). That is too much for
+ * resnet20's gradients against float64 PyTorch within 1e-5: its fixture
+ * test measured 1.1-1.5e-5 with F(4x4) in any one of its stages, so the
+ * ops take F(4x4) only when CDL_CPU_WINOGRAD4 asks for it (conv2d.c). In
+ * that simulation points +-1/2 instead of +-2 did no better, mixed points
+ * 2 and -1/2 about 1.6x better.
+ *
+ * Workspace: U [36][ocb][C][4] shared, then per thread V [36][C][ts], M
+ * [36][ocb*4][ts] and the split rows of one channel of a block.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/conv2d_wino.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/simd.h"
+
+#define NPOS 36
+
+/* One correlation y (n, O, H, W) = corr(pad1(x (n, C, H, W)), g) + bias. */
+typedef struct w4plan {
+    wgrid g;
+    int C, O, H, W;
+    int ocb;               /* output channel blocks of WOB */
+    int np;                /* tile rows per 8-tile vector: 8/tw for tw 1, 2, 4; else 1 */
+    int ts;                /* tile stride of V and M rows */
+    size_t vxs, mxs;       /* position stride of V and M: an odd number of cache lines */
+    int hq, rowlen;        /* floats per phase of a split row, per row (4 phases) */
+    int prow;              /* split rows per image of a block: 4*rows+2 */
+    size_t u_floats, v_floats, m_floats, p_floats;
+    size_t shared, per_thread;
+} w4plan;
+
+/* Tiles per block: V and M of a block in about 384 KB, at least one
+ * register block wide. */
+static int block_tiles(int C, int O)
+{
+    int t = 2560 / (C + O);
+    return t < WTG ? WTG : t > 128 ? 128 : t;
+}
+
+static void w4plan_make(int n, int C, int O, int H, int W, w4plan *p)
+{
+    p->C = C;
+    p->O = O;
+    p->H = H;
+    p->W = W;
+    p->ocb = (O + WOB - 1) / WOB;
+    conv_wino_grid(n, (H + 3) / 4, (W + 3) / 4, block_tiles(C, O), &p->g);
+    p->np = p->g.tw == 1 || p->g.tw == 2 || p->g.tw == 4 ? 8 / p->g.tw : 1;
+    /* The products read up to the block's tiles rounded up to WTG, the
+     * transforms write and read up to 7 past them. */
+    p->ts = (p->g.nbmax + WTG - 1) / WTG * WTG + 8;
+    /* Row mode loads 8 tiles from phase index tx0 (+1), tx0 < tw a
+     * multiple of 8; tile rows of tw <= 4 load tw from index 0 or 1. */
+    p->hq = p->np == 1 ? (p->g.tw + 7) / 8 * 8 + 8 : (p->g.tw + 2) / 2 * 2;
+    p->rowlen = 4 * p->hq;
+    p->prow = 4 * p->g.rows + 2;
+    p->u_floats = cpu_align16((size_t)NPOS * p->ocb * C * WOB);
+    p->vxs = conv_wino_odd_lines((size_t)C * p->ts);
+    p->mxs = conv_wino_odd_lines((size_t)p->ocb * WOB * p->ts);
+    p->v_floats = NPOS * p->vxs;
+    p->m_floats = NPOS * p->mxs;
+    p->p_floats = cpu_align16((size_t)p->g.gimg * p->prow * p->rowlen + 8);
+    p->shared = p->u_floats;
+    p->per_thread = p->v_floats + p->m_floats + p->p_floats;
+}
+
+size_t conv_wino4_workspace(const cdl_conv2d_desc *d, int threads)
+{
+    w4plan f, b;
+    w4plan_make(d->n, d->c, d->oc, d->h, d->w, &f);
+    w4plan_make(d->n, d->oc, d->c, d->h, d->w, &b);
+    size_t a = f.shared + f.per_thread * (size_t)threads;
+    size_t c = b.shared + b.per_thread * (size_t)threads;
+    return a > c ? a : c;
+}
+
+typedef struct w4ctx {
+    w4plan p;
+    const float *x, *g, *bias;
+    float *y, *ws;
+    int flip;              /* dx: g is (C, O, 3, 3) and is flipped */
+} w4ctx;
+
+/* t = G f of 3 values (G's rows share sums: 10 operations, not 18). */
+static void g3(const double f[3], double t[6])
+{
+    double e = f[0] + f[2], h = f[0] / 24 + f[2] / 6, k = f[1] / 12;
+    t[0] = f[0] / 4;
+    t[1] = -(e + f[1]) / 6;
+    t[2] = -(e - f[1]) / 6;
+    t[3] = h + k;
+    t[4] = h - k;
+    t[5] = f[2];
+}
+
+/* U[xi][ob][c][j] = (G g G^T)[xi] for output channel o = ob*WOB+j and
+ * input channel c (zero for o >= O), over o in [b, e) of ocb*WOB. */
+static void pack_u(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const w4ctx *c = vctx;
+    const w4plan *p = &c->p;
+    float *U = c->ws;
+    for (size_t o = b; o < e; o++)
+        for (int ci = 0; ci < p->C; ci++) {
+            double g[3][3] = {{0}}, t[3][6], col[3], u[6];
+            if (o < (size_t)p->O)
+                conv_wino_filter(c->g, c->flip, p->C, p->O, o, ci, g);
+            for (int k = 0; k < 3; k++) {
+                col[0] = g[0][k], col[1] = g[1][k], col[2] = g[2][k];
+                g3(col, t[k]);
+            }
+            for (int i = 0; i < 6; i++) {
+                col[0] = t[0][i], col[1] = t[1][i], col[2] = t[2][i];
+                g3(col, u);
+                for (int j = 0; j < 6; j++)
+                    U[(((size_t)(6 * i + j) * p->ocb + o / WOB) * p->C + ci) * WOB + o % WOB] = (float)u[j];
+            }
+        }
+}
+
+#if CPU_X86
+
+/* One padded input row split by column phase: padded column q = x+1 of
+ * input column x goes to phase q%4 at index q/4 (phases hq floats apart),
+ * so phase 0 index 0 is the left padding; every other slot is zero. src
+ * NULL: a padding row. */
+static CPU_AVX2 void split_row4(const float *src, int W, int hq, float *dst)
+{
+    for (int k = 0; k + 8 <= 4 * hq; k += 8)
+        _mm256_storeu_ps(dst + k, _mm256_setzero_ps());
+    for (int k = 4 * hq / 8 * 8; k < 4 * hq; k++)
+        dst[k] = 0.0f;
+    if (!src)
+        return;
+    float *p0 = dst, *p1 = dst + hq, *p2 = dst + 2 * hq, *p3 = dst + 3 * hq;
+    int x = 0;
+    for (; x + 8 <= W; x += 8) {
+        /* x = 4m + r goes to phase r+1 at m, r = 3 to phase 0 at m+1. */
+        __m128 a = _mm_loadu_ps(src + x), b = _mm_loadu_ps(src + x + 4);
+        __m128 lo = _mm_unpacklo_ps(a, b), hi = _mm_unpackhi_ps(a, b);
+        int m = x / 4;
+        _mm_storel_pi((__m64 *)(p1 + m), lo);
+        _mm_storeh_pi((__m64 *)(p2 + m), lo);
+        _mm_storel_pi((__m64 *)(p3 + m), hi);
+        _mm_storeh_pi((__m64 *)(p0 + m + 1), hi);
+    }
+    for (; x < W; x++)
+        dst[(x + 1) % 4 * hq + (x + 1) / 4] = src[x];
+}
+
+/* 8 lanes from np pieces of 8/np floats, piece k at b[k] + off. */
+static inline __attribute__((always_inline)) CPU_AVX2 __m256
+load_lanes(const int np, const float *const *b, size_t off)
+{
+    if (np == 1)
+        return _mm256_loadu_ps(b[0] + off);
+    if (np == 2)
+        return _mm256_loadu2_m128(b[1] + off, b[0] + off);
+    if (np == 4) {
+        __m128 lo = _mm_loadh_pi(_mm_loadl_pi(_mm_setzero_ps(), (const __m64 *)(b[0] + off)),
+                                 (const __m64 *)(b[1] + off));
+        __m128 hi = _mm_loadh_pi(_mm_loadl_pi(_mm_setzero_ps(), (const __m64 *)(b[2] + off)),
+                                 (const __m64 *)(b[3] + off));
+        return _mm256_set_m128(hi, lo);
+    }
+    return _mm256_setr_ps(b[0][off], b[1][off], b[2][off], b[3][off], b[4][off], b[5][off],
+                          b[6][off], b[7][off]);
+}
+
+/* y = B^T x of 6 vectors. */
+static inline __attribute__((always_inline)) CPU_AVX2 void bt6(const __m256 x[6], __m256 y[6])
+{
+    const __m256 four = _mm256_set1_ps(4.0f), five = _mm256_set1_ps(5.0f);
+    __m256 a = _mm256_sub_ps(x[4], x[2]);
+    __m256 b = _mm256_fnmadd_ps(four, x[2], x[4]);
+    __m256 c = _mm256_fnmadd_ps(four, x[1], x[3]);
+    __m256 d = _mm256_sub_ps(x[3], x[1]);
+    d = _mm256_add_ps(d, d);
+    y[0] = _mm256_fmadd_ps(four, x[0], _mm256_fnmadd_ps(five, x[2], x[4]));
+    y[1] = _mm256_add_ps(b, c);
+    y[2] = _mm256_sub_ps(b, c);
+    y[3] = _mm256_add_ps(a, d);
+    y[4] = _mm256_sub_ps(a, d);
+    y[5] = _mm256_fmadd_ps(four, x[1], _mm256_fnmadd_ps(five, x[3], x[5]));
+}
+
+/* V[xi][ci][j..j+8) of 8 tiles of one channel: B^T d B from the split rows
+ * of np pieces (tile rows) at b[k], rowlen floats apart, phases hq. */
+static inline __attribute__((always_inline)) CPU_AVX2 void
+input_tiles(const int np, const float *const *b, int rowlen, int hq, float *v, size_t xstride)
+{
+    __m256 t[6][6];
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        size_t o = (size_t)r * rowlen;
+        __m256 x[6] = {load_lanes(np, b, o),
+                       load_lanes(np, b, o + (size_t)hq),
+                       load_lanes(np, b, o + 2 * (size_t)hq),
+                       load_lanes(np, b, o + 3 * (size_t)hq),
+                       load_lanes(np, b, o + 1),
+                       load_lanes(np, b, o + (size_t)hq + 1)};
+        bt6(x, t[r]);
+    }
+#pragma GCC unroll 6
+    for (int col = 0; col < 6; col++) {
+        __m256 x[6], y[6];
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++)
+            x[r] = t[r][col];
+        bt6(x, y);
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++)
+            _mm256_storeu_ps(v + (size_t)(6 * r + col) * xstride, y[r]);
+    }
+}
+
+static CPU_AVX2 void input_tiles_1(const float *const *b, int rowlen, int hq, float *v, size_t xs)
+{
+    input_tiles(1, b, rowlen, hq, v, xs);
+}
+
+static CPU_AVX2 void input_tiles_2(const float *const *b, int rowlen, int hq, float *v, size_t xs)
+{
+    input_tiles(2, b, rowlen, hq, v, xs);
+}
+
+static CPU_AVX2 void input_tiles_4(const float *const *b, int rowlen, int hq, float *v, size_t xs)
+{
+    input_tiles(4, b, rowlen, hq, v, xs);
+}
+
+static CPU_AVX2 void input_tiles_8(const float *const *b, int rowlen, int hq, float *v, size_t xs)
+{
+    input_tiles(8, b, rowlen, hq, v, xs);
+}
+
+/* The split rows of block tile row R (image R/nty of the block, tile row
+ * R%nty of the band): P holds [ni][prow][rowlen] of one channel. */
+static const float *split_at(const w4plan *p, const float *P, int nty, int R)
+{
+    return P + ((size_t)(R / nty) * p->prow + 4 * (size_t)(R % nty)) * p->rowlen;
+}
+
+/* V [36][C][ts] of a block's tiles from the input x (n, C, H, W), through
+ * the split rows P, one channel at a time. */
+static void transform_input(const w4plan *p, const float *xb, int img0, int ni, int ty0, int nty,
+                            float *P, float *V)
+{
+    const size_t plane = (size_t)p->H * p->W, xs = p->vxs;
+    const int NR = ni * nty;
+    for (int ci = 0; ci < p->C; ci++) {
+        for (int i = 0; i < ni; i++) {
+            const float *x = xb + ((size_t)(img0 + i) * p->C + ci) * plane;
+            for (int r = 0; r < 4 * nty + 2; r++) {
+                int a = 4 * ty0 - 1 + r;
+                split_row4(a >= 0 && a < p->H ? x + (size_t)a * p->W : NULL, p->W, p->hq,
+                           P + ((size_t)i * p->prow + r) * p->rowlen);
+            }
+        }
+        float *v = V + (size_t)ci * p->ts;
+        if (p->np == 1) {
+            for (int R = 0; R < NR; R++) {
+                const float *r = split_at(p, P, nty, R);
+                for (int tx0 = 0; tx0 < p->g.tw; tx0 += 8) {
+                    const float *b[1] = {r + tx0};
+                    input_tiles_1(b, p->rowlen, p->hq, v + (size_t)R * p->g.tw + tx0, xs);
+                }
+            }
+            continue;
+        }
+        for (int R0 = 0; R0 < NR; R0 += p->np) {
+            const float *b[8];
+            for (int k = 0; k < p->np; k++)
+                b[k] = split_at(p, P, nty, R0 + k < NR ? R0 + k : NR - 1);
+            float *vr = v + (size_t)R0 * p->g.tw;
+            if (p->np == 2)
+                input_tiles_2(b, p->rowlen, p->hq, vr, xs);
+            else if (p->np == 4)
+                input_tiles_4(b, p->rowlen, p->hq, vr, xs);
+            else
+                input_tiles_8(b, p->rowlen, p->hq, vr, xs);
+        }
+    }
+}
+
+/* z = A^T m of 6 vectors (4 results). */
+static inline __attribute__((always_inline)) CPU_AVX2 void at6(const __m256 m[6], __m256 z[4])
+{
+    __m256 p = _mm256_add_ps(m[1], m[2]), q = _mm256_sub_ps(m[1], m[2]);
+    __m256 r = _mm256_add_ps(m[3], m[4]), s = _mm256_sub_ps(m[3], m[4]);
+    z[0] = _mm256_add_ps(_mm256_add_ps(m[0], p), r);
+    z[1] = _mm256_fmadd_ps(_mm256_set1_ps(2.0f), s, q);
+    z[2] = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), r, p);
+    z[3] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), s, q), m[5]);
+}
+
+/* A^T M A + bias of 8 tiles of one output channel from M[xi][o][j..j+8).
+ * Output row a of the tiles of piece k goes to y + off[k][a] (off < 0:
+ * outside the image) from column col[k] on (tiles of piece k: 8/np lanes),
+ * at most W columns in all. */
+static inline __attribute__((always_inline)) CPU_AVX2 void
+output_tiles(const int np, const float *m, size_t xstride, float bias, float *y,
+             const ptrdiff_t (*off)[4], const int *col, int W)
+{
+    __m256 t[4][6];
+#pragma GCC unroll 6
+    for (int c = 0; c < 6; c++) {
+        __m256 v[6], z[4];
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++)
+            v[r] = _mm256_loadu_ps(m + (size_t)(6 * r + c) * xstride);
+        at6(v, z);
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++)
+            t[a][c] = z[a];
+    }
+    __m256 bv = _mm256_set1_ps(bias);
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++) {
+        __m256 z[4];
+        at6(t[a], z);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            z[k] = _mm256_add_ps(z[k], bv);
+        /* Lane t's 4 columns next to each other: pairs of tiles (0,1),
+         * (2,3), (4,5), (6,7). */
+        __m256 l01 = _mm256_unpacklo_ps(z[0], z[1]), h01 = _mm256_unpackhi_ps(z[0], z[1]);
+        __m256 l23 = _mm256_unpacklo_ps(z[2], z[3]), h23 = _mm256_unpackhi_ps(z[2], z[3]);
+        __m256 t04 = _mm256_shuffle_ps(l01, l23, 0x44), t15 = _mm256_shuffle_ps(l01, l23, 0xEE);
+        __m256 t26 = _mm256_shuffle_ps(h01, h23, 0x44), t37 = _mm256_shuffle_ps(h01, h23, 0xEE);
+        __m256 pr[4] = {_mm256_permute2f128_ps(t04, t15, 0x20), _mm256_permute2f128_ps(t26, t37, 0x20),
+                        _mm256_permute2f128_ps(t04, t15, 0x31), _mm256_permute2f128_ps(t26, t37, 0x31)};
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            if (np == 8) {   /* one tile per piece: 4 floats each */
+                float l[8];
+                _mm256_storeu_ps(l, pr[q]);
+                for (int h = 0; h < 2; h++) {
+                    ptrdiff_t d = off[2 * q + h][a];
+                    int n = W - col[2 * q + h];
+                    if (d >= 0 && n > 0)
+                        memcpy(y + d + col[2 * q + h], l + 4 * h, (size_t)(n < 4 ? n : 4) * sizeof *l);
+                }
+                continue;
+            }
+            /* Tiles 2q and 2q+1 belong to piece 2q*np/8, columns from
+             * 4 * (2q mod 8/np). */
+            int k = 2 * q * np / 8, c0 = col[k] + 4 * (2 * q % (8 / np));
+            ptrdiff_t d = off[k][a];
+            if (d < 0 || c0 >= W)
+                continue;
+            if (c0 + 8 <= W)
+                _mm256_storeu_ps(y + d + c0, pr[q]);
+            else
+                conv_wino_store_n(y + d + c0, pr[q], W - c0);
+        }
+    }
+}
+
+/* The output transform of the 8-tile group at tile j of M for output
+ * channels [0, O), each plane floats apart in y. */
+static CPU_AVX2 void output_group(const w4plan *p, const float *M, size_t j, const float *bias,
+                                  float *y, size_t plane, const ptrdiff_t (*off)[4], const int *col)
+{
+    const float *m = M + j;
+    for (int o = 0; o < p->O; o++, m += p->ts, y += plane) {
+        float b = bias ? bias[o] : 0.0f;
+        switch (p->np) {
+        case 1: output_tiles(1, m, p->mxs, b, y, off, col, p->W); break;
+        case 2: output_tiles(2, m, p->mxs, b, y, off, col, p->W); break;
+        case 4: output_tiles(4, m, p->mxs, b, y, off, col, p->W); break;
+        default: output_tiles(8, m, p->mxs, b, y, off, col, p->W); break;
+        }
+    }
+}
+
+static void w4_block(const w4ctx *c, int blk, int tid)
+{
+    const w4plan *p = &c->p;
+    float *V = c->ws + p->shared + (size_t)tid * p->per_thread;
+    float *M = V + p->v_floats, *P = M + p->m_floats;
+    int img0, ni, ty0, nty;
+    conv_wino_block(&p->g, blk, &img0, &ni, &ty0, &nty);
+    const size_t plane = (size_t)p->H * p->W;
+    transform_input(p, c->x, img0, ni, ty0, nty, P, V);
+    const int NR = ni * nty;
+    int nb = NR * p->g.tw, ngroups = (nb + WTG - 1) / WTG, ntg = ngroups * WTG;
+    /* The products read V up to ntg, the output transform M up to nb+8:
+     * zeros there, not a previous block's values or never-written memory. */
+    for (int xi = 0; xi < NPOS && ntg > nb; xi++)
+        for (int ci = 0; ci < p->C; ci++)
+            conv_wino_zero_span(V + xi * p->vxs + (size_t)ci * p->ts + nb, ntg - nb);
+    for (int xi = 0; xi < NPOS; xi++)
+        for (int ob = 0; ob < p->ocb; ob++)
+            conv_wino_gemm(c->ws + ((size_t)xi * p->ocb + ob) * p->C * WOB, V + xi * p->vxs,
+                           M + xi * p->mxs + (size_t)ob * WOB * p->ts, p->C, ngroups, p->ts);
+    for (int xi = 0; xi < NPOS && nb + 8 > ntg; xi++)
+        for (int o = 0; o < p->ocb * WOB; o++)
+            conv_wino_zero_span(M + xi * p->mxs + (size_t)o * p->ts + ntg, nb + 8 - ntg);
+    float *y = c->y + (size_t)img0 * p->O * plane;
+    for (int R0 = 0; R0 < NR; R0 += p->np)
+        for (int tx0 = 0; tx0 < p->g.tw; tx0 += 8) {
+            /* Offsets in y of channel 0 of the output rows of each piece. */
+            ptrdiff_t off[8][4];
+            int col[8];
+            for (int k = 0; k < p->np; k++) {
+                int R = R0 + k, ty = ty0 + R % nty;
+                col[k] = p->np == 1 ? 4 * tx0 : 0;
+                for (int a = 0; a < 4; a++)
+                    off[k][a] = R < NR && 4 * ty + a < p->H
+                                    ? (ptrdiff_t)((size_t)(R / nty) * p->O * plane + (size_t)(4 * ty + a) * p->W)
+                                    : -1;
+            }
+            output_group(p, M, (size_t)R0 * p->g.tw + tx0, c->bias, y, plane,
+                         (const ptrdiff_t(*)[4])off, col);
+        }
+}
+
+#else /* no x86: conv_wino_supported() is 0 and this is never called */
+
+static void w4_block(const w4ctx *c, int blk, int tid)
+{
+    (void)c, (void)blk, (void)tid;
+}
+#endif
+
+static void w4_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk;
+    const w4ctx *c = vctx;
+    for (size_t blk = b; blk < e; blk++)
+        w4_block(c, (int)blk, tid);
+}
+
+static void w4_run(pool *pl, int n, int C, int O, int H, int W, const float *x, const float *g,
+                   int flip, const float *bias, float *y, float *ws)
+{
+    w4ctx c = {.x = x, .g = g, .bias = bias, .y = y, .ws = ws, .flip = flip};
+    w4plan_make(n, C, O, H, W, &c.p);
+    pool_for(pl, (size_t)c.p.ocb * WOB, 4, pack_u, &c);
+    pool_for(pl, (size_t)c.p.g.nblocks, 1, w4_blocks, &c);
+}
+
+void conv_wino4_fwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *w,
+                    const float *b, float *y, float *ws)
+{
+    w4_run(pl, d->n, d->c, d->oc, d->h, d->w, x, w, 0, b, y, ws);
+}
+
+void conv_wino4_dx(pool *pl, const cdl_conv2d_desc *d, const float *w, const float *dy, float *dx,
+                   float *ws)
+{
+    w4_run(pl, d->n, d->oc, d->c, d->h, d->w, dy, w, 1, NULL, dx, ws);
+}

@@ -37,6 +37,7 @@ struct cdl_dist {
     boot *boot;
     store *extra_store;          /* hier over the store when the bootstrap is PMIx */
     coll *coll;
+    int broken;                  /* a collective failed or was aborted: no peer is waited for */
     void *stage;                 /* STAGE_BYTES of host memory (pinned on a GPU), NULL if not needed */
     char name[32];
 };
@@ -440,6 +441,11 @@ void cdl_dist_destroy(cdl_dist *d)
         return;
     if (d->coll)
         d->coll->ops->destroy(d->coll);
+    if (d->broken) {   /* a rank that hangs would hold rank 0's exit for CDL_TIMEOUT */
+        store_linger_off(d->extra_store);
+        if (d->boot)
+            store_linger_off(boot_store(d->boot));
+    }
     store_close(d->extra_store);
     boot_close(d->boot);
     if (d->stage)
@@ -472,6 +478,7 @@ static int staged(const cdl_dist *d)
 /* After a failed collective: tell the peers that wait for this rank. */
 static int failed(cdl_dist *d)
 {
+    d->broken = 1;
     if (d->coll->ops->abort)
         d->coll->ops->abort(d->coll, cdl_last_error());
     return -1;
@@ -614,6 +621,8 @@ int dist_enqueue_poll(cdl_dist *d)
 
 void dist_abort(cdl_dist *d, const char *why)
 {
+    if (d)
+        d->broken = 1;
     if (d && d->coll && d->coll->ops->abort)
         d->coll->ops->abort(d->coll, why);
 }

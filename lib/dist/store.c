@@ -230,6 +230,12 @@ void store_close(store *s)
     cdl_free(s);
 }
 
+void store_linger_off(store *s)
+{
+    if (s)
+        s->timeout = 0;
+}
+
 static uint64_t ms_of(double s)
 {
     return (uint64_t)(s * 1000 + 0.5);

@@ -27,6 +27,10 @@ store *store_open(const cdl_rank_info *info, const char *token, double timeout_s
 /* Says goodbye; rank 0 then waits (bounded) for the connected ranks to say
  * goodbye too before the server stops. */
 void store_close(store *s);
+/* After a failed collective: rank 0's store_close then stops serving at
+ * once instead of waiting up to the timeout for the other ranks to
+ * disconnect (one that hangs never would; the others fail without it). */
+void store_linger_off(store *s);
 
 /* Sets key (replacing any value). readers > 0: the value is dropped after
  * that many gets (values exchanged once per collective). */

@@ -40,6 +40,7 @@
 #include <nccl.h>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -263,8 +264,11 @@ bool stall_here()
 
 [[noreturn]] void stall()
 {
+    /* cdlrun's SIGTERM ends it, as its SIGKILL would a few seconds later
+     * (cdl-train's own handler would only set its stop flag). */
+    signal(SIGTERM, SIG_DFL);
     for (;;)
-        pause();   /* until a signal ends the process (cdlrun's SIGTERM, SIGKILL) */
+        pause();
 }
 
 template <class T> void reduce_into(comm_state &c, T *out, size_t n, ncclRedOp_t op)

@@ -49,8 +49,8 @@ static size_t attn_round16(int v)
     return ((size_t)v + 15) / 16 * 16;
 }
 
-/* 2 blocks of scores, then the AVX2 path's panel: one GEMM operand packed
- * 16 columns wide (at most max(T, hd) rows of round16(min) columns). */
+/* 2 blocks of scores, then the AVX2 path's panel: k^T or v^T of a block
+ * (hd rows of round16(keys) <= round16(T) columns). */
 static size_t attn_thread_floats(int T, int hd)
 {
     int b = T < ATTN_BLOCK ? T : ATTN_BLOCK;
@@ -236,7 +236,15 @@ static CPU_AVX2 double attn_exp_avx2(float *s, int n, float a, float b)
         _mm256_storeu_ps(s + j, e);
         acc = cpu_acc8(acc, e);
     }
-    return cpu_hsum4d(acc) + attn_exp_ref(s + j, n - j, a, b);
+    if (j < n) {   /* the last 1..7 through a lane mask (0 in the other lanes) */
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j),
+                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256 x = _mm256_maskload_ps(s + j, m);
+        __m256 e = _mm256_and_ps(cpu_exp8(_mm256_fmsub_ps(va, x, vb)), _mm256_castsi256_ps(m));
+        _mm256_maskstore_ps(s + j, m, e);
+        acc = cpu_acc8(acc, e);
+    }
+    return cpu_hsum4d(acc);
 }
 #endif
 
@@ -273,8 +281,7 @@ static void attn_block_softmax(float *S, int t0, int rows, int keys, float scale
                 s[j] *= inv;
             lse_o[t0 + r] = m + (float)log(sum);
         }
-        for (int j = valid; j < keys; j++)
-            s[j] = 0.0f;
+        memset(s + valid, 0, (size_t)(keys - valid) * sizeof *s);
     }
 }
 
@@ -339,103 +346,134 @@ static void attn_bwd_items(void *vctx, size_t i0, size_t i1, int chunk, int tid)
 /* The per-head products are small (T x T x hd, hd = 36 in the bench GPT),
  * where a BLAS call's packing and dispatch cost as much as the arithmetic
  * and the causal half of every product is computed only to be masked. The
- * AVX2 path packs one operand into a zero-padded panel 16 columns wide and
- * runs a 4 x 16 register tile over it, skipping the tiles and the terms the
- * mask zeroes. Same blocks, same softmax, same ownership of the outputs as
- * the SGEMM path, so its results do not depend on the thread count either. */
+ * AVX2 path runs a register tile of 4 rows x up to 24 columns (12
+ * accumulators) straight over its right operand where that is stored row
+ * by row (v, k, q, dy: no copy), the last 8-column vector of a tile read
+ * and written through a lane mask, so hd = 36 costs 40 columns, not 48;
+ * only k^T and v^T (the score products) are packed. It skips the tiles and
+ * the terms the mask zeroes. Same blocks, same softmax, same ownership of
+ * the outputs as the SGEMM path, so its results do not depend on the
+ * thread count either. */
 #if CPU_X86
 /* How the mask limits a product C (M x N) = A (M x K) B (K x N) whose rows
  * are tiled by 4 (row tile r .. r+3, off = the block's first query row):
  *   ATTN_ALL    every term;
  *   ATTN_UPPER  C is a score block (rows = queries off+r.., columns = keys):
- *               column tiles past the tile's last query are written 0;
+ *               column tiles past the tile's last query are not computed
+ *               (nor written: every reader zeroes a row past its query);
  *   ATTN_KEYS   K runs over keys: only k <= off + r + 3 (P, dS are 0 past it);
  *   ATTN_QUERY  rows are keys s, K runs over the block's queries: only
  *               off + k >= r (P, dS are 0 before). */
 enum { ATTN_ALL, ATTN_UPPER, ATTN_KEYS, ATTN_QUERY };
 
-/* panel (K x round16(N)) = B (K x N, row stride ldb), or B^T when trans
- * (B then N x K); the columns past N are 0. */
-static void attn_pack(float *panel, const float *B, size_t ldb, int K, int N, int trans)
-{
-    size_t w = attn_round16(N);
-    for (int k = 0; k < K; k++) {
-        float *d = panel + (size_t)k * w;
-        if (trans)
-            for (int j = 0; j < N; j++)
-                d[j] = B[(size_t)j * ldb + k];
-        else
-            memcpy(d, B + (size_t)k * ldb, (size_t)N * sizeof *d);
-        for (size_t j = (size_t)N; j < w; j++)
-            d[j] = 0.0f;
-    }
-}
-
-/* Row r of a tile: 16 sums into C (n <= 16 columns), added to C when acc. */
 #define ATTN_INLINE CPU_AVX2 inline __attribute__((always_inline))
 
-static ATTN_INLINE void attn_store16(float *C, __m256 lo, __m256 hi, int n, int acc)
+/* The 8 x 8 block at B (row stride ldb) transposed into P (row stride ldp). */
+static ATTN_INLINE void attn_t8(float *P, size_t ldp, const float *B, size_t ldb)
 {
-    if (n == 16) {
-        if (acc) {
-            lo = _mm256_add_ps(_mm256_loadu_ps(C), lo);
-            hi = _mm256_add_ps(_mm256_loadu_ps(C + 8), hi);
-        }
-        _mm256_storeu_ps(C, lo);
-        _mm256_storeu_ps(C + 8, hi);
-        return;
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm256_loadu_ps(B + (size_t)i * ldb);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
     }
-    float t[16];
-    _mm256_storeu_ps(t, lo);
-    _mm256_storeu_ps(t + 8, hi);
-    for (int j = 0; j < n; j++)
-        C[j] = acc ? C[j] + t[j] : t[j];
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(P + (size_t)i * ldp, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(P + (size_t)(i + 4) * ldp, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
 }
 
-/* C (rows x n, n <= 16) (+)= sum over k in [k0, k1) of A(r, k) panel(k, 0..15),
- * A(r, k) = A[r ars + k acs]; rows is 4 or 1. */
-static ATTN_INLINE void attn_tile(int rows, int k0, int k1, const float *A, size_t ars,
-                                  size_t acs, const float *P, size_t ldp, float *C, size_t ldc,
-                                  int n, int acc)
+/* panel (K x round16(N)) = B^T, B being N x K with row stride ldb: 8 x 8
+ * blocks through registers, the edges one float at a time. */
+static CPU_AVX2 void attn_pack_t(float *panel, const float *B, size_t ldb, int K, int N)
 {
-    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
-           c7 = c0;
-    if (rows == 4) {
-        for (int k = k0; k < k1; k++) {
-            const float *a = A + (size_t)k * acs;
-            __m256 b0 = _mm256_loadu_ps(P + (size_t)k * ldp);
-            __m256 b1 = _mm256_loadu_ps(P + (size_t)k * ldp + 8);
-            __m256 a0 = _mm256_broadcast_ss(a), a1 = _mm256_broadcast_ss(a + ars);
-            c0 = _mm256_fmadd_ps(a0, b0, c0);
-            c1 = _mm256_fmadd_ps(a0, b1, c1);
-            c2 = _mm256_fmadd_ps(a1, b0, c2);
-            c3 = _mm256_fmadd_ps(a1, b1, c3);
-            __m256 a2 = _mm256_broadcast_ss(a + 2 * ars), a3 = _mm256_broadcast_ss(a + 3 * ars);
-            c4 = _mm256_fmadd_ps(a2, b0, c4);
-            c5 = _mm256_fmadd_ps(a2, b1, c5);
-            c6 = _mm256_fmadd_ps(a3, b0, c6);
-            c7 = _mm256_fmadd_ps(a3, b1, c7);
-        }
-        attn_store16(C, c0, c1, n, acc);
-        attn_store16(C + ldc, c2, c3, n, acc);
-        attn_store16(C + 2 * ldc, c4, c5, n, acc);
-        attn_store16(C + 3 * ldc, c6, c7, n, acc);
-        return;
+    size_t w = attn_round16(N);
+    int j8 = N / 8 * 8, k8 = K / 8 * 8;
+    for (int j = 0; j < j8; j += 8)
+        for (int k = 0; k < k8; k += 8)
+            attn_t8(panel + (size_t)k * w + (size_t)j, w, B + (size_t)j * ldb + (size_t)k, ldb);
+    for (int j = 0; j < N; j++) {
+        const float *b = B + (size_t)j * ldb;
+        for (int k = j < j8 ? k8 : 0; k < K; k++)
+            panel[(size_t)k * w + (size_t)j] = b[k];
     }
+}
+
+
+/* The first n (0..8) lanes set. */
+static ATTN_INLINE __m256i attn_lanes(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Vector v of a tile's row (nv vectors, the last through the mask). */
+static ATTN_INLINE __m256 attn_ld(const float *p, int v, int nv, __m256i last)
+{
+    return v == nv - 1 ? _mm256_maskload_ps(p + 8 * v, last) : _mm256_loadu_ps(p + 8 * v);
+}
+
+static ATTN_INLINE void attn_st(float *p, int v, int nv, __m256i last, __m256 x, int acc)
+{
+    if (acc)
+        x = _mm256_add_ps(attn_ld(p, v, nv, last), x);
+    if (v == nv - 1)
+        _mm256_maskstore_ps(p + 8 * v, last, x);
+    else
+        _mm256_storeu_ps(p + 8 * v, x);
+}
+
+/* C (rows x (8 (nv-1) + the lanes of last)) (+)= sum over k in [k0, k1) of
+ * A(r, k) B(k, ..), A(r, k) = A[r ars + k acs], B's row k at B + k ldb;
+ * rows is 4 or 1, nv 1 to 3 (constants in each caller). */
+static ATTN_INLINE void attn_tile(int rows, int nv, int k0, int k1, const float *A, size_t ars,
+                                  size_t acs, const float *B, size_t ldb, float *C, size_t ldc,
+                                  __m256i last, int acc)
+{
+    __m256 z = _mm256_setzero_ps();
+    __m256 c00 = z, c01 = z, c02 = z, c10 = z, c11 = z, c12 = z, c20 = z, c21 = z, c22 = z,
+           c30 = z, c31 = z, c32 = z;
     for (int k = k0; k < k1; k++) {
-        __m256 a0 = _mm256_broadcast_ss(A + (size_t)k * acs);
-        c0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(P + (size_t)k * ldp), c0);
-        c1 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(P + (size_t)k * ldp + 8), c1);
+        const float *a = A + (size_t)k * acs, *b = B + (size_t)k * ldb;
+        __m256 b0 = attn_ld(b, 0, nv, last);
+        __m256 b1 = nv > 1 ? attn_ld(b, 1, nv, last) : z;
+        __m256 b2 = nv > 2 ? attn_ld(b, 2, nv, last) : z;
+#define ATTN_ROW(r)                                                \
+        if (rows > r) {                                            \
+            __m256 ar = _mm256_broadcast_ss(a + r * ars);          \
+            c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0);            \
+            if (nv > 1)                                            \
+                c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1);        \
+            if (nv > 2)                                            \
+                c##r##2 = _mm256_fmadd_ps(ar, b2, c##r##2);        \
+        }
+        ATTN_ROW(0) ATTN_ROW(1) ATTN_ROW(2) ATTN_ROW(3)
+#undef ATTN_ROW
     }
-    attn_store16(C, c0, c1, n, acc);
+#define ATTN_OUT(r)                                                \
+    if (rows > r) {                                                \
+        attn_st(C + r * ldc, 0, nv, last, c##r##0, acc);           \
+        if (nv > 1)                                                \
+            attn_st(C + r * ldc, 1, nv, last, c##r##1, acc);       \
+        if (nv > 2)                                                \
+            attn_st(C + r * ldc, 2, nv, last, c##r##2, acc);       \
+    }
+    ATTN_OUT(0) ATTN_OUT(1) ATTN_OUT(2) ATTN_OUT(3)
+#undef ATTN_OUT
 }
 
-/* C (M x N, ldc) (+)= A (M x K) panel (K x round16(N)) under the mask rule
- * `mask` (see the enum) for a block starting at query row off. */
+/* C (M x N, ldc) (+)= A (M x K) B (K x N, row stride ldb) under the mask
+ * rule `mask` (see the enum) for a block starting at query row off. */
 static CPU_AVX2 void attn_gemm(int M, int N, int K, const float *A, size_t ars, size_t acs,
-                               const float *P, float *C, size_t ldc, int acc, int mask, int off)
+                               const float *B, size_t ldb, float *C, size_t ldc, int acc,
+                               int mask, int off)
 {
-    size_t ldp = attn_round16(N);
     for (int r = 0; r < M;) {
         int rows = M - r >= 4 ? 4 : 1;
         int k0 = 0, k1 = K;
@@ -443,15 +481,25 @@ static CPU_AVX2 void attn_gemm(int M, int N, int K, const float *A, size_t ars, 
             k1 = off + r + rows;
         if (mask == ATTN_QUERY && r - off > 0)
             k0 = r - off < K ? r - off : K;
-        for (int j = 0; j < N; j += 16) {
-            int n = N - j < 16 ? N - j : 16;
+        for (int j = 0; j < N; j += 24) {
+            int n = N - j < 24 ? N - j : 24, nv = (n + 7) / 8;
             float *c = C + (size_t)r * ldc + (size_t)j;
-            if (mask == ATTN_UPPER && j > off + r + rows - 1) {
-                for (int i = 0; i < rows; i++)
-                    memset(c + (size_t)i * ldc, 0, (size_t)n * sizeof *c);
-                continue;
-            }
-            attn_tile(rows, k0, k1, A + (size_t)r * ars, ars, acs, P + j, ldp, c, ldc, n, acc);
+            if (mask == ATTN_UPPER && j > off + r + rows - 1)
+                break;   /* left unwritten: the softmax and the dS pass zero it */
+            const float *a = A + (size_t)r * ars, *b = B + j;
+            __m256i last = attn_lanes(n - 8 * (nv - 1));
+            if (rows == 4 && nv == 3)
+                attn_tile(4, 3, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
+            else if (rows == 4 && nv == 2)
+                attn_tile(4, 2, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
+            else if (rows == 4)
+                attn_tile(4, 1, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
+            else if (nv == 3)
+                attn_tile(1, 3, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
+            else if (nv == 2)
+                attn_tile(1, 2, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
+            else
+                attn_tile(1, 1, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
         }
         r += rows;
     }
@@ -484,13 +532,12 @@ static CPU_AVX2 void attn_fwd_items_avx2(void *vctx, size_t i0, size_t i1, int c
         attn_item it = attn_at(c, item);
         for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
             int rows = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, keys = t0 + rows;
-            attn_pack(panel, it.k, ld3, hd, keys, 1);   /* K^T: hd x keys */
-            attn_gemm(rows, keys, hd, it.q + (size_t)t0 * ld3, ld3, 1, panel, S, (size_t)keys, 0,
-                      ATTN_UPPER, t0);
+            attn_pack_t(panel, it.k, ld3, hd, keys);   /* K^T: hd x keys */
+            attn_gemm(rows, keys, hd, it.q + (size_t)t0 * ld3, ld3, 1, panel, attn_round16(keys),
+                      S, (size_t)keys, 0, ATTN_UPPER, t0);
             attn_block_softmax(S, t0, rows, keys, c->scale, NULL, it.lse_o);
-            attn_pack(panel, it.v, ld3, keys, hd, 0);   /* V: keys x hd */
-            attn_gemm(rows, hd, keys, S, (size_t)keys, 1, panel, it.yo + (size_t)t0 * ld1, ld1, 0,
-                      ATTN_KEYS, t0);
+            attn_gemm(rows, hd, keys, S, (size_t)keys, 1, it.v, ld3, it.yo + (size_t)t0 * ld1, ld1,
+                      0, ATTN_KEYS, t0);
         }
     }
 }
@@ -513,22 +560,23 @@ static CPU_AVX2 void attn_bwd_items_avx2(void *vctx, size_t i0, size_t i1, int c
             int rows = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, keys = t0 + rows;
             size_t ks = (size_t)keys;
             const float *q = it.q + (size_t)t0 * ld3, *dy = it.dy + (size_t)t0 * ld1;
-            attn_pack(panel, it.k, ld3, hd, keys, 1);
-            attn_gemm(rows, keys, hd, q, ld3, 1, panel, P, ks, 0, ATTN_UPPER, t0);
+            size_t kw = attn_round16(keys);
+            attn_pack_t(panel, it.k, ld3, hd, keys);
+            attn_gemm(rows, keys, hd, q, ld3, 1, panel, kw, P, ks, 0, ATTN_UPPER, t0);
             attn_block_softmax(P, t0, rows, keys, c->scale, it.lse, NULL);
-            attn_pack(panel, it.v, ld3, hd, keys, 1);   /* dP = dy V^T */
-            attn_gemm(rows, keys, hd, dy, ld1, 1, panel, dS, ks, 0, ATTN_UPPER, t0);
-            for (int r = 0; r < rows; r++) {
+            attn_pack_t(panel, it.v, ld3, hd, keys);   /* dP = dy V^T */
+            attn_gemm(rows, keys, hd, dy, ld1, 1, panel, kw, dS, ks, 0, ATTN_UPPER, t0);
+            for (int r = 0; r < rows; r++) {   /* dS past the query: 0, as P */
                 float d = attn_dot(dy + (size_t)r * ld1, it.y + (size_t)(t0 + r) * ld1, hd);
-                attn_ds_avx2(dS + (size_t)r * ks, P + (size_t)r * ks, keys, d, c->scale);
+                int valid = t0 + r + 1;
+                attn_ds_avx2(dS + (size_t)r * ks, P + (size_t)r * ks, valid, d, c->scale);
+                memset(dS + (size_t)r * ks + valid, 0, (size_t)(keys - valid) * sizeof *dS);
             }
-            attn_pack(panel, it.k, ld3, keys, hd, 0);   /* dq = dS K */
-            attn_gemm(rows, hd, keys, dS, ks, 1, panel, it.dq + (size_t)t0 * ld3, ld3, 0,
+            /* dq = dS K, dk += dS^T q, dv += P^T dy */
+            attn_gemm(rows, hd, keys, dS, ks, 1, it.k, ld3, it.dq + (size_t)t0 * ld3, ld3, 0,
                       ATTN_KEYS, t0);
-            attn_pack(panel, q, ld3, rows, hd, 0);      /* dk += dS^T q */
-            attn_gemm(keys, hd, rows, dS, 1, ks, panel, it.dk, ld3, 1, ATTN_QUERY, t0);
-            attn_pack(panel, dy, ld1, rows, hd, 0);     /* dv += P^T dy */
-            attn_gemm(keys, hd, rows, P, 1, ks, panel, it.dv, ld3, 1, ATTN_QUERY, t0);
+            attn_gemm(keys, hd, rows, dS, 1, ks, q, ld3, it.dk, ld3, 1, ATTN_QUERY, t0);
+            attn_gemm(keys, hd, rows, P, 1, ks, dy, ld1, it.dv, ld3, 1, ATTN_QUERY, t0);
         }
     }
 }

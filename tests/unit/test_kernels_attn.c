@@ -71,10 +71,11 @@ typedef void (*attn_bwd_fn)(cdl_backend *, int, int, int, int, const float *, co
                             const float *, const float *, float *, float *);
 
 /* (n, T, C, nh): T below, at and across the fast path's 64-row blocks
- * (a partial last block), head sizes 1, 3, 8 and 64. Small: the test runs
- * under valgrind too. */
+ * (a partial last block), head sizes 1, 3, 8, 36 (the bench GPT's: a
+ * 24-column tile and a 12-column one, its last vector half masked) and 64.
+ * Small: the test runs under valgrind too. */
 static const int shapes[][4] = {
-    {2, 9, 12, 4}, {1, 64, 24, 3}, {1, 140, 16, 2}, {2, 70, 3, 3}, {1, 80, 64, 1},
+    {2, 9, 12, 4}, {1, 64, 24, 3}, {1, 140, 16, 2}, {2, 70, 3, 3}, {1, 80, 64, 1}, {1, 66, 72, 2},
 };
 
 static void run_attn(cdl_backend *be, attn_fwd_fn fwd, attn_bwd_fn bwd, int n, int T, int C,

@@ -172,36 +172,39 @@ typedef struct wctx {
     int flip;              /* dx: g is (C, O, 3, 3) and is flipped */
 } wctx;
 
+#if CPU_X86
+
 /* U[xi][ob][c][j] = (G g G^T)[xi] for output channel o = ob*WOB+j (zero
- * past O) and input channel c, over output channels [b, e). */
-static void pack_u(void *vctx, size_t b, size_t e, int chunk, int tid)
+ * past O) and input channel c, over output channel blocks ob in [b, e),
+ * 4 filters per double vector. */
+static CPU_AVX2 void pack_u(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk, (void)tid;
     const wctx *c = vctx;
     const wplan *p = &c->p;
     float *U = c->ws;
-    for (size_t o = b; o < e; o++)
+    const __m256d h = _mm256_set1_pd(0.5);
+    for (size_t ob = b; ob < e; ob++)
         for (int ci = 0; ci < p->C; ci++) {
-            double g[3][3], t[4][3], u[4][4];
-            conv_wino_filter(c->g, c->flip, p->C, p->O, o, ci, g);
+            __m256d g[3][3], t[4][3], u[4][4];
+            conv_wino_filter4(c->g, c->flip, p->C, p->O, (int)ob, ci, g);
             for (int k = 0; k < 3; k++) {
                 t[0][k] = g[0][k];
-                t[1][k] = 0.5 * (g[0][k] + g[1][k] + g[2][k]);
-                t[2][k] = 0.5 * (g[0][k] - g[1][k] + g[2][k]);
+                t[1][k] = _mm256_mul_pd(h, _mm256_add_pd(_mm256_add_pd(g[0][k], g[1][k]), g[2][k]));
+                t[2][k] = _mm256_mul_pd(h, _mm256_add_pd(_mm256_sub_pd(g[0][k], g[1][k]), g[2][k]));
                 t[3][k] = g[2][k];
             }
             for (int i = 0; i < 4; i++) {
                 u[i][0] = t[i][0];
-                u[i][1] = 0.5 * (t[i][0] + t[i][1] + t[i][2]);
-                u[i][2] = 0.5 * (t[i][0] - t[i][1] + t[i][2]);
+                u[i][1] = _mm256_mul_pd(h, _mm256_add_pd(_mm256_add_pd(t[i][0], t[i][1]), t[i][2]));
+                u[i][2] = _mm256_mul_pd(h, _mm256_add_pd(_mm256_sub_pd(t[i][0], t[i][1]), t[i][2]));
                 u[i][3] = t[i][2];
             }
             for (int xi = 0; xi < 16; xi++)
-                U[(((size_t)xi * p->ocb + o / WOB) * p->C + ci) * WOB + o % WOB] = (float)u[xi / 4][xi % 4];
+                _mm_storeu_ps(U + (((size_t)xi * p->ocb + ob) * p->C + ci) * WOB,
+                              _mm256_cvtpd_ps(u[xi / 4][xi % 4]));
         }
 }
-
-#if CPU_X86
 
 /* Evens and odds of the 16 floats at s: [s0 s2 .. s14], [s1 s3 .. s15]. */
 static CPU_AVX2 inline void deinterleave(const float *s, __m256 *ev, __m256 *od)
@@ -644,6 +647,11 @@ static void dw_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
 
 #else /* no x86: conv_wino_supported() is 0 and this is never called */
 
+static void pack_u(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)vctx, (void)b, (void)e, (void)chunk, (void)tid;
+}
+
 static void wino_block(const wctx *c, int blk, int tid)
 {
     (void)c, (void)blk, (void)tid;
@@ -681,8 +689,7 @@ static void wino_run(pool *pl, int n, int C, int O, int H, int W, const float *x
 {
     wctx c = {.x = x, .g = g, .bias = bias, .y = y, .ws = ws, .flip = flip};
     wplan_make(n, C, O, H, W, &c.p);
-    memset(ws, 0, c.p.u_floats * sizeof *ws);
-    pool_for(pl, (size_t)O, 4, pack_u, &c);
+    pool_for(pl, (size_t)c.p.ocb, 1, pack_u, &c);
     pool_for(pl, (size_t)c.p.g.nblocks, 1, wino_blocks, &c);
 }
 

@@ -61,18 +61,6 @@ static inline void conv_wino_block(const wgrid *g, int blk, int *img0, int *ni, 
     }
 }
 
-/* The 3x3 filter of output channel o and input channel ci in double: g is
- * (O, C, 3, 3), or (C, O, 3, 3) flipped when flip (dx: the forward on dy
- * with the kernel flipped and its channel axes swapped). */
-static inline void conv_wino_filter(const float *g, int flip, int C, int O, size_t o, int ci,
-                                    double f[3][3])
-{
-    for (int ky = 0; ky < 3; ky++)
-        for (int kx = 0; kx < 3; kx++)
-            f[ky][kx] = flip ? g[((size_t)ci * O + o) * 9 + (size_t)(2 - ky) * 3 + (size_t)(2 - kx)]
-                             : g[((size_t)o * C + ci) * 9 + (size_t)ky * 3 + (size_t)kx];
-}
-
 /* n floats rounded up to an odd number of 64-byte lines: used as the
  * stride between the positions of V and M, it puts a tile's positions into
  * different L1 sets (a stride of a multiple of 4 KB put all of F(4x4)'s 36
@@ -84,6 +72,27 @@ static inline size_t conv_wino_odd_lines(size_t n)
 }
 
 #if CPU_X86
+/* The 3x3 filters of output channels o = 4*ob+j (lane j; zero past O) and
+ * input channel ci in double: g is (O, C, 3, 3), or (C, O, 3, 3) flipped
+ * when flip (dx: the forward on dy with the kernel flipped and its channel
+ * axes swapped). Four filters at a time: U's packing [ci][WOB] takes the 4
+ * lanes rounded to float in one store. */
+static CPU_AVX2 inline void conv_wino_filter4(const float *g, int flip, int C, int O, int ob, int ci,
+                                              __m256d f[3][3])
+{
+    for (int ky = 0; ky < 3; ky++)
+        for (int kx = 0; kx < 3; kx++) {
+            double l[4];
+            for (int j = 0; j < 4; j++) {
+                size_t o = (size_t)ob * 4 + (size_t)j;
+                l[j] = o >= (size_t)O ? 0.0
+                       : flip ? g[((size_t)ci * O + o) * 9 + (size_t)(2 - ky) * 3 + (size_t)(2 - kx)]
+                              : g[(o * C + (size_t)ci) * 9 + (size_t)ky * 3 + (size_t)kx];
+            }
+            f[ky][kx] = _mm256_loadu_pd(l);
+        }
+}
+
 /* M (WOB, ngroups*WTG tiles; rows ts apart) = U (WOB, C; packed [C][WOB])
  * V (C, tiles; rows ts apart): 4 output channels x 24 tiles per register
  * block (12 accumulators, per input channel 3 loads and 4 broadcasts feed

@@ -129,31 +129,38 @@ typedef struct w4ctx {
     int flip;              /* dx: g is (C, O, 3, 3) and is flipped */
 } w4ctx;
 
-/* t = G f of 3 values (G's rows share sums: 10 operations, not 18). */
-static void g3(const double f[3], double t[6])
+
+#if CPU_X86
+
+/* t = G f of 3 values, 4 filters per vector (G's rows share sums: 10
+ * operations, not 18). */
+static CPU_AVX2 inline void g3(const __m256d f[3], __m256d t[6])
 {
-    double e = f[0] + f[2], h = f[0] / 24 + f[2] / 6, k = f[1] / 12;
-    t[0] = f[0] / 4;
-    t[1] = -(e + f[1]) / 6;
-    t[2] = -(e - f[1]) / 6;
-    t[3] = h + k;
-    t[4] = h - k;
+    const __m256d c4 = _mm256_set1_pd(4), c6 = _mm256_set1_pd(6), c12 = _mm256_set1_pd(12);
+    const __m256d c24 = _mm256_set1_pd(24);
+    __m256d e = _mm256_add_pd(f[0], f[2]);
+    __m256d h = _mm256_add_pd(_mm256_div_pd(f[0], c24), _mm256_div_pd(f[2], c6));
+    __m256d k = _mm256_div_pd(f[1], c12);
+    t[0] = _mm256_div_pd(f[0], c4);
+    t[1] = _mm256_div_pd(_mm256_sub_pd(_mm256_setzero_pd(), _mm256_add_pd(e, f[1])), c6);
+    t[2] = _mm256_div_pd(_mm256_sub_pd(_mm256_setzero_pd(), _mm256_sub_pd(e, f[1])), c6);
+    t[3] = _mm256_add_pd(h, k);
+    t[4] = _mm256_sub_pd(h, k);
     t[5] = f[2];
 }
 
-/* U[xi][ob][c][j] = (G g G^T)[xi] for output channel o = ob*WOB+j and
- * input channel c (zero for o >= O), over o in [b, e) of ocb*WOB. */
-static void pack_u(void *vctx, size_t b, size_t e, int chunk, int tid)
+/* U[xi][ob][c][j] = (G g G^T)[xi] for output channel o = ob*WOB+j (zero
+ * past O) and input channel c, over output channel blocks ob in [b, e). */
+static CPU_AVX2 void pack_u(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk, (void)tid;
     const w4ctx *c = vctx;
     const w4plan *p = &c->p;
     float *U = c->ws;
-    for (size_t o = b; o < e; o++)
+    for (size_t ob = b; ob < e; ob++)
         for (int ci = 0; ci < p->C; ci++) {
-            double g[3][3] = {{0}}, t[3][6], col[3], u[6];
-            if (o < (size_t)p->O)
-                conv_wino_filter(c->g, c->flip, p->C, p->O, o, ci, g);
+            __m256d g[3][3], t[3][6], col[3], u[6];
+            conv_wino_filter4(c->g, c->flip, p->C, p->O, (int)ob, ci, g);
             for (int k = 0; k < 3; k++) {
                 col[0] = g[0][k], col[1] = g[1][k], col[2] = g[2][k];
                 g3(col, t[k]);
@@ -162,12 +169,12 @@ static void pack_u(void *vctx, size_t b, size_t e, int chunk, int tid)
                 col[0] = t[0][i], col[1] = t[1][i], col[2] = t[2][i];
                 g3(col, u);
                 for (int j = 0; j < 6; j++)
-                    U[(((size_t)(6 * i + j) * p->ocb + o / WOB) * p->C + ci) * WOB + o % WOB] = (float)u[j];
+                    _mm_storeu_ps(U + (((size_t)(6 * i + j) * p->ocb + ob) * p->C + ci) * WOB,
+                                  _mm256_cvtpd_ps(u[j]));
             }
         }
 }
 
-#if CPU_X86
 
 /* One padded input row split by column phase: padded column q = x+1 of
  * input column x goes to phase q%4 at index q/4 (phases hq floats apart),
@@ -467,6 +474,11 @@ static void w4_block(const w4ctx *c, int blk, int tid)
 
 #else /* no x86: conv_wino_supported() is 0 and this is never called */
 
+static void pack_u(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)vctx, (void)b, (void)e, (void)chunk, (void)tid;
+}
+
 static void w4_block(const w4ctx *c, int blk, int tid)
 {
     (void)c, (void)blk, (void)tid;
@@ -486,7 +498,7 @@ static void w4_run(pool *pl, int n, int C, int O, int H, int W, const float *x, 
 {
     w4ctx c = {.x = x, .g = g, .bias = bias, .y = y, .ws = ws, .flip = flip};
     w4plan_make(n, C, O, H, W, &c.p);
-    pool_for(pl, (size_t)c.p.ocb * WOB, 4, pack_u, &c);
+    pool_for(pl, (size_t)c.p.ocb, 1, pack_u, &c);
     pool_for(pl, (size_t)c.p.g.nblocks, 1, w4_blocks, &c);
 }
 

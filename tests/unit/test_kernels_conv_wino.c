@@ -52,6 +52,7 @@ static const wcase cases[] = {
     {1, 8, 70, 7, 8},     /* 4-tile rows in bands, the last band of 3 */
     {1, 16, 44, 44, 16},  /* F(4x4): bands of 7 rows of 11 tiles, the last of 4 */
     {1, 40, 72, 8, 36},   /* F(4x4): bands of 2-tile rows, the last of 2 */
+    {2, 16, 14, 14, 16},  /* MNIST's stage 2: F(4x4) 4-tile rows, the last tile half */
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 

@@ -86,6 +86,8 @@ for w in 2 4; do
     done
     same nccl${w}clip6 nccl${w}clipshard6 --bitwise
 done
+export CDL_FAKE_GPUS=2   # assignments before a function call may outlive it
+unset CDL_FAKE_COUNT_WAITS
 # Each rank shown only its own GPU (CUDA_VISIBLE_DEVICES=LOCAL_RANK, as a
 # scheduler's GPU binding does): every rank opens its device 0, and they
 # are still two GPUs, told apart by UUID.

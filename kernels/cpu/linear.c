@@ -327,8 +327,10 @@ void cpu_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x,
     if (ws && lin_fast(out)) {
         lin_pack_wt(w, in, out, ws);
         c.panel = ws;
-        size_t groups = lin_groups(n);
-        pool_for(cpu_pool(be), groups, (groups + (size_t)t - 1) / (size_t)t, lin_fwd_groups, &c);
+        /* POOL_CHUNKS_PER_THREAD chunks per thread, claimed as threads come
+         * free: a thread the OS takes away for a while holds back no one. */
+        size_t groups = lin_groups(n), per = (size_t)t * POOL_CHUNKS_PER_THREAD;
+        pool_for(cpu_pool(be), groups, groups > per ? groups / per : 1, lin_fwd_groups, &c);
         return;
     }
 #endif

@@ -214,6 +214,10 @@ corr8_block(const int O, const int S, const float *in, const int32_t *toff, int 
             acc[o][s] = b0;
     }
     const float *in0 = in + xoff[0], *in1 = in + xoff[S > 1 ? 1 : 0], *in2 = in + xoff[S > 2 ? 2 : 0];
+    /* Two taps per trip: the loop's own adds and branch shared by 24
+     * FMAs (measured 1.5-3% faster forward and dx on resnet20's first
+     * stage; unrolling by 4 gained nothing more). */
+#pragma GCC unroll 2
     for (int t = 0; t < K; t++, wt += OB) {
         int off = toff[t];
         __m256 xv[SB];

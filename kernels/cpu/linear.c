@@ -19,8 +19,9 @@
  *     in floats), the bias is the tiles' starting value and nothing is
  *     zeroed. Each element of a result is one tile row's sum over k in
  *     order, so its bits do not depend on the thread count or the split.
- *     dw's tiles run over the batch in blocks of LIN_KC rows (adding to the
- *     tile after the first), which keeps both operands' strips in L1.
+ *     The sums run in blocks of k (adding to the tile after the first:
+ *     LIN_KC batch rows for dw, LIN_KC_ROWS for the others), which keeps
+ *     the operands' strips in L1.
  */
 #include <string.h>
 
@@ -127,6 +128,7 @@ static int linear_threads(cdl_backend *be, int n, int in, int out)
 #define LIN_NR 16     /* columns of a tile: two ymm */
 #define LIN_RB 48     /* rows per block: a block's activations stay in L1 across the panels */
 #define LIN_KC 64     /* batch rows per step of dw's sum */
+#define LIN_KC_ROWS 192   /* k per step of the forward's and dx's sums */
 
 enum { LIN_ZERO, LIN_LOAD, LIN_BIAS };   /* a tile starts from 0, from C, or from the bias */
 
@@ -213,24 +215,33 @@ static CPU_AVX2 void lin_cols1(int K, const float *A, size_t acs, const float *B
 
 /* C rows [r0, r1) (cols columns, a multiple of 16) = A rows (K long, stride
  * lda) times B, where column block j of B is at B + j * bstep with rows
- * ldb apart; start from the bias (or 0). */
+ * ldb apart; start from the bias (or 0). K runs in steps of LIN_KC_ROWS
+ * (the tiles add to C after the first), so a column block's strip of B
+ * (LIN_KC_ROWS x 64 bytes) stays in L1 across a block's tiles. */
 static void lin_rows(int r0, int r1, int K, const float *A, size_t lda, const float *B,
                      size_t bstep, size_t ldb, float *C, int cols, const float *bias)
 {
     static const float zero[LIN_NR];
-    int start = bias ? LIN_BIAS : LIN_ZERO;
     for (int b0 = r0; b0 < r1; b0 += LIN_RB) {
         int b1 = r1 - b0 < LIN_RB ? r1 : b0 + LIN_RB;
-        for (int j = 0; j < cols; j += LIN_NR) {
-            const float *Bj = B + (size_t)(j / LIN_NR) * bstep, *bj = bias ? bias + j : zero;
-            int r = b0;
-            for (; r + LIN_MR <= b1; r += LIN_MR)
-                lin_rows6(K, A + (size_t)r * lda, lda, Bj, ldb, C + (size_t)r * cols + j,
-                          (size_t)cols, start, bj);
-            for (; r < b1; r++)
-                lin_rows1(K, A + (size_t)r * lda, lda, Bj, ldb, C + (size_t)r * cols + j,
-                          (size_t)cols, start, bj);
-        }
+        int k0 = 0;
+        do {
+            int kk = K - k0 < LIN_KC_ROWS ? K - k0 : LIN_KC_ROWS;
+            int start = k0 ? LIN_LOAD : bias ? LIN_BIAS : LIN_ZERO;
+            for (int j = 0; j < cols; j += LIN_NR) {
+                const float *Bj = B + (size_t)(j / LIN_NR) * bstep + (size_t)k0 * ldb;
+                const float *bj = bias ? bias + j : zero;
+                const float *a = A + k0;
+                int r = b0;
+                for (; r + LIN_MR <= b1; r += LIN_MR)
+                    lin_rows6(kk, a + (size_t)r * lda, lda, Bj, ldb, C + (size_t)r * cols + j,
+                              (size_t)cols, start, bj);
+                for (; r < b1; r++)
+                    lin_rows1(kk, a + (size_t)r * lda, lda, Bj, ldb, C + (size_t)r * cols + j,
+                              (size_t)cols, start, bj);
+            }
+            k0 += kk;
+        } while (k0 < K);
     }
 }
 
@@ -277,16 +288,15 @@ static void lin_dw_rows(const linear_ctx *c, int o0, int o1)
     for (int k0 = 0; k0 < c->n; k0 += LIN_KC) {
         int kk = c->n - k0 < LIN_KC ? c->n - k0 : LIN_KC, start = k0 ? LIN_LOAD : LIN_ZERO;
         const float *dyk = c->dy + (size_t)k0 * out, *xk = c->x + (size_t)k0 * in;
-        for (int o = o0; o < o1;) {
-            int rows = o1 - o >= LIN_MR ? LIN_MR : 1;
-            for (int j = 0; j < c->in; j += LIN_NR) {
+        for (int j = 0; j < c->in; j += LIN_NR)   /* x's strip (4 KB) stays in L1 */
+            for (int o = o0; o < o1;) {
+                int rows = o1 - o >= LIN_MR ? LIN_MR : 1;
                 if (rows == LIN_MR)
                     lin_cols6(kk, dyk + o, out, xk + j, in, c->dw + (size_t)o * in + j, in, start);
                 else
                     lin_cols1(kk, dyk + o, out, xk + j, in, c->dw + (size_t)o * in + j, in, start);
+                o += rows;
             }
-            o += rows;
-        }
     }
 }
 

@@ -368,28 +368,6 @@ enum { ATTN_ALL, ATTN_UPPER, ATTN_KEYS, ATTN_QUERY };
 
 #define ATTN_INLINE CPU_AVX2 inline __attribute__((always_inline))
 
-/* The 8 x 8 block at B (row stride ldb) transposed into P (row stride ldp). */
-static ATTN_INLINE void attn_t8(float *P, size_t ldp, const float *B, size_t ldb)
-{
-    __m256 r[8], t[8];
-    for (int i = 0; i < 8; i++)
-        r[i] = _mm256_loadu_ps(B + (size_t)i * ldb);
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int i = 0; i < 4; i++) {
-        _mm256_storeu_ps(P + (size_t)i * ldp, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-        _mm256_storeu_ps(P + (size_t)(i + 4) * ldp, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-    }
-}
-
 /* panel (K x round16(N)) = B^T, B being N x K with row stride ldb: 8 x 8
  * blocks through registers, the edges one float at a time. */
 static CPU_AVX2 void attn_pack_t(float *panel, const float *B, size_t ldb, int K, int N)
@@ -398,7 +376,7 @@ static CPU_AVX2 void attn_pack_t(float *panel, const float *B, size_t ldb, int K
     int j8 = N / 8 * 8, k8 = K / 8 * 8;
     for (int j = 0; j < j8; j += 8)
         for (int k = 0; k < k8; k += 8)
-            attn_t8(panel + (size_t)k * w + (size_t)j, w, B + (size_t)j * ldb + (size_t)k, ldb);
+            cpu_transpose8(panel + (size_t)k * w + (size_t)j, w, B + (size_t)j * ldb + (size_t)k, ldb);
     for (int j = 0; j < N; j++) {
         const float *b = B + (size_t)j * ldb;
         for (int k = j < j8 ? k8 : 0; k < K; k++)

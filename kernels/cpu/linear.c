@@ -246,12 +246,18 @@ static void lin_rows(int r0, int r1, int K, const float *A, size_t lda, const fl
 }
 
 /* w^T packed for the forward: panel j (columns 16j..16j+15 of w^T, i.e.
- * rows of w) is in x 16, panels one after the other. */
-static void lin_pack_wt(const float *w, int in, int out, float *panel)
+ * rows of w) is in x 16, panels one after the other; 8 x 8 blocks through
+ * registers, the last in % 8 columns one float at a time. */
+static CPU_AVX2 void lin_pack_wt(const float *w, int in, int out, float *panel)
 {
+    int in8 = in / 8 * 8;
     for (int j = 0; j < out; j += LIN_NR) {
         float *p = panel + (size_t)j * in;
-        for (int k = 0; k < in; k++)
+        for (int c = 0; c < LIN_NR; c += 8)
+            for (int k = 0; k < in8; k += 8)
+                cpu_transpose8(p + (size_t)k * LIN_NR + c, LIN_NR, w + (size_t)(j + c) * in + k,
+                               (size_t)in);
+        for (int k = in8; k < in; k++)
             for (int c = 0; c < LIN_NR; c++)
                 p[(size_t)k * LIN_NR + c] = w[(size_t)(j + c) * in + k];
     }

@@ -248,6 +248,63 @@ static CPU_AVX2 double attn_exp_avx2(float *s, int n, float a, float b)
 }
 #endif
 
+/* The largest of s[0..n) (NaNs skipped) and s[j] *= f over [0, n): the
+ * same values on both paths. */
+static float attn_max_ref(const float *s, int n, float m)
+{
+    for (int j = 0; j < n; j++)
+        m = s[j] > m ? s[j] : m;
+    return m;
+}
+
+static void attn_scale_ref(float *s, int n, float f)
+{
+    for (int j = 0; j < n; j++)
+        s[j] *= f;
+}
+
+#if CPU_X86
+static CPU_AVX2 float attn_max_avx2(const float *s, int n)
+{
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n; j += 8)   /* max_ps keeps its second operand when s[j] is NaN */
+        vm = _mm256_max_ps(_mm256_loadu_ps(s + j), vm);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vm);
+    return attn_max_ref(s + j, n - j, attn_max_ref(lanes, 8, -INFINITY));
+}
+
+static CPU_AVX2 void attn_scale_avx2(float *s, int n, float f)
+{
+    __m256 vf = _mm256_set1_ps(f);
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), vf));
+    attn_scale_ref(s + j, n - j, f);
+}
+#endif
+
+static float attn_max(const float *s, int n)
+{
+#if CPU_X86
+    if (cpu_has_avx2())
+        return attn_max_avx2(s, n);
+#endif
+    return attn_max_ref(s, n, -INFINITY);
+}
+
+static void attn_scale(float *s, int n, float f)
+{
+#if CPU_X86
+    if (cpu_has_avx2()) {
+        attn_scale_avx2(s, n, f);
+        return;
+    }
+#endif
+    attn_scale_ref(s, n, f);
+}
+
 static double attn_exp(float *s, int n, float a, float b)
 {
 #if CPU_X86
@@ -271,14 +328,9 @@ static void attn_block_softmax(float *S, int t0, int rows, int keys, float scale
         if (lse) {
             attn_exp(s, valid, scale, lse[t0 + r]);
         } else {
-            float m = -INFINITY;
-            for (int j = 0; j < valid; j++)
-                m = s[j] > m ? s[j] : m;
-            m *= scale;   /* scale > 0: the maximum of the scaled scores */
+            float m = attn_max(s, valid) * scale;   /* scale > 0: the scaled scores' maximum */
             double sum = attn_exp(s, valid, scale, m);
-            float inv = (float)(1.0 / sum);
-            for (int j = 0; j < valid; j++)
-                s[j] *= inv;
+            attn_scale(s, valid, (float)(1.0 / sum));
             lse_o[t0 + r] = m + (float)log(sum);
         }
         memset(s + valid, 0, (size_t)(keys - valid) * sizeof *s);

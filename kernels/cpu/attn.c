@@ -444,16 +444,18 @@ static ATTN_INLINE __m256i attn_lanes(int n)
 }
 
 /* Vector v of a tile's row (nv vectors, the last through the mask). */
-static ATTN_INLINE __m256 attn_ld(const float *p, int v, int nv, __m256i last)
+static ATTN_INLINE __m256 attn_ld(const float *p, int v, int nv, __m256i last, int full)
 {
-    return v == nv - 1 ? _mm256_maskload_ps(p + 8 * v, last) : _mm256_loadu_ps(p + 8 * v);
+    return v == nv - 1 && !full ? _mm256_maskload_ps(p + 8 * v, last)
+                                : _mm256_loadu_ps(p + 8 * v);
 }
 
-static ATTN_INLINE void attn_st(float *p, int v, int nv, __m256i last, __m256 x, int acc)
+static ATTN_INLINE void attn_st(float *p, int v, int nv, __m256i last, int full, __m256 x,
+                             int acc)
 {
     if (acc)
-        x = _mm256_add_ps(attn_ld(p, v, nv, last), x);
-    if (v == nv - 1)
+        x = _mm256_add_ps(attn_ld(p, v, nv, last, full), x);
+    if (v == nv - 1 && !full)
         _mm256_maskstore_ps(p + 8 * v, last, x);
     else
         _mm256_storeu_ps(p + 8 * v, x);
@@ -462,18 +464,18 @@ static ATTN_INLINE void attn_st(float *p, int v, int nv, __m256i last, __m256 x,
 /* C (rows x (8 (nv-1) + the lanes of last)) (+)= sum over k in [k0, k1) of
  * A(r, k) B(k, ..), A(r, k) = A[r ars + k acs], B's row k at B + k ldb;
  * rows is 4 or 1, nv 1 to 3 (constants in each caller). */
-static ATTN_INLINE void attn_tile(int rows, int nv, int k0, int k1, const float *A, size_t ars,
-                                  size_t acs, const float *B, size_t ldb, float *C, size_t ldc,
-                                  __m256i last, int acc)
+static ATTN_INLINE void attn_tile(int rows, int nv, int full, int k0, int k1, const float *A,
+                                  size_t ars, size_t acs, const float *B, size_t ldb, float *C,
+                                  size_t ldc, __m256i last, int acc)
 {
     __m256 z = _mm256_setzero_ps();
     __m256 c00 = z, c01 = z, c02 = z, c10 = z, c11 = z, c12 = z, c20 = z, c21 = z, c22 = z,
            c30 = z, c31 = z, c32 = z;
     for (int k = k0; k < k1; k++) {
         const float *a = A + (size_t)k * acs, *b = B + (size_t)k * ldb;
-        __m256 b0 = attn_ld(b, 0, nv, last);
-        __m256 b1 = nv > 1 ? attn_ld(b, 1, nv, last) : z;
-        __m256 b2 = nv > 2 ? attn_ld(b, 2, nv, last) : z;
+        __m256 b0 = attn_ld(b, 0, nv, last, full);
+        __m256 b1 = nv > 1 ? attn_ld(b, 1, nv, last, full) : z;
+        __m256 b2 = nv > 2 ? attn_ld(b, 2, nv, last, full) : z;
 #define ATTN_ROW(r)                                                \
         if (rows > r) {                                            \
             __m256 ar = _mm256_broadcast_ss(a + r * ars);          \
@@ -488,14 +490,32 @@ static ATTN_INLINE void attn_tile(int rows, int nv, int k0, int k1, const float 
     }
 #define ATTN_OUT(r)                                                \
     if (rows > r) {                                                \
-        attn_st(C + r * ldc, 0, nv, last, c##r##0, acc);           \
+        attn_st(C + r * ldc, 0, nv, last, full, c##r##0, acc);           \
         if (nv > 1)                                                \
-            attn_st(C + r * ldc, 1, nv, last, c##r##1, acc);       \
+            attn_st(C + r * ldc, 1, nv, last, full, c##r##1, acc);       \
         if (nv > 2)                                                \
-            attn_st(C + r * ldc, 2, nv, last, c##r##2, acc);       \
+            attn_st(C + r * ldc, 2, nv, last, full, c##r##2, acc);       \
     }
     ATTN_OUT(0) ATTN_OUT(1) ATTN_OUT(2) ATTN_OUT(3)
 #undef ATTN_OUT
+}
+
+/* attn_tile with rows (4 or 1), nv and full as constants. */
+static ATTN_INLINE void attn_tile_any(int rows, int nv, int full, int k0, int k1, const float *A,
+                                      size_t ars, size_t acs, const float *B, size_t ldb, float *C,
+                                      size_t ldc, __m256i last, int acc)
+{
+#define ATTN_CASE(R, NV)                                                                   \
+    if (rows == R && nv == NV) {                                                           \
+        if (full)                                                                          \
+            attn_tile(R, NV, 1, k0, k1, A, ars, acs, B, ldb, C, ldc, last, acc);           \
+        else                                                                               \
+            attn_tile(R, NV, 0, k0, k1, A, ars, acs, B, ldb, C, ldc, last, acc);           \
+        return;                                                                            \
+    }
+    ATTN_CASE(4, 3) ATTN_CASE(4, 2) ATTN_CASE(4, 1) ATTN_CASE(1, 3) ATTN_CASE(1, 2)
+    ATTN_CASE(1, 1)
+#undef ATTN_CASE
 }
 
 /* C (M x N, ldc) (+)= A (M x K) B (K x N, row stride ldb) under the mask
@@ -518,18 +538,12 @@ static CPU_AVX2 void attn_gemm(int M, int N, int K, const float *A, size_t ars, 
                 break;   /* left unwritten: the softmax and the dS pass zero it */
             const float *a = A + (size_t)r * ars, *b = B + j;
             __m256i last = attn_lanes(n - 8 * (nv - 1));
-            if (rows == 4 && nv == 3)
-                attn_tile(4, 3, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
-            else if (rows == 4 && nv == 2)
-                attn_tile(4, 2, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
-            else if (rows == 4)
-                attn_tile(4, 1, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
-            else if (nv == 3)
-                attn_tile(1, 3, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
-            else if (nv == 2)
-                attn_tile(1, 2, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
+            /* A whole last vector goes through plain loads and stores:
+             * masked stores are slow on some CPUs (AMD's). */
+            if (n % 8 == 0)
+                attn_tile_any(rows, nv, 1, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
             else
-                attn_tile(1, 1, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
+                attn_tile_any(rows, nv, 0, k0, k1, a, ars, acs, b, ldb, c, ldc, last, acc);
         }
         r += rows;
     }

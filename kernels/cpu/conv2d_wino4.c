@@ -8,13 +8,17 @@
  * filter U = G g G^T (once per call, in double, rounded once), then for
  * each of the 36 positions xi = 6*row+column of the transformed tile
  * M[xi] = U[xi] V[xi], a product (O x C) x (C x tiles) by conv2d_wino.c's
- * kernel, and y = A^T M A + bias per tile and output channel (points 0,
- * 1, -1, 2, -2 and infinity):
- *   B^T = [4  0 -5  0 1 0;  0 -4 -4  1 1 0;  0 4 -4 -1 1 0;
- *          0 -2 -1  2 1 0;  0  2 -1 -2 1 0;  0 4  0 -5 0 1]
- *   G   = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6;
- *          1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1]
- *   A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
+ * kernel, and y = A^T M A + bias per tile and output channel. The points
+ * are 0, -1, 1, 1/2, -2 and infinity (from Barabasz et al., "Error
+ * analysis and improving the accuracy of Winograd convolution for deep
+ * neural networks", 2020, for F(4,3)), scaled by
+ * powers of 2 (exact in float) so that B^T and A^T have small integer
+ * entries and the thirds and fifteenths sit in G alone:
+ *   B^T = [2 -3 -4  3 2 0;  0  2 -5  1 2 0;  0 -2  1  5 2 0;
+ *          0 -2 -1  2 1 0;  0  1 -2 -1 2 0;  0  2 -3 -4 3 2]
+ *   G   = [1/2 0 0; -1/6 1/6 -1/6; 1/6 1/6 1/6;
+ *          -2/15 -1/15 -1/30; 1/30 -1/15 2/15; 0 0 1/2]
+ *   A^T = [1 1 1 8 1 0; 0 -1 1 4 -2 0; 0 1 1 2 4 0; 0 -1 1 1 -8 1]
  * 36 multiply-adds per input channel and tile of 16 outputs (2.25 per
  * output) instead of F(2x2)'s 16 per 4 (4) and the direct kernels' 9: 4x
  * less arithmetic than direct, 1.78x less than F(2x2), and 2.25 instead of
@@ -36,19 +40,24 @@
  * Blocks are independent (no sums across blocks), so results do not depend
  * on the thread count at all.
  *
- * Numerics: B^T and A^T have entries up to 5 and 8 and G down to 1/24, so
- * the rounding errors of the transformed values are larger than F(2x2)'s:
- * against the double-precision reference the normalised error (max |err| /
- * max |y|, inputs and weights uniform in [-1, 1]) measured 2-6e-6 at 16-64
- * channels and 1e-5 at 128 (F(2x2): 1-4e-7). Most of it is the float sum
- * of the products over the channels, whose terms are far larger than y
- * (a float simulation with that sum exact: 1.6e-6 at 64 channels). The
- * kernel tests allow 2e-5 (up to 128 channels). That is too much for
- * resnet20's gradients against float64 PyTorch within 1e-5: its fixture
- * test measured 1.1-1.5e-5 with F(4x4) in any one of its stages, so the
- * ops take F(4x4) only when CDL_CPU_WINOGRAD4 asks for it (conv2d.c). In
- * that simulation points +-1/2 instead of +-2 did no better, mixed points
- * 2 and -1/2 about 1.6x better.
+ * Numerics: the transforms' entries (up to 5 and 8, G down to 1/30) make
+ * the rounding errors of the transformed values larger than F(2x2)'s, and
+ * most of the error is the float sum of the products over the channels,
+ * whose terms are far larger than y. Against the double-precision
+ * reference (normalised error max |err| / max |y|, inputs and weights
+ * uniform in [-1, 1], the cases of test_kernels_conv_wino) these points
+ * measured 0.3-2.4e-6 at 3-128 channels; the points 0, +-1, +-2 measured
+ * 2-6e-6 at 16-64 and 1e-5 at 128 (F(2x2): 1-4e-7). Still too much for
+ * the resnet20 PyTorch fixture test (whole model within 1e-5 of float64):
+ * with F(4x4)'s forward in its 16-64 channel stages its gradients missed
+ * by up to 2e-3 (points 0, +-1, +-2: 4e-5), with F(4x4)'s dx alone they
+ * stayed within 9.1e-6 (the default paths: 8.7e-6). The forward's failure
+ * is not a smooth growth of error: adding a perturbation of 3e-7 max |y|
+ * to the direct kernels' outputs of the same convolutions (less than
+ * F(2x2)'s own error) made the fixture's gradients miss by 7e-3, and 1e-7
+ * by 1.3e-5 (a jump that suggests a few pre-activations that close to
+ * ReLU's kink, which flip). So the ops take F(4x4) only when CDL_CPU_WINOGRAD4 asks for it
+ * (conv2d.c).
  *
  * Workspace: U [36][ocb][C][4] shared, then per thread V [36][C][ts], M
  * [36][ocb*4][ts] and the split rows of one channel of a block.
@@ -132,21 +141,26 @@ typedef struct w4ctx {
 
 #if CPU_X86
 
-/* t = G f of 3 values, 4 filters per vector (G's rows share sums: 10
- * operations, not 18). */
+/* G (6 x 3) for the points 0, -1, 1, 1/2, -2 and infinity, scaled by
+ * powers of 2 so that B^T and A^T have small integer entries (see the
+ * header comment); the thirds and fifteenths are rounded in double and
+ * U = G g G^T is rounded to float once. */
+static const double G4[6][3] = {
+    {1.0 / 2, 0, 0},
+    {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+    {1.0 / 6, 1.0 / 6, 1.0 / 6},
+    {-2.0 / 15, -1.0 / 15, -1.0 / 30},
+    {1.0 / 30, -1.0 / 15, 2.0 / 15},
+    {0, 0, 1.0 / 2},
+};
+
+/* t = G f of 3 values, 4 filters per vector. */
 static CPU_AVX2 inline void g3(const __m256d f[3], __m256d t[6])
 {
-    const __m256d c4 = _mm256_set1_pd(4), c6 = _mm256_set1_pd(6), c12 = _mm256_set1_pd(12);
-    const __m256d c24 = _mm256_set1_pd(24);
-    __m256d e = _mm256_add_pd(f[0], f[2]);
-    __m256d h = _mm256_add_pd(_mm256_div_pd(f[0], c24), _mm256_div_pd(f[2], c6));
-    __m256d k = _mm256_div_pd(f[1], c12);
-    t[0] = _mm256_div_pd(f[0], c4);
-    t[1] = _mm256_div_pd(_mm256_sub_pd(_mm256_setzero_pd(), _mm256_add_pd(e, f[1])), c6);
-    t[2] = _mm256_div_pd(_mm256_sub_pd(_mm256_setzero_pd(), _mm256_sub_pd(e, f[1])), c6);
-    t[3] = _mm256_add_pd(h, k);
-    t[4] = _mm256_sub_pd(h, k);
-    t[5] = f[2];
+    for (int i = 0; i < 6; i++)
+        t[i] = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(_mm256_set1_pd(G4[i][0]), f[0]),
+                                           _mm256_mul_pd(_mm256_set1_pd(G4[i][1]), f[1])),
+                             _mm256_mul_pd(_mm256_set1_pd(G4[i][2]), f[2]));
 }
 
 /* U[xi][ob][c][j] = (G g G^T)[xi] for output channel o = ob*WOB+j (zero
@@ -223,21 +237,32 @@ load_lanes(const int np, const float *const *b, size_t off)
                           b[6][off], b[7][off]);
 }
 
-/* y = B^T x of 6 vectors. */
+/* y = B^T x of 6 vectors (rows 0 and 5 are the same row one place
+ * apart). */
+static inline __attribute__((always_inline)) CPU_AVX2 __m256 bt_edge(__m256 a, __m256 b, __m256 c,
+                                                                      __m256 d, __m256 e)
+{
+    /* 2a - 3b - 4c + 3d + 2e */
+    const __m256 two = _mm256_set1_ps(2.0f), three = _mm256_set1_ps(3.0f);
+    __m256 s = _mm256_fmadd_ps(two, _mm256_add_ps(a, e), _mm256_mul_ps(three, _mm256_sub_ps(d, b)));
+    return _mm256_fnmadd_ps(_mm256_set1_ps(4.0f), c, s);
+}
+
 static inline __attribute__((always_inline)) CPU_AVX2 void bt6(const __m256 x[6], __m256 y[6])
 {
-    const __m256 four = _mm256_set1_ps(4.0f), five = _mm256_set1_ps(5.0f);
-    __m256 a = _mm256_sub_ps(x[4], x[2]);
-    __m256 b = _mm256_fnmadd_ps(four, x[2], x[4]);
-    __m256 c = _mm256_fnmadd_ps(four, x[1], x[3]);
-    __m256 d = _mm256_sub_ps(x[3], x[1]);
-    d = _mm256_add_ps(d, d);
-    y[0] = _mm256_fmadd_ps(four, x[0], _mm256_fnmadd_ps(five, x[2], x[4]));
-    y[1] = _mm256_add_ps(b, c);
-    y[2] = _mm256_sub_ps(b, c);
-    y[3] = _mm256_add_ps(a, d);
-    y[4] = _mm256_sub_ps(a, d);
-    y[5] = _mm256_fmadd_ps(four, x[1], _mm256_fnmadd_ps(five, x[3], x[5]));
+    const __m256 two = _mm256_set1_ps(2.0f), five = _mm256_set1_ps(5.0f);
+    __m256 x4x2 = _mm256_add_ps(x[4], x[4]);   /* 2 x4 */
+    __m256 x1x2 = _mm256_add_ps(x[1], x[1]);   /* 2 x1 */
+    y[0] = bt_edge(x[0], x[1], x[2], x[3], x[4]);
+    /* 2x1 - 5x2 + x3 + 2x4 */
+    y[1] = _mm256_fnmadd_ps(five, x[2], _mm256_add_ps(_mm256_add_ps(x1x2, x[3]), x4x2));
+    /* -2x1 + x2 + 5x3 + 2x4 */
+    y[2] = _mm256_fmadd_ps(five, x[3], _mm256_add_ps(_mm256_sub_ps(x[2], x1x2), x4x2));
+    /* -2x1 - x2 + 2x3 + x4 */
+    y[3] = _mm256_fmadd_ps(two, _mm256_sub_ps(x[3], x[1]), _mm256_sub_ps(x[4], x[2]));
+    /* x1 - 2x2 - x3 + 2x4 */
+    y[4] = _mm256_fmadd_ps(two, _mm256_sub_ps(x[4], x[2]), _mm256_sub_ps(x[1], x[3]));
+    y[5] = bt_edge(x[1], x[2], x[3], x[4], x[5]);
 }
 
 /* V[xi][ci][j..j+8) of 8 tiles of one channel: B^T d B from the split rows
@@ -342,12 +367,11 @@ static void transform_input(const w4plan *p, const float *xb, int img0, int ni, 
 /* z = A^T m of 6 vectors (4 results). */
 static inline __attribute__((always_inline)) CPU_AVX2 void at6(const __m256 m[6], __m256 z[4])
 {
-    __m256 p = _mm256_add_ps(m[1], m[2]), q = _mm256_sub_ps(m[1], m[2]);
-    __m256 r = _mm256_add_ps(m[3], m[4]), s = _mm256_sub_ps(m[3], m[4]);
-    z[0] = _mm256_add_ps(_mm256_add_ps(m[0], p), r);
-    z[1] = _mm256_fmadd_ps(_mm256_set1_ps(2.0f), s, q);
-    z[2] = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), r, p);
-    z[3] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), s, q), m[5]);
+    __m256 p = _mm256_add_ps(m[1], m[2]), q = _mm256_sub_ps(m[2], m[1]);
+    z[0] = _mm256_fmadd_ps(_mm256_set1_ps(8.0f), m[3], _mm256_add_ps(_mm256_add_ps(m[0], p), m[4]));
+    z[1] = _mm256_fnmadd_ps(_mm256_set1_ps(2.0f), m[4], _mm256_fmadd_ps(_mm256_set1_ps(4.0f), m[3], q));
+    z[2] = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), m[4], _mm256_fmadd_ps(_mm256_set1_ps(2.0f), m[3], p));
+    z[3] = _mm256_add_ps(_mm256_fnmadd_ps(_mm256_set1_ps(8.0f), m[4], _mm256_add_ps(q, m[3])), m[5]);
 }
 
 /* A^T M A + bias of 8 tiles of one output channel from M[xi][o][j..j+8).

@@ -27,10 +27,12 @@
 #include "kernel_testutil.h"
 #include "ref_ops.h"
 
-/* F(4x4)'s normalised error measured 2-6e-6 at 16-64 channels, 1e-5 at
- * 128 (conv2d_wino4.c says why it is 10-30x F(2x2)'s): twice the worst
- * for the cases below (at most 128 channels). */
-#define WINO4_TOL 2e-5
+/* F(4x4)'s normalised error measured 0.3-2.4e-6 on the cases below (3-128
+ * channels; the worst, 2.4e-6, at 64 channels, 2.3e-6 at 128), 5-30x
+ * F(2x2)'s (conv2d_wino4.c says why): twice the worst. The points 0, +-1,
+ * +-2 it used before measured 2-6e-6 at 16-64 channels and 1e-5 at 128,
+ * and fail this bound. */
+#define WINO4_TOL 5e-6
 
 typedef struct wcase {
     int n, c, h, w, oc;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas_core.h"
 #include "evalcommon.h"
 
 #define PROG "cdl-eval"
@@ -147,6 +148,7 @@ static void print_json(const eval_ctx *e, const sums *s, const char *split)
 
 int main(int argc, char **argv)
 {
+    cli_fix_blas_core(argv);
     eval_opts o = {.prog = PROG, .split = "test", .device = "auto", .batch_size = 256,
                    .workers = 1, .distributed = 1};
     int json = 0, c;

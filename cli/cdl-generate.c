@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas_core.h"
 #include "evalcommon.h"
 #include "sample.h"
 
@@ -201,6 +202,7 @@ static int parse_double(const char *opt, const char *s, double lo, double hi, do
 
 int main(int argc, char **argv)
 {
+    cli_fix_blas_core(argv);
     gen g = {.o = {.prog = PROG, .device = "auto", .batch_size = 1}};
     const char *prompt = NULL, *prompt_tokens = NULL;
     int max_tokens = 256, top_k = 0;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas_core.h"
 #include "evalcommon.h"
 
 #define PROG "cdl-predict"
@@ -121,6 +122,7 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
 
 int main(int argc, char **argv)
 {
+    cli_fix_blas_core(argv);
     static const char default_split[] = "test";
     eval_opts o = {.prog = PROG, .split = default_split, .device = "auto", .batch_size = 256,
                    .workers = 1, .distributed = 0};

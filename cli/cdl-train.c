@@ -15,6 +15,7 @@
 
 #include <cdl/cdl.h>
 
+#include "blas_core.h"
 #include "suggest.h"
 
 enum {
@@ -593,7 +594,9 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case OPT_NO_PROGRESS: cfg->progress = 0; break;
         case 'q': cfg->quiet = 1; break;
         case 'h': usage(stdout); return 1;
-        case OPT_VERSION: printf("cdl-train (cdl) %s\n", cdl_version()); return 1;
+        case OPT_VERSION:
+            printf("cdl-train (cdl) %s\nOpenBLAS kernels: %s\n", cdl_version(), cdl_blas_core());
+            return 1;
         case ':':
             fprintf(stderr, "cdl-train: option '%.80s%s' needs a value (see cdl-train --help)\n",
                     argv[optind - 1], ell(argv[optind - 1]));
@@ -629,6 +632,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
 
 int main(int argc, char **argv)
 {
+    cli_fix_blas_core(argv);
     cdl_train_config cfg;
     cdl_train_defaults(&cfg);
     if (read_env(&cfg) != 0)

@@ -125,11 +125,33 @@ static const cdl_backend_ops cpu_ops = {
 /* OpenBLAS picks its kernels by CPU model when it loads; a model newer than
  * the library (Debian 12's 0.3.21 on recent Xeons) gets the SSE3 "Prescott"
  * fallback, several times slower for the linear layers and wide
- * convolutions. Too late to change in-process, so say once how to fix it. */
+ * convolutions. It cannot be changed in-process: cdl's programs start
+ * again with OPENBLAS_CORETYPE set (cli/blas_core.c); a program of the
+ * library's users is told once how to fix it. */
+const char *cdl_blas_core(void)
+{
+    const char *core = openblas_get_corename();
+    return core ? core : "unknown";
+}
+
+const char *cdl_blas_core_advice(void)
+{
+    if (getenv("OPENBLAS_CORETYPE") || strcmp(cdl_blas_core(), "Prescott") != 0)
+        return NULL;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bw") ? "SkylakeX"
+           : __builtin_cpu_supports("avx2")   ? "Haswell"
+                                              : NULL;
+#else
+    return NULL;
+#endif
+}
+
 static void check_blas_kernels(void)
 {
     static int checked;
-    if (checked++ || getenv("OPENBLAS_CORETYPE"))
+    if (checked++)
         return;
     /* Once per job, not once per rank: the first rank variable set decides. */
     const char *rank_vars[] = {"RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
@@ -141,18 +163,11 @@ static void check_blas_kernels(void)
             break;
         }
     }
-    const char *core = openblas_get_corename();
-    if (!core || strcmp(core, "Prescott") != 0)
-        return;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    const char *better = __builtin_cpu_supports("avx512bw") ? "SkylakeX"
-                         : __builtin_cpu_supports("avx2")   ? "Haswell"
-                                                            : NULL;
+    const char *better = cdl_blas_core_advice();
     if (better)
         fprintf(stderr, "cdl: warning: OpenBLAS does not know this CPU and uses its slow SSE3 "
                         "kernels (core Prescott): export OPENBLAS_CORETYPE=%s for the ones this "
                         "CPU supports\n", better);
-#endif
 }
 
 cdl_backend *cdl_backend_cpu_create(int threads)

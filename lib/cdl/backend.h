@@ -462,6 +462,17 @@ cdl_backend *cdl_backend_create(const char *name, int threads);
 
 void cdl_backend_destroy(cdl_backend *be);
 
+/* The OpenBLAS kernels this process runs (OpenBLAS's core name, e.g.
+ * "SkylakeX", "Haswell", "Prescott"). */
+const char *cdl_blas_core(void);
+
+/* The OPENBLAS_CORETYPE value that would give this CPU faster kernels
+ * ("SkylakeX" or "Haswell") when OpenBLAS did not know the CPU and fell back
+ * to its SSE3 "Prescott" ones and OPENBLAS_CORETYPE is unset; NULL
+ * otherwise. OpenBLAS reads the variable when it loads: a program sets it
+ * and starts again (cdl's programs do), or its user exports it. */
+const char *cdl_blas_core_advice(void);
+
 /* GPUs visible to this process; 0 when none (or built without CUDA). */
 int cdl_backend_cuda_device_count(void);
 

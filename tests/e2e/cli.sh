@@ -7,6 +7,18 @@ expect_status 0 "$CDL_TRAIN" --help
 grep -q -- '--resume auto|never|PATH' "$TMP/out" || die "--help lacks --resume"
 expect_status 0 "$CDL_TRAIN" --version
 grep -q '^cdl-train (cdl) ' "$TMP/out" || die "--version output"
+# OpenBLAS's kernels: on a CPU it does not know, cdl-train starts again with
+# OPENBLAS_CORETYPE set to the kernels the CPU has, never the SSE3 fallback
+# (cli/blas_core.c); a type the user sets is kept.
+env -u OPENBLAS_CORETYPE "$CDL_TRAIN" --version >"$TMP/out" 2>"$TMP/err" || die "--version failed"
+blas=$(sed -n 's/^OpenBLAS kernels: //p' "$TMP/out")
+[ -n "$blas" ] || die "--version does not name OpenBLAS's kernels"
+if grep -qw avx2 /proc/cpuinfo 2>/dev/null && [ "$blas" = Prescott ]; then
+    die "cdl-train runs OpenBLAS's SSE3 kernels on a CPU with AVX2"
+fi
+[ ! -s "$TMP/err" ] || die "--version wrote to stderr: $(cat "$TMP/err")"
+OPENBLAS_CORETYPE=Prescott "$CDL_TRAIN" --version >"$TMP/out" 2>&1 || die "--version failed"
+grep -qx 'OpenBLAS kernels: Prescott' "$TMP/out" || die "OPENBLAS_CORETYPE=Prescott not kept"
 expect_status 0 "$CDLRUN" --version
 grep -qx 'cdlrun (cdl) [0-9][0-9.]*' "$TMP/out" || die "cdlrun --version output"
 

@@ -40,7 +40,8 @@ tests_fakegpu_ops_vs_cpu_LDADD = $(FAKEGPU_LDADD)
 tests_fakegpu_ops_vs_cpu_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_ops_vs_cpu_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
 # cdl-train, unchanged, on the fake GPU.
-tests_fakegpu_cdl_train_SOURCES = cli/cdl-train.c cli/suggest.c cli/suggest.h
+tests_fakegpu_cdl_train_SOURCES = cli/cdl-train.c cli/suggest.c cli/suggest.h cli/blas_core.c \
+	cli/blas_core.h
 tests_fakegpu_cdl_train_CPPFLAGS = $(AM_CPPFLAGS)
 tests_fakegpu_cdl_train_LDADD = $(FAKEGPU_LDADD)
 tests_fakegpu_cdl_train_LDFLAGS = $(FAKEGPU_LINKFLAGS)

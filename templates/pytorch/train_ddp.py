@@ -23,6 +23,7 @@ one-element all-reduce each step), rank 0 saves, and all exit with 75 so
 that the job script requeues the job (templates/pytorch-requeue.sbatch).
 """
 import argparse
+import faulthandler
 import os
 import signal
 import sys
@@ -34,6 +35,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 EXIT_REQUEUE = 75  # like cdl-train: "checkpoint written, requeue me"
+TEARDOWN_S = 60   # the longest a rank may take to leave once its work is done
 
 
 def parse_args():
@@ -166,9 +168,7 @@ def main():
                     if rank == 0:
                         print(f"signal: checkpoint at epoch {epoch} step {step + 1} "
                               f"written, exiting with {EXIT_REQUEUE}", flush=True)
-                    if launched:
-                        dist.destroy_process_group()
-                    return EXIT_REQUEUE
+                    return leave(launched, EXIT_REQUEUE)
         skip = 0
         if rank == 0:
             print(f"epoch {epoch + 1}/{args.epochs} loss {total / max(steps, 1):.6f}", flush=True)
@@ -179,8 +179,21 @@ def main():
         torch.save(model.state_dict(), args.save.replace("{rank}", str(rank)))
     if launched:
         dist.barrier()  # leave together: no rank tears down while a peer still talks
+    return leave(launched, 0)
+
+
+def leave(launched, code):
+    """Tears the process group down and returns code, in bounded time.
+    gloo's teardown can wait on peers that have already gone (in a test
+    under load, rank 1 of 2 never exited after the requeue checkpoint and
+    the job step stayed until it was cancelled). Past TEARDOWN_S the
+    watchdog prints every thread's stack (where it stood) and ends the
+    process with status 1; srun reports its tasks' highest status, so a
+    requeue still sees 75."""
+    if launched:
+        faulthandler.dump_traceback_later(TEARDOWN_S, exit=True)
         dist.destroy_process_group()
-    return 0
+    return code
 
 
 if __name__ == "__main__":

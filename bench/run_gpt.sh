@@ -38,6 +38,10 @@ venv=${VENV:-$build/bench/venv-torch2}
 train="$build/cli/cdl-train"
 arch="n_layer=4,n_head=4,n_embd=144"
 [ -x "$train" ] || { echo "run_gpt.sh: $train not found" >&2; exit 2; }
+# Every side on the best OpenBLAS kernels this CPU runs (Debian's torch
+# multiplies with OpenBLAS; cdl-train would pick them itself).
+bench="$train" bench_args=--version
+. "$here/openblas_core.sh"
 fortunes=/usr/share/games/fortunes
 [ -f "$fortunes/literature" ] || { echo "run_gpt.sh: $fortunes missing (Debian: fortunes-min)" >&2; exit 2; }
 "$python" -c 'import torch, safetensors' 2>/dev/null ||

@@ -25,6 +25,10 @@ python=${PYTHON:-/usr/bin/python3}
 venv=${VENV:-$build/bench/venv-torch2}
 data=/usr/share/datasets/fashion-mnist
 [ -x "$build/cli/cdl-train" ] || { echo "run_resnet.sh: $build/cli/cdl-train not found" >&2; exit 2; }
+# Every side on the best OpenBLAS kernels this CPU runs (Debian's torch
+# multiplies with OpenBLAS; cdl-train would pick them itself).
+bench="$build/cli/cdl-train" bench_args=--version
+. "$here/openblas_core.sh"
 [ -f "$data/t10k-images-idx3-ubyte.gz" ] || { echo "run_resnet.sh: $data missing" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -24,6 +24,10 @@ model=${MODEL:-resnet20}
 python=${PYTHON:-/usr/bin/python3}
 bench="$build/bench/bench_cnn"
 [ -x "$bench" ] || { echo "run_resnet_speed.sh: $bench not found: build it (make bench/bench_cnn)" >&2; exit 2; }
+# Every side on the best OpenBLAS kernels this CPU runs (Debian's torch
+# multiplies with OpenBLAS too; bench_cnn's SGEMM peak is OpenBLAS's).
+bench_args=--help
+. "$here/openblas_core.sh"
 . "$here/torch2_venv.sh"
 torch2=$(torch2_venv "${VENV:-$build/bench/venv-torch2}")
 

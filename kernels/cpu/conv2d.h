@@ -44,6 +44,15 @@ void conv_avx2_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const floa
 void conv_avx2_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
                    const float *dy, float *dx, float *dw, float *db, float *ws);
 
+/* The same kernels with 16 lanes on AVX-512 CPUs (conv2d_avx512.c): the
+ * shapes of conv_avx2_supported, bitwise the same results. */
+int conv_avx512_supported(const cdl_conv2d_desc *d);
+size_t conv_avx512_workspace(const cdl_conv2d_desc *d, int threads);
+void conv_avx512_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
+                     const float *b, float *y, float *ws);
+void conv_avx512_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
+                     const float *dy, float *dx, float *dw, float *db, float *ws);
+
 /* 1 when the Winograd kernels handle d on this CPU (3x3, stride 1, pad 1,
  * no dilation or groups, AVX2). dx is the forward on dy with the kernel
  * flipped and its channel axes swapped; no partial sums, so the results do

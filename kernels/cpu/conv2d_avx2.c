@@ -44,14 +44,11 @@
 #include <string.h>
 
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/conv2d_avx.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/simd.h"
 
-#define OB 4     /* output channels per corr8 block */
-#define SB 3     /* 8-lane output segments per corr8 block */
-#define DB 2     /* blocks of 8 output channels per dwt block */
-#define DT 6     /* taps per dwt block */
-#define SLACK 16 /* zeroed floats after each padded buffer */
+#define SLACK 16 /* zeroed floats after each padded buffer: >= the lanes */
 
 /* dx as s*s phase correlations: the dx positions (s*a + ry - pad, s*b + rx
  * - pad) take the kernel taps ky = ry + s*jy, kx = rx + s*jx, and sum
@@ -65,7 +62,7 @@ typedef struct dxphase {
     int xlo, xlen;         /* and columns */
     int hq, wq;            /* its padded dy: ylen+ny-1 rows of xlen+nx-1 */
     int Kq;                /* oc*ny*nx taps */
-    size_t w_off;          /* its packed weights [cb][Kq][OB] in the workspace */
+    size_t w_off;          /* its packed weights [cb][Kq][ob] in the workspace */
     size_t t_off;          /* its taps in the dx tap table */
     size_t q_off;          /* its padded dy in the thread's region */
     size_t m_off;          /* its dx (c, ylen, xlen) in the thread's tmp (stride 2) */
@@ -73,24 +70,26 @@ typedef struct dxphase {
 } dxphase;
 
 typedef struct aplan {
+    int lanes;            /* 8 (AVX2) or 16 (AVX-512): the kernels' width */
+    int ob, dt;           /* their corr block's output channels, dwt block's taps */
     int s;                /* stride (both axes) */
     int K, P;             /* c*kh*kw taps; oh*ow outputs per channel */
     int hp, wp;           /* forward input, padded */
     int whs, rowlen;      /* floats per phase of a padded row; per padded row */
     int nph;              /* dx phases: s*s */
     dxphase ph[4];
-    int ocb, cb;          /* blocks of OB: forward outputs, dx outputs */
-    int Kpad;             /* K rounded up to DT */
-    int ocb8;             /* blocks of 8 output channels (dW lanes) */
-    size_t wt_floats;     /* forward weights [ocb][K][OB] */
+    int ocb, cb;          /* blocks of ob: forward outputs, dx outputs */
+    int Kpad;             /* K rounded up to dt */
+    int ocbl;             /* blocks of `lanes` output channels (dW lanes) */
+    size_t wt_floats;     /* forward weights [ocb][K][ob] */
     size_t wq_floats;     /* dx weights of all phases */
     size_t toff_slots;    /* int32 tap tables: forward/dW K, dx phases */
     size_t xin_floats;    /* per thread: padded x */
     size_t qpad_floats;   /* per thread: padded dy of all dx phases */
     size_t tmp_floats;    /* per thread: the dx phases (stride 2) */
-    size_t dyt_floats;    /* per thread: dy transposed [ocb8][P][8] */
-    size_t dwp_floats;    /* per chunk: dW partial [ocb8][Kpad][8] */
-    size_t dbp_floats;    /* per chunk: db partial [ocb8*8] */
+    size_t dyt_floats;    /* per thread: dy transposed [ocbl][P][lanes] */
+    size_t dwp_floats;    /* per chunk: dW partial [ocbl][Kpad][lanes] */
+    size_t dbp_floats;    /* per chunk: db partial [ocbl*lanes] */
     size_t shared, per_thread, per_chunk;
 } aplan;
 
@@ -105,8 +104,12 @@ static void axis_phase(int r, int s, int k, int pad, int n, int *nt, int *lo, in
     *len = last >= first ? last - first + 1 : 0;
 }
 
-static void aplan_make(const cdl_conv2d_desc *d, aplan *p)
+/* The plan of d for the kernels of `lanes` (8 or 16) lanes. */
+static void aplan_make(const cdl_conv2d_desc *d, int lanes, aplan *p)
 {
+    p->lanes = lanes;
+    p->ob = lanes == 16 ? CONV_OB16 : CONV_OB8;
+    p->dt = lanes == 16 ? CONV_DT16 : CONV_DT8;
     p->s = d->stride_h;
     p->K = d->c * d->kh * d->kw;
     p->P = d->oh * d->ow;
@@ -114,10 +117,10 @@ static void aplan_make(const cdl_conv2d_desc *d, aplan *p)
     p->wp = d->w + 2 * d->pad_w;
     p->whs = p->s == 1 ? p->wp : (p->wp + 1) / 2;
     p->rowlen = p->s * p->whs;
-    p->ocb = (d->oc + OB - 1) / OB;
-    p->cb = (d->c + OB - 1) / OB;
-    p->Kpad = (p->K + DT - 1) / DT * DT;
-    p->ocb8 = (d->oc + 7) / 8;
+    p->ocb = (d->oc + p->ob - 1) / p->ob;
+    p->cb = (d->c + p->ob - 1) / p->ob;
+    p->Kpad = (p->K + p->dt - 1) / p->dt * p->dt;
+    p->ocbl = (d->oc + lanes - 1) / lanes;
     p->nph = p->s * p->s;
     p->wq_floats = p->qpad_floats = p->tmp_floats = 0;
     size_t taps = 0;
@@ -136,24 +139,24 @@ static void aplan_make(const cdl_conv2d_desc *d, aplan *p)
         f->t_off = taps;
         f->q_off = p->qpad_floats;
         f->m_off = p->tmp_floats;
-        /* Full 8-lane rows: corr8 reads nothing past dy's end. */
+        /* Full vector rows: corr reads nothing past dy's end. */
         f->dy_direct = f->ylo == f->ny - 1 && f->xlo == f->nx - 1 && f->hq == d->oh &&
-                       f->wq == d->ow && f->xlen % 8 == 0;
+                       f->wq == d->ow && f->xlen % lanes == 0;
         if (!f->ylen || !f->xlen)
             continue;
-        p->wq_floats += cpu_align16((size_t)p->cb * f->Kq * OB);
+        p->wq_floats += cpu_align16((size_t)p->cb * f->Kq * p->ob);
         taps += cpu_align16((size_t)f->Kq);
         if (!f->dy_direct)
             p->qpad_floats += cpu_align16((size_t)d->oc * f->hq * f->wq + SLACK);
         if (p->s != 1)
             p->tmp_floats += cpu_align16((size_t)d->c * f->ylen * f->xlen);
     }
-    p->wt_floats = cpu_align16((size_t)p->ocb * p->K * OB);
+    p->wt_floats = cpu_align16((size_t)p->ocb * p->K * p->ob);
     p->toff_slots = cpu_align16((size_t)p->K) + taps;
     p->xin_floats = cpu_align16((size_t)d->c * p->hp * p->rowlen + SLACK);
-    p->dyt_floats = cpu_align16((size_t)p->ocb8 * p->P * 8);
-    p->dwp_floats = (size_t)p->ocb8 * p->Kpad * 8;
-    p->dbp_floats = cpu_align16((size_t)p->ocb8 * 8);
+    p->dyt_floats = cpu_align16((size_t)p->ocbl * p->P * lanes);
+    p->dwp_floats = (size_t)p->ocbl * p->Kpad * lanes;
+    p->dbp_floats = cpu_align16((size_t)p->ocbl * lanes);
     p->shared = p->wt_floats + p->wq_floats + p->toff_slots;
     p->per_thread = p->xin_floats + p->qpad_floats + p->tmp_floats + p->dyt_floats;
     p->per_chunk = p->dwp_floats + p->dbp_floats;
@@ -181,12 +184,27 @@ int conv_avx2_supported(const cdl_conv2d_desc *d)
     return big < 1e9;
 }
 
-size_t conv_avx2_workspace(const cdl_conv2d_desc *d, int threads)
+int conv_avx512_supported(const cdl_conv2d_desc *d)
+{
+    return cpu_has_avx512() && conv_avx2_supported(d);
+}
+
+static size_t workspace(const cdl_conv2d_desc *d, int threads, int lanes)
 {
     aplan p;
-    aplan_make(d, &p);
+    aplan_make(d, lanes, &p);
     int chunks = conv_bwd_chunks(threads, d->n, p.per_chunk);
     return p.shared + p.per_thread * (size_t)threads + p.per_chunk * (size_t)chunks;
+}
+
+size_t conv_avx2_workspace(const cdl_conv2d_desc *d, int threads)
+{
+    return workspace(d, threads, 8);
+}
+
+size_t conv_avx512_workspace(const cdl_conv2d_desc *d, int threads)
+{
+    return workspace(d, threads, 16);
 }
 
 #if CPU_X86
@@ -197,170 +215,34 @@ static CPU_AVX2 inline __m256i mask8(int n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* One block of O output channels x S segments: out[o][yoff[s] + lane] =
- * bias + sum over taps t of wt[t][o] * in[toff[t] + xoff[s] + lane]. O and
- * S are compile-time constants after inlining. */
-static inline __attribute__((always_inline)) CPU_AVX2 void
-corr8_block(const int O, const int S, const float *in, const int32_t *toff, int K,
-            const float *wt, const float *bias, float *out, size_t oplane, const int *xoff,
-            const int *yoff, const int *nl)
-{
-    __m256 acc[OB][SB];
-#pragma GCC unroll 4
-    for (int o = 0; o < O; o++) {
-        __m256 b0 = bias ? _mm256_set1_ps(bias[o]) : _mm256_setzero_ps();
-#pragma GCC unroll 3
-        for (int s = 0; s < S; s++)
-            acc[o][s] = b0;
-    }
-    const float *in0 = in + xoff[0], *in1 = in + xoff[S > 1 ? 1 : 0], *in2 = in + xoff[S > 2 ? 2 : 0];
-    /* Two taps per trip: the loop's own adds and branch shared by 24
-     * FMAs (measured 1.5-3% faster forward and dx on resnet20's first
-     * stage; unrolling by 4 gained nothing more). */
-#pragma GCC unroll 2
-    for (int t = 0; t < K; t++, wt += OB) {
-        int off = toff[t];
-        __m256 xv[SB];
-        xv[0] = _mm256_loadu_ps(in0 + off);
-        if (S > 1)
-            xv[1] = _mm256_loadu_ps(in1 + off);
-        if (S > 2)
-            xv[2] = _mm256_loadu_ps(in2 + off);
-#pragma GCC unroll 4
-        for (int o = 0; o < O; o++) {
-            __m256 wv = _mm256_broadcast_ss(wt + o);
-#pragma GCC unroll 3
-            for (int s = 0; s < S; s++)
-                acc[o][s] = _mm256_fmadd_ps(xv[s], wv, acc[o][s]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int o = 0; o < O; o++)
-#pragma GCC unroll 3
-        for (int s = 0; s < S; s++) {
-            float *dst = out + o * oplane + yoff[s];
-            if (nl[s] == 8)
-                _mm256_storeu_ps(dst, acc[o][s]);
-            else
-                _mm256_maskstore_ps(dst, mask8(nl[s]), acc[o][s]);
-        }
-}
+/* The block kernels, 8 lanes (conv2d_avx_tmpl.h): conv_corr8, conv_dwt8. */
+#define CV_L 8
+#define CV_OB CONV_OB8
+#define CV_SB CONV_SB8
+#define CV_DB CONV_DB8
+#define CV_DT CONV_DT8
+#define CV_TARGET CPU_AVX2
+#define CV_VEC __m256
+#define CV_LOAD(p) _mm256_loadu_ps(p)
+#define CV_STORE(p, v) _mm256_storeu_ps(p, v)
+#define CV_STORE_N(p, v, n) _mm256_maskstore_ps(p, mask8(n), v)
+#define CV_SET1(x) _mm256_set1_ps(x)
+#define CV_ZERO() _mm256_setzero_ps()
+#define CV_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define CV_ADD(a, b) _mm256_add_ps(a, b)
+#define CV_CORR conv_corr8
+#define CV_DWT conv_dwt8
+#include "kernels/cpu/conv2d_avx_tmpl.h"
 
-#define CORR8_O(O, S)                                                                        \
-    switch (O) {                                                                             \
-    case 1: corr8_block(1, S, in, toff, K, wt, bias, out, oplane, xoff, yoff, nl); break;    \
-    case 2: corr8_block(2, S, in, toff, K, wt, bias, out, oplane, xoff, yoff, nl); break;    \
-    case 3: corr8_block(3, S, in, toff, K, wt, bias, out, oplane, xoff, yoff, nl); break;    \
-    default: corr8_block(4, S, in, toff, K, wt, bias, out, oplane, xoff, yoff, nl); break;   \
-    }
-
-static CPU_AVX2 void corr8_group(int O, int S, const float *in, const int32_t *toff, int K,
-                                 const float *wt, const float *bias, float *out, size_t oplane,
-                                 const int *xoff, const int *yoff, const int *nl)
+/* dyt[b][p][j] = dy[b*L+j][p] (zero past oc) for one image's dy (oc, P),
+ * L = 8 or 16 lanes; dbp[b*L+j] += the sum over p, when dbp is not NULL.
+ * Groups of 8 channels, full blocks of 8 positions transposed 8x8 in
+ * registers (for L = 16 each group fills half of every position's lanes:
+ * the same sums in the same order). */
+static CPU_AVX2 void transpose_dy(const float *dy, int oc, int P, int L, float *dyt, float *dbp)
 {
-    if (S == 3) {
-        CORR8_O(O, 3)
-    } else if (S == 2) {
-        CORR8_O(O, 2)
-    } else {
-        CORR8_O(O, 1)
-    }
-}
-
-/* out (O, ho, wo) = bias + correlation with stride s of `in` (padded row
- * stride rowlen, tap offsets toff) with the block's weights wt [K][OB]. */
-static CPU_AVX2 void corr8(int O, const float *in, const int32_t *toff, int K, int rowlen, int s,
-                           const float *wt, const float *bias, float *out, int ho, int wo)
-{
-    const int vpr = (wo + 7) / 8, nseg = ho * vpr;
-    const size_t oplane = (size_t)ho * wo;
-    for (int g = 0; g < nseg; g += SB) {
-        int S = nseg - g < SB ? nseg - g : SB;
-        int xoff[SB] = {0}, yoff[SB] = {0}, nl[SB] = {8, 8, 8};
-        for (int j = 0; j < S; j++) {
-            int oy = (g + j) / vpr, ox0 = (g + j) % vpr * 8;
-            xoff[j] = oy * s * rowlen + ox0;
-            yoff[j] = oy * wo + ox0;
-            nl[j] = wo - ox0 < 8 ? wo - ox0 : 8;
-        }
-        corr8_group(O, S, in, toff, K, wt, bias, out, oplane, xoff, yoff, nl);
-    }
-}
-
-/* part[b][t][8] += sum over the output positions p of dyt[b][p][8] * (tap t
- * of in at p), for NB blocks of 8 output channels (lanes) and taps [t0,
- * t0+DT) (clamped to K: a repeated tap adds into a slot past K, never
- * read). in has rows of ystride floats per output row, consecutive output
- * columns are consecutive floats. */
-static inline __attribute__((always_inline)) CPU_AVX2 void
-dwt_block(const int NB, const float *in, int ystride, int ho, int wo, const int32_t *toff, int t0,
-          int K, const float *dyt, size_t bstride, float *part, size_t pstride)
-{
-    const float *xt[DT];
-#pragma GCC unroll 6
-    for (int j = 0; j < DT; j++)
-        xt[j] = in + toff[t0 + j < K ? t0 + j : K - 1];
-    __m256 acc[DB][DT];
-#pragma GCC unroll 2
-    for (int b = 0; b < NB; b++)
-#pragma GCC unroll 6
-        for (int j = 0; j < DT; j++)
-            acc[b][j] = _mm256_setzero_ps();
-    const float *dp = dyt;
-    for (int oy = 0; oy < ho; oy++) {
-        size_t ro = (size_t)oy * ystride;
-        for (int ox = 0; ox < wo; ox++, dp += 8) {
-            __m256 dv[DB];
-#pragma GCC unroll 2
-            for (int b = 0; b < NB; b++)
-                dv[b] = _mm256_loadu_ps(dp + b * bstride);
-            /* Hide that neighbouring positions share inputs, so each tap
-             * stays a broadcast load (load ports) rather than a register
-             * shuffle (the FMA ports' neighbour). */
-            size_t xo = ro + (size_t)ox;
-            __asm__("" : "+r"(xo));
-#pragma GCC unroll 6
-            for (int j = 0; j < DT; j++) {
-                __m256 xv = _mm256_broadcast_ss(xt[j] + xo);
-#pragma GCC unroll 2
-                for (int b = 0; b < NB; b++)
-                    acc[b][j] = _mm256_fmadd_ps(xv, dv[b], acc[b][j]);
-            }
-        }
-    }
-#pragma GCC unroll 2
-    for (int b = 0; b < NB; b++)
-#pragma GCC unroll 6
-        for (int j = 0; j < DT; j++) {
-            float *pp = part + b * pstride + (size_t)(t0 + j) * 8;
-            _mm256_storeu_ps(pp, _mm256_add_ps(_mm256_loadu_ps(pp), acc[b][j]));
-        }
-}
-
-/* One image's dW partial for nblk blocks of 8 output channels from dy
- * transposed to dyt [nblk][P][8]: part [nblk][Kpad][8]. */
-static CPU_AVX2 void dwt(int nblk, const float *in, int ystride, int ho, int wo,
-                         const int32_t *toff, int K, int Kpad, const float *dyt, float *part)
-{
-    const size_t bstride = (size_t)ho * wo * 8, pstride = (size_t)Kpad * 8;
-    for (int b0 = 0; b0 < nblk; b0 += DB)
-        for (int t0 = 0; t0 < K; t0 += DT) {
-            const float *dy0 = dyt + b0 * bstride;
-            float *p0 = part + b0 * pstride;
-            if (nblk - b0 >= 2)
-                dwt_block(2, in, ystride, ho, wo, toff, t0, K, dy0, bstride, p0, pstride);
-            else
-                dwt_block(1, in, ystride, ho, wo, toff, t0, K, dy0, bstride, p0, pstride);
-        }
-}
-
-/* dyt[b][p][j] = dy[b*8+j][p] (zero past oc) for one image's dy (oc, P);
- * dbp[b][j] += the sum over p, when dbp is not NULL. Full blocks of 8
- * positions are transposed 8x8 in registers. */
-static CPU_AVX2 void transpose_dy(const float *dy, int oc, int P, float *dyt, float *dbp)
-{
-    for (int o0 = 0; o0 < oc; o0 += 8) {
-        float *tb = dyt + (size_t)(o0 / 8) * P * 8;
+    for (int o0 = 0; o0 < (oc + L - 1) / L * L; o0 += 8) {
+        float *tb = dyt + (size_t)(o0 / L) * P * L + o0 % L;
         int full = oc - o0 >= 8;
         int p = 0;
         __m256 sum = _mm256_setzero_ps();
@@ -381,7 +263,7 @@ static CPU_AVX2 void transpose_dy(const float *dy, int oc, int P, float *dyt, fl
                            _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
                            _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
             for (int i = 0; i < 8; i++) {
-                _mm256_storeu_ps(tb + (size_t)(p + i) * 8, c[i]);
+                _mm256_storeu_ps(tb + (size_t)(p + i) * L, c[i]);
                 sum = _mm256_add_ps(sum, c[i]);
             }
         }
@@ -390,7 +272,7 @@ static CPU_AVX2 void transpose_dy(const float *dy, int oc, int P, float *dyt, fl
             for (int j = 0; j < 8; j++)
                 v[j] = o0 + j < oc ? dy[(size_t)(o0 + j) * P + p] : 0.0f;
             __m256 c = _mm256_loadu_ps(v);
-            _mm256_storeu_ps(tb + (size_t)p * 8, c);
+            _mm256_storeu_ps(tb + (size_t)p * L, c);
             sum = _mm256_add_ps(sum, c);
         }
         if (dbp)
@@ -400,25 +282,32 @@ static CPU_AVX2 void transpose_dy(const float *dy, int oc, int P, float *dyt, fl
 
 #else /* no x86: conv_avx2_supported() is 0 and these are never called */
 
-static void corr8(int O, const float *in, const int32_t *toff, int K, int rowlen, int s,
-                  const float *wt, const float *bias, float *out, int ho, int wo)
+void conv_corr8(int O, const float *in, const int32_t *toff, int K, int rowlen, int s,
+                const float *wt, const float *bias, float *out, int ho, int wo)
 {
     (void)O, (void)in, (void)toff, (void)K, (void)rowlen, (void)s, (void)wt, (void)bias;
     (void)out, (void)ho, (void)wo;
 }
 
-static void dwt(int nblk, const float *in, int ystride, int ho, int wo,
-                const int32_t *toff, int K, int Kpad, const float *dyt, float *part)
+void conv_dwt8(int nblk, const float *in, int ystride, int ho, int wo, const int32_t *toff, int K,
+               int Kpad, const float *dyt, float *part)
 {
     (void)nblk, (void)in, (void)ystride, (void)ho, (void)wo, (void)toff, (void)K, (void)Kpad;
     (void)dyt, (void)part;
 }
 
-static void transpose_dy(const float *dy, int oc, int P, float *dyt, float *dbp)
+static void transpose_dy(const float *dy, int oc, int P, int L, float *dyt, float *dbp)
 {
-    (void)dy, (void)oc, (void)P, (void)dyt, (void)dbp;
+    (void)dy, (void)oc, (void)P, (void)L, (void)dyt, (void)dbp;
 }
 #endif
+
+/* The correlation kernel of the plan's width (conv2d_avx.h). */
+static void corr(const aplan *p, int O, const float *in, const int32_t *toff, int K, int rowlen,
+                 int s, const float *wt, const float *bias, float *out, int ho, int wo)
+{
+    (p->lanes == 16 ? conv_corr16 : conv_corr8)(O, in, toff, K, rowlen, s, wt, bias, out, ho, wo);
+}
 
 typedef struct actx {
     const cdl_conv2d_desc *d;
@@ -464,22 +353,22 @@ static void make_taps(int32_t *toff, int C, int kh, int kw, int hi, int rowlen, 
                 toff[(ci * kh + ky) * kw + kx] = (ci * hi + ky) * rowlen + kx % s * whs + kx / s;
 }
 
-/* Forward weights per block of OB output channels: wt[blk][t][j] =
- * w[blk*OB+j][t] (zero past oc). */
+/* Forward weights per block of ob output channels: wt[blk][t][j] =
+ * w[blk*ob+j][t] (zero past oc). */
 static void pack_fwd_weights(const actx *c)
 {
     const cdl_conv2d_desc *d = c->d;
     for (int blk = 0; blk < c->p.ocb; blk++)
         for (int t = 0; t < c->p.K; t++)
-            for (int j = 0; j < OB; j++) {
-                int o = blk * OB + j;
-                c->ws[((size_t)blk * c->p.K + t) * OB + j] =
+            for (int j = 0; j < c->p.ob; j++) {
+                int o = blk * c->p.ob + j;
+                c->ws[((size_t)blk * c->p.K + t) * c->p.ob + j] =
                     o < d->oc ? c->w[(size_t)o * c->p.K + t] : 0.0f;
             }
 }
 
 /* dx weights of phase f: its taps flipped, in/out channels swapped:
- * wq[blk][(o,jy,jx)][j] = w[o][blk*OB+j][ry+s*(ny-1-jy)][rx+s*(nx-1-jx)]
+ * wq[blk][(o,jy,jx)][j] = w[o][blk*ob+j][ry+s*(ny-1-jy)][rx+s*(nx-1-jx)]
  * (zero past c); and its tap offsets over its padded dy. */
 static void pack_dx_phase(const actx *c, const dxphase *f)
 {
@@ -494,9 +383,9 @@ static void pack_dx_phase(const actx *c, const dxphase *f)
                 int ky = f->ry + s * (f->ny - 1 - jy), kx = f->rx + s * (f->nx - 1 - jx);
                 toff[t] = (o * f->hq + jy) * f->wq + jx;
                 for (int blk = 0; blk < c->p.cb; blk++)
-                    for (int j = 0; j < OB; j++) {
-                        int ci = blk * OB + j;
-                        wq[((size_t)blk * f->Kq + t) * OB + j] =
+                    for (int j = 0; j < c->p.ob; j++) {
+                        int ci = blk * c->p.ob + j;
+                        wq[((size_t)blk * f->Kq + t) * c->p.ob + j] =
                             ci < d->c ? c->w[(((size_t)o * d->c + ci) * d->kh + ky) * d->kw + kx] : 0.0f;
                     }
             }
@@ -586,21 +475,33 @@ static void avx2_fwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
                   p->hp, p->rowlen, p->whs, p->s, d->kh, d->kw, xin);
         float *y = c->y + img * (size_t)d->oc * p->P;
         for (int blk = 0; blk < p->ocb; blk++) {
-            int o0 = blk * OB, nb = d->oc - o0 < OB ? d->oc - o0 : OB;
-            corr8(nb, xin, toff_fwd(c), p->K, p->rowlen, p->s, c->ws + (size_t)blk * p->K * OB,
+            int o0 = blk * p->ob, nb = d->oc - o0 < p->ob ? d->oc - o0 : p->ob;
+            corr(p, nb, xin, toff_fwd(c), p->K, p->rowlen, p->s, c->ws + (size_t)blk * p->K * p->ob,
                   c->b ? c->b + o0 : NULL, y + (size_t)o0 * p->P, d->oh, d->ow);
         }
     }
 }
 
-void conv_avx2_fwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *w,
-                   const float *b, float *y, float *ws)
+static void fwd(pool *pl, const cdl_conv2d_desc *d, int lanes, const float *x, const float *w,
+                const float *b, float *y, float *ws)
 {
     actx c = {.d = d, .x = x, .w = w, .b = b, .y = y, .ws = ws, .threads = pool_threads(pl)};
-    aplan_make(d, &c.p);
+    aplan_make(d, lanes, &c.p);
     pack_fwd_weights(&c);
     make_taps(toff_fwd(&c), d->c, d->kh, d->kw, c.p.hp, c.p.rowlen, c.p.whs, c.p.s);
     pool_for(pl, (size_t)d->n, 1, avx2_fwd_images, &c);
+}
+
+void conv_avx2_fwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *w,
+                   const float *b, float *y, float *ws)
+{
+    fwd(pl, d, 8, x, w, b, y, ws);
+}
+
+void conv_avx512_fwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *w,
+                     const float *b, float *y, float *ws)
+{
+    fwd(pl, d, 16, x, w, b, y, ws);
 }
 
 /* Row a of channel ci of phase f's dx in tmp, NULL when f has no such row
@@ -675,8 +576,8 @@ static void dx_image(const actx *c, const float *dy, float *dx, float *qpad, flo
         size_t oplane = (size_t)f->ylen * f->xlen;
         const float *wq = c->ws + p->wt_floats + f->w_off;
         for (int blk = 0; blk < p->cb; blk++) {
-            int c0 = blk * OB, nb = d->c - c0 < OB ? d->c - c0 : OB;
-            corr8(nb, q, toff_dx(c) + f->t_off, f->Kq, f->wq, 1, wq + (size_t)blk * f->Kq * OB,
+            int c0 = blk * p->ob, nb = d->c - c0 < p->ob ? d->c - c0 : p->ob;
+            corr(p, nb, q, toff_dx(c) + f->t_off, f->Kq, f->wq, 1, wq + (size_t)blk * f->Kq * p->ob,
                   NULL, out + c0 * oplane, f->ylen, f->xlen);
         }
     }
@@ -707,8 +608,8 @@ static void avx2_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
         pad_image(c->x + img * (size_t)d->c * d->h * d->w, d->c, d->h, d->w, d->pad_h, d->pad_w,
                   p->hp, p->rowlen, p->whs, p->s, d->kh, d->kw, xin);
         const float *dy = c->dy + img * (size_t)d->oc * p->P;
-        transpose_dy(dy, d->oc, p->P, dyt, c->db ? dbp : NULL);
-        dwt(p->ocb8, xin, p->s * p->rowlen, d->oh, d->ow, toff_fwd(c), p->K, p->Kpad, dyt, dwp);
+        transpose_dy(dy, d->oc, p->P, p->lanes, dyt, c->db ? dbp : NULL);
+        (p->lanes == 16 ? conv_dwt16 : conv_dwt8)(p->ocbl, xin, p->s * p->rowlen, d->oh, d->ow, toff_fwd(c), p->K, p->Kpad, dyt, dwp);
         if (c->dx)
             dx_image(c, dy, c->dx + img * (size_t)d->c * d->h * d->w, qpad, tmp);
     }
@@ -724,7 +625,8 @@ static void avx2_reduce(void *vctx, size_t b, size_t e, int chunk, int tid)
     size_t nw = (size_t)c->d->oc * p->K;
     for (size_t i = b; i < e; i++) {
         size_t o = i < nw ? i / p->K : i - nw, t = i % p->K;
-        size_t at = i < nw ? ((o / 8) * p->Kpad + t) * 8 + o % 8 : p->dwp_floats + o;
+        size_t L = (size_t)p->lanes;
+        size_t at = i < nw ? ((o / L) * p->Kpad + t) * L + o % L : p->dwp_floats + o;
         float sum = 0.0f;
         for (int k = 0; k < c->chunks; k++)
             sum += chunk_dwp(c, k)[at];
@@ -735,12 +637,12 @@ static void avx2_reduce(void *vctx, size_t b, size_t e, int chunk, int tid)
     }
 }
 
-void conv_avx2_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *w,
-                   const float *dy, float *dx, float *dw, float *db, float *ws)
+static void bwd(pool *pl, const cdl_conv2d_desc *d, int lanes, const float *x, const float *w,
+                const float *dy, float *dx, float *dw, float *db, float *ws)
 {
     actx c = {.d = d, .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw, .db = db, .ws = ws,
               .threads = pool_threads(pl)};
-    aplan_make(d, &c.p);
+    aplan_make(d, lanes, &c.p);
     make_taps(toff_fwd(&c), d->c, d->kh, d->kw, c.p.hp, c.p.rowlen, c.p.whs, c.p.s);
     for (int i = 0; dx && i < c.p.nph; i++)
         if (c.p.ph[i].ylen && c.p.ph[i].xlen)
@@ -749,4 +651,16 @@ void conv_avx2_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const flo
     pool_run(pl, (size_t)d->n, c.chunks, avx2_bwd_images, &c);
     size_t nred = (size_t)d->oc * c.p.K + (db ? (size_t)d->oc : 0);
     pool_for(pl, nred, 1024, avx2_reduce, &c);
+}
+
+void conv_avx2_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *w,
+                   const float *dy, float *dx, float *dw, float *db, float *ws)
+{
+    bwd(pl, d, 8, x, w, dy, dx, dw, db, ws);
+}
+
+void conv_avx512_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *w,
+                     const float *dy, float *dx, float *dw, float *db, float *ws)
+{
+    bwd(pl, d, 16, x, w, dy, dx, dw, db, ws);
 }

@@ -9,6 +9,9 @@ libcdl_core_la_SOURCES += \
 	kernels/cpu/conv2d_gemm.c \
 	kernels/cpu/conv2d_direct.c \
 	kernels/cpu/conv2d_avx2.c \
+	kernels/cpu/conv2d_avx512.c \
+	kernels/cpu/conv2d_avx.h \
+	kernels/cpu/conv2d_avx_tmpl.h \
 	kernels/cpu/conv2d_wino.c \
 	kernels/cpu/conv2d_wino.h \
 	kernels/cpu/conv2d_wino4.c \

@@ -2,8 +2,9 @@
  * double-precision reference, on the shapes of the CIFAR ResNets (3x3, pad
  * 1, stride 1 and 2, 16/32/64 channels, 32/16/8 pixels) and odd ones;
  * batches that do not split evenly over the threads; its reproducibility
- * for a thread count; and that the CPU backend takes this path where it
- * should. Workspaces are allocated at exactly the planned size so the
+ * for a thread count; its 16-lane AVX-512 twin (conv2d_avx512.c) bitwise
+ * equal to it (same sums in the same order; on AVX-512 CPUs); and that the
+ * CPU backend takes these paths where it should. Workspaces are allocated at exactly the planned size so the
  * sanitizers and valgrind see any read past them. Skipped on CPUs without
  * AVX2 (nothing to test: the ops never take the path there). */
 #include "testutil.h"
@@ -39,6 +40,14 @@ static const acase cases[] = {
     {2, 3, 7, 20, 5, 3, 2, 0},     /* stride 2, no padding, odd width */
     {2, 4, 9, 9, 3, 5, 1, 2},      /* 5x5 */
     {3, 2, 1, 1, 3, 3, 1, 1},      /* one pixel */
+    {2, 64, 16, 16, 128, 3, 2, 1}, /* resnet18 stage 3's first conv */
+    {1, 64, 16, 16, 128, 1, 2, 0}, /* and its shortcut */
+    {2, 128, 8, 8, 128, 3, 1, 1},  /* resnet18 at 8x8 */
+    {3, 16, 14, 14, 24, 3, 1, 1},  /* 14 columns: masked 16-lane tails */
+    {2, 24, 14, 14, 16, 3, 2, 1},  /* 14 -> 7, stride 2 */
+    {3, 8, 7, 7, 20, 3, 1, 1},     /* 7x7 */
+    {1, 20, 7, 7, 8, 1, 2, 0},     /* 7 -> 4, 1x1 stride 2 */
+    {2, 16, 48, 48, 16, 3, 1, 1},  /* 3 segments of 16 a row */
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -51,25 +60,27 @@ typedef struct result {
     float *y, *dx, *dw, *db;
 } result;
 
-/* Forward (with bias) and backward on `threads` threads. */
-static result run_avx2(const cdl_conv2d_desc *d, int threads, const pair *x, const pair *w,
-                       const pair *b, const pair *dy)
+/* Forward (with bias) and backward on `threads` threads, by the 8-lane
+ * (lanes 8) or the 16-lane kernels. */
+static result run_lanes(const cdl_conv2d_desc *d, int lanes, int threads, const pair *x,
+                        const pair *w, const pair *b, const pair *dy)
 {
     pool *pl = pool_create(threads);
     assert_non_null(pl);
     size_t nx = (size_t)d->n * d->c * d->h * d->w, nw = (size_t)d->oc * d->c * d->kh * d->kw;
     size_t ny = (size_t)d->n * d->oc * d->oh * d->ow;
     result r = {cdl_calloc(ny, 4), cdl_calloc(nx, 4), cdl_calloc(nw, 4), cdl_calloc(d->oc, 4)};
-    float *ws = cdl_malloc(conv_avx2_workspace(d, threads) * sizeof *ws);
+    size_t nws = lanes == 16 ? conv_avx512_workspace(d, threads) : conv_avx2_workspace(d, threads);
+    float *ws = cdl_malloc(nws * sizeof *ws);
     assert_non_null(ws);
     /* Garbage in the workspace and outputs: the kernels must not rely on
      * zeroed memory or accumulate into their outputs. */
-    memset(ws, 0x7f, conv_avx2_workspace(d, threads) * sizeof *ws);
+    memset(ws, 0x7f, nws * sizeof *ws);
     for (size_t i = 0; i < nx; i++)
         r.dx[i] = 1e6f;
-    conv_avx2_fwd(pl, d, x->f, w->f, b->f, r.y, ws);
-    memset(ws, 0x7f, conv_avx2_workspace(d, threads) * sizeof *ws);
-    conv_avx2_bwd(pl, d, x->f, w->f, dy->f, r.dx, r.dw, r.db, ws);
+    (lanes == 16 ? conv_avx512_fwd : conv_avx2_fwd)(pl, d, x->f, w->f, b->f, r.y, ws);
+    memset(ws, 0x7f, nws * sizeof *ws);
+    (lanes == 16 ? conv_avx512_bwd : conv_avx2_bwd)(pl, d, x->f, w->f, dy->f, r.dx, r.dw, r.db, ws);
     cdl_free(ws);
     pool_destroy(pl);
     return r;
@@ -96,9 +107,9 @@ static void test_avx2_matches_reference(void **state)
         pair y = pair_new(ny), dx = pair_new(nx), dw = pair_new(nw), db = pair_new(d.oc);
         ref_conv2d_fwd(&d, x.d, w.d, b.d, y.d);
         ref_conv2d_bwd(&d, x.d, w.d, dy.d, dx.d, dw.d, db.d);
-        result r1 = run_avx2(&d, 1, &x, &w, &b, &dy);
-        result r2 = run_avx2(&d, 2, &x, &w, &b, &dy);
-        result r2b = run_avx2(&d, 2, &x, &w, &b, &dy);
+        result r1 = run_lanes(&d, 8, 1, &x, &w, &b, &dy);
+        result r2 = run_lanes(&d, 8, 2, &x, &w, &b, &dy);
+        result r2b = run_lanes(&d, 8, 2, &x, &w, &b, &dy);
         const result *rs[] = {&r1, &r2};
         for (int i = 0; i < 2; i++) {
             print_message("case %zu (n=%d c=%d %dx%d oc=%d k=%d s=%d), %d thread(s)\n", k, d.n,
@@ -114,6 +125,19 @@ static void test_avx2_matches_reference(void **state)
         assert_memory_equal(r2.db, r2b.db, (size_t)d.oc * sizeof(float));
         assert_memory_equal(r1.y, r2.y, ny * sizeof(float));
         assert_memory_equal(r1.dx, r2.dx, nx * sizeof(float));
+        /* The 16-lane kernels: the same bits as the 8-lane ones, for the
+         * same thread count. */
+        if (conv_avx512_supported(&d)) {
+            for (int t = 1; t <= 2; t++) {
+                result r16 = run_lanes(&d, 16, t, &x, &w, &b, &dy);
+                const result *r8 = t == 1 ? &r1 : &r2;
+                assert_memory_equal(r16.y, r8->y, ny * sizeof(float));
+                assert_memory_equal(r16.dx, r8->dx, nx * sizeof(float));
+                assert_memory_equal(r16.dw, r8->dw, nw * sizeof(float));
+                assert_memory_equal(r16.db, r8->db, (size_t)d.oc * sizeof(float));
+                result_free(&r16);
+            }
+        }
         result_free(&r1);
         result_free(&r2);
         result_free(&r2b);

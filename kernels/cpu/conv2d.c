@@ -1,5 +1,5 @@
-/* conv2d ops: pick the direct AVX-512 kernels, the direct AVX2 kernels or
- * im2col+SGEMM per shape (conv2d.h). The choice depends only on the shape
+/* conv2d ops: pick the direct AVX-512 kernels, the direct AVX2 kernels (8
+ * or 16 lanes), Winograd or im2col+SGEMM per shape (conv2d.h). The choice depends only on the shape
  * and the CPU, so the workspace size, forward and backward always agree. */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -27,12 +27,39 @@ int conv_bwd_chunks(int threads, int n, size_t partial_floats)
     return chunks;
 }
 
+/* On AVX-512 CPUs the shapes of the AVX2 kernels take their 16-lane twin
+ * (conv2d_avx512.c), bitwise the same results as on AVX2 CPUs. Measured
+ * on a Sapphire Rapids core (KVM, shared: +-15% between runs; one run
+ * below), 1 thread, CPU ms of one call, batch 128 (resnet18's shapes
+ * n=32), OPENBLAS_CORETYPE=SkylakeX; forward / dx / dW:
+ *                   16-lane twin        conv2d_direct.c     SGEMM             F(2x2)
+ *   stem 3->16 32x32  1.1 /  -  / 2.2     9.7 /  -  / 2.0   3.2 /  -  / 4.5   3.9 /  -  / 4.7
+ *   16 at 32x32       5.0 / 3.5 / 6.7     12 / 4.3 / 6.6    13 / 12 / 17      9.1 / 9.2 / 10
+ *   16->32 stride 2   6.3 / 6.9 / 6.1      (stride 1 only)  8.2 / 6.9 / 9.3
+ *   16->32 1x1 s2     2.0 / 2.2 / 2.0                       2.8 / 1.7 / 2.6
+ *   32 at 16x16       4.5 / 4.2 / 5.4     6.0 / 4.0 / 5.3   9.4 / 8.4 / 12    7.4 / 7.4 / 7.1
+ *   32->64 stride 2   2.9 / 4.5 / 3.2                       5.5 / 4.6 / 5.7
+ *   32->64 1x1 s2     0.70 / 1.2 / 0.72                     0.87 / 0.80 / 0.99
+ *   64 at 8x8         5.2 / 4.9 / 5.5     5.0 / 7.3 / 5.7   8.0 / 7.6 / 8.3   6.7 / 5.6 / 7.9
+ *   64 at 32x32       18 / 17 / 18        23 / 15 / 21      29 / 26 / 31      22 / 22 / 22
+ *   128 at 16x16      17 / 17 / 19        18 / 16 / 19      27 / 27 / 25      20 / 20 / 20
+ *   256 at 8x8        19 / 20 / 23        18 / 31 / 26      32 / 33 / 24      19 / 19 / 27
+ *   512 at 4x4        40 / 45 / 41        60 / 64 / 60      67 / 68 / 46      30 / 32 / 60
+ * The AVX2 kernels take 1.3-1.9x the twin's times (8x8 with 16 lanes runs
+ * two rows per vector). The twin wins or ties everywhere but with 256
+ * channels and more at 8x8 and below, where F(2x2) takes the forward and
+ * dx (conv_use_wino). resnet20 (batch 128, 1 thread) 251-256 -> 323-343
+ * images/s. Staying on the AVX2 kernels' numerics keeps the PyTorch
+ * fixtures passing as on AVX2 CPUs (without F(2x2) for resnet20 here). */
 int conv_use_direct(const cdl_conv2d_desc *d)
 {
+    int avx = d->oc <= CONV_AVX2_MAX_C && d->c <= CONV_AVX2_MAX_C &&
+              (d->stride_w == 1 || d->ow >= 8) && conv_avx2_supported(d);
+    if (avx && conv_avx512_supported(d))
+        return 3;
     if (d->oc <= CONV_DIRECT_MAX_OC && conv_direct_supported(d))
         return 1;
-    if (!cpu_has_avx512() && d->oc <= CONV_AVX2_MAX_C && d->c <= CONV_AVX2_MAX_C &&
-        (d->stride_w == 1 || d->ow >= 8) && conv_avx2_supported(d))
+    if (avx && !cpu_has_avx512())
         return 2;
     return 0;
 }
@@ -98,10 +125,22 @@ static int wino4_enabled(void) { return env_flag("CDL_CPU_WINOGRAD4", &wino4_on)
 #define CONV_WINO4_MIN_C 16
 #define CONV_WINO4_MIN_HW 8
 
+/* With the 16-lane kernels (path 3, table at conv_use_direct): F(2x2)'s
+ * forward and dx from this many channels on maps of at most
+ * CONV_WINO512_MAX_HW a side; its weight gradient never. */
+#define CONV_WINO512_MIN_C 256
+#define CONV_WINO512_MAX_HW 8
+
 int conv_use_wino(const cdl_conv2d_desc *d)
 {
-    if (conv_use_direct(d) != 2 || !conv_wino_supported(d) || wino_disabled())
+    int path = conv_use_direct(d);
+    if ((path != 2 && path != 3) || !conv_wino_supported(d) || wino_disabled())
         return 0;
+    if (path == 3)
+        return d->c >= CONV_WINO512_MIN_C && d->oc >= CONV_WINO512_MIN_C &&
+                       d->h <= CONV_WINO512_MAX_HW && d->w <= CONV_WINO512_MAX_HW
+                   ? CONV_WINO_FWD | CONV_WINO_DX
+                   : 0;
     int f4 = 0;
     if (wino4_enabled() && d->c >= CONV_WINO4_MIN_C && d->oc >= CONV_WINO4_MIN_C && d->h >= CONV_WINO4_MIN_HW &&
         d->w >= CONV_WINO4_MIN_HW)
@@ -116,6 +155,7 @@ static size_t direct_workspace(const cdl_conv2d_desc *d, int t)
     switch (conv_use_direct(d)) {
     case 1: return conv_direct_workspace(d, t);
     case 2: return conv_avx2_workspace(d, t);
+    case 3: return conv_avx512_workspace(d, t);
     default: return conv_gemm_workspace(d, t);
     }
 }
@@ -145,6 +185,8 @@ void cpu_conv2d_fwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
         conv_direct_fwd(cpu_pool(be), d, x, w, b, y, ws);
     else if (path == 2)
         conv_avx2_fwd(cpu_pool(be), d, x, w, b, y, ws);
+    else if (path == 3)
+        conv_avx512_fwd(cpu_pool(be), d, x, w, b, y, ws);
     else
         conv_gemm_fwd(cpu_pool(be), d, x, w, b, y, ws);
 }
@@ -171,6 +213,8 @@ void cpu_conv2d_bwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
         conv_direct_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
     else if (path == 2)
         conv_avx2_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
+    else if (path == 3)
+        conv_avx512_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
     else
         conv_gemm_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
 }

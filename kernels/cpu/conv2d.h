@@ -5,8 +5,10 @@
  *    shape, any CPU.
  *  - conv2d_direct.c: direct AVX-512 kernels for stride-1 convolutions with
  *    few channels, where GEMM shapes are too thin to run well.
- *  - conv2d_avx2.c: direct AVX2 kernels for CPUs without AVX-512 (stride 1
- *    and 2, equal padding).
+ *  - conv2d_avx2.c: direct AVX2 kernels (stride 1 and 2, equal padding);
+ *    conv2d_avx512.c: their 16-lane AVX-512 twin (the same block kernels
+ *    from conv2d_avx_tmpl.h, bitwise the same results), which AVX-512
+ *    CPUs take instead.
  *  - conv2d_wino.c: Winograd F(2x2,3x3) with AVX2 for 3x3 stride-1 pad-1
  *    convolutions, forward, dx and dW, where it beats conv2d_avx2.c
  *    (conv_use_wino); conv2d_wino4.c: F(4x4,3x3), forward and dx.
@@ -84,8 +86,8 @@ void conv_wino4_dx(pool *p, const cdl_conv2d_desc *d, const float *w, const floa
 #define CONV_PARTIALS_MAX ((size_t)32 << 20)
 int conv_bwd_chunks(int threads, int n, size_t partial_floats);
 
-/* Which path the ops take for d: 1 = direct (AVX-512), 2 = AVX2, 0 =
- * im2col+SGEMM. */
+/* Which path the ops take for d: 1 = direct (AVX-512, conv2d_direct.c), 2 =
+ * AVX2, 3 = the AVX2 kernels' 16-lane twin (AVX-512), 0 = im2col+SGEMM. */
 int conv_use_direct(const cdl_conv2d_desc *d);
 
 /* Whether the ops take the Winograd kernels for d: CONV_WINO_FWD for the

@@ -1,5 +1,9 @@
-/* Direct conv2d with AVX2+FMA (8 lanes, 16 ymm registers), see conv2d.h:
- * the path of CPUs without AVX-512, for the shapes of the CIFAR ResNets
+/* Direct conv2d with AVX2+FMA (8 lanes, 16 ymm registers), see conv2d.h,
+ * and its 16-lane AVX-512 twin (the block kernels of conv2d_avx_tmpl.h,
+ * compiled here for 8 lanes and in conv2d_avx512.c for 16; the plan, the
+ * padding, the dy transpose and the reductions here serve both; below,
+ * "8 lanes" reads 16 and the block sizes those of conv2d_avx.h for the
+ * twin), for the shapes of the CIFAR ResNets
  * (3x3, pad 1, stride 1 or 2, tens of channels), where im2col+SGEMM spends
  * a third of its time copying columns and packing. x is (n,c,h,w), w
  * (oc,c,kh,kw), y (n,oc,oh,ow). Images are split into chunks over the

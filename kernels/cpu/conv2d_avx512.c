@@ -9,6 +9,22 @@
 
 #if CPU_X86
 
+/* Lanes 0-7 from a, 8-15 from b (AVX-512F only: no 256-bit float insert
+ * without DQ, the double one moves the same bits). */
+static inline __attribute__((always_inline)) CPU_AVX512 __m512 load_halves(const float *a,
+                                                                         const float *b)
+{
+    __m512d lo = _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(a)));
+    return _mm512_castpd_ps(_mm512_insertf64x4(lo, _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
+}
+
+/* Lanes 8 to 8+n-1 of v to p[0, n). */
+static inline __attribute__((always_inline)) CPU_AVX512 void store_hi(float *p, __m512 v, int n)
+{
+    __m512d hi = _mm512_castpd256_pd512(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    _mm512_mask_storeu_ps(p, cpu_mask16(n), _mm512_castpd_ps(hi));
+}
+
 #define CV_L 16
 #define CV_OB CONV_OB16
 #define CV_SB CONV_SB16
@@ -23,6 +39,8 @@
 #define CV_ZERO() _mm512_setzero_ps()
 #define CV_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define CV_ADD(a, b) _mm512_add_ps(a, b)
+#define CV_LOAD2(a, b) load_halves(a, b)
+#define CV_STORE_HI(p, v, n) store_hi(p, v, n)
 #define CV_CORR conv_corr16
 #define CV_DWT conv_dwt16
 #include "kernels/cpu/conv2d_avx_tmpl.h"

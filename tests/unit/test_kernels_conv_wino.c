@@ -211,6 +211,14 @@ static void test_wino_dispatch(void **state)
         assert_int_equal(conv_use_wino(&st2), all | f4);
         assert_int_equal(conv_use_wino(&st1), f4 ? CONV_WINO_FWD | CONV_WINO_DX | f4 : 0);
         assert_int_equal(conv_use_wino(&r18), all);
+    } else if (!getenv("CDL_CPU_NO_WINOGRAD")) {
+        /* With AVX-512 the 16-lane direct kernels take resnet20 whole;
+         * F(2x2) the forward and dx from 256 channels at 8x8 and below. */
+        cdl_conv2d_desc r18s3 = ref_conv_desc(2, 256, 8, 8, 256, 3, 3, 1, 1);
+        assert_int_equal(conv_use_wino(&st2), 0);
+        assert_int_equal(conv_use_wino(&st1), 0);
+        assert_int_equal(conv_use_wino(&r18), CONV_WINO_FWD | CONV_WINO_DX);
+        assert_int_equal(conv_use_wino(&r18s3), CONV_WINO_FWD | CONV_WINO_DX);
     }
     assert_int_equal(conv_use_wino(&stem), 0);
     cpu_disable_avx512(1);

@@ -22,13 +22,21 @@
 #define CONV_SB8 3
 #define CONV_DB8 2
 #define CONV_DT8 6
+#define CONV_DT1_8 6
+#define CONV_DTPAD8 6
 
 /* 16 lanes, 32 zmm: OB x SB = 16 corr accumulators (+ 4 inputs + 1
- * broadcast), DB x DT = 24 dwt accumulators (+ 2 dy + 1 broadcast). */
+ * broadcast), DB x DT = 16 dwt accumulators (+ 2 dy + 1 broadcast); a
+ * single lane block (16 output channels) DT1 = 12 taps. More taps per
+ * block run out of general registers for their pointers (measured: DB x
+ * DT = 2 x 12 took 10-15% longer than 2 x 8 at 32 and 64 channels; 1 x 8
+ * 25% longer than 1 x 12 at 16). */
 #define CONV_OB16 4
 #define CONV_SB16 4
 #define CONV_DB16 2
-#define CONV_DT16 12
+#define CONV_DT16 8
+#define CONV_DT1_16 12
+#define CONV_DTPAD16 24   /* a multiple of both */
 
 void conv_corr8(int O, const float *in, const int32_t *toff, int K, int rowlen, int s,
                 const float *wt, const float *bias, float *out, int ho, int wo);

@@ -75,7 +75,7 @@ typedef struct dxphase {
 
 typedef struct aplan {
     int lanes;            /* 8 (AVX2) or 16 (AVX-512): the kernels' width */
-    int ob, dt;           /* their corr block's output channels, dwt block's taps */
+    int ob, dt;           /* their corr block's output channels, dwt blocks' taps' multiple */
     int s;                /* stride (both axes) */
     int K, P;             /* c*kh*kw taps; oh*ow outputs per channel */
     int hp, wp;           /* forward input, padded */
@@ -113,7 +113,7 @@ static void aplan_make(const cdl_conv2d_desc *d, int lanes, aplan *p)
 {
     p->lanes = lanes;
     p->ob = lanes == 16 ? CONV_OB16 : CONV_OB8;
-    p->dt = lanes == 16 ? CONV_DT16 : CONV_DT8;
+    p->dt = lanes == 16 ? CONV_DTPAD16 : CONV_DTPAD8;
     p->s = d->stride_h;
     p->K = d->c * d->kh * d->kw;
     p->P = d->oh * d->ow;
@@ -225,6 +225,7 @@ static CPU_AVX2 inline __m256i mask8(int n)
 #define CV_SB CONV_SB8
 #define CV_DB CONV_DB8
 #define CV_DT CONV_DT8
+#define CV_DT1 CONV_DT1_8
 #define CV_TARGET CPU_AVX2
 #define CV_VEC __m256
 #define CV_LOAD(p) _mm256_loadu_ps(p)

@@ -30,6 +30,7 @@ static inline __attribute__((always_inline)) CPU_AVX512 void store_hi(float *p, 
 #define CV_SB CONV_SB16
 #define CV_DB CONV_DB16
 #define CV_DT CONV_DT16
+#define CV_DT1 CONV_DT1_16
 #define CV_TARGET CPU_AVX512
 #define CV_VEC __m512
 #define CV_LOAD(p) _mm512_loadu_ps(p)

@@ -9,6 +9,7 @@
  *   CV_L                lanes per vector
  *   CV_OB, CV_SB        corr block: output channels (<= 6) x segments (<= 4)
  *   CV_DB, CV_DT        dwt block: lane blocks of output channels (<= 2) x taps
+ *   CV_DT1              taps of a dwt block of one lane block (<= 12)
  *   CV_TARGET           the functions' target attribute
  *   CV_VEC              the vector type
  *   CV_LOAD(p), CV_STORE(p, v), CV_STORE_N(p, v, n) (lanes [0,n) only),
@@ -176,23 +177,24 @@ CV_TARGET void CV_CORR(int O, const float *in, const int32_t *toff, int K, int r
 
 /* part[b][t][CV_L] += sum over the output positions p of dyt[b][p][CV_L] *
  * (tap t of in at p), for NB blocks of CV_L output channels (lanes) and
- * taps [t0, t0+CV_DT) (clamped to K: a repeated tap adds into a slot past
- * K, never read). in has rows of ystride floats per output row,
- * consecutive output columns are consecutive floats. */
+ * DT taps from t0 (clamped to K: a repeated tap adds into a slot past K,
+ * never read). in has rows of ystride floats per output row, consecutive
+ * output columns are consecutive floats. */
+#define CV_DTMAX (CV_DT > CV_DT1 ? CV_DT : CV_DT1)
 static inline __attribute__((always_inline)) CV_TARGET void
-CV_PASTE(dwt_block_, CV_L)(const int NB, const float *in, int ystride, int ho, int wo,
+CV_PASTE(dwt_block_, CV_L)(const int NB, const int DT, const float *in, int ystride, int ho, int wo,
                            const int32_t *toff, int t0, int K, const float *dyt, size_t bstride,
                            float *part, size_t pstride)
 {
-    const float *xt[CV_DT];
+    const float *xt[CV_DTMAX];
 #pragma GCC unroll 12
-    for (int j = 0; j < CV_DT; j++)
+    for (int j = 0; j < DT; j++)
         xt[j] = in + toff[t0 + j < K ? t0 + j : K - 1];
-    CV_VEC acc[CV_DB][CV_DT];
+    CV_VEC acc[CV_DB][CV_DTMAX];
 #pragma GCC unroll 2
     for (int b = 0; b < NB; b++)
 #pragma GCC unroll 12
-        for (int j = 0; j < CV_DT; j++)
+        for (int j = 0; j < DT; j++)
             acc[b][j] = CV_ZERO();
     const float *dp = dyt;
     for (int oy = 0; oy < ho; oy++) {
@@ -208,7 +210,7 @@ CV_PASTE(dwt_block_, CV_L)(const int NB, const float *in, int ystride, int ho, i
             size_t xo = ro + (size_t)ox;
             __asm__("" : "+r"(xo));
 #pragma GCC unroll 12
-            for (int j = 0; j < CV_DT; j++) {
+            for (int j = 0; j < DT; j++) {
                 CV_VEC xv = CV_SET1(xt[j][xo]);
 #pragma GCC unroll 2
                 for (int b = 0; b < NB; b++)
@@ -219,29 +221,36 @@ CV_PASTE(dwt_block_, CV_L)(const int NB, const float *in, int ystride, int ho, i
 #pragma GCC unroll 2
     for (int b = 0; b < NB; b++)
 #pragma GCC unroll 12
-        for (int j = 0; j < CV_DT; j++) {
+        for (int j = 0; j < DT; j++) {
             float *pp = part + b * pstride + (size_t)(t0 + j) * CV_L;
             CV_STORE(pp, CV_ADD(CV_LOAD(pp), acc[b][j]));
         }
 }
 
 /* One image's dW partial for nblk blocks of CV_L output channels from dy
- * transposed to dyt [nblk][P][CV_L]: part [nblk][Kpad][CV_L]. */
+ * transposed to dyt [nblk][P][CV_L]: part [nblk][Kpad][CV_L], Kpad a
+ * multiple of CV_DT and CV_DT1. Blocks of CV_DB lane blocks x CV_DT taps,
+ * a last single lane block CV_DT1 taps at a time (its accumulators alone
+ * would not cover the FMA latency with CV_DT). */
 CV_TARGET void CV_DWT(int nblk, const float *in, int ystride, int ho, int wo, const int32_t *toff,
                       int K, int Kpad, const float *dyt, float *part)
 {
     const size_t bstride = (size_t)ho * wo * CV_L, pstride = (size_t)Kpad * CV_L;
-    for (int b0 = 0; b0 < nblk; b0 += CV_DB)
-        for (int t0 = 0; t0 < K; t0 += CV_DT) {
-            const float *dy0 = dyt + b0 * bstride;
-            float *p0 = part + b0 * pstride;
-            if (CV_DB > 1 && nblk - b0 >= 2)
-                CV_PASTE(dwt_block_, CV_L)(2, in, ystride, ho, wo, toff, t0, K, dy0, bstride, p0, pstride);
-            else
-                CV_PASTE(dwt_block_, CV_L)(1, in, ystride, ho, wo, toff, t0, K, dy0, bstride, p0, pstride);
-        }
+    for (int b0 = 0; b0 < nblk; b0 += CV_DB) {
+        const float *dy0 = dyt + b0 * bstride;
+        float *p0 = part + b0 * pstride;
+        if (CV_DB > 1 && nblk - b0 >= 2)
+            for (int t0 = 0; t0 < K; t0 += CV_DT)
+                CV_PASTE(dwt_block_, CV_L)(2, CV_DT, in, ystride, ho, wo, toff, t0, K, dy0, bstride,
+                                           p0, pstride);
+        else
+            for (int t0 = 0; t0 < K; t0 += CV_DT1)
+                CV_PASTE(dwt_block_, CV_L)(1, CV_DT1, in, ystride, ho, wo, toff, t0, K, dy0, bstride,
+                                           p0, pstride);
+    }
 }
 
+#undef CV_DTMAX
 #undef CV_CORR_O
 #undef CV_BLK
 #undef CV_PASTE

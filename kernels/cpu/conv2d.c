@@ -45,8 +45,10 @@ int conv_bwd_chunks(int threads, int n, size_t partial_floats)
  *   128 at 16x16      17 / 17 / 19        18 / 16 / 19      27 / 27 / 25      20 / 20 / 20
  *   256 at 8x8        19 / 20 / 23        18 / 31 / 26      32 / 33 / 24      19 / 19 / 27
  *   512 at 4x4        40 / 45 / 41        60 / 64 / 60      67 / 68 / 46      30 / 32 / 60
- * The AVX2 kernels take 1.3-1.9x the twin's times (8x8 with 16 lanes runs
- * two rows per vector). The twin wins or ties everywhere but with 256
+ * (the twin then had 4 x 4 corr and 2 x 12 dwt blocks; since, 6 x 4 and
+ * 2 x 8 (conv2d_avx.h): forward 2-8% faster, dW at 32 and 64 channels
+ * about 10%.) The AVX2 kernels take 1.3-1.9x the twin's times (8x8 with
+ * 16 lanes runs two rows per vector). The twin wins or ties everywhere but with 256
  * channels and more at 8x8 and below, where F(2x2) takes the forward and
  * dx (conv_use_wino). resnet20 (batch 128, 1 thread) 251-256 -> 323-343
  * images/s. Staying on the AVX2 kernels' numerics keeps the PyTorch

@@ -29,9 +29,9 @@ int conv_bwd_chunks(int threads, int n, size_t partial_floats)
 
 /* On AVX-512 CPUs the shapes of the AVX2 kernels take their 16-lane twin
  * (conv2d_avx512.c), bitwise the same results as on AVX2 CPUs. Measured
- * on a Sapphire Rapids core (KVM, shared: +-15% between runs; one run
- * below), 1 thread, CPU ms of one call, batch 128 (resnet18's shapes
- * n=32), OPENBLAS_CORETYPE=SkylakeX; forward / dx / dW:
+ * on an Emerald Rapids core (Xeon, CPU model 207; KVM, shared: +-15%
+ * between runs; one run below), 1 thread, CPU ms of one call, batch 128
+ * (resnet18's shapes n=32), OPENBLAS_CORETYPE=SkylakeX; forward / dx / dW:
  *                   16-lane twin        conv2d_direct.c     SGEMM             F(2x2)
  *   stem 3->16 32x32  1.1 /  -  / 2.2     9.7 /  -  / 2.0   3.2 /  -  / 4.5   3.9 /  -  / 4.7
  *   16 at 32x32       5.0 / 3.5 / 6.7     12 / 4.3 / 6.6    13 / 12 / 17      9.1 / 9.2 / 10

@@ -28,6 +28,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/linear_avx512.h"
 #include "kernels/cpu/simd.h"
 
 /* Below this many multiply-adds a GEMM runs on the caller: waking a worker
@@ -41,6 +42,7 @@ typedef struct linear_ctx {
     const float *panel; /* AVX2 forward: w^T packed (lin_pack_wt) */
     int dw_by_cols;     /* split dw over its columns (in) instead of rows (out) */
     int parts;          /* chunks of the dw split = active threads */
+    int mr;             /* fast paths: rows per tile (LIN_MR, or LIN512_MR with AVX-512) */
 } linear_ctx;
 
 static void linear_fwd_rows(void *vctx, size_t r0, size_t r1, int chunk, int tid)
@@ -263,16 +265,17 @@ static CPU_AVX2 void lin_pack_wt(const float *w, int in, int out, float *panel)
     }
 }
 
-/* Row groups of LIN_MR: chunks split these, so tiles never straddle chunks. */
-static size_t lin_groups(int n)
+/* Row groups of mr (a tile's rows): chunks split these, so tiles never
+ * straddle chunks. */
+static size_t lin_groups(int n, int mr)
 {
-    return ((size_t)n + LIN_MR - 1) / LIN_MR;
+    return ((size_t)n + (size_t)mr - 1) / (size_t)mr;
 }
 
-static void lin_group_rows(int n, size_t g0, size_t g1, int *r0, int *r1)
+static void lin_group_rows(int n, int mr, size_t g0, size_t g1, int *r0, int *r1)
 {
-    *r0 = (int)(g0 * LIN_MR);
-    *r1 = g1 * LIN_MR < (size_t)n ? (int)(g1 * LIN_MR) : n;
+    *r0 = (int)(g0 * (size_t)mr);
+    *r1 = g1 * (size_t)mr < (size_t)n ? (int)(g1 * (size_t)mr) : n;
 }
 
 static void lin_fwd_groups(void *vctx, size_t g0, size_t g1, int chunk, int tid)
@@ -281,9 +284,13 @@ static void lin_fwd_groups(void *vctx, size_t g0, size_t g1, int chunk, int tid)
     (void)tid;
     const linear_ctx *c = vctx;
     int r0, r1;
-    lin_group_rows(c->n, g0, g1, &r0, &r1);
-    lin_rows(r0, r1, c->in, c->x, (size_t)c->in, c->panel, (size_t)LIN_NR * c->in, LIN_NR,
-             c->y, c->out, c->b);
+    lin_group_rows(c->n, c->mr, g0, g1, &r0, &r1);
+    if (c->mr == LIN512_MR)
+        lin512_rows(r0, r1, c->in, c->x, (size_t)c->in, c->panel, (size_t)LIN_NR * c->in, LIN_NR,
+                    c->y, c->out, c->b);
+    else
+        lin_rows(r0, r1, c->in, c->x, (size_t)c->in, c->panel, (size_t)LIN_NR * c->in, LIN_NR,
+                 c->y, c->out, c->b);
 }
 
 /* dw rows [o0, o1) (whole rows of in columns): dw = dy^T x over the batch
@@ -317,14 +324,21 @@ static void lin_bwd_part(void *vctx, size_t p0, size_t p1, int chunk, int tid)
     size_t b, e;
     int r0, r1;
     if (c->dx) {
-        pool_chunk(lin_groups(c->n), chunk, c->parts, &b, &e);
-        lin_group_rows(c->n, b, e, &r0, &r1);
-        lin_rows(r0, r1, c->out, c->dy, (size_t)c->out, c->w, LIN_NR, (size_t)c->in, c->dx,
-                 c->in, NULL);
+        pool_chunk(lin_groups(c->n, c->mr), chunk, c->parts, &b, &e);
+        lin_group_rows(c->n, c->mr, b, e, &r0, &r1);
+        if (c->mr == LIN512_MR)
+            lin512_rows(r0, r1, c->out, c->dy, (size_t)c->out, c->w, LIN_NR, (size_t)c->in,
+                        c->dx, c->in, NULL);
+        else
+            lin_rows(r0, r1, c->out, c->dy, (size_t)c->out, c->w, LIN_NR, (size_t)c->in, c->dx,
+                     c->in, NULL);
     }
-    pool_chunk(lin_groups(c->out), chunk, c->parts, &b, &e);
-    lin_group_rows(c->out, b, e, &r0, &r1);
-    lin_dw_rows(c, r0, r1);
+    pool_chunk(lin_groups(c->out, c->mr), chunk, c->parts, &b, &e);
+    lin_group_rows(c->out, c->mr, b, e, &r0, &r1);
+    if (c->mr == LIN512_MR)
+        lin512_dw_rows(r0, r1, c->n, c->in, c->out, c->dy, c->x, c->dw);
+    else
+        lin_dw_rows(c, r0, r1);
     if (c->db) {
         pool_chunk((size_t)c->out, chunk, c->parts, &b, &e);
         linear_db(c, b, e);
@@ -343,9 +357,10 @@ void cpu_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x,
     if (ws && lin_fast(out)) {
         lin_pack_wt(w, in, out, ws);
         c.panel = ws;
+        c.mr = cpu_has_avx512() ? LIN512_MR : LIN_MR;
         /* POOL_CHUNKS_PER_THREAD chunks per thread, claimed as threads come
          * free: a thread the OS takes away for a while holds back no one. */
-        size_t groups = lin_groups(n), per = (size_t)t * POOL_CHUNKS_PER_THREAD;
+        size_t groups = lin_groups(n, c.mr), per = (size_t)t * POOL_CHUNKS_PER_THREAD;
         pool_for(cpu_pool(be), groups, groups > per ? groups / per : 1, lin_fwd_groups, &c);
         return;
     }
@@ -409,6 +424,7 @@ void cpu_linear_bwd(cdl_backend *be, int n, int in, int out, const float *x,
                     .dw_by_cols = out < 4 * t && in > out};
 #if CPU_X86
     if (lin_fast(in)) {   /* dx and dw both have `in` columns */
+        c.mr = cpu_has_avx512() ? LIN512_MR : LIN_MR;
         pool_run(cpu_pool(be), (size_t)t, t, lin_bwd_part, &c);
         return;
     }

@@ -18,6 +18,8 @@ libcdl_core_la_SOURCES += \
 	kernels/cpu/simd.c \
 	kernels/cpu/simd.h \
 	kernels/cpu/linear.c \
+	kernels/cpu/linear_avx512.c \
+	kernels/cpu/linear_avx512.h \
 	kernels/cpu/pool2d.c \
 	kernels/cpu/eltwise.c \
 	kernels/cpu/xent.c \

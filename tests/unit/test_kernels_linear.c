@@ -7,6 +7,7 @@
  * on the same data (db bitwise the same). dw and dx are overwritten, not
  * added to. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernel_testutil.h"
@@ -75,6 +76,42 @@ static void lin_out_free(lin_out *o)
     cdl_free(o->db);
 }
 
+/* The four results of (n, in, out) bitwise equal. */
+static void assert_lin_equal(const lin_out *a, const lin_out *b, int n, int in, int out)
+{
+    assert_memory_equal(a->y, b->y, (size_t)n * out * sizeof(float));
+    assert_memory_equal(a->dx, b->dx, (size_t)n * in * sizeof(float));
+    assert_memory_equal(a->dw, b->dw, (size_t)out * in * sizeof(float));
+    assert_memory_equal(a->db, b->db, (size_t)out * sizeof(float));
+}
+
+/* The operands of one test shape: x, w, b, dy drawn from seeds seed.. seed+3. */
+typedef struct lin_in {
+    pair x, w, b, dy;
+} lin_in;
+
+static lin_in lin_in_rand(int n, int in, int out, uint64_t seed)
+{
+    lin_in v = {pair_rand((size_t)n * in, seed, -1, 1),
+                pair_rand((size_t)out * in, seed + 1, -0.5, 0.5),
+                pair_rand((size_t)out, seed + 2, -1, 1),
+                pair_rand((size_t)n * out, seed + 3, -1, 1)};
+    return v;
+}
+
+static void lin_in_free(lin_in *v)
+{
+    pair_free(&v->x);
+    pair_free(&v->w);
+    pair_free(&v->b);
+    pair_free(&v->dy);
+}
+
+static lin_out run_lin_in(cdl_backend *be, int n, int in, int out, const lin_in *v)
+{
+    return run_linear(be, n, in, out, &v->x, &v->w, &v->b, &v->dy);
+}
+
 /* (n, in, out): the bench GPT's products on a few rows (n % 6 != 0, and
  * n < 6), a head of 256, forward-only and backward-only fast shapes, and
  * batches of more rows than one block of dw's sum (64). */
@@ -87,29 +124,64 @@ static void test_linear_fast_path(void **state)
     cdl_backend *be1 = test_cpu_backend(1), *be3 = test_cpu_backend(3);
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int n = shapes[k][0], in = shapes[k][1], out = shapes[k][2];
-        pair x = pair_rand((size_t)n * in, 500 + k, -1, 1);
-        pair w = pair_rand((size_t)out * in, 501 + k, -0.5, 0.5);
-        pair b = pair_rand((size_t)out, 502 + k, -1, 1);
-        pair dy = pair_rand((size_t)n * out, 503 + k, -1, 1);
-        lin_out one = run_linear(be1, n, in, out, &x, &w, &b, &dy);
-        lin_out three = run_linear(be3, n, in, out, &x, &w, &b, &dy);
+        lin_in v = lin_in_rand(n, in, out, 500 + k);
+        lin_out one = run_lin_in(be1, n, in, out, &v);
+        lin_out three = run_lin_in(be3, n, in, out, &v);
         /* The same bits on any number of threads. */
-        assert_memory_equal(one.y, three.y, (size_t)n * out * sizeof(float));
-        assert_memory_equal(one.dx, three.dx, (size_t)n * in * sizeof(float));
-        assert_memory_equal(one.dw, three.dw, (size_t)out * in * sizeof(float));
-        assert_memory_equal(one.db, three.db, (size_t)out * sizeof(float));
+        assert_lin_equal(&one, &three, n, in, out);
         /* The portable path (OpenBLAS) on the same data. */
         cpu_disable_avx512(1);
-        lin_out port = run_linear(be3, n, in, out, &x, &w, &b, &dy);
+        lin_out port = run_lin_in(be3, n, in, out, &v);
         cpu_disable_avx512(0);
         /* db: every column summed over the rows in order on both paths. */
         assert_memory_equal(one.db, port.db, (size_t)out * sizeof(float));
         lin_out_free(&one);
         lin_out_free(&three);
         lin_out_free(&port);
-        pair *all[] = {&x, &w, &b, &dy};
-        for (size_t i = 0; i < 4; i++)
-            pair_free(all[i]);
+        lin_in_free(&v);
+    }
+    cdl_backend_destroy(be1);
+    cdl_backend_destroy(be3);
+}
+
+/* The AVX-512 path against the AVX2 one (CDL_CPU_NO_AVX512=1 read again
+ * after cpu_disable_avx512(0)): y, dx, dw and db bitwise equal, since both
+ * sum every element in the same order. (n, in, out): the bench GPT's
+ * products with n past a few 12-row tiles and remainders of 4- and 1-row
+ * tiles, k past a step of the forward's and dx's sums (128: 576 = 4.5
+ * steps) and of dw's (n = 300: 2 steps and a part), an odd count of 16
+ * columns (16, 48, 80, 144, 432: a 12 x 16 tile after the 12 x 32 ones),
+ * and shapes where only one side's columns are a multiple of 16. */
+static const int shapes512[][3] = {{43, 144, 432}, {29, 576, 144}, {19, 144, 576},
+                                   {31, 144, 144}, {17, 144, 256}, {300, 48, 80},
+                                   {9, 16, 16},    {41, 20, 32},   {41, 32, 20}};
+
+static void test_linear_avx512_equals_avx2(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx512() || !cpu_has_avx2()) {
+        skip();
+        return;
+    }
+    cdl_backend *be1 = test_cpu_backend(1), *be3 = test_cpu_backend(3);
+    for (size_t k = 0; k < sizeof shapes512 / sizeof shapes512[0]; k++) {
+        int n = shapes512[k][0], in = shapes512[k][1], out = shapes512[k][2];
+        lin_in v = lin_in_rand(n, in, out, 700 + k);
+        lin_out z1 = run_lin_in(be1, n, in, out, &v);
+        lin_out z3 = run_lin_in(be3, n, in, out, &v);
+        setenv("CDL_CPU_NO_AVX512", "1", 1);
+        cpu_disable_avx512(0);   /* probe again: AVX2 without AVX-512 */
+        assert_false(cpu_has_avx512());
+        lin_out y = run_lin_in(be1, n, in, out, &v);
+        unsetenv("CDL_CPU_NO_AVX512");
+        cpu_disable_avx512(0);
+        assert_true(cpu_has_avx512());
+        assert_lin_equal(&z1, &y, n, in, out);
+        assert_lin_equal(&z3, &y, n, in, out);
+        lin_out_free(&z1);
+        lin_out_free(&z3);
+        lin_out_free(&y);
+        lin_in_free(&v);
     }
     cdl_backend_destroy(be1);
     cdl_backend_destroy(be3);
@@ -119,6 +191,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_fast_path),
+        cmocka_unit_test(test_linear_avx512_equals_avx2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

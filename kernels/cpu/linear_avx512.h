@@ -1,0 +1,24 @@
+/* The AVX-512 products of linear.c (linear_avx512.c): the AVX2 path's
+ * tiles at twice the width, with each result element summed in the same
+ * order (start, then one FMA per k in order), so the bits equal the AVX2
+ * path's. Only where cpu_has_avx512(); columns a multiple of 16. */
+#ifndef KERNELS_CPU_LINEAR_AVX512_H
+#define KERNELS_CPU_LINEAR_AVX512_H
+
+#include <stddef.h>
+
+/* Rows of a tile: chunks of the row split are whole multiples of it. */
+#define LIN512_MR 12
+
+/* C rows [r0, r1) (cols columns, row stride cols) = bias (or 0) + A rows
+ * (K long, stride lda) times B, whose column block j (16 wide) is at
+ * B + j * bstep with rows ldb apart. */
+void lin512_rows(int r0, int r1, int K, const float *A, size_t lda, const float *B, size_t bstep,
+                 size_t ldb, float *C, int cols, const float *bias);
+
+/* dw rows [o0, o1) (in columns) = dy^T x over the n batch rows (dy is
+ * n x out, x is n x in). */
+void lin512_dw_rows(int o0, int o1, int n, int in, int out, const float *dy, const float *x,
+                    float *dw);
+
+#endif

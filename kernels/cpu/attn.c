@@ -29,6 +29,7 @@
 
 #include <cblas.h>
 
+#include "kernels/cpu/attn_avx512.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/simd.h"
 
@@ -407,16 +408,8 @@ static void attn_bwd_items(void *vctx, size_t i0, size_t i1, int chunk, int tid)
  * the outputs as the SGEMM path, so its results do not depend on the
  * thread count either. */
 #if CPU_X86
-/* How the mask limits a product C (M x N) = A (M x K) B (K x N) whose rows
- * are tiled by 4 (row tile r .. r+3, off = the block's first query row):
- *   ATTN_ALL    every term;
- *   ATTN_UPPER  C is a score block (rows = queries off+r.., columns = keys):
- *               column tiles past the tile's last query are not computed
- *               (nor written: every reader zeroes a row past its query);
- *   ATTN_KEYS   K runs over keys: only k <= off + r + 3 (P, dS are 0 past it);
- *   ATTN_QUERY  rows are keys s, K runs over the block's queries: only
- *               off + k >= r (P, dS are 0 before). */
-enum { ATTN_ALL, ATTN_UPPER, ATTN_KEYS, ATTN_QUERY };
+/* The mask rules of the products (ATTN_ALL, ATTN_UPPER, ATTN_KEYS,
+ * ATTN_QUERY) are in attn_avx512.h, shared with the AVX-512 twin. */
 
 #define ATTN_INLINE CPU_AVX2 inline __attribute__((always_inline))
 
@@ -520,7 +513,7 @@ static ATTN_INLINE void attn_tile_any(int rows, int nv, int full, int k0, int k1
 
 /* C (M x N, ldc) (+)= A (M x K) B (K x N, row stride ldb) under the mask
  * rule `mask` (see the enum) for a block starting at query row off. */
-static CPU_AVX2 void attn_gemm(int M, int N, int K, const float *A, size_t ars, size_t acs,
+static CPU_AVX2 void attn_gemm_avx2(int M, int N, int K, const float *A, size_t ars, size_t acs,
                                const float *B, size_t ldb, float *C, size_t ldc, int acc,
                                int mask, int off)
 {
@@ -547,6 +540,16 @@ static CPU_AVX2 void attn_gemm(int M, int N, int K, const float *A, size_t ars, 
         }
         r += rows;
     }
+}
+
+/* attn_gemm_avx2, or its AVX-512 twin (the same bits) where the CPU has it. */
+static void attn_gemm(int M, int N, int K, const float *A, size_t ars, size_t acs, const float *B,
+                      size_t ldb, float *C, size_t ldc, int acc, int mask, int off)
+{
+    if (cpu_has_avx512())
+        attn512_gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, acc, mask, off);
+    else
+        attn_gemm_avx2(M, N, K, A, ars, acs, B, ldb, C, ldc, acc, mask, off);
 }
 
 /* dS = P (dP - D) * scale over a block's valid columns, 8 at a time: the

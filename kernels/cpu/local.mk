@@ -30,5 +30,7 @@ libcdl_core_la_SOURCES += \
 	kernels/cpu/embedding.c \
 	kernels/cpu/optim.c \
 	kernels/cpu/attn.c \
+	kernels/cpu/attn_avx512.c \
+	kernels/cpu/attn_avx512.h \
 	kernels/optim_scalars.h \
 	kernels/cpu/reduce.c

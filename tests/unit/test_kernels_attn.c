@@ -4,6 +4,7 @@
  * SGEMM path the ops table uses) against the reference on 1 and 3
  * threads, the fast path bitwise the same on both. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernel_testutil.h"
@@ -143,6 +144,55 @@ static void test_attn_matches_reference(void **state)
     cdl_backend_destroy(bes[1]);
 }
 
+/* The AVX-512 products against the AVX2 ones (CDL_CPU_NO_AVX512=1 read
+ * again after cpu_disable_avx512(0)): y, lse and dqkv bitwise equal, both
+ * tiling rows by 4 and summing each element in the same order. (n, T, C,
+ * nh): the bench GPT's head of 36 (16 + 16 + 4 masked lanes), T past one
+ * block of 64 queries (the mask rules with off > 0), heads of 16 and 64
+ * (whole vectors), 72 (64 + 8), 3 and 1, T not a multiple of 4. */
+static const int shapes512[][4] = {
+    {2, 64, 144, 4}, {1, 140, 72, 2}, {1, 70, 64, 4}, {2, 19, 48, 3}, {1, 66, 72, 1}, {2, 9, 3, 3},
+};
+
+static void test_attn_avx512_equals_avx2(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx512() || !cpu_has_avx2()) {
+        skip();
+        return;
+    }
+    cdl_backend *be = test_cpu_backend(2);
+    for (size_t k = 0; k < sizeof shapes512 / sizeof shapes512[0]; k++) {
+        int n = shapes512[k][0], T = shapes512[k][1], C = shapes512[k][2], nh = shapes512[k][3];
+        size_t nq = (size_t)n * T * 3 * C, ny = (size_t)n * T * C, nl = (size_t)n * nh * T;
+        pair qkv = pair_rand(nq, 600 + k, -1.5, 1.5), dy = pair_rand(ny, 601 + k, -1, 1);
+        float *y[2], *lse[2], *dqkv[2];
+        for (int p = 0; p < 2; p++) {   /* 0: AVX-512, 1: AVX2 */
+            y[p] = cdl_calloc(ny, sizeof(float));
+            lse[p] = cdl_calloc(nl, sizeof(float));
+            dqkv[p] = cdl_calloc(nq, sizeof(float));
+            if (p == 1) {
+                setenv("CDL_CPU_NO_AVX512", "1", 1);
+                cpu_disable_avx512(0);   /* probe again: AVX2 without AVX-512 */
+                assert_false(cpu_has_avx512());
+            }
+            run_attn(be, cpu_attn_fwd, cpu_attn_bwd, n, T, C, nh, qkv.f, dy.f, y[p], lse[p],
+                     dqkv[p]);
+        }
+        unsetenv("CDL_CPU_NO_AVX512");
+        cpu_disable_avx512(0);
+        assert_true(cpu_has_avx512());
+        assert_memory_equal(y[0], y[1], ny * sizeof(float));
+        assert_memory_equal(lse[0], lse[1], nl * sizeof(float));
+        assert_memory_equal(dqkv[0], dqkv[1], nq * sizeof(float));
+        for (int p = 0; p < 2; p++)
+            cdl_free(y[p]), cdl_free(lse[p]), cdl_free(dqkv[p]);
+        pair_free(&qkv);
+        pair_free(&dy);
+    }
+    cdl_backend_destroy(be);
+}
+
 /* Large scores (|S| up to ~400): the max-subtracted softmax must neither
  * overflow nor lose the dominant key. */
 static void test_attn_large_scores(void **state)
@@ -176,6 +226,7 @@ int main(void)
         cmocka_unit_test(test_ref_attn_definition),
         cmocka_unit_test(test_attn_matches_reference),
         cmocka_unit_test(test_attn_large_scores),
+        cmocka_unit_test(test_attn_avx512_equals_avx2),
     };
     /* Twice, like test_kernels: the AVX2 softmax where the CPU has it,
      * then the portable paths. */

@@ -19,6 +19,14 @@ tests_unit_test_kernels_attn_SOURCES = tests/unit/test_kernels_attn.c tests/unit
 	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
 tests_unit_test_kernels_attn_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_kernels_attn_LDADD = $(TEST_LDADD)
+tests_unit_test_kernels_attn_SOURCES += tests/unit/avx512_testutil.h
+# the exact GELU's AVX-512 kernels against the AVX2 ones (skipped without AVX-512)
+check_PROGRAMS += tests/unit/test_kernels_act512
+TESTS += tests/unit/test_kernels_act512
+tests_unit_test_kernels_act512_SOURCES = tests/unit/test_kernels_act512.c tests/unit/kernel_testutil.h \
+	tests/unit/avx512_testutil.h
+tests_unit_test_kernels_act512_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_kernels_act512_LDADD = $(TEST_LDADD)
 # linear layers on the AVX2 path's shapes (GPT-sized) and the OpenBLAS one
 check_PROGRAMS += tests/unit/test_kernels_linear
 TESTS += tests/unit/test_kernels_linear
@@ -26,6 +34,7 @@ tests_unit_test_kernels_linear_SOURCES = tests/unit/test_kernels_linear.c tests/
 	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
 tests_unit_test_kernels_linear_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_kernels_linear_LDADD = $(TEST_LDADD)
+tests_unit_test_kernels_linear_SOURCES += tests/unit/avx512_testutil.h
 # the same ops against PyTorch (tests/fixtures/ops.fix)
 check_PROGRAMS += tests/unit/test_ops_torch
 TESTS += tests/unit/test_ops_torch

@@ -4,9 +4,9 @@
  * SGEMM path the ops table uses) against the reference on 1 and 3
  * threads, the fast path bitwise the same on both. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "avx512_testutil.h"
 #include "kernel_testutil.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/simd.h"
@@ -172,16 +172,12 @@ static void test_attn_avx512_equals_avx2(void **state)
             lse[p] = cdl_calloc(nl, sizeof(float));
             dqkv[p] = cdl_calloc(nq, sizeof(float));
             if (p == 1) {
-                setenv("CDL_CPU_NO_AVX512", "1", 1);
-                cpu_disable_avx512(0);   /* probe again: AVX2 without AVX-512 */
-                assert_false(cpu_has_avx512());
+                test_avx2_only(1);
             }
             run_attn(be, cpu_attn_fwd, cpu_attn_bwd, n, T, C, nh, qkv.f, dy.f, y[p], lse[p],
                      dqkv[p]);
         }
-        unsetenv("CDL_CPU_NO_AVX512");
-        cpu_disable_avx512(0);
-        assert_true(cpu_has_avx512());
+        test_avx2_only(0);
         assert_memory_equal(y[0], y[1], ny * sizeof(float));
         assert_memory_equal(lse[0], lse[1], nl * sizeof(float));
         assert_memory_equal(dqkv[0], dqkv[1], nq * sizeof(float));

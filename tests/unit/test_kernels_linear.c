@@ -7,9 +7,9 @@
  * on the same data (db bitwise the same). dw and dx are overwritten, not
  * added to. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "avx512_testutil.h"
 #include "kernel_testutil.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/simd.h"
@@ -169,13 +169,9 @@ static void test_linear_avx512_equals_avx2(void **state)
         lin_in v = lin_in_rand(n, in, out, 700 + k);
         lin_out z1 = run_lin_in(be1, n, in, out, &v);
         lin_out z3 = run_lin_in(be3, n, in, out, &v);
-        setenv("CDL_CPU_NO_AVX512", "1", 1);
-        cpu_disable_avx512(0);   /* probe again: AVX2 without AVX-512 */
-        assert_false(cpu_has_avx512());
+        test_avx2_only(1);
         lin_out y = run_lin_in(be1, n, in, out, &v);
-        unsetenv("CDL_CPU_NO_AVX512");
-        cpu_disable_avx512(0);
-        assert_true(cpu_has_avx512());
+        test_avx2_only(0);
         assert_lin_equal(&z1, &y, n, in, out);
         assert_lin_equal(&z3, &y, n, in, out);
         lin_out_free(&z1);

@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 /* Rows of a tile: chunks of the row split are whole multiples of it. */
-#define LIN512_MR 12
+#define LIN512_MR 8
 
 /* C rows [r0, r1) (cols columns, row stride cols) = bias (or 0) + A rows
  * (K long, stride lda) times B, whose column block j (16 wide) is at

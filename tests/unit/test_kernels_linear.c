@@ -147,11 +147,12 @@ static void test_linear_fast_path(void **state)
 /* The AVX-512 path against the AVX2 one (CDL_CPU_NO_AVX512=1 read again
  * after cpu_disable_avx512(0)): y, dx, dw and db bitwise equal, since both
  * sum every element in the same order. (n, in, out): the bench GPT's
- * products with n past a few 12-row tiles and remainders of 4- and 1-row
- * tiles, k past a step of the forward's and dx's sums (128: 576 = 4.5
- * steps) and of dw's (n = 300: 2 steps and a part), an odd count of 16
- * columns (16, 48, 80, 144, 432: a 12 x 16 tile after the 12 x 32 ones),
- * and shapes where only one side's columns are a multiple of 16. */
+ * products with n past a few 8-row tiles and remainders of 4- and 1-row
+ * tiles (43, 29, 19), k past a step of the forward's and dx's sums (128:
+ * 576 = 4.5 steps) and of dw's (n = 300: 2 steps and a part), columns
+ * that are not a multiple of the 48-column tile (16, 32, 80 = 48 + 32,
+ * 256 = 5 x 48 + 16), and shapes where only one side's columns are a
+ * multiple of 16. */
 static const int shapes512[][3] = {{43, 144, 432}, {29, 576, 144}, {19, 144, 576},
                                    {31, 144, 144}, {17, 144, 256}, {300, 48, 80},
                                    {9, 16, 16},    {41, 20, 32},   {41, 32, 20}};

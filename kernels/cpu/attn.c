@@ -247,6 +247,39 @@ static CPU_AVX2 double attn_exp_avx2(float *s, int n, float a, float b)
     }
     return cpu_hsum4d(acc);
 }
+
+/* attn_exp_avx2 16 lanes at a time: cpu_exp16 is cpu_exp8 lane for lane,
+ * and the 16 results go into the double lanes 4 at a time in the order the
+ * AVX2 path adds its two 8-lane blocks, so the same bits, sum included
+ * (the tail's zero lanes add +0 to a sum of non-negative terms, as there). */
+#define ATTN_AVX512 __attribute__((target("avx512f,avx2,fma")))
+static ATTN_AVX512 __m256d attn_acc16(__m256d acc, __m512 e, int blocks)
+{
+    acc = cpu_acc8(acc, _mm512_castps512_ps256(e));
+    if (blocks > 1)
+        acc = cpu_acc8(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+    return acc;
+}
+
+static ATTN_AVX512 double attn_exp_avx512(float *s, int n, float a, float b)
+{
+    __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+    __m256d acc = _mm256_setzero_pd();
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 e = cpu_exp16(_mm512_fmsub_ps(va, _mm512_loadu_ps(s + j), vb));
+        _mm512_storeu_ps(s + j, e);
+        acc = attn_acc16(acc, e, 2);
+    }
+    if (j < n) {   /* the last 1..15 through a lane mask (0 in the other lanes) */
+        __mmask16 m = cpu_mask16(n - j);
+        __m512 x = _mm512_maskz_loadu_ps(m, s + j);
+        __m512 e = _mm512_maskz_mov_ps(m, cpu_exp16(_mm512_fmsub_ps(va, x, vb)));
+        _mm512_mask_storeu_ps(s + j, m, e);
+        acc = attn_acc16(acc, e, n - j > 8 ? 2 : 1);
+    }
+    return cpu_hsum4d(acc);
+}
 #endif
 
 /* The largest of s[0..n) (NaNs skipped) and s[j] *= f over [0, n): the
@@ -309,6 +342,8 @@ static void attn_scale(float *s, int n, float f)
 static double attn_exp(float *s, int n, float a, float b)
 {
 #if CPU_X86
+    if (cpu_has_avx512() && cpu_has_avx2())
+        return attn_exp_avx512(s, n, a, b);
     if (cpu_has_avx2())
         return attn_exp_avx2(s, n, a, b);
 #endif

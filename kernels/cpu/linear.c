@@ -22,6 +22,9 @@
  *     The sums run in blocks of k (adding to the tile after the first:
  *     LIN_KC batch rows for dw, LIN_KC_ROWS for the others), which keeps
  *     the operands' strips in L1.
+ *     Where the CPU has AVX-512 the same products run through
+ *     linear_avx512.c (8 x 48 zmm tiles, row groups of LIN512_MR), which
+ *     sums every element in the same order: the same bits.
  */
 #include <string.h>
 

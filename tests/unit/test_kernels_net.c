@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernel_testutil.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/cpu/simd.h"
 #include "ref_ops.h"
 
@@ -580,6 +581,57 @@ static void test_xent_ls_matches_reference(void **state)
     cdl_backend_destroy(be);
 }
 
+/* The per-plane sums of batch norm in the AVX2 kernels' order, in C: four
+ * accumulators of 4 double lanes over every 16 floats (floats 0-3, 4-7,
+ * 8-11, 12-15), a last 8 into the first two, the accumulators added
+ * ((0+1)+(2+3)) and their lanes ((0+2)+(1+3)), then the hw % 8 tail in
+ * order. d = x - mean is rounded to float before it is widened. */
+static double plane_sum_avx2_order(const float *x, int hw, int sqdev, float mean)
+{
+    double acc[4][4] = {{0}}, tail = 0.0;
+    int i = 0;
+    for (; i + 8 <= hw; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float d = sqdev ? x[i + j] - mean : x[i + j];
+            int k = (i % 16 == 8 ? 2 : 0) + j / 4;
+            acc[k][j % 4] += sqdev ? (double)d * d : d;
+        }
+    for (int j = i; j < hw; j++) {
+        float d = sqdev ? x[j] - mean : x[j];
+        tail += sqdev ? (double)d * d : d;
+    }
+    double t[4];
+    for (int l = 0; l < 4; l++)
+        t[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
+    return ((t[0] + t[2]) + (t[1] + t[3])) + (i < hw ? tail : 0.0);
+}
+
+/* The SIMD sum and sqdev kernels (AVX-512's included) keep the AVX2 order:
+ * cpu_plane_sum's double, and bn_sqdev of one plane, bitwise equal to the
+ * C model above, for full 16s, a last 8 and odd tails. */
+static void test_bn_sums_avx2_order(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx2())
+        skip();
+    cdl_backend *be = test_cpu_backend(1);
+    static const int hws[] = {1024, 64, 49, 24, 8, 7, 300};
+    for (size_t t = 0; t < sizeof hws / sizeof hws[0]; t++) {
+        int hw = hws[t];
+        pair x = pair_rand((size_t)hw, 60 + (unsigned)t, -3, 5);
+        double want = plane_sum_avx2_order(x.f, hw, 0, 0.0f);
+        double got = cpu_plane_sum(x.f, hw);
+        assert_memory_equal(&got, &want, sizeof got);
+        float sum[2], sq;
+        be->ops->bn_sum(be, 1, 1, hw, x.f, sum);
+        float mean = (float)((double)sum[0] / sum[1]);
+        be->ops->bn_sqdev(be, 1, 1, hw, x.f, sum, &sq);
+        assert_true(sq == (float)plane_sum_avx2_order(x.f, hw, 1, mean));
+        pair_free(&x);
+    }
+    cdl_backend_destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -588,6 +640,7 @@ int main(void)
         cmocka_unit_test(test_ref_act_gradients),
         cmocka_unit_test(test_ref_xent_ls_gradient),
         cmocka_unit_test(test_bn_train_matches_reference),
+        cmocka_unit_test(test_bn_sums_avx2_order),
         cmocka_unit_test(test_bn_pieces_sum_across_ranks),
         cmocka_unit_test(test_bn_eval_and_fold),
         cmocka_unit_test(test_gap_matches_reference),

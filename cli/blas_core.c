@@ -17,7 +17,11 @@ void cli_fix_blas_core(char **argv)
     const char *core = cdl_blas_core_advice();
     if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0)
         return;
-    /* /proc/self/exe: this very binary, whatever argv[0] or PATH says. */
+    /* /proc/self/exe: this very binary, whatever argv[0] or PATH says;
+     * where /proc is not mounted (a chroot), the name it was started by,
+     * found as the shell found it. */
     execv("/proc/self/exe", argv);
+    if (argv[0] && *argv[0])
+        execvp(argv[0], argv);
     unsetenv("OPENBLAS_CORETYPE");   /* no new start: warn as before */
 }

@@ -136,8 +136,14 @@ t_root=$SECONDS
 in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp "$@"; }
 if [ -x "$root/usr/bin/cdl-train" ]; then
     v=$(in_root cdl-train --version 2>&1)
-    if [ "$v" = "cdl-train (cdl) $ac_version" ]; then ok "cdl-train --version: $v"
-    else bad "cdl-train --version printed '$v', expected 'cdl-train (cdl) $ac_version'"; fi
+    if [ "$(echo "$v" | head -n1)" = "cdl-train (cdl) $ac_version" ]; then ok "cdl-train --version: ${v%%$'\n'*}"
+    else bad "cdl-train --version printed '$v', expected 'cdl-train (cdl) $ac_version' first"; fi
+    # No /proc in the root: cdl-train still leaves OpenBLAS's SSE3 fallback
+    # on a CPU with AVX2 (cli/blas_core.c).
+    blas=$(echo "$v" | sed -n 's/^OpenBLAS kernels: //p')
+    if grep -qw avx2 /proc/cpuinfo && [ "$blas" = Prescott ]; then
+        bad "cdl-train in the clean root runs OpenBLAS's SSE3 kernels on a CPU with AVX2"
+    else ok "cdl-train in the clean root: OpenBLAS kernels ${blas:-unknown}"; fi
     if in_root cdl-train --dataset synthetic --synthetic-size 512 --epochs 1 --batch-size 64 \
             --threads 1 --seed 1 --metrics /tmp/m.jsonl >"$work/train.log" 2>&1 &&
        grep -q '"epoch": *1[,}]' "$root/tmp/m.jsonl"; then

@@ -71,15 +71,19 @@ ln_dx_kernel(int rows, int d, const float *x, const float *gamma, const float *s
     const float *xr = x + (size_t)row * d, *gr = dy + (size_t)row * d;
     float mean = saved[row], rstd = saved[rows + row];
     double sg = 0.0, sgx = 0.0;
+    /* g rounded to float (__fmul_rn: never fused into a later add), the
+     * same g in the sums and in dx: contracted into an FMA below, its
+     * unrounded product made dx nonzero where it is exactly 0 (d = 1, where
+     * rstd = 1/sqrt(eps) magnifies the residue to ~2e-5). */
     for (int j = lane; j < d; j += 32) {
-        float g = gr[j] * (gamma ? gamma[j] : 1.0f);
+        float g = __fmul_rn(gr[j], gamma ? gamma[j] : 1.0f);
         sg += g;
         sgx += (double)g * ((xr[j] - mean) * rstd);
     }
     float a = (float)(warp_sum(sg) / d), b = (float)(warp_sum(sgx) / d);
     float *o = dx + (size_t)row * d;
     for (int j = lane; j < d; j += 32) {
-        float g = gr[j] * (gamma ? gamma[j] : 1.0f);
+        float g = __fmul_rn(gr[j], gamma ? gamma[j] : 1.0f);
         float xhat = (xr[j] - mean) * rstd;
         o[j] = rstd * (g - a - xhat * b);
     }

@@ -210,6 +210,14 @@ inline void cuk_emu_wait(int at)
     cuk_emu_set_thread(t);
 }
 
+/* A product rounded to float, never contracted into an FMA (as on a GPU):
+ * the volatile store rounds it whatever the host compiler's -ffp-contract. */
+inline float __fmul_rn(float a, float b)
+{
+    volatile float r = a * b;
+    return r;
+}
+
 inline void __syncthreads()
 {
     cuk_emu_wait(CUK_EMU_AT_SYNC);

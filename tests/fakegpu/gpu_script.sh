@@ -48,6 +48,13 @@ has '^8 GPT 2x32 \(rehearsal\), block 64 bf16.*(skipped: cdl-train has no --mode
 if grep -q '^8 GPT 2x32 .*target: ' "$out"; then
     has '^    cdl bf16 +([0-9]+ tokens/s  MFU n/a|skipped: the CUDA backend has no [a-z_]+ op yet)' "cdl's GPT bf16 tokens/s"
 fi
+has '^9 resnet20 3x32x32, batch 8 +target: ' "the resnet step"
+has '^    cdl-train, CUDA graphs (on|off) +[0-9]+ img/s' "cdl's resnet images/s"
+if python3 -c 'import torch, torchvision' >/dev/null 2>&1; then
+    has '^    torch [^ ]+ eager, channels_last, TF32 +[0-9]+ img/s' "PyTorch's resnet18"
+fi
+# Every row also went to table-so-far.txt as it was made.
+[ "$(grep -c . "$tmp/logs/table-so-far.txt")" -ge 20 ] || fail "table-so-far.txt does not hold the rows"
 for tool in memcheck racecheck synccheck; do
     has "^D compute-sanitizer $tool +PASS  ERROR SUMMARY: 0 errors" "--diagnose: $tool"
     has "^D $tool, bf16 attention +PASS  ERROR SUMMARY: 0 errors" "--diagnose: $tool on bf16 attention"
@@ -66,4 +73,15 @@ left() { grep -lsz "^CDL_GPU_LOGS=$tmp/logs\$" /proc/[0-9]*/environ 2>/dev/null 
 i=0
 while [ -n "$(left)" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 [ -z "$(left)" ] || fail "the MPS daemon of the script still runs ($(left))"
+# A GPU node without compilers: CDL_GPU_PREBUILT=1 runs the programs built
+# above and no make; CDL_GPU_STEPS=2 runs step 2 alone.
+out2=$tmp/run2.out
+CDL_GPU_REHEARSAL=1 CDL_GPU_BUILD=$builddir CDL_GPU_PREBUILT=1 CDL_GPU_STEPS=2 CDL_FAKE_GPUS=1 \
+    timeout 600 bash "$srcdir/tests/gpu/run.sh" --out "$tmp/logs2" >"$out2" 2>&1 ||
+    { cat "$out2"; fail "tests/gpu/run.sh with CDL_GPU_PREBUILT=1 CDL_GPU_STEPS=2 exited $?"; }
+grep -Eq '^0 build with CUDA +PASS  prebuilt in ' "$out2" || fail "no prebuilt row"
+grep -Eq '^2 train 1 epoch .*PASS' "$out2" || fail "CDL_GPU_STEPS=2 did not train"
+grep -Eq '^([13-9] |D )' "$out2" && fail "CDL_GPU_STEPS=2 ran other steps: $(grep -E '^([13-9] |D )' "$out2")"
+grep -Eq '^steps asked for \(CDL_GPU_STEPS\) +2$' "$out2" || fail "no row naming the steps asked for"
+[ ! -e "$tmp/logs2/make.log" ] || fail "CDL_GPU_PREBUILT=1 ran make"
 echo "PASS: tests/gpu/run.sh rehearsed on the fake GPU"

@@ -9,13 +9,12 @@ cpu only checks the script itself)."""
 import argparse
 import os
 import sys
-import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
 from torch_ref import LeNet  # noqa: E402  (the one reference model of the tests)
+from bench_timing import train_speed  # noqa: E402  (beside this file)
 
 
 def main():
@@ -37,28 +36,10 @@ def main():
     x = torch.rand(a.batch, 3, 32, 32, device=dev) * 2 - 1
     y = torch.arange(a.batch, device=dev) * 7919 % 10
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    for _ in range(20):
-        loss0 = step()
-    sync()
-    steps, t0 = 0, time.perf_counter()
-    t = t0
-    while t - t0 < a.seconds:
-        for _ in range(10):
-            loss = step()
-        steps += 10
-        sync()
-        t = time.perf_counter()
-    ips = steps * a.batch / (t - t0)
+    ips, steps, dt, loss0, loss = train_speed(model, opt, x, y, a.seconds, sync, warmup=20)
     mode = "eager cudnn.benchmark" if a.benchmark else "eager"
     print(f"torch {torch.__version__} {mode} batch {a.batch}: {ips:.0f} images/s "
-          f"({steps} steps in {t - t0:.2f} s), loss {loss0.item():.4f} -> {loss.item():.4f}")
+          f"({steps} steps in {dt:.2f} s), loss {loss0:.4f} -> {loss:.4f}")
     print(f"images_per_sec {ips:.1f}")
 
 

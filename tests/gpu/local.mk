@@ -35,7 +35,7 @@ endif
 TESTS += tests/gpu/rpath.sh
 EXTRA_DIST += tests/gpu/run.sh tests/gpu/ops_cpu.sh tests/gpu/bench_torch.py tests/gpu/ops_vs_cpu.c \
 	tests/gpu/bench_lenet.c tests/gpu/rpath.sh
-EXTRA_DIST += tests/gpu/ops_bf16.c tests/gpu/bench_gpt_torch.py
+EXTRA_DIST += tests/gpu/ops_bf16.c tests/gpu/bench_gpt_torch.py tests/gpu/bench_resnet_torch.py tests/gpu/bench_timing.py
 
 EXTRA_DIST += tests/gpu/gpt_vs_cpu.c
 

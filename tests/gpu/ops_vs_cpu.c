@@ -292,9 +292,12 @@ static void check_conv(cdl_conv2d_desc d, int tf32)
 }
 
 /* Two models on one backend, each with the workspace it sized: a shape the
- * small one never sized (a batch first seen mid-run) must be planned for
- * the small buffer it comes with, not for the largest workspace any model
- * asked for (the big one's), and cuDNN must be told the real room. */
+ * small one never sized (its last, partial batch, first seen mid-run) must
+ * be planned for the small buffer it comes with, not for the largest
+ * workspace any model asked for (the big one's), and cuDNN must be told the
+ * real room. (A larger batch than sized may find no deterministic
+ * algorithm within that room, as the real cuDNN showed for n = 16: the
+ * model sizes its workspace for its largest batch and for 1.) */
 static void check_shared_workspace(void)
 {
     cdl_conv2d_desc small = conv_desc(8, 3, 16, 16, 4, 3, 1, 1);
@@ -305,7 +308,7 @@ static void check_shared_workspace(void)
     float *gws_big = up(NULL, ws_big * sizeof(float) + 4);
     cdl_conv2d_desc shapes[] = {small, big, small};
     float *wss[] = {gws_small, gws_big, gws_small};
-    shapes[2].n = 16;   /* the small model's new batch */
+    shapes[2].n = 5;   /* the small model's last, partial batch */
     for (int i = 0; i < 3; i++) {
         cdl_conv2d_desc d = shapes[i];
         char shape[96];

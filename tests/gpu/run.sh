@@ -25,7 +25,11 @@
 #      (124M, block 1024) trained in bf16: cdl-train --precision bf16 against
 #      PyTorch torch.compile + flash attention (bench_gpt_torch.py), tokens/s
 #      and MFU (skipped until cdl-train has --model gpt),
-# and prints a table last. Exit status: 0 when steps 0-2, 5 (graph and eager
+#   9. measures resnet18 (the CIFAR variant) at batch 256 training with
+#      cdl-train and whole-step CUDA graphs against PyTorch eager with
+#      channels_last, TF32 and cudnn.benchmark (bench_resnet_torch.py),
+# and prints a table last. Each row is also appended to table-so-far.txt
+# as it is made, so a run stopped from outside still leaves its rows. Exit status: 0 when steps 0-2, 5 (graph and eager
 # weights agree), 6, 7 and 8's bounds pass (speeds are reported against the targets, not
 # enforced; steps skipped for lack of time or hardware say so), 1 otherwise,
 # and 1 with a message at once when no GPU is visible.
@@ -45,6 +49,14 @@
 # job was given, not all the node has. With --diagnose it then runs a few
 # training steps under compute-sanitizer (memcheck, racecheck, synccheck),
 # each bounded in time, before measuring.
+#
+# Node without compilers: CDL_GPU_PREBUILT=1 uses the programs already built
+# in CDL_GPU_BUILD (configure --with-cuda on a login node with the same
+# CUDA major version, at the same path) and runs no configure or make.
+# CDL_GPU_STEPS="1 2 8" runs only the steps named (default all; 0, the
+# build, always). CDL_GPU_BUDGET is the minutes' plan in seconds that the
+# later steps measure themselves against to skip when time runs out
+# [480].
 #
 # Usage: tests/gpu/run.sh [--diagnose] [--out DIR]   (from anywhere; builds
 # in $CDL_GPU_BUILD, default _build-gpu in the source tree; the table
@@ -84,6 +96,16 @@ elapsed() { echo $(( $(date +%s) - t_start )); }
 # over_time LIMIT: whether more than LIMIT seconds are spent (never in a
 # rehearsal, whose steps must all run).
 over_time() { [ "$rehearsal" = 0 ] && [ "$(elapsed)" -gt "$1" ]; }
+# late PERCENT: whether more than PERCENT of the plan (CDL_GPU_BUDGET) is spent.
+budget=${CDL_GPU_BUDGET:-480}
+case $budget in ''|*[!0-9]*) die "CDL_GPU_BUDGET=$budget: give seconds, e.g. 480" ;; esac
+late() { over_time $(( budget * $1 / 100 )); }
+late_why() { echo "skipped: $(elapsed) s spent, no time left in the plan of $budget s"; }
+# want N: whether step N was asked for (CDL_GPU_STEPS).
+want_steps=" ${CDL_GPU_STEPS:-1 2 3 4 5 6 7 8 9} "
+want() { case $want_steps in *" $1 "*) return 0 ;; esac; return 1; }
+prebuilt=${CDL_GPU_PREBUILT:-0}
+case $prebuilt in 0|1) ;; *) die "CDL_GPU_PREBUILT=$prebuilt: use 1 (programs already built) or 0" ;; esac
 
 # What runs: the real programs on a GPU, the fake GPU's in a rehearsal.
 if [ "$rehearsal" = 1 ]; then
@@ -136,34 +158,55 @@ logs=${out_dir:-${CDL_GPU_LOGS:-$build/gpu-logs}}
 mkdir -p "$logs" || die "cannot create $logs"
 rows=()          # the final table, one line each
 failed=0
-row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
+raw_row() { rows+=("$1"); printf '%s\n' "$1" >> "$logs/table-so-far.txt"; }
+row() { raw_row "$(printf '%-44s %s' "$1" "$2")"; }
+: > "$logs/table-so-far.txt" 2>/dev/null
 fail_row() { row "$1" "FAIL  $2"; failed=1; }
 
 # ------------------------------------------------------------- 0. build
 cd "$build" || die "cannot enter $build"
-if [ ! -x "$top/configure" ]; then
-    (cd "$top" && ./autogen.sh) > "$logs/autogen.log" 2>&1 ||
-        die "autogen.sh failed (autoconf, automake, libtool installed?): see $logs/autogen.log"
-fi
-if [ ! -f Makefile ]; then
-    # shellcheck disable=SC2086
-    timeout 180 "$top/configure" --with-cuda ${arch:+NVCC_ARCH_FLAGS="$arch"} \
-        ${CDL_GPU_CONFIGURE_FLAGS:-} > "$logs/configure.log" 2>&1 ||
-        die "configure --with-cuda failed (CUDA toolkit with cuDNN under /usr/local/cuda, or pass CDL_GPU_CONFIGURE_FLAGS=--with-cuda=PREFIX): see $logs/configure.log"
-fi
-jobs=$(nproc 2>/dev/null || echo 4)
-# shellcheck disable=SC2086
-if timeout 300 make -j"$jobs" libcdl_core.la "$ops_bin" "$bench_bin" "$bf16_bin" $extra \
-        > "$logs/make.log" 2>&1; then
-    row "0 build with CUDA (${arch:-default archs})" "PASS  $(elapsed) s"
-else
-    tail -20 "$logs/make.log" >&2
-    die "building the CUDA backend failed: see $logs/make.log"
-fi
 have_train=0
-if timeout 240 make -j"$jobs" cli/cdl-train launcher/cdlrun tests/dist/weights_cmp \
-        > "$logs/make-cli.log" 2>&1; then
-    have_train=1
+if [ "$prebuilt" = 1 ]; then
+    # Built elsewhere (a login node): every program the steps run must be
+    # there already; cdl-train, cdlrun and weights_cmp as in a normal build.
+    for p in "$ops_bin" "$bench_bin" "$bf16_bin" $extra; do
+        [ -x "$p" ] || die "CDL_GPU_PREBUILT=1 but $build/$p is missing: build it first (make $p in $build)"
+    done
+    [ -x cli/cdl-train ] && [ -x launcher/cdlrun ] && [ -x tests/dist/weights_cmp ] && have_train=1
+    # libtool's wrapper script relinks the program when it looks newer
+    # than it (copied files: the same second), which needs the objects and
+    # a linker: run the program itself, with the build's libcdl.
+    if [ "$rehearsal" = 0 ] && [ -x cli/.libs/cdl-train ]; then
+        train_bin=cli/.libs/cdl-train
+        export LD_LIBRARY_PATH=$build/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
+    echo "cli/cdl-train, launcher/cdlrun, tests/dist/weights_cmp: $([ $have_train = 1 ] && echo built || echo missing)" \
+        > "$logs/make-cli.log"
+    row "0 build with CUDA" "PASS  prebuilt in $build (CDL_GPU_PREBUILT=1)"
+else
+    if [ ! -x "$top/configure" ]; then
+        (cd "$top" && ./autogen.sh) > "$logs/autogen.log" 2>&1 ||
+            die "autogen.sh failed (autoconf, automake, libtool installed?): see $logs/autogen.log"
+    fi
+    if [ ! -f Makefile ]; then
+        # shellcheck disable=SC2086
+        timeout 180 "$top/configure" --with-cuda ${arch:+NVCC_ARCH_FLAGS="$arch"} \
+            ${CDL_GPU_CONFIGURE_FLAGS:-} > "$logs/configure.log" 2>&1 ||
+            die "configure --with-cuda failed (CUDA toolkit with cuDNN under /usr/local/cuda, or pass CDL_GPU_CONFIGURE_FLAGS=--with-cuda=PREFIX): see $logs/configure.log"
+    fi
+    jobs=$(nproc 2>/dev/null || echo 4)
+    # shellcheck disable=SC2086
+    if timeout 300 make -j"$jobs" libcdl_core.la "$ops_bin" "$bench_bin" "$bf16_bin" $extra \
+            > "$logs/make.log" 2>&1; then
+        row "0 build with CUDA (${arch:-default archs})" "PASS  $(elapsed) s"
+    else
+        tail -20 "$logs/make.log" >&2
+        die "building the CUDA backend failed: see $logs/make.log"
+    fi
+    if timeout 240 make -j"$jobs" cli/cdl-train launcher/cdlrun tests/dist/weights_cmp \
+            > "$logs/make-cli.log" 2>&1; then
+        have_train=1
+    fi
 fi
 if [ "$rehearsal" = 1 ] && ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     mkdir -p "$logs/bin" && ln -sf "$build/tests/slurm/fake-mps-control" "$logs/bin/nvidia-cuda-mps-control"
@@ -285,7 +328,9 @@ fi
 
 # ------------------------------------------------------- 1. ops vs CPU
 echo "== 1. every op against the CPU backend"
-if timeout 180 "$ops_bin" > "$logs/ops_vs_cpu.log" 2>&1; then
+if ! want 1; then
+    :
+elif timeout 180 "$ops_bin" > "$logs/ops_vs_cpu.log" 2>&1; then
     row "1 ops vs CPU backend" "PASS  $(tail -1 "$logs/ops_vs_cpu.log" | sed 's/^ops_vs_cpu: //')"
 else
     grep -E '^FAIL|ops_vs_cpu' "$logs/ops_vs_cpu.log" | head -20 >&2
@@ -320,7 +365,9 @@ train_check() {
         fail_row "$name" "failed (see $logs/$tag.log)"
     fi
 }
-if [ $have_train = 0 ]; then
+if ! want 2; then
+    :
+elif [ $have_train = 0 ]; then
     fail_row "2 train 1 epoch ($ds_name)" "cli/cdl-train did not build (see $logs/make-cli.log)"
 else
     train_check "2 train 1 epoch ($ds_name, batch 128)" train timeout 180 "$train_bin" \
@@ -328,12 +375,14 @@ else
 fi
 
 # -------------------------------------------------------- 3. speed
-echo "== 3. seed CNN speed, cdl vs PyTorch"
 ips_of() { awk '/^images_per_sec/ {v=$2} END {if (v == "") exit 1; printf "%.0f", v}' "$1"; }
 bench() {   # bench LOG CMD...: runs CMD, prints its images/s or nothing
     local log=$logs/$1; shift
     timeout $((60 * slow)) "$@" > "$log" 2>&1 && ips_of "$log"
 }
+torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "(not installed)")
+if want 3; then
+echo "== 3. seed CNN speed, cdl vs PyTorch"
 lenet=("$bench_bin" --batch "$big" --seconds "$secs")
 torch=("$python" "$top/tests/gpu/bench_torch.py" --device "$torch_dev" --batch "$big" --seconds "$secs")
 cdl_eager=$(bench bench-eager.log "${lenet[@]}")
@@ -341,7 +390,6 @@ cdl_graph=$(bench bench-graph.log "${lenet[@]}" --graph)
 cdl_pinned=$(bench bench-graph-pinned.log "${lenet[@]}" --graph --input pinned)
 torch_eager=$(bench bench-torch.log "${torch[@]}")
 torch_bench=$(bench bench-torch-benchmark.log "${torch[@]}" --benchmark)
-torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "(not installed)")
 ratio() {   # ratio A B: "(A/B x PyTorch eager)"
     [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx torch eager", a/b}'
 }
@@ -367,13 +415,16 @@ if [ -n "$best" ] && [ -n "$torch_eager" ]; then
     fi
 fi
 [ -z "$cdl_eager$cdl_graph" ] && fail_row "    cdl bench" "did not run (see $logs/bench-*.log)"
+fi
 
 # ----------------------------------------------------------- 4. MPS
 echo "== 4. replicas packed under MPS"
-if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+if ! want 4; then
+    :
+elif ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     row "4 MPS replicas" "skipped: nvidia-cuda-mps-control not found"
-elif over_time 360; then
-    row "4 MPS replicas" "skipped: $(elapsed) s spent, no time left in 8 minutes"
+elif late 75; then
+    row "4 MPS replicas" "$(late_why)"
 else
     if start_mps; then
         row "4 MPS replicas (cdl CUDA graph, batch $big)" "target: 8 replicas >= 4x one"
@@ -414,10 +465,12 @@ fi
 
 # ------------------------------------------- 5. CUDA graphs on vs off
 echo "== 5. cdl-train epoch, CUDA graphs on vs off"
-if [ $have_train = 0 ]; then
+if ! want 5; then
+    :
+elif [ $have_train = 0 ]; then
     fail_row "5 CUDA graphs on/off" "cli/cdl-train did not build (see $logs/make-cli.log)"
-elif over_time 400; then
-    row "5 CUDA graphs on/off" "skipped: $(elapsed) s spent, no time left in 8 minutes"
+elif late 83; then
+    row "5 CUDA graphs on/off" "$(late_why)"
 else
     row "5 cdl-train 1 epoch, batch $big ($ds_name)" "CUDA graphs on vs off, same weights expected"
     for g in off on; do
@@ -456,15 +509,17 @@ ddp_run() {   # ddp_run LABEL ENV...: one epoch of cdlrun -n 2 cdl-train with EN
         "$train_bin" --device cuda "${ds[@]}" --epochs 1 --batch-size 64 --no-progress \
         "${ddp_args[@]}"
 }
-if [ $have_train = 0 ]; then
+if ! want 6; then
+    :
+elif [ $have_train = 0 ]; then
     fail_row "6 data-parallel" "cdl-train or cdlrun did not build (see $logs/make-cli.log)"
-elif over_time 430; then
-    row "6 data-parallel" "skipped: $(elapsed) s spent, no time left in 8 minutes"
+elif late 90; then
+    row "6 data-parallel" "$(late_why)"
 elif [ "$ngpus" -ge 2 ]; then
     ddp_args=(--dist-backend nccl)
     ddp_run "2 ranks on 2 GPUs, nccl" CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-0,1}"
-    if over_time 470; then
-        row "6 NCCL checks" "skipped: $(elapsed) s spent, no time left in 8 minutes"
+    if late 98; then
+        row "6 NCCL checks" "$(late_why)"
     else
         checks=0
         while IFS='|' read -r label result; do
@@ -492,17 +547,19 @@ fi
 # PyTorch's own weights checked. The rehearsal skips it (it has its own:
 # CDL_GPU_REHEARSAL=1 tests/gpu/pytorch_templates.sh).
 echo "== 7. PyTorch templates (tests/gpu/pytorch_templates.sh)"
-if [ "$rehearsal" = 1 ]; then
+if ! want 7; then
+    :
+elif [ "$rehearsal" = 1 ]; then
     row "7 PyTorch templates" "skipped in the rehearsal (CDL_GPU_REHEARSAL=1 tests/gpu/pytorch_templates.sh)"
 elif ! "$python" -c 'import torch' >/dev/null 2>&1; then
     row "7 PyTorch templates" "skipped: $python has no PyTorch"
-elif over_time 450; then
-    row "7 PyTorch templates" "skipped: $(elapsed) s spent, no time left in 8 minutes"
+elif late 94; then
+    row "7 PyTorch templates" "$(late_why)"
 else
     PYTHON=$python CDL_GPU_LOGS=$logs timeout 300 "$top/tests/gpu/pytorch_templates.sh" \
         >"$logs/pytorch-templates.log" 2>&1
     rc=$?
-    while IFS= read -r l; do rows+=("7 $l"); done < <(grep -E '^[12]\. ' "$logs/pytorch-templates.log")
+    while IFS= read -r l; do raw_row "7 $l"; done < <(grep -E '^[12]\. ' "$logs/pytorch-templates.log")
     [ $rc = 0 ] || fail_row "7 PyTorch templates" "see $logs/pytorch-templates.log"
 fi
 
@@ -517,7 +574,9 @@ fi
 # CDL_PEAK_TFLOPS). cdl's tokens/s is the difference of two runs of 5 and
 # 25 steps (start-up, first step and graph capture cancel out).
 echo "== 8. bf16: products against their bounds, GPT-2 small throughput"
-if timeout 180 "$bf16_bin" $([ "$rehearsal" = 0 ] && echo --big) > "$logs/ops_bf16.log" 2>&1; then
+if ! want 8; then
+    :
+elif timeout 180 "$bf16_bin" $([ "$rehearsal" = 0 ] && echo --big) > "$logs/ops_bf16.log" 2>&1; then
     row "8 bf16 products vs rounding bounds" "PASS  $(tail -1 "$logs/ops_bf16.log" | sed 's/^ops_bf16: //')"
 else
     grep -E '^FAIL|ops_bf16' "$logs/ops_bf16.log" | head -20 >&2
@@ -546,12 +605,14 @@ if [ -z "$peak" ]; then
 fi
 # mfu TOKENS_PER_SEC FLOPS_PER_TOKEN: "MFU x%" or "MFU n/a" (unknown peak)
 mfu() { awk -v t="$1" -v f="$2" -v p="${peak:-0}" 'BEGIN{if (p > 0 && t > 0) printf "MFU %.1f%%", 100 * t * f / (p * 1e12); else printf "MFU n/a"}'; }
-if [ $have_train = 0 ]; then
+if ! want 8; then
+    :
+elif [ $have_train = 0 ]; then
     fail_row "8 $gpt_name bf16" "cli/cdl-train did not build (see $logs/make-cli.log)"
 elif ! "$train_bin" --help 2>&1 | grep -q 'gpt' || ! "$train_bin" --help 2>&1 | grep -q 'tokens:'; then
     row "8 $gpt_name bf16" "skipped: cdl-train has no --model gpt or tokens: data yet"
-elif over_time 420; then
-    row "8 $gpt_name bf16" "skipped: $(elapsed) s spent, no time left in 8 minutes"
+elif late 88; then
+    row "8 $gpt_name bf16" "$(late_why)"
 else
     row "8 $gpt_name bf16, batch $gb" "target: cdl >= 1.0x torch.compile"
     # Random tokens in nanoGPT's format (uint16), enough for 25 steps.
@@ -618,7 +679,56 @@ array.array("H", (r.randrange(v) for _ in range(int(sys.argv[3])))).tofile(open(
     fi
 fi
 
+# ------------------------------------------------------ 9. resnet18
+# cdl's resnet18 (CIFAR variant) trained by cdl-train with whole-step CUDA
+# graphs, against torchvision's resnet18 with the same stem in PyTorch eager
+# with channels_last, TF32 and cudnn.benchmark (bench_resnet_torch.py). cdl's
+# images/s is its second epoch's (the first holds the start-up, cuDNN's
+# plans and the graph capture); synthetic 3x32x32 data on both sides.
+echo "== 9. resnet18 (CIFAR), cdl vs PyTorch"
+if [ "$rehearsal" = 1 ]; then   # the fake GPU: a small net, the script's paths only
+    rmodel=resnet20 rb=8 rsteps=2
+else
+    rmodel=resnet18 rb=${CDL_RESNET_BATCH:-256} rsteps=40
+fi
+if ! want 9; then
+    :
+elif [ $have_train = 0 ]; then
+    fail_row "9 $rmodel" "cli/cdl-train did not build (see $logs/make-cli.log)"
+elif late 96; then
+    row "9 $rmodel" "$(late_why)"
+else
+    row "9 $rmodel 3x32x32, batch $rb" "target: cdl CUDA graph >= 1.3x torch eager"
+    rm -rf "$logs/resnet.json"
+    if timeout $((180 * slow)) "$train_bin" --device cuda --model "$rmodel" --dataset synthetic \
+            --synthetic-size $((rsteps * rb)) --val-split 0 --epochs 2 --batch-size "$rb" \
+            --cuda-graphs on --no-progress --metrics "$logs/resnet.json" > "$logs/resnet-cdl.log" 2>&1 &&
+            [ -s "$logs/resnet.json" ]; then
+        read -r _ r_cdl < <(metrics_of "$logs/resnet.json")
+        r_cdl=$(printf '%.0f' "$r_cdl")
+        rgraphs=$(grep -o 'CUDA graphs [a-z]*' "$logs/resnet-cdl.log" | head -1)
+        row "    cdl-train, ${rgraphs:-graphs ?}" "$(printf '%9s img/s' "$r_cdl")"
+    else
+        r_cdl=
+        tail -3 "$logs/resnet-cdl.log" >&2
+        fail_row "    cdl-train $rmodel" "failed (see $logs/resnet-cdl.log)"
+    fi
+    r_torch=$(bench resnet-torch.log "$python" "$top/tests/gpu/bench_resnet_torch.py" \
+              --device "$torch_dev" --batch "$rb" --seconds "$secs")
+    if [ -n "$r_torch" ]; then
+        row "    torch $torch_version eager, channels_last, TF32" "$(printf '%9s img/s' "$r_torch")"
+        if [ -n "$r_cdl" ]; then
+            r=$(awk -v a="$r_cdl" -v b="$r_torch" 'BEGIN{printf "%.2f", a / b}')
+            row "    target" "$(awk -v r="$r" 'BEGIN{exit !(r >= 1.3)}' && echo met || echo "NOT met") (cdl ${r}x torch)"
+        fi
+    else
+        row "    torch" "failed (see $logs/resnet-torch.log)"
+    fi
+fi
+
 # ----------------------------------------------------------- the table
+want_all=" 1 2 3 4 5 6 7 8 9 "
+[ "$want_steps" = "$want_all" ] || row "steps asked for (CDL_GPU_STEPS)" "$(echo $want_steps)"
 {
     echo
     echo "cdl GPU checks on $gpu_name ($(elapsed) s, logs in $logs)"

@@ -43,3 +43,50 @@ extern "C" cudaError_t cuk_to_bf16(cudaStream_t s, size_t n1, const float *x1, u
     CUK_LAUNCH(to_bf16_kernel, cuk_blocks(n1 + n2), CUK_THREADS, s, n1, x1, y1, n2, x2, y2);
     return cudaGetLastError();
 }
+
+/* Padded rows for products whose row length (a vocabulary of 50257, say) is
+ * not a multiple of 8 (linear.c): y (rows, ld) bf16 = x (rows, cols) with
+ * columns cols..ld-1 zero, and its way back, dst (rows, cols) fp32 = the
+ * first cols columns of src (rows, ld). One block row per matrix row,
+ * grid-striding over rows past the grid's 65535. */
+static __global__ void to_bf16_rows_kernel(size_t rows, int cols, int ld, const float *x,
+                                           uint16_t *y)
+{
+    for (size_t r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int j = (int)(blockIdx.x * blockDim.x + threadIdx.x); j < ld;
+             j += (int)(gridDim.x * blockDim.x))
+            y[r * (size_t)ld + j] = j < cols ? to_bf16(x[r * (size_t)cols + j]) : (uint16_t)0;
+}
+
+static __global__ void copy_rows_kernel(size_t rows, int cols, int ld, const float *src,
+                                        float *dst)
+{
+    for (size_t r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int j = (int)(blockIdx.x * blockDim.x + threadIdx.x); j < cols;
+             j += (int)(gridDim.x * blockDim.x))
+            dst[r * (size_t)cols + j] = src[r * (size_t)ld + j];
+}
+
+static dim3 rows_grid(size_t rows, int cols)
+{
+    unsigned x = (unsigned)((cols + CUK_THREADS - 1) / CUK_THREADS);
+    return dim3(x > 8 ? 8 : x, (unsigned)(rows < 65535 ? rows : 65535));
+}
+
+extern "C" cudaError_t cuk_to_bf16_rows(cudaStream_t s, size_t rows, int cols, int ld,
+                                        const float *x, uint16_t *y)
+{
+    if (rows == 0 || ld <= 0)
+        return cudaSuccess;
+    CUK_LAUNCH(to_bf16_rows_kernel, rows_grid(rows, ld), CUK_THREADS, s, rows, cols, ld, x, y);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_copy_rows(cudaStream_t s, size_t rows, int cols, int ld,
+                                     const float *src, float *dst)
+{
+    if (rows == 0 || cols <= 0)
+        return cudaSuccess;
+    CUK_LAUNCH(copy_rows_kernel, rows_grid(rows, cols), CUK_THREADS, s, rows, cols, ld, src, dst);
+    return cudaGetLastError();
+}

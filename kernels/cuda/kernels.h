@@ -177,6 +177,13 @@ cudaError_t cuk_attn_bf16_bwd(cudaStream_t s, int n, int T, int C, int nh, const
  * launch for both ranges; n2 may be 0 (x2, y2 unused). */
 cudaError_t cuk_to_bf16(cudaStream_t s, size_t n1, const float *x1, uint16_t *y1, size_t n2,
                         const float *x2, uint16_t *y2);
+/* bf16.cu, rows padded to ld (>= cols) for aligned products: y (rows, ld)
+ * = x (rows, cols) rounded to bf16, columns cols..ld-1 zero; and dst
+ * (rows, cols) = the first cols columns of src (rows, ld), fp32. */
+cudaError_t cuk_to_bf16_rows(cudaStream_t s, size_t rows, int cols, int ld, const float *x,
+                             uint16_t *y);
+cudaError_t cuk_copy_rows(cudaStream_t s, size_t rows, int cols, int ld, const float *src,
+                          float *dst);
 
 /* reduce.cu: *out = sum x[i]^2 in double, in a fixed order that depends on
  * n only (acc: *out += that sum). partials holds CUK_SUMSQ_BLOCKS doubles.

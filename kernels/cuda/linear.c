@@ -18,6 +18,16 @@
  * linear_workspace sizes: x (n*in) then dy (n*out) as bf16, each from a
  * 256-byte boundary. y, dx, dw and db stay fp32, like the weights and
  * the optimizer state.
+ *
+ * Outputs whose count is not a multiple of 8 (GPT-2's tied head: out =
+ * 50257) make the row length of y and dy odd, and cuBLAS then runs
+ * alignment-1 kernels (on an H200: sm75 CUTLASS kernels, about a third of
+ * a GPT-2-small step). In bf16 such products run on out_p = out rounded up
+ * to 8, padded with zeros: the cached weight has out_p rows (the last
+ * zero), dy is cast into (n, out_p) rows (the last columns zero), and y and
+ * dw are made (n, out_p) and (out_p, in) in the workspace, then copied out.
+ * The zero rows and columns add exact zeros, so the products are those of
+ * the unpadded sizes.
  */
 #include "kernels/cuda/impl.h"
 
@@ -28,10 +38,28 @@ static size_t bf16_span(size_t k)
     return (k * sizeof(uint16_t) + 255) & ~(size_t)255;
 }
 
-/* The bf16 workspace of one linear op: room for x and dy. */
+/* out rounded up to a multiple of 8: the padded row length (above). */
+static int padded(int out)
+{
+    return (out + 7) & ~7;
+}
+
+/* Bytes of k floats, to the next 256-byte boundary. */
+static size_t f32_span(size_t k)
+{
+    return (k * sizeof(float) + 255) & ~(size_t)255;
+}
+
+/* The bf16 workspace of one linear op: x (n, in) as bf16, then dy (n, out)
+ * as bf16; padded (out % 8 != 0): x, then one region that holds y as fp32
+ * (n, out_p) in the forward and dy as bf16 (n, out_p) in the backward, then
+ * dw as fp32 (out_p, in). */
 static size_t bf16_ws_bytes(int n, int in, int out)
 {
-    return bf16_span((size_t)n * in) + bf16_span((size_t)n * out);
+    if (out % 8 == 0)
+        return bf16_span((size_t)n * in) + bf16_span((size_t)n * out);
+    size_t op = (size_t)padded(out);
+    return bf16_span((size_t)n * in) + f32_span((size_t)n * op) + f32_span(op * (size_t)in);
 }
 
 /* C (m,nn) fp32 = op(A) op(B), A and B bf16, fp32 accumulation. */
@@ -75,18 +103,36 @@ size_t cbe_linear_workspace(cdl_backend *be, int n, int in, int out)
 }
 
 /* Each returns 0, or -1 with the backend's pending error. */
+/* The bf16 copy of w (out, in), with out_p rows: the pad rows are zeroed
+ * once, when the cache entry is made (the forward's cast writes the first
+ * out rows only). NULL with a pending error. */
+static uint16_t *weight_bf16(cbe *ci, const float *w, int out, int in, int *fresh)
+{
+    int op = padded(out);
+    uint16_t *wb = cbe_bf16_weight(ci, w, (size_t)op * in, fresh);
+    if (wb && *fresh && op != out &&
+        CU_CHECK(ci, cudaMemsetAsync(wb + (size_t)out * in, 0,
+                                     (size_t)(op - out) * in * sizeof *wb, ci->stream)))
+        return NULL;
+    return wb;
+}
+
 static int linear_fwd_bf16(cbe *ci, int n, int in, int out, const float *x, const float *w,
                            float *y, float *ws)
 {
     unsigned char *p = bf16_ws(ci, "linear_fwd", n, in, out, ws);
-    int fresh;
-    uint16_t *wb = p ? cbe_bf16_weight(ci, w, (size_t)out * in, &fresh) : NULL;
+    int fresh, op = padded(out);
+    uint16_t *wb = p ? weight_bf16(ci, w, out, in, &fresh) : NULL;
     if (!wb)
         return -1;
     uint16_t *xb = (uint16_t *)p;
     if (CU_CHECK(ci, cuk_to_bf16(ci->stream, (size_t)out * in, w, wb, (size_t)n * in, x, xb)))
         return -1;
-    return gemm_bf16(ci, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, wb, in, xb, in, y, out);
+    if (op == out)
+        return gemm_bf16(ci, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, wb, in, xb, in, y, out);
+    float *yp = (float *)(p + bf16_span((size_t)n * in));
+    return gemm_bf16(ci, CUBLAS_OP_T, CUBLAS_OP_N, op, n, in, wb, in, xb, in, yp, op) ||
+           CU_CHECK(ci, cuk_copy_rows(ci->stream, (size_t)n, out, op, yp, y));
 }
 
 static int linear_bwd_bf16(cbe *ci, int n, int in, int out, const float *x, const float *w,
@@ -95,24 +141,34 @@ static int linear_bwd_bf16(cbe *ci, int n, int in, int out, const float *x, cons
     unsigned char *p = bf16_ws(ci, "linear_bwd", n, in, out, ws);
     if (!p)
         return -1;
+    int op = padded(out);
     uint16_t *xb = (uint16_t *)p, *dyb = (uint16_t *)(p + bf16_span((size_t)n * in));
-    /* dy always; x only for dw. */
-    if (CU_CHECK(ci, cuk_to_bf16(ci->stream, (size_t)n * out, dy, dyb, dw ? (size_t)n * in : 0,
-                                 x, xb)))
+    /* dy always (rows padded to op); x only for dw. */
+    if (op == out ? CU_CHECK(ci, cuk_to_bf16(ci->stream, (size_t)n * out, dy, dyb,
+                                             dw ? (size_t)n * in : 0, x, xb))
+                  : CU_CHECK(ci, cuk_to_bf16_rows(ci->stream, (size_t)n, out, op, dy, dyb)) ||
+                        (dw && CU_CHECK(ci, cuk_to_bf16(ci->stream, (size_t)n * in, x, xb, 0,
+                                                        NULL, NULL))))
         return -1;
     if (dx) {
         /* The forward's cast; a backward without its forward casts now. */
         int fresh;
-        uint16_t *wb = cbe_bf16_weight(ci, w, (size_t)out * in, &fresh);
+        uint16_t *wb = weight_bf16(ci, w, out, in, &fresh);
         if (!wb || (fresh && CU_CHECK(ci, cuk_to_bf16(ci->stream, (size_t)out * in, w, wb, 0,
                                                       NULL, NULL))))
             return -1;
-        if (gemm_bf16(ci, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, wb, in, dyb, out, dx, in))
+        if (gemm_bf16(ci, CUBLAS_OP_N, CUBLAS_OP_N, in, n, op, wb, in, dyb, op, dx, in))
             return -1;
     }
-    if (dw)
+    if (!dw)
+        return 0;
+    if (op == out)
         return gemm_bf16(ci, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, xb, in, dyb, out, dw, in);
-    return 0;
+    /* dw (out, in) is the first out rows of the padded (op, in). */
+    float *dwp = (float *)(p + bf16_span((size_t)n * in) + f32_span((size_t)n * op));
+    return gemm_bf16(ci, CUBLAS_OP_N, CUBLAS_OP_T, in, op, n, xb, in, dyb, op, dwp, in) ||
+           CU_CHECK(ci, cudaMemcpyAsync(dw, dwp, (size_t)out * in * sizeof *dw,
+                                        cudaMemcpyDeviceToDevice, ci->stream));
 }
 
 void cbe_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x, const float *w,

@@ -630,14 +630,17 @@ int main(int argc, char **argv)
     }
     printf("bf16 matrix products of the %s backend against bounds from bf16's rounding\n",
            gpu->ops->name);
-    /* Small k (where (b) tells bf16 from fp32 inputs), odd sizes, a long k. */
-    const int lins[][3] = {{64, 16, 24}, {33, 7, 5}, {8, 300, 40}, {1, 9, 1}, {128, 64, 96}};
+    /* Small k (where (b) tells bf16 from fp32 inputs), odd sizes, a long k,
+     * a vocabulary-like odd out (run padded to a multiple of 8: linear.c). */
+    const int lins[][3] = {{64, 16, 24}, {33, 7, 5}, {8, 300, 40}, {1, 9, 1}, {128, 64, 96},
+                           {16, 24, 1001}};
     for (size_t i = 0; !attn_only && i < sizeof lins / sizeof lins[0]; i++)
         check_linear(lins[i][0], lins[i][1], lins[i][2]);
     if (big) {   /* GPT-2 small's c_attn, c_fc and c_proj on 256 positions */
         check_linear(256, 768, 2304);
         check_linear(256, 768, 3072);
         check_linear(256, 3072, 768);
+        check_linear(32, 768, 50257);   /* the tied head over GPT-2's vocabulary */
     }
     /* bf16 attention: one row, partial tiles, T > 128 (several query and
      * key blocks), several heads, each head size of attn_bf16.cu, inputs

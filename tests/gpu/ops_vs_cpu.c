@@ -1323,6 +1323,8 @@ int main(int argc, char **argv)
     check_bn(16, 16, 8, 8, 1, 1);    /* fused ReLU */
     check_bn(5, 7, 3, 5, 1, 0);      /* odd shapes, affine=False */
     check_bn(64, 3, 1, 1, 0, 1);     /* BatchNorm1d: hw = 1 */
+    check_bn(37, 3, 15, 15, 1, 1);   /* several image groups of unequal size (chan.cu) */
+    check_bn(600, 2, 4, 4, 0, 1);    /* 4x4 planes: two groups of 300 images */
     check_attn(2, 40, 48, 3);      /* straightforward kernels, head size 16 */
     check_attn(1, 129, 160, 2);    /* long T, head size 80: straightforward */
     check_attn(2, 150, 64, 2);     /* flash-style, head size 32, partial tiles */

@@ -53,6 +53,12 @@ has '^    cdl-train, CUDA graphs (on|off) +[0-9]+ img/s' "cdl's resnet images/s"
 if python3 -c 'import torch, torchvision' >/dev/null 2>&1; then
     has '^    torch [^ ]+ eager, channels_last, TF32 +[0-9]+ img/s' "PyTorch's resnet18"
 fi
+# Step 10 with ncu's test double (a saved log): the summary rows of both nets.
+for net in 'resnet20, batch 8' 'GPT 2x32 \(rehearsal\), block 64 bf16, batch 4'; do
+    has "^10 $net, one step \+ validation +total 4.00 ms in 5 kernels" "step 10's total ($net)"
+done
+has '^    by owner: cdl 2.00 ms \(50%\), cudnn 1.00 ms \(25%\), cublas 1.00 ms \(25%\)' "step 10's shares"
+has '^    cdl: fb_fwd +2.00 ms  50.0%      2 calls' "step 10's kernel lines"
 # Every row also went to table-so-far.txt as it was made.
 [ "$(grep -c . "$tmp/logs/table-so-far.txt")" -ge 20 ] || fail "table-so-far.txt does not hold the rows"
 for tool in memcheck racecheck synccheck; do

@@ -85,6 +85,6 @@ endif
 EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/emu_wmma.h tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
 	tests/fakegpu/fake_dnn.cc tests/fakegpu/fake_nccl.cc tests/fakegpu/ops.sh \
 	tests/fakegpu/train.sh tests/fakegpu/ddp.sh tests/fakegpu/gpu_script.sh \
-	tests/fakegpu/coll.sh tests/fakegpu/fault.sh tests/fakegpu/fake-compute-sanitizer \
+	tests/fakegpu/coll.sh tests/fakegpu/fault.sh tests/fakegpu/fake-compute-sanitizer tests/fakegpu/fake-ncu \
 	tests/fakegpu/bf16.sh
 EXTRA_DIST += tests/fakegpu/nccl_stall.sh

@@ -33,6 +33,9 @@ tests_gpu_ops_bf16_LDADD = libcdl_core.la
 endif
 # NVIDIA's libraries load through run paths (-Wl,-rpath), not LD_LIBRARY_PATH.
 TESTS += tests/gpu/rpath.sh
+# run.sh step 10's summary of an Nsight Compute log, on a saved one.
+TESTS += tests/gpu/ncu_top.sh
+EXTRA_DIST += tests/gpu/ncu_top.sh tests/gpu/ncu_top.py tests/gpu/ncu_sample.csv
 EXTRA_DIST += tests/gpu/run.sh tests/gpu/ops_cpu.sh tests/gpu/bench_torch.py tests/gpu/ops_vs_cpu.c \
 	tests/gpu/bench_lenet.c tests/gpu/rpath.sh
 EXTRA_DIST += tests/gpu/ops_bf16.c tests/gpu/bench_gpt_torch.py tests/gpu/bench_resnet_torch.py tests/gpu/bench_timing.py

@@ -28,6 +28,10 @@
 #   9. measures resnet18 (the CIFAR variant) at batch 256 training with
 #      cdl-train and whole-step CUDA graphs against PyTorch eager with
 #      channels_last, TF32 and cudnn.benchmark (bench_resnet_torch.py),
+#  10. with Nsight Compute (ncu) on the PATH, times every kernel of one
+#      resnet18 step and one GPT-2-small bf16 step and says where the time
+#      goes: the largest kernels and the shares of cdl, cuDNN and cuBLAS
+#      (ncu_top.py),
 # and prints a table last. Each row is also appended to table-so-far.txt
 # as it is made, so a run stopped from outside still leaves its rows. Exit status: 0 when steps 0-2, 5 (graph and eager
 # weights agree), 6, 7 and 8's bounds pass (speeds are reported against the targets, not
@@ -102,7 +106,7 @@ case $budget in ''|*[!0-9]*) die "CDL_GPU_BUDGET=$budget: give seconds, e.g. 480
 late() { over_time $(( budget * $1 / 100 )); }
 late_why() { echo "skipped: $(elapsed) s spent, no time left in the plan of $budget s"; }
 # want N: whether step N was asked for (CDL_GPU_STEPS).
-want_steps=" ${CDL_GPU_STEPS:-1 2 3 4 5 6 7 8 9} "
+want_steps=" ${CDL_GPU_STEPS:-1 2 3 4 5 6 7 8 9 10} "
 want() { case $want_steps in *" $1 "*) return 0 ;; esac; return 1; }
 prebuilt=${CDL_GPU_PREBUILT:-0}
 case $prebuilt in 0|1) ;; *) die "CDL_GPU_PREBUILT=$prebuilt: use 1 (programs already built) or 0" ;; esac
@@ -210,6 +214,10 @@ else
 fi
 if [ "$rehearsal" = 1 ] && ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     mkdir -p "$logs/bin" && ln -sf "$build/tests/slurm/fake-mps-control" "$logs/bin/nvidia-cuda-mps-control"
+    PATH=$logs/bin:$PATH
+fi
+if [ "$rehearsal" = 1 ] && ! command -v ncu >/dev/null 2>&1; then
+    mkdir -p "$logs/bin" && ln -sf "$top/tests/fakegpu/fake-ncu" "$logs/bin/ncu"
     PATH=$logs/bin:$PATH
 fi
 if [ "$rehearsal" = 1 ] && [ "$diagnose" = 1 ] && ! command -v compute-sanitizer >/dev/null 2>&1; then
@@ -606,6 +614,14 @@ if [ -z "$peak" ]; then
 fi
 # mfu TOKENS_PER_SEC FLOPS_PER_TOKEN: "MFU x%" or "MFU n/a" (unknown peak)
 mfu() { awk -v t="$1" -v f="$2" -v p="${peak:-0}" 'BEGIN{if (p > 0 && t > 0) printf "MFU %.1f%%", 100 * t * f / (p * 1e12); else printf "MFU n/a"}'; }
+tok=$logs/gpt-tokens
+make_tokens() {   # random tokens in $tok, nanoGPT's format, for 45 steps
+    mkdir -p "$tok" && "$python" -c 'import random, sys, array
+r = random.Random(1); v = int(sys.argv[2])
+array.array("H", (r.randrange(v) for _ in range(int(sys.argv[3])))).tofile(open(sys.argv[1], "wb"))' \
+        "$tok/train.bin" "$gv" $((46 * gb * gt + gt + 1)) &&
+        head -c $(( (gb * gt + gt + 1) * 2 )) "$tok/train.bin" > "$tok/val.bin"
+}
 if ! want 8; then
     :
 elif [ $have_train = 0 ]; then
@@ -618,12 +634,7 @@ else
     row "8 $gpt_name bf16, batch $gb" "target: cdl >= 1.0x torch.compile"
     # Random tokens in nanoGPT's format (uint16), enough for 45 steps; a
     # validation set of one batch (validated once per run, in every run).
-    tok=$logs/gpt-tokens
-    mkdir -p "$tok"
-    "$python" -c 'import random, sys, array
-r = random.Random(1); v = int(sys.argv[2])
-array.array("H", (r.randrange(v) for _ in range(int(sys.argv[3])))).tofile(open(sys.argv[1], "wb"))'         "$tok/train.bin" "$gv" $((46 * gb * gt + gt + 1)) &&
-        head -c $(( (gb * gt + gt + 1) * 2 )) "$tok/train.bin" > "$tok/val.bin"
+    make_tokens
     # N without the position embedding: wte (tied) + per layer 12C^2 + 13C + ln_f.
     fpt=$(awk -v l=$gl -v c=$gc -v v=$gv -v t=$gt 'BEGIN{n = v*c + l*(12*c*c + 13*c) + 2*c; printf "%.0f", 6*n + 12*l*c*t}')
     gpt_run() {   # gpt_run STEPS [ARGS...]: seconds of one cdl-train run, or nothing
@@ -728,8 +739,53 @@ else
     fi
 fi
 
+# --------------------------------------- 10. where a step's time goes
+# Nsight Compute times every kernel of one training step (graphs off, so
+# each kernel is seen; --clock-control none leaves the clocks alone), with
+# its validation forward: step 9's resnet18 at batch 256 and step 8's GPT-2
+# small in bf16.
+# ncu_top.py sums the times by kernel and by owner (cdl's kernels,
+# cuDNN's, cuBLAS's): the largest lines and the shares. A failed ncu is a
+# row, not a failure of the checks (some machines refuse its counters).
+echo "== 10. where a step's time goes (ncu)"
+ncu=$(command -v ncu || ls "${CUDA_HOME:-/usr/local/cuda}/bin/ncu" 2>/dev/null | head -1)
+ncu_step() {   # ncu_step TAG LABEL CDL-TRAIN-ARGS...: logs ncu-TAG.*, rows "10 LABEL"
+    local name=$1 label=$2 ms pct calls what; shift 2
+    if timeout $((150 * slow)) "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
+            --launch-count 5000 --log-file "$logs/ncu-$name.csv" "$train_bin" "$@" \
+            --max-steps 1 --cuda-graphs off --no-progress > "$logs/ncu-$name.log" 2>&1 &&
+            "$python" "$top/tests/gpu/ncu_top.py" "$logs/ncu-$name.csv" 8 \
+            > "$logs/ncu-$name.top" 2>&1; then
+        row "10 $label, one step + validation" "$(head -1 "$logs/ncu-$name.top")"
+        raw_row "    $(sed -n 2p "$logs/ncu-$name.top")"
+        while IFS='|' read -r ms pct calls what; do
+            row "    $what" "$(printf '%8s ms %5s%%  %5s calls' "$ms" "$pct" "$calls")"
+        done < <(tail -n +3 "$logs/ncu-$name.top")
+    else
+        row "10 $label (ncu)" "failed (see $logs/ncu-$name.log, $logs/ncu-$name.top)"
+    fi
+}
+if ! want 10; then
+    :
+elif [ -z "$ncu" ]; then
+    row "10 kernel times (ncu)" "skipped: ncu (Nsight Compute) not found"
+elif [ $have_train = 0 ]; then
+    fail_row "10 kernel times (ncu)" "cli/cdl-train did not build (see $logs/make-cli.log)"
+elif late 97; then
+    row "10 kernel times (ncu)" "$(late_why)"
+else
+    # (the rehearsal: step 9's small net, and ncu's test double)
+    ncu_step resnet "$rmodel, batch $rb" --device cuda --model "$rmodel" --dataset synthetic \
+        --synthetic-size $((5 * rb)) --val-split 0 --epochs 1 --batch-size "$rb"
+    if make_tokens; then
+        ncu_step gpt "$gpt_name bf16, batch $gb" --device cuda --model "$gpt_model" --dataset "tokens:$tok" \
+            --vocab-size "$gv" --block-size "$gt" --batch-size "$gb" --optimizer adamw \
+            --precision bf16 --epochs 1
+    fi
+fi
+
 # ----------------------------------------------------------- the table
-want_all=" 1 2 3 4 5 6 7 8 9 "
+want_all=" 1 2 3 4 5 6 7 8 9 10 "
 [ "$want_steps" = "$want_all" ] || row "steps asked for (CDL_GPU_STEPS)" "$(echo $want_steps)"
 {
     echo

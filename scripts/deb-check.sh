@@ -96,7 +96,10 @@ t_build=$SECONDS
 # 3. lintian: errors fail the stage, warnings are shown.
 changes=$(echo "$work"/src/cdl_*.changes)
 if [ -f "$changes" ]; then
-    if lintian --fail-on error "$changes" >"$work/lintian.log" 2>&1; then
+    # lintian leaves its MLDBM caches (mldbm-elf-*) in TMPDIR: give it
+    # one inside $work, which the trap removes.
+    mkdir -p "$work/lintian-tmp"
+    if TMPDIR=$work/lintian-tmp lintian --fail-on error "$changes" >"$work/lintian.log" 2>&1; then
         ok "lintian (no errors)"
     else
         bad "lintian reports errors"

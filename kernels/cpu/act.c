@@ -5,8 +5,10 @@
  * libm (the portable path). The AVX2 path computes 8 lanes with a
  * polynomial exp (about 1 ulp) and, for the exact GELU, Abramowitz &
  * Stegun's erf 7.1.26 (absolute error below 1.5e-7); a chunk's tail of
- * fewer than 8 goes through the reference. Both are checked against double
- * precision and PyTorch.
+ * fewer than 8 goes through the same lanes (masked loads and stores), so an
+ * element's bits never depend on where the chunks end (thread counts, the
+ * row blocks of a fused product: linear.c). Both are checked against
+ * double precision and PyTorch.
  */
 #include <math.h>
 #include <stdint.h>
@@ -190,13 +192,23 @@ static CPU_AVX2 V bwd8(cdl_act act, float alpha, V x, V y, V dy)
     return SET1(NAN);
 }
 
+/* Lanes [0, k) of 8 (k < 8) for the masked loads and stores of a tail. */
+static CPU_AVX2 inline __m256i tail_mask8(size_t k)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 static CPU_AVX2 void fwd_chunk_avx2(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     const act_ctx *c = vctx;
     size_t i = b;
     for (; i + 8 <= e; i += 8)
         _mm256_storeu_ps(c->out + i, fwd8(c->act, c->alpha, _mm256_loadu_ps(c->x + i)));
-    fwd_chunk_ref(vctx, i, e, chunk, tid);
+    if (i < e) {   /* the last < 8 through the same lanes, so no bit depends on the split */
+        __m256i m = tail_mask8(e - i);
+        _mm256_maskstore_ps(c->out + i, m, fwd8(c->act, c->alpha, _mm256_maskload_ps(c->x + i, m)));
+    }
+    (void)chunk, (void)tid;
 }
 
 static CPU_AVX2 void bwd_chunk_avx2(void *vctx, size_t b, size_t e, int chunk, int tid)
@@ -209,7 +221,14 @@ static CPU_AVX2 void bwd_chunk_avx2(void *vctx, size_t b, size_t e, int chunk, i
         V y = c->y ? _mm256_loadu_ps(c->y + i) : zero;
         _mm256_storeu_ps(c->out + i, bwd8(c->act, c->alpha, x, y, _mm256_loadu_ps(c->dy + i)));
     }
-    bwd_chunk_ref(vctx, i, e, chunk, tid);
+    if (i < e) {
+        __m256i m = tail_mask8(e - i);
+        V x = c->x ? _mm256_maskload_ps(c->x + i, m) : zero;
+        V y = c->y ? _mm256_maskload_ps(c->y + i, m) : zero;
+        _mm256_maskstore_ps(c->out + i, m,
+                            bwd8(c->act, c->alpha, x, y, _mm256_maskload_ps(c->dy + i, m)));
+    }
+    (void)chunk, (void)tid;
 }
 #undef V
 #undef SET1
@@ -272,29 +291,59 @@ static CPU_AVX512 void gelu_bwd_chunk_avx512(void *vctx, size_t b, size_t e, int
 #undef S5
 #endif
 
-void cpu_act_fwd(cdl_backend *be, cdl_act act, float alpha, size_t n, const float *x, float *y)
+/* The chunk functions of this CPU: the same for a whole op (act_fwd,
+ * act_bwd) and for the ranges of a fused product (cpu_act_fwd_range), so
+ * both give the same bits. */
+static pool_fn fwd_fn(cdl_act act)
 {
-    act_ctx c = {.act = act, .alpha = alpha, .x = x, .out = y};
     pool_fn fn = fwd_chunk_ref;
 #if CPU_X86
     if (cpu_has_avx2())
         fn = fwd_chunk_avx2;
     if (act == CDL_ACT_GELU && cpu_has_avx512())
         fn = gelu_fwd_chunk_avx512;
+#else
+    (void)act;
 #endif
-    pool_for(cpu_pool(be), n, CPU_ELT_GRAIN / 4, fn, &c);
+    return fn;
 }
 
-void cpu_act_bwd(cdl_backend *be, cdl_act act, float alpha, size_t n, const float *x,
-                 const float *y, const float *dy, float *dx)
+static pool_fn bwd_fn(cdl_act act, const float *x)
 {
-    act_ctx c = {.act = act, .alpha = alpha, .x = x, .y = y, .dy = dy, .out = dx};
     pool_fn fn = bwd_chunk_ref;
 #if CPU_X86
     if (cpu_has_avx2())
         fn = bwd_chunk_avx2;
     if (act == CDL_ACT_GELU && x && cpu_has_avx512())
         fn = gelu_bwd_chunk_avx512;
+#else
+    (void)act, (void)x;
 #endif
-    pool_for(cpu_pool(be), n, CPU_ELT_GRAIN / 4, fn, &c);
+    return fn;
+}
+
+void cpu_act_fwd(cdl_backend *be, cdl_act act, float alpha, size_t n, const float *x, float *y)
+{
+    act_ctx c = {.act = act, .alpha = alpha, .x = x, .out = y};
+    pool_for(cpu_pool(be), n, CPU_ELT_GRAIN / 4, fwd_fn(act), &c);
+}
+
+void cpu_act_bwd(cdl_backend *be, cdl_act act, float alpha, size_t n, const float *x,
+                 const float *y, const float *dy, float *dx)
+{
+    act_ctx c = {.act = act, .alpha = alpha, .x = x, .y = y, .dy = dy, .out = dx};
+    pool_for(cpu_pool(be), n, CPU_ELT_GRAIN / 4, bwd_fn(act, x), &c);
+}
+
+void cpu_act_fwd_range(cdl_act act, float alpha, const float *x, float *y, size_t b, size_t e)
+{
+    act_ctx c = {.act = act, .alpha = alpha, .x = x, .out = y};
+    fwd_fn(act)(&c, b, e, 0, 0);
+}
+
+void cpu_act_bwd_range(cdl_act act, float alpha, const float *x, const float *y, const float *dy,
+                       float *dx, size_t b, size_t e)
+{
+    act_ctx c = {.act = act, .alpha = alpha, .x = x, .y = y, .dy = dy, .out = dx};
+    bwd_fn(act, x)(&c, b, e, 0, 0);
 }

@@ -40,6 +40,14 @@ void cpu_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x,
 void cpu_linear_bwd(cdl_backend *be, int n, int in, int out, const float *x,
                     const float *w, const float *dy, float *dx, float *dw,
                     float *db, float *ws);
+void cpu_linear_act_fwd(cdl_backend *be, int n, int in, int out, const float *x,
+                        const float *w, const float *b, cdl_act act, float alpha, float *y,
+                        float *ay, float *ws);
+void cpu_linear_add_fwd(cdl_backend *be, int n, int in, int out, const float *x,
+                        const float *w, const float *b, const float *r, float *y, float *ws);
+void cpu_linear_act_bwd(cdl_backend *be, int n, int in, int out, const float *x,
+                        const float *w, const float *dy, cdl_act act, float alpha,
+                        const float *ax, float *dx, float *dw, float *db, float *ws);
 
 /* pool2d.c */
 void cpu_maxpool_fwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *x,
@@ -117,6 +125,12 @@ void cpu_gap_bwd(cdl_backend *be, int n, int c, int hw, const float *dy, float *
 void cpu_act_fwd(cdl_backend *be, cdl_act act, float alpha, size_t n, const float *x, float *y);
 void cpu_act_bwd(cdl_backend *be, cdl_act act, float alpha, size_t n, const float *x,
                  const float *y, const float *dy, float *dx);
+/* Elements [b, e) of the same, on the calling thread (a fused product's
+ * rows); the bits of act_fwd/act_bwd where b and e are multiples of 16
+ * (no chunk tails). */
+void cpu_act_fwd_range(cdl_act act, float alpha, const float *x, float *y, size_t b, size_t e);
+void cpu_act_bwd_range(cdl_act act, float alpha, const float *x, const float *y, const float *dy,
+                       float *dx, size_t b, size_t e);
 
 /* join.c */
 void cpu_add(cdl_backend *be, size_t n, const float *a, const float *b, float *y);

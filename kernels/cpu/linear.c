@@ -46,7 +46,41 @@ typedef struct linear_ctx {
     int dw_by_cols;     /* split dw over its columns (in) instead of rows (out) */
     int parts;          /* chunks of the dw split = active threads */
     int mr;             /* fast paths: rows per tile (LIN_MR, or LIN512_MR with AVX-512) */
+    const lin_epi *ep;  /* fast paths: the fused step after the forward's or dx's rows */
 } linear_ctx;
+
+/* The elementwise step a fused op makes on a product's finished rows
+ * (backend.h: linear_act_fwd, linear_add_fwd, linear_act_bwd). Rows are
+ * whole (cols a multiple of 16 on the fast paths), so the ranges start and
+ * end on multiples of 16 floats and cpu_act_*_range gives act_fwd's and
+ * act_bwd's bits; the add is add's one rounding. */
+enum { LIN_EPI_ACT_FWD, LIN_EPI_ADD, LIN_EPI_ACT_BWD };
+
+struct lin_epi {
+    int kind;
+    cdl_act act;
+    float alpha;
+    const float *src;   /* ADD: the residual r; ACT_BWD: the activation's input */
+    const float *aux;   /* ACT_BWD: the activation's output (the product's x) */
+    float *out;         /* ACT_FWD: act(y) */
+};
+
+void lin_epi_rows(const lin_epi *ep, float *C, int cols, int r0, int r1)
+{
+    size_t b = (size_t)r0 * (size_t)cols, e = (size_t)r1 * (size_t)cols;
+    switch (ep->kind) {
+    case LIN_EPI_ACT_FWD:
+        cpu_act_fwd_range(ep->act, ep->alpha, C, ep->out, b, e);
+        break;
+    case LIN_EPI_ADD:
+        for (size_t i = b; i < e; i++)
+            C[i] += ep->src[i];
+        break;
+    case LIN_EPI_ACT_BWD:
+        cpu_act_bwd_range(ep->act, ep->alpha, ep->src, ep->aux, C, C, b, e);
+        break;
+    }
+}
 
 static void linear_fwd_rows(void *vctx, size_t r0, size_t r1, int chunk, int tid)
 {
@@ -224,7 +258,8 @@ static CPU_AVX2 void lin_cols1(int K, const float *A, size_t acs, const float *B
  * (the tiles add to C after the first), so a column block's strip of B
  * (LIN_KC_ROWS x 64 bytes) stays in L1 across a block's tiles. */
 static void lin_rows(int r0, int r1, int K, const float *A, size_t lda, const float *B,
-                     size_t bstep, size_t ldb, float *C, int cols, const float *bias)
+                     size_t bstep, size_t ldb, float *C, int cols, const float *bias,
+                     const lin_epi *ep)
 {
     static const float zero[LIN_NR];
     for (int b0 = r0; b0 < r1; b0 += LIN_RB) {
@@ -247,6 +282,8 @@ static void lin_rows(int r0, int r1, int K, const float *A, size_t lda, const fl
             }
             k0 += kk;
         } while (k0 < K);
+        if (ep)
+            lin_epi_rows(ep, C, cols, b0, b1);
     }
 }
 
@@ -290,10 +327,10 @@ static void lin_fwd_groups(void *vctx, size_t g0, size_t g1, int chunk, int tid)
     lin_group_rows(c->n, c->mr, g0, g1, &r0, &r1);
     if (c->mr == LIN512_MR)
         lin512_rows(r0, r1, c->in, c->x, (size_t)c->in, c->panel, (size_t)LIN_NR * c->in, LIN_NR,
-                    c->y, c->out, c->b);
+                    c->y, c->out, c->b, c->ep);
     else
         lin_rows(r0, r1, c->in, c->x, (size_t)c->in, c->panel, (size_t)LIN_NR * c->in, LIN_NR,
-                 c->y, c->out, c->b);
+                 c->y, c->out, c->b, c->ep);
 }
 
 /* dw rows [o0, o1) (whole rows of in columns): dw = dy^T x over the batch
@@ -331,10 +368,10 @@ static void lin_bwd_part(void *vctx, size_t p0, size_t p1, int chunk, int tid)
         lin_group_rows(c->n, c->mr, b, e, &r0, &r1);
         if (c->mr == LIN512_MR)
             lin512_rows(r0, r1, c->out, c->dy, (size_t)c->out, c->w, LIN_NR, (size_t)c->in,
-                        c->dx, c->in, NULL);
+                        c->dx, c->in, NULL, c->ep);
         else
             lin_rows(r0, r1, c->out, c->dy, (size_t)c->out, c->w, LIN_NR, (size_t)c->in, c->dx,
-                     c->in, NULL);
+                     c->in, NULL, c->ep);
     }
     pool_chunk(lin_groups(c->out, c->mr), chunk, c->parts, &b, &e);
     lin_group_rows(c->out, c->mr, b, e, &r0, &r1);
@@ -349,12 +386,14 @@ static void lin_bwd_part(void *vctx, size_t p0, size_t p1, int chunk, int tid)
 }
 #endif
 
-void cpu_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x,
-                    const float *w, const float *b, float *y, float *ws)
+/* The forward; with ep, only on the fast path (returns 0 where it would
+ * take OpenBLAS: the caller runs the two ops then). */
+static int linear_fwd_ep(cdl_backend *be, int n, int in, int out, const float *x,
+                         const float *w, const float *b, float *y, float *ws, const lin_epi *ep)
 {
     if (n <= 0 || out <= 0)
-        return;
-    linear_ctx c = {.n = n, .in = in, .out = out, .x = x, .w = w, .b = b, .y = y};
+        return 1;
+    linear_ctx c = {.n = n, .in = in, .out = out, .x = x, .w = w, .b = b, .y = y, .ep = ep};
     int t = linear_threads(be, n, in, out);
 #if CPU_X86
     if (ws && lin_fast(out)) {
@@ -365,11 +404,41 @@ void cpu_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x,
          * free: a thread the OS takes away for a while holds back no one. */
         size_t groups = lin_groups(n, c.mr), per = (size_t)t * POOL_CHUNKS_PER_THREAD;
         pool_for(cpu_pool(be), groups, groups > per ? groups / per : 1, lin_fwd_groups, &c);
-        return;
+        return 1;
     }
 #endif
+    if (ep)
+        return 0;
     size_t grain = (size_t)(n + t - 1) / (size_t)t;
     pool_for(cpu_pool(be), (size_t)n, grain, linear_fwd_rows, &c);
+    return 1;
+}
+
+void cpu_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x,
+                    const float *w, const float *b, float *y, float *ws)
+{
+    linear_fwd_ep(be, n, in, out, x, w, b, y, ws, NULL);
+}
+
+void cpu_linear_act_fwd(cdl_backend *be, int n, int in, int out, const float *x,
+                        const float *w, const float *b, cdl_act act, float alpha, float *y,
+                        float *ay, float *ws)
+{
+    lin_epi ep = {.kind = LIN_EPI_ACT_FWD, .act = act, .alpha = alpha, .out = ay};
+    if (!linear_fwd_ep(be, n, in, out, x, w, b, y, ws, &ep)) {
+        cpu_linear_fwd(be, n, in, out, x, w, b, y, ws);
+        cpu_act_fwd(be, act, alpha, (size_t)n * (size_t)out, y, ay);
+    }
+}
+
+void cpu_linear_add_fwd(cdl_backend *be, int n, int in, int out, const float *x,
+                        const float *w, const float *b, const float *r, float *y, float *ws)
+{
+    lin_epi ep = {.kind = LIN_EPI_ADD, .src = r};
+    if (!linear_fwd_ep(be, n, in, out, x, w, b, y, ws, &ep)) {
+        cpu_linear_fwd(be, n, in, out, x, w, b, y, ws);
+        cpu_add(be, (size_t)n * (size_t)out, y, r, y);
+    }
 }
 
 /* Part `chunk` of `parts`: its rows of dx, then its slice of dw and db. The
@@ -408,31 +477,55 @@ static void linear_bwd_part(void *vctx, size_t p0, size_t p1, int chunk, int tid
     }
 }
 
+/* The backward; with ep (dx not NULL), only on the fast path (returns 0
+ * where it would take OpenBLAS). */
+static int linear_bwd_ep(cdl_backend *be, int n, int in, int out, const float *x,
+                         const float *w, const float *dy, float *dx, float *dw, float *db,
+                         const lin_epi *ep)
+{
+    if (out <= 0 || in <= 0)
+        return 1;
+    if (n <= 0) {
+        memset(dw, 0, (size_t)out * in * sizeof *dw);
+        if (db)
+            memset(db, 0, (size_t)out * sizeof *db);
+        return 1;
+    }
+    int t = linear_threads(be, n, in, out);
+    linear_ctx c = {.n = n, .in = in, .out = out, .x = x, .w = w, .dy = dy,
+                    .dx = dx, .dw = dw, .db = db, .parts = t,
+                    .dw_by_cols = out < 4 * t && in > out, .ep = ep};
+#if CPU_X86
+    if (lin_fast(in)) {   /* dx and dw both have `in` columns */
+        c.mr = cpu_has_avx512() ? LIN512_MR : LIN_MR;
+        pool_run(cpu_pool(be), (size_t)t, t, lin_bwd_part, &c);
+        return 1;
+    }
+#endif
+    if (ep)
+        return 0;
+    pool_run(cpu_pool(be), (size_t)t, t, linear_bwd_part, &c);
+    return 1;
+}
+
 void cpu_linear_bwd(cdl_backend *be, int n, int in, int out, const float *x,
                     const float *w, const float *dy, float *dx, float *dw,
                     float *db, float *ws)
 {
     (void)ws;
-    if (out <= 0 || in <= 0)
-        return;
-    if (n <= 0) {
-        memset(dw, 0, (size_t)out * in * sizeof *dw);
-        if (db)
-            memset(db, 0, (size_t)out * sizeof *db);
-        return;
+    linear_bwd_ep(be, n, in, out, x, w, dy, dx, dw, db, NULL);
+}
+
+void cpu_linear_act_bwd(cdl_backend *be, int n, int in, int out, const float *x,
+                        const float *w, const float *dy, cdl_act act, float alpha,
+                        const float *ax, float *dx, float *dw, float *db, float *ws)
+{
+    lin_epi ep = {.kind = LIN_EPI_ACT_BWD, .act = act, .alpha = alpha, .src = ax, .aux = x};
+    if (!linear_bwd_ep(be, n, in, out, x, w, dy, dx, dw, db, dx ? &ep : NULL)) {
+        cpu_linear_bwd(be, n, in, out, x, w, dy, dx, dw, db, ws);
+        if (dx)
+            cpu_act_bwd(be, act, alpha, (size_t)n * (size_t)in, ax, x, dx, dx);
     }
-    int t = linear_threads(be, n, in, out);
-    linear_ctx c = {.n = n, .in = in, .out = out, .x = x, .w = w, .dy = dy,
-                    .dx = dx, .dw = dw, .db = db, .parts = t,
-                    .dw_by_cols = out < 4 * t && in > out};
-#if CPU_X86
-    if (lin_fast(in)) {   /* dx and dw both have `in` columns */
-        c.mr = cpu_has_avx512() ? LIN512_MR : LIN_MR;
-        pool_run(cpu_pool(be), (size_t)t, t, lin_bwd_part, &c);
-        return;
-    }
-#endif
-    pool_run(cpu_pool(be), (size_t)t, t, linear_bwd_part, &c);
 }
 
 /* The AVX2 forward's packed w^T (out x in) where it may run. */

@@ -150,7 +150,7 @@ static int l5_width(int cols, int j)
 }
 
 void lin512_rows(int r0, int r1, int K, const float *A, size_t lda, const float *B, size_t bstep,
-                 size_t ldb, float *C, int cols, const float *bias)
+                 size_t ldb, float *C, int cols, const float *bias, const lin_epi *ep)
 {
     static const float zero[48];
     for (int b0 = r0; b0 < r1; b0 += L5_RB) {
@@ -173,6 +173,8 @@ void lin512_rows(int r0, int r1, int K, const float *A, size_t lda, const float 
             }
             k0 += kk;
         } while (k0 < K);
+        if (ep)
+            lin_epi_rows(ep, C, cols, b0, b1);
     }
 }
 

@@ -10,11 +10,17 @@
 /* Rows of a tile: chunks of the row split are whole multiples of it. */
 #define LIN512_MR 8
 
+/* What a fused product (linear.c) does with rows [r0, r1) of its result C
+ * (cols columns) once they are complete, while they are still in cache;
+ * NULL: nothing. */
+typedef struct lin_epi lin_epi;
+void lin_epi_rows(const lin_epi *ep, float *C, int cols, int r0, int r1);
+
 /* C rows [r0, r1) (cols columns, row stride cols) = bias (or 0) + A rows
  * (K long, stride lda) times B, whose column block j (16 wide) is at
- * B + j * bstep with rows ldb apart. */
+ * B + j * bstep with rows ldb apart; then ep over each block of rows. */
 void lin512_rows(int r0, int r1, int K, const float *A, size_t lda, const float *B, size_t bstep,
-                 size_t ldb, float *C, int cols, const float *bias);
+                 size_t ldb, float *C, int cols, const float *bias, const lin_epi *ep);
 
 /* dw rows [o0, o1) (in columns) = dy^T x over the n batch rows (dy is
  * n x out, x is n x in). */

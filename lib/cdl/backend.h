@@ -116,6 +116,27 @@ typedef struct cdl_backend_ops {
     void (*linear_bwd)(cdl_backend *be, int n, int in, int out, const float *x,
                        const float *w, const float *dy, float *dx, float *dw,
                        float *db, float *ws);
+    /* Optional (NULL: the model runs linear_fwd / linear_bwd and then the
+     * elementwise op): a product and the elementwise step next to it, made
+     * while the product's rows are still in cache, with the bits of the two
+     * ops run one after the other. Same arguments as linear_fwd/_bwd, plus:
+     *   linear_act_fwd: y as linear_fwd, then ay (n,out) = act(y)  (the
+     *     MLP's up-projection and its GELU);
+     *   linear_add_fwd: y (n,out) = x w^T + b + r, r (n,out) a residual
+     *     (the projection back into the residual stream and its add), the
+     *     bits of linear_fwd then add (y does not alias r);
+     *   linear_act_bwd: as linear_bwd, but dx (n,in) is the gradient of the
+     *     input of the activation act whose output is this product's input
+     *     x: act_bwd(ax, x, dy w) with ax that activation's input (the
+     *     down-projection's dx through the GELU before it). */
+    void (*linear_act_fwd)(cdl_backend *be, int n, int in, int out, const float *x,
+                           const float *w, const float *b, cdl_act act, float alpha, float *y,
+                           float *ay, float *ws);
+    void (*linear_add_fwd)(cdl_backend *be, int n, int in, int out, const float *x,
+                           const float *w, const float *b, const float *r, float *y, float *ws);
+    void (*linear_act_bwd)(cdl_backend *be, int n, int in, int out, const float *x,
+                           const float *w, const float *dy, cdl_act act, float alpha,
+                           const float *ax, float *dx, float *dw, float *db, float *ws);
 
     /* argmax holds, per output element, the flat input index within its (n,c)
      * plane; it has n*c*oh*ow entries. */

@@ -40,6 +40,16 @@ typedef struct layer {
     int fuse_add;                  /* batchnorm: in training also computes the add (and its
                                     * fused relu) that alone reads it; its y is the add's */
     int by_bn;                     /* add: its training forward is its input's (fuse_add) */
+    /* Products fused with the elementwise layer next to them where the
+     * backend has the ops (plan_linear_eps): */
+    int fuse_act;                  /* linear: its forward also computes the activation that
+                                    * alone reads it (linear_act_fwd) */
+    int fuse_res;                  /* linear: its forward computes the add that alone reads
+                                    * it (linear_add_fwd); its y is the add's */
+    int bwd_act;                   /* linear: its backward's dx goes through the activation
+                                    * that is its input (linear_act_bwd) */
+    int fwd_by_linear;             /* activation, add: forward made by the linear before */
+    int bwd_by_linear;             /* activation: backward made by the linear after */
     /* Sequences: an output of T positions of E features is (T, 1, E). */
     int seq, in_seq;               /* the output / first input is a sequence */
     int rows;                      /* positions per sample that row-wise ops see (1 if flat) */

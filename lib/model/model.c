@@ -223,6 +223,49 @@ static void plan_deferred(cdl_model *m)
     }
 }
 
+static int is_act(cdl_layer_kind k)
+{
+    return k == CDL_LAYER_GELU || k == CDL_LAYER_SILU || k == CDL_LAYER_SIGMOID ||
+           k == CDL_LAYER_TANH || k == CDL_LAYER_LEAKYRELU;
+}
+
+/* Products and the elementwise layers next to them, made in one pass over
+ * the product's rows while they are in cache (backend.h: linear_act_fwd,
+ * linear_add_fwd, linear_act_bwd; the bits of the separate ops):
+ *   - a linear that only an activation reads computes that activation;
+ *   - a linear whose input is an activation that only it reads takes its
+ *     dx through that activation's backward, written where the
+ *     activation's dx would go;
+ *   - a linear that only an add of two inputs (no ReLU fused) reads
+ *     computes the add, into the add's buffer.
+ * The GPT's MLP (c_fc, GELU, c_proj) and both projections into the
+ * residual stream (without dropout). */
+static void plan_linear_eps(cdl_model *m)
+{
+    const cdl_backend_ops *op = m->be->ops;
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *L = &m->layers[i];
+        if (L->s->kind != CDL_LAYER_LINEAR)
+            continue;
+        layer *R = L->ncons == 1 ? &m->layers[L->last_reader] : NULL;
+        if (R && op->linear_act_fwd && is_act(R->s->kind)) {
+            L->fuse_act = R->fwd_by_linear = 1;
+        } else if (R && op->linear_add_fwd && R->s->kind == CDL_LAYER_ADD && R->nin == 2 &&
+                   !R->fuse_relu && !R->by_bn) {
+            int other = R->in[0] == i ? R->in[1] : R->in[0];
+            if (other < i)   /* made before this linear runs */
+                L->fuse_res = R->fwd_by_linear = 1;
+        }
+        /* Adjacent: the activation's dx is written before the layers
+         * between them would run backward, into a buffer planned for
+         * later. */
+        int a = L->in[0];
+        layer *A = a >= 0 && a == i - 1 ? &m->layers[a] : NULL;
+        if (A && op->linear_act_bwd && is_act(A->s->kind) && A->ncons == 1 && A->need_grad)
+            L->bwd_act = A->bwd_by_linear = 1;
+    }
+}
+
 /* Readers of each output, the layers that need gradients, fusions and
  * in-place activations. */
 static void plan_graph(cdl_model *m)
@@ -276,6 +319,7 @@ static void plan_graph(cdl_model *m)
     }
     plan_bn_add(m);
     plan_deferred(m);
+    plan_linear_eps(m);
 }
 
 /* 1 if an activation may overwrite its input: nothing else reads it, and
@@ -427,7 +471,12 @@ static size_t plan_grads(cdl_model *m, long *dyoff, size_t *tmp)
         dyoff[i] = -1;
         if (!L->need_grad)
             continue;
-        int start = L->last_reader < 0 ? -1 : m->nlayers - 1 - L->last_reader;
+        /* Its first writer: the last reader, or the linear that makes that
+         * reader's backward (bwd_by_linear: one step earlier). */
+        int first = L->last_reader;
+        if (first >= 0 && m->layers[first].bwd_by_linear)
+            first = m->layers[first].last_reader;
+        int start = first < 0 ? -1 : m->nlayers - 1 - first;
         int end = m->nlayers - 1 - i;
         if (root[i] == i) {
             slot[i] = n;
@@ -464,7 +513,7 @@ static int alloc_buffers(cdl_model *m, size_t ws_floats)
         cdl_layer_kind k = L->s->kind;
         int act_inplace = k == CDL_LAYER_RELU || k == CDL_LAYER_SIGMOID || k == CDL_LAYER_TANH;
         act_off[i] = -1;   /* -1: the input's buffer */
-        if (!(k == CDL_LAYER_FLATTEN || L->fused || L->fuse_add ||
+        if (!(k == CDL_LAYER_FLATTEN || L->fused || L->fuse_add || L->fuse_res ||
               (act_inplace && may_overwrite(m, L)))) {
             act_off[i] = (long)nact;
             nact += round16(mb * L->out_numel);
@@ -518,7 +567,7 @@ static int alloc_buffers(cdl_model *m, size_t ws_floats)
     for (int i = 0; i < m->nlayers; i++) {
         layer *L = &m->layers[i];
         L->y = act_off[i] >= 0 ? m->acts + act_off[i] : model_in(m, L, 0);
-        if (L->fuse_add)   /* the add's own buffer (it comes later) */
+        if (L->fuse_add || L->fuse_res)   /* the add's own buffer (it comes later) */
             L->y = m->acts + act_off[L->last_reader];
         L->dy = dyoff[i] >= 0 ? m->gpool + dyoff[i] : NULL;
         if (L->s->kind == CDL_LAYER_MAXPOOL2D)

@@ -89,6 +89,26 @@ static void bn_forward(cdl_model *m, layer *L, int n, int train)
                    buffer(m, L->bufview + 1), buffer(m, L->bufview + 2));
 }
 
+/* A linear layer's forward, with the activation or add that alone reads
+ * it where they are fused (plan_linear_eps). */
+static void linear_forward(cdl_model *m, layer *L, int n, const float *x)
+{
+    cdl_backend *be = m->be;
+    int rows = n * L->rows, in = L->feat_in, out = L->s->out;
+    const float *w = param(m, L->wview), *b = param(m, L->bview);
+    if (L->fuse_act) {
+        const layer *A = &m->layers[L->last_reader];
+        be->ops->linear_act_fwd(be, rows, in, out, x, w, b, act_of(A->s), A->s->slope, L->y, A->y,
+                                m->ws);
+    } else if (L->fuse_res) {   /* L->y is the add's */
+        const layer *R = &m->layers[L->last_reader];
+        const float *r = model_in(m, R, R->in[0] == L - m->layers ? 1 : 0);
+        be->ops->linear_add_fwd(be, rows, in, out, x, w, b, r, L->y, m->ws);
+    } else {
+        be->ops->linear_fwd(be, rows, in, out, x, w, b, L->y, m->ws);
+    }
+}
+
 const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int train,
                                uint64_t dropout_seed)
 {
@@ -113,8 +133,7 @@ const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int trai
             break;
         }
         case CDL_LAYER_LINEAR:   /* a sequence: every position, (n*T, E) rows */
-            op->linear_fwd(be, n * L->rows, L->feat_in, L->s->out, x, param(m, L->wview),
-                           param(m, L->bview), L->y, m->ws);
+            linear_forward(m, L, n, x);
             break;
         case CDL_LAYER_EMBEDDING:
             op->embedding_fwd(be, n * L->rows, L->s->out, x, param(m, L->wview), L->y);
@@ -151,7 +170,8 @@ const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int trai
         case CDL_LAYER_SIGMOID:
         case CDL_LAYER_TANH:
         case CDL_LAYER_LEAKYRELU:
-            op->act_fwd(be, act_of(L->s), L->s->slope, count, x, L->y);
+            if (!L->fwd_by_linear)
+                op->act_fwd(be, act_of(L->s), L->s->slope, count, x, L->y);
             break;
         case CDL_LAYER_DROPOUT:
             L->dropped = train && L->s->p > 0.0f;
@@ -164,7 +184,7 @@ const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int trai
         case CDL_LAYER_FLATTEN:
             break;   /* same memory, read as (n, c*h*w) */
         case CDL_LAYER_ADD:   /* the last sum takes the fused ReLU */
-            for (int j = 1; j < L->nin && !(L->by_bn && train); j++)
+            for (int j = 1; j < L->nin && !(L->by_bn && train) && !L->fwd_by_linear; j++)
                 (L->fuse_relu && j == L->nin - 1 ? op->add_relu : op->add)(
                     be, count, j == 1 ? x : L->y, model_in(m, L, j), L->y);
             break;
@@ -335,6 +355,16 @@ void cdl_model_backward(cdl_model *m, const float *dlogits_dev, cdl_grad_ready_f
         case CDL_LAYER_LINEAR:
             /* Tied: dw is the embedding's gradient, written here first
              * (this layer comes later, so its backward runs earlier). */
+            if (L->bwd_act) {   /* dx through the activation before it, to its input */
+                layer *A = &m->layers[L->in[0]];
+                float *adx = dx_target(m, A, L->in[0], 0);
+                op->linear_act_bwd(be, n * L->rows, L->feat_in, L->s->out, x, param(m, L->wview),
+                                   dy, act_of(A->s), A->s->slope, model_in(m, A, 0), adx,
+                                   grad(m, L->wview), grad(m, L->bview), m->ws);
+                finish_dx(m, A, 0, adx, (size_t)n * A->in_numel);
+                dx = NULL;
+                break;
+            }
             op->linear_bwd(be, n * L->rows, L->feat_in, L->s->out, x, param(m, L->wview), dy, dx,
                            grad(m, L->wview), grad(m, L->bview), m->ws);
             break;
@@ -387,7 +417,9 @@ void cdl_model_backward(cdl_model *m, const float *dlogits_dev, cdl_grad_ready_f
         case CDL_LAYER_SIGMOID:
         case CDL_LAYER_TANH:
         case CDL_LAYER_LEAKYRELU:
-            if (dx)
+            if (L->bwd_by_linear)
+                dx = NULL;   /* made by the linear after it */
+            else if (dx)
                 op->act_bwd(be, act_of(L->s), L->s->slope, count, x, L->y, dy, dx);
             break;
         case CDL_LAYER_DROPOUT:

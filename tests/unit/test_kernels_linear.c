@@ -5,7 +5,8 @@
  * bitwise the same on both; mixed shapes (only the forward's or only the
  * backward's columns a multiple of 16) and the portable path (OpenBLAS)
  * on the same data (db bitwise the same). dw and dx are overwritten, not
- * added to. */
+ * added to. The fused ops (a product and its activation or residual add)
+ * give the bits of the separate ops. */
 #include <stdio.h>
 #include <string.h>
 
@@ -184,11 +185,108 @@ static void test_linear_avx512_equals_avx2(void **state)
     cdl_backend_destroy(be3);
 }
 
+/* ------------------------------------------------------------ fused ops */
+
+/* linear_act_fwd, linear_add_fwd and linear_act_bwd against linear_fwd /
+ * linear_bwd followed by act_fwd, add and act_bwd on the same backend:
+ * bitwise equal (the same elementwise code on whole rows). */
+static void check_fused(cdl_backend *be, int n, int in, int out, cdl_act act, uint64_t seed)
+{
+    const cdl_backend_ops *op = be->ops;
+    lin_in v = lin_in_rand(n, in, out, seed);
+    pair r = pair_rand((size_t)n * out, seed + 4, -1, 1);
+    pair ax = pair_rand((size_t)n * in, seed + 5, -3, 3);   /* the activation's input */
+    size_t ny = (size_t)n * out, nx = (size_t)n * in, nw = (size_t)out * in;
+    size_t nws = op->linear_workspace(be, n, in, out);
+    float *ws = cdl_calloc(nws + 1, sizeof *ws);
+    float *y1 = cdl_calloc(ny, sizeof *y1), *a1 = cdl_calloc(ny, sizeof *a1);
+    float *y2 = cdl_calloc(ny, sizeof *y2), *a2 = cdl_calloc(ny, sizeof *a2);
+
+    op->linear_fwd(be, n, in, out, v.x.f, v.w.f, v.b.f, y1, ws);
+    op->act_fwd(be, act, 0.01f, ny, y1, a1);
+    op->linear_act_fwd(be, n, in, out, v.x.f, v.w.f, v.b.f, act, 0.01f, y2, a2, ws);
+    assert_memory_equal(y1, y2, ny * sizeof *y1);
+    assert_memory_equal(a1, a2, ny * sizeof *a1);
+
+    op->add(be, ny, y1, r.f, a1);
+    op->linear_add_fwd(be, n, in, out, v.x.f, v.w.f, v.b.f, r.f, a2, ws);
+    assert_memory_equal(a1, a2, ny * sizeof *a1);
+
+    /* x = act(ax): the product's input is the activation's output. */
+    float *x = cdl_calloc(nx, sizeof *x);
+    op->act_fwd(be, act, 0.01f, nx, ax.f, x);
+    float *dx1 = cdl_calloc(nx, sizeof *dx1), *dx2 = cdl_calloc(nx, sizeof *dx2);
+    float *dw1 = cdl_calloc(nw, sizeof *dw1), *dw2 = cdl_calloc(nw, sizeof *dw2);
+    float *db1 = cdl_calloc((size_t)out, sizeof *db1), *db2 = cdl_calloc((size_t)out, sizeof *db2);
+    op->linear_bwd(be, n, in, out, x, v.w.f, v.dy.f, dx1, dw1, db1, ws);
+    op->act_bwd(be, act, 0.01f, nx, ax.f, x, dx1, dx1);
+    op->linear_act_bwd(be, n, in, out, x, v.w.f, v.dy.f, act, 0.01f, ax.f, dx2, dw2, db2, ws);
+    assert_memory_equal(dx1, dx2, nx * sizeof *dx1);
+    assert_memory_equal(dw1, dw2, nw * sizeof *dw1);
+    assert_memory_equal(db1, db2, (size_t)out * sizeof *db1);
+    /* No dx (the first layer): the weight gradients alone. */
+    memset(dw2, 0, nw * sizeof *dw2);
+    op->linear_act_bwd(be, n, in, out, x, v.w.f, v.dy.f, act, 0.01f, ax.f, NULL, dw2, db2, ws);
+    assert_memory_equal(dw1, dw2, nw * sizeof *dw1);
+
+    cdl_free(x);
+    cdl_free(dx1);
+    cdl_free(dx2);
+    cdl_free(dw1);
+    cdl_free(dw2);
+    cdl_free(db1);
+    cdl_free(db2);
+    cdl_free(y1);
+    cdl_free(y2);
+    cdl_free(a1);
+    cdl_free(a2);
+    cdl_free(ws);
+    pair_free(&r);
+    pair_free(&ax);
+    lin_in_free(&v);
+}
+
+/* (n, in, out): the GPT's MLP (both products fast, rows past several
+ * blocks of 48 and a tile remainder), the residual projection, a fast
+ * forward with an OpenBLAS backward and the reverse, and neither. */
+static const int fused_shapes[][3] = {{107, 144, 576}, {61, 576, 144}, {13, 20, 32},
+                                      {13, 32, 20},    {9, 20, 24}};
+
+static void fused_all(cdl_backend *be1, cdl_backend *be3)
+{
+    static const cdl_act acts[] = {CDL_ACT_GELU, CDL_ACT_GELU_TANH, CDL_ACT_SILU,
+                                   CDL_ACT_SIGMOID, CDL_ACT_TANH, CDL_ACT_LEAKYRELU};
+    for (size_t k = 0; k < sizeof fused_shapes / sizeof fused_shapes[0]; k++)
+        for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
+            const int *sh = fused_shapes[k];
+            check_fused(be1, sh[0], sh[1], sh[2], acts[a], 900 + 10 * k + a);
+            check_fused(be3, sh[0], sh[1], sh[2], acts[a], 900 + 10 * k + a);
+        }
+}
+
+static void test_linear_fused_bitwise(void **state)
+{
+    (void)state;
+    cdl_backend *be1 = test_cpu_backend(1), *be3 = test_cpu_backend(3);
+    fused_all(be1, be3);
+    if (cpu_has_avx512() && cpu_has_avx2()) {
+        test_avx2_only(1);
+        fused_all(be1, be3);
+        test_avx2_only(0);
+    }
+    cpu_disable_avx512(1);   /* the portable paths */
+    fused_all(be1, be3);
+    cpu_disable_avx512(0);
+    cdl_backend_destroy(be1);
+    cdl_backend_destroy(be3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_fast_path),
         cmocka_unit_test(test_linear_avx512_equals_avx2),
+        cmocka_unit_test(test_linear_fused_bitwise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

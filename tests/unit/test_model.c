@@ -711,6 +711,78 @@ static void test_deferred_fanout_bitwise(void **state)
     resnet20_without(strip_split_add, count_deferred, 8);
 }
 
+static int count_linear_eps(const cdl_model *m)
+{
+    int fused = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        fused += m->layers[i].fuse_act + m->layers[i].fuse_res + m->layers[i].bwd_act;
+    return fused;
+}
+
+static void strip_linear_eps(cdl_backend_ops *ops)
+{
+    ops->linear_act_fwd = NULL;
+    ops->linear_add_fwd = NULL;
+    ops->linear_act_bwd = NULL;
+}
+
+/* The GPT's products fused with their GELU and residual adds
+ * (plan_linear_eps: per block c_fc's GELU forward, c_proj's dx through it,
+ * both projections' adds: 4) give the bits of the separate ops: logits,
+ * every gradient and the evaluation forward, on 1 and (stripped) 2
+ * threads. n_embd 48: the fast products (columns a multiple of 16). */
+static void test_linear_fusion_bitwise(void **state)
+{
+    (void)state;
+    enum { N = 3, T = 8, V = 16 };
+    static cdl_backend_ops plain_ops;
+    cdl_backend *be2 = cdl_backend_cpu_create(2);
+    assert_non_null(be2);
+    plain_ops = *be2->ops;
+    strip_linear_eps(&plain_ops);
+    be2->ops = &plain_ops;
+    cdl_shape in = {T, 1, 1};
+    cdl_model_spec spec;
+    assert_int_equal(cdl_spec_builtin("gpt:n_layer=2,n_head=3,n_embd=48", in, V, &spec), 0);
+    cdl_model *m[2] = {cdl_model_create(&spec, in, N, be), cdl_model_create(&spec, in, N, be2)};
+    cdl_backend *bes[2] = {be, be2};
+    const int want[2] = {2 * 4, 0};
+    float ids[N * T];
+    int32_t labels[N * T];
+    for (int i = 0; i < N * T; i++) {
+        ids[i] = (float)((i * 7 + 3) % V);
+        labels[i] = (i * 5 + 1) % V;
+    }
+    float *y[2], *g[2], *ye[2];
+    size_t nout = (size_t)N * T * V;
+    for (int k = 0; k < 2; k++) {
+        assert_non_null(m[k]);
+        assert_int_equal(count_linear_eps(m[k]), want[k]);
+        cdl_model_init(m[k], 4);
+        float *x = dev_upload(bes[k], ids, sizeof ids);
+        loss_bufs lb;
+        loss_bufs_init(&lb, bes[k], N * T, V, labels);
+        const float *logits = cdl_model_forward(m[k], x, N, 1, 1);
+        y[k] = host_copy(bes[k], logits, nout);
+        loss_bufs_run(&lb, logits);
+        cdl_model_backward(m[k], lb.dlogits, NULL, NULL);
+        g[k] = host_copy(bes[k], cdl_model_grads(m[k]), cdl_model_nparams(m[k]));
+        ye[k] = host_copy(bes[k], cdl_model_forward(m[k], x, N, 0, 1), nout);
+        loss_bufs_free(&lb);
+        bes[k]->ops->free(bes[k], x);
+    }
+    assert_memory_equal(y[0], y[1], nout * sizeof(float));
+    assert_memory_equal(g[0], g[1], cdl_model_nparams(m[0]) * sizeof(float));
+    assert_memory_equal(ye[0], ye[1], nout * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        free(g[k]);
+        free(y[k]);
+        free(ye[k]);
+        cdl_model_destroy(m[k]);
+    }
+    cdl_backend_destroy(be2);
+}
+
 /* The fused add+ReLU's gradients against central differences. */
 static void test_finite_differences_add_relu(void **state)
 {
@@ -1026,6 +1098,7 @@ int main(void)
         cmocka_unit_test(test_grad_ready_ranges),
         cmocka_unit_test(test_add_relu_fusion_bitwise),
         cmocka_unit_test(test_deferred_fanout_bitwise),
+        cmocka_unit_test(test_linear_fusion_bitwise),
         cmocka_unit_test(test_bn_add_fusion_bitwise),
         cmocka_unit_test(test_finite_differences_add_relu),
         cmocka_unit_test(test_deterministic_and_overwrites),

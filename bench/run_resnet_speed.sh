@@ -5,7 +5,10 @@
 # 2.x from PyPI (in a venv this script creates, shared with run_resnet.sh)
 # eager NCHW, eager channels_last and torch.compile, and Debian's 1.13 eager
 # and channels_last; the last column is cdl's ratio to the fastest PyTorch
-# mode of that row (issue target: >= 1.5). Synthetic 3x32x32 batches in
+# mode of that row (issue target: >= 1.5), and the share of the same SGEMM
+# speed that mode reaches (its images/s times cdl's flops per image): how
+# close each side runs to what this machine's matrix units can do, so a
+# ratio can be read against the ceiling. Synthetic 3x32x32 batches in
 # memory, SGD momentum 0.9, weight decay 1e-4 on both sides (bench_cnn.c,
 # torch_speed.py). Measure on a quiet machine: the load average is printed
 # before and after.
@@ -42,9 +45,10 @@ torch_ips() {   # torch_ips PYTHON MODE THREADS: images/s or "-"
 v2=$([ -n "$torch2" ] && "$torch2" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)
 v1=$("$python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $model, batch $batch, $runs runs x $steps steps"
-printf '\n%-7s %8s %7s | %9s %9s %9s | %9s %9s | %7s\n' threads "cdl" "%SGEMM" \
-    "${v2:-2.x}" "ch_last" compile "${v1:-1.13}" ch_last "cdl/best"
-printf '%-7s %8s %7s | %9s %9s %9s | %9s %9s | %7s\n' "" "img/s" "" eager "" "" eager "" "torch"
+printf '\n%-7s %8s %7s | %9s %9s %9s | %9s %9s | %7s %7s\n' threads "cdl" "%SGEMM" \
+    "${v2:-2.x}" "ch_last" compile "${v1:-1.13}" ch_last "cdl/best" "best"
+printf '%-7s %8s %7s | %9s %9s %9s | %9s %9s | %7s %7s\n' "" "img/s" "" eager "" "" eager "" \
+    "torch" "%SGEMM"
 for t in $threads_list; do
     r=$("$bench" --model "$model" --batch "$batch" --threads "$t" --steps "$steps" --runs "$runs" |
         grep '^RESULT')
@@ -56,9 +60,13 @@ for t in $threads_list; do
     for mode in eager channels_last; do cols+=("$(torch_ips "$python" "$mode" "$t")"); done
     best=0
     for c in "${cols[@]}"; do [ "$c" != - ] && [ "$c" -gt "$best" ] && best=$c; done
-    ratio=-
-    [ "$best" -gt 0 ] && ratio=$(awk -v a="$cdl" -v b="$best" 'BEGIN {printf "%.2fx", a / b}')
-    printf '%-7s %8s %6s%% | %9s %9s %9s | %9s %9s | %7s\n' "$t" "$cdl" "$pct" "${cols[@]}" "$ratio"
+    ratio=- bpct=-
+    if [ "$best" -gt 0 ]; then
+        ratio=$(awk -v a="$cdl" -v b="$best" 'BEGIN {printf "%.2fx", a / b}')
+        bpct=$(awk -v a="$cdl" -v b="$best" -v p="$pct" 'BEGIN {printf "%.1f%%", p * b / a}')
+    fi
+    printf '%-7s %8s %6s%% | %9s %9s %9s | %9s %9s | %7s %7s\n' "$t" "$cdl" "$pct" "${cols[@]}" \
+        "$ratio" "$bpct"
 done
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -12,6 +12,9 @@
 #   5. make distcheck
 #   6. Debian packages: build, lintian, install into a clean debootstrap
 #      root and train there (scripts/deb-check.sh; CDL_SKIP_DEB=1 skips it)
+# Then checks that the tests left nothing in /tmp or /dev/shm (names at
+# the top level, compared with before the first stage; systemd's private
+# directories of services excepted; CDL_SKIP_LEFTOVERS=1 skips it).
 # Ends with one line "tests: N passed, N failed, N skipped".
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +24,14 @@ cd "$top" && ./autogen.sh >/dev/null 2>&1 || { echo "autogen.sh failed" >&2; exi
 
 pass=0 fail=0 skip=0
 failed_stages=()
+leftover_dirs=(/tmp /dev/shm)
+snapshot() {   # the top-level entries of leftover_dirs, one path a line
+    local d
+    for d in "${leftover_dirs[@]}"; do
+        [ -d "$d" ] && find "$d" -mindepth 1 -maxdepth 1 ! -name 'systemd-private-*' -printf "$d/%f\n"
+    done | sort
+}
+before=$(snapshot)
 count() {   # adds up the automake test summaries ("# PASS:  N") in a log
     local p f s
     read -r p f s < <(awk '/^# PASS:/ {p += $3} /^# (FAIL|ERROR|XPASS):/ {f += $3}
@@ -98,6 +109,15 @@ if [ -z "${CDL_SKIP_DEB:-}" ]; then
     count "$top/_build/deb-check.out"
     [ "$deb_rc" -eq 0 ] || [ "$deb_rc" -eq 77 ] || failed_stages+=("Debian packages")
     echo "--- Debian packages: $((SECONDS - t0)) s"
+fi
+
+if [ -z "${CDL_SKIP_LEFTOVERS:-}" ]; then
+    left=$(comm -13 <(echo "$before") <(snapshot))
+    if [ -n "$left" ]; then
+        echo "=== left behind by the tests (delete them; the test that made them must clean up):"
+        echo "$left" | head -n 40
+        failed_stages+=("files left in /tmp or /dev/shm")
+    fi
 fi
 
 echo

@@ -48,6 +48,10 @@ fortunes=/usr/share/games/fortunes
     { echo "run_gpt.sh: $python lacks torch or safetensors (scripts/install-deps.sh --test)" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# torch.compile's caches (Inductor, Triton) beside the build, not in /tmp:
+# nothing is left behind there, and a later run reuses the compiled code.
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$build/bench/torch-cache/inductor}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$build/bench/torch-cache/triton}
 corpus="$tmp/fortunes.txt"
 "$here/../scripts/fortunes-corpus.sh" "$corpus" || exit 2
 # The same clipping on both sides; without cdl's --clip-grad, none.

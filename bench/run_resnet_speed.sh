@@ -33,6 +33,10 @@ bench_args=--help
 . "$here/openblas_core.sh"
 . "$here/torch2_venv.sh"
 torch2=$(torch2_venv "${VENV:-$build/bench/venv-torch2}")
+# torch.compile's caches (Inductor, Triton) beside the build, not in /tmp:
+# nothing is left behind there, and a later run reuses the compiled code.
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$build/bench/torch-cache/inductor}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$build/bench/torch-cache/triton}
 
 field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n1; }
 torch_ips() {   # torch_ips PYTHON MODE THREADS: images/s or "-"

@@ -109,6 +109,10 @@ late_why() { echo "skipped: $(elapsed) s spent, no time left in the plan of $bud
 want_steps=" ${CDL_GPU_STEPS:-1 2 3 4 5 6 7 8 9 10} "
 want() { case $want_steps in *" $1 "*) return 0 ;; esac; return 1; }
 prebuilt=${CDL_GPU_PREBUILT:-0}
+# torch.compile's caches (Inductor, Triton) beside the build, not in /tmp:
+# nothing is left behind there, and a later run reuses the compiled code.
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$build/torch-cache/inductor}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$build/torch-cache/triton}
 case $prebuilt in 0|1) ;; *) die "CDL_GPU_PREBUILT=$prebuilt: use 1 (programs already built) or 0" ;; esac
 
 # What runs: the real programs on a GPU, the fake GPU's in a rehearsal.

@@ -6,7 +6,7 @@
 # library's LIBADD), so they load without LD_LIBRARY_PATH.
 AC_DEFUN([CDL_CHECK_CUDA], [
 AC_ARG_WITH([cuda],
-  [AS_HELP_STRING([--with-cuda[=PREFIX]], [CUDA backend with cuBLAS and cuDNN (default: if the toolkit is found in /usr/local/cuda)])],
+  [AS_HELP_STRING([--with-cuda[=PREFIX]], [CUDA backend with cuBLAS, cuBLASLt and cuDNN (default: if the toolkit is found in /usr/local/cuda)])],
   [], [with_cuda=check])
 AC_ARG_WITH([nccl],
   [AS_HELP_STRING([--with-nccl[=PREFIX]], [NCCL collectives for the CUDA backend (default: with CUDA, if found)])],
@@ -26,17 +26,18 @@ AS_IF([test -n "$CUDA_PREFIX"], [
   CUDA_CFLAGS="-I$CUDA_PREFIX/include"
   CUDA_LIBDIR=$CUDA_PREFIX/lib64
   test -d "$CUDA_LIBDIR" || CUDA_LIBDIR=$CUDA_PREFIX/lib
-  CUDA_LIBS="-L$CUDA_LIBDIR -Wl,-rpath,$CUDA_LIBDIR -lcudnn -lcublas -lcudart"
+  CUDA_LIBS="-L$CUDA_LIBDIR -Wl,-rpath,$CUDA_LIBDIR -lcudnn -lcublasLt -lcublas -lcudart"
   CUDA_RPATH="-Wl,-rpath,$CUDA_LIBDIR"
   save_CPPFLAGS=$CPPFLAGS; save_LIBS=$LIBS
   CPPFLAGS="$CPPFLAGS $CUDA_CFLAGS"; LIBS="$CUDA_LIBS $LIBS"
   have_cuda=yes
   AS_IF([test -z "$NVCC"], [have_cuda=no])
-  AC_CHECK_HEADERS([cuda_runtime.h cublas_v2.h cudnn.h], [], [have_cuda=no])
+  AC_CHECK_HEADERS([cuda_runtime.h cublas_v2.h cublasLt.h cudnn.h], [], [have_cuda=no])
   AS_IF([test "x$have_cuda" = xyes],
-    [AC_MSG_CHECKING([whether cudart, cuBLAS and cuDNN link])
+    [AC_MSG_CHECKING([whether cudart, cuBLAS, cuBLASLt and cuDNN link])
      AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <cudnn.h>
-#include <cublas_v2.h>]], [[cudnnHandle_t h; cublasHandle_t b; cudnnCreate(&h); cublasCreate(&b);]])],
+#include <cublasLt.h>
+#include <cublas_v2.h>]], [[cudnnHandle_t h; cublasHandle_t b; cublasLtHandle_t l; cudnnCreate(&h); cublasCreate(&b); cublasLtCreate(&l);]])],
        [AC_MSG_RESULT([yes])], [AC_MSG_RESULT([no]); have_cuda=no])])
   AS_IF([test "x$have_cuda" = xyes && test "x$with_nccl" != xno], [
     AS_IF([test "x$with_nccl" != xyes && test "x$with_nccl" != xcheck],
@@ -57,7 +58,7 @@ AS_IF([test -n "$CUDA_PREFIX"], [
       [AS_IF([test "x$with_nccl" != xcheck], [AC_MSG_ERROR([--with-nccl given but NCCL was not found under the CUDA prefix or PREFIX])])])])
   CPPFLAGS=$save_CPPFLAGS; LIBS=$save_LIBS
   AS_IF([test "x$have_cuda" = xno && test "x$with_cuda" != xcheck],
-    [AC_MSG_ERROR([--with-cuda given but nvcc, cuda_runtime.h, cuBLAS or cuDNN was not found under $CUDA_PREFIX: install the CUDA toolkit with cuDNN or pass --with-cuda=PREFIX])])
+    [AC_MSG_ERROR([--with-cuda given but nvcc, cuda_runtime.h, cuBLAS, cuBLASLt or cuDNN was not found under $CUDA_PREFIX: install the CUDA toolkit with cuDNN or pass --with-cuda=PREFIX])])
 ])
 AS_IF([test "x$have_cuda" = xno], [CUDA_CFLAGS=; CUDA_LIBS=; CUDA_RPATH=; CUDA_PREFIX=])
 AS_IF([test -z "$NVCC_ARCH_FLAGS"],

@@ -14,10 +14,6 @@
 #include "kernels/cuda/impl.h"
 #include "lib/core/backends.h"
 
-/* cuBLAS workspace: NVIDIA recommends 32 MiB on Hopper. A fixed one keeps
- * results deterministic and lets cuBLAS run inside CUDA graphs. */
-#define BLAS_WS_BYTES ((size_t)32 << 20)
-
 static _Thread_local int current_device = -1;
 
 void cbe_enter(cbe *ci)
@@ -159,6 +155,7 @@ static void release(cbe *ci)
     cbe_graph_destroy(ci);
     cbe_conv_cache_clear(ci);
     cbe_bf16_clear(ci);
+    cbe_lt_clear(ci);
     cbe_blocks_free(ci);
     if (ci->dnn)
         (void)cudnnDestroy(ci->dnn);
@@ -198,7 +195,7 @@ static void cbe_destroy(cdl_backend *be)
 }
 
 /* Handles, streams and the small fixed buffers. */
-static int setup(cbe *ci)
+static int setup(cbe *ci, int lt)
 {
     struct cudaDeviceProp prop;
     if (CU_CHECK(ci, cudaSetDevice(ci->device)) ||
@@ -239,6 +236,7 @@ static int setup(cbe *ci)
         CUBLAS_CHECK(ci, cublasSetWorkspace(ci->blas, ci->blas_ws, BLAS_WS_BYTES)) ||
         cbe_apply_matmul_math(ci))
         return -1;
+    cbe_lt_open(ci, lt);
     if (CUDNN_CHECK(ci, cudnnCreate(&ci->dnn)) || CUDNN_CHECK(ci, cudnnSetStream(ci->dnn, ci->stream)))
         return -1;
     /* One tiny kernel now: a GPU this build has no code for fails here,
@@ -292,6 +290,21 @@ cdl_backend *cuda_backend_open(const cdl_backend_params *params)
         return NULL;
     }
 
+    /* CDL_CUBLASLT=0 (or off): linear layers' bias add and bias gradient
+     * run as kernels of their own beside cuBLAS products, not in cuBLASLt
+     * epilogues (linear.c): for A/B timing. */
+    const char *lt_env = getenv("CDL_CUBLASLT");
+    int lt = 1;
+    if (lt_env && *lt_env) {
+        if (!strcmp(lt_env, "0") || !strcmp(lt_env, "off"))
+            lt = 0;
+        else if (strcmp(lt_env, "1") && strcmp(lt_env, "on")) {
+            cdl_error("CDL_CUBLASLT '%.80s': use 1 or on (the default: bias epilogues in "
+                      "cuBLASLt), 0 or off (bias kernels of their own)", lt_env);
+            return NULL;
+        }
+    }
+
     cdl_backend *be = cdl_calloc(1, sizeof *be);
     cbe *ci = cdl_calloc(1, sizeof *ci);
     if (!be || !ci) {
@@ -307,7 +320,7 @@ cdl_backend *cuda_backend_open(const cdl_backend_params *params)
     ci->log_cuda = log_has(params->log, "cuda");
     /* The launcher's contract says how many replicas share this GPU. */
     ci->packed = params->replicas_per_gpu > 1 ? params->replicas_per_gpu : 1;
-    if (setup(ci) != 0) {
+    if (setup(ci, lt) != 0) {
         char msg[sizeof ci->err];
         snprintf(msg, sizeof msg, "%s", ci->err);
         release(ci);

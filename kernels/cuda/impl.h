@@ -8,6 +8,11 @@
 #include <stdint.h>
 #include <string.h>
 
+/* cublasLt.h declares cublasLtLoggerForceDisable() without a prototype. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cublasLt.h>
+#pragma GCC diagnostic pop
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -41,6 +46,36 @@ typedef struct conv_plan {
 /* Plans are created once per shape and reused; the least recently used one
  * is replaced when the cache is full (models have far fewer shapes). */
 #define CONV_CACHE_SIZE 64
+
+/* ------------------------------------------------------ cuBLASLt plans */
+
+/* One linear-layer product with a bias epilogue (linear.c): what picks
+ * the descriptors and the algorithm. Pointer alignments are part of it:
+ * cuBLASLt chooses algorithms for the alignment it is told. */
+typedef struct lt_key {
+    int epilogue;             /* CUBLASLT_EPILOGUE_BIAS or _BGRADB */
+    int bf16, tf32;           /* input type; TF32 compute for fp32 inputs */
+    int ta, tb;               /* cublasOperation_t of A and B */
+    int m, n, k, lda, ldb, ldd;
+    int align[4];             /* bytes: A, B, D, bias (a power of two, at most 256) */
+} lt_key;
+
+typedef struct lt_plan {
+    lt_key key;
+    int ok;                   /* 0: cuBLASLt refused this product: the cuBLAS path */
+    uint64_t last_use;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
+/* Plans made once per shape, like conv plans (a GPT has a handful). */
+#define LT_CACHE_SIZE 64
+
+/* cuBLAS's workspace, which cuBLASLt shares (same stream, in turn):
+ * NVIDIA recommends 32 MiB on Hopper. A fixed one keeps results
+ * deterministic and lets cuBLAS run inside CUDA graphs. */
+#define BLAS_WS_BYTES ((size_t)32 << 20)
 
 /* ----------------------------------------------------------- step graphs */
 
@@ -113,6 +148,13 @@ typedef struct cbe {
     cudaEvent_t marks[CUDA_BACKEND_MARKS];   /* cuda_backend_mark */
     cublasHandle_t blas;
     cudnnHandle_t dnn;
+    /* cuBLASLt for linear layers' products with a bias epilogue (linear.c);
+     * NULL when CDL_CUBLASLT=0 or cublasLtCreate failed. */
+    cublasLtHandle_t lt;
+    int lt_said;              /* a fallback to cuBLAS was reported */
+    lt_plan lt_plans[LT_CACHE_SIZE];
+    int nlt;
+    uint64_t lt_clock;
     void *blas_ws;            /* cuBLAS workspace (fixed: deterministic, capturable) */
     double *sumsq_dev;        /* CUK_SUMSQ_BLOCKS partials, then the result */
     double *sumsq_host;       /* pinned */
@@ -199,6 +241,10 @@ void cbe_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x, con
 void cbe_linear_bwd(cdl_backend *be, int n, int in, int out, const float *x, const float *w,
                     const float *dy, float *dx, float *dw, float *db, float *ws);
 int cbe_apply_matmul_math(cbe *ci);
+/* cuBLASLt: the handle (want = 0: off; a failure is reported and leaves
+ * it off, not an error) and, at destroy, the plans and the handle. */
+void cbe_lt_open(cbe *ci, int want);
+void cbe_lt_clear(cbe *ci);
 
 /* bf16_cache.c: the bf16 buffer of weight w (n floats), made on first use
  * (*fresh = 1: not yet cast; refused with a pending error and NULL inside a

@@ -17,8 +17,8 @@ $(CUDA_EMU_OBJS): $(CDL_NVCC_DEPS) $(top_srcdir)/tests/fakegpu/emu.h $(top_srcdi
 tests/fakegpu/emu/%.o: kernels/cuda/%.cu
 	$(AM_V_NVCC)$(MKDIR_P) $(@D) && $(NVCC) $(CDL_EMU_FLAGS) -c $< -o $@
 
-FAKEGPU_OBJS = tests/fakegpu/fake_runtime.o tests/fakegpu/fake_blas.o tests/fakegpu/fake_dnn.o \
-	tests/fakegpu/fake_nccl.o
+FAKEGPU_OBJS = tests/fakegpu/fake_runtime.o tests/fakegpu/fake_blas.o tests/fakegpu/fake_blaslt.o \
+	tests/fakegpu/fake_dnn.o tests/fakegpu/fake_nccl.o
 FAKEGPU_FLAGS = -x c++ -std=c++17 -O2 -Xcompiler -Wall,-Wextra $(CDL_NVCC_WERROR) \
 	-I$(top_srcdir)/lib -I$(top_srcdir) -I$(top_builddir)
 $(FAKEGPU_OBJS): $(top_srcdir)/tests/fakegpu/fake.h $(top_srcdir)/tests/fakegpu/emu.h
@@ -83,6 +83,7 @@ TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh tests/fakegpu/ddp.sh \
 TESTS += tests/fakegpu/nccl_stall.sh
 endif
 EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/emu_wmma.h tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
+	tests/fakegpu/fake_blaslt.cc \
 	tests/fakegpu/fake_dnn.cc tests/fakegpu/fake_nccl.cc tests/fakegpu/ops.sh \
 	tests/fakegpu/train.sh tests/fakegpu/ddp.sh tests/fakegpu/gpu_script.sh \
 	tests/fakegpu/coll.sh tests/fakegpu/fault.sh tests/fakegpu/fake-compute-sanitizer tests/fakegpu/fake-ncu \

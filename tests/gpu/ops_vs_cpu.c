@@ -342,11 +342,20 @@ static void check_shared_workspace(void)
 
 /* -------------------------------------------------------------- linear */
 
-static void check_linear(int n, int in, int out, int tf32)
+/* Linear layers, forward and backward, against the CPU backend. The CUDA
+ * backend puts the bias into cuBLASLt's epilogues (kernels/cuda/linear.c:
+ * BIAS forward, BGRADB with dw in fp32) and falls back to cuBLAS and its
+ * bias kernels; tag names the variant for the report ("" for the default
+ * path of gpu). bf16: gpu has precision bf16 (inputs of the products
+ * rounded to bf16: 8 significant bits; 1e-2 of the output's scale, like TF32;
+ * db stays fp32 sums). Shapes with out % 8 != 0 run padded in bf16. */
+static void check_linear_on(const char *tag, int n, int in, int out, int tf32, int bf16)
 {
-    char shape[64];
+    char shape[64], what[64];
     snprintf(shape, sizeof shape, "n%d in%d out%d", n, in, out);
-    double tol = tf32 ? 1e-2 : 1e-4;
+    double tol = bf16 || tf32 ? 1e-2 : 1e-4;
+    int loose = tf32 || bf16;
+    const char *kind = bf16 ? " bf16" : tf32 ? " tf32" : "";
     size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
     float *x = host_rand(nx, -1, 1), *w = host_rand(nw, -0.5f, 0.5f), *b = host_rand(out, -1, 1);
     float *dy = host_rand(ny, -1, 1);
@@ -360,27 +369,41 @@ static void check_linear(int n, int in, int out, int tf32)
     float *gx = up(x, nx * 4), *gwt = up(w, nw * 4), *gb = up(b, (size_t)out * 4);
     float *gdy = up(dy, ny * 4), *gy = up(NULL, ny * 4), *gdx = up(NULL, nx * 4);
     float *gdw = up(NULL, nw * 4), *gdb = up(NULL, (size_t)out * 4);
+    float *gdw2 = up(NULL, nw * 4), *gdb2 = up(NULL, (size_t)out * 4);
     gpu->ops->linear_fwd(gpu, n, in, out, gx, gwt, gb, gy, gw);
     gpu->ops->linear_bwd(gpu, n, in, out, gx, gwt, gdy, gdx, gdw, gdb, gw);
-    cmp(tf32 ? "linear_fwd tf32" : "linear_fwd", shape, gy, y, ny, tol, tf32);
-    cmp(tf32 ? "linear_bwd dx tf32" : "linear_bwd dx", shape, gdx, dx, nx, tol, tf32);
-    cmp(tf32 ? "linear_bwd dw tf32" : "linear_bwd dw", shape, gdw, dw, nw, tol, tf32);
-    cmp("linear_bwd db", shape, gdb, db, (size_t)out, 1e-4, tf32);
+#define LIN_WHAT(name) (snprintf(what, sizeof what, "%s%s%s", name, kind, tag), what)
+    cmp(LIN_WHAT("linear_fwd"), shape, gy, y, ny, tol, loose);
+    cmp(LIN_WHAT("linear_bwd dx"), shape, gdx, dx, nx, tol, loose);
+    cmp(LIN_WHAT("linear_bwd dw"), shape, gdw, dw, nw, tol, loose);
+    cmp(LIN_WHAT("linear_bwd db"), shape, gdb, db, (size_t)out, 1e-4, loose);
+    /* The same calls again: the same bits (bitwise resume). */
+    gpu->ops->linear_bwd(gpu, n, in, out, gx, gwt, gdy, NULL, gdw2, gdb2, gw);
+    same_bits(LIN_WHAT("linear_bwd dw repro"), shape, gdw, gdw2, nw * 4);
+    same_bits(LIN_WHAT("linear_bwd db repro"), shape, gdb, gdb2, (size_t)out * 4);
     if (!tf32) {
+        /* Without a bias: no epilogue. */
         cpu->ops->linear_fwd(cpu, n, in, out, x, w, NULL, y, cw);
         gpu->ops->linear_fwd(gpu, n, in, out, gx, gwt, NULL, gy, gw);
-        cmp("linear_fwd no bias", shape, gy, y, ny, tol, 0);
-        float *gdw2 = up(NULL, nw * 4);
+        cmp(LIN_WHAT("linear_fwd no bias"), shape, gy, y, ny, tol, loose);
         gpu->ops->linear_bwd(gpu, n, in, out, gx, gwt, gdy, NULL, gdw2, NULL, gw);
-        same_bits("linear_bwd reproducible", shape, gdw, gdw2, nw * 4);
-        gpu->ops->free(gpu, gdw2);
+        cmp(LIN_WHAT("linear_bwd dw no db"), shape, gdw2, dw, nw, tol, loose);
+        /* db without dw: no product to carry it. */
+        gpu->ops->linear_bwd(gpu, n, in, out, gx, gwt, gdy, NULL, NULL, gdb2, gw);
+        cmp(LIN_WHAT("linear_bwd db alone"), shape, gdb2, db, (size_t)out, 1e-4, loose);
     }
-    void *gpu_bufs[] = {gw, gx, gwt, gb, gdy, gy, gdx, gdw, gdb};
+#undef LIN_WHAT
+    void *gpu_bufs[] = {gw, gx, gwt, gb, gdy, gy, gdx, gdw, gdb, gdw2, gdb2};
     for (size_t i = 0; i < sizeof gpu_bufs / sizeof gpu_bufs[0]; i++)
         gpu->ops->free(gpu, gpu_bufs[i]);
     void *host_bufs[] = {x, w, b, dy, cw, y, dx, dw, db};
     for (size_t i = 0; i < sizeof host_bufs / sizeof host_bufs[0]; i++)
         free(host_bufs[i]);
+}
+
+static void check_linear(int n, int in, int out, int tf32)
+{
+    check_linear_on("", n, in, out, tf32, 0);
 }
 
 /* ------------------------------------------------------------- pooling */
@@ -1248,6 +1271,54 @@ static cdl_backend *open_backend(const char *name, int tf32)
     return be;
 }
 
+/* Linear layers on more backends of the same GPU: bf16 products (shapes
+ * padded to out % 8 == 0, n = 1), and the cuBLAS fallback of every
+ * precision: CDL_CUBLASLT=0 (read at creation), and on the fake GPU its
+ * cuBLASLt refusing (CDL_FAKE_CUBLASLT=heuristic: no algorithm; =matmul:
+ * the matmul says NOT_SUPPORTED; =create: no handle; a real GPU ignores
+ * the variable). */
+static void check_linear_variants(const char *name)
+{
+    static const struct {
+        const char *var, *value, *tag;
+    } modes[] = {{NULL, NULL, ""},
+                 {"CDL_CUBLASLT", "0", " lt=0"},
+                 {"CDL_FAKE_CUBLASLT", "heuristic", " lt:none"},
+                 {"CDL_FAKE_CUBLASLT", "matmul", " lt:refuse"},
+                 {"CDL_FAKE_CUBLASLT", "create", " lt:nohandle"}};
+    const int lins[][3] = {{512, 400, 120}, {64, 64, 96}, {3, 7, 5}, {1, 1000, 33}, {37, 256, 1}};
+    cdl_backend *saved = gpu;
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            if (!m && !bf16)
+                continue;   /* the strict FP32 backend did these */
+            if (modes[m].var)
+                setenv(modes[m].var, modes[m].value, 1);
+            cdl_backend_params p;
+            cdl_backend_params_from_env(&p);
+            p.tf32_conv = p.tf32_matmul = 0;
+            p.precision = bf16 ? CDL_PRECISION_BF16 : CDL_PRECISION_FP32;
+            gpu = cdl_backend_create_with(name, &p);
+            if (modes[m].var)
+                unsetenv(modes[m].var);
+            if (!gpu) {
+                printf("FAIL %s backend%s%s: %s\n", name, bf16 ? " bf16" : "", modes[m].tag,
+                       cdl_last_error());
+                failures++, checks++;
+                continue;
+            }
+            for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++)
+                check_linear_on(modes[m].tag, lins[i][0], lins[i][1], lins[i][2], 0, bf16);
+            if (gpu->ops->sync(gpu) != 0) {
+                printf("FAIL backend error%s%s: %s\n", bf16 ? " bf16" : "", modes[m].tag,
+                       cdl_last_error());
+                failures++, checks++;
+            }
+            cdl_backend_destroy(gpu);
+        }
+    gpu = saved;
+}
+
 int main(int argc, char **argv)
 {
     rng_seed(&rng, 42);
@@ -1368,6 +1439,8 @@ int main(int argc, char **argv)
     check_conv(convs[1], 1);
     check_linear(512, 400, 120, 1);
     check_shared_workspace();
+    if (!strcmp(name, "cuda"))
+        check_linear_variants(name);
 
     int rc_tf32 = gpu->ops->sync(gpu);
     if (rc_tf32 != 0)

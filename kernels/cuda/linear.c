@@ -80,7 +80,8 @@ static size_t f32_span(size_t k)
 /* The bf16 workspace of one linear op: x (n, in) as bf16, then dy (n, out)
  * as bf16; padded (out % 8 != 0): x, then one region that holds y as fp32
  * (n, out_p) in the forward and dy as bf16 (n, out_p) in the backward, then
- * dw as fp32 (out_p, in). */
+ * dw as fp32 (out_p, in), where the forward puts b padded to out_p for the
+ * bias epilogue. */
 static size_t bf16_ws_bytes(int n, int in, int out)
 {
     if (out % 8 == 0)
@@ -329,7 +330,6 @@ size_t cbe_linear_workspace(cdl_backend *be, int n, int in, int out)
     return bf16_ws_bytes(n, in, out) / sizeof(float);
 }
 
-/* Each returns 0, or -1 with the backend's pending error. */
 /* The bf16 copy of w (out, in), with out_p rows: the pad rows are zeroed
  * once, when the cache entry is made (the forward's cast writes the first
  * out rows only). NULL with a pending error. */
@@ -388,6 +388,7 @@ static int linear_fwd_bf16(cbe *ci, int n, int in, int out, const float *x, cons
            : b && r ? 1 : 0;
 }
 
+/* dx and dw; 0, or -1 with the backend's pending error. */
 static int linear_bwd_bf16(cbe *ci, int n, int in, int out, const float *x, const float *w,
                            const float *dy, float *dx, float *dw, float *ws)
 {

@@ -52,6 +52,8 @@ trap 'rm -rf "$tmp"' EXIT
 # nothing is left behind there, and a later run reuses the compiled code.
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$build/bench/torch-cache/inductor}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$build/bench/torch-cache/triton}
+# Inductor's precompiled headers go to the temporary directory: this run's.
+export TMPDIR=$tmp
 corpus="$tmp/fortunes.txt"
 "$here/../scripts/fortunes-corpus.sh" "$corpus" || exit 2
 # The same clipping on both sides; without cdl's --clip-grad, none.

@@ -37,6 +37,10 @@ torch2=$(torch2_venv "${VENV:-$build/bench/venv-torch2}")
 # nothing is left behind there, and a later run reuses the compiled code.
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$build/bench/torch-cache/inductor}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$build/bench/torch-cache/triton}
+# Inductor's precompiled headers go to the temporary directory: this run's.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export TMPDIR=$tmp
 
 field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n1; }
 torch_ips() {   # torch_ips PYTHON MODE THREADS: images/s or "-"

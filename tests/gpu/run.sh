@@ -109,11 +109,18 @@ late_why() { echo "skipped: $(elapsed) s spent, no time left in the plan of $bud
 want_steps=" ${CDL_GPU_STEPS:-1 2 3 4 5 6 7 8 9 10} "
 want() { case $want_steps in *" $1 "*) return 0 ;; esac; return 1; }
 prebuilt=${CDL_GPU_PREBUILT:-0}
+case $prebuilt in 0|1) ;; *) die "CDL_GPU_PREBUILT=$prebuilt: use 1 (programs already built) or 0" ;; esac
 # torch.compile's caches (Inductor, Triton) beside the build, not in /tmp:
 # nothing is left behind there, and a later run reuses the compiled code.
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$build/torch-cache/inductor}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$build/torch-cache/triton}
-case $prebuilt in 0|1) ;; *) die "CDL_GPU_PREBUILT=$prebuilt: use 1 (programs already built) or 0" ;; esac
+# Inductor's precompiled headers go to the temporary directory: one beside
+# the build too on a GPU (the MPS daemon's directory stays in /tmp: see
+# step 4; a rehearsal compiles nothing and leaves the build tree as it is).
+if [ "$rehearsal" = 0 ]; then
+    export TMPDIR=$build/torch-cache/tmp
+    mkdir -p "$TMPDIR"
+fi
 
 # What runs: the real programs on a GPU, the fake GPU's in a rehearsal.
 if [ "$rehearsal" = 1 ]; then

@@ -134,6 +134,8 @@ void cpu_act_bwd_range(cdl_act act, float alpha, const float *x, const float *y,
 
 /* join.c */
 void cpu_add(cdl_backend *be, size_t n, const float *a, const float *b, float *y);
+/* Elements [begin, end) of add, on the calling thread (a fused product's rows). */
+void cpu_add_range(const float *a, const float *b, float *y, size_t begin, size_t end);
 void cpu_accumulate(cdl_backend *be, size_t n, const float *src, float *dst);
 void cpu_channel_copy(cdl_backend *be, int n, int c, int hw, const float *src, int src_c,
                       int src_off, float *dst, int dst_c, int dst_off, int accumulate);

@@ -27,6 +27,12 @@ void cpu_add(cdl_backend *be, size_t n, const float *a, const float *b, float *y
     pool_for(cpu_pool(be), n, CPU_ELT_GRAIN, add_chunk, &c);
 }
 
+void cpu_add_range(const float *a, const float *b, float *y, size_t begin, size_t end)
+{
+    join_ctx c = {.a = a, .b = b, .out = y};
+    add_chunk(&c, begin, end, 0, 0);
+}
+
 void cpu_accumulate(cdl_backend *be, size_t n, const float *src, float *dst)
 {
     join_ctx c = {.a = dst, .b = src, .out = dst};

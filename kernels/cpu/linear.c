@@ -53,7 +53,7 @@ typedef struct linear_ctx {
  * (backend.h: linear_act_fwd, linear_add_fwd, linear_act_bwd). Rows are
  * whole (cols a multiple of 16 on the fast paths), so the ranges start and
  * end on multiples of 16 floats and cpu_act_*_range gives act_fwd's and
- * act_bwd's bits; the add is add's one rounding. */
+ * act_bwd's bits, and cpu_add_range add's. */
 enum { LIN_EPI_ACT_FWD, LIN_EPI_ADD, LIN_EPI_ACT_BWD };
 
 struct lin_epi {
@@ -73,8 +73,7 @@ void lin_epi_rows(const lin_epi *ep, float *C, int cols, int r0, int r1)
         cpu_act_fwd_range(ep->act, ep->alpha, C, ep->out, b, e);
         break;
     case LIN_EPI_ADD:
-        for (size_t i = b; i < e; i++)
-            C[i] += ep->src[i];
+        cpu_add_range(C, ep->src, C, b, e);
         break;
     case LIN_EPI_ACT_BWD:
         cpu_act_bwd_range(ep->act, ep->alpha, ep->src, ep->aux, C, C, b, e);

@@ -587,47 +587,58 @@ static int count_deferred(const cdl_model *m)
     return deferred;
 }
 
-/* One training step of spec (classes outputs, n samples of shape in) on
- * the CPU backend and on be2 (2 threads, some fused ops removed) gives the
- * same logits and gradients, bit for bit; count(model) is want[0] on the
- * first and want[1] on the second. */
-static void same_step_bits(const cdl_model_spec *spec, cdl_shape in, int n, int classes,
-                           cdl_backend *be2, int (*count)(const cdl_model *), const int want[2])
+/* One training step of spec on the n samples xh (shape in), whose output
+ * is rows rows of classes logits with labels (rows: n, or n times a
+ * sequence's positions), on the CPU backend and on be2 (2 threads, some
+ * fused ops removed) gives the same logits and gradients, bit for bit, and
+ * so does the evaluation forward; count(model) is want[0] on the first and
+ * want[1] on the second. */
+static void step_bits(const cdl_model_spec *spec, cdl_shape in, int n, const float *xh, int rows,
+                      int classes, const int32_t *labels, cdl_backend *be2,
+                      int (*count)(const cdl_model *), const int want[2])
 {
     cdl_model *m[2] = {cdl_model_create(spec, in, n, be), cdl_model_create(spec, in, n, be2)};
     cdl_backend *bes[2] = {be, be2};
     float *g[2], *y[2], *ye[2];
-    size_t numel = (size_t)in.c * in.h * in.w;
-    float *xh = random_input(in, n, 21);
-    int32_t labels[8];
-    assert_true(n <= 8);
-    random_labels(labels, n, classes);
+    size_t numel = (size_t)in.c * in.h * in.w, nout = (size_t)rows * classes;
     for (int k = 0; k < 2; k++) {
         assert_non_null(m[k]);
         assert_int_equal(count(m[k]), want[k]);
         cdl_model_init(m[k], 4);
         float *x = dev_upload(bes[k], xh, (size_t)n * numel * sizeof(float));
         loss_bufs lb;
-        loss_bufs_init(&lb, bes[k], n, classes, labels);
+        loss_bufs_init(&lb, bes[k], rows, classes, labels);
         const float *logits = cdl_model_forward(m[k], x, n, 1, 1);
-        y[k] = host_copy(bes[k], logits, (size_t)n * classes);
+        y[k] = host_copy(bes[k], logits, nout);
         loss_bufs_run(&lb, logits);
         cdl_model_backward(m[k], lb.dlogits, NULL, NULL);
         g[k] = host_copy(bes[k], cdl_model_grads(m[k]), cdl_model_nparams(m[k]));
         /* Evaluation (running statistics) runs every layer: the same. */
-        ye[k] = host_copy(bes[k], cdl_model_forward(m[k], x, n, 0, 1), (size_t)n * classes);
+        ye[k] = host_copy(bes[k], cdl_model_forward(m[k], x, n, 0, 1), nout);
         loss_bufs_free(&lb);
         bes[k]->ops->free(bes[k], x);
     }
-    assert_memory_equal(y[0], y[1], (size_t)n * classes * sizeof(float));
+    assert_memory_equal(y[0], y[1], nout * sizeof(float));
     assert_memory_equal(g[0], g[1], cdl_model_nparams(m[0]) * sizeof(float));
-    assert_memory_equal(ye[0], ye[1], (size_t)n * classes * sizeof(float));
+    assert_memory_equal(ye[0], ye[1], nout * sizeof(float));
     for (int k = 0; k < 2; k++) {
         free(g[k]);
         free(y[k]);
         free(ye[k]);
         cdl_model_destroy(m[k]);
     }
+}
+
+/* step_bits on n random samples of shape in with random labels among
+ * classes. */
+static void same_step_bits(const cdl_model_spec *spec, cdl_shape in, int n, int classes,
+                           cdl_backend *be2, int (*count)(const cdl_model *), const int want[2])
+{
+    float *xh = random_input(in, n, 21);
+    int32_t labels[8];
+    assert_true(n <= 8);
+    random_labels(labels, n, classes);
+    step_bits(spec, in, n, xh, n, classes, labels, be2, count, want);
     free(xh);
 }
 
@@ -744,42 +755,14 @@ static void test_linear_fusion_bitwise(void **state)
     cdl_shape in = {T, 1, 1};
     cdl_model_spec spec;
     assert_int_equal(cdl_spec_builtin("gpt:n_layer=2,n_head=3,n_embd=48", in, V, &spec), 0);
-    cdl_model *m[2] = {cdl_model_create(&spec, in, N, be), cdl_model_create(&spec, in, N, be2)};
-    cdl_backend *bes[2] = {be, be2};
-    const int want[2] = {2 * 4, 0};
     float ids[N * T];
     int32_t labels[N * T];
     for (int i = 0; i < N * T; i++) {
         ids[i] = (float)((i * 7 + 3) % V);
         labels[i] = (i * 5 + 1) % V;
     }
-    float *y[2], *g[2], *ye[2];
-    size_t nout = (size_t)N * T * V;
-    for (int k = 0; k < 2; k++) {
-        assert_non_null(m[k]);
-        assert_int_equal(count_linear_eps(m[k]), want[k]);
-        cdl_model_init(m[k], 4);
-        float *x = dev_upload(bes[k], ids, sizeof ids);
-        loss_bufs lb;
-        loss_bufs_init(&lb, bes[k], N * T, V, labels);
-        const float *logits = cdl_model_forward(m[k], x, N, 1, 1);
-        y[k] = host_copy(bes[k], logits, nout);
-        loss_bufs_run(&lb, logits);
-        cdl_model_backward(m[k], lb.dlogits, NULL, NULL);
-        g[k] = host_copy(bes[k], cdl_model_grads(m[k]), cdl_model_nparams(m[k]));
-        ye[k] = host_copy(bes[k], cdl_model_forward(m[k], x, N, 0, 1), nout);
-        loss_bufs_free(&lb);
-        bes[k]->ops->free(bes[k], x);
-    }
-    assert_memory_equal(y[0], y[1], nout * sizeof(float));
-    assert_memory_equal(g[0], g[1], cdl_model_nparams(m[0]) * sizeof(float));
-    assert_memory_equal(ye[0], ye[1], nout * sizeof(float));
-    for (int k = 0; k < 2; k++) {
-        free(g[k]);
-        free(y[k]);
-        free(ye[k]);
-        cdl_model_destroy(m[k]);
-    }
+    step_bits(&spec, in, N, ids, N * T, V, labels, be2, count_linear_eps,
+              (const int[2]){2 * 4, 0});
     cdl_backend_destroy(be2);
 }
 

@@ -117,8 +117,10 @@ static CPU_AVX2 inline V tanh8(V u)
     return tanh8_omt2(u, NULL);
 }
 
-/* erf(x), Abramowitz & Stegun 7.1.26, with x's sign. */
-static CPU_AVX2 inline V erf8(V x)
+/* erf(x), Abramowitz & Stegun 7.1.26, with x's sign; *e = exp(-x^2), the
+ * factor the formula needs, which the GELU's backward reuses for its pdf
+ * (exp(-u^2/2) at u = x sqrt(2): one exponential per element, not two). */
+static CPU_AVX2 inline V erf8_e(V x, V *e)
 {
     V sign = _mm256_and_ps(x, SET1(-0.0f)), a = _mm256_andnot_ps(SET1(-0.0f), x), one = SET1(1.0f);
     V t = _mm256_div_ps(one, _mm256_fmadd_ps(SET1(0.3275911f), a, one));
@@ -128,8 +130,15 @@ static CPU_AVX2 inline V erf8(V x)
     p = _mm256_fmadd_ps(p, t, SET1(-0.284496736f));
     p = _mm256_fmadd_ps(p, t, SET1(0.254829592f));
     p = _mm256_mul_ps(p, t);
-    V r = _mm256_fnmadd_ps(p, cpu_exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), a), a)), one);
+    *e = cpu_exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), a), a));
+    V r = _mm256_fnmadd_ps(p, *e, one);
     return _mm256_or_ps(r, sign);
+}
+
+static CPU_AVX2 inline V erf8(V x)
+{
+    V e;
+    return erf8_e(x, &e);
 }
 
 static CPU_AVX2 inline V gelu_tanh_u8(V x)
@@ -170,8 +179,9 @@ static CPU_AVX2 V bwd8(cdl_act act, float alpha, V x, V y, V dy)
     case CDL_ACT_RELU:
         return _mm256_and_ps(dy, _mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ));
     case CDL_ACT_GELU: {
-        V cdf = _mm256_mul_ps(half, _mm256_add_ps(one, erf8(_mm256_mul_ps(x, SET1(INV_SQRT2)))));
-        V pdf = _mm256_mul_ps(SET1(INV_SQRT_2PI), cpu_exp8(_mm256_mul_ps(SET1(-0.5f), _mm256_mul_ps(x, x))));
+        V ex, erf = erf8_e(_mm256_mul_ps(x, SET1(INV_SQRT2)), &ex);
+        V cdf = _mm256_mul_ps(half, _mm256_add_ps(one, erf));
+        V pdf = _mm256_mul_ps(SET1(INV_SQRT_2PI), ex);
         return _mm256_mul_ps(dy, _mm256_fmadd_ps(x, pdf, cdf));
     }
     case CDL_ACT_GELU_TANH: {
@@ -241,7 +251,7 @@ static CPU_AVX2 void bwd_chunk_avx2(void *vctx, size_t b, size_t e, int chunk, i
 #define V5 __m512
 #define S5 _mm512_set1_ps
 
-static CPU_AVX512 inline V5 erf16(V5 x)
+static CPU_AVX512 inline V5 erf16_e(V5 x, V5 *e)
 {
     __m512i sm = _mm512_set1_epi32(INT32_MIN), xi = _mm512_castps_si512(x);
     __m512i sign = _mm512_and_si512(xi, sm);
@@ -253,9 +263,15 @@ static CPU_AVX512 inline V5 erf16(V5 x)
     p = _mm512_fmadd_ps(p, t, S5(-0.284496736f));
     p = _mm512_fmadd_ps(p, t, S5(0.254829592f));
     p = _mm512_mul_ps(p, t);
-    V5 r = _mm512_fnmadd_ps(p, cpu_exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), a), a)),
-                            one);
+    *e = cpu_exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), a), a));
+    V5 r = _mm512_fnmadd_ps(p, *e, one);
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
+}
+
+static CPU_AVX512 inline V5 erf16(V5 x)
+{
+    V5 e;
+    return erf16_e(x, &e);
 }
 
 static CPU_AVX512 void gelu_fwd_chunk_avx512(void *vctx, size_t b, size_t e, int chunk, int tid)
@@ -279,9 +295,9 @@ static CPU_AVX512 void gelu_bwd_chunk_avx512(void *vctx, size_t b, size_t e, int
     size_t i = b;
     for (; i + 16 <= e; i += 16) {
         V5 x = _mm512_loadu_ps(c->x + i);
-        V5 cdf = _mm512_mul_ps(half, _mm512_add_ps(one, erf16(_mm512_mul_ps(x, S5(INV_SQRT2)))));
-        V5 pdf = _mm512_mul_ps(S5(INV_SQRT_2PI),
-                               cpu_exp16(_mm512_mul_ps(S5(-0.5f), _mm512_mul_ps(x, x))));
+        V5 ex, erf = erf16_e(_mm512_mul_ps(x, S5(INV_SQRT2)), &ex);
+        V5 cdf = _mm512_mul_ps(half, _mm512_add_ps(one, erf));
+        V5 pdf = _mm512_mul_ps(S5(INV_SQRT_2PI), ex);
         _mm512_storeu_ps(c->out + i, _mm512_mul_ps(_mm512_loadu_ps(c->dy + i),
                                                    _mm512_fmadd_ps(x, pdf, cdf)));
     }

@@ -37,6 +37,11 @@
  * stay in L2 between the GEMMs and the softmax. */
 #define ATTN_BLOCK 64
 
+/* Entries past a query that the register tiles' products read from P and
+ * dS (rows in fours: up to 3 past the diagonal), so the AVX paths zero
+ * those and not the whole rest of a row. */
+#define ATTN_TILE_PAD 3
+
 typedef struct attn_ctx {
     int n, T, C, nh, hd;
     float scale;
@@ -280,10 +285,27 @@ static ATTN_AVX512 double attn_exp_avx512(float *s, int n, float a, float b)
     }
     return cpu_hsum4d(acc);
 }
+
+/* attn_exp_avx512 without the sum (the backward's P = exp(S scale - lse)):
+ * the same exponentials. */
+static ATTN_AVX512 double attn_exp_nosum_avx512(float *s, int n, float a, float b)
+{
+    __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        _mm512_storeu_ps(s + j, cpu_exp16(_mm512_fmsub_ps(va, _mm512_loadu_ps(s + j), vb)));
+    if (j < n) {
+        __mmask16 m = cpu_mask16(n - j);
+        __m512 x = _mm512_maskz_loadu_ps(m, s + j);
+        _mm512_mask_storeu_ps(s + j, m, cpu_exp16(_mm512_fmsub_ps(va, x, vb)));
+    }
+    return 0.0;
+}
 #endif
 
 /* The largest of s[0..n) (NaNs skipped) and s[j] *= f over [0, n): the
- * same values on both paths. */
+ * same values on every path (the maximum does not depend on the order,
+ * NaNs aside, and -0 / +0 give the same exponentials). */
 static float attn_max_ref(const float *s, int n, float m)
 {
     for (int j = 0; j < n; j++)
@@ -317,59 +339,84 @@ static CPU_AVX2 void attn_scale_avx2(float *s, int n, float f)
         _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), vf));
     attn_scale_ref(s + j, n - j, f);
 }
+
+/* The AVX2 twins 16 lanes at a time; the tail through a lane mask. */
+static ATTN_AVX512 float attn_max_avx512(const float *s, int n)
+{
+    __m512 vm = _mm512_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        vm = _mm512_max_ps(_mm512_loadu_ps(s + j), vm);
+    if (j < n) {   /* lanes past n keep vm's value */
+        __mmask16 m = cpu_mask16(n - j);
+        vm = _mm512_mask_max_ps(vm, m, _mm512_maskz_loadu_ps(m, s + j), vm);
+    }
+    return _mm512_reduce_max_ps(vm);
+}
+
+static ATTN_AVX512 void attn_scale_avx512(float *s, int n, float f)
+{
+    __m512 vf = _mm512_set1_ps(f);
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        _mm512_storeu_ps(s + j, _mm512_mul_ps(_mm512_loadu_ps(s + j), vf));
+    if (j < n) {
+        __mmask16 m = cpu_mask16(n - j);
+        _mm512_mask_storeu_ps(s + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), vf));
+    }
+}
 #endif
 
-static float attn_max(const float *s, int n)
+/* The row kernels of a block's softmax, picked once per block. */
+typedef struct attn_rowk {
+    float (*max)(const float *s, int n);
+    double (*exp)(float *s, int n, float a, float b);      /* returns the sum */
+    double (*exp_p)(float *s, int n, float a, float b);    /* the sum where it is free */
+    void (*scale)(float *s, int n, float f);
+} attn_rowk;
+
+static float attn_max_plain(const float *s, int n)
 {
-#if CPU_X86
-    if (cpu_has_avx2())
-        return attn_max_avx2(s, n);
-#endif
     return attn_max_ref(s, n, -INFINITY);
 }
 
-static void attn_scale(float *s, int n, float f)
-{
-#if CPU_X86
-    if (cpu_has_avx2()) {
-        attn_scale_avx2(s, n, f);
-        return;
-    }
-#endif
-    attn_scale_ref(s, n, f);
-}
-
-static double attn_exp(float *s, int n, float a, float b)
+static attn_rowk attn_row_kernels(void)
 {
 #if CPU_X86
     if (cpu_has_avx512() && cpu_has_avx2())
-        return attn_exp_avx512(s, n, a, b);
+        return (attn_rowk){attn_max_avx512, attn_exp_avx512, attn_exp_nosum_avx512,
+                           attn_scale_avx512};
     if (cpu_has_avx2())
-        return attn_exp_avx2(s, n, a, b);
+        return (attn_rowk){attn_max_avx2, attn_exp_avx2, attn_exp_avx2, attn_scale_avx2};
 #endif
-    return attn_exp_ref(s, n, a, b);
+    return (attn_rowk){attn_max_plain, attn_exp_ref, attn_exp_ref, attn_scale_ref};
 }
 
 /* Scale, causal mask and softmax of one block's scores in place: rows
  * t0..t0+rows-1 of S (rows x keys, keys = t0+rows), row r valid up to
  * column t0+r. Forward (lse_o set): P = softmax, lse written. Backward
- * (lse set): P = exp(S*scale - lse). Masked entries become 0, so the
- * GEMMs after it can run over all `keys` columns. */
+ * (lse set): P = exp(S*scale - lse). The masked entries the products after
+ * it read are zeroed: pad of them past the query (fewer at the row's end).
+ * The SGEMM path reads whole rows (pad = keys); the register tiles read at
+ * most 3 past the query, their rows coming in fours (ATTN_KEYS and
+ * ATTN_QUERY in attn_avx512.h). */
 static void attn_block_softmax(float *S, int t0, int rows, int keys, float scale,
-                               const float *lse, float *lse_o)
+                               const float *lse, float *lse_o, int pad)
 {
+    attn_rowk k = attn_row_kernels();
     for (int r = 0; r < rows; r++) {
         float *s = S + (size_t)r * keys;
         int valid = t0 + r + 1;
         if (lse) {
-            attn_exp(s, valid, scale, lse[t0 + r]);
+            k.exp_p(s, valid, scale, lse[t0 + r]);
         } else {
-            float m = attn_max(s, valid) * scale;   /* scale > 0: the scaled scores' maximum */
-            double sum = attn_exp(s, valid, scale, m);
-            attn_scale(s, valid, (float)(1.0 / sum));
+            float m = k.max(s, valid) * scale;   /* scale > 0: the scaled scores' maximum */
+            double sum = k.exp(s, valid, scale, m);
+            k.scale(s, valid, (float)(1.0 / sum));
             lse_o[t0 + r] = m + (float)log(sum);
         }
-        memset(s + valid, 0, (size_t)(keys - valid) * sizeof *s);
+        for (int j = valid; j < keys && j < valid + pad; j++)
+            s[j] = 0.0f;
     }
 }
 
@@ -385,7 +432,7 @@ static void attn_fwd_items(void *vctx, size_t i0, size_t i1, int chunk, int tid)
             int rows = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, keys = t0 + rows;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, 1.0f,
                         it.q + (size_t)t0 * ld3, ld3, it.k, ld3, 0.0f, S, keys);
-            attn_block_softmax(S, t0, rows, keys, c->scale, NULL, it.lse_o);
+            attn_block_softmax(S, t0, rows, keys, c->scale, NULL, it.lse_o, keys);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, S, keys,
                         it.v, ld3, 0.0f, it.yo + (size_t)t0 * ld1, ld1);
         }
@@ -409,7 +456,7 @@ static void attn_bwd_items(void *vctx, size_t i0, size_t i1, int chunk, int tid)
             const float *q = it.q + (size_t)t0 * ld3, *dy = it.dy + (size_t)t0 * ld1;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, 1.0f, q, ld3,
                         it.k, ld3, 0.0f, P, keys);
-            attn_block_softmax(P, t0, rows, keys, c->scale, it.lse, NULL);
+            attn_block_softmax(P, t0, rows, keys, c->scale, it.lse, NULL, keys);
             /* dP = dy v^T, then dS = P (dP - D) * scale in place */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, 1.0f, dy, ld1,
                         it.v, ld3, 0.0f, dS, keys);
@@ -439,9 +486,11 @@ static void attn_bwd_items(void *vctx, size_t i0, size_t i1, int chunk, int tid)
  * by row (v, k, q, dy: no copy), the last 8-column vector of a tile read
  * and written through a lane mask, so hd = 36 costs 40 columns, not 48;
  * only k^T and v^T (the score products) are packed. It skips the tiles and
- * the terms the mask zeroes. Same blocks, same softmax, same ownership of
- * the outputs as the SGEMM path, so its results do not depend on the
- * thread count either. */
+ * the terms the mask zeroes, zeroes only the masked entries its tiles read
+ * (ATTN_TILE_PAD), and writes dk and dv where a block meets a key first
+ * instead of zeroing them beforehand. Same blocks, same softmax, same
+ * ownership of the outputs as the SGEMM path, so its results do not depend
+ * on the thread count either. */
 #if CPU_X86
 /* The mask rules of the products (ATTN_ALL, ATTN_UPPER, ATTN_KEYS,
  * ATTN_QUERY) are in attn_avx512.h, shared with the AVX-512 twin. */
@@ -453,13 +502,25 @@ static void attn_bwd_items(void *vctx, size_t i0, size_t i1, int chunk, int tid)
 static CPU_AVX2 void attn_pack_t(float *panel, const float *B, size_t ldb, int K, int N)
 {
     size_t w = attn_round16(N);
-    int j8 = N / 8 * 8, k8 = K / 8 * 8;
+    int j8 = N / 8 * 8, k8 = K / 8 * 8, k4 = K / 4 * 4;
     for (int j = 0; j < j8; j += 8)
         for (int k = 0; k < k8; k += 8)
             cpu_transpose8(panel + (size_t)k * w + (size_t)j, w, B + (size_t)j * ldb + (size_t)k, ldb);
+    if (k4 > k8)   /* 4 more columns (hd = 36: 32 + 4) in 4 x 4 blocks */
+        for (int j = 0; j < j8; j += 4) {
+            const float *b = B + (size_t)j * ldb + (size_t)k8;
+            __m128 r0 = _mm_loadu_ps(b), r1 = _mm_loadu_ps(b + ldb);
+            __m128 r2 = _mm_loadu_ps(b + 2 * ldb), r3 = _mm_loadu_ps(b + 3 * ldb);
+            _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+            float *o = panel + (size_t)k8 * w + (size_t)j;
+            _mm_storeu_ps(o, r0);
+            _mm_storeu_ps(o + w, r1);
+            _mm_storeu_ps(o + 2 * w, r2);
+            _mm_storeu_ps(o + 3 * w, r3);
+        }
     for (int j = 0; j < N; j++) {
         const float *b = B + (size_t)j * ldb;
-        for (int k = j < j8 ? k8 : 0; k < K; k++)
+        for (int k = j < j8 ? (k4 > k8 ? k4 : k8) : 0; k < K; k++)
             panel[(size_t)k * w + (size_t)j] = b[k];
     }
 }
@@ -587,6 +648,24 @@ static void attn_gemm(int M, int N, int K, const float *A, size_t ars, size_t ac
         attn_gemm_avx2(M, N, K, A, ars, acs, B, ldb, C, ldc, acc, mask, off);
 }
 
+/* D = dy . y of one row, 8 lanes of partial sums (the last < 8 through a
+ * mask), then the lanes added pairwise: one fixed order on both the AVX2
+ * and AVX-512 paths. */
+static CPU_AVX2 float attn_dot_avx2(const float *a, const float *b, int n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), acc);
+    if (j < n) {
+        __m256i m = attn_lanes(n - j);
+        acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + j, m), _mm256_maskload_ps(b + j, m), acc);
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
 /* dS = P (dP - D) * scale over a block's valid columns, 8 at a time: the
  * same operations, in the same order, as the SGEMM path's loop. */
 static CPU_AVX2 void attn_ds_avx2(float *ds, const float *p, int n, float d, float scale)
@@ -599,6 +678,20 @@ static CPU_AVX2 void attn_ds_avx2(float *ds, const float *p, int n, float d, flo
     }
     for (; j < n; j++)
         ds[j] = p[j] * (ds[j] - d) * scale;
+}
+
+/* dk or dv of a block at t0 (rows queries, keys = t0 + rows): out (keys x
+ * hd) += A^T B, A = dS or P (rows x keys, row stride ks), B = q or dy
+ * (rows x hd). Keys before t0 add to what the earlier blocks left; keys
+ * from t0 on are first met here, so they are written, not added to: no
+ * pass zeroes dk and dv first. t0 is a multiple of 4, so the key tiles are
+ * those of one call over all the keys. */
+static void attn_key_grads(int t0, int rows, int hd, const float *A, size_t ks, const float *B,
+                           size_t ldb, float *out, size_t ldo)
+{
+    if (t0 > 0)
+        attn_gemm(t0, hd, rows, A, 1, ks, B, ldb, out, ldo, 1, ATTN_QUERY, t0);
+    attn_gemm(rows, hd, rows, A + t0, 1, ks, B, ldb, out + (size_t)t0 * ldo, ldo, 0, ATTN_QUERY, 0);
 }
 
 static CPU_AVX2 void attn_fwd_items_avx2(void *vctx, size_t i0, size_t i1, int chunk, int tid)
@@ -617,7 +710,7 @@ static CPU_AVX2 void attn_fwd_items_avx2(void *vctx, size_t i0, size_t i1, int c
             attn_pack_t(panel, it.k, ld3, hd, keys);   /* K^T: hd x keys */
             attn_gemm(rows, keys, hd, it.q + (size_t)t0 * ld3, ld3, 1, panel, attn_round16(keys),
                       S, (size_t)keys, 0, ATTN_UPPER, t0);
-            attn_block_softmax(S, t0, rows, keys, c->scale, NULL, it.lse_o);
+            attn_block_softmax(S, t0, rows, keys, c->scale, NULL, it.lse_o, ATTN_TILE_PAD);
             attn_gemm(rows, hd, keys, S, (size_t)keys, 1, it.v, ld3, it.yo + (size_t)t0 * ld1, ld1,
                       0, ATTN_KEYS, t0);
         }
@@ -636,8 +729,6 @@ static CPU_AVX2 void attn_bwd_items_avx2(void *vctx, size_t i0, size_t i1, int c
     float *panel = P + cpu_align16(2 * (size_t)blk * (size_t)T);
     for (size_t item = i0; item < i1; item++) {
         attn_item it = attn_at(c, item);
-        attn_zero_cols(it.dk, T, hd, ld3);
-        attn_zero_cols(it.dv, T, hd, ld3);
         for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
             int rows = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, keys = t0 + rows;
             size_t ks = (size_t)keys;
@@ -645,20 +736,22 @@ static CPU_AVX2 void attn_bwd_items_avx2(void *vctx, size_t i0, size_t i1, int c
             size_t kw = attn_round16(keys);
             attn_pack_t(panel, it.k, ld3, hd, keys);
             attn_gemm(rows, keys, hd, q, ld3, 1, panel, kw, P, ks, 0, ATTN_UPPER, t0);
-            attn_block_softmax(P, t0, rows, keys, c->scale, it.lse, NULL);
+            attn_block_softmax(P, t0, rows, keys, c->scale, it.lse, NULL, ATTN_TILE_PAD);
             attn_pack_t(panel, it.v, ld3, hd, keys);   /* dP = dy V^T */
             attn_gemm(rows, keys, hd, dy, ld1, 1, panel, kw, dS, ks, 0, ATTN_UPPER, t0);
             for (int r = 0; r < rows; r++) {   /* dS past the query: 0, as P */
-                float d = attn_dot(dy + (size_t)r * ld1, it.y + (size_t)(t0 + r) * ld1, hd);
+                float d = attn_dot_avx2(dy + (size_t)r * ld1, it.y + (size_t)(t0 + r) * ld1, hd);
                 int valid = t0 + r + 1;
-                attn_ds_avx2(dS + (size_t)r * ks, P + (size_t)r * ks, valid, d, c->scale);
-                memset(dS + (size_t)r * ks + valid, 0, (size_t)(keys - valid) * sizeof *dS);
+                float *ds = dS + (size_t)r * ks;
+                attn_ds_avx2(ds, P + (size_t)r * ks, valid, d, c->scale);
+                for (int j = valid; j < keys && j < valid + ATTN_TILE_PAD; j++)
+                    ds[j] = 0.0f;
             }
             /* dq = dS K, dk += dS^T q, dv += P^T dy */
             attn_gemm(rows, hd, keys, dS, ks, 1, it.k, ld3, it.dq + (size_t)t0 * ld3, ld3, 0,
                       ATTN_KEYS, t0);
-            attn_gemm(keys, hd, rows, dS, 1, ks, q, ld3, it.dk, ld3, 1, ATTN_QUERY, t0);
-            attn_gemm(keys, hd, rows, P, 1, ks, dy, ld1, it.dv, ld3, 1, ATTN_QUERY, t0);
+            attn_key_grads(t0, rows, hd, dS, ks, q, ld3, it.dk, ld3);
+            attn_key_grads(t0, rows, hd, P, ks, dy, ld1, it.dv, ld3);
         }
     }
 }

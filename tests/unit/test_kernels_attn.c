@@ -86,6 +86,13 @@ static void run_attn(cdl_backend *be, attn_fwd_fn fwd, attn_bwd_fn bwd, int n, i
     size_t wn = cpu_attn_workspace(be, n, T, C, nh);
     float *ws = cdl_calloc(wn ? wn : 1, sizeof *ws);
     assert_non_null(ws);
+    /* A stale workspace and outputs of NaNs (all bits set): an entry a path
+     * reads without having written it, or an output it leaves unwritten,
+     * shows as NaN in the results. */
+    memset(ws, 0xff, (wn ? wn : 1) * sizeof *ws);
+    memset(y, 0xff, (size_t)n * T * C * sizeof *y);
+    memset(lse, 0xff, (size_t)n * nh * T * sizeof *lse);
+    memset(dqkv, 0xff, (size_t)n * T * 3 * C * sizeof *dqkv);
     fwd(be, n, T, C, nh, qkv, y, lse, ws);
     bwd(be, n, T, C, nh, qkv, y, lse, dy, dqkv, ws);
     cdl_free(ws);

@@ -115,6 +115,7 @@ static const cdl_backend_ops cpu_ops = {
     .xent_ls_fwd_bwd = cpu_xent_ls_fwd_bwd,
     .layernorm_fwd = cpu_layernorm_fwd,
     .layernorm_bwd = cpu_layernorm_bwd,
+    .layernorm_bwd_acc = cpu_layernorm_bwd_acc,
     .embedding_fwd = cpu_embedding_fwd,
     .embedding_bwd = cpu_embedding_bwd,
     .bcast_add_fwd = cpu_bcast_add_fwd,

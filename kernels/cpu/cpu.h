@@ -146,6 +146,9 @@ void cpu_layernorm_fwd(cdl_backend *be, int rows, int d, const float *x, const f
 void cpu_layernorm_bwd(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
                        const float *saved, const float *dy, float *dx, float *dgamma,
                        float *dbeta);
+void cpu_layernorm_bwd_acc(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
+                           const float *saved, const float *dy, float *dx, float *dgamma,
+                           float *dbeta);
 
 /* embedding.c: token embedding and the broadcast add of positions */
 void cpu_embedding_fwd(cdl_backend *be, int rows, int d, const float *ids, const float *w,

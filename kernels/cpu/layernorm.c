@@ -57,14 +57,15 @@ static void dx_sums_ref(const float *x, const float *dy, int d, float mean, floa
     }
 }
 
-/* dx = rstd * (g - a - xhat * b). */
+/* dx = rstd * (g - a - xhat * b), or dx += that (acc). */
 static void dx_apply_ref(const float *x, const float *dy, int d, float mean, float rstd,
-                         const float *gamma, float a, float b, float *dx)
+                         const float *gamma, float a, float b, float *dx, int acc)
 {
     for (int j = 0; j < d; j++) {
         float g = dy[j] * (gamma ? gamma[j] : 1.0f);
         float xhat = (x[j] - mean) * rstd;
-        dx[j] = rstd * (g - a - xhat * b);
+        float v = rstd * (g - a - xhat * b);
+        dx[j] = acc ? dx[j] + v : v;
     }
 }
 
@@ -132,7 +133,8 @@ static CPU_AVX2 void dx_sums_avx2(const float *x, const float *dy, int d, float 
 }
 
 static CPU_AVX2 void dx_apply_avx2(const float *x, const float *dy, int d, float mean,
-                                   float rstd, const float *gamma, float a, float b, float *dx)
+                                   float rstd, const float *gamma, float a, float b, float *dx,
+                                   int acc)
 {
     __m256 m = _mm256_set1_ps(mean), r = _mm256_set1_ps(rstd);
     __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
@@ -140,10 +142,12 @@ static CPU_AVX2 void dx_apply_avx2(const float *x, const float *dy, int d, float
     for (; j + 8 <= d; j += 8) {
         __m256 g = gamma8(gamma, j, _mm256_loadu_ps(dy + j));
         __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), m), r);
-        __m256 t = _mm256_sub_ps(_mm256_sub_ps(g, va), _mm256_mul_ps(xh, vb));
-        _mm256_storeu_ps(dx + j, _mm256_mul_ps(r, t));
+        __m256 t = _mm256_mul_ps(r, _mm256_sub_ps(_mm256_sub_ps(g, va), _mm256_mul_ps(xh, vb)));
+        if (acc)
+            t = _mm256_add_ps(_mm256_loadu_ps(dx + j), t);
+        _mm256_storeu_ps(dx + j, t);
     }
-    dx_apply_ref(x + j, dy + j, d - j, mean, rstd, gamma ? gamma + j : NULL, a, b, dx + j);
+    dx_apply_ref(x + j, dy + j, d - j, mean, rstd, gamma ? gamma + j : NULL, a, b, dx + j, acc);
 }
 
 /* A whole block of 16 columns: the 8+8 double sums stay in registers
@@ -225,7 +229,7 @@ typedef struct ln_kernels {
     void (*dx_sums)(const float *x, const float *dy, int d, float mean, float rstd,
                     const float *gamma, double *sg, double *sgx);
     void (*dx_apply)(const float *x, const float *dy, int d, float mean, float rstd,
-                     const float *gamma, float a, float b, float *dx);
+                     const float *gamma, float a, float b, float *dx, int acc);
     void (*param_block)(const float *x, const float *dy, size_t d, int rows, int n,
                         const float *saved, float *dgamma, float *dbeta);
 } ln_kernels;
@@ -247,6 +251,7 @@ typedef struct ln_ctx {
     const float *x, *gamma, *beta, *dy;
     float *y, *saved, *dx, *dgamma, *dbeta;
     const float *csaved;
+    int acc;   /* dx += (layernorm_bwd_acc) */
 } ln_ctx;
 
 static void fwd_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
@@ -284,7 +289,7 @@ static void dx_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
         double sg = 0.0, sgx = 0.0;
         c->k.dx_sums(x, dy, c->d, mean, rstd, c->gamma, &sg, &sgx);
         c->k.dx_apply(x, dy, c->d, mean, rstd, c->gamma, (float)(sg / c->d),
-                      (float)(sgx / c->d), c->dx + r * d);
+                      (float)(sgx / c->d), c->dx + r * d, c->acc);
     }
 }
 
@@ -302,9 +307,9 @@ static void param_cols(void *vctx, size_t b, size_t e, int chunk, int tid)
     }
 }
 
-void cpu_layernorm_bwd(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
-                       const float *saved, const float *dy, float *dx, float *dgamma,
-                       float *dbeta)
+static void layernorm_bwd(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
+                          const float *saved, const float *dy, float *dx, float *dgamma,
+                          float *dbeta, int acc)
 {
     if (d <= 0)
         return;
@@ -318,7 +323,7 @@ void cpu_layernorm_bwd(cdl_backend *be, int rows, int d, const float *x, const f
         return;
     }
     ln_ctx c = {.k = pick(), .rows = rows, .d = d, .x = x, .gamma = gamma, .dy = dy,
-                .csaved = saved, .dx = dx, .dgamma = dgamma, .dbeta = dbeta};
+                .csaved = saved, .dx = dx, .dgamma = dgamma, .dbeta = dbeta, .acc = acc};
     if (dx)
         pool_for(cpu_pool(be), (size_t)rows, (size_t)(CPU_ELT_GRAIN / d) + 1, dx_rows, &c);
     if (dgamma || dbeta) {
@@ -326,4 +331,20 @@ void cpu_layernorm_bwd(cdl_backend *be, int rows, int d, const float *x, const f
         size_t per_block = (size_t)rows * LN_COLS;
         pool_for(cpu_pool(be), blocks, CPU_ELT_GRAIN / per_block + 1, param_cols, &c);
     }
+}
+
+void cpu_layernorm_bwd(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
+                       const float *saved, const float *dy, float *dx, float *dgamma,
+                       float *dbeta)
+{
+    layernorm_bwd(be, rows, d, x, gamma, saved, dy, dx, dgamma, dbeta, 0);
+}
+
+/* dx += the gradient: the bits of cpu_layernorm_bwd into scratch and then
+ * cpu_accumulate (one float add per element, after the same value). */
+void cpu_layernorm_bwd_acc(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
+                           const float *saved, const float *dy, float *dx, float *dgamma,
+                           float *dbeta)
+{
+    layernorm_bwd(be, rows, d, x, gamma, saved, dy, dx, dgamma, dbeta, 1);
 }

@@ -349,6 +349,14 @@ typedef struct cdl_backend_ops {
     void (*layernorm_bwd)(cdl_backend *be, int rows, int d, const float *x, const float *gamma,
                           const float *saved, const float *dy, float *dx, float *dgamma,
                           float *dbeta);
+    /* Optional (NULL: layernorm_bwd into scratch, then accumulate): as
+     * layernorm_bwd, but dx += the input's gradient instead of dx =, with
+     * the bits of the two ops one after the other. A transformer block's
+     * layer norm reads the residual stream, whose gradient the block's add
+     * has already written: one pass fewer over it. */
+    void (*layernorm_bwd_acc)(cdl_backend *be, int rows, int d, const float *x,
+                              const float *gamma, const float *saved, const float *dy, float *dx,
+                              float *dgamma, float *dbeta);
     /* Embedding lookup: ids (rows) floats holding integers in [0, vocab); y
      * (rows, d) = w[ids[i]]. Backward ACCUMULATES dw (vocab, d) += dy rows
      * at their ids (a tied output layer has already written its part), each

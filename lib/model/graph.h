@@ -50,6 +50,9 @@ typedef struct layer {
                                     * that is its input (linear_act_bwd) */
     int fwd_by_linear;             /* activation, add: forward made by the linear before */
     int bwd_by_linear;             /* activation: backward made by the linear after */
+    int dx_acc;                    /* layernorm, not its input's last reader: its backward
+                                    * adds dx onto the input's dy itself
+                                    * (layernorm_bwd_acc), not through tmp */
     /* Sequences: an output of T positions of E features is (T, 1, E). */
     int seq, in_seq;               /* the output / first input is a sequence */
     int rows;                      /* positions per sample that row-wise ops see (1 if flat) */

@@ -266,6 +266,23 @@ static void plan_linear_eps(cdl_model *m)
     }
 }
 
+/* A layer norm that is not the last reader of its input (a transformer
+ * block's, reading the residual stream beside the block's add) adds its
+ * dx onto the input's dy in its own pass where the backend can
+ * (layernorm_bwd_acc), instead of writing tmp for finish_dx to add. */
+static void plan_dx_acc(cdl_model *m)
+{
+    if (!m->be->ops->layernorm_bwd_acc)
+        return;
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *L = &m->layers[i];
+        int k = L->in[0];
+        if (L->s->kind == CDL_LAYER_LAYERNORM && k >= 0 && m->layers[k].need_grad &&
+            m->layers[k].last_reader != i && !L->defer_dx)
+            L->dx_acc = 1;
+    }
+}
+
 /* Readers of each output, the layers that need gradients, fusions and
  * in-place activations. */
 static void plan_graph(cdl_model *m)
@@ -320,6 +337,7 @@ static void plan_graph(cdl_model *m)
     plan_bn_add(m);
     plan_deferred(m);
     plan_linear_eps(m);
+    plan_dx_acc(m);
 }
 
 /* 1 if an activation may overwrite its input: nothing else reads it, and

@@ -386,6 +386,13 @@ void cdl_model_backward(cdl_model *m, const float *dlogits_dev, cdl_grad_ready_f
             break;
         }
         case CDL_LAYER_LAYERNORM:
+            if (L->dx_acc) {   /* onto the input's dy: nothing left for finish_dx */
+                op->layernorm_bwd_acc(be, n * L->rows, L->feat_in, x, param(m, L->wview),
+                                      L->saved, dy, m->layers[L->in[0]].dy, grad(m, L->wview),
+                                      grad(m, L->bview));
+                dx = NULL;
+                break;
+            }
             op->layernorm_bwd(be, n * L->rows, L->feat_in, x, param(m, L->wview), L->saved, dy,
                               dx ? dx : m->tmp, grad(m, L->wview), grad(m, L->bview));
             break;

@@ -180,6 +180,18 @@ static void test_layernorm_matches_reference(void **state)
                 float *dx2 = cdl_calloc(nx, sizeof *dx2);
                 be->ops->layernorm_bwd(be, rows, d, x.f, gf, saved, dy.f, dx2, NULL, NULL);
                 assert_memory_equal(dx2, dx.f, nx * sizeof *dx2);
+                /* layernorm_bwd_acc onto a gradient already there: the
+                 * bits of layernorm_bwd then accumulate, dgamma/dbeta too. */
+                pair base = pair_rand(nx, 404 + k, -1, 1);
+                float *acc = cdl_calloc(nx, sizeof *acc), *dg2 = cdl_calloc(d, sizeof *dg2);
+                memcpy(acc, base.f, nx * sizeof *acc);
+                be->ops->layernorm_bwd_acc(be, rows, d, x.f, gf, saved, dy.f, acc, dg2, NULL);
+                be->ops->accumulate(be, nx, dx.f, base.f);
+                assert_memory_equal(acc, base.f, nx * sizeof *acc);
+                assert_memory_equal(dg2, dg.f, (size_t)d * sizeof *dg2);
+                cdl_free(acc);
+                cdl_free(dg2);
+                pair_free(&base);
                 cdl_free(dx2);
 
                 cdl_free(saved);

@@ -238,8 +238,10 @@ static CPU_AVX2 void bwd_sums_avx2(const float *x, const float *yr, const float 
     __m256d b = _mm256_add_pd(_mm256_add_pd(acc[2], acc[3]), _mm256_add_pd(acc2[2], acc2[3]));
     *sdy += cpu_hsum4d(a);
     *sdyx += cpu_hsum4d(b);
-    if (i < hw)
+    if (i < hw) {
+        cpu_avx_leave();
         bwd_sums_ref(x + i, yr ? yr + i : NULL, dy + i, hw - i, mean, sdy, sdyx);
+    }
 }
 
 static CPU_AVX2 void bwd_apply_avx2(const float *x, const float *yr, const float *dy, int hw,

@@ -205,6 +205,7 @@ static CPU_AVX2 void relu_bwd_split_chunk8(void *vctx, size_t b, size_t e, int c
             g = _mm256_add_ps(_mm256_loadu_ps(c->out2 + i), g);
         _mm256_storeu_ps(c->out2 + i, g);
     }
+    cpu_avx_leave();
     relu_bwd_split_chunk(vctx, i, e, chunk, tid);
 }
 #endif

@@ -147,6 +147,7 @@ static CPU_AVX2 void dx_apply_avx2(const float *x, const float *dy, int d, float
             t = _mm256_add_ps(_mm256_loadu_ps(dx + j), t);
         _mm256_storeu_ps(dx + j, t);
     }
+    cpu_avx_leave();
     dx_apply_ref(x + j, dy + j, d - j, mean, rstd, gamma ? gamma + j : NULL, a, b, dx + j, acc);
 }
 
@@ -156,6 +157,7 @@ static CPU_AVX2 void param_block_avx2(const float *x, const float *dy, size_t d,
                                       int n, const float *saved, float *dgamma, float *dbeta)
 {
     if (n != 16) {
+        cpu_avx_leave();
         param_block_ref(x, dy, d, rows, n, saved, dgamma, dbeta);
         return;
     }
@@ -194,6 +196,7 @@ static CPU_AVX512 void param_block_avx512(const float *x, const float *dy, size_
                                          int n, const float *saved, float *dgamma, float *dbeta)
 {
     if (n != 16) {
+        cpu_avx_leave();
         param_block_ref(x, dy, d, rows, n, saved, dgamma, dbeta);
         return;
     }

@@ -143,6 +143,7 @@ static CPU_AVX2 void adam_chunk_avx2(void *vctx, size_t b, size_t e, int chunk, 
         __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
         _mm256_storeu_ps(p + i, _mm256_add_ps(pi, _mm256_div_ps(_mm256_mul_ps(nstep, mi), denom)));
     }
+    cpu_avx_leave();
     adam_chunk(vctx, i, e, chunk, tid);
 }
 #endif

@@ -39,6 +39,18 @@ void cpu_disable_avx512(int off);
 #define CPU_AVX2 __attribute__((target("avx2,fma")))
 int cpu_has_avx2(void);
 
+/* Called by an AVX kernel right before it hands its tail to a portable
+ * (SSE) function. GCC emits no vzeroupper before a sibling call (a tail
+ * call compiled as a jump), so without it the upper halves of the vector
+ * registers stay dirty, and every SSE instruction until the next
+ * vzeroupper carries a false dependency on them: layer norm's backward ran
+ * at half speed that way. tests/unit/avx_upper.sh finds kernels that
+ * jump to SSE code without it. */
+static CPU_AVX2 inline void cpu_avx_leave(void)
+{
+    _mm256_zeroupper();
+}
+
 /* Sums in double lanes: the 4 lanes of d added up; acc plus the 8 floats
  * of v widened (4+4). */
 static CPU_AVX2 inline double cpu_hsum4d(__m256d d)

@@ -27,6 +27,10 @@ tests_unit_test_kernels_act512_SOURCES = tests/unit/test_kernels_act512.c tests/
 	tests/unit/avx512_testutil.h
 tests_unit_test_kernels_act512_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_kernels_act512_LDADD = $(TEST_LDADD)
+# no AVX kernel hands its tail to SSE code with the upper halves dirty
+# (objdump over libcdl_core.a; skipped without it)
+TESTS += tests/unit/avx_upper.sh
+EXTRA_DIST += tests/unit/avx_upper.sh
 # linear layers on the AVX2 path's shapes (GPT-sized) and the OpenBLAS one
 check_PROGRAMS += tests/unit/test_kernels_linear
 TESTS += tests/unit/test_kernels_linear

@@ -11,7 +11,9 @@
  * dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy, in a
  * second pass that gives each work item a block of columns and walks the
  * rows in order, so the sums do not depend on the thread count (a row
- * split would need per-thread partials).
+ * split would need per-thread partials). On one thread the dx pass adds
+ * each row into the same double sums while the row is in cache (rows in
+ * order: the same bits), and the second pass is skipped.
  *
  * Each row kernel has a plain C loop (the definition; the portable path)
  * and an AVX2 twin picked at run time (simd.h); the tests run both against
@@ -25,6 +27,10 @@
 /* Columns per item of the dgamma/dbeta pass: one cache line, whose 16
  * double sums (x2) the AVX2 kernel keeps in registers. */
 #define LN_COLS 16
+
+/* Widest row whose dgamma/dbeta sums the one-thread dx pass keeps (on the
+ * stack: 2 x 8 KB of doubles). */
+#define LN_FUSE_MAX 1024
 
 /* ---- row kernels: reference ---- */
 
@@ -92,6 +98,18 @@ static void param_block_ref(const float *x, const float *dy, size_t d, int rows,
     }
 }
 
+/* One row's terms of dgamma and dbeta added to sg[j] and sb[j] (d doubles
+ * each): param_block_ref's operations for row r, so summing the rows in
+ * order gives its bits. */
+static void param_row_ref(const float *x, const float *dy, int d, float mean, float rstd,
+                          double *sg, double *sb)
+{
+    for (int j = 0; j < d; j++) {
+        sg[j] += (double)dy[j] * ((x[j] - mean) * rstd);
+        sb[j] += dy[j];
+    }
+}
+
 /* ---- row kernels: AVX2 (8 lanes; tails through the reference; sums in
  * double lanes like the reference's) ---- */
 #if CPU_X86
@@ -149,6 +167,27 @@ static CPU_AVX2 void dx_apply_avx2(const float *x, const float *dy, int d, float
     }
     cpu_avx_leave();
     dx_apply_ref(x + j, dy + j, d - j, mean, rstd, gamma ? gamma + j : NULL, a, b, dx + j, acc);
+}
+
+static CPU_AVX2 void param_row_avx2(const float *x, const float *dy, int d, float mean,
+                                    float rstd, double *sg, double *sb)
+{
+    __m256 m = _mm256_set1_ps(mean), r = _mm256_set1_ps(rstd);
+    int j = 0;
+    for (; j + 8 <= d; j += 8) {
+        __m256 g = _mm256_loadu_ps(dy + j);
+        __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), m), r);
+        __m256d g0 = _mm256_cvtps_pd(_mm256_castps256_ps128(g));
+        __m256d g1 = _mm256_cvtps_pd(_mm256_extractf128_ps(g, 1));
+        __m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(xh));
+        __m256d x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(xh, 1));
+        _mm256_storeu_pd(sg + j, _mm256_fmadd_pd(g0, x0, _mm256_loadu_pd(sg + j)));
+        _mm256_storeu_pd(sg + j + 4, _mm256_fmadd_pd(g1, x1, _mm256_loadu_pd(sg + j + 4)));
+        _mm256_storeu_pd(sb + j, _mm256_add_pd(_mm256_loadu_pd(sb + j), g0));
+        _mm256_storeu_pd(sb + j + 4, _mm256_add_pd(_mm256_loadu_pd(sb + j + 4), g1));
+    }
+    cpu_avx_leave();
+    param_row_ref(x + j, dy + j, d - j, mean, rstd, sg + j, sb + j);
 }
 
 /* A whole block of 16 columns: the 8+8 double sums stay in registers
@@ -235,6 +274,8 @@ typedef struct ln_kernels {
                      const float *gamma, float a, float b, float *dx, int acc);
     void (*param_block)(const float *x, const float *dy, size_t d, int rows, int n,
                         const float *saved, float *dgamma, float *dbeta);
+    void (*param_row)(const float *x, const float *dy, int d, float mean, float rstd, double *sg,
+                      double *sb);
 } ln_kernels;
 
 static ln_kernels pick(void)
@@ -242,9 +283,10 @@ static ln_kernels pick(void)
 #if CPU_X86
     if (cpu_has_avx2())
         return (ln_kernels){apply_avx2, dx_sums_avx2, dx_apply_avx2,
-                            cpu_has_avx512() ? param_block_avx512 : param_block_avx2};
+                            cpu_has_avx512() ? param_block_avx512 : param_block_avx2,
+                            param_row_avx2};
 #endif
-    return (ln_kernels){apply_ref, dx_sums_ref, dx_apply_ref, param_block_ref};
+    return (ln_kernels){apply_ref, dx_sums_ref, dx_apply_ref, param_block_ref, param_row_ref};
 }
 
 typedef struct ln_ctx {
@@ -254,7 +296,8 @@ typedef struct ln_ctx {
     const float *x, *gamma, *beta, *dy;
     float *y, *saved, *dx, *dgamma, *dbeta;
     const float *csaved;
-    int acc;   /* dx += (layernorm_bwd_acc) */
+    int acc;          /* dx += (layernorm_bwd_acc) */
+    double *sg, *sb;  /* the dx pass also sums dgamma, dbeta here (one thread) */
 } ln_ctx;
 
 static void fwd_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
@@ -293,6 +336,8 @@ static void dx_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
         c->k.dx_sums(x, dy, c->d, mean, rstd, c->gamma, &sg, &sgx);
         c->k.dx_apply(x, dy, c->d, mean, rstd, c->gamma, (float)(sg / c->d),
                       (float)(sgx / c->d), c->dx + r * d, c->acc);
+        if (c->sg)
+            c->k.param_row(x, dy, c->d, mean, rstd, c->sg, c->sb);
     }
 }
 
@@ -327,6 +372,22 @@ static void layernorm_bwd(cdl_backend *be, int rows, int d, const float *x, cons
     }
     ln_ctx c = {.k = pick(), .rows = rows, .d = d, .x = x, .gamma = gamma, .dy = dy,
                 .csaved = saved, .dx = dx, .dgamma = dgamma, .dbeta = dbeta, .acc = acc};
+    if (dx && (dgamma || dbeta) && d <= LN_FUSE_MAX && pool_threads(cpu_pool(be)) == 1) {
+        /* One pass, rows in order on this thread (see the top comment). */
+        double sums[2 * LN_FUSE_MAX];
+        for (int j = 0; j < 2 * d; j++)
+            sums[j] = 0.0;
+        c.sg = sums;
+        c.sb = sums + d;
+        dx_rows(&c, 0, (size_t)rows, 0, 0);
+        for (int j = 0; j < d; j++) {
+            if (dgamma)
+                dgamma[j] = (float)c.sg[j];
+            if (dbeta)
+                dbeta[j] = (float)c.sb[j];
+        }
+        return;
+    }
     if (dx)
         pool_for(cpu_pool(be), (size_t)rows, (size_t)(CPU_ELT_GRAIN / d) + 1, dx_rows, &c);
     if (dgamma || dbeta) {

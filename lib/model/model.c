@@ -266,6 +266,51 @@ static void plan_linear_eps(cdl_model *m)
     }
 }
 
+/* An add's input read by other layers too (a residual stream: the block's
+ * input feeds its first layer and the add) shares the add's dy, so the
+ * add's backward copies nothing into it, where that is safe: the add is
+ * the input's last reader, and the input's other readers all run their
+ * backward (adding into the shared buffer) after every layer that reads
+ * the buffer as the add's dy (the add, and the layers whose dy is the
+ * add's through its other inputs: a transformer's projection into the
+ * stream). Adds with a fused ReLU keep their copy (their backward splits
+ * the gradient itself). A GPT's residual gradients then live in one
+ * buffer from the top block to the embedding. */
+static void plan_shared_dy(cdl_model *m)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *L = &m->layers[i];
+        if (L->s->kind != CDL_LAYER_ADD || L->fuse_relu || L->by_bn || !L->need_grad)
+            continue;
+        /* The lowest layer reading this add's dy buffer: dy_alias points
+         * from a layer to a later one, so one scan down from i finds the
+         * layers sharing it. */
+        unsigned char shares[CDL_MAX_LAYERS] = {0};
+        shares[i] = 1;
+        int lo = i;
+        for (int j = i - 1; j >= 0; j--)
+            if (m->layers[j].dy_alias >= 0 && shares[m->layers[j].dy_alias])
+                shares[j] = 1, lo = j;
+        for (int j = 0; j < L->nin; j++) {
+            int q = L->in[j];
+            if (q < 0 || shares[q])
+                continue;
+            layer *Q = &m->layers[q];
+            if (!Q->need_grad || Q->dy_alias >= 0 || Q->last_reader != i || Q->ncons < 2)
+                continue;
+            int ok = 1;
+            for (int r = q + 1; r < i && ok; r++)
+                for (int t = 0; t < m->layers[r].nin; t++)
+                    if (m->layers[r].in[t] == q && r >= lo)
+                        ok = 0;
+            if (ok) {
+                Q->dy_alias = i;
+                break;
+            }
+        }
+    }
+}
+
 /* A layer norm that is not the last reader of its input (a transformer
  * block's, reading the residual stream beside the block's add) adds its
  * dx onto the input's dy in its own pass where the backend can
@@ -337,6 +382,7 @@ static void plan_graph(cdl_model *m)
     plan_bn_add(m);
     plan_deferred(m);
     plan_linear_eps(m);
+    plan_shared_dy(m);
     plan_dx_acc(m);
 }
 

@@ -201,6 +201,21 @@ static const char fd_graph_spec[] =
     "relu\n"
     "linear 3 name=head\n";
 
+/* A residual stream as in a transformer: each block's input feeds a layer
+ * norm and the block's add, so the add shares its dy with that input
+ * (plan_shared_dy) and the layer norm adds its dx onto it. */
+static const char fd_res_spec[] =
+    "flatten\n"                 /* 98 */
+    "linear 6 name=x0\n"
+    "layernorm\n"
+    "linear 6\n"
+    "add x0 name=s1\n"
+    "layernorm\n"
+    "gelu\n"
+    "linear 6\n"
+    "add s1\n"
+    "linear 3\n";
+
 /* Batch norms (one fused with its ReLU, one not), a rectangular, a
  * dilated grouped conv, every activation and global average pooling. */
 static const char fd_bn_spec[] =
@@ -262,6 +277,10 @@ static double ref_loss(const cdl_model *m, const double *p, const double *x, int
             w = p + cdl_model_view(m, view++)->offset;
             b = p + cdl_model_view(m, view++)->offset;
         }
+        if (l->kind == CDL_LAYER_LAYERNORM) {   /* weight, and bias unless bias=false */
+            w = p + cdl_model_view(m, view++)->offset;
+            b = l->bias ? p + cdl_model_view(m, view++)->offset : NULL;
+        }
         int stride = l->stride ? l->stride : l->kernel;
         int hw = a.h * a.w;
         cdl_conv2d_desc cd;
@@ -315,9 +334,12 @@ static double ref_loss(const cdl_model *m, const double *p, const double *x, int
             }
             break;
         }
+        case CDL_LAYER_LAYERNORM:   /* flat inputs here: a row per sample */
+            ref_layernorm_fwd(n, (int)(count / (size_t)n), cur, w, b, l->eps > 0 ? l->eps : 1e-5,
+                              next);
+            break;
         case CDL_LAYER_EMBEDDING:
         case CDL_LAYER_POSEMBEDDING:
-        case CDL_LAYER_LAYERNORM:
         case CDL_LAYER_ATTENTION:
             /* Sequence models: test_model_torch's gpt against PyTorch. */
             fail_msg("no double reference for %s layers here", spec_kind_name(l->kind));
@@ -464,6 +486,35 @@ static void test_finite_differences_graph(void **state)
 {
     (void)state;
     check_fd(fd_graph_spec, 1);
+}
+
+/* Adds whose input other layers read too, sharing that input's gradient
+ * buffer (both blocks' adds here; none in the ResNets, whose adds carry
+ * a fused ReLU and keep their copy). */
+static int count_shared_dy(const cdl_model *m)
+{
+    int shared = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        for (int j = 0; j < m->layers[i].nin; j++) {
+            int q = m->layers[i].in[j];
+            shared += q >= 0 && m->layers[q].ncons > 1 && m->layers[q].dy_alias == i;
+        }
+    return shared;
+}
+
+static void test_finite_differences_residual_stream(void **state)
+{
+    (void)state;
+    cdl_model *m = from_text(fd_res_spec, (cdl_shape){2, 7, 7}, 4);
+    assert_int_equal(count_shared_dy(m), 2);
+    cdl_model_destroy(m);
+    cdl_model_spec spec;
+    assert_int_equal(cdl_spec_builtin("resnet20", (cdl_shape){3, 32, 32}, 10, &spec), 0);
+    m = cdl_model_create(&spec, (cdl_shape){3, 32, 32}, 2, be);
+    assert_non_null(m);
+    assert_int_equal(count_shared_dy(m), 0);
+    cdl_model_destroy(m);
+    check_fd(fd_res_spec, 1);
 }
 
 /* Batch norm (training: batch statistics; evaluation: running ones after
@@ -1081,6 +1132,7 @@ int main(void)
         cmocka_unit_test(test_finite_differences_train),
         cmocka_unit_test(test_finite_differences_eval),
         cmocka_unit_test(test_finite_differences_graph),
+        cmocka_unit_test(test_finite_differences_residual_stream),
         cmocka_unit_test(test_finite_differences_bn),
         cmocka_unit_test(test_grad_ready_ranges),
         cmocka_unit_test(test_add_relu_fusion_bitwise),

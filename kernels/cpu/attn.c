@@ -371,7 +371,7 @@ static ATTN_AVX512 void attn_scale_avx512(float *s, int n, float f)
 typedef struct attn_rowk {
     float (*max)(const float *s, int n);
     double (*exp)(float *s, int n, float a, float b);      /* returns the sum */
-    double (*exp_p)(float *s, int n, float a, float b);    /* the sum where it is free */
+    double (*exp_p)(float *s, int n, float a, float b);    /* the same values, sum unused */
     void (*scale)(float *s, int n, float f);
 } attn_rowk;
 

@@ -4,7 +4,7 @@
 # files compiled by $(NVCC) into libtool objects (.lo, PIC) that join
 # libcdl_core.la through its LIBADD; with --enable-werror nvcc's warnings
 # and the host compiler's are errors too.
-EXTRA_DIST += kernels/cuda/cuk.cuh kernels/cuda/eltwise.cu kernels/cuda/bias.cu \
+EXTRA_DIST += kernels/cuda/cuk.cuh kernels/cuda/mma.cuh kernels/cuda/eltwise.cu kernels/cuda/bias.cu \
 	kernels/cuda/pool.cu kernels/cuda/xent.cu kernels/cuda/optim.cu kernels/cuda/reduce.cu \
 	kernels/cuda/act.cu kernels/cuda/chan.cu kernels/cuda/bn.cu \
 	kernels/cuda/attn.cu \
@@ -43,6 +43,7 @@ CDL_NVCCFLAGS = -std=c++17 -O3 $(NVCC_ARCH_FLAGS) -Xcompiler -fPIC,-fno-exceptio
 	-I$(top_builddir) $(NVCCFLAGS)
 CDL_NVCC_DEPS = $(top_builddir)/config.h $(top_srcdir)/lib/cdl/backend.h \
 	$(top_srcdir)/kernels/cuda/kernels.h $(top_srcdir)/kernels/cuda/cuk.cuh \
+	$(top_srcdir)/kernels/cuda/mma.cuh \
 	$(top_srcdir)/kernels/cuda/dropout_keep.h $(top_srcdir)/kernels/optim_scalars.h
 $(CUDA_KERNEL_OBJS): $(CDL_NVCC_DEPS)
 

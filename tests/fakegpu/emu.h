@@ -88,6 +88,7 @@ struct cuk_emu_launch_state {
     const std::function<void()> *kernel;
     std::vector<int> state;
     std::vector<uint64_t> slot;                /* one shuffle value per thread */
+    std::vector<const void *> coll;            /* emu_mma.h: a lane's operands, at a warp op */
     unsigned current;
     int plain;                                 /* threads run as plain calls */
 };
@@ -374,6 +375,7 @@ inline void cuk_emu_launch(dim3 grid, dim3 block, const std::function<void()> &k
     L.plain = 0;
     L.state.assign(L.n, CUK_EMU_DONE);
     L.slot.assign(L.n, 0);
+    L.coll.assign(L.n, nullptr);
     cuk_emu_fibers(L.n);
     cuk_emu_now = &L;
     blockDim = block;
@@ -423,5 +425,7 @@ inline void cuk_emu_submit_launch(cudaStream_t s, dim3 grid, dim3 block, std::fu
 
 /* The tensor-core API (nvcuda::wmma) and bf16 type of the bf16 kernels. */
 #include "emu_wmma.h"
+/* The warp-level matrix instructions (mma.sync, ldmatrix) of mma.cuh. */
+#include "emu_mma.h"
 
 #endif

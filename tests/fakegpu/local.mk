@@ -13,7 +13,8 @@ if HAVE_CUDA
 CDL_EMU_FLAGS = -x c++ -std=c++17 -O1 -Xcompiler -Wall,-Wextra,-ffp-contract=off $(CDL_NVCC_WERROR) \
 	-include $(top_srcdir)/tests/fakegpu/emu.h -I$(top_srcdir)/lib -I$(top_srcdir) -I$(top_builddir)
 CUDA_EMU_OBJS = $(CUDA_KERNEL_OBJS:kernels/cuda/%.lo=tests/fakegpu/emu/%.o)
-$(CUDA_EMU_OBJS): $(CDL_NVCC_DEPS) $(top_srcdir)/tests/fakegpu/emu.h $(top_srcdir)/tests/fakegpu/emu_wmma.h
+$(CUDA_EMU_OBJS): $(CDL_NVCC_DEPS) $(top_srcdir)/tests/fakegpu/emu.h $(top_srcdir)/tests/fakegpu/emu_wmma.h \
+	$(top_srcdir)/tests/fakegpu/emu_mma.h
 tests/fakegpu/emu/%.o: kernels/cuda/%.cu
 	$(AM_V_NVCC)$(MKDIR_P) $(@D) && $(NVCC) $(CDL_EMU_FLAGS) -c $< -o $@
 
@@ -21,7 +22,8 @@ FAKEGPU_OBJS = tests/fakegpu/fake_runtime.o tests/fakegpu/fake_blas.o tests/fake
 	tests/fakegpu/fake_dnn.o tests/fakegpu/fake_nccl.o
 FAKEGPU_FLAGS = -x c++ -std=c++17 -O2 -Xcompiler -Wall,-Wextra $(CDL_NVCC_WERROR) \
 	-I$(top_srcdir)/lib -I$(top_srcdir) -I$(top_builddir)
-$(FAKEGPU_OBJS): $(top_srcdir)/tests/fakegpu/fake.h $(top_srcdir)/tests/fakegpu/emu.h
+$(FAKEGPU_OBJS): $(top_srcdir)/tests/fakegpu/fake.h $(top_srcdir)/tests/fakegpu/emu.h \
+	$(top_srcdir)/tests/fakegpu/emu_wmma.h $(top_srcdir)/tests/fakegpu/emu_mma.h
 tests/fakegpu/%.o: tests/fakegpu/%.cc
 	$(AM_V_NVCC)$(MKDIR_P) $(@D) && $(NVCC) $(FAKEGPU_FLAGS) -c $< -o $@
 CLEANFILES += $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
@@ -78,11 +80,24 @@ tests_fakegpu_ops_bf16_LDADD = $(FAKEGPU_LDADD)
 tests_fakegpu_ops_bf16_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_ops_bf16_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
 TESTS += tests/fakegpu/bf16.sh
+# The emulated mma.sync and ldmatrix (emu_mma.h) against the PTX ISA's
+# fragment layouts, written out a second time in the test; built like the
+# emulated kernels.
+check_PROGRAMS += tests/fakegpu/mma_layout
+TESTS += tests/fakegpu/mma_layout
+tests_fakegpu_mma_layout_SOURCES =
+tests_fakegpu_mma_layout_LDADD = tests/fakegpu/mma_layout.o -lstdc++
+EXTRA_tests_fakegpu_mma_layout_DEPENDENCIES = tests/fakegpu/mma_layout.o
+tests/fakegpu/mma_layout.o: tests/fakegpu/mma_layout.cc $(CDL_NVCC_DEPS) \
+	$(top_srcdir)/tests/fakegpu/emu.h $(top_srcdir)/tests/fakegpu/emu_wmma.h \
+	$(top_srcdir)/tests/fakegpu/emu_mma.h
+	$(AM_V_NVCC)$(MKDIR_P) $(@D) && $(NVCC) $(CDL_EMU_FLAGS) -c $(top_srcdir)/tests/fakegpu/mma_layout.cc -o $@
+CLEANFILES += tests/fakegpu/mma_layout.o
 TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh tests/fakegpu/ddp.sh \
 	tests/fakegpu/gpu_script.sh tests/fakegpu/coll.sh tests/fakegpu/fault.sh
 TESTS += tests/fakegpu/nccl_stall.sh
 endif
-EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/emu_wmma.h tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
+EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/emu_wmma.h tests/fakegpu/emu_mma.h tests/fakegpu/mma_layout.cc tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
 	tests/fakegpu/fake_blaslt.cc \
 	tests/fakegpu/fake_dnn.cc tests/fakegpu/fake_nccl.cc tests/fakegpu/ops.sh \
 	tests/fakegpu/train.sh tests/fakegpu/ddp.sh tests/fakegpu/gpu_script.sh \

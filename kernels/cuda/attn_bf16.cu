@@ -38,6 +38,7 @@
 #include <math.h>
 
 #include "kernels/cuda/cuk.cuh"
+#include "kernels/cuda/mma.cuh"
 
 #ifndef CUK_EMULATION
 #include <cuda_bf16.h>
@@ -461,27 +462,531 @@ fb_bwd_kv(int T, int C, int nh, float scale, const float *qkv, const float *lse,
     fb_write<HD>(W, dv, d3 + 2 * C, ld3, ws0, T, lane);
 }
 
+/* ================================================ the mma.sync kernels
+ * CDL_ATTN_KERNEL=mma (ops_attn.c): the same semantics as the kernels
+ * above (qkv fp32, rounded to bf16 when staged; y, lse, D, dqkv fp32; one
+ * writer per output element, a fixed summation order), on mma.cuh's
+ * m16n8k16 products, whose register layout the PTX ISA documents: every
+ * row operation happens in registers. A warp owns 16 rows; an
+ * accumulator's row lives in the 4 lanes of a group (lane / 4), which
+ * reduce with __shfl_xor_sync 1 and 2, and the S accumulators repacked to
+ * bf16 are the A operand of the next product (cuk_c2a). The other side's
+ * tiles sit in shared memory as bf16, double-buffered: the next tile's
+ * fp32 rows are read into registers before the current tile's products
+ * and stored (rounded) after them. Operands B come from shared memory by
+ * ldmatrix (.trans where the tile is the k x n operand).
+ *   - forward (fm_fwd): one block of 4 warps per (item, 64 query rows),
+ *     the blocks with the most keys first; key tiles of FM_KT = 64 up to
+ *     the block's last row. Per tile S = Q K^T in registers, the diagonal
+ *     tile masked, the row maximum m (raw scores) over the group, P =
+ *     exp2(S scale log2e - m scale log2e) rounded to bf16 as the A
+ *     operand, O and each lane's share of l rescaled by exp2 of the
+ *     maximum's move, O += P V. At the end l is summed over the group,
+ *     y = O / l, lse = m scale + log l.
+ *   - backward, query side (fm_bwd_q): the same blocks and key tiles; D =
+ *     dy . y per row (each lane its columns, then the group), P from S and
+ *     lse, dP = dY V^T, dS = P (dP - D) scale rounded to bf16, dQ += dS K.
+ *   - backward, key side (fm_bwd_kv): one block per (item, 64 keys), warps
+ *     of 16 keys holding K and V as A operands; query tiles of FM_QT = 32
+ *     from the block's first key to T, with their lse and D: S^T = K Q^T,
+ *     dP^T = V dY^T, then dV += P^T dY and dK += dS^T Q.
+ * Column pairs (16 keys or queries) a warp's rows cannot see (above its
+ * diagonal, past T) are skipped; masked elements are selected to 0 (or
+ * -inf before the maximum), never multiplied. */
+
+#define FM_LOG2E 1.4426950408889634f
+/* bf16 padding of shared rows: 16 bytes, so that rows stay 16-byte aligned
+ * (ldmatrix) and the 8 rows of an ldmatrix matrix fall in distinct banks. */
+#define FM_PAD 8
+/* Keys per tile (forward, backward query side); queries per tile of the
+ * backward key side. */
+#define FM_KT 64
+#define FM_QT 32
+
+/* Whether rows of base (stride ld floats) can be read four floats at once. */
+static __device__ __forceinline__ bool fm_vec(const float *base, size_t ld)
+{
+    return ((uintptr_t)base | (ld * sizeof(float))) % sizeof(float4) == 0;
+}
+
+/* R rows of HD floats from row r0 of base (row stride ld), zero past row T,
+ * held in registers from load to store, stored into a shared tile (row
+ * stride HD + FM_PAD) rounded to bf16. Each thread of the block takes the
+ * same float4 chunks in both. */
+template <int HD, int R> struct fm_stage {
+    enum { N = R * HD / 4 / FB_THREADS };
+    float4 v[N];
+
+    __device__ __forceinline__ void load(const float *base, size_t ld, int r0, int T, bool vec)
+    {
+        CUK_UNROLL
+        for (int i = 0; i < N; i++) {
+            int f = (int)threadIdx.x + i * FB_THREADS, r = f / (HD / 4), j = f % (HD / 4) * 4;
+            v[i].x = v[i].y = v[i].z = v[i].w = 0.0f;
+            if (r0 + r < T) {
+                const float *p = base + (size_t)(r0 + r) * ld + j;
+                if (vec) {
+                    v[i] = *(const float4 *)p;
+                } else {
+                    v[i].x = p[0];
+                    v[i].y = p[1];
+                    v[i].z = p[2];
+                    v[i].w = p[3];
+                }
+            }
+        }
+    }
+
+    __device__ __forceinline__ void store(bf16 *tile) const
+    {
+        CUK_UNROLL
+        for (int i = 0; i < N; i++) {
+            int f = (int)threadIdx.x + i * FB_THREADS, r = f / (HD / 4), j = f % (HD / 4) * 4;
+            uint2 w;
+            w.x = cuk_bf16x2(v[i].x, v[i].y);
+            w.y = cuk_bf16x2(v[i].z, v[i].w);
+            *(uint2 *)(tile + r * (HD + FM_PAD) + j) = w;
+        }
+    }
+
+    /* The first tiles: rows r0.. of a into ta, then of b into tb; the block
+     * waits for all of them. */
+    __device__ __forceinline__ void first(bf16 *ta, const float *a, size_t lda, bool va, bf16 *tb,
+                                          const float *b, size_t ldb, bool vb, int r0, int T)
+    {
+        load(a, lda, r0, T, va);
+        store(ta);
+        load(b, ldb, r0, T, vb);
+        store(tb);
+        __syncthreads();
+    }
+};
+
+/* The A operands (16 x HD, k-steps of 16 columns) of rows r0..r0+15 of
+ * base (row stride ld), read from global memory in the A layout, rounded
+ * to bf16, zero past row T. */
+template <int HD>
+static __device__ __forceinline__ void fm_rows_a(uint32_t a[HD / 16][4], const float *base,
+                                                 size_t ld, int r0, int T, int lane)
+{
+    int grp = lane >> 2, tig = lane & 3;
+    bool ok0 = r0 + grp < T, ok1 = r0 + grp + 8 < T;
+    const float *p0 = base + (size_t)(ok0 ? r0 + grp : 0) * ld;
+    const float *p1 = base + (size_t)(ok1 ? r0 + grp + 8 : 0) * ld;
+    CUK_UNROLL
+    for (int kk = 0; kk < HD / 16; kk++) {
+        int c = kk * 16 + tig * 2;
+        a[kk][0] = ok0 ? cuk_bf16x2(p0[c], p0[c + 1]) : 0u;
+        a[kk][1] = ok1 ? cuk_bf16x2(p1[c], p1[c + 1]) : 0u;
+        a[kk][2] = ok0 ? cuk_bf16x2(p0[c + 8], p0[c + 9]) : 0u;
+        a[kk][3] = ok1 ? cuk_bf16x2(p1[c + 8], p1[c + 9]) : 0u;
+    }
+}
+
+/* c0 += A B0 and c1 += A B1, the two 16 x 8 operands B0, B1 read by one
+ * ldmatrix.x4 (row: this lane's row address, as fm_abt and fm_ab place it). */
+static __device__ __forceinline__ void fm_mma2(float c0[4], float c1[4], const uint32_t a[4],
+                                               const bf16 *row, bool trans)
+{
+    uint32_t b[4];
+    cuk_ldmatrix_x4(b, row, trans);
+    cuk_mma_bf16(c0, a, b);
+    cuk_mma_bf16(c1, a, b + 2);
+}
+
+/* s[n] += A B^T for the tile's rows n*8 .. n*8+7 (B^T's rows: the tile,
+ * row-major bf16, HD columns), A the warp's 16 x HD operand; only the
+ * pairs of 8-row blocks p0 <= np < p1 (16 rows each; warp-uniform). */
+template <int HD, int NT>
+static __device__ __forceinline__ void fm_abt(float s[NT][4], const uint32_t a[HD / 16][4],
+                                              const bf16 *tile, int p0, int p1, int lane)
+{
+    CUK_UNROLL
+    for (int np = 0; np < NT / 2; np++) {
+        if (np < p0 || np >= p1)
+            continue;
+        /* Matrices: rows 2np (k 0-7, 8-15), then rows 2np+1 (the same). */
+        const bf16 *row = tile + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * (HD + FM_PAD) +
+                          ((lane >> 3) & 1) * 8;
+        CUK_UNROLL
+        for (int kk = 0; kk < HD / 16; kk++)
+            fm_mma2(s[2 * np], s[2 * np + 1], a[kk], row + kk * 16, false);
+    }
+}
+
+/* o[d] += A B over the k-steps p0 <= j < p1 (16 tile rows each): A the
+ * warp's operands (16 x 16 each), B the tile (row-major bf16, rows k, HD
+ * columns n), read transposed by ldmatrix. */
+template <int HD, int KS>
+static __device__ __forceinline__ void fm_ab(float o[HD / 8][4], const uint32_t a[KS][4],
+                                             const bf16 *tile, int p0, int p1, int lane)
+{
+    CUK_UNROLL
+    for (int j = 0; j < KS; j++) {
+        if (j < p0 || j >= p1)
+            continue;
+        /* Matrices: columns 16dp.. (k 0-7, 8-15), then 16dp+8.. (the same). */
+        const bf16 *row = tile + (j * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * (HD + FM_PAD) +
+                          (lane >> 4) * 8;
+        CUK_UNROLL
+        for (int dp = 0; dp < HD / 16; dp++)
+            fm_mma2(o[2 * dp], o[2 * dp + 1], a[j], row + dp * 16, true);
+    }
+}
+
+/* The sum over the 4 lanes of a group (one accumulator row). */
+static __device__ __forceinline__ float fm_group_sum(float x)
+{
+    x += __shfl_xor_sync(FB_FULL, x, 1);
+    return x + __shfl_xor_sync(FB_FULL, x, 2);
+}
+
+/* N accumulators (4 floats each) set to 0. */
+template <int N> static __device__ __forceinline__ void fm_zero(float x[N][4])
+{
+    CUK_UNROLL
+    for (int n = 0; n < N; n++)
+        x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
+}
+
+/* A warp's 16 x HD accumulators into rows row0.. of out (row stride ld),
+ * rows past T left alone. */
+template <int HD>
+static __device__ __forceinline__ void fm_write(const float acc[HD / 8][4], float *out, size_t ld,
+                                                int row0, int T, int lane)
+{
+    int grp = lane >> 2, tig = lane & 3;
+    CUK_UNROLL
+    for (int r = 0; r < 2; r++) {
+        int t = row0 + grp + 8 * r;
+        if (t >= T)
+            continue;
+        float *o = out + (size_t)t * ld + tig * 2;
+        CUK_UNROLL
+        for (int d = 0; d < HD / 8; d++) {
+            o[d * 8] = acc[d][2 * r];
+            o[d * 8 + 1] = acc[d][2 * r + 1];
+        }
+    }
+}
+
+/* The pairs of 16 keys of the tile at s0 that rows up to `upto` (and
+ * below T) can see: [0, result). */
+static __device__ __forceinline__ int fm_key_pairs(int s0, int upto, int T, int tile)
+{
+    int end = upto + 1 < T ? upto + 1 : T;   /* keys [s0, end) */
+    if (end > s0 + tile)
+        end = s0 + tile;
+    return end > s0 ? (end - s0 + 15) / 16 : 0;
+}
+
+/* Grid (items, query blocks); FB_THREADS threads. */
+template <int HD>
+static __global__ void __launch_bounds__(FB_THREADS)
+fm_fwd(int T, int C, int nh, float scale, const float *qkv, float *y, float *lse)
+{
+    constexpr int LD = HD + FM_PAD, NT = FM_KT / 8;
+    __shared__ __align__(16) bf16 ks[2][FM_KT * LD], vs[2][FM_KT * LD];
+    int hd = C / nh, item = (int)blockIdx.x, b = item / nh, h = item % nh;
+    int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, grp = lane >> 2, tig = lane & 3;
+    int t0 = ((int)gridDim.y - 1 - (int)blockIdx.y) * FB_ROWS, wt0 = t0 + warp * 16;
+    int last = t0 + FB_ROWS < T ? t0 + FB_ROWS : T;   /* keys the block needs: [0, last) */
+    const float *q3 = qkv + fb_base3(b, h, T, C, hd);
+    size_t ld3 = 3 * (size_t)C;
+    bool vk = fm_vec(q3 + C, ld3), vv = fm_vec(q3 + 2 * C, ld3);
+    const float sl2 = scale * FM_LOG2E;
+
+    uint32_t qa[HD / 16][4];
+    fm_rows_a<HD>(qa, q3, ld3, wt0, T, lane);
+    float o[HD / 8][4];
+    fm_zero<HD / 8>(o);
+    /* Rows grp (r = 0) and grp + 8 (r = 1): the maximum of the raw scores so
+     * far, and this lane's share of l = sum exp2(S sl2 - m sl2). */
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    fm_stage<HD, FM_KT> st;
+    st.first(ks[0], q3 + C, ld3, vk, vs[0], q3 + 2 * C, ld3, vv, 0, T);
+    int tiles = (last + FM_KT - 1) / FM_KT;
+    for (int j = 0; j < tiles; j++) {
+        int s0 = j * FM_KT, cur = j & 1, more = j + 1 < tiles;
+        int pairs = wt0 < T ? fm_key_pairs(s0, wt0 + 15, T, FM_KT) : 0;   /* warp-uniform */
+        if (more)
+            st.load(q3 + C, ld3, s0 + FM_KT, T, vk);
+        float s[NT][4];
+        fm_zero<NT>(s);
+        if (pairs)
+            fm_abt<HD, NT>(s, qa, ks[cur], 0, pairs, lane);
+        if (more) {
+            st.store(ks[cur ^ 1]);
+            st.load(q3 + 2 * C, ld3, s0 + FM_KT, T, vv);
+        }
+        if (pairs) {
+            if (s0 + FM_KT - 1 > wt0) {   /* keys after some of the warp's rows: mask */
+                CUK_UNROLL
+                for (int n = 0; n < NT; n++)
+                    CUK_UNROLL
+                    for (int e = 0; e < 4; e++)
+                        if (s0 + n * 8 + tig * 2 + (e & 1) > wt0 + grp + 8 * (e >> 1))
+                            s[n][e] = -INFINITY;
+            }
+            CUK_UNROLL
+            for (int r = 0; r < 2; r++) {
+                float mx = -INFINITY;
+                CUK_UNROLL
+                for (int n = 0; n < NT; n++)
+                    mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(FB_FULL, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(FB_FULL, mx, 2));
+                float mnew = fmaxf(m[r], mx);
+                /* Rows without a key yet (only past T) keep base 0 and P 0. */
+                float base = mnew == -INFINITY ? 0.0f : mnew * sl2;
+                float corr = exp2f(m[r] * sl2 - base), sum = 0.0f;
+                CUK_UNROLL
+                for (int n = 0; n < NT; n++)
+                    CUK_UNROLL
+                    for (int e = 2 * r; e < 2 * r + 2; e++) {
+                        s[n][e] = exp2f(fmaf(s[n][e], sl2, -base));
+                        sum += s[n][e];
+                    }
+                l[r] = l[r] * corr + sum;
+                m[r] = mnew;
+                CUK_UNROLL
+                for (int d = 0; d < HD / 8; d++) {
+                    o[d][2 * r] *= corr;
+                    o[d][2 * r + 1] *= corr;
+                }
+            }
+            uint32_t pa[NT / 2][4];
+            CUK_UNROLL
+            for (int k = 0; k < NT / 2; k++)
+                cuk_c2a(pa[k], s[2 * k], s[2 * k + 1]);
+            fm_ab<HD, NT / 2>(o, pa, vs[cur], 0, pairs, lane);
+        }
+        if (more)
+            st.store(vs[cur ^ 1]);
+        __syncthreads();
+    }
+    CUK_UNROLL
+    for (int r = 0; r < 2; r++) {
+        l[r] = fm_group_sum(l[r]);
+        float inv = 1.0f / l[r];
+        CUK_UNROLL
+        for (int d = 0; d < HD / 8; d++) {
+            o[d][2 * r] *= inv;
+            o[d][2 * r + 1] *= inv;
+        }
+        int t = wt0 + grp + 8 * r;
+        if (t < T && !tig)
+            lse[(size_t)item * T + t] = m[r] * scale + logf(l[r]);
+    }
+    fm_write<HD>(o, y + fb_base1(b, h, T, C, hd), (size_t)C, wt0, T, lane);
+}
+
+/* Grid (items, query blocks); writes D (n*nh*T) and the dq columns. */
+template <int HD>
+static __global__ void __launch_bounds__(FB_THREADS)
+fm_bwd_q(int T, int C, int nh, float scale, const float *qkv, const float *y, const float *lse,
+         const float *dy, float *D, float *dqkv)
+{
+    constexpr int LD = HD + FM_PAD, NT = FM_KT / 8;
+    __shared__ __align__(16) bf16 ks[2][FM_KT * LD], vs[2][FM_KT * LD];
+    int hd = C / nh, item = (int)blockIdx.x, b = item / nh, h = item % nh;
+    int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, grp = lane >> 2, tig = lane & 3;
+    int t0 = ((int)gridDim.y - 1 - (int)blockIdx.y) * FB_ROWS, wt0 = t0 + warp * 16;
+    int last = t0 + FB_ROWS < T ? t0 + FB_ROWS : T;
+    const float *q3 = qkv + fb_base3(b, h, T, C, hd);
+    const float *g1 = dy + fb_base1(b, h, T, C, hd), *y1 = y + fb_base1(b, h, T, C, hd);
+    size_t ld3 = 3 * (size_t)C;
+    bool vk = fm_vec(q3 + C, ld3), vv = fm_vec(q3 + 2 * C, ld3);
+    const float sl2 = scale * FM_LOG2E;
+
+    uint32_t qa[HD / 16][4], ga[HD / 16][4];
+    fm_rows_a<HD>(qa, q3, ld3, wt0, T, lane);
+    fm_rows_a<HD>(ga, g1, (size_t)C, wt0, T, lane);
+    /* Per row (grp, grp + 8): D = dy . y in fp32, each lane its columns of
+     * the A layout, then the group's; lse in log2 units (+inf past T: P 0). */
+    float dd[2], lb[2];
+    CUK_UNROLL
+    for (int r = 0; r < 2; r++) {
+        int t = wt0 + grp + 8 * r;
+        float acc = 0.0f;
+        if (t < T) {
+            const float *gt = g1 + (size_t)t * C + tig * 2, *yt = y1 + (size_t)t * C + tig * 2;
+            CUK_UNROLL
+            for (int kk = 0; kk < HD / 16; kk++)
+                CUK_UNROLL
+                for (int c = 0; c < 4; c++) {
+                    int col = kk * 16 + (c & 1) + (c >> 1) * 8;
+                    acc += gt[col] * yt[col];
+                }
+        }
+        dd[r] = fm_group_sum(acc);
+        if (t < T && !tig)
+            D[(size_t)item * T + t] = dd[r];
+        lb[r] = t < T ? lse[(size_t)item * T + t] * FM_LOG2E : INFINITY;
+    }
+    float dq[HD / 8][4];
+    fm_zero<HD / 8>(dq);
+
+    fm_stage<HD, FM_KT> st;
+    st.first(ks[0], q3 + C, ld3, vk, vs[0], q3 + 2 * C, ld3, vv, 0, T);
+    int tiles = (last + FM_KT - 1) / FM_KT;
+    for (int j = 0; j < tiles; j++) {
+        int s0 = j * FM_KT, cur = j & 1, more = j + 1 < tiles;
+        int pairs = wt0 < T ? fm_key_pairs(s0, wt0 + 15, T, FM_KT) : 0;
+        float s[NT][4], dp[NT][4];
+        fm_zero<NT>(s);
+        fm_zero<NT>(dp);
+        if (more)
+            st.load(q3 + C, ld3, s0 + FM_KT, T, vk);
+        if (pairs)
+            fm_abt<HD, NT>(s, qa, ks[cur], 0, pairs, lane);
+        if (more) {
+            st.store(ks[cur ^ 1]);
+            st.load(q3 + 2 * C, ld3, s0 + FM_KT, T, vv);
+        }
+        if (pairs)
+            fm_abt<HD, NT>(dp, ga, vs[cur], 0, pairs, lane);
+        if (more)
+            st.store(vs[cur ^ 1]);
+        if (pairs) {
+            bool mask = s0 + FM_KT - 1 > wt0;
+            CUK_UNROLL
+            for (int n = 0; n < NT; n++)
+                CUK_UNROLL
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1;
+                    float p = exp2f(fmaf(s[n][e], sl2, -lb[r]));
+                    if (mask && s0 + n * 8 + tig * 2 + (e & 1) > wt0 + grp + 8 * r)
+                        p = 0.0f;
+                    s[n][e] = p * (dp[n][e] - dd[r]) * scale;   /* dS */
+                }
+            uint32_t da[NT / 2][4];
+            CUK_UNROLL
+            for (int k = 0; k < NT / 2; k++)
+                cuk_c2a(da[k], s[2 * k], s[2 * k + 1]);
+            fm_ab<HD, NT / 2>(dq, da, ks[cur], 0, pairs, lane);
+        }
+        __syncthreads();
+    }
+    fm_write<HD>(dq, dqkv + fb_base3(b, h, T, C, hd), ld3, wt0, T, lane);
+}
+
+/* Grid (items, key blocks); reads D from fm_bwd_q, writes dk and dv. */
+template <int HD>
+static __global__ void __launch_bounds__(FB_THREADS)
+fm_bwd_kv(int T, int C, int nh, float scale, const float *qkv, const float *lse,
+          const float *dy, const float *D, float *dqkv)
+{
+    constexpr int LD = HD + FM_PAD, NT = FM_QT / 8;
+    __shared__ __align__(16) bf16 qs[2][FM_QT * LD], gs[2][FM_QT * LD];
+    __shared__ float ls[2][FM_QT], ds[2][FM_QT];
+    int hd = C / nh, item = (int)blockIdx.x, b = item / nh, h = item % nh;
+    int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, grp = lane >> 2, tig = lane & 3;
+    int s0 = (int)blockIdx.y * FB_ROWS, ws0 = s0 + warp * 16;
+    const float *q3 = qkv + fb_base3(b, h, T, C, hd), *g1 = dy + fb_base1(b, h, T, C, hd);
+    size_t ld3 = 3 * (size_t)C;
+    bool vq = fm_vec(q3, ld3), vg = fm_vec(g1, (size_t)C);
+    const float sl2 = scale * FM_LOG2E;
+    const int me = (int)threadIdx.x;
+
+    uint32_t ka[HD / 16][4], va[HD / 16][4];
+    fm_rows_a<HD>(ka, q3 + C, ld3, ws0, T, lane);
+    fm_rows_a<HD>(va, q3 + 2 * C, ld3, ws0, T, lane);
+    float dk[HD / 8][4], dv[HD / 8][4];
+    fm_zero<HD / 8>(dk);
+    fm_zero<HD / 8>(dv);
+
+    /* Query tile staging: Q and dY rows, each query's lse (log2 units) and D. */
+    fm_stage<HD, FM_QT> st;
+    float lnext = 0.0f, dnext = 0.0f;
+    if (me < FM_QT) {
+        int tq = s0 + me;
+        ls[0][me] = tq < T ? lse[(size_t)item * T + tq] * FM_LOG2E : 0.0f;
+        ds[0][me] = tq < T ? D[(size_t)item * T + tq] : 0.0f;
+    }
+    st.first(qs[0], q3, ld3, vq, gs[0], g1, (size_t)C, vg, s0, T);
+    int tiles = (T - s0 + FM_QT - 1) / FM_QT;
+    for (int j = 0; j < tiles; j++) {
+        int q0 = s0 + j * FM_QT, cur = j & 1, more = j + 1 < tiles;
+        /* Pairs of 16 queries at or after the warp's first key and before T. */
+        int p0 = ws0 > q0 ? (ws0 - q0) / 16 : 0;
+        int p1 = (T - q0 + 15) / 16 < NT / 2 ? (T - q0 + 15) / 16 : NT / 2;
+        if (ws0 >= T)
+            p1 = 0;   /* warp-uniform */
+        float sc[NT][4], dp[NT][4];
+        fm_zero<NT>(sc);
+        fm_zero<NT>(dp);
+        if (more) {
+            st.load(q3, ld3, q0 + FM_QT, T, vq);
+            if (me < FM_QT) {
+                int tq = q0 + FM_QT + me;
+                lnext = tq < T ? lse[(size_t)item * T + tq] * FM_LOG2E : 0.0f;
+                dnext = tq < T ? D[(size_t)item * T + tq] : 0.0f;
+            }
+        }
+        if (p0 < p1)
+            fm_abt<HD, NT>(sc, ka, qs[cur], p0, p1, lane);   /* S^T */
+        if (more) {
+            st.store(qs[cur ^ 1]);
+            st.load(g1, (size_t)C, q0 + FM_QT, T, vg);
+        }
+        if (p0 < p1)
+            fm_abt<HD, NT>(dp, va, gs[cur], p0, p1, lane);   /* dP^T */
+        if (more) {
+            st.store(gs[cur ^ 1]);
+            if (me < FM_QT) {
+                ls[cur ^ 1][me] = lnext;
+                ds[cur ^ 1][me] = dnext;
+            }
+        }
+        if (p0 < p1) {
+            /* Queries before a key of the warp, or past T: P = 0. */
+            bool mask = q0 < ws0 + 15 || q0 + FM_QT > T;
+            CUK_UNROLL
+            for (int n = 0; n < NT; n++)
+                CUK_UNROLL
+                for (int e = 0; e < 4; e++) {
+                    int c = n * 8 + tig * 2 + (e & 1), tq = q0 + c;
+                    float p = exp2f(fmaf(sc[n][e], sl2, -ls[cur][c]));
+                    if (mask && (tq < ws0 + grp + 8 * (e >> 1) || tq >= T))
+                        p = 0.0f;
+                    sc[n][e] = p;
+                    dp[n][e] = p * (dp[n][e] - ds[cur][c]) * scale;   /* dS^T */
+                }
+            uint32_t pa[NT / 2][4], da[NT / 2][4];
+            CUK_UNROLL
+            for (int k = 0; k < NT / 2; k++) {
+                cuk_c2a(pa[k], sc[2 * k], sc[2 * k + 1]);
+                cuk_c2a(da[k], dp[2 * k], dp[2 * k + 1]);
+            }
+            fm_ab<HD, NT / 2>(dv, pa, gs[cur], p0, p1, lane);
+            fm_ab<HD, NT / 2>(dk, da, qs[cur], p0, p1, lane);
+        }
+        __syncthreads();
+    }
+    float *d3 = dqkv + fb_base3(b, h, T, C, hd);
+    fm_write<HD>(dk, d3 + C, ld3, ws0, T, lane);
+    fm_write<HD>(dv, d3 + 2 * C, ld3, ws0, T, lane);
+}
+
 #else /* !FB_ARCH_OK: the kernels' names for the launchers, trapping */
 
-template <int HD>
-static __global__ void fb_fwd(int, int, int, float, const float *, float *, float *)
-{
-    __trap();
-}
-
-template <int HD>
-static __global__ void fb_bwd_q(int, int, int, float, const float *, const float *,
-                                const float *, const float *, float *, float *)
-{
-    __trap();
-}
-
-template <int HD>
-static __global__ void fb_bwd_kv(int, int, int, float, const float *, const float *,
-                                 const float *, const float *, float *)
-{
-    __trap();
-}
+#define FB_TRAP(name, ...)                                                                 \
+    template <int HD> static __global__ void name(__VA_ARGS__)                             \
+    {                                                                                      \
+        __trap();                                                                          \
+    }
+FB_TRAP(fb_fwd, int, int, int, float, const float *, float *, float *)
+FB_TRAP(fm_fwd, int, int, int, float, const float *, float *, float *)
+FB_TRAP(fb_bwd_q, int, int, int, float, const float *, const float *, const float *,
+        const float *, float *, float *)
+FB_TRAP(fm_bwd_q, int, int, int, float, const float *, const float *, const float *,
+        const float *, float *, float *)
+FB_TRAP(fb_bwd_kv, int, int, int, float, const float *, const float *, const float *,
+        const float *, float *)
+FB_TRAP(fm_bwd_kv, int, int, int, float, const float *, const float *, const float *,
+        const float *, float *)
 
 #endif /* FB_ARCH_OK */
 
@@ -497,7 +1002,7 @@ static __global__ void fb_bwd_kv(int, int, int, float, const float *, const floa
             CUK_LAUNCH(kernel<64>, grid, FB_THREADS, stream, __VA_ARGS__);                 \
     } while (0)
 
-extern "C" cudaError_t cuk_attn_bf16_fwd(cudaStream_t st, int n, int T, int C, int nh,
+extern "C" cudaError_t cuk_attn_bf16_fwd(cudaStream_t st, int mma, int n, int T, int C, int nh,
                                          const float *qkv, float *y, float *lse)
 {
     int hd = C / nh;
@@ -505,11 +1010,14 @@ extern "C" cudaError_t cuk_attn_bf16_fwd(cudaStream_t st, int n, int T, int C, i
         return cudaErrorInvalidValue;
     float scale = (float)(1.0 / sqrt((double)hd));
     dim3 grid((unsigned)(n * nh), (unsigned)((T + FB_ROWS - 1) / FB_ROWS));
-    FB_DISPATCH(hd, fb_fwd, grid, st, T, C, nh, scale, qkv, y, lse);
+    if (mma)
+        FB_DISPATCH(hd, fm_fwd, grid, st, T, C, nh, scale, qkv, y, lse);
+    else
+        FB_DISPATCH(hd, fb_fwd, grid, st, T, C, nh, scale, qkv, y, lse);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t cuk_attn_bf16_bwd(cudaStream_t st, int n, int T, int C, int nh,
+extern "C" cudaError_t cuk_attn_bf16_bwd(cudaStream_t st, int mma, int n, int T, int C, int nh,
                                          const float *qkv, const float *y, const float *lse,
                                          const float *dy, float *dqkv, float *ws)
 {
@@ -518,8 +1026,15 @@ extern "C" cudaError_t cuk_attn_bf16_bwd(cudaStream_t st, int n, int T, int C, i
         return cudaErrorInvalidValue;
     float scale = (float)(1.0 / sqrt((double)hd));
     dim3 grid((unsigned)(n * nh), (unsigned)((T + FB_ROWS - 1) / FB_ROWS));
-    FB_DISPATCH(hd, fb_bwd_q, grid, st, T, C, nh, scale, qkv, y, lse, dy, ws, dqkv);
-    FB_DISPATCH(hd, fb_bwd_kv, grid, st, T, C, nh, scale, qkv, lse, dy, (const float *)ws,
-                dqkv);
+    if (mma) {
+        FB_DISPATCH(hd, fm_bwd_q, grid, st, T, C, nh, scale, qkv, y, lse, dy, ws, dqkv);
+        FB_DISPATCH(hd, fm_bwd_kv, grid, st, T, C, nh, scale, qkv, lse, dy, (const float *)ws,
+                    dqkv);
+    } else {
+        FB_DISPATCH(hd, fb_bwd_q, grid, st, T, C, nh, scale, qkv, y, lse, dy, ws, dqkv);
+        FB_DISPATCH(hd, fb_bwd_kv, grid, st, T, C, nh, scale, qkv, lse, dy, (const float *)ws,
+                    dqkv);
+    }
     return cudaGetLastError();
 }
+

@@ -305,6 +305,21 @@ cdl_backend *cuda_backend_open(const cdl_backend_params *params)
         }
     }
 
+    /* CDL_ATTN_KERNEL: the bf16 attention kernels (ops_attn.c). wmma (the
+     * default) or mma: attn_bf16.cu's mma.sync kernels, for A/B timing until
+     * a GPU has measured them (docs/cuda.md, "bf16 attention"). */
+    const char *attn_env = getenv("CDL_ATTN_KERNEL");
+    int attn_mma = 0;
+    if (attn_env && *attn_env) {
+        if (!strcmp(attn_env, "mma"))
+            attn_mma = 1;
+        else if (strcmp(attn_env, "wmma")) {
+            cdl_error("CDL_ATTN_KERNEL '%.80s': use wmma (the default: bf16 attention on "
+                      "nvcuda::wmma) or mma (the mma.sync kernels)", attn_env);
+            return NULL;
+        }
+    }
+
     cdl_backend *be = cdl_calloc(1, sizeof *be);
     cbe *ci = cdl_calloc(1, sizeof *ci);
     if (!be || !ci) {
@@ -316,6 +331,7 @@ cdl_backend *cuda_backend_open(const cdl_backend_params *params)
     ci->tf32_conv = tf32_conv;
     ci->tf32_matmul = tf32_matmul;
     ci->precision = params->precision;
+    ci->attn_mma = attn_mma;
     ci->log_cudnn = log_has(params->log, "cudnn");
     ci->log_cuda = log_has(params->log, "cuda");
     /* The launcher's contract says how many replicas share this GPU. */

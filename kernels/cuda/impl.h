@@ -164,6 +164,7 @@ typedef struct cbe {
     size_t emb_cap;
     int tf32_conv, tf32_matmul;
     int precision;            /* cdl_precision of linear layers' matrix products */
+    int attn_mma;             /* bf16 attention on the mma.sync kernels (CDL_ATTN_KERNEL=mma) */
     cbe_bf16_entry *bf16;     /* bf16 weight cache (bf16_cache.c) */
     size_t nbf16, cap_bf16;
     conv_plan plans[CONV_CACHE_SIZE];

@@ -163,14 +163,16 @@ cudaError_t cuk_attn_bwd(cudaStream_t s, int n, int T, int C, int nh, const floa
 
 /* attn_bf16.cu: the same ops on tensor cores in bf16 (fp32 in and out,
  * bf16 tiles, fp32 accumulation and softmax statistics), for the head
- * sizes cuk_attn_bf16 accepts (16, 32, 64; any T). The backward's ws holds
+ * sizes cuk_attn_bf16 accepts (16, 32, 64; any T). mma = 0: the kernels on
+ * nvcuda::wmma; 1: those on mma.sync (mma.cuh; CDL_ATTN_KERNEL=mma). A
+ * backward must take the kernels of its forward. The backward's ws holds
  * n*nh*T floats (D). */
 int cuk_attn_bf16(int T, int hd);
-cudaError_t cuk_attn_bf16_fwd(cudaStream_t s, int n, int T, int C, int nh, const float *qkv,
-                              float *y, float *lse);
-cudaError_t cuk_attn_bf16_bwd(cudaStream_t s, int n, int T, int C, int nh, const float *qkv,
-                              const float *y, const float *lse, const float *dy, float *dqkv,
-                              float *ws);
+cudaError_t cuk_attn_bf16_fwd(cudaStream_t s, int mma, int n, int T, int C, int nh,
+                              const float *qkv, float *y, float *lse);
+cudaError_t cuk_attn_bf16_bwd(cudaStream_t s, int mma, int n, int T, int C, int nh,
+                              const float *qkv, const float *y, const float *lse, const float *dy,
+                              float *dqkv, float *ws);
 
 /* bf16.cu: y1 (n1) = x1 and y2 (n2) = x2 rounded to bf16 (nearest, ties to
  * even; NaN stays NaN), as the 16 bits cuBLAS reads as CUDA_R_16BF. One

@@ -5,7 +5,9 @@
  * more), forward and backward both run them; else both run the fp32
  * kernels of attn.cu. The rule depends only on the backend (precision,
  * GPU) and the shape, so a forward and its backward always take the same
- * path (the backward recomputes P from the forward's lse).
+ * path (the backward recomputes P from the forward's lse). Which bf16
+ * kernels (wmma or mma.sync) is the backend's too: CDL_ATTN_KERNEL, read
+ * at creation (backend_cuda.c).
  * Neither op allocates nor waits for the host, so both run inside CUDA
  * graph steps (docs/cuda.md). */
 #include "kernels/cuda/impl.h"
@@ -51,7 +53,7 @@ void cbe_attn_fwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv
     if (cbe_graph_op(ci, "attn_fwd", cbe_sig(OPSIG_ATTN_FWD, a, 8), NULL, 0, &dyn))
         return;
     if (attn_use_bf16(ci, T, C, nh))
-        CU_CHECK(ci, cuk_attn_bf16_fwd(ci->stream, n, T, C, nh, qkv, y, lse));
+        CU_CHECK(ci, cuk_attn_bf16_fwd(ci->stream, ci->attn_mma, n, T, C, nh, qkv, y, lse));
     else
         CU_CHECK(ci, cuk_attn_fwd(ci->stream, n, T, C, nh, qkv, y, lse, ws));
 }
@@ -71,7 +73,8 @@ void cbe_attn_bwd(cdl_backend *be, int n, int T, int C, int nh, const float *qkv
     if (cbe_graph_op(ci, "attn_bwd", cbe_sig(OPSIG_ATTN_BWD, a, 10), NULL, 0, &dyn))
         return;
     if (attn_use_bf16(ci, T, C, nh))
-        CU_CHECK(ci, cuk_attn_bf16_bwd(ci->stream, n, T, C, nh, qkv, y, lse, dy, dqkv, ws));
+        CU_CHECK(ci, cuk_attn_bf16_bwd(ci->stream, ci->attn_mma, n, T, C, nh, qkv, y, lse, dy,
+                                       dqkv, ws));
     else
         CU_CHECK(ci, cuk_attn_bwd(ci->stream, n, T, C, nh, qkv, y, lse, dy, dqkv, ws));
 }

@@ -26,8 +26,11 @@
  * linear_workspace is refused with an error; the CPU backend refuses bf16.
  *
  * Attention (check_attn) has bounds of its own, derived where it is
- * checked; with --big the times of the attention kernels in bf16 and fp32
- * at GPT-2 small's shape are printed ("time attn_..." lines).
+ * checked, and runs on each bf16 attention kernel of the backend in turn
+ * (CDL_ATTN_KERNEL=wmma, then mma: a backend each, the variable being read
+ * at creation); CDL_ATTN_KERNEL=bogus must be refused at creation. With
+ * --big the times of both kernels and of the fp32 ones at GPT-2 small's
+ * shape are printed ("time attn_..." lines, one per direction and kernel).
  *
  * --attn-only runs the attention checks alone (tests/gpu/run.sh runs them
  * under compute-sanitizer).
@@ -47,6 +50,9 @@
 static cdl_backend *gpu;
 static int failures, checks;
 static rng_state rng;
+/* The bf16 attention kernels (CDL_ATTN_KERNEL) and the one being checked. */
+static const char *const attn_kernels[] = {"wmma", "mma"};
+static const char *attn_kernel = "";
 
 static const double U = 1.0 / 256;                /* bf16's unit roundoff, 2^-8 */
 static const double FP32_SUM = 1.0 / 8388608;     /* 2^-23 per added term */
@@ -361,8 +367,8 @@ static void check_attn(int n, int T, int nh, int hd, double ramp, int odd)
 {
     int C = nh * hd;
     char shape[48];
-    snprintf(shape, sizeof shape, "n%d T%d nh%d hd%d%s%s", n, T, nh, hd, ramp > 0 ? " ramp" : "",
-             odd ? " odd" : "");
+    snprintf(shape, sizeof shape, "n%d T%d nh%d hd%d%s%s %s", n, T, nh, hd,
+             ramp > 0 ? " ramp" : "", odd ? " odd" : "", attn_kernel);
     size_t nq = (size_t)n * T * 3 * C, ny = (size_t)n * T * C, nl = (size_t)n * nh * T;
     float *qkv = host_rand(nq, -1, 1), *dy = host_rand(ny, -1, 1);
     for (size_t row = 0; ramp > 0 && row < (size_t)n * T; row++)
@@ -450,36 +456,78 @@ static void time_attn_on(cdl_backend *be, int n, int T, int C, int nh, const flo
         be->ops->free(be, d[i]);
 }
 
-/* GPT-2 small's attention (batch 8, block 1024, 12 heads of 64): the bf16
- * tensor-core kernels against the fp32 ones of a second backend, one line
- * per direction with the rate of the causal FLOPs (forward 2 products of
+/* A CUDA backend in `precision` with CDL_ATTN_KERNEL=kernel (NULL: as the
+ * environment has it), which it reads when created; the environment is
+ * left as it was. NULL if creation failed. */
+static cdl_backend *backend_with(int precision, const char *kernel)
+{
+    const char *was = getenv("CDL_ATTN_KERNEL");
+    char *saved = was ? strdup(was) : NULL;
+    if (kernel)
+        setenv("CDL_ATTN_KERNEL", kernel, 1);
+    cdl_backend_params p;
+    cdl_backend_params_from_env(&p);
+    p.precision = precision;
+    cdl_backend *be = cdl_backend_create_with("cuda", &p);
+    if (saved)
+        setenv("CDL_ATTN_KERNEL", saved, 1);
+    else
+        unsetenv("CDL_ATTN_KERNEL");
+    free(saved);
+    return be;
+}
+
+static cdl_backend *backend_or_exit(int precision, const char *kernel)
+{
+    cdl_backend *be = backend_with(precision, kernel);
+    if (!be) {
+        fprintf(stderr, "ops_bf16: %s\n", cdl_last_error());
+        exit(1);
+    }
+    return be;
+}
+
+/* GPT-2 small's attention (batch 8, block 1024, 12 heads of 64): each bf16
+ * tensor-core kernel against the fp32 ones, one line per direction and
+ * kernel with the rate of the causal FLOPs (forward 2 products of
  * n nh T^2 hd / 2 multiply-adds each, backward 5; the backward's recomputed
  * S not counted, as FlashAttention counts). Reported, not enforced. */
 static void time_attn(void)
 {
     enum { N = 8, T = 1024, NH = 12, HD = 64, C = NH * HD };
-    cdl_backend_params p;
-    cdl_backend_params_from_env(&p);
-    p.precision = CDL_PRECISION_FP32;
-    cdl_backend *f32 = cdl_backend_create_with("cuda", &p);
-    if (!f32) {
-        fprintf(stderr, "ops_bf16: %s\n", cdl_last_error());
-        exit(1);
-    }
+    cdl_backend *f32 = backend_or_exit(CDL_PRECISION_FP32, NULL);
     float *qkv = host_rand((size_t)N * T * 3 * C, -1, 1), *dy = host_rand((size_t)N * T * C, -1, 1);
-    double bf[2], fp[2];
-    time_attn_on(gpu, N, T, C, NH, qkv, dy, &bf[0], &bf[1]);
+    double fp[2];
     time_attn_on(f32, N, T, C, NH, qkv, dy, &fp[0], &fp[1]);
+    cdl_backend_destroy(f32);
     double prod = (double)N * NH * T * T * HD;   /* flops of one causal product */
     const char *dir[2] = {"attn_fwd", "attn_bwd"};
-    for (int i = 0; i < 2; i++) {
-        double f = prod * (i ? 5 : 2);
-        printf("time %s n%d T%d nh%d hd%d: bf16 %.3f ms (%.1f TFLOP/s), fp32 %.3f ms (%.1f "
-               "TFLOP/s), %.2fx\n", dir[i], N, T, NH, HD, bf[i], f / bf[i] * 1e-9, fp[i],
-               f / fp[i] * 1e-9, fp[i] / bf[i]);
+    for (size_t k = 0; k < sizeof attn_kernels / sizeof attn_kernels[0]; k++) {
+        cdl_backend *be = backend_or_exit(CDL_PRECISION_BF16, attn_kernels[k]);
+        double bf[2];
+        time_attn_on(be, N, T, C, NH, qkv, dy, &bf[0], &bf[1]);
+        cdl_backend_destroy(be);
+        for (int i = 0; i < 2; i++) {
+            double f = prod * (i ? 5 : 2);
+            printf("time %s %s n%d T%d nh%d hd%d: bf16 %.3f ms (%.1f TFLOP/s), fp32 %.3f ms "
+                   "(%.1f TFLOP/s), %.2fx\n", dir[i], attn_kernels[k], N, T, NH, HD, bf[i],
+                   f / bf[i] * 1e-9, fp[i], f / fp[i] * 1e-9, fp[i] / bf[i]);
+        }
     }
     free(qkv), free(dy);
-    cdl_backend_destroy(f32);
+}
+
+/* CDL_ATTN_KERNEL other than wmma or mma: creation fails, naming the
+ * variable and both values. */
+static void check_attn_kernel_env(void)
+{
+    cdl_backend *be = backend_with(CDL_PRECISION_BF16, "bogus");
+    const char *msg = be ? "(created)" : cdl_last_error();
+    printf("     %s\n", msg);
+    report("CDL_ATTN_KERNEL=bogus refused", "",
+           !be && strstr(msg, "CDL_ATTN_KERNEL") && strstr(msg, "wmma") && strstr(msg, "mma (")
+               ? 0 : INFINITY, 0);
+    cdl_backend_destroy(be);
 }
 
 /* One training step of a linear classifier: linear, loss, backward, SGD,
@@ -620,14 +668,7 @@ int main(int argc, char **argv)
     rng_seed(&rng, 16);
     if (!attn_only)
         check_cpu_refuses();
-    cdl_backend_params p;
-    cdl_backend_params_from_env(&p);
-    p.precision = CDL_PRECISION_BF16;
-    gpu = cdl_backend_create_with("cuda", &p);
-    if (!gpu) {
-        fprintf(stderr, "ops_bf16: %s\n", cdl_last_error());
-        return 1;
-    }
+    gpu = backend_or_exit(CDL_PRECISION_BF16, NULL);
     printf("bf16 matrix products of the %s backend against bounds from bf16's rounding\n",
            gpu->ops->name);
     /* Small k (where (b) tells bf16 from fp32 inputs), odd sizes, a long k,
@@ -642,18 +683,29 @@ int main(int argc, char **argv)
         check_linear(256, 3072, 768);
         check_linear(32, 768, 50257);   /* the tied head over GPT-2's vocabulary */
     }
-    /* bf16 attention: one row, partial tiles, T > 128 (several query and
-     * key blocks), several heads, each head size of attn_bf16.cu, inputs
-     * off the 16-byte grid, scores that grow along the keys. */
+    /* bf16 attention, on each kernel: one row, partial tiles, T > 128
+     * (several query and key blocks), several heads and samples, each head
+     * size of attn_bf16.cu, inputs off the 16-byte grid, scores that grow
+     * along the keys. */
     const int atts[][5] = {{2, 1, 3, 64, 0}, {1, 77, 2, 64, 0}, {1, 150, 2, 64, 0},
                            {2, 40, 2, 32, 0}, {1, 19, 1, 16, 0}, {1, 19, 2, 32, 1}};
-    for (size_t i = 0; i < sizeof atts / sizeof atts[0]; i++)
-        check_attn(atts[i][0], atts[i][1], atts[i][2], atts[i][3], 0, atts[i][4]);
-    check_attn(1, 100, 1, 64, 0.25, 0);   /* growing scores: O rescaled */
-    if (big) {   /* GPT-2 small's attention: head size 64, block 1024 */
-        check_attn(1, 1024, 4, 64, 0, 0);
-        time_attn();
+    cdl_backend *main_gpu = gpu;
+    for (size_t k = 0; k < sizeof attn_kernels / sizeof attn_kernels[0]; k++) {
+        attn_kernel = attn_kernels[k];
+        gpu = backend_or_exit(CDL_PRECISION_BF16, attn_kernel);
+        for (size_t i = 0; i < sizeof atts / sizeof atts[0]; i++)
+            check_attn(atts[i][0], atts[i][1], atts[i][2], atts[i][3], 0, atts[i][4]);
+        check_attn(1, 100, 1, 64, 0.25, 0);   /* growing scores: O rescaled */
+        if (big)   /* GPT-2 small's attention: head size 64, block 1024 */
+            check_attn(1, 1024, 4, 64, 0, 0);
+        if (gpu->ops->sync(gpu) != 0)
+            report("attention: backend error", cdl_last_error(), INFINITY, 0);
+        cdl_backend_destroy(gpu);
     }
+    gpu = main_gpu;
+    check_attn_kernel_env();
+    if (big)
+        time_attn();
     if (!attn_only) {
         check_graph();
         check_small_workspace();

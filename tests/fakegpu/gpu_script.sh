@@ -47,6 +47,10 @@ has '^8 bf16 products vs rounding bounds +PASS +([0-9]+) of \1 checks passed' "t
 has '^8 GPT 2x32 \(rehearsal\), block 64 bf16.*(skipped: cdl-train has no --model gpt|target: )' "the GPT bf16 step"
 if grep -q '^8 GPT 2x32 .*target: ' "$out"; then
     has '^    cdl bf16 +([0-9]+ tokens/s  MFU n/a|skipped: the CUDA backend has no [a-z_]+ op yet)' "cdl's GPT bf16 tokens/s"
+    if grep -Eq '^    cdl bf16 +[0-9]+ tokens/s' "$out"; then
+        has '^    cdl bf16, CDL_ATTN_KERNEL=mma +[0-9]+ tokens/s  MFU n/a \(wmma: [0-9]+ tokens/s\)' \
+            "cdl's GPT bf16 tokens/s on the mma attention kernels"
+    fi
 fi
 has '^9 resnet20 3x32x32, batch 8 +target: ' "the resnet step"
 has '^    cdl-train, CUDA graphs (on|off) +[0-9]+ img/s' "cdl's resnet images/s"

@@ -21,10 +21,12 @@
 #   7. runs the PyTorch templates' GPU path (tests/gpu/pytorch_templates.sh:
 #      NCCL DDP, 4 replicas packed with gloo) when PYTHON has PyTorch,
 #   8. checks the bf16 matrix products against their rounding bounds
-#      (tests/gpu/ops_bf16.c --big) and measures a GPT-2-small-shaped model
-#      (124M, block 1024) trained in bf16: cdl-train --precision bf16 against
-#      PyTorch torch.compile + flash attention (bench_gpt_torch.py), tokens/s
-#      and MFU (skipped until cdl-train has --model gpt),
+#      (tests/gpu/ops_bf16.c --big; attention on both bf16 kernels, wmma and
+#      mma, each timed at GPT-2 small's shape) and measures a
+#      GPT-2-small-shaped model (124M, block 1024) trained in bf16: cdl-train
+#      --precision bf16 against PyTorch torch.compile + flash attention
+#      (bench_gpt_torch.py), tokens/s and MFU, and cdl's tokens/s again with
+#      CDL_ATTN_KERNEL=mma (skipped until cdl-train has --model gpt),
 #   9. measures resnet18 (the CIFAR variant) at batch 256 training with
 #      cdl-train and whole-step CUDA graphs against PyTorch eager with
 #      channels_last, TF32 and cudnn.benchmark (bench_resnet_torch.py),
@@ -330,8 +332,10 @@ if [ "$diagnose" = 1 ]; then
                 fail_row "D compute-sanitizer $tool" "exit $rc$([ $rc = 124 ] && echo " (over $((left / 3)) s)"), $(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$logs/sanitizer-$tool.log" | tail -1) (see $logs/sanitizer-$tool.log)"
             fi
         done
-        # The bf16 tensor-core attention (attn_bf16.cu: shared memory handed
-        # between a warp's lanes at __syncwarp) on ops_bf16's small shapes.
+        # The bf16 tensor-core attention on ops_bf16's small shapes, both
+        # kernels of attn_bf16.cu: wmma (shared memory handed between a
+        # warp's lanes at __syncwarp) and mma (ldmatrix from double-buffered
+        # tiles).
         for tool in memcheck racecheck synccheck; do
             slog=$logs/sanitizer-attn-$tool.log
             if timeout $((60 * slow)) "$sanitizer" --tool $tool --error-exitcode 3 "$bf16_bin" --attn-only \
@@ -596,14 +600,15 @@ fi
 echo "== 8. bf16: products against their bounds, GPT-2 small throughput"
 if ! want 8; then
     :
-elif timeout 180 "$bf16_bin" $([ "$rehearsal" = 0 ] && echo --big) > "$logs/ops_bf16.log" 2>&1; then
+elif timeout 240 "$bf16_bin" $([ "$rehearsal" = 0 ] && echo --big) > "$logs/ops_bf16.log" 2>&1; then
     row "8 bf16 products vs rounding bounds" "PASS  $(tail -1 "$logs/ops_bf16.log" | sed 's/^ops_bf16: //')"
 else
     grep -E '^FAIL|ops_bf16' "$logs/ops_bf16.log" | head -20 >&2
     fail_row "8 bf16 products vs rounding bounds" "$(tail -1 "$logs/ops_bf16.log" | cut -c1-100) (see $logs/ops_bf16.log)"
 fi
-# The attention kernels' times at GPT-2 small's shape (--big only): bf16
-# tensor cores against cdl's fp32 kernels.
+# The attention kernels' times at GPT-2 small's shape (--big only): each
+# bf16 tensor-core kernel (wmma, the default; mma, CDL_ATTN_KERNEL=mma)
+# against cdl's fp32 kernels, a row per direction and kernel.
 while IFS= read -r line; do   # "time OP SHAPE: TIMES"
     line=${line#time }
     row "8 ${line%%:*}" "${line#*: }"
@@ -649,9 +654,9 @@ else
     # N without the position embedding: wte (tied) + per layer 12C^2 + 13C + ln_f.
     fpt=$(awk -v l=$gl -v c=$gc -v v=$gv -v t=$gt 'BEGIN{n = v*c + l*(12*c*c + 13*c) + 2*c; printf "%.0f", 6*n + 12*l*c*t}')
     gpt_run() {   # gpt_run STEPS [ARGS...]: seconds of one cdl-train run, or nothing
-        local t0 t1 steps=$1 tag=$1
+        local t0 t1 steps=$1 tag=${gpt_tag:-$1}   # gpt_tag: the log's name
         shift
-        [ $# -gt 0 ] && tag=$steps-extra
+        [ $# -gt 0 ] && tag=$tag-extra
         t0=$(date +%s.%N)
         timeout $((240 * slow)) "$train_bin" --device cuda --model "$gpt_model"             --dataset "tokens:$tok" --vocab-size "$gv" --block-size "$gt" --batch-size "$gb"             --optimizer adamw --lr 6e-4 --precision bf16 --epochs 1 --max-steps "$steps" "$@"             --no-progress > "$logs/gpt-cdl-$tag.log" 2>&1 || return 1
         t1=$(date +%s.%N)
@@ -676,6 +681,18 @@ else
                 fail_row "    --clip-grad graphs" "expected CUDA graphs on with --clip-grad (see $logs/gpt-cdl-45-extra.log)"
         else
             fail_row "    cdl bf16 --clip-grad 1" "cdl-train failed (see $logs/gpt-cdl-45-extra.log)"
+        fi
+        # The same steps on the mma.sync attention kernels (CDL_ATTN_KERNEL=
+        # mma, read by the backend; unmeasured until this row): A/B against
+        # the default's tokens/s above.
+        if late 90; then
+            row "    cdl bf16, CDL_ATTN_KERNEL=mma" "$(late_why)"
+        elif m5=$(gpt_tag=5-mma CDL_ATTN_KERNEL=mma gpt_run 5) &&
+                m45=$(gpt_tag=45-mma CDL_ATTN_KERNEL=mma gpt_run 45); then
+            mtps=$(awk -v a="$m5" -v b="$m45" -v n=$((40 * gb * gt)) 'BEGIN{if (b > a) printf "%.0f", n / (b - a)}')
+            row "    cdl bf16, CDL_ATTN_KERNEL=mma" "$(printf '%9s tokens/s  %s (wmma: %s tokens/s)' "$mtps" "$(mfu "$mtps" "$fpt")" "$cdl_tps")"
+        else
+            fail_row "    cdl bf16, CDL_ATTN_KERNEL=mma" "cdl-train failed (see $logs/gpt-cdl-*-mma.log)"
         fi
     elif [ -n "$missing" ]; then   # the model landed before its CUDA ops
         row "    cdl bf16" "skipped: the CUDA $missing"

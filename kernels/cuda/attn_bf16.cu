@@ -34,6 +34,12 @@
  * memory, between __syncwarp()s. Every output element has one writer and
  * a summation order fixed by the shape: no atomics, reproducible bits.
  * The bounds the tests hold this to: docs/cuda.md ("bf16 attention").
+ *
+ * A second set of kernels (fm_*, "the mma.sync kernels" below; the
+ * launchers' mma = 1, CDL_ATTN_KERNEL=mma) does the same on mma.cuh's
+ * warp-level instructions, whose register layout is documented, with every
+ * row operation in registers. Not yet measured on a GPU: the wmma kernels
+ * stay the default until they are.
  */
 #include <math.h>
 

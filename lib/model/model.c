@@ -298,11 +298,12 @@ static void plan_shared_dy(cdl_model *m)
             layer *Q = &m->layers[q];
             if (!Q->need_grad || Q->dy_alias >= 0 || Q->last_reader != i || Q->ncons < 2)
                 continue;
+            /* The add being the last reader, the others lie in (q, i):
+             * none may be at lo or later. */
             int ok = 1;
-            for (int r = q + 1; r < i && ok; r++)
+            for (int r = lo > q + 1 ? lo : q + 1; r < i && ok; r++)
                 for (int t = 0; t < m->layers[r].nin; t++)
-                    if (m->layers[r].in[t] == q && r >= lo)
-                        ok = 0;
+                    ok &= m->layers[r].in[t] != q;
             if (ok) {
                 Q->dy_alias = i;
                 break;
@@ -323,7 +324,7 @@ static void plan_dx_acc(cdl_model *m)
         layer *L = &m->layers[i];
         int k = L->in[0];
         if (L->s->kind == CDL_LAYER_LAYERNORM && k >= 0 && m->layers[k].need_grad &&
-            m->layers[k].last_reader != i && !L->defer_dx)
+            m->layers[k].last_reader != i)
             L->dx_acc = 1;
     }
 }

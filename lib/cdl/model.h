@@ -126,7 +126,8 @@ int cdl_spec_builtin(const char *name, cdl_shape input, int classes, cdl_model_s
  * initialisation, for (T,1,1) inputs of token ids; a spec file's `gpt`
  * line takes the same keys (docs/model-spec.md). */
 
-/* 1 if name is a built-in model (lenet, mlp, resnet20, resnet18). "resnet20"
+/* 1 if name is a built-in model (lenet, mlp, resnet20, resnet18, gpt or
+ * gpt:KEY=VALUE,...). "resnet20"
  * is He et al.'s CIFAR ResNet-20 (3x3 basic blocks, 16/32/64 channels,
  * projection shortcuts named shortcut.0/1, head "linear"); "resnet18" is
  * torchvision's resnet18 with a 3x3 stride-1 conv1 and no max-pool, with

@@ -17,6 +17,8 @@ complete_words _cdl_train cdl-train --optimizer ad | sort | tr '\n' ' ' | grep -
 complete_words _cdl_train cdl-train --device c | grep -qx cuda || die "--device c does not give cuda"
 complete_words _cdl_train cdl-train --schedule '' | grep -qx cosine || die "--schedule lacks cosine"
 complete_words _cdl_train cdl-train --dataset f | grep -qx fashion-mnist || die "--dataset f"
+complete_words _cdl_train cdl-train --model g | grep -qx gpt || die "--model g does not complete to gpt"
+complete_words _cdl_train cdl-train --model res | grep -qx resnet18 || die "--model res lacks resnet18"
 complete_words _cdlrun cdlrun --bi | grep -qx -- --bind || die "cdlrun --bi does not complete"
 
 # check_options PROGRAM FUNCTION: each option of PROGRAM --help completes.

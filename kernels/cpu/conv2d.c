@@ -85,7 +85,8 @@ static int env_flag(const char *name, atomic_int *cache)
 
 static int wino_disabled(void) { return env_flag("CDL_CPU_NO_WINOGRAD", &wino_off); }
 
-/* CDL_CPU_WINOGRAD4=1 (read once) lets the forward and dx take F(4x4): 1.2
+/* CDL_CPU_WINOGRAD4=1 (read once) lets the forward and dx of the AVX2 path
+ * take F(4x4) (the 16-lane path never does: conv_use_wino): 1.2
  * to 1.6x faster than the best of F(2x2) and direct on resnet20's stages
  * (below), but its normalised error per convolution, 2-6e-6 at 16-64
  * channels (conv2d_wino4.c), takes resnet20's gradients against float64

@@ -91,6 +91,13 @@ int train_loss_error(int rank, double loss, long step, int late)
                      rank, loss, step);
 }
 
+int train_eval_loss_error(int rank, double loss)
+{
+    return cdl_error("rank %d: the loss of an evaluation batch is %g: the weights have diverged "
+                     "(lower --lr, or resume from the last good checkpoint)",
+                     rank, loss);
+}
+
 int train_graphs_decide(int setting, const char *env, int is_cuda, int world, int *on,
                         const char **why)
 {

@@ -45,6 +45,9 @@ long train_valid_rows(const int32_t *labels, int n);
  * next step had already been queued (the GPU pipeline reads results one
  * step late), which the message says. Returns -1. */
 int train_loss_error(int rank, double loss, long step, int late);
+/* The same for a batch of an evaluation (validation or test): not a
+ * step's loss, but the weights' outputs overflowed. Returns -1. */
+int train_eval_loss_error(int rank, double loss);
 
 /* Whole-step CUDA graphs for this run. setting: --cuda-graphs (1 on, -1
  * off, 0 not given); env: CDL_CUDA_GRAPHS (on|off, NULL or "" unset).

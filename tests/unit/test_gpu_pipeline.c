@@ -113,6 +113,10 @@ static void test_loss_error(void **state)
     expect_error("at step 41 (noticed one step late");
     expect_error("step 42 was already queued");
     expect_error("--lr");
+    /* An evaluation's loss is no step's: the message says so. */
+    assert_int_equal(train_eval_loss_error(1, NAN), -1);
+    expect_error("rank 1: the loss of an evaluation batch is nan: the weights have diverged");
+    assert_null(strstr(cdl_last_error(), "step"));
 }
 
 static void graphs(int setting, const char *env, int cuda, int world, int want_on,

@@ -33,7 +33,8 @@ static void usage(FILE *f)
 EVAL_USAGE_DATA
 "      --split test|val|train  which samples; val and train are split as the\n"
 "                           training run did (its seed and validation count) [test]\n"
-"  -m, --model NAME|FILE   lenet, mlp, resnet20, resnet18 or a spec file\n"
+"  -m, --model NAME|FILE   lenet, mlp, resnet20, resnet18/34/50/101[:stem=...] or a spec\n"
+"                           file\n"
 "                           [the checkpoint's]\n"
 "      --json               one JSON object instead of text\n"
 EVAL_USAGE_RUN);

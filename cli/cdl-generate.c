@@ -121,7 +121,7 @@ static int gen_open(gen *g)
     const char *kind = cdl_st_meta_get(f, "tokens");
     g->text = g->vocab <= 256 && !(kind && !strcmp(kind, "uint16"));
     if (rc == 0)
-        g->model = eval_model(&g->o, f, in, g->vocab, g->be);
+        g->model = eval_model(&g->o, f, in, g->o.batch_size, g->vocab, g->be);
     cdl_st_close(f);
     if (rc != 0 || !g->model)
         return -1;

@@ -35,7 +35,8 @@ static void usage(FILE *f)
 "\n"
 EVAL_USAGE_DATA
 "      --split test|val|train  [test]\n"
-"  -m, --model NAME|FILE   lenet, mlp, resnet20, resnet18 or a spec file\n"
+"  -m, --model NAME|FILE   lenet, mlp, resnet20, resnet18/34/50/101[:stem=...] or a spec\n"
+"                           file\n"
 "                           [the checkpoint's]\n"
 "      --top-k K            classes per sample [5, at most the model's outputs]\n"
 "      --format csv|jsonl   [csv]\n"

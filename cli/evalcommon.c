@@ -240,14 +240,14 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
     return 0;
 }
 
-cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input, long classes,
-                      cdl_backend *be)
+cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input, int batch,
+                      long classes, cdl_backend *be)
 {
     const char *name = o->model ? o->model : meta(f, "model");
     cdl_model_spec spec;
     if (!*name) {
         cdl_error("%s has no model in its metadata (not written by cdl-train): pass "
-                  "--model lenet|mlp|resnet20|resnet18|FILE", o->ckpt);
+                  "--model lenet|mlp|resnet20|resnet18|resnet50|...|FILE", o->ckpt);
         return NULL;
     }
     if (cdl_spec_is_builtin(name)) {
@@ -256,7 +256,7 @@ cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input,
     } else if (cdl_spec_load(name, &spec) != 0 || cdl_spec_fit(&spec, input, (int)classes) != 0) {
         return NULL;   /* fit: the sizes a gpt line leaves to the data */
     }
-    cdl_model *m = cdl_model_create(&spec, input, o->batch_size, be);
+    cdl_model *m = cdl_model_create(&spec, input, batch, be);
     if (m && cdl_model_load_weights(m, o->ckpt, NULL) != 0) {
         cdl_model_destroy(m);
         return NULL;
@@ -270,7 +270,9 @@ static int build_model(eval_ctx *e, const cdl_st_file *f)
     long classes = eval_meta_long(f, "classes");
     if (classes <= 0)
         classes = e->data.classes;
-    e->model = eval_model(o, f, e->data.shape, classes, e->be);
+    long per_rank = ((long)e->data.n + e->ri.world - 1) / e->ri.world;
+    e->batch = per_rank < o->batch_size ? (int)(per_rank > 0 ? per_rank : 1) : o->batch_size;
+    e->model = eval_model(o, f, e->data.shape, e->batch, classes, e->be);
     if (!e->model)
         return -1;
     e->classes = cdl_model_outputs(e->model);
@@ -345,11 +347,11 @@ int eval_open(eval_ctx *e, const eval_opts *o)
         return -1;
     size_t sample = (size_t)e->data.shape.c * e->data.shape.h * e->data.shape.w;
     if (!e->be->host_memory) {
-        e->x_dev = e->be->ops->alloc(e->be, (size_t)o->batch_size * sample * sizeof(float));
+        e->x_dev = e->be->ops->alloc(e->be, (size_t)e->batch * sample * sizeof(float));
         if (!e->x_dev)
             return -1;
     }
-    e->logits = cdl_malloc((size_t)o->batch_size * (size_t)e->classes * sizeof(float));
+    e->logits = cdl_malloc((size_t)e->batch * (size_t)e->classes * sizeof(float));
     return e->logits ? 0 : -1;
 }
 
@@ -357,7 +359,7 @@ int eval_run(eval_ctx *e, eval_batch_fn fn, void *cb_ctx)
 {
     cdl_loader_config lc;
     cdl_loader_defaults(&lc);
-    lc.batch_size = e->o->batch_size;
+    lc.batch_size = e->batch;
     lc.workers = e->o->workers;
     lc.rank = e->ri.rank;
     lc.world = e->ri.world;

@@ -43,6 +43,8 @@ typedef struct eval_ctx {
     char dataset[64];         /* the dataset's name, for the report */
     char **names;             /* classes names (NULL: print indices) */
     float *x_dev, *logits;    /* device input (NULL on host backends), host logits */
+    int batch;                /* o->batch_size, at most this rank's samples: buffers for
+                               * 256 pictures are not made to predict 4 */
 } eval_ctx;
 
 /* A batch's results: n samples, their dataset indices (first + k), labels
@@ -54,10 +56,11 @@ typedef int (*eval_batch_fn)(void *cb_ctx, const eval_ctx *e, long first, int n,
  * local rank's of several); NULL with cdl_last_error. */
 cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri);
 /* The model of checkpoint f (o->model, else its "model" metadata) built for
- * samples of `input` shape, batches of o->batch_size and `classes` outputs
+ * samples of `input` shape, batches of at most `batch` and `classes` outputs
  * (what a built-in takes), with the checkpoint's weights loaded; NULL with
  * cdl_last_error. */
-cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input, long classes,
+cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input, int batch,
+                      long classes,
                       cdl_backend *be);
 /* A non-negative integer of f's metadata, -1 when absent or malformed. */
 long eval_meta_long(const cdl_st_file *f, const char *key);

@@ -35,67 +35,6 @@ static const char mlp_fmt[] =
     "relu\n"
     "linear %d\n";
 
-/* PyTorch's BasicBlock (torchvision.models.resnet), with and without the
- * projection shortcut; SC names the shortcut module (torchvision's
- * "downsample", the CIFAR ResNets' "shortcut"). */
-static const char resnet_blocks[] =
-    "block basic PLANES\n"
-    "conv2d $PLANES kernel=3 padding=1 bias=false\n"
-    "batchnorm2d\n"
-    "relu\n"
-    "conv2d $PLANES kernel=3 padding=1 bias=false\n"
-    "batchnorm2d\n"
-    "add input\n"
-    "relu\n"
-    "end\n"
-    "block down PLANES SC STRIDE=2\n"
-    "conv2d $PLANES kernel=3 stride=$STRIDE padding=1 bias=false\n"
-    "batchnorm2d\n"
-    "relu\n"
-    "conv2d $PLANES kernel=3 padding=1 bias=false\n"
-    "batchnorm2d\n"
-    "conv2d $PLANES kernel=1 stride=$STRIDE bias=false from=input name=$SC.0\n"
-    "batchnorm2d name=$SC.1\n"
-    "add bn2\n"
-    "relu\n"
-    "end\n"
-    "conv2d %d kernel=3 padding=1 bias=false\n"   /* conv1, bn1: the 3x3 stem */
-    "batchnorm2d\n"
-    "relu\n";
-
-/* He et al. 2016's CIFAR ResNet-20: 3 stages of 3 basic blocks, 16/32/64
- * channels, projection shortcuts (option B) where the shape changes, with
- * the names of the widely used PyTorch CIFAR ResNets (layerK.J.convI,
- * shortcut.0/1, linear). */
-static const char resnet20_fmt[] =
-    "use basic 16 name=layer1.0\n"
-    "use basic 16 name=layer1.1\n"
-    "use basic 16 name=layer1.2\n"
-    "use down 32 shortcut name=layer2.0\n"
-    "use basic 32 name=layer2.1\n"
-    "use basic 32 name=layer2.2\n"
-    "use down 64 shortcut name=layer3.0\n"
-    "use basic 64 name=layer3.1\n"
-    "use basic 64 name=layer3.2\n"
-    "globalavgpool\n"
-    "flatten\n"
-    "linear %d name=linear\n";
-
-/* torchvision's resnet18 with the CIFAR stem (3x3 conv1, no max-pool):
- * the parameter names are torchvision's. */
-static const char resnet18_fmt[] =
-    "use basic 64 name=layer1.0\n"
-    "use basic 64 name=layer1.1\n"
-    "use down 128 downsample name=layer2.0\n"
-    "use basic 128 name=layer2.1\n"
-    "use down 256 downsample name=layer3.0\n"
-    "use basic 256 name=layer3.1\n"
-    "use down 512 downsample name=layer4.0\n"
-    "use basic 512 name=layer4.1\n"
-    "globalavgpool\n"
-    "flatten\n"
-    "linear %d name=fc\n";
-
 /* nanoGPT's GPT (model.py): a block is x + attn(ln_1(x)), then
  * x + mlp(ln_2(x)), with the fused c_attn projection, GELU (exact) and
  * dropout after each projection back into the residual stream (none on
@@ -230,11 +169,11 @@ static int gpt_words(const char *name, char *buf, size_t len, char **kv, int max
 
 int cdl_spec_is_builtin(const char *name)
 {
-    static const char *const names[] = {"lenet", "mlp", "resnet20", "resnet18", "gpt"};
+    static const char *const names[] = {"lenet", "mlp", "gpt"};
     for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i]))
             return 1;
-    return name && !strncmp(name, "gpt:", 4);
+    return name && (!strncmp(name, "gpt:", 4) || spec_is_resnet(name));
 }
 
 int cdl_spec_block_size(const char *model)
@@ -303,12 +242,11 @@ static int builtin_text(const char *name, cdl_shape input, int classes, char *te
                              input.h, input.w);
         if (spec_gpt_text(kv, nkv, where, input.c, classes, text, len))
             return -1;
-    } else if (!strcmp(name, "resnet20") || !strcmp(name, "resnet18")) {
-        int r20 = !strcmp(name, "resnet20");
-        int n = snprintf(text, len, resnet_blocks, r20 ? 16 : 64);
-        snprintf(text + n, len - (size_t)n, r20 ? resnet20_fmt : resnet18_fmt, classes);
+    } else if (spec_is_resnet(name)) {
+        return spec_resnet_text(name, input, classes, text, len);
     } else
-        return cdl_error("unknown built-in model '%s': use lenet, mlp, resnet20, resnet18, gpt "
+        return cdl_error("unknown built-in model '%s': use lenet, mlp, resnet20, resnet18, "
+                         "resnet34, resnet50, resnet101 (resnetNN:stem=cifar|imagenet), gpt "
                          "(gpt:n_layer=N,n_head=H,...) or the path of a spec file", name);
 
     return 0;

@@ -80,4 +80,10 @@ int spec_infer_seq(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shape
 int spec_gpt_text(char **kv, int nkv, const char *where, int block, int vocab, char *text,
                   size_t len);
 
+/* builtin_resnet.c: 1 if name is one of the built-in ResNets (resnet20,
+ * resnet18/34/50/101, also as resnetNN:stem=...); their spec text for the
+ * input and classes into text (len bytes), 0 or -1 with the error set. */
+int spec_is_resnet(const char *name);
+int spec_resnet_text(const char *name, cdl_shape input, int classes, char *text, size_t len);
+
 #endif

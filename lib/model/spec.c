@@ -864,7 +864,7 @@ int cdl_spec_load(const char *path, cdl_model_spec *out)
     FILE *f = fopen(path, "rb");
     if (!f)
         return cdl_error("cannot open model spec '%s': %s: check the path (or use a built-in: "
-                         "lenet, mlp, resnet20, resnet18, gpt)", path, strerror(errno));
+                         "lenet, mlp, resnet20, resnet18, resnet34, resnet50, resnet101, gpt)", path, strerror(errno));
     char *text = cdl_malloc(SPEC_FILE_MAX + 1);
     if (!text) {
         fclose(f);

@@ -25,3 +25,5 @@ EXTRA_DIST += tests/e2e/generate.sh tests/e2e/generate_torch.py
 EXTRA_DIST += tests/e2e/generate.sh
 TESTS += tests/e2e/tokens.sh
 EXTRA_DIST += tests/e2e/tokens.sh
+TESTS += tests/e2e/torch-resnets.sh
+EXTRA_DIST += tests/e2e/torch-resnets.sh tests/e2e/torch_resnets.py

@@ -1044,6 +1044,11 @@ static void test_builtin_resnets(void **state)
         {"resnet20", {1, 28, 28}, 272186, 0, 3 * 21},
         {"resnet18", {3, 32, 32}, 11173962, 0, 3 * 20},
         {"resnet18", {1, 28, 28}, 11173962 - 2 * 64 * 9, 0, 3 * 20},
+        /* torchvision's counts for num_classes=10: the ImageNet stem's conv1
+         * is 64x3x7x7, the CIFAR one's 64x3x3x3. */
+        {"resnet18", {3, 72, 72}, 11181642, 0, 3 * 20},
+        {"resnet34", {3, 32, 32}, 21289802 - 64 * 3 * (49 - 9), 0, 3 * 36},
+        {"resnet50:stem=imagenet", {3, 32, 32}, 23528522, 0, 3 * 53},
     };
     for (size_t t = 0; t < sizeof want / sizeof want[0]; t++) {
         cdl_model_spec spec;

@@ -238,8 +238,9 @@ static void test_builtin_mlp_and_errors(void **state)
     assert_int_equal(sh[1].c, 784);
     assert_int_equal(sh[6].c, 10);
 
-    assert_int_equal(cdl_spec_builtin("resnet50", in, 10, &b), -1);
-    assert_non_null(strstr(cdl_last_error(), "unknown built-in model 'resnet50': use lenet, mlp, resnet20, resnet18"));
+    assert_int_equal(cdl_spec_builtin("resnet152", in, 10, &b), -1);
+    assert_non_null(strstr(cdl_last_error(), "unknown built-in model 'resnet152': use lenet, mlp, "
+                                             "resnet20, resnet18, resnet34, resnet50, resnet101"));
     assert_int_equal(cdl_spec_builtin("lenet", in, 0, &b), -1);
     assert_non_null(strstr(cdl_last_error(), "invalid number of classes 0"));
     cdl_shape bad = {0, 28, 28};
@@ -428,6 +429,66 @@ static int find_layer(const cdl_model_spec *s, const char *name)
     return -1;
 }
 
+/* torchvision's ResNets: the stem each input gets (auto: ImageNet's above
+ * 64 pixels a side, CIFAR's up to it; stem= chooses), the bottleneck's
+ * layers (the stride on conv2: ResNet v1.5, torchvision's), and errors. */
+static void test_builtin_torchvision_resnets(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        cdl_shape in;
+        int imagenet;
+    } stems[] = {
+        {"resnet18", {3, 32, 32}, 0},          {"resnet18", {3, 64, 64}, 0},
+        {"resnet18", {3, 65, 224}, 1},         {"resnet34", {3, 224, 224}, 1},
+        {"resnet50:stem=imagenet", {3, 32, 32}, 1}, {"resnet50:stem=cifar", {3, 224, 224}, 0},
+        {"resnet101:stem=auto", {1, 28, 28}, 0},
+    };
+    cdl_model_spec s;
+    for (size_t t = 0; t < sizeof stems / sizeof stems[0]; t++) {
+        if (cdl_spec_builtin(stems[t].name, stems[t].in, 10, &s) != 0)
+            fail_msg("%s: %s", stems[t].name, cdl_last_error());
+        const cdl_layer_spec *c1 = &s.layers[find_layer(&s, "conv1")];
+        assert_int_equal(c1->kernel, stems[t].imagenet ? 7 : 3);
+        assert_int_equal(c1->stride, stems[t].imagenet ? 2 : 1);
+        assert_int_equal(s.layers[3].kind,
+                         stems[t].imagenet ? CDL_LAYER_MAXPOOL2D : CDL_LAYER_CONV2D);
+        if (stems[t].imagenet)
+            assert_true(s.layers[3].kernel == 3 && s.layers[3].stride == 2 && s.layers[3].pad == 1);
+    }
+
+    /* resnet101: stem 4 layers; 33 bottlenecks of 3 convs, 3 batch norms,
+     * 3 ReLUs and an add, 4 of them with a downsample conv and batch norm;
+     * pool, flatten, fc. */
+    cdl_shape in = {3, 224, 224};
+    assert_int_equal(cdl_spec_builtin("resnet101", in, 10, &s), 0);
+    assert_int_equal(s.nlayers, 4 + 33 * 10 + 4 * 2 + 3);
+    const cdl_layer_spec *l = &s.layers[find_layer(&s, "layer3.22.conv3")];
+    assert_true(l->kind == CDL_LAYER_CONV2D && l->out == 1024 && l->kernel == 1);
+    l = &s.layers[find_layer(&s, "layer2.0.conv2")];
+    assert_true(l->out == 128 && l->kernel == 3 && l->stride == 2);
+    l = &s.layers[find_layer(&s, "layer2.0.conv1")];
+    assert_true(l->kernel == 1 && l->stride == 1);
+    l = &s.layers[find_layer(&s, "layer1.0.downsample.0")];
+    assert_true(l->out == 256 && l->kernel == 1 && l->stride == 1);
+    l = &s.layers[find_layer(&s, "layer4.0.downsample.0")];
+    assert_true(l->out == 2048 && l->stride == 2);
+    assert_int_equal(s.layers[find_layer(&s, "fc")].out, 10);
+    cdl_shape sh[CDL_MAX_LAYERS + 1];
+    assert_int_equal(cdl_spec_infer(&s, in, sh), 0);
+    assert_true(sh[s.nlayers - 2].c == 2048 && sh[s.nlayers].c == 10);
+
+    assert_int_equal(cdl_spec_builtin("resnet50:stem=big", in, 10, &s), -1);
+    assert_non_null(strstr(cdl_last_error(), "model resnet50:stem=big: unknown option 'stem=big': "
+                                             "use stem=auto"));
+    assert_int_equal(cdl_spec_builtin("resnet20:stem=cifar", in, 10, &s), -1);
+    assert_non_null(strstr(cdl_last_error(), "unknown built-in model 'resnet20:stem=cifar'"));
+    assert_true(cdl_spec_is_builtin("resnet50") && cdl_spec_is_builtin("resnet34:stem=cifar"));
+    assert_false(cdl_spec_is_builtin("resnet5") || cdl_spec_is_builtin("resnet500") ||
+                 cdl_spec_is_builtin("resnet20:stem=cifar"));
+}
+
 static void test_parse_graph(void **state)
 {
     (void)state;
@@ -593,6 +654,7 @@ int main(void)
         cmocka_unit_test(test_parse_limits),
         cmocka_unit_test(test_builtin_lenet),
         cmocka_unit_test(test_builtin_mlp_and_errors),
+        cmocka_unit_test(test_builtin_torchvision_resnets),
         cmocka_unit_test(test_infer_shapes),
         cmocka_unit_test(test_infer_errors),
         cmocka_unit_test(test_load),

@@ -126,12 +126,15 @@ int cdl_spec_builtin(const char *name, cdl_shape input, int classes, cdl_model_s
  * initialisation, for (T,1,1) inputs of token ids; a spec file's `gpt`
  * line takes the same keys (docs/model-spec.md). */
 
-/* 1 if name is a built-in model (lenet, mlp, resnet20, resnet18, gpt or
- * gpt:KEY=VALUE,...). "resnet20"
- * is He et al.'s CIFAR ResNet-20 (3x3 basic blocks, 16/32/64 channels,
- * projection shortcuts named shortcut.0/1, head "linear"); "resnet18" is
- * torchvision's resnet18 with a 3x3 stride-1 conv1 and no max-pool, with
- * torchvision's parameter names. Both take any input of at least 8x8. */
+/* 1 if name is a built-in model (lenet, mlp, resnet20, resnet18, resnet34,
+ * resnet50, resnet101, each of the last four also as NAME:stem=S, gpt or
+ * gpt:KEY=VALUE,...). "resnet20" is He et al.'s CIFAR ResNet-20 (3x3 basic
+ * blocks, 16/32/64 channels, projection shortcuts named shortcut.0/1, head
+ * "linear"); "resnet18" to "resnet101" are torchvision's, with its
+ * parameter names, and with its ImageNet stem (7x7 stride-2 conv1, 3x3
+ * stride-2 max-pool) for inputs above 64 pixels on the shorter side or with
+ * stem=imagenet, else (or with stem=cifar) a 3x3 stride-1 conv1 and no
+ * max-pool. */
 int cdl_spec_is_builtin(const char *name);
 
 /* Checks the spec against an input shape and computes every layer's output

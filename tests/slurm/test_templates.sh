@@ -7,7 +7,7 @@
 set -u
 . "${top_srcdir:-.}/tests/slurm/lib.sh"
 TEMPLATES="single-gpu ddp-multinode mps-pack cpu-ddp long-requeue lr-sweep
-           pytorch-ddp pytorch-mps-pack lightning pytorch-requeue lm-gpt"
+           pytorch-ddp pytorch-mps-pack lightning pytorch-requeue lm-gpt finetune-resnet"
 
 for t in $TEMPLATES; do
     check "bash -n templates/$t.sbatch" bash -n "$top_srcdir/templates/$t.sbatch"
@@ -24,7 +24,7 @@ done
 fit() {
     case $1 in
     single-gpu) echo "--cpus-per-task=1" ;;
-    ddp-multinode|pytorch-ddp|lightning|lm-gpt) echo "--gres=gpu:2 --ntasks-per-node=2 --cpus-per-task=1" ;;
+    ddp-multinode|pytorch-ddp|lightning|lm-gpt|finetune-resnet) echo "--gres=gpu:2 --ntasks-per-node=2 --cpus-per-task=1" ;;
     mps-pack|pytorch-mps-pack) echo "--ntasks=4 --cpus-per-task=1" ;;
     *) echo "--cpus-per-task=1" ;;
     esac

@@ -18,7 +18,8 @@
 # --short: a check of the script itself in about a minute (20 steps, no
 # torch.compile). Environment: STEPS=2000 BATCH=32 BLOCK=64 LR=1e-3 WD=0.1
 # CLIP=1.0 SPEED_STEPS=20 THREADS_LIST="1 2" (empty: no speed part) COMPILE=1,
-# STEPS=0: no learning part (the speed part alone),
+# ROUNDS=1 (each side measured ROUNDS times in turn, its best kept: 3 on a
+# machine whose speed drifts), STEPS=0: no learning part (the speed part alone),
 # VENV=BUILD_DIR/bench/venv-torch2 (NO_VENV=1 skips the PyPI columns; made
 # as run_resnet.sh makes it when missing), PYTHON=/usr/bin/python3.
 set -u
@@ -32,6 +33,8 @@ else
     steps=${STEPS:-2000} speed_steps=${SPEED_STEPS:-20} compile=${COMPILE:-1}
 fi
 batch=${BATCH:-32} block=${BLOCK:-64} lr=${LR:-1e-3} wd=${WD:-0.1} clip=${CLIP:-1.0}
+rounds=${ROUNDS:-1}
+case $rounds in ''|*[!0-9]*|0) echo "run_gpt.sh: ROUNDS '$rounds': use a count >= 1" >&2; exit 2 ;; esac
 threads_list=${THREADS_LIST-1 2}
 python=${PYTHON:-/usr/bin/python3}
 venv=${VENV:-$build/bench/venv-torch2}
@@ -129,8 +132,17 @@ cdl_speed() {   # cdl_speed THREADS: median tokens/s of the last step records
 }
 declare -A tps
 impls=(cdl)
+keep() {   # keep KEY VALUE: tps[KEY] becomes the larger of the two
+    local old=${tps[$1]:-}
+    if [ -z "$old" ] || [ "$old" = nan ] || awk -v a="$2" -v b="$old" 'BEGIN {exit !(a > b)}'; then
+        tps[$1]=$2
+    fi
+}
+# ROUNDS: every side measured that many times, in turn, keeping its best:
+# a machine whose speed drifts over minutes then favours neither side.
+for round in $(seq "$rounds"); do
 for t in $threads_list; do
-    tps[cdl,$t]=$(cdl_speed "$t")
+    keep "cdl,$t" "$(cdl_speed "$t")"
     for py in "${pys[@]}"; do
         for mode in eager compile; do
             [ "$mode" = compile ] && { [ "$compile" = 1 ] && [ "$py" != "$python" ] || continue; }
@@ -143,12 +155,14 @@ for t in $threads_list; do
                 --clip "$clip" 2>"$tmp/speed.err")
             name=$(echo "$r" | result impl)
             [ -n "$name" ] || { tail -n 3 "$tmp/speed.err" >&2; continue; }
-            tps[$name,$t]=$(echo "$r" | result tokens_per_s)
+            keep "$name,$t" "$(echo "$r" | result tokens_per_s)"
             [[ " ${impls[*]} " == *" $name "* ]] || impls+=("$name")
         done
     done
 done
-printf '\n2. CPU training speed, tokens/s (batch %s x block %s; cdl speed-up in brackets)\n' "$batch" "$block"
+done
+printf '\n2. CPU training speed, tokens/s (batch %s x block %s; best of %s round(s); cdl speed-up in brackets)\n' \
+    "$batch" "$block" "$rounds"
 printf '%-24s' implementation
 for t in $threads_list; do printf '%22s' "$t thread(s)"; done
 printf '\n'

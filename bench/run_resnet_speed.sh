@@ -16,6 +16,8 @@
 # Usage: bench/run_resnet_speed.sh [BUILD_DIR]   (BUILD_DIR holds
 #        bench/bench_cnn; default: the current directory)
 # Environment: THREADS="1 2" BATCH=128 STEPS=4 RUNS=5 MODEL=resnet20,
+# ROUNDS=1 (each column measured ROUNDS times in turn, its best kept: 3 on
+# a machine whose speed drifts),
 # VENV=BUILD_DIR/bench/venv-torch2 (NO_VENV=1 skips PyPI's torch),
 # PYTHON=/usr/bin/python3. About 5 minutes with the venv in place (compiling
 # takes a minute per row).
@@ -23,6 +25,8 @@ set -u
 build=${1:-.}
 here=$(cd "$(dirname "$0")" && pwd)
 threads_list=${THREADS:-1 2} batch=${BATCH:-128} steps=${STEPS:-4} runs=${RUNS:-5}
+rounds=${ROUNDS:-1}
+case $rounds in ''|*[!0-9]*|0) echo "run_resnet_speed.sh: ROUNDS '$rounds': use a count >= 1" >&2; exit 2 ;; esac
 model=${MODEL:-resnet20}
 python=${PYTHON:-/usr/bin/python3}
 bench="$build/bench/bench_cnn"
@@ -52,24 +56,42 @@ torch_ips() {   # torch_ips PYTHON MODE THREADS: images/s or "-"
 }
 v2=$([ -n "$torch2" ] && "$torch2" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)
 v1=$("$python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $model, batch $batch, $runs runs x $steps steps"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $model, batch $batch, $runs runs x $steps steps, best of $rounds round(s)"
 printf '\n%-7s %8s %7s | %9s %9s %9s | %9s %9s | %7s %7s\n' threads "cdl" "%SGEMM" \
     "${v2:-2.x}" "ch_last" compile "${v1:-1.13}" ch_last "cdl/best" "best"
 printf '%-7s %8s %7s | %9s %9s %9s | %9s %9s | %7s %7s\n' "" "img/s" "" eager "" "" eager "" \
     "torch" "%SGEMM"
-for t in $threads_list; do
-    r=$("$bench" --model "$model" --batch "$batch" --threads "$t" --steps "$steps" --runs "$runs" |
-        grep '^RESULT')
-    cdl=$(field img_s "$r") pct=$(field peak_pct "$r")
-    cols=()
-    for mode in eager channels_last compile; do
-        if [ -n "$torch2" ]; then cols+=("$(torch_ips "$torch2" "$mode" "$t")"); else cols+=(-); fi
+# ROUNDS: every column measured that many times, in turn, keeping its
+# best: a machine whose speed drifts over minutes then favours no column.
+declare -A best_of pct_of
+keep() {   # keep KEY VALUE: best_of[KEY] becomes the larger ("-": none)
+    local old=${best_of[$1]:--}
+    if [ "$old" = - ] || { [ "$2" != - ] && [ "$2" -gt "$old" ]; }; then best_of[$1]=$2; fi
+}
+for round in $(seq "$rounds"); do
+    for t in $threads_list; do
+        r=$("$bench" --model "$model" --batch "$batch" --threads "$t" --steps "$steps" \
+            --runs "$runs" | grep '^RESULT')
+        v=$(field img_s "$r")
+        if [ -n "$v" ] && { [ -z "${best_of[cdl,$t]:-}" ] || [ "$v" -gt "${best_of[cdl,$t]}" ]; }; then
+            best_of[cdl,$t]=$v
+            pct_of[$t]=$(field peak_pct "$r")
+        fi
+        for mode in eager channels_last compile; do
+            if [ -n "$torch2" ]; then keep "2,$mode,$t" "$(torch_ips "$torch2" "$mode" "$t")"; fi
+        done
+        for mode in eager channels_last; do keep "1,$mode,$t" "$(torch_ips "$python" "$mode" "$t")"; done
     done
-    for mode in eager channels_last; do cols+=("$(torch_ips "$python" "$mode" "$t")"); done
+done
+for t in $threads_list; do
+    cdl=${best_of[cdl,$t]:-0} pct=${pct_of[$t]:--}
+    cols=()
+    for mode in eager channels_last compile; do cols+=("${best_of[2,$mode,$t]:--}"); done
+    for mode in eager channels_last; do cols+=("${best_of[1,$mode,$t]:--}"); done
     best=0
     for c in "${cols[@]}"; do [ "$c" != - ] && [ "$c" -gt "$best" ] && best=$c; done
     ratio=- bpct=-
-    if [ "$best" -gt 0 ]; then
+    if [ "$best" -gt 0 ] && [ "$cdl" -gt 0 ]; then
         ratio=$(awk -v a="$cdl" -v b="$best" 'BEGIN {printf "%.2fx", a / b}')
         bpct=$(awk -v a="$cdl" -v b="$best" -v p="$pct" 'BEGIN {printf "%.1f%%", p * b / a}')
     fi

@@ -21,7 +21,8 @@ tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c $(FUZZ_COMMO
 tests_fuzz_fuzz_st_header_SOURCES = tests/fuzz/fuzz_st_header.c $(FUZZ_COMMON) \
 	lib/ckpt/safetensors_read.c lib/ckpt/json.c lib/ckpt/checksum.c
 tests_fuzz_fuzz_spec_SOURCES = tests/fuzz/fuzz_spec.c $(FUZZ_COMMON) \
-	lib/model/spec.c lib/model/layer.c lib/model/infer.c lib/model/builtin.c
+	lib/model/spec.c lib/model/layer.c lib/model/infer.c lib/model/builtin.c \
+	lib/model/builtin_resnet.c
 tests_fuzz_fuzz_idx_SOURCES = tests/fuzz/fuzz_idx.c $(FUZZ_COMMON) lib/data/idx.c lib/data/open.c
 tests_fuzz_fuzz_cifar_SOURCES = tests/fuzz/fuzz_cifar.c $(FUZZ_COMMON) lib/data/cifar.c lib/data/open.c
 # The plugin's parsers (root side), rank discovery, the store's server.

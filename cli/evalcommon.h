@@ -60,8 +60,7 @@ cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri);
  * (what a built-in takes), with the checkpoint's weights loaded; NULL with
  * cdl_last_error. */
 cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input, int batch,
-                      long classes,
-                      cdl_backend *be);
+                      long classes, cdl_backend *be);
 /* A non-negative integer of f's metadata, -1 when absent or malformed. */
 long eval_meta_long(const cdl_st_file *f, const char *key);
 

@@ -17,6 +17,9 @@
  * atomics: a sleeper announces itself (sleepers / caller_waiting) before it
  * re-checks the condition under the mutex, and the other side changes the
  * condition before it looks for sleepers and signals under the mutex.
+ *
+ * Every op runs with subnormal floats flushed to zero (see pool.h): the
+ * workers set the mode once, the caller around each call, restoring its own.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +28,50 @@
 #include <cdl/cdl.h>
 
 #include "kernels/cpu/pool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+/* MXCSR: FTZ (bit 15) writes subnormal results as zero, DAZ (bit 6)
+ * reads subnormal operands as zero; both for SSE and AVX alike. */
+#define FLUSH_BITS 0x8040u
+unsigned pool_fp_mode(void) { return _mm_getcsr(); }
+void pool_fp_set(unsigned mode) { _mm_setcsr(mode); }
+#elif defined(__aarch64__)
+/* FPCR.FZ (bit 24) flushes subnormal inputs and outputs of float ops. */
+#define FLUSH_BITS (1u << 24)
+unsigned pool_fp_mode(void)
+{
+    unsigned long v;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(v));
+    return (unsigned)v;
+}
+void pool_fp_set(unsigned mode)
+{
+    unsigned long v = mode;
+    __asm__ volatile("msr fpcr, %0" : : "r"(v));
+}
+#else
+#define FLUSH_BITS 0u
+unsigned pool_fp_mode(void) { return 0; }
+void pool_fp_set(unsigned mode) { (void)mode; }
+#endif
+
+const unsigned pool_fp_flush_bits = FLUSH_BITS;
+
+/* Sets flush-to-zero on this thread; returns the mode to restore. */
+static inline unsigned flush_enter(void)
+{
+    unsigned old = pool_fp_mode();
+    if ((old & FLUSH_BITS) != FLUSH_BITS)
+        pool_fp_set(old | FLUSH_BITS);
+    return old;
+}
+
+static inline void flush_leave(unsigned old)
+{
+    if ((old & FLUSH_BITS) != FLUSH_BITS)
+        pool_fp_set(old);
+}
 
 #define SPIN_ROUNDS 10000   /* ~100 us of pause instructions */
 
@@ -107,6 +154,7 @@ static void *worker_main(void *arg)
     pool *p = ((worker_arg *)arg)->p;
     int tid = ((worker_arg *)arg)->tid;
     unsigned long seen = 0;
+    flush_enter();   /* a worker runs nothing but ops */
     for (;;) {
         wait_for_task(p, seen);
         if (atomic_load(&p->stop))
@@ -210,12 +258,14 @@ void pool_run(pool *p, size_t n, int chunks, pool_fn fn, void *ctx)
         chunks = 1;
     if ((size_t)chunks > n)
         chunks = (int)n;
+    unsigned mode = flush_enter();
     if (chunks == 1 || p->nthreads == 1) {
         for (int i = 0; i < chunks; i++) {
             size_t b, e;
             pool_chunk(n, i, chunks, &b, &e);
             fn(ctx, b, e, i, 0);
         }
+        flush_leave(mode);
         return;
     }
     p->fn = fn;
@@ -244,6 +294,7 @@ void pool_run(pool *p, size_t n, int chunks, pool_fn fn, void *ctx)
         atomic_store(&p->caller_waiting, 0);
         pthread_mutex_unlock(&p->mu);
     }
+    flush_leave(mode);
 }
 
 void pool_for(pool *p, size_t n, size_t grain, pool_fn fn, void *ctx)

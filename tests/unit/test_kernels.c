@@ -99,6 +99,53 @@ static cdl_pool2d_desc pool_desc(const pool_case *k)
 
 /* ------------------------------------------------------------ thread pool */
 
+/* Each chunk records whether its thread flushes subnormals: both a
+ * subnormal result (FTZ) and a subnormal operand (DAZ) must read as 0. */
+typedef struct flush_ctx {
+    int flushed[64];
+} flush_ctx;
+
+static int flushes_here(void)
+{
+    volatile float tiny = 1e-20f, sub = 1e-40f, one = 1.0f;
+    float product = tiny * tiny;   /* 1e-40: subnormal */
+    float operand = sub * one;     /* a subnormal read */
+    return product == 0.0f && operand == 0.0f;
+}
+
+static void flush_fn(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    flush_ctx *c = vctx;
+    (void)chunk;
+    (void)tid;
+    for (size_t i = b; i < e; i++)
+        c->flushed[i] = flushes_here();
+}
+
+/* Ops run with subnormals flushed on every thread, and the caller gets
+ * its own mode back. */
+static void test_pool_flushes_subnormals(void **state)
+{
+    (void)state;
+    if (!pool_fp_flush_bits)
+        skip();
+    unsigned mode = pool_fp_mode();
+    assert_false(flushes_here());   /* the C default: gradual underflow */
+    for (int t = 1; t <= 3; t++) {
+        pool *p = pool_create(t);
+        assert_non_null(p);
+        for (int rep = 0; rep < 20; rep++) {
+            flush_ctx c = {{0}};
+            pool_run(p, 64, t == 1 ? 1 : 16, flush_fn, &c);
+            for (int i = 0; i < 64; i++)
+                assert_int_equal(c.flushed[i], 1);
+            assert_int_equal(pool_fp_mode() & pool_fp_flush_bits, mode & pool_fp_flush_bits);
+            assert_false(flushes_here());
+        }
+        pool_destroy(p);
+    }
+}
+
 typedef struct cover_ctx {
     int hits[1000];
     int chunk[1000];
@@ -924,6 +971,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_runs_every_chunk_once),
+        cmocka_unit_test(test_pool_flushes_subnormals),
         cmocka_unit_test(test_conv_bwd_chunks),
         cmocka_unit_test(test_create_rejects_bad_thread_counts),
         cmocka_unit_test(test_ref_conv_gradients),

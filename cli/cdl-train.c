@@ -142,7 +142,7 @@ static void usage(FILE *f)
 "Training:\n"
 "  -e, --epochs N               [10]\n"
 "      --batch-size N           samples per step and rank [64]\n"
-"  -l, --lr X                   base learning rate [0.05]\n"
+"  -l, --lr X                   base learning rate [sgd 0.05, adam(w) 1e-3]\n"
 "  -o, --optimizer sgd|adam|adamw  [sgd]\n"
 "      --momentum X  --dampening X  --nesterov   SGD [momentum 0.9]\n"
 "      --weight-decay X         [5e-4; adamw decouples it]\n"
@@ -433,7 +433,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
     static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
     static const char *const dists[] = {"auto", "shm", "mpi", "hier", "hier:mpi", "hier:nccl",
                                         "hier:store", "nccl", "single", NULL};
-    int c, wd_given = 0, mom_given = 0;
+    int c, wd_given = 0, mom_given = 0, lr_given = 0;
     long l;
     int rc = 0;
     opterr = 0;
@@ -451,7 +451,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case OPT_VOCAB_SIZE: rc = parse_int(name, a, 1, 65536, &cfg->vocab_size); break;
         case 'e': rc = parse_int(name, a, 1, 100000, &cfg->epochs); break;
         case OPT_BATCH: rc = parse_int(name, a, 1, 65536, &cfg->batch_size); break;
-        case 'l': rc = parse_float(name, a, 1e-12, 1e3, &cfg->lr); break;
+        case 'l': rc = parse_float(name, a, 1e-12, 1e3, &cfg->lr); lr_given = 1; break;
         case 'o': {
             int k = cdl_optim_kind_parse(a);
             if (k < 0) {
@@ -631,6 +631,10 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         fprintf(stderr, "cdl-train: --nesterov applies to --optimizer sgd only\n");
         return -1;
     }
+    /* Adam's step is lr itself whatever the gradient's scale, so SGD's 0.05
+     * diverges it; PyTorch's default for both Adams is 1e-3. */
+    if (rc == 0 && !lr_given && cfg->optim.kind != CDL_OPTIM_SGD)
+        cfg->lr = 1e-3f;
     return rc;
 }
 

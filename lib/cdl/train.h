@@ -28,7 +28,8 @@ typedef struct cdl_train_config {
     char data_dir[1024];      /* "" = the dataset's default */
     int epochs;
     int batch_size;           /* per rank */
-    float lr;
+    float lr;                 /* base learning rate: 0.05 from cdl_train_defaults(), for
+                               * its SGD; set it (e.g. 1e-3) with an Adam in optim */
     cdl_optim_config optim;
     cdl_sched_kind schedule;
     int step_epochs;          /* step schedule: decay every step_epochs (gamma 0.1) */

@@ -715,9 +715,9 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     char clip[64] = "";
     if (cfg->clip_grad > 0)
         snprintf(clip, sizeof clip, ", gradient norm clipped to %g", cfg->clip_grad);
-    train_report_note(r.rep, "optimizer %s: weight decay %g on %s (--decay-params %s)%s; %d "
-                      "micro-batch%s of %d per step and rank (--accum-steps)",
-                      cdl_optim_kind_name(cfg->optim.kind), cfg->optim.weight_decay,
+    train_report_note(r.rep, "optimizer %s, lr %g: weight decay %g on %s (--decay-params %s)%s; "
+                      "%d micro-batch%s of %d per step and rank (--accum-steps)",
+                      cdl_optim_kind_name(cfg->optim.kind), cfg->lr, cfg->optim.weight_decay,
                       r.decay_2d ? "parameters of >= 2 dimensions, not biases or norms"
                                  : "all parameters",
                       r.decay_2d ? "2d" : "all", clip, r.accum, r.accum > 1 ? "es" : "",

@@ -50,6 +50,18 @@ expect_status 2 "$CDLRUN" --labl -n 2 true;         expect_err "did you mean --l
 expect_status 2 "$CDL_TRAIN" stray;                 expect_err "unexpected argument 'stray'"
 expect_status 2 "$CDL_TRAIN" --optimizer adam --nesterov; expect_err "--nesterov"
 [ "$(wc -l <"$TMP/err")" -eq 1 ] || die "error is not one line"
+# The default learning rate follows the optimizer (SGD's 0.05 diverges
+# Adam); an --lr given before or after --optimizer is kept.
+for c in "adamw 0.001" "adam 0.001" "sgd 0.05" "adamw 0.02 --lr 0.02 --optimizer adamw" \
+         "adam 0.02 --optimizer adam --lr 0.02"; do
+    set -- $c
+    opt=$1 lr=$2; shift 2
+    [ $# -gt 0 ] || set -- --optimizer "$opt"
+    expect_status 0 "$CDL_TRAIN" "$@" --dataset synthetic --synthetic-size 64 --val-split 0 \
+        --model lenet --epochs 1 --batch-size 32 --max-steps 1 --device cpu --threads 1 --no-progress
+    cat "$TMP/out" "$TMP/err" | grep -q "^optimizer $opt, lr $lr: " ||
+        die "$*: lr $lr not reported: $(cat "$TMP/out" "$TMP/err" | grep "^optimizer")"
+done
 # The environment is read by cdl-train (libcdl takes its settings by value).
 CDL_TF32=maybe expect_status 2 "$CDL_TRAIN" --epochs 1;        expect_err "CDL_TF32 'maybe'"
 CDL_DDP_BUCKET_KB=0 expect_status 2 "$CDL_TRAIN" --epochs 1;   expect_err "CDL_DDP_BUCKET_KB '0'"

@@ -190,6 +190,21 @@ static int load_data(run *r)
     return carve_val(r);
 }
 
+/* Which stem a torchvision ResNet took (stem=auto picks it from the
+ * picture size): the ImageNet one has torchvision's max-pool, their only
+ * one. */
+static const char *stem_note(const char *model, const cdl_model *m)
+{
+    if (!cdl_spec_is_builtin(model) || strncmp(model, "resnet", 6) ||
+        !strncmp(model, "resnet20", 8))
+        return "";
+    const cdl_model_spec *spec = cdl_model_get_spec(m);
+    for (int i = 0; i < spec->nlayers; i++)
+        if (spec->layers[i].kind == CDL_LAYER_MAXPOOL2D)
+            return " (ImageNet stem: 7x7/2 conv, max-pool)";
+    return " (CIFAR stem: 3x3 conv, no max-pool)";
+}
+
 static int build_model(run *r)
 {
     const cdl_train_config *c = r->cfg;
@@ -692,9 +707,10 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         goto out;
     if (train_clip_on_device(&r) && !(r.norm_dev = r.be->ops->alloc(r.be, sizeof(double))))
         goto out;
-    train_report_note(r.rep, "cdl %s: %s on %s (%d train / %d val / %d test), %zu parameters, "
+    train_report_note(r.rep, "cdl %s: %s%s on %s (%d train / %d val / %d test), %zu parameters, "
                       "%s backend with %d threads, %d rank%s",
-                      cdl_version(), cfg->model, cfg->dataset, r.train.n, r.val.n, r.test.n,
+                      cdl_version(), cfg->model, stem_note(cfg->model, r.model), cfg->dataset,
+                      r.train.n, r.val.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");
     if (ddp_sharded(r.ddp)) {

@@ -54,7 +54,10 @@ st.save_file(torchvision.models.resnet18().state_dict(), sys.argv[1])' "$dir/ima
     die "torchvision's 1000-class resnet18 could not be written"
 "$CDL_TRAIN" --model resnet18 --init "$dir/imagenet.safetensors" --init-ignore 'fc.*' \
     --dataset "npy:$dir" --val-split 0 --batch-size 4 --epochs 1 --max-steps 1 --lr 1e-3 \
-    --no-progress -q || die "fine-tuning torchvision's resnet18 with a new head failed"
+    --no-progress >"$TMP/out" 2>&1 || die "fine-tuning torchvision's resnet18 with a new head failed"
+# The first line says which stem stem=auto took for the 72-pixel pictures.
+grep -q "^cdl .*: resnet18 (ImageNet stem: 7x7/2 conv, max-pool) on npy " "$TMP/out" ||
+    die "the first line does not name the ImageNet stem: $(head -2 "$TMP/out")"
 expect_status 1 "$CDL_TRAIN" --model resnet18 --init "$dir/imagenet.safetensors" \
     --dataset "npy:$dir" --val-split 0 --max-steps 1 -q
 expect_err "fc.weight"

@@ -29,7 +29,7 @@
 
 #include "kernels/cpu/pool.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__SSE__)   /* x86-64 always; 32-bit x86 when built for SSE */
 #include <xmmintrin.h>
 /* MXCSR: FTZ (bit 15) writes subnormal results as zero, DAZ (bit 6)
  * reads subnormal operands as zero; both for SSE and AVX alike. */

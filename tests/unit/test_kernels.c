@@ -131,6 +131,15 @@ static void test_pool_flushes_subnormals(void **state)
         skip();
     unsigned mode = pool_fp_mode();
     assert_false(flushes_here());   /* the C default: gradual underflow */
+    /* Valgrind runs the program on a synthetic CPU that ignores FTZ and
+     * DAZ: there the mode cannot be observed at all. */
+    pool_fp_set(mode | pool_fp_flush_bits);
+    int observable = flushes_here();
+    pool_fp_set(mode);
+    if (!observable) {
+        print_message("this CPU (or emulator) ignores the flush-to-zero mode: skipped\n");
+        skip();
+    }
     for (int t = 1; t <= 3; t++) {
         pool *p = pool_create(t);
         assert_non_null(p);

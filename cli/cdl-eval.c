@@ -1,5 +1,6 @@
 /* cdl-eval: evaluate a checkpoint on a dataset split: loss, accuracy,
- * top-5, per-class accuracy and the confusion matrix, as text or JSON.
+ * top-5, per-class accuracy and the confusion matrix, as text or JSON; for
+ * a language model (gpt) loss, perplexity and accuracy per token.
  * Under cdlrun or srun --cdl-ddp every rank takes a share of the samples
  * and rank 0 prints the summed result.
  *
@@ -32,7 +33,8 @@ static void usage(FILE *f)
 "\n"
 EVAL_USAGE_DATA
 "      --split test|val|train  which samples; val and train are split as the\n"
-"                           training run did (its seed and validation count) [test]\n"
+"                           training run did (its seed and validation count)\n"
+"                           [test; val for a language model: token data has no test]\n"
 "  -m, --model NAME|FILE   lenet, mlp, resnet20, resnet18/34/50/101[:stem=...] or a spec\n"
 "                           file\n"
 "                           [the checkpoint's]\n"
@@ -42,17 +44,24 @@ EVAL_USAGE_RUN);
 
 typedef struct sums {
     int classes;
-    double *v;   /* loss, correct, top5, n, then confusion[true][pred] */
+    int confusion;   /* classifiers: v holds the confusion matrix too */
+    double *v;       /* loss, correct, top5, n, then confusion[true][pred] */
 } sums;
 
+/* n samples: one row of logits and one label each, or for a language
+ * model `positions` of both per sample (labels below 0 are ignored, as in
+ * training), every scored position counted as one. */
 static int add_batch(void *ctx, const eval_ctx *e, long first, int n, const int32_t *y,
                      const float *logits)
 {
     (void)first;
     sums *s = ctx;
     int c = e->classes;
-    for (int i = 0; i < n; i++) {
-        const float *z = logits + (size_t)i * c;
+    size_t rows = (size_t)n * (size_t)e->positions;
+    for (size_t i = 0; i < rows; i++) {
+        if (y[i] < 0)
+            continue;
+        const float *z = logits + i * (size_t)c;
         int best = 0, above = 0;
         double mx = z[0];
         for (int k = 1; k < c; k++) {
@@ -70,9 +79,35 @@ static int add_batch(void *ctx, const eval_ctx *e, long first, int n, const int3
         s->v[1] += best == y[i];
         s->v[2] += above < 5;
         s->v[3] += 1;
-        s->v[4 + (size_t)y[i] * c + best] += 1;
+        if (s->confusion)
+            s->v[4 + (size_t)y[i] * c + best] += 1;
     }
     return 0;
+}
+
+/* A language model: per predicted token, with perplexity; no per-class
+ * table (a vocabulary's rows say little, and 50257^2 would not fit). */
+static void print_lm(const eval_ctx *e, const sums *s, const char *split, int json)
+{
+    const double *v = s->v;
+    double n = v[3] > 0 ? v[3] : 1;
+    if (json) {
+        printf("{\"checkpoint\":");
+        eval_json_string(stdout, e->o->ckpt);
+        printf(",\"dataset\":");
+        eval_json_string(stdout, e->dataset);
+        printf(",\"split\":\"%s\",\"windows\":%d,\"tokens\":%.0f,\"loss\":%.6f,"
+               "\"perplexity\":%.6g,\"accuracy\":%.6f,\"top5\":%.6f}\n",
+               split, e->data.n, v[3], v[0] / n, exp(v[0] / n), v[1] / n, v[2] / n);
+        return;
+    }
+    printf("%s on %s %s (%d windows of %d tokens, %.0f predictions)\n", e->o->ckpt, e->dataset,
+           split, e->data.n, e->positions, v[3]);
+    printf("loss        %.4f per token\n", v[0] / n);
+    printf("perplexity  %.4g\n", exp(v[0] / n));
+    printf("accuracy    %.2f%%  (next token ranked first: %.0f/%.0f)\n", 100 * v[1] / n, v[1],
+           v[3]);
+    printf("top-5       %.2f%%\n", 100 * v[2] / n);
 }
 
 static void print_text(const eval_ctx *e, const sums *s, const char *split)
@@ -150,8 +185,8 @@ static void print_json(const eval_ctx *e, const sums *s, const char *split)
 int main(int argc, char **argv)
 {
     cli_fix_blas_core(argv);
-    eval_opts o = {.prog = PROG, .split = "test", .device = "auto", .batch_size = 256,
-                   .workers = 1, .distributed = 1};
+    eval_opts o = {.prog = PROG, .split = "", .device = "auto", .batch_size = 256,
+                   .workers = 1, .distributed = 1, .sequences = 1};
     int json = 0, c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, EVAL_SHORT_OPTS, long_opts, NULL)) != -1) {
@@ -171,18 +206,23 @@ int main(int argc, char **argv)
     eval_ctx e;
     sums s = {0};
     int rc = eval_open(&e, &o);
+    size_t nv = 0;
     if (rc == 0) {
         s.classes = e.classes;
-        s.v = cdl_calloc(4 + (size_t)e.classes * e.classes, sizeof *s.v);
+        s.confusion = e.positions == 1;
+        nv = 4 + (s.confusion ? (size_t)e.classes * e.classes : 0);
+        s.v = cdl_calloc(nv, sizeof *s.v);
         rc = s.v ? eval_run(&e, add_batch, &s) : -1;
     }
     if (rc == 0 && e.dist)
-        rc = cdl_dist_allreduce_f64(e.dist, s.v, 4 + (size_t)e.classes * e.classes);
+        rc = cdl_dist_allreduce_f64(e.dist, s.v, nv);
     if (rc == 0 && e.ri.rank == 0) {
-        if (json)
-            print_json(&e, &s, o.split);
+        if (!s.confusion)
+            print_lm(&e, &s, e.o->split, json);
+        else if (json)
+            print_json(&e, &s, e.o->split);
         else
-            print_text(&e, &s, o.split);
+            print_text(&e, &s, e.o->split);
     }
     if (rc != 0) {
         if (e.ri.world > 1)

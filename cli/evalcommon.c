@@ -84,6 +84,18 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
     opt->skip_bad_files = o->skip_bad_files;
     opt->decode = o->decode;
     opt->threads = o->threads;
+    /* Token windows: the run's window and vocabulary (the model's position
+     * table and embedding are sized by them). */
+    long block = eval_meta_long(f, "block_size"), vocab = eval_meta_long(f, "vocab_size");
+    if (*meta(f, "tokens")) {
+        opt->block_size = block > 0 && block <= INT_MAX ? (int)block : 0;
+        opt->vocab_size = vocab > 0 && vocab <= 65536 ? (int)vocab : 0;
+        /* cdl-train's --val-split as load_tokens maps it (-1: the reader's
+         * default; 0: none); absent from older checkpoints: the default. */
+        const char *vs = cdl_st_meta_get(f, "token_val_split");
+        double v = vs ? strtod(vs, NULL) : -1;
+        opt->val_split = v < 0 ? 0 : v == 0 ? -1 : v;
+    }
     int nm = 0, ns = 0;
     float *m = parse_floats(cdl_st_meta_get(f, "norm_mean"), &nm);
     float *sd = parse_floats(cdl_st_meta_get(f, "norm_std"), &ns);
@@ -98,6 +110,31 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
     }
     cdl_free(m);
     cdl_free(sd);
+}
+
+/* Token windows (text, tokens): the reader holds the split, as cdl-train's
+ * load_tokens took it: train, and val (val.bin or the file's last
+ * --val-split tokens); there is no test split. */
+static int load_token_split(eval_ctx *e, const cdl_st_file *f, const char *name, const char *dir)
+{
+    const eval_opts *o = e->o;
+    if (!strcmp(o->split, "test"))
+        return cdl_error("--dataset %s:%s holds token windows: their held-out part is the "
+                         "validation split: use --split val (the default for language models) "
+                         "or train", name, dir);
+    cdl_dataset_options opt;
+    float *norm;
+    run_options(o, f, &opt, &norm);
+    cdl_free(norm);
+    int rc = cdl_dataset_load_with(name, *dir ? dir : NULL, !strcmp(o->split, "train"), &opt,
+                                   &e->data);
+    if (rc == 1)
+        return cdl_error("--dataset %s:%s has no validation split (the run had --val-split 0): "
+                         "use --split train", name, dir);
+    if (rc != 0)
+        return -1;
+    e->have_data = 1;
+    return 0;
 }
 
 /* The split o->split of the dataset: test as it is; train and val carved
@@ -121,6 +158,8 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         name = kind;
     }
     snprintf(e->dataset, sizeof e->dataset, "%s", name);
+    if (!strcmp(name, "text") || !strcmp(name, "tokens"))
+        return load_token_split(e, f, name, dir);
     long val = eval_meta_long(f, "val_samples");
     const char *seed_s = meta(f, "seed");
     uint64_t seed = strtoull(seed_s, NULL, 10);
@@ -151,7 +190,7 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             opt.normalize = CDL_NORMALIZE_DEFAULT;
             opt.norm_count = 0;
         }
-        if (!norm && same && !o->files)
+        if (!norm && same && !o->files && !*meta(f, "tokens"))
             fprintf(stderr, "%s: warning: %s does not store its normalisation (an older cdl): "
                     "using %s's defaults, which for %s are computed from the split read\n",
                     o->prog, o->ckpt, name, CDL_DATASET_FORMATS);
@@ -275,7 +314,8 @@ static int build_model(eval_ctx *e, const cdl_st_file *f)
     e->model = eval_model(o, f, e->data.shape, e->batch, classes, e->be);
     if (!e->model)
         return -1;
-    e->classes = cdl_model_outputs(e->model);
+    e->positions = cdl_model_positions(e->model);
+    e->classes = cdl_model_outputs(e->model) / e->positions;
     if (!e->o->files && e->classes < e->data.classes)
         return cdl_error("%s: the model has %d outputs but dataset %s has %d classes: pass the "
                          "dataset it was trained on", o->ckpt, e->classes, e->dataset,
@@ -318,7 +358,8 @@ static int class_names(eval_ctx *e, const cdl_st_file *f)
 int eval_open(eval_ctx *e, const eval_opts *o)
 {
     memset(e, 0, sizeof *e);
-    e->o = o;
+    e->own = *o;
+    e->o = &e->own;
     e->ri.rank = 0;
     e->ri.world = 1;
     if (o->distributed && cdl_rank_discover(&e->ri) != 0)
@@ -337,6 +378,14 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     cdl_st_file *f = cdl_st_open(o->ckpt);
     if (!f)
         return -1;
+    if (!o->split || !*o->split)
+        e->own.split = *meta(f, "tokens") ? "val" : "test";
+    o = e->o;
+    if (*meta(f, "tokens") && !o->sequences) {
+        cdl_st_close(f);
+        return cdl_error("%s is a language model (trained on token windows): sample text from "
+                         "it with cdl-generate, or measure its loss with cdl-eval", o->ckpt);
+    }
     int rc = o->files ? load_files(e, f) : load_data(e, f);
     if (rc == 0)
         rc = build_model(e, f);
@@ -351,7 +400,8 @@ int eval_open(eval_ctx *e, const eval_opts *o)
         if (!e->x_dev)
             return -1;
     }
-    e->logits = cdl_malloc((size_t)e->batch * (size_t)e->classes * sizeof(float));
+    e->logits = cdl_malloc((size_t)e->batch * (size_t)cdl_model_outputs(e->model) *
+                           sizeof(float));
     return e->logits ? 0 : -1;
 }
 
@@ -382,7 +432,8 @@ int eval_run(eval_ctx *e, eval_batch_fn fn, void *cb_ctx)
             rc = -1;
             break;
         }
-        be->ops->to_host(be, e->logits, logits, (size_t)b.n * e->classes * sizeof(float));
+        be->ops->to_host(be, e->logits, logits,
+                         (size_t)b.n * (size_t)cdl_model_outputs(e->model) * sizeof(float));
         if (be->ops->sync(be) != 0 ||
             fn(cb_ctx, e, e->ri.world > 1 ? -1 : first, b.n, b.y, e->logits) != 0)
             rc = -1;

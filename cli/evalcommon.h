@@ -16,10 +16,12 @@ typedef struct eval_opts {
     const char *model;        /* NULL = the checkpoint's ("model" metadata) */
     const char *dataset;      /* NULL = the checkpoint's */
     const char *data_dir;     /* NULL = the checkpoint's, then the dataset's default */
-    const char *split;        /* "test", "val" or "train" */
+    const char *split;        /* "test", "val", "train", or "" (test; val for token data) */
     const char *device;       /* "cpu", "cuda", "auto" */
     int batch_size, threads, workers;
     int distributed;          /* join a data-parallel job when started as one */
+    int sequences;            /* the caller reads a language model's logits per position
+                               * (cdl-eval); else such a checkpoint is refused */
     /* How the data is read: 0/NULL = as the training run did (checkpoint
      * metadata), else overriding it. */
     int image_size, channels;
@@ -32,14 +34,18 @@ typedef struct eval_opts {
 } eval_opts;
 
 typedef struct eval_ctx {
-    const eval_opts *o;
+    const eval_opts *o;       /* &own */
+    eval_opts own;            /* the caller's options, split resolved ("" = test, or val for
+                               * a language model's token windows) */
     cdl_rank_info ri;
     cdl_dist *dist;           /* NULL for one process */
     cdl_backend *be;
     cdl_model *model;
     cdl_dataset data;
     int have_data;            /* data: a split, or the files (labels = index in o->files) */
-    int classes;
+    int classes;              /* per position */
+    int positions;            /* a language model's T (rows of logits and labels per
+                               * sample); 1 for a classifier */
     char dataset[64];         /* the dataset's name, for the report */
     char **names;             /* classes names (NULL: print indices) */
     float *x_dev, *logits;    /* device input (NULL on host backends), host logits */

@@ -58,6 +58,25 @@ train --model gpt:n_layer=1,n_head=2,n_embd=32 --dataset "text:$TMP/count.txt" -
     --batch-size 16 --optimizer adamw --lr 0.01 --epochs 1000 --max-steps 150 \
     --ckpt-dir "$TMP/count"
 ck="$TMP/count/last.safetensors"
+# cdl-eval measures a language model per token on the run's validation
+# split (its block size, its last 10 %), giving cdl-train's own figures;
+# it has no test split; cdl-predict sends the user to these two tools.
+"$CDL_TRAIN" --device cpu --threads 1 --seed 5 --model gpt:n_layer=1,n_head=2,n_embd=32 \
+    --dataset "text:$TMP/count.txt" --block-size 16 --batch-size 16 --optimizer adamw \
+    --epochs 1 --max-steps 5 --ckpt-dir "$TMP/lm" --metrics "$TMP/lm.jsonl" --quiet ||
+    die "training the model for cdl-eval failed"
+expect_status 0 "$CDL_EVAL" "$TMP/lm/last.safetensors" --json --threads 1
+got=$(grep -o '"loss":[0-9.]*,"perplexity":[0-9.e+]*,"accuracy":[0-9.]*' "$TMP/out") ||
+    die "cdl-eval --json of a language model: $(cat "$TMP/out")"
+want=$(grep '"type":"epoch"' "$TMP/lm.jsonl" | tail -1 | grep -o '"val_loss":[0-9.]*,"val_acc":[0-9.]*')
+[ "$(echo "$got" | sed 's/,"perplexity":[^,]*//; s/"loss"/"val_loss"/; s/"accuracy"/"val_acc"/')" = "$want" ] ||
+    die "cdl-eval's loss and accuracy ($got) are not cdl-train's validation ($want)"
+grep -q '"split":"val","windows":[1-9][0-9]*,' "$TMP/out" || die "not the validation windows: $(cat "$TMP/out")"
+expect_status 1 "$CDL_EVAL" "$TMP/lm/last.safetensors" --split test
+expect_err "use --split val"
+expect_status 1 "$CDL_PREDICT" "$TMP/lm/last.safetensors"
+expect_err "is a language model"
+echo "PASS: cdl-eval gives a language model's validation loss and accuracy per token as cdl-train did"
 expect_status 0 "$GEN" "$ck" --prompt 3456 --temperature 0 --max-tokens 30
 want=3456789012345678901234567890123456
 [ "$(cat "$TMP/out")" = "$want" ] ||

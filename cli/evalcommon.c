@@ -94,7 +94,7 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
          * default; 0: none); absent from older checkpoints: the default. */
         const char *vs = cdl_st_meta_get(f, "token_val_split");
         double v = vs ? strtod(vs, NULL) : -1;
-        opt->val_split = v < 0 ? 0 : v == 0 ? -1 : v;
+        opt->val_split = !(v >= 0 && v <= 1e15) ? 0 : v == 0 ? -1 : v;   /* NaN: the default */
     }
     int nm = 0, ns = 0;
     float *m = parse_floats(cdl_st_meta_get(f, "norm_mean"), &nm);

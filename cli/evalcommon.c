@@ -90,11 +90,10 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
     if (*meta(f, "tokens")) {
         opt->block_size = block > 0 && block <= INT_MAX ? (int)block : 0;
         opt->vocab_size = vocab > 0 && vocab <= 65536 ? (int)vocab : 0;
-        /* cdl-train's --val-split as load_tokens maps it (-1: the reader's
-         * default; 0: none); absent from older checkpoints: the default. */
+        /* The reader's val_split as the run used it (absent from older
+         * checkpoints: 0, the default); the reader checks the value. */
         const char *vs = cdl_st_meta_get(f, "token_val_split");
-        double v = vs ? strtod(vs, NULL) : -1;
-        opt->val_split = !(v >= 0 && v <= 1e15) ? 0 : v == 0 ? -1 : v;   /* NaN: the default */
+        opt->val_split = vs ? strtod(vs, NULL) : 0;
     }
     int nm = 0, ns = 0;
     float *m = parse_floats(cdl_st_meta_get(f, "norm_mean"), &nm);

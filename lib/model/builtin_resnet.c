@@ -176,6 +176,15 @@ static int put(char *text, size_t len, size_t *n, const char *fmt, ...)
     return 0;
 }
 
+int spec_resnet_stem(const char *name, cdl_shape input)
+{
+    const char *opts;
+    if (!tv_lookup(name, &opts))
+        return -1;
+    int big = imagenet_stem(name, opts, input);
+    return big < 0 ? -1 : big;
+}
+
 int spec_resnet_text(const char *name, cdl_shape input, int classes, char *text, size_t len)
 {
     size_t n = 0;

@@ -85,5 +85,8 @@ int spec_gpt_text(char **kv, int nkv, const char *where, int block, int vocab, c
  * input and classes into text (len bytes), 0 or -1 with the error set. */
 int spec_is_resnet(const char *name);
 int spec_resnet_text(const char *name, cdl_shape input, int classes, char *text, size_t len);
+/* The stem a torchvision ResNet (resnet18/34/50/101[:stem=...]) takes for
+ * input: 1 ImageNet's, 0 CIFAR's; -1 for any other name or a bad option. */
+int spec_resnet_stem(const char *name, cdl_shape input);
 
 #endif

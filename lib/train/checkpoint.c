@@ -267,8 +267,8 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
         meta_add(&meta, "tokens", fmt_dup("%s", d->token_bytes == 1 ? "bytes" : "uint16"));
         meta_add(&meta, "vocab_size", fmt_dup("%d", d->classes));
         meta_add(&meta, "block_size", fmt_dup("%d", d->label_len));
-        /* --val-split as given (-1 the default): cdl-eval takes the same part. */
-        meta_add(&meta, "token_val_split", fmt_dup("%.17g", (double)cfg->val_split));
+        /* The reader's val_split, so that cdl-eval reads the same windows. */
+        meta_add(&meta, "token_val_split", fmt_dup("%.17g", train_token_val_split(cfg)));
     } else if (pos->data) {
         const cdl_dataset *d = pos->data;
         meta_add(&meta, "input_shape", fmt_dup("%d,%d,%d", d->shape.c, d->shape.h, d->shape.w));

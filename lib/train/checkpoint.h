@@ -52,5 +52,8 @@ int ckpt_last_present(const char *path);
 int train_config_json(const cdl_train_config *cfg, char *buf, size_t len);
 /* --decay-params as its option value: "auto", "all", "2d". */
 const char *train_decay_name(int decay_params);
+/* --val-split as the token readers take it (cdl_dataset_options.val_split):
+ * the config's -1 (default) is the reader's 0 (10 %), its 0 (none) -1. */
+double train_token_val_split(const cdl_train_config *c);
 
 #endif

@@ -34,6 +34,11 @@ void cdl_train_defaults(cdl_train_config *cfg)
     cfg->val_split = -1;
 }
 
+double train_token_val_split(const cdl_train_config *c)
+{
+    return c->val_split < 0 ? 0 : c->val_split == 0 ? -1 : c->val_split;
+}
+
 const char *train_decay_name(int decay_params)
 {
     return decay_params == CDL_DECAY_2D ? "2d" : decay_params == CDL_DECAY_ALL ? "all" : "auto";

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "lib/core/sized.h"
+#include "lib/model/model_internal.h"
 
 #include "checkpoint.h"
 #include "ddp.h"
@@ -106,8 +107,7 @@ static int load_tokens(run *r, const char *path)
         return -1;
     o.block_size = c->block_size > 0 ? c->block_size : model_block > 0 ? model_block : 64;
     o.vocab_size = c->vocab_size;
-    /* --val-split: -1 (default) = 10%, 0 = none. */
-    o.val_split = c->val_split < 0 ? 0 : c->val_split == 0 ? -1 : c->val_split;
+    o.val_split = train_token_val_split(c);
     if (cdl_dataset_load_with(c->dataset, path, 1, &o, &r->train) != 0)
         return -1;
     r->have_train = 1;
@@ -191,18 +191,12 @@ static int load_data(run *r)
 }
 
 /* Which stem a torchvision ResNet took (stem=auto picks it from the
- * picture size): the ImageNet one has torchvision's max-pool, their only
- * one. */
-static const char *stem_note(const char *model, const cdl_model *m)
+ * picture size); "" for other models. */
+static const char *stem_note(const char *model, cdl_shape input)
 {
-    if (!cdl_spec_is_builtin(model) || strncmp(model, "resnet", 6) ||
-        !strncmp(model, "resnet20", 8))
-        return "";
-    const cdl_model_spec *spec = cdl_model_get_spec(m);
-    for (int i = 0; i < spec->nlayers; i++)
-        if (spec->layers[i].kind == CDL_LAYER_MAXPOOL2D)
-            return " (ImageNet stem: 7x7/2 conv, max-pool)";
-    return " (CIFAR stem: 3x3 conv, no max-pool)";
+    int big = spec_resnet_stem(model, input);
+    return big < 0 ? "" : big ? " (ImageNet stem: 7x7/2 conv, max-pool)"
+                              : " (CIFAR stem: 3x3 conv, no max-pool)";
 }
 
 static int build_model(run *r)
@@ -709,7 +703,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         goto out;
     train_report_note(r.rep, "cdl %s: %s%s on %s (%d train / %d val / %d test), %zu parameters, "
                       "%s backend with %d threads, %d rank%s",
-                      cdl_version(), cfg->model, stem_note(cfg->model, r.model), cfg->dataset,
+                      cdl_version(), cfg->model, stem_note(cfg->model, r.train.shape), cfg->dataset,
                       r.train.n, r.val.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");

@@ -29,6 +29,7 @@ enum {
     OPT_VAL_SPLIT, OPT_INIT, OPT_INIT_IGNORE,
     OPT_LABEL_SMOOTHING,
     OPT_STAGE,
+    OPT_WARMUP_STEPS, OPT_DECAY_STEPS,
     OPT_CLIP_GRAD, OPT_ACCUM_STEPS, OPT_DECAY_PARAMS, OPT_EVAL_EVERY, OPT_PEAK_TFLOPS,
     OPT_SHARD_OPTIMIZER,
     OPT_BLOCK_SIZE, OPT_VOCAB_SIZE,
@@ -54,6 +55,8 @@ static const struct option long_opts[] = {
     {"schedule", required_argument, NULL, OPT_SCHEDULE},
     {"step-epochs", required_argument, NULL, OPT_STEP_EPOCHS},
     {"warmup-epochs", required_argument, NULL, OPT_WARMUP},
+    {"warmup-steps", required_argument, NULL, OPT_WARMUP_STEPS},
+    {"decay-steps", required_argument, NULL, OPT_DECAY_STEPS},
     {"threads", required_argument, NULL, 't'},
     {"workers", required_argument, NULL, OPT_WORKERS},
     {"seed", required_argument, NULL, 's'},
@@ -151,7 +154,10 @@ static void usage(FILE *f)
 "      --schedule constant|step|cosine           [cosine]\n"
 "      --step-epochs N          step schedule: lr x0.1 every N epochs [3]\n"
 "      --warmup-epochs N        linear warmup [0]\n"
-"      --max-steps N            stop after N steps in total [0: no limit]\n"
+"      --warmup-steps N         linear warmup over N optimizer steps instead\n"
+"      --decay-steps N          cosine: reach 0 at step N [the end of the last epoch]\n"
+"      --max-steps N            stop after N steps in total; the schedule is kept\n"
+"                               (a resume goes on as if never stopped) [0: none]\n"
 "      --clip-grad NORM         clip the gradient's global L2 norm to NORM [0: off]\n"
 "      --accum-steps K          K micro-batches of --batch-size per optimizer step [1]\n"
 "      --decay-params 2d|all    weight decay on >= 2-D parameters only, or on all\n"
@@ -488,6 +494,8 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         }
         case OPT_STEP_EPOCHS: rc = parse_int(name, a, 1, 100000, &cfg->step_epochs); break;
         case OPT_WARMUP: rc = parse_int(name, a, 0, 100000, &cfg->warmup_epochs); break;
+        case OPT_WARMUP_STEPS: rc = parse_long(name, a, 0, LONG_MAX, &cfg->warmup_steps); break;
+        case OPT_DECAY_STEPS: rc = parse_long(name, a, 0, LONG_MAX, &cfg->decay_steps); break;
         case 't': rc = parse_int(name, a, 1, 1024, &cfg->threads); break;
         case OPT_WORKERS: rc = parse_int(name, a, 0, 64, &cfg->workers); break;
         case 's':

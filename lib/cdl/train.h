@@ -33,7 +33,7 @@ typedef struct cdl_train_config {
     cdl_optim_config optim;
     cdl_sched_kind schedule;
     int step_epochs;          /* step schedule: decay every step_epochs (gamma 0.1) */
-    int warmup_epochs;
+    int warmup_epochs;        /* linear warm-up (or warmup_steps, below) */
     int threads;              /* 0 = cdl_default_threads() */
     int workers;              /* data loader threads */
     uint64_t seed;
@@ -140,6 +140,16 @@ typedef struct cdl_train_config {
     /* --decode auto|memory|stream: how an image folder's pictures are
      * decoded (enum cdl_decode; docs/data.md). */
     int image_decode;
+    /* The schedule in optimizer steps, for runs measured in steps rather
+     * than epochs (language models: nanoGPT's warmup_iters and
+     * lr_decay_iters). warmup_steps: linear warm-up over this many steps
+     * instead of warmup_epochs' (0 = warmup_epochs decides; setting both is
+     * an error). decay_steps: the cosine reaches 0 at this step and stays
+     * there (0 = at the end of the last epoch). max_steps stops a run
+     * without changing its schedule, so a run stopped early and resumed is
+     * the run that was never stopped. */
+    long warmup_steps;
+    long decay_steps;
 } cdl_train_config;
 
 /* --decay-params: AUTO is 2D for models with sequence layers (the gpt

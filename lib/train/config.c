@@ -72,14 +72,15 @@ int train_config_json(const cdl_train_config *c, char *buf, size_t len)
                      "\"warmup_epochs\":%d,\"threads\":%d,\"workers\":%d,\"seed\":%" PRIu64 ","
                      "\"drop_last\":%d,\"device\":\"%s\",\"max_steps\":%ld,\"ckpt_every\":%ld,"
                      "\"val_split\":%.9g,\"clip_grad\":%.9g,\"accum_steps\":%d,"
-                     "\"decay_params\":\"%s\"}",
+                     "\"decay_params\":\"%s\",\"warmup_steps\":%ld,\"decay_steps\":%ld}",
                      model, dataset, data_dir, c->epochs, c->batch_size, c->lr,
                      cdl_optim_kind_name(c->optim.kind), c->optim.momentum, c->optim.dampening,
                      c->optim.nesterov, c->optim.weight_decay, c->optim.beta1, c->optim.beta2,
                      c->optim.eps, cdl_sched_kind_name(c->schedule), c->step_epochs,
                      c->warmup_epochs, c->threads, c->workers, c->seed, c->drop_last, c->device,
                      c->max_steps, c->ckpt_every, c->val_split, c->clip_grad,
-                     c->accum_steps > 1 ? c->accum_steps : 1, train_decay_name(c->decay_params));
+                     c->accum_steps > 1 ? c->accum_steps : 1, train_decay_name(c->decay_params),
+                     c->warmup_steps, c->decay_steps);
     if (n < 0 || (size_t)n >= len)
         return cdl_error("configuration too long for the checkpoint metadata");
     return 0;

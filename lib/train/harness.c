@@ -314,8 +314,8 @@ static int make_loaders(run *r)
     r->sched = (cdl_schedule){
         .kind = c->schedule,
         .base_lr = c->lr,
-        .warmup_steps = (long)c->warmup_epochs * spe,
-        .total_steps = (long)c->epochs * spe,
+        .warmup_steps = c->warmup_steps > 0 ? c->warmup_steps : (long)c->warmup_epochs * spe,
+        .total_steps = c->decay_steps > 0 ? c->decay_steps : (long)c->epochs * spe,
         .step_size = (long)(c->step_epochs > 0 ? c->step_epochs : 1) * spe,
         .gamma = 0.1f,
         .min_lr = 0.0f,
@@ -598,6 +598,33 @@ static int refuse_used(run *r)
     return rc;
 }
 
+/* Says where the learning rate goes, in steps: a schedule that spans the
+ * epochs is easily longer than a run that --max-steps ends early (a language
+ * model run of 2000 steps over "1000 epochs" would never decay). */
+static void schedule_note(run *r)
+{
+    const cdl_train_config *c = r->cfg;
+    const cdl_schedule *s = &r->sched;
+    char warm[64] = "", stop[160] = "";
+    if (s->warmup_steps > 0)
+        snprintf(warm, sizeof warm, "warm-up over %ld step%s, then ", s->warmup_steps,
+                 s->warmup_steps > 1 ? "s" : "");
+    if (s->kind == CDL_SCHED_COSINE && c->max_steps > 0 && c->max_steps < s->total_steps)
+        snprintf(stop, sizeof stop, "; --max-steps %ld stops the run before, at lr %g "
+                 "(--decay-steps %ld would end the decay there)", c->max_steps,
+                 (double)cdl_schedule_lr(s, c->max_steps - 1), c->max_steps);
+    if (s->kind == CDL_SCHED_COSINE)
+        train_report_note(r->rep, "schedule cosine: %slr %g decays to 0 by step %ld (%s)%s", warm,
+                          (double)c->lr, s->total_steps,
+                          c->decay_steps > 0 ? "--decay-steps" : "the end of the last epoch",
+                          stop);
+    else if (s->kind == CDL_SCHED_STEP)
+        train_report_note(r->rep, "schedule step: %slr %g times 0.1 every %ld steps "
+                          "(--step-epochs %d)", warm, (double)c->lr, s->step_size, c->step_epochs);
+    else
+        train_report_note(r->rep, "schedule constant: %slr %g", warm, (double)c->lr);
+}
+
 static int check_config(const cdl_train_config *c)
 {
     if (c->epochs <= 0)
@@ -626,6 +653,19 @@ static int check_config(const cdl_train_config *c)
         return cdl_error("--decay-params %d: use 2d or all (CDL_DECAY_*)", c->decay_params);
     if (c->eval_every < 0)
         return cdl_error("--eval-every %ld: must be 0 (per epoch only) or more", c->eval_every);
+    if (c->warmup_steps < 0 || c->decay_steps < 0)
+        return cdl_error("--warmup-steps %ld, --decay-steps %ld: must be 0 (not set) or more",
+                         c->warmup_steps, c->decay_steps);
+    if (c->warmup_steps > 0 && c->warmup_epochs > 0)
+        return cdl_error("--warmup-steps %ld and --warmup-epochs %d both set the warm-up: give one",
+                         c->warmup_steps, c->warmup_epochs);
+    if (c->decay_steps > 0 && c->schedule != CDL_SCHED_COSINE)
+        return cdl_error("--decay-steps %ld: only the cosine schedule decays over steps (it is "
+                         "--schedule %s): add --schedule cosine, or drop --decay-steps",
+                         c->decay_steps, cdl_sched_kind_name(c->schedule));
+    if (c->decay_steps > 0 && c->warmup_steps >= c->decay_steps)
+        return cdl_error("--warmup-steps %ld is not below --decay-steps %ld: the cosine would "
+                         "have no steps left to decay in", c->warmup_steps, c->decay_steps);
     if (!(c->peak_tflops >= 0) || !isfinite(c->peak_tflops))
         return cdl_error("--peak-tflops %g: give the device's peak in TFLOP/s, or 0 for the "
                          "known GPUs' table", c->peak_tflops);
@@ -732,6 +772,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                                  : "all parameters",
                       r.decay_2d ? "2d" : "all", clip, r.accum, r.accum > 1 ? "es" : "",
                       cfg->batch_size);
+    schedule_note(&r);
     if (!r.have_val)
         train_report_note(r.rep, "note: no validation split (--val-split 0): validating on the "
                           "test set, which then also chooses best.safetensors");

@@ -22,7 +22,8 @@ static const struct {
     {"schedule", "schedule"}, {"step_epochs", "step-epochs"},
     {"warmup_epochs", "warmup-epochs"}, {"seed", "seed"}, {"drop_last", "drop-last"},
     {"val_split", "val-split"}, {"clip_grad", "clip-grad"}, {"accum_steps", "accum-steps"},
-    {"decay_params", "decay-params"},
+    {"decay_params", "decay-params"}, {"warmup_steps", "warmup-steps"},
+    {"decay_steps", "decay-steps"},
 };
 enum { NCOMPARED = sizeof compared / sizeof compared[0], CONFIG_MAX = 16384 };
 #define DATASET_SIZE "dataset-size"   /* the training samples, stored apart */

@@ -62,6 +62,32 @@ for c in "adamw 0.001" "adam 0.001" "sgd 0.05" "adamw 0.02 --lr 0.02 --optimizer
     cat "$TMP/out" "$TMP/err" | grep -q "^optimizer $opt, lr $lr: " ||
         die "$*: lr $lr not reported: $(cat "$TMP/out" "$TMP/err" | grep "^optimizer")"
 done
+# The schedule in steps: warm-up over 2 steps, cosine to 0 by step 6, the
+# step records' lr as PyTorch's LinearLR then CosineAnnealingLR give them
+# (step s trains at the schedule's value at s - 1); --max-steps stops the
+# run without shortening the schedule, and the schedule line says so.
+small="--dataset synthetic --synthetic-size 64 --val-split 0 --model mlp --epochs 5
+       --batch-size 32 --device cpu --threads 1 --no-progress"
+expect_status 0 "$CDL_TRAIN" $small --warmup-steps 2 --decay-steps 6 --metrics "$TMP/m.jsonl" \
+    --metrics-every 1 --ckpt-dir "$TMP/sched"
+grep -q "^schedule cosine: warm-up over 2 steps, then lr 0.05 decays to 0 by step 6 (--decay-steps)$" \
+    "$TMP/err" || die "schedule line: $(grep '^schedule' "$TMP/err")"
+lrs=$(sed -n 's/.*"type":"step".*"lr":\([^,}]*\).*/\1/p' "$TMP/m.jsonl" | tr '\n' ' ')
+[ "$lrs" = "0.025 0.05 0.05 0.0426777 0.025 0.00732233 0 0 0 0 " ] || die "step lrs: $lrs"
+expect_status 0 "$CDL_TRAIN" $small --max-steps 3
+grep -q "decays to 0 by step 10 (the end of the last epoch); --max-steps 3 stops the run before, at lr 0.0452254 (--decay-steps 3 would end the decay there)$" \
+    "$TMP/err" || die "no --max-steps note: $(grep '^schedule' "$TMP/err")"
+# Stored in the checkpoint: a resume with another decay is refused.
+expect_status 1 "$CDL_TRAIN" $small --warmup-steps 2 --decay-steps 8 --ckpt-dir "$TMP/sched" \
+    --epochs 6 --resume-allow epochs
+expect_err "--decay-steps 6 -> 8"
+expect_status 2 "$CDL_TRAIN" --decay-steps x;        expect_err "--decay-steps 'x'"
+expect_status 1 "$CDL_TRAIN" $small --schedule step --decay-steps 3
+expect_err "only the cosine schedule decays over steps"
+expect_status 1 "$CDL_TRAIN" $small --warmup-epochs 1 --warmup-steps 3
+expect_err "both set the warm-up"
+expect_status 1 "$CDL_TRAIN" $small --warmup-steps 6 --decay-steps 6
+expect_err "is not below --decay-steps 6"
 # The environment is read by cdl-train (libcdl takes its settings by value).
 CDL_TF32=maybe expect_status 2 "$CDL_TRAIN" --epochs 1;        expect_err "CDL_TF32 'maybe'"
 CDL_DDP_BUCKET_KB=0 expect_status 2 "$CDL_TRAIN" --epochs 1;   expect_err "CDL_DDP_BUCKET_KB '0'"

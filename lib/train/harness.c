@@ -219,12 +219,16 @@ static int build_model(run *r)
     /* An embedding reads token ids from the input: only token data has
      * ids, and only ids below its vocabulary (the readers check them
      * against the dataset's vocabulary), so anything else would index
-     * outside the weight. */
+     * outside the weight. Token ids are not values either: any other
+     * layer would read them as numbers (a convolution over a window of
+     * ids), so token data needs an embedding first. */
+    int embeds = 0;
     for (int i = 0; i < spec.nlayers; i++) {
         const cdl_layer_spec *l = &spec.layers[i];
         int reads_input = l->nin == 0 ? i == 0 : l->in[0] < 0;
         if (l->kind != CDL_LAYER_EMBEDDING || !reads_input)
             continue;
+        embeds = 1;
         if (!r->train.tokens)
             return cdl_error("%s: layer %d (embedding) reads token ids, but dataset %s holds no "
                              "tokens: use --dataset text:FILE or tokens:DIR (docs/data.md)",
@@ -235,6 +239,11 @@ static int build_model(run *r)
                              c->model, i + 1, l->vocab, c->dataset, r->train.classes - 1,
                              r->train.classes);
     }
+    if (r->train.tokens && !embeds)
+        return cdl_error("%s: dataset %s holds token ids (windows of %d), which only an embedding "
+                         "layer reads: use --model gpt (or gpt:n_layer=...,n_embd=...), or a spec "
+                         "whose first layer is an embedding (docs/transformers.md)",
+                         c->model, c->dataset, in.c * in.h * in.w);
     r->model = cdl_model_create(&spec, in, c->batch_size, r->be);
     if (!r->model)
         return -1;

@@ -35,6 +35,10 @@ expect_err "layer 1 (embedding) reads token ids, but dataset csv holds no tokens
 printf 'hello world, hello tokens\n' >"$TMP/small.txt"
 train 1 --model "$TMP/emb.spec" --dataset "text:$TMP/small.txt" --block-size 4 --val-split 0.3
 expect_err "layer 1 (embedding) has a vocabulary of 10 but dataset text has token ids up to 255"
+# ... and token ids are not values: a model without an embedding would
+# convolve the ids as numbers.
+train 1 --model lenet --dataset "text:$TMP/small.txt" --block-size 4 --val-split 0.3
+expect_err "lenet: dataset text holds token ids (windows of 4), which only an embedding layer reads"
 
 # The Debian corpus (fortunes-min, scripts/install-deps.sh).
 if "$top_srcdir/scripts/fortunes-corpus.sh" "$TMP/corpus.txt" 2>"$TMP/corpus.err"; then

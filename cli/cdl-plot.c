@@ -1,6 +1,7 @@
 /* cdl-plot: loss, accuracy and learning-rate curves of one or several
  * cdl-train --metrics files (the runs of a sweep on one chart, labelled by
- * run) as PNG and SVG through gnuplot, and a text summary of each run (its
+ * run; against the optimizer step when they have step or eval records) as
+ * PNG and SVG through gnuplot, and a text summary of each run (its
  * best and final epoch), which is all it gives when gnuplot is missing.
  *
  * Exit status: 0 done (also when only the summary could be made: a job
@@ -51,25 +52,55 @@ static int parse_size(const char *opt, const char *s, int *out)
 }
 
 /* Each run: epochs, best validation accuracy (and its epoch), final
- * values. */
+ * values; then, for runs with step or eval records (language models, whose
+ * epochs may be few or none), the last step's values and the lowest
+ * validation loss of the evaluations. */
 static void summary(const plot_set *set)
 {
     for (int i = 0; i < set->n; i++) {
         const plot_run *r = &set->runs[i];
-        if (r->n == 0)
+        const plot_series *e = &r->epochs, *s = &r->steps, *v = &r->evals;
+        if (e->n + s->n + v->n == 0)
             continue;
-        const plot_point *best = NULL, *last = &r->pts[r->n - 1];
-        for (int k = 0; k < r->n; k++)
-            if (isfinite(r->pts[k].val_acc) && (!best || r->pts[k].val_acc > best->val_acc))
-                best = &r->pts[k];
-        printf("%s%s%.8s%s: %d epoch%s to step %ld", r->label, r->id[0] ? " (run " : "", r->id,
-               r->id[0] ? ")" : "", r->n, r->n > 1 ? "s" : "", last->step);
-        if (best)
-            printf("; best val_acc %.4f at epoch %d (val_loss %.4f)", best->val_acc, best->epoch,
-                   best->val_loss);
-        printf("; final epoch %d: train_loss %.4f train_acc %.4f val_loss %.4f val_acc %.4f "
-               "lr %.4g\n", last->epoch, last->train_loss, last->train_acc, last->val_loss,
-               last->val_acc, last->lr);
+        printf("%s%s%.8s%s: ", r->label, r->id[0] ? " (run " : "", r->id, r->id[0] ? ")" : "");
+        if (e->n) {
+            const plot_point *best = NULL, *last = &e->pts[e->n - 1];
+            for (int k = 0; k < e->n; k++)
+                if (isfinite(e->pts[k].val_acc) && (!best || e->pts[k].val_acc > best->val_acc))
+                    best = &e->pts[k];
+            printf("%d epoch%s to step %ld", e->n, e->n > 1 ? "s" : "", last->step);
+            if (best)
+                printf("; best val_acc %.4f at epoch %d (val_loss %.4f)", best->val_acc,
+                       best->epoch, best->val_loss);
+            printf("; final epoch %d: train_loss %.4f train_acc %.4f val_loss %.4f val_acc %.4f "
+                   "lr %.4g\n", last->epoch, last->train_loss, last->train_acc, last->val_loss,
+                   last->val_acc, last->lr);
+        } else {
+            printf("no epoch ended\n");
+        }
+        if (s->n) {
+            const plot_point *last = &s->pts[s->n - 1];
+            printf("  last step %ld: loss %.4f acc %.4f lr %.4g\n", last->step, last->train_loss,
+                   last->train_acc, last->lr);
+        }
+        if (v->n) {
+            /* cdl-train keeps best.safetensors at the lowest validation
+             * loss of both kinds of validation. */
+            const plot_point *best = NULL, *lastv = &v->pts[v->n - 1];
+            for (int k = 0; k < v->n + e->n; k++) {
+                const plot_point *p = k < v->n ? &v->pts[k] : &e->pts[k - v->n];
+                if (isfinite(p->val_loss) && (!best || p->val_loss < best->val_loss))
+                    best = p;
+                if (k >= v->n && p->step > lastv->step)
+                    lastv = p;
+            }
+            printf("  %d validation%s to step %ld (--eval-every and epoch ends)", v->n + e->n,
+                   v->n + e->n > 1 ? "s" : "", lastv->step);
+            if (best)
+                printf("; lowest val_loss %.4f at step %ld (val_acc %.4f)", best->val_loss,
+                       best->step, best->val_acc);
+            putchar('\n');
+        }
     }
 }
 
@@ -135,9 +166,10 @@ int main(int argc, char **argv)
                 set.bad_lines, set.bad_lines > 1 ? "s" : "", set.bad_lines > 1 ? "are" : "is");
     int points = 0;
     for (int i = 0; i < set.n; i++)
-        points += set.runs[i].n;
+        points += set.runs[i].epochs.n + set.runs[i].steps.n + set.runs[i].evals.n;
     if (points == 0) {
-        fprintf(stderr, "cdl-plot: no epoch records in the files given: nothing to plot\n");
+        fprintf(stderr, "cdl-plot: no epoch, step or eval records in the files given: nothing "
+                "to plot\n");
         plot_set_free(&set);
         return 1;
     }

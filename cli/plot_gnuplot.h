@@ -18,7 +18,8 @@ typedef struct plot_opts {
 /* The full path of an executable gnuplot in PATH into out, 0; -1 if none. */
 int plot_find_gnuplot(char *out, size_t len);
 /* The gnuplot script of the charts (loss, accuracy, learning rate against
- * the epoch, one colour per run, validation dashed). */
+ * the epoch, or the optimizer step when a run has step or eval records;
+ * one colour per run, validation dashed). */
 int plot_script(FILE *f, const plot_set *set, const plot_opts *o);
 /* Runs gnuplot (its path) on the script; 0 when it exited 0 in time. */
 int plot_run_gnuplot(const char *gnuplot, const plot_set *set, const plot_opts *o);

@@ -1,8 +1,8 @@
 /* Reading --metrics files for cdl-plot (plot_read.h). A small scanner of
  * one JSON object per line: top-level keys with number or string values
  * are looked at, nested objects and arrays (the config record's "config")
- * are skipped by bracket depth. Nothing here trusts the input: every scan
- * stops at the string's end. */
+ * are skipped by bracket depth. Epoch, step and eval records are kept.
+ * Nothing here trusts the input: every scan stops at the string's end. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -106,7 +106,7 @@ int plot_parse_line(const char *line, plot_point *pt, char id[40])
     id[0] = '\0';
     memset(pt, 0, sizeof *pt);
     pt->train_loss = pt->train_acc = pt->val_loss = pt->val_acc = pt->lr = NAN;
-    int have_epoch = 0, first = 1;
+    int have_epoch = 0, have_step = 0, first = 1;
     while (*p != '}') {
         if (!first) {
             if (*p != ',')
@@ -144,9 +144,10 @@ int plot_parse_line(const char *line, plot_point *pt, char id[40])
             if (number(v, vend, &d) != 0 || d < 0 || d > 1e15)
                 return -1;
             pt->step = (long)d;
+            have_step = 1;
         } else {
-            double *dst = KEY("train_loss") ? &pt->train_loss
-                          : KEY("train_acc") ? &pt->train_acc
+            double *dst = KEY("train_loss") || KEY("loss") ? &pt->train_loss
+                          : KEY("train_acc") || KEY("acc") ? &pt->train_acc
                           : KEY("val_loss")  ? &pt->val_loss
                           : KEY("val_acc")   ? &pt->val_acc
                           : KEY("lr")        ? &pt->lr
@@ -159,9 +160,13 @@ int plot_parse_line(const char *line, plot_point *pt, char id[40])
     if (*ws(p + 1))
         return -1;
     /* Files from before record types hold epoch records only. */
-    if (type[0] ? strcmp(type, "epoch") != 0 : !have_epoch)
-        return 0;
-    return have_epoch ? 1 : -1;
+    if (!type[0])
+        return have_epoch ? PLOT_EPOCH : 0;
+    if (!strcmp(type, "epoch"))
+        return have_epoch ? PLOT_EPOCH : -1;
+    if (!strcmp(type, "step") || !strcmp(type, "eval"))
+        return have_step ? (!strcmp(type, "step") ? PLOT_STEP : PLOT_EVAL) : -1;
+    return 0;
 }
 
 /* The label of file path: "lr-0.01" for runs/lr-0.01/metrics.jsonl,
@@ -211,28 +216,42 @@ static plot_run *run_for(plot_set *set, int first_of_file, const char *id)
     return r;
 }
 
-/* Puts p into r, replacing a record of the same epoch, in epoch order. */
-static int add_point(plot_run *r, const plot_point *p)
+static long key_of(const plot_point *p, int by_epoch)
 {
-    int i = 0;
-    while (i < r->n && r->pts[i].epoch < p->epoch)
-        i++;
-    if (i < r->n && r->pts[i].epoch == p->epoch) {
-        r->pts[i] = *p;
+    return by_epoch ? p->epoch : p->step;
+}
+
+/* Puts p into s, replacing a record of the same key, in key order (records
+ * come in order: the search starts from the end). */
+static int add_point(plot_series *s, const plot_point *p, int by_epoch)
+{
+    long key = key_of(p, by_epoch);
+    int i = s->n;
+    while (i > 0 && key_of(&s->pts[i - 1], by_epoch) > key)
+        i--;
+    if (i > 0 && key_of(&s->pts[i - 1], by_epoch) == key) {
+        s->pts[i - 1] = *p;
         return 0;
     }
-    if (r->n == r->cap) {
-        int cap = r->cap ? 2 * r->cap : 16;
-        plot_point *q = realloc(r->pts, (size_t)cap * sizeof *q);
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 16;
+        plot_point *q = realloc(s->pts, (size_t)cap * sizeof *q);
         if (!q)
             return -1;
-        r->pts = q;
-        r->cap = cap;
+        s->pts = q;
+        s->cap = cap;
     }
-    memmove(r->pts + i + 1, r->pts + i, (size_t)(r->n - i) * sizeof *p);
-    r->pts[i] = *p;
-    r->n++;
+    memmove(s->pts + i + 1, s->pts + i, (size_t)(s->n - i) * sizeof *p);
+    s->pts[i] = *p;
+    s->n++;
     return 0;
+}
+
+static int add_record(plot_run *r, int kind, const plot_point *p)
+{
+    return kind == PLOT_EPOCH ? add_point(&r->epochs, p, 1)
+           : kind == PLOT_STEP ? add_point(&r->steps, p, 0)
+                               : add_point(&r->evals, p, 0);
 }
 
 int plot_read_file(plot_set *set, const char *path)
@@ -255,7 +274,7 @@ int plot_read_file(plot_set *set, const char *path)
         if (got <= 0)
             continue;
         plot_run *r = run_for(set, first, id);
-        if (!r || add_point(r, &p) != 0) {
+        if (!r || add_record(r, got, &p) != 0) {
             fprintf(stderr, "cdl-plot: out of memory reading %s\n", path);
             rc = -1;
             break;
@@ -281,8 +300,11 @@ int plot_read_file(plot_set *set, const char *path)
 
 void plot_set_free(plot_set *set)
 {
-    for (int i = 0; i < set->n; i++)
-        free(set->runs[i].pts);
+    for (int i = 0; i < set->n; i++) {
+        free(set->runs[i].epochs.pts);
+        free(set->runs[i].steps.pts);
+        free(set->runs[i].evals.pts);
+    }
     free(set->runs);
     memset(set, 0, sizeof *set);
 }

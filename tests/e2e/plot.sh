@@ -37,7 +37,44 @@ grep -q '^old: 2 epochs to step 20; best val_acc 0.6000 at epoch 2' "$TMP/out" |
     { cat "$TMP/out"; die "summary of old.jsonl"; }
 expect_err "skipped 1 line"
 
+# A language model's run: step and eval records (a resumed run repeats
+# step 4: the last record wins), drawn against the optimizer step; the
+# lowest validation loss is sought over evaluations and epoch ends.
+cat >"$TMP/lm.jsonl" <<'J'
+{"type":"config","run_id":"ab","rank":0,"config":{"eval_every":2}}
+{"type":"step","run_id":"ab","rank":0,"epoch":1,"step":2,"loss":5.0,"acc":0.1,"lr":0.001}
+{"type":"eval","run_id":"ab","rank":0,"epoch":1,"step":2,"val_loss":4.0,"val_acc":0.2}
+{"type":"step","run_id":"ab","rank":0,"epoch":1,"step":4,"loss":9.0,"acc":0.1,"lr":0.001}
+{"type":"step","run_id":"ab","rank":0,"epoch":1,"step":4,"loss":3.0,"acc":0.3,"lr":0.0005}
+{"type":"eval","run_id":"ab","rank":0,"epoch":1,"step":4,"val_loss":2.5,"val_acc":0.4}
+{"type":"epoch","run_id":"ab","rank":0,"epoch":1,"step":5,"train_loss":3.5,"train_acc":0.3,"val_loss":2.75,"val_acc":0.35,"lr":0.0002}
+{"type":"step","run_id":"ab","rank":0,"epoch":2,"step":6,"loss":2.0,"acc":0.5,"lr":0.0001}
+J
+"$PLOT" --summary "$TMP/lm.jsonl" >"$TMP/out" 2>"$TMP/err" || { cat "$TMP/err"; die "cdl-plot --summary lm"; }
+grep -qx '  last step 6: loss 2.0000 acc 0.5000 lr 0.0001' "$TMP/out" &&
+    grep -qx '  3 validations to step 5 (--eval-every and epoch ends); lowest val_loss 2.5000 at step 4 (val_acc 0.4000)' \
+        "$TMP/out" || { cat "$TMP/out"; die "summary of a run with step and eval records"; }
+# A run that is still in its first epoch has step records only.
+head -2 "$TMP/lm.jsonl" >"$TMP/live.jsonl"
+"$PLOT" --summary "$TMP/live.jsonl" >"$TMP/out" 2>"$TMP/err" || { cat "$TMP/err"; die "a live run"; }
+grep -q '^live (run ab): no epoch ended$' "$TMP/out" || { cat "$TMP/out"; die "summary of a live run"; }
+
 if command -v gnuplot >/dev/null; then
+    "$PLOT" -o "$TMP/lm" --format svg "$TMP/lm.jsonl" "$TMP/old.jsonl" >"$TMP/out" 2>"$TMP/err" ||
+        { cat "$TMP/out" "$TMP/err"; die "cdl-plot of step records failed"; }
+    grep -q '>optimizer step<' "$TMP/lm.svg" || die "step records are not drawn against the step"
+    for line in "lm train" "lm val" "old train" "old val"; do
+        grep -q ">$line<" "$TMP/lm.svg" || die "the step chart has no line '$line'"
+    done
+    "$PLOT" -o "$TMP/live" --format svg "$TMP/live.jsonl" >"$TMP/out" 2>"$TMP/err" ||
+        { cat "$TMP/out" "$TMP/err"; die "cdl-plot of a live run failed"; }
+    grep -q '>live train<' "$TMP/live.svg" && ! grep -q '>live val<' "$TMP/live.svg" ||
+        die "a live run without validations: its training line only"
+    # Evaluations alone leave the learning-rate panel empty: said in it.
+    sed -n 3p "$TMP/lm.jsonl" >"$TMP/evals.jsonl"
+    "$PLOT" -o "$TMP/evals" --format svg "$TMP/evals.jsonl" >"$TMP/out" 2>"$TMP/err" ||
+        { cat "$TMP/out" "$TMP/err"; die "cdl-plot of evaluations alone failed"; }
+    grep -q '>no records<' "$TMP/evals.svg" || die "an empty panel is not said"
     "$PLOT" -o "$TMP/sweep/plot" --width 800 --height 600 "$TMP"/sweep/lr-*/metrics.jsonl \
         >"$TMP/out" 2>"$TMP/err" || { cat "$TMP/out" "$TMP/err"; die "cdl-plot failed"; }
     size=$(png_size "$TMP/sweep/plot.png") || die "$TMP/sweep/plot.png is not a PNG"

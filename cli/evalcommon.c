@@ -75,9 +75,14 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
     long size = eval_meta_long(f, "image_size"), ch = eval_meta_long(f, "image_channels");
     int c = 0, h = 0, w = 0;
     sscanf(meta(f, "input_shape"), "%d,%d,%d", &c, &h, &w);
-    /* A run that took the first picture's size: the samples' size, when
-     * square (the reader's option is a side). */
-    opt->image_size = o->image_size ? o->image_size : size > 0 ? (int)size : h == w ? h : 0;
+    /* The run's sample size: --image-size, else its samples' h x w (a run
+     * that took the first picture's size, maybe not square, and whose test
+     * split was fitted to it). */
+    opt->image_size = o->image_size ? o->image_size : size > 0 ? (int)size : 0;
+    if (!o->image_size && h > 0 && w > 0) {
+        opt->image_height = h;
+        opt->image_width = w;
+    }
     opt->channels = o->channels ? o->channels : ch > 0 ? (int)ch : (c == 1 || c == 3) ? c : 0;
     opt->label_column = o->label_column ? o->label_column
                         : *meta(f, "label_column") ? meta(f, "label_column") : NULL;

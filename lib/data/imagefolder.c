@@ -243,7 +243,9 @@ static int bad_file_error(const char *msg)
     return cdl_error("%s (or pass --skip-bad-files to leave such files out)", msg);
 }
 
-/* The first readable image decides the size and channels not given. */
+/* The first readable image decides the size and channels not given (a
+ * test split is given its training split's: its own first picture may
+ * have another size or be gray where training's was RGB). */
 static int pick_geometry(const strlist *files, const cdl_dataset_options *o, int *h, int *w,
                          int *c)
 {
@@ -263,8 +265,9 @@ static int pick_geometry(const strlist *files, const cdl_dataset_options *o, int
             continue;
         if (rc)
             return -1;
-        *h = o->image_size > 0 ? o->image_size : ih;
-        *w = o->image_size > 0 ? o->image_size : iw;
+        int exact = o->image_height > 0 && o->image_width > 0;
+        *h = exact ? o->image_height : o->image_size > 0 ? o->image_size : ih;
+        *w = exact ? o->image_width : o->image_size > 0 ? o->image_size : iw;
         *c = o->channels > 0 ? o->channels : ic;
         return 0;
     }
@@ -279,6 +282,10 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
     if (o->image_size < 0 || o->image_size > 4096)
         return cdl_error("--image-size %d: use 1..4096 (or 0: the first picture's size)",
                          o->image_size);
+    if (o->image_height < 0 || o->image_height > 4096 || o->image_width < 0 ||
+        o->image_width > 4096)
+        return cdl_error("image folder: a sample size of %dx%d: use sides 1..4096",
+                         o->image_width, o->image_height);
     char train_dir[4096];
     if (join(train_dir, sizeof train_dir, dir, "train"))
         return -1;

@@ -162,6 +162,12 @@ static int load_data(run *r)
     if (r->train.skipped && !c->quiet && r->ri.rank == 0)
         fprintf(stderr, "cdl-train: --skip-bad-files: left out %ld unreadable files of %s\n",
                 r->train.skipped, c->data_dir);
+    /* The test split at the training split's sample size and channels: an
+     * image folder's own first test picture may be another size, or gray. */
+    o.image_height = r->train.shape.h;
+    o.image_width = r->train.shape.w;
+    if (!strcmp(c->dataset, "imagefolder"))
+        o.channels = r->train.shape.c;
     int rc = cdl_dataset_load_with(c->dataset, dir, 0, &o, &r->test);
     if (rc < 0)
         return -1;
@@ -178,6 +184,13 @@ static int load_data(run *r)
         return 0;
     }
     r->have_test = 1;
+    /* The model takes one sample shape (arrays saved apart may differ). */
+    cdl_shape ts = r->test.shape, tr = r->train.shape;
+    if (ts.c != tr.c || ts.h != tr.h || ts.w != tr.w)
+        return cdl_error("--dataset %s:%s: the test split's samples are %dx%dx%d (c,h,w) but the "
+                         "training split's are %dx%dx%d: save both splits with the same sample "
+                         "shape (docs/data.md)", c->dataset, c->data_dir, ts.c, ts.h, ts.w, tr.c,
+                         tr.h, tr.w);
     /* The test split is normalised with the training split's statistics and
      * its labels must be classes the model has. */
     if (c->normalize != CDL_NORMALIZE_GIVEN && c->normalize != CDL_NORMALIZE_NONE &&

@@ -10,12 +10,12 @@ PY=/usr/bin/python3
 $PY - "$TMP" <<'PYEOF' || die "picture fixture"
 import os, random, struct, sys, zlib
 d = sys.argv[1]
-def png(path, w, h, rows):
+def png(path, w, h, rows, colour=2):   # colour type 2: RGB, 0: gray
     raw = b"".join(b"\0" + bytes(r) for r in rows)
     def chunk(t, b):
         return struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b) & 0xffffffff)
     with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, colour, 0, 0, 0))
                 + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 rnd = random.Random(1)
 for split, n in (("train", 12), ("test", 4)):
@@ -25,6 +25,11 @@ for split, n in (("train", 12), ("test", 4)):
             rows = [[(90 if c == 2 - k else 60) + rnd.randrange(100) for x in range(12) for c in range(3)]
                     for y in range(10)]
             png("%s/img/%s/%s/%02d.png" % (d, split, cls, i), 12, 10, rows)
+# The same folder, but the test split's first picture (the one a reader
+# would take the size and channels from) is a gray 7x15 one.
+import shutil
+shutil.copytree(d + "/img", d + "/mix")
+png(d + "/mix/test/blue/00.png", 7, 15, [[rnd.randrange(256) for x in range(7)] for y in range(15)], 0)
 with open(d + "/t.csv", "w") as f:
     f.write("a,b,kind\n")
     for i in range(60):
@@ -71,6 +76,21 @@ PYEOF
 "$CDL_EVAL" "$ck" --json --decode stream >"$TMP/eval-s.json" || die "cdl-eval --decode stream"
 cmp -s "$TMP/eval.json" "$TMP/eval-s.json" || die "cdl-eval --decode stream differs"
 expect_status 2 "$CDL_TRAIN" --decode lazy; expect_err "--decode"
+
+# Without --image-size the samples take the first training picture's size
+# and channels (3x10x12); the test split is fitted to them too, not to its
+# own first picture (gray 7x15), in cdl-train and in cdl-eval.
+train --model mlp --dataset "imagefolder:$TMP/mix" --ckpt-dir "$TMP/ckm" --metrics "$TMP/mm.jsonl"
+grep -aq '"input_shape":"3,10,12"' "$TMP/ckm/last.safetensors" ||
+    die "the run's samples are not 3x10x12"
+"$CDL_EVAL" "$TMP/ckm/last.safetensors" --json >"$TMP/evalm.json" ||
+    die "cdl-eval on a run that took the first picture's size"
+acc_equal "$TMP/mm.jsonl" "$TMP/evalm.json"
+"$CDL_PREDICT" "$TMP/ckm/last.safetensors" >"$TMP/pdm.csv" || die "cdl-predict, first picture's size"
+"$CDL_PREDICT" "$TMP/ckm/last.safetensors" "$TMP"/mix/test/*/*.png >"$TMP/pfm.csv" ||
+    die "cdl-predict FILE..., first picture's size"
+diff <(tail -n +2 "$TMP/pdm.csv" | cut -d, -f3-) <(tail -n +2 "$TMP/pfm.csv" | cut -d, -f2-) ||
+    die "the test split is not read at the training split's size"
 
 # Predictions through the dataset and through the same files by name agree
 # (classes and probabilities); the test split's order is class, then file.

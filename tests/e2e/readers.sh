@@ -16,6 +16,9 @@ import os
 os.mkdir(d + "/npy")
 np.save(d + "/npy/x.npy", x.reshape(96, 8, 8, 1))      # (n,h,w,c), no test split
 np.save(d + "/npy/y.npy", y.astype(np.int32))
+os.mkdir(d + "/npy2")   # a test split of another sample shape than training's
+np.save(d + "/npy2/x_train.npy", x[:64]); np.save(d + "/npy2/y_train.npy", y[:64])
+np.save(d + "/npy2/x_test.npy", x[64:, :4, :4]); np.save(d + "/npy2/y_test.npy", y[64:])
 with open(d + "/t.csv", "w") as f:
     f.write('f1,"f 2",kind\n')
     for i in range(96):
@@ -31,6 +34,10 @@ run --model mlp --dataset npz --data-dir "$TMP/small.npz" --augment crop+flip --
 run --model mlp --dataset "npy:$TMP/npy"
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy" --val-split 0
 expect_err "has no test split"
+
+# The model takes one sample shape: a test split of another is an error.
+expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy2"
+expect_err "the test split's samples are 1x4x4 (c,h,w) but the training split's are 1x8x8"
 
 # Features: --augment is refused for a table, the label column is chosen.
 run --model mlp --dataset "csv:$TMP/t.csv"

@@ -23,6 +23,10 @@ with open(d + "/t.csv", "w") as f:
     f.write('f1,"f 2",kind\n')
     for i in range(96):
         f.write('%.3f,%d,"%s"\n' % (x[i].mean(), i % 2, ["a, x", "b", "c"][y[i]]))
+with open(d + "/t-reordered.csv", "w") as f:   # the same table, columns in another order
+    f.write('kind,"f 2",f1\n')
+    for i in range(96):
+        f.write('"%s",%d,%.3f\n' % (["a, x", "b", "c"][y[i]], i % 2, x[i].mean()))
 PYEOF
 
 run() { expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 16 --quiet "$@"; }
@@ -47,6 +51,15 @@ expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "csv:$TMP/tab" -
 expect_err "--augment none"
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "csv:$TMP/tab" --label-column kin
 expect_err "no column named 'kin'"
+# A test table's columns are matched to the training table's by name: the
+# same rows with the columns in another order evaluate the same.
+mkdir "$TMP/tab2" && cp "$TMP/t.csv" "$TMP/tab2/train.csv" &&
+    cp "$TMP/t-reordered.csv" "$TMP/tab2/test.csv" || die "tab2"
+run --model mlp --dataset "csv:$TMP/tab" --metrics "$TMP/t1.json"
+run --model mlp --dataset "csv:$TMP/tab2" --metrics "$TMP/t2.json"
+score() { grep -o '"test_loss".*' "$1"; }
+[ "$(score "$TMP/t1.json")" = "$(score "$TMP/t2.json")" ] ||
+    die "reordered test columns: $(score "$TMP/t1.json") against $(score "$TMP/t2.json")"
 # A model file's outputs must match the classes: 10 against 3.
 printf 'flatten\nlinear 10\n' >"$TMP/ten.spec"
 expect_status 1 "$CDL_TRAIN" --device cpu --model "$TMP/ten.spec" --dataset "npz:$TMP/small.npz"

@@ -527,7 +527,7 @@ static void test_csv(void **state)
                     "\n"
                     "-1,0,setosa";
     cdl_dataset d = {0};
-    if (csv_parse(t, strlen(t), "t.csv", "species", NULL, 0, &d) != 0)
+    if (csv_parse(t, strlen(t), "t.csv", "species", NULL, NULL, &d) != 0)
         fail_msg("%s", cdl_last_error());
     assert_int_equal(d.n, 3);
     assert_int_equal(d.shape.c, 2);
@@ -540,7 +540,7 @@ static void test_csv(void **state)
     cdl_dataset_free(&d);
     /* Default label column: the last; integer labels are class indices. */
     const char *u = "x,y,k\n1,2,3\n4,5,0\n";
-    assert_int_equal(csv_parse(u, strlen(u), "u.csv", NULL, NULL, 0, &d), 0);
+    assert_int_equal(csv_parse(u, strlen(u), "u.csv", NULL, NULL, NULL, &d), 0);
     assert_int_equal(d.classes, 4);
     assert_null(d.class_names);
     cdl_dataset_free(&d);
@@ -557,13 +557,14 @@ static void test_csv(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&d, 0, sizeof d);
-        assert_int_equal(csv_parse(bad[i][0], strlen(bad[i][0]), "b.csv", NULL, NULL, 0, &d), -1);
+        assert_int_equal(csv_parse(bad[i][0], strlen(bad[i][0]), "b.csv", NULL, NULL, NULL, &d),
+                         -1);
         assert_error_has(bad[i][1]);
         assert_error_has("b.csv");
         cdl_dataset_free(&d);
     }
     memset(&d, 0, sizeof d);
-    assert_int_equal(csv_parse(u, strlen(u), "u.csv", "label", NULL, 0, &d), -1);
+    assert_int_equal(csv_parse(u, strlen(u), "u.csv", "label", NULL, NULL, &d), -1);
     assert_error_has("--label-column");
     cdl_dataset_free(&d);
 
@@ -577,6 +578,36 @@ static void test_csv(void **state)
     assert_int_equal(d.labels[0], 1);
     cdl_dataset_free(&d);
     assert_int_equal(cdl_dataset_load_with("csv", at("tab/train.csv"), 0, NULL, &d), 1);
+
+    /* A test table's columns are the training table's by name, in any
+     * order (the label column too); one missing or extra is an error. */
+    write_bytes(at("tab/train.csv"), "f,g,c\n1,10,b\n2,20,a\n", 20);
+    write_bytes(at("tab/test.csv"), "c,g,f\nb,30,3\n", 13);
+    if (cdl_dataset_load_with("csv", at("tab"), 0, NULL, &d) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_int_equal(d.shape.c, 2);
+    assert_float_equal(d.features[0], 3, 0);
+    assert_float_equal(d.features[1], 30, 0);
+    assert_int_equal(d.labels[0], 1);
+    cdl_dataset_free(&d);
+    const char *test_bad[][2] = {
+        {"f,g,h,c\n1,2,3,a\n", "column 'h' is not a column of the training table"},
+        {"f,c\n1,a\n", "lacks the training table's column 'g'"},
+        {"f,g,f,c\n1,2,3,a\n", "two columns are named 'f'"},
+        {"f,g,k\n1,2,a\n", "no column 'c', the training table's label column"},
+    };
+    for (size_t i = 0; i < sizeof test_bad / sizeof test_bad[0]; i++) {
+        write_bytes(at("tab/test.csv"), test_bad[i][0], strlen(test_bad[i][0]));
+        assert_int_equal(cdl_dataset_load_with("csv", at("tab"), 0, NULL, &d), -1);
+        assert_error_has(test_bad[i][1]);
+        assert_error_has("test.csv");
+    }
+    /* Integer training labels: the test table's must be class indices too,
+     * not text numbering classes of its own. */
+    write_bytes(at("tab/train.csv"), "f,c\n1,0\n2,1\n", 12);
+    write_bytes(at("tab/test.csv"), "f,c\n3,x\n", 8);
+    assert_int_equal(cdl_dataset_load_with("csv", at("tab"), 0, NULL, &d), -1);
+    assert_error_has("label 'x' of row 1 is not a class index");
 }
 
 /* ------------------------------------------------------------ normalisation */

@@ -4,6 +4,7 @@
  * files (truncated, wrong magic, huge declared shapes, non-UTF-8 names). */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -484,6 +485,28 @@ static void test_npy(void **state)
     assert_null(cdl_loader_create(&d, &lc));
     assert_error_has("--augment none");
     cdl_dataset_free(&d);
+
+    /* A NaN feature (a missing value) is an error naming where it is, not a
+     * loss that diverges; so is a float64 beyond float32's range. */
+    fx[7] = NAN;
+    write_bytes(at("np/x_train.npy"), buf, make_npy(buf, "<f4", "(3, 5)", fx, sizeof fx));
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), -1);
+    assert_error_has("x_train.npy: x[1].flat[2] is NaN");
+    double big[3] = {1, 1e300, 2};
+    write_bytes(at("np/x_train.npy"), buf, make_npy(buf, "<f8", "(3, 1)", big, sizeof big));
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), -1);
+    assert_error_has("x[1].flat[0] is beyond float32's range");
+    /* Labels: the value named as stored; one label per sample. */
+    uint8_t x3[3] = {1, 2, 3};
+    write_bytes(at("np/x_train.npy"), buf, make_npy(buf, "|u1", "(3, 1)", x3, sizeof x3));
+    y3[2] = 1000000;
+    write_bytes(at("np/y_train.npy"), buf, make_npy(buf, "<i4", "(3,)", y3, sizeof y3));
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), -1);
+    assert_error_has("label 1000000 of sample 2");
+    write_bytes(at("np/y_train.npy"), buf, make_npy(buf, "<i4", "(2,)", y3, 2 * sizeof *y3));
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), -1);
+    assert_error_has("x_train.npy holds 3 samples but");
+    assert_error_has("y_train.npy 2 labels");
 }
 
 static void test_npy_hostile(void **state)

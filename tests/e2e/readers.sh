@@ -74,6 +74,18 @@ expect_status 2 "$CDL_TRAIN" --normalize 0.5;       expect_err "as many standard
 expect_status 2 "$CDL_TRAIN" --normalize 0.5,0;     expect_err "must be > 0"
 expect_status 2 "$CDL_TRAIN" --channels 2;          expect_err "--channels '2'"
 [ "$(wc -l <"$TMP/err")" -eq 1 ] || die "error is not one line"
+# A reader option for a dataset whose reader does not take it would be
+# ignored (arrays are not resized): an error naming it and the format.
+expect_status 2 "$CDL_TRAIN" --dataset "npz:$TMP/small.npz" --image-size 4
+expect_err "--image-size applies to --dataset imagefolder only, and this run reads --dataset npz"
+expect_status 2 "$CDL_TRAIN" --dataset "npy:$TMP/npy" --label-column kind
+expect_err "--label-column applies to --dataset csv only"
+expect_status 2 "$CDL_TRAIN" --dataset "csv:$TMP/t.csv" --vocab-size 10
+expect_err "--vocab-size applies to --dataset text and tokens only"
+expect_status 2 "$CDL_TRAIN" --dataset "text:$TMP/t.csv" --normalize none
+expect_err "--normalize applies to pictures and features"
+expect_status 2 "$CDL_TRAIN" --dataset mnist --decode stream
+expect_err "--decode applies to --dataset imagefolder only"
 # A damaged archive names the file.
 head -c 300 "$TMP/small.npz" >"$TMP/cut.npz"
 expect_status 1 "$CDL_TRAIN" --device cpu --dataset "npz:$TMP/cut.npz"; expect_err "cut.npz"

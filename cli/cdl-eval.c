@@ -34,7 +34,8 @@ static void usage(FILE *f)
 EVAL_USAGE_DATA
 "      --split test|val|train  which samples; val and train are split as the\n"
 "                           training run did (its seed and validation count)\n"
-"                           [test; val for a language model: token data has no test]\n"
+"                           [test; val for a language model (token data has no\n"
+"                           test) and for data without a test split]\n"
 "  -m, --model NAME|FILE   lenet, mlp, resnet20, resnet18/34/50/101[:stem=...] or a spec\n"
 "                           file\n"
 "                           [the checkpoint's]\n"

@@ -200,6 +200,14 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
                     o->prog, o->ckpt, name, CDL_DATASET_FORMATS);
         int rc = cdl_dataset_load_with(name, *dir ? dir : NULL, !test, &opt, &all);
         cdl_free(norm);
+        if (rc == 1 && e->split_default && val > 0 && same) {
+            /* One folder per class, no test/: the held-out samples are the
+             * run's validation split, which it reported every epoch. */
+            fprintf(stderr, "%s: the data in %s has no test split: evaluating the run's "
+                    "validation split (--split val)\n", o->prog, dir);
+            e->own.split = "val";
+            return load_data(e, f);
+        }
         if (rc == 1)
             return cdl_error("%s: the data in %s has no test split: use --split val or train",
                              name, dir);
@@ -382,8 +390,10 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     cdl_st_file *f = cdl_st_open(o->ckpt);
     if (!f)
         return -1;
-    if (!o->split || !*o->split)
+    if (!o->split || !*o->split) {
         e->own.split = *meta(f, "tokens") ? "val" : "test";
+        e->split_default = 1;
+    }
     o = e->o;
     if (*meta(f, "tokens") && !o->sequences) {
         cdl_st_close(f);

@@ -92,6 +92,22 @@ acc_equal "$TMP/mm.jsonl" "$TMP/evalm.json"
 diff <(tail -n +2 "$TMP/pdm.csv" | cut -d, -f3-) <(tail -n +2 "$TMP/pfm.csv" | cut -d, -f2-) ||
     die "the test split is not read at the training split's size"
 
+# One folder per class, no test/: cdl-eval evaluates the run's validation
+# split, with a note, and gets the run's last validation accuracy.
+train --model mlp --dataset "imagefolder:$TMP/img/train" --image-size 8 --ckpt-dir "$TMP/ckv" \
+    --metrics "$TMP/mv.jsonl"
+expect_status 0 "$CDL_EVAL" "$TMP/ckv/last.safetensors" --json
+expect_err "has no test split: evaluating the run's validation split (--split val)"
+$PY - "$TMP/mv.jsonl" "$TMP/out" <<'PYEOF' || die "cdl-eval's validation split differs from the run's"
+import json, sys
+val = [json.loads(l) for l in open(sys.argv[1]) if '"val_acc"' in l][-1]
+ev = json.load(open(sys.argv[2]))
+print("cdl-train val_acc", val["val_acc"], "cdl-eval", ev["split"], ev["accuracy"])
+sys.exit(ev["split"] != "val" or abs(val["val_acc"] - ev["accuracy"]) > 1e-6)
+PYEOF
+expect_status 1 "$CDL_EVAL" "$TMP/ckv/last.safetensors" --split test
+expect_err "no test split: use --split val or train"
+
 # Predictions through the dataset and through the same files by name agree
 # (classes and probabilities); the test split's order is class, then file.
 "$CDL_PREDICT" "$ck" --top-k 2 >"$TMP/pd.csv" || die "cdl-predict --dataset"

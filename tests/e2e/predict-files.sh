@@ -108,6 +108,24 @@ PYEOF
 expect_status 1 "$CDL_EVAL" "$TMP/ckv/last.safetensors" --split test
 expect_err "no test split: use --split val or train"
 
+# Class names in UTF-8 line up by characters, and a long one is cut
+# between characters (to 24), not inside one.
+long=$(printf 'é%.0s' $(seq 25))
+mkdir -p "$TMP/uni/dög" "$TMP/uni/$long" && cp "$TMP"/img/train/red/0[0-5].png "$TMP/uni/dög/" &&
+    cp "$TMP"/img/train/blue/0[0-5].png "$TMP/uni/$long/" || die "uni fixture"
+train --model mlp --dataset "imagefolder:$TMP/uni" --image-size 8 --ckpt-dir "$TMP/cku"
+"$CDL_EVAL" "$TMP/cku/last.safetensors" >"$TMP/evalu.txt" 2>/dev/null || die "cdl-eval, UTF-8 classes"
+$PY - "$TMP/evalu.txt" <<'PYEOF' || { cat "$TMP/evalu.txt" >&2; die "UTF-8 class names misaligned"; }
+import sys
+text = open(sys.argv[1], "rb").read().decode("utf-8")   # fails on a cut character
+lines = text.splitlines()
+rows = lines[lines.index("per-class accuracy:") + 2:][:2]
+cm = lines[lines.index("confusion matrix (rows: true class, columns: predicted):") + 2:][:2]
+print(rows, cm)
+sys.exit(len({r.index("%") for r in rows}) != 1 or len({len(r) for r in cm}) != 1
+         or "é" * 25 in text or "é" * 24 not in text)
+PYEOF
+
 # Predictions through the dataset and through the same files by name agree
 # (classes and probabilities); the test split's order is class, then file.
 "$CDL_PREDICT" "$ck" --top-k 2 >"$TMP/pd.csv" || die "cdl-predict --dataset"

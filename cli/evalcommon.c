@@ -116,6 +116,21 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
     cdl_free(sd);
 }
 
+/* -1 with an error when the run's samples (input_shape) differ from
+ * input: its weights do not fit samples of another shape. 0 when they
+ * agree or the checkpoint does not say. */
+static int misfit_error(const eval_opts *o, const cdl_st_file *f, cdl_shape input)
+{
+    int c = 0, h = 0, w = 0;
+    if (sscanf(meta(f, "input_shape"), "%d,%d,%d", &c, &h, &w) != 3 ||
+        (c == input.c && h == input.h && w == input.w))
+        return 0;
+    return cdl_error("%s: the run's samples were %dx%dx%d (c,h,w), these are %dx%dx%d, and its "
+                     "weights do not fit them: read the data as the run did (leave out "
+                     "--image-size and --channels, or give the run's)", o->ckpt, c, h, w,
+                     input.c, input.h, input.w);
+}
+
 /* Token windows (text, tokens): the reader holds the split, as cdl-train's
  * load_tokens took it: train, and val (val.bin or the file's last
  * --val-split tokens); there is no test split. */
@@ -193,6 +208,15 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         if (norm && !same) {
             opt.normalize = CDL_NORMALIZE_DEFAULT;
             opt.norm_count = 0;
+        }
+        /* --channels other than the run's: its statistics (one pair per
+         * channel) and its weights do not fit. */
+        if (norm && same && opt.channels > 0 && opt.norm_count != 1 &&
+            opt.norm_count != opt.channels) {
+            cdl_shape s = {opt.channels, 0, 0};
+            sscanf(meta(f, "input_shape"), "%*d,%d,%d", &s.h, &s.w);
+            cdl_free(norm);
+            return misfit_error(o, f, s);
         }
         if (!norm && same && !o->files && !*meta(f, "tokens"))
             fprintf(stderr, "%s: warning: %s does not store its normalisation (an older cdl): "
@@ -310,6 +334,10 @@ cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input,
     cdl_model *m = cdl_model_create(&spec, input, batch, be);
     if (m && cdl_model_load_weights(m, o->ckpt, NULL) != 0) {
         cdl_model_destroy(m);
+        /* Samples of another shape than the run's (--image-size,
+         * --channels, other data): say so, rather than the weights
+         * loader's advice for cdl-train (--init-ignore). */
+        misfit_error(o, f, input);
         return NULL;
     }
     return m;

@@ -151,6 +151,12 @@ expect_err "left out 1"
 [ "$(wc -l <"$TMP/out")" -eq 2 ] || die "--skip-bad-files: $(cat "$TMP/out")"
 expect_status 2 "$CDL_PREDICT" "$ck" --dataset mnist "$TMP/bad.png"
 expect_err "exclude each other"
+# Samples of another shape than the run's: the message says so (not the
+# weights loader's advice for cdl-train, --init-ignore).
+expect_status 1 "$CDL_PREDICT" "$ck" --image-size 6 "$TMP/img/test/red/00.png"
+expect_err "the run's samples were 3x8x8 (c,h,w), these are 3x6x6"
+expect_status 1 "$CDL_EVAL" "$ck" --channels 1
+expect_err "these are 1x8x8"
 
 # A CSV table with its label column chosen: read and normalised as the run did.
 mkdir "$TMP/tab" && head -46 "$TMP/t.csv" >"$TMP/tab/train.csv" &&

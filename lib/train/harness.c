@@ -108,6 +108,16 @@ static int load_tokens(run *r, const char *path)
     o.block_size = c->block_size > 0 ? c->block_size : model_block > 0 ? model_block : 64;
     o.vocab_size = c->vocab_size;
     o.val_split = train_token_val_split(c);
+    /* The reader takes DIR/val.bin as the validation split and ignores
+     * val_split then: a --val-split given would be ignored without a word. */
+    char val_bin[4200];
+    struct stat st;
+    snprintf(val_bin, sizeof val_bin, "%s/val.bin", path);
+    if (c->val_split >= 0 && !strcmp(c->dataset, "tokens") && stat(val_bin, &st) == 0 &&
+        S_ISREG(st.st_mode))
+        return cdl_error("--dataset tokens:%s holds val.bin, the validation split: --val-split "
+                         "applies to a single file (tokens:FILE.bin, text:FILE) or a directory "
+                         "without val.bin: drop it (docs/data.md)", path);
     if (cdl_dataset_load_with(c->dataset, path, 1, &o, &r->train) != 0)
         return -1;
     r->have_train = 1;

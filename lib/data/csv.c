@@ -299,6 +299,15 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
                 goto done;
             }
             if (k == label_col) {
+                /* A missing label would become a class named "" (and turn
+                 * integer labels into text ones). */
+                if (!r.field[0]) {
+                    char hn[128];
+                    rc = cdl_error("%s:%ld: the label column '%s' is empty: every row needs a "
+                                   "label: fill it in or drop the row", name, line,
+                                   data_printable(header[k], hn, sizeof hn));
+                    goto done;
+                }
                 if (!(lab = strdup(r.field))) {
                     rc = cdl_error("out of memory reading %s", name);
                     goto done;

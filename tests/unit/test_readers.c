@@ -577,6 +577,7 @@ static void test_csv(void **state)
         {"label,a\nx,\"1\n", "not closed"},   /* a label read before the error is freed */
         {"", "empty"},
         {"a,label\n", "no rows"},
+        {"a,label\n1,0\n2,\n", "b.csv:3: the label column 'label' is empty"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&d, 0, sizeof d);

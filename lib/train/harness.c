@@ -186,11 +186,17 @@ static int load_data(run *r)
          * and there is no final test. */
         if (carve_val(r) != 0)
             return -1;
-        if (!r->have_val)
-            return cdl_error("--dataset %s: %s has no test split, and --val-split 0 leaves "
-                             "nothing to validate on: drop --val-split 0, or add test/ next to "
+        if (!r->have_val && c->val_split < 0)   /* the default: 10%, rounded down */
+            return cdl_error("--dataset %s: %s has no test split, and the default validation "
+                             "split (10%%) of its %d training samples is empty: give "
+                             "--val-split as a count (e.g. --val-split 1), or add test/ next to "
                              "train/ (image folders), x_test/y_test (npy, npz) or test.csv "
-                             "(docs/data.md)", c->dataset, c->data_dir);
+                             "(docs/data.md)", c->dataset, c->data_dir, r->train.n);
+        if (!r->have_val)
+            return cdl_error("--dataset %s: %s has no test split, and --val-split %g leaves "
+                             "nothing to validate on: give a larger --val-split, or add test/ "
+                             "next to train/ (image folders), x_test/y_test (npy, npz) or "
+                             "test.csv (docs/data.md)", c->dataset, c->data_dir, c->val_split);
         return 0;
     }
     r->have_test = 1;

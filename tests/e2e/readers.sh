@@ -16,6 +16,8 @@ import os
 os.mkdir(d + "/npy")
 np.save(d + "/npy/x.npy", x.reshape(96, 8, 8, 1))      # (n,h,w,c), no test split
 np.save(d + "/npy/y.npy", y.astype(np.int32))
+os.mkdir(d + "/npy9")   # 9 samples, no test split: 10% of them is none
+np.save(d + "/npy9/x.npy", x[:9]); np.save(d + "/npy9/y.npy", y[:9])
 os.mkdir(d + "/npy2")   # a test split of another sample shape than training's
 np.save(d + "/npy2/x_train.npy", x[:64]); np.save(d + "/npy2/y_train.npy", y[:64])
 np.save(d + "/npy2/x_test.npy", x[64:, :4, :4]); np.save(d + "/npy2/y_test.npy", y[64:])
@@ -38,6 +40,10 @@ run --model mlp --dataset npz --data-dir "$TMP/small.npz" --augment crop+flip --
 run --model mlp --dataset "npy:$TMP/npy"
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy" --val-split 0
 expect_err "has no test split"
+# Too few samples for the default 10%: the message says it was the default.
+expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy9"
+expect_err "the default validation split (10%) of its 9 training samples is empty: give --val-split as a count"
+run --model mlp --dataset "npy:$TMP/npy9" --val-split 1
 
 # The model takes one sample shape: a test split of another is an error.
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy2"

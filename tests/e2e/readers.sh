@@ -57,6 +57,16 @@ expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "csv:$TMP/tab" -
 expect_err "--augment none"
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "csv:$TMP/tab" --label-column kin
 expect_err "no column named 'kin'"
+# cdl-predict's CSV quotes class names that hold commas or quotes.
+run --model mlp --dataset "csv:$TMP/tab" --ckpt-dir "$TMP/ckq"
+"$CDL_PREDICT" "$TMP/ckq/last.safetensors" --top-k 3 >"$TMP/pq.csv" || die "cdl-predict on a table"
+$PY - "$TMP/pq.csv" <<'PYEOF' || { head -3 "$TMP/pq.csv" >&2; die "cdl-predict's CSV does not parse"; }
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+names = {"a, x", "b", "c"}
+sys.exit(len(rows) != 97 or any(len(r) != 8 or r[1] not in names or r[2] not in names
+                                for r in rows[1:]))
+PYEOF
 # A test table's columns are matched to the training table's by name: the
 # same rows with the columns in another order evaluate the same.
 mkdir "$TMP/tab2" && cp "$TMP/t.csv" "$TMP/tab2/train.csv" &&

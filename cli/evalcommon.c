@@ -363,6 +363,55 @@ static int build_model(eval_ctx *e, const cdl_st_file *f)
     return 0;
 }
 
+/* The data's labels as the run's class indices. Class folders and text
+ * labels are numbered by the data's own sorted names: a folder with some
+ * of the run's classes (cat, zebra of cat, dog, zebra) numbers zebra 1,
+ * which the model calls dog. Matched by name (a line break in a name is a
+ * space in the checkpoint); a class the run did not have is an error. */
+static int map_labels(eval_ctx *e, const cdl_st_file *f)
+{
+    const char *s = cdl_st_meta_get(f, "class_names");
+    cdl_dataset *d = &e->data;
+    if (!s || !*s || !d->class_names)
+        return 0;
+    int run_classes = 1;
+    for (const char *p = s; *p; p++)
+        run_classes += *p == '\n';
+    int *map = cdl_malloc((size_t)d->classes * sizeof *map);
+    if (!map)
+        return -1;
+    int rc = 0, identity = 1;
+    for (int k = 0; !rc && k < d->classes; k++) {
+        const char *name = d->class_names[k] ? d->class_names[k] : "";
+        size_t len = strlen(name);
+        map[k] = -1;
+        const char *p = s;
+        for (int j = 0; j < run_classes; j++) {
+            size_t n = strcspn(p, "\n");
+            int same = n == len;
+            for (size_t i = 0; same && i < n; i++)
+                same = p[i] == (name[i] == '\n' ? ' ' : name[i]);
+            if (same) {
+                map[k] = j;
+                break;
+            }
+            p += n + (p[n] == '\n');
+        }
+        if (map[k] < 0)
+            rc = cdl_error("%s: class '%.200s' of the %s data is not one of the %d classes "
+                           "the run was trained on (its class_names): evaluate on data of "
+                           "those classes", e->o->ckpt, name, e->dataset, run_classes);
+        identity &= map[k] == k;
+    }
+    /* d->classes stays: it counts d->class_names (freed with it); the
+     * model's outputs are the run's classes. */
+    if (!rc && !identity)
+        for (long i = 0; i < d->n; i++)
+            d->labels[i] = map[d->labels[i]];
+    cdl_free(map);
+    return rc;
+}
+
 /* The class names: the checkpoint's ("class_names", one per line), else
  * the dataset's, else none (indices are printed). */
 static int class_names(eval_ctx *e, const cdl_st_file *f)
@@ -429,6 +478,8 @@ int eval_open(eval_ctx *e, const eval_opts *o)
                          "it with cdl-generate, or measure its loss with cdl-eval", o->ckpt);
     }
     int rc = o->files ? load_files(e, f) : load_data(e, f);
+    if (rc == 0 && !o->files)
+        rc = map_labels(e, f);
     if (rc == 0)
         rc = build_model(e, f);
     if (rc == 0)

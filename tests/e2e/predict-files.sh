@@ -139,6 +139,24 @@ grep -q ',red,\|,green,\|,blue,' "$TMP/pf.csv" || die "no class names"
     die "cdl-predict --format jsonl FILE"
 grep -q "^{\"file\":\"$TMP/img/test/red/00.png\",\"top\":\[{\"class\":\"" "$TMP/pf.jsonl" ||
     die "JSON line: $(cat "$TMP/pf.jsonl")"
+# Another folder with some of the run's classes (blue and red of blue,
+# green, red): its labels are the run's classes by name, not by position
+# in its own sorted list (red would be index 1, which the model calls
+# green); a class the run did not have is an error.
+for c in blue red; do
+    mkdir -p "$TMP/sub/train/$c" "$TMP/sub/test/$c" && cp "$TMP/img/test/$c"/*.png "$TMP/sub/test/$c/" &&
+        cp "$TMP/img/train/$c"/0[01].png "$TMP/sub/train/$c/" || die "sub fixture"
+done
+"$CDL_PREDICT" "$ck" --data-dir "$TMP/sub" --top-k 2 >"$TMP/psub.csv" || die "cdl-predict --data-dir sub"
+[ "$(tail -n +2 "$TMP/psub.csv" | cut -d, -f2 | tr '\n' ' ')" = "blue blue blue blue red red red red " ] ||
+    die "labels of a folder with 2 of the 3 classes: $(cut -d, -f2 "$TMP/psub.csv" | tr '\n' ' ')"
+diff <(grep -E '^[0-9]+,(blue|red),' "$TMP/pd.csv" | cut -d, -f2-) <(tail -n +2 "$TMP/psub.csv" | cut -d, -f2-) ||
+    die "predictions on a subset of the classes differ from those on the whole test split"
+mkdir -p "$TMP/sub/train/purple" "$TMP/sub/test/purple" && cp "$TMP/img/test/red/00.png" "$TMP/sub/test/purple/" &&
+    cp "$TMP/img/test/red/00.png" "$TMP/sub/train/purple/" || die "purple"
+expect_status 1 "$CDL_EVAL" "$ck" --data-dir "$TMP/sub"
+expect_err "class 'purple' of the imagefolder data is not one of the 3 classes the run was trained on"
+
 echo "PASS: cdl-eval matches cdl-train on an image folder; cdl-predict on files matches --dataset"
 
 # A bad file is an error naming it, or left out and counted.

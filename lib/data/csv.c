@@ -228,8 +228,14 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
         ncol++;
     } while (!eol);
     if (ncol < 2) {
-        rc = cdl_error("%s: the header has %d column: a table needs features and a label column",
-                       name, ncol);
+        /* Spreadsheets in many locales save ';' (or tab) separated "CSV". */
+        const char *sep = strchr(header[0], ';') ? "';'" : strchr(header[0], '\t') ? "tabs" : NULL;
+        char hint[160] = "";
+        if (sep)
+            snprintf(hint, sizeof hint, ": its fields are separated by %s, cdl reads commas "
+                     "(save the table as comma-separated CSV)", sep);
+        rc = cdl_error("%s: the header has %d column: a table needs features and a label "
+                       "column%s", name, ncol, hint);
         goto done;
     }
     /* A test table's label column is the training table's, by name. */

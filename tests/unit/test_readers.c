@@ -578,6 +578,8 @@ static void test_csv(void **state)
         {"", "empty"},
         {"a,label\n", "no rows"},
         {"a,label\n1,0\n2,\n", "b.csv:3: the label column 'label' is empty"},
+        {"a;b;label\n1;2;0\n", "separated by ';', cdl reads commas"},
+        {"a\tlabel\n1\t0\n", "separated by tabs"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&d, 0, sizeof d);

@@ -246,6 +246,19 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         e->have_data = 1;
         return 0;
     }
+    /* The split is drawn from (seed, samples, count): with another number
+     * of samples than the run's (pictures added or removed since, files
+     * skipped then and not now) it would be other samples, silently. */
+    long run_train = eval_meta_long(f, "train_samples");
+    if (run_train > 0 && run_train + val != all.n) {
+        long n = all.n;
+        cdl_dataset_free(&all);
+        return cdl_error("%s: the training data in %s holds %ld samples, the run's held %ld "
+                         "(%ld trained on, %ld for validation): the run's %s samples cannot be "
+                         "found again in other data: use --split test, or the data as it was "
+                         "(and --skip-bad-files if the run had it)", o->ckpt, dir, n,
+                         run_train + val, run_train, val, o->split);
+    }
     cdl_dataset v;
     if (cdl_dataset_split(&all, val, seed, &v) != 0) {
         cdl_dataset_free(&all);

@@ -157,6 +157,15 @@ mkdir -p "$TMP/sub/train/purple" "$TMP/sub/test/purple" && cp "$TMP/img/test/red
 expect_status 1 "$CDL_EVAL" "$ck" --data-dir "$TMP/sub"
 expect_err "class 'purple' of the imagefolder data is not one of the 3 classes the run was trained on"
 
+# The validation samples are drawn from the number of training samples:
+# with a picture added since the run they would be others, so it is an
+# error (the test split is still fine).
+cp "$TMP/img/train/red/00.png" "$TMP/img/train/red/99.png" || die "cp"
+expect_status 1 "$CDL_EVAL" "$ck" --split val
+expect_err "holds 37 samples, the run's held 36 (33 trained on, 3 for validation)"
+expect_status 0 "$CDL_EVAL" "$ck" --split test
+rm "$TMP/img/train/red/99.png"
+"$CDL_EVAL" "$ck" --split val >/dev/null || die "cdl-eval --split val on the run's data"
 echo "PASS: cdl-eval matches cdl-train on an image folder; cdl-predict on files matches --dataset"
 
 # A bad file is an error naming it, or left out and counted.

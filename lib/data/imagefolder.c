@@ -119,6 +119,33 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
     return rc;
 }
 
+/* Regular files of dir that are not hidden (none of them a picture
+ * list_dir takes), and the printable name of the first by byte value in
+ * first (the same message every run): a class folder of .webp or .bmp
+ * pictures is not an empty one. */
+static long count_other_files(const char *dir, char *first, size_t len)
+{
+    DIR *d = opendir(dir);
+    long n = 0;
+    char least[256] = "";
+    first[0] = '\0';
+    if (!d)
+        return 0;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d))) {
+        struct stat st;
+        if (e->d_name[0] == '.' || join(path, sizeof path, dir, e->d_name) ||
+            stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (n++ == 0 || strcmp(e->d_name, least) < 0)
+            snprintf(least, sizeof least, "%s", e->d_name);
+    }
+    closedir(d);
+    data_printable(least, first, len);
+    return n;
+}
+
 typedef struct job {
     const strlist *files;       /* full paths */
     int h, w, c;
@@ -332,8 +359,16 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         if ((rc = join(path, sizeof path, root, dirs->v[k])) || (rc = list_dir(path, 0, &here)))
             break;
         if (here.n == 0 && train) {
-            rc = cdl_error("%s has no .png, .jpg or .jpeg file: remove the empty class folder",
-                           data_printable(path, pn, sizeof pn));
+            char other[256];
+            long n_other = count_other_files(path, other, sizeof other);
+            if (n_other > 0)
+                rc = cdl_error("%s has no .png, .jpg or .jpeg file but %ld other files (such as "
+                               "'%s'): cdl reads PNG and JPEG pictures only: convert them, or "
+                               "remove the class folder", data_printable(path, pn, sizeof pn),
+                               n_other, other);
+            else
+                rc = cdl_error("%s has no .png, .jpg or .jpeg file: remove the empty class "
+                               "folder", data_printable(path, pn, sizeof pn));
             break;
         }
         int32_t *nl = realloc(labels, (size_t)(files.n + here.n) * sizeof *nl);

@@ -405,6 +405,16 @@ static void test_imagefolder_missing(void **state)
     assert_error_has("no class subdirectories");
     assert_int_equal(cdl_dataset_load_with("imagefolder", NULL, 1, NULL, &d), -1);
     assert_error_has("--data-dir");
+    /* A class folder empty of PNG/JPEG files, or of WebP/BMP pictures,
+     * which cdl does not read (named by byte order, hidden files not). */
+    mkdir(at("empty/cat"), 0755);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("empty"), 1, NULL, &d), -1);
+    assert_error_has("empty/cat has no .png, .jpg or .jpeg file: remove the empty class folder");
+    write_bytes(at("empty/cat/z.webp"), "RIFF", 4);
+    write_bytes(at("empty/cat/b.bmp"), "BM", 2);
+    write_bytes(at("empty/cat/.DS_Store"), "x", 1);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("empty"), 1, NULL, &d), -1);
+    assert_error_has("but 2 other files (such as 'b.bmp'): cdl reads PNG and JPEG pictures only");
 }
 
 /* ------------------------------------------------------------ npy */

@@ -251,10 +251,15 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
         goto done;
     }
     if (label_col < 0 && label_column) {
-        char pn[256];
-        rc = cdl_error("%s: no column named '%s' in the header (%s, ...): pass --label-column "
-                       "with one of its names", name, label_column,
-                       data_printable(header[0], pn, sizeof pn));
+        /* The names quoted, so that a space after a comma ("a, label")
+         * shows: it is part of the name. */
+        char names[512] = "", pn[128];
+        for (int k = 0; k < ncol && strlen(names) < 400; k++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'",
+                     k ? ", " : "", data_printable(header[k], pn, sizeof pn));
+        rc = cdl_error("%s: no column named '%s' in the header (%s%s): pass --label-column "
+                       "with one of its names", name, label_column, names,
+                       strlen(names) >= 400 ? ", ..." : "");
         goto done;
     }
     if (label_col < 0)

@@ -602,6 +602,10 @@ static void test_csv(void **state)
     memset(&d, 0, sizeof d);
     assert_int_equal(csv_parse(u, strlen(u), "u.csv", "label", NULL, NULL, &d), -1);
     assert_error_has("--label-column");
+    assert_error_has("('x', 'y', 'k')");
+    const char *sp = "a, label\n1, 0\n";   /* the column is ' label' */
+    assert_int_equal(csv_parse(sp, strlen(sp), "s.csv", "label", NULL, NULL, &d), -1);
+    assert_error_has("no column named 'label' in the header ('a', ' label')");
     cdl_dataset_free(&d);
 
     /* Files: a folder with train.csv and test.csv, text labels mapped. */

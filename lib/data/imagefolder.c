@@ -273,10 +273,10 @@ static int bad_file_error(const char *msg)
 /* The first readable image decides the size and channels not given (a
  * test split is given its training split's: its own first picture may
  * have another size or be gray where training's was RGB). */
-static int pick_geometry(const strlist *files, const cdl_dataset_options *o, int *h, int *w,
-                         int *c)
+static int pick_geometry(const char *root, const strlist *files, const cdl_dataset_options *o,
+                         int *h, int *w, int *c)
 {
-    char pn[512];
+    char pn[512], first[1024] = "";
     int rc = -1;
     for (int i = 0; i < files->n; i++) {
         uint8_t *buf;
@@ -288,8 +288,11 @@ static int pick_geometry(const strlist *files, const cdl_dataset_options *o, int
             rc = image_probe(buf, len, name, &ih, &iw, &ic);
             cdl_free(buf);
         }
-        if (rc && o->skip_bad_files)
+        if (rc && o->skip_bad_files) {
+            if (!first[0])
+                snprintf(first, sizeof first, "%s", cdl_last_error());
             continue;
+        }
         if (rc)
             return -1;
         int exact = o->image_height > 0 && o->image_width > 0;
@@ -298,7 +301,13 @@ static int pick_geometry(const strlist *files, const cdl_dataset_options *o, int
         *c = o->channels > 0 ? o->channels : ic;
         return 0;
     }
-    return rc ? -1 : cdl_error("no readable picture");
+    /* --skip-bad-files and not one readable: the decoder's advice to pass
+     * it would be no help. */
+    char *advice = strstr(first, ": remove it from the folder or pass --skip-bad-files");
+    if (advice)
+        *advice = '\0';
+    return cdl_error("%s: none of the %d pictures could be read (the first: %s)",
+                     data_printable(root, pn, sizeof pn), files->n, first);
 }
 
 int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, cdl_dataset *out)
@@ -391,7 +400,7 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
 
     job j = {.files = &files};
     if (!rc)
-        rc = pick_geometry(&files, o, &j.h, &j.w, &j.c);
+        rc = pick_geometry(root, &files, o, &j.h, &j.w, &j.c);
     size_t sample = (size_t)j.c * j.h * j.w;
     if (!rc && sample > SIZE_MAX / 2 / (size_t)files.n)
         rc = cdl_error("%s: %d pictures of %dx%dx%d do not fit in memory: pass a smaller "

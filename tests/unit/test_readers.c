@@ -162,6 +162,18 @@ static void test_imagefolder_bad_files(void **state)
     assert_int_equal(d.skipped, 2);
     cdl_dataset_free(&d);
 
+    /* Not one readable picture: with --skip-bad-files the error says so,
+     * without advising --skip-bad-files. */
+    mkdir(at("allbad"), 0755);
+    mkdir(at("allbad/a"), 0755);
+    write_bytes(at("allbad/a/0.png"), "GIF89a......", 12);
+    write_bytes(at("allbad/a/1.png"), trunc, n);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("allbad"), 1, &o, &d), -1);
+    assert_error_has("allbad: none of the 2 pictures could be read (the first: ");
+    assert_error_has("0.png is neither a PNG nor a JPEG (wrong magic bytes))");
+    if (strstr(cdl_last_error(), "pass --skip-bad-files"))
+        fail_msg("advises --skip-bad-files, which was given: %s", cdl_last_error());
+
     /* A class folder whose name is not UTF-8. */
     mkdir(at("img/train/caf\xe9"), 0755);
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);

@@ -394,7 +394,7 @@ static int map_labels(eval_ctx *e, const cdl_st_file *f)
     if (!map)
         return -1;
     int rc = 0, identity = 1;
-    for (int k = 0; !rc && k < d->classes; k++) {
+    for (int k = 0; k < d->classes; k++) {
         const char *name = d->class_names[k] ? d->class_names[k] : "";
         size_t len = strlen(name);
         map[k] = -1;
@@ -410,17 +410,22 @@ static int map_labels(eval_ctx *e, const cdl_st_file *f)
             }
             p += n + (p[n] == '\n');
         }
-        if (map[k] < 0)
-            rc = cdl_error("%s: class '%.200s' of the %s data is not one of the %d classes "
-                           "the run was trained on (its class_names): evaluate on data of "
-                           "those classes", e->o->ckpt, name, e->dataset, run_classes);
         identity &= map[k] == k;
     }
     /* d->classes stays: it counts d->class_names (freed with it); the
-     * model's outputs are the run's classes. */
-    if (!rc && !identity)
-        for (long i = 0; i < d->n; i++)
-            d->labels[i] = map[d->labels[i]];
+     * model's outputs are the run's classes. A class the run lacks is an
+     * error where a sample has it (a test split's class list is its
+     * training folder's, which may hold more). */
+    for (long i = 0; !identity && !rc && i < d->n; i++) {
+        int k = d->labels[i];
+        if (map[k] < 0)
+            rc = cdl_error("%s: class '%.200s' of the %s data is not one of the %d classes "
+                           "the run was trained on (its class_names): evaluate on data of "
+                           "those classes", e->o->ckpt, d->class_names[k] ? d->class_names[k]
+                           : "", e->dataset, run_classes);
+        else
+            d->labels[i] = map[k];
+    }
     cdl_free(map);
     return rc;
 }

@@ -161,8 +161,10 @@ done
     die "labels of a folder with 2 of the 3 classes: $(cut -d, -f2 "$TMP/psub.csv" | tr '\n' ' ')"
 diff <(grep -E '^[0-9]+,(blue|red),' "$TMP/pd.csv" | cut -d, -f2-) <(tail -n +2 "$TMP/psub.csv" | cut -d, -f2-) ||
     die "predictions on a subset of the classes differ from those on the whole test split"
-mkdir -p "$TMP/sub/train/purple" "$TMP/sub/test/purple" && cp "$TMP/img/test/red/00.png" "$TMP/sub/test/purple/" &&
-    cp "$TMP/img/test/red/00.png" "$TMP/sub/train/purple/" || die "purple"
+# (A class only its train/ has is no sample of its test split.)
+mkdir -p "$TMP/sub/train/purple" && cp "$TMP/img/test/red/00.png" "$TMP/sub/train/purple/" || die "purple"
+expect_status 0 "$CDL_EVAL" "$ck" --data-dir "$TMP/sub"
+mkdir -p "$TMP/sub/test/purple" && cp "$TMP/img/test/red/00.png" "$TMP/sub/test/purple/" || die "purple"
 expect_status 1 "$CDL_EVAL" "$ck" --data-dir "$TMP/sub"
 expect_err "class 'purple' of the imagefolder data is not one of the 3 classes the run was trained on"
 

@@ -352,8 +352,9 @@ static int misfit_reader_option(const cdl_train_config *cfg)
         opt = cfg->block_size ? "--block-size" : "--vocab-size";
         only = "--dataset text and tokens";
     } else if (tokens && cfg->normalize != CDL_NORMALIZE_DEFAULT) {
-        opt = "--normalize";
-        only = "pictures and features, not to token ids,";
+        fprintf(stderr, "cdl-train: --normalize does not apply to token ids (--dataset %s): drop "
+                "it (docs/data.md)\n", d);
+        return 1;
     }
     if (!opt)
         return 0;

@@ -99,7 +99,7 @@ expect_err "--label-column applies to --dataset csv only"
 expect_status 2 "$CDL_TRAIN" --dataset "csv:$TMP/t.csv" --vocab-size 10
 expect_err "--vocab-size applies to --dataset text and tokens only"
 expect_status 2 "$CDL_TRAIN" --dataset "text:$TMP/t.csv" --normalize none
-expect_err "--normalize applies to pictures and features"
+expect_err "--normalize does not apply to token ids (--dataset text)"
 expect_status 2 "$CDL_TRAIN" --dataset mnist --decode stream
 expect_err "--decode applies to --dataset imagefolder only"
 # A damaged archive names the file.

@@ -217,6 +217,10 @@ int npy_to_dataset(const npy_array *x, const npy_array *y, const char *xname, co
     if (c <= 0 || h <= 0 || w <= 0 || (size_t)c * h * w > (size_t)1 << 30)
         return cdl_error("%s: sample shape (%ld,%ld,%ld) must be non-empty and below 2^30 values",
                          xname, c, h, w);
+    if (u8 && c > 3 && x->ndim == 4 && x->shape[3] == 4)   /* read as (n,c,h,w) */
+        return cdl_error("%s: shape (%ld, %ld, %ld, 4) looks like RGBA pictures (n,h,w,4): "
+                         "pictures have 1 or 3 channels: drop the alpha channel (x[..., :3])",
+                         xname, x->shape[0], x->shape[1], x->shape[2]);
     if (u8 && c > 3)
         return cdl_error("%s: uint8 pictures with %ld channels: use 1 or 3, or save float32 "
                          "features", xname, c);

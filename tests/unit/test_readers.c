@@ -529,6 +529,14 @@ static void test_npy(void **state)
     assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), -1);
     assert_error_has("x_train.npy holds 3 samples but");
     assert_error_has("y_train.npy 2 labels");
+    /* RGBA pictures in NumPy's layout: the alpha channel is named. */
+    uint8_t rgba[3 * 5 * 5 * 4] = {0};
+    write_bytes(at("np/x_train.npy"), buf, make_npy(buf, "|u1", "(3, 5, 5, 4)", rgba,
+                                                    sizeof rgba));
+    y3[2] = 1;
+    write_bytes(at("np/y_train.npy"), buf, make_npy(buf, "<i4", "(3,)", y3, sizeof y3));
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), -1);
+    assert_error_has("looks like RGBA pictures (n,h,w,4)");
 }
 
 static void test_npy_hostile(void **state)

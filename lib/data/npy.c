@@ -59,7 +59,11 @@ static int parse_descr(const char *v, const char *name, npy_array *a)
     if ((kind != 'u' && kind != 'i' && kind != 'f') ||
         (size != 1 && size != 2 && size != 4 && size != 8) || (kind == 'f' && size < 4))
         return cdl_error("%s: dtype '%.*s' is not supported: use uint8 or float32 for x and an "
-                         "integer type for y", name, (int)(end - v), v);
+                         "integer type for y%s", name, (int)(end - v), v,
+                         kind == 'U' || kind == 'S' || kind == 'O'
+                             ? " (text labels: save np.unique(y, return_inverse=True)[1] as y, "
+                               "or use a CSV table, whose text labels are classes)"
+                             : "");
     if (size > 1 && order != '<')
         return cdl_error("%s: dtype '%.*s' is big-endian: save it little-endian "
                          "(arr.astype(arr.dtype.newbyteorder('<')))", name, (int)(end - v), v);

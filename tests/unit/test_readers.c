@@ -564,6 +564,9 @@ static void test_npy_hostile(void **state)
     n = make_npy(buf, "<c8", "(1,)", x, 4);
     assert_int_equal(npy_parse(buf, n, "t.npy", &a), -1);
     assert_error_has("not supported");
+    n = make_npy(buf, "<U1", "(1,)", x, 4);   /* text labels */
+    assert_int_equal(npy_parse(buf, n, "t.npy", &a), -1);
+    assert_error_has("np.unique(y, return_inverse=True)[1]");
     cdl_dataset d;
     assert_int_equal(npz_read_mem((const uint8_t *)"PK\3\4garbage", 11, "t.npz", 1, &d), -1);
     assert_error_has("t.npz");

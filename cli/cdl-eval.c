@@ -34,7 +34,8 @@ static void usage(FILE *f)
 EVAL_USAGE_DATA
 "      --split test|val|train  which samples; val and train are split as the\n"
 "                           training run did (its seed and validation count)\n"
-"                           [test; val for a language model: token data has no test]\n"
+"                           [test; val for a language model (token data has no\n"
+"                           test) and for data without a test split]\n"
 "  -m, --model NAME|FILE   lenet, mlp, resnet20, resnet18/34/50/101[:stem=...] or a spec\n"
 "                           file\n"
 "                           [the checkpoint's]\n"
@@ -110,6 +111,30 @@ static void print_lm(const eval_ctx *e, const sums *s, const char *split, int js
     printf("top-5       %.2f%%\n", 100 * v[2] / n);
 }
 
+/* Characters of UTF-8 text (class names are UTF-8: folder names, CSV
+ * labels), up to the byte where `max` of them end (*cut). */
+static int utf8_chars(const char *s, int max, size_t *cut)
+{
+    int n = 0;
+    size_t i = 0;
+    for (; s[i]; i++)
+        if (((unsigned char)s[i] & 0xc0) != 0x80 && n++ == max)
+            break;
+    *cut = i;
+    return n > max ? max : n;
+}
+
+/* A class name in a column of w characters: at most 24 of them, cut
+ * between characters, padded by characters rather than bytes (printf's
+ * %-*.24s counts bytes: "dög" took one column less than "cat", and a cut
+ * could split a character). */
+static void print_name(const char *name, int w)
+{
+    size_t cut;
+    int n = utf8_chars(name, 24, &cut);
+    printf("%.*s%*s", (int)cut, name, w > n ? w - n : 0, "");
+}
+
 static void print_text(const eval_ctx *e, const sums *s, const char *split)
 {
     int c = s->classes;
@@ -122,16 +147,18 @@ static void print_text(const eval_ctx *e, const sums *s, const char *split)
     printf("top-5     %.2f%%\n", 100 * v[2] / n);
     int w = 5;
     for (int k = 0; k < c; k++) {
-        int len = (int)strlen(eval_class_name(e, k, buf, sizeof buf));
-        w = len > w ? (len < 24 ? len : 24) : w;
+        size_t cut;
+        int len = utf8_chars(eval_class_name(e, k, buf, sizeof buf), 24, &cut);
+        w = len > w ? len : w;
     }
     printf("\nper-class accuracy:\n  %-*s %8s %8s\n", w, "class", "acc", "samples");
     for (int k = 0; k < c; k++) {
         double row = 0;
         for (int j = 0; j < c; j++)
             row += cm[(size_t)k * c + j];
-        printf("  %-*.24s %7.2f%% %8.0f\n", w, eval_class_name(e, k, buf, sizeof buf),
-               row > 0 ? 100 * cm[(size_t)k * c + k] / row : 0.0, row);
+        printf("  ");
+        print_name(eval_class_name(e, k, buf, sizeof buf), w);
+        printf(" %7.2f%% %8.0f\n", row > 0 ? 100 * cm[(size_t)k * c + k] / row : 0.0, row);
     }
     if (c > 100) {
         printf("\n(confusion matrix of %d classes left out of the text: use --json)\n", c);
@@ -142,7 +169,8 @@ static void print_text(const eval_ctx *e, const sums *s, const char *split)
         printf(" %5d", j);
     printf("\n");
     for (int k = 0; k < c; k++) {
-        printf("  %-*.24s", w, eval_class_name(e, k, buf, sizeof buf));
+        printf("  ");
+        print_name(eval_class_name(e, k, buf, sizeof buf), w);
         for (int j = 0; j < c; j++)
             printf(" %5.0f", cm[(size_t)k * c + j]);
         printf("\n");

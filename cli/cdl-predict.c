@@ -108,13 +108,18 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
             }
             printf("]}\n");
         } else {
-            if (o->files)
+            /* Class names are any text (CSV labels like "a, x"): fields. */
+            if (o->files) {
                 csv_field(o->files[y[i]]);
-            else
-                printf("%ld,%s", index, eval_class_name(e, y[i], buf, sizeof buf));
-            for (int j = 0; j < o->k; j++)
-                printf(",%s,%.6f", eval_class_name(e, o->idx[j], buf, sizeof buf),
-                       o->p[o->idx[j]] / se);
+            } else {
+                printf("%ld,", index);
+                csv_field(eval_class_name(e, y[i], buf, sizeof buf));
+            }
+            for (int j = 0; j < o->k; j++) {
+                putchar(',');
+                csv_field(eval_class_name(e, o->idx[j], buf, sizeof buf));
+                printf(",%.6f", o->p[o->idx[j]] / se);
+            }
             printf("\n");
         }
     }

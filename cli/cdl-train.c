@@ -338,6 +338,37 @@ static int parse_dataset(const char *opt, const char *a, cdl_train_config *cfg)
     return bad(opt, a, why);
 }
 
+/* A reader option given for a dataset whose reader does not take it: an
+ * error, as it would be ignored without a word (--image-size on arrays
+ * does not resize them). 1 when it said so. */
+static int misfit_reader_option(const cdl_train_config *cfg)
+{
+    const char *d = cfg->dataset;
+    int folder = !strcmp(d, "imagefolder"), tokens = !strcmp(d, "text") || !strcmp(d, "tokens");
+    const char *opt = NULL, *only = NULL;
+    if (!folder && (cfg->image_size || cfg->image_channels || cfg->skip_bad_files ||
+                    cfg->image_decode != CDL_DECODE_AUTO)) {
+        opt = cfg->image_size ? "--image-size" : cfg->image_channels ? "--channels"
+              : cfg->skip_bad_files ? "--skip-bad-files" : "--decode";
+        only = "--dataset imagefolder";
+    } else if (strcmp(d, "csv") && cfg->label_column[0]) {
+        opt = "--label-column";
+        only = "--dataset csv";
+    } else if (!tokens && (cfg->block_size || cfg->vocab_size)) {
+        opt = cfg->block_size ? "--block-size" : "--vocab-size";
+        only = "--dataset text and tokens";
+    } else if (tokens && cfg->normalize != CDL_NORMALIZE_DEFAULT) {
+        fprintf(stderr, "cdl-train: --normalize does not apply to token ids (--dataset %s): drop "
+                "it (docs/data.md)\n", d);
+        return 1;
+    }
+    if (!opt)
+        return 0;
+    fprintf(stderr, "cdl-train: %s applies to %s only, and this run reads --dataset %s: drop it "
+            "(docs/data.md)\n", opt, only, d);
+    return 1;
+}
+
 /* --normalize auto|none|MEAN,STD|M1,...,Mc,S1,...,Sc */
 static int parse_normalize(const char *opt, const char *a, cdl_train_config *cfg)
 {
@@ -635,6 +666,8 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
                 argv[optind], ell(argv[optind]));
         return -1;
     }
+    if (rc == 0 && misfit_reader_option(cfg))
+        return -1;
     if (rc == 0 && cfg->optim.kind != CDL_OPTIM_SGD && cfg->optim.nesterov) {
         fprintf(stderr, "cdl-train: --nesterov applies to --optimizer sgd only\n");
         return -1;

@@ -75,9 +75,14 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
     long size = eval_meta_long(f, "image_size"), ch = eval_meta_long(f, "image_channels");
     int c = 0, h = 0, w = 0;
     sscanf(meta(f, "input_shape"), "%d,%d,%d", &c, &h, &w);
-    /* A run that took the first picture's size: the samples' size, when
-     * square (the reader's option is a side). */
-    opt->image_size = o->image_size ? o->image_size : size > 0 ? (int)size : h == w ? h : 0;
+    /* The run's sample size: --image-size, else its samples' h x w (a run
+     * that took the first picture's size, maybe not square, and whose test
+     * split was fitted to it). */
+    opt->image_size = o->image_size ? o->image_size : size > 0 ? (int)size : 0;
+    if (!o->image_size && h > 0 && w > 0) {
+        opt->image_height = h;
+        opt->image_width = w;
+    }
     opt->channels = o->channels ? o->channels : ch > 0 ? (int)ch : (c == 1 || c == 3) ? c : 0;
     opt->label_column = o->label_column ? o->label_column
                         : *meta(f, "label_column") ? meta(f, "label_column") : NULL;
@@ -109,6 +114,21 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
     }
     cdl_free(m);
     cdl_free(sd);
+}
+
+/* -1 with an error when the run's samples (input_shape) differ from
+ * input: its weights do not fit samples of another shape. 0 when they
+ * agree or the checkpoint does not say. */
+static int misfit_error(const eval_opts *o, const cdl_st_file *f, cdl_shape input)
+{
+    int c = 0, h = 0, w = 0;
+    if (sscanf(meta(f, "input_shape"), "%d,%d,%d", &c, &h, &w) != 3 ||
+        (c == input.c && h == input.h && w == input.w))
+        return 0;
+    return cdl_error("%s: the run's samples were %dx%dx%d (c,h,w), these are %dx%dx%d, and its "
+                     "weights do not fit them: read the data as the run did (leave out "
+                     "--image-size and --channels, or give the run's)", o->ckpt, c, h, w,
+                     input.c, input.h, input.w);
 }
 
 /* Token windows (text, tokens): the reader holds the split, as cdl-train's
@@ -189,12 +209,29 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             opt.normalize = CDL_NORMALIZE_DEFAULT;
             opt.norm_count = 0;
         }
+        /* --channels other than the run's: its statistics (one pair per
+         * channel) and its weights do not fit. */
+        if (norm && same && opt.channels > 0 && opt.norm_count != 1 &&
+            opt.norm_count != opt.channels) {
+            cdl_shape s = {opt.channels, 0, 0};
+            sscanf(meta(f, "input_shape"), "%*d,%d,%d", &s.h, &s.w);
+            cdl_free(norm);
+            return misfit_error(o, f, s);
+        }
         if (!norm && same && !o->files && !*meta(f, "tokens"))
             fprintf(stderr, "%s: warning: %s does not store its normalisation (an older cdl): "
                     "using %s's defaults, which for %s are computed from the split read\n",
                     o->prog, o->ckpt, name, CDL_DATASET_FORMATS);
         int rc = cdl_dataset_load_with(name, *dir ? dir : NULL, !test, &opt, &all);
         cdl_free(norm);
+        if (rc == 1 && e->split_default && val > 0 && same) {
+            /* One folder per class, no test/: the held-out samples are the
+             * run's validation split, which it reported every epoch. */
+            fprintf(stderr, "%s: the data in %s has no test split: evaluating the run's "
+                    "validation split (--split val)\n", o->prog, dir);
+            e->own.split = "val";
+            return load_data(e, f);
+        }
         if (rc == 1)
             return cdl_error("%s: the data in %s has no test split: use --split val or train",
                              name, dir);
@@ -208,6 +245,19 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         e->data = all;
         e->have_data = 1;
         return 0;
+    }
+    /* The split is drawn from (seed, samples, count): with another number
+     * of samples than the run's (pictures added or removed since, files
+     * skipped then and not now) it would be other samples, silently. */
+    long run_train = eval_meta_long(f, "train_samples");
+    if (run_train > 0 && run_train + val != all.n) {
+        long n = all.n;
+        cdl_dataset_free(&all);
+        return cdl_error("%s: the training data in %s holds %ld samples, the run's held %ld "
+                         "(%ld trained on, %ld for validation): the run's %s samples cannot be "
+                         "found again in other data: use --split test, or the data as it was "
+                         "(and --skip-bad-files if the run had it)", o->ckpt, dir, n,
+                         run_train + val, run_train, val, o->split);
     }
     cdl_dataset v;
     if (cdl_dataset_split(&all, val, seed, &v) != 0) {
@@ -297,6 +347,10 @@ cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input,
     cdl_model *m = cdl_model_create(&spec, input, batch, be);
     if (m && cdl_model_load_weights(m, o->ckpt, NULL) != 0) {
         cdl_model_destroy(m);
+        /* Samples of another shape than the run's (--image-size,
+         * --channels, other data): say so, rather than the weights
+         * loader's advice for cdl-train (--init-ignore). */
+        misfit_error(o, f, input);
         return NULL;
     }
     return m;
@@ -320,6 +374,60 @@ static int build_model(eval_ctx *e, const cdl_st_file *f)
                          "dataset it was trained on", o->ckpt, e->classes, e->dataset,
                          e->data.classes);
     return 0;
+}
+
+/* The data's labels as the run's class indices. Class folders and text
+ * labels are numbered by the data's own sorted names: a folder with some
+ * of the run's classes (cat, zebra of cat, dog, zebra) numbers zebra 1,
+ * which the model calls dog. Matched by name (a line break in a name is a
+ * space in the checkpoint); a class the run did not have is an error. */
+static int map_labels(eval_ctx *e, const cdl_st_file *f)
+{
+    const char *s = cdl_st_meta_get(f, "class_names");
+    cdl_dataset *d = &e->data;
+    if (!s || !*s || !d->class_names)
+        return 0;
+    int run_classes = 1;
+    for (const char *p = s; *p; p++)
+        run_classes += *p == '\n';
+    int *map = cdl_malloc((size_t)d->classes * sizeof *map);
+    if (!map)
+        return -1;
+    int rc = 0, identity = 1;
+    for (int k = 0; k < d->classes; k++) {
+        const char *name = d->class_names[k] ? d->class_names[k] : "";
+        size_t len = strlen(name);
+        map[k] = -1;
+        const char *p = s;
+        for (int j = 0; j < run_classes; j++) {
+            size_t n = strcspn(p, "\n");
+            int same = n == len;
+            for (size_t i = 0; same && i < n; i++)
+                same = p[i] == (name[i] == '\n' ? ' ' : name[i]);
+            if (same) {
+                map[k] = j;
+                break;
+            }
+            p += n + (p[n] == '\n');
+        }
+        identity &= map[k] == k;
+    }
+    /* d->classes stays: it counts d->class_names (freed with it); the
+     * model's outputs are the run's classes. A class the run lacks is an
+     * error where a sample has it (a test split's class list is its
+     * training folder's, which may hold more). */
+    for (long i = 0; !identity && !rc && i < d->n; i++) {
+        int k = d->labels[i];
+        if (map[k] < 0)
+            rc = cdl_error("%s: class '%.200s' of the %s data is not one of the %d classes "
+                           "the run was trained on (its class_names): evaluate on data of "
+                           "those classes", e->o->ckpt, d->class_names[k] ? d->class_names[k]
+                           : "", e->dataset, run_classes);
+        else
+            d->labels[i] = map[k];
+    }
+    cdl_free(map);
+    return rc;
 }
 
 /* The class names: the checkpoint's ("class_names", one per line), else
@@ -377,8 +485,10 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     cdl_st_file *f = cdl_st_open(o->ckpt);
     if (!f)
         return -1;
-    if (!o->split || !*o->split)
+    if (!o->split || !*o->split) {
         e->own.split = *meta(f, "tokens") ? "val" : "test";
+        e->split_default = 1;
+    }
     o = e->o;
     if (*meta(f, "tokens") && !o->sequences) {
         cdl_st_close(f);
@@ -386,6 +496,8 @@ int eval_open(eval_ctx *e, const eval_opts *o)
                          "it with cdl-generate, or measure its loss with cdl-eval", o->ckpt);
     }
     int rc = o->files ? load_files(e, f) : load_data(e, f);
+    if (rc == 0 && !o->files)
+        rc = map_labels(e, f);
     if (rc == 0)
         rc = build_model(e, f);
     if (rc == 0)

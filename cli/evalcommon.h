@@ -36,7 +36,10 @@ typedef struct eval_opts {
 typedef struct eval_ctx {
     const eval_opts *o;       /* &own */
     eval_opts own;            /* the caller's options, split resolved ("" = test, or val for
-                               * a language model's token windows) */
+                               * a language model's token windows, or for data without a
+                               * test split) */
+    int split_default;        /* the split was not given: data without a test split takes
+                               * the run's validation split */
     cdl_rank_info ri;
     cdl_dist *dist;           /* NULL for one process */
     cdl_backend *be;

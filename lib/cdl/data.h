@@ -110,6 +110,9 @@ typedef struct cdl_dataset_options {
                                * kept in memory, and a split copies them once); 0 = what this
                                * process may use: node memory or its cgroup's limit */
     int decode;               /* imagefolder: enum cdl_decode (--decode) */
+    int image_height, image_width; /* imagefolder: both > 0: every picture scaled to cover
+                               * h x w and centre-cropped to it, overriding image_size (a
+                               * test split read at its training split's size) */
 } cdl_dataset_options;
 
 void cdl_dataset_options_defaults(cdl_dataset_options *o);

@@ -110,12 +110,100 @@ static long class_index(const char *s)
     return v < MAX_CLASSES ? v : -1;
 }
 
+void csv_layout_free(csv_layout *l)
+{
+    for (int j = 0; l->features && j < l->nf; j++)
+        free(l->features[j]);
+    free(l->features);
+    free(l->label);
+    memset(l, 0, sizeof *l);
+}
+
+typedef struct named {
+    const char *name;
+    int index;
+} named;
+
+static int cmp_named(const void *a, const void *b)
+{
+    const named *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* slot[k]: the feature index column k of a test table's header fills in
+ * the training table's order (the label column's slot is unused): matched
+ * by name, so a table written with its columns in another order reads the
+ * same; a column the training table lacks, or lacking one of it, is an
+ * error. */
+static int match_columns(char *const *header, int ncol, int label_col, const csv_layout *train,
+                         const char *name, int *slot)
+{
+    char hn[128];
+    int same = ncol - 1 == train->nf;
+    for (int k = 0, j = 0; same && k < ncol; k++)
+        if (k != label_col)
+            same = !strcmp(header[k], train->features[j++]);
+    if (same) {   /* the training table's order: nothing to look up */
+        for (int k = 0, j = 0; k < ncol; k++)
+            slot[k] = k == label_col ? -1 : j++;
+        return 0;
+    }
+    named *idx = malloc((size_t)(train->nf ? train->nf : 1) * sizeof *idx);
+    char *used = calloc((size_t)train->nf + 1, 1);
+    int rc = 0;
+    if (!idx || !used)
+        rc = cdl_error("out of memory reading %s", name);
+    for (int j = 0; !rc && j < train->nf; j++)
+        idx[j] = (named){train->features[j], j};
+    if (!rc)
+        qsort(idx, (size_t)train->nf, sizeof *idx, cmp_named);
+    for (int j = 1; !rc && j < train->nf; j++)
+        if (!strcmp(idx[j - 1].name, idx[j].name))
+            rc = cdl_error("%s: its columns are in another order than the training table's, "
+                           "which has two columns named '%s': write the test table with the "
+                           "training table's header", name,
+                           data_printable(idx[j].name, hn, sizeof hn));
+    for (int k = 0; !rc && k < ncol; k++) {
+        slot[k] = -1;
+        if (k == label_col)
+            continue;
+        named key = {header[k], -1};
+        named *lo = idx, *hi = idx + train->nf;   /* the first entry >= key: the name's */
+        while (lo < hi) {
+            named *mid = lo + (hi - lo) / 2;
+            if (cmp_named(mid, &key) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo == idx + train->nf || strcmp(lo->name, header[k]))
+            rc = cdl_error("%s: column '%s' is not a column of the training table: the test "
+                           "table must have the training table's feature columns (in any "
+                           "order)", name, data_printable(header[k], hn, sizeof hn));
+        else if (used[lo->index]++)
+            rc = cdl_error("%s: two columns are named '%s'", name,
+                           data_printable(header[k], hn, sizeof hn));
+        else
+            slot[k] = lo->index;
+    }
+    for (int j = 0; !rc && j < train->nf; j++)
+        if (!used[j])
+            rc = cdl_error("%s lacks the training table's column '%s': the test table must "
+                           "have the training table's feature columns (in any order)", name,
+                           data_printable(train->features[j], hn, sizeof hn));
+    free(idx);
+    free(used);
+    return rc;
+}
+
 int csv_parse(const char *buf, size_t len, const char *name, const char *label_column,
-              char *const *names, int nnames, cdl_dataset *out)
+              const csv_layout *train, csv_layout *layout, cdl_dataset *out)
 {
     reader r = {.p = buf, .end = buf + len, .name = name, .line = 1};
     char **header = NULL, **labels = NULL, *lab = NULL;   /* lab: this row's label */
     float *feat = NULL;
+    int *slot = NULL;
     int ncol = 0, label_col = -1, rc = 0, eol = 0;
     long rows = 0, cap = 0;
     /* Header. */
@@ -140,23 +228,54 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
         ncol++;
     } while (!eol);
     if (ncol < 2) {
-        rc = cdl_error("%s: the header has %d column: a table needs features and a label column",
-                       name, ncol);
+        /* Spreadsheets in many locales save ';' (or tab) separated "CSV". */
+        const char *sep = strchr(header[0], ';') ? "';'" : strchr(header[0], '\t') ? "tabs" : NULL;
+        char hint[160] = "";
+        if (sep)
+            snprintf(hint, sizeof hint, ": its fields are separated by %s, cdl reads commas "
+                     "(save the table as comma-separated CSV)", sep);
+        rc = cdl_error("%s: the header has %d column: a table needs features and a label "
+                       "column%s", name, ncol, hint);
         goto done;
     }
+    /* A test table's label column is the training table's, by name. */
+    if (train)
+        label_column = train->label;
     for (int k = 0; k < ncol; k++)
         if (label_column ? !strcmp(header[k], label_column) : !strcmp(header[k], "label"))
             label_col = k;
-    if (label_col < 0 && label_column) {
+    if (label_col < 0 && train) {
         char pn[256];
-        rc = cdl_error("%s: no column named '%s' in the header (%s, ...): pass --label-column "
-                       "with one of its names", name, label_column,
-                       data_printable(header[0], pn, sizeof pn));
+        rc = cdl_error("%s has no column '%s', the training table's label column",
+                       name, data_printable(train->label, pn, sizeof pn));
+        goto done;
+    }
+    if (label_col < 0 && label_column) {
+        /* The names quoted, so that a space after a comma ("a, label")
+         * shows: it is part of the name. */
+        char names[512] = "", pn[128];
+        for (int k = 0; k < ncol && strlen(names) < 400; k++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'",
+                     k ? ", " : "", data_printable(header[k], pn, sizeof pn));
+        rc = cdl_error("%s: no column named '%s' in the header (%s%s): pass --label-column "
+                       "with one of its names", name, label_column, names,
+                       strlen(names) >= 400 ? ", ..." : "");
         goto done;
     }
     if (label_col < 0)
         label_col = ncol - 1;
     const int nf = ncol - 1;
+    if (!(slot = malloc((size_t)ncol * sizeof *slot))) {
+        rc = cdl_error("out of memory reading %s", name);
+        goto done;
+    }
+    if (train) {
+        if ((rc = match_columns(header, ncol, label_col, train, name, slot)))
+            goto done;
+    } else {
+        for (int k = 0, j = 0; k < ncol; k++)
+            slot[k] = k == label_col ? -1 : j++;
+    }
     /* Rows. */
     while (r.p < r.end) {
         if (*r.p == '\n' || *r.p == '\r') {   /* blank line */
@@ -181,7 +300,7 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
         }
         long line = r.line;
         lab = NULL;
-        int k = 0, j = 0;
+        int k = 0;
         do {
             if ((rc = next_field(&r, &eol)))
                 goto done;
@@ -191,6 +310,15 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
                 goto done;
             }
             if (k == label_col) {
+                /* A missing label would become a class named "" (and turn
+                 * integer labels into text ones). */
+                if (!r.field[0]) {
+                    char hn[128];
+                    rc = cdl_error("%s:%ld: the label column '%s' is empty: every row needs a "
+                                   "label: fill it in or drop the row", name, line,
+                                   data_printable(header[k], hn, sizeof hn));
+                    goto done;
+                }
                 if (!(lab = strdup(r.field))) {
                     rc = cdl_error("out of memory reading %s", name);
                     goto done;
@@ -209,7 +337,7 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
                                    data_printable(r.field, pn, sizeof pn));
                     goto done;
                 }
-                feat[(size_t)rows * nf + j++] = (float)v;
+                feat[(size_t)rows * nf + slot[k]] = (float)v;
             }
             k++;
         } while (!eol);
@@ -231,9 +359,19 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
         rc = -1;
         goto done;
     }
+    char *const *names = train ? train->class_names : NULL;
+    const int nnames = train ? train->classes : 0;
+    /* Training labels that were class indices: so must the test table's
+     * be (its own text labels would number classes of their own). */
     int numeric = !names;
     for (long i = 0; numeric && i < rows; i++)
-        numeric = class_index(labels[i]) >= 0;
+        if (!(numeric = class_index(labels[i]) >= 0) && train) {
+            char pn[128];
+            rc = cdl_error("%s: label '%s' of row %ld is not a class index: the training "
+                           "table's labels are integers from 0", name,
+                           data_printable(labels[i], pn, sizeof pn), i + 1);
+            goto done;
+        }
     if (numeric) {
         long maxl = 0;
         for (long i = 0; i < rows; i++) {
@@ -305,6 +443,20 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
         goto done;
     }
     memcpy(out->features, feat, (size_t)rows * nf * sizeof(float));
+    if (layout) {   /* the header moves into the layout: features, then the label */
+        memset(layout, 0, sizeof *layout);
+        layout->features = malloc((size_t)(nf ? nf : 1) * sizeof *layout->features);
+        if (!layout->features) {
+            rc = cdl_error("out of memory reading %s", name);
+            goto done;
+        }
+        for (int k = 0; k < ncol; k++)
+            if (k == label_col)
+                layout->label = header[k];
+            else
+                layout->features[layout->nf++] = header[k];
+        ncol = 0;   /* freed with the layout */
+    }
 done:
     for (int k = 0; k < ncol; k++)
         free(header[k]);
@@ -314,6 +466,7 @@ done:
     free(labels);
     free(lab);
     free(feat);
+    free(slot);
     free(r.field);
     return rc ? -1 : 0;
 }
@@ -326,34 +479,46 @@ static int exists(const char *path)
     return f != NULL;
 }
 
-int csv_read(const char *path, int train, const char *label_column, cdl_dataset *out)
+/* One table file; train and layout as csv_parse takes them. */
+static int read_table(const char *file, const char *label_column, const csv_layout *train,
+                      csv_layout *layout, cdl_dataset *out)
 {
-    char file[4096], pn[512];
-    snprintf(file, sizeof file, "%s/train.csv", path);
-    int dir = exists(file);
-    if (!train) {
-        snprintf(file, sizeof file, "%s/test.csv", path);
-        if (!dir || !exists(file))
-            return 1;   /* a single table: the training split alone */
-    } else if (!dir) {
-        snprintf(file, sizeof file, "%s", path);
-    }
-
-    /* The test table's text labels map onto the training table's classes. */
-    cdl_dataset tr = {0};
-    if (!train && csv_read(path, 1, label_column, &tr) != 0) {
-        cdl_dataset_free(&tr);
-        return -1;
-    }
+    char pn[512];
     uint8_t *buf;
     size_t len;
     int rc = data_read_file(file, MAX_FILE_BYTES, "pass the CSV file (or a folder with train.csv "
                             "and test.csv) as --data-dir", &buf, &len);
     if (!rc) {
         rc = csv_parse((const char *)buf, len, data_printable(file, pn, sizeof pn), label_column,
-                       tr.class_names, tr.class_names ? tr.classes : 0, out);
+                       train, layout, out);
         cdl_free(buf);
     }
+    return rc;
+}
+
+int csv_read(const char *path, int train, const char *label_column, cdl_dataset *out)
+{
+    char file[4096];
+    snprintf(file, sizeof file, "%s/train.csv", path);
+    int dir = exists(file);
+    if (train)
+        return read_table(dir ? file : path, label_column, NULL, NULL, out);
+    char test[4096];
+    snprintf(test, sizeof test, "%s/test.csv", path);
+    if (!dir || !exists(test))
+        return 1;   /* a single table: the training split alone */
+
+    /* The test table follows the training table: its columns, its label
+     * column and its classes. */
+    cdl_dataset tr = {0};
+    csv_layout lay = {0};
+    int rc = read_table(file, label_column, NULL, &lay, &tr);
+    if (!rc) {
+        lay.class_names = tr.class_names;
+        lay.classes = tr.classes;
+        rc = read_table(test, label_column, &lay, NULL, out);
+    }
+    csv_layout_free(&lay);
     cdl_dataset_free(&tr);
     return rc;
 }

@@ -114,7 +114,12 @@ static int set_given(cdl_dataset *d, const cdl_dataset_options *o)
     int c = d->shape.c;
     if (o->norm_count != 1 && o->norm_count != c)
         return cdl_error("--normalize gives %d mean/std pairs but '%s' has %d channels: give "
-                         "one pair or %d", o->norm_count, d->name, c, c);
+                         "one pair or %d%s", o->norm_count, d->name, c, c,
+                         !strcmp(d->name, "imagefolder") && (o->norm_count == 1 ||
+                                                             o->norm_count == 3)
+                             ? " (an image folder has its first picture's channels unless "
+                               "--channels says: --channels 3 reads every picture as RGB)"
+                             : "");
     for (int k = 0; k < o->norm_count; k++)
         if (!(o->norm_std[k] > 0) || !isfinite(o->norm_mean[k]))
             return cdl_error("--normalize: std %g must be > 0 and mean %g finite",

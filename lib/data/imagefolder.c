@@ -119,6 +119,33 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
     return rc;
 }
 
+/* Regular files of dir that are not hidden (none of them a picture
+ * list_dir takes), and the printable name of the first by byte value in
+ * first (the same message every run): a class folder of .webp or .bmp
+ * pictures is not an empty one. */
+static long count_other_files(const char *dir, char *first, size_t len)
+{
+    DIR *d = opendir(dir);
+    long n = 0;
+    char least[256] = "";
+    first[0] = '\0';
+    if (!d)
+        return 0;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d))) {
+        struct stat st;
+        if (e->d_name[0] == '.' || join(path, sizeof path, dir, e->d_name) ||
+            stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (n++ == 0 || strcmp(e->d_name, least) < 0)
+            snprintf(least, sizeof least, "%s", e->d_name);
+    }
+    closedir(d);
+    data_printable(least, first, len);
+    return n;
+}
+
 typedef struct job {
     const strlist *files;       /* full paths */
     int h, w, c;
@@ -243,11 +270,13 @@ static int bad_file_error(const char *msg)
     return cdl_error("%s (or pass --skip-bad-files to leave such files out)", msg);
 }
 
-/* The first readable image decides the size and channels not given. */
-static int pick_geometry(const strlist *files, const cdl_dataset_options *o, int *h, int *w,
-                         int *c)
+/* The first readable image decides the size and channels not given (a
+ * test split is given its training split's: its own first picture may
+ * have another size or be gray where training's was RGB). */
+static int pick_geometry(const char *root, const strlist *files, const cdl_dataset_options *o,
+                         int *h, int *w, int *c)
 {
-    char pn[512];
+    char pn[512], first[1024] = "";
     int rc = -1;
     for (int i = 0; i < files->n; i++) {
         uint8_t *buf;
@@ -259,16 +288,26 @@ static int pick_geometry(const strlist *files, const cdl_dataset_options *o, int
             rc = image_probe(buf, len, name, &ih, &iw, &ic);
             cdl_free(buf);
         }
-        if (rc && o->skip_bad_files)
+        if (rc && o->skip_bad_files) {
+            if (!first[0])
+                snprintf(first, sizeof first, "%s", cdl_last_error());
             continue;
+        }
         if (rc)
             return -1;
-        *h = o->image_size > 0 ? o->image_size : ih;
-        *w = o->image_size > 0 ? o->image_size : iw;
+        int exact = o->image_height > 0 && o->image_width > 0;
+        *h = exact ? o->image_height : o->image_size > 0 ? o->image_size : ih;
+        *w = exact ? o->image_width : o->image_size > 0 ? o->image_size : iw;
         *c = o->channels > 0 ? o->channels : ic;
         return 0;
     }
-    return rc ? -1 : cdl_error("no readable picture");
+    /* --skip-bad-files and not one readable: the decoder's advice to pass
+     * it would be no help. */
+    char *advice = strstr(first, ": remove it from the folder or pass --skip-bad-files");
+    if (advice)
+        *advice = '\0';
+    return cdl_error("%s: none of the %d pictures could be read (the first: %s)",
+                     data_printable(root, pn, sizeof pn), files->n, first);
 }
 
 int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, cdl_dataset *out)
@@ -279,6 +318,10 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
     if (o->image_size < 0 || o->image_size > 4096)
         return cdl_error("--image-size %d: use 1..4096 (or 0: the first picture's size)",
                          o->image_size);
+    if (o->image_height < 0 || o->image_height > 4096 || o->image_width < 0 ||
+        o->image_width > 4096)
+        return cdl_error("image folder: a sample size of %dx%d: use sides 1..4096",
+                         o->image_width, o->image_height);
     char train_dir[4096];
     if (join(train_dir, sizeof train_dir, dir, "train"))
         return -1;
@@ -325,8 +368,16 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         if ((rc = join(path, sizeof path, root, dirs->v[k])) || (rc = list_dir(path, 0, &here)))
             break;
         if (here.n == 0 && train) {
-            rc = cdl_error("%s has no .png, .jpg or .jpeg file: remove the empty class folder",
-                           data_printable(path, pn, sizeof pn));
+            char other[256];
+            long n_other = count_other_files(path, other, sizeof other);
+            if (n_other > 0)
+                rc = cdl_error("%s has no .png, .jpg or .jpeg file but %ld other files (such as "
+                               "'%s'): cdl reads PNG and JPEG pictures only: convert them, or "
+                               "remove the class folder", data_printable(path, pn, sizeof pn),
+                               n_other, other);
+            else
+                rc = cdl_error("%s has no .png, .jpg or .jpeg file: remove the empty class "
+                               "folder", data_printable(path, pn, sizeof pn));
             break;
         }
         int32_t *nl = realloc(labels, (size_t)(files.n + here.n) * sizeof *nl);
@@ -349,7 +400,7 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
 
     job j = {.files = &files};
     if (!rc)
-        rc = pick_geometry(&files, o, &j.h, &j.w, &j.c);
+        rc = pick_geometry(root, &files, o, &j.h, &j.w, &j.c);
     size_t sample = (size_t)j.c * j.h * j.w;
     if (!rc && sample > SIZE_MAX / 2 / (size_t)files.n)
         rc = cdl_error("%s: %d pictures of %dx%dx%d do not fit in memory: pass a smaller "

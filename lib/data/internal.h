@@ -125,12 +125,27 @@ int npz_read(const char *path, int train, cdl_dataset *out);
 /* The same from an archive in memory (the fuzz target). */
 int npz_read_mem(const uint8_t *buf, size_t len, const char *name, int train, cdl_dataset *out);
 
+/* The layout of a training table that its test table must follow: the
+ * feature columns' names in order and the label column's (owned), and
+ * its class names (borrowed; NULL: the labels are integer class indices). */
+typedef struct csv_layout {
+    char **features;
+    int nf;
+    char *label;
+    char *const *class_names;
+    int classes;
+} csv_layout;
+void csv_layout_free(csv_layout *l);
+
 /* A CSV table in memory (RFC 4180, header row) -> features (f,1,1) and
  * labels (csv.c). label_column NULL = "label" if present, else the last
- * column. names (nnames) = the training split's class names the labels must
- * be among, or NULL to take them from this table. */
+ * column. train NULL: a training table (its classes are its labels);
+ * else a test table, read in train's layout: its columns matched to the
+ * training table's by name (in any order, all of them and no more), its
+ * labels among train's classes. layout (may be NULL) receives this table's
+ * columns, for reading its test table. */
 int csv_parse(const char *buf, size_t len, const char *name, const char *label_column,
-              char *const *names, int nnames, cdl_dataset *out);
+              const csv_layout *train, csv_layout *layout, cdl_dataset *out);
 
 /* path = a CSV file (the training split) or a directory holding train.csv
  * and test.csv. */

@@ -7,6 +7,7 @@
  * convention), or x/y for a training split alone. */
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +59,11 @@ static int parse_descr(const char *v, const char *name, npy_array *a)
     if ((kind != 'u' && kind != 'i' && kind != 'f') ||
         (size != 1 && size != 2 && size != 4 && size != 8) || (kind == 'f' && size < 4))
         return cdl_error("%s: dtype '%.*s' is not supported: use uint8 or float32 for x and an "
-                         "integer type for y", name, (int)(end - v), v);
+                         "integer type for y%s", name, (int)(end - v), v,
+                         kind == 'U' || kind == 'S' || kind == 'O'
+                             ? " (text labels: save np.unique(y, return_inverse=True)[1] as y, "
+                               "or use a CSV table, whose text labels are classes)"
+                             : "");
     if (size > 1 && order != '<')
         return cdl_error("%s: dtype '%.*s' is big-endian: save it little-endian "
                          "(arr.astype(arr.dtype.newbyteorder('<')))", name, (int)(end - v), v);
@@ -143,7 +148,8 @@ int npy_parse(const uint8_t *buf, size_t len, const char *name, npy_array *a)
 
 /* ---------------------------------------------------------------- arrays */
 
-static long label_at(const npy_array *y, size_t i)
+/* The label as stored (-1 for any negative one; at most LLONG_MAX). */
+static long long label_at(const npy_array *y, size_t i)
 {
     const uint8_t *p = y->data + i * (size_t)y->itemsize;
     uint64_t u = 0;
@@ -153,7 +159,7 @@ static long label_at(const npy_array *y, size_t i)
         u |= ~(uint64_t)0 << (8 * y->itemsize);   /* sign-extend */
     if (y->kind == 'i' && (int64_t)u < 0)
         return -1;
-    return u > (uint64_t)MAX_CLASSES ? MAX_CLASSES : (long)u;
+    return u > (uint64_t)LLONG_MAX ? LLONG_MAX : (long long)u;
 }
 
 static float float_at(const npy_array *x, size_t i)
@@ -169,15 +175,29 @@ static float float_at(const npy_array *x, size_t i)
     return (float)d;
 }
 
+static double float_at_double(const npy_array *x, size_t i)
+{
+    if (x->itemsize == 4)
+        return float_at(x, i);
+    double d;
+    memcpy(&d, x->data + i * (size_t)x->itemsize, 8);
+    return d;
+}
+
 int npy_to_dataset(const npy_array *x, const npy_array *y, const char *xname, const char *yname,
                    cdl_dataset *out)
 {
     if (y->kind == 'f' || !(y->ndim == 1 || (y->ndim == 2 && y->shape[1] == 1)))
         return cdl_error("%s: labels must be integers of shape (n,) or (n,1)", yname);
     long n = y->shape[0];
-    if (x->ndim < 2 || x->ndim > 4 || x->shape[0] != n || n <= 0)
+    if (x->ndim < 2 || x->ndim > 4)
         return cdl_error("%s: shape must be (n,f), (n,h,w), (n,h,w,c) or (n,c,h,w) with n = %ld, "
                          "the number of labels in %s", xname, n, yname);
+    if (x->shape[0] != n)
+        return cdl_error("%s holds %ld samples but %s %ld labels: save one label per sample",
+                         xname, x->shape[0], yname, n);
+    if (n <= 0)
+        return cdl_error("%s holds no samples", xname);
     if (!(x->kind == 'u' && x->itemsize == 1) && x->kind != 'f')
         return cdl_error("%s: samples must be uint8 (pictures) or float32/float64 (features)",
                          xname);
@@ -201,6 +221,10 @@ int npy_to_dataset(const npy_array *x, const npy_array *y, const char *xname, co
     if (c <= 0 || h <= 0 || w <= 0 || (size_t)c * h * w > (size_t)1 << 30)
         return cdl_error("%s: sample shape (%ld,%ld,%ld) must be non-empty and below 2^30 values",
                          xname, c, h, w);
+    if (u8 && c > 3 && x->ndim == 4 && x->shape[3] == 4)   /* read as (n,c,h,w) */
+        return cdl_error("%s: shape (%ld, %ld, %ld, 4) looks like RGBA pictures (n,h,w,4): "
+                         "pictures have 1 or 3 channels: drop the alpha channel (x[..., :3])",
+                         xname, x->shape[0], x->shape[1], x->shape[2]);
     if (u8 && c > 3)
         return cdl_error("%s: uint8 pictures with %ld channels: use 1 or 3, or save float32 "
                          "features", xname, c);
@@ -218,9 +242,9 @@ int npy_to_dataset(const npy_array *x, const npy_array *y, const char *xname, co
         return -1;
     long maxl = -1;
     for (long i = 0; i < n; i++) {
-        long l = label_at(y, (size_t)i);
+        long long l = label_at(y, (size_t)i);
         if (l < 0 || l >= MAX_CLASSES)
-            return cdl_error("%s: label %ld of sample %ld is out of range 0..%d", yname, l, i,
+            return cdl_error("%s: label %lld of sample %ld is out of range 0..%d", yname, l, i,
                              MAX_CLASSES - 1);
         out->labels[i] = (int32_t)l;
         if (l > maxl)
@@ -237,10 +261,21 @@ int npy_to_dataset(const npy_array *x, const npy_array *y, const char *xname, co
         for (size_t k = 0; k < (size_t)c; k++)
             for (size_t p = 0; p < plane; p++) {
                 size_t src = nhwc ? base + p * c + k : base + k * plane + p;
-                if (u8)
+                if (u8) {
                     out->images[base + k * plane + p] = x->data[src];
-                else
-                    out->features[base + k * plane + p] = float_at(x, src);
+                    continue;
+                }
+                /* A NaN (a missing value) or an infinity would train as a
+                 * diverged loss, blamed on the learning rate. */
+                float v = float_at(x, src);
+                if (!isfinite(v))
+                    return cdl_error("%s: x[%ld].flat[%zu] is %s: features must be finite "
+                                     "numbers (float32): fill in or drop the missing values "
+                                     "(e.g. np.nan_to_num)", xname, i, src - base,
+                                     isnan(v) ? "NaN"
+                                     : isinf(float_at_double(x, src)) ? "infinite"
+                                                                      : "beyond float32's range");
+                out->features[base + k * plane + p] = v;
             }
     }
     return 0;

@@ -105,13 +105,17 @@ static int val_count(double split, size_t total, const char *name, size_t *count
 
 /* out = the windows of tokens [first, first + count) of buf. */
 static int make_split(const uint8_t *buf, size_t first, size_t count, int token_bytes, int vocab,
-                      int T, const char *name, const char *what, cdl_dataset *out)
+                      int T, const char *name, int train, int whole, cdl_dataset *out)
 {
+    /* What makes the split longer: a file of its own (val.bin, train.bin)
+     * has no --val-split to change. */
     if (count < (size_t)T + 1)
         return cdl_error("%s: the %s split holds %zu tokens, fewer than --block-size %d + 1 (a "
                          "window and the token after it): use a smaller --block-size%s", name,
-                         what, count, T, strcmp(what, "validation") ? ", more data or a smaller "
-                         "--val-split" : " or a larger --val-split");
+                         train ? "training" : "validation", count, T,
+                         whole ? (train ? " or more data" : " or a longer val.bin")
+                         : train ? ", more data or a smaller --val-split"
+                                 : " or a larger --val-split");
     size_t windows = (count - 1) / (size_t)T;
     out->tokens = buf + first * (size_t)token_bytes;
     out->ntokens = count;
@@ -155,8 +159,7 @@ int tokens_read_mem(const uint8_t *buf, size_t len, const char *name, int token_
     if (tokens_check(buf + first * (size_t)token_bytes, count * (size_t)token_bytes,
                      token_bytes, vocab, name, first, &checked) != 0)
         return -1;
-    return make_split(buf, first, count, token_bytes, vocab, T, name,
-                      train ? "training" : "validation", out);
+    return make_split(buf, first, count, token_bytes, vocab, T, name, train, whole, out);
 }
 
 /* The mapping of the regular file path (an empty one maps nothing). */

@@ -108,6 +108,16 @@ static int load_tokens(run *r, const char *path)
     o.block_size = c->block_size > 0 ? c->block_size : model_block > 0 ? model_block : 64;
     o.vocab_size = c->vocab_size;
     o.val_split = train_token_val_split(c);
+    /* The reader takes DIR/val.bin as the validation split and ignores
+     * val_split then: a --val-split given would be ignored without a word. */
+    char val_bin[4200];
+    struct stat st;
+    snprintf(val_bin, sizeof val_bin, "%s/val.bin", path);
+    if (c->val_split >= 0 && !strcmp(c->dataset, "tokens") && stat(val_bin, &st) == 0 &&
+        S_ISREG(st.st_mode))
+        return cdl_error("--dataset tokens:%s holds val.bin, the validation split: --val-split "
+                         "applies to a single file (tokens:FILE.bin, text:FILE) or a directory "
+                         "without val.bin: drop it (docs/data.md)", path);
     if (cdl_dataset_load_with(c->dataset, path, 1, &o, &r->train) != 0)
         return -1;
     r->have_train = 1;
@@ -162,6 +172,12 @@ static int load_data(run *r)
     if (r->train.skipped && !c->quiet && r->ri.rank == 0)
         fprintf(stderr, "cdl-train: --skip-bad-files: left out %ld unreadable files of %s\n",
                 r->train.skipped, c->data_dir);
+    /* The test split at the training split's sample size and channels: an
+     * image folder's own first test picture may be another size, or gray. */
+    o.image_height = r->train.shape.h;
+    o.image_width = r->train.shape.w;
+    if (!strcmp(c->dataset, "imagefolder"))
+        o.channels = r->train.shape.c;
     int rc = cdl_dataset_load_with(c->dataset, dir, 0, &o, &r->test);
     if (rc < 0)
         return -1;
@@ -170,14 +186,27 @@ static int load_data(run *r)
          * and there is no final test. */
         if (carve_val(r) != 0)
             return -1;
-        if (!r->have_val)
-            return cdl_error("--dataset %s: %s has no test split, and --val-split 0 leaves "
-                             "nothing to validate on: drop --val-split 0, or add test/ next to "
+        if (!r->have_val && c->val_split < 0)   /* the default: 10%, rounded down */
+            return cdl_error("--dataset %s: %s has no test split, and the default validation "
+                             "split (10%%) of its %d training samples is empty: give "
+                             "--val-split as a count (e.g. --val-split 1), or add test/ next to "
                              "train/ (image folders), x_test/y_test (npy, npz) or test.csv "
-                             "(docs/data.md)", c->dataset, c->data_dir);
+                             "(docs/data.md)", c->dataset, c->data_dir, r->train.n);
+        if (!r->have_val)
+            return cdl_error("--dataset %s: %s has no test split, and --val-split %g leaves "
+                             "nothing to validate on: give a larger --val-split, or add test/ "
+                             "next to train/ (image folders), x_test/y_test (npy, npz) or "
+                             "test.csv (docs/data.md)", c->dataset, c->data_dir, c->val_split);
         return 0;
     }
     r->have_test = 1;
+    /* The model takes one sample shape (arrays saved apart may differ). */
+    cdl_shape ts = r->test.shape, tr = r->train.shape;
+    if (ts.c != tr.c || ts.h != tr.h || ts.w != tr.w)
+        return cdl_error("--dataset %s:%s: the test split's samples are %dx%dx%d (c,h,w) but the "
+                         "training split's are %dx%dx%d: save both splits with the same sample "
+                         "shape (docs/data.md)", c->dataset, c->data_dir, ts.c, ts.h, ts.w, tr.c,
+                         tr.h, tr.w);
     /* The test split is normalised with the training split's statistics and
      * its labels must be classes the model has. */
     if (c->normalize != CDL_NORMALIZE_GIVEN && c->normalize != CDL_NORMALIZE_NONE &&

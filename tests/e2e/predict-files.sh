@@ -10,12 +10,12 @@ PY=/usr/bin/python3
 $PY - "$TMP" <<'PYEOF' || die "picture fixture"
 import os, random, struct, sys, zlib
 d = sys.argv[1]
-def png(path, w, h, rows):
+def png(path, w, h, rows, colour=2):   # colour type 2: RGB, 0: gray
     raw = b"".join(b"\0" + bytes(r) for r in rows)
     def chunk(t, b):
         return struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b) & 0xffffffff)
     with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, colour, 0, 0, 0))
                 + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 rnd = random.Random(1)
 for split, n in (("train", 12), ("test", 4)):
@@ -25,6 +25,11 @@ for split, n in (("train", 12), ("test", 4)):
             rows = [[(90 if c == 2 - k else 60) + rnd.randrange(100) for x in range(12) for c in range(3)]
                     for y in range(10)]
             png("%s/img/%s/%s/%02d.png" % (d, split, cls, i), 12, 10, rows)
+# The same folder, but the test split's first picture (the one a reader
+# would take the size and channels from) is a gray 7x15 one.
+import shutil
+shutil.copytree(d + "/img", d + "/mix")
+png(d + "/mix/test/blue/00.png", 7, 15, [[rnd.randrange(256) for x in range(7)] for y in range(15)], 0)
 with open(d + "/t.csv", "w") as f:
     f.write("a,b,kind\n")
     for i in range(60):
@@ -72,6 +77,64 @@ PYEOF
 cmp -s "$TMP/eval.json" "$TMP/eval-s.json" || die "cdl-eval --decode stream differs"
 expect_status 2 "$CDL_TRAIN" --decode lazy; expect_err "--decode"
 
+# Without --image-size the samples take the first training picture's size
+# and channels (3x10x12); the test split is fitted to them too, not to its
+# own first picture (gray 7x15), in cdl-train and in cdl-eval.
+train --model mlp --dataset "imagefolder:$TMP/mix" --ckpt-dir "$TMP/ckm" --metrics "$TMP/mm.jsonl"
+grep -aq '"input_shape":"3,10,12"' "$TMP/ckm/last.safetensors" ||
+    die "the run's samples are not 3x10x12"
+"$CDL_EVAL" "$TMP/ckm/last.safetensors" --json >"$TMP/evalm.json" ||
+    die "cdl-eval on a run that took the first picture's size"
+acc_equal "$TMP/mm.jsonl" "$TMP/evalm.json"
+"$CDL_PREDICT" "$TMP/ckm/last.safetensors" >"$TMP/pdm.csv" || die "cdl-predict, first picture's size"
+"$CDL_PREDICT" "$TMP/ckm/last.safetensors" "$TMP"/mix/test/*/*.png >"$TMP/pfm.csv" ||
+    die "cdl-predict FILE..., first picture's size"
+diff <(tail -n +2 "$TMP/pdm.csv" | cut -d, -f3-) <(tail -n +2 "$TMP/pfm.csv" | cut -d, -f2-) ||
+    die "the test split is not read at the training split's size"
+
+# ImageNet's statistics (3 pairs) on a folder whose first picture is gray:
+# the error says what makes it RGB, and --channels 3 does.
+mkdir -p "$TMP/gray/a" "$TMP/gray/b" && cp "$TMP/mix/test/blue/00.png" "$TMP/gray/a/00.png" &&
+    cp "$TMP"/img/train/red/0[0-4].png "$TMP/gray/b/" || die "gray fixture"
+imagenet=0.485,0.456,0.406,0.229,0.224,0.225
+expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "imagefolder:$TMP/gray" --normalize "$imagenet"
+expect_err "has 1 channels: give one pair or 1 (an image folder has its first picture's channels unless --channels says: --channels 3"
+train --model mlp --dataset "imagefolder:$TMP/gray" --normalize "$imagenet" --channels 3 --val-split 1
+
+# One folder per class, no test/: cdl-eval evaluates the run's validation
+# split, with a note, and gets the run's last validation accuracy.
+train --model mlp --dataset "imagefolder:$TMP/img/train" --image-size 8 --ckpt-dir "$TMP/ckv" \
+    --metrics "$TMP/mv.jsonl"
+expect_status 0 "$CDL_EVAL" "$TMP/ckv/last.safetensors" --json
+expect_err "has no test split: evaluating the run's validation split (--split val)"
+$PY - "$TMP/mv.jsonl" "$TMP/out" <<'PYEOF' || die "cdl-eval's validation split differs from the run's"
+import json, sys
+val = [json.loads(l) for l in open(sys.argv[1]) if '"val_acc"' in l][-1]
+ev = json.load(open(sys.argv[2]))
+print("cdl-train val_acc", val["val_acc"], "cdl-eval", ev["split"], ev["accuracy"])
+sys.exit(ev["split"] != "val" or abs(val["val_acc"] - ev["accuracy"]) > 1e-6)
+PYEOF
+expect_status 1 "$CDL_EVAL" "$TMP/ckv/last.safetensors" --split test
+expect_err "no test split: use --split val or train"
+
+# Class names in UTF-8 line up by characters, and a long one is cut
+# between characters (to 24), not inside one.
+long=$(printf 'é%.0s' $(seq 25))
+mkdir -p "$TMP/uni/dög" "$TMP/uni/$long" && cp "$TMP"/img/train/red/0[0-5].png "$TMP/uni/dög/" &&
+    cp "$TMP"/img/train/blue/0[0-5].png "$TMP/uni/$long/" || die "uni fixture"
+train --model mlp --dataset "imagefolder:$TMP/uni" --image-size 8 --ckpt-dir "$TMP/cku"
+"$CDL_EVAL" "$TMP/cku/last.safetensors" >"$TMP/evalu.txt" 2>/dev/null || die "cdl-eval, UTF-8 classes"
+$PY - "$TMP/evalu.txt" <<'PYEOF' || { cat "$TMP/evalu.txt" >&2; die "UTF-8 class names misaligned"; }
+import sys
+text = open(sys.argv[1], "rb").read().decode("utf-8")   # fails on a cut character
+lines = text.splitlines()
+rows = lines[lines.index("per-class accuracy:") + 2:][:2]
+cm = lines[lines.index("confusion matrix (rows: true class, columns: predicted):") + 2:][:2]
+print(rows, cm)
+sys.exit(len({r.index("%") for r in rows}) != 1 or len({len(r) for r in cm}) != 1
+         or "é" * 25 in text or "é" * 24 not in text)
+PYEOF
+
 # Predictions through the dataset and through the same files by name agree
 # (classes and probabilities); the test split's order is class, then file.
 "$CDL_PREDICT" "$ck" --top-k 2 >"$TMP/pd.csv" || die "cdl-predict --dataset"
@@ -85,6 +148,35 @@ grep -q ',red,\|,green,\|,blue,' "$TMP/pf.csv" || die "no class names"
     die "cdl-predict --format jsonl FILE"
 grep -q "^{\"file\":\"$TMP/img/test/red/00.png\",\"top\":\[{\"class\":\"" "$TMP/pf.jsonl" ||
     die "JSON line: $(cat "$TMP/pf.jsonl")"
+# Another folder with some of the run's classes (blue and red of blue,
+# green, red): its labels are the run's classes by name, not by position
+# in its own sorted list (red would be index 1, which the model calls
+# green); a class the run did not have is an error.
+for c in blue red; do
+    mkdir -p "$TMP/sub/train/$c" "$TMP/sub/test/$c" && cp "$TMP/img/test/$c"/*.png "$TMP/sub/test/$c/" &&
+        cp "$TMP/img/train/$c"/0[01].png "$TMP/sub/train/$c/" || die "sub fixture"
+done
+"$CDL_PREDICT" "$ck" --data-dir "$TMP/sub" --top-k 2 >"$TMP/psub.csv" || die "cdl-predict --data-dir sub"
+[ "$(tail -n +2 "$TMP/psub.csv" | cut -d, -f2 | tr '\n' ' ')" = "blue blue blue blue red red red red " ] ||
+    die "labels of a folder with 2 of the 3 classes: $(cut -d, -f2 "$TMP/psub.csv" | tr '\n' ' ')"
+diff <(grep -E '^[0-9]+,(blue|red),' "$TMP/pd.csv" | cut -d, -f2-) <(tail -n +2 "$TMP/psub.csv" | cut -d, -f2-) ||
+    die "predictions on a subset of the classes differ from those on the whole test split"
+# (A class only its train/ has is no sample of its test split.)
+mkdir -p "$TMP/sub/train/purple" && cp "$TMP/img/test/red/00.png" "$TMP/sub/train/purple/" || die "purple"
+expect_status 0 "$CDL_EVAL" "$ck" --data-dir "$TMP/sub"
+mkdir -p "$TMP/sub/test/purple" && cp "$TMP/img/test/red/00.png" "$TMP/sub/test/purple/" || die "purple"
+expect_status 1 "$CDL_EVAL" "$ck" --data-dir "$TMP/sub"
+expect_err "class 'purple' of the imagefolder data is not one of the 3 classes the run was trained on"
+
+# The validation samples are drawn from the number of training samples:
+# with a picture added since the run they would be others, so it is an
+# error (the test split is still fine).
+cp "$TMP/img/train/red/00.png" "$TMP/img/train/red/99.png" || die "cp"
+expect_status 1 "$CDL_EVAL" "$ck" --split val
+expect_err "holds 37 samples, the run's held 36 (33 trained on, 3 for validation)"
+expect_status 0 "$CDL_EVAL" "$ck" --split test
+rm "$TMP/img/train/red/99.png"
+"$CDL_EVAL" "$ck" --split val >/dev/null || die "cdl-eval --split val on the run's data"
 echo "PASS: cdl-eval matches cdl-train on an image folder; cdl-predict on files matches --dataset"
 
 # A bad file is an error naming it, or left out and counted.
@@ -97,6 +189,12 @@ expect_err "left out 1"
 [ "$(wc -l <"$TMP/out")" -eq 2 ] || die "--skip-bad-files: $(cat "$TMP/out")"
 expect_status 2 "$CDL_PREDICT" "$ck" --dataset mnist "$TMP/bad.png"
 expect_err "exclude each other"
+# Samples of another shape than the run's: the message says so (not the
+# weights loader's advice for cdl-train, --init-ignore).
+expect_status 1 "$CDL_PREDICT" "$ck" --image-size 6 "$TMP/img/test/red/00.png"
+expect_err "the run's samples were 3x8x8 (c,h,w), these are 3x6x6"
+expect_status 1 "$CDL_EVAL" "$ck" --channels 1
+expect_err "these are 1x8x8"
 
 # A CSV table with its label column chosen: read and normalised as the run did.
 mkdir "$TMP/tab" && head -46 "$TMP/t.csv" >"$TMP/tab/train.csv" &&

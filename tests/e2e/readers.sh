@@ -16,10 +16,19 @@ import os
 os.mkdir(d + "/npy")
 np.save(d + "/npy/x.npy", x.reshape(96, 8, 8, 1))      # (n,h,w,c), no test split
 np.save(d + "/npy/y.npy", y.astype(np.int32))
+os.mkdir(d + "/npy9")   # 9 samples, no test split: 10% of them is none
+np.save(d + "/npy9/x.npy", x[:9]); np.save(d + "/npy9/y.npy", y[:9])
+os.mkdir(d + "/npy2")   # a test split of another sample shape than training's
+np.save(d + "/npy2/x_train.npy", x[:64]); np.save(d + "/npy2/y_train.npy", y[:64])
+np.save(d + "/npy2/x_test.npy", x[64:, :4, :4]); np.save(d + "/npy2/y_test.npy", y[64:])
 with open(d + "/t.csv", "w") as f:
     f.write('f1,"f 2",kind\n')
     for i in range(96):
         f.write('%.3f,%d,"%s"\n' % (x[i].mean(), i % 2, ["a, x", "b", "c"][y[i]]))
+with open(d + "/t-reordered.csv", "w") as f:   # the same table, columns in another order
+    f.write('kind,"f 2",f1\n')
+    for i in range(96):
+        f.write('"%s",%d,%.3f\n' % (["a, x", "b", "c"][y[i]], i % 2, x[i].mean()))
 PYEOF
 
 run() { expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 16 --quiet "$@"; }
@@ -31,6 +40,14 @@ run --model mlp --dataset npz --data-dir "$TMP/small.npz" --augment crop+flip --
 run --model mlp --dataset "npy:$TMP/npy"
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy" --val-split 0
 expect_err "has no test split"
+# Too few samples for the default 10%: the message says it was the default.
+expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy9"
+expect_err "the default validation split (10%) of its 9 training samples is empty: give --val-split as a count"
+run --model mlp --dataset "npy:$TMP/npy9" --val-split 1
+
+# The model takes one sample shape: a test split of another is an error.
+expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy2"
+expect_err "the test split's samples are 1x4x4 (c,h,w) but the training split's are 1x8x8"
 
 # Features: --augment is refused for a table, the label column is chosen.
 run --model mlp --dataset "csv:$TMP/t.csv"
@@ -40,6 +57,25 @@ expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "csv:$TMP/tab" -
 expect_err "--augment none"
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "csv:$TMP/tab" --label-column kin
 expect_err "no column named 'kin'"
+# cdl-predict's CSV quotes class names that hold commas or quotes.
+run --model mlp --dataset "csv:$TMP/tab" --ckpt-dir "$TMP/ckq"
+"$CDL_PREDICT" "$TMP/ckq/last.safetensors" --top-k 3 >"$TMP/pq.csv" || die "cdl-predict on a table"
+$PY - "$TMP/pq.csv" <<'PYEOF' || { head -3 "$TMP/pq.csv" >&2; die "cdl-predict's CSV does not parse"; }
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+names = {"a, x", "b", "c"}
+sys.exit(len(rows) != 97 or any(len(r) != 8 or r[1] not in names or r[2] not in names
+                                for r in rows[1:]))
+PYEOF
+# A test table's columns are matched to the training table's by name: the
+# same rows with the columns in another order evaluate the same.
+mkdir "$TMP/tab2" && cp "$TMP/t.csv" "$TMP/tab2/train.csv" &&
+    cp "$TMP/t-reordered.csv" "$TMP/tab2/test.csv" || die "tab2"
+run --model mlp --dataset "csv:$TMP/tab" --metrics "$TMP/t1.json"
+run --model mlp --dataset "csv:$TMP/tab2" --metrics "$TMP/t2.json"
+score() { grep -o '"test_loss".*' "$1"; }
+[ "$(score "$TMP/t1.json")" = "$(score "$TMP/t2.json")" ] ||
+    die "reordered test columns: $(score "$TMP/t1.json") against $(score "$TMP/t2.json")"
 # A model file's outputs must match the classes: 10 against 3.
 printf 'flatten\nlinear 10\n' >"$TMP/ten.spec"
 expect_status 1 "$CDL_TRAIN" --device cpu --model "$TMP/ten.spec" --dataset "npz:$TMP/small.npz"
@@ -54,6 +90,18 @@ expect_status 2 "$CDL_TRAIN" --normalize 0.5;       expect_err "as many standard
 expect_status 2 "$CDL_TRAIN" --normalize 0.5,0;     expect_err "must be > 0"
 expect_status 2 "$CDL_TRAIN" --channels 2;          expect_err "--channels '2'"
 [ "$(wc -l <"$TMP/err")" -eq 1 ] || die "error is not one line"
+# A reader option for a dataset whose reader does not take it would be
+# ignored (arrays are not resized): an error naming it and the format.
+expect_status 2 "$CDL_TRAIN" --dataset "npz:$TMP/small.npz" --image-size 4
+expect_err "--image-size applies to --dataset imagefolder only, and this run reads --dataset npz"
+expect_status 2 "$CDL_TRAIN" --dataset "npy:$TMP/npy" --label-column kind
+expect_err "--label-column applies to --dataset csv only"
+expect_status 2 "$CDL_TRAIN" --dataset "csv:$TMP/t.csv" --vocab-size 10
+expect_err "--vocab-size applies to --dataset text and tokens only"
+expect_status 2 "$CDL_TRAIN" --dataset "text:$TMP/t.csv" --normalize none
+expect_err "--normalize does not apply to token ids (--dataset text)"
+expect_status 2 "$CDL_TRAIN" --dataset mnist --decode stream
+expect_err "--decode applies to --dataset imagefolder only"
 # A damaged archive names the file.
 head -c 300 "$TMP/small.npz" >"$TMP/cut.npz"
 expect_status 1 "$CDL_TRAIN" --device cpu --dataset "npz:$TMP/cut.npz"; expect_err "cut.npz"

@@ -24,6 +24,12 @@ train 1 --dataset tokens --data-dir "$TMP" --block-size 4
 expect_err "$TMP/train.bin"
 train 2 --dataset "tokens:$TMP/bad" --vocab-size 65537
 expect_err "--vocab-size"
+# val.bin is the validation split: a --val-split would be ignored; a short
+# val.bin is made longer, not the --val-split it does not have.
+train 1 --dataset "tokens:$TMP/bad" --vocab-size 200 --block-size 4 --val-split 0.5
+expect_err "--dataset tokens:$TMP/bad holds val.bin, the validation split: --val-split applies to"
+train 1 --dataset "tokens:$TMP/bad" --vocab-size 200 --block-size 9
+expect_err "$TMP/bad/val.bin: the validation split holds 9 tokens, fewer than --block-size 9 + 1 (a window and the token after it): use a smaller --block-size or a longer val.bin"
 train 2 --dataset "text:$TMP/x" --block-size 0
 expect_err "--block-size"
 # An embedding reads token ids: only token data has them, and only below

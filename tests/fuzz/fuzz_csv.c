@@ -1,5 +1,8 @@
-/* libFuzzer target: a CSV table, with the default label column and with
- * the test split's rule (labels among given class names). */
+/* libFuzzer target: a CSV table, with the default label column and a given
+ * one; then the same bytes as the test table of itself (its columns and
+ * classes), and of a training table whose feature columns come in the
+ * reverse order (the test table's columns are matched by name). */
+#include <stdlib.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
@@ -9,12 +12,27 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static char *const names[] = {"a", "cat", "d, og"};
     for (int given = 0; given < 2; given++) {
-        cdl_dataset d;
+        cdl_dataset d, t;
         memset(&d, 0, sizeof d);
-        csv_parse((const char *)data, size, "fuzz.csv", given ? "label" : NULL,
-                  given ? names : NULL, given ? 3 : 0, &d);
+        csv_layout lay = {0};
+        if (csv_parse((const char *)data, size, "fuzz.csv", given ? "label" : NULL, NULL, &lay,
+                      &d) == 0) {
+            lay.class_names = d.class_names;
+            lay.classes = d.classes;
+            for (int rev = 0; rev < 2; rev++) {
+                if (rev)   /* the training table's features the other way round */
+                    for (int i = 0, j = lay.nf - 1; i < j; i++, j--) {
+                        char *x = lay.features[i];
+                        lay.features[i] = lay.features[j];
+                        lay.features[j] = x;
+                    }
+                memset(&t, 0, sizeof t);
+                csv_parse((const char *)data, size, "fuzz.csv", NULL, &lay, NULL, &t);
+                cdl_dataset_free(&t);
+            }
+        }
+        csv_layout_free(&lay);
         cdl_dataset_free(&d);
     }
     return 0;

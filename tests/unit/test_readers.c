@@ -4,6 +4,7 @@
  * files (truncated, wrong magic, huge declared shapes, non-UTF-8 names). */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -160,6 +161,18 @@ static void test_imagefolder_bad_files(void **state)
     assert_int_equal(d.n, 6);
     assert_int_equal(d.skipped, 2);
     cdl_dataset_free(&d);
+
+    /* Not one readable picture: with --skip-bad-files the error says so,
+     * without advising --skip-bad-files. */
+    mkdir(at("allbad"), 0755);
+    mkdir(at("allbad/a"), 0755);
+    write_bytes(at("allbad/a/0.png"), "GIF89a......", 12);
+    write_bytes(at("allbad/a/1.png"), trunc, n);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("allbad"), 1, &o, &d), -1);
+    assert_error_has("allbad: none of the 2 pictures could be read (the first: ");
+    assert_error_has("0.png is neither a PNG nor a JPEG (wrong magic bytes))");
+    if (strstr(cdl_last_error(), "pass --skip-bad-files"))
+        fail_msg("advises --skip-bad-files, which was given: %s", cdl_last_error());
 
     /* A class folder whose name is not UTF-8. */
     mkdir(at("img/train/caf\xe9"), 0755);
@@ -404,6 +417,16 @@ static void test_imagefolder_missing(void **state)
     assert_error_has("no class subdirectories");
     assert_int_equal(cdl_dataset_load_with("imagefolder", NULL, 1, NULL, &d), -1);
     assert_error_has("--data-dir");
+    /* A class folder empty of PNG/JPEG files, or of WebP/BMP pictures,
+     * which cdl does not read (named by byte order, hidden files not). */
+    mkdir(at("empty/cat"), 0755);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("empty"), 1, NULL, &d), -1);
+    assert_error_has("empty/cat has no .png, .jpg or .jpeg file: remove the empty class folder");
+    write_bytes(at("empty/cat/z.webp"), "RIFF", 4);
+    write_bytes(at("empty/cat/b.bmp"), "BM", 2);
+    write_bytes(at("empty/cat/.DS_Store"), "x", 1);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("empty"), 1, NULL, &d), -1);
+    assert_error_has("but 2 other files (such as 'b.bmp'): cdl reads PNG and JPEG pictures only");
 }
 
 /* ------------------------------------------------------------ npy */
@@ -484,6 +507,36 @@ static void test_npy(void **state)
     assert_null(cdl_loader_create(&d, &lc));
     assert_error_has("--augment none");
     cdl_dataset_free(&d);
+
+    /* A NaN feature (a missing value) is an error naming where it is, not a
+     * loss that diverges; so is a float64 beyond float32's range. */
+    fx[7] = NAN;
+    write_bytes(at("np/x_train.npy"), buf, make_npy(buf, "<f4", "(3, 5)", fx, sizeof fx));
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), -1);
+    assert_error_has("x_train.npy: x[1].flat[2] is NaN");
+    double big[3] = {1, 1e300, 2};
+    write_bytes(at("np/x_train.npy"), buf, make_npy(buf, "<f8", "(3, 1)", big, sizeof big));
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), -1);
+    assert_error_has("x[1].flat[0] is beyond float32's range");
+    /* Labels: the value named as stored; one label per sample. */
+    uint8_t x3[3] = {1, 2, 3};
+    write_bytes(at("np/x_train.npy"), buf, make_npy(buf, "|u1", "(3, 1)", x3, sizeof x3));
+    y3[2] = 1000000;
+    write_bytes(at("np/y_train.npy"), buf, make_npy(buf, "<i4", "(3,)", y3, sizeof y3));
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), -1);
+    assert_error_has("label 1000000 of sample 2");
+    write_bytes(at("np/y_train.npy"), buf, make_npy(buf, "<i4", "(2,)", y3, 2 * sizeof *y3));
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), -1);
+    assert_error_has("x_train.npy holds 3 samples but");
+    assert_error_has("y_train.npy 2 labels");
+    /* RGBA pictures in NumPy's layout: the alpha channel is named. */
+    uint8_t rgba[3 * 5 * 5 * 4] = {0};
+    write_bytes(at("np/x_train.npy"), buf, make_npy(buf, "|u1", "(3, 5, 5, 4)", rgba,
+                                                    sizeof rgba));
+    y3[2] = 1;
+    write_bytes(at("np/y_train.npy"), buf, make_npy(buf, "<i4", "(3,)", y3, sizeof y3));
+    assert_int_equal(cdl_dataset_load_with("npy", at("np"), 1, NULL, &d), -1);
+    assert_error_has("looks like RGBA pictures (n,h,w,4)");
 }
 
 static void test_npy_hostile(void **state)
@@ -511,6 +564,9 @@ static void test_npy_hostile(void **state)
     n = make_npy(buf, "<c8", "(1,)", x, 4);
     assert_int_equal(npy_parse(buf, n, "t.npy", &a), -1);
     assert_error_has("not supported");
+    n = make_npy(buf, "<U1", "(1,)", x, 4);   /* text labels */
+    assert_int_equal(npy_parse(buf, n, "t.npy", &a), -1);
+    assert_error_has("np.unique(y, return_inverse=True)[1]");
     cdl_dataset d;
     assert_int_equal(npz_read_mem((const uint8_t *)"PK\3\4garbage", 11, "t.npz", 1, &d), -1);
     assert_error_has("t.npz");
@@ -527,7 +583,7 @@ static void test_csv(void **state)
                     "\n"
                     "-1,0,setosa";
     cdl_dataset d = {0};
-    if (csv_parse(t, strlen(t), "t.csv", "species", NULL, 0, &d) != 0)
+    if (csv_parse(t, strlen(t), "t.csv", "species", NULL, NULL, &d) != 0)
         fail_msg("%s", cdl_last_error());
     assert_int_equal(d.n, 3);
     assert_int_equal(d.shape.c, 2);
@@ -540,7 +596,7 @@ static void test_csv(void **state)
     cdl_dataset_free(&d);
     /* Default label column: the last; integer labels are class indices. */
     const char *u = "x,y,k\n1,2,3\n4,5,0\n";
-    assert_int_equal(csv_parse(u, strlen(u), "u.csv", NULL, NULL, 0, &d), 0);
+    assert_int_equal(csv_parse(u, strlen(u), "u.csv", NULL, NULL, NULL, &d), 0);
     assert_int_equal(d.classes, 4);
     assert_null(d.class_names);
     cdl_dataset_free(&d);
@@ -554,17 +610,25 @@ static void test_csv(void **state)
         {"label,a\nx,\"1\n", "not closed"},   /* a label read before the error is freed */
         {"", "empty"},
         {"a,label\n", "no rows"},
+        {"a,label\n1,0\n2,\n", "b.csv:3: the label column 'label' is empty"},
+        {"a;b;label\n1;2;0\n", "separated by ';', cdl reads commas"},
+        {"a\tlabel\n1\t0\n", "separated by tabs"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&d, 0, sizeof d);
-        assert_int_equal(csv_parse(bad[i][0], strlen(bad[i][0]), "b.csv", NULL, NULL, 0, &d), -1);
+        assert_int_equal(csv_parse(bad[i][0], strlen(bad[i][0]), "b.csv", NULL, NULL, NULL, &d),
+                         -1);
         assert_error_has(bad[i][1]);
         assert_error_has("b.csv");
         cdl_dataset_free(&d);
     }
     memset(&d, 0, sizeof d);
-    assert_int_equal(csv_parse(u, strlen(u), "u.csv", "label", NULL, 0, &d), -1);
+    assert_int_equal(csv_parse(u, strlen(u), "u.csv", "label", NULL, NULL, &d), -1);
     assert_error_has("--label-column");
+    assert_error_has("('x', 'y', 'k')");
+    const char *sp = "a, label\n1, 0\n";   /* the column is ' label' */
+    assert_int_equal(csv_parse(sp, strlen(sp), "s.csv", "label", NULL, NULL, &d), -1);
+    assert_error_has("no column named 'label' in the header ('a', ' label')");
     cdl_dataset_free(&d);
 
     /* Files: a folder with train.csv and test.csv, text labels mapped. */
@@ -577,6 +641,36 @@ static void test_csv(void **state)
     assert_int_equal(d.labels[0], 1);
     cdl_dataset_free(&d);
     assert_int_equal(cdl_dataset_load_with("csv", at("tab/train.csv"), 0, NULL, &d), 1);
+
+    /* A test table's columns are the training table's by name, in any
+     * order (the label column too); one missing or extra is an error. */
+    write_bytes(at("tab/train.csv"), "f,g,c\n1,10,b\n2,20,a\n", 20);
+    write_bytes(at("tab/test.csv"), "c,g,f\nb,30,3\n", 13);
+    if (cdl_dataset_load_with("csv", at("tab"), 0, NULL, &d) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_int_equal(d.shape.c, 2);
+    assert_float_equal(d.features[0], 3, 0);
+    assert_float_equal(d.features[1], 30, 0);
+    assert_int_equal(d.labels[0], 1);
+    cdl_dataset_free(&d);
+    const char *test_bad[][2] = {
+        {"f,g,h,c\n1,2,3,a\n", "column 'h' is not a column of the training table"},
+        {"f,c\n1,a\n", "lacks the training table's column 'g'"},
+        {"f,g,f,c\n1,2,3,a\n", "two columns are named 'f'"},
+        {"f,g,k\n1,2,a\n", "no column 'c', the training table's label column"},
+    };
+    for (size_t i = 0; i < sizeof test_bad / sizeof test_bad[0]; i++) {
+        write_bytes(at("tab/test.csv"), test_bad[i][0], strlen(test_bad[i][0]));
+        assert_int_equal(cdl_dataset_load_with("csv", at("tab"), 0, NULL, &d), -1);
+        assert_error_has(test_bad[i][1]);
+        assert_error_has("test.csv");
+    }
+    /* Integer training labels: the test table's must be class indices too,
+     * not text numbering classes of its own. */
+    write_bytes(at("tab/train.csv"), "f,c\n1,0\n2,1\n", 12);
+    write_bytes(at("tab/test.csv"), "f,c\n3,x\n", 8);
+    assert_int_equal(cdl_dataset_load_with("csv", at("tab"), 0, NULL, &d), -1);
+    assert_error_has("label 'x' of row 1 is not a class index");
 }
 
 /* ------------------------------------------------------------ normalisation */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "lib/core/sized.h"
+#include "lib/dist/dist_gpu.h"
 #include "lib/model/model_internal.h"
 
 #include "checkpoint.h"
@@ -739,6 +740,13 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (rc == 0)
         rc = test_once(&r);
 out:
+    /* An error on this rank alone (a --ckpt-dir it cannot make, a file it
+     * cannot read) leaves the collectives healthy: the peers would wait for
+     * this rank in their next collective while rank 0's store, at exit,
+     * waits for their goodbye, both until CDL_TIMEOUT. Abort them: the
+     * peers fail at once with this error, and nobody lingers. */
+    if (rc < 0 && r.dist)
+        dist_abort(r.dist, cdl_last_error());
     train_stage_cleanup(&r, rc == 0);
     train_signals_restore();
     run_free(&r);

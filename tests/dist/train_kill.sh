@@ -1,7 +1,8 @@
 #!/bin/sh
 # kill -9 of one rank mid-training: every other rank exits non-zero within
 # 10 s naming the lost rank, cdlrun reports it, and the last checkpoint
-# loads (resuming it on another world size works, with a warning).
+# loads (resuming it on another world size works, with a warning). An error
+# on rank 0 alone before training stops every rank at once with its reason.
 . "${top_srcdir:-.}/tests/dist/common.sh"
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -46,3 +47,21 @@ timeout 120 "$train" $common --epochs 1 --resume-allow epochs --resume "$tmp/res
 grep -q "resuming from" "$tmp/err" "$tmp/out" || fail "the last checkpoint did not load"
 grep -q "written by 3 ranks, resuming on 1" "$tmp/err" "$tmp/out" || fail "no world-size warning"
 echo "kill -9 test passed"
+
+# An error on rank 0 alone before training (its --ckpt-dir cannot be made):
+# rank 0 must not wait at exit for the others' goodbye while they wait for
+# it in their first collective; they fail at once with rank 0's reason. A
+# hang would end at --timeout with "timed out" instead.
+: >"$tmp/file"
+timeout 120 "$cdlrun" -n 3 --timeout 60 --label "$train" $common --epochs 1 \
+    --ckpt-dir "$tmp/file/ck" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] || fail "cdlrun exited $rc after rank 0's --ckpt-dir error, expected 1"
+for r in 1 2; do
+    grep "^\[$r\]" "$tmp/err" | grep -q "rank 0 gave up: cannot create --ckpt-dir" ||
+        fail "rank $r did not report rank 0's error"
+done
+grep -q "timed out" "$tmp/err" && fail "a rank waited for its timeout"
+echo "rank 0's setup error stopped every rank:"
+grep "^\[1\]" "$tmp/err"
+echo "setup error test passed"

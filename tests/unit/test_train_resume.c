@@ -154,6 +154,20 @@ static void test_changed_config(void **state)
         fail_msg("allowed resume: %s", cdl_last_error());
     assert_int_equal(res.steps, 4);   /* 2 steps per epoch, epoch 2 only ran here */
 
+    /* SGD's momentum to 0 drops its buffers: named as that change, and when
+     * allowed, refused as state this optimizer does not keep (not as a
+     * checkpoint of another model). */
+    base_config(&c, "changed");
+    c.optim.momentum = 0;
+    const char *want_mom[] = {"--momentum 0.899999976 -> 0", NULL};
+    resume_fails(&c, good, want_mom);
+    base_config(&c, "changed");
+    c.optim.momentum = 0;
+    snprintf(c.resume_allow, sizeof c.resume_allow, "momentum");
+    const char *want_state[] = {"optimizer state 'optimizer.momentum_buffer.", "--momentum > 0",
+                                "--resume never --init", NULL};
+    resume_fails(&c, good, want_state);
+
     /* Unknown names are refused before anything runs. */
     snprintf(c.resume_allow, sizeof c.resume_allow, "epochs,colour");
     assert_int_equal(cdl_train_run(&c, NULL), -1);

@@ -378,6 +378,11 @@ static int resume(run *r, train_position *pos)
         train_report_note(r->rep, "note: %s was written by an older cdl without checksums: "
                           "loaded unverified", path);
     long spe = cdl_loader_batches(r->train_loader);
+    /* The stored running sums are the epoch's so far over all ranks: rank 0
+     * carries them, the others start from 0, so the epoch's sum over ranks
+     * is right on any number of ranks. */
+    if (r->ri.rank != 0)
+        pos->loss_sum = pos->correct = pos->seen = 0;
     if (pos->world != r->ri.world) {
         long b = pos->batch * pos->world / r->ri.world;
         train_report_note(r->rep,
@@ -385,7 +390,6 @@ static int resume(run *r, train_position *pos)
                           "at batch %ld of %ld, so results differ from an uninterrupted run",
                           path, pos->world, r->ri.world, pos->epoch + 1, b, spe);
         pos->batch = b;
-        pos->loss_sum = pos->correct = pos->seen = 0;
     }
     if (pos->batch >= spe) {
         pos->epoch++;

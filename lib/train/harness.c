@@ -420,7 +420,12 @@ static int run_epochs(run *r, cdl_train_result *res)
         return -1;
     long spe = cdl_loader_batches(r->train_loader);
     double val_loss = NAN, val_acc = NAN;
-    int done_steps = 0;
+    /* Resumed at or past --max-steps (a finished run started again): no
+     * step to take; a step would go past the limit on every restart. */
+    int done_steps = c->max_steps > 0 && pos.step >= c->max_steps;
+    if (done_steps)
+        train_report_note(r->rep, "step %ld reached --max-steps %ld: nothing to train", pos.step,
+                          c->max_steps);
 
     for (; pos.epoch < c->epochs && !done_steps; pos.epoch++, pos.batch = 0) {
         double t0 = train_now();

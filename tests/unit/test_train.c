@@ -68,6 +68,26 @@ static void test_resume_mid_epoch(void **state)
     assert_same_weights(full.ckpt_dir, part.ckpt_dir);
 }
 
+/* A run that reached --max-steps, started again with the same options,
+ * takes no further step (it took one more on every restart). */
+static void test_max_steps_reached(void **state)
+{
+    (void)state;
+    cdl_train_config ref, part;
+    base_config(&ref, "ms-ref");
+    ref.max_steps = 4;
+    run_ok(&ref);
+    base_config(&part, "ms-again");
+    part.max_steps = 4;
+    run_ok(&part);
+    cdl_train_result res;
+    snprintf(part.resume, sizeof part.resume, "auto");
+    if (cdl_train_run(&part, &res) != 0)
+        fail_msg("cdl_train_run: %s", cdl_last_error());
+    assert_int_equal(res.steps, 4);
+    assert_same_weights(ref.ckpt_dir, part.ckpt_dir);
+}
+
 /* The same with batch norm (running statistics and num_batches_tracked
  * go through the checkpoint) and a graph: resnet20, 6 steps of 8. */
 static void test_resume_mid_epoch_resnet20(void **state)
@@ -520,6 +540,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_resume_mid_epoch),
+        cmocka_unit_test(test_max_steps_reached),
         cmocka_unit_test(test_resume_mid_epoch_batchnorm),
         cmocka_unit_test(test_resume_mid_epoch_resnet20),
         cmocka_unit_test(test_signal_checkpoint_and_resume),

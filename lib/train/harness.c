@@ -391,11 +391,12 @@ static int resume(run *r, train_position *pos)
                           path, pos->world, r->ri.world, pos->epoch + 1, b, spe);
         pos->batch = b;
     }
-    if (pos->batch >= spe) {
-        pos->epoch++;
-        pos->batch = 0;
-        pos->loss_sum = pos->correct = pos->seen = 0;
-    }
+    /* At the epoch's end (a signal at its last step, or a world size whose
+     * share ends there), the epoch has no batch left but its end is still
+     * to do: validation, its record, best.safetensors. run_epochs does it
+     * with an empty rest of the epoch. */
+    if (pos->batch > spe)
+        pos->batch = spe;
     train_report_note(r->rep, "resuming from %s: epoch %d, batch %ld, step %ld", path,
                       pos->epoch + 1, pos->batch, pos->step);
     return 0;

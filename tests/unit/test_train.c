@@ -230,6 +230,26 @@ static void read_metrics(const char *path, char *out, size_t len)
     fclose(f);
 }
 
+/* A signal at an epoch's last step (6 of 6): the resumed run still ends
+ * that epoch (validation, its record, best.safetensors) before the next;
+ * it went straight on to epoch 2 and the record of epoch 1 was lost. */
+static void test_signal_at_epoch_end(void **state)
+{
+    (void)state;
+    cdl_train_config full, sig;
+    base_config(&full, "end-full");
+    snprintf(full.metrics, sizeof full.metrics, "%s/end-full.jsonl", tmpdir);
+    run_ok(&full);
+    base_config(&sig, "end-sig");
+    snprintf(sig.metrics, sizeof sig.metrics, "%s/end-sig.jsonl", tmpdir);
+    signal_then_resume(&sig, 6);
+    assert_same_weights(full.ckpt_dir, sig.ckpt_dir);
+    char a[4096], b[4096];
+    read_metrics(full.metrics, a, sizeof a);
+    read_metrics(sig.metrics, b, sizeof b);
+    assert_string_equal(a, b);
+}
+
 /* Line i (0-based) of path into line (of len bytes); 0 if there is none. */
 static int metrics_line(const char *path, int i, char *line, size_t len)
 {
@@ -551,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_no_allocation_inside_steps),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_metrics_records),
+        cmocka_unit_test(test_signal_at_epoch_end),
         cmocka_unit_test(test_eta_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

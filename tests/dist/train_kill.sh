@@ -65,6 +65,19 @@ grep -q "timed out" "$tmp/err" && fail "a rank waited for its timeout"
 echo "rank 0's setup error stopped every rank:"
 grep "^\[1\]" "$tmp/err"
 echo "setup error test passed"
+# The same inside the collectives' setup: hier:mpi under cdlrun (not an MPI
+# launch) fails on the leader, rank 0, after the node's shm group formed;
+# rank 1 learns at once instead of waiting in its first collective.
+if have HAVE_MPI; then
+    timeout 120 "$cdlrun" -n 2 --timeout 60 --label "$train" $common --epochs 1 \
+        --dist-backend hier:mpi >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    [ $rc -eq 1 ] || fail "cdlrun exited $rc after rank 0's hier:mpi error, expected 1"
+    grep "^\[1\]" "$tmp/err" | grep -q "rank 0 gave up: .*MPI sees 1 processes" ||
+        fail "rank 1 did not report rank 0's hier:mpi error"
+    grep -q "timed out" "$tmp/err" && fail "a rank waited for its timeout"
+    echo "hier:mpi setup error test passed"
+fi
 
 # Stopped mid-epoch and resumed on 2 ranks, the epoch's training loss and
 # accuracy cover every rank's samples: the line of the uninterrupted run

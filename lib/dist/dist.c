@@ -202,6 +202,10 @@ static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
         if (strcmp(inter, "mpi") && strcmp(inter, "nccl") && strcmp(inter, "store"))
             return cdl_error("dist backend '%s': the transport between nodes is mpi, nccl or "
                              "store", want);
+        if (!strcmp(inter, "nccl") && !is_cuda(d->be))
+            return cdl_error("dist backend hier:nccl joins GPUs with NCCL and needs the cuda "
+                             "backend (--device cuda): for CPU training use auto, hier:mpi or "
+                             "hier:store");
         return 0;
     }
     if (!strcmp(kind, "shm")) {

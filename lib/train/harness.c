@@ -384,12 +384,22 @@ static int resume(run *r, train_position *pos)
     if (r->ri.rank != 0)
         pos->loss_sum = pos->correct = pos->seen = 0;
     if (pos->world != r->ri.world) {
+        /* The same fraction of the epoch, at an optimizer step's first
+         * micro-batch; and the step count this world size would have
+         * there, so that the schedule (warmup, cosine, step decay) stays
+         * where the run is: epochs have another number of steps now. */
         long b = pos->batch * pos->world / r->ri.world;
+        b -= b % r->accum;
+        if (b > spe)
+            b = spe;
+        long step = (long)pos->epoch * train_steps_per_epoch(r) + (b + r->accum - 1) / r->accum;
         train_report_note(r->rep,
                           "warning: %s was written by %d ranks, resuming on %d: epoch %d continues "
-                          "at batch %ld of %ld, so results differ from an uninterrupted run",
-                          path, pos->world, r->ri.world, pos->epoch + 1, b, spe);
+                          "at batch %ld of %ld (step %ld of this world size, was %ld), so results "
+                          "differ from an uninterrupted run",
+                          path, pos->world, r->ri.world, pos->epoch + 1, b, spe, step, pos->step);
         pos->batch = b;
+        pos->step = step;
     }
     /* At the epoch's end (a signal at its last step, or a world size whose
      * share ends there), the epoch has no batch left but its end is still

@@ -83,17 +83,35 @@ fi
 # accuracy cover every rank's samples: the line of the uninterrupted run
 # (the checkpoint holds the running sums over all ranks; each rank once
 # took rank 0's).
+# ddp WHAT RANKS ARGS...: cdl-train on RANKS ranks, output in $tmp/out, $tmp/err.
+ddp() {
+    what=$1 n=$2
+    shift 2
+    timeout 120 "$cdlrun" -n "$n" "$train" "$@" >"$tmp/out" 2>"$tmp/err" || fail "$what"
+}
 c2="$common --epochs 1 --lr 0.01"
 epoch_line() { grep "^epoch 1/1" "$1" | sed 's/ *[0-9]* img\/s.*//'; }
-timeout 120 "$cdlrun" -n 2 "$train" $c2 --ckpt-dir "$tmp/whole" >"$tmp/out" 2>"$tmp/err" ||
-    fail "the uninterrupted 2-rank run"
+ddp "the uninterrupted 2-rank run" 2 $c2 --ckpt-dir "$tmp/whole"
 whole=$(epoch_line "$tmp/out")
-timeout 120 "$cdlrun" -n 2 "$train" $c2 --ckpt-dir "$tmp/cut" --max-steps 10 >"$tmp/out" 2>"$tmp/err" ||
-    fail "the first 10 steps"
-timeout 120 "$cdlrun" -n 2 "$train" $c2 --ckpt-dir "$tmp/cut" >"$tmp/out" 2>"$tmp/err" ||
-    fail "resuming after 10 steps"
+ddp "the first 10 steps" 2 $c2 --ckpt-dir "$tmp/cut" --max-steps 10
+ddp "resuming after 10 steps" 2 $c2 --ckpt-dir "$tmp/cut"
 cut=$(epoch_line "$tmp/out")
 echo "uninterrupted: $whole"
 echo "resumed:       $cut"
 [ -n "$whole" ] && [ "$whole" = "$cut" ] || fail "the resumed epoch reports other training figures"
 echo "resumed epoch figures test passed"
+
+# Resumed on another number of ranks, the learning-rate schedule continues
+# where the run is: an epoch has another number of steps, so the step count
+# is rescaled with the batch (it was kept, and the cosine never ended).
+c3="$common --epochs 2 --schedule cosine --warmup-epochs 1"
+lr_of() { sed -n 's/^epoch 2\/2 .* lr \([^ ]*\).*/\1/p' "$1"; }
+ddp "the uninterrupted 2-rank cosine run" 2 $c3 --ckpt-dir "$tmp/cos2"
+want=$(lr_of "$tmp/out")
+ddp "30 steps on 3 ranks" 3 $c3 --ckpt-dir "$tmp/cos32" --max-steps 30
+ddp "resuming them on 2 ranks" 2 $c3 --ckpt-dir "$tmp/cos32"
+got=$(lr_of "$tmp/out")
+grep "written by 3 ranks" "$tmp/out" "$tmp/err"
+echo "last lr: uninterrupted 2 ranks $want, 3 then 2 ranks $got"
+[ -n "$want" ] && [ "$want" = "$got" ] || fail "the schedule did not end where the 2-rank run's does"
+echo "world-size schedule test passed"

@@ -194,7 +194,12 @@ int launch_ranks(run *r)
     for (int i = 0; i < r->n; i++) {
         int out[2] = {-1, -1}, err[2] = {-1, -1};
         if (r->label && (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC))) {
-            fprintf(stderr, "cdlrun: pipe failed: %s\n", strerror(errno));
+            int why = errno;
+            fprintf(stderr, "cdlrun: --label: cannot make the output pipes of rank %d: %s%s\n", i,
+                    strerror(why), why == EMFILE || why == ENFILE
+                                     ? " (--label keeps 2 descriptors per rank until it "
+                                       "exits: raise 'ulimit -n' or drop --label)"
+                                     : "");
             return -1;
         }
         pid_t pid = fork();

@@ -81,12 +81,15 @@ static int h_allgather(coll *c, const void *in, void *out, size_t bytes)
 }
 
 /* A failure anywhere fails the whole local group at once: a leader whose
- * peers between nodes died must not leave its local ranks waiting. */
+ * peers between nodes died must not leave its local ranks waiting; and a
+ * leader that gave up tells the other nodes' leaders where it can. */
 static void h_abort(coll *c, const char *why)
 {
     hier *h = (hier *)c;
     if (h->local->ops->abort)
         h->local->ops->abort(h->local, why);
+    if (h->inter && h->inter->ops->abort)
+        h->inter->ops->abort(h->inter, why);
 }
 
 static void h_destroy(coll *c)

@@ -54,10 +54,10 @@ typedef struct mpi_coll {
     double deadline;                /* of the collective in progress: one timeout per call */
 } mpi_coll;
 
-/* Set once a collective timed out or failed: MPI cannot recover (a request
- * is still pending on a peer that never came), so later calls fail at once
- * and the exit aborts the job instead of waiting in MPI_Finalize for the
- * missing peer forever. */
+/* Set once a collective timed out or failed, or this rank gave up: MPI
+ * cannot recover (a request is still pending on a peer that never came), so
+ * later calls fail at once and the exit aborts the job instead of waiting in
+ * MPI_Finalize for the missing peer forever. */
 static int mpi_broken;
 
 static int mpi_fail(mpi_coll *m, const char *what, int err)
@@ -253,9 +253,20 @@ static void mpi_destroy(coll *c)
     cdl_free(m);
 }
 
+/* This rank gave up (an error of its own, or a failed collective): MPI has
+ * no way to tell the peers why, but MPI_Abort at exit ends them at once,
+ * where MPI_Finalize would wait for peers that wait for this rank. */
+static void mpi_abort_op(coll *c, const char *why)
+{
+    (void)c;
+    (void)why;
+    mpi_broken = 1;
+}
+
 static const coll_ops mpi_ops = {
     .name = "mpi", .allreduce = mpi_allreduce, .broadcast = mpi_broadcast,
-    .barrier = mpi_barrier, .allgather = mpi_allgather, .destroy = mpi_destroy,
+    .barrier = mpi_barrier, .allgather = mpi_allgather, .abort = mpi_abort_op,
+    .destroy = mpi_destroy,
     .reduce_scatter = mpi_reduce_scatter, .allgather_parts = mpi_allgather_parts,
 };
 
@@ -267,7 +278,7 @@ static void finalize_at_exit(void)
         return;
     if (mpi_broken) {
         /* MPI_Finalize would wait for the peer that never came. */
-        fprintf(stderr, "cdl: an MPI collective failed: aborting the MPI job\n");
+        fprintf(stderr, "cdl: this rank failed (see its error above): aborting the MPI job\n");
         fflush(NULL);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }

@@ -202,6 +202,10 @@ static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
         if (strcmp(inter, "mpi") && strcmp(inter, "nccl") && strcmp(inter, "store"))
             return cdl_error("dist backend '%s': the transport between nodes is mpi, nccl or "
                              "store", want);
+        if (!strcmp(inter, "nccl") && !is_cuda(d->be))
+            return cdl_error("dist backend hier:nccl joins GPUs with NCCL and needs the cuda "
+                             "backend (--device cuda): for CPU training use auto, hier:mpi or "
+                             "hier:store");
         return 0;
     }
     if (!strcmp(kind, "shm")) {
@@ -311,6 +315,11 @@ static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
 out:
     if (seg)
         shm_seg_discard(seg);
+    /* Failed after the node's group attached (the transport between nodes
+     * did not come up here): the group's other members must not wait for
+     * this rank in their first collective. */
+    if (local && local->ops->abort)
+        local->ops->abort(local, cdl_last_error());
     if (local)
         local->ops->destroy(local);
     if (inter)
@@ -429,6 +438,7 @@ fail:
     {
         char msg[2048];
         snprintf(msg, sizeof msg, "%s", cdl_last_error());
+        d->broken = 1;   /* rank 0's store must not wait for peers that wait for it */
         cdl_dist_destroy(d);
         cdl_error("%s", msg);
     }

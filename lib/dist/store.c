@@ -114,23 +114,32 @@ static int connect_retry(const char *host, int port, int rank, double timeout)
                      timeout, err < 0 ? gai_strerror(-err) : strerror(err));
 }
 
-/* Sends one request and reads the reply into buf (cap bytes; *len its size).
- * wait_s bounds how long the server may take (it enforces waits itself). */
+/* Sends one request and reads the reply into buf (cap bytes; *len its size)
+ * by deadline (the server enforces the waits of gets and barriers itself and
+ * answers before it). A hello's key is the run's secret: errors never echo
+ * it. */
 static int request(store *s, uint32_t op, const char *key, int owner, const void *val,
-                   size_t vlen, uint64_t arg, void *buf, size_t cap, size_t *len, double wait_s)
+                   size_t vlen, uint64_t arg, void *buf, size_t cap, size_t *len,
+                   double deadline)
 {
     store_req h = {STORE_MAGIC, op, (uint32_t)strlen(key), owner, vlen, arg};
+    const char *what = op == STORE_HELLO ? "its hello" : key;
     s->dropped = 1;
     if (store_send_all(s->fd, &h, sizeof h) || store_send_all(s->fd, key, h.klen) ||
         (vlen && store_send_all(s->fd, val, vlen)))
         return cdl_error("rank %d lost the store at %s:%d (%s): did rank 0 exit?", s->rank,
                          s->addr, s->port, strerror(errno));
     store_rep r;
-    double deadline = dist_now() + wait_s + 30;   /* the server answers first */
-    if (store_recv_all(s->fd, &r, sizeof r, deadline) || r.magic != STORE_MAGIC)
+    if (store_recv_all(s->fd, &r, sizeof r, deadline) || r.magic != STORE_MAGIC) {
+        if (op == STORE_HELLO && errno == ETIMEDOUT)
+            return cdl_error("rank %d: the store at %s:%d took the connection but did not "
+                             "answer its hello within %.0f s: is rank 0 stuck before it "
+                             "serves the store, or is another process listening there?",
+                             s->rank, s->addr, s->port, s->timeout);
         return cdl_error("rank %d lost the store at %s:%d during '%s' (%s): did rank 0 exit?",
-                         s->rank, s->addr, s->port, key,
+                         s->rank, s->addr, s->port, what,
                          errno == EPIPE ? "connection closed" : strerror(errno));
+    }
     s->dropped = 0;
     if (r.status) {
         char msg[1024];
@@ -142,7 +151,7 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
     }
     if (r.vlen > cap) {
         return cdl_error("rank %d: store value '%s' has %llu bytes, expected at most %zu (ranks "
-                         "of different builds?)", s->rank, key, (unsigned long long)r.vlen, cap);
+                         "of different builds?)", s->rank, what, (unsigned long long)r.vlen, cap);
     }
     if (r.vlen && store_recv_all(s->fd, buf, (size_t)r.vlen, deadline))
         return cdl_error("rank %d lost the store at %s:%d", s->rank, s->addr, s->port);
@@ -151,10 +160,19 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
     return 0;
 }
 
-static int hello(store *s, const char *token)
+/* A get or barrier: the server gives up after wait_s and says so. */
+static double reply_deadline(double wait_s)
+{
+    return dist_now() + wait_s + 30;
+}
+
+/* The server answers a hello at once: a listening socket that never answers
+ * (rank 0 stopped before its store thread runs, while it holds the port
+ * cdlrun handed it) fails at the client's own deadline. */
+static int hello(store *s, const char *token, double deadline)
 {
     uint64_t arg = (uint64_t)(uint32_t)s->world << 32 | (uint32_t)s->rank;
-    return request(s, STORE_HELLO, token, -1, NULL, 0, arg, NULL, 0, NULL, 10);
+    return request(s, STORE_HELLO, token, -1, NULL, 0, arg, NULL, 0, NULL, deadline);
 }
 
 /* Connects and says hello. A connection that breaks before the server's
@@ -176,7 +194,7 @@ static store *client(const char *addr, int port, int rank, int world, double tim
         s->fd = connect_retry(addr, port, rank, deadline - dist_now());
         if (s->fd < 0)
             break;
-        if (hello(s, token) == 0)
+        if (hello(s, token, deadline) == 0)
             return s;
         close(s->fd);
         s->fd = -1;
@@ -247,19 +265,19 @@ int store_set(store *s, const char *key, const void *val, size_t len, int reader
         return cdl_error("rank %d: store value '%s' has %zu bytes; the store takes at most %llu "
                          "per value", s->rank, key, len, (unsigned long long)STORE_VAL_MAX);
     return request(s, STORE_SET, key, -1, val, len, (uint64_t)(readers > 0 ? readers : 0), NULL,
-                   0, NULL, s->timeout);
+                   0, NULL, reply_deadline(s->timeout));
 }
 
 int store_get(store *s, const char *key, int owner, void *buf, size_t cap, size_t *len)
 {
     return request(s, STORE_GET, key, owner, NULL, 0, ms_of(s->timeout), buf, cap, len,
-                   s->timeout);
+                   reply_deadline(s->timeout));
 }
 
 int store_barrier(store *s, const char *name)
 {
     return request(s, STORE_BARRIER, name, -1, NULL, 0, ms_of(s->timeout), NULL, 0, NULL,
-                   s->timeout);
+                   reply_deadline(s->timeout));
 }
 
 int store_probe(const char *addr, int port, const char *token, int rank, int world,

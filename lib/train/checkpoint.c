@@ -373,6 +373,16 @@ static int expected_tensor(cdl_model *m, cdl_optim *o, int v3, const char *name)
     return 0;
 }
 
+/* Whether name is optimizer.<any state>.<a parameter of m>: optimizer state
+ * of this model, if not of this optimizer's settings. */
+static int optimizer_state_of_param(cdl_model *m, const char *name)
+{
+    if (strncmp(name, OPT_PREFIX, strlen(OPT_PREFIX)) != 0)
+        return 0;
+    const char *dot = strchr(name + strlen(OPT_PREFIX), '.');
+    return dot && cdl_model_find(m, dot + 1) != NULL;
+}
+
 /* Copies the file's tensor `name` into h at the view's place, checking its
  * shape; what: how messages call it ("tensor", "optimizer state"). */
 static int read_view(const cdl_st_file *f, const cdl_param_view *v, const char *name,
@@ -382,6 +392,12 @@ static int read_view(const cdl_st_file *f, const cdl_param_view *v, const char *
     int t = cdl_st_find(f, name), nd;
     int64_t shape[8];
     size_t numel;
+    if (t < 0 && !strcmp(what, "optimizer state"))
+        return cdl_error("%s: optimizer state '%s' is missing: the checkpoint was written "
+                         "without it (SGD with --momentum 0 keeps none) or by another "
+                         "optimizer: pass the optimizer settings it was written with, or start "
+                         "afresh from its weights with --resume never --init %s", path, name,
+                         path);
     if (t < 0)
         return cdl_error("%s: %s '%s' is missing: the checkpoint belongs to another model or "
                          "optimizer (pass the same --model and --optimizer, or --resume never)",
@@ -490,13 +506,23 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
                          okind ? shown(okind, buf) : "?");
 
     /* Tensors: exactly the model's (and its optimizer state's), with the
-     * same shapes; nothing else. */
-    for (int i = 0; i < cdl_st_count(f); i++)
-        if (!expected_tensor(m, o, v3, cdl_st_name(f, i)))
-            return cdl_error("%s: holds tensor '%s', which the model %s with optimizer %s does "
-                             "not have: the checkpoint belongs to another model (pass the same "
-                             "--model, or --resume never)", path, cdl_st_name(f, i),
-                             cdl_model_get_spec(m)->source, want);
+     * same shapes; nothing else. The model's first: another model is the
+     * first thing to say. */
+    int foreign_state = -1;   /* optimizer state this optimizer does not keep */
+    for (int i = 0; i < cdl_st_count(f); i++) {
+        const char *name = cdl_st_name(f, i);
+        if (expected_tensor(m, o, v3, name))
+            continue;
+        if (v3 && optimizer_state_of_param(m, name)) {
+            if (foreign_state < 0)
+                foreign_state = i;
+            continue;
+        }
+        return cdl_error("%s: holds tensor '%s', which the model %s with optimizer %s does "
+                         "not have: the checkpoint belongs to another model (pass the same "
+                         "--model, or --resume never)", path, name,
+                         cdl_model_get_spec(m)->source, want);
+    }
     int ns = cdl_optim_nstate(o), rc = 0;
     float *host[3] = {0}, *bufs = NULL;
     size_t nbf = cdl_model_nbuffer_floats(m);
@@ -511,6 +537,18 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
         const cdl_param_view *v = cdl_model_view(m, i);
         rc = read_view(f, v, v->name, "tensor", host[0]);
     }
+    /* Then the configuration, before the optimizer's state: a changed
+     * setting that changes the state (--momentum 0.9 -> 0 drops SGD's
+     * buffers) is named as that change; allowed, the state is refused as
+     * what it is, not as a checkpoint of another model. */
+    if (rc == 0 && ckpt_check_config(f, cfg, pos))
+        rc = -1;
+    if (rc == 0 && foreign_state >= 0)
+        rc = cdl_error("%s: holds optimizer state '%s', which this run's %s does not keep (SGD "
+                       "keeps momentum buffers only with --momentum > 0): pass the optimizer "
+                       "settings it was written with, or start afresh from its weights with "
+                       "--resume never --init %s", path, cdl_st_name(f, foreign_state), want,
+                       path);
     for (int i = 0; rc == 0 && i < ns && i < 2; i++)
         rc = read_state(f, m, o, i, v3, host[1 + i]);
     /* Then the position and the configuration (a changed one is refused,
@@ -526,8 +564,7 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
          meta_real(f, "best_val_loss", 1, &pos->best_val_loss) ||
          meta_real(f, "epoch_loss_sum", 0, &pos->loss_sum) ||
          meta_real(f, "epoch_correct", 0, &pos->correct) ||
-         meta_real(f, "epoch_seen", 0, &pos->seen) ||
-         ckpt_check_config(f, cfg, pos)))
+         meta_real(f, "epoch_seen", 0, &pos->seen)))
         rc = -1;
     if (rc == 0 && (unsigned long long)v_np != np)
         rc = cdl_error("%s: nparams %lld does not match the model's %zu", path, v_np, np);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "lib/core/sized.h"
+#include "lib/dist/dist_gpu.h"
 #include "lib/model/model_internal.h"
 
 #include "checkpoint.h"
@@ -415,20 +416,35 @@ static int resume(run *r, train_position *pos)
         train_report_note(r->rep, "note: %s was written by an older cdl without checksums: "
                           "loaded unverified", path);
     long spe = cdl_loader_batches(r->train_loader);
+    /* The stored running sums are the epoch's so far over all ranks: rank 0
+     * carries them, the others start from 0, so the epoch's sum over ranks
+     * is right on any number of ranks. */
+    if (r->ri.rank != 0)
+        pos->loss_sum = pos->correct = pos->seen = 0;
     if (pos->world != r->ri.world) {
+        /* The same fraction of the epoch, at an optimizer step's first
+         * micro-batch; and the step count this world size would have
+         * there, so that the schedule (warmup, cosine, step decay) stays
+         * where the run is: epochs have another number of steps now. */
         long b = pos->batch * pos->world / r->ri.world;
+        b -= b % r->accum;
+        if (b > spe)
+            b = spe;
+        long step = (long)pos->epoch * train_steps_per_epoch(r) + (b + r->accum - 1) / r->accum;
         train_report_note(r->rep,
                           "warning: %s was written by %d ranks, resuming on %d: epoch %d continues "
-                          "at batch %ld of %ld, so results differ from an uninterrupted run",
-                          path, pos->world, r->ri.world, pos->epoch + 1, b, spe);
+                          "at batch %ld of %ld (step %ld of this world size, was %ld), so results "
+                          "differ from an uninterrupted run",
+                          path, pos->world, r->ri.world, pos->epoch + 1, b, spe, step, pos->step);
         pos->batch = b;
-        pos->loss_sum = pos->correct = pos->seen = 0;
+        pos->step = step;
     }
-    if (pos->batch >= spe) {
-        pos->epoch++;
-        pos->batch = 0;
-        pos->loss_sum = pos->correct = pos->seen = 0;
-    }
+    /* At the epoch's end (a signal at its last step, or a world size whose
+     * share ends there), the epoch has no batch left but its end is still
+     * to do: validation, its record, best.safetensors. run_epochs does it
+     * with an empty rest of the epoch. */
+    if (pos->batch > spe)
+        pos->batch = spe;
     train_report_note(r->rep, "resuming from %s: epoch %d, batch %ld, step %ld", path,
                       pos->epoch + 1, pos->batch, pos->step);
     return 0;
@@ -453,7 +469,12 @@ static int run_epochs(run *r, cdl_train_result *res)
         return -1;
     long spe = cdl_loader_batches(r->train_loader);
     double val_loss = NAN, val_acc = NAN;
-    int done_steps = 0;
+    /* Resumed at or past --max-steps (a finished run started again): no
+     * step to take; a step would go past the limit on every restart. */
+    int done_steps = c->max_steps > 0 && pos.step >= c->max_steps;
+    if (done_steps)
+        train_report_note(r->rep, "step %ld reached --max-steps %ld: nothing to train", pos.step,
+                          c->max_steps);
 
     for (; pos.epoch < c->epochs && !done_steps; pos.epoch++, pos.batch = 0) {
         double t0 = train_now();
@@ -818,6 +839,13 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (rc == 0)
         rc = test_once(&r);
 out:
+    /* An error on this rank alone (a --ckpt-dir it cannot make, a file it
+     * cannot read) leaves the collectives healthy: the peers would wait for
+     * this rank in their next collective while rank 0's store, at exit,
+     * waits for their goodbye, both until CDL_TIMEOUT. Abort them: the
+     * peers fail at once with this error, and nobody lingers. */
+    if (rc < 0 && r.dist)
+        dist_abort(r.dist, cdl_last_error());
     train_stage_cleanup(&r, rc == 0);
     train_signals_restore();
     run_free(&r);

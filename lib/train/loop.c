@@ -331,14 +331,25 @@ int loop_save(run *r, const train_position *pos, int best)
     int rc = 0;
     if (!r->cfg->ckpt_dir[0])
         return 0;
+    /* The unfinished epoch's running sums over all ranks (each rank holds
+     * its share): a resume on any number of ranks gives them to rank 0. */
+    train_position all = *pos;
+    if (r->dist && r->ri.world > 1) {
+        double sums[3] = {pos->loss_sum, pos->correct, pos->seen};
+        if (cdl_dist_allreduce_f64(r->dist, sums, 3) != 0)
+            return -1;
+        all.loss_sum = sums[0];
+        all.correct = sums[1];
+        all.seen = sums[2];
+    }
     /* --shard-optimizer: rank 0 gathers the state (a collective). */
     cdl_optim *full = NULL;
     if (ddp_optim_gather(r->ddp, r->optim, &full) != 0)
         return -1;
     if (r->ri.rank == 0) {
-        rc = train_ckpt_save(r->last_path, r->model, full, r->cfg, pos);
+        rc = train_ckpt_save(r->last_path, r->model, full, r->cfg, &all);
         if (rc == 0 && best)
-            rc = train_ckpt_save(r->best_path, r->model, full, r->cfg, pos);
+            rc = train_ckpt_save(r->best_path, r->model, full, r->cfg, &all);
     }
     ddp_optim_release(r->optim, full);
     if (r->dist && r->ri.world > 1) {

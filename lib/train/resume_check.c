@@ -2,7 +2,9 @@
  * (epoch, batch, sample order, schedule) would be reinterpreted and the run
  * would diverge silently, so every change is refused unless the user allows
  * it by name (--resume-allow epochs,lr). */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../ckpt/json.h"
@@ -116,10 +118,45 @@ int train_resume_allow_check(const char *list)
     return 0;
 }
 
-/* Appends "option OLD -> NEW, " to msg (values cut at 40 characters). */
+/* A fraction of the stored configuration (floats are written with %.9g, so
+ * --lr 0.05 shows as 0.0500000007) as the user typed it: the fewest digits
+ * that read back as the same float. Anything else is copied as it is. */
+static void shortest(const char *in, char *out, size_t len)
+{
+    char *end;
+    double v = strtod(in, &end);
+    snprintf(out, len, "%s", in);
+    if (end == in || *end || !isfinite(v) || !strpbrk(in, ".eE"))
+        return;   /* not a number, or an integer (a seed): exact as it is */
+    for (int p = 1; p <= 9; p++) {
+        char buf[40];
+        snprintf(buf, sizeof buf, "%.*g", p, v);
+        if ((float)strtod(buf, NULL) == (float)v) {
+            snprintf(out, len, "%s", buf);
+            return;
+        }
+    }
+}
+
+/* Appends "option OLD -> NEW, " to msg (values cut at 40 characters).
+ * Numbers are shown short unless that would make them look equal. */
 static void add_change(char *msg, size_t len, const char *option, const char *was,
                        const char *now)
 {
+    char was_s[48], now_s[48];
+    shortest(was, was_s, sizeof was_s);
+    shortest(now, now_s, sizeof now_s);
+    if (strcmp(was_s, now_s) != 0) {
+        was = was_s;
+        now = now_s;
+    }
+    /* --val-split's default is stored as -1 (the dataset's own split). */
+    if (!strcmp(option, "val-split")) {
+        if (!strcmp(was, "-1"))
+            was = "default";
+        if (!strcmp(now, "-1"))
+            now = "default";
+    }
     size_t used = strlen(msg);
     snprintf(msg + used, len - used, "%s--%s %.40s%s -> %.40s%s", used ? ", " : "", option, was,
              strlen(was) > 40 ? "..." : "", now, strlen(now) > 40 ? "..." : "");

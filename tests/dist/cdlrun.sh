@@ -11,4 +11,11 @@ run "$cdlrun" -n 2 --label "$check" --expect-source contract --expect-backend sh
 run "$cdlrun" -n 3 --bind cores "$check" --expect-source contract --expect-backend shm
 run "$cdlrun" -n 4 --timeout 60 "$check" --expect-source contract --expect-world 4 \
     --expect-backend shm --big
+# --label's pipes beyond the descriptor limit: a message that says what to
+# do, and no rank left running.
+out=$( (ulimit -n 64 && "$cdlrun" -n 40 --label "$check") 2>&1 ) &&
+    { echo "FAILED: 40 labelled ranks under ulimit -n 64 started"; exit 1; }
+echo "$out"
+echo "$out" | grep -q "cannot make the output pipes of rank .*raise 'ulimit -n' or drop --label" ||
+    { echo "FAILED: no advice on the descriptor limit"; exit 1; }
 echo "cdlrun checks passed"

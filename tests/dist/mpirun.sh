@@ -47,6 +47,21 @@ if have HAVE_MPI; then
     [ $rc -ne 124 ] || { echo "FAILED: the job hung after a peer stopped"; exit 1; }
     [ $rc -ne 0 ] && [ $said -eq 0 ] ||
         { echo "FAILED: a stopped peer was not reported (exit $rc)"; exit 1; }
+    # An error on rank 0 alone before training (its --ckpt-dir cannot be
+    # made): the job ends at once (MPI_Abort) instead of rank 0 waiting in
+    # MPI_Finalize while rank 1 waits for it until CDL_TIMEOUT.
+    : >"$tmp/file"
+    echo "+ mpirun -n 2 cdl-train --dist-backend mpi --ckpt-dir FILE/ck (CDL_TIMEOUT=60)"
+    CDL_TIMEOUT=60 timeout 120 mpirun --allow-run-as-root --oversubscribe -x CDL_TIMEOUT -n 2 \
+        "$train" --dataset synthetic --synthetic-size 64 --epochs 1 --threads 1 -q \
+        --dist-backend mpi --ckpt-dir "$tmp/file/ck" >"$tmp/mpi.out" 2>&1
+    rc=$?
+    cat "$tmp/mpi.out"
+    [ $rc -ne 0 ] || { echo "FAILED: rank 0's --ckpt-dir error did not fail the job"; exit 1; }
+    grep -q "cannot create --ckpt-dir" "$tmp/mpi.out" &&
+        grep -q "aborting the MPI job" "$tmp/mpi.out" &&
+        ! grep -q "did not complete within" "$tmp/mpi.out" ||
+        { echo "FAILED: rank 1 waited for rank 0 until its timeout (exit $rc)"; exit 1; }
     mpi_run 3 "$check" --backend mpi --expect-backend mpi
     mpi_run 4 sh -c "$two_nodes" "$check" --expect-source contract --expect-nodes 2 \
         --expect-backend hier:mpi

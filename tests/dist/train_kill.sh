@@ -1,7 +1,8 @@
 #!/bin/sh
 # kill -9 of one rank mid-training: every other rank exits non-zero within
 # 10 s naming the lost rank, cdlrun reports it, and the last checkpoint
-# loads (resuming it on another world size works, with a warning).
+# loads (resuming it on another world size works, with a warning). An error
+# on rank 0 alone before training stops every rank at once with its reason.
 . "${top_srcdir:-.}/tests/dist/common.sh"
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -46,3 +47,71 @@ timeout 120 "$train" $common --epochs 1 --resume-allow epochs --resume "$tmp/res
 grep -q "resuming from" "$tmp/err" "$tmp/out" || fail "the last checkpoint did not load"
 grep -q "written by 3 ranks, resuming on 1" "$tmp/err" "$tmp/out" || fail "no world-size warning"
 echo "kill -9 test passed"
+
+# An error on rank 0 alone before training (its --ckpt-dir cannot be made):
+# rank 0 must not wait at exit for the others' goodbye while they wait for
+# it in their first collective; they fail at once with rank 0's reason. A
+# hang would end at --timeout with "timed out" instead.
+: >"$tmp/file"
+timeout 120 "$cdlrun" -n 3 --timeout 60 --label "$train" $common --epochs 1 \
+    --ckpt-dir "$tmp/file/ck" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] || fail "cdlrun exited $rc after rank 0's --ckpt-dir error, expected 1"
+for r in 1 2; do
+    grep "^\[$r\]" "$tmp/err" | grep -q "rank 0 gave up: cannot create --ckpt-dir" ||
+        fail "rank $r did not report rank 0's error"
+done
+grep -q "timed out" "$tmp/err" && fail "a rank waited for its timeout"
+echo "rank 0's setup error stopped every rank:"
+grep "^\[1\]" "$tmp/err"
+echo "setup error test passed"
+# The same inside the collectives' setup: hier:mpi under cdlrun (not an MPI
+# launch) fails on the leader, rank 0, after the node's shm group formed;
+# rank 1 learns at once instead of waiting in its first collective.
+if have HAVE_MPI; then
+    timeout 120 "$cdlrun" -n 2 --timeout 60 --label "$train" $common --epochs 1 \
+        --dist-backend hier:mpi >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    [ $rc -eq 1 ] || fail "cdlrun exited $rc after rank 0's hier:mpi error, expected 1"
+    grep "^\[1\]" "$tmp/err" | grep -q "rank 0 gave up: .*MPI sees 1 processes" ||
+        fail "rank 1 did not report rank 0's hier:mpi error"
+    grep -q "timed out" "$tmp/err" && fail "a rank waited for its timeout"
+    echo "hier:mpi setup error test passed"
+fi
+
+# Stopped mid-epoch and resumed on 2 ranks, the epoch's training loss and
+# accuracy cover every rank's samples: the line of the uninterrupted run
+# (the checkpoint holds the running sums over all ranks; each rank once
+# took rank 0's).
+# ddp WHAT RANKS ARGS...: cdl-train on RANKS ranks, output in $tmp/out, $tmp/err.
+ddp() {
+    what=$1 n=$2
+    shift 2
+    timeout 120 "$cdlrun" -n "$n" "$train" "$@" >"$tmp/out" 2>"$tmp/err" || fail "$what"
+}
+c2="$common --epochs 1 --lr 0.01"
+epoch_line() { grep "^epoch 1/1" "$1" | sed 's/ *[0-9]* img\/s.*//'; }
+ddp "the uninterrupted 2-rank run" 2 $c2 --ckpt-dir "$tmp/whole"
+whole=$(epoch_line "$tmp/out")
+ddp "the first 10 steps" 2 $c2 --ckpt-dir "$tmp/cut" --max-steps 10
+ddp "resuming after 10 steps" 2 $c2 --ckpt-dir "$tmp/cut"
+cut=$(epoch_line "$tmp/out")
+echo "uninterrupted: $whole"
+echo "resumed:       $cut"
+[ -n "$whole" ] && [ "$whole" = "$cut" ] || fail "the resumed epoch reports other training figures"
+echo "resumed epoch figures test passed"
+
+# Resumed on another number of ranks, the learning-rate schedule continues
+# where the run is: an epoch has another number of steps, so the step count
+# is rescaled with the batch (it was kept, and the cosine never ended).
+c3="$common --epochs 2 --schedule cosine --warmup-epochs 1"
+lr_of() { sed -n 's/^epoch 2\/2 .* lr \([^ ]*\).*/\1/p' "$1"; }
+ddp "the uninterrupted 2-rank cosine run" 2 $c3 --ckpt-dir "$tmp/cos2"
+want=$(lr_of "$tmp/out")
+ddp "30 steps on 3 ranks" 3 $c3 --ckpt-dir "$tmp/cos32" --max-steps 30
+ddp "resuming them on 2 ranks" 2 $c3 --ckpt-dir "$tmp/cos32"
+got=$(lr_of "$tmp/out")
+grep "written by 3 ranks" "$tmp/out" "$tmp/err"
+echo "last lr: uninterrupted 2 ranks $want, 3 then 2 ranks $got"
+[ -n "$want" ] && [ "$want" = "$got" ] || fail "the schedule did not end where the 2-rank run's does"
+echo "world-size schedule test passed"

@@ -439,6 +439,10 @@ static void test_refused_backends(void **state)
     assert_null(cdl_dist_create(&info, "nccl", NULL, 1));
     assert_non_null(strstr(cdl_last_error(), "needs the cuda backend (--device cuda)"));
     assert_non_null(strstr(cdl_last_error(), "use auto, shm, mpi or hier"));
+    /* The same for hier's NCCL between GPUs (it failed in CUDA's setup). */
+    assert_null(cdl_dist_create(&info, "hier:nccl", NULL, 1));
+    assert_non_null(strstr(cdl_last_error(), "hier:nccl joins GPUs with NCCL"));
+    assert_non_null(strstr(cdl_last_error(), "use auto, hier:mpi or hier:store"));
 }
 
 /* cdl_dist_config: read from the environment at the edge (a bad

@@ -489,6 +489,25 @@ static void test_hello_retried(void **state)
     assert_non_null(served);
 }
 
+/* A port that takes connections but never answers (rank 0 stopped before
+ * its store thread runs, holding the socket cdlrun handed it): the hello
+ * fails at the client's timeout, not 40 s later, and the error never
+ * shows the run's secret (it went into job logs). */
+static void test_hello_unanswered(void **state)
+{
+    (void)state;
+    int port = 0, lfd = listen_any(&port);
+    assert_true(lfd >= 0);
+    int rc = store_probe("127.0.0.1", port, "secret-token-1234", 1, 2, 1);
+    const char *err = cdl_last_error();
+    close(lfd);
+    assert_int_equal(rc, -1);
+    if (strstr(err, "secret-token-1234"))
+        fail_msg("the error shows the store token: '%s'", err);
+    if (!strstr(err, "did not answer its hello within 1 s"))
+        fail_msg("error '%s'", err);
+}
+
 int main(void)
 {
     clear_launcher_env();
@@ -504,6 +523,7 @@ int main(void)
         cmocka_unit_test(test_strangers_cannot_exhaust),
         cmocka_unit_test(test_value_length_capped),
         cmocka_unit_test(test_hello_retried),
+        cmocka_unit_test(test_hello_unanswered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,6 +68,26 @@ static void test_resume_mid_epoch(void **state)
     assert_same_weights(full.ckpt_dir, part.ckpt_dir);
 }
 
+/* A run that reached --max-steps, started again with the same options,
+ * takes no further step (it took one more on every restart). */
+static void test_max_steps_reached(void **state)
+{
+    (void)state;
+    cdl_train_config ref, part;
+    base_config(&ref, "ms-ref");
+    ref.max_steps = 4;
+    run_ok(&ref);
+    base_config(&part, "ms-again");
+    part.max_steps = 4;
+    run_ok(&part);
+    cdl_train_result res;
+    snprintf(part.resume, sizeof part.resume, "auto");
+    if (cdl_train_run(&part, &res) != 0)
+        fail_msg("cdl_train_run: %s", cdl_last_error());
+    assert_int_equal(res.steps, 4);
+    assert_same_weights(ref.ckpt_dir, part.ckpt_dir);
+}
+
 /* The same with batch norm (running statistics and num_batches_tracked
  * go through the checkpoint) and a graph: resnet20, 6 steps of 8. */
 static void test_resume_mid_epoch_resnet20(void **state)
@@ -208,6 +228,26 @@ static void read_metrics(const char *path, char *out, size_t len)
         strcat(out, "\n");
     }
     fclose(f);
+}
+
+/* A signal at an epoch's last step (6 of 6): the resumed run still ends
+ * that epoch (validation, its record, best.safetensors) before the next;
+ * it went straight on to epoch 2 and the record of epoch 1 was lost. */
+static void test_signal_at_epoch_end(void **state)
+{
+    (void)state;
+    cdl_train_config full, sig;
+    base_config(&full, "end-full");
+    snprintf(full.metrics, sizeof full.metrics, "%s/end-full.jsonl", tmpdir);
+    run_ok(&full);
+    base_config(&sig, "end-sig");
+    snprintf(sig.metrics, sizeof sig.metrics, "%s/end-sig.jsonl", tmpdir);
+    signal_then_resume(&sig, 6);
+    assert_same_weights(full.ckpt_dir, sig.ckpt_dir);
+    char a[4096], b[4096];
+    read_metrics(full.metrics, a, sizeof a);
+    read_metrics(sig.metrics, b, sizeof b);
+    assert_string_equal(a, b);
 }
 
 /* Line i (0-based) of path into line (of len bytes); 0 if there is none. */
@@ -520,6 +560,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_resume_mid_epoch),
+        cmocka_unit_test(test_max_steps_reached),
         cmocka_unit_test(test_resume_mid_epoch_batchnorm),
         cmocka_unit_test(test_resume_mid_epoch_resnet20),
         cmocka_unit_test(test_signal_checkpoint_and_resume),
@@ -530,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_no_allocation_inside_steps),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_metrics_records),
+        cmocka_unit_test(test_signal_at_epoch_end),
         cmocka_unit_test(test_eta_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -139,7 +139,7 @@ static void test_changed_config(void **state)
     base_config(&c, "changed");
     c.lr = 0.01f;
     snprintf(c.resume_allow, sizeof c.resume_allow, "epochs");
-    const char *want_lr[] = {"--lr 0.0500000007 -> 0.00999999978", NULL};
+    const char *want_lr[] = {"--lr 0.05 -> 0.01", NULL};
     resume_fails(&c, good, want_lr);
 
     /* Allowed: extending the run and changing lr. */
@@ -153,6 +153,20 @@ static void test_changed_config(void **state)
     if (cdl_train_run(&c, &res) != 0)
         fail_msg("allowed resume: %s", cdl_last_error());
     assert_int_equal(res.steps, 4);   /* 2 steps per epoch, epoch 2 only ran here */
+
+    /* SGD's momentum to 0 drops its buffers: named as that change, and when
+     * allowed, refused as state this optimizer does not keep (not as a
+     * checkpoint of another model). */
+    base_config(&c, "changed");
+    c.optim.momentum = 0;
+    const char *want_mom[] = {"--momentum 0.9 -> 0", NULL};
+    resume_fails(&c, good, want_mom);
+    base_config(&c, "changed");
+    c.optim.momentum = 0;
+    snprintf(c.resume_allow, sizeof c.resume_allow, "momentum");
+    const char *want_state[] = {"optimizer state 'optimizer.momentum_buffer.", "--momentum > 0",
+                                "--resume never --init", NULL};
+    resume_fails(&c, good, want_state);
 
     /* Unknown names are refused before anything runs. */
     snprintf(c.resume_allow, sizeof c.resume_allow, "epochs,colour");

@@ -157,8 +157,11 @@ static void add_change(char *msg, size_t len, const char *option, const char *wa
         if (!strcmp(now, "-1"))
             now = "default";
     }
+    /* Options are named as typed; the dataset's size is no option, only
+     * a --resume-allow name. */
     size_t used = strlen(msg);
-    snprintf(msg + used, len - used, "%s--%s %.40s%s -> %.40s%s", used ? ", " : "", option, was,
+    snprintf(msg + used, len - used, "%s%s%s %.40s%s -> %.40s%s", used ? ", " : "",
+             strcmp(option, DATASET_SIZE) ? "--" : "", option, was,
              strlen(was) > 40 ? "..." : "", now, strlen(now) > 40 ? "..." : "");
 }
 

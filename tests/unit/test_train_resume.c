@@ -133,7 +133,7 @@ static void test_changed_config(void **state)
 
     base_config(&c, "changed");
     c.synthetic_n = 96;
-    const char *want_size[] = {"--dataset-size 64 -> 96", NULL};
+    const char *want_size[] = {"configuration: dataset-size 64 -> 96", NULL};
     resume_fails(&c, good, want_size);
 
     base_config(&c, "changed");

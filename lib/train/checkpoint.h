@@ -39,12 +39,14 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg,
                       const train_position *pos);
 int train_resume_allow_check(const char *list);
 
-/* ckpt_dir.c: checks that dir is a writable directory and removes the
+/* ckpt_dir.c: checks that dir is a writable directory, takes its lock
+ * (*lock_fd: an open descriptor holding flock on dir/.lock, -1 where the
+ * file system has no locks; closing it releases the lock) and removes the
  * temporary files interrupted checkpoint writes left there (rank 0, before
- * the first step); whether path (last.safetensors) exists: 1, 0, or -1 for
- * a link whose target is gone (an unmounted file system must not restart
- * the run from scratch). */
-int ckpt_dir_prepare(const char *dir);
+ * the first step); an error if another live run holds the lock. Whether
+ * path (last.safetensors) exists: 1, 0, or -1 for a link whose target is
+ * gone (an unmounted file system must not restart the run from scratch). */
+int ckpt_dir_prepare(const char *dir, int *lock_fd);
 int ckpt_last_present(const char *path);
 
 /* The run's configuration as one JSON object (config.c), stored in each

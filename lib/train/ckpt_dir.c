@@ -1,18 +1,69 @@
-/* The checkpoint directory before the first step: usable, free of what an
- * interrupted writer left, and a last.safetensors that is really there. */
+/* The checkpoint directory before the first step: usable, ours alone,
+ * free of what an interrupted writer left, and a last.safetensors that is
+ * really there. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
 
-int ckpt_dir_prepare(const char *dir)
+/* Two runs in one directory (a job submitted twice, a sweep whose runs
+ * share --ckpt-dir) would overwrite each other's checkpoints, resume from
+ * each other's, and remove each other's temporary files. flock on
+ * DIR/.lock keeps the second one out; the kernel drops the lock when its
+ * holder exits, however it ends, so no stale lock survives a killed run.
+ * File systems without flock (some Lustre mounts: ENOSYS, EOPNOTSUPP,
+ * ENOLCK) run unlocked, as before. */
+static int take_lock(const char *dir, int *lock_fd)
 {
+    char path[1100], holder[200] = "";
+    snprintf(path, sizeof path, "%.1000s/.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return cdl_error("--ckpt-dir %s: cannot open its lock file %s: %s", dir, path,
+                         strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        if (err != EWOULDBLOCK) {
+            close(fd);
+            *lock_fd = -1;
+            return 0;
+        }
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        close(fd);
+        return cdl_error("--ckpt-dir %s is in use by another run (%s): two runs in one "
+                         "directory would overwrite each other's checkpoints; wait for it to "
+                         "end, stop it, or give this run another --ckpt-dir", dir,
+                         holder[0] ? holder : "its lock file names no process");
+    }
+    char host[128] = "?", since[32] = "?";
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+    time_t now = time(NULL);
+    struct tm tm;
+    if (localtime_r(&now, &tm))
+        strftime(since, sizeof since, "%Y-%m-%d %H:%M:%S", &tm);
+    int len = snprintf(holder, sizeof holder, "pid %ld on %s since %s\n", (long)getpid(), host,
+                       since);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, holder, (size_t)len, 0) != len) {
+        /* Only the message of a second run would lack the holder's name. */
+    }
+    *lock_fd = fd;
+    return 0;
+}
+
+int ckpt_dir_prepare(const char *dir, int *lock_fd)
+{
+    *lock_fd = -1;
     struct stat st;
     if (stat(dir, &st) != 0)
         return cdl_error("--ckpt-dir %s: %s: create it or name another directory", dir,
@@ -23,11 +74,17 @@ int ckpt_dir_prepare(const char *dir)
         return cdl_error("--ckpt-dir %s is not writable by this user (%s): fix its permissions "
                          "or name another directory; checkpoints would fail only after the "
                          "first epoch", dir, strerror(errno));
+    if (take_lock(dir, lock_fd) != 0)
+        return -1;
     /* Temporary files of a writer that was killed (atomic.h names them
      * .NAME.tmp.XXXXXX): only ours, only files. */
     DIR *d = opendir(dir);
-    if (!d)
+    if (!d) {
+        if (*lock_fd >= 0)
+            close(*lock_fd);
+        *lock_fd = -1;
         return cdl_error("--ckpt-dir %s: cannot list it: %s", dir, strerror(errno));
+    }
     struct dirent *e;
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, ".last.safetensors.tmp.", 22) != 0 &&

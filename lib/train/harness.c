@@ -586,6 +586,8 @@ static void run_free(run *r)
         cdl_dataset_free(&r->val);
     cdl_free(r->class_names);
     train_report_free(r->rep);
+    if (r->ckpt_lock >= 0)
+        close(r->ckpt_lock);   /* releases the --ckpt-dir lock */
     /* The collectives may hold pinned memory of the backend. */
     cdl_dist_destroy(r->dist);
     if (r->own_be)
@@ -738,6 +740,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     const cdl_train_config *cfg = &config;
     run r;
     memset(&r, 0, sizeof r);
+    r.ckpt_lock = -1;
     if (!res)
         res = &dummy;
     memset(res, 0, sizeof *res);
@@ -771,7 +774,8 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
             goto out;
     }
     if (cfg->ckpt_dir[0]) {
-        if (r.ri.rank == 0 && (mkdir_p(cfg->ckpt_dir) != 0 || ckpt_dir_prepare(cfg->ckpt_dir)))
+        if (r.ri.rank == 0 &&
+            (mkdir_p(cfg->ckpt_dir) != 0 || ckpt_dir_prepare(cfg->ckpt_dir, &r.ckpt_lock)))
             goto out;
         int n = (int)sizeof cfg->ckpt_dir - 1;   /* ckpt_dir's bound, for the compiler */
         snprintf(r.last_path, sizeof r.last_path, "%.*s/last.safetensors", n, cfg->ckpt_dir);

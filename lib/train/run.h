@@ -39,6 +39,7 @@ typedef struct run {
     float *h_loss;
     int32_t *h_pred;
     char last_path[1100], best_path[1100];
+    int ckpt_lock;            /* rank 0: the --ckpt-dir lock (ckpt_dir_prepare), -1 none */
     train_loop *loop;         /* the training loop's buffers (loop.c) */
     /* --accum-steps and --clip-grad (grads.c): micro-batches per optimizer
      * step (1: none), the running one and the next, how many its step has

@@ -120,4 +120,15 @@ expect_status 1 "$CDL_TRAIN" --dataset synthetic --resume "$TMP/nope.safetensors
 expect_err "nope.safetensors"
 expect_status 1 "$CDL_TRAIN" --device cuda --dataset synthetic --epochs 1
 expect_err "--device cpu"
+# Two runs in one --ckpt-dir would overwrite each other's checkpoints: the
+# second is refused while the first holds the directory's lock (held here
+# by flock(1), as a running cdl-train holds it), and runs once it is free.
+small="--dataset synthetic --synthetic-size 64 --model mlp --epochs 1 --device cpu --threads 1"
+expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/shared" --quiet
+grep -q "^pid [0-9]* on .* since " "$TMP/shared/.lock" || die "the lock file names no holder"
+if command -v flock >/dev/null; then
+    expect_status 1 flock "$TMP/shared/.lock" "$CDL_TRAIN" $small --ckpt-dir "$TMP/shared" --quiet
+    expect_err "--ckpt-dir $TMP/shared is in use by another run (pid "
+    expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/shared" --quiet
+fi
 echo "PASS: cdl-train command line"

@@ -121,6 +121,27 @@ static int setup_mps(spank_t sp)
     return 0;
 }
 
+/* A heterogeneous step (srun --het-group=0,1, srun A : B): Slurm hands
+ * each component its own layout, numbered from 0, so component 0's tasks
+ * would get a contract of their own (WORLD_SIZE = that component's tasks)
+ * and train alone while the others fail. SLURM_STEP_NUM_TASKS counts the
+ * tasks of every component (Slurm's own task count is the component's);
+ * the environment of a homogeneous step inside a heterogeneous job (which
+ * keeps SLURM_HET_SIZE) has them equal. Refused on every node, so no task
+ * of any component starts. */
+static int het_step(spank_t sp, uint32_t ntasks)
+{
+    char buf[32];
+    long n;
+    job_env(sp, "SLURM_STEP_NUM_TASKS", buf, sizeof buf);
+    if (!buf[0] || spk_parse_uint(buf, 1, 1L << 30, &n) != 0 || (uint32_t)n == ntasks)
+        return 0;
+    spk_error("--cdl-ddp: heterogeneous steps (srun --het-group, or srun A : B) are not "
+              "supported: each component numbers its tasks from 0, so two tasks would get "
+              "RANK=0; run the data-parallel tasks as one homogeneous step");
+    return 1;
+}
+
 int spk_remote_post_opt(spank_t sp)
 {
     struct spk_step *s = &spk_g.step;
@@ -143,6 +164,8 @@ int spk_remote_post_opt(spank_t sp)
     }
     if (item_u32(sp, S_STEP_CPUS_PER_TASK, &s->cpus_per_task) != 0)
         s->cpus_per_task = 1;
+    if (o->ddp && het_step(sp, s->ntasks))
+        defer("--cdl-ddp");
     /* The store secret, as root (the site key is root's to read). */
     uid_t uid;
     if (o->ddp && (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
@@ -344,17 +367,6 @@ done:
 }
 #endif
 
-/* A component of a heterogeneous step: Slurm's global task id counts within
- * the component, while SLURM_PROCID adds the component's task offset. */
-static int het_step(spank_t sp, uint32_t global_id)
-{
-    char buf[32];
-    long procid;
-    job_env(sp, "SLURM_PROCID", buf, sizeof buf);
-    return buf[0] && spk_parse_uint(buf, 0, 1L << 30, &procid) == 0 &&
-           (uint32_t)procid != global_id;
-}
-
 int spk_remote_task_init(spank_t sp)
 {
     uint32_t local_id, global_id;
@@ -371,13 +383,6 @@ int spk_remote_task_init(spank_t sp)
         return -1;
     }
     local_id = (uint32_t)tid;
-    if (spk_g.opts.ddp && het_step(sp, global_id)) {
-        slurm_error("cdl: --cdl-ddp: heterogeneous steps (srun --het-group, or srun A : B) "
-                    "are not supported: each component numbers its tasks from 0, so two "
-                    "tasks would get RANK=0; run the data-parallel tasks as one homogeneous "
-                    "step");
-        return -1;
-    }
 #ifdef HAVE_HWLOC
     if (spk_g.bind != SPK_BIND_NONE && task_bind(sp, local_id, global_id) != 0) {
         slurm_error("cdl: --cdl-bind: %s", spk_last_error());

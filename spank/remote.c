@@ -108,8 +108,6 @@ static int setup_mps(spank_t sp)
      * GPU); the note warns that part of the GPU idles. */
     spk_g.step.replicas_per_gpu = spk_g.pack.replicas < (int)spk_g.step.local_tasks
                                       ? spk_g.pack.replicas : (int)spk_g.step.local_tasks;
-    if (spk_g.pack.note[0] && spk_g.step.nodeid == 0)
-        slurm_info("cdl: %s", spk_g.pack.note);
     node_name(node, sizeof node);
     if (get_cred(sp, &cred) != 0 ||
         spk_rundir_init(&rd, spk_g.conf.runtime_dir, spk_g.step.jobid, spk_g.step.stepid,
@@ -399,6 +397,14 @@ int spk_remote_task_init(spank_t sp)
     if (spk_g.mps_ready && task_mps_env(sp, local_id) != 0) {
         slurm_error("cdl: --cdl-mps: %s", spk_last_error());
         return -1;
+    }
+    /* The packing note is the user's: slurmstepd's messages below "error"
+     * reach only the slurmd log, while what a task writes reaches srun (or
+     * the job's output file). Once per node that has the remainder. */
+    if (spk_g.mps_ready && spk_g.pack.note[0] && local_id == 0) {
+        char node[128];
+        node_name(node, sizeof node);
+        slurm_spank_log("cdl: %s (on %s)", spk_g.pack.note, node);
     }
     return 0;
 }

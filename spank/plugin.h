@@ -37,6 +37,8 @@ struct spk_state {
     struct spk_mps mps;
     int mps_ready;                   /* spk_mps_setup succeeded */
     unsigned step_cpus;              /* slurmstepd's CPUs: the step's on this node */
+    char cpu_bind[256];              /* SLURM_CPU_BIND as srun sent it: the
+                                      * user's --cpu-bind ("" = none) */
 #ifdef HAVE_HWLOC
     hwloc_topology_t topo;
 #endif

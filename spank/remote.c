@@ -178,6 +178,10 @@ int spk_remote_post_opt(spank_t sp)
     if (spk_gpus_parse(spk_g.step_gpus_str, &spk_g.step_gpus) != 0)
         spk_g.step_gpus.n = 0;   /* only --cdl-mps needs them; it re-parses and fails */
     spk_g.step_cpus = affinity_cpus();
+    /* The user's --cpu-bind, read here: in the tasks task/affinity has
+     * replaced SLURM_CPU_BIND with the masks it applied, even when the
+     * user asked for nothing (--cdl-bind then never bound). */
+    job_env(sp, "SLURM_CPU_BIND", spk_g.cpu_bind, sizeof spk_g.cpu_bind);
     if (o->mps && setup_mps(sp) != 0)
         defer("--cdl-mps");
 #ifdef HAVE_HWLOC
@@ -301,14 +305,13 @@ static int task_gpu_index(int t)
 
 static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)
 {
-    char cpubind[256], desc[256], note[128];
+    char masks[1024], desc[256], note[128];
     int n = (int)spk_g.step.local_tasks, rc = -1, verbose = spk_g.opts.bind_verbose;
     cpu_set_t mask;
-    job_env(sp, "SLURM_CPU_BIND", cpubind, sizeof cpubind);
-    if (spk_user_cpu_bind(cpubind)) {
+    if (spk_user_cpu_bind(spk_g.cpu_bind)) {
         if (verbose)
             slurm_spank_log("cdl: --cdl-bind: not binding task %u: srun --cpu-bind=%s asked "
-                            "Slurm to bind", global_id, cpubind);
+                            "Slurm to bind", global_id, spk_g.cpu_bind);
         return 0;
     }
     if (!spk_g.have_topo)
@@ -324,11 +327,20 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)
         out[t] = hwloc_bitmap_alloc();
         gpu[t] = task_gpu_index(t);
     }
-    /* The CPUs this task may use now: the step's (cgroup, Slurm's own
-     * affinity), before it is narrowed to the task's share. */
-    if (sched_getaffinity(0, sizeof mask, &mask) != 0 ||
-        hwloc_cpuset_from_glibc_sched_affinity(spk_g.topo, allowed, &mask, sizeof mask) != 0) {
+    /* The CPUs the plan divides: the step's on this node. task/affinity
+     * may already have bound this task to a part of them (its automatic
+     * binding); the masks it applied to all local tasks add up to the
+     * step's. Otherwise the task's affinity is still the step's (cgroup). */
+    job_env(sp, "SLURM_CPU_BIND_TYPE", masks, sizeof masks);
+    int from_slurm = !strncmp(masks, "mask_cpu", 8);
+    job_env(sp, "SLURM_CPU_BIND_LIST", masks, sizeof masks);
+    if (!(from_slurm && spk_cpu_mask_union(masks, &mask) == 0) &&
+        sched_getaffinity(0, sizeof mask, &mask) != 0) {
         spk_error("sched_getaffinity failed");
+        goto done;
+    }
+    if (hwloc_cpuset_from_glibc_sched_affinity(spk_g.topo, allowed, &mask, sizeof mask) != 0) {
+        spk_error("hwloc cannot read the step's CPU mask");
         goto done;
     }
     contract_err e;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "spank/plugin.h"
 
@@ -34,9 +35,21 @@ static int batch_refused(const char *opt)
     return 0;
 }
 
+/* An srun whose job asked for the options (conf_refuse): fail instead of
+ * running the step without them. */
+static int refused(const char *opt)
+{
+    slurm_error("cdl: %s, asked for by this job (sbatch, salloc or #SBATCH), cannot be "
+                "honoured while plugstack.conf is wrong (%.60s...): the step is not started "
+                "without it", opt, spk_g.conf_error);
+    return -1;
+}
+
 static int opt_ddp(int val, const char *arg, int remote)
 {
     (void)val, (void)arg, (void)remote;
+    if (spk_g.conf_refuse)
+        return refused("--cdl-ddp");
     if (spk_g.conf_broken)
         return 0;   /* node side with unknown settings: the option does nothing */
     if (batch_refused("--cdl-ddp"))
@@ -49,6 +62,8 @@ static int opt_mps(int val, const char *arg, int remote)
 {
     int n;
     (void)val, (void)remote;
+    if (spk_g.conf_refuse)
+        return refused("--cdl-mps");
     if (spk_g.conf_broken)
         return 0;   /* node side with unknown settings: the option does nothing */
     if (batch_refused("--cdl-mps"))
@@ -68,6 +83,8 @@ static int opt_bind(int val, const char *arg, int remote)
     enum spk_bind_mode m;
     int verbose;
     (void)val, (void)remote;
+    if (spk_g.conf_refuse)
+        return refused("--cdl-bind");
     if (spk_g.conf_broken)
         return 0;   /* node side with unknown settings: the option does nothing */
     if (batch_refused("--cdl-bind"))
@@ -108,6 +125,17 @@ static struct spank_option options[] = {
      opt_bind},
 };
 
+/* Options that sbatch or salloc forwarded to the job's steps: Slurm puts
+ * them into the job's environment, which srun inherits. */
+static int forwarded_options(void)
+{
+    static const char prefix[] = "SLURM_SPANK__SLURM_SPANK_OPTION_cdl_";
+    for (char **e = environ; e && *e; e++)
+        if (!strncmp(*e, prefix, sizeof prefix - 1))
+            return 1;
+    return 0;
+}
+
 /* A plugstack.conf error must never take a node down: slurmd (at start,
  * where a failure with `required` stops it), the job prolog/epilog and the
  * batch, extern and interactive steps (a failure there drains the node)
@@ -126,12 +154,23 @@ static int conf_failed(spank_t sp, spank_context_t ctx)
                             ? "the batch/extern step"
                             : NULL;
     if (where) {
-        slurm_error("cdl: %s; ignored in %s so the node stays up, but every srun and sbatch "
-                    "with this plugin fails until it is fixed", spk_last_error(), where);
+        slurm_error("cdl: %s; ignored in %s so the node stays up, but srun and sbatch fail "
+                    "until it is fixed (with `optional`, those that use the --cdl-* options)",
+                    spk_last_error(), where);
         spk_g.conf_broken = 1;
         return 0;
     }
     slurm_error("cdl: %s", spk_last_error());
+    /* An srun in a job submitted with --cdl-* options (sbatch, salloc,
+     * #SBATCH lines) gets them from its environment. Failing init here
+     * drops the plugin, which with `optional` runs the step without them
+     * (no RANK: every task trains alone, srun succeeds). Stay loaded so
+     * that those options fail srun instead. */
+    if (ctx == S_CTX_LOCAL && forwarded_options()) {
+        snprintf(spk_g.conf_error, sizeof spk_g.conf_error, "%s", spk_last_error());
+        spk_g.conf_broken = spk_g.conf_refuse = 1;
+        return 0;
+    }
     return -1;
 }
 

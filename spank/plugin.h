@@ -21,6 +21,10 @@ struct spk_state {
     struct spk_conf conf;
     int conf_broken;                 /* plugstack.conf is wrong where failing
                                       * would take the node down: do nothing */
+    int conf_refuse;                 /* plugstack.conf is wrong in an srun whose
+                                      * job asked for --cdl-* options: every
+                                      * option callback fails */
+    char conf_error[512];            /* the parse error, for conf_refuse */
     struct spk_opts opts;
 
     /* slurmstepd, filled by init_post_opt/user_init for a normal step */

@@ -64,6 +64,34 @@ check "slurmd restarts with the bad key" "$SLURM_TESTS_DIR/cluster.sh" restart "
 check "slurmd logged the error at start" \
     grep -q "unknown key 'mps_timeuot'.*ignored in slurmd" "$CDL_CLUSTER_DIR/log/slurmd.n1.log"
 
+# With `optional` (how the installed snippet loads the plugin) a failed
+# init drops the plugin: the srun of a job submitted with --cdl-ddp before
+# the mistake ran its step without the options (no RANK, every task alone,
+# srun succeeded). It must fail naming the problem; an srun of a job that
+# asked for nothing runs (the error is printed).
+user_script ddp-after-flag.sh <<EOF
+#!/bin/sh
+i=0
+while [ ! -e "$FLAG.2" ] && [ \$i -lt 1200 ]; do sleep 0.05; i=\$((i + 1)); done
+srun sh -c 'echo "task \$SLURM_PROCID RANK=\${RANK-unset}"'
+EOF
+echo "$GOOD" >"$CONF"
+job=$(submit -N1 -n2 --cdl-ddp -o "$WORK/job2.out" ./ddp-after-flag.sh)
+wait_until "$JOB_TIMEOUT" sh -c "squeue -h -j $job -o %T | grep -qx RUNNING" ||
+    fail "job $job did not start"
+echo "$GOOD mps_timeuot=5" | sed 's/^required /optional /' >"$CONF"
+touch "$FLAG.2"
+state=$(wait_job "$job")
+cat "$WORK/job2.out"
+check "optional, job submitted with --cdl-ddp: its srun fails naming the option and the key" \
+    eval 'echo "$state" | grep -q "JobState=FAILED" &&
+          grep -q "cdl: --cdl-ddp, asked for by this job .*cannot be honoured.*mps_timeuot" "$WORK/job2.out"'
+check "... and no task ran without the contract" eval '! grep -q "RANK=unset" "$WORK/job2.out"'
+err=$(as_user srun -N1 -n1 true 2>&1)
+rc=$?
+check "optional, an srun without the options runs and prints the error" \
+    eval '[ $rc = 0 ] && echo "$err" | grep -q "unknown key .mps_timeuot."' || echo "rc=$rc: $err"
+
 # Fixed: jobs run again on the restarted node.
 echo "$GOOD" >"$CONF"
 out=$(as_user srun --quiet -w n1 -N1 -n1 hostname 2>&1)

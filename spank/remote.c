@@ -215,6 +215,19 @@ int spk_remote_user_init(spank_t sp)
     return 0;
 }
 
+/* A task that cannot have what its step asked for must not start. Slurm
+ * stops a task whose hook fails only when the plugin is `required`; with
+ * `optional` (how the installed plugstack.conf.d snippet loads it) it logs
+ * the failure and runs the task anyway, without the contract, binding or
+ * MPS. So the task's own process, in which these hooks run before exec,
+ * ends here, as Slurm ends it for a required plugin. The error is already
+ * on the task's stderr. */
+static int task_failed(void)
+{
+    fflush(stderr);
+    _exit(1);
+}
+
 int spk_remote_task_privileged(spank_t sp)
 {
     (void)sp;
@@ -222,11 +235,11 @@ int spk_remote_task_privileged(spank_t sp)
         return 0;
     if (spk_g.deferred[0]) {
         slurm_error("%s", spk_g.deferred);
-        return -1;
+        return task_failed();
     }
     if (spk_g.mps_ready && spk_mps_task_start(&spk_g.mps) != 0) {
         slurm_error("cdl: --cdl-mps: %s", spk_last_error());
-        return -1;
+        return task_failed();
     }
     return 0;
 }
@@ -385,18 +398,18 @@ int spk_remote_task_init(spank_t sp)
         return 0;
     if (spk_g.deferred[0]) {
         slurm_error("%s", spk_g.deferred);
-        return -1;
+        return task_failed();
     }
     if (spank_get_item(sp, S_TASK_ID, &tid) != ESPANK_SUCCESS ||
         item_u32(sp, S_TASK_GLOBAL_ID, &global_id) != 0 || tid < 0) {
         slurm_error("cdl: Slurm did not give the task's ids");
-        return -1;
+        return task_failed();
     }
     local_id = (uint32_t)tid;
 #ifdef HAVE_HWLOC
     if (spk_g.bind != SPK_BIND_NONE && task_bind(sp, local_id, global_id) != 0) {
         slurm_error("cdl: --cdl-bind: %s", spk_last_error());
-        return -1;
+        return task_failed();
     }
 #endif
     /* After binding: the thread count follows the task's own CPUs. */
@@ -404,11 +417,11 @@ int spk_remote_task_init(spank_t sp)
                                         spk_g.step.local_tasks, affinity_cpus());
     if (spk_g.opts.ddp && task_contract(sp, local_id, global_id, threads) != 0) {
         slurm_error("cdl: --cdl-ddp: %s", spk_last_error());
-        return -1;
+        return task_failed();
     }
     if (spk_g.mps_ready && task_mps_env(sp, local_id) != 0) {
         slurm_error("cdl: --cdl-mps: %s", spk_last_error());
-        return -1;
+        return task_failed();
     }
     /* The packing note is the user's: slurmstepd's messages below "error"
      * reach only the slurmd log, while what a task writes reaches srun (or

@@ -96,5 +96,28 @@ check "optional, an srun without the options runs and prints the error" \
 echo "$GOOD" >"$CONF"
 out=$(as_user srun --quiet -w n1 -N1 -n1 hostname 2>&1)
 check "after the fix, srun runs on the restarted node" test "$out" = "$(hostname)" || echo "$out"
+# With `optional` Slurm ignores a failing task hook and runs the task
+# anyway: an error found on the node (--cdl-mps without GPUs, -m arbitrary)
+# used to be printed while every task ran without the contract, and srun
+# succeeded. The tasks must fail as with `required`.
+echo "$GOOD" | sed 's/^required /optional /' >"$CONF"
+err=$(as_user srun -N1 -n2 --cdl-mps sh -c 'echo "ran RANK=${RANK-unset}"' 2>&1)
+rc=$?
+check "optional: --cdl-mps without GPUs fails every task with the message, none ran" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "no GPUs on this node" && ! echo "$err" | grep -q "^ran"' ||
+    echo "rc=$rc: $err"
+printf 'n2\nn1\n' >"$WORK/hosts"
+chmod 0644 "$WORK/hosts"
+err=$(as_user_env SLURM_HOSTFILE="$WORK/hosts" -- srun -N2 -n2 -m arbitrary --cdl-ddp \
+      sh -c 'echo "ran RANK=${RANK-unset}"' 2>&1)
+rc=$?
+check "optional: -m arbitrary fails every task with the message, none ran" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "with -m arbitrary" && ! echo "$err" | grep -q "^ran"' ||
+    echo "rc=$rc: $err"
+out=$(as_user srun -N1 -n2 --cdl-ddp sh -c 'echo "ran RANK=${RANK-unset}"' 2>&1)
+check "optional: a good step runs with the contract" \
+    test "$(echo "$out" | grep '^ran' | sort | tr '\n' ' ')" = "ran RANK=0 ran RANK=1 "
+echo "$GOOD" >"$CONF"
+
 check "nodes idle at the end" both_idle
 finish

@@ -22,8 +22,8 @@ struct spk_state {
     int conf_broken;                 /* plugstack.conf is wrong where failing
                                       * would take the node down: do nothing */
     int conf_refuse;                 /* plugstack.conf is wrong in an srun whose
-                                      * job asked for --cdl-* options: every
-                                      * option callback fails */
+                                      * job asked for --cdl-* options, or in a
+                                      * normal step: every option fails */
     char conf_error[512];            /* the parse error, for conf_refuse */
     struct spk_opts opts;
 
@@ -61,6 +61,10 @@ int spk_remote_task_privileged(spank_t sp);
 int spk_remote_task_init(spank_t sp);
 int spk_remote_task_exit(spank_t sp);
 int spk_remote_exit(spank_t sp);
+/* A task of a step that asked for options the node cannot honour (a wrong
+ * plugstack.conf): prints spk_g.deferred and ends the task; 0 when the
+ * step asked for nothing. */
+int spk_remote_refused(void);
 
 /* epilog.c */
 int spk_epilog(spank_t sp);

@@ -228,6 +228,14 @@ static int task_failed(void)
     _exit(1);
 }
 
+int spk_remote_refused(void)
+{
+    if (!spk_g.deferred[0])
+        return 0;
+    slurm_error("%s", spk_g.deferred);
+    return task_failed();
+}
+
 int spk_remote_task_privileged(spank_t sp)
 {
     (void)sp;

@@ -119,5 +119,28 @@ check "optional: a good step runs with the contract" \
     test "$(echo "$out" | grep '^ran' | sort | tr '\n' ' ')" = "ran RANK=0 ran RANK=1 "
 echo "$GOOD" >"$CONF"
 
+# A node whose plugstack.conf is wrong while the submit host's is right:
+# srun (reading login.conf, whose PlugStackConfig is a good copy) forwards
+# --cdl-ddp, and slurmstepd on the nodes reads the wrong file. With
+# `optional` the step used to run without the contract; with either
+# keyword its tasks must fail naming the key, and a step without options
+# must run.
+sed "s|^PlugStackConfig=.*|PlugStackConfig=$WORK/login-plugstack.conf|" "$SLURM_CONF" >"$WORK/login.conf"
+echo "$GOOD" >"$WORK/login-plugstack.conf"
+chmod 0644 "$WORK/login.conf" "$WORK/login-plugstack.conf"
+for kw in optional required; do
+    echo "$GOOD mps_timeuot=5" | sed "s/^required /$kw /" >"$CONF"
+    err=$(as_user_env SLURM_CONF="$WORK/login.conf" -- srun -N2 -n2 --cdl-ddp \
+          sh -c 'echo "ran RANK=${RANK-unset}"' 2>&1)
+    rc=$?
+    check "$kw, wrong file on the nodes only: --cdl-ddp fails every task naming the key, none ran" \
+        eval '[ $rc != 0 ] && [ "$(echo "$err" | grep -c "cannot be honoured on this node: .*unknown key .mps_timeuot.")" = 2 ] &&
+              ! echo "$err" | grep -q "^ran"' || echo "rc=$rc: $err"
+    out=$(as_user_env SLURM_CONF="$WORK/login.conf" -- srun -N2 -n2 sh -c 'echo plain' 2>&1)
+    check "$kw, wrong file on the nodes only: a step without options runs" \
+        test "$(echo "$out" | grep -c '^plain$')" = 2 || echo "$out"
+done
+echo "$GOOD" >"$CONF"
+
 check "nodes idle at the end" both_idle
 finish

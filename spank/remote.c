@@ -181,7 +181,15 @@ int spk_remote_post_opt(spank_t sp)
     /* The user's --cpu-bind, read here: in the tasks task/affinity has
      * replaced SLURM_CPU_BIND with the masks it applied, even when the
      * user asked for nothing (--cdl-bind then never bound). */
-    job_env(sp, "SLURM_CPU_BIND", spk_g.cpu_bind, sizeof spk_g.cpu_bind);
+    spank_err_t cb = spank_getenv(sp, "SLURM_CPU_BIND", spk_g.cpu_bind,
+                                  (int)sizeof spk_g.cpu_bind);
+    /* A value too long for the buffer is a long map_cpu/mask_cpu list,
+     * certainly a binding (it used to read as none, and the plugin bound
+     * over it). */
+    if (cb == ESPANK_NOSPACE)
+        snprintf(spk_g.cpu_bind, sizeof spk_g.cpu_bind, "%s", "(a list too long to show)");
+    else if (cb != ESPANK_SUCCESS)
+        spk_g.cpu_bind[0] = '\0';
     if (o->mps && setup_mps(sp) != 0)
         defer("--cdl-mps");
 #ifdef HAVE_HWLOC
@@ -326,7 +334,10 @@ static int task_gpu_index(int t)
 
 static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)
 {
-    char masks[1024], desc[256], note[128];
+    /* One mask per local task: 8 KiB for 128 tasks on a 256-CPU node. A
+     * task process (forked for this task): static is its own. */
+    static char masks[64 * 1024];
+    char desc[256], note[128];
     int n = (int)spk_g.step.local_tasks, rc = -1, verbose = spk_g.opts.bind_verbose;
     cpu_set_t mask;
     if (spk_user_cpu_bind(spk_g.cpu_bind)) {

@@ -47,6 +47,15 @@ check "--cpu-bind given: affinity left to Slurm" test "$(echo "$out" | cut -d' '
 check "--cpu-bind given: verbose says why" \
     test "$(grep -c 'not binding task [01]: srun --cpu-bind=.* asked Slurm to bind' "$WORK/err")" = 2
 
+# A binding given as a long list (map_cpu for many tasks, mask_cpu on a big
+# node) is longer than the plugin's buffer: it read as no binding, and
+# --cdl-bind bound over the user's own.
+long=$(for i in $(seq 200); do printf '0,'; done)0
+out=$(as_user srun -N1 -n2 --cpu-bind=map_cpu:"$long" --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
+check "--cpu-bind=map_cpu:<${#long} characters>: the plugin stands back and says why" \
+    eval '[ "$(grep -c "not binding task [01]: srun --cpu-bind=.* asked Slurm to bind" "$WORK/err")" = 2 ] &&
+          ! grep -q "cdl: --cdl-bind=cores: task" "$WORK/err"' || cat "$WORK/err"
+
 # closest on a machine without GPUs in its topology: like cores, with a note.
 out=$(as_user srun -N1 -n2 --gres=gpu:2 --cdl-ddp --cdl-bind=closest,verbose ./aff.sh 2>"$WORK/err")
 cat "$WORK/err"

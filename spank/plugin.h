@@ -31,7 +31,10 @@ struct spk_state {
     int active;                      /* something to do in this step */
     enum spk_bind_mode bind;         /* effective binding */
     struct spk_step step;
-    char nodelist[1024];
+    /* SLURM_STEP_NODELIST: Slurm compresses only runs of consecutive
+     * names, so a fragmented allocation takes ~7 bytes a node
+     * ("nid[001234,001236,...]"): 1 KiB held ~140 nodes. */
+    char nodelist[64 * 1024];
     char distribution[64];
     char step_gpus_str[1024];        /* the step's CUDA_VISIBLE_DEVICES */
     struct spk_gpus step_gpus;

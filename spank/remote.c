@@ -170,7 +170,18 @@ int spk_remote_post_opt(spank_t sp)
                    spk_secret_step(spk_g.conf.secret_key, s->nnodes, (uint32_t)uid, s->jobid,
                                    s->stepid, spk_g.token, sizeof spk_g.token) != 0))
         defer("--cdl-ddp");
-    job_env(sp, "SLURM_STEP_NODELIST", spk_g.nodelist, sizeof spk_g.nodelist);
+    spank_err_t nl = spank_getenv(sp, "SLURM_STEP_NODELIST", spk_g.nodelist,
+                                  (int)sizeof spk_g.nodelist);
+    if (nl != ESPANK_SUCCESS) {
+        /* Too long would read as absent, and the step would fail saying
+         * the list is missing. */
+        if (o->ddp && nl == ESPANK_NOSPACE) {
+            spk_error("SLURM_STEP_NODELIST is longer than %zu bytes: this plugin build "
+                      "cannot derive MASTER_ADDR for so many nodes", sizeof spk_g.nodelist - 1);
+            defer("--cdl-ddp");
+        }
+        spk_g.nodelist[0] = '\0';
+    }
     job_env(sp, "SLURM_DISTRIBUTION", spk_g.distribution, sizeof spk_g.distribution);
     job_env(sp, "CUDA_VISIBLE_DEVICES", spk_g.step_gpus_str, sizeof spk_g.step_gpus_str);
     s->nodelist = spk_g.nodelist;

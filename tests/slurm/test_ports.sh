@@ -99,7 +99,7 @@ EOF
     echo "$out" | grep -E "in use|rc=" | head -3
     check "a taken MASTER_PORT: rank 0 fails, naming the port and the way out" \
         eval 'echo "$out" | grep -q "MASTER_PORT $p1 on host .* is in use" &&
-              echo "$out" | grep -q -- "--resv-ports" && ! echo "$out" | grep -q "^rc=0"'
+              echo "$out" | grep -q -- "MpiParams=ports=" && ! echo "$out" | grep -q "^rc=0"'
     stop_cluster
 else
     echo "skip: tests/dist/dist_check is not built or not executable by $CDL_TEST_USER"

@@ -73,3 +73,36 @@ int spk_user_cpu_bind(const char *v)
             return 1;
     return 0;
 }
+
+int spk_cpu_mask_union(const char *list, cpu_set_t *out)
+{
+    const char *p = list;
+    CPU_ZERO(out);
+    if (!p || !*p)
+        return -1;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        if (n < 3 || p[0] != '0' || (p[1] != 'x' && p[1] != 'X'))
+            return -1;
+        /* Digits from the right: the last one holds CPUs 0-3. */
+        for (size_t i = n; i > 2; i--) {
+            char c = p[i - 1];
+            int v = c >= '0' && c <= '9' ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+            size_t cpu = 4 * (n - i);
+            if (v < 0)
+                return -1;
+            for (int b = 0; b < 4; b++)
+                if (v & (1 << b)) {
+                    if (cpu + (size_t)b >= CPU_SETSIZE)
+                        return -1;
+                    CPU_SET(cpu + (size_t)b, out);
+                }
+        }
+        if (!p[n])
+            break;
+        p += n + 1;
+    }
+    return CPU_COUNT(out) > 0 ? 0 : -1;
+}

@@ -3,6 +3,8 @@
 #ifndef CDL_SPANK_OPTIONS_H
 #define CDL_SPANK_OPTIONS_H
 
+#include <sched.h>
+
 #include "spank/conf.h"
 
 /* What the user asked for; filled by the option callbacks, which Slurm may
@@ -25,7 +27,16 @@ int spk_opt_bind(const char *arg, enum spk_bind_mode dflt, enum spk_bind_mode *m
                  int *verbose);
 
 /* 1 when SLURM_CPU_BIND (the value srun exports for --cpu-bind) asks Slurm
- * for a binding of its own; "none", "quiet" and "verbose" alone do not. */
+ * for a binding of its own; "none", "quiet" and "verbose" alone do not.
+ * Only the step's launch environment (init_post_opt) holds the user's
+ * value: in a task, task/affinity has replaced it with the masks it
+ * applied, also when the user asked for nothing. */
 int spk_user_cpu_bind(const char *slurm_cpu_bind);
+
+/* The union of the CPUs in SLURM_CPU_BIND_LIST as task/affinity writes it
+ * for SLURM_CPU_BIND_TYPE=mask_cpu: ("0x3" or "0x1,0x2", one hexadecimal
+ * mask per local task): the step's CPUs on this node. Returns 0, or -1 for
+ * anything else (the caller keeps the task's own affinity). */
+int spk_cpu_mask_union(const char *list, cpu_set_t *out);
 
 #endif

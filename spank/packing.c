@@ -59,9 +59,9 @@ int spk_pack_plan(int tasks, int ngpus, int requested, int max, int pct_conf,
     out->gpus_used = used;
     if (tasks % n != 0)
         snprintf(out->note, sizeof out->note, "--cdl-mps: %d local task%s in groups of %d "
-                 "leave GPU %d with %d replica%s, each held to %d%% of it: part of that GPU "
+                 "leave%s GPU %d with %d replica%s, each held to %d%% of it: part of that GPU "
                  "stays idle; run a multiple of %d tasks per node", tasks, tasks == 1 ? "" : "s",
-                 n, used - 1, tasks % n, tasks % n == 1 ? "" : "s",
+                 n, tasks == 1 ? "s" : "", used - 1, tasks % n, tasks % n == 1 ? "" : "s",
                  pct_conf ? pct_conf : (100 + n - 1) / n, n);
     out->thread_pct = pct_conf ? pct_conf : (100 + n - 1) / n;
     return 0;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "spank/plugin.h"
 
@@ -34,9 +35,30 @@ static int batch_refused(const char *opt)
     return 0;
 }
 
+/* An option given while plugstack.conf is wrong where it is read
+ * (conf_refuse): srun fails at once; in slurmstepd every task of the step
+ * fails with the reason (a node whose file differs from the submit host's)
+ * instead of running without the option. */
+static int refused(const char *opt, int remote)
+{
+    if (remote) {
+        if (!spk_g.deferred[0])
+            snprintf(spk_g.deferred, sizeof spk_g.deferred,
+                     "cdl: %s cannot be honoured on this node: its plugstack.conf is wrong "
+                     "(%s); ask the administrator to fix it", opt, spk_g.conf_error);
+        return 0;
+    }
+    slurm_error("cdl: %s, asked for by this job (sbatch, salloc or #SBATCH), cannot be "
+                "honoured while plugstack.conf is wrong (%.60s...): the step is not started "
+                "without it", opt, spk_g.conf_error);
+    return -1;
+}
+
 static int opt_ddp(int val, const char *arg, int remote)
 {
     (void)val, (void)arg, (void)remote;
+    if (spk_g.conf_refuse)
+        return refused("--cdl-ddp", remote);
     if (spk_g.conf_broken)
         return 0;   /* node side with unknown settings: the option does nothing */
     if (batch_refused("--cdl-ddp"))
@@ -49,6 +71,8 @@ static int opt_mps(int val, const char *arg, int remote)
 {
     int n;
     (void)val, (void)remote;
+    if (spk_g.conf_refuse)
+        return refused("--cdl-mps", remote);
     if (spk_g.conf_broken)
         return 0;   /* node side with unknown settings: the option does nothing */
     if (batch_refused("--cdl-mps"))
@@ -68,6 +92,8 @@ static int opt_bind(int val, const char *arg, int remote)
     enum spk_bind_mode m;
     int verbose;
     (void)val, (void)remote;
+    if (spk_g.conf_refuse)
+        return refused("--cdl-bind", remote);
     if (spk_g.conf_broken)
         return 0;   /* node side with unknown settings: the option does nothing */
     if (batch_refused("--cdl-bind"))
@@ -108,13 +134,24 @@ static struct spank_option options[] = {
      opt_bind},
 };
 
+/* Options that sbatch or salloc forwarded to the job's steps: Slurm puts
+ * them into the job's environment, which srun inherits. */
+static int forwarded_options(void)
+{
+    static const char prefix[] = "SLURM_SPANK__SLURM_SPANK_OPTION_cdl_";
+    for (char **e = environ; e && *e; e++)
+        if (!strncmp(*e, prefix, sizeof prefix - 1))
+            return 1;
+    return 0;
+}
+
 /* A plugstack.conf error must never take a node down: slurmd (at start,
  * where a failure with `required` stops it), the job prolog/epilog and the
  * batch, extern and interactive steps (a failure there drains the node)
  * log it and go on without doing anything. srun, sbatch and salloc fail
- * with the message naming the key, and so does a normal step in
- * slurmstepd (it fails the user's tasks only), so the admin hears of it at
- * the first job. Returns what the hook returns. */
+ * with the message naming the key, so the admin hears of it at the first
+ * job; a normal step in slurmstepd fails the tasks of a step that asked
+ * for options (refused()). Returns what the hook returns. */
 static int conf_failed(spank_t sp, spank_context_t ctx)
 {
     uint32_t stepid = 0;
@@ -126,12 +163,26 @@ static int conf_failed(spank_t sp, spank_context_t ctx)
                             ? "the batch/extern step"
                             : NULL;
     if (where) {
-        slurm_error("cdl: %s; ignored in %s so the node stays up, but every srun and sbatch "
-                    "with this plugin fails until it is fixed", spk_last_error(), where);
+        slurm_error("cdl: %s; ignored in %s so the node stays up, but srun and sbatch fail "
+                    "until it is fixed (with `optional`, those that use the --cdl-* options)",
+                    spk_last_error(), where);
         spk_g.conf_broken = 1;
         return 0;
     }
     slurm_error("cdl: %s", spk_last_error());
+    /* Failing init drops the plugin, which with `optional` runs the step
+     * without the options (no RANK: every task trains alone, srun
+     * succeeds). So the plugin stays loaded, and the options fail instead,
+     * where they would be lost: in an srun of a job submitted with them
+     * (sbatch, salloc, #SBATCH lines), which finds them in its
+     * environment, and in slurmstepd (a node whose file is wrong while the
+     * submit host's is right), whose tasks then fail. A step without
+     * options runs. */
+    if (ctx == S_CTX_REMOTE || (ctx == S_CTX_LOCAL && forwarded_options())) {
+        snprintf(spk_g.conf_error, sizeof spk_g.conf_error, "%s", spk_last_error());
+        spk_g.conf_broken = spk_g.conf_refuse = 1;
+        return 0;
+    }
     return -1;
 }
 
@@ -179,7 +230,7 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
     (void)ac, (void)av;
     if (spk_g.conf_broken)
-        return 0;
+        return spk_g.conf_refuse ? spk_remote_refused() : 0;
     return spk_remote_task_privileged(sp);
 }
 
@@ -187,7 +238,7 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
     (void)ac, (void)av;
     if (spk_g.conf_broken)
-        return 0;
+        return spk_g.conf_refuse ? spk_remote_refused() : 0;
     return spk_remote_task_init(sp);
 }
 

@@ -21,13 +21,20 @@ struct spk_state {
     struct spk_conf conf;
     int conf_broken;                 /* plugstack.conf is wrong where failing
                                       * would take the node down: do nothing */
+    int conf_refuse;                 /* plugstack.conf is wrong in an srun whose
+                                      * job asked for --cdl-* options, or in a
+                                      * normal step: every option fails */
+    char conf_error[512];            /* the parse error, for conf_refuse */
     struct spk_opts opts;
 
     /* slurmstepd, filled by init_post_opt/user_init for a normal step */
     int active;                      /* something to do in this step */
     enum spk_bind_mode bind;         /* effective binding */
     struct spk_step step;
-    char nodelist[1024];
+    /* SLURM_STEP_NODELIST: Slurm compresses only runs of consecutive
+     * names, so a fragmented allocation takes ~7 bytes a node
+     * ("nid[001234,001236,...]"): 1 KiB held ~140 nodes. */
+    char nodelist[64 * 1024];
     char distribution[64];
     char step_gpus_str[1024];        /* the step's CUDA_VISIBLE_DEVICES */
     struct spk_gpus step_gpus;
@@ -37,6 +44,8 @@ struct spk_state {
     struct spk_mps mps;
     int mps_ready;                   /* spk_mps_setup succeeded */
     unsigned step_cpus;              /* slurmstepd's CPUs: the step's on this node */
+    char cpu_bind[256];              /* SLURM_CPU_BIND as srun sent it: the
+                                      * user's --cpu-bind ("" = none) */
 #ifdef HAVE_HWLOC
     hwloc_topology_t topo;
 #endif
@@ -55,6 +64,10 @@ int spk_remote_task_privileged(spank_t sp);
 int spk_remote_task_init(spank_t sp);
 int spk_remote_task_exit(spank_t sp);
 int spk_remote_exit(spank_t sp);
+/* A task of a step that asked for options the node cannot honour (a wrong
+ * plugstack.conf): prints spk_g.deferred and ends the task; 0 when the
+ * step asked for nothing. */
+int spk_remote_refused(void);
 
 /* epilog.c */
 int spk_epilog(spank_t sp);

@@ -108,8 +108,6 @@ static int setup_mps(spank_t sp)
      * GPU); the note warns that part of the GPU idles. */
     spk_g.step.replicas_per_gpu = spk_g.pack.replicas < (int)spk_g.step.local_tasks
                                       ? spk_g.pack.replicas : (int)spk_g.step.local_tasks;
-    if (spk_g.pack.note[0] && spk_g.step.nodeid == 0)
-        slurm_info("cdl: %s", spk_g.pack.note);
     node_name(node, sizeof node);
     if (get_cred(sp, &cred) != 0 ||
         spk_rundir_init(&rd, spk_g.conf.runtime_dir, spk_g.step.jobid, spk_g.step.stepid,
@@ -119,6 +117,27 @@ static int setup_mps(spank_t sp)
         return -1;
     spk_g.mps_ready = 1;
     return 0;
+}
+
+/* A heterogeneous step (srun --het-group=0,1, srun A : B): Slurm hands
+ * each component its own layout, numbered from 0, so component 0's tasks
+ * would get a contract of their own (WORLD_SIZE = that component's tasks)
+ * and train alone while the others fail. SLURM_STEP_NUM_TASKS counts the
+ * tasks of every component (Slurm's own task count is the component's);
+ * the environment of a homogeneous step inside a heterogeneous job (which
+ * keeps SLURM_HET_SIZE) has them equal. Refused on every node, so no task
+ * of any component starts. */
+static int het_step(spank_t sp, uint32_t ntasks)
+{
+    char buf[32];
+    long n;
+    job_env(sp, "SLURM_STEP_NUM_TASKS", buf, sizeof buf);
+    if (!buf[0] || spk_parse_uint(buf, 1, 1L << 30, &n) != 0 || (uint32_t)n == ntasks)
+        return 0;
+    spk_error("--cdl-ddp: heterogeneous steps (srun --het-group, or srun A : B) are not "
+              "supported: each component numbers its tasks from 0, so two tasks would get "
+              "RANK=0; run the data-parallel tasks as one homogeneous step");
+    return 1;
 }
 
 int spk_remote_post_opt(spank_t sp)
@@ -143,13 +162,26 @@ int spk_remote_post_opt(spank_t sp)
     }
     if (item_u32(sp, S_STEP_CPUS_PER_TASK, &s->cpus_per_task) != 0)
         s->cpus_per_task = 1;
+    if (o->ddp && het_step(sp, s->ntasks))
+        defer("--cdl-ddp");
     /* The store secret, as root (the site key is root's to read). */
     uid_t uid;
     if (o->ddp && (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
                    spk_secret_step(spk_g.conf.secret_key, s->nnodes, (uint32_t)uid, s->jobid,
                                    s->stepid, spk_g.token, sizeof spk_g.token) != 0))
         defer("--cdl-ddp");
-    job_env(sp, "SLURM_STEP_NODELIST", spk_g.nodelist, sizeof spk_g.nodelist);
+    spank_err_t nl = spank_getenv(sp, "SLURM_STEP_NODELIST", spk_g.nodelist,
+                                  (int)sizeof spk_g.nodelist);
+    if (nl != ESPANK_SUCCESS) {
+        /* Too long would read as absent, and the step would fail saying
+         * the list is missing. */
+        if (o->ddp && nl == ESPANK_NOSPACE) {
+            spk_error("SLURM_STEP_NODELIST is longer than %zu bytes: this plugin build "
+                      "cannot derive MASTER_ADDR for so many nodes", sizeof spk_g.nodelist - 1);
+            defer("--cdl-ddp");
+        }
+        spk_g.nodelist[0] = '\0';
+    }
     job_env(sp, "SLURM_DISTRIBUTION", spk_g.distribution, sizeof spk_g.distribution);
     job_env(sp, "CUDA_VISIBLE_DEVICES", spk_g.step_gpus_str, sizeof spk_g.step_gpus_str);
     s->nodelist = spk_g.nodelist;
@@ -157,6 +189,18 @@ int spk_remote_post_opt(spank_t sp)
     if (spk_gpus_parse(spk_g.step_gpus_str, &spk_g.step_gpus) != 0)
         spk_g.step_gpus.n = 0;   /* only --cdl-mps needs them; it re-parses and fails */
     spk_g.step_cpus = affinity_cpus();
+    /* The user's --cpu-bind, read here: in the tasks task/affinity has
+     * replaced SLURM_CPU_BIND with the masks it applied, even when the
+     * user asked for nothing (--cdl-bind then never bound). */
+    spank_err_t cb = spank_getenv(sp, "SLURM_CPU_BIND", spk_g.cpu_bind,
+                                  (int)sizeof spk_g.cpu_bind);
+    /* A value too long for the buffer is a long map_cpu/mask_cpu list,
+     * certainly a binding (it used to read as none, and the plugin bound
+     * over it). */
+    if (cb == ESPANK_NOSPACE)
+        snprintf(spk_g.cpu_bind, sizeof spk_g.cpu_bind, "%s", "(a list too long to show)");
+    else if (cb != ESPANK_SUCCESS)
+        spk_g.cpu_bind[0] = '\0';
     if (o->mps && setup_mps(sp) != 0)
         defer("--cdl-mps");
 #ifdef HAVE_HWLOC
@@ -190,6 +234,27 @@ int spk_remote_user_init(spank_t sp)
     return 0;
 }
 
+/* A task that cannot have what its step asked for must not start. Slurm
+ * stops a task whose hook fails only when the plugin is `required`; with
+ * `optional` (how the installed plugstack.conf.d snippet loads it) it logs
+ * the failure and runs the task anyway, without the contract, binding or
+ * MPS. So the task's own process, in which these hooks run before exec,
+ * ends here, as Slurm ends it for a required plugin. The error is already
+ * on the task's stderr. */
+static int task_failed(void)
+{
+    fflush(stderr);
+    _exit(1);
+}
+
+int spk_remote_refused(void)
+{
+    if (!spk_g.deferred[0])
+        return 0;
+    slurm_error("%s", spk_g.deferred);
+    return task_failed();
+}
+
 int spk_remote_task_privileged(spank_t sp)
 {
     (void)sp;
@@ -197,11 +262,11 @@ int spk_remote_task_privileged(spank_t sp)
         return 0;
     if (spk_g.deferred[0]) {
         slurm_error("%s", spk_g.deferred);
-        return -1;
+        return task_failed();
     }
     if (spk_g.mps_ready && spk_mps_task_start(&spk_g.mps) != 0) {
         slurm_error("cdl: --cdl-mps: %s", spk_last_error());
-        return -1;
+        return task_failed();
     }
     return 0;
 }
@@ -280,14 +345,16 @@ static int task_gpu_index(int t)
 
 static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)
 {
-    char cpubind[256], desc[256], note[128];
+    /* One mask per local task: 8 KiB for 128 tasks on a 256-CPU node. A
+     * task process (forked for this task): static is its own. */
+    static char masks[64 * 1024];
+    char desc[256], note[128];
     int n = (int)spk_g.step.local_tasks, rc = -1, verbose = spk_g.opts.bind_verbose;
     cpu_set_t mask;
-    job_env(sp, "SLURM_CPU_BIND", cpubind, sizeof cpubind);
-    if (spk_user_cpu_bind(cpubind)) {
+    if (spk_user_cpu_bind(spk_g.cpu_bind)) {
         if (verbose)
             slurm_spank_log("cdl: --cdl-bind: not binding task %u: srun --cpu-bind=%s asked "
-                            "Slurm to bind", global_id, cpubind);
+                            "Slurm to bind", global_id, spk_g.cpu_bind);
         return 0;
     }
     if (!spk_g.have_topo)
@@ -303,11 +370,20 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)
         out[t] = hwloc_bitmap_alloc();
         gpu[t] = task_gpu_index(t);
     }
-    /* The CPUs this task may use now: the step's (cgroup, Slurm's own
-     * affinity), before it is narrowed to the task's share. */
-    if (sched_getaffinity(0, sizeof mask, &mask) != 0 ||
-        hwloc_cpuset_from_glibc_sched_affinity(spk_g.topo, allowed, &mask, sizeof mask) != 0) {
+    /* The CPUs the plan divides: the step's on this node. task/affinity
+     * may already have bound this task to a part of them (its automatic
+     * binding); the masks it applied to all local tasks add up to the
+     * step's. Otherwise the task's affinity is still the step's (cgroup). */
+    job_env(sp, "SLURM_CPU_BIND_TYPE", masks, sizeof masks);
+    int from_slurm = !strncmp(masks, "mask_cpu", 8);
+    job_env(sp, "SLURM_CPU_BIND_LIST", masks, sizeof masks);
+    if (!(from_slurm && spk_cpu_mask_union(masks, &mask) == 0) &&
+        sched_getaffinity(0, sizeof mask, &mask) != 0) {
         spk_error("sched_getaffinity failed");
+        goto done;
+    }
+    if (hwloc_cpuset_from_glibc_sched_affinity(spk_g.topo, allowed, &mask, sizeof mask) != 0) {
+        spk_error("hwloc cannot read the step's CPU mask");
         goto done;
     }
     contract_err e;
@@ -344,17 +420,6 @@ done:
 }
 #endif
 
-/* A component of a heterogeneous step: Slurm's global task id counts within
- * the component, while SLURM_PROCID adds the component's task offset. */
-static int het_step(spank_t sp, uint32_t global_id)
-{
-    char buf[32];
-    long procid;
-    job_env(sp, "SLURM_PROCID", buf, sizeof buf);
-    return buf[0] && spk_parse_uint(buf, 0, 1L << 30, &procid) == 0 &&
-           (uint32_t)procid != global_id;
-}
-
 int spk_remote_task_init(spank_t sp)
 {
     uint32_t local_id, global_id;
@@ -363,25 +428,18 @@ int spk_remote_task_init(spank_t sp)
         return 0;
     if (spk_g.deferred[0]) {
         slurm_error("%s", spk_g.deferred);
-        return -1;
+        return task_failed();
     }
     if (spank_get_item(sp, S_TASK_ID, &tid) != ESPANK_SUCCESS ||
         item_u32(sp, S_TASK_GLOBAL_ID, &global_id) != 0 || tid < 0) {
         slurm_error("cdl: Slurm did not give the task's ids");
-        return -1;
+        return task_failed();
     }
     local_id = (uint32_t)tid;
-    if (spk_g.opts.ddp && het_step(sp, global_id)) {
-        slurm_error("cdl: --cdl-ddp: heterogeneous steps (srun --het-group, or srun A : B) "
-                    "are not supported: each component numbers its tasks from 0, so two "
-                    "tasks would get RANK=0; run the data-parallel tasks as one homogeneous "
-                    "step");
-        return -1;
-    }
 #ifdef HAVE_HWLOC
     if (spk_g.bind != SPK_BIND_NONE && task_bind(sp, local_id, global_id) != 0) {
         slurm_error("cdl: --cdl-bind: %s", spk_last_error());
-        return -1;
+        return task_failed();
     }
 #endif
     /* After binding: the thread count follows the task's own CPUs. */
@@ -389,11 +447,19 @@ int spk_remote_task_init(spank_t sp)
                                         spk_g.step.local_tasks, affinity_cpus());
     if (spk_g.opts.ddp && task_contract(sp, local_id, global_id, threads) != 0) {
         slurm_error("cdl: --cdl-ddp: %s", spk_last_error());
-        return -1;
+        return task_failed();
     }
     if (spk_g.mps_ready && task_mps_env(sp, local_id) != 0) {
         slurm_error("cdl: --cdl-mps: %s", spk_last_error());
-        return -1;
+        return task_failed();
+    }
+    /* The packing note is the user's: slurmstepd's messages below "error"
+     * reach only the slurmd log, while what a task writes reaches srun (or
+     * the job's output file). Once per node that has the remainder. */
+    if (spk_g.mps_ready && spk_g.pack.note[0] && local_id == 0) {
+        char node[128];
+        node_name(node, sizeof node);
+        slurm_spank_log("cdl: %s (on %s)", spk_g.pack.note, node);
     }
     return 0;
 }

@@ -126,8 +126,9 @@ static int bind_port(const cdl_rank_info *info, const char *host)
         return cdl_error("MASTER_PORT %d on host %s is in use: %s; another process holds it "
                          "(a step of another job: under srun --cdl-ddp the port is a hash of "
                          "the job and step ids, so two jobs on one node can meet; run the step "
-                         "again for another step id, or reserve ports with srun --resv-ports, "
-                         "docs/admin.md; a hand-exported MASTER_PORT: choose another, cdlrun "
+                         "again for another step id, or ask the administrator to have Slurm "
+                         "reserve ports (MpiParams=ports= in slurm.conf, docs/admin.md); a "
+                         "hand-exported MASTER_PORT: choose another, cdlrun "
                          "picks a free one)", info->master_port, host, strerror(e));
     if (e == EADDRNOTAVAIL)
         return cdl_error("rank 0 runs on host %s, but MASTER_ADDR=%s is not an address of this "

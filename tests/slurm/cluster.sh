@@ -31,6 +31,9 @@
 #                       it must exist: the harness creates no account)
 #   CDL_RESV_PORTS=1    configure MpiParams=ports=... so that Slurm reserves
 #                       ports for every step (SLURM_STEP_RESV_PORTS)
+#   CDL_TASK_PLUGIN     slurm.conf's TaskPlugin (default task/none; most sites
+#                       run task/affinity, which binds tasks by itself)
+#   CDL_TASK_PLUGIN_PARAM  its TaskPluginParam (e.g. autobind=threads)
 #
 # Needs root (slurmd and slurmstepd must be able to become the job user).
 # No sleeps as synchronisation: every wait polls a condition with a deadline.
@@ -159,7 +162,8 @@ SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd.%n.log
 SlurmdDebug=verbose
 ProctrackType=proctrack/pgid
-TaskPlugin=task/none
+TaskPlugin=${CDL_TASK_PLUGIN:-task/none}
+$( [ -n "${CDL_TASK_PLUGIN_PARAM:-}" ] && echo "TaskPluginParam=$CDL_TASK_PLUGIN_PARAM" )
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=none

@@ -47,6 +47,15 @@ check "--cpu-bind given: affinity left to Slurm" test "$(echo "$out" | cut -d' '
 check "--cpu-bind given: verbose says why" \
     test "$(grep -c 'not binding task [01]: srun --cpu-bind=.* asked Slurm to bind' "$WORK/err")" = 2
 
+# A binding given as a long list (map_cpu for many tasks, mask_cpu on a big
+# node) is longer than the plugin's buffer: it read as no binding, and
+# --cdl-bind bound over the user's own.
+long=$(for i in $(seq 200); do printf '0,'; done)0
+out=$(as_user srun -N1 -n2 --cpu-bind=map_cpu:"$long" --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
+check "--cpu-bind=map_cpu:<${#long} characters>: the plugin stands back and says why" \
+    eval '[ "$(grep -c "not binding task [01]: srun --cpu-bind=.* asked Slurm to bind" "$WORK/err")" = 2 ] &&
+          ! grep -q "cdl: --cdl-bind=cores: task" "$WORK/err"' || cat "$WORK/err"
+
 # closest on a machine without GPUs in its topology: like cores, with a note.
 out=$(as_user srun -N1 -n2 --gres=gpu:2 --cdl-ddp --cdl-bind=closest,verbose ./aff.sh 2>"$WORK/err")
 cat "$WORK/err"
@@ -63,5 +72,31 @@ err=$(as_user srun -N1 -n1 --cdl-bind=sockets ./aff.sh 2>&1)
 rc=$?
 check "--cdl-bind=sockets refused with the accepted values" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "expected none, cores or closest"'
+
+# TaskPlugin=task/affinity, as most sites run it: Slurm binds every task by
+# itself and puts the masks it applied into the task's SLURM_CPU_BIND, also
+# when the user asked for no binding. That is not the user's --cpu-bind:
+# --cdl-bind used to stand back ("srun --cpu-bind=quiet,mask_cpu:... asked
+# Slurm to bind") and never bound on such a cluster.
+stop_cluster
+CDL_TASK_PLUGIN=task/affinity CDL_TASK_PLUGIN_PARAM=autobind=threads start_cluster
+user_script aff.sh <<'EOF'
+#!/bin/sh
+echo "T$SLURM_PROCID $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+EOF
+out=$(as_user srun -N1 -n2 --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
+echo "$out"; cat "$WORK/err"
+check "task/affinity, no --cpu-bind: --cdl-bind=cores binds, the map names each task" \
+    eval '[ "$(grep -c "cdl: --cdl-bind=cores: task [01] (local [01], GPU -1) -> cores " "$WORK/err")" = 2 ] &&
+          ! grep -q "not binding" "$WORK/err"'
+a=$(expand "$(echo "$out" | sed -n 's/^T0 //p')")
+b=$(expand "$(echo "$out" | sed -n 's/^T1 //p')")
+if [ "$ncpu" -ge 2 ]; then
+    check "task/affinity: the two tasks' CPUs are disjoint" \
+        eval '[ -n "$a" ] && [ -n "$b" ] && ! subset "$a" "$b" && ! subset "$b" "$a"'
+fi
+out=$(as_user srun -N1 -n2 --cpu-bind=cores --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
+check "task/affinity, --cpu-bind=cores given: the plugin stands back and says why" \
+    test "$(grep -c 'not binding task [01]: srun --cpu-bind=.*cores.* asked Slurm to bind' "$WORK/err")" = 2
 
 finish

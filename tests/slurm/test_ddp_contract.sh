@@ -113,12 +113,28 @@ check "a step inside a --cdl-ddp step gets its own contract (RANK=0 of 1)" \
     "0/1/$(field "$line" job).$(field "$line" step)"
 
 # A heterogeneous step: each component numbers its tasks from 0 (two tasks
-# had RANK=0); refused with a message, as -m arbitrary is.
+# had RANK=0); refused with a message, as -m arbitrary is. Component 0's
+# task must not run either: it used to start alone with WORLD_SIZE=1.
 err=$(as_user salloc -n1 -w n1 : -n1 -w n2 srun --het-group=0,1 --cdl-ddp ./show.sh 2>&1)
 rc=$?
 echo "$err" | tail -5
 check "a heterogeneous step fails with a message naming it" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "heterogeneous steps"'
+check "... and no task of any component ran (component 0's neither)" \
+    eval '! echo "$err" | grep -q "^T"'
+err=$(as_user srun -n1 -w n1 --cdl-ddp ./show.sh : -n2 -w n2 ./show.sh 2>&1)
+rc=$?
+check "srun A : B --cdl-ddp: refused, no task ran" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "heterogeneous steps" && ! echo "$err" | grep -q "^T"'
+# A homogeneous step inside a heterogeneous job (SLURM_HET_SIZE is in its
+# environment) is an ordinary step. (Its CDL_JOB_ID names the component's
+# own job id, which SLURM_JOB_ID, the leader's, does not show.)
+out=$(as_user salloc -n1 -w n1 : -n2 -w n2 srun --het-group=1 --cdl-ddp ./show.sh 2>/dev/null)
+echo "$out"
+check "a one-component step of a heterogeneous job gets the contract" \
+    test "$(echo "$out" | grep '^T' | sort | while read -r line; do
+                echo "$(field "$line" RANK)/$(field "$line" WORLD_SIZE)/$(field "$line" MASTER_ADDR)"
+            done | tr '\n' ' ')" = "0/2/n2 1/2/n2 "
 
 # -m arbitrary: refused with a message (no node can tell where task 0 is).
 printf 'n2\nn1\n' >"$WORK/hosts"

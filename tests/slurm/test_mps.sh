@@ -54,8 +54,15 @@ check "no daemon left" no_user_daemon
 out=$(as_user srun -N1 -n4 --gres=gpu:2 --cdl-mps=2 ./task.sh)
 check "--cdl-mps=2 on 2 GPUs: local ranks 0,1 on GPU 0 and 2,3 on GPU 1" \
     test "$(echo "$out" | sed -n 's/.*local=\([0-9]\) cvd=\([0-9]\) rpg=2 pct=50 .*/\1\2/p' | sort | tr '\n' ' ')" = "00 10 21 31 "
-out=$(as_user srun -N1 -n4 --gres=gpu:2 --cdl-mps ./task.sh)
+out=$(as_user srun -N1 -n4 --gres=gpu:2 --cdl-mps ./task.sh 2>&1)
 check "--cdl-mps without N: local tasks / GPUs = 2" test "$(echo "$out" | grep -c 'rpg=2 pct=50')" = 4
+check "... an even layout: no packing note" eval '! echo "$out" | grep -q "stays idle"'
+# An uneven layout leaves part of a GPU idle: the note is for the user, so
+# it must reach srun (it used to go only to the slurmd log), once per node.
+err=$(as_user srun -N2 -n3 --gres=gpu:1 --cdl-mps=2 ./task.sh 2>&1)
+echo "$err" | grep -v '^T'
+check "3 tasks over 2 nodes in groups of 2: srun shows the note for n2 only, once" \
+    test "$(echo "$err" | grep -c 'stays idle')/$(echo "$err" | grep -c 'leaves GPU 0 with 1 replica, each held to 50% of it: .* (on n2)$')" = 1/1
 out=$(as_user_env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20 -- srun -N1 -n2 --gres=gpu:1 --cdl-mps ./task.sh)
 check "the user's own CUDA_MPS_ACTIVE_THREAD_PERCENTAGE wins (docs/slurm-plugin.md)" \
     test "$(echo "$out" | grep -c 'rpg=2 pct=20 ')" = 2

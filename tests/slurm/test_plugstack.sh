@@ -64,9 +64,83 @@ check "slurmd restarts with the bad key" "$SLURM_TESTS_DIR/cluster.sh" restart "
 check "slurmd logged the error at start" \
     grep -q "unknown key 'mps_timeuot'.*ignored in slurmd" "$CDL_CLUSTER_DIR/log/slurmd.n1.log"
 
+# With `optional` (how the installed snippet loads the plugin) a failed
+# init drops the plugin: the srun of a job submitted with --cdl-ddp before
+# the mistake ran its step without the options (no RANK, every task alone,
+# srun succeeded). It must fail naming the problem; an srun of a job that
+# asked for nothing runs (the error is printed).
+user_script ddp-after-flag.sh <<EOF
+#!/bin/sh
+i=0
+while [ ! -e "$FLAG.2" ] && [ \$i -lt 1200 ]; do sleep 0.05; i=\$((i + 1)); done
+srun sh -c 'echo "task \$SLURM_PROCID RANK=\${RANK-unset}"'
+EOF
+echo "$GOOD" >"$CONF"
+job=$(submit -N1 -n2 --cdl-ddp -o "$WORK/job2.out" ./ddp-after-flag.sh)
+wait_until "$JOB_TIMEOUT" sh -c "squeue -h -j $job -o %T | grep -qx RUNNING" ||
+    fail "job $job did not start"
+echo "$GOOD mps_timeuot=5" | sed 's/^required /optional /' >"$CONF"
+touch "$FLAG.2"
+state=$(wait_job "$job")
+cat "$WORK/job2.out"
+check "optional, job submitted with --cdl-ddp: its srun fails naming the option and the key" \
+    eval 'echo "$state" | grep -q "JobState=FAILED" &&
+          grep -q "cdl: --cdl-ddp, asked for by this job .*cannot be honoured.*mps_timeuot" "$WORK/job2.out"'
+check "... and no task ran without the contract" eval '! grep -q "RANK=unset" "$WORK/job2.out"'
+err=$(as_user srun -N1 -n1 true 2>&1)
+rc=$?
+check "optional, an srun without the options runs and prints the error" \
+    eval '[ $rc = 0 ] && echo "$err" | grep -q "unknown key .mps_timeuot."' || echo "rc=$rc: $err"
+
 # Fixed: jobs run again on the restarted node.
 echo "$GOOD" >"$CONF"
 out=$(as_user srun --quiet -w n1 -N1 -n1 hostname 2>&1)
 check "after the fix, srun runs on the restarted node" test "$out" = "$(hostname)" || echo "$out"
+# With `optional` Slurm ignores a failing task hook and runs the task
+# anyway: an error found on the node (--cdl-mps without GPUs, -m arbitrary)
+# used to be printed while every task ran without the contract, and srun
+# succeeded. The tasks must fail as with `required`.
+echo "$GOOD" | sed 's/^required /optional /' >"$CONF"
+err=$(as_user srun -N1 -n2 --cdl-mps sh -c 'echo "ran RANK=${RANK-unset}"' 2>&1)
+rc=$?
+check "optional: --cdl-mps without GPUs fails every task with the message, none ran" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "no GPUs on this node" && ! echo "$err" | grep -q "^ran"' ||
+    echo "rc=$rc: $err"
+printf 'n2\nn1\n' >"$WORK/hosts"
+chmod 0644 "$WORK/hosts"
+err=$(as_user_env SLURM_HOSTFILE="$WORK/hosts" -- srun -N2 -n2 -m arbitrary --cdl-ddp \
+      sh -c 'echo "ran RANK=${RANK-unset}"' 2>&1)
+rc=$?
+check "optional: -m arbitrary fails every task with the message, none ran" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "with -m arbitrary" && ! echo "$err" | grep -q "^ran"' ||
+    echo "rc=$rc: $err"
+out=$(as_user srun -N1 -n2 --cdl-ddp sh -c 'echo "ran RANK=${RANK-unset}"' 2>&1)
+check "optional: a good step runs with the contract" \
+    test "$(echo "$out" | grep '^ran' | sort | tr '\n' ' ')" = "ran RANK=0 ran RANK=1 "
+echo "$GOOD" >"$CONF"
+
+# A node whose plugstack.conf is wrong while the submit host's is right:
+# srun (reading login.conf, whose PlugStackConfig is a good copy) forwards
+# --cdl-ddp, and slurmstepd on the nodes reads the wrong file. With
+# `optional` the step used to run without the contract; with either
+# keyword its tasks must fail naming the key, and a step without options
+# must run.
+sed "s|^PlugStackConfig=.*|PlugStackConfig=$WORK/login-plugstack.conf|" "$SLURM_CONF" >"$WORK/login.conf"
+echo "$GOOD" >"$WORK/login-plugstack.conf"
+chmod 0644 "$WORK/login.conf" "$WORK/login-plugstack.conf"
+for kw in optional required; do
+    echo "$GOOD mps_timeuot=5" | sed "s/^required /$kw /" >"$CONF"
+    err=$(as_user_env SLURM_CONF="$WORK/login.conf" -- srun -N2 -n2 --cdl-ddp \
+          sh -c 'echo "ran RANK=${RANK-unset}"' 2>&1)
+    rc=$?
+    check "$kw, wrong file on the nodes only: --cdl-ddp fails every task naming the key, none ran" \
+        eval '[ $rc != 0 ] && [ "$(echo "$err" | grep -c "cannot be honoured on this node: .*unknown key .mps_timeuot.")" = 2 ] &&
+              ! echo "$err" | grep -q "^ran"' || echo "rc=$rc: $err"
+    out=$(as_user_env SLURM_CONF="$WORK/login.conf" -- srun -N2 -n2 sh -c 'echo plain' 2>&1)
+    check "$kw, wrong file on the nodes only: a step without options runs" \
+        test "$(echo "$out" | grep -c '^plain$')" = 2 || echo "$out"
+done
+echo "$GOOD" >"$CONF"
+
 check "nodes idle at the end" both_idle
 finish

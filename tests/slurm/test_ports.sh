@@ -58,6 +58,12 @@ err=$(as_user_env SLURM_STEP_RESV_PORTS=99999 -- srun -N1 -n1 --cdl-ddp true 2>&
 rc=$?
 check "SLURM_STEP_RESV_PORTS=99999 is refused, not wrapped to 34463" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "99999"'
+# Without MpiParams=ports= Slurm refuses srun --resv-ports: the docs send
+# users to the site for reserved ports, not to that option alone.
+err=$(as_user srun -N1 -n1 --resv-ports=1 --cdl-ddp true 2>&1)
+rc=$?
+check "without MpiParams=ports=, srun --resv-ports fails in Slurm (docs/slurm-plugin.md)" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "more ports than can be reserved"' || echo "$err"
 stop_cluster
 
 # Two steps that meet on one port (a range of one port makes it certain, as
@@ -93,7 +99,7 @@ EOF
     echo "$out" | grep -E "in use|rc=" | head -3
     check "a taken MASTER_PORT: rank 0 fails, naming the port and the way out" \
         eval 'echo "$out" | grep -q "MASTER_PORT $p1 on host .* is in use" &&
-              echo "$out" | grep -q -- "--resv-ports" && ! echo "$out" | grep -q "^rc=0"'
+              echo "$out" | grep -q -- "MpiParams=ports=" && ! echo "$out" | grep -q "^rc=0"'
     stop_cluster
 else
     echo "skip: tests/dist/dist_check is not built or not executable by $CDL_TEST_USER"

@@ -103,6 +103,29 @@ if [ "$FAKE_TRAIN" = 1 ]; then
         eval 'grep -q "\"restart\":\"1\"" "$WORK/runs/long/metrics.jsonl" && grep -q "\"event\":\"resumed\",\"from\":\"step-123\"" "$WORK/runs/long/metrics.jsonl"'
 fi
 
+# lm-gpt.sbatch's MODEL holds commas: sbatch --export splits its list at
+# them (the header's example used to, and trained another model), so the
+# header passes it through sbatch's environment; it must arrive whole.
+user_script show-args.sh <<'EOF'
+#!/bin/sh
+[ "$SLURM_PROCID" = 0 ] && echo "args: $*"
+exit 0
+EOF
+spec=gpt:n_layer=2,n_head=2,n_embd=64
+# shellcheck disable=SC2046
+id=$(as_user_env MODEL=$spec DATA=text:/dev/null -- sbatch --parsable \
+     --export="ALL,CDL_TRAIN=./show-args.sh" $(fit lm-gpt) -o gpt-env.out ./lm-gpt.sbatch)
+wait_job "$id" >/dev/null
+check "lm-gpt.sbatch: MODEL=$spec from sbatch's environment reaches cdl-train whole" \
+    grep -q -- "--model $spec --dataset text:/dev/null " "$WORK/gpt-env.out" ||
+    cat "$WORK/gpt-env.out"
+# shellcheck disable=SC2046
+id=$(submit --export="ALL,CDL_TRAIN=./show-args.sh,MODEL=$spec" $(fit lm-gpt) -o gpt-export.out \
+     ./lm-gpt.sbatch)
+wait_job "$id" >/dev/null
+check "... while --export=ALL,MODEL=$spec cuts it at the first comma (why the header says so)" \
+    grep -q -- "--model gpt:n_layer=2 " "$WORK/gpt-export.out"
+
 # A test that times out leaves a job running: stopping the cluster cancels
 # it, and neither its slurmstepd nor its task outlives the cluster.
 user_script linger.sh <<'EOF'

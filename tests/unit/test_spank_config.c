@@ -210,6 +210,33 @@ static void test_user_cpu_bind(void **state)
     assert_int_equal(spk_user_cpu_bind("mask_cpu:0x3"), 1);
 }
 
+static void test_cpu_mask_union(void **state)
+{
+    (void)state;
+    cpu_set_t m;
+    assert_int_equal(spk_cpu_mask_union("0x3", &m), 0);
+    assert_int_equal(CPU_COUNT(&m), 2);
+    assert_true(CPU_ISSET(0, &m) && CPU_ISSET(1, &m));
+    /* One mask per local task (task/affinity's automatic binding). */
+    assert_int_equal(spk_cpu_mask_union("0x1,0x2,0x30", &m), 0);
+    assert_int_equal(CPU_COUNT(&m), 4);
+    assert_true(CPU_ISSET(4, &m) && CPU_ISSET(5, &m) && !CPU_ISSET(3, &m));
+    /* Wider than 64 CPUs: one hexadecimal number, CPU 0 in the last digit. */
+    assert_int_equal(spk_cpu_mask_union("0x10000000000000000000000000000001", &m), 0);
+    assert_true(CPU_ISSET(0, &m) && CPU_ISSET(124, &m) && CPU_COUNT(&m) == 2);
+    assert_int_equal(spk_cpu_mask_union("0xF0", &m), 0);
+    assert_int_equal(CPU_COUNT(&m), 4);
+    /* Anything else: the caller keeps the task's own affinity. */
+    assert_int_equal(spk_cpu_mask_union(NULL, &m), -1);
+    assert_int_equal(spk_cpu_mask_union("", &m), -1);
+    assert_int_equal(spk_cpu_mask_union("0x0", &m), -1);
+    assert_int_equal(spk_cpu_mask_union("3", &m), -1);
+    assert_int_equal(spk_cpu_mask_union("0x", &m), -1);
+    assert_int_equal(spk_cpu_mask_union("0x3,", &m), -1);
+    assert_int_equal(spk_cpu_mask_union("0x3g", &m), -1);
+    assert_int_equal(spk_cpu_mask_union("1,0", &m), -1);   /* map_cpu: CPU ids */
+}
+
 static void test_parse_uint_charset(void **state)
 {
     (void)state;
@@ -238,6 +265,7 @@ int main(void)
         cmocka_unit_test(test_opt_mps),
         cmocka_unit_test(test_opt_bind),
         cmocka_unit_test(test_user_cpu_bind),
+        cmocka_unit_test(test_cpu_mask_union),
         cmocka_unit_test(test_parse_uint_charset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -121,6 +121,28 @@ static void test_master_is_first_node_of_step(void **state)
     assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), -1);
 }
 
+/* A fragmented allocation: Slurm compresses only consecutive names, so
+ * 2000 nodes take ~14 KB ("nid[000001,000003,...]"); the plugin used to
+ * read SLURM_STEP_NODELIST into 1 KiB and failed such steps saying the
+ * list was missing. */
+static void test_master_of_long_node_list(void **state)
+{
+    (void)state;
+    struct spk_conf c;
+    struct spk_step s = step_2x2();
+    struct spk_step_contract sc;
+    static char list[16 * 1024];
+    size_t n = (size_t)snprintf(list, sizeof list, "nid[");
+    for (int i = 0; i < 2000; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%06d", i ? "," : "", 2 * i + 1);
+    snprintf(list + n, sizeof list - n, "]");
+    assert_true(strlen(list) > 13000);
+    spk_conf_defaults(&c);
+    s.nodelist = list;
+    assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
+    assert_string_equal(sc.master_addr, "nid000001");
+}
+
 static void test_bad_layout(void **state)
 {
     (void)state;
@@ -358,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_task_contract),
         cmocka_unit_test(test_master_addr_policies),
         cmocka_unit_test(test_master_is_first_node_of_step),
+        cmocka_unit_test(test_master_of_long_node_list),
         cmocka_unit_test(test_bad_layout),
         cmocka_unit_test(test_user_values),
         cmocka_unit_test(test_env_limits),

@@ -408,19 +408,29 @@ static int parse_normalize(const char *opt, const char *a, cdl_train_config *cfg
     return 0;
 }
 
-/* Slurm's CPU count above what this process may run on (a cgroup or a
- * launcher's binding smaller than --cpus-per-task): libcdl uses the smaller
- * (cdl_default_threads); say so once, in one line. */
-static void warn_cpus(void)
+/* More threads than this process may run on (a cgroup or a launcher's
+ * binding smaller than --cpus-per-task) only time-slice. Without
+ * --threads, libcdl takes the smaller of SLURM_CPUS_PER_TASK and the CPUs
+ * (cdl_default_threads); with it, the user's count stands. Say which, once,
+ * in one line. */
+static void warn_cpus(int threads)
 {
     const char *s = getenv("SLURM_CPUS_PER_TASK");
     cpu_set_t set;
-    if (!s || !*s || sched_getaffinity(0, sizeof set, &set) != 0)
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
         return;
-    long want = strtol(s, NULL, 10);
-    if (want > CPU_COUNT(&set) && want <= 4096)
+    int ncpu = CPU_COUNT(&set);
+    if (threads > 0) {
+        if (threads > ncpu)
+            fprintf(stderr, "cdl-train: warning: --threads %d but this process may run on %d "
+                    "CPU%s: the threads beyond %d share them and slow each other down\n",
+                    threads, ncpu, ncpu > 1 ? "s" : "", ncpu);
+        return;
+    }
+    long want = s && *s ? strtol(s, NULL, 10) : 0;
+    if (want > ncpu && want <= 4096)
         fprintf(stderr, "cdl-train: warning: SLURM_CPUS_PER_TASK is %ld but this process may run on "
-                "%d CPUs; cdl uses the smaller, %d\n", want, CPU_COUNT(&set), CPU_COUNT(&set));
+                "%d CPUs; cdl uses the smaller, %d\n", want, ncpu, ncpu);
 }
 
 /* The environment's settings (options given later override them): read
@@ -460,7 +470,6 @@ static int read_env(cdl_train_config *cfg)
     }
     cfg->dist_config = &dist;
     cfg->log = getenv("CDL_LOG");   /* docs/cuda.md */
-    warn_cpus();
     return 0;
 }
 
@@ -687,6 +696,8 @@ int main(int argc, char **argv)
     if (read_env(&cfg) != 0)
         return 2;
     int p = parse_args(argc, argv, &cfg);
+    if (p <= 0)
+        warn_cpus(cfg.threads);
     if (p != 0)
         return p > 0 ? 0 : 2;
     cdl_train_result res;

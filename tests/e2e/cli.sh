@@ -36,6 +36,11 @@ expect_status 2 "$CDL_TRAIN" --batch-size;          expect_err "needs a value"
 SLURM_CPUS_PER_TASK=4096 expect_status 2 "$CDL_TRAIN" --epochs 0
 expect_err "SLURM_CPUS_PER_TASK is 4096 but this process may run on $(nproc) CPUs"
 [ "$(grep -c warning "$TMP/err")" -eq 1 ] || die "the CPU warning is not printed once"
+# An explicit --threads stands: the warning says so, not "the smaller".
+more=$(($(nproc) + 1))
+SLURM_CPUS_PER_TASK=4096 expect_status 2 "$CDL_TRAIN" --threads $more --epochs 0
+expect_err "--threads $more but this process may run on $(nproc) CPU"
+grep -q "uses the smaller" "$TMP/err" && die "--threads $more is said to be cut down"
 # A misspelt option gets the nearest one; PyTorch's spellings get cdl's.
 expect_status 2 "$CDL_TRAIN" --epohcs 3;            expect_err "did you mean --epochs?"
 expect_status 2 "$CDL_TRAIN" --lerning-rate 1;      expect_err "unknown option '--lerning-rate' (see"

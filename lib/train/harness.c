@@ -458,6 +458,7 @@ static int run_epochs(run *r, cdl_train_result *res)
                           .class_names = r->class_names, .data = &r->train};
     if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;
+    r->saved_step = pos.step;
     run_info info = {
         .run_id = pos.run_id, .rank = r->ri.rank, .world = r->ri.world,
         .backend = r->be->ops->name, .threads = r->be->threads, .start_step = pos.step,
@@ -520,7 +521,15 @@ static int run_epochs(run *r, cdl_train_result *res)
             next.batch = 0;
             next.loss_sum = next.correct = next.seen = 0;
         }
-        if (loop_save(r, &next, best) != 0)
+        /* With --ckpt-every N the epoch ends write last.safetensors only
+         * when N steps have passed since the last one (and at the run's
+         * end): a small corpus's epochs of a few steps would otherwise
+         * write a large model's checkpoint every few steps (PyTorch
+         * Lightning's every_n_train_steps, Hugging Face's save_steps). A
+         * resume from the mid-epoch checkpoint is bitwise the same run. */
+        int last_epoch = done_steps || pos.epoch + 1 >= c->epochs;
+        int due = !c->ckpt_every || last_epoch || pos.step - r->saved_step >= c->ckpt_every;
+        if (loop_save(r, &next, (due ? SAVE_LAST : 0) | (best ? SAVE_BEST : 0)) != 0)
             return -1;
         if (!done_steps) {
             pos.loss_sum = pos.correct = pos.seen = 0;

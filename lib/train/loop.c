@@ -326,10 +326,10 @@ static int flush(run *r, train_position *pos)
     return 0;
 }
 
-int loop_save(run *r, const train_position *pos, int best)
+int loop_save(run *r, const train_position *pos, int what)
 {
-    int rc = 0;
-    if (!r->cfg->ckpt_dir[0])
+    int rc = 0, best = (what & SAVE_BEST) != 0;
+    if (!r->cfg->ckpt_dir[0] || !what)
         return 0;
     /* The unfinished epoch's running sums over all ranks (each rank holds
      * its share): a resume on any number of ranks gives them to rank 0. */
@@ -347,11 +347,14 @@ int loop_save(run *r, const train_position *pos, int best)
     if (ddp_optim_gather(r->ddp, r->optim, &full) != 0)
         return -1;
     if (r->ri.rank == 0) {
-        rc = train_ckpt_save(r->last_path, r->model, full, r->cfg, &all);
+        if (what & SAVE_LAST)
+            rc = train_ckpt_save(r->last_path, r->model, full, r->cfg, &all);
         if (rc == 0 && best)
             rc = train_ckpt_save(r->best_path, r->model, full, r->cfg, &all);
     }
     ddp_optim_release(r->optim, full);
+    if (what & SAVE_LAST)
+        r->saved_step = pos->step;   /* every rank: its own count of the same steps */
     if (r->dist && r->ri.world > 1) {
         /* Everyone learns whether rank 0 succeeded, so nobody reads a file
          * that is not there or keeps training alone: a sum to which only
@@ -362,8 +365,10 @@ int loop_save(run *r, const train_position *pos, int best)
             return -1;
         if (!ok && r->ri.rank != 0)
             return cdl_error("rank %d: rank 0 could not write its checkpoint %s%s%s: rank 0's "
-                             "error says why and what to do", r->ri.rank, r->last_path,
-                             best ? " or " : "", best ? r->best_path : "");
+                             "error says why and what to do", r->ri.rank,
+                             what & SAVE_LAST ? r->last_path : "",
+                             what == (SAVE_LAST | SAVE_BEST) ? " or " : "",
+                             best ? r->best_path : "");
     }
     return rc;
 }
@@ -404,7 +409,7 @@ static int after_step(run *r, train_position *pos, const epoch_clock *ck, cdl_tr
     if ((stop || max_steps || ckpt || eval) && flush(r, pos) != 0)
         return -1;
     if (stop) {
-        if (loop_save(r, pos, 0) != 0)
+        if (loop_save(r, pos, SAVE_LAST) != 0)
             return -1;
         train_report_note(r->rep, "stopped by signal at epoch %d, batch %ld (step %ld)%s",
                           pos->epoch + 1, pos->batch, pos->step,
@@ -416,17 +421,24 @@ static int after_step(run *r, train_position *pos, const epoch_clock *ck, cdl_tr
     }
     if (max_steps)
         return EPOCH_MAX_STEPS;
-    if (ckpt && loop_save(r, pos, 0) != 0)
-        return -1;
+    int save = ckpt ? SAVE_LAST : 0;
     if (eval) {
         /* --eval-every: validation in the middle of an epoch (the epoch's
-         * end has its own); it changes no state training reads. */
+         * end has its own); it changes no state training reads. A new
+         * lowest loss writes best.safetensors, as at an epoch's end: a long
+         * run on a large corpus may end no epoch before its last step. */
         double loss, acc;
         if (train_evaluate(r, r->val_loader, &loss, &acc) != 0 ||
             train_report_eval(r->rep, pos->epoch, pos->step, loss, acc) != 0)
             return -1;
+        if (loss < pos->best_val_loss) {
+            pos->best_val_loss = loss;
+            save |= SAVE_BEST;
+        }
     }
-    return 0;
+    /* After the validation: last.safetensors then holds its lowest loss,
+     * and a resumed run does not take a worse model for a better one. */
+    return loop_save(r, pos, save) != 0 ? -1 : 0;
 }
 
 int loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res)

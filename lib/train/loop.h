@@ -29,9 +29,11 @@ void loop_free(run *r);
  * after checkpointing) or -1. */
 int loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res);
 
-/* Writes the checkpoint at pos (rank 0; every rank learns whether it
- * worked); best also writes best.safetensors. */
-int loop_save(run *r, const train_position *pos, int best);
+/* Writes the checkpoint at pos into last.safetensors (SAVE_LAST) and/or
+ * best.safetensors (SAVE_BEST), rank 0; every rank learns whether it
+ * worked. Nothing for what = 0. */
+enum { SAVE_LAST = 1, SAVE_BEST = 2 };
+int loop_save(run *r, const train_position *pos, int what);
 
 /* Harness functions the loop uses (harness.c): optimizer steps per epoch
  * (batches / --accum-steps, rounded up), and the mean loss and accuracy on

@@ -31,6 +31,61 @@ static void base_config(cdl_train_config *c, const char *sub)
     snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s/%s", tmpdir, sub);
 }
 
+/* What the checkpoint directory holds after given steps (on_step runs
+ * after each optimizer step and its checkpoints and validation). */
+typedef struct {
+    const char *dir;
+    long at[2];
+    int last[2], best[2];
+} ckpt_probe;
+
+static int exists_in(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+static void probe_ckpts(void *ctx, long steps)
+{
+    ckpt_probe *p = ctx;
+    for (int i = 0; i < 2; i++)
+        if (steps == p->at[i]) {
+            p->last[i] = exists_in(p->dir, "last.safetensors");
+            p->best[i] = exists_in(p->dir, "best.safetensors");
+        }
+}
+
+/* --eval-every keeps best.safetensors at the lowest validation loss before
+ * any epoch ends (a long run on a large corpus may end none); --ckpt-every
+ * N writes last.safetensors every N steps, not at every epoch's end too,
+ * and always at the run's end. Without --ckpt-every, every epoch's end. */
+static void test_checkpoint_cadence(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "cadence");
+    c.eval_every = 2;
+    c.ckpt_every = 100;
+    ckpt_probe p = {.dir = c.ckpt_dir, .at = {3, 7}};
+    c.on_step = probe_ckpts;
+    c.on_step_ctx = &p;
+    run_ok(&c);
+    assert_int_equal(p.best[0], 1);   /* the validation at step 2 */
+    assert_int_equal(p.last[0], 0);
+    assert_int_equal(p.last[1], 0);   /* epoch 1 ended at step 6, 6 < 100 steps */
+    assert_true(exists_in(c.ckpt_dir, "last.safetensors"));   /* the run's end */
+
+    base_config(&c, "cadence-epochs");
+    p = (ckpt_probe){.dir = c.ckpt_dir, .at = {3, 7}};
+    c.on_step = probe_ckpts;
+    c.on_step_ctx = &p;
+    run_ok(&c);
+    assert_int_equal(p.best[0], 0);   /* no --eval-every: nothing before the epoch's end */
+    assert_int_equal(p.last[1], 1);
+    assert_int_equal(p.best[1], 1);
+}
+
 static void test_deterministic(void **state)
 {
     (void)state;
@@ -572,6 +627,7 @@ int main(void)
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_metrics_records),
         cmocka_unit_test(test_signal_at_epoch_end),
+        cmocka_unit_test(test_checkpoint_cadence),
         cmocka_unit_test(test_eta_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -6,11 +6,13 @@
  * classes are 0..max(y). Names: x_train/y_train and x_test/y_test (the Keras
  * convention), or x/y for a training split alone. */
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef HAVE_LIBZIP
 #include <zip.h>
@@ -295,13 +297,18 @@ int npy_read_dir(const char *dir, int train, cdl_dataset *out)
     const char *xn, *yn;
     split_names(train, 0, &xn, &yn);
     snprintf(xp, sizeof xp, "%s/%s.npy", dir, xn);
-    FILE *f = fopen(xp, "rb");
-    if (f)
-        fclose(f);
-    else if (train)
-        split_names(1, 1, &xn, &yn);
-    else
-        return 1;   /* no test split */
+    if (access(xp, F_OK) != 0 && errno == ENOENT) {
+        if (train) {
+            split_names(1, 1, &xn, &yn);
+        } else {
+            /* No test split, unless its labels say one was meant. */
+            snprintf(yp, sizeof yp, "%s/%s.npy", dir, yn);
+            if (access(yp, F_OK) == 0)
+                return cdl_error("%s is there but %s/%s.npy is not: add the test samples, or "
+                                 "remove %s.npy to train without a test split", yp, dir, xn, yn);
+            return 1;
+        }
+    }
     snprintf(xp, sizeof xp, "%s/%s.npy", dir, xn);
     snprintf(yp, sizeof yp, "%s/%s.npy", dir, yn);
     char hint[256];
@@ -393,8 +400,14 @@ int npz_read_mem(const uint8_t *buf, size_t len, const char *name, int train, cd
         rc = zip_member(z, name, xn, &xb, &xl);
     }
     if (rc == 1 && !train) {
+        /* No test split, unless its labels say one was meant. */
+        char yname[64];
+        snprintf(yname, sizeof yname, "%s.npy", yn);
+        int labels = zip_name_locate(z, yname, 0) >= 0;
         zip_discard(z);
-        return 1;
+        return labels ? cdl_error("%s holds %s but no %s: save the test samples too, or drop %s "
+                                  "to train without a test split", name, yn, xn, yn)
+                      : 1;
     }
     if (rc == 1)
         rc = cdl_error("%s holds neither x_train nor x: name the arrays x_train, y_train (x_test, "

@@ -21,6 +21,10 @@ np.save(d + "/npy9/x.npy", x[:9]); np.save(d + "/npy9/y.npy", y[:9])
 os.mkdir(d + "/npy2")   # a test split of another sample shape than training's
 np.save(d + "/npy2/x_train.npy", x[:64]); np.save(d + "/npy2/y_train.npy", y[:64])
 np.save(d + "/npy2/x_test.npy", x[64:, :4, :4]); np.save(d + "/npy2/y_test.npy", y[64:])
+os.mkdir(d + "/npy3")   # test labels without test samples (x_test misnamed)
+np.save(d + "/npy3/x_train.npy", x[:64]); np.save(d + "/npy3/y_train.npy", y[:64])
+np.save(d + "/npy3/X_test.npy", x[64:]); np.save(d + "/npy3/y_test.npy", y[64:])
+np.savez(d + "/ylone.npz", x_train=x[:64], y_train=y[:64], X_test=x[64:], y_test=y[64:])
 with open(d + "/t.csv", "w") as f:
     f.write('f1,"f 2",kind\n')
     for i in range(96):
@@ -44,6 +48,12 @@ expect_err "has no test split"
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy9"
 expect_err "the default validation split (10%) of its 9 training samples is empty: give --val-split as a count"
 run --model mlp --dataset "npy:$TMP/npy9" --val-split 1
+
+# Test labels without their samples: a test split was meant, not none.
+expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy3"
+expect_err "$TMP/npy3/y_test.npy is there but $TMP/npy3/x_test.npy is not"
+expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npz:$TMP/ylone.npz"
+expect_err "ylone.npz holds y_test but no x_test"
 
 # The model takes one sample shape: a test split of another is an error.
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy2"

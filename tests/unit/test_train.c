@@ -41,8 +41,8 @@ typedef struct {
 
 static int exists_in(const char *dir, const char *name)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char path[1200];
+    snprintf(path, sizeof path, "%.1024s/%.100s", dir, name);
     return access(path, F_OK) == 0;
 }
 

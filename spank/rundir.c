@@ -85,6 +85,27 @@ static int check_parents(const char *runtime_dir)
     return 0;
 }
 
+/* runtime_dir itself (st: its lstat): a real directory of root's that no
+ * one else may write to. */
+static int check_own(const char *runtime_dir, const struct stat *st)
+{
+    if (!S_ISDIR(st->st_mode))
+        return spk_error("runtime_dir=%s is not a directory (a symbolic link is refused)",
+                         runtime_dir);
+    /* A directory everyone may write to is a shared one (like /tmp): its
+     * mode is not for cdl to change, runtime_dir must be a directory of its
+     * own. */
+    if (st->st_mode & S_IWOTH)
+        return spk_error("runtime_dir=%s is writable by everyone (a shared directory): set "
+                         "runtime_dir to a directory of cdl's own, e.g. runtime_dir=/run/cdl",
+                         runtime_dir);
+    if (st->st_uid != 0 || (st->st_mode & S_IWGRP))
+        return spk_error("runtime_dir=%s must be owned by root and not writable by group or "
+                         "others (chown root: %s; chmod g-w %s)", runtime_dir, runtime_dir,
+                         runtime_dir);
+    return 0;
+}
+
 int spk_rundir_check_root(const char *runtime_dir)
 {
     struct stat st;
@@ -94,21 +115,7 @@ int spk_rundir_check_root(const char *runtime_dir)
         return spk_error("runtime_dir=%s: cannot create it: %s", runtime_dir, strerror(errno));
     if (lstat(runtime_dir, &st) != 0)
         return spk_error("runtime_dir=%s: %s", runtime_dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return spk_error("runtime_dir=%s is not a directory (a symbolic link is refused)",
-                         runtime_dir);
-    /* A directory everyone may write to is a shared one (like /tmp): its
-     * mode is not for cdl to change, runtime_dir must be a directory of its
-     * own. */
-    if (st.st_mode & S_IWOTH)
-        return spk_error("runtime_dir=%s is writable by everyone (a shared directory): set "
-                         "runtime_dir to a directory of cdl's own, e.g. runtime_dir=/run/cdl",
-                         runtime_dir);
-    if (st.st_uid != 0 || (st.st_mode & S_IWGRP))
-        return spk_error("runtime_dir=%s must be owned by root and not writable by group or "
-                         "others (chown root: %s; chmod g-w %s)", runtime_dir, runtime_dir,
-                         runtime_dir);
-    return 0;
+    return check_own(runtime_dir, &st);
 }
 
 /* Removing a tree the job user wrote, as root: without following a link,
@@ -311,6 +318,19 @@ int spk_rundir_each_of_job(const char *runtime_dir, uint32_t jobid,
     fd = open(runtime_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return errno == ENOENT ? 0 : spk_error("runtime_dir=%s: %s", runtime_dir, strerror(errno));
+    /* The checks steps make before they create anything there: in a
+     * directory others may write to (runtime_dir=/tmp by mistake) the
+     * "<jobid>.*" entries could be anybody's, not the plugin's. */
+    struct stat rst;
+    if (fstat(fd, &rst) != 0) {
+        int err = errno;
+        close(fd);
+        return spk_error("runtime_dir=%s: %s", runtime_dir, strerror(err));
+    }
+    if (check_own(runtime_dir, &rst) != 0 || check_parents(runtime_dir) != 0) {
+        close(fd);
+        return -1;
+    }
     d = fdopendir(fd);
     if (!d) {
         close(fd);

@@ -51,7 +51,10 @@ int spk_rundir_remove(const char *runtime_dir, const char *key);
 int spk_rundir_open_sub(const struct spk_rundir *rd, const char *sub);
 
 /* Calls fn(key, owner uid, owner gid, arg) for every step directory of jobid in
- * runtime_dir (names "<jobid>.*"). Returns the number found, or -1. */
+ * runtime_dir (names "<jobid>.*"). Returns the number found, 0 when
+ * runtime_dir does not exist, or -1 (nothing called) when it is not one
+ * spk_rundir_check_root would accept: in a directory others may write to,
+ * the entries could be anybody's. */
 int spk_rundir_each_of_job(const char *runtime_dir, uint32_t jobid,
                            int (*fn)(const char *key, uid_t owner, gid_t group, void *arg),
                            void *arg);

@@ -188,6 +188,39 @@ static void test_shared_dir_hint(void **state)
     assert_null(strstr(spk_last_error(), "chmod"));
 }
 
+static int count_dirs(const char *key, uid_t owner, gid_t group, void *arg)
+{
+    (void)key, (void)owner, (void)group;
+    ++*(int *)arg;
+    return 0;
+}
+
+/* The epilog's sweep (spk_rundir_each_of_job) makes the steps' checks
+ * first: in a runtime_dir everyone may write to (runtime_dir=/tmp by
+ * mistake) a "<jobid>.*" directory could be anybody's, so none is handed
+ * over; in a proper one they are. */
+static void test_sweep_checks_runtime_dir(void **state)
+{
+    (void)state;
+    if (getuid() != 0)
+        skip();
+    char dir[256], sub[300];
+    int calls = 0;
+    snprintf(dir, sizeof dir, "%s/sweep-shared", tmp);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    assert_int_equal(chmod(dir, 01777), 0);
+    snprintf(sub, sizeof sub, "%s/81.0.n1", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    assert_int_equal(spk_rundir_each_of_job(dir, 81, count_dirs, &calls), -1);
+    assert_int_equal(calls, 0);
+    assert_non_null(strstr(spk_last_error(), "writable by everyone"));
+    assert_int_equal(chmod(dir, 0755), 0);
+    assert_int_equal(spk_rundir_each_of_job(dir, 81, count_dirs, &calls), 1);
+    assert_int_equal(calls, 1);
+    snprintf(sub, sizeof sub, "%s/absent", tmp);
+    assert_int_equal(spk_rundir_each_of_job(sub, 81, count_dirs, &calls), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -195,6 +228,7 @@ int main(void)
         cmocka_unit_test(test_links_not_followed),
         cmocka_unit_test(test_parents_checked),
         cmocka_unit_test(test_shared_dir_hint),
+        cmocka_unit_test(test_sweep_checks_runtime_dir),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -124,11 +124,9 @@ typedef struct named {
     int index;
 } named;
 
-static int cmp_named(const void *a, const void *b)
+static int cmp_name(const void *a, const void *b)
 {
-    const named *x = a, *y = b;
-    int c = strcmp(x->name, y->name);
-    return c ? c : (x->index > y->index) - (x->index < y->index);
+    return strcmp(((const named *)a)->name, ((const named *)b)->name);
 }
 
 /* slot[k]: the feature index column k of a test table's header fills in
@@ -157,7 +155,7 @@ static int match_columns(char *const *header, int ncol, int label_col, const csv
     for (int j = 0; !rc && j < train->nf; j++)
         idx[j] = (named){train->features[j], j};
     if (!rc)
-        qsort(idx, (size_t)train->nf, sizeof *idx, cmp_named);
+        qsort(idx, (size_t)train->nf, sizeof *idx, cmp_name);
     for (int j = 1; !rc && j < train->nf; j++)
         if (!strcmp(idx[j - 1].name, idx[j].name))
             rc = cdl_error("%s: its columns are in another order than the training table's, "
@@ -168,16 +166,10 @@ static int match_columns(char *const *header, int ncol, int label_col, const csv
         slot[k] = -1;
         if (k == label_col)
             continue;
+        /* Names are unique (checked above), so the match is the name's. */
         named key = {header[k], -1};
-        named *lo = idx, *hi = idx + train->nf;   /* the first entry >= key: the name's */
-        while (lo < hi) {
-            named *mid = lo + (hi - lo) / 2;
-            if (cmp_named(mid, &key) < 0)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo == idx + train->nf || strcmp(lo->name, header[k]))
+        const named *lo = bsearch(&key, idx, (size_t)train->nf, sizeof *idx, cmp_name);
+        if (!lo)
             rc = cdl_error("%s: column '%s' is not a column of the training table: the test "
                            "table must have the training table's feature columns (in any "
                            "order)", name, data_printable(header[k], hn, sizeof hn));

@@ -18,4 +18,18 @@ out=$( (ulimit -n 64 && "$cdlrun" -n 40 --label "$check") 2>&1 ) &&
 echo "$out"
 echo "$out" | grep -q "cannot make the output pipes of rank .*raise 'ulimit -n' or drop --label" ||
     { echo "FAILED: no advice on the descriptor limit"; exit 1; }
+# A PyTorch job as it is: init_process_group("env://") binds MASTER_PORT in
+# rank 0, so that port must not be the one cdlrun holds for cdl's store.
+py=/usr/bin/python3
+if [ -x "$py" ] && "$py" -c 'import torch.distributed' 2>/dev/null; then
+    run "$cdlrun" -n 2 --label "$py" "${top_srcdir:-.}/templates/pytorch/train_ddp.py" \
+        --epochs 1 --samples 512 >"$tmp/torch.out" 2>&1 ||
+        { cat "$tmp/torch.out"; exit 1; }
+    cat "$tmp/torch.out"
+    grep -q '^\[1\] rank 1/2 .*backend gloo' "$tmp/torch.out" &&
+        grep -q '^\[0\] epoch 1/1 loss' "$tmp/torch.out" ||
+        { echo "FAILED: no 2-rank PyTorch DDP epoch under cdlrun"; exit 1; }
+else
+    echo "note: Debian's python3-torch is missing: PyTorch under cdlrun skipped"
+fi
 echo "cdlrun checks passed"

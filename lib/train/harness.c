@@ -20,6 +20,7 @@
 #include "checkpoint.h"
 #include "ddp.h"
 #include "grads.h"
+#include "init.h"
 #include "loop.h"
 #include "mfu.h"
 #include "metrics.h"
@@ -819,6 +820,20 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                       r.train.n, r.val.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");
+    if (cfg->init[0]) {
+        char fresh[256];
+        int nf = init_fresh_names(r.model, cfg->init_ignore, fresh, sizeof fresh);
+        if (!cfg->init_ignore[0])
+            train_report_note(r.rep, "weights from %s (--init)", cfg->init);
+        else if (nf)
+            train_report_note(r.rep, "weights from %s (--init), except %d tensor%s left fresh by "
+                              "--init-ignore '%s': %s", cfg->init, nf, nf == 1 ? "" : "s",
+                              cfg->init_ignore, fresh);
+        else if (r.ri.rank == 0)   /* a warning: also when quiet */
+            fprintf(stderr, "cdl-train: warning: --init-ignore '%s' matches none of the model's "
+                    "tensors: every tensor came from %s (the names are PyTorch's, e.g. "
+                    "'fc.*')\n", cfg->init_ignore, cfg->init);
+    }
     if (ddp_sharded(r.ddp)) {
         size_t so, sn;
         cdl_optim_shard(r.optim, &so, &sn);

@@ -58,6 +58,8 @@ st.save_file(torchvision.models.resnet18().state_dict(), sys.argv[1])' "$dir/ima
 # The first line says which stem stem=auto took for the 72-pixel pictures.
 grep -q "^cdl .*: resnet18 (ImageNet stem: 7x7/2 conv, max-pool) on npy " "$TMP/out" ||
     die "the first line does not name the ImageNet stem: $(head -2 "$TMP/out")"
+grep -q "^weights from .*imagenet.safetensors (--init), except 2 tensors left fresh by --init-ignore 'fc.\*': fc.weight, fc.bias$" "$TMP/out" ||
+    die "no line says which tensors --init left fresh: $(head -3 "$TMP/out")"
 expect_status 1 "$CDL_TRAIN" --model resnet18 --init "$dir/imagenet.safetensors" \
     --dataset "npy:$dir" --val-split 0 --max-steps 1 -q
 expect_err "fc.weight"

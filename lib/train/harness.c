@@ -446,8 +446,9 @@ static int resume(run *r, train_position *pos)
      * with an empty rest of the epoch. */
     if (pos->batch > spe)
         pos->batch = spe;
-    train_report_note(r->rep, "resuming from %s: epoch %d, batch %ld, step %ld", path,
-                      pos->epoch + 1, pos->batch, pos->step);
+    train_report_note(r->rep, "resuming from %s: epoch %d, batch %ld, step %ld%s", path,
+                      pos->epoch + 1, pos->batch, pos->step,
+                      r->cfg->init[0] ? " (its weights replace --init's)" : "");
     return 0;
 }
 

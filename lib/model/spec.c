@@ -859,8 +859,9 @@ done:
     return rc;
 }
 
-int cdl_spec_load(const char *path, cdl_model_spec *out)
+int cdl_spec_read(const char *path, char **text_out)
 {
+    *text_out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
         return cdl_error("cannot open model spec '%s': %s: check the path (or use a built-in: "
@@ -873,7 +874,6 @@ int cdl_spec_load(const char *path, cdl_model_spec *out)
     size_t n = fread(text, 1, SPEC_FILE_MAX + 1, f);
     int bad = ferror(f), err = errno;
     fclose(f);
-    int rc = -1;
     if (bad)
         cdl_error("cannot read model spec '%s': %s", path, strerror(err));
     else if (n > SPEC_FILE_MAX)
@@ -883,8 +883,19 @@ int cdl_spec_load(const char *path, cdl_model_spec *out)
         cdl_error("model spec '%s' contains a NUL byte: it must be a text file", path);
     else {
         text[n] = '\0';
-        rc = cdl_spec_parse(text, path, out);
+        *text_out = text;
+        return 0;
     }
+    cdl_free(text);
+    return -1;
+}
+
+int cdl_spec_load(const char *path, cdl_model_spec *out)
+{
+    char *text;
+    if (cdl_spec_read(path, &text) != 0)
+        return -1;
+    int rc = cdl_spec_parse(text, path, out);
     cdl_free(text);
     return rc;
 }

@@ -445,6 +445,7 @@ typedef struct pctx {
     body_line body[MAX_BODY_LINES];
     scope top;
     char *gpt_text;           /* a gpt line's expansion (block bodies point into it) */
+    int gpt_done;             /* the gpt line is read: it was the whole model */
 } pctx;
 
 static int ident_ok(const char *s)
@@ -757,6 +758,7 @@ static int gpt_line(pctx *c, char **w, int nw)
         if (n < 0 || (n > 0 && spec_line(c, line_text, len, lw, n)))
             return -1;
     }
+    c->gpt_done = 1;
     return 0;
 }
 
@@ -788,6 +790,12 @@ static int spec_line(pctx *c, const char *text, size_t len, char **w, int nw)
         return begin_block(c, w, nw);
     if (!strcmp(w[0], "end"))
         return perr(&c->p, "'end' without a block: blocks start with 'block NAME ...'");
+    /* Layers after it would follow lm_head: another model than nanoGPT's,
+     * which its checkpoint would no longer load into. */
+    if (c->gpt_done && strcmp(w[0], "gpt") && strcmp(w[0], "input"))
+        return perr(&c->p, "a layer after the gpt line, which is the whole model (it ends at "
+                    "lm_head): to change the model, write its layers out instead "
+                    "(docs/model-spec.md gives the gpt line's spec)");
     if (!strcmp(w[0], "use"))
         return use_block(c, w, nw);
     if (!strcmp(w[0], "gpt"))

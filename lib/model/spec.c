@@ -601,6 +601,18 @@ static int begin_block(pctx *c, char **w, int nw)
     return 0;
 }
 
+/* "PLANES, STRIDE" (or "no parameters") into buf, for errors. */
+static const char *param_list(const block_def *b, char *buf)
+{
+    buf[0] = '\0';
+    for (int j = 0; j < b->nparams; j++) {
+        strcat(buf, j ? ", " : "");
+        strcat(buf, b->param[j]);
+    }
+    return b->nparams ? buf : "no parameters";
+}
+#define PARAM_LIST_MAX (MAX_BLOCK_PARAMS * (WORD_MAX + 2) + 16)
+
 /* Copies src into dst replacing each $PARAM by its value. */
 static int substitute(pctx *c, const block_def *b, char vals[][WORD_MAX], const char *src,
                       char *dst)
@@ -619,13 +631,9 @@ static int substitute(pctx *c, const block_def *b, char vals[][WORD_MAX], const 
                 if (strlen(b->param[j]) == k - 1 && !strncmp(b->param[j], s + 1, k - 1))
                     found = j;
             if (found < 0) {
-                char params[MAX_BLOCK_PARAMS * (WORD_MAX + 2) + 8] = "";
-                for (int j = 0; j < b->nparams; j++) {
-                    strcat(params, j ? ", " : "");
-                    strcat(params, b->param[j]);
-                }
+                char params[PARAM_LIST_MAX];
                 return perr(&c->p, "unknown parameter '%.*s' in block %s: it has %s", (int)k, s,
-                            b->name, b->nparams ? params : "no parameters");
+                            b->name, param_list(b, params));
             }
             piece = vals[found];
             plen = strlen(piece);
@@ -682,8 +690,10 @@ static int use_block(pctx *c, char **w, int nw)
             }
             for (j = 0; j < b->nparams && strcmp(b->param[j], w[i]); j++)
                 ;
+            char params[PARAM_LIST_MAX];
             if (j == b->nparams)
-                return perr(&c->p, "block %s has no parameter '%s'", b->name, w[i]);
+                return perr(&c->p, "block %s has no parameter '%s': it has %s", b->name, w[i],
+                            param_list(b, params));
         } else if (npos++ >= b->nparams) {
             return perr(&c->p, "unexpected '%s': block %s takes %d argument%s", w[i], b->name,
                         b->nparams, b->nparams == 1 ? "" : "s");
@@ -807,6 +817,10 @@ static int spec_line(pctx *c, const char *text, size_t len, char **w, int nw)
             return perr(&c->p, "the input line must come before the first layer");
         return parse_input(&c->p, w, nw, &spec->input);
     }
+    for (int i = 1; i < nw; i++)
+        if (strchr(w[i], '$'))
+            return perr(&c->p, "'%s' outside a block: $PARAM is filled in only in the lines of a "
+                        "'block NAME PARAM ...' that a 'use NAME VALUE' copies", w[i]);
     return add_layer(c, &c->top, w, nw);
 }
 

@@ -581,7 +581,10 @@ static void test_parse_graph_errors(void **state)
         {"block b X\nrelu\nend\nuse b name=l.0\n", "f.spec:4: ", "block b needs a value for X"},
         {"block b X\nrelu\nend\nuse b 1 2 name=l.0\n", "f.spec:4: ",
          "unexpected '2': block b takes 1 argument"},
-        {"block b X\nrelu\nend\nuse b Y=1 name=l.0\n", "f.spec:4: ", "block b has no parameter 'Y'"},
+        {"block b X Z=2\nrelu\nend\nuse b Y=1 name=l.0\n", "f.spec:4: ",
+         "block b has no parameter 'Y': it has X, Z"},
+        {"block b X\nrelu\nend\nlinear $X\n", "f.spec:4: ", "'$X' outside a block: $PARAM is "
+                                                          "filled in only in the lines of a"},
         {"block b X\nlinear $Y\nend\nuse b 3 name=l.0\n", "f.spec:2 (block b, used at line 4 as "
                                                           "l.0): ", "unknown parameter '$Y' in "
                                                                     "block b: it has X"},

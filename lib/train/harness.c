@@ -278,6 +278,15 @@ static int build_model(run *r)
     r->model = cdl_model_create(&spec, in, c->batch_size, r->be);
     if (!r->model)
         return -1;
+    if (!cdl_spec_is_builtin(c->model)) {   /* checkpoints carry the spec file's text */
+        char *text;
+        if (cdl_spec_read(c->model, &text) != 0)
+            return -1;
+        int rc = cdl_model_set_spec_text(r->model, text);
+        cdl_free(text);
+        if (rc != 0)
+            return -1;
+    }
     /* A language model predicts at every position: labels per position
      * (cross-entropy over n * positions rows). */
     int t = cdl_model_positions(r->model);

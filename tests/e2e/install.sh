@@ -42,8 +42,10 @@ done
 head -1 "$modfile" | grep -q '^#%Module' || die "$modfile lacks the #%Module magic"
 grep -q '@[a-z]*@' "$modfile" && die "$modfile has unexpanded @...@"
 grep -q '\${' "$modfile" && die "$modfile has unexpanded \${...}"
-for v in PATH MANPATH PKG_CONFIG_PATH CPATH LIBRARY_PATH; do
+for v in PATH MANPATH PKG_CONFIG_PATH CPATH LIBRARY_PATH LD_RUN_PATH; do
     dir=$(awk -v v="$v" '$1 == "prepend-path" && $2 == v { print $3 }' "$modfile")
+    # LD_RUN_PATH is left out for a libdir the loader searches anyway.
+    [ "$v" = LD_RUN_PATH ] && [ -z "$dir" ] && case "$(var libdir)" in /usr/lib*|/lib*) continue ;; esac
     case "$dir" in
         "$prefix"/*) ;;
         *) die "$modfile: $v -> '$dir', not under the prefix $prefix" ;;

@@ -8,20 +8,13 @@
 # runs.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 
-command -v "${MAKE:-make}" >/dev/null || { echo "SKIP: no make"; exit 77; }
 command -v pkg-config >/dev/null || { echo "SKIP: pkg-config is not installed"; exit 77; }
+. "$top_srcdir/tests/api/make-install.sh"
 CC=${CC:-cc}
 CXX=${CXX:-g++}
-unset MAKEFLAGS MFLAGS MAKELEVEL   # a top-level make (see tests/e2e/install.sh)
 DEST=$(cd "$top_builddir" && pwd)/api-install.$$
 trap 'rm -rf "$DEST" "$TMP"' EXIT
-mk() { "${MAKE:-make}" -s --no-print-directory -C "$top_builddir" "$@"; }
-var() { mk -f Makefile -f - print-var V="$1" <<'MK'
-print-var:
-	@echo '$($(V))'
-MK
-}
-mk install DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make install DESTDIR=$DEST failed"; }
+make_install "$DEST"
 prefix=$(var prefix) libdir=$(var libdir) includedir=$(var includedir) pkgconfigdir=$(var pkgconfigdir)
 [ -n "$prefix" ] || die "cannot read prefix from the Makefile"
 inc="$DEST$includedir"

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "lib/core/sized.h"
+#include "lib/dist/announce.h"
 #include "lib/dist/dist_gpu.h"
 #include "lib/model/model_internal.h"
 
@@ -761,7 +762,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     int rc = -1;
     if (check_config(cfg) != 0)
         return -1;
-    if (cdl_rank_discover(&r.ri) != 0)
+    if (rank_discover(&r.ri, !cfg->quiet) != 0)
         return -1;
     /* From here on SIGUSR1/SIGTERM ask for a checkpoint: one that comes
      * while the data loads (a job signalled as soon as its metrics file
@@ -778,7 +779,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (!r.be)
         goto out;
     if (r.ri.world > 1) {
-        r.dist = cdl_dist_create_with(&r.ri, cfg->dist_backend, r.be, cfg->dist_config);
+        r.dist = dist_create(&r.ri, cfg->dist_backend, r.be, cfg->dist_config, !cfg->quiet);
         if (!r.dist)
             goto out;
     }

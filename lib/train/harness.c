@@ -474,7 +474,14 @@ static int run_epochs(run *r, cdl_train_result *res)
     /* Resumed at or past --max-steps (a finished run started again): no
      * step to take; a step would go past the limit on every restart. */
     int done_steps = c->max_steps > 0 && pos.step >= c->max_steps;
-    if (done_steps)
+    /* ...unless a signal stopped the run at an epoch's last step that was
+     * also --max-steps's: that epoch's end (validation, its record,
+     * best.safetensors) is still to do, as after any signal at an epoch's
+     * last step. The loop below does it with an empty rest of the epoch,
+     * then stops at --max-steps. */
+    if (done_steps && pos.batch >= spe && pos.epoch < c->epochs)
+        done_steps = 0;
+    else if (done_steps)
         train_report_note(r->rep, "step %ld reached --max-steps %ld: nothing to train", pos.step,
                           c->max_steps);
 
@@ -489,6 +496,8 @@ static int run_epochs(run *r, cdl_train_result *res)
             done_steps = 1;
         else if (rc != 0)
             return rc;
+        else if (c->max_steps > 0 && pos.step >= c->max_steps)
+            done_steps = 1;   /* the pending end of the epoch that reached it (above) */
         double seconds = train_now() - t0;
         double tr[3] = {pos.loss_sum, pos.correct, pos.seen};
         double seen_here[1] = {pos.seen - seen0};

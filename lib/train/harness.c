@@ -422,21 +422,40 @@ static int resume(run *r, train_position *pos)
      * is right on any number of ranks. */
     if (r->ri.rank != 0)
         pos->loss_sum = pos->correct = pos->seen = 0;
-    if (pos->world != r->ri.world) {
-        /* The same fraction of the epoch, at an optimizer step's first
-         * micro-batch; and the step count this world size would have
-         * there, so that the schedule (warmup, cosine, step decay) stays
-         * where the run is: epochs have another number of steps now. */
-        long b = pos->batch * pos->world / r->ri.world;
-        b -= b % r->accum;
-        if (b > spe)
-            b = spe;
-        long step = (long)pos->epoch * train_steps_per_epoch(r) + (b + r->accum - 1) / r->accum;
-        train_report_note(r->rep,
-                          "warning: %s was written by %d ranks, resuming on %d: epoch %d continues "
-                          "at batch %ld of %ld (step %ld of this world size, was %ld), so results "
-                          "differ from an uninterrupted run",
-                          path, pos->world, r->ri.world, pos->epoch + 1, b, spe, step, pos->step);
+    /* Another batch geometry (world size; --batch-size, --accum-steps
+     * with --resume-allow): the position in the epoch is converted, so no
+     * sample is skipped or repeated (realign.c). */
+    train_geometry was = {pos->world, pos->batch_size ? pos->batch_size : c->batch_size,
+                          pos->accum ? pos->accum : r->accum, 0};
+    train_geometry now = {r->ri.world, c->batch_size, r->accum, spe};
+    if (was.world != now.world || was.batch_size != now.batch_size || was.accum != now.accum) {
+        long samples = was.world > 1 ? (r->train.n + was.world - 1) / was.world : r->train.n;
+        was.batches = c->drop_last ? samples / was.batch_size
+                                   : (samples + was.batch_size - 1) / was.batch_size;
+        long b = pos->batch, step = pos->step;
+        int exact;
+        if (train_resume_realign(&was, &now, pos->epoch, train_steps_per_epoch(r), &b, &step,
+                                 &exact) != 0)
+            return cdl_error("%s: %s", path, cdl_last_error());
+        char change[160] = "";
+        if (was.batch_size != now.batch_size)
+            snprintf(change, sizeof change, "--batch-size %d -> %d", was.batch_size,
+                     now.batch_size);
+        if (was.accum != now.accum)
+            snprintf(change + strlen(change), sizeof change - strlen(change),
+                     "%s--accum-steps %d -> %d", change[0] ? ", " : "", was.accum, now.accum);
+        if (!exact)
+            train_report_note(r->rep,
+                              "warning: %s was written by %d ranks, resuming on %d%s%s: epoch %d "
+                              "continues at batch %ld of %ld (step %ld of this world size, was "
+                              "%ld), so results differ from an uninterrupted run", path,
+                              pos->world, r->ri.world, change[0] ? " with " : "", change,
+                              pos->epoch + 1, b, spe, step, pos->step);
+        else
+            train_report_note(r->rep,
+                              "%s: resuming with %s: epoch %d continues at batch %ld of %ld after "
+                              "the same samples (step %ld of these settings, was %ld)", path,
+                              change, pos->epoch + 1, b, spe, step, pos->step);
         pos->batch = b;
         pos->step = step;
     }

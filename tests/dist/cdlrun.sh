@@ -32,4 +32,17 @@ if [ -x "$py" ] && "$py" -c 'import torch.distributed' 2>/dev/null; then
 else
     echo "note: Debian's python3-torch is missing: PyTorch under cdlrun skipped"
 fi
+# Rank 0's two lines about the ranks and collectives it found (Slurm tests
+# and docs read them) are there without -q, and -q quiets them: "no output
+# but errors".
+train_args="--dataset synthetic --synthetic-size 32 --epochs 1 --threads 1 --val-split 0"
+# shellcheck disable=SC2086
+timeout 120 "$cdlrun" -n 2 "$train" $train_args >"$tmp/loud" 2>&1 ||
+    { cat "$tmp/loud"; echo "FAILED: cdl-train on 2 ranks"; exit 1; }
+grep -q "^cdl: rank 0 of 2: ranks from" "$tmp/loud" && grep -q "^cdl: rank 0: collectives over" "$tmp/loud" ||
+    { cat "$tmp/loud"; echo "FAILED: rank 0 did not say what it found"; exit 1; }
+# shellcheck disable=SC2086
+timeout 120 "$cdlrun" -n 2 "$train" $train_args -q >"$tmp/quiet" 2>&1 ||
+    { cat "$tmp/quiet"; echo "FAILED: cdl-train -q on 2 ranks"; exit 1; }
+[ ! -s "$tmp/quiet" ] || { cat "$tmp/quiet"; echo "FAILED: cdl-train -q printed the lines above"; exit 1; }
 echo "cdlrun checks passed"

@@ -46,16 +46,25 @@ static void roundtrip(cdl_model *m, const cdl_model_spec *spec, cdl_shape in, cd
     test_rm_rf(dir);
 }
 
+/* The built-in `name` for inputs of shape in, initialised from seed 1. */
+static cdl_model *built(const char *name, cdl_shape in, int classes, cdl_backend *be,
+                        cdl_model_spec *spec)
+{
+    assert_non_null(be);
+    assert_int_equal(cdl_spec_builtin(name, in, classes, spec), 0);
+    cdl_model *m = cdl_model_create(spec, in, 2, be);
+    assert_non_null(m);
+    cdl_model_init(m, 1);
+    return m;
+}
+
 static void test_batchnorm_model(void **state)
 {
     (void)state;
     cdl_backend *be = cdl_backend_create("cpu", 1);
     cdl_shape in = {3, 8, 8};
     cdl_model_spec spec;
-    assert_int_equal(cdl_spec_builtin("resnet20", in, 4, &spec), 0);
-    cdl_model *m = cdl_model_create(&spec, in, 2, be);
-    assert_non_null(m);
-    cdl_model_init(m, 1);
+    cdl_model *m = built("resnet20", in, 4, be, &spec);
     /* Two training forwards move the running statistics and the counts
      * away from their initial values. */
     float x[2 * 3 * 8 * 8];
@@ -75,10 +84,7 @@ static void test_tied_model(void **state)
     cdl_backend *be = cdl_backend_create("cpu", 1);
     cdl_shape in = {8, 1, 1};
     cdl_model_spec spec;
-    assert_int_equal(cdl_spec_builtin("gpt:n_layer=1,n_head=2,n_embd=16", in, 32, &spec), 0);
-    cdl_model *m = cdl_model_create(&spec, in, 2, be);
-    assert_non_null(m);
-    cdl_model_init(m, 1);
+    cdl_model *m = built("gpt:n_layer=1,n_head=2,n_embd=16", in, 32, be, &spec);
     assert_true(cdl_model_naliases(m) > 0);
     roundtrip(m, &spec, in, be);
     cdl_model_destroy(m);
@@ -89,10 +95,8 @@ static void test_errors(void **state)
 {
     (void)state;
     cdl_backend *be = cdl_backend_create("cpu", 1);
-    cdl_shape in = {1, 4, 4};
     cdl_model_spec spec;
-    assert_int_equal(cdl_spec_builtin("mlp", in, 2, &spec), 0);
-    cdl_model *m = cdl_model_create(&spec, in, 1, be);
+    cdl_model *m = built("mlp", (cdl_shape){1, 4, 4}, 2, be, &spec);
     assert_int_equal(cdl_model_save_weights(m, "/nonexistent-dir/w.safetensors"), -1);
     assert_non_null(strstr(cdl_last_error(), "/nonexistent-dir/w.safetensors"));
     assert_int_equal(cdl_model_save_weights(m, ""), -1);

@@ -43,9 +43,13 @@ if [ "$have_cxx" = 1 ]; then   # extern "C": a C++ program links libcdl
         { cat "$TMP/err" >&2; die "a C++ program calling cdl_version does not link (extern \"C\" in cdl.h)"; }
 fi
 
-# pkg-config on the installed cdl.pc, its prefix moved under DEST.
+# pkg-config on the installed cdl.pc, its directories moved under DEST
+# (also a libdir or includedir that configure was given outside prefix).
 export PKG_CONFIG_PATH="$DEST$pkgconfigdir"
-pc() { pkg-config --define-variable=prefix="$DEST$prefix" "$@" cdl; }
+pc() {
+    pkg-config --define-variable=prefix="$DEST$prefix" --define-variable=libdir="$DEST$libdir" \
+        --define-variable=includedir="$DEST$includedir" "$@" cdl
+}
 pc --exists || die "pkg-config does not find cdl.pc in $DEST$pkgconfigdir"
 [ "$(pc --modversion)" = "$(var VERSION)" ] || die "cdl.pc's version is not $(var VERSION)"
 pc --cflags | grep -qF -- "-I$inc" || die "cdl.pc's Cflags do not name the installed include directory: $(pc --cflags)"

@@ -453,6 +453,87 @@ static void test_metrics_records(void **state)
     assert_non_null(strstr(cdl_last_error(), "metrics-2.jsonl"));
 }
 
+/* on_record sees what --metrics writes, record for record. */
+typedef struct {
+    int n;
+    cdl_train_record rec[64];
+} record_log;
+
+static void log_record(void *ctx, const cdl_train_record *rec)
+{
+    record_log *l = ctx;
+    assert_true(rec->size >= sizeof *rec);
+    assert_in_range(l->n, 0, 63);
+    l->rec[l->n++] = *rec;
+}
+
+static void assert_close(const char *text, double want)
+{
+    double got = atof(text);
+    assert_true(fabs(got - want) <= 1e-5 * fmax(1, fabs(want)));
+}
+
+static void test_on_record(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "records");
+    snprintf(c.metrics, sizeof c.metrics, "%s/records.jsonl", tmpdir);
+    c.metrics_every = 2;
+    c.eval_every = 3;
+    c.clip_grad = 100;   /* a grad_norm in the step records */
+    record_log log = {0};
+    c.on_record = log_record;
+    c.on_record_ctx = &log;
+    run_ok(&c);
+    /* 2 epochs of 6 steps: steps 2 4 6, eval 3 (at 6 the epoch's own
+     * validation), epoch 6, steps 8 10 12, eval 9, epoch 12, test. */
+    static const enum cdl_record_type want[] = {
+        CDL_RECORD_STEP, CDL_RECORD_EVAL, CDL_RECORD_STEP, CDL_RECORD_STEP, CDL_RECORD_EPOCH,
+        CDL_RECORD_STEP, CDL_RECORD_EVAL, CDL_RECORD_STEP, CDL_RECORD_STEP, CDL_RECORD_EPOCH,
+        CDL_RECORD_TEST};
+    static const char *const names[] = {"", "\"step\"", "\"eval\"", "\"epoch\"", "\"test\""};
+    assert_int_equal(log.n, (int)(sizeof want / sizeof want[0]));
+    char line[20000], v[128];
+    for (int i = 0; i < log.n; i++) {
+        const cdl_train_record *r = &log.rec[i];
+        assert_int_equal(r->type, want[i]);
+        assert_true(metrics_line(c.metrics, i + 1, line, sizeof line));   /* after config */
+        json_value(line, "type", v, sizeof v);
+        assert_string_equal(v, names[r->type]);
+        if (r->type == CDL_RECORD_TEST) {
+            json_value(line, "test_loss", v, sizeof v);
+            assert_close(v, r->loss);
+            json_value(line, "test_samples", v, sizeof v);
+            assert_int_equal(atol(v), r->samples);
+            assert_int_equal(r->epoch, 0);
+            continue;
+        }
+        json_value(line, "step", v, sizeof v);
+        assert_int_equal(atol(v), r->step);
+        json_value(line, "epoch", v, sizeof v);
+        assert_int_equal(atoi(v), r->epoch);
+        json_value(line, r->type == CDL_RECORD_EPOCH ? "train_loss" : r->type == CDL_RECORD_EVAL
+                                                                        ? "val_loss" : "loss",
+                   v, sizeof v);
+        assert_close(v, r->loss);
+        assert_true(r->loss > 0);
+        if (r->type == CDL_RECORD_EPOCH) {
+            json_value(line, "val_acc", v, sizeof v);
+            assert_close(v, r->val_acc);
+            assert_true(r->seconds > 0 && r->samples_per_sec > 0);
+        } else {
+            assert_true(isnan(r->val_loss));
+        }
+        if (r->type == CDL_RECORD_STEP) {
+            json_value(line, "grad_norm", v, sizeof v);
+            assert_close(v, r->grad_norm);
+            json_value(line, "lr", v, sizeof v);
+            assert_close(v, r->lr);
+        }
+    }
+}
+
 static void loop_config(cdl_train_config *c, const char *sub)
 {
     base_config(c, sub);
@@ -666,6 +747,7 @@ int main(void)
         cmocka_unit_test(test_signal_at_epoch_end),
         cmocka_unit_test(test_signal_at_max_steps_epoch_end),
         cmocka_unit_test(test_checkpoint_cadence),
+        cmocka_unit_test(test_on_record),
         cmocka_unit_test(test_eta_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -148,6 +148,23 @@ static void test_changed_config(void **state)
     const char *want_lr[] = {"--lr 0.05 -> 0.01", NULL};
     resume_fails(&c, good, want_lr);
 
+    /* The loss and the data options change what the model learns: they
+     * resumed silently. */
+    base_config(&c, "changed");
+    c.label_smoothing = 0.1f;
+    c.augment = CDL_AUGMENT_FLIP;
+    c.normalize = CDL_NORMALIZE_NONE;
+    const char *want_data[] = {"--augment default -> flip", "--normalize default -> none",
+                               "--label-smoothing 0 -> 0.1", NULL};
+    resume_fails(&c, good, want_data);
+    base_config(&c, "changed");
+    c.label_smoothing = 0.1f;
+    snprintf(c.resume_allow, sizeof c.resume_allow, "label-smoothing");
+    snprintf(c.resume, sizeof c.resume, "%s", good);
+    c.ckpt_dir[0] = '\0';
+    if (cdl_train_run(&c, NULL) != 0)
+        fail_msg("allowed --label-smoothing change: %s", cdl_last_error());
+
     /* Allowed: extending the run and changing lr. */
     base_config(&c, "changed");
     c.epochs = 2;

@@ -503,6 +503,9 @@ static int run_epochs(run *r, cdl_train_result *res)
     if (done_steps && !owed_end)
         train_report_note(r->rep, "step %ld reached --max-steps %ld: nothing to train", pos.step,
                           c->max_steps);
+    else if (pos.epoch >= c->epochs)   /* a finished run started again */
+        train_report_note(r->rep, "all %d epochs are done: nothing to train (a larger --epochs "
+                          "with --resume-allow epochs goes on)", c->epochs);
     /* The --eval-every validation a signal left to this run, first. Then
      * last.safetensors records it done (and its lowest loss), so another
      * stop before the next checkpoint does not validate twice. */

@@ -11,6 +11,8 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/train/checkpoint.h"
+
 static char tmpdir[256];
 static char good[1024];   /* a one-epoch checkpoint made once */
 
@@ -272,6 +274,39 @@ static void test_resume_batch_geometry(void **state)
     assert_int_equal(res.steps, 2 * 2);
 }
 
+/* The conversion itself (realign.c), where a run cannot show it: on
+ * another world size with --accum-steps the epoch continues after the
+ * samples done (it went back to the group's first batch, repeating up to
+ * accum - 1 batches), and an epoch's end stays its end. */
+static void test_realign(void **state)
+{
+    (void)state;
+    long batch = 2, step = 1;
+    int exact;
+    /* 1 rank, batches of 8 (8 of them), 2 a step: 16 samples done. On 2
+     * ranks of 8 (4 batches each, 2 steps an epoch) that is batch 1. */
+    train_geometry one = {1, 8, 2, 8}, two = {2, 8, 2, 4};
+    assert_int_equal(train_resume_realign(&one, &two, 3, 2, &batch, &step, &exact), 0);
+    assert_int_equal(batch, 1);
+    assert_int_equal(step, 3 * 2 + 0);
+    assert_int_equal(exact, 0);
+    batch = 8;
+    assert_int_equal(train_resume_realign(&one, &two, 3, 2, &batch, &step, &exact), 0);
+    assert_int_equal(batch, 4);
+    assert_int_equal(step, 4 * 2);
+    /* The same world, batches of 8 to 16: exact, or refused. */
+    train_geometry big = {1, 16, 1, 4};
+    batch = 6;
+    assert_int_equal(train_resume_realign(&one, &big, 0, 4, &batch, &step, &exact), 0);
+    assert_int_equal(batch, 3);
+    assert_int_equal(step, 3);
+    assert_int_equal(exact, 1);
+    batch = 5;
+    step = 3;
+    assert_int_equal(train_resume_realign(&one, &big, 0, 4, &batch, &step, &exact), -1);
+    assert_non_null(strstr(cdl_last_error(), "--batch-size 8 --accum-steps 2 and --max-steps 5"));
+}
+
 /* Item 9 at the harness: a cdl-checkpoint-2 file must verify; a flipped bit
  * in its data or in its checksum entry's key is an error. */
 static void test_damaged_checkpoint(void **state)
@@ -441,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_crafted_metadata),
         cmocka_unit_test(test_changed_config),
         cmocka_unit_test(test_resume_batch_geometry),
+        cmocka_unit_test(test_realign),
         cmocka_unit_test(test_damaged_checkpoint),
         cmocka_unit_test(test_dangling_last_link),
         cmocka_unit_test(test_ckpt_dir_checked_first),

@@ -338,10 +338,16 @@ cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input,
                   "--model lenet|mlp|resnet20|resnet18|resnet50|...|FILE", o->ckpt);
         return NULL;
     }
+    /* A spec file's checkpoint carries its text: the model the run
+     * trained, wherever this runs and whatever the file holds now. */
+    const char *text = o->model ? NULL : cdl_st_meta_get(f, "model_spec");
+    char where[sizeof spec.source];
+    snprintf(where, sizeof where, "%s (as saved in %s)", name, o->ckpt);
     if (cdl_spec_is_builtin(name)) {
         if (cdl_spec_builtin(name, input, (int)classes, &spec) != 0)
             return NULL;
-    } else if (cdl_spec_load(name, &spec) != 0 || cdl_spec_fit(&spec, input, (int)classes) != 0) {
+    } else if ((text && *text ? cdl_spec_parse(text, where, &spec) : cdl_spec_load(name, &spec)) != 0 ||
+               cdl_spec_fit(&spec, input, (int)classes) != 0) {
         return NULL;   /* fit: the sizes a gpt line leaves to the data */
     }
     cdl_model *m = cdl_model_create(&spec, input, batch, be);

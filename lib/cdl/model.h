@@ -114,6 +114,9 @@ int cdl_spec_block_size(const char *model);
  * the classic PyTorch module. */
 int cdl_spec_parse(const char *text, const char *filename, cdl_model_spec *out);
 int cdl_spec_load(const char *path, cdl_model_spec *out);
+/* The text of the spec file at `path`, checked as cdl_spec_load does (at
+ * most 1 MiB, no NUL bytes); *text is the caller's to cdl_free. */
+int cdl_spec_read(const char *path, char **text);
 
 /* Built-in models: "lenet" (conv 6@5x5, relu, maxpool 2, conv 16@5x5, relu,
  * maxpool 2, fc 120, relu, fc 84, relu, fc classes; conv1 is padded by 2 for
@@ -190,6 +193,11 @@ const cdl_param_view *cdl_model_alias(const cdl_model *m, int i);
 int cdl_model_max_batch(const cdl_model *m);
 cdl_backend *cdl_model_backend(const cdl_model *m);
 const cdl_model_spec *cdl_model_get_spec(const cdl_model *m);
+/* The spec file's text the model was built from (a copy), so a checkpoint
+ * can carry it: an evaluation then builds the model the run trained even
+ * where the file is not found or has changed since. NULL for built-ins. */
+int cdl_model_set_spec_text(cdl_model *m, const char *text);
+const char *cdl_model_spec_text(const cdl_model *m);
 
 /* Forward pass on n <= max_batch samples; returns the (n, outputs) logits in
  * device memory, valid until the next forward. `train` enables dropout, whose

@@ -116,7 +116,9 @@ static void info_of(const contract *c, cdl_rank_info *info)
     info->node_rank = c->node_rank;
     info->nnodes = c->nnodes;
     info->replicas_per_gpu = c->replicas_per_gpu;
-    info->master_port = c->master_port;
+    /* The port cdl's own store uses: a launcher that holds one for rank 0
+     * (cdlrun) leaves MASTER_PORT to the program (PyTorch binds it). */
+    info->master_port = c->store_port ? c->store_port : c->master_port;
     snprintf(info->master_addr, sizeof info->master_addr, "%s", c->master_addr);
     snprintf(info->job_id, sizeof info->job_id, "%s", c->job_id);
 }

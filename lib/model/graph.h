@@ -63,6 +63,7 @@ typedef struct layer {
 
 struct cdl_model {
     cdl_model_spec spec;
+    char *spec_text;          /* the spec file's text, or NULL (cdl_model_set_spec_text) */
     cdl_backend *be;
     cdl_shape input;
     int max_batch, nlayers, nviews;

@@ -752,6 +752,7 @@ void cdl_model_destroy(cdl_model *m)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
+    cdl_free(m->spec_text);
     cdl_free(m);
 }
 
@@ -776,6 +777,22 @@ const cdl_param_view *cdl_model_alias(const cdl_model *m, int i)
 int cdl_model_max_batch(const cdl_model *m) { return m->max_batch; }
 cdl_backend *cdl_model_backend(const cdl_model *m) { return m->be; }
 const cdl_model_spec *cdl_model_get_spec(const cdl_model *m) { return &m->spec; }
+
+int cdl_model_set_spec_text(cdl_model *m, const char *text)
+{
+    char *copy = NULL;
+    if (text) {
+        size_t n = strlen(text) + 1;
+        if (!(copy = cdl_malloc(n)))
+            return -1;
+        memcpy(copy, text, n);
+    }
+    cdl_free(m->spec_text);
+    m->spec_text = copy;
+    return 0;
+}
+
+const char *cdl_model_spec_text(const cdl_model *m) { return m->spec_text; }
 
 int cdl_model_nbuffers(const cdl_model *m) { return m->nbuffers; }
 float *cdl_model_buffers(cdl_model *m) { return m->buffers; }

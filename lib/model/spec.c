@@ -445,6 +445,7 @@ typedef struct pctx {
     body_line body[MAX_BODY_LINES];
     scope top;
     char *gpt_text;           /* a gpt line's expansion (block bodies point into it) */
+    int gpt_done;             /* the gpt line is read: it was the whole model */
 } pctx;
 
 static int ident_ok(const char *s)
@@ -600,6 +601,18 @@ static int begin_block(pctx *c, char **w, int nw)
     return 0;
 }
 
+/* "PLANES, STRIDE" (or "no parameters") into buf, for errors. */
+static const char *param_list(const block_def *b, char *buf)
+{
+    buf[0] = '\0';
+    for (int j = 0; j < b->nparams; j++) {
+        strcat(buf, j ? ", " : "");
+        strcat(buf, b->param[j]);
+    }
+    return b->nparams ? buf : "no parameters";
+}
+#define PARAM_LIST_MAX (MAX_BLOCK_PARAMS * (WORD_MAX + 2) + 16)
+
 /* Copies src into dst replacing each $PARAM by its value. */
 static int substitute(pctx *c, const block_def *b, char vals[][WORD_MAX], const char *src,
                       char *dst)
@@ -618,13 +631,9 @@ static int substitute(pctx *c, const block_def *b, char vals[][WORD_MAX], const 
                 if (strlen(b->param[j]) == k - 1 && !strncmp(b->param[j], s + 1, k - 1))
                     found = j;
             if (found < 0) {
-                char params[MAX_BLOCK_PARAMS * (WORD_MAX + 2) + 8] = "";
-                for (int j = 0; j < b->nparams; j++) {
-                    strcat(params, j ? ", " : "");
-                    strcat(params, b->param[j]);
-                }
+                char params[PARAM_LIST_MAX];
                 return perr(&c->p, "unknown parameter '%.*s' in block %s: it has %s", (int)k, s,
-                            b->name, b->nparams ? params : "no parameters");
+                            b->name, param_list(b, params));
             }
             piece = vals[found];
             plen = strlen(piece);
@@ -681,8 +690,10 @@ static int use_block(pctx *c, char **w, int nw)
             }
             for (j = 0; j < b->nparams && strcmp(b->param[j], w[i]); j++)
                 ;
+            char params[PARAM_LIST_MAX];
             if (j == b->nparams)
-                return perr(&c->p, "block %s has no parameter '%s'", b->name, w[i]);
+                return perr(&c->p, "block %s has no parameter '%s': it has %s", b->name, w[i],
+                            param_list(b, params));
         } else if (npos++ >= b->nparams) {
             return perr(&c->p, "unexpected '%s': block %s takes %d argument%s", w[i], b->name,
                         b->nparams, b->nparams == 1 ? "" : "s");
@@ -757,6 +768,7 @@ static int gpt_line(pctx *c, char **w, int nw)
         if (n < 0 || (n > 0 && spec_line(c, line_text, len, lw, n)))
             return -1;
     }
+    c->gpt_done = 1;
     return 0;
 }
 
@@ -788,6 +800,12 @@ static int spec_line(pctx *c, const char *text, size_t len, char **w, int nw)
         return begin_block(c, w, nw);
     if (!strcmp(w[0], "end"))
         return perr(&c->p, "'end' without a block: blocks start with 'block NAME ...'");
+    /* Layers after it would follow lm_head: another model than nanoGPT's,
+     * which its checkpoint would no longer load into. */
+    if (c->gpt_done && strcmp(w[0], "gpt") && strcmp(w[0], "input"))
+        return perr(&c->p, "a layer after the gpt line, which is the whole model (it ends at "
+                    "lm_head): to change the model, write its layers out instead "
+                    "(docs/model-spec.md gives the gpt line's spec)");
     if (!strcmp(w[0], "use"))
         return use_block(c, w, nw);
     if (!strcmp(w[0], "gpt"))
@@ -799,6 +817,10 @@ static int spec_line(pctx *c, const char *text, size_t len, char **w, int nw)
             return perr(&c->p, "the input line must come before the first layer");
         return parse_input(&c->p, w, nw, &spec->input);
     }
+    for (int i = 1; i < nw; i++)
+        if (strchr(w[i], '$'))
+            return perr(&c->p, "'%s' outside a block: $PARAM is filled in only in the lines of a "
+                        "'block NAME PARAM ...' that a 'use NAME VALUE' copies", w[i]);
     return add_layer(c, &c->top, w, nw);
 }
 
@@ -859,8 +881,9 @@ done:
     return rc;
 }
 
-int cdl_spec_load(const char *path, cdl_model_spec *out)
+int cdl_spec_read(const char *path, char **text_out)
 {
+    *text_out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
         return cdl_error("cannot open model spec '%s': %s: check the path (or use a built-in: "
@@ -873,7 +896,6 @@ int cdl_spec_load(const char *path, cdl_model_spec *out)
     size_t n = fread(text, 1, SPEC_FILE_MAX + 1, f);
     int bad = ferror(f), err = errno;
     fclose(f);
-    int rc = -1;
     if (bad)
         cdl_error("cannot read model spec '%s': %s", path, strerror(err));
     else if (n > SPEC_FILE_MAX)
@@ -883,8 +905,19 @@ int cdl_spec_load(const char *path, cdl_model_spec *out)
         cdl_error("model spec '%s' contains a NUL byte: it must be a text file", path);
     else {
         text[n] = '\0';
-        rc = cdl_spec_parse(text, path, out);
+        *text_out = text;
+        return 0;
     }
+    cdl_free(text);
+    return -1;
+}
+
+int cdl_spec_load(const char *path, cdl_model_spec *out)
+{
+    char *text;
+    if (cdl_spec_read(path, &text) != 0)
+        return -1;
+    int rc = cdl_spec_parse(text, path, out);
     cdl_free(text);
     return rc;
 }

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ckpt/json.h"
 #include "checkpoint.h"
 #include "metrics.h"
 
@@ -230,6 +231,11 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "config", config);
     config = NULL;
     meta_add(&meta, "model", fmt_dup("%s", cdl_model_get_spec(m)->source));
+    /* The spec file as trained, so cdl-eval needs no file (headers are
+     * UTF-8: a spec with other bytes in its comments is named only). */
+    const char *spec_text = cdl_model_spec_text(m);
+    if (spec_text && utf8_valid(spec_text, strlen(spec_text)))
+        meta_add(&meta, "model_spec", fmt_dup("%s", spec_text));
     meta_add(&meta, "epoch", fmt_dup("%d", pos->epoch));
     meta_add(&meta, "batch_in_epoch", fmt_dup("%ld", pos->batch));
     meta_add(&meta, "step", fmt_dup("%ld", pos->step));

@@ -21,6 +21,7 @@
 #include "checkpoint.h"
 #include "ddp.h"
 #include "grads.h"
+#include "init.h"
 #include "loop.h"
 #include "mfu.h"
 #include "metrics.h"
@@ -278,6 +279,15 @@ static int build_model(run *r)
     r->model = cdl_model_create(&spec, in, c->batch_size, r->be);
     if (!r->model)
         return -1;
+    if (!cdl_spec_is_builtin(c->model)) {   /* checkpoints carry the spec file's text */
+        char *text;
+        if (cdl_spec_read(c->model, &text) != 0)
+            return -1;
+        int rc = cdl_model_set_spec_text(r->model, text);
+        cdl_free(text);
+        if (rc != 0)
+            return -1;
+    }
     /* A language model predicts at every position: labels per position
      * (cross-entropy over n * positions rows). */
     int t = cdl_model_positions(r->model);
@@ -465,8 +475,9 @@ static int resume(run *r, train_position *pos)
      * with an empty rest of the epoch. */
     if (pos->batch > spe)
         pos->batch = spe;
-    train_report_note(r->rep, "resuming from %s: epoch %d, batch %ld, step %ld", path,
-                      pos->epoch + 1, pos->batch, pos->step);
+    train_report_note(r->rep, "resuming from %s: epoch %d, batch %ld, step %ld%s", path,
+                      pos->epoch + 1, pos->batch, pos->step,
+                      r->cfg->init[0] ? " (its weights replace --init's)" : "");
     return 0;
 }
 
@@ -860,6 +871,20 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                       r.train.n, r.val.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");
+    if (cfg->init[0]) {
+        char fresh[256];
+        int nf = init_fresh_names(r.model, cfg->init_ignore, fresh, sizeof fresh);
+        if (!cfg->init_ignore[0])
+            train_report_note(r.rep, "weights from %s (--init)", cfg->init);
+        else if (nf)
+            train_report_note(r.rep, "weights from %s (--init), except %d tensor%s left fresh by "
+                              "--init-ignore '%s': %s", cfg->init, nf, nf == 1 ? "" : "s",
+                              cfg->init_ignore, fresh);
+        else if (r.ri.rank == 0)   /* a warning: also when quiet */
+            fprintf(stderr, "cdl-train: warning: --init-ignore '%s' matches none of the model's "
+                    "tensors: every tensor came from %s (the names are PyTorch's, e.g. "
+                    "'fc.*')\n", cfg->init_ignore, cfg->init);
+    }
     if (ddp_sharded(r.ddp)) {
         size_t so, sn;
         cdl_optim_shard(r.optim, &so, &sn);

@@ -28,6 +28,20 @@ if command -v taskset >/dev/null; then
     out=$(taskset -c 0 "$cdlrun" -n 1 --bind cores true 2>&1)
     [ -z "$out" ] || { echo "$out"; echo "FAILED: a warning for 1 rank on 1 core"; exit 1; }
 fi
+# A PyTorch job as it is: init_process_group("env://") binds MASTER_PORT in
+# rank 0, so that port must not be the one cdlrun holds for cdl's store.
+py=/usr/bin/python3
+if [ -x "$py" ] && "$py" -c 'import torch.distributed' 2>/dev/null; then
+    run "$cdlrun" -n 2 --label "$py" "${top_srcdir:-.}/templates/pytorch/train_ddp.py" \
+        --epochs 1 --samples 512 >"$tmp/torch.out" 2>&1 ||
+        { cat "$tmp/torch.out"; exit 1; }
+    cat "$tmp/torch.out"
+    grep -q '^\[1\] rank 1/2 .*backend gloo' "$tmp/torch.out" &&
+        grep -q '^\[0\] epoch 1/1 loss' "$tmp/torch.out" ||
+        { echo "FAILED: no 2-rank PyTorch DDP epoch under cdlrun"; exit 1; }
+else
+    echo "note: Debian's python3-torch is missing: PyTorch under cdlrun skipped"
+fi
 # Rank 0's two lines about the ranks and collectives it found (Slurm tests
 # and docs read them) are there without -q, and -q quiets them: "no output
 # but errors".

@@ -3,7 +3,7 @@ TESTS += tests/e2e/readers.sh
 TESTS += tests/e2e/cli.sh tests/e2e/fashion-mnist.sh tests/e2e/torch-interop.sh tests/e2e/man.sh tests/e2e/completion.sh \
 	tests/e2e/install.sh
 EXTRA_DIST += tests/e2e/common.sh tests/e2e/cli.sh tests/e2e/fashion-mnist.sh \
-	tests/e2e/torch-interop.sh tests/e2e/torch_lenet.py tests/e2e/torch_eval.py tests/e2e/man.sh tests/e2e/install.sh \
+	tests/e2e/torch-interop.sh tests/e2e/torch_lenet.py tests/e2e/doc_load_lines.py tests/e2e/torch_eval.py tests/e2e/man.sh tests/e2e/install.sh \
 	tests/e2e/completion.sh
 EXTRA_DIST += tests/e2e/readers.sh
 TESTS += tests/e2e/plot.sh
@@ -27,3 +27,5 @@ TESTS += tests/e2e/tokens.sh
 EXTRA_DIST += tests/e2e/tokens.sh
 TESTS += tests/e2e/torch-resnets.sh
 EXTRA_DIST += tests/e2e/torch-resnets.sh tests/e2e/torch_resnets.py
+TESTS += tests/e2e/spec-ckpt.sh
+EXTRA_DIST += tests/e2e/spec-ckpt.sh

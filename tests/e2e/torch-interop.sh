@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A cdl-train checkpoint loads into the equivalent torch.nn LeNet with
-# model.load_state_dict(safetensors.torch.load_file(path)) — strict — and
+# load_state_dict — strict, leaving out the optimizer.* tensors, as every
+# such line of the documentation does (doc_load_lines.py runs them) — and
 # PyTorch then computes the same test loss and accuracy that cdl reported;
 # cdl-eval and cdl-predict agree with PyTorch on that checkpoint and on one
 # PyTorch wrote (loss, accuracy, top-5, every prediction).
@@ -19,6 +20,9 @@ loss=$(echo "$line" | sed 's/.*"test_loss":\([0-9.]*\).*/\1/')
 $py "$top_srcdir/tests/e2e/torch_lenet.py" "$TMP/ckpt/last.safetensors" "$data" "$acc" "$loss" ||
     die "PyTorch disagrees with cdl"
 echo "PASS: checkpoint loads into torch.nn with load_state_dict; PyTorch agrees (acc $acc, loss $loss)"
+$py "$top_srcdir/tests/e2e/doc_load_lines.py" "$top_srcdir" "$TMP/ckpt/last.safetensors" ||
+    die "a documented load_state_dict line fails on a cdl-train checkpoint"
+echo "PASS: the documentation's load_state_dict lines load a cdl-train checkpoint"
 
 $py "$top_srcdir/tests/e2e/torch_eval.py" --write "$TMP/torch.safetensors" \
     "$TMP/ckpt/last.safetensors" || die "writing torch weights"
@@ -35,6 +39,12 @@ echo "PASS: cdl-eval and cdl-predict agree with PyTorch on a cdl and a PyTorch-w
 # --init: PyTorch's weights start a run; another model's names are refused by name.
 "$CDL_TRAIN" --init "$TMP/torch.safetensors" --epochs 1 --max-steps 2 --val-split 0 -q \
     --no-progress || die "cdl-train --init with PyTorch's weights failed"
+# A glob that sets nothing aside (a typo, another model's names) is a
+# warning: every tensor, the head too, came from the file.
+"$CDL_TRAIN" --init "$TMP/torch.safetensors" --init-ignore 'head.*' --epochs 1 --max-steps 1 \
+    --val-split 0 -q --no-progress 2>"$TMP/err" || die "cdl-train --init --init-ignore 'head.*' failed"
+grep -q "warning: --init-ignore 'head.\*' matches none of the model's tensors" "$TMP/err" ||
+    die "no warning for an --init-ignore that matches nothing: $(cat "$TMP/err")"
 expect_status 1 "$CDL_TRAIN" --model mlp --init "$TMP/torch.safetensors" --epochs 1 --max-steps 2 -q
 expect_err "tensor 'conv1.bias' is not in the model mlp"
 expect_status 1 "$CDL_TRAIN" --init "$TMP/torch.safetensors" --init-ignore 'fc*' --dataset synthetic \

@@ -581,7 +581,10 @@ static void test_parse_graph_errors(void **state)
         {"block b X\nrelu\nend\nuse b name=l.0\n", "f.spec:4: ", "block b needs a value for X"},
         {"block b X\nrelu\nend\nuse b 1 2 name=l.0\n", "f.spec:4: ",
          "unexpected '2': block b takes 1 argument"},
-        {"block b X\nrelu\nend\nuse b Y=1 name=l.0\n", "f.spec:4: ", "block b has no parameter 'Y'"},
+        {"block b X Z=2\nrelu\nend\nuse b Y=1 name=l.0\n", "f.spec:4: ",
+         "block b has no parameter 'Y': it has X, Z"},
+        {"block b X\nrelu\nend\nlinear $X\n", "f.spec:4: ", "'$X' outside a block: $PARAM is "
+                                                          "filled in only in the lines of a"},
         {"block b X\nlinear $Y\nend\nuse b 3 name=l.0\n", "f.spec:2 (block b, used at line 4 as "
                                                           "l.0): ", "unknown parameter '$Y' in "
                                                                     "block b: it has X"},
@@ -645,6 +648,48 @@ static void test_parse_graph_errors(void **state)
     assert_non_null(strstr(cdl_last_error(), "h.spec:1: input 1 is layer 1: a layer reads"));
 }
 
+/* Every spec example of docs/model-spec.md is a valid spec: a reader who
+ * copies one into a file gets a model, not an error. Fenced blocks with
+ * placeholders (the gpt template's 3C, the built-ins' CLASSES) or shell
+ * commands are not specs; the count below makes sure the others were found.
+ * Each is shape-checked on its `input` line's shape, else 1x28x28. */
+static void test_doc_examples(void **state)
+{
+    (void)state;
+    const char *top = getenv("top_srcdir");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/docs/model-spec.md", top && *top ? top : ".");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s (run make check, or set top_srcdir)", path);
+    static char doc[1 << 17];
+    size_t n = fread(doc, 1, sizeof doc - 1, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof doc - 1);
+    doc[n] = '\0';
+
+    static cdl_model_spec s;
+    static cdl_shape sh[CDL_MAX_LAYERS + 1];
+    int checked = 0;
+    for (char *p = doc; (p = strstr(p, "\n```\n")) != NULL;) {
+        char *text = p + 5, *end = strstr(text, "\n```\n");
+        assert_non_null(end);
+        end[1] = '\0';
+        p = end + 4;
+        if (strstr(text, "CLASSES") || strstr(text, " 3C ") || strstr(text, "python3"))
+            continue;
+        char where[64];
+        snprintf(where, sizeof where, "model-spec.md example %d", checked + 1);
+        if (cdl_spec_parse(text, where, &s) != 0)
+            fail_msg("%s does not parse:\n%s", text, cdl_last_error());
+        cdl_shape in = s.input.c ? s.input : (cdl_shape){1, 28, 28};
+        if (cdl_spec_infer(&s, in, sh) != 0)
+            fail_msg("%s fails on %dx%dx%d:\n%s", text, in.c, in.h, in.w, cdl_last_error());
+        checked++;
+    }
+    assert_int_equal(checked, 4);   /* LeNet, the graph, the block, ResNet-18 */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -660,6 +705,7 @@ int main(void)
         cmocka_unit_test(test_load),
         cmocka_unit_test(test_parse_graph),
         cmocka_unit_test(test_parse_graph_errors),
+        cmocka_unit_test(test_doc_examples),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -153,6 +153,12 @@ static void test_gpt_line(void **state)
     assert_error("g.spec:2: a second gpt line");
     assert_int_equal(cdl_spec_parse("linear 3\ngpt n_layer=1\n", "g.spec", &spec), -1);
     assert_error("g.spec:2: the gpt line must come before any layer");
+    /* Nor after it: the gpt line ends at lm_head, as nanoGPT's GPT. */
+    assert_int_equal(cdl_spec_parse("gpt n_layer=1\nrelu\nlinear 256\n", "g.spec", &spec), -1);
+    assert_error("g.spec:2: a layer after the gpt line");
+    assert_int_equal(cdl_spec_parse("block b\nrelu\nend\ngpt n_layer=1\nuse b name=x\n",
+                                    "g.spec", &spec), -1);
+    assert_error("g.spec:5: a layer after the gpt line");
     assert_int_equal(cdl_spec_parse("gpt dropout=1\n", "g.spec", &spec), -1);
     assert_error("g.spec:1: gpt dropout=1: use a probability");
 }

@@ -23,6 +23,9 @@ typedef struct train_position {
                                * into the metadata for cdl-eval/cdl-predict (NULL: left out) */
     int unverified;           /* loaded from a file without checksums (older cdl) */
     char run_id[33];          /* the run's identity (metrics.h; RUN_ID_LEN digits) */
+    int validation_due;       /* a signal stopped the run at a step that owed a validation
+                               * (--eval-every's, or the run's end at --max-steps): the
+                               * resume does it first (metadata validation_due, 1 if set) */
     int batch_size, accum;    /* --batch-size, --accum-steps of the run that wrote it (loaded
                                * from its configuration; 0 where it has none) */
 } train_position;

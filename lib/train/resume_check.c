@@ -14,7 +14,9 @@
  * train_config_json) and the cdl-train option that sets them. Left out:
  * model and optimizer (their tensors and state are checked on load), where
  * the data lives, threads, workers, device, max_steps and ckpt_every, which
- * change neither the position nor the numbers' meaning. */
+ * change neither the position nor the numbers' meaning. The data options
+ * and the loss's label smoothing change what the model is trained on and
+ * for (absent from checkpoints of cdl before them: not compared then). */
 static const struct {
     const char *key, *option;
 } compared[] = {
@@ -25,7 +27,9 @@ static const struct {
     {"warmup_epochs", "warmup-epochs"}, {"seed", "seed"}, {"drop_last", "drop-last"},
     {"val_split", "val-split"}, {"clip_grad", "clip-grad"}, {"accum_steps", "accum-steps"},
     {"decay_params", "decay-params"}, {"warmup_steps", "warmup-steps"},
-    {"decay_steps", "decay-steps"},
+    {"decay_steps", "decay-steps"}, {"augment", "augment"}, {"image_size", "image-size"},
+    {"normalize", "normalize"}, {"label_smoothing", "label-smoothing"},
+    {"label_column", "label-column"},
 };
 enum { NCOMPARED = sizeof compared / sizeof compared[0], CONFIG_MAX = 16384 };
 #define DATASET_SIZE "dataset-size"   /* the training samples, stored apart */
@@ -150,12 +154,24 @@ static void add_change(char *msg, size_t len, const char *option, const char *wa
         was = was_s;
         now = now_s;
     }
-    /* --val-split's default is stored as -1 (the dataset's own split). */
+    /* Stored as numbers: --val-split's default as -1 (the dataset's own
+     * split), --augment and --normalize as their enums. */
     if (!strcmp(option, "val-split")) {
         if (!strcmp(was, "-1"))
             was = "default";
         if (!strcmp(now, "-1"))
             now = "default";
+    }
+    static const char *const augment[] = {"default", "none", "crop+flip", "crop", "flip"};
+    static const char *const normalize[] = {"default", "auto", "MEAN,STD", "none"};
+    int aug = !strcmp(option, "augment"), norm = !strcmp(option, "normalize");
+    if (aug || norm) {
+        const char *const *names = aug ? augment : normalize;
+        int lo = aug ? -1 : 0, n = aug ? 5 : 4, a = atoi(was), b = atoi(now);
+        if (a >= lo && a < lo + n)
+            was = names[a - lo];
+        if (b >= lo && b < lo + n)
+            now = names[b - lo];
     }
     /* Options are named as typed; the dataset's size is no option, only
      * a --resume-allow name. */

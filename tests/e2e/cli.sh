@@ -87,6 +87,11 @@ lrs=$(sed -n 's/.*"type":"step".*"lr":\([^,}]*\).*/\1/p' "$TMP/m.jsonl" | tr '\n
 expect_status 0 "$CDL_TRAIN" $small --max-steps 3
 grep -q "decays to 0 by step 10 (the end of the last epoch); --max-steps 3 stops the run before, at lr 0.0452254 (--decay-steps 3 would end the decay there)$" \
     "$TMP/err" || die "no --max-steps note: $(grep '^schedule' "$TMP/err")"
+# A finished run started again says why it trains nothing (it said
+# "resuming from ...: epoch 6" of a 5-epoch run and nothing else).
+expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/done"
+expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/done"
+expect_err "all 5 epochs are done: nothing to train (a larger --epochs with --resume-allow epochs goes on)"
 # Stored in the checkpoint: a resume with another decay is refused.
 expect_status 1 "$CDL_TRAIN" $small --warmup-steps 2 --decay-steps 8 --ckpt-dir "$TMP/sched" \
     --epochs 6 --resume-allow epochs

@@ -263,8 +263,9 @@ static void test_signal_checkpoint_and_resume(void **state)
 }
 
 /* The metrics of every epoch from "epoch" up to images_per_sec (what
- * neither the run's id nor timing changes), one line after another. */
-static void read_metrics(const char *path, char *out, size_t len)
+ * neither the run's id nor timing changes), one line after another; with
+ * evals, the --eval-every records among them too. */
+static void read_records(const char *path, int evals, char *out, size_t len)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -272,10 +273,11 @@ static void read_metrics(const char *path, char *out, size_t len)
     char line[20000];
     out[0] = 0;
     while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "{\"type\":\"epoch\",", 16) != 0)
+        int eval = !strncmp(line, "{\"type\":\"eval\",", 15);
+        if (strncmp(line, "{\"type\":\"epoch\",", 16) != 0 && !(evals && eval))
             continue;
         char *from = strstr(line, "\"epoch\":");
-        char *cut = strstr(line, ",\"images_per_sec\"");
+        char *cut = eval ? strchr(line, '}') : strstr(line, ",\"images_per_sec\"");
         assert_non_null(from);
         assert_non_null(cut);
         *cut = 0;
@@ -285,27 +287,45 @@ static void read_metrics(const char *path, char *out, size_t len)
     fclose(f);
 }
 
-/* Runs "NAME-full" and "NAME-sig" with --max-steps max_steps (0: none),
- * the second signalled after step 6 and resumed: the same weights and
- * epoch records (into a, b of len bytes, equal). */
-static void signal_at_6_like_unsignalled(const char *name, long max_steps, char *a, char *b,
-                                         size_t len)
+static void read_metrics(const char *path, char *out, size_t len)
+{
+    read_records(path, 0, out, len);
+}
+
+/* Runs "NAME-full" and "NAME-sig" with --max-steps max_steps and
+ * --eval-every eval_every (0: none), the second signalled after step `at`
+ * and resumed: the same weights, best.safetensors and epoch and eval
+ * records (into a, b of len bytes, equal; the first epoch's there). */
+static void signal_like_unsignalled(const char *name, long max_steps, long eval_every, long at,
+                                    char *a, char *b, size_t len)
 {
     cdl_train_config full, sig;
     char sub[64];
     snprintf(sub, sizeof sub, "%s-full", name);
     base_config(&full, sub);
     full.max_steps = max_steps;
+    full.eval_every = eval_every;
     snprintf(full.metrics, sizeof full.metrics, "%s/%s.jsonl", tmpdir, sub);
     run_ok(&full);
     snprintf(sub, sizeof sub, "%s-sig", name);
     base_config(&sig, sub);
     sig.max_steps = max_steps;
+    sig.eval_every = eval_every;
     snprintf(sig.metrics, sizeof sig.metrics, "%s/%s.jsonl", tmpdir, sub);
-    signal_then_resume(&sig, 6);
+    signal_then_resume(&sig, at);
     assert_same_weights(full.ckpt_dir, sig.ckpt_dir);
-    read_metrics(full.metrics, a, len);
-    read_metrics(sig.metrics, b, len);
+    char best_a[1100], best_b[1100];
+    snprintf(best_a, sizeof best_a, "%s/best.safetensors", full.ckpt_dir);
+    snprintf(best_b, sizeof best_b, "%s/best.safetensors", sig.ckpt_dir);
+    cdl_st_file *fa = cdl_st_open(best_a), *fb = cdl_st_open(best_b);
+    assert_non_null(fa);
+    assert_non_null(fb);
+    assert_string_equal(cdl_st_meta_get(fa, "step"), cdl_st_meta_get(fb, "step"));
+    assert_string_equal(cdl_st_meta_get(fa, "best_val_loss"), cdl_st_meta_get(fb, "best_val_loss"));
+    cdl_st_close(fa);
+    cdl_st_close(fb);
+    read_records(full.metrics, 1, a, len);
+    read_records(sig.metrics, 1, b, len);
     assert_non_null(strstr(a, "\"epoch\":1,"));
     assert_string_equal(a, b);
 }
@@ -317,7 +337,7 @@ static void test_signal_at_epoch_end(void **state)
 {
     (void)state;
     char a[4096], b[4096];
-    signal_at_6_like_unsignalled("end", 0, a, b, sizeof a);
+    signal_like_unsignalled("end", 0, 0, 6, a, b, sizeof a);
 }
 
 /* The same when that last step is also --max-steps's (a job signalled as
@@ -329,7 +349,7 @@ static void test_signal_at_max_steps_epoch_end(void **state)
 {
     (void)state;
     char a[4096], b[4096];
-    signal_at_6_like_unsignalled("maxend", 6, a, b, sizeof a);
+    signal_like_unsignalled("maxend", 6, 0, 6, a, b, sizeof a);
     cdl_train_config again;
     base_config(&again, "maxend-sig");
     again.max_steps = 6;
@@ -338,8 +358,22 @@ static void test_signal_at_max_steps_epoch_end(void **state)
     cdl_train_result res;
     assert_int_equal(cdl_train_run(&again, &res), 0);
     assert_int_equal(res.steps, 6);
-    read_metrics(again.metrics, b, sizeof b);
+    read_records(again.metrics, 1, b, sizeof b);
     assert_string_equal(a, b);
+}
+
+/* A signal at a step that owes a validation inside an epoch: --eval-every's
+ * (step 4 of 6), or the run's end at --max-steps 4. The resumed run does
+ * it first, as the run that was not signalled did at that step: the
+ * signal skipped it, and its record and best.safetensors were lost. */
+static void test_signal_at_owed_validation(void **state)
+{
+    (void)state;
+    char a[4096], b[4096];
+    signal_like_unsignalled("evalstep", 0, 2, 4, a, b, sizeof a);
+    assert_non_null(strstr(a, "\"step\":4,\"val_loss\""));
+    signal_like_unsignalled("maxmid", 4, 0, 4, a, b, sizeof a);
+    assert_non_null(strstr(a, "\"epoch\":1,\"step\":4,"));
 }
 
 /* Line i (0-based) of path into line (of len bytes); 0 if there is none. */
@@ -746,6 +780,7 @@ int main(void)
         cmocka_unit_test(test_metrics_records),
         cmocka_unit_test(test_signal_at_epoch_end),
         cmocka_unit_test(test_signal_at_max_steps_epoch_end),
+        cmocka_unit_test(test_signal_at_owed_validation),
         cmocka_unit_test(test_checkpoint_cadence),
         cmocka_unit_test(test_on_record),
         cmocka_unit_test(test_eta_format),

@@ -131,6 +131,32 @@ static int misfit_error(const eval_opts *o, const cdl_st_file *f, cdl_shape inpu
                      input.c, input.h, input.w);
 }
 
+/* The weights do not fit the model (another --model than the run's): the
+ * loader names the tensor, but its advice is cdl-train's (--init-ignore,
+ * which these programs lack); it is replaced by theirs. */
+static void other_model_error(const eval_opts *o, const cdl_st_file *f, const char *name)
+{
+    static const char *const advice[] = {" (check --model", " (a replaced layer?",
+                                         ": the file belongs to another model"};
+    char why[1024];
+    snprintf(why, sizeof why, "%s", cdl_last_error());
+    for (size_t i = 0; i < sizeof advice / sizeof advice[0]; i++) {
+        char *cut = strstr(why, advice[i]);
+        if (cut)
+            *cut = '\0';
+    }
+    const char *run = meta(f, "model");
+    if (o->model && *run && strcmp(o->model, run))
+        cdl_error("%s: the checkpoint holds another model than --model %s: leave --model out "
+                  "(the run's model is '%s') or give the one it was trained with", why, name, run);
+    else if (o->model)
+        cdl_error("%s: the file holds the weights of another model than %s: give --model the "
+                  "model they were saved from", why, name);
+    else
+        cdl_error("%s: the checkpoint's weights are not those of its model %s: was the file "
+                  "written by another program? (give --model)", why, name);
+}
+
 /* Token windows (text, tokens): the reader holds the split, as cdl-train's
  * load_tokens took it: train, and val (val.bin or the file's last
  * --val-split tokens); there is no test split. */
@@ -356,7 +382,8 @@ cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input,
         /* Samples of another shape than the run's (--image-size,
          * --channels, other data): say so, rather than the weights
          * loader's advice for cdl-train (--init-ignore). */
-        misfit_error(o, f, input);
+        if (misfit_error(o, f, input) == 0)
+            other_model_error(o, f, name);
         return NULL;
     }
     return m;

@@ -2,7 +2,8 @@
 # A checkpoint of a model spec file carries the file's text (metadata
 # model_spec): cdl-eval, cdl-predict and cdl-generate build the model the
 # run trained from any directory, and after the file was edited, without
-# being told the path; --model FILE still takes the file as it is now.
+# being told the path; --model FILE still takes the file as it is now, and
+# a --model whose weights do not fit is named as such.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 CDL_GENERATE="$top_builddir/cli/cdl-generate"
 case $CDL_TRAIN in /*) ;; *) CDL_TRAIN=$PWD/$CDL_TRAIN CDL_EVAL=$PWD/$CDL_EVAL
@@ -40,6 +41,15 @@ cmp -s "$TMP/trained.json" "$TMP/edited.json" ||
     >"$TMP/explicit.json" || die "cdl-eval --model net.spec failed"
 cmp -s "$TMP/trained.json" "$TMP/explicit.json" && die "cdl-eval --model ignored the file"
 echo "PASS: the trained spec is evaluated after the file changed; --model takes the file"
+
+# --model of another model: the tensor is named, with advice for cdl-eval
+# (not cdl-train's --init-ignore, which cdl-eval does not have).
+for prog in "$CDL_EVAL" "$CDL_PREDICT"; do
+    expect_status 1 "$prog" "$ck" --model mlp --threads 1
+    expect_err "tensor 'c.weight' is not in the model mlp: the checkpoint holds another model than --model mlp: leave --model out (the run's model is 'net.spec')"
+    grep -q -- "--init-ignore" "$TMP/err" && die "$prog advises cdl-train's --init-ignore"
+done
+echo "PASS: cdl-eval --model of another model says so, without cdl-train's advice"
 
 # A language model of a spec file: cdl-generate from another directory.
 text=$TMP/run/text.txt

@@ -544,6 +544,10 @@ static void test_parse_graph(void **state)
     assert_int_equal(s.layers[1].groups, 3);
     assert_int_equal(s.layers[1].dilation, 2);
     assert_int_equal(s.layers[1].in[0], -1);
+    /* "concat a": the line before first, then a (the documented order). */
+    assert_int_equal(s.layers[2].nin, 2);
+    assert_int_equal(s.layers[2].in[0], 1);
+    assert_int_equal(s.layers[2].in[1], 0);
     assert_int_equal(sh[3].c, 12);
     assert_int_equal(sh[3].h, 9);
     assert_int_equal(sh[3].w, 9);

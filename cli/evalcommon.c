@@ -127,7 +127,7 @@ static int misfit_error(const eval_opts *o, const cdl_st_file *f, cdl_shape inpu
         return 0;
     return cdl_error("%s: the run's samples were %dx%dx%d (c,h,w), these are %dx%dx%d, and its "
                      "weights do not fit them: read the data as the run did (leave out "
-                     "--image-size and --channels, or give the run's)", o->ckpt, c, h, w,
+                     "--dataset, --image-size and --channels, or give the run's)", o->ckpt, c, h, w,
                      input.c, input.h, input.w);
 }
 
@@ -377,7 +377,13 @@ cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input,
         return NULL;   /* fit: the sizes a gpt line leaves to the data */
     }
     cdl_model *m = cdl_model_create(&spec, input, batch, be);
-    if (m && cdl_model_load_weights(m, o->ckpt, NULL) != 0) {
+    if (!m) {
+        /* A saved spec's input line, or a layer that cannot take the
+         * samples: the data is the misfit when it differs from the run's. */
+        misfit_error(o, f, input);
+        return NULL;
+    }
+    if (cdl_model_load_weights(m, o->ckpt, NULL) != 0) {
         cdl_model_destroy(m);
         /* Samples of another shape than the run's (--image-size,
          * --channels, other data): say so, rather than the weights

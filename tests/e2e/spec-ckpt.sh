@@ -10,6 +10,7 @@ case $CDL_TRAIN in /*) ;; *) CDL_TRAIN=$PWD/$CDL_TRAIN CDL_EVAL=$PWD/$CDL_EVAL
     CDL_PREDICT=$PWD/$CDL_PREDICT CDL_GENERATE=$PWD/$CDL_GENERATE ;; esac
 mkdir "$TMP/run" "$TMP/elsewhere"
 cat >"$TMP/run/net.spec" <<'SPEC'
+input 3x32x32
 conv2d 4 kernel=3 stride=2 name=c
 relu
 flatten
@@ -50,6 +51,15 @@ for prog in "$CDL_EVAL" "$CDL_PREDICT"; do
     grep -q -- "--init-ignore" "$TMP/err" && die "$prog advises cdl-train's --init-ignore"
 done
 echo "PASS: cdl-eval --model of another model says so, without cdl-train's advice"
+
+# Data of another shape than the run's: said as such, not as advice to fix
+# the input line of a spec file the user may not have.
+if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
+    expect_status 1 "$CDL_EVAL" "$ck" --dataset fashion-mnist --threads 1
+    expect_err "the run's samples were 3x32x32 (c,h,w), these are 1x28x28"
+    grep -q "input line" "$TMP/err" && die "cdl-eval advises fixing the spec's input line"
+    echo "PASS: data of another shape is named as the misfit"
+fi
 
 # A language model of a spec file: cdl-generate from another directory.
 text=$TMP/run/text.txt

@@ -3,7 +3,8 @@
 # model_spec): cdl-eval, cdl-predict and cdl-generate build the model the
 # run trained from any directory, and after the file was edited, without
 # being told the path; --model FILE still takes the file as it is now, and
-# a --model whose weights do not fit is named as such.
+# a --model whose weights do not fit is named as such. cdl-train refuses to
+# resume the run with the edited file unless told so.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 CDL_GENERATE="$top_builddir/cli/cdl-generate"
 case $CDL_TRAIN in /*) ;; *) CDL_TRAIN=$PWD/$CDL_TRAIN CDL_EVAL=$PWD/$CDL_EVAL
@@ -42,6 +43,14 @@ cmp -s "$TMP/trained.json" "$TMP/edited.json" ||
     >"$TMP/explicit.json" || die "cdl-eval --model net.spec failed"
 cmp -s "$TMP/trained.json" "$TMP/explicit.json" && die "cdl-eval --model ignored the file"
 echo "PASS: the trained spec is evaluated after the file changed; --model takes the file"
+
+# Resuming the run with the edited file: refused, naming the line, unless
+# allowed (the same command would otherwise continue another model).
+expect_status 1 train --model net.spec --dataset synthetic --synthetic-size 128 --ckpt-dir ck
+expect_err "model-spec line 3 'relu' -> 'tanh'"
+expect_status 0 train --model net.spec --dataset synthetic --synthetic-size 128 --ckpt-dir ck \
+    --resume-allow model-spec
+echo "PASS: a resume with an edited spec file is refused unless --resume-allow model-spec"
 
 # --model of another model: the tensor is named, with advice for cdl-eval
 # (not cdl-train's --init-ignore, which cdl-eval does not have).

@@ -4,7 +4,8 @@
 # run trained from any directory, and after the file was edited, without
 # being told the path; --model FILE still takes the file as it is now, and
 # a --model whose weights do not fit is named as such. cdl-train refuses to
-# resume the run with the edited file unless told so.
+# resume the run with the edited file unless told so, and a language model
+# that flattens its positions is told what to change.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 CDL_GENERATE="$top_builddir/cli/cdl-generate"
 case $CDL_TRAIN in /*) ;; *) CDL_TRAIN=$PWD/$CDL_TRAIN CDL_EVAL=$PWD/$CDL_EVAL
@@ -83,3 +84,10 @@ rm "$TMP/run/lm.spec"
     --threads 1) >"$TMP/g2" || die "cdl-generate without the spec file failed"
 cmp -s "$TMP/g1" "$TMP/g2" || die "cdl-generate wrote other text without the spec file"
 echo "PASS: cdl-generate needs no spec file"
+
+# A flatten before the head of a language model: one prediction per window
+# for data of a label per position; the advice is to keep the positions.
+printf 'embedding 256 8\nflatten\nlinear 256\n' >"$TMP/run/flat.spec"
+expect_status 1 train --model flat.spec --dataset "text:$text" --block-size 8 --max-steps 1
+expect_err "has 8 labels per sample: a language model predicts at every position: leave out the flatten"
+echo "PASS: a flattened language model is told to keep its positions"

@@ -99,6 +99,11 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
          * checkpoints: 0, the default); the reader checks the value. */
         const char *vs = cdl_st_meta_get(f, "token_val_split");
         opt->val_split = vs ? strtod(vs, NULL) : 0;
+    } else if (o->model) {
+        /* A file PyTorch wrote: windows of the --model's block, as
+         * cdl-train would read them for it (0: the reader's default). */
+        int b = cdl_spec_block_size(o->model);
+        opt->block_size = b > 0 ? b : 0;
     }
     int nm = 0, ns = 0;
     float *m = parse_floats(cdl_st_meta_get(f, "norm_mean"), &nm);
@@ -524,12 +529,18 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     cdl_st_file *f = cdl_st_open(o->ckpt);
     if (!f)
         return -1;
+    /* A language model: the checkpoint says so, or (a file PyTorch wrote)
+     * the --dataset of token windows given with it. */
+    const char *kind = o->dataset ? o->dataset : "";
+    size_t kn = strcspn(kind, ":");
+    int tokens = *meta(f, "tokens") || (kn == 4 && !strncmp(kind, "text", 4)) ||
+                 (kn == 6 && !strncmp(kind, "tokens", 6));
     if (!o->split || !*o->split) {
-        e->own.split = *meta(f, "tokens") ? "val" : "test";
+        e->own.split = tokens ? "val" : "test";
         e->split_default = 1;
     }
     o = e->o;
-    if (*meta(f, "tokens") && !o->sequences) {
+    if (tokens && !o->sequences) {
         cdl_st_close(f);
         return cdl_error("%s is a language model (trained on token windows): sample text from "
                          "it with cdl-generate, or measure its loss with cdl-eval", o->ckpt);

@@ -8,7 +8,8 @@
 # seed gives the same text and another seed another; a model of a larger
 # vocabulary than bytes refuses text and takes and prints token ids; a
 # checkpoint that is no language model is refused with a message saying so.
-# cdl-eval measures the GPT as PyTorch saved it (no cdl metadata).
+# cdl-eval and cdl-generate take the GPT as PyTorch saved it (no cdl
+# metadata) given its --model.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 GEN="$top_builddir/cli/cdl-generate"
 
@@ -47,6 +48,14 @@ if $py -c 'import torch, safetensors.torch' 2>/dev/null; then
         die "cdl-eval on PyTorch's GPT failed: $(cat "$TMP/ev")"
     grep -q "on text val (.* windows of 16 tokens" "$TMP/ev" || die "unexpected: $(cat "$TMP/ev")"
     echo "cdl-eval measures PyTorch's GPT on text (its validation split, windows of its block)"
+    # cdl-generate takes it with --model too: the window is the block of
+    # its position table; the text is PyTorch's.
+    "$GEN" "$TMP/plain.safetensors" --model gpt:n_layer=2,n_head=2,n_embd=32 --prompt "$long" \
+        --temperature 0 --max-tokens 40 --device cpu >"$TMP/gp" ||
+        die "cdl-generate on PyTorch's GPT without metadata failed"
+    head -c "$(wc -c <"$TMP/ta")" "$TMP/gp" | cmp -s - "$TMP/ta" ||
+        die "greedy text of the GPT without metadata differs from PyTorch's"
+    echo "cdl-generate continues a GPT as PyTorch saved it, as PyTorch does"
 else
     echo "note: no python3-torch/safetensors: the comparison with PyTorch is skipped"
 fi

@@ -92,21 +92,6 @@ static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *params,
      * not weights, and a fresh run's optimizer starts afresh. */
     const char *fmt = cdl_st_meta_get(f, "format");
     int cdl_ckpt = fmt && !strncmp(fmt, "cdl-checkpoint", 14);
-    /* A pattern that sets nothing aside is a mistake (the head of resnet20
-     * is 'linear', not 'fc'): without this the head it meant to replace
-     * would load silently wherever the shapes agree. */
-    int hits = 0;
-    for (int t = 0; t < cdl_st_count(f); t++)
-        hits += ignored(cdl_st_name(f, t), ignore);
-    for (int i = 0; i < cdl_model_nviews(m); i++)
-        hits += ignored(cdl_model_view(m, i)->name, ignore);
-    if (ignore && *ignore && !hits) {
-        int last = cdl_model_nviews(m) - 1;
-        return cdl_error("%s: --init-ignore '%s' matches no tensor of the file or of the model "
-                         "%s: give a glob of whole names (the model's last tensor is '%s')", path,
-                         ignore, cdl_model_get_spec(m)->source,
-                         last >= 0 ? cdl_model_view(m, last)->name : "");
-    }
     /* Unexpected tensors first: a file of another model says so at once. */
     for (int t = 0; t < cdl_st_count(f); t++) {
         const char *name = cdl_st_name(f, t);

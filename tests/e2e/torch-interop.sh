@@ -44,9 +44,4 @@ expect_err "tensor 'conv1.bias' is not in the model mlp"
 expect_status 1 "$CDL_TRAIN" --init "$TMP/torch.safetensors" --init-ignore 'fc*' --dataset synthetic \
     --synthetic-size 64 --epochs 1 --max-steps 1 -q
 expect_err "tensor 'conv1.weight' has shape (6, 1, 5, 5) but the model's is (6, 3, 5, 5)"
-# A glob that sets nothing aside (LeNet's head is fc3, there is no 'head')
-# would load the head it meant to replace: an error.
-expect_status 1 "$CDL_TRAIN" --init "$TMP/torch.safetensors" --init-ignore 'head.*' --epochs 1 \
-    --max-steps 1 -q
-expect_err "--init-ignore 'head.*' matches no tensor of the file or of the model lenet: give a glob of whole names (the model's last tensor is 'fc3.bias')"
-echo "PASS: --init loads PyTorch's weights and names mismatched tensors and useless globs"
+echo "PASS: --init loads PyTorch's weights and names mismatched tensors"

@@ -26,7 +26,8 @@ typedef struct run {
     int bind_auto;                 /* --bind auto (default): cores when every rank gets its own */
     double timeout;                /* --timeout: exported as CDL_TIMEOUT (0 = unset) */
     char **argv;                   /* PROGRAM ARGS... */
-    int listen_fd, port;           /* the store socket handed to rank 0 */
+    int listen_fd, port;           /* the store socket handed to rank 0: CDL_STORE_PORT */
+    int master_port;               /* MASTER_PORT: free, for the program's own rendezvous */
     char token[CONTRACT_TOKEN_LEN + 1], job_id[64];
     rank_proc *ranks;
 } run;
@@ -40,7 +41,7 @@ int bind_plan_cpus(int n, cpu_set_t *sets, char *err, size_t errlen);
 /* "0-3,8" for a set. */
 void cpus_format(const cpu_set_t *set, char *buf, size_t len);
 
-/* Binds the store port, makes the token and job id, starts all ranks. */
+/* Binds the store port, picks MASTER_PORT, makes the token and job id, starts all ranks. */
 int launch_ranks(run *r);
 
 /* Waits for the ranks, labelling their output and forwarding signals;

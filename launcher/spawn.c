@@ -1,9 +1,12 @@
 /* Starting cdlrun's ranks: the store socket, the per-run token and job id,
  * and one child per rank with the rank contract in its environment.
  *
- * The port race is avoided by binding 127.0.0.1:0 here and handing the
- * listening socket to rank 0 (CDL_STORE_FD): the port is taken before any
- * rank starts and nobody else can grab it in between. */
+ * cdl's store has no port race: cdlrun binds 127.0.0.1:0 here and hands the
+ * listening socket to rank 0 (CDL_STORE_FD, its port in CDL_STORE_PORT), so
+ * the port is taken before any rank starts. MASTER_PORT is another port,
+ * free when cdlrun looked, for programs that bind it themselves: PyTorch's
+ * init_process_group("env://") binds MASTER_PORT in rank 0 and would find it
+ * taken if it were the store's (torchrun --standalone picks its port alike). */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -32,6 +35,25 @@ static int listen_loopback(run *r)
     }
     r->listen_fd = fd;
     r->port = ntohs(a.sin_port);
+    return 0;
+}
+
+/* A port no socket of this machine holds on any address (PyTorch's rank 0
+ * binds 0.0.0.0 and ::): asked of the kernel, then released. */
+static int free_port(run *r)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) ||
+        getsockname(fd, (struct sockaddr *)&a, &l)) {
+        fprintf(stderr, "cdlrun: cannot find a free port for MASTER_PORT: %s\n", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    r->master_port = ntohs(a.sin_port);
     return 0;
 }
 
@@ -68,7 +90,8 @@ static int export_contract(const run *r, int rank)
     c.world = c.local_world = r->n;
     c.nnodes = 1;
     c.replicas_per_gpu = (int)v;
-    c.master_port = r->port;
+    c.master_port = r->master_port;
+    c.store_port = r->port;
     snprintf(c.master_addr, sizeof c.master_addr, "127.0.0.1");
     snprintf(c.job_id, sizeof c.job_id, "%s", r->job_id);
     snprintf(c.launcher, sizeof c.launcher, "cdlrun");
@@ -148,7 +171,7 @@ static void exec_rank(run *r, int rank, const sigset_t *mask, pid_t launcher, in
 int launch_ranks(run *r)
 {
     contract_err e;
-    if (listen_loopback(r))
+    if (listen_loopback(r) || free_port(r))
         return -1;
     if (contract_token_make(r->token, sizeof r->token, &e) != 0) {
         fprintf(stderr, "cdlrun: %s\n", e.msg);

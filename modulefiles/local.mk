@@ -5,11 +5,16 @@
 EXTRA_DIST += modulefiles/cdl.in
 noinst_DATA = modulefiles/cdl
 CLEANFILES += modulefiles/cdl
+# LD_RUN_PATH only for a libdir outside the loader's own directories (a
+# package's /usr/lib/TRIPLET needs no run path, and Debian forbids one).
 modulefiles/cdl: $(top_srcdir)/modulefiles/cdl.in Makefile
 	$(AM_V_GEN)$(MKDIR_P) modulefiles && \
+	case '$(libdir)' in /lib|/lib64|/usr/lib|/usr/lib64|/lib/*-*-*|/usr/lib/*-*-*) \
+	    runpath='/LD_RUN_PATH/d';; *) runpath=;; esac && \
 	sed -e 's|@VERSION[@]|$(VERSION)|g' -e 's|@bindir[@]|$(bindir)|g' \
 	    -e 's|@mandir[@]|$(mandir)|g' -e 's|@libdir[@]|$(libdir)|g' \
-	    -e 's|@includedir[@]|$(includedir)|g' $(top_srcdir)/modulefiles/cdl.in > $@
+	    -e 's|@includedir[@]|$(includedir)|g' -e "$$runpath" \
+	    $(top_srcdir)/modulefiles/cdl.in > $@
 
 install-data-local: install-data-local-modulefile
 install-data-local-modulefile: modulefiles/cdl

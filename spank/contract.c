@@ -151,8 +151,10 @@ int spk_contract_task(const struct spk_step *s, const struct spk_step_contract *
     if (contract_encode(&c, env_set, out, &e) != 0)
         return spk_error("--cdl-ddp: %s", e.msg);
     /* Whatever the contract does not set must not reach the task from the
-     * submit shell: a stale token or store socket, torchrun's names. */
+     * submit shell: a stale token, store port or socket, torchrun's names. */
     if (!sc->token[0] && spk_env_unset(out, CDL_ENV_STORE_TOKEN))
+        return -1;
+    if (!c.store_port && spk_env_unset(out, CDL_ENV_STORE_PORT))   /* rank 0 binds MASTER_PORT */
         return -1;
     for (const char *const *f = contract_foreign_vars; *f; f++)
         if (spk_env_unset(out, *f))

@@ -207,8 +207,11 @@ long cdl_loader_batches(const cdl_loader *l);
 /* Starts an epoch at batch `first_batch` (non-zero when resuming mid-epoch). */
 int cdl_loader_start_epoch(cdl_loader *l, int epoch, long first_batch);
 
-/* Waits for the next batch: 1 and fills *b, 0 at the end of the epoch. The
- * batch stays valid until the next call of cdl_loader_next. */
+/* Waits for the next batch: 1 and fills *b, 0 at the end of the epoch (and
+ * on every later call), -1 with cdl_error when the batch could not be made
+ * (a worker failed to read or decode a sample of a streamed image folder)
+ * or no epoch was started: loop while it returns 1. The batch stays valid
+ * until the next call of cdl_loader_next. */
 int cdl_loader_next(cdl_loader *l, cdl_batch *b);
 
 #ifdef __cplusplus

@@ -23,7 +23,9 @@ typedef struct cdl_rank_info {
     int node_rank, nnodes;         /* GROUP_RANK / NODE_RANK, CDL_NNODES */
     int replicas_per_gpu;          /* CDL_REPLICAS_PER_GPU (1 unless MPS-packed) */
     char master_addr[256];         /* MASTER_ADDR */
-    int master_port;               /* MASTER_PORT, 0 if none */
+    int master_port;               /* the TCP store's port: CDL_STORE_PORT when the
+                                      launcher gives one (cdlrun), else MASTER_PORT;
+                                      0 if none */
     char job_id[64];               /* CDL_JOB_ID: identifies the run (shm names, store token) */
     const char *source;            /* "contract", "pmix", "slurm", "torchrun", "single" */
 } cdl_rank_info;

@@ -73,9 +73,11 @@ typedef enum cdl_sched_kind { CDL_SCHED_CONSTANT, CDL_SCHED_STEP, CDL_SCHED_COSI
 
 /* Learning rate at a step. Warmup ramps linearly from base_lr/warmup_steps
  * to base_lr over warmup_steps; after it: constant; step (base_lr *
- * gamma^floor(s/step_size), like StepLR); cosine (CosineAnnealingLR from
- * base_lr to min_lr over total_steps - warmup_steps). s counts from the end
- * of warmup. */
+ * gamma^floor(s/step_size), like StepLR; step_size <= 0 keeps base_lr);
+ * cosine (CosineAnnealingLR from base_lr to min_lr over total_steps -
+ * warmup_steps, then held at min_lr). s counts from the end of warmup.
+ * Cosine needs total_steps: left 0 (or not above warmup_steps), every step
+ * after warmup gets min_lr, 0 unless set. */
 typedef struct cdl_schedule {
     cdl_sched_kind kind;
     float base_lr;

@@ -171,16 +171,28 @@ typedef struct cdl_train_result {
 } cdl_train_result;
 
 /* Runs training. Returns 0, -1 on error (cdl_last_error), or
- * CDL_EXIT_REQUEUE when interrupted by SIGUSR1/SIGTERM after a checkpoint. */
+ * CDL_EXIT_REQUEUE when interrupted by SIGUSR1/SIGTERM after a checkpoint.
+ * It handles SIGUSR1 and SIGTERM while it runs and gives the caller's
+ * handlers back when it returns: one run at a time per process. res may be
+ * NULL. */
 int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res);
 
 /* Loads the tensors of the safetensors file path (a cdl checkpoint or one
  * PyTorch wrote) into m's parameters and buffers (batchnorm2d's running
  * statistics), by name: every tensor of the model
  * must be in the file with the same shape, and every tensor of the file in
- * the model, except those whose names match the glob `ignore` (NULL or ""
+ * the model (a cdl training checkpoint's optimizer.* tensors are skipped),
+ * except those whose names match the glob `ignore` (NULL or ""
  * = none), which keep their values. Errors name the file and the tensor. */
 int cdl_model_load_weights(cdl_model *m, const char *path, const char *ignore);
+
+/* Writes m's parameters and buffers to the safetensors file path
+ * (atomically, with checksums), under PyTorch's names and layouts: what
+ * cdl_model_load_weights reads back, and what the equivalent torch.nn
+ * model loads with load_state_dict(strict=True) (num_batches_tracked as
+ * I64, a tied weight under both names). No optimizer state: training
+ * checkpoints that resume are cdl_train_run's. */
+int cdl_model_save_weights(cdl_model *m, const char *path);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* cdl_memory_limit (memlimit.h): min(physical memory, the memory limit of
+/* memory_limit (memlimit.h): min(physical memory, the memory limit of
  * this process's cgroup). The cgroup is found through /proc/self/cgroup
  * ("0::PATH" for v2, "N:memory:PATH" for v1); inside a cgroup namespace that
  * path may not exist under the mount, and the mount's root file is the
@@ -12,7 +12,7 @@
 
 #include "lib/core/memlimit.h"
 
-size_t cdl_cgroup_limit_parse(const char *text)
+size_t cgroup_limit_parse(const char *text)
 {
     while (*text && isspace((unsigned char)*text))
         text++;
@@ -33,7 +33,7 @@ static size_t limit_file(const char *path)
     if (!f)
         return SIZE_MAX;
     char buf[64];
-    size_t lim = fgets(buf, sizeof buf, f) ? cdl_cgroup_limit_parse(buf) : SIZE_MAX;
+    size_t lim = fgets(buf, sizeof buf, f) ? cgroup_limit_parse(buf) : SIZE_MAX;
     fclose(f);
     return lim;
 }
@@ -72,7 +72,7 @@ static size_t cgroup_limit(void)
     return lim;
 }
 
-size_t cdl_memory_limit(void)
+size_t memory_limit(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     size_t phys = SIZE_MAX;

@@ -9,11 +9,11 @@
 #include <stddef.h>
 
 /* Bytes; SIZE_MAX when nothing can be read (then there is no check). */
-size_t cdl_memory_limit(void);
+size_t memory_limit(void);
 
 /* The cgroup limit in the text of a memory.max (v2: bytes or "max") or
  * memory.limit_in_bytes (v1: bytes, ~2^63 when unlimited) file: SIZE_MAX
  * for none or an unreadable text. Pure, for the unit test. */
-size_t cdl_cgroup_limit_parse(const char *text);
+size_t cgroup_limit_parse(const char *text);
 
 #endif

@@ -226,7 +226,7 @@ static int check_memory(const char *root, long n, int c, int h, int w, size_t li
     char pn[512];
     double need = 2.0 * (double)n * c * h * w;
     if (limit == 0)
-        limit = cdl_memory_limit();
+        limit = memory_limit();
     if (limit == SIZE_MAX || need <= (double)limit)
         return 0;
     return cdl_error("%s: %ld pictures of %dx%dx%d are %.2f GiB decoded and loading them "

@@ -35,6 +35,7 @@ static const contract_var table[] = {
     ROW(CDL_ENV_REPLICAS_PER_GPU, CONTRACT_INT, replicas_per_gpu, 0),
     ROW(CDL_ENV_MASTER_ADDR, CONTRACT_STR, master_addr, 0),
     ROW(CDL_ENV_MASTER_PORT, CONTRACT_INT, master_port, CONTRACT_OPTIONAL),
+    ROW(CDL_ENV_STORE_PORT, CONTRACT_INT, store_port, CONTRACT_OPTIONAL),
     ROW(CDL_ENV_JOB_ID, CONTRACT_STR, job_id, 0),
     ROW(CDL_ENV_LAUNCHER, CONTRACT_STR, launcher, 0),
     ROW(CDL_ENV_STORE_TOKEN, CONTRACT_STR, token, CONTRACT_OPTIONAL),
@@ -186,6 +187,7 @@ int contract_decode(contract *c, contract_get_fn get, void *ctx, contract_err *e
         decode_node(c, get, ctx, e) ||
         get_int(get, ctx, CDL_ENV_REPLICAS_PER_GPU, 1, INT_MAX, &c->replicas_per_gpu, e) < 0 ||
         get_int(get, ctx, CDL_ENV_MASTER_PORT, 1, INT_MAX, &c->master_port, e) < 0 ||
+        get_int(get, ctx, CDL_ENV_STORE_PORT, 1, INT_MAX, &c->store_port, e) < 0 ||
         get_int(get, ctx, "OMP_NUM_THREADS", 1, INT_MAX, &c->threads, e) < 0 ||
         get_str(get, ctx, CDL_ENV_MASTER_ADDR, c->master_addr, sizeof c->master_addr, e) < 0 ||
         get_str(get, ctx, CDL_ENV_JOB_ID, c->job_id, sizeof c->job_id, e) < 0 ||
@@ -226,6 +228,8 @@ int contract_check(const contract *in, const contract_names *nm, contract_err *e
                     in->local_world);
     if (in->master_port < 0 || in->master_port > 65535)
         return fail(e, CDL_ENV_MASTER_PORT "=%d is not a TCP port (1-65535)", in->master_port);
+    if (in->store_port < 0 || in->store_port > 65535)
+        return fail(e, CDL_ENV_STORE_PORT "=%d is not a TCP port (1-65535)", in->store_port);
     return 0;
 }
 

@@ -38,12 +38,16 @@
 
 /* The TCP store (bootstrap without PMIx) served by rank 0. */
 #define CDL_ENV_STORE_TOKEN       "CDL_STORE_TOKEN"   /* per-run secret a client must present */
+#define CDL_ENV_STORE_PORT        "CDL_STORE_PORT"    /* the store's port when it is not MASTER_PORT:
+                                                       * cdlrun holds it for rank 0 and leaves
+                                                       * MASTER_PORT free for the program's own
+                                                       * rendezvous (PyTorch's TCPStore binds it) */
 #define CDL_ENV_STORE_FD          "CDL_STORE_FD"      /* rank 0 only: an already listening socket on
-                                                       * MASTER_PORT, inherited from the launcher */
+                                                       * the store's port, inherited from the launcher */
 
 /* Raised whenever a variable is added, removed or changes meaning: a plugin
  * and a library of different versions then say so instead of misreading. */
-#define CDL_CONTRACT_VERSION 3
+#define CDL_CONTRACT_VERSION 4
 
 /* Default of CDL_TIMEOUT, in seconds. */
 #define CDL_DEFAULT_TIMEOUT 300
@@ -72,6 +76,7 @@ typedef struct contract {
     int node_rank, nnodes;         /* GROUP_RANK = NODE_RANK, CDL_NNODES */
     int replicas_per_gpu;          /* CDL_REPLICAS_PER_GPU, >= 1 */
     int master_port;               /* MASTER_PORT, 0: none */
+    int store_port;                /* CDL_STORE_PORT, 0: the store binds MASTER_PORT */
     int threads;                   /* OMP_NUM_THREADS = MKL_NUM_THREADS, 0: leave them alone */
     char master_addr[256];         /* MASTER_ADDR, "": none */
     char job_id[64];               /* CDL_JOB_ID */

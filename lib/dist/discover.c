@@ -17,6 +17,7 @@
 
 #include <cdl/cdl.h>
 
+#include "announce.h"
 #include "boot.h"
 #include "contract.h"
 
@@ -115,7 +116,9 @@ static void info_of(const contract *c, cdl_rank_info *info)
     info->node_rank = c->node_rank;
     info->nnodes = c->nnodes;
     info->replicas_per_gpu = c->replicas_per_gpu;
-    info->master_port = c->master_port;
+    /* The port cdl's own store uses: a launcher that holds one for rank 0
+     * (cdlrun) leaves MASTER_PORT to the program (PyTorch binds it). */
+    info->master_port = c->store_port ? c->store_port : c->master_port;
     snprintf(info->master_addr, sizeof info->master_addr, "%s", c->master_addr);
     snprintf(info->job_id, sizeof info->job_id, "%s", c->job_id);
 }
@@ -247,7 +250,7 @@ static int validate(const cdl_rank_info *in)
     return contract_check(&c, names_of(in->source), &e) ? contract_fail(&e) : 0;
 }
 
-int cdl_rank_discover(cdl_rank_info *info)
+int rank_discover(cdl_rank_info *info, int announce)
 {
     memset(info, 0, sizeof *info);
     info->replicas_per_gpu = 1;
@@ -267,7 +270,7 @@ int cdl_rank_discover(cdl_rank_info *info)
         rc = validate(info);
     if (rc != 0)
         return -1;
-    if (info->rank == 0 && info->world > 1) {
+    if (announce && info->rank == 0 && info->world > 1) {
         const char *launcher = getenv(CDL_ENV_LAUNCHER);
         int l = launcher && *launcher;
         fprintf(stderr, "cdl: rank 0 of %d: ranks from %s%s%s%s, %d node%s%s%s%s\n", info->world,
@@ -276,4 +279,9 @@ int cdl_rank_discover(cdl_rank_info *info)
                 info->job_id[0] ? ", job '" : "", info->job_id, info->job_id[0] ? "'" : "");
     }
     return 0;
+}
+
+int cdl_rank_discover(cdl_rank_info *info)
+{
+    return rank_discover(info, 1);
 }

@@ -19,6 +19,7 @@
 
 #include "lib/core/sized.h"
 
+#include "announce.h"
 #include "boot.h"
 #include "contract.h"
 #include "coll.h"
@@ -394,6 +395,12 @@ cdl_dist *cdl_dist_create(const cdl_rank_info *info, const char *backend, cdl_ba
 cdl_dist *cdl_dist_create_with(const cdl_rank_info *info, const char *backend, cdl_backend *be,
                                const cdl_dist_config *cfg)
 {
+    return dist_create(info, backend, be, cfg, 1);
+}
+
+cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,
+                      const cdl_dist_config *cfg, int announce)
+{
     cdl_dist *d = cdl_calloc(1, sizeof *d);
     if (!d)
         return NULL;
@@ -429,7 +436,7 @@ cdl_dist *cdl_dist_create_with(const cdl_rank_info *info, const char *backend, c
     if (is_cuda(be) && !d->coll->device_memory &&
         !(d->stage = cdl_backend_host_alloc(be, STAGE_BYTES)))
         goto fail;
-    if (info->rank == 0 && info->world > 1)
+    if (announce && info->rank == 0 && info->world > 1)
         fprintf(stderr, "cdl: rank 0: collectives over %s (%d ranks, %d node%s, bootstrap %s)\n",
                 d->name, info->world, info->nnodes, info->nnodes == 1 ? "" : "s",
                 d->boot ? boot_kind(d->boot) : "mpi");

@@ -80,11 +80,12 @@ static int adopt_fd(const cdl_rank_info *info, const char *s)
         getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &l) || !listening ||
         getsockname((int)fd, (struct sockaddr *)&sa, &sl))
         return cdl_error(CDL_ENV_STORE_FD "=%s is not a listening socket: it is for launchers "
-                         "that bind MASTER_PORT for rank 0; unset it", s);
+                         "that bind the store's port for rank 0; unset it", s);
     int port = sa.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
                                         : ntohs(((struct sockaddr_in *)&sa)->sin_port);
     if (port != info->master_port)
-        return cdl_error(CDL_ENV_STORE_FD "=%s listens on port %d, not MASTER_PORT=%d", s, port,
+        return cdl_error(CDL_ENV_STORE_FD "=%s listens on port %d, not the store's port %d "
+                         "(" CDL_ENV_STORE_PORT ", else " CDL_ENV_MASTER_PORT ")", s, port,
                          info->master_port);
     fcntl((int)fd, F_SETFD, FD_CLOEXEC);
     return (int)fd;

@@ -163,12 +163,13 @@ static int add_views(ckpt_tensors *c, cdl_model *m, const float *h, const char *
     return 0;
 }
 
-/* Everything the file stores as tensors, downloaded from the device. */
+/* Everything the file stores as tensors, downloaded from the device; o
+ * NULL: the model's alone (cdl_model_save_weights). */
 static int collect_tensors(ckpt_tensors *c, cdl_model *m, cdl_optim *o)
 {
     cdl_backend *be = cdl_model_backend(m);
     size_t np = cdl_model_nparams(m);
-    int nv = cdl_model_nviews(m), ns = cdl_optim_nstate(o);
+    int nv = cdl_model_nviews(m), ns = o ? cdl_optim_nstate(o) : 0;
     if (ns > 2)
         return cdl_error("checkpoint: the optimizer has %d state buffers; cdl stores at most 2",
                          ns);
@@ -608,5 +609,18 @@ int train_ckpt_load(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
         return -1;
     int rc = load_state(f, m, o, cfg, pos);
     cdl_st_close(f);
+    return rc;
+}
+
+int cdl_model_save_weights(cdl_model *m, const char *path)
+{
+    if (!m || !path || !*path)
+        return cdl_error("cdl_model_save_weights: %s is missing", m ? "the path" : "the model");
+    ckpt_tensors c;
+    memset(&c, 0, sizeof c);
+    int rc = collect_tensors(&c, m, NULL);
+    if (rc == 0)
+        rc = cdl_st_write(path, c.t, c.n, NULL, 0);
+    ckpt_tensors_free(&c);
     return rc;
 }

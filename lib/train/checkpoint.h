@@ -23,6 +23,8 @@ typedef struct train_position {
                                * into the metadata for cdl-eval/cdl-predict (NULL: left out) */
     int unverified;           /* loaded from a file without checksums (older cdl) */
     char run_id[33];          /* the run's identity (metrics.h; RUN_ID_LEN digits) */
+    int batch_size, accum;    /* --batch-size, --accum-steps of the run that wrote it (loaded
+                               * from its configuration; 0 where it has none) */
 } train_position;
 
 int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,
@@ -37,9 +39,24 @@ int train_ckpt_load(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
  * listing every change, the text of the model's spec file (spec_text, or
  * NULL for a built-in) included; train_resume_allow_check validates such a
  * list. */
-int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg,
-                      const train_position *pos, const char *spec_text);
+int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_position *pos,
+                      const char *spec_text);
 int train_resume_allow_check(const char *list);
+
+/* realign.c: the batch geometry of a run, and the position of a checkpoint
+ * written with geometry was in one with geometry now. *batch (batches of
+ * the unfinished epoch done, in was's batches) and *step (optimizer steps
+ * done) become now's; steps_now is now's optimizer steps per epoch. *exact
+ * is 0 where the world size changed (the epoch continues at about the same
+ * fraction). A --batch-size change at which no whole number of new batches
+ * is done is refused (-1, cdl_error saying what to do): samples would be
+ * skipped or repeated. */
+typedef struct train_geometry {
+    int world, batch_size, accum;
+    long batches;             /* batches of an epoch per rank */
+} train_geometry;
+int train_resume_realign(const train_geometry *was, const train_geometry *now, int epoch,
+                         long steps_now, long *batch, long *step, int *exact);
 
 /* ckpt_dir.c: checks that dir is a writable directory, takes its lock
  * (*lock_fd: an open descriptor holding flock on dir/.lock, -1 where the

@@ -23,8 +23,14 @@ long train_batch_rows(long samples, int b, long i)
 int train_micro_begin(run *r, long index, long batches, long samples)
 {
     if (r->micro_next == 0) {
-        long left = batches - index;
-        r->micros = (int)(left < r->accum ? (left > 0 ? left : 1) : r->accum);
+        /* Groups lie on the epoch's grid of accum batches, whatever batch
+         * the epoch (or a resumed one) starts at: a resume with another
+         * --accum-steps starts inside a group of the new grid and takes
+         * the rest of it as a shorter step, so the epoch ends at the step
+         * count the schedule has there. */
+        long left = batches - index, to_grid = r->accum - index % r->accum;
+        long n = left < to_grid ? left : to_grid;
+        r->micros = (int)(n > 0 ? n : 1);
         r->group_rows = 0;
         for (long i = index; i < index + r->micros; i++)
             r->group_rows += r->cfg->drop_last ? r->cfg->batch_size

@@ -13,9 +13,9 @@ long train_batch_rows(long samples, int b, long i);
 
 /* The micro-batch of loader batch `index` (epoch of `batches` batches of
  * `samples` samples per rank): sets r->micro, r->micros and r->group_rows.
- * A group starts at the first batch an epoch (or a resumed epoch) runs and
- * after each group's last batch, and holds accum batches, fewer at the
- * epoch's end. Returns 1 when this batch ends an optimizer step. */
+ * Groups are batches [k*accum, (k+1)*accum) of the epoch, fewer at its
+ * end and where a resumed epoch starts inside one. Returns 1 when this
+ * batch ends an optimizer step. */
 int train_micro_begin(run *r, long index, long batches, long samples);
 
 /* The scale of the loss's gradient for a batch of n samples with

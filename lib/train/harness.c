@@ -14,12 +14,14 @@
 #include <unistd.h>
 
 #include "lib/core/sized.h"
+#include "lib/dist/announce.h"
 #include "lib/dist/dist_gpu.h"
 #include "lib/model/model_internal.h"
 
 #include "checkpoint.h"
 #include "ddp.h"
 #include "grads.h"
+#include "init.h"
 #include "loop.h"
 #include "mfu.h"
 #include "metrics.h"
@@ -432,21 +434,40 @@ static int resume(run *r, train_position *pos)
      * is right on any number of ranks. */
     if (r->ri.rank != 0)
         pos->loss_sum = pos->correct = pos->seen = 0;
-    if (pos->world != r->ri.world) {
-        /* The same fraction of the epoch, at an optimizer step's first
-         * micro-batch; and the step count this world size would have
-         * there, so that the schedule (warmup, cosine, step decay) stays
-         * where the run is: epochs have another number of steps now. */
-        long b = pos->batch * pos->world / r->ri.world;
-        b -= b % r->accum;
-        if (b > spe)
-            b = spe;
-        long step = (long)pos->epoch * train_steps_per_epoch(r) + (b + r->accum - 1) / r->accum;
-        train_report_note(r->rep,
-                          "warning: %s was written by %d ranks, resuming on %d: epoch %d continues "
-                          "at batch %ld of %ld (step %ld of this world size, was %ld), so results "
-                          "differ from an uninterrupted run",
-                          path, pos->world, r->ri.world, pos->epoch + 1, b, spe, step, pos->step);
+    /* Another batch geometry (world size; --batch-size, --accum-steps
+     * with --resume-allow): the position in the epoch is converted, so no
+     * sample is skipped or repeated (realign.c). */
+    train_geometry was = {pos->world, pos->batch_size ? pos->batch_size : c->batch_size,
+                          pos->accum ? pos->accum : r->accum, 0};
+    train_geometry now = {r->ri.world, c->batch_size, r->accum, spe};
+    if (was.world != now.world || was.batch_size != now.batch_size || was.accum != now.accum) {
+        long samples = was.world > 1 ? (r->train.n + was.world - 1) / was.world : r->train.n;
+        was.batches = c->drop_last ? samples / was.batch_size
+                                   : (samples + was.batch_size - 1) / was.batch_size;
+        long b = pos->batch, step = pos->step;
+        int exact;
+        if (train_resume_realign(&was, &now, pos->epoch, train_steps_per_epoch(r), &b, &step,
+                                 &exact) != 0)
+            return cdl_error("%s: %s", path, cdl_last_error());
+        char change[160] = "";
+        if (was.batch_size != now.batch_size)
+            snprintf(change, sizeof change, "--batch-size %d -> %d", was.batch_size,
+                     now.batch_size);
+        if (was.accum != now.accum)
+            snprintf(change + strlen(change), sizeof change - strlen(change),
+                     "%s--accum-steps %d -> %d", change[0] ? ", " : "", was.accum, now.accum);
+        if (!exact)
+            train_report_note(r->rep,
+                              "warning: %s was written by %d ranks, resuming on %d%s%s: epoch %d "
+                              "continues at batch %ld of %ld (step %ld of this world size, was "
+                              "%ld), so results differ from an uninterrupted run", path,
+                              pos->world, r->ri.world, change[0] ? " with " : "", change,
+                              pos->epoch + 1, b, spe, step, pos->step);
+        else
+            train_report_note(r->rep,
+                              "%s: resuming with %s: epoch %d continues at batch %ld of %ld after "
+                              "the same samples (step %ld of these settings, was %ld)", path,
+                              change, pos->epoch + 1, b, spe, step, pos->step);
         pos->batch = b;
         pos->step = step;
     }
@@ -456,8 +477,9 @@ static int resume(run *r, train_position *pos)
      * with an empty rest of the epoch. */
     if (pos->batch > spe)
         pos->batch = spe;
-    train_report_note(r->rep, "resuming from %s: epoch %d, batch %ld, step %ld", path,
-                      pos->epoch + 1, pos->batch, pos->step);
+    train_report_note(r->rep, "resuming from %s: epoch %d, batch %ld, step %ld%s", path,
+                      pos->epoch + 1, pos->batch, pos->step,
+                      r->cfg->init[0] ? " (its weights replace --init's)" : "");
     return 0;
 }
 
@@ -484,7 +506,14 @@ static int run_epochs(run *r, cdl_train_result *res)
     /* Resumed at or past --max-steps (a finished run started again): no
      * step to take; a step would go past the limit on every restart. */
     int done_steps = c->max_steps > 0 && pos.step >= c->max_steps;
-    if (done_steps)
+    /* ...unless a signal stopped the run at an epoch's last step that was
+     * also --max-steps's: that epoch's end (validation, its record,
+     * best.safetensors) is still to do, as after any signal at an epoch's
+     * last step. The loop below does it with an empty rest of the epoch,
+     * then stops at --max-steps. */
+    if (done_steps && pos.batch >= spe && pos.epoch < c->epochs)
+        done_steps = 0;
+    else if (done_steps)
         train_report_note(r->rep, "step %ld reached --max-steps %ld: nothing to train", pos.step,
                           c->max_steps);
 
@@ -499,6 +528,8 @@ static int run_epochs(run *r, cdl_train_result *res)
             done_steps = 1;
         else if (rc != 0)
             return rc;
+        else if (c->max_steps > 0 && pos.step >= c->max_steps)
+            done_steps = 1;   /* the pending end of the epoch that reached it (above) */
         double seconds = train_now() - t0;
         double tr[3] = {pos.loss_sum, pos.correct, pos.seen};
         double seen_here[1] = {pos.seen - seen0};
@@ -772,7 +803,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     int rc = -1;
     if (check_config(cfg) != 0)
         return -1;
-    if (cdl_rank_discover(&r.ri) != 0)
+    if (rank_discover(&r.ri, !cfg->quiet) != 0)
         return -1;
     /* From here on SIGUSR1/SIGTERM ask for a checkpoint: one that comes
      * while the data loads (a job signalled as soon as its metrics file
@@ -789,7 +820,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (!r.be)
         goto out;
     if (r.ri.world > 1) {
-        r.dist = cdl_dist_create_with(&r.ri, cfg->dist_backend, r.be, cfg->dist_config);
+        r.dist = dist_create(&r.ri, cfg->dist_backend, r.be, cfg->dist_config, !cfg->quiet);
         if (!r.dist)
             goto out;
     }
@@ -830,6 +861,20 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                       r.train.n, r.val.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");
+    if (cfg->init[0]) {
+        char fresh[256];
+        int nf = init_fresh_names(r.model, cfg->init_ignore, fresh, sizeof fresh);
+        if (!cfg->init_ignore[0])
+            train_report_note(r.rep, "weights from %s (--init)", cfg->init);
+        else if (nf)
+            train_report_note(r.rep, "weights from %s (--init), except %d tensor%s left fresh by "
+                              "--init-ignore '%s': %s", cfg->init, nf, nf == 1 ? "" : "s",
+                              cfg->init_ignore, fresh);
+        else if (r.ri.rank == 0)   /* a warning: also when quiet */
+            fprintf(stderr, "cdl-train: warning: --init-ignore '%s' matches none of the model's "
+                    "tensors: every tensor came from %s (the names are PyTorch's, e.g. "
+                    "'fc.*')\n", cfg->init_ignore, cfg->init);
+    }
     if (ddp_sharded(r.ddp)) {
         size_t so, sn;
         cdl_optim_shard(r.optim, &so, &sn);

@@ -10,6 +10,8 @@
 
 #include <cdl/cdl.h>
 
+#include "init.h"
+
 static int ignored(const char *name, const char *ignore)
 {
     return ignore && *ignore && fnmatch(ignore, name, 0) == 0;
@@ -151,4 +153,24 @@ int cdl_model_load_weights(cdl_model *m, const char *path, const char *ignore)
 out:
     cdl_free(host);
     return rc;
+}
+
+int init_fresh_names(const cdl_model *m, const char *ignore, char *buf, size_t len)
+{
+    int n = 0;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < cdl_model_nviews(m) + cdl_model_nbuffers(m); i++) {
+        const cdl_param_view *v = i < cdl_model_nviews(m)
+                                      ? cdl_model_view(m, i)
+                                      : cdl_model_buffer(m, i - cdl_model_nviews(m));
+        if (!ignored(v->name, ignore))
+            continue;
+        if (used < len)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", n ? ", " : "", v->name);
+        n++;
+    }
+    if (used >= len && len > 4)
+        memcpy(buf + len - 4, "...", 4);   /* a long list is cut, not wrong */
+    return n;
 }

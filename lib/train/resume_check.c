@@ -183,8 +183,24 @@ static void spec_change(const char *was, const char *now, char *a, char *b, size
     snprintf(b, len, "'%.*s'", (int)strcspn(nl, "\n"), nl);
 }
 
-int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg,
-                      const train_position *pos, const char *spec_text)
+/* A whole number 1..max stored under key (0 when absent); -1 if it is
+ * something else. */
+static int stored_int(const flat *f, const char *key, long max, int *out)
+{
+    const char *s = lookup(f, key);
+    char *end;
+    *out = 0;
+    if (!s)
+        return 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < 1 || v > max)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_position *pos,
+                      const char *spec_text)
 {
     const char *path = cdl_st_path(f), *allow = cfg->resume_allow;
     if (train_resume_allow_check(allow))
@@ -207,6 +223,14 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg,
     }
     if (parse_flat(now, strlen(now), pool + slen + 1, &was[1])) {
         cdl_error("internal error: the configuration's JSON does not parse");
+        goto out;
+    }
+    /* The batch geometry it was written with (realign.c converts the
+     * position when --resume-allow lets it change). */
+    if (stored_int(&was[0], "batch_size", 65536, &pos->batch_size) ||
+        stored_int(&was[0], "accum_steps", 1 << 20, &pos->accum)) {
+        cdl_error("%s: metadata 'config' is damaged: its batch_size or accum_steps is no "
+                  "whole number in range (use --resume never to start afresh)", path);
         goto out;
     }
     for (int i = 0; i < NCOMPARED; i++) {

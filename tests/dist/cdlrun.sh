@@ -18,4 +18,31 @@ out=$( (ulimit -n 64 && "$cdlrun" -n 40 --label "$check") 2>&1 ) &&
 echo "$out"
 echo "$out" | grep -q "cannot make the output pipes of rank .*raise 'ulimit -n' or drop --label" ||
     { echo "FAILED: no advice on the descriptor limit"; exit 1; }
+# A PyTorch job as it is: init_process_group("env://") binds MASTER_PORT in
+# rank 0, so that port must not be the one cdlrun holds for cdl's store.
+py=/usr/bin/python3
+if [ -x "$py" ] && "$py" -c 'import torch.distributed' 2>/dev/null; then
+    run "$cdlrun" -n 2 --label "$py" "${top_srcdir:-.}/templates/pytorch/train_ddp.py" \
+        --epochs 1 --samples 512 >"$tmp/torch.out" 2>&1 ||
+        { cat "$tmp/torch.out"; exit 1; }
+    cat "$tmp/torch.out"
+    grep -q '^\[1\] rank 1/2 .*backend gloo' "$tmp/torch.out" &&
+        grep -q '^\[0\] epoch 1/1 loss' "$tmp/torch.out" ||
+        { echo "FAILED: no 2-rank PyTorch DDP epoch under cdlrun"; exit 1; }
+else
+    echo "note: Debian's python3-torch is missing: PyTorch under cdlrun skipped"
+fi
+# Rank 0's two lines about the ranks and collectives it found (Slurm tests
+# and docs read them) are there without -q, and -q quiets them: "no output
+# but errors".
+train_args="--dataset synthetic --synthetic-size 32 --epochs 1 --threads 1 --val-split 0"
+# shellcheck disable=SC2086
+timeout 120 "$cdlrun" -n 2 "$train" $train_args >"$tmp/loud" 2>&1 ||
+    { cat "$tmp/loud"; echo "FAILED: cdl-train on 2 ranks"; exit 1; }
+grep -q "^cdl: rank 0 of 2: ranks from" "$tmp/loud" && grep -q "^cdl: rank 0: collectives over" "$tmp/loud" ||
+    { cat "$tmp/loud"; echo "FAILED: rank 0 did not say what it found"; exit 1; }
+# shellcheck disable=SC2086
+timeout 120 "$cdlrun" -n 2 "$train" $train_args -q >"$tmp/quiet" 2>&1 ||
+    { cat "$tmp/quiet"; echo "FAILED: cdl-train -q on 2 ranks"; exit 1; }
+[ ! -s "$tmp/quiet" ] || { cat "$tmp/quiet"; echo "FAILED: cdl-train -q printed the lines above"; exit 1; }
 echo "cdlrun checks passed"

@@ -29,19 +29,6 @@ printf 'conv2d 6 kernel=5\navgpool2d 2\nconv2d 16 kernel=5\navgpool2d 2\nflatten
 # negative check in train_equiv.sh), so 1e-5 is 30x from either.
 STEP_TOL=1e-5
 
-# step_relabel DIR WORLD: DIR/wWORLD.safetensors is DIR/last.safetensors
-# declared as written by WORLD ranks. Its position is a global batch index;
-# resuming on another world size re-maps it as if each rank kept its batch
-# size, but these runs keep the global batch, so the index stays.
-step_relabel() {
-    "$builddir/tests/ckpt/st_tool" dump "$1/last.safetensors" |
-        sed "s/^meta 776f726c645f73697a65 [0-9a-f]*\$/meta 776f726c645f73697a65 $(printf %s "$2" | od -An -tx1 | tr -d ' \n')/" \
-            >"$1/w$2.spec" &&
-        "$builddir/tests/ckpt/st_tool" write "$1/w$2.safetensors" "$1/w$2.spec" ||
-        fail "relabelling $1 for $2 ranks"
-    grep -q "^meta 776f726c645f73697a65 " "$1/w$2.spec" || fail "$1: checkpoint has no world_size"
-}
-
 # step_same REF DIR BASE [TOL]: DIR's step from BASE (a checkpoint
 # directory) equals REF's within TOL of the update.
 step_same() {

@@ -77,6 +77,11 @@ expect_status 0 "$CDL_TRAIN" $small --warmup-steps 2 --decay-steps 6 --metrics "
     --metrics-every 1 --ckpt-dir "$TMP/sched"
 grep -q "^schedule cosine: warm-up over 2 steps, then lr 0.05 decays to 0 by step 6 (--decay-steps)$" \
     "$TMP/err" || die "schedule line: $(grep '^schedule' "$TMP/err")"
+# Every field of the records (the config record's too) is in docs/metrics.md.
+for k in $(grep -o '"[a-z_0-9]*":' "$TMP/m.jsonl" | tr -d '":' | sort -u); do
+    grep -q "\`$k\`" "${top_srcdir:-.}/docs/metrics.md" ||
+        die "the metrics field '$k' is not described in docs/metrics.md"
+done
 lrs=$(sed -n 's/.*"type":"step".*"lr":\([^,}]*\).*/\1/p' "$TMP/m.jsonl" | tr '\n' ' ')
 [ "$lrs" = "0.025 0.05 0.05 0.0426777 0.025 0.00732233 0 0 0 0 " ] || die "step lrs: $lrs"
 expect_status 0 "$CDL_TRAIN" $small --max-steps 3

@@ -5,21 +5,11 @@
 # removing all of it again.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 
-command -v "${MAKE:-make}" >/dev/null || { echo "SKIP: no make"; exit 77; }
-# Run make as a top-level make: under `make -j2 check` the inherited
-# MAKEFLAGS would print "Entering directory" into the variables read below
-# and warn about the jobserver.
-unset MAKEFLAGS MFLAGS MAKELEVEL
+. "$top_srcdir/tests/api/make-install.sh"
 # Under the build tree (writable even in distcheck's read-only source tree).
 DEST=$(cd "$top_builddir" && pwd)/install-test.$$
 trap 'rm -rf "$DEST" "$TMP"' EXIT
-mk() { "${MAKE:-make}" -s --no-print-directory -C "$top_builddir" "$@"; }
-var() { mk -f Makefile -f - print-var V="$1" <<'MK'
-print-var:
-	@echo '$($(V))'
-MK
-}
-mk install DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make install DESTDIR=$DEST failed"; }
+make_install "$DEST"
 
 prefix=$(var prefix) mandir=$(var mandir) version=$(var VERSION)
 modfile="$DEST$(var modulefilesdir)/cdl/$version"
@@ -31,7 +21,7 @@ if [ "$(var slurmplugin_LTLIBRARIES)" != "" ]; then
     [ ! -e "$plugdir/cdl_spank.la" ] || die "make install left cdl_spank.la in $plugdir"
     [ -f "$DEST$(var plugstackdir)/cdl.conf" ] || die "cdl.conf not installed into $(var plugstackdir)"
 fi
-for page in man1/cdl-train.1 man1/cdlrun.1 man1/cdl-plot.1 man1/cdl-generate.1 man5/cdl-model-spec.5 man8/cdl_spank.8; do
+for page in man1/cdl-train.1 man1/cdlrun.1 man1/cdl-plot.1 man1/cdl-generate.1 man3/libcdl.3 man5/cdl-model-spec.5 man8/cdl_spank.8; do
     [ -s "$DEST$mandir/$page" ] || die "man page $mandir/$page not installed"
 done
 
@@ -42,8 +32,10 @@ done
 head -1 "$modfile" | grep -q '^#%Module' || die "$modfile lacks the #%Module magic"
 grep -q '@[a-z]*@' "$modfile" && die "$modfile has unexpanded @...@"
 grep -q '\${' "$modfile" && die "$modfile has unexpanded \${...}"
-for v in PATH MANPATH PKG_CONFIG_PATH CPATH LIBRARY_PATH; do
+for v in PATH MANPATH PKG_CONFIG_PATH CPATH LIBRARY_PATH LD_RUN_PATH; do
     dir=$(awk -v v="$v" '$1 == "prepend-path" && $2 == v { print $3 }' "$modfile")
+    # LD_RUN_PATH is left out for a libdir the loader searches anyway.
+    [ "$v" = LD_RUN_PATH ] && [ -z "$dir" ] && case "$(var libdir)" in /usr/lib*|/lib*) continue ;; esac
     case "$dir" in
         "$prefix"/*) ;;
         *) die "$modfile: $v -> '$dir', not under the prefix $prefix" ;;

@@ -39,6 +39,12 @@ echo "PASS: cdl-eval and cdl-predict agree with PyTorch on a cdl and a PyTorch-w
 # --init: PyTorch's weights start a run; another model's names are refused by name.
 "$CDL_TRAIN" --init "$TMP/torch.safetensors" --epochs 1 --max-steps 2 --val-split 0 -q \
     --no-progress || die "cdl-train --init with PyTorch's weights failed"
+# A glob that sets nothing aside (a typo, another model's names) is a
+# warning: every tensor, the head too, came from the file.
+"$CDL_TRAIN" --init "$TMP/torch.safetensors" --init-ignore 'head.*' --epochs 1 --max-steps 1 \
+    --val-split 0 -q --no-progress 2>"$TMP/err" || die "cdl-train --init --init-ignore 'head.*' failed"
+grep -q "warning: --init-ignore 'head.\*' matches none of the model's tensors" "$TMP/err" ||
+    die "no warning for an --init-ignore that matches nothing: $(cat "$TMP/err")"
 expect_status 1 "$CDL_TRAIN" --model mlp --init "$TMP/torch.safetensors" --epochs 1 --max-steps 2 -q
 expect_err "tensor 'conv1.bias' is not in the model mlp"
 expect_status 1 "$CDL_TRAIN" --init "$TMP/torch.safetensors" --init-ignore 'fc*' --dataset synthetic \

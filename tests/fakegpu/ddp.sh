@@ -97,24 +97,22 @@ run owngpu 2 "$own" --device cuda
 says owngpu "collectives over nccl "
 same owngpu nccl2 --bitwise
 
-# One step from the CPU process's checkpoints (relabelled for the world
-# size: the global batch index stays).
+# One step from the CPU process's checkpoints (the global batch stays: the
+# resume continues after the same global samples).
 sm="--model $STEP_MODEL"
 run b1 1 "$cpu" --device cpu $sm --max-steps 1
 cp -r "$tmp/b1" "$tmp/b8" && run b8 1 "$cpu" --device cpu $sm --max-steps 8 --resume auto
 for s in 1 8; do
     base=$tmp/b$s
-    step_relabel "$base" 2
-    step_relabel "$base" 4
     from="$sm --max-steps $((s + 1)) --resume-allow batch-size --resume $base"
     run s$s 1 "$cpu" --device cpu $from/last.safetensors
-    run s$s-nccl2 2 "$fake" --device cuda $from/w2.safetensors
+    run s$s-nccl2 2 "$fake" --device cuda $from/last.safetensors
     says s$s-nccl2 "collectives over nccl "
     step_same s$s s$s-nccl2 "$base"
-    CDL_REPLICAS_PER_GPU=2 run s$s-packed4 4 "$fake" --device cuda $from/w4.safetensors
+    CDL_REPLICAS_PER_GPU=2 run s$s-packed4 4 "$fake" --device cuda $from/last.safetensors
     says s$s-packed4 "collectives over hier:nccl "
     step_same s$s s$s-packed4 "$base"
-    CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=2 run s$s-packed2 2 "$fake" --device cuda $from/w2.safetensors
+    CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=2 run s$s-packed2 2 "$fake" --device cuda $from/last.safetensors
     step_same s$s s$s-packed2 "$base"
 done
 

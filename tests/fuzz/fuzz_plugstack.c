@@ -2,9 +2,10 @@
  * which run as root in slurmstepd and slurmd: the plugstack.conf arguments
  * (spk_conf_parse), the option values of --cdl-mps and --cdl-bind, Slurm's
  * --cpu-bind value and node lists (lib/dist/contract.c, compiled into the
- * plugin).
+ * plugin), and the job environment's values the plugin reads as root:
+ * SLURM_CPU_BIND_LIST masks, CUDA_VISIBLE_DEVICES, SLURM_STEP_RESV_PORTS.
  *
- * Input: one selector byte, then text. Selector 0 (mod 5): the text split
+ * Input: one selector byte, then text. Selector 0 (mod 8): the text split
  * at whitespace into the plugstack argument vector; otherwise the text is
  * one value for the parser chosen. */
 #include <stdlib.h>
@@ -13,6 +14,8 @@
 #include "lib/dist/contract.h"
 #include "spank/conf.h"
 #include "spank/options.h"
+#include "spank/packing.h"
+#include "spank/port.h"
 #include "spank/util.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -31,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *text = malloc(size);   /* size - 1 bytes of text and a NUL */
     memcpy(text, data + 1, size - 1);
     text[size - 1] = '\0';
-    switch (data[0] % 5) {
+    switch (data[0] % 8) {
     case 0: {
         char *av[MAX_ARGS];
         int ac = 0;
@@ -56,12 +59,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 3:
         spk_user_cpu_bind(text);
         break;
-    default: {
+    case 4: {
         char host[256];
         contract_err e;
         contract_hostlist_nth(text, 0, host, sizeof host, &e);
         contract_hostlist_nth(text, 7, host, sizeof host, &e);
         contract_hostlist_count(text, &e);
+        break;
+    }
+    case 5: {
+        cpu_set_t set;
+        spk_cpu_mask_union(text, &set);
+        break;
+    }
+    case 6: {
+        struct spk_gpus g;
+        if (spk_gpus_parse(text, &g) == 0)
+            for (int t = 0; t < 4; t++)
+                spk_task_gpu_index(&g, t, 1 + t % 2);
+        break;
+    }
+    default: {
+        int port, reserved;
+        contract_err e;
+        spk_port_choose(text, 811, 3, 40000, 40999, &port, &reserved);
+        contract_resv_port(text, &port, &e);
         break;
     }
     }

@@ -41,17 +41,16 @@ as_user_env OPENBLAS_NUM_THREADS=1 -- srun -N1 -n1 \
     "$CDL_TRAIN_BIN" $common --batch-size $((4 * B)) --max-steps $STEPS --resume never --ckpt-dir base \
     >"$WORK/base.log" 2>&1
 check "one process trained $STEPS steps" test $? = 0 || tail -n 20 "$WORK/base.log"
-step_relabel "$WORK/base" 4
 # The global batch stays: the per-rank --batch-size changes on purpose.
 from="--max-steps $((STEPS + 1)) --resume-allow batch-size --resume $WORK/base"
 # shellcheck disable=SC2086
 as_user_env OPENBLAS_NUM_THREADS=1 -- srun -N2 --ntasks-per-node=2 --cdl-ddp \
-    "$CDL_TRAIN_BIN" $common --batch-size $B $from/w4.safetensors --ckpt-dir ddp >"$WORK/ddp.log" 2>&1
+    "$CDL_TRAIN_BIN" $common --batch-size $B $from/last.safetensors --ckpt-dir ddp >"$WORK/ddp.log" 2>&1
 rc_ddp=$?
 # Open MPI's shared-memory transport breaks when both "nodes" are one host.
 # shellcheck disable=SC2086
 as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp -- srun --mpi=pmix -N2 --ntasks-per-node=2 \
-    "$CDL_TRAIN_BIN" $common --batch-size $B $from/w4.safetensors --ckpt-dir pmix >"$WORK/pmix.log" 2>&1
+    "$CDL_TRAIN_BIN" $common --batch-size $B $from/last.safetensors --ckpt-dir pmix >"$WORK/pmix.log" 2>&1
 rc_pmix=$?
 # shellcheck disable=SC2086
 as_user_env OPENBLAS_NUM_THREADS=1 -- srun -N1 -n1 \

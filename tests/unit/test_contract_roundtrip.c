@@ -45,6 +45,7 @@ static void plugin_step(const char *nodelist, const char *master, uint32_t nnode
             clear_launcher_env();
             setenv("RANK", "0", 1);            /* from the submit shell: must not survive */
             setenv("CDL_STORE_FD", "9", 1);    /* likewise */
+            setenv("CDL_STORE_PORT", "9", 1);  /* likewise: the store would bind it */
             assert_int_equal(spk_contract_step(&conf, &s, NULL, &sc), 0);
             snprintf(sc.token, sizeof sc.token, "feedfacefeedfacefeedfacefeedface");
             assert_int_equal(spk_contract_task(&s, &sc, local, global, &env), 0);
@@ -64,6 +65,7 @@ static void plugin_step(const char *nodelist, const char *master, uint32_t nnode
             assert_string_equal(info.master_addr, master);
             assert_string_equal(info.job_id, "811.4");
             assert_null(getenv("CDL_STORE_FD"));
+            assert_null(getenv("CDL_STORE_PORT"));
             assert_string_equal(getenv("CDL_STORE_TOKEN"), sc.token);
         }
     clear_launcher_env();
@@ -94,11 +96,11 @@ static void test_cdlrun_round_trip(void **state)
     int seen[3] = {0}, port = -1;
     char job[64] = "";
     while (fgets(line, sizeof line, p)) {
-        int r, w, lr, lw, node, nn, rpg, mp;
+        int r, w, lr, lw, node, nn, rpg, mp, env_mp;
         char addr[64], jid[64], src[32], tok[64];
         if (sscanf(line, "rank=%d world=%d local=%d/%d node=%d/%d rpg=%d addr=%63s port=%d "
-                   "job=%63s source=%31s token=%63s", &r, &w, &lr, &lw, &node, &nn, &rpg, addr,
-                   &mp, jid, src, tok) != 12)
+                   "job=%63s source=%31s token=%63s master_port=%d", &r, &w, &lr, &lw, &node,
+                   &nn, &rpg, addr, &mp, jid, src, tok, &env_mp) != 13)
             fail_msg("unexpected line from a rank: %s", line);
         assert_in_range(r, 0, 2);
         seen[r]++;
@@ -116,6 +118,10 @@ static void test_cdlrun_round_trip(void **state)
             snprintf(job, sizeof job, "%s", jid);
         }
         assert_int_equal(mp, port);   /* one run, one store */
+        /* MASTER_PORT is left to the program (PyTorch's rank 0 binds it):
+         * not the port cdlrun holds for cdl's store. */
+        assert_in_range(env_mp, 1, 65535);
+        assert_int_not_equal(env_mp, mp);
         assert_string_equal(jid, job);
     }
     assert_int_equal(pclose(p), 0);
@@ -128,15 +134,15 @@ static void test_cdlrun_round_trip(void **state)
 static int print_discovered(void)
 {
     cdl_rank_info i;
-    const char *tok = getenv(CDL_ENV_STORE_TOKEN);
+    const char *tok = getenv(CDL_ENV_STORE_TOKEN), *mp = getenv(CDL_ENV_MASTER_PORT);
     if (cdl_rank_discover(&i) != 0) {
         fprintf(stderr, "%s\n", cdl_last_error());
         return 1;
     }
     printf("rank=%d world=%d local=%d/%d node=%d/%d rpg=%d addr=%s port=%d job=%s source=%s "
-           "token=%s\n", i.rank, i.world, i.local_rank, i.local_world, i.node_rank, i.nnodes,
-           i.replicas_per_gpu, i.master_addr, i.master_port, i.job_id, i.source,
-           tok ? tok : "-");
+           "token=%s master_port=%s\n", i.rank, i.world, i.local_rank, i.local_world,
+           i.node_rank, i.nnodes, i.replicas_per_gpu, i.master_addr, i.master_port, i.job_id,
+           i.source, tok ? tok : "-", mp ? mp : "-");
     return 0;
 }
 

@@ -57,6 +57,18 @@ static void test_unknown_device(void **state)
     assert_non_null(strstr(cdl_last_error(), "'tpu'"));
 }
 
+/* A NULL config is an error naming the struct and where to start, not a
+ * crash: cdl_train_run(NULL, NULL) dereferenced it. */
+static void test_null_config(void **state)
+{
+    (void)state;
+    cdl_error("none yet");
+    assert_int_equal(cdl_train_run(NULL, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "cdl_train_config is NULL"));
+    assert_non_null(strstr(cdl_last_error(), "cdl_train_defaults"));
+    assert_null(cdl_loader_create(NULL, NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -64,6 +76,7 @@ int main(void)
         cmocka_unit_test(test_alloc_counts_and_aligns),
         cmocka_unit_test(test_default_threads),
         cmocka_unit_test(test_unknown_device),
+        cmocka_unit_test(test_null_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

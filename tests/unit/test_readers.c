@@ -218,13 +218,13 @@ static void test_imagefolder_memory(void **state)
     cdl_dataset_free(&d);
 
     /* The cgroup files' texts: v2 "max", v1's ~2^63 for unlimited. */
-    assert_true(cdl_cgroup_limit_parse("max\n") == SIZE_MAX);
-    assert_true(cdl_cgroup_limit_parse("9223372036854771712\n") == SIZE_MAX);
-    assert_true(cdl_cgroup_limit_parse("12ab") == SIZE_MAX);
-    assert_true(cdl_cgroup_limit_parse("") == SIZE_MAX);
-    assert_true(cdl_cgroup_limit_parse("0") == SIZE_MAX);
-    assert_true(cdl_cgroup_limit_parse("1073741824\n") == (size_t)1 << 30);
-    assert_true(cdl_memory_limit() > ((size_t)1 << 20));
+    assert_true(cgroup_limit_parse("max\n") == SIZE_MAX);
+    assert_true(cgroup_limit_parse("9223372036854771712\n") == SIZE_MAX);
+    assert_true(cgroup_limit_parse("12ab") == SIZE_MAX);
+    assert_true(cgroup_limit_parse("") == SIZE_MAX);
+    assert_true(cgroup_limit_parse("0") == SIZE_MAX);
+    assert_true(cgroup_limit_parse("1073741824\n") == (size_t)1 << 30);
+    assert_true(memory_limit() > ((size_t)1 << 20));
 }
 
 /* Every batch of two shuffled, augmented epochs from loaders over a and b

@@ -198,7 +198,7 @@ static const char *buffered_lookup(void *arg, const char *name)
 /* Item 7 of issue 13: a RANK (or any contract variable) exported in the
  * submit shell must not survive into the tasks; only tuning knobs
  * (OMP_NUM_THREADS) are the user's. Variables the contract does not set
- * (a stale CDL_STORE_FD, torchrun's) are removed. */
+ * (a stale CDL_STORE_FD or CDL_STORE_PORT, torchrun's) are removed. */
 static void test_user_values(void **state)
 {
     (void)state;
@@ -210,12 +210,13 @@ static void test_user_values(void **state)
     assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
     assert_int_equal(spk_contract_task(&s, &sc, 0, 2, &env), 0);
     struct fake_env user = {{{"OMP_NUM_THREADS", "1"}, {"MASTER_PORT", "3456"}, {"RANK", "0"},
-                             {"CDL_STORE_FD", "7"}}};
+                             {"CDL_STORE_FD", "7"}, {"CDL_STORE_PORT", "7"}}};
     assert_int_equal(spk_env_keep_user(&env, fake_lookup, &user), 1);
     for (int i = 0; i < env.n; i++)
         assert_int_equal(env.v[i].skip, !strcmp(env.v[i].name, "OMP_NUM_THREADS"));
     static const char *const removed[] = {CDL_ENV_STORE_FD, "TORCHELASTIC_RUN_ID",
-                                          "GROUP_WORLD_SIZE", CDL_ENV_STORE_TOKEN};
+                                          "GROUP_WORLD_SIZE", CDL_ENV_STORE_TOKEN,
+                                          CDL_ENV_STORE_PORT};
     for (size_t k = 0; k < sizeof removed / sizeof removed[0]; k++) {
         int found = 0;
         for (int i = 0; i < env.n; i++)

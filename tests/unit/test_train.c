@@ -285,23 +285,60 @@ static void read_metrics(const char *path, char *out, size_t len)
     fclose(f);
 }
 
+/* Runs "NAME-full" and "NAME-sig" with --max-steps max_steps (0: none),
+ * the second signalled after step 6 and resumed: the same weights and
+ * epoch records (into a, b of len bytes, equal). */
+static void signal_at_6_like_unsignalled(const char *name, long max_steps, char *a, char *b,
+                                         size_t len)
+{
+    cdl_train_config full, sig;
+    char sub[64];
+    snprintf(sub, sizeof sub, "%s-full", name);
+    base_config(&full, sub);
+    full.max_steps = max_steps;
+    snprintf(full.metrics, sizeof full.metrics, "%s/%s.jsonl", tmpdir, sub);
+    run_ok(&full);
+    snprintf(sub, sizeof sub, "%s-sig", name);
+    base_config(&sig, sub);
+    sig.max_steps = max_steps;
+    snprintf(sig.metrics, sizeof sig.metrics, "%s/%s.jsonl", tmpdir, sub);
+    signal_then_resume(&sig, 6);
+    assert_same_weights(full.ckpt_dir, sig.ckpt_dir);
+    read_metrics(full.metrics, a, len);
+    read_metrics(sig.metrics, b, len);
+    assert_non_null(strstr(a, "\"epoch\":1,"));
+    assert_string_equal(a, b);
+}
+
 /* A signal at an epoch's last step (6 of 6): the resumed run still ends
  * that epoch (validation, its record, best.safetensors) before the next;
  * it went straight on to epoch 2 and the record of epoch 1 was lost. */
 static void test_signal_at_epoch_end(void **state)
 {
     (void)state;
-    cdl_train_config full, sig;
-    base_config(&full, "end-full");
-    snprintf(full.metrics, sizeof full.metrics, "%s/end-full.jsonl", tmpdir);
-    run_ok(&full);
-    base_config(&sig, "end-sig");
-    snprintf(sig.metrics, sizeof sig.metrics, "%s/end-sig.jsonl", tmpdir);
-    signal_then_resume(&sig, 6);
-    assert_same_weights(full.ckpt_dir, sig.ckpt_dir);
     char a[4096], b[4096];
-    read_metrics(full.metrics, a, sizeof a);
-    read_metrics(sig.metrics, b, sizeof b);
+    signal_at_6_like_unsignalled("end", 0, a, b, sizeof a);
+}
+
+/* The same when that last step is also --max-steps's (a job signalled as
+ * it reached its last step): the resumed run ends the epoch as the run
+ * that was not signalled does. It found --max-steps reached, said
+ * "nothing to train" and skipped the epoch's end: no validation, no epoch
+ * record. Started once more, it takes no step and writes no record. */
+static void test_signal_at_max_steps_epoch_end(void **state)
+{
+    (void)state;
+    char a[4096], b[4096];
+    signal_at_6_like_unsignalled("maxend", 6, a, b, sizeof a);
+    cdl_train_config again;
+    base_config(&again, "maxend-sig");
+    again.max_steps = 6;
+    snprintf(again.metrics, sizeof again.metrics, "%s/maxend-sig.jsonl", tmpdir);
+    snprintf(again.resume, sizeof again.resume, "auto");
+    cdl_train_result res;
+    assert_int_equal(cdl_train_run(&again, &res), 0);
+    assert_int_equal(res.steps, 6);
+    read_metrics(again.metrics, b, sizeof b);
     assert_string_equal(a, b);
 }
 
@@ -627,6 +664,7 @@ int main(void)
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_metrics_records),
         cmocka_unit_test(test_signal_at_epoch_end),
+        cmocka_unit_test(test_signal_at_max_steps_epoch_end),
         cmocka_unit_test(test_checkpoint_cadence),
         cmocka_unit_test(test_eta_format),
     };

@@ -37,6 +37,12 @@ static void run_ok(const cdl_train_config *c)
         fail_msg("cdl_train_run: %s", cdl_last_error());
 }
 
+static void count_step(void *ctx, long steps)
+{
+    (void)steps;
+    ++*(long *)ctx;
+}
+
 /* Runs c resuming from path and expects an error containing each of want. */
 static void resume_fails(cdl_train_config *c, const char *path, const char *const *want)
 {
@@ -174,6 +180,81 @@ static void test_changed_config(void **state)
     assert_non_null(strstr(cdl_last_error(), "--resume-allow: 'colour'"));
 }
 
+/* c (2 epochs of 64 samples) resumed from its --ckpt-dir: the optimizer
+ * steps it took, counted by on_step; res->steps its final count. */
+static long resume_counting(cdl_train_config *c, cdl_train_result *res)
+{
+    long steps = 0;
+    c->on_step = count_step;
+    c->on_step_ctx = &steps;
+    snprintf(c->resume, sizeof c->resume, "auto");
+    if (cdl_train_run(c, res) != 0)
+        fail_msg("resume: %s", cdl_last_error());
+    c->on_step = NULL;
+    return steps;
+}
+
+/* Into c: 2 epochs of 64 samples in batches of 8 (accum of them a step)
+ * in DIR, run to --max-steps steps, then set to run on without it. */
+static void stopped_at(cdl_train_config *c, const char *dir, int accum, long steps)
+{
+    base_config(c, dir);
+    c->epochs = 2;
+    c->batch_size = 8;
+    c->accum_steps = accum;
+    c->max_steps = steps;
+    run_ok(c);
+    c->max_steps = 0;
+}
+
+/* A resume with an allowed --batch-size or --accum-steps change continues
+ * after the samples done, none skipped or repeated: the checkpoint counts
+ * the epoch in batches of the run that wrote it, and batch 2 of 8 samples
+ * was taken for batch 2 of 16 (16 samples skipped). A change at which no
+ * whole number of new batches is done is refused, saying how to get
+ * there; --accum-steps changes count the steps the new setting has there,
+ * so the schedule ends with the run. */
+static void test_resume_batch_geometry(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    cdl_train_result res;
+    stopped_at(&c, "bs-exact", 1, 2);   /* 16 samples of epoch 1 */
+    c.batch_size = 16;
+    snprintf(c.resume_allow, sizeof c.resume_allow, "batch-size");
+    /* 48 samples left in epoch 1 (3 batches of 16), then 4 in epoch 2. */
+    assert_int_equal(resume_counting(&c, &res), 3 + 4);
+    assert_int_equal(res.steps, 2 * 4);
+
+    stopped_at(&c, "bs-inexact", 1, 1);   /* 8 samples: half a batch of 16 */
+    c.batch_size = 16;
+    snprintf(c.resume_allow, sizeof c.resume_allow, "batch-size");
+    snprintf(c.resume, sizeof c.resume, "auto");
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    const char *want[] = {"last.safetensors: cannot resume epoch 1 with --batch-size 16",
+                          "8 of its samples", "not a whole number of batches of 16",
+                          "--batch-size 8 --accum-steps 1 and --max-steps 8", "divides 8",
+                          NULL};
+    for (int i = 0; want[i]; i++)
+        if (!strstr(cdl_last_error(), want[i]))
+            fail_msg("error \"%s\" lacks \"%s\"", cdl_last_error(), want[i]);
+    /* The advice works: the epoch finished as written, then the new size. */
+    c.batch_size = 8;
+    c.max_steps = 8;
+    assert_int_equal(resume_counting(&c, &res), 7);
+    c.batch_size = 16;
+    c.max_steps = 0;
+    assert_int_equal(resume_counting(&c, &res), 4);
+    assert_int_equal(res.steps, 2 * 4);
+
+    stopped_at(&c, "accum", 2, 1);   /* batches 0-1 */
+    c.accum_steps = 4;
+    snprintf(c.resume_allow, sizeof c.resume_allow, "accum-steps");
+    /* Batches 2-3 (the rest of the first group of 4), 4-7; then 2 steps. */
+    assert_int_equal(resume_counting(&c, &res), 2 + 2);
+    assert_int_equal(res.steps, 2 * 2);
+}
+
 /* Item 9 at the harness: a cdl-checkpoint-2 file must verify; a flipped bit
  * in its data or in its checksum entry's key is an error. */
 static void test_damaged_checkpoint(void **state)
@@ -231,11 +312,6 @@ static void test_dangling_last_link(void **state)
     assert_true(S_ISLNK(st.st_mode));
 }
 
-static void count_step(void *ctx, long steps)
-{
-    (void)steps;
-    ++*(long *)ctx;
-}
 
 /* Item 12: --ckpt-dir is checked before the first step; stale temporary
  * files of interrupted writes are removed, other files are not. */
@@ -347,6 +423,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crafted_metadata),
         cmocka_unit_test(test_changed_config),
+        cmocka_unit_test(test_resume_batch_geometry),
         cmocka_unit_test(test_damaged_checkpoint),
         cmocka_unit_test(test_dangling_last_link),
         cmocka_unit_test(test_ckpt_dir_checked_first),

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# libcdl as installed (`make install DESTDIR=...`), used the way a C
+# programmer uses it: every public header is installed and compiles on its
+# own (nothing else included first) in C11 and, with a C++ compiler, in
+# C++, warning-free under -Wall -Wextra -Wpedantic; then a program is built
+# with nothing but `pkg-config --cflags --libs cdl` against the installed
+# headers and library, shared and with libcdl.a as docs/api.md says, and
+# runs.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+
+command -v pkg-config >/dev/null || { echo "SKIP: pkg-config is not installed"; exit 77; }
+. "$top_srcdir/tests/api/make-install.sh"
+CC=${CC:-cc}
+CXX=${CXX:-g++}
+DEST=$(cd "$top_builddir" && pwd)/api-install.$$
+trap 'rm -rf "$DEST" "$TMP"' EXIT
+make_install "$DEST"
+prefix=$(var prefix) libdir=$(var libdir) includedir=$(var includedir) pkgconfigdir=$(var pkgconfigdir)
+[ -n "$prefix" ] || die "cannot read prefix from the Makefile"
+inc="$DEST$includedir"
+
+# Every header of lib/cdl is installed (a new one must join cdlinclude_HEADERS).
+for h in "$top_srcdir"/lib/cdl/*.h; do
+    [ -f "$inc/cdl/$(basename "$h")" ] || die "lib/cdl/$(basename "$h") is not installed into $includedir/cdl (cdlinclude_HEADERS in Makefile.am)"
+done
+
+have_cxx=1
+command -v "$CXX" >/dev/null || { have_cxx=0; echo "no C++ compiler ($CXX): the headers are checked in C only"; }
+for h in "$inc"/cdl/*.h; do
+    b=$(basename "$h")
+    printf '#include <cdl/%s>\nint main(void) { return 0; }\n' "$b" >"$TMP/h.c"
+    "$CC" -std=c11 -Wall -Wextra -Wpedantic -Werror -I"$inc" -c "$TMP/h.c" -o "$TMP/h.o" 2>"$TMP/err" ||
+        { cat "$TMP/err" >&2; die "cdl/$b does not compile alone in C11"; }
+    if [ "$have_cxx" = 1 ]; then
+        cp "$TMP/h.c" "$TMP/h.cc"
+        "$CXX" -std=c++11 -Wall -Wextra -Wpedantic -Werror -I"$inc" -c "$TMP/h.cc" -o "$TMP/h.o" 2>"$TMP/err" ||
+            { cat "$TMP/err" >&2; die "cdl/$b does not compile alone in C++"; }
+    fi
+done
+if [ "$have_cxx" = 1 ]; then   # extern "C": a C++ program links libcdl
+    printf '#include <cdl/cdl.h>\n#include <cstdio>\nint main() { std::printf("%%s\\n", cdl_version()); return 0; }\n' >"$TMP/v.cc"
+    "$CXX" -I"$inc" "$TMP/v.cc" -L"$DEST$libdir" -lcdl -o "$TMP/v" 2>"$TMP/err" ||
+        { cat "$TMP/err" >&2; die "a C++ program calling cdl_version does not link (extern \"C\" in cdl.h)"; }
+fi
+
+# pkg-config on the installed cdl.pc, its directories moved under DEST
+# (also a libdir or includedir that configure was given outside prefix).
+export PKG_CONFIG_PATH="$DEST$pkgconfigdir"
+pc() {
+    pkg-config --define-variable=prefix="$DEST$prefix" --define-variable=libdir="$DEST$libdir" \
+        --define-variable=includedir="$DEST$includedir" "$@" cdl
+}
+pc --exists || die "pkg-config does not find cdl.pc in $DEST$pkgconfigdir"
+[ "$(pc --modversion)" = "$(var VERSION)" ] || die "cdl.pc's version is not $(var VERSION)"
+pc --cflags | grep -qF -- "-I$inc" || die "cdl.pc's Cflags do not name the installed include directory: $(pc --cflags)"
+prog="$top_srcdir/templates/train.c"
+# shellcheck disable=SC2046
+"$CC" -std=c11 -Wall -Wextra -Wpedantic -Werror "$prog" $(pc --cflags --libs) -o "$TMP/train" 2>"$TMP/err" ||
+    { cat "$TMP/err" >&2; die "templates/train.c does not build with pkg-config --cflags --libs cdl"; }
+LD_LIBRARY_PATH="$DEST$libdir" ldd "$TMP/train" | grep -q "$DEST$libdir/libcdl.so" ||
+    die "templates/train.c is not linked against the installed libcdl.so"
+
+# A program that runs: the harness on synthetic data, with the installed
+# shared library, then with the installed libcdl.a.
+cat >"$TMP/run.c" <<'C'
+#include <stdio.h>
+#include <string.h>
+#include <cdl/cdl.h>
+int main(void)
+{
+    cdl_train_config cfg;
+    cdl_train_defaults(&cfg);
+    snprintf(cfg.model, sizeof cfg.model, "mlp");
+    snprintf(cfg.dataset, sizeof cfg.dataset, "synthetic");
+    snprintf(cfg.device, sizeof cfg.device, "cpu");
+    cfg.synthetic_n = 256;
+    cfg.epochs = 1;
+    cfg.threads = 1;
+    cfg.quiet = 1;
+    cdl_train_result res;
+    if (cdl_train_run(&cfg, &res) != 0) {
+        fprintf(stderr, "%s\n", cdl_last_error());
+        return 1;
+    }
+    printf("libcdl %s: %ld steps\n", cdl_version(), res.steps);
+    return 0;
+}
+C
+# shellcheck disable=SC2046
+"$CC" -std=c11 "$TMP/run.c" $(pc --cflags --libs) -o "$TMP/run" 2>"$TMP/err" ||
+    { cat "$TMP/err" >&2; die "a program does not link with pkg-config --cflags --libs cdl"; }
+LD_LIBRARY_PATH="$DEST$libdir" "$TMP/run" >"$TMP/out" 2>&1 ||
+    { cat "$TMP/out" >&2; die "the program linked against the installed libcdl.so fails"; }
+grep -q "^libcdl $(var VERSION): 4 steps" "$TMP/out" || { cat "$TMP/out" >&2; die "unexpected output of the program"; }
+if [ -f "$DEST$libdir/libcdl.a" ]; then
+    # docs/api.md's static link: libcdl.a, the libraries of Libs.private shared.
+    # shellcheck disable=SC2046
+    "$CC" -std=c11 "$TMP/run.c" $(pc --cflags) -Wl,-Bstatic $(pc --libs) -Wl,-Bdynamic \
+        $(pc --libs --static | sed 's/-lcdl//') -o "$TMP/run-static" 2>"$TMP/err" ||
+        { cat "$TMP/err" >&2; die "libcdl.a does not link with pkg-config --libs --static cdl (Libs.private in cdl.pc.in)"; }
+    readelf -d "$TMP/run-static" 2>/dev/null | grep -q 'NEEDED.*libcdl' &&
+        die "the static link of docs/api.md still needs libcdl.so"
+    "$TMP/run-static" >"$TMP/out" 2>&1 || { cat "$TMP/out" >&2; die "the program linked with libcdl.a fails"; }
+    grep -q ': 4 steps' "$TMP/out" || die "unexpected output of the program linked with libcdl.a"
+fi
+echo "PASS: installed headers compile alone (C11$([ "$have_cxx" = 1 ] && echo ', C++')), programs build with pkg-config and run (shared$([ -f "$DEST$libdir/libcdl.a" ] && echo ', static'))"

@@ -1,0 +1,22 @@
+# tests/api: libcdl as a C programmer uses it: its exported symbols against
+# its headers, the C programs of the docs, the installed headers and
+# library through pkg-config.
+TESTS += tests/api/symbols.sh tests/api/docs.sh tests/api/installed.sh
+EXTRA_DIST += tests/api/symbols.sh tests/api/docs.sh tests/api/installed.sh tests/api/make-install.sh
+# Not beside tests/e2e/install.sh: two `make install` runs in one build tree
+# under make -j may relink the same files.
+tests/api/installed.log: tests/e2e/install.log
+
+# C tests of the public API linked against the shared libcdl itself (not
+# libcdl_core): they see only what a program sees. No config.h (the
+# test helpers need _GNU_SOURCE for nftw and mkdtemp).
+if HAVE_CMOCKA
+check_PROGRAMS += tests/api/test_weights
+TESTS += tests/api/test_weights
+tests_api_test_weights_SOURCES = tests/api/test_weights.c
+tests_api_test_weights_CPPFLAGS = -D_GNU_SOURCE -I$(top_srcdir)/lib -I$(top_srcdir)/tests/unit $(CMOCKA_CFLAGS)
+tests_api_test_weights_LDADD = libcdl.la $(CMOCKA_LIBS)
+# The program itself, not a libtool wrapper script, so that check-valgrind
+# runs it under valgrind (its run path names the uninstalled libcdl).
+tests_api_test_weights_LDFLAGS = $(AM_LDFLAGS) -no-install
+endif

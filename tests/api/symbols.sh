@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# libcdl's ABI is its public headers: every function the shared library
+# exports is declared in lib/cdl/*.h, and every function the headers
+# declare (other than static inline ones) is exported. lib/libcdl.map
+# exports cdl_* by pattern, so an internal helper that starts with cdl_
+# would otherwise become API that programs can link and then lose.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+
+SO="$top_builddir/.libs/libcdl.so"
+[ -f "$SO" ] || { echo "SKIP: no shared libcdl (configured with --disable-shared)"; exit 77; }
+command -v nm >/dev/null || { echo "SKIP: nm is not installed (binutils)"; exit 77; }
+CC=${CC:-cc}
+
+# Exported: defined dynamic symbols (text and data) of the library.
+nm -D --defined-only "$SO" | awk '$2 ~ /^[TtDdBbRrWwVv]$/ { print $3 }' |
+    sed 's/@.*//' | sort -u >"$TMP/exported"
+grep -q '^cdl_version$' "$TMP/exported" || die "nm finds no cdl_version in $SO: the check is blind"
+grep -v '^cdl_' "$TMP/exported" >"$TMP/foreign" &&
+    die "$SO exports symbols outside cdl_*: $(head -5 "$TMP/foreign" | tr '\n' ' ') (lib/libcdl.map)"
+
+# Declared: the names of cdl_ functions in the preprocessed headers, less
+# those defined static inline there (nothing to export).
+printf '#include <cdl/cdl.h>\n' >"$TMP/all.c"
+$CC -std=c11 -E -P -I"$top_srcdir/lib" "$TMP/all.c" >"$TMP/pp" || die "cannot preprocess cdl/cdl.h"
+grep -oE '\bcdl_[A-Za-z0-9_]+[[:space:]]*\(' "$TMP/pp" | sed 's/[[:space:](]*$//' |
+    sort -u >"$TMP/named"
+tr '\n' ' ' <"$TMP/pp" | grep -oE 'static inline [^(]*\bcdl_[A-Za-z0-9_]+ *\(' |
+    grep -oE 'cdl_[A-Za-z0-9_]+ *\($' | sed 's/[[:space:](]*$//' | sort -u >"$TMP/inline"
+comm -23 "$TMP/named" "$TMP/inline" >"$TMP/declared"
+grep -q '^cdl_train_run$' "$TMP/declared" || die "no cdl_train_run among the declarations: the check is blind"
+
+extra=$(comm -23 "$TMP/exported" "$TMP/declared" | tr '\n' ' ')
+[ -z "$extra" ] || die "libcdl exports functions no public header declares: $extra(internal functions must not start with cdl_: docs/hacking.md)"
+missing=$(comm -13 "$TMP/exported" "$TMP/declared" | tr '\n' ' ')
+[ -z "$missing" ] || die "public headers declare functions libcdl does not export (a program calling them fails to link): $missing"
+echo "PASS: libcdl exports the $(wc -l <"$TMP/exported") functions of its headers, and only those"

@@ -550,7 +550,7 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
      * setting that changes the state (--momentum 0.9 -> 0 drops SGD's
      * buffers) is named as that change; allowed, the state is refused as
      * what it is, not as a checkpoint of another model. */
-    if (rc == 0 && ckpt_check_config(f, cfg, pos))
+    if (rc == 0 && ckpt_check_config(f, cfg, pos, cdl_model_spec_text(m)))
         rc = -1;
     if (rc == 0 && foreign_state >= 0)
         rc = cdl_error("%s: holds optimizer state '%s', which this run's %s does not keep (SGD "

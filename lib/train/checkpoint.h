@@ -39,8 +39,11 @@ int train_ckpt_load(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
 
 /* resume_check.c: refuses a resume whose configuration differs from the
  * one stored in f (other than in the settings cfg->resume_allow names),
- * listing every change; train_resume_allow_check validates such a list. */
-int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_position *pos);
+ * listing every change, the text of the model's spec file (spec_text, or
+ * NULL for a built-in) included; train_resume_allow_check validates such a
+ * list. */
+int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_position *pos,
+                      const char *spec_text);
 int train_resume_allow_check(const char *list);
 
 /* realign.c: the batch geometry of a run, and the position of a checkpoint

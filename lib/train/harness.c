@@ -302,7 +302,9 @@ static int build_model(run *r)
                          train_label_count(&r->train), train_label_count(&r->train) > 1 ? "s" : "",
                          t > 1 ? "train a language model on token data (text:FILE, tokens:DIR; "
                                  "docs/data.md) with --block-size equal to the model's"
-                               : "end the model with a per-sample head (flatten, linear)");
+                               : "a language model predicts at every position: leave out the "
+                                 "flatten, so that its last linear applies to each position "
+                                 "(docs/model-spec.md, Sequences)");
     r->positions = t;
     r->classes = r->train.classes;
     r->sample_floats = (size_t)in.c * in.h * in.w;

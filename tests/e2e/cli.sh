@@ -41,6 +41,9 @@ more=$(($(nproc) + 1))
 SLURM_CPUS_PER_TASK=4096 expect_status 2 "$CDL_TRAIN" --threads $more --epochs 0
 expect_err "--threads $more but this process may run on $(nproc) CPU"
 grep -q "uses the smaller" "$TMP/err" && die "--threads $more is said to be cut down"
+# Options on a built-in that takes none.
+expect_status 1 "$CDL_TRAIN" --model lenet:stem=cifar --max-steps 1
+expect_err "the built-in lenet takes no options (drop ':stem=cifar')"
 # A misspelt option gets the nearest one; PyTorch's spellings get cdl's.
 expect_status 2 "$CDL_TRAIN" --epohcs 3;            expect_err "did you mean --epochs?"
 expect_status 2 "$CDL_TRAIN" --lerning-rate 1;      expect_err "unknown option '--lerning-rate' (see"

@@ -34,6 +34,7 @@ enum {
     OPT_SHARD_OPTIMIZER,
     OPT_BLOCK_SIZE, OPT_VOCAB_SIZE,
     OPT_PRECISION,
+    OPT_SUMMARY,
 };
 
 static const struct option long_opts[] = {
@@ -97,6 +98,7 @@ static const struct option long_opts[] = {
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"quiet", no_argument, NULL, 'q'},
+    {"summary", no_argument, NULL, OPT_SUMMARY},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -116,6 +118,8 @@ static void usage(FILE *f)
 "                               imagenet above 64 pixels a side), gpt[:KEY=VALUE,...]\n"
 "                               (nanoGPT's; keys n_layer, n_head, n_embd, block_size,\n"
 "                               vocab_size, bias, dropout; docs/model-spec.md)\n"
+"      --summary                print the model's layers (names, output shapes,\n"
+"                               parameters) for this data and exit; trains nothing\n"
 "  -d, --dataset NAME           fashion-mnist, mnist, cifar10, synthetic, or your data:\n"
 "                               imagefolder, npy, npz, csv (NAME:PATH = --data-dir PATH)\n"
 "                               [fashion-mnist]; language models: text:FILE (bytes),\n"
@@ -646,6 +650,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case OPT_PROGRESS: cfg->progress = 1; break;
         case OPT_NO_PROGRESS: cfg->progress = 0; break;
         case 'q': cfg->quiet = 1; break;
+        case OPT_SUMMARY: cfg->summary = 1; break;
         case 'h': usage(stdout); return 1;
         case OPT_VERSION:
             printf("cdl-train (cdl) %s\nOpenBLAS kernels: %s\n", cdl_version(), cdl_blas_core());

@@ -158,6 +158,10 @@ typedef struct cdl_train_config {
      * the numbers without parsing JSON. See cdl_train_record. */
     void (*on_record)(void *ctx, const struct cdl_train_record *rec);
     void *on_record_ctx;
+    /* --summary: build the model for the data, print its layers (names,
+     * output shapes, parameters; cdl_model_print) on rank 0's stdout and
+     * return 0 without training or writing anything. */
+    int summary;
 } cdl_train_config;
 
 /* The kinds of record (docs/metrics.md's "type"). */

@@ -822,42 +822,59 @@ const cdl_param_view *cdl_model_find(const cdl_model *m, const char *name)
     return NULL;
 }
 
+/* Row i of the summary: the layer's description (with its inputs when
+ * they are not just the line before) and its output shape. */
+static void print_row(const cdl_model *m, int i, char *desc, size_t dlen, char *shape,
+                      size_t slen)
+{
+    const layer *L = &m->layers[i];
+    spec_layer_str(L->s, desc, dlen);
+    /* Inputs other than the previous line: "<- a, b". */
+    if (L->nin > 1 || L->in[0] != i - 1) {
+        size_t used = strlen(desc);
+        used += (size_t)snprintf(desc + used, used < dlen ? dlen - used : 0, " <-");
+        for (int j = 0; j < L->nin && used < dlen; j++) {
+            int k = L->in[j];
+            if (k < 0)
+                used += (size_t)snprintf(desc + used, dlen - used, "%s input", j ? "," : "");
+            else if (m->layers[k].s->name[0])
+                used += (size_t)snprintf(desc + used, dlen - used, "%s %s", j ? "," : "",
+                                         m->layers[k].s->name);
+            else
+                used += (size_t)snprintf(desc + used, dlen - used, "%s #%d", j ? "," : "", k + 1);
+        }
+    }
+    if (L->seq)   /* T positions x E features */
+        snprintf(shape, slen, "%dx%d seq", L->out.c, L->out.w);
+    else if (L->out.h == 1 && L->out.w == 1)
+        snprintf(shape, slen, "%d", L->out.c);
+    else
+        snprintf(shape, slen, "%dx%dx%d", L->out.c, L->out.h, L->out.w);
+}
+
 void cdl_model_print(const cdl_model *m, void *file)
 {
     FILE *f = file;
+    char desc[512], shape[48];
+    /* Columns as wide as their widest entry: names like
+     * transformer.h.11.mlp.c_proj and graph inputs vary a lot. */
+    int wn = 4, wd = 5, ws = 6;
+    for (int i = 0; i < m->nlayers; i++) {
+        print_row(m, i, desc, sizeof desc, shape, sizeof shape);
+        int n = (int)strlen(m->layers[i].s->name), d = (int)strlen(desc), sh = (int)strlen(shape);
+        wn = n > wn ? n : wn;
+        wd = d > wd ? d : wd;
+        ws = sh > ws ? sh : ws;
+    }
     fprintf(f, "model %s: input %dx%dx%d, %zu parameters, batches of up to %d, backend %s\n",
             m->spec.source, m->input.c, m->input.h, m->input.w, m->nparams, m->max_batch,
             m->be->ops->name);
-    fprintf(f, "  %3s  %-22s %-44s %-14s %s\n", "#", "name", "layer", "output", "params");
+    fprintf(f, "  %3s  %-*s  %-*s  %-*s  %s\n", "#", wn, "name", wd, "layer", ws, "output",
+            "params");
     for (int i = 0; i < m->nlayers; i++) {
         const layer *L = &m->layers[i];
-        char desc[512], shape[48];
-        spec_layer_str(L->s, desc, sizeof desc);
-        /* Inputs other than the previous line: "<- a, b". */
-        if (L->nin > 1 || L->in[0] != i - 1) {
-            strcat(desc, " <-");
-            for (int j = 0; j < L->nin; j++) {
-                char ref[64];
-                int k = L->in[j];
-                if (k < 0)
-                    snprintf(ref, sizeof ref, "input");
-                else if (m->layers[k].s->name[0])
-                    snprintf(ref, sizeof ref, "%s", m->layers[k].s->name);
-                else
-                    snprintf(ref, sizeof ref, "#%d", k + 1);
-                if (strlen(desc) + strlen(ref) + 3 < sizeof desc) {
-                    strcat(desc, j ? ", " : " ");
-                    strcat(desc, ref);
-                }
-            }
-        }
-        if (L->seq)   /* T positions x E features */
-            snprintf(shape, sizeof shape, "%dx%d seq", L->out.c, L->out.w);
-        else if (L->out.h == 1 && L->out.w == 1)
-            snprintf(shape, sizeof shape, "%d", L->out.c);
-        else
-            snprintf(shape, sizeof shape, "%dx%dx%d", L->out.c, L->out.h, L->out.w);
-        fprintf(f, "  %3d  %-22s %-44s %-14s %zu\n", i + 1, L->s->name[0] ? L->s->name : "-",
-                desc, shape, L->pcount);
+        print_row(m, i, desc, sizeof desc, shape, sizeof shape);
+        fprintf(f, "  %3d  %-*s  %-*s  %-*s  %zu\n", i + 1, wn, L->s->name[0] ? L->s->name : "-",
+                wd, desc, ws, shape, L->pcount);
     }
 }

@@ -809,6 +809,14 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     memset(res, 0, sizeof *res);
     if (read_config(caller_cfg, &config) != 0)
         return -1;
+    if (config.summary) {
+        /* The model for the data, and nothing written: no checkpoint
+         * directory, metrics, event files, staged copy or run header. */
+        config.ckpt_dir[0] = config.metrics[0] = config.tensorboard[0] = '\0';
+        snprintf(config.stage, sizeof config.stage, "off");
+        snprintf(config.resume, sizeof config.resume, "never");
+        config.quiet = 1;
+    }
     r.cfg = cfg;
     r.accum = cfg->accum_steps > 1 ? cfg->accum_steps : 1;
     r.grad_norm = NAN;
@@ -850,8 +858,17 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (!r.rep)
         goto out;
     if (train_stage(&r) != 0 || load_data(&r) != 0 || join_class_names(&r) != 0 ||
-        build_model(&r) != 0 || make_buffers(&r) != 0 ||
-        make_loaders(&r) != 0)
+        build_model(&r) != 0)
+        goto out;
+    if (cfg->summary) {
+        if (r.ri.rank == 0) {
+            cdl_model_print(r.model, stdout);
+            fflush(stdout);
+        }
+        rc = 0;
+        goto out;
+    }
+    if (make_buffers(&r) != 0 || make_loaders(&r) != 0)
         goto out;
     cdl_model_init(r.model, cfg->seed);
     if (cfg->init[0] && cdl_model_load_weights(r.model, cfg->init, cfg->init_ignore) != 0)

@@ -41,6 +41,14 @@ more=$(($(nproc) + 1))
 SLURM_CPUS_PER_TASK=4096 expect_status 2 "$CDL_TRAIN" --threads $more --epochs 0
 expect_err "--threads $more but this process may run on $(nproc) CPU"
 grep -q "uses the smaller" "$TMP/err" && die "--threads $more is said to be cut down"
+# --summary: the model's layers for the data, and nothing written or trained.
+expect_status 0 "$CDL_TRAIN" --model resnet20 --summary --ckpt-dir "$TMP/sum-ck" \
+    --metrics "$TMP/sum.jsonl" --tensorboard "$TMP/sum-tb"
+grep -q '^model resnet20: input 1x28x28, 272186 parameters' "$TMP/out" || die "--summary header"
+grep -qE '^ +9  - +add <- layer1.0.bn2, #3 +16x28x28 +0$' "$TMP/out" || die "--summary add row"
+grep -qE '^ +[0-9]+  linear +linear 10 +10 +650$' "$TMP/out" || die "--summary head row"
+[ ! -e "$TMP/sum-ck" ] && [ ! -e "$TMP/sum.jsonl" ] && [ ! -e "$TMP/sum-tb" ] ||
+    die "--summary wrote files"
 # Options on a built-in that takes none.
 expect_status 1 "$CDL_TRAIN" --model lenet:stem=cifar --max-steps 1
 expect_err "the built-in lenet takes no options (drop ':stem=cifar')"

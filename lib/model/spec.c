@@ -271,6 +271,9 @@ static int parse_positional(const parser *p, const struct kind_info *k, int pos,
     case CDL_LAYER_MAXPOOL2D:
     case CDL_LAYER_AVGPOOL2D:
         snprintf(what, sizeof what, "%s kernel size ", k->word);
+        if (strchr(s, 'x'))   /* "2x3": conv2d takes HxW, the pools do not */
+            return perr(p, "%s'%s': pooling kernels are square, give one size (%s 2)", what, s,
+                        k->word);
         return parse_int(p, what, s, 1, SPEC_MAX_DIM, &l->kernel);
     case CDL_LAYER_DROPOUT:
         return parse_prob(p, s, &l->p);

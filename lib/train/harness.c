@@ -245,9 +245,10 @@ static int build_model(run *r)
     }
     if (spec.input.c && (spec.input.c != in.c || spec.input.h != in.h || spec.input.w != in.w))
         return cdl_error("%s: the model's input is %dx%dx%d but dataset %s has %dx%dx%d samples: "
-                         "fix the 'input' line or pick the matching --dataset",
-                         c->model, spec.input.c, spec.input.h, spec.input.w, c->dataset, in.c,
-                         in.h, in.w);
+                         "fix the 'input' line or %s", c->model, spec.input.c, spec.input.h,
+                         spec.input.w, c->dataset, in.c, in.h, in.w,
+                         c->block_size > 0 ? "drop --block-size (the window is then the input "
+                                             "line's)" : "pick the matching --dataset");
     /* An embedding reads token ids from the input: only token data has
      * ids, and only ids below its vocabulary (the readers check them
      * against the dataset's vocabulary), so anything else would index

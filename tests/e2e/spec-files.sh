@@ -91,3 +91,9 @@ printf 'embedding 256 8\nflatten\nlinear 256\n' >"$TMP/run/flat.spec"
 expect_status 1 train --model flat.spec --dataset "text:$text" --block-size 8 --max-steps 1
 expect_err "has 8 labels per sample: a language model predicts at every position: leave out the flatten"
 echo "PASS: a flattened language model is told to keep its positions"
+
+# An input line's window against an explicit --block-size: drop the option.
+printf 'input 16x1x1\ngpt n_layer=1 n_head=2 n_embd=8\n' >"$TMP/run/win.spec"
+expect_status 1 train --model win.spec --dataset "text:$text" --block-size 8 --max-steps 1
+expect_err "the model's input is 16x1x1 but dataset text has 8x1x1 samples: fix the 'input' line or drop --block-size"
+echo "PASS: an input line at odds with --block-size names the option"

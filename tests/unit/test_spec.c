@@ -101,6 +101,7 @@ static void test_parse_errors(void **state)
         {"relu\nconv2d 6 kernel=5 foo=1\n", "f.spec:2: ", "unknown key 'foo' for conv2d: it takes kernel=, stride="},
         {"linear 10 kernel=3\n", "f.spec:1: ", "unknown key 'kernel' for linear: it takes bias=, name="},
         {"maxpool2d 2 eps=1\n", "f.spec:1: ", "unknown key 'eps' for maxpool2d"},
+        {"avgpool2d 2x3\n", "f.spec:1: ", "avgpool2d kernel size '2x3': pooling kernels are square"},
         {"relu x\n", "f.spec:1: ", "unexpected 'x': write 'relu"},
         {"linear 10 20\n", "f.spec:1: ", "unexpected '20'"},
         {"relu inplace=true\n", "f.spec:1: ", "unknown key 'inplace' for relu: it takes name=, from="},

@@ -29,3 +29,5 @@ TESTS += tests/e2e/torch-resnets.sh
 EXTRA_DIST += tests/e2e/torch-resnets.sh tests/e2e/torch_resnets.py
 TESTS += tests/e2e/spec-ckpt.sh
 EXTRA_DIST += tests/e2e/spec-ckpt.sh
+TESTS += tests/e2e/memlimit.sh
+EXTRA_DIST += tests/e2e/memlimit.sh

@@ -31,3 +31,5 @@ TESTS += tests/e2e/spec-ckpt.sh
 EXTRA_DIST += tests/e2e/spec-ckpt.sh
 TESTS += tests/e2e/memlimit.sh
 EXTRA_DIST += tests/e2e/memlimit.sh
+TESTS += tests/e2e/stage-full.sh
+EXTRA_DIST += tests/e2e/stage-full.sh

@@ -33,3 +33,5 @@ TESTS += tests/e2e/memlimit.sh
 EXTRA_DIST += tests/e2e/memlimit.sh
 TESTS += tests/e2e/stage-full.sh
 EXTRA_DIST += tests/e2e/stage-full.sh
+TESTS += tests/e2e/ckpt-limits.sh
+EXTRA_DIST += tests/e2e/ckpt-limits.sh

@@ -35,3 +35,5 @@ TESTS += tests/e2e/stage-full.sh
 EXTRA_DIST += tests/e2e/stage-full.sh
 TESTS += tests/e2e/ckpt-limits.sh
 EXTRA_DIST += tests/e2e/ckpt-limits.sh
+TESTS += tests/e2e/plot-full.sh
+EXTRA_DIST += tests/e2e/plot-full.sh

@@ -80,9 +80,11 @@ static int emit(FILE *f, json_buf *b)
         json_buf_free(b);
         return cdl_error("--metrics: out of memory formatting a record");
     }
-    int fd = fileno(f), err = 0;
-    off_t start = fflush(f) == 0 ? lseek(fd, 0, SEEK_END) : -1;
-    if (start < 0)
+    int fd = fileno(f), err = fflush(f) == 0 ? 0 : errno;
+    /* A pipe or terminal (--metrics /dev/stdout) has no offset to cut back
+     * to (ESPIPE): written all the same. */
+    off_t start = err ? -1 : lseek(fd, 0, SEEK_END);
+    if (start < 0 && !err && errno != ESPIPE)
         err = errno;
     for (size_t done = 0; !err && done < b->len;) {
         ssize_t w = write(fd, b->data + done, b->len - done);

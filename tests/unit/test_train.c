@@ -4,6 +4,7 @@
  * GPU loop's bookkeeping (run on the CPU) against the host loop. */
 #include "testutil.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -452,6 +453,25 @@ static void test_metrics_write_fails(void **state)
     assert_true(metrics_line(c.metrics, before, line, sizeof line));
     json_value(line, "type", v, sizeof v);
     assert_string_equal(v, "\"config\"");
+
+    /* A pipe (--metrics /dev/stdout into a consumer) has no offset: every
+     * record still arrives. */
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fcntl(fds[1], F_SETPIPE_SZ, 1 << 20);   /* the whole run's records fit */
+    snprintf(c.metrics, sizeof c.metrics, "/proc/self/fd/%d", fds[1]);
+    c.ckpt_dir[0] = '\0';
+    c.metrics_every = 0;
+    run_ok(&c);
+    close(fds[1]);
+    static char got[1 << 16];
+    ssize_t n, len = 0;
+    while ((n = read(fds[0], got + len, sizeof got - 1 - (size_t)len)) > 0)
+        len += n;
+    close(fds[0]);
+    got[len > 0 ? len : 0] = '\0';
+    assert_true(strstr(got, "{\"type\":\"config\"") == got);
+    assert_non_null(strstr(got, "{\"type\":\"test\""));
 }
 
 /* The metrics file: a config record first (run id, rank, world, every

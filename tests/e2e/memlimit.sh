@@ -33,6 +33,7 @@ echo 300M >"$GROUP/$swap_file" 2>/dev/null   # no swap to hide the limit, where 
 in_group() {
     sh -c 'echo $$ >"$1" && shift && exec "$@"' sh "$GROUP/$procs" "$@"
 }
+in_group true 2>/dev/null || { echo "SKIP: cannot move a process into $GROUP"; exit 77; }
 expect_status 1 in_group "$CDL_TRAIN" --model mlp --dataset synthetic --synthetic-size 20000 \
     --batch-size 20000 --val-split 0 --epochs 1 --max-steps 1 --threads 1 --workers 0 --quiet
 expect_err "out of memory allocating"

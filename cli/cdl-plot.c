@@ -174,6 +174,13 @@ int main(int argc, char **argv)
         return 1;
     }
     summary(&set);
+    /* cdl-plot --summary > FILE on a full disk: an error, not an empty
+     * FILE and exit status 0. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "cdl-plot: writing the summary to standard output failed: %s (a full "
+                "disk or quota where it goes?)\n", strerror(errno));
+        rc = 1;
+    }
     if (!only_summary) {
         char gnuplot[4200];
         if (plot_find_gnuplot(gnuplot, sizeof gnuplot) != 0) {

@@ -5,7 +5,9 @@
  * control characters dropped, and output paths may neither start with '|'
  * (gnuplot's pipe output) nor hold a quote. It is
  * exec'd by path with a fixed argv, its script and data (inline data
- * blocks) go through a pipe, no temporary file, and it gets a deadline. */
+ * blocks) go through a pipe, no temporary file, and it gets a deadline.
+ * The charts it draws go to temporary names and are renamed into place
+ * once checked whole (plot_run_gnuplot). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -154,8 +156,8 @@ static void charts(FILE *f, const plot_set *set, const plot_opts *o, const char 
                    const char *ext)
 {
     int steps = by_step(set);
-    char out[4200];
-    snprintf(out, sizeof out, "%s.%s", o->prefix, ext);
+    char out[4300];
+    snprintf(out, sizeof out, "%s.%s%s", o->prefix, ext, o->suffix ? o->suffix : "");
     fprintf(f, "set terminal %s size %d,%d noenhanced\nset output ", term, o->width, o->height);
     quoted(f, out);
     fputs("\nset multiplot layout 1,3 title ", f);
@@ -182,7 +184,75 @@ int plot_script(FILE *f, const plot_set *set, const plot_opts *o)
     return ferror(f) ? -1 : 0;
 }
 
-int plot_run_gnuplot(const char *gnuplot, const plot_set *set, const plot_opts *o)
+static int plot_draw(const char *gnuplot, const plot_set *set, const plot_opts *o);
+
+/* Whether path ends as a whole PNG (its IEND chunk) or SVG ("</svg>")
+ * does: gnuplot exits 0 with a truncated file when the disk is full. */
+static int complete(const char *path, int png)
+{
+    static const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
+    unsigned char tail[64];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    size_t n = st.st_size < (off_t)sizeof tail ? (size_t)st.st_size : sizeof tail;
+    ssize_t got = pread(fd, tail, n, st.st_size - (off_t)n);
+    close(fd);
+    if (got != (ssize_t)n)
+        return 0;
+    if (png)
+        return n >= sizeof iend && !memcmp(tail + n - sizeof iend, iend, sizeof iend);
+    while (n > 0 && (tail[n - 1] == '\n' || tail[n - 1] == ' ' || tail[n - 1] == '\r'))
+        n--;
+    return n >= 6 && !memcmp(tail + n - 6, "</svg>", 6);
+}
+
+/* The drawn files from their temporary names into place, each only if
+ * complete; the temporary files are gone afterwards either way. */
+static int publish(const plot_opts *o, int ok)
+{
+    int rc = ok ? 0 : -1;
+    for (int png = 1; png >= 0; png--) {
+        if (png ? !o->png : !o->svg)
+            continue;
+        const char *ext = png ? "png" : "svg";
+        char tmp[4300], dst[4300];
+        snprintf(tmp, sizeof tmp, "%s.%s%s", o->prefix, ext, o->suffix);
+        snprintf(dst, sizeof dst, "%s.%s", o->prefix, ext);
+        if (rc == 0 && !complete(tmp, png)) {
+            struct stat st;
+            fprintf(stderr, "cdl-plot: %s came out incomplete (%lld bytes): is its file system "
+                    "full or over quota? Free space there or give -o another place; any "
+                    "earlier %s is unchanged\n", dst,
+                    stat(tmp, &st) == 0 ? (long long)st.st_size : 0LL, dst);
+            rc = -1;
+        }
+        if (rc == 0 && rename(tmp, dst) != 0) {
+            fprintf(stderr, "cdl-plot: cannot rename %s to %s: %s\n", tmp, dst, strerror(errno));
+            rc = -1;
+        }
+        unlink(tmp);
+    }
+    return rc;
+}
+
+int plot_run_gnuplot(const char *gnuplot, const plot_set *set, const plot_opts *given)
+{
+    /* gnuplot draws into PREFIX.EXT.tmpPID, renamed once known whole. */
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, ".tmp%ld", (long)getpid());
+    plot_opts opts = *given;
+    opts.suffix = suffix;
+    const plot_opts *o = &opts;
+    int drawn = plot_draw(gnuplot, set, o);
+    return publish(o, drawn == 0);
+}
+
+static int plot_draw(const char *gnuplot, const plot_set *set, const plot_opts *o)
 {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {

@@ -13,6 +13,7 @@ typedef struct plot_opts {
     int width, height;        /* pixels */
     const char *title;
     double timeout;           /* seconds gnuplot may take */
+    const char *suffix;       /* appended to the files' names (NULL: none) */
 } plot_opts;
 
 /* The full path of an executable gnuplot in PATH into out, 0; -1 if none. */
@@ -21,7 +22,9 @@ int plot_find_gnuplot(char *out, size_t len);
  * the epoch, or the optimizer step when a run has step or eval records;
  * one colour per run, validation dashed). */
 int plot_script(FILE *f, const plot_set *set, const plot_opts *o);
-/* Runs gnuplot (its path) on the script; 0 when it exited 0 in time. */
+/* Runs gnuplot (its path) on the script, drawing into temporary files
+ * renamed into place once complete; 0 when it exited 0 in time and wrote
+ * every file whole (gnuplot says nothing of a full disk). */
 int plot_run_gnuplot(const char *gnuplot, const plot_set *set, const plot_opts *o);
 
 #endif

@@ -482,7 +482,10 @@ static int read_file(cdl_st_file *f, int fd)
     if (fstat(fd, &st) != 0)
         return cdl_error("%s: cannot stat: %s", f->path, strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return cdl_error("%s: not a regular file", f->path);
+        return cdl_error("%s: not a regular file (%s): name a checkpoint file", f->path,
+                         S_ISFIFO(st.st_mode)  ? "a FIFO"
+                         : S_ISDIR(st.st_mode) ? "a directory"
+                                               : "a device or socket");
     uint64_t size = (uint64_t)st.st_size;
     if (size < 8)
         return cdl_error("%s: the file is %llu bytes, too short for a safetensors header "
@@ -578,7 +581,11 @@ cdl_st_file *cdl_st_open(const char *path)
         return NULL;
     }
     memcpy(f->path, path, len + 1);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO without a writer (--init, --resume, a
+     * tool's CHECKPOINT) would wait forever, and SIGTERM would not end the
+     * wait (the harness catches it); read_file refuses what is not a
+     * regular file, on which O_NONBLOCK changes nothing. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         int err = errno;
         cdl_error("%s: cannot open: %s%s", path, strerror(err),

@@ -4,6 +4,7 @@
  * path may not exist under the mount, and the mount's root file is the
  * process's own group, so both are tried. */
 #include <ctype.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,4 +80,50 @@ size_t memory_limit(void)
     if (pages > 0 && page > 0 && (unsigned long)pages <= SIZE_MAX / (unsigned long)page)
         phys = (size_t)pages * (size_t)page;
     return min_size(phys, cgroup_limit());
+}
+
+size_t memory_limit_cached(void)
+{
+    static atomic_size_t cached;   /* 0: not read yet */
+    size_t lim = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!lim) {
+        lim = memory_limit();
+        atomic_store_explicit(&cached, lim, memory_order_relaxed);
+    }
+    return lim;
+}
+
+/* Bytes resident now that the kernel cannot give back by dropping pages:
+ * RssAnon + RssShmem of /proc/self/status (kB). A file's pages mapped by a
+ * reader (tokens: train.bin) are left out: under pressure they are
+ * dropped, not counted against the limit for good. 0 if unreadable. */
+static size_t resident_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "re");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long kb, total = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %lu", &kb) == 1 || sscanf(line, "RssShmem: %lu", &kb) == 1)
+            total += kb;
+    fclose(f);
+    return (size_t)total * 1024;
+}
+
+int memory_would_exceed(size_t bytes, size_t committed, size_t *held, size_t *limit)
+{
+    if (bytes < MEMORY_CHECK_MIN)
+        return 0;
+    size_t lim = memory_limit_cached();
+    if (lim == SIZE_MAX)
+        return 0;
+    size_t res = resident_bytes();
+    if (res < committed)
+        res = committed;
+    if (res <= lim && bytes <= lim - res)
+        return 0;
+    *held = res;
+    *limit = lim;
+    return 1;
 }

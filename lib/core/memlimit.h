@@ -11,6 +11,22 @@
 /* Bytes; SIZE_MAX when nothing can be read (then there is no check). */
 size_t memory_limit(void);
 
+/* memory_limit() read once per process (the limits do not change while a
+ * run lasts; cdl_malloc asks for every large block). */
+size_t memory_limit_cached(void);
+
+/* Whether a block of `bytes` more would take this process past its memory
+ * limit: 1 (and *held, *limit: the bytes it holds now and may hold), else
+ * 0. What it holds is the larger of its resident anonymous and shared
+ * memory (what the kernel cannot reclaim) and `committed`, the large
+ * blocks it allocated, touched or not yet. Only blocks of
+ * MEMORY_CHECK_MIN bytes or more are checked (small ones cannot be what
+ * breaks a limit, and reading /proc for each would cost). The answer errs
+ * towards 0: memory other processes of the job hold in the same cgroup is
+ * not seen. */
+enum { MEMORY_CHECK_MIN = 1 << 20 };
+int memory_would_exceed(size_t bytes, size_t committed, size_t *held, size_t *limit);
+
 /* The cgroup limit in the text of a memory.max (v2: bytes or "max") or
  * memory.limit_in_bytes (v1: bytes, ~2^63 when unlimited) file: SIZE_MAX
  * for none or an unreadable text. Pure, for the unit test. */

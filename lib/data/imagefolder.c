@@ -94,9 +94,15 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
 {
     char pn[512];
     DIR *d = opendir(dir);
-    if (!d)
-        return cdl_error("cannot open the image folder %s: %s: " HINT,
-                         data_printable(dir, pn, sizeof pn), strerror(errno));
+    if (!d) {
+        int err = errno;
+        char advice[512];
+        return cdl_error("cannot open the image folder %s: %s: %s",
+                         data_printable(dir, pn, sizeof pn), strerror(err),
+                         err == EMFILE || err == ENFILE
+                             ? data_open_advice(err, HINT, advice, sizeof advice)
+                             : HINT);
+    }
     struct dirent *e;
     char path[4096];
     int rc = 0;

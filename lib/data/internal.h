@@ -13,6 +13,10 @@
  * would block or never end. The fd (blocking again), or -1 with an error
  * naming the file (hint: what to do when it is missing). */
 int data_open_regular(const char *path, const char *hint);
+/* What to do when opening a dataset's file or folder failed with err: for
+ * too many open files (EMFILE, ENFILE) the limit to raise, not the data's
+ * layout; else "check its permissions or " + hint (in buf, of len). */
+const char *data_open_advice(int err, const char *hint, char *buf, size_t len);
 /* The same, and the file's size in *size. */
 int data_open_size(const char *path, const char *hint, size_t *size);
 

@@ -1,6 +1,7 @@
 /* Opening dataset files: regular files only (internal.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,13 +10,28 @@
 
 #include "lib/data/internal.h"
 
+const char *data_open_advice(int err, const char *hint, char *buf, size_t len)
+{
+    if (err == EMFILE)
+        return "this process has as many files open as it may (ulimit -n): raise the limit "
+               "(ulimit -n 4096 in the job script) or use fewer --workers";
+    if (err == ENFILE)
+        return "the node's table of open files is full: ask the administrators, or use fewer "
+               "--workers";
+    snprintf(buf, len, "check its permissions or %s", hint);
+    return buf;
+}
+
 int data_open_regular(const char *path, const char *hint)
 {
     /* O_NONBLOCK: opening a FIFO without a writer would wait forever. */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return cdl_error("cannot open %s: %s: check its permissions or %s", path,
-                         strerror(errno), hint);
+    if (fd < 0) {
+        int err = errno;
+        char advice[512];
+        return cdl_error("cannot open %s: %s: %s", path, strerror(err),
+                         data_open_advice(err, hint, advice, sizeof advice));
+    }
     struct stat st = {0};
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         int err = errno;

@@ -70,10 +70,15 @@ int ckpt_dir_prepare(const char *dir, int *lock_fd)
                          strerror(errno));
     if (!S_ISDIR(st.st_mode))
         return cdl_error("--ckpt-dir %s is not a directory: name a directory", dir);
-    if (access(dir, W_OK | X_OK) != 0)
+    if (access(dir, W_OK | X_OK) != 0) {
+        if (errno == EROFS)   /* no chmod helps: a read-only mount (a snapshot, a dataset share) */
+            return cdl_error("--ckpt-dir %s is on a read-only file system: name a directory on "
+                             "a writable one (resume from a checkpoint there with --resume "
+                             "PATH); checkpoints would fail only after the first epoch", dir);
         return cdl_error("--ckpt-dir %s is not writable by this user (%s): fix its permissions "
                          "or name another directory; checkpoints would fail only after the "
                          "first epoch", dir, strerror(errno));
+    }
     if (take_lock(dir, lock_fd) != 0)
         return -1;
     /* Temporary files of a writer that was killed (atomic.h names them

@@ -346,11 +346,18 @@ int loop_save(run *r, const train_position *pos, int what)
     cdl_optim *full = NULL;
     if (ddp_optim_gather(r->ddp, r->optim, &full) != 0)
         return -1;
+    /* best.safetensors first: last.safetensors records this validation's
+     * loss as the best, so once it is written a resume never writes
+     * best.safetensors for it again. Were best's write to fail after last's
+     * (a full disk has room for one file), the resumed run would lack the
+     * best model for good (the run's end: none at all); failing first, it
+     * leaves last.safetensors at the previous checkpoint, and the resumed
+     * run redoes these steps and writes both. */
     if (r->ri.rank == 0) {
-        if (what & SAVE_LAST)
-            rc = train_ckpt_save(r->last_path, r->model, full, r->cfg, &all);
-        if (rc == 0 && best)
+        if (best)
             rc = train_ckpt_save(r->best_path, r->model, full, r->cfg, &all);
+        if (rc == 0 && (what & SAVE_LAST))
+            rc = train_ckpt_save(r->last_path, r->model, full, r->cfg, &all);
     }
     ddp_optim_release(r->optim, full);
     if (what & SAVE_LAST)

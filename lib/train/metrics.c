@@ -68,19 +68,46 @@ static void head(json_buf *b, const char *type, const char *run_id, int rank)
     putf(b, "{\"type\":\"%s\",\"run_id\":\"%s\",\"rank\":%d", type, run_id, rank);
 }
 
-/* Writes the record in b as one line and flushes it (a crash loses no
- * finished line; a reader never sees half of one but the last). */
+/* Writes the record in b as one line, with one write() past stdio (a
+ * crash loses no finished line). A failed or short write (a full disk or
+ * quota) is cut off again, so the file holds whole lines only: the run
+ * that resumes after space was freed appends to it, and its first record
+ * would otherwise be glued to half of one and lost to every reader. */
 static int emit(FILE *f, json_buf *b)
 {
     json_buf_put(b, "}\n", 2);
-    int rc = 0;
-    if (b->failed)
-        rc = cdl_error("--metrics: out of memory formatting a record");
-    else if (fwrite(b->data, 1, b->len, f) != b->len || fflush(f) != 0)
-        rc = cdl_error("writing the --metrics file failed: %s (is the disk full?)",
-                       strerror(errno));
+    if (b->failed) {
+        json_buf_free(b);
+        return cdl_error("--metrics: out of memory formatting a record");
+    }
+    int fd = fileno(f), err = fflush(f) == 0 ? 0 : errno;
+    /* A pipe or terminal (--metrics /dev/stdout) has no offset to cut back
+     * to (ESPIPE): written all the same. */
+    off_t start = err ? -1 : lseek(fd, 0, SEEK_END);
+    if (start < 0 && !err && errno != ESPIPE)
+        err = errno;
+    for (size_t done = 0; !err && done < b->len;) {
+        ssize_t w = write(fd, b->data + done, b->len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            err = w < 0 ? errno : ENOSPC;
+        else
+            done += (size_t)w;
+    }
     json_buf_free(b);
-    return rc;
+    if (!err)
+        return 0;
+    if (start >= 0 && ftruncate(fd, start) != 0) {
+        /* Nothing more to do: the error below stops the run. */
+    }
+    return cdl_error("writing the --metrics file failed: %s: %s", strerror(err),
+                     err == ENOSPC || err == EDQUOT
+                         ? "its file system is full or over quota: free space there or give "
+                           "--metrics another file, then resume (the file holds whole records "
+                           "up to this one)"
+                     : err == EFBIG ? "the file size limit was reached (ulimit -f): raise it"
+                                    : "check the file system");
 }
 
 int metrics_config(FILE *f, const cdl_train_config *c, const run_info *ri)

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "../ckpt/checksum.h"
@@ -149,13 +150,23 @@ static int copy_file(const char *src, const char *dst, char *buf, stage_stats *s
     return 0;
 }
 
-/* Copies the regular files under src into dst (created), recursively. */
+/* The bytes copy_file would write for src: 0 when dst holds a file of its
+ * size already (verified, not copied, if it matches). */
+static double bytes_to_copy(const char *dst, const struct stat *src)
+{
+    struct stat ds;
+    return stat(dst, &ds) == 0 && ds.st_size == src->st_size ? 0 : (double)src->st_size;
+}
+
+/* Copies the regular files under src into dst (created), recursively; with
+ * buf NULL only adds to st->bytes what a copy would write (nothing
+ * created), to compare with the free space before copying. */
 static int copy_tree(const char *src, const char *dst, int depth, char *buf, stage_stats *st)
 {
     if (depth > STAGE_MAX_DEPTH)
         return cdl_error("--stage: %s is nested deeper than %d directories", src,
                          STAGE_MAX_DEPTH);
-    if (mkdir(dst, 0755) != 0 && errno != EEXIST)
+    if (buf && mkdir(dst, 0755) != 0 && errno != EEXIST)
         return cdl_error("--stage: cannot create %s: %m", dst);
     DIR *d = opendir(src);
     if (!d)
@@ -176,6 +187,8 @@ static int copy_tree(const char *src, const char *dst, int depth, char *buf, sta
             continue;   /* a dangling link: not data */
         if (S_ISDIR(ls.st_mode))
             rc = copy_tree(s, t, depth + 1, buf, st);
+        else if (S_ISREG(fs.st_mode) && !buf)
+            st->bytes += bytes_to_copy(t, &fs);
         else if (S_ISREG(fs.st_mode))
             rc = copy_file(s, t, buf, st);
     }
@@ -209,6 +222,33 @@ static int remove_tree(const char *dir)
     }
     closedir(d);
     return rmdir(dir);
+}
+
+/* Whether the copy of src into dir (on base's file system) fits in the
+ * space free there, before copying: a dataset larger than the node-local
+ * disk would otherwise fail only when that disk is full, after copying for
+ * as long as it took to fill it. Files already in dir at their size count
+ * nothing. 0, or -1 with an error giving both sizes. */
+static int enough_room(const char *src, const struct stat *ss, const char *dir, const char *base)
+{
+    stage_stats need = {0};
+    if (S_ISDIR(ss->st_mode)) {
+        if (copy_tree(src, dir, 0, NULL, &need) != 0)
+            return -1;
+    } else {
+        char to[1400];
+        snprintf(to, sizeof to, "%.1000s/%.300s", dir, base_name(src));
+        need.bytes = bytes_to_copy(to, ss);
+    }
+    struct statvfs vf;
+    if (statvfs(base, &vf) != 0)
+        return 0;   /* unknown: the copy finds out */
+    double avail = (double)vf.f_bavail * (double)vf.f_frsize;
+    if (need.bytes <= avail)
+        return 0;
+    return cdl_error("--stage: copying %s needs %.1f MB but %s has %.1f MB free: free space "
+                     "there, give another --stage DIR, or use --stage off", src,
+                     need.bytes / 1e6, base, avail / 1e6);
 }
 
 /* The dataset's folder or file, or NULL (synthetic data is made, not
@@ -284,10 +324,10 @@ int train_stage(run *r)
     stage_stats st = {0};
     if (r->ri.local_rank == 0) {
         char *buf = cdl_malloc(BUF);
-        int rc = -1;
-        if (buf && S_ISDIR(ss.st_mode)) {
+        int rc = buf ? enough_room(src, &ss, dir, base) : -1;
+        if (rc == 0 && S_ISDIR(ss.st_mode)) {
             rc = copy_tree(src, dir, 0, buf, &st);
-        } else if (buf) {   /* one file (npz, csv): into dir under its name */
+        } else if (rc == 0) {   /* one file (npz, csv): into dir under its name */
             char to[1400];
             snprintf(to, sizeof to, "%.1000s/%.300s", dir, base_name(src));
             rc = mkdir(dir, 0755) != 0 && errno != EEXIST

@@ -36,6 +36,9 @@ J
 grep -q '^old: 2 epochs to step 20; best val_acc 0.6000 at epoch 2' "$TMP/out" ||
     { cat "$TMP/out"; die "summary of old.jsonl"; }
 expect_err "skipped 1 line"
+# The summary into a full disk (/dev/full): an error, not exit 0.
+"$PLOT" --summary "$TMP/old.jsonl" >/dev/full 2>"$TMP/err" && die "a lost summary exited 0"
+expect_err "writing the summary to standard output failed: No space left on device"
 
 # A language model's run: step and eval records (a resumed run repeats
 # step 4: the last record wins), drawn against the optimizer step; the

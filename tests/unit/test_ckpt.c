@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cdl/cdl.h>
@@ -402,6 +403,30 @@ static void test_reject_truncated(void **state)
     in_dir(state, "no/such.safetensors", missing, sizeof missing);
     expect_reject(missing, "No such file");
     expect_reject(in_dir(state, "", path, sizeof path), "not a regular file");
+}
+
+/* A FIFO in place of a checkpoint (--init, --resume, cdl-eval's
+ * CHECKPOINT) is refused, not a wait for a writer that never comes; in a
+ * child with an alarm, so the old behaviour fails instead of hanging. */
+static void test_reject_fifo(void **state)
+{
+    char path[512];
+    in_dir(state, "fifo.safetensors", path, sizeof path);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        int ok = !cdl_st_open(path) && strstr(cdl_last_error(), path) &&
+                 strstr(cdl_last_error(), "not a regular file (a FIFO)");
+        _exit(ok ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("a FIFO was not refused (status 0x%x)", status);
+    assert_int_equal(unlink(path), 0);
 }
 
 static void test_reject_header_length(void **state)
@@ -920,6 +945,7 @@ int main(void)
         T(test_empty_lists),
         T(test_foreign_but_valid),
         T(test_reject_truncated),
+        T(test_reject_fifo),
         T(test_reject_header_length),
         T(test_reject_bad_json),
         T(test_reject_fields),

@@ -350,6 +350,36 @@ static void test_fifo_is_refused(void **state)
     clear_tmpdir();
 }
 
+/* Out of file descriptors (ulimit -n; many --workers): the error says to
+ * raise the limit, not to check the data's permissions or layout. */
+static void test_out_of_fds(void **state)
+{
+    (void)state;
+    clear_tmpdir();
+    write_good_idx("train", 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int lowest = dup(0);   /* every descriptor below it is taken */
+        close(lowest);
+        struct rlimit lim = {(rlim_t)lowest, (rlim_t)lowest};
+        cdl_dataset d;
+        int ok = lowest > 0 && setrlimit(RLIMIT_NOFILE, &lim) == 0 &&
+                 cdl_dataset_load("mnist", tmpdir, 1, &d) == -1 &&
+                 strstr(cdl_last_error(), "ulimit -n") &&
+                 !strstr(cdl_last_error(), "permissions");
+        if (!ok)
+            fprintf(stderr, "expected advice on ulimit -n, got: %s\n", cdl_last_error());
+        _exit(ok ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    clear_tmpdir();
+}
+
 static void test_idx_count_mismatch(void **state)
 {
     (void)state;
@@ -1037,6 +1067,7 @@ int main(void)
         cmocka_unit_test(test_idx_truncated),
         cmocka_unit_test(test_idx_header_claims_too_much),
         cmocka_unit_test(test_fifo_is_refused),
+        cmocka_unit_test(test_out_of_fds),
         cmocka_unit_test(test_idx_trailing),
         cmocka_unit_test(test_idx_count_mismatch),
         cmocka_unit_test(test_idx_bad_label_and_size),

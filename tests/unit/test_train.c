@@ -4,8 +4,10 @@
  * GPU loop's bookkeeping (run on the CPU) against the host loop. */
 #include "testutil.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -402,6 +404,76 @@ static void json_value(const char *line, const char *key, char *out, size_t len)
     snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), p);
 }
 
+/* Every line of path ends with "}\n": no torn record. The number of lines. */
+static int whole_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[20000];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strlen(line);
+        if (len < 2 || strcmp(line + len - 2, "}\n") != 0)
+            fail_msg("%s: line %d is torn: %.80s", path, n + 1, line);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* The --metrics file on a full disk (here the file size limit): the run
+ * stops with an error naming the file, and the file keeps whole records
+ * only, so the resumed run's records do not start inside a torn one. */
+static void test_metrics_write_fails(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "metrics-full");
+    c.workers = 0;
+    c.metrics_every = 1;
+    snprintf(c.metrics, sizeof c.metrics, "%s/metrics-full.jsonl", tmpdir);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 1800;   /* the config record and a few step records */
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc = cdl_train_run(&c, NULL);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, prev);
+    assert_int_equal(rc, -1);
+    const char *msg = cdl_last_error();
+    if (!strstr(msg, c.metrics) || !strstr(msg, "ulimit -f"))
+        fail_msg("unexpected message: %s", msg);
+    int before = whole_lines(c.metrics);
+    assert_true(before >= 2);
+    run_ok(&c);   /* space again: the run goes on, appending */
+    char line[20000], v[64];
+    assert_true(whole_lines(c.metrics) > before);
+    assert_true(metrics_line(c.metrics, before, line, sizeof line));
+    json_value(line, "type", v, sizeof v);
+    assert_string_equal(v, "\"config\"");
+
+    /* A pipe (--metrics /dev/stdout into a consumer) has no offset: every
+     * record still arrives. */
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fcntl(fds[1], F_SETPIPE_SZ, 1 << 20);   /* the whole run's records fit */
+    snprintf(c.metrics, sizeof c.metrics, "/proc/self/fd/%d", fds[1]);
+    c.ckpt_dir[0] = '\0';
+    c.metrics_every = 0;
+    run_ok(&c);
+    close(fds[1]);
+    static char got[1 << 16];
+    ssize_t n, len = 0;
+    while ((n = read(fds[0], got + len, sizeof got - 1 - (size_t)len)) > 0)
+        len += n;
+    close(fds[0]);
+    got[len > 0 ? len : 0] = '\0';
+    assert_true(strstr(got, "{\"type\":\"config\"") == got);
+    assert_non_null(strstr(got, "{\"type\":\"test\""));
+}
+
 /* The metrics file: a config record first (run id, rank, world, every
  * option), step records every --metrics-every steps with a gradient norm,
  * epoch records; a resumed run keeps its id; --resume never into the used
@@ -778,6 +850,7 @@ int main(void)
         cmocka_unit_test(test_no_allocation_inside_steps),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_metrics_records),
+        cmocka_unit_test(test_metrics_write_fails),
         cmocka_unit_test(test_signal_at_epoch_end),
         cmocka_unit_test(test_signal_at_max_steps_epoch_end),
         cmocka_unit_test(test_signal_at_owed_validation),

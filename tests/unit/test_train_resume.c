@@ -394,6 +394,39 @@ static void test_ckpt_dir_checked_first(void **state)
     assert_int_equal(access(other, F_OK), 0);
 }
 
+/* A full disk may have room for last.safetensors but not for
+ * best.safetensors after it (here: best.safetensors is a directory, so its
+ * rename fails). last.safetensors must not then record the epoch done with
+ * its validation as the best: the resumed run would call the run finished
+ * and never write best.safetensors. The failed save leaves no
+ * last.safetensors, and the resumed run writes both. */
+static void test_best_write_fails(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "bestfail");
+    assert_int_equal(mkdir(c.ckpt_dir, 0755), 0);
+    char best[1200], inner[1300], last[1200];
+    snprintf(best, sizeof best, "%s/best.safetensors", c.ckpt_dir);
+    snprintf(last, sizeof last, "%s/last.safetensors", c.ckpt_dir);
+    snprintf(inner, sizeof inner, "%s/keep", best);
+    assert_int_equal(mkdir(best, 0755), 0);
+    fclose(fopen(inner, "w"));
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    if (!strstr(cdl_last_error(), best))
+        fail_msg("error \"%s\" does not name %s", cdl_last_error(), best);
+    assert_int_equal(access(last, F_OK), -1);
+
+    assert_int_equal(unlink(inner), 0);
+    assert_int_equal(rmdir(best), 0);
+    run_ok(&c);
+    cdl_st_file *f = cdl_st_open(best);
+    if (!f)
+        fail_msg("no best.safetensors after the resumed run: %s", cdl_last_error());
+    assert_string_equal(cdl_st_meta_get(f, "epoch"), "1");
+    cdl_st_close(f);
+}
+
 /* Max |a - b| / max(1, max |b|) over the F32 tensor `name` of two files. */
 static double tensor_diff(const cdl_st_file *a, const cdl_st_file *b, const char *name)
 {
@@ -480,6 +513,7 @@ int main(void)
         cmocka_unit_test(test_damaged_checkpoint),
         cmocka_unit_test(test_dangling_last_link),
         cmocka_unit_test(test_ckpt_dir_checked_first),
+        cmocka_unit_test(test_best_write_fails),
         cmocka_unit_test(test_resume_format2),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

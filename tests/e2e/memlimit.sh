@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# cdl-train under a cgroup memory limit (a Slurm job's --mem): a batch that
+# cannot fit is an error naming the memory it needs and what to do, before
+# the first step, not a kill by the OOM killer (exit 137, no message).
+# Needs root and a memory controller (cgroup v2, or v1's memory hierarchy);
+# skips otherwise. The group it makes is removed at the end.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+
+[ "$(id -u)" = 0 ] || { echo "SKIP: needs root to make a cgroup"; exit 77; }
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    # v2: a child of the root group, which must delegate memory.
+    parent=/sys/fs/cgroup
+    grep -qw memory "$parent/cgroup.subtree_control" 2>/dev/null ||
+        { echo "SKIP: the cgroup v2 root does not delegate the memory controller"; exit 77; }
+    limit_file=memory.max swap_file=memory.swap.max procs=cgroup.procs
+elif [ -d /sys/fs/cgroup/memory ]; then
+    # v1: a child of this process's memory group.
+    own=$(sed -n 's/^[0-9]*:[^:]*memory[^:]*://p' /proc/self/cgroup | head -n 1)
+    parent=/sys/fs/cgroup/memory$own
+    [ -d "$parent" ] || parent=/sys/fs/cgroup/memory
+    limit_file=memory.limit_in_bytes swap_file=memory.memsw.limit_in_bytes procs=tasks
+else
+    echo "SKIP: no memory cgroup"; exit 77
+fi
+GROUP=$parent/cdl-test-memlimit.$$
+mkdir "$GROUP" 2>/dev/null || { echo "SKIP: cannot create a cgroup under $parent"; exit 77; }
+trap 'rmdir "$GROUP" 2>/dev/null; rm -rf "$TMP"' EXIT
+echo 300M >"$GROUP/$limit_file" || { echo "SKIP: cannot set $limit_file"; exit 77; }
+echo 300M >"$GROUP/$swap_file" 2>/dev/null   # no swap to hide the limit, where there is swap
+
+# mlp with batches of 20,000 samples needs about 1.8 GB; 300 MB are allowed.
+# The child joins the group and becomes cdl-train (the test's shell stays out).
+in_group() {
+    sh -c 'echo $$ >"$1" && shift && exec "$@"' sh "$GROUP/$procs" "$@"
+}
+in_group true 2>/dev/null || { echo "SKIP: cannot move a process into $GROUP"; exit 77; }
+expect_status 1 in_group "$CDL_TRAIN" --model mlp --dataset synthetic --synthetic-size 20000 \
+    --batch-size 20000 --val-split 0 --epochs 1 --max-steps 1 --threads 1 --workers 0 --quiet
+expect_err "out of memory allocating"
+expect_err "of the 314.6 MB it may use"
+expect_err "reduce --batch-size or the model size, or ask for more memory (sbatch --mem)"
+
+# What fits still trains under the same limit.
+expect_status 0 in_group "$CDL_TRAIN" --model mlp --dataset synthetic --synthetic-size 2000 \
+    --batch-size 100 --val-split 0 --epochs 1 --max-steps 2 --threads 1 --workers 0 --quiet
+echo "PASS: memlimit"

@@ -6,11 +6,14 @@
  * unknown word, bad number or repeated key is an error naming file:line,
  * so a typo never silently trains a different model. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cdl/cdl.h>
 
@@ -887,7 +890,20 @@ done:
 int cdl_spec_read(const char *path, char **text_out)
 {
     *text_out = NULL;
-    FILE *f = fopen(path, "rb");
+    /* O_NONBLOCK: a FIFO without a writer (a mistyped path, a finished
+     * process substitution) would block open() for ever, and the harness
+     * catches SIGTERM; what is not a regular file is refused below. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        int dir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+        close(fd);
+        return cdl_error("model spec '%s' is not a regular file (%s): name a spec file", path,
+                         dir ? "a directory" : "a FIFO, device or socket");
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f && fd >= 0)
+        close(fd);
     if (!f) {
         /* "lenet:stem=cifar": a built-in's name with options it does not take. */
         static const char *const plain[] = {"lenet", "mlp", "resnet20"};

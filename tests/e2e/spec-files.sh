@@ -97,3 +97,12 @@ printf 'input 16x1x1\ngpt n_layer=1 n_head=2 n_embd=8\n' >"$TMP/run/win.spec"
 expect_status 1 train --model win.spec --dataset "text:$text" --block-size 8 --max-steps 1
 expect_err "the model's input is 16x1x1 but dataset text has 8x1x1 samples: fix the 'input' line or drop --block-size"
 echo "PASS: an input line at odds with --block-size names the option"
+
+# A FIFO as the spec (no writer): refused at once, not a wait for ever.
+mkfifo "$TMP/run/fifo.spec"
+timeout 60 "$CDL_TRAIN" --model "$TMP/run/fifo.spec" --max-steps 1 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+[ "$rc" = 1 ] || die "--model FIFO: exit $rc (124: it waited for a writer)"
+grep -q "is not a regular file (a FIFO, device or socket): name a spec file" "$TMP/err" ||
+    die "--model FIFO: $(cat "$TMP/err")"
+echo "PASS: a FIFO as the model spec is refused"

@@ -379,7 +379,7 @@ static void test_load(void **state)
     assert_non_null(strstr(cdl_last_error(), "contains a NUL byte"));
 
     assert_int_equal(cdl_spec_load("/tmp", &s), -1);
-    assert_non_null(strstr(cdl_last_error(), "cannot read model spec '/tmp'"));
+    assert_non_null(strstr(cdl_last_error(), "model spec '/tmp' is not a regular file (a directory)"));
 
     unlink(path);
     assert_int_equal(cdl_spec_load(path, &s), -1);

@@ -14,6 +14,8 @@
 #   last, partial batch), updates within STEP_TOL (tests/dist/
 #   step_equiv.sh: over whole runs on random labels the difference of
 #   summation orders grows until it depends on the CPU's BLAS kernels);
+# - batchnorm2d sync=true over NCCL: 2 GPUs step like one CPU process on
+#   their combined batch (step_equiv.sh), and without sync they do not;
 # - SIGUSR1 to one rank stops both at the same step, checkpointed (exit 75);
 # - the mistakes: two ranks on one GPU without packing, --dist-backend nccl
 #   with packed ranks or on the CPU, each an error that says what to do.
@@ -115,6 +117,24 @@ for s in 1 8; do
     CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=2 run s$s-packed2 2 "$fake" --device cuda $from/last.safetensors
     step_same s$s s$s-packed2 "$base"
 done
+
+# batchnorm2d sync=true (SyncBatchNorm): the statistics of the forward and
+# backward are summed over the ranks on NCCL's stream, so 2 GPUs of 8
+# samples step like one CPU process of 16, within STEP_TOL; without sync
+# each GPU normalises its own 8 and the step is another (the check bites).
+# Smooth, convolution without the bias batch norm cancels.
+sbn=$tmp/syncbn.spec
+printf 'conv2d 6 kernel=5 bias=false\nbatchnorm2d sync=true\navgpool2d 4\nflatten\nlinear 10\n' >"$sbn"
+sed 's/ sync=true//' "$sbn" >"$tmp/plainbn.spec"
+run bn0 1 "$cpu" --device cpu --model "$sbn" --max-steps 1
+from="--max-steps 2 --resume-allow batch-size --resume $tmp/bn0/last.safetensors"
+run bn1 1 "$cpu" --device cpu --model "$sbn" $from
+run bn2 2 "$fake" --device cuda --model "$sbn" $from
+says bn2 "collectives over nccl "
+step_same bn1 bn2 "$tmp/bn0"
+run bn2plain 2 "$fake" --device cuda --model "$tmp/plainbn.spec" $from
+"$cmp" "$tmp/bn1/last.safetensors" "$tmp/bn2plain/last.safetensors" --base "$tmp/bn0/last.safetensors" \
+    --rel "$STEP_TOL" >/dev/null 2>&1 && fail "batch norm without sync stepped like one process: the check cannot tell"
 
 # SIGUSR1 to rank 1 alone: with NCCL the stop agreement rides with the
 # steps (no host collective per step), and still every rank stops at the

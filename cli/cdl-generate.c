@@ -73,21 +73,30 @@ typedef struct gen {
     double *scratch;
 } gen;
 
-/* The vocabulary: the rows of the token embedding (nanoGPT's name, which
- * the gpt built-in and specs following it use), else the "classes"
- * metadata (per position for a language model). */
-static int find_vocab(const cdl_st_file *f, const char *ckpt)
+/* The rows of the 2-D tensor whose name ends in suffix (nanoGPT's names,
+ * which the gpt built-in and specs following it use), or 0. */
+static int tensor_rows(const cdl_st_file *f, const char *suffix)
 {
     for (int i = 0; i < cdl_st_count(f); i++) {
         const char *name = cdl_st_name(f, i);
-        size_t n = strlen(name), k = strlen("wte.weight");
+        size_t n = strlen(name), k = strlen(suffix);
         int ndim;
         int64_t shape[8];
-        if (n >= k && !strcmp(name + n - k, "wte.weight") &&
+        if (n >= k && !strcmp(name + n - k, suffix) &&
             cdl_st_shape(f, i, &ndim, shape) == 0 && ndim == 2 && shape[0] > 0 &&
             shape[0] < (1 << 24))
             return (int)shape[0];
     }
+    return 0;
+}
+
+/* The vocabulary: the rows of the token embedding, else the "classes"
+ * metadata (per position for a language model). */
+static int find_vocab(const cdl_st_file *f, const char *ckpt)
+{
+    int rows = tensor_rows(f, "wte.weight");
+    if (rows > 0)
+        return rows;
     long classes = eval_meta_long(f, "classes");
     if (classes > 0 && classes < (1 << 24))
         return (int)classes;
@@ -105,14 +114,24 @@ static int gen_open(gen *g)
     cdl_st_file *f = cdl_st_open(g->o.ckpt);
     if (!f)
         return -1;
-    cdl_shape in = {0, 0, 0};
+    cdl_shape in = {0, 1, 1};
     const char *shape = cdl_st_meta_get(f, "input_shape");
     int rc = -1;
-    if (!shape || sscanf(shape, "%d,%d,%d", &in.c, &in.h, &in.w) != 3 || in.c < 1 ||
-        in.h != 1 || in.w != 1)
+    /* A GPT that PyTorch saved has no metadata: its window is its block,
+     * the --model's block_size, else the rows of its position table. */
+    int window = 0;
+    if (!shape && g->o.model) {
+        in.c = cdl_spec_block_size(g->o.model);
+        if (in.c <= 0)
+            in.c = tensor_rows(f, "wpe.weight");
+        window = in.c > 0;
+    }
+    if (!window && (!shape || sscanf(shape, "%d,%d,%d", &in.c, &in.h, &in.w) != 3 ||
+                    in.c < 1 || in.h != 1 || in.w != 1))
         cdl_error("%s: input_shape '%.40s' is not a token window (T,1,1): cdl-generate needs a "
-                  "language model trained by cdl-train (--model gpt --dataset text:FILE)",
-                  g->o.ckpt, shape ? shape : "(none)");
+                  "language model trained by cdl-train (--model gpt --dataset text:FILE), or "
+                  "a GPT PyTorch saved with its --model gpt:...", g->o.ckpt,
+                  shape ? shape : "(none)");
     else if ((g->vocab = find_vocab(f, g->o.ckpt)) > 0)
         rc = 0;
     g->T = in.c;

@@ -99,6 +99,11 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
          * checkpoints: 0, the default); the reader checks the value. */
         const char *vs = cdl_st_meta_get(f, "token_val_split");
         opt->val_split = vs ? strtod(vs, NULL) : 0;
+    } else if (o->model) {
+        /* A file PyTorch wrote: windows of the --model's block, as
+         * cdl-train would read them for it (0: the reader's default). */
+        int b = cdl_spec_block_size(o->model);
+        opt->block_size = b > 0 ? b : 0;
     }
     int nm = 0, ns = 0;
     float *m = parse_floats(cdl_st_meta_get(f, "norm_mean"), &nm);
@@ -127,8 +132,34 @@ static int misfit_error(const eval_opts *o, const cdl_st_file *f, cdl_shape inpu
         return 0;
     return cdl_error("%s: the run's samples were %dx%dx%d (c,h,w), these are %dx%dx%d, and its "
                      "weights do not fit them: read the data as the run did (leave out "
-                     "--image-size and --channels, or give the run's)", o->ckpt, c, h, w,
+                     "--dataset, --image-size and --channels, or give the run's)", o->ckpt, c, h, w,
                      input.c, input.h, input.w);
+}
+
+/* The weights do not fit the model (another --model than the run's): the
+ * loader names the tensor, but its advice is cdl-train's (--init-ignore,
+ * which these programs lack); it is replaced by theirs. */
+static void other_model_error(const eval_opts *o, const cdl_st_file *f, const char *name)
+{
+    static const char *const advice[] = {" (check --model", " (a replaced layer?",
+                                         ": the file belongs to another model"};
+    char why[1024];
+    snprintf(why, sizeof why, "%s", cdl_last_error());
+    for (size_t i = 0; i < sizeof advice / sizeof advice[0]; i++) {
+        char *cut = strstr(why, advice[i]);
+        if (cut)
+            *cut = '\0';
+    }
+    const char *run = meta(f, "model");
+    if (o->model && *run && strcmp(o->model, run))
+        cdl_error("%s: the checkpoint holds another model than --model %s: leave --model out "
+                  "(the run's model is '%s') or give the one it was trained with", why, name, run);
+    else if (o->model)
+        cdl_error("%s: the file holds the weights of another model than %s: give --model the "
+                  "model they were saved from", why, name);
+    else
+        cdl_error("%s: the checkpoint's weights are not those of its model %s: was the file "
+                  "written by another program? (give --model)", why, name);
 }
 
 /* Token windows (text, tokens): the reader holds the split, as cdl-train's
@@ -351,12 +382,19 @@ cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input,
         return NULL;   /* fit: the sizes a gpt line leaves to the data */
     }
     cdl_model *m = cdl_model_create(&spec, input, batch, be);
-    if (m && cdl_model_load_weights(m, o->ckpt, NULL) != 0) {
+    if (!m) {
+        /* A saved spec's input line, or a layer that cannot take the
+         * samples: the data is the misfit when it differs from the run's. */
+        misfit_error(o, f, input);
+        return NULL;
+    }
+    if (cdl_model_load_weights(m, o->ckpt, NULL) != 0) {
         cdl_model_destroy(m);
         /* Samples of another shape than the run's (--image-size,
          * --channels, other data): say so, rather than the weights
          * loader's advice for cdl-train (--init-ignore). */
-        misfit_error(o, f, input);
+        if (misfit_error(o, f, input) == 0)
+            other_model_error(o, f, name);
         return NULL;
     }
     return m;
@@ -491,12 +529,18 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     cdl_st_file *f = cdl_st_open(o->ckpt);
     if (!f)
         return -1;
+    /* A language model: the checkpoint says so, or (a file PyTorch wrote)
+     * the --dataset of token windows given with it. */
+    const char *kind = o->dataset ? o->dataset : "";
+    size_t kn = strcspn(kind, ":");
+    int tokens = *meta(f, "tokens") || (kn == 4 && !strncmp(kind, "text", 4)) ||
+                 (kn == 6 && !strncmp(kind, "tokens", 6));
     if (!o->split || !*o->split) {
-        e->own.split = *meta(f, "tokens") ? "val" : "test";
+        e->own.split = tokens ? "val" : "test";
         e->split_default = 1;
     }
     o = e->o;
-    if (*meta(f, "tokens") && !o->sequences) {
+    if (tokens && !o->sequences) {
         cdl_st_close(f);
         return cdl_error("%s is a language model (trained on token windows): sample text from "
                          "it with cdl-generate, or measure its loss with cdl-eval", o->ckpt);

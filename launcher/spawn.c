@@ -197,6 +197,11 @@ int launch_ranks(run *r)
          * pinned cores would be worse than letting the kernel spread. */
         if (r->bind_auto)
             r->bind_cores = cores >= r->n;
+        else if (cores < r->n)   /* asked for: pinned, but say who shares */
+            fprintf(stderr, "cdlrun: warning: --bind cores: %d ranks on %d core%s: ranks share "
+                    "pinned cores, and every step waits for the slowest (give -n %d at most, "
+                    "or --bind auto to let the kernel spread them)\n", r->n, cores,
+                    cores == 1 ? "" : "s", cores);
         for (int i = 0; i < r->n && r->bind_cores; i++)
             r->ranks[i].cpus = sets[i];
         free(sets);

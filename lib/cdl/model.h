@@ -103,8 +103,9 @@ typedef struct cdl_model_spec {
 int cdl_spec_fit(cdl_model_spec *spec, cdl_shape input, int classes);
 
 /* The block size (positions) a model argument fixes: block_size= of a
- * "gpt:..." built-in, or the rows of the first posembedding of a spec file
- * (its gpt line's block_size); 0 when it fixes none (the data's choice),
+ * "gpt:..." built-in; of a spec file, the T of its input line "input Tx1x1",
+ * else the rows of its first posembedding (its gpt line's block_size);
+ * 0 when it fixes none (the data's choice),
  * -1 with cdl_error when the argument cannot be read. */
 int cdl_spec_block_size(const char *model);
 

@@ -18,6 +18,8 @@ extern "C" {
  * requeued and resumed with --resume auto. */
 #define CDL_EXIT_REQUEUE 75
 
+struct cdl_train_record;   /* on_record's argument, below */
+
 typedef struct cdl_train_config {
     size_t size;              /* sizeof(cdl_train_config): set by cdl_train_defaults, so a
                                * libcdl with more fields reads only those a caller knows */
@@ -150,7 +152,37 @@ typedef struct cdl_train_config {
      * the run that was never stopped. */
     long warmup_steps;
     long decay_steps;
+    /* Called on rank 0 with every record --metrics writes (a step record
+     * every metrics_every steps, eval, epoch and test records), whether or
+     * not `metrics` names a file: a program's own logging or early look at
+     * the numbers without parsing JSON. See cdl_train_record. */
+    void (*on_record)(void *ctx, const struct cdl_train_record *rec);
+    void *on_record_ctx;
 } cdl_train_config;
+
+/* The kinds of record (docs/metrics.md's "type"). */
+enum cdl_record_type { CDL_RECORD_STEP = 1, CDL_RECORD_EVAL, CDL_RECORD_EPOCH, CDL_RECORD_TEST };
+
+/* One record as on_record receives it. libcdl owns it: read it during the
+ * call, and only fields that end within `size` (a later libcdl may add
+ * fields at the end; a program built against this header reads these). */
+typedef struct cdl_train_record {
+    size_t size;              /* sizeof(cdl_train_record) of the libcdl that filled it */
+    enum cdl_record_type type;
+    int epoch;                /* 1-based; 0 in the test record */
+    long step;                /* optimizer steps done */
+    double loss, acc;         /* step: training samples since the last step record;
+                                 epoch: the epoch's training mean; eval, test: the
+                                 validation or test samples */
+    double val_loss, val_acc; /* epoch: validation; NAN in the other records */
+    double lr;                /* step, epoch: the learning rate; NAN otherwise */
+    double samples_per_sec;   /* step, epoch: all ranks; 0 otherwise */
+    double tokens_per_sec;    /* sequence models' step and epoch records (else 0) */
+    double mfu;               /* model FLOPs utilisation; NAN = n/a */
+    double grad_norm;         /* step records with --clip-grad; NAN otherwise */
+    double seconds;           /* epoch: its wall time; 0 otherwise */
+    long samples;             /* test: samples evaluated; 0 otherwise */
+} cdl_train_record;
 
 /* --decay-params: AUTO is 2D for models with sequence layers (the gpt
  * built-in, like nanoGPT's groups), ALL otherwise (PyTorch's one group);

@@ -195,6 +195,10 @@ int cdl_spec_block_size(const char *model)
     int block = 0;
     if (cdl_spec_load(model, spec))
         block = -1;
+    /* An input line of a token window (T x 1 x 1) says T itself: the
+     * window the model is for, which may be shorter than its block. */
+    else if (spec->input.c && spec->input.h == 1 && spec->input.w == 1)
+        block = spec->input.c;
     for (int i = 0; block == 0 && i < spec->nlayers; i++)
         if (spec->layers[i].kind == CDL_LAYER_POSEMBEDDING)
             block = spec->layers[i].block;

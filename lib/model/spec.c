@@ -885,9 +885,20 @@ int cdl_spec_read(const char *path, char **text_out)
 {
     *text_out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f)
+    if (!f) {
+        /* "lenet:stem=cifar": a built-in's name with options it does not take. */
+        static const char *const plain[] = {"lenet", "mlp", "resnet20"};
+        for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+            size_t n = strlen(plain[i]);
+            if (errno == ENOENT && !strncmp(path, plain[i], n) && path[n] == ':')
+                return cdl_error("model %s: the built-in %s takes no options (drop '%s'); "
+                                 "resnet18/34/50/101 take stem=, gpt its sizes", path, plain[i],
+                                 path + n);
+        }
         return cdl_error("cannot open model spec '%s': %s: check the path (or use a built-in: "
-                         "lenet, mlp, resnet20, resnet18, resnet34, resnet50, resnet101, gpt)", path, strerror(errno));
+                         "lenet, mlp, resnet20, resnet18, resnet34, resnet50, resnet101, gpt)",
+                         path, strerror(errno));
+    }
     char *text = cdl_malloc(SPEC_FILE_MAX + 1);
     if (!text) {
         fclose(f);

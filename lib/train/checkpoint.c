@@ -37,7 +37,7 @@
 #define CKPT_FORMAT_1 "cdl-checkpoint-1"
 #define OPT_PREFIX "optimizer."
 
-enum { MAX_META = 32 };
+enum { MAX_META = 40 };   /* train_ckpt_save adds at most 33 (token data, class names) */
 /* Largest world size a checkpoint may record (a sanity bound, far above any
  * real job). */
 #define CKPT_MAX_WORLD 1000000
@@ -252,6 +252,8 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "train_samples", fmt_dup("%ld", pos->samples));
     if (pos->run_id[0])
         meta_add(&meta, "run_id", fmt_dup("%s", pos->run_id));
+    if (pos->validation_due)
+        meta_add(&meta, "validation_due", fmt_dup("1"));
     /* What cdl-eval and cdl-predict need to find the data again. */
     meta_add(&meta, "dataset", fmt_dup("%s", cfg->dataset));
     meta_add(&meta, "data_dir", fmt_dup("%s", cfg->data_dir));
@@ -548,7 +550,7 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
      * setting that changes the state (--momentum 0.9 -> 0 drops SGD's
      * buffers) is named as that change; allowed, the state is refused as
      * what it is, not as a checkpoint of another model. */
-    if (rc == 0 && ckpt_check_config(f, cfg, pos))
+    if (rc == 0 && ckpt_check_config(f, cfg, pos, cdl_model_spec_text(m)))
         rc = -1;
     if (rc == 0 && foreign_state >= 0)
         rc = cdl_error("%s: holds optimizer state '%s', which this run's %s does not keep (SGD "
@@ -594,6 +596,8 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
     const char *id = cdl_st_meta_get(f, "run_id");
     if (id && run_id_valid(id))
         snprintf(pos->run_id, sizeof pos->run_id, "%s", id);
+    const char *due = cdl_st_meta_get(f, "validation_due");
+    pos->validation_due = due && !strcmp(due, "1");
     pos->epoch = (int)v_epoch;
     pos->batch = (long)v_batch;
     pos->step = (long)v_step;

@@ -23,6 +23,9 @@ typedef struct train_position {
                                * into the metadata for cdl-eval/cdl-predict (NULL: left out) */
     int unverified;           /* loaded from a file without checksums (older cdl) */
     char run_id[33];          /* the run's identity (metrics.h; RUN_ID_LEN digits) */
+    int validation_due;       /* a signal stopped the run at a step that owed a validation
+                               * (--eval-every's, or the run's end at --max-steps): the
+                               * resume does it first (metadata validation_due, 1 if set) */
     int batch_size, accum;    /* --batch-size, --accum-steps of the run that wrote it (loaded
                                * from its configuration; 0 where it has none) */
 } train_position;
@@ -36,8 +39,11 @@ int train_ckpt_load(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
 
 /* resume_check.c: refuses a resume whose configuration differs from the
  * one stored in f (other than in the settings cfg->resume_allow names),
- * listing every change; train_resume_allow_check validates such a list. */
-int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_position *pos);
+ * listing every change, the text of the model's spec file (spec_text, or
+ * NULL for a built-in) included; train_resume_allow_check validates such a
+ * list. */
+int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_position *pos,
+                      const char *spec_text);
 int train_resume_allow_check(const char *list);
 
 /* realign.c: the batch geometry of a run, and the position of a checkpoint

@@ -59,10 +59,11 @@ static int quoted(const char *s, char *out, size_t len)
 
 int train_config_json(const cdl_train_config *c, char *buf, size_t len)
 {
-    char model[1600], dataset[200], data_dir[6200];
+    char model[1600], dataset[200], data_dir[6200], label_column[800];
     if (quoted(c->model, model, sizeof model) < 0 ||
         quoted(c->dataset, dataset, sizeof dataset) < 0 ||
-        quoted(c->data_dir, data_dir, sizeof data_dir) < 0)
+        quoted(c->data_dir, data_dir, sizeof data_dir) < 0 ||
+        quoted(c->label_column, label_column, sizeof label_column) < 0)
         return cdl_error("configuration strings too long for the checkpoint metadata");
     int n = snprintf(buf, len,
                      "{\"model\":%s,\"dataset\":%s,\"data_dir\":%s,\"epochs\":%d,"
@@ -72,7 +73,9 @@ int train_config_json(const cdl_train_config *c, char *buf, size_t len)
                      "\"warmup_epochs\":%d,\"threads\":%d,\"workers\":%d,\"seed\":%" PRIu64 ","
                      "\"drop_last\":%d,\"device\":\"%s\",\"max_steps\":%ld,\"ckpt_every\":%ld,"
                      "\"val_split\":%.9g,\"clip_grad\":%.9g,\"accum_steps\":%d,"
-                     "\"decay_params\":\"%s\",\"warmup_steps\":%ld,\"decay_steps\":%ld}",
+                     "\"decay_params\":\"%s\",\"warmup_steps\":%ld,\"decay_steps\":%ld,"
+                     "\"augment\":%d,\"image_size\":%d,\"normalize\":%d,"
+                     "\"label_smoothing\":%.9g,\"label_column\":%s}",
                      model, dataset, data_dir, c->epochs, c->batch_size, c->lr,
                      cdl_optim_kind_name(c->optim.kind), c->optim.momentum, c->optim.dampening,
                      c->optim.nesterov, c->optim.weight_decay, c->optim.beta1, c->optim.beta2,
@@ -80,7 +83,8 @@ int train_config_json(const cdl_train_config *c, char *buf, size_t len)
                      c->warmup_epochs, c->threads, c->workers, c->seed, c->drop_last, c->device,
                      c->max_steps, c->ckpt_every, c->val_split, c->clip_grad,
                      c->accum_steps > 1 ? c->accum_steps : 1, train_decay_name(c->decay_params),
-                     c->warmup_steps, c->decay_steps);
+                     c->warmup_steps, c->decay_steps, c->augment, c->image_size, c->normalize,
+                     c->label_smoothing, label_column);
     if (n < 0 || (size_t)n >= len)
         return cdl_error("configuration too long for the checkpoint metadata");
     return 0;

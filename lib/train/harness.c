@@ -302,7 +302,9 @@ static int build_model(run *r)
                          train_label_count(&r->train), train_label_count(&r->train) > 1 ? "s" : "",
                          t > 1 ? "train a language model on token data (text:FILE, tokens:DIR; "
                                  "docs/data.md) with --block-size equal to the model's"
-                               : "end the model with a per-sample head (flatten, linear)");
+                               : "a language model predicts at every position: leave out the "
+                                 "flatten, so that its last linear applies to each position "
+                                 "(docs/model-spec.md, Sequences)");
     r->positions = t;
     r->classes = r->train.classes;
     r->sample_floats = (size_t)in.c * in.h * in.w;
@@ -504,30 +506,42 @@ static int run_epochs(run *r, cdl_train_result *res)
     /* Resumed at or past --max-steps (a finished run started again): no
      * step to take; a step would go past the limit on every restart. */
     int done_steps = c->max_steps > 0 && pos.step >= c->max_steps;
-    /* ...unless a signal stopped the run at an epoch's last step that was
-     * also --max-steps's: that epoch's end (validation, its record,
-     * best.safetensors) is still to do, as after any signal at an epoch's
-     * last step. The loop below does it with an empty rest of the epoch,
-     * then stops at --max-steps. */
-    if (done_steps && pos.batch >= spe && pos.epoch < c->epochs)
-        done_steps = 0;
-    else if (done_steps)
+    /* ...unless a signal stopped the run at the --max-steps step before
+     * the end that step owes: at an epoch's last step that epoch's end
+     * (validation, its record, best.safetensors; as after any signal at an
+     * epoch's last step), inside an epoch the run's end (validation_due).
+     * The first pass of the loop below does it without a step. */
+    int owed_end = done_steps && (pos.batch >= spe || pos.validation_due) &&
+                   pos.epoch < c->epochs;
+    if (done_steps && !owed_end)
         train_report_note(r->rep, "step %ld reached --max-steps %ld: nothing to train", pos.step,
                           c->max_steps);
+    else if (pos.epoch >= c->epochs)   /* a finished run started again */
+        train_report_note(r->rep, "all %d epochs are done: nothing to train (a larger --epochs "
+                          "with --resume-allow epochs goes on)", c->epochs);
+    /* The --eval-every validation a signal left to this run, first. Then
+     * last.safetensors records it done (and its lowest loss), so another
+     * stop before the next checkpoint does not validate twice. */
+    if (pos.validation_due && !done_steps) {
+        int save = SAVE_LAST;
+        pos.validation_due = 0;
+        if (loop_eval(r, &pos, &save) != 0 || loop_save(r, &pos, save) != 0)
+            return -1;
+    }
+    pos.validation_due = 0;
 
-    for (; pos.epoch < c->epochs && !done_steps; pos.epoch++, pos.batch = 0) {
+    for (; pos.epoch < c->epochs && (!done_steps || owed_end); pos.epoch++, pos.batch = 0) {
         double t0 = train_now();
         double seen0 = pos.seen;
         if (cdl_loader_start_epoch(r->train_loader, pos.epoch, pos.batch) != 0)
             return -1;
         epoch_clock ck = {t0, seen0, spe};
-        int rc = loop_epoch(r, &pos, &ck, res);
+        int rc = owed_end ? EPOCH_MAX_STEPS : loop_epoch(r, &pos, &ck, res);
+        owed_end = 0;
         if (rc == EPOCH_MAX_STEPS)
             done_steps = 1;
         else if (rc != 0)
             return rc;
-        else if (c->max_steps > 0 && pos.step >= c->max_steps)
-            done_steps = 1;   /* the pending end of the epoch that reached it (above) */
         double seconds = train_now() - t0;
         double tr[3] = {pos.loss_sum, pos.correct, pos.seen};
         double seen_here[1] = {pos.seen - seen0};

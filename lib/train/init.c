@@ -40,7 +40,7 @@ static const cdl_param_view *find_buffer(const cdl_model *m, const char *name)
 /* The file's tensor for view v (a parameter or a buffer) into dst + v->offset,
  * with load_state_dict's strictness. Counts (num_batches_tracked) are I64
  * in files PyTorch and cdl write; they live as floats in the model. */
-static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst)
+static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const char *model)
 {
     const char *path = cdl_st_path(f);
     int t = cdl_st_find(f, v->name), nd;
@@ -57,6 +57,17 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst)
         same = shape[d] == v->shape[d];
     if (!same) {
         char a[96], b[96];
+        /* torchvision's ImageNet weights on small pictures: the built-in
+         * picked the CIFAR stem (3x3 conv1, no max-pool), the file has the
+         * 7x7 one. Leaving conv1 fresh would throw away its first layer. */
+        if (!strcmp(v->name, "conv1.weight") && nd == 4 && shape[2] == 7 && shape[3] == 7 &&
+            v->ndim == 4 && v->shape[1] == shape[1] && v->shape[2] == 3)
+            return cdl_error("%s: tensor 'conv1.weight' has shape %s, ImageNet's 7x7 stem, but "
+                             "the model %s has the CIFAR stem %s (chosen for small pictures): "
+                             "use --model %.*s:stem=imagenet to keep the file's stem", path,
+                             shape_str(nd, shape, a, sizeof a), model,
+                             shape_str(v->ndim, v->shape, b, sizeof b),
+                             (int)strcspn(model, ":"), model);
         return cdl_error("%s: tensor '%s' has shape %s but the model's is %s (a replaced "
                          "layer? leave it out with --init-ignore '%s')", path, v->name,
                          shape_str(nd, shape, a, sizeof a),
@@ -89,7 +100,7 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst)
 /* Parameters into params, buffers into bufs (host copies of the model's). */
 static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *params, float *bufs)
 {
-    const char *path = cdl_st_path(f);
+    const char *path = cdl_st_path(f), *model = cdl_model_get_spec(m)->source;
     /* A cdl checkpoint also holds the optimizer's state (optimizer.*):
      * not weights, and a fresh run's optimizer starts afresh. */
     const char *fmt = cdl_st_meta_get(f, "format");
@@ -105,16 +116,16 @@ static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *params,
         if (!cdl_model_find(m, name) && !find_buffer(m, name) && !alias && !ignored(name, ignore))
             return cdl_error("%s: tensor '%s' is not in the model %s: the file belongs to "
                              "another model (check --model), or name what to leave out with "
-                             "--init-ignore PATTERN", path, name, cdl_model_get_spec(m)->source);
+                             "--init-ignore PATTERN", path, name, model);
     }
     for (int i = 0; i < cdl_model_nviews(m); i++) {
         const cdl_param_view *v = cdl_model_view(m, i);
-        if (!ignored(v->name, ignore) && load_view(f, v, params) != 0)
+        if (!ignored(v->name, ignore) && load_view(f, v, params, model) != 0)
             return -1;
     }
     for (int i = 0; i < cdl_model_nbuffers(m); i++) {
         const cdl_param_view *v = cdl_model_buffer(m, i);
-        if (!ignored(v->name, ignore) && load_view(f, v, bufs) != 0)
+        if (!ignored(v->name, ignore) && load_view(f, v, bufs, model) != 0)
             return -1;
     }
     return 0;

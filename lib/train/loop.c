@@ -405,11 +405,16 @@ static int after_step(run *r, train_position *pos, const epoch_clock *ck, cdl_tr
     int max_steps = c->max_steps > 0 && pos->step >= c->max_steps;
     int ckpt = c->ckpt_every > 0 && pos->step % c->ckpt_every == 0 && pos->batch < ck->spe;
     int eval = c->eval_every > 0 && pos->step % c->eval_every == 0 && pos->batch < ck->spe &&
-               !stop && !max_steps;
+               !max_steps;
     if ((stop || max_steps || ckpt || eval) && flush(r, pos) != 0)
         return -1;
     if (stop) {
-        if (loop_save(r, pos, SAVE_LAST) != 0)
+        /* The validation this step owes (--eval-every's, or the run's end
+         * at --max-steps inside an epoch) is left to the resumed run,
+         * which does it first: a signal asks for a quick exit. */
+        train_position at = *pos;
+        at.validation_due = eval || (max_steps && pos->batch < ck->spe);
+        if (loop_save(r, &at, SAVE_LAST) != 0)
             return -1;
         train_report_note(r->rep, "stopped by signal at epoch %d, batch %ld (step %ld)%s",
                           pos->epoch + 1, pos->batch, pos->step,
@@ -422,23 +427,28 @@ static int after_step(run *r, train_position *pos, const epoch_clock *ck, cdl_tr
     if (max_steps)
         return EPOCH_MAX_STEPS;
     int save = ckpt ? SAVE_LAST : 0;
-    if (eval) {
-        /* --eval-every: validation in the middle of an epoch (the epoch's
-         * end has its own); it changes no state training reads. A new
-         * lowest loss writes best.safetensors, as at an epoch's end: a long
-         * run on a large corpus may end no epoch before its last step. */
-        double loss, acc;
-        if (train_evaluate(r, r->val_loader, &loss, &acc) != 0 ||
-            train_report_eval(r->rep, pos->epoch, pos->step, loss, acc) != 0)
-            return -1;
-        if (loss < pos->best_val_loss) {
-            pos->best_val_loss = loss;
-            save |= SAVE_BEST;
-        }
-    }
+    if (eval && loop_eval(r, pos, &save) != 0)
+        return -1;
     /* After the validation: last.safetensors then holds its lowest loss,
      * and a resumed run does not take a worse model for a better one. */
     return loop_save(r, pos, save) != 0 ? -1 : 0;
+}
+
+int loop_eval(run *r, train_position *pos, int *save)
+{
+    /* --eval-every: validation in the middle of an epoch (the epoch's end
+     * has its own); it changes no state training reads. A new lowest loss
+     * writes best.safetensors, as at an epoch's end: a long run on a large
+     * corpus may end no epoch before its last step. */
+    double loss, acc;
+    if (train_evaluate(r, r->val_loader, &loss, &acc) != 0 ||
+        train_report_eval(r->rep, pos->epoch, pos->step, loss, acc) != 0)
+        return -1;
+    if (loss < pos->best_val_loss) {
+        pos->best_val_loss = loss;
+        *save |= SAVE_BEST;
+    }
+    return 0;
 }
 
 int loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res)

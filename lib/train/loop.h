@@ -35,6 +35,10 @@ int loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_res
 enum { SAVE_LAST = 1, SAVE_BEST = 2 };
 int loop_save(run *r, const train_position *pos, int what);
 
+/* --eval-every's validation at pos: its line and record; a new lowest
+ * loss goes into pos->best_val_loss and adds SAVE_BEST to *save. */
+int loop_eval(run *r, train_position *pos, int *save);
+
 /* Harness functions the loop uses (harness.c): optimizer steps per epoch
  * (batches / --accum-steps, rounded up), and the mean loss and accuracy on
  * every sample of loader (each rank its share, summed over ranks). */

@@ -112,11 +112,9 @@ int metrics_config(FILE *f, const cdl_train_config *c, const run_info *ri)
          "\"ddp_bucket_kb\":%ld,\"progress\":%d,\"quiet\":%d",
          c->synthetic_n, c->tf32_conv, c->tf32_matmul, c->cuda_graphs, c->ddp_bucket_kb,
          c->progress, c->quiet);
-    /* Data and initialisation options (docs/data.md, docs/training.md). */
-    putf(&b, ",\"augment\":%d,\"image_size\":%d,\"channels\":%d,\"skip_bad_files\":%d,"
-         "\"normalize\":%d,\"label_smoothing\":%.9g", c->augment, c->image_size,
-         c->image_channels, c->skip_bad_files, c->normalize, c->label_smoothing);
-    put_str(&b, "label_column", c->label_column);
+    /* Data and initialisation options (docs/data.md, docs/training.md)
+     * that the checkpoint's configuration leaves out. */
+    putf(&b, ",\"channels\":%d,\"skip_bad_files\":%d", c->image_channels, c->skip_bad_files);
     put_str(&b, "init", c->init);
     put_str(&b, "init_ignore", c->init_ignore);
     put_str(&b, "stage", c->stage);

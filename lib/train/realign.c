@@ -9,8 +9,10 @@
  * done means positions [0, b * batch * world) done. On the same number of
  * ranks the new batch index is exact when that count is a whole number of
  * new batches, and refused otherwise; on another number of ranks the
- * positions fall between ranks, and the epoch continues at the same
- * fraction (with a warning, as before --batch-size could change). The step
+ * positions may fall between ranks, and the epoch continues at the last
+ * whole batch before (with a warning, as before --batch-size could
+ * change). A resume inside an --accum-steps group takes the group's rest
+ * as a shorter step (grads.c). The step
  * count becomes the one the new geometry has there, so the schedule (in
  * steps) still ends with the last epoch. */
 #include <stdio.h>
@@ -42,11 +44,8 @@ int train_resume_realign(const train_geometry *was, const train_geometry *now, i
                              now->batch_size, was->batch_size, was->accum, *step + left,
                              rank_done);
         }
-        b = done / per;
-        if (was->world != now->world) {
-            *exact = 0;
-            b -= b % now->accum;   /* at an optimizer step's first micro-batch */
-        }
+        b = done / per;   /* on another world size: repeats less than a batch */
+        *exact = was->world == now->world;
         if (b > now->batches)
             b = now->batches;
     }

@@ -24,7 +24,24 @@ struct train_report {
     int bar_epoch;           /* the ETA's epoch, first batch and time */
     long bar_b0;
     double bar_t0;
+    void (*on_record)(void *ctx, const cdl_train_record *rec);   /* rank 0's */
+    void *on_record_ctx;
 };
+
+/* A record with the fields its type does not fill at their "none" value. */
+static cdl_train_record record_of(enum cdl_record_type type, int epoch, long step)
+{
+    return (cdl_train_record){
+        .size = sizeof(cdl_train_record), .type = type, .epoch = epoch, .step = step,
+        .val_loss = NAN, .val_acc = NAN, .lr = NAN, .mfu = NAN, .grad_norm = NAN,
+    };
+}
+
+static void hand_on(const train_report *r, const cdl_train_record *rec)
+{
+    if (r->on_record && r->rank == 0)
+        r->on_record(r->on_record_ctx, rec);
+}
 
 train_report *train_report_open(const cdl_train_config *cfg, int rank)
 {
@@ -33,6 +50,8 @@ train_report *train_report_open(const cdl_train_config *cfg, int rank)
         return NULL;
     r->rank = rank;
     r->quiet = cfg->quiet;
+    r->on_record = cfg->on_record;
+    r->on_record_ctx = cfg->on_record_ctx;
     r->epochs = cfg->epochs;
     /* By default only on a terminal, so a log file (Slurm's output, a
      * pipe) never gets the bar's carriage returns. */
@@ -139,6 +158,17 @@ int train_report_epoch(train_report *r, const epoch_stats *s)
                100 * s->val_acc, s->images_per_sec, s->seconds, s->lr);
         fflush(stdout);
     }
+    cdl_train_record rec = record_of(CDL_RECORD_EPOCH, s->epoch + 1, s->step);
+    rec.loss = s->train_loss;
+    rec.acc = s->train_acc;
+    rec.val_loss = s->val_loss;
+    rec.val_acc = s->val_acc;
+    rec.lr = s->lr;
+    rec.samples_per_sec = s->images_per_sec;
+    rec.tokens_per_sec = s->tokens_per_sec;
+    rec.mfu = s->mfu;
+    rec.seconds = s->seconds;
+    hand_on(r, &rec);
     if (r->metrics && metrics_epoch(r->metrics, r->run_id, r->rank, s) != 0)
         return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
     return r->tb ? tboard_epoch(r->tb, s) : 0;
@@ -154,6 +184,15 @@ int train_report_start(train_report *r, const cdl_train_config *cfg, const run_i
 
 int train_report_step(train_report *r, const step_stats *s)
 {
+    cdl_train_record rec = record_of(CDL_RECORD_STEP, s->epoch + 1, s->step);
+    rec.loss = s->loss;
+    rec.acc = s->acc;
+    rec.lr = s->lr;
+    rec.samples_per_sec = s->samples_per_sec;
+    rec.tokens_per_sec = s->tokens_per_sec;
+    rec.mfu = s->mfu;
+    rec.grad_norm = s->grad_norm;
+    hand_on(r, &rec);
     if (r->metrics && metrics_step(r->metrics, r->run_id, r->rank, s) != 0)
         return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
     return r->tb ? tboard_step(r->tb, s) : 0;
@@ -168,6 +207,11 @@ int train_report_test(train_report *r, double loss, double acc, int samples)
                samples);
         fflush(stdout);
     }
+    cdl_train_record rec = record_of(CDL_RECORD_TEST, 0, 0);
+    rec.loss = loss;
+    rec.acc = acc;
+    rec.samples = samples;
+    hand_on(r, &rec);
     if (r->metrics && metrics_test(r->metrics, r->run_id, r->rank, loss, acc, samples) != 0)
         return -1;
     return 0;
@@ -184,6 +228,10 @@ int train_report_eval(train_report *r, int epoch, long step, double loss, double
                loss, 100 * acc);
         fflush(stdout);
     }
+    cdl_train_record rec = record_of(CDL_RECORD_EVAL, epoch + 1, step);
+    rec.loss = loss;
+    rec.acc = acc;
+    hand_on(r, &rec);
     if (r->metrics && metrics_eval(r->metrics, r->run_id, r->rank, epoch, step, loss, acc) != 0)
         return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
     return r->tb ? tboard_eval(r->tb, step, loss, acc) : 0;

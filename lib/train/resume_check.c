@@ -14,7 +14,9 @@
  * train_config_json) and the cdl-train option that sets them. Left out:
  * model and optimizer (their tensors and state are checked on load), where
  * the data lives, threads, workers, device, max_steps and ckpt_every, which
- * change neither the position nor the numbers' meaning. */
+ * change neither the position nor the numbers' meaning. The data options
+ * and the loss's label smoothing change what the model is trained on and
+ * for (absent from checkpoints of cdl before them: not compared then). */
 static const struct {
     const char *key, *option;
 } compared[] = {
@@ -25,10 +27,13 @@ static const struct {
     {"warmup_epochs", "warmup-epochs"}, {"seed", "seed"}, {"drop_last", "drop-last"},
     {"val_split", "val-split"}, {"clip_grad", "clip-grad"}, {"accum_steps", "accum-steps"},
     {"decay_params", "decay-params"}, {"warmup_steps", "warmup-steps"},
-    {"decay_steps", "decay-steps"},
+    {"decay_steps", "decay-steps"}, {"augment", "augment"}, {"image_size", "image-size"},
+    {"normalize", "normalize"}, {"label_smoothing", "label-smoothing"},
+    {"label_column", "label-column"},
 };
 enum { NCOMPARED = sizeof compared / sizeof compared[0], CONFIG_MAX = 16384 };
 #define DATASET_SIZE "dataset-size"   /* the training samples, stored apart */
+#define MODEL_SPEC "model-spec"       /* a spec file's text, stored apart */
 
 typedef struct flat {
     const char *key[64], *value[64];
@@ -101,7 +106,8 @@ int train_resume_allow_check(const char *list)
         size_t len = strcspn(p, ",");
         char one[32];
         snprintf(one, sizeof one, "%.*s", (int)(len < 31 ? len : 31), p);
-        int known = len > 0 && len < 31 && allowed(one, DATASET_SIZE);
+        int known = len > 0 && len < 31 &&
+                    (allowed(one, DATASET_SIZE) || allowed(one, MODEL_SPEC));
         for (int i = 0; i < NCOMPARED && !known; i++)
             known = len > 0 && len < 31 && allowed(one, compared[i].option);
         if (!known) {
@@ -110,7 +116,7 @@ int train_resume_allow_check(const char *list)
                 snprintf(names + strlen(names), sizeof names - strlen(names), "%s,",
                          compared[i].option);
             return cdl_error("--resume-allow: '%.*s%s' is not a setting a resume compares: use "
-                             "a comma-separated list of %s" DATASET_SIZE,
+                             "a comma-separated list of %s" DATASET_SIZE "," MODEL_SPEC,
                              (int)(len < 40 ? len : 40), p, len > 40 ? "..." : "", names);
         }
         p += len + (p[len] == ',');
@@ -150,19 +156,47 @@ static void add_change(char *msg, size_t len, const char *option, const char *wa
         was = was_s;
         now = now_s;
     }
-    /* --val-split's default is stored as -1 (the dataset's own split). */
+    /* Stored as numbers: --val-split's default as -1 (the dataset's own
+     * split), --augment and --normalize as their enums. */
     if (!strcmp(option, "val-split")) {
         if (!strcmp(was, "-1"))
             was = "default";
         if (!strcmp(now, "-1"))
             now = "default";
     }
+    static const char *const augment[] = {"default", "none", "crop+flip", "crop", "flip"};
+    static const char *const normalize[] = {"default", "auto", "MEAN,STD", "none"};
+    int aug = !strcmp(option, "augment"), norm = !strcmp(option, "normalize");
+    if (aug || norm) {
+        const char *const *names = aug ? augment : normalize;
+        int lo = aug ? -1 : 0, n = aug ? 5 : 4, a = atoi(was), b = atoi(now);
+        if (a >= lo && a < lo + n)
+            was = names[a - lo];
+        if (b >= lo && b < lo + n)
+            now = names[b - lo];
+    }
     /* Options are named as typed; the dataset's size is no option, only
      * a --resume-allow name. */
     size_t used = strlen(msg);
     snprintf(msg + used, len - used, "%s%s%s %.40s%s -> %.40s%s", used ? ", " : "",
-             strcmp(option, DATASET_SIZE) ? "--" : "", option, was,
-             strlen(was) > 40 ? "..." : "", now, strlen(now) > 40 ? "..." : "");
+             strcmp(option, DATASET_SIZE) && strcmp(option, MODEL_SPEC) ? "--" : "", option,
+             was, strlen(was) > 40 ? "..." : "", now, strlen(now) > 40 ? "..." : "");
+}
+
+/* The first line where the spec file's text now differs from the one the
+ * checkpoint holds, as "line N 'WAS'" and "'NOW'" (cut to fit). */
+static void spec_change(const char *was, const char *now, char *a, char *b, size_t len)
+{
+    int line = 1;
+    const char *wl = was, *nl = now;
+    for (; *was && *was == *now; was++, now++)
+        if (*was == '\n') {
+            line++;
+            wl = was + 1;
+            nl = now + 1;
+        }
+    snprintf(a, len, "line %d '%.*s'", line, (int)strcspn(wl, "\n"), wl);
+    snprintf(b, len, "'%.*s'", (int)strcspn(nl, "\n"), nl);
 }
 
 /* A whole number 1..max stored under key (0 when absent); -1 if it is
@@ -181,7 +215,8 @@ static int stored_int(const flat *f, const char *key, long max, int *out)
     return 0;
 }
 
-int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_position *pos)
+int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_position *pos,
+                      const char *spec_text)
 {
     const char *path = cdl_st_path(f), *allow = cfg->resume_allow;
     if (train_resume_allow_check(allow))
@@ -226,6 +261,14 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_p
     snprintf(cur, sizeof cur, "%ld", pos->samples);
     if (samples && strcmp(samples, cur) != 0 && !allowed(allow, DATASET_SIZE))
         add_change(msg, sizeof msg, DATASET_SIZE, samples, cur);
+    /* The spec file edited since (checkpoints that hold its text): a change
+     * that keeps every tensor (relu -> gelu) would resume another model. */
+    const char *spec_was = cdl_st_meta_get(f, "model_spec");
+    if (spec_was && spec_text && strcmp(spec_was, spec_text) && !allowed(allow, MODEL_SPEC)) {
+        char a[48], b[48];
+        spec_change(spec_was, spec_text, a, b, sizeof a);
+        add_change(msg, sizeof msg, MODEL_SPEC, a, b);
+    }
     if (msg[0]) {
         cdl_error("%s was written with another configuration: %s. Resuming would reinterpret its "
                   "position in the run: pass the same options, allow the changes you mean with "

@@ -18,6 +18,16 @@ out=$( (ulimit -n 64 && "$cdlrun" -n 40 --label "$check") 2>&1 ) &&
 echo "$out"
 echo "$out" | grep -q "cannot make the output pipes of rank .*raise 'ulimit -n' or drop --label" ||
     { echo "FAILED: no advice on the descriptor limit"; exit 1; }
+# --bind cores with more ranks than cores pins some ranks to the same core:
+# said, not silent (one CPU here through taskset).
+if command -v taskset >/dev/null; then
+    out=$(taskset -c 0 "$cdlrun" -n 2 --bind cores true 2>&1) ||
+        { echo "$out"; echo "FAILED: cdlrun -n 2 --bind cores on one CPU"; exit 1; }
+    echo "$out" | grep -q "warning: --bind cores: 2 ranks on 1 core: ranks share pinned cores" ||
+        { echo "$out"; echo "FAILED: no warning for 2 ranks pinned to 1 core"; exit 1; }
+    out=$(taskset -c 0 "$cdlrun" -n 1 --bind cores true 2>&1)
+    [ -z "$out" ] || { echo "$out"; echo "FAILED: a warning for 1 rank on 1 core"; exit 1; }
+fi
 # A PyTorch job as it is: init_process_group("env://") binds MASTER_PORT in
 # rank 0, so that port must not be the one cdlrun holds for cdl's store.
 py=/usr/bin/python3

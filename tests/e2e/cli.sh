@@ -41,6 +41,9 @@ more=$(($(nproc) + 1))
 SLURM_CPUS_PER_TASK=4096 expect_status 2 "$CDL_TRAIN" --threads $more --epochs 0
 expect_err "--threads $more but this process may run on $(nproc) CPU"
 grep -q "uses the smaller" "$TMP/err" && die "--threads $more is said to be cut down"
+# Options on a built-in that takes none.
+expect_status 1 "$CDL_TRAIN" --model lenet:stem=cifar --max-steps 1
+expect_err "the built-in lenet takes no options (drop ':stem=cifar')"
 # A misspelt option gets the nearest one; PyTorch's spellings get cdl's.
 expect_status 2 "$CDL_TRAIN" --epohcs 3;            expect_err "did you mean --epochs?"
 expect_status 2 "$CDL_TRAIN" --lerning-rate 1;      expect_err "unknown option '--lerning-rate' (see"
@@ -87,6 +90,11 @@ lrs=$(sed -n 's/.*"type":"step".*"lr":\([^,}]*\).*/\1/p' "$TMP/m.jsonl" | tr '\n
 expect_status 0 "$CDL_TRAIN" $small --max-steps 3
 grep -q "decays to 0 by step 10 (the end of the last epoch); --max-steps 3 stops the run before, at lr 0.0452254 (--decay-steps 3 would end the decay there)$" \
     "$TMP/err" || die "no --max-steps note: $(grep '^schedule' "$TMP/err")"
+# A finished run started again says why it trains nothing (it said
+# "resuming from ...: epoch 6" of a 5-epoch run and nothing else).
+expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/done"
+expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/done"
+expect_err "all 5 epochs are done: nothing to train (a larger --epochs with --resume-allow epochs goes on)"
 # Stored in the checkpoint: a resume with another decay is refused.
 expect_status 1 "$CDL_TRAIN" $small --warmup-steps 2 --decay-steps 8 --ckpt-dir "$TMP/sched" \
     --epochs 6 --resume-allow epochs

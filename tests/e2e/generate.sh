@@ -8,6 +8,8 @@
 # seed gives the same text and another seed another; a model of a larger
 # vocabulary than bytes refuses text and takes and prints token ids; a
 # checkpoint that is no language model is refused with a message saying so.
+# cdl-eval and cdl-generate take the GPT as PyTorch saved it (no cdl
+# metadata) given its --model.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 GEN="$top_builddir/cli/cdl-generate"
 
@@ -35,6 +37,25 @@ if $py -c 'import torch, safetensors.torch' 2>/dev/null; then
             die "greedy text from '$prompt' differs from PyTorch's: $(od -c "$TMP/g$p" | head -3)"
     done
     echo "cdl-generate's greedy text equals PyTorch's from a short and a long prompt"
+    # The same weights as PyTorch saves them (no cdl metadata): cdl-eval
+    # takes --model and a text --dataset, and measures the validation
+    # windows of the model's block (there is no test split of text).
+    $py -c 'import sys, safetensors.torch as st; st.save_file(st.load_file(sys.argv[1]), sys.argv[2])' \
+        "$TMP/ref.safetensors" "$TMP/plain.safetensors" || die "re-saving without metadata failed"
+    seq 1000 >"$TMP/text.txt"
+    "$top_builddir/cli/cdl-eval" "$TMP/plain.safetensors" --dataset "text:$TMP/text.txt" \
+        --model gpt:n_layer=2,n_head=2,n_embd=32,block_size=16 --device cpu >"$TMP/ev" 2>&1 ||
+        die "cdl-eval on PyTorch's GPT failed: $(cat "$TMP/ev")"
+    grep -q "on text val (.* windows of 16 tokens" "$TMP/ev" || die "unexpected: $(cat "$TMP/ev")"
+    echo "cdl-eval measures PyTorch's GPT on text (its validation split, windows of its block)"
+    # cdl-generate takes it with --model too: the window is the block of
+    # its position table; the text is PyTorch's.
+    "$GEN" "$TMP/plain.safetensors" --model gpt:n_layer=2,n_head=2,n_embd=32 --prompt "$long" \
+        --temperature 0 --max-tokens 40 --device cpu >"$TMP/gp" ||
+        die "cdl-generate on PyTorch's GPT without metadata failed"
+    head -c "$(wc -c <"$TMP/ta")" "$TMP/gp" | cmp -s - "$TMP/ta" ||
+        die "greedy text of the GPT without metadata differs from PyTorch's"
+    echo "cdl-generate continues a GPT as PyTorch saved it, as PyTorch does"
 else
     echo "note: no python3-torch/safetensors: the comparison with PyTorch is skipped"
 fi

@@ -27,5 +27,5 @@ TESTS += tests/e2e/tokens.sh
 EXTRA_DIST += tests/e2e/tokens.sh
 TESTS += tests/e2e/torch-resnets.sh
 EXTRA_DIST += tests/e2e/torch-resnets.sh tests/e2e/torch_resnets.py
-TESTS += tests/e2e/spec-ckpt.sh
-EXTRA_DIST += tests/e2e/spec-ckpt.sh
+TESTS += tests/e2e/spec-files.sh
+EXTRA_DIST += tests/e2e/spec-files.sh

@@ -72,6 +72,14 @@ grep -q "^resuming from .*, step 1 (its weights replace --init's)$" "$TMP/out" |
 expect_status 1 "$CDL_TRAIN" --model resnet18 --init "$dir/imagenet.safetensors" \
     --dataset "npy:$dir" --val-split 0 --max-steps 1 -q
 expect_err "fc.weight"
+# The same weights on 32-pixel pictures, where resnet18 takes the CIFAR
+# stem: the error points at the ImageNet stem, not at leaving conv1 fresh.
+mkdir -p "$dir/small"
+$py "$top_srcdir/tests/e2e/torch_resnets.py" write "$dir/small" resnet18 cifar 32 >/dev/null ||
+    die "32-pixel pictures could not be written"
+expect_status 1 "$CDL_TRAIN" --model resnet18 --init "$dir/imagenet.safetensors" \
+    --init-ignore 'fc.*' --dataset "npy:$dir/small" --val-split 0 --max-steps 1 -q
+expect_err "ImageNet's 7x7 stem, but the model resnet18 has the CIFAR stem (64, 3, 3, 3) (chosen for small pictures): use --model resnet18:stem=imagenet"
 echo "PASS: torchvision's 1000-class weights start a 10-class run with --init-ignore 'fc.*'"
 
 expect_status 1 "$CDL_TRAIN" --model resnet50:stem=big --dataset synthetic --max-steps 1 -q

@@ -107,6 +107,26 @@ static void test_views(void **state)
     cdl_model_destroy(m);
 }
 
+/* The spec file's text a checkpoint carries: a copy the model owns (the
+ * caller's buffer may go), replaced by a second call, NULL for built-ins;
+ * freed with the model (the unit tests' valgrind pass sees a leak). */
+static void test_spec_text(void **state)
+{
+    (void)state;
+    cdl_model *m = lenet((cdl_shape){1, 28, 28}, 1);
+    assert_null(cdl_model_spec_text(m));
+    char text[] = "flatten\nlinear 10\n";
+    assert_int_equal(cdl_model_set_spec_text(m, text), 0);
+    text[0] = 'X';
+    assert_string_equal(cdl_model_spec_text(m), "flatten\nlinear 10\n");
+    assert_int_equal(cdl_model_set_spec_text(m, "relu\n"), 0);
+    assert_string_equal(cdl_model_spec_text(m), "relu\n");
+    assert_int_equal(cdl_model_set_spec_text(m, NULL), 0);
+    assert_null(cdl_model_spec_text(m));
+    assert_int_equal(cdl_model_set_spec_text(m, "relu\n"), 0);
+    cdl_model_destroy(m);
+}
+
 static void test_init(void **state)
 {
     (void)state;
@@ -1133,6 +1153,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_views),
+        cmocka_unit_test(test_spec_text),
         cmocka_unit_test(test_init),
         cmocka_unit_test(test_finite_differences_train),
         cmocka_unit_test(test_finite_differences_eval),

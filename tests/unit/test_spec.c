@@ -544,6 +544,10 @@ static void test_parse_graph(void **state)
     assert_int_equal(s.layers[1].groups, 3);
     assert_int_equal(s.layers[1].dilation, 2);
     assert_int_equal(s.layers[1].in[0], -1);
+    /* "concat a": the line before first, then a (the documented order). */
+    assert_int_equal(s.layers[2].nin, 2);
+    assert_int_equal(s.layers[2].in[0], 1);
+    assert_int_equal(s.layers[2].in[1], 0);
     assert_int_equal(sh[3].c, 12);
     assert_int_equal(sh[3].h, 9);
     assert_int_equal(sh[3].w, 9);
@@ -653,9 +657,8 @@ static void test_parse_graph_errors(void **state)
  * placeholders (the gpt template's 3C, the built-ins' CLASSES) or shell
  * commands are not specs; the count below makes sure the others were found.
  * Each is shape-checked on its `input` line's shape, else 1x28x28. */
-static void test_doc_examples(void **state)
+static char *read_doc(void)
 {
-    (void)state;
     const char *top = getenv("top_srcdir");
     char path[4096];
     snprintf(path, sizeof path, "%s/docs/model-spec.md", top && *top ? top : ".");
@@ -667,7 +670,13 @@ static void test_doc_examples(void **state)
     fclose(f);
     assert_true(n > 0 && n < sizeof doc - 1);
     doc[n] = '\0';
+    return doc;
+}
 
+static void test_doc_examples(void **state)
+{
+    (void)state;
+    char *doc = read_doc();
     static cdl_model_spec s;
     static cdl_shape sh[CDL_MAX_LAYERS + 1];
     int checked = 0;
@@ -690,6 +699,35 @@ static void test_doc_examples(void **state)
     assert_int_equal(checked, 4);   /* LeNet, the graph, the block, ResNet-18 */
 }
 
+/* The messages of the document's Errors section are cdl's, word for word:
+ * each spec below makes one, on the line the document shows. */
+static void test_doc_errors(void **state)
+{
+    (void)state;
+    const char *doc = read_doc();
+    static const char *const specs[] = {
+        "relu\nrelu\nconv3d 16\n",
+        "relu\nrelu\nrelu\nconv2d 16\n",
+        "relu\nrelu\nrelu\nrelu\nrelu\nrelu\nmaxpool2d 2 strides=2\n",
+        "input 16x5x5\nrelu\nrelu\nrelu\nrelu\nrelu\nrelu\nrelu\nlinear 10\n",
+        "block basic PLANES STRIDE=1\nrelu\nrelu\nrelu\nconv2d $PLANS kernel=3\nend\n"
+        "relu\nrelu\nrelu\nrelu\nrelu\nrelu\nrelu\nrelu\nrelu\nrelu\nrelu\nrelu\nrelu\nrelu\n"
+        "use basic 8 name=layer2.0\n",
+    };
+    static cdl_model_spec s;
+    static cdl_shape sh[CDL_MAX_LAYERS + 1];
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        int rc = cdl_spec_parse(specs[i], "net.spec", &s);
+        if (rc == 0)
+            rc = cdl_spec_infer(&s, s.input, sh);
+        assert_int_equal(rc, -1);
+        char line[1200];
+        snprintf(line, sizeof line, "\n    %s\n", cdl_last_error());
+        if (!strstr(doc, line))
+            fail_msg("model-spec.md's Errors do not show cdl's message:%s", line);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -706,6 +744,7 @@ int main(void)
         cmocka_unit_test(test_parse_graph),
         cmocka_unit_test(test_parse_graph_errors),
         cmocka_unit_test(test_doc_examples),
+        cmocka_unit_test(test_doc_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -146,6 +146,17 @@ static void test_gpt_line(void **state)
     fputs("gpt n_layer=1 n_head=2 n_embd=8 block_size=24\n", f);
     fclose(f);
     assert_int_equal(cdl_spec_block_size(path), 24);
+    /* An input line gives the window itself, which may be shorter. */
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("input 16x1x1\ngpt n_layer=1 n_head=2 n_embd=8 block_size=24\n", f);
+    fclose(f);
+    assert_int_equal(cdl_spec_block_size(path), 16);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("input 32x1x1\ngpt n_layer=1 n_head=2 n_embd=8\n", f);
+    fclose(f);
+    assert_int_equal(cdl_spec_block_size(path), 32);
     unlink(path);
     rmdir(dir);
 

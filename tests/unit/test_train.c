@@ -263,8 +263,9 @@ static void test_signal_checkpoint_and_resume(void **state)
 }
 
 /* The metrics of every epoch from "epoch" up to images_per_sec (what
- * neither the run's id nor timing changes), one line after another. */
-static void read_metrics(const char *path, char *out, size_t len)
+ * neither the run's id nor timing changes), one line after another; with
+ * evals, the --eval-every records among them too. */
+static void read_records(const char *path, int evals, char *out, size_t len)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -272,10 +273,11 @@ static void read_metrics(const char *path, char *out, size_t len)
     char line[20000];
     out[0] = 0;
     while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "{\"type\":\"epoch\",", 16) != 0)
+        int eval = !strncmp(line, "{\"type\":\"eval\",", 15);
+        if (strncmp(line, "{\"type\":\"epoch\",", 16) != 0 && !(evals && eval))
             continue;
         char *from = strstr(line, "\"epoch\":");
-        char *cut = strstr(line, ",\"images_per_sec\"");
+        char *cut = eval ? strchr(line, '}') : strstr(line, ",\"images_per_sec\"");
         assert_non_null(from);
         assert_non_null(cut);
         *cut = 0;
@@ -285,27 +287,45 @@ static void read_metrics(const char *path, char *out, size_t len)
     fclose(f);
 }
 
-/* Runs "NAME-full" and "NAME-sig" with --max-steps max_steps (0: none),
- * the second signalled after step 6 and resumed: the same weights and
- * epoch records (into a, b of len bytes, equal). */
-static void signal_at_6_like_unsignalled(const char *name, long max_steps, char *a, char *b,
-                                         size_t len)
+static void read_metrics(const char *path, char *out, size_t len)
+{
+    read_records(path, 0, out, len);
+}
+
+/* Runs "NAME-full" and "NAME-sig" with --max-steps max_steps and
+ * --eval-every eval_every (0: none), the second signalled after step `at`
+ * and resumed: the same weights, best.safetensors and epoch and eval
+ * records (into a, b of len bytes, equal; the first epoch's there). */
+static void signal_like_unsignalled(const char *name, long max_steps, long eval_every, long at,
+                                    char *a, char *b, size_t len)
 {
     cdl_train_config full, sig;
     char sub[64];
     snprintf(sub, sizeof sub, "%s-full", name);
     base_config(&full, sub);
     full.max_steps = max_steps;
+    full.eval_every = eval_every;
     snprintf(full.metrics, sizeof full.metrics, "%s/%s.jsonl", tmpdir, sub);
     run_ok(&full);
     snprintf(sub, sizeof sub, "%s-sig", name);
     base_config(&sig, sub);
     sig.max_steps = max_steps;
+    sig.eval_every = eval_every;
     snprintf(sig.metrics, sizeof sig.metrics, "%s/%s.jsonl", tmpdir, sub);
-    signal_then_resume(&sig, 6);
+    signal_then_resume(&sig, at);
     assert_same_weights(full.ckpt_dir, sig.ckpt_dir);
-    read_metrics(full.metrics, a, len);
-    read_metrics(sig.metrics, b, len);
+    char best_a[1100], best_b[1100];
+    snprintf(best_a, sizeof best_a, "%s/best.safetensors", full.ckpt_dir);
+    snprintf(best_b, sizeof best_b, "%s/best.safetensors", sig.ckpt_dir);
+    cdl_st_file *fa = cdl_st_open(best_a), *fb = cdl_st_open(best_b);
+    assert_non_null(fa);
+    assert_non_null(fb);
+    assert_string_equal(cdl_st_meta_get(fa, "step"), cdl_st_meta_get(fb, "step"));
+    assert_string_equal(cdl_st_meta_get(fa, "best_val_loss"), cdl_st_meta_get(fb, "best_val_loss"));
+    cdl_st_close(fa);
+    cdl_st_close(fb);
+    read_records(full.metrics, 1, a, len);
+    read_records(sig.metrics, 1, b, len);
     assert_non_null(strstr(a, "\"epoch\":1,"));
     assert_string_equal(a, b);
 }
@@ -317,7 +337,7 @@ static void test_signal_at_epoch_end(void **state)
 {
     (void)state;
     char a[4096], b[4096];
-    signal_at_6_like_unsignalled("end", 0, a, b, sizeof a);
+    signal_like_unsignalled("end", 0, 0, 6, a, b, sizeof a);
 }
 
 /* The same when that last step is also --max-steps's (a job signalled as
@@ -329,7 +349,7 @@ static void test_signal_at_max_steps_epoch_end(void **state)
 {
     (void)state;
     char a[4096], b[4096];
-    signal_at_6_like_unsignalled("maxend", 6, a, b, sizeof a);
+    signal_like_unsignalled("maxend", 6, 0, 6, a, b, sizeof a);
     cdl_train_config again;
     base_config(&again, "maxend-sig");
     again.max_steps = 6;
@@ -338,8 +358,22 @@ static void test_signal_at_max_steps_epoch_end(void **state)
     cdl_train_result res;
     assert_int_equal(cdl_train_run(&again, &res), 0);
     assert_int_equal(res.steps, 6);
-    read_metrics(again.metrics, b, sizeof b);
+    read_records(again.metrics, 1, b, sizeof b);
     assert_string_equal(a, b);
+}
+
+/* A signal at a step that owes a validation inside an epoch: --eval-every's
+ * (step 4 of 6), or the run's end at --max-steps 4. The resumed run does
+ * it first, as the run that was not signalled did at that step: the
+ * signal skipped it, and its record and best.safetensors were lost. */
+static void test_signal_at_owed_validation(void **state)
+{
+    (void)state;
+    char a[4096], b[4096];
+    signal_like_unsignalled("evalstep", 0, 2, 4, a, b, sizeof a);
+    assert_non_null(strstr(a, "\"step\":4,\"val_loss\""));
+    signal_like_unsignalled("maxmid", 4, 0, 4, a, b, sizeof a);
+    assert_non_null(strstr(a, "\"epoch\":1,\"step\":4,"));
 }
 
 /* Line i (0-based) of path into line (of len bytes); 0 if there is none. */
@@ -451,6 +485,87 @@ static void test_metrics_records(void **state)
     c.ckpt_dir[0] = 0;
     assert_int_equal(cdl_train_run(&c, NULL), -1);
     assert_non_null(strstr(cdl_last_error(), "metrics-2.jsonl"));
+}
+
+/* on_record sees what --metrics writes, record for record. */
+typedef struct {
+    int n;
+    cdl_train_record rec[64];
+} record_log;
+
+static void log_record(void *ctx, const cdl_train_record *rec)
+{
+    record_log *l = ctx;
+    assert_true(rec->size >= sizeof *rec);
+    assert_in_range(l->n, 0, 63);
+    l->rec[l->n++] = *rec;
+}
+
+static void assert_close(const char *text, double want)
+{
+    double got = atof(text);
+    assert_true(fabs(got - want) <= 1e-5 * fmax(1, fabs(want)));
+}
+
+static void test_on_record(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "records");
+    snprintf(c.metrics, sizeof c.metrics, "%s/records.jsonl", tmpdir);
+    c.metrics_every = 2;
+    c.eval_every = 3;
+    c.clip_grad = 100;   /* a grad_norm in the step records */
+    record_log log = {0};
+    c.on_record = log_record;
+    c.on_record_ctx = &log;
+    run_ok(&c);
+    /* 2 epochs of 6 steps: steps 2 4 6, eval 3 (at 6 the epoch's own
+     * validation), epoch 6, steps 8 10 12, eval 9, epoch 12, test. */
+    static const enum cdl_record_type want[] = {
+        CDL_RECORD_STEP, CDL_RECORD_EVAL, CDL_RECORD_STEP, CDL_RECORD_STEP, CDL_RECORD_EPOCH,
+        CDL_RECORD_STEP, CDL_RECORD_EVAL, CDL_RECORD_STEP, CDL_RECORD_STEP, CDL_RECORD_EPOCH,
+        CDL_RECORD_TEST};
+    static const char *const names[] = {"", "\"step\"", "\"eval\"", "\"epoch\"", "\"test\""};
+    assert_int_equal(log.n, (int)(sizeof want / sizeof want[0]));
+    char line[20000], v[128];
+    for (int i = 0; i < log.n; i++) {
+        const cdl_train_record *r = &log.rec[i];
+        assert_int_equal(r->type, want[i]);
+        assert_true(metrics_line(c.metrics, i + 1, line, sizeof line));   /* after config */
+        json_value(line, "type", v, sizeof v);
+        assert_string_equal(v, names[r->type]);
+        if (r->type == CDL_RECORD_TEST) {
+            json_value(line, "test_loss", v, sizeof v);
+            assert_close(v, r->loss);
+            json_value(line, "test_samples", v, sizeof v);
+            assert_int_equal(atol(v), r->samples);
+            assert_int_equal(r->epoch, 0);
+            continue;
+        }
+        json_value(line, "step", v, sizeof v);
+        assert_int_equal(atol(v), r->step);
+        json_value(line, "epoch", v, sizeof v);
+        assert_int_equal(atoi(v), r->epoch);
+        json_value(line, r->type == CDL_RECORD_EPOCH ? "train_loss" : r->type == CDL_RECORD_EVAL
+                                                                        ? "val_loss" : "loss",
+                   v, sizeof v);
+        assert_close(v, r->loss);
+        assert_true(r->loss > 0);
+        if (r->type == CDL_RECORD_EPOCH) {
+            json_value(line, "val_acc", v, sizeof v);
+            assert_close(v, r->val_acc);
+            assert_true(r->seconds > 0 && r->samples_per_sec > 0);
+        } else {
+            assert_true(isnan(r->val_loss));
+        }
+        if (r->type == CDL_RECORD_STEP) {
+            json_value(line, "grad_norm", v, sizeof v);
+            assert_close(v, r->grad_norm);
+            json_value(line, "lr", v, sizeof v);
+            assert_close(v, r->lr);
+        }
+    }
 }
 
 static void loop_config(cdl_train_config *c, const char *sub)
@@ -665,7 +780,9 @@ int main(void)
         cmocka_unit_test(test_metrics_records),
         cmocka_unit_test(test_signal_at_epoch_end),
         cmocka_unit_test(test_signal_at_max_steps_epoch_end),
+        cmocka_unit_test(test_signal_at_owed_validation),
         cmocka_unit_test(test_checkpoint_cadence),
+        cmocka_unit_test(test_on_record),
         cmocka_unit_test(test_eta_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

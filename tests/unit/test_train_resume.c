@@ -11,6 +11,8 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/train/checkpoint.h"
+
 static char tmpdir[256];
 static char good[1024];   /* a one-epoch checkpoint made once */
 
@@ -148,6 +150,23 @@ static void test_changed_config(void **state)
     const char *want_lr[] = {"--lr 0.05 -> 0.01", NULL};
     resume_fails(&c, good, want_lr);
 
+    /* The loss and the data options change what the model learns: they
+     * resumed silently. */
+    base_config(&c, "changed");
+    c.label_smoothing = 0.1f;
+    c.augment = CDL_AUGMENT_FLIP;
+    c.normalize = CDL_NORMALIZE_NONE;
+    const char *want_data[] = {"--augment default -> flip", "--normalize default -> none",
+                               "--label-smoothing 0 -> 0.1", NULL};
+    resume_fails(&c, good, want_data);
+    base_config(&c, "changed");
+    c.label_smoothing = 0.1f;
+    snprintf(c.resume_allow, sizeof c.resume_allow, "label-smoothing");
+    snprintf(c.resume, sizeof c.resume, "%s", good);
+    c.ckpt_dir[0] = '\0';
+    if (cdl_train_run(&c, NULL) != 0)
+        fail_msg("allowed --label-smoothing change: %s", cdl_last_error());
+
     /* Allowed: extending the run and changing lr. */
     base_config(&c, "changed");
     c.epochs = 2;
@@ -253,6 +272,39 @@ static void test_resume_batch_geometry(void **state)
     /* Batches 2-3 (the rest of the first group of 4), 4-7; then 2 steps. */
     assert_int_equal(resume_counting(&c, &res), 2 + 2);
     assert_int_equal(res.steps, 2 * 2);
+}
+
+/* The conversion itself (realign.c), where a run cannot show it: on
+ * another world size with --accum-steps the epoch continues after the
+ * samples done (it went back to the group's first batch, repeating up to
+ * accum - 1 batches), and an epoch's end stays its end. */
+static void test_realign(void **state)
+{
+    (void)state;
+    long batch = 2, step = 1;
+    int exact;
+    /* 1 rank, batches of 8 (8 of them), 2 a step: 16 samples done. On 2
+     * ranks of 8 (4 batches each, 2 steps an epoch) that is batch 1. */
+    train_geometry one = {1, 8, 2, 8}, two = {2, 8, 2, 4};
+    assert_int_equal(train_resume_realign(&one, &two, 3, 2, &batch, &step, &exact), 0);
+    assert_int_equal(batch, 1);
+    assert_int_equal(step, 3 * 2 + 0);
+    assert_int_equal(exact, 0);
+    batch = 8;
+    assert_int_equal(train_resume_realign(&one, &two, 3, 2, &batch, &step, &exact), 0);
+    assert_int_equal(batch, 4);
+    assert_int_equal(step, 4 * 2);
+    /* The same world, batches of 8 to 16: exact, or refused. */
+    train_geometry big = {1, 16, 1, 4};
+    batch = 6;
+    assert_int_equal(train_resume_realign(&one, &big, 0, 4, &batch, &step, &exact), 0);
+    assert_int_equal(batch, 3);
+    assert_int_equal(step, 3);
+    assert_int_equal(exact, 1);
+    batch = 5;
+    step = 3;
+    assert_int_equal(train_resume_realign(&one, &big, 0, 4, &batch, &step, &exact), -1);
+    assert_non_null(strstr(cdl_last_error(), "--batch-size 8 --accum-steps 2 and --max-steps 5"));
 }
 
 /* Item 9 at the harness: a cdl-checkpoint-2 file must verify; a flipped bit
@@ -424,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_crafted_metadata),
         cmocka_unit_test(test_changed_config),
         cmocka_unit_test(test_resume_batch_geometry),
+        cmocka_unit_test(test_realign),
         cmocka_unit_test(test_damaged_checkpoint),
         cmocka_unit_test(test_dangling_last_link),
         cmocka_unit_test(test_ckpt_dir_checked_first),

@@ -2,13 +2,17 @@
 # A checkpoint of a model spec file carries the file's text (metadata
 # model_spec): cdl-eval, cdl-predict and cdl-generate build the model the
 # run trained from any directory, and after the file was edited, without
-# being told the path; --model FILE still takes the file as it is now.
+# being told the path; --model FILE still takes the file as it is now, and
+# a --model whose weights do not fit is named as such. cdl-train refuses to
+# resume the run with the edited file unless told so, and a language model
+# that flattens its positions is told what to change.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 CDL_GENERATE="$top_builddir/cli/cdl-generate"
 case $CDL_TRAIN in /*) ;; *) CDL_TRAIN=$PWD/$CDL_TRAIN CDL_EVAL=$PWD/$CDL_EVAL
     CDL_PREDICT=$PWD/$CDL_PREDICT CDL_GENERATE=$PWD/$CDL_GENERATE ;; esac
 mkdir "$TMP/run" "$TMP/elsewhere"
 cat >"$TMP/run/net.spec" <<'SPEC'
+input 3x32x32
 conv2d 4 kernel=3 stride=2 name=c
 relu
 flatten
@@ -41,6 +45,32 @@ cmp -s "$TMP/trained.json" "$TMP/edited.json" ||
 cmp -s "$TMP/trained.json" "$TMP/explicit.json" && die "cdl-eval --model ignored the file"
 echo "PASS: the trained spec is evaluated after the file changed; --model takes the file"
 
+# Resuming the run with the edited file: refused, naming the line, unless
+# allowed (the same command would otherwise continue another model).
+expect_status 1 train --model net.spec --dataset synthetic --synthetic-size 128 --ckpt-dir ck
+expect_err "model-spec line 3 'relu' -> 'tanh'"
+expect_status 0 train --model net.spec --dataset synthetic --synthetic-size 128 --ckpt-dir ck \
+    --resume-allow model-spec
+echo "PASS: a resume with an edited spec file is refused unless --resume-allow model-spec"
+
+# --model of another model: the tensor is named, with advice for cdl-eval
+# (not cdl-train's --init-ignore, which cdl-eval does not have).
+for prog in "$CDL_EVAL" "$CDL_PREDICT"; do
+    expect_status 1 "$prog" "$ck" --model mlp --threads 1
+    expect_err "tensor 'c.weight' is not in the model mlp: the checkpoint holds another model than --model mlp: leave --model out (the run's model is 'net.spec')"
+    grep -q -- "--init-ignore" "$TMP/err" && die "$prog advises cdl-train's --init-ignore"
+done
+echo "PASS: cdl-eval --model of another model says so, without cdl-train's advice"
+
+# Data of another shape than the run's: said as such, not as advice to fix
+# the input line of a spec file the user may not have.
+if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
+    expect_status 1 "$CDL_EVAL" "$ck" --dataset fashion-mnist --threads 1
+    expect_err "the run's samples were 3x32x32 (c,h,w), these are 1x28x28"
+    grep -q "input line" "$TMP/err" && die "cdl-eval advises fixing the spec's input line"
+    echo "PASS: data of another shape is named as the misfit"
+fi
+
 # A language model of a spec file: cdl-generate from another directory.
 text=$TMP/run/text.txt
 for i in $(seq 40); do echo "the quick brown fox jumps over the lazy dog $i"; done >"$text"
@@ -54,3 +84,10 @@ rm "$TMP/run/lm.spec"
     --threads 1) >"$TMP/g2" || die "cdl-generate without the spec file failed"
 cmp -s "$TMP/g1" "$TMP/g2" || die "cdl-generate wrote other text without the spec file"
 echo "PASS: cdl-generate needs no spec file"
+
+# A flatten before the head of a language model: one prediction per window
+# for data of a label per position; the advice is to keep the positions.
+printf 'embedding 256 8\nflatten\nlinear 256\n' >"$TMP/run/flat.spec"
+expect_status 1 train --model flat.spec --dataset "text:$text" --block-size 8 --max-steps 1
+expect_err "has 8 labels per sample: a language model predicts at every position: leave out the flatten"
+echo "PASS: a flattened language model is told to keep its positions"

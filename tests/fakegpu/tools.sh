@@ -9,7 +9,8 @@
 # - a small GPT trained in bf16, its step records with tokens_per_sec and
 #   an mfu that is those tokens' FLOPs over --peak-tflops: cdl-eval's loss
 #   per token within 1e-5, cdl-generate's greedy text the same, past the
-#   block size.
+#   block size;
+# - with no GPU visible, --device cuda fails naming --device cpu.
 set -u
 if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
     echo "SKIP: end-to-end test in a unit-only pass"; exit 77
@@ -96,4 +97,11 @@ cmp -s "$tmp/gen.cuda" "$tmp/gen.cpu" || { cat "$tmp/gen.cuda" "$tmp/gen.cpu"; f
 echo "  gen: $(cat "$tmp/gen.cuda")"
 grep -q '^0123456789012345678901234567890123456789' "$tmp/gen.cuda" ||
     fail "the gpt did not learn to count (the check would not tell a broken model)"
+# No GPU visible: --device cuda is an error naming --device cpu, for each.
+for tool in cdl-eval cdl-predict cdl-generate; do
+    CDL_FAKE_GPUS=0 "$fake/$tool" "$ck" --device cuda >"$tmp/nogpu.out" 2>&1 &&
+        fail "$tool --device cuda without a GPU succeeded"
+    grep -q "no CUDA GPU is visible.*use --device cpu" "$tmp/nogpu.out" ||
+        { cat "$tmp/nogpu.out"; fail "$tool: the no-GPU error does not name --device cpu"; }
+done
 echo "PASS: cdl-eval, cdl-predict and cdl-generate on the fake GPU"

@@ -69,6 +69,16 @@ tests_fakegpu_cdl_generate_CPPFLAGS = $(AM_CPPFLAGS)
 tests_fakegpu_cdl_generate_LDADD = $(FAKEGPU_LDADD) -lm
 tests_fakegpu_cdl_generate_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_cdl_generate_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+# The signal tests of tests/unit/test_train.c on the fake GPU.
+if HAVE_CMOCKA
+check_PROGRAMS += tests/fakegpu/test_train_signals
+TESTS += tests/fakegpu/test_train_signals
+tests_fakegpu_test_train_signals_SOURCES = tests/fakegpu/test_train_signals.c
+tests_fakegpu_test_train_signals_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CFLAGS)
+tests_fakegpu_test_train_signals_LDADD = $(FAKEGPU_LDADD) $(CMOCKA_LIBS)
+tests_fakegpu_test_train_signals_LDFLAGS = $(FAKEGPU_LINKFLAGS)
+EXTRA_tests_fakegpu_test_train_signals_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+endif
 # bench_lenet of tests/gpu/run.sh, for the script's rehearsal.
 check_PROGRAMS += tests/fakegpu/bench_lenet
 tests_fakegpu_bench_lenet_SOURCES = tests/gpu/bench_lenet.c

@@ -2,11 +2,13 @@
  * SIGUSR1 after a step inside an epoch, at an epoch's last step, at the
  * --max-steps that is also an epoch's last, and at a step that owes a
  * validation (--eval-every's, or the run's end at --max-steps inside an
- * epoch). The configs' device is auto, which picks the (fake) GPU here, so
- * the pipelined GPU loop (results counted one step late, CUDA graphs, the
- * steps in flight counted before the checkpoint) must stop, checkpoint and
- * resume to the weights, best.safetensors and records of the run that was
- * not signalled, as the CPU's loop does in tests/unit/test_train. */
+ * epoch); and test_checkpoint_cadence (--ckpt-every, --eval-every's
+ * best.safetensors). The configs' device is auto, which picks the (fake)
+ * GPU here, so the pipelined GPU loop (results counted one step late, CUDA
+ * graphs, the steps in flight counted before the checkpoint) must stop,
+ * checkpoint and resume to the weights, best.safetensors and records of
+ * the run that was not signalled, as the CPU's loop does in
+ * tests/unit/test_train. */
 int test_train_main(void);
 #define main test_train_main
 #include "tests/unit/test_train.c"
@@ -28,5 +30,9 @@ int main(void)
         return 1;
     }
     cmocka_set_test_filter("test_signal*");
-    return test_train_main();
+    int rc = test_train_main();
+    /* --ckpt-every's and --eval-every's checkpoints, at the steps they
+     * are due (probed from on_step, one step on). */
+    cmocka_set_test_filter("test_checkpoint_cadence");
+    return rc | test_train_main();
 }

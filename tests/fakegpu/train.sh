@@ -21,7 +21,8 @@
 #   --init of a batch-norm model (buffers too) steps as on the CPU;
 # - with no GPU visible, --device cuda fails naming the fix and --device
 #   auto trains on the CPU.
-# 136 samples at batch 16: 8 full batches (graphs) and one partial (eager).
+# 136 samples, 123 for training after the validation split (13), at
+# batch 16: 7 full batches (graphs) and one partial of 11 (eager).
 set -u
 if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
     echo "SKIP: end-to-end test in a unit-only pass"; exit 77

@@ -543,7 +543,7 @@ static int run_epochs(run *r, cdl_train_result *res)
             done_steps = 1;
         else if (rc != 0)
             return rc;
-        double seconds = train_now() - t0;
+        double seconds = train_now() - ck.t0;   /* without the pauses between steps */
         double tr[3] = {pos.loss_sum, pos.correct, pos.seen};
         double seen_here[1] = {pos.seen - seen0};
         if (reduce_sums(r, tr, 3) != 0 || reduce_sums(r, seen_here, 1) != 0)

@@ -395,7 +395,7 @@ static int stop_agreed(run *r)
 /* After the optimizer step pos->step (counted in pos): progress, on_step,
  * the stop agreed by all ranks, --max-steps and --ckpt-every. Returns like
  * loop_epoch, 0 to go on. */
-static int after_step(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res)
+static int after_step(run *r, train_position *pos, epoch_clock *ck, cdl_train_result *res)
 {
     const cdl_train_config *c = r->cfg;
     if (c->on_step)
@@ -433,12 +433,23 @@ static int after_step(run *r, train_position *pos, const epoch_clock *ck, cdl_tr
     }
     if (max_steps)
         return EPOCH_MAX_STEPS;
+    /* The steps are all counted (flushed): from here the time is no
+     * training's, and the rates (the progress line, step and epoch
+     * records' samples, tokens/s and MFU) leave it out, as they leave out
+     * the epoch's end. Counted, a validation of 1000 batches made the
+     * next step record's throughput a fraction of the real one. */
+    double paused = train_now();
     int save = ckpt ? SAVE_LAST : 0;
     if (eval && loop_eval(r, pos, &save) != 0)
         return -1;
     /* After the validation: last.safetensors then holds its lowest loss,
      * and a resumed run does not take a worse model for a better one. */
-    return loop_save(r, pos, save) != 0 ? -1 : 0;
+    if (loop_save(r, pos, save) != 0)
+        return -1;
+    paused = train_now() - paused;
+    ck->t0 += paused;
+    r->loop->win_t0 += paused;
+    return 0;
 }
 
 int loop_eval(run *r, train_position *pos, int *save)
@@ -458,7 +469,7 @@ int loop_eval(run *r, train_position *pos, int *save)
     return 0;
 }
 
-int loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res)
+int loop_epoch(run *r, train_position *pos, epoch_clock *ck, cdl_train_result *res)
 {
     train_loop *g = r->loop;
     /* Steps left in flight after queueing one: the one before it on an

@@ -7,7 +7,9 @@
 #include "checkpoint.h"
 #include "run.h"
 
-/* Where an epoch's clock started, for progress and images/s. */
+/* Where an epoch's clock started, for progress and images/s: t0 moves
+ * forward by the time of --eval-every validations and checkpoint writes
+ * between steps, which are no training. */
 typedef struct epoch_clock {
     double t0, seen0;
     long spe;                 /* batches per epoch (optimizer steps: fewer with
@@ -27,7 +29,7 @@ void loop_free(run *r);
  * steps in flight counted first wherever it stops or saves. Returns 0 at
  * the epoch's end, EPOCH_MAX_STEPS, CDL_EXIT_REQUEUE (stopped by a signal
  * after checkpointing) or -1. */
-int loop_epoch(run *r, train_position *pos, const epoch_clock *ck, cdl_train_result *res);
+int loop_epoch(run *r, train_position *pos, epoch_clock *ck, cdl_train_result *res);
 
 /* Writes the checkpoint at pos into last.safetensors (SAVE_LAST) and/or
  * best.safetensors (SAVE_BEST), rank 0; every rank learns whether it

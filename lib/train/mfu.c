@@ -92,9 +92,13 @@ void train_speed(const run *r, double rows_per_sec, double *samples_per_sec,
                  double *tokens_per_sec, double *mfu)
 {
     int t = r->positions > 1 ? r->positions : 1;
+    /* Per GPU, not per rank: MPS-packed replicas (CDL_REPLICAS_PER_GPU)
+     * share one, and counted as devices they halved (quartered...) it. */
+    int per = r->ri.replicas_per_gpu > 1 ? r->ri.replicas_per_gpu : 1;
+    int devices = (r->ri.world + per - 1) / per;
     *samples_per_sec = rows_per_sec / t;
     *tokens_per_sec = t > 1 ? rows_per_sec : 0;
-    *mfu = t > 1 ? train_mfu(r->flops_per_token, rows_per_sec, r->ri.world, r->peak_tflops) : NAN;
+    *mfu = t > 1 ? train_mfu(r->flops_per_token, rows_per_sec, devices, r->peak_tflops) : NAN;
 }
 
 double train_mfu(double flops_per_token, double tokens_per_sec, int devices, double peak_tflops)

@@ -21,7 +21,8 @@ double train_mfu(double flops_per_token, double tokens_per_sec, int devices, dou
 
 /* From rows per second (the labels the metrics count, all ranks: samples,
  * or a sequence model's labelled tokens): samples/s, tokens/s (0 unless
- * r->positions > 1) and MFU (NAN = n/a). */
+ * r->positions > 1) and MFU (NAN = n/a) over the GPUs (ranks /
+ * r->ri.replicas_per_gpu). */
 struct run;
 /* r->positions, r->flops_per_token and r->peak_tflops of the run's model
  * and device (--peak-tflops, else the GPU table); a note says which peak

@@ -14,6 +14,9 @@
 #   last, partial batch), updates within STEP_TOL (tests/dist/
 #   step_equiv.sh: over whole runs on random labels the difference of
 #   summation orders grows until it depends on the CPU's BLAS kernels);
+# - batchnorm2d sync=true over NCCL: 2 GPUs step like one CPU process on
+#   their combined batch (step_equiv.sh), and without sync they do not;
+# - MFU of replicas packed on one GPU is over that one GPU;
 # - SIGUSR1 to one rank stops both at the same step, checkpointed (exit 75);
 # - the mistakes: two ranks on one GPU without packing, --dist-backend nccl
 #   with packed ranks or on the CPU, each an error that says what to do.
@@ -115,6 +118,44 @@ for s in 1 8; do
     CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=2 run s$s-packed2 2 "$fake" --device cuda $from/last.safetensors
     step_same s$s s$s-packed2 "$base"
 done
+
+# batchnorm2d sync=true (SyncBatchNorm): the statistics of the forward and
+# backward are summed over the ranks on NCCL's stream, so 2 GPUs of 8
+# samples step like one CPU process of 16, within STEP_TOL; without sync
+# each GPU normalises its own 8 and the step is another (the check bites).
+# Smooth, convolution without the bias batch norm cancels.
+sbn=$tmp/syncbn.spec
+printf 'conv2d 6 kernel=5 bias=false\nbatchnorm2d sync=true\navgpool2d 4\nflatten\nlinear 10\n' >"$sbn"
+sed 's/ sync=true//' "$sbn" >"$tmp/plainbn.spec"
+run bn0 1 "$cpu" --device cpu --model "$sbn" --max-steps 1
+from="--max-steps 2 --resume-allow batch-size --resume $tmp/bn0/last.safetensors"
+run bn1 1 "$cpu" --device cpu --model "$sbn" $from
+run bn2 2 "$fake" --device cuda --model "$sbn" $from
+says bn2 "collectives over nccl "
+step_same bn1 bn2 "$tmp/bn0"
+# (its own checkpoint of the same step: one that names another spec is
+# not resumed)
+run bn0plain 1 "$cpu" --device cpu --model "$tmp/plainbn.spec" --max-steps 1
+run bn2plain 2 "$fake" --device cuda --model "$tmp/plainbn.spec" --max-steps 2 --resume-allow batch-size \
+    --resume "$tmp/bn0plain/last.safetensors"
+"$cmp" "$tmp/bn1/last.safetensors" "$tmp/bn2plain/last.safetensors" --base "$tmp/bn0/last.safetensors" \
+    --rel "$STEP_TOL" >/dev/null 2>&1 && fail "batch norm without sync stepped like one process: the check cannot tell"
+
+# MFU is per GPU, not per rank: 2 replicas packed on one GPU (as under
+# --cdl-mps) report their tokens' FLOPs over one GPU's peak (they were
+# divided by 2 devices). A one-layer GPT, --peak-tflops 0.001 (1 GFLOP/s).
+i=0
+while [ $i -lt 100 ]; do printf 0123456789; i=$((i + 1)); done >"$tmp/count.txt"
+CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=2 run gptpacked 2 "$fake" --device cuda \
+    --model gpt:n_layer=1,n_head=2,n_embd=32 --dataset "text:$tmp/count.txt" --block-size 16 \
+    --max-steps 2 --peak-tflops 0.001 --metrics "$tmp/gptpacked.json"
+gflop=$(sed -n 's/.*MFU: \([0-9.e+-]*\) GFLOP per token .*/\1/p' "$tmp/gptpacked.out" | head -1)
+sed -n 's/^{"type":"epoch".*"tokens_per_sec":\([0-9.]*\),"mfu":\([0-9.]*\).*/\1 \2/p' "$tmp/gptpacked.json" |
+    awk -v g="$gflop" '{ n++; want = g * $1; d = $2 - want; if (d < 0) d = -d
+        printf "  gptpacked: %s tokens/s, mfu %s (1 GPU: %g)\n", $1, $2, want
+        # to 1 %: the GFLOP line has 3 digits
+        if (!(g > 0) || d > 1e-2 * want + 1e-6) bad = 1 } END { exit bad || n != 1 }' ||
+    { cat "$tmp/gptpacked.out" "$tmp/gptpacked.json"; fail "MFU of 2 replicas on one GPU is not over one GPU"; }
 
 # SIGUSR1 to rank 1 alone: with NCCL the stop agreement rides with the
 # steps (no host collective per step), and still every rank stops at the

@@ -48,6 +48,37 @@ tests_fakegpu_cdl_train_CPPFLAGS = $(AM_CPPFLAGS)
 tests_fakegpu_cdl_train_LDADD = $(FAKEGPU_LDADD)
 tests_fakegpu_cdl_train_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_cdl_train_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+# cdl-eval, cdl-predict and cdl-generate, unchanged, on the fake GPU
+# (tools.sh: --device cuda on the checkpoints the GPU wrote).
+check_PROGRAMS += tests/fakegpu/cdl-eval tests/fakegpu/cdl-predict tests/fakegpu/cdl-generate
+tests_fakegpu_cdl_eval_SOURCES = cli/cdl-eval.c cli/evalcommon.c cli/evalcommon.h cli/blas_core.c \
+	cli/blas_core.h
+tests_fakegpu_cdl_eval_CPPFLAGS = $(AM_CPPFLAGS)
+tests_fakegpu_cdl_eval_LDADD = $(FAKEGPU_LDADD) -lm
+tests_fakegpu_cdl_eval_LDFLAGS = $(FAKEGPU_LINKFLAGS)
+EXTRA_tests_fakegpu_cdl_eval_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+tests_fakegpu_cdl_predict_SOURCES = cli/cdl-predict.c cli/evalcommon.c cli/evalcommon.h \
+	cli/blas_core.c cli/blas_core.h
+tests_fakegpu_cdl_predict_CPPFLAGS = $(AM_CPPFLAGS)
+tests_fakegpu_cdl_predict_LDADD = $(FAKEGPU_LDADD) -lm
+tests_fakegpu_cdl_predict_LDFLAGS = $(FAKEGPU_LINKFLAGS)
+EXTRA_tests_fakegpu_cdl_predict_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+tests_fakegpu_cdl_generate_SOURCES = cli/cdl-generate.c cli/sample.c cli/sample.h cli/evalcommon.c \
+	cli/evalcommon.h cli/blas_core.c cli/blas_core.h
+tests_fakegpu_cdl_generate_CPPFLAGS = $(AM_CPPFLAGS)
+tests_fakegpu_cdl_generate_LDADD = $(FAKEGPU_LDADD) -lm
+tests_fakegpu_cdl_generate_LDFLAGS = $(FAKEGPU_LINKFLAGS)
+EXTRA_tests_fakegpu_cdl_generate_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+# The signal tests of tests/unit/test_train.c on the fake GPU.
+if HAVE_CMOCKA
+check_PROGRAMS += tests/fakegpu/test_train_signals
+TESTS += tests/fakegpu/test_train_signals
+tests_fakegpu_test_train_signals_SOURCES = tests/fakegpu/test_train_signals.c
+tests_fakegpu_test_train_signals_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CFLAGS)
+tests_fakegpu_test_train_signals_LDADD = $(FAKEGPU_LDADD) $(CMOCKA_LIBS)
+tests_fakegpu_test_train_signals_LDFLAGS = $(FAKEGPU_LINKFLAGS)
+EXTRA_tests_fakegpu_test_train_signals_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+endif
 # bench_lenet of tests/gpu/run.sh, for the script's rehearsal.
 check_PROGRAMS += tests/fakegpu/bench_lenet
 tests_fakegpu_bench_lenet_SOURCES = tests/gpu/bench_lenet.c
@@ -95,7 +126,7 @@ tests/fakegpu/mma_layout.o: tests/fakegpu/mma_layout.cc $(CDL_NVCC_DEPS) \
 CLEANFILES += tests/fakegpu/mma_layout.o
 TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh tests/fakegpu/ddp.sh \
 	tests/fakegpu/gpu_script.sh tests/fakegpu/coll.sh tests/fakegpu/fault.sh
-TESTS += tests/fakegpu/nccl_stall.sh
+TESTS += tests/fakegpu/nccl_stall.sh tests/fakegpu/tools.sh
 endif
 EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/emu_wmma.h tests/fakegpu/emu_mma.h tests/fakegpu/mma_layout.cc tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
 	tests/fakegpu/fake_blaslt.cc \
@@ -103,4 +134,4 @@ EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/emu_wmma.h tests/fakegpu/emu_mma
 	tests/fakegpu/train.sh tests/fakegpu/ddp.sh tests/fakegpu/gpu_script.sh \
 	tests/fakegpu/coll.sh tests/fakegpu/fault.sh tests/fakegpu/fake-compute-sanitizer tests/fakegpu/fake-ncu \
 	tests/fakegpu/bf16.sh
-EXTRA_DIST += tests/fakegpu/nccl_stall.sh
+EXTRA_DIST += tests/fakegpu/nccl_stall.sh tests/fakegpu/tools.sh

@@ -15,9 +15,14 @@
 #   accuracies to one prediction;
 # - checkpoints move between devices: one the GPU wrote continues on
 #   either device to the same step;
+# - a resume with another --batch-size and --accum-steps starts with a
+#   shorter step (the rest of a group): graphs and eager the same bits,
+#   the step within STEP_TOL of the CPU's; --eval-every changes no bit;
+#   --init of a batch-norm model (buffers too) steps as on the CPU;
 # - with no GPU visible, --device cuda fails naming the fix and --device
 #   auto trains on the CPU.
-# 136 samples at batch 16: 8 full batches (graphs) and one partial (eager).
+# 136 samples, 123 for training after the validation split (13), at
+# batch 16: 7 full batches (graphs) and one partial of 11 (eager).
 set -u
 if [ "${CDL_TEST_SCOPE:-}" = unit ]; then
     echo "SKIP: end-to-end test in a unit-only pass"; exit 77
@@ -115,6 +120,51 @@ for dev in cpu cuda; do
     train g2$dev --device $dev $sm --max-steps 3 --resume "$tmp/s1-cuda/last.safetensors"
 done
 step_same g2cpu g2cuda "$tmp/s1-cuda"
+
+# A resume with another --batch-size and --accum-steps (lib/train/
+# realign.c): 3 steps of 16 samples resumed with 8 and 4 micro-batches go
+# on at batch 6 of 16, inside the group [4, 8) of the new grid, whose rest
+# (6, 7) is a first step shorter than the graphs' others. Graphs (one per
+# kind of micro-batch, at the new size) give the bits of eager steps, and
+# that shorter step equals the CPU's within STEP_TOL.
+train rb --device cuda $sm --max-steps 3
+for d in rbg rbe rbcpu rbcuda; do cp -r "$tmp/rb" "$tmp/$d"; done
+ch="$sm --batch-size 8 --accum-steps 4 --resume-allow batch-size,accum-steps --resume auto"
+train rbg --device cuda $ch
+grep -q "epoch 1 continues at batch 6 of 16 after the same samples (step 1 of" "$tmp/rbg.out" ||
+    { cat "$tmp/rbg.out"; fail "rbg did not resume at batch 6 (step 1) of the new settings"; }
+grep -q "CUDA graphs on" "$tmp/rbg.out" || { cat "$tmp/rbg.out"; fail "rbg did not use CUDA graphs"; }
+train rbe --device cuda $ch --cuda-graphs off
+same_or_fail rbg rbe --bitwise
+same_metrics rbg rbe
+for dev in cpu cuda; do
+    train rb$dev --device $dev $ch --max-steps 2
+done
+step_same rbcpu rbcuda "$tmp/rb"
+
+# --eval-every between graph steps changes no bit of training; each
+# validation is an eval record (steps 3, 6, 9, 12, 15).
+train evalg --device cuda --epochs 2 --eval-every 3
+same_or_fail evalg gpu --bitwise
+[ "$(grep -c '^{"type":"eval"' "$tmp/evalg.json")" -eq 5 ] ||
+    { cat "$tmp/evalg.json"; fail "--eval-every 3 did not write 5 eval records"; }
+
+# --init of a batch-norm model (running statistics and counts are buffers,
+# loaded besides the parameters) with its head left fresh: a step on the
+# GPU equals the CPU's within STEP_TOL, buffers included. Smooth (no ReLU),
+# convolutions without the bias that batch norm would cancel (a gradient
+# of rounding noise only); --seed 2: another batch than the checkpoint's
+# step, whose gradient would be nearly its own.
+bn=$tmp/bn.spec
+printf 'conv2d 6 kernel=5 bias=false\nbatchnorm2d\navgpool2d 4\nflatten\nlinear 10\n' >"$bn"
+train bn0 --device cpu --model "$bn" --epochs 1 --max-steps 1
+for dev in cpu cuda; do
+    train bn$dev --device $dev --model "$bn" --epochs 1 --max-steps 1 --seed 2 \
+        --init "$tmp/bn0/last.safetensors" --init-ignore 'fc1.*'
+done
+grep -q "except 2 tensors left fresh by --init-ignore 'fc1.\*': fc1.weight, fc1.bias" "$tmp/bncuda.out" ||
+    { cat "$tmp/bncuda.out"; fail "bncuda does not name the tensors --init-ignore left fresh"; }
+step_same bncpu bncuda "$tmp/bn0"
 
 # No GPU visible.
 CDL_FAKE_GPUS=0 "$fake" $common --device cuda --epochs 1 >"$tmp/nogpu.out" 2>&1 &&

@@ -902,8 +902,9 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                               cfg->init_ignore, fresh);
         else if (r.ri.rank == 0)   /* a warning: also when quiet */
             fprintf(stderr, "cdl-train: warning: --init-ignore '%s' matches none of the model's "
-                    "tensors: every tensor came from %s (the names are PyTorch's, e.g. "
-                    "'fc.*')\n", cfg->init_ignore, cfg->init);
+                    "tensors: every tensor came from %s (the model's last is '%s'; "
+                    "cdl-train --summary lists them)\n", cfg->init_ignore, cfg->init,
+                    cdl_model_view(r.model, cdl_model_nviews(r.model) - 1)->name);
     }
     if (ddp_sharded(r.ddp)) {
         size_t so, sn;

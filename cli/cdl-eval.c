@@ -5,6 +5,7 @@
  * and rank 0 prints the summed result.
  *
  * Exit status: 0 done, 1 an error, 2 a bad option. */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -251,6 +252,9 @@ int main(int argc, char **argv)
             print_json(&e, &s, e.o->split);
         else
             print_text(&e, &s, e.o->split);
+        /* "cdl-eval CKPT > results.txt" on a full disk: not a success. */
+        if (fflush(stdout) != 0 || ferror(stdout))
+            rc = cdl_error("writing the results to standard output failed: %s", strerror(errno));
     }
     if (rc != 0) {
         if (e.ri.world > 1)

@@ -3,6 +3,7 @@
  * prepared as the run's image folder was, as CSV or JSON lines.
  *
  * Exit status: 0 done, 1 an error, 2 a bad option. */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -123,7 +124,9 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
             printf("\n");
         }
     }
-    return ferror(stdout) ? cdl_error("writing the predictions failed") : 0;
+    return ferror(stdout) ? cdl_error("writing the predictions to standard output failed: %s",
+                                      strerror(errno))
+                          : 0;
 }
 
 int main(int argc, char **argv)
@@ -185,8 +188,8 @@ int main(int argc, char **argv)
     }
     if (rc == 0)
         rc = eval_run(&e, predict_batch, &w);
-    if (rc == 0 && fflush(stdout) != 0)
-        rc = cdl_error("writing the predictions failed");
+    if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout)))
+        rc = cdl_error("writing the predictions to standard output failed: %s", strerror(errno));
     if (rc != 0)
         fprintf(stderr, PROG ": error: %s\n", cdl_last_error());
     cdl_free(w.idx);

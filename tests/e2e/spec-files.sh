@@ -33,6 +33,14 @@ cmp -s "$TMP/trained.json" "$TMP/elsewhere.json" || die "cdl-eval from another d
     die "cdl-predict from another directory failed"
 echo "PASS: a spec file's checkpoint evaluates from another directory"
 
+# Output to a full disk is an error, not a silent success.
+for tool in "$CDL_EVAL" "$CDL_PREDICT"; do
+    "$tool" "$ck" --threads 1 >/dev/full 2>"$TMP/err" && die "$tool to a full disk exited 0"
+    grep -q "to standard output failed: No space left on device" "$TMP/err" ||
+        die "$tool to a full disk: $(cat "$TMP/err")"
+done
+echo "PASS: cdl-eval and cdl-predict fail on a full disk"
+
 # The file edited after the run (relu -> tanh, the same parameters): the
 # saved spec is still the one evaluated; --model takes the edited file.
 sed -i 's/^relu$/tanh/' "$TMP/run/net.spec"

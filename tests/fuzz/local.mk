@@ -14,7 +14,8 @@ CLEANFILES += $(FUZZ_TARGETS) tests/fuzz/*.log tests/fuzz/*-crash-* tests/fuzz/*
 FUZZ_CFLAGS_ALL = $(AM_CFLAGS) $(FUZZ_CFLAGS)
 FUZZ_CPPFLAGS_ALL = $(AM_CPPFLAGS) $(ZLIB_CFLAGS)
 FUZZ_LDADD_ALL = $(ZLIB_LIBS) -lm
-FUZZ_COMMON = tests/fuzz/fuzz.h tests/fuzz/fuzz_util.c lib/core/error.c lib/core/alloc.c
+FUZZ_COMMON = tests/fuzz/fuzz.h tests/fuzz/fuzz_util.c lib/core/error.c lib/core/alloc.c \
+	lib/core/memlimit.c
 
 tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c $(FUZZ_COMMON) \
 	lib/ckpt/safetensors_read.c lib/ckpt/json.c lib/ckpt/checksum.c
@@ -59,7 +60,7 @@ tests_fuzz_fuzz_cifar_LDADD = $(FUZZ_LDADD_ALL)
 
 # The readers of users' data (lib/data): pictures, .npy, .npz, CSV.
 FUZZ_READERS = lib/data/dataset.c lib/data/idx.c lib/data/cifar.c lib/data/open.c lib/data/fileio.c \
-	lib/data/image.c lib/data/imagefolder.c lib/data/npy.c lib/data/csv.c lib/data/tokens.c lib/data/stream.c lib/core/sized.c lib/core/memlimit.c \
+	lib/data/image.c lib/data/imagefolder.c lib/data/npy.c lib/data/csv.c lib/data/tokens.c lib/data/stream.c lib/core/sized.c \
 	lib/core/threads.c
 FUZZ_RD_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL) $(PNG_CFLAGS) $(JPEG_CFLAGS) $(LIBZIP_CFLAGS)
 FUZZ_RD_LDADD = $(FUZZ_LDADD_ALL) $(PNG_LIBS) $(JPEG_LIBS) $(LIBZIP_LIBS) -lpthread

@@ -355,6 +355,11 @@ static void test_fifo_is_refused(void **state)
 static void test_out_of_fds(void **state)
 {
     (void)state;
+    /* valgrind emulates RLIMIT_NOFILE for its client (it keeps descriptors
+     * of its own above the limit), so the limit set below does not bite. */
+    const char *preload = getenv("LD_PRELOAD");
+    if (preload && strstr(preload, "vgpreload"))
+        skip();
     clear_tmpdir();
     write_good_idx("train", 0);
     fflush(NULL);

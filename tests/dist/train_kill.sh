@@ -68,9 +68,13 @@ echo "setup error test passed"
 # The same inside the collectives' setup: hier:mpi under cdlrun (not an MPI
 # launch) fails on the leader, rank 0, after the node's shm group formed;
 # rank 1 learns at once instead of waiting in its first collective.
+# Rank 0's MPI_Init here is a singleton's, whose session directory
+# (TMPDIR/ompi.HOST.UID/jf.N) the abort leaves behind: a TMPDIR of the
+# test's own, removed with it.
 if have HAVE_MPI; then
-    timeout 120 "$cdlrun" -n 2 --timeout 60 --label "$train" $common --epochs 1 \
-        --dist-backend hier:mpi >"$tmp/out" 2>"$tmp/err"
+    mkdir -p "$tmp/mpi-tmp"
+    TMPDIR=$tmp/mpi-tmp timeout 120 "$cdlrun" -n 2 --timeout 60 --label "$train" $common \
+        --epochs 1 --dist-backend hier:mpi >"$tmp/out" 2>"$tmp/err"
     rc=$?
     [ $rc -eq 1 ] || fail "cdlrun exited $rc after rank 0's hier:mpi error, expected 1"
     grep "^\[1\]" "$tmp/err" | grep -q "rank 0 gave up: .*MPI sees 1 processes" ||

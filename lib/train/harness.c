@@ -231,15 +231,17 @@ static const char *stem_note(const char *model, cdl_shape input)
                               : " (CIFAR stem: 3x3 conv, no max-pool)";
 }
 
-static int build_model(run *r)
+/* The model of a built-in name, or of a spec file's text (NULL for a
+ * built-in). */
+static int build_model_from(run *r, const char *text)
 {
     const cdl_train_config *c = r->cfg;
     cdl_model_spec spec;
     cdl_shape in = r->train.shape;
-    if (cdl_spec_is_builtin(c->model)) {
+    if (!text) {
         if (cdl_spec_builtin(c->model, in, r->train.classes, &spec) != 0)
             return -1;
-    } else if (cdl_spec_load(c->model, &spec) != 0 ||
+    } else if (cdl_spec_parse(text, c->model, &spec) != 0 ||
                cdl_spec_fit(&spec, in, r->train.classes) != 0) {   /* a gpt line's sizes */
         return -1;
     }
@@ -280,15 +282,8 @@ static int build_model(run *r)
     r->model = cdl_model_create(&spec, in, c->batch_size, r->be);
     if (!r->model)
         return -1;
-    if (!cdl_spec_is_builtin(c->model)) {   /* checkpoints carry the spec file's text */
-        char *text;
-        if (cdl_spec_read(c->model, &text) != 0)
-            return -1;
-        int rc = cdl_model_set_spec_text(r->model, text);
-        cdl_free(text);
-        if (rc != 0)
-            return -1;
-    }
+    if (text && cdl_model_set_spec_text(r->model, text) != 0)   /* checkpoints carry it */
+        return -1;
     /* A language model predicts at every position: labels per position
      * (cross-entropy over n * positions rows). */
     int t = cdl_model_positions(r->model);
@@ -310,6 +305,18 @@ static int build_model(run *r)
     r->classes = r->train.classes;
     r->sample_floats = (size_t)in.c * in.h * in.w;
     return 0;
+}
+
+/* A spec file is read once: the model is built from the very text its
+ * checkpoints carry, even if the file changes meanwhile. */
+static int build_model(run *r)
+{
+    char *text = NULL;
+    if (!cdl_spec_is_builtin(r->cfg->model) && cdl_spec_read(r->cfg->model, &text) != 0)
+        return -1;
+    int rc = build_model_from(r, text);
+    cdl_free(text);
+    return rc;
 }
 
 static int make_buffers(run *r)

@@ -521,6 +521,7 @@ static int run_epochs(run *r, cdl_train_result *res)
      * The first pass of the loop below does it without a step. */
     int owed_end = done_steps && (pos.batch >= spe || pos.validation_due) &&
                    pos.epoch < c->epochs;
+    r->finished_before = (done_steps && !owed_end) || (!done_steps && pos.epoch >= c->epochs);
     if (done_steps && !owed_end)
         train_report_note(r->rep, "step %ld reached --max-steps %ld: nothing to train", pos.step,
                           c->max_steps);
@@ -611,6 +612,22 @@ static int test_once(run *r)
     if (!r->have_val || !r->have_test)
         return 0;
     const cdl_train_config *c = r->cfg;
+    if (r->finished_before) {
+        /* A finished run started again (a resubmitted job): its final
+         * weights' test record is in --metrics unless the earlier start was
+         * stopped before writing it. Rank 0 reads the file; every rank
+         * must agree, for the evaluation below is collective. */
+        int32_t tested = train_report_tested(r->rep);
+        if (tested < 0)
+            return -1;
+        if (r->ri.world > 1 && cdl_dist_broadcast(r->dist, &tested, sizeof tested, 0) != 0)
+            return -1;
+        if (tested) {
+            train_report_note(r->rep, "test: the final weights' result is in %s already (the run "
+                              "ended before): not evaluated or recorded again", c->metrics);
+            return 0;
+        }
+    }
     cdl_loader_config lc;
     cdl_loader_defaults(&lc);
     lc.batch_size = c->batch_size;

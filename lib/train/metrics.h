@@ -50,6 +50,11 @@ int metrics_eval(FILE *f, const char *run_id, int rank, int epoch, long step, do
                  double acc);
 int metrics_test(FILE *f, const char *run_id, int rank, double loss, double acc, int samples);
 
+/* 1 when the file at path ends run_id's records with a test record (no
+ * step, eval or epoch record of the run after it): the final weights'
+ * test is recorded. 0 when not (or no file), -1 on a read error. */
+int metrics_tested(const char *path, const char *run_id);
+
 /* --resume never must not add a second run to a directory or file that
  * holds one: -1 naming what is there and what to do, 0 when unused. */
 int metrics_refuse_used(const cdl_train_config *cfg);

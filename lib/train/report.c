@@ -217,6 +217,13 @@ int train_report_test(train_report *r, double loss, double acc, int samples)
     return 0;
 }
 
+int train_report_tested(train_report *r)
+{
+    if (r->rank != 0 || !r->metrics)
+        return 0;
+    return metrics_tested(r->metrics_path, r->run_id);
+}
+
 int train_report_eval(train_report *r, int epoch, long step, double loss, double acc)
 {
     if (r->rank != 0)

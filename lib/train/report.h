@@ -43,6 +43,10 @@ int train_report_step(train_report *r, const struct step_stats *s);
 /* The test set's result at the end of a run: a line, and in --metrics an
  * object with test_loss, test_acc, test_samples (and no "epoch"). */
 int train_report_test(train_report *r, double loss, double acc, int samples);
+/* Rank 0: 1 when --metrics already ends this run with its test record
+ * (metrics_tested: the final weights were tested by an earlier start), 0
+ * when not or without --metrics (other ranks: 0), -1 on a read error. */
+int train_report_tested(train_report *r);
 /* --eval-every: validation at step `step` of epoch `epoch` (0-based): a
  * line, an "eval" record in --metrics, eval scalars in --tensorboard. */
 int train_report_eval(train_report *r, int epoch, long step, double loss, double acc);

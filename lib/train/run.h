@@ -41,6 +41,7 @@ typedef struct run {
     char last_path[1100], best_path[1100];
     int ckpt_lock;            /* rank 0: the --ckpt-dir lock (ckpt_dir_prepare), -1 none */
     long saved_step;          /* the step of the last checkpoint written or resumed from */
+    int finished_before;      /* resumed with nothing left to train (run_epochs) */
     train_loop *loop;         /* the training loop's buffers (loop.c) */
     /* --accum-steps and --clip-grad (grads.c): micro-batches per optimizer
      * step (1: none), the running one and the next, how many its step has

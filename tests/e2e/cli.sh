@@ -103,6 +103,21 @@ grep -q "decays to 0 by step 10 (the end of the last epoch); --max-steps 3 stops
 expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/done"
 expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/done"
 expect_err "all 5 epochs are done: nothing to train (a larger --epochs with --resume-allow epochs goes on)"
+# Nor does it test the final weights again when --metrics ends the run with
+# their test record (a resubmitted finished job wrote a second one); a start
+# stopped before that record (here: the record removed) does test them.
+tested="--dataset synthetic --synthetic-size 64 --val-split 16 --model mlp --epochs 1
+        --batch-size 32 --device cpu --threads 1 --no-progress --ckpt-dir $TMP/tested
+        --metrics $TMP/t.jsonl"
+expect_status 0 "$CDL_TRAIN" $tested
+expect_status 0 "$CDL_TRAIN" $tested
+expect_err "test: the final weights' result is in $TMP/t.jsonl already (the run ended before)"
+! grep -q '^test ' "$TMP/out" || die "the finished run tested its weights again"
+[ "$(grep -c '"type":"test"' "$TMP/t.jsonl")" = 1 ] || die "test records: $(grep -c '"type":"test"' "$TMP/t.jsonl")"
+sed -i '/"type":"test"/d' "$TMP/t.jsonl"
+expect_status 0 "$CDL_TRAIN" $tested
+grep -q '^test  loss' "$TMP/out" || die "the untested final weights were not tested"
+[ "$(grep -c '"type":"test"' "$TMP/t.jsonl")" = 1 ] || die "no test record after the rerun"
 # Stored in the checkpoint: a resume with another decay is refused.
 expect_status 1 "$CDL_TRAIN" $small --warmup-steps 2 --decay-steps 8 --ckpt-dir "$TMP/sched" \
     --epochs 6 --resume-allow epochs

@@ -4,6 +4,7 @@ libcdl_core_la_SOURCES += lib/train/config.c lib/train/checkpoint.c lib/train/re
 EXTRA_DIST += lib/train/checkpoint.h lib/train/report.h lib/train/signals.h lib/train/loop.h lib/train/step.h lib/train/ddp.h lib/train/pipeline.h lib/train/run.h
 libcdl_core_la_SOURCES += lib/train/resume_check.c lib/train/ckpt_dir.c lib/train/realign.c
 libcdl_core_la_SOURCES += lib/train/metrics.c
+libcdl_core_la_SOURCES += lib/train/metrics_read.c
 EXTRA_DIST += lib/train/metrics.h
 libcdl_core_la_SOURCES += lib/train/init.c lib/train/init.h
 libcdl_core_la_SOURCES += lib/train/stage.c lib/train/stage.h

@@ -4,7 +4,6 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -193,35 +192,6 @@ int metrics_test(FILE *f, const char *run_id, int rank, double loss, double acc,
     head(&b, "test", run_id, rank);
     putf(&b, ",\"test_loss\":%.6f,\"test_acc\":%.6f,\"test_samples\":%d", loss, acc, samples);
     return emit(f, &b);
-}
-
-int metrics_tested(const char *path, const char *run_id)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return errno == ENOENT ? 0 : cdl_error("cannot read %s: %s", path, strerror(errno));
-    /* Records of other runs in the same file are not this run's. */
-    char id[64];
-    int idn = snprintf(id, sizeof id, "\",\"run_id\":\"%s\"", run_id);
-    char *line = NULL;
-    size_t cap = 0;
-    int tested = 0;
-    while (getline(&line, &cap, f) > 0) {
-        static const char type[] = "{\"type\":\"";
-        if (strncmp(line, type, sizeof type - 1) != 0)
-            continue;
-        const char *t = line + sizeof type - 1, *q = strchr(t, '"');
-        if (!q || strncmp(q, id, (size_t)idn) != 0)
-            continue;
-        if (q - t == 4 && !strncmp(t, "test", 4))
-            tested = 1;
-        else if (strncmp(t, "config", 6) != 0)   /* step, eval, epoch: weights changed */
-            tested = 0;
-    }
-    int err = ferror(f);
-    free(line);
-    fclose(f);
-    return err ? cdl_error("cannot read %s", path) : tested;
 }
 
 /* 1 if path is there and not empty, 0 if absent or empty, -1 on error. */

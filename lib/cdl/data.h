@@ -113,6 +113,10 @@ typedef struct cdl_dataset_options {
     int image_height, image_width; /* imagefolder: both > 0: every picture scaled to cover
                                * h x w and centre-cropped to it, overriding image_size (a
                                * test split read at its training split's size) */
+    int (*stop)(void);        /* imagefolder: polled by the decoding threads between
+                               * pictures; nonzero ends the load with an error (decoding a
+                               * large folder takes minutes: cdl_train_run passes its
+                               * SIGTERM/SIGUSR1 flag); NULL = never */
 } cdl_dataset_options;
 
 void cdl_dataset_options_defaults(cdl_dataset_options *o);

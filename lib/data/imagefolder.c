@@ -161,6 +161,8 @@ typedef struct job {
     long next;
     uint64_t hist[3][256];      /* no images (the check before streaming): the pixels of the
                                  * readable files, so the statistics need no second pass */
+    int (*stop)(void);          /* cdl_dataset_options.stop, or NULL */
+    int stopped;                /* stop said so: the pictures are not all decoded */
 } job;
 
 /* File i into its slot of images, or into the worker's scratch when there
@@ -181,8 +183,11 @@ static void *decode_worker(void *arg)
     for (;;) {
         pthread_mutex_lock(&j->mu);
         long i = j->next++;
+        if (j->stop && !j->stopped && j->stop())
+            j->stopped = 1;
+        int stopped = j->stopped;
         pthread_mutex_unlock(&j->mu);
-        if (i >= j->files->n)
+        if (i >= j->files->n || stopped)
             break;
         if ((!j->images && !scratch) || decode_one(j, i, scratch)) {
             j->errors[i] = strdup(cdl_last_error()[0] ? cdl_last_error() : "unreadable");
@@ -431,11 +436,15 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
      * (then a bad file stops training at the first batch that holds it). */
     if (!rc && (!stream || o->skip_bad_files)) {
         j.errors = errors;
+        j.stop = o->stop;
         decode_all(&j, o->threads > 0 ? o->threads : cdl_default_threads());
+        if (j.stopped)
+            rc = cdl_error("%s: stopped while decoding its %d pictures (a signal)",
+                           data_printable(root, pn, sizeof pn), files.n);
         /* The first bad file (in sample order, so the same message every run),
          * or compact the good ones in order. */
         long kept = 0, bad = 0;
-        for (long i = 0; i < files.n; i++) {
+        for (long i = 0; !rc && i < files.n; i++) {
             if (errors[i]) {
                 if (!o->skip_bad_files) {
                     rc = bad_file_error(errors[i]);

@@ -164,6 +164,7 @@ static int load_data(run *r)
     o.norm_count = c->norm_count;
     o.norm_mean = c->norm_mean;
     o.norm_std = c->norm_std;
+    o.stop = train_stop_requested;
     if (cdl_dataset_load_with(c->dataset, dir, 1, &o, &r->train) != 0)
         return -1;
     r->have_train = 1;
@@ -774,6 +775,24 @@ static void schedule_note(run *r)
         train_report_note(r->rep, "schedule constant: %slr %g", warm, (double)c->lr);
 }
 
+/* Set-up (staging, loading the data) can take minutes, and a SIGTERM or
+ * SIGUSR1 then (scancel; Slurm's warning before the time limit) should end
+ * the run before its first step: CDL_EXIT_REQUEUE when any rank was
+ * signalled (agreed in a collective all ranks reach here), 0 to go on, -1
+ * when the agreement fails. */
+static int setup_stopped(run *r, const char *during, cdl_train_result *res)
+{
+    double flag = train_stop_requested();
+    if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, &flag, 1) != 0)
+        return -1;
+    if (flag == 0)
+        return 0;
+    res->interrupted = 1;
+    train_report_note(r->rep, "stopped by a signal while %s, before the first step: nothing of "
+                      "this start to save; start it again to go on", during);
+    return CDL_EXIT_REQUEUE;
+}
+
 static int check_config(const cdl_train_config *c)
 {
     if (c->epochs <= 0)
@@ -882,8 +901,23 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     r.rep = train_report_open(cfg, r.ri.rank);
     if (!r.rep)
         goto out;
-    if (train_stage(&r) != 0 || load_data(&r) != 0 || join_class_names(&r) != 0 ||
-        build_model(&r) != 0)
+    int staged = train_stage(&r);
+    if (staged < 0)
+        goto out;
+    /* A signal during set-up, which can take minutes, stops the run at the
+     * next of these points rather than after a first step: this start has
+     * nothing to save yet. A load that a signal cut short (o.stop) goes on
+     * to the agreement, which all ranks reach. */
+    if (staged > 0 || ((load_data(&r) != 0 || join_class_names(&r) != 0) &&
+                       !train_stop_requested())) {
+        if (staged > 0)
+            rc = setup_stopped(&r, "staging the dataset", res);
+        goto out;
+    }
+    if ((rc = setup_stopped(&r, "loading the data", res)) != 0)
+        goto out;
+    rc = -1;
+    if (build_model(&r) != 0)
         goto out;
     if (cfg->summary) {
         if (r.ri.rank == 0) {

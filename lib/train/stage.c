@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "../ckpt/checksum.h"
+#include "signals.h"
 #include "stage.h"
 
 enum { STAGE_MAX_DEPTH = 8, BUF = 1 << 20 };
@@ -115,6 +116,10 @@ static int copy_file(const char *src, const char *dst, char *buf, stage_stats *s
     ssize_t got;
     int rc = 0;
     while (rc == 0 && (got = read(in, buf, BUF)) > 0) {
+        if (train_stop_requested()) {   /* scancel: a copy of GBs is not finished first */
+            rc = cdl_error("--stage: stopped by a signal while copying %s", src);
+            break;
+        }
         crc = st_crc_bytes(crc, buf, (size_t)got);
         n += got;
         for (ssize_t off = 0; off < got;) {
@@ -320,7 +325,7 @@ int train_stage(run *r)
     else
         snprintf(dir, sizeof dir, "%.900s/%.60s", base, c->dataset);
     double t0 = train_now();
-    double v[3] = {0, 0, 0};   /* failures, seconds, nodes that copied */
+    double v[4] = {0, 0, 0, 0};   /* failures, seconds, nodes that copied, stopped */
     stage_stats st = {0};
     if (r->ri.local_rank == 0) {
         char *buf = cdl_malloc(BUF);
@@ -337,16 +342,19 @@ int train_stage(run *r)
         cdl_free(buf);
         if (automatic)
             snprintf(r->stage_owned, sizeof r->stage_owned, "%s", dir);
-        v[0] = rc != 0;
+        v[3] = rc != 0 && train_stop_requested();
+        v[0] = rc != 0 && !v[3];
         v[1] = train_now() - t0;
         v[2] = 1;
-        if (rc != 0)
+        if (v[0] > 0)
             fprintf(stderr, "cdl: rank %d (node %d): %s\n", r->ri.rank, r->ri.node_rank,
                     cdl_last_error());
     }
-    if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, v, 3) != 0)
+    if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, v, 4) != 0)
         return cdl_error("--stage: waiting for the copies of the dataset on every node failed: "
                          "%s (a slow copy? raise CDL_TIMEOUT)", cdl_last_error());
+    if (v[3] > 0)   /* SIGTERM or SIGUSR1 on a copying rank: all stop now, agreed */
+        return 1;
     if (v[0] > 0)
         return cdl_error("--stage: copying %s to node-local storage failed on %.0f node%s (the "
                          "first error is above, from its local rank 0): use --stage off or "

@@ -12,7 +12,10 @@
  * node's other ranks wait (in a collective, bounded by CDL_TIMEOUT); then
  * every rank reads from there. Sets r->data_dir (the directory to read:
  * the staged copy, or the original when staging is off or skipped) and
- * reports what it did and how long it took. */
+ * reports what it did and how long it took. Returns 0, -1 on an error, or
+ * 1 on every rank when SIGTERM/SIGUSR1 stopped a copy (signals.h): a copy
+ * of many GB is not finished first, and an automatic copy is removed by
+ * train_stage_cleanup as after an error. */
 int train_stage(run *r);
 
 /* At the end of the run (ok: it succeeded, so every rank meets in a

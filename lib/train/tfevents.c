@@ -142,6 +142,19 @@ static double wall_now(void)
 }
 
 /* Frames the Event in m as one TFRecord. */
+/* What a user does about a failed write: a full disk is the usual cause. */
+static int write_error(const tfev *w, int err)
+{
+    return cdl_error("writing %s failed: %s: %s", w->path, strerror(err),
+                     err == ENOSPC || err == EDQUOT
+                         ? "its file system is full or over quota: free space there or give "
+                           "--tensorboard another directory, then resume (the resumed run "
+                           "starts a new event file; TensorBoard reads both)"
+                     : err == EFBIG ? "the file size limit was reached (ulimit -f): raise it, "
+                                      "then resume"
+                                    : "check the file system, then resume");
+}
+
 static int record(tfev *w, const pb *m)
 {
     if (m->over)
@@ -159,7 +172,7 @@ static int record(tfev *w, const pb *m)
     if (fwrite(head, 1, 12, w->f) != 12 || fwrite(m->b, 1, m->len, w->f) != m->len ||
         fwrite(tail, 1, 4, w->f) != 4) {
         w->failed = 1;
-        return cdl_error("writing %s failed: %s (is the disk full?)", w->path, strerror(errno));
+        return write_error(w, errno);
     }
     return 0;
 }
@@ -296,7 +309,7 @@ int tfev_hparams(tfev *w, const tfev_hparam *hp, int n, const char *const *metri
 int tfev_flush(tfev *w)
 {
     if (fflush(w->f) != 0 || w->failed)
-        return cdl_error("writing %s failed: %s (is the disk full?)", w->path, strerror(errno));
+        return write_error(w, w->failed ? EIO : errno);
     return 0;
 }
 
@@ -306,7 +319,7 @@ int tfev_close(tfev *w)
         return 0;
     int rc = w->failed ? -1 : 0;
     if (fclose(w->f) != 0 && rc == 0)
-        rc = cdl_error("writing %s failed: %s (is the disk full?)", w->path, strerror(errno));
+        rc = write_error(w, errno);
     cdl_free(w);
     return rc;
 }

@@ -4,14 +4,16 @@
 # not fit stops the run with exit 1 and an error saying what to do, the
 # previous last.safetensors stays as it was and loads, no temporary file is
 # left; a read-only --ckpt-dir is refused before the first step, saying so
-# (not "fix its permissions").
+# (not "fix its permissions"); TensorBoard event files on a full disk stop
+# the run saying what to do (not only "is the disk full?").
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root to mount a tmpfs"; exit 77; }
-mkdir "$TMP/full" "$TMP/ro"
+mkdir "$TMP/full" "$TMP/ro" "$TMP/tbfull"
 mount -t tmpfs -o size=16M tmpfs "$TMP/full" 2>/dev/null ||
     { echo "SKIP: cannot mount a tmpfs"; exit 77; }
-trap 'umount "$TMP/full" 2>/dev/null; umount "$TMP/ro" 2>/dev/null; rm -rf "$TMP"' EXIT
+trap 'umount "$TMP/full" 2>/dev/null; umount "$TMP/ro" 2>/dev/null; umount "$TMP/tbfull" 2>/dev/null
+      rm -rf "$TMP"' EXIT
 
 # mlp's checkpoint with SGD momentum on 3x32x32 samples is 6.6 MB: last and best fit, a third
 # (a new one is written before the old is replaced) does not.
@@ -34,4 +36,9 @@ expect_status 0 "$CDL_EVAL" "$TMP/full/last.safetensors"
 mount -t tmpfs -o size=1M,ro tmpfs "$TMP/ro" || die "cannot mount a read-only tmpfs"
 expect_status 1 "$CDL_TRAIN" "${common[@]}" --max-steps 1 --ckpt-dir "$TMP/ro"
 expect_err "--ckpt-dir $TMP/ro is on a read-only file system: name a directory on a writable one"
+
+mount -t tmpfs -o size=64k tmpfs "$TMP/tbfull" || die "cannot mount a small tmpfs"
+dd if=/dev/zero of="$TMP/tbfull/fill" bs=4k 2>/dev/null   # until it is full
+expect_status 1 "$CDL_TRAIN" "${common[@]}" --max-steps 1 --tensorboard "$TMP/tbfull/tb"
+expect_err "failed: No space left on device: its file system is full or over quota: free space there or give --tensorboard another directory, then resume"
 echo "PASS: ckpt-limits"

@@ -21,12 +21,15 @@
 #include <cdl/ckpt.h>
 #include <cdl/dist.h>
 #include <cdl/train.h>
+#include <cdl/version.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Library version, "MAJOR.MINOR.PATCH". */
+/* The library's version, "MAJOR.MINOR.PATCH", at run time (a program
+ * built against older headers may run with a newer libcdl of the same
+ * soname); CDL_VERSION_STRING is the headers' (cdl/version.h). */
 const char *cdl_version(void);
 
 /* The message of the last failure on this thread ("" if none). It names the

@@ -43,6 +43,28 @@ if [ "$have_cxx" = 1 ]; then   # extern "C": a C++ program links libcdl
         { cat "$TMP/err" >&2; die "a C++ program calling cdl_version does not link (extern \"C\" in cdl.h)"; }
 fi
 
+# The headers' version (cdl/version.h), usable in #if, is the library's,
+# the package's and its parts' own.
+cat >"$TMP/ver.c" <<'CEOF'
+#include <cdl/cdl.h>
+#include <stdio.h>
+#include <string.h>
+#if CDL_VERSION_NUMBER < CDL_VERSION_ENCODE(0, 1, 0)
+#error "cdl/version.h: a version below 0.1.0"
+#endif
+int main(void)
+{
+    printf("%s %d.%d.%d %s\n", CDL_VERSION_STRING, CDL_VERSION_MAJOR, CDL_VERSION_MINOR,
+           CDL_VERSION_PATCH, cdl_version());
+    return strcmp(cdl_version(), CDL_VERSION_STRING) != 0;
+}
+CEOF
+"$CC" -std=c11 -Wall -Wextra -Werror -I"$inc" "$TMP/ver.c" -L"$DEST$libdir" -lcdl -o "$TMP/ver" \
+    2>"$TMP/err" || { cat "$TMP/err" >&2; die "a program using cdl/version.h does not build"; }
+v=$(var VERSION)
+got=$(LD_LIBRARY_PATH="$DEST$libdir" "$TMP/ver") || die "cdl_version() is not CDL_VERSION_STRING: $got"
+[ "$got" = "$v $v $v" ] || die "versions: '$got', the package's is $v"
+
 # pkg-config on the installed cdl.pc, its directories moved under DEST
 # (also a libdir or includedir that configure was given outside prefix).
 export PKG_CONFIG_PATH="$DEST$pkgconfigdir"

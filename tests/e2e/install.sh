@@ -55,7 +55,7 @@ fi
 grep -q "prepend-path PATH *$(var bindir)\$" "$modfile" || die "$modfile: PATH is not bindir"
 grep -qE '^[^#]*LD_LIBRARY_PATH' "$modfile" && die "$modfile sets LD_LIBRARY_PATH (programs use their run path)"
 [ -x "$DEST$(var bindir)/cdl-train" ] || die "cdl-train not installed"
-"$DEST$(var bindir)/cdlrun" --version | grep -q "^cdlrun (cdl) $version\$" || die "cdlrun --version"
+"$DEST$(var bindir)/cdlrun" --version | grep -q "^cdlrun (cdl) $version (rank contract [0-9]*)\$" || die "cdlrun --version"
 # make uninstall takes everything away again (distcheck's rule), the plugin
 # included although libtool no longer has its .la to go by.
 mk uninstall DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make uninstall failed"; }

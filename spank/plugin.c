@@ -171,7 +171,12 @@ static int conf_failed(spank_t sp, spank_context_t ctx)
         spk_g.conf_broken = 1;
         return 0;
     }
-    slurm_error("cdl: %s", spk_last_error());
+    /* srun's user did not write the line: say whose it is. */
+    if (ctx == S_CTX_REMOTE)
+        slurm_error("cdl: %s", spk_last_error());
+    else
+        slurm_error("cdl: %s; this is the cluster's plugstack.conf line loading cdl_spank.so: "
+                    "ask the administrator to fix it", spk_last_error());
     /* Failing init drops the plugin, which with `optional` runs the step
      * without the options (no RANK: every task trains alone, srun
      * succeeds). So the plugin stays loaded, and the options fail instead,

@@ -44,6 +44,9 @@ err=$(as_user srun -N1 -n1 true 2>&1)
 rc=$?
 check "srun fails naming the key" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "unknown key .mps_timeuot."' || echo "rc=$rc: $err"
+# The user did not write that line and did not know whom to ask.
+check "... and says whose line it is" \
+    eval 'echo "$err" | grep -q "unknown key .*plugstack.conf line loading cdl_spank.so: ask the administrator"' || echo "$err"
 err=$(as_user sbatch --wrap true 2>&1)
 rc=$?
 check "sbatch fails naming the key" \

@@ -329,6 +329,10 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
     (void)ac;
     if (!mine(av))
         return 0;
+    /* A process that loads the stack again (slurmd reconfiguring) starts
+     * afresh, not with a line "loaded twice". */
+    owner_av = NULL;
+    unsetenv(SPK_LOADED_VAR);
     if (spk_g.conf_broken)
         return 0;
     return spank_context() == S_CTX_REMOTE ? spk_remote_exit(sp) : 0;

@@ -27,6 +27,18 @@ int spk_secret_read_key(const char *path, unsigned char *key, size_t cap, size_t
                          "access (chmod 0600): anyone who can read it can join other users' "
                          "jobs as a rank", path);
     }
+    /* Its owner can read it too, and can replace it with a key of their
+     * own: an account of a person (uid 1000 and up, Debian's and most
+     * distributions' first user id) must not own it. root, a daemon
+     * account (munge's key belongs to munge) and whoever runs this (a
+     * test) may. */
+    if (st.st_uid != 0 && st.st_uid != geteuid() && st.st_uid >= 1000) {
+        close(fd);
+        return spk_error("secret_key=%s is owned by uid %u, a user account: that user can read "
+                         "the site key and join other users' jobs as a rank; give it to root "
+                         "(chown root) or point secret_key at munge's key", path,
+                         (unsigned)st.st_uid);
+    }
     n = read(fd, key, cap);
     close(fd);
     if (n < 32 || (size_t)n >= cap)

@@ -56,6 +56,16 @@ static void test_key_file(void **state)
     assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), 0);
     spk_secret_derive(key, sizeof key, 1000, 77, 3, b);
     assert_string_equal(a, b);
+    /* Owned by a user account (nobody: 65534) it is that user's to read
+     * and replace: refused. A daemon account (munge's key) is fine. */
+    if (geteuid() == 0) {
+        assert_int_equal(chown(path, 65534, 65534), 0);
+        assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), -1);
+        assert_non_null(strstr(spk_last_error(), "owned by uid 65534"));
+        assert_int_equal(chown(path, 102, 0), 0);
+        assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), 0);
+        assert_int_equal(chown(path, 0, 0), 0);
+    }
     /* Readable by others: refused, naming the setting. */
     assert_int_equal(chmod(path, 0644), 0);
     assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), -1);

@@ -61,4 +61,6 @@ done
 contract=$(sed -n 's/^#define CDL_CONTRACT_VERSION \([0-9]*\).*/\1/p' "$top_srcdir/lib/dist/contract.h")
 grep -q "(rank contract $contract)" "$top_srcdir/docs/admin.md" ||
     die "docs/admin.md: srun --cdl-version's example does not say 'rank contract $contract'"
+grep -q "(rank contract $contract)" "$TMP/cdlrun.1.txt" ||
+    die "man/cdlrun.1: the --version example does not say 'rank contract $contract'"
 echo "PASS: man pages"

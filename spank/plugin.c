@@ -216,7 +216,7 @@ static void self_path(char *buf, size_t n)
 {
     Dl_info info;
     snprintf(buf, n, "%s",
-             dladdr((void *)self_path, &info) && info.dli_fname ? info.dli_fname : "cdl_spank.so");
+             dladdr((const void *)&owner_av, &info) && info.dli_fname ? info.dli_fname : "cdl_spank.so");
 }
 
 static int loaded_before(void)

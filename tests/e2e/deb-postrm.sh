@@ -25,6 +25,10 @@ expect_err "/etc/slurm/plugstack.conf.d/cdl.conf:2 still loads the removed plugi
 expect_err "required $so port_range=30000-30099"
 expect_err "slurmd will not start"
 grep -q other.so "$TMP/err" && die "postrm warned about another plugin"
+# By its bare name, as Slurm finds it in its plugin directory.
+printf 'optional cdl_spank.so\n' >"$root/etc/slurm/plugstack.conf"
+expect_status 0 env DPKG_ROOT="$root" sh "$POSTRM" remove
+expect_err "/etc/slurm/plugstack.conf:1 still loads the removed plugin"
 
 # Only at remove: upgrades and purge say nothing.
 for action in upgrade purge; do

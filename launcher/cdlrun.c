@@ -71,7 +71,7 @@ static int parse(int argc, char **argv, run *r)
             usage(stdout);
             exit(0);
         } else if (!strcmp(a, "--version")) {
-            printf("cdlrun (cdl) %s\n", PACKAGE_VERSION);
+            printf("cdlrun (cdl) %s (rank contract %d)\n", PACKAGE_VERSION, CDL_CONTRACT_VERSION);
             exit(0);
         } else if (!strncmp(a, "-n", 2) || is_opt(a, "--ntasks")) {
             if (a[1] == '-')

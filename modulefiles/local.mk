@@ -3,7 +3,7 @@
 # Made by make, not configure, so that the paths are fully expanded and
 # follow `make prefix=...`.
 EXTRA_DIST += modulefiles/cdl.in
-noinst_DATA = modulefiles/cdl
+noinst_DATA += modulefiles/cdl
 CLEANFILES += modulefiles/cdl
 # LD_RUN_PATH only for a libdir outside the loader's own directories (a
 # package's /usr/lib/TRIPLET needs no run path, and Debian forbids one).

@@ -157,8 +157,15 @@ int spk_conf_parse(struct spk_conf *c, int ac, char **av)
     for (int i = 0; i < ac; i++) {
         const char *arg = av[i], *eq = strchr(arg, '=');
         int k;
-        if (!eq || eq == arg)
-            return spk_error("plugstack.conf: argument '%.80s' is not key=value", arg);
+        if (!eq || eq == arg) {
+            /* "runtime_dir = /run/cdl": Slurm splits the line at spaces. */
+            for (k = 0; !eq && k < NKEYS; k++)
+                if (!strcmp(known_keys[k], arg))
+                    return spk_error("plugstack.conf: key '%s' has no value: write %s=VALUE, "
+                                     "with no spaces around '='", arg, arg);
+            return spk_error("plugstack.conf: argument '%.80s' is not key=value (no spaces "
+                             "around '=')", arg);
+        }
         for (k = 0; k < NKEYS; k++)
             if (strlen(known_keys[k]) == (size_t)(eq - arg) &&
                 !strncmp(known_keys[k], arg, (size_t)(eq - arg)))
@@ -169,7 +176,7 @@ int spk_conf_parse(struct spk_conf *c, int ac, char **av)
                              "default_bind, master_addr, allow_batch, mps_thread_percentage, "
                              "mps_timeout, secret_key)", (int)(eq - arg > 64 ? 64 : eq - arg), arg);
         if (seen[k]++)
-            return spk_error("plugstack.conf: key '%s' given twice", known_keys[k]);
+            return spk_error("plugstack.conf: key '%s' given twice: keep one", known_keys[k]);
         if (eq[1] == '\0')
             return spk_error("plugstack.conf: key '%s' has an empty value", known_keys[k]);
         if (set_key(c, k, eq + 1) != 0)

@@ -36,13 +36,42 @@ EXTRA_spank_cdl_spank_la_DEPENDENCIES = $(top_srcdir)/spank/cdl_spank.map
 
 # The plugstack.conf.d snippet, with the install path of the plugin.
 # configure --with-plugstack-dir=DIR (packages: /etc/slurm/plugstack.conf.d).
-plugstackd_DATA = spank/cdl.conf
-plugstackddir = $(plugstackdir)
+# It is the admin's to edit (`required`, settings), so a later make install
+# (the next release) keeps an edited file and puts its own beside it as
+# cdl.conf.new, as dpkg does with a conffile. make uninstall removes both:
+# a kept line naming the removed plugin would stop slurmd (docs/admin.md).
+SPANK_SNIPPET = spank/cdl.conf
+noinst_DATA += spank/cdl.conf
 CLEANFILES += spank/cdl.conf
 spank/cdl.conf: $(top_srcdir)/spank/cdl.conf.in Makefile
 	$(AM_V_GEN)$(MKDIR_P) spank && \
 	sed -e 's|@slurmplugindir[@]|$(slurmplugindir)|g' $(top_srcdir)/spank/cdl.conf.in > $@
+else
+SPANK_SNIPPET =
 endif
+
+# The snippet's install (see above); nothing without the plugin.
+install-data-local: install-data-local-spank
+install-data-local-spank: $(SPANK_SNIPPET)
+	@for f in $(SPANK_SNIPPET); do \
+	  dst='$(DESTDIR)$(plugstackdir)/cdl.conf'; \
+	  $(MKDIR_P) '$(DESTDIR)$(plugstackdir)' || exit 1; \
+	  if test -f "$$dst" && ! cmp -s "$$f" "$$dst"; then \
+	    echo " $(INSTALL_DATA) $$f '$$dst.new'"; \
+	    $(INSTALL_DATA) "$$f" "$$dst.new" || exit 1; \
+	    echo "cdl: kept the edited $$dst; this release's snippet is $$dst.new"; \
+	  else \
+	    echo " $(INSTALL_DATA) $$f '$$dst'"; \
+	    $(INSTALL_DATA) "$$f" "$$dst" && rm -f "$$dst.new" || exit 1; \
+	  fi; \
+	done
+uninstall-local: uninstall-local-snippet
+uninstall-local-snippet:
+	@for f in $(SPANK_SNIPPET); do \
+	  echo " rm -f '$(DESTDIR)$(plugstackdir)/cdl.conf' '$(DESTDIR)$(plugstackdir)/cdl.conf.new'"; \
+	  rm -f '$(DESTDIR)$(plugstackdir)/cdl.conf' '$(DESTDIR)$(plugstackdir)/cdl.conf.new'; \
+	done
+.PHONY: install-data-local-spank uninstall-local-snippet
 
 # Slurm loads cdl_spank.so only; a libtool .la beside it is useless to it
 # and would be one more file in every package, so it never stays installed.

@@ -7,9 +7,11 @@
  *
  * Only the slurm_spank_* functions and the four plugin_* / spank_plugin_*
  * symbols of SPANK_PLUGIN are exported (spank/cdl_spank.map). */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "spank/plugin.h"
@@ -169,7 +171,12 @@ static int conf_failed(spank_t sp, spank_context_t ctx)
         spk_g.conf_broken = 1;
         return 0;
     }
-    slurm_error("cdl: %s", spk_last_error());
+    /* srun's user did not write the line: say whose it is. */
+    if (ctx == S_CTX_REMOTE)
+        slurm_error("cdl: %s", spk_last_error());
+    else
+        slurm_error("cdl: %s; this is the cluster's plugstack.conf line loading cdl_spank.so: "
+                    "ask the administrator to fix it", spk_last_error());
     /* Failing init drops the plugin, which with `optional` runs the step
      * without the options (no RANK: every task trains alone, srun
      * succeeds). So the plugin stays loaded, and the options fail instead,
@@ -186,10 +193,64 @@ static int conf_failed(spank_t sp, spank_context_t ctx)
     return -1;
 }
 
+/* plugstack.conf naming the plugin twice (a line of its own and the
+ * packaged plugstack.conf.d/cdl.conf, or two builds). Slurm dlopens a path
+ * once, so with one path every hook ran once per line on the same state
+ * (bindings twice, the later line's settings silently winning); with two
+ * paths the second copy's options are disabled by Slurm and its settings
+ * silently lost. The first line loaded owns the plugin (owner_av: the
+ * arguments Slurm passes to every hook of that line); later ones say so
+ * and do nothing. A copy at another path finds the first through a
+ * variable naming this exec of this process (AT_RANDOM's bytes: a pid
+ * alone would survive an exec of slurmd). */
+#define SPK_LOADED_VAR "CDL_SPANK_LOADED"
+static char **owner_av;
+static int inert;
+
+static int mine(char **av)
+{
+    return !inert && av == owner_av;
+}
+
+static void self_path(char *buf, size_t n)
+{
+    Dl_info info;
+    snprintf(buf, n, "%s",
+             dladdr((const void *)&owner_av, &info) && info.dli_fname ? info.dli_fname : "cdl_spank.so");
+}
+
+static int loaded_before(void)
+{
+    const unsigned char *rnd = (const unsigned char *)getauxval(AT_RANDOM);
+    unsigned long long id = 0;
+    char me[32], path[1024], mark[1100];
+    const char *prev = getenv(SPK_LOADED_VAR);
+    for (int i = 0; rnd && i < 8; i++)
+        id = id << 8 | rnd[i];
+    snprintf(me, sizeof me, "%llx ", id);
+    self_path(path, sizeof path);
+    if (!owner_av && !(prev && !strncmp(prev, me, strlen(me)))) {
+        snprintf(mark, sizeof mark, "%s%s", me, path);
+        setenv(SPK_LOADED_VAR, mark, 1);
+        return 0;
+    }
+    slurm_error("cdl: plugstack.conf loads cdl_spank.so twice (%s, then %s): the first line's "
+                "settings apply and the later line is ignored; keep one line (an included "
+                "plugstack.conf.d/cdl.conf may repeat a line of plugstack.conf)",
+                owner_av ? path : prev + strlen(me), path);
+    return 1;
+}
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
     spank_context_t ctx = spank_context();
     spk_set_log(log_to_slurm);
+    if (loaded_before()) {
+        if (!owner_av)
+            inert = 1;   /* a second copy: its own state stays unused */
+        return 0;
+    }
+    owner_av = av;
     memset(&spk_g, 0, sizeof spk_g);
     /* One line in the slurmd log (at its start and per step) tells the
      * admin which build a node runs; srun/sbatch stay quiet for users. */
@@ -212,7 +273,12 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
-    (void)ac, (void)av;
+    (void)ac;
+    if (!mine(av))
+        return 0;
+    /* srun, sbatch and salloc hand their environment to the job. */
+    if (spank_context() != S_CTX_REMOTE)
+        unsetenv(SPK_LOADED_VAR);
     if (spk_g.conf_broken)
         return 0;
     return spank_context() == S_CTX_REMOTE ? spk_remote_post_opt(sp) : 0;
@@ -220,7 +286,9 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
-    (void)ac, (void)av;
+    (void)ac;
+    if (!mine(av))
+        return 0;
     if (spk_g.conf_broken)
         return 0;
     return spk_remote_user_init(sp);
@@ -228,7 +296,9 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
-    (void)ac, (void)av;
+    (void)ac;
+    if (!mine(av))
+        return 0;
     if (spk_g.conf_broken)
         return spk_g.conf_refuse ? spk_remote_refused() : 0;
     return spk_remote_task_privileged(sp);
@@ -236,7 +306,9 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
-    (void)ac, (void)av;
+    (void)ac;
+    if (!mine(av))
+        return 0;
     if (spk_g.conf_broken)
         return spk_g.conf_refuse ? spk_remote_refused() : 0;
     return spk_remote_task_init(sp);
@@ -244,7 +316,9 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 
 int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 {
-    (void)ac, (void)av;
+    (void)ac;
+    if (!mine(av))
+        return 0;
     if (spk_g.conf_broken)
         return 0;
     return spk_remote_task_exit(sp);
@@ -252,7 +326,13 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)
 {
-    (void)ac, (void)av;
+    (void)ac;
+    if (!mine(av))
+        return 0;
+    /* A process that loads the stack again (slurmd reconfiguring) starts
+     * afresh, not with a line "loaded twice". */
+    owner_av = NULL;
+    unsetenv(SPK_LOADED_VAR);
     if (spk_g.conf_broken)
         return 0;
     return spank_context() == S_CTX_REMOTE ? spk_remote_exit(sp) : 0;

@@ -12,6 +12,28 @@
 #include "spank/secret.h"
 #include "spank/util.h"
 
+/* Whoever may write the key's directory may swap the key for one of their
+ * own (a sticky directory keeps others' files: /tmp is accepted there). */
+static int dir_safe(const char *path, uid_t file_owner)
+{
+    char dir[SPK_PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    struct stat st;
+    size_t n = slash && slash != path ? (size_t)(slash - path) : 1;
+    if (n >= sizeof dir)
+        return spk_error("secret_key=%s: path too long", path);
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    if (stat(dir, &st) != 0)
+        return spk_error("secret_key=%s: %s: %s", path, dir, strerror(errno));
+    if ((st.st_uid != 0 && st.st_uid != file_owner) ||
+        ((st.st_mode & 022) && !(st.st_mode & S_ISVTX)))
+        return spk_error("secret_key=%s: its directory %s may be written by others than root "
+                         "and the key's owner, who could swap the key for one of their own: "
+                         "keep the key in a directory like /etc/munge", path, dir);
+    return 0;
+}
+
 int spk_secret_read_key(const char *path, unsigned char *key, size_t cap, size_t *len)
 {
     struct stat st;
@@ -26,6 +48,22 @@ int spk_secret_read_key(const char *path, unsigned char *key, size_t cap, size_t
         return spk_error("secret_key=%s must be a regular file that group and others cannot "
                          "access (chmod 0600): anyone who can read it can join other users' "
                          "jobs as a rank", path);
+    }
+    /* Its owner can read it too, and can replace it with a key of their
+     * own: an account of a person (uid 1000 and up, Debian's and most
+     * distributions' first user id) must not own it. root, a daemon
+     * account (munge's key belongs to munge) and whoever runs this (a
+     * test) may. */
+    if (st.st_uid != 0 && st.st_uid != geteuid() && st.st_uid >= 1000) {
+        close(fd);
+        return spk_error("secret_key=%s is owned by uid %u, a user account: that user can read "
+                         "the site key and join other users' jobs as a rank; give it to root "
+                         "(chown root) or point secret_key at munge's key", path,
+                         (unsigned)st.st_uid);
+    }
+    if (dir_safe(path, st.st_uid) != 0) {
+        close(fd);
+        return -1;
     }
     n = read(fd, key, cap);
     close(fd);

@@ -177,10 +177,18 @@ int contract_decode(contract *c, contract_get_fn get, void *ctx, contract_err *e
     if (r < 0)
         return -1;
     if (r && c->version != CDL_CONTRACT_VERSION) {
+        /* Which side is behind, and how the admin sees the launcher's
+         * release: the numbers alone left both to guess. */
         const char *l = get(ctx, CDL_ENV_LAUNCHER);
-        return fail(e, CDL_ENV_CONTRACT_VERSION "=%d (from launcher %s) but this libcdl reads "
-                    "version %d: install the plugin, cdlrun and libcdl of one release",
-                    c->version, l ? l : "unknown", CDL_CONTRACT_VERSION);
+        const char *see = !l                   ? ""
+                          : !strcmp(l, "slurm")  ? "; srun --cdl-version prints the plugin's"
+                          : !strcmp(l, "cdlrun") ? "; cdlrun --version prints its"
+                                                 : "";
+        return fail(e, CDL_ENV_CONTRACT_VERSION "=%d (from launcher %s) but this libcdl (cdl %s) "
+                    "reads version %d: the launcher is of %s release%s; install the plugin, "
+                    "cdlrun and libcdl of one release",
+                    c->version, l ? l : "unknown", PACKAGE_VERSION, CDL_CONTRACT_VERSION,
+                    c->version < CDL_CONTRACT_VERSION ? "an older" : "a newer", see);
     }
     if (required(get, ctx, CDL_ENV_RANK, 0, &c->rank, CDL_ENV_WORLD_SIZE " is", e) ||
         required(get, ctx, CDL_ENV_WORLD_SIZE, 1, &c->world, CDL_ENV_RANK " is", e) ||

@@ -20,7 +20,7 @@ fi
 OPENBLAS_CORETYPE=Prescott "$CDL_TRAIN" --version >"$TMP/out" 2>&1 || die "--version failed"
 grep -qx 'OpenBLAS kernels: Prescott' "$TMP/out" || die "OPENBLAS_CORETYPE=Prescott not kept"
 expect_status 0 "$CDLRUN" --version
-grep -qx 'cdlrun (cdl) [0-9][0-9.]*' "$TMP/out" || die "cdlrun --version output"
+grep -qx 'cdlrun (cdl) [0-9][0-9.]* (rank contract [0-9]*)' "$TMP/out" || die "cdlrun --version output"
 
 expect_status 2 "$CDL_TRAIN" --epochs 0;            expect_err "--epochs '0'"
 expect_status 2 "$CDL_TRAIN" --epochs 3x;           expect_err "expected an integer"

@@ -55,7 +55,23 @@ fi
 grep -q "prepend-path PATH *$(var bindir)\$" "$modfile" || die "$modfile: PATH is not bindir"
 grep -qE '^[^#]*LD_LIBRARY_PATH' "$modfile" && die "$modfile sets LD_LIBRARY_PATH (programs use their run path)"
 [ -x "$DEST$(var bindir)/cdl-train" ] || die "cdl-train not installed"
-"$DEST$(var bindir)/cdlrun" --version | grep -q "^cdlrun (cdl) $version\$" || die "cdlrun --version"
+"$DEST$(var bindir)/cdlrun" --version | grep -q "^cdlrun (cdl) $version (rank contract [0-9]*)\$" || die "cdlrun --version"
+# The plugstack snippet is the admin's to edit (`required`, settings): a
+# second make install (the next release) replaced it with the default
+# `optional` line, dropping the settings without a word. An edited file is
+# kept and the release's goes beside it as cdl.conf.new; an unedited one is
+# replaced.
+if [ "$(var slurmplugin_LTLIBRARIES)" != "" ]; then
+    conf=$DEST$(var plugstackdir)/cdl.conf
+    make_install "$DEST"
+    [ ! -e "$conf.new" ] || die "make install over an unedited cdl.conf left cdl.conf.new"
+    sed -i 's/^optional \(.*\)$/required \1 port_range=30000-30099/' "$conf"
+    make_install "$DEST"
+    grep -q '^required .* port_range=30000-30099$' "$conf" ||
+        die "make install replaced the admin's edited $conf: $(grep -v '^#' "$conf")"
+    cmp -s "$conf.new" "$top_builddir/spank/cdl.conf" || die "make install did not put this release's snippet in $conf.new"
+    grep -q "kept .*cdl.conf.*cdl.conf.new" "$TMP/log" || die "make install did not say it kept $conf"
+fi
 # make uninstall takes everything away again (distcheck's rule), the plugin
 # included although libtool no longer has its .la to go by.
 mk uninstall DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make uninstall failed"; }

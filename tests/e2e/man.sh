@@ -46,10 +46,21 @@ check_options "$CDL_EVAL" cdl-eval.1
 check_options "$CDL_PREDICT" cdl-predict.1
 check_options "$top_builddir/cli/cdl-generate" cdl-generate.1
 # Every plugstack.conf key the plugin accepts (its known_keys table) is in
-# cdl_spank(8).
+# cdl_spank(8), in docs/admin.md's table and in the installed snippet
+# cdl.conf, whose comment lists the settings an admin may add (it lacked
+# secret_key=).
 keys=$(sed -n '/known_keys\[\] = {/,/};/p' "$top_srcdir/spank/config.c" | grep -oE '"[a-z_]+"' | tr -d '"')
 [ "$(echo "$keys" | wc -l)" -ge 10 ] || die "cannot read the keys from spank/config.c"
 for key in $keys; do
     grep -q -- "$key=" "$TMP/cdl_spank.8.txt" || die "man/cdl_spank.8 lacks the setting $key="
+    grep -q -- "^| \`$key=" "$top_srcdir/docs/admin.md" || die "docs/admin.md's settings table lacks $key="
+    grep -q -- "^#   $key=" "$top_srcdir/spank/cdl.conf.in" || die "spank/cdl.conf.in lacks the setting $key="
 done
+# The example output of srun --cdl-version in docs/admin.md carries the
+# contract version of this release (it said 3 after the change to 4).
+contract=$(sed -n 's/^#define CDL_CONTRACT_VERSION \([0-9]*\).*/\1/p' "$top_srcdir/lib/dist/contract.h")
+grep -q "(rank contract $contract)" "$top_srcdir/docs/admin.md" ||
+    die "docs/admin.md: srun --cdl-version's example does not say 'rank contract $contract'"
+grep -q "(rank contract $contract)" "$TMP/cdlrun.1.txt" ||
+    die "man/cdlrun.1: the --version example does not say 'rank contract $contract'"
 echo "PASS: man pages"

@@ -18,10 +18,16 @@
 # user (nobody by default), so no account is created.
 #
 # Inputs (environment):
-#   CDL_SPANK_SO        the built plugin (.libs/cdl_spank.so); loaded through
+# Run it from the build tree (where configure ran): the two inputs below
+# default to the files there (`make tests/slurm/fake-mps-control` builds the
+# fake; make check does too).
+#
+#   CDL_SPANK_SO        the built plugin (.libs/cdl_spank.so; default
+#                       spank/.libs/cdl_spank.so); loaded through
 #                       PlugStackConfig, "required" so a broken plugin fails
 #                       every srun instead of being skipped
-#   CDL_FAKE_MPS        the fake nvidia-cuda-mps-control; installed as
+#   CDL_FAKE_MPS        the fake nvidia-cuda-mps-control (default
+#                       tests/slurm/fake-mps-control); installed as
 #                       DIR/bin/nvidia-cuda-mps-control and named in the
 #                       plugin's admin configuration
 #   CDL_PLUGSTACK_ARGS  extra plugstack arguments (key=value ...)
@@ -83,8 +89,11 @@ start_slurmd() {
 start() {
     local dir=$1
     [ "$(id -u)" = 0 ] || die "must run as root"
-    [ -n "${CDL_SPANK_SO:-}" ] && [ -f "$CDL_SPANK_SO" ] || die "CDL_SPANK_SO is not a file: ${CDL_SPANK_SO:-unset}"
-    [ -n "${CDL_FAKE_MPS:-}" ] && [ -x "$CDL_FAKE_MPS" ] || die "CDL_FAKE_MPS is not executable: ${CDL_FAKE_MPS:-unset}"
+    # The documented command runs it from the build tree with no variables.
+    CDL_SPANK_SO=${CDL_SPANK_SO:-spank/.libs/cdl_spank.so}
+    CDL_FAKE_MPS=${CDL_FAKE_MPS:-tests/slurm/fake-mps-control}
+    [ -f "$CDL_SPANK_SO" ] || die "no plugin at $CDL_SPANK_SO: run this from the build tree after make, or set CDL_SPANK_SO"
+    [ -x "$CDL_FAKE_MPS" ] || die "no fake MPS control at $CDL_FAKE_MPS: run 'make tests/slurm/fake-mps-control' in the build tree, or set CDL_FAKE_MPS"
     CDL_SPANK_SO=$(readlink -f "$CDL_SPANK_SO")   # slurmstepd runs elsewhere
     local user=${CDL_TEST_USER:-nobody}
     ensure_user "$user"

@@ -87,4 +87,15 @@ chmod 0755 "$RUNTIME"
 out=$(as_user srun -N1 -n1 --gres=gpu:1 --cdl-mps ./show.sh 2>&1)
 check "fixed again: --cdl-mps runs" eval 'echo "$out" | grep -q "^T0 "'
 
+# docs/admin.md's "Checking an installation": cluster.sh from the build tree
+# with no variables (it said "CDL_SPANK_SO is not a file: unset").
+doc=$(mktemp -d /tmp/cdl-doc-cluster.XXXXXX)
+out=$(cd "$top_builddir" && env -u CDL_SPANK_SO -u CDL_FAKE_MPS -u SLURM_CONF \
+      "$(cd "$top_srcdir" && pwd)/tests/slurm/cluster.sh" start "$doc/c" 2>&1)
+check "the documented cluster.sh start runs from the build tree without variables" \
+    eval '[ -f "$doc/c/env.sh" ] && grep -q "^required .*/spank/.libs/cdl_spank.so " "$doc/c/etc/plugstack.conf"' ||
+    echo "$out"
+"$SLURM_TESTS_DIR/cluster.sh" stop "$doc/c" >/dev/null 2>&1
+check "... and cluster.sh stop removes it" test ! -e "$doc/c"
+rmdir "$doc"
 finish

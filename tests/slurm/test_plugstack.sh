@@ -44,6 +44,9 @@ err=$(as_user srun -N1 -n1 true 2>&1)
 rc=$?
 check "srun fails naming the key" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "unknown key .mps_timeuot."' || echo "rc=$rc: $err"
+# The user did not write that line and did not know whom to ask.
+check "... and says whose line it is" \
+    eval 'echo "$err" | grep -q "unknown key .*plugstack.conf line loading cdl_spank.so: ask the administrator"' || echo "$err"
 err=$(as_user sbatch --wrap true 2>&1)
 rc=$?
 check "sbatch fails naming the key" \
@@ -139,6 +142,31 @@ for kw in optional required; do
     out=$(as_user_env SLURM_CONF="$WORK/login.conf" -- srun -N2 -n2 sh -c 'echo plain' 2>&1)
     check "$kw, wrong file on the nodes only: a step without options runs" \
         test "$(echo "$out" | grep -c '^plain$')" = 2 || echo "$out"
+done
+echo "$GOOD" >"$CONF"
+
+# The plugin named twice: a line in plugstack.conf and the packaged
+# plugstack.conf.d/cdl.conf, or two builds at different paths. With one
+# path every hook ran once per line on one state (the binding map printed
+# twice, the later line's settings silently winning); with two, Slurm
+# disabled the second copy's options and its settings were silently lost.
+# The first line applies; the later one says so, naming both files.
+count_twice() { grep -h "loads cdl_spank.so twice" "$CDL_CLUSTER_DIR"/log/slurmd.n*.log | wc -l; }
+copy=$CDL_CLUSTER_DIR/bin/other/cdl_spank.so
+mkdir -p "${copy%/*}" && cp "$(readlink -f "$CDL_SPANK_SO")" "$copy"
+so=$(echo "$GOOD" | awk '{print $2}')
+for first in "$so" "$copy"; do
+    { echo "$GOOD master_addr=hostname:-ib" | sed "s|^required [^ ]*|required $first|"; echo "$GOOD"; } >"$CONF"
+    logged=$(count_twice)
+    out=$(as_user srun -w n1 -N1 -n2 --cdl-ddp --cdl-bind=cores,verbose \
+          sh -c 'echo "ran addr=$MASTER_ADDR"' 2>&1)
+    rc=$?
+    check "listed twice ($first first): the first line's settings apply, hooks run once" \
+        eval '[ $rc = 0 ] && [ "$(echo "$out" | grep -c "^ran addr=n1-ib$")" = 2 ] &&
+              [ "$(echo "$out" | grep -c "^cdl: --cdl-bind=cores: task")" = 2 ]' || echo "rc=$rc: $out"
+    check "listed twice ($first first): srun names both files" \
+        eval 'echo "$out" | grep -qF "loads cdl_spank.so twice ($first, then $so)"' || echo "$out"
+    check "listed twice ($first first): the slurmd log says so" test "$(count_twice)" -gt "$logged"
 done
 echo "$GOOD" >"$CONF"
 

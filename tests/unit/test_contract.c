@@ -220,6 +220,16 @@ static void test_version(void **state)
     assert_int_equal(contract_decode(&back, env_get, &env, &e), -1);
     assert_non_null(strstr(e.msg, CDL_ENV_CONTRACT_VERSION));
     assert_non_null(strstr(e.msg, "slurm"));
+    /* Which side is behind, and how to see the plugin's release. */
+    assert_non_null(strstr(e.msg, "launcher is of a newer release"));
+    assert_non_null(strstr(e.msg, "srun --cdl-version"));
+    assert_non_null(strstr(e.msg, PACKAGE_VERSION));
+    snprintf(other, sizeof other, "%d", CDL_CONTRACT_VERSION - 1);
+    env_put(&env, CDL_ENV_CONTRACT_VERSION, other, 0, &e);
+    env_put(&env, CDL_ENV_LAUNCHER, "cdlrun", 0, &e);
+    assert_int_equal(contract_decode(&back, env_get, &env, &e), -1);
+    assert_non_null(strstr(e.msg, "launcher is of an older release"));
+    assert_non_null(strstr(e.msg, "cdlrun --version"));
     /* Hand-exported (no version): accepted. */
     env_put(&env, CDL_ENV_CONTRACT_VERSION, "", 0, &e);
     assert_int_equal(contract_decode(&back, env_get, &env, &e), 0);

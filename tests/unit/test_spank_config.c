@@ -75,7 +75,8 @@ static void test_bad_values_named(void **state)
         const char *arg, *named;
     } bad[] = {
         {"frobnicate=1", "unknown key 'frobnicate'"},
-        {"mps_control", "not key=value"},
+        {"mps_control", "key 'mps_control' has no value: write mps_control=VALUE, with no spaces"},
+        {"mps_contrl", "not key=value (no spaces around '=')"},
         {"=x", "not key=value"},
         {"mps_control=", "empty value"},
         {"mps_control=nvidia-cuda-mps-control", "not an absolute path"},
@@ -112,6 +113,16 @@ static void test_bad_values_named(void **state)
         if (parse(&c, 1, av) != -1 || !strstr(spk_last_error(), bad[i].named))
             fail_msg("'%s' gave \"%s\"", bad[i].arg, spk_last_error());
     }
+}
+
+/* "runtime_dir = /run/cdl" reaches the plugin as three arguments. */
+static void test_spaces_around_equals(void **state)
+{
+    (void)state;
+    struct spk_conf c;
+    const char *av[] = {"runtime_dir", "=", "/run/cdl"};
+    assert_int_equal(parse(&c, 3, av), -1);
+    assert_non_null(strstr(spk_last_error(), "write runtime_dir=VALUE, with no spaces around '='"));
 }
 
 static void test_repeated_key(void **state)
@@ -261,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_every_key),
         cmocka_unit_test(test_bad_values_named),
         cmocka_unit_test(test_repeated_key),
+        cmocka_unit_test(test_spaces_around_equals),
         cmocka_unit_test(test_overlong_path),
         cmocka_unit_test(test_opt_mps),
         cmocka_unit_test(test_opt_bind),

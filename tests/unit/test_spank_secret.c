@@ -56,6 +56,16 @@ static void test_key_file(void **state)
     assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), 0);
     spk_secret_derive(key, sizeof key, 1000, 77, 3, b);
     assert_string_equal(a, b);
+    /* Owned by a user account (nobody: 65534) it is that user's to read
+     * and replace: refused. A daemon account (munge's key) is fine. */
+    if (geteuid() == 0) {
+        assert_int_equal(chown(path, 65534, 65534), 0);
+        assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), -1);
+        assert_non_null(strstr(spk_last_error(), "owned by uid 65534"));
+        assert_int_equal(chown(path, 102, 0), 0);
+        assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), 0);
+        assert_int_equal(chown(path, 0, 0), 0);
+    }
     /* Readable by others: refused, naming the setting. */
     assert_int_equal(chmod(path, 0644), 0);
     assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), -1);
@@ -66,12 +76,35 @@ static void test_key_file(void **state)
     assert_non_null(strstr(spk_last_error(), "several nodes"));
 }
 
+/* A key in a directory others may write to can be swapped for theirs:
+ * refused, unless the directory is sticky (others cannot replace it). */
+static void test_key_dir(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/cdl-test-keydir-XXXXXX", path[64], a[SPK_SECRET_HEX + 1];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/key", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, key, sizeof key), (ssize_t)sizeof key);
+    close(fd);
+    assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), 0);
+    assert_int_equal(chmod(dir, 0777), 0);
+    assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), -1);
+    assert_non_null(strstr(spk_last_error(), "its directory"));
+    assert_int_equal(chmod(dir, 01777), 0);
+    assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), 0);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_derive),
         cmocka_unit_test(test_one_node_random),
         cmocka_unit_test(test_key_file),
+        cmocka_unit_test(test_key_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

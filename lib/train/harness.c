@@ -876,7 +876,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         rc = 0;
         goto out;
     }
-    if (make_buffers(&r) != 0 || make_loaders(&r) != 0)
+    if (train_ranks_agree(&r) != 0 || make_buffers(&r) != 0 || make_loaders(&r) != 0)
         goto out;
     cdl_model_init(r.model, cfg->seed);
     if (cfg->init[0] && cdl_model_load_weights(r.model, cfg->init, cfg->init_ignore) != 0)

@@ -12,7 +12,9 @@
 #      wait for it;
 #   4. a step without --cdl-ddp is left to Slurm (rank 0 finishes its work);
 #      a rank that ends with 75 (checkpointed, requeue) stops nothing (the
-#      requeue templates in test_templates/test_pytorch depend on it).
+#      requeue templates in test_templates/test_pytorch depend on it);
+#   5. cdl-train ranks started with other settings (a wrapper giving rank 1
+#      another --batch-size) all fail before training, naming the difference.
 set -u
 . "${top_srcdir:-.}/tests/slurm/lib.sh"
 PY=${CDL_TEST_PYTHON:-/usr/bin/python3}
@@ -85,6 +87,29 @@ EOF2
         eval '[ "$rc" != 0 ] && [ "$rc" != 124 ] && echo "$out" | grep -q "rank 1: cannot read its data"'
 else
     echo "SKIP part 3: $PY has no PyTorch with gloo"
+fi
+
+echo "== 5. ranks that disagree (cdl-train)"
+# A wrapper that gives rank 1 another --batch-size: the ranks took
+# different numbers of steps, one rank's gradient all-reduce met another's
+# validation sums, and the run trained on mixed numbers until a rank died
+# ("rank 1 died: allreduce #36 ...") without naming the cause.
+CDL_TRAIN_BIN=$(readlink -f "$top_builddir/cli/cdl-train" 2>/dev/null)
+if [ -n "$CDL_TRAIN_BIN" ] && runuser -u "$CDL_TEST_USER" -- test -x "$CDL_TRAIN_BIN"; then
+    user_script disagree.sh <<EOF2
+#!/bin/sh
+bs=64; [ "\$RANK" = 1 ] && bs=32
+exec $CDL_TRAIN_BIN --dataset synthetic --synthetic-size 2000 --epochs 1 --workers 0 -q --batch-size \$bs
+EOF2
+    out=$(as_user srun -N2 --ntasks-per-node=1 --cdl-ddp ./disagree.sh 2>&1); rc=$?
+    echo "$out"
+    check "ranks with another --batch-size fail before training (rc $rc)" \
+        eval '[ "$rc" != 0 ] && [ "$rc" != 124 ] && ! echo "$out" | grep -q "died"'
+    check "... rank 1 names the difference, rank 0 points at rank 1" \
+        eval 'echo "$out" | grep -q "rank 1: error: rank 1 runs with other settings or data than rank 0 (rank 0.s -> this rank.s): --batch-size 64 -> 32" &&
+              echo "$out" | grep -q "rank 0: error: rank 0: 1 rank (rank 1) runs with other settings"'
+else
+    echo "SKIP part 5: cli/cdl-train is not built"
 fi
 
 echo "== 4. left alone"

@@ -9,6 +9,7 @@
  * count go to every rank; each compares them with its own, and every rank
  * fails with the differences named where they are. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint.h"
@@ -111,4 +112,18 @@ out:
     cdl_free(mine);
     cdl_free(ref);
     return rc;
+}
+
+void train_alone_warning(const run *r)
+{
+    const char *ntasks = getenv("SLURM_NTASKS"), *job = getenv("SLURM_JOB_ID");
+    char *end;
+    long n = ntasks ? strtol(ntasks, &end, 10) : 0;
+    if (r->ri.world != 1 || strcmp(r->ri.source, "single") || !job || !*job || !ntasks ||
+        *end || n < 2 || getenv("SLURM_STEP_ID") || getenv("SLURM_STEPID"))
+        return;
+    fprintf(stderr, "cdl: warning: Slurm job %s has %ld tasks (SLURM_NTASKS=%ld), but this "
+            "process runs outside a job step (in the batch script or salloc's shell) and "
+            "trains alone: start it with srun (srun cdl-train ...; with "
+            "--cdl-ddp each task gets its rank) to train on all of them\n", job, n, n);
 }

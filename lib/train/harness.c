@@ -833,6 +833,8 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         return -1;
     if (rank_discover(&r.ri, !cfg->quiet) != 0)
         return -1;
+    if (!cfg->summary)
+        train_alone_warning(&r);
     /* From here on SIGUSR1/SIGTERM ask for a checkpoint: one that comes
      * while the data loads (a job signalled as soon as its metrics file
      * shows the run's start) stops the run after its first step instead of

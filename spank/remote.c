@@ -189,6 +189,11 @@ int spk_remote_post_opt(spank_t sp)
         spk_g.nodelist[0] = '\0';
     }
     job_env(sp, "SLURM_DISTRIBUTION", spk_g.distribution, sizeof spk_g.distribution);
+    /* srun's own variable for --kill-on-bad-exit=0 (the option itself does
+     * not reach the step): the user wants the others to go on. */
+    char kbe[8];
+    job_env(sp, "SLURM_KILL_BAD_EXIT", kbe, sizeof kbe);
+    spk_g.keep_on_bad_exit = !strcmp(kbe, "0");
     job_env(sp, "CUDA_VISIBLE_DEVICES", spk_g.step_gpus_str, sizeof spk_g.step_gpus_str);
     s->nodelist = spk_g.nodelist;
     s->distribution = spk_g.distribution[0] ? spk_g.distribution : NULL;
@@ -483,6 +488,7 @@ static void stop_step_after(spank_t sp)
     char why[96], node[128];
     /* deferred: the plugin itself failed every task, and said why. */
     if (stopping || !spk_g.active || !spk_g.opts.ddp || spk_g.deferred[0] ||
+        spk_g.keep_on_bad_exit ||
         spk_g.step.ntasks < 2 ||
         spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS)
         return;

@@ -10,7 +10,8 @@
 #   2. a rank killed with SIGKILL stops the step too, without a cdl line;
 #   3. PyTorch: rank 1 fails before init_process_group, rank 0 does not
 #      wait for it;
-#   4. a step without --cdl-ddp is left to Slurm (rank 0 finishes its work);
+#   4. a step without --cdl-ddp is left to Slurm (rank 0 finishes its work),
+#      and so is one whose user exported SLURM_KILL_BAD_EXIT=0;
 #      a rank that ends with 75 (checkpointed, requeue) stops nothing (the
 #      requeue templates in test_templates/test_pytorch depend on it);
 #   5. cdl-train ranks started with other settings (a wrapper giving rank 1
@@ -126,5 +127,16 @@ out=$(as_user srun -N2 --ntasks-per-node=1 ./plain.sh 2>&1); rc=$?
 echo "$out"
 check "without --cdl-ddp Slurm decides: rank 0 finished (rc $rc)" \
     eval 'echo "$out" | grep -q "rank 0 finished" && ! echo "$out" | grep -q "cdl:"'
+user_script waits.sh <<'EOF2'
+#!/bin/sh
+# Rank 0 finishes once rank 1 has failed (its file), unless it is stopped.
+[ "$SLURM_PROCID" = 1 ] && { touch failed.$SLURM_JOB_ID; exit 3; }
+while [ ! -e failed.$SLURM_JOB_ID ]; do sleep 0.05; done
+exec sleep 5   # past the plugin's 3 s grace: stopped unless opted out
+EOF2
+out=$(as_user_env SLURM_KILL_BAD_EXIT=0 -- srun -N2 --ntasks-per-node=1 --cdl-ddp ./waits.sh 2>&1); rc=$?
+echo "$out"
+check "SLURM_KILL_BAD_EXIT=0 exported: rank 1's failure stops nothing, srun exits 3 (rc $rc)" \
+    eval '[ "$rc" = 3 ] && ! echo "$out" | grep -q "stopping step"'
 
 finish

@@ -496,13 +496,6 @@ static void stop_step_after(spank_t sp)
     if (a != SPK_EXIT_STOP && a != SPK_EXIT_STOP_QUIET)
         return;
     stopping = 1;
-    /* The others first get SPK_STOP_GRACE_S to end by themselves: ranks
-     * that fail for the same reason (a bad option, a missing file) then
-     * keep their own exit code (srun's status is 137 once one is killed),
-     * and a cdl-train rank names the lost peer itself. */
-    struct timespec grace = {SPK_STOP_GRACE_S, 0};
-    while (nanosleep(&grace, &grace) != 0 && errno == EINTR) {
-    }
     char who[32] = "a rank";
     if (item_u32(sp, S_TASK_GLOBAL_ID, &global_id) == 0)
         snprintf(who, sizeof who, "rank %u", global_id);
@@ -515,10 +508,20 @@ static void stop_step_after(spank_t sp)
                         "step: use srun --kill-on-bad-exit)", who, node, why);
         return;
     }
+    /* Said at once: the first failure's line comes first (the ranks that
+     * lose their peer may fail too, and their nodes say so), and srun has
+     * the grace to read it before the step is cancelled. */
     if (a == SPK_EXIT_STOP)
         slurm_error("cdl: --cdl-ddp: %s on %s %s: stopping step %u.%u (its other ranks "
                     "cannot go on without it)", who, node, why, spk_g.step.jobid,
                     spk_g.step.stepid);
+    /* The others first get SPK_STOP_GRACE_S to end by themselves: ranks
+     * that fail for the same reason (a bad option, a missing file) then
+     * keep their own exit code (srun's status is 137 once one is killed),
+     * and a cdl-train rank names the lost peer itself. */
+    struct timespec grace = {SPK_STOP_GRACE_S, 0};
+    while (nanosleep(&grace, &grace) != 0 && errno == EINTR) {
+    }
     /* Fails harmlessly when the step is already ending (scancel). */
     (void)kill_step(spk_g.step.jobid, spk_g.step.stepid, SIGKILL);
 }

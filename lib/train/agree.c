@@ -114,16 +114,31 @@ out:
     return rc;
 }
 
+/* A whole number from the environment, 0 when unset or not a number. */
+static long env_count(const char *name)
+{
+    const char *v = getenv(name);
+    char *end;
+    long n = v && *v ? strtol(v, &end, 10) : 0;
+    return v && *v && !*end && n > 0 ? n : 0;
+}
+
 void train_alone_warning(const run *r)
 {
-    const char *ntasks = getenv("SLURM_NTASKS"), *job = getenv("SLURM_JOB_ID");
-    char *end;
-    long n = ntasks ? strtol(ntasks, &end, 10) : 0;
-    if (r->ri.world != 1 || strcmp(r->ri.source, "single") || !job || !*job || !ntasks ||
-        *end || n < 2 || getenv("SLURM_STEP_ID") || getenv("SLURM_STEPID"))
+    const char *job = getenv("SLURM_JOB_ID");
+    long tasks = env_count("SLURM_NTASKS"), nodes = env_count("SLURM_JOB_NUM_NODES");
+    if (r->ri.world != 1 || strcmp(r->ri.source, "single") || !job || !*job ||
+        (tasks < 2 && nodes < 2) || getenv("SLURM_STEP_ID") || getenv("SLURM_STEPID"))
         return;
-    fprintf(stderr, "cdl: warning: Slurm job %s has %ld tasks (SLURM_NTASKS=%ld), but this "
-            "process runs outside a job step (in the batch script or salloc's shell) and "
-            "trains alone: start it with srun (srun cdl-train ...; with "
-            "--cdl-ddp each task gets its rank) to train on all of them\n", job, n, n);
+    char has[64];
+    if (tasks >= 2 && nodes >= 2)
+        snprintf(has, sizeof has, "%ld tasks on %ld nodes", tasks, nodes);
+    else if (tasks >= 2)
+        snprintf(has, sizeof has, "%ld tasks", tasks);
+    else
+        snprintf(has, sizeof has, "%ld nodes", nodes);
+    fprintf(stderr, "cdl: warning: Slurm job %s has %s, but this process runs outside a job "
+            "step (in the batch script or salloc's shell) and trains alone: start it with srun "
+            "(srun cdl-train ...; with --cdl-ddp each task gets its rank) to train on all of "
+            "them\n", job, has);
 }

@@ -51,9 +51,14 @@ if [ -n "$CDL_TRAIN_BIN" ] && runuser -u "$CDL_TEST_USER" -- test -x "$CDL_TRAIN
     state=$(wait_job "$id")
     cat "$WORK/wrap.out"
     check "sbatch -n2 --wrap 'cdl-train': warns that it trains alone outside a step ($state)" \
-        eval 'sed -n "1,/^srun$/p" "$WORK/wrap.out" | grep -q "cdl: warning: Slurm job $id has 2 tasks (SLURM_NTASKS=2), but this process runs outside a job step"'
+        eval 'sed -n "1,/^srun$/p" "$WORK/wrap.out" | grep -q "cdl: warning: Slurm job $id has 2 tasks, but this process runs outside a job step"'
     check "... and under srun it does not" \
         eval '[ "${state%% *}" = JobState=COMPLETED ] && ! sed -n "/^srun$/,\$p" "$WORK/wrap.out" | grep -q warning'
+    # sbatch -N2 without a task count sets no SLURM_NTASKS.
+    id=$(submit -N2 -o wrap2.out --wrap "$train")
+    wait_job "$id" >/dev/null
+    check "sbatch -N2 --wrap 'cdl-train': warns too" \
+        grep -q "cdl: warning: Slurm job $id has 2 nodes, but" "$WORK/wrap2.out"
 fi
 
 # Option values are validated by sbatch already.

@@ -50,6 +50,9 @@ struct spk_state {
     hwloc_topology_t topo;
 #endif
     int have_topo;
+    int keep_on_bad_exit;            /* SLURM_KILL_BAD_EXIT=0 in the job's
+                                      * environment: a failed rank does not
+                                      * stop the step (remote.c) */
     /* An error found where failing does not stop the step (user_init) or
      * before the tasks exist: every task reports it and fails. */
     char deferred[1024];

@@ -12,10 +12,15 @@
  * settings: nothing from the job's environment is executed or used as a
  * path. Errors found where Slurm would not fail the step are kept in
  * spk_g.deferred and reported by every task, which then fails. */
+#include <dlfcn.h>
+#include <errno.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef HAVE_HWLOC
@@ -23,6 +28,7 @@
 #endif
 
 #include "lib/dist/bind.h"
+#include "spank/badexit.h"
 #include "spank/plugin.h"
 #include "spank/port.h"
 #include "spank/threads.h"
@@ -183,6 +189,11 @@ int spk_remote_post_opt(spank_t sp)
         spk_g.nodelist[0] = '\0';
     }
     job_env(sp, "SLURM_DISTRIBUTION", spk_g.distribution, sizeof spk_g.distribution);
+    /* srun's own variable for --kill-on-bad-exit=0 (the option itself does
+     * not reach the step): the user wants the others to go on. */
+    char kbe[8];
+    job_env(sp, "SLURM_KILL_BAD_EXIT", kbe, sizeof kbe);
+    spk_g.keep_on_bad_exit = !strcmp(kbe, "0");
     job_env(sp, "CUDA_VISIBLE_DEVICES", spk_g.step_gpus_str, sizeof spk_g.step_gpus_str);
     s->nodelist = spk_g.nodelist;
     s->distribution = spk_g.distribution[0] ? spk_g.distribution : NULL;
@@ -464,9 +475,60 @@ int spk_remote_task_init(spank_t sp)
     return 0;
 }
 
+/* A rank that failed ends its --cdl-ddp step (badexit.h), as cdlrun ends
+ * its ranks: slurmctld is asked to kill the step on every node, once per
+ * node. The call is looked up at run time: slurmstepd links libslurm, and
+ * a host without it must still load the plugin. */
+static void stop_step_after(spank_t sp)
+{
+    typedef int (*kill_step_fn)(uint32_t job, uint32_t step, uint16_t sig);
+    static int stopping;
+    int status;
+    uint32_t global_id;
+    char why[96], node[128];
+    /* deferred: the plugin itself failed every task, and said why. */
+    if (stopping || !spk_g.active || !spk_g.opts.ddp || spk_g.deferred[0] ||
+        spk_g.keep_on_bad_exit ||
+        spk_g.step.ntasks < 2 ||
+        spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS)
+        return;
+    enum spk_exit_action a = spk_exit_action(status, why, sizeof why);
+    if (a != SPK_EXIT_STOP && a != SPK_EXIT_STOP_QUIET)
+        return;
+    stopping = 1;
+    char who[32] = "a rank";
+    if (item_u32(sp, S_TASK_GLOBAL_ID, &global_id) == 0)
+        snprintf(who, sizeof who, "rank %u", global_id);
+    node_name(node, sizeof node);
+    kill_step_fn kill_step = (kill_step_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "slurm_kill_job_step");
+    if (!kill_step) {
+        if (a == SPK_EXIT_STOP)
+            slurm_error("cdl: --cdl-ddp: %s on %s %s; the other ranks may wait for it until "
+                        "their timeout (this Slurm gives the plugin no way to stop the "
+                        "step: use srun --kill-on-bad-exit)", who, node, why);
+        return;
+    }
+    /* Said at once: the first failure's line comes first (the ranks that
+     * lose their peer may fail too, and their nodes say so), and srun has
+     * the grace to read it before the step is cancelled. */
+    if (a == SPK_EXIT_STOP)
+        slurm_error("cdl: --cdl-ddp: %s on %s %s: stopping step %u.%u (its other ranks "
+                    "cannot go on without it)", who, node, why, spk_g.step.jobid,
+                    spk_g.step.stepid);
+    /* The others first get SPK_STOP_GRACE_S to end by themselves: ranks
+     * that fail for the same reason (a bad option, a missing file) then
+     * keep their own exit code (srun's status is 137 once one is killed),
+     * and a cdl-train rank names the lost peer itself. */
+    struct timespec grace = {SPK_STOP_GRACE_S, 0};
+    while (nanosleep(&grace, &grace) != 0 && errno == EINTR) {
+    }
+    /* Fails harmlessly when the step is already ending (scancel). */
+    (void)kill_step(spk_g.step.jobid, spk_g.step.stepid, SIGKILL);
+}
+
 int spk_remote_task_exit(spank_t sp)
 {
-    (void)sp;
+    stop_step_after(sp);
     if (spk_g.mps_ready && spk_mps_task_exit(&spk_g.mps) != 0)
         slurm_error("cdl: --cdl-mps: %s", spk_last_error());
     return 0;

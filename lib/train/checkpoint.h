@@ -45,6 +45,11 @@ int train_ckpt_load(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
 int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_position *pos,
                       const char *spec_text);
 int train_resume_allow_check(const char *list);
+/* The settings where two configurations (train_config_json's objects)
+ * differ, as "--batch-size 64 -> 32, ..." into msg ("" when none): those a
+ * resume compares (a --dataset KIND:PATH by its kind), the optimizer and
+ * --max-steps. -1 on error. */
+int train_config_differences(const char *ref, const char *mine, char *msg, size_t len);
 
 /* realign.c: the batch geometry of a run, and the position of a checkpoint
  * written with geometry was in one with geometry now. *batch (batches of

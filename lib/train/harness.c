@@ -869,6 +869,8 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         return -1;
     if (rank_discover(&r.ri, !cfg->quiet) != 0)
         return -1;
+    if (!cfg->summary)
+        train_alone_warning(&r);
     /* From here on SIGUSR1/SIGTERM ask for a checkpoint: one that comes
      * while the data loads (a job signalled as soon as its metrics file
      * shows the run's start) stops the run after its first step instead of
@@ -927,7 +929,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         rc = 0;
         goto out;
     }
-    if (make_buffers(&r) != 0 || make_loaders(&r) != 0)
+    if (train_ranks_agree(&r) != 0 || make_buffers(&r) != 0 || make_loaders(&r) != 0)
         goto out;
     cdl_model_init(r.model, cfg->seed);
     if (cfg->init[0] && cdl_model_load_weights(r.model, cfg->init, cfg->init_ignore) != 0)

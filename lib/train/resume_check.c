@@ -199,6 +199,44 @@ static void spec_change(const char *was, const char *now, char *a, char *b, size
     snprintf(b, len, "'%.*s'", (int)strcspn(nl, "\n"), nl);
 }
 
+int train_config_differences(const char *ref, const char *mine, char *msg, size_t len)
+{
+    /* What the ranks must also share beyond what a resume compares: the
+     * optimizer and where the run ends. (The model is compared by its size:
+     * a spec file's path may differ between nodes.) */
+    static const char *const also[][2] = {
+        {"optimizer", "optimizer"}, {"max_steps", "max-steps"},
+    };
+    size_t rl = strlen(ref), ml = strlen(mine);
+    char *pool = cdl_malloc(rl + ml + 2);
+    flat *f = cdl_malloc(2 * sizeof *f);
+    int rc = -1;
+    msg[0] = '\0';
+    if (!pool || !f)
+        goto out;
+    if (parse_flat(ref, rl, pool, &f[0]) || parse_flat(mine, ml, pool + rl + 1, &f[1])) {
+        cdl_error("internal error: a configuration's JSON does not parse");
+        goto out;
+    }
+    for (int i = 0; i < NCOMPARED + 2; i++) {
+        const char *key = i < NCOMPARED ? compared[i].key : also[i - NCOMPARED][0];
+        const char *opt = i < NCOMPARED ? compared[i].option : also[i - NCOMPARED][1];
+        const char *a = lookup(&f[0], key), *b = lookup(&f[1], key);
+        /* --dataset KIND:PATH: the path may be node-local, the sizes of
+         * what it holds are compared by the caller. */
+        size_t ka = a ? strcspn(a, ":") : 0;
+        if (!strcmp(key, "dataset") && a && b && a[ka] && !strncmp(a, b, ka + 1))
+            continue;
+        if (a && b && strcmp(a, b) != 0)
+            add_change(msg, len, opt, a, b);
+    }
+    rc = 0;
+out:
+    cdl_free(f);
+    cdl_free(pool);
+    return rc;
+}
+
 /* A whole number 1..max stored under key (0 when absent); -1 if it is
  * something else. */
 static int stored_int(const flat *f, const char *key, long max, int *out)

@@ -66,6 +66,15 @@ typedef struct run {
     long valid_rows;
 } run;
 
+/* agree.c: fails every rank (naming the differences on the ranks that have
+ * them) unless all run rank 0's settings on data of the same sizes with a
+ * model of the same size; 0 for a single process. */
+int train_ranks_agree(run *r);
+/* agree.c: a warning on stderr when a single process runs in a Slurm job of
+ * several tasks outside any job step (cdl-train straight in the batch
+ * script, sbatch --wrap, salloc's shell): the job's other tasks idle. */
+void train_alone_warning(const run *r);
+
 /* Labels per sample of a dataset: 1, or the window length of token data. */
 static inline int train_label_count(const cdl_dataset *d)
 {

@@ -37,6 +37,13 @@ check "slurmd logged 'cdl_spank $version loaded' at start" \
 out=$(as_user srun --cdl-version 2>&1)
 check "srun --cdl-version prints the plugin's version" \
     eval 'echo "$out" | grep -qx "cdl_spank $version (rank contract [0-9]*)"' || echo "$out"
+# The documents show that line; they said "rank contract 3" after the
+# contract became 4.
+for f in docs/slurm-plugin.md docs/admin.md man/cdl_spank.8; do
+    shown=$(grep -o "(rank contract [0-9]*)" "${top_srcdir:-.}/$f" | sort -u)
+    check "$f shows the contract version srun --cdl-version prints ($shown)" \
+        test "$shown" = "${out#cdl_spank * }"
+done
 
 # Now the admin misspells a key.
 echo "$GOOD mps_timeuot=5" >"$CONF"

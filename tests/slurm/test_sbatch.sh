@@ -1,6 +1,7 @@
 #!/bin/bash
 # #SBATCH --cdl-ddp: the option reaches every step of the job, the batch
-# step itself is left alone; allow_batch=no refuses it with a message.
+# step itself is left alone; allow_batch=no refuses it with a message;
+# cdl-train run in the batch script of a job of several tasks warns.
 set -u
 . "${top_srcdir:-.}/tests/slurm/lib.sh"
 require_cluster_tools
@@ -39,6 +40,26 @@ id=$(submit -N1 -n1 --cdl-ddp -o plain.out ./plain.sh)
 wait_job "$id" >/dev/null
 check "sbatch --cdl-ddp: batch untouched, step gets the contract" \
     test "$(cat "$WORK/plain.out" | tr '\n' ' ')" = "batch RANK=unset step RANK=0 CDL_LAUNCHER=slurm "
+
+# cdl-train started in the batch script itself (sbatch --wrap without srun)
+# of a job of several tasks trained alone, silently; it now warns, and the
+# same command under srun does not.
+CDL_TRAIN_BIN=$(readlink -f "$top_builddir/cli/cdl-train" 2>/dev/null)
+if [ -n "$CDL_TRAIN_BIN" ] && runuser -u "$CDL_TEST_USER" -- test -x "$CDL_TRAIN_BIN"; then
+    train="$CDL_TRAIN_BIN --dataset synthetic --synthetic-size 500 --epochs 1 --workers 0 -q --max-steps 1"
+    id=$(submit -N1 -n2 --cdl-ddp -o wrap.out --wrap "$train; echo srun; srun $train")
+    state=$(wait_job "$id")
+    cat "$WORK/wrap.out"
+    check "sbatch -n2 --wrap 'cdl-train': warns that it trains alone outside a step ($state)" \
+        eval 'sed -n "1,/^srun$/p" "$WORK/wrap.out" | grep -q "cdl: warning: Slurm job $id has 2 tasks, but this process runs outside a job step"'
+    check "... and under srun it does not" \
+        eval '[ "${state%% *}" = JobState=COMPLETED ] && ! sed -n "/^srun$/,\$p" "$WORK/wrap.out" | grep -q warning'
+    # sbatch -N2 without a task count sets no SLURM_NTASKS.
+    id=$(submit -N2 -o wrap2.out --wrap "$train")
+    wait_job "$id" >/dev/null
+    check "sbatch -N2 --wrap 'cdl-train': warns too" \
+        grep -q "cdl: warning: Slurm job $id has 2 nodes, but" "$WORK/wrap2.out"
+fi
 
 # Option values are validated by sbatch already.
 user_script badjob.sh <<'EOF'

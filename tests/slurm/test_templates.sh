@@ -126,6 +126,22 @@ wait_job "$id" >/dev/null
 check "... while --export=ALL,MODEL=$spec cuts it at the first comma (why the header says so)" \
     grep -q -- "--model gpt:n_layer=2 " "$WORK/gpt-export.out"
 
+# A template whose --cpus-per-task line the user removed (a default of one
+# CPU per task is enough for them): `set -u` stopped the script at
+# --threads "$SLURM_CPUS_PER_TASK" (unset without -c) and cdl-train never
+# ran. Slurm's default of one CPU is used instead.
+for t in cpu-ddp ddp-multinode long-requeue lr-sweep single-gpu lm-gpt; do
+    sed '/^#SBATCH --cpus-per-task/d' "$WORK/$t.sbatch" >"$WORK/noc-$t.sbatch"
+    arr=
+    [ "$t" = lr-sweep ] && arr=--array=0
+    # shellcheck disable=SC2046,SC2086
+    id=$(as_user_env DATA=text:/dev/null -- sbatch --parsable --export="ALL,CDL_TRAIN=./show-args.sh,RUN_DIR=runs/noc-$t" \
+         $(fit "$t" | sed 's/--cpus-per-task=1//') $arr -o "noc-$t.out" "./noc-$t.sbatch")
+    wait_job "${id%%;*}" >/dev/null
+    check "$t.sbatch without its --cpus-per-task line runs cdl-train with --threads 1" \
+        grep -q -- "--threads 1 " "$WORK/noc-$t.out" || cat "$WORK/noc-$t.out"
+done
+
 # A test that times out leaves a job running: stopping the cluster cancels
 # it, and neither its slurmstepd nor its task outlives the cluster.
 user_script linger.sh <<'EOF'

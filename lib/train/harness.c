@@ -618,10 +618,13 @@ static int test_once(run *r)
          * weights' test record is in --metrics unless the earlier start was
          * stopped before writing it. Rank 0 reads the file; every rank
          * must agree, for the evaluation below is collective. */
-        int32_t tested = train_report_tested(r->rep);
-        if (tested < 0)
+        int t = train_report_tested(r->rep);
+        if (t < 0)
             return -1;
-        if (r->ri.world > 1 && cdl_dist_broadcast(r->dist, &tested, sizeof tested, 0) != 0)
+        /* Host memory: a sum to which only rank 0 adds (a broadcast takes
+         * the backend's memory, a GPU's on a GPU). */
+        double tested = t;
+        if (r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, &tested, 1) != 0)
             return -1;
         if (tested) {
             train_report_note(r->rep, "test: the final weights' result is in %s already (the run "

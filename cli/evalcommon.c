@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "evalcommon.h"
 
@@ -207,6 +208,12 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             dir = colon + 1;
         name = kind;
     }
+    /* cdl-train writes the path absolute; an older cdl wrote it as given,
+     * relative to the directory the run was started in. */
+    if (!o->data_dir && *dir && *dir != '/' && access(dir, F_OK) != 0)
+        return cdl_error("%s: the data path '%s' is relative to the directory its cdl-train run "
+                         "was started in (the checkpoint is from an older cdl): run from there "
+                         "or give --data-dir", o->ckpt, dir);
     snprintf(e->dataset, sizeof e->dataset, "%s", name);
     if (!strcmp(name, "text") || !strcmp(name, "tokens"))
         return load_token_split(e, f, name, dir);

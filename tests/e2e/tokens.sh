@@ -59,6 +59,18 @@ expect_err "layer 1 (embedding) has a vocabulary of 10 but dataset text has toke
 train 1 --model lenet --dataset "text:$TMP/small.txt" --block-size 4 --val-split 0.3
 expect_err "lenet: dataset text holds token ids (windows of 4), which only an embedding layer reads"
 
+# A run started on a relative path (text:t.txt): cdl-eval and cdl-predict
+# read the data path from the checkpoint, and from another directory they
+# must still find it (it was written as given: 'cannot open t.txt').
+mkdir -p "$TMP/rel"
+for i in 1 2 3 4 5 6 7 8; do printf 'hello relative paths, hello tokens\n'; done >"$TMP/rel/t.txt"
+cli=$(cd "$top_builddir/cli" && pwd)
+(cd "$TMP/rel" && "$cli/cdl-train" --device cpu --threads 1 --quiet --dataset text:t.txt \
+    --model gpt:n_layer=1,n_head=1,n_embd=4 --block-size 8 --max-steps 1 --ckpt-dir ck) ||
+    die "training on text:t.txt failed"
+(cd / && expect_status 0 "$cli/cdl-eval" --device cpu --threads 1 "$TMP/rel/ck/last.safetensors")
+grep -q "on text val" "$TMP/out" || die "cdl-eval from / did not evaluate the validation windows"
+
 # The Debian corpus (fortunes-min, scripts/install-deps.sh).
 if "$top_srcdir/scripts/fortunes-corpus.sh" "$TMP/corpus.txt" 2>"$TMP/corpus.err"; then
     [ "$(wc -c <"$TMP/corpus.txt")" -gt 50000 ] || die "the fortunes corpus is short"

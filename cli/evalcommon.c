@@ -146,6 +146,8 @@ static void other_model_error(const eval_opts *o, const cdl_st_file *f, const ch
                                          ": the file belongs to another model"};
     char why[1024];
     snprintf(why, sizeof why, "%s", cdl_last_error());
+    if (strstr(why, "Hugging Face"))
+        return;   /* the right model in another layout: the loader says what to do */
     for (size_t i = 0; i < sizeof advice / sizeof advice[0]; i++) {
         char *cut = strstr(why, advice[i]);
         if (cut)

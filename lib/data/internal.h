@@ -176,9 +176,10 @@ void tokens_unmap(cdl_dataset *d);
  * when it is not a pickle the reader follows. The opcodes are walked,
  * never executed. */
 int tokens_meta_vocab(const uint8_t *buf, size_t len, const char *name, long *vocab);
-/* *vocab = the vocab_size of DIR/meta.pkl when DIR has one (else left as
- * it is); -1: an error that asks for --vocab-size. */
-int tokens_dir_vocab(const char *dir, int *vocab);
+/* *vocab = the vocab_size of DIR/meta.pkl when DIR (path, or the
+ * directory of the file path) has one (else left as it is); -1: an error
+ * that asks for --vocab-size. */
+int tokens_dir_vocab(const char *path, int *vocab);
 /* The first token of window idx of epoch: drawn from (seed, epoch, idx)
  * when random, else idx * T (back to back). */
 size_t tokens_window_start(const cdl_dataset *d, int random, uint64_t seed, int epoch, long idx);

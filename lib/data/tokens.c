@@ -188,13 +188,20 @@ static int is_regular(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* *vocab from DIR/meta.pkl, nanoGPT's (meta_pkl.c); left as it is without
- * one. A meta.pkl without a readable vocab_size is an error: its corpus is
- * not GPT-2's, and guessing 50257 would build the wrong model. */
-int tokens_dir_vocab(const char *dir, int *vocab)
+/* *vocab from DIR/meta.pkl, nanoGPT's (meta_pkl.c), where DIR is path or,
+ * for one .bin file, its directory; left as it is without one. A meta.pkl
+ * without a readable vocab_size is an error: its corpus is not GPT-2's,
+ * and guessing 50257 would build the wrong model. */
+int tokens_dir_vocab(const char *path, int *vocab)
 {
     char meta[4200], pn[1024];
-    snprintf(meta, sizeof meta, "%s/meta.pkl", dir);
+    const char *slash = strrchr(path, '/');
+    if (!is_regular(path))
+        snprintf(meta, sizeof meta, "%s/meta.pkl", path);
+    else if (slash)
+        snprintf(meta, sizeof meta, "%.*s/meta.pkl", (int)(slash - path), path);
+    else
+        snprintf(meta, sizeof meta, "meta.pkl");
     if (!is_regular(meta))
         return 0;
     void *map = NULL;
@@ -231,6 +238,8 @@ int tokens_read(const char *name, const char *path, int train, const cdl_dataset
         snprintf(file, sizeof file, "%s", path);
     } else if (is_regular(path)) {
         snprintf(file, sizeof file, "%s", path);     /* one .bin: split it like a text */
+        if (!opt.vocab_size && tokens_dir_vocab(path, &opt.vocab_size) != 0)
+            return -1;
     } else {
         char val[4200];
         snprintf(val, sizeof val, "%s/val.bin", path);

@@ -42,6 +42,12 @@ printf '\x80\x04}\x94(\x8c\x0avocab_size\x94K\x1bu.' >"$TMP/char/meta.pkl"
 expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --model gpt:n_layer=1,n_head=1,n_embd=2 \
     --dataset "tokens:$TMP/char" --block-size 4 --max-steps 1
 expect_err "vocabulary 27 from $TMP/char/meta.pkl"
+# ... also for one of its .bin files (tokens:FILE.bin), the meta.pkl beside it.
+train 1 --dataset "tokens:$TMP/char/train.bin" --block-size 4 --vocab-size 26
+expect_err "token 26 at token offset 25"
+expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --model gpt:n_layer=1,n_head=1,n_embd=2 \
+    --dataset "tokens:$TMP/char/train.bin" --block-size 4 --val-split 8 --max-steps 1
+expect_err "vocabulary 27 from $TMP/char/meta.pkl"
 printf '\x80\x04}\x94.' >"$TMP/char/meta.pkl"
 train 1 --dataset "tokens:$TMP/char" --block-size 4
 expect_err "$TMP/char/meta.pkl has no vocab_size entry: give the vocabulary with --vocab-size N"

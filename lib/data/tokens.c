@@ -74,7 +74,11 @@ int tokens_check(const uint8_t *buf, size_t len, int token_bytes, int vocab, con
                          "truncated or not in nanoGPT's .bin format (np.uint16 ids, no header)",
                          name, len);
     size_t n = len / (size_t)token_bytes;
-    size_t bad = first_bad(buf, token_bytes, n, (unsigned)vocab);
+    /* A byte is below 256 by its type: text (vocabulary 256) needs no
+     * scan, which would page in every byte of a corpus of gigabytes on
+     * every rank before the first step. */
+    size_t bad = token_bytes == 1 && vocab >= 256 ? n
+                 : first_bad(buf, token_bytes, n, (unsigned)vocab);
     if (bad < n)
         return cdl_error("%s: token %u at token offset %zu (byte %zu) is not below the "
                          "vocabulary size %d: give the tokenizer's --vocab-size, or rebuild the "

@@ -7,6 +7,7 @@
 
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cdl/cdl.h>
 
@@ -248,6 +249,45 @@ static void test_text_bytes(void **state)
     cdl_dataset_free(&v);
 }
 
+/* Pages of this process in memory (/proc/self/statm's resident), or -1. */
+static long resident_pages(void)
+{
+    long size, rss = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%ld %ld", &size, &rss) != 2)
+        rss = -1;
+    if (f)
+        fclose(f);
+    return rss;
+}
+
+/* Text needs no check of its bytes against the vocabulary (256): loading a
+ * text file maps it and reads none of it (it read all of it, a full pass
+ * over a corpus of gigabytes on every rank at start). */
+static void test_text_not_read_at_load(void **state)
+{
+    (void)state;
+    enum { MB = 32 };
+    char *text = malloc((size_t)MB << 20), path[512];
+    assert_non_null(text);
+    memset(text, 'a', (size_t)MB << 20);
+    write_file("big.txt", text, (size_t)MB << 20, path, sizeof path);
+    free(text);
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.block_size = 16;
+    long before = resident_pages();
+    if (before < 0)
+        skip();   /* no /proc */
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("text", path, 1, &o, &d), 0);
+    long grew = resident_pages() - before;
+    long pages = ((long)MB << 20) / sysconf(_SC_PAGESIZE);
+    if (grew > pages / 8)
+        fail_msg("loading %d MB of text made %ld of its %ld pages resident", MB, grew, pages);
+    cdl_dataset_free(&d);
+}
+
 /* load must fail with an error holding each of the words. */
 static void expect_error(const char *name, const char *path, int train,
                          const cdl_dataset_options *o, const char *w1, const char *w2)
@@ -366,6 +406,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_validation_split_fixed_windows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_val_bin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_text_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_text_not_read_at_load, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_meta_pkl, setup, teardown),
     };

@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "evalcommon.h"
 
@@ -145,6 +146,8 @@ static void other_model_error(const eval_opts *o, const cdl_st_file *f, const ch
                                          ": the file belongs to another model"};
     char why[1024];
     snprintf(why, sizeof why, "%s", cdl_last_error());
+    if (strstr(why, "Hugging Face"))
+        return;   /* the right model in another layout: the loader says what to do */
     for (size_t i = 0; i < sizeof advice / sizeof advice[0]; i++) {
         char *cut = strstr(why, advice[i]);
         if (cut)
@@ -207,6 +210,12 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             dir = colon + 1;
         name = kind;
     }
+    /* cdl-train writes the path absolute; an older cdl wrote it as given,
+     * relative to the directory the run was started in. */
+    if (!o->data_dir && *dir && *dir != '/' && access(dir, F_OK) != 0)
+        return cdl_error("%s: the data path '%s' is relative to the directory its cdl-train run "
+                         "was started in (the checkpoint is from an older cdl): run from there "
+                         "or give --data-dir", o->ckpt, dir);
     snprintf(e->dataset, sizeof e->dataset, "%s", name);
     if (!strcmp(name, "text") || !strcmp(name, "tokens"))
         return load_token_split(e, f, name, dir);

@@ -499,6 +499,21 @@ static int read_file(cdl_st_file *f, int fd)
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | len8[i];
+    /* torch.save's formats, what PyTorch users have (nanoGPT's ckpt.pt):
+     * a zip archive since PyTorch 1.6, a bare pickle before. Their bytes
+     * read as a header length too long for the file ("corrupt", which they
+     * are not); a length that fits is a safetensors file whatever its
+     * bytes. */
+    int too_long = n > CDL_ST_MAX_HEADER || n > size - 8;
+    if (too_long && (!memcmp(len8, "PK\x03\x04", 4) ||
+                     (len8[0] == 0x80 && len8[1] >= 2 && len8[1] <= 5)))
+        return cdl_error("%s is a %s (PyTorch's torch.save writes these, e.g. nanoGPT's "
+                         "ckpt.pt), not a safetensors file: save its weights as one, e.g. "
+                         "python3 -c \"import torch, safetensors.torch as st; sd = torch.load("
+                         "'%s', map_location='cpu'); sd = sd.get('model', sd); st.save_file({"
+                         "k.removeprefix('_orig_mod.'): v.contiguous() for k, v in sd.items() "
+                         "if not k.endswith('lm_head.weight')}, 'model.safetensors')\"",
+                         f->path, len8[0] == 'P' ? "zip archive" : "Python pickle", f->path);
     if (n > CDL_ST_MAX_HEADER)
         return cdl_error("%s: header length %llu exceeds the safetensors limit of %u bytes: "
                          "the file is corrupt or not a safetensors file", f->path,

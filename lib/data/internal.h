@@ -171,6 +171,15 @@ int tokens_read_mem(const uint8_t *buf, size_t len, const char *name, int token_
 int tokens_read(const char *name, const char *path, int train, const cdl_dataset_options *o,
                 cdl_dataset *out);
 void tokens_unmap(cdl_dataset *d);
+/* nanoGPT's meta.pkl (meta_pkl.c): 1 and *vocab = its vocab_size entry, 0
+ * when the pickle in buf (len bytes) has none, -1 (an error naming name)
+ * when it is not a pickle the reader follows. The opcodes are walked,
+ * never executed. */
+int tokens_meta_vocab(const uint8_t *buf, size_t len, const char *name, long *vocab);
+/* *vocab = the vocab_size of DIR/meta.pkl when DIR (path, or the
+ * directory of the file path) has one (else left as it is); -1: an error
+ * that asks for --vocab-size. */
+int tokens_dir_vocab(const char *path, int *vocab);
 /* The first token of window idx of epoch: drawn from (seed, epoch, idx)
  * when random, else idx * T (back to back). */
 size_t tokens_window_start(const cdl_dataset *d, int random, uint64_t seed, int epoch, long idx);

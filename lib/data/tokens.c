@@ -74,7 +74,11 @@ int tokens_check(const uint8_t *buf, size_t len, int token_bytes, int vocab, con
                          "truncated or not in nanoGPT's .bin format (np.uint16 ids, no header)",
                          name, len);
     size_t n = len / (size_t)token_bytes;
-    size_t bad = first_bad(buf, token_bytes, n, (unsigned)vocab);
+    /* A byte is below 256 by its type: text (vocabulary 256) needs no
+     * scan, which would page in every byte of a corpus of gigabytes on
+     * every rank before the first step. */
+    size_t bad = token_bytes == 1 && vocab >= 256 ? n
+                 : first_bad(buf, token_bytes, n, (unsigned)vocab);
     if (bad < n)
         return cdl_error("%s: token %u at token offset %zu (byte %zu) is not below the "
                          "vocabulary size %d: give the tokenizer's --vocab-size, or rebuild the "
@@ -188,21 +192,65 @@ static int is_regular(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* *vocab from DIR/meta.pkl, nanoGPT's (meta_pkl.c), where DIR is path or,
+ * for one .bin file, its directory; left as it is without one. A meta.pkl
+ * without a readable vocab_size is an error: its corpus is not GPT-2's,
+ * and guessing 50257 would build the wrong model. */
+int tokens_dir_vocab(const char *path, int *vocab)
+{
+    char meta[4200], pn[1024];
+    const char *slash = strrchr(path, '/');
+    if (!is_regular(path))
+        snprintf(meta, sizeof meta, "%s/meta.pkl", path);
+    else if (slash)
+        snprintf(meta, sizeof meta, "%.*s/meta.pkl", (int)(slash - path), path);
+    else
+        snprintf(meta, sizeof meta, "meta.pkl");
+    if (!is_regular(meta))
+        return 0;
+    void *map = NULL;
+    size_t len = 0;
+    if (map_file(meta, "give --vocab-size", &map, &len) != 0)
+        return -1;
+    long v = 0;
+    int rc = tokens_meta_vocab(map, len, data_printable(meta, pn, sizeof pn), &v);
+    if (map)
+        munmap(map, len);
+    if (rc == 0)
+        cdl_error("%s has no vocab_size entry", pn);
+    else if (rc == 1 && (v < 1 || v > 65536))
+        rc = cdl_error("%s: vocab_size %ld is not 1..65536 (uint16 tokens)", pn, v);
+    if (rc != 1) {
+        char why[1024];   /* the reader's reason, then what to do */
+        snprintf(why, sizeof why, "%s", cdl_last_error());
+        return cdl_error("%s: give the vocabulary with --vocab-size N (nanoGPT's meta.pkl: "
+                         "python3 -c \"import pickle; print(pickle.load(open('%s', 'rb'))"
+                         "['vocab_size'])\")", why, pn);
+    }
+    *vocab = (int)v;
+    return 0;
+}
+
 int tokens_read(const char *name, const char *path, int train, const cdl_dataset_options *o,
                 cdl_dataset *out)
 {
     int bin = !strcmp(name, "tokens");
     char file[4200];
     int whole = 0;
+    cdl_dataset_options opt = *o;
     if (!bin) {
         snprintf(file, sizeof file, "%s", path);
     } else if (is_regular(path)) {
         snprintf(file, sizeof file, "%s", path);     /* one .bin: split it like a text */
+        if (!opt.vocab_size && tokens_dir_vocab(path, &opt.vocab_size) != 0)
+            return -1;
     } else {
         char val[4200];
         snprintf(val, sizeof val, "%s/val.bin", path);
         whole = is_regular(val);
         snprintf(file, sizeof file, "%s/%s.bin", path, whole && !train ? "val" : "train");
+        if (!opt.vocab_size && tokens_dir_vocab(path, &opt.vocab_size) != 0)
+            return -1;
     }
     void *map = NULL;
     size_t len = 0;
@@ -211,7 +259,7 @@ int tokens_read(const char *name, const char *path, int train, const cdl_dataset
                            : "give text:FILE a readable text file", &map, &len) != 0)
         return -1;
     char pn[1024];   /* errors show the name as text */
-    int rc = tokens_read_mem(map, len, data_printable(file, pn, sizeof pn), bin ? 2 : 1, o,
+    int rc = tokens_read_mem(map, len, data_printable(file, pn, sizeof pn), bin ? 2 : 1, &opt,
                              train, whole, out);
     if (rc != 0) {
         if (map)

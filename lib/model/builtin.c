@@ -93,6 +93,12 @@ static int gpt_parse(char **kv, int nkv, const char *where, gpt_opts *o)
             return cdl_error("%s: gpt option %s= is given twice: keep one", where, names[k]);
         seen |= 1u << k;
         const char *v = eq + 1;
+        /* A spec file's gpt line is split at spaces: the built-in's commas
+         * would leave the rest of the line in this value. */
+        if (strchr(v, ','))
+            return cdl_error("%s: gpt option '%s' holds a comma: a gpt line of a spec file "
+                             "separates its options by spaces (gpt n_layer=4 n_head=4), "
+                             "--model gpt:... by commas", where, kv[i]);
         char *end;
         errno = 0;
         if (k == 5) {
@@ -127,8 +133,10 @@ int spec_gpt_text(char **kv, int nkv, const char *where, int block, int vocab, c
     if (gpt_parse(kv, nkv, where, &o))
         return -1;
     if (o.vocab_size && vocab > 0 && o.vocab_size != vocab)
-        return cdl_error("%s: gpt vocab_size=%d but the data has %d tokens: use vocab_size=%d or "
-                         "data with %d", where, o.vocab_size, vocab, vocab, o.vocab_size);
+        return cdl_error("%s: gpt vocab_size=%d but the data has %d tokens: use vocab_size=%d, "
+                         "or give tokens:DIR data --vocab-size %d (a padded vocabulary, as "
+                         "nanoGPT's 50304 for GPT-2's 50257)", where, o.vocab_size, vocab, vocab,
+                         o.vocab_size);
     if (o.block_size && block > 0 && block > o.block_size)
         return cdl_error("%s: gpt block_size=%d but the data's sequences have %d tokens: use "
                          "--block-size %d or less, or a larger block_size", where, o.block_size,

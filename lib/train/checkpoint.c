@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../ckpt/json.h"
 #include "checkpoint.h"
@@ -73,6 +74,20 @@ static char *fmt_dup(const char *fmt, ...)
         cdl_error("checkpoint metadata: cannot format '%s'", fmt);
     va_end(ap2);
     return s;
+}
+
+/* The data path for cdl-eval and cdl-predict, absolute: a relative one
+ * ("text:shakespeare.txt", --data-dir data) names a file in the directory
+ * cdl-train ran in, and read from anywhere else it named nothing (or
+ * another file). The config keeps the path as given (a resume compares
+ * it). */
+static char *data_path_dup(const char *dir)
+{
+    char cwd[4096];
+    if (!dir[0] || dir[0] == '/' || !getcwd(cwd, sizeof cwd))
+        return fmt_dup("%s", dir);
+    return fmt_dup("%s/%s", strcmp(cwd, "/") ? cwd : "", dir[0] == '.' && dir[1] == '/' ?
+                   dir + 2 : dir);
 }
 
 static float *download(cdl_backend *be, const float *dev, size_t n)
@@ -256,7 +271,7 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
         meta_add(&meta, "validation_due", fmt_dup("1"));
     /* What cdl-eval and cdl-predict need to find the data again. */
     meta_add(&meta, "dataset", fmt_dup("%s", cfg->dataset));
-    meta_add(&meta, "data_dir", fmt_dup("%s", cfg->data_dir));
+    meta_add(&meta, "data_dir", data_path_dup(cfg->data_dir));
     meta_add(&meta, "val_samples", fmt_dup("%ld", pos->val_samples));
     meta_add(&meta, "synthetic_size", fmt_dup("%d", cfg->synthetic_n));
     /* Per position: a language model's outputs are positions x classes. */

@@ -135,6 +135,21 @@ static int load_tokens(run *r, const char *path)
     return 0;
 }
 
+/* Into meta: nanoGPT's meta.pkl that gave the vocabulary, if one did
+ * (tokens.c reads DIR/meta.pkl, or the one beside a single .bin file, when
+ * --vocab-size is not given). */
+static int has_meta_pkl(const cdl_train_config *c, const char *path, char *meta, size_t len)
+{
+    struct stat st;
+    const char *slash = strrchr(path, '/');
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        snprintf(meta, len, "%s/meta.pkl", path);
+    else
+        snprintf(meta, len, "%.*smeta.pkl", slash ? (int)(slash + 1 - path) : 0, path);
+    return !strcmp(c->dataset, "tokens") && !c->vocab_size && stat(meta, &st) == 0 &&
+           S_ISREG(st.st_mode);
+}
+
 static int load_data(run *r)
 {
     const cdl_train_config *c = r->cfg;
@@ -954,6 +969,10 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                       r.train.n, r.val.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");
+    char meta[4200];
+    if (has_meta_pkl(cfg, r.data_dir, meta, sizeof meta))   /* the staged copy, if any */
+        train_report_note(r.rep, "vocabulary %d from %s (nanoGPT's; --vocab-size overrides it)",
+                          r.train.classes, meta);
     if (cfg->init[0]) {
         char fresh[256];
         int nf = init_fresh_names(r.model, cfg->init_ignore, fresh, sizeof fresh);

@@ -2,7 +2,8 @@
  * of a safetensors file, matched to the model's by their PyTorch names.
  * Strict like torch's load_state_dict: a missing, unexpected or
  * differently shaped tensor is an error naming it, except the tensors a
- * glob sets aside (a classifier head replaced for a new task). */
+ * glob sets aside (a classifier head replaced for a new task) and the
+ * causal masks nanoGPT and Hugging Face keep with a GPT's weights. */
 #include <fnmatch.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -37,6 +38,35 @@ static const cdl_param_view *find_buffer(const cdl_model *m, const char *name)
     return NULL;
 }
 
+/* Whether name is a GPT block's causal mask, which nanoGPT (without flash
+ * attention: PyTorch < 2.0) and Hugging Face's GPT-2 keep in the state
+ * dict as buffers: P.attn.bias (1, 1, B, B), P.attn.masked_bias. They hold
+ * no weights (the mask follows from the architecture, and cdl's attention
+ * applies it), and nanoGPT's from_pretrained drops them too. Only where
+ * the model's block P has an attention (P.attn.c_attn.weight). */
+static int gpt_mask_buffer(const cdl_model *m, const char *name)
+{
+    size_t n = strlen(name);
+    static const char *const ends[] = {".attn.bias", ".attn.masked_bias"};
+    for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
+        size_t e = strlen(ends[k]);
+        char qkv[512];
+        if (n <= e || strcmp(name + n - e, ends[k]) ||
+            (size_t)snprintf(qkv, sizeof qkv, "%.*s.attn.c_attn.weight", (int)(n - e), name) >=
+                sizeof qkv)
+            continue;
+        return cdl_model_find(m, qkv) != NULL;
+    }
+    return 0;
+}
+
+/* Whether the file's 2-D shape is the transpose of the view's (not square). */
+static int transposed(int nd, const int64_t *shape, const cdl_param_view *v)
+{
+    return nd == 2 && v->ndim == 2 && shape[0] != shape[1] && shape[0] == v->shape[1] &&
+           shape[1] == v->shape[0];
+}
+
 /* The file's tensor for view v (a parameter or a buffer) into dst + v->offset,
  * with load_state_dict's strictness. Counts (num_batches_tracked) are I64
  * in files PyTorch and cdl write; they live as floats in the model. */
@@ -68,6 +98,17 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const 
                              shape_str(nd, shape, a, sizeof a), model,
                              shape_str(v->ndim, v->shape, b, sizeof b),
                              (int)strcspn(model, ":"), model);
+        /* Hugging Face's GPT-2 (transformers' Conv1D) stores c_attn, c_proj
+         * and c_fc as (in, out), nn.Linear's transpose: leaving one out
+         * would not help, and the square c_proj of attention would load
+         * silently transposed if only the others were fixed. */
+        if (transposed(nd, shape, v))
+            return cdl_error("%s: tensor '%s' has shape %s, the transpose of the model's %s: "
+                             "a Hugging Face GPT-2 file (its Conv1D layers store (in, out)); "
+                             "transpose every attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj "
+                             "weight, square ones too, as docs/transformers.md shows", path,
+                             v->name, shape_str(nd, shape, a, sizeof a),
+                             shape_str(v->ndim, v->shape, b, sizeof b));
         return cdl_error("%s: tensor '%s' has shape %s but the model's is %s (a replaced "
                          "layer? leave it out with --init-ignore '%s')", path, v->name,
                          shape_str(nd, shape, a, sizeof a),
@@ -113,10 +154,18 @@ static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *params,
         int alias = 0;   /* a tied weight's other name (lm_head.weight): read as its view */
         for (int k = 0; k < cdl_model_naliases(m); k++)
             alias |= !strcmp(cdl_model_alias(m, k)->name, name);
-        if (!cdl_model_find(m, name) && !find_buffer(m, name) && !alias && !ignored(name, ignore))
-            return cdl_error("%s: tensor '%s' is not in the model %s: the file belongs to "
-                             "another model (check --model), or name what to leave out with "
-                             "--init-ignore PATTERN", path, name, model);
+        if (cdl_model_find(m, name) || find_buffer(m, name) || alias || ignored(name, ignore) ||
+            gpt_mask_buffer(m, name))
+            continue;
+        char prefixed[512];   /* Hugging Face's GPT2Model names: no "transformer." */
+        snprintf(prefixed, sizeof prefixed, "transformer.%s", name);
+        if (cdl_model_find(m, prefixed) || gpt_mask_buffer(m, prefixed))
+            return cdl_error("%s: tensor '%s' is not in the model %s: the file has Hugging "
+                             "Face's GPT2Model names, without the prefix 'transformer.'; add it "
+                             "to its names, as docs/transformers.md shows", path, name, model);
+        return cdl_error("%s: tensor '%s' is not in the model %s: the file belongs to "
+                         "another model (check --model), or name what to leave out with "
+                         "--init-ignore PATTERN", path, name, model);
     }
     for (int i = 0; i < cdl_model_nviews(m); i++) {
         const cdl_param_view *v = cdl_model_view(m, i);

@@ -112,6 +112,12 @@ cmp -s "$TMP/a" "$TMP/b" || die "--seed 7 twice gave two texts"
 cmp -s "$TMP/a" "$TMP/c" && die "--seed 7 and --seed 8 gave the same text"
 [ "$(head -c 61 "$TMP/a" | wc -c)" -eq 61 ] && [ "$(wc -c <"$TMP/a")" -le 62 ] ||
     die "prompt + 60 tokens should be 61 bytes and a line break: $(wc -c <"$TMP/a") bytes"
+# Started as 2 ranks (cdlrun, srun in a 2-task job), the text once, as
+# from one process (each rank printed it, interleaved).
+"$CDLRUN" -n 2 "$GEN" "$ck" --prompt 0 --temperature 5 --max-tokens 60 --seed 7 >"$TMP/d" \
+    2>"$TMP/err" || die "cdl-generate under cdlrun -n 2 failed"
+cmp -s "$TMP/a" "$TMP/d" || die "cdlrun -n 2 cdl-generate: '$(cat "$TMP/d")', not the text of one process"
+expect_err "started as 2 ranks: rank 0 writes the text"
 # --top-k 1 is greedy whatever the temperature.
 expect_status 0 "$GEN" "$ck" --prompt 3456 --temperature 5 --top-k 1 --max-tokens 30
 [ "$(cat "$TMP/out")" = "$want" ] || die "--top-k 1 is not greedy: '$(cat "$TMP/out")'"

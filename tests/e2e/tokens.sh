@@ -32,6 +32,25 @@ train 1 --dataset "tokens:$TMP/bad" --vocab-size 200 --block-size 9
 expect_err "$TMP/bad/val.bin: the validation split holds 9 tokens, fewer than --block-size 9 + 1 (a window and the token after it): use a smaller --block-size or a longer val.bin"
 train 2 --dataset "text:$TMP/x" --block-size 0
 expect_err "--block-size"
+# nanoGPT's char-level prepare.py writes meta.pkl: its vocab_size (27
+# here; pickle protocol 4 of {'vocab_size': 27}) sizes the model, not
+# GPT-2's 50257 (the unit test test_tokens checks the reader itself).
+mkdir -p "$TMP/char"
+bin "$TMP/char/train.bin" 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 0
+bin "$TMP/char/val.bin" 1 2 3 4 5 6 7 8 9
+printf '\x80\x04}\x94(\x8c\x0avocab_size\x94K\x1bu.' >"$TMP/char/meta.pkl"
+expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --model gpt:n_layer=1,n_head=1,n_embd=2 \
+    --dataset "tokens:$TMP/char" --block-size 4 --max-steps 1
+expect_err "vocabulary 27 from $TMP/char/meta.pkl"
+# ... also for one of its .bin files (tokens:FILE.bin), the meta.pkl beside it.
+train 1 --dataset "tokens:$TMP/char/train.bin" --block-size 4 --vocab-size 26
+expect_err "token 26 at token offset 25"
+expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --model gpt:n_layer=1,n_head=1,n_embd=2 \
+    --dataset "tokens:$TMP/char/train.bin" --block-size 4 --val-split 8 --max-steps 1
+expect_err "vocabulary 27 from $TMP/char/meta.pkl"
+printf '\x80\x04}\x94.' >"$TMP/char/meta.pkl"
+train 1 --dataset "tokens:$TMP/char" --block-size 4
+expect_err "$TMP/char/meta.pkl has no vocab_size entry: give the vocabulary with --vocab-size N"
 # An embedding reads token ids: only token data has them, and only below
 # the embedding's vocabulary (else the lookup would index outside it).
 printf 'a,b,label\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n' >"$TMP/t.csv"
@@ -45,6 +64,18 @@ expect_err "layer 1 (embedding) has a vocabulary of 10 but dataset text has toke
 # convolve the ids as numbers.
 train 1 --model lenet --dataset "text:$TMP/small.txt" --block-size 4 --val-split 0.3
 expect_err "lenet: dataset text holds token ids (windows of 4), which only an embedding layer reads"
+
+# A run started on a relative path (text:t.txt): cdl-eval and cdl-predict
+# read the data path from the checkpoint, and from another directory they
+# must still find it (it was written as given: 'cannot open t.txt').
+mkdir -p "$TMP/rel"
+for i in 1 2 3 4 5 6 7 8; do printf 'hello relative paths, hello tokens\n'; done >"$TMP/rel/t.txt"
+cli=$(cd "$top_builddir/cli" && pwd)
+(cd "$TMP/rel" && "$cli/cdl-train" --device cpu --threads 1 --quiet --dataset text:t.txt \
+    --model gpt:n_layer=1,n_head=1,n_embd=4 --block-size 8 --max-steps 1 --ckpt-dir ck) ||
+    die "training on text:t.txt failed"
+(cd / && expect_status 0 "$cli/cdl-eval" --device cpu --threads 1 "$TMP/rel/ck/last.safetensors")
+grep -q "on text val" "$TMP/out" || die "cdl-eval from / did not evaluate the validation windows"
 
 # The Debian corpus (fortunes-min, scripts/install-deps.sh).
 if "$top_srcdir/scripts/fortunes-corpus.sh" "$TMP/corpus.txt" 2>"$TMP/corpus.err"; then

@@ -1,7 +1,8 @@
 /* libFuzzer target: token data (text and nanoGPT's uint16 .bin). The first
  * input byte picks the token width, the block size and the validation
  * split; the rest is the file. Both splits are read and windows copied out
- * at drawn and at fixed starts, as the loader does. */
+ * at drawn and at fixed starts, as the loader does. The whole input is
+ * also read as nanoGPT's meta.pkl (its vocab_size). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    long vocab = 0;
+    (void)tokens_meta_vocab(data, size, "meta.pkl", &vocab);
     if (size < 1)
         return 0;
     int bytes = data[0] & 1 ? 2 : 1;

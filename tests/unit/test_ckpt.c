@@ -443,6 +443,21 @@ static void test_reject_header_length(void **state)
     expect_reject(path, "exceeds the safetensors limit");
     write_raw(path, 1, "{", 0);
     expect_reject(path, "too small");
+    /* torch.save's files (nanoGPT's ckpt.pt) are named, with the way to
+     * convert them, not called corrupt: a zip archive, an old pickle. */
+    static const char zip[] = "PK\x03\x04\x14\0\0\x08" "archive/data.pkl";
+    static const char pkl[] = "\x80\x02\x8a\x0a" "\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19" ".";
+    const char *torch_files[] = {zip, pkl};
+    const size_t sizes[] = {sizeof zip - 1, sizeof pkl - 1};
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(torch_files[k], 1, sizes[k], f), sizes[k]);
+        assert_int_equal(fclose(f), 0);
+        expect_reject(path, k ? "is a Python pickle (PyTorch's torch.save"
+                              : "is a zip archive (PyTorch's torch.save");
+        expect_reject(path, "st.save_file(");
+    }
 }
 
 static void test_reject_bad_json(void **state)

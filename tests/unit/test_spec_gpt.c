@@ -91,7 +91,8 @@ static void test_gpt_builtin(void **state)
     assert_int_equal(cdl_spec_builtin("gpt:n_layers=2", in, 10, &spec), -1);
     assert_error("gpt option 'n_layers=2'");
     assert_int_equal(cdl_spec_builtin("gpt:vocab_size=50", in, 10, &spec), -1);
-    assert_error("vocab_size=50 but the data has 10 tokens");
+    assert_error("vocab_size=50 but the data has 10 tokens: use vocab_size=10, or give "
+                 "tokens:DIR data --vocab-size 50");
     assert_int_equal(cdl_spec_builtin("gpt:block_size=8", in, 10, &spec), -1);
     assert_error("block_size=8 but the data's sequences have 16 tokens");
     assert_int_equal(cdl_spec_builtin("gpt", (cdl_shape){3, 32, 32}, 10, &spec), -1);
@@ -113,6 +114,11 @@ static void test_gpt_line(void **state)
                                     &spec), 0);
     assert_int_equal(cdl_spec_infer(&spec, in, sh), -1);
     assert_error("vocabulary is not known");
+    /* --model's comma syntax on a spec line: one word, n_layer='1,n_head=4'. */
+    assert_int_equal(cdl_spec_parse("gpt n_layer=1,n_head=4,n_embd=32\n", "g.spec", &other),
+                     -1);
+    assert_error("g.spec:1: gpt option 'n_layer=1,n_head=4,n_embd=32' holds a comma: a gpt line "
+                 "of a spec file separates its options by spaces");
     assert_int_equal(cdl_spec_fit(&spec, in, 65), 0);
     assert_int_equal(cdl_spec_infer(&spec, in, sh), 0);
     assert_int_equal(cdl_spec_builtin("gpt:n_layer=2,n_head=4,n_embd=32", in, 65, &other), 0);

@@ -7,6 +7,7 @@
 
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cdl/cdl.h>
 
@@ -248,6 +249,45 @@ static void test_text_bytes(void **state)
     cdl_dataset_free(&v);
 }
 
+/* Pages of this process in memory (/proc/self/statm's resident), or -1. */
+static long resident_pages(void)
+{
+    long size, rss = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%ld %ld", &size, &rss) != 2)
+        rss = -1;
+    if (f)
+        fclose(f);
+    return rss;
+}
+
+/* Text needs no check of its bytes against the vocabulary (256): loading a
+ * text file maps it and reads none of it (it read all of it, a full pass
+ * over a corpus of gigabytes on every rank at start). */
+static void test_text_not_read_at_load(void **state)
+{
+    (void)state;
+    enum { MB = 32 };
+    char *text = malloc((size_t)MB << 20), path[512];
+    assert_non_null(text);
+    memset(text, 'a', (size_t)MB << 20);
+    write_file("big.txt", text, (size_t)MB << 20, path, sizeof path);
+    free(text);
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.block_size = 16;
+    long before = resident_pages();
+    if (before < 0)
+        skip();   /* no /proc */
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("text", path, 1, &o, &d), 0);
+    long grew = resident_pages() - before;
+    long pages = ((long)MB << 20) / sysconf(_SC_PAGESIZE);
+    if (grew > pages / 8)
+        fail_msg("loading %d MB of text made %ld of its %ld pages resident", MB, grew, pages);
+    cdl_dataset_free(&d);
+}
+
 /* load must fail with an error holding each of the words. */
 static void expect_error(const char *name, const char *path, int train,
                          const cdl_dataset_options *o, const char *w1, const char *w2)
@@ -306,6 +346,58 @@ static void test_hostile_files(void **state)
     expect_error("tokens", path, 1, &o, "--block-size 1048577", NULL);
 }
 
+/* nanoGPT's char-level prepare.py writes DIR/meta.pkl {'vocab_size': N,
+ * ...}; without --vocab-size the vocabulary is N, not GPT-2's 50257. The
+ * pickles are Python 3's of {'vocab_size': 27, 'itos': {0: '\n'}} by
+ * protocols 4, 2 and 0. */
+static void test_meta_pkl(void **state)
+{
+    (void)state;
+    static const char p4[] = "\x80\x04\x95\x24\0\0\0\0\0\0\0}\x94(\x8c\x0avocab_size\x94K\x1b"
+                             "\x8c\x04itos\x94}\x94K\0\x8c\x01\n\x94su.";
+    static const char p2[] = "\x80\x02}q\0(X\x0a\0\0\0vocab_sizeq\x01K\x1bX\x04\0\0\0itosq\x02"
+                             "}q\x03K\0X\x01\0\0\0\nq\x04su.";
+    static const char p0[] = "(dp0\nVvocab_size\np1\nI27\nsVitos\np2\n(dp3\nI0\nV\\u000a\np4\nss.";
+    static const char np[] = "\x80\x04}\x94(\x8c\x0avocab_size\x94\x8c\x15numpy.core.multiarray"
+                             "\x94\x8c\x06scalar\x94\x93\x94N\x85Ru.";
+    const struct { const char *pkl; size_t len; } ok[] = {
+        {p4, sizeof p4 - 1}, {p2, sizeof p2 - 1}, {p0, sizeof p0 - 1}};
+    char path[512];
+    write_ids("train.bin", 0, 27, path, sizeof path);   /* ids 0..26 */
+    write_ids("val.bin", 0, 27, path, sizeof path);
+    cdl_dataset_options o;
+    opts(&o, 4, 0);
+    o.vocab_size = 0;
+    for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) {
+        write_file("meta.pkl", ok[k].pkl, ok[k].len, path, sizeof path);
+        cdl_dataset d;
+        if (cdl_dataset_load_with("tokens", tmpdir, 1, &o, &d) != 0)
+            fail_msg("protocol %zu: %s", k, cdl_last_error());
+        assert_int_equal(d.classes, 27);
+        cdl_dataset_free(&d);
+    }
+    /* An id of the file past it: the error names meta.pkl's vocabulary. */
+    write_ids("val.bin", 1, 27, path, sizeof path);
+    expect_error("tokens", tmpdir, 0, &o, "token 27 at token offset 26", "vocabulary size 27");
+    write_ids("val.bin", 0, 27, path, sizeof path);
+    /* --vocab-size overrides it. */
+    o.vocab_size = 300;
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("tokens", tmpdir, 1, &o, &d), 0);
+    assert_int_equal(d.classes, 300);
+    cdl_dataset_free(&d);
+    o.vocab_size = 0;
+    /* What the reader cannot take asks for --vocab-size. */
+    write_file("meta.pkl", np, sizeof np - 1, path, sizeof path);
+    expect_error("tokens", tmpdir, 1, &o, "not a plain integer", "--vocab-size N");
+    write_file("meta.pkl", p4, 30, path, sizeof path);
+    expect_error("tokens", tmpdir, 1, &o, "meta.pkl: the pickle ends before", "--vocab-size N");
+    write_file("meta.pkl", "\x80\x04}\x94.", 5, path, sizeof path);
+    expect_error("tokens", tmpdir, 1, &o, "meta.pkl has no vocab_size entry", "--vocab-size N");
+    write_file("meta.pkl", "\x80\x04\xff", 3, path, sizeof path);
+    expect_error("tokens", tmpdir, 1, &o, "byte 2 (opcode 0xff)", "--vocab-size N");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -314,7 +406,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_validation_split_fixed_windows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_val_bin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_text_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_text_not_read_at_load, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_meta_pkl, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,11 +32,13 @@ int sample_next(const float *logits, int vocab, double temperature, int top_k, r
         qsort(sorted, (size_t)vocab, sizeof *sorted, cmp_desc);
         cut = sorted[top_k - 1];
     }
-    /* Softmax of logits / temperature, shifted by the largest (no
-     * overflow); dropped entries get probability 0. */
-    double mx = logits[best] / temperature, sum = 0;
+    /* Softmax of logits / temperature, shifted by the largest before the
+     * division: each exponent is <= 0 even for a temperature so small that
+     * logit / temperature overflows (1e-310: inf - inf was NaN, and the
+     * draw fell through to the last id); dropped entries get 0. */
+    double sum = 0;
     for (int k = 0; k < vocab; k++) {
-        p[k] = logits[k] >= cut ? exp(logits[k] / temperature - mx) : 0;
+        p[k] = logits[k] >= cut ? exp(((double)logits[k] - logits[best]) / temperature) : 0;
         sum += p[k];
     }
     /* Inverse CDF in id order; the last id of non-zero probability catches

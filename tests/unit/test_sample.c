@@ -38,6 +38,11 @@ static void test_greedy(void **state)
     assert_int_equal(sample_next(z, V, 0, 0, &r, scratch), 1);
     assert_int_equal(sample_next(z, V, 0.8, 1, &r, scratch), 1);
     assert_memory_equal(&before, &r, sizeof r);
+    /* A temperature so small that logit / temperature overflows is still
+     * the likeliest id (it drew the last id, 5, from NaN probabilities). */
+    const float y[V] = {0.5f, 1.0f, -1.0f, 3.0f, 1.0f, 0.0f};
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(sample_next(y, V, 1e-310, 0, &r, scratch), 3);
 }
 
 static void test_softmax_temperature(void **state)

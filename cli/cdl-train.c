@@ -29,7 +29,7 @@ enum {
     OPT_VAL_SPLIT, OPT_INIT, OPT_INIT_IGNORE,
     OPT_LABEL_SMOOTHING,
     OPT_STAGE,
-    OPT_WARMUP_STEPS, OPT_DECAY_STEPS,
+    OPT_WARMUP_STEPS, OPT_DECAY_STEPS, OPT_MIN_LR,
     OPT_CLIP_GRAD, OPT_ACCUM_STEPS, OPT_DECAY_PARAMS, OPT_EVAL_EVERY, OPT_PEAK_TFLOPS,
     OPT_SHARD_OPTIMIZER,
     OPT_BLOCK_SIZE, OPT_VOCAB_SIZE,
@@ -58,6 +58,7 @@ static const struct option long_opts[] = {
     {"warmup-epochs", required_argument, NULL, OPT_WARMUP},
     {"warmup-steps", required_argument, NULL, OPT_WARMUP_STEPS},
     {"decay-steps", required_argument, NULL, OPT_DECAY_STEPS},
+    {"min-lr", required_argument, NULL, OPT_MIN_LR},
     {"threads", required_argument, NULL, 't'},
     {"workers", required_argument, NULL, OPT_WORKERS},
     {"seed", required_argument, NULL, 's'},
@@ -160,7 +161,8 @@ static void usage(FILE *f)
 "      --step-epochs N          step schedule: lr x0.1 every N epochs [3]\n"
 "      --warmup-epochs N        linear warmup [0]\n"
 "      --warmup-steps N         linear warmup over N optimizer steps instead\n"
-"      --decay-steps N          cosine: reach 0 at step N [the end of the last epoch]\n"
+"      --decay-steps N          cosine: reach --min-lr at step N [the end of the last epoch]\n"
+"      --min-lr X               cosine: end at X, e.g. lr/10 as nanoGPT [0]\n"
 "      --max-steps N            stop after N steps in total; the schedule is kept\n"
 "                               (a resume goes on as if never stopped) [0: none]\n"
 "      --clip-grad NORM         clip the gradient's global L2 norm to NORM [0: off]\n"
@@ -542,6 +544,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case OPT_WARMUP: rc = parse_int(name, a, 0, 100000, &cfg->warmup_epochs); break;
         case OPT_WARMUP_STEPS: rc = parse_long(name, a, 0, LONG_MAX, &cfg->warmup_steps); break;
         case OPT_DECAY_STEPS: rc = parse_long(name, a, 0, LONG_MAX, &cfg->decay_steps); break;
+        case OPT_MIN_LR: rc = parse_float(name, a, 0, 1e3, &cfg->min_lr); break;
         case 't': rc = parse_int(name, a, 1, 1024, &cfg->threads); break;
         case OPT_WORKERS: rc = parse_int(name, a, 0, 64, &cfg->workers); break;
         case 's':

@@ -162,6 +162,10 @@ typedef struct cdl_train_config {
      * output shapes, parameters; cdl_model_print) on rank 0's stdout and
      * return 0 without training or writing anything. */
     int summary;
+    /* --min-lr: where the cosine schedule ends and stays (CosineAnnealingLR's
+     * eta_min, nanoGPT's min_lr; its configs use a tenth of lr), in
+     * [0, lr]; 0 (the default) decays to 0. Cosine only. */
+    float min_lr;
 } cdl_train_config;
 
 /* The kinds of record (docs/metrics.md's "type"). */

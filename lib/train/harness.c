@@ -394,7 +394,7 @@ static int make_loaders(run *r)
         .total_steps = c->decay_steps > 0 ? c->decay_steps : (long)c->epochs * spe,
         .step_size = (long)(c->step_epochs > 0 ? c->step_epochs : 1) * spe,
         .gamma = 0.1f,
-        .min_lr = 0.0f,
+        .min_lr = c->min_lr,
     };
     return 0;
 }
@@ -782,8 +782,8 @@ static void schedule_note(run *r)
                  "(--decay-steps %ld would end the decay there)", c->max_steps,
                  (double)cdl_schedule_lr(s, c->max_steps - 1), c->max_steps);
     if (s->kind == CDL_SCHED_COSINE)
-        train_report_note(r->rep, "schedule cosine: %slr %g decays to 0 by step %ld (%s)%s", warm,
-                          (double)c->lr, s->total_steps,
+        train_report_note(r->rep, "schedule cosine: %slr %g decays to %g by step %ld (%s)%s", warm,
+                          (double)c->lr, (double)c->min_lr, s->total_steps,
                           c->decay_steps > 0 ? "--decay-steps" : "the end of the last epoch",
                           stop);
     else if (s->kind == CDL_SCHED_STEP)
@@ -852,6 +852,13 @@ static int check_config(const cdl_train_config *c)
     if (c->decay_steps > 0 && c->warmup_steps >= c->decay_steps)
         return cdl_error("--warmup-steps %ld is not below --decay-steps %ld: the cosine would "
                          "have no steps left to decay in", c->warmup_steps, c->decay_steps);
+    if (!(c->min_lr >= 0) || !(c->min_lr <= c->lr))
+        return cdl_error("--min-lr %g: give where the cosine ends, from 0 to --lr %g (nanoGPT's "
+                         "configs use a tenth of it)", (double)c->min_lr, (double)c->lr);
+    if (c->min_lr > 0 && c->schedule != CDL_SCHED_COSINE)
+        return cdl_error("--min-lr %g: only the cosine schedule ends at a floor (it is "
+                         "--schedule %s): add --schedule cosine, or drop --min-lr",
+                         (double)c->min_lr, cdl_sched_kind_name(c->schedule));
     if (!(c->peak_tflops >= 0) || !isfinite(c->peak_tflops))
         return cdl_error("--peak-tflops %g: give the device's peak in TFLOP/s, or 0 for the "
                          "known GPUs' table", c->peak_tflops);

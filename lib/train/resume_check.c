@@ -29,7 +29,7 @@ static const struct {
     {"decay_params", "decay-params"}, {"warmup_steps", "warmup-steps"},
     {"decay_steps", "decay-steps"}, {"augment", "augment"}, {"image_size", "image-size"},
     {"normalize", "normalize"}, {"label_smoothing", "label-smoothing"},
-    {"label_column", "label-column"},
+    {"label_column", "label-column"}, {"min_lr", "min-lr"},
 };
 enum { NCOMPARED = sizeof compared / sizeof compared[0], CONFIG_MAX = 16384 };
 #define DATASET_SIZE "dataset-size"   /* the training samples, stored apart */

@@ -95,6 +95,22 @@ for k in $(grep -o '"[a-z_0-9]*":' "$TMP/m.jsonl" | tr -d '":' | sort -u); do
 done
 lrs=$(sed -n 's/.*"type":"step".*"lr":\([^,}]*\).*/\1/p' "$TMP/m.jsonl" | tr '\n' ' ')
 [ "$lrs" = "0.025 0.05 0.05 0.0426777 0.025 0.00732233 0 0 0 0 " ] || die "step lrs: $lrs"
+# --min-lr: the cosine ends there, as CosineAnnealingLR's eta_min (nanoGPT's
+# min_lr) puts it; in [0, --lr], for the cosine only, and kept on resume.
+expect_status 0 "$CDL_TRAIN" $small --warmup-steps 2 --decay-steps 6 --min-lr 0.005 \
+    --metrics "$TMP/min.jsonl" --metrics-every 1
+grep -q "^schedule cosine: warm-up over 2 steps, then lr 0.05 decays to 0.005 by step 6 (--decay-steps)$" \
+    "$TMP/err" || die "schedule line with --min-lr: $(grep '^schedule' "$TMP/err")"
+lrs=$(sed -n 's/.*"type":"step".*"lr":\([^,}]*\).*/\1/p' "$TMP/min.jsonl" | tr '\n' ' ')
+[ "$lrs" = "0.025 0.05 0.05 0.0434099 0.0275 0.0115901 0.005 0.005 0.005 0.005 " ] ||
+    die "step lrs with --min-lr 0.005: $lrs"
+expect_status 1 "$CDL_TRAIN" $small --min-lr 0.1
+expect_err "--min-lr 0.1: give where the cosine ends, from 0 to --lr 0.05"
+expect_status 1 "$CDL_TRAIN" $small --schedule step --min-lr 0.01
+expect_err "only the cosine schedule ends at a floor"
+expect_status 1 "$CDL_TRAIN" $small --warmup-steps 2 --decay-steps 6 --min-lr 0.001 \
+    --ckpt-dir "$TMP/sched" --epochs 6 --resume-allow epochs
+expect_err "--min-lr 0 -> 0.001"
 expect_status 0 "$CDL_TRAIN" $small --max-steps 3
 grep -q "decays to 0 by step 10 (the end of the last epoch); --max-steps 3 stops the run before, at lr 0.0452254 (--decay-steps 3 would end the decay there)$" \
     "$TMP/err" || die "no --max-steps note: $(grep '^schedule' "$TMP/err")"

@@ -295,7 +295,10 @@ static int build_model_from(run *r, const char *text)
                          "layer reads: use --model gpt (or gpt:n_layer=...,n_embd=...), or a spec "
                          "whose first layer is an embedding (docs/transformers.md)",
                          c->model, c->dataset, in.c * in.h * in.w);
-    r->model = cdl_model_create(&spec, in, c->batch_size, r->be);
+    /* --summary runs nothing: activations for one sample (GPT-2 small's
+     * logits at the default batch would be refused as too many, and need
+     * 13 GB). */
+    r->model = cdl_model_create(&spec, in, c->summary ? 1 : c->batch_size, r->be);
     if (!r->model)
         return -1;
     if (text && cdl_model_set_spec_text(r->model, text) != 0)   /* checkpoints carry it */

@@ -94,4 +94,11 @@ if "$top_srcdir/scripts/fortunes-corpus.sh" "$TMP/corpus.txt" 2>"$TMP/corpus.err
 else
     echo "SKIP: the fortunes corpus: $(cat "$TMP/corpus.err")"
 fi
+# --summary trains nothing: GPT-2 small's shape at the default batch of 64
+# (whose logits, 64x1024x50257, are refused as a batch to train) prints.
+mkdir "$TMP/zeros" && head -c 8192 /dev/zero >"$TMP/zeros/train.bin"
+expect_status 0 "$CDL_TRAIN" --dataset "tokens:$TMP/zeros" --val-split 0.5 --summary \
+    --model gpt:n_layer=12,n_head=12,n_embd=768,block_size=1024
+grep -qE '^ +[0-9]+  lm_head +linear 50257 bias=false tie +1024x50257 seq' "$TMP/out" ||
+    die "no --summary of GPT-2 small: $(tail -n 3 "$TMP/out" "$TMP/err")"
 echo "tokens: errors name the file and the offset"

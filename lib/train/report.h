@@ -22,8 +22,9 @@ void train_report_free(train_report *r);
 /* Seconds as M:SS or H:MM:SS into buf ("?" if not a sensible time). */
 void train_format_duration(double s, char *buf, size_t len);
 /* Live progress for batch b of nb in an epoch (bar on a terminal only),
- * with the ETA of the epoch and of the run. */
-void train_report_progress(train_report *r, int epoch, long b, long nb, double loss,
+ * the run's optimizer step `step` done, with the ETA of the epoch and of
+ * the run (both cut short by --max-steps). */
+void train_report_progress(train_report *r, int epoch, long b, long nb, long step, double loss,
                            double acc, double imgs_per_sec);
 typedef struct epoch_stats {
     int epoch;

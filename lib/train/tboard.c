@@ -1,6 +1,8 @@
 /* What cdl-train writes for TensorBoard (--tensorboard DIR, rank 0): the
  * run's hyper-parameters (hparams plugin) at start, scalars per step
- * record (--metrics-every) and per epoch, flushed each epoch. */
+ * record (--metrics-every) and per epoch, each flushed as it is written:
+ * TensorBoard shows a running job (a language model's may never end an
+ * epoch), and a job killed mid-epoch keeps them. */
 #include <math.h>
 #include <stdio.h>
 
@@ -31,7 +33,9 @@ int tboard_start(tfev *w, const cdl_train_config *c, const run_info *ri)
         {"backend", ri->backend, 0},
         {"run_id", ri->run_id, 0},
     };
-    return tfev_hparams(w, hp, (int)(sizeof hp / sizeof hp[0]), compared, ri->run_id);
+    if (tfev_hparams(w, hp, (int)(sizeof hp / sizeof hp[0]), compared, ri->run_id) != 0)
+        return -1;
+    return tfev_flush(w);
 }
 
 int tboard_step(tfev *w, const step_stats *s)
@@ -44,7 +48,9 @@ int tboard_step(tfev *w, const step_stats *s)
         (tfev_scalar(w, "step/tokens_per_sec", s->step, s->tokens_per_sec) ||
          (isfinite(s->mfu) && tfev_scalar(w, "step/mfu", s->step, s->mfu))))
         return -1;
-    return isfinite(s->grad_norm) ? tfev_scalar(w, "step/grad_norm", s->step, s->grad_norm) : 0;
+    if (isfinite(s->grad_norm) && tfev_scalar(w, "step/grad_norm", s->step, s->grad_norm))
+        return -1;
+    return tfev_flush(w);
 }
 
 int tboard_eval(tfev *w, long step, double loss, double acc)

@@ -58,6 +58,30 @@ printf '\377' | dd of="$TMP/damaged" bs=1 seek=$((size - 6)) conv=notrunc status
 "$PY" "$READ" "$TMP/damaged" >/dev/null 2>"$TMP/err" && die "a damaged event file reads as good"
 expect_err "CRC mismatch"
 
+# A running job's events are in the file as they happen, not only at the
+# epoch's end: killed (SIGKILL, as Slurm does after the grace time) in its
+# first epoch, after its third step record, the file holds the hparams and
+# the first two steps' scalars. (They sat in a stdio buffer and were lost.)
+mkfifo "$TMP/live"
+"$CDL_TRAIN" --dataset synthetic --synthetic-size 4096 --batch-size 32 --epochs 100 --threads 1 \
+    --workers 0 --metrics-every 1 --metrics "$TMP/live" --tensorboard "$TMP/tb-live" -q &
+pid=$!
+n=0
+while read -r line; do
+    case $line in *'"type":"step"'*) n=$((n + 1)); [ $n = 3 ] && kill -9 $pid ;; esac
+done <"$TMP/live"
+st=0; wait $pid 2>/dev/null || st=$?
+[ $st = 137 ] || die "the run to kill ended with $st before its third step record was read"
+"$PY" "$READ" "$TMP"/tb-live/events.out.tfevents.* >"$TMP/live.json" ||
+    die "tfevents_read.py rejects the killed run's event file"
+"$PY" - "$TMP/live.json" <<'PY' || die "a killed run's event file lacks the steps before it"
+import json, sys
+ev = json.load(open(sys.argv[1]))
+steps = [s for s, _ in ev["scalars"].get("step/loss", [])]
+assert steps[:2] == [1, 2], ev["scalars"]
+assert "_hparams_/session_start_info" in ev["hparams"], ev["hparams"]
+PY
+
 # Another run into the same directory with --resume never: refused.
 expect_status 1 "$CDL_TRAIN" --dataset synthetic --synthetic-size 64 --epochs 1 --resume never \
     --tensorboard "$TMP/tb" -q

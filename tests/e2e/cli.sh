@@ -41,6 +41,10 @@ more=$(($(nproc) + 1))
 SLURM_CPUS_PER_TASK=4096 expect_status 2 "$CDL_TRAIN" --threads $more --epochs 0
 expect_err "--threads $more but this process may run on $(nproc) CPU"
 grep -q "uses the smaller" "$TMP/err" && die "--threads $more is said to be cut down"
+# One rank of several (cdlrun, srun --cdl-ddp: every rank prints it) says
+# whose warning it is, as its errors do.
+RANK=1 WORLD_SIZE=2 expect_status 2 "$CDL_TRAIN" --threads $more --epochs 0
+expect_err "cdl-train: rank 1: warning: --threads $more"
 # --summary: the model's layers for the data, and nothing written or trained.
 expect_status 0 "$CDL_TRAIN" --model resnet20 --summary --ckpt-dir "$TMP/sum-ck" \
     --metrics "$TMP/sum.jsonl" --tensorboard "$TMP/sum-tb"

@@ -33,7 +33,11 @@ int tboard_start(tfev *w, const cdl_train_config *c, const run_info *ri)
         {"backend", ri->backend, 0},
         {"run_id", ri->run_id, 0},
     };
-    if (tfev_hparams(w, hp, (int)(sizeof hp / sizeof hp[0]), compared, ri->run_id) != 0)
+    /* The resumed run writes its steps from start_step + 1 again: a run
+     * killed after its last checkpoint had written some of them (two
+     * lines over those steps in TensorBoard without this). */
+    if (tfev_session_start(w, ri->start_step + 1) != 0 ||
+        tfev_hparams(w, hp, (int)(sizeof hp / sizeof hp[0]), compared, ri->run_id) != 0)
         return -1;
     return tfev_flush(w);
 }

@@ -62,9 +62,12 @@ expect_err "CRC mismatch"
 # epoch's end: killed (SIGKILL, as Slurm does after the grace time) in its
 # first epoch, after its third step record, the file holds the hparams and
 # the first two steps' scalars. (They sat in a stdio buffer and were lost.)
+live="--dataset synthetic --synthetic-size 4096 --batch-size 32 --epochs 100 --threads 1
+      --workers 0 --metrics-every 1 --ckpt-every 2 --ckpt-dir $TMP/ck-live
+      --tensorboard $TMP/tb-live -q"
 mkfifo "$TMP/live"
-"$CDL_TRAIN" --dataset synthetic --synthetic-size 4096 --batch-size 32 --epochs 100 --threads 1 \
-    --workers 0 --metrics-every 1 --metrics "$TMP/live" --tensorboard "$TMP/tb-live" -q &
+# shellcheck disable=SC2086
+"$CDL_TRAIN" $live --metrics "$TMP/live" &
 pid=$!
 n=0
 while read -r line; do
@@ -80,6 +83,22 @@ ev = json.load(open(sys.argv[1]))
 steps = [s for s, _ in ev["scalars"].get("step/loss", [])]
 assert steps[:2] == [1, 2], ev["scalars"]
 assert "_hparams_/session_start_info" in ev["hparams"], ev["hparams"]
+assert ev["starts"] == [1], ev["starts"]
+PY
+# Resumed from its last checkpoint, which may be older than the last step
+# in the file: the new file starts its session at the step after the
+# checkpoint's, so TensorBoard drops the killed run's steps from there
+# (they were drawn twice; checked with TensorBoard's reader below).
+# shellcheck disable=SC2086
+"$CDL_TRAIN" $live --max-steps 12 --metrics "$TMP/live.jsonl" || die "resuming the killed run failed"
+set -- "$TMP"/tb-live/events.out.tfevents.*
+[ $# = 2 ] || die "expected a second event file for the resumed run: $*"
+"$PY" "$READ" "$2" >"$TMP/live2.json" || die "tfevents_read.py rejects the resumed run's event file"
+"$PY" - "$TMP/live2.json" "$TMP/live.jsonl" <<'PY' || die "the resumed run's session start is wrong"
+import json, sys
+ev = json.load(open(sys.argv[1]))
+start = json.loads(open(sys.argv[2]).readline())["start_step"]
+assert start > 0 and ev["starts"] == [start + 1], (start, ev["starts"])
 PY
 
 # Another run into the same directory with --resume never: refused.
@@ -126,5 +145,13 @@ exp = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment
 assert "lr" in [h.name for h in exp.hparam_infos]
 assert "epoch/val_accuracy" in [m.name.tag for m in exp.metric_infos]
 print("TensorBoard reads", len(tags), "scalar tags and the hparams of run", sys.argv[2])
+PY
+"$venv/bin/python" - "$TMP/tb-live" 2>/dev/null <<'PY' || die "TensorBoard draws a resumed run's steps twice"
+import sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0})
+acc.Reload()
+steps = [e.step for e in acc.Scalars("step/loss")]
+assert steps == list(range(1, 13)), steps
 PY
 echo "PASS: TensorBoard event files"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Reads a TensorBoard event file with the standard library only and prints
 what cdl-train wrote as JSON: {"version": ..., "scalars": {tag: [[step,
-value], ...]}, "hparams": {tag: {"plugin": name, "bytes": n}}}.
+value], ...]}, "hparams": {tag: {"plugin": name, "bytes": n}}, "starts":
+[step of each SessionLog START], "records": n}.
 
 Every record's two masked CRC32C are checked: a damaged file exits 1 with
 the record and offset. Used by tests/e2e/tensorboard.sh, so the event files
@@ -59,7 +60,7 @@ def varint(buf, i):
 
 def main(path):
     data = open(path, "rb").read()
-    out = {"version": None, "scalars": {}, "hparams": {}, "records": 0}
+    out = {"version": None, "scalars": {}, "hparams": {}, "starts": [], "records": 0}
     off = 0
     while off < len(data):
         if len(data) - off < 12:
@@ -83,6 +84,9 @@ def main(path):
                 step = v
             elif f == 3:
                 out["version"] = v.decode()
+            elif f == 7:   # SessionLog: status 1 is START
+                if dict((sf, sv) for sf, _, sv in fields(v)).get(1) == 1:
+                    out["starts"].append(step)
             elif f == 5:
                 for sf, _, value in fields(v):
                     if sf != 1:

@@ -101,7 +101,7 @@ void train_format_duration(double s, char *buf, size_t len)
 }
 
 void train_report_progress(train_report *r, int epoch, long b, long nb, long step, double loss,
-                           double acc, double imgs_per_sec)
+                           double acc, double imgs_per_sec, double tokens_per_sec)
 {
     if (!r->bar)
         return;
@@ -140,9 +140,11 @@ void train_report_progress(train_report *r, int epoch, long b, long nb, long ste
         train_format_duration(per_batch * left_epoch, eta, sizeof eta);
         train_format_duration(per_batch * left_run, run, sizeof run);
     }
-    fprintf(stderr, "\r\033[Kepoch %d/%d [%s] %ld/%ld  loss %.4f  acc %5.2f%%  %.0f img/s  "
-            "ETA %s (run %s)", epoch + 1, r->epochs, bar, b, nb, loss, 100 * acc, imgs_per_sec,
-            eta, run);
+    /* The epoch line's unit: a language model's windows are no images. */
+    int tok = tokens_per_sec > 0;
+    fprintf(stderr, "\r\033[Kepoch %d/%d [%s] %ld/%ld  loss %.4f  acc %5.2f%%  %.0f %s/s  "
+            "ETA %s (run %s)", epoch + 1, r->epochs, bar, b, nb, loss, 100 * acc,
+            tok ? tokens_per_sec : imgs_per_sec, tok ? "tok" : "img", eta, run);
     fflush(stderr);
 }
 

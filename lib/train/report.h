@@ -23,9 +23,10 @@ void train_report_free(train_report *r);
 void train_format_duration(double s, char *buf, size_t len);
 /* Live progress for batch b of nb in an epoch (bar on a terminal only),
  * the run's optimizer step `step` done, with the ETA of the epoch and of
- * the run (both cut short by --max-steps). */
+ * the run (both cut short by --max-steps), and the speed: tokens per
+ * second for a sequence model (tokens_per_sec > 0), else images. */
 void train_report_progress(train_report *r, int epoch, long b, long nb, long step, double loss,
-                           double acc, double imgs_per_sec);
+                           double acc, double imgs_per_sec, double tokens_per_sec);
 typedef struct epoch_stats {
     int epoch;
     long step;

@@ -176,4 +176,9 @@ if command -v flock >/dev/null; then
     expect_err "--ckpt-dir $TMP/shared is in use by another run (pid "
     expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/shared" --quiet
 fi
+# --peak-tflops for an image model, whose MFU is not counted: said, not
+# silently ignored.
+expect_status 0 "$CDL_TRAIN" --dataset synthetic --synthetic-size 64 --epochs 1 --threads 1 \
+    --workers 0 --peak-tflops 100
+expect_err "--peak-tflops: no MFU for lenet"
 echo "PASS: cdl-train command line"

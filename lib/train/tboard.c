@@ -16,6 +16,7 @@ static const char *const compared[] = {"epoch/val_loss", "epoch/val_accuracy",
 
 int tboard_start(tfev *w, const cdl_train_config *c, const run_info *ri)
 {
+    int accum = c->accum_steps > 1 ? c->accum_steps : 1;
     const tfev_hparam hp[] = {
         {"model", c->model, 0},
         {"dataset", c->dataset, 0},
@@ -23,7 +24,10 @@ int tboard_start(tfev *w, const cdl_train_config *c, const run_info *ri)
         {"schedule", cdl_sched_kind_name(c->schedule), 0},
         {"lr", NULL, c->lr},
         {"batch_size", NULL, c->batch_size},
-        {"global_batch_size", NULL, (double)c->batch_size * ri->world},
+        /* Samples per optimizer step: every rank's micro-batches (with
+         * --accum-steps 4 it said a quarter of the real one). */
+        {"accum_steps", NULL, accum},
+        {"global_batch_size", NULL, (double)c->batch_size * accum * ri->world},
         {"epochs", NULL, c->epochs},
         {"momentum", NULL, c->optim.momentum},
         {"weight_decay", NULL, c->optim.weight_decay},

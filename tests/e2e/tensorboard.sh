@@ -51,6 +51,17 @@ for tag in ("_hparams_/experiment", "_hparams_/session_start_info"):
 print("event file:", ev["records"], "records,", len(sc), "scalar tags, CRCs right")
 PY
 
+# The hparams' batch in all is the optimizer step's: 8 samples x 2
+# micro-batches (--accum-steps), not 8.
+"$CDL_TRAIN" --dataset synthetic --synthetic-size 64 --batch-size 8 --accum-steps 2 --epochs 1 \
+    --threads 1 --workers 0 --tensorboard "$TMP/tb-accum" -q || die "training with --accum-steps failed"
+"$PY" "$READ" "$TMP"/tb-accum/events.out.tfevents.* >"$TMP/accum.json" || die "tfevents_read.py, accum"
+"$PY" - "$TMP/accum.json" <<'PY' || die "hparams global_batch_size leaves out --accum-steps"
+import json, sys
+hp = json.load(open(sys.argv[1]))["hparam_values"]
+assert hp["batch_size"] == 8 and hp["global_batch_size"] == 16 and hp["accum_steps"] == 2, hp
+PY
+
 # The reader can fail: one flipped byte in the last record.
 cp "$ev" "$TMP/damaged"
 size=$(stat -c %s "$TMP/damaged")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Reads a TensorBoard event file with the standard library only and prints
 what cdl-train wrote as JSON: {"version": ..., "scalars": {tag: [[step,
-value], ...]}, "hparams": {tag: {"plugin": name, "bytes": n}}, "starts":
+value], ...]}, "hparams": {tag: {"plugin": name, "bytes": n}},
+"hparam_values": {name: value of this session}, "starts":
 [step of each SessionLog START], "records": n}.
 
 Every record's two masked CRC32C are checked: a damaged file exits 1 with
@@ -58,6 +59,25 @@ def varint(buf, i):
             return v, i
 
 
+def session_values(value):
+    """{name: number or string} of a Value holding the hparams plugin's
+    SessionStartInfo (HParamsPluginData field 3, its hparams map field 1)."""
+    out = {}
+    for vf, _, meta in fields(value):
+        if vf != 9:
+            continue
+        plug = dict((f, v) for f, _, v in fields(dict((f, v) for f, _, v in fields(meta))[1]))
+        start = dict((f, v) for f, _, v in fields(plug[2]))[3]
+        for f, _, entry in fields(start):
+            if f != 1:
+                continue
+            e = dict((ef, ev) for ef, _, ev in fields(entry))
+            val = dict((vf2, vv) for vf2, _, vv in fields(e[2]))
+            out[e[1].decode()] = (struct.unpack("<d", val[2])[0] if 2 in val
+                                  else val.get(3, b"").decode())
+    return out
+
+
 def main(path):
     data = open(path, "rb").read()
     out = {"version": None, "scalars": {}, "hparams": {}, "starts": [], "records": 0}
@@ -106,6 +126,8 @@ def main(path):
                         out["scalars"].setdefault(tag, []).append([step, simple])
                     elif plugin:
                         out["hparams"][tag] = {"plugin": plugin[0], "bytes": plugin[1]}
+                        if tag == "_hparams_/session_start_info":
+                            out["hparam_values"] = session_values(value)
     json.dump(out, sys.stdout)
     print()
 

@@ -122,6 +122,17 @@ sed -i '/"type":"test"/d' "$TMP/t.jsonl"
 expect_status 0 "$CDL_TRAIN" $tested
 grep -q '^test  loss' "$TMP/out" || die "the untested final weights were not tested"
 [ "$(grep -c '"type":"test"' "$TMP/t.jsonl")" = 1 ] || die "no test record after the rerun"
+# --metrics into a pipe (/dev/stdout | tee, a FIFO) holds no earlier
+# records, so it tests. It read its own pipe for them and, once the pipe
+# was empty, hung for ever, deaf to SIGTERM. The FIFO is held open and
+# read only after the run; timeout only guards.
+mkfifo "$TMP/mf"
+exec 3<>"$TMP/mf"
+st=0; timeout -s KILL 30 "$CDL_TRAIN" $tested --metrics "$TMP/mf" 2>"$TMP/err" || st=$?
+exec 4<"$TMP/mf" 3>&-
+cat <&4 >"$TMP/out"; exec 4<&-
+[ "$st" = 0 ] || die "a finished run with --metrics into a FIFO ended with $st (137: hung)"
+grep -q '"type":"test"' "$TMP/out" || die "no test record into the FIFO"
 # Stored in the checkpoint: a resume with another decay is refused.
 expect_status 1 "$CDL_TRAIN" $small --warmup-steps 2 --decay-steps 8 --ckpt-dir "$TMP/sched" \
     --epochs 6 --resume-allow epochs

@@ -211,7 +211,7 @@ int train_report_step(train_report *r, const step_stats *s)
     return r->tb ? tboard_step(r->tb, s) : 0;
 }
 
-int train_report_test(train_report *r, double loss, double acc, int samples)
+int train_report_test(train_report *r, long step, double loss, double acc, int samples)
 {
     if (r->rank != 0)
         return 0;
@@ -227,7 +227,7 @@ int train_report_test(train_report *r, double loss, double acc, int samples)
     hand_on(r, &rec);
     if (r->metrics && metrics_test(r->metrics, r->run_id, r->rank, loss, acc, samples) != 0)
         return -1;
-    return 0;
+    return r->tb ? tboard_test(r->tb, step, loss, acc) : 0;
 }
 
 int train_report_tested(train_report *r)

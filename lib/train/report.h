@@ -42,9 +42,10 @@ struct run_info;
 struct step_stats;
 int train_report_start(train_report *r, const cdl_train_config *cfg, const struct run_info *ri);
 int train_report_step(train_report *r, const struct step_stats *s);
-/* The test set's result at the end of a run: a line, and in --metrics an
- * object with test_loss, test_acc, test_samples (and no "epoch"). */
-int train_report_test(train_report *r, double loss, double acc, int samples);
+/* The test set's result at the end of a run (its last step `step`): a
+ * line, in --metrics an object with test_loss, test_acc, test_samples (and
+ * no "epoch"), and the test/ scalars for TensorBoard. */
+int train_report_test(train_report *r, long step, double loss, double acc, int samples);
 /* Rank 0: 1 when --metrics already ends this run with its test record
  * (metrics_tested: the final weights were tested by an earlier start), 0
  * when not or without --metrics (other ranks: 0), -1 on a read error. */

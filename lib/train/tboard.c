@@ -86,3 +86,10 @@ int tboard_epoch(tfev *w, const epoch_stats *s)
         return -1;
     return tfev_flush(w);
 }
+
+int tboard_test(tfev *w, long step, double loss, double acc)
+{
+    if (tfev_scalar(w, "test/loss", step, loss) || tfev_scalar(w, "test/accuracy", step, acc))
+        return -1;
+    return tfev_flush(w);
+}

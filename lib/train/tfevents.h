@@ -60,5 +60,7 @@ int tboard_start(tfev *w, const cdl_train_config *c, const struct run_info *ri);
 int tboard_step(tfev *w, const struct step_stats *s);
 int tboard_epoch(tfev *w, const struct epoch_stats *s);
 int tboard_eval(tfev *w, long step, double loss, double acc);
+/* The test set's result with the final weights, at the run's last step. */
+int tboard_test(tfev *w, long step, double loss, double acc);
 
 #endif

@@ -46,6 +46,10 @@ same("step/grad_norm", steps, "grad_norm")
 same("epoch/val_accuracy", epochs, "val_acc")
 same("epoch/train_loss", epochs, "train_loss")
 same("epoch/images_per_sec", epochs, "images_per_sec", 1e-3)   # JSON: 1 decimal
+tests = [dict(r, step=epochs[-1]["step"]) for r in recs if r["type"] == "test"]
+assert len(tests) == 1, tests
+same("test/loss", tests, "test_loss")
+same("test/accuracy", tests, "test_acc")
 for tag in ("_hparams_/experiment", "_hparams_/session_start_info"):
     assert ev["hparams"][tag]["plugin"] == "hparams", ev["hparams"]
 print("event file:", ev["records"], "records,", len(sc), "scalar tags, CRCs right")

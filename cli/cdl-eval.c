@@ -159,7 +159,12 @@ static void print_text(const eval_ctx *e, const sums *s, const char *split)
             row += cm[(size_t)k * c + j];
         printf("  ");
         print_name(eval_class_name(e, k, buf, sizeof buf), w);
-        printf(" %7.2f%% %8.0f\n", row > 0 ? 100 * cm[(size_t)k * c + k] / row : 0.0, row);
+        /* A class without samples in the split has no accuracy (it
+         * said 0.00%, as if the model missed all of them). */
+        if (row > 0)
+            printf(" %7.2f%% %8.0f\n", 100 * cm[(size_t)k * c + k] / row, row);
+        else
+            printf(" %8s %8.0f\n", "n/a", row);
     }
     if (c > 100) {
         printf("\n(confusion matrix of %d classes left out of the text: use --json)\n", c);
@@ -199,7 +204,10 @@ static void print_json(const eval_ctx *e, const sums *s, const char *split)
         double row = 0;
         for (int j = 0; j < c; j++)
             row += cm[(size_t)k * c + j];
-        printf("%s%.6f", k ? "," : "", row > 0 ? cm[(size_t)k * c + k] / row : 0.0);
+        if (row > 0)
+            printf("%s%.6f", k ? "," : "", cm[(size_t)k * c + k] / row);
+        else
+            printf("%snull", k ? "," : "");   /* no samples: no accuracy */
     }
     printf("],\"confusion\":[");
     for (int k = 0; k < c; k++) {

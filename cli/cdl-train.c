@@ -416,6 +416,19 @@ static int parse_normalize(const char *opt, const char *a, cdl_train_config *cfg
     return 0;
 }
 
+/* "cdl-train" or, for one rank of several (cdlrun, srun --cdl-ddp),
+ * "cdl-train: rank N": every rank prints its own warnings and errors, and
+ * a log holding all ranks' lines must say whose each is. */
+static const char *who(char *buf, size_t len)
+{
+    const char *rank = getenv("RANK"), *world = getenv("WORLD_SIZE");
+    if (rank && *rank && (!world || strcmp(world, "1") != 0))
+        snprintf(buf, len, "cdl-train: rank %.16s", rank);
+    else
+        snprintf(buf, len, "cdl-train");
+    return buf;
+}
+
 /* More threads than this process may run on (a cgroup or a launcher's
  * binding smaller than --cpus-per-task) only time-slice. Without
  * --threads, libcdl takes the smaller of SLURM_CPUS_PER_TASK and the CPUs
@@ -428,17 +441,18 @@ static void warn_cpus(int threads)
     if (sched_getaffinity(0, sizeof set, &set) != 0)
         return;
     int ncpu = CPU_COUNT(&set);
+    char me[48];
     if (threads > 0) {
         if (threads > ncpu)
-            fprintf(stderr, "cdl-train: warning: --threads %d but this process may run on %d "
+            fprintf(stderr, "%s: warning: --threads %d but this process may run on %d "
                     "CPU%s: the threads beyond %d share them and slow each other down\n",
-                    threads, ncpu, ncpu > 1 ? "s" : "", ncpu);
+                    who(me, sizeof me), threads, ncpu, ncpu > 1 ? "s" : "", ncpu);
         return;
     }
     long want = s && *s ? strtol(s, NULL, 10) : 0;
     if (want > ncpu && want <= 4096)
-        fprintf(stderr, "cdl-train: warning: SLURM_CPUS_PER_TASK is %ld but this process may run on "
-                "%d CPUs; cdl uses the smaller, %d\n", want, ncpu, ncpu);
+        fprintf(stderr, "%s: warning: SLURM_CPUS_PER_TASK is %ld but this process may run on "
+                "%d CPUs; cdl uses the smaller, %d\n", who(me, sizeof me), want, ncpu, ncpu);
 }
 
 /* The environment's settings (options given later override them): read
@@ -715,11 +729,8 @@ int main(int argc, char **argv)
     if (rc == CDL_EXIT_REQUEUE)
         return CDL_EXIT_REQUEUE;
     if (rc != 0) {
-        const char *rank = getenv("RANK");
-        if (rank)
-            fprintf(stderr, "cdl-train: rank %s: error: %s\n", rank, cdl_last_error());
-        else
-            fprintf(stderr, "cdl-train: error: %s\n", cdl_last_error());
+        char me[48];
+        fprintf(stderr, "%s: error: %s\n", who(me, sizeof me), cdl_last_error());
         return 1;
     }
     return 0;

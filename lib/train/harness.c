@@ -626,7 +626,7 @@ static int run_epochs(run *r, cdl_train_result *res)
 
 /* The test set, once, with the final weights, when validation had its own
  * samples (with --val-split 0 the epochs' validation was the test set). */
-static int test_once(run *r)
+static int test_once(run *r, long step)
 {
     if (!r->have_val || !r->have_test)
         return 0;
@@ -662,7 +662,7 @@ static int test_once(run *r)
     int rc = l ? train_evaluate(r, l, &loss, &acc) : -1;
     cdl_loader_destroy(l);
     if (rc == 0)
-        rc = train_report_test(r->rep, loss, acc, r->test.n);
+        rc = train_report_test(r->rep, step, loss, acc, r->test.n);
     return rc;
 }
 
@@ -1029,7 +1029,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                           "test set, which then also chooses best.safetensors");
     rc = run_epochs(&r, res);
     if (rc == 0)
-        rc = test_once(&r);
+        rc = test_once(&r, res->steps);
 out:
     /* An error on this rank alone (a --ckpt-dir it cannot make, a file it
      * cannot read) leaves the collectives healthy: the peers would wait for

@@ -401,11 +401,14 @@ static int after_step(run *r, train_position *pos, epoch_clock *ck, cdl_train_re
     if (c->on_step)
         c->on_step(c->on_step_ctx, pos->step);
     double dt = train_now() - ck->t0;
-    if (pos->seen > 0)   /* a pipelined loop counts a step's results one step late */
-        train_report_progress(r->rep, pos->epoch, pos->batch, ck->spe, pos->loss_sum / pos->seen,
-                              pos->correct / pos->seen,
-                              dt > 0 ? (pos->seen - ck->seen0) * r->ri.world / dt /
-                                           r->positions : 0);
+    if (pos->seen > 0) {   /* a pipelined loop counts a step's results one step late */
+        double samples, tokens, mfu;
+        train_speed(r, dt > 0 ? (pos->seen - ck->seen0) * r->ri.world / dt : 0, &samples,
+                    &tokens, &mfu);
+        train_report_progress(r->rep, pos->epoch, pos->batch, ck->spe, pos->step,
+                              pos->loss_sum / pos->seen, pos->correct / pos->seen, samples,
+                              tokens);
+    }
     int stop = stop_agreed(r);
     if (stop < 0)
         return -1;

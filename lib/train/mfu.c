@@ -77,8 +77,13 @@ void train_speed_setup(run *r)
     r->flops_per_token = r->positions > 1 ? train_flops_per_token(params, attn_ct) : 0;
     const char *dev = cdl_backend_device_name(r->be);
     r->peak_tflops = r->cfg->peak_tflops > 0 ? r->cfg->peak_tflops : train_gpu_peak_tflops(dev);
-    if (r->positions <= 1)
+    if (r->positions <= 1) {
+        /* Said, not silently ignored: the user asked for an MFU. */
+        if (r->cfg->peak_tflops > 0)
+            train_report_note(r->rep, "--peak-tflops: no MFU for %s: the FLOPs are counted for "
+                              "sequence models (a language model) only", r->cfg->model);
         return;
+    }
     if (r->peak_tflops > 0)
         train_report_note(r->rep, "MFU: %.3g GFLOP per token (6 x %.0f parameters + attention) "
                           "against %g TFLOP/s per device (%s)", r->flops_per_token / 1e9, params,

@@ -16,6 +16,7 @@ struct train_report {
     int bar;                 /* live progress bar on stderr */
     int quiet;
     int epochs;
+    long max_steps;          /* --max-steps, 0: none */
     FILE *metrics;
     char metrics_path[1024];
     char run_id[RUN_ID_LEN + 1];
@@ -53,6 +54,7 @@ train_report *train_report_open(const cdl_train_config *cfg, int rank)
     r->on_record = cfg->on_record;
     r->on_record_ctx = cfg->on_record_ctx;
     r->epochs = cfg->epochs;
+    r->max_steps = cfg->max_steps > 0 ? cfg->max_steps : 0;
     /* By default only on a terminal, so a log file (Slurm's output, a
      * pipe) never gets the bar's carriage returns. */
     r->bar = rank == 0 && !cfg->quiet &&
@@ -98,8 +100,8 @@ void train_format_duration(double s, char *buf, size_t len)
         snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
 }
 
-void train_report_progress(train_report *r, int epoch, long b, long nb, double loss, double acc,
-                           double imgs_per_sec)
+void train_report_progress(train_report *r, int epoch, long b, long nb, long step, double loss,
+                           double acc, double imgs_per_sec, double tokens_per_sec)
 {
     if (!r->bar)
         return;
@@ -111,7 +113,8 @@ void train_report_progress(train_report *r, int epoch, long b, long nb, double l
         r->bar_b0 = b;
         r->bar_t0 = t;
     }
-    if (b < nb && t - r->last_draw < 0.1)
+    /* The epoch's and the run's last step are always drawn. */
+    if (b < nb && step != r->max_steps && t - r->last_draw < 0.1)
         return;
     r->last_draw = t;
     enum { WIDTH = 30 };
@@ -121,17 +124,27 @@ void train_report_progress(train_report *r, int epoch, long b, long nb, double l
         bar[i] = i < fill ? '#' : '.';
     bar[WIDTH] = 0;
     /* ETA from this epoch's pace: the rest of the epoch, and of the run
-     * (the training batches only: validation adds its own time). */
+     * (the training batches only: validation adds its own time), neither
+     * past --max-steps (counted, a run of 100 steps in 50 long epochs
+     * showed the 50 epochs' time). */
     char eta[32] = "?", run[32] = "?";
     if (b > r->bar_b0 && t > r->bar_t0) {
         double per_batch = (t - r->bar_t0) / (double)(b - r->bar_b0);
-        train_format_duration(per_batch * (double)(nb - b), eta, sizeof eta);
-        train_format_duration(per_batch * ((double)(nb - b) + (double)nb * (r->epochs - epoch - 1)),
-                              run, sizeof run);
+        double left_epoch = (double)(nb - b);
+        double left_run = left_epoch + (double)nb * (r->epochs - epoch - 1);
+        if (r->max_steps > 0) {
+            double left_steps = step < r->max_steps ? (double)(r->max_steps - step) : 0;
+            left_epoch = fmin(left_epoch, left_steps);
+            left_run = fmin(left_run, left_steps);
+        }
+        train_format_duration(per_batch * left_epoch, eta, sizeof eta);
+        train_format_duration(per_batch * left_run, run, sizeof run);
     }
-    fprintf(stderr, "\r\033[Kepoch %d/%d [%s] %ld/%ld  loss %.4f  acc %5.2f%%  %.0f img/s  "
-            "ETA %s (run %s)", epoch + 1, r->epochs, bar, b, nb, loss, 100 * acc, imgs_per_sec,
-            eta, run);
+    /* The epoch line's unit: a language model's windows are no images. */
+    int tok = tokens_per_sec > 0;
+    fprintf(stderr, "\r\033[Kepoch %d/%d [%s] %ld/%ld  loss %.4f  acc %5.2f%%  %.0f %s/s  "
+            "ETA %s (run %s)", epoch + 1, r->epochs, bar, b, nb, loss, 100 * acc,
+            tok ? tokens_per_sec : imgs_per_sec, tok ? "tok" : "img", eta, run);
     fflush(stderr);
 }
 
@@ -198,7 +211,7 @@ int train_report_step(train_report *r, const step_stats *s)
     return r->tb ? tboard_step(r->tb, s) : 0;
 }
 
-int train_report_test(train_report *r, double loss, double acc, int samples)
+int train_report_test(train_report *r, long step, double loss, double acc, int samples)
 {
     if (r->rank != 0)
         return 0;
@@ -214,7 +227,7 @@ int train_report_test(train_report *r, double loss, double acc, int samples)
     hand_on(r, &rec);
     if (r->metrics && metrics_test(r->metrics, r->run_id, r->rank, loss, acc, samples) != 0)
         return -1;
-    return 0;
+    return r->tb ? tboard_test(r->tb, step, loss, acc) : 0;
 }
 
 int train_report_tested(train_report *r)

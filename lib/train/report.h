@@ -22,9 +22,11 @@ void train_report_free(train_report *r);
 /* Seconds as M:SS or H:MM:SS into buf ("?" if not a sensible time). */
 void train_format_duration(double s, char *buf, size_t len);
 /* Live progress for batch b of nb in an epoch (bar on a terminal only),
- * with the ETA of the epoch and of the run. */
-void train_report_progress(train_report *r, int epoch, long b, long nb, double loss,
-                           double acc, double imgs_per_sec);
+ * the run's optimizer step `step` done, with the ETA of the epoch and of
+ * the run (both cut short by --max-steps), and the speed: tokens per
+ * second for a sequence model (tokens_per_sec > 0), else images. */
+void train_report_progress(train_report *r, int epoch, long b, long nb, long step, double loss,
+                           double acc, double imgs_per_sec, double tokens_per_sec);
 typedef struct epoch_stats {
     int epoch;
     long step;
@@ -40,9 +42,10 @@ struct run_info;
 struct step_stats;
 int train_report_start(train_report *r, const cdl_train_config *cfg, const struct run_info *ri);
 int train_report_step(train_report *r, const struct step_stats *s);
-/* The test set's result at the end of a run: a line, and in --metrics an
- * object with test_loss, test_acc, test_samples (and no "epoch"). */
-int train_report_test(train_report *r, double loss, double acc, int samples);
+/* The test set's result at the end of a run (its last step `step`): a
+ * line, in --metrics an object with test_loss, test_acc, test_samples (and
+ * no "epoch"), and the test/ scalars for TensorBoard. */
+int train_report_test(train_report *r, long step, double loss, double acc, int samples);
 /* Rank 0: 1 when --metrics already ends this run with its test record
  * (metrics_tested: the final weights were tested by an earlier start), 0
  * when not or without --metrics (other ranks: 0), -1 on a read error. */

@@ -1,6 +1,8 @@
 /* What cdl-train writes for TensorBoard (--tensorboard DIR, rank 0): the
  * run's hyper-parameters (hparams plugin) at start, scalars per step
- * record (--metrics-every) and per epoch, flushed each epoch. */
+ * record (--metrics-every) and per epoch, each flushed as it is written:
+ * TensorBoard shows a running job (a language model's may never end an
+ * epoch), and a job killed mid-epoch keeps them. */
 #include <math.h>
 #include <stdio.h>
 
@@ -14,6 +16,7 @@ static const char *const compared[] = {"epoch/val_loss", "epoch/val_accuracy",
 
 int tboard_start(tfev *w, const cdl_train_config *c, const run_info *ri)
 {
+    int accum = c->accum_steps > 1 ? c->accum_steps : 1;
     const tfev_hparam hp[] = {
         {"model", c->model, 0},
         {"dataset", c->dataset, 0},
@@ -21,7 +24,10 @@ int tboard_start(tfev *w, const cdl_train_config *c, const run_info *ri)
         {"schedule", cdl_sched_kind_name(c->schedule), 0},
         {"lr", NULL, c->lr},
         {"batch_size", NULL, c->batch_size},
-        {"global_batch_size", NULL, (double)c->batch_size * ri->world},
+        /* Samples per optimizer step: every rank's micro-batches (with
+         * --accum-steps 4 it said a quarter of the real one). */
+        {"accum_steps", NULL, accum},
+        {"global_batch_size", NULL, (double)c->batch_size * accum * ri->world},
         {"epochs", NULL, c->epochs},
         {"momentum", NULL, c->optim.momentum},
         {"weight_decay", NULL, c->optim.weight_decay},
@@ -31,7 +37,13 @@ int tboard_start(tfev *w, const cdl_train_config *c, const run_info *ri)
         {"backend", ri->backend, 0},
         {"run_id", ri->run_id, 0},
     };
-    return tfev_hparams(w, hp, (int)(sizeof hp / sizeof hp[0]), compared, ri->run_id);
+    /* The resumed run writes its steps from start_step + 1 again: a run
+     * killed after its last checkpoint had written some of them (two
+     * lines over those steps in TensorBoard without this). */
+    if (tfev_session_start(w, ri->start_step + 1) != 0 ||
+        tfev_hparams(w, hp, (int)(sizeof hp / sizeof hp[0]), compared, ri->run_id) != 0)
+        return -1;
+    return tfev_flush(w);
 }
 
 int tboard_step(tfev *w, const step_stats *s)
@@ -44,7 +56,9 @@ int tboard_step(tfev *w, const step_stats *s)
         (tfev_scalar(w, "step/tokens_per_sec", s->step, s->tokens_per_sec) ||
          (isfinite(s->mfu) && tfev_scalar(w, "step/mfu", s->step, s->mfu))))
         return -1;
-    return isfinite(s->grad_norm) ? tfev_scalar(w, "step/grad_norm", s->step, s->grad_norm) : 0;
+    if (isfinite(s->grad_norm) && tfev_scalar(w, "step/grad_norm", s->step, s->grad_norm))
+        return -1;
+    return tfev_flush(w);
 }
 
 int tboard_eval(tfev *w, long step, double loss, double acc)
@@ -69,6 +83,13 @@ int tboard_epoch(tfev *w, const epoch_stats *s)
     if (s->tokens_per_sec > 0 &&
         (tfev_scalar(w, "epoch/tokens_per_sec", x, s->tokens_per_sec) ||
          (isfinite(s->mfu) && tfev_scalar(w, "epoch/mfu", x, s->mfu))))
+        return -1;
+    return tfev_flush(w);
+}
+
+int tboard_test(tfev *w, long step, double loss, double acc)
+{
+    if (tfev_scalar(w, "test/loss", step, loss) || tfev_scalar(w, "test/accuracy", step, acc))
         return -1;
     return tfev_flush(w);
 }

@@ -238,6 +238,17 @@ int tfev_scalar(tfev *w, const char *tag, long step, double value)
     return record(w, &ev);
 }
 
+int tfev_session_start(tfev *w, long step)
+{
+    PB(log, 16);
+    f_int(&log, 1, 1);   /* SessionLog{status=1: START} */
+    PB(ev, 64);
+    f_double(&ev, 1, wall_now());
+    f_int(&ev, 2, step);
+    f_msg(&ev, 7, &log);
+    return record(w, &ev);
+}
+
 /* An Event holding one hparams-plugin Value (tag, HParamsPluginData). */
 static int plugin_event(tfev *w, const char *tag, const pb *data)
 {

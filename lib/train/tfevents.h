@@ -9,6 +9,8 @@
  *   Value{tag, metadata=9: SummaryMetadata{plugin_data=1: PluginData{
  *         plugin_name=1 "hparams", content=2: HParamsPluginData}}}
  *                                              hyper-parameters
+ *   Event{wall_time, step, session_log=7: SessionLog{status=1: START}}
+ *                                              a (re)start
  * Field numbers from tensorflow/core/util/event.proto, summary.proto and
  * tensorboard/plugins/hparams/{api,plugin_data}.proto. Only what cdl
  * writes is encoded; nothing here reads. */
@@ -29,6 +31,10 @@ tfev *tfev_open(const char *dir);
 /* The file's path, for messages. */
 const char *tfev_path(const tfev *w);
 int tfev_scalar(tfev *w, const char *tag, long step, double value);
+/* A session (re)starting at step: TensorBoard's reader drops the events
+ * of earlier files from this step on, which a run killed after its last
+ * checkpoint wrote and its resumption writes again. */
+int tfev_session_start(tfev *w, long step);
 
 /* One hyper-parameter: a string or a number. */
 typedef struct tfev_hparam {
@@ -54,5 +60,7 @@ int tboard_start(tfev *w, const cdl_train_config *c, const struct run_info *ri);
 int tboard_step(tfev *w, const struct step_stats *s);
 int tboard_epoch(tfev *w, const struct epoch_stats *s);
 int tboard_eval(tfev *w, long step, double loss, double acc);
+/* The test set's result with the final weights, at the run's last step. */
+int tboard_test(tfev *w, long step, double loss, double acc);
 
 #endif

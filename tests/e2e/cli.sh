@@ -41,6 +41,10 @@ more=$(($(nproc) + 1))
 SLURM_CPUS_PER_TASK=4096 expect_status 2 "$CDL_TRAIN" --threads $more --epochs 0
 expect_err "--threads $more but this process may run on $(nproc) CPU"
 grep -q "uses the smaller" "$TMP/err" && die "--threads $more is said to be cut down"
+# One rank of several (cdlrun, srun --cdl-ddp: every rank prints it) says
+# whose warning it is, as its errors do.
+RANK=1 WORLD_SIZE=2 expect_status 2 "$CDL_TRAIN" --threads $more --epochs 0
+expect_err "cdl-train: rank 1: warning: --threads $more"
 # --summary: the model's layers for the data, and nothing written or trained.
 expect_status 0 "$CDL_TRAIN" --model resnet20 --summary --ckpt-dir "$TMP/sum-ck" \
     --metrics "$TMP/sum.jsonl" --tensorboard "$TMP/sum-tb"
@@ -134,6 +138,17 @@ sed -i '/"type":"test"/d' "$TMP/t.jsonl"
 expect_status 0 "$CDL_TRAIN" $tested
 grep -q '^test  loss' "$TMP/out" || die "the untested final weights were not tested"
 [ "$(grep -c '"type":"test"' "$TMP/t.jsonl")" = 1 ] || die "no test record after the rerun"
+# --metrics into a pipe (/dev/stdout | tee, a FIFO) holds no earlier
+# records, so it tests. It read its own pipe for them and, once the pipe
+# was empty, hung for ever, deaf to SIGTERM. The FIFO is held open and
+# read only after the run; timeout only guards.
+mkfifo "$TMP/mf"
+exec 3<>"$TMP/mf"
+st=0; timeout -s KILL 30 "$CDL_TRAIN" $tested --metrics "$TMP/mf" 2>"$TMP/err" || st=$?
+exec 4<"$TMP/mf" 3>&-
+cat <&4 >"$TMP/out"; exec 4<&-
+[ "$st" = 0 ] || die "a finished run with --metrics into a FIFO ended with $st (137: hung)"
+grep -q '"type":"test"' "$TMP/out" || die "no test record into the FIFO"
 # Stored in the checkpoint: a resume with another decay is refused.
 expect_status 1 "$CDL_TRAIN" $small --warmup-steps 2 --decay-steps 8 --ckpt-dir "$TMP/sched" \
     --epochs 6 --resume-allow epochs
@@ -188,4 +203,9 @@ if command -v flock >/dev/null; then
     expect_err "--ckpt-dir $TMP/shared is in use by another run (pid "
     expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/shared" --quiet
 fi
+# --peak-tflops for an image model, whose MFU is not counted: said, not
+# silently ignored.
+expect_status 0 "$CDL_TRAIN" --dataset synthetic --synthetic-size 64 --epochs 1 --threads 1 \
+    --workers 0 --peak-tflops 100
+expect_err "--peak-tflops: no MFU for lenet"
 echo "PASS: cdl-train command line"

@@ -131,7 +131,8 @@ lines = text.splitlines()
 rows = lines[lines.index("per-class accuracy:") + 2:][:2]
 cm = lines[lines.index("confusion matrix (rows: true class, columns: predicted):") + 2:][:2]
 print(rows, cm)
-sys.exit(len({r.index("%") for r in rows}) != 1 or len({len(r) for r in cm}) != 1
+acc_end = {r.rindex(r.split()[-2]) + len(r.split()[-2]) for r in rows}   # "12.50%" or "n/a"
+sys.exit(len(acc_end) != 1 or len({len(r) for r in cm}) != 1
          or "é" * 25 in text or "é" * 24 not in text)
 PYEOF
 
@@ -207,5 +208,21 @@ acc_equal "$TMP/mc.jsonl" "$TMP/evalc.json"
     >"$TMP/evalv.json" || die "cdl-eval --dataset csv:PATH --split val"
 expect_status 1 "$CDL_PREDICT" "$TMP/ckc/last.safetensors" "$TMP/img/test/red/00.png"
 expect_err "predict with --dataset"
+# A class without samples in the split has no accuracy: n/a and null, not
+# 0 % (as if the model missed them all). 8 test samples of 10 classes.
+"$CDL_TRAIN" --dataset synthetic --synthetic-size 40 --batch-size 8 --epochs 1 --threads 1 \
+    --workers 0 --ckpt-dir "$TMP/ck0" -q || die "training on 40 samples failed"
+"$CDL_EVAL" "$TMP/ck0/last.safetensors" --threads 1 >"$TMP/e0.txt" || die "cdl-eval, empty classes"
+grep -qE '^  [0-9] +n/a +0$' "$TMP/e0.txt" || { cat "$TMP/e0.txt"; die "no n/a for a class without samples"; }
+grep -qE '^  [0-9] +[0-9.]+% +0$' "$TMP/e0.txt" && die "an accuracy for a class without samples"
+"$CDL_EVAL" "$TMP/ck0/last.safetensors" --threads 1 --json >"$TMP/e0.json" || die "cdl-eval --json"
+"$PY" - "$TMP/e0.json" <<'PY' || die "cdl-eval --json: a class without samples is not null"
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = [sum(r) for r in d["confusion"]]
+assert 0 in rows, rows
+for n, a in zip(rows, d["per_class_accuracy"]):
+    assert (a is None) == (n == 0), (rows, d["per_class_accuracy"])
+PY
 echo "PASS: cdl-eval matches cdl-train on a CSV run; KIND:PATH; files refused for a table's model"
 exit 0

@@ -20,4 +20,21 @@ grep -aq 'epoch 1/2 \[#*\.*\] [0-9]*/[0-9]* .* img/s  ETA [0-9?][0-9:]* (run [0-
     { cat -v "$TMP/tty" | head -5; die "no bar with an ETA on the terminal"; }
 grep -aq 'epoch 2/2 \[##############################\] \([0-9]*\)/\1 .*ETA 0:00 (run 0:00)' "$TMP/tty" ||
     { cat -v "$TMP/tty" | head -5; die "the last batch's bar does not end at ETA 0:00"; }
+
+# --max-steps ends the run inside the first of many epochs: the run's ETA
+# counts the steps to it, not the 1000 epochs (it said hours).
+SHELL=/bin/sh script -qec "'$CDL_TRAIN' $args --epochs 1000 --max-steps 5" "$TMP/tty" \
+    >/dev/null 2>&1 || { cat "$TMP/tty"; die "training with --max-steps on a terminal failed"; }
+grep -aq 'epoch 1/1000 \[#*\.*\] 5/15 .*ETA 0:00 (run 0:00)' "$TMP/tty" ||
+    { cat -v "$TMP/tty" | tr '\r' '\n' | grep ETA | tail -3; die "the ETA at --max-steps is not 0:00"; }
+
+# A language model's bar counts tokens per second, as its epoch line does
+# (it said "img/s" of its windows).
+for i in $(seq 200); do echo "line $i of a small corpus for the bar"; done >"$TMP/c.txt"
+SHELL=/bin/sh script -qec "'$CDL_TRAIN' --threads 1 --workers 0 --max-steps 3 --batch-size 4 \
+    --model gpt:n_layer=1,n_head=2,n_embd=16,block_size=16 --dataset text:$TMP/c.txt" \
+    "$TMP/tty" >/dev/null 2>&1 || { cat "$TMP/tty"; die "training a GPT on a terminal failed"; }
+grep -aq 'epoch 1/[0-9]* \[#*\.*\] 3/[0-9]* .* [0-9]* tok/s  ETA' "$TMP/tty" ||
+    { cat -v "$TMP/tty" | tr '\r' '\n' | grep ETA | tail -3; die "no tok/s on a GPT's bar"; }
+grep -aq 'img/s' "$TMP/tty" && die "a GPT's bar counts images"
 echo "PASS: progress bar with ETA on a terminal only"

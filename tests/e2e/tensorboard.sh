@@ -46,9 +46,24 @@ same("step/grad_norm", steps, "grad_norm")
 same("epoch/val_accuracy", epochs, "val_acc")
 same("epoch/train_loss", epochs, "train_loss")
 same("epoch/images_per_sec", epochs, "images_per_sec", 1e-3)   # JSON: 1 decimal
+tests = [dict(r, step=epochs[-1]["step"]) for r in recs if r["type"] == "test"]
+assert len(tests) == 1, tests
+same("test/loss", tests, "test_loss")
+same("test/accuracy", tests, "test_acc")
 for tag in ("_hparams_/experiment", "_hparams_/session_start_info"):
     assert ev["hparams"][tag]["plugin"] == "hparams", ev["hparams"]
 print("event file:", ev["records"], "records,", len(sc), "scalar tags, CRCs right")
+PY
+
+# The hparams' batch in all is the optimizer step's: 8 samples x 2
+# micro-batches (--accum-steps), not 8.
+"$CDL_TRAIN" --dataset synthetic --synthetic-size 64 --batch-size 8 --accum-steps 2 --epochs 1 \
+    --threads 1 --workers 0 --tensorboard "$TMP/tb-accum" -q || die "training with --accum-steps failed"
+"$PY" "$READ" "$TMP"/tb-accum/events.out.tfevents.* >"$TMP/accum.json" || die "tfevents_read.py, accum"
+"$PY" - "$TMP/accum.json" <<'PY' || die "hparams global_batch_size leaves out --accum-steps"
+import json, sys
+hp = json.load(open(sys.argv[1]))["hparam_values"]
+assert hp["batch_size"] == 8 and hp["global_batch_size"] == 16 and hp["accum_steps"] == 2, hp
 PY
 
 # The reader can fail: one flipped byte in the last record.
@@ -57,6 +72,49 @@ size=$(stat -c %s "$TMP/damaged")
 printf '\377' | dd of="$TMP/damaged" bs=1 seek=$((size - 6)) conv=notrunc status=none
 "$PY" "$READ" "$TMP/damaged" >/dev/null 2>"$TMP/err" && die "a damaged event file reads as good"
 expect_err "CRC mismatch"
+
+# A running job's events are in the file as they happen, not only at the
+# epoch's end: killed (SIGKILL, as Slurm does after the grace time) in its
+# first epoch, after its third step record, the file holds the hparams and
+# the first two steps' scalars. (They sat in a stdio buffer and were lost.)
+live="--dataset synthetic --synthetic-size 4096 --batch-size 32 --epochs 100 --threads 1
+      --workers 0 --metrics-every 1 --ckpt-every 2 --ckpt-dir $TMP/ck-live
+      --tensorboard $TMP/tb-live -q"
+mkfifo "$TMP/live"
+# shellcheck disable=SC2086
+"$CDL_TRAIN" $live --metrics "$TMP/live" &
+pid=$!
+n=0
+while read -r line; do
+    case $line in *'"type":"step"'*) n=$((n + 1)); [ $n = 3 ] && kill -9 $pid ;; esac
+done <"$TMP/live"
+st=0; wait $pid 2>/dev/null || st=$?
+[ $st = 137 ] || die "the run to kill ended with $st before its third step record was read"
+"$PY" "$READ" "$TMP"/tb-live/events.out.tfevents.* >"$TMP/live.json" ||
+    die "tfevents_read.py rejects the killed run's event file"
+"$PY" - "$TMP/live.json" <<'PY' || die "a killed run's event file lacks the steps before it"
+import json, sys
+ev = json.load(open(sys.argv[1]))
+steps = [s for s, _ in ev["scalars"].get("step/loss", [])]
+assert steps[:2] == [1, 2], ev["scalars"]
+assert "_hparams_/session_start_info" in ev["hparams"], ev["hparams"]
+assert ev["starts"] == [1], ev["starts"]
+PY
+# Resumed from its last checkpoint, which may be older than the last step
+# in the file: the new file starts its session at the step after the
+# checkpoint's, so TensorBoard drops the killed run's steps from there
+# (they were drawn twice; checked with TensorBoard's reader below).
+# shellcheck disable=SC2086
+"$CDL_TRAIN" $live --max-steps 12 --metrics "$TMP/live.jsonl" || die "resuming the killed run failed"
+set -- "$TMP"/tb-live/events.out.tfevents.*
+[ $# = 2 ] || die "expected a second event file for the resumed run: $*"
+"$PY" "$READ" "$2" >"$TMP/live2.json" || die "tfevents_read.py rejects the resumed run's event file"
+"$PY" - "$TMP/live2.json" "$TMP/live.jsonl" <<'PY' || die "the resumed run's session start is wrong"
+import json, sys
+ev = json.load(open(sys.argv[1]))
+start = json.loads(open(sys.argv[2]).readline())["start_step"]
+assert start > 0 and ev["starts"] == [start + 1], (start, ev["starts"])
+PY
 
 # Another run into the same directory with --resume never: refused.
 expect_status 1 "$CDL_TRAIN" --dataset synthetic --synthetic-size 64 --epochs 1 --resume never \
@@ -102,5 +160,13 @@ exp = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment
 assert "lr" in [h.name for h in exp.hparam_infos]
 assert "epoch/val_accuracy" in [m.name.tag for m in exp.metric_infos]
 print("TensorBoard reads", len(tags), "scalar tags and the hparams of run", sys.argv[2])
+PY
+"$venv/bin/python" - "$TMP/tb-live" 2>/dev/null <<'PY' || die "TensorBoard draws a resumed run's steps twice"
+import sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0})
+acc.Reload()
+steps = [e.step for e in acc.Scalars("step/loss")]
+assert steps == list(range(1, 13)), steps
 PY
 echo "PASS: TensorBoard event files"

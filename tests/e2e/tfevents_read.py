@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Reads a TensorBoard event file with the standard library only and prints
 what cdl-train wrote as JSON: {"version": ..., "scalars": {tag: [[step,
-value], ...]}, "hparams": {tag: {"plugin": name, "bytes": n}}}.
+value], ...]}, "hparams": {tag: {"plugin": name, "bytes": n}},
+"hparam_values": {name: value of this session}, "starts":
+[step of each SessionLog START], "records": n}.
 
 Every record's two masked CRC32C are checked: a damaged file exits 1 with
 the record and offset. Used by tests/e2e/tensorboard.sh, so the event files
@@ -57,9 +59,28 @@ def varint(buf, i):
             return v, i
 
 
+def session_values(value):
+    """{name: number or string} of a Value holding the hparams plugin's
+    SessionStartInfo (HParamsPluginData field 3, its hparams map field 1)."""
+    out = {}
+    for vf, _, meta in fields(value):
+        if vf != 9:
+            continue
+        plug = dict((f, v) for f, _, v in fields(dict((f, v) for f, _, v in fields(meta))[1]))
+        start = dict((f, v) for f, _, v in fields(plug[2]))[3]
+        for f, _, entry in fields(start):
+            if f != 1:
+                continue
+            e = dict((ef, ev) for ef, _, ev in fields(entry))
+            val = dict((vf2, vv) for vf2, _, vv in fields(e[2]))
+            out[e[1].decode()] = (struct.unpack("<d", val[2])[0] if 2 in val
+                                  else val.get(3, b"").decode())
+    return out
+
+
 def main(path):
     data = open(path, "rb").read()
-    out = {"version": None, "scalars": {}, "hparams": {}, "records": 0}
+    out = {"version": None, "scalars": {}, "hparams": {}, "starts": [], "records": 0}
     off = 0
     while off < len(data):
         if len(data) - off < 12:
@@ -83,6 +104,9 @@ def main(path):
                 step = v
             elif f == 3:
                 out["version"] = v.decode()
+            elif f == 7:   # SessionLog: status 1 is START
+                if dict((sf, sv) for sf, _, sv in fields(v)).get(1) == 1:
+                    out["starts"].append(step)
             elif f == 5:
                 for sf, _, value in fields(v):
                     if sf != 1:
@@ -102,6 +126,8 @@ def main(path):
                         out["scalars"].setdefault(tag, []).append([step, simple])
                     elif plugin:
                         out["hparams"][tag] = {"plugin": plugin[0], "bytes": plugin[1]}
+                        if tag == "_hparams_/session_start_info":
+                            out["hparam_values"] = session_values(value)
     json.dump(out, sys.stdout)
     print()
 

@@ -2,10 +2,12 @@
  * of the records earlier starts wrote. The file is the user's (any bytes):
  * lines are matched by their fixed start, never parsed further. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "metrics.h"
 
@@ -14,12 +16,21 @@ int metrics_tested(const char *path, const char *run_id)
     /* A pipe or terminal (--metrics /dev/stdout | tee ...) holds no earlier
      * records, and reading it waited for ever on its own output, deaf to
      * SIGTERM (a resubmitted finished run hung): not tested yet. */
-    struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return 0;
-    FILE *f = fopen(path, "r");
-    if (!f)
+    /* Opened without waiting for a writer (a FIFO's open blocks), then
+     * looked at: the file read is the file checked. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return errno == ENOENT ? 0 : cdl_error("cannot read %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return 0;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return cdl_error("cannot read %s: %s", path, strerror(errno));
+    }
     /* Records of other runs in the same file are not this run's. */
     char id[64];
     int idn = snprintf(id, sizeof id, "\",\"run_id\":\"%s\"", run_id);

@@ -38,7 +38,7 @@ if python3 -c 'import torch' >/dev/null 2>&1; then
     has '^    torch [^ ]+ eager +[0-9]+ img/s  1.00x torch eager' "PyTorch"
     has '^    target +(met|NOT met)' "the speed target"
 fi
-has '^4 MPS replicas \(cdl CUDA graph, batch 64\)' "the MPS step"
+has '^4 MPS replicas \(cdl CUDA graph, batch 16\)' "the MPS step"
 has '^    1 replica\(s\) +[0-9]+ img/s  1.00x one replica' "one replica"
 has '^    2 replica\(s\) +[0-9]+ img/s  [0-9.]+x one replica' "two replicas"
 has '^    weights, graphs on vs off.*PASS' "graphs on vs off"

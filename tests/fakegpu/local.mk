@@ -124,8 +124,9 @@ tests/fakegpu/mma_layout.o: tests/fakegpu/mma_layout.cc $(CDL_NVCC_DEPS) \
 	$(top_srcdir)/tests/fakegpu/emu_mma.h
 	$(AM_V_NVCC)$(MKDIR_P) $(@D) && $(NVCC) $(CDL_EMU_FLAGS) -c $(top_srcdir)/tests/fakegpu/mma_layout.cc -o $@
 CLEANFILES += tests/fakegpu/mma_layout.o
+# (and gpu_script.sh, which Makefile.am puts first in TESTS: it takes longest)
 TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh tests/fakegpu/ddp.sh \
-	tests/fakegpu/gpu_script.sh tests/fakegpu/coll.sh tests/fakegpu/fault.sh
+	tests/fakegpu/coll.sh tests/fakegpu/fault.sh
 TESTS += tests/fakegpu/nccl_stall.sh tests/fakegpu/tools.sh
 endif
 EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/emu_wmma.h tests/fakegpu/emu_mma.h tests/fakegpu/mma_layout.cc tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \

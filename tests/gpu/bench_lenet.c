@@ -7,8 +7,10 @@
  * pipeline; --input pinned copies it in from page-locked memory each step.
  *
  * Usage: bench_lenet [--device cuda|cpu] [--batch N] [--seconds S] [--graph]
- *                    [--input device|pinned] [--start-at UNIX_TIME]
+ *                    [--input device|pinned] [--start-at UNIX_TIME] [--warmup N]
  * --graph runs each step as a CUDA graph (captured once, then replayed).
+ * --warmup: untimed steps first [20]; the first is eager, the second
+ * captures the graph (run.sh's rehearsal on the fake GPU takes 3).
  * --start-at: after warming up, wait until this wall-clock time (seconds
  * since the epoch) before timing, so packed replicas measure together.
  * The last line is "images_per_sec X".
@@ -218,7 +220,7 @@ static float mean_loss(net *m)
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_lenet [--device cuda|cpu] [--batch N] [--seconds S] [--graph] "
-                    "[--input device|pinned] [--start-at UNIX_TIME]\n");
+                    "[--input device|pinned] [--start-at UNIX_TIME] [--warmup N]\n");
     exit(2);
 }
 
@@ -226,7 +228,7 @@ int main(int argc, char **argv)
 {
     rng_seed(&rng, 7);
     const char *device = "cuda", *input = "device";
-    int B = 512, graph = 0;
+    int B = 512, graph = 0, warmup = 20;
     double seconds = 5, start_at = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -242,10 +244,13 @@ int main(int argc, char **argv)
             seconds = atof(argv[++i]);
         else if (!strcmp(a, "--start-at") && v)
             start_at = atof(argv[++i]);
+        else if (!strcmp(a, "--warmup") && v)
+            warmup = atoi(argv[++i]);
         else
             usage();
     }
-    if (B < 1 || B > 65536 || !(seconds > 0) || (strcmp(input, "device") && strcmp(input, "pinned")))
+    if (B < 1 || B > 65536 || warmup < 2 || warmup > 1000 || !(seconds > 0) ||
+        (strcmp(input, "device") && strcmp(input, "pinned")))
         usage();
     cdl_backend_params p;
     cdl_backend_params_from_env(&p);   /* CDL_LOG=cudnn,cuda: tests/gpu/run.sh */
@@ -259,7 +264,7 @@ int main(int argc, char **argv)
 
     /* Warm-up: one eager step (cuDNN and cuBLAS settle), then the graph is
      * captured and replayed. */
-    for (int i = 0; i < 20; i++)
+    for (int i = 0; i < warmup; i++)
         if (step(&m, graph && i > 0) != 0)
             goto fail;
     if (be->ops->sync(be) != 0)

@@ -126,11 +126,15 @@ fi
 
 # What runs: the real programs on a GPU, the fake GPU's in a rehearsal.
 if [ "$rehearsal" = 1 ]; then
-    bin=tests/fakegpu train_bin=tests/fakegpu/cdl-train big=64 secs=1 replicas="1 2" torch_dev=cpu
+    # batch 16 and 3 warm-up steps for bench_lenet: every step runs, on the
+    # fake GPU's CPU emulation (a LeNet step at batch 64: ~0.8 s) in minutes.
+    bin=tests/fakegpu train_bin=tests/fakegpu/cdl-train big=16 secs=1 replicas="1 2" torch_dev=cpu
+    bench_warm=(--warmup 3)
     slow=5   # the fake GPU on a shared CPU: benchmarks get 5 times their time
     extra="tests/slurm/fake-mps-control tests/fakegpu/cdl-train"   # more to build
 else
     bin=tests/gpu train_bin=cli/cdl-train big=512 secs=5 replicas="1 2 4 8" torch_dev=cuda slow=1
+    bench_warm=()   # bench_lenet's default warm-up
     extra=
 fi
 ops_bin=$bin/ops_vs_cpu bench_bin=$bin/bench_lenet bf16_bin=$bin/ops_bf16
@@ -300,7 +304,7 @@ echo "== what this runs on"
         echo "MPS: not available (no nvidia-cuda-mps-control)"
     fi
     echo "seed CNN convolutions (CDL_LOG=cudnn, TF32 default):"
-    CDL_LOG=cudnn,cuda timeout $((60 * slow)) "$bench_bin" --batch "$big" --seconds 0.1 2>&1 |
+    CDL_LOG=cudnn,cuda timeout $((60 * slow)) "$bench_bin" --batch "$big" "${bench_warm[@]}" --seconds 0.1 2>&1 |
         grep '^cdl: cud' | sed 's/^cdl: /  /'
 } 2>&1 | tee "$logs/info.log"
 
@@ -406,7 +410,7 @@ bench() {   # bench LOG CMD...: runs CMD, prints its images/s or nothing
 torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "(not installed)")
 if want 3; then
 echo "== 3. seed CNN speed, cdl vs PyTorch"
-lenet=("$bench_bin" --batch "$big" --seconds "$secs")
+lenet=("$bench_bin" --batch "$big" "${bench_warm[@]}" --seconds "$secs")
 torch=("$python" "$top/tests/gpu/bench_torch.py" --device "$torch_dev" --batch "$big" --seconds "$secs")
 cdl_eager=$(bench bench-eager.log "${lenet[@]}")
 cdl_graph=$(bench bench-graph.log "${lenet[@]}" --graph)
@@ -458,7 +462,7 @@ else
             start=$(( $(date +%s) + 6 + r ))
             pids=()
             for i in $(seq 1 $r); do
-                timeout $((60 * slow)) "$bench_bin" --batch "$big" --graph --seconds "$((secs + 3))" --start-at "$start" \
+                timeout $((60 * slow)) "$bench_bin" --batch "$big" "${bench_warm[@]}" --graph --seconds "$((secs + 3))" --start-at "$start" \
                     > "$logs/mps-$r-$i.log" 2>&1 &
                 pids+=($!)
             done
@@ -596,7 +600,8 @@ fi
 # token for both, peak bf16 TFLOP/s from the GPU's name or
 # CDL_PEAK_TFLOPS). cdl's tokens/s is the difference of two runs of 5 and
 # 45 steps (start-up, first step and graph capture cancel out; with 25, the
-# start-up's jitter moved the figure by a fifth on an H200).
+# start-up's jitter moved the figure by a fifth on an H200); a rehearsal's,
+# of 2 and 12 (a step of its small GPT: ~1 s on the fake GPU).
 echo "== 8. bf16: products against their bounds, GPT-2 small throughput"
 if ! want 8; then
     :
@@ -615,8 +620,10 @@ while IFS= read -r line; do   # "time OP SHAPE: TIMES"
 done < <(grep '^time attn_' "$logs/ops_bf16.log" 2>/dev/null)
 if [ "$rehearsal" = 1 ]; then
     gl=2 gh=2 gc=32 gt=64 gv=512 gb=4 gpt_name="GPT 2x32 (rehearsal), block 64"
+    g1=2 g2=12   # the steps of the two timed runs
 else
     gl=12 gh=12 gc=768 gt=1024 gv=50257 gb=${CDL_GPT_BATCH:-16} gpt_name="GPT-2 small (124M), block 1024"
+    g1=5 g2=45
 fi
 gpt_model="gpt:n_layer=$gl,n_head=$gh,n_embd=$gc,block_size=$gt,vocab_size=$gv"
 peak=${CDL_PEAK_TFLOPS:-}
@@ -631,11 +638,11 @@ fi
 # mfu TOKENS_PER_SEC FLOPS_PER_TOKEN: "MFU x%" or "MFU n/a" (unknown peak)
 mfu() { awk -v t="$1" -v f="$2" -v p="${peak:-0}" 'BEGIN{if (p > 0 && t > 0) printf "MFU %.1f%%", 100 * t * f / (p * 1e12); else printf "MFU n/a"}'; }
 tok=$logs/gpt-tokens
-make_tokens() {   # random tokens in $tok, nanoGPT's format, for 45 steps
+make_tokens() {   # random tokens in $tok, nanoGPT's format, for g2 steps
     mkdir -p "$tok" && "$python" -c 'import random, sys, array
 r = random.Random(1); v = int(sys.argv[2])
 array.array("H", (r.randrange(v) for _ in range(int(sys.argv[3])))).tofile(open(sys.argv[1], "wb"))' \
-        "$tok/train.bin" "$gv" $((46 * gb * gt + gt + 1)) &&
+        "$tok/train.bin" "$gv" $(( (g2 + 1) * gb * gt + gt + 1)) &&
         head -c $(( (gb * gt + gt + 1) * 2 )) "$tok/train.bin" > "$tok/val.bin"
 }
 if ! want 8; then
@@ -648,7 +655,7 @@ elif late 88; then
     row "8 $gpt_name bf16" "$(late_why)"
 else
     row "8 $gpt_name bf16, batch $gb" "target: cdl >= 1.0x torch.compile"
-    # Random tokens in nanoGPT's format (uint16), enough for 45 steps; a
+    # Random tokens in nanoGPT's format (uint16), enough for g2 steps; a
     # validation set of one batch (validated once per run, in every run).
     make_tokens
     # N without the position embedding: wte (tied) + per layer 12C^2 + 13C + ln_f.
@@ -664,32 +671,32 @@ else
     }
     cdl_tps=
     rm -f "$logs"/gpt-cdl-*.log
-    if s5=$(gpt_run 5) && s45=$(gpt_run 45); then
-        cdl_tps=$(awk -v a="$s5" -v b="$s45" -v n=$((40 * gb * gt)) 'BEGIN{if (b > a) printf "%.0f", n / (b - a)}')
+    if s1=$(gpt_run $g1) && s2=$(gpt_run $g2); then
+        cdl_tps=$(awk -v a="$s1" -v b="$s2" -v n=$(((g2 - g1) * gb * gt)) 'BEGIN{if (b > a) printf "%.0f", n / (b - a)}')
     fi
     missing=$(grep -ho 'backend has no [a-z_]* op yet' "$logs"/gpt-cdl-*.log 2>/dev/null | head -1)
     if [ -n "$cdl_tps" ]; then
         row "    cdl bf16" "$(printf '%9s tokens/s  %s' "$cdl_tps" "$(mfu "$cdl_tps" "$fpt")")"
-        graphs=$(grep -o 'CUDA graphs [a-z]*' "$logs/gpt-cdl-45.log" | head -1)
+        graphs=$(grep -o 'CUDA graphs [a-z]*' "$logs/gpt-cdl-$g2.log" | head -1)
         # nanoGPT's --clip-grad 1: the norm and the clip stay on the GPU,
         # inside the CUDA graph (docs/cuda.md); the same tokens/s expected.
-        if c45=$(gpt_run 45 --clip-grad 1); then
-            ctps=$(awk -v a="$s5" -v b="$c45" -v n=$((40 * gb * gt)) 'BEGIN{if (b > a) printf "%.0f", n / (b - a)}')
-            cgraphs=$(grep -o 'CUDA graphs [a-z]*' "$logs/gpt-cdl-45-extra.log" | head -1)
+        if c2=$(gpt_run $g2 --clip-grad 1); then
+            ctps=$(awk -v a="$s1" -v b="$c2" -v n=$(((g2 - g1) * gb * gt)) 'BEGIN{if (b > a) printf "%.0f", n / (b - a)}')
+            cgraphs=$(grep -o 'CUDA graphs [a-z]*' "$logs/gpt-cdl-$g2-extra.log" | head -1)
             row "    cdl bf16 --clip-grad 1" "$(printf '%9s tokens/s  (%s; without clipping: %s)' "$ctps" "${cgraphs:-graphs ?}" "${graphs:-graphs ?}")"
             [ "$cgraphs" = "CUDA graphs on" ] ||
-                fail_row "    --clip-grad graphs" "expected CUDA graphs on with --clip-grad (see $logs/gpt-cdl-45-extra.log)"
+                fail_row "    --clip-grad graphs" "expected CUDA graphs on with --clip-grad (see $logs/gpt-cdl-$g2-extra.log)"
         else
-            fail_row "    cdl bf16 --clip-grad 1" "cdl-train failed (see $logs/gpt-cdl-45-extra.log)"
+            fail_row "    cdl bf16 --clip-grad 1" "cdl-train failed (see $logs/gpt-cdl-$g2-extra.log)"
         fi
         # The same steps on the mma.sync attention kernels (CDL_ATTN_KERNEL=
         # mma, read by the backend; unmeasured until this row): A/B against
         # the default's tokens/s above.
         if late 90; then
             row "    cdl bf16, CDL_ATTN_KERNEL=mma" "$(late_why)"
-        elif m5=$(gpt_tag=5-mma CDL_ATTN_KERNEL=mma gpt_run 5) &&
-                m45=$(gpt_tag=45-mma CDL_ATTN_KERNEL=mma gpt_run 45); then
-            mtps=$(awk -v a="$m5" -v b="$m45" -v n=$((40 * gb * gt)) 'BEGIN{if (b > a) printf "%.0f", n / (b - a)}')
+        elif m1=$(gpt_tag=$g1-mma CDL_ATTN_KERNEL=mma gpt_run $g1) &&
+                m2=$(gpt_tag=$g2-mma CDL_ATTN_KERNEL=mma gpt_run $g2); then
+            mtps=$(awk -v a="$m1" -v b="$m2" -v n=$(((g2 - g1) * gb * gt)) 'BEGIN{if (b > a) printf "%.0f", n / (b - a)}')
             row "    cdl bf16, CDL_ATTN_KERNEL=mma" "$(printf '%9s tokens/s  %s (wmma: %s tokens/s)' "$mtps" "$(mfu "$mtps" "$fpt")" "$cdl_tps")"
         else
             fail_row "    cdl bf16, CDL_ATTN_KERNEL=mma" "cdl-train failed (see $logs/gpt-cdl-*-mma.log)"

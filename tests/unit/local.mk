@@ -18,10 +18,13 @@ EXTRA_DIST += tests/unit/testutil.h lib/core/rng.h tests/test_rng.h
 # errors and on definite or indirect leaks; script tests are left out. The
 # slow tests run their cases at smaller sizes there (CDL_TEST_SMALL,
 # test_size in testutil.h) and hang guards are longer (CDL_TEST_SLOW).
+# The longest under valgrind start first (make -j runs TESTS in order).
 VALGRIND_FLAGS = --leak-check=full --show-leak-kinds=definite,indirect \
 	--errors-for-leak-kinds=definite,indirect --error-exitcode=1 --quiet
+VALGRIND_FIRST = tests/unit/test_train tests/unit/test_kernels tests/unit/test_kernels_linear \
+	tests/unit/test_dist_coll tests/unit/test_train_resume
 check-valgrind:
 	$(MAKE) $(AM_MAKEFLAGS) check LOG_COMPILER="valgrind $(VALGRIND_FLAGS)" \
-	  TESTS="$(filter-out %.sh,$(TESTS))" \
+	  TESTS="$(filter $(VALGRIND_FIRST),$(TESTS)) $(filter-out %.sh $(VALGRIND_FIRST),$(TESTS))" \
 	  TESTS_ENVIRONMENT="CDL_TEST_SCOPE=unit CDL_TEST_SMALL=1 CDL_TEST_SLOW=1"
 .PHONY: check-valgrind

@@ -256,9 +256,16 @@ static void fused_all(cdl_backend *be1, cdl_backend *be3)
 {
     static const cdl_act acts[] = {CDL_ACT_GELU, CDL_ACT_GELU_TANH, CDL_ACT_SILU,
                                    CDL_ACT_SIGMOID, CDL_ACT_TANH, CDL_ACT_LEAKYRELU};
+    /* Under valgrind (test_size) the two large shapes take turns with the
+     * activations: the epilogue's row ranges depend on the shape alone and
+     * run each activation's range function, so every activation still
+     * meets a shape with both products fast, and the small shapes take all. */
+    const int turns = (int)test_size(0, 1);
     for (size_t k = 0; k < sizeof fused_shapes / sizeof fused_shapes[0]; k++)
         for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
             const int *sh = fused_shapes[k];
+            if (turns && k < 2 && a % 2 != k)
+                continue;
             check_fused(be1, sh[0], sh[1], sh[2], acts[a], 900 + 10 * k + a);
             check_fused(be3, sh[0], sh[1], sh[2], acts[a], 900 + 10 * k + a);
         }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI stage: the Debian packages from the tree (debian/), checked the way a
 # site admin would use them.
-#   1. debian/changelog's version is configure.ac's AC_INIT version;
+#   1. debian/changelog's version is the package's (lib/cdl/version.h,
+#      which configure.ac's AC_INIT reads);
 #   2. dpkg-buildpackage -b in a temporary copy of the tree (the source tree
 #      is never written to), without the unit tests, which other stages run;
 #   3. lintian on the .changes: any error fails;
@@ -56,12 +57,12 @@ trap 'exit 130' INT TERM
 t0=$SECONDS
 
 # 1. One version everywhere.
-ac_version=$(sed -n 's/^AC_INIT(\[cdl\], \[\([^]]*\)\].*/\1/p' "$top/configure.ac")
+ac_version=$(sed -n 's/^#define CDL_VERSION_STRING "\(.*\)"$/\1/p' "$top/lib/cdl/version.h")
 deb_version=$(cd "$top" && dpkg-parsechangelog -SVersion)
 if [ -n "$ac_version" ] && [ "$deb_version" = "$ac_version" ]; then
-    ok "debian/changelog version $deb_version = configure.ac"
+    ok "debian/changelog version $deb_version = lib/cdl/version.h"
 else
-    bad "debian/changelog says '$deb_version', configure.ac AC_INIT says '$ac_version': add a debian/changelog entry (dch -v $ac_version)"
+    bad "debian/changelog says '$deb_version', lib/cdl/version.h says '$ac_version': add a debian/changelog entry (dch -v $ac_version)"
 fi
 
 # 4a. The clean root, in the background while the packages build.

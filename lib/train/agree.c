@@ -32,7 +32,7 @@ static void sizes_of(const run *r, double s[SZ_N])
 /* Rank 0's n values to every rank, in host memory (cdl_dist_broadcast
  * takes the backend's, a GPU's on a GPU): a sum to which only rank 0
  * adds. Whole numbers below 2^53 (sizes, bytes) arrive exactly. */
-static int from_rank0(run *r, double *v, size_t n)
+int train_from_rank0(run *r, double *v, size_t n)
 {
     if (r->ri.rank != 0)
         memset(v, 0, n * sizeof *v);
@@ -65,14 +65,14 @@ int train_ranks_agree(run *r)
     memcpy(ref_sizes, my_sizes, sizeof ref_sizes);
     for (size_t i = 0; i < len; i++)
         bytes[i] = (unsigned char)mine[i];
-    if (from_rank0(r, ref_sizes, SZ_N) != 0)
+    if (train_from_rank0(r, ref_sizes, SZ_N) != 0)
         goto out;
     size_t ref_len = (size_t)ref_sizes[SZ_LEN];
     if (ref_len >= AGREE_CONFIG_MAX) {
         cdl_error("rank %d: rank 0's configuration is %zu bytes long", rank, ref_len);
         goto out;
     }
-    if (from_rank0(r, bytes, ref_len) != 0)
+    if (train_from_rank0(r, bytes, ref_len) != 0)
         goto out;
     for (size_t i = 0; i < ref_len; i++)
         ref[i] = (char)bytes[i];

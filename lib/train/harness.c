@@ -639,10 +639,8 @@ static int test_once(run *r, long step)
         int t = train_report_tested(r->rep);
         if (t < 0)
             return -1;
-        /* Host memory: a sum to which only rank 0 adds (a broadcast takes
-         * the backend's memory, a GPU's on a GPU). */
         double tested = t;
-        if (r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, &tested, 1) != 0)
+        if (r->ri.world > 1 && train_from_rank0(r, &tested, 1) != 0)
             return -1;
         if (tested) {
             train_report_note(r->rep, "test: the final weights' result is in %s already (the run "
@@ -803,11 +801,9 @@ static void schedule_note(run *r)
  * when the agreement fails. */
 static int setup_stopped(run *r, const char *during, cdl_train_result *res)
 {
-    double flag = train_stop_requested();
-    if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, &flag, 1) != 0)
-        return -1;
-    if (flag == 0)
-        return 0;
+    int stop = train_stop_agreed(r);
+    if (stop <= 0)
+        return stop;
     res->interrupted = 1;
     train_report_note(r->rep, "stopped by a signal while %s, before the first step: nothing of "
                       "this start to save; start it again to go on", during);

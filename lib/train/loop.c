@@ -381,10 +381,11 @@ int loop_save(run *r, const train_position *pos, int what)
 }
 
 /* Whether any rank was told to stop, so all stop at one step: carried by
- * the counted steps with NCCL, else a host collective. */
-static int stop_agreed(run *r)
+ * the counted steps with NCCL, else (and during set-up, before the loop
+ * exists) a host collective. */
+int train_stop_agreed(run *r)
 {
-    if (r->loop->stop_queued)
+    if (r->loop && r->loop->stop_queued)
         return r->loop->stop_seen;
     double flag = train_stop_requested();
     if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, &flag, 1) != 0)
@@ -409,7 +410,7 @@ static int after_step(run *r, train_position *pos, epoch_clock *ck, cdl_train_re
                               pos->loss_sum / pos->seen, pos->correct / pos->seen, samples,
                               tokens);
     }
-    int stop = stop_agreed(r);
+    int stop = train_stop_agreed(r);
     if (stop < 0)
         return -1;
     int max_steps = c->max_steps > 0 && pos->step >= c->max_steps;

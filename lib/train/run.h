@@ -70,6 +70,12 @@ typedef struct run {
  * them) unless all run rank 0's settings on data of the same sizes with a
  * model of the same size; 0 for a single process. */
 int train_ranks_agree(run *r);
+/* agree.c: rank 0's n values to every rank, in host memory (a sum to which
+ * only rank 0 adds; cdl_dist_broadcast takes the backend's memory). */
+int train_from_rank0(run *r, double *v, size_t n);
+/* loop.c: 1 when any rank got SIGTERM/SIGUSR1 (all ranks call it at the
+ * same point), 0 when none, -1 when the collective fails. */
+int train_stop_agreed(run *r);
 /* agree.c: a warning on stderr when a single process runs in a Slurm job of
  * several tasks outside any job step (cdl-train straight in the batch
  * script, sbatch --wrap, salloc's shell): the job's other tasks idle. */

@@ -1,8 +1,11 @@
 /* The step's store secret (see secret.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +14,61 @@
 #include "lib/dist/contract.h"
 #include "spank/secret.h"
 #include "spank/util.h"
+
+/* The uid of Slurm's SlurmUser (the account slurmctld runs as) in the
+ * slurm.conf at conf (a line "SlurmUser=NAME", keys case-insensitive as
+ * Slurm reads them); root when the file does not name one (Slurm's
+ * default), (uid_t)-1 when it cannot be read. name gets the account. */
+static uid_t slurm_user(const char *conf, char *name, size_t len)
+{
+    char line[1024];
+    uid_t uid = 0;
+    FILE *f = fopen(conf, "re");
+    snprintf(name, len, "root");
+    if (!f)
+        return (uid_t)-1;
+    while (fgets(line, sizeof line, f)) {
+        char *p = line + strspn(line, " \t");
+        if (strncasecmp(p, "SlurmUser", 9) != 0)
+            continue;
+        p += 9 + strspn(p + 9, " \t");
+        if (*p != '=')
+            continue;
+        p++;
+        p += strspn(p, " \t");
+        p[strcspn(p, " \t\r\n#")] = '\0';
+        struct passwd *pw = getpwnam(p);
+        snprintf(name, len, "%s", p);
+        uid = pw ? pw->pw_uid : (uid_t)-1;
+    }
+    fclose(f);
+    return uid;
+}
+
+/* Who may own the site key, a rule an administrator can check: root,
+ * Slurm's SlurmUser (from the slurm.conf slurmstepd was started with:
+ * SLURM_CONF, else /etc/slurm/slurm.conf) and the account `munge` (munge's
+ * key, the default secret_key, is munge's). Any other account (a person's,
+ * or an unrelated service's) could read the key or swap it for its own.
+ * The process reading it may own it too (root in slurmstepd; the unit
+ * tests run as whoever runs them). owners gets the rule in words. */
+static int key_owner_ok(uid_t uid, char *owners, size_t len)
+{
+    const char *conf = getenv("SLURM_CONF");
+    char su_name[64];
+    if (!conf || !*conf)
+        conf = "/etc/slurm/slurm.conf";
+    uid_t su = slurm_user(conf, su_name, sizeof su_name);
+    struct passwd *mu = getpwnam("munge");
+    uid_t munge = mu ? mu->pw_uid : (uid_t)-1;
+    if (su == (uid_t)-1)
+        snprintf(owners, len, "root or munge (SlurmUser unknown: %s unreadable or its "
+                 "SlurmUser=%.60s has no account)", conf, su_name);
+    else
+        snprintf(owners, len, "root, SlurmUser (%.60s, in %.200s) or munge", su_name, conf);
+    return uid == 0 || uid == geteuid() || (su != (uid_t)-1 && uid == su) ||
+           (munge != (uid_t)-1 && uid == munge);
+}
 
 /* Whoever may write the key's directory may swap the key for one of their
  * own (a sticky directory keeps others' files: /tmp is accepted there). */
@@ -50,16 +108,18 @@ int spk_secret_read_key(const char *path, unsigned char *key, size_t cap, size_t
                          "jobs as a rank", path);
     }
     /* Its owner can read it too, and can replace it with a key of their
-     * own: an account of a person (uid 1000 and up, Debian's and most
-     * distributions' first user id) must not own it. root, a daemon
-     * account (munge's key belongs to munge) and whoever runs this (a
-     * test) may. */
-    if (st.st_uid != 0 && st.st_uid != geteuid() && st.st_uid >= 1000) {
+     * own: only the accounts the key belongs to on a Slurm cluster may own
+     * it (key_owner_ok). */
+    char owners[SPK_PATH_MAX + 160];
+    if (!key_owner_ok(st.st_uid, owners, sizeof owners)) {
+        char who[64];
+        struct passwd *pw = getpwuid(st.st_uid);
+        snprintf(who, sizeof who, "%s", pw ? pw->pw_name : "no account");
         close(fd);
-        return spk_error("secret_key=%s is owned by uid %u, a user account: that user can read "
-                         "the site key and join other users' jobs as a rank; give it to root "
-                         "(chown root) or point secret_key at munge's key", path,
-                         (unsigned)st.st_uid);
+        return spk_error("secret_key=%s is owned by uid %u (%s), who can read the site key "
+                         "and join other users' jobs as a rank: it must belong to %s "
+                         "(chown root %s, or point secret_key at munge's key)", path,
+                         (unsigned)st.st_uid, who, owners, path);
     }
     if (dir_safe(path, st.st_uid) != 0) {
         close(fd);

@@ -20,8 +20,10 @@
 #define SPK_SECRET_HEX 64   /* hex digits of an HMAC-SHA256 secret */
 
 /* Reads the site key at path (as root): a regular file, not a link, not
- * accessible to group or others, 32..SPK_SECRET_KEY_MAX bytes. -1 with an
- * error naming secret_key=PATH and what to fix. */
+ * accessible to group or others, 32..SPK_SECRET_KEY_MAX bytes, owned by
+ * root, Slurm's SlurmUser (from the slurm.conf in SLURM_CONF, else
+ * /etc/slurm/slurm.conf) or munge, in a directory no one else may write.
+ * -1 with an error naming secret_key=PATH, the owner and what to fix. */
 int spk_secret_read_key(const char *path, unsigned char *key, size_t cap, size_t *len);
 
 /* out (SPK_SECRET_HEX + 1 bytes): the secret of step (uid, job, step). */

@@ -49,6 +49,33 @@ rc=$?
 check "max_replicas_per_gpu=2: 3 tasks on 1 GPU refused" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "more than the administrator.s max_replicas_per_gpu=2"'
 
+# secret_key= (multi-node --cdl-ddp steps): owned by root, SlurmUser (root
+# here) or munge, nothing else. The old rule guessed from the uid: www-data
+# (33, an unrelated service) was accepted. A refused key fails the step,
+# with the reason on srun's stderr and in the slurmd log; slurmd stays up.
+KEYS=$CDL_CLUSTER_DIR/keys
+mkdir -p "$KEYS" && chmod 0755 "$KEYS"
+install -m 0600 "$CDL_CLUSTER_DIR/munge/munge.key" "$KEYS/site.key"
+set_args secret_key=$KEYS/site.key
+out=$(as_user srun -N2 --ntasks-per-node=1 --cdl-ddp ./show.sh 2>&1)
+check "secret_key owned by root: a two-node step runs" test "$(echo "$out" | grep -c '^T')" = 2
+for owner in "$CDL_TEST_USER" www-data; do
+    getent passwd "$owner" >/dev/null || continue
+    chown "$owner" "$KEYS/site.key"
+    err=$(as_user srun -N2 --ntasks-per-node=1 --cdl-ddp ./show.sh 2>&1)
+    rc=$?
+    check "secret_key owned by $owner: the step fails, naming the owner and the rule" \
+        eval '[ $rc != 0 ] && ! echo "$err" | grep -q "^T" &&
+              echo "$err" | grep -q "secret_key=$KEYS/site.key is owned by uid [0-9]* ($owner).*root, SlurmUser (root, in .*) or munge"' ||
+        echo "rc=$rc: $err"
+    check "... said in the slurmd log" grep -q "secret_key=$KEYS/site.key is owned by uid [0-9]* ($owner)" \
+        "$CDL_CLUSTER_DIR/log/slurmd.n1.log"
+    check "... and both slurmd still run" eval 'kill -0 $(cat "$CDL_CLUSTER_DIR"/run/harness.slurmd.n[12].pid)'
+done
+chown root "$KEYS/site.key"
+out=$(as_user srun -N2 --ntasks-per-node=1 --cdl-ddp ./show.sh 2>&1)
+check "given back to root: the step runs again" test "$(echo "$out" | grep -c '^T')" = 2
+
 # Strict arguments: every srun fails, naming the culprit.
 set_args frobnicate=1
 err=$(as_user srun -N1 -n1 true 2>&1)

@@ -2,6 +2,7 @@
  * without any exchange, different for every step and user, and only from
  * a site key that group and others cannot read. */
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,15 +57,52 @@ static void test_key_file(void **state)
     assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), 0);
     spk_secret_derive(key, sizeof key, 1000, 77, 3, b);
     assert_string_equal(a, b);
-    /* Owned by a user account (nobody: 65534) it is that user's to read
-     * and replace: refused. A daemon account (munge's key) is fine. */
+    /* Owned by an account other than root, SlurmUser (from the slurm.conf
+     * in SLURM_CONF) and munge, it is that account's to read and replace:
+     * refused, naming the owner and the rule. The old rule guessed from
+     * the uid and let any account below 1000 own it (www-data: 33) while
+     * refusing Debian's SlurmUser `slurm` (64030). */
     if (geteuid() == 0) {
+        char conf[] = "/tmp/cdl-test-slurmconf-XXXXXX";
+        int cfd = mkstemp(conf);
+        assert_true(cfd >= 0);
+        static const char text[] = "# a site's slurm.conf\nClusterName=x\n"
+                                   "SlurmdUser=root\n  slurmuser = nobody  # the account\n";
+        assert_int_equal(write(cfd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+        close(cfd);
+        const char *old = getenv("SLURM_CONF");
+        char saved[512];
+        snprintf(saved, sizeof saved, "%s", old ? old : "");
+        setenv("SLURM_CONF", "/nonexistent/slurm.conf", 1);
         assert_int_equal(chown(path, 65534, 65534), 0);
         assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), -1);
-        assert_non_null(strstr(spk_last_error(), "owned by uid 65534"));
-        assert_int_equal(chown(path, 102, 0), 0);
+        assert_non_null(strstr(spk_last_error(), "owned by uid 65534 (nobody)"));
+        assert_non_null(strstr(spk_last_error(), "SlurmUser unknown"));
+        if (getpwuid(33)) {
+            assert_int_equal(chown(path, 33, 0), 0);
+            assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), -1);
+            assert_non_null(strstr(spk_last_error(), "owned by uid 33"));
+        }
+        /* SlurmUser=nobody: now nobody may own it, www-data still not. */
+        setenv("SLURM_CONF", conf, 1);
+        assert_int_equal(chown(path, 65534, 65534), 0);
         assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), 0);
+        if (getpwuid(33)) {
+            assert_int_equal(chown(path, 33, 0), 0);
+            assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), -1);
+            assert_non_null(strstr(spk_last_error(), "SlurmUser (nobody, in /tmp/"));
+        }
+        struct passwd *mu = getpwnam("munge");
+        if (mu) {
+            assert_int_equal(chown(path, mu->pw_uid, 0), 0);
+            assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), 0);
+        }
         assert_int_equal(chown(path, 0, 0), 0);
+        if (old)
+            setenv("SLURM_CONF", saved, 1);
+        else
+            unsetenv("SLURM_CONF");
+        unlink(conf);
     }
     /* Readable by others: refused, naming the setting. */
     assert_int_equal(chmod(path, 0644), 0);

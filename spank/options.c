@@ -8,7 +8,11 @@
 int spk_opt_mps(const char *arg, int max, int *n)
 {
     long v;
-    if (!arg || !*arg) {
+    /* "(null)": how Slurm (22.05) forwards `sbatch --cdl-mps` without a
+     * value to the job's steps (SLURM_SPANK__SLURM_SPANK_OPTION_cdl_cdl_mps
+     * is printf's rendering of its NULL argument); every srun of such a
+     * job failed on it. It means no value, as on the command line. */
+    if (!arg || !*arg || !strcmp(arg, "(null)")) {
         *n = 0;
         return 0;
     }

@@ -154,6 +154,10 @@ static void test_opt_mps(void **state)
     assert_int_equal(n, 0);
     assert_int_equal(spk_opt_mps("", 16, &n), 0);
     assert_int_equal(n, 0);
+    /* sbatch --cdl-mps without a value reaches the job's sruns as this. */
+    n = -1;
+    assert_int_equal(spk_opt_mps("(null)", 16, &n), 0);
+    assert_int_equal(n, 0);
     assert_int_equal(spk_opt_mps("8", 16, &n), 0);
     assert_int_equal(n, 8);
     assert_int_equal(spk_opt_mps("16", 16, &n), 0);

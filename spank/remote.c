@@ -114,6 +114,11 @@ static int setup_mps(spank_t sp)
      * GPU); the note warns that part of the GPU idles. */
     spk_g.step.replicas_per_gpu = spk_g.pack.replicas < (int)spk_g.step.local_tasks
                                       ? spk_g.pack.replicas : (int)spk_g.step.local_tasks;
+    /* No GPU shared (as many GPUs as tasks here): MPS would add nothing. */
+    if (spk_g.step.replicas_per_gpu < 2) {
+        spk_g.pack.note[0] = '\0';
+        return 0;
+    }
     node_name(node, sizeof node);
     if (get_cred(sp, &cred) != 0 ||
         spk_rundir_init(&rd, spk_g.conf.runtime_dir, spk_g.step.jobid, spk_g.step.stepid,
@@ -212,7 +217,15 @@ int spk_remote_post_opt(spank_t sp)
         snprintf(spk_g.cpu_bind, sizeof spk_g.cpu_bind, "%s", "(a list too long to show)");
     else if (cb != ESPANK_SUCCESS)
         spk_g.cpu_bind[0] = '\0';
-    if (o->mps && setup_mps(sp) != 0)
+    /* MPS lets several replicas share a GPU: a node where the step runs
+     * one task (or no more tasks than GPUs, setup_mps) has nothing to
+     * share, so no daemon, no MPS variables and no
+     * GPU requirement there. That is every set-up step of a job submitted
+     * with --cdl-mps (sbatch forwards the option to all its steps):
+     * `srun -n1 cp ...`, a staging step with one task per node, a tool
+     * started with `srun --overlap -n1`. A one-task step that uses the GPU
+     * gets the whole GPU, as without the option. */
+    if (o->mps && s->local_tasks > 1 && setup_mps(sp) != 0)
         defer("--cdl-mps");
 #ifdef HAVE_HWLOC
     if (spk_g.bind != SPK_BIND_NONE) {

@@ -92,7 +92,7 @@ check "relative runtime_dir: sbatch fails too" eval '[ $rc != 0 ] && echo "$err"
 
 # The control binary must be the admin's: missing, or writable by others.
 echo "required $(readlink -f "$CDL_SPANK_SO") mps_control=/nonexistent/nvidia-cuda-mps-control runtime_dir=$RUNTIME" >"$CONF"
-err=$(as_user srun -N1 -n1 --gres=gpu:1 --cdl-mps true 2>&1)
+err=$(as_user srun -N1 -n2 --gres=gpu:1 --cdl-mps true 2>&1)
 rc=$?
 check "missing mps_control: the step fails naming the path" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "mps_control=/nonexistent/nvidia-cuda-mps-control"'
@@ -100,18 +100,18 @@ out=$(as_user srun -N1 -n1 --cdl-ddp ./show.sh 2>&1)
 check "missing mps_control does not affect --cdl-ddp" eval 'echo "$out" | grep -q "^T0 "'
 set_args
 chmod 0777 "$CDL_CLUSTER_DIR/bin/nvidia-cuda-mps-control"
-err=$(as_user srun -N1 -n1 --gres=gpu:1 --cdl-mps true 2>&1)
+err=$(as_user srun -N1 -n2 --gres=gpu:1 --cdl-mps true 2>&1)
 rc=$?
 check "world-writable mps_control refused" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "must be owned by root and not writable by group or others"'
 chmod 0755 "$CDL_CLUSTER_DIR/bin/nvidia-cuda-mps-control"
 mkdir -p "$RUNTIME" && chmod 1777 "$RUNTIME"
-err=$(as_user srun -N1 -n1 --gres=gpu:1 --cdl-mps true 2>&1)
+err=$(as_user srun -N1 -n2 --gres=gpu:1 --cdl-mps true 2>&1)
 rc=$?
 check "world-writable runtime_dir refused" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "runtime_dir=.* is writable by everyone" && ! echo "$err" | grep -q chmod'
 chmod 0755 "$RUNTIME"
-out=$(as_user srun -N1 -n1 --gres=gpu:1 --cdl-mps ./show.sh 2>&1)
+out=$(as_user srun -N1 -n2 --gres=gpu:1 --cdl-mps ./show.sh 2>&1)
 check "fixed again: --cdl-mps runs" eval 'echo "$out" | grep -q "^T0 "'
 
 # docs/admin.md's "Checking an installation": cluster.sh from the build tree

@@ -74,7 +74,7 @@ check "every run of the control program was as the job user" \
 # (and without GPUs Slurm removes it); the plugin also refuses odd values
 # (unit-tested: test_spank_contract, test_gpus_parse).
 rm -f "$RECORDS"/rec.*
-out=$(as_user_env 'CUDA_VISIBLE_DEVICES=0;touch /tmp/pwned' -- srun -N1 -n1 --gres=gpu:1 --cdl-mps ./mark.sh 2>&1)
+out=$(as_user_env 'CUDA_VISIBLE_DEVICES=0;touch /tmp/pwned' -- srun -N1 -n2 --gres=gpu:1 --cdl-mps ./mark.sh 2>&1)
 check "a hostile CUDA_VISIBLE_DEVICES does not reach the daemon" \
     test "$(count_records daemon '^env=CUDA_VISIBLE_DEVICES=0$')$(count_records daemon 'pwned')" = 10
 check "no file was created by it" test ! -e /tmp/pwned
@@ -90,16 +90,18 @@ echo "$root_pid" >"$WORK/root.pid"
 chmod 0644 "$WORK/root.pid"
 user_script tamper.sh <<EOF
 #!/bin/sh
+[ "\$SLURM_LOCALID" = 0 ] || exec sleep 60
 d=\${CUDA_MPS_PIPE_DIRECTORY%/pipe}
 cat root.pid > "\$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"
 mv "\$d/log" "\$d/log.old" && ln -s "$CDL_CLUSTER_DIR/victim" "\$d/log" && touch tampered
 exec sleep 60
 EOF
 rm -f "$WORK/tampered"
-as_user srun -N1 -n1 -w n1 --gres=gpu:1 --cdl-mps ./tamper.sh >/dev/null 2>&1 &
+as_user srun -N1 -n2 -w n1 --gres=gpu:1 --cdl-mps ./tamper.sh >/dev/null 2>&1 &
 wait_until 20 test -e "$WORK/tampered"
 job=$(squeue -h -o %i | head -1)
-task=$(scontrol listpids "$job" 2>/dev/null | awk 'NR > 1 && $1 ~ /^[0-9]+$/ {print $1; exit}')
+tasks=$(scontrol listpids "$job" 2>/dev/null | awk 'NR > 1 && $1 ~ /^[0-9]+$/ {print $1}')
+task=$(echo "$tasks" | head -1)
 stepd=$(ps -o ppid= -p "${task:-0}" 2>/dev/null | tr -d ' ')
 check "tampering step is running" eval '[ -e "$WORK/tampered" ] && [ -n "$stepd" ]'
 [ -n "$stepd" ] && kill -KILL "$stepd"
@@ -109,7 +111,8 @@ check "epilog stopped the daemon (quit over its control socket)" wait_until 30 n
 check "the root process named in the user's pid file is alive" kill -0 "$root_pid"
 check "the link target kept its content" test "$(cat "$CDL_CLUSTER_DIR/victim/file")" = keep
 kill "$root_pid"
-[ -n "$task" ] && kill -KILL "$task" 2>/dev/null
+# shellcheck disable=SC2086
+[ -n "$tasks" ] && kill -KILL $tasks 2>/dev/null
 wait
 
 finish

@@ -59,10 +59,17 @@ check "--cdl-mps without N: local tasks / GPUs = 2" test "$(echo "$out" | grep -
 check "... an even layout: no packing note" eval '! echo "$out" | grep -q "stays idle"'
 # An uneven layout leaves part of a GPU idle: the note is for the user, so
 # it must reach srun (it used to go only to the slurmd log), once per node.
-err=$(as_user srun -N2 -n3 --gres=gpu:1 --cdl-mps=2 ./task.sh 2>&1)
+# A node with one task of such a step has nothing to share: no daemon, no
+# note there (its rank has the whole GPU).
+err=$(as_user srun -N1 -n3 --gres=gpu:2 --cdl-mps=2 ./task.sh 2>&1)
 echo "$err" | grep -v '^T'
-check "3 tasks over 2 nodes in groups of 2: srun shows the note for n2 only, once" \
-    test "$(echo "$err" | grep -c 'stays idle')/$(echo "$err" | grep -c 'leaves GPU 0 with 1 replica, each held to 50% of it: .* (on n2)$')" = 1/1
+check "3 tasks on 2 GPUs in groups of 2: srun shows the note once" \
+    test "$(echo "$err" | grep -c 'stays idle')/$(echo "$err" | grep -c 'leave GPU 1 with 1 replica, each held to 50% of it: .* (on n1)$')" = 1/1
+err=$(as_user srun -N2 -n3 --gres=gpu:1 --cdl-mps=2 ./task.sh 2>&1)
+check "3 tasks over 2 nodes (2+1): n2's lone task runs without MPS, whole GPU, no note" \
+    eval '! echo "$err" | grep -q "stays idle" &&
+          [ "$(echo "$err" | grep "node=n2 " | grep -c "rpg=1 pct= .*answer=no")" = 1 ] &&
+          [ "$(echo "$err" | grep "node=n1 " | grep -c "rpg=2 pct=50 .*answer=yes")" = 2 ]' || echo "$err"
 out=$(as_user_env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20 -- srun -N1 -n2 --gres=gpu:1 --cdl-mps ./task.sh)
 check "the user's own CUDA_MPS_ACTIVE_THREAD_PERCENTAGE wins (docs/slurm-plugin.md)" \
     test "$(echo "$out" | grep -c 'rpg=2 pct=20 ')" = 2
@@ -75,6 +82,39 @@ rc=$?
 check "--cdl-mps without GPUs: refused, saying how to ask for them" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "no GPUs on this node" && ! echo "$err" | grep -q "^T"'
 check "nothing left after the refused steps" runtime_empty
+
+# 2b. A job submitted with --cdl-mps: sbatch forwards the option to every
+# step, but only steps that put several replicas on a GPU get a daemon. A
+# set-up step (one task, or one task per node) and a step with a GPU per
+# task start none (they used to start one per node each), and their tasks
+# keep the step's GPUs and get no MPS variables.
+rm -f "$RECORDS"/rec.*
+user_script setup.sh <<'EOF2'
+#!/bin/sh
+echo "S$SLURM_STEP_ID.$SLURM_PROCID node=$SLURMD_NODENAME pipe=${CUDA_MPS_PIPE_DIRECTORY-unset} pct=${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE-unset} rpg=$CDL_REPLICAS_PER_GPU"
+EOF2
+user_script mpsjob.sh <<'EOF2'
+#!/bin/sh
+srun -N1 -n1 ./setup.sh
+srun -N2 -n2 --ntasks-per-node=1 ./setup.sh
+srun --overlap -N1 -n1 --gres=gpu:1 ./setup.sh
+srun --gres=gpu:2 ./setup.sh
+srun --gres=gpu:1 ./task.sh
+EOF2
+id=$(submit -N2 --ntasks-per-node=2 --gres=gpu:2 --cdl-mps -o mpsjob.out ./mpsjob.sh)
+state=$(wait_job "$id")
+out=$(cat "$WORK/mpsjob.out")
+echo "$out"
+check "sbatch --cdl-mps job completed ($state)" test "${state%% *}" = JobState=COMPLETED
+check "one-task and one-task-per-node steps: no MPS variables, one replica per GPU" \
+    test "$(echo "$out" | grep -E '^S[012]\.' | grep -c 'pipe=unset pct=unset rpg=1$')" = 4
+check "a step with a GPU per task (2 tasks, 2 GPUs a node): no MPS either" \
+    test "$(echo "$out" | grep '^S3\.' | grep -c 'pipe=unset pct=unset rpg=1$')" = 4
+check "the step sharing one GPU per node: 4 tasks reached their daemon" \
+    test "$(echo "$out" | grep -c 'answer=yes')" = 4
+check "daemons only for that step: one per node (2 starts, not one per step and node)" \
+    test "$(count_records start)/$(count_records daemon)/$(count_records daemon "/$id\.4\.n[12]/pipe\$")" = 2/2/2
+check "nothing left after the job" runtime_empty
 
 # 3. scancel of a running step.
 control_up() { ls "$RUNTIME"/*/pipe/control >/dev/null 2>&1; }
@@ -105,10 +145,11 @@ check "SIGKILL of a task: directories gone after the step" wait_until 20 runtime
 check "SIGKILL of a task: daemon gone" wait_until 20 no_user_daemon
 
 # 5. slurmstepd killed: the daemon is orphaned; the job epilog removes it.
-as_user srun -N1 -n1 -w n1 --gres=gpu:1 --cdl-mps sleep 60 >/dev/null 2>&1 &
+as_user srun -N1 -n2 -w n1 --gres=gpu:1 --cdl-mps sleep 60 >/dev/null 2>&1 &
 wait_until 20 control_up
 job=$(squeue -h -o %i | head -1)
-task=$(scontrol listpids "$job" 2>/dev/null | awk 'NR > 1 && $1 ~ /^[0-9]+$/ {print $1; exit}')
+tasks=$(scontrol listpids "$job" 2>/dev/null | awk 'NR > 1 && $1 ~ /^[0-9]+$/ {print $1}')
+task=$(echo "$tasks" | head -1)
 stepd=$(ps -o ppid= -p "${task:-0}" 2>/dev/null | tr -d ' ')
 check "found the step's slurmstepd" eval '[ -n "$stepd" ] && [ "$(ps -o comm= -p "$stepd")" = slurmstepd ]'
 [ -n "$stepd" ] && kill -KILL "$stepd"
@@ -116,7 +157,8 @@ check "after the crash the daemon is still there" eval '! no_user_daemon && ! ru
 scancel "$job"
 check "epilog: directories of the crashed step gone" wait_until 30 runtime_empty
 check "epilog: its daemon gone" wait_until 30 no_user_daemon
-[ -n "$task" ] && kill -KILL "$task" 2>/dev/null   # the orphaned `sleep 60`
+# shellcheck disable=SC2086
+[ -n "$tasks" ] && kill -KILL $tasks 2>/dev/null   # the orphaned `sleep 60`s
 wait
 grep "cdl: epilog" "$CDL_CLUSTER_DIR/log/slurmd.n1.log"
 

@@ -103,6 +103,55 @@ if [ "$FAKE_TRAIN" = 1 ]; then
         eval 'grep -q "\"restart\":\"1\"" "$WORK/runs/long/metrics.jsonl" && grep -q "\"event\":\"resumed\",\"from\":\"step-123\"" "$WORK/runs/long/metrics.jsonl"'
 fi
 
+# Stopping it by hand (docs/training.md, "Stopping a Slurm job"). `scancel
+# --signal=TERM` reaches the tasks only: they checkpoint and exit 75, and
+# the script used to requeue the job, which came back after the user had
+# stopped it; now it ends COMPLETED, saying how to resume, and a new job
+# with the same RUN_DIR resumes at the step it stopped at. A plain
+# `scancel` (SIGTERM to the script as well) never requeues.
+if [ "$FAKE_TRAIN" = 0 ]; then
+    # Step records, so the test signals a run that has begun training.
+    user_script train-steps.sh <<EOF
+#!/bin/sh
+exec "$CDL_TRAIN_BIN" "\$@" --metrics-every 2
+EOF
+    started='"type":"step"'
+    TRAIN_STOP=$WORK/train-steps.sh
+else
+    started='"event":"start"'
+    TRAIN_STOP=$CDL_TRAIN_BIN
+fi
+STOP_EXPORTS="ALL,CDL_TRAIN=$TRAIN_STOP,DATA_DIR=$DATA,EPOCHS=2,RUN_DIR=runs/stop"
+id=$(submit --export="$STOP_EXPORTS,MAX_STEPS=0" --cpus-per-task=1 -o stop.out ./long-requeue.sbatch)
+wait_until 90 grep -q "$started" "$WORK/runs/stop/metrics.jsonl"
+scancel --signal=TERM "$id"
+state=$(wait_job "$id")
+cat "$WORK/stop.out"
+check "long-requeue.sbatch: scancel --signal=TERM stops it, not requeued ($state)" \
+    eval '[ "${state%% *}" = JobState=COMPLETED ] && ! grep -q "requeueing" "$WORK/stop.out" &&
+          [ "$(scontrol show job "$id" | grep -o "Restarts=[0-9]*")" = Restarts=0 ]'
+check "... it says how to resume" \
+    grep -q "checkpointed and stopped: to continue, sbatch --export=ALL,RUN_DIR=runs/stop long-requeue.sbatch" "$WORK/stop.out"
+if [ "$FAKE_TRAIN" = 0 ]; then
+    at=$(sed -n 's/^stopped by signal at .* (step \([0-9]*\)): checkpoint written.*/\1/p' "$WORK/stop.out")
+    check "... every rank stopped at one step with a checkpoint (step ${at:-none})" \
+        eval '[ -n "$at" ] && [ -s "$WORK/runs/stop/ckpt/last.safetensors" ]'
+    id=$(submit --export="$STOP_EXPORTS,MAX_STEPS=$((${at:-0} + 2))" --cpus-per-task=1 -o stop2.out ./long-requeue.sbatch)
+    state=$(wait_job "$id")
+    check "... a new job with that RUN_DIR resumes at step $at and finishes ($state)" \
+        eval '[ "${state%% *}" = JobState=COMPLETED ] && grep -q "finished with status 0" "$WORK/stop2.out" &&
+              grep "\"type\":\"config\"" "$WORK/runs/stop/metrics.jsonl" | tail -n 1 | grep -q "\"start_step\":$at,"' ||
+        cat "$WORK/stop2.out"
+fi
+id=$(submit --export="${STOP_EXPORTS}2,MAX_STEPS=0" --cpus-per-task=1 -o cancel.out ./long-requeue.sbatch)
+wait_until 90 grep -q "$started" "$WORK/runs/stop2/metrics.jsonl"
+scancel "$id"
+state=$(wait_job "$id")
+check "long-requeue.sbatch: a plain scancel is not undone by a requeue ($state)" \
+    eval '[ "${state%% *}" = JobState=CANCELLED ] && ! grep -q "requeueing job" "$WORK/cancel.out" &&
+          grep -q "^Slurm ended the job (srun status [0-9]*): a requeued job, or a new one given RUN_DIR=runs/stop2, resumes" "$WORK/cancel.out" &&
+          [ "$(scontrol show job "$id" | grep -o "Restarts=[0-9]*")" = Restarts=0 ]' || cat "$WORK/cancel.out"
+
 # lm-gpt.sbatch's MODEL holds commas: sbatch --export splits its list at
 # them (the header's example used to, and trained another model), so the
 # header passes it through sbatch's environment; it must arrive whole.

@@ -242,7 +242,8 @@ static int check_memory(const char *root, long n, int c, int h, int w, size_t li
         return 0;
     return cdl_error("%s: %ld pictures of %dx%dx%d are %.2f GiB decoded and loading them "
                      "needs about %.2f GiB, more than the %.2f GiB this process may use "
-                     "(node memory or the job's memory limit): cdl keeps the decoded "
+                     "(node memory or the job's memory limit; with several ranks on a node, "
+                     "each rank's share of it): cdl keeps the decoded "
                      "pictures in memory with --decode memory (docs/data.md): use --decode "
                      "stream or auto, pass a smaller --image-size, or ask for more memory "
                      "(sbatch --mem)",

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "run.h"
@@ -111,6 +112,45 @@ out:
     cdl_free(bytes);
     cdl_free(mine);
     cdl_free(ref);
+    return rc;
+}
+
+/* One rank's outcome of a set-up stage, exchanged by train_setup_agree. */
+struct setup_outcome {
+    int failed;
+    char host[60];
+};
+
+int train_setup_agree(run *r, int failed, const char *what)
+{
+    if (!r->dist || r->ri.world < 2)
+        return failed ? -1 : 0;
+    int world = r->ri.world, rc = -1;
+    struct setup_outcome me = {.failed = failed}, *all = cdl_malloc((size_t)world * sizeof *all);
+    char mine[1024];
+    if (!all)
+        return -1;
+    if (gethostname(me.host, sizeof me.host - 1) != 0)
+        snprintf(me.host, sizeof me.host, "?");
+    snprintf(mine, sizeof mine, "%s", failed ? cdl_last_error() : "");
+    if (cdl_dist_allgather(r->dist, &me, all, sizeof me) != 0)
+        goto out;
+    int nbad = 0, first = -1;
+    for (int i = 0; i < world; i++)
+        if (all[i].failed) {
+            nbad++;
+            if (first < 0)
+                first = i;
+        }
+    if (failed)
+        cdl_error("%s (rank %d, on %s)", mine, r->ri.rank, me.host);
+    else if (nbad)
+        cdl_error("%s failed on rank %d (on %s)%s: see that rank's error; every rank stops",
+                  what, first, all[first].host, nbad > 1 ? " and other ranks" : "");
+    else
+        rc = 0;
+out:
+    cdl_free(all);
     return rc;
 }
 

@@ -7,12 +7,14 @@
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/core/memlimit.h"
 #include "lib/core/sized.h"
 #include "lib/dist/announce.h"
 #include "lib/dist/dist_gpu.h"
@@ -169,6 +171,14 @@ static int load_data(run *r)
     const char *dir = r->data_dir[0] ? r->data_dir : NULL;
     cdl_dataset_options o;
     cdl_dataset_options_defaults(&o);
+    /* Each rank keeps its own copy of decoded pictures, and the ranks of a
+     * node share its memory (and a Slurm job's memory limit): each may use
+     * its share, so --decode auto streams and --decode memory refuses where
+     * the node's ranks together do not fit (each alone fitting, they were
+     * killed together by the OOM killer). */
+    size_t lim = memory_limit();
+    if (r->ri.local_world > 1 && lim != SIZE_MAX)
+        o.memory_limit = lim / (size_t)r->ri.local_world;
     o.image_size = c->image_size;
     o.channels = c->image_channels;
     o.threads = c->threads;
@@ -934,12 +944,16 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
      * next of these points rather than after a first step: this start has
      * nothing to save yet. A load that a signal cut short (o.stop) goes on
      * to the agreement, which all ranks reach. */
-    if (staged > 0 || ((load_data(&r) != 0 || join_class_names(&r) != 0) &&
-                       !train_stop_requested())) {
-        if (staged > 0)
-            rc = setup_stopped(&r, "staging the dataset", res);
+    if (staged > 0) {
+        rc = setup_stopped(&r, "staging the dataset", res);
         goto out;
     }
+    /* A load that fails on one rank (its node lacks memory for the decoded
+     * pictures, a node-local copy is unreadable) fails every rank, naming
+     * it and its node. */
+    if (train_setup_agree(&r, (load_data(&r) != 0 || join_class_names(&r) != 0) &&
+                                  !train_stop_requested(), "loading the data") != 0)
+        goto out;
     if ((rc = setup_stopped(&r, "loading the data", res)) != 0)
         goto out;
     rc = -1;

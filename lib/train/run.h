@@ -73,6 +73,13 @@ int train_ranks_agree(run *r);
 /* agree.c: rank 0's n values to every rank, in host memory (a sum to which
  * only rank 0 adds; cdl_dist_broadcast takes the backend's memory). */
 int train_from_rank0(run *r, double *v, size_t n);
+/* agree.c: every rank learns whether a set-up stage (`what`: "loading the
+ * data") failed on any rank, rather than the others waiting for it at the
+ * next collective and failing with "rank N died". failed: this rank's
+ * outcome (its error in cdl_last_error, which gets the rank and host
+ * added). 0 when no rank failed, else -1 on every rank, with an error
+ * naming the first failed rank and its host on the others. */
+int train_setup_agree(run *r, int failed, const char *what);
 /* loop.c: 1 when any rank got SIGTERM/SIGUSR1 (all ranks call it at the
  * same point), 0 when none, -1 when the collective fails. */
 int train_stop_agreed(run *r);

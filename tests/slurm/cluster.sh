@@ -40,6 +40,9 @@
 #   CDL_TASK_PLUGIN     slurm.conf's TaskPlugin (default task/none; most sites
 #                       run task/affinity, which binds tasks by itself)
 #   CDL_TASK_PLUGIN_PARAM  its TaskPluginParam (e.g. autobind=threads)
+#   CDL_PREEMPT=1       partition preemption: jobs of partition `high` (both
+#                       nodes, PriorityTier 10) requeue those of `debug` after
+#                       a GraceTime of 60 s (SIGTERM to the tasks first)
 #
 # Needs root (slurmd and slurmstepd must be able to become the job user).
 # No sleeps as synchronisation: every wait polls a condition with a deadline.
@@ -191,7 +194,9 @@ TmpFS=$dir/tmp/%n
 GresTypes=gpu
 NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p1 CPUs=4 RealMemory=4000 Gres=gpu:2
 NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p2 CPUs=4 RealMemory=4000 Gres=gpu:2
-PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP$( [ "${CDL_PREEMPT:-0}" = 1 ] && echo " PriorityTier=1 GraceTime=60 PreemptMode=REQUEUE" )
+$( [ "${CDL_PREEMPT:-0}" = 1 ] && printf '%s\n' "PartitionName=high Nodes=n1,n2 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF" \
+   "PreemptType=preempt/partition_prio" "PreemptMode=REQUEUE" )
 EOF
     cat >"$dir/env.sh" <<EOF
 export SLURM_CONF=$dir/etc/slurm.conf
@@ -213,7 +218,7 @@ EOF
 nodes_idle() {
     local out
     out=$(sinfo -h -N -o '%N %T' 2>/dev/null) || return 1
-    [ "$(echo "$out" | grep -c ' idle$')" = 2 ]
+    [ "$(echo "$out" | grep ' idle$' | sort -u | wc -l)" = 2 ]   # a node per partition
 }
 
 # stop_pids FILE...: TERM every daemon named in the files at once (each takes

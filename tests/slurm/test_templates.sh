@@ -14,7 +14,7 @@ for t in $TEMPLATES; do
 done
 
 require_cluster_tools
-start_cluster
+CDL_PREEMPT=1 start_cluster   # partition `high` preempts `debug` (cluster.sh)
 for t in $TEMPLATES; do
     install -m 0644 "$top_srcdir/templates/$t.sbatch" "$WORK/$t.sbatch"
 done
@@ -151,6 +151,22 @@ check "long-requeue.sbatch: a plain scancel is not undone by a requeue ($state)"
     eval '[ "${state%% *}" = JobState=CANCELLED ] && ! grep -q "requeueing job" "$WORK/cancel.out" &&
           grep -q "^Slurm ended the job (srun status [0-9]*): a requeued job, or a new one given RUN_DIR=runs/stop2, resumes" "$WORK/cancel.out" &&
           [ "$(scontrol show job "$id" | grep -o "Restarts=[0-9]*")" = Restarts=0 ]' || cat "$WORK/cancel.out"
+
+# Preempted (a job of partition `high` needs both nodes whole): with a
+# GraceTime Slurm sends SIGTERM to the tasks alone, as scancel --signal=TERM
+# does, and a job that ends in its grace time is not requeued by Slurm:
+# the script must requeue it, and it does (PreemptTime is set).
+id=$(submit --export="${STOP_EXPORTS}3,MAX_STEPS=0" --cpus-per-task=1 -o preempt.out ./long-requeue.sbatch)
+wait_until 90 grep -q "$started" "$WORK/runs/stop3/metrics.jsonl"
+high=$(submit -p high -N2 --exclusive -o high.out --wrap true)
+wait_until 90 grep -q "checkpointed: requeueing job $id" "$WORK/preempt.out"
+check "long-requeue.sbatch: preempted, it checkpoints and requeues itself" \
+    eval 'wait_until 30 requeued "$id" && grep -q "checkpointed: requeueing job $id" "$WORK/preempt.out"' ||
+    cat "$WORK/preempt.out"
+state=$(wait_job "$high")
+check "... and the preempting job ran ($state)" test "${state%% *}" = JobState=COMPLETED
+scancel "$id"
+wait_job "$id" >/dev/null
 
 # lm-gpt.sbatch's MODEL holds commas: sbatch --export splits its list at
 # them (the header's example used to, and trained another model), so the

@@ -130,7 +130,11 @@ int train_setup_agree(run *r, int failed, const char *what)
     char mine[1024];
     if (!all)
         return -1;
-    if (gethostname(me.host, sizeof me.host - 1) != 0)
+    /* The node as Slurm names it (squeue, sinfo), else the host name. */
+    const char *node = getenv("SLURMD_NODENAME");
+    if (node && *node)
+        snprintf(me.host, sizeof me.host, "%s", node);
+    else if (gethostname(me.host, sizeof me.host - 1) != 0)
         snprintf(me.host, sizeof me.host, "?");
     snprintf(mine, sizeof mine, "%s", failed ? cdl_last_error() : "");
     if (cdl_dist_allgather(r->dist, &me, all, sizeof me) != 0)

@@ -66,4 +66,20 @@ for run in ddp pmix; do
     check "$run: the step equals the single process's" step_same single $run "$WORK/base"
 done
 
+# A rank that cannot load the data (here n2's node-local copy is missing)
+# fails every rank: the others name it and its Slurm node instead of
+# waiting for it and failing with "rank 1 lost its connection to the store".
+user_script n2-missing.sh <<EOF
+#!/bin/sh
+d=/usr/share/datasets/fashion-mnist
+[ "\$SLURMD_NODENAME" = n2 ] && d=$WORK/no-such-copy
+exec "$CDL_TRAIN_BIN" --model mlp --dataset fashion-mnist --data-dir "\$d" --device cpu \\
+    --epochs 1 --max-steps 1 --threads 1 --workers 0 -q
+EOF
+out=$(as_user_env OPENBLAS_NUM_THREADS=1 -- srun -N2 --ntasks-per-node=1 --cdl-ddp ./n2-missing.sh 2>&1)
+rc=$?
+check "a rank without its data: every rank fails, rank 0 names rank 1 on n2" \
+    eval '[ $rc != 0 ] && echo "$out" | grep -q "rank 0: error: loading the data failed on rank 1 (on n2): see that rank.s error" &&
+          echo "$out" | grep -q "rank 1: error: .*no-such-copy.* (rank 1, on n2)"' || echo "$out"
+
 finish

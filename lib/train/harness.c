@@ -792,6 +792,15 @@ static void schedule_note(run *r)
                           "(--step-epochs %d)", warm, (double)c->lr, s->step_size, c->step_epochs);
     else
         train_report_note(r->rep, "schedule constant: %slr %g", warm, (double)c->lr);
+    /* --max-steps only stops a run: past the epochs' end it does nothing, and
+     * a small corpus's default 10 epochs may be a few dozen steps. */
+    long spe = train_steps_per_epoch(r), run_steps = (long)c->epochs * spe;
+    if (c->max_steps > run_steps)
+        train_report_note(r->rep, "warning: --max-steps %ld is past the run's end: %d epoch%s of "
+                          "%ld step%s end it at step %ld; give --epochs %ld (or more) to train "
+                          "%ld steps", c->max_steps, c->epochs, c->epochs > 1 ? "s" : "", spe,
+                          spe > 1 ? "s" : "", run_steps, (c->max_steps + spe - 1) / spe,
+                          c->max_steps);
 }
 
 /* Set-up (staging, loading the data) can take minutes, and a SIGTERM or

@@ -37,7 +37,26 @@ check_options() {
             missing="$missing $opt"
     done
     [ -z "$missing" ] || die "man/$page lacks options that $prog --help prints:$missing"
-    echo "man/$page: $(echo "$opts" | wc -l) options of $(basename "$prog") --help documented"
+    # Each option --help lists as an entry has an entry (a tag line) of its
+    # own in the page, and each entry of the page is an option of --help:
+    # cdl-train(1) lacked the .TP before --val-split, which ran on inside
+    # --augment's paragraph. A tag line starts at the tag indent after a
+    # blank line or a heading (a wrapped line of text follows text).
+    LC_ALL=C awk '/^       -/ && prev !~ /^    / { print } { prev = $0 }' "$TMP/$page.txt" \
+        >"$TMP/tags"
+    local entries tags
+    entries=$(grep -oE -- '^ +(-[A-Za-z], )?--[a-z][a-z0-9-]*' "$TMP/help" | grep -oE -- '--[a-z][a-z0-9-]*')
+    tags=$(grep -oE -- '(^|[ ,])--?[A-Za-z][a-z0-9-]*' "$TMP/tags" | grep -oE -- '--?[A-Za-z][a-z0-9-]*' | sort -u)
+    [ -n "$entries" ] && [ -n "$tags" ] || die "no option entries found in $prog --help or man/$page"
+    for opt in $entries; do
+        grep -qE -- "(^|[^-A-Za-z0-9])${opt}([^-A-Za-z0-9]|\$)" "$TMP/tags" ||
+            die "man/$page has no entry of its own for $opt (a .TP or .IP before it?)"
+    done
+    for opt in $tags; do
+        grep -qE -- "(^|[^-A-Za-z0-9])${opt}([^-A-Za-z0-9]|\$)" "$TMP/help" ||
+            die "man/$page documents $opt, which $prog --help does not know"
+    done
+    echo "man/$page: $(echo "$opts" | wc -l) options of $(basename "$prog") --help documented, each with its entry"
 }
 check_options "$CDL_TRAIN" cdl-train.1
 check_options "$CDLRUN" cdlrun.1

@@ -64,6 +64,48 @@ check_options "$top_builddir/cli/cdl-plot" cdl-plot.1
 check_options "$CDL_EVAL" cdl-eval.1
 check_options "$CDL_PREDICT" cdl-predict.1
 check_options "$top_builddir/cli/cdl-generate" cdl-generate.1
+# The commands in the code blocks of README.md, docs/*.md and
+# templates/README.md (fenced, or indented by four spaces; continued lines
+# joined) and in the man pages' EXAMPLES give cdl-train, cdl-eval,
+# cdl-predict, cdl-generate, cdl-plot and cdlrun only options that the
+# program's --help knows, so a renamed option cannot stay in a command a
+# reader copies. A word naming another program (python, torchrun) ends the
+# options of the cdl program before it.
+for p in cdl-train cdl-eval cdl-predict cdl-generate cdl-plot; do
+    "$top_builddir/cli/$p" --help >"$TMP/help.$p" 2>&1 || die "$p --help failed"
+done
+"$CDLRUN" --help >"$TMP/help.cdlrun" 2>&1 || die "cdlrun --help failed"
+ncmd=0
+for doc in "$top_srcdir"/README.md "$top_srcdir"/docs/*.md "$top_srcdir"/templates/README.md \
+           "$TMP"/*.[1-8].txt; do
+    awk -v man="${doc##*.}" \
+        'man == "txt" && /^[A-Z]/ { fence = /^EXAMPLES?$/; next }
+         /^```/ { fence = !fence; next }
+         { code = fence || (man != "txt" && /^    /)
+           if (!code) { cont = ""; next }
+           line = $0; sub(/^ +/, "", line)
+           if (line ~ /\\$/) { sub(/\\$/, "", line); cont = cont line " "; next }
+           print cont line; cont = "" }' "$doc" >"$TMP/cmds"
+    while read -r line; do
+        prog=
+        # shellcheck disable=SC2086
+        set -f; set -- $line; set +f
+        for tok; do
+            case $tok in '#'*|'|'|'>'*|';'|'&&') break ;; esac
+            tok=${tok#[}; tok=${tok%]}
+            base=${tok##*/}
+            case $base in python*|torchrun) prog=; continue ;; esac
+            if [ -n "$base" ] && [ -f "$TMP/help.$base" ]; then prog=$base; ncmd=$((ncmd + 1)); continue; fi
+            case $tok in --[a-z]*) ;; *) continue ;; esac
+            [ -n "$prog" ] || continue
+            opt=${tok%%=*}
+            grep -qE -- "(^|[^-a-z0-9])$opt([^-a-z0-9]|\$)" "$TMP/help.$prog" ||
+                die "$(basename "$doc" .txt): '$line' gives $prog $opt, which its --help does not know"
+        done
+    done <"$TMP/cmds"
+done
+[ "$ncmd" -gt 15 ] || die "only $ncmd commands of cdl programs found in the docs' code blocks: the check is blind"
+echo "the options of $ncmd commands in the docs' code blocks and the pages' examples are the programs'"
 # Every plugstack.conf key the plugin accepts (its known_keys table) is in
 # cdl_spank(8), in docs/admin.md's table and in the installed snippet
 # cdl.conf, whose comment lists the settings an admin may add (it lacked

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "lib/core/sized.h"
+#include "lib/core/threads.h"
 #include "lib/dist/announce.h"
 #include "lib/dist/dist_gpu.h"
 #include "lib/model/model_internal.h"
@@ -710,7 +711,8 @@ static cdl_backend *make_backend(run *r)
     const char *dev = c->device[0] ? c->device : "auto";
     cdl_backend_params p;
     cdl_backend_params_init(&p);
-    p.threads = c->threads;
+    /* Ranks that share their CPUs take a share each (no --threads given). */
+    p.threads = c->threads > 0 ? c->threads : threads_for_rank(r->ri.local_world);
     p.tf32_conv = c->tf32_conv;
     p.tf32_matmul = c->tf32_matmul;
     p.precision = c->precision;

@@ -300,6 +300,12 @@ static int build_model_from(run *r, const char *text)
      * logits at the default batch would be refused as too many, and need
      * 13 GB). */
     r->model = cdl_model_create(&spec, in, c->summary ? 1 : c->batch_size, r->be);
+    /* A built-in picture model (the default lenet) on a table's feature
+     * vectors fails at its first convolution: say what fits the data. */
+    if (!r->model && !text && in.h == 1 && in.w == 1 && !r->train.tokens)
+        return cdl_error("%s reads pictures, but dataset %s holds %d features per sample: use "
+                         "--model mlp or a spec file (docs/model-spec.md) (building %s: %s)",
+                         c->model, c->dataset, in.c, c->model, cdl_last_error());
     if (!r->model)
         return -1;
     if (text && cdl_model_set_spec_text(r->model, text) != 0)   /* checkpoints carry it */

@@ -11,5 +11,12 @@ if [ ! -x "$build/cli/cdl-train" ] || [ "$top/configure.ac" -nt "$build/Makefile
     (cd "$build" && "$top/configure" -q --disable-static)
 fi
 make -s -C "$build" -j"$(nproc)"
+# Each demo is a fresh run: cdl-train's --resume never refuses a directory
+# that holds an earlier run (a second demo, or `demo.sh --epochs 3` after
+# the first, stopped with "already holds a run").
+if [ -e "$top/runs/demo" ]; then
+    echo "demo: replacing the previous demo's files in $top/runs/demo"
+    rm -rf "$top/runs/demo"
+fi
 exec "$build/cli/cdl-train" --model lenet --dataset fashion-mnist --ckpt-dir "$top/runs/demo" \
     --metrics "$top/runs/demo/metrics.jsonl" --resume never "$@"

@@ -36,7 +36,8 @@ typedef struct cdl_train_config {
     cdl_sched_kind schedule;
     int step_epochs;          /* step schedule: decay every step_epochs (gamma 0.1) */
     int warmup_epochs;        /* linear warm-up (or warmup_steps, below) */
-    int threads;              /* 0 = cdl_default_threads() */
+    int threads;              /* 0 = cdl_default_threads(), divided among the
+                               * node's ranks when their CPUs overlap */
     int workers;              /* data loader threads */
     uint64_t seed;
     char ckpt_dir[1024];      /* "" = no checkpoints */

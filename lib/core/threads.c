@@ -5,6 +5,8 @@
 
 #include <cdl/cdl.h>
 
+#include "threads.h"
+
 static int positive_env(const char *name)
 {
     const char *s = getenv(name);
@@ -35,4 +37,16 @@ int cdl_default_threads(void)
         n = c > 0 ? (int)c : 1;
     }
     return n;
+}
+
+int threads_for_rank(int local_world)
+{
+    cpu_set_t set;
+    if (local_world <= 1 || positive_env("SLURM_CPUS_PER_TASK") || positive_env("OMP_NUM_THREADS") ||
+        sched_getaffinity(0, sizeof set, &set) != 0)
+        return cdl_default_threads();
+    long ncpu = CPU_COUNT(&set), online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (online <= 0 || ncpu * local_world <= online)
+        return cdl_default_threads();
+    return ncpu / local_world > 0 ? (int)(ncpu / local_world) : 1;
 }

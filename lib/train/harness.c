@@ -16,6 +16,7 @@
 
 #include "lib/core/memlimit.h"
 #include "lib/core/sized.h"
+#include "lib/core/threads.h"
 #include "lib/dist/announce.h"
 #include "lib/dist/dist_gpu.h"
 #include "lib/model/model_internal.h"
@@ -309,6 +310,12 @@ static int build_model_from(run *r, const char *text)
      * logits at the default batch would be refused as too many, and need
      * 13 GB). */
     r->model = cdl_model_create(&spec, in, c->summary ? 1 : c->batch_size, r->be);
+    /* A built-in picture model (the default lenet) on a table's feature
+     * vectors fails at its first convolution: say what fits the data. */
+    if (!r->model && !text && in.h == 1 && in.w == 1 && !r->train.tokens)
+        return cdl_error("%s reads pictures, but dataset %s holds %d features per sample: use "
+                         "--model mlp or a spec file (docs/model-spec.md) (building %s: %s)",
+                         c->model, c->dataset, in.c, c->model, cdl_last_error());
     if (!r->model)
         return -1;
     if (text && cdl_model_set_spec_text(r->model, text) != 0)   /* checkpoints carry it */
@@ -720,7 +727,8 @@ static cdl_backend *make_backend(run *r)
     const char *dev = c->device[0] ? c->device : "auto";
     cdl_backend_params p;
     cdl_backend_params_init(&p);
-    p.threads = c->threads;
+    /* Ranks that share their CPUs take a share each (no --threads given). */
+    p.threads = c->threads > 0 ? c->threads : threads_for_rank(r->ri.local_world);
     p.tf32_conv = c->tf32_conv;
     p.tf32_matmul = c->tf32_matmul;
     p.precision = c->precision;
@@ -802,6 +810,15 @@ static void schedule_note(run *r)
                           "(--step-epochs %d)", warm, (double)c->lr, s->step_size, c->step_epochs);
     else
         train_report_note(r->rep, "schedule constant: %slr %g", warm, (double)c->lr);
+    /* --max-steps only stops a run: past the epochs' end it does nothing, and
+     * a small corpus's default 10 epochs may be a few dozen steps. */
+    long spe = train_steps_per_epoch(r), run_steps = (long)c->epochs * spe;
+    if (c->max_steps > run_steps)
+        train_report_note(r->rep, "warning: --max-steps %ld is past the run's end: %d epoch%s of "
+                          "%ld step%s end it at step %ld; give --epochs %ld (or more) to train "
+                          "%ld steps", c->max_steps, c->epochs, c->epochs > 1 ? "s" : "", spe,
+                          spe > 1 ? "s" : "", run_steps, (c->max_steps + spe - 1) / spe,
+                          c->max_steps);
 }
 
 /* Set-up (staging, loading the data) can take minutes, and a SIGTERM or

@@ -30,6 +30,20 @@ if have HAVE_PMIX; then
 else
     echo "note: built without PMIx: PMIx discovery not checked"
 fi
+if have HAVE_PMIX; then
+    # README's `mpirun -n 4 cdl-train`: without binding (--oversubscribe)
+    # every rank may run on every CPU, and each started that many threads.
+    # Now they share the CPUs: a rank's count is its mask's CPUs divided
+    # among the node's ranks (no OMP_NUM_THREADS or --threads given).
+    ncpu=$(nproc)
+    want=$((ncpu / 2 > 0 ? ncpu / 2 : 1))
+    echo "+ mpirun -n 2 cdl-train (no --threads, OMP_NUM_THREADS unset: $want threads each of $ncpu CPUs)"
+    timeout 120 mpirun --allow-run-as-root --oversubscribe -n 2 env -u OMP_NUM_THREADS -u SLURM_CPUS_PER_TASK \
+        "$train" --dataset synthetic --synthetic-size 256 --epochs 1 --max-steps 1 --no-progress \
+        >"$tmp/threads.out" 2>&1 || { cat "$tmp/threads.out"; echo "FAILED: mpirun -n 2 cdl-train"; exit 1; }
+    grep -q "cpu backend with $want threads, 2 ranks" "$tmp/threads.out" ||
+        { cat "$tmp/threads.out"; echo "FAILED: 2 unbound ranks on $ncpu CPUs did not take $want threads each"; exit 1; }
+fi
 if have HAVE_MPI; then
     mpi_run 2 "$check" --backend mpi --expect-backend mpi --big
     # A stopped peer: rank 0 reports it at the first timeout and the job

@@ -118,6 +118,14 @@ expect_err "--min-lr 0 -> 0.001"
 expect_status 0 "$CDL_TRAIN" $small --max-steps 3
 grep -q "decays to 0 by step 10 (the end of the last epoch); --max-steps 3 stops the run before, at lr 0.0452254 (--decay-steps 3 would end the decay there)$" \
     "$TMP/err" || die "no --max-steps note: $(grep '^schedule' "$TMP/err")"
+# --max-steps past the epochs' end stops nothing: README's language model
+# asked for 2000 steps of a corpus whose 10 default epochs are 30 steps and
+# trained 30 without a word. The run says so and which --epochs would do.
+expect_status 0 "$CDL_TRAIN" $small --max-steps 12
+grep -q "^warning: --max-steps 12 is past the run's end: 5 epochs of 2 steps end it at step 10; give --epochs 6 (or more) to train 12 steps$" \
+    "$TMP/err" || die "no warning for --max-steps past the run's end: $(cat "$TMP/err")"
+expect_status 0 "$CDL_TRAIN" $small --max-steps 10
+! grep -q "past the run's end" "$TMP/err" || die "--max-steps at the run's end warned: $(cat "$TMP/err")"
 # A finished run started again says why it trains nothing (it said
 # "resuming from ...: epoch 6" of a 5-epoch run and nothing else).
 expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/done"

@@ -67,6 +67,10 @@ expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "csv:$TMP/tab" -
 expect_err "--augment none"
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "csv:$TMP/tab" --label-column kin
 expect_err "no column named 'kin'"
+# A table with the default model (lenet, a picture model) said only "conv2d
+# kernel 5 is larger than its 2x1x1 input"; it now says what to use.
+expect_status 1 "$CDL_TRAIN" --device cpu --dataset "csv:$TMP/tab" --summary
+expect_err "lenet reads pictures, but dataset csv holds 2 features per sample: use --model mlp or a spec file"
 # cdl-predict's CSV quotes class names that hold commas or quotes.
 run --model mlp --dataset "csv:$TMP/tab" --ckpt-dir "$TMP/ckq"
 "$CDL_PREDICT" "$TMP/ckq/last.safetensors" --top-k 3 >"$TMP/pq.csv" || die "cdl-predict on a table"

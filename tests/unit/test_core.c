@@ -3,8 +3,11 @@
 
 #include <sched.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cdl/cdl.h>
+
+#include "lib/core/threads.h"
 
 static void test_error_message(void **state)
 {
@@ -50,6 +53,41 @@ static void test_default_threads(void **state)
     unsetenv("OMP_NUM_THREADS");
 }
 
+/* Ranks free to run on the same CPUs share them (mpirun without binding
+ * gave each of 4 ranks every CPU's worth of threads); a binding that gives
+ * each its own CPUs, or a count from the environment, stands. */
+static void test_threads_for_rank(void **state)
+{
+    (void)state;
+    cpu_set_t all, one;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    int ncpu = CPU_COUNT(&all);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    unsetenv("SLURM_CPUS_PER_TASK");
+    unsetenv("OMP_NUM_THREADS");
+    assert_int_equal(threads_for_rank(1), ncpu);
+    /* More ranks than CPUs online: their masks overlap whatever they are. */
+    int lw = (int)online + 1;
+    assert_int_equal(threads_for_rank(lw), ncpu / lw > 0 ? ncpu / lw : 1);
+    if (ncpu == online && ncpu >= 2)
+        assert_int_equal(threads_for_rank(2), ncpu / 2);
+    setenv("OMP_NUM_THREADS", "3", 1);
+    assert_int_equal(threads_for_rank(lw), 3);
+    unsetenv("OMP_NUM_THREADS");
+    /* Bound to one CPU of its own (two ranks fit the node): all of it. */
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    if (online >= 2)
+        assert_int_equal(threads_for_rank(2), 1);
+    assert_int_equal(threads_for_rank(lw), 1);
+    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+}
+
 static void test_unknown_device(void **state)
 {
     (void)state;
@@ -75,6 +113,7 @@ int main(void)
         cmocka_unit_test(test_error_message),
         cmocka_unit_test(test_alloc_counts_and_aligns),
         cmocka_unit_test(test_default_threads),
+        cmocka_unit_test(test_threads_for_rank),
         cmocka_unit_test(test_unknown_device),
         cmocka_unit_test(test_null_config),
     };

@@ -37,6 +37,7 @@ struct cdl_dist {
     cdl_backend *be;
     boot *boot;
     store *extra_store;          /* hier over the store when the bootstrap is PMIx */
+    int job_rpg;                 /* the largest CDL_REPLICAS_PER_GPU of any rank */
     coll *coll;
     int broken;                  /* a collective failed or was aborted: no peer is waited for */
     void *stage;                 /* STAGE_BYTES of host memory (pinned on a GPU), NULL if not needed */
@@ -46,6 +47,7 @@ struct cdl_dist {
 /* What each rank tells the others at init, to check the layout. */
 typedef struct rank_loc {
     int32_t node, local_rank, local_world, nnodes, world, gpu_slot;
+    int32_t rpg;                 /* the rank's CDL_REPLICAS_PER_GPU, its node's value */
     unsigned char gpu[16];       /* the GPU's UUID; zero without a CUDA backend */
 } rank_loc;
 
@@ -69,7 +71,7 @@ static int same_group(const rank_loc *a, const rank_loc *b)
 }
 
 /* The contract's GPU groups against the GPUs the ranks opened. */
-static int check_gpus(const rank_loc *loc, int w, int rpg)
+static int check_gpus(const rank_loc *loc, int w)
 {
     gpu_place *p = cdl_calloc((size_t)w, sizeof *p);
     if (!p)
@@ -77,9 +79,10 @@ static int check_gpus(const rank_loc *loc, int w, int rpg)
     for (int r = 0; r < w; r++) {
         p[r].node = loc[r].node;
         p[r].local_rank = loc[r].local_rank;
+        p[r].replicas_per_gpu = loc[r].rpg;
         memcpy(p[r].uuid, loc[r].gpu, sizeof p[r].uuid);
     }
-    int rc = gpu_groups_check(p, w, rpg);
+    int rc = gpu_groups_check(p, w);
     cdl_free(p);
     return rc;
 }
@@ -87,13 +90,14 @@ static int check_gpus(const rank_loc *loc, int w, int rpg)
 /* Gathers every rank's place and checks they describe one layout. Local
  * groups are the ranks of a node (or of one GPU when replicas share it);
  * their leaders are the members with the lowest local rank. by_gpu: groups
- * are GPUs, and the GPUs the ranks opened must match the contract's. */
+ * are GPUs (each node's ranks by its own CDL_REPLICAS_PER_GPU), and the GPUs
+ * the ranks opened must match the contract's. */
 static int exchange_layout(cdl_dist *d, int by_gpu, layout *l)
 {
     const cdl_rank_info *in = &d->info;
-    int w = in->world, rpg = by_gpu ? in->replicas_per_gpu : 0;
+    int w = in->world, rpg = in->replicas_per_gpu;
     rank_loc me = {in->node_rank, in->local_rank, in->local_world, in->nnodes, in->world,
-                   rpg ? contract_gpu_slot(in->local_rank, rpg) : 0, {0}};
+                   by_gpu ? contract_gpu_slot(in->local_rank, rpg) : 0, rpg, {0}};
     memset(l, 0, sizeof *l);   /* first: callers layout_free it on every return */
     if (d->be && d->be->ops->device_uuid && cdl_backend_device_uuid(d->be, me.gpu))
         return -1;
@@ -135,7 +139,7 @@ static int exchange_layout(cdl_dist *d, int by_gpu, layout *l)
                        "LOCAL_WORLD_SIZE is wrong for some rank", me.node, count, me.local_world);
     cdl_free(seen);
     if (!rc && by_gpu && d->be && d->be->ops->device_uuid)
-        rc = check_gpus(l->loc, w, in->replicas_per_gpu);
+        rc = check_gpus(l->loc, w);
     if (rc)
         return -1;
     /* My local group, ordered by local rank. */
@@ -164,6 +168,26 @@ static int exchange_layout(cdl_dist *d, int by_gpu, layout *l)
 
 /* ------------------------------------------------------------ choosing */
 
+/* The largest CDL_REPLICAS_PER_GPU of all ranks into *out. Nodes may pack
+ * differently (a node with one task of a packed step has 1, the others 2),
+ * and every rank must choose the same collectives: a flat NCCL world on
+ * some ranks and per-GPU groups on the others never meet. Collective over
+ * all ranks. */
+static int job_replicas_per_gpu(cdl_dist *d, int *out)
+{
+    int32_t mine = d->info.replicas_per_gpu, v;
+    *out = mine;
+    if (boot_put(d->boot, "rpg", &mine, sizeof mine) || boot_fence(d->boot))
+        return -1;
+    for (int r = 0; r < d->info.world; r++) {
+        if (boot_get(d->boot, r, "rpg", &v, sizeof v))
+            return -1;
+        if (v > *out)
+            *out = v;
+    }
+    return 0;
+}
+
 static int is_cuda(const cdl_backend *be)
 {
     return be && !be->host_memory;
@@ -179,9 +203,9 @@ static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
         return 0;
     }
     if (!strcmp(want, "auto")) {
-        if (in->nnodes == 1 && !(is_cuda(d->be) && in->replicas_per_gpu < in->local_world))
+        if (in->nnodes == 1 && !(is_cuda(d->be) && d->job_rpg < in->local_world))
             strcpy(kind, "shm");
-        else if (is_cuda(d->be) && in->replicas_per_gpu == 1)
+        else if (is_cuda(d->be) && d->job_rpg == 1)
             strcpy(kind, "nccl");
         else {
             strcpy(kind, "hier");
@@ -219,11 +243,12 @@ static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
         return cdl_error("dist backend nccl reduces GPU memory and needs the cuda backend "
                          "(--device cuda): for CPU training use auto, shm, mpi or hier");
     /* NCCL hangs or fails at init when two of its ranks share a GPU. */
-    if (!strcmp(kind, "nccl") && in->replicas_per_gpu > 1)
+    if (!strcmp(kind, "nccl") && d->job_rpg > 1)
         return cdl_error("dist backend nccl takes one rank per GPU, but "
-                         CDL_ENV_REPLICAS_PER_GPU "=%d packs %d ranks on each: use auto or "
+                         CDL_ENV_REPLICAS_PER_GPU "=%d packs %d ranks on each%s: use auto or "
                          "hier:nccl (shared memory among the ranks of a GPU, NCCL between "
-                         "GPUs)", in->replicas_per_gpu, in->replicas_per_gpu);
+                         "GPUs)", d->job_rpg, d->job_rpg,
+                         d->job_rpg == in->replicas_per_gpu ? "" : " on another node");
     if (!strcmp(kind, "mpi") || !strcmp(kind, "nccl") || !strcmp(kind, "single"))
         return !strcmp(kind, "single")
                    ? cdl_error("dist backend single needs WORLD_SIZE=1, not %d", in->world)
@@ -306,8 +331,9 @@ static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
         for (int g = 0; g < l.nleaders; g++)
             if (same_group(&l.loc[l.leaders[g]], &l.loc[r]))
                 node_of[r] = g;
-        local_of[r] = l.loc[r].local_rank -
-                      (by_gpu ? l.loc[r].gpu_slot * d->info.replicas_per_gpu : 0);
+        /* Rank r's place in its group, by its own node's packing. */
+        int rpg_r = l.loc[r].rpg > 0 ? l.loc[r].rpg : 1;
+        local_of[r] = l.loc[r].local_rank - (by_gpu ? l.loc[r].gpu_slot * rpg_r : 0);
     }
     c = coll_hier_create(local, inter, node_of[d->info.rank], l.nleaders, node_of, local_of,
                          d->info.world, d->info.rank);
@@ -410,18 +436,26 @@ cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backen
     if (read_config(cfg, &d->cfg) || dist_resolve_timeout(d->cfg.timeout_s, &d->timeout))
         goto fail;
     d->cfg.timeout_s = d->timeout;
-    if (choose(d, backend && *backend ? backend : "auto", kind, inter))
+    const char *want = backend && *backend ? backend : "auto";
+    /* GPUs on several nodes: the choice depends on every node's packing. */
+    d->job_rpg = info->replicas_per_gpu;
+    if (is_cuda(be) && info->world > 1 && info->nnodes > 1 && strcmp(want, "mpi") &&
+        strcmp(want, "single") &&
+        (!(d->boot = boot_open(info, d->timeout, d->cfg.store_hello_s)) ||
+         job_replicas_per_gpu(d, &d->job_rpg)))
+        goto fail;
+    if (choose(d, want, kind, inter))
         goto fail;
     if (!strcmp(kind, "single")) {
         d->coll = coll_single_create();
     } else {
-        if (strcmp(kind, "mpi") &&
+        if (strcmp(kind, "mpi") && !d->boot &&
             !(d->boot = boot_open(info, d->timeout, d->cfg.store_hello_s)))
             goto fail;
         if (!strcmp(kind, "shm"))
             d->coll = make_shm(d);
         else if (!strcmp(kind, "hier"))
-            d->coll = make_hier(d, inter, is_cuda(be) && info->replicas_per_gpu > 1);
+            d->coll = make_hier(d, inter, is_cuda(be) && d->job_rpg > 1);
         else
             d->coll = make_flat(d, kind);
     }

@@ -21,11 +21,20 @@ static int has_gpu(const gpu_place *p)
     return memcmp(p->uuid, zero, sizeof zero) != 0;
 }
 
-int gpu_groups_check(const gpu_place *p, int n, int rpg)
+int gpu_groups_check(const gpu_place *p, int n)
 {
     for (int a = 0; a < n; a++) {
         for (int b = a + 1; b < n; b++) {
-            if (p[a].node != p[b].node || !has_gpu(&p[a]) || !has_gpu(&p[b]))
+            if (p[a].node != p[b].node)
+                continue;
+            int rpg = p[a].replicas_per_gpu;
+            if (p[b].replicas_per_gpu != rpg)
+                return cdl_error("ranks %d and %d (LOCAL_RANK %d and %d on node %d) disagree on "
+                                 CDL_ENV_REPLICAS_PER_GPU " (%d and %d): the launcher must give "
+                                 "the ranks of a node the same value",
+                                 a, b, p[a].local_rank, p[b].local_rank, p[a].node, rpg,
+                                 p[b].replicas_per_gpu);
+            if (!has_gpu(&p[a]) || !has_gpu(&p[b]))
                 continue;
             int same_gpu = !memcmp(p[a].uuid, p[b].uuid, 16);
             int same_slot = contract_gpu_slot(p[a].local_rank, rpg) == contract_gpu_slot(p[b].local_rank, rpg);

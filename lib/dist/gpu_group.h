@@ -16,13 +16,17 @@
 /* One rank as the layout exchange sees it. */
 typedef struct gpu_place {
     int node, local_rank;
+    int replicas_per_gpu;     /* the rank's CDL_REPLICAS_PER_GPU: one value per
+                               * node, which may differ between nodes (a node
+                               * with one task of a packed step has 1) */
     unsigned char uuid[16];   /* all zero: no GPU (CPU backend) */
 } gpu_place;
 
 /* Checks that ranks on one node have the same GPU exactly when the contract
- * puts them in the same slot. Returns 0, or -1 with cdl_error naming the two
- * ranks, their GPUs and what to set. Ranks without a GPU are not checked. */
-int gpu_groups_check(const gpu_place *p, int n, int replicas_per_gpu);
+ * puts them in the same slot, and the same replicas_per_gpu. Returns 0, or -1
+ * with cdl_error naming the two ranks, their GPUs and what to set. The GPUs
+ * of ranks without one are not checked. */
+int gpu_groups_check(const gpu_place *p, int n);
 
 /* "GPU-1a2b3c4d-..." for messages (like nvidia-smi -L); out holds 41 bytes. */
 void gpu_uuid_str(const unsigned char uuid[16], char out[41]);

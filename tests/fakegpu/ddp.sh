@@ -6,7 +6,8 @@
 #   seeing only its own GPU (CUDA_VISIBLE_DEVICES) changes a bit;
 # - replicas packed on a GPU (CDL_REPLICAS_PER_GPU, as under --cdl-mps):
 #   hier:nccl, shared memory among a GPU's ranks and NCCL between GPUs,
-#   on two GPUs of two replicas and on one GPU of two;
+#   on two GPUs of two replicas and on one GPU of two, and on two emulated
+#   nodes that pack differently (3 replicas on one GPU, 1 on the other);
 # - --clip-grad, sharded optimizer or not, 2 and 4 GPUs: bitwise the
 #   same, and no step waits on the host;
 # - each of these equals one CPU process with the same global batch, one
@@ -100,6 +101,29 @@ run owngpu 2 "$own" --device cuda
 says owngpu "collectives over nccl "
 same owngpu nccl2 --bitwise
 
+# Nodes that pack differently, as --cdl-mps gives `srun -N2 -n4` laid out 3+1:
+# node 0's three ranks share its GPU (CDL_REPLICAS_PER_GPU=3), node 1's lone
+# rank has its GPU to itself (1). Every rank must choose the same
+# collectives (the lone rank chose a flat NCCL world and refused node 0's
+# sharing). Two emulated nodes under mpirun, each shown its own fake GPU.
+mpirun=
+command -v mpirun >/dev/null 2>&1 && mpirun="mpirun --allow-run-as-root --oversubscribe"
+uneven='r=$OMPI_COMM_WORLD_RANK
+if [ "$r" -lt 3 ]; then
+    export NODE_RANK=0 LOCAL_RANK=$r LOCAL_WORLD_SIZE=3 CDL_REPLICAS_PER_GPU=3 CUDA_VISIBLE_DEVICES=0
+else
+    export NODE_RANK=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 CDL_REPLICAS_PER_GPU=1 CUDA_VISIBLE_DEVICES=1
+fi
+RANK=$r WORLD_SIZE=4 CDL_NNODES=2 exec "$0" "$@"'
+nodes() {  # nodes DIR PROGRAM ARGS...: 4 ranks on the two nodes above into DIR
+    dir=$1 prog=$2; shift 2
+    echo "+ mpirun -n 4 (nodes of 3 and 1 ranks) cdl-train --batch-size $((GLOBAL / 4)) $*"
+    CDL_TIMEOUT=120 timeout 600 $mpirun -x CDL_TIMEOUT -n 4 sh -c "$uneven" "$prog" $common \
+        --batch-size $((GLOBAL / 4)) --ckpt-dir "$tmp/$dir" "$@" >"$tmp/$dir.out" 2>&1 ||
+        { cat "$tmp/$dir.out"; fail "training into $dir"; }
+    ! grep -q -E "^fake(gpu|nccl):" "$tmp/$dir.out" || { cat "$tmp/$dir.out"; fail "$dir misused the fake GPU"; }
+}
+
 # One step from the CPU process's checkpoints (the global batch stays: the
 # resume continues after the same global samples).
 sm="--model $STEP_MODEL"
@@ -117,6 +141,11 @@ for s in 1 8; do
     step_same s$s s$s-packed4 "$base"
     CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=2 run s$s-packed2 2 "$fake" --device cuda $from/last.safetensors
     step_same s$s s$s-packed2 "$base"
+    if [ -n "$mpirun" ]; then
+        nodes s$s-uneven "$fake" --device cuda $from/last.safetensors
+        says s$s-uneven "collectives over hier:nccl "
+        step_same s$s s$s-uneven "$base"
+    fi
 done
 
 # batchnorm2d sync=true (SyncBatchNorm): the statistics of the forward and

@@ -32,6 +32,7 @@
 #include "spank/plugin.h"
 #include "spank/port.h"
 #include "spank/threads.h"
+#include "spank/torchrun.h"
 
 /* Keeps "cdl: OPTION: message" (without repeating OPTION if the message
  * starts with it) for the tasks to report. */
@@ -315,7 +316,24 @@ static int task_contract(spank_t sp, uint32_t local_id, uint32_t global_id, unsi
     struct env_ctx ctx = {.sp = sp};
     char resv[64];
     struct spk_step_contract sc = spk_g.sc;
+    struct spk_torchrun tr;
+    char **argv = NULL;
+    int argc = 0, nproc;
     snprintf(sc.token, sizeof sc.token, "%s", spk_g.token);
+    /* torchrun as the task (torchrun.h): a layout it cannot run as one job
+     * is refused here, before it waits for agents that never come; its
+     * workers split the task's threads. */
+    if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS)
+        argc = 0;
+    spk_torchrun_parse(argc, argv, &tr);
+    if (spk_torchrun_check(&tr, spk_g.step.ntasks, spk_g.step.local_tasks) != 0)
+        return -1;
+    unsigned share = threads;
+    threads = spk_torchrun_threads(&tr, task_lookup(&ctx, "PET_NPROC_PER_NODE"), share, &nproc);
+    if (local_id == 0 && nproc > 0 && (unsigned)nproc > share)
+        slurm_spank_log("cdl: torchrun starts %d workers in a task of %u CPU%s: they share "
+                        "%s; ask for --cpus-per-task=CPUS (all the CPUs its workers use)",
+                        nproc, share, share == 1 ? "" : "s", share == 1 ? "it" : "them");
     /* The contract's OMP_NUM_THREADS/MKL_NUM_THREADS come from cpus_per_task:
      * give it this task's share instead of Slurm's grant. */
     struct spk_step step = spk_g.step;

@@ -7,7 +7,8 @@
 #      torchrun's LOCAL_RANK and GROUP_RANK), at the plugin's MASTER_ADDR
 #      and port (torchrun reads the plugin's PET_* defaults; without them
 #      each node would form a world of its own at 127.0.0.1:29500), each
-#      worker with half the task's threads;
+#      worker with half the task's threads; with 1 CPU a note says the
+#      workers share it;
 #   2. the form the guides write (static rendezvous, --nnodes, --node_rank,
 #      --master_addr, --master_port from the step's variables) and the c10d
 #      rendezvous at $MASTER_ADDR:$MASTER_PORT form the same world;
@@ -70,6 +71,13 @@ check "the workers' MASTER_ADDR:PORT is the plugin's ($master: n1, the admin ran
 w=1   # the task's 2 CPUs (-c2) over 2 workers
 check "each worker has half the task's threads: OMP=MKL=torch=$w" \
     test "$(workers "$out" | awk -v w="$w" '$12 == w && $14 == w && $16 == w' | wc -l)" = 4
+
+# Slurm's default of 1 CPU per task: the plugin says the workers share it.
+out=$(as_user srun -N1 -n1 --cdl-ddp bin/torchrun --monitor_interval=0.5 --nproc_per_node=2 \
+      --no_python true 2>&1)
+echo "$out" | grep '^cdl:'
+check "torchrun with 2 workers in a 1-CPU task: a note says they share it, names --cpus-per-task" \
+    eval 'echo "$out" | grep -q "^cdl: torchrun starts 2 workers in a task of 1 CPU: .*--cpus-per-task"'
 
 echo "== 2. the guides' forms ($SECONDS s)"
 out=$(as_user srun -N2 --ntasks-per-node=1 --cdl-ddp bash -c 'exec bin/torchrun --monitor_interval=0.5 --nnodes=2 \

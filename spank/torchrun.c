@@ -35,6 +35,8 @@ static int torchrun_args(int argc, char *const *argv)
             return is_module(argv[i] + 2) ? i + 1 : 0;
         if (!strcmp(argv[i], "-c"))
             return 0;
+        if (!strcmp(argv[i], "-X") || !strcmp(argv[i], "-W"))
+            i++;   /* their value */
     }
     return 0;
 }

@@ -37,6 +37,8 @@ static void test_parse(void **state)
     assert_true(t.standalone);
     assert_true(t.nproc_given);
     assert_int_equal(t.nproc, 0);
+    PARSE(&t, "python3", "-X", "dev", "-W", "ignore", "-m", "torch.distributed.run", "x.py");
+    assert_true(t.found);
     PARSE(&t, "/opt/venv/bin/python3.11", "-mtorch.distributed.launch", "--nnodes=x", "a.py");
     assert_true(t.found);
     assert_int_equal(t.nnodes_max, 0);

@@ -7,8 +7,8 @@
 #      torchrun's LOCAL_RANK and GROUP_RANK), at the plugin's MASTER_ADDR
 #      and port (torchrun reads the plugin's PET_* defaults; without them
 #      each node would form a world of its own at 127.0.0.1:29500), each
-#      worker with half the task's threads; with 1 CPU a note says the
-#      workers share it;
+#      worker with half the task's threads; --cdl-bind=closest binds the
+#      task as with cores; with 1 CPU a note says the workers share it;
 #   2. the form the guides write (static rendezvous, --nnodes, --node_rank,
 #      --master_addr, --master_port from the step's variables) and the c10d
 #      rendezvous at $MASTER_ADDR:$MASTER_PORT form the same world;
@@ -62,9 +62,13 @@ one_world() {
 in_range() { [ "${1%%:*}" = n1 ] && [ "${1#n1:}" -ge "$CDL_PORT_LO" ] && [ "${1#n1:}" -le "$CDL_PORT_HI" ]; }
 
 echo "== 1. srun --cdl-ddp torchrun --nproc_per_node=2, nothing else ($SECONDS s)"
-out=$(as_user srun -N2 --ntasks-per-node=1 -c2 --cdl-ddp bin/torchrun --monitor_interval=0.5 --nproc_per_node=2 w.py 2>&1)
+out=$(as_user srun -N2 --ntasks-per-node=1 -c2 --gres=gpu:2 --cdl-ddp --cdl-bind=closest,verbose \
+      bin/torchrun --monitor_interval=0.5 --nproc_per_node=2 w.py 2>&1)
 echo "$out" | grep -v '^\*\|^WARNING:torch\|^Setting OMP\|^$'
 check "one world of 4 workers over both nodes (all-reduce of ones gives 4)" one_world "$out"
+# closest would bind the task to the cores of its local rank's GPU only.
+check "--cdl-bind=closest binds a torchrun task as with cores (its workers use all its GPUs)" \
+    test "$(echo "$out" | grep -c "^cdl: --cdl-bind=closest: task [01] .*torchrun: its workers use all the task's GPUs, bound as with cores")" = 2
 master=$(workers "$out" | awk '{print $10}' | sort -u)
 check "the workers' MASTER_ADDR:PORT is the plugin's ($master: n1, the admin range)" \
     eval '[ "$(echo "$master" | wc -l)" = 1 ] && in_range "$master"'

@@ -52,6 +52,8 @@ os.write(1, f"W {dist.get_rank()}/{dist.get_world_size()} local {e('LOCAL_RANK')
          .encode())
 EOF
 JOB_TIMEOUT=60
+# torchrun's log directories (one per agent, in TMPDIR) stay in the cluster's.
+tr_srun() { as_user_env TMPDIR="$WORK" -- srun "$@"; }
 workers() { echo "$1" | grep '^W ' | sort; }
 # "W R/4 local L/2 group G sum 4 ...", R = 2G + L, for R = 0..3.
 one_world() {
@@ -62,7 +64,7 @@ one_world() {
 in_range() { [ "${1%%:*}" = n1 ] && [ "${1#n1:}" -ge "$CDL_PORT_LO" ] && [ "${1#n1:}" -le "$CDL_PORT_HI" ]; }
 
 echo "== 1. srun --cdl-ddp torchrun --nproc_per_node=2, nothing else ($SECONDS s)"
-out=$(as_user srun -N2 --ntasks-per-node=1 -c2 --gres=gpu:2 --cdl-ddp --cdl-bind=closest,verbose \
+out=$(tr_srun -N2 --ntasks-per-node=1 -c2 --gres=gpu:2 --cdl-ddp --cdl-bind=closest,verbose \
       bin/torchrun --monitor_interval=0.5 --nproc_per_node=2 w.py 2>&1)
 echo "$out" | grep -v '^\*\|^WARNING:torch\|^Setting OMP\|^$'
 check "one world of 4 workers over both nodes (all-reduce of ones gives 4)" one_world "$out"
@@ -77,14 +79,14 @@ check "each worker has half the task's threads: OMP=MKL=torch=$w" \
     test "$(workers "$out" | awk -v w="$w" '$12 == w && $14 == w && $16 == w' | wc -l)" = 4
 
 # Slurm's default of 1 CPU per task: the plugin says the workers share it.
-out=$(as_user srun -N1 -n1 --cdl-ddp bin/torchrun --monitor_interval=0.5 --nproc_per_node=2 \
+out=$(tr_srun -N1 -n1 --cdl-ddp bin/torchrun --monitor_interval=0.5 --nproc_per_node=2 \
       --no_python true 2>&1)
 echo "$out" | grep '^cdl:'
 check "torchrun with 2 workers in a 1-CPU task: a note says they share it, names --cpus-per-task" \
     eval 'echo "$out" | grep -q "^cdl: torchrun starts 2 workers in a task of 1 CPU: .*--cpus-per-task"'
 
 echo "== 2. the guides' forms ($SECONDS s)"
-out=$(as_user srun -N2 --ntasks-per-node=1 --cdl-ddp bash -c 'exec bin/torchrun --monitor_interval=0.5 --nnodes=2 \
+out=$(tr_srun -N2 --ntasks-per-node=1 --cdl-ddp bash -c 'exec bin/torchrun --monitor_interval=0.5 --nnodes=2 \
       --nproc_per_node=2 --node_rank=$SLURM_NODEID --master_addr=$MASTER_ADDR \
       --master_port=$MASTER_PORT w.py' 2>&1)
 workers "$out"
@@ -92,20 +94,20 @@ check "static rendezvous with --node_rank=\$SLURM_NODEID and the step's address:
     one_world "$out"
 # c10d: the agent whose host is the endpoint serves the store; the two
 # emulated nodes are one host named neither n1 nor n2, so say which.
-out=$(as_user srun -N2 --ntasks-per-node=1 --cdl-ddp bash -c 'exec bin/torchrun --monitor_interval=0.5 --nnodes=2 \
+out=$(tr_srun -N2 --ntasks-per-node=1 --cdl-ddp bash -c 'exec bin/torchrun --monitor_interval=0.5 --nnodes=2 \
       --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT \
       --rdzv_id=$SLURM_JOB_ID --rdzv_conf=is_host=$((SLURM_NODEID == 0)) w.py' 2>&1)
 workers "$out"
 check "c10d rendezvous at \$MASTER_ADDR:\$MASTER_PORT: one world of 4" one_world "$out"
 
 echo "== 3. layouts torchrun cannot run as one job ($SECONDS s)"
-out=$(as_user srun -N2 --ntasks-per-node=1 --cdl-ddp bin/torchrun --monitor_interval=0.5 --standalone \
+out=$(tr_srun -N2 --ntasks-per-node=1 --cdl-ddp bin/torchrun --monitor_interval=0.5 --standalone \
       --nproc_per_node=2 w.py 2>&1); rc=$?
 echo "$out" | grep cdl: | head -2
 check "--standalone on 2 nodes fails (rc $rc), saying to drop --standalone, and starts no worker" \
     eval '[ "$rc" != 0 ] && [ "$rc" != 124 ] && echo "$out" | grep -q "Drop --standalone" &&
           ! echo "$out" | grep -q "^W "'
-out=$(as_user srun -N2 --ntasks-per-node=2 --cdl-ddp bin/torchrun --monitor_interval=0.5 --nnodes=2 \
+out=$(tr_srun -N2 --ntasks-per-node=2 --cdl-ddp bin/torchrun --monitor_interval=0.5 --nnodes=2 \
       --nproc_per_node=2 w.py 2>&1); rc=$?
 echo "$out" | grep cdl: | head -2
 check "--nnodes=2 with 2 tasks per node fails (rc $rc), naming --ntasks-per-node=1" \

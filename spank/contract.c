@@ -159,6 +159,16 @@ int spk_contract_task(const struct spk_step *s, const struct spk_step_contract *
     for (const char *const *f = contract_foreign_vars; *f; f++)
         if (spk_env_unset(out, *f))
             return -1;
+    /* torchrun's option defaults (--nnodes, --node_rank, --master_addr,
+     * --master_port), read only by torchrun: a task that runs torchrun is
+     * one torchrun node of the step. Without them every torchrun would
+     * default to --nnodes=1 at 127.0.0.1:29500, and each node would train
+     * a world of its own. Options on torchrun's command line still win. */
+    if (spk_env_add(out, "PET_NNODES", 0, "%u", s->ntasks) ||
+        spk_env_add(out, "PET_NODE_RANK", 0, "%u", global_id) ||
+        spk_env_add(out, "PET_MASTER_ADDR", 0, "%s", sc->master_addr) ||
+        spk_env_add(out, "PET_MASTER_PORT", 0, "%d", sc->master_port))
+        return -1;
     return 0;
 }
 

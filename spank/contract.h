@@ -70,7 +70,9 @@ const char *spk_env_get(const struct spk_env *env, const char *name);
  * "<jobid>.<stepid>", CDL_LAUNCHER = slurm, CDL_CONTRACT_VERSION, the
  * step's CDL_STORE_TOKEN, OMP_NUM_THREADS = CPUs per task; plus removals of
  * every other contract variable (a RANK exported in the submit shell must
- * not survive). Inconsistent input is an error. */
+ * not survive); plus torchrun's PET_NNODES = tasks of the step,
+ * PET_NODE_RANK = RANK, PET_MASTER_ADDR, PET_MASTER_PORT (torchrun.h).
+ * Inconsistent input is an error. */
 int spk_contract_task(const struct spk_step *step, const struct spk_step_contract *sc,
                       uint32_t local_id, uint32_t global_id, struct spk_env *out);
 

@@ -10,6 +10,7 @@
 SPANK_CORE_SOURCES = spank/util.c spank/util.h spank/config.c spank/conf.h \
 	spank/options.c spank/options.h spank/contract.c spank/contract.h \
 	spank/port.c spank/port.h spank/packing.c spank/packing.h spank/threads.c spank/threads.h \
+	spank/torchrun.c spank/torchrun.h \
 	spank/badexit.c spank/badexit.h \
 	spank/spawn.c spank/spawn.h spank/rundir.c spank/rundir.h spank/mps.c spank/mps.h \
 	spank/secret.c spank/secret.h lib/dist/contract.c lib/dist/contract.h

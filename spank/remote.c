@@ -32,6 +32,7 @@
 #include "spank/plugin.h"
 #include "spank/port.h"
 #include "spank/threads.h"
+#include "spank/torchrun.h"
 
 /* Keeps "cdl: OPTION: message" (without repeating OPTION if the message
  * starts with it) for the tasks to report. */
@@ -322,13 +323,26 @@ static int apply_env(spank_t sp, const struct spk_env *env)
 }
 
 /* threads: this task's CPU share (threads.h), computed after binding. */
-static int task_contract(spank_t sp, uint32_t local_id, uint32_t global_id, unsigned threads)
+static int task_contract(spank_t sp, uint32_t local_id, uint32_t global_id, unsigned threads,
+                         const struct spk_torchrun *tr)
 {
     struct spk_env env;
     struct env_ctx ctx = {.sp = sp};
     char resv[64];
     struct spk_step_contract sc = spk_g.sc;
+    int nproc;
     snprintf(sc.token, sizeof sc.token, "%s", spk_g.token);
+    /* torchrun as the task (torchrun.h): a layout it cannot run as one job
+     * is refused here, before it waits for agents that never come; its
+     * workers split the task's threads. */
+    if (spk_torchrun_check(tr, spk_g.step.ntasks, spk_g.step.local_tasks) != 0)
+        return -1;
+    unsigned share = threads;
+    threads = spk_torchrun_threads(tr, task_lookup(&ctx, "PET_NPROC_PER_NODE"), share, &nproc);
+    if (local_id == 0 && nproc > 0 && (unsigned)nproc > share)
+        slurm_spank_log("cdl: torchrun starts %d workers in a task of %u CPU%s: they share "
+                        "%s; ask for --cpus-per-task=CPUS (all the CPUs its workers use)",
+                        nproc, share, share == 1 ? "" : "s", share == 1 ? "it" : "them");
     /* The contract's OMP_NUM_THREADS/MKL_NUM_THREADS come from cpus_per_task:
      * give it this task's share instead of Slurm's grant. */
     struct spk_step step = spk_g.step;
@@ -367,13 +381,18 @@ static int task_gpu_index(int t)
     return spk_task_gpu_index(&spk_g.step_gpus, t, spk_g.step.replicas_per_gpu);
 }
 
-static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)
+/* closest: a task that runs torchrun (tr->found) binds as with cores: its
+ * workers use all the task's GPUs, not the one of its local rank, and
+ * would share that GPU's cores (on a two-socket node, half the node). */
+static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
+                     const struct spk_torchrun *tr)
 {
     /* One mask per local task: 8 KiB for 128 tasks on a 256-CPU node. A
      * task process (forked for this task): static is its own. */
     static char masks[64 * 1024];
     char desc[256], note[128];
     int n = (int)spk_g.step.local_tasks, rc = -1, verbose = spk_g.opts.bind_verbose;
+    int closest = spk_g.bind == SPK_BIND_CLOSEST && !tr->found;
     cpu_set_t mask;
     if (spk_user_cpu_bind(spk_g.cpu_bind)) {
         if (verbose)
@@ -411,7 +430,7 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)
         goto done;
     }
     contract_err e;
-    if (bind_plan(spk_g.topo, allowed, spk_g.bind == SPK_BIND_CLOSEST ? BIND_CLOSEST : BIND_CORES,
+    if (bind_plan(spk_g.topo, allowed, closest ? BIND_CLOSEST : BIND_CORES,
                   n, gpu, out, note, sizeof note, &e) != 0) {
         spk_error("%s", e.msg);
         goto done;
@@ -425,7 +444,10 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id)
         /* The plan's note is about the first task without a GPU; say it
          * about this one. */
         note[0] = '\0';
-        if (spk_g.bind == SPK_BIND_CLOSEST && !bind_gpu(spk_g.topo, gpu[local_id]))
+        if (spk_g.bind == SPK_BIND_CLOSEST && !closest)
+            snprintf(note, sizeof note, "torchrun: its workers use all the task's GPUs, "
+                     "bound as with cores");
+        else if (closest && !bind_gpu(spk_g.topo, gpu[local_id]))
             snprintf(note, sizeof note, gpu[local_id] < 0 ? "no GPU known: bound as with cores"
                      : "GPU %d not found in the topology: bound as with cores", gpu[local_id]);
         bind_describe(spk_g.topo, out[local_id], desc, sizeof desc);
@@ -460,8 +482,15 @@ int spk_remote_task_init(spank_t sp)
         return task_failed();
     }
     local_id = (uint32_t)tid;
+    /* torchrun as the task's command changes binding and the contract. */
+    struct spk_torchrun tr;
+    char **argv = NULL;
+    int argc = 0;
+    if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS)
+        argc = 0;
+    spk_torchrun_parse(argc, argv, &tr);
 #ifdef HAVE_HWLOC
-    if (spk_g.bind != SPK_BIND_NONE && task_bind(sp, local_id, global_id) != 0) {
+    if (spk_g.bind != SPK_BIND_NONE && task_bind(sp, local_id, global_id, &tr) != 0) {
         slurm_error("cdl: --cdl-bind: %s", spk_last_error());
         return task_failed();
     }
@@ -469,7 +498,7 @@ int spk_remote_task_init(spank_t sp)
     /* After binding: the thread count follows the task's own CPUs. */
     unsigned threads = spk_thread_share(spk_g.step.cpus_per_task, spk_g.step_cpus,
                                         spk_g.step.local_tasks, affinity_cpus());
-    if (spk_g.opts.ddp && task_contract(sp, local_id, global_id, threads) != 0) {
+    if (spk_g.opts.ddp && task_contract(sp, local_id, global_id, threads, &tr) != 0) {
         slurm_error("cdl: --cdl-ddp: %s", spk_last_error());
         return task_failed();
     }

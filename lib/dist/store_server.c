@@ -123,6 +123,18 @@ static int bind_port(const cdl_rank_info *info, const char *host)
     freeaddrinfo(res);
     if (fd >= 0)
         return fd;
+    /* torchrun's static rendezvous hands its workers the port of its
+     * agent's own store (and says so in this variable): cdl's store cannot
+     * share it. */
+    const char *agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    if (e == EADDRINUSE && agent_store && !strcmp(agent_store, "True"))
+        return cdl_error("MASTER_PORT %d on host %s is in use: it is the store of the "
+                         "torchrun that started this rank (static rendezvous, "
+                         "TORCHELASTIC_USE_AGENT_STORE=True), which cdl cannot share. Start "
+                         "the ranks without torchrun: srun --ntasks-per-node=N --cdl-ddp "
+                         "PROGRAM, or cdlrun -n N PROGRAM on one machine; or give torchrun "
+                         "--rdzv_backend=c10d --rdzv_endpoint=HOST:PORT", info->master_port,
+                         host);
     if (e == EADDRINUSE)
         return cdl_error("MASTER_PORT %d on host %s is in use: %s; another process holds it "
                          "(a step of another job: under srun --cdl-ddp the port is a hash of "

@@ -5,9 +5,13 @@
  * plugin), and the job environment's values the plugin reads as root:
  * SLURM_CPU_BIND_LIST masks, CUDA_VISIBLE_DEVICES, SLURM_STEP_RESV_PORTS.
  *
+ * Also the task's command line as the plugin reads it for torchrun
+ * (spank/torchrun.c; in the task, as the user).
+ *
  * Input: one selector byte, then text. Selector 0 (mod 8): the text split
- * at whitespace into the plugstack argument vector; otherwise the text is
- * one value for the parser chosen. */
+ * at whitespace into an argument vector, for the plugstack parser and as a
+ * task's command line; otherwise the text is one value for the parser
+ * chosen. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +20,7 @@
 #include "spank/options.h"
 #include "spank/packing.h"
 #include "spank/port.h"
+#include "spank/torchrun.h"
 #include "spank/util.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -43,6 +48,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             av[ac++] = t;
         struct spk_conf c;
         spk_conf_parse(&c, ac, av);
+        struct spk_torchrun t;
+        int nproc;
+        spk_torchrun_parse(ac, av, &t);
+        spk_torchrun_check(&t, 4, 2);
+        spk_torchrun_threads(&t, ac > 1 ? av[1] : NULL, 8, &nproc);
         break;
     }
     case 1: {

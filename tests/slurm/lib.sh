@@ -134,3 +134,23 @@ wait_job() {
     scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | grep -E '^(JobState|ExitCode)=' | tr '\n' ' '
     echo
 }
+
+# pypi_venv NAME MODULE PINS...: sets venv to a venv in the build tree
+# (tests/slurm/NAME-venv, removed by make clean) over $PY's system
+# site-packages (so that the system's torch is used), with PINS installed
+# from PyPI with --no-deps (pip never pulls another torch); made once and
+# reused while MODULE imports. Skips the test when PyPI cannot be reached.
+pypi_venv() {
+    local name=$1 module=$2; shift 2
+    venv=$(mkdir -p "$top_builddir/tests/slurm" && cd "$top_builddir/tests/slurm" && pwd)/$name-venv
+    "$venv/bin/python" -c "import $module" >/dev/null 2>&1 && return 0
+    rm -rf "$venv" "$venv.tmp"
+    "$PY" -m venv --system-site-packages "$venv.tmp" ||
+        skip "$PY -m venv failed (install python3-venv)"
+    if ! timeout 600 "$venv.tmp/bin/python" -m pip install -q --no-deps --no-cache-dir \
+            --disable-pip-version-check "$@"; then
+        rm -rf "$venv.tmp"
+        skip "cannot install $name from PyPI ($*): no network or no PyPI here"
+    fi
+    mv "$venv.tmp" "$venv"   # only a complete venv is cached
+}

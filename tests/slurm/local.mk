@@ -15,7 +15,8 @@ SLURM_TESTS = tests/slurm/test_ddp_contract.sh tests/slurm/test_sbatch.sh \
 	tests/slurm/test_ports.sh tests/slurm/test_mps.sh tests/slurm/test_bind.sh \
 	tests/slurm/test_hostile.sh tests/slurm/test_admin.sh tests/slurm/test_templates.sh \
 	tests/slurm/test_train_e2e.sh tests/slurm/test_plugstack.sh tests/slurm/test_pytorch.sh \
-	tests/slurm/test_lightning.sh tests/slurm/test_stage.sh tests/slurm/test_rank_exit.sh
+	tests/slurm/test_lightning.sh tests/slurm/test_stage.sh tests/slurm/test_rank_exit.sh \
+	tests/slurm/test_torchrun.sh tests/slurm/test_accelerate.sh
 TESTS += $(SLURM_TESTS)
 dist_check_SCRIPTS += $(SLURM_TESTS) tests/slurm/cluster.sh
 EXTRA_DIST += tests/slurm/lib.sh tests/slurm/fake-train.sh
@@ -25,8 +26,10 @@ EXTRA_DIST += tests/topologies/README.md tests/topologies/2socket-4gpu-nvml.xml 
 	tests/topologies/dgx-2socket-8gpu.xml tests/topologies/1socket-4gpu.xml \
 	tests/topologies/gh200.xml tests/topologies/make_gpu_nodes.py
 
-# test_lightning.sh caches its venv (Lightning from PyPI) in the build tree.
+# test_lightning.sh and test_accelerate.sh cache their venvs (Lightning,
+# Accelerate from PyPI) in the build tree.
 clean-local: clean-local-lightning-venv
 clean-local-lightning-venv:
-	-rm -rf tests/slurm/lightning-venv tests/slurm/lightning-venv.tmp
+	-rm -rf tests/slurm/lightning-venv tests/slurm/lightning-venv.tmp \
+	  tests/slurm/accelerate-venv tests/slurm/accelerate-venv.tmp
 .PHONY: clean-local-lightning-venv

@@ -19,19 +19,8 @@ require_cluster_tools
 "$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null ||
     skip "$PY has no PyTorch with gloo (install python3-torch)"
 
-venv=$(mkdir -p "$top_builddir/tests/slurm" && cd "$top_builddir/tests/slurm" && pwd)/lightning-venv
-if ! "$venv/bin/python" -c 'import pytorch_lightning' >/dev/null 2>&1; then
-    rm -rf "$venv" "$venv.tmp"
-    "$PY" -m venv --system-site-packages "$venv.tmp" ||
-        skip "$PY -m venv failed (install python3-venv)"
-    # shellcheck disable=SC2086
-    if ! timeout 600 "$venv.tmp/bin/python" -m pip install -q --no-deps --no-cache-dir \
-            --disable-pip-version-check $PINS; then
-        rm -rf "$venv.tmp"
-        skip "cannot install Lightning from PyPI ($(echo $PINS)): no network or no PyPI here"
-    fi
-    mv "$venv.tmp" "$venv"   # only a complete venv is cached
-fi
+# shellcheck disable=SC2086
+pypi_venv lightning pytorch_lightning $PINS
 "$venv/bin/python" -c 'import pytorch_lightning, torch; print("Lightning", pytorch_lightning.__version__, "on torch", torch.__version__)'
 
 start_cluster

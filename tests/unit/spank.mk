@@ -5,14 +5,19 @@ SPANK_TEST_LDADD = $(CMOCKA_LIBS)
 
 check_PROGRAMS += tests/unit/test_spank_config tests/unit/test_spank_contract \
 	tests/unit/test_spank_spawn tests/unit/test_spank_mps tests/unit/test_spank_rundir \
-	tests/unit/test_spank_threads tests/unit/test_spank_badexit
+	tests/unit/test_spank_threads tests/unit/test_spank_badexit tests/unit/test_spank_torchrun
 TESTS += tests/unit/test_spank_config tests/unit/test_spank_contract \
 	tests/unit/test_spank_spawn tests/unit/test_spank_mps tests/unit/test_spank_rundir \
-	tests/unit/test_spank_threads tests/unit/test_spank_badexit
+	tests/unit/test_spank_threads tests/unit/test_spank_badexit tests/unit/test_spank_torchrun
 
 tests_unit_test_spank_badexit_SOURCES = tests/unit/test_spank_badexit.c spank/badexit.c
 tests_unit_test_spank_badexit_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
 tests_unit_test_spank_badexit_LDADD = $(SPANK_TEST_LDADD)
+
+tests_unit_test_spank_torchrun_SOURCES = tests/unit/test_spank_torchrun.c spank/util.c \
+	spank/torchrun.c
+tests_unit_test_spank_torchrun_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_torchrun_LDADD = $(SPANK_TEST_LDADD)
 
 tests_unit_test_spank_threads_SOURCES = tests/unit/test_spank_threads.c spank/threads.c
 tests_unit_test_spank_threads_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)

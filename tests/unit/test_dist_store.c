@@ -142,19 +142,41 @@ static int port_taken_rank(int rank, int world, void *arg)
     snprintf(want, sizeof want, "MASTER_PORT %d on host", *(int *)arg);
     CHILD_CHECK(strstr(cdl_last_error(), want) && strstr(cdl_last_error(), "is in use"),
                 "error '%s'", cdl_last_error());
+    /* Under torchrun's static rendezvous the port is its agent's store. */
+    CHILD_CHECK(!getenv("TORCHELASTIC_USE_AGENT_STORE") ||
+                    (strstr(cdl_last_error(), "is the store of the torchrun that started this "
+                                              "rank") &&
+                     strstr(cdl_last_error(), "srun --ntasks-per-node=N --cdl-ddp")),
+                "error '%s'", cdl_last_error());
     return 0;
+}
+
+/* Rank 0 alone, on a port another socket holds: fn checks its error. */
+static void on_taken_port(int (*fn)(int rank, int world, void *arg))
+{
+    int port = 0, fd = listen_any(&port);
+    assert_true(fd >= 0);
+    int start[1] = {0}, status[1];
+    run_opts o = {guard_s(30), 1, port};
+    assert_int_equal(run_ranks(2, start, 1, fn, &port, &o, status), 0);
+    close(fd);
+    assert_int_equal(expect_children_ok(1, status), 0);
 }
 
 static void test_port_in_use(void **state)
 {
     (void)state;
-    int port, fd = listen_any(&port);
-    assert_true(fd >= 0);
-    int start[1] = {0}, status[1];
-    run_opts o = {guard_s(30), 1, port};
-    assert_int_equal(run_ranks(2, start, 1, port_taken_rank, &port, &o, status), 0);
-    close(fd);
-    assert_int_equal(expect_children_ok(1, status), 0);
+    on_taken_port(port_taken_rank);
+}
+
+/* Under torchrun's static rendezvous the taken port is its agent's store:
+ * the error says so and what to run instead. */
+static void test_port_of_torchrun_agent(void **state)
+{
+    (void)state;
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+    on_taken_port(port_taken_rank);
+    unsetenv("TORCHELASTIC_USE_AGENT_STORE");
 }
 
 /* Rank 2 never starts: the barrier names it. */
@@ -515,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_stranger_rejected),
         cmocka_unit_test(test_token_from_env),
         cmocka_unit_test(test_port_in_use),
+        cmocka_unit_test(test_port_of_torchrun_agent),
         cmocka_unit_test(test_missing_rank_named),
         cmocka_unit_test(test_rank0_absent),
         cmocka_unit_test(test_lost_rank_named),

@@ -53,6 +53,8 @@ static void test_task_contract(void **state)
         {CDL_ENV_MASTER_ADDR, "n1"}, {CDL_ENV_NNODES, "2"}, {CDL_ENV_REPLICAS_PER_GPU, "1"},
         {CDL_ENV_JOB_ID, "4242.3"}, {CDL_ENV_LAUNCHER, "slurm"}, {"OMP_NUM_THREADS", "3"},
         {"MKL_NUM_THREADS", "3"}, {CDL_ENV_LOCAL_SIZE, "2"},
+        /* torchrun's defaults: this task is torchrun node 3 of 4. */
+        {"PET_NNODES", "4"}, {"PET_NODE_RANK", "3"}, {"PET_MASTER_ADDR", "n1"},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const char *v = spk_env_get(&env, want[i][0]);
@@ -60,6 +62,7 @@ static void test_task_contract(void **state)
             fail_msg("%s=%s, want %s", want[i][0], v ? v : "(unset)", want[i][1]);
     }
     assert_string_equal(spk_env_get(&env, CDL_ENV_MASTER_PORT), port);
+    assert_string_equal(spk_env_get(&env, "PET_MASTER_PORT"), port);
     char version[8];
     snprintf(version, sizeof version, "%d", CDL_CONTRACT_VERSION);
     assert_string_equal(spk_env_get(&env, CDL_ENV_CONTRACT_VERSION), version);

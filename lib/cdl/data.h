@@ -40,15 +40,17 @@ typedef struct cdl_dataset {
     int label_len;            /* labels per sample: 0 or 1 = one; token windows: T, and a
                                * batch's y holds n*T labels (sample-major) */
     /* Token data ("text", "tokens"; tokens.c): ntokens tokens of token_bytes bytes each (1:
-     * the bytes of a text, 2: little-endian uint16, nanoGPT's .bin) at tokens, read-only,
-     * every one below classes. A sample is a window of T = label_len tokens, shape (T,1,1),
+     * the bytes of a text, 2: little-endian uint16, nanoGPT's .bin) at tokens, read-only;
+     * the loader checks each window's ids below classes as it copies it (loading reads
+     * none of them: a bad id is a batch's error naming the file and offset). A sample is a window of T = label_len tokens, shape (T,1,1),
      * x the ids as floats and y the same window shifted by one token. n = (ntokens-1)/T
      * windows per epoch: a shuffling loader draws each window's start from (seed, epoch,
      * index), one that does not takes the windows back to back (validation). */
     const uint8_t *tokens;    /* NULL for every other dataset */
     size_t ntokens;
     int token_bytes;
-    void *map;                /* the file mapping cdl_dataset_free unmaps (map_len bytes) */
+    void *map;                /* the reader's record of the file (its mapping, its name for
+                               * errors), freed by cdl_dataset_free; map_len: bytes mapped */
     size_t map_len;
     /* An image folder decoded as batches need them (enum cdl_decode): the file list the
      * loader's workers read, with images NULL; NULL for every other dataset. Owned. */

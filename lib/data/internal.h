@@ -155,15 +155,12 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
  * and test.csv. */
 int csv_read(const char *path, int train, const char *label_column, cdl_dataset *out);
 
-/* Token data (tokens.c). tokens_check: len bytes of token_bytes-byte
- * tokens (1: bytes, 2: little-endian uint16), every one below vocab; an
- * odd uint16 size or a bad token is an error naming name and the token's
- * offset in the file (buf holds its tokens from base on). */
-int tokens_check(const uint8_t *buf, size_t len, int token_bytes, int vocab, const char *name,
-                 size_t base, size_t *ntokens);
+/* Token data (tokens.c). Ids are checked below the vocabulary when a
+ * window is copied out (tokens_window), not at load time. */
 /* The training (train = 1) or validation split of the tokens in buf: the
  * whole of it (whole = 1: train.bin, val.bin) or the first / last part by
- * o->val_split. 1 = no validation split. out->tokens points into buf. */
+ * o->val_split. 1 = no validation split. out->tokens points into buf, and
+ * out->map holds name (tokens_unmap frees it). */
 int tokens_read_mem(const uint8_t *buf, size_t len, const char *name, int token_bytes,
                     const cdl_dataset_options *o, int train, int whole, cdl_dataset *out);
 /* name "text" (path a file) or "tokens" (path a directory of train.bin
@@ -184,8 +181,10 @@ int tokens_dir_vocab(const char *path, int *vocab);
  * when random, else idx * T (back to back). */
 size_t tokens_window_start(const cdl_dataset *d, int random, uint64_t seed, int epoch, long idx);
 /* x (T) = the ids of tokens [start, start+T) as floats, y (T) = tokens
- * [start+1, start+T]. */
-void tokens_window(const cdl_dataset *d, size_t start, float *x, int32_t *y);
+ * [start+1, start+T]; -1 with an error naming the file, the token's offset
+ * in it and its id when one of them is not below d->classes (then x and y
+ * hold it: do not use them). */
+int tokens_window(const cdl_dataset *d, size_t start, float *x, int32_t *y);
 
 /* Per-channel mean and std of d in one pass (formats.c): pixels as v/255,
  * features as they are; a constant channel gets std 1. */

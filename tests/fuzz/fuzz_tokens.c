@@ -1,7 +1,8 @@
 /* libFuzzer target: token data (text and nanoGPT's uint16 .bin). The first
  * input byte picks the token width, the block size and the validation
  * split; the rest is the file. Both splits are read and windows copied out
- * at drawn and at fixed starts, as the loader does. The whole input is
+ * at drawn and at fixed starts, as the loader does (a window holding an id
+ * past the vocabulary must be refused). The whole input is
  * also read as nanoGPT's meta.pkl (its vocab_size). */
 #include <stdlib.h>
 #include <string.h>
@@ -32,12 +33,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (tokens_read_mem(data + 1, size - 1, "fuzz.bin", bytes, &o, train, 0, &d) != 0)
             continue;
         for (long i = 0; i < d.n && i < 64; i++) {
-            tokens_window(&d, tokens_window_start(&d, 1, 7, (int)i, i), x, y);
-            tokens_window(&d, tokens_window_start(&d, 0, 0, 0, d.n - 1 - i), x, y);
-            for (int j = 0; j < d.label_len; j++)
-                if (y[j] >= d.classes || x[j] >= (float)d.classes)
-                    abort();   /* a checked split handed out a bad id */
+            size_t at[2] = {tokens_window_start(&d, 1, 7, (int)i, i),
+                            tokens_window_start(&d, 0, 0, 0, d.n - 1 - i)};
+            for (int k = 0; k < 2; k++) {
+                if (tokens_window(&d, at[k], x, y) != 0)
+                    continue;   /* a bad id: refused, with the error */
+                for (int j = 0; j < d.label_len; j++)
+                    if (y[j] >= d.classes || x[j] >= (float)d.classes)
+                        abort();   /* a window handed out a bad id */
+            }
         }
+        tokens_unmap(&d);
     }
     return 0;
 }

@@ -261,30 +261,92 @@ static long resident_pages(void)
     return rss;
 }
 
-/* Text needs no check of its bytes against the vocabulary (256): loading a
- * text file maps it and reads none of it (it read all of it, a full pass
- * over a corpus of gigabytes on every rank at start). */
-static void test_text_not_read_at_load(void **state)
+/* Loading maps a token file and reads none of it: a full pass over a
+ * corpus of gigabytes on every rank of every node before the first step.
+ * Text needs no check (its bytes are below 256); a uint16 .bin's ids are
+ * checked as windows are copied out (test_bad_ids_named_when_drawn). */
+static void test_not_read_at_load(void **state)
 {
     (void)state;
     enum { MB = 32 };
     char *text = malloc((size_t)MB << 20), path[512];
     assert_non_null(text);
     memset(text, 'a', (size_t)MB << 20);
-    write_file("big.txt", text, (size_t)MB << 20, path, sizeof path);
+    const char *names[2] = {"big.txt", "train.bin"};
+    for (int bin = 0; bin < 2; bin++) {
+        write_file(names[bin], text, (size_t)MB << 20, path, sizeof path);
+        cdl_dataset_options o;
+        cdl_dataset_options_defaults(&o);
+        o.block_size = 16;
+        long before = resident_pages();
+        if (before < 0) {
+            free(text);
+            skip();   /* no /proc */
+        }
+        cdl_dataset d, v;
+        assert_int_equal(cdl_dataset_load_with(bin ? "tokens" : "text", path, 1, &o, &d), 0);
+        assert_int_equal(cdl_dataset_load_with(bin ? "tokens" : "text", path, 0, &o, &v), 0);
+        long grew = resident_pages() - before;
+        long pages = ((long)MB << 20) / sysconf(_SC_PAGESIZE);
+        if (grew > pages / 8)
+            fail_msg("loading %d MB of %s made %ld of its %ld pages resident", MB, names[bin],
+                     grew, pages);
+        cdl_dataset_free(&d);
+        cdl_dataset_free(&v);
+        unlink(path);
+    }
     free(text);
+}
+
+/* The loader's batches of d (back to back, workers threads) until one
+ * fails: its error must hold w1 and w2. */
+static void expect_batch_error(const cdl_dataset *d, int shuffle, int workers, const char *w1,
+                               const char *w2)
+{
+    cdl_loader_config c;
+    cdl_loader_defaults(&c);
+    c.batch_size = 5;
+    c.shuffle = shuffle;
+    c.workers = workers;
+    c.seed = 3;
+    c.world = 1;
+    cdl_loader *l = cdl_loader_create(d, &c);
+    assert_non_null(l);
+    assert_int_equal(cdl_loader_start_epoch(l, 0, 0), 0);
+    cdl_batch b;
+    int got;
+    while ((got = cdl_loader_next(l, &b)) == 1)
+        for (int i = 0; i < b.n * d->label_len; i++)
+            assert_true(b.y[i] < d->classes && b.x[i] < (float)d->classes);
+    assert_int_equal(got, -1);
+    const char *e = cdl_last_error();
+    if (!strstr(e, w1) || (w2 && !strstr(e, w2)))
+        fail_msg("error \"%s\" lacks \"%s\" / \"%s\"", e, w1, w2 ? w2 : "");
+    cdl_loader_destroy(l);
+}
+
+/* A token past the vocabulary loads (nothing is read) but no window
+ * holding it reaches a batch: the batch fails naming the file, the id and
+ * its offset in the file, in either split, with or without workers. */
+static void test_bad_ids_named_when_drawn(void **state)
+{
+    (void)state;
+    char path[512];
+    write_ids("big.bin", 0, 2000, path, sizeof path);
     cdl_dataset_options o;
-    cdl_dataset_options_defaults(&o);
-    o.block_size = 16;
-    long before = resident_pages();
-    if (before < 0)
-        skip();   /* no /proc */
+    opts(&o, T, 0);
+    o.vocab_size = 1234;
     cdl_dataset d;
-    assert_int_equal(cdl_dataset_load_with("text", path, 1, &o, &d), 0);
-    long grew = resident_pages() - before;
-    long pages = ((long)MB << 20) / sysconf(_SC_PAGESIZE);
-    if (grew > pages / 8)
-        fail_msg("loading %d MB of text made %ld of its %ld pages resident", MB, grew, pages);
+    assert_int_equal(cdl_dataset_load_with("tokens", path, 1, &o, &d), 0);
+    expect_batch_error(&d, 0, 0, "big.bin: token 1234 at token offset 1234 (byte 2468) is not "
+                       "below the vocabulary size 1234", "--vocab-size");
+    expect_batch_error(&d, 0, 2, "rank 0: ", "token 1234 at token offset 1234 ");
+    expect_batch_error(&d, 1, 2, "big.bin: token 12", "is not below the vocabulary size 1234");
+    cdl_dataset_free(&d);
+    /* The validation split starts at token 1800: offsets are the file's. */
+    o.vocab_size = 1900;
+    assert_int_equal(cdl_dataset_load_with("tokens", path, 0, &o, &d), 0);
+    expect_batch_error(&d, 0, 0, "token 1900 at token offset 1900 (byte 3800)", "big.bin");
     cdl_dataset_free(&d);
 }
 
@@ -312,15 +374,6 @@ static void test_hostile_files(void **state)
     uint8_t odd[101] = {0};
     write_file("odd.bin", odd, sizeof odd, path, sizeof path);
     expect_error("tokens", path, 1, &o, "odd.bin", "101 bytes is not a whole number");
-
-    /* A token past the vocabulary: file, value and offset named, in either split. */
-    write_ids("big.bin", 0, 2000, path, sizeof path);
-    o.vocab_size = 1234;
-    expect_error("tokens", path, 1, &o, "token 1234 at token offset 1234 (byte 2468)",
-                 "big.bin");
-    o.vocab_size = 1900;
-    expect_error("tokens", path, 0, &o, "token 1900 at token offset 1900 ", "--vocab-size");
-    o.vocab_size = 65536;
 
     /* Empty files, a missing train.bin, a directory as a file. */
     o.vocab_size = 0;
@@ -377,12 +430,14 @@ static void test_meta_pkl(void **state)
         cdl_dataset_free(&d);
     }
     /* An id of the file past it: the error names meta.pkl's vocabulary. */
-    write_ids("val.bin", 1, 27, path, sizeof path);
-    expect_error("tokens", tmpdir, 0, &o, "token 27 at token offset 26", "vocabulary size 27");
+    write_ids("val.bin", 3, 25, path, sizeof path);   /* 27 at 24: the last window's */
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("tokens", tmpdir, 0, &o, &d), 0);
+    expect_batch_error(&d, 0, 0, "token 27 at token offset 24", "vocabulary size 27");
+    cdl_dataset_free(&d);
     write_ids("val.bin", 0, 27, path, sizeof path);
     /* --vocab-size overrides it. */
     o.vocab_size = 300;
-    cdl_dataset d;
     assert_int_equal(cdl_dataset_load_with("tokens", tmpdir, 1, &o, &d), 0);
     assert_int_equal(d.classes, 300);
     cdl_dataset_free(&d);
@@ -406,7 +461,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_validation_split_fixed_windows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_val_bin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_text_bytes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_text_not_read_at_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_not_read_at_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_ids_named_when_drawn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_meta_pkl, setup, teardown),
     };

@@ -590,7 +590,7 @@ static int run_epochs(run *r, cdl_train_result *res)
             .seconds = seconds,
             .lr = cdl_schedule_lr(&r->sched, pos.step > 0 ? pos.step - 1 : 0),
         };
-        train_speed(r, seconds > 0 ? seen_here[0] / seconds : 0, &s.images_per_sec,
+        train_speed(r, seconds > 0 ? seen_here[0] / seconds : 0, &s.samples_per_sec,
                     &s.tokens_per_sec, &s.mfu);
         if (train_report_epoch(r->rep, &s) != 0)
             return -1;

@@ -172,11 +172,17 @@ void tokens_unmap(cdl_dataset *d);
  * when the pickle in buf (len bytes) has none, -1 (an error naming name)
  * when it is not a pickle the reader follows. The opcodes are walked,
  * never executed. */
-int tokens_meta_vocab(const uint8_t *buf, size_t len, const char *name, long *vocab);
-/* *vocab = the vocab_size of DIR/meta.pkl when DIR (path, or the
- * directory of the file path) has one (else left as it is); -1: an error
- * that asks for --vocab-size. */
-int tokens_dir_vocab(const char *path, int *vocab);
+int tokens_meta_vocab(const uint8_t *buf, size_t len, const char *name, long *vocab,
+                      char ***itos);
+/* itos (may be NULL): when the pickle has an 'itos' table of every id
+ * 0..*vocab-1, *itos = its strings as UTF-8 (free with tokens_itos_free),
+ * else NULL. */
+void tokens_itos_free(char **itos, long vocab);
+/* The meta.pkl that gave the vocabulary of token data d (read when no
+ * vocab_size was given), or NULL; and its itos table (d->classes UTF-8
+ * strings, the text of each id), or NULL when it has none usable. */
+const char *tokens_vocab_file(const cdl_dataset *d);
+char *const *tokens_itos(const cdl_dataset *d);
 /* The first token of window idx of epoch: drawn from (seed, epoch, idx)
  * when random, else idx * T (back to back). */
 size_t tokens_window_start(const cdl_dataset *d, int random, uint64_t seed, int epoch, long idx);

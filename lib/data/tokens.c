@@ -18,6 +18,7 @@
  * contiguous, so no window of one split sees the other's text. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -49,6 +50,8 @@ typedef struct token_file {
     void *addr;       /* the mapping (len bytes), or NULL (tokens_read_mem's caller owns it) */
     size_t len;
     size_t first;     /* the split's first token in the file */
+    char *meta;       /* the meta.pkl that gave the vocabulary (malloc'd), or NULL */
+    char **itos;      /* its itos table (classes strings; tokens_itos_free), or NULL */
     char name[];      /* printable */
 } token_file;
 
@@ -142,6 +145,8 @@ int tokens_read_mem(const uint8_t *buf, size_t len, const char *name, int token_
     f->addr = NULL;
     f->len = 0;
     f->first = first;
+    f->meta = NULL;
+    f->itos = NULL;
     memcpy(f->name, name, nlen);
     out->map = f;
     return 0;
@@ -176,11 +181,14 @@ static int is_regular(const char *path)
 /* *vocab from DIR/meta.pkl, nanoGPT's (meta_pkl.c), where DIR is path or,
  * for one .bin file, its directory; left as it is without one. A meta.pkl
  * without a readable vocab_size is an error: its corpus is not GPT-2's,
- * and guessing 50257 would build the wrong model. */
-int tokens_dir_vocab(const char *path, int *vocab)
+ * and guessing 50257 would build the wrong model. With one: *meta = its
+ * path (malloc'd) and *itos = its itos table, or NULL (tokens_meta_vocab). */
+static int dir_vocab(const char *path, int *vocab, char **meta_out, char ***itos)
 {
     char meta[4200], pn[1024];
     const char *slash = strrchr(path, '/');
+    *meta_out = NULL;
+    *itos = NULL;
     if (!is_regular(path))
         snprintf(meta, sizeof meta, "%s/meta.pkl", path);
     else if (slash)
@@ -194,7 +202,7 @@ int tokens_dir_vocab(const char *path, int *vocab)
     if (map_file(meta, "give --vocab-size", &map, &len) != 0)
         return -1;
     long v = 0;
-    int rc = tokens_meta_vocab(map, len, data_printable(meta, pn, sizeof pn), &v);
+    int rc = tokens_meta_vocab(map, len, data_printable(meta, pn, sizeof pn), &v, itos);
     if (map)
         munmap(map, len);
     if (rc == 0)
@@ -204,12 +212,31 @@ int tokens_dir_vocab(const char *path, int *vocab)
     if (rc != 1) {
         char why[1024];   /* the reader's reason, then what to do */
         snprintf(why, sizeof why, "%s", cdl_last_error());
+        tokens_itos_free(*itos, v);
+        *itos = NULL;
         return cdl_error("%s: give the vocabulary with --vocab-size N (nanoGPT's meta.pkl: "
                          "python3 -c \"import pickle; print(pickle.load(open('%s', 'rb'))"
                          "['vocab_size'])\")", why, pn);
     }
+    if (!(*meta_out = strdup(pn))) {
+        tokens_itos_free(*itos, v);
+        *itos = NULL;
+        return cdl_error("out of memory");
+    }
     *vocab = (int)v;
     return 0;
+}
+
+const char *tokens_vocab_file(const cdl_dataset *d)
+{
+    const token_file *f = d->tokens ? d->map : NULL;
+    return f ? f->meta : NULL;
+}
+
+char *const *tokens_itos(const cdl_dataset *d)
+{
+    const token_file *f = d->tokens ? d->map : NULL;
+    return f ? f->itos : NULL;
 }
 
 int tokens_read(const char *name, const char *path, int train, const cdl_dataset_options *o,
@@ -219,37 +246,42 @@ int tokens_read(const char *name, const char *path, int train, const cdl_dataset
     char file[4200];
     int whole = 0;
     cdl_dataset_options opt = *o;
+    char *meta = NULL, **itos = NULL;   /* --vocab-size given: meta.pkl is not read */
     if (!bin) {
         snprintf(file, sizeof file, "%s", path);
     } else if (is_regular(path)) {
         snprintf(file, sizeof file, "%s", path);     /* one .bin: split it like a text */
-        if (!opt.vocab_size && tokens_dir_vocab(path, &opt.vocab_size) != 0)
+        if (!opt.vocab_size && dir_vocab(path, &opt.vocab_size, &meta, &itos) != 0)
             return -1;
     } else {
         char val[4200];
         snprintf(val, sizeof val, "%s/val.bin", path);
         whole = is_regular(val);
         snprintf(file, sizeof file, "%s/%s.bin", path, whole && !train ? "val" : "train");
-        if (!opt.vocab_size && tokens_dir_vocab(path, &opt.vocab_size) != 0)
+        if (!opt.vocab_size && dir_vocab(path, &opt.vocab_size, &meta, &itos) != 0)
             return -1;
     }
     void *map = NULL;
     size_t len = 0;
-    if (map_file(file, bin ? "give tokens:DIR a directory holding train.bin (and val.bin) "
-                             "as nanoGPT's prepare.py writes them"
-                           : "give text:FILE a readable text file", &map, &len) != 0)
-        return -1;
+    int rc = map_file(file, bin ? "give tokens:DIR a directory holding train.bin (and val.bin) "
+                                  "as nanoGPT's prepare.py writes them"
+                                : "give text:FILE a readable text file", &map, &len);
     char pn[1024];   /* errors show the name as text */
-    int rc = tokens_read_mem(map, len, data_printable(file, pn, sizeof pn), bin ? 2 : 1, &opt,
+    if (rc == 0)
+        rc = tokens_read_mem(map, len, data_printable(file, pn, sizeof pn), bin ? 2 : 1, &opt,
                              train, whole, out);
     if (rc != 0) {
         if (map)
             munmap(map, len);
+        free(meta);
+        tokens_itos_free(itos, opt.vocab_size);
         return rc;
     }
     token_file *f = out->map;
     f->addr = map;
     f->len = len;
+    f->meta = meta;
+    f->itos = itos;
     out->map_len = len;
     return 0;
 }
@@ -259,6 +291,10 @@ void tokens_unmap(cdl_dataset *d)
     token_file *f = d->map;
     if (f && f->addr)
         munmap(f->addr, f->len);
+    if (f) {
+        free(f->meta);
+        tokens_itos_free(f->itos, d->classes);
+    }
     cdl_free(f);
     d->map = NULL;
     d->map_len = 0;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "lib/core/sized.h"
+#include "lib/data/internal.h"
 #include "lib/dist/announce.h"
 #include "lib/dist/dist_gpu.h"
 #include "lib/model/model_internal.h"
@@ -133,21 +134,6 @@ static int load_tokens(run *r, const char *path)
                          strcmp(c->dataset, "tokens") ? "" : " or add val.bin");
     r->have_val = 1;
     return 0;
-}
-
-/* Into meta: nanoGPT's meta.pkl that gave the vocabulary, if one did
- * (tokens.c reads DIR/meta.pkl, or the one beside a single .bin file, when
- * --vocab-size is not given). */
-static int has_meta_pkl(const cdl_train_config *c, const char *path, char *meta, size_t len)
-{
-    struct stat st;
-    const char *slash = strrchr(path, '/');
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
-        snprintf(meta, len, "%s/meta.pkl", path);
-    else
-        snprintf(meta, len, "%.*smeta.pkl", slash ? (int)(slash + 1 - path) : 0, path);
-    return !strcmp(c->dataset, "tokens") && !c->vocab_size && stat(meta, &st) == 0 &&
-           S_ISREG(st.st_mode);
 }
 
 static int load_data(run *r)
@@ -975,10 +961,11 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                       r.train.n, r.val.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");
-    char meta[4200];
-    if (has_meta_pkl(cfg, r.data_dir, meta, sizeof meta))   /* the staged copy, if any */
-        train_report_note(r.rep, "vocabulary %d from %s (nanoGPT's; --vocab-size overrides it)",
-                          r.train.classes, meta);
+    if (tokens_vocab_file(&r.train))   /* the staged copy, if any */
+        train_report_note(r.rep, "vocabulary %d from %s (nanoGPT's; --vocab-size overrides it)%s",
+                          r.train.classes, tokens_vocab_file(&r.train),
+                          tokens_itos(&r.train) ? ", and its itos table, which cdl-generate "
+                          "writes text with" : "");
     if (cfg->init[0]) {
         char fresh[256];
         int nf = init_fresh_names(r.model, cfg->init_ignore, fresh, sizeof fresh);

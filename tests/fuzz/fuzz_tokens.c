@@ -15,7 +15,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     long vocab = 0;
-    (void)tokens_meta_vocab(data, size, "meta.pkl", &vocab);
+    char **itos = NULL;
+    if (tokens_meta_vocab(data, size, "meta.pkl", &vocab, &itos) == 1)
+        tokens_itos_free(itos, vocab);
     if (size < 1)
         return 0;
     int bytes = data[0] & 1 ? 2 : 1;

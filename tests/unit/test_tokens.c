@@ -11,6 +11,8 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/data/internal.h"
+
 enum { T = 8, NTOK = 4001 };
 
 static char tmpdir[256];
@@ -399,6 +401,16 @@ static void test_hostile_files(void **state)
     expect_error("tokens", path, 1, &o, "--block-size 1048577", NULL);
 }
 
+/* The training split of tmpdir with pkl (len bytes) as its meta.pkl. */
+static void load_with_meta(const char *pkl, size_t len, const cdl_dataset_options *o,
+                           cdl_dataset *d)
+{
+    char path[512];
+    write_file("meta.pkl", pkl, len, path, sizeof path);
+    if (cdl_dataset_load_with("tokens", tmpdir, 1, o, d) != 0)
+        fail_msg("%s", cdl_last_error());
+}
+
 /* nanoGPT's char-level prepare.py writes DIR/meta.pkl {'vocab_size': N,
  * ...}; without --vocab-size the vocabulary is N, not GPT-2's 50257. The
  * pickles are Python 3's of {'vocab_size': 27, 'itos': {0: '\n'}} by
@@ -422,10 +434,8 @@ static void test_meta_pkl(void **state)
     opts(&o, 4, 0);
     o.vocab_size = 0;
     for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) {
-        write_file("meta.pkl", ok[k].pkl, ok[k].len, path, sizeof path);
         cdl_dataset d;
-        if (cdl_dataset_load_with("tokens", tmpdir, 1, &o, &d) != 0)
-            fail_msg("protocol %zu: %s", k, cdl_last_error());
+        load_with_meta(ok[k].pkl, ok[k].len, &o, &d);
         assert_int_equal(d.classes, 27);
         cdl_dataset_free(&d);
     }
@@ -453,6 +463,68 @@ static void test_meta_pkl(void **state)
     expect_error("tokens", tmpdir, 1, &o, "byte 2 (opcode 0xff)", "--vocab-size N");
 }
 
+/* nanoGPT's itos table (what sample.py decodes with) comes with the
+ * vocabulary, by protocols 0 (raw-unicode-escape: \\u escapes, Latin-1
+ * bytes), 2 and 4 (UTF-8): Python 3's pickles of {'vocab_size': 4, 'itos':
+ * {0: '\n', 1: 'é', 2: '\\', 3: '€'}, 'stoi': {...}}. A table that is not
+ * every id once is left out; --vocab-size reads no meta.pkl. */
+static void test_meta_pkl_itos(void **state)
+{
+    (void)state;
+    static const char p0[] =
+        "(dp0\nVvocab_size\np1\nI4\nsVitos\np2\n(dp3\nI0\nV\\u000a\np4\nsI1\nV\xe9\np5\nsI2\n"
+        "V\\u005c\np6\nsI3\nV\\u20ac\np7\nssVstoi\np8\n(dp9\ng4\nI0\nsg5\nI1\nsg6\nI2\nsg7\n"
+        "I3\nss.";
+    static const char p2[] =
+        "\x80\x02}q\x00(X\x0a\x00\x00\x00vocab_sizeq\x01K\x04X\x04\x00\x00\x00itosq\x02}q\x03"
+        "(K\x00X\x01\x00\x00\x00\nq\x04K\x01X\x02\x00\x00\x00\xc3\xa9q\x05K\x02X\x01\x00\x00"
+        "\x00\\q\x06K\x03X\x03\x00\x00\x00\xe2\x82\xacq\x07uX\x04\x00\x00\x00stoiq\x08}q\x09"
+        "(h\x04K\x00h\x05K\x01h\x06K\x02h\x07K\x03uu.";
+    static const char p4[] =
+        "\x80\x04\x95U\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0avocab_size\x94K\x04\x8c\x04"
+        "itos\x94}\x94(K\x00\x8c\x01\n\x94K\x01\x8c\x02\xc3\xa9\x94K\x02\x8c\x01\\\x94K\x03"
+        "\x8c\x03\xe2\x82\xac\x94u\x8c\x04stoi\x94}\x94(h\x04K\x00h\x05K\x01h\x06K\x02h\x07"
+        "K\x03uu.";
+    const struct { const char *pkl; size_t len; } ok[] = {
+        {p0, sizeof p0 - 1}, {p2, sizeof p2 - 1}, {p4, sizeof p4 - 1}};
+    const char *want[4] = {"\n", "\xc3\xa9", "\\", "\xe2\x82\xac"};
+    char path[512];
+    write_ids("train.bin", 0, 4, path, sizeof path);
+    write_ids("val.bin", 0, 4, path, sizeof path);
+    cdl_dataset_options o;
+    opts(&o, 2, 0);
+    o.vocab_size = 0;
+    for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) {
+        cdl_dataset d;
+        load_with_meta(ok[k].pkl, ok[k].len, &o, &d);
+        assert_int_equal(d.classes, 4);
+        assert_non_null(strstr(tokens_vocab_file(&d), "/meta.pkl"));
+        char *const *itos = tokens_itos(&d);
+        if (!itos)
+            fail_msg("pickle %zu: no itos table", k);
+        for (int i = 0; i < 4; i++)
+            assert_string_equal(itos[i], want[i]);
+        cdl_dataset_free(&d);
+    }
+    /* vocab_size 5 with 4 entries: no table, still the vocabulary. */
+    char p5[sizeof p4];
+    memcpy(p5, p4, sizeof p4);
+    p5[28] = 5;   /* K 4 -> K 5 */
+    assert_int_equal(p5[27], 'K');
+    write_file("meta.pkl", p5, sizeof p4 - 1, path, sizeof path);
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("tokens", tmpdir, 1, &o, &d), 0);
+    assert_int_equal(d.classes, 5);
+    assert_null(tokens_itos(&d));
+    cdl_dataset_free(&d);
+    /* --vocab-size: meta.pkl is not read. */
+    o.vocab_size = 4;
+    assert_int_equal(cdl_dataset_load_with("tokens", tmpdir, 1, &o, &d), 0);
+    assert_null(tokens_vocab_file(&d));
+    assert_null(tokens_itos(&d));
+    cdl_dataset_free(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -465,6 +537,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_ids_named_when_drawn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_meta_pkl, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_meta_pkl_itos, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -123,10 +123,20 @@ typedef struct cdl_dataset_options {
 
 void cdl_dataset_options_defaults(cdl_dataset_options *o);
 
+/* The splits cdl_dataset_load reads (its train argument). */
+enum cdl_split {
+    CDL_SPLIT_TEST = 0,     /* the held-out split: an image folder's test/, else its val/;
+                             * token data's validation windows */
+    CDL_SPLIT_TRAIN = 1,
+    CDL_SPLIT_VAL = 2,      /* a validation split of its own: an image folder's val/ when
+                             * test/ is there too (the other data have none: 1) */
+};
+
 /* cdl_dataset_load, with options; name may also be a format of
  * CDL_DATASET_FORMATS, path its directory or file (required for them).
- * Returns 1 (out empty, no error) for the test split (train = 0) of data that
- * has none, 0 on success, -1 with an error naming the file. */
+ * train: enum cdl_split. Returns 1 (out empty, no error) for a split
+ * (CDL_SPLIT_TEST, CDL_SPLIT_VAL) the data does not have, 0 on success, -1
+ * with an error naming the file. */
 int cdl_dataset_load_with(const char *name, const char *path, int train,
                           const cdl_dataset_options *opt, cdl_dataset *out);
 

@@ -401,21 +401,26 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
     if (join(train_dir, sizeof train_dir, dir, "train"))
         return -1;
     int split = is_dir(train_dir);
-    if (train) {
+    char test_dir[4096], val_dir[4096];
+    if (join(test_dir, sizeof test_dir, dir, "test") || join(val_dir, sizeof val_dir, dir, "val"))
+        return -1;
+    int has_test = split && is_dir(test_dir), has_val = split && is_dir(val_dir);
+    if (train == CDL_SPLIT_TRAIN) {
         if (join(root, sizeof root, dir, split ? "train" : "."))
             return -1;
         if (!split)
             snprintf(root, sizeof root, "%s", dir);
+    } else if (train == CDL_SPLIT_VAL) {
+        /* val/ beside test/ (val/ alone is the held-out, test, split). */
+        if (!has_test || !has_val)
+            return 1;
+        snprintf(root, sizeof root, "%s", val_dir);
     } else {
-        if (!split)
+        if (!has_test && !has_val)
             return 1;
-        if (join(root, sizeof root, dir, "test"))
-            return -1;
-        if (!is_dir(root) && join(root, sizeof root, dir, "val"))
-            return -1;
-        if (!is_dir(root))
-            return 1;
+        snprintf(root, sizeof root, "%s", has_test ? test_dir : val_dir);
     }
+    train = train == CDL_SPLIT_TRAIN;
 
     strlist classes = {0}, files = {0}, here = {0};
     int32_t *labels = NULL;

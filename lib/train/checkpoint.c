@@ -294,7 +294,9 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     /* What cdl-eval and cdl-predict need to find the data again. */
     meta_add(&meta, "dataset", fmt_dup("%s", cfg->dataset));
     meta_add(&meta, "data_dir", data_path_dup(cfg->data_dir));
-    meta_add(&meta, "val_samples", fmt_dup("%ld", pos->val_samples));
+    meta_add(&meta, "val_samples", fmt_dup("%ld", pos->val_folder ? 0 : pos->val_samples));
+    if (pos->val_folder)
+        meta_add(&meta, "val_folder", fmt_dup("1"));
     meta_add(&meta, "synthetic_size", fmt_dup("%d", cfg->synthetic_n));
     /* Per position: a language model's outputs are positions x classes. */
     meta_add(&meta, "classes", fmt_dup("%d", cdl_model_outputs(m) / cdl_model_positions(m)));

@@ -136,6 +136,29 @@ static int load_tokens(run *r, const char *path)
     return 0;
 }
 
+/* A held-out split (what: "test", "validation") read apart from the
+ * training split: its samples of the training split's shape (arrays saved
+ * apart may differ), normalised with the training split's statistics, its
+ * labels classes the model has. */
+static int held_out_fits(run *r, cdl_dataset *d, const char *what)
+{
+    const cdl_train_config *c = r->cfg;
+    cdl_shape ts = d->shape, tr = r->train.shape;
+    if (ts.c != tr.c || ts.h != tr.h || ts.w != tr.w)
+        return cdl_error("--dataset %s:%s: the %s split's samples are %dx%dx%d (c,h,w) but the "
+                         "training split's are %dx%dx%d: save both splits with the same sample "
+                         "shape (docs/data.md)", c->dataset, c->data_dir, what, ts.c, ts.h,
+                         ts.w, tr.c, tr.h, tr.w);
+    if (c->normalize != CDL_NORMALIZE_GIVEN && c->normalize != CDL_NORMALIZE_NONE &&
+        cdl_dataset_copy_normalization(d, &r->train) != 0)
+        return -1;
+    if (d->classes > r->train.classes)
+        return cdl_error("%s: the %s split has labels up to %d but the training split only %d "
+                         "classes", c->dataset, what, d->classes - 1, r->train.classes);
+    d->classes = r->train.classes;
+    return 0;
+}
+
 static int load_data(run *r)
 {
     const cdl_train_config *c = r->cfg;
@@ -205,23 +228,21 @@ static int load_data(run *r)
         return 0;
     }
     r->have_test = 1;
-    /* The model takes one sample shape (arrays saved apart may differ). */
-    cdl_shape ts = r->test.shape, tr = r->train.shape;
-    if (ts.c != tr.c || ts.h != tr.h || ts.w != tr.w)
-        return cdl_error("--dataset %s:%s: the test split's samples are %dx%dx%d (c,h,w) but the "
-                         "training split's are %dx%dx%d: save both splits with the same sample "
-                         "shape (docs/data.md)", c->dataset, c->data_dir, ts.c, ts.h, ts.w, tr.c,
-                         tr.h, tr.w);
-    /* The test split is normalised with the training split's statistics and
-     * its labels must be classes the model has. */
-    if (c->normalize != CDL_NORMALIZE_GIVEN && c->normalize != CDL_NORMALIZE_NONE &&
-        cdl_dataset_copy_normalization(&r->test, &r->train) != 0)
+    if (held_out_fits(r, &r->test, "test") != 0)
         return -1;
-    if (r->test.classes > r->train.classes)
-        return cdl_error("%s: the test split has labels up to %d but the training split only %d "
-                         "classes", c->dataset, r->test.classes - 1, r->train.classes);
-    r->test.classes = r->train.classes;
-    return carve_val(r);
+    /* An image folder's val/ beside test/: the validation split, as its
+     * name says (it was left unread, and validation carved from train/). */
+    rc = cdl_dataset_load_with(c->dataset, dir, CDL_SPLIT_VAL, &o, &r->val);
+    if (rc < 0)
+        return -1;
+    if (rc == 1)
+        return carve_val(r);
+    if (c->val_split >= 0)
+        return cdl_error("--dataset %s:%s holds val/, the validation split: --val-split carves "
+                         "one out of the training split of data without it: drop --val-split "
+                         "(docs/data.md)", c->dataset, c->data_dir);
+    r->have_val = r->val_folder = 1;
+    return held_out_fits(r, &r->val, "validation");
 }
 
 /* Which stem a torchvision ResNet took (stem=auto picks it from the
@@ -501,6 +522,7 @@ static int run_epochs(run *r, cdl_train_result *res)
     const cdl_train_config *c = r->cfg;
     train_position pos = {.world = r->ri.world, .best_val_loss = INFINITY,
                           .samples = r->train.n, .val_samples = r->val.n,
+                          .val_folder = r->val_folder,
                           .class_names = r->class_names, .data = &r->train};
     if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;

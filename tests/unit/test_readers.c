@@ -138,6 +138,39 @@ static void test_imagefolder(void **state)
     cdl_dataset_free(&d);
 }
 
+/* val/ beside test/ is a split of its own (CDL_SPLIT_VAL); alone it is
+ * the held-out split CDL_SPLIT_TEST reads, and other data have no
+ * validation split of their own. */
+static void test_imagefolder_val(void **state)
+{
+    (void)state;
+    make_folder();
+    mkdir(at("img/val"), 0755);
+    mkdir(at("img/val/bird"), 0755);
+    uint8_t px[16];
+    memset(px, 77, sizeof px);
+    assert_int_equal(test_write_png(at("img/val/bird/v.png"), px, 4, 4, 1), 0);
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), CDL_SPLIT_VAL, NULL, &d), 0);
+    assert_int_equal(d.n, 1);
+    assert_int_equal(d.labels[0], 0);
+    assert_int_equal(d.images[0], 77);
+    cdl_dataset_free(&d);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), CDL_SPLIT_TEST, NULL, &d), 0);
+    assert_int_equal(d.images[0], 200);   /* test/cat/a.png */
+    cdl_dataset_free(&d);
+    assert_int_equal(unlink(at("img/test/cat/a.png")), 0);
+    assert_int_equal(rmdir(at("img/test/cat")), 0);
+    assert_int_equal(rmdir(at("img/test")), 0);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), CDL_SPLIT_VAL, NULL, &d), 1);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), CDL_SPLIT_TEST, NULL, &d), 0);
+    assert_int_equal(d.images[0], 77);
+    cdl_dataset_free(&d);
+    assert_int_equal(cdl_dataset_load_with("csv", at("img"), CDL_SPLIT_VAL, NULL, &d), 1);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 3, NULL, &d), -1);
+    assert_error_has("split 3");
+}
+
 /* Pictures in folders inside a class folder belong to the class, in
  * torchvision's order (folders sorted by path, as sorted(os.walk(...)):
  * "a b" before "a/x"), links to folders followed; they were left out
@@ -749,6 +782,7 @@ int main(void)
 #if defined(HAVE_PNG) && defined(HAVE_JPEG)
         cmocka_unit_test_setup_teardown(test_imagefolder, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_nested, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_imagefolder_val, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_bad_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_stream, setup, teardown),

@@ -253,6 +253,15 @@ static void test_imagefolder_bad_files(void **state)
     if (strstr(cdl_last_error(), "pass --skip-bad-files"))
         fail_msg("advises --skip-bad-files, which was given: %s", cdl_last_error());
 
+    /* An empty file (an unfinished copy) is not called another format. */
+    mkdir(at("empty"), 0755);
+    mkdir(at("empty/a"), 0755);
+    write_bytes(at("empty/a/0.png"), "", 0);
+    o.skip_bad_files = 0;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("empty"), 1, &o, &d), -1);
+    assert_error_has("empty/a/0.png is empty (0 bytes: a copy or download that did not finish?)");
+    o.skip_bad_files = 1;
+
     /* A class folder whose name is not UTF-8. */
     mkdir(at("img/train/caf\xe9"), 0755);
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);

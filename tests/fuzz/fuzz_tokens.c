@@ -2,13 +2,16 @@
  * input byte picks the token width, the block size and the validation
  * split; the rest is the file. Both splits are read and windows copied out
  * at drawn and at fixed starts, as the loader does (a window holding an id
- * past the vocabulary must be refused). The whole input is
+ * past the vocabulary must be refused). The input is also read as the
+ * itos table cdl-train writes into checkpoints from meta.pkl, which
+ * cdl-generate parses and encodes its prompt with (cli/vocab.c). The whole input is
  * also read as nanoGPT's meta.pkl (its vocab_size). */
 #include <stdlib.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
 
+#include "cli/vocab.h"
 #include "lib/data/internal.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -20,6 +23,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         tokens_itos_free(itos, vocab);
     if (size < 1)
         return 0;
+    /* The itos metadata: vocab from the first byte, then the text; the
+     * prompt is the text too. */
+    char *meta = malloc(size);
+    if (!meta)
+        return 0;
+    memcpy(meta, data + 1, size - 1);
+    meta[size - 1] = '\0';
+    char **table;
+    int *ids, n, nv = 1 + data[0] % 64;
+    if (vocab_parse(meta, nv, &table) == 0) {
+        if (vocab_encode(meta, table, nv, &ids, &n) == 0) {
+            for (int i = 0; i < n; i++)
+                if (ids[i] < 0 || ids[i] >= nv)
+                    abort();
+            cdl_free(ids);
+        }
+        cdl_free(table);
+    }
+    free(meta);
     int bytes = data[0] & 1 ? 2 : 1;
     cdl_dataset_options o;   /* as cdl_dataset_options_defaults (dataset.c) leaves it */
     memset(&o, 0, sizeof o);

@@ -106,7 +106,7 @@ tests_fuzz_fuzz_metrics_LDADD = $(FUZZ_LDADD_ALL)
 # Token data for language models (text, uint16 .bin, nanoGPT's meta.pkl).
 FUZZ_TARGETS += tests/fuzz/fuzz_tokens
 tests_fuzz_fuzz_tokens_SOURCES = tests/fuzz/fuzz_tokens.c $(FUZZ_COMMON) lib/data/tokens.c \
-	lib/data/meta_pkl.c lib/ckpt/json.c \
+	lib/data/meta_pkl.c lib/ckpt/json.c cli/vocab.c cli/vocab.h \
 	lib/data/open.c lib/data/fileio.c
 tests_fuzz_fuzz_tokens_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_tokens_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)

@@ -221,6 +221,22 @@ static int copy_tree(const char *src, const char *dst, int depth, dir_id *above,
     return rc;
 }
 
+/* One .bin of token data (tokens:FILE.bin) takes its vocabulary from the
+ * meta.pkl beside it (lib/data/tokens.c): the copy of the file takes it
+ * along into dir, or the staged run built a model of GPT-2's 50257 rows
+ * for a corpus of 65 characters. */
+static int copy_meta_pkl(const char *src, const char *dir, char *buf, stage_stats *st)
+{
+    char meta[1400], to[1400];
+    const char *slash = strrchr(src, '/');
+    snprintf(meta, sizeof meta, "%.*smeta.pkl", slash ? (int)(slash + 1 - src) : 0, src);
+    snprintf(to, sizeof to, "%.1000s/meta.pkl", dir);
+    struct stat ms;
+    if (stat(meta, &ms) != 0 || !S_ISREG(ms.st_mode))
+        return 0;
+    return copy_file(meta, to, buf, st);
+}
+
 static const char *base_name(const char *path)
 {
     const char *s = strrchr(path, '/');
@@ -360,6 +376,8 @@ int train_stage(run *r)
             rc = mkdir(dir, 0755) != 0 && errno != EEXIST
                      ? cdl_error("--stage: cannot create %s: %m", dir)
                      : copy_file(src, to, buf, &st);
+            if (rc == 0 && !strcmp(c->dataset, "tokens"))
+                rc = copy_meta_pkl(src, dir, buf, &st);
         }
         cdl_free(buf);
         if (automatic)

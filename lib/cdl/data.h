@@ -119,6 +119,10 @@ typedef struct cdl_dataset_options {
                                * pictures; nonzero ends the load with an error (decoding a
                                * large folder takes minutes: cdl_train_run passes its
                                * SIGTERM/SIGUSR1 flag); NULL = never */
+    void (*skipped)(const char *why, void *arg); /* imagefolder with skip_bad_files: called
+                               * for each file left out with its error (naming it), in sample
+                               * order, on the loading thread; NULL = only counted */
+    void *skipped_arg;
 } cdl_dataset_options;
 
 void cdl_dataset_options_defaults(cdl_dataset_options *o);

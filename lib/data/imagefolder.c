@@ -519,6 +519,8 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
                     break;
                 }
                 bad++;
+                if (o->skipped)
+                    o->skipped(errors[i], o->skipped_arg);
                 free(files.v[i]);
                 files.v[i] = NULL;
                 continue;

@@ -159,6 +159,25 @@ static int held_out_fits(run *r, cdl_dataset *d, const char *what)
     return 0;
 }
 
+/* --skip-bad-files: the files left out, by name, on rank 0 (the first
+ * SKIPPED_SHOWN; the count follows the load). */
+enum { SKIPPED_SHOWN = 10 };
+typedef struct skipped_log {
+    int rank, quiet;
+    long n;
+} skipped_log;
+
+static void log_skipped(const char *why, void *arg)
+{
+    skipped_log *s = arg;
+    if (s->rank != 0 || s->quiet || s->n++ >= SKIPPED_SHOWN)
+        return;
+    /* The decoder's advice to pass --skip-bad-files, which was passed. */
+    const char *advice = strstr(why, ": remove it from the folder or pass --skip-bad-files");
+    fprintf(stderr, "cdl-train: --skip-bad-files: leaving out %.*s\n",
+            advice ? (int)(advice - why) : (int)strlen(why), why);
+}
+
 static int load_data(run *r)
 {
     const cdl_train_config *c = r->cfg;
@@ -189,6 +208,9 @@ static int load_data(run *r)
     o.norm_mean = c->norm_mean;
     o.norm_std = c->norm_std;
     o.stop = train_stop_requested;
+    skipped_log skipped = {.rank = r->ri.rank, .quiet = c->quiet};
+    o.skipped = log_skipped;
+    o.skipped_arg = &skipped;
     if (cdl_dataset_load_with(c->dataset, dir, 1, &o, &r->train) != 0)
         return -1;
     r->have_train = 1;
@@ -198,8 +220,9 @@ static int load_data(run *r)
                 r->train.shape.h, r->train.shape.w,
                 c->image_decode == CDL_DECODE_STREAM ? "stream" : "auto: too large for memory");
     if (r->train.skipped && !c->quiet && r->ri.rank == 0)
-        fprintf(stderr, "cdl-train: --skip-bad-files: left out %ld unreadable files of %s\n",
-                r->train.skipped, c->data_dir);
+        fprintf(stderr, "cdl-train: --skip-bad-files: left out %ld unreadable files of %s%s\n",
+                r->train.skipped, c->data_dir,
+                r->train.skipped > SKIPPED_SHOWN ? " (the first ones named above)" : "");
     /* The test split at the training split's sample size and channels: an
      * image folder's own first test picture may be another size, or gray. */
     o.image_height = r->train.shape.h;

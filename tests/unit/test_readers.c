@@ -217,6 +217,14 @@ static void test_imagefolder_nested(void **state)
     assert_error_has("nest/cls/a/x/up leads back to a folder above it (a symbolic link loop)");
 }
 
+/* cdl_dataset_options.skipped: appends why to the buffer arg. */
+static void note_skipped(const char *why, void *arg)
+{
+    char *buf = arg;
+    size_t used = strlen(buf);
+    snprintf(buf + used, 2048 - used, "%s\n", why);
+}
+
 static void test_imagefolder_bad_files(void **state)
 {
     (void)state;
@@ -236,9 +244,18 @@ static void test_imagefolder_bad_files(void **state)
     assert_error_has("bird/1.png");
     assert_error_has("--skip-bad-files");
     o.skip_bad_files = 1;
+    char seen[2048] = "";
+    o.skipped = note_skipped;
+    o.skipped_arg = seen;
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
     assert_int_equal(d.n, 6);
     assert_int_equal(d.skipped, 2);
+    /* Each one named, in sample order (the count alone left the user to
+     * hunt for them). */
+    const char *b1 = strstr(seen, "bird/1.png"), *x = strstr(seen, "cat/x.png is neither");
+    if (!b1 || !x || x < b1)
+        fail_msg("skipped files reported: %s", seen);
+    o.skipped = NULL;
     cdl_dataset_free(&d);
 
     /* Not one readable picture: with --skip-bad-files the error says so,

@@ -183,6 +183,10 @@ void tokens_itos_free(char **itos, long vocab);
  * strings, the text of each id), or NULL when it has none usable. */
 const char *tokens_vocab_file(const cdl_dataset *d);
 char *const *tokens_itos(const cdl_dataset *d);
+/* 0 while the file d maps is at least as long as when it was mapped, else
+ * -1 with an error naming it: a file cut short under a mapping kills the
+ * process that reads past its new end (SIGBUS), without a word. */
+int tokens_intact(const cdl_dataset *d);
 /* The first token of window idx of epoch: drawn from (seed, epoch, idx)
  * when random, else idx * T (back to back). */
 size_t tokens_window_start(const cdl_dataset *d, int random, uint64_t seed, int epoch, long idx);

@@ -85,6 +85,13 @@ static void fill_tokens(const cdl_loader *l, long k0, long k1, slot *s)
 {
     const cdl_dataset *d = l->d;
     const cdl_loader_config *c = &l->cfg;
+    /* A file rewritten in place (truncated, then written again) while it
+     * is mapped: an error now rather than SIGBUS in the copy below. */
+    if (tokens_intact(d) != 0) {
+        s->err = strdup(cdl_last_error());
+        s->n = 0;
+        return;
+    }
     for (long k = k0; k < k1; k++) {
         long idx = sampler_position(c->rank, c->world, k) % d->n;
         size_t start = tokens_window_start(d, c->shuffle, c->seed, l->epoch, idx);

@@ -50,6 +50,7 @@ typedef struct token_file {
     void *addr;       /* the mapping (len bytes), or NULL (tokens_read_mem's caller owns it) */
     size_t len;
     size_t first;     /* the split's first token in the file */
+    int fd;           /* the mapped file, open to see it cut short (tokens_intact), or -1 */
     char *meta;       /* the meta.pkl that gave the vocabulary (malloc'd), or NULL */
     char **itos;      /* its itos table (classes strings; tokens_itos_free), or NULL */
     char name[];      /* printable */
@@ -144,6 +145,7 @@ int tokens_read_mem(const uint8_t *buf, size_t len, const char *name, int token_
         return -1;
     f->addr = NULL;
     f->len = 0;
+    f->fd = -1;
     f->first = first;
     f->meta = NULL;
     f->itos = NULL;
@@ -153,7 +155,9 @@ int tokens_read_mem(const uint8_t *buf, size_t len, const char *name, int token_
 }
 
 /* The mapping of the regular file path (an empty one maps nothing). */
-static int map_file(const char *path, const char *hint, void **map, size_t *len)
+/* The mapping of the regular file path (an empty one maps nothing); its
+ * descriptor stays open in *keep when keep is not NULL (else closed). */
+static int map_file(const char *path, const char *hint, void **map, size_t *len, int *keep)
 {
     int fd = data_open_size(path, hint, len);
     if (fd < 0)
@@ -168,7 +172,10 @@ static int map_file(const char *path, const char *hint, void **map, size_t *len)
         }
         *map = p;
     }
-    close(fd);
+    if (keep)
+        *keep = fd;
+    else
+        close(fd);
     return 0;
 }
 
@@ -199,7 +206,7 @@ static int dir_vocab(const char *path, int *vocab, char **meta_out, char ***itos
         return 0;
     void *map = NULL;
     size_t len = 0;
-    if (map_file(meta, "give --vocab-size", &map, &len) != 0)
+    if (map_file(meta, "give --vocab-size", &map, &len, NULL) != 0)
         return -1;
     long v = 0;
     int rc = tokens_meta_vocab(map, len, data_printable(meta, pn, sizeof pn), &v, itos);
@@ -263,9 +270,10 @@ int tokens_read(const char *name, const char *path, int train, const cdl_dataset
     }
     void *map = NULL;
     size_t len = 0;
+    int fd = -1;
     int rc = map_file(file, bin ? "give tokens:DIR a directory holding train.bin (and val.bin) "
                                   "as nanoGPT's prepare.py writes them"
-                                : "give text:FILE a readable text file", &map, &len);
+                                : "give text:FILE a readable text file", &map, &len, &fd);
     char pn[1024];   /* errors show the name as text */
     if (rc == 0)
         rc = tokens_read_mem(map, len, data_printable(file, pn, sizeof pn), bin ? 2 : 1, &opt,
@@ -273,6 +281,8 @@ int tokens_read(const char *name, const char *path, int train, const cdl_dataset
     if (rc != 0) {
         if (map)
             munmap(map, len);
+        if (fd >= 0)
+            close(fd);
         free(meta);
         tokens_itos_free(itos, opt.vocab_size);
         return rc;
@@ -280,6 +290,7 @@ int tokens_read(const char *name, const char *path, int train, const cdl_dataset
     token_file *f = out->map;
     f->addr = map;
     f->len = len;
+    f->fd = fd;
     f->meta = meta;
     f->itos = itos;
     out->map_len = len;
@@ -291,6 +302,8 @@ void tokens_unmap(cdl_dataset *d)
     token_file *f = d->map;
     if (f && f->addr)
         munmap(f->addr, f->len);
+    if (f && f->fd >= 0)
+        close(f->fd);
     if (f) {
         free(f->meta);
         tokens_itos_free(f->itos, d->classes);
@@ -298,6 +311,19 @@ void tokens_unmap(cdl_dataset *d)
     cdl_free(f);
     d->map = NULL;
     d->map_len = 0;
+}
+
+int tokens_intact(const cdl_dataset *d)
+{
+    const token_file *f = d->map;
+    struct stat st;
+    if (!f || f->fd < 0 || fstat(f->fd, &st) != 0 || (size_t)st.st_size >= f->len)
+        return 0;
+    return cdl_error("%s is %lld bytes now but %zu when this run mapped it: it was cut or is "
+                     "being rewritten while the run reads it (prepare.py run again into the "
+                     "same folder?); reading past its new end would crash the run: write new "
+                     "data to another folder, and resume once this file is whole again", f->name,
+                     (long long)st.st_size, f->len);
 }
 
 size_t tokens_window_start(const cdl_dataset *d, int random, uint64_t seed, int epoch, long idx)

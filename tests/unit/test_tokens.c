@@ -302,8 +302,8 @@ static void test_not_read_at_load(void **state)
 
 /* The loader's batches of d (back to back, workers threads) until one
  * fails: its error must hold w1 and w2. */
-static void expect_batch_error(const cdl_dataset *d, int shuffle, int workers, const char *w1,
-                               const char *w2)
+/* A loader of d (batches of 5, one rank, seed 3) at epoch 0. */
+static cdl_loader *started_loader(const cdl_dataset *d, int shuffle, int workers)
 {
     cdl_loader_config c;
     cdl_loader_defaults(&c);
@@ -315,6 +315,13 @@ static void expect_batch_error(const cdl_dataset *d, int shuffle, int workers, c
     cdl_loader *l = cdl_loader_create(d, &c);
     assert_non_null(l);
     assert_int_equal(cdl_loader_start_epoch(l, 0, 0), 0);
+    return l;
+}
+
+static void expect_batch_error(const cdl_dataset *d, int shuffle, int workers, const char *w1,
+                               const char *w2)
+{
+    cdl_loader *l = started_loader(d, shuffle, workers);
     cdl_batch b;
     int got;
     while ((got = cdl_loader_next(l, &b)) == 1)
@@ -399,6 +406,30 @@ static void test_hostile_files(void **state)
     o.val_split = 0;
     o.block_size = (1 << 20) + 1;
     expect_error("tokens", path, 1, &o, "--block-size 1048577", NULL);
+}
+
+/* A .bin cut short while a loader reads it (prepare.py run again into
+ * the same folder truncates it, then writes): the next batch is an error
+ * naming the file and its sizes; reading the mapping past the new end
+ * would kill the process with SIGBUS, without a word. */
+static void test_file_cut_while_read(void **state)
+{
+    (void)state;
+    char path[512];
+    write_ids("cut.bin", 0, NTOK, path, sizeof path);
+    cdl_dataset_options o;
+    opts(&o, T, 0);
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("tokens", path, 1, &o, &d), 0);
+    cdl_loader *l = started_loader(&d, 0, 0);
+    cdl_batch b;
+    assert_int_equal(cdl_loader_next(l, &b), 1);
+    assert_int_equal(truncate(path, 10), 0);
+    assert_int_equal(cdl_loader_next(l, &b), -1);
+    if (!strstr(cdl_last_error(), "cut.bin is 10 bytes now but 8002 when this run mapped it"))
+        fail_msg("%s", cdl_last_error());
+    cdl_loader_destroy(l);
+    cdl_dataset_free(&d);
 }
 
 /* The training split of tmpdir with pkl (len bytes) as its meta.pkl. */
@@ -535,6 +566,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_text_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_read_at_load, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_ids_named_when_drawn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_cut_while_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_meta_pkl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_meta_pkl_itos, setup, teardown),

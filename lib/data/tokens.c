@@ -190,19 +190,24 @@ static int is_regular(const char *path)
  * without a readable vocab_size is an error: its corpus is not GPT-2's,
  * and guessing 50257 would build the wrong model. With one: *meta = its
  * path (malloc'd) and *itos = its itos table, or NULL (tokens_meta_vocab). */
+int tokens_meta_path(const char *path, char *meta, size_t len)
+{
+    const char *slash = strrchr(path, '/');
+    if (!is_regular(path))
+        snprintf(meta, len, "%s/meta.pkl", path);
+    else if (slash)
+        snprintf(meta, len, "%.*s/meta.pkl", (int)(slash - path), path);
+    else
+        snprintf(meta, len, "meta.pkl");
+    return is_regular(meta);
+}
+
 static int dir_vocab(const char *path, int *vocab, char **meta_out, char ***itos)
 {
     char meta[4200], pn[1024];
-    const char *slash = strrchr(path, '/');
     *meta_out = NULL;
     *itos = NULL;
-    if (!is_regular(path))
-        snprintf(meta, sizeof meta, "%s/meta.pkl", path);
-    else if (slash)
-        snprintf(meta, sizeof meta, "%.*s/meta.pkl", (int)(slash - path), path);
-    else
-        snprintf(meta, sizeof meta, "meta.pkl");
-    if (!is_regular(meta))
+    if (!tokens_meta_path(path, meta, sizeof meta))
         return 0;
     void *map = NULL;
     size_t len = 0;

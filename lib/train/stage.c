@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "../ckpt/checksum.h"
+#include "lib/data/internal.h"
 #include "signals.h"
 #include "stage.h"
 
@@ -222,17 +223,14 @@ static int copy_tree(const char *src, const char *dst, int depth, dir_id *above,
 }
 
 /* One .bin of token data (tokens:FILE.bin) takes its vocabulary from the
- * meta.pkl beside it (lib/data/tokens.c): the copy of the file takes it
+ * meta.pkl beside it (tokens_meta_path): the copy of the file takes it
  * along into dir, or the staged run built a model of GPT-2's 50257 rows
  * for a corpus of 65 characters. */
 static int copy_meta_pkl(const char *src, const char *dir, char *buf, stage_stats *st)
 {
-    char meta[1400], to[1400];
-    const char *slash = strrchr(src, '/');
-    snprintf(meta, sizeof meta, "%.*smeta.pkl", slash ? (int)(slash + 1 - src) : 0, src);
+    char meta[4200], to[1400];
     snprintf(to, sizeof to, "%.1000s/meta.pkl", dir);
-    struct stat ms;
-    if (stat(meta, &ms) != 0 || !S_ISREG(ms.st_mode))
+    if (!tokens_meta_path(src, meta, sizeof meta))
         return 0;
     return copy_file(meta, to, buf, st);
 }

@@ -42,8 +42,9 @@ typedef struct cdl_dataset {
     /* Token data ("text", "tokens"; tokens.c): ntokens tokens of token_bytes bytes each (1:
      * the bytes of a text, 2: little-endian uint16, nanoGPT's .bin) at tokens, read-only;
      * the loader checks each window's ids below classes as it copies it (loading reads
-     * none of them: a bad id is a batch's error naming the file and offset). A sample is a window of T = label_len tokens, shape (T,1,1),
-     * x the ids as floats and y the same window shifted by one token. n = (ntokens-1)/T
+     * none of them: a bad id is a batch's error naming the file and offset). A sample is a
+     * window of T = label_len tokens, shape (T,1,1), x the ids as floats and y the same
+     * window shifted by one token. n = (ntokens-1)/T
      * windows per epoch: a shuffling loader draws each window's start from (seed, epoch,
      * index), one that does not takes the windows back to back (validation). */
     const uint8_t *tokens;    /* NULL for every other dataset */

@@ -1,6 +1,9 @@
 /* cdl-generate: text (or token ids) from a language model trained by
  * cdl-train: the prompt, then tokens drawn one at a time from the model's
- * next-token distribution (sample.h), each fed back as input.
+ * next-token distribution (sample.h), each fed back as input. Text is
+ * bytes for a byte-level model, the strings of nanoGPT's itos table for a
+ * character-level one trained on tokens:DIR with a meta.pkl (vocab.h),
+ * else the output is token ids.
  *
  * The model was built for windows of T tokens (the checkpoint's
  * input_shape, {c = T, h = 1, w = 1}). A context shorter than T is padded
@@ -19,6 +22,7 @@
 #include "blas_core.h"
 #include "evalcommon.h"
 #include "sample.h"
+#include "vocab.h"
 
 #define PROG "cdl-generate"
 
@@ -47,8 +51,9 @@ static void usage(FILE *f)
 "Continue a prompt with a language model trained by cdl-train (--model gpt):\n"
 "print the prompt and up to N tokens drawn one at a time from the model.\n"
 "A byte-level model (vocabulary 256, trained on text:FILE) reads and writes\n"
-"text; a model of a larger vocabulary (GPT-2 BPE .bin data) cannot tokenize\n"
-"text, so it takes --prompt-tokens and prints token ids.\n"
+"text, and so does one trained on tokens:DIR with nanoGPT's meta.pkl (its\n"
+"itos table: character-level); another (GPT-2 BPE .bin data) cannot\n"
+"tokenize text, so it takes --prompt-tokens and prints token ids.\n"
 "\n"
 "      --prompt TEXT        the text to continue [a line break]\n"
 "      --prompt-tokens IDS  the prompt as comma-separated token ids (1,2,3)\n"
@@ -68,7 +73,8 @@ typedef struct gen {
     cdl_backend *be;
     cdl_model *model;
     int T, vocab, positions;
-    int text;                 /* byte-level: the prompt and the output are text */
+    int text;                 /* byte-level or itos: the prompt and the output are text */
+    char **itos;              /* vocab strings (nanoGPT's meta.pkl, from the checkpoint), or NULL */
     float *x, *x_dev, *row;
     double *scratch;
 } gen;
@@ -139,6 +145,12 @@ static int gen_open(gen *g)
      * data) or the vocabulary is larger than bytes. */
     const char *kind = cdl_st_meta_get(f, "tokens");
     g->text = g->vocab <= 256 && !(kind && !strcmp(kind, "uint16"));
+    /* A character-level corpus (meta.pkl): its ids are the itos strings. */
+    const char *itos = cdl_st_meta_get(f, "itos");
+    if (rc == 0 && itos && vocab_parse(itos, g->vocab, &g->itos) != 0)
+        rc = cdl_error("%s: %s", g->o.ckpt, cdl_last_error());
+    if (g->itos)
+        g->text = 1;
     if (rc == 0)
         g->model = eval_model(&g->o, f, in, g->o.batch_size, g->vocab, g->be);
     cdl_st_close(f);
@@ -168,6 +180,7 @@ static void gen_close(gen *g)
     cdl_free(g->x);
     cdl_free(g->row);
     cdl_free(g->scratch);
+    cdl_free(g->itos);
     cdl_model_destroy(g->model);
     if (g->be)
         cdl_backend_destroy(g->be);
@@ -195,14 +208,19 @@ static int next_logits(gen *g, const int *ctx, int len)
     return be->ops->sync(be);
 }
 
-/* Token t as output: a byte in text mode, ",id" (the first without a
- * comma) in token mode. */
-static void put_token(int text, int t, int first)
+/* Token t as output: its itos string, a byte in text mode, ",id" (the
+ * first without a comma) in token mode. 1 when the output now ends a line. */
+static int put_token(const gen *g, int t, int first)
 {
-    if (text)
+    if (g->itos) {
+        fputs(g->itos[t], stdout);
+        return g->itos[t][strlen(g->itos[t]) - 1] == '\n';
+    }
+    if (g->text)
         putchar(t);
     else
         printf(first ? "%d" : ",%d", t);
+    return g->text && t == '\n';
 }
 
 static int parse_double(const char *opt, const char *s, double lo, double hi, double *out)
@@ -315,6 +333,21 @@ int main(int argc, char **argv)
         if (rc == 0)
             memcpy(ctx, ids, (size_t)n * sizeof *ctx);
         cdl_free(ids);
+    } else if (rc == 0 && g.itos) {
+        /* nanoGPT's sample.py: encode = [stoi[c] for c in s]. */
+        const char *p = prompt ? prompt : "\n";
+        if (!*p)
+            rc = cdl_error("--prompt is empty: give at least one character");
+        int *ids = NULL;
+        if (rc == 0 && vocab_encode(p, g.itos, g.vocab, &ids, &n) != 0)
+            rc = prompt ? -1 : cdl_error("%s: the default prompt, a line break, is not in the "
+                                         "model's vocabulary: give one with --prompt TEXT",
+                                         cdl_last_error());
+        if (rc == 0 && !(ctx = cdl_malloc(((size_t)n + max_tokens) * sizeof *ctx)))
+            rc = -1;
+        if (rc == 0)
+            memcpy(ctx, ids, (size_t)n * sizeof *ctx);
+        cdl_free(ids);
     } else if (rc == 0 && !text && prompt) {
         rc = cdl_error("%s has a vocabulary of %d tokens (GPT-2 BPE or another tokenizer's "
                        ".bin data): cdl-generate cannot tokenize text; give the prompt as "
@@ -341,21 +374,22 @@ int main(int argc, char **argv)
     if (rc == 0) {
         rng_state r;
         rng_seed(&r, (uint64_t)seed);
+        int line_end = 0;
         for (int i = 0; i < n; i++)
-            put_token(text, ctx[i], i == 0);
+            line_end = put_token(&g, ctx[i], i == 0);
         for (int k = 0; rc == 0 && k < max_tokens; k++) {
             rc = next_logits(&g, ctx, n);
             if (rc == 0) {
                 ctx[n] = sample_next(g.row, g.vocab, temperature, top_k, &r, g.scratch);
-                put_token(text, ctx[n], 0);
+                line_end = put_token(&g, ctx[n], 0);
                 n++;
                 /* Text appears as it is made; stdout is line-buffered on a
                  * terminal only. */
-                if (text && ctx[n - 1] == '\n')
+                if (line_end)
                     fflush(stdout);
             }
         }
-        if (rc == 0 && (!text || ctx[n - 1] != '\n'))
+        if (rc == 0 && !line_end)
             putchar('\n');
         if (rc == 0 && fflush(stdout) != 0)
             rc = cdl_error("writing the text failed");

@@ -222,13 +222,15 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
     long val = eval_meta_long(f, "val_samples");
     const char *seed_s = meta(f, "seed");
     uint64_t seed = strtoull(seed_s, NULL, 10);
-    int test = !strcmp(o->split, "test");
+    /* The run validated on a folder of its own (an image folder's val/). */
+    int val_folder = !strcmp(meta(f, "val_folder"), "1") && !strcmp(o->split, "val");
+    int test = !strcmp(o->split, "test") || val_folder;
     int same = !strcmp(name, meta(f, "dataset"));
     if (!test && o->dataset && !same && val > 0)
         return cdl_error("--split %s of another dataset than the checkpoint's (%s): the "
                          "validation samples are unknown; use --split test", o->split,
                          meta(f, "dataset"));
-    if (!strcmp(o->split, "val") && val <= 0)
+    if (!strcmp(o->split, "val") && val <= 0 && !val_folder)
         return cdl_error("%s was trained without a validation split (--val-split 0, or an older "
                          "cdl): use --split test or train", o->ckpt);
     cdl_dataset all;
@@ -262,7 +264,10 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             fprintf(stderr, "%s: warning: %s does not store its normalisation (an older cdl): "
                     "using %s's defaults, which for %s are computed from the split read\n",
                     o->prog, o->ckpt, name, CDL_DATASET_FORMATS);
-        int rc = cdl_dataset_load_with(name, *dir ? dir : NULL, !test, &opt, &all);
+        int rc = cdl_dataset_load_with(name, *dir ? dir : NULL,
+                                       val_folder ? CDL_SPLIT_VAL : test ? CDL_SPLIT_TEST
+                                                                     : CDL_SPLIT_TRAIN,
+                                       &opt, &all);
         cdl_free(norm);
         if (rc == 1 && e->split_default && val > 0 && same) {
             /* One folder per class, no test/: the held-out samples are the
@@ -272,6 +277,9 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             e->own.split = "val";
             return load_data(e, f);
         }
+        if (rc == 1 && val_folder)
+            return cdl_error("%s: the data in %s has no val/ beside test/ any more, the run's "
+                             "validation split: use --split test or train", name, dir);
         if (rc == 1)
             return cdl_error("%s: the data in %s has no test split: use --split val or train",
                              name, dir);

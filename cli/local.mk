@@ -14,6 +14,6 @@ cli_cdl_predict_SOURCES = cli/cdl-predict.c cli/evalcommon.c cli/evalcommon.h cl
 	cli/blas_core.h
 cli_cdl_predict_LDADD = libcdl.la -lm
 bin_PROGRAMS += cli/cdl-generate
-cli_cdl_generate_SOURCES = cli/cdl-generate.c cli/sample.c cli/sample.h cli/evalcommon.c \
-	cli/evalcommon.h cli/blas_core.c cli/blas_core.h
+cli_cdl_generate_SOURCES = cli/cdl-generate.c cli/sample.c cli/sample.h cli/vocab.c cli/vocab.h \
+	cli/evalcommon.c cli/evalcommon.h cli/blas_core.c cli/blas_core.h
 cli_cdl_generate_LDADD = libcdl.la -lm

@@ -40,15 +40,18 @@ typedef struct cdl_dataset {
     int label_len;            /* labels per sample: 0 or 1 = one; token windows: T, and a
                                * batch's y holds n*T labels (sample-major) */
     /* Token data ("text", "tokens"; tokens.c): ntokens tokens of token_bytes bytes each (1:
-     * the bytes of a text, 2: little-endian uint16, nanoGPT's .bin) at tokens, read-only,
-     * every one below classes. A sample is a window of T = label_len tokens, shape (T,1,1),
-     * x the ids as floats and y the same window shifted by one token. n = (ntokens-1)/T
+     * the bytes of a text, 2: little-endian uint16, nanoGPT's .bin) at tokens, read-only;
+     * the loader checks each window's ids below classes as it copies it (loading reads
+     * none of them: a bad id is a batch's error naming the file and offset). A sample is a
+     * window of T = label_len tokens, shape (T,1,1), x the ids as floats and y the same
+     * window shifted by one token. n = (ntokens-1)/T
      * windows per epoch: a shuffling loader draws each window's start from (seed, epoch,
      * index), one that does not takes the windows back to back (validation). */
     const uint8_t *tokens;    /* NULL for every other dataset */
     size_t ntokens;
     int token_bytes;
-    void *map;                /* the file mapping cdl_dataset_free unmaps (map_len bytes) */
+    void *map;                /* the reader's record of the file (its mapping, its name for
+                               * errors), freed by cdl_dataset_free; map_len: bytes mapped */
     size_t map_len;
     /* An image folder decoded as batches need them (enum cdl_decode): the file list the
      * loader's workers read, with images NULL; NULL for every other dataset. Owned. */
@@ -117,14 +120,28 @@ typedef struct cdl_dataset_options {
                                * pictures; nonzero ends the load with an error (decoding a
                                * large folder takes minutes: cdl_train_run passes its
                                * SIGTERM/SIGUSR1 flag); NULL = never */
+    void (*skipped)(const char *why, void *arg); /* imagefolder with skip_bad_files: called
+                               * for each file left out with its error (naming it), in sample
+                               * order, on the loading thread; NULL = only counted */
+    void *skipped_arg;
 } cdl_dataset_options;
 
 void cdl_dataset_options_defaults(cdl_dataset_options *o);
 
+/* The splits cdl_dataset_load reads (its train argument). */
+enum cdl_split {
+    CDL_SPLIT_TEST = 0,     /* the held-out split: an image folder's test/, else its val/;
+                             * token data's validation windows */
+    CDL_SPLIT_TRAIN = 1,
+    CDL_SPLIT_VAL = 2,      /* a validation split of its own: an image folder's val/ when
+                             * test/ is there too (the other data have none: 1) */
+};
+
 /* cdl_dataset_load, with options; name may also be a format of
  * CDL_DATASET_FORMATS, path its directory or file (required for them).
- * Returns 1 (out empty, no error) for the test split (train = 0) of data that
- * has none, 0 on success, -1 with an error naming the file. */
+ * train: enum cdl_split. Returns 1 (out empty, no error) for a split
+ * (CDL_SPLIT_TEST, CDL_SPLIT_VAL) the data does not have, 0 on success, -1
+ * with an error naming the file. */
 int cdl_dataset_load_with(const char *name, const char *path, int train,
                           const cdl_dataset_options *opt, cdl_dataset *out);
 

@@ -170,7 +170,7 @@ static int hex4(json_cur *c, uint32_t *out)
     return 0;
 }
 
-static void put_utf8(char *o, size_t *n, uint32_t cp)
+void utf8_put(char *o, size_t *n, uint32_t cp)
 {
     if (cp < 0x80) {
         o[(*n)++] = (char)cp;
@@ -226,7 +226,7 @@ static int unescape(json_cur *c, char *o, size_t *n)
     }
     if (cp == 0)
         return json_fail(c, "\\u0000 in a string: names and metadata must not contain NUL");
-    put_utf8(o, n, cp);
+    utf8_put(o, n, cp);
     return 0;
 }
 

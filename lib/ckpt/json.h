@@ -53,6 +53,9 @@ const char *json_peek_kind(json_cur *c);
 /* 1 if s[0..len) is valid UTF-8 (no overlong forms, surrogates or code points
  * beyond U+10FFFF), else 0. */
 int utf8_valid(const char *s, size_t len);
+/* Appends the code point cp (<= U+10FFFF) as UTF-8 at o + *n (1 to 4
+ * bytes), advancing *n. */
+void utf8_put(char *o, size_t *n, uint32_t cp);
 
 /* A growing buffer (cdl_malloc'd). After an allocation failure every further
  * call is a no-op and failed stays set, so callers check once at the end. */

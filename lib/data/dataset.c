@@ -159,6 +159,11 @@ int cdl_dataset_load_with(const char *name, const char *path, int train,
         }
     }
     int format = is_format(name);
+    if (train != CDL_SPLIT_TRAIN && train != CDL_SPLIT_TEST && train != CDL_SPLIT_VAL)
+        return cdl_error("cdl_dataset_load: split %d: use CDL_SPLIT_TRAIN, _TEST or _VAL", train);
+    /* A validation split of its own: an image folder's val/ only. */
+    if (train == CDL_SPLIT_VAL && strcmp(name, "imagefolder"))
+        return 1;
     int rc = format ? load_format(name, path, train, &o, out) : load_named(name, path, train, out);
     if (rc) {
         cdl_dataset_free(out);

@@ -210,6 +210,10 @@ static int decode(const uint8_t *data, size_t len, const char *name, image_buf *
                          "libjpeg62-turbo-dev and configure --with-jpeg", name);
 #endif
     }
+    /* Empty: a copy or download that never finished, not another format. */
+    if (len == 0)
+        return cdl_error("%s is empty (0 bytes: a copy or download that did not finish?): "
+                         "remove it from the folder or pass --skip-bad-files", name);
     return cdl_error("%s is neither a PNG nor a JPEG (wrong magic bytes): remove it from the "
                      "folder or pass --skip-bad-files", name);
 }

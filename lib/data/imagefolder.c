@@ -1,8 +1,10 @@
-/* ImageFolder trees: root/<class>/<file>.png|.jpg|.jpeg (docs/data.md).
+/* ImageFolder trees: root/<class>/[<folders>/]<file>.png|.jpg|.jpeg
+ * (docs/data.md).
  *
  * Classes are the subdirectories sorted by byte value (Python's sorted(),
- * as torchvision's ImageFolder), hidden ones (".name") left out; files are
- * sorted the same way inside each class, so sample i is the same file on
+ * as torchvision's ImageFolder), hidden ones (".name") left out; a class's
+ * pictures are those of its folder and of the folders inside it, in
+ * torchvision's order (list_class_files), so sample i is the same file on
  * every rank and every run. With root/train the splits are root/train and
  * root/test (or root/val), the test split mapped onto train's classes.
  *
@@ -122,6 +124,68 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
     closedir(d);
     if (!rc && out->n > 1)   /* an empty list has no array (qsort wants one) */
         qsort(out->v, (size_t)out->n, sizeof *out->v, cmp_str);
+    return rc;
+}
+
+/* Deepest folder inside a class folder that is read (a guard, not a
+ * layout anyone needs). */
+#define MAX_DEPTH 64
+
+/* The folders of the tree at dir, dir itself included, appended to out;
+ * hidden ones (".name") are left out and symbolic links to folders
+ * followed, as torchvision's os.walk(dir, followlinks=True) does. above:
+ * the device and inode of the depth folders dir is inside, for a link
+ * back to one of them (a loop, which os.walk would follow for ever). */
+typedef struct dir_id {
+    dev_t dev;
+    ino_t ino;
+} dir_id;
+
+static int list_tree(const char *dir, int depth, dir_id *above, strlist *out)
+{
+    char pn[512], path[4096];
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return 0;   /* vanished since it was listed */
+    for (int k = 0; k < depth; k++)
+        if (above[k].dev == st.st_dev && above[k].ino == st.st_ino)
+            return cdl_error("%s leads back to a folder above it (a symbolic link loop): remove "
+                             "the link", data_printable(dir, pn, sizeof pn));
+    if (depth == MAX_DEPTH)
+        return cdl_error("%s: folders nested more than %d deep in a class folder",
+                         data_printable(dir, pn, sizeof pn), MAX_DEPTH);
+    above[depth] = (dir_id){st.st_dev, st.st_ino};
+    strlist subs = {0};
+    int rc = strlist_add(out, dir);
+    if (!rc)
+        rc = list_dir(dir, 1, &subs);
+    for (int i = 0; !rc && i < subs.n; i++)
+        if (!(rc = join(path, sizeof path, dir, subs.v[i])))
+            rc = list_tree(path, depth + 1, above, out);
+    strlist_free(&subs);
+    return rc;
+}
+
+/* The pictures of the class folder dir and of the folders inside it, in
+ * torchvision's order: folders sorted by their path (Python's sorted() of
+ * os.walk's), the files of each sorted; appended to files as paths. */
+static int list_class_files(const char *dir, strlist *files)
+{
+    dir_id above[MAX_DEPTH];
+    strlist tree = {0}, here = {0};
+    char full[4096];
+    int rc = list_tree(dir, 0, above, &tree);
+    if (!rc && tree.n > 1)
+        qsort(tree.v, (size_t)tree.n, sizeof *tree.v, cmp_str);
+    for (int t = 0; !rc && t < tree.n; t++) {
+        strlist_free(&here);
+        rc = list_dir(tree.v[t], 0, &here);
+        for (int i = 0; !rc && i < here.n; i++)
+            if (!(rc = join(full, sizeof full, tree.v[t], here.v[i])))
+                rc = strlist_add(files, full);
+    }
+    strlist_free(&here);
+    strlist_free(&tree);
     return rc;
 }
 
@@ -338,21 +402,26 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
     if (join(train_dir, sizeof train_dir, dir, "train"))
         return -1;
     int split = is_dir(train_dir);
-    if (train) {
+    char test_dir[4096], val_dir[4096];
+    if (join(test_dir, sizeof test_dir, dir, "test") || join(val_dir, sizeof val_dir, dir, "val"))
+        return -1;
+    int has_test = split && is_dir(test_dir), has_val = split && is_dir(val_dir);
+    if (train == CDL_SPLIT_TRAIN) {
         if (join(root, sizeof root, dir, split ? "train" : "."))
             return -1;
         if (!split)
             snprintf(root, sizeof root, "%s", dir);
+    } else if (train == CDL_SPLIT_VAL) {
+        /* val/ beside test/ (val/ alone is the held-out, test, split). */
+        if (!has_test || !has_val)
+            return 1;
+        snprintf(root, sizeof root, "%s", val_dir);
     } else {
-        if (!split)
+        if (!has_test && !has_val)
             return 1;
-        if (join(root, sizeof root, dir, "test"))
-            return -1;
-        if (!is_dir(root) && join(root, sizeof root, dir, "val"))
-            return -1;
-        if (!is_dir(root))
-            return 1;
+        snprintf(root, sizeof root, "%s", has_test ? test_dir : val_dir);
     }
+    train = train == CDL_SPLIT_TRAIN;
 
     strlist classes = {0}, files = {0}, here = {0};
     int32_t *labels = NULL;
@@ -377,7 +446,8 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
             label = (int)(hit - classes.v);
         }
         strlist_free(&here);
-        if ((rc = join(path, sizeof path, root, dirs->v[k])) || (rc = list_dir(path, 0, &here)))
+        if ((rc = join(path, sizeof path, root, dirs->v[k])) ||
+            (rc = list_class_files(path, &here)))
             break;
         if (here.n == 0 && train) {
             char other[256];
@@ -399,10 +469,8 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         }
         labels = nl;
         for (int i = 0; !rc && i < here.n; i++) {
-            char full[4096];
             labels[files.n] = label;
-            if (!(rc = join(full, sizeof full, path, here.v[i])))
-                rc = strlist_add(&files, full);
+            rc = strlist_add(&files, here.v[i]);
         }
     }
     strlist_free(&here);
@@ -452,6 +520,8 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
                     break;
                 }
                 bad++;
+                if (o->skipped)
+                    o->skipped(errors[i], o->skipped_arg);
                 free(files.v[i]);
                 files.v[i] = NULL;
                 continue;

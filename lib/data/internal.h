@@ -155,15 +155,12 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
  * and test.csv. */
 int csv_read(const char *path, int train, const char *label_column, cdl_dataset *out);
 
-/* Token data (tokens.c). tokens_check: len bytes of token_bytes-byte
- * tokens (1: bytes, 2: little-endian uint16), every one below vocab; an
- * odd uint16 size or a bad token is an error naming name and the token's
- * offset in the file (buf holds its tokens from base on). */
-int tokens_check(const uint8_t *buf, size_t len, int token_bytes, int vocab, const char *name,
-                 size_t base, size_t *ntokens);
+/* Token data (tokens.c). Ids are checked below the vocabulary when a
+ * window is copied out (tokens_window), not at load time. */
 /* The training (train = 1) or validation split of the tokens in buf: the
  * whole of it (whole = 1: train.bin, val.bin) or the first / last part by
- * o->val_split. 1 = no validation split. out->tokens points into buf. */
+ * o->val_split. 1 = no validation split. out->tokens points into buf, and
+ * out->map holds name (tokens_unmap frees it). */
 int tokens_read_mem(const uint8_t *buf, size_t len, const char *name, int token_bytes,
                     const cdl_dataset_options *o, int train, int whole, cdl_dataset *out);
 /* name "text" (path a file) or "tokens" (path a directory of train.bin
@@ -175,17 +172,33 @@ void tokens_unmap(cdl_dataset *d);
  * when the pickle in buf (len bytes) has none, -1 (an error naming name)
  * when it is not a pickle the reader follows. The opcodes are walked,
  * never executed. */
-int tokens_meta_vocab(const uint8_t *buf, size_t len, const char *name, long *vocab);
-/* *vocab = the vocab_size of DIR/meta.pkl when DIR (path, or the
- * directory of the file path) has one (else left as it is); -1: an error
- * that asks for --vocab-size. */
-int tokens_dir_vocab(const char *path, int *vocab);
+int tokens_meta_vocab(const uint8_t *buf, size_t len, const char *name, long *vocab,
+                      char ***itos);
+/* itos (may be NULL): when the pickle has an 'itos' table of every id
+ * 0..*vocab-1, *itos = its strings as UTF-8 (free with tokens_itos_free),
+ * else NULL. */
+void tokens_itos_free(char **itos, long vocab);
+/* Into meta (len bytes): where nanoGPT's meta.pkl of tokens:path is
+ * (path/meta.pkl, or the one beside the file path); 1 when it is a
+ * regular file there. */
+int tokens_meta_path(const char *path, char *meta, size_t len);
+/* The meta.pkl that gave the vocabulary of token data d (read when no
+ * vocab_size was given), or NULL; and its itos table (d->classes UTF-8
+ * strings, the text of each id), or NULL when it has none usable. */
+const char *tokens_vocab_file(const cdl_dataset *d);
+char *const *tokens_itos(const cdl_dataset *d);
+/* 0 while the file d maps is at least as long as when it was mapped, else
+ * -1 with an error naming it: a file cut short under a mapping kills the
+ * process that reads past its new end (SIGBUS), without a word. */
+int tokens_intact(const cdl_dataset *d);
 /* The first token of window idx of epoch: drawn from (seed, epoch, idx)
  * when random, else idx * T (back to back). */
 size_t tokens_window_start(const cdl_dataset *d, int random, uint64_t seed, int epoch, long idx);
 /* x (T) = the ids of tokens [start, start+T) as floats, y (T) = tokens
- * [start+1, start+T]. */
-void tokens_window(const cdl_dataset *d, size_t start, float *x, int32_t *y);
+ * [start+1, start+T]; -1 with an error naming the file, the token's offset
+ * in it and its id when one of them is not below d->classes (then x and y
+ * hold it: do not use them). */
+int tokens_window(const cdl_dataset *d, size_t start, float *x, int32_t *y);
 
 /* Per-channel mean and std of d in one pass (formats.c): pixels as v/255,
  * features as they are; a constant channel gets std 1. */

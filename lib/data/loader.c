@@ -79,16 +79,28 @@ static void prefetch_sample(const uint8_t *p, size_t bytes)
 
 /* Token windows: sample k of this rank is window pos % n of the epoch (the
  * padded positions of DistributedSampler repeat the first windows), drawn
- * from (seed, epoch, window) when shuffling, else back to back. */
+ * from (seed, epoch, window) when shuffling, else back to back. An id past
+ * the vocabulary leaves s->err set, as a bad streamed picture does. */
 static void fill_tokens(const cdl_loader *l, long k0, long k1, slot *s)
 {
     const cdl_dataset *d = l->d;
     const cdl_loader_config *c = &l->cfg;
+    /* A file rewritten in place (truncated, then written again) while it
+     * is mapped: an error now rather than SIGBUS in the copy below. */
+    if (tokens_intact(d) != 0) {
+        s->err = strdup(cdl_last_error());
+        s->n = 0;
+        return;
+    }
     for (long k = k0; k < k1; k++) {
         long idx = sampler_position(c->rank, c->world, k) % d->n;
         size_t start = tokens_window_start(d, c->shuffle, c->seed, l->epoch, idx);
-        tokens_window(d, start, s->x + (size_t)(k - k0) * l->sample_size,
-                      s->y + (size_t)(k - k0) * l->label_len);
+        if (tokens_window(d, start, s->x + (size_t)(k - k0) * l->sample_size,
+                          s->y + (size_t)(k - k0) * l->label_len) != 0) {
+            s->err = strdup(cdl_last_error());
+            s->n = 0;
+            return;
+        }
     }
     s->n = (int)(k1 - k0);
 }

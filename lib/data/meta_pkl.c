@@ -11,13 +11,22 @@
  * the entry is a string 'vocab_size' followed (past memo opcodes) by an
  * integer, which is how a dict's item is pickled by every protocol (0..5).
  * An opcode this walk does not know ends it with an error, and the caller
- * asks for --vocab-size. */
+ * asks for --vocab-size.
+ *
+ * Its 'itos' entry, the string of each id ({0: '\n', 1: ' ', ...}), is
+ * what nanoGPT's sample.py decodes with (and encodes with its inverse,
+ * stoi): it is pickled as the key 'itos', an empty dict, then (integer,
+ * string) pairs between MARK/SETITEMS or SETITEM opcodes, which the walk
+ * collects. A table that is not every id 0..vocab_size-1 once, as plain
+ * strings, is left out (the model still trains; cdl-generate prints ids). */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
 
+#include "lib/ckpt/json.h"
 #include "lib/data/internal.h"
 
 #define KEY "vocab_size"
@@ -154,10 +163,123 @@ static int step(walk *w, const uint8_t **s, size_t *n, long *v, int *stop)
     }
 }
 
-int tokens_meta_vocab(const uint8_t *buf, size_t len, const char *name, long *vocab)
+/* The itos pairs the walk found: id -> string (UTF-8, owned). */
+typedef struct itos_pairs {
+    long *id;
+    char **str;
+    size_t n, cap;
+} itos_pairs;
+
+static void pairs_free(itos_pairs *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        free(t->str[i]);
+    free(t->id);
+    free(t->str);
+}
+
+/* The string s (n bytes) of opcode op as UTF-8 (malloc'd), or NULL.
+ * Protocol 0's 'V' is raw-unicode-escape: bytes are Latin-1 code points,
+ * \uXXXX and \UXXXXXXXX escapes the others (and '\n', '\\'); the binary
+ * protocols' strings are UTF-8 already. */
+static char *pickle_string(uint8_t op, const uint8_t *s, size_t n)
+{
+    char *out = malloc(4 * n + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (op != 'V') {
+            out[o++] = (char)s[i];
+            continue;
+        }
+        int digits = 0;
+        if (s[i] == '\\' && i + 1 < n)
+            digits = s[i + 1] == 'u' ? 4 : s[i + 1] == 'U' ? 8 : 0;
+        unsigned long c = s[i], u = 0;
+        int ok = digits && i + 2 + (size_t)digits <= n;
+        for (int k = 0; ok && k < digits; k++) {
+            int h = s[i + 2 + k];
+            ok = isxdigit(h);
+            u = u << 4 | (unsigned long)(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+        }
+        if (ok && u <= 0x10ffff && !(u >= 0xd800 && u < 0xe000)) {
+            c = u;
+            i += 1 + (size_t)digits;
+        }
+        utf8_put(out, &o, (uint32_t)c);
+    }
+    out[o] = '\0';
+    return out;
+}
+
+static int pairs_add(itos_pairs *t, long id, char *str)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        long *id2 = realloc(t->id, cap * sizeof *id2);
+        if (id2)
+            t->id = id2;
+        char **s2 = id2 ? realloc(t->str, cap * sizeof *s2) : NULL;
+        if (!s2) {
+            free(str);
+            return -1;
+        }
+        t->str = s2;
+        t->cap = cap;
+    }
+    t->id[t->n] = id;
+    t->str[t->n++] = str;
+    return 0;
+}
+
+/* The table of ids 0..vocab-1 (cdl_malloc'd array of the pairs' strings,
+ * which move into it), or NULL when the pairs are not exactly those ids. */
+static char **pairs_table(itos_pairs *t, long vocab)
+{
+    if (vocab < 1 || t->n != (size_t)vocab)
+        return NULL;
+    char **table = cdl_calloc((size_t)vocab, sizeof *table);
+    if (!table)
+        return NULL;
+    for (size_t i = 0; i < t->n; i++) {
+        /* An empty string (or one cut at a NUL) could neither be typed in
+         * a prompt nor told apart in the output. */
+        if (t->id[i] < 0 || t->id[i] >= vocab || table[t->id[i]] || !t->str[i][0]) {
+            cdl_free(table);
+            return NULL;
+        }
+        table[t->id[i]] = t->str[i];
+    }
+    t->n = 0;   /* the strings are the table's now */
+    return table;
+}
+
+/* Opcodes that build itos's dict around its pairs (EMPTY_DICT, MARK,
+ * SETITEMS, SETITEM, DICT): they leave the walk inside it. */
+static int dict_op(uint8_t op)
+{
+    return op == '}' || op == '(' || op == 'u' || op == 's' || op == 'd';
+}
+
+void tokens_itos_free(char **itos, long vocab)
+{
+    for (long i = 0; itos && i < vocab; i++)
+        free(itos[i]);
+    cdl_free(itos);
+}
+
+int tokens_meta_vocab(const uint8_t *buf, size_t len, const char *name, long *vocab,
+                      char ***itos)
 {
     walk w = {buf, buf + len, 0};
     int after_key = 0, found = 0, stop = 0;
+    /* In itos: 0 no, 1 yes (a key expected), 2 yes (its string expected). */
+    int in_itos = 0, seen_itos = 0;
+    long key = 0;
+    itos_pairs t = {0};
+    if (itos)
+        *itos = NULL;
     while (!stop && w.p < w.end) {
         const uint8_t *s = NULL;
         size_t n = 0;
@@ -166,24 +288,53 @@ int tokens_meta_vocab(const uint8_t *buf, size_t len, const char *name, long *vo
         int kind = step(&w, &s, &n, &v, &stop);
         if (kind == BAD && w.cut)
             break;                                    /* an argument cut short */
-        if (kind == BAD)
+        if (kind == BAD) {
+            pairs_free(&t);
             return cdl_error("%s: byte %zu (opcode 0x%02x) is not part of a pickle this reader "
                              "follows", name, at, buf[at]);
+        }
         if (kind == MEMO)
             continue;                                 /* stores the key; the value follows */
+        if (in_itos && kind == INTEGER && in_itos == 1) {
+            key = v;
+            in_itos = 2;
+            continue;
+        }
+        if (in_itos == 2 && kind == STRING && t.n < 65536) {
+            char *str = pickle_string(buf[at], s, n);
+            if (!str || pairs_add(&t, key, str) != 0) {
+                pairs_free(&t);
+                return cdl_error("%s: out of memory reading its itos table", name);
+            }
+            in_itos = 1;
+            continue;
+        }
+        if (in_itos == 1 && kind == OTHER && dict_op(buf[at]))
+            continue;
+        in_itos = 0;                                  /* past the table */
         if (after_key && kind == INTEGER) {
-            if (found && v != *vocab)
+            if (found && v != *vocab) {
+                pairs_free(&t);
                 return cdl_error("%s: two vocab_size entries (%ld and %ld)", name, *vocab, v);
+            }
             *vocab = v;
             found = 1;
         } else if (after_key) {
+            pairs_free(&t);
             return cdl_error("%s: its vocab_size is not a plain integer (a numpy integer?)",
                              name);
         }
         after_key = kind == STRING && n == strlen(KEY) && !memcmp(s, KEY, n);
+        if (kind == STRING && n == 4 && !memcmp(s, "itos", 4) && !seen_itos)
+            in_itos = seen_itos = 1;
     }
-    if (!stop)
+    if (!stop) {
+        pairs_free(&t);
         return cdl_error("%s: the pickle ends before its STOP opcode: the file is cut short",
                          name);
+    }
+    if (itos && found)
+        *itos = pairs_table(&t, *vocab);
+    pairs_free(&t);
     return found;
 }

@@ -5,8 +5,12 @@
  * The file is memory-mapped read-only, never copied: a split is a range
  * [first, first + count) of its tokens, and the training and validation
  * splits of one file are two mappings of it (the page cache holds it
- * once). Every token of a split is checked below the vocabulary when it
- * is loaded, so the embedding lookup may trust the ids.
+ * once). Loading reads none of it: a corpus of gigabytes on every rank of
+ * every node would be read whole before the first step. Instead every
+ * window is checked below the vocabulary as it is copied out
+ * (tokens_window), the only way ids reach the embedding lookup, which
+ * trusts them; that also holds when the file is rewritten while it is
+ * mapped. The error names the file, the token's offset in it and its id.
  *
  * A sample is a window of T tokens (x, shape (T,1,1)) and its labels the
  * window shifted by one token (y, T labels), nanoGPT's get_batch. Without
@@ -14,6 +18,7 @@
  * contiguous, so no window of one split sees the other's text. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -39,53 +44,24 @@ static unsigned token_at(const uint8_t *p, int token_bytes, size_t i)
     return (unsigned)p[2 * i] | (unsigned)p[2 * i + 1] << 8;
 }
 
-/* The first token of p (count tokens) that is not below vocab, or count.
- * The max of a chunk is what the loop computes (it vectorises); the slow
- * search runs only in a chunk that holds a bad token. */
-static size_t first_bad(const uint8_t *p, int token_bytes, size_t count, unsigned vocab)
-{
-    const size_t chunk = 1 << 16;
-    for (size_t c0 = 0; c0 < count; c0 += chunk) {
-        size_t c1 = c0 + chunk < count ? c0 + chunk : count;
-        unsigned mx = 0;
-        if (token_bytes == 1) {
-            for (size_t i = c0; i < c1; i++)
-                mx = p[i] > mx ? p[i] : mx;
-        } else {
-            for (size_t i = c0; i < c1; i++) {
-                unsigned t = token_at(p, 2, i);
-                mx = t > mx ? t : mx;
-            }
-        }
-        if (mx < vocab)
-            continue;
-        for (size_t i = c0; i < c1; i++)
-            if (token_at(p, token_bytes, i) >= vocab)
-                return i;
-    }
-    return count;
-}
+/* Where a split's tokens come from, for errors: cdl_dataset.map points
+ * here (the mapping, when the reader made one, and the file's name). */
+typedef struct token_file {
+    void *addr;       /* the mapping (len bytes), or NULL (tokens_read_mem's caller owns it) */
+    size_t len;
+    size_t first;     /* the split's first token in the file */
+    int fd;           /* the mapped file, open to see it cut short (tokens_intact), or -1 */
+    char *meta;       /* the meta.pkl that gave the vocabulary (malloc'd), or NULL */
+    char **itos;      /* its itos table (classes strings; tokens_itos_free), or NULL */
+    char name[];      /* printable */
+} token_file;
 
-int tokens_check(const uint8_t *buf, size_t len, int token_bytes, int vocab, const char *name,
-                 size_t base, size_t *ntokens)
+/* A bad token: where it is and how to fix it. */
+static int bad_token(const char *name, unsigned id, size_t offset, int token_bytes, int vocab)
 {
-    if (token_bytes == 2 && len % 2)
-        return cdl_error("%s: %zu bytes is not a whole number of uint16 tokens: the file is "
-                         "truncated or not in nanoGPT's .bin format (np.uint16 ids, no header)",
-                         name, len);
-    size_t n = len / (size_t)token_bytes;
-    /* A byte is below 256 by its type: text (vocabulary 256) needs no
-     * scan, which would page in every byte of a corpus of gigabytes on
-     * every rank before the first step. */
-    size_t bad = token_bytes == 1 && vocab >= 256 ? n
-                 : first_bad(buf, token_bytes, n, (unsigned)vocab);
-    if (bad < n)
-        return cdl_error("%s: token %u at token offset %zu (byte %zu) is not below the "
-                         "vocabulary size %d: give the tokenizer's --vocab-size, or rebuild the "
-                         "file", name, token_at(buf, token_bytes, bad), base + bad,
-                         (base + bad) * (size_t)token_bytes, vocab);
-    *ntokens = n;
-    return 0;
+    return cdl_error("%s: token %u at token offset %zu (byte %zu) is not below the vocabulary "
+                     "size %d: give the tokenizer's --vocab-size, or rebuild the file", name,
+                     id, offset, offset * (size_t)token_bytes, vocab);
 }
 
 /* The validation tokens of a file of total tokens (val_split as in
@@ -151,7 +127,9 @@ int tokens_read_mem(const uint8_t *buf, size_t len, const char *name, int token_
         return cdl_error("%s is empty: a token dataset needs at least --block-size + 1 = %d "
                          "tokens", name, T + 1);
     if (token_bytes == 2 && len % 2)
-        return tokens_check(buf, len, 2, vocab, name, 0, &(size_t){0});
+        return cdl_error("%s: %zu bytes is not a whole number of uint16 tokens: the file is "
+                         "truncated or not in nanoGPT's .bin format (np.uint16 ids, no header)",
+                         name, len);
     size_t total = len / (size_t)token_bytes, nval = 0;
     if (!whole && val_count(o->val_split, total, name, &nval) != 0)
         return -1;
@@ -159,15 +137,27 @@ int tokens_read_mem(const uint8_t *buf, size_t len, const char *name, int token_
         return 1;
     size_t first = whole || train ? 0 : total - nval;
     size_t count = whole ? total : train ? total - nval : nval;
-    size_t checked;
-    if (tokens_check(buf + first * (size_t)token_bytes, count * (size_t)token_bytes,
-                     token_bytes, vocab, name, first, &checked) != 0)
+    if (make_split(buf, first, count, token_bytes, vocab, T, name, train, whole, out) != 0)
         return -1;
-    return make_split(buf, first, count, token_bytes, vocab, T, name, train, whole, out);
+    size_t nlen = strlen(name) + 1;
+    token_file *f = cdl_malloc(sizeof *f + nlen);
+    if (!f)
+        return -1;
+    f->addr = NULL;
+    f->len = 0;
+    f->fd = -1;
+    f->first = first;
+    f->meta = NULL;
+    f->itos = NULL;
+    memcpy(f->name, name, nlen);
+    out->map = f;
+    return 0;
 }
 
 /* The mapping of the regular file path (an empty one maps nothing). */
-static int map_file(const char *path, const char *hint, void **map, size_t *len)
+/* The mapping of the regular file path (an empty one maps nothing); its
+ * descriptor stays open in *keep when keep is not NULL (else closed). */
+static int map_file(const char *path, const char *hint, void **map, size_t *len, int *keep)
 {
     int fd = data_open_size(path, hint, len);
     if (fd < 0)
@@ -182,7 +172,10 @@ static int map_file(const char *path, const char *hint, void **map, size_t *len)
         }
         *map = p;
     }
-    close(fd);
+    if (keep)
+        *keep = fd;
+    else
+        close(fd);
     return 0;
 }
 
@@ -195,25 +188,33 @@ static int is_regular(const char *path)
 /* *vocab from DIR/meta.pkl, nanoGPT's (meta_pkl.c), where DIR is path or,
  * for one .bin file, its directory; left as it is without one. A meta.pkl
  * without a readable vocab_size is an error: its corpus is not GPT-2's,
- * and guessing 50257 would build the wrong model. */
-int tokens_dir_vocab(const char *path, int *vocab)
+ * and guessing 50257 would build the wrong model. With one: *meta = its
+ * path (malloc'd) and *itos = its itos table, or NULL (tokens_meta_vocab). */
+int tokens_meta_path(const char *path, char *meta, size_t len)
 {
-    char meta[4200], pn[1024];
     const char *slash = strrchr(path, '/');
     if (!is_regular(path))
-        snprintf(meta, sizeof meta, "%s/meta.pkl", path);
+        snprintf(meta, len, "%s/meta.pkl", path);
     else if (slash)
-        snprintf(meta, sizeof meta, "%.*s/meta.pkl", (int)(slash - path), path);
+        snprintf(meta, len, "%.*s/meta.pkl", (int)(slash - path), path);
     else
-        snprintf(meta, sizeof meta, "meta.pkl");
-    if (!is_regular(meta))
+        snprintf(meta, len, "meta.pkl");
+    return is_regular(meta);
+}
+
+static int dir_vocab(const char *path, int *vocab, char **meta_out, char ***itos)
+{
+    char meta[4200], pn[1024];
+    *meta_out = NULL;
+    *itos = NULL;
+    if (!tokens_meta_path(path, meta, sizeof meta))
         return 0;
     void *map = NULL;
     size_t len = 0;
-    if (map_file(meta, "give --vocab-size", &map, &len) != 0)
+    if (map_file(meta, "give --vocab-size", &map, &len, NULL) != 0)
         return -1;
     long v = 0;
-    int rc = tokens_meta_vocab(map, len, data_printable(meta, pn, sizeof pn), &v);
+    int rc = tokens_meta_vocab(map, len, data_printable(meta, pn, sizeof pn), &v, itos);
     if (map)
         munmap(map, len);
     if (rc == 0)
@@ -223,12 +224,31 @@ int tokens_dir_vocab(const char *path, int *vocab)
     if (rc != 1) {
         char why[1024];   /* the reader's reason, then what to do */
         snprintf(why, sizeof why, "%s", cdl_last_error());
+        tokens_itos_free(*itos, v);
+        *itos = NULL;
         return cdl_error("%s: give the vocabulary with --vocab-size N (nanoGPT's meta.pkl: "
                          "python3 -c \"import pickle; print(pickle.load(open('%s', 'rb'))"
                          "['vocab_size'])\")", why, pn);
     }
+    if (!(*meta_out = strdup(pn))) {
+        tokens_itos_free(*itos, v);
+        *itos = NULL;
+        return cdl_error("out of memory");
+    }
     *vocab = (int)v;
     return 0;
+}
+
+const char *tokens_vocab_file(const cdl_dataset *d)
+{
+    const token_file *f = d->tokens ? d->map : NULL;
+    return f ? f->meta : NULL;
+}
+
+char *const *tokens_itos(const cdl_dataset *d)
+{
+    const token_file *f = d->tokens ? d->map : NULL;
+    return f ? f->itos : NULL;
 }
 
 int tokens_read(const char *name, const char *path, int train, const cdl_dataset_options *o,
@@ -238,45 +258,77 @@ int tokens_read(const char *name, const char *path, int train, const cdl_dataset
     char file[4200];
     int whole = 0;
     cdl_dataset_options opt = *o;
+    char *meta = NULL, **itos = NULL;   /* --vocab-size given: meta.pkl is not read */
     if (!bin) {
         snprintf(file, sizeof file, "%s", path);
     } else if (is_regular(path)) {
         snprintf(file, sizeof file, "%s", path);     /* one .bin: split it like a text */
-        if (!opt.vocab_size && tokens_dir_vocab(path, &opt.vocab_size) != 0)
+        if (!opt.vocab_size && dir_vocab(path, &opt.vocab_size, &meta, &itos) != 0)
             return -1;
     } else {
         char val[4200];
         snprintf(val, sizeof val, "%s/val.bin", path);
         whole = is_regular(val);
         snprintf(file, sizeof file, "%s/%s.bin", path, whole && !train ? "val" : "train");
-        if (!opt.vocab_size && tokens_dir_vocab(path, &opt.vocab_size) != 0)
+        if (!opt.vocab_size && dir_vocab(path, &opt.vocab_size, &meta, &itos) != 0)
             return -1;
     }
     void *map = NULL;
     size_t len = 0;
-    if (map_file(file, bin ? "give tokens:DIR a directory holding train.bin (and val.bin) "
-                             "as nanoGPT's prepare.py writes them"
-                           : "give text:FILE a readable text file", &map, &len) != 0)
-        return -1;
+    int fd = -1;
+    int rc = map_file(file, bin ? "give tokens:DIR a directory holding train.bin (and val.bin) "
+                                  "as nanoGPT's prepare.py writes them"
+                                : "give text:FILE a readable text file", &map, &len, &fd);
     char pn[1024];   /* errors show the name as text */
-    int rc = tokens_read_mem(map, len, data_printable(file, pn, sizeof pn), bin ? 2 : 1, &opt,
+    if (rc == 0)
+        rc = tokens_read_mem(map, len, data_printable(file, pn, sizeof pn), bin ? 2 : 1, &opt,
                              train, whole, out);
     if (rc != 0) {
         if (map)
             munmap(map, len);
+        if (fd >= 0)
+            close(fd);
+        free(meta);
+        tokens_itos_free(itos, opt.vocab_size);
         return rc;
     }
-    out->map = map;
+    token_file *f = out->map;
+    f->addr = map;
+    f->len = len;
+    f->fd = fd;
+    f->meta = meta;
+    f->itos = itos;
     out->map_len = len;
     return 0;
 }
 
 void tokens_unmap(cdl_dataset *d)
 {
-    if (d->map)
-        munmap(d->map, d->map_len);
+    token_file *f = d->map;
+    if (f && f->addr)
+        munmap(f->addr, f->len);
+    if (f && f->fd >= 0)
+        close(f->fd);
+    if (f) {
+        free(f->meta);
+        tokens_itos_free(f->itos, d->classes);
+    }
+    cdl_free(f);
     d->map = NULL;
     d->map_len = 0;
+}
+
+int tokens_intact(const cdl_dataset *d)
+{
+    const token_file *f = d->map;
+    struct stat st;
+    if (!f || f->fd < 0 || fstat(f->fd, &st) != 0 || (size_t)st.st_size >= f->len)
+        return 0;
+    return cdl_error("%s is %lld bytes now but %zu when this run mapped it: it was cut or is "
+                     "being rewritten while the run reads it (prepare.py run again into the "
+                     "same folder?); reading past its new end would crash the run: write new "
+                     "data to another folder, and resume once this file is whole again", f->name,
+                     (long long)st.st_size, f->len);
 }
 
 size_t tokens_window_start(const cdl_dataset *d, int random, uint64_t seed, int epoch, long idx)
@@ -290,22 +342,36 @@ size_t tokens_window_start(const cdl_dataset *d, int random, uint64_t seed, int 
     return (size_t)rng_below(&r, (uint64_t)(d->ntokens - T));
 }
 
-void tokens_window(const cdl_dataset *d, size_t start, float *x, int32_t *y)
+int tokens_window(const cdl_dataset *d, size_t start, float *x, int32_t *y)
 {
     const int T = d->label_len;
     const uint8_t *p = d->tokens;
+    unsigned mx = 0;
     if (d->token_bytes == 1) {
         for (int j = 0; j < T; j++) {
             x[j] = (float)p[start + j];
             y[j] = p[start + j + 1];
+            mx = p[start + j + 1] > mx ? p[start + j + 1] : mx;
         }
-        return;
+        mx = p[start] > mx ? p[start] : mx;
+    } else {
+        unsigned prev = token_at(p, 2, start);
+        mx = prev;
+        for (int j = 0; j < T; j++) {
+            unsigned next = token_at(p, 2, start + j + 1);
+            x[j] = (float)prev;
+            y[j] = (int32_t)next;
+            mx = next > mx ? next : mx;
+            prev = next;
+        }
     }
-    unsigned prev = token_at(p, 2, start);
-    for (int j = 0; j < T; j++) {
-        unsigned next = token_at(p, 2, start + j + 1);
-        x[j] = (float)prev;
-        y[j] = (int32_t)next;
-        prev = next;
-    }
+    if (mx < (unsigned)d->classes)
+        return 0;
+    /* The first bad token of the window, named where it is in the file. */
+    const token_file *f = d->map;
+    for (size_t i = start; i <= start + (size_t)T; i++)
+        if (token_at(p, d->token_bytes, i) >= (unsigned)d->classes)
+            return bad_token(f ? f->name : d->name, token_at(p, d->token_bytes, i),
+                             (f ? f->first : 0) + i, d->token_bytes, d->classes);
+    return 0;
 }

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "../ckpt/json.h"
+#include "lib/data/internal.h"
 #include "checkpoint.h"
 #include "metrics.h"
 
@@ -38,7 +39,7 @@
 #define CKPT_FORMAT_1 "cdl-checkpoint-1"
 #define OPT_PREFIX "optimizer."
 
-enum { MAX_META = 40 };   /* train_ckpt_save adds at most 33 (token data, class names) */
+enum { MAX_META = 40 };   /* train_ckpt_save adds at most 34 (token data, class names) */
 /* Largest world size a checkpoint may record (a sanity bound, far above any
  * real job). */
 #define CKPT_MAX_WORLD 1000000
@@ -88,6 +89,27 @@ static char *data_path_dup(const char *dir)
         return fmt_dup("%s", dir);
     return fmt_dup("%s/%s", strcmp(cwd, "/") ? cwd : "", dir[0] == '.' && dir[1] == '/' ?
                    dir + 2 : dir);
+}
+
+/* nanoGPT's itos table (n strings) for cdl-generate: one string a line,
+ * with '\\' written "\\\\" and a line break "\\n" (a vocabulary has both). */
+static char *itos_dup(char *const *itos, int n)
+{
+    size_t len = 1;
+    for (int k = 0; k < n; k++)
+        len += 2 * strlen(itos[k]) + 1;
+    char *s = cdl_malloc(len), *p = s;
+    for (int k = 0; s && k < n; k++) {
+        for (const char *q = itos[k]; *q; q++) {
+            if (*q == '\\' || *q == '\n')
+                *p++ = '\\';
+            *p++ = *q == '\n' ? 'n' : *q;
+        }
+        *p++ = k + 1 < n ? '\n' : '\0';
+    }
+    if (s && p == s)
+        *p = '\0';
+    return s;
 }
 
 static float *download(cdl_backend *be, const float *dev, size_t n)
@@ -272,7 +294,9 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     /* What cdl-eval and cdl-predict need to find the data again. */
     meta_add(&meta, "dataset", fmt_dup("%s", cfg->dataset));
     meta_add(&meta, "data_dir", data_path_dup(cfg->data_dir));
-    meta_add(&meta, "val_samples", fmt_dup("%ld", pos->val_samples));
+    meta_add(&meta, "val_samples", fmt_dup("%ld", pos->val_folder ? 0 : pos->val_samples));
+    if (pos->val_folder)
+        meta_add(&meta, "val_folder", fmt_dup("1"));
     meta_add(&meta, "synthetic_size", fmt_dup("%d", cfg->synthetic_n));
     /* Per position: a language model's outputs are positions x classes. */
     meta_add(&meta, "classes", fmt_dup("%d", cdl_model_outputs(m) / cdl_model_positions(m)));
@@ -293,6 +317,8 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
         meta_add(&meta, "block_size", fmt_dup("%d", d->label_len));
         /* The reader's val_split, so that cdl-eval reads the same windows. */
         meta_add(&meta, "token_val_split", fmt_dup("%.17g", train_token_val_split(cfg)));
+        if (tokens_itos(d))
+            meta_add(&meta, "itos", itos_dup(tokens_itos(d), d->classes));
     } else if (pos->data) {
         const cdl_dataset *d = pos->data;
         meta_add(&meta, "input_shape", fmt_dup("%d,%d,%d", d->shape.c, d->shape.h, d->shape.w));

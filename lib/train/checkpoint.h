@@ -18,6 +18,8 @@ typedef struct train_position {
     double correct, seen;     /* so epoch metrics survive a mid-epoch restart) */
     long samples;             /* training samples of the dataset (set before loading) */
     long val_samples;         /* of them carved out for validation (--val-split) */
+    int val_folder;           /* validation on a folder of its own (an image folder's val/):
+                               * metadata val_folder 1, val_samples 0 */
     const char *class_names;  /* the dataset's class names, one per line (NULL: none) */
     const cdl_dataset *data;  /* the training split: its sample shape and normalisation go
                                * into the metadata for cdl-eval/cdl-predict (NULL: left out) */

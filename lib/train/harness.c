@@ -17,6 +17,7 @@
 #include "lib/core/memlimit.h"
 #include "lib/core/sized.h"
 #include "lib/core/threads.h"
+#include "lib/data/internal.h"
 #include "lib/dist/announce.h"
 #include "lib/dist/dist_gpu.h"
 #include "lib/model/model_internal.h"
@@ -138,19 +139,46 @@ static int load_tokens(run *r, const char *path)
     return 0;
 }
 
-/* Into meta: nanoGPT's meta.pkl that gave the vocabulary, if one did
- * (tokens.c reads DIR/meta.pkl, or the one beside a single .bin file, when
- * --vocab-size is not given). */
-static int has_meta_pkl(const cdl_train_config *c, const char *path, char *meta, size_t len)
+/* A held-out split (what: "test", "validation") read apart from the
+ * training split: its samples of the training split's shape (arrays saved
+ * apart may differ), normalised with the training split's statistics, its
+ * labels classes the model has. */
+static int held_out_fits(run *r, cdl_dataset *d, const char *what)
 {
-    struct stat st;
-    const char *slash = strrchr(path, '/');
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
-        snprintf(meta, len, "%s/meta.pkl", path);
-    else
-        snprintf(meta, len, "%.*smeta.pkl", slash ? (int)(slash + 1 - path) : 0, path);
-    return !strcmp(c->dataset, "tokens") && !c->vocab_size && stat(meta, &st) == 0 &&
-           S_ISREG(st.st_mode);
+    const cdl_train_config *c = r->cfg;
+    cdl_shape ts = d->shape, tr = r->train.shape;
+    if (ts.c != tr.c || ts.h != tr.h || ts.w != tr.w)
+        return cdl_error("--dataset %s:%s: the %s split's samples are %dx%dx%d (c,h,w) but the "
+                         "training split's are %dx%dx%d: save both splits with the same sample "
+                         "shape (docs/data.md)", c->dataset, c->data_dir, what, ts.c, ts.h,
+                         ts.w, tr.c, tr.h, tr.w);
+    if (c->normalize != CDL_NORMALIZE_GIVEN && c->normalize != CDL_NORMALIZE_NONE &&
+        cdl_dataset_copy_normalization(d, &r->train) != 0)
+        return -1;
+    if (d->classes > r->train.classes)
+        return cdl_error("%s: the %s split has labels up to %d but the training split only %d "
+                         "classes", c->dataset, what, d->classes - 1, r->train.classes);
+    d->classes = r->train.classes;
+    return 0;
+}
+
+/* --skip-bad-files: the files left out, by name, on rank 0 (the first
+ * SKIPPED_SHOWN; the count follows the load). */
+enum { SKIPPED_SHOWN = 10 };
+typedef struct skipped_log {
+    int rank, quiet;
+    long n;
+} skipped_log;
+
+static void log_skipped(const char *why, void *arg)
+{
+    skipped_log *s = arg;
+    if (s->rank != 0 || s->quiet || s->n++ >= SKIPPED_SHOWN)
+        return;
+    /* The decoder's advice to pass --skip-bad-files, which was passed. */
+    const char *advice = strstr(why, ": remove it from the folder or pass --skip-bad-files");
+    fprintf(stderr, "cdl-train: --skip-bad-files: leaving out %.*s\n",
+            advice ? (int)(advice - why) : (int)strlen(why), why);
 }
 
 static int load_data(run *r)
@@ -191,6 +219,9 @@ static int load_data(run *r)
     o.norm_mean = c->norm_mean;
     o.norm_std = c->norm_std;
     o.stop = train_stop_requested;
+    skipped_log skipped = {.rank = r->ri.rank, .quiet = c->quiet};
+    o.skipped = log_skipped;
+    o.skipped_arg = &skipped;
     if (cdl_dataset_load_with(c->dataset, dir, 1, &o, &r->train) != 0)
         return -1;
     r->have_train = 1;
@@ -200,8 +231,9 @@ static int load_data(run *r)
                 r->train.shape.h, r->train.shape.w,
                 c->image_decode == CDL_DECODE_STREAM ? "stream" : "auto: too large for memory");
     if (r->train.skipped && !c->quiet && r->ri.rank == 0)
-        fprintf(stderr, "cdl-train: --skip-bad-files: left out %ld unreadable files of %s\n",
-                r->train.skipped, c->data_dir);
+        fprintf(stderr, "cdl-train: --skip-bad-files: left out %ld unreadable files of %s%s\n",
+                r->train.skipped, c->data_dir,
+                r->train.skipped > SKIPPED_SHOWN ? " (the first ones named above)" : "");
     /* The test split at the training split's sample size and channels: an
      * image folder's own first test picture may be another size, or gray. */
     o.image_height = r->train.shape.h;
@@ -230,23 +262,21 @@ static int load_data(run *r)
         return 0;
     }
     r->have_test = 1;
-    /* The model takes one sample shape (arrays saved apart may differ). */
-    cdl_shape ts = r->test.shape, tr = r->train.shape;
-    if (ts.c != tr.c || ts.h != tr.h || ts.w != tr.w)
-        return cdl_error("--dataset %s:%s: the test split's samples are %dx%dx%d (c,h,w) but the "
-                         "training split's are %dx%dx%d: save both splits with the same sample "
-                         "shape (docs/data.md)", c->dataset, c->data_dir, ts.c, ts.h, ts.w, tr.c,
-                         tr.h, tr.w);
-    /* The test split is normalised with the training split's statistics and
-     * its labels must be classes the model has. */
-    if (c->normalize != CDL_NORMALIZE_GIVEN && c->normalize != CDL_NORMALIZE_NONE &&
-        cdl_dataset_copy_normalization(&r->test, &r->train) != 0)
+    if (held_out_fits(r, &r->test, "test") != 0)
         return -1;
-    if (r->test.classes > r->train.classes)
-        return cdl_error("%s: the test split has labels up to %d but the training split only %d "
-                         "classes", c->dataset, r->test.classes - 1, r->train.classes);
-    r->test.classes = r->train.classes;
-    return carve_val(r);
+    /* An image folder's val/ beside test/: the validation split, as its
+     * name says (it was left unread, and validation carved from train/). */
+    rc = cdl_dataset_load_with(c->dataset, dir, CDL_SPLIT_VAL, &o, &r->val);
+    if (rc < 0)
+        return -1;
+    if (rc == 1)
+        return carve_val(r);
+    if (c->val_split >= 0)
+        return cdl_error("--dataset %s:%s holds val/, the validation split: --val-split carves "
+                         "one out of the training split of data without it: drop --val-split "
+                         "(docs/data.md)", c->dataset, c->data_dir);
+    r->have_val = r->val_folder = 1;
+    return held_out_fits(r, &r->val, "validation");
 }
 
 /* Which stem a torchvision ResNet took (stem=auto picks it from the
@@ -532,6 +562,7 @@ static int run_epochs(run *r, cdl_train_result *res)
     const cdl_train_config *c = r->cfg;
     train_position pos = {.world = r->ri.world, .best_val_loss = INFINITY,
                           .samples = r->train.n, .val_samples = r->val.n,
+                          .val_folder = r->val_folder,
                           .class_names = r->class_names, .data = &r->train};
     if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;
@@ -607,7 +638,7 @@ static int run_epochs(run *r, cdl_train_result *res)
             .seconds = seconds,
             .lr = cdl_schedule_lr(&r->sched, pos.step > 0 ? pos.step - 1 : 0),
         };
-        train_speed(r, seconds > 0 ? seen_here[0] / seconds : 0, &s.images_per_sec,
+        train_speed(r, seconds > 0 ? seen_here[0] / seconds : 0, &s.samples_per_sec,
                     &s.tokens_per_sec, &s.mfu);
         if (train_report_epoch(r->rep, &s) != 0)
             return -1;
@@ -1006,10 +1037,11 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                       r.train.n, r.val.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
                       r.ri.world > 1 ? "s" : "");
-    char meta[4200];
-    if (has_meta_pkl(cfg, r.data_dir, meta, sizeof meta))   /* the staged copy, if any */
-        train_report_note(r.rep, "vocabulary %d from %s (nanoGPT's; --vocab-size overrides it)",
-                          r.train.classes, meta);
+    if (tokens_vocab_file(&r.train))   /* the staged copy, if any */
+        train_report_note(r.rep, "vocabulary %d from %s (nanoGPT's; --vocab-size overrides it)%s",
+                          r.train.classes, tokens_vocab_file(&r.train),
+                          tokens_itos(&r.train) ? ", and its itos table, which cdl-generate "
+                          "writes text with" : "");
     if (cfg->init[0]) {
         char fresh[256];
         int nf = init_fresh_names(r.model, cfg->init_ignore, fresh, sizeof fresh);

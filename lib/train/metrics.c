@@ -168,10 +168,14 @@ int metrics_epoch(FILE *f, const char *run_id, int rank, const epoch_stats *s)
     json_buf b = {0};
     head(&b, "epoch", run_id, rank);
     putf(&b, ",\"epoch\":%d,\"step\":%ld,\"train_loss\":%.6f,\"train_acc\":%.6f,"
-         "\"val_loss\":%.6f,\"val_acc\":%.6f,\"images_per_sec\":%.1f,\"seconds\":%.3f,"
-         "\"lr\":%.6g",
-         s->epoch + 1, s->step, s->train_loss, s->train_acc, s->val_loss, s->val_acc,
-         s->images_per_sec, s->seconds, s->lr);
+         "\"val_loss\":%.6f,\"val_acc\":%.6f",
+         s->epoch + 1, s->step, s->train_loss, s->train_acc, s->val_loss, s->val_acc);
+    /* images_per_sec, the older name, where its samples are pictures or
+     * rows: a sequence model's are windows, which it misnamed. */
+    if (!(s->tokens_per_sec > 0))
+        putf(&b, ",\"images_per_sec\":%.1f", s->samples_per_sec);
+    putf(&b, ",\"samples_per_sec\":%.1f,\"seconds\":%.3f,\"lr\":%.6g", s->samples_per_sec,
+         s->seconds, s->lr);
     put_speed(&b, s->tokens_per_sec, s->mfu);
     return emit(f, &b);
 }

@@ -168,7 +168,7 @@ int train_report_epoch(train_report *r, const epoch_stats *s)
         printf("epoch %d/%d  train loss %.4f acc %6.2f%%  val loss %.4f acc %6.2f%%  "
                "%7.0f img/s  %6.2f s  lr %.5g\n",
                s->epoch + 1, r->epochs, s->train_loss, 100 * s->train_acc, s->val_loss,
-               100 * s->val_acc, s->images_per_sec, s->seconds, s->lr);
+               100 * s->val_acc, s->samples_per_sec, s->seconds, s->lr);
         fflush(stdout);
     }
     cdl_train_record rec = record_of(CDL_RECORD_EPOCH, s->epoch + 1, s->step);
@@ -177,7 +177,7 @@ int train_report_epoch(train_report *r, const epoch_stats *s)
     rec.val_loss = s->val_loss;
     rec.val_acc = s->val_acc;
     rec.lr = s->lr;
-    rec.samples_per_sec = s->images_per_sec;
+    rec.samples_per_sec = s->samples_per_sec;
     rec.tokens_per_sec = s->tokens_per_sec;
     rec.mfu = s->mfu;
     rec.seconds = s->seconds;

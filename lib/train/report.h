@@ -31,7 +31,9 @@ typedef struct epoch_stats {
     int epoch;
     long step;
     double train_loss, train_acc, val_loss, val_acc;
-    double images_per_sec, seconds, lr;
+    double samples_per_sec;   /* all ranks: pictures, table rows, or a sequence model's
+                               * windows of --block-size tokens */
+    double seconds, lr;
     double tokens_per_sec;    /* sequence models (else 0): all ranks */
     double mfu;               /* model FLOPs utilisation, NAN = n/a */
 } epoch_stats;

@@ -19,8 +19,9 @@ typedef struct run {
     int own_be;               /* made here (not cfg->backend): destroyed at the end */
     cdl_dataset train, test;
     int have_train, have_test;
-    cdl_dataset val;          /* carved from train by --val-split (have_val) */
-    int have_val;
+    cdl_dataset val;          /* carved from train by --val-split (have_val), or an image
+                               * folder's val/ (val_folder) */
+    int have_val, val_folder;
     char *class_names;        /* the training set's class names, one per line, or NULL */
     char data_dir[1100];      /* where the data is read: --data-dir or its staged copy */
     char stage_owned[1100];   /* the per-job staged copy this process removes at the end */

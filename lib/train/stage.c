@@ -2,7 +2,8 @@
  * hand with $SLURM_TMPDIR, done once per node before the first epoch.
  *
  * Local rank 0 of each node copies every regular file under the dataset's
- * directory (links to files followed, to directories not) into
+ * directory (links to files and to directories followed, as the readers
+ * follow them) into
  * BASE/cdl-stage-JOB/, through a temporary name and rename, and reads each
  * copy back to compare its size and CRC-32 with the source's. All ranks
  * then meet in one allreduce (bounded by CDL_TIMEOUT like every wait) that
@@ -26,10 +27,11 @@
 #include <unistd.h>
 
 #include "../ckpt/checksum.h"
+#include "lib/data/internal.h"
 #include "signals.h"
 #include "stage.h"
 
-enum { STAGE_MAX_DEPTH = 8, BUF = 1 << 20 };
+enum { STAGE_MAX_DEPTH = 64, BUF = 1 << 20 };   /* the image folder reader's depth */
 
 /* Network and cluster file systems by statfs f_type (magic numbers of the
  * kernel and of the vendors' modules). */
@@ -163,14 +165,33 @@ static double bytes_to_copy(const char *dst, const struct stat *src)
     return stat(dst, &ds) == 0 && ds.st_size == src->st_size ? 0 : (double)src->st_size;
 }
 
+/* A folder the copy is inside (a link back to one would copy for ever). */
+typedef struct dir_id {
+    dev_t dev;
+    ino_t ino;
+} dir_id;
+
 /* Copies the regular files under src into dst (created), recursively; with
  * buf NULL only adds to st->bytes what a copy would write (nothing
- * created), to compare with the free space before copying. */
-static int copy_tree(const char *src, const char *dst, int depth, char *buf, stage_stats *st)
+ * created), to compare with the free space before copying. Links to
+ * folders are followed and copied as folders, as the readers follow them
+ * (a train/ or class folder that is a link was left out of the copy, and
+ * the staged run read another split as its training data); above holds
+ * the depth folders src is inside. */
+static int copy_tree(const char *src, const char *dst, int depth, dir_id *above, char *buf,
+                     stage_stats *st)
 {
+    struct stat here;
+    if (stat(src, &here) != 0)
+        return cdl_error("--stage: %s: %m", src);
+    for (int k = 0; k < depth; k++)
+        if (above[k].dev == here.st_dev && above[k].ino == here.st_ino)
+            return cdl_error("--stage: %s leads back to a folder above it (a symbolic link "
+                             "loop): remove the link", src);
     if (depth > STAGE_MAX_DEPTH)
         return cdl_error("--stage: %s is nested deeper than %d directories", src,
                          STAGE_MAX_DEPTH);
+    above[depth] = (dir_id){here.st_dev, here.st_ino};
     if (buf && mkdir(dst, 0755) != 0 && errno != EEXIST)
         return cdl_error("--stage: cannot create %s: %m", dst);
     DIR *d = opendir(src);
@@ -187,11 +208,11 @@ static int copy_tree(const char *src, const char *dst, int depth, char *buf, sta
             rc = cdl_error("--stage: path too long under %s", src);
             break;
         }
-        struct stat ls, fs;
-        if (lstat(s, &ls) != 0 || stat(s, &fs) != 0)
+        struct stat fs;
+        if (stat(s, &fs) != 0)
             continue;   /* a dangling link: not data */
-        if (S_ISDIR(ls.st_mode))
-            rc = copy_tree(s, t, depth + 1, buf, st);
+        if (S_ISDIR(fs.st_mode))
+            rc = copy_tree(s, t, depth + 1, above, buf, st);
         else if (S_ISREG(fs.st_mode) && !buf)
             st->bytes += bytes_to_copy(t, &fs);
         else if (S_ISREG(fs.st_mode))
@@ -199,6 +220,19 @@ static int copy_tree(const char *src, const char *dst, int depth, char *buf, sta
     }
     closedir(d);
     return rc;
+}
+
+/* One .bin of token data (tokens:FILE.bin) takes its vocabulary from the
+ * meta.pkl beside it (tokens_meta_path): the copy of the file takes it
+ * along into dir, or the staged run built a model of GPT-2's 50257 rows
+ * for a corpus of 65 characters. */
+static int copy_meta_pkl(const char *src, const char *dir, char *buf, stage_stats *st)
+{
+    char meta[4200], to[1400];
+    snprintf(to, sizeof to, "%.1000s/meta.pkl", dir);
+    if (!tokens_meta_path(src, meta, sizeof meta))
+        return 0;
+    return copy_file(meta, to, buf, st);
 }
 
 static const char *base_name(const char *path)
@@ -237,8 +271,9 @@ static int remove_tree(const char *dir)
 static int enough_room(const char *src, const struct stat *ss, const char *dir, const char *base)
 {
     stage_stats need = {0};
+    dir_id above[STAGE_MAX_DEPTH + 1];
     if (S_ISDIR(ss->st_mode)) {
-        if (copy_tree(src, dir, 0, NULL, &need) != 0)
+        if (copy_tree(src, dir, 0, above, NULL, &need) != 0)
             return -1;
     } else {
         char to[1400];
@@ -330,14 +365,17 @@ int train_stage(run *r)
     if (r->ri.local_rank == 0) {
         char *buf = cdl_malloc(BUF);
         int rc = buf ? enough_room(src, &ss, dir, base) : -1;
+        dir_id above[STAGE_MAX_DEPTH + 1];
         if (rc == 0 && S_ISDIR(ss.st_mode)) {
-            rc = copy_tree(src, dir, 0, buf, &st);
+            rc = copy_tree(src, dir, 0, above, buf, &st);
         } else if (rc == 0) {   /* one file (npz, csv): into dir under its name */
             char to[1400];
             snprintf(to, sizeof to, "%.1000s/%.300s", dir, base_name(src));
             rc = mkdir(dir, 0755) != 0 && errno != EEXIST
                      ? cdl_error("--stage: cannot create %s: %m", dir)
                      : copy_file(src, to, buf, &st);
+            if (rc == 0 && !strcmp(c->dataset, "tokens"))
+                rc = copy_meta_pkl(src, dir, buf, &st);
         }
         cdl_free(buf);
         if (automatic)

@@ -77,8 +77,13 @@ int tboard_epoch(tfev *w, const epoch_stats *s)
         tfev_scalar(w, "epoch/val_loss", x, s->val_loss) ||
         tfev_scalar(w, "epoch/val_accuracy", x, s->val_acc) ||
         tfev_scalar(w, "epoch/lr", x, s->lr) ||
-        tfev_scalar(w, "epoch/images_per_sec", x, s->images_per_sec) ||
+        tfev_scalar(w, "epoch/samples_per_sec", x, s->samples_per_sec) ||
         tfev_scalar(w, "epoch/epoch", x, s->epoch + 1))
+        return -1;
+    /* The older tag where samples are pictures or rows (a sequence model's
+     * are windows, which it misnamed). */
+    if (!(s->tokens_per_sec > 0) &&
+        tfev_scalar(w, "epoch/images_per_sec", x, s->samples_per_sec))
         return -1;
     if (s->tokens_per_sec > 0 &&
         (tfev_scalar(w, "epoch/tokens_per_sec", x, s->tokens_per_sec) ||

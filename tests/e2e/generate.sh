@@ -122,6 +122,31 @@ expect_err "started as 2 ranks: rank 0 writes the text"
 expect_status 0 "$GEN" "$ck" --prompt 3456 --temperature 5 --top-k 1 --max-tokens 30
 [ "$(cat "$TMP/out")" = "$want" ] || die "--top-k 1 is not greedy: '$(cat "$TMP/out")'"
 
+# nanoGPT's character-level data: ids of "0123456789\n" (sorted: '\n' is
+# 0, '0' is 1, ...) and its meta.pkl (pickle protocol 4 of {'vocab_size':
+# 11, 'itos': ..., 'stoi': ...}). The prompt is encoded with the table
+# and the output decoded, as nanoGPT's sample.py does (it printed ids).
+mkdir "$TMP/char"
+perl -e 'print pack("v*", map { ($_ + 1) % 11 } 0..4399)' >"$TMP/char/train.bin"
+perl -e 'print pack("v*", map { ($_ + 1) % 11 } 0..439)' >"$TMP/char/val.bin"
+printf '\x80\x04\x95\x98\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0avocab_size\x94K\x0b\x8c\x04itos\x94}\x94(K\x00\x8c\x01\x0a\x94K\x01\x8c\x010\x94K\x02\x8c\x011\x94K\x03\x8c\x012\x94K\x04\x8c\x013\x94K\x05\x8c\x014\x94K\x06\x8c\x015\x94K\x07\x8c\x016\x94K\x08\x8c\x017\x94K\x09\x8c\x018\x94K\x0a\x8c\x019\x94u\x8c\x04stoi\x94}\x94(h\x04K\x00h\x05K\x01h\x06K\x02h\x07K\x03h\x08K\x04h\x09K\x05h\x0aK\x06h\x0bK\x07h\x0cK\x08h\x0dK\x09h\x0eK\x0auu.' \
+    >"$TMP/char/meta.pkl"
+"$CDL_TRAIN" --device cpu --threads 1 --seed 5 --model gpt:n_layer=1,n_head=2,n_embd=32 \
+    --dataset "tokens:$TMP/char" --block-size 16 --batch-size 16 --optimizer adamw --lr 0.01 \
+    --epochs 1000 --max-steps 150 --ckpt-dir "$TMP/charck" >"$TMP/train.log" 2>&1 ||
+    { cat "$TMP/train.log" >&2; die "training on the character-level corpus failed"; }
+grep -q "vocabulary 11 from $TMP/char/meta.pkl (nanoGPT's; --vocab-size overrides it), and its itos table" \
+    "$TMP/train.log" || die "the header does not name meta.pkl's itos: $(cat "$TMP/train.log")"
+ck="$TMP/charck/last.safetensors"
+expect_status 0 "$GEN" "$ck" --prompt 3456 --temperature 0 --max-tokens 12
+[ "$(cat "$TMP/out")" = "$(printf '3456789\n01234567')" ] ||
+    die "greedy continuation of 3456 by meta.pkl's itos: '$(cat "$TMP/out")'"
+expect_status 0 "$GEN" "$ck" --prompt-tokens 4,5 --temperature 0 --max-tokens 3
+[ "$(cat "$TMP/out")" = 34567 ] || die "--prompt-tokens 4,5 of a character model: '$(cat "$TMP/out")'"
+expect_status 1 "$GEN" "$ck" --prompt 34a5
+expect_err "--prompt: 'a' (byte 2) is not in the model's vocabulary of 11 symbols"
+echo "PASS: a model of nanoGPT's character-level data reads and writes text by its meta.pkl"
+
 # A vocabulary of 300 (uint16 .bin data): token ids in and out.
 mkdir "$TMP/bin"
 perl -e 'print pack("v*", map { $_ % 300 } 0..5999)' >"$TMP/bin/train.bin"

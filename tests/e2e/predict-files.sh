@@ -188,6 +188,16 @@ expect_err "--skip-bad-files"
 expect_status 0 "$CDL_PREDICT" "$ck" --skip-bad-files "$TMP/img/test/red/00.png" "$TMP/bad.png"
 expect_err "left out 1"
 [ "$(wc -l <"$TMP/out")" -eq 2 ] || die "--skip-bad-files: $(cat "$TMP/out")"
+# cdl-train names each file it leaves out (it gave only their count).
+cp -r "$TMP/img" "$TMP/img2"
+cp "$TMP/bad.png" "$TMP/img2/train/red/50.png"
+: >"$TMP/img2/train/red/51.png"
+expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --model mlp --dataset "imagefolder:$TMP/img2" \
+    --epochs 1 --max-steps 1 --skip-bad-files --no-progress
+expect_err "--skip-bad-files: leaving out $TMP/img2/train/red/50.png is neither a PNG nor a JPEG (wrong magic bytes)"
+expect_err "--skip-bad-files: leaving out $TMP/img2/train/red/51.png is empty (0 bytes"
+expect_err "--skip-bad-files: left out 2 unreadable files of $TMP/img2"
+grep -q "pass --skip-bad-files" "$TMP/err" && die "advises the option given: $(cat "$TMP/err")"
 expect_status 2 "$CDL_PREDICT" "$ck" --dataset mnist "$TMP/bad.png"
 expect_err "exclude each other"
 # Samples of another shape than the run's: the message says so (not the

@@ -46,6 +46,8 @@ same("step/grad_norm", steps, "grad_norm")
 same("epoch/val_accuracy", epochs, "val_acc")
 same("epoch/train_loss", epochs, "train_loss")
 same("epoch/images_per_sec", epochs, "images_per_sec", 1e-3)   # JSON: 1 decimal
+same("epoch/samples_per_sec", epochs, "samples_per_sec", 1e-3)
+assert all(r["images_per_sec"] == r["samples_per_sec"] for r in epochs), epochs
 tests = [dict(r, step=epochs[-1]["step"]) for r in recs if r["type"] == "test"]
 assert len(tests) == 1, tests
 same("test/loss", tests, "test_loss")
@@ -53,6 +55,25 @@ same("test/accuracy", tests, "test_acc")
 for tag in ("_hparams_/experiment", "_hparams_/session_start_info"):
     assert ev["hparams"][tag]["plugin"] == "hparams", ev["hparams"]
 print("event file:", ev["records"], "records,", len(sc), "scalar tags, CRCs right")
+PY
+
+# A language model's samples are windows of --block-size tokens: its
+# epoch records and tags say samples_per_sec (windows) and tokens_per_sec,
+# not images_per_sec (which they were named).
+for i in $(seq 300); do echo "line $i of a small text"; done >"$TMP/lm.txt"
+"$CDL_TRAIN" --dataset "text:$TMP/lm.txt" --model gpt:n_layer=1,n_head=1,n_embd=8 \
+    --block-size 16 --batch-size 8 --epochs 1 --max-steps 4 --threads 1 --workers 0 \
+    --metrics "$TMP/lm.jsonl" --tensorboard "$TMP/tblm" -q || die "training a GPT with --tensorboard failed"
+"$PY" "$READ" "$TMP"/tblm/events.out.tfevents.* >"$TMP/evlm.json" || die "tfevents_read.py rejects the GPT's file"
+"$PY" - "$TMP/evlm.json" "$TMP/lm.jsonl" <<'PY' || die "a GPT's speed is named as images"
+import json, sys
+sc = json.load(open(sys.argv[1]))["scalars"]
+epochs = [r for r in map(json.loads, open(sys.argv[2])) if r["type"] == "epoch"]
+assert len(epochs) == 1 and "images_per_sec" not in epochs[0], epochs
+r = epochs[0]
+assert r["tokens_per_sec"] > 0 and abs(r["tokens_per_sec"] - 16 * r["samples_per_sec"]) < 1, r
+assert "epoch/images_per_sec" not in sc and "epoch/samples_per_sec" in sc, sorted(sc)
+assert "epoch/tokens_per_sec" in sc, sorted(sc)
 PY
 
 # The hparams' batch in all is the optimizer step's: 8 samples x 2
@@ -146,7 +167,7 @@ acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0})
 acc.Reload()
 tags = acc.Tags()["scalars"]
 for t in ("epoch/val_accuracy", "epoch/train_loss", "epoch/lr", "epoch/images_per_sec",
-          "step/loss", "step/grad_norm", "step/samples_per_sec"):
+          "epoch/samples_per_sec", "step/loss", "step/grad_norm", "step/samples_per_sec"):
     assert t in tags, (t, tags)
 assert [e.step for e in acc.Scalars("epoch/val_loss")] == [4, 8]
 assert [e.step for e in acc.Scalars("step/loss")] == [2, 4, 6, 8]

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # cdl-train's token data (text:FILE, tokens:DIR): the Debian corpus loads,
-# and hostile files fail before training with one line naming the file and
-# what is wrong (the unit test test_tokens checks the windows themselves).
+# and hostile files fail with one line naming the file and what is wrong:
+# before training, or (an id past the vocabulary: loading reads none of the
+# file) at the first batch that holds it. The unit test test_tokens checks
+# the windows themselves.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 
 # Little-endian uint16 ids from the shell: bin FILE ID...
@@ -12,12 +14,16 @@ bin() {
 }
 mkdir -p "$TMP/bad" "$TMP/odd"
 bin "$TMP/bad/train.bin" 1 2 3 4 5 6 7 100 8 9 10 11
+mkdir -p "$TMP/badid"
+bin "$TMP/badid/train.bin" 1 2 3 4 100 5 6 7 8   # every window of 4 (+1) holds token 4
+bin "$TMP/badid/val.bin" 1 2 3 4 5 6 7 8 9
 bin "$TMP/bad/val.bin" 1 2 3 4 5 6 7 8 9
 printf 'abc' >"$TMP/odd/train.bin"
 
 train() { expect_status "$1" "$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --quiet "${@:2}"; }
-train 1 --dataset "tokens:$TMP/bad" --vocab-size 100 --block-size 4
-expect_err "$TMP/bad/train.bin: token 100 at token offset 7 (byte 14) is not below the vocabulary size 100"
+train 1 --dataset "tokens:$TMP/badid" --vocab-size 100 --block-size 4 --batch-size 2 \
+    --model gpt:n_layer=1,n_head=1,n_embd=8
+expect_err "$TMP/badid/train.bin: token 100 at token offset 4 (byte 8) is not below the vocabulary size 100"
 train 1 --dataset "tokens:$TMP/odd" --block-size 4
 expect_err "3 bytes is not a whole number of uint16 tokens"
 train 1 --dataset tokens --data-dir "$TMP" --block-size 4
@@ -43,11 +49,20 @@ expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --model gpt:n_layer=1,n_he
     --dataset "tokens:$TMP/char" --block-size 4 --max-steps 1
 expect_err "vocabulary 27 from $TMP/char/meta.pkl"
 # ... also for one of its .bin files (tokens:FILE.bin), the meta.pkl beside it.
-train 1 --dataset "tokens:$TMP/char/train.bin" --block-size 4 --vocab-size 26
-expect_err "token 26 at token offset 25"
+# (--vocab-size 20: ids 1..19 train, the first validation window holds 20.)
+train 1 --dataset "tokens:$TMP/char/train.bin" --block-size 4 --vocab-size 20 --val-split 8 \
+    --model gpt:n_layer=1,n_head=1,n_embd=2
+expect_err "$TMP/char/train.bin: token 20 at token offset 19 (byte 38)"
 expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --model gpt:n_layer=1,n_head=1,n_embd=2 \
     --dataset "tokens:$TMP/char/train.bin" --block-size 4 --val-split 8 --max-steps 1
 expect_err "vocabulary 27 from $TMP/char/meta.pkl"
+# ... also from a --stage copy: the file's meta.pkl is staged with it (the
+# staged run read no meta.pkl and built GPT-2's 50257 rows).
+mkdir "$TMP/stage"
+expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --model gpt:n_layer=1,n_head=1,n_embd=2 \
+    --dataset "tokens:$TMP/char/train.bin" --block-size 4 --val-split 8 --max-steps 1 \
+    --stage "$TMP/stage"
+expect_err "vocabulary 27 from $TMP/stage/tokens/meta.pkl"
 printf '\x80\x04}\x94.' >"$TMP/char/meta.pkl"
 train 1 --dataset "tokens:$TMP/char" --block-size 4
 expect_err "$TMP/char/meta.pkl has no vocab_size entry: give the vocabulary with --vocab-size N"

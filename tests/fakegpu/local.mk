@@ -63,7 +63,7 @@ tests_fakegpu_cdl_predict_CPPFLAGS = $(AM_CPPFLAGS)
 tests_fakegpu_cdl_predict_LDADD = $(FAKEGPU_LDADD) -lm
 tests_fakegpu_cdl_predict_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_cdl_predict_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
-tests_fakegpu_cdl_generate_SOURCES = cli/cdl-generate.c cli/sample.c cli/sample.h cli/evalcommon.c \
+tests_fakegpu_cdl_generate_SOURCES = cli/cdl-generate.c cli/sample.c cli/sample.h cli/vocab.c cli/vocab.h cli/evalcommon.c \
 	cli/evalcommon.h cli/blas_core.c cli/blas_core.h
 tests_fakegpu_cdl_generate_CPPFLAGS = $(AM_CPPFLAGS)
 tests_fakegpu_cdl_generate_LDADD = $(FAKEGPU_LDADD) -lm

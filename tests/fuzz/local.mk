@@ -62,6 +62,7 @@ tests_fuzz_fuzz_cifar_LDADD = $(FUZZ_LDADD_ALL)
 # The readers of users' data (lib/data): pictures, .npy, .npz, CSV.
 FUZZ_READERS = lib/data/dataset.c lib/data/idx.c lib/data/cifar.c lib/data/open.c lib/data/fileio.c \
 	lib/data/image.c lib/data/imagefolder.c lib/data/npy.c lib/data/csv.c lib/data/tokens.c lib/data/meta_pkl.c lib/data/stream.c lib/core/sized.c \
+	lib/ckpt/json.c \
 	lib/core/threads.c
 FUZZ_RD_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL) $(PNG_CFLAGS) $(JPEG_CFLAGS) $(LIBZIP_CFLAGS)
 FUZZ_RD_LDADD = $(FUZZ_LDADD_ALL) $(PNG_LIBS) $(JPEG_LIBS) $(LIBZIP_LIBS) -lpthread
@@ -106,7 +107,7 @@ tests_fuzz_fuzz_metrics_LDADD = $(FUZZ_LDADD_ALL)
 # Token data for language models (text, uint16 .bin, nanoGPT's meta.pkl).
 FUZZ_TARGETS += tests/fuzz/fuzz_tokens
 tests_fuzz_fuzz_tokens_SOURCES = tests/fuzz/fuzz_tokens.c $(FUZZ_COMMON) lib/data/tokens.c \
-	lib/data/meta_pkl.c \
+	lib/data/meta_pkl.c lib/ckpt/json.c cli/vocab.c cli/vocab.h \
 	lib/data/open.c lib/data/fileio.c
 tests_fuzz_fuzz_tokens_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_tokens_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)

@@ -138,6 +138,93 @@ static void test_imagefolder(void **state)
     cdl_dataset_free(&d);
 }
 
+/* val/ beside test/ is a split of its own (CDL_SPLIT_VAL); alone it is
+ * the held-out split CDL_SPLIT_TEST reads, and other data have no
+ * validation split of their own. */
+static void test_imagefolder_val(void **state)
+{
+    (void)state;
+    make_folder();
+    mkdir(at("img/val"), 0755);
+    mkdir(at("img/val/bird"), 0755);
+    uint8_t px[16];
+    memset(px, 77, sizeof px);
+    assert_int_equal(test_write_png(at("img/val/bird/v.png"), px, 4, 4, 1), 0);
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), CDL_SPLIT_VAL, NULL, &d), 0);
+    assert_int_equal(d.n, 1);
+    assert_int_equal(d.labels[0], 0);
+    assert_int_equal(d.images[0], 77);
+    cdl_dataset_free(&d);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), CDL_SPLIT_TEST, NULL, &d), 0);
+    assert_int_equal(d.images[0], 200);   /* test/cat/a.png */
+    cdl_dataset_free(&d);
+    assert_int_equal(unlink(at("img/test/cat/a.png")), 0);
+    assert_int_equal(rmdir(at("img/test/cat")), 0);
+    assert_int_equal(rmdir(at("img/test")), 0);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), CDL_SPLIT_VAL, NULL, &d), 1);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), CDL_SPLIT_TEST, NULL, &d), 0);
+    assert_int_equal(d.images[0], 77);
+    cdl_dataset_free(&d);
+    assert_int_equal(cdl_dataset_load_with("csv", at("img"), CDL_SPLIT_VAL, NULL, &d), 1);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 3, NULL, &d), -1);
+    assert_error_has("split 3");
+}
+
+/* Pictures in folders inside a class folder belong to the class, in
+ * torchvision's order (folders sorted by path, as sorted(os.walk(...)):
+ * "a b" before "a/x"), links to folders followed; they were left out
+ * without a word. The order below is the one torchvision 0.14 gives the
+ * same tree. A link back up is an error, not an endless walk. */
+static void test_imagefolder_nested(void **state)
+{
+    (void)state;
+    const char *dirs[] = {"nest", "nest/cls", "nest/cls/a", "nest/cls/a/x", "nest/cls/a b",
+                          "nest/cls/.hid", "nest/z", "outside"};
+    for (size_t k = 0; k < sizeof dirs / sizeof *dirs; k++)
+        assert_int_equal(mkdir(at(dirs[k]), 0755), 0);
+    const char *files[] = {"nest/cls/0.png", "nest/cls/a/1.png", "nest/cls/a b/2.png",
+                           "nest/cls/a/x/3.png", "outside/4.png", "nest/z/5.png",
+                           "nest/cls/.hid/9.png"};
+    uint8_t px[4];
+    for (size_t k = 0; k < sizeof files / sizeof *files; k++) {
+        memset(px, (int)strrchr(files[k], '/')[1] - '0', sizeof px);
+        assert_int_equal(test_write_png(at(files[k]), px, 2, 2, 1), 0);
+    }
+    assert_int_equal(symlink("../../outside", at("nest/cls/link")), 0);
+    cdl_dataset d;
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.threads = 2;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("nest"), 1, &o, &d), 0);
+    assert_int_equal(d.n, 6);
+    assert_int_equal(d.classes, 2);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(d.images[4 * i], i);   /* 0..4 in cls, then z's 5 */
+        assert_int_equal(d.labels[i], i < 5 ? 0 : 1);
+    }
+    cdl_dataset_free(&d);
+    /* The same list when streamed. */
+    o.decode = CDL_DECODE_STREAM;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("nest"), 1, &o, &d), 0);
+    assert_int_equal(d.n, 6);
+    assert_non_null(strstr(d.stream->paths[2], "nest/cls/a b/2.png"));
+    assert_non_null(strstr(d.stream->paths[4], "nest/cls/link/4.png"));
+    cdl_dataset_free(&d);
+    /* A loop. */
+    assert_int_equal(symlink("..", at("nest/cls/a/x/up")), 0);
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("nest"), 1, &o, &d), -1);
+    assert_error_has("nest/cls/a/x/up leads back to a folder above it (a symbolic link loop)");
+}
+
+/* cdl_dataset_options.skipped: appends why to the buffer arg. */
+static void note_skipped(const char *why, void *arg)
+{
+    char *buf = arg;
+    size_t used = strlen(buf);
+    snprintf(buf + used, 2048 - used, "%s\n", why);
+}
+
 static void test_imagefolder_bad_files(void **state)
 {
     (void)state;
@@ -157,9 +244,18 @@ static void test_imagefolder_bad_files(void **state)
     assert_error_has("bird/1.png");
     assert_error_has("--skip-bad-files");
     o.skip_bad_files = 1;
+    char seen[2048] = "";
+    o.skipped = note_skipped;
+    o.skipped_arg = seen;
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
     assert_int_equal(d.n, 6);
     assert_int_equal(d.skipped, 2);
+    /* Each one named, in sample order (the count alone left the user to
+     * hunt for them). */
+    const char *b1 = strstr(seen, "bird/1.png"), *x = strstr(seen, "cat/x.png is neither");
+    if (!b1 || !x || x < b1)
+        fail_msg("skipped files reported: %s", seen);
+    o.skipped = NULL;
     cdl_dataset_free(&d);
 
     /* Not one readable picture: with --skip-bad-files the error says so,
@@ -173,6 +269,15 @@ static void test_imagefolder_bad_files(void **state)
     assert_error_has("0.png is neither a PNG nor a JPEG (wrong magic bytes))");
     if (strstr(cdl_last_error(), "pass --skip-bad-files"))
         fail_msg("advises --skip-bad-files, which was given: %s", cdl_last_error());
+
+    /* An empty file (an unfinished copy) is not called another format. */
+    mkdir(at("empty"), 0755);
+    mkdir(at("empty/a"), 0755);
+    write_bytes(at("empty/a/0.png"), "", 0);
+    o.skip_bad_files = 0;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("empty"), 1, &o, &d), -1);
+    assert_error_has("empty/a/0.png is empty (0 bytes: a copy or download that did not finish?)");
+    o.skip_bad_files = 1;
 
     /* A class folder whose name is not UTF-8. */
     mkdir(at("img/train/caf\xe9"), 0755);
@@ -702,6 +807,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
 #if defined(HAVE_PNG) && defined(HAVE_JPEG)
         cmocka_unit_test_setup_teardown(test_imagefolder, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_imagefolder_nested, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_imagefolder_val, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_bad_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_stream, setup, teardown),

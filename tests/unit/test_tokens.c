@@ -11,6 +11,8 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/data/internal.h"
+
 enum { T = 8, NTOK = 4001 };
 
 static char tmpdir[256];
@@ -261,30 +263,99 @@ static long resident_pages(void)
     return rss;
 }
 
-/* Text needs no check of its bytes against the vocabulary (256): loading a
- * text file maps it and reads none of it (it read all of it, a full pass
- * over a corpus of gigabytes on every rank at start). */
-static void test_text_not_read_at_load(void **state)
+/* Loading maps a token file and reads none of it: a full pass over a
+ * corpus of gigabytes on every rank of every node before the first step.
+ * Text needs no check (its bytes are below 256); a uint16 .bin's ids are
+ * checked as windows are copied out (test_bad_ids_named_when_drawn). */
+static void test_not_read_at_load(void **state)
 {
     (void)state;
     enum { MB = 32 };
     char *text = malloc((size_t)MB << 20), path[512];
     assert_non_null(text);
     memset(text, 'a', (size_t)MB << 20);
-    write_file("big.txt", text, (size_t)MB << 20, path, sizeof path);
+    const char *names[2] = {"big.txt", "train.bin"};
+    for (int bin = 0; bin < 2; bin++) {
+        write_file(names[bin], text, (size_t)MB << 20, path, sizeof path);
+        cdl_dataset_options o;
+        cdl_dataset_options_defaults(&o);
+        o.block_size = 16;
+        long before = resident_pages();
+        if (before < 0) {
+            free(text);
+            skip();   /* no /proc */
+        }
+        cdl_dataset d, v;
+        assert_int_equal(cdl_dataset_load_with(bin ? "tokens" : "text", path, 1, &o, &d), 0);
+        assert_int_equal(cdl_dataset_load_with(bin ? "tokens" : "text", path, 0, &o, &v), 0);
+        long grew = resident_pages() - before;
+        long pages = ((long)MB << 20) / sysconf(_SC_PAGESIZE);
+        if (grew > pages / 8)
+            fail_msg("loading %d MB of %s made %ld of its %ld pages resident", MB, names[bin],
+                     grew, pages);
+        cdl_dataset_free(&d);
+        cdl_dataset_free(&v);
+        unlink(path);
+    }
     free(text);
+}
+
+/* The loader's batches of d (back to back, workers threads) until one
+ * fails: its error must hold w1 and w2. */
+/* A loader of d (batches of 5, one rank, seed 3) at epoch 0. */
+static cdl_loader *started_loader(const cdl_dataset *d, int shuffle, int workers)
+{
+    cdl_loader_config c;
+    cdl_loader_defaults(&c);
+    c.batch_size = 5;
+    c.shuffle = shuffle;
+    c.workers = workers;
+    c.seed = 3;
+    c.world = 1;
+    cdl_loader *l = cdl_loader_create(d, &c);
+    assert_non_null(l);
+    assert_int_equal(cdl_loader_start_epoch(l, 0, 0), 0);
+    return l;
+}
+
+static void expect_batch_error(const cdl_dataset *d, int shuffle, int workers, const char *w1,
+                               const char *w2)
+{
+    cdl_loader *l = started_loader(d, shuffle, workers);
+    cdl_batch b;
+    int got;
+    while ((got = cdl_loader_next(l, &b)) == 1)
+        for (int i = 0; i < b.n * d->label_len; i++)
+            assert_true(b.y[i] < d->classes && b.x[i] < (float)d->classes);
+    assert_int_equal(got, -1);
+    const char *e = cdl_last_error();
+    if (!strstr(e, w1) || (w2 && !strstr(e, w2)))
+        fail_msg("error \"%s\" lacks \"%s\" / \"%s\"", e, w1, w2 ? w2 : "");
+    cdl_loader_destroy(l);
+}
+
+/* A token past the vocabulary loads (nothing is read) but no window
+ * holding it reaches a batch: the batch fails naming the file, the id and
+ * its offset in the file, in either split, with or without workers. */
+static void test_bad_ids_named_when_drawn(void **state)
+{
+    (void)state;
+    char path[512];
+    write_ids("big.bin", 0, 2000, path, sizeof path);
     cdl_dataset_options o;
-    cdl_dataset_options_defaults(&o);
-    o.block_size = 16;
-    long before = resident_pages();
-    if (before < 0)
-        skip();   /* no /proc */
+    opts(&o, T, 0);
+    o.vocab_size = 1234;
     cdl_dataset d;
-    assert_int_equal(cdl_dataset_load_with("text", path, 1, &o, &d), 0);
-    long grew = resident_pages() - before;
-    long pages = ((long)MB << 20) / sysconf(_SC_PAGESIZE);
-    if (grew > pages / 8)
-        fail_msg("loading %d MB of text made %ld of its %ld pages resident", MB, grew, pages);
+    assert_int_equal(cdl_dataset_load_with("tokens", path, 1, &o, &d), 0);
+    expect_batch_error(&d, 0, 0, "big.bin: token 1234 at token offset 1234 (byte 2468) is not "
+                       "below the vocabulary size 1234", "--vocab-size");
+    expect_batch_error(&d, 0, 2, "rank 0: ", "token 1234 at token offset 1234 ");
+    expect_batch_error(&d, 1, 2, "big.bin: token 12", "is not below the vocabulary size 1234");
+    cdl_dataset_free(&d);
+    /* The validation split starts at token 1800: offsets are the file's. */
+    o.vocab_size = 1900;
+    assert_int_equal(cdl_dataset_load_with("tokens", path, 0, &o, &d), 0);
+    expect_batch_error(&d, 0, 0, "token 1900 at token offset 1900 (byte 3800)", "big.bin");
     cdl_dataset_free(&d);
 }
 
@@ -313,15 +384,6 @@ static void test_hostile_files(void **state)
     write_file("odd.bin", odd, sizeof odd, path, sizeof path);
     expect_error("tokens", path, 1, &o, "odd.bin", "101 bytes is not a whole number");
 
-    /* A token past the vocabulary: file, value and offset named, in either split. */
-    write_ids("big.bin", 0, 2000, path, sizeof path);
-    o.vocab_size = 1234;
-    expect_error("tokens", path, 1, &o, "token 1234 at token offset 1234 (byte 2468)",
-                 "big.bin");
-    o.vocab_size = 1900;
-    expect_error("tokens", path, 0, &o, "token 1900 at token offset 1900 ", "--vocab-size");
-    o.vocab_size = 65536;
-
     /* Empty files, a missing train.bin, a directory as a file. */
     o.vocab_size = 0;
     write_file("empty.txt", "", 0, path, sizeof path);
@@ -344,6 +406,40 @@ static void test_hostile_files(void **state)
     o.val_split = 0;
     o.block_size = (1 << 20) + 1;
     expect_error("tokens", path, 1, &o, "--block-size 1048577", NULL);
+}
+
+/* A .bin cut short while a loader reads it (prepare.py run again into
+ * the same folder truncates it, then writes): the next batch is an error
+ * naming the file and its sizes; reading the mapping past the new end
+ * would kill the process with SIGBUS, without a word. */
+static void test_file_cut_while_read(void **state)
+{
+    (void)state;
+    char path[512];
+    write_ids("cut.bin", 0, NTOK, path, sizeof path);
+    cdl_dataset_options o;
+    opts(&o, T, 0);
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("tokens", path, 1, &o, &d), 0);
+    cdl_loader *l = started_loader(&d, 0, 0);
+    cdl_batch b;
+    assert_int_equal(cdl_loader_next(l, &b), 1);
+    assert_int_equal(truncate(path, 10), 0);
+    assert_int_equal(cdl_loader_next(l, &b), -1);
+    if (!strstr(cdl_last_error(), "cut.bin is 10 bytes now but 8002 when this run mapped it"))
+        fail_msg("%s", cdl_last_error());
+    cdl_loader_destroy(l);
+    cdl_dataset_free(&d);
+}
+
+/* The training split of tmpdir with pkl (len bytes) as its meta.pkl. */
+static void load_with_meta(const char *pkl, size_t len, const cdl_dataset_options *o,
+                           cdl_dataset *d)
+{
+    char path[512];
+    write_file("meta.pkl", pkl, len, path, sizeof path);
+    if (cdl_dataset_load_with("tokens", tmpdir, 1, o, d) != 0)
+        fail_msg("%s", cdl_last_error());
 }
 
 /* nanoGPT's char-level prepare.py writes DIR/meta.pkl {'vocab_size': N,
@@ -369,20 +465,20 @@ static void test_meta_pkl(void **state)
     opts(&o, 4, 0);
     o.vocab_size = 0;
     for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) {
-        write_file("meta.pkl", ok[k].pkl, ok[k].len, path, sizeof path);
         cdl_dataset d;
-        if (cdl_dataset_load_with("tokens", tmpdir, 1, &o, &d) != 0)
-            fail_msg("protocol %zu: %s", k, cdl_last_error());
+        load_with_meta(ok[k].pkl, ok[k].len, &o, &d);
         assert_int_equal(d.classes, 27);
         cdl_dataset_free(&d);
     }
     /* An id of the file past it: the error names meta.pkl's vocabulary. */
-    write_ids("val.bin", 1, 27, path, sizeof path);
-    expect_error("tokens", tmpdir, 0, &o, "token 27 at token offset 26", "vocabulary size 27");
+    write_ids("val.bin", 3, 25, path, sizeof path);   /* 27 at 24: the last window's */
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("tokens", tmpdir, 0, &o, &d), 0);
+    expect_batch_error(&d, 0, 0, "token 27 at token offset 24", "vocabulary size 27");
+    cdl_dataset_free(&d);
     write_ids("val.bin", 0, 27, path, sizeof path);
     /* --vocab-size overrides it. */
     o.vocab_size = 300;
-    cdl_dataset d;
     assert_int_equal(cdl_dataset_load_with("tokens", tmpdir, 1, &o, &d), 0);
     assert_int_equal(d.classes, 300);
     cdl_dataset_free(&d);
@@ -398,6 +494,68 @@ static void test_meta_pkl(void **state)
     expect_error("tokens", tmpdir, 1, &o, "byte 2 (opcode 0xff)", "--vocab-size N");
 }
 
+/* nanoGPT's itos table (what sample.py decodes with) comes with the
+ * vocabulary, by protocols 0 (raw-unicode-escape: \\u escapes, Latin-1
+ * bytes), 2 and 4 (UTF-8): Python 3's pickles of {'vocab_size': 4, 'itos':
+ * {0: '\n', 1: 'é', 2: '\\', 3: '€'}, 'stoi': {...}}. A table that is not
+ * every id once is left out; --vocab-size reads no meta.pkl. */
+static void test_meta_pkl_itos(void **state)
+{
+    (void)state;
+    static const char p0[] =
+        "(dp0\nVvocab_size\np1\nI4\nsVitos\np2\n(dp3\nI0\nV\\u000a\np4\nsI1\nV\xe9\np5\nsI2\n"
+        "V\\u005c\np6\nsI3\nV\\u20ac\np7\nssVstoi\np8\n(dp9\ng4\nI0\nsg5\nI1\nsg6\nI2\nsg7\n"
+        "I3\nss.";
+    static const char p2[] =
+        "\x80\x02}q\x00(X\x0a\x00\x00\x00vocab_sizeq\x01K\x04X\x04\x00\x00\x00itosq\x02}q\x03"
+        "(K\x00X\x01\x00\x00\x00\nq\x04K\x01X\x02\x00\x00\x00\xc3\xa9q\x05K\x02X\x01\x00\x00"
+        "\x00\\q\x06K\x03X\x03\x00\x00\x00\xe2\x82\xacq\x07uX\x04\x00\x00\x00stoiq\x08}q\x09"
+        "(h\x04K\x00h\x05K\x01h\x06K\x02h\x07K\x03uu.";
+    static const char p4[] =
+        "\x80\x04\x95U\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0avocab_size\x94K\x04\x8c\x04"
+        "itos\x94}\x94(K\x00\x8c\x01\n\x94K\x01\x8c\x02\xc3\xa9\x94K\x02\x8c\x01\\\x94K\x03"
+        "\x8c\x03\xe2\x82\xac\x94u\x8c\x04stoi\x94}\x94(h\x04K\x00h\x05K\x01h\x06K\x02h\x07"
+        "K\x03uu.";
+    const struct { const char *pkl; size_t len; } ok[] = {
+        {p0, sizeof p0 - 1}, {p2, sizeof p2 - 1}, {p4, sizeof p4 - 1}};
+    const char *want[4] = {"\n", "\xc3\xa9", "\\", "\xe2\x82\xac"};
+    char path[512];
+    write_ids("train.bin", 0, 4, path, sizeof path);
+    write_ids("val.bin", 0, 4, path, sizeof path);
+    cdl_dataset_options o;
+    opts(&o, 2, 0);
+    o.vocab_size = 0;
+    for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) {
+        cdl_dataset d;
+        load_with_meta(ok[k].pkl, ok[k].len, &o, &d);
+        assert_int_equal(d.classes, 4);
+        assert_non_null(strstr(tokens_vocab_file(&d), "/meta.pkl"));
+        char *const *itos = tokens_itos(&d);
+        if (!itos)
+            fail_msg("pickle %zu: no itos table", k);
+        for (int i = 0; i < 4; i++)
+            assert_string_equal(itos[i], want[i]);
+        cdl_dataset_free(&d);
+    }
+    /* vocab_size 5 with 4 entries: no table, still the vocabulary. */
+    char p5[sizeof p4];
+    memcpy(p5, p4, sizeof p4);
+    p5[28] = 5;   /* K 4 -> K 5 */
+    assert_int_equal(p5[27], 'K');
+    write_file("meta.pkl", p5, sizeof p4 - 1, path, sizeof path);
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("tokens", tmpdir, 1, &o, &d), 0);
+    assert_int_equal(d.classes, 5);
+    assert_null(tokens_itos(&d));
+    cdl_dataset_free(&d);
+    /* --vocab-size: meta.pkl is not read. */
+    o.vocab_size = 4;
+    assert_int_equal(cdl_dataset_load_with("tokens", tmpdir, 1, &o, &d), 0);
+    assert_null(tokens_vocab_file(&d));
+    assert_null(tokens_itos(&d));
+    cdl_dataset_free(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -406,9 +564,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_validation_split_fixed_windows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_val_bin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_text_bytes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_text_not_read_at_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_not_read_at_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_ids_named_when_drawn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_cut_while_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_meta_pkl, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_meta_pkl_itos, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -357,7 +357,8 @@ static void test_language_model(void **state)
     run_ok(&part);
     assert_same_weights(big.ckpt_dir, part.ckpt_dir);
     /* Per-token metrics: the epoch record has tokens/s (MFU n/a on a CPU
-     * without --peak-tflops), a loss near ln(256) at the start. */
+     * without --peak-tflops) and windows/s as samples_per_sec (it said
+     * images_per_sec), a loss near ln(256) at the start. */
     f = fopen(big.metrics, "r");
     assert_non_null(f);
     char line[20000];
@@ -367,6 +368,9 @@ static void test_language_model(void **state)
             epochs++;
             assert_non_null(strstr(line, "\"tokens_per_sec\":"));
             assert_null(strstr(line, "\"mfu\":"));
+            /* Its samples are windows, not images. */
+            assert_non_null(strstr(line, "\"samples_per_sec\":"));
+            assert_null(strstr(line, "\"images_per_sec\":"));
             const char *l = strstr(line, "\"train_loss\":");
             assert_non_null(l);
             double loss = atof(l + 13);

@@ -116,8 +116,16 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
         if ((rc = join(path, sizeof path, dir, e->d_name)))
             break;
         struct stat st;
-        if (stat(path, &st) != 0)
-            continue;   /* a dangling link: not a class or picture */
+        if (stat(path, &st) != 0) {
+            /* A dangling link. Named as a picture, torchvision lists it
+             * and fails to open it, and so does the decoding here (the
+             * error names it; --skip-bad-files leaves it out, named):
+             * skipped in silence, a picture the user meant to train on was
+             * lost. Named as a folder it is not a class, as there. */
+            if (!want_dirs && lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+                rc = strlist_add(out, e->d_name);
+            continue;
+        }
         if (want_dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode))
             rc = strlist_add(out, e->d_name);
     }

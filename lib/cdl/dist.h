@@ -31,7 +31,9 @@ typedef struct cdl_rank_info {
 } cdl_rank_info;
 
 /* Fills *info from the environment (and PMIx when started by a PMIx server).
- * Inconsistent values (RANK >= WORLD_SIZE, ...) are an error naming them. */
+ * Inconsistent values (RANK >= WORLD_SIZE, ...) are an error naming them.
+ * Rank 0 of a world of several ranks prints "cdl: rank 0 of N: ranks from
+ * ..." to stderr once per process (a later cdl_train_run does not repeat it). */
 int cdl_rank_discover(cdl_rank_info *info);
 
 typedef struct cdl_dist cdl_dist;

@@ -41,7 +41,9 @@ if have HAVE_PMIX; then
     timeout 120 mpirun --allow-run-as-root --oversubscribe -n 2 env -u OMP_NUM_THREADS -u SLURM_CPUS_PER_TASK \
         "$train" --dataset synthetic --synthetic-size 256 --epochs 1 --max-steps 1 --no-progress \
         >"$tmp/threads.out" 2>&1 || { cat "$tmp/threads.out"; echo "FAILED: mpirun -n 2 cdl-train"; exit 1; }
-    grep -q "cpu backend with $want threads, 2 ranks" "$tmp/threads.out" ||
+    word=threads
+    [ "$want" != 1 ] || word=thread
+    grep -q "cpu backend with $want $word, 2 ranks" "$tmp/threads.out" ||
         { cat "$tmp/threads.out"; echo "FAILED: 2 unbound ranks on $ncpu CPUs did not take $want threads each"; exit 1; }
 fi
 if have HAVE_MPI; then

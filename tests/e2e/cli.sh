@@ -82,6 +82,9 @@ for c in "adamw 0.001" "adam 0.001" "sgd 0.05" "adamw 0.02 --lr 0.02 --optimizer
     cat "$TMP/out" "$TMP/err" | grep -q "^optimizer $opt, lr $lr: " ||
         die "$*: lr $lr not reported: $(cat "$TMP/out" "$TMP/err" | grep "^optimizer")"
 done
+# One of a thing is singular in the run's lines ("with 1 threads" was not).
+cat "$TMP/out" "$TMP/err" | grep -q "cpu backend with 1 thread, 1 rank$" ||
+    die "run header: $(cat "$TMP/out" "$TMP/err" | grep "backend with")"
 # The schedule in steps: warm-up over 2 steps, cosine to 0 by step 6, the
 # step records' lr as PyTorch's LinearLR then CosineAnnealingLR give them
 # (step s trains at the schedule's value at s - 1); --max-steps stops the
@@ -131,6 +134,9 @@ expect_status 0 "$CDL_TRAIN" $small --max-steps 10
 expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/done"
 expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/done"
 expect_err "all 5 epochs are done: nothing to train (a larger --epochs with --resume-allow epochs goes on)"
+expect_status 0 "$CDL_TRAIN" $small --epochs 1 --ckpt-dir "$TMP/done1"
+expect_status 0 "$CDL_TRAIN" $small --epochs 1 --ckpt-dir "$TMP/done1"
+expect_err "all 1 epoch is done: nothing to train"
 # Nor does it test the final weights again when --metrics ends the run with
 # their test record (a resubmitted finished job wrote a second one); a start
 # stopped before that record (here: the record removed) does test them.

@@ -36,6 +36,14 @@ typedef struct cdl_rank_info {
  * ..." to stderr once per process (a later cdl_train_run does not repeat it). */
 int cdl_rank_discover(cdl_rank_info *info);
 
+/* CPU threads for this rank when the user gave no count:
+ * cdl_default_threads(), except that ranks of one node free to run on the
+ * same CPUs (mpirun -n 4 without binding, OMP_NUM_THREADS and
+ * SLURM_CPUS_PER_TASK unset) take a share each, the affinity mask's CPUs /
+ * local_world (at least 1). cdl_train_run, cdl-eval and cdl-predict use it;
+ * NULL is a single process. */
+int cdl_rank_threads(const cdl_rank_info *info);
+
 typedef struct cdl_dist cdl_dist;
 
 /* Settings of the collectives (docs/data-parallel.md names the variables a

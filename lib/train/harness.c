@@ -977,6 +977,14 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     rc = -1;
     if (build_model(&r) != 0)
         goto out;
+    /* --summary refuses what the run would, before it prints: the loaders'
+     * checks (--augment on features, a --batch-size that leaves no batch,
+     * --workers) and --init's weights, which must fit the model. It skips
+     * only the batch-sized buffers and what trains. */
+    if (cfg->summary && (train_ranks_agree(&r) != 0 || make_loaders(&r) != 0 ||
+                         (cfg->init[0] &&
+                          cdl_model_load_weights(r.model, cfg->init, cfg->init_ignore) != 0)))
+        goto out;
     if (cfg->summary) {
         if (r.ri.rank == 0) {
             cdl_model_print(r.model, stdout);

@@ -53,6 +53,18 @@ grep -qE '^ +9  - +add <- layer1.0.bn2, #3 +16x28x28 +0$' "$TMP/out" || die "--s
 grep -qE '^ +[0-9]+  linear +linear 10 +10 +650$' "$TMP/out" || die "--summary head row"
 [ ! -e "$TMP/sum-ck" ] && [ ! -e "$TMP/sum.jsonl" ] && [ ! -e "$TMP/sum-tb" ] ||
     die "--summary wrote files"
+# --summary refuses what the run refuses, before it prints (it printed the
+# layers of a run that then failed on its options).
+{ echo "a,b,label"; for i in $(seq 40); do echo "$i,$((i * 7 % 13)),$((i % 2))"; done; } >"$TMP/sum.csv"
+for bad in "--augment flip" "--batch-size 64 --drop-last" "--init $TMP/none.safetensors"; do
+    # shellcheck disable=SC2086
+    expect_status 1 "$CDL_TRAIN" --dataset "csv:$TMP/sum.csv" --model mlp --threads 1 $bad
+    cp "$TMP/err" "$TMP/run.err"
+    # shellcheck disable=SC2086
+    expect_status 1 "$CDL_TRAIN" --dataset "csv:$TMP/sum.csv" --model mlp --threads 1 $bad --summary
+    cmp -s "$TMP/err" "$TMP/run.err" || die "--summary $bad: '$(cat "$TMP/err")', not the run's error"
+    [ ! -s "$TMP/out" ] || die "--summary $bad printed before refusing: $(cat "$TMP/out")"
+done
 # Options on a built-in that takes none.
 expect_status 1 "$CDL_TRAIN" --model lenet:stem=cifar --max-steps 1
 expect_err "the built-in lenet takes no options (drop ':stem=cifar')"

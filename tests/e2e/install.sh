@@ -29,6 +29,9 @@ done
 # docs/data.md, ..., which make install left out) are installed in docdir.
 docdir=$(var docdir)
 [ -s "$DEST$docdir/README.md" ] || die "README.md not installed into $docdir"
+for doc in "$top_srcdir"/docs/*.md; do
+    [ -s "$DEST$docdir/${doc##*/}" ] || die "${doc#"$top_srcdir"/} is not installed into $docdir (dist_doc_DATA in Makefile.am)"
+done
 named=$(cat "$DEST$mandir"/man[1358]/* "$DEST$(var templatesdir)/README.md" |
     grep -oE '\b[A-Za-z][A-Za-z-]*\.md\b' | sort -u)
 [ -n "$named" ] || die "no guide named by the man pages: the check is blind"

@@ -315,13 +315,8 @@ int main(int argc, char **argv)
     /* Started as one of several ranks (srun in a multi-task job, cdlrun
      * -n N): each would print the same text, interleaved. Rank 0 writes it;
      * the others have nothing to do. */
-    cdl_rank_info ri = {.rank = 0, .world = 1};
-    if (cdl_rank_discover(&ri) == 0 && ri.world > 1) {
-        if (ri.rank > 0)
-            return 0;
-        fprintf(stderr, PROG ": started as %d ranks: rank 0 writes the text, the others exit\n",
-                ri.world);
-    }
+    if (eval_rank0_only(PROG, "the text"))
+        return 0;
     int *ctx = NULL, n = 0;
     int rc = gen_open(&g);
     int text = g.text;

@@ -172,6 +172,8 @@ int main(int argc, char **argv)
         o.nfiles = argc - optind;
         w.files = o.files;
     }
+    if (eval_rank0_only(PROG, "the predictions"))
+        return 0;
     eval_ctx e;
     int rc = eval_open(&e, &o);
     if (rc == 0) {

@@ -452,7 +452,8 @@ static void warn_cpus(int threads)
     long want = s && *s ? strtol(s, NULL, 10) : 0;
     if (want > ncpu && want <= 4096)
         fprintf(stderr, "%s: warning: SLURM_CPUS_PER_TASK is %ld but this process may run on "
-                "%d CPUs; cdl uses the smaller, %d\n", who(me, sizeof me), want, ncpu, ncpu);
+                "%d CPU%s; cdl uses the smaller, %d\n", who(me, sizeof me), want, ncpu,
+                ncpu == 1 ? "" : "s", ncpu);
 }
 
 /* The environment's settings (options given later override them): read

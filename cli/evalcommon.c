@@ -27,7 +27,8 @@ cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri)
 {
     cdl_backend_params p;
     cdl_backend_params_from_env(&p);
-    p.threads = o->threads;
+    /* No --threads: ranks sharing CPUs take a share each, as cdl-train's. */
+    p.threads = o->threads > 0 ? o->threads : cdl_rank_threads(ri);
     const char *dev = o->device ? o->device : "auto";
     if (!strcmp(dev, "cpu"))
         return cdl_backend_create_with("cpu", &p);
@@ -40,6 +41,18 @@ cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri)
     if (!be && !strcmp(dev, "auto"))
         be = cdl_backend_create_with("cpu", &p);
     return be;
+}
+
+int eval_rank0_only(const char *prog, const char *what)
+{
+    cdl_rank_info ri = {.rank = 0, .world = 1};
+    if (cdl_rank_discover(&ri) != 0 || ri.world <= 1)
+        return 0;
+    if (ri.rank > 0)
+        return 1;
+    fprintf(stderr, "%s: started as %d ranks: rank 0 writes %s, the others exit\n", prog,
+            ri.world, what);
+    return 0;
 }
 
 /* "v0,v1,..." -> cdl_malloc'd floats (*n of them); NULL if s is missing or

@@ -64,6 +64,13 @@ typedef int (*eval_batch_fn)(void *cb_ctx, const eval_ctx *e, long first, int n,
 /* The backend o->device names (auto: CUDA when a GPU is visible, the
  * local rank's of several); NULL with cdl_last_error. */
 cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri);
+/* A program whose output would be the same on every rank (cdl-predict,
+ * cdl-generate), started as one of several (srun in a job of several
+ * tasks, cdlrun -n N, mpirun -n N): rank 0 says so on stderr and works
+ * alone, with all the CPUs the others leave; returns 1 in the others,
+ * which exit 0 at once (each wrote the same output, interleaved). `what`
+ * names the output: "the text". */
+int eval_rank0_only(const char *prog, const char *what);
 /* The model of checkpoint f (o->model, else its "model" metadata) built for
  * samples of `input` shape, batches of at most `batch` and `classes` outputs
  * (what a built-in takes), with the checkpoint's weights loaded; NULL with

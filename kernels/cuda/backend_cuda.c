@@ -104,19 +104,6 @@ int cuda_backend_is_cuda(const cdl_backend *be)
     return be && be->ops == &cuda_ops;
 }
 
-/* Whether the log list (CDL_LOG's: comma-separated, or "all") names topic. */
-static int log_has(const char *s, const char *topic)
-{
-    size_t n = strlen(topic);
-    while (s && *s) {
-        size_t len = strcspn(s, ",");
-        if ((len == n && !strncmp(s, topic, n)) || (len == 3 && !strncmp(s, "all", 3)))
-            return 1;
-        s += len + (s[len] == ',');
-    }
-    return 0;
-}
-
 /* ----------------------------------------------------------------- TF32 */
 
 int cuda_backend_set_tf32(cdl_backend *be, int conv, int matmul)
@@ -332,8 +319,8 @@ cdl_backend *cuda_backend_open(const cdl_backend_params *params)
     ci->tf32_matmul = tf32_matmul;
     ci->precision = params->precision;
     ci->attn_mma = attn_mma;
-    ci->log_cudnn = log_has(params->log, "cudnn");
-    ci->log_cuda = log_has(params->log, "cuda");
+    ci->log_cudnn = backend_log_has(params->log, "cudnn");
+    ci->log_cuda = backend_log_has(params->log, "cuda");
     /* The launcher's contract says how many replicas share this GPU. */
     ci->packed = params->replicas_per_gpu > 1 ? params->replicas_per_gpu : 1;
     if (setup(ci, lt) != 0) {

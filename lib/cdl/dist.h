@@ -31,8 +31,18 @@ typedef struct cdl_rank_info {
 } cdl_rank_info;
 
 /* Fills *info from the environment (and PMIx when started by a PMIx server).
- * Inconsistent values (RANK >= WORLD_SIZE, ...) are an error naming them. */
+ * Inconsistent values (RANK >= WORLD_SIZE, ...) are an error naming them.
+ * Rank 0 of a world of several ranks prints "cdl: rank 0 of N: ranks from
+ * ..." to stderr once per process (a later cdl_train_run does not repeat it). */
 int cdl_rank_discover(cdl_rank_info *info);
+
+/* CPU threads for this rank when the user gave no count:
+ * cdl_default_threads(), except that ranks of one node free to run on the
+ * same CPUs (mpirun -n 4 without binding, OMP_NUM_THREADS and
+ * SLURM_CPUS_PER_TASK unset) take a share each, the affinity mask's CPUs /
+ * local_world (at least 1). cdl_train_run, cdl-eval and cdl-predict use it;
+ * NULL is a single process. */
+int cdl_rank_threads(const cdl_rank_info *info);
 
 typedef struct cdl_dist cdl_dist;
 

@@ -37,6 +37,18 @@ static int read_params(const cdl_backend_params *in, cdl_backend_params *out)
                       sizeof in->threads, "cdl_backend_params", "cdl_backend_params_init");
 }
 
+int backend_log_has(const char *s, const char *topic)
+{
+    size_t n = strlen(topic);
+    while (s && *s) {
+        size_t len = strcspn(s, ",");
+        if ((len == n && !strncmp(s, topic, n)) || (len == 3 && !strncmp(s, "all", 3)))
+            return 1;
+        s += len + (s[len] == ',');
+    }
+    return 0;
+}
+
 /* The CPU backend computes in fp32 only: bf16 there would be slower, not
  * faster (no bf16 GEMMs in OpenBLAS's sgemm path), so it is refused rather
  * than emulated. With auto, why the GPU was not taken comes first. */
@@ -49,7 +61,13 @@ static cdl_backend *cpu_create(const cdl_backend_params *p, const char *gpu_erro
                   gpu_error ? gpu_error : "", gpu_error ? ")" : "");
         return NULL;
     }
-    return cdl_backend_cpu_create(p->threads);
+    cdl_backend *be = cdl_backend_cpu_create(p->threads);
+    /* CDL_LOG=cpu: how many threads it took (ranks sharing CPUs take a
+     * share each: cdl_rank_threads). */
+    if (be && backend_log_has(p->log, "cpu"))
+        fprintf(stderr, "cdl: cpu backend with %d thread%s\n", be->threads,
+                be->threads == 1 ? "" : "s");
+    return be;
 }
 
 cdl_backend *cdl_backend_create_with(const char *name, const cdl_backend_params *params)

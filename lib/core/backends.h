@@ -11,4 +11,8 @@
 cdl_backend *cuda_backend_open(const cdl_backend_params *params);
 int cuda_backend_visible(void);
 
+/* Whether a log list (CDL_LOG's: comma-separated topics, or "all") names
+ * topic. */
+int backend_log_has(const char *list, const char *topic);
+
 #endif

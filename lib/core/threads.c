@@ -39,6 +39,11 @@ int cdl_default_threads(void)
     return n;
 }
 
+int cdl_rank_threads(const cdl_rank_info *info)
+{
+    return threads_for_rank(info ? info->local_world : 1);
+}
+
 int threads_for_rank(int local_world)
 {
     cpu_set_t set;

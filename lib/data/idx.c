@@ -45,7 +45,7 @@ static int idx_open(idx_file *x, const char *dir, const char *base, const char *
     x->f = gzdopen(fd, "rb");
     if (!x->f) {
         close(fd);
-        return cdl_error("cannot open %s: %s: check its permissions or %s", x->path,
+        return cdl_error("cannot open %s: %s: %s", x->path,
                          errno ? strerror(errno) : "out of memory", hint);
     }
     gzbuffer(x->f, 1 << 17);

@@ -101,9 +101,7 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
         char advice[512];
         return cdl_error("cannot open the image folder %s: %s: %s",
                          data_printable(dir, pn, sizeof pn), strerror(err),
-                         err == EMFILE || err == ENFILE
-                             ? data_open_advice(err, HINT, advice, sizeof advice)
-                             : HINT);
+                         data_open_advice(err, HINT, advice, sizeof advice));
     }
     struct dirent *e;
     char path[4096];

@@ -15,7 +15,9 @@
 int data_open_regular(const char *path, const char *hint);
 /* What to do when opening a dataset's file or folder failed with err: for
  * too many open files (EMFILE, ENFILE) the limit to raise, not the data's
- * layout; else "check its permissions or " + hint (in buf, of len). */
+ * layout; a missing path (ENOENT, ENOTDIR) says the path does not exist,
+ * EACCES/EPERM to check the permissions, then " or " + hint; other errors
+ * the hint alone (in buf, of len). Every dataset reader's open goes here. */
 const char *data_open_advice(int err, const char *hint, char *buf, size_t len);
 /* The same, and the file's size in *size. */
 int data_open_size(const char *path, const char *hint, size_t *size);

@@ -18,7 +18,18 @@ const char *data_open_advice(int err, const char *hint, char *buf, size_t len)
     if (err == ENFILE)
         return "the node's table of open files is full: ask the administrators, or use fewer "
                "--workers";
-    snprintf(buf, len, "check its permissions or %s", hint);
+    /* The advice fits the reason: a missing path is not a permission
+     * problem (it said "No such file or directory: check its permissions"). */
+    if (err == ENOENT)
+        snprintf(buf, len, "the path does not exist: check its spelling, or %s", hint);
+    else if (err == ENOTDIR)
+        snprintf(buf, len, "a part of the path is a file, not a directory: check the path, or %s",
+                 hint);
+    else if (err == EACCES || err == EPERM)
+        snprintf(buf, len, "check its permissions and those of the directories above it, or %s",
+                 hint);
+    else
+        snprintf(buf, len, "%s", hint);
     return buf;
 }
 

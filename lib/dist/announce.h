@@ -3,7 +3,9 @@
  * ..." and "cdl: rank 0: collectives over ...". The public entries
  * (cdl_rank_discover, cdl_dist_create_with) always print them; cdl-train
  * -q passes announce = 0 from its configuration (the library reads no
- * environment for it). */
+ * environment for it). Discovery owns its line and prints it once per
+ * process, whichever call comes first: a program that calls
+ * cdl_rank_discover and then cdl_train_run says it once. */
 #ifndef CDL_DIST_ANNOUNCE_H
 #define CDL_DIST_ANNOUNCE_H
 

@@ -10,6 +10,7 @@
  * SLURM_NODEID, PMIX_NODEID), never from the hostname, so emulated nodes on
  * one host are distinct nodes. */
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,6 +251,11 @@ static int validate(const cdl_rank_info *in)
     return contract_check(&c, names_of(in->source), &e) ? contract_fail(&e) : 0;
 }
 
+/* Set once rank 0 has said where its ranks came from: a program that calls
+ * cdl_rank_discover and then cdl_train_run (templates/train.c) discovers
+ * twice but the line is about the process, so it is printed once. */
+static atomic_flag announced = ATOMIC_FLAG_INIT;
+
 int rank_discover(cdl_rank_info *info, int announce)
 {
     memset(info, 0, sizeof *info);
@@ -270,7 +276,7 @@ int rank_discover(cdl_rank_info *info, int announce)
         rc = validate(info);
     if (rc != 0)
         return -1;
-    if (announce && info->rank == 0 && info->world > 1) {
+    if (announce && info->rank == 0 && info->world > 1 && !atomic_flag_test_and_set(&announced)) {
         const char *launcher = getenv(CDL_ENV_LAUNCHER);
         int l = launcher && *launcher;
         fprintf(stderr, "cdl: rank 0 of %d: ranks from %s%s%s%s, %d node%s%s%s%s\n", info->world,

@@ -532,10 +532,10 @@ static int resume(run *r, train_position *pos)
                      "%s--accum-steps %d -> %d", change[0] ? ", " : "", was.accum, now.accum);
         if (!exact)
             train_report_note(r->rep,
-                              "warning: %s was written by %d ranks, resuming on %d%s%s: epoch %d "
+                              "warning: %s was written by %d rank%s, resuming on %d%s%s: epoch %d "
                               "continues at batch %ld of %ld (step %ld of this world size, was "
                               "%ld), so results differ from an uninterrupted run", path,
-                              pos->world, r->ri.world, change[0] ? " with " : "", change,
+                              pos->world, pos->world == 1 ? "" : "s", r->ri.world, change[0] ? " with " : "", change,
                               pos->epoch + 1, b, spe, step, pos->step);
         else
             train_report_note(r->rep,
@@ -593,8 +593,9 @@ static int run_epochs(run *r, cdl_train_result *res)
         train_report_note(r->rep, "step %ld reached --max-steps %ld: nothing to train", pos.step,
                           c->max_steps);
     else if (pos.epoch >= c->epochs)   /* a finished run started again */
-        train_report_note(r->rep, "all %d epochs are done: nothing to train (a larger --epochs "
-                          "with --resume-allow epochs goes on)", c->epochs);
+        train_report_note(r->rep, "all %d epoch%s done: nothing to train (a larger "
+                          "--epochs with --resume-allow epochs goes on)", c->epochs,
+                          c->epochs == 1 ? " is" : "s are");
     /* The --eval-every validation a signal left to this run, first. Then
      * last.safetensors records it done (and its lowest loss), so another
      * stop before the next checkpoint does not validate twice. */
@@ -1007,6 +1008,14 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     rc = -1;
     if (build_model(&r) != 0)
         goto out;
+    /* --summary refuses what the run would, before it prints: the loaders'
+     * checks (--augment on features, a --batch-size that leaves no batch,
+     * --workers) and --init's weights, which must fit the model. It skips
+     * only the batch-sized buffers and what trains. */
+    if (cfg->summary && (train_ranks_agree(&r) != 0 || make_loaders(&r) != 0 ||
+                         (cfg->init[0] &&
+                          cdl_model_load_weights(r.model, cfg->init, cfg->init_ignore) != 0)))
+        goto out;
     if (cfg->summary) {
         if (r.ri.rank == 0) {
             cdl_model_print(r.model, stdout);
@@ -1032,10 +1041,11 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (train_clip_on_device(&r) && !(r.norm_dev = r.be->ops->alloc(r.be, sizeof(double))))
         goto out;
     train_report_note(r.rep, "cdl %s: %s%s on %s (%d train / %d val / %d test), %zu parameters, "
-                      "%s backend with %d threads, %d rank%s",
+                      "%s backend with %d thread%s, %d rank%s",
                       cdl_version(), cfg->model, stem_note(cfg->model, r.train.shape), cfg->dataset,
                       r.train.n, r.val.n, r.test.n,
-                      cdl_model_nparams(r.model), r.be->ops->name, r.be->threads, r.ri.world,
+                      cdl_model_nparams(r.model), r.be->ops->name, r.be->threads,
+                      r.be->threads == 1 ? "" : "s", r.ri.world,
                       r.ri.world > 1 ? "s" : "");
     if (tokens_vocab_file(&r.train))   /* the staged copy, if any */
         train_report_note(r.rep, "vocabulary %d from %s (nanoGPT's; --vocab-size overrides it)%s",

@@ -216,8 +216,8 @@ int train_report_test(train_report *r, long step, double loss, double acc, int s
     if (r->rank != 0)
         return 0;
     if (!r->quiet) {
-        printf("test  loss %.4f acc %6.2f%%  (%d samples, final weights)\n", loss, 100 * acc,
-               samples);
+        printf("test  loss %.4f acc %6.2f%%  (%d sample%s, final weights)\n", loss,
+               100 * acc, samples, samples == 1 ? "" : "s");
         fflush(stdout);
     }
     cdl_train_record rec = record_of(CDL_RECORD_TEST, 0, 0);

@@ -401,8 +401,8 @@ int train_stage(run *r)
         snprintf(r->data_dir, sizeof r->data_dir, "%s", dir);
     else
         snprintf(r->data_dir, sizeof r->data_dir, "%.900s/%.150s", dir, base_name(src));
-    train_report_note(r->rep, "staged %s to %s: %ld files, %.1f MB (%ld copied) in %.2f s "
-                      "(mean of %.0f node%s: %.2f s)", src, dir, st.files, st.bytes / 1e6,
+    train_report_note(r->rep, "staged %s to %s: %ld file%s, %.1f MB (%ld copied) in %.2f s "
+                      "(mean of %.0f node%s: %.2f s)", src, dir, st.files, st.files == 1 ? "" : "s", st.bytes / 1e6,
                       st.copied, v[1] > 0 && v[2] == 1 ? v[1] : train_now() - t0, v[2],
                       v[2] == 1 ? "" : "s", v[2] > 0 ? v[1] / v[2] : 0.0);
     return 0;

@@ -31,18 +31,37 @@ else
     echo "note: built without PMIx: PMIx discovery not checked"
 fi
 if have HAVE_PMIX; then
-    # README's `mpirun -n 4 cdl-train`: without binding (--oversubscribe)
-    # every rank may run on every CPU, and each started that many threads.
+    # README's `mpirun -n 4 cdl-train`: without binding (--oversubscribe;
+    # --bind-to none here, as Open MPI binds 2 ranks to a core each) every
+    # rank may run on every CPU, and each started that many threads.
     # Now they share the CPUs: a rank's count is its mask's CPUs divided
     # among the node's ranks (no OMP_NUM_THREADS or --threads given).
     ncpu=$(nproc)
     want=$((ncpu / 2 > 0 ? ncpu / 2 : 1))
     echo "+ mpirun -n 2 cdl-train (no --threads, OMP_NUM_THREADS unset: $want threads each of $ncpu CPUs)"
-    timeout 120 mpirun --allow-run-as-root --oversubscribe -n 2 env -u OMP_NUM_THREADS -u SLURM_CPUS_PER_TASK \
+    timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 env -u OMP_NUM_THREADS -u SLURM_CPUS_PER_TASK \
         "$train" --dataset synthetic --synthetic-size 256 --epochs 1 --max-steps 1 --no-progress \
         >"$tmp/threads.out" 2>&1 || { cat "$tmp/threads.out"; echo "FAILED: mpirun -n 2 cdl-train"; exit 1; }
-    grep -q "cpu backend with $want threads, 2 ranks" "$tmp/threads.out" ||
+    word=threads
+    [ "$want" != 1 ] || word=thread
+    grep -q "cpu backend with $want $word, 2 ranks" "$tmp/threads.out" ||
         { cat "$tmp/threads.out"; echo "FAILED: 2 unbound ranks on $ncpu CPUs did not take $want threads each"; exit 1; }
+    # cdl-eval shares them by the same rule (it took every CPU in each
+    # rank); cdl-predict works in rank 0 alone, with all of them.
+    timeout 120 "$train" --dataset synthetic --synthetic-size 64 --epochs 1 --max-steps 1 --threads 1 \
+        --no-progress -q --ckpt-dir "$tmp/thr" || { echo "FAILED: cdl-train for cdl-eval"; exit 1; }
+    timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 env -u OMP_NUM_THREADS -u SLURM_CPUS_PER_TASK \
+        CDL_LOG=cpu "$ev" "$tmp/thr/last.safetensors" --dataset synthetic --device cpu \
+        >"$tmp/ev.out" 2>&1 || { cat "$tmp/ev.out"; echo "FAILED: mpirun -n 2 cdl-eval"; exit 1; }
+    [ "$(grep -c "^cdl: cpu backend with $want $word\$" "$tmp/ev.out")" = 2 ] ||
+        { cat "$tmp/ev.out"; echo "FAILED: 2 unbound cdl-eval ranks did not take $want $word each"; exit 1; }
+    timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 env -u OMP_NUM_THREADS -u SLURM_CPUS_PER_TASK \
+        CDL_LOG=cpu "$builddir/cli/cdl-predict" "$tmp/thr/last.safetensors" --dataset synthetic \
+        --device cpu >"$tmp/pr.out" 2>"$tmp/pr.err" || { cat "$tmp/pr.err"; echo "FAILED: mpirun -n 2 cdl-predict"; exit 1; }
+    grep -q "started as 2 ranks: rank 0 writes the predictions" "$tmp/pr.err" &&
+        [ "$(grep -c "^cdl: cpu backend with $ncpu thread" "$tmp/pr.err")" = 1 ] &&
+        [ "$(grep -c "^index,label" "$tmp/pr.out")" = 1 ] ||
+        { cat "$tmp/pr.err"; echo "FAILED: cdl-predict under mpirun -n 2 wrote more than once"; exit 1; }
 fi
 if have HAVE_MPI; then
     mpi_run 2 "$check" --backend mpi --expect-backend mpi --big

@@ -53,6 +53,18 @@ grep -qE '^ +9  - +add <- layer1.0.bn2, #3 +16x28x28 +0$' "$TMP/out" || die "--s
 grep -qE '^ +[0-9]+  linear +linear 10 +10 +650$' "$TMP/out" || die "--summary head row"
 [ ! -e "$TMP/sum-ck" ] && [ ! -e "$TMP/sum.jsonl" ] && [ ! -e "$TMP/sum-tb" ] ||
     die "--summary wrote files"
+# --summary refuses what the run refuses, before it prints (it printed the
+# layers of a run that then failed on its options).
+{ echo "a,b,label"; for i in $(seq 40); do echo "$i,$((i * 7 % 13)),$((i % 2))"; done; } >"$TMP/sum.csv"
+for bad in "--augment flip" "--batch-size 64 --drop-last" "--init $TMP/none.safetensors"; do
+    # shellcheck disable=SC2086
+    expect_status 1 "$CDL_TRAIN" --dataset "csv:$TMP/sum.csv" --model mlp --threads 1 $bad
+    cp "$TMP/err" "$TMP/run.err"
+    # shellcheck disable=SC2086
+    expect_status 1 "$CDL_TRAIN" --dataset "csv:$TMP/sum.csv" --model mlp --threads 1 $bad --summary
+    cmp -s "$TMP/err" "$TMP/run.err" || die "--summary $bad: '$(cat "$TMP/err")', not the run's error"
+    [ ! -s "$TMP/out" ] || die "--summary $bad printed before refusing: $(cat "$TMP/out")"
+done
 # Options on a built-in that takes none.
 expect_status 1 "$CDL_TRAIN" --model lenet:stem=cifar --max-steps 1
 expect_err "the built-in lenet takes no options (drop ':stem=cifar')"
@@ -82,6 +94,9 @@ for c in "adamw 0.001" "adam 0.001" "sgd 0.05" "adamw 0.02 --lr 0.02 --optimizer
     cat "$TMP/out" "$TMP/err" | grep -q "^optimizer $opt, lr $lr: " ||
         die "$*: lr $lr not reported: $(cat "$TMP/out" "$TMP/err" | grep "^optimizer")"
 done
+# One of a thing is singular in the run's lines ("with 1 threads" was not).
+cat "$TMP/out" "$TMP/err" | grep -q "cpu backend with 1 thread, 1 rank$" ||
+    die "run header: $(cat "$TMP/out" "$TMP/err" | grep "backend with")"
 # The schedule in steps: warm-up over 2 steps, cosine to 0 by step 6, the
 # step records' lr as PyTorch's LinearLR then CosineAnnealingLR give them
 # (step s trains at the schedule's value at s - 1); --max-steps stops the
@@ -131,6 +146,9 @@ expect_status 0 "$CDL_TRAIN" $small --max-steps 10
 expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/done"
 expect_status 0 "$CDL_TRAIN" $small --ckpt-dir "$TMP/done"
 expect_err "all 5 epochs are done: nothing to train (a larger --epochs with --resume-allow epochs goes on)"
+expect_status 0 "$CDL_TRAIN" $small --epochs 1 --ckpt-dir "$TMP/done1"
+expect_status 0 "$CDL_TRAIN" $small --epochs 1 --ckpt-dir "$TMP/done1"
+expect_err "all 1 epoch is done: nothing to train"
 # Nor does it test the final weights again when --metrics ends the run with
 # their test record (a resubmitted finished job wrote a second one); a start
 # stopped before that record (here: the record removed) does test them.

@@ -25,6 +25,22 @@ for page in man1/cdl-train.1 man1/cdlrun.1 man1/cdl-plot.1 man1/cdl-generate.1 m
     [ -s "$DEST$mandir/$page" ] || die "man page $mandir/$page not installed"
 done
 
+# The guides the installed man pages and templates README name (they said
+# docs/data.md, ..., which make install left out) are installed in docdir.
+docdir=$(var docdir)
+[ -s "$DEST$docdir/README.md" ] || die "README.md not installed into $docdir"
+for doc in "$top_srcdir"/docs/*.md; do
+    [ -s "$DEST$docdir/${doc##*/}" ] || die "${doc#"$top_srcdir"/} is not installed into $docdir (dist_doc_DATA in Makefile.am)"
+done
+named=$(cat "$DEST$mandir"/man[1358]/* "$DEST$(var templatesdir)/README.md" |
+    grep -oE '\b[A-Za-z][A-Za-z-]*\.md\b' | sort -u)
+[ -n "$named" ] || die "no guide named by the man pages: the check is blind"
+for name in $named; do
+    [ -s "$DEST$docdir/$name" ] || die "$name, named by an installed man page or the templates README, is not installed in $docdir"
+done
+grep -q 'docs/[a-z-]*\.md' "$DEST$mandir"/man[1358]/* "$DEST$(var templatesdir)/README.md" &&
+    die "an installed man page or the templates README names docs/X.md, a path of the source tree"
+
 for prog in cdl-train cdlrun cdl-plot cdl-generate; do
     [ -s "$DEST$(var bashcompletiondir)/$prog" ] || die "bash completion for $prog not installed"
 done

@@ -4,6 +4,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -382,6 +383,37 @@ static void test_out_of_fds(void **state)
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+    clear_tmpdir();
+}
+
+/* The advice on a file that cannot be opened fits the reason: a missing
+ * .npz said "No such file or directory: check its permissions". */
+static void test_open_advice_fits_errno(void **state)
+{
+    (void)state;
+    clear_tmpdir();
+    assert_int_equal(data_open_regular(tmp_path("none.npz"), "HINT"), -1);
+    const char *e = cdl_last_error();
+    if (!strstr(e, "the path does not exist") || strstr(e, "permissions") || !strstr(e, "HINT"))
+        fail_msg("missing file: %s", e);
+    write_good_idx("train", 0);
+    char under[4096];
+    snprintf(under, sizeof under, "%s/x", tmp_path("train-labels-idx1-ubyte"));
+    assert_int_equal(data_open_regular(under, "HINT"), -1);
+    e = cdl_last_error();
+    if (!strstr(e, "not a directory: check the path") || strstr(e, "permissions"))
+        fail_msg("a file as a directory: %s", e);
+    char buf[256];
+    e = data_open_advice(EACCES, "HINT", buf, sizeof buf);
+    if (!strstr(e, "permissions") || !strstr(e, "HINT"))
+        fail_msg("EACCES: %s", e);
+    e = data_open_advice(EIO, "HINT", buf, sizeof buf);
+    assert_string_equal(e, "HINT");
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load("imagefolder", tmp_path("nofolder"), 1, &d), -1);
+    e = cdl_last_error();
+    if (!strstr(e, "the path does not exist") || strstr(e, "permissions"))
+        fail_msg("missing image folder: %s", e);
     clear_tmpdir();
 }
 
@@ -1068,6 +1100,7 @@ int main(void)
         cmocka_unit_test(test_idx_raw),
         cmocka_unit_test(test_idx_gzip_preferred),
         cmocka_unit_test(test_idx_missing),
+        cmocka_unit_test(test_open_advice_fits_errno),
         cmocka_unit_test(test_idx_wrong_magic),
         cmocka_unit_test(test_idx_truncated),
         cmocka_unit_test(test_idx_header_claims_too_much),

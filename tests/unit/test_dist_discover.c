@@ -28,6 +28,42 @@ static void expect_error(const char *needle1, const char *needle2)
         fail_msg("error '%s' lacks '%s' / '%s'", e, needle1, needle2 ? needle2 : "");
 }
 
+/* Runs cdl_rank_discover with stderr in a temporary file; returns how many
+ * "ranks from" lines it printed. */
+static int announcements_of_discover(void)
+{
+    FILE *cap = tmpfile();
+    assert_non_null(cap);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0 && dup2(fileno(cap), 2) == 2);
+    cdl_rank_info info;
+    int rc = cdl_rank_discover(&info);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    assert_int_equal(rc, 0);
+    rewind(cap);
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, cap))
+        n += strstr(line, "cdl: rank 0 of 2: ranks from") != NULL;
+    fclose(cap);
+    return n;
+}
+
+/* templates/train.c calls cdl_rank_discover and then cdl_train_run, which
+ * discovers again: rank 0 says where its ranks came from once per process.
+ * Runs first: an earlier test's discovery of rank 0 would have said it. */
+static void test_announce_once(void **state)
+{
+    (void)state;
+    set("RANK", "0");
+    set("WORLD_SIZE", "2");
+    assert_int_equal(announcements_of_discover(), 1);
+    assert_int_equal(announcements_of_discover(), 0);
+}
+
 static void test_single(void **state)
 {
     (void)state;
@@ -303,6 +339,7 @@ static void test_bad_port(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_announce_once, setup),
         cmocka_unit_test_setup(test_single, setup),
         cmocka_unit_test_setup(test_contract_full, setup),
         cmocka_unit_test_setup(test_contract_minimal, setup),

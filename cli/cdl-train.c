@@ -429,6 +429,17 @@ static const char *who(char *buf, size_t len)
     return buf;
 }
 
+/* msg without a leading "rank R: " naming this rank, which who() already
+ * says: libcdl's errors name the rank for programs that do not. */
+static const char *without_own_rank(const char *msg)
+{
+    const char *r = getenv("RANK");
+    size_t n = r ? strlen(r) : 0;
+    if (n && !strncmp(msg, "rank ", 5) && !strncmp(msg + 5, r, n) && !strncmp(msg + 5 + n, ": ", 2))
+        return msg + 7 + n;
+    return msg;
+}
+
 /* More threads than this process may run on (a cgroup or a launcher's
  * binding smaller than --cpus-per-task) only time-slice. Without
  * --threads, libcdl takes the smaller of SLURM_CPUS_PER_TASK and the CPUs
@@ -731,7 +742,7 @@ int main(int argc, char **argv)
         return CDL_EXIT_REQUEUE;
     if (rc != 0) {
         char me[48];
-        fprintf(stderr, "%s: error: %s\n", who(me, sizeof me), cdl_last_error());
+        fprintf(stderr, "%s: error: %s\n", who(me, sizeof me), without_own_rank(cdl_last_error()));
         return 1;
     }
     return 0;

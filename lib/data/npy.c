@@ -443,7 +443,8 @@ int npz_read(const char *path, int train, cdl_dataset *out)
     char pn[512];
     uint8_t *buf;
     size_t len;
-    if (data_read_file(path, MAX_ARRAY_BYTES, "pass the .npz file as --data-dir", &buf, &len))
+    if (data_read_file(path, MAX_ARRAY_BYTES, "give the archive itself: --dataset npz:FILE.npz",
+                       &buf, &len))
         return -1;
     int rc = npz_read_mem(buf, len, data_printable(path, pn, sizeof pn), train, out);
     cdl_free(buf);

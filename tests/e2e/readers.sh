@@ -54,6 +54,11 @@ expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy3"
 expect_err "$TMP/npy3/y_test.npy is there but $TMP/npy3/x_test.npy is not"
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npz:$TMP/ylone.npz"
 expect_err "ylone.npz holds y_test but no x_test"
+# A mistyped archive: its path does not exist, and the hint fits the
+# npz:FILE form the user gave (it said to pass the file as --data-dir).
+expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npz:$TMP/smal.npz"
+expect_err "smal.npz: No such file or directory: the path does not exist"
+expect_err "give the archive itself: --dataset npz:FILE.npz"
 
 # The model takes one sample shape: a test split of another is an error.
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "npy:$TMP/npy2"

@@ -108,7 +108,7 @@ EOF2
         eval '[ "$rc" != 0 ] && [ "$rc" != 124 ] && ! echo "$out" | grep -q "died"'
     check "... rank 1 names the difference, rank 0 points at rank 1" \
         eval 'echo "$out" | grep -q "rank 1: error: rank 1 runs with other settings or data than rank 0 (rank 0.s -> this rank.s): --batch-size 64 -> 32" &&
-              echo "$out" | grep -q "rank 0: error: rank 0: 1 rank (rank 1) runs with other settings"'
+              echo "$out" | grep -q "rank 0: error: 1 rank (rank 1) runs with other settings"'
 else
     echo "SKIP part 5: cli/cdl-train is not built"
 fi

@@ -157,6 +157,10 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc = supervise(&r);
+    int swept = shm_sweep(r.job_id);
+    if (swept && r.verbose)
+        fprintf(stderr, "cdlrun: removed %d shared-memory segment%s the ranks left in /dev/shm\n",
+                swept, swept == 1 ? "" : "s");
     free(r.ranks);
     return rc;
 }

@@ -48,4 +48,9 @@ int launch_ranks(run *r);
  * returns cdlrun's exit code (docs/rank-contract.md). */
 int supervise(run *r);
 
+/* After the ranks have exited: removes the shared-memory segments of job_id
+ * left in /dev/shm (a rank killed before all had opened them); returns how
+ * many. */
+int shm_sweep(const char *job_id);
+
 #endif

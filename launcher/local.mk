@@ -1,6 +1,6 @@
 # launcher: cdlrun, the local multi-rank launcher.
 bin_PROGRAMS += launcher/cdlrun
-launcher_cdlrun_SOURCES = launcher/cdlrun.c launcher/spawn.c launcher/supervise.c \
+launcher_cdlrun_SOURCES = launcher/cdlrun.c launcher/spawn.c launcher/supervise.c launcher/shm_sweep.c \
 	launcher/bind.c launcher/launch.h lib/dist/contract.c lib/dist/contract.h \
 	cli/suggest.c cli/suggest.h
 launcher_cdlrun_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS)

@@ -38,7 +38,7 @@ stalled() {  # stalled NAME N OPS ARGS...: rank 1 stalls at its Nth collective;
     out=$tmp/$name.out
     [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$out"; fail "$name: hung (killed after 120 s)"; }
     [ $rc -ne 0 ] || { cat "$out"; fail "$name: exited 0 though rank 1 stalled"; }
-    grep -q "^\[0\] .*rank 0: step [0-9]* did not finish within 10 s (CDL_TIMEOUT): one of its NCCL collectives (the gradient allreduce$ops) waits for a rank that died or hangs.*larger CDL_TIMEOUT.*resume from the last checkpoint" "$out" ||
+    grep -q "^\[0\] .*rank 0: error: step [0-9]* did not finish within 10 s (CDL_TIMEOUT): one of its NCCL collectives (the gradient allreduce$ops) waits for a rank that died or hangs.*larger CDL_TIMEOUT.*resume from the last checkpoint" "$out" ||
         { cat "$out"; fail "$name: rank 0 does not say which step timed out and what to do"; }
     grep -q "^cdlrun: failed: rank 0 " "$out" ||
         { cat "$out"; fail "$name: cdlrun does not name rank 0 as the one that failed"; }
@@ -52,7 +52,7 @@ stalled() {  # stalled NAME N OPS ARGS...: rank 1 stalls at its Nth collective;
     [ -n "$pid0" ] && [ -n "$job" ] || { cat "$out"; fail "$name: no pid or job id for rank 0"; }
     left=$(ls /dev/shm | grep -e "^cdl-fakenccl-$pid0-" -e "^cdl-$job")
     [ -z "$left" ] || { cat "$out"; fail "$name: left in /dev/shm: $left"; }
-    echo "  $name: exit $rc; $(grep -o 'rank 0: step [0-9]* did not finish within 10 s' "$out")"
+    echo "  $name: exit $rc; $(grep -o 'rank 0: error: step [0-9]* did not finish within 10 s' "$out")"
 }
 stalled shard-clip 14 ", the parameter broadcasts of --shard-optimizer" \
     --shard-optimizer --clip-grad 0.05

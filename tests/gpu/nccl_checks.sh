@@ -68,7 +68,7 @@ for p in $pids; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
 if [ $st = 124 ] || [ $st = 137 ]; then
     say "6 rank 1 stopped: rank 0 times out" "FAIL  hung until killed after 300 s (see $out)"
     rc=1
-elif [ $st = 0 ] || ! grep -q "rank 0: step [0-9]* did not finish within 10 s (CDL_TIMEOUT).*waits for a rank that died or hangs" "$out"; then
+elif [ $st = 0 ] || ! grep -q "rank 0: error: step [0-9]* did not finish within 10 s (CDL_TIMEOUT).*waits for a rank that died or hangs" "$out"; then
     say "6 rank 1 stopped: rank 0 times out" "FAIL  exit $st, no timeout error from rank 0 (see $out)"
     rc=1
 elif [ -n "$left" ]; then

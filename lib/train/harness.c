@@ -16,7 +16,6 @@
 
 #include "lib/core/memlimit.h"
 #include "lib/core/sized.h"
-#include "lib/core/threads.h"
 #include "lib/data/internal.h"
 #include "lib/dist/announce.h"
 #include "lib/dist/dist_gpu.h"
@@ -760,7 +759,7 @@ static cdl_backend *make_backend(run *r)
     cdl_backend_params p;
     cdl_backend_params_init(&p);
     /* Ranks that share their CPUs take a share each (no --threads given). */
-    p.threads = c->threads > 0 ? c->threads : threads_for_rank(r->ri.local_world);
+    p.threads = c->threads > 0 ? c->threads : cdl_rank_threads(&r->ri);
     p.tf32_conv = c->tf32_conv;
     p.tf32_matmul = c->tf32_matmul;
     p.precision = c->precision;

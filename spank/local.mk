@@ -13,7 +13,8 @@ SPANK_CORE_SOURCES = spank/util.c spank/util.h spank/config.c spank/conf.h \
 	spank/torchrun.c spank/torchrun.h \
 	spank/badexit.c spank/badexit.h \
 	spank/spawn.c spank/spawn.h spank/rundir.c spank/rundir.h spank/mps.c spank/mps.h \
-	spank/secret.c spank/secret.h lib/dist/contract.c lib/dist/contract.h
+	spank/secret.c spank/secret.h spank/shmsweep.c spank/shmsweep.h \
+	lib/dist/contract.c lib/dist/contract.h
 if HAVE_HWLOC
 SPANK_CORE_SOURCES += lib/dist/bind.c
 endif

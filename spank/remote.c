@@ -6,7 +6,8 @@
  *   task_init_privileged  root, per task child: MPS daemon up (first task)
  *   task_init             as the user, per task child: environment, binding
  *   task_exit             root, per task: the last one stops the daemon
- *   exit                  root, once: stop leftovers, remove directories
+ *   exit                  root, once: stop leftovers, remove directories and
+ *                         the shared memory killed ranks left (shmsweep.h)
  *
  * Root hooks use only Slurm's items, the validated options and the admin's
  * settings: nothing from the job's environment is executed or used as a
@@ -31,6 +32,7 @@
 #include "spank/badexit.h"
 #include "spank/plugin.h"
 #include "spank/port.h"
+#include "spank/shmsweep.h"
 #include "spank/threads.h"
 #include "spank/torchrun.h"
 
@@ -576,9 +578,35 @@ int spk_remote_task_exit(spank_t sp)
     return 0;
 }
 
+static void say_removed(const char *name, void *arg)
+{
+    const uint32_t *ids = arg;
+    slurm_info("cdl: removed /dev/shm/%s, left by a rank of step %u.%u killed before its node "
+               "had set up", name, ids[0], ids[1]);
+}
+
+/* Every step, not only --cdl-ddp ones: cdl-train under a plain srun names
+ * its segments the same way (lib/dist/discover.c). The tasks of the step on
+ * this node have all ended, so no rank can still open them. On a cluster
+ * /dev/shm is the node's own; nodes emulated on one host share it, and
+ * there the segments of the step's other nodes go too (a step whose ranks
+ * are still setting up on another node has lost this node's ranks). */
+static void sweep_shm(spank_t sp)
+{
+    uint32_t ids[2];
+    uid_t uid;
+    if (!normal_step(sp) || item_u32(sp, S_JOB_ID, &ids[0]) ||
+        item_u32(sp, S_JOB_STEPID, &ids[1]) ||
+        spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS)
+        return;
+    if (spk_shm_sweep("/dev/shm", ids[0], ids[1], uid, say_removed, ids) < 0)
+        slurm_error("cdl: step %u.%u: leftover shared memory: %s", ids[0], ids[1],
+                    spk_last_error());
+}
+
 int spk_remote_exit(spank_t sp)
 {
-    (void)sp;
+    sweep_shm(sp);
     if (spk_g.mps_ready) {
         if (spk_mps_teardown(&spk_g.mps) != 0)
             slurm_error("cdl: --cdl-mps: %s", spk_last_error());

@@ -3,7 +3,9 @@
  * (spk_conf_parse), the option values of --cdl-mps and --cdl-bind, Slurm's
  * --cpu-bind value and node lists (lib/dist/contract.c, compiled into the
  * plugin), and the job environment's values the plugin reads as root:
- * SLURM_CPU_BIND_LIST masks, CUDA_VISIBLE_DEVICES, SLURM_STEP_RESV_PORTS.
+ * SLURM_CPU_BIND_LIST masks, CUDA_VISIBLE_DEVICES, SLURM_STEP_RESV_PORTS;
+ * and the /dev/shm names, which any user chooses, that the plugin matches
+ * as root to remove a step's leftover segments (spank/shmsweep.c).
  *
  * Also the task's command line as the plugin reads it for torchrun
  * (spank/torchrun.c; in the task, as the user).
@@ -18,6 +20,7 @@
 #include "lib/dist/contract.h"
 #include "spank/conf.h"
 #include "spank/options.h"
+#include "spank/shmsweep.h"
 #include "spank/packing.h"
 #include "spank/port.h"
 #include "spank/torchrun.h"
@@ -94,6 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         contract_err e;
         spk_port_choose(text, 811, 3, 40000, 40999, &port, &reserved);
         contract_resv_port(text, &port, &e);
+        spk_shm_name_is_step(text, 811, 3);
         break;
     }
     }

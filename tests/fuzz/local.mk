@@ -28,7 +28,7 @@ tests_fuzz_fuzz_idx_SOURCES = tests/fuzz/fuzz_idx.c $(FUZZ_COMMON) lib/data/idx.
 tests_fuzz_fuzz_cifar_SOURCES = tests/fuzz/fuzz_cifar.c $(FUZZ_COMMON) lib/data/cifar.c lib/data/open.c
 # The plugin's parsers (root side), rank discovery, the store's server.
 tests_fuzz_fuzz_plugstack_SOURCES = tests/fuzz/fuzz_plugstack.c $(FUZZ_COMMON) spank/util.c \
-	spank/config.c spank/options.c spank/packing.c spank/port.c spank/torchrun.c \
+	spank/config.c spank/options.c spank/packing.c spank/port.c spank/torchrun.c spank/shmsweep.c \
 	lib/dist/contract.c
 tests_fuzz_fuzz_discover_SOURCES = tests/fuzz/fuzz_discover.c $(FUZZ_COMMON) \
 	lib/dist/discover.c lib/dist/contract.c

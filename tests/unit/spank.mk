@@ -5,10 +5,17 @@ SPANK_TEST_LDADD = $(CMOCKA_LIBS)
 
 check_PROGRAMS += tests/unit/test_spank_config tests/unit/test_spank_contract \
 	tests/unit/test_spank_spawn tests/unit/test_spank_mps tests/unit/test_spank_rundir \
-	tests/unit/test_spank_threads tests/unit/test_spank_badexit tests/unit/test_spank_torchrun
+	tests/unit/test_spank_threads tests/unit/test_spank_badexit tests/unit/test_spank_torchrun \
+	tests/unit/test_spank_shmsweep
 TESTS += tests/unit/test_spank_config tests/unit/test_spank_contract \
 	tests/unit/test_spank_spawn tests/unit/test_spank_mps tests/unit/test_spank_rundir \
-	tests/unit/test_spank_threads tests/unit/test_spank_badexit tests/unit/test_spank_torchrun
+	tests/unit/test_spank_threads tests/unit/test_spank_badexit tests/unit/test_spank_torchrun \
+	tests/unit/test_spank_shmsweep
+
+tests_unit_test_spank_shmsweep_SOURCES = tests/unit/test_spank_shmsweep.c spank/util.c \
+	spank/shmsweep.c
+tests_unit_test_spank_shmsweep_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_shmsweep_LDADD = $(SPANK_TEST_LDADD)
 
 tests_unit_test_spank_badexit_SOURCES = tests/unit/test_spank_badexit.c spank/badexit.c
 tests_unit_test_spank_badexit_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)

@@ -1,0 +1,123 @@
+/* The plugin's removal of a step's leftover shared memory (spank/shmsweep.c):
+ * exactly the step's segment names, regular files of the job's uid, links
+ * never followed. A private directory stands for /dev/shm. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#include "spank/shmsweep.h"
+
+static void test_names(void **state)
+{
+    (void)state;
+    /* What lib/dist/coll_shm.c creates for CDL_JOB_ID "42.3". */
+    assert_true(spk_shm_name_is_step("cdl-42.3-n0-0123456789abcdef", 42, 3));
+    assert_true(spk_shm_name_is_step("cdl-42.3-n12g3-ffffffffffffffff", 42, 3));
+    /* Another step, another job, a job id that merely starts alike. */
+    assert_false(spk_shm_name_is_step("cdl-42.4-n0-0123456789abcdef", 42, 3));
+    assert_false(spk_shm_name_is_step("cdl-42.3-n0-0123456789abcdef", 4, 3));
+    assert_false(spk_shm_name_is_step("cdl-421.3-n0-0123456789abcdef", 42, 3));
+    assert_false(spk_shm_name_is_step("cdl-42.31-n0-0123456789abcdef", 42, 3));
+    /* Anything but the exact shape. */
+    const char *bad[] = {
+        "cdl-42.3-n0-0123456789abcde",   "cdl-42.3-n0-0123456789abcdef0",
+        "cdl-42.3-n0-0123456789ABCDEF",  "cdl-42.3-n-0123456789abcdef",
+        "cdl-42.3-x0-0123456789abcdef",  "cdl-42.3-n0g-0123456789abcdef",
+        "cdl-42.3-n0-0123456789abcdef.", "cdl-42.3-leaders-0123456789abcdef",
+        "cdl-42.3-",                     "cdl-42.3",
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (spk_shm_name_is_step(bad[i], 42, 3))
+            fail_msg("'%s' taken for a segment of 42.3", bad[i]);
+    assert_false(spk_shm_name_is_step(NULL, 42, 3));
+}
+
+static void touch(const char *dir, const char *name)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    int fd = open(p, O_CREAT | O_WRONLY | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+static int exists(const char *dir, const char *name)
+{
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return lstat(p, &st) == 0;
+}
+
+static void count_said(const char *name, void *arg)
+{
+    (void)name;
+    ++*(int *)arg;
+}
+
+static void test_sweep(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/cdl-test-shmsweep-XXXXXX", outside[600];
+    assert_non_null(mkdtemp(dir));
+    /* A file outside that a planted link names: it must survive. */
+    snprintf(outside, sizeof outside, "%s/victim", dir);
+    touch(dir, "victim");
+    touch(dir, "cdl-42.3-n0-0123456789abcdef");      /* the step's: removed */
+    touch(dir, "cdl-42.3-n1g0-00000000000000aa");    /* the step's: removed */
+    touch(dir, "cdl-42.4-n0-0123456789abcdef");      /* another step's */
+    touch(dir, "cdl-42.3-n0-0123456789abcdef.keep"); /* another name */
+    char link[600], sub[600];
+    snprintf(link, sizeof link, "%s/cdl-42.3-n2-1111111111111111", dir);
+    assert_int_equal(symlink(outside, link), 0);
+    snprintf(sub, sizeof sub, "%s/cdl-42.3-n3-2222222222222222", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+
+    /* Another uid's files stay. */
+    int said = 0;
+    assert_int_equal(spk_shm_sweep(dir, 42, 3, getuid() + 1, count_said, &said), 0);
+    assert_int_equal(said, 0);
+    assert_true(exists(dir, "cdl-42.3-n0-0123456789abcdef"));
+
+    assert_int_equal(spk_shm_sweep(dir, 42, 3, getuid(), count_said, &said), 2);
+    assert_int_equal(said, 2);
+    assert_false(exists(dir, "cdl-42.3-n0-0123456789abcdef"));
+    assert_false(exists(dir, "cdl-42.3-n1g0-00000000000000aa"));
+    assert_true(exists(dir, "cdl-42.4-n0-0123456789abcdef"));
+    assert_true(exists(dir, "cdl-42.3-n0-0123456789abcdef.keep"));
+    assert_true(exists(dir, "cdl-42.3-n2-1111111111111111"));   /* the link itself */
+    assert_true(exists(dir, "victim"));
+    assert_true(exists(dir, "cdl-42.3-n3-2222222222222222"));
+
+    /* A missing directory is nothing to do; a file is an error. */
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/none", dir);
+    assert_int_equal(spk_shm_sweep(missing, 42, 3, getuid(), NULL, NULL), 0);
+    assert_int_equal(spk_shm_sweep(outside, 42, 3, getuid(), NULL, NULL), -1);
+
+    assert_int_equal(unlink(link), 0);
+    assert_int_equal(rmdir(sub), 0);
+    const char *left[] = {"victim", "cdl-42.4-n0-0123456789abcdef",
+                          "cdl-42.3-n0-0123456789abcdef.keep"};
+    for (size_t i = 0; i < 3; i++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", dir, left[i]);
+        assert_int_equal(unlink(p), 0);
+    }
+    assert_int_equal(rmdir(dir), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_sweep),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

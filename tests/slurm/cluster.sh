@@ -40,6 +40,18 @@
 #   CDL_TASK_PLUGIN     slurm.conf's TaskPlugin (default task/none; most sites
 #                       run task/affinity, which binds tasks by itself)
 #   CDL_TASK_PLUGIN_PARAM  its TaskPluginParam (e.g. autobind=threads)
+#   CDL_CGROUP=1        the cgroup plugins most sites run: TaskPlugin=
+#                       task/cgroup,task/affinity, ProctrackType=proctrack/
+#                       cgroup, cgroup.conf with ConstrainCores and
+#                       ConstrainRAMSpace (cgroup v1 or v2, as the host
+#                       mounts it), CR_CPU_Memory (--mem is allocated and
+#                       enforced; DefMemPerCPU gives a node's 4000 MB to its
+#                       CPUs). Each node has the host's CPUs (at most 4): a
+#                       cpuset cannot name CPUs the host lacks.
+#   CDL_FIRST_JOB_ID    the first job id (default: random, 1000-3000900);
+#                       env.sh exports it. Clusters running side by side on
+#                       one host then never share job ids, so nothing named
+#                       by job id (ports, /dev/shm, runtime_dir) meets.
 #   CDL_PREEMPT=1       partition preemption: jobs of partition `high` (both
 #                       nodes, PriorityTier 10) requeue those of `debug` after
 #                       a GraceTime of 60 s (SIGTERM to the tasks first)
@@ -139,6 +151,19 @@ start() {
     # the same ports) then seldom share a window.
     local plo=$((10000 + RANDOM % 100 * 100))
     local prange=${CDL_PORT_RANGE:-$plo-$((plo + 99))}
+    local first_job=${CDL_FIRST_JOB_ID:-$((1000 + RANDOM % 30000 * 100))}
+    local cpus=4 proctrack=proctrack/pgid task=${CDL_TASK_PLUGIN:-task/none} select=CR_CPU
+    if [ "${CDL_CGROUP:-0}" = 1 ]; then
+        cpus=$(nproc)
+        [ "$cpus" -le 4 ] || cpus=4
+        proctrack=proctrack/cgroup
+        task=${CDL_TASK_PLUGIN:-task/cgroup,task/affinity}
+        # Memory is allocated (sbatch --mem), so that the cgroup limits it.
+        select="CR_CPU_Memory
+DefMemPerCPU=$((4000 / cpus))"
+        printf '%s\n' CgroupPlugin=autodetect ConstrainCores=yes ConstrainRAMSpace=yes \
+            AllowedRAMSpace=100 >"$dir/etc/cgroup.conf"
+    fi
 
     # The emulated nodes' names must resolve, as node names do on a real
     # cluster: MASTER_ADDR is task 0's node name (master_addr=hostname).
@@ -173,11 +198,12 @@ SlurmdPidFile=$dir/run/slurmd.%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd.%n.log
 SlurmdDebug=verbose
-ProctrackType=proctrack/pgid
-TaskPlugin=${CDL_TASK_PLUGIN:-task/none}
+ProctrackType=$proctrack
+TaskPlugin=$task
+FirstJobId=$first_job
 $( [ -n "${CDL_TASK_PLUGIN_PARAM:-}" ] && echo "TaskPluginParam=$CDL_TASK_PLUGIN_PARAM" )
 SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
+SelectTypeParameters=$select
 MpiDefault=none
 $( [ "${CDL_RESV_PORTS:-0}" = 1 ] && echo "MpiParams=ports=$pres-$((pres + 99))" )
 AccountingStorageType=accounting_storage/none
@@ -192,8 +218,8 @@ InactiveLimit=0
 SlurmdParameters=config_overrides
 TmpFS=$dir/tmp/%n
 GresTypes=gpu
-NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p1 CPUs=4 RealMemory=4000 Gres=gpu:2
-NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p2 CPUs=4 RealMemory=4000 Gres=gpu:2
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p1 CPUs=$cpus RealMemory=4000 Gres=gpu:2
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p2 CPUs=$cpus RealMemory=4000 Gres=gpu:2
 PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP$( [ "${CDL_PREEMPT:-0}" = 1 ] && echo " PriorityTier=1 GraceTime=60 PreemptMode=REQUEUE" )
 $( [ "${CDL_PREEMPT:-0}" = 1 ] && printf '%s\n' "PartitionName=high Nodes=n1,n2 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF" \
    "PreemptType=preempt/partition_prio" "PreemptMode=REQUEUE" )
@@ -203,6 +229,7 @@ export SLURM_CONF=$dir/etc/slurm.conf
 export CDL_CLUSTER_DIR=$dir
 export CDL_TEST_USER=$user
 export CDL_PORT_LO=${prange%-*} CDL_PORT_HI=${prange#*-}
+export CDL_FIRST_JOB_ID=$first_job
 EOF
     export SLURM_CONF=$dir/etc/slurm.conf
 
@@ -310,6 +337,15 @@ stop() {
               "$dir"/run/harness.slurmctld.pid "$dir"/run/munged.pid
     # A step started while the daemons stopped.
     kill_jobs "$dir"
+    # task/cgroup leaves its per-node groups (cgroup v1: slurm_<node> under
+    # each controller): the machine is left as found. A group still in use
+    # cannot be removed (rmdir fails), so nothing running is touched.
+    if [ -f "$dir/etc/cgroup.conf" ]; then
+        local g
+        for g in /sys/fs/cgroup/*/slurm_n1 /sys/fs/cgroup/*/slurm_n2; do
+            [ -d "$g" ] && find "$g" -depth -type d -exec rmdir {} + 2>/dev/null
+        done
+    fi
     if [ "${CDL_KEEP_CLUSTER:-0}" = 1 ]; then
         echo "cluster.sh: kept $dir" >&2
     else

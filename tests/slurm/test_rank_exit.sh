@@ -5,7 +5,7 @@
 # 30 minutes, cdl-train CDL_TIMEOUT) until the job's time limit.
 #   1. rank 1 exits with 3 on the second node while rank 0 would run for
 #      ever: srun ends at once, the message names rank 1, its node and code
-#      (the cluster's first srun: step 1.0);
+#      (the cluster's first srun: step $CDL_FIRST_JOB_ID.0);
 #      ranks that all exit with 2 (a bad option) keep srun's status 2;
 #   2. a rank killed with SIGKILL stops the step too, without a cdl line;
 #   3. PyTorch: rank 1 fails before init_process_group, rank 0 does not
@@ -48,7 +48,7 @@ check "srun ended instead of waiting for rank 0 (rc $rc, not 124 from timeout)" 
 # log has it for certain, srun's own line names the task and the code.
 log=$CDL_CLUSTER_DIR/log/slurmd.n2.log
 check "n2's slurmstepd says why: rank 1 exited with code 3, stopping the step" \
-    eval 'grep -q "cdl: --cdl-ddp: rank 1 on n2 exited with code 3: stopping step 1.0 (its other ranks" "$log"'
+    eval 'grep -q "cdl: --cdl-ddp: rank 1 on n2 exited with code 3: stopping step $CDL_FIRST_JOB_ID.0 (its other ranks" "$log"'
 check "... once" test "$(grep -c 'cdl: --cdl-ddp:' "$log")" = 1
 check "srun names the task that failed" eval 'echo "$out" | grep -q "n2: task 1: Exited with exit code 3"'
 

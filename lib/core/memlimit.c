@@ -1,8 +1,8 @@
 /* memory_limit (memlimit.h): min(physical memory, the memory limit of
- * this process's cgroup). The cgroup is found through /proc/self/cgroup
- * ("0::PATH" for v2, "N:memory:PATH" for v1); inside a cgroup namespace that
- * path may not exist under the mount, and the mount's root file is the
- * process's own group, so both are tried. */
+ * this process's cgroup and of the groups above it). The cgroup is found
+ * through /proc/self/cgroup ("0::PATH" for v2, "N:memory:PATH" for v1);
+ * inside a cgroup namespace that path may not exist under the mount, and
+ * the mount's root file is the process's own group, so both are tried. */
 #include <ctype.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -44,8 +44,34 @@ static size_t min_size(size_t a, size_t b)
     return a < b ? a : b;
 }
 
+size_t cgroup_limit_under(const char *mount, const char *file, const char *group)
+{
+    /* A group's limit caps every group below it; the process's own group
+     * is often not where the limit is: Slurm's task/cgroup limits job_J
+     * and step_S and runs each task in task_T below them (v1:
+     * /slurm/uid_U/job_J/step_S/task_T; v2: .../job_J/step_S/user/task_T),
+     * whose own file says unlimited. */
+    char path[4200], grp[4096];
+    size_t lim = SIZE_MAX;
+    if (snprintf(grp, sizeof grp, "%s", group) >= (int)sizeof grp)
+        return lim;
+    for (;;) {
+        size_t n = strlen(grp);
+        while (n > 0 && grp[n - 1] == '/')
+            grp[--n] = '\0';
+        if (snprintf(path, sizeof path, "%s%s/%s", mount, grp, file) < (int)sizeof path)
+            lim = min_size(lim, limit_file(path));
+        char *slash = strrchr(grp, '/');
+        if (!slash)
+            break;   /* the mount's root was the last */
+        *slash = '\0';
+    }
+    return lim;
+}
+
 /* The limit of the group named in /proc/self/cgroup's line for version
- * (v2: "0::", v1: the line whose controllers include "memory"). */
+ * (v2: "0::", v1: the line whose controllers include "memory"), and of the
+ * groups above it. */
 static size_t cgroup_limit(void)
 {
     size_t lim = min_size(limit_file("/sys/fs/cgroup/memory.max"),
@@ -53,7 +79,7 @@ static size_t cgroup_limit(void)
     FILE *f = fopen("/proc/self/cgroup", "re");
     if (!f)
         return lim;
-    char line[4096], path[4200];
+    char line[4096];
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
@@ -61,13 +87,11 @@ static size_t cgroup_limit(void)
             continue;
         *c2 = '\0';
         const char *ctrl = c1 + 1, *grp = c2 + 1;
-        if (!*ctrl && strcmp(line, "0") == 0) {
-            snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", grp);
-            lim = min_size(lim, limit_file(path));
-        } else if (strstr(ctrl, "memory")) {
-            snprintf(path, sizeof path, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", grp);
-            lim = min_size(lim, limit_file(path));
-        }
+        if (!*ctrl && strcmp(line, "0") == 0)
+            lim = min_size(lim, cgroup_limit_under("/sys/fs/cgroup", "memory.max", grp));
+        else if (strstr(ctrl, "memory"))
+            lim = min_size(lim, cgroup_limit_under("/sys/fs/cgroup/memory",
+                                                   "memory.limit_in_bytes", grp));
     }
     fclose(f);
     return lim;

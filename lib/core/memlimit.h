@@ -32,4 +32,10 @@ int memory_would_exceed(size_t bytes, size_t committed, size_t *held, size_t *li
  * for none or an unreadable text. Pure, for the unit test. */
 size_t cgroup_limit_parse(const char *text);
 
+/* The lowest limit in `file` (memory.max, memory.limit_in_bytes) of the
+ * cgroup `group` ("/slurm/uid_1000/job_7/step_0/task_0", as in
+ * /proc/self/cgroup) under `mount` and of every group above it up to the
+ * mount's root; SIZE_MAX for none. */
+size_t cgroup_limit_under(const char *mount, const char *file, const char *group);
+
 #endif

@@ -6,7 +6,7 @@ CDL_TEMPLATES = templates/single-gpu.sbatch templates/ddp-multinode.sbatch \
 	templates/mps-pack.sbatch templates/cpu-ddp.sbatch templates/long-requeue.sbatch \
 	templates/lr-sweep.sbatch templates/pytorch-ddp.sbatch templates/pytorch-mps-pack.sbatch \
 	templates/lightning.sbatch templates/pytorch-requeue.sbatch
-CDL_TEMPLATES += templates/lm-gpt.sbatch templates/finetune-resnet.sbatch
+CDL_TEMPLATES += templates/lm-gpt.sbatch templates/finetune-resnet.sbatch templates/chain.sbatch
 dist_templates_DATA = $(CDL_TEMPLATES) templates/train.c templates/README.md
 # The Python scripts the PyTorch templates run (tests/slurm/test_pytorch.sh,
 # test_lightning.sh run them on the test cluster).

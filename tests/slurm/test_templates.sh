@@ -7,7 +7,7 @@
 set -u
 . "${top_srcdir:-.}/tests/slurm/lib.sh"
 TEMPLATES="single-gpu ddp-multinode mps-pack cpu-ddp long-requeue lr-sweep
-           pytorch-ddp pytorch-mps-pack lightning pytorch-requeue lm-gpt finetune-resnet"
+           pytorch-ddp pytorch-mps-pack lightning pytorch-requeue lm-gpt finetune-resnet chain"
 
 for t in $TEMPLATES; do
     check "bash -n templates/$t.sbatch" bash -n "$top_srcdir/templates/$t.sbatch"

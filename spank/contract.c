@@ -64,8 +64,11 @@ int spk_contract_step(const struct spk_conf *conf, const struct spk_step *step,
     } else {
         strcpy(out->master_addr, name);
     }
-    return spk_port_choose(step->resv_ports, step->jobid, step->stepid, conf->port_lo,
-                           conf->port_hi, &out->master_port, &out->port_reserved);
+    uint32_t key_job, key_step;
+    spk_port_key(step->jobid, step->stepid, step->array_job, step->array_task, &key_job,
+                 &key_step);
+    return spk_port_choose(step->resv_ports, key_job, key_step, conf->port_lo, conf->port_hi,
+                           &out->master_port, &out->port_reserved);
 }
 
 void spk_env_init(struct spk_env *env)

@@ -12,6 +12,7 @@
 /* The step as slurmstepd sees it on this node. */
 struct spk_step {
     uint32_t jobid, stepid;
+    uint32_t array_job, array_task; /* S_JOB_ARRAY_ID, S_JOB_ARRAY_TASK_ID; 0, 0: no array */
     uint32_t nnodes, nodeid;        /* nodes of the step, this node's index */
     uint32_t ntasks, local_tasks;   /* tasks of the step, tasks on this node */
     uint32_t cpus_per_task;         /* 1 under --overcommit */

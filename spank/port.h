@@ -16,4 +16,22 @@
 int spk_port_choose(const char *resv_ports, uint32_t jobid, uint32_t stepid, int lo, int hi,
                     int *port, int *reserved);
 
+/* How many tasks of one job array get ports side by side (see below). */
+#define SPK_PORT_ARRAY_TASKS 64u
+
+/* The (jobid, stepid) spk_port_choose hashes for a step. A job array's
+ * tasks have job ids of their own, which hash to independent places, so two
+ * tasks of a sweep on one node met on a port with a chance of 1 in the
+ * range per pair (one task failing at rendezvous). For an array task
+ * (array_job != 0 and a task id, from S_JOB_ARRAY_ID/S_JOB_ARRAY_TASK_ID) the
+ * key is (array_job, array_task + stepid * SPK_PORT_ARRAY_TASKS): one place
+ * per array, its tasks' steps of one number side by side. The tasks of a
+ * sweep run the same script, so their steps of one number run at the same
+ * time: up to the range's size (or SPK_PORT_ARRAY_TASKS) such tasks never
+ * meet; steps of other numbers never meet while tasks <
+ * SPK_PORT_ARRAY_TASKS and steps < range / SPK_PORT_ARRAY_TASKS. Other
+ * jobs keep (jobid, stepid). */
+void spk_port_key(uint32_t jobid, uint32_t stepid, uint32_t array_job, uint32_t array_task,
+                  uint32_t *key_job, uint32_t *key_step);
+
 #endif

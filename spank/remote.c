@@ -174,6 +174,10 @@ int spk_remote_post_opt(spank_t sp)
         defer("--cdl-ddp");
         return 0;
     }
+    /* Not an array (or a Slurm without the items): 0, 0. */
+    if (item_u32(sp, S_JOB_ARRAY_ID, &s->array_job) != 0 ||
+        item_u32(sp, S_JOB_ARRAY_TASK_ID, &s->array_task) != 0)
+        s->array_job = s->array_task = 0;
     if (item_u32(sp, S_STEP_CPUS_PER_TASK, &s->cpus_per_task) != 0)
         s->cpus_per_task = 1;
     if (o->ddp && het_step(sp, s->ntasks))

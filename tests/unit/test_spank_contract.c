@@ -299,6 +299,62 @@ static void test_port_deterministic(void **state)
     assert_int_equal(spk_port_choose(NULL, 5, 5, 40001, 40000, &p, &r), -1);
 }
 
+/* The tasks of a job array (a sweep: --array=0-3, often several on one
+ * node) have job ids of their own: hashed apart, two of them met on one
+ * MASTER_PORT with a chance of 1 in the range per pair. Every step of every
+ * task of one array now gets a port of its own (up to 64 tasks and range /
+ * 64 steps), and 4 tasks' steps 0 fit a range of 4 ports; other jobs keep
+ * their ports. */
+static void test_port_array_tasks(void **state)
+{
+    (void)state;
+    struct spk_conf c;
+    struct spk_step s = step_2x2();
+    struct spk_step_contract sc;
+    const char *range[] = {"port_range=10000-10639"};
+    assert_int_equal(spk_conf_parse(&c, 1, (char **)range), 0);
+    static unsigned char used[640];
+    for (uint32_t task = 0; task < SPK_PORT_ARRAY_TASKS; task++)
+        for (uint32_t step = 0; step < 640 / SPK_PORT_ARRAY_TASKS; step++) {
+            /* Array 5000's tasks have job ids of their own (any ids do). */
+            s.jobid = 5000 + task * 7;
+            s.stepid = step;
+            s.array_job = 5000;
+            s.array_task = task;
+            assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
+            assert_in_range(sc.master_port, 10000, 10639);
+            if (used[sc.master_port - 10000])
+                fail_msg("array task %u step %u: port %d already taken", task, step,
+                         sc.master_port);
+            used[sc.master_port - 10000] = 1;
+        }
+    const char *four[] = {"port_range=10000-10003"};
+    assert_int_equal(spk_conf_parse(&c, 1, (char **)four), 0);
+    unsigned seen = 0;
+    for (uint32_t task = 0; task < 4; task++) {
+        s.jobid = 7001 + task;
+        s.stepid = 0;
+        s.array_job = 7001;
+        s.array_task = task;
+        assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
+        seen |= 1u << (sc.master_port - 10000);
+    }
+    assert_int_equal(seen, 0xf);
+    /* A job outside an array (Slurm's 0 and NO_VAL) hashes its own id as
+     * before: the same port with and without the items. */
+    int p, r;
+    s.jobid = 777;
+    s.stepid = 2;
+    s.array_job = 0;
+    s.array_task = 0xfffffffe;
+    assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
+    assert_int_equal(spk_port_choose(NULL, 777, 2, 10000, 10003, &p, &r), 0);
+    assert_int_equal(sc.master_port, p);
+    s.array_task = 0;
+    assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
+    assert_int_equal(sc.master_port, p);
+}
+
 static void test_gpus_parse(void **state)
 {
     (void)state;
@@ -390,6 +446,7 @@ int main(void)
         cmocka_unit_test(test_env_limits),
         cmocka_unit_test(test_port_reserved),
         cmocka_unit_test(test_port_deterministic),
+        cmocka_unit_test(test_port_array_tasks),
         cmocka_unit_test(test_gpus_parse),
         cmocka_unit_test(test_pack_plan),
         cmocka_unit_test(test_task_gpu_index),

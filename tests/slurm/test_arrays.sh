@@ -11,12 +11,15 @@
 #     signalled as at its limit (scancel --batch --signal=USR1), checkpoints
 #     and ends COMPLETED; B resumes from A's step and finishes the training;
 #     C finds nothing to train. A job of the chain stopped with scancel
-#     --signal=TERM ends with 75 and the next waits (DependencyNeverSatisfied).
+#     --signal=TERM ends with 75 and the next waits (DependencyNeverSatisfied);
+#     one preempted with a GraceTime checkpoints, ends COMPLETED, and the
+#     next resumes.
 set -u
 . "${top_srcdir:-.}/tests/slurm/lib.sh"
 require_cluster_tools
 lo=$((20000 + RANDOM % 1000 * 4))
-CDL_PORT_RANGE=$lo-$((lo + 3)) start_cluster
+# CDL_PREEMPT: partition `high` preempts `debug` with a GraceTime (cluster.sh).
+CDL_PREEMPT=1 CDL_PORT_RANGE=$lo-$((lo + 3)) start_cluster
 
 echo "== 1. four array tasks on one node"
 user_script port.sh <<'EOF'
@@ -59,12 +62,14 @@ for name, n in (("train", 6400), ("t10k", 640)):
 EOF
 chmod -R a+rX "$WORK/data"
 install -m 0644 "$top_srcdir/templates/chain.sbatch" "$WORK/chain.sbatch"
-EXPORTS="ALL,CDL_TRAIN=$CDL_TRAIN_BIN,DATA_DIR=$WORK/data,EPOCHS=2,RUN_DIR=runs/chain"
+# 40 epochs of 50 steps: the signals below come after the first epoch's
+# record, 39 epochs before the end.
+EXPORTS="ALL,CDL_TRAIN=$CDL_TRAIN_BIN,DATA_DIR=$WORK/data,EPOCHS=40,RUN_DIR=runs/chain"
 a=$(submit --export="$EXPORTS" --job-name=chain1 -c1 -o chain-%j.out ./chain.sbatch)
 b=$(submit --export="$EXPORTS" --job-name=chain1 -c1 -o chain-%j.out --dependency=afterok:"$a" ./chain.sbatch)
 c=$(submit --export="$EXPORTS" --job-name=chain1 -c1 -o chain-%j.out --dependency=singleton ./chain.sbatch)
-# A's first epoch is recorded: A is in its second epoch, 50 steps from its
-# end. Then A's limit comes (the signal --signal=B:USR1@300 would send).
+# A's first epoch is recorded: A is in its second epoch. Then A's limit
+# comes (the signal --signal=B:USR1@300 would send).
 epoch1() { grep -q '"type":"epoch"' "$WORK/runs/chain/metrics.jsonl"; }
 check "A trained its first epoch" wait_until "$JOB_TIMEOUT" epoch1 || tail -n 5 "$WORK/chain-$a.out"
 as_user scancel --batch --signal=USR1 "$a"
@@ -72,7 +77,7 @@ JOB_TIMEOUT=180
 state=$(wait_job "$a")
 check "A checkpointed and ended COMPLETED ($state)" \
     eval 'echo "$state" | grep -q "JobState=COMPLETED ExitCode=0:0" &&
-          grep -q "checkpointed at the time limit" "$WORK/chain-$a.out"' || tail -n 5 "$WORK/chain-$a.out"
+          grep -q "checkpointed (time limit or preemption)" "$WORK/chain-$a.out"' || tail -n 5 "$WORK/chain-$a.out"
 state=$(wait_job "$b")
 check "B (afterok:A) resumed A's run and finished it ($state)" \
     eval 'echo "$state" | grep -q "JobState=COMPLETED ExitCode=0:0" &&
@@ -82,8 +87,8 @@ state=$(wait_job "$c")
 check "C (singleton) found nothing to train ($state)" \
     eval 'echo "$state" | grep -q "JobState=COMPLETED ExitCode=0:0" &&
           grep -q "nothing to train" "$WORK/chain-$c.out"' || tail -n 8 "$WORK/chain-$c.out"
-check "two epoch records, one per epoch" \
-    test "$(grep -c '"type":"epoch"' "$WORK/runs/chain/metrics.jsonl")" = 2
+check "40 epoch records, one per epoch" \
+    test "$(grep -c '"type":"epoch"' "$WORK/runs/chain/metrics.jsonl")" = 40
 
 # Stopped by hand with its checkpoint: the chain stops.
 EXPORTS="${EXPORTS%,RUN_DIR=*},RUN_DIR=runs/chain2"
@@ -99,5 +104,23 @@ check "scancel --signal=TERM: A ended with 75 ($state)" \
 never() { squeue -h -j "$b" -o %r 2>/dev/null | grep -q DependencyNeverSatisfied; }
 check "B waits with DependencyNeverSatisfied" wait_until 30 never
 scancel "$b"
+
+# Preempted (a `high` job needs both nodes whole): the tasks alone get
+# SIGTERM, as with scancel --signal=TERM, but the chain goes on.
+EXPORTS="${EXPORTS%,RUN_DIR=*},RUN_DIR=runs/chain3"
+a=$(submit --export="$EXPORTS" --job-name=chain3 -c1 -o chain-%j.out ./chain.sbatch)
+b=$(submit --export="$EXPORTS" --job-name=chain3 -c1 -o chain-%j.out --dependency=afterok:"$a" ./chain.sbatch)
+epoch3() { grep -q '"type":"epoch"' "$WORK/runs/chain3/metrics.jsonl"; }
+wait_until 60 epoch3
+high=$(submit -p high -N2 --exclusive -o /dev/null --wrap true)
+state=$(wait_job "$a")
+check "preempted: A checkpointed and ended COMPLETED ($state)" \
+    eval 'echo "$state" | grep -q "JobState=COMPLETED ExitCode=0:0" &&
+          grep -q "checkpointed (time limit or preemption)" "$WORK/chain-$a.out"' || tail -n 5 "$WORK/chain-$a.out"
+state=$(wait_job "$b")
+check "... and B resumed and finished after the preempting job ($state)" \
+    eval 'echo "$state" | grep -q "JobState=COMPLETED ExitCode=0:0" && grep -q "training is done" "$WORK/chain-$b.out"' ||
+    tail -n 8 "$WORK/chain-$b.out"
+wait_job "$high" >/dev/null
 
 finish

@@ -105,6 +105,17 @@ never() { squeue -h -j "$b" -o %r 2>/dev/null | grep -q DependencyNeverSatisfied
 check "B waits with DependencyNeverSatisfied" wait_until 30 never
 scancel "$b"
 
+# One task of a sweep continued in a new submission, as lr-sweep.sbatch's
+# header says: the sweep's directory given, the task resumes.
+SWEEP="ALL,CDL_TRAIN=$CDL_TRAIN_BIN,CDL_PLOT=/bin/true,DATA_DIR=$WORK/data,EPOCHS=2,RUN_DIR=runs/sweep"
+id=$(submit --array=1 -c1 -o sweep1.out --export="$SWEEP,MAX_STEPS=10" ./lr-sweep.sbatch)
+wait_job "$id" >/dev/null
+id=$(submit --array=1 -c1 -o sweep1b.out --export="$SWEEP,MAX_STEPS=20" ./lr-sweep.sbatch)
+state=$(wait_job "$id")
+check "lr-sweep.sbatch: task 1 submitted again with the sweep's RUN_DIR resumes at step 10 ($state)" \
+    eval 'echo "$state" | grep -q "JobState=COMPLETED ExitCode=0:0" &&
+          grep -q "resuming from .*, step 10" "$WORK/sweep1b.out"' || tail -n 5 "$WORK/sweep1b.out"
+
 # Preempted (a `high` job needs both nodes whole): the tasks alone get
 # SIGTERM, as with scancel --signal=TERM, but the chain goes on.
 EXPORTS="${EXPORTS%,RUN_DIR=*},RUN_DIR=runs/chain3"

@@ -147,8 +147,8 @@ start() {
     pres=$((30000 + RANDOM % 20000))   # MpiParams=ports= range for --resv-ports
     # The plugin's MASTER_PORT range: a window of 100 at a random place in
     # 10000-19999, away from the ports above. Clusters started at the same
-    # time on one host (job ids start at 1 in each, so their steps hash to
-    # the same ports) then seldom share a window.
+    # time on one host then seldom share a window (their job ids differ
+    # too: FirstJobId below).
     local plo=$((10000 + RANDOM % 100 * 100))
     local prange=${CDL_PORT_RANGE:-$plo-$((plo + 99))}
     local first_job=${CDL_FIRST_JOB_ID:-$((1000 + RANDOM % 30000 * 100))}

@@ -1,13 +1,15 @@
 /* slurmd's job epilog (root, once per node at the end of a job): removes
  * what a cancelled or crashed step left in runtime_dir, i.e. the step
  * directories of this job whose slurmstepd did not get to its exit hook,
- * stopping a daemon still running in them (as the job user).
+ * stopping a daemon still running in them (as the job user), and the
+ * job's leftover shared memory in /dev/shm (shmsweep.h).
  *
  * Only Slurm's items (job id, uid) and the admin's runtime_dir are used; the
  * job's environment is not consulted (CVE-2017-15566, CVE-2021-31215). */
 #include <string.h>
 
 #include "spank/plugin.h"
+#include "spank/shmsweep.h"
 
 struct sweep {
     struct spk_cred cred;
@@ -41,6 +43,12 @@ static int sweep_one(const char *key, uid_t owner, gid_t group, void *arg)
     return 0;
 }
 
+static void say_removed(const char *name, void *arg)
+{
+    slurm_info("cdl: epilog: removed /dev/shm/%s, left by a rank of job %u killed before its "
+               "node had set up", name, *(const uint32_t *)arg);
+}
+
 int spk_epilog(spank_t sp)
 {
     struct sweep s;
@@ -54,5 +62,10 @@ int spk_epilog(spank_t sp)
     s.cred.ngroups = 0;
     if (spk_rundir_each_of_job(spk_g.conf.runtime_dir, jobid, sweep_one, &s) < 0)
         slurm_error("cdl: epilog: %s", spk_last_error());
+    /* Shared memory of steps whose slurmstepd did not reach its exit hook
+     * (shmsweep.h): no step of the job runs on the node any more. */
+    if (s.have_uid &&
+        spk_shm_sweep("/dev/shm", jobid, SPK_SHM_ANY_STEP, s.cred.uid, say_removed, &jobid) < 0)
+        slurm_error("cdl: epilog: leftover shared memory: %s", spk_last_error());
     return 0;
 }

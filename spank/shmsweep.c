@@ -22,11 +22,14 @@ static const char *digits(const char *p)
 int spk_shm_name_is_step(const char *name, uint32_t jobid, uint32_t stepid)
 {
     char prefix[32];
-    int n = snprintf(prefix, sizeof prefix, "cdl-%u.%u-", jobid, stepid);
+    int n = stepid == SPK_SHM_ANY_STEP ? snprintf(prefix, sizeof prefix, "cdl-%u.", jobid)
+                                       : snprintf(prefix, sizeof prefix, "cdl-%u.%u-", jobid, stepid);
     if (!name || strncmp(name, prefix, (size_t)n) != 0)
         return 0;
-    /* The tag: n<i> or n<i>g<j> (lib/dist/dist.c). */
     const char *p = name + n;
+    if (stepid == SPK_SHM_ANY_STEP && (!(p = digits(p)) || *p++ != '-'))
+        return 0;
+    /* The tag: n<i> or n<i>g<j> (lib/dist/dist.c). */
     if (*p++ != 'n' || !(p = digits(p)))
         return 0;
     if (*p == 'g' && !(p = digits(p + 1)))

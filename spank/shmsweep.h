@@ -23,10 +23,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* 1 when name (a directory entry, no slash) is a segment of step jobid.stepid. */
+/* stepid for every step of the job: the job epilog's sweep, which catches
+ * the steps whose slurmstepd did not reach its exit hook (killed, crashed). */
+#define SPK_SHM_ANY_STEP UINT32_MAX
+
+/* 1 when name (a directory entry, no slash) is a segment of step jobid.stepid
+ * (of any step of the job with SPK_SHM_ANY_STEP). */
 int spk_shm_name_is_step(const char *name, uint32_t jobid, uint32_t stepid);
 
-/* Removes dir's segments of step jobid.stepid owned by uid. Returns the
+/* Removes dir's segments of step jobid.stepid (or SPK_SHM_ANY_STEP) owned by uid. Returns the
  * number removed, or -1 (spk_last_error) when dir cannot be read or an
  * entry could not be removed (the others are still removed); a missing dir
  * is 0. say(name, arg) is called for every removed entry (may be NULL). */

@@ -4,7 +4,8 @@
 # rank of the node opened it, so rank 0 killed right after creating it left
 # the file, and its memory, in /dev/shm until the node rebooted. The plugin
 # removes the step's own segments when the step ends on the node (slurmstepd,
-# as root), and slurmd's log says so; a segment named for another step stays.
+# as root), and slurmd's log says so; a segment named for another step stays
+# until the job's epilog, which removes what is left of the job's.
 #
 # The kill is placed by a test double (tests/e2e/signal-on-open.c): rank 0
 # raises SIGKILL as its shm_open of the step's segment returns.
@@ -29,11 +30,17 @@ step=\$SLURM_JOB_ID.\$SLURM_STEP_ID
 exec "$CDL_TRAIN_BIN" --model mlp --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist \\
     --device cpu --epochs 1 --max-steps 1 --threads 1 --workers 0 --resume never -q
 EOF
-# The job user's file named like the job's next step: not this step's.
+# The job user's file named like the job's next step: not this step's, so
+# it is still there after the step; the job's epilog removes it (as it does
+# what a step whose slurmstepd died before its exit hook left).
 user_script job.sh <<'EOF'
 #!/bin/sh
-: >"/dev/shm/cdl-$SLURM_JOB_ID.1-n0-00000000000000aa"
+f=/dev/shm/cdl-$SLURM_JOB_ID.1-n0-00000000000000aa
+: >"$f"
 srun -n2 --cdl-ddp ./kill0.sh
+rc=$?
+[ -f "$f" ] && echo kept >next.kept
+exit $rc
 EOF
 
 no_segment() { ! ls /dev/shm | grep -q "^cdl-$1-"; }
@@ -51,7 +58,11 @@ check "no segment of step $step is left in /dev/shm" wait_until 30 no_segment "$
 check "n1's slurmd log names what was removed" \
     grep -q "cdl: removed /dev/shm/cdl-$step-n0-[0-9a-f]\{16\}, left by a rank of step $step killed" \
     "$CDL_CLUSTER_DIR/log/slurmd.n1.log"
-check "the job user's file of another step's name stays" test -f "/dev/shm/cdl-$job.1-n0-00000000000000aa"
+check "the job user's file of another step's name stayed after the step" test -f "$WORK/next.kept"
+check "the job's epilog removed it" wait_until 30 no_segment "$job.1"
+check "... and slurmd's log says so" \
+    grep -q "cdl: epilog: removed /dev/shm/cdl-$job.1-n0-00000000000000aa, left by a rank of job $job" \
+    "$CDL_CLUSTER_DIR/log/slurmd.n1.log"
 [ -n "$job" ] && rm -f "/dev/shm/cdl-$job.1-n0-00000000000000aa" "/dev/shm/cdl-$step-"*
 
 finish

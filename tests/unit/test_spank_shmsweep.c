@@ -36,6 +36,13 @@ static void test_names(void **state)
         if (spk_shm_name_is_step(bad[i], 42, 3))
             fail_msg("'%s' taken for a segment of 42.3", bad[i]);
     assert_false(spk_shm_name_is_step(NULL, 42, 3));
+    /* Any step of the job (the job epilog's sweep). */
+    assert_true(spk_shm_name_is_step("cdl-42.3-n0-0123456789abcdef", 42, SPK_SHM_ANY_STEP));
+    assert_true(spk_shm_name_is_step("cdl-42.17-n1g2-0123456789abcdef", 42, SPK_SHM_ANY_STEP));
+    assert_false(spk_shm_name_is_step("cdl-421.3-n0-0123456789abcdef", 42, SPK_SHM_ANY_STEP));
+    assert_false(spk_shm_name_is_step("cdl-42.-n0-0123456789abcdef", 42, SPK_SHM_ANY_STEP));
+    assert_false(spk_shm_name_is_step("cdl-42.x-n0-0123456789abcdef", 42, SPK_SHM_ANY_STEP));
+    assert_false(spk_shm_name_is_step("cdl-42.3n0-0123456789abcdef", 42, SPK_SHM_ANY_STEP));
 }
 
 static void touch(const char *dir, const char *name)

@@ -98,6 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         spk_port_choose(text, 811, 3, 40000, 40999, &port, &reserved);
         contract_resv_port(text, &port, &e);
         spk_shm_name_is_step(text, 811, 3);
+        spk_shm_name_is_step(text, 811, SPK_SHM_ANY_STEP);
         break;
     }
     }

@@ -43,8 +43,8 @@
 #   CDL_CGROUP=1        the cgroup plugins most sites run: TaskPlugin=
 #                       task/cgroup,task/affinity, ProctrackType=proctrack/
 #                       cgroup, cgroup.conf with ConstrainCores and
-#                       ConstrainRAMSpace (cgroup v1 or v2, as the host
-#                       mounts it), CR_CPU_Memory (--mem is allocated and
+#                       ConstrainRAMSpace (tried on cgroup v1 only: Slurm
+#                       22.05's cgroup/v2 wants systemd), CR_CPU_Memory (--mem is allocated and
 #                       enforced; DefMemPerCPU gives a node's 4000 MB to its
 #                       CPUs). Each node has the host's CPUs (at most 4): a
 #                       cpuset cannot name CPUs the host lacks.

@@ -33,9 +33,10 @@ user_script show.sh <<'EOF'
 #!/bin/sh
 g=$(sed -n 's/^[0-9]*:cpuset://p' /proc/self/cgroup)
 set=$(cat "/sys/fs/cgroup/cpuset$g/cpuset.cpus")
-echo "task=$SLURM_PROCID allowed=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status) cpuset=$set"
-[ "${1:-}" = hold ] && { echo started >held; exec sleep 300; }
-exit 0
+line="task=$SLURM_PROCID allowed=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status) cpuset=$set"
+# The holding job's line goes to a file of its own (srun's output may come later).
+[ "${1:-}" = hold ] && { echo "$line" >held.tmp && mv held.tmp held; exec sleep 300; }
+echo "$line"
 EOF
 # CPU lists ("0-2,5") as words.
 expand() {
@@ -53,9 +54,9 @@ field() { echo "$1" | sed -n "s/.*$2=\([^ ]*\).*/\1/p" | head -n 1; }
 
 echo "== 1. --cdl-bind=cores on a node shared with another job"
 rm -f "$WORK/held"
-hold=$(submit -w n1 -n1 -c1 -o hold.out --wrap 'srun ./show.sh hold')
+hold=$(submit -w n1 -n1 -c1 -o /dev/null --wrap 'srun ./show.sh hold')
 check "the other job runs on n1" wait_until 30 test -f "$WORK/held"
-other=$(field "$(cat "$WORK/hold.out")" allowed)
+other=$(field "$(cat "$WORK/held")" allowed)
 out=$(as_user srun -N1 -w n1 -n1 -c1 --cdl-ddp --cdl-bind=cores,verbose ./show.sh 2>&1)
 echo "$out"
 line=$(echo "$out" | grep '^task=0')

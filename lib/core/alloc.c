@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,10 +35,14 @@ void *cdl_malloc(size_t bytes)
      * with a message before training starts. */
     if (rounded >= bytes &&
         memory_would_exceed(rounded, atomic_load(&committed), &held, &limit)) {
+        int ranks = memory_share_ranks();
+        char share[80] = "";
+        if (ranks > 1)
+            snprintf(share, sizeof share, ", shared by the %d ranks on this node", ranks);
         cdl_error("out of memory allocating %.1f MB: this process holds %.1f MB of the %.1f MB "
-                  "it may use (the node's memory or the job's memory limit): reduce "
+                  "it may use (the node's memory or the job's memory limit%s): reduce "
                   "--batch-size or the model size, or ask for more memory (sbatch --mem)",
-                  bytes / 1e6, held / 1e6, limit / 1e6);
+                  bytes / 1e6, held / 1e6, limit / 1e6, share);
         return NULL;
     }
     if (rounded < bytes || posix_memalign(&p, 64, rounded ? rounded : 64) != 0) {

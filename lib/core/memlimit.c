@@ -135,6 +135,18 @@ static size_t resident_bytes(void)
     return (size_t)total * 1024;
 }
 
+static atomic_int share_ranks = 1;
+
+void memory_share_among(int ranks)
+{
+    atomic_store_explicit(&share_ranks, ranks > 1 ? ranks : 1, memory_order_relaxed);
+}
+
+int memory_share_ranks(void)
+{
+    return atomic_load_explicit(&share_ranks, memory_order_relaxed);
+}
+
 int memory_would_exceed(size_t bytes, size_t committed, size_t *held, size_t *limit)
 {
     if (bytes < MEMORY_CHECK_MIN)
@@ -142,6 +154,7 @@ int memory_would_exceed(size_t bytes, size_t committed, size_t *held, size_t *li
     size_t lim = memory_limit_cached();
     if (lim == SIZE_MAX)
         return 0;
+    lim /= (size_t)memory_share_ranks();
     size_t res = resident_bytes();
     if (res < committed)
         res = committed;

@@ -19,13 +19,22 @@ size_t memory_limit_cached(void);
  * limit: 1 (and *held, *limit: the bytes it holds now and may hold), else
  * 0. What it holds is the larger of its resident anonymous and shared
  * memory (what the kernel cannot reclaim) and `committed`, the large
- * blocks it allocated, touched or not yet. Only blocks of
+ * blocks it allocated, touched or not yet; the limit is this process's share
+ * (memory_share_among). Only blocks of
  * MEMORY_CHECK_MIN bytes or more are checked (small ones cannot be what
  * breaks a limit, and reading /proc for each would cost). The answer errs
  * towards 0: memory other processes of the job hold in the same cgroup is
  * not seen. */
 enum { MEMORY_CHECK_MIN = 1 << 20 };
 int memory_would_exceed(size_t bytes, size_t committed, size_t *held, size_t *limit);
+
+/* The ranks of a node share its memory and a Slurm step's limit (one
+ * cgroup): with memory_share_among(N), memory_would_exceed allows this
+ * process 1/N of the limit (each rank alone fitting, N ranks were killed
+ * together by the OOM killer, without a message). 1 (the default): all of
+ * it. memory_share_ranks() says the N in force. */
+void memory_share_among(int ranks);
+int memory_share_ranks(void);
 
 /* The cgroup limit in the text of a memory.max (v2: bytes or "max") or
  * memory.limit_in_bytes (v1: bytes, ~2^63 when unlimited) file: SIZE_MAX

@@ -207,6 +207,8 @@ static int load_data(run *r)
     size_t lim = memory_limit();
     if (r->ri.local_world > 1 && lim != SIZE_MAX)
         o.memory_limit = lim / (size_t)r->ri.local_world;
+    /* The same share for every large block the run allocates (cdl_malloc). */
+    memory_share_among(r->ri.local_world);
     o.image_size = c->image_size;
     o.channels = c->image_channels;
     o.threads = c->threads;

@@ -10,7 +10,9 @@
 #     job's and the step's groups and runs the task in task_<id> below them,
 #     whose own file says unlimited: cdl-train read only that one, saw no
 #     limit, and a run too large for --mem was OOM-killed with no message of
-#     cdl's. It now fails with its out-of-memory message naming the limit.
+#     cdl's. It now fails with its out-of-memory message naming the limit;
+#     two ranks of a step each get half of it (each checked against the
+#     whole, both passed and were OOM-killed together).
 # Skipped where the host gives no writable cgroup hierarchy (a container
 # without cgroup delegation).
 set -u
@@ -84,6 +86,18 @@ if [ -n "$CDL_TRAIN_BIN" ] && runuser -u "$CDL_TEST_USER" -- test -x "$CDL_TRAIN
     echo "$out" | tail -n 3
     check "cdl-train stops with its message naming the ~120 MB limit, not an OOM kill (rc $rc)" \
         eval '[ "$rc" = 1 ] && echo "$out" | grep -q "out of memory allocating .* of the 1[12][0-9].[0-9] MB it may use" &&
+              ! echo "$out" | grep -qi "oom"'
+    # Two ranks in one step's limit: each checked against the whole limit,
+    # both passed and the OOM killer ended the step. Each now has its share.
+    # (Each rank holds about 120 MB before its data blocks, outside cdl's
+    # checks: below about 250 MB for two, the kernel still ends the step.)
+    out=$(as_user_env OPENBLAS_NUM_THREADS=1 -- srun -N1 -w n1 -n2 -c1 --mem=300 --cdl-ddp \
+        "$CDL_TRAIN_BIN" --model lenet --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist \
+        --device cpu --epochs 1 --max-steps 1 --threads 1 --workers 0 --resume never 2>&1); rc=$?
+    echo "$out" | tail -n 3
+    check "2 ranks in --mem=300: cdl-train's message with each rank's share, not an OOM kill (rc $rc)" \
+        eval '[ "$rc" != 0 ] && [ "$rc" != 124 ] &&
+              echo "$out" | grep -q "of the 15[0-9].[0-9] MB it may use (.*, shared by the 2 ranks on this node)" &&
               ! echo "$out" | grep -qi "oom"'
 else
     echo "SKIP part 2: cli/cdl-train is not built"

@@ -59,10 +59,33 @@ static void test_ancestors(void **state)
     assert_int_equal(rmdir(root), 0);
 }
 
+/* The ranks of a node share its memory and the step's cgroup limit: each
+ * checked its blocks against the whole limit, all passed, and together
+ * they were OOM-killed without a message (srun --mem=200 -n2). With the
+ * share set, a block that fits the whole but not the rank's share is
+ * refused, and the limit reported is the share. */
+static void test_share(void **state)
+{
+    (void)state;
+    size_t lim = memory_limit_cached(), held = 0, limit = 0;
+    assert_true(lim != SIZE_MAX && lim > ((size_t)64 << 20));
+    size_t block = lim / 2;
+    assert_int_equal(memory_share_ranks(), 1);
+    assert_int_equal(memory_would_exceed(block, 0, &held, &limit), 0);
+    memory_share_among(4);
+    assert_int_equal(memory_share_ranks(), 4);
+    assert_int_equal(memory_would_exceed(block, 0, &held, &limit), 1);
+    assert_true(limit == lim / 4);
+    memory_share_among(0);   /* nonsense counts as alone */
+    assert_int_equal(memory_share_ranks(), 1);
+    assert_int_equal(memory_would_exceed(block, 0, &held, &limit), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ancestors),
+        cmocka_unit_test(test_share),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

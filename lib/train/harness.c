@@ -563,7 +563,10 @@ static int run_epochs(run *r, cdl_train_result *res)
                           .samples = r->train.n, .val_samples = r->val.n,
                           .val_folder = r->val_folder,
                           .class_names = r->class_names, .data = &r->train};
-    if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
+    /* What the data holds, for checkpoints and for a resume to compare. */
+    _Static_assert(sizeof pos.fingerprint >= DATA_FINGERPRINT_LEN, "fingerprint length");
+    if (data_fingerprint(&r->train, pos.fingerprint, sizeof pos.fingerprint) != 0 ||
+        run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;
     r->saved_step = pos.step;
     run_info info = {

@@ -34,6 +34,7 @@ static const struct {
 enum { NCOMPARED = sizeof compared / sizeof compared[0], CONFIG_MAX = 16384 };
 #define DATASET_SIZE "dataset-size"   /* the training samples, stored apart */
 #define MODEL_SPEC "model-spec"       /* a spec file's text, stored apart */
+#define DATASET_CONTENT "dataset-content" /* the data's fingerprint, stored apart */
 
 typedef struct flat {
     const char *key[64], *value[64];
@@ -107,7 +108,8 @@ int train_resume_allow_check(const char *list)
         char one[32];
         snprintf(one, sizeof one, "%.*s", (int)(len < 31 ? len : 31), p);
         int known = len > 0 && len < 31 &&
-                    (allowed(one, DATASET_SIZE) || allowed(one, MODEL_SPEC));
+                    (allowed(one, DATASET_SIZE) || allowed(one, MODEL_SPEC) ||
+                     allowed(one, DATASET_CONTENT));
         for (int i = 0; i < NCOMPARED && !known; i++)
             known = len > 0 && len < 31 && allowed(one, compared[i].option);
         if (!known) {
@@ -116,7 +118,7 @@ int train_resume_allow_check(const char *list)
                 snprintf(names + strlen(names), sizeof names - strlen(names), "%s,",
                          compared[i].option);
             return cdl_error("--resume-allow: '%.*s%s' is not a setting a resume compares: use "
-                             "a comma-separated list of %s" DATASET_SIZE "," MODEL_SPEC,
+                             "a comma-separated list of %s" DATASET_SIZE "," DATASET_CONTENT "," MODEL_SPEC,
                              (int)(len < 40 ? len : 40), p, len > 40 ? "..." : "", names);
         }
         p += len + (p[len] == ',');
@@ -179,7 +181,8 @@ static void add_change(char *msg, size_t len, const char *option, const char *wa
      * a --resume-allow name. */
     size_t used = strlen(msg);
     snprintf(msg + used, len - used, "%s%s%s %.40s%s -> %.40s%s", used ? ", " : "",
-             strcmp(option, DATASET_SIZE) && strcmp(option, MODEL_SPEC) ? "--" : "", option,
+             strcmp(option, DATASET_SIZE) && strcmp(option, MODEL_SPEC) &&
+                     strcmp(option, DATASET_CONTENT) ? "--" : "", option,
              was, strlen(was) > 40 ? "..." : "", now, strlen(now) > 40 ? "..." : "");
 }
 
@@ -299,6 +302,21 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_p
     snprintf(cur, sizeof cur, "%ld", pos->samples);
     if (samples && strcmp(samples, cur) != 0 && !allowed(allow, DATASET_SIZE))
         add_change(msg, sizeof msg, DATASET_SIZE, samples, cur);
+    /* The data's contents (checkpoints of cdl before the fingerprint have
+     * none; a scheme other than this one's is not comparable): other data
+     * of the same size, a regenerated dataset or a corpus grown by less
+     * than a window, would be trained on as if it were the run's. A size
+     * that differs says so already. */
+    const char *fp = cdl_st_meta_get(f, "data_fingerprint");
+    int content = 0;
+    size_t before = strlen(msg);
+    if (fp && pos->fingerprint[0] && !strncmp(fp, pos->fingerprint, 3) &&
+        strcmp(fp, pos->fingerprint) && !allowed(allow, DATASET_CONTENT) &&
+        (!samples || !strcmp(samples, cur))) {
+        add_change(msg, sizeof msg, DATASET_CONTENT, fp + 3, pos->fingerprint + 3);
+        content = 1;
+    }
+    size_t after = strlen(msg);
     /* The spec file edited since (checkpoints that hold its text): a change
      * that keeps every tensor (relu -> gelu) would resume another model. */
     const char *spec_was = cdl_st_meta_get(f, "model_spec");
@@ -307,11 +325,21 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_p
         spec_change(spec_was, spec_text, a, b, sizeof a);
         add_change(msg, sizeof msg, MODEL_SPEC, a, b);
     }
+    if (content && before == 0 && strlen(msg) == after) {   /* the only change */
+        cdl_error("%s was trained on other data: %s. The training data has the run's size but "
+                  "other contents (replaced, regenerated, or appended to by less than a "
+                  "sample; does --data-dir name other data?): to go on training from the "
+                  "checkpoint on this data, --resume-allow dataset-content; to start afresh on "
+                  "it, --resume never", path, msg);
+        goto out;
+    }
     if (msg[0]) {
         cdl_error("%s was written with another configuration: %s. Resuming would reinterpret its "
                   "position in the run: pass the same options, allow the changes you mean with "
                   "--resume-allow (e.g. --resume-allow epochs,lr to extend a run), or start afresh "
-                  "with --resume never", path, msg);
+                  "with --resume never%s", path, msg,
+                  content ? " (dataset-content: the training data has the run's size but other "
+                            "contents)" : "");
         goto out;
     }
     rc = 0;

@@ -300,8 +300,16 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_p
     const char *samples = cdl_st_meta_get(f, "train_samples");
     char cur[32];
     snprintf(cur, sizeof cur, "%ld", pos->samples);
-    if (samples && strcmp(samples, cur) != 0 && !allowed(allow, DATASET_SIZE))
+    int val_moved = 0;
+    if (samples && strcmp(samples, cur) != 0 && !allowed(allow, DATASET_SIZE)) {
         add_change(msg, sizeof msg, DATASET_SIZE, samples, cur);
+        /* An image folder with train/, val/ and test/ resumed from a
+         * checkpoint of cdl before val/ was read (or of a run before val/
+         * was added): that run carved its validation from train/. */
+        const char *vs = cdl_st_meta_get(f, "val_samples");
+        val_moved = pos->val_folder && !cdl_st_meta_get(f, "val_folder") && vs &&
+                    strcmp(vs, "0") != 0;
+    }
     /* The data's contents (checkpoints of cdl before the fingerprint have
      * none; a scheme other than this one's is not comparable): other data
      * of the same size, a regenerated dataset or a corpus grown by less
@@ -337,9 +345,16 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_p
         cdl_error("%s was written with another configuration: %s. Resuming would reinterpret its "
                   "position in the run: pass the same options, allow the changes you mean with "
                   "--resume-allow (e.g. --resume-allow epochs,lr to extend a run), or start afresh "
-                  "with --resume never%s", path, msg,
+                  "with --resume never%s%s%s%s", path, msg,
                   content ? " (dataset-content: the training data has the run's size but other "
-                            "contents)" : "");
+                            "contents)" : "",
+                  val_moved ? ". The image folder's val/ is the validation split now, where the "
+                              "checkpoint's run carved its validation split (" : "",
+                  val_moved ? cdl_st_meta_get(f, "val_samples") : "",
+                  val_moved ? " of its samples) out of train/ (an earlier cdl did not read "
+                              "val/ beside train/ and test/, or val/ was added since): this run "
+                              "trains on all of train/; to go on from the checkpoint so, "
+                              "--resume-allow dataset-size" : "");
         goto out;
     }
     rc = 0;

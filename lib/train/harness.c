@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -479,6 +480,32 @@ int train_evaluate(run *r, cdl_loader *loader, double *loss, double *acc)
     return 0;
 }
 
+/* --resume auto's last.safetensors does not open (cut short by a copy or
+ * a failing disk, a bit flipped): a requeued job would fail on every
+ * restart, and the error alone leaves only "start afresh". When
+ * best.safetensors beside it opens, the error names it and where it
+ * stands. Not taken silently: the run would redo the steps since, and its
+ * --metrics file would hold them twice. */
+static int last_damaged(const run *r)
+{
+    char why[1536];
+    snprintf(why, sizeof why, "%s", cdl_last_error());
+    cdl_st_file *b = cdl_st_open(r->best_path);
+    if (!b)
+        return cdl_error("%s%s", why, strstr(why, "afresh") || strstr(why, "never")
+                                          ? "" : " (restore it from a copy, or --resume never "
+                                                 "starts afresh)");
+    const char *epoch = cdl_st_meta_get(b, "epoch"), *step = cdl_st_meta_get(b, "step");
+    char where[80] = "";
+    if (epoch && step && strlen(epoch) < 12 && strlen(step) < 24)
+        snprintf(where, sizeof where, " (epoch %ld, step %s)", strtol(epoch, NULL, 10) + 1,
+                 step);
+    cdl_st_close(b);
+    return cdl_error("%s. %s is whole%s: --resume %s goes on from there, redoing the steps "
+                     "since; --resume never starts afresh", why, r->best_path, where,
+                     r->best_path);
+}
+
 static int resume(run *r, train_position *pos)
 {
     const cdl_train_config *c = r->cfg;
@@ -496,8 +523,15 @@ static int resume(run *r, train_position *pos)
             return cdl_error("--resume %s: %m (give an existing checkpoint, 'auto' or 'never')",
                              path);
     }
-    if (train_ckpt_load(path, r->model, r->optim, c, pos) != 0)
+    if (train_ckpt_load(path, r->model, r->optim, c, pos) != 0) {
+        if (path == r->last_path && r->best_path[0]) {
+            cdl_st_file *f = cdl_st_open(path);   /* damaged, or only refused? */
+            if (!f)
+                return last_damaged(r);
+            cdl_st_close(f);
+        }
         return -1;
+    }
     if (pos->unverified)
         train_report_note(r->rep, "note: %s was written by an older cdl without checksums: "
                           "loaded unverified", path);

@@ -345,6 +345,35 @@ static void test_damaged_checkpoint(void **state)
     free(raw);
 }
 
+/* --resume auto with a last.safetensors cut short: the error names
+ * best.safetensors beside it, whole, and how to go on from it; without a
+ * best, what to do. Nothing is resumed or started silently. */
+static void test_damaged_last_names_best(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "lastbest");
+    run_ok(&c);
+    char last[600], best[600], want_resume[700];
+    path_in(last, sizeof last, "lastbest/last.safetensors");
+    path_in(best, sizeof best, "lastbest/best.safetensors");
+    assert_int_equal(truncate(last, 5000), 0);
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    snprintf(want_resume, sizeof want_resume, "%s is whole (epoch ", best);
+    if (!strstr(cdl_last_error(), want_resume) || !strstr(cdl_last_error(), "the file is truncated"))
+        fail_msg("error: %s", cdl_last_error());
+    snprintf(want_resume, sizeof want_resume, "--resume %s goes on from there", best);
+    assert_non_null(strstr(cdl_last_error(), want_resume));
+    assert_int_equal(unlink(best), 0);
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    if (strstr(cdl_last_error(), "best.safetensors") ||
+        !strstr(cdl_last_error(), "restore it from a copy, or --resume never starts afresh"))
+        fail_msg("error: %s", cdl_last_error());
+    struct stat st;
+    assert_int_equal(stat(last, &st), 0);
+    assert_int_equal(st.st_size, 5000);   /* left as it was */
+}
+
 /* Item 12: a dangling last.safetensors link is an error and stays. */
 static void test_dangling_last_link(void **state)
 {
@@ -511,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_resume_batch_geometry),
         cmocka_unit_test(test_realign),
         cmocka_unit_test(test_damaged_checkpoint),
+        cmocka_unit_test(test_damaged_last_names_best),
         cmocka_unit_test(test_dangling_last_link),
         cmocka_unit_test(test_ckpt_dir_checked_first),
         cmocka_unit_test(test_best_write_fails),

@@ -597,10 +597,8 @@ static int run_epochs(run *r, cdl_train_result *res)
                           .samples = r->train.n, .val_samples = r->val.n,
                           .val_folder = r->val_folder,
                           .class_names = r->class_names, .data = &r->train};
-    /* What the data holds, for checkpoints and for a resume to compare. */
-    _Static_assert(sizeof pos.fingerprint >= DATA_FINGERPRINT_LEN, "fingerprint length");
-    if (data_fingerprint(&r->train, pos.fingerprint, sizeof pos.fingerprint) != 0 ||
-        run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
+    snprintf(pos.fingerprint, sizeof pos.fingerprint, "%s", r->fingerprint);
+    if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;
     r->saved_step = pos.step;
     run_info info = {
@@ -1060,7 +1058,11 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         rc = 0;
         goto out;
     }
-    if (train_ranks_agree(&r) != 0 || make_buffers(&r) != 0 || make_loaders(&r) != 0)
+    /* What the data holds: for checkpoints, a resume and the ranks to
+     * compare (node-local copies of other data of the same size). */
+    _Static_assert(sizeof r.fingerprint >= DATA_FINGERPRINT_LEN, "fingerprint length");
+    if (data_fingerprint(&r.train, r.fingerprint, sizeof r.fingerprint) != 0 ||
+        train_ranks_agree(&r) != 0 || make_buffers(&r) != 0 || make_loaders(&r) != 0)
         goto out;
     cdl_model_init(r.model, cfg->seed);
     if (cfg->init[0] && cdl_model_load_weights(r.model, cfg->init, cfg->init_ignore) != 0)

@@ -4,7 +4,8 @@
 # replaced, a nanoGPT .bin grown by less than a window) is refused, naming
 # --resume-allow dataset-content, which resumes on it; the same data copied
 # to another folder resumes as before (the fingerprint is of the contents,
-# not of names or times).
+# not of names or times). Ranks whose copies of the data differ at the
+# same size stop before training.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 
 common=(--device cpu --threads 1 --no-progress --epochs 2 --batch-size 8 --max-steps 2)
@@ -61,4 +62,20 @@ img=(--model mlp --dataset "imagefolder:$TMP/img" --channels 1 --decode stream)
 expect_status 0 "$CDL_TRAIN" "${common[@]}" "${img[@]}" --ckpt-dir "$TMP/c3"
 cp "$dir/gray.jpg" "$TMP/img/train/a/3.png"
 refused "$TMP/c3" "${img[@]}"
+# Two ranks on copies of the table that differ in one value (a node's
+# stale copy of the same size): both stop before training, rank 1 naming
+# the difference.
+mkdir "$TMP/n0" "$TMP/n1"
+cp "$TMP/moved/t.csv" "$TMP/n0/t.csv"
+cp "$TMP/t.csv" "$TMP/n1/t.csv"
+cat >"$TMP/per-rank.sh" <<EOF
+#!/bin/sh
+exec "$CDL_TRAIN" --device cpu --threads 1 --no-progress --model mlp --epochs 1 \\
+    --batch-size 8 --dataset "csv:$TMP/n\$RANK/t.csv"
+EOF
+chmod +x "$TMP/per-rank.sh"
+expect_status 1 "$CDLRUN" -n 2 "$TMP/per-rank.sh"
+expect_err "rank 1: error: rank 1 runs with other settings or data than rank 0 (rank 0's -> this rank's): training data's contents (same size) crc32="
+cp "$TMP/n0/t.csv" "$TMP/n1/t.csv"
+expect_status 0 "$CDLRUN" -n 2 "$TMP/per-rank.sh"
 exit 0

@@ -118,7 +118,8 @@ int train_resume_allow_check(const char *list)
                 snprintf(names + strlen(names), sizeof names - strlen(names), "%s,",
                          compared[i].option);
             return cdl_error("--resume-allow: '%.*s%s' is not a setting a resume compares: use "
-                             "a comma-separated list of %s" DATASET_SIZE "," DATASET_CONTENT "," MODEL_SPEC,
+                             "a comma-separated list of %s" DATASET_SIZE "," DATASET_CONTENT
+                             "," MODEL_SPEC,
                              (int)(len < 40 ? len : 40), p, len > 40 ? "..." : "", names);
         }
         p += len + (p[len] == ',');

@@ -360,7 +360,8 @@ static void test_damaged_last_names_best(void **state)
     assert_int_equal(truncate(last, 5000), 0);
     assert_int_equal(cdl_train_run(&c, NULL), -1);
     snprintf(want_resume, sizeof want_resume, "%s is whole (epoch ", best);
-    if (!strstr(cdl_last_error(), want_resume) || !strstr(cdl_last_error(), "the file is truncated"))
+    if (!strstr(cdl_last_error(), want_resume) ||
+        !strstr(cdl_last_error(), "the file is truncated"))
         fail_msg("error: %s", cdl_last_error());
     snprintf(want_resume, sizeof want_resume, "--resume %s goes on from there", best);
     assert_non_null(strstr(cdl_last_error(), want_resume));

@@ -345,6 +345,16 @@ static void test_damaged_checkpoint(void **state)
     free(raw);
 }
 
+/* A one-epoch run in --ckpt-dir sub; its last and best checkpoints' paths
+ * (600 bytes each). */
+static void run_in(cdl_train_config *c, const char *sub, char *last, char *best)
+{
+    base_config(c, sub);
+    run_ok(c);
+    snprintf(last, 600, "%.500s/last.safetensors", c->ckpt_dir);
+    snprintf(best, 600, "%.500s/best.safetensors", c->ckpt_dir);
+}
+
 /* --resume auto with a last.safetensors cut short: the error names
  * best.safetensors beside it, whole, and how to go on from it; without a
  * best, what to do. Nothing is resumed or started silently. */
@@ -352,11 +362,8 @@ static void test_damaged_last_names_best(void **state)
 {
     (void)state;
     cdl_train_config c;
-    base_config(&c, "lastbest");
-    run_ok(&c);
     char last[600], best[600], want_resume[700];
-    path_in(last, sizeof last, "lastbest/last.safetensors");
-    path_in(best, sizeof best, "lastbest/best.safetensors");
+    run_in(&c, "lastbest", last, best);
     assert_int_equal(truncate(last, 5000), 0);
     assert_int_equal(cdl_train_run(&c, NULL), -1);
     snprintf(want_resume, sizeof want_resume, "%s is whole (epoch ", best);
@@ -373,6 +380,30 @@ static void test_damaged_last_names_best(void **state)
     struct stat st;
     assert_int_equal(stat(last, &st), 0);
     assert_int_equal(st.st_size, 5000);   /* left as it was */
+}
+
+/* --resume auto in a --ckpt-dir whose last.safetensors was removed but
+ * whose best.safetensors holds a run: refused, as --resume never is, not a
+ * new run over it; best is left as it was. */
+static void test_best_without_last(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    char last[600], best[600], want[1300];
+    run_in(&c, "bestonly", last, best);
+    struct stat before, after;
+    assert_int_equal(stat(best, &before), 0);
+    assert_int_equal(unlink(last), 0);
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    snprintf(want, sizeof want, "--resume auto: %s is missing but %s holds a run", last, best);
+    if (!strstr(cdl_last_error(), want))
+        fail_msg("error: %s", cdl_last_error());
+    assert_int_equal(stat(best, &after), 0);
+    assert_int_equal(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+    assert_int_equal(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+    assert_int_equal(access(last, F_OK), -1);
+    snprintf(c.resume, sizeof c.resume, "%s", best);   /* the way on it names */
+    run_ok(&c);
 }
 
 /* Item 12: a dangling last.safetensors link is an error and stays. */
@@ -542,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_realign),
         cmocka_unit_test(test_damaged_checkpoint),
         cmocka_unit_test(test_damaged_last_names_best),
+        cmocka_unit_test(test_best_without_last),
         cmocka_unit_test(test_dangling_last_link),
         cmocka_unit_test(test_ckpt_dir_checked_first),
         cmocka_unit_test(test_best_write_fails),

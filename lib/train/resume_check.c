@@ -35,6 +35,7 @@ enum { NCOMPARED = sizeof compared / sizeof compared[0], CONFIG_MAX = 16384 };
 #define DATASET_SIZE "dataset-size"   /* the training samples, stored apart */
 #define MODEL_SPEC "model-spec"       /* a spec file's text, stored apart */
 #define DATASET_CONTENT "dataset-content" /* the data's fingerprint, stored apart */
+#define MODEL "model"                 /* a built-in's options (--model NAME:OPTIONS) */
 
 typedef struct flat {
     const char *key[64], *value[64];
@@ -109,7 +110,7 @@ int train_resume_allow_check(const char *list)
         snprintf(one, sizeof one, "%.*s", (int)(len < 31 ? len : 31), p);
         int known = len > 0 && len < 31 &&
                     (allowed(one, DATASET_SIZE) || allowed(one, MODEL_SPEC) ||
-                     allowed(one, DATASET_CONTENT));
+                     allowed(one, DATASET_CONTENT) || allowed(one, MODEL));
         for (int i = 0; i < NCOMPARED && !known; i++)
             known = len > 0 && len < 31 && allowed(one, compared[i].option);
         if (!known) {
@@ -118,8 +119,8 @@ int train_resume_allow_check(const char *list)
                 snprintf(names + strlen(names), sizeof names - strlen(names), "%s,",
                          compared[i].option);
             return cdl_error("--resume-allow: '%.*s%s' is not a setting a resume compares: use "
-                             "a comma-separated list of %s" DATASET_SIZE "," DATASET_CONTENT
-                             "," MODEL_SPEC,
+                             "a comma-separated list of " MODEL ",%s" DATASET_SIZE ","
+                             DATASET_CONTENT "," MODEL_SPEC,
                              (int)(len < 40 ? len : 40), p, len > 40 ? "..." : "", names);
         }
         p += len + (p[len] == ',');
@@ -185,6 +186,45 @@ static void add_change(char *msg, size_t len, const char *option, const char *wa
              strcmp(option, DATASET_SIZE) && strcmp(option, MODEL_SPEC) &&
                      strcmp(option, DATASET_CONTENT) ? "--" : "", option,
              was, strlen(was) > 40 ? "..." : "", now, strlen(now) > 40 ? "..." : "");
+}
+
+/* A built-in model's options that differ, as "NAME:...,KEY=V" for each
+ * side (the options both have left out): gpt:n_layer=12,...,dropout=0.1
+ * would not fit the 40 characters a change shows. */
+static void model_change(const char *was, const char *now, char *a, char *b, size_t len)
+{
+    const char *sides[2] = {was, now};
+    char *out[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        const char *me = sides[k], *other = sides[1 - k];
+        size_t name = strcspn(me, ":");
+        int same_name = !strncmp(me, other, name) && other[strcspn(other, ":")] == me[name] &&
+                        strcspn(other, ":") == name;
+        snprintf(out[k], len, "%s", same_name ? "" : me);
+        if (!same_name)
+            continue;
+        snprintf(out[k], len, "%.*s:", (int)name, me);
+        int left = 0, shown = 0;
+        for (const char *p = me[name] ? me + name + 1 : me + name; *p;) {
+            size_t n = strcspn(p, ",");
+            int common = 0;
+            const char *q = other[name] ? other + name + 1 : other + name;
+            while (*q && !common) {
+                size_t m = strcspn(q, ",");
+                common = m == n && !strncmp(p, q, n);
+                q += m + (q[m] == ',');
+            }
+            size_t used = strlen(out[k]);
+            if (common)
+                left = 1;
+            else
+                snprintf(out[k] + used, len - used, "%s%s%.*s", shown ? "," : "",
+                         left && !shown ? "...," : "", (int)n, p), shown = 1;
+            p += n + (p[n] == ',');
+        }
+        if (!shown)
+            snprintf(out[k] + strlen(out[k]), len - strlen(out[k]), "%s", left ? "..." : "");
+    }
 }
 
 /* The first line where the spec file's text now differs from the one the
@@ -333,6 +373,14 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_p
         char a[48], b[48];
         spec_change(spec_was, spec_text, a, b, sizeof a);
         add_change(msg, sizeof msg, MODEL_SPEC, a, b);
+    }
+    /* A built-in's options that keep every tensor (gpt's dropout) change
+     * the run as an edited spec file does; the tensors catch the others. */
+    const char *mw = lookup(&was[0], "model"), *mn = lookup(&was[1], "model");
+    if (!spec_was && !spec_text && mw && mn && strcmp(mw, mn) && !allowed(allow, MODEL)) {
+        char a[48], b[48];
+        model_change(mw, mn, a, b, sizeof a);
+        add_change(msg, sizeof msg, MODEL, a, b);
     }
     if (content && before == 0 && strlen(msg) == after) {   /* the only change */
         cdl_error("%s was trained on other data: %s. The training data has the run's size but "

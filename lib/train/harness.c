@@ -528,6 +528,11 @@ static int resume(run *r, train_position *pos)
         path = r->last_path;
     } else {
         path = c->resume;
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))   /* the --ckpt-dir of a run */
+            return cdl_error("--resume %s is a directory: --ckpt-dir %s goes on from its "
+                             "last.safetensors (--resume auto, the default), or name a "
+                             "checkpoint file in it", path, path);
         if (access(path, R_OK) != 0)
             return cdl_error("--resume %s: %m (give an existing checkpoint, 'auto' or 'never')",
                              path);

@@ -406,6 +406,19 @@ static void test_best_without_last(void **state)
     run_ok(&c);
 }
 
+/* --resume DIR (the run's --ckpt-dir instead of a file) says what to give. */
+static void test_resume_directory(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "resumedir");
+    char want[600];
+    snprintf(want, sizeof want, "--resume %s is a directory: --ckpt-dir %s goes on from its "
+             "last.safetensors", tmpdir, tmpdir);
+    const char *wants[] = {want, NULL};
+    resume_fails(&c, tmpdir, wants);
+}
+
 /* Item 12: a dangling last.safetensors link is an error and stays. */
 static void test_dangling_last_link(void **state)
 {
@@ -574,6 +587,7 @@ int main(void)
         cmocka_unit_test(test_damaged_checkpoint),
         cmocka_unit_test(test_damaged_last_names_best),
         cmocka_unit_test(test_best_without_last),
+        cmocka_unit_test(test_resume_directory),
         cmocka_unit_test(test_dangling_last_link),
         cmocka_unit_test(test_ckpt_dir_checked_first),
         cmocka_unit_test(test_best_write_fails),

@@ -379,8 +379,12 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_p
     const char *mw = lookup(&was[0], "model"), *mn = lookup(&was[1], "model");
     if (!spec_was && !spec_text && mw && mn && strcmp(mw, mn) && !allowed(allow, MODEL)) {
         char a[48], b[48];
-        model_change(mw, mn, a, b, sizeof a);
-        add_change(msg, sizeof msg, MODEL, a, b);
+        if (strlen(mw) < 512 && strlen(mn) < 512) {   /* options x options: a crafted */
+            model_change(mw, mn, a, b, sizeof a);     /* file's megabytes, hours */
+            add_change(msg, sizeof msg, MODEL, a, b);
+        } else {
+            add_change(msg, sizeof msg, MODEL, mw, mn);
+        }
     }
     if (content && before == 0 && strlen(msg) == after) {   /* the only change */
         cdl_error("%s was trained on other data: %s. The training data has the run's size but "

@@ -406,6 +406,35 @@ static void test_best_without_last(void **state)
     run_ok(&c);
 }
 
+/* A crafted checkpoint whose configuration names a built-in with 100000
+ * options: refused at once, the change shown cut short (comparing options
+ * pairwise would take hours). */
+static void test_crafted_model_options(void **state)
+{
+    (void)state;
+    cdl_st_file *f = cdl_st_open(good);
+    assert_non_null(f);
+    const char *config = cdl_st_meta_get(f, "config"), *at = strstr(config, "\"model\":\"mlp\"");
+    assert_non_null(at);
+    size_t head = (size_t)(at - config) + strlen("\"model\":\"mlp"), many = 100000;
+    char *crafted = malloc(strlen(config) + 2 * many + 2);
+    assert_non_null(crafted);
+    memcpy(crafted, config, head);
+    crafted[head] = ':';
+    for (size_t i = 0; i < many; i++)
+        memcpy(crafted + head + 1 + 2 * i, "a,", 2);
+    strcpy(crafted + head + 1 + 2 * many, config + head);
+    cdl_st_close(f);
+    char path[600];
+    path_in(path, sizeof path, "crafted_model.safetensors");
+    rewrite(path, "config", crafted);
+    free(crafted);
+    cdl_train_config c;
+    base_config(&c, "crafted_model");
+    const char *want[] = {path, "--model mlp:a,a,a,", "... -> mlp", NULL};
+    resume_fails(&c, path, want);
+}
+
 /* --resume DIR (the run's --ckpt-dir instead of a file) says what to give. */
 static void test_resume_directory(void **state)
 {
@@ -588,6 +617,7 @@ int main(void)
         cmocka_unit_test(test_damaged_last_names_best),
         cmocka_unit_test(test_best_without_last),
         cmocka_unit_test(test_resume_directory),
+        cmocka_unit_test(test_crafted_model_options),
         cmocka_unit_test(test_dangling_last_link),
         cmocka_unit_test(test_ckpt_dir_checked_first),
         cmocka_unit_test(test_best_write_fails),

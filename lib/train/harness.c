@@ -1075,7 +1075,8 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     /* What the data holds: for checkpoints, a resume and the ranks to
      * compare (node-local copies of other data of the same size). */
     _Static_assert(sizeof r.fingerprint >= DATA_FINGERPRINT_LEN, "fingerprint length");
-    if (data_fingerprint(&r.train, r.fingerprint, sizeof r.fingerprint) != 0 ||
+    if (train_setup_agree(&r, data_fingerprint(&r.train, r.fingerprint, sizeof r.fingerprint),
+                          "reading the data's fingerprint") != 0 ||
         train_ranks_agree(&r) != 0 || make_buffers(&r) != 0 || make_loaders(&r) != 0)
         goto out;
     cdl_model_init(r.model, cfg->seed);

@@ -331,10 +331,14 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_p
                   "whole number in range (use --resume never to start afresh)", path);
         goto out;
     }
+    int reread = 0;   /* an allowed change of how the samples are made from the files */
     for (int i = 0; i < NCOMPARED; i++) {
         const char *a = lookup(&was[0], compared[i].key), *b = lookup(&was[1], compared[i].key);
         if (a && b && strcmp(a, b) != 0 && !allowed(allow, compared[i].option))
             add_change(msg, sizeof msg, compared[i].option, a, b);
+        else if (a && b && strcmp(a, b) != 0)
+            reread |= !strcmp(compared[i].key, "image_size") ||
+                      !strcmp(compared[i].key, "label_column");
     }
     /* The dataset's size: a different file or --synthetic-size reorders
      * every epoch (absent in checkpoints of older cdl). */
@@ -355,11 +359,13 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_p
      * none; a scheme other than this one's is not comparable): other data
      * of the same size, a regenerated dataset or a corpus grown by less
      * than a window, would be trained on as if it were the run's. A size
-     * that differs says so already. */
+     * that differs says so already; an allowed --image-size or
+     * --label-column (progressive resizing) makes other samples of the
+     * same files, as the user asked. */
     const char *fp = cdl_st_meta_get(f, "data_fingerprint");
     int content = 0;
     size_t before = strlen(msg);
-    if (fp && pos->fingerprint[0] && !strncmp(fp, pos->fingerprint, 3) &&
+    if (fp && pos->fingerprint[0] && !reread && !strncmp(fp, pos->fingerprint, 3) &&
         strcmp(fp, pos->fingerprint) && !allowed(allow, DATASET_CONTENT) &&
         (!samples || !strcmp(samples, cur))) {
         add_change(msg, sizeof msg, DATASET_CONTENT, fp + 3, pos->fingerprint + 3);

@@ -4,8 +4,8 @@
 # replaced, a nanoGPT .bin grown by less than a window) is refused, naming
 # --resume-allow dataset-content, which resumes on it; the same data copied
 # to another folder resumes as before (the fingerprint is of the contents,
-# not of names or times). Ranks whose copies of the data differ at the
-# same size stop before training.
+# not of names or times); an allowed --image-size is no other data. Ranks
+# whose copies of the data differ at the same size stop before training.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 
 common=(--device cpu --threads 1 --no-progress --epochs 2 --batch-size 8 --max-steps 2)
@@ -62,6 +62,11 @@ img=(--model mlp --dataset "imagefolder:$TMP/img" --channels 1 --decode stream)
 expect_status 0 "$CDL_TRAIN" "${common[@]}" "${img[@]}" --ckpt-dir "$TMP/c3"
 cp "$dir/gray.jpg" "$TMP/img/train/a/3.png"
 refused "$TMP/c3" "${img[@]}"
+# Progressive resizing: an allowed --image-size makes other samples of the
+# same pictures, as asked; no dataset-content refusal on top.
+img=(--model resnet20 --dataset "imagefolder:$TMP/img" --channels 1)
+expect_status 0 "$CDL_TRAIN" "${common[@]}" "${img[@]}" --image-size 8 --ckpt-dir "$TMP/c4"
+resumes "$TMP/c4" "${img[@]}" --image-size 12 --resume-allow image-size
 # Two ranks on copies of the table that differ in one value (a node's
 # stale copy of the same size): both stop before training, rank 1 naming
 # the difference.

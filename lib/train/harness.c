@@ -514,15 +514,9 @@ static int resume(run *r, train_position *pos)
         return 0;
     if (!strcmp(c->resume, "auto") || !c->resume[0]) {
         int present = c->ckpt_dir[0] ? ckpt_last_present(r->last_path) : 0;
-        /* No last, but a best of a run (last removed by hand or a scratch
-         * purge): starting afresh would overwrite it and mix a second run
-         * into its files, which --resume never refuses. */
-        struct stat st;
-        if (present == 0 && c->ckpt_dir[0] && stat(r->best_path, &st) == 0 && st.st_size > 0)
-            return cdl_error("--resume auto: %s is missing but %s holds a run (was last "
-                             "removed?); a new run would overwrite it: go on from it with "
-                             "--resume %s, or move it away (or give another --ckpt-dir) to "
-                             "start afresh", r->last_path, r->best_path, r->best_path);
+        /* A best.safetensors without a last is no sign of a removed last:
+         * --eval-every and --ckpt-every write best alone, and a job killed
+         * before its first last must start afresh when requeued. */
         if (present <= 0)
             return present;
         path = r->last_path;

@@ -193,6 +193,10 @@ char *const *tokens_itos(const cdl_dataset *d);
  * -1 with an error naming it: a file cut short under a mapping kills the
  * process that reads past its new end (SIGBUS), without a word. */
 int tokens_intact(const cdl_dataset *d);
+/* The file token data d was read from: its name, and in *fd the open file
+ * (-1 when the caller gave the bytes) and in *offset the split's first byte
+ * in it. */
+const char *tokens_source(const cdl_dataset *d, int *fd, size_t *offset);
 /* The first token of window idx of epoch: drawn from (seed, epoch, idx)
  * when random, else idx * T (back to back). */
 size_t tokens_window_start(const cdl_dataset *d, int random, uint64_t seed, int epoch, long idx);
@@ -258,5 +262,12 @@ void normalise_lut(float lut[256], float mean, float std);
  * RandomCrop on the image before ToTensor/Normalize). */
 void convert_sample(const uint8_t *src, cdl_shape s, const float (*luts)[256],
                     aug_params a, float *dst);
+
+/* A fingerprint of the contents of d (fingerprint.c), e.g. "v1 crc32=1a2b3c4d",
+ * into out (DATA_FINGERPRINT_LEN bytes): the same for the same data wherever
+ * it lies, another one for other data of the same size. -1 with an error
+ * naming the file when a picture or token file cannot be read. */
+#define DATA_FINGERPRINT_LEN 32
+int data_fingerprint(const cdl_dataset *d, char *out, size_t len);
 
 #endif

@@ -8,3 +8,4 @@ libcdl_core_la_SOURCES += lib/data/split.c
 libcdl_core_la_SOURCES += lib/data/tokens.c
 libcdl_core_la_SOURCES += lib/data/stream.c
 libcdl_core_la_SOURCES += lib/data/meta_pkl.c
+libcdl_core_la_SOURCES += lib/data/fingerprint.c

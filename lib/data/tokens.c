@@ -375,3 +375,11 @@ int tokens_window(const cdl_dataset *d, size_t start, float *x, int32_t *y)
                              (f ? f->first : 0) + i, d->token_bytes, d->classes);
     return 0;
 }
+
+const char *tokens_source(const cdl_dataset *d, int *fd, size_t *offset)
+{
+    const token_file *f = d->map;
+    *fd = f ? f->fd : -1;
+    *offset = f ? f->first * (size_t)d->token_bytes : 0;
+    return f ? f->name : "token data";
+}

@@ -5,8 +5,9 @@
  * rank dies ("rank 1 died: allreduce #36 ..."), naming no cause. A wrapper
  * that passes rank-dependent options, a node-local spec file or a data copy
  * that differs between nodes is enough. Checked once before training: rank
- * 0's configuration (train_config_json, ~1 KB), data sizes and parameter
- * count go to every rank; each compares them with its own, and every rank
+ * 0's configuration (train_config_json, ~1 KB), data sizes, the training
+ * data's fingerprint (data_fingerprint's CRC) and parameter count go to
+ * every rank; each compares them with its own, and every rank
  * fails with the differences named where they are. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@ enum { AGREE_CONFIG_MAX = 16384 };
 
 /* Rank 0's sizes, then the length of its configuration: what is sent
  * first. */
-enum { SZ_TRAIN, SZ_VAL, SZ_TEST, SZ_PARAMS, SZ_LEN, SZ_N };
+enum { SZ_TRAIN, SZ_VAL, SZ_TEST, SZ_PARAMS, SZ_DATA, SZ_LEN, SZ_N };
 
 static void sizes_of(const run *r, double s[SZ_N])
 {
@@ -28,6 +29,10 @@ static void sizes_of(const run *r, double s[SZ_N])
     s[SZ_VAL] = r->have_val ? r->val.n : -1;
     s[SZ_TEST] = r->have_test ? r->test.n : -1;
     s[SZ_PARAMS] = (double)cdl_model_nparams(r->model);
+    /* The CRC of the training data's contents ("v1 crc32=XXXXXXXX"; -1
+     * under --summary, which computes none). */
+    const char *crc = strstr(r->fingerprint, "crc32=");
+    s[SZ_DATA] = crc ? (double)strtoul(crc + 6, NULL, 16) : -1;
 }
 
 /* Rank 0's n values to every rank, in host memory (cdl_dist_broadcast
@@ -85,6 +90,14 @@ int train_ranks_agree(run *r)
     size_change(msg, sizeof msg, "test samples", ref_sizes[SZ_TEST], my_sizes[SZ_TEST]);
     size_change(msg, sizeof msg, "model parameters", ref_sizes[SZ_PARAMS],
                 my_sizes[SZ_PARAMS]);
+    /* Of the same size but other contents: a node's stale copy. */
+    if (ref_sizes[SZ_DATA] != my_sizes[SZ_DATA] && ref_sizes[SZ_TRAIN] == my_sizes[SZ_TRAIN]) {
+        size_t used = strlen(msg);
+        snprintf(msg + used, sizeof msg - used,
+                 "%straining data's contents (same size) crc32=%08lx -> %08lx",
+                 used ? ", " : "", (unsigned long)ref_sizes[SZ_DATA],
+                 (unsigned long)my_sizes[SZ_DATA]);
+    }
     int me = msg[0] != '\0';
     if (cdl_dist_allgather(r->dist, &me, bad, sizeof me) != 0)
         goto out;

@@ -287,6 +287,8 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "optimizer_steps", fmt_dup("%ld", cdl_optim_steps(o)));
     meta_add(&meta, "nparams", fmt_dup("%zu", np));
     meta_add(&meta, "train_samples", fmt_dup("%ld", pos->samples));
+    if (pos->fingerprint[0])
+        meta_add(&meta, "data_fingerprint", fmt_dup("%s", pos->fingerprint));
     if (pos->run_id[0])
         meta_add(&meta, "run_id", fmt_dup("%s", pos->run_id));
     if (pos->validation_due)

@@ -30,6 +30,8 @@ typedef struct train_position {
                                * resume does it first (metadata validation_due, 1 if set) */
     int batch_size, accum;    /* --batch-size, --accum-steps of the run that wrote it (loaded
                                * from its configuration; 0 where it has none) */
+    char fingerprint[32];     /* the training split's data_fingerprint (metadata
+                               * data_fingerprint, compared on resume; "" = none) */
 } train_position;
 
 int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -481,6 +482,32 @@ int train_evaluate(run *r, cdl_loader *loader, double *loss, double *acc)
     return 0;
 }
 
+/* --resume auto's last.safetensors does not open (cut short by a copy or
+ * a failing disk, a bit flipped): a requeued job would fail on every
+ * restart, and the error alone leaves only "start afresh". When
+ * best.safetensors beside it opens, the error names it and where it
+ * stands. Not taken silently: the run would redo the steps since, and its
+ * --metrics file would hold them twice. */
+static int last_damaged(const run *r)
+{
+    char why[1536];
+    snprintf(why, sizeof why, "%s", cdl_last_error());
+    cdl_st_file *b = cdl_st_open(r->best_path);
+    if (!b)
+        return cdl_error("%s%s", why, strstr(why, "afresh") || strstr(why, "never")
+                                          ? "" : " (restore it from a copy, or --resume never "
+                                                 "starts afresh)");
+    const char *epoch = cdl_st_meta_get(b, "epoch"), *step = cdl_st_meta_get(b, "step");
+    char where[80] = "";
+    if (epoch && step && strlen(epoch) < 12 && strlen(step) < 24)
+        snprintf(where, sizeof where, " (epoch %ld, step %s)", strtol(epoch, NULL, 10) + 1,
+                 step);
+    cdl_st_close(b);
+    return cdl_error("%s. %s is whole%s: --resume %s goes on from there, redoing the steps "
+                     "since; --resume never starts afresh", why, r->best_path, where,
+                     r->best_path);
+}
+
 static int resume(run *r, train_position *pos)
 {
     const cdl_train_config *c = r->cfg;
@@ -489,17 +516,32 @@ static int resume(run *r, train_position *pos)
         return 0;
     if (!strcmp(c->resume, "auto") || !c->resume[0]) {
         int present = c->ckpt_dir[0] ? ckpt_last_present(r->last_path) : 0;
+        /* A best.safetensors without a last is no sign of a removed last:
+         * --eval-every and --ckpt-every write best alone, and a job killed
+         * before its first last must start afresh when requeued. */
         if (present <= 0)
             return present;
         path = r->last_path;
     } else {
         path = c->resume;
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))   /* the --ckpt-dir of a run */
+            return cdl_error("--resume %s is a directory: --ckpt-dir %s goes on from its "
+                             "last.safetensors (--resume auto, the default), or name a "
+                             "checkpoint file in it", path, path);
         if (access(path, R_OK) != 0)
             return cdl_error("--resume %s: %m (give an existing checkpoint, 'auto' or 'never')",
                              path);
     }
-    if (train_ckpt_load(path, r->model, r->optim, c, pos) != 0)
+    if (train_ckpt_load(path, r->model, r->optim, c, pos) != 0) {
+        if (path == r->last_path && r->best_path[0]) {
+            cdl_st_file *f = cdl_st_open(path);   /* damaged, or only refused? */
+            if (!f)
+                return last_damaged(r);
+            cdl_st_close(f);
+        }
         return -1;
+    }
     if (pos->unverified)
         train_report_note(r->rep, "note: %s was written by an older cdl without checksums: "
                           "loaded unverified", path);
@@ -565,6 +607,7 @@ static int run_epochs(run *r, cdl_train_result *res)
                           .samples = r->train.n, .val_samples = r->val.n,
                           .val_folder = r->val_folder,
                           .class_names = r->class_names, .data = &r->train};
+    snprintf(pos.fingerprint, sizeof pos.fingerprint, "%s", r->fingerprint);
     if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;
     r->saved_step = pos.step;
@@ -1025,7 +1068,12 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         rc = 0;
         goto out;
     }
-    if (train_ranks_agree(&r) != 0 || make_buffers(&r) != 0 || make_loaders(&r) != 0)
+    /* What the data holds: for checkpoints, a resume and the ranks to
+     * compare (node-local copies of other data of the same size). */
+    _Static_assert(sizeof r.fingerprint >= DATA_FINGERPRINT_LEN, "fingerprint length");
+    if (train_setup_agree(&r, data_fingerprint(&r.train, r.fingerprint, sizeof r.fingerprint),
+                          "reading the data's fingerprint") != 0 ||
+        train_ranks_agree(&r) != 0 || make_buffers(&r) != 0 || make_loaders(&r) != 0)
         goto out;
     cdl_model_init(r.model, cfg->seed);
     if (cfg->init[0] && cdl_model_load_weights(r.model, cfg->init, cfg->init_ignore) != 0)

@@ -34,6 +34,8 @@ static const struct {
 enum { NCOMPARED = sizeof compared / sizeof compared[0], CONFIG_MAX = 16384 };
 #define DATASET_SIZE "dataset-size"   /* the training samples, stored apart */
 #define MODEL_SPEC "model-spec"       /* a spec file's text, stored apart */
+#define DATASET_CONTENT "dataset-content" /* the data's fingerprint, stored apart */
+#define MODEL "model"                 /* a built-in's options (--model NAME:OPTIONS) */
 
 typedef struct flat {
     const char *key[64], *value[64];
@@ -107,7 +109,8 @@ int train_resume_allow_check(const char *list)
         char one[32];
         snprintf(one, sizeof one, "%.*s", (int)(len < 31 ? len : 31), p);
         int known = len > 0 && len < 31 &&
-                    (allowed(one, DATASET_SIZE) || allowed(one, MODEL_SPEC));
+                    (allowed(one, DATASET_SIZE) || allowed(one, MODEL_SPEC) ||
+                     allowed(one, DATASET_CONTENT) || allowed(one, MODEL));
         for (int i = 0; i < NCOMPARED && !known; i++)
             known = len > 0 && len < 31 && allowed(one, compared[i].option);
         if (!known) {
@@ -116,7 +119,8 @@ int train_resume_allow_check(const char *list)
                 snprintf(names + strlen(names), sizeof names - strlen(names), "%s,",
                          compared[i].option);
             return cdl_error("--resume-allow: '%.*s%s' is not a setting a resume compares: use "
-                             "a comma-separated list of %s" DATASET_SIZE "," MODEL_SPEC,
+                             "a comma-separated list of " MODEL ",%s" DATASET_SIZE ","
+                             DATASET_CONTENT "," MODEL_SPEC,
                              (int)(len < 40 ? len : 40), p, len > 40 ? "..." : "", names);
         }
         p += len + (p[len] == ',');
@@ -179,8 +183,48 @@ static void add_change(char *msg, size_t len, const char *option, const char *wa
      * a --resume-allow name. */
     size_t used = strlen(msg);
     snprintf(msg + used, len - used, "%s%s%s %.40s%s -> %.40s%s", used ? ", " : "",
-             strcmp(option, DATASET_SIZE) && strcmp(option, MODEL_SPEC) ? "--" : "", option,
+             strcmp(option, DATASET_SIZE) && strcmp(option, MODEL_SPEC) &&
+                     strcmp(option, DATASET_CONTENT) ? "--" : "", option,
              was, strlen(was) > 40 ? "..." : "", now, strlen(now) > 40 ? "..." : "");
+}
+
+/* A built-in model's options that differ, as "NAME:...,KEY=V" for each
+ * side (the options both have left out): gpt:n_layer=12,...,dropout=0.1
+ * would not fit the 40 characters a change shows. */
+static void model_change(const char *was, const char *now, char *a, char *b, size_t len)
+{
+    const char *sides[2] = {was, now};
+    char *out[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        const char *me = sides[k], *other = sides[1 - k];
+        size_t name = strcspn(me, ":");
+        int same_name = !strncmp(me, other, name) && other[strcspn(other, ":")] == me[name] &&
+                        strcspn(other, ":") == name;
+        snprintf(out[k], len, "%s", same_name ? "" : me);
+        if (!same_name)
+            continue;
+        snprintf(out[k], len, "%.*s:", (int)name, me);
+        int left = 0, shown = 0;
+        for (const char *p = me[name] ? me + name + 1 : me + name; *p;) {
+            size_t n = strcspn(p, ",");
+            int common = 0;
+            const char *q = other[name] ? other + name + 1 : other + name;
+            while (*q && !common) {
+                size_t m = strcspn(q, ",");
+                common = m == n && !strncmp(p, q, n);
+                q += m + (q[m] == ',');
+            }
+            size_t used = strlen(out[k]);
+            if (common)
+                left = 1;
+            else
+                snprintf(out[k] + used, len - used, "%s%s%.*s", shown ? "," : "",
+                         left && !shown ? "...," : "", (int)n, p), shown = 1;
+            p += n + (p[n] == ',');
+        }
+        if (!shown)
+            snprintf(out[k] + strlen(out[k]), len - strlen(out[k]), "%s", left ? "..." : "");
+    }
 }
 
 /* The first line where the spec file's text now differs from the one the
@@ -287,18 +331,47 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_p
                   "whole number in range (use --resume never to start afresh)", path);
         goto out;
     }
+    int reread = 0;   /* an allowed change of how the samples are made from the files */
     for (int i = 0; i < NCOMPARED; i++) {
         const char *a = lookup(&was[0], compared[i].key), *b = lookup(&was[1], compared[i].key);
         if (a && b && strcmp(a, b) != 0 && !allowed(allow, compared[i].option))
             add_change(msg, sizeof msg, compared[i].option, a, b);
+        else if (a && b && strcmp(a, b) != 0)
+            reread |= !strcmp(compared[i].key, "image_size") ||
+                      !strcmp(compared[i].key, "label_column");
     }
     /* The dataset's size: a different file or --synthetic-size reorders
      * every epoch (absent in checkpoints of older cdl). */
     const char *samples = cdl_st_meta_get(f, "train_samples");
     char cur[32];
     snprintf(cur, sizeof cur, "%ld", pos->samples);
-    if (samples && strcmp(samples, cur) != 0 && !allowed(allow, DATASET_SIZE))
+    int val_moved = 0;
+    if (samples && strcmp(samples, cur) != 0 && !allowed(allow, DATASET_SIZE)) {
         add_change(msg, sizeof msg, DATASET_SIZE, samples, cur);
+        /* An image folder with train/, val/ and test/ resumed from a
+         * checkpoint of cdl before val/ was read (or of a run before val/
+         * was added): that run carved its validation from train/. */
+        const char *vs = cdl_st_meta_get(f, "val_samples");
+        val_moved = pos->val_folder && !cdl_st_meta_get(f, "val_folder") && vs &&
+                    strcmp(vs, "0") != 0;
+    }
+    /* The data's contents (checkpoints of cdl before the fingerprint have
+     * none; a scheme other than this one's is not comparable): other data
+     * of the same size, a regenerated dataset or a corpus grown by less
+     * than a window, would be trained on as if it were the run's. A size
+     * that differs says so already; an allowed --image-size or
+     * --label-column (progressive resizing) makes other samples of the
+     * same files, as the user asked. */
+    const char *fp = cdl_st_meta_get(f, "data_fingerprint");
+    int content = 0;
+    size_t before = strlen(msg);
+    if (fp && pos->fingerprint[0] && !reread && !strncmp(fp, pos->fingerprint, 3) &&
+        strcmp(fp, pos->fingerprint) && !allowed(allow, DATASET_CONTENT) &&
+        (!samples || !strcmp(samples, cur))) {
+        add_change(msg, sizeof msg, DATASET_CONTENT, fp + 3, pos->fingerprint + 3);
+        content = 1;
+    }
+    size_t after = strlen(msg);
     /* The spec file edited since (checkpoints that hold its text): a change
      * that keeps every tensor (relu -> gelu) would resume another model. */
     const char *spec_was = cdl_st_meta_get(f, "model_spec");
@@ -307,11 +380,40 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_p
         spec_change(spec_was, spec_text, a, b, sizeof a);
         add_change(msg, sizeof msg, MODEL_SPEC, a, b);
     }
+    /* A built-in's options that keep every tensor (gpt's dropout) change
+     * the run as an edited spec file does; the tensors catch the others. */
+    const char *mw = lookup(&was[0], "model"), *mn = lookup(&was[1], "model");
+    if (!spec_was && !spec_text && mw && mn && strcmp(mw, mn) && !allowed(allow, MODEL)) {
+        char a[48], b[48];
+        if (strlen(mw) < 512 && strlen(mn) < 512) {   /* options x options: a crafted */
+            model_change(mw, mn, a, b, sizeof a);     /* file's megabytes, hours */
+            add_change(msg, sizeof msg, MODEL, a, b);
+        } else {
+            add_change(msg, sizeof msg, MODEL, mw, mn);
+        }
+    }
+    if (content && before == 0 && strlen(msg) == after) {   /* the only change */
+        cdl_error("%s was trained on other data: %s. The training data has the run's size but "
+                  "other contents (replaced, regenerated, or appended to by less than a "
+                  "sample; does --data-dir name other data?): to go on training from the "
+                  "checkpoint on this data, --resume-allow dataset-content; to start afresh on "
+                  "it, --resume never", path, msg);
+        goto out;
+    }
     if (msg[0]) {
         cdl_error("%s was written with another configuration: %s. Resuming would reinterpret its "
                   "position in the run: pass the same options, allow the changes you mean with "
                   "--resume-allow (e.g. --resume-allow epochs,lr to extend a run), or start afresh "
-                  "with --resume never", path, msg);
+                  "with --resume never%s%s%s%s", path, msg,
+                  content ? " (dataset-content: the training data has the run's size but other "
+                            "contents)" : "",
+                  val_moved ? ". The image folder's val/ is the validation split now, where the "
+                              "checkpoint's run carved its validation split (" : "",
+                  val_moved ? cdl_st_meta_get(f, "val_samples") : "",
+                  val_moved ? " of its samples) out of train/ (an earlier cdl did not read "
+                              "val/ beside train/ and test/, or val/ was added since): this run "
+                              "trains on all of train/; to go on from the checkpoint so, "
+                              "--resume-allow dataset-size" : "");
         goto out;
     }
     rc = 0;

@@ -40,6 +40,7 @@ typedef struct run {
     float *h_loss;
     int32_t *h_pred;
     char last_path[1100], best_path[1100];
+    char fingerprint[32];     /* data_fingerprint of train (checkpoints, resume, agree.c) */
     int ckpt_lock;            /* rank 0: the --ckpt-dir lock (ckpt_dir_prepare), -1 none */
     long saved_step;          /* the step of the last checkpoint written or resumed from */
     int finished_before;      /* resumed with nothing left to train (run_epochs) */

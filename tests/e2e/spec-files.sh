@@ -4,7 +4,8 @@
 # run trained from any directory, and after the file was edited, without
 # being told the path; --model FILE still takes the file as it is now, and
 # a --model whose weights do not fit is named as such. cdl-train refuses to
-# resume the run with the edited file unless told so, and a language model
+# resume the run with the edited file (or a built-in's other dropout) unless
+# told so, and a language model
 # that flattens its positions is told what to change.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 CDL_GENERATE="$top_builddir/cli/cdl-generate"
@@ -114,3 +115,12 @@ rc=$?
 grep -q "is not a regular file (a FIFO, device or socket): name a spec file" "$TMP/err" ||
     die "--model FIFO: $(cat "$TMP/err")"
 echo "PASS: a FIFO as the model spec is refused"
+
+# A built-in's option that keeps every tensor (gpt's dropout): the same.
+gpt=gpt:n_layer=1,n_head=2,n_embd=8,block_size=8
+expect_status 0 train --model "$gpt,dropout=0.1" --dataset "text:$text" --max-steps 2 --ckpt-dir gd
+expect_status 1 train --model "$gpt" --dataset "text:$text" --max-steps 3 --ckpt-dir gd
+expect_err "another configuration: --model gpt:...,dropout=0.1 -> gpt:..."
+expect_status 0 train --model "$gpt" --dataset "text:$text" --max-steps 3 --ckpt-dir gd \
+    --resume-allow model
+echo "PASS: a resume with another gpt dropout is refused unless --resume-allow model"

@@ -19,7 +19,7 @@ FUZZ_COMMON = tests/fuzz/fuzz.h tests/fuzz/fuzz_util.c lib/core/error.c lib/core
 
 tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c $(FUZZ_COMMON) \
 	lib/ckpt/safetensors_read.c lib/ckpt/json.c lib/ckpt/checksum.c
-tests_fuzz_fuzz_st_header_SOURCES = tests/fuzz/fuzz_st_header.c $(FUZZ_COMMON) \
+tests_fuzz_fuzz_st_header_SOURCES = tests/fuzz/fuzz_st_header.c tests/fuzz/fuzz_st.h $(FUZZ_COMMON) \
 	lib/ckpt/safetensors_read.c lib/ckpt/json.c lib/ckpt/checksum.c
 tests_fuzz_fuzz_spec_SOURCES = tests/fuzz/fuzz_spec.c $(FUZZ_COMMON) \
 	lib/model/spec.c lib/model/layer.c lib/model/infer.c lib/model/builtin.c \
@@ -112,3 +112,11 @@ tests_fuzz_fuzz_tokens_SOURCES = tests/fuzz/fuzz_tokens.c $(FUZZ_COMMON) lib/dat
 tests_fuzz_fuzz_tokens_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_tokens_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)
 tests_fuzz_fuzz_tokens_LDADD = $(FUZZ_LDADD_ALL)
+# What a resume compares of a checkpoint's metadata (lib/train/resume_check.c).
+FUZZ_TARGETS += tests/fuzz/fuzz_resume
+tests_fuzz_fuzz_resume_SOURCES = tests/fuzz/fuzz_resume.c tests/fuzz/fuzz_st.h $(FUZZ_COMMON) \
+	lib/train/resume_check.c lib/train/config.c lib/ckpt/safetensors_read.c lib/ckpt/json.c \
+	lib/ckpt/checksum.c
+tests_fuzz_fuzz_resume_CFLAGS = $(FUZZ_CFLAGS_ALL)
+tests_fuzz_fuzz_resume_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)
+tests_fuzz_fuzz_resume_LDADD = $(FUZZ_LDADD_ALL)

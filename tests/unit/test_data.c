@@ -1094,6 +1094,45 @@ static void test_loader_allocates_nothing(void **state)
     cdl_dataset_free(&d);
 }
 
+/* data_fingerprint: the same contents anywhere in memory give the same
+ * value; one byte of a sample, a label or a class name changes it. */
+static void test_fingerprint(void **state)
+{
+    (void)state;
+    enum { N = 5, PER = 12 };
+    uint8_t px[2][N * PER];
+    int32_t lab[2][N];
+    char a0[] = "cat", a1[] = "dog", b1[] = "dig";
+    char *names[2][2] = {{a0, a1}, {a0, b1}};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < N * PER; i++)
+            px[k][i] = (uint8_t)(i * 7);
+        for (int i = 0; i < N; i++)
+            lab[k][i] = i % 2;
+    }
+    cdl_dataset d[2];
+    for (int k = 0; k < 2; k++)
+        d[k] = (cdl_dataset){.n = N, .shape = {3, 2, 2}, .classes = 2, .images = px[k],
+                             .labels = lab[k], .class_names = names[0]};
+    char fa[DATA_FINGERPRINT_LEN], fb[DATA_FINGERPRINT_LEN];
+    assert_int_equal(data_fingerprint(&d[0], fa, sizeof fa), 0);
+    assert_int_equal(data_fingerprint(&d[1], fb, sizeof fb), 0);
+    assert_string_equal(fa, fb);
+    assert_int_equal(strncmp(fa, "v1 crc32=", 9), 0);
+    assert_int_equal(strlen(fa), 17);
+    px[1][N * PER - 1] ^= 1;
+    assert_int_equal(data_fingerprint(&d[1], fb, sizeof fb), 0);
+    assert_string_not_equal(fa, fb);
+    px[1][N * PER - 1] ^= 1;
+    lab[1][3] = 0;
+    assert_int_equal(data_fingerprint(&d[1], fb, sizeof fb), 0);
+    assert_string_not_equal(fa, fb);
+    lab[1][3] = 1;
+    d[1].class_names = names[1];
+    assert_int_equal(data_fingerprint(&d[1], fb, sizeof fb), 0);
+    assert_string_not_equal(fa, fb);
+}
+
 int main(void)
 {
     const struct CMUnitTest files[] = {
@@ -1126,6 +1165,7 @@ int main(void)
         cmocka_unit_test(test_loader_config_size),
         cmocka_unit_test(test_loader_workers_resume),
         cmocka_unit_test(test_loader_allocates_nothing),
+        cmocka_unit_test(test_fingerprint),
     };
     int failed = cmocka_run_group_tests_name("data files", files, make_tmpdir, remove_tmpdir);
     return failed | cmocka_run_group_tests_name("data", rest, NULL, NULL);

@@ -345,6 +345,99 @@ static void test_damaged_checkpoint(void **state)
     free(raw);
 }
 
+/* A one-epoch run in --ckpt-dir sub; its last and best checkpoints' paths
+ * (600 bytes each). */
+static void run_in(cdl_train_config *c, const char *sub, char *last, char *best)
+{
+    base_config(c, sub);
+    run_ok(c);
+    snprintf(last, 600, "%.500s/last.safetensors", c->ckpt_dir);
+    snprintf(best, 600, "%.500s/best.safetensors", c->ckpt_dir);
+}
+
+/* --resume auto with a last.safetensors cut short: the error names
+ * best.safetensors beside it, whole, and how to go on from it; without a
+ * best, what to do. Nothing is resumed or started silently. */
+static void test_damaged_last_names_best(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    char last[600], best[600], want_resume[700];
+    run_in(&c, "lastbest", last, best);
+    assert_int_equal(truncate(last, 5000), 0);
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    snprintf(want_resume, sizeof want_resume, "%s is whole (epoch ", best);
+    if (!strstr(cdl_last_error(), want_resume) ||
+        !strstr(cdl_last_error(), "the file is truncated"))
+        fail_msg("error: %s", cdl_last_error());
+    snprintf(want_resume, sizeof want_resume, "--resume %s goes on from there", best);
+    assert_non_null(strstr(cdl_last_error(), want_resume));
+    assert_int_equal(unlink(best), 0);
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    if (strstr(cdl_last_error(), "best.safetensors") ||
+        !strstr(cdl_last_error(), "restore it from a copy, or --resume never starts afresh"))
+        fail_msg("error: %s", cdl_last_error());
+    struct stat st;
+    assert_int_equal(stat(last, &st), 0);
+    assert_int_equal(st.st_size, 5000);   /* left as it was */
+}
+
+/* A job killed before its first last.safetensors but after a
+ * best.safetensors (--eval-every and --ckpt-every write best alone) starts
+ * afresh under --resume auto when requeued, as the first job of a chain. */
+static void test_best_alone_starts_afresh(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    char last[600], best[600];
+    run_in(&c, "bestalone", last, best);
+    assert_int_equal(unlink(last), 0);
+    run_ok(&c);
+    assert_int_equal(access(last, F_OK), 0);
+}
+
+/* A crafted checkpoint whose configuration names a built-in with 100000
+ * options: refused at once, the change shown cut short (comparing options
+ * pairwise would take hours). */
+static void test_crafted_model_options(void **state)
+{
+    (void)state;
+    cdl_st_file *f = cdl_st_open(good);
+    assert_non_null(f);
+    const char *config = cdl_st_meta_get(f, "config"), *at = strstr(config, "\"model\":\"mlp\"");
+    assert_non_null(at);
+    size_t head = (size_t)(at - config) + strlen("\"model\":\"mlp"), many = 100000;
+    char *crafted = malloc(strlen(config) + 2 * many + 2);
+    assert_non_null(crafted);
+    memcpy(crafted, config, head);
+    crafted[head] = ':';
+    for (size_t i = 0; i < many; i++)
+        memcpy(crafted + head + 1 + 2 * i, "a,", 2);
+    strcpy(crafted + head + 1 + 2 * many, config + head);
+    cdl_st_close(f);
+    char path[600];
+    path_in(path, sizeof path, "crafted_model.safetensors");
+    rewrite(path, "config", crafted);
+    free(crafted);
+    cdl_train_config c;
+    base_config(&c, "crafted_model");
+    const char *want[] = {path, "--model mlp:a,a,a,", "... -> mlp", NULL};
+    resume_fails(&c, path, want);
+}
+
+/* --resume DIR (the run's --ckpt-dir instead of a file) says what to give. */
+static void test_resume_directory(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "resumedir");
+    char want[600];
+    snprintf(want, sizeof want, "--resume %s is a directory: --ckpt-dir %s goes on from its "
+             "last.safetensors", tmpdir, tmpdir);
+    const char *wants[] = {want, NULL};
+    resume_fails(&c, tmpdir, wants);
+}
+
 /* Item 12: a dangling last.safetensors link is an error and stays. */
 static void test_dangling_last_link(void **state)
 {
@@ -511,6 +604,10 @@ int main(void)
         cmocka_unit_test(test_resume_batch_geometry),
         cmocka_unit_test(test_realign),
         cmocka_unit_test(test_damaged_checkpoint),
+        cmocka_unit_test(test_damaged_last_names_best),
+        cmocka_unit_test(test_best_alone_starts_afresh),
+        cmocka_unit_test(test_resume_directory),
+        cmocka_unit_test(test_crafted_model_options),
         cmocka_unit_test(test_dangling_last_link),
         cmocka_unit_test(test_ckpt_dir_checked_first),
         cmocka_unit_test(test_best_write_fails),

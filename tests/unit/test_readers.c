@@ -534,6 +534,33 @@ static void test_image_files(void **state)
 }
 #endif
 
+/* Resize(N) + CenterCrop(N) with torchvision's numbers: the long side
+ * scaled to int(N * long / short), truncated, and the crop starting at
+ * round((scaled - N) / 2), half to even. Before, the long side was
+ * rounded and the crop started at (scaled - N) / 2 rounded down: the
+ * samples were PyTorch's shifted by a pixel, and a model trained in
+ * PyTorch predicted other probabilities in cdl-predict. */
+static void test_image_fit_torchvision(void **state)
+{
+    (void)state;
+    uint8_t px[32 * 45], out[16 * 16];
+    image_buf in = {px, 16, 19, 1};   /* no scaling: 19 - 16 = 3, the crop starts at 2 */
+    for (int y = 0; y < 16; y++)
+        for (int x = 0; x < 19; x++)
+            px[y * 19 + x] = (uint8_t)(10 * x);
+    assert_int_equal(image_fit(&in, 16, 16, 1, out), 0);
+    assert_int_equal(out[0], 20);
+    assert_int_equal(out[15 * 16 + 15], 170);
+    /* 45 x 32 to 16: 22 x 16 (int(22.5)), crop at 3; a ramp stays a ramp,
+     * so column 5 reads the input at (5 + 3 + 0.5) * 45 / 22 - 0.5. */
+    in = (image_buf){px, 32, 45, 1};
+    for (int y = 0; y < 32; y++)
+        for (int x = 0; x < 45; x++)
+            px[y * 45 + x] = (uint8_t)(2 * x);
+    assert_int_equal(image_fit(&in, 16, 16, 1, out), 0);
+    assert_int_equal(out[7 * 16 + 5], (int)lrint(2 * (8.5 * 45 / 22 - 0.5)));
+}
+
 static void test_imagefolder_missing(void **state)
 {
     (void)state;
@@ -839,6 +866,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_image_files, setup, teardown),
 #endif
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),
+        cmocka_unit_test(test_image_fit_torchvision),
         cmocka_unit_test_setup_teardown(test_npy, setup, teardown),
         cmocka_unit_test(test_npy_hostile),
         cmocka_unit_test_setup_teardown(test_csv, setup, teardown),

@@ -60,6 +60,30 @@ static int gpt_mask_buffer(const cdl_model *m, const char *name)
     return 0;
 }
 
+/* The wrapper's prefix that name starts with when, without it (and any
+ * further wrappers' prefixes), it is one of the model's tensors: "module."
+ * of DistributedDataParallel and DataParallel, "_orig_mod." of
+ * torch.compile (a compiled DDP model has both). NULL otherwise. */
+static const char *wrapper_prefix(const cdl_model *m, const char *name)
+{
+    static const char *const wrappers[] = {"module.", "_orig_mod."};
+    const char *first = NULL, *rest = name;
+    for (int stripped = 1; stripped;) {
+        stripped = 0;
+        for (size_t k = 0; k < sizeof wrappers / sizeof wrappers[0]; k++) {
+            size_t n = strlen(wrappers[k]);
+            if (!strncmp(rest, wrappers[k], n)) {
+                first = first ? first : wrappers[k];
+                rest += n;
+                stripped = 1;
+            }
+        }
+    }
+    if (!first || !(cdl_model_find(m, rest) || find_buffer(m, rest) || gpt_mask_buffer(m, rest)))
+        return NULL;
+    return first;
+}
+
 /* Whether the file's 2-D shape is the transpose of the view's (not square). */
 static int transposed(int nd, const int64_t *shape, const cdl_param_view *v)
 {
@@ -76,6 +100,14 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const 
     int t = cdl_st_find(f, v->name), nd;
     int64_t shape[8];
     size_t numel;
+    /* PyTorch's BatchNorm loads a state dict without num_batches_tracked
+     * (torchvision's older ImageNet files, saved before the buffer existed)
+     * and counts from 0: so does cdl. */
+    size_t nl = strlen(v->name), el = strlen(".num_batches_tracked");
+    if (t < 0 && v->is_count && nl > el && !strcmp(v->name + nl - el, ".num_batches_tracked")) {
+        memset(dst + v->offset, 0, v->numel * sizeof *dst);
+        return 0;
+    }
     if (t < 0)
         return cdl_error("%s: the model's tensor '%s' is missing from the file (check "
                          "--model, or keep it freshly initialised with --init-ignore "
@@ -125,17 +157,14 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const 
                                  path, v->name, (long long)q[k]);
             dst[v->offset + k] = (float)q[k];
         }
-    } else {
-        const float *data = cdl_st_data(f, t, &numel);
-        if (!data)
-            return -1;
-        if (numel == v->numel)
-            memcpy(dst + v->offset, data, numel * sizeof *dst);
+        if (numel != v->numel)
+            return cdl_error("%s: tensor '%s' holds %zu values, expected %zu", path, v->name,
+                             numel, v->numel);
+        return 0;
     }
-    if (numel != v->numel)
-        return cdl_error("%s: tensor '%s' holds %zu values, expected %zu", path, v->name, numel,
-                         v->numel);
-    return 0;
+    /* F16, BF16 and F64 (a model saved after .half(), in bfloat16 or in
+     * double) become float32 as PyTorch's load_state_dict copies them. */
+    return cdl_st_data_float(f, t, dst + v->offset, v->numel);
 }
 
 /* Parameters into params, buffers into bufs (host copies of the model's). */
@@ -157,6 +186,16 @@ static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *params,
         if (cdl_model_find(m, name) || find_buffer(m, name) || alias || ignored(name, ignore) ||
             gpt_mask_buffer(m, name))
             continue;
+        const char *wrap = wrapper_prefix(m, name);
+        if (wrap)
+            return cdl_error("%s: tensor '%s' is not in the model %s: its name starts with "
+                             "'%s', which %s adds to every name of the model it wraps; save the "
+                             "inner model's %s.state_dict(), or strip the prefix: "
+                             "{k.removeprefix('%s'): v for k, v in sd.items()}", path, name,
+                             model, wrap,
+                             strcmp(wrap, "module.") ? "torch.compile"
+                                                     : "DistributedDataParallel (or DataParallel)",
+                             strcmp(wrap, "module.") ? "model._orig_mod" : "model.module", wrap);
         char prefixed[512];   /* Hugging Face's GPT2Model names: no "transformer." */
         snprintf(prefixed, sizeof prefixed, "transformer.%s", name);
         if (cdl_model_find(m, prefixed) || gpt_mask_buffer(m, prefixed))

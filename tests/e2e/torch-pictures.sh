@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Weights trained in PyTorch on one's own pictures, in cdl: cdl-predict
+# gives PyTorch's probabilities on the same files with --normalize (the
+# file stores no normalisation, and without it cdl-predict says so);
+# --init takes the weights as PyTorch users save them (F16, BF16, F64
+# files, no num_batches_tracked), and names the wrapper's prefix
+# (DDP's module., torch.compile's _orig_mod.) with the fix.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+py=/usr/bin/python3
+$py -c 'import torch, torchvision, safetensors.torch' 2>/dev/null ||
+    { echo "SKIP: python3-torch, python3-torchvision or safetensors not importable"; exit 77; }
+fix="$(cd "$top_srcdir" && pwd)/tests/e2e/torch_pictures.py"
+train="$(cd "$top_builddir" && pwd)/cli/cdl-train"
+predict="$(cd "$top_builddir" && pwd)/cli/cdl-predict"
+cd "$TMP" || die "cd $TMP"
+$py "$fix" make . || die "the PyTorch fixture failed"
+cat >net.spec <<'SPEC'
+input 3x16x16
+conv2d 8 kernel=3 padding=1
+batchnorm2d
+relu
+maxpool2d 2
+flatten
+linear 3
+SPEC
+files=$(ls pics/test/*/*.png | sort)
+
+# No stored normalisation: an error saying what to give, not a guess.
+expect_status 1 "$predict" torch.safetensors --model net.spec $files
+expect_err "torch.safetensors does not store the normalisation its weights were trained with (not written by cdl-train): give --normalize"
+for k in torch:f32 f16:f16 bf16:bf16 f64:f32 nobt:f32; do
+    "$predict" "${k%%:*}.safetensors" --model net.spec --normalize 0.5,0.25 --format jsonl \
+        --top-k 3 $files >pred.jsonl || die "cdl-predict ${k%%:*}.safetensors failed"
+    $py "$fix" check . "${k#*:}" pred.jsonl || die "cdl-predict disagrees with PyTorch on ${k%%:*}"
+done
+# Pictures of another size: torchvision's Resize(16) + CenterCrop(16).
+"$predict" torch.safetensors --model net.spec --normalize 0.5,0.25 --format jsonl --top-k 3 \
+    $(ls pics/resize/*/*.png | sort) >pred.jsonl || die "cdl-predict on pics/resize failed"
+$py "$fix" check . resize pred.jsonl || die "cdl-predict resizes pictures otherwise than torchvision"
+# The size from --image-size when the spec has no input line.
+sed -i 1d net.spec
+"$predict" torch.safetensors --model net.spec --image-size 16 --normalize 0.5,0.25 \
+    --format jsonl --top-k 3 $files >pred.jsonl || die "cdl-predict --image-size failed"
+$py "$fix" check . f32 pred.jsonl || die "cdl-predict --image-size disagrees with PyTorch"
+expect_status 1 "$predict" torch.safetensors --model net.spec --normalize 0.5,0.25 $files
+expect_err "give --image-size N"
+echo "PASS: cdl-predict on PyTorch's weights (F32, F16, BF16, F64) equals PyTorch on the pictures"
+
+run() { "$train" --model net.spec --dataset imagefolder:pics --image-size 16 --normalize 0.5,0.25 \
+    --epochs 1 --max-steps 1 --val-split 0 --no-progress -q --ckpt-dir ck "$@"; }
+for f in f16 bf16 f64 nobt; do
+    rm -rf ck
+    run --init $f.safetensors 2>err || { cat err >&2; die "--init $f.safetensors failed"; }
+done
+expect_status 1 run --init ddp.safetensors
+expect_err "tensor 'module.bn1.num_batches_tracked' is not in the model net.spec: its name starts with 'module.', which DistributedDataParallel (or DataParallel) adds"
+expect_err "{k.removeprefix('module.'): v for k, v in sd.items()}"
+expect_status 1 run --init compiled.safetensors
+expect_err "its name starts with '_orig_mod.', which torch.compile adds"
+echo "PASS: --init takes F16/BF16/F64 weights and files without num_batches_tracked, and names DDP's and torch.compile's prefixes"

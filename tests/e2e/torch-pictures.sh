@@ -4,7 +4,8 @@
 # file stores no normalisation, and without it cdl-predict says so);
 # --init takes the weights as PyTorch users save them (F16, BF16, F64
 # files, no num_batches_tracked), and names the wrapper's prefix
-# (DDP's module., torch.compile's _orig_mod.) with the fix.
+# (DDP's module., torch.compile's _orig_mod.) with the fix. And back: a
+# cdl checkpoint in PyTorch, as docs/pytorch-models.md loads it.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 py=/usr/bin/python3
 $py -c 'import torch, torchvision, safetensors.torch' 2>/dev/null ||
@@ -58,3 +59,14 @@ expect_err "{k.removeprefix('module.'): v for k, v in sd.items()}"
 expect_status 1 run --init compiled.safetensors
 expect_err "its name starts with '_orig_mod.', which torch.compile adds"
 echo "PASS: --init takes F16/BF16/F64 weights and files without num_batches_tracked, and names DDP's and torch.compile's prefixes"
+
+# The other way: cdl trains on the pictures; PyTorch, with the checkpoint's
+# weights, statistics and class names as docs/pytorch-models.md reads them,
+# predicts what cdl-predict does.
+rm -rf ck
+"$train" --model net.spec --dataset imagefolder:pics --image-size 16 --epochs 2 --no-progress -q \
+    --ckpt-dir ck || die "cdl-train on the pictures failed"
+"$predict" ck/last.safetensors --format jsonl --top-k 3 $files >pred.jsonl ||
+    die "cdl-predict on cdl's checkpoint failed"
+$py "$fix" back ck/last.safetensors pred.jsonl || die "PyTorch disagrees with cdl-predict"
+echo "PASS: a cdl checkpoint loaded in PyTorch as the docs say predicts as cdl-predict"

@@ -14,6 +14,9 @@ resize/ pictures.
 check DIR REF_KEY PRED.jsonl: cdl-predict's probabilities (jsonl, top-k
 = all classes) equal PyTorch's within 2e-6 (cdl prints 6 decimals), or
 5e-3 for the resized pictures (REF_KEY resize).
+
+back CKPT PRED.jsonl: the other way, a cdl-train checkpoint loaded as
+docs/pytorch-models.md shows gives cdl-predict's probabilities.
 """
 import json
 import os
@@ -113,8 +116,37 @@ def check(d, key, pred):
     print(f"{key}: cdl-predict = PyTorch within {worst:.1e}")
 
 
+def back(ckpt, pred):
+    """A cdl-train checkpoint in PyTorch, as docs/pytorch-models.md loads
+    it (weights, normalisation, class names): cdl-predict's probabilities
+    on the 16x16 test pictures within 2e-6."""
+    from PIL import Image
+    from safetensors.torch import load_file, safe_open
+    import torchvision.transforms as T
+    sd = load_file(ckpt)
+    model = Net()
+    model.load_state_dict({k: v for k, v in sd.items() if not k.startswith("optimizer.")}, strict=True)
+    meta = safe_open(ckpt, "pt").metadata()
+    mean = [float(v) for v in meta["norm_mean"].split(",")]
+    std = [float(v) for v in meta["norm_std"].split(",")]
+    names = meta["class_names"].split("\n")
+    tf = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor(), T.Normalize(mean, std)])
+    model.eval()
+    worst = 0.0
+    for line in map(json.loads, open(pred)):
+        with torch.no_grad():
+            p = model(tf(Image.open(line["file"]).convert("RGB")).unsqueeze(0)).softmax(1)[0]
+        for t in line["top"]:
+            worst = max(worst, abs(p[names.index(t["class"])].item() - t["p"]))
+    if worst > 2e-6:
+        sys.exit(f"PyTorch's probabilities with cdl's checkpoint differ from cdl-predict's by {worst}")
+    print(f"cdl checkpoint in PyTorch = cdl-predict within {worst:.1e}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
+    elif sys.argv[1] == "back":
+        back(sys.argv[2], sys.argv[3])
     else:
         check(sys.argv[2], sys.argv[3], sys.argv[4])

@@ -108,10 +108,16 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const 
         memset(dst + v->offset, 0, v->numel * sizeof *dst);
         return 0;
     }
+    /* The advice names the layer ('fc.*'): its weight and bias differ
+     * together, and a glob for one would stop at the next. */
+    char layer[512];
+    const char *dot = strrchr(v->name, '.');
+    snprintf(layer, sizeof layer, "%.*s.*", dot ? (int)(dot - v->name) : (int)strlen(v->name),
+             v->name);
     if (t < 0)
         return cdl_error("%s: the model's tensor '%s' is missing from the file (check "
-                         "--model, or keep it freshly initialised with --init-ignore "
-                         "'%s')", path, v->name, v->name);
+                         "--model, or keep its layer freshly initialised with --init-ignore "
+                         "'%s')", path, v->name, layer);
     if (cdl_st_shape(f, t, &nd, shape) != 0)
         return -1;
     int same = nd == v->ndim;
@@ -144,7 +150,7 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const 
         return cdl_error("%s: tensor '%s' has shape %s but the model's is %s (a replaced "
                          "layer? leave it out with --init-ignore '%s')", path, v->name,
                          shape_str(nd, shape, a, sizeof a),
-                         shape_str(v->ndim, v->shape, b, sizeof b), v->name);
+                         shape_str(v->ndim, v->shape, b, sizeof b), layer);
     }
     const char *dtype = cdl_st_dtype(f, t);
     if (v->is_count && dtype && !strcmp(dtype, "I64")) {

@@ -58,6 +58,17 @@ expect_err "tensor 'module.bn1.num_batches_tracked' is not in the model net.spec
 expect_err "{k.removeprefix('module.'): v for k, v in sd.items()}"
 expect_status 1 run --init compiled.safetensors
 expect_err "its name starts with '_orig_mod.', which torch.compile adds"
+# Fine-tuning for 2 classes: the advice names the layer, whose weight and
+# bias both differ, and following it works.
+mkdir -p two/train two/test
+cp -r pics/train/blue pics/train/green two/train && cp -r pics/test/blue pics/test/green two/test
+sed 's/^linear 3$/linear 2/' net.spec >net2.spec
+run() { "$train" --model net2.spec --dataset imagefolder:two --image-size 16 --normalize 0.5,0.25 \
+    --epochs 1 --max-steps 1 --val-split 0 --no-progress -q --ckpt-dir ck "$@"; }
+expect_status 1 run --init torch.safetensors
+expect_err "tensor 'fc1.weight' has shape (3, 512) but the model's is (2, 512) (a replaced layer? leave it out with --init-ignore 'fc1.*')"
+rm -rf ck
+run --init torch.safetensors --init-ignore 'fc1.*' 2>err || { cat err >&2; die "--init-ignore 'fc1.*' failed"; }
 echo "PASS: --init takes F16/BF16/F64 weights and files without num_batches_tracked, and names DDP's and torch.compile's prefixes"
 
 # The other way: cdl trains on the pictures; PyTorch, with the checkpoint's

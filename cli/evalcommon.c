@@ -98,6 +98,19 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
         opt->image_width = w;
     }
     opt->channels = o->channels ? o->channels : ch > 0 ? (int)ch : (c == 1 || c == 3) ? c : 0;
+    /* Weights another program wrote (PyTorch's) store no sample shape:
+     * pictures are fitted to the --model spec's input line, as the
+     * training's Resize + CenterCrop fitted them (cdl_spec_load leaves
+     * its error for eval_model to report). */
+    cdl_model_spec spec;
+    if (!*meta(f, "dataset") && c == 0 && !o->image_size && o->model &&
+        !cdl_spec_is_builtin(o->model) && cdl_spec_load(o->model, &spec) == 0 &&
+        (spec.input.c == 1 || spec.input.c == 3)) {
+        opt->image_height = spec.input.h;
+        opt->image_width = spec.input.w;
+        if (!o->channels)
+            opt->channels = spec.input.c;
+    }
     opt->label_column = o->label_column ? o->label_column
                         : *meta(f, "label_column") ? meta(f, "label_column") : NULL;
     opt->skip_bad_files = o->skip_bad_files;

@@ -13,6 +13,7 @@ $py -c 'import torch, torchvision, safetensors.torch' 2>/dev/null ||
 fix="$(cd "$top_srcdir" && pwd)/tests/e2e/torch_pictures.py"
 train="$(cd "$top_builddir" && pwd)/cli/cdl-train"
 predict="$(cd "$top_builddir" && pwd)/cli/cdl-predict"
+eval="$(cd "$top_builddir" && pwd)/cli/cdl-eval"
 cd "$TMP" || die "cd $TMP"
 $py "$fix" make . || die "the PyTorch fixture failed"
 cat >net.spec <<'SPEC'
@@ -38,6 +39,11 @@ done
 "$predict" torch.safetensors --model net.spec --normalize 0.5,0.25 --format jsonl --top-k 3 \
     $(ls pics/resize/*/*.png | sort) >pred.jsonl || die "cdl-predict on pics/resize failed"
 $py "$fix" check . resize pred.jsonl || die "cdl-predict resizes pictures otherwise than torchvision"
+# cdl-eval on a folder of 27x20 pictures: fitted to the spec's input line.
+mkdir ev && cp -r pics/resize ev/test && cp -r pics/train ev/train || die "copying pictures"
+"$eval" torch.safetensors --model net.spec --dataset imagefolder:ev \
+    --normalize 0.5,0.25 --json >eval.json 2>err || { cat err >&2; die "cdl-eval failed"; }
+$py "$fix" eval . eval.json || die "cdl-eval disagrees with PyTorch"
 # The size from --image-size when the spec has no input line.
 sed -i 1d net.spec
 "$predict" torch.safetensors --model net.spec --image-size 16 --normalize 0.5,0.25 \

@@ -15,6 +15,8 @@ check DIR REF_KEY PRED.jsonl: cdl-predict's probabilities (jsonl, top-k
 = all classes) equal PyTorch's within 2e-6 (cdl prints 6 decimals), or
 5e-3 for the resized pictures (REF_KEY resize).
 
+eval DIR OUT.json: cdl-eval's loss and accuracy on resize/ are PyTorch's.
+
 back CKPT PRED.jsonl: the other way, a cdl-train checkpoint loaded as
 docs/pytorch-models.md shows gives cdl-predict's probabilities.
 """
@@ -116,6 +118,22 @@ def check(d, key, pred):
     print(f"{key}: cdl-predict = PyTorch within {worst:.1e}")
 
 
+def evaluate(d, out):
+    """cdl-eval's --json loss and accuracy on the resize/ pictures equal
+    PyTorch's (loss within 2e-3: resized pixels may differ by a level)."""
+    ref = json.load(open(f"{d}/ref.json"))
+    files = ref["resize_files"]
+    classes = sorted({f.split("/")[-2] for f in files})
+    y = [classes.index(f.split("/")[-2]) for f in files]
+    p = np.array(ref["resize"])
+    loss = float(-np.log(p[np.arange(len(y)), y]).mean())
+    acc = float((p.argmax(1) == np.array(y)).mean())
+    got = json.load(open(out))
+    if abs(got["loss"] - loss) > 2e-3 or abs(got["accuracy"] - acc) > 1e-6:
+        sys.exit(f"cdl-eval: loss {got['loss']} accuracy {got['accuracy']}, PyTorch {loss} {acc}")
+    print(f"cdl-eval = PyTorch: loss {loss:.6f}, accuracy {acc:.4f}")
+
+
 def back(ckpt, pred):
     """A cdl-train checkpoint in PyTorch, as docs/pytorch-models.md loads
     it (weights, normalisation, class names): cdl-predict's probabilities
@@ -146,6 +164,8 @@ def back(ckpt, pred):
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
+    elif sys.argv[1] == "eval":
+        evaluate(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "back":
         back(sys.argv[2], sys.argv[3])
     else:

@@ -188,6 +188,12 @@ static void other_model_error(const eval_opts *o, const cdl_st_file *f, const ch
             *cut = '\0';
     }
     const char *run = meta(f, "model");
+    /* The loader's hint to rename a spec's layers as a PyTorch module's
+     * fits weights PyTorch wrote, not a cdl run's checkpoint (its model
+     * is known: the message says which). */
+    char *hint = *run ? strstr(why, ", whose '") : NULL;
+    if (hint)
+        *hint = '\0';
     if (o->model && *run && strcmp(o->model, run))
         cdl_error("%s: the checkpoint holds another model than --model %s: leave --model out "
                   "(the run's model is '%s') or give the one it was trained with", why, name, run);

@@ -173,6 +173,35 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const 
     return cdl_st_data_float(f, t, dst + v->offset, v->numel);
 }
 
+/* A tensor of the model (parameter or buffer) that the file lacks and the
+ * glob ignore does not set aside, or NULL: the first of the same kind
+ * (last name part, ".weight") and shape as the file's tensor t where there
+ * is one (the same layer under another name), else the first. */
+static const char *missing_view(cdl_st_file *f, const cdl_model *m, const char *ignore, int t)
+{
+    const char *name = cdl_st_name(f, t), *first = NULL;
+    const char *kind = strrchr(name, '.') ? strrchr(name, '.') : name;
+    int nd;
+    int64_t shape[8];
+    if (cdl_st_shape(f, t, &nd, shape) != 0)
+        return NULL;
+    for (int i = 0; i < cdl_model_nviews(m) + cdl_model_nbuffers(m); i++) {
+        const cdl_param_view *v = i < cdl_model_nviews(m)
+                                      ? cdl_model_view(m, i)
+                                      : cdl_model_buffer(m, i - cdl_model_nviews(m));
+        if (ignored(v->name, ignore) || cdl_st_find(f, v->name) >= 0)
+            continue;
+        first = first ? first : v->name;
+        size_t nl = strlen(v->name), kl = strlen(kind);
+        int same = nl >= kl && !strcmp(v->name + nl - kl, kind) && v->ndim == nd;
+        for (int d = 0; same && d < nd; d++)
+            same = v->shape[d] == shape[d];
+        if (same)
+            return v->name;
+    }
+    return first;
+}
+
 /* Parameters into params, buffers into bufs (host copies of the model's). */
 static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *params, float *bufs)
 {
@@ -208,6 +237,18 @@ static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *params,
             return cdl_error("%s: tensor '%s' is not in the model %s: the file has Hugging "
                              "Face's GPT2Model names, without the prefix 'transformer.'; add it "
                              "to its names, as docs/transformers.md shows", path, name, model);
+        /* A spec written from a PyTorch module with other layer names
+         * (nn.Sequential's features.0): the file then also lacks one of
+         * the model's tensors, and the pair shows what to rename. */
+        const char *lack = missing_view(f, m, ignore, t), *dot = strrchr(name, '.');
+        int layer = dot ? (int)(dot - name) : (int)strlen(name);   /* "features.0" */
+        if (lack)
+            return cdl_error("%s: tensor '%s' is not in the model %s, whose '%s' is not in the "
+                             "file (a spec written from a PyTorch module needs the module's "
+                             "names: name=%.*s on this tensor's layer; cdl-train --summary lists "
+                             "the model's): the file belongs to another model (check --model), "
+                             "or name what to leave out with --init-ignore PATTERN", path, name,
+                             model, lack, layer, name);
         return cdl_error("%s: tensor '%s' is not in the model %s: the file belongs to "
                          "another model (check --model), or name what to leave out with "
                          "--init-ignore PATTERN", path, name, model);

@@ -75,6 +75,9 @@ expect_status 1 run --init torch.safetensors
 expect_err "tensor 'fc1.weight' has shape (3, 512) but the model's is (2, 512) (a replaced layer? leave it out with --init-ignore 'fc1.*')"
 rm -rf ck
 run --init torch.safetensors --init-ignore 'fc1.*' 2>err || { cat err >&2; die "--init-ignore 'fc1.*' failed"; }
+# nn.Sequential's names (0.weight) for a spec with the automatic ones.
+expect_status 1 run --init seq.safetensors
+expect_err "tensor '1.num_batches_tracked' is not in the model net2.spec, whose 'bn1.num_batches_tracked' is not in the file (a spec written from a PyTorch module needs the module's names: name=1 on this tensor's layer"
 echo "PASS: --init takes F16/BF16/F64 weights and files without num_batches_tracked, and names DDP's and torch.compile's prefixes"
 
 # The other way: cdl trains on the pictures; PyTorch, with the checkpoint's

@@ -6,7 +6,7 @@ act, test/ 16x16), a small CNN trained
 on it with torchvision's transforms and Normalize(0.5, 0.25), saved with
 safetensors as a PyTorch user saves it: DIR/torch.safetensors, and the
 same weights as DDP's (module.), torch.compile's (_orig_mod.), in F16,
-BF16 and F64, and without num_batches_tracked. DIR/ref.json: PyTorch's
+BF16 and F64, without num_batches_tracked, and as nn.Sequential names them. DIR/ref.json: PyTorch's
 class probabilities for every test picture, for the F32 weights and for
 the F16 and BF16 ones (each rounded as that file holds it), and for the
 resize/ pictures.
@@ -81,6 +81,10 @@ def make(d):
     save_file(flt(lambda v: v.bfloat16()), f"{d}/bf16.safetensors")
     save_file(flt(lambda v: v.double()), f"{d}/f64.safetensors")
     save_file({k: v for k, v in sd.items() if "num_batches" not in k}, f"{d}/nobt.safetensors")
+    # The same module written as nn.Sequential(conv, bn, ReLU, MaxPool, Flatten, Linear).
+    seq = {"conv1": "0", "bn1": "1", "fc1": "5"}
+    save_file({seq[k.split(".")[0]] + k[k.index("."):]: v for k, v in sd.items()},
+              f"{d}/seq.safetensors")
     test = D.ImageFolder(f"{d}/pics/test", transform())
     x = torch.stack([test[i][0] for i in range(len(test))])
     ref = {"files": [os.path.relpath(p, d) for p, _ in test.samples]}

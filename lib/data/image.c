@@ -66,9 +66,15 @@ static int png_decode(const uint8_t *d, size_t n, const char *name, image_buf *o
     png_image im;
     if (png_begin(d, n, name, &im))
         return -1;
-    int gray = !(im.format & PNG_FORMAT_FLAG_COLOR);
-    /* Alpha is composited on black: the formats without it ask for that. */
-    im.format = gray ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+    int gray = !(im.format & PNG_FORMAT_FLAG_COLOR), alpha = !!(im.format & PNG_FORMAT_FLAG_ALPHA);
+    /* Alpha (an alpha channel, or a tRNS chunk) is read and dropped, as
+     * PIL's convert("RGB") and convert("L") do in torchvision's loader.
+     * Asking libpng for a format without alpha would composite the picture
+     * onto the output buffer's contents (png_image_finish_read with no
+     * background): uninitialised memory. 8-bit output is not
+     * premultiplied, so the colour values are the file's. */
+    im.format = gray ? (alpha ? PNG_FORMAT_GA : PNG_FORMAT_GRAY)
+                     : (alpha ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB);
     out->c = gray ? 1 : 3;
     out->h = (int)im.height;
     out->w = (int)im.width;
@@ -83,6 +89,12 @@ static int png_decode(const uint8_t *d, size_t n, const char *name, image_buf *o
         cdl_free(out->px);
         out->px = NULL;
         return rc;
+    }
+    if (alpha) {   /* (h, w, c + 1) -> (h, w, c) in place, front to back */
+        size_t npx = (size_t)out->h * (size_t)out->w;
+        for (size_t i = 0; i < npx; i++)
+            for (int k = 0; k < out->c; k++)
+                out->px[i * (size_t)out->c + (size_t)k] = out->px[i * (size_t)(out->c + 1) + (size_t)k];
     }
     return 0;
 }

@@ -534,6 +534,41 @@ static void test_image_files(void **state)
 }
 #endif
 
+#ifdef HAVE_PNG
+/* PNGs with alpha read as torchvision's loader reads them (PIL's
+ * convert("RGB") / convert("L")): the colour values, alpha dropped. cdl
+ * had libpng composite them onto its uninitialised output buffer, so
+ * transparent pixels came out as whatever the heap held. */
+static void test_png_alpha(void **state)
+{
+    (void)state;
+    /* 2x2 RGBA (alpha 0, 64, 128, 255) and gray + alpha. */
+    const uint8_t rgba[16] = {95, 130, 194, 0,  207, 235, 15, 64,
+                              33, 215, 217, 128, 248, 189, 16, 255};
+    const uint8_t ga[8] = {10, 0, 20, 64, 30, 128, 40, 255};
+    assert_int_equal(test_write_png(at("rgba.png"), rgba, 2, 2, 4), 0);
+    assert_int_equal(test_write_png(at("ga.png"), ga, 2, 2, 2), 0);
+    char p0[512], p1[512];
+    snprintf(p0, sizeof p0, "%s", at("rgba.png"));
+    snprintf(p1, sizeof p1, "%s", at("ga.png"));
+    const char *files[2] = {p0, p1};
+    cdl_dataset d;
+    cdl_shape s = {3, 2, 2};
+    assert_int_equal(cdl_dataset_from_image_files(files, 2, s, 1, 0, &d), 0);
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 3; k++) {
+            assert_int_equal(d.images[k * 4 + i], rgba[i * 4 + k]);   /* planes first */
+            assert_int_equal(d.images[12 + k * 4 + i], ga[i * 2]);    /* gray repeated */
+        }
+    cdl_dataset_free(&d);
+    s.c = 1;
+    assert_int_equal(cdl_dataset_from_image_files(files + 1, 1, s, 1, 0, &d), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(d.images[i], ga[i * 2]);
+    cdl_dataset_free(&d);
+}
+#endif
+
 /* Resize(N) + CenterCrop(N) with torchvision's numbers: the long side
  * scaled to int(N * long / short), truncated, and the crop starting at
  * round((scaled - N) / 2), half to even. Before, the long side was
@@ -867,6 +902,9 @@ int main(void)
 #endif
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),
         cmocka_unit_test(test_image_fit_torchvision),
+#ifdef HAVE_PNG
+        cmocka_unit_test_setup_teardown(test_png_alpha, setup, teardown),
+#endif
         cmocka_unit_test_setup_teardown(test_npy, setup, teardown),
         cmocka_unit_test(test_npy_hostile),
         cmocka_unit_test_setup_teardown(test_csv, setup, teardown),

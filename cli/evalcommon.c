@@ -338,6 +338,22 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         if (all.skipped)
             fprintf(stderr, "%s: --skip-bad-files: left out %ld unreadable files of %s\n",
                     o->prog, all.skipped, dir);
+        /* Weights another program wrote on a named dataset: its published
+         * statistics, which a PyTorch training may not have used. */
+        if (!norm && !*meta(f, "dataset") && o->norm.kind == CDL_NORMALIZE_DEFAULT &&
+            !strstr(CDL_DATASET_FORMATS, name) && all.images && all.shape.c <= 3) {
+            char ms[96] = "", ss[96] = "";
+            for (int k = 0; k < all.shape.c; k++) {
+                snprintf(ms + strlen(ms), sizeof ms - strlen(ms), "%s%.4g", k ? "," : "",
+                         all.mean[k]);
+                snprintf(ss + strlen(ss), sizeof ss - strlen(ss), "%s%.4g", k ? "," : "",
+                         all.std[k]);
+            }
+            fprintf(stderr, "%s: note: %s does not store the normalisation its weights were "
+                    "trained with (not written by cdl-train): using %s's published mean %s and "
+                    "std %s; give --normalize if the training used others\n", o->prog, o->ckpt,
+                    name, ms, ss);
+        }
     }
     if (test || val <= 0) {
         e->data = all;

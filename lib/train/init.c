@@ -174,12 +174,13 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const 
 }
 
 /* A tensor of the model (parameter or buffer) that the file lacks and the
- * glob ignore does not set aside, or NULL: the first of the same kind
- * (last name part, ".weight") and shape as the file's tensor t where there
- * is one (the same layer under another name), else the first. */
+ * glob ignore does not set aside, of the same kind (last name part,
+ * ".weight") and shape as the file's tensor t: the same layer under
+ * another name. NULL when there is none (then the file is most likely of
+ * another model). */
 static const char *missing_view(cdl_st_file *f, const cdl_model *m, const char *ignore, int t)
 {
-    const char *name = cdl_st_name(f, t), *first = NULL;
+    const char *name = cdl_st_name(f, t);
     const char *kind = strrchr(name, '.') ? strrchr(name, '.') : name;
     int nd;
     int64_t shape[8];
@@ -191,7 +192,6 @@ static const char *missing_view(cdl_st_file *f, const cdl_model *m, const char *
                                       : cdl_model_buffer(m, i - cdl_model_nviews(m));
         if (ignored(v->name, ignore) || cdl_st_find(f, v->name) >= 0)
             continue;
-        first = first ? first : v->name;
         size_t nl = strlen(v->name), kl = strlen(kind);
         int same = nl >= kl && !strcmp(v->name + nl - kl, kind) && v->ndim == nd;
         for (int d = 0; same && d < nd; d++)
@@ -199,7 +199,7 @@ static const char *missing_view(cdl_st_file *f, const cdl_model *m, const char *
         if (same)
             return v->name;
     }
-    return first;
+    return NULL;
 }
 
 /* Parameters into params, buffers into bufs (host copies of the model's). */

@@ -224,8 +224,8 @@ static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *params,
         const char *wrap = wrapper_prefix(m, name);
         if (wrap)
             return cdl_error("%s: tensor '%s' is not in the model %s: its name starts with "
-                             "'%s', which %s adds to every name of the model it wraps; save the "
-                             "inner model's %s.state_dict(), or strip the prefix: "
+                             "'%s', which %s adds to every name of the model it wraps; save "
+                             "%s.state_dict() (the inner model's) instead, or strip the prefix: "
                              "{k.removeprefix('%s'): v for k, v in sd.items()}", path, name,
                              model, wrap,
                              strcmp(wrap, "module.") ? "torch.compile"

@@ -124,6 +124,20 @@ static void write_raw(const char *path, uint64_t n_claimed, const char *json, si
     free(buf);
 }
 
+/* A file of the header json and the data section data (n bytes). */
+static void write_st(const char *path, const char *json, const unsigned char *data, size_t n)
+{
+    size_t jl = strlen(json);
+    unsigned char *buf = calloc(1, 8 + jl + n);
+    assert_non_null(buf);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)jl >> (8 * i));
+    memcpy(buf + 8, json, jl);
+    memcpy(buf + 8 + jl, data, n);
+    write_bytes(path, buf, 8 + jl + n);
+    free(buf);
+}
+
 /* The file must be rejected with a message naming it and containing want. */
 static void expect_reject(const char *path, const char *want)
 {
@@ -329,14 +343,8 @@ static void test_foreign_but_valid(void **state)
         "   \"__metadata__\": {\"format\": \"pt\", \"\\u00e9\\ud83d\\ude00\": \"\\\"\\/\\b\\f\"},\n"
         "   \"\\u0041b\": {\"dtype\": \"U8\", \"shape\": [3], \"data_offsets\": [0, 3]},\n"
         "   \"h\": {\"dtype\": \"BF16\", \"shape\": [2, 1], \"data_offsets\": [7, 11]}}   ";
-    size_t jl = strlen(json);
-    unsigned char buf[512] = {0};
-    buf[0] = (unsigned char)jl;
-    buf[1] = (unsigned char)(jl >> 8);
-    memcpy(buf + 8, json, jl);
     const unsigned char data[11] = {1, 2, 3, 0, 0, 0x40, 0x40, 9, 9, 9, 9};   /* z = 3.0f */
-    memcpy(buf + 8 + jl, data, sizeof data);
-    write_bytes(path, buf, 8 + jl + sizeof data);
+    write_st(path, json, data, sizeof data);
 
     cdl_st_file *f = cdl_st_open(path);
     if (!f)
@@ -381,12 +389,7 @@ static void test_data_float(void **state)
         "\"u\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[18,19]},"
         "\"d\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[19,35]},"
         "\"big\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[35,43]}}";
-    size_t jl = strlen(json);
-    unsigned char buf[1024] = {0};
-    for (int i = 0; i < 8; i++)
-        buf[i] = (unsigned char)(jl >> (8 * i));
-    memcpy(buf + 8, json, jl);
-    unsigned char *d = buf + 8 + jl;
+    unsigned char d[43];
     /* 1.0, -2.5, 2^-24 (the least subnormal), 0x03ff (the largest), -0, inf, NaN */
     const uint16_t h[7] = {0x3c00, 0xc100, 0x0001, 0x03ff, 0x8000, 0x7c00, 0x7e00};
     for (int i = 0; i < 7; i++) {
@@ -403,7 +406,7 @@ static void test_data_float(void **state)
         for (int i = 0; i < 8; i++)
             d[19 + 8 * k + i] = (unsigned char)(u >> (8 * i));
     }
-    write_bytes(path, buf, 8 + jl + 43);
+    write_st(path, json, d, sizeof d);
     cdl_st_file *f = cdl_st_open(path);
     if (!f)
         fail_msg("%s", cdl_last_error());

@@ -93,8 +93,10 @@ static int transposed(int nd, const int64_t *shape, const cdl_param_view *v)
 
 /* The file's tensor for view v (a parameter or a buffer) into dst + v->offset,
  * with load_state_dict's strictness. Counts (num_batches_tracked) are I64
- * in files PyTorch and cdl write; they live as floats in the model. */
-static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const char *model)
+ * in files PyTorch and cdl write; they live as floats in the model. cin:
+ * the channels of the model's input (its pictures'). */
+static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const char *model,
+                     int cin)
 {
     const char *path = cdl_st_path(f);
     int t = cdl_st_find(f, v->name), nd;
@@ -136,6 +138,20 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const 
                              shape_str(nd, shape, a, sizeof a), model,
                              shape_str(v->ndim, v->shape, b, sizeof b),
                              (int)strcspn(model, ":"), model);
+        /* A first conv for RGB on grayscale pictures (or back): torchvision's
+         * ImageFolder reads every picture as RGB, cdl keeps grayscale as 1
+         * channel. Leaving the layer fresh would throw it away. */
+        if (nd == 4 && v->ndim == 4 && shape[0] == v->shape[0] && shape[2] == v->shape[2] &&
+            shape[3] == v->shape[3] && v->shape[1] == cin && (shape[1] == 1 || shape[1] == 3) &&
+            (cin == 1 || cin == 3))
+            return cdl_error("%s: tensor '%s' has shape %s but the model's is %s: the weights "
+                             "are for samples of %d channel%s, the data has %d (pictures of an "
+                             "image folder are read so with --channels %d%s)", path, v->name,
+                             shape_str(nd, shape, a, sizeof a),
+                             shape_str(v->ndim, v->shape, b, sizeof b), (int)shape[1],
+                             shape[1] == 1 ? "" : "s", cin, (int)shape[1],
+                             shape[1] == 3 ? "; torchvision's ImageFolder reads every picture "
+                                             "as RGB" : "");
         /* Hugging Face's GPT-2 (transformers' Conv1D) stores c_attn, c_proj
          * and c_fc as (in, out), nn.Linear's transpose: leaving one out
          * would not help, and the square c_proj of attention would load
@@ -253,14 +269,15 @@ static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *params,
                          "another model (check --model), or name what to leave out with "
                          "--init-ignore PATTERN", path, name, model);
     }
+    int cin = cdl_model_input(m).c;   /* the pictures' channels */
     for (int i = 0; i < cdl_model_nviews(m); i++) {
         const cdl_param_view *v = cdl_model_view(m, i);
-        if (!ignored(v->name, ignore) && load_view(f, v, params, model) != 0)
+        if (!ignored(v->name, ignore) && load_view(f, v, params, model, cin) != 0)
             return -1;
     }
     for (int i = 0; i < cdl_model_nbuffers(m); i++) {
         const cdl_param_view *v = cdl_model_buffer(m, i);
-        if (!ignored(v->name, ignore) && load_view(f, v, bufs, model) != 0)
+        if (!ignored(v->name, ignore) && load_view(f, v, bufs, model, cin) != 0)
             return -1;
     }
     return 0;

@@ -75,6 +75,13 @@ expect_status 1 run --init torch.safetensors
 expect_err "tensor 'fc1.weight' has shape (3, 512) but the model's is (2, 512) (a replaced layer? leave it out with --init-ignore 'fc1.*')"
 rm -rf ck
 run --init torch.safetensors --init-ignore 'fc1.*' 2>err || { cat err >&2; die "--init-ignore 'fc1.*' failed"; }
+# Grayscale pictures, which cdl reads as 1 channel and torchvision as RGB:
+# the error says --channels 3, which then works.
+expect_status 1 run --init torch.safetensors --init-ignore 'fc1.*' --dataset imagefolder:gray
+expect_err "tensor 'conv1.weight' has shape (8, 3, 3, 3) but the model's is (8, 1, 3, 3): the weights are for samples of 3 channels, the data has 1 (pictures of an image folder are read so with --channels 3; torchvision's ImageFolder reads every picture as RGB)"
+rm -rf ck
+run --init torch.safetensors --init-ignore 'fc1.*' --dataset imagefolder:gray --channels 3 2>err ||
+    { cat err >&2; die "--channels 3 on grayscale pictures failed"; }
 # nn.Sequential's names (0.weight) for a spec with the automatic ones.
 expect_status 1 run --init seq.safetensors
 expect_err "tensor '1.num_batches_tracked' is not in the model net2.spec, whose 'bn1.num_batches_tracked' is not in the file (a spec written from a PyTorch module needs the module's names: name=1 on this tensor's layer"

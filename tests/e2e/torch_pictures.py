@@ -2,7 +2,7 @@
 
 make DIR: a picture folder DIR/pics/{train,test}/{blue,green,red}/*.png
 (RGB; train/ 24x20 and resize/ 27x20, so Resize(16) + CenterCrop(16) both
-act, test/ 16x16), a small CNN trained
+act, test/ 16x16; DIR/gray: grayscale pictures), a small CNN trained
 on it with torchvision's transforms and Normalize(0.5, 0.25), saved with
 safetensors as a PyTorch user saves it: DIR/torch.safetensors, and the
 same weights as DDP's (module.), torch.compile's (_orig_mod.), in F16,
@@ -64,6 +64,12 @@ def make(d):
                 a = rng.integers(0, 200, (h, w, 3), dtype=np.uint8)
                 a[..., c] = np.clip(a[..., c].astype(int) + 40, 0, 255).astype(np.uint8)
                 Image.fromarray(a).save(f"{d}/pics/{split}/{name}/{i}.png")
+    for split in ("train", "test"):   # grayscale pictures (cdl: 1 channel)
+        for name in ("a", "b"):
+            os.makedirs(f"{d}/gray/{split}/{name}", exist_ok=True)
+            for i in range(2):
+                Image.fromarray(rng.integers(0, 256, (16, 16), dtype=np.uint8)).save(
+                    f"{d}/gray/{split}/{name}/{i}.png")
     train = D.ImageFolder(f"{d}/pics/train", transform())
     m = Net()
     opt = torch.optim.SGD(m.parameters(), lr=0.01)

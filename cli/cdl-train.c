@@ -16,6 +16,7 @@
 #include <cdl/cdl.h>
 
 #include "blas_core.h"
+#include "normalize.h"
 #include "suggest.h"
 
 enum {
@@ -380,39 +381,14 @@ static int misfit_reader_option(const cdl_train_config *cfg)
 /* --normalize auto|none|MEAN,STD|M1,...,Mc,S1,...,Sc */
 static int parse_normalize(const char *opt, const char *a, cdl_train_config *cfg)
 {
-    if (!strcmp(a, "auto")) {
-        cfg->normalize = CDL_NORMALIZE_COMPUTE;
-        return 0;
-    }
-    if (!strcmp(a, "none")) {
-        cfg->normalize = CDL_NORMALIZE_NONE;
-        return 0;
-    }
-    float v[32];
-    int n = 0;
-    const char *p = a;
-    for (;;) {
-        char *end;
-        errno = 0;
-        double x = strtod(p, &end);
-        if (end == p || errno || !isfinite(x) || n == 32 || (*end && *end != ','))
-            return bad(opt, a, "expected auto, none, MEAN,STD or per channel M1,..,Mc,S1,..,Sc "
-                       "(at most 16 channels)");
-        v[n++] = (float)x;
-        if (!*end)
-            break;
-        p = end + 1;
-    }
-    if (n % 2)
-        return bad(opt, a, "give as many standard deviations as means");
-    cfg->norm_count = n / 2;
-    for (int k = 0; k < n / 2; k++) {
-        cfg->norm_mean[k] = v[k];
-        cfg->norm_std[k] = v[n / 2 + k];
-        if (!(cfg->norm_std[k] > 0))
-            return bad(opt, a, "a standard deviation must be > 0");
-    }
-    cfg->normalize = CDL_NORMALIZE_GIVEN;
+    cli_normalize n;
+    const char *why;
+    if (cli_parse_normalize(a, &n, &why) != 0)
+        return bad(opt, a, why);
+    cfg->normalize = n.kind;
+    cfg->norm_count = n.count;
+    memcpy(cfg->norm_mean, n.mean, sizeof n.mean);
+    memcpy(cfg->norm_std, n.std, sizeof n.std);
     return 0;
 }
 

@@ -98,6 +98,19 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
         opt->image_width = w;
     }
     opt->channels = o->channels ? o->channels : ch > 0 ? (int)ch : (c == 1 || c == 3) ? c : 0;
+    /* Weights another program wrote (PyTorch's) store no sample shape:
+     * pictures are fitted to the --model spec's input line, as the
+     * training's Resize + CenterCrop fitted them (cdl_spec_load leaves
+     * its error for eval_model to report). */
+    cdl_model_spec spec;
+    if (!*meta(f, "dataset") && c == 0 && !o->image_size && o->model &&
+        !cdl_spec_is_builtin(o->model) && cdl_spec_load(o->model, &spec) == 0 &&
+        (spec.input.c == 1 || spec.input.c == 3)) {
+        opt->image_height = spec.input.h;
+        opt->image_width = spec.input.w;
+        if (!o->channels)
+            opt->channels = spec.input.c;
+    }
     opt->label_column = o->label_column ? o->label_column
                         : *meta(f, "label_column") ? meta(f, "label_column") : NULL;
     opt->skip_bad_files = o->skip_bad_files;
@@ -133,6 +146,14 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
     }
     cdl_free(m);
     cdl_free(sd);
+    /* --normalize: how the weights were trained, over what the file says
+     * (weights PyTorch wrote say nothing). */
+    if (o->norm.kind != CDL_NORMALIZE_DEFAULT) {
+        opt->normalize = o->norm.kind;
+        opt->norm_count = o->norm.count;
+        opt->norm_mean = o->norm.mean;
+        opt->norm_std = o->norm.std;
+    }
 }
 
 /* -1 with an error when the run's samples (input_shape) differ from
@@ -167,6 +188,12 @@ static void other_model_error(const eval_opts *o, const cdl_st_file *f, const ch
             *cut = '\0';
     }
     const char *run = meta(f, "model");
+    /* The loader's hint to rename a spec's layers as a PyTorch module's
+     * fits weights PyTorch wrote, not a cdl run's checkpoint (its model
+     * is known: the message says which). */
+    char *hint = *run ? strstr(why, ", whose '") : NULL;
+    if (hint)
+        *hint = '\0';
     if (o->model && *run && strcmp(o->model, run))
         cdl_error("%s: the checkpoint holds another model than --model %s: leave --model out "
                   "(the run's model is '%s') or give the one it was trained with", why, name, run);
@@ -260,7 +287,7 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         float *norm;
         run_options(o, f, &opt, &norm);
         /* Another dataset than the run's has its own statistics. */
-        if (norm && !same) {
+        if (norm && !same && o->norm.kind == CDL_NORMALIZE_DEFAULT) {
             opt.normalize = CDL_NORMALIZE_DEFAULT;
             opt.norm_count = 0;
         }
@@ -273,7 +300,17 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             cdl_free(norm);
             return misfit_error(o, f, s);
         }
-        if (!norm && same && !o->files && !*meta(f, "tokens"))
+        /* Weights another program wrote (PyTorch's) on pictures or a
+         * table: the statistics of the split read are a guess. */
+        if (!norm && !*meta(f, "dataset") && o->norm.kind == CDL_NORMALIZE_DEFAULT &&
+            strstr(CDL_DATASET_FORMATS, name))
+            fprintf(stderr, "%s: warning: %s does not store the normalisation its weights were "
+                    "trained with (not written by cdl-train): using statistics computed from the "
+                    "split read; give --normalize as the training did (PyTorch's "
+                    "transforms.Normalize(mean, std) is --normalize M1,..,Mc,S1,..,Sc, "
+                    "ToTensor() alone --normalize none)\n", o->prog, o->ckpt);
+        if (!norm && same && !o->files && !*meta(f, "tokens") &&
+            o->norm.kind == CDL_NORMALIZE_DEFAULT)
             fprintf(stderr, "%s: warning: %s does not store its normalisation (an older cdl): "
                     "using %s's defaults, which for %s are computed from the split read\n",
                     o->prog, o->ckpt, name, CDL_DATASET_FORMATS);
@@ -301,6 +338,22 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         if (all.skipped)
             fprintf(stderr, "%s: --skip-bad-files: left out %ld unreadable files of %s\n",
                     o->prog, all.skipped, dir);
+        /* Weights another program wrote on a named dataset: its published
+         * statistics, which a PyTorch training may not have used. */
+        if (!norm && !*meta(f, "dataset") && o->norm.kind == CDL_NORMALIZE_DEFAULT &&
+            !strstr(CDL_DATASET_FORMATS, name) && all.images && all.shape.c <= 3) {
+            char ms[96] = "", ss[96] = "";
+            for (int k = 0; k < all.shape.c; k++) {
+                snprintf(ms + strlen(ms), sizeof ms - strlen(ms), "%s%.4g", k ? "," : "",
+                         all.mean[k]);
+                snprintf(ss + strlen(ss), sizeof ss - strlen(ss), "%s%.4g", k ? "," : "",
+                         all.std[k]);
+            }
+            fprintf(stderr, "%s: note: %s does not store the normalisation its weights were "
+                    "trained with (not written by cdl-train): using %s's published mean %s and "
+                    "std %s; give --normalize if the training used others\n", o->prog, o->ckpt,
+                    name, ms, ss);
+        }
     }
     if (test || val <= 0) {
         e->data = all;
@@ -349,7 +402,51 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
     run_options(o, f, &opt, &norm);
     sscanf(meta(f, "input_shape"), "%d,%d,%d", &s.c, &s.h, &s.w);
     float mean[3], std[3];
-    if (norm && s.c >= 1 && s.c <= 3 && (opt.norm_count == s.c || opt.norm_count == 1)) {
+    /* Weights another program wrote (PyTorch's): no stored shape or
+     * statistics, and no training data to take them from. The shape is
+     * the spec's input line, else --image-size and --channels (3:
+     * torchvision's ImageFolder reads RGB); the statistics --normalize. */
+    if (!*meta(f, "dataset") && s.c == 0) {
+        cdl_model_spec spec;
+        if (o->model && !cdl_spec_is_builtin(o->model) && cdl_spec_load(o->model, &spec) == 0)
+            s = spec.input;
+        if (!o->image_size && !s.c) {
+            cdl_free(norm);
+            return cdl_error("%s does not store its pictures' size (not written by cdl-train): "
+                             "give --image-size N (and --channels 1 for grayscale), or an input "
+                             "CxHxW line in the --model spec", o->ckpt);
+        }
+        if (!s.c)
+            s.c = 3;
+        if (o->norm.kind == CDL_NORMALIZE_DEFAULT || o->norm.kind == CDL_NORMALIZE_COMPUTE) {
+            cdl_free(norm);
+            return cdl_error("%s does not store the normalisation its weights were trained "
+                             "with (not written by cdl-train): give --normalize as the training "
+                             "did (PyTorch's transforms.Normalize(mean, std) is --normalize "
+                             "M1,..,Mc,S1,..,Sc, ToTensor() alone --normalize none)", o->ckpt);
+        }
+    }
+    if (o->norm.kind == CDL_NORMALIZE_COMPUTE) {
+        cdl_free(norm);
+        return cdl_error("--normalize auto computes statistics from a dataset split, which files "
+                         "are not: give the values the weights were trained with");
+    }
+    static const float zero = 0, one = 1;
+    if (o->norm.kind == CDL_NORMALIZE_NONE) {
+        opt.norm_count = 1;
+        opt.norm_mean = &zero;
+        opt.norm_std = &one;
+    }
+    int given = o->norm.kind == CDL_NORMALIZE_GIVEN || o->norm.kind == CDL_NORMALIZE_NONE;
+    if (given && o->channels)
+        s.c = o->channels;
+    if (given && opt.norm_count != 1 && opt.norm_count != s.c) {
+        cdl_free(norm);
+        return cdl_error("--normalize gives %d means and deviations for pictures of %d channels: "
+                         "give one pair, or one per channel", opt.norm_count, s.c);
+    }
+    if ((norm || given) && s.c >= 1 && s.c <= 3 &&
+        (opt.norm_count == s.c || opt.norm_count == 1)) {
         for (int k = 0; k < 3; k++) {
             mean[k] = opt.norm_mean[opt.norm_count == 1 ? 0 : (k < s.c ? k : 0)];
             std[k] = opt.norm_std[opt.norm_count == 1 ? 0 : (k < s.c ? k : 0)];
@@ -741,6 +838,13 @@ int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
                 return EVAL_OPT_OK;
             }
         fprintf(stderr, "%s: --decode '%s': use auto, memory or stream\n", prog, arg ? arg : "");
+        return EVAL_OPT_BAD;
+    }
+    case EVAL_OPT_NORMALIZE: {
+        const char *why;
+        if (cli_parse_normalize(arg, &o->norm, &why) == 0)
+            return EVAL_OPT_OK;
+        fprintf(stderr, "%s: --normalize '%.80s': %s (see %s --help)\n", prog, arg, why, prog);
         return EVAL_OPT_BAD;
     }
     case 'h': usage(stdout); return EVAL_OPT_EXIT0;

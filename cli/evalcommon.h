@@ -10,6 +10,8 @@
 
 #include <cdl/cdl.h>
 
+#include "normalize.h"
+
 typedef struct eval_opts {
     const char *prog;         /* "cdl-eval", for messages */
     const char *ckpt;
@@ -28,6 +30,8 @@ typedef struct eval_opts {
     const char *label_column;
     int skip_bad_files;
     int decode;               /* --decode: enum cdl_decode */
+    cli_normalize norm;       /* --normalize (kind CDL_NORMALIZE_DEFAULT: not given, the
+                               * checkpoint's): for weights that do not store it */
     /* cdl-predict FILE...: PNG/JPEG files instead of a dataset split. */
     char *const *files;
     int nfiles;
@@ -100,7 +104,7 @@ int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int
 enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS,
        EVAL_OPT_DEVICE, EVAL_OPT_VERSION,
        EVAL_OPT_IMAGE_SIZE, EVAL_OPT_CHANNELS, EVAL_OPT_LABEL_COLUMN, EVAL_OPT_SKIP_BAD,
-       EVAL_OPT_DECODE,
+       EVAL_OPT_DECODE, EVAL_OPT_NORMALIZE,
        EVAL_OPT_OWN };
 /* --help lines of the common options. */
 #define EVAL_USAGE_DATA                                                                     \
@@ -112,7 +116,10 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     "      --label-column NAME  csv: the label column [the run's]\n"                         \
     "      --skip-bad-files     leave out unreadable pictures (counted) instead of failing\n"  \
     "      --decode auto|memory|stream  imagefolder: decode into memory or as batches need\n"  \
-    "                           them [auto: memory if it fits]\n"
+    "                           them [auto: memory if it fits]\n"                        \
+    "      --normalize MEAN,STD|M1,..,Mc,S1,..,Sc|none|auto  the normalisation the weights\n" \
+    "                           were trained with [the checkpoint's; give it for weights\n" \
+    "                           PyTorch wrote]\n"
 #define EVAL_USAGE_RUN                                        \
     "      --batch-size N       [256]\n"                      \
     "      --device cpu|cuda|auto  [auto]\n"                  \
@@ -135,7 +142,8 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     {"channels", required_argument, NULL, EVAL_OPT_CHANNELS},      \
     {"label-column", required_argument, NULL, EVAL_OPT_LABEL_COLUMN}, \
     {"skip-bad-files", no_argument, NULL, EVAL_OPT_SKIP_BAD},       \
-    {"decode", required_argument, NULL, EVAL_OPT_DECODE}
+    {"decode", required_argument, NULL, EVAL_OPT_DECODE},          \
+    {"normalize", required_argument, NULL, EVAL_OPT_NORMALIZE}
 
 /* Handles getopt_long's answer c when it is a common option or an error:
  * EVAL_OPT_OK (taken), EVAL_OPT_EXIT0 (--help, --version), EVAL_OPT_BAD

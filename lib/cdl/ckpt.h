@@ -72,6 +72,12 @@ const float *cdl_st_data(const cdl_st_file *f, int i, size_t *numel);
 /* The same for an I64 tensor (little-endian int64 converted to native);
  * other dtypes are an error. */
 const int64_t *cdl_st_data_i64(const cdl_st_file *f, int i, size_t *numel);
+/* Tensor i as float32 into out (numel values, its element count): F32 as
+ * it is, F16 and BF16 widened (exactly), F64 rounded to nearest, as
+ * PyTorch's load_state_dict copies a half or double tensor into a float
+ * model. Other dtypes, another count, or a double beyond float32's range
+ * are an error naming the tensor. */
+int cdl_st_data_float(const cdl_st_file *f, int i, float *out, size_t numel);
 /* The tensor's safetensors dtype ("F32", "I64", "BF16", ...), or NULL. */
 const char *cdl_st_dtype(const cdl_st_file *f, int i);
 /* A __metadata__ value, or NULL. */

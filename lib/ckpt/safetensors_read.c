@@ -11,6 +11,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -708,6 +710,69 @@ const float *cdl_st_data(const cdl_st_file *f, int i, size_t *numel)
     if (numel)
         *numel = n;
     return n ? e->f32 : empty;
+}
+
+/* IEEE half (little-endian bits) to float: exact, subnormals, infinities
+ * and NaNs included. */
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | man << 13;            /* inf, NaN (payload kept) */
+    } else if (exp) {
+        u = sign | (exp + 112) << 23 | man << 13;      /* normal: rebias 15 -> 127 */
+    } else {
+        float v = (float)man * 0x1p-24f;              /* zero or subnormal: man * 2^-24 */
+        memcpy(&u, &v, 4);
+        u |= sign;
+    }
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+int cdl_st_data_float(const cdl_st_file *f, int i, float *out, size_t numel)
+{
+    const st_entry *e = entry(f, i);
+    if (!e)
+        return -1;
+    const char *dt = dtypes[e->dtype].name;
+    unsigned bytes = dtypes[e->dtype].bits / 8;
+    int f16 = !strcmp(dt, "F16"), bf16 = !strcmp(dt, "BF16"), f64 = !strcmp(dt, "F64");
+    if (e->dtype != DTYPE_F32 && !f16 && !bf16 && !f64)
+        return cdl_error("%s: tensor '%s' is %s, not a floating-point type cdl can read (F32, "
+                         "F16, BF16, F64): save it with tensor.float()", f->path, e->name, dt);
+    size_t n = (size_t)((e->end - e->begin) / bytes);
+    if (n != numel)
+        return cdl_error("%s: tensor '%s' holds %zu values, expected %zu", f->path, e->name, n,
+                         numel);
+    const unsigned char *src = f->data + e->begin;
+    for (size_t k = 0; k < n; k++) {
+        const unsigned char *b = src + (size_t)bytes * k;
+        if (e->dtype == DTYPE_F32) {
+            out[k] = e->f32[k];
+        } else if (f16) {
+            out[k] = half_to_float((uint16_t)(b[0] | b[1] << 8));
+        } else if (bf16) {
+            uint32_t u = (uint32_t)b[0] << 16 | (uint32_t)b[1] << 24;   /* float's top half */
+            memcpy(&out[k], &u, 4);
+        } else {
+            uint64_t u = 0;
+            for (int j = 7; j >= 0; j--)
+                u = u << 8 | b[j];
+            double d;
+            memcpy(&d, &u, 8);
+            /* Rounded to nearest, as tensor.float(); a finite value float
+             * cannot hold would become inf and poison training. */
+            if (isfinite(d) && fabs(d) > FLT_MAX)
+                return cdl_error("%s: tensor '%s' holds %g at index %zu, beyond float32's "
+                                 "range: the weights cannot be used as float32", f->path,
+                                 e->name, d, k);
+            out[k] = (float)d;
+        }
+    }
+    return 0;
 }
 
 const int64_t *cdl_st_data_i64(const cdl_st_file *f, int i, size_t *numel)

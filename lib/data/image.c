@@ -66,9 +66,15 @@ static int png_decode(const uint8_t *d, size_t n, const char *name, image_buf *o
     png_image im;
     if (png_begin(d, n, name, &im))
         return -1;
-    int gray = !(im.format & PNG_FORMAT_FLAG_COLOR);
-    /* Alpha is composited on black: the formats without it ask for that. */
-    im.format = gray ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+    int gray = !(im.format & PNG_FORMAT_FLAG_COLOR), alpha = !!(im.format & PNG_FORMAT_FLAG_ALPHA);
+    /* Alpha (an alpha channel, or a tRNS chunk) is read and dropped, as
+     * PIL's convert("RGB") and convert("L") do in torchvision's loader.
+     * Asking libpng for a format without alpha would composite the picture
+     * onto the output buffer's contents (png_image_finish_read with no
+     * background): uninitialised memory. 8-bit output is not
+     * premultiplied, so the colour values are the file's. */
+    im.format = gray ? (alpha ? PNG_FORMAT_GA : PNG_FORMAT_GRAY)
+                     : (alpha ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB);
     out->c = gray ? 1 : 3;
     out->h = (int)im.height;
     out->w = (int)im.width;
@@ -83,6 +89,12 @@ static int png_decode(const uint8_t *d, size_t n, const char *name, image_buf *o
         cdl_free(out->px);
         out->px = NULL;
         return rc;
+    }
+    if (alpha) {   /* (h, w, c + 1) -> (h, w, c) in place, front to back */
+        size_t npx = (size_t)out->h * (size_t)out->w;
+        for (size_t i = 0; i < npx; i++)
+            for (int k = 0; k < out->c; k++)
+                out->px[i * (size_t)out->c + (size_t)k] = out->px[i * (size_t)(out->c + 1) + (size_t)k];
     }
     return 0;
 }
@@ -357,6 +369,14 @@ static void columns_same_c(const image_buf *in, const axis *ax, int y, int w, fl
     }
 }
 
+/* round(d / 2) as Python rounds, half to even: torchvision's CenterCrop
+ * offset of a crop d pixels smaller than the picture (d = 3: 2, d = 5: 2). */
+static int crop_start(int d)
+{
+    int k = d / 2;
+    return d % 2 && k % 2 ? k + 1 : k;
+}
+
 int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst)
 {
     const size_t plane = (size_t)h * w;
@@ -373,16 +393,27 @@ int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst)
     }
     if (check_size("image", in->h, in->w))
         return -1;
-    /* Scale so the picture covers h x w, then take the centre. */
-    double s = fmax((double)h / in->h, (double)w / in->w);
-    int sh = (int)fmax(h, floor(in->h * s + 0.5)), sw = (int)fmax(w, floor(in->w * s + 0.5));
+    /* Scale so the picture covers h x w, then take the centre, with
+     * torchvision's numbers (Resize(N) + CenterCrop(N)): the side that
+     * needs the larger scale becomes exactly h or w, the other is
+     * int(target * other / side), truncated; the crop starts at
+     * round((scaled - target) / 2), Python's round (half to even). A
+     * pixel off there shifts every pixel of the sample. */
+    int sh, sw;
+    if ((int64_t)h * in->w >= (int64_t)w * in->h) {   /* h / in->h >= w / in->w */
+        sh = h;
+        sw = (int)fmax(w, (double)((int64_t)h * in->w / in->h));
+    } else {
+        sw = w;
+        sh = (int)fmax(h, (double)((int64_t)w * in->h / in->w));
+    }
     if ((double)in->h / sh > 64 || (double)in->w / sw > 64)
         return cdl_error("an image of %dx%d shrinks more than 64 times to %dx%d: pass a larger "
                          "--image-size", in->w, in->h, w, h);
     axis ay = {0}, ax = {0};
     float *tmp = cdl_malloc(((size_t)in->h + 1) * w * c * sizeof(float));   /* + acc */
-    if (!tmp || axis_make(&ay, in->h, sh, (sh - h) / 2, h) ||
-        axis_make(&ax, in->w, sw, (sw - w) / 2, w)) {
+    if (!tmp || axis_make(&ay, in->h, sh, crop_start(sh - h), h) ||
+        axis_make(&ax, in->w, sw, crop_start(sw - w), w)) {
         cdl_free(tmp);
         axis_free(&ay);
         axis_free(&ax);

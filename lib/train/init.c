@@ -60,6 +60,30 @@ static int gpt_mask_buffer(const cdl_model *m, const char *name)
     return 0;
 }
 
+/* The wrapper's prefix that name starts with when, without it (and any
+ * further wrappers' prefixes), it is one of the model's tensors: "module."
+ * of DistributedDataParallel and DataParallel, "_orig_mod." of
+ * torch.compile (a compiled DDP model has both). NULL otherwise. */
+static const char *wrapper_prefix(const cdl_model *m, const char *name)
+{
+    static const char *const wrappers[] = {"module.", "_orig_mod."};
+    const char *first = NULL, *rest = name;
+    for (int stripped = 1; stripped;) {
+        stripped = 0;
+        for (size_t k = 0; k < sizeof wrappers / sizeof wrappers[0]; k++) {
+            size_t n = strlen(wrappers[k]);
+            if (!strncmp(rest, wrappers[k], n)) {
+                first = first ? first : wrappers[k];
+                rest += n;
+                stripped = 1;
+            }
+        }
+    }
+    if (!first || !(cdl_model_find(m, rest) || find_buffer(m, rest) || gpt_mask_buffer(m, rest)))
+        return NULL;
+    return first;
+}
+
 /* Whether the file's 2-D shape is the transpose of the view's (not square). */
 static int transposed(int nd, const int64_t *shape, const cdl_param_view *v)
 {
@@ -69,17 +93,33 @@ static int transposed(int nd, const int64_t *shape, const cdl_param_view *v)
 
 /* The file's tensor for view v (a parameter or a buffer) into dst + v->offset,
  * with load_state_dict's strictness. Counts (num_batches_tracked) are I64
- * in files PyTorch and cdl write; they live as floats in the model. */
-static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const char *model)
+ * in files PyTorch and cdl write; they live as floats in the model. cin:
+ * the channels of the model's input (its pictures'). */
+static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const char *model,
+                     int cin)
 {
     const char *path = cdl_st_path(f);
     int t = cdl_st_find(f, v->name), nd;
     int64_t shape[8];
     size_t numel;
+    /* PyTorch's BatchNorm loads a state dict without num_batches_tracked
+     * (torchvision's older ImageNet files, saved before the buffer existed)
+     * and counts from 0: so does cdl. */
+    size_t nl = strlen(v->name), el = strlen(".num_batches_tracked");
+    if (t < 0 && v->is_count && nl > el && !strcmp(v->name + nl - el, ".num_batches_tracked")) {
+        memset(dst + v->offset, 0, v->numel * sizeof *dst);
+        return 0;
+    }
+    /* The advice names the layer ('fc.*'): its weight and bias differ
+     * together, and a glob for one would stop at the next. */
+    char layer[512];
+    const char *dot = strrchr(v->name, '.');
+    snprintf(layer, sizeof layer, "%.*s.*", dot ? (int)(dot - v->name) : (int)strlen(v->name),
+             v->name);
     if (t < 0)
         return cdl_error("%s: the model's tensor '%s' is missing from the file (check "
-                         "--model, or keep it freshly initialised with --init-ignore "
-                         "'%s')", path, v->name, v->name);
+                         "--model, or keep its layer freshly initialised with --init-ignore "
+                         "'%s')", path, v->name, layer);
     if (cdl_st_shape(f, t, &nd, shape) != 0)
         return -1;
     int same = nd == v->ndim;
@@ -98,6 +138,20 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const 
                              shape_str(nd, shape, a, sizeof a), model,
                              shape_str(v->ndim, v->shape, b, sizeof b),
                              (int)strcspn(model, ":"), model);
+        /* A first conv for RGB on grayscale pictures (or back): torchvision's
+         * ImageFolder reads every picture as RGB, cdl keeps grayscale as 1
+         * channel. Leaving the layer fresh would throw it away. */
+        if (nd == 4 && v->ndim == 4 && shape[0] == v->shape[0] && shape[2] == v->shape[2] &&
+            shape[3] == v->shape[3] && v->shape[1] == cin && (shape[1] == 1 || shape[1] == 3) &&
+            (cin == 1 || cin == 3))
+            return cdl_error("%s: tensor '%s' has shape %s but the model's is %s: the weights "
+                             "are for samples of %d channel%s, the data has %d (pictures of an "
+                             "image folder are read so with --channels %d%s)", path, v->name,
+                             shape_str(nd, shape, a, sizeof a),
+                             shape_str(v->ndim, v->shape, b, sizeof b), (int)shape[1],
+                             shape[1] == 1 ? "" : "s", cin, (int)shape[1],
+                             shape[1] == 3 ? "; torchvision's ImageFolder reads every picture "
+                                             "as RGB" : "");
         /* Hugging Face's GPT-2 (transformers' Conv1D) stores c_attn, c_proj
          * and c_fc as (in, out), nn.Linear's transpose: leaving one out
          * would not help, and the square c_proj of attention would load
@@ -112,7 +166,7 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const 
         return cdl_error("%s: tensor '%s' has shape %s but the model's is %s (a replaced "
                          "layer? leave it out with --init-ignore '%s')", path, v->name,
                          shape_str(nd, shape, a, sizeof a),
-                         shape_str(v->ndim, v->shape, b, sizeof b), v->name);
+                         shape_str(v->ndim, v->shape, b, sizeof b), layer);
     }
     const char *dtype = cdl_st_dtype(f, t);
     if (v->is_count && dtype && !strcmp(dtype, "I64")) {
@@ -125,17 +179,43 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const 
                                  path, v->name, (long long)q[k]);
             dst[v->offset + k] = (float)q[k];
         }
-    } else {
-        const float *data = cdl_st_data(f, t, &numel);
-        if (!data)
-            return -1;
-        if (numel == v->numel)
-            memcpy(dst + v->offset, data, numel * sizeof *dst);
+        if (numel != v->numel)
+            return cdl_error("%s: tensor '%s' holds %zu values, expected %zu", path, v->name,
+                             numel, v->numel);
+        return 0;
     }
-    if (numel != v->numel)
-        return cdl_error("%s: tensor '%s' holds %zu values, expected %zu", path, v->name, numel,
-                         v->numel);
-    return 0;
+    /* F16, BF16 and F64 (a model saved after .half(), in bfloat16 or in
+     * double) become float32 as PyTorch's load_state_dict copies them. */
+    return cdl_st_data_float(f, t, dst + v->offset, v->numel);
+}
+
+/* A tensor of the model (parameter or buffer) that the file lacks and the
+ * glob ignore does not set aside, of the same kind (last name part,
+ * ".weight") and shape as the file's tensor t: the same layer under
+ * another name. NULL when there is none (then the file is most likely of
+ * another model). */
+static const char *missing_view(cdl_st_file *f, const cdl_model *m, const char *ignore, int t)
+{
+    const char *name = cdl_st_name(f, t);
+    const char *kind = strrchr(name, '.') ? strrchr(name, '.') : name;
+    int nd;
+    int64_t shape[8];
+    if (cdl_st_shape(f, t, &nd, shape) != 0)
+        return NULL;
+    for (int i = 0; i < cdl_model_nviews(m) + cdl_model_nbuffers(m); i++) {
+        const cdl_param_view *v = i < cdl_model_nviews(m)
+                                      ? cdl_model_view(m, i)
+                                      : cdl_model_buffer(m, i - cdl_model_nviews(m));
+        if (ignored(v->name, ignore) || cdl_st_find(f, v->name) >= 0)
+            continue;
+        size_t nl = strlen(v->name), kl = strlen(kind);
+        int same = nl >= kl && !strcmp(v->name + nl - kl, kind) && v->ndim == nd;
+        for (int d = 0; same && d < nd; d++)
+            same = v->shape[d] == shape[d];
+        if (same)
+            return v->name;
+    }
+    return NULL;
 }
 
 /* Parameters into params, buffers into bufs (host copies of the model's). */
@@ -157,24 +237,47 @@ static int load(cdl_st_file *f, cdl_model *m, const char *ignore, float *params,
         if (cdl_model_find(m, name) || find_buffer(m, name) || alias || ignored(name, ignore) ||
             gpt_mask_buffer(m, name))
             continue;
+        const char *wrap = wrapper_prefix(m, name);
+        if (wrap)
+            return cdl_error("%s: tensor '%s' is not in the model %s: its name starts with "
+                             "'%s', which %s adds to every name of the model it wraps; save "
+                             "%s.state_dict() (the inner model's) instead, or strip the prefix: "
+                             "{k.removeprefix('%s'): v for k, v in sd.items()}", path, name,
+                             model, wrap,
+                             strcmp(wrap, "module.") ? "torch.compile"
+                                                     : "DistributedDataParallel (or DataParallel)",
+                             strcmp(wrap, "module.") ? "model._orig_mod" : "model.module", wrap);
         char prefixed[512];   /* Hugging Face's GPT2Model names: no "transformer." */
         snprintf(prefixed, sizeof prefixed, "transformer.%s", name);
         if (cdl_model_find(m, prefixed) || gpt_mask_buffer(m, prefixed))
             return cdl_error("%s: tensor '%s' is not in the model %s: the file has Hugging "
                              "Face's GPT2Model names, without the prefix 'transformer.'; add it "
                              "to its names, as docs/transformers.md shows", path, name, model);
+        /* A spec written from a PyTorch module with other layer names
+         * (nn.Sequential's features.0): the file then also lacks one of
+         * the model's tensors, and the pair shows what to rename. */
+        const char *lack = missing_view(f, m, ignore, t), *dot = strrchr(name, '.');
+        int layer = dot ? (int)(dot - name) : (int)strlen(name);   /* "features.0" */
+        if (lack)
+            return cdl_error("%s: tensor '%s' is not in the model %s, whose '%s' is not in the "
+                             "file (a spec written from a PyTorch module needs the module's "
+                             "names: name=%.*s on this tensor's layer; cdl-train --summary lists "
+                             "the model's): the file belongs to another model (check --model), "
+                             "or name what to leave out with --init-ignore PATTERN", path, name,
+                             model, lack, layer, name);
         return cdl_error("%s: tensor '%s' is not in the model %s: the file belongs to "
                          "another model (check --model), or name what to leave out with "
                          "--init-ignore PATTERN", path, name, model);
     }
+    int cin = cdl_model_input(m).c;   /* the pictures' channels */
     for (int i = 0; i < cdl_model_nviews(m); i++) {
         const cdl_param_view *v = cdl_model_view(m, i);
-        if (!ignored(v->name, ignore) && load_view(f, v, params, model) != 0)
+        if (!ignored(v->name, ignore) && load_view(f, v, params, model, cin) != 0)
             return -1;
     }
     for (int i = 0; i < cdl_model_nbuffers(m); i++) {
         const cdl_param_view *v = cdl_model_buffer(m, i);
-        if (!ignored(v->name, ignore) && load_view(f, v, bufs, model) != 0)
+        if (!ignored(v->name, ignore) && load_view(f, v, bufs, model, cin) != 0)
             return -1;
     }
     return 0;

@@ -52,3 +52,5 @@ check_LTLIBRARIES += tests/e2e/signal-on-open.la
 tests_e2e_signal_on_open_la_SOURCES = tests/e2e/signal-on-open.c
 tests_e2e_signal_on_open_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 tests_e2e_signal_on_open_la_LIBADD = -ldl
+TESTS += tests/e2e/torch-pictures.sh
+EXTRA_DIST += tests/e2e/torch-pictures.sh tests/e2e/torch_pictures.py

@@ -9,7 +9,8 @@
 
 #ifdef HAVE_PNG
 #include <png.h>
-/* px: h rows of w pixels of c (1 or 3) bytes. 0 on success. */
+/* px: h rows of w pixels of c bytes (1 gray, 2 gray + alpha, 3 RGB, 4 RGBA).
+ * 0 on success. */
 static inline int test_write_png(const char *path, const uint8_t *px, int h, int w, int c)
 {
     png_image im;
@@ -17,7 +18,9 @@ static inline int test_write_png(const char *path, const uint8_t *px, int h, int
     im.version = PNG_IMAGE_VERSION;
     im.width = (png_uint_32)w;
     im.height = (png_uint_32)h;
-    im.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+    static const png_uint_32 formats[] = {PNG_FORMAT_GRAY, PNG_FORMAT_GA, PNG_FORMAT_RGB,
+                                          PNG_FORMAT_RGBA};
+    im.format = formats[c - 1];
     return png_image_write_to_file(&im, path, 0, px, 0, NULL) ? 0 : -1;
 }
 #endif

@@ -124,6 +124,20 @@ static void write_raw(const char *path, uint64_t n_claimed, const char *json, si
     free(buf);
 }
 
+/* A file of the header json and the data section data (n bytes). */
+static void write_st(const char *path, const char *json, const unsigned char *data, size_t n)
+{
+    size_t jl = strlen(json);
+    unsigned char *buf = calloc(1, 8 + jl + n);
+    assert_non_null(buf);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)jl >> (8 * i));
+    memcpy(buf + 8, json, jl);
+    memcpy(buf + 8 + jl, data, n);
+    write_bytes(path, buf, 8 + jl + n);
+    free(buf);
+}
+
 /* The file must be rejected with a message naming it and containing want. */
 static void expect_reject(const char *path, const char *want)
 {
@@ -329,14 +343,8 @@ static void test_foreign_but_valid(void **state)
         "   \"__metadata__\": {\"format\": \"pt\", \"\\u00e9\\ud83d\\ude00\": \"\\\"\\/\\b\\f\"},\n"
         "   \"\\u0041b\": {\"dtype\": \"U8\", \"shape\": [3], \"data_offsets\": [0, 3]},\n"
         "   \"h\": {\"dtype\": \"BF16\", \"shape\": [2, 1], \"data_offsets\": [7, 11]}}   ";
-    size_t jl = strlen(json);
-    unsigned char buf[512] = {0};
-    buf[0] = (unsigned char)jl;
-    buf[1] = (unsigned char)(jl >> 8);
-    memcpy(buf + 8, json, jl);
     const unsigned char data[11] = {1, 2, 3, 0, 0, 0x40, 0x40, 9, 9, 9, 9};   /* z = 3.0f */
-    memcpy(buf + 8 + jl, data, sizeof data);
-    write_bytes(path, buf, 8 + jl + sizeof data);
+    write_st(path, json, data, sizeof data);
 
     cdl_st_file *f = cdl_st_open(path);
     if (!f)
@@ -363,6 +371,61 @@ static void test_foreign_but_valid(void **state)
     assert_int_equal(shape[0], 2);
     assert_string_equal(cdl_st_meta_get(f, "\xc3\xa9\xf0\x9f\x98\x80"), "\"/\b\f");
     assert_string_equal(cdl_st_meta_get(f, "format"), "pt");
+    cdl_st_close(f);
+}
+
+/* Half, bfloat16 and double tensors read as float32, as PyTorch's
+ * load_state_dict copies them into a float model: halves exactly
+ * (normal, subnormal, zero signs, inf, NaN), bfloat16 as float's upper half,
+ * doubles rounded; odd offsets; a double beyond float32, an integer dtype
+ * and a wrong count are errors naming the tensor. */
+static void test_data_float(void **state)
+{
+    char path[512];
+    in_dir(state, "half.safetensors", path, sizeof path);
+    const char *json =
+        "{\"h\":{\"dtype\":\"F16\",\"shape\":[7],\"data_offsets\":[0,14]},"
+        "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[14,18]},"
+        "\"u\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[18,19]},"
+        "\"d\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[19,35]},"
+        "\"big\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[35,43]}}";
+    unsigned char d[43];
+    /* 1.0, -2.5, 2^-24 (the least subnormal), 0x03ff (the largest), -0, inf, NaN */
+    const uint16_t h[7] = {0x3c00, 0xc100, 0x0001, 0x03ff, 0x8000, 0x7c00, 0x7e00};
+    for (int i = 0; i < 7; i++) {
+        d[2 * i] = (unsigned char)h[i];
+        d[2 * i + 1] = (unsigned char)(h[i] >> 8);
+    }
+    d[14] = 0x80, d[15] = 0x3f;   /* bf16 1.0 */
+    d[16] = 0xc0, d[17] = 0xc0;   /* bf16 -6.0 */
+    d[18] = 7;
+    const double dv[3] = {0.1, -1e-300, 1e300};   /* at odd offsets 19 and 35 */
+    for (int k = 0; k < 3; k++) {
+        uint64_t u;
+        memcpy(&u, &dv[k], 8);
+        for (int i = 0; i < 8; i++)
+            d[19 + 8 * k + i] = (unsigned char)(u >> (8 * i));
+    }
+    write_st(path, json, d, sizeof d);
+    cdl_st_file *f = cdl_st_open(path);
+    if (!f)
+        fail_msg("%s", cdl_last_error());
+    float out[7];
+    assert_int_equal(cdl_st_data_float(f, cdl_st_find(f, "h"), out, 7), 0);
+    assert_true(out[0] == 1.0f && out[1] == -2.5f);
+    assert_true(out[2] == 0x1p-24f && out[3] == 1023 * 0x1p-24f);
+    assert_true(out[4] == 0 && signbit(out[4]));
+    assert_true(isinf(out[5]) && out[5] > 0 && isnan(out[6]));
+    assert_int_equal(cdl_st_data_float(f, cdl_st_find(f, "b"), out, 2), 0);
+    assert_true(out[0] == 1.0f && out[1] == -6.0f);
+    assert_int_equal(cdl_st_data_float(f, cdl_st_find(f, "d"), out, 2), 0);
+    assert_true(out[0] == 0.1f && out[1] == -0.0f && signbit(out[1]));
+    assert_int_equal(cdl_st_data_float(f, cdl_st_find(f, "big"), out, 1), -1);
+    assert_non_null(strstr(cdl_last_error(), "tensor 'big' holds 1e+300 at index 0, beyond float32"));
+    assert_int_equal(cdl_st_data_float(f, cdl_st_find(f, "u"), out, 1), -1);
+    assert_non_null(strstr(cdl_last_error(), "tensor 'u' is U8, not a floating-point type"));
+    assert_int_equal(cdl_st_data_float(f, cdl_st_find(f, "b"), out, 3), -1);
+    assert_non_null(strstr(cdl_last_error(), "tensor 'b' holds 2 values, expected 3"));
     cdl_st_close(f);
 }
 
@@ -959,6 +1022,7 @@ int main(void)
         T(test_i64),
         T(test_empty_lists),
         T(test_foreign_but_valid),
+        T(test_data_float),
         T(test_reject_truncated),
         T(test_reject_fifo),
         T(test_reject_header_length),

@@ -534,6 +534,68 @@ static void test_image_files(void **state)
 }
 #endif
 
+#ifdef HAVE_PNG
+/* PNGs with alpha read as torchvision's loader reads them (PIL's
+ * convert("RGB") / convert("L")): the colour values, alpha dropped. cdl
+ * had libpng composite them onto its uninitialised output buffer, so
+ * transparent pixels came out as whatever the heap held. */
+static void test_png_alpha(void **state)
+{
+    (void)state;
+    /* 2x2 RGBA (alpha 0, 64, 128, 255) and gray + alpha. */
+    const uint8_t rgba[16] = {95, 130, 194, 0,  207, 235, 15, 64,
+                              33, 215, 217, 128, 248, 189, 16, 255};
+    const uint8_t ga[8] = {10, 0, 20, 64, 30, 128, 40, 255};
+    assert_int_equal(test_write_png(at("rgba.png"), rgba, 2, 2, 4), 0);
+    assert_int_equal(test_write_png(at("ga.png"), ga, 2, 2, 2), 0);
+    char p0[512], p1[512];
+    snprintf(p0, sizeof p0, "%s", at("rgba.png"));
+    snprintf(p1, sizeof p1, "%s", at("ga.png"));
+    const char *files[2] = {p0, p1};
+    cdl_dataset d;
+    cdl_shape s = {3, 2, 2};
+    assert_int_equal(cdl_dataset_from_image_files(files, 2, s, 1, 0, &d), 0);
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 3; k++) {
+            assert_int_equal(d.images[k * 4 + i], rgba[i * 4 + k]);   /* planes first */
+            assert_int_equal(d.images[12 + k * 4 + i], ga[i * 2]);    /* gray repeated */
+        }
+    cdl_dataset_free(&d);
+    s.c = 1;
+    assert_int_equal(cdl_dataset_from_image_files(files + 1, 1, s, 1, 0, &d), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(d.images[i], ga[i * 2]);
+    cdl_dataset_free(&d);
+}
+#endif
+
+/* Resize(N) + CenterCrop(N) with torchvision's numbers: the long side
+ * scaled to int(N * long / short), truncated, and the crop starting at
+ * round((scaled - N) / 2), half to even. Before, the long side was
+ * rounded and the crop started at (scaled - N) / 2 rounded down: the
+ * samples were PyTorch's shifted by a pixel, and a model trained in
+ * PyTorch predicted other probabilities in cdl-predict. */
+static void test_image_fit_torchvision(void **state)
+{
+    (void)state;
+    uint8_t px[32 * 45], out[16 * 16];
+    image_buf in = {px, 16, 19, 1};   /* no scaling: 19 - 16 = 3, the crop starts at 2 */
+    for (int y = 0; y < 16; y++)
+        for (int x = 0; x < 19; x++)
+            px[y * 19 + x] = (uint8_t)(10 * x);
+    assert_int_equal(image_fit(&in, 16, 16, 1, out), 0);
+    assert_int_equal(out[0], 20);
+    assert_int_equal(out[15 * 16 + 15], 170);
+    /* 45 x 32 to 16: 22 x 16 (int(22.5)), crop at 3; a ramp stays a ramp,
+     * so column 5 reads the input at (5 + 3 + 0.5) * 45 / 22 - 0.5. */
+    in = (image_buf){px, 32, 45, 1};
+    for (int y = 0; y < 32; y++)
+        for (int x = 0; x < 45; x++)
+            px[y * 45 + x] = (uint8_t)(2 * x);
+    assert_int_equal(image_fit(&in, 16, 16, 1, out), 0);
+    assert_int_equal(out[7 * 16 + 5], (int)lrint(2 * (8.5 * 45 / 22 - 0.5)));
+}
+
 static void test_imagefolder_missing(void **state)
 {
     (void)state;
@@ -839,6 +901,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_image_files, setup, teardown),
 #endif
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),
+        cmocka_unit_test(test_image_fit_torchvision),
+#ifdef HAVE_PNG
+        cmocka_unit_test_setup_teardown(test_png_alpha, setup, teardown),
+#endif
         cmocka_unit_test_setup_teardown(test_npy, setup, teardown),
         cmocka_unit_test(test_npy_hostile),
         cmocka_unit_test_setup_teardown(test_csv, setup, teardown),

@@ -700,6 +700,26 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
     return rc;
 }
 
+/* A peer rank was lost (its process or node died, or it stopped
+ * answering): not this run's own error, so a restart from the last
+ * checkpoint can go on. Its own status, so that job scripts requeue this
+ * and not a bad option or input, which a restart would only repeat. */
+static int lost_peer(const cdl_train_config *cfg)
+{
+    const char *r = getenv("RANK");
+    if (!r || !strcmp(r, "0")) {   /* once, not from every surviving rank */
+        char me[48];
+        fprintf(stderr, "%s: a rank of this run was lost (its process or node died, or it "
+                "stopped answering): exit status %d; ", who(me, sizeof me), CDL_EXIT_PEER_LOST);
+        if (cfg->ckpt_dir[0])
+            fprintf(stderr, "start the run again with --resume auto to continue from the last "
+                    "checkpoint in %.900s (the requeue templates do)\n", cfg->ckpt_dir);
+        else
+            fprintf(stderr, "without --ckpt-dir it has no checkpoint to continue from\n");
+    }
+    return CDL_EXIT_PEER_LOST;
+}
+
 int main(int argc, char **argv)
 {
     cli_fix_blas_core(argv);
@@ -719,7 +739,7 @@ int main(int argc, char **argv)
     if (rc != 0) {
         char me[48];
         fprintf(stderr, "%s: error: %s\n", who(me, sizeof me), without_own_rank(cdl_last_error()));
-        return 1;
+        return cdl_dist_peer_lost() ? lost_peer(&cfg) : 1;
     }
     return 0;
 }

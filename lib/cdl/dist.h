@@ -83,6 +83,15 @@ cdl_dist *cdl_dist_create(const cdl_rank_info *info, const char *backend, cdl_ba
                           double timeout_s);
 void cdl_dist_destroy(cdl_dist *d);
 
+/* 1 when a collective of this process failed because a peer rank was lost:
+ * its process or node died, its connection dropped without a goodbye, or it
+ * did not arrive within the timeout; 0 otherwise, also when a peer stopped
+ * with an error of its own (that rank reports it and fails itself). A lost
+ * peer is worth a restart from the last checkpoint: cdl-train then exits
+ * with CDL_EXIT_PEER_LOST (cdl/train.h), which the requeue templates
+ * requeue. Process-wide; cdl_dist_create clears it. */
+int cdl_dist_peer_lost(void);
+
 int cdl_dist_rank(const cdl_dist *d);
 int cdl_dist_world(const cdl_dist *d);
 const char *cdl_dist_backend_name(const cdl_dist *d);

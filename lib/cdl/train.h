@@ -17,6 +17,12 @@ extern "C" {
 /* Exit status after a checkpoint written on SIGUSR1/SIGTERM: the job can be
  * requeued and resumed with --resume auto. */
 #define CDL_EXIT_REQUEUE 75
+/* Exit status of cdl-train when a peer rank was lost (its process or node
+ * died, or it stopped answering; cdl_dist_peer_lost): nothing was written
+ * since the last checkpoint, which --resume auto continues from. Distinct
+ * from 1 (an error of this run, which a restart repeats) so that job
+ * scripts requeue only this. */
+#define CDL_EXIT_PEER_LOST 76
 
 struct cdl_train_record;   /* on_record's argument, below */
 

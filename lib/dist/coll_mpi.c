@@ -87,10 +87,13 @@ static int mpi_wait(mpi_coll *m, MPI_Request *req, int err, const char *what)
             return 0;
         if (m->yield)
             sched_yield();
-        if ((k & 255) == 255 && dist_now() > deadline)
-            return mpi_broken = 1, cdl_error("MPI %s #%ld did not complete within %.0f s: a peer is missing or "
+        if ((k & 255) == 255 && dist_now() > deadline) {
+            mpi_broken = 1;
+            dist_note_peer_lost();
+            return cdl_error("MPI %s #%ld did not complete within %.0f s: a peer is missing or "
                              "dead (MPI does not say which; see the other ranks' errors)", what,
                              m->ops, m->timeout);
+        }
     }
 }
 

@@ -89,6 +89,7 @@ static int nccl_wait(nccl_coll *n, int stream_too, const char *what)
         if (dist_now() > deadline) {
             ncclCommAbort(n->comm);
             n->comm = NULL;
+            dist_note_peer_lost();
             return cdl_error("NCCL %s did not complete within %.0f s: a peer is missing or dead",
                              what, n->timeout);
         }

@@ -95,7 +95,8 @@ typedef struct shm_hdr {
     char pad0[LINE - 32];
     _Atomic uint32_t bell;               /* futex word: bumped at every arrival */
     _Atomic uint32_t sleepers;           /* members inside futex_wait */
-    _Atomic int32_t aborted;             /* 1 once a member gave up: abort_msg says why */
+    _Atomic int32_t aborted;             /* 1 once a member gave up: abort_msg says why;
+                                          * 2 when it gave up over a lost peer */
     _Atomic uint32_t opened;             /* members that opened the segment */
     char pad1[LINE - 16];
     char abort_msg[512];
@@ -151,13 +152,15 @@ static void futex_wake(_Atomic uint32_t *addr)
 
 /* ------------------------------------------------------------ sync */
 
-/* The first member to give up tells the others why. */
+/* The first member to give up tells the others why, and whether a peer was
+ * lost (a hier leader whose peer on another node died): they then exit as
+ * it does (cdl_dist_peer_lost). */
 static void post_abort(shm_hdr *h, const char *msg)
 {
     int32_t zero = 0;
     if (atomic_compare_exchange_strong(&h->aborted, &zero, -1)) {
         snprintf(h->abort_msg, sizeof h->abort_msg, "%s", msg);
-        atomic_store(&h->aborted, 1);
+        atomic_store(&h->aborted, cdl_dist_peer_lost() ? 2 : 1);
         atomic_fetch_add(&h->bell, 1);
         futex_wake(&h->bell);
     }
@@ -219,7 +222,7 @@ static int check_peers(shm_coll *s, uint32_t target)
             start = s->peers[miss[i]].start;
         }
         if (!dist_pid_alive(pid, start))
-            return fail(s, "rank %d (pid %d) died%s: %s on shared memory cannot complete",
+            return dist_note_peer_lost(), fail(s, "rank %d (pid %d) died%s: %s on shared memory cannot complete",
                         s->ranks[miss[i]], pid, sl->pid ? "" : " before attaching", label(s));
     }
     return 0;
@@ -233,6 +236,7 @@ static int timed_out(shm_coll *s, uint32_t target)
         glob[i] = s->ranks[miss[i]];
     char list[512];
     dist_rank_list(list, sizeof list, glob, n);   /* reads at most the first 9 */
+    dist_note_peer_lost();
     return fail(s, "%s on shared memory timed out after %.0f s: %s did not arrive "
                 "(stuck, or running a different number of steps?)", label(s), s->timeout, list);
 }
@@ -254,8 +258,12 @@ static int sync_all(shm_coll *s)
         uint32_t bell = atomic_load(&h->bell);
         if (arrived(s, target))
             return 0;
-        if (atomic_load_explicit(&h->aborted, memory_order_acquire) == 1)
+        int32_t ab = atomic_load_explicit(&h->aborted, memory_order_acquire);
+        if (ab > 0) {
+            if (ab == 2)
+                dist_note_peer_lost();
             return cdl_error("rank %d: %s", s->ranks[s->base.rank], h->abort_msg);
+        }
         if (spinning && (spins++ & 63) == 0) {
             double now = dist_now();
             if (spin_end == 0)

@@ -427,6 +427,7 @@ cdl_dist *cdl_dist_create_with(const cdl_rank_info *info, const char *backend, c
 cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,
                       const cdl_dist_config *cfg, int announce)
 {
+    dist_clear_peer_lost();   /* a new world: an old loss says nothing of it */
     cdl_dist *d = cdl_calloc(1, sizeof *d);
     if (!d)
         return NULL;

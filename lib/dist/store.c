@@ -130,12 +130,20 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
         return cdl_error("rank %d lost the store at %s:%d (%s): did rank 0 exit?", s->rank,
                          s->addr, s->port, strerror(errno));
     store_rep r;
-    if (store_recv_all(s->fd, &r, sizeof r, deadline) || r.magic != STORE_MAGIC) {
+    int got = store_recv_all(s->fd, &r, sizeof r, deadline);
+    int silent = got != 0 && errno == ETIMEDOUT;
+    if (got || r.magic != STORE_MAGIC) {
         if (op == STORE_HELLO && errno == ETIMEDOUT)
             return cdl_error("rank %d: the store at %s:%d took the connection but did not "
                              "answer its hello within %.0f s: is rank 0 stuck before it "
                              "serves the store, or is another process listening there?",
                              s->rank, s->addr, s->port, s->timeout);
+        /* Only silence is a lost peer here: rank 0's node is gone or cut
+         * off. A closed connection is rank 0's process ending, on an
+         * error of its own (its status, 1, is the run's) or by a signal
+         * (Slurm and cdlrun report 128 + the signal). */
+        if (silent)
+            dist_note_peer_lost();
         return cdl_error("rank %d lost the store at %s:%d during '%s' (%s): did rank 0 exit?",
                          s->rank, s->addr, s->port, what,
                          errno == EPIPE ? "connection closed" : strerror(errno));
@@ -147,6 +155,8 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
         if (store_recv_all(s->fd, msg, n, deadline))
             return cdl_error("rank %d lost the store at %s:%d", s->rank, s->addr, s->port);
         msg[n] = '\0';
+        if (r.status == STORE_ST_LOST)
+            dist_note_peer_lost();
         return cdl_error("%s", msg);
     }
     if (r.vlen > cap) {

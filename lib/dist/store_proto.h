@@ -40,9 +40,14 @@ typedef struct store_req {
     uint64_t vlen, arg;
 } store_req;
 
+/* A reply's status: ok; an error; an error because a rank is lost (its
+ * connection dropped without a goodbye, or it did not come in time), which
+ * the client records (cdl_dist_peer_lost). */
+enum { STORE_ST_OK = 0, STORE_ST_ERR = 1, STORE_ST_LOST = 2 };
+
 /* A reply: header, then vlen bytes (the value, or the error message). */
 typedef struct store_rep {
-    uint32_t magic, status;   /* 0 ok, 1 error */
+    uint32_t magic, status;   /* STORE_ST_* */
     uint64_t vlen;
 } store_rep;
 

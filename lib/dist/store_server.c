@@ -160,8 +160,14 @@ static int reply(conn *c, int status, const void *val, size_t len)
     return 0;
 }
 
-static int reply_err(conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int reply_err(conn *c, const char *fmt, ...)
+/* An error reply: STORE_ST_ERR, or STORE_ST_LOST when a wait failed
+ * because a rank is gone (its connection dropped without a goodbye, or it
+ * did not come in time; also the store's stop while rank 0, this process,
+ * gave up over a lost peer): the client records that (cdl_dist_peer_lost)
+ * and cdl-train exits CDL_EXIT_PEER_LOST. */
+static int reply_status_f(conn *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int reply_status_f(conn *c, int status, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -169,8 +175,10 @@ static int reply_err(conn *c, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     c->told = 1;
-    return reply(c, 1, msg, strlen(msg));
+    return reply(c, status, msg, strlen(msg));
 }
+#define reply_err(c, ...) reply_status_f(c, STORE_ST_ERR, __VA_ARGS__)
+#define reply_lost(c, ...) reply_status_f(c, STORE_ST_LOST, __VA_ARGS__)
 
 /* Before closing a connection that was just told why: a close with unread
  * bytes from the client (the rest of a refused request) sends a reset,
@@ -294,20 +302,26 @@ static int do_get(conn *c, const char *key, int owner, uint64_t ms)
         int lost = lost_rank(s);
         if (lost >= 0 || s->stopping) {
             pthread_mutex_unlock(&s->mu);
-            if (lost < 0)
+            if (lost < 0 && !cdl_dist_peer_lost())
                 return reply_err(c, "rank 0 stopped its store while rank %d waited for '%s'",
                                  c->rank, key);
-            return reply_err(c, "rank %d lost its connection to the store (died?) while rank %d "
-                             "waited for '%s'", lost, c->rank, key);
+            if (lost < 0)
+                return reply_lost(c, "rank 0 lost a peer and stopped its store while rank %d "
+                                  "waited for '%s'", c->rank, key);
+            return reply_lost(c, "rank %d lost its connection to the store (died?) while rank %d "
+                              "waited for '%s'", lost, c->rank, key);
         }
         if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT && !find(s, key, NULL)) {
             int st = owner >= 0 && owner < s->world ? s->state[owner] : -1;
             pthread_mutex_unlock(&s->mu);
             if (st < 0)
-                return reply_err(c, "rank %d timed out after %.0f s waiting for '%s'", c->rank,
-                                 (double)ms / 1000, key);
-            return reply_err(c, "rank %d timed out after %.0f s waiting for '%s' of rank %d, "
-                             "which %s", c->rank, (double)ms / 1000, key, owner, state_word(st));
+                return reply_lost(c, "rank %d timed out after %.0f s waiting for '%s'", c->rank,
+                                  (double)ms / 1000, key);
+            /* An owner that said goodbye ended on its own and said why. */
+            return reply_status_f(c, st == RANK_BYE ? STORE_ST_ERR : STORE_ST_LOST,
+                                  "rank %d timed out after %.0f s waiting for '%s' of rank %d, "
+                                  "which %s", c->rank, (double)ms / 1000, key, owner,
+                                  state_word(st));
         }
     }
 }
@@ -397,13 +411,16 @@ static int do_barrier(conn *c, const char *name, uint64_t ms)
              * only the ranks that really are missing. */
             pthread_mutex_unlock(&s->mu);
             if (lost >= 0)
-                return reply_err(c, "rank %d lost its connection to the store (died?) while "
-                                 "rank %d waited in barrier '%s'", lost, c->rank, name);
+                return reply_lost(c, "rank %d lost its connection to the store (died?) while "
+                                  "rank %d waited in barrier '%s'", lost, c->rank, name);
+            if (s->stopping && cdl_dist_peer_lost())
+                return reply_lost(c, "rank 0 lost a peer and stopped its store during barrier "
+                                  "'%s'", name);
             if (s->stopping)
                 return reply_err(c, "rank 0 stopped its store during barrier '%s'", name);
-            return reply_err(c, "rank %d timed out after %.0f s in barrier '%s': %s did not "
-                             "arrive%s", c->rank, (double)ms / 1000, name, list,
-                             never ? " (some never connected to the store: did they start?)" : "");
+            return reply_lost(c, "rank %d timed out after %.0f s in barrier '%s': %s did not "
+                              "arrive%s", c->rank, (double)ms / 1000, name, list,
+                              never ? " (some never connected to the store: did they start?)" : "");
         }
     }
 }

@@ -1,5 +1,6 @@
 /* Clocks, timeouts, message helpers and process liveness for lib/dist. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,4 +120,24 @@ int dist_pid_alive(int pid, unsigned long long starttime)
     if (state == 'Z' || state == 'X' || state == 'x')
         return 0;
     return starttime == 0 || start == starttime;   /* a reused pid is a different process */
+}
+
+/* Set from any thread (rank 0's store server answers in its own threads,
+ * the collectives run in the caller's), read by the caller after a
+ * failure. */
+static atomic_int peer_lost;
+
+void dist_note_peer_lost(void)
+{
+    atomic_store(&peer_lost, 1);
+}
+
+void dist_clear_peer_lost(void)
+{
+    atomic_store(&peer_lost, 0);
+}
+
+int cdl_dist_peer_lost(void)
+{
+    return atomic_load(&peer_lost);
 }

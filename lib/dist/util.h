@@ -31,4 +31,13 @@ int dist_pid_alive(int pid, unsigned long long starttime);
 /* Start time (clock ticks since boot) of pid, 0 if unknown. */
 unsigned long long dist_pid_starttime(int pid);
 
+/* Records that a wait of this process failed because a peer rank is gone:
+ * its process or node died, its connection (or rank 0's store) dropped
+ * without a goodbye, or it did not arrive within the timeout. Not for a
+ * peer that stopped with an error of its own (it says why and exits 1
+ * itself). Process-wide; cdl_dist_peer_lost reads it, cdl_dist_create
+ * clears it. */
+void dist_note_peer_lost(void);
+void dist_clear_peer_lost(void);
+
 #endif

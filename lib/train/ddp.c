@@ -56,6 +56,7 @@
 #include <cdl/cdl.h>
 
 #include "../dist/dist_gpu.h"
+#include "../dist/util.h"
 #include "ddp.h"
 
 typedef struct bucket {
@@ -485,6 +486,7 @@ int ddp_wait_mark(ddp *g, int slot, const char *what)
         if (ddp_poll(g) != 0)
             return -1;
         if (now_s() > deadline) {
+            dist_note_peer_lost();   /* cdl-train exits CDL_EXIT_PEER_LOST */
             cdl_error("rank %d: %s did not finish within %.0f s (CDL_TIMEOUT): one of its NCCL "
                       "collectives (%s) waits for a rank that died or hangs: the other ranks' "
                       "output says which if it could; a rank that is only slow (writing a "

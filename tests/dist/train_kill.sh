@@ -40,6 +40,11 @@ for r in 0 2; do
 done
 echo "ranks 0 and 2 named the lost rank:"
 grep -E "^\[(0|2)\].*rank 1" "$tmp/err" | head -2
+# A lost peer is not the run's own error: rank 0 exits with 76
+# (CDL_EXIT_PEER_LOST, which the requeue templates requeue) and says how to
+# go on; it used to exit 1, as for a bad input that a requeue would repeat.
+grep "^\[0\]" "$tmp/err" | grep -q "a rank of this run was lost (its process or node died, or it stopped answering): exit status 76; start the run again with --resume auto to continue from the last checkpoint in $tmp/ck" ||
+    fail "rank 0 did not exit with 76 (a lost peer)"
 # The last checkpoint loads: resume it on one rank to the end of its epoch.
 cp "$tmp/ck/last.safetensors" "$tmp/resume.safetensors"
 timeout 120 "$train" $common --epochs 1 --resume-allow epochs --resume "$tmp/resume.safetensors" >"$tmp/out" 2>"$tmp/err" \

@@ -14,6 +14,8 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/dist/dist_gpu.h"   /* dist_abort: how cdl-train gives up on its own */
+
 typedef struct coll_case {
     const char *backend;
     int nodes;               /* emulated nodes (block layout), 1 = one node */
@@ -357,6 +359,7 @@ static int attach_dies_rank(int rank, int world, void *arg)
     CHILD_CHECK(!d, "rank %d: init succeeded without rank 2", rank);
     CHILD_CHECK(strstr(cdl_last_error(), "rank 2") && strstr(cdl_last_error(), "died"),
                 "error '%s' does not say that rank 2 died", cdl_last_error());
+    CHILD_CHECK(cdl_dist_peer_lost(), "rank %d: rank 2's death is not a lost peer", rank);
     fprintf(stderr, "(expected) %s\n", cdl_last_error());
     (void)world;
     return 0;
@@ -388,6 +391,7 @@ static int lonely_rank(int rank, int world, void *arg)
     CHILD_CHECK(!d, "rank %d: init succeeded without rank 2", rank);
     CHILD_CHECK(strstr(cdl_last_error(), "rank 2") && strstr(cdl_last_error(), "did not arrive"),
                 "error '%s' does not name rank 2", cdl_last_error());
+    CHILD_CHECK(cdl_dist_peer_lost(), "rank %d: a rank that never came is not a lost peer", rank);
     fprintf(stderr, "(expected) %s\n", cdl_last_error());
     return 0;
 }
@@ -398,6 +402,39 @@ static void test_missing_rank_times_out(void **state)
     int start[2] = {0, 1}, status[2];
     run_opts o = {guard_s(30), 0, 0};
     assert_int_equal(run_ranks(3, start, 2, lonely_rank, NULL, &o, status), 0);
+    for (int i = 0; i < 2; i++)
+        assert_true(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0);
+}
+
+/* A rank that gives up on an error of its own (cdl-train's --ckpt-dir it
+ * cannot make) stops the others at once, but lost no peer: they exit 1 as
+ * it does, not 76, which job scripts requeue. */
+static int own_error_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    cdl_dist *d = open_dist("shm", 60);
+    CHILD_CHECK(d, "%s", cdl_last_error());
+    if (rank == 0) {
+        dist_abort(d, "cannot create --ckpt-dir x");
+        cdl_dist_destroy(d);
+        return 0;
+    }
+    CHILD_CHECK(cdl_dist_barrier(d) == -1, "rank %d: barrier passed without rank 0", rank);
+    CHILD_CHECK(strstr(cdl_last_error(), "rank 0 gave up: cannot create --ckpt-dir x"),
+                "error '%s'", cdl_last_error());
+    CHILD_CHECK(!cdl_dist_peer_lost(), "rank %d: rank 0's own error counted as a lost peer",
+                rank);
+    cdl_dist_destroy(d);
+    return 0;
+}
+
+static void test_own_error_not_lost(void **state)
+{
+    (void)state;
+    int start[2] = {0, 1}, status[2];
+    run_opts o = {guard_s(30), 0, 0};
+    assert_int_equal(run_ranks(2, start, 2, own_error_rank, NULL, &o, status), 0);
     for (int i = 0; i < 2; i++)
         assert_true(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0);
 }
@@ -505,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_rank_dies_before_attaching),
         cmocka_unit_test(test_killed_rank_hier),
         cmocka_unit_test(test_missing_rank_times_out),
+        cmocka_unit_test(test_own_error_not_lost),
         cmocka_unit_test(test_duplicate_local_rank),
         cmocka_unit_test(test_refused_backends),
         cmocka_unit_test(test_dist_config),

@@ -244,6 +244,8 @@ static int lost_rank(int rank, int world, void *arg)
     CHILD_CHECK(store_barrier(s, "after") == -1, "barrier passed without rank 2");
     CHILD_CHECK(strstr(cdl_last_error(), "rank 2 lost its connection"), "error '%s'",
                 cdl_last_error());
+    /* A lost peer, not an error of its own: cdl-train exits 76 (requeued). */
+    CHILD_CHECK(cdl_dist_peer_lost(), "rank %d: the loss of rank 2 is not recorded", rank);
     store_close(s);
     return 0;
 }
@@ -256,6 +258,43 @@ static void test_lost_rank_named(void **state)
     assert_int_equal(run_ranks(3, start, 3, lost_rank, NULL, &o, status), 0);
     assert_int_equal(expect_children_ok(2, status), 0);
     assert_true(WIFSIGNALED(status[2]));
+}
+
+/* Rank 0 stops its store on an error of its own (it says why and exits 1):
+ * rank 1's wait fails, but no peer was lost, so cdl-train exits 1 there
+ * too and a job script does not requeue a run that would fail again. */
+static int stopped_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    cdl_rank_info info;
+    store *s = open_store(300, &info);
+    CHILD_CHECK(s, "%s", cdl_last_error());
+    CHILD_CHECK(store_barrier(s, "all-here") == 0, "%s", cdl_last_error());
+    if (rank == 0) {
+        store_linger_off(s);   /* as a broken cdl_dist is destroyed */
+        store_close(s);
+        CHILD_CHECK(!cdl_dist_peer_lost(), "rank 0 recorded a lost peer");
+        return 0;
+    }
+    char c;
+    CHILD_CHECK(store_get(s, "never-set", 0, &c, 1, NULL) == -1, "got a value never set");
+    /* Told by the store, or its connection closed as rank 0 exited. */
+    CHILD_CHECK(strstr(cdl_last_error(), "rank 0 stopped its store") ||
+                strstr(cdl_last_error(), "lost the store"), "error '%s'", cdl_last_error());
+    CHILD_CHECK(!cdl_dist_peer_lost(), "rank 0's own stop recorded as a lost peer: %s",
+                cdl_last_error());
+    store_close(s);
+    return 0;
+}
+
+static void test_stopped_store_not_lost(void **state)
+{
+    (void)state;
+    int start[2] = {0, 1}, status[2];
+    run_opts o = {guard_s(30), 0, 0};
+    assert_int_equal(run_ranks(2, start, 2, stopped_rank, NULL, &o, status), 0);
+    assert_int_equal(expect_children_ok(2, status), 0);
 }
 
 /* A value with readers=1 is gone after one get. */
@@ -541,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_missing_rank_named),
         cmocka_unit_test(test_rank0_absent),
         cmocka_unit_test(test_lost_rank_named),
+        cmocka_unit_test(test_stopped_store_not_lost),
         cmocka_unit_test(test_readers_drop_value),
         cmocka_unit_test(test_stranger_deadline),
         cmocka_unit_test(test_strangers_cannot_exhaust),

@@ -2,6 +2,7 @@
  * Kernels live in conv2d.c, linear.c, pool2d.c, eltwise.c, xent.c, optim.c,
  * reduce.c, bnorm.c, act.c, join.c, layernorm.c and embedding.c; threading
  * in pool.c. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,8 +155,8 @@ const char *cdl_blas_core_advice(void)
 
 static void check_blas_kernels(void)
 {
-    static int checked;
-    if (checked++)
+    static atomic_flag checked = ATOMIC_FLAG_INIT;   /* backends made in two threads */
+    if (atomic_flag_test_and_set(&checked))
         return;
     /* Once per job, not once per rank: the first rank variable set decides. */
     const char *rank_vars[] = {"RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};

@@ -19,4 +19,11 @@ tests_api_test_weights_LDADD = libcdl.la $(CMOCKA_LIBS)
 # The program itself, not a libtool wrapper script, so that check-valgrind
 # runs it under valgrind (its run path names the uninstalled libcdl).
 tests_api_test_weights_LDFLAGS = $(AM_LDFLAGS) -no-install
+# cdl_train_run in two threads at once: the numbers, the signal handlers.
+check_PROGRAMS += tests/api/test_threads
+TESTS += tests/api/test_threads
+tests_api_test_threads_SOURCES = tests/api/test_threads.c
+tests_api_test_threads_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
+tests_api_test_threads_LDADD = libcdl.la $(CMOCKA_LIBS) -lpthread
+tests_api_test_threads_LDFLAGS = $(AM_LDFLAGS) -no-install
 endif

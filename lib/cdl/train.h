@@ -48,7 +48,10 @@ typedef struct cdl_train_config {
     long max_steps;           /* stop after this many steps in total (0 = no limit) */
     int drop_last;
     char device[16];          /* "cpu", "cuda", "auto" (the default: cuda when a GPU is visible) */
-    char dist_backend[16];    /* "auto" */
+    char dist_backend[16];    /* "auto" (the default), a backend of cdl_dist_create, or
+                               * "single": this process trains alone, even as one task of
+                               * a job whose environment makes it rank K of N (each task of
+                               * a simulation training a model of its own) */
     int synthetic_n;          /* synthetic dataset size */
     int progress;             /* -1 auto (terminal), 0 plain lines, 1 bar */
     int quiet;

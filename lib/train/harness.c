@@ -949,9 +949,18 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     int rc = -1;
     if (check_config(cfg) != 0)
         return -1;
-    if (rank_discover(&r.ri, !cfg->quiet) != 0)
+    /* dist_backend "single": this process trains alone whatever its
+     * environment says, as one task of an MPI job or Slurm step that trains
+     * a model of its own per task (the environment made it rank K of N, and
+     * no setting could say otherwise). Else the rank contract decides. */
+    int alone = !strcmp(cfg->dist_backend, "single");
+    if (alone) {
+        r.ri.world = r.ri.local_world = r.ri.nnodes = r.ri.replicas_per_gpu = 1;
+        r.ri.source = "single";
+    } else if (rank_discover(&r.ri, !cfg->quiet) != 0) {
         return -1;
-    if (!cfg->summary)
+    }
+    if (!cfg->summary && !alone)
         train_alone_warning(&r);
     /* From here on SIGUSR1/SIGTERM ask for a checkpoint: one that comes
      * while the data loads (a job signalled as soon as its metrics file

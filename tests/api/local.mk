@@ -26,4 +26,11 @@ tests_api_test_threads_SOURCES = tests/api/test_threads.c
 tests_api_test_threads_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
 tests_api_test_threads_LDADD = libcdl.la $(CMOCKA_LIBS) -lpthread
 tests_api_test_threads_LDFLAGS = $(AM_LDFLAGS) -no-install
+# cdl_train_run alone in one task of a job of several (dist_backend single).
+check_PROGRAMS += tests/api/test_alone
+TESTS += tests/api/test_alone
+tests_api_test_alone_SOURCES = tests/api/test_alone.c
+tests_api_test_alone_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
+tests_api_test_alone_LDADD = libcdl.la $(CMOCKA_LIBS)
+tests_api_test_alone_LDFLAGS = $(AM_LDFLAGS) -no-install
 endif

@@ -868,8 +868,24 @@ static int setup_stopped(run *r, const char *during, cdl_train_result *res)
     return CDL_EXIT_REQUEUE;
 }
 
+/* The names cdl_dist_create takes, and "single". One process never
+ * reaches cdl_dist_create, so a misspelt name would pass there and fail
+ * only on the first run of several ranks. */
+static int check_dist_backend(const char *name)
+{
+    static const char *const known[] = {"", "auto", "single", "shm", "mpi", "nccl", "hier",
+                                        "hier:mpi", "hier:nccl", "hier:store"};
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (!strcmp(name, known[i]))
+            return 0;
+    return cdl_error("--dist-backend '%s': use auto, single, shm, mpi, nccl, hier or "
+                     "hier:mpi|nccl|store", name);
+}
+
 static int check_config(const cdl_train_config *c)
 {
+    if (check_dist_backend(c->dist_backend) != 0)
+        return -1;
     if (c->epochs <= 0)
         return cdl_error("--epochs %d: must be at least 1", c->epochs);
     if (c->batch_size <= 0 || c->batch_size > 65536)

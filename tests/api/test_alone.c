@@ -2,7 +2,8 @@
  * training: a simulation started by srun -n 4 (or mpirun) in which every
  * task trains a model of its own. The environment makes the process rank
  * K of 4; dist_backend "single" trains it alone, as without that
- * environment. Through the shared libcdl and its public header only. */
+ * environment; a misspelt dist_backend is refused there too. Through the
+ * shared libcdl and its public header only. */
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -61,10 +62,21 @@ static void test_task_trains_alone(void **state)
         unsetenv(vars[i][0]);
 }
 
+/* A misspelt backend is an error on one process too, not first on the
+ * run of several ranks it was meant for. */
+static void test_unknown_backend(void **state)
+{
+    (void)state;
+    assert_int_equal(run("shmm", NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "'shmm'"));
+    assert_int_equal(run("hier:store", NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_task_trains_alone),
+        cmocka_unit_test(test_unknown_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

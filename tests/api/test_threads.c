@@ -3,9 +3,11 @@
  * libcdl and its public header only: each run gets the numbers it gets
  * alone, the program's SIGTERM and SIGUSR1 handlers are back when both
  * have returned, and a signal while both run stops both after a
- * checkpoint. */
+ * checkpoint. OpenBLAS's thread count, which the CPU backend holds at 1,
+ * is the program's again once no backend is left. */
 #include "testutil.h"
 
+#include <cblas.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -158,9 +160,35 @@ static void test_signal_stops_both(void **state)
     test_rm_rf(dir);
 }
 
+/* A program with its own OpenBLAS products (a simulation's linear algebra)
+ * gets their thread count back after training: before, it stayed at 1. */
+static void test_openblas_count_back(void **state)
+{
+    (void)state;
+    int before = openblas_get_num_threads();
+    openblas_set_num_threads(2);
+    cdl_backend *a = cdl_backend_create("cpu", 1), *b = cdl_backend_create("cpu", 1);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(openblas_get_num_threads(), 1);
+    cdl_backend_destroy(a);
+    assert_int_equal(openblas_get_num_threads(), 1);   /* b still calls it */
+    cdl_backend_destroy(b);
+    assert_int_equal(openblas_get_num_threads(), 2);
+
+    job j;
+    memset(&j, 0, sizeof j);
+    run(&j);
+    if (j.rc != 0)
+        fail_msg("%s", j.err);
+    assert_int_equal(openblas_get_num_threads(), 2);
+    openblas_set_num_threads(before);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_openblas_count_back),
         cmocka_unit_test(test_two_runs_at_once),
         cmocka_unit_test(test_signal_stops_both),
     };

@@ -5,4 +5,4 @@ dist_man_MANS = man/cdl-train.1 man/cdlrun.1 man/cdl-model-spec.5 man/cdl_spank.
 dist_man_MANS += man/cdl-plot.1
 dist_man_MANS += man/cdl-eval.1 man/cdl-predict.1
 dist_man_MANS += man/cdl-generate.1
-dist_man_MANS += man/libcdl.3
+dist_man_MANS += man/libcdl.3 man/cdl_train_run.3 man/cdl_train_defaults.3

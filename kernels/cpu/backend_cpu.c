@@ -2,6 +2,8 @@
  * Kernels live in conv2d.c, linear.c, pool2d.c, eltwise.c, xent.c, optim.c,
  * reduce.c, bnorm.c, act.c, join.c, layernorm.c and embedding.c; threading
  * in pool.c. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,10 +54,39 @@ static int cpu_sync(cdl_backend *be)
     return 0;
 }
 
+/* OpenBLAS's thread count is the process's, not the backend's: the first
+ * live CPU backend sets it to 1 (our pool owns the threading, every worker
+ * calls a single-threaded BLAS) and the last one gives the program its
+ * count back, unless the program set another meanwhile. Before, a program
+ * that trained a model and then ran its own OpenBLAS products ran them on
+ * one core for the rest of its life. */
+static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static int blas_users, blas_saved;
+
+static void blas_hold(void)
+{
+    pthread_mutex_lock(&blas_lock);
+    if (blas_users++ == 0) {
+        blas_saved = openblas_get_num_threads();
+        openblas_set_num_threads(1);
+    }
+    pthread_mutex_unlock(&blas_lock);
+}
+
+static void blas_release(void)
+{
+    pthread_mutex_lock(&blas_lock);
+    if (blas_users > 0 && --blas_users == 0 && blas_saved > 1 &&
+        openblas_get_num_threads() == 1)
+        openblas_set_num_threads(blas_saved);
+    pthread_mutex_unlock(&blas_lock);
+}
+
 static void cpu_destroy(cdl_backend *be)
 {
     cpu_impl *impl = be->impl;
     pool_destroy(impl->pool);
+    blas_release();
     cdl_free(impl);
     cdl_free(be);
 }
@@ -154,8 +185,8 @@ const char *cdl_blas_core_advice(void)
 
 static void check_blas_kernels(void)
 {
-    static int checked;
-    if (checked++)
+    static atomic_flag checked = ATOMIC_FLAG_INIT;   /* backends made in two threads */
+    if (atomic_flag_test_and_set(&checked))
         return;
     /* Once per job, not once per rank: the first rank variable set decides. */
     const char *rank_vars[] = {"RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
@@ -183,10 +214,6 @@ cdl_backend *cdl_backend_cpu_create(int threads)
                   threads, CPU_MAX_THREADS);
         return NULL;
     }
-    /* Debian's OpenBLAS is the pthread build: left alone it starts its own
-     * threads next to ours and both pools fight for the cores. Our pool owns
-     * the threading and every worker calls a single-threaded BLAS. */
-    openblas_set_num_threads(1);
     check_blas_kernels();
 
     cdl_backend *be = cdl_calloc(1, sizeof *be);
@@ -207,5 +234,8 @@ cdl_backend *cdl_backend_cpu_create(int threads)
     be->host_memory = 1;
     be->threads = threads;
     be->impl = impl;
+    /* Debian's OpenBLAS is the pthread build: left alone it starts its own
+     * threads next to ours and both pools fight for the cores. */
+    blas_hold();
     return be;
 }

@@ -485,6 +485,8 @@ cdl_backend *cdl_backend_create_with(const char *name, const cdl_backend_params 
  * threads and keeps OpenBLAS to one thread per worker); the CUDA backend
  * on `device` (NULL with a clear cdl_last_error() when libcdl was built
  * without CUDA or no GPU is visible); a backend by name. */
+/* The CPU backend holds OpenBLAS (a process-wide setting) to 1 thread while
+ * it exists; destroying the last gives back the program's count. */
 cdl_backend *cdl_backend_cpu_create(int threads);
 cdl_backend *cdl_backend_cuda_create(int device);
 cdl_backend *cdl_backend_create(const char *name, int threads);

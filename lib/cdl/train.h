@@ -54,7 +54,10 @@ typedef struct cdl_train_config {
     long max_steps;           /* stop after this many steps in total (0 = no limit) */
     int drop_last;
     char device[16];          /* "cpu", "cuda", "auto" (the default: cuda when a GPU is visible) */
-    char dist_backend[16];    /* "auto" */
+    char dist_backend[16];    /* "auto" (the default), a backend of cdl_dist_create, or
+                               * "single": this process trains alone, even as one task of
+                               * a job whose environment makes it rank K of N (each task of
+                               * a simulation training a model of its own) */
     int synthetic_n;          /* synthetic dataset size */
     int progress;             /* -1 auto (terminal), 0 plain lines, 1 bar */
     int quiet;
@@ -220,8 +223,10 @@ typedef struct cdl_train_result {
 /* Runs training. Returns 0, -1 on error (cdl_last_error), or
  * CDL_EXIT_REQUEUE when interrupted by SIGUSR1/SIGTERM after a checkpoint.
  * It handles SIGUSR1 and SIGTERM while it runs and gives the caller's
- * handlers back when it returns: one run at a time per process. res may be
- * NULL. */
+ * handlers back when it returns. Runs in several threads at once (own
+ * configs and directories) each get what they get alone; the caller's
+ * handlers are back when the last returns, and a signal stops them all.
+ * res may be NULL. */
 int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res);
 
 /* Loads the tensors of the safetensors file path (a cdl checkpoint or one

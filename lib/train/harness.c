@@ -913,8 +913,24 @@ static int setup_stopped(run *r, const char *during, cdl_train_result *res)
     return CDL_EXIT_REQUEUE;
 }
 
+/* The names cdl_dist_create takes, and "single". One process never
+ * reaches cdl_dist_create, so a misspelt name would pass there and fail
+ * only on the first run of several ranks. */
+static int check_dist_backend(const char *name)
+{
+    static const char *const known[] = {"", "auto", "single", "shm", "mpi", "nccl", "hier",
+                                        "hier:mpi", "hier:nccl", "hier:store"};
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (!strcmp(name, known[i]))
+            return 0;
+    return cdl_error("--dist-backend '%s': use auto, single, shm, mpi, nccl, hier or "
+                     "hier:mpi|nccl|store", name);
+}
+
 static int check_config(const cdl_train_config *c)
 {
+    if (check_dist_backend(c->dist_backend) != 0)
+        return -1;
     if (c->epochs <= 0)
         return cdl_error("--epochs %d: must be at least 1", c->epochs);
     if (c->batch_size <= 0 || c->batch_size > 65536)
@@ -994,9 +1010,18 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     int rc = -1;
     if (check_config(cfg) != 0)
         return -1;
-    if (rank_discover(&r.ri, !cfg->quiet) != 0)
+    /* dist_backend "single": this process trains alone whatever its
+     * environment says, as one task of an MPI job or Slurm step that trains
+     * a model of its own per task (the environment made it rank K of N, and
+     * no setting could say otherwise). Else the rank contract decides. */
+    int alone = !strcmp(cfg->dist_backend, "single");
+    if (alone) {
+        r.ri.world = r.ri.local_world = r.ri.nnodes = r.ri.replicas_per_gpu = 1;
+        r.ri.source = "single";
+    } else if (rank_discover(&r.ri, !cfg->quiet) != 0) {
         return -1;
-    if (!cfg->summary)
+    }
+    if (!cfg->summary && !alone)
         train_alone_warning(&r);
     /* From here on SIGUSR1/SIGTERM ask for a checkpoint: one that comes
      * while the data loads (a job signalled as soon as its metrics file

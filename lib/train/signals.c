@@ -1,14 +1,24 @@
 /* SIGUSR1 (Slurm's --signal=USR1@T before the time limit) and SIGTERM
  * (scancel, preemption) ask the harness to finish the current step, write a
- * checkpoint and exit with CDL_EXIT_REQUEUE. */
+ * checkpoint and exit with CDL_EXIT_REQUEUE.
+ *
+ * Handlers are process-wide, runs are not: a program may run cdl_train_run
+ * in several threads at once (two surrogate models of one simulation).
+ * The first run in installs the handler and keeps the program's; the last
+ * one out gives them back. Restoring at every run's end instead left
+ * libcdl's handler installed for good after two overlapping runs (the
+ * second saved the first's handler as "the program's"), and the process
+ * then ignored SIGTERM. A signal asks every running run to stop. */
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 
 #include "signals.h"
 
 static volatile sig_atomic_t stop_requested;
-static struct sigaction old_usr1, old_term;
-static int installed;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction old_usr1, old_term;   /* the program's, under lock */
+static int runs;                              /* runs inside install..restore */
 
 static void on_signal(int sig)
 {
@@ -18,24 +28,28 @@ static void on_signal(int sig)
 
 void train_signals_install(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    stop_requested = 0;
-    sigaction(SIGUSR1, &sa, &old_usr1);
-    sigaction(SIGTERM, &sa, &old_term);
-    installed = 1;
+    pthread_mutex_lock(&lock);
+    if (runs++ == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        stop_requested = 0;
+        sigaction(SIGUSR1, &sa, &old_usr1);
+        sigaction(SIGTERM, &sa, &old_term);
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 void train_signals_restore(void)
 {
-    if (!installed)
-        return;
-    sigaction(SIGUSR1, &old_usr1, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    installed = 0;
+    pthread_mutex_lock(&lock);
+    if (runs > 0 && --runs == 0) {
+        sigaction(SIGUSR1, &old_usr1, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 int train_stop_requested(void)

@@ -3,6 +3,7 @@
  * buffers, TFRecord framing with masked CRC32C, written by rank 0. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,8 +15,10 @@
 #include "../dist/util.h"
 #include "tfevents.h"
 
-/* ---- CRC32C: reflected polynomial 0x82F63B78, bytewise table. */
+/* ---- CRC32C: reflected polynomial 0x82F63B78, bytewise table, made once
+ * per process (runs in two threads may write event files at once). */
 static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
 static void crc_init(void)
 {
@@ -29,8 +32,7 @@ static void crc_init(void)
 
 uint32_t tfev_crc32c(const void *p, size_t n)
 {
-    if (!crc_table[1])
-        crc_init();
+    pthread_once(&crc_once, crc_init);
     const unsigned char *b = p;
     uint32_t c = 0xFFFFFFFFu;
     while (n--)

@@ -23,7 +23,7 @@ for doc in "$top_srcdir"/README.md "$top_srcdir"/docs/*.md; do
     extract "$doc"
 done
 progs=$(grep -l -E '^int main\(' "$TMP"/*.c 2>/dev/null)
-[ -n "$progs" ] || die "no C program found in the docs: the check is blind (docs/api.md has two)"
+[ -n "$progs" ] || die "no C program found in the docs: the check is blind (docs/api.md has three)"
 grep -q 'cdl_train_run' $progs || die "docs/api.md's programs were not extracted"
 
 n=0
@@ -43,4 +43,5 @@ grep -q '^resumed: 3 epochs' "$TMP"/*.out || die "docs/api.md's run.c did not re
 grep -q '^error: cannot open model spec' "$TMP"/*.out || die "docs/api.md's run.c got no error"
 grep -q '^epoch 3: .*accuracy 1.000' "$TMP"/*.out || die "docs/api.md's loop.c did not learn two clusters"
 grep -q 'loaded them back' "$TMP"/*.out || die "docs/api.md's loop.c did not load its weights"
+grep -q '^served 826 pictures in 100 requests' "$TMP"/*.out || die "docs/api.md's serve.c did not serve"
 echo "PASS: the $n C programs of the docs compile, link and run"

@@ -124,5 +124,32 @@ if [ -f "$DEST$libdir/libcdl.a" ]; then
         die "the static link of docs/api.md still needs libcdl.so"
     "$TMP/run-static" >"$TMP/out" 2>&1 || { cat "$TMP/out" >&2; die "the program linked with libcdl.a fails"; }
     grep -q ': 4 steps' "$TMP/out" || die "unexpected output of the program linked with libcdl.a"
+    # libcdl.a defines no global symbol but cdl_*, like libcdl.so: a program
+    # with functions of its own named as libcdl's internal ones links with it.
+    nm -g --defined-only "$DEST$libdir/libcdl.a" 2>/dev/null | awk 'NF == 3 { print $3 }' |
+        sort -u >"$TMP/defined"
+    grep -q '^cdl_train_run$' "$TMP/defined" || die "nm finds no cdl_train_run in libcdl.a: the check is blind"
+    grep -v '^cdl_' "$TMP/defined" >"$TMP/foreign" &&
+        die "libcdl.a defines global symbols outside cdl_* (install-exec-hook-static in Makefile.am): $(head -5 "$TMP/foreign" | tr '\n' ' ')"
+    cat >"$TMP/own.c" <<'C'
+#include <stdio.h>
+#include <cdl/cdl.h>
+/* The program's own helpers, named as libcdl's internal functions are. */
+int json_init(void) { return 1; }
+void *pool_create(int n) { return n ? NULL : NULL; }
+int store_open(void) { return 2; }
+int main(void)
+{
+    cdl_train_config cfg;
+    cdl_train_defaults(&cfg);
+    printf("%d %d %s\n", json_init() + store_open(), pool_create(1) == NULL, cdl_version());
+    return 0;
+}
+C
+    # shellcheck disable=SC2046
+    "$CC" -std=c11 "$TMP/own.c" $(pc --cflags) -Wl,-Bstatic $(pc --libs) -Wl,-Bdynamic \
+        $(pc --libs --static | sed 's/-lcdl//') -o "$TMP/own" 2>"$TMP/err" ||
+        { cat "$TMP/err" >&2; die "a program with a function named json_init does not link with libcdl.a"; }
+    [ "$("$TMP/own")" = "3 1 $(var VERSION)" ] || die "the program with its own json_init, linked with libcdl.a, runs wrong"
 fi
 echo "PASS: installed headers compile alone (C11$([ "$have_cxx" = 1 ] && echo ', C++')), programs build with pkg-config and run (shared$([ -f "$DEST$libdir/libcdl.a" ] && echo ', static'))"

@@ -19,4 +19,19 @@ tests_api_test_weights_LDADD = libcdl.la $(CMOCKA_LIBS)
 # The program itself, not a libtool wrapper script, so that check-valgrind
 # runs it under valgrind (its run path names the uninstalled libcdl).
 tests_api_test_weights_LDFLAGS = $(AM_LDFLAGS) -no-install
+# cdl_train_run in two threads at once: the numbers, the signal handlers;
+# OpenBLAS's thread count given back.
+check_PROGRAMS += tests/api/test_threads
+TESTS += tests/api/test_threads
+tests_api_test_threads_SOURCES = tests/api/test_threads.c
+tests_api_test_threads_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS) $(OPENBLAS_CFLAGS)
+tests_api_test_threads_LDADD = libcdl.la $(CMOCKA_LIBS) $(OPENBLAS_LIBS) -lpthread
+tests_api_test_threads_LDFLAGS = $(AM_LDFLAGS) -no-install
+# cdl_train_run alone in one task of a job of several (dist_backend single).
+check_PROGRAMS += tests/api/test_alone
+TESTS += tests/api/test_alone
+tests_api_test_alone_SOURCES = tests/api/test_alone.c
+tests_api_test_alone_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
+tests_api_test_alone_LDADD = libcdl.la $(CMOCKA_LIBS)
+tests_api_test_alone_LDFLAGS = $(AM_LDFLAGS) -no-install
 endif

@@ -21,7 +21,7 @@ if [ "$(var slurmplugin_LTLIBRARIES)" != "" ]; then
     [ ! -e "$plugdir/cdl_spank.la" ] || die "make install left cdl_spank.la in $plugdir"
     [ -f "$DEST$(var plugstackdir)/cdl.conf" ] || die "cdl.conf not installed into $(var plugstackdir)"
 fi
-for page in man1/cdl-train.1 man1/cdlrun.1 man1/cdl-plot.1 man1/cdl-generate.1 man3/libcdl.3 man5/cdl-model-spec.5 man8/cdl_spank.8; do
+for page in man1/cdl-train.1 man1/cdlrun.1 man1/cdl-plot.1 man1/cdl-generate.1 man3/libcdl.3 man3/cdl_train_run.3 man3/cdl_train_defaults.3 man5/cdl-model-spec.5 man8/cdl_spank.8; do
     [ -s "$DEST$mandir/$page" ] || die "man page $mandir/$page not installed"
 done
 

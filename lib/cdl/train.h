@@ -217,11 +217,12 @@ typedef struct cdl_train_result {
     int epochs_done;
     long steps;
     double final_val_acc, final_val_loss, best_val_loss;
-    int interrupted;          /* 1 when stopped by a signal after checkpointing */
+    int interrupted;          /* 1 when stopped by a signal */
 } cdl_train_result;
 
 /* Runs training. Returns 0, -1 on error (cdl_last_error), or
- * CDL_EXIT_REQUEUE when interrupted by SIGUSR1/SIGTERM after a checkpoint.
+ * CDL_EXIT_REQUEUE when interrupted by SIGUSR1/SIGTERM after a checkpoint
+ * (with no ckpt_dir such a stop returns -1: nothing could be resumed).
  * It handles SIGUSR1 and SIGTERM while it runs and gives the caller's
  * handlers back when it returns. Runs in several threads at once (own
  * configs and directories) each get what they get alone; the caller's

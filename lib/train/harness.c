@@ -908,6 +908,14 @@ static int setup_stopped(run *r, const char *during, cdl_train_result *res)
     if (stop <= 0)
         return stop;
     res->interrupted = 1;
+    /* CDL_EXIT_REQUEUE only where a restart goes on from a checkpoint
+     * (loop.c says why). */
+    if (!r->cfg->ckpt_dir[0]) {
+        cdl_error("stopped by a signal (SIGUSR1 or SIGTERM) while %s, before the first step, "
+                  "with no --ckpt-dir: a restart would begin again; give --ckpt-dir to keep the "
+                  "work of a run that is stopped", during);
+        return -1;
+    }
     train_report_note(r->rep, "stopped by a signal while %s, before the first step: nothing of "
                       "this start to save; start it again to go on", during);
     return CDL_EXIT_REQUEUE;

@@ -425,14 +425,23 @@ static int after_step(run *r, train_position *pos, epoch_clock *ck, cdl_train_re
          * which does it first: a signal asks for a quick exit. */
         train_position at = *pos;
         at.validation_due = eval || (max_steps && pos->batch < ck->spe);
-        if (loop_save(r, &at, SAVE_LAST) != 0)
-            return -1;
-        train_report_note(r->rep, "stopped by signal at epoch %d, batch %ld (step %ld)%s",
-                          pos->epoch + 1, pos->batch, pos->step,
-                          c->ckpt_dir[0] ? ": checkpoint written, resume with --resume auto"
-                                         : ": no --ckpt-dir, nothing saved");
         res->steps = pos->step;
         res->interrupted = 1;
+        /* Without a checkpoint directory nothing can be resumed: a status
+         * of CDL_EXIT_REQUEUE would have a requeueing script start the run
+         * from its first step again, at every time limit, for ever. */
+        if (!c->ckpt_dir[0]) {
+            cdl_error("stopped by a signal (SIGUSR1 or SIGTERM) at epoch %d, batch %ld (step %ld) "
+                      "with no --ckpt-dir: nothing saved, and a restart would begin at step 1; "
+                      "give --ckpt-dir to keep the work of a run that is stopped",
+                      pos->epoch + 1, pos->batch, pos->step);
+            return -1;
+        }
+        if (loop_save(r, &at, SAVE_LAST) != 0)
+            return -1;
+        train_report_note(r->rep, "stopped by signal at epoch %d, batch %ld (step %ld): "
+                          "checkpoint written, resume with --resume auto",
+                          pos->epoch + 1, pos->batch, pos->step);
         return CDL_EXIT_REQUEUE;
     }
     if (max_steps)

@@ -41,6 +41,12 @@ CDL_TEST_SIGNAL_ON=-mark LD_PRELOAD=$preload \
 expect_err "stopped by a signal while loading the data, before the first step: nothing of this start to save; start it again to go on"
 [ ! -e "$TMP/ck/last.safetensors" ] || die "a checkpoint was written after the signal"
 
+# Without --ckpt-dir nothing can be resumed: an error (1), not 75, which a
+# requeueing script would take as "go on" and start again at step 1.
+CDL_TEST_SIGNAL_ON=-mark LD_PRELOAD=$preload \
+    expect_status 1 "$CDL_TRAIN" "${common[@]}"
+expect_err "stopped by a signal (SIGUSR1 or SIGTERM) while loading the data, before the first step, with no --ckpt-dir"
+
 # Copying the folder to node-local storage (--stage DIR): no data is read,
 # and no half-copied file is left.
 mkdir "$TMP/local"

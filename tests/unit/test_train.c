@@ -249,6 +249,25 @@ static void signal_then_resume(cdl_train_config *c, long at)
     run_ok(c);
 }
 
+/* Without a checkpoint directory a stop by signal is an error, not
+ * CDL_EXIT_REQUEUE: a requeueing script would start the run again at step
+ * 1 at every time limit. */
+static void test_signal_without_ckpt_dir(void **state)
+{
+    (void)state;
+    cdl_train_config c;
+    base_config(&c, "sig-nodir");
+    c.ckpt_dir[0] = '\0';
+    long at = 3;
+    c.on_step = raise_at_step;
+    c.on_step_ctx = &at;
+    cdl_train_result res;
+    assert_int_equal(cdl_train_run(&c, &res), -1);
+    assert_int_equal(res.interrupted, 1);
+    assert_int_equal(res.steps, at);
+    assert_non_null(strstr(cdl_last_error(), "with no --ckpt-dir: nothing saved"));
+}
+
 static void test_signal_checkpoint_and_resume(void **state)
 {
     (void)state;
@@ -843,6 +862,7 @@ int main(void)
         cmocka_unit_test(test_resume_mid_epoch_batchnorm),
         cmocka_unit_test(test_resume_mid_epoch_resnet20),
         cmocka_unit_test(test_signal_checkpoint_and_resume),
+        cmocka_unit_test(test_signal_without_ckpt_dir),
         cmocka_unit_test(test_gpu_loop_matches_host_loop),
         cmocka_unit_test(test_corrupt_checkpoint_is_an_error),
         cmocka_unit_test(test_mismatched_model_is_an_error),

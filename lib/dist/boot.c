@@ -1,11 +1,14 @@
 /* The bootstrap dispatcher: PMIx when a PMIx server started the job (no
  * port needed), else the TCP store. Store keys are "<rank>/<key>". */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cdl/cdl.h>
 
 #include "boot.h"
+#include "contract.h"
 #include "util.h"
 
 static int st_put(boot *b, const char *key, const void *val, size_t len)
@@ -42,7 +45,66 @@ static void st_close(boot *b)
 
 static const struct boot_ops store_ops = {"store", st_put, st_fence, st_get, st_close};
 
+/* What every rank publishes first, under "cdl.release": text, so that any
+ * later release can still read it (its size never changes). */
+typedef struct release_rec {
+    char release[96];   /* "cdl 0.1.0 (rank contract 4)" */
+    char host[64];      /* SLURMD_NODENAME, else the host name */
+} release_rec;
+
+static void release_of(release_rec *r, const char *release)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->release, sizeof r->release, "cdl %s (rank contract %d)", release,
+             CDL_CONTRACT_VERSION);
+    const char *node = getenv("SLURMD_NODENAME");
+    if (node && *node)
+        snprintf(r->host, sizeof r->host, "%s", node);
+    else if (gethostname(r->host, sizeof r->host - 1) != 0)
+        snprintf(r->host, sizeof r->host, "?");
+}
+
+/* Ranks of one job running different cdl releases (a $HOME install
+ * shadowing the site's on some nodes, a node upgraded mid-job) would
+ * otherwise exchange layouts, tensors and checkpoints whose meaning differs
+ * and train garbage or hang later, naming no cause. Rank 0 compares every
+ * rank's release with its own, every other rank its own with rank 0's:
+ * both sides of a difference say it, with the nodes. */
+static int agree_release(boot *b, const char *release)
+{
+    release_rec me, other;
+    release_of(&me, release);
+    if (boot_put(b, "cdl.release", &me, sizeof me) || boot_fence(b))
+        return -1;
+    int differ = 0;
+    for (int r = b->rank == 0 ? 1 : 0; r < (b->rank == 0 ? b->world : 1) && !differ; r++) {
+        if (boot_get(b, r, "cdl.release", &other, sizeof other))
+            return cdl_error("%s (rank %d runs a cdl release that does not publish its version, "
+                             "older than this %s?)", cdl_last_error(), r, me.release);
+        other.release[sizeof other.release - 1] = other.host[sizeof other.host - 1] = '\0';
+        if (strcmp(other.release, me.release) != 0)
+            differ = cdl_error("rank %d (on %s) runs %s but rank %d (on %s) runs %s: every rank "
+                             "of a job must run the same cdl release; see which cdl-train and "
+                             "libcdl.so each node finds (PATH, LD_LIBRARY_PATH, a $HOME/.local "
+                             "install shadowing the site's; cdl-train --version prints it)",
+                             b->rank ? b->rank : r, b->rank ? me.host : other.host,
+                             b->rank ? me.release : other.release, 0,
+                             b->rank ? other.host : me.host,
+                             b->rank ? other.release : me.release);
+    }
+    /* Everyone has read rank 0's record before rank 0 may stop its store. */
+    if (boot_fence(b))
+        return -1;
+    return differ;
+}
+
 boot *boot_open(const cdl_rank_info *info, double timeout_s, double hello_s)
+{
+    return boot_open_as(info, timeout_s, hello_s, cdl_version());
+}
+
+boot *boot_open_as(const cdl_rank_info *info, double timeout_s, double hello_s,
+                   const char *release)
 {
     boot *b = cdl_calloc(1, sizeof *b);
     if (!b)
@@ -55,14 +117,23 @@ boot *boot_open(const cdl_rank_info *info, double timeout_s, double hello_s)
             cdl_free(b);
             return NULL;
         }
-        return b;
+    } else {
+        b->st = store_open(info, NULL, timeout_s, hello_s);
+        if (!b->st) {
+            cdl_free(b);
+            return NULL;
+        }
+        b->ops = &store_ops;
     }
-    b->st = store_open(info, NULL, timeout_s, hello_s);
-    if (!b->st) {
-        cdl_free(b);
+    if (agree_release(b, release)) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", cdl_last_error());
+        if (b->st)
+            store_linger_off(b->st);   /* rank 0's store must not wait for the others */
+        boot_close(b);
+        cdl_error("%s", msg);
         return NULL;
     }
-    b->ops = &store_ops;
     return b;
 }
 

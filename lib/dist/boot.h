@@ -17,7 +17,12 @@
 typedef struct boot boot;
 
 /* Collective over all ranks of info. Bounded by timeout_s. */
+/* Every rank must run the same cdl release (cdl_version()): checked first,
+ * with an error naming both releases and nodes. */
 boot *boot_open(const cdl_rank_info *info, double timeout_s, double hello_s);
+/* The same, as if this rank ran `release` (tests: another version). */
+boot *boot_open_as(const cdl_rank_info *info, double timeout_s, double hello_s,
+                   const char *release);
 void boot_close(boot *b);
 const char *boot_kind(const boot *b);            /* "pmix" or "store" */
 

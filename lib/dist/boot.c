@@ -45,14 +45,7 @@ static void st_close(boot *b)
 
 static const struct boot_ops store_ops = {"store", st_put, st_fence, st_get, st_close};
 
-/* What every rank publishes first, under "cdl.release": text, so that any
- * later release can still read it (its size never changes). */
-typedef struct release_rec {
-    char release[96];   /* "cdl 0.1.0 (rank contract 4)" */
-    char host[64];      /* SLURMD_NODENAME, else the host name */
-} release_rec;
-
-static void release_of(release_rec *r, const char *release)
+void boot_release_of(boot_release *r, const char *release)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->release, sizeof r->release, "cdl %s (rank contract %d)", release,
@@ -70,10 +63,27 @@ static void release_of(release_rec *r, const char *release)
  * and train garbage or hang later, naming no cause. Rank 0 compares every
  * rank's release with its own, every other rank its own with rank 0's:
  * both sides of a difference say it, with the nodes. */
+int boot_release_compare(int rank, const boot_release *me, int other_rank,
+                         const boot_release *other)
+{
+    boot_release o = *other;   /* from another process: terminated here */
+    o.release[sizeof o.release - 1] = o.host[sizeof o.host - 1] = '\0';
+    if (!strcmp(o.release, me->release))
+        return 0;
+    int mine = rank != 0;   /* the message names the non-zero rank first */
+    return cdl_error("rank %d (on %s) runs %s but rank 0 (on %s) runs %s: every rank of a job "
+                     "must run the same cdl release; see which cdl-train and libcdl.so each "
+                     "node finds (PATH, LD_LIBRARY_PATH, a $HOME/.local install shadowing the "
+                     "site's; cdl-train --version prints it)",
+                     mine ? rank : other_rank, mine ? me->host : o.host,
+                     mine ? me->release : o.release, mine ? o.host : me->host,
+                     mine ? o.release : me->release);
+}
+
 static int agree_release(boot *b, const char *release)
 {
-    release_rec me, other;
-    release_of(&me, release);
+    boot_release me, other;
+    boot_release_of(&me, release);
     if (boot_put(b, "cdl.release", &me, sizeof me) || boot_fence(b))
         return -1;
     int differ = 0;
@@ -81,16 +91,7 @@ static int agree_release(boot *b, const char *release)
         if (boot_get(b, r, "cdl.release", &other, sizeof other))
             return cdl_error("%s (rank %d runs a cdl release that does not publish its version, "
                              "older than this %s?)", cdl_last_error(), r, me.release);
-        other.release[sizeof other.release - 1] = other.host[sizeof other.host - 1] = '\0';
-        if (strcmp(other.release, me.release) != 0)
-            differ = cdl_error("rank %d (on %s) runs %s but rank %d (on %s) runs %s: every rank "
-                             "of a job must run the same cdl release; see which cdl-train and "
-                             "libcdl.so each node finds (PATH, LD_LIBRARY_PATH, a $HOME/.local "
-                             "install shadowing the site's; cdl-train --version prints it)",
-                             b->rank ? b->rank : r, b->rank ? me.host : other.host,
-                             b->rank ? me.release : other.release, 0,
-                             b->rank ? other.host : me.host,
-                             b->rank ? other.release : me.release);
+        differ = boot_release_compare(b->rank, &me, r, &other);
     }
     /* Everyone has read rank 0's record before rank 0 may stop its store. */
     if (boot_fence(b))

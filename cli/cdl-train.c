@@ -16,6 +16,7 @@
 #include <cdl/cdl.h>
 
 #include "blas_core.h"
+#include "lib/dist/contract.h"
 #include "normalize.h"
 #include "suggest.h"
 
@@ -660,7 +661,15 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case OPT_SUMMARY: cfg->summary = 1; break;
         case 'h': usage(stdout); return 1;
         case OPT_VERSION:
-            printf("cdl-train (cdl) %s\nOpenBLAS kernels: %s\n", cdl_version(), cdl_blas_core());
+            /* The contract version is what must match the site's plugin
+             * (docs/admin.md); a libcdl.so other than the one this
+             * program was built with (LD_LIBRARY_PATH) is named. */
+            printf("cdl-train (cdl) %s (rank contract %d)\n", CDL_VERSION_STRING,
+                   CDL_CONTRACT_VERSION);
+            if (strcmp(cdl_version(), CDL_VERSION_STRING) != 0)
+                printf("libcdl %s (this cdl-train was built with %s)\n", cdl_version(),
+                       CDL_VERSION_STRING);
+            printf("OpenBLAS kernels: %s\n", cdl_blas_core());
             return 1;
         case ':':
             fprintf(stderr, "cdl-train: option '%.80s%s' needs a value (see cdl-train --help)\n",

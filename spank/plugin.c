@@ -255,7 +255,8 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     /* One line in the slurmd log (at its start and per step) tells the
      * admin which build a node runs; srun/sbatch stay quiet for users. */
     if (ctx == S_CTX_SLURMD || ctx == S_CTX_REMOTE)
-        slurm_info("cdl_spank %s loaded", PACKAGE_VERSION);
+        slurm_info("cdl_spank %s (rank contract %d) loaded", PACKAGE_VERSION,
+                   CDL_CONTRACT_VERSION);
     /* With a broken configuration on the node side the options are still
      * registered (forwarded values must be accepted) but do nothing. */
     if (spk_conf_parse(&spk_g.conf, ac, av) != 0 && conf_failed(sp, ctx) != 0)

@@ -1,11 +1,14 @@
 /* The bootstrap dispatcher: PMIx when a PMIx server started the job (no
  * port needed), else the TCP store. Store keys are "<rank>/<key>". */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cdl/cdl.h>
 
 #include "boot.h"
+#include "contract.h"
 #include "util.h"
 
 static int st_put(boot *b, const char *key, const void *val, size_t len)
@@ -42,7 +45,67 @@ static void st_close(boot *b)
 
 static const struct boot_ops store_ops = {"store", st_put, st_fence, st_get, st_close};
 
+void boot_release_of(boot_release *r, const char *release)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->release, sizeof r->release, "cdl %s (rank contract %d)", release,
+             CDL_CONTRACT_VERSION);
+    const char *node = getenv("SLURMD_NODENAME");
+    if (node && *node)
+        snprintf(r->host, sizeof r->host, "%s", node);
+    else if (gethostname(r->host, sizeof r->host - 1) != 0)
+        snprintf(r->host, sizeof r->host, "?");
+}
+
+/* Ranks of one job running different cdl releases (a $HOME install
+ * shadowing the site's on some nodes, a node upgraded mid-job) would
+ * otherwise exchange layouts, tensors and checkpoints whose meaning differs
+ * and train garbage or hang later, naming no cause. Rank 0 compares every
+ * rank's release with its own, every other rank its own with rank 0's:
+ * both sides of a difference say it, with the nodes. */
+int boot_release_compare(int rank, const boot_release *me, int other_rank,
+                         const boot_release *other)
+{
+    boot_release o = *other;   /* from another process: terminated here */
+    o.release[sizeof o.release - 1] = o.host[sizeof o.host - 1] = '\0';
+    if (!strcmp(o.release, me->release))
+        return 0;
+    int mine = rank != 0;   /* the message names the non-zero rank first */
+    return cdl_error("rank %d (on %s) runs %s but rank 0 (on %s) runs %s: every rank of a job "
+                     "must run the same cdl release; see which cdl-train and libcdl.so each "
+                     "node finds (PATH, LD_LIBRARY_PATH, a $HOME/.local install shadowing the "
+                     "site's; cdl-train --version prints it)",
+                     mine ? rank : other_rank, mine ? me->host : o.host,
+                     mine ? me->release : o.release, mine ? o.host : me->host,
+                     mine ? o.release : me->release);
+}
+
+static int agree_release(boot *b, const char *release)
+{
+    boot_release me, other;
+    boot_release_of(&me, release);
+    if (boot_put(b, "cdl.release", &me, sizeof me) || boot_fence(b))
+        return -1;
+    int differ = 0;
+    for (int r = b->rank == 0 ? 1 : 0; r < (b->rank == 0 ? b->world : 1) && !differ; r++) {
+        if (boot_get(b, r, "cdl.release", &other, sizeof other))
+            return cdl_error("%s (rank %d runs a cdl release that does not publish its version, "
+                             "older than this %s?)", cdl_last_error(), r, me.release);
+        differ = boot_release_compare(b->rank, &me, r, &other);
+    }
+    /* Everyone has read rank 0's record before rank 0 may stop its store. */
+    if (boot_fence(b))
+        return -1;
+    return differ;
+}
+
 boot *boot_open(const cdl_rank_info *info, double timeout_s, double hello_s)
+{
+    return boot_open_as(info, timeout_s, hello_s, cdl_version());
+}
+
+boot *boot_open_as(const cdl_rank_info *info, double timeout_s, double hello_s,
+                   const char *release)
 {
     boot *b = cdl_calloc(1, sizeof *b);
     if (!b)
@@ -55,14 +118,23 @@ boot *boot_open(const cdl_rank_info *info, double timeout_s, double hello_s)
             cdl_free(b);
             return NULL;
         }
-        return b;
+    } else {
+        b->st = store_open(info, NULL, timeout_s, hello_s);
+        if (!b->st) {
+            cdl_free(b);
+            return NULL;
+        }
+        b->ops = &store_ops;
     }
-    b->st = store_open(info, NULL, timeout_s, hello_s);
-    if (!b->st) {
-        cdl_free(b);
+    if (agree_release(b, release)) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", cdl_last_error());
+        if (b->st)
+            store_linger_off(b->st);   /* rank 0's store must not wait for the others */
+        boot_close(b);
+        cdl_error("%s", msg);
         return NULL;
     }
-    b->ops = &store_ops;
     return b;
 }
 

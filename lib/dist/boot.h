@@ -17,7 +17,24 @@
 typedef struct boot boot;
 
 /* Collective over all ranks of info. Bounded by timeout_s. */
+/* What every rank publishes first: text, so that any later release can
+ * still read it (its size never changes). */
+typedef struct boot_release {
+    char release[96];   /* "cdl 0.1.0 (rank contract 4)" */
+    char host[64];      /* SLURMD_NODENAME, else the host name */
+} boot_release;
+void boot_release_of(boot_release *r, const char *release);
+/* 0 when other (rank other_rank's) is this rank's release, else -1 with an
+ * error naming both ranks, nodes and releases. One side is rank 0. */
+int boot_release_compare(int rank, const boot_release *me, int other_rank,
+                         const boot_release *other);
+
+/* Every rank must run the same cdl release (cdl_version()): checked first,
+ * with an error naming both releases and nodes. */
 boot *boot_open(const cdl_rank_info *info, double timeout_s, double hello_s);
+/* The same, as if this rank ran `release` (tests: another version). */
+boot *boot_open_as(const cdl_rank_info *info, double timeout_s, double hello_s,
+                   const char *release);
 void boot_close(boot *b);
 const char *boot_kind(const boot *b);            /* "pmix" or "store" */
 

@@ -180,15 +180,22 @@ int contract_decode(contract *c, contract_get_fn get, void *ctx, contract_err *e
         /* Which side is behind, and how the admin sees the launcher's
          * release: the numbers alone left both to guess. */
         const char *l = get(ctx, CDL_ENV_LAUNCHER);
+        /* A user's own build under the site's plugin cannot install
+         * another plugin: Slurm's own variables (PMIx, SLURM_*) need none. */
         const char *see = !l                   ? ""
                           : !strcmp(l, "slurm")  ? "; srun --cdl-version prints the plugin's"
                           : !strcmp(l, "cdlrun") ? "; cdlrun --version prints its"
                                                  : "";
+        const char *own = l && !strcmp(l, "slurm")
+                              ? " (a cdl of your own: run the plugin's release, or start the "
+                                "ranks without --cdl-ddp, srun --mpi=pmix, to take them from "
+                                "Slurm)"
+                              : "";
         return fail(e, CDL_ENV_CONTRACT_VERSION "=%d (from launcher %s) but this libcdl (cdl %s) "
                     "reads version %d: the launcher is of %s release%s; install the plugin, "
-                    "cdlrun and libcdl of one release",
+                    "cdlrun and libcdl of one release%s",
                     c->version, l ? l : "unknown", PACKAGE_VERSION, CDL_CONTRACT_VERSION,
-                    c->version < CDL_CONTRACT_VERSION ? "an older" : "a newer", see);
+                    c->version < CDL_CONTRACT_VERSION ? "an older" : "a newer", see, own);
     }
     if (required(get, ctx, CDL_ENV_RANK, 0, &c->rank, CDL_ENV_WORLD_SIZE " is", e) ||
         required(get, ctx, CDL_ENV_WORLD_SIZE, 1, &c->world, CDL_ENV_RANK " is", e) ||

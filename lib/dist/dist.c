@@ -424,6 +424,23 @@ cdl_dist *cdl_dist_create_with(const cdl_rank_info *info, const char *backend, c
     return dist_create(info, backend, be, cfg, 1);
 }
 
+/* The bootstrap compares the ranks' cdl releases (boot.c); MPI's ranks,
+ * started without one, compare them over MPI itself. */
+static int mpi_release_agree(cdl_dist *d)
+{
+    int w = d->info.world, rc = 0;
+    boot_release me, *all = cdl_calloc((size_t)w, sizeof *all);
+    if (!all)
+        return -1;
+    boot_release_of(&me, cdl_version());
+    if (d->coll->ops->allgather(d->coll, &me, all, sizeof me))
+        rc = -1;
+    for (int r = d->info.rank == 0 ? 1 : 0; !rc && r < (d->info.rank == 0 ? w : 1); r++)
+        rc = boot_release_compare(d->info.rank, &me, r, &all[r]);
+    cdl_free(all);
+    return rc;
+}
+
 cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,
                       const cdl_dist_config *cfg, int announce)
 {
@@ -460,7 +477,7 @@ cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backen
         else
             d->coll = make_flat(d, kind);
     }
-    if (!d->coll)
+    if (!d->coll || (!d->boot && info->world > 1 && mpi_release_agree(d)))
         goto fail;
     if (inter[0])
         snprintf(d->name, sizeof d->name, "%s:%s", kind, inter);

@@ -529,6 +529,19 @@ static int read_state(const cdl_st_file *f, cdl_model *m, cdl_optim *o, int i, i
     return 0;
 }
 
+/* "cdl-checkpoint-N" with N above ours: a file of a later release, which
+ * this one must not call "not a cdl checkpoint". */
+static int is_newer_format(const char *fmt)
+{
+    const char *prefix = "cdl-checkpoint-";
+    size_t n = strlen(prefix);
+    char *end;
+    if (strncmp(fmt, prefix, n) != 0 || fmt[n] < '0' || fmt[n] > '9')
+        return 0;
+    long v = strtol(fmt + n, &end, 10);
+    return !*end && v > strtol(CKPT_FORMAT + n, NULL, 10);
+}
+
 static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,
                       train_position *pos)
 {
@@ -540,6 +553,15 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
     int v3 = fmt && !strcmp(fmt, CKPT_FORMAT);
     if (fmt && !strcmp(fmt, CKPT_FORMAT_1)) {
         pos->unverified = !cdl_st_checksummed(f);
+    } else if (!v3 && fmt && is_newer_format(fmt)) {
+        const char *by = cdl_st_meta_get(f, "cdl_version");
+        char byb[48];
+        return cdl_error("%s: written by cdl %s in format '%s', newer than this cdl %s reads "
+                         "(up to '%s'): resume, evaluate or --init with cdl %s or newer "
+                         "(cdl-train --version; a $HOME install may shadow the site's, or "
+                         "the reverse), or --resume never", path,
+                         by ? shown(by, byb) : "(unknown)", shown(fmt, buf), cdl_version(),
+                         CKPT_FORMAT, by ? byb : "of that release");
     } else if (!v3 && (!fmt || strcmp(fmt, CKPT_FORMAT_2) != 0)) {
         return cdl_error("%s: not a cdl checkpoint (metadata format = '%s', expected '%s')", path,
                          fmt ? shown(fmt, buf) : "(none)", CKPT_FORMAT);

@@ -6,7 +6,7 @@
 expect_status 0 "$CDL_TRAIN" --help
 grep -q -- '--resume auto|never|PATH' "$TMP/out" || die "--help lacks --resume"
 expect_status 0 "$CDL_TRAIN" --version
-grep -q '^cdl-train (cdl) ' "$TMP/out" || die "--version output"
+grep -qx 'cdl-train (cdl) [0-9][0-9.]* (rank contract [0-9]*)' "$TMP/out" || die "--version output"
 # OpenBLAS's kernels: on a CPU it does not know, cdl-train starts again with
 # OPENBLAS_CORETYPE set to the kernels the CPU has, never the SSE3 fallback
 # (cli/blas_core.c); a type the user sets is kept.
@@ -19,6 +19,15 @@ fi
 [ ! -s "$TMP/err" ] || die "--version wrote to stderr: $(cat "$TMP/err")"
 OPENBLAS_CORETYPE=Prescott "$CDL_TRAIN" --version >"$TMP/out" 2>&1 || die "--version failed"
 grep -qx 'OpenBLAS kernels: Prescott' "$TMP/out" || die "OPENBLAS_CORETYPE=Prescott not kept"
+# With a libcdl.so of another release (LD_LIBRARY_PATH to the site's, a
+# $HOME install's), --version names the library's release too.
+printf 'const char *cdl_version(void);\nconst char *cdl_version(void) { return "9.9.9"; }\n' \
+    >"$TMP/v.c"
+if "${CC:-cc}" -shared -fPIC -o "$TMP/v.so" "$TMP/v.c" 2>/dev/null; then
+    LD_PRELOAD="$TMP/v.so" "$CDL_TRAIN" --version >"$TMP/out" 2>&1 || die "--version failed"
+    grep -qx 'libcdl 9.9.9 (this cdl-train was built with [0-9][0-9.]*)' "$TMP/out" ||
+        die "--version hides another libcdl: $(cat "$TMP/out")"
+fi
 expect_status 0 "$CDLRUN" --version
 grep -qx 'cdlrun (cdl) [0-9][0-9.]* (rank contract [0-9]*)' "$TMP/out" || die "cdlrun --version output"
 

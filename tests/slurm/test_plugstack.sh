@@ -32,8 +32,8 @@ check "a job is submitted with a good configuration" test -n "$job"
 wait_until "$JOB_TIMEOUT" sh -c "squeue -h -j $job -o %T | grep -qx RUNNING" ||
     fail "job $job did not start"
 version=$(sed -n 's/^#define PACKAGE_VERSION "\(.*\)"$/\1/p' "${top_builddir:-.}/config.h")
-check "slurmd logged 'cdl_spank $version loaded' at start" \
-    grep -qF "cdl_spank $version loaded" "$CDL_CLUSTER_DIR/log/slurmd.n1.log"
+check "slurmd logged 'cdl_spank $version (rank contract N) loaded' at start" \
+    grep -qE "cdl_spank $version \(rank contract [0-9]+\) loaded" "$CDL_CLUSTER_DIR/log/slurmd.n1.log"
 out=$(as_user srun --cdl-version 2>&1)
 check "srun --cdl-version prints the plugin's version" \
     eval 'echo "$out" | grep -qx "cdl_spank $version (rank contract [0-9]*)"' || echo "$out"

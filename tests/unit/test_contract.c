@@ -224,6 +224,7 @@ static void test_version(void **state)
     assert_non_null(strstr(e.msg, "launcher is of a newer release"));
     assert_non_null(strstr(e.msg, "srun --cdl-version"));
     assert_non_null(strstr(e.msg, PACKAGE_VERSION));
+    assert_non_null(strstr(e.msg, "without --cdl-ddp"));   /* a user's own build */
     snprintf(other, sizeof other, "%d", CDL_CONTRACT_VERSION - 1);
     env_put(&env, CDL_ENV_CONTRACT_VERSION, other, 0, &e);
     env_put(&env, CDL_ENV_LAUNCHER, "cdlrun", 0, &e);

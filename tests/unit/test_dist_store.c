@@ -9,6 +9,8 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/dist/boot.h"
+#include "lib/dist/contract.h"
 #include "lib/dist/store.h"
 #include "lib/dist/store_proto.h"
 #include "lib/dist/util.h"
@@ -297,6 +299,37 @@ static void test_stopped_store_not_lost(void **state)
     assert_int_equal(expect_children_ok(2, status), 0);
 }
 
+/* Rank 2 runs another cdl release (a $HOME install on one node): the
+ * bootstrap refuses on rank 0 and on rank 2, naming both releases; rank 1,
+ * of rank 0's release, gets through the check (and finds rank 0 gone). */
+static int release_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    cdl_rank_info info;
+    CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
+    boot *b = boot_open_as(&info, 30, 0, rank == 2 ? "9.9.9" : cdl_version());
+    if (rank == 1) {
+        CHILD_CHECK(b, "rank 1 refused: %s", cdl_last_error());
+        boot_close(b);
+        return 0;
+    }
+    CHILD_CHECK(!b, "rank %d trained on with another release", rank);
+    char want[128];
+    snprintf(want, sizeof want, "runs cdl 9.9.9 (rank contract %d) but rank 0 (on ",
+             CDL_CONTRACT_VERSION);
+    CHILD_CHECK(strstr(cdl_last_error(), "rank 2 (on ") && strstr(cdl_last_error(), want) &&
+                strstr(cdl_last_error(), cdl_version()) &&
+                strstr(cdl_last_error(), "same cdl release"), "error '%s'", cdl_last_error());
+    return 0;
+}
+
+static void test_release_mismatch_named(void **state)
+{
+    (void)state;
+    assert_int_equal(run_world(3, release_rank, NULL, guard_s(30)), 0);
+}
+
 /* A value with readers=1 is gone after one get. */
 static int readers_rank(int rank, int world, void *arg)
 {
@@ -581,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_rank0_absent),
         cmocka_unit_test(test_lost_rank_named),
         cmocka_unit_test(test_stopped_store_not_lost),
+        cmocka_unit_test(test_release_mismatch_named),
         cmocka_unit_test(test_readers_drop_value),
         cmocka_unit_test(test_stranger_deadline),
         cmocka_unit_test(test_strangers_cannot_exhaust),

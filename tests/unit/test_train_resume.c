@@ -438,6 +438,23 @@ static void test_resume_directory(void **state)
     resume_fails(&c, tmpdir, wants);
 }
 
+/* A checkpoint of a later release (a format above ours) is refused as
+ * such, naming the release that wrote it, not as "not a cdl checkpoint". */
+static void test_newer_format_named(void **state)
+{
+    (void)state;
+    char path[600];
+    path_in(path, sizeof path, "newer.safetensors");
+    rewrite(path, "format", "cdl-checkpoint-9");
+    cdl_train_config c;
+    base_config(&c, "newer");
+    char by[128], hint[128];
+    snprintf(by, sizeof by, "written by cdl %s in format 'cdl-checkpoint-9'", cdl_version());
+    snprintf(hint, sizeof hint, "with cdl %s or newer", cdl_version());
+    const char *want[] = {path, by, "newer than this cdl", hint, NULL};
+    resume_fails(&c, path, want);
+}
+
 /* Item 12: a dangling last.safetensors link is an error and stays. */
 static void test_dangling_last_link(void **state)
 {
@@ -608,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_best_alone_starts_afresh),
         cmocka_unit_test(test_resume_directory),
         cmocka_unit_test(test_crafted_model_options),
+        cmocka_unit_test(test_newer_format_named),
         cmocka_unit_test(test_dangling_last_link),
         cmocka_unit_test(test_ckpt_dir_checked_first),
         cmocka_unit_test(test_best_write_fails),

@@ -190,7 +190,7 @@ wait_until 90 grep -q "^epoch 1/12" "$WORK/tlong.out"
 scancel --signal=USR1 --batch "$id"
 requeued() { scontrol show job "$1" 2>/dev/null | grep -q 'JobState=PENDING'; }
 wait_until 60 grep -q 'checkpointed: requeueing' "$WORK/tlong.out"
-wait_until 30 requeued "$id" && scontrol update JobId="$id" StartTime=now
+wait_until 30 requeued "$id" && scontrol update JobId="$id" StartTime=now+2
 wait_until 60 grep -q '^run 2 ' "$WORK/tlong.out"
 JOB_TIMEOUT=240 state=$(wait_job "$id")
 cat "$WORK/tlong.out"

@@ -87,10 +87,12 @@ wait_until 60 sh -c "grep -q '^run 1 ' '$WORK/long.out' && ls '$WORK/runs/long' 
 # run has one epoch left.
 wait_until 90 grep -qE '"type":"epoch"|"event":"start"' "$WORK/runs/long/metrics.jsonl"
 scancel --signal=USR1 --batch "$id"
-# Slurm delays a requeued job's start by two minutes; the test need not wait.
+# Slurm delays a requeued job's start by two minutes; the test need not wait
+# (but starts it 2 s on: slurmd refuses a credential made in the second the
+# job's old one was revoked, and the job would end FAILED).
 requeued() { scontrol show job "$1" 2>/dev/null | grep -q 'JobState=PENDING'; }
 wait_until 60 sh -c "grep -q 'checkpointed: requeueing' '$WORK/long.out'"
-wait_until 30 requeued "$id" && scontrol update JobId="$id" StartTime=now
+wait_until 30 requeued "$id" && scontrol update JobId="$id" StartTime=now+2
 wait_until 120 grep -q '^run 2 ' "$WORK/long.out"
 state=$(wait_job "$id")
 cat "$WORK/long.out"

@@ -1190,7 +1190,10 @@ out:
     if (rc < 0 && r.dist)
         dist_abort(r.dist, cdl_last_error());
     train_stage_cleanup(&r, rc == 0);
-    train_signals_restore();
+    /* The handlers go back last: a launcher's SIGTERM to the other ranks,
+     * sent as soon as one rank fails, must not end this one by the default
+     * action while it frees its data, before its caller prints the error. */
     run_free(&r);
+    train_signals_restore();
     return rc;
 }

@@ -538,8 +538,9 @@ static int is_newer_format(const char *fmt)
     char *end;
     if (strncmp(fmt, prefix, n) != 0 || fmt[n] < '0' || fmt[n] > '9')
         return 0;
+    const char *ours = CKPT_FORMAT;
     long v = strtol(fmt + n, &end, 10);
-    return !*end && v > strtol(CKPT_FORMAT + n, NULL, 10);
+    return !*end && v > strtol(ours + n, NULL, 10);
 }
 
 static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,

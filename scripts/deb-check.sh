@@ -58,6 +58,7 @@ t0=$SECONDS
 
 # 1. One version everywhere.
 ac_version=$(sed -n 's/^#define CDL_VERSION_STRING "\(.*\)"$/\1/p' "$top/lib/cdl/version.h")
+contract=$(sed -n 's/^#define CDL_CONTRACT_VERSION \([0-9]*\)$/\1/p' "$top/lib/dist/contract.h")
 deb_version=$(cd "$top" && dpkg-parsechangelog -SVersion)
 if [ -n "$ac_version" ] && [ "$deb_version" = "$ac_version" ]; then
     ok "debian/changelog version $deb_version = lib/cdl/version.h"
@@ -140,8 +141,10 @@ t_root=$SECONDS
 in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp "$@"; }
 if [ -x "$root/usr/bin/cdl-train" ]; then
     v=$(in_root cdl-train --version 2>&1)
-    if [ "$(echo "$v" | head -n1)" = "cdl-train (cdl) $ac_version" ]; then ok "cdl-train --version: ${v%%$'\n'*}"
-    else bad "cdl-train --version printed '$v', expected 'cdl-train (cdl) $ac_version' first"; fi
+    # The release, and the rank contract every node must share (75939db).
+    want="cdl-train (cdl) $ac_version (rank contract $contract)"
+    if [ "$(echo "$v" | head -n1)" = "$want" ]; then ok "cdl-train --version: ${v%%$'\n'*}"
+    else bad "cdl-train --version printed '$v', expected '$want' first"; fi
     # No /proc in the root: cdl-train still leaves OpenBLAS's SSE3 fallback
     # on a CPU with AVX2 (cli/blas_core.c).
     blas=$(echo "$v" | sed -n 's/^OpenBLAS kernels: //p')

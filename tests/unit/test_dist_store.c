@@ -676,6 +676,7 @@ static void test_hello_unanswered(void **state)
 struct impostor {
     int lfd;
     size_t answer_len;
+    const char *refusal;   /* answer "lost a peer" with this text instead */
     char got[4096];   /* every byte the client sent */
     size_t ngot;
 };
@@ -696,8 +697,10 @@ static void *impostor_main(void *arg)
         char answer[96];
         memset(answer, '0', sizeof answer);
         store_rep r = {STORE_MAGIC, 0, im->answer_len};
+        if (im->refusal)
+            r = (store_rep){STORE_MAGIC, STORE_ST_LOST, strlen(im->refusal)};
         (void)!store_send_all(fd, &r, sizeof r);
-        (void)!store_send_all(fd, answer, im->answer_len);
+        (void)!store_send_all(fd, im->refusal ? im->refusal : answer, (size_t)r.vlen);
         for (;;) {
             p = (struct pollfd){.fd = fd, .events = POLLIN};
             if (poll(&p, 1, 2000) != 1 || im->ngot == sizeof im->got)
@@ -745,6 +748,29 @@ static void test_impostor_learns_nothing(void **state)
     impostor_case(STORE_NONCE_HEX + STORE_PROOF_HEX);
 }
 
+/* An impostor's refusal is quoted as its own, with no terminal control
+ * bytes, and never taken for a lost peer (cdl-train would exit 76, which
+ * the requeue template requeues on). */
+static void test_impostor_refusal_quoted(void **state)
+{
+    (void)state;
+    struct impostor im = {.refusal = "rank 3 lost its connection\033]0;pwned\007"};
+    int port = 0;
+    im.lfd = listen_any(&port);
+    assert_true(im.lfd >= 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, impostor_main, &im), 0);
+    int rc = store_probe("127.0.0.1", port, "a-secret", 1, 2, 10);
+    char err[1024];
+    snprintf(err, sizeof err, "%s", cdl_last_error());
+    pthread_join(t, NULL);
+    close(im.lfd);
+    assert_int_equal(rc, -1);
+    if (strchr(err, '\033') || strchr(err, '\007') || !strstr(err, "the answer of 127.0.0.1:"))
+        fail_msg("error '%s'", err);
+    assert_false(cdl_dist_peer_lost());
+}
+
 /* The handshake's HMAC-SHA256 against RFC 4231 (test cases 1, 2 and 6: a
  * key longer than a block). */
 static void test_hmac_vectors(void **state)
@@ -788,6 +814,7 @@ int main(void)
         cmocka_unit_test(test_hello_retried),
         cmocka_unit_test(test_hello_unanswered),
         cmocka_unit_test(test_impostor_learns_nothing),
+        cmocka_unit_test(test_impostor_refusal_quoted),
         cmocka_unit_test(test_hmac_vectors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -374,29 +374,6 @@ static int owned_safely(const char *what, const char *key, const char *path, int
     return 0;
 }
 
-/* Every directory above the program's own (resolved) one must be root's and
- * not writable by group or others unless sticky: whoever may write one of
- * them may rename the directories below it and put a program of their own
- * in the configured place, which then runs as every MPS job's user. */
-static int ancestors_safe(const char *key, const char *path, const char *dir)
-{
-    char up[PATH_MAX];
-    struct stat st;
-    snprintf(up, sizeof up, "%s", dir);
-    for (char *slash = strrchr(up, '/'); slash; slash = strrchr(up, '/')) {
-        slash[slash == up] = '\0';   /* "/a/b" -> "/a"; "/a" -> "/" */
-        if (stat(up, &st) != 0)
-            return spk_error("%s=%s: %s: %s", key, path, up, strerror(errno));
-        if (st.st_uid != 0 || ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)))
-            return spk_error("%s=%s: its parent directory %s must be owned by root and not "
-                             "writable by group or others (unless sticky): whoever may write it "
-                             "can put another program in that place", key, path, up);
-        if (up[1] == '\0')
-            break;
-    }
-    return 0;
-}
-
 int spk_admin_binary_resolve(const char *key, const char *path, char *real, size_t len)
 {
     char buf[PATH_MAX], *slash;
@@ -418,7 +395,18 @@ int spk_admin_binary_resolve(const char *key, const char *path, char *real, size
         *slash = '\0';
     if (owned_safely("its directory", key, buf, 1) != 0)
         return -1;
-    return ancestors_safe(key, path, buf);
+    /* Whoever may write a directory above could rename the program's
+     * directory and put a program of their own in the checked place, run
+     * as every MPS job's user. */
+    char bad[PATH_MAX];
+    int rc = spk_dirs_above_ok(buf, 0, bad, sizeof bad);
+    if (rc < 0)
+        return spk_error("%s=%s: %s: %s", key, path, bad, strerror(errno));
+    if (rc > 0)
+        return spk_error("%s=%s: its parent directory %s must be owned by root and not "
+                         "writable by group or others (unless sticky): whoever may write it "
+                         "can put another program in that place", key, path, bad);
+    return 0;
 }
 
 int spk_check_admin_binary(const char *key, const char *path)

@@ -63,12 +63,13 @@ static int control_run(const char *control, const struct spk_rundir *rd, const c
 {
     struct mps_env e;
     char *argv[3] = {(char *)control, (char *)arg, NULL};
+    char real[SPK_PATH_MAX];
     int status = 0;
-    if (spk_check_admin_binary("mps_control", control) != 0)
+    if (spk_admin_binary_resolve("mps_control", control, real, sizeof real) != 0)
         return -1;
     mps_env(&e, control, rd, visible);
     struct spk_cmd cmd = {
-        .path = control, .argv = argv, .envp = e.envp, .input = input,
+        .path = real, .argv = argv, .envp = e.envp, .input = input,
         .output = out, .output_len = outlen, .cwd = "/", .timeout_s = timeout_s,
     };
     if (spk_spawn(cred, &cmd, &status) != 0)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "spank/rundir.h"
@@ -124,7 +125,8 @@ int spk_rundir_check_root(const char *runtime_dir)
  * directory with entries is emptied one level: its own subdirectories are
  * moved up into the step directory (renameat of a directory the walk holds
  * open, so no path is resolved again), to be emptied by a later pass. At
- * most two directories are open at a time however deep the tree is. */
+ * most two directories are open at a time however deep the tree is. A
+ * mount point in the tree is never entered (other_fs). */
 enum { REMOVE_MAX_ENTRIES = 1 << 24 };   /* a live writer cannot keep us forever */
 
 static int is_dot(const char *n)
@@ -170,10 +172,47 @@ static int empty_one_level(int top, int sub, const char *where, unsigned *seq, l
     return rc;
 }
 
+/* Where fd lies: its mount's id (statx, Linux 5.8; a bind mount keeps its
+ * source's st_dev) or, without it, its device. */
+struct where_fs {
+    uint64_t mnt;
+    dev_t dev;
+    int have_mnt;
+};
+
+static int fs_of(int fd, struct where_fs *w)
+{
+    struct statx sx;
+    memset(w, 0, sizeof *w);
+    if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID | STATX_BASIC_STATS,
+              &sx) != 0)
+        return -1;
+    w->dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    w->have_mnt = (sx.stx_mask & STATX_MNT_ID) != 0;
+    w->mnt = sx.stx_mnt_id;
+    return 0;
+}
+
+/* 1 when fd is on another mount than fs: a mount point in the user's tree
+ * (their FUSE mount, say) whose content is not the step's to remove; the
+ * walk never enters one. */
+static int other_fs(int fd, const struct where_fs *fs, const char *where, const char *name)
+{
+    struct where_fs w;
+    if (fs_of(fd, &w) == 0 && w.dev == fs->dev &&
+        (!w.have_mnt || !fs->have_mnt || w.mnt == fs->mnt))
+        return 0;
+    spk_error("%s%s%s is a mount point: its content is left alone, and the step directory "
+              "with it (unmount it, then remove %s by hand)", where, name ? "/" : "",
+              name ? name : "", where);
+    return 1;
+}
+
 static int remove_tree(int parent, const char *name, const char *where)
 {
     unsigned seq = 0;
     long total = 0;
+    struct where_fs pfs;
     if (unlinkat(parent, name, 0) == 0 || errno == ENOENT)
         return 0;
     if (errno != EISDIR && errno != EPERM)
@@ -181,6 +220,10 @@ static int remove_tree(int parent, const char *name, const char *where)
     int top = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (top < 0)
         return errno == ENOENT ? 0 : spk_error("cannot open %s: %s", where, strerror(errno));
+    if (fs_of(parent, &pfs) != 0 || other_fs(top, &pfs, where, NULL)) {
+        close(top);
+        return -1;
+    }
     for (;;) {
         long done = 0;
         int failed = 0, fd = dup(top);
@@ -206,7 +249,15 @@ static int remove_tree(int parent, const char *name, const char *where)
                 continue;
             int sub = openat(top, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (sub < 0) {
-                failed = errno != ENOENT;
+                if (errno != ENOENT) {
+                    failed = 1;
+                    spk_error("cannot open %s/%s: %s", where, e->d_name, strerror(errno));
+                }
+                continue;
+            }
+            if (other_fs(sub, &pfs, where, e->d_name)) {
+                close(sub);
+                failed = 1;
                 continue;
             }
             failed |= empty_one_level(top, sub, where, &seq, &done) != 0;

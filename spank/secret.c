@@ -1,6 +1,7 @@
 /* The step's store secret (see secret.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +90,20 @@ static int dir_safe(const char *path, uid_t file_owner)
         return spk_error("secret_key=%s: its directory %s may be written by others than root "
                          "and the key's owner, who could swap the key for one of their own: "
                          "keep the key in a directory like /etc/munge", path, dir);
+    /* The same for every directory above (as its links resolve): whoever
+     * may write one could rename the key's directory and put one with a
+     * key of their own in its place. */
+    char real[PATH_MAX], bad[PATH_MAX];
+    if (!realpath(dir, real))
+        return spk_error("secret_key=%s: %s: %s", path, dir, strerror(errno));
+    int rc = spk_dirs_above_ok(real, file_owner, bad, sizeof bad);
+    if (rc < 0)
+        return spk_error("secret_key=%s: %s: %s", path, bad, strerror(errno));
+    if (rc > 0)
+        return spk_error("secret_key=%s: the directory %s above it may be written by others "
+                         "than root and the key's owner, who could put a directory with a key "
+                         "of their own in its place: keep the key in a directory like "
+                         "/etc/munge", path, bad);
     return 0;
 }
 

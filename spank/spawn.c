@@ -374,22 +374,43 @@ static int owned_safely(const char *what, const char *key, const char *path, int
     return 0;
 }
 
-int spk_check_admin_binary(const char *key, const char *path)
+int spk_admin_binary_resolve(const char *key, const char *path, char *real, size_t len)
 {
-    char real[PATH_MAX], *slash;
+    char buf[PATH_MAX], *slash;
     if (path[0] != '/')
         return spk_error("%s=%s is not an absolute path", key, path);
-    if (!realpath(path, real))
+    if (!realpath(path, buf))
         return spk_error("%s=%s: %s (install it or fix the path in plugstack.conf)", key, path,
                          strerror(errno));
-    if (owned_safely("the program", key, real, 0) != 0)
+    if (spk_copy(real, len, buf) != 0)
+        return spk_error("%s=%s: the resolved path %.80s... is too long", key, path, buf);
+    if (owned_safely("the program", key, buf, 0) != 0)
         return -1;
-    if (access(real, X_OK) != 0)
+    if (access(buf, X_OK) != 0)
         return spk_error("%s=%s is not executable", key, path);
-    slash = strrchr(real, '/');
-    if (slash == real)
+    slash = strrchr(buf, '/');
+    if (slash == buf)
         slash[1] = '\0';
     else
         *slash = '\0';
-    return owned_safely("its directory", key, real, 1);
+    if (owned_safely("its directory", key, buf, 1) != 0)
+        return -1;
+    /* Whoever may write a directory above could rename the program's
+     * directory and put a program of their own in the checked place, run
+     * as every MPS job's user. */
+    char bad[PATH_MAX];
+    int rc = spk_dirs_above_ok(buf, 0, bad, sizeof bad);
+    if (rc < 0)
+        return spk_error("%s=%s: %s: %s", key, path, bad, strerror(errno));
+    if (rc > 0)
+        return spk_error("%s=%s: its parent directory %s must be owned by root and not "
+                         "writable by group or others (unless sticky): whoever may write it "
+                         "can put another program in that place", key, path, bad);
+    return 0;
+}
+
+int spk_check_admin_binary(const char *key, const char *path)
+{
+    char real[PATH_MAX];
+    return spk_admin_binary_resolve(key, path, real, sizeof real);
 }

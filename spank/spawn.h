@@ -47,7 +47,12 @@ int spk_spawn(const struct spk_cred *cred, const struct spk_cmd *cmd, int *statu
 int spk_run_as(const struct spk_cred *cred, int (*fn)(void *), void *arg, double timeout_s);
 
 /* The admin-configured program must be an absolute path to a regular,
- * executable file owned by root and not writable by group or others. */
+ * executable file owned by root and not writable by group or others, in a
+ * directory of the same kind, below directories owned by root that group
+ * and others cannot write to (or sticky ones). real[len] gets the path with
+ * every link resolved, the one checked: run that one (a link elsewhere on
+ * the configured path could be changed after the check). */
+int spk_admin_binary_resolve(const char *key, const char *path, char *real, size_t len);
 int spk_check_admin_binary(const char *key, const char *path);
 
 #endif

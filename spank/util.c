@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "spank/util.h"
@@ -104,4 +105,21 @@ int spk_charset_ok(const char *s, size_t maxlen, int alnum, const char *allowed)
             return 0;
     }
     return 1;
+}
+
+int spk_dirs_above_ok(const char *dir, uid_t owner, char *bad, size_t len)
+{
+    char up[SPK_PATH_MAX * 2];
+    struct stat st;
+    snprintf(up, sizeof up, "%s", dir);
+    for (char *slash = strrchr(up, '/'); slash && up[1]; slash = strrchr(up, '/')) {
+        slash[slash == up] = '\0';   /* "/a/b" -> "/a"; "/a" -> "/" */
+        snprintf(bad, len, "%s", up);
+        if (stat(up, &st) != 0)
+            return -1;
+        if ((st.st_uid != 0 && st.st_uid != owner) ||
+            ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)))
+            return 1;
+    }
+    return 0;
 }

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Longest option value, path or environment value the plugin accepts. */
 #define SPK_PATH_MAX 512
@@ -41,5 +42,13 @@ int spk_parse_uint(const char *s, long lo, long hi, long *out);
 /* 1 when s is non-empty, shorter than maxlen and every byte is in the set of
  * characters `allowed` (plus ASCII letters and digits when alnum is set). */
 int spk_charset_ok(const char *s, size_t maxlen, int alnum, const char *allowed);
+
+/* Walks the directories above dir (an absolute path without links; dir
+ * itself is not looked at) up to "/": each must be owned by root or by
+ * owner and not writable by group or others unless sticky, or whoever may
+ * write it could rename what lies below and put something of their own in
+ * the place checked. 0 when all are; 1 with the first other one in bad[len];
+ * -1 when one cannot be examined (errno, and its path in bad). */
+int spk_dirs_above_ok(const char *dir, uid_t owner, char *bad, size_t len);
 
 #endif

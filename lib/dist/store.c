@@ -16,6 +16,7 @@
 #include <cdl/cdl.h>
 
 #include "contract.h"
+#include "hmac.h"
 #include "store.h"
 #include "store_proto.h"
 #include "util.h"
@@ -123,7 +124,8 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
                    double deadline)
 {
     store_req h = {STORE_MAGIC, op, (uint32_t)strlen(key), owner, vlen, arg};
-    const char *what = op == STORE_HELLO ? "its hello" : key;
+    int handshake = op == STORE_CHALLENGE || op == STORE_PROVE;
+    const char *what = handshake ? "its hello" : key;
     s->dropped = 1;
     if (store_send_all(s->fd, &h, sizeof h) || store_send_all(s->fd, key, h.klen) ||
         (vlen && store_send_all(s->fd, val, vlen)))
@@ -133,7 +135,7 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
     int got = store_recv_all(s->fd, &r, sizeof r, deadline);
     int silent = got != 0 && errno == ETIMEDOUT;
     if (got || r.magic != STORE_MAGIC) {
-        if (op == STORE_HELLO && errno == ETIMEDOUT)
+        if (handshake && errno == ETIMEDOUT)
             return cdl_error("rank %d: the store at %s:%d took the connection but did not "
                              "answer its hello within %.0f s: is rank 0 stuck before it "
                              "serves the store, or is another process listening there?",
@@ -155,6 +157,16 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
         if (store_recv_all(s->fd, msg, n, deadline))
             return cdl_error("rank %d lost the store at %s:%d", s->rank, s->addr, s->port);
         msg[n] = '\0';
+        /* Shown in the job's log: no terminal control bytes. */
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)msg[i] < 0x20 || msg[i] == 0x7f)
+                msg[i] = '?';
+        /* Before the handshake is through, the answer may come from any
+         * process holding the port: quoted as its, and never a lost peer
+         * (cdl-train would exit 76, which job scripts requeue on). */
+        if (handshake)
+            return cdl_error("rank %d: %s (the answer of %s:%d to its hello)", s->rank, msg,
+                             s->addr, s->port);
         if (r.status == STORE_ST_LOST)
             dist_note_peer_lost();
         return cdl_error("%s", msg);
@@ -176,13 +188,35 @@ static double reply_deadline(double wait_s)
     return dist_now() + wait_s + 30;
 }
 
-/* The server answers a hello at once: a listening socket that never answers
- * (rank 0 stopped before its store thread runs, while it holds the port
- * cdlrun handed it) fails at the client's own deadline. */
+/* The handshake (store_proto.h). The server answers at once: a listening
+ * socket that never answers (rank 0 stopped before its store thread runs,
+ * while it holds the port cdlrun handed it) fails at the client's own
+ * deadline. The token itself never goes over the wire, and a listener that
+ * cannot prove it knows the token gets nothing but a nonce. */
 static int hello(store *s, const char *token, double deadline)
 {
     uint64_t arg = (uint64_t)(uint32_t)s->world << 32 | (uint32_t)s->rank;
-    return request(s, STORE_HELLO, token, -1, NULL, 0, arg, NULL, 0, NULL, deadline);
+    char cnonce[STORE_NONCE_HEX + 1], answer[STORE_NONCE_HEX + STORE_PROOF_HEX];
+    char want[STORE_PROOF_HEX + 1], proof[STORE_PROOF_HEX + 1];
+    size_t len = 0;
+    s->dropped = 0;
+    if (store_nonce(cnonce) ||
+        request(s, STORE_CHALLENGE, cnonce, -1, NULL, 0, arg, answer, sizeof answer, &len,
+                deadline))
+        return -1;
+    if (len == sizeof answer)
+        store_proof(token, "server", s->world, s->rank, cnonce, answer, want);
+    if (len != sizeof answer || !dist_equal_ct(answer + STORE_NONCE_HEX, want, STORE_PROOF_HEX))
+        return cdl_error("rank %d: the process listening on %s:%d (MASTER_ADDR:MASTER_PORT) "
+                         "is not this run's store: it cannot prove it knows the run's secret "
+                         "(CDL_STORE_TOKEN), so nothing more was sent to it. Another process "
+                         "holds that port, perhaps another user's, or rank 0 has another "
+                         "secret; rank 0 then fails to bind it and says so. Run again (under "
+                         "srun --cdl-ddp a new step gets another port), and tell the "
+                         "administrator if it recurs (docs/admin.md, the store secret)",
+                         s->rank, s->addr, s->port);
+    store_proof(token, "client", s->world, s->rank, cnonce, answer, proof);
+    return request(s, STORE_PROVE, proof, -1, NULL, 0, 0, NULL, 0, NULL, deadline);
 }
 
 /* Connects and says hello. A connection that breaks before the server's

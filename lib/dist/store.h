@@ -5,9 +5,11 @@
  * - Rank 0 binds the port before anyone connects and fails clearly when it
  *   is taken, or adopts the listening socket a launcher passed in
  *   CDL_STORE_FD (cdlrun: no port race at all).
- * - A client first presents the job's token (CDL_STORE_TOKEN, else derived
- *   from CDL_JOB_ID); the server drops connections with a wrong token, a bad
- *   rank or a second process claiming a connected rank.
+ * - Client and server first prove to each other that they know the run's
+ *   token (CDL_STORE_TOKEN) without sending it (store_proto.h): a client
+ *   sends nothing more to a listener that cannot, and the server drops
+ *   connections with a wrong proof, a bad rank or a second process
+ *   claiming a connected rank.
  * - Every wait (get, barrier) is bounded by the timeout, enforced by the
  *   server, whose error names the ranks still missing; a rank whose
  *   connection drops without saying goodbye is "lost" and fails every wait.

@@ -1,10 +1,36 @@
 /* Blocking socket I/O with deadlines, shared by the store's client and server. */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 
+#include <cdl/cdl.h>
+
+#include "hmac.h"
 #include "store_proto.h"
 #include "util.h"
+
+void store_proof(const char *token, const char *side, int world, int rank, const char *cnonce,
+                 const char *snonce, char *out)
+{
+    char msg[64 + 2 * STORE_NONCE_HEX];
+    unsigned char mac[DIST_HMAC_LEN];
+    int n = snprintf(msg, sizeof msg, "cdl-store|%s|%d|%d|%.*s|%.*s", side, world, rank,
+                     STORE_NONCE_HEX, cnonce, STORE_NONCE_HEX, snonce);
+    dist_hmac_sha256(token, strlen(token), msg, n > 0 && (size_t)n < sizeof msg ? (size_t)n : 0,
+                     mac);
+    dist_hex(mac, sizeof mac, out);
+}
+
+int store_nonce(char *out)
+{
+    unsigned char rnd[STORE_NONCE_HEX / 2];
+    if (dist_random(rnd, sizeof rnd))
+        return -1;
+    dist_hex(rnd, sizeof rnd, out);
+    return 0;
+}
 
 int store_send_all(int fd, const void *buf, size_t n)
 {

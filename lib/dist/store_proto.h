@@ -25,13 +25,38 @@
 #define STORE_HELLO_S 10.0
 #define STORE_ENV_HELLO_TIMEOUT "CDL_STORE_HELLO_TIMEOUT"
 
+/* The handshake: each end proves it knows the run's secret (the token)
+ * without sending it, so a process that took MASTER_PORT before rank 0 (a
+ * stranger listening there) learns nothing and cannot pose as the store:
+ *   client: STORE_CHALLENGE, key = its nonce (STORE_NONCE_HEX hex digits),
+ *           arg = world << 32 | rank
+ *   server: OK, value = its nonce, then proof("server")
+ *   client: checks the server's proof (a wrong one ends the connection before
+ *           anything else is sent); STORE_PROVE, key = proof("client")
+ *   server: checks it, then the rank and world; OK
+ * proof(side) = hex HMAC-SHA256(token, "cdl-store|side|world|rank|client
+ * nonce|server nonce"): both nonces are fresh per connection, so no answer
+ * can be replayed, and the sides differ, so the server's answer to a
+ * stranger never serves as a client's. */
 enum store_op {
-    STORE_HELLO = 1,   /* key = token, arg = world << 32 | rank */
-    STORE_SET,         /* key, value, arg = readers (0 = keep) */
-    STORE_GET,         /* key, arg = timeout in ms, owner = rank expected to set it */
-    STORE_BARRIER,     /* key = name, arg = timeout in ms */
-    STORE_BYE,         /* no reply */
+    STORE_HELLO_V1 = 1,   /* the handshake of earlier builds (key = the token
+                           * itself): refused, naming the mismatch */
+    STORE_SET,            /* key, value, arg = readers (0 = keep) */
+    STORE_GET,            /* key, arg = timeout in ms, owner = rank expected to set it */
+    STORE_BARRIER,        /* key = name, arg = timeout in ms */
+    STORE_BYE,            /* no reply */
+    STORE_CHALLENGE,      /* key = client nonce, arg = world << 32 | rank */
+    STORE_PROVE,          /* key = the client's proof */
 };
+
+#define STORE_NONCE_HEX 32            /* 16 random bytes */
+#define STORE_PROOF_HEX 64            /* an HMAC-SHA256 */
+
+/* out (STORE_PROOF_HEX + 1 bytes): proof(side) of the handshake above. */
+void store_proof(const char *token, const char *side, int world, int rank, const char *cnonce,
+                 const char *snonce, char *out);
+/* A fresh nonce: STORE_NONCE_HEX hex digits. 0, or -1 (cdl_error). */
+int store_nonce(char *out);
 
 /* A request: header, then klen key bytes, then vlen value bytes. */
 typedef struct store_req {

@@ -19,6 +19,7 @@
 #include <cdl/cdl.h>
 
 #include "contract.h"
+#include "hmac.h"
 #include "store_proto.h"
 #include "util.h"
 
@@ -46,6 +47,9 @@ typedef struct conn {
     int evicted;             /* a stranger dropped for a newcomer (under mu) */
     int told;                /* an error message was sent: drain before closing */
     double deadline;         /* dist_now() by which a stranger must be accepted */
+    int challenged;          /* the handshake's first half is done (store_proto.h) */
+    uint64_t claim;          /* its world << 32 | rank */
+    char cnonce[STORE_NONCE_HEX + 1], snonce[STORE_NONCE_HEX + 1];
     pthread_t thread;
     struct conn *next;
 } conn;
@@ -438,7 +442,8 @@ static int read_request(conn *c, store_req *h, char **key, void **val)
     if (store_recv_all(c->fd, h, sizeof *h, deadline) || h->magic != STORE_MAGIC ||
         h->klen > STORE_KEY_MAX)
         return -1;
-    if (c->rank < 0 && (h->op != STORE_HELLO || h->vlen))
+    if (c->rank < 0 && ((h->op != STORE_CHALLENGE && h->op != STORE_PROVE &&
+                         h->op != STORE_HELLO_V1) || h->vlen))
         return -1;   /* strangers get nothing but the handshake */
     if (h->vlen > STORE_VAL_MAX) {
         /* A rank of another build, or a bug: say why, then drop it (the
@@ -462,24 +467,39 @@ static int read_request(conn *c, store_req *h, char **key, void **val)
     return 0;
 }
 
-/* Constant-time token comparison. */
-static int token_ok(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    unsigned diff = (unsigned)(la ^ lb);
-    for (size_t i = 0; i < la && i < lb; i++)
-        diff |= (unsigned)(a[i] ^ b[i]);
-    return diff == 0;
-}
-
-static int do_hello(conn *c, const store_req *h, const char *token)
+/* The handshake's first half (store_proto.h): the server's nonce and its
+ * proof of knowing the token. Anyone may ask; the answer proves nothing to
+ * another connection (fresh nonces, a side of its own). */
+static int do_challenge(conn *c, const store_req *h, const char *cnonce)
 {
     store_server *s = c->srv;
-    int rank = (int)(h->arg & 0xffffffffu), world = (int)(h->arg >> 32);
-    if (!token_ok(token, s->token))
+    char answer[STORE_NONCE_HEX + STORE_PROOF_HEX + 1];
+    if (c->challenged || h->klen != STORE_NONCE_HEX)
+        return -1;
+    c->challenged = 1;
+    c->claim = h->arg;
+    memcpy(c->cnonce, cnonce, STORE_NONCE_HEX + 1);
+    if (store_nonce(c->snonce))
+        return reply_err(c, "rank 0: %s", cdl_last_error()), -1;
+    memcpy(answer, c->snonce, STORE_NONCE_HEX);
+    store_proof(s->token, "server", (int)(c->claim >> 32), (int)(c->claim & 0xffffffffu),
+                c->cnonce, c->snonce, answer + STORE_NONCE_HEX);
+    return reply(c, 0, answer, STORE_NONCE_HEX + STORE_PROOF_HEX);
+}
+
+/* The second half: the client's proof, then its rank. */
+static int do_prove(conn *c, const store_req *h, const char *proof)
+{
+    store_server *s = c->srv;
+    int rank = (int)(c->claim & 0xffffffffu), world = (int)(c->claim >> 32);
+    char want[STORE_PROOF_HEX + 1];
+    if (!c->challenged)
+        return -1;
+    store_proof(s->token, "client", world, rank, c->cnonce, c->snonce, want);
+    if (h->klen != STORE_PROOF_HEX || !dist_equal_ct(proof, want, STORE_PROOF_HEX))
         return reply_err(c, "the store at port %d refused the connection: wrong token (a "
-                         "process of another job? every rank needs the same CDL_STORE_TOKEN "
-                         "or CDL_JOB_ID)", s->port), -1;
+                         "process of another job? every rank needs the same CDL_STORE_TOKEN)",
+                         s->port), -1;
     if (world != s->world || rank < 0 || rank >= world)
         return reply_err(c, "the store serves WORLD_SIZE=%d but a client claims rank %d of %d",
                          s->world, rank, world), -1;
@@ -498,6 +518,18 @@ static int do_hello(conn *c, const store_req *h, const char *token)
     return reply(c, 0, NULL, 0);
 }
 
+/* A stranger's request: the handshake, or the one of an earlier build. */
+static int do_stranger(conn *c, const store_req *h, const char *key)
+{
+    if (h->op == STORE_CHALLENGE)
+        return do_challenge(c, h, key);
+    if (h->op == STORE_PROVE)
+        return do_prove(c, h, key);
+    return reply_err(c, "a rank of an earlier cdl build (it sends the store's secret in the "
+                     "clear) connected to the store at port %d: every rank of a job must run "
+                     "the same cdl release (cdl-train --version)", c->srv->port), -1;
+}
+
 static void *conn_main(void *arg)
 {
     conn *c = arg;
@@ -511,7 +543,7 @@ static void *conn_main(void *arg)
             break;
         int rc = 0;
         if (c->rank < 0) {
-            rc = do_hello(c, &h, key);
+            rc = do_stranger(c, &h, key);
         } else if (h.op == STORE_SET) {
             rc = do_set(c, key, val, h.vlen, (int)h.arg);
             key = NULL;

@@ -4,9 +4,13 @@
  * from a rank.
  *
  * Each input is one client connection to a fresh server (world 2, token
- * "fuzz-token", on a loopback socket made once): the bytes are sent, the
- * client's side is shut down, the replies are read until EOF or a short
- * deadline (requests may wait), then the server is stopped. */
+ * "fuzz-token", on a loopback socket made once). Its first byte says who
+ * speaks: bit 0 clear, a stranger (the rest is sent as it is); bit 0 set, a
+ * client that first completes the handshake (store_proto.h: the server's
+ * nonce is random, so fuzzed bytes could never prove the token) claiming
+ * rank (byte >> 1) & 3 of 2 (2 and 3 are refused), then sends the rest. The
+ * client's side is then shut down, the replies are read until EOF or a
+ * short deadline (requests may wait), and the server is stopped. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -19,6 +23,7 @@
 #include <cdl/cdl.h>
 
 #include "lib/dist/contract.h"
+#include "lib/dist/hmac.h"
 #include "lib/dist/store_proto.h"
 #include "lib/dist/util.h"
 #include "tests/fuzz/fuzz.h"
@@ -38,10 +43,35 @@ static void listen_once(void)
     port = ntohs(a.sin_port);
 }
 
+/* The client's half of the handshake; the server's answer is not checked
+ * (the fuzzer is after the server). */
+static void handshake(int fd, int rank)
+{
+    char cn[STORE_NONCE_HEX + 1], answer[STORE_NONCE_HEX + STORE_PROOF_HEX];
+    char proof[STORE_PROOF_HEX + 1];
+    store_rep r;
+    double deadline = dist_now() + 1;
+    memset(cn, '7', STORE_NONCE_HEX);
+    cn[STORE_NONCE_HEX] = '\0';
+    store_req h = {STORE_MAGIC, STORE_CHALLENGE, STORE_NONCE_HEX, -1, 0, 2ull << 32 | (unsigned)rank};
+    if (store_send_all(fd, &h, sizeof h) || store_send_all(fd, cn, STORE_NONCE_HEX) ||
+        store_recv_all(fd, &r, sizeof r, deadline) || r.status || r.vlen != sizeof answer ||
+        store_recv_all(fd, answer, sizeof answer, deadline))
+        return;
+    store_proof("fuzz-token", "client", 2, rank, cn, answer, proof);
+    store_req p = {STORE_MAGIC, STORE_PROVE, STORE_PROOF_HEX, -1, 0, 0};
+    if (store_send_all(fd, &p, sizeof p) || store_send_all(fd, proof, STORE_PROOF_HEX))
+        return;
+    (void)store_recv_all(fd, &r, sizeof r, deadline);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size > 65536)
+    if (size < 1 || size > 65536)
         return 0;
+    int mode = data[0];
+    data++;
+    size--;
     if (lfd < 0)
         listen_once();
     /* The server adopts (and closes) a listening socket: a copy each time. */
@@ -62,6 +92,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+        if (mode & 1)
+            handshake(fd, (mode >> 1) & 3);
         (void)store_send_all(fd, data, size);   /* the server may drop us early */
         shutdown(fd, SHUT_WR);
         char buf[4096];

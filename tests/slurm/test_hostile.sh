@@ -79,6 +79,77 @@ check "a hostile CUDA_VISIBLE_DEVICES does not reach the daemon" \
     test "$(count_records daemon '^env=CUDA_VISIBLE_DEVICES=0$')$(count_records daemon 'pwned')" = 10
 check "no file was created by it" test ! -e /tmp/pwned
 
+# Another user's process takes the step's port first (every port of
+# port_range on the node's address) and poses as rank 0's store: rank 0
+# cannot bind, and the other ranks must neither hand the squatter the
+# step's secret nor take its answers (they used to send CDL_STORE_TOKEN in
+# their hello and go on with whatever it answered).
+SQUAT_USER=daemon
+CDL_TRAIN_BIN=$(readlink -f "$top_builddir/cli/cdl-train" 2>/dev/null)
+if [ -x /usr/bin/python3 ] && id -u "$SQUAT_USER" >/dev/null 2>&1 && [ -n "$CDL_TRAIN_BIN" ] &&
+   runuser -u "$CDL_TEST_USER" -- test -x "$CDL_TRAIN_BIN"; then
+    SQUAT=$CDL_CLUSTER_DIR/squat
+    mkdir -m 0700 "$SQUAT" && chown "$SQUAT_USER" "$SQUAT"
+    cat >"$SQUAT/squat.py" <<'PYEOF'
+import selectors, socket, struct, sys, threading
+lo, hi, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+lock = threading.Lock()
+def serve(c):
+    # Answers every request OK, as a store would; keeps every byte.
+    with c:
+        while True:
+            try:
+                b = c.recv(65536)
+            except OSError:
+                return
+            if not b:
+                return
+            with lock, open(out + "/got", "ab") as f:
+                f.write(b)
+            try:
+                c.sendall(struct.pack("<IIQ", 0x53444c43, 0, 0))
+            except OSError:
+                return
+sel = selectors.DefaultSelector()
+for p in range(lo, hi + 1):
+    s = socket.socket()
+    s.bind(("127.0.0.1", p))
+    s.listen(16)
+    sel.register(s, selectors.EVENT_READ)
+open(out + "/ready", "w").close()
+while True:
+    for k, _ in sel.select():
+        c, _ = k.fileobj.accept()
+        threading.Thread(target=serve, args=(c,), daemon=True).start()
+PYEOF
+    setpriv --reuid="$SQUAT_USER" --regid="$(id -g "$SQUAT_USER")" --clear-groups \
+        /usr/bin/python3 "$SQUAT/squat.py" "$CDL_PORT_LO" "$CDL_PORT_HI" "$SQUAT" \
+        >"$SQUAT/log" 2>&1 &
+    squat_pid=$!
+    wait_until 20 test -e "$SQUAT/ready" || cat "$SQUAT/log"
+    user_script squatted.sh <<EOF
+#!/bin/sh
+printf '%s' "\$CDL_STORE_TOKEN" > token.\$SLURM_PROCID
+exec "$CDL_TRAIN_BIN" --dataset synthetic --synthetic-size 200 --epochs 1 --workers 0 -q \
+    --batch-size 8 --max-steps 2
+EOF
+    rm -f "$WORK"/token.*
+    out=$(as_user srun -N2 --ntasks-per-node=1 --cdl-ddp ./squatted.sh 2>&1)
+    rc=$?
+    kill "$squat_pid"
+    wait "$squat_pid" 2>/dev/null
+    token=$(cat "$WORK/token.1" 2>/dev/null)
+    check "squatted port: the step fails (rc=$rc)" test "$rc" != 0
+    check "squatted port: rank 1 connected to the squatter" test -s "$SQUAT/got"
+    check "squatted port: rank 1 says the listener is not the store" \
+        eval 'echo "$out" | grep -q "rank 1: error: the process listening on .* is not this run.s store"' ||
+        echo "$out" | tail -5
+    check "squatted port: the squatter never got the step's secret" \
+        eval '[ ${#token} -ge 32 ] && ! grep -a -q -F "$token" "$SQUAT/got"'
+else
+    echo "skipped: the squatting case (needs /usr/bin/python3, user $SQUAT_USER, cli/cdl-train)"
+fi
+
 # The user tampers with its MPS directory: the pid file names a root
 # process, the log directory becomes a link to a root-owned folder. Then
 # slurmstepd dies, and the epilog cleans up as root.

@@ -11,6 +11,7 @@
 
 #include "lib/dist/boot.h"
 #include "lib/dist/contract.h"
+#include "lib/dist/hmac.h"
 #include "lib/dist/store.h"
 #include "lib/dist/store_proto.h"
 #include "lib/dist/util.h"
@@ -18,6 +19,9 @@
 /* The server's wait for a client's hello (0 = its default): set before
  * run_world, so the forked ranks inherit it. */
 static double hello_s;
+
+static int raw_connect(int port);
+static int raw_handshake(int fd, const char *token, int rank, int world, double deadline);
 
 static store *open_store(double timeout, cdl_rank_info *info)
 {
@@ -67,7 +71,31 @@ static int stranger_rank(int rank, int world, void *arg)
         CHILD_CHECK(fd2 >= 0 && connect(fd2, (struct sockaddr *)&other, sizeof other) != 0,
                     "the store accepts connections on 127.0.0.2");
         close(fd2);
-        CHILD_CHECK(strstr(cdl_last_error(), "wrong token"), "error '%s'", cdl_last_error());
+        /* The client finds out first: the store cannot prove the client's
+         * token, so the client sends nothing more. */
+        CHILD_CHECK(strstr(cdl_last_error(), "is not this run's store"), "error '%s'",
+                    cdl_last_error());
+        /* A stranger that answers the challenge with a made-up proof. */
+        int fd3 = raw_connect(info.master_port);
+        CHILD_CHECK(fd3 >= 0, "connect");
+        CHILD_CHECK(raw_handshake(fd3, "not-the-token", 1, 2, dist_now() + 10) == -1,
+                    "a made-up proof was accepted");
+        close(fd3);
+        /* The handshake of earlier builds (the token in the clear) is
+         * refused, even with the right token, naming the mismatch. */
+        fd3 = raw_connect(info.master_port);
+        store_req v1 = {STORE_MAGIC, STORE_HELLO_V1, (uint32_t)strlen(token), -1, 0,
+                        2ull << 32 | 1};
+        store_rep r = {0};
+        char msg[512] = "";
+        CHILD_CHECK(fd3 >= 0 && store_send_all(fd3, &v1, sizeof v1) == 0 &&
+                    store_send_all(fd3, token, v1.klen) == 0 &&
+                    store_recv_all(fd3, &r, sizeof r, dist_now() + 10) == 0 && r.status != 0 &&
+                    r.vlen < sizeof msg &&
+                    store_recv_all(fd3, msg, (size_t)r.vlen, dist_now() + 10) == 0,
+                    "an old-style hello was not refused");
+        CHILD_CHECK(strstr(msg, "earlier cdl build"), "reply '%s'", msg);
+        close(fd3);
         CHILD_CHECK(store_probe("127.0.0.1", info.master_port, token, 7, 2, 10) == -1,
                     "rank 7 of 2 was accepted");
         CHILD_CHECK(strstr(cdl_last_error(), "rank 7 of 2"), "error '%s'", cdl_last_error());
@@ -383,6 +411,55 @@ static int closed_by_server(int fd, double wait_s)
     return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
 }
 
+/* The client's side of the handshake by hand (store_proto.h), as rank of
+ * world presenting token: 0 when the server accepted it. */
+static int raw_handshake(int fd, const char *token, int rank, int world, double deadline)
+{
+    char cn[STORE_NONCE_HEX + 1], answer[STORE_NONCE_HEX + STORE_PROOF_HEX];
+    char proof[STORE_PROOF_HEX + 1];
+    store_rep r = {0};
+    memset(cn, 'c', STORE_NONCE_HEX);
+    cn[STORE_NONCE_HEX] = '\0';
+    store_req h = {STORE_MAGIC, STORE_CHALLENGE, STORE_NONCE_HEX, -1, 0,
+                   (uint64_t)world << 32 | (uint32_t)rank};
+    if (store_send_all(fd, &h, sizeof h) || store_send_all(fd, cn, STORE_NONCE_HEX) ||
+        store_recv_all(fd, &r, sizeof r, deadline) || r.status || r.vlen != sizeof answer ||
+        store_recv_all(fd, answer, sizeof answer, deadline))
+        return -1;
+    store_proof(token, "client", world, rank, cn, answer, proof);
+    store_req p = {STORE_MAGIC, STORE_PROVE, STORE_PROOF_HEX, -1, 0, 0};
+    if (store_send_all(fd, &p, sizeof p) || store_send_all(fd, proof, STORE_PROOF_HEX) ||
+        store_recv_all(fd, &r, sizeof r, deadline))
+        return -1;
+    return r.status == 0 && r.vlen == 0 ? 0 : -1;
+}
+
+/* The server's side by hand, for a fake store that knows token: 0 when the
+ * client proved it knows it too. */
+static int raw_serve_handshake(int fd, const char *token, double deadline)
+{
+    store_req h;
+    char cn[STORE_NONCE_HEX + 1], proof[STORE_PROOF_HEX];
+    char answer[STORE_NONCE_HEX + STORE_PROOF_HEX + 1], want[STORE_PROOF_HEX + 1];
+    if (store_recv_all(fd, &h, sizeof h, deadline) || h.op != STORE_CHALLENGE ||
+        h.klen != STORE_NONCE_HEX || store_recv_all(fd, cn, STORE_NONCE_HEX, deadline))
+        return -1;
+    cn[STORE_NONCE_HEX] = '\0';
+    int world = (int)(h.arg >> 32), rank = (int)(h.arg & 0xffffffffu);
+    memset(answer, 's', STORE_NONCE_HEX);
+    store_proof(token, "server", world, rank, cn, answer, answer + STORE_NONCE_HEX);
+    store_rep r = {STORE_MAGIC, 0, STORE_NONCE_HEX + STORE_PROOF_HEX};
+    if (store_send_all(fd, &r, sizeof r) ||
+        store_send_all(fd, answer, STORE_NONCE_HEX + STORE_PROOF_HEX) ||
+        store_recv_all(fd, &h, sizeof h, deadline) || h.op != STORE_PROVE ||
+        h.klen != STORE_PROOF_HEX || store_recv_all(fd, proof, STORE_PROOF_HEX, deadline))
+        return -1;
+    store_proof(token, "client", world, rank, cn, answer, want);
+    r.vlen = 0;
+    return memcmp(proof, want, STORE_PROOF_HEX) == 0 && store_send_all(fd, &r, sizeof r) == 0
+               ? 0 : -1;
+}
+
 /* Rank 1 trickles a hello one byte every 50 ms: the whole-handshake
  * deadline (2 s here: room for valgrind) drops it although bytes keep
  * coming, then rank 1 joins for real. */
@@ -395,7 +472,7 @@ static int trickle_rank(int rank, int world, void *arg)
         CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
         int fd = raw_connect(info.master_port);
         CHILD_CHECK(fd >= 0, "connect");
-        store_req h = {STORE_MAGIC, STORE_HELLO, STORE_KEY_MAX, -1, 0, 1ull << 32 | 1};
+        store_req h = {STORE_MAGIC, STORE_CHALLENGE, STORE_KEY_MAX, -1, 0, 1ull << 32 | 1};
         unsigned char bytes[sizeof h + STORE_KEY_MAX];
         memcpy(bytes, &h, sizeof h);
         memset(bytes + sizeof h, 'x', STORE_KEY_MAX);
@@ -516,11 +593,7 @@ static int huge_rank(int rank, int world, void *arg)
             closed_by_server(-1, 0.05);   /* a 50 ms pause: poll on no fd */
     }
     CHILD_CHECK(fd >= 0, "connect");
-    store_req h = {STORE_MAGIC, STORE_HELLO, (uint32_t)strlen(token), -1, 0, 2ull << 32 | 1};
-    CHILD_CHECK(store_send_all(fd, &h, sizeof h) == 0 &&
-                store_send_all(fd, token, h.klen) == 0 &&
-                store_recv_all(fd, &r, sizeof r, deadline) == 0 && r.status == 0,
-                "hello refused");
+    CHILD_CHECK(raw_handshake(fd, token, 1, 2, deadline) == 0, "hello refused");
     store_req set = {STORE_MAGIC, STORE_SET, 1, -1, 16ull << 30, 0};
     CHILD_CHECK(store_send_all(fd, &set, sizeof set) == 0 && store_send_all(fd, "k", 1) == 0,
                 "send");
@@ -553,14 +626,8 @@ static void *drop_first_server(void *arg)
     /* A client that does not retry never comes back: bounded wait. */
     struct pollfd p = {.fd = lfd, .events = POLLIN};
     fd = poll(&p, 1, 10000) == 1 ? accept(lfd, NULL, NULL) : -1;
-    store_req h;
-    char token[STORE_KEY_MAX];
-    double deadline = dist_now() + 10;
-    if (fd >= 0 && store_recv_all(fd, &h, sizeof h, deadline) == 0 && h.op == STORE_HELLO &&
-        h.klen < sizeof token && store_recv_all(fd, token, h.klen, deadline) == 0) {
-        store_rep r = {STORE_MAGIC, 0, 0};
-        ok = store_send_all(fd, &r, sizeof r) == 0;
-    }
+    if (fd >= 0)
+        ok = raw_serve_handshake(fd, "tok", dist_now() + 10) == 0;
     if (fd >= 0)
         close(fd);
     return ok ? arg : NULL;
@@ -602,6 +669,131 @@ static void test_hello_unanswered(void **state)
         fail_msg("error '%s'", err);
 }
 
+/* A process that took MASTER_PORT before rank 0 (another user's, say) and
+ * answers like a store: the client must not hand it the run's secret, and
+ * must not take its answers. answer_len: what the impostor's reply to the
+ * first request carries (0: a bare OK; 96: a made-up nonce and proof). */
+struct impostor {
+    int lfd;
+    size_t answer_len;
+    const char *refusal;   /* answer "lost a peer" with this text instead */
+    char got[4096];   /* every byte the client sent */
+    size_t ngot;
+};
+
+static void *impostor_main(void *arg)
+{
+    struct impostor *im = arg;
+    struct pollfd p = {.fd = im->lfd, .events = POLLIN};
+    int fd = poll(&p, 1, 10000) == 1 ? accept(im->lfd, NULL, NULL) : -1;
+    double deadline = dist_now() + 10;
+    store_req h;
+    if (fd < 0)
+        return NULL;
+    /* The first request, answered OK; then all that follows until EOF. */
+    if (store_recv_all(fd, &h, sizeof h, deadline) == 0) {
+        memcpy(im->got, &h, sizeof h);
+        im->ngot = sizeof h;
+        char answer[96];
+        memset(answer, '0', sizeof answer);
+        store_rep r = {STORE_MAGIC, 0, im->answer_len};
+        if (im->refusal)
+            r = (store_rep){STORE_MAGIC, STORE_ST_LOST, strlen(im->refusal)};
+        (void)!store_send_all(fd, &r, sizeof r);
+        (void)!store_send_all(fd, im->refusal ? im->refusal : answer, (size_t)r.vlen);
+        for (;;) {
+            p = (struct pollfd){.fd = fd, .events = POLLIN};
+            if (poll(&p, 1, 2000) != 1 || im->ngot == sizeof im->got)
+                break;
+            ssize_t k = recv(fd, im->got + im->ngot, sizeof im->got - im->ngot, 0);
+            if (k <= 0)
+                break;
+            im->ngot += (size_t)k;
+            /* Answer OK to whatever else comes, as a fake store would. */
+            store_rep ok = {STORE_MAGIC, 0, 0};
+            (void)!store_send_all(fd, &ok, sizeof ok);
+        }
+    }
+    close(fd);
+    return NULL;
+}
+
+static void impostor_case(size_t answer_len)
+{
+    static const char secret[] = "0123456789abcdef0123456789abcdef-run-secret";
+    struct impostor im = {.answer_len = answer_len};
+    int port = 0;
+    im.lfd = listen_any(&port);
+    assert_true(im.lfd >= 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, impostor_main, &im), 0);
+    int rc = store_probe("127.0.0.1", port, secret, 1, 2, 10);
+    char err[1024];
+    snprintf(err, sizeof err, "%s", cdl_last_error());
+    pthread_join(t, NULL);
+    close(im.lfd);
+    if (rc == 0)
+        fail_msg("a listener without the secret was taken for the store (answer of %zu bytes)",
+                 answer_len);
+    if (memmem(im.got, im.ngot, "0123456789abcdef", 16))
+        fail_msg("the client sent the run's secret to a listener that is not the store");
+    if (!strstr(err, "is not this run's store") || strstr(err, secret))
+        fail_msg("error '%s'", err);
+}
+
+static void test_impostor_learns_nothing(void **state)
+{
+    (void)state;
+    impostor_case(0);
+    impostor_case(STORE_NONCE_HEX + STORE_PROOF_HEX);
+}
+
+/* An impostor's refusal is quoted as its own, with no terminal control
+ * bytes, and never taken for a lost peer (cdl-train would exit 76, which
+ * the requeue template requeues on). */
+static void test_impostor_refusal_quoted(void **state)
+{
+    (void)state;
+    struct impostor im = {.refusal = "rank 3 lost its connection\033]0;pwned\007"};
+    int port = 0;
+    im.lfd = listen_any(&port);
+    assert_true(im.lfd >= 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, impostor_main, &im), 0);
+    int rc = store_probe("127.0.0.1", port, "a-secret", 1, 2, 10);
+    char err[1024];
+    snprintf(err, sizeof err, "%s", cdl_last_error());
+    pthread_join(t, NULL);
+    close(im.lfd);
+    assert_int_equal(rc, -1);
+    if (strchr(err, '\033') || strchr(err, '\007') || !strstr(err, "the answer of 127.0.0.1:"))
+        fail_msg("error '%s'", err);
+    assert_false(cdl_dist_peer_lost());
+}
+
+/* The handshake's HMAC-SHA256 against RFC 4231 (test cases 1, 2 and 6: a
+ * key longer than a block). */
+static void test_hmac_vectors(void **state)
+{
+    (void)state;
+    unsigned char mac[DIST_HMAC_LEN], key[131];
+    char hex[2 * DIST_HMAC_LEN + 1];
+    memset(key, 0x0b, 20);
+    dist_hmac_sha256(key, 20, "Hi There", 8, mac);
+    dist_hex(mac, sizeof mac, hex);
+    assert_string_equal(hex, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+    dist_hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, mac);
+    dist_hex(mac, sizeof mac, hex);
+    assert_string_equal(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    static const char m6[] = "Test Using Larger Than Block-Size Key - Hash Key First";
+    memset(key, 0xaa, sizeof key);
+    dist_hmac_sha256(key, sizeof key, m6, sizeof m6 - 1, mac);
+    dist_hex(mac, sizeof mac, hex);
+    assert_string_equal(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+    assert_true(dist_equal_ct("abc", "abc", 3));
+    assert_false(dist_equal_ct("abc", "abd", 3));
+}
+
 int main(void)
 {
     clear_launcher_env();
@@ -621,6 +813,9 @@ int main(void)
         cmocka_unit_test(test_value_length_capped),
         cmocka_unit_test(test_hello_retried),
         cmocka_unit_test(test_hello_unanswered),
+        cmocka_unit_test(test_impostor_learns_nothing),
+        cmocka_unit_test(test_impostor_refusal_quoted),
+        cmocka_unit_test(test_hmac_vectors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -132,7 +132,23 @@ static void test_key_dir(void **state)
     assert_non_null(strstr(spk_last_error(), "its directory"));
     assert_int_equal(chmod(dir, 01777), 0);
     assert_int_equal(spk_secret_step(path, 2, 1000, 77, 3, a, sizeof a), 0);
-    assert_int_equal(unlink(path), 0);
+    /* A directory further up that others may write: they could rename the
+     * key's directory and put one of their own in its place. */
+    char sub[96], deep[128];
+    assert_int_equal(chmod(dir, 0755), 0);
+    snprintf(sub, sizeof sub, "%s/keys", dir);
+    snprintf(deep, sizeof deep, "%s/key", sub);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    assert_int_equal(rename(path, deep), 0);
+    assert_int_equal(spk_secret_step(deep, 2, 1000, 77, 3, a, sizeof a), 0);
+    assert_int_equal(chmod(dir, 0777), 0);
+    assert_int_equal(spk_secret_step(deep, 2, 1000, 77, 3, a, sizeof a), -1);
+    assert_non_null(strstr(spk_last_error(), "the directory /tmp/cdl-test-keydir-"));
+    assert_non_null(strstr(spk_last_error(), "above it"));
+    assert_int_equal(chmod(dir, 01777), 0);
+    assert_int_equal(spk_secret_step(deep, 2, 1000, 77, 3, a, sizeof a), 0);
+    assert_int_equal(unlink(deep), 0);
+    assert_int_equal(rmdir(sub), 0);
     assert_int_equal(rmdir(dir), 0);
 }
 

@@ -242,6 +242,32 @@ static void test_admin_binary(void **state)
         chmod(dir, 0777);   /* anyone could swap the binary */
         assert_int_equal(spk_check_admin_binary("mps_control", path), -1);
         assert_non_null(strstr(spk_last_error(), "its directory"));
+        chmod(dir, 0755);
+        /* A directory above: whoever writes it can rename the program's
+         * directory and put one of their own in its place. */
+        char sub[96], deep[128];
+        snprintf(sub, sizeof sub, "%s/sub", dir);
+        snprintf(deep, sizeof deep, "%s/tool", sub);
+        assert_int_equal(mkdir(sub, 0755), 0);
+        assert_int_equal(link(path, deep), 0);
+        assert_int_equal(spk_check_admin_binary("mps_control", deep), 0);
+        chmod(dir, 0775);
+        assert_int_equal(spk_check_admin_binary("mps_control", deep), -1);
+        assert_non_null(strstr(spk_last_error(), "its parent directory"));
+        chmod(dir, 0755);
+        assert_int_equal(chown(dir, 65534, 65534), 0);
+        assert_int_equal(spk_check_admin_binary("mps_control", deep), -1);
+        assert_non_null(strstr(spk_last_error(), "its parent directory"));
+        assert_int_equal(chown(dir, 0, 0), 0);
+        /* Through a link: the resolved path is the one checked and run. */
+        char lnk[96], real[4096];
+        snprintf(lnk, sizeof lnk, "%s/lnk", dir);
+        assert_int_equal(symlink(deep, lnk), 0);
+        assert_int_equal(spk_admin_binary_resolve("mps_control", lnk, real, sizeof real), 0);
+        assert_string_equal(real, deep);
+        unlink(lnk);
+        unlink(deep);
+        rmdir(sub);
     } else {
         assert_int_equal(spk_check_admin_binary("mps_control", path), -1);
         assert_non_null(strstr(spk_last_error(), "owned by root"));

@@ -67,6 +67,28 @@ int spk_pack_plan(int tasks, int ngpus, int requested, int max, int pct_conf,
     return 0;
 }
 
+int spk_tres_bind_tasks_per_gpu(const char *tres_bind)
+{
+    long n;
+    char num[16];
+    if (!tres_bind || strncmp(tres_bind, "gpu:", 4))
+        return 1;
+    /* The binding's words are comma-separated after "gpu:"; another TRES
+     * after a '+' is not the GPU's. */
+    for (const char *p = tres_bind + 4; *p && *p != '+';) {
+        size_t len = strcspn(p, ",+");
+        if (len > 7 && !strncmp(p, "single:", 7) && len - 7 < sizeof num) {
+            memcpy(num, p + 7, len - 7);
+            num[len - 7] = '\0';
+            return spk_parse_uint(num, 1, 1024, &n) == 0 ? (int)n : 1;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return 1;
+}
+
 int spk_task_gpu_index(const struct spk_gpus *g, int local_id, int replicas_per_gpu)
 {
     long v;

@@ -43,4 +43,10 @@ static inline int spk_pack_gpu(const struct spk_pack *p, int local_id)
  * named by UUID. */
 int spk_task_gpu_index(const struct spk_gpus *g, int local_id, int replicas_per_gpu);
 
+/* Consecutive local tasks Slurm itself put on one GPU, from the step's
+ * SLURMD_TRES_BIND: N for "gpu:single:N" (srun --ntasks-per-gpu=N, or
+ * --gpu-bind=single:N; "gpu:verbose,single:N" too), else 1 (no binding,
+ * per_task, map_gpu, mask_gpu, closest, an unreadable value). */
+int spk_tres_bind_tasks_per_gpu(const char *tres_bind);
+
 #endif

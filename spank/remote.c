@@ -148,9 +148,11 @@ static int het_step(spank_t sp, uint32_t ntasks)
     job_env(sp, "SLURM_STEP_NUM_TASKS", buf, sizeof buf);
     if (!buf[0] || spk_parse_uint(buf, 1, 1L << 30, &n) != 0 || (uint32_t)n == ntasks)
         return 0;
-    spk_error("--cdl-ddp: heterogeneous steps (srun --het-group, or srun A : B) are not "
-              "supported: each component numbers its tasks from 0, so two tasks would get "
-              "RANK=0; run the data-parallel tasks as one homogeneous step");
+    spk_error("--cdl-ddp: heterogeneous steps (srun --het-group=0,1, or srun A : B) are not "
+              "supported: Slurm shows the plugin only its own component (its tasks numbered "
+              "from 0, its own job id), so no one rank contract spans the components; run the "
+              "data-parallel tasks in one component (srun --het-group=N) or as a job of one "
+              "component (sbatch -N/-n without 'hetjob')");
     return 1;
 }
 
@@ -472,6 +474,24 @@ done:
 }
 #endif
 
+/* Slurm's own GPU binding (srun --ntasks-per-gpu=N, --gpu-bind=single:N)
+ * gives N consecutive local tasks one GPU, time-sliced without MPS. The
+ * contract says so, as under --cdl-mps, so that cdl reduces within each
+ * GPU first and --cdl-bind=closest binds near the GPU the task has; with 1
+ * every rank failed, told to set CDL_REPLICAS_PER_GPU, which the contract
+ * replaces. Slurm puts the binding into each task's environment (the
+ * same on all of a node's tasks), not the step's. */
+static void slurm_gpu_sharing(spank_t sp)
+{
+    char tb[64];
+    if (!spk_g.opts.ddp || spk_g.opts.mps || spk_g.step.local_tasks < 2)
+        return;
+    job_env(sp, "SLURMD_TRES_BIND", tb, sizeof tb);
+    int n = spk_tres_bind_tasks_per_gpu(tb);
+    spk_g.step.replicas_per_gpu = n < (int)spk_g.step.local_tasks ? n
+                                                                   : (int)spk_g.step.local_tasks;
+}
+
 int spk_remote_task_init(spank_t sp)
 {
     uint32_t local_id, global_id;
@@ -495,6 +515,7 @@ int spk_remote_task_init(spank_t sp)
     if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS)
         argc = 0;
     spk_torchrun_parse(argc, argv, &tr);
+    slurm_gpu_sharing(sp);
 #ifdef HAVE_HWLOC
     if (spk_g.bind != SPK_BIND_NONE && task_bind(sp, local_id, global_id, &tr) != 0) {
         slurm_error("cdl: --cdl-bind: %s", spk_last_error());

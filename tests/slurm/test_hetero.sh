@@ -13,6 +13,8 @@
 #  - 3 ranks of cdl-train, 2 on n1 and 1 on n2 (block, cyclic), take the
 #    same step as 3 ranks on one node and as one process with their global
 #    batch (tests/dist/step_equiv.sh);
+#  - hand-exported variables (no --cdl-ddp) of 2+1 ranks: without
+#    CDL_NNODES an error that names it, with it training;
 #  - a heterogeneous job (#SBATCH hetjob): a step of one component gets
 #    the contract, a step over both is refused with the reason.
 set -u
@@ -140,6 +142,29 @@ done
 # Block placement adds n1's two ranks, then n2's: the same association as
 # one node's left-to-right sum, so the same bits.
 step_same one block "$WORK/base" 0
+
+# A cluster guide's export script instead of --cdl-ddp, 2 ranks on n1 and 1
+# on n2. Without CDL_NNODES a rank cannot tell the node count: n1's ranks
+# took themselves for the only node ("LOCAL_WORLD_SIZE=2 differs from
+# WORLD_SIZE=3 but there is one node (CDL_NNODES=1...)", a value nobody set).
+user_script exports.sh <<EOF
+#!/bin/sh
+export RANK=\$SLURM_PROCID WORLD_SIZE=\$SLURM_NTASKS LOCAL_RANK=\$SLURM_LOCALID
+export NODE_RANK=\$SLURM_NODEID MASTER_ADDR=\$(echo "\$SLURM_STEP_NODELIST" | sed 's/\[\([0-9]*\).*/\1/')
+export LOCAL_WORLD_SIZE=\$(echo "\$SLURM_STEP_TASKS_PER_NODE" | tr ',' '\n' | sed -n "\$((SLURM_NODEID + 1))p" | sed 's/(.*//')
+export MASTER_PORT=\$((CDL_PORT_LO + 50)) CDL_STORE_TOKEN=00112233445566778899aabbccddeeff
+exec "$CDL_TRAIN_BIN" --dataset synthetic --synthetic-size 96 --epochs 1 --workers 0 --threads 1 \\
+    --batch-size 8 --device cpu -q
+EOF
+out=$(as_user_env OPENBLAS_NUM_THREADS=1 CDL_TIMEOUT=20 CDL_PORT_LO="$CDL_PORT_LO" -- \
+      srun -N2 -n3 --kill-on-bad-exit=1 ./exports.sh 2>&1)
+rc=$?
+check "hand-exported contract, 2+1 ranks, no CDL_NNODES: refused, naming CDL_NNODES" \
+    eval '[ $rc != 0 ] && echo "$out" | grep -q "LOCAL_WORLD_SIZE=2 does not divide WORLD_SIZE=3.*export CDL_NNODES"' ||
+    echo "$out" | tail -n 5
+out=$(as_user_env OPENBLAS_NUM_THREADS=1 CDL_TIMEOUT=20 CDL_PORT_LO="$CDL_PORT_LO" CDL_NNODES=2 -- \
+      srun -N2 -n3 --kill-on-bad-exit=1 ./exports.sh 2>&1)
+check "... with CDL_NNODES=2 the 3 ranks train" test $? = 0 || echo "$out" | tail -n 5
 
 # A heterogeneous job: one step per component is an ordinary step; a step
 # over both components is refused, naming why, and none of its tasks runs.

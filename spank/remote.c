@@ -156,6 +156,21 @@ static int het_step(spank_t sp, uint32_t ntasks)
     return 1;
 }
 
+/* A step without GPUs in a heterogeneous job: a component that has none
+ * (CPU workers beside the GPU component). sbatch's --cdl-mps, written for
+ * the GPU component, reaches every step of every component, and each
+ * step of such a component with two tasks on a node failed: "the step has
+ * no GPUs on this node: request them", which that component cannot. It
+ * has nothing to share, like a node with one task. */
+static int gpuless_component(spank_t sp)
+{
+    char het[16];
+    if (spk_g.step_gpus.n > 0)
+        return 0;
+    job_env(sp, "SLURM_HET_SIZE", het, sizeof het);
+    return het[0] != '\0';
+}
+
 int spk_remote_post_opt(spank_t sp)
 {
     struct spk_step *s = &spk_g.step;
@@ -234,7 +249,7 @@ int spk_remote_post_opt(spank_t sp)
      * `srun -n1 cp ...`, a staging step with one task per node, a tool
      * started with `srun --overlap -n1`. A one-task step that uses the GPU
      * gets the whole GPU, as without the option. */
-    if (o->mps && s->local_tasks > 1 && setup_mps(sp) != 0)
+    if (o->mps && s->local_tasks > 1 && !gpuless_component(sp) && setup_mps(sp) != 0)
         defer("--cdl-mps");
 #ifdef HAVE_HWLOC
     if (spk_g.bind != SPK_BIND_NONE) {

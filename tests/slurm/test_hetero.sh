@@ -15,8 +15,10 @@
 #    batch (tests/dist/step_equiv.sh);
 #  - hand-exported variables (no --cdl-ddp) of 2+1 ranks: without
 #    CDL_NNODES an error that names it, with it training;
-#  - a heterogeneous job (#SBATCH hetjob): a step of one component gets
-#    the contract, a step over both is refused with the reason.
+#  - a heterogeneous job (#SBATCH hetjob, #SBATCH --cdl-mps for its GPU
+#    component): a step of one component gets the contract, the CPU
+#    component's steps run (they failed, asking for GPUs), a step over
+#    both is refused with the reason.
 set -u
 . "${top_srcdir:-.}/tests/slurm/lib.sh"
 CDL_TRAIN_BIN=${CDL_TRAIN_BIN:-$(readlink -f "$top_builddir/cli/cdl-train" 2>/dev/null)}
@@ -166,15 +168,22 @@ out=$(as_user_env OPENBLAS_NUM_THREADS=1 CDL_TIMEOUT=20 CDL_PORT_LO="$CDL_PORT_L
       srun -N2 -n3 --kill-on-bad-exit=1 ./exports.sh 2>&1)
 check "... with CDL_NNODES=2 the 3 ranks train" test $? = 0 || echo "$out" | tail -n 5
 
-# A heterogeneous job: one step per component is an ordinary step; a step
-# over both components is refused, naming why, and none of its tasks runs.
+# A heterogeneous job: GPU replicas packed under MPS in component 0, CPU
+# workers in component 1. A step of one component is an ordinary step:
+# sbatch's --cdl-mps reaches component 1 too, whose steps of two tasks
+# failed ("the step has no GPUs on this node: request them"); it has none
+# to share. A step over both components is refused with the reason, and
+# none of its tasks runs.
 cat >"$WORK/het.sbatch" <<'EOF'
 #!/bin/bash
-#SBATCH -p big -n2
-#SBATCH --cdl-ddp
+#SBATCH -p big -n2 --gres=gpu:1
+#SBATCH --cdl-mps
 #SBATCH hetjob
-#SBATCH -p small -n1
+#SBATCH -p small -n2
 srun ./show.sh
+echo "--- cpu"
+srun --het-group=1 ./show.sh
+echo "--- cpu rc=$?"
 echo "--- both"
 srun --het-group=0,1 ./show.sh
 echo "--- rc=$?"
@@ -184,11 +193,24 @@ id=$(submit -o het.out het.sbatch)
 state=$(wait_job "$id")
 out=$(cat "$WORK/het.out" 2>/dev/null)
 echo "$state"; echo "$out"
-check "hetjob: srun (component 0) gets the contract of its 2 tasks on n1" \
-    test "$(layout "$(echo "$out" | sed '/^--- both/,$d')")" = "0:n1:0/2:0:2:n1:1 1:n1:1/2:0:2:n1:1 "
+gpu=$(echo "$out" | sed '/^--- cpu$/,$d')
+cpu=$(echo "$out" | sed -n '/^--- cpu$/,/^--- both$/p')
+both=$(echo "$out" | sed -n '/^--- both$/,$p')
+check "hetjob: srun (component 0) gets the contract of its 2 tasks on n1, packed on its GPU" \
+    eval '[ "$(layout "$gpu")" = "0:n1:0/2:0:2:n1:1 1:n1:1/2:0:2:n1:1 " ] &&
+          [ "$(echo "$gpu" | grep -c "CDL_REPLICAS_PER_GPU=2 CVD=0 MPS=yes")" = 2 ]'
+check "hetjob: sbatch's --cdl-mps in the GPU-less component: 2 tasks run, no MPS" \
+    eval '[ "$(layout "$cpu")" = "0:n2:0/2:0:2:n2:1 1:n2:1/2:0:2:n2:1 " ] &&
+          [ "$(echo "$cpu" | grep -c "CDL_REPLICAS_PER_GPU=1 CVD=unset MPS=$")" = 2 ] &&
+          echo "$cpu" | grep -q "^--- cpu rc=0"'
 check "hetjob: srun --het-group=0,1 --cdl-ddp is refused with the reason, no task ran" \
-    eval 'echo "$out" | sed -n "/^--- both/,\$p" | grep -q "heterogeneous steps .*not supported: Slurm shows the plugin only its own component" &&
-          ! echo "$out" | sed -n "/^--- both/,\$p" | grep -q "^T" &&
-          echo "$out" | grep -q "^--- rc=[1-9]"'
+    eval 'echo "$both" | grep -q "heterogeneous steps .*not supported: Slurm shows the plugin only its own component" &&
+          ! echo "$both" | grep -q "^T" && echo "$both" | grep -q "^--- rc=[1-9]"'
+# Outside a heterogeneous job a step without GPUs under --cdl-mps is still
+# refused: there the user can request them.
+err=$(as_user srun -p small -n2 --cdl-mps ./show.sh 2>&1)
+rc=$?
+check "-n2 --cdl-mps without GPUs, not a hetjob: refused, asking for GPUs" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "the step has no GPUs on this node"'
 
 finish

@@ -49,4 +49,10 @@ int spk_task_gpu_index(const struct spk_gpus *g, int local_id, int replicas_per_
  * per_task, map_gpu, mask_gpu, closest, an unreadable value). */
 int spk_tres_bind_tasks_per_gpu(const char *tres_bind);
 
+/* Slurm's index of the GPU that srun --gpu-bind=map_gpu:LIST gives local
+ * task `local_id` (LIST[local_id % its length]; "ID*COUNT" repeats an ID;
+ * IDs are the node's GPU indexes), from SLURMD_TRES_BIND; -1 when the
+ * binding is not a map_gpu list of decimal IDs. */
+int spk_tres_bind_map_gpu(const char *tres_bind, int local_id);
+
 #endif

@@ -397,11 +397,19 @@ static int task_mps_env(spank_t sp, uint32_t local_id)
     return apply_env(sp, &env);
 }
 
+/* Slurm's GPU binding of this task (SLURMD_TRES_BIND, "" when none): read
+ * in task_init, before binding, in the task's own process. */
+static char tres_bind[1024];
+
 #ifdef HAVE_HWLOC
 /* Slurm's index of local task t's GPU (packing.h). */
 static int task_gpu_index(int t)
 {
-    return spk_task_gpu_index(&spk_g.step_gpus, t, spk_g.step.replicas_per_gpu);
+    /* srun --gpu-bind=map_gpu: Slurm, not the slot rule, gave each task
+     * its one GPU (which cdl-train opens as its device 0). Under MPS the
+     * plugin's packing sets the GPU instead. */
+    int g = spk_g.mps_ready ? -1 : spk_tres_bind_map_gpu(tres_bind, t);
+    return g >= 0 ? g : spk_task_gpu_index(&spk_g.step_gpus, t, spk_g.step.replicas_per_gpu);
 }
 
 /* closest: a task that runs torchrun (tr->found) binds as with cores: its
@@ -498,11 +506,10 @@ done:
  * same on all of a node's tasks), not the step's. */
 static void slurm_gpu_sharing(spank_t sp)
 {
-    char tb[64];
+    job_env(sp, "SLURMD_TRES_BIND", tres_bind, sizeof tres_bind);
     if (!spk_g.opts.ddp || spk_g.opts.mps || spk_g.step.local_tasks < 2)
         return;
-    job_env(sp, "SLURMD_TRES_BIND", tb, sizeof tb);
-    int n = spk_tres_bind_tasks_per_gpu(tb);
+    int n = spk_tres_bind_tasks_per_gpu(tres_bind);
     spk_g.step.replicas_per_gpu = n < (int)spk_g.step.local_tasks ? n
                                                                    : (int)spk_g.step.local_tasks;
 }

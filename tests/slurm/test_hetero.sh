@@ -10,6 +10,8 @@
 #    itself; the contract says CDL_REPLICAS_PER_GPU=2 (it said 1, and
 #    cdl-train refused the ranks sharing a GPU, telling the user to set a
 #    variable the contract replaces), and cdl-train on fake GPUs trains;
+#  - --cdl-bind=closest near the GPU Slurm gave each task (--gpu-bind=
+#    map_gpu, --ntasks-per-gpu);
 #  - 3 ranks of cdl-train, 2 on n1 and 1 on n2 (block, cyclic), take the
 #    same step as 3 ranks on one node and as one process with their global
 #    batch (tests/dist/step_equiv.sh);
@@ -96,6 +98,21 @@ got=$(echo "$out" | grep '^T' | sort -k1.2n | while read -r l; do
           printf '%s:%s ' "$(field "$l" CDL_REPLICAS_PER_GPU)" "$(field "$l" CVD)"; done)
 check "--ntasks-per-gpu=2 --cdl-ddp: CDL_REPLICAS_PER_GPU=2, tasks 0,1 on GPU 0 and 2,3 on GPU 1" \
     test "$got" = "2:0 2:0 2:1 2:1 "
+# --cdl-bind=closest binds near the GPU each task has: Slurm's, where Slurm
+# bound GPUs to tasks (map_gpu: task 0 has GPU 1, and was bound near GPU 0;
+# --ntasks-per-gpu: tasks 2 and 3 were bound as if they had none).
+gpus_bound() {   # the "task T ... GPU G" pairs of --cdl-bind=closest,verbose
+    sed -n 's/.*cdl: --cdl-bind=closest: task \([0-9]*\) (local [0-9]*, GPU \(-*[0-9]*\)).*/\1:\2/p' "$1" |
+        sort -n | tr '\n' ' '
+}
+as_user srun -p big -n2 --gres=gpu:2 --gpu-bind=map_gpu:1,0 --cdl-ddp --cdl-bind=closest,verbose \
+    ./show.sh >"$WORK/out" 2>"$WORK/err"
+check "--gpu-bind=map_gpu:1,0 --cdl-bind=closest: task 0 near GPU 1, task 1 near GPU 0" \
+    test "$(gpus_bound "$WORK/err")" = "0:1 1:0 " || cat "$WORK/err"
+as_user srun -p big -n4 --ntasks-per-gpu=2 --cdl-ddp --cdl-bind=closest,verbose \
+    ./show.sh >"$WORK/out" 2>"$WORK/err"
+check "--ntasks-per-gpu=2 --cdl-bind=closest: tasks 0,1 near GPU 0, 2,3 near GPU 1" \
+    test "$(gpus_bound "$WORK/err")" = "0:0 1:0 2:1 3:1 " || cat "$WORK/err"
 if [ -n "$FAKE_TRAIN" ] && [ -x "$FAKE_TRAIN" ]; then
     out=$(as_user_env OPENBLAS_NUM_THREADS=1 CDL_FAKE_GPUS=2 -- srun -p big -n4 --ntasks-per-gpu=2 \
           --cdl-ddp "$FAKE_TRAIN" --dataset synthetic --synthetic-size 64 --epochs 1 --workers 0 \

@@ -67,6 +67,77 @@ int spk_pack_plan(int tasks, int ngpus, int requested, int max, int pct_conf,
     return 0;
 }
 
+int spk_tres_bind_tasks_per_gpu(const char *tres_bind)
+{
+    long n;
+    char num[16];
+    if (!tres_bind || strncmp(tres_bind, "gpu:", 4))
+        return 1;
+    /* The binding's words are comma-separated after "gpu:"; another TRES
+     * after a '+' is not the GPU's. */
+    for (const char *p = tres_bind + 4; *p && *p != '+';) {
+        size_t len = strcspn(p, ",+");
+        if (len > 7 && !strncmp(p, "single:", 7) && len - 7 < sizeof num) {
+            memcpy(num, p + 7, len - 7);
+            num[len - 7] = '\0';
+            return spk_parse_uint(num, 1, 1024, &n) == 0 ? (int)n : 1;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return 1;
+}
+
+/* One map_gpu entry "ID" or "ID*COUNT" of [p, p + len): 0 when valid. */
+static int map_entry(const char *p, size_t len, long *id, long *count)
+{
+    char buf[24];
+    if (len == 0 || len >= sizeof buf)
+        return -1;
+    memcpy(buf, p, len);
+    buf[len] = '\0';
+    char *star = strchr(buf, '*');
+    *count = 1;
+    if (star) {
+        *star = '\0';
+        if (spk_parse_uint(star + 1, 1, 4096, count) != 0)
+            return -1;
+    }
+    return spk_parse_uint(buf, 0, 4096, id);
+}
+
+int spk_tres_bind_map_gpu(const char *tres_bind, int local_id)
+{
+    const char *list = tres_bind && !strncmp(tres_bind, "gpu:", 4) ? strstr(tres_bind, "map_gpu:")
+                                                                  : NULL;
+    long id, count, total = 0;
+    if (!list || local_id < 0)
+        return -1;
+    list += 8;
+    size_t end = strcspn(list, "+");   /* another TRES follows a '+' */
+    /* Twice over the list: its length (with repeats), then the entry of
+     * local_id modulo that length. */
+    for (int pass = 0; pass < 2; pass++) {
+        long want = pass ? local_id % total : 0, at = 0;
+        for (size_t i = 0; i < end;) {
+            size_t len = strcspn(list + i, ",+");
+            if (len > end - i)
+                len = end - i;
+            if (map_entry(list + i, len, &id, &count) != 0)
+                return -1;
+            if (pass && want < at + count)
+                return (int)id;
+            at += count;
+            i += len + (list[i + len] == ',');
+        }
+        total = at;
+        if (total == 0)
+            return -1;
+    }
+    return -1;
+}
+
 int spk_task_gpu_index(const struct spk_gpus *g, int local_id, int replicas_per_gpu)
 {
     long v;

@@ -43,4 +43,16 @@ static inline int spk_pack_gpu(const struct spk_pack *p, int local_id)
  * named by UUID. */
 int spk_task_gpu_index(const struct spk_gpus *g, int local_id, int replicas_per_gpu);
 
+/* Consecutive local tasks Slurm itself put on one GPU, from the step's
+ * SLURMD_TRES_BIND: N for "gpu:single:N" (srun --ntasks-per-gpu=N, or
+ * --gpu-bind=single:N; "gpu:verbose,single:N" too), else 1 (no binding,
+ * per_task, map_gpu, mask_gpu, closest, an unreadable value). */
+int spk_tres_bind_tasks_per_gpu(const char *tres_bind);
+
+/* Slurm's index of the GPU that srun --gpu-bind=map_gpu:LIST gives local
+ * task `local_id` (LIST[local_id % its length]; "ID*COUNT" repeats an ID;
+ * IDs are the node's GPU indexes), from SLURMD_TRES_BIND; -1 when the
+ * binding is not a map_gpu list of decimal IDs. */
+int spk_tres_bind_map_gpu(const char *tres_bind, int local_id);
+
 #endif

@@ -148,10 +148,27 @@ static int het_step(spank_t sp, uint32_t ntasks)
     job_env(sp, "SLURM_STEP_NUM_TASKS", buf, sizeof buf);
     if (!buf[0] || spk_parse_uint(buf, 1, 1L << 30, &n) != 0 || (uint32_t)n == ntasks)
         return 0;
-    spk_error("--cdl-ddp: heterogeneous steps (srun --het-group, or srun A : B) are not "
-              "supported: each component numbers its tasks from 0, so two tasks would get "
-              "RANK=0; run the data-parallel tasks as one homogeneous step");
+    spk_error("--cdl-ddp: heterogeneous steps (srun --het-group=0,1, or srun A : B) are not "
+              "supported: Slurm shows the plugin only its own component (its tasks numbered "
+              "from 0, its own job id), so no one rank contract spans the components; run the "
+              "data-parallel tasks in one component (srun --het-group=N) or as a job of one "
+              "component (sbatch -N/-n without 'hetjob')");
     return 1;
+}
+
+/* A step without GPUs in a heterogeneous job: a component that has none
+ * (CPU workers beside the GPU component). sbatch's --cdl-mps, written for
+ * the GPU component, reaches every step of every component, and each
+ * step of such a component with two tasks on a node failed: "the step has
+ * no GPUs on this node: request them", which that component cannot. It
+ * has nothing to share, like a node with one task. */
+static int gpuless_component(spank_t sp)
+{
+    char het[16];
+    if (spk_g.step_gpus.n > 0)
+        return 0;
+    job_env(sp, "SLURM_HET_SIZE", het, sizeof het);
+    return het[0] != '\0';
 }
 
 int spk_remote_post_opt(spank_t sp)
@@ -232,7 +249,7 @@ int spk_remote_post_opt(spank_t sp)
      * `srun -n1 cp ...`, a staging step with one task per node, a tool
      * started with `srun --overlap -n1`. A one-task step that uses the GPU
      * gets the whole GPU, as without the option. */
-    if (o->mps && s->local_tasks > 1 && setup_mps(sp) != 0)
+    if (o->mps && s->local_tasks > 1 && !gpuless_component(sp) && setup_mps(sp) != 0)
         defer("--cdl-mps");
 #ifdef HAVE_HWLOC
     if (spk_g.bind != SPK_BIND_NONE) {
@@ -380,11 +397,19 @@ static int task_mps_env(spank_t sp, uint32_t local_id)
     return apply_env(sp, &env);
 }
 
+/* Slurm's GPU binding of this task (SLURMD_TRES_BIND, "" when none): read
+ * in task_init, before binding, in the task's own process. */
+static char tres_bind[1024];
+
 #ifdef HAVE_HWLOC
 /* Slurm's index of local task t's GPU (packing.h). */
 static int task_gpu_index(int t)
 {
-    return spk_task_gpu_index(&spk_g.step_gpus, t, spk_g.step.replicas_per_gpu);
+    /* srun --gpu-bind=map_gpu: Slurm, not the slot rule, gave each task
+     * its one GPU (which cdl-train opens as its device 0). Under MPS the
+     * plugin's packing sets the GPU instead. */
+    int g = spk_g.mps_ready ? -1 : spk_tres_bind_map_gpu(tres_bind, t);
+    return g >= 0 ? g : spk_task_gpu_index(&spk_g.step_gpus, t, spk_g.step.replicas_per_gpu);
 }
 
 /* closest: a task that runs torchrun (tr->found) binds as with cores: its
@@ -472,6 +497,23 @@ done:
 }
 #endif
 
+/* Slurm's own GPU binding (srun --ntasks-per-gpu=N, --gpu-bind=single:N)
+ * gives N consecutive local tasks one GPU, time-sliced without MPS. The
+ * contract says so, as under --cdl-mps, so that cdl reduces within each
+ * GPU first and --cdl-bind=closest binds near the GPU the task has; with 1
+ * every rank failed, told to set CDL_REPLICAS_PER_GPU, which the contract
+ * replaces. Slurm puts the binding into each task's environment (the
+ * same on all of a node's tasks), not the step's. */
+static void slurm_gpu_sharing(spank_t sp)
+{
+    job_env(sp, "SLURMD_TRES_BIND", tres_bind, sizeof tres_bind);
+    if (!spk_g.opts.ddp || spk_g.opts.mps || spk_g.step.local_tasks < 2)
+        return;
+    int n = spk_tres_bind_tasks_per_gpu(tres_bind);
+    spk_g.step.replicas_per_gpu = n < (int)spk_g.step.local_tasks ? n
+                                                                   : (int)spk_g.step.local_tasks;
+}
+
 int spk_remote_task_init(spank_t sp)
 {
     uint32_t local_id, global_id;
@@ -495,6 +537,7 @@ int spk_remote_task_init(spank_t sp)
     if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS)
         argc = 0;
     spk_torchrun_parse(argc, argv, &tr);
+    slurm_gpu_sharing(sp);
 #ifdef HAVE_HWLOC
     if (spk_g.bind != SPK_BIND_NONE && task_bind(sp, local_id, global_id, &tr) != 0) {
         slurm_error("cdl: --cdl-bind: %s", spk_last_error());

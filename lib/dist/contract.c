@@ -152,8 +152,19 @@ static int decode_node(contract *c, contract_get_fn get, void *ctx, contract_err
         return fail(e, "GROUP_RANK=%d and NODE_RANK=%d disagree: they both name this "
                     "process's node; set them equal", group, node);
     c->node_rank = g ? group : node;
+    /* Without CDL_NNODES the node count is inferred, right when every node
+     * runs LOCAL_WORLD_SIZE ranks. Nodes that run different numbers (srun
+     * -N2 -n3 gives 2 and 1) cannot tell: one that does not divide
+     * WORLD_SIZE says so here (it used to take itself for the only node and
+     * blame LOCAL_WORLD_SIZE, which is right). */
+    if (!nn && lw && c->world % c->local_world != 0)
+        return fail(e, CDL_ENV_LOCAL_WORLD_SIZE "=%d does not divide " CDL_ENV_WORLD_SIZE "=%d, "
+                    "so the number of nodes is unknown (nodes running different numbers of "
+                    "ranks): export " CDL_ENV_NNODES ", the number of nodes, to every rank "
+                    "(under Slurm $SLURM_STEP_NUM_NODES; srun --cdl-ddp and cdlrun set it)",
+                    c->local_world, c->world);
     if (!nn)
-        c->nnodes = (lw && c->world % c->local_world == 0) ? c->world / c->local_world : 1;
+        c->nnodes = lw ? c->world / c->local_world : 1;
     if (c->nnodes == 1) {
         if (!lr)
             c->local_rank = c->rank;

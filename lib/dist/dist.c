@@ -119,8 +119,10 @@ static int exchange_layout(cdl_dist *d, int by_gpu, layout *l)
         const rank_loc *o = &l->loc[r];
         if (o->world != w || o->nnodes != in->nnodes)
             rc = cdl_error("rank %d sees WORLD_SIZE=%d and %d nodes, but rank %d sees %d and %d: "
-                           "the launcher gave the ranks different layouts", r, o->world,
-                           o->nnodes, in->rank, w, in->nnodes);
+                           "the launcher gave the ranks different layouts (without "
+                           CDL_ENV_NNODES " each rank takes WORLD_SIZE / LOCAL_WORLD_SIZE "
+                           "nodes, wrong when nodes run different numbers of ranks: export "
+                           CDL_ENV_NNODES ")", r, o->world, o->nnodes, in->rank, w, in->nnodes);
         else if (o->node != me.node)
             continue;
         else if (o->local_world != me.local_world)

@@ -4,6 +4,7 @@
  * --cpu-bind value and node lists (lib/dist/contract.c, compiled into the
  * plugin), and the job environment's values the plugin reads as root:
  * SLURM_CPU_BIND_LIST masks, CUDA_VISIBLE_DEVICES, SLURM_STEP_RESV_PORTS;
+ * Slurm's GPU binding of a task (SLURMD_TRES_BIND, read in the task);
  * and the /dev/shm names, which any user chooses, that the plugin matches
  * as root to remove a step's leftover segments (spank/shmsweep.c).
  *
@@ -90,6 +91,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (spk_gpus_parse(text, &g) == 0)
             for (int t = 0; t < 4; t++)
                 spk_task_gpu_index(&g, t, 1 + t % 2);
+        /* SLURMD_TRES_BIND, read in the task (as the user). */
+        spk_tres_bind_tasks_per_gpu(text);
+        for (int t = 0; t < 4; t++)
+            spk_tres_bind_map_gpu(text, t * 5);
         break;
     }
     default: {

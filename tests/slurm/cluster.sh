@@ -52,6 +52,15 @@
 #                       env.sh exports it. Clusters running side by side on
 #                       one host then never share job ids, so nothing named
 #                       by job id (ports, /dev/shm, runtime_dir) meets.
+#   CDL_HETERO=1        a heterogeneous site: n1 has 4 CPUs on 2 sockets and two
+#                       GPUs of type a100 (fake devices nvidia0, nvidia1), n2
+#                       2 CPUs on one socket and one GPU of type t4 (nvidia2);
+#                       partitions all (both nodes, the default), big (n1)
+#                       and small (n2). GPUs need File= in gres.conf: with
+#                       Count= alone Debian 12's Slurm (22.05) counts 0 of
+#                       them and marks the node INVAL ("gres/gpu count
+#                       reported lower than configured (0 < 1)"). Not with
+#                       CDL_CGROUP (a cpuset cannot name CPUs the host lacks)
 #   CDL_PREEMPT=1       partition preemption: jobs of partition `high` (both
 #                       nodes, PriorityTier 10) requeue those of `debug` after
 #                       a GraceTime of 60 s (SIGTERM to the tasks first)
@@ -127,7 +136,8 @@ start() {
     # Two fake GPUs per node: gres/gpu wants character devices, so make two
     # copies of /dev/null (named like NVIDIA's, so Slurm numbers them 0, 1).
     mkdir -p "$dir/dev"
-    mknod -m 0666 "$dir/dev/nvidia0" c 1 3 && mknod -m 0666 "$dir/dev/nvidia1" c 1 3 ||
+    mknod -m 0666 "$dir/dev/nvidia0" c 1 3 && mknod -m 0666 "$dir/dev/nvidia1" c 1 3 &&
+        { [ "${CDL_HETERO:-0}" != 1 ] || mknod -m 0666 "$dir/dev/nvidia2" c 1 3; } ||
         die "mknod failed: the harness needs CAP_MKNOD for its fake GPU devices"
 
     # munge
@@ -179,9 +189,25 @@ DefMemPerCPU=$((4000 / cpus))"
     cat >"$dir/etc/plugstack.conf" <<EOF
 required $CDL_SPANK_SO mps_control=$dir/bin/nvidia-cuda-mps-control runtime_dir=$dir/cdl port_range=$prange secret_key=$dir/munge/munge.key ${CDL_PLUGSTACK_ARGS:-}
 EOF
-    cat >"$dir/etc/gres.conf" <<EOF
+    # Node lines: alike, or (CDL_HETERO) of different sizes and GPU types.
+    local node1="CPUs=$cpus RealMemory=4000 Gres=gpu:2" node2 parts
+    node2=$node1
+    parts="PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP"
+    if [ "${CDL_HETERO:-0}" = 1 ]; then
+        node1="CPUs=4 Sockets=2 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=4000 Gres=gpu:a100:2"
+        node2="CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=4000 Gres=gpu:t4:1"
+        parts="PartitionName=all Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
+PartitionName=big Nodes=n1 MaxTime=INFINITE State=UP
+PartitionName=small Nodes=n2 MaxTime=INFINITE State=UP"
+        cat >"$dir/etc/gres.conf" <<EOF
+NodeName=n1 Name=gpu Type=a100 File=$dir/dev/nvidia[0-1]
+NodeName=n2 Name=gpu Type=t4 File=$dir/dev/nvidia2
+EOF
+    else
+        cat >"$dir/etc/gres.conf" <<EOF
 NodeName=n[1-2] Name=gpu File=$dir/dev/nvidia[0-1]
 EOF
+    fi
     cat >"$dir/etc/slurm.conf" <<EOF
 ClusterName=cdltest
 SlurmctldHost=$host(127.0.0.1)
@@ -218,9 +244,9 @@ InactiveLimit=0
 SlurmdParameters=config_overrides
 TmpFS=$dir/tmp/%n
 GresTypes=gpu
-NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p1 CPUs=$cpus RealMemory=4000 Gres=gpu:2
-NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p2 CPUs=$cpus RealMemory=4000 Gres=gpu:2
-PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP$( [ "${CDL_PREEMPT:-0}" = 1 ] && echo " PriorityTier=1 GraceTime=60 PreemptMode=REQUEUE" )
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p1 $node1
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p2 $node2
+$parts$( [ "${CDL_PREEMPT:-0}" = 1 ] && echo " PriorityTier=1 GraceTime=60 PreemptMode=REQUEUE" )
 $( [ "${CDL_PREEMPT:-0}" = 1 ] && printf '%s\n' "PartitionName=high Nodes=n1,n2 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF" \
    "PreemptType=preempt/partition_prio" "PreemptMode=REQUEUE" )
 EOF

@@ -262,6 +262,37 @@ static void test_decode_strict(void **state)
     }
 }
 
+/* Hand-exported variables of ranks spread unevenly (srun -N2 -n3: 2 ranks
+ * on node 0, 1 on node 1) without CDL_NNODES: node 0 took itself for the
+ * only node and blamed LOCAL_WORLD_SIZE ("differs from WORLD_SIZE=3 but
+ * there is one node (CDL_NNODES=1 ...)", a value nobody set). */
+static void test_uneven_nodes(void **state)
+{
+    (void)state;
+    contract c;
+    contract_err e;
+    struct env env = {0};
+    env_put(&env, CDL_ENV_RANK, "1", 0, &e);
+    env_put(&env, CDL_ENV_WORLD_SIZE, "3", 0, &e);
+    env_put(&env, CDL_ENV_LOCAL_RANK, "1", 0, &e);
+    env_put(&env, CDL_ENV_LOCAL_WORLD_SIZE, "2", 0, &e);
+    env_put(&env, CDL_ENV_NODE_RANK, "0", 0, &e);
+    assert_int_equal(contract_decode(&c, env_get, &env, &e), -1);
+    assert_non_null(strstr(e.msg, "LOCAL_WORLD_SIZE=2 does not divide WORLD_SIZE=3"));
+    assert_non_null(strstr(e.msg, "export " CDL_ENV_NNODES));
+    env_put(&env, CDL_ENV_NNODES, "2", 0, &e);
+    assert_int_equal(contract_decode(&c, env_get, &env, &e), 0);
+    assert_int_equal(c.nnodes, 2);
+    assert_int_equal(c.local_world, 2);
+    /* Node 1's single rank. */
+    env_put(&env, CDL_ENV_RANK, "2", 0, &e);
+    env_put(&env, CDL_ENV_LOCAL_RANK, "0", 0, &e);
+    env_put(&env, CDL_ENV_LOCAL_WORLD_SIZE, "1", 0, &e);
+    env_put(&env, CDL_ENV_NODE_RANK, "1", 0, &e);
+    assert_int_equal(contract_decode(&c, env_get, &env, &e), 0);
+    assert_int_equal(c.nnodes, 2);
+}
+
 static void test_token(void **state)
 {
     (void)state;
@@ -285,6 +316,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_decode_strict),
+        cmocka_unit_test(test_uneven_nodes),
         cmocka_unit_test(test_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -434,6 +434,52 @@ static void test_task_gpu_index(void **state)
     assert_int_equal(spk_task_gpu_index(&g, 0, 1), -1);   /* UUIDs: no index */
 }
 
+/* srun --ntasks-per-gpu=N puts N consecutive tasks on each GPU itself
+ * (SLURMD_TRES_BIND=gpu:single:N): the contract's CDL_REPLICAS_PER_GPU
+ * must say so, or cdl-train refuses the ranks sharing a GPU. */
+static void test_tres_bind(void **state)
+{
+    (void)state;
+    assert_int_equal(spk_tres_bind_tasks_per_gpu("gpu:single:2"), 2);
+    assert_int_equal(spk_tres_bind_tasks_per_gpu("gpu:verbose,single:4"), 4);
+    assert_int_equal(spk_tres_bind_tasks_per_gpu("gpu:single:1"), 1);
+    assert_int_equal(spk_tres_bind_tasks_per_gpu("gpu:per_task:2"), 1);
+    assert_int_equal(spk_tres_bind_tasks_per_gpu("gpu:map_gpu:0,0,1,1"), 1);
+    assert_int_equal(spk_tres_bind_tasks_per_gpu("gpu:closest"), 1);
+    assert_int_equal(spk_tres_bind_tasks_per_gpu("gpu:single:"), 1);
+    assert_int_equal(spk_tres_bind_tasks_per_gpu("gpu:single:x"), 1);
+    assert_int_equal(spk_tres_bind_tasks_per_gpu("gpu:single:99999999999999999999"), 1);
+    assert_int_equal(spk_tres_bind_tasks_per_gpu("nic:single:2"), 1);
+    assert_int_equal(spk_tres_bind_tasks_per_gpu("gpu:closest+nic:single:2"), 1);
+    assert_int_equal(spk_tres_bind_tasks_per_gpu(""), 1);
+    assert_int_equal(spk_tres_bind_tasks_per_gpu(NULL), 1);
+}
+
+/* srun --gpu-bind=map_gpu:1,0 --cdl-bind=closest: task 0 uses GPU 1 and
+ * was bound near GPU 0 (the slot rule), on a two-socket node the other
+ * socket. */
+static void test_tres_bind_map_gpu(void **state)
+{
+    (void)state;
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:1,0", 0), 1);
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:1,0", 1), 0);
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:1,0", 2), 1);   /* the list repeats */
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:verbose,map_gpu:3", 5), 3);
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:0*2,1*2", 1), 0);
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:0*2,1*2", 2), 1);
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:0*2,1*2", 5), 0);
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:2,3+nic:map_nic:7", 3), 3);
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:0x1,0", 0), -1);   /* hex: not read */
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:", 0), -1);
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:1,,0", 0), -1);
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:1*0", 0), -1);
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:single:2", 0), -1);
+    assert_int_equal(spk_tres_bind_map_gpu("nic:map_gpu:1", 0), -1);
+    assert_int_equal(spk_tres_bind_map_gpu("", 0), -1);
+    assert_int_equal(spk_tres_bind_map_gpu(NULL, 0), -1);
+    assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:1", -1), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -450,6 +496,8 @@ int main(void)
         cmocka_unit_test(test_gpus_parse),
         cmocka_unit_test(test_pack_plan),
         cmocka_unit_test(test_task_gpu_index),
+        cmocka_unit_test(test_tres_bind),
+        cmocka_unit_test(test_tres_bind_map_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
 /* Host-side decisions of the GPU training pipeline (see pipeline.h). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -79,16 +80,24 @@ long train_valid_rows(const int32_t *labels, int n)
     return valid;
 }
 
-int train_loss_error(int rank, double loss, long step, int late)
+int train_loss_error(int rank, double loss, long step, int late, const char *last)
 {
+    /* Counted as every record counts: step k + 1 is the one after k done. */
+    char where[96], todo[2600];
     if (late)
-        return cdl_error("rank %d: loss is %g at step %ld (noticed one step late: GPU steps are "
-                         "pipelined, step %ld was already queued): training diverged (lower --lr, "
-                         "or resume from the last good checkpoint)",
-                         rank, loss, step, step + 1);
-    return cdl_error("rank %d: loss is %g at step %ld: training diverged (lower --lr, or resume "
-                     "from the last good checkpoint)",
-                     rank, loss, step);
+        snprintf(where, sizeof where, " (noticed one step late: GPU steps are pipelined, step %ld "
+                 "was already queued)", step + 2);
+    else
+        where[0] = 0;
+    /* No checkpoint holds non-finite weights (checkpoint.c refuses them),
+     * so the last one is from before the loss became NaN or infinite. */
+    if (last)
+        snprintf(todo, sizeof todo, "resume from the last checkpoint, %s, with a lower learning "
+                 "rate (--lr X --resume-allow lr)", last);
+    else
+        snprintf(todo, sizeof todo, "no checkpoint to resume from: start again with a lower --lr");
+    return cdl_error("rank %d: loss is %g at step %ld%s: training diverged; %s", rank, loss,
+                     step + 1, where, todo);
 }
 
 int train_eval_loss_error(int rank, double loss)

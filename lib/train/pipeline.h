@@ -49,7 +49,7 @@ long train_valid_rows(const int32_t *labels, int n);
 int train_loss_error(int rank, double loss, long step, int late, const char *last);
 /* The same for a batch of an evaluation (validation or test): not a
  * step's loss, but the weights' outputs overflowed. Returns -1. */
-int train_eval_loss_error(int rank, double loss);
+int train_eval_loss_error(int rank, double loss, const char *last);
 
 /* Whole-step CUDA graphs for this run. setting: --cuda-graphs (1 on, -1
  * off, 0 not given); env: CDL_CUDA_GRAPHS (on|off, NULL or "" unset).

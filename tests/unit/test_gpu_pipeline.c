@@ -118,9 +118,11 @@ static void test_loss_error(void **state)
     expect_error("resume from the last checkpoint, runs/a/last.safetensors, with a lower "
                  "learning rate (--lr X --resume-allow lr)");
     /* An evaluation's loss is no step's: the message says so. */
-    assert_int_equal(train_eval_loss_error(1, NAN), -1);
+    assert_int_equal(train_eval_loss_error(1, NAN, NULL), -1);
     expect_error("rank 1: the loss of an evaluation batch is nan: the weights have diverged");
     assert_null(strstr(cdl_last_error(), "step"));
+    assert_int_equal(train_eval_loss_error(1, NAN, "c/last.safetensors"), -1);
+    expect_error("diverged; resume from the last checkpoint, c/last.safetensors, with a lower");
 }
 
 static void graphs(int setting, const char *env, int cuda, int world, int want_on,

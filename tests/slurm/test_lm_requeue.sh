@@ -88,4 +88,24 @@ assert got["step/tokens_per_sec"] == want
 assert got["eval/val_loss"] == evals, got["eval/val_loss"]
 assert got["epoch/val_loss"] == ends, got["epoch/val_loss"]
 PY
+
+# Trained on past its MAX_STEPS with another learning rate: a new job with
+# the same RUN_DIR refuses the changed --lr and --decay-steps (and says how
+# to go on: a plain sbatch would start from step 0 in a new RUN_DIR), then
+# goes on with RESUME_ALLOW from step $MAX.
+more="ALL,CDL_TRAIN=$CDL_TRAIN_BIN,DEVICE=cpu,DATA=text:lm.txt,BLOCK=64,BATCH=8,ACCUM=2,WARMUP=20,EVAL_EVERY=25,RUN_DIR=runs/lm,MAX_STEPS=$((MAX + 20)),LR=3e-4"
+id=$(as_user_env MODEL=gpt:n_layer=2,n_head=2,n_embd=32 -- sbatch --parsable --export="$more" \
+     --gres=gpu:2 --ntasks-per-node=2 --cpus-per-task=1 -o more.out ./lm-gpt.sbatch | cut -d';' -f1)
+wait_job "$id" >/dev/null
+check "lm-gpt.sbatch: a refused resume says how to continue that run" \
+    eval 'grep -q -- "--lr 0.0006 -> 0.0003" "$WORK/more.out" &&
+          grep -q "to continue this run once that is fixed: sbatch --export=ALL,RUN_DIR=runs/lm lm-gpt.sbatch" "$WORK/more.out"' ||
+    cat "$WORK/more.out"
+id=$(as_user_env MODEL=gpt:n_layer=2,n_head=2,n_embd=32 RESUME_ALLOW=lr,decay-steps -- \
+     sbatch --parsable --export="$more" \
+     --gres=gpu:2 --ntasks-per-node=2 --cpus-per-task=1 -o more2.out ./lm-gpt.sbatch | cut -d';' -f1)
+state=$(wait_job "$id")
+check "lm-gpt.sbatch: RESUME_ALLOW=lr,decay-steps goes on from step $MAX ($state)" \
+    eval '[ "${state%% *}" = JobState=COMPLETED ] && grep -q "\"start_step\":$MAX," "$M" &&
+          [ "$(last_step)" = $((MAX + 20)) ]' || cat "$WORK/more2.out"
 finish

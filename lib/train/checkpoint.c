@@ -233,6 +233,41 @@ static int collect_tensors(ckpt_tensors *c, cdl_model *m, cdl_optim *o)
     return 0;
 }
 
+/* Refuses to store weights or optimizer state that hold a NaN or an
+ * infinity: a step can diverge with a finite loss (an overflowing gradient
+ * makes the update, not the forward pass, non-finite), and such a file would
+ * replace the last good checkpoint with one every resume fails from at its
+ * first step. The previous files stay as they were; the error names the
+ * first such tensor and says how to go on. */
+static int refuse_nonfinite(const ckpt_tensors *c, const char *path, long step)
+{
+    size_t bad = 0;
+    const char *first = NULL;
+    for (int i = 0; i < c->n; i++) {
+        const cdl_st_tensor *t = &c->t[i];
+        if (!t->data)
+            continue;
+        size_t numel = 1;
+        for (int d = 0; d < t->ndim; d++)
+            numel *= (size_t)t->shape[d];
+        for (size_t k = 0; k < numel; k++)
+            if (!isfinite(t->data[k])) {
+                bad++;
+                first = first ? first : t->name;
+            }
+    }
+    if (!bad)
+        return 0;
+    const char *slash = strrchr(path, '/');
+    int dirlen = slash ? (int)(slash - path) : 1;
+    const char *dir = slash ? path : ".";
+    return cdl_error("%s not written: %zu values of the model or its optimizer state after step "
+                     "%ld are NaN or infinite (the first in %s): training diverged; the "
+                     "checkpoints in %.*s are left as they were, from before: resume from "
+                     "them with a lower learning rate (--lr X --resume-allow lr)",
+                     path, bad, step, first, dirlen, dir);
+}
+
 /* n floats as "v0,v1,...", each with the digits that read back to the
  * same float (%.9g); NULL when out of memory. */
 static char *join_floats(const float *v, int n)
@@ -260,7 +295,7 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     if (be->ops->sync(be) != 0)
         return -1;
     config = cdl_malloc(16384);
-    if (!config || collect_tensors(&ct, m, o))
+    if (!config || collect_tensors(&ct, m, o) || refuse_nonfinite(&ct, path, pos->step))
         goto out;
     if (train_config_json(cfg, config, 16384) != 0)
         goto out;

@@ -1,5 +1,6 @@
 /* Host-side decisions of the GPU training pipeline (see pipeline.h). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -79,23 +80,37 @@ long train_valid_rows(const int32_t *labels, int n)
     return valid;
 }
 
-int train_loss_error(int rank, double loss, long step, int late)
+/* What a diverged run does next. No checkpoint holds non-finite weights
+ * (checkpoint.c refuses them), so the last one is from before the loss or
+ * the weights became NaN or infinite. */
+static const char *resume_todo(char *buf, size_t len, const char *last)
 {
-    if (late)
-        return cdl_error("rank %d: loss is %g at step %ld (noticed one step late: GPU steps are "
-                         "pipelined, step %ld was already queued): training diverged (lower --lr, "
-                         "or resume from the last good checkpoint)",
-                         rank, loss, step, step + 1);
-    return cdl_error("rank %d: loss is %g at step %ld: training diverged (lower --lr, or resume "
-                     "from the last good checkpoint)",
-                     rank, loss, step);
+    if (last)
+        snprintf(buf, len, "resume from the last checkpoint, %s, with a lower learning rate "
+                 "(--lr X --resume-allow lr)", last);
+    else
+        snprintf(buf, len, "no checkpoint to resume from: start again with a lower --lr");
+    return buf;
 }
 
-int train_eval_loss_error(int rank, double loss)
+int train_loss_error(int rank, double loss, long step, int late, const char *last)
 {
-    return cdl_error("rank %d: the loss of an evaluation batch is %g: the weights have diverged "
-                     "(lower --lr, or resume from the last good checkpoint)",
-                     rank, loss);
+    /* Counted as every record counts: step k + 1 is the one after k done. */
+    char where[96], todo[2600];
+    if (late)
+        snprintf(where, sizeof where, " (noticed one step late: GPU steps are pipelined, step %ld "
+                 "was already queued)", step + 2);
+    else
+        where[0] = 0;
+    return cdl_error("rank %d: loss is %g at step %ld%s: training diverged; %s", rank, loss,
+                     step + 1, where, resume_todo(todo, sizeof todo, last));
+}
+
+int train_eval_loss_error(int rank, double loss, const char *last)
+{
+    char todo[2600];
+    return cdl_error("rank %d: the loss of an evaluation batch is %g: the weights have diverged; "
+                     "%s", rank, loss, resume_todo(todo, sizeof todo, last));
 }
 
 int train_graphs_decide(int setting, const char *env, int is_cuda, int world, int *on,

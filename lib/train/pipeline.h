@@ -41,13 +41,15 @@ long train_batch_sums(const float *loss, const int32_t *pred, const int32_t *lab
 /* The rows of labels[0..n) that are not ignored (>= 0). */
 long train_valid_rows(const int32_t *labels, int n);
 
-/* The error for a non-finite batch loss. late: it was noticed after the
- * next step had already been queued (the GPU pipeline reads results one
- * step late), which the message says. Returns -1. */
-int train_loss_error(int rank, double loss, long step, int late);
+/* The error for a non-finite batch loss of the step with 0-based index
+ * step (named step + 1, as the records count steps done). late: it was
+ * noticed after the next step had already been queued (the GPU pipeline
+ * reads results one step late), which the message says. last: the
+ * checkpoint to resume from (NULL: none). Returns -1. */
+int train_loss_error(int rank, double loss, long step, int late, const char *last);
 /* The same for a batch of an evaluation (validation or test): not a
  * step's loss, but the weights' outputs overflowed. Returns -1. */
-int train_eval_loss_error(int rank, double loss);
+int train_eval_loss_error(int rank, double loss, const char *last);
 
 /* Whole-step CUDA graphs for this run. setting: --cuda-graphs (1 on, -1
  * off, 0 not given); env: CDL_CUDA_GRAPHS (on|off, NULL or "" unset).

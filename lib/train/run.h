@@ -85,6 +85,9 @@ int train_setup_agree(run *r, int failed, const char *what);
 /* loop.c: 1 when any rank got SIGTERM/SIGUSR1 (all ranks call it at the
  * same point), 0 when none, -1 when the collective fails. */
 int train_stop_agreed(run *r);
+/* loop.c: the checkpoint a diverged run resumes from: last.safetensors when
+ * --ckpt-dir holds one, else NULL. */
+const char *train_last_ckpt(const run *r);
 /* agree.c: a warning on stderr when a single process runs in a Slurm job of
  * several tasks outside any job step (cdl-train straight in the batch
  * script, sbatch --wrap, salloc's shell): the job's other tasks idle. */

@@ -67,8 +67,8 @@ int train_run_batch(run *r, const cdl_batch *b, int train, long step, double sum
     double loss, correct;
     long counted = train_batch_sums(r->h_loss, r->h_pred, b->y, rows, &loss, &correct);
     if (!isfinite(loss))
-        return train ? train_loss_error(r->ri.rank, loss, step, 0)
-                     : train_eval_loss_error(r->ri.rank, loss);
+        return train ? train_loss_error(r->ri.rank, loss, step, 0, train_last_ckpt(r))
+                     : train_eval_loss_error(r->ri.rank, loss, train_last_ckpt(r));
     sums[0] += loss;
     sums[1] += correct;
     sums[2] += counted;

@@ -10,9 +10,13 @@
 #include "report.h"
 #include "tfevents.h"
 
-/* The metrics the hparams dashboard compares runs by. */
+/* The metrics the hparams dashboard compares runs by: the epochs', and
+ * the --eval-every validations' and step records' for runs measured in
+ * steps (a language model on a large corpus ends no epoch: its sessions
+ * showed no metric at all). */
 static const char *const compared[] = {"epoch/val_loss", "epoch/val_accuracy",
-                                       "epoch/train_loss", "epoch/train_accuracy", NULL};
+                                       "epoch/train_loss", "epoch/train_accuracy",
+                                       "eval/val_loss", "eval/val_accuracy", "step/loss", NULL};
 
 int tboard_start(tfev *w, const cdl_train_config *c, const run_info *ri)
 {
@@ -32,6 +36,13 @@ int tboard_start(tfev *w, const cdl_train_config *c, const run_info *ri)
         {"momentum", NULL, c->optim.momentum},
         {"weight_decay", NULL, c->optim.weight_decay},
         {"warmup_epochs", NULL, c->warmup_epochs},
+        /* A schedule in steps (--warmup-steps, --decay-steps, --min-lr), the
+         * run's length and clipping: what runs measured in steps differ by. */
+        {"warmup_steps", NULL, (double)c->warmup_steps},
+        {"decay_steps", NULL, (double)c->decay_steps},
+        {"min_lr", NULL, c->min_lr},
+        {"max_steps", NULL, (double)c->max_steps},
+        {"clip_grad", NULL, c->clip_grad},
         {"seed", NULL, (double)c->seed},
         {"world", NULL, ri->world},
         {"backend", ri->backend, 0},

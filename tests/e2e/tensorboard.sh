@@ -77,14 +77,19 @@ assert "epoch/tokens_per_sec" in sc, sorted(sc)
 PY
 
 # The hparams' batch in all is the optimizer step's: 8 samples x 2
-# micro-batches (--accum-steps), not 8.
+# micro-batches (--accum-steps), not 8. A schedule in steps, the run's
+# length and clipping are hparams too (runs measured in steps differ by
+# them, and showed the same warmup_epochs 0).
 "$CDL_TRAIN" --dataset synthetic --synthetic-size 64 --batch-size 8 --accum-steps 2 --epochs 1 \
+    --warmup-steps 2 --decay-steps 4 --min-lr 0.001 --max-steps 3 --clip-grad 0.5 \
     --threads 1 --workers 0 --tensorboard "$TMP/tb-accum" -q || die "training with --accum-steps failed"
 "$PY" "$READ" "$TMP"/tb-accum/events.out.tfevents.* >"$TMP/accum.json" || die "tfevents_read.py, accum"
 "$PY" - "$TMP/accum.json" <<'PY' || die "hparams global_batch_size leaves out --accum-steps"
 import json, sys
 hp = json.load(open(sys.argv[1]))["hparam_values"]
 assert hp["batch_size"] == 8 and hp["global_batch_size"] == 16 and hp["accum_steps"] == 2, hp
+assert (hp["warmup_steps"], hp["decay_steps"], hp["max_steps"]) == (2, 4, 3), hp
+assert abs(hp["min_lr"] - 0.001) < 1e-9 and hp["clip_grad"] == 0.5, hp
 PY
 
 # The reader can fail: one flipped byte in the last record.
@@ -179,7 +184,10 @@ assert hp["dataset"].string_value == "synthetic", hp["dataset"]
 assert start.session_start_info.group_name == sys.argv[2]
 exp = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
 assert "lr" in [h.name for h in exp.hparam_infos]
-assert "epoch/val_accuracy" in [m.name.tag for m in exp.metric_infos]
+# The validations of runs measured in steps (--eval-every) and the
+# training loss too: a language model's run may end no epoch.
+for tag in ("epoch/val_accuracy", "eval/val_loss", "eval/val_accuracy", "step/loss"):
+    assert tag in [m.name.tag for m in exp.metric_infos], (tag, exp.metric_infos)
 print("TensorBoard reads", len(tags), "scalar tags and the hparams of run", sys.argv[2])
 PY
 "$venv/bin/python" - "$TMP/tb-live" 2>/dev/null <<'PY' || die "TensorBoard draws a resumed run's steps twice"

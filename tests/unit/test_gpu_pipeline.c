@@ -106,17 +106,23 @@ static void test_batch_sums(void **state)
 static void test_loss_error(void **state)
 {
     (void)state;
-    assert_int_equal(train_loss_error(3, INFINITY, 41, 0), -1);
+    /* Named as the records name it: index 40 is step 41 (it said 40,
+     * one before the step record of the same step). */
+    assert_int_equal(train_loss_error(3, INFINITY, 40, 0, NULL), -1);
     expect_error("rank 3: loss is inf at step 41: training diverged");
+    expect_error("no checkpoint to resume from: start again with a lower --lr");
     assert_null(strstr(cdl_last_error(), "late"));
-    assert_int_equal(train_loss_error(0, NAN, 41, 1), -1);
+    assert_int_equal(train_loss_error(0, NAN, 40, 1, "runs/a/last.safetensors"), -1);
     expect_error("at step 41 (noticed one step late");
     expect_error("step 42 was already queued");
-    expect_error("--lr");
+    expect_error("resume from the last checkpoint, runs/a/last.safetensors, with a lower "
+                 "learning rate (--lr X --resume-allow lr)");
     /* An evaluation's loss is no step's: the message says so. */
-    assert_int_equal(train_eval_loss_error(1, NAN), -1);
+    assert_int_equal(train_eval_loss_error(1, NAN, NULL), -1);
     expect_error("rank 1: the loss of an evaluation batch is nan: the weights have diverged");
     assert_null(strstr(cdl_last_error(), "step"));
+    assert_int_equal(train_eval_loss_error(1, NAN, "c/last.safetensors"), -1);
+    expect_error("diverged; resume from the last checkpoint, c/last.safetensors, with a lower");
 }
 
 static void graphs(int setting, const char *env, int cuda, int world, int want_on,

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# A run that diverges (SGD at --lr 1000: the loss overflows within a few
+# steps). Its weights turn non-finite at a step whose own loss is still
+# finite (the update overflows, not the forward pass): a checkpoint due at
+# that step must not replace last.safetensors (it did, and every resume then
+# failed at its first step, with no good checkpoint left); the error names
+# the step and what to do. A NaN loss names the step as the step records do
+# (it said one less) and the checkpoint to resume from.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+PY=${CDL_TEST_PYTHON:-/usr/bin/python3}
+[ -x "$PY" ] || { echo "SKIP: no $PY"; exit 77; }
+
+for i in $(seq 3000); do echo "line $i of a small text, with some words $((i * 7 % 13))"; done >"$TMP/lm.txt"
+run() {   # run DIR CKPT_EVERY: the diverging run, a step record every step
+    "$CDL_TRAIN" --dataset "text:$TMP/lm.txt" --model gpt:n_layer=1,n_head=1,n_embd=16 \
+        --block-size 16 --batch-size 4 --optimizer sgd --lr 1000 --epochs 100 --max-steps 100 \
+        --threads 1 --workers 0 --ckpt-dir "$TMP/$1" --ckpt-every "$2" --metrics-every 1 \
+        --metrics "$TMP/$1.jsonl" -q
+}
+last_record() { sed -n 's/.*"type":"step".*"step":\([0-9]*\),.*/\1/p' "$TMP/$1.jsonl" | tail -n 1; }
+# Which tensors of a checkpoint hold a NaN or an infinity, and its step.
+check="import json, math, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); d = b[8 + n:]; meta = h.pop('__metadata__')
+bad = [k for k, t in h.items() if t['dtype'] == 'F32' and not all(map(math.isfinite,
+       struct.unpack('<%df' % ((t['data_offsets'][1] - t['data_offsets'][0]) // 4),
+                     d[t['data_offsets'][0]:t['data_offsets'][1]])))]
+print(meta['step'], ' '.join(bad))"
+
+# A checkpoint every step: the one after the step that overflowed is refused.
+expect_status 1 run every 1
+s=$(last_record every)
+[ -n "$s" ] && [ "$s" -ge 2 ] || die "the run diverged before its second step record: $s"
+expect_err "$TMP/every/last.safetensors not written:"
+expect_err "of the model or its optimizer state after step $s are NaN or infinite"
+expect_err "the checkpoints in $TMP/every are left as they were, from before: resume from them with a lower learning rate (--lr X --resume-allow lr)"
+read -r cstep bad < <("$PY" -c "$check" "$TMP/every/last.safetensors") || die "cannot read last"
+[ "$cstep" = $((s - 1)) ] || die "last.safetensors holds step $cstep, not $((s - 1))"
+[ -z "$bad" ] || die "last.safetensors holds non-finite values in: $bad"
+ls -A "$TMP/every" | grep -q tmp && die "a temporary file is left: $(ls -A "$TMP/every")"
+
+# A checkpoint every 1000 steps (none before the divergence): the NaN loss
+# stops the run at the step after the last record, saying there is no
+# checkpoint.
+expect_status 1 run none 1000
+s=$(last_record none)
+expect_err "loss is "
+expect_err " at step $((s + 1)): training diverged; no checkpoint to resume from: start again with a lower --lr"
+
+# The same run resumed from a checkpoint of its first step: the NaN loss
+# names that checkpoint.
+"$CDL_TRAIN" --dataset "text:$TMP/lm.txt" --model gpt:n_layer=1,n_head=1,n_embd=16 \
+    --block-size 16 --batch-size 4 --optimizer sgd --lr 1000 --epochs 100 --max-steps 1 \
+    --threads 1 --workers 0 --ckpt-dir "$TMP/one" -q || die "one step failed"
+expect_status 1 run one 1000
+expect_err "training diverged; resume from the last checkpoint, $TMP/one/last.safetensors, with a lower learning rate (--lr X --resume-allow lr)"
+echo "PASS: a diverged run keeps its last good checkpoint and says where it stopped"

@@ -134,10 +134,30 @@ static int wino4_enabled(void) { return env_flag("CDL_CPU_WINOGRAD4", &wino4_on)
 #define CONV_WINO512_MIN_C 256
 #define CONV_WINO512_MAX_HW 8
 
+/* Winograd only from this many output pixels per call (n*h*w; 2048 with
+ * the 16-lane kernels): its cost has a part that grows with the weights
+ * alone (the 4x4 transforms of every filter, forward and dx, and the dW
+ * inverse transforms), which the batches of the tables above (32 and 128
+ * images) hide and a batch of 1 does not. Measured on the AVX-512 core of
+ * conv_use_direct, 1 thread, ms forward / dx+dW, F(2x2) against the direct
+ * kernels at batch 1: 512 at 4x4 15 / 20 against 5.1 / 16, 512 at 7x7 15
+ * / 21 against 5.0 / 12, 256 at 8x8 3.7 / 5.0 against 1.2 / 2.8; at 512
+ * pixels (256 at 8x8 batch 8) 7.9 / 18 against 5.5 / 15. The AVX2 kernels
+ * (same core, CDL_CPU_NO_AVX512) with F(2x2) forward, dx and dW: 64 at 8x8
+ * batch 2 (128 pixels) 0.30 / 0.70 against 0.17 / 0.36, batch 8 (512) a
+ * tie; 512 at 4x4 batch 1 16 / 63 against 5.5 / 15. Depends on n: model.c
+ * sizes the workspace at the largest batch and at 1, and every path's
+ * workspace grows with n. */
+#define CONV_WINO_MIN_PIXELS 512
+#define CONV_WINO512_MIN_PIXELS 2048
+
 int conv_use_wino(const cdl_conv2d_desc *d)
 {
     int path = conv_use_direct(d);
     if ((path != 2 && path != 3) || !conv_wino_supported(d) || wino_disabled())
+        return 0;
+    double pixels = (double)d->n * d->h * d->w;
+    if (pixels < (path == 3 ? CONV_WINO512_MIN_PIXELS : CONV_WINO_MIN_PIXELS))
         return 0;
     if (path == 3)
         return d->c >= CONV_WINO512_MIN_C && d->oc >= CONV_WINO512_MIN_C &&

@@ -1,5 +1,6 @@
 /* conv2d ops: pick the direct AVX-512 kernels, the direct AVX2 kernels (8
- * or 16 lanes), Winograd or im2col+SGEMM per shape (conv2d.h). The choice depends only on the shape
+ * or 16 lanes), Winograd, the depthwise loops or im2col+SGEMM per shape
+ * (conv2d.h). The choice depends only on the shape
  * and the CPU, so the workspace size, forward and backward always agree. */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -179,7 +180,7 @@ static size_t direct_workspace(const cdl_conv2d_desc *d, int t)
     case 1: return conv_direct_workspace(d, t);
     case 2: return conv_avx2_workspace(d, t);
     case 3: return conv_avx512_workspace(d, t);
-    default: return conv_gemm_workspace(d, t);
+    default: return conv_dw_supported(d) ? conv_dw_workspace(d, t) : conv_gemm_workspace(d, t);
     }
 }
 
@@ -210,6 +211,8 @@ void cpu_conv2d_fwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
         conv_avx2_fwd(cpu_pool(be), d, x, w, b, y, ws);
     else if (path == 3)
         conv_avx512_fwd(cpu_pool(be), d, x, w, b, y, ws);
+    else if (conv_dw_supported(d))
+        conv_dw_fwd(cpu_pool(be), d, x, w, b, y, ws);
     else
         conv_gemm_fwd(cpu_pool(be), d, x, w, b, y, ws);
 }
@@ -238,6 +241,8 @@ void cpu_conv2d_bwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
         conv_avx2_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
     else if (path == 3)
         conv_avx512_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
+    else if (conv_dw_supported(d))
+        conv_dw_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
     else
         conv_gemm_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
 }

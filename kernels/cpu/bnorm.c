@@ -446,27 +446,37 @@ static void run_channels(cdl_backend *be, int c, pool_fn fn, void *ctx)
 /* Items are planes (img*c + ch): y = x*scale + shift with the channel's
  * scale = gamma*invstd and shift = beta - mean*scale from saved (training)
  * or the running statistics (evaluation, saved == NULL). */
+static void affine_consts(const bn_ctx *c, size_t ch, float *scale, float *shift)
+{
+    float mean, invstd;
+    if (c->saved) {
+        mean = c->saved[ch];
+        invstd = c->saved[c->c + ch];
+    } else {
+        mean = c->rm[ch];
+        invstd = (float)(1.0 / sqrt((double)c->rv[ch] + c->eps));
+    }
+    *scale = (c->gamma ? c->gamma[ch] : 1.0f) * invstd;
+    *shift = (c->beta ? c->beta[ch] : 0.0f) - mean * scale[0];
+}
+
+static void affine_plane(const bn_ctx *c, size_t p, float scale, float shift)
+{
+    size_t off = p * (size_t)c->hw;
+    if (c->res)
+        c->k.affine_add_relu(c->x + off, c->res + off, c->hw, scale, shift, c->out + off);
+    else
+        c->k.affine(c->x + off, c->hw, scale, shift, c->relu, c->out + off);
+}
+
 static void affine_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk, (void)tid;
     const bn_ctx *c = vctx;
     for (size_t p = b; p < e; p++) {
-        size_t ch = p % (size_t)c->c;
-        float mean, invstd;
-        if (c->saved) {
-            mean = c->saved[ch];
-            invstd = c->saved[c->c + ch];
-        } else {
-            mean = c->rm[ch];
-            invstd = (float)(1.0 / sqrt((double)c->rv[ch] + c->eps));
-        }
-        float scale = (c->gamma ? c->gamma[ch] : 1.0f) * invstd;
-        float shift = (c->beta ? c->beta[ch] : 0.0f) - mean * scale;
-        size_t off = p * (size_t)c->hw;
-        if (c->res)
-            c->k.affine_add_relu(c->x + off, c->res + off, c->hw, scale, shift, c->out + off);
-        else
-            c->k.affine(c->x + off, c->hw, scale, shift, c->relu, c->out + off);
+        float scale, shift;
+        affine_consts(c, p % (size_t)c->c, &scale, &shift);
+        affine_plane(c, p, scale, shift);
     }
 }
 
@@ -487,6 +497,7 @@ static void save_channel(int c, size_t ch, const float *sum, const float *sqdev,
  * [c] already), out3 = sqdev, out4 = saved. */
 static void fwd_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk, (void)tid;
     const bn_ctx *c = vctx;
     bn_ctx one = *c;
     one.sum = c->out2;
@@ -495,11 +506,18 @@ static void fwd_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
         size_t e0 = e - b0 < BN_BLOCK ? e : b0 + BN_BLOCK;
         sums_blocks(&one, b0, e0, 0, c->out2);
         sums_blocks(&one, b0, e0, 1, c->out3);
-        for (size_t ch = b0; ch < e0; ch++)
+        /* The block's scale and shift once, not once per plane: with 1x1
+         * planes (batchnorm2d on flat features) their divisions and
+         * loads took most of the time. */
+        float scale[BN_BLOCK], shift[BN_BLOCK];
+        for (size_t ch = b0; ch < e0; ch++) {
             save_channel(c->c, ch, c->out2, c->out3, c->eps, c->out4);
+            affine_consts(&one, ch, &scale[ch - b0], &shift[ch - b0]);
+        }
         for (int img = 0; img < c->n; img++) {
             size_t p = (size_t)img * (size_t)c->c;
-            affine_planes(&one, p + b0, p + e0, chunk, tid);
+            for (size_t ch = b0; ch < e0; ch++)
+                affine_plane(&one, p + ch, scale[ch - b0], shift[ch - b0]);
         }
     }
 }
@@ -638,20 +656,33 @@ void cpu_bn_bwd_sums(cdl_backend *be, int n, int c, int hw, const float *x,
 
 /* dx = k*(dy - sdy/N - xhat*sdyx/N) with k = gamma*invstd and xhat =
  * (x - mean)*invstd, as A*dy - B*x + C. */
+static void apply_consts(const bn_ctx *c, size_t ch, float abc[3])
+{
+    double count = c->saved[2 * c->c];
+    double mean = c->saved[ch], invstd = c->saved[c->c + ch];
+    double k = (c->gamma ? c->gamma[ch] : 1.0) * invstd;
+    double B = k * invstd * c->sdyx[ch] / count;
+    double C = -k * c->sdy[ch] / count + B * mean;
+    abc[0] = (float)k;
+    abc[1] = (float)B;
+    abc[2] = (float)C;
+}
+
+static void apply_plane(const bn_ctx *c, size_t p, const float abc[3])
+{
+    size_t off = p * (size_t)c->hw;
+    c->k.bwd_apply(c->x + off, c->yr ? c->yr + off : NULL, c->dy + off, c->hw, abc[0], abc[1],
+                   abc[2], c->out + off);
+}
+
 static void bwd_apply_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk, (void)tid;
     const bn_ctx *c = vctx;
-    double count = c->saved[2 * c->c];
     for (size_t p = b; p < e; p++) {
-        size_t ch = p % (size_t)c->c;
-        double mean = c->saved[ch], invstd = c->saved[c->c + ch];
-        double k = (c->gamma ? c->gamma[ch] : 1.0) * invstd;
-        double B = k * invstd * c->sdyx[ch] / count;
-        double C = -k * c->sdy[ch] / count + B * mean;
-        size_t off = p * (size_t)c->hw;
-        c->k.bwd_apply(c->x + off, c->yr ? c->yr + off : NULL, c->dy + off, c->hw, (float)k,
-                       (float)B, (float)C, c->out + off);
+        float abc[3];
+        apply_consts(c, p % (size_t)c->c, abc);
+        apply_plane(c, p, abc);
     }
 }
 
@@ -670,6 +701,7 @@ void cpu_bn_bwd_apply(cdl_backend *be, int n, int c, int hw, const float *x,
  * compute it. out = dgamma, out2 = dbeta, out3 = dx. */
 static void bwd_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
+    (void)chunk, (void)tid;
     const bn_ctx *c = vctx;
     bn_ctx one = *c;
     one.sdy = c->out2;
@@ -678,9 +710,15 @@ static void bwd_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
     for (size_t b0 = b; b0 < e; b0 += BN_BLOCK) {
         size_t e0 = e - b0 < BN_BLOCK ? e : b0 + BN_BLOCK;
         bwd_sums_block(c, b0, e0);
-        for (int img = 0; c->out3 && img < c->n; img++) {
+        if (!c->out3)
+            continue;
+        float abc[BN_BLOCK][3];   /* once per block, as in fwd_channels */
+        for (size_t ch = b0; ch < e0; ch++)
+            apply_consts(&one, ch, abc[ch - b0]);
+        for (int img = 0; img < c->n; img++) {
             size_t p = (size_t)img * (size_t)c->c;
-            bwd_apply_planes(&one, p + b0, p + e0, chunk, tid);
+            for (size_t ch = b0; ch < e0; ch++)
+                apply_plane(&one, p + ch, abc[ch - b0]);
         }
     }
 }

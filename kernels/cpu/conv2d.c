@@ -1,5 +1,6 @@
 /* conv2d ops: pick the direct AVX-512 kernels, the direct AVX2 kernels (8
- * or 16 lanes), Winograd or im2col+SGEMM per shape (conv2d.h). The choice depends only on the shape
+ * or 16 lanes), Winograd, the depthwise loops or im2col+SGEMM per shape
+ * (conv2d.h). The choice depends only on the shape
  * and the CPU, so the workspace size, forward and backward always agree. */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -134,10 +135,30 @@ static int wino4_enabled(void) { return env_flag("CDL_CPU_WINOGRAD4", &wino4_on)
 #define CONV_WINO512_MIN_C 256
 #define CONV_WINO512_MAX_HW 8
 
+/* Winograd only from this many output pixels per call (n*h*w; 2048 with
+ * the 16-lane kernels): its cost has a part that grows with the weights
+ * alone (the 4x4 transforms of every filter, forward and dx, and the dW
+ * inverse transforms), which the batches of the tables above (32 and 128
+ * images) hide and a batch of 1 does not. Measured on the AVX-512 core of
+ * conv_use_direct, 1 thread, ms forward / dx+dW, F(2x2) against the direct
+ * kernels at batch 1: 512 at 4x4 15 / 20 against 5.1 / 16, 512 at 7x7 15
+ * / 21 against 5.0 / 12, 256 at 8x8 3.7 / 5.0 against 1.2 / 2.8; at 512
+ * pixels (256 at 8x8 batch 8) 7.9 / 18 against 5.5 / 15. The AVX2 kernels
+ * (same core, CDL_CPU_NO_AVX512) with F(2x2) forward, dx and dW: 64 at 8x8
+ * batch 2 (128 pixels) 0.30 / 0.70 against 0.17 / 0.36, batch 8 (512) a
+ * tie; 512 at 4x4 batch 1 16 / 63 against 5.5 / 15. Depends on n: model.c
+ * sizes the workspace at the largest batch and at 1, and every path's
+ * workspace grows with n. */
+#define CONV_WINO_MIN_PIXELS 512
+#define CONV_WINO512_MIN_PIXELS 2048
+
 int conv_use_wino(const cdl_conv2d_desc *d)
 {
     int path = conv_use_direct(d);
     if ((path != 2 && path != 3) || !conv_wino_supported(d) || wino_disabled())
+        return 0;
+    double pixels = (double)d->n * d->h * d->w;
+    if (pixels < (path == 3 ? CONV_WINO512_MIN_PIXELS : CONV_WINO_MIN_PIXELS))
         return 0;
     if (path == 3)
         return d->c >= CONV_WINO512_MIN_C && d->oc >= CONV_WINO512_MIN_C &&
@@ -159,7 +180,7 @@ static size_t direct_workspace(const cdl_conv2d_desc *d, int t)
     case 1: return conv_direct_workspace(d, t);
     case 2: return conv_avx2_workspace(d, t);
     case 3: return conv_avx512_workspace(d, t);
-    default: return conv_gemm_workspace(d, t);
+    default: return conv_dw_supported(d) ? conv_dw_workspace(d, t) : conv_gemm_workspace(d, t);
     }
 }
 
@@ -190,6 +211,8 @@ void cpu_conv2d_fwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
         conv_avx2_fwd(cpu_pool(be), d, x, w, b, y, ws);
     else if (path == 3)
         conv_avx512_fwd(cpu_pool(be), d, x, w, b, y, ws);
+    else if (conv_dw_supported(d))
+        conv_dw_fwd(cpu_pool(be), d, x, w, b, y, ws);
     else
         conv_gemm_fwd(cpu_pool(be), d, x, w, b, y, ws);
 }
@@ -218,6 +241,8 @@ void cpu_conv2d_bwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
         conv_avx2_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
     else if (path == 3)
         conv_avx512_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
+    else if (conv_dw_supported(d))
+        conv_dw_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
     else
         conv_gemm_bwd(cpu_pool(be), d, x, w, dy, dx, dw, db, ws);
 }

@@ -30,6 +30,17 @@ void conv_gemm_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const floa
 void conv_gemm_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
                    const float *dy, float *dx, float *dw, float *db, float *ws);
 
+/* Depthwise convolutions (conv2d_dw.c: groups = c > 1, any channel
+ * multiplier, kernel, stride, padding, dilation), plain loops on any CPU.
+ * dW and db do not depend on the thread count. */
+#define CONV_DW_MAX_TAPS 1024   /* kh*kw; larger kernels take im2col+SGEMM */
+int conv_dw_supported(const cdl_conv2d_desc *d);
+size_t conv_dw_workspace(const cdl_conv2d_desc *d, int threads);
+void conv_dw_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
+                 const float *b, float *y, float *ws);
+void conv_dw_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
+                 const float *dy, float *dx, float *dw, float *db, float *ws);
+
 /* 1 when the direct kernels handle d on this CPU (stride 1, pad < kernel). */
 int conv_direct_supported(const cdl_conv2d_desc *d);
 size_t conv_direct_workspace(const cdl_conv2d_desc *d, int threads);

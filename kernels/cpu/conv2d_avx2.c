@@ -620,25 +620,38 @@ static void avx2_bwd_images(void *vctx, size_t b, size_t e, int chunk, int tid)
     }
 }
 
-/* dw[o][t] (items [0, oc*K)) and db[o] (items [oc*K, oc*K+oc)): the chunk
- * partials summed in chunk order. */
+/* dw[o][t] and db[o]: the chunk partials summed in chunk order. Items [0,
+ * ocbl*K) are one tap t of one block of `lanes` output channels, the
+ * partials' own order ([ocbl][Kpad][lanes]), so the reads run along them;
+ * items [ocbl*K, ocbl*K+oc) are db[o]. Walking dw's order instead ((o, t)
+ * with t fastest) read one cache line per float of partials: at batch 1
+ * with 256 channels at 4x4 that took 5x the dx and dW kernels themselves
+ * (512 channels: 40 ms against 7 for im2col+SGEMM's whole backward). */
 static void avx2_reduce(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk, (void)tid;
     const actx *c = vctx;
     const aplan *p = &c->p;
-    size_t nw = (size_t)c->d->oc * p->K;
+    const size_t K = (size_t)p->K, L = (size_t)p->lanes, nwb = (size_t)p->ocbl * K;
     for (size_t i = b; i < e; i++) {
-        size_t o = i < nw ? i / p->K : i - nw, t = i % p->K;
-        size_t L = (size_t)p->lanes;
-        size_t at = i < nw ? ((o / L) * p->Kpad + t) * L + o % L : p->dwp_floats + o;
-        float sum = 0.0f;
-        for (int k = 0; k < c->chunks; k++)
-            sum += chunk_dwp(c, k)[at];
-        if (i < nw)
-            c->dw[i] = sum;
-        else
+        if (i >= nwb) {
+            size_t o = i - nwb;
+            float sum = 0.0f;
+            for (int k = 0; k < c->chunks; k++)
+                sum += chunk_dbp(c, k)[o];
             c->db[o] = sum;
+            continue;
+        }
+        size_t ob = i / K, t = i % K, at = (ob * (size_t)p->Kpad + t) * L;
+        size_t nl = (size_t)c->d->oc - ob * L < L ? (size_t)c->d->oc - ob * L : L;
+        float sum[16] = {0};
+        for (int k = 0; k < c->chunks; k++) {
+            const float *src = chunk_dwp(c, k) + at;
+            for (size_t l = 0; l < L; l++)
+                sum[l] += src[l];
+        }
+        for (size_t l = 0; l < nl; l++)
+            c->dw[(ob * L + l) * K + t] = sum[l];
     }
 }
 
@@ -654,8 +667,8 @@ static void bwd(pool *pl, const cdl_conv2d_desc *d, int lanes, const float *x, c
             pack_dx_phase(&c, &c.p.ph[i]);
     c.chunks = conv_bwd_chunks(c.threads, d->n, c.p.per_chunk);
     pool_run(pl, (size_t)d->n, c.chunks, avx2_bwd_images, &c);
-    size_t nred = (size_t)d->oc * c.p.K + (db ? (size_t)d->oc : 0);
-    pool_for(pl, nred, 1024, avx2_reduce, &c);
+    size_t nred = (size_t)c.p.ocbl * c.p.K + (db ? (size_t)d->oc : 0);
+    pool_for(pl, nred, 64, avx2_reduce, &c);
 }
 
 void conv_avx2_bwd(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *w,

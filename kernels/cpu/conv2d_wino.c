@@ -706,7 +706,7 @@ void conv_wino_dx(pool *pl, const cdl_conv2d_desc *d, const float *w, const floa
 }
 
 /* dw[o][c] = G^T dU G with dU[xi] the chunk partials summed in chunk order
- * (items [0, O*C)), db[o] likewise (items [O*C, O*C+O)). */
+ * (items [0, O*C), o fastest), db[o] likewise (items [O*C, O*C+O)). */
 static void dw_reduce(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk, (void)tid;
@@ -724,7 +724,11 @@ static void dw_reduce(void *vctx, size_t b, size_t e, int chunk, int tid)
             c->db[o] = sum;
             continue;
         }
-        size_t o = it / (size_t)C, ci = it % (size_t)C;
+        /* o fastest: consecutive items read consecutive floats of each
+         * of the 16 partial planes [xi][ci][o] (with ci fastest, each read
+         * was a cache line of its own: at 512 channels and batch 1 this
+         * reduction took 100 ms against 7 for SGEMM's whole backward). */
+        size_t o = it % (size_t)q->p.O, ci = it / (size_t)q->p.O;
         double u[4][4], t[3][4];
         for (int xi = 0; xi < 16; xi++) {
             float sum = 0.0f;
@@ -738,7 +742,7 @@ static void dw_reduce(void *vctx, size_t b, size_t e, int chunk, int tid)
                            G[3][ky] * u[3][k];
         for (int ky = 0; ky < 3; ky++)
             for (int kx = 0; kx < 3; kx++)
-                c->dw[it * 9 + (size_t)ky * 3 + kx] =
+                c->dw[(o * C + ci) * 9 + (size_t)ky * 3 + kx] =
                     (float)(t[ky][0] * G[0][kx] + t[ky][1] * G[1][kx] + t[ky][2] * G[2][kx] +
                             t[ky][3] * G[3][kx]);
     }

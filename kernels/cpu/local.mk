@@ -7,6 +7,7 @@ libcdl_core_la_SOURCES += \
 	kernels/cpu/conv2d.c \
 	kernels/cpu/conv2d.h \
 	kernels/cpu/conv2d_gemm.c \
+	kernels/cpu/conv2d_dw.c \
 	kernels/cpu/conv2d_direct.c \
 	kernels/cpu/conv2d_avx2.c \
 	kernels/cpu/conv2d_avx512.c \

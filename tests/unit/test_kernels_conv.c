@@ -48,6 +48,7 @@ static const acase cases[] = {
     {3, 8, 7, 7, 20, 3, 1, 1},     /* 7x7 */
     {1, 20, 7, 7, 8, 1, 2, 0},     /* 7 -> 4, 1x1 stride 2 */
     {2, 16, 48, 48, 16, 3, 1, 1},  /* 3 segments of 16 a row */
+    {1, 40, 3, 5, 33, 3, 1, 1},    /* batch 1, oc 33: dW lane blocks with a 1-lane tail */
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -81,6 +82,13 @@ static result run_lanes(const cdl_conv2d_desc *d, int lanes, int threads, const 
     (lanes == 16 ? conv_avx512_fwd : conv_avx2_fwd)(pl, d, x->f, w->f, b->f, r.y, ws);
     memset(ws, 0x7f, nws * sizeof *ws);
     (lanes == 16 ? conv_avx512_bwd : conv_avx2_bwd)(pl, d, x->f, w->f, dy->f, r.dx, r.dw, r.db, ws);
+    /* Without db (bias=false) dW is the same. */
+    float *dw2 = cdl_malloc(nw * sizeof *dw2);
+    assert_non_null(dw2);
+    memset(ws, 0x7f, nws * sizeof *ws);
+    (lanes == 16 ? conv_avx512_bwd : conv_avx2_bwd)(pl, d, x->f, w->f, dy->f, NULL, dw2, NULL, ws);
+    assert_memory_equal(dw2, r.dw, nw * sizeof *dw2);
+    cdl_free(dw2);
     cdl_free(ws);
     pool_destroy(pl);
     return r;

@@ -201,7 +201,12 @@ static void test_wino_dispatch(void **state)
     cdl_conv2d_desc st2 = ref_conv_desc(2, 32, 16, 16, 32, 3, 3, 1, 1);
     cdl_conv2d_desc st1 = ref_conv_desc(2, 16, 32, 32, 16, 3, 3, 1, 1);
     cdl_conv2d_desc stem = ref_conv_desc(2, 3, 32, 32, 16, 3, 3, 1, 1);
-    cdl_conv2d_desc r18 = ref_conv_desc(2, 512, 4, 4, 512, 3, 3, 1, 1);
+    cdl_conv2d_desc r18 = ref_conv_desc(128, 512, 4, 4, 512, 3, 3, 1, 1);
+    /* Batch 1 (and batches of few pixels) stays direct: the transforms of
+     * the weights would cost 3x the direct kernels' time. */
+    cdl_conv2d_desc r18b1 = ref_conv_desc(1, 512, 4, 4, 512, 3, 3, 1, 1);
+    cdl_conv2d_desc st3b2 = ref_conv_desc(2, 64, 8, 8, 64, 3, 3, 1, 1);
+    assert_int_equal(conv_use_wino(&r18b1), 0);
     const int all = CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW;
     /* F(4x4) only when CDL_CPU_WINOGRAD4 asks for it (read once: this
      * test leaves the environment alone and checks either answer). */
@@ -211,10 +216,13 @@ static void test_wino_dispatch(void **state)
         assert_int_equal(conv_use_wino(&st2), all | f4);
         assert_int_equal(conv_use_wino(&st1), f4 ? CONV_WINO_FWD | CONV_WINO_DX | f4 : 0);
         assert_int_equal(conv_use_wino(&r18), all);
+        assert_int_equal(conv_use_wino(&st3b2), 0);
     } else if (!getenv("CDL_CPU_NO_WINOGRAD")) {
         /* With AVX-512 the 16-lane direct kernels take resnet20 whole;
          * F(2x2) the forward and dx from 256 channels at 8x8 and below. */
-        cdl_conv2d_desc r18s3 = ref_conv_desc(2, 256, 8, 8, 256, 3, 3, 1, 1);
+        cdl_conv2d_desc r18s3 = ref_conv_desc(32, 256, 8, 8, 256, 3, 3, 1, 1);
+        cdl_conv2d_desc r18s3b8 = ref_conv_desc(8, 256, 8, 8, 256, 3, 3, 1, 1);
+        assert_int_equal(conv_use_wino(&r18s3b8), 0);
         assert_int_equal(conv_use_wino(&st2), 0);
         assert_int_equal(conv_use_wino(&st1), 0);
         assert_int_equal(conv_use_wino(&r18), CONV_WINO_FWD | CONV_WINO_DX);

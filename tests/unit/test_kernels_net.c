@@ -131,7 +131,8 @@ static void test_ref_xent_ls_gradient(void **state)
 
 /* ------------------------------------------------------------ CPU backend vs references */
 
-static const int bn_shapes[][3] = {{4, 3, 37}, {8, 16, 64}, {5, 2, 1}, {2, 5, 300}, {3, 70, 9}};
+static const int bn_shapes[][3] = {{4, 3, 37}, {8, 16, 64}, {5, 2, 1}, {2, 5, 300}, {3, 70, 9},
+                                   {6, 130, 1}};   /* flat features, 3 channel blocks */
 
 /* bn_train_fwd (one call) leaves the bits bn_sum, bn_sqdev and bn_apply
  * left in y, sum, sqdev and saved; y may alias x. */

@@ -63,8 +63,8 @@ def parse_args():
     p.add_argument("--save", help="write this rank's final weights; {rank} is replaced")
     p.add_argument("--peer-timeout", type=float, default=600,
                    help="seconds a collective waits for a silent rank before it counts as "
-                        "lost (gloo; NCCL with TORCH_NCCL_ASYNC_ERROR_HANDLING=1) [600; "
-                        "PyTorch's default is 1800]")
+                        "lost (gloo; NCCL only with NCCL_BLOCKING_WAIT=1, from PyTorch 2.2 "
+                        "TORCH_NCCL_BLOCKING_WAIT=1) [600; PyTorch's default is 1800]")
     return p.parse_args()
 
 
@@ -147,10 +147,13 @@ def peer_failed():
 def peer_lost(e):
     """A collective that failed because another rank is gone: gloo's
     "Connection closed by peer" / "Connection reset by peer" / "Broken
-    pipe" / "Timed out" (--peer-timeout), NCCL's aborted communicator."""
+    pipe" / "Timed out" (--peer-timeout); NCCL's aborted communicator or,
+    with blocking wait, "Caught collective operation timeout" (NCCL's
+    asynchronous error handling ends the process instead: SIGABRT, 134)."""
     msg = str(e)
     return any(w in msg for w in ("Connection closed by peer", "Connection reset by peer",
                                   "Broken pipe", "Timed out", "timed out",
+                                  "collective operation timeout",
                                   "NCCL communicator was aborted", "ncclRemoteError"))
 
 

@@ -24,7 +24,6 @@ $py -c 'import torch, numpy, safetensors.torch' 2>/dev/null ||
     { echo "SKIP: no python3-torch, python3-numpy or python3-safetensors"; exit 77; }
 CONV="$top_srcdir/templates/pytorch/nanogpt_ckpt.py"
 HELP="$top_srcdir/tests/e2e/nanogpt_ckpt.py"
-export top_srcdir
 mkdir "$TMP/ng" && cd "$TMP/ng" || die "no $TMP/ng"   # TMP/out is expect_status's
 $py "$HELP" make . || die "making nanoGPT's checkpoint failed"
 

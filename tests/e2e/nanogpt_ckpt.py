@@ -21,7 +21,7 @@ import sys
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "fixtures"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
 from gpt_ref import GPT, GPTConfig  # noqa: E402
 
 CHARS = "\n abcdefghijklmnopqrstuvwxyz.,"   # id 0 is a line break, as in shakespeare_char

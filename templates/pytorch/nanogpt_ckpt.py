@@ -13,7 +13,8 @@ cdl-eval and cdl-generate take without --model:
   - model_args become cdl's metadata (the model, its block and vocabulary),
     and the itos table of the corpus' meta.pkl (--meta, else nanoGPT's
     data/DATASET/meta.pkl of the checkpoint's config, as sample.py finds
-    it) goes with them, so cdl-generate reads and writes the corpus' text.
+    it) goes with them, so cdl-generate reads and writes the corpus' text,
+    and so does the corpus' directory, where cdl-eval finds val.bin.
     Without it a character-level model's ids are not bytes: cdl-generate
     then takes --prompt-tokens and prints ids.
 
@@ -104,6 +105,10 @@ def to_cdl(args):
             fail(f"{meta_pkl}: its vocab_size {m.get('vocab_size')} and itos do not "
                  f"describe the model's vocabulary of {vocab}")
         meta["itos"] = "\n".join(escape(itos[i]) for i in range(vocab))
+    # The corpus beside meta.pkl: cdl-eval then needs no --dataset.
+    data_dir = os.path.dirname(os.path.abspath(meta_pkl)) if meta_pkl else None
+    if data_dir and os.path.exists(os.path.join(data_dir, "val.bin")):
+        meta.update(dataset="tokens", data_dir=data_dir)
     save_file(out, args.dst, metadata=meta)
     print(f"{args.dst}: {meta['model']}, block {block}, vocabulary {vocab}"
           + (f", itos from {meta_pkl}" if meta_pkl else ", no itos (cdl-generate: "

@@ -36,6 +36,11 @@ close() { $py -c "import sys; sys.exit(abs($1 - $2) > 1e-4 * abs($2))"; }
 l=$(loss_of ng.safetensors) || die "cdl-eval on the converted ckpt.pt failed"
 close "$l" "$(cat ref.loss)" || die "cdl-eval's loss $l differs from PyTorch's $(cat ref.loss)"
 echo "to-cdl: cdl-eval's validation loss $l is PyTorch's"
+l=$("$CDL_EVAL" ng.safetensors --device cpu --json |
+    $py -c 'import json, sys; print("%.6f" % json.load(sys.stdin)["loss"])') ||
+    die "cdl-eval without --dataset did not find the corpus beside meta.pkl"
+close "$l" "$(cat ref.loss)" || die "cdl-eval without --dataset: loss $l, not $(cat ref.loss)"
+echo "to-cdl: cdl-eval finds the corpus beside meta.pkl without --dataset"
 "$GEN" ng.safetensors --prompt "the " --temperature 0 --max-tokens 30 --device cpu >gen.txt ||
     die "cdl-generate on the converted ckpt.pt failed"
 head -c "$(wc -c <ref.txt)" gen.txt | cmp -s - ref.txt ||

@@ -142,9 +142,13 @@ static int gen_open(gen *g)
         rc = 0;
     g->T = in.c;
     /* Bytes unless the run read uint16 ids ("tokens" metadata of token
-     * data) or the vocabulary is larger than bytes. */
+     * data) or the vocabulary is larger than bytes. A file without that
+     * metadata (a GPT PyTorch saved) is bytes only with the 256 of bytes:
+     * a smaller vocabulary is a corpus' own ids (nanoGPT's character-level
+     * data numbers its 65 symbols 0..64), which as bytes would print
+     * control characters for text and refuse "ROMEO:" ('R' is 82). */
     const char *kind = cdl_st_meta_get(f, "tokens");
-    g->text = g->vocab <= 256 && !(kind && !strcmp(kind, "uint16"));
+    g->text = kind ? g->vocab <= 256 && strcmp(kind, "uint16") != 0 : g->vocab == 256;
     /* A character-level corpus (meta.pkl): its ids are the itos strings. */
     const char *itos = cdl_st_meta_get(f, "itos");
     if (rc == 0 && itos && vocab_parse(itos, g->vocab, &g->itos) != 0)
@@ -343,6 +347,13 @@ int main(int argc, char **argv)
         if (rc == 0)
             memcpy(ctx, ids, (size_t)n * sizeof *ctx);
         cdl_free(ids);
+    } else if (rc == 0 && !text && prompt && g.vocab < 256) {
+        rc = cdl_error("%s has a vocabulary of %d token ids and no itos table: cdl-generate "
+                       "cannot tokenize text; give the prompt as token ids with "
+                       "--prompt-tokens 1,2,3 and it prints token ids, or, for nanoGPT's "
+                       "character-level data, write the file with the corpus' meta.pkl: "
+                       "nanogpt_ckpt.py to-cdl ckpt.pt FILE --meta DIR/meta.pkl "
+                       "(docs/transformers.md)", g.o.ckpt, g.vocab);
     } else if (rc == 0 && !text && prompt) {
         rc = cdl_error("%s has a vocabulary of %d tokens (GPT-2 BPE or another tokenizer's "
                        ".bin data): cdl-generate cannot tokenize text; give the prompt as "

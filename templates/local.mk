@@ -11,7 +11,8 @@ dist_templates_DATA = $(CDL_TEMPLATES) templates/train.c templates/README.md
 # The Python scripts the PyTorch templates run (tests/slurm/test_pytorch.sh,
 # test_lightning.sh run them on the test cluster).
 templatespytorchdir = $(templatesdir)/pytorch
-dist_templatespytorch_DATA = templates/pytorch/train_ddp.py templates/pytorch/train_lightning.py
+dist_templatespytorch_DATA = templates/pytorch/train_ddp.py templates/pytorch/train_lightning.py \
+	templates/pytorch/nanogpt_ckpt.py
 
 # train.c must keep compiling against the public headers: built (not linked)
 # into a check-only convenience library during `make check`. This fragment

@@ -514,7 +514,10 @@ static int read_file(cdl_st_file *f, int fd)
                          "python3 -c \"import torch, safetensors.torch as st; sd = torch.load("
                          "'%s', map_location='cpu'); sd = sd.get('model', sd); st.save_file({"
                          "k.removeprefix('_orig_mod.'): v.contiguous() for k, v in sd.items() "
-                         "if not k.endswith('lm_head.weight')}, 'model.safetensors')\"",
+                         "if not k.endswith('lm_head.weight')}, 'model.safetensors')\"; "
+                         "for nanoGPT's GPT, the templates' pytorch/nanogpt_ckpt.py to-cdl "
+                         "also keeps its sizes and meta.pkl's characters for cdl-generate "
+                         "(docs/transformers.md)",
                          f->path, len8[0] == 'P' ? "zip archive" : "Python pickle", f->path);
     if (n > CDL_ST_MAX_HEADER)
         return cdl_error("%s: header length %llu exceeds the safetensors limit of %u bytes: "

@@ -21,8 +21,16 @@ rank 0 writes it atomically at the end of every epoch. On SIGUSR1 or
 SIGTERM every rank stops after the same step (the ranks agree with a
 one-element all-reduce each step), rank 0 saves, and all exit with 75 so
 that the job script requeues the job (templates/pytorch-requeue.sbatch).
+
+A rank lost mid-run (its node or process died, or it stopped answering for
+--peer-timeout seconds): the ranks left fail their next collective, name
+the loss and exit with 76, as cdl-train's ranks do (CDL_EXIT_PEER_LOST);
+pytorch-requeue.sbatch requeues the job and the next run resumes from the
+last checkpoint. Without this they printed gloo's traceback and exited 1,
+and the job ended FAILED with the rest of the run lost.
 """
 import argparse
+import datetime
 import faulthandler
 import os
 import signal
@@ -35,6 +43,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 EXIT_REQUEUE = 75  # like cdl-train: "checkpoint written, requeue me"
+EXIT_PEER_LOST = 76  # like cdl-train: "a rank was lost; resume from the last checkpoint"
 TEARDOWN_S = 60   # the longest a rank may take to leave once its work is done
 
 
@@ -52,6 +61,10 @@ def parse_args():
     p.add_argument("--double", action="store_true", help="train in float64")
     p.add_argument("--ckpt-dir", help="resume from and save to DIR/last.pt")
     p.add_argument("--save", help="write this rank's final weights; {rank} is replaced")
+    p.add_argument("--peer-timeout", type=float, default=600,
+                   help="seconds a collective waits for a silent rank before it counts as "
+                        "lost (gloo; NCCL only with NCCL_BLOCKING_WAIT=1, from PyTorch 2.2 "
+                        "TORCH_NCCL_BLOCKING_WAIT=1) [600; PyTorch's default is 1800]")
     return p.parse_args()
 
 
@@ -85,6 +98,66 @@ def banner(rank, world, device, backend):
 
 def main():
     args = parse_args()
+    try:
+        return train(args)
+    except Exception as e:
+        launched = dist.is_available() and dist.is_initialized()
+        if not launched or not isinstance(e, RuntimeError) or not peer_lost(e) or \
+                peer_failed():
+            if launched:
+                mark_failed()
+            raise
+        # The process group cannot be torn down with a peer gone (it would
+        # wait for it): leave at once; the last checkpoint stays whole
+        # (written beside the old one and renamed into place).
+        rank = os.environ.get("RANK", "?")
+        print(f"rank {rank}: a rank of this run was lost (its process or node died, or it "
+              f"stopped answering): {e}", file=sys.stderr)
+        print(f"rank {rank}: exit status {EXIT_PEER_LOST}; start the run again to continue "
+              f"from the last checkpoint{' in ' + args.ckpt_dir if args.ckpt_dir else ''} "
+              f"(pytorch-requeue.sbatch does)", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(EXIT_PEER_LOST)
+
+
+# A rank that fails on its own (a bug, a bad input) says so in the store
+# before it exits: the others, whose collectives then fail, exit 1 with it
+# rather than 76, so that the job is not requeued to fail again. (A failure
+# of rank 0, which holds the store, still reads as lost to the others:
+# pytorch-requeue.sbatch's MAX_LOST_REQUEUES bounds those requeues.)
+FAILED_KEY = "train_ddp/failed"
+
+
+def mark_failed():
+    try:
+        dist.distributed_c10d._get_default_store().add(FAILED_KEY, 1)
+    except Exception:
+        pass
+
+
+def peer_failed():
+    try:
+        # add(key, 0) reads a counter without waiting (PyTorch 1.13's
+        # PrefixStore has no check()).
+        return dist.distributed_c10d._get_default_store().add(FAILED_KEY, 0) > 0
+    except Exception:
+        return False
+
+
+def peer_lost(e):
+    """A collective that failed because another rank is gone: gloo's
+    "Connection closed by peer" / "Connection reset by peer" / "Broken
+    pipe" / "Timed out" (--peer-timeout); NCCL's aborted communicator or,
+    with blocking wait, "Caught collective operation timeout" (NCCL's
+    asynchronous error handling ends the process instead: SIGABRT, 134)."""
+    msg = str(e)
+    return any(w in msg for w in ("Connection closed by peer", "Connection reset by peer",
+                                  "Broken pipe", "Timed out", "timed out",
+                                  "collective operation timeout",
+                                  "NCCL communicator was aborted", "ncclRemoteError"))
+
+
+def train(args):
     dtype = torch.float64 if args.double else torch.float32
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -103,7 +176,8 @@ def main():
         backend = "nccl" if use_cuda and not packed else "gloo"
     launched = "WORLD_SIZE" in os.environ  # by srun --cdl-ddp, cdlrun or torchrun
     if launched:
-        dist.init_process_group(backend=backend, init_method="env://")
+        dist.init_process_group(backend=backend, init_method="env://",
+                                timeout=datetime.timedelta(seconds=args.peer_timeout))
         rank = dist.get_rank()
     else:
         rank, backend = 0, None

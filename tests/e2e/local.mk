@@ -29,6 +29,9 @@ TESTS += tests/e2e/tokens.sh tests/e2e/gpt-init.sh
 TESTS += tests/e2e/resume-data.sh
 EXTRA_DIST += tests/e2e/resume-data.sh
 EXTRA_DIST += tests/e2e/gpt-init.sh
+# nanoGPT's ckpt.pt to cdl and back (templates/pytorch/nanogpt_ckpt.py).
+TESTS += tests/e2e/nanogpt-ckpt.sh
+EXTRA_DIST += tests/e2e/nanogpt-ckpt.sh tests/e2e/nanogpt_ckpt.py
 EXTRA_DIST += tests/e2e/tokens.sh
 TESTS += tests/e2e/torch-resnets.sh
 EXTRA_DIST += tests/e2e/torch-resnets.sh tests/e2e/torch_resnets.py

@@ -12,6 +12,13 @@
 #   2. A bad input (status 1 on every rank) is not requeued: FAILED.
 #   3. A rank lost in every run is requeued MAX_LOST_REQUEUES times in a
 #      row, then the job stops, saying how to continue.
+#   4. The same for PyTorch (templates/pytorch-requeue.sbatch running
+#      pytorch/train_ddp.py, gloo): rank 0 sees "Connection closed by
+#      peer" (or "reset by peer"), names the loss and exits 76; the job
+#      is requeued and resumes from last.pt. It used to print gloo's
+#      traceback and exit 1: the job ended FAILED. A rank that fails on
+#      its own (an exception) still ends the job FAILED: the others see
+#      its mark in the store and exit 1.
 set -u
 . "${top_srcdir:-.}/tests/slurm/lib.sh"
 CDL_TRAIN_BIN=${CDL_TRAIN_BIN:-$(readlink -f "$top_builddir/cli/cdl-train" 2>/dev/null)}
@@ -115,5 +122,53 @@ check "requeued once, then stopped (MAX_LOST_REQUEUES=1) saying how to continue 
     eval '[ "$(grep -c "requeueing job" "$WORK/always.out")" = 1 ] &&
           grep -q "a rank was lost again after 1 requeue(s) without a new checkpoint (MAX_LOST_REQUEUES=1): not requeueing; to continue, sbatch --export=ALL,RUN_DIR=runs/always long-requeue.sbatch" "$WORK/always.out" &&
           [ "${state%% *}" = JobState=FAILED ]'
+
+echo "== 4. PyTorch: n2 dies mid-run"
+PY=${CDL_TEST_PYTHON:-/usr/bin/python3}
+if ! "$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+    echo "note: $PY has no PyTorch with gloo (python3-torch): the PyTorch part is skipped"
+    finish
+fi
+mkdir -p "$WORK/pytorch"
+install -m 0644 "$top_srcdir/templates/pytorch/train_ddp.py" "$WORK/pytorch/"
+install -m 0644 "$top_srcdir/templates/pytorch-requeue.sbatch" "$WORK/pytorch-requeue.sbatch"
+chown -R "$CDL_TEST_USER" "$WORK/pytorch"
+id=$(submit -N2 --ntasks-per-node=1 --cpus-per-task=1 -o torch-lost.out \
+     --export="ALL,PYTHON=$PY,EPOCHS=8,SAMPLES=32768,RUN_DIR=runs/torch-lost" \
+     ./pytorch-requeue.sbatch)
+wait_until 120 test -s "$WORK/runs/torch-lost/ckpt/last.pt"
+task=$(rank1)
+stepd=$([ -n "$task" ] && awk '{print $4}' "/proc/$task/stat")
+slurmd=$(cat "$CDL_CLUSTER_DIR/run/harness.slurmd.n2.pid")
+check "PyTorch rank 1 runs on n2 under its slurmstepd (task ${task:-none})" \
+    eval '[ -n "$task" ] && [ -n "$stepd" ]' || finish
+kill -STOP "$slurmd" "$stepd" "$task"
+kill -KILL "$slurmd" "$stepd" "$task"
+wait_until 60 grep -q "do not answer" "$WORK/torch-lost.out"
+check "PyTorch rank 0 names the lost rank and exits 76; the script waits for n2" \
+    eval 'grep -q "rank 0: a rank of this run was lost .*Connection \(closed\|reset\) by peer" "$WORK/torch-lost.out" &&
+          grep -q "rank 0: exit status 76" "$WORK/torch-lost.out" &&
+          grep -q "node(s) n2 do not answer" "$WORK/torch-lost.out"' || cat "$WORK/torch-lost.out"
+"$SLURM_TESTS_DIR/cluster.sh" restart "$CDL_CLUSTER_DIR" n2 || fail "n2 did not come back"
+wait_until 90 grep -q "requeueing job $id" "$WORK/torch-lost.out"
+start_now "$id"
+state=$(wait_job "$id")
+cat "$WORK/torch-lost.out"
+check "the PyTorch job was requeued, resumed from last.pt and finished ($state)" \
+    eval 'grep -q "a rank was lost: requeueing job $id (1 of at most 3 in a row)" "$WORK/torch-lost.out" &&
+          grep -q "^resumed from runs/torch-lost/ckpt/last.pt" "$WORK/torch-lost.out" &&
+          grep -q "^epoch 8/8" "$WORK/torch-lost.out" && grep -q "finished with status 0" "$WORK/torch-lost.out" &&
+          [ "${state%% *}" = JobState=COMPLETED ]'
+
+# A rank that raises (here: rank 1 cannot write its --save file, after the
+# last epoch; rank 0's directory exists) marks the store; rank 0, whose
+# barrier then fails, exits 1, not 76.
+install -d -o "$CDL_TEST_USER" "$WORK/w-0"
+id=$(submit -N2 --ntasks-per-node=1 --cpus-per-task=1 --cdl-ddp -o torch-bug.out \
+     --wrap="srun $PY pytorch/train_ddp.py --epochs 1 --samples 512 --save 'w-{rank}/w.pt'")
+state=$(wait_job "$id")
+cat "$WORK/torch-bug.out"
+check "a PyTorch rank that raises ends the job FAILED, not as a lost rank ($state)" \
+    eval '[ "${state%% *}" = JobState=FAILED ] && ! grep -q "exit status 76" "$WORK/torch-bug.out"'
 
 finish

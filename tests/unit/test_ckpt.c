@@ -520,6 +520,7 @@ static void test_reject_header_length(void **state)
         expect_reject(path, k ? "is a Python pickle (PyTorch's torch.save"
                               : "is a zip archive (PyTorch's torch.save");
         expect_reject(path, "st.save_file(");
+        expect_reject(path, "pytorch/nanogpt_ckpt.py to-cdl");
     }
 }
 

@@ -120,6 +120,11 @@ static int gen_open(gen *g)
     cdl_st_file *f = cdl_st_open(g->o.ckpt);
     if (!f)
         return -1;
+    /* A newer cdl's checkpoint: its metadata may mean something else. */
+    if (cdl_ckpt_check_format(f) != 0) {
+        cdl_st_close(f);
+        return -1;
+    }
     cdl_shape in = {0, 1, 1};
     const char *shape = cdl_st_meta_get(f, "input_shape");
     int rc = -1;

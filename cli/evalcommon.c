@@ -656,6 +656,11 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     cdl_st_file *f = cdl_st_open(o->ckpt);
     if (!f)
         return -1;
+    /* A newer cdl's checkpoint: its metadata may mean something else. */
+    if (cdl_ckpt_check_format(f) != 0) {
+        cdl_st_close(f);
+        return -1;
+    }
     /* A language model: the checkpoint says so, or (a file PyTorch wrote)
      * the --dataset of token windows given with it. */
     const char *kind = o->dataset ? o->dataset : "";

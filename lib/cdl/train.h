@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include <cdl/backend.h>
+#include <cdl/ckpt.h>
 #include <cdl/dist.h>
 #include <cdl/model.h>
 #include <cdl/optim.h>
@@ -238,6 +239,16 @@ int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res);
  * except those whose names match the glob `ignore` (NULL or ""
  * = none), which keep their values. Errors name the file and the tensor. */
 int cdl_model_load_weights(cdl_model *m, const char *path, const char *ignore);
+
+/* Whether this libcdl reads the checkpoint f (from cdl_st_open): 0 for a
+ * cdl checkpoint in a format it reads, and for any other safetensors file
+ * (PyTorch's weights); -1, with cdl_last_error() naming the file, its
+ * format, the cdl release that wrote it and the newest format this one
+ * reads, for a checkpoint of a newer cdl, whose metadata and tensors this
+ * release cannot interpret. cdl_train_run's resume and --init, and
+ * cdl_model_load_weights check it themselves; a program that reads a
+ * checkpoint's metadata (model, input_shape, ...) checks it first. */
+int cdl_ckpt_check_format(const cdl_st_file *f);
 
 /* Writes m's parameters and buffers to the safetensors file path
  * (atomically, with checksums), under PyTorch's names and layouts: what

@@ -193,11 +193,35 @@ static int is_cuda(const cdl_backend *be)
     return be && !be->host_memory;
 }
 
+/* The names choose() takes: auto, single, shm, mpi, nccl, hier and
+ * hier:TRANSPORT. 0, or -1 with an error naming the bad part. */
+static int check_name(const char *want)
+{
+    static const char *const kinds[] = {"auto", "single", "shm", "mpi", "nccl", "hier"};
+    const char *colon = strchr(want, ':');
+    size_t klen = colon ? (size_t)(colon - want) : strlen(want);
+    if (colon && (klen != 4 || strncmp(want, "hier", 4)))
+        return cdl_error("dist backend '%s': only hier takes a ':transport'", want);
+    if (colon && strcmp(colon + 1, "mpi") && strcmp(colon + 1, "nccl") &&
+        strcmp(colon + 1, "store"))
+        return cdl_error("dist backend '%s': the transport between nodes is mpi, nccl or "
+                         "store", want);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strlen(kinds[i]) == klen && !strncmp(want, kinds[i], klen))
+            return 0;
+    return cdl_error("unknown dist backend '%s': use auto, shm, mpi, nccl, hier (or hier:mpi, "
+                     "hier:nccl, hier:store) or single", want);
+}
+
 /* Resolves "auto" and checks the others against the layout. */
 static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
 {
     const cdl_rank_info *in = &d->info;
     inter[0] = '\0';
+    /* The name first: a typo ("ncll") is refused on one rank as on many,
+     * not found out only when the job grows. */
+    if (check_name(want) != 0)
+        return -1;
     if (in->world == 1) {
         strcpy(kind, "single");
         return 0;
@@ -219,14 +243,9 @@ static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
         klen = 15;
     memcpy(kind, want, klen);
     kind[klen] = '\0';
-    if (colon && strcmp(kind, "hier"))
-        return cdl_error("dist backend '%s': only hier takes a ':transport'", want);
     if (!strcmp(kind, "hier")) {
         snprintf(inter, 16, "%s", colon ? colon + 1
                  : is_cuda(d->be) ? "nccl" : coll_mpi_available() ? "mpi" : "store");
-        if (strcmp(inter, "mpi") && strcmp(inter, "nccl") && strcmp(inter, "store"))
-            return cdl_error("dist backend '%s': the transport between nodes is mpi, nccl or "
-                             "store", want);
         if (!strcmp(inter, "nccl") && !is_cuda(d->be))
             return cdl_error("dist backend hier:nccl joins GPUs with NCCL and needs the cuda "
                              "backend (--device cuda): for CPU training use auto, hier:mpi or "
@@ -249,12 +268,9 @@ static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
                          "hier:nccl (shared memory among the ranks of a GPU, NCCL between "
                          "GPUs)", d->job_rpg, d->job_rpg,
                          d->job_rpg == in->replicas_per_gpu ? "" : " on another node");
-    if (!strcmp(kind, "mpi") || !strcmp(kind, "nccl") || !strcmp(kind, "single"))
-        return !strcmp(kind, "single")
-                   ? cdl_error("dist backend single needs WORLD_SIZE=1, not %d", in->world)
-                   : 0;
-    return cdl_error("unknown dist backend '%s': use auto, shm, mpi, nccl, hier (or hier:mpi, "
-                     "hier:nccl, hier:store) or single", want);
+    if (!strcmp(kind, "single"))
+        return cdl_error("dist backend single needs WORLD_SIZE=1, not %d", in->world);
+    return 0;   /* mpi, nccl */
 }
 
 /* ------------------------------------------------------------ init */

@@ -1,11 +1,52 @@
 /* libcdl's public API given what a C program gets wrong, through the
- * shared libcdl and its public header only: a checkpoint of a newer cdl. */
+ * shared libcdl and its public header only: a misspelt dist backend on
+ * one process, a checkpoint of a newer cdl. */
 #include "testutil.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
+
+/* One process alone: the rank contract of a world of 1. */
+static cdl_rank_info alone(void)
+{
+    cdl_rank_info ri;
+    memset(&ri, 0, sizeof ri);
+    ri.world = ri.local_world = ri.nnodes = ri.replicas_per_gpu = 1;
+    ri.source = "single";
+    return ri;
+}
+
+/* cdl_dist_create refuses a misspelt backend on one rank as on many: "ncll"
+ * used to train alone without a word, and failed only on the job of
+ * several ranks it was written for. Every name it takes still works. */
+static void test_dist_name_on_one_rank(void **state)
+{
+    (void)state;
+    cdl_rank_info ri = alone();
+    const char *bad[] = {"ncll", "shmm", "", "hier:tcp", "shm:mpi", "autoo", "hierx"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (!*bad[i])
+            continue;   /* "" means auto */
+        cdl_error("stale");
+        assert_null(cdl_dist_create(&ri, bad[i], NULL, 0));
+        char quoted[64];
+        snprintf(quoted, sizeof quoted, "'%s'", bad[i]);
+        if (!strstr(cdl_last_error(), quoted))
+            fail_msg("dist backend %s: '%s'", bad[i], cdl_last_error());
+    }
+    const char *good[] = {"auto", "single", "shm", "mpi", "nccl", "hier", "hier:mpi",
+                          "hier:nccl", "hier:store", ""};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        cdl_dist *d = cdl_dist_create(&ri, good[i], NULL, 0);
+        if (!d)
+            fail_msg("dist backend '%s' on one rank: %s", good[i], cdl_last_error());
+        assert_int_equal(cdl_dist_world(d), 1);
+        assert_string_equal(cdl_dist_backend_name(d), "single");
+        cdl_dist_destroy(d);
+    }
+}
 
 /* A checkpoint of a newer cdl (a format above this one's) is refused by
  * cdl_ckpt_check_format and cdl_model_load_weights, naming the file, its
@@ -79,6 +120,7 @@ static void test_newer_checkpoint(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dist_name_on_one_rank),
         cmocka_unit_test(test_newer_checkpoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

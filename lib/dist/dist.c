@@ -461,6 +461,10 @@ cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backen
                       const cdl_dist_config *cfg, int announce)
 {
     dist_clear_peer_lost();   /* a new world: an old loss says nothing of it */
+    if (!info) {
+        cdl_error("cdl_dist_create: info is NULL: fill a cdl_rank_info with cdl_rank_discover");
+        return NULL;
+    }
     cdl_dist *d = cdl_calloc(1, sizeof *d);
     if (!d)
         return NULL;
@@ -569,8 +573,17 @@ static int failed(cdl_dist *d)
     return -1;
 }
 
+/* The public collectives refuse a NULL cdl_dist (a cdl_dist_create that
+ * failed, or a single process that made none) with an error. */
+#define NEED_DIST(d)                                                                               \
+    do {                                                                                           \
+        if (!(d))                                                                                  \
+            return cdl_error("%s: the cdl_dist is NULL (did cdl_dist_create fail?)", __func__);   \
+    } while (0)
+
 int cdl_dist_allreduce(cdl_dist *d, float *buf, size_t n, int average)
 {
+    NEED_DIST(d);
     if (!staged(d))
         return d->coll->ops->allreduce(d->coll, buf, n, COLL_F32, average) ? failed(d) : 0;
     /* Device memory through host chunks: element-wise, so the fixed order holds. */
@@ -588,11 +601,13 @@ int cdl_dist_allreduce(cdl_dist *d, float *buf, size_t n, int average)
 
 int cdl_dist_allreduce_f64(cdl_dist *d, double *buf, size_t n)
 {
+    NEED_DIST(d);
     return d->coll->ops->allreduce(d->coll, buf, n, COLL_F64, 0) ? failed(d) : 0;
 }
 
 int cdl_dist_broadcast(cdl_dist *d, void *buf, size_t bytes, int root)
 {
+    NEED_DIST(d);
     if (root < 0 || root >= d->info.world)
         return cdl_error("broadcast root %d is not a rank (world of %d)", root, d->info.world);
     if (!staged(d))
@@ -613,11 +628,13 @@ int cdl_dist_broadcast(cdl_dist *d, void *buf, size_t bytes, int root)
 
 int cdl_dist_barrier(cdl_dist *d)
 {
+    NEED_DIST(d);
     return d->coll->ops->barrier(d->coll) ? failed(d) : 0;
 }
 
 int cdl_dist_allgather(cdl_dist *d, const void *in, void *out, size_t bytes)
 {
+    NEED_DIST(d);
     return d->coll->ops->allgather(d->coll, in, out, bytes) ? failed(d) : 0;
 }
 
@@ -637,6 +654,7 @@ static int native_parts(const cdl_dist *d)
 
 int cdl_dist_reduce_scatter(cdl_dist *d, float *buf, size_t n, int average)
 {
+    NEED_DIST(d);
     if (!native_parts(d) || !d->coll->ops->reduce_scatter)
         return cdl_dist_allreduce(d, buf, n, average);
     return d->coll->ops->reduce_scatter(d->coll, buf, n, COLL_F32, average) ? failed(d) : 0;
@@ -644,6 +662,7 @@ int cdl_dist_reduce_scatter(cdl_dist *d, float *buf, size_t n, int average)
 
 int cdl_dist_allgather_shards(cdl_dist *d, float *buf, size_t n)
 {
+    NEED_DIST(d);
     if (native_parts(d) && d->coll->ops->allgather_parts)
         return d->coll->ops->allgather_parts(d->coll, buf, n, COLL_F32) ? failed(d) : 0;
     /* Each owner broadcasts its part: the traffic of an allgather. */

@@ -1,12 +1,83 @@
 /* libcdl's public API given what a C program gets wrong, through the
- * shared libcdl and its public header only: a misspelt dist backend on
- * one process, a checkpoint of a newer cdl. */
+ * shared libcdl and its public header only: the NULL result of a failed
+ * create passed on, NULL out-pointers, a misspelt dist backend on one
+ * process, a checkpoint of a newer cdl; and cdl_last_error()'s contract
+ * (like errno: meaningful after a failure, left alone by a success). */
 #include "testutil.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
+
+/* The last call failed and its message names `what` (the function). */
+#define FAILED_NAMING(call, what)                                                                  \
+    do {                                                                                           \
+        cdl_error("stale");                                                                        \
+        assert_int_equal((call), -1);                                                              \
+        if (!strstr(cdl_last_error(), (what)))                                                     \
+            fail_msg("%s: message '%s' does not name %s", #call, cdl_last_error(), (what));       \
+    } while (0)
+#define NULL_NAMING(call, what)                                                                    \
+    do {                                                                                           \
+        cdl_error("stale");                                                                        \
+        assert_null((call));                                                                       \
+        if (!strstr(cdl_last_error(), (what)))                                                     \
+            fail_msg("%s: message '%s' does not name %s", #call, cdl_last_error(), (what));       \
+    } while (0)
+
+/* Every function that reports failures refuses a NULL object or
+ * out-pointer with -1 (or NULL) and a message, rather than crashing:
+ * they all crashed before (a cdl_dist never made, a NULL backend from a
+ * failed cdl_backend_create, cdl_rank_discover(NULL), ...). */
+static void test_null_arguments(void **state)
+{
+    (void)state;
+    cdl_shape in = {1, 8, 8};
+    int b;
+    char *text;
+    unsigned char uuid[16];
+    float x[4] = {0};
+    double xd[1] = {0};
+
+    FAILED_NAMING(cdl_backend_parse_tf32("on", "--tf32", NULL, &b), "cdl_backend_parse_tf32");
+    FAILED_NAMING(cdl_backend_parse_precision("fp32", "--precision", NULL),
+                  "cdl_backend_parse_precision");
+    NULL_NAMING(cdl_backend_host_alloc(NULL, 16), "cdl_backend_host_alloc");
+    FAILED_NAMING(cdl_backend_copy_in(NULL, x, x, sizeof x), "cdl_backend_copy_in");
+    FAILED_NAMING(cdl_backend_copy_in_wait(NULL), "cdl_backend_copy_in_wait");
+    FAILED_NAMING(cdl_backend_mark(NULL, 0), "cdl_backend_mark");
+    FAILED_NAMING(cdl_backend_mark_done(NULL, 0), "cdl_backend_mark_done");
+    FAILED_NAMING(cdl_backend_mark_wait(NULL, 0), "cdl_backend_mark_wait");
+    FAILED_NAMING(cdl_backend_graph_begin(NULL, 1), "cdl_backend_graph_begin");
+    FAILED_NAMING(cdl_backend_graph_end(NULL), "cdl_backend_graph_end");
+    FAILED_NAMING(cdl_backend_device_uuid(NULL, uuid), "cdl_backend_device_uuid");
+
+    FAILED_NAMING(cdl_spec_fit(NULL, in, 10), "cdl_spec_fit");
+    FAILED_NAMING(cdl_spec_read("x.spec", NULL), "cdl_spec_read");
+    FAILED_NAMING(cdl_spec_read(NULL, &text), "cdl_spec_read");
+    FAILED_NAMING(cdl_spec_load(NULL, NULL), "cdl_spec_read");
+    FAILED_NAMING(cdl_spec_builtin("mlp", in, 10, NULL), "cdl_spec_builtin");
+    FAILED_NAMING(cdl_spec_parse("input 1x8x8\nlinear 10\n", "x", NULL), "cdl_spec_parse");
+    FAILED_NAMING(cdl_spec_infer(NULL, in, NULL), "cdl_spec_infer");
+    FAILED_NAMING(cdl_model_set_spec_text(NULL, "x"), "cdl_model_set_spec_text");
+    NULL_NAMING(cdl_model_forward(NULL, x, 1, 0, 0), "cdl_model_forward");
+    FAILED_NAMING(cdl_optim_set_no_decay(NULL, NULL, NULL, 0), "cdl_optim_set_no_decay");
+    FAILED_NAMING(cdl_dataset_copy_normalization(NULL, NULL), "cdl_dataset_copy_normalization");
+
+    FAILED_NAMING(cdl_rank_discover(NULL), "cdl_rank_discover");
+    FAILED_NAMING(cdl_dist_config_from_env(NULL), "cdl_dist_config_from_env");
+    NULL_NAMING(cdl_dist_create(NULL, "auto", NULL, 0), "cdl_dist_create");
+    NULL_NAMING(cdl_dist_create_with(NULL, "auto", NULL, NULL), "cdl_dist_create");
+    FAILED_NAMING(cdl_dist_allreduce(NULL, x, 4, 1), "cdl_dist_allreduce");
+    FAILED_NAMING(cdl_dist_allreduce_f64(NULL, xd, 1), "cdl_dist_allreduce_f64");
+    FAILED_NAMING(cdl_dist_broadcast(NULL, x, sizeof x, 0), "cdl_dist_broadcast");
+    FAILED_NAMING(cdl_dist_barrier(NULL), "cdl_dist_barrier");
+    FAILED_NAMING(cdl_dist_allgather(NULL, x, x, 4), "cdl_dist_allgather");
+    FAILED_NAMING(cdl_dist_reduce_scatter(NULL, x, 4, 1), "cdl_dist_reduce_scatter");
+    FAILED_NAMING(cdl_dist_allgather_shards(NULL, x, 4), "cdl_dist_allgather_shards");
+    FAILED_NAMING(cdl_ckpt_check_format(NULL), "cdl_ckpt_check_format");
+}
 
 /* One process alone: the rank contract of a world of 1. */
 static cdl_rank_info alone(void)
@@ -117,11 +188,29 @@ static void test_newer_checkpoint(void **state)
     test_rm_rf(dir);
 }
 
+/* cdl_last_error() is errno-like, as cdl.h says: a failure sets it, a
+ * later success leaves it (so a program tests return values, not the
+ * message), and it is per thread. */
+static void test_last_error_contract(void **state)
+{
+    (void)state;
+    cdl_shape in = {1, 8, 8};
+    cdl_model_spec spec;
+    assert_int_equal(cdl_spec_builtin("no-such-model", in, 10, &spec), -1);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", cdl_last_error());
+    assert_non_null(strstr(msg, "no-such-model"));
+    assert_int_equal(cdl_spec_builtin("mlp", in, 10, &spec), 0);
+    assert_string_equal(cdl_last_error(), msg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_dist_name_on_one_rank),
         cmocka_unit_test(test_newer_checkpoint),
+        cmocka_unit_test(test_last_error_contract),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -201,7 +201,7 @@ static void usage(FILE *f)
 "                               --metrics-every steps), hyper-parameters\n"
 "      --peak-tflops X          the device's peak TFLOP/s for MFU [known GPUs by name]\n"
 "      --progress | --no-progress  live bar with ETA (default: when stderr is a terminal)\n"
-"  -q, --quiet                  no output but errors\n"
+"  -q, --quiet                  no output but errors and warnings\n"
 "  -h, --help    --version\n"
 "\n"
 "Exit status: 0 done; 1 error; 2 bad option; %d stopped by SIGUSR1/SIGTERM after\n"

@@ -61,7 +61,9 @@ typedef struct cdl_train_config {
                                * a simulation training a model of its own) */
     int synthetic_n;          /* synthetic dataset size */
     int progress;             /* -1 auto (terminal), 0 plain lines, 1 bar */
-    int quiet;
+    int quiet;                /* 1: nothing printed but errors and warnings (rank 0's
+                               * warnings of likely mistakes: a job of many tasks
+                               * training alone, max_steps past the run's end) */
     /* Called after every optimizer step with the number of steps done (for
      * custom logging, or to test signal handling at an exact step). */
     void (*on_step)(void *ctx, long steps);

@@ -148,6 +148,11 @@ grep -q "decays to 0 by step 10 (the end of the last epoch); --max-steps 3 stops
 expect_status 0 "$CDL_TRAIN" $small --max-steps 12
 grep -q "^warning: --max-steps 12 is past the run's end: 5 epochs of 2 steps end it at step 10; give --epochs 6 (or more) to train 12 steps$" \
     "$TMP/err" || die "no warning for --max-steps past the run's end: $(cat "$TMP/err")"
+# A warning of a likely mistake is not output that --quiet silences.
+expect_status 0 "$CDL_TRAIN" $small --max-steps 12 --quiet
+grep -q "^warning: --max-steps 12 is past the run's end" "$TMP/err" ||
+    die "--quiet silenced the warning for --max-steps past the run's end: $(cat "$TMP/err")"
+[ ! -s "$TMP/out" ] || die "--quiet printed on stdout: $(cat "$TMP/out")"
 expect_status 0 "$CDL_TRAIN" $small --max-steps 10
 ! grep -q "past the run's end" "$TMP/err" || die "--max-steps at the run's end warned: $(cat "$TMP/err")"
 # A finished run started again says why it trains nothing (it said

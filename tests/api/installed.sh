@@ -75,6 +75,13 @@ pc() {
 pc --exists || die "pkg-config does not find cdl.pc in $DEST$pkgconfigdir"
 [ "$(pc --modversion)" = "$(var VERSION)" ] || die "cdl.pc's version is not $(var VERSION)"
 pc --cflags | grep -qF -- "-I$inc" || die "cdl.pc's Cflags do not name the installed include directory: $(pc --cflags)"
+# Libs.private names libraries and where they are, not how the program
+# is linked: PMIx's own .pc adds -Wl,--enable-new-dtags, which would make
+# a program's own -rpath a RUNPATH (not searched for its libraries'
+# libraries, overridden by LD_LIBRARY_PATH).
+case " $(pc --libs --static) " in
+    *new-dtags*) die "pkg-config --libs --static cdl passes a dependency's link policy on: $(pc --libs --static)";;
+esac
 prog="$top_srcdir/templates/train.c"
 # shellcheck disable=SC2046
 "$CC" -std=c11 -Wall -Wextra -Wpedantic -Werror "$prog" $(pc --cflags --libs) -o "$TMP/train" 2>"$TMP/err" ||

@@ -669,6 +669,8 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             if (strcmp(cdl_version(), CDL_VERSION_STRING) != 0)
                 printf("libcdl %s (this cdl-train was built with %s)\n", cdl_version(),
                        CDL_VERSION_STRING);
+            if (*cdl_build_id())   /* two builds of one version differ here */
+                printf("libcdl build %s\n", cdl_build_id());
             printf("OpenBLAS kernels: %s\n", cdl_blas_core());
             return 1;
         case ':':

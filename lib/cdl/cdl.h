@@ -39,6 +39,15 @@ extern "C" {
  * soname); CDL_VERSION_STRING is the headers' (cdl/version.h). */
 const char *cdl_version(void);
 
+/* Which build of that version the library is: `git describe --dirty` of
+ * the source it was built from ("v0.1.0-72-g755e68e-dirty"), or "" when
+ * built outside a git checkout (a release tarball, where the version says
+ * it all). Two builds of one version differ here; cdl-train --version
+ * shows it and training checkpoints record it ("cdl_build"). Ranks of one
+ * job are compared by version only (cdl_dist_create): a site's libcdl
+ * built on each node from the same release has no id, or the same. */
+const char *cdl_build_id(void);
+
 /* The message of the last failure on this thread ("" if none yet). It
  * names the file, rank, option or value involved and says what to do.
  * Like errno, it is meaningful only right after a call that reported a

@@ -1,2 +1,16 @@
 libcdl_core_la_SOURCES += lib/core/error.c lib/core/alloc.c lib/core/threads.c lib/core/threads.h lib/core/backend.c lib/core/backends.h \
 	lib/core/sized.c lib/core/sized.h lib/core/memlimit.c lib/core/memlimit.h
+# The build's identity for cdl_build_id(): git describe of the source
+# ("v0.1.0-72-g755e68e-dirty"; empty outside a git checkout, as from a
+# release tarball). Looked at on every make, rewritten only when it
+# changes, so that an edit after configure shows as -dirty and an
+# unchanged tree recompiles nothing.
+BUILT_SOURCES = cdl_build_id.h
+CLEANFILES += cdl_build_id.h
+cdl_build_id.h: cdl-build-id-force
+	$(AM_V_GEN)id=`git -C "$(top_srcdir)" describe --always --dirty --tags 2>/dev/null | \
+	    LC_ALL=C tr -cd 'A-Za-z0-9._+-'`; \
+	printf '#define CDL_BUILD_ID "%s"\n' "$$id" >$@.tmp && \
+	if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; fi
+cdl-build-id-force:
+.PHONY: cdl-build-id-force

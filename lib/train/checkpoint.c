@@ -39,7 +39,7 @@
 #define CKPT_FORMAT_1 "cdl-checkpoint-1"
 #define OPT_PREFIX "optimizer."
 
-enum { MAX_META = 40 };   /* train_ckpt_save adds at most 34 (token data, class names) */
+enum { MAX_META = 40 };   /* train_ckpt_save adds at most 35 (token data, class names) */
 /* Largest world size a checkpoint may record (a sanity bound, far above any
  * real job). */
 #define CKPT_MAX_WORLD 1000000
@@ -266,6 +266,8 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
         goto out;
     meta_add(&meta, "format", fmt_dup("%s", CKPT_FORMAT));
     meta_add(&meta, "cdl_version", fmt_dup("%s", cdl_version()));
+    if (*cdl_build_id())   /* which build of that version */
+        meta_add(&meta, "cdl_build", fmt_dup("%s", cdl_build_id()));
     meta_add(&meta, "config", config);
     config = NULL;
     meta_add(&meta, "model", fmt_dup("%s", cdl_model_get_spec(m)->source));

@@ -204,6 +204,37 @@ static void test_last_error_contract(void **state)
     assert_string_equal(cdl_last_error(), msg);
 }
 
+/* A training checkpoint records which build wrote it (cdl_build), where
+ * the build has an id: two builds of one version told apart. */
+static void test_build_id_recorded(void **state)
+{
+    (void)state;
+    char dir[256], path[400];
+    assert_int_equal(test_mkdtemp(dir, sizeof dir, "api-build"), 0);
+    cdl_train_config cfg;
+    cdl_train_defaults(&cfg);
+    snprintf(cfg.model, sizeof cfg.model, "mlp");
+    snprintf(cfg.dataset, sizeof cfg.dataset, "synthetic");
+    snprintf(cfg.device, sizeof cfg.device, "cpu");
+    snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s/ck", dir);
+    cfg.synthetic_n = 64;
+    cfg.epochs = 1;
+    cfg.threads = 1;
+    cfg.quiet = 1;
+    if (cdl_train_run(&cfg, NULL) != 0)
+        fail_msg("%s", cdl_last_error());
+    snprintf(path, sizeof path, "%s/ck/last.safetensors", dir);
+    cdl_st_file *f = cdl_st_open(path);
+    assert_non_null(f);
+    const char *build = cdl_st_meta_get(f, "cdl_build");
+    if (*cdl_build_id())
+        assert_string_equal(build ? build : "(none)", cdl_build_id());
+    else
+        assert_null(build);
+    cdl_st_close(f);
+    test_rm_rf(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -211,6 +242,7 @@ int main(void)
         cmocka_unit_test(test_dist_name_on_one_rank),
         cmocka_unit_test(test_newer_checkpoint),
         cmocka_unit_test(test_last_error_contract),
+        cmocka_unit_test(test_build_id_recorded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -226,6 +226,9 @@ typedef struct cdl_train_result {
 /* Runs training. Returns 0, -1 on error (cdl_last_error), or
  * CDL_EXIT_REQUEUE when interrupted by SIGUSR1/SIGTERM after a checkpoint
  * (with no ckpt_dir such a stop returns -1: nothing could be resumed).
+ * After a -1, cdl_dist_peer_lost() is 1 when the cause was a lost peer
+ * rank, worth a restart from the last checkpoint (cdl-train then exits
+ * CDL_EXIT_PEER_LOST), and 0 for an error a restart would repeat.
  * It handles SIGUSR1 and SIGTERM while it runs and gives the caller's
  * handlers back when it returns. Runs in several threads at once (own
  * configs and directories) each get what they get alone; the caller's

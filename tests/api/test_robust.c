@@ -204,6 +204,31 @@ static void test_last_error_contract(void **state)
     assert_string_equal(cdl_last_error(), msg);
 }
 
+/* A loader config from cdl_loader_defaults with batch_size or world
+ * left 0, as the defaults leave them, says which field to set: "rank 0
+ * of world 0: need 0 <= rank < world" did not say it was the program's
+ * to set. */
+static void test_loader_defaults_named(void **state)
+{
+    (void)state;
+    cdl_shape in = {1, 4, 4};
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_synthetic(10, in, 2, 1, &d), 0);
+    cdl_loader_config lc;
+    cdl_loader_defaults(&lc);
+    assert_null(cdl_loader_create(&d, &lc));
+    assert_non_null(strstr(cdl_last_error(), "cdl_loader_config.batch_size"));
+    lc.batch_size = 4;
+    assert_null(cdl_loader_create(&d, &lc));
+    assert_non_null(strstr(cdl_last_error(), "cdl_loader_defaults leaves world 0"));
+    lc.world = 1;
+    cdl_loader *l = cdl_loader_create(&d, &lc);
+    if (!l)
+        fail_msg("%s", cdl_last_error());
+    cdl_loader_destroy(l);
+    cdl_dataset_free(&d);
+}
+
 /* A training checkpoint records which build wrote it (cdl_build), where
  * the build has an id: two builds of one version told apart. */
 static void test_build_id_recorded(void **state)
@@ -243,6 +268,7 @@ int main(void)
         cmocka_unit_test(test_newer_checkpoint),
         cmocka_unit_test(test_last_error_contract),
         cmocka_unit_test(test_build_id_recorded),
+        cmocka_unit_test(test_loader_defaults_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -292,7 +292,11 @@ int main(int argc, char **argv)
                 return 2;
             break;
         case 'h': usage(stdout); return 0;
-        case OPT_VERSION: printf(PROG " (cdl) %s\n", cdl_version()); return 0;
+        case OPT_VERSION:
+            printf(PROG " (cdl) %s\n", cdl_version());
+            if (*cdl_build_id())   /* which build of that version, as cdl-train says */
+                printf("libcdl build %s\n", cdl_build_id());
+            return 0;
         case ':':
             fprintf(stderr, PROG ": option '%.80s' needs a value (see " PROG " --help)\n",
                     argv[optind - 1]);

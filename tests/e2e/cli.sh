@@ -9,11 +9,15 @@ expect_status 0 "$CDL_TRAIN" --version
 grep -qx 'cdl-train (cdl) [0-9][0-9.]* (rank contract [0-9]*)' "$TMP/out" || die "--version output"
 # Two builds of one version differ in the build line (git describe of the
 # source; none outside a git checkout), and the checkpoints record it.
-if id=$(git -C "$top_srcdir" describe --always --dirty --tags 2>/dev/null); then
-    grep -qxF "libcdl build $id" "$TMP/out" || die "--version does not name the build $id: $(cat "$TMP/out")"
-else
-    ! grep -q '^libcdl build' "$TMP/out" || die "a build outside git names a build: $(cat "$TMP/out")"
-fi
+id=$(git -C "$top_srcdir" describe --always --dirty --tags 2>/dev/null) || id=
+for prog in "$CDL_TRAIN" "$CDL_EVAL" "$CDL_PREDICT" "$top_builddir/cli/cdl-generate"; do
+    expect_status 0 "$prog" --version
+    if [ -n "$id" ]; then
+        grep -qxF "libcdl build $id" "$TMP/out" || die "$prog --version does not name the build $id: $(cat "$TMP/out")"
+    else
+        ! grep -q '^libcdl build' "$TMP/out" || die "$prog built outside git names a build: $(cat "$TMP/out")"
+    fi
+done
 # OpenBLAS's kernels: on a CPU it does not know, cdl-train starts again with
 # OPENBLAS_CORETYPE set to the kernels the CPU has, never the SSE3 fallback
 # (cli/blas_core.c); a type the user sets is kept.

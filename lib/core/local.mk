@@ -4,12 +4,15 @@ libcdl_core_la_SOURCES += lib/core/error.c lib/core/alloc.c lib/core/threads.c l
 # ("v0.1.0-72-g755e68e-dirty"; empty outside a git checkout, as from a
 # release tarball). Looked at on every make, rewritten only when it
 # changes, so that an edit after configure shows as -dirty and an
-# unchanged tree recompiles nothing.
+# unchanged tree recompiles nothing. Where git cannot answer but could
+# before (`sudo make install`: git refuses a tree of another owner), the
+# id stays as built.
 BUILT_SOURCES = cdl_build_id.h
 CLEANFILES += cdl_build_id.h
 cdl_build_id.h: cdl-build-id-force
-	$(AM_V_GEN)id=`git -C "$(top_srcdir)" describe --always --dirty --tags 2>/dev/null | \
-	    LC_ALL=C tr -cd 'A-Za-z0-9._+-'`; \
+	$(AM_V_GEN)if id=`git -C "$(top_srcdir)" describe --always --dirty --tags 2>/dev/null`; then \
+	    :; elif test -f $@; then exit 0; else id=; fi; \
+	id=`printf '%s' "$$id" | LC_ALL=C tr -cd 'A-Za-z0-9._+-'`; \
 	printf '#define CDL_BUILD_ID "%s"\n' "$$id" >$@.tmp && \
 	if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; fi
 cdl-build-id-force:

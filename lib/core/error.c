@@ -5,8 +5,6 @@
 
 #include <cdl/cdl.h>
 
-#include "cdl_build_id.h"
-
 static _Thread_local char last_error[2048];
 
 const char *cdl_last_error(void)
@@ -28,9 +26,4 @@ int cdl_error(const char *fmt, ...)
 const char *cdl_version(void)
 {
     return PACKAGE_VERSION;
-}
-
-const char *cdl_build_id(void)
-{
-    return CDL_BUILD_ID;
 }

@@ -120,6 +120,11 @@ static int gen_open(gen *g)
     cdl_st_file *f = cdl_st_open(g->o.ckpt);
     if (!f)
         return -1;
+    /* A newer cdl's checkpoint: its metadata may mean something else. */
+    if (cdl_ckpt_check_format(f) != 0) {
+        cdl_st_close(f);
+        return -1;
+    }
     cdl_shape in = {0, 1, 1};
     const char *shape = cdl_st_meta_get(f, "input_shape");
     int rc = -1;
@@ -291,7 +296,11 @@ int main(int argc, char **argv)
                 return 2;
             break;
         case 'h': usage(stdout); return 0;
-        case OPT_VERSION: printf(PROG " (cdl) %s\n", cdl_version()); return 0;
+        case OPT_VERSION:
+            printf(PROG " (cdl) %s\n", cdl_version());
+            if (*cdl_build_id())   /* which build of that version, as cdl-train says */
+                printf("libcdl build %s\n", cdl_build_id());
+            return 0;
         case ':':
             fprintf(stderr, PROG ": option '%.80s' needs a value (see " PROG " --help)\n",
                     argv[optind - 1]);

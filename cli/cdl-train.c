@@ -201,7 +201,7 @@ static void usage(FILE *f)
 "                               --metrics-every steps), hyper-parameters\n"
 "      --peak-tflops X          the device's peak TFLOP/s for MFU [known GPUs by name]\n"
 "      --progress | --no-progress  live bar with ETA (default: when stderr is a terminal)\n"
-"  -q, --quiet                  no output but errors\n"
+"  -q, --quiet                  no output but errors and warnings\n"
 "  -h, --help    --version\n"
 "\n"
 "Exit status: 0 done; 1 error; 2 bad option; %d stopped by SIGUSR1/SIGTERM after\n"
@@ -669,6 +669,8 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             if (strcmp(cdl_version(), CDL_VERSION_STRING) != 0)
                 printf("libcdl %s (this cdl-train was built with %s)\n", cdl_version(),
                        CDL_VERSION_STRING);
+            if (*cdl_build_id())   /* two builds of one version differ here */
+                printf("libcdl build %s\n", cdl_build_id());
             printf("OpenBLAS kernels: %s\n", cdl_blas_core());
             return 1;
         case ':':

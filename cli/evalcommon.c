@@ -656,6 +656,11 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     cdl_st_file *f = cdl_st_open(o->ckpt);
     if (!f)
         return -1;
+    /* A newer cdl's checkpoint: its metadata may mean something else. */
+    if (cdl_ckpt_check_format(f) != 0) {
+        cdl_st_close(f);
+        return -1;
+    }
     /* A language model: the checkpoint says so, or (a file PyTorch wrote)
      * the --dataset of token windows given with it. */
     const char *kind = o->dataset ? o->dataset : "";
@@ -848,7 +853,11 @@ int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
         return EVAL_OPT_BAD;
     }
     case 'h': usage(stdout); return EVAL_OPT_EXIT0;
-    case EVAL_OPT_VERSION: printf("%s (cdl) %s\n", prog, cdl_version()); return EVAL_OPT_EXIT0;
+    case EVAL_OPT_VERSION:
+        printf("%s (cdl) %s\n", prog, cdl_version());
+        if (*cdl_build_id())   /* which build of that version, as cdl-train says */
+            printf("libcdl build %s\n", cdl_build_id());
+        return EVAL_OPT_EXIT0;
     case ':':
         fprintf(stderr, "%s: option '%.80s' needs a value (see %s --help)\n", prog,
                 argv[optind - 1], prog);

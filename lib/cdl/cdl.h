@@ -3,6 +3,13 @@
  * Conventions shared by every public header:
  *  - Functions that can fail return 0 on success and -1 on failure (or NULL
  *    for constructors); cdl_last_error() then says what failed and what to do.
+ *  - NULL: such a function given a NULL object (a model, optimizer, loader,
+ *    backend, cdl_dist, file) or a NULL out-pointer fails like that, naming
+ *    itself, unless its comment gives NULL a meaning. The functions that
+ *    cannot report a failure (void ones, accessors such as cdl_model_nparams,
+ *    the _defaults/_init functions) take only valid pointers: NULL there is
+ *    the caller's bug, as with the C library. cdl_X_destroy, cdl_st_close,
+ *    cdl_dataset_free and cdl_free accept NULL and do nothing.
  *  - Tensors are float32, NCHW, contiguous. Pointers called *_dev live in the
  *    backend's memory (host memory for the CPU backend).
  *  - Nothing is allocated inside a training step; every buffer a step needs is
@@ -32,8 +39,23 @@ extern "C" {
  * soname); CDL_VERSION_STRING is the headers' (cdl/version.h). */
 const char *cdl_version(void);
 
-/* The message of the last failure on this thread ("" if none). It names the
- * file, rank, option or value involved and says what to do. */
+/* Which build of that version the library is: `git describe --dirty` of
+ * the source it was built from ("v0.1.0-72-g755e68e-dirty"), or "" when
+ * built outside a git checkout (a release tarball, where the version says
+ * it all). Two builds of one version differ here; cdl-train --version
+ * shows it and training checkpoints record it ("cdl_build"). Ranks of one
+ * job are compared by version only (cdl_dist_create): a site's libcdl
+ * built on each node from the same release has no id, or the same. */
+const char *cdl_build_id(void);
+
+/* The message of the last failure on this thread ("" if none yet). It
+ * names the file, rank, option or value involved and says what to do.
+ * Like errno, it is meaningful only right after a call that reported a
+ * failure (-1, or NULL from a constructor): a call that succeeds does not
+ * clear it, and may even replace it (cdl_backend_create("auto", ...)
+ * records why it found no GPU, then makes a CPU backend). So test the
+ * return value, never whether the message is empty. The pointer stays
+ * valid for the thread's life; the text changes with the next failure. */
 const char *cdl_last_error(void);
 
 /* Records a failure message (printf-style) for cdl_last_error(); returns -1 so

@@ -69,8 +69,10 @@ void cdl_dist_config_init(cdl_dist_config *cfg);
  * read them. -1 with cdl_error naming a variable with a bad value. */
 int cdl_dist_config_from_env(cdl_dist_config *cfg);
 
-/* Connects to the peers: backend "auto", "shm", "mpi", "nccl", "hier" or
- * "single", with cfg (NULL = the defaults; a cfg without a size is refused).
+/* Connects to the peers: backend "auto", "shm", "mpi", "nccl", "hier"
+ * (or "hier:mpi", "hier:nccl", "hier:store") or "single" (NULL or "" =
+ * "auto"; any of them is "single" in a world of one rank, and any other
+ * name is refused there too), with cfg (NULL = the defaults; a cfg without a size is refused).
  * cfg->timeout_s bounds every wait; a peer that does not arrive in time is
  * an error naming the missing ranks. be (may be NULL: host memory) is the
  * compute backend whose buffers the collectives take; on a GPU it picks

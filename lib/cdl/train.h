@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include <cdl/backend.h>
+#include <cdl/ckpt.h>
 #include <cdl/dist.h>
 #include <cdl/model.h>
 #include <cdl/optim.h>
@@ -60,7 +61,9 @@ typedef struct cdl_train_config {
                                * a simulation training a model of its own) */
     int synthetic_n;          /* synthetic dataset size */
     int progress;             /* -1 auto (terminal), 0 plain lines, 1 bar */
-    int quiet;
+    int quiet;                /* 1: nothing printed but errors and warnings (rank 0's
+                               * warnings of likely mistakes: a job of many tasks
+                               * training alone, max_steps past the run's end) */
     /* Called after every optimizer step with the number of steps done (for
      * custom logging, or to test signal handling at an exact step). */
     void (*on_step)(void *ctx, long steps);
@@ -223,6 +226,9 @@ typedef struct cdl_train_result {
 /* Runs training. Returns 0, -1 on error (cdl_last_error), or
  * CDL_EXIT_REQUEUE when interrupted by SIGUSR1/SIGTERM after a checkpoint
  * (with no ckpt_dir such a stop returns -1: nothing could be resumed).
+ * After a -1, cdl_dist_peer_lost() is 1 when the cause was a lost peer
+ * rank, worth a restart from the last checkpoint (cdl-train then exits
+ * CDL_EXIT_PEER_LOST), and 0 for an error a restart would repeat.
  * It handles SIGUSR1 and SIGTERM while it runs and gives the caller's
  * handlers back when it returns. Runs in several threads at once (own
  * configs and directories) each get what they get alone; the caller's
@@ -238,6 +244,16 @@ int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res);
  * except those whose names match the glob `ignore` (NULL or ""
  * = none), which keep their values. Errors name the file and the tensor. */
 int cdl_model_load_weights(cdl_model *m, const char *path, const char *ignore);
+
+/* Whether this libcdl reads the checkpoint f (from cdl_st_open): 0 for a
+ * cdl checkpoint in a format it reads, and for any other safetensors file
+ * (PyTorch's weights); -1, with cdl_last_error() naming the file, its
+ * format, the cdl release that wrote it and the newest format this one
+ * reads, for a checkpoint of a newer cdl, whose metadata and tensors this
+ * release cannot interpret. cdl_train_run's resume and --init, and
+ * cdl_model_load_weights check it themselves; a program that reads a
+ * checkpoint's metadata (model, input_shape, ...) checks it first. */
+int cdl_ckpt_check_format(const cdl_st_file *f);
 
 /* Writes m's parameters and buffers to the safetensors file path
  * (atomically, with checksums), under PyTorch's names and layouts: what

@@ -125,6 +125,10 @@ void cdl_backend_destroy(cdl_backend *be)
 
 int cdl_backend_parse_tf32(const char *s, const char *what, int *conv, int *matmul)
 {
+    if (!conv || !matmul)
+        return cdl_error("cdl_backend_parse_tf32: conv or matmul is NULL");
+    if (!what)
+        what = "tf32";
     if (s && !strcasecmp(s, "on")) {
         *conv = 1;
         *matmul = 1;
@@ -144,6 +148,10 @@ int cdl_backend_parse_tf32(const char *s, const char *what, int *conv, int *matm
 
 int cdl_backend_parse_precision(const char *s, const char *what, int *precision)
 {
+    if (!precision)
+        return cdl_error("cdl_backend_parse_precision: precision is NULL");
+    if (!what)
+        what = "precision";
     if (s && !strcasecmp(s, "fp32"))
         *precision = CDL_PRECISION_FP32;
     else if (s && !strcasecmp(s, "bf16"))
@@ -168,8 +176,20 @@ int cdl_backend_is_async(const cdl_backend *be)
     return be->ops->mark != NULL;
 }
 
+/* The entries below that report failures refuse a NULL backend (a
+ * cdl_backend_create that failed, unchecked) with an error. */
+#define NEED_BACKEND(be)                                                                           \
+    do {                                                                                           \
+        if (!(be))                                                                                 \
+            return cdl_error("%s: the backend is NULL (did cdl_backend_create fail?)", __func__); \
+    } while (0)
+
 void *cdl_backend_host_alloc(cdl_backend *be, size_t bytes)
 {
+    if (!be) {
+        cdl_error("cdl_backend_host_alloc: the backend is NULL (did cdl_backend_create fail?)");
+        return NULL;
+    }
     return be->ops->host_alloc ? be->ops->host_alloc(be, bytes)
                                : cdl_calloc(1, bytes ? bytes : 1);
 }
@@ -184,6 +204,7 @@ void cdl_backend_host_free(cdl_backend *be, void *p)
 
 int cdl_backend_copy_in(cdl_backend *be, void *dst_dev, const void *src_host, size_t bytes)
 {
+    NEED_BACKEND(be);
     if (be->ops->copy_in)
         return be->ops->copy_in(be, dst_dev, src_host, bytes);
     be->ops->to_device(be, dst_dev, src_host, bytes);
@@ -192,11 +213,13 @@ int cdl_backend_copy_in(cdl_backend *be, void *dst_dev, const void *src_host, si
 
 int cdl_backend_copy_in_wait(cdl_backend *be)
 {
+    NEED_BACKEND(be);
     return be->ops->copy_in_wait ? be->ops->copy_in_wait(be) : 0;
 }
 
 int cdl_backend_mark(cdl_backend *be, int slot)
 {
+    NEED_BACKEND(be);
     if (slot < 0 || slot >= CDL_BACKEND_MARKS)
         return cdl_error("backend %s: step mark slot %d is not 0..%d", be->ops->name, slot,
                          CDL_BACKEND_MARKS - 1);
@@ -207,6 +230,7 @@ int cdl_backend_mark(cdl_backend *be, int slot)
  * fault the ops kept. */
 int cdl_backend_mark_done(cdl_backend *be, int slot)
 {
+    NEED_BACKEND(be);
     if (be->ops->mark_done)
         return be->ops->mark_done(be, slot);
     return be->ops->sync(be) == 0 ? 1 : -1;
@@ -214,16 +238,19 @@ int cdl_backend_mark_done(cdl_backend *be, int slot)
 
 int cdl_backend_mark_wait(cdl_backend *be, int slot)
 {
+    NEED_BACKEND(be);
     return be->ops->mark_wait ? be->ops->mark_wait(be, slot) : be->ops->sync(be);
 }
 
 int cdl_backend_graph_begin(cdl_backend *be, uint64_t key)
 {
+    NEED_BACKEND(be);
     return be->ops->graph_begin ? be->ops->graph_begin(be, key) : 0;
 }
 
 int cdl_backend_graph_end(cdl_backend *be)
 {
+    NEED_BACKEND(be);
     return be->ops->graph_end ? be->ops->graph_end(be) : 0;
 }
 
@@ -245,7 +272,10 @@ const char *cdl_backend_device_name(cdl_backend *be)
 
 int cdl_backend_device_uuid(cdl_backend *be, unsigned char uuid[16])
 {
+    if (!uuid)
+        return cdl_error("cdl_backend_device_uuid: uuid is NULL");
     memset(uuid, 0, 16);
+    NEED_BACKEND(be);
     if (!be->ops->device_uuid)
         return cdl_error("backend %s has no device identity (only GPU backends do)",
                          be->ops->name);

@@ -212,7 +212,9 @@ int cdl_dataset_load(const char *name, const char *dir, int train, cdl_dataset *
 
 int cdl_dataset_copy_normalization(cdl_dataset *dst, const cdl_dataset *src)
 {
-    if (!dst || !src || dst->shape.c != src->shape.c ||
+    if (!dst || !src)
+        return cdl_error("cdl_dataset_copy_normalization: dst or src is NULL");
+    if (dst->shape.c != src->shape.c ||
         !dst->channel_mean != !src->channel_mean)
         return cdl_error("cdl_dataset_copy_normalization: the datasets differ in channels");
     memcpy(dst->mean, src->mean, sizeof dst->mean);

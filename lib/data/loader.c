@@ -217,11 +217,15 @@ static int check_config(const cdl_dataset *d, const cdl_loader_config *c)
     if (c->augment && !d->images && !d->stream)
         return cdl_error("--augment crop/flip needs pictures, but dataset '%s' holds %s: "
                          "use --augment none", d->name, d->tokens ? "tokens" : "features");
+    /* cdl_loader_defaults leaves both at 0: a program's first mistake. */
     if (c->batch_size <= 0)
-        return cdl_error("loader: batch size %d must be >= 1 (--batch-size)", c->batch_size);
+        return cdl_error("loader: batch size %d must be >= 1 (--batch-size; "
+                         "cdl_loader_config.batch_size, which cdl_loader_defaults leaves 0)",
+                         c->batch_size);
     if (c->world <= 0 || c->rank < 0 || c->rank >= c->world)
-        return cdl_error("loader: rank %d of world %d: need 0 <= rank < world", c->rank,
-                         c->world);
+        return cdl_error("loader: rank %d of world %d: need 0 <= rank < world%s", c->rank,
+                         c->world, c->world ? "" : " (cdl_loader_defaults leaves world 0: "
+                                               "set it, 1 for one process)");
     if (c->workers < 0 || c->workers > MAX_WORKERS)
         return cdl_error("loader: %d workers: use 0..%d (--workers)", c->workers, MAX_WORKERS);
     if (c->prefetch < 0 || c->prefetch > 4 * MAX_WORKERS)

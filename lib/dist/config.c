@@ -43,6 +43,8 @@ static int env_seconds(const char *name, double max, const char *msg, double *ou
 
 int cdl_dist_config_from_env(cdl_dist_config *cfg)
 {
+    if (!cfg)
+        return cdl_error("cdl_dist_config_from_env: cfg is NULL");
     cdl_dist_config_init(cfg);
     if (env_seconds(CDL_ENV_TIMEOUT, CDL_MAX_TIMEOUT,
                     "is not a positive number of seconds: unset it or give e.g. "

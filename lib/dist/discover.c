@@ -289,5 +289,7 @@ int rank_discover(cdl_rank_info *info, int announce)
 
 int cdl_rank_discover(cdl_rank_info *info)
 {
+    if (!info)
+        return cdl_error("cdl_rank_discover: info is NULL");
     return rank_discover(info, 1);
 }

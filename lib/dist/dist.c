@@ -195,11 +195,35 @@ static int is_cuda(const cdl_backend *be)
     return be && !be->host_memory;
 }
 
+/* The names choose() takes: auto, single, shm, mpi, nccl, hier and
+ * hier:TRANSPORT. 0, or -1 with an error naming the bad part. */
+static int check_name(const char *want)
+{
+    static const char *const kinds[] = {"auto", "single", "shm", "mpi", "nccl", "hier"};
+    const char *colon = strchr(want, ':');
+    size_t klen = colon ? (size_t)(colon - want) : strlen(want);
+    if (colon && (klen != 4 || strncmp(want, "hier", 4)))
+        return cdl_error("dist backend '%s': only hier takes a ':transport'", want);
+    if (colon && strcmp(colon + 1, "mpi") && strcmp(colon + 1, "nccl") &&
+        strcmp(colon + 1, "store"))
+        return cdl_error("dist backend '%s': the transport between nodes is mpi, nccl or "
+                         "store", want);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strlen(kinds[i]) == klen && !strncmp(want, kinds[i], klen))
+            return 0;
+    return cdl_error("unknown dist backend '%s': use auto, shm, mpi, nccl, hier (or hier:mpi, "
+                     "hier:nccl, hier:store) or single", want);
+}
+
 /* Resolves "auto" and checks the others against the layout. */
 static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
 {
     const cdl_rank_info *in = &d->info;
     inter[0] = '\0';
+    /* The name first: a typo ("ncll") is refused on one rank as on many,
+     * not found out only when the job grows. */
+    if (check_name(want) != 0)
+        return -1;
     if (in->world == 1) {
         strcpy(kind, "single");
         return 0;
@@ -221,14 +245,9 @@ static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
         klen = 15;
     memcpy(kind, want, klen);
     kind[klen] = '\0';
-    if (colon && strcmp(kind, "hier"))
-        return cdl_error("dist backend '%s': only hier takes a ':transport'", want);
     if (!strcmp(kind, "hier")) {
         snprintf(inter, 16, "%s", colon ? colon + 1
                  : is_cuda(d->be) ? "nccl" : coll_mpi_available() ? "mpi" : "store");
-        if (strcmp(inter, "mpi") && strcmp(inter, "nccl") && strcmp(inter, "store"))
-            return cdl_error("dist backend '%s': the transport between nodes is mpi, nccl or "
-                             "store", want);
         if (!strcmp(inter, "nccl") && !is_cuda(d->be))
             return cdl_error("dist backend hier:nccl joins GPUs with NCCL and needs the cuda "
                              "backend (--device cuda): for CPU training use auto, hier:mpi or "
@@ -251,12 +270,9 @@ static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
                          "hier:nccl (shared memory among the ranks of a GPU, NCCL between "
                          "GPUs)", d->job_rpg, d->job_rpg,
                          d->job_rpg == in->replicas_per_gpu ? "" : " on another node");
-    if (!strcmp(kind, "mpi") || !strcmp(kind, "nccl") || !strcmp(kind, "single"))
-        return !strcmp(kind, "single")
-                   ? cdl_error("dist backend single needs WORLD_SIZE=1, not %d", in->world)
-                   : 0;
-    return cdl_error("unknown dist backend '%s': use auto, shm, mpi, nccl, hier (or hier:mpi, "
-                     "hier:nccl, hier:store) or single", want);
+    if (!strcmp(kind, "single"))
+        return cdl_error("dist backend single needs WORLD_SIZE=1, not %d", in->world);
+    return 0;   /* mpi, nccl */
 }
 
 /* ------------------------------------------------------------ init */
@@ -447,6 +463,10 @@ cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backen
                       const cdl_dist_config *cfg, int announce)
 {
     dist_clear_peer_lost();   /* a new world: an old loss says nothing of it */
+    if (!info) {
+        cdl_error("cdl_dist_create: info is NULL: fill a cdl_rank_info with cdl_rank_discover");
+        return NULL;
+    }
     cdl_dist *d = cdl_calloc(1, sizeof *d);
     if (!d)
         return NULL;
@@ -555,8 +575,17 @@ static int failed(cdl_dist *d)
     return -1;
 }
 
+/* The public collectives refuse a NULL cdl_dist (a cdl_dist_create that
+ * failed, or a single process that made none) with an error. */
+#define NEED_DIST(d)                                                                               \
+    do {                                                                                           \
+        if (!(d))                                                                                  \
+            return cdl_error("%s: the cdl_dist is NULL (did cdl_dist_create fail?)", __func__);   \
+    } while (0)
+
 int cdl_dist_allreduce(cdl_dist *d, float *buf, size_t n, int average)
 {
+    NEED_DIST(d);
     if (!staged(d))
         return d->coll->ops->allreduce(d->coll, buf, n, COLL_F32, average) ? failed(d) : 0;
     /* Device memory through host chunks: element-wise, so the fixed order holds. */
@@ -574,11 +603,13 @@ int cdl_dist_allreduce(cdl_dist *d, float *buf, size_t n, int average)
 
 int cdl_dist_allreduce_f64(cdl_dist *d, double *buf, size_t n)
 {
+    NEED_DIST(d);
     return d->coll->ops->allreduce(d->coll, buf, n, COLL_F64, 0) ? failed(d) : 0;
 }
 
 int cdl_dist_broadcast(cdl_dist *d, void *buf, size_t bytes, int root)
 {
+    NEED_DIST(d);
     if (root < 0 || root >= d->info.world)
         return cdl_error("broadcast root %d is not a rank (world of %d)", root, d->info.world);
     if (!staged(d))
@@ -599,11 +630,13 @@ int cdl_dist_broadcast(cdl_dist *d, void *buf, size_t bytes, int root)
 
 int cdl_dist_barrier(cdl_dist *d)
 {
+    NEED_DIST(d);
     return d->coll->ops->barrier(d->coll) ? failed(d) : 0;
 }
 
 int cdl_dist_allgather(cdl_dist *d, const void *in, void *out, size_t bytes)
 {
+    NEED_DIST(d);
     return d->coll->ops->allgather(d->coll, in, out, bytes) ? failed(d) : 0;
 }
 
@@ -623,6 +656,7 @@ static int native_parts(const cdl_dist *d)
 
 int cdl_dist_reduce_scatter(cdl_dist *d, float *buf, size_t n, int average)
 {
+    NEED_DIST(d);
     if (!native_parts(d) || !d->coll->ops->reduce_scatter)
         return cdl_dist_allreduce(d, buf, n, average);
     return d->coll->ops->reduce_scatter(d->coll, buf, n, COLL_F32, average) ? failed(d) : 0;
@@ -630,6 +664,7 @@ int cdl_dist_reduce_scatter(cdl_dist *d, float *buf, size_t n, int average)
 
 int cdl_dist_allgather_shards(cdl_dist *d, float *buf, size_t n)
 {
+    NEED_DIST(d);
     if (native_parts(d) && d->coll->ops->allgather_parts)
         return d->coll->ops->allgather_parts(d->coll, buf, n, COLL_F32) ? failed(d) : 0;
     /* Each owner broadcasts its part: the traffic of an allgather. */

@@ -216,6 +216,8 @@ int cdl_spec_block_size(const char *model)
 
 int cdl_spec_fit(cdl_model_spec *spec, cdl_shape input, int classes)
 {
+    if (!spec)
+        return cdl_error("cdl_spec_fit: spec is NULL");
     const char *src = spec->source[0] ? spec->source : "model spec";
     for (int i = 0; i < spec->nlayers; i++) {
         cdl_layer_spec *l = &spec->layers[i];
@@ -266,6 +268,8 @@ static int builtin_text(const char *name, cdl_shape input, int classes, char *te
 
 int cdl_spec_builtin(const char *name, cdl_shape input, int classes, cdl_model_spec *out)
 {
+    if (!out)
+        return cdl_error("cdl_spec_builtin: out is NULL");
     if (!name)
         name = "(null)";
     if (input.c < 1 || input.h < 1 || input.w < 1 || input.c > SPEC_MAX_DIM ||

@@ -266,6 +266,8 @@ static int seq_shape(const cdl_model_spec *spec, int i, cdl_shape s, int seq, co
 
 int cdl_spec_infer(const cdl_model_spec *spec, cdl_shape input, cdl_shape *shapes)
 {
+    if (!spec || !shapes)
+        return cdl_error("cdl_spec_infer: spec or shapes is NULL");
     return spec_infer_seq(spec, input, shapes, NULL);
 }
 

@@ -780,6 +780,8 @@ const cdl_model_spec *cdl_model_get_spec(const cdl_model *m) { return &m->spec; 
 
 int cdl_model_set_spec_text(cdl_model *m, const char *text)
 {
+    if (!m)
+        return cdl_error("cdl_model_set_spec_text: the model is NULL");
     char *copy = NULL;
     if (text) {
         size_t n = strlen(text) + 1;

@@ -112,6 +112,10 @@ static void linear_forward(cdl_model *m, layer *L, int n, const float *x)
 const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int train,
                                uint64_t dropout_seed)
 {
+    if (!m) {
+        cdl_error("cdl_model_forward: the model is NULL (did cdl_model_create fail?)");
+        return NULL;
+    }
     cdl_backend *be = m->be;
     const cdl_backend_ops *op = be->ops;
     m->n = 0;

@@ -835,6 +835,8 @@ int cdl_spec_parse(const char *text, const char *filename, cdl_model_spec *out)
     const char *file = filename && *filename ? filename : "<model spec>";
     if (!text)
         return cdl_error("%s: no spec text given", file);
+    if (!out)
+        return cdl_error("cdl_spec_parse: out is NULL");
     /* Both are large (a spec holds CDL_MAX_LAYERS layers): not on the stack. */
     pctx *c = cdl_calloc(1, sizeof *c);
     cdl_model_spec *spec = cdl_calloc(1, sizeof *spec);
@@ -889,7 +891,11 @@ done:
 
 int cdl_spec_read(const char *path, char **text_out)
 {
+    if (!text_out)
+        return cdl_error("cdl_spec_read: text is NULL");
     *text_out = NULL;
+    if (!path || !*path)
+        return cdl_error("cdl_spec_read: no model spec path given: name a spec file");
     /* O_NONBLOCK: a FIFO without a writer (a mistyped path, a finished
      * process substitution) would block open() for ever, and the harness
      * catches SIGTERM; what is not a regular file is refused below. */

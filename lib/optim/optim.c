@@ -125,6 +125,8 @@ void cdl_optim_destroy(cdl_optim *o)
 int cdl_optim_set_no_decay(cdl_optim *o, const size_t *offsets, const size_t *counts, int n)
 {
     size_t *start = NULL, *end = NULL;
+    if (!o)
+        return cdl_error("cdl_optim_set_no_decay: the optimizer is NULL");
     if (n < 0)
         return cdl_error("cdl_optim_set_no_decay: %d ranges", n);
     if (n > 0) {

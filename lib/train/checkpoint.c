@@ -39,7 +39,7 @@
 #define CKPT_FORMAT_1 "cdl-checkpoint-1"
 #define OPT_PREFIX "optimizer."
 
-enum { MAX_META = 40 };   /* train_ckpt_save adds at most 34 (token data, class names) */
+enum { MAX_META = 40 };   /* train_ckpt_save adds at most 35 (token data, class names) */
 /* Largest world size a checkpoint may record (a sanity bound, far above any
  * real job). */
 #define CKPT_MAX_WORLD 1000000
@@ -301,6 +301,8 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
         goto out;
     meta_add(&meta, "format", fmt_dup("%s", CKPT_FORMAT));
     meta_add(&meta, "cdl_version", fmt_dup("%s", cdl_version()));
+    if (*cdl_build_id())   /* which build of that version */
+        meta_add(&meta, "cdl_build", fmt_dup("%s", cdl_build_id()));
     meta_add(&meta, "config", config);
     config = NULL;
     meta_add(&meta, "model", fmt_dup("%s", cdl_model_get_spec(m)->source));
@@ -578,6 +580,22 @@ static int is_newer_format(const char *fmt)
     return !*end && v > strtol(ours + n, NULL, 10);
 }
 
+int cdl_ckpt_check_format(const cdl_st_file *f)
+{
+    if (!f)
+        return cdl_error("cdl_ckpt_check_format: no file (NULL; cdl_st_open's error says why)");
+    const char *fmt = cdl_st_meta_get(f, "format");
+    if (!fmt || !is_newer_format(fmt))
+        return 0;
+    const char *by = cdl_st_meta_get(f, "cdl_version");
+    char buf[48], byb[48];
+    return cdl_error("%s: written by cdl %s in format '%s', newer than this cdl %s reads "
+                     "(up to '%s'): resume, evaluate or --init with cdl %s or newer "
+                     "(cdl-train --version; a $HOME install may shadow the site's, or the "
+                     "reverse)", cdl_st_path(f), by ? shown(by, byb) : "(unknown)",
+                     shown(fmt, buf), cdl_version(), CKPT_FORMAT, by ? byb : "of that release");
+}
+
 static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_train_config *cfg,
                       train_position *pos)
 {
@@ -589,15 +607,8 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
     int v3 = fmt && !strcmp(fmt, CKPT_FORMAT);
     if (fmt && !strcmp(fmt, CKPT_FORMAT_1)) {
         pos->unverified = !cdl_st_checksummed(f);
-    } else if (!v3 && fmt && is_newer_format(fmt)) {
-        const char *by = cdl_st_meta_get(f, "cdl_version");
-        char byb[48];
-        return cdl_error("%s: written by cdl %s in format '%s', newer than this cdl %s reads "
-                         "(up to '%s'): resume, evaluate or --init with cdl %s or newer "
-                         "(cdl-train --version; a $HOME install may shadow the site's, or "
-                         "the reverse), or --resume never", path,
-                         by ? shown(by, byb) : "(unknown)", shown(fmt, buf), cdl_version(),
-                         CKPT_FORMAT, by ? byb : "of that release");
+    } else if (!v3 && cdl_ckpt_check_format(f) != 0) {
+        return cdl_error("%s, or --resume never", cdl_last_error());
     } else if (!v3 && (!fmt || strcmp(fmt, CKPT_FORMAT_2) != 0)) {
         return cdl_error("%s: not a cdl checkpoint (metadata format = '%s', expected '%s')", path,
                          fmt ? shown(fmt, buf) : "(none)", CKPT_FORMAT);

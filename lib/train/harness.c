@@ -574,12 +574,13 @@ static int resume(run *r, train_position *pos)
             snprintf(change + strlen(change), sizeof change - strlen(change),
                      "%s--accum-steps %d -> %d", change[0] ? ", " : "", was.accum, now.accum);
         if (!exact)
-            train_report_note(r->rep,
-                              "warning: %s was written by %d rank%s, resuming on %d%s%s: epoch %d "
-                              "continues at batch %ld of %ld (step %ld of this world size, was "
-                              "%ld), so results differ from an uninterrupted run", path,
-                              pos->world, pos->world == 1 ? "" : "s", r->ri.world, change[0] ? " with " : "", change,
-                              pos->epoch + 1, b, spe, step, pos->step);
+            train_report_warning(r->rep,
+                                 "warning: %s was written by %d rank%s, resuming on %d%s%s: "
+                                 "epoch %d continues at batch %ld of %ld (step %ld of this world "
+                                 "size, was %ld), so results differ from an uninterrupted run",
+                                 path, pos->world, pos->world == 1 ? "" : "s", r->ri.world,
+                                 change[0] ? " with " : "", change, pos->epoch + 1, b, spe, step,
+                                 pos->step);
         else
             train_report_note(r->rep,
                               "%s: resuming with %s: epoch %d continues at batch %ld of %ld after "
@@ -890,11 +891,11 @@ static void schedule_note(run *r)
      * a small corpus's default 10 epochs may be a few dozen steps. */
     long spe = train_steps_per_epoch(r), run_steps = (long)c->epochs * spe;
     if (c->max_steps > run_steps)
-        train_report_note(r->rep, "warning: --max-steps %ld is past the run's end: %d epoch%s of "
-                          "%ld step%s end it at step %ld; give --epochs %ld (or more) to train "
-                          "%ld steps", c->max_steps, c->epochs, c->epochs > 1 ? "s" : "", spe,
-                          spe > 1 ? "s" : "", run_steps, (c->max_steps + spe - 1) / spe,
-                          c->max_steps);
+        train_report_warning(r->rep, "warning: --max-steps %ld is past the run's end: %d epoch%s "
+                             "of %ld step%s end it at step %ld; give --epochs %ld (or more) to "
+                             "train %ld steps", c->max_steps, c->epochs, c->epochs > 1 ? "s" : "", spe,
+                             spe > 1 ? "s" : "", run_steps, (c->max_steps + spe - 1) / spe,
+                             c->max_steps);
 }
 
 /* Set-up (staging, loading the data) can take minutes, and a SIGTERM or

@@ -305,7 +305,8 @@ int cdl_model_load_weights(cdl_model *m, const char *path, const char *ignore)
     cdl_st_file *f = cdl_st_open(path);
     if (!f)
         goto out;
-    rc = load(f, m, ignore, host, bufs);
+    /* A newer cdl's checkpoint: its tensors may mean something else. */
+    rc = cdl_ckpt_check_format(f) != 0 ? -1 : load(f, m, ignore, host, bufs);
     cdl_st_close(f);
     if (rc == 0) {
         be->ops->to_device(be, cdl_model_params(m), host, np * sizeof *host);

@@ -257,15 +257,30 @@ int train_report_eval(train_report *r, int epoch, long step, double loss, double
     return r->tb ? tboard_eval(r->tb, step, loss, acc) : 0;
 }
 
+static void report_line(train_report *r, const char *fmt, va_list ap)
+{
+    if (r->bar)
+        fprintf(stderr, "\r\033[K");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void train_report_note(train_report *r, const char *fmt, ...)
 {
     if (r->rank != 0 || r->quiet)
         return;
     va_list ap;
     va_start(ap, fmt);
-    if (r->bar)
-        fprintf(stderr, "\r\033[K");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    report_line(r, fmt, ap);
+    va_end(ap);
+}
+
+void train_report_warning(train_report *r, const char *fmt, ...)
+{
+    if (r->rank != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    report_line(r, fmt, ap);
     va_end(ap);
 }

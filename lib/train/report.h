@@ -57,5 +57,9 @@ int train_report_tested(train_report *r);
 int train_report_eval(train_report *r, int epoch, long step, double loss, double acc);
 /* A line for the user (rank 0 only), e.g. "resuming from ...". */
 void train_report_note(train_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A warning of a likely mistake in the run's settings (rank 0 only): also
+ * under --quiet, which silences what a run reports, not what is wrong. */
+void train_report_warning(train_report *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 #endif

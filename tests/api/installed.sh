@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # libcdl as installed (`make install DESTDIR=...`), used the way a C
 # programmer uses it: every public header is installed and compiles on its
-# own (nothing else included first) in C11 and, with a C++ compiler, in
-# C++, warning-free under -Wall -Wextra -Wpedantic; then a program is built
+# own (nothing else included first) in C11, in C99 and, with a C++
+# compiler, in C++11, warning-free under -Wall -Wextra -Wpedantic; then a program is built
 # with nothing but `pkg-config --cflags --libs cdl` against the installed
 # headers and library, shared and with libcdl.a as docs/api.md says, and
 # runs.
@@ -29,8 +29,10 @@ command -v "$CXX" >/dev/null || { have_cxx=0; echo "no C++ compiler ($CXX): the 
 for h in "$inc"/cdl/*.h; do
     b=$(basename "$h")
     printf '#include <cdl/%s>\nint main(void) { return 0; }\n' "$b" >"$TMP/h.c"
-    "$CC" -std=c11 -Wall -Wextra -Wpedantic -Werror -I"$inc" -c "$TMP/h.c" -o "$TMP/h.o" 2>"$TMP/err" ||
-        { cat "$TMP/err" >&2; die "cdl/$b does not compile alone in C11"; }
+    for std in c11 c99; do   # C99: programs of sites whose code stays there
+        "$CC" -std=$std -Wall -Wextra -Wpedantic -Werror -I"$inc" -c "$TMP/h.c" -o "$TMP/h.o" 2>"$TMP/err" ||
+            { cat "$TMP/err" >&2; die "cdl/$b does not compile alone in $std"; }
+    done
     if [ "$have_cxx" = 1 ]; then
         cp "$TMP/h.c" "$TMP/h.cc"
         "$CXX" -std=c++11 -Wall -Wextra -Wpedantic -Werror -I"$inc" -c "$TMP/h.cc" -o "$TMP/h.o" 2>"$TMP/err" ||
@@ -75,6 +77,13 @@ pc() {
 pc --exists || die "pkg-config does not find cdl.pc in $DEST$pkgconfigdir"
 [ "$(pc --modversion)" = "$(var VERSION)" ] || die "cdl.pc's version is not $(var VERSION)"
 pc --cflags | grep -qF -- "-I$inc" || die "cdl.pc's Cflags do not name the installed include directory: $(pc --cflags)"
+# Libs.private names libraries and where they are, not how the program
+# is linked: PMIx's own .pc adds -Wl,--enable-new-dtags, which would make
+# a program's own -rpath a RUNPATH (not searched for its libraries'
+# libraries, overridden by LD_LIBRARY_PATH).
+case " $(pc --libs --static) " in
+    *new-dtags*) die "pkg-config --libs --static cdl passes a dependency's link policy on: $(pc --libs --static)";;
+esac
 prog="$top_srcdir/templates/train.c"
 # shellcheck disable=SC2046
 "$CC" -std=c11 -Wall -Wextra -Wpedantic -Werror "$prog" $(pc --cflags --libs) -o "$TMP/train" 2>"$TMP/err" ||
@@ -152,4 +161,4 @@ C
         { cat "$TMP/err" >&2; die "a program with a function named json_init does not link with libcdl.a"; }
     [ "$("$TMP/own")" = "3 1 $(var VERSION)" ] || die "the program with its own json_init, linked with libcdl.a, runs wrong"
 fi
-echo "PASS: installed headers compile alone (C11$([ "$have_cxx" = 1 ] && echo ', C++')), programs build with pkg-config and run (shared$([ -f "$DEST$libdir/libcdl.a" ] && echo ', static'))"
+echo "PASS: installed headers compile alone (C11, C99$([ "$have_cxx" = 1 ] && echo ', C++')), programs build with pkg-config and run (shared$([ -f "$DEST$libdir/libcdl.a" ] && echo ', static'))"

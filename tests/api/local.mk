@@ -35,3 +35,13 @@ tests_api_test_alone_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
 tests_api_test_alone_LDADD = libcdl.la $(CMOCKA_LIBS)
 tests_api_test_alone_LDFLAGS = $(AM_LDFLAGS) -no-install
 endif
+# What C programs get wrong: NULL handles and out-pointers, a misspelt
+# dist backend on one process, a newer cdl's checkpoint, cdl_last_error.
+if HAVE_CMOCKA
+check_PROGRAMS += tests/api/test_robust
+TESTS += tests/api/test_robust
+tests_api_test_robust_SOURCES = tests/api/test_robust.c
+tests_api_test_robust_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
+tests_api_test_robust_LDADD = libcdl.la $(CMOCKA_LIBS)
+tests_api_test_robust_LDFLAGS = $(AM_LDFLAGS) -no-install
+endif

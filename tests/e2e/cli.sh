@@ -7,6 +7,17 @@ expect_status 0 "$CDL_TRAIN" --help
 grep -q -- '--resume auto|never|PATH' "$TMP/out" || die "--help lacks --resume"
 expect_status 0 "$CDL_TRAIN" --version
 grep -qx 'cdl-train (cdl) [0-9][0-9.]* (rank contract [0-9]*)' "$TMP/out" || die "--version output"
+# Two builds of one version differ in the build line (git describe of the
+# source; none outside a git checkout), and the checkpoints record it.
+id=$(git -C "$top_srcdir" describe --always --dirty --tags 2>/dev/null) || id=
+for prog in "$CDL_TRAIN" "$CDL_EVAL" "$CDL_PREDICT" "$top_builddir/cli/cdl-generate"; do
+    expect_status 0 "$prog" --version
+    if [ -n "$id" ]; then
+        grep -qxF "libcdl build $id" "$TMP/out" || die "$prog --version does not name the build $id: $(cat "$TMP/out")"
+    else
+        ! grep -q '^libcdl build' "$TMP/out" || die "$prog built outside git names a build: $(cat "$TMP/out")"
+    fi
+done
 # OpenBLAS's kernels: on a CPU it does not know, cdl-train starts again with
 # OPENBLAS_CORETYPE set to the kernels the CPU has, never the SSE3 fallback
 # (cli/blas_core.c); a type the user sets is kept.
@@ -148,6 +159,11 @@ grep -q "decays to 0 by step 10 (the end of the last epoch); --max-steps 3 stops
 expect_status 0 "$CDL_TRAIN" $small --max-steps 12
 grep -q "^warning: --max-steps 12 is past the run's end: 5 epochs of 2 steps end it at step 10; give --epochs 6 (or more) to train 12 steps$" \
     "$TMP/err" || die "no warning for --max-steps past the run's end: $(cat "$TMP/err")"
+# A warning of a likely mistake is not output that --quiet silences.
+expect_status 0 "$CDL_TRAIN" $small --max-steps 12 --quiet
+grep -q "^warning: --max-steps 12 is past the run's end" "$TMP/err" ||
+    die "--quiet silenced the warning for --max-steps past the run's end: $(cat "$TMP/err")"
+[ ! -s "$TMP/out" ] || die "--quiet printed on stdout: $(cat "$TMP/out")"
 expect_status 0 "$CDL_TRAIN" $small --max-steps 10
 ! grep -q "past the run's end" "$TMP/err" || die "--max-steps at the run's end warned: $(cat "$TMP/err")"
 # A finished run started again says why it trains nothing (it said

@@ -59,3 +59,6 @@ tests_e2e_signal_on_open_la_LDFLAGS = -module -avoid-version -shared -rpath /now
 tests_e2e_signal_on_open_la_LIBADD = -ldl
 TESTS += tests/e2e/torch-pictures.sh
 EXTRA_DIST += tests/e2e/torch-pictures.sh tests/e2e/torch_pictures.py
+# Checkpoints of a newer cdl: refused by every reader, naming both formats.
+TESTS += tests/e2e/newer-ckpt.sh
+EXTRA_DIST += tests/e2e/newer-ckpt.sh

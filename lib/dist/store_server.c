@@ -33,6 +33,9 @@ typedef struct entry {
     struct entry *next;
 } entry;
 
+/* How long a stopping store still answers a barrier every rank reached. */
+#define STORE_REPLY_GRACE_MS 5000
+
 typedef struct barrier {
     char *name;
     unsigned char *in;       /* world flags: arrived */
@@ -342,8 +345,8 @@ static char *dup_str(const char *s)
 static barrier *barrier_get(store_server *s, const char *name)
 {
     for (barrier *b = s->barriers; b; b = b->next)
-        if (!strcmp(b->name, name))
-            return b;
+        if (!strcmp(b->name, name) && b->arrived < s->world)
+            return b;   /* a completed one still replying is not joined again */
     barrier *b = cdl_calloc(1, sizeof *b);
     if (!b)
         return NULL;
@@ -391,9 +394,16 @@ static int do_barrier(conn *c, const char *name, uint64_t ms)
     }
     for (;;) {
         if (b->arrived == s->world) {
-            barrier_leave(s, b);
+            /* Leave only once replied: store_server_stop waits for the
+             * replies of a completed barrier (rank 0 may stop its store
+             * the moment its own reply comes). */
             pthread_mutex_unlock(&s->mu);
-            return reply(c, 0, NULL, 0);
+            int rc = reply(c, 0, NULL, 0);
+            pthread_mutex_lock(&s->mu);
+            barrier_leave(s, b);
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            return rc;
         }
         int lost = lost_rank(s);
         if (lost < 0 && !s->stopping) {
@@ -705,6 +715,19 @@ void store_server_stop(store_server *s, double timeout_s)
         return;
     struct timespec dl = abs_deadline((uint64_t)(timeout_s * 1000));
     pthread_mutex_lock(&s->mu);
+    /* A barrier every rank reached is answered to all of them, even by a
+     * store stopped without lingering: otherwise a rank that passed it
+     * with the others reads "lost the store" (a lost peer) instead of the
+     * error rank 0 reports next. Replies are short writes; the bound only
+     * covers a peer that stopped reading. */
+    struct timespec grace = abs_deadline(STORE_REPLY_GRACE_MS);
+    for (;;) {
+        int owed = 0;
+        for (barrier *b = s->barriers; b; b = b->next)
+            owed += b->arrived == s->world;
+        if (!owed || pthread_cond_timedwait(&s->cv, &s->mu, &grace) == ETIMEDOUT)
+            break;
+    }
     for (;;) {
         int connected = 0;
         for (int r = 0; r < s->world; r++)

@@ -78,6 +78,7 @@ struct train_loop {
      * the step's results (pinned), and whether it holds this step's. */
     double *norm_pin[2];
     int norm_pending[2];
+    int norm_taken[2];        /* grad_norm[s] is the step's (NaN or inf where it diverged) */
     /* --accum-steps: per slot, whether its batch ends an optimizer step
      * (only then the step is recorded and the stop agreement rides). */
     int ends_step[2];
@@ -219,6 +220,7 @@ static int step_record(run *r, const train_position *pos, long step, int s, doub
         .acc = g->win_correct / g->win_seen,
         .lr = cdl_schedule_lr(&r->sched, step),
         .grad_norm = g->grad_norm[s],
+        .grad_norm_taken = g->norm_taken[s],
     };
     train_speed(r, dt > 0 ? g->win_seen * r->ri.world / dt : 0, &st.samples_per_sec,
                 &st.tokens_per_sec, &st.mfu);
@@ -266,11 +268,15 @@ static int queue_step(run *r, int s, int n, long step, int ends)
     g->grad_norm[s] = NAN;
     g->ends_step[s] = ends;
     g->norm_pending[s] = ends && r->norm_dev;
+    /* A norm taken may be NaN or inf (the step where training diverges):
+     * recorded as such, not as "not computed". */
+    g->norm_taken[s] = ends && (r->norm_dev || r->cfg->clip_grad > 0 ||
+                                (record_due(r, step + 1) && !ddp_queued(r->ddp)));
     if (g->norm_pending[s])   /* --clip-grad's on the device: read when the step is done */
         be->ops->to_host(be, g->norm_pin[s], r->norm_dev, sizeof(double));
-    else if (ends && isfinite(r->grad_norm))
+    else if (ends && r->cfg->clip_grad > 0)
         g->grad_norm[s] = r->grad_norm;   /* --clip-grad's: before clipping, as PyTorch's */
-    else if (ends && record_due(r, step + 1) && !ddp_queued(r->ddp))
+    else if (g->norm_taken[s])
         /* The averaged gradient the update used: a host sync every N
          * steps (not with NCCL in flight, whose wait has no deadline). */
         g->grad_norm[s] = sqrt(be->ops->sumsq(be, cdl_model_grads(r->model),

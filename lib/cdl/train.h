@@ -200,7 +200,9 @@ typedef struct cdl_train_record {
     double samples_per_sec;   /* step, epoch: all ranks; 0 otherwise */
     double tokens_per_sec;    /* sequence models' step and epoch records (else 0) */
     double mfu;               /* model FLOPs utilisation; NAN = n/a */
-    double grad_norm;         /* step records with --clip-grad; NAN otherwise */
+    double grad_norm;         /* step records: the L2 norm where taken (as in
+                                 --metrics' "grad_norm"; also NaN or inf at a step
+                                 where training diverged); NAN otherwise */
     double seconds;           /* epoch: its wall time; 0 otherwise */
     long samples;             /* test: samples evaluated; 0 otherwise */
 } cdl_train_record;

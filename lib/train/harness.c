@@ -711,6 +711,19 @@ static int run_epochs(run *r, cdl_train_result *res)
             pos.loss_sum = pos.correct = pos.seen = 0;
         }
     }
+    /* A record the run's last epoch or validation could not write: the
+     * checkpoints are all written, but the run's record lacks its end.
+     * Every rank learns it from rank 0 (the test below is collective). */
+    double failed = train_report_failed(r->rep) != NULL;
+    if (r->ri.world > 1 && train_from_rank0(r, &failed, 1) != 0)
+        return -1;
+    if (failed)
+        return cdl_error("%s: the run ended at step %ld with its checkpoints written in %s, "
+                         "but without that record (and the test set's, if any)",
+                         r->ri.rank == 0 ? train_report_failed(r->rep)
+                                         : "rank 0 could not write a --metrics or "
+                                           "--tensorboard record (rank 0's error says why)",
+                         pos.step, c->ckpt_dir[0] ? c->ckpt_dir : "(no --ckpt-dir: none)");
     res->steps = pos.step;
     res->final_val_loss = val_loss;
     res->final_val_acc = val_acc;

@@ -65,7 +65,7 @@ struct train_loop {
     float *stop_pin[2];       /* pinned: [0] this rank's stop flag, [1] the ranks' average */
     float *stop_dev[2];       /* device: the average */
     int stop_queued;          /* the stop agreement rides with the steps (NCCL) */
-    int stop_seen;            /* a counted step's agreement says stop */
+    float stop_seen;          /* a counted step's agreement: stop_flag's sum, 0: go on */
     int async;                /* the backend's ops may still run after returning */
     int graphs;               /* whole-step graphs for full batches */
     int warm;                 /* an eager full step has run */
@@ -78,6 +78,7 @@ struct train_loop {
      * the step's results (pinned), and whether it holds this step's. */
     double *norm_pin[2];
     int norm_pending[2];
+    int norm_taken[2];        /* grad_norm[s] is the step's (NaN or inf where it diverged) */
     /* --accum-steps: per slot, whether its batch ends an optimizer step
      * (only then the step is recorded and the stop agreement rides). */
     int ends_step[2];
@@ -181,6 +182,18 @@ static int stage(run *r, const cdl_batch *b, int s)
     return 0;
 }
 
+/* This rank's vote to stop after a step: 1 for a signal; rank 0 adds
+ * world + 1 when a --metrics or --tensorboard record failed
+ * (train_report_failed), so the ranks' sum tells every rank which stop it
+ * is (signals alone sum to at most the world size). */
+static double stop_flag(const run *r)
+{
+    double flag = train_stop_requested() ? 1 : 0;
+    if (r->ri.rank == 0 && train_report_failed(r->rep))
+        flag += r->ri.world + 1;
+    return flag;
+}
+
 /* Whether the step that makes `done` steps gets a step record (rank 0). */
 static int record_due(const run *r, long done)
 {
@@ -207,6 +220,7 @@ static int step_record(run *r, const train_position *pos, long step, int s, doub
         .acc = g->win_correct / g->win_seen,
         .lr = cdl_schedule_lr(&r->sched, step),
         .grad_norm = g->grad_norm[s],
+        .grad_norm_taken = g->norm_taken[s],
     };
     train_speed(r, dt > 0 ? g->win_seen * r->ri.world / dt : 0, &st.samples_per_sec,
                 &st.tokens_per_sec, &st.mfu);
@@ -254,11 +268,15 @@ static int queue_step(run *r, int s, int n, long step, int ends)
     g->grad_norm[s] = NAN;
     g->ends_step[s] = ends;
     g->norm_pending[s] = ends && r->norm_dev;
+    /* A norm taken may be NaN or inf (the step where training diverges):
+     * recorded as such, not as "not computed". */
+    g->norm_taken[s] = ends && (r->norm_dev || r->cfg->clip_grad > 0 ||
+                                (record_due(r, step + 1) && !ddp_queued(r->ddp)));
     if (g->norm_pending[s])   /* --clip-grad's on the device: read when the step is done */
         be->ops->to_host(be, g->norm_pin[s], r->norm_dev, sizeof(double));
-    else if (ends && isfinite(r->grad_norm))
+    else if (ends && r->cfg->clip_grad > 0)
         g->grad_norm[s] = r->grad_norm;   /* --clip-grad's: before clipping, as PyTorch's */
-    else if (ends && record_due(r, step + 1) && !ddp_queued(r->ddp))
+    else if (g->norm_taken[s])
         /* The averaged gradient the update used: a host sync every N
          * steps (not with NCCL in flight, whose wait has no deadline). */
         g->grad_norm[s] = sqrt(be->ops->sumsq(be, cdl_model_grads(r->model),
@@ -268,7 +286,7 @@ static int queue_step(run *r, int s, int n, long step, int ends)
     if (g->stop_queued && !ends)
         g->stop_pin[s][1] = 0;   /* no collective inside an accumulation */
     else if (g->stop_queued) {
-        g->stop_pin[s][0] = train_stop_requested() ? 1.0f : 0.0f;
+        g->stop_pin[s][0] = (float)stop_flag(r);
         be->ops->to_device(be, g->stop_dev[s], g->stop_pin[s], sizeof(float));
         if (ddp_queue_average(r->ddp, g->stop_dev[s], 1) != 0)
             return -1;
@@ -303,8 +321,8 @@ static int count_oldest(run *r, train_position *pos)
     if (wait_step(r, s, step) != 0)
         return -1;
     double loss, correct;
-    if (g->stop_queued && g->stop_pin[s][1] > 0)
-        g->stop_seen = 1;
+    if (g->stop_queued && g->stop_pin[s][1] > 0 && !(g->stop_seen > 0))
+        g->stop_seen = g->stop_pin[s][1] * (float)r->ri.world;   /* the average: the sum */
     if (g->norm_pending[s])
         g->grad_norm[s] = sqrt(*g->norm_pin[s]);
     long rows = train_batch_sums(g->h_loss[s], g->h_pred[s], g->y_pin[s], n * r->positions,
@@ -388,15 +406,44 @@ const char *train_last_ckpt(const run *r)
 
 /* Whether any rank was told to stop, so all stop at one step: carried by
  * the counted steps with NCCL, else (and during set-up, before the loop
- * exists) a host collective. */
+ * exists) a host collective. The sum of the ranks' stop_flag: above the
+ * world size only when rank 0's records failed, which every rank so
+ * learns (r->records_failed) from the same collective. */
 int train_stop_agreed(run *r)
 {
+    double flag;
     if (r->loop && r->loop->stop_queued)
-        return r->loop->stop_seen;
-    double flag = train_stop_requested();
-    if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, &flag, 1) != 0)
-        return -1;
+        flag = r->loop->stop_seen;
+    else {
+        flag = stop_flag(r);
+        if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, &flag, 1) != 0)
+            return -1;
+    }
+    r->records_failed = flag > r->ri.world + 0.5;
     return flag > 0;
+}
+
+/* The stop after a --metrics or --tensorboard record failed on rank 0
+ * (agreed as a signal's is): the checkpoint at this step, then -1 on every
+ * rank, rank 0's error saying what failed and where to go on. Not
+ * CDL_EXIT_REQUEUE: a requeued run would meet the same full disk. */
+static int records_stop(run *r, const train_position *at)
+{
+    const char *why = train_report_failed(r->rep);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", why ? why : "rank 0 could not write a --metrics or "
+             "--tensorboard record (rank 0's error says why)");
+    if (!r->cfg->ckpt_dir[0])
+        return cdl_error("%s: stopped at epoch %d, batch %ld (step %ld) with no --ckpt-dir: "
+                         "nothing saved (give --ckpt-dir to keep a run's work)", msg, at->epoch + 1, at->batch,
+                         at->step);
+    if (loop_save(r, at, SAVE_LAST) != 0)
+        return cdl_error("%s: stopped at epoch %d, batch %ld (step %ld), and its checkpoint "
+                         "failed too: %s", msg, at->epoch + 1, at->batch, at->step,
+                         cdl_last_error());
+    return cdl_error("%s: stopped at epoch %d, batch %ld (step %ld) with a checkpoint in %s "
+                     "(--resume auto goes on from it)", msg, at->epoch + 1, at->batch, at->step,
+                     r->cfg->ckpt_dir);
 }
 
 /* After the optimizer step pos->step (counted in pos): progress, on_step,
@@ -436,6 +483,8 @@ static int after_step(run *r, train_position *pos, epoch_clock *ck, cdl_train_re
         /* Without a checkpoint directory nothing can be resumed: a status
          * of CDL_EXIT_REQUEUE would have a requeueing script start the run
          * from its first step again, at every time limit, for ever. */
+        if (r->records_failed)
+            return records_stop(r, &at);
         if (!c->ckpt_dir[0]) {
             cdl_error("stopped by a signal (SIGUSR1 or SIGTERM) at epoch %d, batch %ld (step %ld) "
                       "with no --ckpt-dir: nothing saved, and a restart would begin at step 1; "

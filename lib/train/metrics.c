@@ -157,7 +157,13 @@ int metrics_step(FILE *f, const char *run_id, int rank, const step_stats *s)
     putf(&b, ",\"epoch\":%d,\"step\":%ld,\"loss\":%.6f,\"acc\":%.6f,\"lr\":%.6g,"
          "\"samples_per_sec\":%.1f",
          s->epoch + 1, s->step, s->loss, s->acc, s->lr, s->samples_per_sec);
-    if (isfinite(s->grad_norm))
+    /* JSON has no NaN or infinity: a diverged step's norm as the string
+     * "nan" or "inf" (Python's float() reads both), not left out. */
+    if (s->grad_norm_taken && isnan(s->grad_norm))
+        putf(&b, ",\"grad_norm\":\"nan\"");
+    else if (s->grad_norm_taken && isinf(s->grad_norm))
+        putf(&b, ",\"grad_norm\":\"%sinf\"", s->grad_norm < 0 ? "-" : "");
+    else if (isfinite(s->grad_norm))
         putf(&b, ",\"grad_norm\":%.6g", s->grad_norm);
     put_speed(&b, s->tokens_per_sec, s->mfu);
     return emit(f, &b);

@@ -37,6 +37,7 @@ typedef struct step_stats {
     double loss, acc;         /* mean over rank 0's samples since the last record */
     double lr, samples_per_sec;
     double grad_norm;         /* NAN when not computed */
+    int grad_norm_taken;      /* computed: then NaN or inf is the step's (it diverged) */
     double tokens_per_sec;    /* sequence models (else 0): all ranks */
     double mfu;               /* model FLOPs utilisation, NAN = n/a */
 } step_stats;

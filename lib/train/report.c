@@ -27,7 +27,39 @@ struct train_report {
     double bar_t0;
     void (*on_record)(void *ctx, const cdl_train_record *rec);   /* rank 0's */
     void *on_record_ctx;
+    /* A --metrics or --tensorboard write failed mid-run (a full disk):
+     * nothing more is written there, and its error waits in `failed` for
+     * the run to stop at the next step with a checkpoint (loop.c). */
+    char failed[1024];
 };
+
+/* A record that could not be written during training (rc != 0, its
+ * error in cdl_last_error): said now, on stderr, and kept for the stop
+ * it causes; the run goes on to its next step, where all ranks agree to
+ * stop and write a checkpoint. A step's work is not lost for a line of
+ * metrics. 0, or -1 when a second failure cannot be kept. */
+static int record_failed(train_report *r, int rc)
+{
+    if (rc == 0)
+        return 0;
+    if (!r->failed[0]) {
+        snprintf(r->failed, sizeof r->failed, "%s", cdl_last_error());
+        train_report_warning(r, "warning: %s: no more records are written; the run "
+                             "stops after this step, with a checkpoint where --ckpt-dir is "
+                             "given", r->failed);
+    }
+    if (r->metrics)
+        fclose(r->metrics);
+    r->metrics = NULL;
+    tfev_close(r->tb);
+    r->tb = NULL;
+    return 0;
+}
+
+const char *train_report_failed(const train_report *r)
+{
+    return r->failed[0] ? r->failed : NULL;
+}
 
 /* A record with the fields its type does not fill at their "none" value. */
 static cdl_train_record record_of(enum cdl_record_type type, int epoch, long step)
@@ -183,8 +215,8 @@ int train_report_epoch(train_report *r, const epoch_stats *s)
     rec.seconds = s->seconds;
     hand_on(r, &rec);
     if (r->metrics && metrics_epoch(r->metrics, r->run_id, r->rank, s) != 0)
-        return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
-    return r->tb ? tboard_epoch(r->tb, s) : 0;
+        return record_failed(r, cdl_error("%s: %s", r->metrics_path, cdl_last_error()));
+    return record_failed(r, r->tb ? tboard_epoch(r->tb, s) : 0);
 }
 
 int train_report_start(train_report *r, const cdl_train_config *cfg, const run_info *ri)
@@ -207,8 +239,8 @@ int train_report_step(train_report *r, const step_stats *s)
     rec.grad_norm = s->grad_norm;
     hand_on(r, &rec);
     if (r->metrics && metrics_step(r->metrics, r->run_id, r->rank, s) != 0)
-        return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
-    return r->tb ? tboard_step(r->tb, s) : 0;
+        return record_failed(r, cdl_error("%s: %s", r->metrics_path, cdl_last_error()));
+    return record_failed(r, r->tb ? tboard_step(r->tb, s) : 0);
 }
 
 int train_report_test(train_report *r, long step, double loss, double acc, int samples)
@@ -253,8 +285,8 @@ int train_report_eval(train_report *r, int epoch, long step, double loss, double
     rec.acc = acc;
     hand_on(r, &rec);
     if (r->metrics && metrics_eval(r->metrics, r->run_id, r->rank, epoch, step, loss, acc) != 0)
-        return cdl_error("%s: %s", r->metrics_path, cdl_last_error());
-    return r->tb ? tboard_eval(r->tb, step, loss, acc) : 0;
+        return record_failed(r, cdl_error("%s: %s", r->metrics_path, cdl_last_error()));
+    return record_failed(r, r->tb ? tboard_eval(r->tb, step, loss, acc) : 0);
 }
 
 static void report_line(train_report *r, const char *fmt, va_list ap)

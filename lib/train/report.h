@@ -55,6 +55,12 @@ int train_report_tested(train_report *r);
 /* --eval-every: validation at step `step` of epoch `epoch` (0-based): a
  * line, an "eval" record in --metrics, eval scalars in --tensorboard. */
 int train_report_eval(train_report *r, int epoch, long step, double loss, double acc);
+/* Rank 0: the error of a step, eval or epoch record that --metrics or
+ * --tensorboard could not take (a full disk), NULL when none. Those three
+ * return 0 on such a failure: the error is said at once and the run stops
+ * after its next step with a checkpoint (loop.c), as at a signal, rather
+ * than losing the steps since the last checkpoint. */
+const char *train_report_failed(const train_report *r);
 /* A line for the user (rank 0 only), e.g. "resuming from ...". */
 void train_report_note(train_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A warning of a likely mistake in the run's settings (rank 0 only): also

@@ -45,6 +45,7 @@ typedef struct run {
     long saved_step;          /* the step of the last checkpoint written or resumed from */
     int finished_before;      /* resumed with nothing left to train (run_epochs) */
     train_loop *loop;         /* the training loop's buffers (loop.c) */
+    int records_failed;       /* agreed: rank 0's --metrics/--tensorboard failed (loop.c) */
     /* --accum-steps and --clip-grad (grads.c): micro-batches per optimizer
      * step (1: none), the running one and the next, how many its step has
      * and their samples (the loss's denominator), the sum of the earlier

@@ -67,7 +67,9 @@ int tboard_step(tfev *w, const step_stats *s)
         (tfev_scalar(w, "step/tokens_per_sec", s->step, s->tokens_per_sec) ||
          (isfinite(s->mfu) && tfev_scalar(w, "step/mfu", s->step, s->mfu))))
         return -1;
-    if (isfinite(s->grad_norm) && tfev_scalar(w, "step/grad_norm", s->step, s->grad_norm))
+    /* NaN or inf at the step where training diverged: a point there. */
+    if ((s->grad_norm_taken || isfinite(s->grad_norm)) &&
+        tfev_scalar(w, "step/grad_norm", s->step, s->grad_norm))
         return -1;
     return tfev_flush(w);
 }

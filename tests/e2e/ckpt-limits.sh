@@ -5,15 +5,18 @@
 # previous last.safetensors stays as it was and loads, no temporary file is
 # left; a read-only --ckpt-dir is refused before the first step, saying so
 # (not "fix its permissions"); TensorBoard event files on a full disk stop
-# the run saying what to do (not only "is the disk full?").
+# the run saying what to do (not only "is the disk full?"); a --metrics or
+# --tensorboard file system that fills mid-run stops the run with exit 1
+# and a checkpoint at that step (before: none, the steps since the last one
+# were lost), from which --resume auto ends as an uninterrupted run does.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root to mount a tmpfs"; exit 77; }
-mkdir "$TMP/full" "$TMP/ro" "$TMP/tbfull"
+mkdir "$TMP/full" "$TMP/ro" "$TMP/tbfull" "$TMP/mfull"
 mount -t tmpfs -o size=16M tmpfs "$TMP/full" 2>/dev/null ||
     { echo "SKIP: cannot mount a tmpfs"; exit 77; }
 trap 'umount "$TMP/full" 2>/dev/null; umount "$TMP/ro" 2>/dev/null; umount "$TMP/tbfull" 2>/dev/null
-      rm -rf "$TMP"' EXIT
+      umount "$TMP/mfull" 2>/dev/null; rm -rf "$TMP"' EXIT
 
 # mlp's checkpoint with SGD momentum on 3x32x32 samples is 6.6 MB: last and best fit, a third
 # (a new one is written before the old is replaced) does not.
@@ -41,4 +44,36 @@ mount -t tmpfs -o size=64k tmpfs "$TMP/tbfull" || die "cannot mount a small tmpf
 dd if=/dev/zero of="$TMP/tbfull/fill" bs=4k 2>/dev/null   # until it is full
 expect_status 1 "$CDL_TRAIN" "${common[@]}" --max-steps 1 --tensorboard "$TMP/tbfull/tb"
 expect_err "failed: No space left on device: its file system is full or over quota: free space there or give --tensorboard another directory, then resume"
+
+# Records on a file system of 12 KiB: full after some 60 step records of 128.
+long=(--model mlp --dataset synthetic --synthetic-size 256 --batch-size 8 --epochs 4
+      --val-split 0 --threads 1 --workers 0 --quiet --seed 3 --metrics-every 1)
+expect_status 0 "$CDL_TRAIN" "${long[@]}" --metrics "$TMP/ref.jsonl"
+for what in metrics tensorboard; do
+    mount -t tmpfs -o size=12k tmpfs "$TMP/mfull" || die "cannot mount a small tmpfs"
+    rm -rf "$TMP/ck"
+    if [ $what = metrics ]; then
+        out=("--metrics" "$TMP/mfull/run.jsonl")
+    else
+        out=("--metrics" "$TMP/run.jsonl" "--tensorboard" "$TMP/mfull/tb")
+    fi
+    rm -f "$TMP/run.jsonl"
+    expect_status 1 "$CDL_TRAIN" "${long[@]}" "${out[@]}" --ckpt-dir "$TMP/ck"
+    expect_err "No space left on device"
+    expect_err "no more records are written; the run stops after this step"
+    grep -q "with a checkpoint in $TMP/ck (--resume auto goes on from it)" "$TMP/err" ||
+        die "$what on a full disk: no checkpoint said: $(cat "$TMP/err")"
+    step=$(sed -n 's/.*(step \([0-9]*\)) with a checkpoint.*/\1/p' "$TMP/err")
+    [ -n "$step" ] && [ "$step" -gt 1 ] && [ "$step" -lt 128 ] ||
+        die "$what on a full disk: stopped at step '$step'"
+    [ $what = metrics ] && cp "$TMP/mfull/run.jsonl" "$TMP/run.jsonl"
+    umount "$TMP/mfull"
+    # Room again (the records go on in a file on another file system).
+    expect_status 0 "$CDL_TRAIN" "${long[@]}" --metrics "$TMP/run.jsonl" --ckpt-dir "$TMP/ck" \
+        --resume auto
+    want=$(grep '"type":"epoch"' "$TMP/ref.jsonl" | tail -1 | grep -o '"val_loss":[^,]*')
+    got=$(grep '"type":"epoch"' "$TMP/run.jsonl" | tail -1 | grep -o '"val_loss":[^,]*')
+    [ -n "$want" ] && [ "$got" = "$want" ] ||
+        die "$what on a full disk: resumed run ends with $got, uninterrupted with $want"
+done
 echo "PASS: ckpt-limits"

@@ -11,11 +11,13 @@ PY=${CDL_TEST_PYTHON:-/usr/bin/python3}
 [ -x "$PY" ] || { echo "SKIP: no $PY"; exit 77; }
 
 for i in $(seq 3000); do echo "line $i of a small text, with some words $((i * 7 % 13))"; done >"$TMP/lm.txt"
-run() {   # run DIR CKPT_EVERY: the diverging run, a step record every step
+run() {   # run DIR CKPT_EVERY [OPTION...]: the diverging run, a step record every step
+    local dir=$1 every=$2
+    shift 2
     "$CDL_TRAIN" --dataset "text:$TMP/lm.txt" --model gpt:n_layer=1,n_head=1,n_embd=16 \
         --block-size 16 --batch-size 4 --optimizer sgd --lr 1000 --epochs 100 --max-steps 100 \
-        --threads 1 --workers 0 --ckpt-dir "$TMP/$1" --ckpt-every "$2" --metrics-every 1 \
-        --metrics "$TMP/$1.jsonl" -q
+        --threads 1 --workers 0 --ckpt-dir "$TMP/$dir" --ckpt-every "$every" --metrics-every 1 \
+        --metrics "$TMP/$dir.jsonl" -q "$@"
 }
 last_record() { sed -n 's/.*"type":"step".*"step":\([0-9]*\),.*/\1/p' "$TMP/$1.jsonl" | tail -n 1; }
 # Which tensors of a checkpoint hold a NaN or an infinity, and its step.
@@ -41,9 +43,19 @@ ls -A "$TMP/every" | grep -q tmp && die "a temporary file is left: $(ls -A "$TMP
 
 # A checkpoint every 1000 steps (none before the divergence): the NaN loss
 # stops the run at the step after the last record, saying there is no
-# checkpoint.
-expect_status 1 run none 1000
+# checkpoint. That record's gradient norm, not finite, is in it ("nan" or
+# "inf": JSON has neither) and in TensorBoard (it was left out of both).
+expect_status 1 run none 1000 --tensorboard "$TMP/tb"
 s=$(last_record none)
+tail -n 1 "$TMP/none.jsonl" | grep -Eq '"step":'"$s"',.*"grad_norm":"(nan|inf)"' ||
+    die "the diverged step's record has no non-finite grad_norm: $(tail -n 1 "$TMP/none.jsonl")"
+"$PY" -c "import glob, json, math, sys, subprocess
+f = glob.glob(sys.argv[1] + '/events.out.tfevents.*')[0]
+d = json.loads(subprocess.check_output([sys.executable, sys.argv[2], f]))
+last = d['scalars']['step/grad_norm'][-1]
+assert last[0] == int(sys.argv[3]) and not math.isfinite(last[1]), last" \
+    "$TMP/tb" "$top_srcdir/tests/e2e/tfevents_read.py" "$s" ||
+    die "TensorBoard lacks the diverged step's non-finite step/grad_norm"
 expect_err "loss is "
 expect_err " at step $((s + 1)): training diverged; no checkpoint to resume from: start again with a lower --lr"
 

@@ -40,8 +40,8 @@ tests_dist_weights_cmp_LDADD = libcdl_core.la
 TESTS += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tests/dist/train_kill.sh
 TESTS += tests/dist/val_split.sh tests/dist/stage.sh
 EXTRA_DIST += tests/dist/val_split.sh tests/dist/stage.sh
-TESTS += tests/dist/shard_equiv.sh
-EXTRA_DIST += tests/dist/shard_equiv.sh
+TESTS += tests/dist/shard_equiv.sh tests/dist/records_full.sh
+EXTRA_DIST += tests/dist/shard_equiv.sh tests/dist/records_full.sh
 EXTRA_DIST += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tests/dist/step_equiv.sh \
 	tests/dist/train_kill.sh tests/dist/common.sh
 

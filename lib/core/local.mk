@@ -2,7 +2,8 @@ libcdl_core_la_SOURCES += lib/core/error.c lib/core/alloc.c lib/core/threads.c l
 	lib/core/sized.c lib/core/sized.h lib/core/memlimit.c lib/core/memlimit.h
 # cdl_build_id(), generated: git describe of the source
 # ("v0.1.0-72-g755e68e-dirty"; empty outside a git checkout, as from a
-# release tarball). Looked at on every make, rewritten only when it
+# release tarball, even one unpacked inside another checkout: only a
+# top_srcdir that is a checkout's top is asked). Looked at on every make, rewritten only when it
 # changes, so that an edit after configure shows as -dirty and an
 # unchanged tree recompiles nothing. Where git cannot answer but could
 # before (`sudo make install`: git refuses a tree of another owner), the
@@ -12,7 +13,8 @@ nodist_libcdl_core_la_SOURCES = cdl_build_id.c
 BUILT_SOURCES = cdl_build_id.c
 CLEANFILES += cdl_build_id.c
 cdl_build_id.c: cdl-build-id-force
-	$(AM_V_GEN)if id=`git -C "$(top_srcdir)" describe --always --dirty --tags 2>/dev/null`; then \
+	$(AM_V_GEN)if test -e "$(top_srcdir)/.git" && \
+	    id=`git -C "$(top_srcdir)" describe --always --dirty --tags 2>/dev/null`; then \
 	    :; elif test -f $@; then exit 0; else id=; fi; \
 	id=`printf '%s' "$$id" | LC_ALL=C tr -cd 'A-Za-z0-9._+-'`; \
 	{ echo '/* Written by make (lib/core/local.mk): which build this libcdl is. */'; \

@@ -89,6 +89,26 @@ int spk_tres_bind_tasks_per_gpu(const char *tres_bind)
     return 1;
 }
 
+const char *spk_tres_bind_task_gpus(const char *tres_bind)
+{
+    static const char *const words[] = {"per_task", "map_gpu", "mask_gpu", "single"};
+    if (!tres_bind || strncmp(tres_bind, "gpu:", 4))
+        return NULL;
+    for (const char *p = tres_bind + 4; *p && *p != '+';) {
+        for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
+            size_t n = strlen(words[w]);
+            if (!strncmp(p, words[w], n) && p[n] == ':')
+                return words[w];
+        }
+        /* The next word: after a comma that does not separate a list's
+         * entries ("map_gpu:0,1" has them); another TRES follows '+'. */
+        p += strcspn(p, ",+");
+        if (*p == ',')
+            p++;
+    }
+    return NULL;
+}
+
 /* One map_gpu entry "ID" or "ID*COUNT" of [p, p + len): 0 when valid. */
 static int map_entry(const char *p, size_t len, long *id, long *count)
 {

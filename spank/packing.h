@@ -49,6 +49,11 @@ int spk_task_gpu_index(const struct spk_gpus *g, int local_id, int replicas_per_
  * per_task, map_gpu, mask_gpu, closest, an unreadable value). */
 int spk_tres_bind_tasks_per_gpu(const char *tres_bind);
 
+/* N of "gpu:per_task:N" (srun --gpus-per-task=N, --gpu-bind=per_task:N):
+ * Slurm gives local task t the step's GPUs t*N .. t*N+N-1 of the node, in
+ * order; 0 when the binding is another. */
+int spk_tres_bind_per_task(const char *tres_bind);
+
 /* The word of SLURMD_TRES_BIND's GPU binding that gives each task GPUs of
  * its own ("per_task" of --gpus-per-task or --gpu-bind=per_task:N,
  * "map_gpu", "mask_gpu", "single" of --ntasks-per-gpu): Slurm then sets

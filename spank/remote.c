@@ -409,6 +409,11 @@ static int task_gpu_index(int t)
      * its one GPU (which cdl-train opens as its device 0). Under MPS the
      * plugin's packing sets the GPU instead. */
     int g = spk_g.mps_ready ? -1 : spk_tres_bind_map_gpu(tres_bind, t);
+    /* srun --gpus-per-task=N: task t has the step's GPUs t*N.. and opens
+     * the first (CDL_GPU_BIND=task); task 2 of N=2 was bound near GPU 2. */
+    int per_task = spk_g.mps_ready ? 0 : spk_tres_bind_per_task(tres_bind);
+    if (g < 0 && per_task > 0)
+        return spk_task_gpu_index(&spk_g.step_gpus, t * per_task, 1);
     return g >= 0 ? g : spk_task_gpu_index(&spk_g.step_gpus, t, spk_g.step.replicas_per_gpu);
 }
 

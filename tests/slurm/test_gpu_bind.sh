@@ -7,6 +7,7 @@
 #    2 and 3 failed: "needs GPU 2, but only 2 are visible";
 #  - tasks that see all of the step's GPUs (--gres=gpu:4): no CDL_GPU_BIND,
 #    and a value exported in the submit shell is removed;
+#  - --cdl-bind=closest near each task's first GPU under --gpus-per-task;
 #  - --cdl-mps with the user's --gpu-bind=map_gpu:... : refused with the
 #    reason (the plugin's packing replaced the binding without a word).
 set -u
@@ -26,6 +27,14 @@ out=$(as_user srun -w n1 -n4 --gpus-per-task=2 --cdl-ddp ./show.sh 2>&1)
 check "--gpus-per-task=2 --cdl-ddp: each task its own 2 GPUs, CDL_GPU_BIND=task" \
     test "$(tasks "$out")" = "T0 CVD=0,1 BIND=task MPS= T1 CVD=2,3 BIND=task MPS= \
 T2 CVD=4,5 BIND=task MPS= T3 CVD=6,7 BIND=task MPS= " || echo "$out"
+
+# --cdl-bind=closest binds each task near the GPU it opens, its first:
+# task 2 has GPUs 4 and 5 (it was bound near GPU 2, the slot rule's).
+as_user srun -w n1 -n4 --gpus-per-task=2 --cdl-ddp --cdl-bind=closest,verbose ./show.sh \
+    >"$WORK/out" 2>"$WORK/err"
+check "--gpus-per-task=2 --cdl-bind=closest: tasks near GPUs 0, 2, 4, 6" \
+    test "$(sed -n 's/.*cdl: --cdl-bind=closest: task \([0-9]*\) (local [0-9]*, GPU \(-*[0-9]*\)).*/\1:\2/p' \
+            "$WORK/err" | sort -n | tr '\n' ' ')" = "0:0 1:2 2:4 3:6 " || cat "$WORK/err"
 
 out=$(as_user_env CDL_GPU_BIND=task -- srun -w n1 -n2 --gres=gpu:4 --cdl-ddp ./show.sh 2>&1)
 check "--gres=gpu:4: tasks see the step's GPUs, a CDL_GPU_BIND from the shell is removed" \

@@ -498,6 +498,14 @@ static void test_tres_bind_task_gpus(void **state)
     assert_null(spk_tres_bind_task_gpus("gpu:closest+nic:per_task:1"));
     assert_null(spk_tres_bind_task_gpus(""));
     assert_null(spk_tres_bind_task_gpus(NULL));
+    /* --gpus-per-task=N: task t's first GPU is the step's t*N. */
+    assert_int_equal(spk_tres_bind_per_task("gpu:per_task:2"), 2);
+    assert_int_equal(spk_tres_bind_per_task("gpu:verbose,per_task:3+nic:per_task:1"), 3);
+    assert_int_equal(spk_tres_bind_per_task("gpu:single:2"), 0);
+    assert_int_equal(spk_tres_bind_per_task("gpu:per_task:"), 0);
+    assert_int_equal(spk_tres_bind_per_task("gpu:per_task:0"), 0);
+    assert_int_equal(spk_tres_bind_per_task("nic:per_task:2"), 0);
+    assert_int_equal(spk_tres_bind_per_task(NULL), 0);
     /* The contract: written when bound, and a stale value from the
      * submit shell removed when not. */
     struct spk_conf c;

@@ -516,8 +516,11 @@ static void slurm_gpu_sharing(spank_t sp)
         return;
     /* Each task sees its own GPUs only (srun --gpus-per-task=2 with 4
      * tasks: two each), so LOCAL_RANK is no index into them; the contract
-     * tells cdl-train to open its first (rank 2 asked for a third GPU). */
-    spk_g.step.gpu_bind_task = spk_tres_bind_task_gpus(tres_bind) != NULL;
+     * tells cdl-train to open its first (rank 2 asked for a third GPU).
+     * Not for mask_gpu: masks may overlap (0x3,0x3: both tasks see GPUs
+     * 0 and 1), where the slot rule keeps the ranks apart. */
+    const char *w = spk_tres_bind_task_gpus(tres_bind);
+    spk_g.step.gpu_bind_task = w && strcmp(w, "mask_gpu");
     int n = spk_tres_bind_tasks_per_gpu(tres_bind);
     spk_g.step.replicas_per_gpu = n < (int)spk_g.step.local_tasks ? n
                                                                    : (int)spk_g.step.local_tasks;

@@ -8,6 +8,7 @@
 #  - tasks that see all of the step's GPUs (--gres=gpu:4): no CDL_GPU_BIND,
 #    and a value exported in the submit shell is removed;
 #  - --cdl-bind=closest near each task's first GPU under --gpus-per-task;
+#  - --gpu-bind=mask_gpu (masks may overlap): the slot rule, no CDL_GPU_BIND;
 #  - --cdl-mps with the user's --gpu-bind=map_gpu:... : refused with the
 #    reason (the plugin's packing replaced the binding without a word).
 set -u
@@ -35,6 +36,12 @@ as_user srun -w n1 -n4 --gpus-per-task=2 --cdl-ddp --cdl-bind=closest,verbose ./
 check "--gpus-per-task=2 --cdl-bind=closest: tasks near GPUs 0, 2, 4, 6" \
     test "$(sed -n 's/.*cdl: --cdl-bind=closest: task \([0-9]*\) (local [0-9]*, GPU \(-*[0-9]*\)).*/\1:\2/p' \
             "$WORK/err" | sort -n | tr '\n' ' ')" = "0:0 1:2 2:4 3:6 " || cat "$WORK/err"
+
+# Masks may overlap: both tasks see GPUs 0 and 1, and the slot rule (not
+# "the first") keeps them apart.
+out=$(as_user srun -w n1 -n2 --gres=gpu:2 --gpu-bind=mask_gpu:0x3,0x3 --cdl-ddp ./show.sh 2>&1)
+check "--gpu-bind=mask_gpu:0x3,0x3: both tasks see GPUs 0,1, no CDL_GPU_BIND" \
+    test "$(tasks "$out")" = "T0 CVD=0,1 BIND=unset MPS= T1 CVD=0,1 BIND=unset MPS= " || echo "$out"
 
 out=$(as_user_env CDL_GPU_BIND=task -- srun -w n1 -n2 --gres=gpu:4 --cdl-ddp ./show.sh 2>&1)
 check "--gres=gpu:4: tasks see the step's GPUs, a CDL_GPU_BIND from the shell is removed" \

@@ -98,6 +98,9 @@ static int export_contract(const run *r, int rank)
     snprintf(c.token, sizeof c.token, "%s", r->token);
     for (const char *const *f = contract_foreign_vars; *f; f++)
         unsetenv(*f);
+    /* Every rank sees the same GPUs: the slot rule, whatever an enclosing
+     * srun --gpus-per-task --cdl-ddp step said (all ranks opened GPU 0). */
+    unsetenv(CDL_ENV_GPU_BIND);
     if (contract_encode(&c, setenv_contract, NULL, &e) != 0) {
         fprintf(stderr, "cdlrun: rank %d: %s\n", rank, e.msg);
         return -1;

@@ -145,6 +145,8 @@ int spk_contract_task(const struct spk_step *s, const struct spk_step_contract *
     c.node_rank = (int)s->nodeid;
     c.nnodes = (int)s->nnodes;
     c.replicas_per_gpu = s->replicas_per_gpu;
+    if (s->gpu_bind_task)
+        snprintf(c.gpu_bind, sizeof c.gpu_bind, "task");
     c.master_port = sc->master_port;
     c.threads = s->cpus_per_task ? (int)s->cpus_per_task : 1;
     snprintf(c.master_addr, sizeof c.master_addr, "%s", sc->master_addr);
@@ -158,6 +160,8 @@ int spk_contract_task(const struct spk_step *s, const struct spk_step_contract *
     if (!sc->token[0] && spk_env_unset(out, CDL_ENV_STORE_TOKEN))
         return -1;
     if (!c.store_port && spk_env_unset(out, CDL_ENV_STORE_PORT))   /* rank 0 binds MASTER_PORT */
+        return -1;
+    if (!c.gpu_bind[0] && spk_env_unset(out, CDL_ENV_GPU_BIND))   /* the slot rule */
         return -1;
     for (const char *const *f = contract_foreign_vars; *f; f++)
         if (spk_env_unset(out, *f))

@@ -20,6 +20,8 @@ struct spk_step {
     const char *distribution;       /* SLURM_DISTRIBUTION or NULL */
     const char *resv_ports;         /* SLURM_STEP_RESV_PORTS or NULL */
     int replicas_per_gpu;           /* 1 unless --cdl-mps packs replicas */
+    int gpu_bind_task;              /* Slurm gave each task its own GPUs
+                                     * (SLURMD_TRES_BIND): CDL_GPU_BIND=task */
 };
 
 /* The values shared by every task of the step, computed once per node. */

@@ -67,26 +67,60 @@ int spk_pack_plan(int tasks, int ngpus, int requested, int max, int pct_conf,
     return 0;
 }
 
-int spk_tres_bind_tasks_per_gpu(const char *tres_bind)
+/* N of the GPU binding's word "WORD:N" in SLURMD_TRES_BIND, in 1..1024;
+ * 0 when it has none or N is not a number. */
+static int tres_bind_number(const char *tres_bind, const char *word)
 {
     long n;
     char num[16];
+    size_t w = strlen(word);
     if (!tres_bind || strncmp(tres_bind, "gpu:", 4))
-        return 1;
+        return 0;
     /* The binding's words are comma-separated after "gpu:"; another TRES
      * after a '+' is not the GPU's. */
     for (const char *p = tres_bind + 4; *p && *p != '+';) {
         size_t len = strcspn(p, ",+");
-        if (len > 7 && !strncmp(p, "single:", 7) && len - 7 < sizeof num) {
-            memcpy(num, p + 7, len - 7);
-            num[len - 7] = '\0';
-            return spk_parse_uint(num, 1, 1024, &n) == 0 ? (int)n : 1;
+        if (len > w + 1 && !strncmp(p, word, w) && p[w] == ':' && len - w - 1 < sizeof num) {
+            memcpy(num, p + w + 1, len - w - 1);
+            num[len - w - 1] = '\0';
+            return spk_parse_uint(num, 1, 1024, &n) == 0 ? (int)n : 0;
         }
         p += len;
         if (*p == ',')
             p++;
     }
-    return 1;
+    return 0;
+}
+
+int spk_tres_bind_tasks_per_gpu(const char *tres_bind)
+{
+    int n = tres_bind_number(tres_bind, "single");
+    return n ? n : 1;
+}
+
+int spk_tres_bind_per_task(const char *tres_bind)
+{
+    return tres_bind_number(tres_bind, "per_task");
+}
+
+const char *spk_tres_bind_task_gpus(const char *tres_bind)
+{
+    static const char *const words[] = {"per_task", "map_gpu", "mask_gpu", "single"};
+    if (!tres_bind || strncmp(tres_bind, "gpu:", 4))
+        return NULL;
+    for (const char *p = tres_bind + 4; *p && *p != '+';) {
+        for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
+            size_t n = strlen(words[w]);
+            if (!strncmp(p, words[w], n) && p[n] == ':')
+                return words[w];
+        }
+        /* The next word: after a comma that does not separate a list's
+         * entries ("map_gpu:0,1" has them); another TRES follows '+'. */
+        p += strcspn(p, ",+");
+        if (*p == ',')
+            p++;
+    }
+    return NULL;
 }
 
 /* One map_gpu entry "ID" or "ID*COUNT" of [p, p + len): 0 when valid. */

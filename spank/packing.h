@@ -49,6 +49,18 @@ int spk_task_gpu_index(const struct spk_gpus *g, int local_id, int replicas_per_
  * per_task, map_gpu, mask_gpu, closest, an unreadable value). */
 int spk_tres_bind_tasks_per_gpu(const char *tres_bind);
 
+/* N of "gpu:per_task:N" (srun --gpus-per-task=N, --gpu-bind=per_task:N):
+ * Slurm gives local task t the step's GPUs t*N .. t*N+N-1 of the node, in
+ * order; 0 when the binding is another. */
+int spk_tres_bind_per_task(const char *tres_bind);
+
+/* The word of SLURMD_TRES_BIND's GPU binding that gives each task GPUs of
+ * its own ("per_task" of --gpus-per-task or --gpu-bind=per_task:N,
+ * "map_gpu", "mask_gpu", "single" of --ntasks-per-gpu): Slurm then sets
+ * each task's CUDA_VISIBLE_DEVICES to its GPUs only. NULL for none,
+ * closest, or another TRES's binding. */
+const char *spk_tres_bind_task_gpus(const char *tres_bind);
+
 /* Slurm's index of the GPU that srun --gpu-bind=map_gpu:LIST gives local
  * task `local_id` (LIST[local_id % its length]; "ID*COUNT" repeats an ID;
  * IDs are the node's GPU indexes), from SLURMD_TRES_BIND; -1 when the

@@ -409,6 +409,11 @@ static int task_gpu_index(int t)
      * its one GPU (which cdl-train opens as its device 0). Under MPS the
      * plugin's packing sets the GPU instead. */
     int g = spk_g.mps_ready ? -1 : spk_tres_bind_map_gpu(tres_bind, t);
+    /* srun --gpus-per-task=N: task t has the step's GPUs t*N.. and opens
+     * the first (CDL_GPU_BIND=task); task 2 of N=2 was bound near GPU 2. */
+    int per_task = spk_g.mps_ready ? 0 : spk_tres_bind_per_task(tres_bind);
+    if (g < 0 && per_task > 0)
+        return spk_task_gpu_index(&spk_g.step_gpus, t * per_task, 1);
     return g >= 0 ? g : spk_task_gpu_index(&spk_g.step_gpus, t, spk_g.step.replicas_per_gpu);
 }
 
@@ -509,9 +514,34 @@ static void slurm_gpu_sharing(spank_t sp)
     job_env(sp, "SLURMD_TRES_BIND", tres_bind, sizeof tres_bind);
     if (!spk_g.opts.ddp || spk_g.opts.mps || spk_g.step.local_tasks < 2)
         return;
+    /* Each task sees its own GPUs only (srun --gpus-per-task=2 with 4
+     * tasks: two each), so LOCAL_RANK is no index into them; the contract
+     * tells cdl-train to open its first (rank 2 asked for a third GPU).
+     * Not for mask_gpu: masks may overlap (0x3,0x3: both tasks see GPUs
+     * 0 and 1), where the slot rule keeps the ranks apart. */
+    const char *w = spk_tres_bind_task_gpus(tres_bind);
+    spk_g.step.gpu_bind_task = w && strcmp(w, "mask_gpu");
     int n = spk_tres_bind_tasks_per_gpu(tres_bind);
     spk_g.step.replicas_per_gpu = n < (int)spk_g.step.local_tasks ? n
                                                                    : (int)spk_g.step.local_tasks;
+}
+
+/* --cdl-mps chooses each task's GPU itself (its packing), replacing the
+ * CUDA_VISIBLE_DEVICES of Slurm's binding: a binding the user asked for
+ * GPU by GPU (srun --gpu-bind=map_gpu:..., mask_gpu:...) would be dropped
+ * without a word. Refused instead, saying how to get either. Read in
+ * task_init: Slurm gives the binding to the tasks only. */
+static int mps_user_binding(uint32_t local_id)
+{
+    const char *w = spk_tres_bind_task_gpus(tres_bind);
+    if (!w || (strcmp(w, "map_gpu") && strcmp(w, "mask_gpu")))
+        return 0;
+    if (local_id == 0)
+        slurm_error("cdl: --cdl-mps packs %u tasks per GPU itself and would replace srun "
+                    "--gpu-bind=%s: drop --gpu-bind to let --cdl-mps[=N] place the tasks, or "
+                    "drop --cdl-mps to keep your binding (without MPS)",
+                    (unsigned)spk_g.pack.replicas, strchr(tres_bind, ':') + 1);
+    return -1;
 }
 
 int spk_remote_task_init(spank_t sp)
@@ -538,6 +568,8 @@ int spk_remote_task_init(spank_t sp)
         argc = 0;
     spk_torchrun_parse(argc, argv, &tr);
     slurm_gpu_sharing(sp);
+    if (spk_g.mps_ready && mps_user_binding(local_id) != 0)
+        return task_failed();
 #ifdef HAVE_HWLOC
     if (spk_g.bind != SPK_BIND_NONE && task_bind(sp, local_id, global_id, &tr) != 0) {
         slurm_error("cdl: --cdl-bind: %s", spk_last_error());

@@ -33,6 +33,7 @@ static const contract_var table[] = {
     ROW(CDL_ENV_NODE_RANK, CONTRACT_INT, node_rank, 0),
     ROW(CDL_ENV_NNODES, CONTRACT_INT, nnodes, 0),
     ROW(CDL_ENV_REPLICAS_PER_GPU, CONTRACT_INT, replicas_per_gpu, 0),
+    ROW(CDL_ENV_GPU_BIND, CONTRACT_STR, gpu_bind, CONTRACT_OPTIONAL),
     ROW(CDL_ENV_MASTER_ADDR, CONTRACT_STR, master_addr, 0),
     ROW(CDL_ENV_MASTER_PORT, CONTRACT_INT, master_port, CONTRACT_OPTIONAL),
     ROW(CDL_ENV_STORE_PORT, CONTRACT_INT, store_port, CONTRACT_OPTIONAL),
@@ -220,6 +221,12 @@ int contract_decode(contract *c, contract_get_fn get, void *ctx, contract_err *e
         get_str(get, ctx, CDL_ENV_LAUNCHER, c->launcher, sizeof c->launcher, e) < 0 ||
         get_str(get, ctx, CDL_ENV_STORE_TOKEN, c->token, sizeof c->token, e) < 0)
         return -1;
+    const char *b = get(ctx, CDL_ENV_GPU_BIND);
+    if (b && !contract_gpu_bound_to_task(b))
+        return fail(e, CDL_ENV_GPU_BIND "='%.32s' is not 'task' (each task has its own GPUs): "
+                    "unset it for the GPU slot rule (docs/rank-contract.md)", b);
+    if (b)
+        snprintf(c->gpu_bind, sizeof c->gpu_bind, "task");
     return contract_check(c, &contract_names_of_contract, e);
 }
 
@@ -506,6 +513,11 @@ int contract_port_hash(uint32_t jobid, uint32_t stepid, int lo, int hi)
 int contract_gpu_slot(int local_rank, int replicas_per_gpu)
 {
     return replicas_per_gpu > 0 ? local_rank / replicas_per_gpu : local_rank;
+}
+
+int contract_gpu_bound_to_task(const char *gpu_bind)
+{
+    return gpu_bind && !strcmp(gpu_bind, "task");
 }
 
 int contract_task_gpu(int local_rank, int replicas_per_gpu, int ngpus)

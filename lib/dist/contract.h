@@ -31,6 +31,8 @@
 #define CDL_ENV_MASTER_PORT       "MASTER_PORT"       /* port rank 0 binds for the store */
 #define CDL_ENV_NNODES            "CDL_NNODES"        /* number of nodes */
 #define CDL_ENV_REPLICAS_PER_GPU  "CDL_REPLICAS_PER_GPU" /* consecutive local ranks sharing a GPU */
+#define CDL_ENV_GPU_BIND          "CDL_GPU_BIND"      /* "task": the launcher gave each task its own
+                                                       * GPUs; a rank opens its first visible one */
 #define CDL_ENV_JOB_ID            "CDL_JOB_ID"        /* unique per run (job.step under Slurm) */
 #define CDL_ENV_LAUNCHER          "CDL_LAUNCHER"      /* "slurm", "cdlrun": who exported the contract */
 #define CDL_ENV_TIMEOUT           "CDL_TIMEOUT"       /* seconds any cross-process wait may take */
@@ -47,7 +49,7 @@
 
 /* Raised whenever a variable is added, removed or changes meaning: a plugin
  * and a library of different versions then say so instead of misreading. */
-#define CDL_CONTRACT_VERSION 4
+#define CDL_CONTRACT_VERSION 5
 
 /* Default of CDL_TIMEOUT, in seconds. */
 #define CDL_DEFAULT_TIMEOUT 300
@@ -75,6 +77,7 @@ typedef struct contract {
     int local_rank, local_world;   /* LOCAL_RANK, LOCAL_WORLD_SIZE */
     int node_rank, nnodes;         /* GROUP_RANK = NODE_RANK, CDL_NNODES */
     int replicas_per_gpu;          /* CDL_REPLICAS_PER_GPU, >= 1 */
+    char gpu_bind[8];              /* CDL_GPU_BIND: "task" or "" (the GPU slot rule) */
     int master_port;               /* MASTER_PORT, 0: none */
     int store_port;                /* CDL_STORE_PORT, 0: the store binds MASTER_PORT */
     int threads;                   /* OMP_NUM_THREADS = MKL_NUM_THREADS, 0: leave them alone */
@@ -180,6 +183,12 @@ int contract_port_hash(uint32_t jobid, uint32_t stepid, int lo, int hi);
  * node, in CUDA_VISIBLE_DEVICES order: the plugin binds near that GPU and
  * cdl-train opens that one. */
 int contract_gpu_slot(int local_rank, int replicas_per_gpu);
+
+/* Whether CDL_GPU_BIND's value (NULL: unset) says the launcher gave each
+ * task its own GPUs (srun --gpus-per-task, --gpu-bind=map_gpu:...): the
+ * task's CUDA_VISIBLE_DEVICES lists its GPUs only, so its first visible
+ * GPU is its own and the slot rule does not apply. */
+int contract_gpu_bound_to_task(const char *gpu_bind);
 
 /* The same, -1 when the slot is not below ngpus (more ranks than GPUs). */
 int contract_task_gpu(int local_rank, int replicas_per_gpu, int ngpus);

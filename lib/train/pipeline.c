@@ -1,6 +1,7 @@
 /* Host-side decisions of the GPU training pipeline (see pipeline.h). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -148,7 +149,10 @@ int train_pick_gpu(int visible, int world, int local_rank, int rpg, int *device)
     *device = -1;
     if (world <= 1 || visible <= 0)
         return 0;   /* the first GPU; none: the backend says so */
-    if (visible == 1) {
+    /* One GPU, or the launcher's binding gave this task its GPUs alone
+     * (srun --gpus-per-task=2: CUDA_VISIBLE_DEVICES differs per task, and
+     * LOCAL_RANK 2 asked for a third of its two): the first is its own. */
+    if (visible == 1 || contract_gpu_bound_to_task(getenv(CDL_ENV_GPU_BIND))) {
         *device = 0;
         return 0;
     }

@@ -11,6 +11,11 @@ run "$cdlrun" -n 2 --label "$check" --expect-source contract --expect-backend sh
 run "$cdlrun" -n 3 --bind cores "$check" --expect-source contract --expect-backend shm
 run "$cdlrun" -n 4 --timeout 60 "$check" --expect-source contract --expect-world 4 \
     --expect-backend shm --big
+# cdlrun's ranks share its GPUs: a CDL_GPU_BIND=task from an enclosing
+# srun --gpus-per-task --cdl-ddp step (each rank would open GPU 0) is removed.
+out=$(CDL_GPU_BIND=task "$cdlrun" -n 2 sh -c 'echo "rank $RANK: ${CDL_GPU_BIND-unset}"' 2>&1)
+[ "$(echo "$out" | sort | tr '\n' ' ')" = "rank 0: unset rank 1: unset " ] ||
+    { echo "$out"; echo "FAILED: cdlrun passed CDL_GPU_BIND to its ranks"; exit 1; }
 # --label's pipes beyond the descriptor limit: a message that says what to
 # do, and no rank left running.
 out=$( (ulimit -n 64 && "$cdlrun" -n 40 --label "$check") 2>&1 ) &&

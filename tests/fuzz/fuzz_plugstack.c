@@ -93,6 +93,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 spk_task_gpu_index(&g, t, 1 + t % 2);
         /* SLURMD_TRES_BIND, read in the task (as the user). */
         spk_tres_bind_tasks_per_gpu(text);
+        if (spk_tres_bind_per_task(text) > 1024)
+            abort();
+        const char *w = spk_tres_bind_task_gpus(text);
+        if (w && !strchr("pms", w[0]))
+            abort();   /* one of its words, or NULL */
         for (int t = 0; t < 4; t++)
             spk_tres_bind_map_gpu(text, t * 5);
         break;

@@ -52,6 +52,9 @@
 #                       env.sh exports it. Clusters running side by side on
 #                       one host then never share job ids, so nothing named
 #                       by job id (ports, /dev/shm, runtime_dir) meets.
+#   CDL_GPUS=N          N fake GPUs per node (default 2; not with CDL_HETERO),
+#                       for steps that give each task several GPUs
+#                       (srun --gpus-per-task=2 with 4 tasks on a node: 8)
 #   CDL_HETERO=1        a heterogeneous site: n1 has 4 CPUs on 2 sockets and two
 #                       GPUs of type a100 (fake devices nvidia0, nvidia1), n2
 #                       2 CPUs on one socket and one GPU of type t4 (nvidia2);
@@ -133,12 +136,17 @@ start() {
     chmod 1777 "$dir/tmp/n1" "$dir/tmp/n2" "$dir/bin/mps-records"
     chown "$user" "$dir/work"
     install -m 0755 "$CDL_FAKE_MPS" "$dir/bin/nvidia-cuda-mps-control"
-    # Two fake GPUs per node: gres/gpu wants character devices, so make two
-    # copies of /dev/null (named like NVIDIA's, so Slurm numbers them 0, 1).
+    # CDL_GPUS fake GPUs per node (two by default, three in all under
+    # CDL_HETERO): gres/gpu wants character devices, so make copies of
+    # /dev/null (named like NVIDIA's, so Slurm numbers them 0, 1, ...).
+    local ngpus=${CDL_GPUS:-2} g
+    [ "${CDL_HETERO:-0}" != 1 ] || ngpus=3
+    case $ngpus in [1-9] | [1-5][0-9] | 6[0-4]) ;; *) die "CDL_GPUS=$ngpus: want 1-64" ;; esac
     mkdir -p "$dir/dev"
-    mknod -m 0666 "$dir/dev/nvidia0" c 1 3 && mknod -m 0666 "$dir/dev/nvidia1" c 1 3 &&
-        { [ "${CDL_HETERO:-0}" != 1 ] || mknod -m 0666 "$dir/dev/nvidia2" c 1 3; } ||
-        die "mknod failed: the harness needs CAP_MKNOD for its fake GPU devices"
+    for ((g = 0; g < ngpus; g++)); do
+        mknod -m 0666 "$dir/dev/nvidia$g" c 1 3 ||
+            die "mknod failed: the harness needs CAP_MKNOD for its fake GPU devices"
+    done
 
     # munge
     mungekey -c -f -k "$dir/munge/munge.key" >/dev/null
@@ -190,7 +198,7 @@ DefMemPerCPU=$((4000 / cpus))"
 required $CDL_SPANK_SO mps_control=$dir/bin/nvidia-cuda-mps-control runtime_dir=$dir/cdl port_range=$prange secret_key=$dir/munge/munge.key ${CDL_PLUGSTACK_ARGS:-}
 EOF
     # Node lines: alike, or (CDL_HETERO) of different sizes and GPU types.
-    local node1="CPUs=$cpus RealMemory=4000 Gres=gpu:2" node2 parts
+    local node1="CPUs=$cpus RealMemory=4000 Gres=gpu:$ngpus" node2 parts
     node2=$node1
     parts="PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP"
     if [ "${CDL_HETERO:-0}" = 1 ]; then
@@ -205,7 +213,7 @@ NodeName=n2 Name=gpu Type=t4 File=$dir/dev/nvidia2
 EOF
     else
         cat >"$dir/etc/gres.conf" <<EOF
-NodeName=n[1-2] Name=gpu File=$dir/dev/nvidia[0-1]
+NodeName=n[1-2] Name=gpu File=$dir/dev/nvidia[0-$((ngpus - 1))]
 EOF
     fi
     cat >"$dir/etc/slurm.conf" <<EOF

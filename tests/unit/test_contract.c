@@ -206,6 +206,28 @@ static void test_round_trip(void **state)
     assert_non_null(strstr(e.msg, "RANK=8"));
 }
 
+/* srun --gpus-per-task=2: Slurm gives each task its own two GPUs, and the
+ * contract says so (CDL_GPU_BIND=task), so that a rank opens the first of
+ * them, not the one its LOCAL_RANK indexes (rank 2 asked for a third). */
+static void test_gpu_bind(void **state)
+{
+    (void)state;
+    contract c = sample(), back;
+    contract_err e;
+    struct env env = {0};
+    assert_int_equal(contract_encode(&c, env_put, &env, &e), 0);
+    assert_null(env_get(&env, CDL_ENV_GPU_BIND));   /* the slot rule: not written */
+    snprintf(c.gpu_bind, sizeof c.gpu_bind, "task");
+    assert_int_equal(contract_encode(&c, env_put, &env, &e), 0);
+    assert_string_equal(env_get(&env, CDL_ENV_GPU_BIND), "task");
+    assert_int_equal(contract_decode(&back, env_get, &env, &e), 0);
+    assert_string_equal(back.gpu_bind, "task");
+    assert_true(contract_gpu_bound_to_task("task"));
+    assert_false(contract_gpu_bound_to_task(NULL));
+    assert_false(contract_gpu_bound_to_task("tasks"));
+    assert_false(contract_gpu_bound_to_task(""));
+}
+
 /* A plugin and a library of different releases say so. */
 static void test_version(void **state)
 {
@@ -249,6 +271,7 @@ static void test_decode_strict(void **state)
         {CDL_ENV_WORLD_SIZE, "99999999999", "WORLD_SIZE="},
         {CDL_ENV_REPLICAS_PER_GPU, "5", "CDL_REPLICAS_PER_GPU=5"},
         {CDL_ENV_LOCAL_RANK, "-1", "LOCAL_RANK='-1'"},
+        {CDL_ENV_GPU_BIND, "per_task:2", "CDL_GPU_BIND='per_task:2' is not 'task'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         contract c = sample(), back;
@@ -314,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_tasks_on_node),
         cmocka_unit_test(test_resv_port),
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_gpu_bind),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_decode_strict),
         cmocka_unit_test(test_uneven_nodes),

@@ -4,6 +4,7 @@
  * graphs, and which GPU a rank opens. */
 #include "testutil.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
@@ -183,6 +184,15 @@ static void test_pick_gpu(void **state)
     int dev;
     assert_int_equal(train_pick_gpu(2, 8, 4, 2, &dev), -1);
     expect_error("LOCAL_RANK=4 with CDL_REPLICAS_PER_GPU=2 needs GPU 2, but only 2 are visible");
+    /* srun --gpus-per-task=2 --cdl-ddp, 4 tasks: each sees its own two
+     * GPUs and the contract says so; ranks 2 and 3 failed, needing GPU 2. */
+    assert_int_equal(setenv("CDL_GPU_BIND", "task", 1), 0);
+    pick(2, 4, 2, 1, 0);
+    pick(2, 4, 3, 1, 0);
+    pick(2, 1, 0, 1, -1);   /* alone: as before */
+    assert_int_equal(unsetenv("CDL_GPU_BIND"), 0);
+    assert_int_equal(train_pick_gpu(2, 4, 2, 1, &dev), -1);
+    expect_error("LOCAL_RANK=2 with CDL_REPLICAS_PER_GPU=1 needs GPU 2, but only 2 are visible");
 }
 
 int main(void)

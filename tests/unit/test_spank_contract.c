@@ -480,6 +480,51 @@ static void test_tres_bind_map_gpu(void **state)
     assert_int_equal(spk_tres_bind_map_gpu("gpu:map_gpu:1", -1), -1);
 }
 
+/* Slurm bindings that give each task GPUs of its own (SLURMD_TRES_BIND):
+ * the contract then says CDL_GPU_BIND=task (srun --gpus-per-task=2 with 4
+ * tasks: ranks 2 and 3 asked for GPU 2 of their two), and --cdl-mps
+ * refuses the user's map_gpu/mask_gpu instead of dropping it. */
+static void test_tres_bind_task_gpus(void **state)
+{
+    (void)state;
+    assert_string_equal(spk_tres_bind_task_gpus("gpu:per_task:2"), "per_task");
+    assert_string_equal(spk_tres_bind_task_gpus("gpu:verbose,map_gpu:1,0"), "map_gpu");
+    assert_string_equal(spk_tres_bind_task_gpus("gpu:mask_gpu:0x3,0xc"), "mask_gpu");
+    assert_string_equal(spk_tres_bind_task_gpus("gpu:single:2"), "single");
+    assert_null(spk_tres_bind_task_gpus("gpu:closest"));
+    assert_null(spk_tres_bind_task_gpus("gpu:none"));
+    assert_null(spk_tres_bind_task_gpus("gpu:per_task"));
+    assert_null(spk_tres_bind_task_gpus("nic:map_gpu:1"));
+    assert_null(spk_tres_bind_task_gpus("gpu:closest+nic:per_task:1"));
+    assert_null(spk_tres_bind_task_gpus(""));
+    assert_null(spk_tres_bind_task_gpus(NULL));
+    /* --gpus-per-task=N: task t's first GPU is the step's t*N. */
+    assert_int_equal(spk_tres_bind_per_task("gpu:per_task:2"), 2);
+    assert_int_equal(spk_tres_bind_per_task("gpu:verbose,per_task:3+nic:per_task:1"), 3);
+    assert_int_equal(spk_tres_bind_per_task("gpu:single:2"), 0);
+    assert_int_equal(spk_tres_bind_per_task("gpu:per_task:"), 0);
+    assert_int_equal(spk_tres_bind_per_task("gpu:per_task:0"), 0);
+    assert_int_equal(spk_tres_bind_per_task("nic:per_task:2"), 0);
+    assert_int_equal(spk_tres_bind_per_task(NULL), 0);
+    /* The contract: written when bound, and a stale value from the
+     * submit shell removed when not. */
+    struct spk_conf c;
+    struct spk_step s = step_2x2();
+    struct spk_step_contract sc;
+    struct spk_env env;
+    spk_conf_defaults(&c);
+    assert_int_equal(spk_contract_step(&c, &s, NULL, &sc), 0);
+    assert_int_equal(spk_contract_task(&s, &sc, 1, 3, &env), 0);
+    assert_null(spk_env_get(&env, CDL_ENV_GPU_BIND));
+    int unset = 0;
+    for (int i = 0; i < env.n; i++)
+        unset += env.v[i].unset && !strcmp(env.v[i].name, CDL_ENV_GPU_BIND);
+    assert_int_equal(unset, 1);
+    s.gpu_bind_task = 1;
+    assert_int_equal(spk_contract_task(&s, &sc, 1, 3, &env), 0);
+    assert_string_equal(spk_env_get(&env, CDL_ENV_GPU_BIND), "task");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -498,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_task_gpu_index),
         cmocka_unit_test(test_tres_bind),
         cmocka_unit_test(test_tres_bind_map_gpu),
+        cmocka_unit_test(test_tres_bind_task_gpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

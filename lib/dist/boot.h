@@ -20,7 +20,7 @@ typedef struct boot boot;
 /* What every rank publishes first: text, so that any later release can
  * still read it (its size never changes). */
 typedef struct boot_release {
-    char release[96];   /* "cdl 0.1.0 (rank contract 4)" */
+    char release[96];   /* "cdl 0.1.0 (rank contract 5)" */
     char host[64];      /* SLURMD_NODENAME, else the host name */
 } boot_release;
 void boot_release_of(boot_release *r, const char *release);

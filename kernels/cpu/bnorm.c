@@ -6,7 +6,8 @@
  * channel). Per-channel sums run over the images in order, each plane
  * summed into a double (in blocks of channels, see BN_BLOCK): results do
  * not depend on the thread count. Elementwise pieces run one plane per item with the
- * channel's constants folded into y = x*scale + shift.
+ * channel's constants folded into y = x*scale + shift; under BN_SMALL floats
+ * a plane they take channels as items, the constants once per block.
  *
  * Each plane kernel has a plain C loop (the definition; the portable path)
  * and an AVX2 twin picked at run time (simd.h; sum and sqdev also an AVX-512

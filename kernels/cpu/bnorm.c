@@ -6,7 +6,8 @@
  * channel). Per-channel sums run over the images in order, each plane
  * summed into a double (in blocks of channels, see BN_BLOCK): results do
  * not depend on the thread count. Elementwise pieces run one plane per item with the
- * channel's constants folded into y = x*scale + shift.
+ * channel's constants folded into y = x*scale + shift; under BN_SMALL floats
+ * a plane they take channels as items, the constants once per block.
  *
  * Each plane kernel has a plain C loop (the definition; the portable path)
  * and an AVX2 twin picked at run time (simd.h; sum and sqdev also an AVX-512
@@ -384,6 +385,41 @@ static const float *plane(const float *p, const bn_ctx *c, int img, int ch)
     return p + ((size_t)img * c->c + (size_t)ch) * (size_t)c->hw;
 }
 
+/* Planes shorter than BN_TINY floats: the SIMD kernels above run such a
+ * plane wholly through their reference tail (their vector sums add +0.0,
+ * which changes no bits), so the reference kernels are called directly,
+ * inlined: with 1x1 planes (batchnorm on flat features, 512x512) one call
+ * through the table per value took most of the time. */
+#define BN_TINY 8
+
+static inline double k_sum(const bn_ctx *c, const float *x)
+{
+    return c->hw < BN_TINY ? sum_ref(x, c->hw) : c->k.sum(x, c->hw);
+}
+
+static inline double k_sqdev(const bn_ctx *c, const float *x, float mean)
+{
+    return c->hw < BN_TINY ? sqdev_ref(x, c->hw, mean) : c->k.sqdev(x, c->hw, mean);
+}
+
+/* 1x1 planes (N,C,1,1): one image's row of a block's channels in one
+ * loop that the compiler vectorises across channels, each value as the
+ * reference kernels on a plane of one (their +0.0 start changes no bits:
+ * a channel's sum starts at +0.0 and never becomes -0.0). */
+static void sum_row1(const float *x, size_t n, double *s)
+{
+    for (size_t j = 0; j < n; j++)
+        s[j] += x[j];
+}
+
+static void sqdev_row1(const float *x, size_t n, const float *mean, double *s)
+{
+    for (size_t j = 0; j < n; j++) {
+        float d = x[j] - mean[j];
+        s[j] += (double)d * d;
+    }
+}
+
 /* Channel blocks: the per-channel sums walk a block of up to BN_BLOCK
  * channels image by image (for each image, the block's planes one after
  * the other: one contiguous run of memory). This streams, where one
@@ -411,10 +447,17 @@ static void sums_blocks(const bn_ctx *c, size_t b, size_t e, int sqdev, float *o
         float mean[BN_BLOCK];
         for (size_t ch = b0; sqdev && ch < e0; ch++)
             mean[ch - b0] = chan_mean(c, ch);
-        for (int img = 0; img < c->n; img++)
+        for (int img = 0; c->hw == 1 && img < c->n; img++) {
+            const float *x = plane(c->x, c, img, (int)b0);
+            if (sqdev)
+                sqdev_row1(x, e0 - b0, mean, s);
+            else
+                sum_row1(x, e0 - b0, s);
+        }
+        for (int img = 0; c->hw != 1 && img < c->n; img++)
             for (size_t ch = b0; ch < e0; ch++) {
                 const float *x = plane(c->x, c, img, (int)ch);
-                s[ch - b0] += sqdev ? c->k.sqdev(x, c->hw, mean[ch - b0]) : c->k.sum(x, c->hw);
+                s[ch - b0] += sqdev ? k_sqdev(c, x, mean[ch - b0]) : k_sum(c, x);
             }
         for (size_t ch = b0; ch < e0; ch++)
             out[ch] = (float)s[ch - b0];
@@ -463,10 +506,51 @@ static void affine_consts(const bn_ctx *c, size_t ch, float *scale, float *shift
 static void affine_plane(const bn_ctx *c, size_t p, float scale, float shift)
 {
     size_t off = p * (size_t)c->hw;
-    if (c->res)
+    if (c->res && c->hw < BN_TINY)
+        affine_add_relu_ref(c->x + off, c->res + off, c->hw, scale, shift, c->out + off);
+    else if (c->res)
         c->k.affine_add_relu(c->x + off, c->res + off, c->hw, scale, shift, c->out + off);
+    else if (c->hw < BN_TINY)
+        affine_ref(c->x + off, c->hw, scale, shift, c->relu, c->out + off);
     else
         c->k.affine(c->x + off, c->hw, scale, shift, c->relu, c->out + off);
+}
+
+/* affine_ref on n planes of one value, channel j's constants at [j]. */
+static void affine_row1(const float *x, size_t n, const float *scale, const float *shift,
+                        int relu, float *y)
+{
+    for (size_t j = 0; j < n; j++) {
+        float v = x[j] * scale[j] + shift[j];
+        y[j] = relu && v < 0.0f ? 0.0f : v;
+    }
+}
+
+/* y of the channels [b0,e0) (one BN_BLOCK), their scale and shift once,
+ * not once per plane: with small planes the constants (a square root in
+ * evaluation) took most of the time. */
+static void affine_block(const bn_ctx *c, size_t b0, size_t e0)
+{
+    float scale[BN_BLOCK], shift[BN_BLOCK];
+    for (size_t ch = b0; ch < e0; ch++)
+        affine_consts(c, ch, &scale[ch - b0], &shift[ch - b0]);
+    for (int img = 0; img < c->n; img++) {
+        size_t p = (size_t)img * (size_t)c->c;
+        if (c->hw == 1 && !c->res)
+            affine_row1(c->x + p + b0, e0 - b0, scale, shift, c->relu, c->out + p + b0);
+        else
+            for (size_t ch = b0; ch < e0; ch++)
+                affine_plane(c, p + ch, scale[ch - b0], shift[ch - b0]);
+    }
+}
+
+/* Items are channels: affine_block a block at a time (bn_apply and
+ * bn_eval on planes under BN_SMALL floats). */
+static void affine_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    for (size_t b0 = b; b0 < e; b0 += BN_BLOCK)
+        affine_block(vctx, b0, e - b0 < BN_BLOCK ? e : b0 + BN_BLOCK);
 }
 
 static void affine_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
@@ -506,19 +590,9 @@ static void fwd_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
         size_t e0 = e - b0 < BN_BLOCK ? e : b0 + BN_BLOCK;
         sums_blocks(&one, b0, e0, 0, c->out2);
         sums_blocks(&one, b0, e0, 1, c->out3);
-        /* The block's scale and shift once, not once per plane: with 1x1
-         * planes (batchnorm2d on flat features) their divisions and
-         * loads took most of the time. */
-        float scale[BN_BLOCK], shift[BN_BLOCK];
-        for (size_t ch = b0; ch < e0; ch++) {
+        for (size_t ch = b0; ch < e0; ch++)
             save_channel(c->c, ch, c->out2, c->out3, c->eps, c->out4);
-            affine_consts(&one, ch, &scale[ch - b0], &shift[ch - b0]);
-        }
-        for (int img = 0; img < c->n; img++) {
-            size_t p = (size_t)img * (size_t)c->c;
-            for (size_t ch = b0; ch < e0; ch++)
-                affine_plane(&one, p + ch, scale[ch - b0], shift[ch - b0]);
-        }
+        affine_block(&one, b0, e0);
     }
 }
 
@@ -526,6 +600,10 @@ static size_t nplanes(int n, int c)
 {
     return n > 0 && c > 0 ? (size_t)n * (size_t)c : 0;
 }
+
+/* Under BN_SMALL floats a plane, the elementwise pieces take channels as
+ * items (per-channel constants once per block) rather than planes. */
+#define BN_SMALL 64
 
 /* Grain for plane items: about CPU_ELT_GRAIN floats per chunk. */
 static size_t plane_grain(int hw)
@@ -561,7 +639,10 @@ void cpu_bn_apply(cdl_backend *be, int n, int c, int hw, const float *x, const f
     saved[2 * c] = sum[c];
     bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .relu = relu, .x = x, .saved = saved,
                   .gamma = gamma, .beta = beta, .out = y};
-    pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), affine_planes, &ctx);
+    if (hw < BN_SMALL)
+        run_channels(be, c, affine_channels, &ctx);
+    else
+        pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), affine_planes, &ctx);
 }
 
 /* bn_train_fwd, and with res its add+ReLU fusion. */
@@ -617,7 +698,22 @@ void cpu_bn_eval(cdl_backend *be, int n, int c, int hw, const float *x,
 {
     bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .relu = relu, .eps = eps, .x = x,
                   .rm = running_mean, .rv = running_var, .gamma = gamma, .beta = beta, .out = y};
-    pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), affine_planes, &ctx);
+    if (c > 0 && n > 0 && hw < BN_SMALL)
+        run_channels(be, c, affine_channels, &ctx);
+    else
+        pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), affine_planes, &ctx);
+}
+
+/* bwd_sums_ref on n planes of one value (see sum_row1), channel j's mean
+ * at mean[j]. */
+static void bwd_sums_row1(const float *x, const float *yr, const float *dy, size_t n,
+                          const float *mean, double *sdy, double *sdyx)
+{
+    for (size_t j = 0; j < n; j++) {
+        float g = !yr || yr[j] > 0.0f ? dy[j] : 0.0f;
+        sdy[j] += g;
+        sdyx[j] += (double)g * (x[j] - mean[j]);
+    }
 }
 
 /* out[ch] = sum of dy*xhat (dgamma), out2[ch] = sum of dy (dbeta) for the
@@ -625,11 +721,18 @@ void cpu_bn_eval(cdl_backend *be, int n, int c, int hw, const float *x,
 static void bwd_sums_block(const bn_ctx *c, size_t b0, size_t e0)
 {
     double sdy[BN_BLOCK] = {0}, sdyx[BN_BLOCK] = {0};
-    for (int img = 0; img < c->n; img++)
-        for (size_t ch = b0; ch < e0; ch++)
-            c->k.bwd_sums(plane(c->x, c, img, (int)ch), c->yr ? plane(c->yr, c, img, (int)ch) : NULL,
-                          plane(c->dy, c, img, (int)ch), c->hw, c->saved[ch], &sdy[ch - b0],
-                          &sdyx[ch - b0]);
+    for (int img = 0; c->hw == 1 && img < c->n; img++)
+        bwd_sums_row1(plane(c->x, c, img, (int)b0), c->yr ? plane(c->yr, c, img, (int)b0) : NULL,
+                      plane(c->dy, c, img, (int)b0), e0 - b0, c->saved + b0, sdy, sdyx);
+    for (int img = 0; c->hw != 1 && img < c->n; img++)
+        for (size_t ch = b0; ch < e0; ch++) {
+            const float *x = plane(c->x, c, img, (int)ch), *dy = plane(c->dy, c, img, (int)ch);
+            const float *yr = c->yr ? plane(c->yr, c, img, (int)ch) : NULL;
+            if (c->hw < BN_TINY)
+                bwd_sums_ref(x, yr, dy, c->hw, c->saved[ch], &sdy[ch - b0], &sdyx[ch - b0]);
+            else
+                c->k.bwd_sums(x, yr, dy, c->hw, c->saved[ch], &sdy[ch - b0], &sdyx[ch - b0]);
+        }
     for (size_t ch = b0; ch < e0; ch++) {
         c->out[ch] = (float)(sdyx[ch - b0] * c->saved[c->c + ch]);
         c->out2[ch] = (float)sdy[ch - b0];
@@ -671,8 +774,53 @@ static void apply_consts(const bn_ctx *c, size_t ch, float abc[3])
 static void apply_plane(const bn_ctx *c, size_t p, const float abc[3])
 {
     size_t off = p * (size_t)c->hw;
-    c->k.bwd_apply(c->x + off, c->yr ? c->yr + off : NULL, c->dy + off, c->hw, abc[0], abc[1],
-                   abc[2], c->out + off);
+    if (c->hw < BN_TINY)
+        bwd_apply_ref(c->x + off, c->yr ? c->yr + off : NULL, c->dy + off, c->hw, abc[0], abc[1],
+                      abc[2], c->out + off);
+    else
+        c->k.bwd_apply(c->x + off, c->yr ? c->yr + off : NULL, c->dy + off, c->hw, abc[0],
+                       abc[1], abc[2], c->out + off);
+}
+
+/* bwd_apply_ref on n planes of one value, channel j's constants at
+ * A[j], B[j], C[j]. */
+static void bwd_apply_row1(const float *x, const float *yr, const float *dy, size_t n,
+                           const float *A, const float *B, const float *C, float *dx)
+{
+    for (size_t j = 0; j < n; j++) {
+        float g = !yr || yr[j] > 0.0f ? dy[j] : 0.0f;
+        dx[j] = A[j] * g - B[j] * x[j] + C[j];
+    }
+}
+
+/* dx of the channels [b0,e0) (one BN_BLOCK), their constants once. */
+static void apply_block(const bn_ctx *c, size_t b0, size_t e0)
+{
+    float abc[BN_BLOCK][3], A[BN_BLOCK], B[BN_BLOCK], C[BN_BLOCK];
+    for (size_t ch = b0; ch < e0; ch++) {
+        apply_consts(c, ch, abc[ch - b0]);
+        A[ch - b0] = abc[ch - b0][0];
+        B[ch - b0] = abc[ch - b0][1];
+        C[ch - b0] = abc[ch - b0][2];
+    }
+    for (int img = 0; img < c->n; img++) {
+        size_t p = (size_t)img * (size_t)c->c;
+        if (c->hw == 1)
+            bwd_apply_row1(c->x + p + b0, c->yr ? c->yr + p + b0 : NULL, c->dy + p + b0, e0 - b0,
+                           A, B, C, c->out + p + b0);
+        else
+            for (size_t ch = b0; ch < e0; ch++)
+                apply_plane(c, p + ch, abc[ch - b0]);
+    }
+}
+
+/* Items are channels: apply_block a block at a time (bn_bwd_apply on
+ * planes under BN_SMALL floats). */
+static void apply_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    for (size_t b0 = b; b0 < e; b0 += BN_BLOCK)
+        apply_block(vctx, b0, e - b0 < BN_BLOCK ? e : b0 + BN_BLOCK);
 }
 
 static void bwd_apply_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
@@ -693,7 +841,10 @@ void cpu_bn_bwd_apply(cdl_backend *be, int n, int c, int hw, const float *x,
 {
     bn_ctx ctx = {.k = pick(), .n = n, .c = c, .hw = hw, .x = x, .yr = y_relu, .dy = dy,
                   .saved = saved, .gamma = gamma, .sdy = sum_dy, .sdyx = sum_dy_xhat, .out = dx};
-    pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), bwd_apply_planes, &ctx);
+    if (c > 0 && n > 0 && hw < BN_SMALL)
+        run_channels(be, c, apply_channels, &ctx);
+    else
+        pool_for(cpu_pool(be), nplanes(n, c), plane_grain(hw), bwd_apply_planes, &ctx);
 }
 
 /* bn_train_bwd's items are channels, a block at a time (BN_BLOCK): the
@@ -710,16 +861,8 @@ static void bwd_channels(void *vctx, size_t b, size_t e, int chunk, int tid)
     for (size_t b0 = b; b0 < e; b0 += BN_BLOCK) {
         size_t e0 = e - b0 < BN_BLOCK ? e : b0 + BN_BLOCK;
         bwd_sums_block(c, b0, e0);
-        if (!c->out3)
-            continue;
-        float abc[BN_BLOCK][3];   /* once per block, as in fwd_channels */
-        for (size_t ch = b0; ch < e0; ch++)
-            apply_consts(&one, ch, abc[ch - b0]);
-        for (int img = 0; img < c->n; img++) {
-            size_t p = (size_t)img * (size_t)c->c;
-            for (size_t ch = b0; ch < e0; ch++)
-                apply_plane(&one, p + ch, abc[ch - b0]);
-        }
+        if (c->out3)
+            apply_block(&one, b0, e0);
     }
 }
 

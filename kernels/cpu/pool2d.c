@@ -67,6 +67,15 @@ static void maxpool_fwd_planes(void *vctx, size_t b, size_t e, int chunk, int ti
 }
 
 #if CPU_X86
+/* The scalar rule on 16 lanes: candidate v (at flat index idx) replaces
+ * the running maximum where it is greater or NaN. */
+static CPU_AVX512 inline void max_take(__m512 v, __m512i idx, __m512 *best, __m512i *bi)
+{
+    __mmask16 take = _mm512_cmp_ps_mask(v, *best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    *best = _mm512_mask_mov_ps(*best, take, v);
+    *bi = _mm512_mask_mov_epi32(*bi, take, idx);
+}
+
 /* The common 2x2 window, stride 2, no padding, 16 outputs at a time: two
  * input rows of 32 floats are split into even and odd columns, and the four
  * candidates are compared in window order with the scalar rule. */
@@ -100,12 +109,8 @@ static CPU_AVX512 void maxpool2_fwd_planes(void *vctx, size_t b, size_t e, int c
                                   _mm512_set1_epi32(w + 1)};
                 __m512 best = v[0];
                 __m512i bi = base;
-                for (int k = 1; k < 4; k++) {
-                    __mmask16 take = _mm512_cmp_ps_mask(v[k], best, _CMP_GT_OQ) |
-                                     _mm512_cmp_ps_mask(v[k], v[k], _CMP_UNORD_Q);
-                    best = _mm512_mask_mov_ps(best, take, v[k]);
-                    bi = _mm512_mask_add_epi32(bi, take, base, off[k]);
-                }
+                for (int k = 1; k < 4; k++)
+                    max_take(v[k], _mm512_add_epi32(base, off[k]), &best, &bi);
                 _mm512_mask_storeu_ps(y + (size_t)oy * d->ow + ox, m, best);
                 _mm512_mask_storeu_epi32(am + (size_t)oy * d->ow + ox, m, bi);
             }
@@ -155,9 +160,71 @@ static CPU_AVX512 void maxpool2_bwd_planes(void *vctx, size_t b, size_t e, int c
     }
 }
 
+/* The 3x3 window, stride 2, padding 1 (the ResNet stem's pool), 16 outputs
+ * at a time: input columns 2*ox-1, 2*ox, 2*ox+1 of each of the window's
+ * rows are the previous odd column, the even and the odd columns of 32
+ * floats from 2*ox. Padded columns read as -inf, which never replaces the
+ * running maximum (it starts at -inf at the window's first in-plane tap),
+ * so the scalar rule's result and argmax come out in the same tap order.
+ * Padded rows are skipped as the scalar loop skips them. */
+/* One output row oy of one plane. */
+static CPU_AVX512 void maxpool3s2_row(const cdl_pool2d_desc *d, const float *x, int oy, float *y,
+                                      int32_t *am)
+{
+    const int w = d->w;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    /* lane 0 from the second operand's lane 0, lane j from the first's j-1 */
+    const __m512i prev = _mm512_setr_epi32(16, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    int ys = imax(2 * oy - 1, 0), ye = imin(2 * oy + 2, d->h);
+    for (int ox = 0; ox < d->ow; ox += 16) {
+        int n = d->ow - ox < 16 ? d->ow - ox : 16, left = w - 2 * ox;
+        __mmask16 mlo = cpu_mask16(left), mhi = cpu_mask16(left - 16), m = cpu_mask16(n);
+        /* the column of the window's first in-plane tap: 2*ox-1, or 0 */
+        __m512i col = _mm512_add_epi32(_mm512_set1_epi32(2 * ox - 1), even);
+        __m512 best = ninf;
+        __m512i bi = _mm512_add_epi32(_mm512_set1_epi32(ys * w),
+                                      _mm512_max_epi32(col, _mm512_setzero_si512()));
+        for (int iy = ys; iy < ye; iy++) {
+            const float *r = x + (size_t)iy * w + 2 * ox;
+            __m512 a0 = _mm512_mask_loadu_ps(ninf, mlo, r);
+            __m512 a1 = _mm512_mask_loadu_ps(ninf, mhi, r + 16);
+            __m512 od = _mm512_permutex2var_ps(a0, odd, a1);
+            __m512 left_col = _mm512_set1_ps(ox ? r[-1] : -INFINITY);
+            __m512i at = _mm512_add_epi32(_mm512_set1_epi32(iy * w), col);
+            max_take(_mm512_permutex2var_ps(od, prev, left_col), at, &best, &bi);
+            max_take(_mm512_permutex2var_ps(a0, even, a1), _mm512_add_epi32(at, _mm512_set1_epi32(1)),
+                     &best, &bi);
+            max_take(od, _mm512_add_epi32(at, _mm512_set1_epi32(2)), &best, &bi);
+        }
+        _mm512_mask_storeu_ps(y + (size_t)oy * d->ow + ox, m, best);
+        _mm512_mask_storeu_epi32(am + (size_t)oy * d->ow + ox, m, bi);
+    }
+}
+
+static CPU_AVX512 void maxpool3s2_fwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const pool2d_ctx *c = vctx;
+    const cdl_pool2d_desc *d = c->d;
+    for (size_t pl = b; pl < e; pl++)
+        for (int oy = 0; oy < d->oh; oy++)
+            maxpool3s2_row(d, c->x + pl * d->h * d->w, oy, c->y + pl * d->oh * d->ow,
+                           c->argmax + pl * d->oh * d->ow);
+}
+
+/* The fast paths' shapes: 2x2/2 unpadded, and 3x3/2 padded by 1 where every
+ * window starts inside the plane or its top/left padding (floor mode). */
 static int is_pool2(const cdl_pool2d_desc *d)
 {
     return d->k == 2 && d->stride == 2 && d->pad == 0 && cpu_has_avx512();
+}
+
+static int is_pool3s2(const cdl_pool2d_desc *d)
+{
+    return d->k == 3 && d->stride == 2 && d->pad == 1 && 2 * d->oh - 3 < d->h &&
+           2 * d->ow - 3 < d->w && cpu_has_avx512();
 }
 #endif
 
@@ -169,6 +236,8 @@ void cpu_maxpool_fwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *x,
 #if CPU_X86
     if (is_pool2(d))
         fn = maxpool2_fwd_planes;
+    else if (is_pool3s2(d))
+        fn = maxpool3s2_fwd_planes;
 #endif
     pool_for(cpu_pool(be), (size_t)d->n * d->c, plane_grain(d), fn, &c);
 }

@@ -95,7 +95,8 @@ typedef struct pool_case {
 static const pool_case pool_cases[] = {
     {2, 3, 8, 8, 2, 2, 0}, {1, 2, 7, 9, 3, 2, 1}, {3, 1, 5, 5, 3, 1, 1},
     {5, 2, 6, 7, 2, 1, 0}, {1, 1, 4, 4, 3, 3, 1}, {3, 2, 7, 9, 2, 2, 0},
-    {1, 2, 6, 37, 2, 2, 0}, {4, 6, 28, 28, 2, 2, 0},
+    {1, 2, 6, 37, 2, 2, 0}, {2, 3, 13, 37, 3, 2, 1}, {1, 2, 2, 1, 3, 2, 1},
+    {1, 1, 6, 34, 3, 2, 1}, {4, 6, 28, 28, 2, 2, 0},
 };
 #define N_POOL_CASES (sizeof pool_cases / sizeof pool_cases[0])
 
@@ -589,6 +590,65 @@ static void test_maxpool_ties_pick_first(void **state)
     cdl_backend_destroy(be);
 }
 
+/* The scalar rule in float: first maximum in window order, NaN wins and a
+ * later NaN replaces an earlier one; padding is skipped. */
+static void maxpool_rule(const cdl_pool2d_desc *d, const float *x, float *y, int32_t *am)
+{
+    for (int oy = 0; oy < d->oh; oy++)
+        for (int ox = 0; ox < d->ow; ox++) {
+            float best = -INFINITY;
+            int32_t bi = -1;
+            for (int iy = oy * d->stride - d->pad; iy < oy * d->stride - d->pad + d->k; iy++)
+                for (int ix = ox * d->stride - d->pad; ix < ox * d->stride - d->pad + d->k; ix++) {
+                    if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w)
+                        continue;
+                    float v = x[iy * d->w + ix];
+                    if (bi < 0 || v > best || isnan(v)) {
+                        best = v;
+                        bi = iy * d->w + ix;
+                    }
+                }
+            y[oy * d->ow + ox] = best;
+            am[oy * d->ow + ox] = bi;
+        }
+}
+
+/* The 3x3/2 padding-1 fast path (the ResNet stem pool) keeps the scalar
+ * rule on ties, NaN and -inf, at the plane's padded edges and past 16
+ * outputs a row, for even and odd widths. */
+static void test_maxpool_3x3s2_ties_nan(void **state)
+{
+    (void)state;
+    cdl_backend *be = backend(1);
+    const int shapes[][2] = {{5, 35}, {6, 34}, {1, 3}, {9, 17}};
+    for (size_t s = 0; s < 4; s++) {
+        cdl_pool2d_desc d = ref_pool_desc(1, 1, shapes[s][0], shapes[s][1], 3, 2, 1);
+        size_t nx = (size_t)d.h * d.w, ny = (size_t)d.oh * d.ow;
+        float *x = cdl_calloc(nx, sizeof *x), *y = cdl_calloc(ny, sizeof *y), *ye = cdl_calloc(ny, sizeof *y);
+        int32_t *am = cdl_calloc(ny, sizeof *am), *ame = cdl_calloc(ny, sizeof *am);
+        rng_state r;
+        rng_seed(&r, 90 + s);
+        const float vals[4] = {0.0f, 1.0f, -INFINITY, NAN};
+        for (int round = 0; round < 3; round++) {
+            for (size_t i = 0; i < nx; i++) {
+                int u = (int)(rng_next(&r) % 16);   /* round 0: ties only; then -inf, then NaN */
+                x[i] = vals[u < 14 ? u % 2 : (round ? 1 + round : 1)];
+            }
+            maxpool_rule(&d, x, ye, ame);
+            be->ops->maxpool_fwd(be, &d, x, y, am);
+            assert_memory_equal(am, ame, ny * sizeof *am);
+            for (size_t i = 0; i < ny; i++)
+                assert_true(isnan(y[i]) ? isnan(ye[i]) : y[i] == ye[i]);
+        }
+        cdl_free(x);
+        cdl_free(y);
+        cdl_free(ye);
+        cdl_free(am);
+        cdl_free(ame);
+    }
+    cdl_backend_destroy(be);
+}
+
 static void test_eltwise_ops(void **state)
 {
     (void)state;
@@ -1038,6 +1098,7 @@ int main(void)
         cmocka_unit_test(test_linear_matches_reference),
         cmocka_unit_test(test_pooling_matches_reference),
         cmocka_unit_test(test_maxpool_ties_pick_first),
+        cmocka_unit_test(test_maxpool_3x3s2_ties_nan),
         cmocka_unit_test(test_eltwise_ops),
         cmocka_unit_test(test_xent_matches_reference),
         cmocka_unit_test(test_sgd_matches_torch),

@@ -132,7 +132,8 @@ static void test_ref_xent_ls_gradient(void **state)
 /* ------------------------------------------------------------ CPU backend vs references */
 
 static const int bn_shapes[][3] = {{4, 3, 37}, {8, 16, 64}, {5, 2, 1}, {2, 5, 300}, {3, 70, 9},
-                                   {6, 130, 1}};   /* flat features, 3 channel blocks */
+                                   {6, 130, 1},    /* flat features, 3 channel blocks */
+                                   {7, 3, 5}};     /* planes under BN_TINY (kernels/cpu/bnorm.c) */
 
 /* bn_train_fwd (one call) leaves the bits bn_sum, bn_sqdev and bn_apply
  * left in y, sum, sqdev and saved; y may alias x. */
@@ -321,6 +322,37 @@ static void test_bn_pieces_sum_across_ranks(void **state)
     for (size_t i = 0; i < 8; i++)
         pair_free(all[i]);
     cdl_backend_destroy(be);
+}
+
+/* Evaluation BN on small planes (flat features N x C x 1 x 1 over two
+ * channel blocks, and planes under BN_TINY), with and without ReLU and
+ * affine, on 1 and 3 threads. */
+static void test_bn_eval_small_planes(void **state)
+{
+    (void)state;
+    const int shapes[][3] = {{5, 70, 1}, {4, 3, 5}};
+    for (int t = 1; t <= 3; t += 2) {
+        cdl_backend *be = test_cpu_backend(t);
+        for (size_t k = 0; k < 2; k++) {
+            int n = shapes[k][0], c = shapes[k][1], hw = shapes[k][2];
+            size_t nx = (size_t)n * c * hw;
+            pair x = pair_rand(nx, 410 + k, -2, 2), rm = pair_rand(c, 411, -0.5, 0.5);
+            pair rv = pair_rand(c, 412, 0.2, 3), g = pair_rand(c, 413, 0.5, 1.5);
+            pair b = pair_rand(c, 414, -1, 1), y = pair_new(nx);
+            for (int relu = 0; relu <= 1; relu++) {
+                ref_bn_eval(n, c, hw, x.d, rm.d, rv.d, BN_EPS, g.d, b.d, relu, y.d);
+                be->ops->bn_eval(be, n, c, hw, x.f, rm.f, rv.f, (float)BN_EPS, g.f, b.f, relu, y.f);
+                check_close("bn eval y", y.f, y.d, nx, 1e-5);
+                ref_bn_eval(n, c, hw, x.d, rm.d, rv.d, BN_EPS, NULL, NULL, relu, y.d);
+                be->ops->bn_eval(be, n, c, hw, x.f, rm.f, rv.f, (float)BN_EPS, NULL, NULL, relu, y.f);
+                check_close("bn eval y (affine=False)", y.f, y.d, nx, 1e-5);
+            }
+            pair *all[] = {&x, &rm, &rv, &g, &b, &y};
+            for (size_t i = 0; i < 6; i++)
+                pair_free(all[i]);
+        }
+        cdl_backend_destroy(be);
+    }
 }
 
 /* Evaluation BN (with and without ReLU), and conv+BN folded into one conv
@@ -644,6 +676,7 @@ int main(void)
         cmocka_unit_test(test_bn_sums_avx2_order),
         cmocka_unit_test(test_bn_pieces_sum_across_ranks),
         cmocka_unit_test(test_bn_eval_and_fold),
+        cmocka_unit_test(test_bn_eval_small_planes),
         cmocka_unit_test(test_gap_matches_reference),
         cmocka_unit_test(test_act_matches_reference),
         cmocka_unit_test(test_add_accumulate_channel_copy),

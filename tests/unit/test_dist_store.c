@@ -260,7 +260,21 @@ static void test_rank0_absent(void **state)
     assert_int_equal(expect_children_ok(1, status), 0);
 }
 
-/* Rank 2 dies without saying goodbye: waits fail at once, naming it. */
+/* What boot.c publishes first: the rank's release and host, here
+ * "node-<rank>" (SLURMD_NODENAME), so that messages can name the host. */
+static int publish_host(store *s, int rank)
+{
+    char node[32], key[32];
+    boot_release me;
+    snprintf(node, sizeof node, "node-%d", rank);
+    setenv("SLURMD_NODENAME", node, 1);
+    boot_release_of(&me, cdl_version());
+    snprintf(key, sizeof key, "%d/cdl.release", rank);
+    return store_set(s, key, &me, sizeof me, 0);
+}
+
+/* Rank 2 dies without saying goodbye: waits fail at once, naming it and
+ * its host (the user excludes or reports that node). */
 static int lost_rank(int rank, int world, void *arg)
 {
     (void)world;
@@ -268,11 +282,15 @@ static int lost_rank(int rank, int world, void *arg)
     cdl_rank_info info;
     store *s = open_store(300, &info);
     CHILD_CHECK(s, "%s", cdl_last_error());
+    CHILD_CHECK(publish_host(s, rank) == 0, "%s", cdl_last_error());
     CHILD_CHECK(store_barrier(s, "all-here") == 0, "%s", cdl_last_error());
     if (rank == 2)
         raise(SIGKILL);
     CHILD_CHECK(store_barrier(s, "after") == -1, "barrier passed without rank 2");
-    CHILD_CHECK(strstr(cdl_last_error(), "rank 2 lost its connection"), "error '%s'",
+    CHILD_CHECK(strstr(cdl_last_error(), "rank 2 on node-2 lost its connection"), "error '%s'",
+                cdl_last_error());
+    CHILD_CHECK(store_get(s, "2/x", 2, NULL, 0, NULL) == -1, "got a value nobody set");
+    CHILD_CHECK(strstr(cdl_last_error(), "rank 2 on node-2 lost its connection"), "error '%s'",
                 cdl_last_error());
     /* A lost peer, not an error of its own: cdl-train exits 76 (requeued). */
     CHILD_CHECK(cdl_dist_peer_lost(), "rank %d: the loss of rank 2 is not recorded", rank);
@@ -288,6 +306,43 @@ static void test_lost_rank_named(void **state)
     assert_int_equal(run_ranks(3, start, 3, lost_rank, NULL, &o, status), 0);
     assert_int_equal(expect_children_ok(2, status), 0);
     assert_true(WIFSIGNALED(status[2]));
+}
+
+/* Rank 2's node stops answering (its connection stays open): the waits of
+ * the others time out naming rank 2 and its host. Rank 2 waits in another
+ * barrier instead. The waits have no time (store_linger_off sets the
+ * store's timeout to 0), so a slow host (valgrind) changes nothing but
+ * which ranks are named with rank 2. */
+static int silent_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    cdl_rank_info info;
+    store *s = open_store(30, &info);
+    CHILD_CHECK(s, "%s", cdl_last_error());
+    CHILD_CHECK(publish_host(s, rank) == 0, "%s", cdl_last_error());
+    CHILD_CHECK(store_barrier(s, "all-here") == 0, "%s", cdl_last_error());
+    store_linger_off(s);
+    CHILD_CHECK(store_barrier(s, rank == 2 ? "elsewhere" : "here") == -1, "barrier passed");
+    if (rank != 2) {
+        /* "rank 2 (on node-2) did not arrive", or "ranks 1, 2 (on node-1,
+         * node-2) ..." when rank 1 had not come yet either */
+        CHILD_CHECK(strstr(cdl_last_error(), " 2 (on ") &&
+                    strstr(cdl_last_error(), "node-2) did not arrive"), "error '%s'",
+                    cdl_last_error());
+        CHILD_CHECK(cdl_dist_peer_lost(), "rank %d: the silence of rank 2 is not recorded", rank);
+    }
+    store_close(s);
+    return 0;
+}
+
+static void test_silent_rank_named(void **state)
+{
+    (void)state;
+    int start[3] = {0, 1, 2}, status[3];
+    run_opts o = {guard_s(30), 0, 0};
+    assert_int_equal(run_ranks(3, start, 3, silent_rank, NULL, &o, status), 0);
+    assert_int_equal(expect_children_ok(3, status), 0);
 }
 
 /* Rank 0 stops its store on an error of its own (it says why and exits 1):
@@ -805,6 +860,7 @@ int main(void)
         cmocka_unit_test(test_missing_rank_named),
         cmocka_unit_test(test_rank0_absent),
         cmocka_unit_test(test_lost_rank_named),
+        cmocka_unit_test(test_silent_rank_named),
         cmocka_unit_test(test_stopped_store_not_lost),
         cmocka_unit_test(test_release_mismatch_named),
         cmocka_unit_test(test_readers_drop_value),

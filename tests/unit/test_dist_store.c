@@ -399,9 +399,9 @@ static int release_rank(int rank, int world, void *arg)
     }
     CHILD_CHECK(!b, "rank %d trained on with another release", rank);
     char want[128];
-    snprintf(want, sizeof want, "runs cdl 9.9.9 (rank contract %d) but rank 0 (on ",
-             CDL_CONTRACT_VERSION);
+    snprintf(want, sizeof want, "runs cdl 9.9.9 (rank contract %d)", CDL_CONTRACT_VERSION);
     CHILD_CHECK(strstr(cdl_last_error(), "rank 2 (on ") && strstr(cdl_last_error(), want) &&
+                strstr(cdl_last_error(), " but rank 0 (on ") &&
                 strstr(cdl_last_error(), cdl_version()) &&
                 strstr(cdl_last_error(), "same cdl release"), "error '%s'", cdl_last_error());
     return 0;
@@ -411,6 +411,38 @@ static void test_release_mismatch_named(void **state)
 {
     (void)state;
     assert_int_equal(run_world(3, release_rank, NULL, guard_s(30)), 0);
+}
+
+/* The refusal names both builds (cdl_build_id) beside the releases, so
+ * that two installs of one version are told apart; a record of an earlier
+ * build (nothing after the release) or with odd bytes there names none. */
+static void test_release_builds_named(void **state)
+{
+    (void)state;
+    boot_release me, other;
+    boot_release_of(&me, "0.1.0");
+    boot_release_of(&other, "0.2.0");
+    snprintf(other.host, sizeof other.host, "n7");
+    size_t n = strlen(other.release);
+    snprintf(other.release + n + 1, sizeof other.release - n - 1, "v0.2.0-3-gdeadbee");
+    assert_string_equal(boot_release_build(&other), "v0.2.0-3-gdeadbee");
+    assert_int_equal(boot_release_compare(0, &me, 2, &other), -1);
+    const char *e = cdl_last_error();
+    if (!strstr(e, "rank 2 (on n7) runs cdl 0.2.0 (rank contract") ||
+        !strstr(e, ") (build v0.2.0-3-gdeadbee) but rank 0 (on "))
+        fail_msg("error '%s'", e);
+    if (*cdl_build_id() && !strstr(e, cdl_build_id()))
+        fail_msg("error '%s' does not name this build %s", e, cdl_build_id());
+    /* Same release, another build: they agree. */
+    boot_release_of(&other, "0.1.0");
+    n = strlen(other.release);
+    snprintf(other.release + n + 1, sizeof other.release - n - 1, "other-build");
+    assert_int_equal(boot_release_compare(1, &me, 0, &other), 0);
+    /* An earlier build's record, or control bytes: no build named. */
+    memset(other.release + n + 1, 0, sizeof other.release - n - 1);
+    assert_string_equal(boot_release_build(&other), "");
+    snprintf(other.release + n + 1, sizeof other.release - n - 1, "x\033]0;");
+    assert_string_equal(boot_release_build(&other), "");
 }
 
 /* A value with readers=1 is gone after one get. */
@@ -861,6 +893,7 @@ int main(void)
         cmocka_unit_test(test_rank0_absent),
         cmocka_unit_test(test_lost_rank_named),
         cmocka_unit_test(test_silent_rank_named),
+        cmocka_unit_test(test_release_builds_named),
         cmocka_unit_test(test_stopped_store_not_lost),
         cmocka_unit_test(test_release_mismatch_named),
         cmocka_unit_test(test_readers_drop_value),

@@ -445,6 +445,75 @@ static void test_release_builds_named(void **state)
     assert_string_equal(boot_release_build(&other), "");
 }
 
+/* A rank 0 of a build before the challenge-response handshake
+ * (store_proto.h): its store closes the connection at the new hello
+ * (unread bytes: a reset) and answers the old one (the token as key) with
+ * "wrong token". The new rank must stop at once naming the mismatch, not
+ * retry until CDL_TIMEOUT and say it lost the store, and never send the
+ * secret. */
+struct old_server {
+    int lfd, conns;
+    int got_secret;
+};
+
+static void *old_server_main(void *arg)
+{
+    struct old_server *o = arg;
+    for (;;) {
+        struct pollfd p = {.fd = o->lfd, .events = POLLIN};
+        if (poll(&p, 1, 5000) != 1)
+            break;   /* the client gave up: no more connections */
+        int fd = accept(o->lfd, NULL, NULL);
+        if (fd < 0)
+            break;
+        o->conns++;
+        store_req h;
+        double deadline = dist_now() + 10;
+        if (store_recv_all(fd, &h, sizeof h, deadline) == 0 && h.op == STORE_HELLO_V1 &&
+            h.klen < 256) {
+            char key[256] = "";
+            (void)!store_recv_all(fd, key, h.klen, deadline);
+            o->got_secret |= strstr(key, "secret") != NULL;
+            static const char msg[] = "the store at port 1 refused the connection: wrong "
+                                      "token (a process of another job? every rank needs the "
+                                      "same CDL_STORE_TOKEN or CDL_JOB_ID)";
+            store_rep r = {STORE_MAGIC, STORE_ST_ERR, sizeof msg - 1};
+            (void)!store_send_all(fd, &r, sizeof r);
+            (void)!store_send_all(fd, msg, sizeof msg - 1);
+        }
+        close(fd);
+        if (o->conns >= 50)
+            break;   /* retrying: the client did not recognise it */
+    }
+    return NULL;
+}
+
+static void test_old_store_named(void **state)
+{
+    (void)state;
+    struct old_server o = {0};
+    int port = 0;
+    o.lfd = listen_any(&port);
+    assert_true(o.lfd >= 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, old_server_main, &o), 0);
+    int rc = store_probe("127.0.0.1", port, "the-run-secret", 1, 2, 20);
+    char err[1024];
+    snprintf(err, sizeof err, "%s", cdl_last_error());
+    shutdown(o.lfd, SHUT_RDWR);
+    pthread_join(t, NULL);
+    close(o.lfd);
+    assert_int_equal(rc, -1);
+    if (!strstr(err, "is of an earlier cdl build") || !strstr(err, cdl_version()) ||
+        !strstr(err, "same cdl release") || strstr(err, "lost the store"))
+        fail_msg("error '%s' (after %d connections)", err, o.conns);
+    /* The new hello twice (a store of this build may drop one stranger for
+     * another), then the old one: no more retries. */
+    assert_int_equal(o.conns, 3);
+    assert_false(o.got_secret);
+    assert_false(cdl_dist_peer_lost());
+}
+
 /* A value with readers=1 is gone after one get. */
 static int readers_rank(int rank, int world, void *arg)
 {
@@ -894,6 +963,7 @@ int main(void)
         cmocka_unit_test(test_lost_rank_named),
         cmocka_unit_test(test_silent_rank_named),
         cmocka_unit_test(test_release_builds_named),
+        cmocka_unit_test(test_old_store_named),
         cmocka_unit_test(test_stopped_store_not_lost),
         cmocka_unit_test(test_release_mismatch_named),
         cmocka_unit_test(test_readers_drop_value),

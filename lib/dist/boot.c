@@ -48,13 +48,33 @@ static const struct boot_ops store_ops = {"store", st_put, st_fence, st_get, st_
 void boot_release_of(boot_release *r, const char *release)
 {
     memset(r, 0, sizeof *r);
-    snprintf(r->release, sizeof r->release, "cdl %s (rank contract %d)", release,
-             CDL_CONTRACT_VERSION);
+    int n = snprintf(r->release, sizeof r->release, "cdl %s (rank contract %d)", release,
+                     CDL_CONTRACT_VERSION);
+    if (n > 0 && (size_t)n + 1 < sizeof r->release)
+        snprintf(r->release + n + 1, sizeof r->release - (size_t)n - 1, "%s", cdl_build_id());
     const char *node = getenv("SLURMD_NODENAME");
     if (node && *node)
         snprintf(r->host, sizeof r->host, "%s", node);
     else if (gethostname(r->host, sizeof r->host - 1) != 0)
         snprintf(r->host, sizeof r->host, "?");
+}
+
+const char *boot_release_build(const boot_release *r)
+{
+    size_t n = strnlen(r->release, sizeof r->release);
+    if (n + 1 >= sizeof r->release)
+        return "";
+    /* From another process: a plain id, whole, else none. */
+    const char *b = r->release + n + 1;
+    return dist_plain_len(b, sizeof r->release - n - 1, "._+-") ? b : "";
+}
+
+/* " (build v0.1.0-72-g755e68e)", or "" when r has no build id. */
+static const char *build_note(const boot_release *r, char *buf, size_t len)
+{
+    const char *b = boot_release_build(r);
+    snprintf(buf, len, *b ? " (build %s)" : "", b);
+    return buf;
 }
 
 /* Ranks of one job running different cdl releases (a $HOME install
@@ -71,13 +91,15 @@ int boot_release_compare(int rank, const boot_release *me, int other_rank,
     if (!strcmp(o.release, me->release))
         return 0;
     int mine = rank != 0;   /* the message names the non-zero rank first */
-    return cdl_error("rank %d (on %s) runs %s but rank 0 (on %s) runs %s: every rank of a job "
-                     "must run the same cdl release; see which cdl-train and libcdl.so each "
-                     "node finds (PATH, LD_LIBRARY_PATH, a $HOME/.local install shadowing the "
-                     "site's; cdl-train --version prints it)",
-                     mine ? rank : other_rank, mine ? me->host : o.host,
-                     mine ? me->release : o.release, mine ? o.host : me->host,
-                     mine ? o.release : me->release);
+    const boot_release *them = mine ? &o : me, *it = mine ? me : &o;
+    char b1[96], b0[96];
+    return cdl_error("rank %d (on %s) runs %s%s but rank 0 (on %s) runs %s%s: every rank of a "
+                     "job must run the same cdl release; see which cdl-train and libcdl.so "
+                     "each node finds (PATH, LD_LIBRARY_PATH, a $HOME/.local install "
+                     "shadowing the site's; cdl-train --version prints it)",
+                     mine ? rank : other_rank, it->host, it->release,
+                     build_note(it, b1, sizeof b1), them->host, them->release,
+                     build_note(them, b0, sizeof b0));
 }
 
 static int agree_release(boot *b, const char *release)

@@ -20,12 +20,18 @@ typedef struct boot boot;
 /* What every rank publishes first: text, so that any later release can
  * still read it (its size never changes). */
 typedef struct boot_release {
-    char release[96];   /* "cdl 0.1.0 (rank contract 5)" */
+    char release[96];   /* "cdl 0.1.0 (rank contract 5)", then after its NUL
+                         * the build (cdl_build_id(), "" when none): builds
+                         * that compare the string only never see it */
     char host[64];      /* SLURMD_NODENAME, else the host name */
 } boot_release;
 void boot_release_of(boot_release *r, const char *release);
+/* The build of r (after the release's NUL): a plain id, or "" when r has
+ * none (an earlier build's record, a release tarball's build). */
+const char *boot_release_build(const boot_release *r);
 /* 0 when other (rank other_rank's) is this rank's release, else -1 with an
- * error naming both ranks, nodes and releases. One side is rank 0. */
+ * error naming both ranks, nodes, releases and builds. One side is rank 0.
+ * Builds of the same release agree (the site's libcdl built on each node). */
 int boot_release_compare(int rank, const boot_release *me, int other_rank,
                          const boot_release *other);
 

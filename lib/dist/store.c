@@ -27,6 +27,8 @@ struct store {
     char addr[256];
     int port;
     int dropped;         /* the last request failed because the connection broke */
+    int hello_closed;    /* ... and it was closed at the hello's first request */
+    int closed_hellos;   /* how many times that happened in a row */
     store_server *srv;   /* rank 0 */
 };
 
@@ -146,6 +148,7 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
          * (Slurm and cdlrun report 128 + the signal). */
         if (silent)
             dist_note_peer_lost();
+        s->hello_closed = op == STORE_CHALLENGE && !silent;
         return cdl_error("rank %d lost the store at %s:%d during '%s' (%s): did rank 0 exit?",
                          s->rank, s->addr, s->port, what,
                          errno == EPIPE ? "connection closed" : strerror(errno));
@@ -219,6 +222,44 @@ static int hello(store *s, const char *token, double deadline)
     return request(s, STORE_PROVE, proof, -1, NULL, 0, 0, NULL, 0, NULL, deadline);
 }
 
+/* The store of an earlier build (before the challenge-response handshake,
+ * store_proto.h) closes the connection at this build's first request, as
+ * this build's store does to a stranger it evicts; retrying would last until
+ * CDL_TIMEOUT and end in "lost the store". So after the second such close
+ * in a row (one may be an eviction) ask it in the old way,
+ * with an empty token (nothing secret): an old store answers "wrong token",
+ * this build's store names the old hello instead. 1 when it is an old store
+ * (cdl_error says so), else 0. */
+static int old_store(store *s, double deadline)
+{
+    int err = 0, old = 0;
+    double until = dist_now() + STORE_HELLO_S;
+    int fd = connect_once(s->addr, s->port, until < deadline ? until : deadline, &err);
+    if (fd < 0)
+        return 0;
+    uint64_t arg = (uint64_t)(uint32_t)s->world << 32 | (uint32_t)s->rank;
+    store_req h = {STORE_MAGIC, STORE_HELLO_V1, 0, -1, 0, arg};
+    store_rep r;
+    char msg[512];
+    if (!store_send_all(fd, &h, sizeof h) && !store_recv_all(fd, &r, sizeof r, until) &&
+        r.magic == STORE_MAGIC && r.status != STORE_ST_OK && r.vlen < sizeof msg &&
+        !store_recv_all(fd, msg, (size_t)r.vlen, until)) {
+        msg[r.vlen] = '\0';
+        old = strstr(msg, "wrong token") != NULL;
+    }
+    close(fd);
+    if (old)
+        cdl_error("rank %d: the store at %s:%d (MASTER_ADDR:MASTER_PORT, served by rank 0) "
+                  "is of an earlier cdl build: it closed the connection at this build's hello "
+                  "and answers the old one (which sent the run's secret in the clear). This "
+                  "rank runs cdl %s (build %s); every rank of a job must run the same cdl "
+                  "release: see which cdl-train and libcdl.so rank 0's node finds (PATH, "
+                  "LD_LIBRARY_PATH, a $HOME/.local install; cdl-train --version prints it)",
+                  s->rank, s->addr, s->port, cdl_version(),
+                  *cdl_build_id() ? cdl_build_id() : "unknown");
+    return old;
+}
+
 /* Connects and says hello. A connection that breaks before the server's
  * answer (the server dropped us among strangers, or was not ready) is
  * retried with backoff until the timeout; a refusal is final. */
@@ -238,12 +279,14 @@ static store *client(const char *addr, int port, int rank, int world, double tim
         s->fd = connect_retry(addr, port, rank, deadline - dist_now());
         if (s->fd < 0)
             break;
+        s->hello_closed = 0;
         if (hello(s, token, deadline) == 0)
             return s;
         close(s->fd);
         s->fd = -1;
         double left = deadline - dist_now();
-        if (!s->dropped || left <= backoff)
+        s->closed_hellos = s->hello_closed ? s->closed_hellos + 1 : 0;
+        if (!s->dropped || left <= backoff || (s->closed_hellos >= 2 && old_store(s, deadline)))
             break;
         struct timespec ts = {0, (long)(backoff * 1e9)};
         nanosleep(&ts, NULL);

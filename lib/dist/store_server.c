@@ -18,6 +18,7 @@
 
 #include <cdl/cdl.h>
 
+#include "boot.h"
 #include "contract.h"
 #include "hmac.h"
 #include "store_proto.h"
@@ -241,6 +242,62 @@ static int lost_rank(const store_server *s)
     return -1;
 }
 
+/* The host rank r published in its release record at bootstrap (boot.c,
+ * key "r/cdl.release", kept for the whole run) into out (cap bytes), or ""
+ * when not known (the PMIx bootstrap, or lost before it). It comes from
+ * another process: only a plain host name is taken. Under mu. */
+static const char *host_of(store_server *s, int r, char *out, size_t cap)
+{
+    char key[32];
+    snprintf(key, sizeof key, "%d/cdl.release", r);
+    entry *e = find(s, key, NULL);
+    out[0] = '\0';
+    if (!e || e->len != sizeof(boot_release))
+        return out;
+    const char *h = ((const boot_release *)e->val)->host;
+    size_t k = dist_plain_len(h, sizeof ((const boot_release *)0)->host, "._-");
+    if (k && k < cap) {   /* all of it, and nothing odd */
+        memcpy(out, h, k);
+        out[k] = '\0';
+    }
+    return out;
+}
+
+/* "rank R on HOST" (or "rank R" when the host is not known): a lost node
+ * named, so that the user knows which one to exclude or report. Under mu. */
+static const char *where(store_server *s, int r, char *buf, size_t len)
+{
+    char host[80];
+    if (*host_of(s, r, host, sizeof host))
+        snprintf(buf, len, "rank %d on %s", r, host);
+    else
+        snprintf(buf, len, "rank %d", r);
+    return buf;
+}
+
+/* "ranks 2, 3 (on n2, n3)": dist_rank_list, then the distinct known hosts
+ * of the ranks it shows. Under mu. */
+static const char *where_list(store_server *s, const int *ranks, int n, char *buf, size_t len)
+{
+    dist_rank_list(buf, len, ranks, n);
+    size_t used = strlen(buf);
+    int shown = 0;
+    for (int i = 0; i < n && i < 9; i++) {
+        char host[80], prev[80];
+        int dup = 0;
+        if (!*host_of(s, ranks[i], host, sizeof host))
+            continue;
+        for (int j = 0; j < i && !dup; j++)
+            dup = !strcmp(host_of(s, ranks[j], prev, sizeof prev), host);
+        if (dup || used + strlen(host) + 8 >= len)
+            continue;
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", shown++ ? ", " : " (on ", host);
+    }
+    if (shown)
+        snprintf(buf + used, len - used, ")");
+    return buf;
+}
+
 static const char *state_word(int st)
 {
     switch (st) {
@@ -308,6 +365,9 @@ static int do_get(conn *c, const char *key, int owner, uint64_t ms)
         }
         int lost = lost_rank(s);
         if (lost >= 0 || s->stopping) {
+            char who[128];
+            if (lost >= 0)
+                where(s, lost, who, sizeof who);
             pthread_mutex_unlock(&s->mu);
             if (lost < 0 && !cdl_dist_peer_lost())
                 return reply_err(c, "rank 0 stopped its store while rank %d waited for '%s'",
@@ -315,19 +375,22 @@ static int do_get(conn *c, const char *key, int owner, uint64_t ms)
             if (lost < 0)
                 return reply_lost(c, "rank 0 lost a peer and stopped its store while rank %d "
                                   "waited for '%s'", c->rank, key);
-            return reply_lost(c, "rank %d lost its connection to the store (died?) while rank %d "
-                              "waited for '%s'", lost, c->rank, key);
+            return reply_lost(c, "%s lost its connection to the store (died?) while rank %d "
+                              "waited for '%s'", who, c->rank, key);
         }
         if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT && !find(s, key, NULL)) {
             int st = owner >= 0 && owner < s->world ? s->state[owner] : -1;
+            char who[128];
+            if (st >= 0)
+                where(s, owner, who, sizeof who);
             pthread_mutex_unlock(&s->mu);
             if (st < 0)
                 return reply_lost(c, "rank %d timed out after %.0f s waiting for '%s'", c->rank,
                                   (double)ms / 1000, key);
             /* An owner that said goodbye ended on its own and said why. */
             return reply_status_f(c, st == RANK_BYE ? STORE_ST_ERR : STORE_ST_LOST,
-                                  "rank %d timed out after %.0f s waiting for '%s' of rank %d, "
-                                  "which %s", c->rank, (double)ms / 1000, key, owner,
+                                  "rank %d timed out after %.0f s waiting for '%s' of %s, "
+                                  "which %s", c->rank, (double)ms / 1000, key, who,
                                   state_word(st));
         }
     }
@@ -419,14 +482,16 @@ static int do_barrier(conn *c, const char *name, uint64_t ms)
                     n++;
                     never += s->state[r] == RANK_NEVER;
                 }
-            char list[512];
-            dist_rank_list(list, sizeof list, missing, n < 64 ? n : 64);
+            char list[768], who[128];
+            where_list(s, missing, n < 64 ? n : 64, list, sizeof list);
+            if (lost >= 0)
+                where(s, lost, who, sizeof who);
             /* It stays counted as arrived: the others' messages then name
              * only the ranks that really are missing. */
             pthread_mutex_unlock(&s->mu);
             if (lost >= 0)
-                return reply_lost(c, "rank %d lost its connection to the store (died?) while "
-                                  "rank %d waited in barrier '%s'", lost, c->rank, name);
+                return reply_lost(c, "%s lost its connection to the store (died?) while "
+                                  "rank %d waited in barrier '%s'", who, c->rank, name);
             if (s->stopping && cdl_dist_peer_lost())
                 return reply_lost(c, "rank 0 lost a peer and stopped its store during barrier "
                                   "'%s'", name);

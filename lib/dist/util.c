@@ -58,6 +58,15 @@ const char *dist_rank_list(char *buf, size_t len, const int *ranks, int n)
     return buf;
 }
 
+size_t dist_plain_len(const char *s, size_t max, const char *punct)
+{
+    size_t k = 0;
+    while (k < max && s[k] && ((s[k] >= '0' && s[k] <= '9') || (s[k] >= 'a' && s[k] <= 'z') ||
+                               (s[k] >= 'A' && s[k] <= 'Z') || strchr(punct, s[k])))
+        k++;
+    return k < max && !s[k] ? k : 0;
+}
+
 int dist_random(void *buf, size_t n)
 {
     unsigned char *p = buf;

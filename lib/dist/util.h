@@ -20,6 +20,10 @@ void dist_sanitize(const char *in, char *out, size_t len);
 /* "ranks 2, 3, 5" or "rank 2" for the n ranks listed, into buf; long lists
  * end in "... (17 in all)". Returns buf. */
 const char *dist_rank_list(char *buf, size_t len, const int *ranks, int n);
+/* The length of the name at s (at most max bytes, NUL-terminated within
+ * them) when it is whole and only letters, digits and bytes of punct, else
+ * 0: a host name or build id from another process, safe to print. */
+size_t dist_plain_len(const char *s, size_t max, const char *punct);
 
 /* Fills buf with n bytes from the kernel's random source; -1 on failure. */
 int dist_random(void *buf, size_t n);

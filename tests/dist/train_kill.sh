@@ -150,3 +150,36 @@ grep "written by 3 ranks" "$tmp/out" "$tmp/err"
 echo "last lr: uninterrupted 2 ranks $want, 3 then 2 ranks $got"
 [ -n "$want" ] && [ "$want" = "$got" ] || fail "the schedule did not end where the 2-rank run's does"
 echo "world-size schedule test passed"
+
+# A node lost under hier:store (two emulated nodes, one rank each, as srun
+# starts them: SLURMD_NODENAME names the node): rank 0 exits 76 naming the
+# lost rank and its host, so that the user knows which node to exclude or
+# report (it used to say "rank 1 lost its connection" only).
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+node_rank() {   # node_rank R HOST: rank R of 2 on its own node
+    RANK=$1 NODE_RANK=$1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 WORLD_SIZE=2 CDL_NNODES=2 \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=$port CDL_STORE_TOKEN=train-kill-$$ \
+        SLURMD_NODENAME=$2 CDL_JOB_ID=train-kill-$$ \
+        "$train" $common --epochs 1000 --dist-backend hier:store --ckpt-every 5 \
+        --ckpt-dir "$tmp/node$1" >"$tmp/out$1" 2>"$tmp/err$1" &
+}
+node_rank 0 nodeA
+pid=$!
+node_rank 1 nodeB
+victim=$!
+i=0
+while [ ! -s "$tmp/node0/last.safetensors" ]; do
+    i=$((i + 1))
+    [ $i -le 600 ] || { kill -9 $victim; fail "no checkpoint after 60 s under hier:store"; }
+    kill -0 $pid 2>/dev/null || { kill -9 $victim; fail "rank 0 ended early: $(tail -3 "$tmp/err0")"; }
+    sleep 0.1
+done
+kill -9 $victim
+wait $victim 2>/dev/null
+wait $pid
+rc=$?
+pid=
+[ $rc -eq 76 ] || fail "rank 0 exited $rc after its peer's node was lost, expected 76: $(tail -3 "$tmp/err0")"
+grep "rank 1 on nodeB lost its connection" "$tmp/err0" ||
+    fail "rank 0 did not name the lost rank's host: $(tail -3 "$tmp/err0")"
+echo "lost node named test passed"

@@ -81,7 +81,7 @@ chown "$CDL_TEST_USER" "$WORK/max-steps"
 wait_until 60 grep -q "do not answer" "$WORK/lost.out"
 check "rank 0 names the lost rank and exits 76; the script waits for n2" \
     eval 'grep -q "rank 0: a rank of this run was lost .*exit status 76" "$WORK/lost.out" &&
-          grep -q "rank 1 lost its connection" "$WORK/lost.out" &&
+          grep -q "rank 1 on n2 lost its connection" "$WORK/lost.out" &&
           grep -q "node(s) n2 do not answer" "$WORK/lost.out"' || cat "$WORK/lost.out"
 "$SLURM_TESTS_DIR/cluster.sh" restart "$CDL_CLUSTER_DIR" n2 || fail "n2 did not come back"
 wait_until 90 grep -q "requeueing job $id" "$WORK/lost.out"

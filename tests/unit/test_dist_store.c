@@ -260,7 +260,21 @@ static void test_rank0_absent(void **state)
     assert_int_equal(expect_children_ok(1, status), 0);
 }
 
-/* Rank 2 dies without saying goodbye: waits fail at once, naming it. */
+/* What boot.c publishes first: the rank's release and host, here
+ * "node-<rank>" (SLURMD_NODENAME), so that messages can name the host. */
+static int publish_host(store *s, int rank)
+{
+    char node[32], key[32];
+    boot_release me;
+    snprintf(node, sizeof node, "node-%d", rank);
+    setenv("SLURMD_NODENAME", node, 1);
+    boot_release_of(&me, cdl_version());
+    snprintf(key, sizeof key, "%d/cdl.release", rank);
+    return store_set(s, key, &me, sizeof me, 0);
+}
+
+/* Rank 2 dies without saying goodbye: waits fail at once, naming it and
+ * its host (the user excludes or reports that node). */
 static int lost_rank(int rank, int world, void *arg)
 {
     (void)world;
@@ -268,11 +282,15 @@ static int lost_rank(int rank, int world, void *arg)
     cdl_rank_info info;
     store *s = open_store(300, &info);
     CHILD_CHECK(s, "%s", cdl_last_error());
+    CHILD_CHECK(publish_host(s, rank) == 0, "%s", cdl_last_error());
     CHILD_CHECK(store_barrier(s, "all-here") == 0, "%s", cdl_last_error());
     if (rank == 2)
         raise(SIGKILL);
     CHILD_CHECK(store_barrier(s, "after") == -1, "barrier passed without rank 2");
-    CHILD_CHECK(strstr(cdl_last_error(), "rank 2 lost its connection"), "error '%s'",
+    CHILD_CHECK(strstr(cdl_last_error(), "rank 2 on node-2 lost its connection"), "error '%s'",
+                cdl_last_error());
+    CHILD_CHECK(store_get(s, "2/x", 2, NULL, 0, NULL) == -1, "got a value nobody set");
+    CHILD_CHECK(strstr(cdl_last_error(), "rank 2 on node-2 lost its connection"), "error '%s'",
                 cdl_last_error());
     /* A lost peer, not an error of its own: cdl-train exits 76 (requeued). */
     CHILD_CHECK(cdl_dist_peer_lost(), "rank %d: the loss of rank 2 is not recorded", rank);
@@ -288,6 +306,43 @@ static void test_lost_rank_named(void **state)
     assert_int_equal(run_ranks(3, start, 3, lost_rank, NULL, &o, status), 0);
     assert_int_equal(expect_children_ok(2, status), 0);
     assert_true(WIFSIGNALED(status[2]));
+}
+
+/* Rank 2's node stops answering (its connection stays open): the waits of
+ * the others time out naming rank 2 and its host. Rank 2 waits in another
+ * barrier instead. The waits have no time (store_linger_off sets the
+ * store's timeout to 0), so a slow host (valgrind) changes nothing but
+ * which ranks are named with rank 2. */
+static int silent_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    cdl_rank_info info;
+    store *s = open_store(30, &info);
+    CHILD_CHECK(s, "%s", cdl_last_error());
+    CHILD_CHECK(publish_host(s, rank) == 0, "%s", cdl_last_error());
+    CHILD_CHECK(store_barrier(s, "all-here") == 0, "%s", cdl_last_error());
+    store_linger_off(s);
+    CHILD_CHECK(store_barrier(s, rank == 2 ? "elsewhere" : "here") == -1, "barrier passed");
+    if (rank != 2) {
+        /* "rank 2 (on node-2) did not arrive", or "ranks 1, 2 (on node-1,
+         * node-2) ..." when rank 1 had not come yet either */
+        CHILD_CHECK(strstr(cdl_last_error(), " 2 (on ") &&
+                    strstr(cdl_last_error(), "node-2) did not arrive"), "error '%s'",
+                    cdl_last_error());
+        CHILD_CHECK(cdl_dist_peer_lost(), "rank %d: the silence of rank 2 is not recorded", rank);
+    }
+    store_close(s);
+    return 0;
+}
+
+static void test_silent_rank_named(void **state)
+{
+    (void)state;
+    int start[3] = {0, 1, 2}, status[3];
+    run_opts o = {guard_s(30), 0, 0};
+    assert_int_equal(run_ranks(3, start, 3, silent_rank, NULL, &o, status), 0);
+    assert_int_equal(expect_children_ok(3, status), 0);
 }
 
 /* Rank 0 stops its store on an error of its own (it says why and exits 1):
@@ -344,9 +399,9 @@ static int release_rank(int rank, int world, void *arg)
     }
     CHILD_CHECK(!b, "rank %d trained on with another release", rank);
     char want[128];
-    snprintf(want, sizeof want, "runs cdl 9.9.9 (rank contract %d) but rank 0 (on ",
-             CDL_CONTRACT_VERSION);
+    snprintf(want, sizeof want, "runs cdl 9.9.9 (rank contract %d)", CDL_CONTRACT_VERSION);
     CHILD_CHECK(strstr(cdl_last_error(), "rank 2 (on ") && strstr(cdl_last_error(), want) &&
+                strstr(cdl_last_error(), " but rank 0 (on ") &&
                 strstr(cdl_last_error(), cdl_version()) &&
                 strstr(cdl_last_error(), "same cdl release"), "error '%s'", cdl_last_error());
     return 0;
@@ -356,6 +411,107 @@ static void test_release_mismatch_named(void **state)
 {
     (void)state;
     assert_int_equal(run_world(3, release_rank, NULL, guard_s(30)), 0);
+}
+
+/* The refusal names both builds (cdl_build_id) beside the releases, so
+ * that two installs of one version are told apart; a record of an earlier
+ * build (nothing after the release) or with odd bytes there names none. */
+static void test_release_builds_named(void **state)
+{
+    (void)state;
+    boot_release me, other;
+    boot_release_of(&me, "0.1.0");
+    boot_release_of(&other, "0.2.0");
+    snprintf(other.host, sizeof other.host, "n7");
+    size_t n = strlen(other.release);
+    snprintf(other.release + n + 1, sizeof other.release - n - 1, "v0.2.0-3-gdeadbee");
+    assert_string_equal(boot_release_build(&other), "v0.2.0-3-gdeadbee");
+    assert_int_equal(boot_release_compare(0, &me, 2, &other), -1);
+    const char *e = cdl_last_error();
+    if (!strstr(e, "rank 2 (on n7) runs cdl 0.2.0 (rank contract") ||
+        !strstr(e, ") (build v0.2.0-3-gdeadbee) but rank 0 (on "))
+        fail_msg("error '%s'", e);
+    if (*cdl_build_id() && !strstr(e, cdl_build_id()))
+        fail_msg("error '%s' does not name this build %s", e, cdl_build_id());
+    /* Same release, another build: they agree. */
+    boot_release_of(&other, "0.1.0");
+    n = strlen(other.release);
+    snprintf(other.release + n + 1, sizeof other.release - n - 1, "other-build");
+    assert_int_equal(boot_release_compare(1, &me, 0, &other), 0);
+    /* An earlier build's record, or control bytes: no build named. */
+    memset(other.release + n + 1, 0, sizeof other.release - n - 1);
+    assert_string_equal(boot_release_build(&other), "");
+    snprintf(other.release + n + 1, sizeof other.release - n - 1, "x\033]0;");
+    assert_string_equal(boot_release_build(&other), "");
+}
+
+/* A rank 0 of a build before the challenge-response handshake
+ * (store_proto.h): its store closes the connection at the new hello
+ * (unread bytes: a reset) and answers the old one (the token as key) with
+ * "wrong token". The new rank must stop at once naming the mismatch, not
+ * retry until CDL_TIMEOUT and say it lost the store, and never send the
+ * secret. */
+struct old_server {
+    int lfd, conns;
+    int got_secret;
+};
+
+static void *old_server_main(void *arg)
+{
+    struct old_server *o = arg;
+    for (;;) {
+        struct pollfd p = {.fd = o->lfd, .events = POLLIN};
+        if (poll(&p, 1, 5000) != 1)
+            break;   /* the client gave up: no more connections */
+        int fd = accept(o->lfd, NULL, NULL);
+        if (fd < 0)
+            break;
+        o->conns++;
+        store_req h;
+        double deadline = dist_now() + 10;
+        if (store_recv_all(fd, &h, sizeof h, deadline) == 0 && h.op == STORE_HELLO_V1 &&
+            h.klen < 256) {
+            char key[256] = "";
+            (void)!store_recv_all(fd, key, h.klen, deadline);
+            o->got_secret |= strstr(key, "secret") != NULL;
+            static const char msg[] = "the store at port 1 refused the connection: wrong "
+                                      "token (a process of another job? every rank needs the "
+                                      "same CDL_STORE_TOKEN or CDL_JOB_ID)";
+            store_rep r = {STORE_MAGIC, STORE_ST_ERR, sizeof msg - 1};
+            (void)!store_send_all(fd, &r, sizeof r);
+            (void)!store_send_all(fd, msg, sizeof msg - 1);
+        }
+        close(fd);
+        if (o->conns >= 50)
+            break;   /* retrying: the client did not recognise it */
+    }
+    return NULL;
+}
+
+static void test_old_store_named(void **state)
+{
+    (void)state;
+    struct old_server o = {0};
+    int port = 0;
+    o.lfd = listen_any(&port);
+    assert_true(o.lfd >= 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, old_server_main, &o), 0);
+    int rc = store_probe("127.0.0.1", port, "the-run-secret", 1, 2, 20);
+    char err[1024];
+    snprintf(err, sizeof err, "%s", cdl_last_error());
+    shutdown(o.lfd, SHUT_RDWR);
+    pthread_join(t, NULL);
+    close(o.lfd);
+    assert_int_equal(rc, -1);
+    if (!strstr(err, "is of an earlier cdl build") || !strstr(err, cdl_version()) ||
+        !strstr(err, "same cdl release") || strstr(err, "lost the store"))
+        fail_msg("error '%s' (after %d connections)", err, o.conns);
+    /* The new hello twice (a store of this build may drop one stranger for
+     * another), then the old one: no more retries. */
+    assert_int_equal(o.conns, 3);
+    assert_false(o.got_secret);
+    assert_false(cdl_dist_peer_lost());
 }
 
 /* A value with readers=1 is gone after one get. */
@@ -805,6 +961,9 @@ int main(void)
         cmocka_unit_test(test_missing_rank_named),
         cmocka_unit_test(test_rank0_absent),
         cmocka_unit_test(test_lost_rank_named),
+        cmocka_unit_test(test_silent_rank_named),
+        cmocka_unit_test(test_release_builds_named),
+        cmocka_unit_test(test_old_store_named),
         cmocka_unit_test(test_stopped_store_not_lost),
         cmocka_unit_test(test_release_mismatch_named),
         cmocka_unit_test(test_readers_drop_value),

@@ -73,7 +73,10 @@ const char *boot_release_build(const boot_release *r)
 static const char *build_note(const boot_release *r, char *buf, size_t len)
 {
     const char *b = boot_release_build(r);
-    snprintf(buf, len, *b ? " (build %s)" : "", b);
+    if (*b)
+        snprintf(buf, len, " (build %s)", b);
+    else if (len)
+        buf[0] = '\0';
     return buf;
 }
 
@@ -88,6 +91,13 @@ int boot_release_compare(int rank, const boot_release *me, int other_rank,
 {
     boot_release o = *other;   /* from another process: terminated here */
     o.release[sizeof o.release - 1] = o.host[sizeof o.host - 1] = '\0';
+    /* and printed without its control bytes (a terminal's escapes) */
+    for (char *c = o.release; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
+    for (char *c = o.host; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
     if (!strcmp(o.release, me->release))
         return 0;
     int mine = rank != 0;   /* the message names the non-zero rank first */

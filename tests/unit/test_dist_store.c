@@ -443,6 +443,14 @@ static void test_release_builds_named(void **state)
     assert_string_equal(boot_release_build(&other), "");
     snprintf(other.release + n + 1, sizeof other.release - n - 1, "x\033]0;");
     assert_string_equal(boot_release_build(&other), "");
+    /* Another rank's host and release reach the log without their control
+     * bytes (a terminal's escapes). */
+    boot_release_of(&other, "0.2.0\033[2J");
+    snprintf(other.host, sizeof other.host, "n\0337\n");
+    assert_int_equal(boot_release_compare(0, &me, 2, &other), -1);
+    e = cdl_last_error();
+    if (strchr(e, '\033') || strchr(e, '\n') || !strstr(e, "(on n?7?) runs cdl 0.2.0?[2J"))
+        fail_msg("error '%s'", e);
 }
 
 /* A rank 0 of a build before the challenge-response handshake

@@ -91,13 +91,8 @@ int boot_release_compare(int rank, const boot_release *me, int other_rank,
 {
     boot_release o = *other;   /* from another process: terminated here */
     o.release[sizeof o.release - 1] = o.host[sizeof o.host - 1] = '\0';
-    /* and printed without its control bytes (a terminal's escapes) */
-    for (char *c = o.release; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f)
-            *c = '?';
-    for (char *c = o.host; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f)
-            *c = '?';
+    dist_printable(o.release, sizeof o.release);
+    dist_printable(o.host, sizeof o.host);
     if (!strcmp(o.release, me->release))
         return 0;
     int mine = rank != 0;   /* the message names the non-zero rank first */

@@ -160,10 +160,7 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
         if (store_recv_all(s->fd, msg, n, deadline))
             return cdl_error("rank %d lost the store at %s:%d", s->rank, s->addr, s->port);
         msg[n] = '\0';
-        /* Shown in the job's log: no terminal control bytes. */
-        for (size_t i = 0; i < n; i++)
-            if ((unsigned char)msg[i] < 0x20 || msg[i] == 0x7f)
-                msg[i] = '?';
+        dist_printable(msg, n);
         /* Before the handshake is through, the answer may come from any
          * process holding the port: quoted as its, and never a lost peer
          * (cdl-train would exit 76, which job scripts requeue on). */

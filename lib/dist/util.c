@@ -45,6 +45,13 @@ void dist_sanitize(const char *in, char *out, size_t len)
         out[i] = '\0';
 }
 
+void dist_printable(char *s, size_t n)
+{
+    for (size_t i = 0; i < n && s[i]; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            s[i] = '?';
+}
+
 const char *dist_rank_list(char *buf, size_t len, const int *ranks, int n)
 {
     size_t used = (size_t)snprintf(buf, len, "%s", n == 1 ? "rank" : "ranks");

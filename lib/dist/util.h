@@ -17,6 +17,10 @@ int dist_resolve_timeout(double t, double *out);
  * out is always terminated (truncated to len-1). */
 void dist_sanitize(const char *in, char *out, size_t len);
 
+/* Replaces the terminal control bytes of s (up to its NUL, at most n
+ * bytes) with '?': text from another process, shown in the job's log. */
+void dist_printable(char *s, size_t n);
+
 /* "ranks 2, 3, 5" or "rank 2" for the n ranks listed, into buf; long lists
  * end in "... (17 in all)". Returns buf. */
 const char *dist_rank_list(char *buf, size_t len, const int *ranks, int n);

@@ -37,7 +37,7 @@ struct train_report {
  * error in cdl_last_error): said now, on stderr, and kept for the stop
  * it causes; the run goes on to its next step, where all ranks agree to
  * stop and write a checkpoint. A step's work is not lost for a line of
- * metrics. 0, or -1 when a second failure cannot be kept. */
+ * metrics. Always 0: a later failure keeps the first one's error. */
 static int record_failed(train_report *r, int rc)
 {
     if (rc == 0)

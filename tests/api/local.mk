@@ -34,6 +34,14 @@ tests_api_test_alone_SOURCES = tests/api/test_alone.c
 tests_api_test_alone_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
 tests_api_test_alone_LDADD = libcdl.la $(CMOCKA_LIBS)
 tests_api_test_alone_LDFLAGS = $(AM_LDFLAGS) -no-install
+# fork() after a CPU backend of several threads and a loader with workers:
+# the child uses them (their threads were not copied).
+check_PROGRAMS += tests/api/test_fork
+TESTS += tests/api/test_fork
+tests_api_test_fork_SOURCES = tests/api/test_fork.c
+tests_api_test_fork_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
+tests_api_test_fork_LDADD = libcdl.la $(CMOCKA_LIBS)
+tests_api_test_fork_LDFLAGS = $(AM_LDFLAGS) -no-install
 endif
 # What C programs get wrong: NULL handles and out-pointers, a misspelt
 # dist backend on one process, a newer cdl's checkpoint, cdl_last_error.

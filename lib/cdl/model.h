@@ -45,7 +45,7 @@ typedef enum cdl_layer_kind {
     CDL_LAYER_EMBEDDING,      /* token ids (T,1,1) -> (T,1,E): weight (vocab, E) */
     CDL_LAYER_POSEMBEDDING,   /* (T,1,E) + learned positions: weight (block, E), T <= block */
     CDL_LAYER_LAYERNORM,      /* over the feature axis: weight, bias (E) */
-    CDL_LAYER_ATTENTION,      /* causal self-attention core: (T,1,3C) -> (T,1,C), heads */
+    CDL_LAYER_ATTENTION       /* causal self-attention core: (T,1,3C) -> (T,1,C), heads */
 } cdl_layer_kind;
 
 /* Per-sample shape (channels, height, width); a flat vector of k is (k,1,1). */

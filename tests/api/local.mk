@@ -3,6 +3,10 @@
 # library through pkg-config.
 TESTS += tests/api/symbols.sh tests/api/docs.sh tests/api/installed.sh
 EXTRA_DIST += tests/api/symbols.sh tests/api/docs.sh tests/api/installed.sh tests/api/make-install.sh
+# The headers in every C++ standard, templates/train.c and a C++ program
+# (skipped without a C++ compiler).
+TESTS += tests/api/cxx.sh
+EXTRA_DIST += tests/api/cxx.sh tests/api/cxx_use.cc
 # Not beside tests/e2e/install.sh: two `make install` runs in one build tree
 # under make -j may relink the same files.
 tests/api/installed.log: tests/e2e/install.log

@@ -46,6 +46,13 @@ tests_api_test_fork_SOURCES = tests/api/test_fork.c
 tests_api_test_fork_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
 tests_api_test_fork_LDADD = libcdl.la $(CMOCKA_LIBS)
 tests_api_test_fork_LDFLAGS = $(AM_LDFLAGS) -no-install
+# cdl_train_config.on_log: a run's lines to the program, none printed.
+check_PROGRAMS += tests/api/test_log
+TESTS += tests/api/test_log
+tests_api_test_log_SOURCES = tests/api/test_log.c
+tests_api_test_log_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
+tests_api_test_log_LDADD = libcdl.la $(CMOCKA_LIBS)
+tests_api_test_log_LDFLAGS = $(AM_LDFLAGS) -no-install
 endif
 # What C programs get wrong: NULL handles and out-pointers, a misspelt
 # dist backend on one process, a newer cdl's checkpoint, cdl_last_error.

@@ -491,6 +491,8 @@ cdl_backend *cdl_backend_cpu_create(int threads);
 cdl_backend *cdl_backend_cuda_create(int device);
 cdl_backend *cdl_backend_create(const char *name, int threads);
 
+/* Destroy a backend last: the models, optimizers and cdl_dist made on it
+ * free their memory through it, as must the buffers from its alloc. */
 void cdl_backend_destroy(cdl_backend *be);
 
 /* The OpenBLAS kernels this process runs (OpenBLAS's core name, e.g.

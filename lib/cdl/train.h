@@ -242,7 +242,9 @@ typedef struct cdl_train_result {
     int interrupted;          /* 1 when stopped by a signal */
 } cdl_train_result;
 
-/* Runs training. Returns 0, -1 on error (cdl_last_error), or
+/* Runs training. Returns 0, -1 on error (cdl_last_error: cdl-train's
+ * message, naming options: --batch-size is batch_size, --optimizer
+ * optim.kind, and the comments above name the others), or
  * CDL_EXIT_REQUEUE when interrupted by SIGUSR1/SIGTERM after a checkpoint
  * (with no ckpt_dir such a stop returns -1: nothing could be resumed).
  * After a -1, cdl_dist_peer_lost() is 1 when the cause was a lost peer

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "../ckpt/checksum.h"
+#include "lib/core/log.h"
 #include "lib/data/internal.h"
 #include "signals.h"
 #include "stage.h"
@@ -385,8 +386,8 @@ int train_stage(run *r)
         v[1] = train_now() - t0;
         v[2] = 1;
         if (v[0] > 0)
-            fprintf(stderr, "cdl: rank %d (node %d): %s\n", r->ri.rank, r->ri.node_rank,
-                    cdl_last_error());
+            log_line(CDL_LOG_WARNING, stderr, "cdl: rank %d (node %d): %s", r->ri.rank,
+                     r->ri.node_rank, cdl_last_error());
     }
     if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, v, 4) != 0)
         return cdl_error("--stage: waiting for the copies of the dataset on every node failed: "

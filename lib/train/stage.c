@@ -12,12 +12,15 @@
  *
  * --stage auto copies to $SLURM_TMPDIR, else $TMPDIR, and only from a
  * network file system on another device (data already local is read where
- * it is); --stage DIR copies to DIR and keeps the copy (a later job finds
- * the verified files there and copies nothing). */
+ * it is); --stage DIR copies to DIR/DATASET-KEY (one copy per source, KEY
+ * from its path) and keeps the copy: a later job finds the verified files
+ * there, copies only what differs, and removes what the source no longer
+ * holds (prune_tree). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +62,7 @@ typedef struct stage_stats {
     long files;
     double bytes;
     long copied;   /* files copied (the rest were there already, verified) */
+    long removed;  /* entries of an earlier copy the dataset no longer holds (prune_tree) */
 } stage_stats;
 
 /* CRC-32 and size of a regular file: 0, or -1 with an error naming it. */
@@ -83,7 +87,44 @@ static int file_crc(const char *path, uint32_t *crc, off_t *size, char *buf)
     return 0;
 }
 
-/* Copies src to dst (through dst.tmp and rename) and verifies the copy. */
+/* The temporary name a copy is written under before its rename:
+ * DIR/.NAME.cdl-tmp.HOST.PID. Hidden, so no reader and no later copy takes
+ * a half copy for data, and naming the writer, so prune_tree can remove
+ * what a killed copy (SIGKILL, a lost node) left without touching the
+ * copy another job or emulated node on this host is writing now. */
+static const char TMP_TAG[] = ".cdl-tmp.";
+
+static int tmp_name(const char *dst, char *out, size_t len)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    const char *slash = strrchr(dst, '/');
+    int dirlen = slash ? (int)(slash - dst + 1) : 0;
+    int n = snprintf(out, len, "%.*s.%s%s%s.%ld", dirlen, dst, dst + dirlen, TMP_TAG, host,
+                     (long)getpid());
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+/* Whether the hidden entry name is a temporary copy of a process of this
+ * host that has ended (its leftover). */
+static int is_stale_tmp(const char *name)
+{
+    const char *tag = strstr(name, TMP_TAG);
+    const char *dot = strrchr(name, '.');
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    if (name[0] != '.' || !tag || !dot)
+        return 0;
+    const char *h = tag + sizeof TMP_TAG - 1;
+    char *end;
+    long pid = strtol(dot + 1, &end, 10);
+    if (*end || pid <= 0 || (size_t)(dot - h) != strlen(host) || strncmp(h, host, strlen(host)))
+        return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Copies src to dst (through a hidden temporary and rename) and verifies
+ * the copy. */
 static int copy_file(const char *src, const char *dst, char *buf, stage_stats *st)
 {
     uint32_t crc_src, crc_dst;
@@ -102,7 +143,7 @@ static int copy_file(const char *src, const char *dst, char *buf, stage_stats *s
         return 0;
     }
     char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp%ld", dst, (long)getpid()) >= (int)sizeof tmp)
+    if (tmp_name(dst, tmp, sizeof tmp) != 0)
         return cdl_error("--stage: path too long: %s", dst);
     int in = open(src, O_RDONLY | O_CLOEXEC);
     if (in < 0)
@@ -263,6 +304,95 @@ static int remove_tree(const char *dir)
     return rmdir(dir);
 }
 
+/* Whether the entry name of the dataset's folder src is still in it as a
+ * file or folder (links followed, as copy_tree follows them), as what dst
+ * is (a file, or a folder when is_dir). */
+static int in_source(const char *src, const char *name, int is_dir)
+{
+    char s[4096];
+    struct stat fs;
+    if (snprintf(s, sizeof s, "%s/%s", src, name) >= (int)sizeof s || stat(s, &fs) != 0)
+        return 0;
+    return is_dir ? S_ISDIR(fs.st_mode) : S_ISREG(fs.st_mode);
+}
+
+/* Before copying into a kept or reused copy dst of src: removes what src
+ * no longer holds (a picture or class deleted from the dataset, a test.csv
+ * or meta.pkl taken away, a folder that is a file now), which the readers
+ * would still find in the copy and train on, and the temporary files of
+ * copies killed on this host. When only is set (one file staged into dst,
+ * with its meta.pkl), every other entry goes. Counts removed files and
+ * folders in st->removed. Other hidden entries stay. */
+static void prune_tree(const char *src, const char *dst, const char *only, const char *meta,
+                       stage_stats *st)
+{
+    DIR *d = opendir(dst);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') {
+            char t[4096];
+            if (is_stale_tmp(e->d_name) &&
+                snprintf(t, sizeof t, "%s/%s", dst, e->d_name) < (int)sizeof t)
+                unlink(t);
+            continue;
+        }
+        char t[4096], s[4096];
+        struct stat ds;
+        if (snprintf(t, sizeof t, "%s/%s", dst, e->d_name) >= (int)sizeof t ||
+            lstat(t, &ds) != 0)
+            continue;
+        int dir = S_ISDIR(ds.st_mode);
+        int keep = only ? !dir && (!strcmp(e->d_name, only) || (meta && !strcmp(e->d_name, meta)))
+                        : in_source(src, e->d_name, dir);
+        if (!keep) {
+            if (dir ? remove_tree(t) == 0 : unlink(t) == 0)
+                st->removed++;
+        } else if (dir && snprintf(s, sizeof s, "%s/%s", src, e->d_name) < (int)sizeof s) {
+            prune_tree(s, t, NULL, NULL, st);
+        }
+    }
+    closedir(d);
+}
+
+/* The copy's folder: created private (0700: a copy of data read from a
+ * private folder is not for every account of the node to read), or, when
+ * it is there, a folder of this account's. Another account's folder of
+ * the same name is neither read nor written: its files could be anything
+ * of the right size and CRC-32, and its owner could change them while
+ * this run reads them. create 0 only checks one that exists. */
+static int own_dir(const char *dir, int create)
+{
+    if (create && mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return cdl_error("--stage: cannot create %s: %m", dir);
+    struct stat st;
+    if (lstat(dir, &st) != 0)
+        return errno == ENOENT && !create ? 0 : cdl_error("--stage: %s: %m", dir);
+    if (!S_ISDIR(st.st_mode))
+        return cdl_error("--stage: %s is there but not a folder: remove it or give another "
+                         "--stage DIR", dir);
+    if (st.st_uid != geteuid())
+        return cdl_error("--stage: %s belongs to another account (uid %ld): a copy staged by "
+                         "someone else is not read; give a --stage DIR of your own", dir,
+                         (long)st.st_uid);
+    return 0;
+}
+
+/* The kept copy of src under a --stage DIR: DIR/DATASET-KEY, KEY the
+ * CRC-32 of src's absolute path. Two datasets of one format (two image
+ * folders, two corpora) get two copies: in one DIR/imagefolder, the second
+ * run read the first one's classes as its own. */
+static void kept_dir(const char *base, const char *dataset, const char *src, char *out,
+                     size_t len)
+{
+    char abs[4096];
+    if (!realpath(src, abs))
+        snprintf(abs, sizeof abs, "%s", src);
+    snprintf(out, len, "%.900s/%.60s-%08x", base, dataset,
+             (unsigned)st_crc_bytes(0, abs, strlen(abs)));
+}
+
 /* Whether the copy of src into dir (on base's file system) fits in the
  * space free there, before copying: a dataset larger than the node-local
  * disk would otherwise fail only when that disk is full, after copying for
@@ -358,23 +488,33 @@ int train_stage(run *r)
     if (automatic)
         snprintf(dir, sizeof dir, "%.900s/cdl-stage-%s", base, name);
     else
-        snprintf(dir, sizeof dir, "%.900s/%.60s", base, c->dataset);
+        kept_dir(base, c->dataset, src, dir, sizeof dir);
     double t0 = train_now();
     double v[4] = {0, 0, 0, 0};   /* failures, seconds, nodes that copied, stopped */
     stage_stats st = {0};
     if (r->ri.local_rank == 0) {
         char *buf = cdl_malloc(BUF);
-        int rc = buf ? enough_room(src, &ss, dir, base) : -1;
+        int rc = buf ? own_dir(dir, 0) : -1;
+        /* One file (npz, csv, a corpus) keeps only itself and the meta.pkl
+         * beside it, if there is one, in its folder. */
+        int one = !S_ISDIR(ss.st_mode);
+        char meta[4200];
+        int has_meta = one && !strcmp(c->dataset, "tokens") &&
+                       tokens_meta_path(src, meta, sizeof meta);
+        if (rc == 0)
+            prune_tree(src, dir, one ? base_name(src) : NULL, has_meta ? "meta.pkl" : NULL, &st);
+        if (rc == 0)
+            rc = enough_room(src, &ss, dir, base);
+        if (rc == 0)
+            rc = own_dir(dir, 1);
         dir_id above[STAGE_MAX_DEPTH + 1];
-        if (rc == 0 && S_ISDIR(ss.st_mode)) {
+        if (rc == 0 && !one) {
             rc = copy_tree(src, dir, 0, above, buf, &st);
         } else if (rc == 0) {   /* one file (npz, csv): into dir under its name */
             char to[1400];
             snprintf(to, sizeof to, "%.1000s/%.300s", dir, base_name(src));
-            rc = mkdir(dir, 0755) != 0 && errno != EEXIST
-                     ? cdl_error("--stage: cannot create %s: %m", dir)
-                     : copy_file(src, to, buf, &st);
-            if (rc == 0 && !strcmp(c->dataset, "tokens"))
+            rc = copy_file(src, to, buf, &st);
+            if (rc == 0 && has_meta)
                 rc = copy_meta_pkl(src, dir, buf, &st);
         }
         cdl_free(buf);
@@ -401,9 +541,13 @@ int train_stage(run *r)
         snprintf(r->data_dir, sizeof r->data_dir, "%s", dir);
     else
         snprintf(r->data_dir, sizeof r->data_dir, "%.900s/%.150s", dir, base_name(src));
-    train_report_note(r->rep, "staged %s to %s: %ld file%s, %.1f MB (%ld copied) in %.2f s "
+    char removed[64] = "";
+    if (st.removed)
+        snprintf(removed, sizeof removed, ", %ld removed that the dataset no longer holds",
+                 st.removed);
+    train_report_note(r->rep, "staged %s to %s: %ld file%s, %.1f MB (%ld copied%s) in %.2f s "
                       "(mean of %.0f node%s: %.2f s)", src, dir, st.files, st.files == 1 ? "" : "s", st.bytes / 1e6,
-                      st.copied, v[1] > 0 && v[2] == 1 ? v[1] : train_now() - t0, v[2],
+                      st.copied, removed, v[1] > 0 && v[2] == 1 ? v[1] : train_now() - t0, v[2],
                       v[2] == 1 ? "" : "s", v[2] > 0 ? v[1] / v[2] : 0.0);
     return 0;
 }

@@ -6,7 +6,8 @@
  * follow them) into
  * BASE/cdl-stage-JOB/, through a temporary name and rename, and reads each
  * copy back to compare its size and CRC-32 with the source's. All ranks
- * then meet in one allreduce (bounded by CDL_TIMEOUT like every wait) that
+ * then meet in rounds of an allreduce (each bounded by CDL_TIMEOUT, the
+ * copiers taking part in one every few seconds while they copy: beat) that
  * also sums failures and seconds, so a node whose copy failed stops every
  * rank with an error instead of leaving them waiting.
  *
@@ -63,10 +64,39 @@ typedef struct stage_stats {
     double bytes;
     long copied;   /* files copied (the rest were there already, verified) */
     long removed;  /* entries of an earlier copy the dataset no longer holds (prune_tree) */
+    run *r;        /* NULL: no peers to keep told (beat) */
+    double every, last;   /* seconds between beats, and the last one */
+    int beat_failed;      /* a beat's collective failed: the peers are gone */
 } stage_stats;
 
+/* The vector every rank adds up while the copies run, one collective per
+ * round: failures, seconds, nodes that copied, stopped by a signal, and
+ * copies still running. */
+enum { V_FAIL, V_SECS, V_NODES, V_STOP, V_PENDING, V_LEN };
+
+/* A copy of many GB takes longer than CDL_TIMEOUT, which bounds each wait
+ * of the node's other ranks and of the other nodes: a copying rank takes
+ * part in one round (pending = 1) every few seconds, so the others wait
+ * for a copy that is progressing however long it takes, and still stop
+ * within CDL_TIMEOUT when it hangs (a read that never returns) or dies.
+ * Before, every staged dataset that took longer than 300 s to copy failed
+ * all ranks with "a slow copy? raise CDL_TIMEOUT". */
+static int beat(stage_stats *st)
+{
+    if (!st->r || st->beat_failed || train_now() - st->last < st->every)
+        return st->beat_failed ? -1 : 0;
+    double v[V_LEN] = {0};
+    v[V_PENDING] = 1;
+    if (cdl_dist_allreduce_f64(st->r->dist, v, V_LEN) != 0) {
+        st->beat_failed = 1;
+        return -1;
+    }
+    st->last = train_now();
+    return 0;
+}
+
 /* CRC-32 and size of a regular file: 0, or -1 with an error naming it. */
-static int file_crc(const char *path, uint32_t *crc, off_t *size, char *buf)
+static int file_crc(const char *path, uint32_t *crc, off_t *size, char *buf, stage_stats *st)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -74,7 +104,7 @@ static int file_crc(const char *path, uint32_t *crc, off_t *size, char *buf)
     uint32_t c = 0;
     off_t n = 0;
     ssize_t got;
-    while ((got = read(fd, buf, BUF)) > 0) {
+    while ((got = read(fd, buf, BUF)) > 0 && beat(st) == 0) {
         c = st_crc_bytes(c, buf, (size_t)got);
         n += got;
     }
@@ -82,6 +112,8 @@ static int file_crc(const char *path, uint32_t *crc, off_t *size, char *buf)
     close(fd);
     if (got < 0)
         return cdl_error("--stage: reading %s failed: %s", path, strerror(err));
+    if (st->beat_failed)
+        return -1;
     *crc = c;
     *size = n;
     return 0;
@@ -135,8 +167,8 @@ static int copy_file(const char *src, const char *dst, char *buf, stage_stats *s
     /* Already there (a kept --stage DIR): verified, not copied again. */
     struct stat ds;
     if (stat(dst, &ds) == 0 && ds.st_size == ss.st_size &&
-        file_crc(src, &crc_src, &size_src, buf) == 0 &&
-        file_crc(dst, &crc_dst, &size_dst, buf) == 0 && crc_src == crc_dst &&
+        file_crc(src, &crc_src, &size_src, buf, st) == 0 &&
+        file_crc(dst, &crc_dst, &size_dst, buf, st) == 0 && crc_src == crc_dst &&
         size_src == size_dst) {
         st->files++;
         st->bytes += (double)size_src;
@@ -163,6 +195,10 @@ static int copy_file(const char *src, const char *dst, char *buf, stage_stats *s
             rc = cdl_error("--stage: stopped by a signal while copying %s", src);
             break;
         }
+        if (beat(st) != 0) {
+            rc = -1;
+            break;
+        }
         crc = st_crc_bytes(crc, buf, (size_t)got);
         n += got;
         for (ssize_t off = 0; off < got;) {
@@ -179,7 +215,9 @@ static int copy_file(const char *src, const char *dst, char *buf, stage_stats *s
     if (close(out) != 0 && rc == 0)
         rc = cdl_error("--stage: writing %s failed: %m", tmp);
     close(in);
-    if (rc == 0 && file_crc(tmp, &crc_dst, &size_dst, buf) == 0 &&
+    if (rc == 0 && file_crc(tmp, &crc_dst, &size_dst, buf, st) != 0)
+        rc = -1;
+    if (rc == 0 &&
         (crc_dst != crc || size_dst != n || n != ss.st_size))
         rc = cdl_error("--stage: the copy %s does not verify (size %lld of %lld, CRC-32 %08x "
                        "instead of %08x): the source changed while copying or the node-local "
@@ -240,7 +278,7 @@ static int copy_tree(const char *src, const char *dst, int depth, dir_id *above,
         return cdl_error("--stage: cannot list the dataset directory %s: %m", src);
     struct dirent *e;
     int rc = 0;
-    while (rc == 0 && (e = readdir(d))) {
+    while (rc == 0 && (e = readdir(d)) && (rc = beat(st)) == 0) {
         if (e->d_name[0] == '.')
             continue;   /* ., .., and hidden files are no dataset's */
         char s[4096], t[4096];
@@ -330,7 +368,7 @@ static void prune_tree(const char *src, const char *dst, const char *only, const
     if (!d)
         return;
     struct dirent *e;
-    while ((e = readdir(d))) {
+    while ((e = readdir(d)) && beat(st) == 0) {
         if (e->d_name[0] == '.') {
             char t[4096];
             if (is_stale_tmp(e->d_name) &&
@@ -398,12 +436,16 @@ static void kept_dir(const char *base, const char *dataset, const char *src, cha
  * disk would otherwise fail only when that disk is full, after copying for
  * as long as it took to fill it. Files already in dir at their size count
  * nothing. 0, or -1 with an error giving both sizes. */
-static int enough_room(const char *src, const struct stat *ss, const char *dir, const char *base)
+static int enough_room(const char *src, const struct stat *ss, const char *dir, const char *base,
+                       stage_stats *st)
 {
-    stage_stats need = {0};
+    stage_stats need = {.r = st->r, .every = st->every, .last = st->last};
     dir_id above[STAGE_MAX_DEPTH + 1];
     if (S_ISDIR(ss->st_mode)) {
-        if (copy_tree(src, dir, 0, above, NULL, &need) != 0)
+        int rc = copy_tree(src, dir, 0, above, NULL, &need);
+        st->last = need.last;
+        st->beat_failed = need.beat_failed;
+        if (rc != 0)
             return -1;
     } else {
         char to[1400];
@@ -490,8 +532,16 @@ int train_stage(run *r)
     else
         kept_dir(base, c->dataset, src, dir, sizeof dir);
     double t0 = train_now();
-    double v[4] = {0, 0, 0, 0};   /* failures, seconds, nodes that copied, stopped */
+    double v[V_LEN] = {0};
     stage_stats st = {0};
+    int peers = r->dist && r->ri.world > 1;
+    if (peers) {   /* a beat well within each wait's bound (CDL_TIMEOUT, default 300 s) */
+        double timeout = c->dist_config && c->dist_config->timeout_s > 0
+                             ? c->dist_config->timeout_s : 300;
+        st.r = r;
+        st.every = timeout / 4 < 10 ? timeout / 4 : 10;
+        st.last = t0;
+    }
     if (r->ri.local_rank == 0) {
         char *buf = cdl_malloc(BUF);
         int rc = buf ? own_dir(dir, 0) : -1;
@@ -504,7 +554,7 @@ int train_stage(run *r)
         if (rc == 0)
             prune_tree(src, dir, one ? base_name(src) : NULL, has_meta ? "meta.pkl" : NULL, &st);
         if (rc == 0)
-            rc = enough_room(src, &ss, dir, base);
+            rc = enough_room(src, &ss, dir, base, &st);
         if (rc == 0)
             rc = own_dir(dir, 1);
         dir_id above[STAGE_MAX_DEPTH + 1];
@@ -520,23 +570,36 @@ int train_stage(run *r)
         cdl_free(buf);
         if (automatic)
             snprintf(r->stage_owned, sizeof r->stage_owned, "%s", dir);
-        v[3] = rc != 0 && train_stop_requested();
-        v[0] = rc != 0 && !v[3];
-        v[1] = train_now() - t0;
-        v[2] = 1;
-        if (v[0] > 0)
+        if (st.beat_failed)
+            return cdl_error("--stage: the other ranks stopped waiting while this rank copied "
+                             "%s: %s", src, cdl_last_error());
+        v[V_STOP] = rc != 0 && train_stop_requested();
+        v[V_FAIL] = rc != 0 && !v[V_STOP];
+        v[V_SECS] = train_now() - t0;
+        v[V_NODES] = 1;
+        if (v[V_FAIL] > 0)
             fprintf(stderr, "cdl: rank %d (node %d): %s\n", r->ri.rank, r->ri.node_rank,
                     cdl_last_error());
     }
-    if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, v, 4) != 0)
-        return cdl_error("--stage: waiting for the copies of the dataset on every node failed: "
-                         "%s (a slow copy? raise CDL_TIMEOUT)", cdl_last_error());
-    if (v[3] > 0)   /* SIGTERM or SIGUSR1 on a copying rank: all stop now, agreed */
+    /* Rounds until no copy is running: every rank adds its outcome (the
+     * copiers' final ones, zeros elsewhere) to each round, while the
+     * copiers still at work add pending beats (beat); the last round
+     * holds every node's outcome once. */
+    for (double sum[V_LEN] = {[V_PENDING] = 1}; peers && sum[V_PENDING] > 0;) {
+        memcpy(sum, v, sizeof sum);
+        if (cdl_dist_allreduce_f64(r->dist, sum, V_LEN) != 0)
+            return cdl_error("--stage: waiting for the copies of the dataset on every node "
+                             "failed: %s (a copy that made no progress for CDL_TIMEOUT, or a "
+                             "rank that died)", cdl_last_error());
+        if (sum[V_PENDING] == 0)
+            memcpy(v, sum, sizeof sum);
+    }
+    if (v[V_STOP] > 0)   /* SIGTERM or SIGUSR1 on a copying rank: all stop now, agreed */
         return 1;
-    if (v[0] > 0)
+    if (v[V_FAIL] > 0)
         return cdl_error("--stage: copying %s to node-local storage failed on %.0f node%s (the "
                          "first error is above, from its local rank 0): use --stage off or "
-                         "another --stage DIR", src, v[0], v[0] > 1 ? "s" : "");
+                         "another --stage DIR", src, v[V_FAIL], v[V_FAIL] > 1 ? "s" : "");
     if (S_ISDIR(ss.st_mode))
         snprintf(r->data_dir, sizeof r->data_dir, "%s", dir);
     else
@@ -547,8 +610,10 @@ int train_stage(run *r)
                  st.removed);
     train_report_note(r->rep, "staged %s to %s: %ld file%s, %.1f MB (%ld copied%s) in %.2f s "
                       "(mean of %.0f node%s: %.2f s)", src, dir, st.files, st.files == 1 ? "" : "s", st.bytes / 1e6,
-                      st.copied, removed, v[1] > 0 && v[2] == 1 ? v[1] : train_now() - t0, v[2],
-                      v[2] == 1 ? "" : "s", v[2] > 0 ? v[1] / v[2] : 0.0);
+                      st.copied, removed,
+                      v[V_SECS] > 0 && v[V_NODES] == 1 ? v[V_SECS] : train_now() - t0,
+                      v[V_NODES], v[V_NODES] == 1 ? "" : "s",
+                      v[V_NODES] > 0 ? v[V_SECS] / v[V_NODES] : 0.0);
     return 0;
 }
 

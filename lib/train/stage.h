@@ -9,7 +9,8 @@
 /* Before the data is read: with --stage auto|DIR, local rank 0 of every
  * node copies the files of the dataset's directory into a per-job
  * directory of node-local storage and verifies sizes and CRC-32s, while the
- * node's other ranks wait (in a collective, bounded by CDL_TIMEOUT); then
+ * node's other ranks wait (in rounds of a collective while the copy
+ * progresses, each bounded by CDL_TIMEOUT); then
  * every rank reads from there. Sets r->data_dir (the directory to read:
  * the staged copy, or the original when staging is off or skipped) and
  * reports what it did and how long it took. Returns 0, -1 on an error, or

@@ -5,6 +5,10 @@
 # - what the dataset no longer holds (a class folder deleted, the meta.pkl
 #   of a corpus taken away) is removed from the copy, not read again;
 # - a temporary file a killed copy left is removed, one of a live copy kept;
+# - a later run takes the files of the copy that have their source's size
+#   and modification time without reading the source again (it read the
+#   whole dataset from the shared file system at every start); a source
+#   rewritten at the same size is copied again;
 # - the copy is private (0700), and a copy another account made at that
 #   path is refused, not read.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
@@ -29,6 +33,18 @@ one=$(sed -n "s|.*staged $TMP/one to \($TMP/st/[^:]*\):.*|\1|p" "$TMP/err")
 [ -d "$one" ] || die "no staging report: $(cat "$TMP/err")"
 [ "$(stat -c %a "$one")" = 700 ] || die "the copy $one is open to others: $(stat -c %a "$one")"
 
+# The next run reads no file of the source: the preloaded test double
+# raises SIGTERM (exit 75) if it opens one. Nor after a touch, once the
+# copy has been compared and given the new time.
+preload=$(cd "$top_builddir" && pwd)/tests/e2e/.libs/signal-on-open.so
+[ -f "$preload" ] || die "no $preload (make check builds it)"
+CDL_TEST_SIGNAL_ON="$TMP/one/" LD_PRELOAD=$preload run 0 "imagefolder:$TMP/one"
+said "staged $TMP/one to $one: 8 files, 0.0 MB (0 copied)"
+touch "$TMP/one/train/a/1.png"
+run 0 "imagefolder:$TMP/one"
+said "(0 copied)"
+CDL_TEST_SIGNAL_ON="$TMP/one/" LD_PRELOAD=$preload run 0 "imagefolder:$TMP/one"
+
 # A class deleted from the dataset on the shared file system, and what a
 # copy killed on this host left (a process that has ended) next to what a
 # running one writes (this shell).
@@ -45,13 +61,19 @@ said "staged $TMP/one to $one: 4 files, 0.0 MB (0 copied, 2 removed that the dat
 # One corpus file: its copy keeps the meta.pkl beside it only while the
 # source has one (else the staged run had nanoGPT's 65 symbols for ever).
 mkdir "$TMP/lm"
-head -c 4000 /dev/urandom | od -An -v -tu1 | tr -s ' \n' '\n\n' | grep . |
-    awk '{printf "%c%c", $1 % 60, 0}' >"$TMP/lm/train.bin"
+corpus() {   # corpus SEED: 2000 uint16 ids below 60
+    awk -v s="$1" 'BEGIN { for (i = 0; i < 2000; i++) printf "%c%c", (i * s + 7) % 60, 0 }'
+}
+corpus 13 >"$TMP/lm/train.bin"
 /usr/bin/env python3 -c 'import pickle,sys; pickle.dump({"vocab_size": 60}, open(sys.argv[1], "wb"))' \
     "$TMP/lm/meta.pkl" 2>/dev/null || die "python3 cannot write meta.pkl"
 lm=(--model gpt:n_layer=1,n_head=1,n_embd=8 --block-size 8 --val-split 100)
 run 0 "tokens:$TMP/lm/train.bin" "${lm[@]}"
 said "vocabulary 60 from"
+corpus 17 >"$TMP/lm/train.bin"   # other ids, same size
+run 0 "tokens:$TMP/lm/train.bin" "${lm[@]}"
+said "(1 copied)"
+cmp -s "$TMP/lm/train.bin" "$TMP"/st/tokens-*/train.bin || die "the rewritten corpus was not copied"
 rm "$TMP/lm/meta.pkl"
 run 0 "tokens:$TMP/lm/train.bin" "${lm[@]}"
 said "(0 copied, 1 removed that the dataset no longer holds)"

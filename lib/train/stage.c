@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -436,6 +437,65 @@ static int own_dir(const char *dir, int create)
     return 0;
 }
 
+/* --stage auto's copies: BASE/cdl-stage-JOB.STEP, each with a .lock that
+ * the local rank 0 of every node copying into it holds (shared) until it
+ * removes the copy. A run killed before that (SIGKILL after KillWait, the
+ * out-of-memory killer, a crash) left its copy in $TMPDIR for good, GBs on
+ * every node; its lock went with its process, so the next run of this
+ * account there finds and removes it. A folder without .lock (a copy of
+ * an older cdl, perhaps still in use) is left alone. */
+static const char AUTO_PREFIX[] = "cdl-stage-", LOCK_NAME[] = ".lock";
+
+int train_stage_lock(const char *dir)
+{
+    char p[1200];
+    if (snprintf(p, sizeof p, "%s/%s", dir, LOCK_NAME) >= (int)sizeof p)
+        return cdl_error("--stage: path too long: %s", dir);
+    for (int tries = 0; tries < 8; tries++) {
+        if (own_dir(dir, 1) != 0)
+            return -1;
+        int fd = open(p, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == ENOENT)
+            continue;   /* a sweep removed the folder in between: make it again */
+        if (fd < 0)
+            return cdl_error("--stage: cannot create %s: %m", p);
+        /* A sweep holding it exclusively removes the folder before it
+         * lets go: then the lock is on a file no longer there. */
+        struct stat a, b;
+        if (flock(fd, LOCK_SH) == 0 && fstat(fd, &a) == 0 && stat(p, &b) == 0 &&
+            a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return fd;
+        close(fd);
+    }
+    return cdl_error("--stage: cannot lock %s: it is removed as soon as it is made", p);
+}
+
+int train_stage_sweep(const char *base)
+{
+    DIR *d = opendir(base);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char dir[1200], lock[1300];
+        struct stat st;
+        if (strncmp(e->d_name, AUTO_PREFIX, sizeof AUTO_PREFIX - 1) ||
+            snprintf(dir, sizeof dir, "%s/%s", base, e->d_name) >= (int)sizeof dir ||
+            lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+            continue;
+        snprintf(lock, sizeof lock, "%s/%s", dir, LOCK_NAME);
+        int fd = open(lock, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && remove_tree(dir) == 0)
+            n++;
+        close(fd);
+    }
+    closedir(d);
+    return n;
+}
+
 /* The kept copy of src under a --stage DIR: DIR/DATASET-KEY, KEY the
  * CRC-32 of src's absolute path. Two datasets of one format (two image
  * folders, two corpora) get two copies: in one DIR/imagefolder, the second
@@ -563,6 +623,11 @@ int train_stage(run *r)
     }
     if (r->ri.local_rank == 0) {
         char *buf = cdl_malloc(BUF);
+        int swept = automatic ? train_stage_sweep(base) : 0;
+        if (swept)
+            train_report_note(r->rep, "--stage auto: removed %d cop%s under %s left by runs "
+                              "that were killed before they could remove them", swept,
+                              swept == 1 ? "y" : "ies", base);
         int rc = buf ? own_dir(dir, 0) : -1;
         /* One file (npz, csv, a corpus) keeps only itself and the meta.pkl
          * beside it, if there is one, in its folder. */
@@ -574,8 +639,10 @@ int train_stage(run *r)
             prune_tree(src, dir, one ? base_name(src) : NULL, has_meta ? "meta.pkl" : NULL, &st);
         if (rc == 0)
             rc = enough_room(src, &ss, dir, base, &st);
-        if (rc == 0)
+        if (rc == 0 && !automatic)
             rc = own_dir(dir, 1);
+        if (rc == 0 && automatic && (r->stage_lock = train_stage_lock(dir)) < 0)
+            rc = -1;
         dir_id above[STAGE_MAX_DEPTH + 1];
         if (rc == 0 && !one) {
             rc = copy_tree(src, dir, 0, above, buf, &st);
@@ -646,4 +713,7 @@ void train_stage_cleanup(run *r, int ok)
         cdl_dist_barrier(r->dist);
     remove_tree(r->stage_owned);
     r->stage_owned[0] = '\0';
+    if (r->stage_lock >= 0)
+        close(r->stage_lock);
+    r->stage_lock = -1;
 }

@@ -11,7 +11,8 @@
  * also sums failures and seconds, so a node whose copy failed stops every
  * rank with an error instead of leaving them waiting.
  *
- * --stage auto copies to $SLURM_TMPDIR, else $TMPDIR, and only from a
+ * --stage auto copies to $SLURM_TMPDIR, else $TMPDIR (a copy per job step,
+ * locked while in use so that one a killed run left is swept), and only from a
  * network file system on another device (data already local is read where
  * it is); --stage DIR copies to DIR/DATASET-KEY (one copy per source, KEY
  * from its path) and keeps the copy: a later job finds the verified files

@@ -365,13 +365,17 @@ static int remove_tree(const char *dir)
 
 /* Whether the entry name of the dataset's folder src is still in it as a
  * file or folder (links followed, as copy_tree follows them), as what dst
- * is (a file, or a folder when is_dir). */
+ * is (a file, or a folder when is_dir). Only a source that says the entry
+ * is not there (or is of another kind) counts: a shared file system that
+ * fails to answer (EIO, ESTALE, a timeout) removes nothing from the copy. */
 static int in_source(const char *src, const char *name, int is_dir)
 {
     char s[4096];
     struct stat fs;
-    if (snprintf(s, sizeof s, "%s/%s", src, name) >= (int)sizeof s || stat(s, &fs) != 0)
-        return 0;
+    if (snprintf(s, sizeof s, "%s/%s", src, name) >= (int)sizeof s)
+        return 1;
+    if (stat(s, &fs) != 0)
+        return errno != ENOENT && errno != ENOTDIR;
     return is_dir ? S_ISDIR(fs.st_mode) : S_ISREG(fs.st_mode);
 }
 

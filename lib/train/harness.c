@@ -1016,6 +1016,7 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     run r;
     memset(&r, 0, sizeof r);
     r.ckpt_lock = -1;
+    r.stage_lock = -1;
     if (!res)
         res = &dummy;
     memset(res, 0, sizeof *res);

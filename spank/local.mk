@@ -68,11 +68,28 @@ install-data-local-spank: $(SPANK_SNIPPET)
 	    $(INSTALL_DATA) "$$f" "$$dst" && rm -f "$$dst.new" || exit 1; \
 	  fi; \
 	done
+# Only files that load this installation's plugin (or none) go: with two
+# installations side by side (--prefix=/opt/cdl/1 and /opt/cdl/2, one
+# plugstack dir), uninstalling the old one removed the snippet loading the
+# new one's plugin (cdl.conf, or cdl.conf.new waiting to replace it), and
+# --cdl-ddp vanished from the cluster without a word.
 uninstall-local: uninstall-local-snippet
 uninstall-local-snippet:
 	@for f in $(SPANK_SNIPPET); do \
-	  echo " rm -f '$(DESTDIR)$(plugstackdir)/cdl.conf' '$(DESTDIR)$(plugstackdir)/cdl.conf.new'"; \
-	  rm -f '$(DESTDIR)$(plugstackdir)/cdl.conf' '$(DESTDIR)$(plugstackdir)/cdl.conf.new'; \
+	  so='$(slurmplugindir)/cdl_spank.so'; removed=; \
+	  for dst in '$(DESTDIR)$(plugstackdir)/cdl.conf' '$(DESTDIR)$(plugstackdir)/cdl.conf.new'; do \
+	    test -f "$$dst" || continue; \
+	    other=`awk -v so="$$so" '$$1 ~ /^(required|optional)$$/ && $$2 ~ /cdl_spank[.]so$$/ { \
+	        if ($$2 == so) mine = 1; else if (other == "") other = $$2 } \
+	        END { if (!mine) print other }' "$$dst"` || exit 1; \
+	    if test -z "$$other"; then \
+	      echo " rm -f '$$dst'"; rm -f "$$dst" || exit 1; removed="$$removed$$dst "; \
+	    elif test -n "$$removed"; then \
+	      echo "cdl: kept $$dst: it loads another installation's plugin ($$other); rename it to cdl.conf to load that one (this installation's cdl.conf is removed)"; \
+	    else \
+	      echo "cdl: kept $$dst: it loads another installation's plugin ($$other), not this one's ($$so)"; \
+	    fi; \
+	  done; \
 	done
 .PHONY: install-data-local-spank uninstall-local-snippet
 

@@ -87,6 +87,27 @@ if [ "$(var slurmplugin_LTLIBRARIES)" != "" ]; then
         die "make install replaced the admin's edited $conf: $(grep -v '^#' "$conf")"
     cmp -s "$conf.new" "$top_builddir/spank/cdl.conf" || die "make install did not put this release's snippet in $conf.new"
     grep -q "kept .*cdl.conf.*cdl.conf.new" "$TMP/log" || die "make install did not say it kept $conf"
+    # Two installations side by side share the plugstack dir: the other
+    # one's snippet (its own plugin path) must survive uninstalling this
+    # one, also as the cdl.conf.new the other's make install left. It used
+    # to be removed, and the cluster lost the plugin without a word.
+    other='optional /opt/cdl-other/lib/slurm-wlm/cdl_spank.so'
+    echo "$other" >"$conf"
+    mk uninstall DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make uninstall failed"; }
+    [ "$(cat "$conf" 2>/dev/null)" = "$other" ] ||
+        die "make uninstall removed $conf, which loads another installation's plugin"
+    grep -q "kept .*cdl.conf: it loads another installation's plugin (/opt/cdl-other/" "$TMP/log" ||
+        { cat "$TMP/log" >&2; die "make uninstall did not say why it kept $conf"; }
+    make_install "$DEST"
+    mv "$conf" "$conf.keep" && mv "$conf.new" "$conf" && mv "$conf.keep" "$conf.new"
+    mk uninstall DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make uninstall failed"; }
+    [ ! -e "$conf" ] || die "make uninstall left $conf, which loads the removed plugin"
+    [ "$(cat "$conf.new" 2>/dev/null)" = "$other" ] ||
+        die "make uninstall removed $conf.new, another installation's snippet"
+    grep -q "kept .*cdl.conf.new: .*rename it to cdl.conf" "$TMP/log" ||
+        { cat "$TMP/log" >&2; die "make uninstall did not say to rename $conf.new"; }
+    rm -f "$conf.new"
+    make_install "$DEST"
 fi
 # make uninstall takes everything away again (distcheck's rule), the plugin
 # included although libtool no longer has its .la to go by.

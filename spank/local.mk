@@ -53,7 +53,16 @@ else
 SPANK_SNIPPET =
 endif
 
-# The snippet's install (see above); nothing without the plugin.
+# Prints the cdl_spank.so path a snippet file loads when it is not this
+# installation's (nothing when it loads this one's, or none).
+SPANK_OTHER_PLUGIN = awk -v so='$(slurmplugindir)/cdl_spank.so' \
+	'$$1 ~ /^(required|optional)$$/ && $$2 ~ /cdl_spank[.]so$$/ { \
+	  if ($$2 == so) mine = 1; else if (other == "") other = $$2 } \
+	 END { if (!mine) print other }'
+
+# The snippet's install (see above); nothing without the plugin. A kept
+# file that loads another installation's plugin (another prefix) is named
+# as such, not as the admin's edit.
 install-data-local: install-data-local-spank
 install-data-local-spank: $(SPANK_SNIPPET)
 	@for f in $(SPANK_SNIPPET); do \
@@ -62,7 +71,12 @@ install-data-local-spank: $(SPANK_SNIPPET)
 	  if test -f "$$dst" && ! cmp -s "$$f" "$$dst"; then \
 	    echo " $(INSTALL_DATA) $$f '$$dst.new'"; \
 	    $(INSTALL_DATA) "$$f" "$$dst.new" || exit 1; \
-	    echo "cdl: kept the edited $$dst; this release's snippet is $$dst.new"; \
+	    other=`$(SPANK_OTHER_PLUGIN) "$$dst"` || exit 1; \
+	    if test -n "$$other"; then \
+	      echo "cdl: kept $$dst: it loads another installation's plugin ($$other); this installation's snippet is $$dst.new: rename it to cdl.conf to load this one's"; \
+	    else \
+	      echo "cdl: kept the edited $$dst; this release's snippet is $$dst.new"; \
+	    fi; \
 	  else \
 	    echo " $(INSTALL_DATA) $$f '$$dst'"; \
 	    $(INSTALL_DATA) "$$f" "$$dst" && rm -f "$$dst.new" || exit 1; \
@@ -79,9 +93,7 @@ uninstall-local-snippet:
 	  so='$(slurmplugindir)/cdl_spank.so'; removed=; \
 	  for dst in '$(DESTDIR)$(plugstackdir)/cdl.conf' '$(DESTDIR)$(plugstackdir)/cdl.conf.new'; do \
 	    test -f "$$dst" || continue; \
-	    other=`awk -v so="$$so" '$$1 ~ /^(required|optional)$$/ && $$2 ~ /cdl_spank[.]so$$/ { \
-	        if ($$2 == so) mine = 1; else if (other == "") other = $$2 } \
-	        END { if (!mine) print other }' "$$dst"` || exit 1; \
+	    other=`$(SPANK_OTHER_PLUGIN) "$$dst"` || exit 1; \
 	    if test -z "$$other"; then \
 	      echo " rm -f '$$dst'"; rm -f "$$dst" || exit 1; removed="$$removed$$dst "; \
 	    elif test -n "$$removed"; then \

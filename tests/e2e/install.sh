@@ -99,6 +99,10 @@ if [ "$(var slurmplugin_LTLIBRARIES)" != "" ]; then
     grep -q "kept .*cdl.conf: it loads another installation's plugin (/opt/cdl-other/" "$TMP/log" ||
         { cat "$TMP/log" >&2; die "make uninstall did not say why it kept $conf"; }
     make_install "$DEST"
+    # ... and installing this one beside it says whose the kept file is
+    # (it said "kept the edited cdl.conf").
+    grep -q "kept .*cdl.conf: it loads another installation's plugin (/opt/cdl-other/.*rename it to cdl.conf" "$TMP/log" ||
+        { cat "$TMP/log" >&2; die "make install beside another installation's cdl.conf did not name it"; }
     mv "$conf" "$conf.keep" && mv "$conf.new" "$conf" && mv "$conf.keep" "$conf.new"
     mk uninstall DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make uninstall failed"; }
     [ ! -e "$conf" ] || die "make uninstall left $conf, which loads the removed plugin"

@@ -36,17 +36,23 @@ int cli_check_libcdl(const char *prog, char **argv)
     long have = encode(lib);
     if (have < 0 || have >= CDL_VERSION_NUMBER)
         return 0;
+    /* The version string lives in the library's own data: its address
+     * names the file also in a program built without PIE, where
+     * &cdl_version would be the program's PLT entry. */
     Dl_info info;
-    const char *file = dladdr((const void *)cdl_version, &info) && info.dli_fname
+    const char *file = dladdr(lib, &info) && info.dli_fname
                            ? info.dli_fname
                            : "libcdl.so.0";
     const char *llp = getenv("LD_LIBRARY_PATH");
     fprintf(stderr,
             "%s: error: this %s is of cdl %s but runs with an older libcdl, cdl %s (%s), which "
-            "would ignore what it does not know; %s%s%srun it with the libcdl of its own "
-            "release (module load the matching cdl, or install the tools and libcdl of one "
-            "release)\n",
-            prog, prog, CDL_VERSION_STRING, lib, file, llp && *llp ? "LD_LIBRARY_PATH=" : "",
-            llp && *llp ? llp : "", llp && *llp ? " comes before its run path: " : "");
+            "would ignore what it does not know; run it with the libcdl of its own release: ",
+            prog, prog, CDL_VERSION_STRING, lib, file);
+    if (llp && *llp)
+        fprintf(stderr, "LD_LIBRARY_PATH=%s comes before its run path (unset it, or module load "
+                        "the matching cdl)\n", llp);
+    else
+        fprintf(stderr, "run ldconfig after make install, or install the tools and libcdl of "
+                        "one release\n");
     return -1;
 }

@@ -17,6 +17,7 @@ expect_err "this cdl-train is of cdl $version but runs with an older libcdl, cdl
 # (the build tree's libtool wrapper puts its own directory first)
 grep -q "LD_LIBRARY_PATH=.*/opt/cdl/1/lib comes before its run path" "$TMP/err" ||
     { cat "$TMP/err" >&2; die "the refusal does not name LD_LIBRARY_PATH"; }
+expect_err "old-libcdl.so), which would ignore what it does not know"
 [ ! -s "$TMP/out" ] || die "cdl-train trained with the older libcdl: $(cat "$TMP/out")"
 for prog in cdl-eval cdl-predict cdl-generate; do
     expect_status 2 older "$top_builddir/cli/$prog" "$TMP/none.safetensors"

@@ -194,11 +194,15 @@ int spk_conf_parse(struct spk_conf *c, int ac, char **av)
             if (strlen(known_keys[k]) == (size_t)(eq - arg) &&
                 !strncmp(known_keys[k], arg, (size_t)(eq - arg)))
                 break;
+        /* The release is named: during an upgrade a key of the new
+         * release reaches hosts that still run the old plugin. */
         if (k == NKEYS)
-            return spk_error("plugstack.conf: unknown key '%.*s' (known: mps_control, "
-                             "runtime_dir, topology, port_range, max_replicas_per_gpu, "
-                             "default_bind, master_addr, allow_batch, mps_thread_percentage, "
-                             "mps_timeout, secret_key)", (int)(eq - arg > 64 ? 64 : eq - arg), arg);
+            return spk_error("plugstack.conf: unknown key '%.*s' (cdl_spank %s knows "
+                             "mps_control, runtime_dir, topology, port_range, "
+                             "max_replicas_per_gpu, default_bind, master_addr, allow_batch, "
+                             "mps_thread_percentage, mps_timeout, secret_key; a key of a later "
+                             "release needs that release's plugin on every node and submit host)",
+                             (int)(eq - arg > 64 ? 64 : eq - arg), arg, PACKAGE_VERSION);
         if (seen[k]++)
             return spk_error("plugstack.conf: key '%s' given twice: keep one", known_keys[k]);
         if (eq[1] == '\0')

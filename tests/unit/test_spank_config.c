@@ -75,6 +75,9 @@ static void test_bad_values_named(void **state)
         const char *arg, *named;
     } bad[] = {
         {"frobnicate=1", "unknown key 'frobnicate'"},
+        /* A key of a later release on a host not yet upgraded. */
+        {"frobnicate=1", "(cdl_spank " PACKAGE_VERSION " knows mps_control, "},
+        {"frobnicate=1", "needs that release's plugin on every node and submit host"},
         {"mps_control", "key 'mps_control' has no value: write mps_control=VALUE, with no spaces"},
         {"mps_contrl", "not key=value (no spaces around '=')"},
         {"=x", "not key=value"},

@@ -54,10 +54,13 @@ SPANK_SNIPPET =
 endif
 
 # Prints the cdl_spank.so path a snippet file loads when it is not this
-# installation's (nothing when it loads this one's, or none).
+# installation's (nothing when it loads this one's, or none). A line
+# commented out counts too: the Debian package's cdl.conf ships its line
+# disabled, and is dpkg's conffile, not this installation's to remove.
 SPANK_OTHER_PLUGIN = awk -v so='$(slurmplugindir)/cdl_spank.so' \
-	'$$1 ~ /^(required|optional)$$/ && $$2 ~ /cdl_spank[.]so$$/ { \
-	  if ($$2 == so) mine = 1; else if (other == "") other = $$2 } \
+	'{ line = $$0; sub(/^[ \t]*\#[ \t]*/, "", line); n = split(line, f); \
+	   if (n >= 2 && f[1] ~ /^(required|optional)$$/ && f[2] ~ /cdl_spank[.]so$$/) { \
+	     if (f[2] == so) mine = 1; else if (other == "") other = f[2] } } \
 	 END { if (!mine) print other }'
 
 # The snippet's install (see above); nothing without the plugin. A kept

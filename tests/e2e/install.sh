@@ -119,6 +119,19 @@ if [ "$(var slurmplugin_LTLIBRARIES)" != "" ]; then
     rm -f "$conf" "$conf.new"
     make_install "$DEST"
 fi
+# A release installed over an older one in the same prefix: the older
+# modulefile (its PATH is this bindir) used to stay, so `module load
+# cdl/0.0.1` gave this release's programs. It goes, named; a modulefile of
+# another prefix stays.
+moddir=$(dirname "$modfile")
+printf '#%%Module1.0\nprepend-path PATH            %s\n' "$(var bindir)" >"$moddir/0.0.1"
+printf '#%%Module1.0\nprepend-path PATH            /opt/cdl/0.0.2/bin\n' >"$moddir/0.0.2"
+make_install "$DEST"
+[ ! -e "$moddir/0.0.1" ] || die "make install left the modulefile cdl/0.0.1 of this prefix's older release"
+grep -q "removed the modulefile .*/cdl/0.0.1: $version is now installed in its prefix" "$TMP/log" ||
+    { cat "$TMP/log" >&2; die "make install did not say it removed cdl/0.0.1"; }
+[ -f "$moddir/0.0.2" ] || die "make install removed cdl/0.0.2, another prefix's modulefile"
+rm -f "$moddir/0.0.2"
 # make uninstall takes everything away again (distcheck's rule), the plugin
 # included although libtool no longer has its .la to go by.
 mk uninstall DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make uninstall failed"; }

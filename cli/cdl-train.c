@@ -16,6 +16,7 @@
 #include <cdl/cdl.h>
 
 #include "blas_core.h"
+#include "libcheck.h"
 #include "lib/dist/contract.h"
 #include "normalize.h"
 #include "suggest.h"
@@ -735,6 +736,8 @@ static int lost_peer(const cdl_train_config *cfg)
 int main(int argc, char **argv)
 {
     cli_fix_blas_core(argv);
+    if (cli_check_libcdl("cdl-train", argv) != 0)
+        return 2;
     cdl_train_config cfg;
     cdl_train_defaults(&cfg);
     if (read_env(&cfg) != 0)

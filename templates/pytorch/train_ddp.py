@@ -9,7 +9,9 @@ this step's task 0) and MASTER_PORT (free of collisions between steps) are
 in the environment, so init_process_group("env://") needs no argument, and
 OMP_NUM_THREADS / MKL_NUM_THREADS already hold this task's share of the CPUs
 (PyTorch reads them: no torch.set_num_threads). Without srun the script runs
-as one process without torch.distributed.
+as one process without torch.distributed; a Slurm step of several tasks
+without --cdl-ddp (no WORLD_SIZE) is refused, as each task would train
+alone. The GPU a rank opens follows rank contract 5 (cuda_slot).
 
 Data: a synthetic classification set (inputs N(0,1), labels from a fixed
 random linear "teacher"), the same for every seed, so the script needs no

@@ -9,10 +9,10 @@ CDL_TEMPLATES = templates/single-gpu.sbatch templates/ddp-multinode.sbatch \
 CDL_TEMPLATES += templates/lm-gpt.sbatch templates/finetune-resnet.sbatch templates/chain.sbatch
 dist_templates_DATA = $(CDL_TEMPLATES) templates/train.c templates/README.md
 # The Python scripts the PyTorch templates run (tests/slurm/test_pytorch.sh,
-# test_lightning.sh run them on the test cluster).
+# test_lightning.sh, test_hf_trainer.sh run them on the test cluster).
 templatespytorchdir = $(templatesdir)/pytorch
 dist_templatespytorch_DATA = templates/pytorch/train_ddp.py templates/pytorch/train_lightning.py \
-	templates/pytorch/nanogpt_ckpt.py
+	templates/pytorch/nanogpt_ckpt.py templates/pytorch/train_hf.py
 
 # train.c must keep compiling against the public headers: built (not linked)
 # into a check-only convenience library during `make check`. This fragment

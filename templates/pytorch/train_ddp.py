@@ -9,7 +9,9 @@ this step's task 0) and MASTER_PORT (free of collisions between steps) are
 in the environment, so init_process_group("env://") needs no argument, and
 OMP_NUM_THREADS / MKL_NUM_THREADS already hold this task's share of the CPUs
 (PyTorch reads them: no torch.set_num_threads). Without srun the script runs
-as one process without torch.distributed.
+as one process without torch.distributed; a Slurm step of several tasks
+without --cdl-ddp (no WORLD_SIZE) is refused, as each task would train
+alone. The GPU a rank opens follows rank contract 5 (cuda_slot).
 
 Data: a synthetic classification set (inputs N(0,1), labels from a fixed
 random linear "teacher"), the same for every seed, so the script needs no
@@ -98,6 +100,7 @@ def banner(rank, world, device, backend):
 
 def main():
     args = parse_args()
+    check_launch()
     try:
         return train(args)
     except Exception as e:
@@ -157,15 +160,39 @@ def peer_lost(e):
                                   "NCCL communicator was aborted", "ncclRemoteError"))
 
 
+def check_launch():
+    """A multi-task Slurm step without --cdl-ddp (plain `srun python
+    train_ddp.py`) has no RANK/WORLD_SIZE: every task would train the whole
+    data alone as a world of one, all writing the same checkpoint. Refuse."""
+    e = os.environ.get
+    tasks = e("SLURM_STEP_NUM_TASKS", e("SLURM_NTASKS", "1"))
+    if "WORLD_SIZE" not in os.environ and "SLURM_STEP_ID" in os.environ and \
+            tasks.isdigit() and int(tasks) > 1:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: this Slurm step has {tasks} tasks but no "
+                 f"WORLD_SIZE: each task would train alone; start it with srun --cdl-ddp "
+                 f"(or #SBATCH --cdl-ddp)")
+
+
+def cuda_slot(local_rank, visible):
+    """The visible GPU this rank opens (rank contract 5, docs/rank-contract.md).
+    CDL_GPU_BIND=task: Slurm gave each task GPUs of its own (--gpus-per-task,
+    --gpu-bind=map_gpu, --ntasks-per-gpu): its first, near which the plugin
+    bound its CPUs. Otherwise local rank l uses GPU l / CDL_REPLICAS_PER_GPU
+    of those its node's tasks all see; under --cdl-mps that is the group's
+    one GPU, device 0."""
+    if os.environ.get("CDL_GPU_BIND") == "task":
+        return 0
+    slot = local_rank // max(int(os.environ.get("CDL_REPLICAS_PER_GPU", "1")), 1)
+    return slot % visible
+
+
 def train(args):
     dtype = torch.float64 if args.double else torch.float32
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     if use_cuda:
-        # One GPU per rank: device LOCAL_RANK. Under --cdl-mps every rank
-        # sees only its group's GPU (CUDA_VISIBLE_DEVICES), as device 0.
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(cuda_slot(local_rank, torch.cuda.device_count()))
         device = torch.device("cuda", torch.cuda.current_device())
     else:
         device = torch.device("cpu")

@@ -18,6 +18,7 @@ env CLASS" from inside the fit, and rank 0 "finished" at the end.
 """
 import argparse
 import os
+import sys
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -74,8 +75,32 @@ class Net(pl.LightningModule):
               f"env {type(env).__name__} dist_rank {torch.distributed.get_rank()}", flush=True)
 
 
+def check_layout():
+    """Lightning runs only layouts with the same number of tasks on every
+    node (devices x num_nodes) and refuses a step without
+    SLURM_NTASKS_PER_NODE; its own messages then advise
+    --ntasks-per-node=WORLD_SIZE, which asks for WORLD_SIZE tasks on every
+    node. Name the layout and the option that works instead."""
+    e = os.environ.get
+    if "WORLD_SIZE" not in os.environ:
+        return
+    world, nodes = int(e("WORLD_SIZE")), int(e("CDL_NNODES", "1"))
+    local = int(e("LOCAL_WORLD_SIZE", str(world)))
+    me = f"{os.path.basename(sys.argv[0])}: "
+    if local * nodes != world:
+        sys.exit(f"{me}this step has {world} tasks on {nodes} nodes, {local} on this node "
+                 f"({e('SLURMD_NODENAME', 'node ' + e('GROUP_RANK', '?'))}): Lightning needs the "
+                 f"same number on every node. Ask for -N{nodes} --ntasks-per-node=N (N tasks "
+                 f"per node), or run pytorch/train_ddp.py, which takes any layout")
+    if "SLURM_STEP_ID" in os.environ and "SLURM_NTASKS_PER_NODE" not in os.environ:
+        sys.exit(f"{me}Lightning needs --ntasks-per-node under Slurm (it refuses a bare "
+                 f"--ntasks): ask for -N{nodes} --ntasks-per-node={local} instead of "
+                 f"--ntasks={world}")
+
+
 def main():
     args = parse_args()
+    check_layout()
     g = torch.Generator().manual_seed(1)
     x = torch.randn(args.samples, 32, generator=g)
     y = (x @ torch.randn(32, 10, generator=g)).argmax(dim=1)

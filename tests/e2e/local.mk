@@ -32,6 +32,9 @@ EXTRA_DIST += tests/e2e/gpt-init.sh
 # nanoGPT's ckpt.pt to cdl and back (templates/pytorch/nanogpt_ckpt.py).
 TESTS += tests/e2e/nanogpt-ckpt.sh
 EXTRA_DIST += tests/e2e/nanogpt-ckpt.sh tests/e2e/nanogpt_ckpt.py
+# train_ddp.py refuses a plain multi-task srun; its GPU per rank contract 5.
+TESTS += tests/e2e/pytorch-launch.sh
+EXTRA_DIST += tests/e2e/pytorch-launch.sh
 EXTRA_DIST += tests/e2e/tokens.sh
 TESTS += tests/e2e/torch-resnets.sh
 EXTRA_DIST += tests/e2e/torch-resnets.sh tests/e2e/torch_resnets.py

@@ -135,6 +135,19 @@ wait_job() {
     echo
 }
 
+# requeue_on_usr1 ID OUT: SIGUSR1 to job ID's batch script (what
+# --signal=B:USR1 does before the limit) of a pytorch-requeue.sbatch job
+# writing WORK/OUT; waits until the script has requeued the job, starts
+# run 2 at once and waits for it to end; prints wait_job's line.
+requeue_on_usr1() {
+    scancel --signal=USR1 --batch "$1"
+    wait_until 90 grep -q 'checkpointed: requeueing' "$WORK/$2"
+    wait_until 30 sh -c "scontrol show job $1 2>/dev/null | grep -q JobState=PENDING" &&
+        scontrol update JobId="$1" StartTime=now+2
+    wait_until 60 grep -q '^run 2 ' "$WORK/$2"
+    JOB_TIMEOUT=240 wait_job "$1"
+}
+
 # pypi_venv NAME MODULE PINS...: sets venv to a venv in the build tree
 # (tests/slurm/NAME-venv, removed by make clean) over $PY's system
 # site-packages (so that the system's torch is used), with PINS installed

@@ -18,7 +18,8 @@ SLURM_TESTS = tests/slurm/test_ddp_contract.sh tests/slurm/test_sbatch.sh \
 	tests/slurm/test_lightning.sh tests/slurm/test_stage.sh tests/slurm/test_rank_exit.sh \
 	tests/slurm/test_torchrun.sh tests/slurm/test_accelerate.sh tests/slurm/test_shm.sh \
 	tests/slurm/test_cgroup.sh tests/slurm/test_arrays.sh tests/slurm/test_node_loss.sh \
-	tests/slurm/test_hetero.sh tests/slurm/test_lm_requeue.sh tests/slurm/test_gpu_bind.sh
+	tests/slurm/test_hetero.sh tests/slurm/test_lm_requeue.sh tests/slurm/test_gpu_bind.sh \
+	tests/slurm/test_hf_trainer.sh
 TESTS += $(SLURM_TESTS)
 dist_check_SCRIPTS += $(SLURM_TESTS) tests/slurm/cluster.sh
 EXTRA_DIST += tests/slurm/lib.sh tests/slurm/fake-train.sh
@@ -28,10 +29,11 @@ EXTRA_DIST += tests/topologies/README.md tests/topologies/2socket-4gpu-nvml.xml 
 	tests/topologies/dgx-2socket-8gpu.xml tests/topologies/1socket-4gpu.xml \
 	tests/topologies/gh200.xml tests/topologies/make_gpu_nodes.py
 
-# test_lightning.sh and test_accelerate.sh cache their venvs (Lightning,
-# Accelerate from PyPI) in the build tree.
+# test_lightning.sh, test_accelerate.sh and test_hf_trainer.sh cache their
+# venvs (Lightning, Accelerate, transformers from PyPI) in the build tree.
 clean-local: clean-local-lightning-venv
 clean-local-lightning-venv:
 	-rm -rf tests/slurm/lightning-venv tests/slurm/lightning-venv.tmp \
-	  tests/slurm/accelerate-venv tests/slurm/accelerate-venv.tmp
+	  tests/slurm/accelerate-venv tests/slurm/accelerate-venv.tmp \
+	  tests/slurm/hf-venv tests/slurm/hf-venv.tmp
 .PHONY: clean-local-lightning-venv

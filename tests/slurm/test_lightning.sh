@@ -4,6 +4,8 @@
 # x 2 tasks: Lightning picks SLURMEnvironment, its ranks agree with the
 # plugin's and torch.distributed's, it uses the plugin's MASTER_ADDR and
 # MASTER_PORT (not its own job-id-derived port), and training finishes.
+# Steps Lightning cannot run (-N2 -n3: 2 + 1 tasks; -N2 -n2 without
+# --ntasks-per-node) are refused by the script with the options that work.
 #
 # Lightning comes from PyPI, pinned to the last release for Debian's torch
 # 1.13, into a venv over the system site-packages (so that Debian's torch
@@ -49,4 +51,19 @@ check "Lightning used the plugin's MASTER_ADDR:MASTER_PORT ($master: n1, the adm
     eval '[ "$(echo "$master" | wc -l)" = 1 ] && [ "${master%%:*}" = n1 ] && p=${master#n1:} &&
           [ "$p" -ge "$CDL_PORT_LO" ] && [ "$p" -le "$CDL_PORT_HI" ] && [ "$p" != "$own" ]'
 check "training finished on rank 0" eval 'echo "$out" | grep -qx finished'
+
+# Layouts Lightning cannot run: train_lightning.py names the layout and
+# the option that works. Lightning's own message advised
+# --ntasks-per-node=3 for -N2 -n3 (6 tasks) and 2 for -N2 -n2 (4 tasks).
+out=$(as_user srun -N2 -n3 --cdl-ddp "$venv/bin/python" pytorch/train_lightning.py --epochs 1 \
+      --accelerator cpu 2>&1)
+echo "$out" | grep -E 'train_lightning|HINT' | head -3
+check "-N2 -n3 (2 + 1 tasks): refused, naming the layout, --ntasks-per-node and train_ddp.py" \
+    eval 'echo "$out" | grep -q "this step has 3 tasks on 2 nodes, 2 on this node (n1): Lightning needs the same number on every node. Ask for -N2 --ntasks-per-node=N" &&
+          ! echo "$out" | grep -q "^lightning rank"'
+out=$(as_user srun -N2 -n2 --cdl-ddp "$venv/bin/python" pytorch/train_lightning.py --epochs 1 \
+      --accelerator cpu 2>&1)
+echo "$out" | grep -E 'train_lightning|HINT' | head -3
+check "-N2 -n2 (1 + 1 tasks) without --ntasks-per-node: told -N2 --ntasks-per-node=1" \
+    eval 'echo "$out" | grep -q "ask for -N2 --ntasks-per-node=1 instead of --ntasks=2"'
 finish

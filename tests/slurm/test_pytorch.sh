@@ -187,12 +187,7 @@ check "pytorch-mps-pack.sbatch ran 4 replicas on one GPU with gloo ($state)" \
 id=$(submit --export="ALL,PYTHON=$PY,EPOCHS=12,SAMPLES=8192,RUN_DIR=runs/long" \
      --cpus-per-task=1 -o tlong.out ./pytorch-requeue.sbatch)
 wait_until 90 grep -q "^epoch 1/12" "$WORK/tlong.out"
-scancel --signal=USR1 --batch "$id"
-requeued() { scontrol show job "$1" 2>/dev/null | grep -q 'JobState=PENDING'; }
-wait_until 60 grep -q 'checkpointed: requeueing' "$WORK/tlong.out"
-wait_until 30 requeued "$id" && scontrol update JobId="$id" StartTime=now+2
-wait_until 60 grep -q '^run 2 ' "$WORK/tlong.out"
-JOB_TIMEOUT=240 state=$(wait_job "$id")
+state=$(requeue_on_usr1 "$id" tlong.out)
 cat "$WORK/tlong.out"
 check "pytorch-requeue.sbatch: SIGUSR1 -> checkpoint by every rank -> exit 75 -> requeue" \
     eval 'grep -q "^signal: checkpoint at epoch" "$WORK/tlong.out" && grep -q "checkpointed: requeueing" "$WORK/tlong.out"'

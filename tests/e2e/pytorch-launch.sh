@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# templates/pytorch/train_ddp.py's launch checks, without a cluster (the
+# variables a Slurm step sets, exported by hand):
+#   - a Slurm step of several tasks without --cdl-ddp (plain `srun -n2
+#     python train_ddp.py`: SLURM_STEP_ID, SLURM_STEP_NUM_TASKS=2, no
+#     WORLD_SIZE) is refused before training, naming --cdl-ddp; before, each
+#     task trained the whole data as a world of one, all writing the same
+#     checkpoint, and exited 0. A one-task step still trains;
+#   - the GPU a rank opens (rank contract 5): under CDL_GPU_BIND=task (Slurm
+#     gave each task GPUs of its own) its first visible GPU, not LOCAL_RANK
+#     modulo the GPUs it sees; otherwise LOCAL_RANK / CDL_REPLICAS_PER_GPU.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+py=/usr/bin/python3
+$py -c 'import torch' 2>/dev/null || { echo "SKIP: no python3-torch"; exit 77; }
+DDP=$(cd "$top_srcdir/templates/pytorch" && pwd)/train_ddp.py
+cd "$TMP" || die "no $TMP"
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE CDL_GPU_BIND CDL_REPLICAS_PER_GPU
+
+# ---- plain srun: refused
+expect_status 1 env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2 SLURM_PROCID=1 \
+    $py "$DDP" --epochs 1 --samples 64 --ckpt-dir ck
+expect_err "this Slurm step has 2 tasks but no WORLD_SIZE: each task would train alone; start it with srun --cdl-ddp"
+[ ! -e ck ] || die "the refused run wrote a checkpoint"
+grep -q '^epoch' "$TMP/out" && die "the refused run trained"
+# The batch script (no step id) and a one-task step run as one process.
+expect_status 0 env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=1 SLURM_NTASKS=2 \
+    $py "$DDP" --epochs 1 --samples 64
+grep -q '^epoch 1/1' "$TMP/out" || die "a one-task step did not train"
+expect_status 0 env SLURM_NTASKS=2 SLURM_PROCID=0 $py "$DDP" --epochs 1 --samples 64
+
+# ---- the GPU slot: cuda_slot(LOCAL_RANK, visible GPUs), one python for all
+slots=$($py - "${DDP%/*}" <<'PY'
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import train_ddp
+cases = [  # (local rank, visible GPUs, environment) -> the GPU it opens
+    (1, 4, {}), (5, 4, {}),                               # one task per GPU: LOCAL_RANK's
+    (1, 2, {"CDL_GPU_BIND": "task"}),                     # --gpus-per-task=2: its first
+    (3, 1, {"CDL_GPU_BIND": "task", "CDL_REPLICAS_PER_GPU": "2"}),  # --ntasks-per-gpu=2
+    (1, 2, {"CDL_REPLICAS_PER_GPU": "2"}), (2, 2, {"CDL_REPLICAS_PER_GPU": "2"}),
+    (3, 1, {"CDL_REPLICAS_PER_GPU": "4"}),                # --cdl-mps=4: the group's GPU
+]
+out = []
+for local, visible, env in cases:
+    for k in ("CDL_GPU_BIND", "CDL_REPLICAS_PER_GPU"):
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    out.append(str(train_ddp.cuda_slot(local, visible)))
+print(" ".join(out))
+PY
+)
+echo "GPU slots: $slots"
+[ "$slots" = "1 1 0 0 0 1 0" ] ||
+    die "GPU slots $slots, expected 1 1 0 0 0 1 0 (under CDL_GPU_BIND=task a rank opens its first GPU)"
+echo PASS

@@ -61,6 +61,14 @@ static const conv_case conv_cases[] = {
     {2, 4, 1, 1, 4, 3, 3, 1, 1, 1, 1, 1, 1, 4},    /* one pixel */
     {1, 8, 6, 7, 8, 5, 5, 1, 2, 1, 2, 1, 1, 8},    /* 5x5 */
     {2, 3, 7, 9, 3, 3, 3, 1, 0, 1, 0, 1, 1, 3},    /* no padding */
+    /* depthwise at stride 2 and more: conv2d_dw.c's phase planes */
+    {1, 7, 13, 15, 7, 3, 3, 2, 1, 2, 1, 1, 1, 7},  /* MobileNet's 3x3/2, odd sizes, n=1 */
+    {1, 5, 1, 9, 5, 3, 3, 2, 1, 2, 1, 1, 1, 5},    /* one row */
+    {2, 3, 11, 1, 3, 3, 3, 2, 1, 2, 1, 1, 1, 3},   /* one column */
+    {2, 6, 12, 10, 6, 3, 3, 2, 1, 1, 1, 1, 1, 6},  /* stride 2x1 */
+    {2, 4, 14, 13, 8, 5, 5, 3, 2, 3, 2, 2, 1, 4},  /* stride 3, dilation 2x1, multiplier 2 */
+    {1, 3, 16, 16, 3, 3, 3, 2, 0, 2, 0, 1, 1, 3},  /* no padding, even size */
+    {2, 9, 2, 2, 9, 3, 3, 2, 1, 2, 1, 1, 1, 9},    /* 2x2 to 1x1 */
     {2, 16, 32, 32, 16, 3, 3, 1, 1, 0, 0, 0, 0, 0}, /* resnet20's first stage: 32-float im2col rows */
     {2, 16, 32, 32, 32, 3, 3, 2, 1, 0, 0, 0, 0, 0}, /* and its first stride-2 conv */
 };
@@ -951,42 +959,54 @@ static double max_rel_diff(const float *a, const float *b, size_t n)
     return m / ref;
 }
 
-/* Depthwise convolutions at stride 1 (conv2d_dw.c) give the same bits on
- * 1 and 3 threads: forward and dx per (image, channel), dW and db summed
- * per output channel in image order. */
+/* Depthwise convolutions (conv2d_dw.c), at stride 1 and 2, take the
+ * depthwise loops, whose forward gives conv_dw_ref_fwd's bits, and give
+ * the same bits on 1 and 3 threads: forward and dx per (image, channel),
+ * dW and db summed per output channel in image order. */
 static void test_depthwise_independent_of_threads(void **state)
 {
     (void)state;
-    cdl_conv2d_desc d = ref_conv_desc_full(5, 6, 10, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 6);
-    cdl_conv2d_desc s2 = ref_conv_desc_full(5, 6, 10, 9, 12, 3, 3, 2, 2, 1, 1, 1, 1, 6);
-    assert_true(conv_dw_supported(&d));
-    assert_false(conv_dw_supported(&s2));   /* stride 2: im2col+SGEMM */
-    size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = conv_nw(&d);
-    size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
-    pair x = pair_rand(nx, 95, -1, 1), w = pair_rand(nw, 96, -1, 1);
-    pair b = pair_rand(d.oc, 97, -1, 1), dy = pair_rand(ny, 98, -1, 1);
-    float *out[2][4];
-    for (int t = 0; t < 2; t++) {
-        cdl_backend *be = backend(t ? 3 : 1);
-        float *ws = cdl_calloc(be->ops->conv2d_workspace(be, &d) + 1, sizeof *ws);
-        float *y = cdl_calloc(ny, 4), *dx = cdl_calloc(nx, 4), *dw = cdl_calloc(nw, 4);
-        float *db = cdl_calloc((size_t)d.oc, 4);
-        assert_true(ws && y && dx && dw && db);
-        be->ops->conv2d_fwd(be, &d, x.f, w.f, b.f, y, ws);
-        be->ops->conv2d_bwd(be, &d, x.f, w.f, dy.f, dx, dw, db, ws);
-        out[t][0] = y, out[t][1] = dx, out[t][2] = dw, out[t][3] = db;
-        cdl_free(ws);
-        cdl_backend_destroy(be);
+    const cdl_conv2d_desc shapes[] = {
+        ref_conv_desc_full(5, 6, 10, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 6),
+        ref_conv_desc_full(5, 6, 10, 9, 12, 3, 3, 2, 2, 1, 1, 1, 1, 6),
+        ref_conv_desc_full(3, 11, 17, 23, 11, 3, 3, 2, 2, 1, 1, 1, 1, 11),
+    };
+    cdl_conv2d_desc s5 = ref_conv_desc_full(1, 6, 20, 20, 6, 3, 3, 5, 5, 1, 1, 1, 1, 6);
+    assert_false(conv_dw_supported(&s5));   /* 25 phase planes: im2col+SGEMM */
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const cdl_conv2d_desc d = shapes[si];
+        assert_true(conv_dw_supported(&d));
+        size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = conv_nw(&d);
+        size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
+        pair x = pair_rand(nx, 95, -1, 1), w = pair_rand(nw, 96, -1, 1);
+        pair b = pair_rand(d.oc, 97, -1, 1), dy = pair_rand(ny, 98, -1, 1);
+        float *yref = cdl_calloc(ny, 4);
+        conv_dw_ref_fwd(&d, x.f, w.f, b.f, yref);
+        float *out[2][4];
+        for (int t = 0; t < 2; t++) {
+            cdl_backend *be = backend(t ? 3 : 1);
+            float *ws = cdl_calloc(be->ops->conv2d_workspace(be, &d) + 1, sizeof *ws);
+            float *y = cdl_calloc(ny, 4), *dx = cdl_calloc(nx, 4), *dw = cdl_calloc(nw, 4);
+            float *db = cdl_calloc((size_t)d.oc, 4);
+            assert_true(ws && y && dx && dw && db);
+            be->ops->conv2d_fwd(be, &d, x.f, w.f, b.f, y, ws);
+            be->ops->conv2d_bwd(be, &d, x.f, w.f, dy.f, dx, dw, db, ws);
+            out[t][0] = y, out[t][1] = dx, out[t][2] = dw, out[t][3] = db;
+            cdl_free(ws);
+            cdl_backend_destroy(be);
+        }
+        assert_memory_equal(out[0][0], yref, ny * sizeof(float));
+        const size_t sizes[4] = {ny, nx, nw, (size_t)d.oc};
+        for (int i = 0; i < 4; i++) {
+            assert_memory_equal(out[0][i], out[1][i], sizes[i] * sizeof(float));
+            cdl_free(out[0][i]);
+            cdl_free(out[1][i]);
+        }
+        cdl_free(yref);
+        pair *all[] = {&x, &w, &b, &dy};
+        for (size_t i = 0; i < 4; i++)
+            pair_free(all[i]);
     }
-    const size_t sizes[4] = {ny, nx, nw, (size_t)d.oc};
-    for (int i = 0; i < 4; i++) {
-        assert_memory_equal(out[0][i], out[1][i], sizes[i] * sizeof(float));
-        cdl_free(out[0][i]);
-        cdl_free(out[1][i]);
-    }
-    pair *all[] = {&x, &w, &b, &dy};
-    for (size_t i = 0; i < 4; i++)
-        pair_free(all[i]);
 }
 
 static void test_backward_is_deterministic(void **state)

@@ -8,9 +8,11 @@
 #include <cdl/cdl.h>
 
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/simd.h"
 #include "lib/core/rng.h"
+#include "avx512_testutil.h"
 #include "kernel_testutil.h"
 #include "ref_ops.h"
 
@@ -621,27 +623,27 @@ static void maxpool_rule(const cdl_pool2d_desc *d, const float *x, float *y, int
         }
 }
 
-/* The 3x3/2 padding-1 fast path (the ResNet stem pool) keeps the scalar
- * rule on ties, NaN and -inf, at the plane's padded edges and past 16
- * outputs a row, for even and odd widths. */
-static void test_maxpool_3x3s2_ties_nan(void **state)
+static void maxpool_3x3s2_cases(const char *path)
 {
-    (void)state;
     cdl_backend *be = backend(1);
-    const int shapes[][2] = {{5, 35}, {6, 34}, {1, 3}, {9, 17}};
-    for (size_t s = 0; s < 4; s++) {
+    const int shapes[][2] = {{5, 35}, {6, 34}, {1, 3}, {9, 17}, {1, 1}, {3, 1}, {1, 2}, {2, 2},
+                             {7, 16}, {4, 15}, {3, 49}, {11, 33}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         cdl_pool2d_desc d = ref_pool_desc(1, 1, shapes[s][0], shapes[s][1], 3, 2, 1);
+        assert_string_equal(cpu_maxpool_fwd_path(&d), path);
         size_t nx = (size_t)d.h * d.w, ny = (size_t)d.oh * d.ow;
         float *x = cdl_calloc(nx, sizeof *x), *y = cdl_calloc(ny, sizeof *y), *ye = cdl_calloc(ny, sizeof *y);
         int32_t *am = cdl_calloc(ny, sizeof *am), *ame = cdl_calloc(ny, sizeof *am);
         rng_state r;
         rng_seed(&r, 90 + s);
         const float vals[4] = {0.0f, 1.0f, -INFINITY, NAN};
-        for (int round = 0; round < 3; round++) {
+        for (int round = 0; round < 4; round++) {
             for (size_t i = 0; i < nx; i++) {
                 int u = (int)(rng_next(&r) % 16);   /* round 0: ties only; then -inf, then NaN */
-                x[i] = vals[u < 14 ? u % 2 : (round ? 1 + round : 1)];
+                x[i] = round == 3 ? (float)u - 7.5f : vals[u < 14 ? u % 2 : (round ? 1 + round : 1)];
             }
+            if (round == 3 && nx > 1)
+                x[nx - 1] = -INFINITY;   /* all -inf windows at the far edge */
             maxpool_rule(&d, x, ye, ame);
             be->ops->maxpool_fwd(be, &d, x, y, am);
             assert_memory_equal(am, ame, ny * sizeof *am);
@@ -655,6 +657,25 @@ static void test_maxpool_3x3s2_ties_nan(void **state)
         cdl_free(ame);
     }
     cdl_backend_destroy(be);
+}
+
+/* The 3x3/2 padding-1 fast paths (the ResNet stem pool), AVX-512 and AVX2
+ * (CDL_CPU_NO_AVX512=1), are taken and keep the scalar rule on ties, NaN
+ * and -inf, at the plane's padded edges and past 16 outputs a row, for
+ * even and odd widths, one row or column, and planes of 1 to 3 pixels. */
+static void test_maxpool_3x3s2_ties_nan(void **state)
+{
+    (void)state;
+    int avx512 = cpu_has_avx512(), avx2 = cpu_has_avx2();
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && !avx512)
+            break;   /* the AVX2 pass needs AVX-512 to be switched off */
+        if (pass == 1)
+            test_avx2_only(1);
+        maxpool_3x3s2_cases(pass ? "3x3/2/1 avx2" : avx512 ? "3x3/2/1 avx512" : avx2 ? "3x3/2/1 avx2" : "plain");
+        if (pass == 1)
+            test_avx2_only(0);
+    }
 }
 
 static void test_eltwise_ops(void **state)

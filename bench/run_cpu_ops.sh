@@ -14,7 +14,8 @@
 # Usage: bench/run_cpu_ops.sh [BUILD_DIR] [GROUP...]   (BUILD_DIR holds
 #        bench/bench_ops; GROUP: dw bn pool wino, default all)
 # Environment: THREADS=2 RUNS=20 ROUNDS=1 (each side measured ROUNDS times
-# in turn, its best kept), CDL_SETTINGS="default CDL_CPU_NO_AVX512=1"
+# in turn, its best kept), CPU=0 (1: process CPU time, not the wall
+# clock: with THREADS=1 on a loaded machine, leaves out waiting for a core), CDL_SETTINGS="default CDL_CPU_NO_AVX512=1"
 # (space-separated; each "default" or VAR=VALUE[,VAR=VALUE]: the AVX2
 # paths of an AVX-512 machine are the second; "CDL_CPU_NO_AVX512=1,
 # CDL_CPU_NO_WINOGRAD=1" times the AVX2 direct kernels against Winograd),
@@ -24,7 +25,7 @@ set -u
 build=.
 if [ $# -gt 0 ] && [ -d "$1" ]; then build=$1; shift; fi
 here=$(cd "$(dirname "$0")" && pwd)
-threads=${THREADS:-2} runs=${RUNS:-20} rounds=${ROUNDS:-1}
+threads=${THREADS:-2} runs=${RUNS:-20} rounds=${ROUNDS:-1} cpu=${CPU:-0}
 case $rounds in ''|*[!0-9]*|0) echo "run_cpu_ops.sh: ROUNDS '$rounds': use a count >= 1" >&2; exit 2 ;; esac
 settings=${CDL_SETTINGS:-default CDL_CPU_NO_AVX512=1}
 python=${PYTHON:-/usr/bin/python3}
@@ -68,7 +69,8 @@ best() {
 }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $threads thread(s), fastest of $runs calls, best of $rounds round(s)"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $threads thread(s), fastest of $runs calls" \
+     "($([ "$cpu" = 1 ] && echo "CPU time" || echo "wall clock")), best of $rounds round(s)"
 cols=()
 for round in $(seq "$rounds"); do
     k=0
@@ -76,13 +78,13 @@ for round in $(seq "$rounds"); do
         k=$((k + 1))
         envs=()
         [ "$s" = default ] || IFS=, read -r -a envs <<<"$s"
-        env "${envs[@]}" "$bench" --threads "$threads" --runs "$runs" $cases >>"$tmp/cdl$k" ||
+        env "${envs[@]}" "$bench" --threads "$threads" --runs "$runs" --cpu "$cpu" $cases >>"$tmp/cdl$k" ||
             { echo "run_cpu_ops.sh: bench_ops failed under '$s'" >&2; exit 1; }
     done
     if [ -n "$torch2" ]; then
-        "$torch2" "$here/torch_ops.py" --threads "$threads" --runs "$runs" $cases >>"$tmp/t2" 2>/dev/null
+        "$torch2" "$here/torch_ops.py" --threads "$threads" --runs "$runs" --cpu "$cpu" $cases >>"$tmp/t2" 2>/dev/null
     fi
-    "$python" "$here/torch_ops.py" --threads "$threads" --runs "$runs" $cases >>"$tmp/t1" 2>/dev/null
+    "$python" "$here/torch_ops.py" --threads "$threads" --runs "$runs" --cpu "$cpu" $cases >>"$tmp/t1" 2>/dev/null
 done
 k=0
 for s in $settings; do k=$((k + 1)); best "$tmp/cdl$k" >"$tmp/b.cdl$k"; cols+=("$tmp/b.cdl$k"); done

@@ -21,6 +21,8 @@ import time
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--threads", type=int, default=1)
 parser.add_argument("--runs", type=int, default=20)
+parser.add_argument("--cpu", type=int, default=0,
+                    help="1: the process's CPU time instead of the wall clock (as bench_ops)")
 parser.add_argument("cases", nargs="+")
 args = parser.parse_args()
 os.environ["OPENBLAS_NUM_THREADS"] = "1"   # must precede the import
@@ -31,13 +33,16 @@ torch.set_num_threads(args.threads)
 torch.manual_seed(1)
 
 
+clock = time.process_time if args.cpu else time.perf_counter
+
+
 def min_ms(fn):
     t = []
     for i in range(-2, args.runs):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
         if i >= 0:
-            t.append(1e3 * (time.perf_counter() - t0))
+            t.append(1e3 * (clock() - t0))
     return min(t)
 
 
@@ -52,7 +57,8 @@ def fwd_bwd(fwd, inputs):
     return f, b
 
 
-for case in args.cases:
+def run(case):
+    """(fwd ms, bwd ms or None) of one case."""
     op, _, rest = case.partition(":")
     v = [int(s) for s in rest.split(",")]
     if op in ("dw", "conv"):
@@ -65,23 +71,30 @@ for case in args.cases:
         x = torch.rand(n, c, h, w, requires_grad=True)
         wt = torch.rand(oc, c // groups, k, k, requires_grad=True)
         bias = torch.rand(oc, requires_grad=True)
-        f, b = fwd_bwd(lambda: F.conv2d(x, wt, bias, s, p, 1, groups), (x, wt, bias))
-    elif op in ("bn", "bneval"):
+        return fwd_bwd(lambda: F.conv2d(x, wt, bias, s, p, 1, groups), (x, wt, bias))
+    if op in ("bn", "bneval"):
         n, c, h, w = v
         x = torch.rand(n, c, h, w, requires_grad=True)
         gamma = torch.rand(c, requires_grad=True)
         beta = torch.rand(c, requires_grad=True)
         rm, rv = torch.zeros(c), torch.ones(c)
         if op == "bn":
-            f, b = fwd_bwd(lambda: F.batch_norm(x, rm, rv, gamma, beta, True, 0.1, 1e-5),
+            return fwd_bwd(lambda: F.batch_norm(x, rm, rv, gamma, beta, True, 0.1, 1e-5),
                            (x, gamma, beta))
-        else:
-            with torch.no_grad():
-                f, b = min_ms(lambda: F.batch_norm(x, rm, rv, gamma, beta, False, 0.1, 1e-5)), None
-    elif op == "maxpool":
+        with torch.no_grad():
+            return min_ms(lambda: F.batch_norm(x, rm, rv, gamma, beta, False, 0.1, 1e-5)), None
+    if op == "maxpool":
         n, c, h, w, k, s, p = v
         x = torch.rand(n, c, h, w, requires_grad=True)
-        f, b = fwd_bwd(lambda: F.max_pool2d(x, k, s, p, return_indices=True), (x,))
-    else:
-        sys.exit(f"torch_ops.py: case '{case}' not understood")
+        return fwd_bwd(lambda: F.max_pool2d(x, k, s, p, return_indices=True), (x,))
+    sys.exit(f"torch_ops.py: case '{case}' not understood")
+
+
+for case in args.cases:
+    try:
+        f, b = run(case)
+    except (RuntimeError, ValueError) as e:   # a shape PyTorch refuses: "- -"
+        print(f"torch_ops.py: {case}: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"{case} - -", flush=True)
+        continue
     print(f"{case} {f:.3f} " + (f"{b:.3f}" if b is not None else "-"), flush=True)

@@ -321,11 +321,14 @@ static void merge2(const float *a, const float *b, int n, float *dst)
 
 /* The plane xp (h, w) into the phase planes with zero borders and slack;
  * at stride 1 rows are copied whole, at stride 2 in columns split into
- * even and odd. */
-static void pad_plane(const dwctx *c, const float *xp, float *pad)
+ * even and odd. Every plane writes the same places, so only a thread's
+ * first plane of a call clears the rest (clear = 1): at 14x14 the clearing
+ * took a tenth of the time. */
+static void pad_plane(const dwctx *c, const float *xp, float *pad, int clear)
 {
     const cdl_conv2d_desc *d = c->d;
-    memset(pad, 0, c->pad_floats * sizeof *pad);
+    if (clear)   /* else zero from the last plane: the same places are written */
+        memset(pad, 0, c->pad_floats * sizeof *pad);
     for (int y = 0; y < d->h; y++) {
         const float *src = xp + (size_t)y * d->w;
         int py = y + d->pad_h;
@@ -359,11 +362,13 @@ static void unpad_plane(const dwctx *c, const float *pad, float *dxp)
     }
 }
 
-/* dy plane (oh, ow) into rows of wq floats, zeros past ow. */
-static void widen_dy(const dwctx *c, const float *dyp, float *rows)
+/* dy plane (oh, ow) into rows of wq floats, zeros past ow (cleared when
+ * clear: as pad_plane, the same places are written every time). */
+static void widen_dy(const dwctx *c, const float *dyp, float *rows, int clear)
 {
     const cdl_conv2d_desc *d = c->d;
-    memset(rows, 0, c->row_floats * sizeof *rows);
+    if (clear)
+        memset(rows, 0, c->row_floats * sizeof *rows);
     for (int y = 0; y < d->oh; y++)
         memcpy(rows + (size_t)y * c->wq, dyp + (size_t)y * d->ow, (size_t)d->ow * sizeof *rows);
 }
@@ -423,7 +428,7 @@ static void fwd_items(void *vctx, size_t b, size_t e, int chunk, int tid)
         src[k] = pad + tap_off(c, k / d->kw, k % d->kw);
     for (size_t it = b; it < e; it++) {
         size_t img = it / (size_t)d->c, ci = it % (size_t)d->c;
-        pad_plane(c, c->x + (img * d->c + ci) * c->in_plane, pad);
+        pad_plane(c, c->x + (img * d->c + ci) * c->in_plane, pad, it == b);
         for (int m = 0; m < mult; m++) {
             size_t o = ci * mult + (size_t)m;
             float bias = c->b ? c->b[o] : 0.0f;
@@ -452,7 +457,7 @@ static void dx_items(void *vctx, size_t b, size_t e, int chunk, int tid)
         memset(pad, 0, c->pad_floats * sizeof *pad);
         for (int m = 0; m < mult; m++) {
             size_t o = ci * mult + (size_t)m;
-            widen_dy(c, c->dy + (img * d->oc + o) * c->out_plane, rows);
+            widen_dy(c, c->dy + (img * d->oc + o) * c->out_plane, rows, it == b && m == 0);
             for (int k = 0; k < K; k++)
                 axpy(L, c->w[o * K + k], rows, pad + tap_off(c, k / d->kw, k % d->kw));
         }
@@ -481,8 +486,8 @@ static void dw_items(void *vctx, size_t b, size_t e, int chunk, int tid)
             acc[k] = 0.0;
         for (int img = 0; img < d->n; img++) {
             const float *dyp = c->dy + ((size_t)img * d->oc + o) * c->out_plane;
-            pad_plane(c, c->x + ((size_t)img * d->c + ci) * c->in_plane, pad);
-            widen_dy(c, dyp, rows);
+            pad_plane(c, c->x + ((size_t)img * d->c + ci) * c->in_plane, pad, o == b && img == 0);
+            widen_dy(c, dyp, rows, o == b && img == 0);
             taps_dot(L, K, rows, src, dots);
             for (int k = 0; k < K; k++)
                 acc[k] += dots[k];

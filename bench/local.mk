@@ -1,11 +1,13 @@
 # Benchmarks (built by `make`, not run by `make check`): bench/run_cnn.sh
 # compares the seed CNN's training speed with PyTorch's.
-noinst_PROGRAMS += bench/bench_cnn
+noinst_PROGRAMS += bench/bench_cnn bench/bench_ops
+bench_bench_ops_SOURCES = bench/bench_ops.c bench/bench_util.h
+bench_bench_ops_LDADD = libcdl_core.la
 bench_bench_cnn_SOURCES = bench/bench_cnn.c bench/bench_util.h
 bench_bench_cnn_CPPFLAGS = $(AM_CPPFLAGS) $(OPENBLAS_CFLAGS)
 bench_bench_cnn_LDADD = libcdl_core.la
 EXTRA_DIST += bench/torch_cnn.py bench/run_cnn.sh bench/openblas_core.sh bench/torch_speed.py \
-	bench/run_resnet_speed.sh bench/torch2_venv.sh
+	bench/run_resnet_speed.sh bench/torch2_venv.sh bench/torch_ops.py bench/run_cpu_ops.sh
 # One epoch of real Fashion-MNIST through the loader against synthetic images
 # in memory (run_cnn.sh prints its table too).
 noinst_PROGRAMS += bench/bench_data

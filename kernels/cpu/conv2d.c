@@ -124,8 +124,18 @@ static int wino4_enabled(void) { return env_flag("CDL_CPU_WINOGRAD4", &wino4_on)
  * 512x512 channels, 38 MB, stream from memory for every block of tiles).
  * The weight gradient, direct / F(2x2): 16 at 32x32 8.3 / 9.0, 32 at
  * 16x16 7.7 / 6.8, 64 at 8x8 7.8 / 5.7, 128 at 16x16 (n=32) 31 / 33,
- * 512 at 4x4 73 / 91 (the weight gradient has no F(4x4) yet). */
-#define CONV_WINO_MIN_C 32
+ * 512 at 4x4 73 / 91 (the weight gradient has no F(4x4) yet).
+ * Checked again on the AVX-512 core of conv_use_direct with
+ * CDL_CPU_NO_AVX512=1 (bench/run_cpu_ops.sh wino), 1 thread, CPU ms,
+ * forward / dx+dW, direct AVX2 against F(2x2), batch 8: 16 at 32x32 0.45 /
+ * 0.90 against 0.48 / 1.04, 16 at 16x16 (n=32) 0.45 / 0.90 against 0.52 /
+ * 1.09, 16->64 at 16x16 0.45 / 0.96 against 0.45 / 1.06, 20 at 32x32 0.70
+ * / 1.74 against 0.64 / 1.71, 24 at 32x32 0.97 / 2.08 against 0.83 / 1.74,
+ * 24 at 16x16 0.25 / 0.53 against 0.22 / 0.46: F(2x2) from 24 channels
+ * (it had been 32). The pixel cut-off below held: 64 at 8x8 at 256 pixels
+ * 0.24 / 0.53 against 0.30 / 0.66, at 384 a tie, at 512 0.47 / 0.96
+ * against 0.43 / 0.91. */
+#define CONV_WINO_MIN_C 24
 #define CONV_WINO4_MIN_C 16
 #define CONV_WINO4_MIN_HW 8
 

@@ -34,8 +34,12 @@ void conv_gemm_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const floa
  * multiplier, kernel, stride, padding, dilation), plain loops on any CPU.
  * dW and db do not depend on the thread count. */
 #define CONV_DW_MAX_TAPS 1024   /* kh*kw; larger kernels take im2col+SGEMM */
+#define CONV_DW_MAX_PHASES 16   /* stride_h*stride_w; larger strides too */
 int conv_dw_supported(const cdl_conv2d_desc *d);
 size_t conv_dw_workspace(const cdl_conv2d_desc *d, int threads);
+/* The plain loops the fast forward is tested against (same bits). */
+void conv_dw_ref_fwd(const cdl_conv2d_desc *d, const float *x, const float *w, const float *b,
+                     float *y);
 void conv_dw_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,
                  const float *b, float *y, float *ws);
 void conv_dw_bwd(pool *p, const cdl_conv2d_desc *d, const float *x, const float *w,

@@ -50,6 +50,10 @@ void cpu_linear_act_bwd(cdl_backend *be, int n, int in, int out, const float *x,
                         const float *ax, float *dx, float *dw, float *db, float *ws);
 
 /* pool2d.c */
+/* Which maxpool forward runs for d on this CPU, for the tests: "plain"
+ * (maxpool_fwd_planes, the definition), "2x2/2 avx512", "3x3/2/1 avx512"
+ * or "3x3/2/1 avx2". */
+const char *cpu_maxpool_fwd_path(const cdl_pool2d_desc *d);
 void cpu_maxpool_fwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *x,
                      float *y, int32_t *argmax);
 void cpu_maxpool_bwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *dy,

@@ -203,15 +203,84 @@ static CPU_AVX512 void maxpool3s2_row(const cdl_pool2d_desc *d, const float *x, 
     }
 }
 
-static CPU_AVX512 void maxpool3s2_fwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
+/* maxpool3s2_row on 8 lanes (AVX2 CPUs, or CDL_CPU_NO_AVX512=1): the same
+ * taps in the same order under the same rule, so the same y and argmax.
+ * Lane j of a block of 8 outputs from ox reads columns 2*(ox+j)-1,
+ * 2*(ox+j) and 2*(ox+j)+1: the even and odd lanes of the 16 floats from
+ * column 2*ox, and the odd ones moved up a lane with column 2*ox-1 in lane
+ * 0. Columns past the row's end are masked loads set to -inf. (Copying a
+ * block's columns at the edges into a buffer instead took as long as the
+ * vector work.) */
+static CPU_AVX2 inline __m256 even8(__m256 lo, __m256 hi)
+{
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+static CPU_AVX2 inline __m256 odd8(__m256 lo, __m256 hi)
+{
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* The scalar rule on 8 lanes (max_take's twin). */
+static CPU_AVX2 inline void max_take8(__m256 v, __m256i idx, __m256 *best, __m256i *bi)
+{
+    __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, *best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    *best = _mm256_blendv_ps(*best, v, take);
+    *bi = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(*bi), _mm256_castsi256_ps(idx), take));
+}
+
+/* 8 floats of r from column c, -inf past column w-1. */
+static CPU_AVX2 inline __m256 load8_ninf(const float *r, int c, int w)
+{
+    if (c + 8 <= w)
+        return _mm256_loadu_ps(r + c);
+    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(r + c, m), _mm256_castsi256_ps(m));
+}
+
+static CPU_AVX2 void maxpool3s2_row8(const cdl_pool2d_desc *d, const float *x, int oy, float *y,
+                                     int32_t *am)
+{
+    const int w = d->w;
+    const __m256i two_j = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i up = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+    int ys = imax(2 * oy - 1, 0), ye = imin(2 * oy + 2, d->h);
+    for (int ox = 0; ox < d->ow; ox += 8) {
+        int n = d->ow - ox < 8 ? d->ow - ox : 8;
+        __m256i col = _mm256_add_epi32(_mm256_set1_epi32(2 * ox - 1), two_j);
+        __m256 best = _mm256_set1_ps(-INFINITY);
+        __m256i bi = _mm256_add_epi32(_mm256_set1_epi32(ys * w), _mm256_max_epi32(col, _mm256_setzero_si256()));
+        for (int iy = ys; iy < ye; iy++) {
+            const float *r = x + (size_t)iy * w;
+            __m256 a0 = load8_ninf(r, 2 * ox, w), a1 = load8_ninf(r, 2 * ox + 8, w);
+            __m256 od = odd8(a0, a1);
+            __m256 l = _mm256_blend_ps(_mm256_permutevar8x32_ps(od, up),
+                                       _mm256_set1_ps(ox ? r[2 * ox - 1] : -INFINITY), 1);
+            __m256i at = _mm256_add_epi32(_mm256_set1_epi32(iy * w), col);
+            max_take8(l, at, &best, &bi);
+            max_take8(even8(a0, a1), _mm256_add_epi32(at, _mm256_set1_epi32(1)), &best, &bi);
+            max_take8(od, _mm256_add_epi32(at, _mm256_set1_epi32(2)), &best, &bi);
+        }
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
+        _mm256_maskstore_ps(y + (size_t)oy * d->ow + ox, m, best);
+        _mm256_maskstore_epi32((int *)(am + (size_t)oy * d->ow + ox), m, bi);
+    }
+}
+
+/* The 3x3/2/1 planes, a row at a time with the 16-lane or the 8-lane row. */
+static void maxpool3s2_fwd_planes(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk, (void)tid;
     const pool2d_ctx *c = vctx;
     const cdl_pool2d_desc *d = c->d;
+    void (*row)(const cdl_pool2d_desc *, const float *, int, float *, int32_t *) =
+        cpu_has_avx512() ? maxpool3s2_row : maxpool3s2_row8;
     for (size_t pl = b; pl < e; pl++)
         for (int oy = 0; oy < d->oh; oy++)
-            maxpool3s2_row(d, c->x + pl * d->h * d->w, oy, c->y + pl * d->oh * d->ow,
-                           c->argmax + pl * d->oh * d->ow);
+            row(d, c->x + pl * d->h * d->w, oy, c->y + pl * d->oh * d->ow, c->argmax + pl * d->oh * d->ow);
 }
 
 /* The fast paths' shapes: 2x2/2 unpadded, and 3x3/2 padded by 1 where every
@@ -224,9 +293,21 @@ static int is_pool2(const cdl_pool2d_desc *d)
 static int is_pool3s2(const cdl_pool2d_desc *d)
 {
     return d->k == 3 && d->stride == 2 && d->pad == 1 && 2 * d->oh - 3 < d->h &&
-           2 * d->ow - 3 < d->w && cpu_has_avx512();
+           2 * d->ow - 3 < d->w && (cpu_has_avx512() || cpu_has_avx2());
 }
 #endif
+
+const char *cpu_maxpool_fwd_path(const cdl_pool2d_desc *d)
+{
+#if CPU_X86
+    if (is_pool2(d))
+        return "2x2/2 avx512";
+    if (is_pool3s2(d))
+        return cpu_has_avx512() ? "3x3/2/1 avx512" : "3x3/2/1 avx2";
+#endif
+    (void)d;
+    return "plain";
+}
 
 void cpu_maxpool_fwd(cdl_backend *be, const cdl_pool2d_desc *d, const float *x,
                      float *y, int32_t *argmax)

@@ -8,9 +8,11 @@
 #include <cdl/cdl.h>
 
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/simd.h"
 #include "lib/core/rng.h"
+#include "avx512_testutil.h"
 #include "kernel_testutil.h"
 #include "ref_ops.h"
 
@@ -61,6 +63,14 @@ static const conv_case conv_cases[] = {
     {2, 4, 1, 1, 4, 3, 3, 1, 1, 1, 1, 1, 1, 4},    /* one pixel */
     {1, 8, 6, 7, 8, 5, 5, 1, 2, 1, 2, 1, 1, 8},    /* 5x5 */
     {2, 3, 7, 9, 3, 3, 3, 1, 0, 1, 0, 1, 1, 3},    /* no padding */
+    /* depthwise at stride 2 and more: conv2d_dw.c's phase planes */
+    {1, 7, 13, 15, 7, 3, 3, 2, 1, 2, 1, 1, 1, 7},  /* MobileNet's 3x3/2, odd sizes, n=1 */
+    {1, 5, 1, 9, 5, 3, 3, 2, 1, 2, 1, 1, 1, 5},    /* one row */
+    {2, 3, 11, 1, 3, 3, 3, 2, 1, 2, 1, 1, 1, 3},   /* one column */
+    {2, 6, 12, 10, 6, 3, 3, 2, 1, 1, 1, 1, 1, 6},  /* stride 2x1 */
+    {2, 4, 14, 13, 8, 5, 5, 3, 2, 3, 2, 2, 1, 4},  /* stride 3, dilation 2x1, multiplier 2 */
+    {1, 3, 16, 16, 3, 3, 3, 2, 0, 2, 0, 1, 1, 3},  /* no padding, even size */
+    {2, 9, 2, 2, 9, 3, 3, 2, 1, 2, 1, 1, 1, 9},    /* 2x2 to 1x1 */
     {2, 16, 32, 32, 16, 3, 3, 1, 1, 0, 0, 0, 0, 0}, /* resnet20's first stage: 32-float im2col rows */
     {2, 16, 32, 32, 32, 3, 3, 2, 1, 0, 0, 0, 0, 0}, /* and its first stride-2 conv */
 };
@@ -613,27 +623,27 @@ static void maxpool_rule(const cdl_pool2d_desc *d, const float *x, float *y, int
         }
 }
 
-/* The 3x3/2 padding-1 fast path (the ResNet stem pool) keeps the scalar
- * rule on ties, NaN and -inf, at the plane's padded edges and past 16
- * outputs a row, for even and odd widths. */
-static void test_maxpool_3x3s2_ties_nan(void **state)
+static void maxpool_3x3s2_cases(const char *path)
 {
-    (void)state;
     cdl_backend *be = backend(1);
-    const int shapes[][2] = {{5, 35}, {6, 34}, {1, 3}, {9, 17}};
-    for (size_t s = 0; s < 4; s++) {
+    const int shapes[][2] = {{5, 35}, {6, 34}, {1, 3}, {9, 17}, {1, 1}, {3, 1}, {1, 2}, {2, 2},
+                             {7, 16}, {4, 15}, {3, 49}, {11, 33}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         cdl_pool2d_desc d = ref_pool_desc(1, 1, shapes[s][0], shapes[s][1], 3, 2, 1);
+        assert_string_equal(cpu_maxpool_fwd_path(&d), path);
         size_t nx = (size_t)d.h * d.w, ny = (size_t)d.oh * d.ow;
         float *x = cdl_calloc(nx, sizeof *x), *y = cdl_calloc(ny, sizeof *y), *ye = cdl_calloc(ny, sizeof *y);
         int32_t *am = cdl_calloc(ny, sizeof *am), *ame = cdl_calloc(ny, sizeof *am);
         rng_state r;
         rng_seed(&r, 90 + s);
         const float vals[4] = {0.0f, 1.0f, -INFINITY, NAN};
-        for (int round = 0; round < 3; round++) {
+        for (int round = 0; round < 4; round++) {
             for (size_t i = 0; i < nx; i++) {
                 int u = (int)(rng_next(&r) % 16);   /* round 0: ties only; then -inf, then NaN */
-                x[i] = vals[u < 14 ? u % 2 : (round ? 1 + round : 1)];
+                x[i] = round == 3 ? (float)u - 7.5f : vals[u < 14 ? u % 2 : (round ? 1 + round : 1)];
             }
+            if (round == 3 && nx > 1)
+                x[nx - 1] = -INFINITY;   /* all -inf windows at the far edge */
             maxpool_rule(&d, x, ye, ame);
             be->ops->maxpool_fwd(be, &d, x, y, am);
             assert_memory_equal(am, ame, ny * sizeof *am);
@@ -647,6 +657,25 @@ static void test_maxpool_3x3s2_ties_nan(void **state)
         cdl_free(ame);
     }
     cdl_backend_destroy(be);
+}
+
+/* The 3x3/2 padding-1 fast paths (the ResNet stem pool), AVX-512 and AVX2
+ * (CDL_CPU_NO_AVX512=1), are taken and keep the scalar rule on ties, NaN
+ * and -inf, at the plane's padded edges and past 16 outputs a row, for
+ * even and odd widths, one row or column, and planes of 1 to 3 pixels. */
+static void test_maxpool_3x3s2_ties_nan(void **state)
+{
+    (void)state;
+    int avx512 = cpu_has_avx512(), avx2 = cpu_has_avx2();
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && !avx512)
+            break;   /* the AVX2 pass needs AVX-512 to be switched off */
+        if (pass == 1)
+            test_avx2_only(1);
+        maxpool_3x3s2_cases(pass ? "3x3/2/1 avx2" : avx512 ? "3x3/2/1 avx512" : avx2 ? "3x3/2/1 avx2" : "plain");
+        if (pass == 1)
+            test_avx2_only(0);
+    }
 }
 
 static void test_eltwise_ops(void **state)
@@ -951,42 +980,54 @@ static double max_rel_diff(const float *a, const float *b, size_t n)
     return m / ref;
 }
 
-/* Depthwise convolutions at stride 1 (conv2d_dw.c) give the same bits on
- * 1 and 3 threads: forward and dx per (image, channel), dW and db summed
- * per output channel in image order. */
+/* Depthwise convolutions (conv2d_dw.c), at stride 1 and 2, take the
+ * depthwise loops, whose forward gives conv_dw_ref_fwd's bits, and give
+ * the same bits on 1 and 3 threads: forward and dx per (image, channel),
+ * dW and db summed per output channel in image order. */
 static void test_depthwise_independent_of_threads(void **state)
 {
     (void)state;
-    cdl_conv2d_desc d = ref_conv_desc_full(5, 6, 10, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 6);
-    cdl_conv2d_desc s2 = ref_conv_desc_full(5, 6, 10, 9, 12, 3, 3, 2, 2, 1, 1, 1, 1, 6);
-    assert_true(conv_dw_supported(&d));
-    assert_false(conv_dw_supported(&s2));   /* stride 2: im2col+SGEMM */
-    size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = conv_nw(&d);
-    size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
-    pair x = pair_rand(nx, 95, -1, 1), w = pair_rand(nw, 96, -1, 1);
-    pair b = pair_rand(d.oc, 97, -1, 1), dy = pair_rand(ny, 98, -1, 1);
-    float *out[2][4];
-    for (int t = 0; t < 2; t++) {
-        cdl_backend *be = backend(t ? 3 : 1);
-        float *ws = cdl_calloc(be->ops->conv2d_workspace(be, &d) + 1, sizeof *ws);
-        float *y = cdl_calloc(ny, 4), *dx = cdl_calloc(nx, 4), *dw = cdl_calloc(nw, 4);
-        float *db = cdl_calloc((size_t)d.oc, 4);
-        assert_true(ws && y && dx && dw && db);
-        be->ops->conv2d_fwd(be, &d, x.f, w.f, b.f, y, ws);
-        be->ops->conv2d_bwd(be, &d, x.f, w.f, dy.f, dx, dw, db, ws);
-        out[t][0] = y, out[t][1] = dx, out[t][2] = dw, out[t][3] = db;
-        cdl_free(ws);
-        cdl_backend_destroy(be);
+    const cdl_conv2d_desc shapes[] = {
+        ref_conv_desc_full(5, 6, 10, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 6),
+        ref_conv_desc_full(5, 6, 10, 9, 12, 3, 3, 2, 2, 1, 1, 1, 1, 6),
+        ref_conv_desc_full(3, 11, 17, 23, 11, 3, 3, 2, 2, 1, 1, 1, 1, 11),
+    };
+    cdl_conv2d_desc s5 = ref_conv_desc_full(1, 6, 20, 20, 6, 3, 3, 5, 5, 1, 1, 1, 1, 6);
+    assert_false(conv_dw_supported(&s5));   /* 25 phase planes: im2col+SGEMM */
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const cdl_conv2d_desc d = shapes[si];
+        assert_true(conv_dw_supported(&d));
+        size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = conv_nw(&d);
+        size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
+        pair x = pair_rand(nx, 95, -1, 1), w = pair_rand(nw, 96, -1, 1);
+        pair b = pair_rand(d.oc, 97, -1, 1), dy = pair_rand(ny, 98, -1, 1);
+        float *yref = cdl_calloc(ny, 4);
+        conv_dw_ref_fwd(&d, x.f, w.f, b.f, yref);
+        float *out[2][4];
+        for (int t = 0; t < 2; t++) {
+            cdl_backend *be = backend(t ? 3 : 1);
+            float *ws = cdl_calloc(be->ops->conv2d_workspace(be, &d) + 1, sizeof *ws);
+            float *y = cdl_calloc(ny, 4), *dx = cdl_calloc(nx, 4), *dw = cdl_calloc(nw, 4);
+            float *db = cdl_calloc((size_t)d.oc, 4);
+            assert_true(ws && y && dx && dw && db);
+            be->ops->conv2d_fwd(be, &d, x.f, w.f, b.f, y, ws);
+            be->ops->conv2d_bwd(be, &d, x.f, w.f, dy.f, dx, dw, db, ws);
+            out[t][0] = y, out[t][1] = dx, out[t][2] = dw, out[t][3] = db;
+            cdl_free(ws);
+            cdl_backend_destroy(be);
+        }
+        assert_memory_equal(out[0][0], yref, ny * sizeof(float));
+        const size_t sizes[4] = {ny, nx, nw, (size_t)d.oc};
+        for (int i = 0; i < 4; i++) {
+            assert_memory_equal(out[0][i], out[1][i], sizes[i] * sizeof(float));
+            cdl_free(out[0][i]);
+            cdl_free(out[1][i]);
+        }
+        cdl_free(yref);
+        pair *all[] = {&x, &w, &b, &dy};
+        for (size_t i = 0; i < 4; i++)
+            pair_free(all[i]);
     }
-    const size_t sizes[4] = {ny, nx, nw, (size_t)d.oc};
-    for (int i = 0; i < 4; i++) {
-        assert_memory_equal(out[0][i], out[1][i], sizes[i] * sizeof(float));
-        cdl_free(out[0][i]);
-        cdl_free(out[1][i]);
-    }
-    pair *all[] = {&x, &w, &b, &dy};
-    for (size_t i = 0; i < 4; i++)
-        pair_free(all[i]);
 }
 
 static void test_backward_is_deterministic(void **state)

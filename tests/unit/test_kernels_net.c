@@ -665,6 +665,63 @@ static void test_bn_sums_avx2_order(void **state)
     cdl_backend_destroy(be);
 }
 
+/* Flat batch norm (N,C,1,1: BatchNorm1d, the heads' BN) runs its row
+ * loops 8 channels at a time with AVX2 (kernels/cpu/bnorm.c, *_row1_avx2)
+ * wherever the CPU has AVX2: every output bitwise equal to the portable
+ * loops', for channel counts off the vector width, one image, and more
+ * channels than a block (BN_FLAT), on 1 and 3 threads. */
+static void bn_flat_outputs(int threads, int n, int c, float **out)
+{
+    cdl_backend *be = test_cpu_backend(threads);
+    const cdl_backend_ops *op = be->ops;
+    size_t nx = (size_t)n * c, k = 0;
+    pair x = pair_rand(nx, 500, -1, 3), g = pair_rand(c, 501, 0.5, 1.5);
+    pair b = pair_rand(c, 502, -0.5, 0.5), dy = pair_rand(nx, 503, -1, 1);
+    pair rm = pair_rand(c, 504, -0.5, 0.5), rv = pair_rand(c, 505, 0.2, 3);
+    for (int relu = 0; relu <= 1; relu++) {
+        float *y = out[k++], *sum = out[k++], *sq = out[k++], *saved = out[k++];
+        op->bn_train_fwd(be, n, c, 1, x.f, (float)BN_EPS, g.f, b.f, relu, y, sum, sq, saved);
+        float *dg = out[k++], *db = out[k++], *dx = out[k++];
+        op->bn_train_bwd(be, n, c, 1, x.f, relu ? y : NULL, dy.f, saved, g.f, dg, db, dx);
+        float *ye = out[k++];
+        op->bn_eval(be, n, c, 1, x.f, rm.f, rv.f, (float)BN_EPS, g.f, b.f, relu, ye);
+    }
+    pair *all[] = {&x, &g, &b, &dy, &rm, &rv};
+    for (size_t i = 0; i < 6; i++)
+        pair_free(all[i]);
+    cdl_backend_destroy(be);
+}
+
+static void test_bn_flat_simd_same_bits(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx2())
+        skip();   /* the portable run of this file: nothing to compare */
+    const int shapes[][2] = {{1, 13}, {6, 130}, {17, 8}, {3, 1100}, {2, 7}, {5, 1}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int n = shapes[si][0], c = shapes[si][1];
+        size_t nx = (size_t)n * c, sizes[8] = {nx, (size_t)c + 1, (size_t)c, 2 * (size_t)c + 1,
+                                              (size_t)c, (size_t)c, nx, nx};
+        for (int threads = 1; threads <= 3; threads += 2) {
+            float *out[2][16];
+            for (int pass = 0; pass < 2; pass++) {
+                for (int i = 0; i < 16; i++)
+                    out[pass][i] = cdl_calloc(sizes[i % 8], sizeof(float));
+                if (pass == 1)
+                    cpu_disable_avx512(1);   /* the portable loops */
+                bn_flat_outputs(threads, n, c, out[pass]);
+                if (pass == 1)
+                    cpu_disable_avx512(0);
+            }
+            for (int i = 0; i < 16; i++) {
+                assert_memory_equal(out[0][i], out[1][i], sizes[i % 8] * sizeof(float));
+                cdl_free(out[0][i]);
+                cdl_free(out[1][i]);
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -674,6 +731,7 @@ int main(void)
         cmocka_unit_test(test_ref_xent_ls_gradient),
         cmocka_unit_test(test_bn_train_matches_reference),
         cmocka_unit_test(test_bn_sums_avx2_order),
+        cmocka_unit_test(test_bn_flat_simd_same_bits),
         cmocka_unit_test(test_bn_pieces_sum_across_ranks),
         cmocka_unit_test(test_bn_eval_and_fold),
         cmocka_unit_test(test_bn_eval_small_planes),

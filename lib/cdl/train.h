@@ -202,9 +202,17 @@ typedef struct cdl_train_record {
     double mfu;               /* model FLOPs utilisation; NAN = n/a */
     double grad_norm;         /* step records: the L2 norm where taken (as in
                                  --metrics' "grad_norm"; also NaN or inf at a step
-                                 where training diverged); NAN otherwise */
+                                 where training diverged); NAN otherwise: tell the
+                                 two NaNs apart by grad_norm_taken */
     double seconds;           /* epoch: its wall time; 0 otherwise */
     long samples;             /* test: samples evaluated; 0 otherwise */
+    /* 1 where grad_norm is the step's norm, whatever its value (a NaN or
+     * inf then means the gradient overflowed: training diverged), 0 where
+     * none was taken (grad_norm NAN: other records, steps with no
+     * --clip-grad under data-parallel overlap). Added after the fields
+     * above: read it only when size > offsetof(cdl_train_record,
+     * grad_norm_taken) (an older libcdl's records end before it). */
+    int grad_norm_taken;
 } cdl_train_record;
 
 /* --decay-params: AUTO is 2D for models with sequence layers (the gpt

@@ -22,7 +22,7 @@
 
 enum {
     OPT_DATA_DIR = 256, OPT_BATCH, OPT_MOMENTUM, OPT_WD, OPT_SCHEDULE, OPT_WARMUP, OPT_WORKERS,
-    OPT_CKPT_DIR, OPT_RESUME, OPT_RESUME_ALLOW, OPT_METRICS, OPT_MAX_STEPS, OPT_CKPT_EVERY, OPT_DROP_LAST,
+    OPT_CKPT_DIR, OPT_RESUME, OPT_RESUME_ALLOW, OPT_METRICS, OPT_MAX_STEPS, OPT_CKPT_EVERY, OPT_KEEP_LAST, OPT_KEEP_EVERY, OPT_DROP_LAST,
     OPT_DEVICE, OPT_NESTEROV, OPT_DAMPENING, OPT_STEP_EPOCHS, OPT_SYNTH_N, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32, OPT_GRAPHS,
     OPT_METRICS_EVERY,
@@ -66,6 +66,8 @@ static const struct option long_opts[] = {
     {"seed", required_argument, NULL, 's'},
     {"ckpt-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"ckpt-every", required_argument, NULL, OPT_CKPT_EVERY},
+    {"keep-last", required_argument, NULL, OPT_KEEP_LAST},
+    {"keep-every", required_argument, NULL, OPT_KEEP_EVERY},
     {"resume", required_argument, NULL, OPT_RESUME},
     {"resume-allow", required_argument, NULL, OPT_RESUME_ALLOW},
     {"metrics", required_argument, NULL, OPT_METRICS},
@@ -178,6 +180,9 @@ static void usage(FILE *f)
 "Checkpoints:\n"
 "      --ckpt-dir DIR           write DIR/last.safetensors each epoch, keep DIR/best.safetensors\n"
 "      --ckpt-every N           write last every N steps, not every epoch [0: epochs]\n"
+"      --keep-last N            also keep the N newest checkpoints as DIR/step-S.safetensors\n"
+"                               [0: only last and best]\n"
+"      --keep-every N           ... and for good those of steps that are multiples of N [0]\n"
 "      --resume auto|never|PATH [auto: continue from DIR/last.safetensors if present]\n"
 "      --resume-allow LIST      settings a resume may change, e.g. epochs,lr [none]\n"
 "Resources and output:\n"
@@ -557,6 +562,8 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             break;
         case OPT_CKPT_DIR: rc = copy_str(name, a, cfg->ckpt_dir, sizeof cfg->ckpt_dir); break;
         case OPT_CKPT_EVERY: rc = parse_long(name, a, 0, LONG_MAX, &cfg->ckpt_every); break;
+        case OPT_KEEP_LAST: rc = parse_long(name, a, 0, LONG_MAX, &cfg->keep_last); break;
+        case OPT_KEEP_EVERY: rc = parse_long(name, a, 1, LONG_MAX, &cfg->keep_every); break;
         case OPT_RESUME: rc = copy_str(name, a, cfg->resume, sizeof cfg->resume); break;
         case OPT_RESUME_ALLOW:
             rc = copy_str(name, a, cfg->resume_allow, sizeof cfg->resume_allow);

@@ -179,6 +179,15 @@ typedef struct cdl_train_config {
      * eta_min, nanoGPT's min_lr; its configs use a tenth of lr), in
      * [0, lr]; 0 (the default) decays to 0. Cosine only. */
     float min_lr;
+    /* --keep-last N, --keep-every N (docs/checkpoints.md, "Keeping older
+     * checkpoints"): each checkpoint of last.safetensors also stays as
+     * ckpt_dir/step-NNNNNNNN.safetensors (a hard link: no extra space
+     * while it is last's file), those of steps that are multiples of
+     * keep_every for good, the keep_last newest of the others; rank 0
+     * removes older ones after each checkpoint. 0 and 0 (the defaults):
+     * only last and best, as before. */
+    long keep_last;
+    long keep_every;
 } cdl_train_config;
 
 /* The kinds of record (docs/metrics.md's "type"). */

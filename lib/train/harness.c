@@ -999,6 +999,12 @@ static int check_config(const cdl_train_config *c)
         return cdl_error("--min-lr %g: only the cosine schedule ends at a floor (it is "
                          "--schedule %s): add --schedule cosine, or drop --min-lr",
                          (double)c->min_lr, cdl_sched_kind_name(c->schedule));
+    if (c->keep_last < 0 || c->keep_every < 0)
+        return cdl_error("--keep-last %ld, --keep-every %ld: must be 0 (not set) or more",
+                         c->keep_last, c->keep_every);
+    if ((c->keep_last > 0 || c->keep_every > 0) && !c->ckpt_dir[0])
+        return cdl_error("--keep-last %ld, --keep-every %ld keep older checkpoints of "
+                         "--ckpt-dir: give --ckpt-dir DIR", c->keep_last, c->keep_every);
     if (!(c->peak_tflops >= 0) || !isfinite(c->peak_tflops))
         return cdl_error("--peak-tflops %g: give the device's peak in TFLOP/s, or 0 for the "
                          "known GPUs' table", c->peak_tflops);

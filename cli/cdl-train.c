@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -739,9 +740,28 @@ static int lost_peer(const cdl_train_config *cfg)
     return CDL_EXIT_PEER_LOST;
 }
 
+/* SIGUSR1/SIGTERM blocked (stay pending) or unblocked in this thread. */
+static void hold_stop_signals(int how)
+{
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGUSR1);
+    sigaddset(&s, SIGTERM);
+    sigprocmask(how, &s, NULL);
+}
+
 int main(int argc, char **argv)
 {
+    /* A job signalled as it starts (its --signal=B:USR1@T lead longer than
+     * its time, scancel at once): the default action killed this process
+     * (status 138, no requeue), and a signal its launcher kept blocked was
+     * never seen. Held pending across the re-exec for the BLAS core, then
+     * taken by cdl_train_run's handler from here on: the run stops at its
+     * set-up with status 75, as a signal during set-up does. */
+    hold_stop_signals(SIG_BLOCK);
     cli_fix_blas_core(argv);
+    cdl_train_signals_early();
+    hold_stop_signals(SIG_UNBLOCK);
     cdl_train_config cfg;
     cdl_train_defaults(&cfg);
     if (read_env(&cfg) != 0)

@@ -255,6 +255,17 @@ typedef struct cdl_train_result {
  * res may be NULL. */
 int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res);
 
+/* Installs cdl_train_run's SIGUSR1/SIGTERM handler now, for a program that
+ * may be signalled before it calls cdl_train_run (a Slurm job signalled as
+ * it starts: its --signal lead longer than the time it has, an early
+ * scancel), where the default action would kill it, or a blocked signal
+ * be lost. Call it first in main, then unblock SIGUSR1 and SIGTERM: a
+ * signal from then on stops the next cdl_train_run at its set-up, before
+ * the first step (CDL_EXIT_REQUEUE with a ckpt_dir, as a signal during its
+ * set-up does). That run gives the program's handlers back when it
+ * returns. A no-op while a run is in progress or after a first call. */
+void cdl_train_signals_early(void);
+
 /* Loads the tensors of the safetensors file path (a cdl checkpoint or one
  * PyTorch wrote) into m's parameters and buffers (batchnorm2d's running
  * statistics), by name: every tensor of the model

@@ -448,6 +448,24 @@ static int make_loaders(run *r)
         .gamma = 0.1f,
         .min_lr = c->min_lr,
     };
+    /* A warm-up as long as the cosine's span left it nothing to decay in:
+     * the run warmed up to its last step (its lr never reached --lr, nor
+     * decayed), while the schedule note said it decayed by the last epoch.
+     * --decay-steps is checked against --warmup-steps with the options. */
+    const cdl_schedule *s = &r->sched;
+    if (s->kind == CDL_SCHED_COSINE && s->warmup_steps > 0 && !c->decay_steps &&
+        s->warmup_steps >= s->total_steps) {
+        char warm[64];
+        if (c->warmup_steps > 0)
+            snprintf(warm, sizeof warm, "--warmup-steps %ld", c->warmup_steps);
+        else
+            snprintf(warm, sizeof warm, "--warmup-epochs %d (%ld steps)", c->warmup_epochs,
+                     s->warmup_steps);
+        return cdl_error("%s is not below the cosine's %ld steps (--epochs %d of %ld steps each): the "
+                         "schedule would have no steps left to decay in; shorten the warm-up, "
+                         "add epochs, or give --decay-steps", warm, s->total_steps, c->epochs,
+                         spe);
+    }
     return 0;
 }
 

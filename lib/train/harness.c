@@ -904,7 +904,11 @@ static void schedule_note(run *r)
     if (s->warmup_steps > 0)
         snprintf(warm, sizeof warm, "warm-up over %ld step%s, then ", s->warmup_steps,
                  s->warmup_steps > 1 ? "s" : "");
-    if (s->kind == CDL_SCHED_COSINE && c->max_steps > 0 && c->max_steps < s->total_steps)
+    /* --decay-steps must exceed the warm-up: within it, none is the advice. */
+    if (s->kind == CDL_SCHED_COSINE && c->max_steps > 0 && c->max_steps <= s->warmup_steps)
+        snprintf(stop, sizeof stop, "; --max-steps %ld stops the run inside the warm-up, at "
+                 "lr %g", c->max_steps, (double)cdl_schedule_lr(s, c->max_steps - 1));
+    else if (s->kind == CDL_SCHED_COSINE && c->max_steps > 0 && c->max_steps < s->total_steps)
         snprintf(stop, sizeof stop, "; --max-steps %ld stops the run before, at lr %g "
                  "(--decay-steps %ld would end the decay there)", c->max_steps,
                  (double)cdl_schedule_lr(s, c->max_steps - 1), c->max_steps);

@@ -564,7 +564,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case OPT_CKPT_DIR: rc = copy_str(name, a, cfg->ckpt_dir, sizeof cfg->ckpt_dir); break;
         case OPT_CKPT_EVERY: rc = parse_long(name, a, 0, LONG_MAX, &cfg->ckpt_every); break;
         case OPT_KEEP_LAST: rc = parse_long(name, a, 0, LONG_MAX, &cfg->keep_last); break;
-        case OPT_KEEP_EVERY: rc = parse_long(name, a, 1, LONG_MAX, &cfg->keep_every); break;
+        case OPT_KEEP_EVERY: rc = parse_long(name, a, 0, LONG_MAX, &cfg->keep_every); break;
         case OPT_RESUME: rc = copy_str(name, a, cfg->resume, sizeof cfg->resume); break;
         case OPT_RESUME_ALLOW:
             rc = copy_str(name, a, cfg->resume_allow, sizeof cfg->resume_allow);

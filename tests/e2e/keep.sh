@@ -74,8 +74,11 @@ expect_status 0 "$CDL_TRAIN" "${common[@]}" --ckpt-dir "$TMP/one" --keep-last 2 
 # Options named in their errors.
 expect_status 1 "$CDL_TRAIN" "${common[@]}" --keep-last 2
 expect_err "--keep-last 2, --keep-every 0 keep older checkpoints of --ckpt-dir: give --ckpt-dir DIR"
-expect_status 2 "$CDL_TRAIN" "${common[@]}" --ckpt-dir "$TMP/x" --keep-every 0
+expect_status 2 "$CDL_TRAIN" "${common[@]}" --ckpt-dir "$TMP/x" --keep-every -1
 expect_err "--keep-every"
+# 0 turns either off, as the defaults (a later job of a chain that stops keeping).
+expect_status 0 "$CDL_TRAIN" "${common[@]}" --ckpt-dir "$TMP/off" --keep-every 0 --keep-last 0 --max-steps 2
+expect_set "$TMP/off" ""
 expect_status 2 "$CDL_TRAIN" "${common[@]}" --ckpt-dir "$TMP/x" --keep-last -1
 expect_err "--keep-last"
 # A quota the kept checkpoints fill (a 16 MB tmpfs, mlp's checkpoint 6.6 MB:

@@ -1050,6 +1050,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         /* The model for the data, and nothing written: no checkpoint
          * directory, metrics, event files, staged copy or run header. */
         config.ckpt_dir[0] = config.metrics[0] = config.tensorboard[0] = '\0';
+        config.keep_last = config.keep_every = 0;   /* of the ckpt_dir not written */
         snprintf(config.stage, sizeof config.stage, "off");
         snprintf(config.resume, sizeof config.resume, "never");
         config.quiet = 1;

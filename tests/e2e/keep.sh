@@ -71,6 +71,10 @@ touch "$TMP/one/.step-00000030.safetensors.tmp.AbC123" "$TMP/one/.step-00000030.
 expect_status 0 "$CDL_TRAIN" "${common[@]}" --ckpt-dir "$TMP/one" --keep-last 2 --keep-every 6
 [ -z "$(ls -A "$TMP/one" | grep tmp)" ] || die "temporary files left: $(ls -A "$TMP/one")"
 
+# --summary writes nothing, and takes the options of the run it shows.
+expect_status 0 "$CDL_TRAIN" "${common[@]}" --ckpt-dir "$TMP/sum" --keep-last 2 --summary
+[ ! -e "$TMP/sum" ] || die "--summary made the checkpoint directory"
+
 # Options named in their errors.
 expect_status 1 "$CDL_TRAIN" "${common[@]}" --keep-last 2
 expect_err "--keep-last 2, --keep-every 0 keep older checkpoints of --ckpt-dir: give --ckpt-dir DIR"

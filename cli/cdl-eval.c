@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "blas_core.h"
+#include "libcheck.h"
 #include "evalcommon.h"
 
 #define PROG "cdl-eval"
@@ -222,6 +223,8 @@ static void print_json(const eval_ctx *e, const sums *s, const char *split)
 int main(int argc, char **argv)
 {
     cli_fix_blas_core(argv);
+    if (cli_check_libcdl(PROG, argv) != 0)
+        return 2;
     eval_opts o = {.prog = PROG, .split = "", .device = "auto", .batch_size = 256,
                    .workers = 1, .distributed = 1, .sequences = 1};
     int json = 0, c;

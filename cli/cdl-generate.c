@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "blas_core.h"
+#include "libcheck.h"
 #include "evalcommon.h"
 #include "sample.h"
 #include "vocab.h"
@@ -249,6 +250,8 @@ static int parse_double(const char *opt, const char *s, double lo, double hi, do
 int main(int argc, char **argv)
 {
     cli_fix_blas_core(argv);
+    if (cli_check_libcdl(PROG, argv) != 0)
+        return 2;
     gen g = {.o = {.prog = PROG, .device = "auto", .batch_size = 1}};
     const char *prompt = NULL, *prompt_tokens = NULL;
     int max_tokens = 256, top_k = 0;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "blas_core.h"
+#include "libcheck.h"
 #include "evalcommon.h"
 
 #define PROG "cdl-predict"
@@ -132,6 +133,8 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
 int main(int argc, char **argv)
 {
     cli_fix_blas_core(argv);
+    if (cli_check_libcdl(PROG, argv) != 0)
+        return 2;
     static const char default_split[] = "test";
     eval_opts o = {.prog = PROG, .split = default_split, .device = "auto", .batch_size = 256,
                    .workers = 1, .distributed = 0};

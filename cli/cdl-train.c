@@ -17,6 +17,7 @@
 #include <cdl/cdl.h>
 
 #include "blas_core.h"
+#include "libcheck.h"
 #include "lib/dist/contract.h"
 #include "normalize.h"
 #include "suggest.h"
@@ -760,6 +761,8 @@ int main(int argc, char **argv)
      * set-up with status 75, as a signal during set-up does. */
     hold_stop_signals(SIG_BLOCK);
     cli_fix_blas_core(argv);
+    if (cli_check_libcdl("cdl-train", argv) != 0)
+        return 2;
     cdl_train_signals_early();
     hold_stop_signals(SIG_UNBLOCK);
     cdl_train_config cfg;

@@ -1,6 +1,6 @@
 bin_PROGRAMS += cli/cdl-train
 cli_cdl_train_SOURCES = cli/cdl-train.c cli/suggest.c cli/suggest.h cli/blas_core.c \
-	cli/blas_core.h cli/normalize.c cli/normalize.h
+	cli/blas_core.h cli/normalize.c cli/normalize.h cli/libcheck.c cli/libcheck.h
 cli_cdl_train_LDADD = libcdl.la
 bin_PROGRAMS += cli/cdl-plot
 cli_cdl_plot_SOURCES = cli/cdl-plot.c cli/plot_read.c cli/plot_read.h cli/plot_gnuplot.c \
@@ -8,13 +8,13 @@ cli_cdl_plot_SOURCES = cli/cdl-plot.c cli/plot_read.c cli/plot_read.h cli/plot_g
 cli_cdl_plot_LDADD = libcdl.la
 bin_PROGRAMS += cli/cdl-eval cli/cdl-predict
 cli_cdl_eval_SOURCES = cli/cdl-eval.c cli/evalcommon.c cli/evalcommon.h cli/normalize.c \
-	cli/normalize.h cli/blas_core.c cli/blas_core.h
+	cli/normalize.h cli/blas_core.c cli/blas_core.h cli/libcheck.c cli/libcheck.h
 cli_cdl_eval_LDADD = libcdl.la -lm
 cli_cdl_predict_SOURCES = cli/cdl-predict.c cli/evalcommon.c cli/evalcommon.h cli/normalize.c \
-	cli/normalize.h cli/blas_core.c cli/blas_core.h
+	cli/normalize.h cli/blas_core.c cli/blas_core.h cli/libcheck.c cli/libcheck.h
 cli_cdl_predict_LDADD = libcdl.la -lm
 bin_PROGRAMS += cli/cdl-generate
 cli_cdl_generate_SOURCES = cli/cdl-generate.c cli/sample.c cli/sample.h cli/vocab.c cli/vocab.h \
 	cli/evalcommon.c cli/evalcommon.h cli/normalize.c cli/normalize.h cli/blas_core.c \
-	cli/blas_core.h
+	cli/blas_core.h cli/libcheck.c cli/libcheck.h
 cli_cdl_generate_LDADD = libcdl.la -lm

@@ -16,9 +16,20 @@ modulefiles/cdl: $(top_srcdir)/modulefiles/cdl.in Makefile
 	    -e 's|@includedir[@]|$(includedir)|g' -e "$$runpath" \
 	    $(top_srcdir)/modulefiles/cdl.in > $@
 
+# A release installed over another in the same prefix left the older
+# release's modulefile behind: `module load cdl/OLD` then gave the new
+# release's programs under the old name. Modulefiles of other versions
+# whose PATH is this bindir describe this prefix no more and go (named).
 install-data-local: install-data-local-modulefile
 install-data-local-modulefile: modulefiles/cdl
 	$(MKDIR_P) '$(DESTDIR)$(modulefilesdir)/cdl'
+	@for m in '$(DESTDIR)$(modulefilesdir)'/cdl/*; do \
+	  test -f "$$m" && test "$${m##*/}" != '$(VERSION)' || continue; \
+	  if awk '$$1 == "prepend-path" && $$2 == "PATH" && $$3 == "$(bindir)" { f = 1 } END { exit !f }' "$$m"; then \
+	    echo "cdl: removed the modulefile $$m: $(VERSION) is now installed in its prefix"; \
+	    rm -f "$$m" || exit 1; \
+	  fi; \
+	done
 	$(INSTALL_DATA) modulefiles/cdl '$(DESTDIR)$(modulefilesdir)/cdl/$(VERSION)'
 uninstall-local: uninstall-local-modulefile
 uninstall-local-modulefile:

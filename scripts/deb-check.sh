@@ -110,6 +110,38 @@ if [ -f "$changes" ]; then
 fi
 t_lint=$SECONDS
 
+# 3b. One rank contract per node: libcdl0 Breaks a slurm-spank-cdl and a
+# cdl-tools of a release before its contract (debian/rules'
+# contract_since), and the plugin Breaks such a libcdl0, so that apt never
+# upgrades one alone (every cdl-train on the node then refused its jobs).
+# dpkg must refuse libcdl0 beside an older plugin (a fake one) in a root
+# of its own.
+since=$(sed -n 's/^contract_since = //p' "$top/debian/rules")
+lib_deb=$(echo "$work"/src/libcdl0_*.deb)
+plug_deb=$(echo "$work"/src/slurm-spank-cdl_*.deb)
+if [ -f "$lib_deb" ] && [ -f "$plug_deb" ] && [ -n "$since" ]; then
+    if [ "$(dpkg-deb -f "$lib_deb" Breaks)" = "cdl-tools (<< $since~), slurm-spank-cdl (<< $since~)" ] &&
+       [ "$(dpkg-deb -f "$plug_deb" Breaks)" = "libcdl0 (<< $since~)" ]; then
+        ok "libcdl0 and slurm-spank-cdl break each other's releases before contract $contract ($since)"
+    else
+        bad "Breaks: libcdl0 '$(dpkg-deb -f "$lib_deb" Breaks)', slurm-spank-cdl '$(dpkg-deb -f "$plug_deb" Breaks)': expected those before $since"
+    fi
+    droot=$work/dpkg-root fake=$work/fake-plugin
+    mkdir -p "$droot/var/lib/dpkg/info" "$droot/var/lib/dpkg/updates" "$fake/DEBIAN"
+    touch "$droot/var/lib/dpkg/status" "$droot/var/lib/dpkg/available"
+    printf 'Package: slurm-spank-cdl\nVersion: 0.0.1\nArchitecture: %s\nMaintainer: deb-check <root@localhost>\nDescription: a plugin of an older rank contract\n' \
+        "$(dpkg --print-architecture)" >"$fake/DEBIAN/control"
+    dpkg() { command dpkg --root="$droot" --force-script-chrootless --force-depends "$@"; }
+    if dpkg-deb --build "$fake" "$work/fake.deb" >/dev/null && dpkg -i "$work/fake.deb" >/dev/null 2>&1 &&
+       ! dpkg -i "$lib_deb" >"$work/breaks.log" 2>&1 &&
+       grep -q "installing libcdl0.* would break slurm-spank-cdl" "$work/breaks.log"; then
+        ok "dpkg refuses libcdl0 $ac_version beside slurm-spank-cdl 0.0.1"
+    else
+        cat "$work/breaks.log"; bad "dpkg installed libcdl0 beside a slurm-spank-cdl of an older contract"
+    fi
+    unset -f dpkg
+fi
+
 # 4b. Install the runtime packages into the clean root.
 if wait "$boot_pid"; then
     boot_pid=

@@ -150,10 +150,34 @@ static int set_key(struct spk_conf *c, int k, const char *v)
     return -1;
 }
 
+/* No control byte reaches a message (a terminal would act on it). A '\r'
+ * ending an argument is a file saved with Windows line endings: Slurm
+ * splits the line at spaces and leaves it on the last argument (or alone,
+ * after a trailing space), and "default_bind=cores<CR>: expected none,
+ * cores or closest" showed on a terminal as if cores were refused. */
+static int control_bytes(int ac, char **av)
+{
+    for (int i = 0; i < ac; i++)
+        for (const char *p = av[i]; *p; p++) {
+            unsigned char b = (unsigned char)*p;
+            if (b >= 0x20 && b != 0x7f)
+                continue;
+            if (b == '\r' && p[1] == '\0')
+                return spk_error("plugstack.conf: the line loading cdl_spank.so ends in a "
+                                 "carriage return (Windows line endings): remove them with "
+                                 "sed -i 's/\\r$//' on the file");
+            return spk_error("plugstack.conf: control character 0x%02x in '%.*s'", b,
+                             (int)(p - av[i] > 64 ? 64 : p - av[i]), av[i]);
+        }
+    return 0;
+}
+
 int spk_conf_parse(struct spk_conf *c, int ac, char **av)
 {
     int seen[NKEYS] = {0};
     spk_conf_defaults(c);
+    if (control_bytes(ac, av) != 0)
+        return -1;
     for (int i = 0; i < ac; i++) {
         const char *arg = av[i], *eq = strchr(arg, '=');
         int k;
@@ -170,11 +194,15 @@ int spk_conf_parse(struct spk_conf *c, int ac, char **av)
             if (strlen(known_keys[k]) == (size_t)(eq - arg) &&
                 !strncmp(known_keys[k], arg, (size_t)(eq - arg)))
                 break;
+        /* The release is named: during an upgrade a key of the new
+         * release reaches hosts that still run the old plugin. */
         if (k == NKEYS)
-            return spk_error("plugstack.conf: unknown key '%.*s' (known: mps_control, "
-                             "runtime_dir, topology, port_range, max_replicas_per_gpu, "
-                             "default_bind, master_addr, allow_batch, mps_thread_percentage, "
-                             "mps_timeout, secret_key)", (int)(eq - arg > 64 ? 64 : eq - arg), arg);
+            return spk_error("plugstack.conf: unknown key '%.*s' (cdl_spank %s knows "
+                             "mps_control, runtime_dir, topology, port_range, "
+                             "max_replicas_per_gpu, default_bind, master_addr, allow_batch, "
+                             "mps_thread_percentage, mps_timeout, secret_key; a key of a later "
+                             "release needs that release's plugin on every node and submit host)",
+                             (int)(eq - arg > 64 ? 64 : eq - arg), arg, PACKAGE_VERSION);
         if (seen[k]++)
             return spk_error("plugstack.conf: key '%s' given twice: keep one", known_keys[k]);
         if (eq[1] == '\0')

@@ -53,7 +53,19 @@ else
 SPANK_SNIPPET =
 endif
 
-# The snippet's install (see above); nothing without the plugin.
+# Prints the cdl_spank.so path a snippet file loads when it is not this
+# installation's (nothing when it loads this one's, or none). A line
+# commented out counts too: the Debian package's cdl.conf ships its line
+# disabled, and is dpkg's conffile, not this installation's to remove.
+SPANK_OTHER_PLUGIN = awk -v so='$(slurmplugindir)/cdl_spank.so' \
+	'{ line = $$0; sub(/^[ \t]*\#[ \t]*/, "", line); n = split(line, f); \
+	   if (n >= 2 && f[1] ~ /^(required|optional)$$/ && f[2] ~ /cdl_spank[.]so$$/) { \
+	     if (f[2] == so) mine = 1; else if (other == "") other = f[2] } } \
+	 END { if (!mine) print other }'
+
+# The snippet's install (see above); nothing without the plugin. A kept
+# file that loads another installation's plugin (another prefix) is named
+# as such, not as the admin's edit.
 install-data-local: install-data-local-spank
 install-data-local-spank: $(SPANK_SNIPPET)
 	@for f in $(SPANK_SNIPPET); do \
@@ -62,17 +74,37 @@ install-data-local-spank: $(SPANK_SNIPPET)
 	  if test -f "$$dst" && ! cmp -s "$$f" "$$dst"; then \
 	    echo " $(INSTALL_DATA) $$f '$$dst.new'"; \
 	    $(INSTALL_DATA) "$$f" "$$dst.new" || exit 1; \
-	    echo "cdl: kept the edited $$dst; this release's snippet is $$dst.new"; \
+	    other=`$(SPANK_OTHER_PLUGIN) "$$dst"` || exit 1; \
+	    if test -n "$$other"; then \
+	      echo "cdl: kept $$dst: it loads another installation's plugin ($$other); this installation's snippet is $$dst.new: rename it to cdl.conf to load this one's"; \
+	    else \
+	      echo "cdl: kept the edited $$dst; this release's snippet is $$dst.new"; \
+	    fi; \
 	  else \
 	    echo " $(INSTALL_DATA) $$f '$$dst'"; \
 	    $(INSTALL_DATA) "$$f" "$$dst" && rm -f "$$dst.new" || exit 1; \
 	  fi; \
 	done
+# Only files that load this installation's plugin (or none) go: with two
+# installations side by side (--prefix=/opt/cdl/1 and /opt/cdl/2, one
+# plugstack dir), uninstalling the old one removed the snippet loading the
+# new one's plugin (cdl.conf, or cdl.conf.new waiting to replace it), and
+# --cdl-ddp vanished from the cluster without a word.
 uninstall-local: uninstall-local-snippet
 uninstall-local-snippet:
 	@for f in $(SPANK_SNIPPET); do \
-	  echo " rm -f '$(DESTDIR)$(plugstackdir)/cdl.conf' '$(DESTDIR)$(plugstackdir)/cdl.conf.new'"; \
-	  rm -f '$(DESTDIR)$(plugstackdir)/cdl.conf' '$(DESTDIR)$(plugstackdir)/cdl.conf.new'; \
+	  so='$(slurmplugindir)/cdl_spank.so'; removed=; \
+	  for dst in '$(DESTDIR)$(plugstackdir)/cdl.conf' '$(DESTDIR)$(plugstackdir)/cdl.conf.new'; do \
+	    test -f "$$dst" || continue; \
+	    other=`$(SPANK_OTHER_PLUGIN) "$$dst"` || exit 1; \
+	    if test -z "$$other"; then \
+	      echo " rm -f '$$dst'"; rm -f "$$dst" || exit 1; removed="$$removed$$dst "; \
+	    elif test -n "$$removed"; then \
+	      echo "cdl: kept $$dst: it loads another installation's plugin ($$other); rename it to cdl.conf to load that one (this installation's cdl.conf is removed)"; \
+	    else \
+	      echo "cdl: kept $$dst: it loads another installation's plugin ($$other), not this one's ($$so)"; \
+	    fi; \
+	  done; \
 	done
 .PHONY: install-data-local-spank uninstall-local-snippet
 

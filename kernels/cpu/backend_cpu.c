@@ -11,6 +11,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
+#include "lib/core/log.h"
 
 static void *cpu_alloc(cdl_backend *be, size_t bytes)
 {
@@ -200,9 +201,10 @@ static void check_blas_kernels(void)
     }
     const char *better = cdl_blas_core_advice();
     if (better)
-        fprintf(stderr, "cdl: warning: OpenBLAS does not know this CPU and uses its slow SSE3 "
-                        "kernels (core Prescott): export OPENBLAS_CORETYPE=%s for the ones this "
-                        "CPU supports\n", better);
+        log_line(CDL_LOG_WARNING, stderr,
+                 "cdl: warning: OpenBLAS does not know this CPU and uses its slow SSE3 kernels "
+                 "(core Prescott): export OPENBLAS_CORETYPE=%s for the ones this CPU supports",
+                 better);
 }
 
 cdl_backend *cdl_backend_cpu_create(int threads)

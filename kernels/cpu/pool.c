@@ -20,6 +20,12 @@
  *
  * Every op runs with subnormal floats flushed to zero (see pool.h): the
  * workers set the mode once, the caller around each call, restoring its own.
+ *
+ * In a child of fork() the workers are gone (lib/core/forked.h): every op
+ * runs all its chunks on the caller, as on one thread, and destroy frees
+ * the memory without touching the workers, the mutex or the condition
+ * variables (their state is the parent's at the fork: locked, or with
+ * waiters that will never wake).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,6 +34,7 @@
 #include <cdl/cdl.h>
 
 #include "kernels/cpu/pool.h"
+#include "lib/core/forked.h"
 
 #if defined(__SSE__)   /* x86-64 always; 32-bit x86 when built for SSE */
 #include <xmmintrin.h>
@@ -93,6 +100,7 @@ struct pool {
     atomic_int caller_waiting;    /* the caller sleeps (or is about to) on done */
     atomic_int stop;
     claim *claims;                /* per thread: the next chunk of its share */
+    unsigned long forks;          /* fork_count() when the workers started */
     /* The current task, published before gen is bumped. */
     pool_fn fn;
     void *ctx;
@@ -189,6 +197,7 @@ pool *pool_create(int nthreads)
     atomic_init(&p->stop, 0);
     if (nthreads == 1)
         return p;
+    p->forks = fork_count();
     p->claims = cdl_calloc((size_t)nthreads, sizeof *p->claims);
     if (!p->claims) {
         pool_destroy(p);
@@ -224,6 +233,12 @@ void pool_destroy(pool *p)
 {
     if (!p)
         return;
+    if (p->tids && fork_count() != p->forks) {   /* a child: no workers to stop */
+        cdl_free(p->tids);
+        cdl_free(p->claims);
+        cdl_free(p);
+        return;
+    }
     if (p->tids) {
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->stop, 1);
@@ -259,7 +274,7 @@ void pool_run(pool *p, size_t n, int chunks, pool_fn fn, void *ctx)
     if ((size_t)chunks > n)
         chunks = (int)n;
     unsigned mode = flush_enter();
-    if (chunks == 1 || p->nthreads == 1) {
+    if (chunks == 1 || p->nthreads == 1 || fork_count() != p->forks) {
         for (int i = 0; i < chunks; i++) {
             size_t b, e;
             pool_chunk(n, i, chunks, &b, &e);

@@ -79,7 +79,7 @@ typedef enum cdl_act {
     CDL_ACT_SILU,
     CDL_ACT_SIGMOID,
     CDL_ACT_TANH,
-    CDL_ACT_LEAKYRELU,
+    CDL_ACT_LEAKYRELU
 } cdl_act;
 
 typedef struct cdl_backend cdl_backend;
@@ -467,7 +467,7 @@ typedef struct cdl_backend_params {
 /* cdl_backend_params.precision. */
 typedef enum cdl_precision {
     CDL_PRECISION_FP32 = 0,
-    CDL_PRECISION_BF16 = 1,
+    CDL_PRECISION_BF16 = 1
 } cdl_precision;
 
 void cdl_backend_params_init(cdl_backend_params *p);
@@ -491,6 +491,8 @@ cdl_backend *cdl_backend_cpu_create(int threads);
 cdl_backend *cdl_backend_cuda_create(int device);
 cdl_backend *cdl_backend_create(const char *name, int threads);
 
+/* Destroy a backend last: the models, optimizers and cdl_dist made on it
+ * free their memory through it, as must the buffers from its alloc. */
 void cdl_backend_destroy(cdl_backend *be);
 
 /* The OpenBLAS kernels this process runs (OpenBLAS's core name, e.g.
@@ -542,9 +544,14 @@ const char *cdl_backend_device_name(cdl_backend *be);
  * backend and independent of thread count. */
 static inline int cdl_dropout_keep(uint64_t seed, uint64_t i, float p)
 {
-    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    /* SplitMix64's constants, made of 32-bit halves: a long long literal
+     * is an extension in C++98 programs including this header. */
+    const uint64_t golden = (uint64_t)0x9E3779B9u << 32 | 0x7F4A7C15u;
+    const uint64_t mul1 = (uint64_t)0xBF58476Du << 32 | 0x1CE4E5B9u;
+    const uint64_t mul2 = (uint64_t)0x94D049BBu << 32 | 0x133111EBu;
+    uint64_t z = seed + (i + 1) * golden;
+    z = (z ^ (z >> 30)) * mul1;
+    z = (z ^ (z >> 27)) * mul2;
     z ^= z >> 31;
     float u = (float)(z >> 40) * (1.0f / 16777216.0f);   /* [0,1) on 24 bits */
     return u >= p;

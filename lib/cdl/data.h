@@ -65,7 +65,7 @@ typedef struct cdl_dataset {
 enum cdl_decode {
     CDL_DECODE_AUTO = 0,
     CDL_DECODE_MEMORY,
-    CDL_DECODE_STREAM,
+    CDL_DECODE_STREAM
 };
 
 /* The formats a dataset can be read from besides the named datasets
@@ -82,7 +82,7 @@ enum cdl_normalize {
                                  * from the training split in one pass */
     CDL_NORMALIZE_COMPUTE,      /* computed from the split that is loaded */
     CDL_NORMALIZE_GIVEN,        /* norm_mean/norm_std below */
-    CDL_NORMALIZE_NONE,         /* mean 0, std 1 */
+    CDL_NORMALIZE_NONE          /* mean 0, std 1 */
 };
 
 /* Options of cdl_dataset_load_with; cdl_dataset_options_defaults sets size
@@ -133,7 +133,7 @@ enum cdl_split {
     CDL_SPLIT_TEST = 0,     /* the held-out split: an image folder's test/, else its val/;
                              * token data's validation windows */
     CDL_SPLIT_TRAIN = 1,
-    CDL_SPLIT_VAL = 2,      /* a validation split of its own: an image folder's val/ when
+    CDL_SPLIT_VAL = 2       /* a validation split of its own: an image folder's val/ when
                              * test/ is there too (the other data have none: 1) */
 };
 
@@ -179,7 +179,7 @@ enum cdl_augment {
     CDL_AUGMENT_NONE = 0,
     CDL_AUGMENT_CROP_FLIP = 1,
     CDL_AUGMENT_CROP = 2,
-    CDL_AUGMENT_FLIP = 3,
+    CDL_AUGMENT_FLIP = 3
 };
 /* Moves `count` samples of train, drawn with seed (split.c), into val (a new
  * dataset); train keeps the rest. Both keep index order. The choice depends

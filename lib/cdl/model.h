@@ -45,7 +45,7 @@ typedef enum cdl_layer_kind {
     CDL_LAYER_EMBEDDING,      /* token ids (T,1,1) -> (T,1,E): weight (vocab, E) */
     CDL_LAYER_POSEMBEDDING,   /* (T,1,E) + learned positions: weight (block, E), T <= block */
     CDL_LAYER_LAYERNORM,      /* over the feature axis: weight, bias (E) */
-    CDL_LAYER_ATTENTION,      /* causal self-attention core: (T,1,3C) -> (T,1,C), heads */
+    CDL_LAYER_ATTENTION       /* causal self-attention core: (T,1,3C) -> (T,1,C), heads */
 } cdl_layer_kind;
 
 /* Per-sample shape (channels, height, width); a flat vector of k is (k,1,1). */
@@ -165,7 +165,11 @@ typedef struct cdl_param_view {
 typedef struct cdl_model cdl_model;
 
 /* Builds the model for batches of at most max_batch samples of `input`
- * shape, allocating every buffer a step needs (activations, workspaces). */
+ * shape, allocating every buffer a step needs (activations, workspaces).
+ * Its parameters and buffers are all 0, norm scales included, until
+ * cdl_model_init or cdl_model_load_weights sets them (or a program writes
+ * them through cdl_model_params): a model trained from zeros runs without
+ * an error and learns nothing. */
 cdl_model *cdl_model_create(const cdl_model_spec *spec, cdl_shape input, int max_batch,
                             cdl_backend *be);
 void cdl_model_destroy(cdl_model *m);

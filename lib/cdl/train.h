@@ -179,6 +179,17 @@ typedef struct cdl_train_config {
      * eta_min, nanoGPT's min_lr; its configs use a tenth of lr), in
      * [0, lr]; 0 (the default) decays to 0. Cosine only. */
     float min_lr;
+    /* Every line the run prints itself goes here instead, one call per line
+     * (without its newline), on the thread that called cdl_train_run,
+     * with level enum cdl_log_level: the epoch, eval and test lines (else
+     * on stdout), notes and warnings (else on stderr), and the lines of
+     * what it calls on that thread (rank 0's rank discovery and
+     * collectives, the OpenBLAS advice). Nothing is then printed, and
+     * there is no progress bar; quiet still silences CDL_LOG_INFO.
+     * --summary's table still goes to stdout. The line is libcdl's until
+     * the call returns. NULL (the default): printed as described. */
+    void (*on_log)(void *ctx, int level, const char *line);
+    void *on_log_ctx;
     /* --keep-last N, --keep-every N (docs/checkpoints.md, "Keeping older
      * checkpoints"): each checkpoint of last.safetensors also stays as
      * ckpt_dir/step-NNNNNNNN.safetensors (a hard link: no extra space
@@ -189,6 +200,12 @@ typedef struct cdl_train_config {
     long keep_last;
     long keep_every;
 } cdl_train_config;
+
+/* on_log's levels. */
+enum cdl_log_level {
+    CDL_LOG_INFO = 1,         /* what quiet = 1 silences: epoch lines, notes */
+    CDL_LOG_WARNING = 2       /* likely mistakes and failures the run survives */
+};
 
 /* The kinds of record (docs/metrics.md's "type"). */
 enum cdl_record_type { CDL_RECORD_STEP = 1, CDL_RECORD_EVAL, CDL_RECORD_EPOCH, CDL_RECORD_TEST };
@@ -242,7 +259,9 @@ typedef struct cdl_train_result {
     int interrupted;          /* 1 when stopped by a signal */
 } cdl_train_result;
 
-/* Runs training. Returns 0, -1 on error (cdl_last_error), or
+/* Runs training. Returns 0, -1 on error (cdl_last_error: cdl-train's
+ * message, naming options: --batch-size is batch_size, --optimizer
+ * optim.kind, and the comments above name the others), or
  * CDL_EXIT_REQUEUE when interrupted by SIGUSR1/SIGTERM after a checkpoint
  * (with no ckpt_dir such a stop returns -1: nothing could be resumed).
  * After a -1, cdl_dist_peer_lost() is 1 when the cause was a lost peer

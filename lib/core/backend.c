@@ -8,6 +8,7 @@
 #include <cdl/cdl.h>
 
 #include "backends.h"
+#include "log.h"
 #include "sized.h"
 
 void cdl_backend_params_init(cdl_backend_params *p)
@@ -65,8 +66,8 @@ static cdl_backend *cpu_create(const cdl_backend_params *p, const char *gpu_erro
     /* CDL_LOG=cpu: how many threads it took (ranks sharing CPUs take a
      * share each: cdl_rank_threads). */
     if (be && backend_log_has(p->log, "cpu"))
-        fprintf(stderr, "cdl: cpu backend with %d thread%s\n", be->threads,
-                be->threads == 1 ? "" : "s");
+        log_line(CDL_LOG_INFO, stderr, "cdl: cpu backend with %d thread%s", be->threads,
+                 be->threads == 1 ? "" : "s");
     return be;
 }
 

@@ -13,6 +13,12 @@
  * (they are small), recomputes the order and restarts from first_batch.
  * With workers = 0 the consumer fills slot 0 itself in cdl_loader_next.
  * Everything is allocated in cdl_loader_create.
+ *
+ * A loader made before fork() has no workers in the child
+ * (lib/core/forked.h): there it becomes a loader of 0 workers at its next
+ * call, with a fresh lock (the parent's may have been held by a worker at
+ * the fork). Batches being what they are whoever fills them, the child
+ * gets the same ones.
  */
 #include <pthread.h>
 #include <stddef.h>
@@ -21,6 +27,7 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/core/forked.h"
 #include "lib/core/sized.h"
 #include "lib/data/internal.h"
 
@@ -54,6 +61,7 @@ struct cdl_loader {
     int nslots;
     pthread_t *threads;
     int nthreads;
+    unsigned long forks;         /* fork_count() when the workers started */
 
     /* Under mu: */
     pthread_mutex_t mu;
@@ -234,9 +242,27 @@ static int check_config(const cdl_dataset *d, const cdl_loader_config *c)
     return 0;
 }
 
+/* In a child of fork(): forget the workers and the lock they may have held;
+ * from now on the consumer fills the batches (workers = 0). */
+static void adopt_after_fork(cdl_loader *l)
+{
+    if (!l->nthreads || fork_count() == l->forks)
+        return;
+    l->nthreads = 0;
+    l->cfg.workers = 0;
+    l->busy = 0;
+    l->held = -1;
+    l->active = 0;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->ready, NULL);
+    pthread_cond_init(&l->space, NULL);
+    pthread_cond_init(&l->idle, NULL);
+}
+
 static void loader_destroy(cdl_loader *l, int sync_ready)
 {
     if (sync_ready) {
+        adopt_after_fork(l);
         pthread_mutex_lock(&l->mu);
         l->quit = 1;
         pthread_cond_broadcast(&l->space);
@@ -354,6 +380,7 @@ cdl_loader *cdl_loader_create(const cdl_dataset *d, const cdl_loader_config *cfg
     pthread_cond_init(&l->ready, NULL);
     pthread_cond_init(&l->space, NULL);
     pthread_cond_init(&l->idle, NULL);
+    l->forks = fork_count();
     for (int i = 0; i < c->workers; i++) {
         int err = pthread_create(&l->threads[i], NULL, worker_main, l);
         if (err) {
@@ -393,6 +420,7 @@ int cdl_loader_start_epoch(cdl_loader *l, int epoch, long first_batch)
         return cdl_error("loader: cannot resume at batch %ld of an epoch of %ld batches: "
                          "the checkpoint is from another batch size, world size or dataset",
                          first_batch, l->batches);
+    adopt_after_fork(l);
 
     /* Stop claims and let the batches in flight finish: afterwards no
      * worker reads the order. The slot the consumer holds stays valid
@@ -426,6 +454,7 @@ int cdl_loader_next(cdl_loader *l, cdl_batch *b)
         return cdl_error("cdl_loader_next: loader or batch is NULL");
     if (!l->started)
         return cdl_error("cdl_loader_next: call cdl_loader_start_epoch first");
+    adopt_after_fork(l);
     slot *s;
     if (l->cfg.workers == 0) {
         if (l->next_deliver >= l->end)

@@ -92,11 +92,13 @@ int cdl_dataset_split(cdl_dataset *train, long count, uint64_t seed, cdl_dataset
     memset(val, 0, sizeof *val);
     if (train->tokens)
         return cdl_error("cdl_dataset_split: '%s' holds token windows: its validation split is "
-                         "the last --val-split tokens, chosen when it is loaded", train->name);
+                         "the last tokens of the file, chosen when it is loaded "
+                         "(cdl_dataset_options.val_split)", train->name);
+    /* A C caller's error: cdl_train_run checks --val-split itself (carve_val). */
     if (count <= 0 || count >= train->n)
-        return cdl_error("--val-split: %ld validation samples out of %d training samples of "
-                         "'%s': give a fraction in (0,1) or a count from 1 to %d (0 = none)",
-                         count, train->n, train->name, train->n - 1);
+        return cdl_error("cdl_dataset_split: count %ld of the %d samples of '%s': move 1 to %d "
+                         "of them into the validation set (cdl_val_split_count turns a "
+                         "fraction into a count)", count, train->n, train->name, train->n - 1);
     /* A partial Fisher-Yates: the first count positions of a seeded
      * permutation are the validation samples. */
     int32_t *perm = cdl_malloc((size_t)train->n * sizeof *perm);

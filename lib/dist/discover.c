@@ -19,6 +19,7 @@
 #include <cdl/cdl.h>
 
 #include "announce.h"
+#include "lib/core/log.h"
 #include "boot.h"
 #include "contract.h"
 
@@ -279,7 +280,8 @@ int rank_discover(cdl_rank_info *info, int announce)
     if (announce && info->rank == 0 && info->world > 1 && !atomic_flag_test_and_set(&announced)) {
         const char *launcher = getenv(CDL_ENV_LAUNCHER);
         int l = launcher && *launcher;
-        fprintf(stderr, "cdl: rank 0 of %d: ranks from %s%s%s%s, %d node%s%s%s%s\n", info->world,
+        log_line(CDL_LOG_INFO, stderr, "cdl: rank 0 of %d: ranks from %s%s%s%s, %d node%s%s%s%s",
+                 info->world,
                 names_of(info->source)->what, l ? " (launcher " : "", l ? launcher : "",
                 l ? ")" : "", info->nnodes, info->nnodes == 1 ? "" : "s",
                 info->job_id[0] ? ", job '" : "", info->job_id, info->job_id[0] ? "'" : "");

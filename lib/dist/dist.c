@@ -18,6 +18,7 @@
 
 
 #include "lib/core/sized.h"
+#include "lib/core/log.h"
 
 #include "announce.h"
 #include "boot.h"
@@ -511,8 +512,8 @@ cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backen
         !(d->stage = cdl_backend_host_alloc(be, STAGE_BYTES)))
         goto fail;
     if (announce && info->rank == 0 && info->world > 1)
-        fprintf(stderr, "cdl: rank 0: collectives over %s (%d ranks, %d node%s, bootstrap %s)\n",
-                d->name, info->world, info->nnodes, info->nnodes == 1 ? "" : "s",
+        log_line(CDL_LOG_INFO, stderr,
+                 "cdl: rank 0: collectives over %s (%d ranks, %d node%s, bootstrap %s)", d->name, info->world, info->nnodes, info->nnodes == 1 ? "" : "s",
                 d->boot ? boot_kind(d->boot) : "mpi");
     return d;
 fail:

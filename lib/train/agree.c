@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/core/log.h"
+
 #include "checkpoint.h"
 #include "run.h"
 
@@ -194,8 +196,9 @@ void train_alone_warning(const run *r)
         snprintf(has, sizeof has, "%ld tasks", tasks);
     else
         snprintf(has, sizeof has, "%ld nodes", nodes);
-    fprintf(stderr, "cdl: warning: Slurm job %s has %s, but this process runs outside a job "
-            "step (in the batch script or salloc's shell) and trains alone: start it with srun "
-            "(srun cdl-train ...; with --cdl-ddp each task gets its rank) to train on all of "
-            "them\n", job, has);
+    log_line(CDL_LOG_WARNING, stderr,
+             "cdl: warning: Slurm job %s has %s, but this process runs outside a job step (in "
+             "the batch script or salloc's shell) and trains alone: start it with srun (srun "
+             "cdl-train ...; with --cdl-ddp each task gets its rank) to train on all of them",
+             job, has);
 }

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/core/log.h"
 #include "lib/core/memlimit.h"
 #include "lib/core/sized.h"
 #include "lib/data/internal.h"
@@ -177,8 +178,8 @@ static void log_skipped(const char *why, void *arg)
         return;
     /* The decoder's advice to pass --skip-bad-files, which was passed. */
     const char *advice = strstr(why, ": remove it from the folder or pass --skip-bad-files");
-    fprintf(stderr, "cdl-train: --skip-bad-files: leaving out %.*s\n",
-            advice ? (int)(advice - why) : (int)strlen(why), why);
+    log_line(CDL_LOG_INFO, stderr, "cdl-train: --skip-bad-files: leaving out %.*s",
+             advice ? (int)(advice - why) : (int)strlen(why), why);
 }
 
 static int load_data(run *r)
@@ -228,14 +229,16 @@ static int load_data(run *r)
         return -1;
     r->have_train = 1;
     if (r->train.stream && !c->quiet && r->ri.rank == 0)
-        fprintf(stderr, "cdl-train: %d pictures of %dx%dx%d are decoded by the loader's workers "
-                "as batches need them (--decode %s)\n", r->train.n, r->train.shape.c,
-                r->train.shape.h, r->train.shape.w,
-                c->image_decode == CDL_DECODE_STREAM ? "stream" : "auto: too large for memory");
+        log_line(CDL_LOG_INFO, stderr,
+                 "cdl-train: %d pictures of %dx%dx%d are decoded by the loader's workers as "
+                 "batches need them (--decode %s)", r->train.n, r->train.shape.c,
+                 r->train.shape.h, r->train.shape.w,
+                 c->image_decode == CDL_DECODE_STREAM ? "stream" : "auto: too large for memory");
     if (r->train.skipped && !c->quiet && r->ri.rank == 0)
-        fprintf(stderr, "cdl-train: --skip-bad-files: left out %ld unreadable files of %s%s\n",
-                r->train.skipped, c->data_dir,
-                r->train.skipped > SKIPPED_SHOWN ? " (the first ones named above)" : "");
+        log_line(CDL_LOG_INFO, stderr,
+                 "cdl-train: --skip-bad-files: left out %ld unreadable files of %s%s",
+                 r->train.skipped, c->data_dir,
+                 r->train.skipped > SKIPPED_SHOWN ? " (the first ones named above)" : "");
     /* The test split at the training split's sample size and channels: an
      * image folder's own first test picture may be another size, or gray. */
     o.image_height = r->train.shape.h;
@@ -1033,7 +1036,7 @@ static int check_config(const cdl_train_config *c)
     return train_resume_allow_check(c->resume_allow);
 }
 
-int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
+static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
 {
     cdl_train_result dummy;
     cdl_train_config config;
@@ -1041,6 +1044,7 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     run r;
     memset(&r, 0, sizeof r);
     r.ckpt_lock = -1;
+    r.stage_lock = -1;
     if (!res)
         res = &dummy;
     memset(res, 0, sizeof *res);
@@ -1187,18 +1191,20 @@ int cdl_train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                               "--init-ignore '%s': %s", cfg->init, nf, nf == 1 ? "" : "s",
                               cfg->init_ignore, fresh);
         else if (r.ri.rank == 0)   /* a warning: also when quiet */
-            fprintf(stderr, "cdl-train: warning: --init-ignore '%s' matches none of the model's "
-                    "tensors: every tensor came from %s (the model's last is '%s'; "
-                    "cdl-train --summary lists them)\n", cfg->init_ignore, cfg->init,
-                    cdl_model_view(r.model, cdl_model_nviews(r.model) - 1)->name);
+            log_line(CDL_LOG_WARNING, stderr,
+                     "cdl-train: warning: --init-ignore '%s' matches none of the model's "
+                     "tensors: every tensor came from %s (the model's last is '%s'; "
+                     "cdl-train --summary lists them)", cfg->init_ignore, cfg->init,
+                     cdl_model_view(r.model, cdl_model_nviews(r.model) - 1)->name);
     }
     if (ddp_sharded(r.ddp)) {
         size_t so, sn;
         cdl_optim_shard(r.optim, &so, &sn);
         if (!cdl_optim_nstate(r.optim) && r.ri.rank == 0)   /* a warning: also when quiet */
-            fprintf(stderr, "cdl-train: warning: --shard-optimizer: %s without momentum has no "
-                    "state to shard: it saves no memory (only the update is divided)\n",
-                    cdl_optim_kind_name(cfg->optim.kind));
+            log_line(CDL_LOG_WARNING, stderr,
+                     "cdl-train: warning: --shard-optimizer: %s without momentum has no state "
+                     "to shard: it saves no memory (only the update is divided)",
+                     cdl_optim_kind_name(cfg->optim.kind));
         else
             train_report_note(r.rep, "sharded optimizer (ZeRO-1): rank 0 holds the state of "
                               "%zu of the %zu parameters", sn, cdl_model_nparams(r.model));
@@ -1238,5 +1244,20 @@ out:
      * action while it frees its data, before its caller prints the error. */
     run_free(&r);
     train_signals_restore();
+    return rc;
+}
+
+/* The run with its caller's on_log as this thread's log sink (a nested
+ * run's own, then the outer one's again). A struct too small to hold
+ * on_log has none; one without a valid size is refused by read_config
+ * before anything is said. */
+int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res)
+{
+    log_sink hook = {NULL, NULL};
+    if (cfg && cfg->size >= offsetof(cdl_train_config, on_log_ctx) + sizeof cfg->on_log_ctx)
+        hook = (log_sink){cfg->on_log, cfg->on_log_ctx};
+    log_sink outer = log_sink_set(hook);
+    int rc = train_run(cfg, res);
+    log_sink_set(outer);
     return rc;
 }

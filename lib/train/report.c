@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/core/log.h"
+
 #include "metrics.h"
 #include "report.h"
 #include "tfevents.h"
@@ -88,8 +90,8 @@ train_report *train_report_open(const cdl_train_config *cfg, int rank)
     r->epochs = cfg->epochs;
     r->max_steps = cfg->max_steps > 0 ? cfg->max_steps : 0;
     /* By default only on a terminal, so a log file (Slurm's output, a
-     * pipe) never gets the bar's carriage returns. */
-    r->bar = rank == 0 && !cfg->quiet &&
+     * pipe) never gets the bar's carriage returns; never into on_log. */
+    r->bar = rank == 0 && !cfg->quiet && !log_sink_active() &&
              (cfg->progress == 1 || (cfg->progress < 0 && isatty(STDERR_FILENO)));
     r->bar_epoch = -1;
     if (rank == 0 && cfg->metrics[0]) {
@@ -191,17 +193,17 @@ int train_report_epoch(train_report *r, const epoch_stats *s)
         char mfu[16] = "n/a";
         if (isfinite(s->mfu))
             snprintf(mfu, sizeof mfu, "%.1f%%", 100 * s->mfu);
-        printf("epoch %d/%d  train loss %.4f acc %6.2f%%  val loss %.4f acc %6.2f%%  "
-               "%8.0f tok/s  MFU %s  %6.2f s  lr %.5g\n",
-               s->epoch + 1, r->epochs, s->train_loss, 100 * s->train_acc, s->val_loss,
-               100 * s->val_acc, s->tokens_per_sec, mfu, s->seconds, s->lr);
-        fflush(stdout);
+        log_line(CDL_LOG_INFO, stdout,
+                 "epoch %d/%d  train loss %.4f acc %6.2f%%  val loss %.4f acc %6.2f%%  "
+                 "%8.0f tok/s  MFU %s  %6.2f s  lr %.5g",
+                 s->epoch + 1, r->epochs, s->train_loss, 100 * s->train_acc, s->val_loss,
+                 100 * s->val_acc, s->tokens_per_sec, mfu, s->seconds, s->lr);
     } else if (!r->quiet) {
-        printf("epoch %d/%d  train loss %.4f acc %6.2f%%  val loss %.4f acc %6.2f%%  "
-               "%7.0f img/s  %6.2f s  lr %.5g\n",
-               s->epoch + 1, r->epochs, s->train_loss, 100 * s->train_acc, s->val_loss,
-               100 * s->val_acc, s->samples_per_sec, s->seconds, s->lr);
-        fflush(stdout);
+        log_line(CDL_LOG_INFO, stdout,
+                 "epoch %d/%d  train loss %.4f acc %6.2f%%  val loss %.4f acc %6.2f%%  "
+                 "%7.0f img/s  %6.2f s  lr %.5g",
+                 s->epoch + 1, r->epochs, s->train_loss, 100 * s->train_acc, s->val_loss,
+                 100 * s->val_acc, s->samples_per_sec, s->seconds, s->lr);
     }
     cdl_train_record rec = record_of(CDL_RECORD_EPOCH, s->epoch + 1, s->step);
     rec.loss = s->train_loss;
@@ -249,9 +251,8 @@ int train_report_test(train_report *r, long step, double loss, double acc, int s
     if (r->rank != 0)
         return 0;
     if (!r->quiet) {
-        printf("test  loss %.4f acc %6.2f%%  (%d sample%s, final weights)\n", loss,
-               100 * acc, samples, samples == 1 ? "" : "s");
-        fflush(stdout);
+        log_line(CDL_LOG_INFO, stdout, "test  loss %.4f acc %6.2f%%  (%d sample%s, final weights)",
+                 loss, 100 * acc, samples, samples == 1 ? "" : "s");
     }
     cdl_train_record rec = record_of(CDL_RECORD_TEST, 0, 0);
     rec.loss = loss;
@@ -277,9 +278,8 @@ int train_report_eval(train_report *r, int epoch, long step, double loss, double
     if (r->bar)
         fprintf(stderr, "\r\033[K");
     if (!r->quiet) {
-        printf("epoch %d/%d  step %ld  val loss %.4f acc %6.2f%%\n", epoch + 1, r->epochs, step,
-               loss, 100 * acc);
-        fflush(stdout);
+        log_line(CDL_LOG_INFO, stdout, "epoch %d/%d  step %ld  val loss %.4f acc %6.2f%%",
+                 epoch + 1, r->epochs, step, loss, 100 * acc);
     }
     cdl_train_record rec = record_of(CDL_RECORD_EVAL, epoch + 1, step);
     rec.loss = loss;
@@ -290,12 +290,11 @@ int train_report_eval(train_report *r, int epoch, long step, double loss, double
     return record_failed(r, r->tb ? tboard_eval(r->tb, step, loss, acc) : 0);
 }
 
-static void report_line(train_report *r, const char *fmt, va_list ap)
+static void report_line(train_report *r, int level, const char *fmt, va_list ap)
 {
     if (r->bar)
         fprintf(stderr, "\r\033[K");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    log_vline(level, stderr, fmt, ap);
 }
 
 void train_report_note(train_report *r, const char *fmt, ...)
@@ -304,7 +303,7 @@ void train_report_note(train_report *r, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    report_line(r, fmt, ap);
+    report_line(r, CDL_LOG_INFO, fmt, ap);
     va_end(ap);
 }
 
@@ -314,6 +313,6 @@ void train_report_warning(train_report *r, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    report_line(r, fmt, ap);
+    report_line(r, CDL_LOG_WARNING, fmt, ap);
     va_end(ap);
 }

@@ -42,6 +42,7 @@ typedef struct run {
     char last_path[1100], best_path[1100];
     char fingerprint[32];     /* data_fingerprint of train (checkpoints, resume, agree.c) */
     int ckpt_lock;            /* rank 0: the --ckpt-dir lock (ckpt_dir_prepare), -1 none */
+    int stage_lock;           /* local rank 0: the lock on stage_owned's .lock (stage.c), -1 none */
     long saved_step;          /* the step of the last checkpoint written or resumed from */
     int finished_before;      /* resumed with nothing left to train (run_epochs) */
     train_loop *loop;         /* the training loop's buffers (loop.c) */

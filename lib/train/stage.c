@@ -6,27 +6,34 @@
  * follow them) into
  * BASE/cdl-stage-JOB/, through a temporary name and rename, and reads each
  * copy back to compare its size and CRC-32 with the source's. All ranks
- * then meet in one allreduce (bounded by CDL_TIMEOUT like every wait) that
+ * then meet in rounds of an allreduce (each bounded by CDL_TIMEOUT, the
+ * copiers taking part in one every few seconds while they copy: beat) that
  * also sums failures and seconds, so a node whose copy failed stops every
  * rank with an error instead of leaving them waiting.
  *
- * --stage auto copies to $SLURM_TMPDIR, else $TMPDIR, and only from a
+ * --stage auto copies to $SLURM_TMPDIR, else $TMPDIR (a copy per job step,
+ * locked while in use so that one a killed run left is swept), and only from a
  * network file system on another device (data already local is read where
- * it is); --stage DIR copies to DIR and keeps the copy (a later job finds
- * the verified files there and copies nothing). */
+ * it is); --stage DIR copies to DIR/DATASET-KEY (one copy per source, KEY
+ * from its path) and keeps the copy: a later job finds the verified files
+ * there, copies only what differs, and removes what the source no longer
+ * holds (prune_tree). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "../ckpt/checksum.h"
+#include "lib/core/log.h"
 #include "lib/data/internal.h"
 #include "signals.h"
 #include "stage.h"
@@ -59,10 +66,40 @@ typedef struct stage_stats {
     long files;
     double bytes;
     long copied;   /* files copied (the rest were there already, verified) */
+    long removed;  /* entries of an earlier copy the dataset no longer holds (prune_tree) */
+    run *r;        /* NULL: no peers to keep told (beat) */
+    double every, last;   /* seconds between beats, and the last one */
+    int beat_failed;      /* a beat's collective failed: the peers are gone */
 } stage_stats;
 
+/* The vector every rank adds up while the copies run, one collective per
+ * round: failures, seconds, nodes that copied, stopped by a signal, and
+ * copies still running. */
+enum { V_FAIL, V_SECS, V_NODES, V_STOP, V_PENDING, V_LEN };
+
+/* A copy of many GB takes longer than CDL_TIMEOUT, which bounds each wait
+ * of the node's other ranks and of the other nodes: a copying rank takes
+ * part in one round (pending = 1) every few seconds, so the others wait
+ * for a copy that is progressing however long it takes, and still stop
+ * within CDL_TIMEOUT when it hangs (a read that never returns) or dies.
+ * Before, every staged dataset that took longer than 300 s to copy failed
+ * all ranks with "a slow copy? raise CDL_TIMEOUT". */
+static int beat(stage_stats *st)
+{
+    if (!st->r || st->beat_failed || train_now() - st->last < st->every)
+        return st->beat_failed ? -1 : 0;
+    double v[V_LEN] = {0};
+    v[V_PENDING] = 1;
+    if (cdl_dist_allreduce_f64(st->r->dist, v, V_LEN) != 0) {
+        st->beat_failed = 1;
+        return -1;
+    }
+    st->last = train_now();
+    return 0;
+}
+
 /* CRC-32 and size of a regular file: 0, or -1 with an error naming it. */
-static int file_crc(const char *path, uint32_t *crc, off_t *size, char *buf)
+static int file_crc(const char *path, uint32_t *crc, off_t *size, char *buf, stage_stats *st)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -70,7 +107,7 @@ static int file_crc(const char *path, uint32_t *crc, off_t *size, char *buf)
     uint32_t c = 0;
     off_t n = 0;
     ssize_t got;
-    while ((got = read(fd, buf, BUF)) > 0) {
+    while ((got = read(fd, buf, BUF)) > 0 && beat(st) == 0) {
         c = st_crc_bytes(c, buf, (size_t)got);
         n += got;
     }
@@ -78,12 +115,56 @@ static int file_crc(const char *path, uint32_t *crc, off_t *size, char *buf)
     close(fd);
     if (got < 0)
         return cdl_error("--stage: reading %s failed: %s", path, strerror(err));
+    if (st->beat_failed)
+        return -1;
     *crc = c;
     *size = n;
     return 0;
 }
 
-/* Copies src to dst (through dst.tmp and rename) and verifies the copy. */
+/* The temporary name a copy is written under before its rename:
+ * DIR/.NAME.cdl-tmp.HOST.PID. Hidden, so no reader and no later copy takes
+ * a half copy for data, and naming the writer, so prune_tree can remove
+ * what a killed copy (SIGKILL, a lost node) left without touching the
+ * copy another job or emulated node on this host is writing now. */
+static const char TMP_TAG[] = ".cdl-tmp.";
+
+static int tmp_name(const char *dst, char *out, size_t len)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    const char *slash = strrchr(dst, '/');
+    int dirlen = slash ? (int)(slash - dst + 1) : 0;
+    int n = snprintf(out, len, "%.*s.%s%s%s.%ld", dirlen, dst, dst + dirlen, TMP_TAG, host,
+                     (long)getpid());
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+/* Whether the hidden entry name is a temporary copy of a process of this
+ * host that has ended (its leftover). */
+static int is_stale_tmp(const char *name)
+{
+    const char *tag = strstr(name, TMP_TAG);
+    const char *dot = strrchr(name, '.');
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    if (name[0] != '.' || !tag || !dot)
+        return 0;
+    const char *h = tag + sizeof TMP_TAG - 1;
+    char *end;
+    long pid = strtol(dot + 1, &end, 10);
+    if (*end || pid <= 0 || (size_t)(dot - h) != strlen(host) || strncmp(h, host, strlen(host)))
+        return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+static int same_time(const struct stat *a, const struct stat *b)
+{
+    return a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Copies src to dst (through a hidden temporary and rename) and verifies
+ * the copy. */
 static int copy_file(const char *src, const char *dst, char *buf, stage_stats *st)
 {
     uint32_t crc_src, crc_dst;
@@ -91,18 +172,30 @@ static int copy_file(const char *src, const char *dst, char *buf, stage_stats *s
     struct stat ss;
     if (stat(src, &ss) != 0)
         return cdl_error("--stage: %s: %m", src);
-    /* Already there (a kept --stage DIR): verified, not copied again. */
+    /* Already there (a kept --stage DIR): a copy of the source's size and
+     * modification time, which each copy takes from its source, is taken
+     * as it is, as rsync takes it: comparing CRC-32s read the whole
+     * dataset from the shared file system again at every start, which is
+     * what staging is for avoiding (a kept copy of 100 GB cost a job as
+     * long to start as copying it). Other copies of the right size are
+     * compared by CRC-32, and given the source's time when they match. */
     struct stat ds;
+    if (stat(dst, &ds) == 0 && ds.st_size == ss.st_size && same_time(&ds, &ss)) {
+        st->files++;
+        st->bytes += (double)ss.st_size;
+        return 0;
+    }
     if (stat(dst, &ds) == 0 && ds.st_size == ss.st_size &&
-        file_crc(src, &crc_src, &size_src, buf) == 0 &&
-        file_crc(dst, &crc_dst, &size_dst, buf) == 0 && crc_src == crc_dst &&
+        file_crc(src, &crc_src, &size_src, buf, st) == 0 &&
+        file_crc(dst, &crc_dst, &size_dst, buf, st) == 0 && crc_src == crc_dst &&
         size_src == size_dst) {
+        utimensat(AT_FDCWD, dst, (const struct timespec[2]){ss.st_atim, ss.st_mtim}, 0);
         st->files++;
         st->bytes += (double)size_src;
         return 0;
     }
     char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp%ld", dst, (long)getpid()) >= (int)sizeof tmp)
+    if (tmp_name(dst, tmp, sizeof tmp) != 0)
         return cdl_error("--stage: path too long: %s", dst);
     int in = open(src, O_RDONLY | O_CLOEXEC);
     if (in < 0)
@@ -122,6 +215,10 @@ static int copy_file(const char *src, const char *dst, char *buf, stage_stats *s
             rc = cdl_error("--stage: stopped by a signal while copying %s", src);
             break;
         }
+        if (beat(st) != 0) {
+            rc = -1;
+            break;
+        }
         crc = st_crc_bytes(crc, buf, (size_t)got);
         n += got;
         for (ssize_t off = 0; off < got;) {
@@ -135,10 +232,14 @@ static int copy_file(const char *src, const char *dst, char *buf, stage_stats *s
     }
     if (rc == 0 && got < 0)
         rc = cdl_error("--stage: reading %s failed: %m", src);
+    if (rc == 0)   /* the source's time: a later run knows the copy by it */
+        futimens(out, (const struct timespec[2]){ss.st_atim, ss.st_mtim});
     if (close(out) != 0 && rc == 0)
         rc = cdl_error("--stage: writing %s failed: %m", tmp);
     close(in);
-    if (rc == 0 && file_crc(tmp, &crc_dst, &size_dst, buf) == 0 &&
+    if (rc == 0 && file_crc(tmp, &crc_dst, &size_dst, buf, st) != 0)
+        rc = -1;
+    if (rc == 0 &&
         (crc_dst != crc || size_dst != n || n != ss.st_size))
         rc = cdl_error("--stage: the copy %s does not verify (size %lld of %lld, CRC-32 %08x "
                        "instead of %08x): the source changed while copying or the node-local "
@@ -199,7 +300,7 @@ static int copy_tree(const char *src, const char *dst, int depth, dir_id *above,
         return cdl_error("--stage: cannot list the dataset directory %s: %m", src);
     struct dirent *e;
     int rc = 0;
-    while (rc == 0 && (e = readdir(d))) {
+    while (rc == 0 && (e = readdir(d)) && (rc = beat(st)) == 0) {
         if (e->d_name[0] == '.')
             continue;   /* ., .., and hidden files are no dataset's */
         char s[4096], t[4096];
@@ -263,17 +364,173 @@ static int remove_tree(const char *dir)
     return rmdir(dir);
 }
 
+/* Whether the entry name of the dataset's folder src is still in it as a
+ * file or folder (links followed, as copy_tree follows them), as what dst
+ * is (a file, or a folder when is_dir). Only a source that says the entry
+ * is not there (or is of another kind) counts: a shared file system that
+ * fails to answer (EIO, ESTALE, a timeout) removes nothing from the copy. */
+static int in_source(const char *src, const char *name, int is_dir)
+{
+    char s[4096];
+    struct stat fs;
+    if (snprintf(s, sizeof s, "%s/%s", src, name) >= (int)sizeof s)
+        return 1;
+    if (stat(s, &fs) != 0)
+        return errno != ENOENT && errno != ENOTDIR;
+    return is_dir ? S_ISDIR(fs.st_mode) : S_ISREG(fs.st_mode);
+}
+
+/* Before copying into a kept or reused copy dst of src: removes what src
+ * no longer holds (a picture or class deleted from the dataset, a test.csv
+ * or meta.pkl taken away, a folder that is a file now), which the readers
+ * would still find in the copy and train on, and the temporary files of
+ * copies killed on this host. When only is set (one file staged into dst,
+ * with its meta.pkl), every other entry goes. Counts removed files and
+ * folders in st->removed. Other hidden entries stay. */
+static void prune_tree(const char *src, const char *dst, const char *only, const char *meta,
+                       stage_stats *st)
+{
+    DIR *d = opendir(dst);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) && beat(st) == 0) {
+        if (e->d_name[0] == '.') {
+            char t[4096];
+            if (is_stale_tmp(e->d_name) &&
+                snprintf(t, sizeof t, "%s/%s", dst, e->d_name) < (int)sizeof t)
+                unlink(t);
+            continue;
+        }
+        char t[4096], s[4096];
+        struct stat ds;
+        if (snprintf(t, sizeof t, "%s/%s", dst, e->d_name) >= (int)sizeof t ||
+            lstat(t, &ds) != 0)
+            continue;
+        int dir = S_ISDIR(ds.st_mode);
+        int keep = only ? !dir && (!strcmp(e->d_name, only) || (meta && !strcmp(e->d_name, meta)))
+                        : in_source(src, e->d_name, dir);
+        if (!keep) {
+            if (dir ? remove_tree(t) == 0 : unlink(t) == 0)
+                st->removed++;
+        } else if (dir && snprintf(s, sizeof s, "%s/%s", src, e->d_name) < (int)sizeof s) {
+            prune_tree(s, t, NULL, NULL, st);
+        }
+    }
+    closedir(d);
+}
+
+/* The copy's folder: created private (0700: a copy of data read from a
+ * private folder is not for every account of the node to read), or, when
+ * it is there, a folder of this account's. Another account's folder of
+ * the same name is neither read nor written: its files could be anything
+ * of the right size and CRC-32, and its owner could change them while
+ * this run reads them. create 0 only checks one that exists. */
+static int own_dir(const char *dir, int create)
+{
+    if (create && mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return cdl_error("--stage: cannot create %s: %m", dir);
+    struct stat st;
+    if (lstat(dir, &st) != 0)
+        return errno == ENOENT && !create ? 0 : cdl_error("--stage: %s: %m", dir);
+    if (!S_ISDIR(st.st_mode))
+        return cdl_error("--stage: %s is there but not a folder: remove it or give another "
+                         "--stage DIR", dir);
+    if (st.st_uid != geteuid())
+        return cdl_error("--stage: %s belongs to another account (uid %ld): a copy staged by "
+                         "someone else is not read; give a --stage DIR of your own", dir,
+                         (long)st.st_uid);
+    return 0;
+}
+
+/* --stage auto's copies: BASE/cdl-stage-JOB.STEP, each with a .lock that
+ * the local rank 0 of every node copying into it holds (shared) until it
+ * removes the copy. A run killed before that (SIGKILL after KillWait, the
+ * out-of-memory killer, a crash) left its copy in $TMPDIR for good, GBs on
+ * every node; its lock went with its process, so the next run of this
+ * account there finds and removes it. A folder without .lock (a copy of
+ * an older cdl, perhaps still in use) is left alone. */
+static const char AUTO_PREFIX[] = "cdl-stage-", LOCK_NAME[] = ".lock";
+
+int train_stage_lock(const char *dir)
+{
+    char p[1200];
+    if (snprintf(p, sizeof p, "%s/%s", dir, LOCK_NAME) >= (int)sizeof p)
+        return cdl_error("--stage: path too long: %s", dir);
+    for (int tries = 0; tries < 8; tries++) {
+        if (own_dir(dir, 1) != 0)
+            return -1;
+        int fd = open(p, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == ENOENT)
+            continue;   /* a sweep removed the folder in between: make it again */
+        if (fd < 0)
+            return cdl_error("--stage: cannot create %s: %m", p);
+        /* A sweep holding it exclusively removes the folder before it
+         * lets go: then the lock is on a file no longer there. */
+        struct stat a, b;
+        if (flock(fd, LOCK_SH) == 0 && fstat(fd, &a) == 0 && stat(p, &b) == 0 &&
+            a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return fd;
+        close(fd);
+    }
+    return cdl_error("--stage: cannot lock %s: it is removed as soon as it is made", p);
+}
+
+int train_stage_sweep(const char *base)
+{
+    DIR *d = opendir(base);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char dir[1200], lock[1300];
+        struct stat st;
+        if (strncmp(e->d_name, AUTO_PREFIX, sizeof AUTO_PREFIX - 1) ||
+            snprintf(dir, sizeof dir, "%s/%s", base, e->d_name) >= (int)sizeof dir ||
+            lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+            continue;
+        snprintf(lock, sizeof lock, "%s/%s", dir, LOCK_NAME);
+        int fd = open(lock, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && remove_tree(dir) == 0)
+            n++;
+        close(fd);
+    }
+    closedir(d);
+    return n;
+}
+
+/* The kept copy of src under a --stage DIR: DIR/DATASET-KEY, KEY the
+ * CRC-32 of src's absolute path. Two datasets of one format (two image
+ * folders, two corpora) get two copies: in one DIR/imagefolder, the second
+ * run read the first one's classes as its own. */
+static void kept_dir(const char *base, const char *dataset, const char *src, char *out,
+                     size_t len)
+{
+    char abs[4096];
+    if (!realpath(src, abs))
+        snprintf(abs, sizeof abs, "%s", src);
+    snprintf(out, len, "%.900s/%.60s-%08x", base, dataset,
+             (unsigned)st_crc_bytes(0, abs, strlen(abs)));
+}
+
 /* Whether the copy of src into dir (on base's file system) fits in the
  * space free there, before copying: a dataset larger than the node-local
  * disk would otherwise fail only when that disk is full, after copying for
  * as long as it took to fill it. Files already in dir at their size count
  * nothing. 0, or -1 with an error giving both sizes. */
-static int enough_room(const char *src, const struct stat *ss, const char *dir, const char *base)
+static int enough_room(const char *src, const struct stat *ss, const char *dir, const char *base,
+                       stage_stats *st)
 {
-    stage_stats need = {0};
+    stage_stats need = {.r = st->r, .every = st->every, .last = st->last};
     dir_id above[STAGE_MAX_DEPTH + 1];
     if (S_ISDIR(ss->st_mode)) {
-        if (copy_tree(src, dir, 0, above, NULL, &need) != 0)
+        int rc = copy_tree(src, dir, 0, above, NULL, &need);
+        st->last = need.last;
+        st->beat_failed = need.beat_failed;
+        if (rc != 0)
             return -1;
     } else {
         char to[1400];
@@ -358,53 +615,97 @@ int train_stage(run *r)
     if (automatic)
         snprintf(dir, sizeof dir, "%.900s/cdl-stage-%s", base, name);
     else
-        snprintf(dir, sizeof dir, "%.900s/%.60s", base, c->dataset);
+        kept_dir(base, c->dataset, src, dir, sizeof dir);
     double t0 = train_now();
-    double v[4] = {0, 0, 0, 0};   /* failures, seconds, nodes that copied, stopped */
+    double v[V_LEN] = {0};
     stage_stats st = {0};
+    int peers = r->dist && r->ri.world > 1;
+    if (peers) {   /* a beat well within each wait's bound (CDL_TIMEOUT, default 300 s) */
+        double timeout = c->dist_config && c->dist_config->timeout_s > 0
+                             ? c->dist_config->timeout_s : 300;
+        st.r = r;
+        st.every = timeout / 4 < 10 ? timeout / 4 : 10;
+        st.last = t0;
+    }
     if (r->ri.local_rank == 0) {
         char *buf = cdl_malloc(BUF);
-        int rc = buf ? enough_room(src, &ss, dir, base) : -1;
+        int swept = automatic ? train_stage_sweep(base) : 0;
+        if (swept)
+            train_report_note(r->rep, "--stage auto: removed %d cop%s under %s left by runs "
+                              "that were killed before they could remove them", swept,
+                              swept == 1 ? "y" : "ies", base);
+        int rc = buf ? own_dir(dir, 0) : -1;
+        /* One file (npz, csv, a corpus) keeps only itself and the meta.pkl
+         * beside it, if there is one, in its folder. */
+        int one = !S_ISDIR(ss.st_mode);
+        char meta[4200];
+        int has_meta = one && !strcmp(c->dataset, "tokens") &&
+                       tokens_meta_path(src, meta, sizeof meta);
+        if (rc == 0)
+            prune_tree(src, dir, one ? base_name(src) : NULL, has_meta ? "meta.pkl" : NULL, &st);
+        if (rc == 0)
+            rc = enough_room(src, &ss, dir, base, &st);
+        if (rc == 0 && !automatic)
+            rc = own_dir(dir, 1);
+        if (rc == 0 && automatic && (r->stage_lock = train_stage_lock(dir)) < 0)
+            rc = -1;
         dir_id above[STAGE_MAX_DEPTH + 1];
-        if (rc == 0 && S_ISDIR(ss.st_mode)) {
+        if (rc == 0 && !one) {
             rc = copy_tree(src, dir, 0, above, buf, &st);
         } else if (rc == 0) {   /* one file (npz, csv): into dir under its name */
             char to[1400];
             snprintf(to, sizeof to, "%.1000s/%.300s", dir, base_name(src));
-            rc = mkdir(dir, 0755) != 0 && errno != EEXIST
-                     ? cdl_error("--stage: cannot create %s: %m", dir)
-                     : copy_file(src, to, buf, &st);
-            if (rc == 0 && !strcmp(c->dataset, "tokens"))
+            rc = copy_file(src, to, buf, &st);
+            if (rc == 0 && has_meta)
                 rc = copy_meta_pkl(src, dir, buf, &st);
         }
         cdl_free(buf);
         if (automatic)
             snprintf(r->stage_owned, sizeof r->stage_owned, "%s", dir);
-        v[3] = rc != 0 && train_stop_requested();
-        v[0] = rc != 0 && !v[3];
-        v[1] = train_now() - t0;
-        v[2] = 1;
-        if (v[0] > 0)
-            fprintf(stderr, "cdl: rank %d (node %d): %s\n", r->ri.rank, r->ri.node_rank,
-                    cdl_last_error());
+        if (st.beat_failed)
+            return cdl_error("--stage: the other ranks stopped waiting while this rank copied "
+                             "%s: %s", src, cdl_last_error());
+        v[V_STOP] = rc != 0 && train_stop_requested();
+        v[V_FAIL] = rc != 0 && !v[V_STOP];
+        v[V_SECS] = train_now() - t0;
+        v[V_NODES] = 1;
+        if (v[V_FAIL] > 0)
+            log_line(CDL_LOG_WARNING, stderr, "cdl: rank %d (node %d): %s", r->ri.rank,
+                     r->ri.node_rank, cdl_last_error());
     }
-    if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, v, 4) != 0)
-        return cdl_error("--stage: waiting for the copies of the dataset on every node failed: "
-                         "%s (a slow copy? raise CDL_TIMEOUT)", cdl_last_error());
-    if (v[3] > 0)   /* SIGTERM or SIGUSR1 on a copying rank: all stop now, agreed */
+    /* Rounds until no copy is running: every rank adds its outcome (the
+     * copiers' final ones, zeros elsewhere) to each round, while the
+     * copiers still at work add pending beats (beat); the last round
+     * holds every node's outcome once. */
+    for (double sum[V_LEN] = {[V_PENDING] = 1}; peers && sum[V_PENDING] > 0;) {
+        memcpy(sum, v, sizeof sum);
+        if (cdl_dist_allreduce_f64(r->dist, sum, V_LEN) != 0)
+            return cdl_error("--stage: waiting for the copies of the dataset on every node "
+                             "failed: %s (a copy that made no progress for CDL_TIMEOUT, or a "
+                             "rank that died)", cdl_last_error());
+        if (sum[V_PENDING] == 0)
+            memcpy(v, sum, sizeof sum);
+    }
+    if (v[V_STOP] > 0)   /* SIGTERM or SIGUSR1 on a copying rank: all stop now, agreed */
         return 1;
-    if (v[0] > 0)
+    if (v[V_FAIL] > 0)
         return cdl_error("--stage: copying %s to node-local storage failed on %.0f node%s (the "
                          "first error is above, from its local rank 0): use --stage off or "
-                         "another --stage DIR", src, v[0], v[0] > 1 ? "s" : "");
+                         "another --stage DIR", src, v[V_FAIL], v[V_FAIL] > 1 ? "s" : "");
     if (S_ISDIR(ss.st_mode))
         snprintf(r->data_dir, sizeof r->data_dir, "%s", dir);
     else
         snprintf(r->data_dir, sizeof r->data_dir, "%.900s/%.150s", dir, base_name(src));
-    train_report_note(r->rep, "staged %s to %s: %ld file%s, %.1f MB (%ld copied) in %.2f s "
+    char removed[64] = "";
+    if (st.removed)
+        snprintf(removed, sizeof removed, ", %ld removed that the dataset no longer holds",
+                 st.removed);
+    train_report_note(r->rep, "staged %s to %s: %ld file%s, %.1f MB (%ld copied%s) in %.2f s "
                       "(mean of %.0f node%s: %.2f s)", src, dir, st.files, st.files == 1 ? "" : "s", st.bytes / 1e6,
-                      st.copied, v[1] > 0 && v[2] == 1 ? v[1] : train_now() - t0, v[2],
-                      v[2] == 1 ? "" : "s", v[2] > 0 ? v[1] / v[2] : 0.0);
+                      st.copied, removed,
+                      v[V_SECS] > 0 && v[V_NODES] == 1 ? v[V_SECS] : train_now() - t0,
+                      v[V_NODES], v[V_NODES] == 1 ? "" : "s",
+                      v[V_NODES] > 0 ? v[V_SECS] / v[V_NODES] : 0.0);
     return 0;
 }
 
@@ -418,4 +719,7 @@ void train_stage_cleanup(run *r, int ok)
         cdl_dist_barrier(r->dist);
     remove_tree(r->stage_owned);
     r->stage_owned[0] = '\0';
+    if (r->stage_lock >= 0)
+        close(r->stage_lock);
+    r->stage_lock = -1;
 }

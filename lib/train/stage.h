@@ -9,7 +9,8 @@
 /* Before the data is read: with --stage auto|DIR, local rank 0 of every
  * node copies the files of the dataset's directory into a per-job
  * directory of node-local storage and verifies sizes and CRC-32s, while the
- * node's other ranks wait (in a collective, bounded by CDL_TIMEOUT); then
+ * node's other ranks wait (in rounds of a collective while the copy
+ * progresses, each bounded by CDL_TIMEOUT); then
  * every rank reads from there. Sets r->data_dir (the directory to read:
  * the staged copy, or the original when staging is off or skipped) and
  * reports what it did and how long it took. Returns 0, -1 on an error, or
@@ -22,5 +23,14 @@ int train_stage(run *r);
  * barrier first): removes the per-job copy this process made (never a DIR
  * the user gave). */
 void train_stage_cleanup(run *r, int ok);
+
+/* --stage auto's per-job copies under base: locks dir/.lock (shared) for
+ * as long as the returned descriptor is open, creating dir (0700) if
+ * needed; -1 with an error. A copy whose lock nobody holds belongs to a
+ * run that ended without removing it (SIGKILL, out of memory, a crash):
+ * train_stage_sweep removes those of this account under base and returns
+ * how many. */
+int train_stage_lock(const char *dir);
+int train_stage_sweep(const char *base);
 
 #endif

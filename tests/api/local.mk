@@ -3,6 +3,10 @@
 # library through pkg-config.
 TESTS += tests/api/symbols.sh tests/api/docs.sh tests/api/installed.sh
 EXTRA_DIST += tests/api/symbols.sh tests/api/docs.sh tests/api/installed.sh tests/api/make-install.sh
+# The headers in every C++ standard, templates/train.c and a C++ program
+# (skipped without a C++ compiler).
+TESTS += tests/api/cxx.sh
+EXTRA_DIST += tests/api/cxx.sh tests/api/cxx_use.cc
 # Not beside tests/e2e/install.sh: two `make install` runs in one build tree
 # under make -j may relink the same files.
 tests/api/installed.log: tests/e2e/install.log
@@ -34,6 +38,21 @@ tests_api_test_alone_SOURCES = tests/api/test_alone.c
 tests_api_test_alone_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
 tests_api_test_alone_LDADD = libcdl.la $(CMOCKA_LIBS)
 tests_api_test_alone_LDFLAGS = $(AM_LDFLAGS) -no-install
+# fork() after a CPU backend of several threads and a loader with workers:
+# the child uses them (their threads were not copied).
+check_PROGRAMS += tests/api/test_fork
+TESTS += tests/api/test_fork
+tests_api_test_fork_SOURCES = tests/api/test_fork.c
+tests_api_test_fork_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
+tests_api_test_fork_LDADD = libcdl.la $(CMOCKA_LIBS)
+tests_api_test_fork_LDFLAGS = $(AM_LDFLAGS) -no-install
+# cdl_train_config.on_log: a run's lines to the program, none printed.
+check_PROGRAMS += tests/api/test_log
+TESTS += tests/api/test_log
+tests_api_test_log_SOURCES = tests/api/test_log.c
+tests_api_test_log_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
+tests_api_test_log_LDADD = libcdl.la $(CMOCKA_LIBS)
+tests_api_test_log_LDFLAGS = $(AM_LDFLAGS) -no-install
 endif
 # What C programs get wrong: NULL handles and out-pointers, a misspelt
 # dist backend on one process, a newer cdl's checkpoint, cdl_last_error.

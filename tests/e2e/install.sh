@@ -87,7 +87,51 @@ if [ "$(var slurmplugin_LTLIBRARIES)" != "" ]; then
         die "make install replaced the admin's edited $conf: $(grep -v '^#' "$conf")"
     cmp -s "$conf.new" "$top_builddir/spank/cdl.conf" || die "make install did not put this release's snippet in $conf.new"
     grep -q "kept .*cdl.conf.*cdl.conf.new" "$TMP/log" || die "make install did not say it kept $conf"
+    # Two installations side by side share the plugstack dir: the other
+    # one's snippet (its own plugin path) must survive uninstalling this
+    # one, also as the cdl.conf.new the other's make install left. It used
+    # to be removed, and the cluster lost the plugin without a word.
+    other='optional /opt/cdl-other/lib/slurm-wlm/cdl_spank.so'
+    echo "$other" >"$conf"
+    mk uninstall DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make uninstall failed"; }
+    [ "$(cat "$conf" 2>/dev/null)" = "$other" ] ||
+        die "make uninstall removed $conf, which loads another installation's plugin"
+    grep -q "kept .*cdl.conf: it loads another installation's plugin (/opt/cdl-other/" "$TMP/log" ||
+        { cat "$TMP/log" >&2; die "make uninstall did not say why it kept $conf"; }
+    make_install "$DEST"
+    # ... and installing this one beside it says whose the kept file is
+    # (it said "kept the edited cdl.conf").
+    grep -q "kept .*cdl.conf: it loads another installation's plugin (/opt/cdl-other/.*rename it to cdl.conf" "$TMP/log" ||
+        { cat "$TMP/log" >&2; die "make install beside another installation's cdl.conf did not name it"; }
+    mv "$conf" "$conf.keep" && mv "$conf.new" "$conf" && mv "$conf.keep" "$conf.new"
+    mk uninstall DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make uninstall failed"; }
+    [ ! -e "$conf" ] || die "make uninstall left $conf, which loads the removed plugin"
+    [ "$(cat "$conf.new" 2>/dev/null)" = "$other" ] ||
+        die "make uninstall removed $conf.new, another installation's snippet"
+    grep -q "kept .*cdl.conf.new: .*rename it to cdl.conf" "$TMP/log" ||
+        { cat "$TMP/log" >&2; die "make uninstall did not say to rename $conf.new"; }
+    # The Debian package's cdl.conf, its line disabled: dpkg's conffile.
+    pkg='#optional /usr/lib/x86_64-linux-gnu/slurm-wlm/cdl_spank.so'
+    echo "$pkg" >"$conf"
+    mk uninstall DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make uninstall failed"; }
+    [ "$(cat "$conf" 2>/dev/null)" = "$pkg" ] ||
+        die "make uninstall removed $conf, the package's snippet with its line disabled"
+    rm -f "$conf" "$conf.new"
+    make_install "$DEST"
 fi
+# A release installed over an older one in the same prefix: the older
+# modulefile (its PATH is this bindir) used to stay, so `module load
+# cdl/0.0.1` gave this release's programs. It goes, named; a modulefile of
+# another prefix stays.
+moddir=$(dirname "$modfile")
+printf '#%%Module1.0\nprepend-path PATH            %s\n' "$(var bindir)" >"$moddir/0.0.1"
+printf '#%%Module1.0\nprepend-path PATH            /opt/cdl/0.0.2/bin\n' >"$moddir/0.0.2"
+make_install "$DEST"
+[ ! -e "$moddir/0.0.1" ] || die "make install left the modulefile cdl/0.0.1 of this prefix's older release"
+grep -q "removed the modulefile .*/cdl/0.0.1: $version is now installed in its prefix" "$TMP/log" ||
+    { cat "$TMP/log" >&2; die "make install did not say it removed cdl/0.0.1"; }
+[ -f "$moddir/0.0.2" ] || die "make install removed cdl/0.0.2, another prefix's modulefile"
+rm -f "$moddir/0.0.2"
 # make uninstall takes everything away again (distcheck's rule), the plugin
 # included although libtool no longer has its .la to go by.
 mk uninstall DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make uninstall failed"; }

@@ -43,6 +43,10 @@ TESTS += tests/e2e/stage-full.sh
 EXTRA_DIST += tests/e2e/stage-full.sh
 TESTS += tests/e2e/stage-links.sh
 EXTRA_DIST += tests/e2e/stage-links.sh
+TESTS += tests/e2e/stage-reuse.sh
+EXTRA_DIST += tests/e2e/stage-reuse.sh
+TESTS += tests/e2e/stage-slow.sh
+EXTRA_DIST += tests/e2e/stage-slow.sh
 TESTS += tests/e2e/val-folder.sh
 EXTRA_DIST += tests/e2e/val-folder.sh
 TESTS += tests/e2e/ckpt-limits.sh
@@ -66,3 +70,10 @@ EXTRA_DIST += tests/e2e/torch-pictures.sh tests/e2e/torch_pictures.py
 # Checkpoints of a newer cdl: refused by every reader, naming both formats.
 TESTS += tests/e2e/newer-ckpt.sh
 EXTRA_DIST += tests/e2e/newer-ckpt.sh
+# A program run with an older libcdl.so.0 (another installation's, through
+# LD_LIBRARY_PATH) refuses it by name.
+TESTS += tests/e2e/mixed-libcdl.sh
+EXTRA_DIST += tests/e2e/mixed-libcdl.sh
+check_LTLIBRARIES += tests/e2e/old-libcdl.la
+tests_e2e_old_libcdl_la_SOURCES = tests/e2e/old-libcdl.c
+tests_e2e_old_libcdl_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere

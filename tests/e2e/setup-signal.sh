@@ -54,7 +54,7 @@ CDL_TEST_SIGNAL_ON=-mark LD_PRELOAD=$preload \
     expect_status 75 "$CDL_TRAIN" "${common[@]}" --ckpt-dir "$TMP/ck" --stage "$TMP/local"
 expect_err "stopped by a signal while staging the dataset, before the first step"
 [ ! -e "$TMP/ck/last.safetensors" ] || die "a checkpoint was written after the signal"
-left=$(find "$TMP/local" -name '*.tmp*')
+left=$(find "$TMP/local" -name '*tmp*')
 [ -z "$left" ] || die "half-copied files left: $left"
 
 # Without the signal the same runs train and finish.

@@ -3,7 +3,12 @@
  * SIGTERM (or the signal numbered CDL_TEST_SIGNAL) in the process the first
  * time it opens a file or shared-memory object whose path holds the text in
  * CDL_TEST_SIGNAL_ON. The signal lands at a known point of the work, with
- * no timing involved. */
+ * no timing involved.
+ *
+ * It also stands for slow shared storage: each read() of a file whose path
+ * holds the text in CDL_TEST_SLOW_ON takes CDL_TEST_SLOW_MS longer (a
+ * --stage copy that outlasts CDL_TIMEOUT). Nothing waits on that time; it
+ * only makes the copy long. */
 #define _GNU_SOURCE 1
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -13,6 +18,30 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { MAX_FD = 4096 };
+static unsigned char slow_fd[MAX_FD];   /* fds opened on a CDL_TEST_SLOW_ON path */
+
+static void mark_slow(int fd, const char *path)
+{
+    const char *mark = getenv("CDL_TEST_SLOW_ON");
+    if (fd >= 0 && fd < MAX_FD)
+        slow_fd[fd] = mark && *mark && path && strstr(path, mark);
+}
+
+ssize_t read(int fd, void *buf, size_t n)
+{
+    ssize_t (*real)(int, void *, size_t) = (ssize_t(*)(int, void *, size_t))dlsym(RTLD_NEXT, "read");
+    if (fd >= 0 && fd < MAX_FD && slow_fd[fd]) {
+        const char *ms = getenv("CDL_TEST_SLOW_MS");
+        long t = ms ? atol(ms) : 100;
+        struct timespec d = {t / 1000, (t % 1000) * 1000000L};
+        nanosleep(&d, NULL);
+    }
+    return real ? real(fd, buf, n) : -1;
+}
 
 static void maybe_raise(const char *path)
 {
@@ -39,6 +68,7 @@ static void maybe_raise(const char *path)
         int (*real)(const char *, int, ...) =                                    \
             (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, #name);            \
         int fd = real ? real(path, flags, mode) : -1;                            \
+        mark_slow(fd, path);                                                     \
         maybe_raise(path);                                                       \
         return fd;                                                               \
     }

@@ -19,8 +19,9 @@ cat "$TMP/out" "$TMP/err" | grep -q "on imagefolder (6 train / 0 val / 2 test)" 
 run 0 --stage "$TMP/st"
 cat "$TMP/out" "$TMP/err" | grep -q "on imagefolder (6 train / 0 val / 2 test)" ||
     die "the staged copy is not the data: $(head -n 3 "$TMP/err")"
-cat "$TMP/out" "$TMP/err" | grep -q "staged $TMP/data to $TMP/st/imagefolder: 8 files" || die "no staging report: $(head -n 3 "$TMP/err")"
-[ -f "$TMP/st/imagefolder/train/b/3.png" ] && [ ! -L "$TMP/st/imagefolder/train/b" ] ||
+cat "$TMP/out" "$TMP/err" | grep -q "staged $TMP/data to $TMP/st/imagefolder-[0-9a-f]*: 8 files" || die "no staging report: $(head -n 3 "$TMP/err")"
+st=$(echo "$TMP"/st/imagefolder-*)
+[ -f "$st/train/b/3.png" ] && [ ! -L "$st/train/b" ] ||
     die "the linked class folder was not copied: $(ls -lR "$TMP/st")"
 ln -s .. "$TMP/elsewhere/b/up"
 run 1 --stage "$TMP/st"

@@ -62,7 +62,8 @@ mkdir "$TMP/stage"
 expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --model gpt:n_layer=1,n_head=1,n_embd=2 \
     --dataset "tokens:$TMP/char/train.bin" --block-size 4 --val-split 8 --max-steps 1 \
     --stage "$TMP/stage"
-expect_err "vocabulary 27 from $TMP/stage/tokens/meta.pkl"
+expect_err "vocabulary 27 from $TMP/stage/tokens-"
+expect_err "/meta.pkl"
 printf '\x80\x04}\x94.' >"$TMP/char/meta.pkl"
 train 1 --dataset "tokens:$TMP/char" --block-size 4
 expect_err "$TMP/char/meta.pkl has no vocab_size entry: give the vocabulary with --vocab-size N"

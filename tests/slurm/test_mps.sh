@@ -127,6 +127,23 @@ check "scancel: directories gone" wait_until 20 runtime_empty
 check "scancel: daemon gone" wait_until 20 no_user_daemon
 wait
 
+# 3b. slurmd restarted (an upgrade) while the step runs: the step's own
+# slurmstepd still stops the daemon and removes its directory at the end.
+rm -f "$WORK/go"
+user_script wait-go.sh <<EOF2
+#!/bin/sh
+i=0; while [ ! -e "$WORK/go" ] && [ \$i -lt 1200 ]; do sleep 0.05; i=\$((i + 1)); done
+EOF2
+as_user srun -N1 -n2 -w n1 --gres=gpu:1 --cdl-mps ./wait-go.sh >/dev/null 2>&1 &
+wait_until 20 control_up
+check "slurmd restart: n1's slurmd comes back while the step runs" \
+    "$SLURM_TESTS_DIR/cluster.sh" restart "$CDL_CLUSTER_DIR" n1
+check "slurmd restart: the daemon still runs" eval '! no_user_daemon'
+touch "$WORK/go"
+wait
+check "slurmd restart: directories gone at the step's end" wait_until 20 runtime_empty
+check "slurmd restart: daemon gone" wait_until 20 no_user_daemon
+
 # 4. SIGKILL of one task: the other still has the daemon; all gone after.
 user_script kill_one.sh <<EOF
 #!/bin/sh

@@ -54,6 +54,15 @@ check "srun fails naming the key" \
 # The user did not write that line and did not know whom to ask.
 check "... and says whose line it is" \
     eval 'echo "$err" | grep -q "unknown key .*plugstack.conf line loading cdl_spank.so: ask the administrator"' || echo "$err"
+# The file saved with Windows line endings: the message named the value
+# with its carriage return, which the terminal showed as "cores" refused.
+printf '%s default_bind=cores\r\n' "$GOOD" >"$CONF"
+err=$(as_user srun -N1 -n1 true 2>&1)
+rc=$?
+check "CRLF: srun fails naming Windows line endings, with no carriage return in the message" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "Windows line endings" && ! echo "$err" | grep -q "$(printf "\r")"' ||
+    echo "rc=$rc: $err" | cat -A
+echo "$GOOD mps_timeuot=5" >"$CONF"
 err=$(as_user sbatch --wrap true 2>&1)
 rc=$?
 check "sbatch fails naming the key" \

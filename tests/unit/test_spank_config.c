@@ -75,6 +75,9 @@ static void test_bad_values_named(void **state)
         const char *arg, *named;
     } bad[] = {
         {"frobnicate=1", "unknown key 'frobnicate'"},
+        /* A key of a later release on a host not yet upgraded. */
+        {"frobnicate=1", "(cdl_spank " PACKAGE_VERSION " knows mps_control, "},
+        {"frobnicate=1", "needs that release's plugin on every node and submit host"},
         {"mps_control", "key 'mps_control' has no value: write mps_control=VALUE, with no spaces"},
         {"mps_contrl", "not key=value (no spaces around '=')"},
         {"=x", "not key=value"},
@@ -123,6 +126,33 @@ static void test_spaces_around_equals(void **state)
     const char *av[] = {"runtime_dir", "=", "/run/cdl"};
     assert_int_equal(parse(&c, 3, av), -1);
     assert_non_null(strstr(spk_last_error(), "write runtime_dir=VALUE, with no spaces around '='"));
+}
+
+/* A plugstack.conf saved with Windows line endings (CRLF): the line's last
+ * argument ends in '\r', or is "\r" alone after a space. The message said
+ * "default_bind=cores<CR>: expected none, cores or closest", which a
+ * terminal shows overwritten, as if cores were refused. It must name the
+ * cause, and no message may carry a control byte. */
+static void test_crlf_named(void **state)
+{
+    (void)state;
+    struct spk_conf c;
+    const char *ends[][2] = {{"port_range=29500-29599", "default_bind=cores\r"},
+                             {"default_bind=cores", "\r"},
+                             {"runtime_dir=/run/cdl\r", NULL}};
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        int n = ends[i][1] ? 2 : 1;
+        assert_int_equal(parse(&c, n, ends[i]), -1);
+        const char *e = spk_last_error();
+        assert_non_null(strstr(e, "Windows line endings"));
+        assert_non_null(strstr(e, "sed -i 's/\\r$//'"));
+        for (const char *p = e; *p; p++)
+            assert_true((unsigned char)*p >= 0x20 && *p != 0x7f);
+    }
+    /* Another control byte is named by its code, never printed. */
+    const char *tab[] = {"default_bind=co\x01res"};
+    assert_int_equal(parse(&c, 1, tab), -1);
+    assert_non_null(strstr(spk_last_error(), "control character 0x01 in 'default_bind=co'"));
 }
 
 static void test_repeated_key(void **state)
@@ -276,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_every_key),
         cmocka_unit_test(test_bad_values_named),
         cmocka_unit_test(test_repeated_key),
+        cmocka_unit_test(test_crlf_named),
         cmocka_unit_test(test_spaces_around_equals),
         cmocka_unit_test(test_overlong_path),
         cmocka_unit_test(test_opt_mps),

@@ -32,3 +32,9 @@ tests_unit_test_ckpt_gpt_SOURCES = tests/unit/test_ckpt_gpt.c tests/unit/model_t
 	tests/unit/fixture.c tests/unit/fixture.h
 tests_unit_test_ckpt_gpt_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_ckpt_gpt_LDADD = $(TEST_LDADD)
+# --stage auto: copies of killed runs are swept, copies in use are not.
+check_PROGRAMS += tests/unit/test_stage
+TESTS += tests/unit/test_stage
+tests_unit_test_stage_SOURCES = tests/unit/test_stage.c
+tests_unit_test_stage_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_stage_LDADD = $(TEST_LDADD)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# A --stage copy that takes longer than CDL_TIMEOUT (a large dataset on
+# busy shared storage) is waited for: the copying rank tells the others it
+# is at work every few seconds, so they wait as long as the copy
+# progresses. Before, the node's other ranks gave up after CDL_TIMEOUT
+# (300 s by default: any copy of more than about 30 GB) and every rank
+# failed. The slowness comes from the preloaded test double (each read of
+# the marked file takes 700 ms longer, 8 s in all, twice CDL_TIMEOUT;
+# a beat comes at least every 1.7 s); nothing waits on a time.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+preload=$(cd "$top_builddir" && pwd)/tests/e2e/.libs/signal-on-open.so
+[ -f "$preload" ] || die "no $preload (make check builds it)"
+mkdir "$TMP/slowfs" "$TMP/st"
+head -c 6000000 /dev/urandom >"$TMP/slowfs/corpus.txt"   # 6 reads of 1 MB, twice
+CDL_TIMEOUT=4 CDL_TEST_SLOW_ON=slowfs CDL_TEST_SLOW_MS=700 LD_PRELOAD=$preload \
+    expect_status 0 timeout 120 "$CDLRUN" -n 2 "$CDL_TRAIN" --dataset "text:$TMP/slowfs/corpus.txt" \
+    --model gpt:n_layer=1,n_head=1,n_embd=8 --block-size 8 --max-steps 1 --threads 1 \
+    --no-progress --stage "$TMP/st"
+cat "$TMP/out" "$TMP/err" | grep -q "staged $TMP/slowfs/corpus.txt to $TMP/st/text-" ||
+    die "no staging report: $(cat "$TMP/err")"
+cmp -s "$TMP/slowfs/corpus.txt" "$TMP"/st/text-*/corpus.txt || die "the copy differs"
+echo "PASS: stage-slow"

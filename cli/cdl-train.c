@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,7 @@
 
 enum {
     OPT_DATA_DIR = 256, OPT_BATCH, OPT_MOMENTUM, OPT_WD, OPT_SCHEDULE, OPT_WARMUP, OPT_WORKERS,
-    OPT_CKPT_DIR, OPT_RESUME, OPT_RESUME_ALLOW, OPT_METRICS, OPT_MAX_STEPS, OPT_CKPT_EVERY, OPT_DROP_LAST,
+    OPT_CKPT_DIR, OPT_RESUME, OPT_RESUME_ALLOW, OPT_METRICS, OPT_MAX_STEPS, OPT_CKPT_EVERY, OPT_KEEP_LAST, OPT_KEEP_EVERY, OPT_DROP_LAST,
     OPT_DEVICE, OPT_NESTEROV, OPT_DAMPENING, OPT_STEP_EPOCHS, OPT_SYNTH_N, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32, OPT_GRAPHS,
     OPT_METRICS_EVERY,
@@ -67,6 +68,8 @@ static const struct option long_opts[] = {
     {"seed", required_argument, NULL, 's'},
     {"ckpt-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"ckpt-every", required_argument, NULL, OPT_CKPT_EVERY},
+    {"keep-last", required_argument, NULL, OPT_KEEP_LAST},
+    {"keep-every", required_argument, NULL, OPT_KEEP_EVERY},
     {"resume", required_argument, NULL, OPT_RESUME},
     {"resume-allow", required_argument, NULL, OPT_RESUME_ALLOW},
     {"metrics", required_argument, NULL, OPT_METRICS},
@@ -179,6 +182,9 @@ static void usage(FILE *f)
 "Checkpoints:\n"
 "      --ckpt-dir DIR           write DIR/last.safetensors each epoch, keep DIR/best.safetensors\n"
 "      --ckpt-every N           write last every N steps, not every epoch [0: epochs]\n"
+"      --keep-last N            also keep the N newest checkpoints as DIR/step-S.safetensors\n"
+"                               [0: only last and best]\n"
+"      --keep-every N           ... and for good those of steps that are multiples of N [0]\n"
 "      --resume auto|never|PATH [auto: continue from DIR/last.safetensors if present]\n"
 "      --resume-allow LIST      settings a resume may change, e.g. epochs,lr [none]\n"
 "Resources and output:\n"
@@ -558,6 +564,8 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             break;
         case OPT_CKPT_DIR: rc = copy_str(name, a, cfg->ckpt_dir, sizeof cfg->ckpt_dir); break;
         case OPT_CKPT_EVERY: rc = parse_long(name, a, 0, LONG_MAX, &cfg->ckpt_every); break;
+        case OPT_KEEP_LAST: rc = parse_long(name, a, 0, LONG_MAX, &cfg->keep_last); break;
+        case OPT_KEEP_EVERY: rc = parse_long(name, a, 0, LONG_MAX, &cfg->keep_every); break;
         case OPT_RESUME: rc = copy_str(name, a, cfg->resume, sizeof cfg->resume); break;
         case OPT_RESUME_ALLOW:
             rc = copy_str(name, a, cfg->resume_allow, sizeof cfg->resume_allow);
@@ -733,11 +741,30 @@ static int lost_peer(const cdl_train_config *cfg)
     return CDL_EXIT_PEER_LOST;
 }
 
+/* SIGUSR1/SIGTERM blocked (stay pending) or unblocked in this thread. */
+static void hold_stop_signals(int how)
+{
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGUSR1);
+    sigaddset(&s, SIGTERM);
+    sigprocmask(how, &s, NULL);
+}
+
 int main(int argc, char **argv)
 {
+    /* A job signalled as it starts (its --signal=B:USR1@T lead longer than
+     * its time, scancel at once): the default action killed this process
+     * (status 138, no requeue), and a signal its launcher kept blocked was
+     * never seen. Held pending across the re-exec for the BLAS core, then
+     * taken by cdl_train_run's handler from here on: the run stops at its
+     * set-up with status 75, as a signal during set-up does. */
+    hold_stop_signals(SIG_BLOCK);
     cli_fix_blas_core(argv);
     if (cli_check_libcdl("cdl-train", argv) != 0)
         return 2;
+    cdl_train_signals_early();
+    hold_stop_signals(SIG_UNBLOCK);
     cdl_train_config cfg;
     cdl_train_defaults(&cfg);
     if (read_env(&cfg) != 0)

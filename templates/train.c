@@ -9,6 +9,7 @@
  * where this process stands. Exits 75 (CDL_EXIT_REQUEUE) after writing a
  * checkpoint on SIGUSR1/SIGTERM, so the long-requeue.sbatch template can
  * requeue it and `resume = "auto"` continues from there. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +17,15 @@
 
 int main(int argc, char **argv)
 {
+    /* A SIGUSR1/SIGTERM from here on (a job signalled as it starts) stops
+     * the run at its set-up with 75 instead of killing this process. */
+    cdl_train_signals_early();
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGUSR1);
+    sigaddset(&stop, SIGTERM);
+    sigprocmask(SIG_UNBLOCK, &stop, NULL);
+
     cdl_rank_info me;
     if (cdl_rank_discover(&me) != 0) {
         fprintf(stderr, "train: %s\n", cdl_last_error());

@@ -190,6 +190,15 @@ typedef struct cdl_train_config {
      * the call returns. NULL (the default): printed as described. */
     void (*on_log)(void *ctx, int level, const char *line);
     void *on_log_ctx;
+    /* --keep-last N, --keep-every N (docs/checkpoints.md, "Keeping older
+     * checkpoints"): each checkpoint of last.safetensors also stays as
+     * ckpt_dir/step-NNNNNNNN.safetensors (a hard link: no extra space
+     * while it is last's file), those of steps that are multiples of
+     * keep_every for good, the keep_last newest of the others; rank 0
+     * removes older ones after each checkpoint. 0 and 0 (the defaults):
+     * only last and best, as before. */
+    long keep_last;
+    long keep_every;
 } cdl_train_config;
 
 /* on_log's levels. */
@@ -219,9 +228,17 @@ typedef struct cdl_train_record {
     double mfu;               /* model FLOPs utilisation; NAN = n/a */
     double grad_norm;         /* step records: the L2 norm where taken (as in
                                  --metrics' "grad_norm"; also NaN or inf at a step
-                                 where training diverged); NAN otherwise */
+                                 where training diverged); NAN otherwise: tell the
+                                 two NaNs apart by grad_norm_taken */
     double seconds;           /* epoch: its wall time; 0 otherwise */
     long samples;             /* test: samples evaluated; 0 otherwise */
+    /* 1 where grad_norm is the step's norm, whatever its value (a NaN or
+     * inf then means the gradient overflowed: training diverged), 0 where
+     * none was taken (grad_norm NAN: other records, steps with no
+     * --clip-grad under data-parallel overlap). Added after the fields
+     * above: read it only when size > offsetof(cdl_train_record,
+     * grad_norm_taken) (an older libcdl's records end before it). */
+    int grad_norm_taken;
 } cdl_train_record;
 
 /* --decay-params: AUTO is 2D for models with sequence layers (the gpt
@@ -256,6 +273,17 @@ typedef struct cdl_train_result {
  * handlers are back when the last returns, and a signal stops them all.
  * res may be NULL. */
 int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res);
+
+/* Installs cdl_train_run's SIGUSR1/SIGTERM handler now, for a program that
+ * may be signalled before it calls cdl_train_run (a Slurm job signalled as
+ * it starts: its --signal lead longer than the time it has, an early
+ * scancel), where the default action would kill it, or a blocked signal
+ * be lost. Call it first in main, then unblock SIGUSR1 and SIGTERM: a
+ * signal from then on stops the next cdl_train_run at its set-up, before
+ * the first step (CDL_EXIT_REQUEUE with a ckpt_dir, as a signal during its
+ * set-up does). That run gives the program's handlers back when it
+ * returns. A no-op while a run is in progress or after a first call. */
+void cdl_train_signals_early(void);
 
 /* Loads the tensors of the safetensors file path (a cdl checkpoint or one
  * PyTorch wrote) into m's parameters and buffers (batchnorm2d's running

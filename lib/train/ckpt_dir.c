@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "keep.h"
 
 /* Two runs in one directory (a job submitted twice, a sweep whose runs
  * share --ckpt-dir) would overwrite each other's checkpoints, resume from
@@ -92,8 +93,16 @@ int ckpt_dir_prepare(const char *dir, int *lock_fd)
     }
     struct dirent *e;
     while ((e = readdir(d))) {
+        long step;
+        const char *tmp = strstr(e->d_name, ".tmp.");
+        char numbered[64];
+        /* and those of a numbered checkpoint (keep.c): .step-N.safetensors.tmp.* */
+        int ours = tmp && e->d_name[0] == '.' && (size_t)(tmp - e->d_name) < sizeof numbered &&
+                   snprintf(numbered, sizeof numbered, "%.*s", (int)(tmp - e->d_name - 1),
+                            e->d_name + 1) > 0 &&
+                   ckpt_keep_name(numbered, &step);
         if (strncmp(e->d_name, ".last.safetensors.tmp.", 22) != 0 &&
-            strncmp(e->d_name, ".best.safetensors.tmp.", 22) != 0)
+            strncmp(e->d_name, ".best.safetensors.tmp.", 22) != 0 && !ours)
             continue;
         struct stat fst;
         if (fstatat(dirfd(d), e->d_name, &fst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(fst.st_mode))

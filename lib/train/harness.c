@@ -451,6 +451,24 @@ static int make_loaders(run *r)
         .gamma = 0.1f,
         .min_lr = c->min_lr,
     };
+    /* A warm-up as long as the cosine's span left it nothing to decay in:
+     * the run warmed up to its last step (its lr never reached --lr, nor
+     * decayed), while the schedule note said it decayed by the last epoch.
+     * --decay-steps is checked against --warmup-steps with the options. */
+    const cdl_schedule *s = &r->sched;
+    if (s->kind == CDL_SCHED_COSINE && s->warmup_steps > 0 && !c->decay_steps &&
+        s->warmup_steps >= s->total_steps) {
+        char warm[64];
+        if (c->warmup_steps > 0)
+            snprintf(warm, sizeof warm, "--warmup-steps %ld", c->warmup_steps);
+        else
+            snprintf(warm, sizeof warm, "--warmup-epochs %d (%ld steps)", c->warmup_epochs,
+                     s->warmup_steps);
+        return cdl_error("%s is not below the cosine's %ld steps (--epochs %d of %ld steps each): the "
+                         "schedule would have no steps left to decay in; shorten the warm-up, "
+                         "add epochs, or give --decay-steps", warm, s->total_steps, c->epochs,
+                         spe);
+    }
     return 0;
 }
 
@@ -889,7 +907,11 @@ static void schedule_note(run *r)
     if (s->warmup_steps > 0)
         snprintf(warm, sizeof warm, "warm-up over %ld step%s, then ", s->warmup_steps,
                  s->warmup_steps > 1 ? "s" : "");
-    if (s->kind == CDL_SCHED_COSINE && c->max_steps > 0 && c->max_steps < s->total_steps)
+    /* --decay-steps must exceed the warm-up: within it, none is the advice. */
+    if (s->kind == CDL_SCHED_COSINE && c->max_steps > 0 && c->max_steps <= s->warmup_steps)
+        snprintf(stop, sizeof stop, "; --max-steps %ld stops the run inside the warm-up, at "
+                 "lr %g", c->max_steps, (double)cdl_schedule_lr(s, c->max_steps - 1));
+    else if (s->kind == CDL_SCHED_COSINE && c->max_steps > 0 && c->max_steps < s->total_steps)
         snprintf(stop, sizeof stop, "; --max-steps %ld stops the run before, at lr %g "
                  "(--decay-steps %ld would end the decay there)", c->max_steps,
                  (double)cdl_schedule_lr(s, c->max_steps - 1), c->max_steps);
@@ -1002,6 +1024,12 @@ static int check_config(const cdl_train_config *c)
         return cdl_error("--min-lr %g: only the cosine schedule ends at a floor (it is "
                          "--schedule %s): add --schedule cosine, or drop --min-lr",
                          (double)c->min_lr, cdl_sched_kind_name(c->schedule));
+    if (c->keep_last < 0 || c->keep_every < 0)
+        return cdl_error("--keep-last %ld, --keep-every %ld: must be 0 (not set) or more",
+                         c->keep_last, c->keep_every);
+    if ((c->keep_last > 0 || c->keep_every > 0) && !c->ckpt_dir[0])
+        return cdl_error("--keep-last %ld, --keep-every %ld keep older checkpoints of "
+                         "--ckpt-dir: give --ckpt-dir DIR", c->keep_last, c->keep_every);
     if (!(c->peak_tflops >= 0) || !isfinite(c->peak_tflops))
         return cdl_error("--peak-tflops %g: give the device's peak in TFLOP/s, or 0 for the "
                          "known GPUs' table", c->peak_tflops);
@@ -1026,6 +1054,7 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         /* The model for the data, and nothing written: no checkpoint
          * directory, metrics, event files, staged copy or run header. */
         config.ckpt_dir[0] = config.metrics[0] = config.tensorboard[0] = '\0';
+        config.keep_last = config.keep_every = 0;   /* of the ckpt_dir not written */
         snprintf(config.stage, sizeof config.stage, "off");
         snprintf(config.resume, sizeof config.resume, "never");
         config.quiet = 1;

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "grads.h"
+#include "keep.h"
 #include "loop.h"
 #include "metrics.h"
 #include "mfu.h"
@@ -345,6 +346,36 @@ static int flush(run *r, train_position *pos)
     return 0;
 }
 
+/* --keep-last, --keep-every (keep.c): the checkpoint just written to
+ * last.safetensors also as DIR/step-NNNNNNNN.safetensors, then the
+ * numbered ones beyond those kept removed. Rank 0. A numbered file that
+ * cannot be written fails the checkpoint, as last's own write does; one
+ * that cannot be removed is a warning (it only takes space). */
+static int keep_numbered(run *r, cdl_optim *o, const train_position *pos)
+{
+    const cdl_train_config *c = r->cfg;
+    if (!ckpt_keep_wanted(pos->step, c->keep_last, c->keep_every))
+        return 0;
+    char path[1100], msg[1200];
+    int rc = ckpt_keep_link(c->ckpt_dir, r->last_path, pos->step, path, sizeof path);
+    if (rc == 1)   /* no hard links on this file system: a copy */
+        rc = train_ckpt_save(path, r->model, o, c, pos);
+    if (rc == 2) {
+        train_report_warning(r->rep, "%s is not a regular file: left as it is, so the "
+                             "checkpoint of step %ld is not kept apart from last.safetensors "
+                             "(move it away)", path, pos->step);
+        rc = 0;
+    }
+    if (rc != 0)
+        return -1;
+    const char *resumed = strcmp(c->resume, "auto") && strcmp(c->resume, "never") ? c->resume
+                                                                                  : NULL;
+    if (ckpt_keep_prune(c->ckpt_dir, c->keep_last, c->keep_every, pos->step, resumed, msg,
+                        sizeof msg) != 0)
+        train_report_warning(r->rep, "%s", msg);
+    return 0;
+}
+
 int loop_save(run *r, const train_position *pos, int what)
 {
     int rc = 0, best = (what & SAVE_BEST) != 0;
@@ -377,6 +408,14 @@ int loop_save(run *r, const train_position *pos, int what)
             rc = train_ckpt_save(r->best_path, r->model, full, r->cfg, &all);
         if (rc == 0 && (what & SAVE_LAST))
             rc = train_ckpt_save(r->last_path, r->model, full, r->cfg, &all);
+        if (rc == 0 && (what & SAVE_LAST))
+            rc = keep_numbered(r, full, &all);
+        /* A quota that the numbered checkpoints fill: say which option frees it. */
+        if (rc != 0 && (r->cfg->keep_last > 0 || r->cfg->keep_every > 0) &&
+            strstr(cdl_last_error(), "over quota"))
+            cdl_error("%s; the numbered checkpoints of --keep-last %ld --keep-every %ld take "
+                      "room there too: remove old step-*.safetensors files or keep fewer",
+                      cdl_last_error(), r->cfg->keep_last, r->cfg->keep_every);
     }
     ddp_optim_release(r->optim, full);
     if (what & SAVE_LAST)

@@ -239,6 +239,7 @@ int train_report_step(train_report *r, const step_stats *s)
     rec.tokens_per_sec = s->tokens_per_sec;
     rec.mfu = s->mfu;
     rec.grad_norm = s->grad_norm;
+    rec.grad_norm_taken = s->grad_norm_taken;
     hand_on(r, &rec);
     if (r->metrics && metrics_step(r->metrics, r->run_id, r->rank, s) != 0)
         return record_failed(r, cdl_error("%s: %s", r->metrics_path, cdl_last_error()));

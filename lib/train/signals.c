@@ -13,12 +13,15 @@
 #include <signal.h>
 #include <string.h>
 
+#include <cdl/train.h>
+
 #include "signals.h"
 
 static volatile sig_atomic_t stop_requested;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction old_usr1, old_term;   /* the program's, under lock */
 static int runs;                              /* runs inside install..restore */
+static int early;                             /* cdl_train_signals_early's, no run yet */
 
 static void on_signal(int sig)
 {
@@ -26,18 +29,41 @@ static void on_signal(int sig)
     stop_requested = 1;
 }
 
+/* Under lock, with no run in: the handler in, the program's kept. */
+static void take_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    stop_requested = 0;
+    sigaction(SIGUSR1, &sa, &old_usr1);
+    sigaction(SIGTERM, &sa, &old_term);
+}
+
+/* A job signalled as it starts (Slurm's --signal when the job has less
+ * time left than the signal's lead, scancel at once) would otherwise kill
+ * the program, or go unseen, before cdl_train_run is reached: the handler
+ * goes in now, and what it records stops the next run at its set-up. */
+void cdl_train_signals_early(void)
+{
+    pthread_mutex_lock(&lock);
+    if (runs == 0 && !early) {
+        take_signals();
+        early = 1;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 void train_signals_install(void)
 {
     pthread_mutex_lock(&lock);
     if (runs++ == 0) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESTART;
-        stop_requested = 0;
-        sigaction(SIGUSR1, &sa, &old_usr1);
-        sigaction(SIGTERM, &sa, &old_term);
+        if (early)
+            early = 0;   /* in since cdl_train_signals_early: a signal since then stands */
+        else
+            take_signals();
     }
     pthread_mutex_unlock(&lock);
 }

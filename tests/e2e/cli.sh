@@ -211,6 +211,17 @@ expect_status 1 "$CDL_TRAIN" $small --warmup-epochs 1 --warmup-steps 3
 expect_err "both set the warm-up"
 expect_status 1 "$CDL_TRAIN" $small --warmup-steps 6 --decay-steps 6
 expect_err "is not below --decay-steps 6"
+# A warm-up as long as the run's cosine (no --decay-steps): it never decayed,
+# nor reached --lr, while the note said it decayed by the last epoch.
+expect_status 1 "$CDL_TRAIN" $small --epochs 1 --warmup-steps 500
+expect_err "--warmup-steps 500 is not below the cosine's "
+expect_err "shorten the warm-up, add epochs, or give --decay-steps"
+expect_status 1 "$CDL_TRAIN" $small --epochs 2 --warmup-epochs 2
+expect_err "--warmup-epochs 2 ("
+# --max-steps inside the warm-up: no --decay-steps advice (it would be refused).
+expect_status 0 "$CDL_TRAIN" $small --epochs 100 --warmup-steps 50 --max-steps 2
+grep -qF -- "--max-steps 2 stops the run inside the warm-up, at lr " "$TMP/out" "$TMP/err" ||
+    die "no note of --max-steps inside the warm-up"
 # The environment is read by cdl-train (libcdl takes its settings by value).
 CDL_TF32=maybe expect_status 2 "$CDL_TRAIN" --epochs 1;        expect_err "CDL_TF32 'maybe'"
 CDL_DDP_BUCKET_KB=0 expect_status 2 "$CDL_TRAIN" --epochs 1;   expect_err "CDL_DDP_BUCKET_KB '0'"

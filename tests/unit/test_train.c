@@ -653,13 +653,58 @@ static void test_on_record(void **state)
         } else {
             assert_true(isnan(r->val_loss));
         }
+        if (r->type != CDL_RECORD_STEP)
+            assert_int_equal(r->grad_norm_taken, 0);
         if (r->type == CDL_RECORD_STEP) {
             json_value(line, "grad_norm", v, sizeof v);
             assert_close(v, r->grad_norm);
+            assert_int_equal(r->grad_norm_taken, 1);
             json_value(line, "lr", v, sizeof v);
             assert_close(v, r->lr);
         }
     }
+}
+
+/* A diverging run (diverge.sh's: a small GPT, SGD at lr 1000): its last
+ * step record's norm overflowed (NaN or inf) and says it was taken, so a
+ * program tells the divergence from a norm never computed (both were a
+ * bare NaN to on_record). */
+static void test_on_record_diverged(void **state)
+{
+    (void)state;
+    char text[1100];
+    snprintf(text, sizeof text, "%s/lm.txt", tmpdir);
+    FILE *f = fopen(text, "w");
+    assert_non_null(f);
+    for (int i = 1; i <= 3000; i++)
+        fprintf(f, "line %d of a small text, with some words %d\n", i, i * 7 % 13);
+    assert_int_equal(fclose(f), 0);
+    cdl_train_config c;
+    base_config(&c, "records-nan");
+    c.ckpt_dir[0] = '\0';
+    snprintf(c.dataset, sizeof c.dataset, "text");
+    snprintf(c.data_dir, sizeof c.data_dir, "%.1000s", text);
+    snprintf(c.model, sizeof c.model, "gpt:n_layer=1,n_head=1,n_embd=16");
+    c.block_size = 16;
+    c.batch_size = 4;
+    c.optim = cdl_optim_defaults(CDL_OPTIM_SGD);
+    c.lr = 1000;
+    c.epochs = 100;
+    c.max_steps = 100;
+    c.threads = 1;
+    c.workers = 0;
+    c.metrics_every = 1;
+    record_log log = {0};
+    c.on_record = log_record;
+    c.on_record_ctx = &log;
+    assert_int_equal(cdl_train_run(&c, NULL), -1);
+    assert_non_null(strstr(cdl_last_error(), "training diverged"));
+    assert_true(log.n >= 2);
+    const cdl_train_record *r = &log.rec[log.n - 1];
+    assert_int_equal(r->type, CDL_RECORD_STEP);
+    assert_false(isfinite(r->grad_norm));
+    assert_int_equal(r->grad_norm_taken, 1);
+    assert_true(isfinite(log.rec[0].grad_norm) && log.rec[0].grad_norm_taken);
 }
 
 static void loop_config(cdl_train_config *c, const char *sub)
@@ -879,6 +924,7 @@ int main(void)
         cmocka_unit_test(test_signal_at_owed_validation),
         cmocka_unit_test(test_checkpoint_cadence),
         cmocka_unit_test(test_on_record),
+        cmocka_unit_test(test_on_record_diverged),
         cmocka_unit_test(test_eta_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -115,6 +115,16 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
             break;
         struct stat st;
         if (stat(path, &st) != 0) {
+            int err = errno;
+            /* A file system that fails to answer (EIO, ESTALE, a timeout of
+             * a shared one): the picture or class was left out in silence,
+             * and the run trained without it. */
+            if (err != ENOENT && err != ELOOP && err != ENOTDIR) {
+                rc = cdl_error("cannot stat %s in the image folder: %s (it would be left out "
+                               "of the data; retry when the file system answers)",
+                               data_printable(path, pn, sizeof pn), strerror(err));
+                break;
+            }
             /* A dangling link. Named as a picture, torchvision lists it
              * and fails to open it, and so does the decoding here (the
              * error names it; --skip-bad-files leaves it out, named):
@@ -151,8 +161,12 @@ static int list_tree(const char *dir, int depth, dir_id *above, strlist *out)
 {
     char pn[512], path[4096];
     struct stat st;
-    if (stat(dir, &st) != 0)
+    if (stat(dir, &st) != 0 && errno == ENOENT)
         return 0;   /* vanished since it was listed */
+    if (stat(dir, &st) != 0)   /* one that fails to answer: not left out in silence */
+        return cdl_error("cannot stat %s in the image folder: %m (it would be left out of the "
+                         "data; retry when the file system answers)",
+                         data_printable(dir, pn, sizeof pn));
     for (int k = 0; k < depth; k++)
         if (above[k].dev == st.st_dev && above[k].ino == st.st_ino)
             return cdl_error("%s leads back to a folder above it (a symbolic link loop): remove "

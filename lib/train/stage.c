@@ -310,8 +310,16 @@ static int copy_tree(const char *src, const char *dst, int depth, dir_id *above,
             break;
         }
         struct stat fs;
-        if (stat(s, &fs) != 0)
-            continue;   /* a dangling link: not data */
+        if (stat(s, &fs) != 0) {
+            if (errno == ENOENT || errno == ELOOP)
+                continue;   /* a dangling link (or one removed since listed): not data */
+            /* A shared file system that fails to answer (EIO, ESTALE, a
+             * timeout): the file was left out of the copy in silence, and
+             * the staged run trained without it. */
+            rc = cdl_error("--stage: cannot stat %s: %m (the file would be left out of the "
+                           "copy; retry, or use --stage off)", s);
+            break;
+        }
         if (S_ISDIR(fs.st_mode))
             rc = copy_tree(s, t, depth + 1, above, buf, st);
         else if (S_ISREG(fs.st_mode) && !buf)

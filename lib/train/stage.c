@@ -19,7 +19,11 @@
  * there, copies only what differs, and removes what the source no longer
  * holds (prune_tree).
  *
- * The files are copied by several threads (CDL_STAGE_THREADS, default 8): on
+ * One copier at a time per copy folder: the local rank 0 of a second job,
+ * or of another emulated node of this host, copying the same dataset into
+ * the same folder waits on DIR/.copying (flock, let go by a copier that
+ * dies) while its holder progresses, then finds the files there. The
+ * files are copied by several threads (CDL_STAGE_THREADS, default 8): on
  * a shared file system each small file costs round trips, not bandwidth. */
 #include <dirent.h>
 #include <errno.h>
@@ -76,9 +80,21 @@ typedef struct stage_stats {
     run *r;        /* NULL: no peers to keep told (beat) */
     double every, last;   /* seconds between beats, and the last one */
     int beat_failed;      /* a beat's collective failed: the peers are gone */
+    int locked, lock_fd;  /* holds DIR/.copying: touched while copying (touch_lock) */
+    double touched;
     atomic_int *halt;     /* a copying thread's: set, it stops at its next chunk */
     atomic_long *progress;   /* a copying thread's: counts its chunks (copy_all) */
 } stage_stats;
+
+/* Tells the runs waiting for this one's lock (copy_lock) that the copy
+ * progresses: DIR/.copying's time, once a second. */
+static void touch_lock(stage_stats *st)
+{
+    if (st->locked && train_now() - st->touched >= 1) {
+        futimens(st->lock_fd, NULL);
+        st->touched = train_now();
+    }
+}
 
 /* The vector every rank adds up while the copies run, one collective per
  * round: failures, seconds, nodes that copied, stopped by a signal, and
@@ -98,6 +114,7 @@ static int beat(stage_stats *st)
         atomic_fetch_add(st->progress, 1);
     if (st->halt && atomic_load(st->halt))
         return -1;   /* another thread failed, or the peers are gone */
+    touch_lock(st);
     if (!st->r || st->beat_failed || train_now() - st->last < st->every)
         return st->beat_failed ? -1 : 0;
     double v[V_LEN] = {0};
@@ -377,9 +394,9 @@ static int stage_threads(int *out)
 }
 
 /* Copies jobs with threads threads while this thread keeps the peers
- * told (beat) as long as the threads progress (a read that never
- * returns stops the peers' waits after CDL_TIMEOUT, as one thread's copy
- * did); a signal stops
+ * told (beat) and the copy lock touched as long as the threads progress
+ * (a read that never returns stops the peers' waits and the lock's
+ * waiters' after CDL_TIMEOUT, as one thread's copy did); a signal stops
  * every thread at its next chunk (copy_file polls it). 0, or -1 with the
  * first error. */
 static int copy_all(const copy_list *jobs, int threads, stage_stats *st)
@@ -681,6 +698,64 @@ int train_stage_sweep(const char *base)
     return n;
 }
 
+/* Takes DIR/.copying exclusively for this rank's copy into dir: a second
+ * job, or another emulated node of this host, staging the same dataset
+ * into the same folder copied every missing file a second time beside the
+ * first (each through its own temporary name: correct, but twice the
+ * reads from the shared file system). It waits, beating (the peers keep
+ * waiting), while the holder touches the file (touch_lock); a holder that
+ * dies lets go with its process; one that stops touching it for stale_s
+ * (a read that never returns) is no longer waited for: this rank copies
+ * beside it. Sets st->locked, and *waited to the seconds waited. 0, or
+ * -1 with an error (a signal, the peers gone). */
+static const char COPY_LOCK[] = ".copying";
+
+static int copy_lock(const char *dir, double stale_s, stage_stats *st, double *waited)
+{
+    char p[1200];
+    *waited = 0;
+    if (snprintf(p, sizeof p, "%s/%s", dir, COPY_LOCK) >= (int)sizeof p)
+        return cdl_error("--stage: path too long: %s", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return cdl_error("--stage: cannot create %s: %m", p);
+    double t0 = train_now(), seen = t0;
+    struct timespec mt = {0, 0};
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            close(fd);   /* no locks there (some network file systems): copy beside */
+            return 0;
+        }
+        if (train_stop_requested()) {
+            close(fd);
+            return cdl_error("--stage: stopped by a signal while waiting for the copy into %s "
+                             "of another run", dir);
+        }
+        if (beat(st) != 0) {
+            close(fd);
+            return -1;
+        }
+        struct stat fs;
+        if (fstat(fd, &fs) == 0 && (fs.st_mtim.tv_sec != mt.tv_sec ||
+                                    fs.st_mtim.tv_nsec != mt.tv_nsec)) {
+            mt = fs.st_mtim;
+            seen = train_now();
+        }
+        *waited = train_now() - t0;
+        if (train_now() - seen > stale_s) {
+            close(fd);   /* the holder hangs: copy beside it */
+            return 0;
+        }
+        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
+    *waited = train_now() - t0;
+    st->locked = 1;
+    st->lock_fd = fd;
+    st->touched = 0;
+    touch_lock(st);
+    return 0;
+}
+
 /* The kept copy of src under a --stage DIR: DIR/DATASET-KEY, KEY the
  * CRC-32 of src's absolute path. Two datasets of one format (two image
  * folders, two corpora) get two copies: in one DIR/imagefolder, the second
@@ -799,9 +874,9 @@ int train_stage(run *r)
     double v[V_LEN] = {0};
     stage_stats st = {0};
     int peers = r->dist && r->ri.world > 1;
+    double timeout = c->dist_config && c->dist_config->timeout_s > 0
+                         ? c->dist_config->timeout_s : 300;
     if (peers) {   /* a beat well within each wait's bound (CDL_TIMEOUT, default 300 s) */
-        double timeout = c->dist_config && c->dist_config->timeout_s > 0
-                             ? c->dist_config->timeout_s : 300;
         st.r = r;
         st.every = timeout / 4 < 10 ? timeout / 4 : 10;
         st.last = t0;
@@ -821,6 +896,9 @@ int train_stage(run *r)
         char meta[4200];
         int has_meta = one && !strcmp(c->dataset, "tokens") &&
                        tokens_meta_path(src, meta, sizeof meta);
+        /* Pruning and the room check before the lock: what another copier
+         * writes meanwhile is of the dataset, and a disk too small gets no
+         * folder. */
         if (rc == 0)
             rc = own_dir(dir, 0);
         if (rc == 0)
@@ -831,6 +909,13 @@ int train_stage(run *r)
             rc = own_dir(dir, 1);
         if (rc == 0 && automatic && (r->stage_lock = train_stage_lock(dir)) < 0)
             rc = -1;
+        double waited = 0;
+        if (rc == 0)
+            rc = copy_lock(dir, timeout, &st, &waited);
+        if (rc == 0 && waited >= 1)
+            train_report_note(r->rep, "--stage: waited %.1f s for another run copying into %s%s",
+                              waited, dir, st.locked ? "" : " (it made no progress: copying "
+                              "beside it)");
         dir_id above[STAGE_MAX_DEPTH + 1];
         if (rc == 0 && !one) {
             copy_list jobs = {0};
@@ -846,6 +931,9 @@ int train_stage(run *r)
                 rc = copy_meta_pkl(src, dir, buf, &st);
         }
         cdl_free(buf);
+        if (st.locked)
+            close(st.lock_fd);   /* the next copier finds the files there */
+        st.locked = 0;
         if (automatic)
             snprintf(r->stage_owned, sizeof r->stage_owned, "%s", dir);
         if (st.beat_failed)

@@ -84,10 +84,21 @@ static int join(char *buf, size_t len, const char *a, const char *b)
     return 0;
 }
 
+/* 1 when path is a folder, 0 when it is not there or not one, -1 (with
+ * an error naming it) when the file system fails to say: a train/ or
+ * test/ whose stat() failed (EIO, ESTALE) was taken for missing, and the
+ * run read the split folders as classes, or trained without its test
+ * set, in silence. */
 static int is_dir(const char *path)
 {
+    char pn[512];
     struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (stat(path, &st) == 0)
+        return S_ISDIR(st.st_mode);
+    if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)
+        return 0;
+    return cdl_error("cannot stat %s in the image folder: %m (retry when the file system "
+                     "answers)", data_printable(path, pn, sizeof pn));
 }
 
 /* The entries of dir that are directories (want_dirs) or image files,
@@ -423,9 +434,12 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         return -1;
     int split = is_dir(train_dir);
     char test_dir[4096], val_dir[4096];
-    if (join(test_dir, sizeof test_dir, dir, "test") || join(val_dir, sizeof val_dir, dir, "val"))
+    if (split < 0 || join(test_dir, sizeof test_dir, dir, "test") ||
+        join(val_dir, sizeof val_dir, dir, "val"))
         return -1;
-    int has_test = split && is_dir(test_dir), has_val = split && is_dir(val_dir);
+    int has_test = split ? is_dir(test_dir) : 0, has_val = split ? is_dir(val_dir) : 0;
+    if (has_test < 0 || has_val < 0)
+        return -1;
     if (train == CDL_SPLIT_TRAIN) {
         if (join(root, sizeof root, dir, split ? "train" : "."))
             return -1;

@@ -23,7 +23,8 @@
  * or of another emulated node of this host, copying the same dataset into
  * the same folder waits on DIR/.copying (flock, let go by a copier that
  * dies) while its holder progresses, then finds the files there. The
- * files are copied by several threads (CDL_STAGE_THREADS, default 8): on
+ * files are copied by several threads (CDL_STAGE_THREADS, default 8 or
+ * the node's CPUs if fewer): on
  * a shared file system each small file costs round trips, not bandwidth. */
 #include <dirent.h>
 #include <errno.h>
@@ -379,13 +380,17 @@ static void *copy_worker(void *arg)
     return NULL;
 }
 
-/* The copying threads: CDL_STAGE_THREADS (1 to 64), default 8, which is
- * about I/O round trips, not cores. 0, or -1 with an error. */
+/* The copying threads: CDL_STAGE_THREADS (1 to 64), default 8 or the
+ * node's CPUs if fewer: on a shared file system the threads wait on round
+ * trips, while a copy between two local disks is bound by the CPUs (8
+ * threads on 2 CPUs copied 20000 small files 1.5 to 3 times slower than
+ * 1 or 2). 0, or -1 with an error. */
 static int stage_threads(int *out)
 {
     const char *v = getenv("CDL_STAGE_THREADS");
     char *end;
-    long n = v && *v ? strtol(v, &end, 10) : 8;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = v && *v ? strtol(v, &end, 10) : cpus > 0 && cpus < 8 ? cpus : 8;
     if (v && *v && (*end || n < 1 || n > 64))
         return cdl_error("CDL_STAGE_THREADS=%s: give the number of threads that copy a --stage "
                          "dataset, 1 to 64", v);

@@ -84,10 +84,21 @@ static int join(char *buf, size_t len, const char *a, const char *b)
     return 0;
 }
 
+/* 1 when path is a folder, 0 when it is not there or not one, -1 (with
+ * an error naming it) when the file system fails to say: a train/ or
+ * test/ whose stat() failed (EIO, ESTALE) was taken for missing, and the
+ * run read the split folders as classes, or trained without its test
+ * set, in silence. */
 static int is_dir(const char *path)
 {
+    char pn[512];
     struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (stat(path, &st) == 0)
+        return S_ISDIR(st.st_mode);
+    if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)
+        return 0;
+    return cdl_error("cannot stat %s in the image folder: %m (retry when the file system "
+                     "answers)", data_printable(path, pn, sizeof pn));
 }
 
 /* The entries of dir that are directories (want_dirs) or image files,
@@ -115,6 +126,16 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
             break;
         struct stat st;
         if (stat(path, &st) != 0) {
+            int err = errno;
+            /* A file system that fails to answer (EIO, ESTALE, a timeout of
+             * a shared one): the picture or class was left out in silence,
+             * and the run trained without it. */
+            if (err != ENOENT && err != ELOOP && err != ENOTDIR) {
+                rc = cdl_error("cannot stat %s in the image folder: %s (it would be left out "
+                               "of the data; retry when the file system answers)",
+                               data_printable(path, pn, sizeof pn), strerror(err));
+                break;
+            }
             /* A dangling link. Named as a picture, torchvision lists it
              * and fails to open it, and so does the decoding here (the
              * error names it; --skip-bad-files leaves it out, named):
@@ -151,8 +172,12 @@ static int list_tree(const char *dir, int depth, dir_id *above, strlist *out)
 {
     char pn[512], path[4096];
     struct stat st;
-    if (stat(dir, &st) != 0)
+    if (stat(dir, &st) != 0 && errno == ENOENT)
         return 0;   /* vanished since it was listed */
+    if (stat(dir, &st) != 0)   /* one that fails to answer: not left out in silence */
+        return cdl_error("cannot stat %s in the image folder: %m (it would be left out of the "
+                         "data; retry when the file system answers)",
+                         data_printable(dir, pn, sizeof pn));
     for (int k = 0; k < depth; k++)
         if (above[k].dev == st.st_dev && above[k].ino == st.st_ino)
             return cdl_error("%s leads back to a folder above it (a symbolic link loop): remove "
@@ -409,9 +434,12 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         return -1;
     int split = is_dir(train_dir);
     char test_dir[4096], val_dir[4096];
-    if (join(test_dir, sizeof test_dir, dir, "test") || join(val_dir, sizeof val_dir, dir, "val"))
+    if (split < 0 || join(test_dir, sizeof test_dir, dir, "test") ||
+        join(val_dir, sizeof val_dir, dir, "val"))
         return -1;
-    int has_test = split && is_dir(test_dir), has_val = split && is_dir(val_dir);
+    int has_test = split ? is_dir(test_dir) : 0, has_val = split ? is_dir(val_dir) : 0;
+    if (has_test < 0 || has_val < 0)
+        return -1;
     if (train == CDL_SPLIT_TRAIN) {
         if (join(root, sizeof root, dir, split ? "train" : "."))
             return -1;

@@ -182,7 +182,8 @@ int tokens_meta_vocab(const uint8_t *buf, size_t len, const char *name, long *vo
 void tokens_itos_free(char **itos, long vocab);
 /* Into meta (len bytes): where nanoGPT's meta.pkl of tokens:path is
  * (path/meta.pkl, or the one beside the file path); 1 when it is a
- * regular file there. */
+ * regular file there, 0 when it is not there, -1 (true: read it, and fail
+ * naming it) when its stat() fails otherwise (EIO). */
 int tokens_meta_path(const char *path, char *meta, size_t len);
 /* The meta.pkl that gave the vocabulary of token data d (read when no
  * vocab_size was given), or NULL; and its itos table (d->classes UTF-8

@@ -199,7 +199,13 @@ int tokens_meta_path(const char *path, char *meta, size_t len)
         snprintf(meta, len, "%.*s/meta.pkl", (int)(slash - path), path);
     else
         snprintf(meta, len, "meta.pkl");
-    return is_regular(meta);
+    /* One whose stat() fails (EIO, ESTALE of a shared file system) is
+     * not taken for missing: the run built a GPT-2-sized model for the
+     * corpus in silence; reading it fails naming it. */
+    struct stat st;
+    if (stat(meta, &st) == 0)
+        return S_ISREG(st.st_mode);
+    return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
 }
 
 static int dir_vocab(const char *path, int *vocab, char **meta_out, char ***itos)

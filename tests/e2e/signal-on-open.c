@@ -8,15 +8,21 @@
  * It also stands for slow shared storage: each read() of a file whose path
  * holds the text in CDL_TEST_SLOW_ON takes CDL_TEST_SLOW_MS longer (a
  * --stage copy that outlasts CDL_TIMEOUT). Nothing waits on that time; it
- * only makes the copy long. */
+ * only makes the copy long.
+ *
+ * And for one that fails to answer: stat() of a path holding the text in
+ * CDL_TEST_STAT_FAIL_ON fails with EIO (as NFS's and Lustre's do when a
+ * server times out). */
 #define _GNU_SOURCE 1
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -84,4 +90,32 @@ int shm_open(const char *name, int flags, mode_t mode)
     int fd = real ? real(name, flags, mode) : -1;
     maybe_raise(name);
     return fd;
+}
+
+static int stat_fails(const char *path)
+{
+    const char *mark = getenv("CDL_TEST_STAT_FAIL_ON");
+    if (!mark || !*mark || !path || !strstr(path, mark))
+        return 0;
+    errno = EIO;
+    return 1;
+}
+
+/* stat and stat64 by their symbols' names, whatever the headers redirect
+ * (with 64-bit file offsets stat is stat64). */
+int test_stat(const char *path, struct stat *st) __asm__("stat");
+int test_stat64(const char *path, struct stat *st) __asm__("stat64");
+
+int test_stat(const char *path, struct stat *st)
+{
+    int (*real)(const char *, struct stat *) =
+        (int (*)(const char *, struct stat *))dlsym(RTLD_NEXT, "stat");
+    return stat_fails(path) ? -1 : real ? real(path, st) : -1;
+}
+
+int test_stat64(const char *path, struct stat *st)
+{
+    int (*real)(const char *, struct stat *) =
+        (int (*)(const char *, struct stat *))dlsym(RTLD_NEXT, "stat64");
+    return stat_fails(path) ? -1 : real ? real(path, st) : -1;
 }

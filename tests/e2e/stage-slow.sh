@@ -19,4 +19,16 @@ CDL_TIMEOUT=4 CDL_TEST_SLOW_ON=slowfs CDL_TEST_SLOW_MS=700 LD_PRELOAD=$preload \
 cat "$TMP/out" "$TMP/err" | grep -q "staged $TMP/slowfs/corpus.txt to $TMP/st/text-" ||
     die "no staging report: $(cat "$TMP/err")"
 cmp -s "$TMP/slowfs/corpus.txt" "$TMP"/st/text-*/corpus.txt || die "the copy differs"
+# The same for an image folder, whose files the copying threads copy while
+# the rank's main thread keeps the others told: 6 files by 2 threads, 3
+# files each of 2 slow reads, about 5 s.
+png="$top_srcdir/tests/fuzz/corpus/fuzz_image/gray.png"
+mkdir -p "$TMP/slowfs/img/train/a" "$TMP/slowfs/img/test/a" "$TMP/st2"
+for i in 1 2 3; do cp "$png" "$TMP/slowfs/img/train/a/$i.png"; cp "$png" "$TMP/slowfs/img/test/a/$i.png"; done
+CDL_STAGE_THREADS=2 CDL_TIMEOUT=4 CDL_TEST_SLOW_ON=slowfs CDL_TEST_SLOW_MS=900 LD_PRELOAD=$preload \
+    expect_status 0 timeout 120 "$CDLRUN" -n 2 "$CDL_TRAIN" --dataset "imagefolder:$TMP/slowfs/img" \
+    --model mlp --epochs 1 --max-steps 1 --batch-size 2 --val-split 0 --threads 1 --no-progress \
+    --stage "$TMP/st2"
+cat "$TMP/out" "$TMP/err" | grep -q "staged $TMP/slowfs/img to $TMP/st2/imagefolder-[0-9a-f]*: 6 files" ||
+    die "no staging report for the image folder: $(cat "$TMP/err")"
 echo "PASS: stage-slow"

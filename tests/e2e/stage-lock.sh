@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Two runs staging one dataset into one --stage DIR at once (two jobs on a
+# node, or two emulated nodes of one host) copy it once: the second waits
+# for the first's lock on DIR/.copying and then finds every file there.
+# Before, both copied every file (correct, but twice the reads from the
+# shared file system). Each read of the source is slowed by the preloaded
+# test double so that the copies overlap; what is checked holds however
+# they are timed: the two runs copied 12 files in all, not 24.
+# A holder of the lock that makes no progress for CDL_TIMEOUT (a hung read;
+# here this script, holding it) is not waited for further: the run copies
+# beside it.
+. "${top_srcdir:-.}/tests/e2e/common.sh"
+preload=$(cd "$top_builddir" && pwd)/tests/e2e/.libs/signal-on-open.so
+[ -f "$preload" ] || die "no $preload (make check builds it)"
+png="$top_srcdir/tests/fuzz/corpus/fuzz_image/gray.png"
+[ -f "$png" ] || die "$png missing"
+for c in a b; do mkdir -p "$TMP/slowfs/train/$c" "$TMP/slowfs/test/$c"; done
+for d in "$TMP"/slowfs/*/*; do for i in 1 2 3; do cp "$png" "$d/$i.png"; done; done
+mkdir "$TMP/st"
+stage() {   # stage N: a short run staged to $TMP/st, its output in $TMP/run.N
+    CDL_STAGE_THREADS=1 CDL_TEST_SLOW_ON=slowfs CDL_TEST_SLOW_MS=150 LD_PRELOAD=$preload \
+        timeout 120 "$CDL_TRAIN" --dataset "imagefolder:$TMP/slowfs" --model mlp --epochs 1 \
+        --max-steps 1 --batch-size 2 --val-split 0 --threads 1 --no-progress \
+        --stage "$TMP/st" >"$TMP/run.$1" 2>&1
+}
+stage 1 & one=$!
+stage 2 & two=$!
+wait "$one" || die "the first run failed: $(cat "$TMP/run.1")"
+wait "$two" || die "the second run failed: $(cat "$TMP/run.2")"
+copied=0
+for n in 1 2; do
+    line=$(grep -o "staged $TMP/slowfs to $TMP/st/imagefolder-[0-9a-f]*: 12 files, [0-9.]* MB ([0-9]* copied" "$TMP/run.$n") ||
+        die "run $n did not stage the 12 files: $(cat "$TMP/run.$n")"
+    copied=$((copied + $(echo "$line" | sed 's/.*(\([0-9]*\) copied$/\1/')))
+done
+[ "$copied" -eq 12 ] || die "the two runs copied $copied files, not 12: $(cat "$TMP/run.1" "$TMP/run.2")"
+for f in "$TMP"/slowfs/*/*/*.png; do
+    cmp -s "$f" "$TMP"/st/imagefolder-*/"${f#"$TMP/slowfs/"}" || die "the copy of $f differs"
+done
+# The lock held by this shell, which never touches it: waited for 1 s
+# (CDL_TIMEOUT), then the run copies what is missing beside it.
+rm "$TMP"/st/imagefolder-*/train/a/1.png
+exec 9>"$(echo "$TMP"/st/imagefolder-*)/.copying"
+flock -x 9 || die "cannot take the lock"
+CDL_TIMEOUT=1 expect_status 0 timeout 60 "$CDL_TRAIN" --dataset "imagefolder:$TMP/slowfs" \
+    --model mlp --epochs 1 --max-steps 1 --batch-size 2 --val-split 0 --threads 1 --no-progress \
+    --stage "$TMP/st" 9>&-
+exec 9>&-
+cat "$TMP/out" "$TMP/err" | grep -q "copying into $TMP/st/imagefolder-[0-9a-f]* (it made no progress: copying beside it)" ||
+    die "no word of the lock given up: $(cat "$TMP/out" "$TMP/err")"
+cat "$TMP/out" "$TMP/err" | grep -q "12 files, [0-9.]* MB (1 copied)" || die "not copied: $(cat "$TMP/err")"
+echo "PASS: stage-lock"

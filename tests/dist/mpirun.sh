@@ -95,7 +95,8 @@ if have HAVE_MPI; then
     cat "$tmp/mpi.out"
     [ $rc -ne 0 ] && [ $rc -ne 76 ] ||
         { echo "FAILED: rank 0's --ckpt-dir error ended the job with $rc (not 1, its own error)"; exit 1; }
-    grep -q "cannot create --ckpt-dir" "$tmp/mpi.out" &&
+    # The error names its rank (mpirun sets no RANK: PMIx's rank it is).
+    grep -q "cdl-train: rank 0: error: cannot create --ckpt-dir" "$tmp/mpi.out" &&
         grep -q "aborting the MPI job" "$tmp/mpi.out" &&
         ! grep -q "did not complete within" "$tmp/mpi.out" ||
         { echo "FAILED: rank 1 waited for rank 0 until its timeout (exit $rc)"; exit 1; }

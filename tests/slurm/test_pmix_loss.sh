@@ -5,7 +5,8 @@
 #   1. rank 1 stops before it reaches the bootstrap (SIGSTOP, as a hung
 #      node or a rank that never starts): rank 0 gives up on the PMIx fence
 #      at CDL_TIMEOUT and exits 76. It used to wait in PMIx_Fence for good
-#      (Slurm's pmix plugin ignores PMIX_TIMEOUT).
+#      (Slurm's pmix plugin ignores PMIX_TIMEOUT), or, with --dist-backend
+#      mpi, in MPI_Init's fence.
 #   2. rank 1 is killed (SIGKILL) mid-run: rank 0's MPI collective times
 #      out and the job ends with 76 (MPI_Abort's code). It used to be 1, the
 #      status of an error a restart would repeat: the job was not requeued.
@@ -34,17 +35,22 @@ train="--dataset synthetic --synthetic-size 20000 --epochs 50 --threads 1 --no-p
 kill_rank1() { [ -s "$WORK/pid.1" ] && kill -KILL "$(cat "$WORK/pid.1")" 2>/dev/null; rm -f "$WORK/pid.1"; }
 trap 'kill_rank1; stop_cluster; etc_unchanged' EXIT
 
-echo "== 1. rank 1 stopped before the bootstrap"
-# -K: once rank 0 has exited, srun ends the stopped rank 1.
-as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=3 -- \
-    srun --mpi=pmix -K -N2 --ntasks-per-node=1 ./rank.sh stop $train >"$WORK/stop.log" 2>&1
-rc=$?
-kill_rank1
-cat "$WORK/stop.log"
-check "srun ended (rc $rc, not 124 from timeout)" test "$rc" != 124
-check "rank 0 gave up on the PMIx fence at CDL_TIMEOUT" \
-    grep -q "cdl-train: rank 0: error: PMIx fence #0 did not complete within 3 s (CDL_TIMEOUT)" "$WORK/stop.log"
-check "rank 0 exited 76 (a lost peer)" grep -q "n1: task 0: Exited with exit code 76" "$WORK/stop.log"
+# auto (hier:mpi) and mpi: the latter had no bootstrap, and MPI_Init's own
+# fence waited for rank 1 for good.
+for be in auto mpi; do
+    echo "== 1. rank 1 stopped before the bootstrap (--dist-backend $be)"
+    # -K: once rank 0 has exited, srun ends the stopped rank 1.
+    as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=3 -- \
+        srun --mpi=pmix -K -N2 --ntasks-per-node=1 ./rank.sh stop $train --dist-backend $be \
+        >"$WORK/stop.log" 2>&1
+    rc=$?
+    kill_rank1
+    cat "$WORK/stop.log"
+    check "$be: srun ended (rc $rc, not 124 from timeout)" test "$rc" != 124
+    check "$be: rank 0 gave up on the PMIx fence at CDL_TIMEOUT" \
+        grep -q "cdl-train: rank 0: error: PMIx fence #0 did not complete within 3 s (CDL_TIMEOUT)" "$WORK/stop.log"
+    check "$be: rank 0 exited 76 (a lost peer)" grep -q "n1: task 0: Exited with exit code 76" "$WORK/stop.log"
+done
 
 echo "== 2. rank 1 killed mid-run"
 as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=3 -- \

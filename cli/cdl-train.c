@@ -401,13 +401,36 @@ static int parse_normalize(const char *opt, const char *a, cdl_train_config *cfg
     return 0;
 }
 
-/* "cdl-train" or, for one rank of several (cdlrun, srun --cdl-ddp),
+/* This process's rank as its launcher gave it, in discovery's order (the
+ * contract, PMIx, a Slurm step; docs/rank-contract.md), or NULL: under
+ * mpirun and srun --mpi=pmix there is no RANK, and the ranks' errors and
+ * the lost-peer advice must still say whose they are, and come once. */
+static const char *own_rank(void)
+{
+    const char *rank = getenv("RANK"), *world = getenv("WORLD_SIZE");
+    const char *slurm = getenv("SLURM_STEP_NUM_TASKS");
+    if (!slurm || !*slurm)
+        slurm = getenv("SLURM_NTASKS");
+    if (!rank || !*rank) {
+        rank = getenv("PMIX_RANK");
+        world = getenv("OMPI_COMM_WORLD_SIZE");
+        if (!world || !*world)
+            world = slurm;
+    }
+    if ((!rank || !*rank) && (getenv("SLURM_STEP_ID") || getenv("SLURM_STEPID"))) {
+        rank = getenv("SLURM_PROCID");   /* an srun step, not the batch script */
+        world = slurm;
+    }
+    return rank && *rank && (!world || strcmp(world, "1") != 0) ? rank : NULL;
+}
+
+/* "cdl-train" or, for one rank of several (cdlrun, srun --cdl-ddp, mpirun),
  * "cdl-train: rank N": every rank prints its own warnings and errors, and
  * a log holding all ranks' lines must say whose each is. */
 static const char *who(char *buf, size_t len)
 {
-    const char *rank = getenv("RANK"), *world = getenv("WORLD_SIZE");
-    if (rank && *rank && (!world || strcmp(world, "1") != 0))
+    const char *rank = own_rank();
+    if (rank)
         snprintf(buf, len, "cdl-train: rank %.16s", rank);
     else
         snprintf(buf, len, "cdl-train");
@@ -418,7 +441,7 @@ static const char *who(char *buf, size_t len)
  * says: libcdl's errors name the rank for programs that do not. */
 static const char *without_own_rank(const char *msg)
 {
-    const char *r = getenv("RANK");
+    const char *r = own_rank();
     size_t n = r ? strlen(r) : 0;
     if (n && !strncmp(msg, "rank ", 5) && !strncmp(msg + 5, r, n) && !strncmp(msg + 5 + n, ": ", 2))
         return msg + 7 + n;
@@ -727,7 +750,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
  * and not a bad option or input, which a restart would only repeat. */
 static int lost_peer(const cdl_train_config *cfg)
 {
-    const char *r = getenv("RANK");
+    const char *r = own_rank();
     if (!r || !strcmp(r, "0")) {   /* once, not from every surviving rank */
         char me[48];
         fprintf(stderr, "%s: a rank of this run was lost (its process or node died, or it "

@@ -59,6 +59,7 @@ typedef struct mpi_coll {
  * later calls fail at once and the exit aborts the job instead of waiting in
  * MPI_Finalize for the missing peer forever. */
 static int mpi_broken;
+static int abort_rank;   /* this process's MPI_COMM_WORLD rank, for the abort's line */
 
 static int mpi_fail(mpi_coll *m, const char *what, int err)
 {
@@ -280,10 +281,15 @@ static void finalize_at_exit(void)
     if (finalized)
         return;
     if (mpi_broken) {
-        /* MPI_Finalize would wait for the peer that never came. */
-        fprintf(stderr, "cdl: this rank failed (see its error above): aborting the MPI job\n");
+        /* MPI_Finalize would wait for the peer that never came. MPI_Abort's
+         * code becomes the process's (and mpirun's) exit status in place of
+         * the one main returned: CDL_EXIT_PEER_LOST when a peer was lost,
+         * as on the other backends, so that job scripts requeue the run. */
+        int code = cdl_dist_peer_lost() ? CDL_EXIT_PEER_LOST : 1;
+        fprintf(stderr, "cdl: rank %d failed (see its error above): aborting the MPI job with "
+                "exit status %d\n", abort_rank, code);
         fflush(NULL);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        MPI_Abort(MPI_COMM_WORLD, code);
     }
     MPI_Finalize();
 }
@@ -319,6 +325,7 @@ coll *coll_mpi_create(const coll_group *g, int world_rank, int world, double tim
         return NULL;
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &abort_rank);
     if (size != world)
         return cdl_error("rank %d: MPI sees %d processes but WORLD_SIZE=%d: the mpi backend "
                          "needs the job started by mpirun or srun --mpi=pmix", world_rank, size,

@@ -232,6 +232,38 @@ static void single(cdl_rank_info *info)
     env_str(CDL_ENV_JOB_ID, info->job_id, sizeof info->job_id);
 }
 
+/* No source above took this process, yet an MPI launcher started it as one
+ * of several: PMIx's variables in a libcdl built without PMIx (mpirun -n 2,
+ * or srun --mpi=pmix run by mpirun's daemons), or a launcher that speaks
+ * only PMI (MPICH's hydra). Every rank would train alone as rank 0 of 1,
+ * all writing one --ckpt-dir: an error that says what to do instead. */
+static int launched_unreadable(void)
+{
+    static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    const char *by = NULL, *val = "";
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes && !by; i++) {
+        const char *s = getenv(sizes[i]);
+        if (s && *s && strcmp(s, "1") && strcmp(s, "0"))
+            by = sizes[i], val = s;
+    }
+    if (!by && (env_set("PMIX_RANK") || env_set("PMIX_NAMESPACE")))
+        by = env_set("PMIX_RANK") ? "PMIX_RANK" : "PMIX_NAMESPACE", val = getenv(by);
+    if (!by)
+        return 0;
+    return cdl_error("an MPI launcher (mpirun, or srun --mpi) started this process (%s=%.32s) "
+                     "but this libcdl cannot read its rank from it (%s): every rank would "
+                     "train alone; rebuild cdl with libpmix-dev, start the ranks with cdlrun "
+                     "or srun --cdl-ddp instead, or give each its rank (RANK, WORLD_SIZE; "
+                     "docs/rank-contract.md); to train each process alone on purpose, use "
+                     "--dist-backend single", by, val,
+#ifdef HAVE_PMIX
+                     "it speaks PMI, not PMIx"
+#else
+                     "built without PMIx"
+#endif
+                     );
+}
+
 static const contract_names *names_of(const char *source)
 {
     if (!strcmp(source, "torchrun"))
@@ -269,6 +301,8 @@ int rank_discover(cdl_rank_info *info, int announce)
         rc = pmix_discover(info);
     } else if (slurm_step()) {
         rc = from_slurm(info);
+    } else if (launched_unreadable()) {
+        rc = -1;
     } else {
         single(info);
         rc = 0;

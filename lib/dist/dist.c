@@ -444,7 +444,7 @@ cdl_dist *cdl_dist_create_with(const cdl_rank_info *info, const char *backend, c
 }
 
 /* The bootstrap compares the ranks' cdl releases (boot.c); MPI's ranks,
- * started without one, compare them over MPI itself. */
+ * started without one (an mpirun without PMIx), compare them over MPI itself. */
 static int mpi_release_agree(cdl_dist *d)
 {
     int w = d->info.world, rc = 0;
@@ -490,7 +490,10 @@ cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backen
     if (!strcmp(kind, "single")) {
         d->coll = coll_single_create();
     } else {
-        if (strcmp(kind, "mpi") && !d->boot &&
+        /* mpi needs no bootstrap, but under PMIx it gets one first: MPI_Init's
+         * own fence has no timeout (srun --mpi=pmix waits for a rank that never
+         * comes for good), the bootstrap's keeps CDL_TIMEOUT. */
+        if ((strcmp(kind, "mpi") || pmix_present()) && !d->boot &&
             !(d->boot = boot_open(info, d->timeout, d->cfg.store_hello_s)))
             goto fail;
         if (!strcmp(kind, "shm"))

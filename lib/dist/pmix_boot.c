@@ -40,6 +40,10 @@ int pmix_boot_open(boot *b, const cdl_rank_info *info)
     return cdl_error("this libcdl was built without PMIx: install libpmix-dev and reconfigure");
 }
 #else
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+
 #include <pmix.h>
 
 static int pmix_fail(const char *what, pmix_status_t st)
@@ -161,23 +165,81 @@ static int pb_put(boot *b, const char *key, const void *val, size_t len)
     return st == PMIX_SUCCESS ? 0 : pmix_fail("PMIx_Put", st);
 }
 
+/* One fence in flight: PMIx_Fence_nb's callback fills it in PMIx's progress
+ * thread. The fence's info stays here until the callback (PMIx reads it
+ * while the fence runs); a fence given up on is left to its callback. */
+typedef struct fence_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    pmix_status_t st;
+    pmix_info_t info[2];
+} fence_wait;
+
+static void fence_done(pmix_status_t st, void *arg)
+{
+    fence_wait *f = arg;
+    pthread_mutex_lock(&f->mu);
+    f->st = st;
+    f->done = 1;
+    pthread_cond_signal(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* PMIx_Fence with CDL_TIMEOUT kept by us: Slurm's pmix plugin (22.05)
+ * ignores PMIX_TIMEOUT, so a rank that never arrives (stopped, hung before
+ * its first fence, its node gone) held the others in PMIx_Fence for good. */
 static int pb_fence(boot *b)
 {
     pmix_status_t st = PMIx_Commit();
     if (st != PMIX_SUCCESS)
         return pmix_fail("PMIx_Commit", st);
-    pmix_info_t info[2];
+    fence_wait *f = cdl_calloc(1, sizeof *f);
+    if (!f)
+        return -1;
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&f->cv, &ca);
+    pthread_condattr_destroy(&ca);
     bool collect = true;
     int timeout = (int)(b->timeout + 0.999);
-    PMIx_Info_load(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
-    PMIx_Info_load(&info[1], PMIX_TIMEOUT, &timeout, PMIX_INT);
-    st = PMIx_Fence(NULL, 0, info, 2);
-    PMIX_INFO_DESTRUCT(&info[0]);
-    PMIX_INFO_DESTRUCT(&info[1]);
-    if (st == PMIX_ERR_TIMEOUT)
+    PMIx_Info_load(&f->info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    PMIx_Info_load(&f->info[1], PMIX_TIMEOUT, &timeout, PMIX_INT);
+    st = PMIx_Fence_nb(NULL, 0, f->info, 2, fence_done, f);
+    if (st != PMIX_SUCCESS)   /* done at once (no callback comes), or refused */
+        fence_done(st == PMIX_OPERATION_SUCCEEDED ? PMIX_SUCCESS : st, f);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    double end = (double)until.tv_sec + until.tv_nsec * 1e-9 + b->timeout;
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    pthread_mutex_lock(&f->mu);
+    int rc = 0;
+    while (!f->done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&f->cv, &f->mu, &until);
+    int done = f->done;
+    st = f->st;
+    pthread_mutex_unlock(&f->mu);
+    if (!done) {
+        dist_note_peer_lost();   /* f stays: the fence may still call back */
+        return cdl_error("rank %d: PMIx fence #%ld did not complete within %.0f s "
+                         "(CDL_TIMEOUT): some rank did not arrive, stopped or lost its node "
+                         "(PMIx does not say which; see the other ranks' errors)",
+                         b->rank, b->fences, b->timeout);
+    }
+    PMIX_INFO_DESTRUCT(&f->info[0]);
+    PMIX_INFO_DESTRUCT(&f->info[1]);
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->mu);
+    cdl_free(f);
+    if (st == PMIX_ERR_TIMEOUT) {
+        dist_note_peer_lost();
         return cdl_error("rank %d: PMIx fence #%ld timed out after %.0f s: some rank did not "
                          "arrive (PMIx does not say which; see the other ranks' errors)",
                          b->rank, b->fences, b->timeout);
+    }
     return st == PMIX_SUCCESS ? 0 : pmix_fail("PMIx_Fence", st);
 }
 

@@ -296,11 +296,18 @@ static store *client(const char *addr, int port, int rank, int world, double tim
 store *store_open(const cdl_rank_info *info, const char *given, double timeout_s,
                   double hello_s)
 {
+    /* A plain srun (or --mpi=pmi2) step lands here: say the launch that
+     * needs no port, where this libcdl has PMIx. */
+#ifdef HAVE_PMIX
+    const char *launch = "cdlrun, srun --cdl-ddp or srun --mpi=pmix (no port needed)";
+#else
+    const char *launch = "cdlrun or srun --cdl-ddp";
+#endif
     if (!info->master_port)
         return cdl_error("rank %d: no MASTER_PORT: the TCP store (the bootstrap without PMIx, "
                          "and the hier:store transport) is served by rank 0 on "
-                         "MASTER_ADDR:MASTER_PORT; launch with cdlrun or srun --cdl-ddp, "
-                         "or export MASTER_PORT", info->rank), NULL;
+                         "MASTER_ADDR:MASTER_PORT; launch with %s, or export MASTER_PORT",
+                         info->rank, launch), NULL;
     const char *addr = info->master_addr[0] ? info->master_addr : "127.0.0.1";
     char token[STORE_KEY_MAX + 1];
     if (given)

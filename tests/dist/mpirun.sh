@@ -66,7 +66,9 @@ fi
 if have HAVE_MPI; then
     mpi_run 2 "$check" --backend mpi --expect-backend mpi --big
     # A stopped peer: rank 0 reports it at the first timeout and the job
-    # ends (MPI_Abort), instead of hanging in MPI_Finalize.
+    # ends (MPI_Abort), instead of hanging in MPI_Finalize, with the status
+    # of a lost peer (76, which the requeue templates resume after), not the
+    # 1 of an error a restart would repeat: MPI_Abort's code is mpirun's.
     pidf=$(mktemp /tmp/cdl-mpistop.XXXXXX)
     echo "+ mpirun -n 2 dist_check --backend mpi --stop-rank 1 (CDL_TIMEOUT=3)"
     CDL_TIMEOUT=3 timeout 60 mpirun --allow-run-as-root --oversubscribe -x CDL_TIMEOUT -n 2 \
@@ -80,6 +82,7 @@ if have HAVE_MPI; then
     [ $rc -ne 124 ] || { echo "FAILED: the job hung after a peer stopped"; exit 1; }
     [ $rc -ne 0 ] && [ $said -eq 0 ] ||
         { echo "FAILED: a stopped peer was not reported (exit $rc)"; exit 1; }
+    [ $rc -eq 76 ] || { echo "FAILED: a stopped peer ended the job with $rc, not 76 (peer lost)"; exit 1; }
     # An error on rank 0 alone before training (its --ckpt-dir cannot be
     # made): the job ends at once (MPI_Abort) instead of rank 0 waiting in
     # MPI_Finalize while rank 1 waits for it until CDL_TIMEOUT.
@@ -90,8 +93,10 @@ if have HAVE_MPI; then
         --dist-backend mpi --ckpt-dir "$tmp/file/ck" >"$tmp/mpi.out" 2>&1
     rc=$?
     cat "$tmp/mpi.out"
-    [ $rc -ne 0 ] || { echo "FAILED: rank 0's --ckpt-dir error did not fail the job"; exit 1; }
-    grep -q "cannot create --ckpt-dir" "$tmp/mpi.out" &&
+    [ $rc -ne 0 ] && [ $rc -ne 76 ] ||
+        { echo "FAILED: rank 0's --ckpt-dir error ended the job with $rc (not 1, its own error)"; exit 1; }
+    # The error names its rank (mpirun sets no RANK: PMIx's rank it is).
+    grep -q "cdl-train: rank 0: error: cannot create --ckpt-dir" "$tmp/mpi.out" &&
         grep -q "aborting the MPI job" "$tmp/mpi.out" &&
         ! grep -q "did not complete within" "$tmp/mpi.out" ||
         { echo "FAILED: rank 1 waited for rank 0 until its timeout (exit $rc)"; exit 1; }

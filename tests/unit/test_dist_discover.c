@@ -254,6 +254,28 @@ static void test_slurm_batch_script_is_single(void **state)
     assert_int_equal(info.world, 1);
 }
 
+/* mpirun -n 2 with a launcher or a libcdl that cannot say the rank (no
+ * PMIx): each process used to train alone as rank 0 of 1, silently. A
+ * world of one (mpirun -n 1) is still a single process. */
+static void test_mpi_launcher_unreadable(void **state)
+{
+    (void)state;
+    set("OMPI_COMM_WORLD_SIZE", "1");
+    cdl_rank_info info;
+    assert_int_equal(cdl_rank_discover(&info), 0);
+    assert_string_equal(info.source, "single");
+    set("OMPI_COMM_WORLD_SIZE", "2");
+    expect_error("OMPI_COMM_WORLD_SIZE=2", "--dist-backend single");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    set("PMI_SIZE", "4");
+    expect_error("PMI_SIZE=4", "cdlrun or srun --cdl-ddp");
+    unsetenv("PMI_SIZE");
+#ifndef HAVE_PMIX
+    set("PMIX_RANK", "1");
+    expect_error("PMIX_RANK=1", "built without PMIx");
+#endif
+}
+
 static void test_inconsistent_rank(void **state)
 {
     (void)state;
@@ -348,6 +370,7 @@ int main(void)
         cmocka_unit_test_setup(test_slurm, setup),
         cmocka_unit_test_setup(test_slurm_repeat_counts_and_ports, setup),
         cmocka_unit_test_setup(test_slurm_batch_script_is_single, setup),
+        cmocka_unit_test_setup(test_mpi_launcher_unreadable, setup),
         cmocka_unit_test_setup(test_inconsistent_rank, setup),
         cmocka_unit_test_setup(test_garbage_value, setup),
         cmocka_unit_test_setup(test_group_node_disagree, setup),

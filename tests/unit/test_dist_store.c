@@ -199,6 +199,22 @@ static void test_port_in_use(void **state)
     on_taken_port(port_taken_rank);
 }
 
+/* A plain srun step (or --mpi=pmi2) has no port for the store: the error
+ * names the launches that need none. */
+static void test_no_port_names_launches(void **state)
+{
+    (void)state;
+    cdl_rank_info info = {.rank = 1, .world = 2, .local_world = 1, .nnodes = 2, .node_rank = 1};
+    assert_null(store_open(&info, "t0ken", 1, 0));
+    const char *e = cdl_last_error();
+    if (!strstr(e, "rank 1: no MASTER_PORT") || !strstr(e, "srun --cdl-ddp"))
+        fail_msg("%s", e);
+#ifdef HAVE_PMIX
+    if (!strstr(e, "srun --mpi=pmix (no port needed)"))
+        fail_msg("the error does not name srun --mpi=pmix: %s", e);
+#endif
+}
+
 /* Under torchrun's static rendezvous the taken port is its agent's store:
  * the error says so and what to run instead. */
 static void test_port_of_torchrun_agent(void **state)
@@ -965,6 +981,7 @@ int main(void)
         cmocka_unit_test(test_stranger_rejected),
         cmocka_unit_test(test_token_from_env),
         cmocka_unit_test(test_port_in_use),
+        cmocka_unit_test(test_no_port_names_launches),
         cmocka_unit_test(test_port_of_torchrun_agent),
         cmocka_unit_test(test_missing_rank_named),
         cmocka_unit_test(test_rank0_absent),

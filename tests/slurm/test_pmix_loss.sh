@@ -1,0 +1,68 @@
+#!/bin/bash
+# cdl-train under srun --mpi=pmix (PMIx bootstrap, hier:mpi between the
+# nodes) when a rank goes missing: the survivors must keep CDL_TIMEOUT and
+# exit 76 (CDL_EXIT_PEER_LOST), which the requeue templates resume after.
+#   1. rank 1 stops before it reaches the bootstrap (SIGSTOP, as a hung
+#      node or a rank that never starts): rank 0 gives up on the PMIx fence
+#      at CDL_TIMEOUT and exits 76. It used to wait in PMIx_Fence for good
+#      (Slurm's pmix plugin ignores PMIX_TIMEOUT), or, with --dist-backend
+#      mpi, in MPI_Init's fence.
+#   2. rank 1 is killed (SIGKILL) mid-run: rank 0's MPI collective times
+#      out and the job ends with 76 (MPI_Abort's code). It used to be 1, the
+#      status of an error a restart would repeat: the job was not requeued.
+set -u
+. "${top_srcdir:-.}/tests/slurm/lib.sh"
+CDL_TRAIN_BIN=${CDL_TRAIN_BIN:-$(readlink -f "$top_builddir/cli/cdl-train" 2>/dev/null)}
+[ -n "$CDL_TRAIN_BIN" ] && [ -x "$CDL_TRAIN_BIN" ] || skip "cli/cdl-train is not built yet"
+grep -q "^#define HAVE_PMIX 1" "$top_builddir/config.h" && grep -q "^#define HAVE_MPI 1" "$top_builddir/config.h" ||
+    skip "libcdl built without PMIx or MPI"
+require_cluster_tools
+start_cluster
+srun --mpi=list 2>&1 | grep -qw pmix || skip "Slurm has no pmix MPI plugin (srun --mpi=list)"
+runuser -u "$CDL_TEST_USER" -- test -x "$CDL_TRAIN_BIN" || skip "$CDL_TRAIN_BIN not executable by $CDL_TEST_USER"
+JOB_TIMEOUT=60
+# Rank 1's pid for the test (it execs cdl-train: the same process); with
+# "stop" rank 1 stops itself before cdl-train starts.
+user_script rank.sh <<EOF
+#!/bin/sh
+echo \$\$ >"$WORK/pid.\$SLURM_PROCID.tmp" && mv "$WORK/pid.\$SLURM_PROCID.tmp" "$WORK/pid.\$SLURM_PROCID"
+[ "\$1" = stop ] && [ "\$SLURM_PROCID" = 1 ] && kill -STOP \$\$
+shift
+exec "$CDL_TRAIN_BIN" "\$@"
+EOF
+train="--dataset synthetic --synthetic-size 20000 --epochs 50 --threads 1 --no-progress"
+# Rank 1's process, once only: the test kills no process it did not start.
+kill_rank1() { [ -s "$WORK/pid.1" ] && kill -KILL "$(cat "$WORK/pid.1")" 2>/dev/null; rm -f "$WORK/pid.1"; }
+trap 'kill_rank1; stop_cluster; etc_unchanged' EXIT
+
+# auto (hier:mpi) and mpi: the latter had no bootstrap, and MPI_Init's own
+# fence waited for rank 1 for good.
+for be in auto mpi; do
+    echo "== 1. rank 1 stopped before the bootstrap (--dist-backend $be)"
+    # -K: once rank 0 has exited, srun ends the stopped rank 1.
+    as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=3 -- \
+        srun --mpi=pmix -K -N2 --ntasks-per-node=1 ./rank.sh stop $train --dist-backend $be \
+        >"$WORK/stop.log" 2>&1
+    rc=$?
+    kill_rank1
+    cat "$WORK/stop.log"
+    check "$be: srun ended (rc $rc, not 124 from timeout)" test "$rc" != 124
+    check "$be: rank 0 gave up on the PMIx fence at CDL_TIMEOUT" \
+        grep -q "cdl-train: rank 0: error: PMIx fence #0 did not complete within 3 s (CDL_TIMEOUT)" "$WORK/stop.log"
+    check "$be: rank 0 exited 76 (a lost peer)" grep -q "n1: task 0: Exited with exit code 76" "$WORK/stop.log"
+done
+
+echo "== 2. rank 1 killed mid-run"
+as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=3 -- \
+    srun --mpi=pmix -N2 --ntasks-per-node=1 ./rank.sh run $train --ckpt-dir ck >"$WORK/kill.log" 2>&1 &
+srun_pid=$!
+wait_until 50 grep -q "^epoch 1/" "$WORK/kill.log" && wait_until 5 test -s "$WORK/pid.1"
+kill_rank1
+wait "$srun_pid"
+rc=$?
+cat "$WORK/kill.log"
+check "srun exited 76, the status of a lost peer (rc $rc)" test "$rc" = 76
+check "rank 0 said to resume" grep -q "cdl-train: rank 0: a rank of this run was lost" "$WORK/kill.log"
+check "... once" test "$(grep -c "a rank of this run was lost" "$WORK/kill.log")" = 1
+check "the MPI job was aborted with 76" grep -q "aborting the MPI job with exit status 76" "$WORK/kill.log"
+finish

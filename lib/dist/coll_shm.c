@@ -169,12 +169,16 @@ static void post_abort(shm_hdr *h, const char *msg)
 static int fail(shm_coll *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(shm_coll *s, const char *fmt, ...)
 {
-    char msg[512];
+    char msg[512], posted[600];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    post_abort(s->h, msg);
+    /* The others print it as their own error: name who gave up, so a rank
+     * that was stopped reads "rank 0 gave up: ... rank 1 did not arrive",
+     * not a timeout that seems its own. */
+    snprintf(posted, sizeof posted, "rank %d gave up: %s", s->ranks[s->base.rank], msg);
+    post_abort(s->h, posted);
     return cdl_error("rank %d: %s", s->ranks[s->base.rank], msg);
 }
 
@@ -256,14 +260,16 @@ static int sync_all(shm_coll *s)
     double spin_end = 0, deadline = 0, next_check = 0;
     for (;;) {
         uint32_t bell = atomic_load(&h->bell);
-        if (arrived(s, target))
-            return 0;
+        /* An abort first: a member that gave up had already arrived, so a
+         * late rank would otherwise pass this sync alone and go on. */
         int32_t ab = atomic_load_explicit(&h->aborted, memory_order_acquire);
         if (ab > 0) {
             if (ab == 2)
                 dist_note_peer_lost();
             return cdl_error("rank %d: %s", s->ranks[s->base.rank], h->abort_msg);
         }
+        if (arrived(s, target))
+            return 0;
         if (spinning && (spins++ & 63) == 0) {
             double now = dist_now();
             if (spin_end == 0)

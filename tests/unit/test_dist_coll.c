@@ -439,6 +439,45 @@ static void test_own_error_not_lost(void **state)
         assert_true(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0);
 }
 
+/* A rank that was stopped (SIGSTOP, a swapped-out node) comes back after
+ * the others gave up waiting for it: its error says who gave up and why,
+ * not a timeout that reads as its own. The pipe orders the two ranks: rank
+ * 1 arrives only once rank 0 has given up. */
+static int late_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    int *fds = arg;
+    char byte = 0;
+    cdl_dist *d = open_dist("shm", 1);
+    CHILD_CHECK(d, "%s", cdl_last_error());
+    if (rank == 0) {
+        CHILD_CHECK(cdl_dist_barrier(d) == -1, "rank 0: barrier passed without rank 1");
+        CHILD_CHECK(write(fds[1], &byte, 1) == 1, "rank 0: write to the pipe");
+    } else {
+        CHILD_CHECK(read(fds[0], &byte, 1) == 1, "rank 1: read from the pipe");
+        CHILD_CHECK(cdl_dist_barrier(d) == -1, "rank 1: barrier passed after rank 0 gave up");
+        const char *e = cdl_last_error();
+        CHILD_CHECK(strstr(e, "rank 1: rank 0 gave up: barrier") &&
+                    strstr(e, "rank 1 did not arrive"), "error '%s'", e);
+        fprintf(stderr, "(expected) %s\n", e);
+    }
+    cdl_dist_destroy(d);
+    return 0;
+}
+
+static void test_late_rank_names_who_gave_up(void **state)
+{
+    (void)state;
+    int fds[2], start[2] = {0, 1}, status[2];
+    assert_int_equal(pipe(fds), 0);
+    run_opts o = {guard_s(30), 0, 0};
+    assert_int_equal(run_ranks(2, start, 2, late_rank, fds, &o, status), 0);
+    close(fds[0]);
+    close(fds[1]);
+    for (int i = 0; i < 2; i++)
+        assert_true(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0);
+}
+
 /* Two ranks claiming one local rank: init names both. */
 static int duplicate_rank(int rank, int world, void *arg)
 {
@@ -543,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_killed_rank_hier),
         cmocka_unit_test(test_missing_rank_times_out),
         cmocka_unit_test(test_own_error_not_lost),
+        cmocka_unit_test(test_late_rank_names_who_gave_up),
         cmocka_unit_test(test_duplicate_local_rank),
         cmocka_unit_test(test_refused_backends),
         cmocka_unit_test(test_dist_config),

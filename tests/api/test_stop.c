@@ -51,6 +51,12 @@ static int should_stop(void *ctx)
     return j->stop_at > 0 && j->steps >= j->stop_at;
 }
 
+static int should_stop_always(void *ctx)
+{
+    ((job *)ctx)->polls++;
+    return 1;
+}
+
 static void on_log(void *ctx, int level, const char *line)
 {
     job *j = ctx;
@@ -107,6 +113,25 @@ static void test_stop_without_ckpt(void **state)
     assert_int_equal(j.polls, 1 + 3);
     assert_non_null(strstr(j.note, "the program asked to stop"));
     assert_non_null(strstr(j.note, "step 3"));
+}
+
+/* A yes before the first step (a cancel during set-up) stops there. */
+static void test_stop_during_setup(void **state)
+{
+    (void)state;
+    job j;
+    memset(&j, 0, sizeof j);
+    cdl_train_config cfg;
+    config(&j, &cfg);
+    cfg.should_stop = should_stop_always;
+    j.rc = cdl_train_run(&cfg, &j.res);
+    if (j.rc == -1)
+        fail_msg("%s", cdl_last_error());
+    assert_int_equal(j.rc, CDL_TRAIN_STOPPED);
+    assert_int_equal(j.res.steps, 0);
+    assert_int_equal(j.res.interrupted, 2);
+    assert_int_equal(j.polls, 1);
+    assert_non_null(strstr(j.note, "before the first step"));
 }
 
 /* One run stopped at step 4 with a ckpt_dir, beside one that is never
@@ -267,6 +292,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stop_without_ckpt),
+        cmocka_unit_test(test_stop_during_setup),
         cmocka_unit_test(test_stop_one_of_two),
         cmocka_unit_test(test_empty_model),
         cmocka_unit_test(test_forward_needs_weights),

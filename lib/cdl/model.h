@@ -168,8 +168,9 @@ typedef struct cdl_model cdl_model;
  * shape, allocating every buffer a step needs (activations, workspaces).
  * Its parameters and buffers are all 0, norm scales included, until
  * cdl_model_init or cdl_model_load_weights sets them (or a program writes
- * them through cdl_model_params): a model trained from zeros runs without
- * an error and learns nothing. */
+ * them through cdl_model_params, which counts as setting them): before,
+ * cdl_model_forward returns NULL with an error naming cdl_model_init, as
+ * a model trained from zeros would run and learn nothing. */
 cdl_model *cdl_model_create(const cdl_model_spec *spec, cdl_shape input, int max_batch,
                             cdl_backend *be);
 void cdl_model_destroy(cdl_model *m);

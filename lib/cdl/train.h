@@ -24,6 +24,11 @@ extern "C" {
  * from 1 (an error of this run, which a restart repeats) so that job
  * scripts requeue only this. */
 #define CDL_EXIT_PEER_LOST 76
+/* What cdl_train_run returns when the program's should_stop asked it to
+ * stop (cdl_train_config, below): after a checkpoint where ckpt_dir is
+ * set, and with nothing saved, not an error, where it is not. Not an exit
+ * status of cdl-train, which never asks. */
+#define CDL_TRAIN_STOPPED 2
 
 struct cdl_train_record;   /* on_record's argument, below */
 
@@ -199,6 +204,19 @@ typedef struct cdl_train_config {
      * only last and best, as before. */
     long keep_last;
     long keep_every;
+    /* Stops this run alone (early stopping, a cancel button, one of several
+     * runs in threads), where SIGTERM stops every run of the process.
+     * Polled on each rank, on the thread that called cdl_train_run, once
+     * per optimizer step and once or twice before the first (during
+     * set-up: after staging the data, after loading it); once it returns nonzero
+     * the run stops as at a signal: every rank at the same step (any
+     * rank's yes stops all), the checkpoint of that step written when
+     * ckpt_dir is set (resume "auto" goes on from it), no test pass. The
+     * run then returns CDL_TRAIN_STOPPED, with or without ckpt_dir, and
+     * res->interrupted is 2. A signal at the same step wins (its stop and
+     * status). NULL (the default): never asked. */
+    int (*should_stop)(void *ctx);
+    void *should_stop_ctx;
 } cdl_train_config;
 
 /* on_log's levels. */
@@ -256,21 +274,26 @@ typedef struct cdl_train_result {
     int epochs_done;
     long steps;
     double final_val_acc, final_val_loss, best_val_loss;
-    int interrupted;          /* 1 when stopped by a signal */
+    int interrupted;          /* 1 when stopped by a signal (or a failed --metrics
+                               * record), 2 when should_stop asked */
 } cdl_train_result;
 
 /* Runs training. Returns 0, -1 on error (cdl_last_error: cdl-train's
  * message, naming options: --batch-size is batch_size, --optimizer
  * optim.kind, and the comments above name the others), or
  * CDL_EXIT_REQUEUE when interrupted by SIGUSR1/SIGTERM after a checkpoint
- * (with no ckpt_dir such a stop returns -1: nothing could be resumed).
+ * (with no ckpt_dir such a stop returns -1: nothing could be resumed), or
+ * CDL_TRAIN_STOPPED when cfg->should_stop asked (with or without ckpt_dir).
  * After a -1, cdl_dist_peer_lost() is 1 when the cause was a lost peer
  * rank, worth a restart from the last checkpoint (cdl-train then exits
  * CDL_EXIT_PEER_LOST), and 0 for an error a restart would repeat.
  * It handles SIGUSR1 and SIGTERM while it runs and gives the caller's
  * handlers back when it returns. Runs in several threads at once (own
  * configs and directories) each get what they get alone; the caller's
- * handlers are back when the last returns, and a signal stops them all.
+ * handlers are back when the last returns, and a signal stops them all
+ * (should_stop stops one). A child fork()ed while a run is in another
+ * thread starts with the caller's handlers back, and its own runs
+ * install and give them back as in any process.
  * res may be NULL. */
 int cdl_train_run(const cdl_train_config *cfg, cdl_train_result *res);
 

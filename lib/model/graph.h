@@ -92,6 +92,12 @@ struct cdl_model {
     uint8_t *masks;
     int n;                         /* batch of the last forward; 0 = none yet */
     int train;                     /* mode of the last forward */
+    /* The parameters were set: cdl_model_init, or cdl_model_params handed
+     * out for writing (every loader of weights and checkpoints writes
+     * through it). A forward before refuses: from all zeros a model runs
+     * without an error and learns nothing. A flag, not a scan of the
+     * weights: nothing added to a start-up. */
+    int weights_set;
 };
 
 /* Layer i's input j as a device pointer. */

@@ -757,7 +757,11 @@ void cdl_model_destroy(cdl_model *m)
 }
 
 size_t cdl_model_nparams(const cdl_model *m) { return m->nparams; }
-float *cdl_model_params(cdl_model *m) { return m->params; }
+float *cdl_model_params(cdl_model *m)
+{
+    m->weights_set = 1;   /* a program may write the weights through it */
+    return m->params;
+}
 float *cdl_model_grads(cdl_model *m) { return m->grads; }
 int cdl_model_nviews(const cdl_model *m) { return m->nviews; }
 cdl_shape cdl_model_input(const cdl_model *m) { return m->input; }

@@ -124,6 +124,12 @@ const float *cdl_model_forward(cdl_model *m, const float *x_dev, int n, int trai
                   n, x_dev ? "" : " from a NULL input", m->max_batch);
         return NULL;
     }
+    if (!m->weights_set) {
+        cdl_error("%s: forward of a model whose weights were never set (all 0, it would learn "
+                  "nothing): call cdl_model_init(m, seed) after cdl_model_create for fresh "
+                  "ones, or load them (cdl_model_load_weights, a checkpoint)", m->spec.source);
+        return NULL;
+    }
     op->copy(be, m->x, x_dev, (size_t)n * m->input.c * m->input.h * m->input.w * sizeof(float));
     for (int i = 0; i < m->nlayers; i++) {
         layer *L = &m->layers[i];

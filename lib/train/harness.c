@@ -939,14 +939,23 @@ static void schedule_note(run *r)
 /* Set-up (staging, loading the data) can take minutes, and a SIGTERM or
  * SIGUSR1 then (scancel; Slurm's warning before the time limit) should end
  * the run before its first step: CDL_EXIT_REQUEUE when any rank was
- * signalled (agreed in a collective all ranks reach here), 0 to go on, -1
- * when the agreement fails. */
+ * signalled (agreed in a collective all ranks reach here), CDL_TRAIN_STOPPED
+ * when a should_stop asked instead, 0 to go on, -1 when the agreement
+ * fails. */
 static int setup_stopped(run *r, const char *during, cdl_train_result *res)
 {
     int stop = train_stop_agreed(r);
     if (stop <= 0)
         return stop;
     res->interrupted = 1;
+    if (train_stop_kind(r) != 0)
+        return -1;
+    if (r->stop_by_program) {   /* nothing trained yet: nothing to save */
+        res->interrupted = 2;
+        train_report_note(r->rep, "stopped while %s, before the first step: the program asked "
+                          "to stop (cdl_train_config.should_stop)", during);
+        return CDL_TRAIN_STOPPED;
+    }
     /* CDL_EXIT_REQUEUE only where a restart goes on from a checkpoint
      * (loop.c says why). */
     if (!r->cfg->ckpt_dir[0]) {
@@ -976,6 +985,11 @@ static int check_dist_backend(const char *name)
 
 static int check_config(const cdl_train_config *c)
 {
+    /* Else the first reader of the name (cdl_spec_read) said it, naming a
+     * function the caller never called. */
+    if (!c->model[0])
+        return cdl_error("--model (cdl_train_config.model) is empty: give a built-in model's "
+                         "name (e.g. lenet, mlp) or a model spec file's path");
     if (check_dist_backend(c->dist_backend) != 0)
         return -1;
     if (c->epochs <= 0)

@@ -183,13 +183,17 @@ static int stage(run *r, const cdl_batch *b, int s)
     return 0;
 }
 
-/* This rank's vote to stop after a step: 1 for a signal; rank 0 adds
+/* This rank's vote to stop after a step: 1 for a signal or the program's
+ * should_stop (polled here, once per step; its yes is kept); rank 0 adds
  * world + 1 when a --metrics or --tensorboard record failed
  * (train_report_failed), so the ranks' sum tells every rank which stop it
- * is (signals alone sum to at most the world size). */
-static double stop_flag(const run *r)
+ * is (signals and should_stop alone sum to at most the world size). */
+static double stop_flag(run *r)
 {
-    double flag = train_stop_requested() ? 1 : 0;
+    const cdl_train_config *c = r->cfg;
+    if (!r->program_stop && c->should_stop && c->should_stop(c->should_stop_ctx))
+        r->program_stop = 1;
+    double flag = train_stop_requested() || r->program_stop ? 1 : 0;
     if (r->ri.rank == 0 && train_report_failed(r->rep))
         flag += r->ri.world + 1;
     return flag;
@@ -462,6 +466,38 @@ int train_stop_agreed(run *r)
     return flag > 0;
 }
 
+/* A signal's stop wins over the program's when both came (a job being
+ * ended wants its checkpoint and CDL_EXIT_REQUEUE). Once per run, so a
+ * collective of its own rather than a code in the per-step vote. */
+int train_stop_kind(run *r)
+{
+    double signalled = train_stop_requested() ? 1 : 0;
+    if (r->dist && r->ri.world > 1 && cdl_dist_allreduce_f64(r->dist, &signalled, 1) != 0)
+        return -1;
+    r->stop_by_program = !(signalled > 0);
+    return 0;
+}
+
+/* The stop the program asked for (should_stop): the checkpoint at this
+ * step when there is a ckpt_dir, then CDL_TRAIN_STOPPED on every rank,
+ * not an error with no ckpt_dir (nothing is lost that the program did not
+ * want to end). */
+static int program_stop(run *r, const train_position *at)
+{
+    const char *asked = "the program asked to stop (cdl_train_config.should_stop)";
+    if (!r->cfg->ckpt_dir[0]) {
+        train_report_note(r->rep, "stopped at epoch %d, batch %ld (step %ld): %s; no ckpt_dir, "
+                          "nothing saved", at->epoch + 1, at->batch, at->step, asked);
+        return CDL_TRAIN_STOPPED;
+    }
+    if (loop_save(r, at, SAVE_LAST) != 0)
+        return -1;
+    train_report_note(r->rep, "stopped at epoch %d, batch %ld (step %ld): %s; checkpoint "
+                      "written in %s, resume \"auto\" goes on from it", at->epoch + 1, at->batch,
+                      at->step, asked, r->cfg->ckpt_dir);
+    return CDL_TRAIN_STOPPED;
+}
+
 /* The stop after a --metrics or --tensorboard record failed on rank 0
  * (agreed as a signal's is): the checkpoint at this step, then -1 on every
  * rank, rank 0's error saying what failed and where to go on. Not
@@ -524,6 +560,12 @@ static int after_step(run *r, train_position *pos, epoch_clock *ck, cdl_train_re
          * from its first step again, at every time limit, for ever. */
         if (r->records_failed)
             return records_stop(r, &at);
+        if (train_stop_kind(r) != 0)
+            return -1;
+        if (r->stop_by_program) {
+            res->interrupted = 2;
+            return program_stop(r, &at);
+        }
         if (!c->ckpt_dir[0]) {
             cdl_error("stopped by a signal (SIGUSR1 or SIGTERM) at epoch %d, batch %ld (step %ld) "
                       "with no --ckpt-dir: nothing saved, and a restart would begin at step 1; "

@@ -28,7 +28,7 @@ void loop_free(run *r);
  * the stop agreed by all ranks, --max-steps and --ckpt-every, with the
  * steps in flight counted first wherever it stops or saves. Returns 0 at
  * the epoch's end, EPOCH_MAX_STEPS, CDL_EXIT_REQUEUE (stopped by a signal
- * after checkpointing) or -1. */
+ * after checkpointing), CDL_TRAIN_STOPPED (cfg->should_stop asked) or -1. */
 int loop_epoch(run *r, train_position *pos, epoch_clock *ck, cdl_train_result *res);
 
 /* Writes the checkpoint at pos into last.safetensors (SAVE_LAST) and/or

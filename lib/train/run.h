@@ -47,6 +47,8 @@ typedef struct run {
     int finished_before;      /* resumed with nothing left to train (run_epochs) */
     train_loop *loop;         /* the training loop's buffers (loop.c) */
     int records_failed;       /* agreed: rank 0's --metrics/--tensorboard failed (loop.c) */
+    int program_stop;         /* this rank's cfg->should_stop said stop (kept once said) */
+    int stop_by_program;      /* agreed: the stop is the program's, no rank had a signal */
     /* --accum-steps and --clip-grad (grads.c): micro-batches per optimizer
      * step (1: none), the running one and the next, how many its step has
      * and their samples (the loss's denominator), the sum of the earlier
@@ -84,9 +86,15 @@ int train_from_rank0(run *r, double *v, size_t n);
  * added). 0 when no rank failed, else -1 on every rank, with an error
  * naming the first failed rank and its host on the others. */
 int train_setup_agree(run *r, int failed, const char *what);
-/* loop.c: 1 when any rank got SIGTERM/SIGUSR1 (all ranks call it at the
- * same point), 0 when none, -1 when the collective fails. */
+/* loop.c: 1 when any rank got SIGTERM/SIGUSR1 or its should_stop said
+ * stop (all ranks call it at the same point), 0 when none, -1 when the
+ * collective fails. */
 int train_stop_agreed(run *r);
+/* loop.c: after a stop agreed (and not for failed records), which stop it
+ * is, agreed by all ranks in one more collective: r->stop_by_program is 1
+ * when no rank had a signal (the program's should_stop asked), 0 for a
+ * signal's stop. 0, or -1 when the collective fails. */
+int train_stop_kind(run *r);
 /* loop.c: the checkpoint a diverged run resumes from: last.safetensors when
  * --ckpt-dir holds one, else NULL. */
 const char *train_last_ckpt(const run *r);

@@ -8,7 +8,13 @@
  * one out gives them back. Restoring at every run's end instead left
  * libcdl's handler installed for good after two overlapping runs (the
  * second saved the first's handler as "the program's"), and the process
- * then ignored SIGTERM. A signal asks every running run to stop. */
+ * then ignored SIGTERM. A signal asks every running run to stop.
+ *
+ * fork() copies the count but not the runs (their threads are not in the
+ * child): a child counted them as still running, so its own run, the
+ * "last one out" no more, left libcdl's handler installed, and the lock
+ * could be copied held. The child gives the program's handlers back and
+ * starts with no runs, as a process that never ran one. */
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -42,12 +48,42 @@ static void take_signals(void)
     sigaction(SIGTERM, &sa, &old_term);
 }
 
+static void before_fork(void)
+{
+    pthread_mutex_lock(&lock);
+}
+
+static void after_fork_parent(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
+/* Only the forking thread exists here; sigaction is async-signal-safe. */
+static void after_fork_child(void)
+{
+    if (runs > 0) {
+        sigaction(SIGUSR1, &old_usr1, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+        runs = 0;
+    }
+    stop_requested = 0;
+    pthread_mutex_init(&lock, NULL);
+}
+
+static pthread_once_t at_fork_once = PTHREAD_ONCE_INIT;
+
+static void at_fork(void)
+{
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
 /* A job signalled as it starts (Slurm's --signal when the job has less
  * time left than the signal's lead, scancel at once) would otherwise kill
  * the program, or go unseen, before cdl_train_run is reached: the handler
  * goes in now, and what it records stops the next run at its set-up. */
 void cdl_train_signals_early(void)
 {
+    pthread_once(&at_fork_once, at_fork);
     pthread_mutex_lock(&lock);
     if (runs == 0 && !early) {
         take_signals();
@@ -58,6 +94,7 @@ void cdl_train_signals_early(void)
 
 void train_signals_install(void)
 {
+    pthread_once(&at_fork_once, at_fork);   /* before the first handler: nothing to undo earlier */
     pthread_mutex_lock(&lock);
     if (runs++ == 0) {
         if (early)

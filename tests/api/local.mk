@@ -64,3 +64,13 @@ tests_api_test_robust_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
 tests_api_test_robust_LDADD = libcdl.la $(CMOCKA_LIBS)
 tests_api_test_robust_LDFLAGS = $(AM_LDFLAGS) -no-install
 endif
+# One run stopped by its program (should_stop) beside one that trains on, a
+# model without weights, an empty model name, fork() during a run.
+if HAVE_CMOCKA
+check_PROGRAMS += tests/api/test_stop
+TESTS += tests/api/test_stop
+tests_api_test_stop_SOURCES = tests/api/test_stop.c
+tests_api_test_stop_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
+tests_api_test_stop_LDADD = libcdl.la $(CMOCKA_LIBS)
+tests_api_test_stop_LDFLAGS = $(AM_LDFLAGS) -no-install
+endif

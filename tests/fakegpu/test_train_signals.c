@@ -2,7 +2,8 @@
  * SIGUSR1 after a step inside an epoch, at an epoch's last step, at the
  * --max-steps that is also an epoch's last, and at a step that owes a
  * validation (--eval-every's, or the run's end at --max-steps inside an
- * epoch); and test_checkpoint_cadence (--ckpt-every, --eval-every's
+ * epoch), and should_stop's stop, which rides the same vote; and
+ * test_checkpoint_cadence (--ckpt-every, --eval-every's
  * best.safetensors). The configs' device is auto, which picks the (fake)
  * GPU here, so the pipelined GPU loop (results counted one step late, CUDA
  * graphs, the steps in flight counted before the checkpoint) must stop,

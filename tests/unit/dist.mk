@@ -70,3 +70,9 @@ tests_unit_test_bind_SOURCES = tests/unit/test_bind.c lib/dist/bind.c lib/dist/c
 tests_unit_test_bind_CPPFLAGS = $(TEST_CPPFLAGS) $(HWLOC_CFLAGS)
 tests_unit_test_bind_LDADD = $(CMOCKA_LIBS) $(HWLOC_LIBS)
 endif
+# should_stop on one data-parallel rank stops all at one step (forked ranks).
+check_PROGRAMS += tests/unit/test_train_stop
+TESTS += tests/unit/test_train_stop
+tests_unit_test_train_stop_SOURCES = tests/unit/test_train_stop.c tests/unit/dist_fork.h
+tests_unit_test_train_stop_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_train_stop_LDADD = $(TEST_LDADD)

@@ -283,6 +283,42 @@ static void test_signal_checkpoint_and_resume(void **state)
     assert_same_weights(full.ckpt_dir, sig.ckpt_dir);
 }
 
+static int stop_from_step(void *ctx)
+{
+    const long *s = ctx;   /* [0] the step to stop at, [1] on_step's count */
+    return s[1] >= s[0];
+}
+
+static void count_steps(void *ctx, long steps)
+{
+    ((long *)ctx)[1] = steps;
+}
+
+/* should_stop stops a run as a signal does, inside an epoch: the
+ * checkpoint of that step, CDL_TRAIN_STOPPED, and the resumed run ends
+ * with the weights of the run never stopped. Named test_signal* so that
+ * tests/fakegpu/test_train_signals runs it on the pipelined GPU loop. */
+static void test_signal_should_stop_resume(void **state)
+{
+    (void)state;
+    cdl_train_config full, part;
+    base_config(&full, "stop-full");
+    run_ok(&full);
+    base_config(&part, "stop-part");
+    long s[2] = {8, 0};   /* epoch 2, batch 2 */
+    part.on_step = count_steps;
+    part.on_step_ctx = s;
+    part.should_stop = stop_from_step;
+    part.should_stop_ctx = s;
+    cdl_train_result res;
+    assert_int_equal(cdl_train_run(&part, &res), CDL_TRAIN_STOPPED);
+    assert_int_equal(res.interrupted, 2);
+    assert_int_equal(res.steps, 8);
+    part.should_stop = NULL;
+    run_ok(&part);
+    assert_same_weights(full.ckpt_dir, part.ckpt_dir);
+}
+
 /* The metrics of every epoch from "epoch" up to images_per_sec (what
  * neither the run's id nor timing changes), one line after another; with
  * evals, the --eval-every records among them too. */
@@ -911,6 +947,7 @@ int main(void)
         cmocka_unit_test(test_resume_mid_epoch_resnet20),
         cmocka_unit_test(test_signal_checkpoint_and_resume),
         cmocka_unit_test(test_signal_without_ckpt_dir),
+        cmocka_unit_test(test_signal_should_stop_resume),
         cmocka_unit_test(test_gpu_loop_matches_host_loop),
         cmocka_unit_test(test_corrupt_checkpoint_is_an_error),
         cmocka_unit_test(test_mismatched_model_is_an_error),

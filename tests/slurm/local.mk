@@ -19,7 +19,8 @@ SLURM_TESTS = tests/slurm/test_ddp_contract.sh tests/slurm/test_sbatch.sh \
 	tests/slurm/test_torchrun.sh tests/slurm/test_accelerate.sh tests/slurm/test_shm.sh \
 	tests/slurm/test_cgroup.sh tests/slurm/test_arrays.sh tests/slurm/test_node_loss.sh \
 	tests/slurm/test_hetero.sh tests/slurm/test_lm_requeue.sh tests/slurm/test_gpu_bind.sh \
-	tests/slurm/test_hf_trainer.sh tests/slurm/test_pmix_loss.sh
+	tests/slurm/test_hf_trainer.sh tests/slurm/test_pmix_loss.sh \
+	tests/slurm/test_idle_requeue.sh
 TESTS += $(SLURM_TESTS)
 dist_check_SCRIPTS += $(SLURM_TESTS) tests/slurm/cluster.sh
 EXTRA_DIST += tests/slurm/lib.sh tests/slurm/fake-train.sh

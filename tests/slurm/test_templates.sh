@@ -56,7 +56,9 @@ DATA=/usr/share/datasets/fashion-mnist
 CDL_PLOT_BIN=$(readlink -f "$top_builddir/cli/cdl-plot" 2>/dev/null)
 EXPORTS="ALL,CDL_TRAIN=$CDL_TRAIN_BIN,CDL_PLOT=${CDL_PLOT_BIN:-cdl-plot},DATA_DIR=$DATA,EPOCHS=1,MAX_STEPS=20"
 
-id=$(submit --export="$EXPORTS,RUN_DIR=runs/cpu" --cpus-per-task=1 -o cpu.out ./cpu-ddp.sbatch)
+# Two epochs: cpu-ddp.sbatch warms up for one, and cdl-train refuses a
+# cosine with no steps left after its warm-up (MAX_STEPS ends it anyway).
+id=$(submit --export="${EXPORTS/EPOCHS=1/EPOCHS=2},RUN_DIR=runs/cpu" --cpus-per-task=1 -o cpu.out ./cpu-ddp.sbatch)
 state=$(wait_job "$id")
 check "cpu-ddp.sbatch ran to completion ($state)" test "${state%% *}" = JobState=COMPLETED ||
     tail -n 20 "$WORK/cpu.out"

@@ -31,18 +31,39 @@ pytorch-requeue.sbatch requeues the job and the next run resumes from the
 last checkpoint. Without this they printed gloo's traceback and exited 1,
 and the job ended FAILED with the rest of the run lost.
 """
-import argparse
-import datetime
-import faulthandler
-import os
 import signal
-import sys
 
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, TensorDataset
-from torch.utils.data.distributed import DistributedSampler
+# SIGUSR1 (Slurm's --signal=B:USR1@LEAD) and SIGTERM can come while torch
+# still loads: a job given less time than the lead, a scancel as it starts.
+# They are caught from here on and acted on once the script knows whether
+# it checkpoints (main, train). Before, the default action killed the task
+# (status 138: the job failed, no requeue), and a signal during set-up
+# trained one step and saved it, so a job signalled at every start crept on
+# a step per requeue. A launcher that held them blocked across exec gets
+# them delivered now.
+ASKED = []
+
+
+def ask_stop(signum, frame):
+    ASKED.append(signum)
+
+
+signal.signal(signal.SIGUSR1, ask_stop)
+signal.signal(signal.SIGTERM, ask_stop)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGUSR1, signal.SIGTERM])
+
+import argparse  # noqa: E402 (after the handlers: torch takes seconds to load)
+import datetime  # noqa: E402
+import faulthandler  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 
 EXIT_REQUEUE = 75  # like cdl-train: "checkpoint written, requeue me"
 EXIT_PEER_LOST = 76  # like cdl-train: "a rank was lost; resume from the last checkpoint"
@@ -100,6 +121,12 @@ def banner(rank, world, device, backend):
 
 def main():
     args = parse_args()
+    if not args.ckpt_dir:
+        # Nothing to checkpoint: a signal ends the task, as it always did.
+        for s in (signal.SIGUSR1, signal.SIGTERM):
+            signal.signal(s, signal.SIG_DFL)
+        if ASKED:
+            signal.raise_signal(ASKED[0])
     check_launch()
     try:
         return train(args)
@@ -229,12 +256,20 @@ def train(args):
         if rank == 0:
             print(f"resumed from {ckpt}: epoch {start_epoch} step {skip}", flush=True)
 
-    stop = {"asked": False}
-    if ckpt:
-        def ask_stop(signum, frame):
-            stop["asked"] = True
-        signal.signal(signal.SIGUSR1, ask_stop)
-        signal.signal(signal.SIGTERM, ask_stop)
+    def stop_agreed():
+        """Whether any rank was signalled (ASKED): all ranks agree."""
+        flag = torch.tensor([1.0 if ASKED else 0.0], device=device)
+        if launched:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return flag.item() > 0
+
+    # A signal during set-up: nothing trained, so nothing written; the
+    # checkpoint the run resumed from stays as it was.
+    if ckpt and stop_agreed():
+        if rank == 0:
+            print(f"signal before the first step: nothing trained, {ckpt} left as it was; "
+                  f"exiting with {EXIT_REQUEUE}", flush=True)
+        return leave(launched, EXIT_REQUEUE)
 
     def save(epoch, step):
         """Rank 0 writes DIR/last.pt atomically; the others wait for it."""
@@ -260,16 +295,12 @@ def train(args):
             opt.step()
             total += loss.item()
             steps += 1
-            if ckpt:
-                flag = torch.tensor([1.0 if stop["asked"] else 0.0], device=device)
-                if launched:
-                    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                if flag.item() > 0:
-                    save(epoch, step + 1)
-                    if rank == 0:
-                        print(f"signal: checkpoint at epoch {epoch} step {step + 1} "
-                              f"written, exiting with {EXIT_REQUEUE}", flush=True)
-                    return leave(launched, EXIT_REQUEUE)
+            if ckpt and stop_agreed():
+                save(epoch, step + 1)
+                if rank == 0:
+                    print(f"signal: checkpoint at epoch {epoch} step {step + 1} "
+                          f"written, exiting with {EXIT_REQUEUE}", flush=True)
+                return leave(launched, EXIT_REQUEUE)
         skip = 0
         if rank == 0:
             print(f"epoch {epoch + 1}/{args.epochs} loss {total / max(steps, 1):.6f}", flush=True)
@@ -285,14 +316,27 @@ def train(args):
 
 def leave(launched, code):
     """Tears the process group down and returns code, in bounded time.
-    gloo's teardown can wait on peers that have already gone (in a test
-    under load, rank 1 of 2 never exited after the requeue checkpoint and
-    the job step stayed until it was cancelled). Past TEARDOWN_S the
-    watchdog prints every thread's stack (where it stood) and ends the
-    process with status 1; srun reports its tasks' highest status, so a
-    requeue still sees 75."""
+    torch 1.13's gloo teardown can hang on a peer that has already gone,
+    also after destroy_process_group, when train's last reference to the
+    group (the DDP model) goes (in a test under load, one rank in four
+    runs; seen in gdb). All work is done and every rank has passed the
+    last barrier by then: past TEARDOWN_S a watchdog prints every thread's
+    stack (where it stood) and ends the process with code itself, so a
+    finished run is not reported failed nor a requeue lost."""
     if launched:
-        faulthandler.dump_traceback_later(TEARDOWN_S, exit=True)
+        def give_up():
+            rank = os.environ.get("RANK", "?")
+            print(f"rank {rank}: the process group's teardown did not end in {TEARDOWN_S} s "
+                  f"(all work done): leaving with status {code}", file=sys.stderr, flush=True)
+            faulthandler.dump_traceback(file=sys.stderr)
+            sys.stdout.flush()
+            os._exit(code)
+        watchdog = threading.Timer(TEARDOWN_S, give_up)
+        watchdog.daemon = True
+        watchdog.start()
+        # A hang in the interpreter's own finalisation, where that thread
+        # no longer runs: faulthandler's C thread still ends it (status 1).
+        faulthandler.dump_traceback_later(TEARDOWN_S + 15, exit=True)
         dist.destroy_process_group()
     return code
 

@@ -40,8 +40,9 @@ from transformers import (BertConfig, BertForSequenceClassification, Trainer,
                           TrainerCallback, TrainingArguments)
 from transformers.trainer_utils import get_last_checkpoint
 
-# Beside this script: refuses a multi-task Slurm step without --cdl-ddp.
-from train_ddp import check_launch
+# Beside this script: refuses a multi-task Slurm step without --cdl-ddp;
+# ASKED holds a SIGUSR1/SIGTERM caught since its import.
+from train_ddp import ASKED, check_launch
 
 EXIT_REQUEUE = 75  # like cdl-train: "checkpoint written, requeue me"
 VOCAB, BLOCK = 64, 16
@@ -101,7 +102,7 @@ class StopOnSignal(TrainerCallback):
     """SIGUSR1/SIGTERM: all ranks stop after the same step with a checkpoint."""
 
     def __init__(self, device):
-        self.asked = False
+        self.asked = bool(ASKED)
         self.stopped = False
         self.device = device
         signal.signal(signal.SIGUSR1, self.ask)

@@ -8,7 +8,17 @@
 #     checkpoint, and exited 0. A one-task step still trains;
 #   - the GPU a rank opens (rank contract 5): under CDL_GPU_BIND=task (Slurm
 #     gave each task GPUs of its own) its first visible GPU, not LOCAL_RANK
-#     modulo the GPUs it sees; otherwise LOCAL_RANK / CDL_REPLICAS_PER_GPU.
+#     modulo the GPUs it sees; otherwise LOCAL_RANK / CDL_REPLICAS_PER_GPU;
+#   - a SIGUSR1/SIGTERM that comes before the first step (a job given less
+#     time than its --signal lead, a scancel as it starts): with --ckpt-dir
+#     the run exits 75 at once, writing nothing, its checkpoint as it was;
+#     before, the default action killed it (138), or, held blocked by the
+#     launcher, it was never seen and the run trained to its end. Without
+#     --ckpt-dir the signal ends it as before. The signal is sent and held
+#     pending before python starts (blocked, it survives exec): no timing;
+#   - a process-group teardown that hangs once all work is done (torch
+#     1.13's gloo, now and then under load) ends the rank with the run's
+#     own status (75 here), not 1: a requeue is not lost.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 py=/usr/bin/python3
 $py -c 'import torch' 2>/dev/null || { echo "SKIP: no python3-torch"; exit 77; }
@@ -52,4 +62,37 @@ PY
 echo "GPU slots: $slots"
 [ "$slots" = "1 1 0 0 0 1 0" ] ||
     die "GPU slots $slots, expected 1 1 0 0 0 1 0 (under CDL_GPU_BIND=task a rank opens its first GPU)"
+
+# ---- a signal before the first step
+signalled() {   # signalled SIG CMD...: CMD started with SIG already pending
+    $py -c 'import os, signal, sys
+s = getattr(signal, sys.argv[1])
+signal.pthread_sigmask(signal.SIG_BLOCK, [s])
+os.kill(os.getpid(), s)
+os.execv(sys.argv[2], sys.argv[2:])' "$@"
+}
+small=(--epochs 2 --samples 64 --batch-size 32)
+expect_status 75 signalled SIGUSR1 $py "$DDP" "${small[@]}" --ckpt-dir sig
+grep -q "signal before the first step: nothing trained" "$TMP/out" ||
+    die "no word of the early stop"
+[ ! -e sig/last.pt ] || die "a signal before the first step wrote a checkpoint"
+expect_status 0 $py "$DDP" --epochs 1 --samples 64 --batch-size 32 --ckpt-dir sig
+cp sig/last.pt epoch1.pt
+expect_status 75 signalled SIGTERM $py "$DDP" "${small[@]}" --ckpt-dir sig
+cmp -s sig/last.pt epoch1.pt || die "a signal before the first step changed last.pt"
+expect_status 0 $py "$DDP" "${small[@]}" --ckpt-dir sig
+grep -q '^epoch 2/2' "$TMP/out" || die "the run did not resume to its end"
+# No --ckpt-dir: the signal ends the task, as SIGTERM's default action does.
+expect_status 143 signalled SIGTERM $py "$DDP" "${small[@]}"
+
+# ---- a teardown that never ends (stood in for by a destroy that sleeps)
+expect_status 75 $py - "${DDP%/*}" <<'PY'
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import train_ddp
+train_ddp.TEARDOWN_S = 1
+train_ddp.dist.destroy_process_group = lambda: time.sleep(120)
+sys.exit(train_ddp.leave(True, 75))
+PY
+expect_err "teardown did not end in 1 s (all work done): leaving with status 75"
 echo PASS

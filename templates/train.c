@@ -9,6 +9,7 @@
  * where this process stands. Exits 75 (CDL_EXIT_REQUEUE) after writing a
  * checkpoint on SIGUSR1/SIGTERM, so the long-requeue.sbatch template can
  * requeue it and `resume = "auto"` continues from there. */
+#define _POSIX_C_SOURCE 200809L   /* sigprocmask under -std=c11 too */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>

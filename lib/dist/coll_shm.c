@@ -260,16 +260,14 @@ static int sync_all(shm_coll *s)
     double spin_end = 0, deadline = 0, next_check = 0;
     for (;;) {
         uint32_t bell = atomic_load(&h->bell);
-        /* An abort first: a member that gave up had already arrived, so a
-         * late rank would otherwise pass this sync alone and go on. */
+        if (arrived(s, target))
+            return 0;
         int32_t ab = atomic_load_explicit(&h->aborted, memory_order_acquire);
         if (ab > 0) {
             if (ab == 2)
                 dist_note_peer_lost();
             return cdl_error("rank %d: %s", s->ranks[s->base.rank], h->abort_msg);
         }
-        if (arrived(s, target))
-            return 0;
         if (spinning && (spins++ & 63) == 0) {
             double now = dist_now();
             if (spin_end == 0)

@@ -53,7 +53,7 @@ static float dot_c(int n, const float *restrict x, const float *restrict y)
     return s;
 }
 
-#ifdef CPU_X86
+#if CPU_X86
 static CPU_AVX2 void axpy_avx2(int n, float a, const float *restrict x, float *restrict y)
 {
     __m256 av = _mm256_set1_ps(a);
@@ -68,7 +68,7 @@ static CPU_AVX2 void axpy_avx2(int n, float a, const float *restrict x, float *r
 
 static void axpy(int n, float a, const float *x, float *y)
 {
-#ifdef CPU_X86
+#if CPU_X86
     if (cpu_has_avx2()) {
         axpy_avx2(n, a, x, y);
         return;
@@ -98,7 +98,7 @@ static void taps_dot_c(int n, int K, const float *x, const float *const *src, fl
         out[k] = dot_c(n, x, src[k]);
 }
 
-#ifdef CPU_X86
+#if CPU_X86
 static CPU_AVX2 void taps_axpy_avx2(int n, int K, const float *const *src, const float *w, float *out)
 {
     for (int k0 = 0; k0 < K; k0 += DW_GROUP) {
@@ -149,7 +149,7 @@ static CPU_AVX2 void taps_dot_avx2(int n, int K, const float *x, const float *co
 
 static void taps_axpy(int n, int K, const float *const *src, const float *w, float *out)
 {
-#ifdef CPU_X86
+#if CPU_X86
     if (cpu_has_avx2()) {
         taps_axpy_avx2(n, K, src, w, out);
         return;
@@ -160,7 +160,7 @@ static void taps_axpy(int n, int K, const float *const *src, const float *w, flo
 
 static void taps_dot(int n, int K, const float *x, const float *const *src, float *out)
 {
-#ifdef CPU_X86
+#if CPU_X86
     if (cpu_has_avx2()) {
         taps_dot_avx2(n, K, x, src, out);
         return;
@@ -239,7 +239,7 @@ static void merge2_c(const float *a, const float *b, int n, float *dst)
         dst[x] = (x % 2 ? b : a)[x / 2];
 }
 
-#ifdef CPU_X86
+#if CPU_X86
 /* Lanes below k: the mask of a masked load or store. */
 static CPU_AVX2 inline __m256i lanes_below(int k)
 {
@@ -299,7 +299,7 @@ static CPU_AVX2 void merge2_avx2(const float *a, const float *b, int n, float *d
 
 static void split2(const float *src, int n, float *a, float *b)
 {
-#ifdef CPU_X86
+#if CPU_X86
     if (cpu_has_avx2()) {
         split2_avx2(src, n, a, b);
         return;
@@ -310,7 +310,7 @@ static void split2(const float *src, int n, float *a, float *b)
 
 static void merge2(const float *a, const float *b, int n, float *dst)
 {
-#ifdef CPU_X86
+#if CPU_X86
     if (cpu_has_avx2()) {
         merge2_avx2(a, b, n, dst);
         return;

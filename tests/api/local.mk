@@ -67,6 +67,14 @@ endif
 # One run stopped by its program (should_stop) beside one that trains on, a
 # model without weights, an empty model name, fork() during a run.
 if HAVE_CMOCKA
+# A program and a libcdl of different releases: the sizes of the structs
+# passed, both ways (and tests/api/symbols.sh: the versions required).
+check_PROGRAMS += tests/api/test_abi
+TESTS += tests/api/test_abi
+tests_api_test_abi_SOURCES = tests/api/test_abi.c
+tests_api_test_abi_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
+tests_api_test_abi_LDADD = libcdl.la $(CMOCKA_LIBS)
+tests_api_test_abi_LDFLAGS = $(AM_LDFLAGS) -no-install
 check_PROGRAMS += tests/api/test_stop
 TESTS += tests/api/test_stop
 tests_api_test_stop_SOURCES = tests/api/test_stop.c

@@ -2,6 +2,10 @@
 # its headers, the C programs of the docs, the installed headers and
 # library through pkg-config.
 TESTS += tests/api/symbols.sh tests/api/docs.sh tests/api/installed.sh
+# The public structs' layout against tests/api/abi.txt: what an older
+# release's program on this libcdl.so.0 needs kept (needs gdb).
+TESTS += tests/api/abi.sh
+EXTRA_DIST += tests/api/abi.sh tests/api/abi.txt
 EXTRA_DIST += tests/api/symbols.sh tests/api/docs.sh tests/api/installed.sh tests/api/make-install.sh
 # The headers in every C++ standard, templates/train.c and a C++ program
 # (skipped without a C++ compiler).

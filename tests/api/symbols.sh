@@ -2,8 +2,8 @@
 # libcdl's ABI is its public headers: every function the shared library
 # exports is declared in lib/cdl/*.h, and every function the headers
 # declare (other than static inline ones) is exported. lib/libcdl.map
-# exports cdl_* by pattern, so an internal helper that starts with cdl_
-# would otherwise become API that programs can link and then lose.
+# lists the exports by name, so a new function listed nowhere is missing
+# here; and an internal helper that starts with cdl_ must not be listed.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 
 SO="$top_builddir/.libs/libcdl.so"
@@ -32,7 +32,7 @@ grep -q '^cdl_train_run$' "$TMP/declared" || die "no cdl_train_run among the dec
 extra=$(comm -23 "$TMP/exported" "$TMP/declared" | tr '\n' ' ')
 [ -z "$extra" ] || die "libcdl exports functions no public header declares: $extra(internal functions must not start with cdl_: docs/hacking.md)"
 missing=$(comm -13 "$TMP/exported" "$TMP/declared" | tr '\n' ' ')
-[ -z "$missing" ] || die "public headers declare functions libcdl does not export (a program calling them fails to link): $missing"
+[ -z "$missing" ] || die "public headers declare functions libcdl does not export (a program calling them fails to link): $missing(list a new function in lib/libcdl.map, in the node of the release that adds it)"
 # Versions (lib/libcdl.map): every function has one, so that a program
 # records what it needs and an older libcdl lacking it is refused at start;
 # the entry points of the cdl_X_defaults macros are in CDL_0.2, the rest in

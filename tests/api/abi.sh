@@ -3,6 +3,7 @@
 # so that a change which breaks programs of an older release running
 # with this libcdl.so.0 (same soname) is seen when it is made:
 #  - a field's offset or type may never change: add fields at the end;
+#    an enum's constants likewise keep their order (and so their numbers);
 #  - a struct that programs allocate (a cdl_dataset, a cdl_model_spec,
 #    a cdl_train_result) may not grow either: an older program's is then
 #    too small for what libcdl writes into it;
@@ -23,14 +24,20 @@ $CC -std=c11 -g -fno-eliminate-unused-debug-types -c -I"$top_srcdir/lib" "$TMP/h
     -o "$TMP/h.o" || die "cannot compile cdl/cdl.h"
 # The typedef names (`} cdl_x;`, of anonymous structs too) and struct tags.
 $CC -std=c11 -E -P -I"$top_srcdir/lib" "$TMP/h.c" |
-    grep -oE '^(\} cdl_[a-z0-9_]+;|struct cdl_[a-z0-9_]+ \{)' |
-    sed 's/^} //; s/;$//; s/^struct \(.*\) {$/struct \1/' | sort -u >"$TMP/types"
+    grep -oE '^(\} cdl_[a-z0-9_]+;|(struct|enum) cdl_[a-z0-9_]+ \{)' |
+    sed 's/^} //; s/;$//; s/^\(struct\|enum\) \(.*\) {$/\1 \2/' | sort -u >"$TMP/types"
 args=()
-while read -r t; do args+=(-ex "echo @@ ${t#struct }\\n" -ex "ptype /o $t"); done <"$TMP/types"
-# Structs only (enums have no layout here); holes are what fields leave.
+while read -r t; do
+    name=${t#struct }
+    args+=(-ex "echo @@ ${name#enum }\\n" -ex "ptype /o $t")
+done <"$TMP/types"
+# Structs, and enums (their constants in order, on one line); holes are
+# what fields leave.
 gdb -q -batch -nx -ex 'set max-value-size unlimited' "${args[@]}" "$TMP/h.o" 2>&1 |
     sed 's#^/\* offset *| *size \*/ *type = #type = #' |
-    awk '/^@@ / { name = $2; keep = 0; next } /^type = struct/ { keep = 1; print "@@ " name }
+    awk '/^@@ / { name = $2; keep = 0; next }
+         /^type = enum/ { print "@@ " name; print; next }
+         /^type = struct/ { keep = 1; print "@@ " name }
          keep && !/XXX/ && !/^ *$/' >"$TMP/now"
 grep -q '^@@ cdl_train_config' "$TMP/now" || die "gdb printed no cdl_train_config: the check is blind"
 if [ -n "${ABI_UPDATE:-}" ]; then cp "$TMP/now" "$BASE"; echo "wrote $BASE"; exit 0; fi
@@ -47,6 +54,16 @@ for f in "$TMP"/base.d/*; do
     t=$(basename "$f")
     n="$TMP/now.d/$t"
     [ -f "$n" ] || { echo "$t: no longer a public struct (programs of older releases use it)" >&2; bad=1; continue; }
+    if grep -q '^type = enum' "$f"; then
+        # Constants only appended: an older program's numbers keep their meaning.
+        was=$(sed 's/}$//' "$f")
+        case "$(cat "$n")" in
+            "$was"*) continue ;;
+        esac
+        echo "$t: its constants changed (add new ones at the end only): was $(cat "$f"), is $(cat "$n")" >&2
+        bad=1
+        continue
+    fi
     grep -v 'total size' "$f" | sed '/^ *}$/d' >"$TMP/b"
     grep -v 'total size' "$n" | sed '/^ *}$/d' >"$TMP/c"
     if ! head -n "$(wc -l <"$TMP/b")" "$TMP/c" | cmp -s - "$TMP/b"; then
@@ -65,7 +82,7 @@ for f in "$TMP"/base.d/*; do
          "for this libcdl (keep its size, or put the new fields in a sized struct)" >&2
     bad=1
 done
-[ "$bad" = 0 ] || die "the public structs changed in a way that breaks programs of older releases on this libcdl.so.0 (tests/api/abi.sh says what is allowed)"
+[ "$bad" = 0 ] || die "the public structs or enums changed in a way that breaks programs of older releases on this libcdl.so.0 (tests/api/abi.sh says what is allowed)"
 new=$(comm -13 <(ls "$TMP/base.d") <(ls "$TMP/now.d") | tr '\n' ' ')
-[ -z "$new" ] || echo "note: new public structs $new(ABI_UPDATE=1 $0 adds them to the baseline)"
-echo "PASS: the public structs keep the layout programs of older releases were built with"
+[ -z "$new" ] || echo "note: new public types $new(ABI_UPDATE=1 $0 adds them to the baseline)"
+echo "PASS: the public structs and enums keep the layout programs of older releases were built with"

@@ -34,7 +34,13 @@ int cli_check_libcdl(const char *prog, char **argv)
             return 0;
     const char *lib = cdl_version();
     long have = encode(lib);
-    if (have < 0 || have >= CDL_VERSION_NUMBER)
+    /* One release number spans builds of several ABIs (0.1.0's did): a
+     * libcdl of this number lacking the newest version node's functions
+     * (lib/libcdl.map) is older too. Asked of the dynamic symbols only
+     * where cdl_version is one (not in a static link). */
+    int lacks = dlsym(RTLD_DEFAULT, "cdl_version") &&
+                !dlsym(RTLD_DEFAULT, "cdl_train_defaults_sized");
+    if (have < 0 || have > CDL_VERSION_NUMBER || (have == CDL_VERSION_NUMBER && !lacks))
         return 0;
     /* The version string lives in the library's own data: its address
      * names the file also in a program built without PIE, where
@@ -45,9 +51,10 @@ int cli_check_libcdl(const char *prog, char **argv)
                            : "libcdl.so.0";
     const char *llp = getenv("LD_LIBRARY_PATH");
     fprintf(stderr,
-            "%s: error: this %s is of cdl %s but runs with an older libcdl, cdl %s (%s), which "
-            "would ignore what it does not know; run it with the libcdl of its own release: ",
-            prog, prog, CDL_VERSION_STRING, lib, file);
+            "%s: error: this %s is of cdl %s but runs with an older libcdl, cdl %s%s (%s), "
+            "which would ignore what it does not know; run it with the libcdl of its own "
+            "release: ",
+            prog, prog, CDL_VERSION_STRING, lib, lacks ? " of an earlier build" : "", file);
     if (llp && *llp)
         fprintf(stderr, "LD_LIBRARY_PATH=%s comes before its run path (unset it, or module load "
                         "the matching cdl)\n", llp);

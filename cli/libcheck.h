@@ -3,7 +3,8 @@
 #define CLI_LIBCHECK_H
 
 /* Returns 0 when the libcdl this program runs with is of its own release
- * or a newer one. Otherwise prints why to stderr, naming both releases,
+ * or a newer one (of its own release number: with the functions it
+ * needs). Otherwise prints why to stderr, naming both releases,
  * the library's file and LD_LIBRARY_PATH, and returns -1: exit 2. argv's
  * --version and --help skip the check (they name the versions). */
 int cli_check_libcdl(const char *prog, char **argv);

@@ -12,7 +12,7 @@ test_pkgs=(libcmocka-dev clang libclang-rt-14-dev valgrind munge slurm-wlm slurm
            python3 python3-torch python3-torchvision python3-numpy python3-pip python3-venv
            passwd procps psmisc util-linux man-db
            debhelper dpkg-dev fakeroot lintian debootstrap
-           gnuplot-nox)
+           gnuplot-nox gdb)
 
 pkgs=("${build_pkgs[@]}")
 [ "${1:-}" = "--test" ] && pkgs+=("${test_pkgs[@]}")

@@ -471,11 +471,16 @@ typedef enum cdl_precision {
 } cdl_precision;
 
 void cdl_backend_params_init(cdl_backend_params *p);
+/* The size of this program's struct to libcdl, as cdl_train_defaults. */
+void cdl_backend_params_init_sized(cdl_backend_params *p, size_t size);
+#define cdl_backend_params_init(p) cdl_backend_params_init_sized((p), sizeof *(p))
 
 /* cdl_backend_params_init, then log from CDL_LOG and replicas_per_gpu from
  * CDL_REPLICAS_PER_GPU: for a program's edge (tests, benchmarks); the
  * backends themselves do not read them. */
 void cdl_backend_params_from_env(cdl_backend_params *p);
+void cdl_backend_params_from_env_sized(cdl_backend_params *p, size_t size);
+#define cdl_backend_params_from_env(p) cdl_backend_params_from_env_sized((p), sizeof *(p))
 
 /* "cpu", "cuda", or "auto" (cuda when a GPU is visible, else cpu), with
  * params (NULL = the defaults). NULL with cdl_last_error() on failure. */

@@ -127,6 +127,9 @@ typedef struct cdl_dataset_options {
 } cdl_dataset_options;
 
 void cdl_dataset_options_defaults(cdl_dataset_options *o);
+/* The size of this program's struct to libcdl, as cdl_train_defaults. */
+void cdl_dataset_options_defaults_sized(cdl_dataset_options *o, size_t size);
+#define cdl_dataset_options_defaults(o) cdl_dataset_options_defaults_sized((o), sizeof *(o))
 
 /* The splits cdl_dataset_load reads (its train argument). */
 enum cdl_split {
@@ -208,6 +211,9 @@ typedef struct cdl_loader_config {
 /* Zero for every field (batch_size and world still to set) and size set:
  * every loader config starts here. */
 void cdl_loader_defaults(cdl_loader_config *cfg);
+/* The size of this program's struct to libcdl, as cdl_train_defaults. */
+void cdl_loader_defaults_sized(cdl_loader_config *cfg, size_t size);
+#define cdl_loader_defaults(cfg) cdl_loader_defaults_sized((cfg), sizeof *(cfg))
 
 typedef struct cdl_batch {
     int n;                    /* samples in this batch */

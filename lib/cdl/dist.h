@@ -63,11 +63,16 @@ typedef struct cdl_dist_config {
 } cdl_dist_config;
 
 void cdl_dist_config_init(cdl_dist_config *cfg);
+/* The size of this program's struct to libcdl, as cdl_train_defaults. */
+void cdl_dist_config_init_sized(cdl_dist_config *cfg, size_t size);
+#define cdl_dist_config_init(cfg) cdl_dist_config_init_sized((cfg), sizeof *(cfg))
 
 /* The defaults, then the variables above from the environment: for a
  * program's edge (cdl-train, tests, benchmarks); the library itself does not
  * read them. -1 with cdl_error naming a variable with a bad value. */
 int cdl_dist_config_from_env(cdl_dist_config *cfg);
+int cdl_dist_config_from_env_sized(cdl_dist_config *cfg, size_t size);
+#define cdl_dist_config_from_env(cfg) cdl_dist_config_from_env_sized((cfg), sizeof *(cfg))
 
 /* Connects to the peers: backend "auto", "shm", "mpi", "nccl", "hier"
  * (or "hier:mpi", "hier:nccl", "hier:store") or "single" (NULL or "" =

@@ -268,6 +268,13 @@ enum cdl_decay_params { CDL_DECAY_AUTO = 0, CDL_DECAY_ALL, CDL_DECAY_2D };
  * SGD lr 0.05 momentum 0.9, weight decay 5e-4, cosine schedule. Every
  * config starts here (it sets size). */
 void cdl_train_defaults(cdl_train_config *cfg);
+/* cdl_train_defaults(cfg) passes the size of the struct this program was
+ * compiled with, so that libcdl writes no more than that, and a libcdl
+ * older than these headers refuses the config (cdl_train_run: -1) instead
+ * of ignoring the fields it lacks. The plain function is for programs
+ * built before this macro (docs/api.md, "Programs and libcdl releases"). */
+void cdl_train_defaults_sized(cdl_train_config *cfg, size_t size);
+#define cdl_train_defaults(cfg) cdl_train_defaults_sized((cfg), sizeof *(cfg))
 
 /* Result of a run. */
 typedef struct cdl_train_result {

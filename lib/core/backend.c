@@ -11,20 +11,35 @@
 #include "log.h"
 #include "sized.h"
 
-void cdl_backend_params_init(cdl_backend_params *p)
+void cdl_backend_params_init_sized(cdl_backend_params *out, size_t size)
 {
+    cdl_backend_params d, *p = &d;
     memset(p, 0, sizeof *p);
     p->size = sizeof *p;
     p->device = -1;
     p->tf32_conv = p->tf32_matmul = -1;
+    sized_write(out, size, p, sizeof *p);
 }
 
-void cdl_backend_params_from_env(cdl_backend_params *p)
+void cdl_backend_params_from_env_sized(cdl_backend_params *out, size_t size)
 {
+    cdl_backend_params d, *p = &d;
     cdl_backend_params_init(p);
     p->log = getenv("CDL_LOG");
     const char *rpg = getenv("CDL_REPLICAS_PER_GPU");
     p->replicas_per_gpu = rpg && atoi(rpg) > 1 ? atoi(rpg) : 0;
+    sized_write(out, size, p, sizeof *p);
+}
+
+/* Programs built before the macros of these names (sized.h). */
+void (cdl_backend_params_init)(cdl_backend_params *p)
+{
+    cdl_backend_params_init_sized(p, SIZED_UPTO(cdl_backend_params, precision));
+}
+
+void (cdl_backend_params_from_env)(cdl_backend_params *p)
+{
+    cdl_backend_params_from_env_sized(p, SIZED_UPTO(cdl_backend_params, precision));
 }
 
 /* The caller's params as this libcdl's struct: fields it does not know

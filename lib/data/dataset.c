@@ -49,10 +49,16 @@ static void set_normalisation(cdl_dataset *d, const float *mean, const float *st
     }
 }
 
-void cdl_dataset_options_defaults(cdl_dataset_options *o)
+/* Programs built before the macro of that name (lib/core/sized.h) call
+ * the plain function: their struct ended with skipped_arg at the latest. */
+void cdl_dataset_options_defaults_sized(cdl_dataset_options *o, size_t size)
 {
-    memset(o, 0, sizeof *o);
-    o->size = sizeof *o;
+    sized_zeros(o, size);
+}
+
+void (cdl_dataset_options_defaults)(cdl_dataset_options *o)
+{
+    sized_zeros(o, SIZED_UPTO(cdl_dataset_options, skipped_arg));
 }
 
 static int load_named(const char *name, const char *dir, int train, cdl_dataset *out)

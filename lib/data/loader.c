@@ -288,10 +288,16 @@ static void loader_destroy(cdl_loader *l, int sync_ready)
     cdl_free(l);
 }
 
-void cdl_loader_defaults(cdl_loader_config *cfg)
+/* Programs built before the macro of that name (lib/core/sized.h) call
+ * the plain function: their struct ended with world at the latest. */
+void cdl_loader_defaults_sized(cdl_loader_config *cfg, size_t size)
 {
-    memset(cfg, 0, sizeof *cfg);
-    cfg->size = sizeof *cfg;
+    sized_zeros(cfg, size);
+}
+
+void (cdl_loader_defaults)(cdl_loader_config *cfg)
+{
+    sized_zeros(cfg, SIZED_UPTO(cdl_loader_config, world));
 }
 
 /* cfg as this libcdl's struct: fields a caller built against an older,

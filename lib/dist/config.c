@@ -7,17 +7,33 @@
 #include <cdl/cdl.h>
 
 #include "contract.h"
+#include "lib/core/sized.h"
 #include "store_proto.h"
 
-void cdl_dist_config_init(cdl_dist_config *cfg)
+static void defaults(cdl_dist_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->size = sizeof *cfg;
     cfg->shm_spin_us = -1;
 }
 
+void cdl_dist_config_init_sized(cdl_dist_config *cfg, size_t size)
+{
+    cdl_dist_config d;
+    defaults(&d);
+    sized_write(cfg, size, &d, sizeof d);
+}
+
+/* Programs built before the macro of that name (lib/core/sized.h). */
+void (cdl_dist_config_init)(cdl_dist_config *cfg)
+{
+    cdl_dist_config_init_sized(cfg, SIZED_UPTO(cdl_dist_config, store_hello_s));
+}
+
 /* A whole number from name, 0 (the default) when unset or not positive:
  * these tuning knobs were always lenient. */
+static int from_env(cdl_dist_config *cfg);
+
 static long env_long(const char *name)
 {
     const char *e = getenv(name);
@@ -41,11 +57,24 @@ static int env_seconds(const char *name, double max, const char *msg, double *ou
     return 0;
 }
 
-int cdl_dist_config_from_env(cdl_dist_config *cfg)
+int cdl_dist_config_from_env_sized(cdl_dist_config *out, size_t size)
 {
-    if (!cfg)
+    if (!out)
         return cdl_error("cdl_dist_config_from_env: cfg is NULL");
-    cdl_dist_config_init(cfg);
+    cdl_dist_config c, *cfg = &c;
+    defaults(cfg);
+    int rc = from_env(cfg);
+    sized_write(out, size, cfg, sizeof *cfg);
+    return rc ? rc : size > sizeof *cfg ? sized_newer("cdl_dist_config", size, sizeof *cfg) : 0;
+}
+
+int (cdl_dist_config_from_env)(cdl_dist_config *cfg)
+{
+    return cdl_dist_config_from_env_sized(cfg, SIZED_UPTO(cdl_dist_config, store_hello_s));
+}
+
+static int from_env(cdl_dist_config *cfg)
+{
     if (env_seconds(CDL_ENV_TIMEOUT, CDL_MAX_TIMEOUT,
                     "is not a positive number of seconds: unset it or give e.g. "
                     CDL_ENV_TIMEOUT "=300", &cfg->timeout_s) ||

@@ -5,9 +5,11 @@
 
 #include "../ckpt/json.h"
 #include "checkpoint.h"
+#include "lib/core/sized.h"
 
-void cdl_train_defaults(cdl_train_config *cfg)
+void cdl_train_defaults_sized(cdl_train_config *out, size_t size)
 {
+    cdl_train_config c, *cfg = &c;
     memset(cfg, 0, sizeof *cfg);
     cfg->size = sizeof *cfg;
     snprintf(cfg->model, sizeof cfg->model, "lenet");
@@ -32,6 +34,14 @@ void cdl_train_defaults(cdl_train_config *cfg)
     cfg->tf32_conv = cfg->tf32_matmul = -1;
     cfg->augment = -1;
     cfg->val_split = -1;
+    sized_write(out, size, cfg, sizeof *cfg);
+}
+
+/* Programs built before the cdl_train_defaults macro: their struct ended
+ * with should_stop_ctx at the latest. */
+void (cdl_train_defaults)(cdl_train_config *cfg)
+{
+    cdl_train_defaults_sized(cfg, SIZED_UPTO(cdl_train_config, should_stop_ctx));
 }
 
 double train_token_val_split(const cdl_train_config *c)

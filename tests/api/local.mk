@@ -2,6 +2,10 @@
 # its headers, the C programs of the docs, the installed headers and
 # library through pkg-config.
 TESTS += tests/api/symbols.sh tests/api/docs.sh tests/api/installed.sh
+# The public structs' layout against tests/api/abi.txt: what an older
+# release's program on this libcdl.so.0 needs kept (needs gdb).
+TESTS += tests/api/abi.sh
+EXTRA_DIST += tests/api/abi.sh tests/api/abi.txt
 EXTRA_DIST += tests/api/symbols.sh tests/api/docs.sh tests/api/installed.sh tests/api/make-install.sh
 # The headers in every C++ standard, templates/train.c and a C++ program
 # (skipped without a C++ compiler).
@@ -67,6 +71,14 @@ endif
 # One run stopped by its program (should_stop) beside one that trains on, a
 # model without weights, an empty model name, fork() during a run.
 if HAVE_CMOCKA
+# A program and a libcdl of different releases: the sizes of the structs
+# passed, both ways (and tests/api/symbols.sh: the versions required).
+check_PROGRAMS += tests/api/test_abi
+TESTS += tests/api/test_abi
+tests_api_test_abi_SOURCES = tests/api/test_abi.c
+tests_api_test_abi_CPPFLAGS = $(tests_api_test_weights_CPPFLAGS)
+tests_api_test_abi_LDADD = libcdl.la $(CMOCKA_LIBS)
+tests_api_test_abi_LDFLAGS = $(AM_LDFLAGS) -no-install
 check_PROGRAMS += tests/api/test_stop
 TESTS += tests/api/test_stop
 tests_api_test_stop_SOURCES = tests/api/test_stop.c

@@ -2,8 +2,8 @@
 # libcdl's ABI is its public headers: every function the shared library
 # exports is declared in lib/cdl/*.h, and every function the headers
 # declare (other than static inline ones) is exported. lib/libcdl.map
-# exports cdl_* by pattern, so an internal helper that starts with cdl_
-# would otherwise become API that programs can link and then lose.
+# lists the exports by name, so a new function listed nowhere is missing
+# here; and an internal helper that starts with cdl_ must not be listed.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 
 SO="$top_builddir/.libs/libcdl.so"
@@ -32,5 +32,20 @@ grep -q '^cdl_train_run$' "$TMP/declared" || die "no cdl_train_run among the dec
 extra=$(comm -23 "$TMP/exported" "$TMP/declared" | tr '\n' ' ')
 [ -z "$extra" ] || die "libcdl exports functions no public header declares: $extra(internal functions must not start with cdl_: docs/hacking.md)"
 missing=$(comm -13 "$TMP/exported" "$TMP/declared" | tr '\n' ' ')
-[ -z "$missing" ] || die "public headers declare functions libcdl does not export (a program calling them fails to link): $missing"
+[ -z "$missing" ] || die "public headers declare functions libcdl does not export (a program calling them fails to link): $missing(list a new function in lib/libcdl.map, in the node of the release that adds it)"
+# Versions (lib/libcdl.map): every function has one, so that a program
+# records what it needs and an older libcdl lacking it is refused at start;
+# the entry points of the cdl_X_defaults macros are in CDL_0.2, the rest in
+# CDL_0.1, which programs linked before the versions existed bind to.
+unversioned=$(nm -D --defined-only "$SO" | awk '$2 ~ /^[TtDdBbRrWwVv]$/ && $3 !~ /@/ { print $3 }' |
+    grep -v '^CDL_' | tr '\n' ' ')
+[ -z "$unversioned" ] || die "libcdl exports functions without a version: $unversioned(lib/libcdl.map)"
+nm -D --defined-only "$SO" | grep -q ' cdl_train_defaults_sized@@CDL_0.2$' ||
+    die "cdl_train_defaults_sized is not of version CDL_0.2 (lib/libcdl.map)"
+nm -D --defined-only "$SO" | grep -q ' cdl_train_defaults@@CDL_0.1$' ||
+    die "cdl_train_defaults is not of version CDL_0.1 (lib/libcdl.map)"
+sized=$(grep -oE 'cdl_[a-z_]+_sized\b' "$TMP/declared" | sort -u | tr '\n' ' ')
+for f in $sized; do
+    nm -D --defined-only "$SO" | grep -q " $f@@CDL_0.2\$" || die "$f is not of version CDL_0.2 (lib/libcdl.map)"
+done
 echo "PASS: libcdl exports the $(wc -l <"$TMP/exported") functions of its headers, and only those"

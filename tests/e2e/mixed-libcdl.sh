@@ -26,6 +26,19 @@ done
 expect_status 0 older "$CDL_TRAIN" --version
 grep -q "^libcdl 0.0.1 (this cdl-train was built with $version)" "$TMP/out" ||
     die "cdl-train --version does not name the older libcdl: $(cat "$TMP/out")"
+# One of the same release number but an earlier build, without the
+# functions this build's programs need (lib/libcdl.map's newest node):
+# before, the number matched, and the first call of a missing function
+# killed the program (symbol lookup error, 127).
+EARLIER="$top_builddir/tests/e2e/.libs/old-libcdl-build.so"
+[ -f "$EARLIER" ] || die "$EARLIER is not built (make check builds it)"
+mkdir "$TMP/earlier" && ln -s "$(cd "$(dirname "$EARLIER")" && pwd)/old-libcdl-build.so" "$TMP/earlier/libcdl.so.0"
+for prog in cdl-train cdl-eval cdl-predict cdl-generate; do
+    bin="$top_builddir/cli/.libs/$prog"
+    [ -x "$bin" ] || bin="$top_builddir/cli/$prog"   # (no libtool wrapper)
+    expect_status 2 env LD_LIBRARY_PATH="$TMP/earlier" "$bin" "$TMP/none.safetensors"
+    expect_err "this $prog is of cdl $version but runs with an older libcdl, cdl $version of an earlier build ($TMP/earlier/libcdl.so.0)"
+done
 # Its own library: no refusal.
 expect_status 0 "$CDL_TRAIN" --dataset synthetic --synthetic-size 64 --epochs 1 --device cpu \
     --no-progress --batch-size 32 --val-split 0 --model mlp --quiet

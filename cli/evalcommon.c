@@ -486,6 +486,36 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
     return 0;
 }
 
+/* --model given for a cdl run's checkpoint whose weights fit it: a model
+ * that computes otherwise with the same tensors (the spec file edited
+ * since, relu -> tanh; gpt's n_head) would be evaluated without a word.
+ * It is what the user asked for (--model FILE reads the file as it is
+ * now), so said, not refused. The run's model: its saved spec text, else
+ * its built-in name (an older checkpoint of a spec file: not known). */
+static void warn_other_function(const eval_opts *o, const cdl_st_file *f,
+                                const cdl_model_spec *given, cdl_shape input, long classes)
+{
+    const char *run = meta(f, "model"), *text = cdl_st_meta_get(f, "model_spec");
+    if (!o->model || !*run || (!(text && *text) && !cdl_spec_is_builtin(run)))
+        return;
+    cdl_model_spec *was = cdl_malloc(sizeof *was);
+    if (!was)
+        return;
+    char why[1024];
+    int built = text && *text ? cdl_spec_parse(text, run, was) == 0 &&
+                                    cdl_spec_fit(was, input, (int)classes) == 0
+                              : cdl_spec_builtin(run, input, (int)classes, was) == 0;
+    if (built) {
+        snprintf(was->source, sizeof was->source, "the run's %s", run);
+        if (cdl_spec_compare(given, was, why, sizeof why) == 1)
+            fprintf(stderr, "%s: warning: --model %s is not the model %s was trained as, though "
+                    "its tensors fit: %s. These results are those of --model %s; leave "
+                    "--model out for the run's model\n", o->prog, o->model,
+                    o->ckpt, why, o->model);
+    }
+    cdl_free(was);
+}
+
 cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input, int batch,
                       long classes, cdl_backend *be)
 {
@@ -524,6 +554,7 @@ cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input,
             other_model_error(o, f, name);
         return NULL;
     }
+    warn_other_function(o, f, &spec, input, classes);
     return m;
 }
 

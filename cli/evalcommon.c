@@ -473,6 +473,14 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
     if (s.c != 1 && s.c != 3)
         return cdl_error("%s was trained on samples of %d channels, not pictures: predict with "
                          "--dataset instead of files", o->ckpt, s.c);
+    /* (F,1,1): F features of a table or of vectors. With F = 1 or 3 a
+     * picture would be squeezed to one pixel and "predicted" without a
+     * word. */
+    if (s.h == 1 && s.w == 1)
+        return cdl_error("%s was trained on rows of %d features (dataset %s), not pictures: "
+                         "FILE arguments are PNG or JPEG pictures; predict on rows with "
+                         "--dataset (a CSV folder's test.csv, labels included: docs/data.md)",
+                         o->ckpt, s.c, *meta(f, "dataset") ? meta(f, "dataset") : "unknown");
     if (cdl_dataset_from_image_files((const char *const *)o->files, o->nfiles, s, o->threads,
                                      o->skip_bad_files, &e->data) != 0)
         return -1;

@@ -218,6 +218,12 @@ acc_equal "$TMP/mc.jsonl" "$TMP/evalc.json"
     >"$TMP/evalv.json" || die "cdl-eval --dataset csv:PATH --split val"
 expect_status 1 "$CDL_PREDICT" "$TMP/ckc/last.safetensors" "$TMP/img/test/red/00.png"
 expect_err "predict with --dataset"
+# A table of 3 features (or 1) has the channels of a picture: the picture
+# was squeezed to one pixel and "predicted".
+mkdir "$TMP/tab3" && sed 's/^a,/c,a,/; 2,$s/^/0.5,/' "$TMP/tab/train.csv" >"$TMP/tab3/train.csv"
+train --model mlp --dataset "csv:$TMP/tab3" --label-column kind --ckpt-dir "$TMP/ckc3"
+expect_status 1 "$CDL_PREDICT" "$TMP/ckc3/last.safetensors" "$TMP/img/test/red/00.png"
+expect_err "was trained on rows of 3 features (dataset csv), not pictures"
 # A class without samples in the split has no accuracy: n/a and null, not
 # 0 % (as if the model missed them all). 8 test samples of 10 classes.
 "$CDL_TRAIN" --dataset synthetic --synthetic-size 40 --batch-size 8 --epochs 1 --threads 1 \

@@ -1,6 +1,7 @@
 /* cdl-eval's and cdl-predict's common part (evalcommon.h). */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -814,6 +815,14 @@ void eval_json_string(FILE *f, const char *s)
             fputc(*p, f);
     }
     fputc('"', f);
+}
+
+void eval_json_number(FILE *f, const char *fmt, double v)
+{
+    if (isfinite(v))
+        fprintf(f, fmt, v);
+    else
+        fputs("null", f);
 }
 
 int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out)

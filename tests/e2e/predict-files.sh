@@ -224,6 +224,34 @@ mkdir "$TMP/tab3" && sed 's/^a,/c,a,/; 2,$s/^/0.5,/' "$TMP/tab/train.csv" >"$TMP
 train --model mlp --dataset "csv:$TMP/tab3" --label-column kind --ckpt-dir "$TMP/ckc3"
 expect_status 1 "$CDL_PREDICT" "$TMP/ckc3/last.safetensors" "$TMP/img/test/red/00.png"
 expect_err "was trained on rows of 3 features (dataset csv), not pictures"
+# Weights of a diverged run (PyTorch wrote them; cdl-train refuses to save
+# NaN): the loss and the probabilities are not finite. --json stays JSON
+# (null, not -nan) and a warning says why.
+printf 'flatten\nlinear 3\n' >"$TMP/lin.spec"
+"$PY" - "$TMP/nan.safetensors" <<'PY' || die "writing a NaN safetensors file"
+import json, struct, sys
+h = {"fc1.weight": {"dtype": "F32", "shape": [3, 2], "data_offsets": [0, 24]},
+     "fc1.bias": {"dtype": "F32", "shape": [3], "data_offsets": [24, 36]}}
+hb = json.dumps(h).encode()
+hb += b" " * (-len(hb) % 8)
+data = struct.pack("<6f", float("nan"), 1, 2, 3, 4, 5) + struct.pack("<3f", 0, 0, 0)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(hb)) + hb + data)
+PY
+nanrun() { "$1" "$TMP/nan.safetensors" --model "$TMP/lin.spec" --dataset "csv:$TMP/tab" \
+    --label-column kind --normalize none --threads 1 "${@:2}"; }
+expect_status 0 nanrun "$CDL_EVAL" --json
+expect_err "warning: the loss is not finite (null in --json)"
+"$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["loss"] is None, d' \
+    "$TMP/out" || die "cdl-eval --json of a NaN loss is not JSON: $(cat "$TMP/out")"
+expect_status 0 nanrun "$CDL_PREDICT" --format jsonl --top-k 2
+expect_err "warning: 15 samples have logits that are NaN or infinite"
+"$PY" -c '
+import json, sys
+for line in open(sys.argv[1]):
+    assert json.loads(line)["top"][0]["p"] is None, line' "$TMP/out" ||
+    die "cdl-predict --format jsonl of NaN logits is not JSON: $(head -2 "$TMP/out")"
+echo "PASS: a diverged model's NaN loss and probabilities are null in JSON, with a warning"
+
 # A class without samples in the split has no accuracy: n/a and null, not
 # 0 % (as if the model missed them all). 8 test samples of 10 classes.
 "$CDL_TRAIN" --dataset synthetic --synthetic-size 40 --batch-size 8 --epochs 1 --threads 1 \

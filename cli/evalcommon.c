@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "evalcommon.h"
@@ -482,9 +483,28 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
                          "FILE arguments are PNG or JPEG pictures; predict on rows with "
                          "--dataset (a CSV folder's test.csv, labels included: docs/data.md)",
                          o->ckpt, s.c, *meta(f, "dataset") ? meta(f, "dataset") : "unknown");
+    /* A folder among the FILEs: the pictures in it were meant (the
+     * reader's advice about folder layouts and plain files would not say
+     * how to give them). */
+    for (int i = 0; i < o->nfiles; i++) {
+        struct stat st;
+        if (stat(o->files[i], &st) == 0 && S_ISDIR(st.st_mode))
+            return cdl_error("%s is a folder: give the pictures in it (%s/*.jpg %s/*.png), or "
+                             "a folder of class folders as --dataset imagefolder:%s --split "
+                             "train", o->files[i], o->files[i], o->files[i], o->files[i]);
+    }
     if (cdl_dataset_from_image_files((const char *const *)o->files, o->nfiles, s, o->threads,
-                                     o->skip_bad_files, &e->data) != 0)
+                                     o->skip_bad_files, &e->data) != 0) {
+        /* The readers' advice is for image folders: here the file was
+         * named on the command line. */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", cdl_last_error());
+        char *cut = strstr(why, ": remove it from the folder or pass --skip-bad-files");
+        if (cut)
+            return cdl_error("%.*s: leave it out or pass --skip-bad-files", (int)(cut - why),
+                             why);
         return -1;
+    }
     e->have_data = 1;
     memcpy(e->data.mean, mean, sizeof mean);
     memcpy(e->data.std, std, sizeof std);

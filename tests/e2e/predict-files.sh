@@ -185,6 +185,12 @@ echo "not a picture" >"$TMP/bad.png"
 expect_status 1 "$CDL_PREDICT" "$ck" "$TMP/img/test/red/00.png" "$TMP/bad.png"
 expect_err "bad.png"
 expect_err "--skip-bad-files"
+# The readers' advice is for folders; a FILE was named on the command line.
+expect_err "bad.png is neither a PNG nor a JPEG (wrong magic bytes): leave it out or pass --skip-bad-files"
+# A folder among the FILEs: how to give its pictures, not "a dataset file
+# must be a plain file".
+expect_status 1 "$CDL_PREDICT" "$ck" "$TMP/img/test/red"
+expect_err "$TMP/img/test/red is a folder: give the pictures in it ($TMP/img/test/red/*.jpg $TMP/img/test/red/*.png), or a folder of class folders as --dataset imagefolder:$TMP/img/test/red --split train"
 expect_status 0 "$CDL_PREDICT" "$ck" --skip-bad-files "$TMP/img/test/red/00.png" "$TMP/bad.png"
 expect_err "left out 1"
 [ "$(wc -l <"$TMP/out")" -eq 2 ] || die "--skip-bad-files: $(cat "$TMP/out")"

@@ -207,6 +207,17 @@ static void other_model_error(const eval_opts *o, const cdl_st_file *f, const ch
                   "written by another program? (give --model)", why, name);
 }
 
+/* a and b name the same file or folder (b may be "": none). */
+static int same_path(const char *a, const char *b)
+{
+    char ra[PATH_MAX], rb[PATH_MAX];
+    if (!*a || !*b)
+        return !strcmp(a, b);
+    if (!realpath(a, ra) || !realpath(b, rb))
+        return !strcmp(a, b);
+    return !strcmp(ra, rb);
+}
+
 /* Token windows (text, tokens): the reader holds the split, as cdl-train's
  * load_tokens took it: train, and val (val.bin or the file's last
  * --val-split tokens); there is no test split. */
@@ -320,6 +331,20 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
                                        val_folder ? CDL_SPLIT_VAL : test ? CDL_SPLIT_TEST
                                                                      : CDL_SPLIT_TRAIN,
                                        &opt, &all);
+        /* Held-out data of one's own, not the run's (a folder of class
+         * folders, a CSV table): it has no test split of its
+         * own, and the run's validation split cannot be drawn from it.
+         * All of it is the held-out set (read before norm, which opt
+         * points into, is freed). */
+        if (rc == 1 && test && !val_folder && !same_path(dir, meta(f, "data_dir"))) {
+            rc = cdl_dataset_load_with(name, dir, CDL_SPLIT_TRAIN, &opt, &all);
+            long run_n = eval_meta_long(f, "train_samples") + (val > 0 ? val : 0);
+            if (rc == 0)
+                fprintf(stderr, "%s: %s has no test split and is not the run's data: "
+                        "evaluating all its %d samples as held-out data%s\n", o->prog, dir,
+                        all.n, all.n == run_n ? " (as many as the run's training data: if it "
+                        "is a copy of it, these figures are not held-out ones)" : "");
+        }
         cdl_free(norm);
         if (rc == 1 && e->split_default && val > 0 && same) {
             /* One folder per class, no test/: the held-out samples are the
@@ -490,8 +515,8 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
         struct stat st;
         if (stat(o->files[i], &st) == 0 && S_ISDIR(st.st_mode))
             return cdl_error("%s is a folder: give the pictures in it (%s/*.jpg %s/*.png), or "
-                             "a folder of class folders as --dataset imagefolder:%s --split "
-                             "train", o->files[i], o->files[i], o->files[i], o->files[i]);
+                             "a folder of the run's class folders as --dataset imagefolder:%s",
+                             o->files[i], o->files[i], o->files[i], o->files[i]);
     }
     if (cdl_dataset_from_image_files((const char *const *)o->files, o->nfiles, s, o->threads,
                                      o->skip_bad_files, &e->data) != 0) {

@@ -75,6 +75,17 @@ sys.exit(not a or a != b)
 PYEOF
 "$CDL_EVAL" "$ck" --json --decode stream >"$TMP/eval-s.json" || die "cdl-eval --decode stream"
 cmp -s "$TMP/eval.json" "$TMP/eval-s.json" || die "cdl-eval --decode stream differs"
+# A held-out folder of one's own, class folders only (no test/ inside):
+# all of it is evaluated, normalised with the run's statistics. Here the
+# run's test pictures again, so the figures are the test split's.
+cp -r "$TMP/img/test" "$TMP/hold"
+expect_status 0 "$CDL_EVAL" "$ck" --dataset "imagefolder:$TMP/hold" --json
+expect_err "$TMP/hold has no test split and is not the run's data: evaluating all its 12 samples as held-out data"
+sed "s|$TMP/hold|$TMP/img|; s|\"checkpoint\":[^,]*,||" "$TMP/out" >"$TMP/hold.json"
+sed 's|"checkpoint":[^,]*,||' "$TMP/eval.json" | cmp -s - "$TMP/hold.json" ||
+    die "cdl-eval of a held-out folder: $(cat "$TMP/out") is not the test split's $(cat "$TMP/eval.json")"
+expect_status 0 "$CDL_PREDICT" "$ck" --dataset "imagefolder:$TMP/hold" --top-k 1
+[ "$(wc -l <"$TMP/out")" -eq 13 ] || die "cdl-predict of a held-out folder: $(cat "$TMP/out")"
 expect_status 2 "$CDL_TRAIN" --decode lazy; expect_err "--decode"
 
 # Without --image-size the samples take the first training picture's size
@@ -190,7 +201,7 @@ expect_err "bad.png is neither a PNG nor a JPEG (wrong magic bytes): leave it ou
 # A folder among the FILEs: how to give its pictures, not "a dataset file
 # must be a plain file".
 expect_status 1 "$CDL_PREDICT" "$ck" "$TMP/img/test/red"
-expect_err "$TMP/img/test/red is a folder: give the pictures in it ($TMP/img/test/red/*.jpg $TMP/img/test/red/*.png), or a folder of class folders as --dataset imagefolder:$TMP/img/test/red --split train"
+expect_err "$TMP/img/test/red is a folder: give the pictures in it ($TMP/img/test/red/*.jpg $TMP/img/test/red/*.png), or a folder of the run's class folders as --dataset imagefolder:$TMP/img/test/red"
 expect_status 0 "$CDL_PREDICT" "$ck" --skip-bad-files "$TMP/img/test/red/00.png" "$TMP/bad.png"
 expect_err "left out 1"
 [ "$(wc -l <"$TMP/out")" -eq 2 ] || die "--skip-bad-files: $(cat "$TMP/out")"

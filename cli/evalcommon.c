@@ -331,12 +331,15 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
                                        val_folder ? CDL_SPLIT_VAL : test ? CDL_SPLIT_TEST
                                                                      : CDL_SPLIT_TRAIN,
                                        &opt, &all);
-        /* Held-out data of one's own, not the run's (a folder of class
-         * folders, a CSV table): it has no test split of its
-         * own, and the run's validation split cannot be drawn from it.
-         * All of it is the held-out set (read before norm, which opt
-         * points into, is freed). */
-        if (rc == 1 && test && !val_folder && !same_path(dir, meta(f, "data_dir"))) {
+        /* A held-out folder of one's own, not the run's (class folders,
+         * no test/): it has no test split of its own, and the run's
+         * validation split cannot be drawn from it. All of it is the
+         * held-out set (read before norm, which opt points into, is
+         * freed). Image folders only: their classes are matched by name;
+         * a table's columns would be taken by position (the checkpoint
+         * does not name them), a reordered one silently. */
+        if (rc == 1 && test && !val_folder && !strcmp(name, "imagefolder") &&
+            !same_path(dir, meta(f, "data_dir"))) {
             rc = cdl_dataset_load_with(name, dir, CDL_SPLIT_TRAIN, &opt, &all);
             long run_n = eval_meta_long(f, "train_samples") + (val > 0 ? val : 0);
             if (rc == 0)

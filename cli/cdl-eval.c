@@ -99,9 +99,12 @@ static void print_lm(const eval_ctx *e, const sums *s, const char *split, int js
         eval_json_string(stdout, e->o->ckpt);
         printf(",\"dataset\":");
         eval_json_string(stdout, e->dataset);
-        printf(",\"split\":\"%s\",\"windows\":%d,\"tokens\":%.0f,\"loss\":%.6f,"
-               "\"perplexity\":%.6g,\"accuracy\":%.6f,\"top5\":%.6f}\n",
-               split, e->data.n, v[3], v[0] / n, exp(v[0] / n), v[1] / n, v[2] / n);
+        printf(",\"split\":\"%s\",\"windows\":%d,\"tokens\":%.0f,\"loss\":", split,
+               e->data.n, v[3]);
+        eval_json_number(stdout, "%.6f", v[0] / n);
+        printf(",\"perplexity\":");
+        eval_json_number(stdout, "%.6g", exp(v[0] / n));
+        printf(",\"accuracy\":%.6f,\"top5\":%.6f}\n", v[1] / n, v[2] / n);
         return;
     }
     printf("%s on %s %s (%d windows of %d tokens, %.0f predictions)\n", e->o->ckpt, e->dataset,
@@ -194,8 +197,9 @@ static void print_json(const eval_ctx *e, const sums *s, const char *split)
     eval_json_string(stdout, e->o->ckpt);
     printf(",\"dataset\":");
     eval_json_string(stdout, e->dataset);
-    printf(",\"split\":\"%s\",\"samples\":%.0f,\"loss\":%.6f,\"accuracy\":%.6f,\"top5\":%.6f,"
-           "\"classes\":[", split, v[3], v[0] / n, v[1] / n, v[2] / n);
+    printf(",\"split\":\"%s\",\"samples\":%.0f,\"loss\":", split, v[3]);
+    eval_json_number(stdout, "%.6f", v[0] / n);
+    printf(",\"accuracy\":%.6f,\"top5\":%.6f,\"classes\":[", v[1] / n, v[2] / n);
     for (int k = 0; k < c; k++) {
         printf(k ? "," : "");
         eval_json_string(stdout, eval_class_name(e, k, buf, sizeof buf));
@@ -266,6 +270,10 @@ int main(int argc, char **argv)
         /* "cdl-eval CKPT > results.txt" on a full disk: not a success. */
         if (fflush(stdout) != 0 || ferror(stdout))
             rc = cdl_error("writing the results to standard output failed: %s", strerror(errno));
+        if (rc == 0 && !isfinite(s.v[0]))
+            fprintf(stderr, PROG ": warning: the loss is not finite (null in --json): the model's "
+                    "logits are NaN or infinite for some samples: weights of a run that "
+                    "diverged, or too large for float32\n");
     }
     if (rc != 0) {
         if (e.ri.world > 1)

@@ -397,6 +397,13 @@ int main(int argc, char **argv)
             line_end = put_token(&g, ctx[i], i == 0);
         for (int k = 0; rc == 0 && k < max_tokens; k++) {
             rc = next_logits(&g, ctx, n);
+            /* NaN logits (a diverged run's weights) sample id 0 for ever:
+             * NUL bytes, exit 0. */
+            for (int v = 0; rc == 0 && v < g.vocab; v++)
+                if (!isfinite(g.row[v]))
+                    rc = cdl_error("%s: the logits for token %d are NaN or infinite (the "
+                                   "weights of a run that diverged, or too large for "
+                                   "float32): there is nothing to sample", g.o.ckpt, k + 1);
             if (rc == 0) {
                 ctx[n] = sample_next(g.row, g.vocab, temperature, top_k, &r, g.scratch);
                 line_end = put_token(&g, ctx[n], 0);

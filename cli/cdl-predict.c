@@ -50,6 +50,7 @@ typedef struct out {
     char *const *files;   /* FILE... (labels are indices into it), or NULL */
     int *idx;     /* classes, sorted by probability */
     double *p;    /* classes */
+    long nonfinite;   /* samples whose logits are NaN or infinite */
 } out;
 
 /* s as one CSV field: quoted when it holds a comma, quote or line break. */
@@ -81,6 +82,7 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
             mx = z[k] > mx ? z[k] : mx;
         for (int k = 0; k < c; k++)
             se += (o->p[k] = exp((double)z[k] - mx));
+        o->nonfinite += !isfinite(se) || !isfinite(mx);
         /* Selection of the k largest, ties to the lower class (as argmax). */
         for (int k = 0; k < c; k++)
             o->idx[k] = k;
@@ -106,7 +108,9 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
             for (int j = 0; j < o->k; j++) {
                 printf("%s{\"class\":", j ? "," : "");
                 eval_json_string(stdout, eval_class_name(e, o->idx[j], buf, sizeof buf));
-                printf(",\"p\":%.6f}", o->p[o->idx[j]] / se);
+                printf(",\"p\":");
+                eval_json_number(stdout, "%.6f", o->p[o->idx[j]] / se);
+                putchar('}');
             }
             printf("]}\n");
         } else {
@@ -195,6 +199,10 @@ int main(int argc, char **argv)
         rc = eval_run(&e, predict_batch, &w);
     if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout)))
         rc = cdl_error("writing the predictions to standard output failed: %s", strerror(errno));
+    if (rc == 0 && w.nonfinite)
+        fprintf(stderr, PROG ": warning: %ld samples have logits that are NaN or infinite (weights "
+                "of a run that diverged, or too large for float32): their probabilities are nan "
+                "(null in jsonl) and their classes in no order\n", w.nonfinite);
     if (rc != 0)
         fprintf(stderr, PROG ": error: %s\n", cdl_last_error());
     cdl_free(w.idx);

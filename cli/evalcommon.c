@@ -1,8 +1,10 @@
 /* cdl-eval's and cdl-predict's common part (evalcommon.h). */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "evalcommon.h"
@@ -205,6 +207,17 @@ static void other_model_error(const eval_opts *o, const cdl_st_file *f, const ch
                   "written by another program? (give --model)", why, name);
 }
 
+/* a and b name the same file or folder (b may be "": none). */
+static int same_path(const char *a, const char *b)
+{
+    char ra[PATH_MAX], rb[PATH_MAX];
+    if (!*a || !*b)
+        return !strcmp(a, b);
+    if (!realpath(a, ra) || !realpath(b, rb))
+        return !strcmp(a, b);
+    return !strcmp(ra, rb);
+}
+
 /* Token windows (text, tokens): the reader holds the split, as cdl-train's
  * load_tokens took it: train, and val (val.bin or the file's last
  * --val-split tokens); there is no test split. */
@@ -318,6 +331,23 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
                                        val_folder ? CDL_SPLIT_VAL : test ? CDL_SPLIT_TEST
                                                                      : CDL_SPLIT_TRAIN,
                                        &opt, &all);
+        /* A held-out folder of one's own, not the run's (class folders,
+         * no test/): it has no test split of its own, and the run's
+         * validation split cannot be drawn from it. All of it is the
+         * held-out set (read before norm, which opt points into, is
+         * freed). Image folders only: their classes are matched by name;
+         * a table's columns would be taken by position (the checkpoint
+         * does not name them), a reordered one silently. */
+        if (rc == 1 && test && !val_folder && !strcmp(name, "imagefolder") &&
+            !same_path(dir, meta(f, "data_dir"))) {
+            rc = cdl_dataset_load_with(name, dir, CDL_SPLIT_TRAIN, &opt, &all);
+            long run_n = eval_meta_long(f, "train_samples") + (val > 0 ? val : 0);
+            if (rc == 0)
+                fprintf(stderr, "%s: %s has no test split and is not the run's data: "
+                        "evaluating all its %d samples as held-out data%s\n", o->prog, dir,
+                        all.n, all.n == run_n ? " (as many as the run's training data: if it "
+                        "is a copy of it, these figures are not held-out ones)" : "");
+        }
         cdl_free(norm);
         if (rc == 1 && e->split_default && val > 0 && same) {
             /* One folder per class, no test/: the held-out samples are the
@@ -473,9 +503,36 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
     if (s.c != 1 && s.c != 3)
         return cdl_error("%s was trained on samples of %d channels, not pictures: predict with "
                          "--dataset instead of files", o->ckpt, s.c);
+    /* (F,1,1): F features of a table or of vectors. With F = 1 or 3 a
+     * picture would be squeezed to one pixel and "predicted" without a
+     * word. */
+    if (s.h == 1 && s.w == 1)
+        return cdl_error("%s was trained on rows of %d features (dataset %s), not pictures: "
+                         "FILE arguments are PNG or JPEG pictures; predict on rows with "
+                         "--dataset (a CSV folder's test.csv, labels included: docs/data.md)",
+                         o->ckpt, s.c, *meta(f, "dataset") ? meta(f, "dataset") : "unknown");
+    /* A folder among the FILEs: the pictures in it were meant (the
+     * reader's advice about folder layouts and plain files would not say
+     * how to give them). */
+    for (int i = 0; i < o->nfiles; i++) {
+        struct stat st;
+        if (stat(o->files[i], &st) == 0 && S_ISDIR(st.st_mode))
+            return cdl_error("%s is a folder: give the pictures in it (%s/*.jpg %s/*.png), or "
+                             "a folder of the run's class folders as --dataset imagefolder:%s",
+                             o->files[i], o->files[i], o->files[i], o->files[i]);
+    }
     if (cdl_dataset_from_image_files((const char *const *)o->files, o->nfiles, s, o->threads,
-                                     o->skip_bad_files, &e->data) != 0)
+                                     o->skip_bad_files, &e->data) != 0) {
+        /* The readers' advice is for image folders: here the file was
+         * named on the command line. */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", cdl_last_error());
+        char *cut = strstr(why, ": remove it from the folder or pass --skip-bad-files");
+        if (cut)
+            return cdl_error("%.*s: leave it out or pass --skip-bad-files", (int)(cut - why),
+                             why);
         return -1;
+    }
     e->have_data = 1;
     memcpy(e->data.mean, mean, sizeof mean);
     memcpy(e->data.std, std, sizeof std);
@@ -484,6 +541,36 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
         fprintf(stderr, "%s: --skip-bad-files: left out %ld unreadable files\n", o->prog,
                 e->data.skipped);
     return 0;
+}
+
+/* --model given for a cdl run's checkpoint whose weights fit it: a model
+ * that computes otherwise with the same tensors (the spec file edited
+ * since, relu -> tanh; gpt's n_head) would be evaluated without a word.
+ * It is what the user asked for (--model FILE reads the file as it is
+ * now), so said, not refused. The run's model: its saved spec text, else
+ * its built-in name (an older checkpoint of a spec file: not known). */
+static void warn_other_function(const eval_opts *o, const cdl_st_file *f,
+                                const cdl_model_spec *given, cdl_shape input, long classes)
+{
+    const char *run = meta(f, "model"), *text = cdl_st_meta_get(f, "model_spec");
+    if (!o->model || !*run || (!(text && *text) && !cdl_spec_is_builtin(run)))
+        return;
+    cdl_model_spec *was = cdl_malloc(sizeof *was);
+    if (!was)
+        return;
+    char why[1024];
+    int built = text && *text ? cdl_spec_parse(text, run, was) == 0 &&
+                                    cdl_spec_fit(was, input, (int)classes) == 0
+                              : cdl_spec_builtin(run, input, (int)classes, was) == 0;
+    if (built) {
+        snprintf(was->source, sizeof was->source, "the run's %s", run);
+        if (cdl_spec_compare(given, was, why, sizeof why) == 1)
+            fprintf(stderr, "%s: warning: --model %s is not the model %s was trained as, though "
+                    "its tensors fit: %s. These results are those of --model %s; leave "
+                    "--model out for the run's model\n", o->prog, o->model,
+                    o->ckpt, why, o->model);
+    }
+    cdl_free(was);
 }
 
 cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input, int batch,
@@ -524,6 +611,7 @@ cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input,
             other_model_error(o, f, name);
         return NULL;
     }
+    warn_other_function(o, f, &spec, input, classes);
     return m;
 }
 
@@ -775,6 +863,14 @@ void eval_json_string(FILE *f, const char *s)
             fputc(*p, f);
     }
     fputc('"', f);
+}
+
+void eval_json_number(FILE *f, const char *fmt, double v)
+{
+    if (isfinite(v))
+        fprintf(f, fmt, v);
+    else
+        fputs("null", f);
 }
 
 int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out)

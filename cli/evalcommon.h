@@ -96,6 +96,10 @@ void eval_close(eval_ctx *e);
 const char *eval_class_name(const eval_ctx *e, int k, char *buf, size_t len);
 /* s as a JSON string (quotes and escapes) on f. */
 void eval_json_string(FILE *f, const char *s);
+/* A number for JSON: printf's fmt ("%.6f"), or null when v is NaN or
+ * infinite (a diverged model's loss), which printf writes as -nan and inf,
+ * neither JSON. */
+void eval_json_number(FILE *f, const char *fmt, double v);
 /* Parses an integer option in [lo, hi]; prints an error and returns -1. */
 int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out);
 

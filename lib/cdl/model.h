@@ -119,6 +119,14 @@ int cdl_spec_load(const char *path, cdl_model_spec *out);
  * most 1 MiB, no NUL bytes); *text is the caller's to cdl_free. */
 int cdl_spec_read(const char *path, char **text);
 
+/* Whether specs a and b compute the same function at inference: 0 when
+ * every layer does the same (names, initialisation and training-only
+ * settings aside: dropout is the identity, batch norm's momentum unused),
+ * 1 when they differ, with the first difference in why ("FILE:LINE:
+ * 'tanh', where lenet has 'relu'"). Weights that fit both (relu and tanh
+ * have no tensors; n_head does not shape them) give other outputs. */
+int cdl_spec_compare(const cdl_model_spec *a, const cdl_model_spec *b, char *why, size_t len);
+
 /* Built-in models: "lenet" (conv 6@5x5, relu, maxpool 2, conv 16@5x5, relu,
  * maxpool 2, fc 120, relu, fc 84, relu, fc classes; conv1 is padded by 2 for
  * 28x28 inputs, the classic LeNet-5) and "mlp" (flatten, fc 256, relu, fc 128,

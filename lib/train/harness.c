@@ -491,6 +491,14 @@ int train_evaluate(run *r, cdl_loader *loader, double *loss, double *acc)
     double sums[3] = {0, 0, 0};
     cdl_batch b;
     int got;
+    /* Batch norms' running statistics are rank 0's, the checkpoint's: each
+     * rank updated its own in its last training forward, so validation
+     * (and the best.safetensors it picks) and the final test would measure
+     * a mix of models that no file holds, and cdl-eval of the checkpoint
+     * would disagree. PyTorch's DDP does the same: the first forward
+     * without grad after a training one broadcasts the buffers. */
+    if (ddp_broadcast_buffers(r->ddp) != 0)
+        return -1;
     if (cdl_loader_start_epoch(loader, 0, 0) != 0)
         return -1;
     while ((got = cdl_loader_next(loader, &b)) == 1)

@@ -44,4 +44,15 @@ same_val_loss "$tmp/w1.m" "$tmp/e1.json"
     fail "cdl-eval of a resnet20 checkpoint"
 cat "$tmp/ebn.json"
 same_val_loss "$tmp/bn.json" "$tmp/ebn.json"
+# On 2 ranks each rank's last training forward updated its own running
+# statistics; the checkpoint holds rank 0's. cdl-train's validation (and
+# the best.safetensors it picks) must measure that model, not a mix: the
+# buffers are rank 0's at evaluation, as PyTorch's DDP broadcasts them.
+timeout 300 "$cdlrun" -n 2 "$train" --dataset synthetic --synthetic-size 96 --model resnet20 \
+    --epochs 1 --batch-size 8 --val-split 32 --schedule constant --lr 0.05 --threads 1 --quiet \
+    --ckpt-dir "$tmp/bn2" --metrics "$tmp/bn2.json" || fail "training resnet20 on 2 ranks"
+"$ev" "$tmp/bn2/last.safetensors" --split val --json --threads 1 >"$tmp/ebn2.json" ||
+    fail "cdl-eval of a 2-rank resnet20 checkpoint"
+cat "$tmp/ebn2.json"
+same_val_loss "$tmp/bn2.json" "$tmp/ebn2.json"
 echo "validation split and data-parallel cdl-eval passed"

@@ -75,6 +75,17 @@ sys.exit(not a or a != b)
 PYEOF
 "$CDL_EVAL" "$ck" --json --decode stream >"$TMP/eval-s.json" || die "cdl-eval --decode stream"
 cmp -s "$TMP/eval.json" "$TMP/eval-s.json" || die "cdl-eval --decode stream differs"
+# A held-out folder of one's own, class folders only (no test/ inside):
+# all of it is evaluated, normalised with the run's statistics. Here the
+# run's test pictures again, so the figures are the test split's.
+cp -r "$TMP/img/test" "$TMP/hold"
+expect_status 0 "$CDL_EVAL" "$ck" --dataset "imagefolder:$TMP/hold" --json
+expect_err "$TMP/hold has no test split and is not the run's data: evaluating all its 12 samples as held-out data"
+sed "s|$TMP/hold|$TMP/img|; s|\"checkpoint\":[^,]*,||" "$TMP/out" >"$TMP/hold.json"
+sed 's|"checkpoint":[^,]*,||' "$TMP/eval.json" | cmp -s - "$TMP/hold.json" ||
+    die "cdl-eval of a held-out folder: $(cat "$TMP/out") is not the test split's $(cat "$TMP/eval.json")"
+expect_status 0 "$CDL_PREDICT" "$ck" --dataset "imagefolder:$TMP/hold" --top-k 1
+[ "$(wc -l <"$TMP/out")" -eq 13 ] || die "cdl-predict of a held-out folder: $(cat "$TMP/out")"
 expect_status 2 "$CDL_TRAIN" --decode lazy; expect_err "--decode"
 
 # Without --image-size the samples take the first training picture's size
@@ -185,6 +196,12 @@ echo "not a picture" >"$TMP/bad.png"
 expect_status 1 "$CDL_PREDICT" "$ck" "$TMP/img/test/red/00.png" "$TMP/bad.png"
 expect_err "bad.png"
 expect_err "--skip-bad-files"
+# The readers' advice is for folders; a FILE was named on the command line.
+expect_err "bad.png is neither a PNG nor a JPEG (wrong magic bytes): leave it out or pass --skip-bad-files"
+# A folder among the FILEs: how to give its pictures, not "a dataset file
+# must be a plain file".
+expect_status 1 "$CDL_PREDICT" "$ck" "$TMP/img/test/red"
+expect_err "$TMP/img/test/red is a folder: give the pictures in it ($TMP/img/test/red/*.jpg $TMP/img/test/red/*.png), or a folder of the run's class folders as --dataset imagefolder:$TMP/img/test/red"
 expect_status 0 "$CDL_PREDICT" "$ck" --skip-bad-files "$TMP/img/test/red/00.png" "$TMP/bad.png"
 expect_err "left out 1"
 [ "$(wc -l <"$TMP/out")" -eq 2 ] || die "--skip-bad-files: $(cat "$TMP/out")"
@@ -218,6 +235,45 @@ acc_equal "$TMP/mc.jsonl" "$TMP/evalc.json"
     >"$TMP/evalv.json" || die "cdl-eval --dataset csv:PATH --split val"
 expect_status 1 "$CDL_PREDICT" "$TMP/ckc/last.safetensors" "$TMP/img/test/red/00.png"
 expect_err "predict with --dataset"
+# A table of one's own without test.csv is not taken as held-out data as
+# an image folder is: the checkpoint does not name the run's columns, so
+# a table with them in another order would be read silently wrong.
+expect_status 1 "$CDL_EVAL" "$TMP/ckc/last.safetensors" --dataset "csv:$TMP/t.csv" --split test
+expect_err "has no test split: use --split val or train"
+# A table of 3 features (or 1) has the channels of a picture: the picture
+# was squeezed to one pixel and "predicted".
+mkdir "$TMP/tab3" && sed 's/^a,/c,a,/; 2,$s/^/0.5,/' "$TMP/tab/train.csv" >"$TMP/tab3/train.csv"
+train --model mlp --dataset "csv:$TMP/tab3" --label-column kind --ckpt-dir "$TMP/ckc3"
+expect_status 1 "$CDL_PREDICT" "$TMP/ckc3/last.safetensors" "$TMP/img/test/red/00.png"
+expect_err "was trained on rows of 3 features (dataset csv), not pictures"
+# Weights of a diverged run (PyTorch wrote them; cdl-train refuses to save
+# NaN): the loss and the probabilities are not finite. --json stays JSON
+# (null, not -nan) and a warning says why.
+printf 'flatten\nlinear 3\n' >"$TMP/lin.spec"
+"$PY" - "$TMP/nan.safetensors" <<'PY' || die "writing a NaN safetensors file"
+import json, struct, sys
+h = {"fc1.weight": {"dtype": "F32", "shape": [3, 2], "data_offsets": [0, 24]},
+     "fc1.bias": {"dtype": "F32", "shape": [3], "data_offsets": [24, 36]}}
+hb = json.dumps(h).encode()
+hb += b" " * (-len(hb) % 8)
+data = struct.pack("<6f", float("nan"), 1, 2, 3, 4, 5) + struct.pack("<3f", 0, 0, 0)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(hb)) + hb + data)
+PY
+nanrun() { "$1" "$TMP/nan.safetensors" --model "$TMP/lin.spec" --dataset "csv:$TMP/tab" \
+    --label-column kind --normalize none --threads 1 "${@:2}"; }
+expect_status 0 nanrun "$CDL_EVAL" --json
+expect_err "warning: the loss is not finite (null in --json)"
+"$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["loss"] is None, d' \
+    "$TMP/out" || die "cdl-eval --json of a NaN loss is not JSON: $(cat "$TMP/out")"
+expect_status 0 nanrun "$CDL_PREDICT" --format jsonl --top-k 2
+expect_err "warning: 15 samples have logits that are NaN or infinite"
+"$PY" -c '
+import json, sys
+for line in open(sys.argv[1]):
+    assert json.loads(line)["top"][0]["p"] is None, line' "$TMP/out" ||
+    die "cdl-predict --format jsonl of NaN logits is not JSON: $(head -2 "$TMP/out")"
+echo "PASS: a diverged model's NaN loss and probabilities are null in JSON, with a warning"
+
 # A class without samples in the split has no accuracy: n/a and null, not
 # 0 % (as if the model missed them all). 8 test samples of 10 classes.
 "$CDL_TRAIN" --dataset synthetic --synthetic-size 40 --batch-size 8 --epochs 1 --threads 1 \

@@ -52,7 +52,12 @@ cmp -s "$TMP/trained.json" "$TMP/edited.json" ||
 (cd "$TMP/run" && "$CDL_EVAL" "$ck" --model net.spec --threads 1 --json) \
     >"$TMP/explicit.json" || die "cdl-eval --model net.spec failed"
 cmp -s "$TMP/trained.json" "$TMP/explicit.json" && die "cdl-eval --model ignored the file"
-echo "PASS: the trained spec is evaluated after the file changed; --model takes the file"
+# ... but not silently: the weights fit, the function is another.
+for prog in "$CDL_EVAL" "$CDL_PREDICT"; do
+    (cd "$TMP/run" && expect_status 0 "$prog" "$ck" --model net.spec --threads 1)
+    expect_err "warning: --model net.spec is not the model $ck was trained as, though its tensors fit: net.spec:3: 'tanh', where the run's net.spec has 'relu'"
+done
+echo "PASS: the trained spec is evaluated after the file changed; --model takes the file, with a warning"
 
 # Resuming the run with the edited file: refused, naming the line, unless
 # allowed (the same command would otherwise continue another model).
@@ -93,6 +98,16 @@ rm "$TMP/run/lm.spec"
     --threads 1) >"$TMP/g2" || die "cdl-generate without the spec file failed"
 cmp -s "$TMP/g1" "$TMP/g2" || die "cdl-generate wrote other text without the spec file"
 echo "PASS: cdl-generate needs no spec file"
+
+# --model of the same gpt with other heads (no tensor tells them apart):
+# said; the same gpt as a built-in with dropout (off at inference) is not.
+lm=$TMP/run/lm/last.safetensors
+expect_status 0 "$CDL_GENERATE" "$lm" --max-tokens 4 --threads 1 --model gpt:n_layer=1,n_head=1,n_embd=8
+expect_err "'attention heads=1', where the run's lm.spec has 'attention heads=2'"
+expect_status 0 "$CDL_GENERATE" "$lm" --max-tokens 4 --threads 1 \
+    --model gpt:n_embd=8,n_head=2,n_layer=1,dropout=0.2
+grep -q warning "$TMP/err" && die "cdl-generate warned of a model that computes the same: $(cat "$TMP/err")"
+echo "PASS: a --model gpt with other heads is warned of"
 
 # A flatten before the head of a language model: one prediction per window
 # for data of a label per position; the advice is to keep the positions.

@@ -1,8 +1,8 @@
 # tests for model
 check_PROGRAMS += tests/unit/test_spec tests/unit/test_model tests/unit/test_model_torch
 TESTS += tests/unit/test_spec tests/unit/test_model tests/unit/test_model_torch
-check_PROGRAMS += tests/unit/test_spec_gpt
-TESTS += tests/unit/test_spec_gpt
+check_PROGRAMS += tests/unit/test_spec_gpt tests/unit/test_spec_compare
+TESTS += tests/unit/test_spec_gpt tests/unit/test_spec_compare
 
 tests_unit_test_spec_SOURCES = tests/unit/test_spec.c
 tests_unit_test_spec_CPPFLAGS = $(TEST_CPPFLAGS)
@@ -11,6 +11,10 @@ tests_unit_test_spec_LDADD = $(TEST_LDADD)
 tests_unit_test_spec_gpt_SOURCES = tests/unit/test_spec_gpt.c
 tests_unit_test_spec_gpt_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_spec_gpt_LDADD = $(TEST_LDADD)
+
+tests_unit_test_spec_compare_SOURCES = tests/unit/test_spec_compare.c
+tests_unit_test_spec_compare_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_spec_compare_LDADD = $(TEST_LDADD)
 
 # Gradients against finite differences of the double reference ops.
 tests_unit_test_model_SOURCES = tests/unit/test_model.c tests/unit/model_testutil.h \

@@ -7,9 +7,9 @@
 #define CDL_VERSION_H
 
 #define CDL_VERSION_MAJOR 0
-#define CDL_VERSION_MINOR 1
+#define CDL_VERSION_MINOR 2
 #define CDL_VERSION_PATCH 0
-#define CDL_VERSION_STRING "0.1.0"
+#define CDL_VERSION_STRING "0.2.0"
 
 /* Versions as one number, ordered as the versions are (minor and patch
  * below 100). */

@@ -13,4 +13,14 @@
  * cdlrun and torchrun give. */
 int threads_for_rank(int local_world);
 
+/* The CPUs this process may keep busy: its affinity mask's count, or the
+ * CPU quota of its cgroup when lower (1.5; lib/core/cpuquota.h); 0 if
+ * unknown. The thread pool spins less when it has more threads than this. */
+double cpus_available(void);
+
+/* Threads for ncpu CPUs (the mask's count) under a quota of `quota` CPUs
+ * (0: none): the quota rounded up when it is lower, as Java and .NET count
+ * a container's processors. Pure, for the unit test. */
+int cpus_capped(int ncpu, double quota);
+
 #endif

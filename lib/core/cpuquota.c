@@ -40,6 +40,24 @@ double cpu_quota_parse(const char *quota, const char *period)
     return p > 0 ? (double)q / (double)p : 0;
 }
 
+int cpus_capped(int ncpu, double quota)
+{
+    if (quota > 0 && (ncpu <= 0 || quota < ncpu)) {
+        ncpu = (int)quota;   /* rounded up: 1.5 CPUs give 2 threads */
+        if (ncpu < quota - 1e-9)
+            ncpu++;
+    }
+    return ncpu > 0 ? ncpu : 0;
+}
+
+int cpus_per_rank(int cpus, int bound, int ranks, double quota)
+{
+    if (ranks < 1)
+        ranks = 1;
+    int n = cpus_capped(bound ? cpus : cpus / ranks, quota / ranks);
+    return n > 0 ? n : 1;
+}
+
 static int read_text(const char *dir, const char *file, char *buf, size_t size)
 {
     char path[4200];

@@ -20,4 +20,14 @@ double cpu_quota_under(const char *mount, const char *group, int v1);
 /* This process's quota, read once (0: none). */
 double cpu_quota(void);
 
+/* Threads for ncpu CPUs (the mask's count) under a quota of `quota` CPUs
+ * (0: none): the quota rounded up when it is lower, as Java and .NET count
+ * a container's processors. Pure, for the unit test. */
+int cpus_capped(int ncpu, double quota);
+
+/* OMP_NUM_THREADS for each of `ranks` ranks a launcher starts on `cpus`
+ * CPUs (each rank's own when bound, else all of them shared) under
+ * `quota` (0: none), which all ranks share: at least 1. Pure. */
+int cpus_per_rank(int cpus, int bound, int ranks, double quota);
+
 #endif

@@ -21,16 +21,6 @@ static int positive_env(const char *name)
     return (int)v;
 }
 
-int cpus_capped(int ncpu, double quota)
-{
-    if (quota > 0 && (ncpu <= 0 || quota < ncpu)) {
-        ncpu = (int)quota;   /* rounded up: 1.5 CPUs give 2 threads */
-        if (ncpu < quota - 1e-9)
-            ncpu++;
-    }
-    return ncpu > 0 ? ncpu : 0;
-}
-
 /* The CPUs in this process's affinity mask, 0 if unknown. */
 static int mask_cpus(void)
 {

@@ -2,6 +2,8 @@
 #ifndef CDL_CORE_THREADS_H
 #define CDL_CORE_THREADS_H
 
+#include "lib/core/cpuquota.h"   /* cpus_capped */
+
 /* cdl_default_threads() for one of `local_world` ranks on this node, except
  * that ranks free to run on the same CPUs share them. With neither
  * SLURM_CPUS_PER_TASK nor OMP_NUM_THREADS set and no binding that gives
@@ -17,10 +19,5 @@ int threads_for_rank(int local_world);
  * CPU quota of its cgroup when lower (1.5; lib/core/cpuquota.h); 0 if
  * unknown. The thread pool spins less when it has more threads than this. */
 double cpus_available(void);
-
-/* Threads for ncpu CPUs (the mask's count) under a quota of `quota` CPUs
- * (0: none): the quota rounded up when it is lower, as Java and .NET count
- * a container's processors. Pure, for the unit test. */
-int cpus_capped(int ncpu, double quota);
 
 #endif

@@ -82,6 +82,15 @@ static void test_cpu_quota(void **state)
     assert_int_equal(cpus_capped(2, 8), 2);
     assert_int_equal(cpus_capped(16, 0), 16);
     assert_int_equal(cpus_capped(0, 2.5), 3);
+    /* cdlrun's OMP_NUM_THREADS: the ranks share a container's quota (it
+     * gave each of 2 ranks half of 16 CPUs under a 4-CPU quota). */
+    assert_int_equal(cpus_per_rank(16, 0, 2, 0), 8);
+    assert_int_equal(cpus_per_rank(16, 0, 2, 4), 2);
+    assert_int_equal(cpus_per_rank(8, 1, 2, 4), 2);   /* bound to 8 each */
+    assert_int_equal(cpus_per_rank(8, 1, 2, 0), 8);
+    assert_int_equal(cpus_per_rank(16, 0, 2, 1.5), 1);
+    assert_int_equal(cpus_per_rank(2, 0, 4, 0), 1);
+    assert_int_equal(cpus_per_rank(16, 0, 0, 0), 16);
 
     /* Slurm's cgroup v2 layout: the step's limit, the task's group unlimited
      * below it; a group missing from this view still sees those above. */

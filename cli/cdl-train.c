@@ -449,13 +449,13 @@ static const char *without_own_rank(const char *msg)
 }
 
 /* More threads than this process may run on (a cgroup or a launcher's
- * binding smaller than --cpus-per-task) only time-slice. Without
- * --threads, libcdl takes the smaller of SLURM_CPUS_PER_TASK and the CPUs
- * (cdl_default_threads); with it, the user's count stands. Say which, once,
- * in one line. */
+ * binding smaller than --cpus-per-task, a cgroup CPU quota) only
+ * time-slice. Without --threads, libcdl takes the smaller of
+ * SLURM_CPUS_PER_TASK (else OMP_NUM_THREADS) and the CPUs
+ * (cdl_default_threads); with it, the user's count stands. Say which,
+ * once, in one line. */
 static void warn_cpus(int threads)
 {
-    const char *s = getenv("SLURM_CPUS_PER_TASK");
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) != 0)
         return;
@@ -468,11 +468,15 @@ static void warn_cpus(int threads)
                     who(me, sizeof me), threads, ncpu, ncpu > 1 ? "s" : "", ncpu);
         return;
     }
+    const char *var = "SLURM_CPUS_PER_TASK", *s = getenv(var);
+    if (!s || !*s)
+        s = getenv(var = "OMP_NUM_THREADS");
     long want = s && *s ? strtol(s, NULL, 10) : 0;
-    if (want > ncpu && want <= 4096)
-        fprintf(stderr, "%s: warning: SLURM_CPUS_PER_TASK is %ld but this process may run on "
-                "%d CPU%s; cdl uses the smaller, %d\n", who(me, sizeof me), want, ncpu,
-                ncpu == 1 ? "" : "s", ncpu);
+    int used = cdl_default_threads();   /* the mask's CPUs or the quota */
+    if (want > used && want <= 4096)
+        fprintf(stderr, "%s: warning: %s is %ld but this process may run on %d CPU%s%s; "
+                "cdl uses the smaller, %d\n", who(me, sizeof me), var, want, used,
+                used == 1 ? "" : "s", used < ncpu ? " (its cgroup's CPU quota)" : "", used);
 }
 
 /* The environment's settings (options given later override them): read

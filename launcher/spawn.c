@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "lib/core/cpuquota.h"
 #include "lib/dist/contract.h"
 #include "launch.h"
 
@@ -156,9 +157,9 @@ static void exec_rank(run *r, int rank, const sigset_t *mask, pid_t launcher, in
         /* One share of the CPUs per rank, like torchrun. */
         if (!r->bind_cores && sched_getaffinity(0, sizeof mine, &mine))
             CPU_ZERO(&mine);
-        int cpus = CPU_COUNT(&mine);
-        setenv_int("OMP_NUM_THREADS", r->bind_cores ? (cpus > 0 ? cpus : 1)
-                                                    : (cpus / r->n > 0 ? cpus / r->n : 1));
+        /* A cgroup quota (a container's --cpus) is the ranks' together. */
+        setenv_int("OMP_NUM_THREADS", cpus_per_rank(CPU_COUNT(&mine), r->bind_cores, r->n,
+                                                    cpu_quota()));
     }
     if (rank == 0) {
         fcntl(r->listen_fd, F_SETFD, 0);   /* inherited across exec */

@@ -3,9 +3,21 @@
  * A training step is a few dozen ops of tens of microseconds each, so a
  * wake-up through the kernel (futex) per op would cost as much as the work.
  * Workers therefore spin on the task generation for a short while after each
- * task (SPIN_ROUNDS pauses, about 100 microseconds) and only then sleep
- * on the condition variable; the caller likewise spins before sleeping on
- * completion. Between steps (data loading, logging) everybody sleeps.
+ * task (pool_wait_policy: 100 microseconds, yielding the core after the
+ * first 10) and only then sleep on the condition variable; the caller
+ * likewise spins before sleeping on completion. Between steps (data
+ * loading, logging) everybody sleeps.
+ *
+ * On a loaded machine (other jobs' processes on our CPUs, a cgroup quota
+ * below the thread count) a worker is often not running when a task comes.
+ * The caller used to wait until every worker had seen every task, so each
+ * short op waited for the scheduler to give the late worker a core, and
+ * the spinning took that core from whoever needed it: ops of 5 us took
+ * 100-300 us on 2 threads, 20 times what they took on 1. Now the caller
+ * waits only for chunks that are running: it runs whatever nobody claimed,
+ * and a worker that comes after the last chunk was claimed finds nothing
+ * to claim (the claim counters carry the task's generation). Which thread
+ * runs a chunk never changes the result (pool.h).
  *
  * Chunks are claimed with atomic counters (see pool.h): thread t first works
  * through its own share of the chunks, [t*C/T, (t+1)*C/T), then helps the
@@ -28,13 +40,18 @@
  * waiters that will never wake).
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 
 #include <cdl/cdl.h>
 
 #include "kernels/cpu/pool.h"
 #include "lib/core/forked.h"
+#include "lib/core/threads.h"
 
 #if defined(__SSE__)   /* x86-64 always; 32-bit x86 when built for SSE */
 #include <xmmintrin.h>
@@ -80,32 +97,40 @@ static inline void flush_leave(unsigned old)
         pool_fp_set(old);
 }
 
-#define SPIN_ROUNDS 10000   /* ~100 us of pause instructions */
+/* A claim counter holds its task's generation (low 32 bits) above the
+ * next chunk of its share: a worker claims only with a compare-and-swap
+ * that finds its own generation, so one that the OS woke after its task
+ * was over cannot take a chunk of the next one. */
+#define CLAIM_TAG(gen) (((gen) & 0xffffffffull) << 32)
+#define CLAIM_INDEX 0xffffffffull
 
 /* One counter per cache line. */
 typedef struct claim {
-    atomic_int next;
-    char pad[64 - sizeof(atomic_int)];
+    _Atomic unsigned long long next;
+    char pad[64 - sizeof(unsigned long long)];
 } claim;
 
 struct pool {
     int nthreads;
+    pool_wait wait;               /* how long waiting threads spin */
     pthread_t *tids;              /* workers 1..nthreads-1 */
     pthread_mutex_t mu;
-    pthread_cond_t wake;          /* gen changed or stop */
-    pthread_cond_t done;          /* pending reached 0 */
-    atomic_ulong gen;             /* task generation, bumped per call */
-    atomic_int pending;           /* workers still running this generation */
+    pthread_cond_t wake;          /* a new generation, or stop */
+    pthread_cond_t done;          /* the last chunk ran */
+    _Atomic unsigned long long gen;   /* task generation, bumped per call */
+    atomic_int done_chunks;       /* chunks of this task that have run */
     atomic_int sleepers;          /* workers asleep (or about to be) on wake */
     atomic_int caller_waiting;    /* the caller sleeps (or is about to) on done */
     atomic_int stop;
     claim *claims;                /* per thread: the next chunk of its share */
     unsigned long forks;          /* fork_count() when the workers started */
-    /* The current task, published before gen is bumped. */
-    pool_fn fn;
-    void *ctx;
-    size_t n;
-    int chunks;
+    /* The current task, written after the claims are reset and before gen
+     * is bumped; atomic, as a late worker may read them while they change
+     * (its claim then fails). */
+    _Atomic(pool_fn) fn;
+    _Atomic(void *) ctx;
+    _Atomic size_t n;
+    atomic_int chunks;
 };
 
 typedef struct worker_arg {
@@ -117,41 +142,97 @@ static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
 #endif
 }
 
-/* Claims and runs chunks of the current task until none is left: first
- * thread tid's share, then the other threads' shares in turn. */
-static void run_chunks(pool *p, int tid)
+static long long now_ns(void)
 {
-    int chunks = p->chunks, t = p->nthreads;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Spins until ready(p, arg) or p->wait's budget is spent: pause
+ * instructions at first, then sched_yield between looks, which hands the
+ * core to a thread that is waiting for it (another job's, a loader
+ * thread, this pool's own caller) and returns at once when there is none.
+ * 1 if ready. */
+static int spin_until(pool *p, int (*ready)(pool *, unsigned long long), unsigned long long arg)
+{
+    if (p->wait.spin_ns <= 0)
+        return ready(p, arg);
+    long long start = now_ns(), t;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (ready(p, arg))
+                return 1;
+            cpu_relax();
+        }
+        t = now_ns();
+        if (t - start >= p->wait.spin_ns)
+            return ready(p, arg);
+        if (t - start >= p->wait.yield_after_ns)
+            sched_yield();
+    }
+}
+
+/* Runs fn over one chunk and counts it done; the caller may sleep on the
+ * last one. */
+static void run_one(pool *p, size_t i, int tid)
+{
+    size_t b, e;
+    int chunks = atomic_load(&p->chunks);
+    pool_chunk(atomic_load(&p->n), (int)i, chunks, &b, &e);
+    if (b < e)
+        atomic_load(&p->fn)(atomic_load(&p->ctx), b, e, (int)i, tid);
+    if (atomic_fetch_add(&p->done_chunks, 1) + 1 == chunks && atomic_load(&p->caller_waiting)) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Claims and runs chunks of task `gen` until none is left: first thread
+ * tid's share, then the other threads' shares in turn; nothing once a
+ * later task has begun. */
+static void run_chunks(pool *p, int tid, unsigned long long gen)
+{
+    int chunks = atomic_load(&p->chunks), t = p->nthreads;
+    unsigned long long tag = CLAIM_TAG(gen);
     for (int k = 0; k < t; k++) {
         int owner = (tid + k) % t;
         size_t first, end;
         pool_chunk((size_t)chunks, owner, t, &first, &end);
+        unsigned long long c = atomic_load(&p->claims[owner].next);
         for (;;) {
-            size_t i = first + (size_t)atomic_fetch_add(&p->claims[owner].next, 1);
+            if ((c & ~CLAIM_INDEX) != tag)
+                return;   /* task gen is over */
+            size_t i = first + (size_t)(c & CLAIM_INDEX);
             if (i >= end)
                 break;
-            size_t b, e;
-            pool_chunk(p->n, (int)i, chunks, &b, &e);
-            if (b < e)
-                p->fn(p->ctx, b, e, (int)i, tid);
+            if (atomic_compare_exchange_weak(&p->claims[owner].next, &c, c + 1)) {
+                run_one(p, i, tid);
+                c = atomic_load(&p->claims[owner].next);
+            }
         }
     }
 }
 
-/* Waits until the generation differs from `seen` or the pool stops. */
-static void wait_for_task(pool *p, unsigned long seen)
+static int task_changed(pool *p, unsigned long long seen)
 {
-    for (int i = 0; i < SPIN_ROUNDS; i++) {
-        if (atomic_load(&p->gen) != seen || atomic_load(&p->stop))
-            return;
-        cpu_relax();
-    }
+    return atomic_load(&p->gen) != seen || atomic_load(&p->stop);
+}
+
+/* Waits until the generation differs from `seen` or the pool stops. */
+static void wait_for_task(pool *p, unsigned long long seen)
+{
+    if (spin_until(p, task_changed, seen))
+        return;
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
-    while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+    while (!task_changed(p, seen))
         pthread_cond_wait(&p->wake, &p->mu);
     atomic_fetch_sub(&p->sleepers, 1);
     pthread_mutex_unlock(&p->mu);
@@ -161,20 +242,33 @@ static void *worker_main(void *arg)
 {
     pool *p = ((worker_arg *)arg)->p;
     int tid = ((worker_arg *)arg)->tid;
-    unsigned long seen = 0;
+    unsigned long long seen = 0;
     flush_enter();   /* a worker runs nothing but ops */
     for (;;) {
         wait_for_task(p, seen);
         if (atomic_load(&p->stop))
             return NULL;
         seen = atomic_load(&p->gen);
-        run_chunks(p, tid);
-        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_waiting)) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->mu);
-        }
+        run_chunks(p, tid, seen);
     }
+}
+
+/* The caller's wait: every chunk has run. */
+static int all_done(pool *p, unsigned long long chunks)
+{
+    return (unsigned long long)atomic_load(&p->done_chunks) >= chunks;
+}
+
+pool_wait pool_wait_policy(const char *omp_wait_policy, int threads, double cpus)
+{
+    pool_wait w = {POOL_SPIN_NS, POOL_YIELD_AFTER_NS};
+    if (omp_wait_policy && !strcasecmp(omp_wait_policy, "passive"))
+        w.spin_ns = w.yield_after_ns = 0;
+    else if (omp_wait_policy && !strcasecmp(omp_wait_policy, "active"))
+        w.spin_ns = w.yield_after_ns = POOL_ACTIVE_SPIN_NS;
+    else if (cpus > 0 && threads > cpus)
+        w.spin_ns = w.yield_after_ns = POOL_THROTTLED_SPIN_NS;
+    return w;
 }
 
 pool *pool_create(int nthreads)
@@ -187,11 +281,12 @@ pool *pool_create(int nthreads)
     if (!p)
         return NULL;
     p->nthreads = nthreads;
+    p->wait = pool_wait_policy(getenv("OMP_WAIT_POLICY"), nthreads, cpus_available());
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
     atomic_init(&p->gen, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->done_chunks, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_waiting, 0);
     atomic_init(&p->stop, 0);
@@ -204,7 +299,7 @@ pool *pool_create(int nthreads)
         return NULL;
     }
     for (int t = 0; t < nthreads; t++)
-        atomic_init(&p->claims[t].next, 0);
+        atomic_init(&p->claims[t].next, CLAIM_TAG(0ull));
     /* Worker arguments live right after the thread ids (one allocation). */
     size_t tids_bytes = (size_t)(nthreads - 1) * sizeof(pthread_t);
     tids_bytes = (tids_bytes + 15) & ~(size_t)15;
@@ -283,28 +378,30 @@ void pool_run(pool *p, size_t n, int chunks, pool_fn fn, void *ctx)
         flush_leave(mode);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n = n;
-    p->chunks = chunks;
+    /* The claims first: a worker late for the last task that reads the
+     * fields below as they change then fails to claim (run_chunks). */
+    unsigned long long gen = atomic_load(&p->gen) + 1;
     for (int t = 0; t < p->nthreads; t++)
-        atomic_store_explicit(&p->claims[t].next, 0, memory_order_relaxed);
-    atomic_store(&p->pending, p->nthreads - 1);
-    atomic_fetch_add(&p->gen, 1);   /* publishes the task (seq_cst) */
+        atomic_store(&p->claims[t].next, CLAIM_TAG(gen));
+    atomic_store(&p->done_chunks, 0);
+    atomic_store(&p->fn, fn);
+    atomic_store(&p->ctx, ctx);
+    atomic_store(&p->n, n);
+    atomic_store(&p->chunks, chunks);
+    atomic_store(&p->gen, gen);   /* publishes the task (seq_cst) */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->mu);
     }
 
-    run_chunks(p, 0);
-
-    for (int i = 0; i < SPIN_ROUNDS && atomic_load(&p->pending) > 0; i++)
-        cpu_relax();
-    if (atomic_load(&p->pending) > 0) {
+    run_chunks(p, 0, gen);
+    /* Every chunk is claimed; wait for the ones still running elsewhere,
+     * never for a worker that has not come: it finds nothing to claim. */
+    if (!spin_until(p, all_done, (unsigned long long)chunks)) {
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->caller_waiting, 1);
-        while (atomic_load(&p->pending) > 0)
+        while (!all_done(p, (unsigned long long)chunks))
             pthread_cond_wait(&p->done, &p->mu);
         atomic_store(&p->caller_waiting, 0);
         pthread_mutex_unlock(&p->mu);

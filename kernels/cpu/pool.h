@@ -34,6 +34,29 @@ typedef void (*pool_fn)(void *ctx, size_t begin, size_t end, int chunk, int tid)
 /* Chunks per thread for dynamic balancing. */
 #define POOL_CHUNKS_PER_THREAD 4
 
+/* How a waiting thread waits (pool.c): it spins for spin_ns, handing its
+ * core to any other runnable thread (sched_yield) once yield_after_ns have
+ * passed, then sleeps until woken. The caller never waits for a worker
+ * that has not started on a task: a short op on a loaded machine runs on
+ * whoever is there. */
+typedef struct pool_wait {
+    long long spin_ns;
+    long long yield_after_ns;
+} pool_wait;
+
+#define POOL_SPIN_NS 100000LL            /* a training step's gaps between ops */
+#define POOL_YIELD_AFTER_NS 10000LL
+#define POOL_ACTIVE_SPIN_NS 1000000LL    /* OMP_WAIT_POLICY=active: no yield */
+#define POOL_THROTTLED_SPIN_NS 2000LL    /* more threads than CPUs */
+
+/* The policy for `threads` threads where `cpus` CPUs may run (the mask's
+ * CPUs or a lower cgroup quota, 1.5; 0 unknown) and OpenMP's
+ * OMP_WAIT_POLICY (NULL, "active" or "passive", any case), as libgomp:
+ * passive sleeps at once, active spins without yielding; by default a
+ * pool with more threads than CPUs spins only briefly, since a spinning
+ * thread then takes the core of one that has work. Pure, for the tests. */
+pool_wait pool_wait_policy(const char *omp_wait_policy, int threads, double cpus);
+
 pool *pool_create(int nthreads);   /* NULL + cdl_error on failure */
 void pool_destroy(pool *p);
 int pool_threads(const pool *p);

@@ -1,5 +1,5 @@
 libcdl_core_la_SOURCES += lib/core/error.c lib/core/alloc.c lib/core/threads.c lib/core/threads.h lib/core/backend.c lib/core/backends.h \
-	lib/core/sized.c lib/core/sized.h lib/core/memlimit.c lib/core/memlimit.h \
+	lib/core/sized.c lib/core/sized.h lib/core/memlimit.c lib/core/memlimit.h lib/core/cpuquota.c lib/core/cpuquota.h \
 	lib/core/forked.c lib/core/forked.h lib/core/log.c lib/core/log.h
 # cdl_build_id(), generated: git describe of the source
 # ("v0.1.0-72-g755e68e-dirty"; empty outside a git checkout, as from a

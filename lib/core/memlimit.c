@@ -69,6 +69,18 @@ size_t cgroup_limit_under(const char *mount, const char *file, const char *group
     return lim;
 }
 
+int cgroup_line(char *line, const char **ctrl, const char **group)
+{
+    line[strcspn(line, "\n")] = '\0';
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2 || strstr(c2 + 1, ".."))
+        return 0;
+    *c2 = '\0';
+    *ctrl = c1 + 1;
+    *group = c2 + 1;
+    return !**ctrl && strcmp(line, "0") == 0 ? 2 : 1;
+}
+
 /* The limit of the group named in /proc/self/cgroup's line for version
  * (v2: "0::", v1: the line whose controllers include "memory"), and of the
  * groups above it. */
@@ -80,16 +92,12 @@ static size_t cgroup_limit(void)
     if (!f)
         return lim;
     char line[4096];
+    const char *ctrl, *grp;
     while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = '\0';
-        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c2 || strstr(c2 + 1, ".."))
-            continue;
-        *c2 = '\0';
-        const char *ctrl = c1 + 1, *grp = c2 + 1;
-        if (!*ctrl && strcmp(line, "0") == 0)
+        int v = cgroup_line(line, &ctrl, &grp);
+        if (v == 2)
             lim = min_size(lim, cgroup_limit_under("/sys/fs/cgroup", "memory.max", grp));
-        else if (strstr(ctrl, "memory"))
+        else if (v == 1 && strstr(ctrl, "memory"))
             lim = min_size(lim, cgroup_limit_under("/sys/fs/cgroup/memory",
                                                    "memory.limit_in_bytes", grp));
     }

@@ -47,4 +47,9 @@ size_t cgroup_limit_parse(const char *text);
  * mount's root; SIZE_MAX for none. */
 size_t cgroup_limit_under(const char *mount, const char *file, const char *group);
 
+/* One line of /proc/self/cgroup, split in place: 2 for cgroup v2's
+ * "0::GROUP", 1 for a v1 line "N:CONTROLLERS:GROUP" (*ctrl "cpu,cpuacct"),
+ * 0 for a line to skip (malformed, or a group outside this namespace). */
+int cgroup_line(char *line, const char **ctrl, const char **group);
+
 #endif

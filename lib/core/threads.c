@@ -6,6 +6,7 @@
 #include <cdl/cdl.h>
 
 #include "threads.h"
+#include "lib/core/cpuquota.h"
 
 static int positive_env(const char *name)
 {
@@ -20,16 +21,32 @@ static int positive_env(const char *name)
     return (int)v;
 }
 
-int cdl_default_threads(void)
+/* The CPUs in this process's affinity mask, 0 if unknown. */
+static int mask_cpus(void)
 {
     cpu_set_t set;
-    int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
+double cpus_available(void)
+{
+    int ncpu = mask_cpus();
+    double q = cpu_quota();
+    return q > 0 && (ncpu <= 0 || q < ncpu) ? q : ncpu;
+}
+
+int cdl_default_threads(void)
+{
+    int ncpu = cpus_capped(mask_cpus(), cpu_quota());
     int n = positive_env("SLURM_CPUS_PER_TASK");
-    /* More threads than CPUs we may run on only time-slice: cdl-train warns. */
-    if (n && ncpu && n > ncpu)
-        n = ncpu;
     if (!n)
         n = positive_env("OMP_NUM_THREADS");
+    /* More threads than CPUs we may run on (the mask, the quota) only
+     * time-slice, each op waiting for the slowest: cdl-train warns. An
+     * OMP_NUM_THREADS=16 left in a shell profile ran 16 threads on a
+     * 2-CPU task; only --threads may ask for more. */
+    if (n && ncpu && n > ncpu)
+        n = ncpu;
     if (!n)
         n = ncpu;
     if (n <= 0) {
@@ -53,5 +70,6 @@ int threads_for_rank(int local_world)
     long ncpu = CPU_COUNT(&set), online = sysconf(_SC_NPROCESSORS_ONLN);
     if (online <= 0 || ncpu * local_world <= online)
         return cdl_default_threads();
+    ncpu = cpus_capped((int)ncpu, cpu_quota());   /* one container's quota for all of them */
     return ncpu / local_world > 0 ? (int)(ncpu / local_world) : 1;
 }

@@ -2,6 +2,8 @@
 #ifndef CDL_CORE_THREADS_H
 #define CDL_CORE_THREADS_H
 
+#include "lib/core/cpuquota.h"   /* cpus_capped */
+
 /* cdl_default_threads() for one of `local_world` ranks on this node, except
  * that ranks free to run on the same CPUs share them. With neither
  * SLURM_CPUS_PER_TASK nor OMP_NUM_THREADS set and no binding that gives
@@ -12,5 +14,10 @@
  * each then takes its share, the mask's CPUs / local_world (at least 1), as
  * cdlrun and torchrun give. */
 int threads_for_rank(int local_world);
+
+/* The CPUs this process may keep busy: its affinity mask's count, or the
+ * CPU quota of its cgroup when lower (1.5; lib/core/cpuquota.h); 0 if
+ * unknown. The thread pool spins less when it has more threads than this. */
+double cpus_available(void);
 
 #endif

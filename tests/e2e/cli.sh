@@ -56,6 +56,10 @@ expect_status 2 "$CDL_TRAIN" --batch-size;          expect_err "needs a value"
 SLURM_CPUS_PER_TASK=4096 expect_status 2 "$CDL_TRAIN" --epochs 0
 expect_err "SLURM_CPUS_PER_TASK is 4096 but this process may run on $(nproc) CPUs"
 [ "$(grep -c warning "$TMP/err")" -eq 1 ] || die "the CPU warning is not printed once"
+# OMP_NUM_THREADS alike (a shell profile's count ran that many threads on
+# a smaller task, without a word).
+SLURM_CPUS_PER_TASK= OMP_NUM_THREADS=4096 expect_status 2 "$CDL_TRAIN" --epochs 0
+expect_err "OMP_NUM_THREADS is 4096 but this process may run on $(nproc) CPUs; cdl uses the smaller"
 # An explicit --threads stands: the warning says so, not "the smaller".
 more=$(($(nproc) + 1))
 SLURM_CPUS_PER_TASK=4096 expect_status 2 "$CDL_TRAIN" --threads $more --epochs 0

@@ -63,7 +63,7 @@ tests_fuzz_fuzz_cifar_LDADD = $(FUZZ_LDADD_ALL)
 FUZZ_READERS = lib/data/dataset.c lib/data/idx.c lib/data/cifar.c lib/data/open.c lib/data/fileio.c \
 	lib/data/image.c lib/data/imagefolder.c lib/data/npy.c lib/data/csv.c lib/data/tokens.c lib/data/meta_pkl.c lib/data/stream.c lib/core/sized.c \
 	lib/ckpt/json.c \
-	lib/core/threads.c
+	lib/core/threads.c lib/core/cpuquota.c
 FUZZ_RD_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL) $(PNG_CFLAGS) $(JPEG_CFLAGS) $(LIBZIP_CFLAGS)
 FUZZ_RD_LDADD = $(FUZZ_LDADD_ALL) $(PNG_LIBS) $(JPEG_LIBS) $(LIBZIP_LIBS) -lpthread
 tests_fuzz_fuzz_image_SOURCES = tests/fuzz/fuzz_image.c $(FUZZ_COMMON) $(FUZZ_READERS)

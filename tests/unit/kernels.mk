@@ -5,6 +5,12 @@ tests_unit_test_kernels_SOURCES = tests/unit/test_kernels.c tests/unit/ref_ops.c
 	tests/unit/kernel_testutil.h
 tests_unit_test_kernels_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_kernels_LDADD = $(TEST_LDADD)
+# the thread pool's waiting (kernels/cpu/pool.c)
+check_PROGRAMS += tests/unit/test_pool
+TESTS += tests/unit/test_pool
+tests_unit_test_pool_SOURCES = tests/unit/test_pool.c
+tests_unit_test_pool_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_pool_LDADD = $(TEST_LDADD)
 # the ops of networks with branches (batch norm, activations, joins)
 check_PROGRAMS += tests/unit/test_kernels_net
 TESTS += tests/unit/test_kernels_net

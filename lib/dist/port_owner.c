@@ -33,18 +33,22 @@ static long scan(const char *file, int port)
     return uid;
 }
 
-long dist_port_owner(int port, char *who, size_t len)
+void dist_account(long uid, char *who, size_t len)
 {
-    long uid = scan("/proc/net/tcp", port);
-    if (uid < 0)
-        uid = scan("/proc/net/tcp6", port);
-    if (uid < 0)
-        return -1;
     struct passwd pw, *res = NULL;
     char buf[1024];
     if (getpwuid_r((uid_t)uid, &pw, buf, sizeof buf, &res) == 0 && res)
         snprintf(who, len, "uid %ld (%s)", uid, res->pw_name);
     else
         snprintf(who, len, "uid %ld", uid);
+}
+
+long dist_port_owner(int port, char *who, size_t len)
+{
+    long uid = scan("/proc/net/tcp", port);
+    if (uid < 0)
+        uid = scan("/proc/net/tcp6", port);
+    if (uid >= 0)
+        dist_account(uid, who, len);
     return uid;
 }

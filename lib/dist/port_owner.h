@@ -12,5 +12,7 @@
  * namespace, with "uid N (name)" in who (len bytes); -1 when none is found
  * or the tables cannot be read. */
 long dist_port_owner(int port, char *who, size_t len);
+/* "uid N (name)", or "uid N" when the account has no name, into who. */
+void dist_account(long uid, char *who, size_t len);
 
 #endif

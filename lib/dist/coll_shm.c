@@ -44,6 +44,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -630,10 +631,23 @@ shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b,
                   g->ranks[0], seg->name, strerror(errno));
         goto fail;
     }
-    if (ftruncate(fd, (off_t)total)) {
-        cdl_error("rank %d: cannot size shared memory %s to %zu bytes: %s (is /dev/shm big "
-                  "enough? CDL_SHM_SLAB_KB makes slabs smaller)", g->ranks[0], seg->name, total,
-                  strerror(errno));
+    /* ftruncate only sets the size: on a full /dev/shm (another account may
+     * have filled it) the first write into a missing page is a SIGBUS that
+     * kills the rank with "Bus error" and no word of why. Reserve the pages
+     * now, so that a lack of room is an error naming it. */
+    int e = ftruncate(fd, (off_t)total) ? errno : 0;
+    while (!e && (e = posix_fallocate(fd, 0, (off_t)total)) == EINTR)
+        ;
+    if (e) {
+        struct statvfs vf;
+        char room[96] = "";
+        if (statvfs("/dev/shm", &vf) == 0)
+            snprintf(room, sizeof room, "; /dev/shm has %.1f MB free",
+                     (double)vf.f_bavail * (double)vf.f_frsize / 1e6);
+        cdl_error("rank %d: cannot reserve %zu bytes of shared memory for %s: %s%s (%s"
+                  "CDL_SHM_SLAB_KB makes the segment smaller)", g->ranks[0], total, seg->name,
+                  strerror(e), room, e == ENOSPC ? "/dev/shm is full: see what fills it with "
+                  "ls -la /dev/shm, free space there or ask the administrator; " : "");
         close(fd);
         shm_unlink(seg->name);
         goto fail;

@@ -21,6 +21,7 @@
 #include "boot.h"
 #include "contract.h"
 #include "hmac.h"
+#include "port_owner.h"
 #include "store_proto.h"
 #include "util.h"
 
@@ -143,6 +144,24 @@ static int bind_port(const cdl_rank_info *info, const char *host)
                          "PROGRAM, or cdlrun -n N PROGRAM on one machine; or give torchrun "
                          "--rdzv_backend=c10d --rdzv_endpoint=HOST:PORT", info->master_port,
                          host);
+    char who[160];
+    long owner = e == EADDRINUSE ? dist_port_owner(info->master_port, who, sizeof who) : -1;
+    if (owner >= 0 && owner != (long)getuid())
+        return cdl_error("MASTER_PORT %d on host %s is in use by a process of another account, "
+                         "%s: this step cannot run on it (its ranks stop, and they send nothing "
+                         "secret to that process). Under srun --cdl-ddp the port is a hash of "
+                         "the job and step ids, which anyone can compute: run the step again "
+                         "for another step id, and tell the administrator which account holds "
+                         "it (reserved ports, MpiParams=ports= in slurm.conf, make ports harder "
+                         "to take; docs/admin.md); a hand-exported MASTER_PORT: choose "
+                         "another, cdlrun picks a free one", info->master_port, host, who);
+    if (owner >= 0)
+        return cdl_error("MASTER_PORT %d on host %s is in use by another process of yours (%s): "
+                         "an earlier run or step still running on this host? (ss -ltnp shows "
+                         "it); stop it, or run the step again for another step id (srun "
+                         "--cdl-ddp hashes the job and step ids into the port); a hand-exported "
+                         "MASTER_PORT: choose another, cdlrun picks a free one",
+                         info->master_port, host, who);
     if (e == EADDRINUSE)
         return cdl_error("MASTER_PORT %d on host %s is in use: %s; another process holds it "
                          "(a step of another job: under srun --cdl-ddp the port is a hash of "

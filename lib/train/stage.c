@@ -98,9 +98,10 @@ static void touch_lock(stage_stats *st)
 }
 
 /* The vector every rank adds up while the copies run, one collective per
- * round: failures, seconds, nodes that copied, stopped by a signal, and
- * copies still running. */
-enum { V_FAIL, V_SECS, V_NODES, V_STOP, V_PENDING, V_LEN };
+ * round: failures, seconds, nodes that copied, stopped by a signal, copies
+ * still running, and nodes where --stage auto's folder name was taken by
+ * another account (then every rank reads the data where it is). */
+enum { V_FAIL, V_SECS, V_NODES, V_STOP, V_PENDING, V_SKIP, V_LEN };
 
 /* A copy of many GB takes longer than CDL_TIMEOUT, which bounds each wait
  * of the node's other ranks and of the other nodes: a copying rank takes
@@ -543,26 +544,51 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-static int remove_tree(const char *dir)
+/* Removes the folder name under the folder open as parent, through
+ * descriptors and without following links at any level: a folder swapped
+ * for a link to elsewhere between the look and the removal (by whoever
+ * else can write there) makes the open fail instead of emptying the link's
+ * target. depth bounds the recursion. */
+static int remove_at(int parent, const char *name, int depth)
 {
-    DIR *d = opendir(dir);
-    if (!d)
+    int fd = depth > STAGE_MAX_DEPTH ? -1
+             : openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
         return -1;
+    }
     struct dirent *e;
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        char p[4096];
-        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p)
-            continue;
         struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(p);
+        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+            remove_at(fd, e->d_name, depth + 1);
         else
-            unlink(p);
+            unlinkat(fd, e->d_name, 0);
     }
     closedir(d);
-    return rmdir(dir);
+    return unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+static int remove_tree(const char *dir)
+{
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    const char *name = slash ? slash + 1 : parent;
+    if (slash == parent)
+        parent[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    int pfd = open(slash ? parent : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0)
+        return -1;
+    int rc = *name ? remove_at(pfd, name, 0) : -1;
+    close(pfd);
+    return rc;
 }
 
 /* Whether the entry name of the dataset's folder src is still in it as a
@@ -636,11 +662,11 @@ static int own_dir(const char *dir, int create)
         return errno == ENOENT && !create ? 0 : cdl_error("--stage: %s: %m", dir);
     if (!S_ISDIR(st.st_mode))
         return cdl_error("--stage: %s is there but not a folder: remove it or give another "
-                         "--stage DIR", dir);
+                         "--stage DIR", dir), -2;
     if (st.st_uid != geteuid())
         return cdl_error("--stage: %s belongs to another account (uid %ld): a copy staged by "
                          "someone else is not read; give a --stage DIR of your own", dir,
-                         (long)st.st_uid);
+                         (long)st.st_uid), -2;
     return 0;
 }
 
@@ -659,8 +685,9 @@ int train_stage_lock(const char *dir)
     if (snprintf(p, sizeof p, "%s/%s", dir, LOCK_NAME) >= (int)sizeof p)
         return cdl_error("--stage: path too long: %s", dir);
     for (int tries = 0; tries < 8; tries++) {
-        if (own_dir(dir, 1) != 0)
-            return -1;
+        int own = own_dir(dir, 1);
+        if (own != 0)
+            return own;
         int fd = open(p, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0 && errno == ENOENT)
             continue;   /* a sweep removed the folder in between: make it again */
@@ -912,8 +939,10 @@ int train_stage(run *r)
             rc = enough_room(src, &ss, dir, base, &st);
         if (rc == 0 && !automatic)
             rc = own_dir(dir, 1);
-        if (rc == 0 && automatic && (r->stage_lock = train_stage_lock(dir)) < 0)
-            rc = -1;
+        if (rc == 0 && automatic && (rc = train_stage_lock(dir)) >= 0) {
+            r->stage_lock = rc;
+            rc = 0;
+        }
         double waited = 0;
         if (rc == 0)
             rc = copy_lock(dir, timeout, &st, &waited);
@@ -939,8 +968,21 @@ int train_stage(run *r)
         if (st.locked)
             close(st.lock_fd);   /* the next copier finds the files there */
         st.locked = 0;
-        if (automatic)
+        /* Only a folder this run holds the lock of is its to remove: the
+         * name of --stage auto's folder is predictable (the job's ids), so
+         * another account of the node can make it first (a folder, a file,
+         * a link), and removing what is in there would act on their files,
+         * or through their links on this account's own. */
+        if (r->stage_lock >= 0)
             snprintf(r->stage_owned, sizeof r->stage_owned, "%s", dir);
+        if (automatic && rc == -2) {
+            log_line(CDL_LOG_WARNING, stderr, "cdl: rank %d (node %d): %s; --stage auto reads "
+                     "%s where it is instead (another account can make a folder of that name "
+                     "in a shared $TMPDIR: a private one per job, Slurm's job_container/tmpfs, "
+                     "prevents that)", r->ri.rank, r->ri.node_rank, cdl_last_error(), src);
+            v[V_SKIP] = 1;
+            rc = 0;
+        }
         if (st.beat_failed)
             return cdl_error("--stage: the other ranks stopped waiting while this rank copied "
                              "%s: %s", src, cdl_last_error());
@@ -971,6 +1013,12 @@ int train_stage(run *r)
         return cdl_error("--stage: copying %s to node-local storage failed on %.0f node%s (the "
                          "first error is above, from its local rank 0): use --stage off or "
                          "another --stage DIR", src, v[V_FAIL], v[V_FAIL] > 1 ? "s" : "");
+    if (v[V_SKIP] > 0) {
+        train_report_note(r->rep, "--stage auto: not staged: its folder %s was taken by another "
+                          "account on %.0f node%s (see above): reading %s where it is", dir,
+                          v[V_SKIP], v[V_SKIP] > 1 ? "s" : "", src);
+        return 0;
+    }
     if (S_ISDIR(ss.st_mode))
         snprintf(r->data_dir, sizeof r->data_dir, "%s", dir);
     else

@@ -144,6 +144,9 @@ EOF
     check "squatted port: rank 1 says the listener is not the store" \
         eval 'echo "$out" | grep -q "rank 1: error: the process listening on .* is not this run.s store"' ||
         echo "$out" | tail -5
+    check "squatted port: rank 0 names the account that holds the port" \
+        eval 'echo "$out" | grep -q "rank 0: error: MASTER_PORT [0-9]* on host .* is in use by a process of another account, uid $(id -u "$SQUAT_USER") ($SQUAT_USER)"' ||
+        echo "$out" | grep "rank 0" | head -3
     check "squatted port: the squatter never got the step's secret" \
         eval '[ ${#token} -ge 32 ] && ! grep -a -q -F "$token" "$SQUAT/got"'
 else

@@ -332,8 +332,12 @@ static int count_oldest(run *r, train_position *pos)
         g->grad_norm[s] = sqrt(*g->norm_pin[s]);
     long rows = train_batch_sums(g->h_loss[s], g->h_pred[s], g->y_pin[s], n * r->positions,
                                  &loss, &correct);
-    if (!isfinite(loss))
-        return train_loss_error(r->ri.rank, loss, step, late, train_last_ckpt(r));
+    if (!isfinite(loss)) {
+        diverge_hint h;
+        char earlier[1200];
+        return train_loss_error(r->ri.rank, loss, step, late,
+                                train_diverge_hint(r, step, &h, earlier, sizeof earlier));
+    }
     pos->loss_sum += loss;
     pos->correct += correct;
     pos->seen += rows;
@@ -440,11 +444,6 @@ int loop_save(run *r, const train_position *pos, int what)
                              best ? r->best_path : "");
     }
     return rc;
-}
-
-const char *train_last_ckpt(const run *r)
-{
-    return r->cfg->ckpt_dir[0] && access(r->last_path, F_OK) == 0 ? r->last_path : NULL;
 }
 
 /* Whether any rank was told to stop, so all stop at one step: carried by

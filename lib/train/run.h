@@ -7,6 +7,7 @@
 #include <cdl/cdl.h>
 
 #include "ddp.h"
+#include "pipeline.h"
 #include "report.h"
 
 typedef struct train_loop train_loop;
@@ -95,9 +96,12 @@ int train_stop_agreed(run *r);
  * when no rank had a signal (the program's should_stop asked), 0 for a
  * signal's stop. 0, or -1 when the collective fails. */
 int train_stop_kind(run *r);
-/* loop.c: the checkpoint a diverged run resumes from: last.safetensors when
- * --ckpt-dir holds one, else NULL. */
-const char *train_last_ckpt(const run *r);
+/* diverged.c: where a run whose loss of step `step` (0-based) is not
+ * finite can go on from (pipeline.h): h filled, the path of an earlier
+ * checkpoint into earlier[len]; NULL when --ckpt-dir holds no
+ * last.safetensors. */
+const diverge_hint *train_diverge_hint(const run *r, long step, diverge_hint *h, char *earlier,
+                                       size_t len);
 /* agree.c: a warning on stderr when a single process runs in a Slurm job of
  * several tasks outside any job step (cdl-train straight in the batch
  * script, sbatch --wrap, salloc's shell): the job's other tasks idle. */

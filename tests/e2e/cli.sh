@@ -101,6 +101,17 @@ expect_status 2 "$CDLRUN" --nproc_per_node 2 true;  expect_err "use -n"
 expect_status 2 "$CDLRUN" --labl -n 2 true;         expect_err "did you mean --label?"
 expect_status 2 "$CDL_TRAIN" stray;                 expect_err "unexpected argument 'stray'"
 expect_status 2 "$CDL_TRAIN" --optimizer adam --nesterov; expect_err "--nesterov"
+# Options the run would not use are refused, not ignored (Adam ran with
+# beta1 0.9 under --momentum 0.95; --step-epochs without --schedule step
+# ran the default cosine).
+expect_status 2 "$CDL_TRAIN" --optimizer adam --momentum 0.95
+expect_err "--momentum applies to --optimizer sgd only (it is adam: Adam's momentum is --beta1)"
+expect_status 2 "$CDL_TRAIN" --dampening 0.1 --optimizer adamw; expect_err "--dampening applies"
+expect_status 2 "$CDL_TRAIN" --beta1 0.8
+expect_err "--beta1 applies to --optimizer adam and adamw only (it is sgd: add --optimizer adam or adamw, or drop --beta1)"
+expect_status 2 "$CDL_TRAIN" --optimizer sgd --eps 1e-6; expect_err "--eps applies"
+expect_status 2 "$CDL_TRAIN" --step-epochs 2
+expect_err "--step-epochs 2 applies to --schedule step only (it is --schedule cosine): add --schedule step, or drop --step-epochs"
 [ "$(wc -l <"$TMP/err")" -eq 1 ] || die "error is not one line"
 # The default learning rate follows the optimizer (SGD's 0.05 diverges
 # Adam); an --lr given before or after --optimizer is kept.

@@ -454,20 +454,29 @@ static int make_loaders(run *r)
     /* A warm-up as long as the cosine's span left it nothing to decay in:
      * the run warmed up to its last step (its lr never reached --lr, nor
      * decayed), while the schedule note said it decayed by the last epoch.
+     * With a constant or step schedule the run ended in its warm-up, never
+     * training at --lr, under a note "warm-up over N steps, then lr X".
      * --decay-steps is checked against --warmup-steps with the options. */
     const cdl_schedule *s = &r->sched;
-    if (s->kind == CDL_SCHED_COSINE && s->warmup_steps > 0 && !c->decay_steps &&
-        s->warmup_steps >= s->total_steps) {
+    long steps = (long)c->epochs * spe;
+    int cosine = s->kind == CDL_SCHED_COSINE;
+    if (cosine ? s->warmup_steps > 0 && !c->decay_steps && s->warmup_steps >= s->total_steps
+               : s->warmup_steps > 1 && s->warmup_steps >= steps) {
         char warm[64];
         if (c->warmup_steps > 0)
             snprintf(warm, sizeof warm, "--warmup-steps %ld", c->warmup_steps);
         else
             snprintf(warm, sizeof warm, "--warmup-epochs %d (%ld steps)", c->warmup_epochs,
                      s->warmup_steps);
-        return cdl_error("%s is not below the cosine's %ld steps (--epochs %d of %ld steps each): the "
-                         "schedule would have no steps left to decay in; shorten the warm-up, "
-                         "add epochs, or give --decay-steps", warm, s->total_steps, c->epochs,
-                         spe);
+        if (cosine)
+            return cdl_error("%s is not below the cosine's %ld steps (--epochs %d of %ld steps "
+                             "each): the schedule would have no steps left to decay in; shorten "
+                             "the warm-up, add epochs, or give --decay-steps", warm,
+                             s->total_steps, c->epochs, spe);
+        return cdl_error("%s is not below the run's %ld steps (--epochs %d of %ld steps each): "
+                         "the run would end in its warm-up, its last step at lr %g of --lr %g; "
+                         "shorten the warm-up, or add epochs", warm, steps, c->epochs, spe,
+                         (double)cdl_schedule_lr(s, steps - 1), (double)c->lr);
     }
     return 0;
 }

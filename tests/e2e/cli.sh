@@ -229,6 +229,15 @@ expect_err "--warmup-steps 500 is not below the cosine's "
 expect_err "shorten the warm-up, add epochs, or give --decay-steps"
 expect_status 1 "$CDL_TRAIN" $small --epochs 2 --warmup-epochs 2
 expect_err "--warmup-epochs 2 ("
+# So with a constant or step schedule: the run ended in its warm-up under a
+# note saying "warm-up over N steps, then lr X", never training at --lr.
+expect_status 1 "$CDL_TRAIN" $small --epochs 1 --schedule constant --warmup-steps 500
+expect_err "--warmup-steps 500 is not below the run's "
+expect_err "the run would end in its warm-up, its last step at lr "
+expect_err "shorten the warm-up, or add epochs"
+expect_status 1 "$CDL_TRAIN" $small --epochs 2 --schedule step --warmup-epochs 3
+expect_err "--warmup-epochs 3 ("
+expect_status 0 "$CDL_TRAIN" $small --epochs 2 --schedule step --warmup-epochs 1
 # --max-steps inside the warm-up: no --decay-steps advice (it would be refused).
 expect_status 0 "$CDL_TRAIN" $small --epochs 100 --warmup-steps 50 --max-steps 2
 grep -qF -- "--max-steps 2 stops the run inside the warm-up, at lr " "$TMP/out" "$TMP/err" ||

@@ -182,6 +182,12 @@ static void other_model_error(const eval_opts *o, const cdl_st_file *f, const ch
     snprintf(why, sizeof why, "%s", cdl_last_error());
     if (strstr(why, "Hugging Face"))
         return;   /* the right model in another layout: the loader says what to do */
+    char *init = strstr(why, " (or, with --init");
+    if (init) {   /* weights of a diverged run: the model is right, --init is cdl-train's */
+        *init = '\0';
+        cdl_error("%s", why);
+        return;
+    }
     for (size_t i = 0; i < sizeof advice / sizeof advice[0]; i++) {
         char *cut = strstr(why, advice[i]);
         if (cut)

@@ -15,7 +15,7 @@
 /* The step best.safetensors holds, -1 when it is not there or unreadable. */
 static long best_step(const run *r)
 {
-    if (access(r->best_path, F_OK) != 0)
+    if (!r->best_path[0] || access(r->best_path, F_OK) != 0)
         return -1;
     char saved[2048];
     snprintf(saved, sizeof saved, "%s", cdl_last_error());   /* opening may set an error */
@@ -35,9 +35,11 @@ const diverge_hint *train_diverge_hint(const run *r, long step, diverge_hint *h,
 {
     const cdl_train_config *c = r->cfg;
     *h = (diverge_hint){.last_step = r->saved_step, .clipping = c->clip_grad > 0};
-    if (!c->ckpt_dir[0] || access(r->last_path, F_OK) != 0)
+    /* Not an old run's last.safetensors that this one has not rewritten
+     * (--resume never, --resume PATH): its weights are of another step. */
+    if (!r->saved_path || access(r->saved_path, F_OK) != 0)
         return NULL;
-    h->last = r->last_path;
+    h->last = r->saved_path;
     if (r->saved_step < step)
         return h;
     /* The newest before `step` (the weights of `step` gave the loss). */
@@ -46,7 +48,7 @@ const diverge_hint *train_diverge_hint(const run *r, long step, diverge_hint *h,
         found = -1;
     else if (found >= 0)
         snprintf(earlier, len, "%s", r->best_path);
-    DIR *d = opendir(c->ckpt_dir);
+    DIR *d = c->ckpt_dir[0] ? opendir(c->ckpt_dir) : NULL;
     struct dirent *e;
     while (d && (e = readdir(d))) {
         long s;

@@ -572,6 +572,7 @@ static int resume(run *r, train_position *pos)
         }
         return -1;
     }
+    r->saved_path = path;   /* the weights of pos->step until this run writes last */
     if (pos->unverified)
         train_report_note(r->rep, "note: %s was written by an older cdl without checksums: "
                           "loaded unverified", path);

@@ -426,8 +426,10 @@ int loop_save(run *r, const train_position *pos, int what)
                       cdl_last_error(), r->cfg->keep_last, r->cfg->keep_every);
     }
     ddp_optim_release(r->optim, full);
-    if (what & SAVE_LAST)
+    if (what & SAVE_LAST) {
         r->saved_step = pos->step;   /* every rank: its own count of the same steps */
+        r->saved_path = r->last_path;
+    }
     if (r->dist && r->ri.world > 1) {
         /* Everyone learns whether rank 0 succeeded, so nobody reads a file
          * that is not there or keeps training alone: a sum to which only

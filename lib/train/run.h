@@ -45,6 +45,7 @@ typedef struct run {
     int ckpt_lock;            /* rank 0: the --ckpt-dir lock (ckpt_dir_prepare), -1 none */
     int stage_lock;           /* local rank 0: the lock on stage_owned's .lock (stage.c), -1 none */
     long saved_step;          /* the step of the last checkpoint written or resumed from */
+    const char *saved_path;   /* that checkpoint (last_path, or --resume PATH), NULL: none */
     int finished_before;      /* resumed with nothing left to train (run_epochs) */
     train_loop *loop;         /* the training loop's buffers (loop.c) */
     int records_failed;       /* agreed: rank 0's --metrics/--tensorboard failed (loop.c) */
@@ -98,8 +99,8 @@ int train_stop_agreed(run *r);
 int train_stop_kind(run *r);
 /* diverged.c: where a run whose loss of step `step` (0-based) is not
  * finite can go on from (pipeline.h): h filled, the path of an earlier
- * checkpoint into earlier[len]; NULL when --ckpt-dir holds no
- * last.safetensors. */
+ * checkpoint into earlier[len]; NULL when this run has written or resumed
+ * no checkpoint that is still there. */
 const diverge_hint *train_diverge_hint(const run *r, long step, diverge_hint *h, char *earlier,
                                        size_t len);
 /* agree.c: a warning on stderr when a single process runs in a Slurm job of

@@ -80,6 +80,12 @@ expect_status 1 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/k" --lr 0.01 --resum
 expect_err "loss is nan at step 6: training diverged; the last checkpoint"
 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/k" --lr 0.01 --resume-allow lr --resume "$TMP/k/step-00000004.safetensors" ||
     die "the resume from the checkpoint the error named failed"
+# That run's last.safetensors is of step 29 now. A resume from step 5's file
+# fails at once; the file that holds those weights is step 5's, not last
+# (which the error named, as if it were from before).
+expect_status 1 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/k" --lr 0.01 --resume-allow lr \
+    --resume "$TMP/k/step-00000005.safetensors"
+expect_err "loss is nan at step 6: training diverged; the last checkpoint, $TMP/k/step-00000005.safetensors, holds the weights of step 5 that gave this loss, so a resume from it fails here again whatever the learning rate: resume from an earlier one, --resume $TMP/k/step-00000004.safetensors (step 4)"
 # Without numbered checkpoints there is none earlier: start again.
 expect_status 1 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/k1" --lr 100
 expect_err "no earlier checkpoint is kept (--keep-last N keeps some): start again with a lower --lr or --clip-grad 1 (--resume never)"

@@ -667,6 +667,9 @@ int eval_open(eval_ctx *e, const eval_opts *o)
         cdl_st_close(f);
         return -1;
     }
+    /* The run's config as train_config_json wrote it, ..."label_smoothing":X,... */
+    const char *ls = strstr(meta(f, "config"), "\"label_smoothing\":");
+    e->label_smoothing = ls ? strtod(ls + strlen("\"label_smoothing\":"), NULL) : 0;
     /* A language model: the checkpoint says so, or (a file PyTorch wrote)
      * the --dataset of token windows given with it. */
     const char *kind = o->dataset ? o->dataset : "";

@@ -101,6 +101,17 @@ expect_status 2 "$CDLRUN" --nproc_per_node 2 true;  expect_err "use -n"
 expect_status 2 "$CDLRUN" --labl -n 2 true;         expect_err "did you mean --label?"
 expect_status 2 "$CDL_TRAIN" stray;                 expect_err "unexpected argument 'stray'"
 expect_status 2 "$CDL_TRAIN" --optimizer adam --nesterov; expect_err "--nesterov"
+# cdl-eval's loss is the plain cross-entropy; the run's val and test losses
+# of a --label-smoothing run include the smoothing term: cdl-eval says so
+# (the numbers differed without a word).
+"$CDL_TRAIN" --dataset synthetic --synthetic-size 200 --model mlp --epochs 1 --threads 1 \
+    --label-smoothing 0.3 --ckpt-dir "$TMP/ls" -q || die "a --label-smoothing run failed"
+expect_status 0 "$CDL_EVAL" "$TMP/ls/last.safetensors" --split val
+expect_err "note: the loss is the plain cross-entropy; the run trained with --label-smoothing 0.3, and its val and test losses include the smoothing term"
+"$CDL_TRAIN" --dataset synthetic --synthetic-size 200 --model mlp --epochs 1 --threads 1 \
+    --ckpt-dir "$TMP/nols" -q || die "a run failed"
+expect_status 0 "$CDL_EVAL" "$TMP/nols/last.safetensors" --split val
+grep -q "smoothing" "$TMP/err" && die "a note of label smoothing for a run without: $(cat "$TMP/err")"
 # Options the run would not use are refused, not ignored (Adam ran with
 # beta1 0.9 under --momentum 0.95; --step-epochs without --schedule step
 # ran the default cosine).

@@ -315,6 +315,9 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "batch_in_epoch", fmt_dup("%ld", pos->batch));
     meta_add(&meta, "step", fmt_dup("%ld", pos->step));
     meta_add(&meta, "world_size", fmt_dup("%d", pos->world));
+    /* The CPU's sums are split by thread: another count resumes to other bits. */
+    if (be->host_memory && be->threads > 0)
+        meta_add(&meta, "compute_threads", fmt_dup("%d", be->threads));
     meta_add(&meta, "seed", fmt_dup("%" PRIu64, cfg->seed));
     meta_add(&meta, "best_val_loss", fmt_dup("%.17g", pos->best_val_loss));
     meta_add(&meta, "epoch_loss_sum", fmt_dup("%.17g", pos->loss_sum));
@@ -714,6 +717,9 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
     pos->batch = (long)v_batch;
     pos->step = (long)v_step;
     pos->world = (int)v_world;
+    const char *th = cdl_st_meta_get(f, "compute_threads");   /* older files: none */
+    long threads = th ? strtol(th, NULL, 10) : 0;
+    pos->threads = threads > 0 && threads <= 1 << 20 ? (int)threads : 0;
     return be->ops->sync(be);
 }
 

@@ -629,6 +629,15 @@ static int resume(run *r, train_position *pos)
     train_report_note(r->rep, "resuming from %s: epoch %d, batch %ld, step %ld%s", path,
                       pos->epoch + 1, pos->batch, pos->step,
                       r->cfg->init[0] ? " (its weights replace --init's)" : "");
+    /* Reproducibility holds for the same thread count (the CPU splits a
+     * step's sums by thread): say when a resume gives that up, as a job
+     * requeued on another kind of node does by default. */
+    if (pos->threads > 0 && r->be->host_memory && r->be->threads != pos->threads)
+        train_report_note(r->rep, "note: %s was written by a run on %d compute thread%s, this "
+                          "one has %d: a step's sums split otherwise, so the weights will not "
+                          "be bitwise those of a run never stopped (--threads %d keeps them)",
+                          path, pos->threads, pos->threads == 1 ? "" : "s", r->be->threads,
+                          pos->threads);
     return 0;
 }
 

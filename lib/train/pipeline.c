@@ -95,7 +95,7 @@ static const char *resume_todo(char *buf, size_t len, long step, const diverge_h
     if (step == 0)   /* no update yet: the learning rate played no part */
         snprintf(buf, len, "this is the first step's loss, before any update, so not the "
                  "learning rate's doing: the initial weights (--init's file) or the data give "
-                 "it (inputs too large to square? check the data's values and --normalize)");
+                 "it (inputs of a huge magnitude? check the data's values and --normalize)");
     else if (!h || !h->last)
         snprintf(buf, len, "no checkpoint to resume from: start again with a lower --lr%s",
                  clip_new);

@@ -923,6 +923,7 @@ static void schedule_note(run *r)
     const cdl_train_config *c = r->cfg;
     const cdl_schedule *s = &r->sched;
     char warm[64] = "", stop[160] = "";
+    long spe = train_steps_per_epoch(r), run_steps = (long)c->epochs * spe;
     if (s->warmup_steps > 0)
         snprintf(warm, sizeof warm, "warm-up over %ld step%s, then ", s->warmup_steps,
                  s->warmup_steps > 1 ? "s" : "");
@@ -934,6 +935,13 @@ static void schedule_note(run *r)
         snprintf(stop, sizeof stop, "; --max-steps %ld stops the run before, at lr %g "
                  "(--decay-steps %ld would end the decay there)", c->max_steps,
                  (double)cdl_schedule_lr(s, c->max_steps - 1), c->max_steps);
+    /* A --decay-steps past the epochs' end: the run ended with the rate
+     * still high, without a word. */
+    else if (s->kind == CDL_SCHED_COSINE && c->decay_steps > run_steps && c->max_steps <= 0)
+        snprintf(stop, sizeof stop, "; the run's %ld steps (--epochs %d) end before, at lr %g "
+                 "(--epochs %ld would reach step %ld)", run_steps, c->epochs,
+                 (double)cdl_schedule_lr(s, run_steps - 1), (c->decay_steps + spe - 1) / spe,
+                 c->decay_steps);
     if (s->kind == CDL_SCHED_COSINE)
         train_report_note(r->rep, "schedule cosine: %slr %g decays to %g by step %ld (%s)%s", warm,
                           (double)c->lr, (double)c->min_lr, s->total_steps,
@@ -946,7 +954,6 @@ static void schedule_note(run *r)
         train_report_note(r->rep, "schedule constant: %slr %g", warm, (double)c->lr);
     /* --max-steps only stops a run: past the epochs' end it does nothing, and
      * a small corpus's default 10 epochs may be a few dozen steps. */
-    long spe = train_steps_per_epoch(r), run_steps = (long)c->epochs * spe;
     if (c->max_steps > run_steps)
         train_report_warning(r->rep, "warning: --max-steps %ld is past the run's end: %d epoch%s "
                              "of %ld step%s end it at step %ld; give --epochs %ld (or more) to "

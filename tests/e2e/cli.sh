@@ -249,6 +249,12 @@ expect_err "shorten the warm-up, or add epochs"
 expect_status 1 "$CDL_TRAIN" $small --epochs 2 --schedule step --warmup-epochs 3
 expect_err "--warmup-epochs 3 ("
 expect_status 0 "$CDL_TRAIN" $small --epochs 2 --schedule step --warmup-epochs 1
+# A --decay-steps past the epochs' end: the run ended at a high rate unsaid.
+expect_status 0 "$CDL_TRAIN" $small --epochs 2 --decay-steps 1000
+grep -qF -- "(--decay-steps); the run's 4 steps (--epochs 2) end before, at lr " "$TMP/out" "$TMP/err" ||
+    die "no note of --decay-steps past the run's end: $(grep '^schedule' "$TMP/out" "$TMP/err")"
+grep -qF -- "(--epochs 500 would reach step 1000)" "$TMP/out" "$TMP/err" ||
+    die "the note does not name the --epochs that reach --decay-steps"
 # --max-steps inside the warm-up: no --decay-steps advice (it would be refused).
 expect_status 0 "$CDL_TRAIN" $small --epochs 100 --warmup-steps 50 --max-steps 2
 grep -qF -- "--max-steps 2 stops the run inside the warm-up, at lr " "$TMP/out" "$TMP/err" ||

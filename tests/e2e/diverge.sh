@@ -35,7 +35,7 @@ s=$(last_record every)
 [ -n "$s" ] && [ "$s" -ge 2 ] || die "the run diverged before its second step record: $s"
 expect_err "$TMP/every/last.safetensors not written:"
 expect_err "of the model or its optimizer state after step $s are NaN or infinite"
-expect_err "the checkpoints in $TMP/every are left as they were, from before: resume from them with a lower learning rate (--lr X --resume-allow lr)"
+expect_err "the checkpoints in $TMP/every are left as they were, from before: resume from them with a lower learning rate (--lr X --resume-allow lr), or with the gradient norm clipped (--clip-grad 1 --resume-allow clip-grad)"
 read -r cstep bad < <("$PY" -c "$check" "$TMP/every/last.safetensors") || die "cannot read last"
 [ "$cstep" = $((s - 1)) ] || die "last.safetensors holds step $cstep, not $((s - 1))"
 [ -z "$bad" ] || die "last.safetensors holds non-finite values in: $bad"

@@ -42,9 +42,11 @@ const diverge_hint *train_diverge_hint(const run *r, long step, diverge_hint *h,
     h->last = r->saved_path;
     if (r->saved_step < step)
         return h;
-    /* The newest before `step` (the weights of `step` gave the loss). */
+    /* The newest before `step` (the weights of `step` gave the loss), of
+     * this run's history: not a file a resume from an earlier one left
+     * behind (its weights diverged the first time). */
     long found = best_step(r);
-    if (found >= step)
+    if (found >= step || (found > r->start_step && found != r->best_written))
         found = -1;
     else if (found >= 0)
         snprintf(earlier, len, "%s", r->best_path);
@@ -52,7 +54,10 @@ const diverge_hint *train_diverge_hint(const run *r, long step, diverge_hint *h,
     struct dirent *e;
     while (d && (e = readdir(d))) {
         long s;
-        if (ckpt_keep_name(e->d_name, &s) && s < step && s > found) {
+        if (!ckpt_keep_name(e->d_name, &s))
+            continue;
+        int ours = s <= r->start_step || s == r->kept[0] || s == r->kept[1];
+        if (ours && s < step && s > found) {
             found = s;
             snprintf(earlier, len, "%s/%s", c->ckpt_dir, e->d_name);
         }

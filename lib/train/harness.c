@@ -652,6 +652,8 @@ static int run_epochs(run *r, cdl_train_result *res)
     if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;
     r->saved_step = pos.step;
+    r->start_step = pos.step;
+    r->kept[0] = r->kept[1] = r->best_written = -1;
     run_info info = {
         .run_id = pos.run_id, .rank = r->ri.rank, .world = r->ri.world,
         .backend = r->be->ops->name, .threads = r->be->threads, .start_step = pos.step,

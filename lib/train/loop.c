@@ -429,7 +429,13 @@ int loop_save(run *r, const train_position *pos, int what)
     if (what & SAVE_LAST) {
         r->saved_step = pos->step;   /* every rank: its own count of the same steps */
         r->saved_path = r->last_path;
+        if (ckpt_keep_wanted(pos->step, r->cfg->keep_last, r->cfg->keep_every)) {
+            r->kept[1] = r->kept[0];
+            r->kept[0] = pos->step;
+        }
     }
+    if (best)
+        r->best_written = pos->step;
     if (r->dist && r->ri.world > 1) {
         /* Everyone learns whether rank 0 succeeded, so nobody reads a file
          * that is not there or keeps training alone: a sum to which only

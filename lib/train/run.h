@@ -46,6 +46,12 @@ typedef struct run {
     int stage_lock;           /* local rank 0: the lock on stage_owned's .lock (stage.c), -1 none */
     long saved_step;          /* the step of the last checkpoint written or resumed from */
     const char *saved_path;   /* that checkpoint (last_path, or --resume PATH), NULL: none */
+    /* What of --ckpt-dir is this run's history (diverged.c): the step it
+     * started from (files up to it are its past), the steps of the two
+     * newest numbered checkpoints it wrote and of its newest best (-1:
+     * none). A numbered file or best of another step is an abandoned
+     * run's, one that a resume from an earlier file left behind. */
+    long start_step, kept[2], best_written;
     int finished_before;      /* resumed with nothing left to train (run_epochs) */
     train_loop *loop;         /* the training loop's buffers (loop.c) */
     int records_failed;       /* agreed: rank 0's --metrics/--tensorboard failed (loop.c) */

@@ -86,6 +86,16 @@ expect_err "loss is nan at step 6: training diverged; the last checkpoint"
 expect_status 1 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/k" --lr 0.01 --resume-allow lr \
     --resume "$TMP/k/step-00000005.safetensors"
 expect_err "loss is nan at step 6: training diverged; the last checkpoint, $TMP/k/step-00000005.safetensors, holds the weights of step 5 that gave this loss, so a resume from it fails here again whatever the learning rate: resume from an earlier one, --resume $TMP/k/step-00000004.safetensors (step 4)"
+# A resume from step 3 that diverges again, at step 18, with numbered
+# files of the first run's steps 4 and 5 still there (no --keep-last to
+# prune them): those are the abandoned run's, whose weights went on to
+# NaN, not this run's past; step 3's file, where it began, is named.
+"$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/b" --keep-last 3 --lr 100 2>/dev/null
+ls "$TMP/b/step-00000003.safetensors" "$TMP/b/step-00000005.safetensors" >/dev/null ||
+    die "no numbered checkpoints: $(ls "$TMP/b")"
+expect_status 1 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/b" --lr 100 --clip-grad 1 \
+    --resume-allow clip-grad --resume "$TMP/b/step-00000003.safetensors"
+expect_err "holds the weights of step 17 that gave this loss, so a resume from it fails here again whatever the learning rate: resume from an earlier one, --resume $TMP/b/step-00000003.safetensors (step 3)"
 # Without numbered checkpoints there is none earlier: start again.
 expect_status 1 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/k1" --lr 100
 expect_err "no earlier checkpoint is kept (--keep-last N keeps some): start again with a lower --lr or --clip-grad 1 (--resume never)"

@@ -267,6 +267,12 @@ int main(int argc, char **argv)
             print_json(&e, &s, e.o->split);
         else
             print_text(&e, &s, e.o->split);
+        /* The run's validation and test losses are its training loss's,
+         * with the smoothing term: the numbers differ, and say why. */
+        if (e.label_smoothing > 0)
+            fprintf(stderr, PROG ": note: the loss is the plain cross-entropy; the run trained "
+                    "with --label-smoothing %g, and its val and test losses include the "
+                    "smoothing term: the numbers differ\n", e.label_smoothing);
         /* "cdl-eval CKPT > results.txt" on a full disk: not a success. */
         if (fflush(stdout) != 0 || ferror(stdout))
             rc = cdl_error("writing the results to standard output failed: %s", strerror(errno));

@@ -160,7 +160,7 @@ static void usage(FILE *f)
 "  -l, --lr X                   base learning rate [sgd 0.05, adam(w) 1e-3]\n"
 "  -o, --optimizer sgd|adam|adamw  [sgd]\n"
 "      --momentum X  --dampening X  --nesterov   SGD [momentum 0.9]\n"
-"      --weight-decay X         [5e-4; adamw decouples it]\n"
+"      --weight-decay X         [sgd 5e-4, adam 0, adamw 0.01; adamw decouples it]\n"
 "      --label-smoothing X      cross-entropy label smoothing, 0..1 (PyTorch's) [0]\n"
 "      --beta1 X --beta2 X --eps X               Adam/AdamW [0.9 0.999 1e-8]\n"
 "      --schedule constant|step|cosine           [cosine]\n"
@@ -526,6 +526,7 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
     static const char *const dists[] = {"auto", "shm", "mpi", "hier", "hier:mpi", "hier:nccl",
                                         "hier:store", "nccl", "single", NULL};
     int c, wd_given = 0, mom_given = 0, lr_given = 0;
+    const char *sgd_only = NULL, *adam_only = NULL, *step_epochs = NULL;   /* given as */
     long l;
     int rc = 0;
     opterr = 0;
@@ -562,14 +563,27 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             cfg->optim = d;
             break;
         }
-        case OPT_MOMENTUM: rc = parse_float(name, a, 0, 1, &cfg->optim.momentum); mom_given = 1; break;
-        case OPT_DAMPENING: rc = parse_float(name, a, 0, 1, &cfg->optim.dampening); break;
-        case OPT_NESTEROV: cfg->optim.nesterov = 1; break;
+        case OPT_MOMENTUM:
+            rc = parse_float(name, a, 0, 1, &cfg->optim.momentum);
+            mom_given = 1;
+            sgd_only = name;
+            break;
+        case OPT_DAMPENING:
+            rc = parse_float(name, a, 0, 1, &cfg->optim.dampening);
+            sgd_only = name;
+            break;
+        case OPT_NESTEROV: cfg->optim.nesterov = 1; sgd_only = name; break;
         case OPT_WD: rc = parse_float(name, a, 0, 10, &cfg->optim.weight_decay); wd_given = 1; break;
         case OPT_LABEL_SMOOTHING: rc = parse_float(name, a, 0, 1, &cfg->label_smoothing); break;
-        case OPT_BETA1: rc = parse_float_below(name, a, 0, 1, &cfg->optim.beta1); break;
-        case OPT_BETA2: rc = parse_float_below(name, a, 0, 1, &cfg->optim.beta2); break;
-        case OPT_EPS: rc = parse_float(name, a, 1e-20, 1, &cfg->optim.eps); break;
+        case OPT_BETA1:
+            rc = parse_float_below(name, a, 0, 1, &cfg->optim.beta1);
+            adam_only = name;
+            break;
+        case OPT_BETA2:
+            rc = parse_float_below(name, a, 0, 1, &cfg->optim.beta2);
+            adam_only = name;
+            break;
+        case OPT_EPS: rc = parse_float(name, a, 1e-20, 1, &cfg->optim.eps); adam_only = name; break;
         case OPT_SCHEDULE: {
             int k = cdl_sched_kind_parse(a);
             if (k < 0)
@@ -578,7 +592,10 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
                 cfg->schedule = (cdl_sched_kind)k;
             break;
         }
-        case OPT_STEP_EPOCHS: rc = parse_int(name, a, 1, 100000, &cfg->step_epochs); break;
+        case OPT_STEP_EPOCHS:
+            rc = parse_int(name, a, 1, 100000, &cfg->step_epochs);
+            step_epochs = a;
+            break;
         case OPT_WARMUP: rc = parse_int(name, a, 0, 100000, &cfg->warmup_epochs); break;
         case OPT_WARMUP_STEPS: rc = parse_long(name, a, 0, LONG_MAX, &cfg->warmup_steps); break;
         case OPT_DECAY_STEPS: rc = parse_long(name, a, 0, LONG_MAX, &cfg->decay_steps); break;
@@ -737,8 +754,24 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
     }
     if (rc == 0 && misfit_reader_option(cfg))
         return -1;
-    if (rc == 0 && cfg->optim.kind != CDL_OPTIM_SGD && cfg->optim.nesterov) {
-        fprintf(stderr, "cdl-train: --nesterov applies to --optimizer sgd only\n");
+    /* An option the run would not use is refused, not ignored: Adam with
+     * --momentum 0.95 (its beta1 stays 0.9), a --step-epochs without
+     * --schedule step (the default cosine runs). */
+    if (rc == 0 && cfg->optim.kind != CDL_OPTIM_SGD && sgd_only) {
+        fprintf(stderr, "cdl-train: --%s applies to --optimizer sgd only (it is %s%s)\n",
+                sgd_only, cdl_optim_kind_name(cfg->optim.kind),
+                mom_given ? ": Adam's momentum is --beta1" : "");
+        return -1;
+    }
+    if (rc == 0 && cfg->optim.kind == CDL_OPTIM_SGD && adam_only) {
+        fprintf(stderr, "cdl-train: --%s applies to --optimizer adam and adamw only (it is "
+                "sgd: add --optimizer adam or adamw, or drop --%s)\n", adam_only, adam_only);
+        return -1;
+    }
+    if (rc == 0 && cfg->schedule != CDL_SCHED_STEP && step_epochs) {
+        fprintf(stderr, "cdl-train: --step-epochs %s applies to --schedule step only (it is "
+                "--schedule %s): add --schedule step, or drop --step-epochs\n", step_epochs,
+                cdl_sched_kind_name(cfg->schedule));
         return -1;
     }
     /* Adam's step is lr itself whatever the gradient's scale, so SGD's 0.05

@@ -184,6 +184,12 @@ static void other_model_error(const eval_opts *o, const cdl_st_file *f, const ch
     snprintf(why, sizeof why, "%s", cdl_last_error());
     if (strstr(why, "Hugging Face"))
         return;   /* the right model in another layout: the loader says what to do */
+    char *init = strstr(why, " (or, with --init");
+    if (init) {   /* weights of a diverged run: the model is right, --init is cdl-train's */
+        *init = '\0';
+        cdl_error("%s", why);
+        return;
+    }
     for (size_t i = 0; i < sizeof advice / sizeof advice[0]; i++) {
         char *cut = strstr(why, advice[i]);
         if (cut)
@@ -749,6 +755,9 @@ int eval_open(eval_ctx *e, const eval_opts *o)
         cdl_st_close(f);
         return -1;
     }
+    /* The run's config as train_config_json wrote it, ..."label_smoothing":X,... */
+    const char *ls = strstr(meta(f, "config"), "\"label_smoothing\":");
+    e->label_smoothing = ls ? strtod(ls + strlen("\"label_smoothing\":"), NULL) : 0;
     /* A language model: the checkpoint says so, or (a file PyTorch wrote)
      * the --dataset of token windows given with it. */
     const char *kind = o->dataset ? o->dataset : "";

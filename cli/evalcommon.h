@@ -55,6 +55,8 @@ typedef struct eval_ctx {
                                * sample); 1 for a classifier */
     char dataset[64];         /* the dataset's name, for the report */
     char **names;             /* classes names (NULL: print indices) */
+    double label_smoothing;   /* the run's --label-smoothing (its config), 0: none or not
+                               * a cdl-train checkpoint */
     float *x_dev, *logits;    /* device input (NULL on host backends), host logits */
     int batch;                /* o->batch_size, at most this rank's samples: buffers for
                                * 256 pictures are not made to predict 4 */

@@ -239,7 +239,7 @@ static int collect_tensors(ckpt_tensors *c, cdl_model *m, cdl_optim *o)
  * replace the last good checkpoint with one every resume fails from at its
  * first step. The previous files stay as they were; the error names the
  * first such tensor and says how to go on. */
-static int refuse_nonfinite(const ckpt_tensors *c, const char *path, long step)
+static int refuse_nonfinite(const ckpt_tensors *c, const char *path, long step, int clipping)
 {
     size_t bad = 0;
     const char *first = NULL;
@@ -264,8 +264,10 @@ static int refuse_nonfinite(const ckpt_tensors *c, const char *path, long step)
     return cdl_error("%s not written: %zu values of the model or its optimizer state after step "
                      "%ld are NaN or infinite (the first in %s): training diverged; the "
                      "checkpoints in %.*s are left as they were, from before: resume from "
-                     "them with a lower learning rate (--lr X --resume-allow lr)",
-                     path, bad, step, first, dirlen, dir);
+                     "them with a lower learning rate (--lr X --resume-allow lr)%s",
+                     path, bad, step, first, dirlen, dir,
+                     clipping ? "" : ", or with the gradient norm clipped (--clip-grad 1 "
+                                     "--resume-allow clip-grad)");
 }
 
 /* n floats as "v0,v1,...", each with the digits that read back to the
@@ -295,7 +297,7 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     if (be->ops->sync(be) != 0)
         return -1;
     config = cdl_malloc(16384);
-    if (!config || collect_tensors(&ct, m, o) || refuse_nonfinite(&ct, path, pos->step))
+    if (!config || collect_tensors(&ct, m, o) || refuse_nonfinite(&ct, path, pos->step, cfg->clip_grad > 0))
         goto out;
     if (train_config_json(cfg, config, 16384) != 0)
         goto out;
@@ -315,6 +317,9 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "batch_in_epoch", fmt_dup("%ld", pos->batch));
     meta_add(&meta, "step", fmt_dup("%ld", pos->step));
     meta_add(&meta, "world_size", fmt_dup("%d", pos->world));
+    /* The CPU's sums are split by thread: another count resumes to other bits. */
+    if (be->host_memory && be->threads > 0)
+        meta_add(&meta, "compute_threads", fmt_dup("%d", be->threads));
     meta_add(&meta, "seed", fmt_dup("%" PRIu64, cfg->seed));
     meta_add(&meta, "best_val_loss", fmt_dup("%.17g", pos->best_val_loss));
     meta_add(&meta, "epoch_loss_sum", fmt_dup("%.17g", pos->loss_sum));
@@ -714,6 +719,9 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
     pos->batch = (long)v_batch;
     pos->step = (long)v_step;
     pos->world = (int)v_world;
+    const char *th = cdl_st_meta_get(f, "compute_threads");   /* older files: none */
+    long threads = th ? strtol(th, NULL, 10) : 0;
+    pos->threads = threads > 0 && threads <= 1 << 20 ? (int)threads : 0;
     return be->ops->sync(be);
 }
 

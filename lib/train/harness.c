@@ -454,20 +454,29 @@ static int make_loaders(run *r)
     /* A warm-up as long as the cosine's span left it nothing to decay in:
      * the run warmed up to its last step (its lr never reached --lr, nor
      * decayed), while the schedule note said it decayed by the last epoch.
+     * With a constant or step schedule the run ended in its warm-up, never
+     * training at --lr, under a note "warm-up over N steps, then lr X".
      * --decay-steps is checked against --warmup-steps with the options. */
     const cdl_schedule *s = &r->sched;
-    if (s->kind == CDL_SCHED_COSINE && s->warmup_steps > 0 && !c->decay_steps &&
-        s->warmup_steps >= s->total_steps) {
+    long steps = (long)c->epochs * spe;
+    int cosine = s->kind == CDL_SCHED_COSINE;
+    if (cosine ? s->warmup_steps > 0 && !c->decay_steps && s->warmup_steps >= s->total_steps
+               : s->warmup_steps > 1 && s->warmup_steps >= steps) {
         char warm[64];
         if (c->warmup_steps > 0)
             snprintf(warm, sizeof warm, "--warmup-steps %ld", c->warmup_steps);
         else
             snprintf(warm, sizeof warm, "--warmup-epochs %d (%ld steps)", c->warmup_epochs,
                      s->warmup_steps);
-        return cdl_error("%s is not below the cosine's %ld steps (--epochs %d of %ld steps each): the "
-                         "schedule would have no steps left to decay in; shorten the warm-up, "
-                         "add epochs, or give --decay-steps", warm, s->total_steps, c->epochs,
-                         spe);
+        if (cosine)
+            return cdl_error("%s is not below the cosine's %ld steps (--epochs %d of %ld steps "
+                             "each): the schedule would have no steps left to decay in; shorten "
+                             "the warm-up, add epochs, or give --decay-steps", warm,
+                             s->total_steps, c->epochs, spe);
+        return cdl_error("%s is not below the run's %ld steps (--epochs %d of %ld steps each): "
+                         "the run would end in its warm-up, its last step at lr %g of --lr %g; "
+                         "shorten the warm-up, or add epochs", warm, steps, c->epochs, spe,
+                         (double)cdl_schedule_lr(s, steps - 1), (double)c->lr);
     }
     return 0;
 }
@@ -571,6 +580,7 @@ static int resume(run *r, train_position *pos)
         }
         return -1;
     }
+    r->saved_path = path;   /* the weights of pos->step until this run writes last */
     if (pos->unverified)
         train_report_note(r->rep, "note: %s was written by an older cdl without checksums: "
                           "loaded unverified", path);
@@ -627,6 +637,15 @@ static int resume(run *r, train_position *pos)
     train_report_note(r->rep, "resuming from %s: epoch %d, batch %ld, step %ld%s", path,
                       pos->epoch + 1, pos->batch, pos->step,
                       r->cfg->init[0] ? " (its weights replace --init's)" : "");
+    /* Reproducibility holds for the same thread count (the CPU splits a
+     * step's sums by thread): say when a resume gives that up, as a job
+     * requeued on another kind of node does by default. */
+    if (pos->threads > 0 && r->be->host_memory && r->be->threads != pos->threads)
+        train_report_note(r->rep, "note: %s was written by a run on %d compute thread%s, this "
+                          "one has %d: a step's sums split otherwise, so the weights will not "
+                          "be bitwise those of a run never stopped (--threads %d keeps them)",
+                          path, pos->threads, pos->threads == 1 ? "" : "s", r->be->threads,
+                          pos->threads);
     return 0;
 }
 
@@ -641,6 +660,8 @@ static int run_epochs(run *r, cdl_train_result *res)
     if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;
     r->saved_step = pos.step;
+    r->start_step = pos.step;
+    r->kept[0] = r->kept[1] = r->best_written = -1;
     run_info info = {
         .run_id = pos.run_id, .rank = r->ri.rank, .world = r->ri.world,
         .backend = r->be->ops->name, .threads = r->be->threads, .start_step = pos.step,
@@ -912,6 +933,7 @@ static void schedule_note(run *r)
     const cdl_train_config *c = r->cfg;
     const cdl_schedule *s = &r->sched;
     char warm[64] = "", stop[160] = "";
+    long spe = train_steps_per_epoch(r), run_steps = (long)c->epochs * spe;
     if (s->warmup_steps > 0)
         snprintf(warm, sizeof warm, "warm-up over %ld step%s, then ", s->warmup_steps,
                  s->warmup_steps > 1 ? "s" : "");
@@ -923,6 +945,13 @@ static void schedule_note(run *r)
         snprintf(stop, sizeof stop, "; --max-steps %ld stops the run before, at lr %g "
                  "(--decay-steps %ld would end the decay there)", c->max_steps,
                  (double)cdl_schedule_lr(s, c->max_steps - 1), c->max_steps);
+    /* A --decay-steps past the epochs' end: the run ended with the rate
+     * still high, without a word. */
+    else if (s->kind == CDL_SCHED_COSINE && c->decay_steps > run_steps && c->max_steps <= 0)
+        snprintf(stop, sizeof stop, "; the run's %ld steps (--epochs %d) end before, at lr %g "
+                 "(--epochs %ld would reach step %ld)", run_steps, c->epochs,
+                 (double)cdl_schedule_lr(s, run_steps - 1), (c->decay_steps + spe - 1) / spe,
+                 c->decay_steps);
     if (s->kind == CDL_SCHED_COSINE)
         train_report_note(r->rep, "schedule cosine: %slr %g decays to %g by step %ld (%s)%s", warm,
                           (double)c->lr, (double)c->min_lr, s->total_steps,
@@ -935,7 +964,6 @@ static void schedule_note(run *r)
         train_report_note(r->rep, "schedule constant: %slr %g", warm, (double)c->lr);
     /* --max-steps only stops a run: past the epochs' end it does nothing, and
      * a small corpus's default 10 epochs may be a few dozen steps. */
-    long spe = train_steps_per_epoch(r), run_steps = (long)c->epochs * spe;
     if (c->max_steps > run_steps)
         train_report_warning(r->rep, "warning: --max-steps %ld is past the run's end: %d epoch%s "
                              "of %ld step%s end it at step %ld; give --epochs %ld (or more) to "

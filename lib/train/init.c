@@ -7,6 +7,7 @@
 #include <fnmatch.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
@@ -89,6 +90,26 @@ static int transposed(int nd, const int64_t *shape, const cdl_param_view *v)
 {
     return nd == 2 && v->ndim == 2 && shape[0] != shape[1] && shape[0] == v->shape[1] &&
            shape[1] == v->shape[0];
+}
+
+/* A NaN or an infinity in weights read (a model saved after its training
+ * diverged, a file PyTorch wrote from one): refused, naming the tensor,
+ * rather than a first loss of NaN or predictions of NaN. x: its numel
+ * values as loaded. */
+static int check_finite(const char *path, const cdl_param_view *v, const float *x,
+                        const char *layer)
+{
+    size_t bad = 0, first = 0;
+    for (size_t k = 0; k < v->numel; k++)
+        if (!isfinite(x[k]) && !bad++)
+            first = k;
+    if (!bad)
+        return 0;
+    return cdl_error("%s: tensor '%s' holds %zu NaN or infinite value%s (the first at flat "
+                     "index %zu, %s): weights saved after a training diverged; take a file "
+                     "from before the divergence (or, with --init, leave the layer fresh with "
+                     "--init-ignore '%s')", path, v->name, bad, bad == 1 ? "" : "s", first,
+                     isnan(x[first]) ? "NaN" : x[first] > 0 ? "inf" : "-inf", layer);
 }
 
 /* The file's tensor for view v (a parameter or a buffer) into dst + v->offset,
@@ -186,7 +207,9 @@ static int load_view(cdl_st_file *f, const cdl_param_view *v, float *dst, const 
     }
     /* F16, BF16 and F64 (a model saved after .half(), in bfloat16 or in
      * double) become float32 as PyTorch's load_state_dict copies them. */
-    return cdl_st_data_float(f, t, dst + v->offset, v->numel);
+    if (cdl_st_data_float(f, t, dst + v->offset, v->numel) != 0)
+        return -1;
+    return check_finite(path, v, dst + v->offset, layer);
 }
 
 /* A tensor of the model (parameter or buffer) that the file lacks and the

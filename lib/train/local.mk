@@ -1,6 +1,6 @@
 libcdl_core_la_SOURCES += lib/train/config.c lib/train/checkpoint.c lib/train/report.c \
 	lib/train/signals.c lib/train/harness.c lib/train/ddp.c lib/train/pipeline.c \
-	lib/train/loop.c lib/train/step.c
+	lib/train/loop.c lib/train/step.c lib/train/diverged.c
 EXTRA_DIST += lib/train/checkpoint.h lib/train/report.h lib/train/signals.h lib/train/loop.h lib/train/step.h lib/train/ddp.h lib/train/pipeline.h lib/train/run.h
 libcdl_core_la_SOURCES += lib/train/resume_check.c lib/train/ckpt_dir.c lib/train/realign.c \
 	lib/train/agree.c lib/train/keep.c

@@ -332,8 +332,12 @@ static int count_oldest(run *r, train_position *pos)
         g->grad_norm[s] = sqrt(*g->norm_pin[s]);
     long rows = train_batch_sums(g->h_loss[s], g->h_pred[s], g->y_pin[s], n * r->positions,
                                  &loss, &correct);
-    if (!isfinite(loss))
-        return train_loss_error(r->ri.rank, loss, step, late, train_last_ckpt(r));
+    if (!isfinite(loss)) {
+        diverge_hint h;
+        char earlier[1200];
+        return train_loss_error(r->ri.rank, loss, step, late,
+                                train_diverge_hint(r, step, &h, earlier, sizeof earlier));
+    }
     pos->loss_sum += loss;
     pos->correct += correct;
     pos->seen += rows;
@@ -422,8 +426,16 @@ int loop_save(run *r, const train_position *pos, int what)
                       cdl_last_error(), r->cfg->keep_last, r->cfg->keep_every);
     }
     ddp_optim_release(r->optim, full);
-    if (what & SAVE_LAST)
+    if (what & SAVE_LAST) {
         r->saved_step = pos->step;   /* every rank: its own count of the same steps */
+        r->saved_path = r->last_path;
+        if (ckpt_keep_wanted(pos->step, r->cfg->keep_last, r->cfg->keep_every)) {
+            r->kept[1] = r->kept[0];
+            r->kept[0] = pos->step;
+        }
+    }
+    if (best)
+        r->best_written = pos->step;
     if (r->dist && r->ri.world > 1) {
         /* Everyone learns whether rank 0 succeeded, so nobody reads a file
          * that is not there or keeps training alone: a sum to which only
@@ -440,11 +452,6 @@ int loop_save(run *r, const train_position *pos, int what)
                              best ? r->best_path : "");
     }
     return rc;
-}
-
-const char *train_last_ckpt(const run *r)
-{
-    return r->cfg->ckpt_dir[0] && access(r->last_path, F_OK) == 0 ? r->last_path : NULL;
 }
 
 /* Whether any rank was told to stop, so all stop at one step: carried by

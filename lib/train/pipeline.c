@@ -1,4 +1,5 @@
 /* Host-side decisions of the GPU training pipeline (see pipeline.h). */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,36 +83,66 @@ long train_valid_rows(const int32_t *labels, int n)
 }
 
 /* What a diverged run does next. No checkpoint holds non-finite weights
- * (checkpoint.c refuses them), so the last one is from before the loss or
- * the weights became NaN or infinite. */
-static const char *resume_todo(char *buf, size_t len, const char *last)
+ * (checkpoint.c refuses them), but the last one may hold the weights whose
+ * loss overflowed (a checkpoint every step, or one at the step before):
+ * a resume from it fails again at once, so another is named. */
+static const char *resume_todo(char *buf, size_t len, long step, const diverge_hint *h)
 {
-    if (last)
-        snprintf(buf, len, "resume from the last checkpoint, %s, with a lower learning rate "
-                 "(--lr X --resume-allow lr)", last);
+    const char *clip = h && h->clipping ? ""
+                                        : ", or with the gradient norm clipped (--clip-grad 1 "
+                                          "--resume-allow clip-grad)";
+    const char *clip_new = h && h->clipping ? "" : " or --clip-grad 1";
+    if (step == 0)   /* no update yet: the learning rate played no part */
+        snprintf(buf, len, "this is the first step's loss, before any update, so not the "
+                 "learning rate's doing: the initial weights (--init's file) or the data give "
+                 "it (inputs of a huge magnitude? check the data's values and --normalize)");
+    else if (!h || !h->last)
+        snprintf(buf, len, "no checkpoint to resume from: start again with a lower --lr%s",
+                 clip_new);
+    else if (h->last_step < step)
+        snprintf(buf, len, "resume from the last checkpoint, %s (step %ld), with a lower "
+                 "learning rate (--lr X --resume-allow lr)%s", h->last, h->last_step, clip);
+    else if (h->earlier)
+        snprintf(buf, len, "the last checkpoint, %s, holds the weights of step %ld that gave "
+                 "this loss, so a resume from it fails here again whatever the learning "
+                 "rate: resume from an earlier one, --resume %s (step %ld), with a lower "
+                 "learning rate (--lr X --resume-allow lr)%s", h->last, h->last_step,
+                 h->earlier, h->earlier_step, clip);
     else
-        snprintf(buf, len, "no checkpoint to resume from: start again with a lower --lr");
+        snprintf(buf, len, "the last checkpoint, %s, holds the weights of step %ld that gave "
+                 "this loss, so a resume from it fails here again whatever the learning "
+                 "rate, and no earlier checkpoint is kept (--keep-last N keeps some): start "
+                 "again with a lower --lr%s (--resume never)", h->last, h->last_step,
+                 clip_new);
     return buf;
 }
 
-int train_loss_error(int rank, double loss, long step, int late, const char *last)
+/* "nan", "inf" or "-inf" (glibc prints a NaN with its sign bit, "-nan"). */
+static double shown(double loss)
+{
+    return isnan(loss) ? NAN : loss;
+}
+
+int train_loss_error(int rank, double loss, long step, int late, const diverge_hint *h)
 {
     /* Counted as every record counts: step k + 1 is the one after k done. */
-    char where[96], todo[2600];
+    char where[96], todo[5000];
     if (late)
         snprintf(where, sizeof where, " (noticed one step late: GPU steps are pipelined, step %ld "
                  "was already queued)", step + 2);
     else
         where[0] = 0;
-    return cdl_error("rank %d: loss is %g at step %ld%s: training diverged; %s", rank, loss,
-                     step + 1, where, resume_todo(todo, sizeof todo, last));
+    return cdl_error("rank %d: loss is %g at step %ld%s: training diverged; %s", rank,
+                     shown(loss), step + 1, where, resume_todo(todo, sizeof todo, step, h));
 }
 
-int train_eval_loss_error(int rank, double loss, const char *last)
+int train_eval_loss_error(int rank, double loss, const diverge_hint *h)
 {
-    char todo[2600];
+    char todo[5000];
+    /* Not the loss of a step: the checkpoint is from before these weights
+     * went wrong only as far as the caller knows (last_step < LONG_MAX). */
     return cdl_error("rank %d: the loss of an evaluation batch is %g: the weights have diverged; "
-                     "%s", rank, loss, resume_todo(todo, sizeof todo, last));
+                     "%s", rank, shown(loss), resume_todo(todo, sizeof todo, LONG_MAX, h));
 }
 
 int train_graphs_decide(int setting, const char *env, int is_cuda, int world, int *on,

@@ -41,15 +41,32 @@ long train_batch_sums(const float *loss, const int32_t *pred, const int32_t *lab
 /* The rows of labels[0..n) that are not ignored (>= 0). */
 long train_valid_rows(const int32_t *labels, int n);
 
+/* The checkpoints a diverged run can go back to (diverged.c finds them;
+ * NULL pointers: none). last: DIR/last.safetensors, holding the weights
+ * after last_step steps; earlier: the newest checkpoint of the directory
+ * of a step before the loss went wrong, when last's is not (best, or a
+ * step-N.safetensors of --keep-last/--keep-every); clipping: --clip-grad
+ * is on already. */
+typedef struct diverge_hint {
+    const char *last;
+    long last_step;
+    const char *earlier;
+    long earlier_step;
+    int clipping;
+} diverge_hint;
+
 /* The error for a non-finite batch loss of the step with 0-based index
  * step (named step + 1, as the records count steps done). late: it was
  * noticed after the next step had already been queued (the GPU pipeline
- * reads results one step late), which the message says. last: the
- * checkpoint to resume from (NULL: none). Returns -1. */
-int train_loss_error(int rank, double loss, long step, int late, const char *last);
+ * reads results one step late), which the message says. h: where to go
+ * on from (NULL: no checkpoint). The loss of step `step` comes from the
+ * weights after `step` steps: a last.safetensors of that step holds them,
+ * and a resume from it fails at the same step whatever the learning
+ * rate, so the message names an earlier checkpoint then. Returns -1. */
+int train_loss_error(int rank, double loss, long step, int late, const diverge_hint *h);
 /* The same for a batch of an evaluation (validation or test): not a
  * step's loss, but the weights' outputs overflowed. Returns -1. */
-int train_eval_loss_error(int rank, double loss, const char *last);
+int train_eval_loss_error(int rank, double loss, const diverge_hint *h);
 
 /* Whole-step CUDA graphs for this run. setting: --cuda-graphs (1 on, -1
  * off, 0 not given); env: CDL_CUDA_GRAPHS (on|off, NULL or "" unset).

@@ -7,6 +7,7 @@
 #include <cdl/cdl.h>
 
 #include "ddp.h"
+#include "pipeline.h"
 #include "report.h"
 
 typedef struct train_loop train_loop;
@@ -44,6 +45,13 @@ typedef struct run {
     int ckpt_lock;            /* rank 0: the --ckpt-dir lock (ckpt_dir_prepare), -1 none */
     int stage_lock;           /* local rank 0: the lock on stage_owned's .lock (stage.c), -1 none */
     long saved_step;          /* the step of the last checkpoint written or resumed from */
+    const char *saved_path;   /* that checkpoint (last_path, or --resume PATH), NULL: none */
+    /* What of --ckpt-dir is this run's history (diverged.c): the step it
+     * started from (files up to it are its past), the steps of the two
+     * newest numbered checkpoints it wrote and of its newest best (-1:
+     * none). A numbered file or best of another step is an abandoned
+     * run's, one that a resume from an earlier file left behind. */
+    long start_step, kept[2], best_written;
     int finished_before;      /* resumed with nothing left to train (run_epochs) */
     train_loop *loop;         /* the training loop's buffers (loop.c) */
     int records_failed;       /* agreed: rank 0's --metrics/--tensorboard failed (loop.c) */
@@ -95,9 +103,12 @@ int train_stop_agreed(run *r);
  * when no rank had a signal (the program's should_stop asked), 0 for a
  * signal's stop. 0, or -1 when the collective fails. */
 int train_stop_kind(run *r);
-/* loop.c: the checkpoint a diverged run resumes from: last.safetensors when
- * --ckpt-dir holds one, else NULL. */
-const char *train_last_ckpt(const run *r);
+/* diverged.c: where a run whose loss of step `step` (0-based) is not
+ * finite can go on from (pipeline.h): h filled, the path of an earlier
+ * checkpoint into earlier[len]; NULL when this run has written or resumed
+ * no checkpoint that is still there. */
+const diverge_hint *train_diverge_hint(const run *r, long step, diverge_hint *h, char *earlier,
+                                       size_t len);
 /* agree.c: a warning on stderr when a single process runs in a Slurm job of
  * several tasks outside any job step (cdl-train straight in the batch
  * script, sbatch --wrap, salloc's shell): the job's other tasks idle. */

@@ -1,6 +1,7 @@
 /* One step of the model: forward, loss, and for training backward,
  * gradient averaging and the update. The training loop (loop.c) and
  * validation (harness.c) both run it, so their results match. */
+#include <limits.h>
 #include <math.h>
 
 #include "../core/rng.h"
@@ -66,9 +67,14 @@ int train_run_batch(run *r, const cdl_batch *b, int train, long step, double sum
         return -1;
     double loss, correct;
     long counted = train_batch_sums(r->h_loss, r->h_pred, b->y, rows, &loss, &correct);
-    if (!isfinite(loss))
-        return train ? train_loss_error(r->ri.rank, loss, step, 0, train_last_ckpt(r))
-                     : train_eval_loss_error(r->ri.rank, loss, train_last_ckpt(r));
+    if (!isfinite(loss)) {
+        diverge_hint h;
+        char earlier[1200];
+        const diverge_hint *hp = train_diverge_hint(r, train ? step : LONG_MAX, &h, earlier,
+                                                    sizeof earlier);
+        return train ? train_loss_error(r->ri.rank, loss, step, 0, hp)
+                     : train_eval_loss_error(r->ri.rank, loss, hp);
+    }
     sums[0] += loss;
     sums[1] += correct;
     sums[2] += counted;

@@ -4,6 +4,8 @@
  * num_batches_tracked count) or tied weights and gets every value back. */
 #include "testutil.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
@@ -105,12 +107,56 @@ static void test_errors(void **state)
     cdl_backend_destroy(be);
 }
 
+/* Weights of a run that diverged (a NaN in a bias, an infinity in a
+ * weight) are refused, naming the tensor, and leave the model as it was:
+ * loaded, the first loss was NaN (cdl-train --init) and cdl-eval printed
+ * NaN predictions. */
+static void test_nonfinite(void **state)
+{
+    (void)state;
+    cdl_backend *be = cdl_backend_create("cpu", 1);
+    cdl_model_spec spec;
+    cdl_model *m = built("mlp", (cdl_shape){1, 4, 4}, 2, be, &spec);
+    const cdl_param_view *v = NULL;
+    for (int i = 0; i < cdl_model_nviews(m) && !v; i++)
+        if (cdl_model_view(m, i)->ndim == 1)
+            v = cdl_model_view(m, i);
+    assert_non_null(v);
+    char dir[256], path[300], want[200];
+    assert_int_equal(test_mkdtemp(dir, sizeof dir, "cdl-api-weights"), 0);
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    float *p = cdl_model_params(m);
+    p[v->offset + 2] = NAN;
+    p[v->offset + 3] = -INFINITY;
+    assert_int_equal(cdl_model_save_weights(m, path), 0);
+
+    cdl_model *m2 = cdl_model_create(&spec, (cdl_shape){1, 4, 4}, 2, be);
+    assert_non_null(m2);
+    cdl_model_init(m2, 99);
+    size_t bytes = cdl_model_nparams(m2) * sizeof(float);
+    float *before = malloc(bytes);
+    assert_non_null(before);
+    memcpy(before, cdl_model_params(m2), bytes);
+    assert_int_equal(cdl_model_load_weights(m2, path, NULL), -1);
+    snprintf(want, sizeof want, "tensor '%s' holds 2 NaN or infinite values (the first at flat "
+             "index 2, NaN): weights saved after a training diverged", v->name);
+    if (!strstr(cdl_last_error(), want))
+        fail_msg("%s", cdl_last_error());
+    assert_memory_equal(before, cdl_model_params(m2), bytes);
+    free(before);
+    cdl_model_destroy(m2);
+    cdl_model_destroy(m);
+    cdl_backend_destroy(be);
+    test_rm_rf(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batchnorm_model),
         cmocka_unit_test(test_tied_model),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_nonfinite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -105,6 +105,28 @@ expect_status 2 "$CDLRUN" --nproc_per_node 2 true;  expect_err "use -n"
 expect_status 2 "$CDLRUN" --labl -n 2 true;         expect_err "did you mean --label?"
 expect_status 2 "$CDL_TRAIN" stray;                 expect_err "unexpected argument 'stray'"
 expect_status 2 "$CDL_TRAIN" --optimizer adam --nesterov; expect_err "--nesterov"
+# cdl-eval's loss is the plain cross-entropy; the run's val and test losses
+# of a --label-smoothing run include the smoothing term: cdl-eval says so
+# (the numbers differed without a word).
+"$CDL_TRAIN" --dataset synthetic --synthetic-size 200 --model mlp --epochs 1 --threads 1 \
+    --label-smoothing 0.3 --ckpt-dir "$TMP/ls" -q || die "a --label-smoothing run failed"
+expect_status 0 "$CDL_EVAL" "$TMP/ls/last.safetensors" --split val
+expect_err "note: the loss is the plain cross-entropy; the run trained with --label-smoothing 0.3, and its val and test losses include the smoothing term"
+"$CDL_TRAIN" --dataset synthetic --synthetic-size 200 --model mlp --epochs 1 --threads 1 \
+    --ckpt-dir "$TMP/nols" -q || die "a run failed"
+expect_status 0 "$CDL_EVAL" "$TMP/nols/last.safetensors" --split val
+grep -q "smoothing" "$TMP/err" && die "a note of label smoothing for a run without: $(cat "$TMP/err")"
+# Options the run would not use are refused, not ignored (Adam ran with
+# beta1 0.9 under --momentum 0.95; --step-epochs without --schedule step
+# ran the default cosine).
+expect_status 2 "$CDL_TRAIN" --optimizer adam --momentum 0.95
+expect_err "--momentum applies to --optimizer sgd only (it is adam: Adam's momentum is --beta1)"
+expect_status 2 "$CDL_TRAIN" --dampening 0.1 --optimizer adamw; expect_err "--dampening applies"
+expect_status 2 "$CDL_TRAIN" --beta1 0.8
+expect_err "--beta1 applies to --optimizer adam and adamw only (it is sgd: add --optimizer adam or adamw, or drop --beta1)"
+expect_status 2 "$CDL_TRAIN" --optimizer sgd --eps 1e-6; expect_err "--eps applies"
+expect_status 2 "$CDL_TRAIN" --step-epochs 2
+expect_err "--step-epochs 2 applies to --schedule step only (it is --schedule cosine): add --schedule step, or drop --step-epochs"
 [ "$(wc -l <"$TMP/err")" -eq 1 ] || die "error is not one line"
 # The default learning rate follows the optimizer (SGD's 0.05 diverges
 # Adam); an --lr given before or after --optimizer is kept.
@@ -222,6 +244,21 @@ expect_err "--warmup-steps 500 is not below the cosine's "
 expect_err "shorten the warm-up, add epochs, or give --decay-steps"
 expect_status 1 "$CDL_TRAIN" $small --epochs 2 --warmup-epochs 2
 expect_err "--warmup-epochs 2 ("
+# So with a constant or step schedule: the run ended in its warm-up under a
+# note saying "warm-up over N steps, then lr X", never training at --lr.
+expect_status 1 "$CDL_TRAIN" $small --epochs 1 --schedule constant --warmup-steps 500
+expect_err "--warmup-steps 500 is not below the run's "
+expect_err "the run would end in its warm-up, its last step at lr "
+expect_err "shorten the warm-up, or add epochs"
+expect_status 1 "$CDL_TRAIN" $small --epochs 2 --schedule step --warmup-epochs 3
+expect_err "--warmup-epochs 3 ("
+expect_status 0 "$CDL_TRAIN" $small --epochs 2 --schedule step --warmup-epochs 1
+# A --decay-steps past the epochs' end: the run ended at a high rate unsaid.
+expect_status 0 "$CDL_TRAIN" $small --epochs 2 --decay-steps 1000
+grep -qF -- "(--decay-steps); the run's 4 steps (--epochs 2) end before, at lr " "$TMP/out" "$TMP/err" ||
+    die "no note of --decay-steps past the run's end: $(grep '^schedule' "$TMP/out" "$TMP/err")"
+grep -qF -- "(--epochs 500 would reach step 1000)" "$TMP/out" "$TMP/err" ||
+    die "the note does not name the --epochs that reach --decay-steps"
 # --max-steps inside the warm-up: no --decay-steps advice (it would be refused).
 expect_status 0 "$CDL_TRAIN" $small --epochs 100 --warmup-steps 50 --max-steps 2
 grep -qF -- "--max-steps 2 stops the run inside the warm-up, at lr " "$TMP/out" "$TMP/err" ||

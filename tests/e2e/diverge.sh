@@ -35,7 +35,7 @@ s=$(last_record every)
 [ -n "$s" ] && [ "$s" -ge 2 ] || die "the run diverged before its second step record: $s"
 expect_err "$TMP/every/last.safetensors not written:"
 expect_err "of the model or its optimizer state after step $s are NaN or infinite"
-expect_err "the checkpoints in $TMP/every are left as they were, from before: resume from them with a lower learning rate (--lr X --resume-allow lr)"
+expect_err "the checkpoints in $TMP/every are left as they were, from before: resume from them with a lower learning rate (--lr X --resume-allow lr), or with the gradient norm clipped (--clip-grad 1 --resume-allow clip-grad)"
 read -r cstep bad < <("$PY" -c "$check" "$TMP/every/last.safetensors") || die "cannot read last"
 [ "$cstep" = $((s - 1)) ] || die "last.safetensors holds step $cstep, not $((s - 1))"
 [ -z "$bad" ] || die "last.safetensors holds non-finite values in: $bad"
@@ -65,5 +65,38 @@ expect_err " at step $((s + 1)): training diverged; no checkpoint to resume from
     --block-size 16 --batch-size 4 --optimizer sgd --lr 1000 --epochs 100 --max-steps 1 \
     --threads 1 --workers 0 --ckpt-dir "$TMP/one" -q || die "one step failed"
 expect_status 1 run one 1000
-expect_err "training diverged; resume from the last checkpoint, $TMP/one/last.safetensors, with a lower learning rate (--lr X --resume-allow lr)"
+expect_err "training diverged; resume from the last checkpoint, $TMP/one/last.safetensors (step 1), with a lower learning rate (--lr X --resume-allow lr), or with the gradient norm clipped (--clip-grad 1 --resume-allow clip-grad)"
+
+# LeNet at --lr 100 with a checkpoint every step: the weights of step 5 are
+# finite (their loss is 1e31), so last.safetensors holds them, and their
+# loss at step 6 is NaN. A resume from last fails there again whatever the
+# --lr, which is what the error told the user to do (a loop): it names an
+# earlier checkpoint instead, and a resume from that one trains.
+lenet=(--dataset synthetic --synthetic-size 2000 --epochs 1 --threads 1 --workers 0
+       --ckpt-every 1 -q)
+expect_status 1 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/k" --keep-last 2 --lr 100
+expect_err "loss is nan at step 6: training diverged; the last checkpoint, $TMP/k/last.safetensors, holds the weights of step 5 that gave this loss, so a resume from it fails here again whatever the learning rate: resume from an earlier one, --resume $TMP/k/step-00000004.safetensors (step 4), with a lower learning rate"
+expect_status 1 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/k" --lr 0.01 --resume-allow lr
+expect_err "loss is nan at step 6: training diverged; the last checkpoint"
+"$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/k" --lr 0.01 --resume-allow lr --resume "$TMP/k/step-00000004.safetensors" ||
+    die "the resume from the checkpoint the error named failed"
+# That run's last.safetensors is of step 29 now. A resume from step 5's file
+# fails at once; the file that holds those weights is step 5's, not last
+# (which the error named, as if it were from before).
+expect_status 1 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/k" --lr 0.01 --resume-allow lr \
+    --resume "$TMP/k/step-00000005.safetensors"
+expect_err "loss is nan at step 6: training diverged; the last checkpoint, $TMP/k/step-00000005.safetensors, holds the weights of step 5 that gave this loss, so a resume from it fails here again whatever the learning rate: resume from an earlier one, --resume $TMP/k/step-00000004.safetensors (step 4)"
+# A resume from step 3 that diverges again, at step 18, with numbered
+# files of the first run's steps 4 and 5 still there (no --keep-last to
+# prune them): those are the abandoned run's, whose weights went on to
+# NaN, not this run's past; step 3's file, where it began, is named.
+"$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/b" --keep-last 3 --lr 100 2>/dev/null
+ls "$TMP/b/step-00000003.safetensors" "$TMP/b/step-00000005.safetensors" >/dev/null ||
+    die "no numbered checkpoints: $(ls "$TMP/b")"
+expect_status 1 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/b" --lr 100 --clip-grad 1 \
+    --resume-allow clip-grad --resume "$TMP/b/step-00000003.safetensors"
+expect_err "holds the weights of step 17 that gave this loss, so a resume from it fails here again whatever the learning rate: resume from an earlier one, --resume $TMP/b/step-00000003.safetensors (step 3)"
+# Without numbered checkpoints there is none earlier: start again.
+expect_status 1 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/k1" --lr 100
+expect_err "no earlier checkpoint is kept (--keep-last N keeps some): start again with a lower --lr or --clip-grad 1 (--resume never)"
 echo "PASS: a diverged run keeps its last good checkpoint and says where it stopped"

@@ -28,6 +28,8 @@ EXTRA_DIST += tests/e2e/generate.sh
 TESTS += tests/e2e/tokens.sh tests/e2e/gpt-init.sh
 TESTS += tests/e2e/resume-data.sh
 EXTRA_DIST += tests/e2e/resume-data.sh
+TESTS += tests/e2e/resume-threads.sh
+EXTRA_DIST += tests/e2e/resume-threads.sh
 EXTRA_DIST += tests/e2e/gpt-init.sh
 # nanoGPT's ckpt.pt to cdl and back (templates/pytorch/nanogpt_ckpt.py).
 TESTS += tests/e2e/nanogpt-ckpt.sh

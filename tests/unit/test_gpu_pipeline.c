@@ -108,22 +108,49 @@ static void test_loss_error(void **state)
 {
     (void)state;
     /* Named as the records name it: index 40 is step 41 (it said 40,
-     * one before the step record of the same step). */
+     * one before the step record of the same step). A NaN is "nan", not
+     * glibc's "-nan". */
     assert_int_equal(train_loss_error(3, INFINITY, 40, 0, NULL), -1);
     expect_error("rank 3: loss is inf at step 41: training diverged");
-    expect_error("no checkpoint to resume from: start again with a lower --lr");
+    expect_error("no checkpoint to resume from: start again with a lower --lr or --clip-grad 1");
     assert_null(strstr(cdl_last_error(), "late"));
-    assert_int_equal(train_loss_error(0, NAN, 40, 1, "runs/a/last.safetensors"), -1);
-    expect_error("at step 41 (noticed one step late");
+    diverge_hint h = {.last = "runs/a/last.safetensors", .last_step = 39};
+    assert_int_equal(train_loss_error(0, -NAN, 40, 1, &h), -1);
+    expect_error("loss is nan at step 41 (noticed one step late");
     expect_error("step 42 was already queued");
-    expect_error("resume from the last checkpoint, runs/a/last.safetensors, with a lower "
-                 "learning rate (--lr X --resume-allow lr)");
+    expect_error("resume from the last checkpoint, runs/a/last.safetensors (step 39), with a "
+                 "lower learning rate (--lr X --resume-allow lr), or with the gradient norm "
+                 "clipped (--clip-grad 1 --resume-allow clip-grad)");
+    /* Clipping already: only the learning rate is left to lower. */
+    h.clipping = 1;
+    assert_int_equal(train_loss_error(0, NAN, 40, 0, &h), -1);
+    assert_null(strstr(cdl_last_error(), "clip"));
+    /* last holds the weights whose loss this is: a resume from it fails at
+     * once, whatever --lr (it was the advice, and failed the same way). */
+    h = (diverge_hint){.last = "c/last.safetensors", .last_step = 40};
+    assert_int_equal(train_loss_error(0, NAN, 40, 0, &h), -1);
+    expect_error("the last checkpoint, c/last.safetensors, holds the weights of step 40 that "
+                 "gave this loss, so a resume from it fails here again whatever the learning "
+                 "rate, and no earlier checkpoint is kept (--keep-last N keeps some): start "
+                 "again with a lower --lr or --clip-grad 1 (--resume never)");
+    h.earlier = "c/step-00000030.safetensors";
+    h.earlier_step = 30;
+    assert_int_equal(train_loss_error(0, NAN, 40, 0, &h), -1);
+    expect_error("resume from an earlier one, --resume c/step-00000030.safetensors (step 30), "
+                 "with a lower learning rate (--lr X --resume-allow lr)");
+    /* The first step's loss comes before any update: not the rate. */
+    assert_int_equal(train_loss_error(0, INFINITY, 0, 0, NULL), -1);
+    expect_error("loss is inf at step 1: training diverged; this is the first step's loss, "
+                 "before any update, so not the learning rate's doing");
+    assert_null(strstr(cdl_last_error(), "--lr"));
     /* An evaluation's loss is no step's: the message says so. */
     assert_int_equal(train_eval_loss_error(1, NAN, NULL), -1);
     expect_error("rank 1: the loss of an evaluation batch is nan: the weights have diverged");
     assert_null(strstr(cdl_last_error(), "step"));
-    assert_int_equal(train_eval_loss_error(1, NAN, "c/last.safetensors"), -1);
-    expect_error("diverged; resume from the last checkpoint, c/last.safetensors, with a lower");
+    h = (diverge_hint){.last = "c/last.safetensors", .last_step = 7};
+    assert_int_equal(train_eval_loss_error(1, NAN, &h), -1);
+    expect_error("diverged; resume from the last checkpoint, c/last.safetensors (step 7), with a "
+                 "lower");
 }
 
 static void graphs(int setting, const char *env, int cuda, int world, int want_on,

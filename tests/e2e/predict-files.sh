@@ -246,9 +246,10 @@ mkdir "$TMP/tab3" && sed 's/^a,/c,a,/; 2,$s/^/0.5,/' "$TMP/tab/train.csv" >"$TMP
 train --model mlp --dataset "csv:$TMP/tab3" --label-column kind --ckpt-dir "$TMP/ckc3"
 expect_status 1 "$CDL_PREDICT" "$TMP/ckc3/last.safetensors" "$TMP/img/test/red/00.png"
 expect_err "was trained on rows of 3 features (dataset csv), not pictures"
-# Weights of a diverged run (PyTorch wrote them; cdl-train refuses to save
-# NaN): the loss and the probabilities are not finite. --json stays JSON
-# (null, not -nan) and a warning says why.
+# Weights near the float range (a run at the edge of diverging; NaN
+# weights themselves are refused at load): every logit overflows to
+# infinity, so the loss and the probabilities are not finite. --json stays
+# JSON (null, not -nan) and a warning says why.
 printf 'flatten\nlinear 3\n' >"$TMP/lin.spec"
 "$PY" - "$TMP/nan.safetensors" <<'PY' || die "writing a NaN safetensors file"
 import json, struct, sys
@@ -256,7 +257,7 @@ h = {"fc1.weight": {"dtype": "F32", "shape": [3, 2], "data_offsets": [0, 24]},
      "fc1.bias": {"dtype": "F32", "shape": [3], "data_offsets": [24, 36]}}
 hb = json.dumps(h).encode()
 hb += b" " * (-len(hb) % 8)
-data = struct.pack("<6f", float("nan"), 1, 2, 3, 4, 5) + struct.pack("<3f", 0, 0, 0)
+data = struct.pack("<6f", 3.4e38, 3.4e38, 0, 0, 0, 0) + struct.pack("<3f", 3.4e38, 0, 0)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(hb)) + hb + data)
 PY
 nanrun() { "$1" "$TMP/nan.safetensors" --model "$TMP/lin.spec" --dataset "csv:$TMP/tab" \

@@ -270,6 +270,14 @@ static void axis_free(axis *a)
     cdl_free(a->w);
 }
 
+/* The triangle filter's weight of input pixel j for an output centred at
+ * centre (input pixels), widened to support. */
+static double tap(int j, double centre, double support)
+{
+    double v = 1 - fabs((j + 0.5 - centre) / support);
+    return v > 0 ? v : 0;
+}
+
 /* Input size in, scaled size scaled (>= out), output positions [off, off+out). */
 static int axis_make(axis *a, int in, int scaled, int off, int out)
 {
@@ -292,17 +300,17 @@ static int axis_make(axis *a, int in, int scaled, int off, int out)
             hi = in;
         if (hi - lo > a->taps)
             hi = lo + a->taps;
-        double sum = 0, wt[2 * 64 + 3];   /* taps <= 2 * 64 + 1 (shrinking <= 64x) */
-        int k = 0;
+        /* Two passes over the taps (the sum, then each weight over it)
+         * rather than a stack array of them: a shrink of any factor has
+         * room (a 4000-pixel microscope or phone picture to 32 is 2 x 125
+         * taps; a fixed array of 64x refused it). */
+        double sum = 0;
+        int k = hi - lo;
         float *w = a->w + (size_t)i * a->taps;
-        for (int j = lo; j < hi; j++, k++) {
-            double x = (j + 0.5 - centre) / support;
-            double v = 1 - fabs(x);
-            wt[k] = v > 0 ? v : 0;
-            sum += v > 0 ? v : 0;
-        }
+        for (int j = lo; j < hi; j++)
+            sum += tap(j, centre, support);
         for (int j = 0; j < k; j++)
-            w[j] = (float)(sum > 0 ? wt[j] / sum : (j == 0));
+            w[j] = (float)(sum > 0 ? tap(lo + j, centre, support) / sum : (j == 0));
         a->first[i] = lo;
         a->n[i] = k;
     }
@@ -407,9 +415,6 @@ int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst)
         sw = w;
         sh = (int)fmax(h, (double)((int64_t)w * in->h / in->w));
     }
-    if ((double)in->h / sh > 64 || (double)in->w / sw > 64)
-        return cdl_error("an image of %dx%d shrinks more than 64 times to %dx%d: pass a larger "
-                         "--image-size", in->w, in->h, w, h);
     axis ay = {0}, ax = {0};
     float *tmp = cdl_malloc(((size_t)in->h + 1) * w * c * sizeof(float));   /* + acc */
     if (!tmp || axis_make(&ay, in->h, sh, crop_start(sh - h), h) ||

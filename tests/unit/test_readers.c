@@ -596,6 +596,29 @@ static void test_image_fit_torchvision(void **state)
     assert_int_equal(out[7 * 16 + 5], (int)lrint(2 * (8.5 * 45 / 22 - 0.5)));
 }
 
+/* A picture that shrinks more than 64 times (a 4000x3000 phone or
+ * microscope PNG to --image-size 32, 94x) was refused ("shrinks more than
+ * 64 times: pass a larger --image-size"), where torchvision resizes it. A
+ * ramp stays a ramp: output column x reads the input around
+ * (x + 0.5) * 3000 / 32 (the scaled picture is 42x32, crop at 5). */
+static void test_image_fit_large_shrink(void **state)
+{
+    (void)state;
+    const int iw = 4000, ih = 3000;
+    uint8_t *px = malloc((size_t)iw * ih), out[32 * 32];
+    assert_non_null(px);
+    for (int y = 0; y < ih; y++)
+        for (int x = 0; x < iw; x++)
+            px[(size_t)y * iw + x] = (uint8_t)(x / 16);
+    image_buf in = {px, ih, iw, 1};
+    assert_int_equal(image_fit(&in, 32, 32, 1, out), 0);
+    for (int x = 0; x < 32; x++) {
+        double centre = (x + 5 + 0.5) * iw / 42.0;   /* int(32 * 4000 / 3000) = 42 */
+        assert_true(fabs(out[7 * 32 + x] - centre / 16) <= 1.0);
+    }
+    free(px);
+}
+
 static void test_imagefolder_missing(void **state)
 {
     (void)state;
@@ -902,6 +925,7 @@ int main(void)
 #endif
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),
         cmocka_unit_test(test_image_fit_torchvision),
+        cmocka_unit_test(test_image_fit_large_shrink),
 #ifdef HAVE_PNG
         cmocka_unit_test_setup_teardown(test_png_alpha, setup, teardown),
 #endif

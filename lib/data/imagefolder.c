@@ -257,16 +257,18 @@ typedef struct job {
     uint64_t hist[3][256];      /* no images (the check before streaming): the pixels of the
                                  * readable files, so the statistics need no second pass */
     int (*stop)(void);          /* cdl_dataset_options.stop, or NULL */
+    long first_colour;          /* the least index of a colour file (RGB, or RGB and alpha),
+                                 * or files->n: none */
     int stopped;                /* stop said so: the pictures are not all decoded */
 } job;
 
 /* File i into its slot of images, or into the worker's scratch when there
  * are no slots (the check of every file before streaming). */
-static int decode_one(job *j, long i, uint8_t *scratch)
+static int decode_one(job *j, long i, uint8_t *scratch, int *src_c)
 {
     size_t sample = (size_t)j->c * j->h * j->w;
     return image_file_fit(j->files->v[i], j->h, j->w, j->c,
-                          j->images ? j->images + (size_t)i * sample : scratch);
+                          j->images ? j->images + (size_t)i * sample : scratch, src_c);
 }
 
 static void *decode_worker(void *arg)
@@ -275,6 +277,7 @@ static void *decode_worker(void *arg)
     size_t plane = (size_t)j->h * j->w;
     uint8_t *scratch = j->images ? NULL : cdl_malloc((size_t)j->c * plane);
     uint64_t hist[3][256] = {{0}};
+    long first_colour = j->files->n;
     for (;;) {
         pthread_mutex_lock(&j->mu);
         long i = j->next++;
@@ -284,10 +287,13 @@ static void *decode_worker(void *arg)
         pthread_mutex_unlock(&j->mu);
         if (i >= j->files->n || stopped)
             break;
-        if ((!j->images && !scratch) || decode_one(j, i, scratch)) {
+        int src_c = 1;
+        if ((!j->images && !scratch) || decode_one(j, i, scratch, &src_c)) {
             j->errors[i] = strdup(cdl_last_error()[0] ? cdl_last_error() : "unreadable");
             continue;
         }
+        if (src_c != 1 && i < first_colour)
+            first_colour = i;
         for (int ch = 0; scratch && ch < j->c; ch++)
             for (size_t k = 0; k < plane; k++)
                 hist[ch][scratch[ch * plane + k]]++;
@@ -297,6 +303,8 @@ static void *decode_worker(void *arg)
     for (int ch = 0; ch < 3; ch++)   /* integer sums: the order does not matter */
         for (int v = 0; v < 256; v++)
             j->hist[ch][v] += hist[ch][v];
+    if (first_colour < j->first_colour)
+        j->first_colour = first_colour;
     pthread_mutex_unlock(&j->mu);
     return NULL;
 }
@@ -306,6 +314,7 @@ static int decode_all(job *j, int threads)
 {
     pthread_mutex_init(&j->mu, NULL);
     j->next = 0;
+    j->first_colour = j->files->n;
     if (threads > j->files->n)
         threads = j->files->n;
     if (threads > 256)
@@ -381,7 +390,7 @@ static int bad_file_error(const char *msg)
  * test split is given its training split's: its own first picture may
  * have another size or be gray where training's was RGB). */
 static int pick_geometry(const char *root, const strlist *files, const cdl_dataset_options *o,
-                         int *h, int *w, int *c)
+                         int *h, int *w, int *c, int *first_ok)
 {
     char pn[512], first[1024] = "";
     int rc = -1;
@@ -406,6 +415,7 @@ static int pick_geometry(const char *root, const strlist *files, const cdl_datas
         *h = exact ? o->image_height : o->image_size > 0 ? o->image_size : ih;
         *w = exact ? o->image_width : o->image_size > 0 ? o->image_size : iw;
         *c = o->channels > 0 ? o->channels : ic;
+        *first_ok = i;
         return 0;
     }
     /* --skip-bad-files and not one readable: the decoder's advice to pass
@@ -513,8 +523,15 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         rc = cdl_error("%s has no pictures", data_printable(root, pn, sizeof pn));
 
     job j = {.files = &files};
+    int first = 0;
     if (!rc)
-        rc = pick_geometry(root, &files, o, &j.h, &j.w, &j.c);
+        rc = pick_geometry(root, &files, o, &j.h, &j.w, &j.c, &first);
+    /* Gray only because the first picture is: a colour one is an error,
+     * not made gray in silence (torchvision reads every picture as RGB). */
+    int gray_by_default = !rc && o->channels == 0 && j.c == 1;
+    char gray_first[4096] = "";   /* its path: --skip-bad-files may free files.v[first] */
+    if (gray_by_default)
+        snprintf(gray_first, sizeof gray_first, "%s", files.v[first]);
     size_t sample = (size_t)j.c * j.h * j.w;
     if (!rc && sample > SIZE_MAX / 2 / (size_t)files.n)
         rc = cdl_error("%s: %d pictures of %dx%dx%d do not fit in memory: pass a smaller "
@@ -544,6 +561,9 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         if (j.stopped)
             rc = cdl_error("%s: stopped while decoding its %d pictures (a signal)",
                            data_printable(root, pn, sizeof pn), files.n);
+
+        /* A colour file is good: compacting keeps its string. */
+        const char *colour = j.first_colour < files.n ? files.v[j.first_colour] : NULL;
         /* The first bad file (in sample order, so the same message every run),
          * or compact the good ones in order. */
         long kept = 0, bad = 0;
@@ -573,6 +593,8 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
             out->skipped = bad;
             files.n = (int)kept;   /* the bad ones are freed, the rest moved down */
         }
+        if (!rc && gray_by_default && colour)
+            rc = image_colour_in_gray(colour, gray_first);
     } else if (!rc) {
         out->n = files.n;
     }
@@ -584,6 +606,8 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
             *out->stream = (image_stream){.paths = files.v, .n = files.n, .h = j.h, .w = j.w,
                                           .c = j.c, .threads = o->threads,
                                           .have_hist = o->skip_bad_files};
+            if (gray_by_default && !(out->stream->gray_from = strdup(gray_first)))
+                rc = cdl_error("out of memory for a list of %d pictures", files.n);
             memcpy(out->stream->hist, j.hist, sizeof j.hist);
             files = (strlist){0};
         }

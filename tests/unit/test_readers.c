@@ -93,12 +93,31 @@ static void test_imagefolder(void **state)
     cdl_dataset_options o;
     cdl_dataset_options_defaults(&o);
     o.threads = 3;
+    /* The first picture (bird/0.png) is grayscale and cat/z.JPG is RGB:
+     * without --channels that is an error naming both (the RGB picture was
+     * made gray in silence; torchvision reads every picture as RGB), in
+     * memory and as batches need them. */
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
+    assert_error_has("img/train/cat/z.JPG is a colour picture, but the samples are grayscale "
+                     "because the first picture, ");
+    assert_error_has("img/train/bird/0.png, is: pass --channels 3");
+    o.decode = CDL_DECODE_STREAM;
+    o.normalize = CDL_NORMALIZE_NONE;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
+    uint8_t px[16];
+    assert_int_equal(image_stream_read(d.stream, 5, px), 0);
+    assert_int_equal(image_stream_read(d.stream, 6, px), -1);
+    assert_error_has("z.JPG is a colour picture");
+    cdl_dataset_free(&d);
+    cdl_dataset_options_defaults(&o);
+    o.threads = 3;
+    o.channels = 1;
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
     assert_int_equal(d.n, 7);
     assert_int_equal(d.classes, 2);
     assert_string_equal(d.class_names[0], "bird");
     assert_string_equal(d.class_names[1], "cat");
-    assert_int_equal(d.shape.c, 1);   /* the first picture (bird/0.png) is grayscale */
+    assert_int_equal(d.shape.c, 1);
     assert_int_equal(d.shape.h, 4);
     /* Sorted: bird/0,1,2 then cat/0,1,2,z.JPG. */
     int32_t want[7] = {0, 0, 0, 1, 1, 1, 1};
@@ -229,6 +248,7 @@ static void test_imagefolder_dangling_link(void **state)
     cdl_dataset d;
     cdl_dataset_options o;
     cdl_dataset_options_defaults(&o);
+    o.channels = 1;   /* gray PNGs and an RGB JPEG */
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
     assert_error_has("img/train/cat/3.png");
     assert_error_has("--skip-bad-files");
@@ -263,6 +283,15 @@ static void test_imagefolder_bad_files(void **state)
     cdl_dataset_options o;
     cdl_dataset_options_defaults(&o);
     o.threads = 2;
+    /* A colour picture among gray ones is an error too, but after the bad
+     * files; with --skip-bad-files (and gray ones skipped) it is still one. */
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
+    assert_error_has("bird/1.png");
+    o.skip_bad_files = 1;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
+    assert_error_has("cat/z.JPG is a colour picture");
+    o.skip_bad_files = 0;
+    o.channels = 1;
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
     assert_error_has("bird/1.png");
     assert_error_has("--skip-bad-files");
@@ -320,6 +349,7 @@ static void test_imagefolder_memory(void **state)
     cdl_dataset d;
     cdl_dataset_options o;
     cdl_dataset_options_defaults(&o);
+    o.channels = 1;   /* gray PNGs and an RGB JPEG */
     o.memory_limit = 223;
     o.decode = CDL_DECODE_MEMORY;
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);

@@ -123,6 +123,33 @@ static void jpeg_warn(j_common_ptr cinfo, int level)
         jpeg_fail(cinfo);
 }
 
+/* (n, 4) CMYK as libjpeg reads it -> (n, 3) RGB in place, front to back,
+ * with PIL's numbers, so the pixels are torchvision's: the samples are
+ * taken as Adobe's inverted CMYK (PIL's "CMYK;I", which it assumes for
+ * every 4-component JPEG; Photoshop writes them so), then PIL's
+ * convert("RGB"): each of R, G, B = (255 - K) - C * (255 - K) / 255,
+ * rounded as its MULDIV255. ImageNet holds a few such files; they were an
+ * error ("convert it to RGB"). */
+static uint8_t muldiv255(int a, int b)
+{
+    int t = a * b + 128;
+    return (uint8_t)(((t >> 8) + t) >> 8);
+}
+
+static void cmyk_to_rgb(uint8_t *px, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = px + 4 * i;
+        int nk = p[3];   /* 255 - K, K inverted */
+        uint8_t rgb[3];
+        for (int k = 0; k < 3; k++) {
+            int v = nk - muldiv255(255 - p[k], nk);
+            rgb[k] = (uint8_t)(v < 0 ? 0 : v);
+        }
+        memcpy(px + 3 * i, rgb, 3);
+    }
+}
+
 /* header_only: fills h, w, c and stops. want_h/want_w > 0: decode at the
  * smallest DCT scale M/8 that still covers want_h x want_w (libjpeg-turbo
  * scales while decoding, far cheaper than decoding whole and shrinking). */
@@ -144,23 +171,25 @@ static int jpeg_decode(const uint8_t *d, size_t n, const char *name, image_buf *
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, d, (unsigned long)n);
     jpeg_read_header(&cinfo, TRUE);
-    if (cinfo.num_components != 1 && cinfo.num_components != 3) {
+    int cmyk = cinfo.num_components == 4 &&
+               (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK);
+    if (cinfo.num_components != 1 && cinfo.num_components != 3 && !cmyk) {
         jpeg_destroy_decompress(&cinfo);
-        return cdl_error("%s: a JPEG with %d colour components (CMYK?): convert it to RGB",
-                         name, cinfo.num_components);
+        return cdl_error("%s: a JPEG with %d colour components: convert it to RGB", name,
+                         cinfo.num_components);
     }
     if (check_size(name, cinfo.image_height, cinfo.image_width)) {
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
-    out->c = cinfo.num_components;
+    out->c = cmyk ? 3 : cinfo.num_components;
     out->h = (int)cinfo.image_height;
     out->w = (int)cinfo.image_width;
     if (header_only) {
         jpeg_destroy_decompress(&cinfo);
         return 0;
     }
-    cinfo.out_color_space = out->c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    cinfo.out_color_space = cmyk ? JCS_CMYK : out->c == 1 ? JCS_GRAYSCALE : JCS_RGB;
     if (want_h > 0 && want_w > 0) {
         unsigned m = 1;
         while (m < 8 && ((unsigned long)out->h * m < 8ul * want_h ||
@@ -172,7 +201,7 @@ static int jpeg_decode(const uint8_t *d, size_t n, const char *name, image_buf *
     jpeg_start_decompress(&cinfo);
     out->h = (int)cinfo.output_height;
     out->w = (int)cinfo.output_width;
-    size_t stride = (size_t)out->w * (size_t)out->c;
+    size_t stride = (size_t)out->w * (size_t)cinfo.output_components;
     px = cdl_malloc(stride * (size_t)out->h);
     if (!px) {
         jpeg_destroy_decompress(&cinfo);
@@ -184,6 +213,8 @@ static int jpeg_decode(const uint8_t *d, size_t n, const char *name, image_buf *
     }
     jpeg_finish_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
+    if (cmyk)
+        cmyk_to_rgb(px, (size_t)out->h * (size_t)out->w);
     out->px = px;
     return 0;
 }

@@ -564,6 +564,38 @@ static void test_image_files(void **state)
 }
 #endif
 
+/* A CMYK JPEG (Photoshop's, with the Adobe marker; ImageNet holds a few)
+ * was an error, "convert it to RGB", where torchvision reads it: now its
+ * pixels are PIL's, Image.new("CMYK", (1, 1), (55, 105, 155, 25))
+ * .convert("RGB") = (180, 135, 90), the file storing them inverted (200,
+ * 150, 100, 230) as Adobe's convention and PIL's "CMYK;I" have it. Gray
+ * makes the luma of that. */
+#if defined(HAVE_PNG) && defined(HAVE_JPEG)
+static void test_jpeg_cmyk(void **state)
+{
+    (void)state;
+    uint8_t px[8 * 8 * 4];
+    for (int i = 0; i < 64; i++)
+        memcpy(px + 4 * i, (uint8_t[4]){200, 150, 100, 230}, 4);
+    assert_int_equal(test_write_jpeg(at("cmyk.jpg"), px, 8, 8, 4), 0);
+    char p[512];
+    snprintf(p, sizeof p, "%s", at("cmyk.jpg"));
+    const char *files[1] = {p};
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_from_image_files(files, 1, (cdl_shape){3, 8, 8}, 1, 0, &d), 0);
+    for (int i = 0; i < 64; i++) {
+        assert_int_equal(d.images[i], 180);
+        assert_int_equal(d.images[64 + i], 135);
+        assert_int_equal(d.images[128 + i], 90);
+    }
+    cdl_dataset_free(&d);
+    /* Shrunk while decoded (DCT scale), and made gray. */
+    assert_int_equal(cdl_dataset_from_image_files(files, 1, (cdl_shape){1, 2, 2}, 1, 0, &d), 0);
+    assert_int_equal(d.images[0], (180 * 299 + 135 * 587 + 90 * 114 + 500) / 1000);
+    cdl_dataset_free(&d);
+}
+#endif
+
 #ifdef HAVE_PNG
 /* PNGs with alpha read as torchvision's loader reads them (PIL's
  * convert("RGB") / convert("L")): the colour values, alpha dropped. cdl
@@ -952,6 +984,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_imagefolder_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_image_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_jpeg_cmyk, setup, teardown),
 #endif
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),
         cmocka_unit_test(test_image_fit_torchvision),

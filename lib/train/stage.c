@@ -730,15 +730,24 @@ int train_stage_sweep(const char *base)
  * -1 with an error (a signal, the peers gone). */
 static const char COPY_LOCK[] = ".copying";
 
-static int copy_lock(const char *dir, double stale_s, stage_stats *st, double *waited)
+/* dir/name opened (created 0600 if missing) for a lock; -1 with an error. */
+static int open_lock_file(const char *dir, const char *name, int flags)
 {
     char p[1200];
-    *waited = 0;
-    if (snprintf(p, sizeof p, "%s/%s", dir, COPY_LOCK) >= (int)sizeof p)
+    if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p)
         return cdl_error("--stage: path too long: %s", dir);
-    int fd = open(p, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = open(p, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return cdl_error("--stage: cannot create %s: %m", p);
+    return fd;
+}
+
+static int copy_lock(const char *dir, double stale_s, stage_stats *st, double *waited)
+{
+    *waited = 0;
+    int fd = open_lock_file(dir, COPY_LOCK, O_RDWR);
+    if (fd < 0)
+        return -1;
     double t0 = train_now(), seen = t0;
     struct timespec mt = {0, 0};
     while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -791,14 +800,11 @@ static int copy_lock(const char *dir, double stale_s, stage_stats *st, double *w
 static int kept_lock(const char *src, const struct stat *ss, const char *dir, const char *only,
                      const char *meta, stage_stats *st, int *fd, int *exclusive)
 {
-    char p[1200];
     *fd = -1;
     *exclusive = 0;
-    if (snprintf(p, sizeof p, "%s/%s", dir, LOCK_NAME) >= (int)sizeof p)
-        return cdl_error("--stage: path too long: %s", dir);
-    int f = open(p, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int f = open_lock_file(dir, LOCK_NAME, O_RDONLY);
     if (f < 0)
-        return cdl_error("--stage: cannot create %s: %m", p);
+        return -1;
     if (flock(f, LOCK_EX | LOCK_NB) == 0) {
         *fd = f;
         *exclusive = 1;
@@ -834,7 +840,7 @@ static int kept_lock(const char *src, const struct stat *ss, const char *dir, co
                        "end, or give another --stage DIR", dir, src, dry.stale,
                        dry.stale == 1 ? "" : "s", dry.removed);
     if (rc == 0 && flock(f, LOCK_SH | LOCK_NB) != 0)
-        rc = cdl_error("--stage: cannot share the lock %s: %m", p);
+        rc = cdl_error("--stage: cannot share the lock %s/%s: %m", dir, LOCK_NAME);
     if (rc != 0) {
         close(f);
         return -1;

@@ -75,6 +75,19 @@ static int is_image_name(const char *s)
                    !strcasecmp(dot, ".jpeg"));
 }
 
+/* A picture torchvision's ImageFolder reads and cdl does not: left out,
+ * each reported (cdl_dataset_options.left_out), as the two would
+ * otherwise train on different samples without a word. */
+static int is_other_picture_name(const char *s)
+{
+    static const char *const ext[] = {".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp"};
+    const char *dot = strrchr(s, '.');
+    for (size_t k = 0; dot && k < sizeof ext / sizeof ext[0]; k++)
+        if (!strcasecmp(dot, ext[k]))
+            return 1;
+    return 0;
+}
+
 /* buf = a/b; an error when it does not fit. */
 static int join(char *buf, size_t len, const char *a, const char *b)
 {
@@ -102,8 +115,10 @@ static int is_dir(const char *path)
 }
 
 /* The entries of dir that are directories (want_dirs) or image files,
- * sorted; hidden entries are left out. */
-static int list_dir(const char *dir, int want_dirs, strlist *out)
+ * sorted; hidden entries are left out. others (files only; NULL: not
+ * wanted): the names of pictures of other formats (is_other_picture_name),
+ * sorted. */
+static int list_dir(const char *dir, int want_dirs, strlist *out, strlist *others)
 {
     char pn[512];
     DIR *d = opendir(dir);
@@ -120,8 +135,11 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
     while (!rc && (e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        if (!want_dirs && !is_image_name(e->d_name))
+        if (!want_dirs && !is_image_name(e->d_name)) {
+            if (others && is_other_picture_name(e->d_name))
+                rc = strlist_add(others, e->d_name);
             continue;
+        }
         if ((rc = join(path, sizeof path, dir, e->d_name)))
             break;
         struct stat st;
@@ -151,6 +169,8 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
     closedir(d);
     if (!rc && out->n > 1)   /* an empty list has no array (qsort wants one) */
         qsort(out->v, (size_t)out->n, sizeof *out->v, cmp_str);
+    if (!rc && others && others->n > 1)
+        qsort(others->v, (size_t)others->n, sizeof *others->v, cmp_str);
     return rc;
 }
 
@@ -189,7 +209,7 @@ static int list_tree(const char *dir, int depth, dir_id *above, strlist *out)
     strlist subs = {0};
     int rc = strlist_add(out, dir);
     if (!rc)
-        rc = list_dir(dir, 1, &subs);
+        rc = list_dir(dir, 1, &subs, NULL);
     for (int i = 0; !rc && i < subs.n; i++)
         if (!(rc = join(path, sizeof path, dir, subs.v[i])))
             rc = list_tree(path, depth + 1, above, out);
@@ -199,23 +219,29 @@ static int list_tree(const char *dir, int depth, dir_id *above, strlist *out)
 
 /* The pictures of the class folder dir and of the folders inside it, in
  * torchvision's order: folders sorted by their path (Python's sorted() of
- * os.walk's), the files of each sorted; appended to files as paths. */
-static int list_class_files(const char *dir, strlist *files)
+ * os.walk's), the files of each sorted; appended to files as paths, and
+ * those of other formats torchvision reads to others, in the same order. */
+static int list_class_files(const char *dir, strlist *files, strlist *others)
 {
     dir_id above[MAX_DEPTH];
-    strlist tree = {0}, here = {0};
+    strlist tree = {0}, here = {0}, other = {0};
     char full[4096];
     int rc = list_tree(dir, 0, above, &tree);
     if (!rc && tree.n > 1)
         qsort(tree.v, (size_t)tree.n, sizeof *tree.v, cmp_str);
     for (int t = 0; !rc && t < tree.n; t++) {
         strlist_free(&here);
-        rc = list_dir(tree.v[t], 0, &here);
+        strlist_free(&other);
+        rc = list_dir(tree.v[t], 0, &here, &other);
         for (int i = 0; !rc && i < here.n; i++)
             if (!(rc = join(full, sizeof full, tree.v[t], here.v[i])))
                 rc = strlist_add(files, full);
+        for (int i = 0; !rc && i < other.n; i++)
+            if (!(rc = join(full, sizeof full, tree.v[t], other.v[i])))
+                rc = strlist_add(others, full);
     }
     strlist_free(&here);
+    strlist_free(&other);
     strlist_free(&tree);
     return rc;
 }
@@ -359,7 +385,7 @@ static int check_memory(const char *root, long n, int c, int h, int w, size_t li
 static int list_classes(const char *root, strlist *classes)
 {
     char pn[512];
-    if (list_dir(root, 1, classes))
+    if (list_dir(root, 1, classes, NULL))
         return -1;
     if (classes->n == 0)
         return cdl_error("%s has no class subdirectories: an image folder holds one "
@@ -467,7 +493,7 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
     }
     train = train == CDL_SPLIT_TRAIN;
 
-    strlist classes = {0}, files = {0}, here = {0};
+    strlist classes = {0}, files = {0}, here = {0}, others = {0};
     int32_t *labels = NULL;
     char **errors = NULL;
     int rc = list_classes(split ? train_dir : root, &classes);
@@ -491,7 +517,7 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         }
         strlist_free(&here);
         if ((rc = join(path, sizeof path, root, dirs->v[k])) ||
-            (rc = list_class_files(path, &here)))
+            (rc = list_class_files(path, &here, &others)))
             break;
         if (here.n == 0 && train) {
             char other[256];
@@ -519,6 +545,9 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
     }
     strlist_free(&here);
     strlist_free(&test_classes);
+    for (int i = 0; !rc && o->left_out && i < others.n; i++)
+        o->left_out(others.v[i], o->left_out_arg);
+    strlist_free(&others);
     if (!rc && files.n == 0)
         rc = cdl_error("%s has no pictures", data_printable(root, pn, sizeof pn));
 

@@ -103,6 +103,15 @@ expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "imagefolder:$TM
 expect_err "$TMP/gray/b/00.png is a colour picture, but the samples are grayscale because the first picture, $TMP/gray/a/00.png, is: pass --channels 3"
 train --model mlp --dataset "imagefolder:$TMP/gray" --normalize "$imagenet" --channels 3 --val-split 1
 
+# A .webp picture (torchvision's ImageFolder reads it) was left out in
+# silence; now a warning names it, also under --quiet.
+mkdir -p "$TMP/webp/a" "$TMP/webp/b" && cp "$TMP"/img/train/red/0[0-4].png "$TMP/webp/a/" &&
+    cp "$TMP"/img/train/blue/0[0-4].png "$TMP/webp/b/" && cp "$TMP/webp/a/00.png" "$TMP/webp/b/x.webp" ||
+    die "webp fixture"
+train --model mlp --dataset "imagefolder:$TMP/webp" --val-split 1 2>"$TMP/err"
+grep -q "cdl-train: warning: leaving out $TMP/webp/b/x.webp: cdl reads PNG and JPEG pictures only (torchvision's ImageFolder would read it)" "$TMP/err" ||
+    die "no warning for the .webp left out: $(cat "$TMP/err")"
+
 # One folder per class, no test/: cdl-eval evaluates the run's validation
 # split, with a note, and gets the run's last validation accuracy.
 train --model mlp --dataset "imagefolder:$TMP/img/train" --image-size 8 --ckpt-dir "$TMP/ckv" \

@@ -79,6 +79,9 @@ typedef struct stage_stats {
     long copied;   /* files copied (the rest were there already, verified) */
     long removed;  /* entries of an earlier copy the dataset no longer holds (prune_tree) */
     long stale;    /* copy_tree without jobs: files whose copy is missing or not current */
+    char *verify;  /* copy_tree without jobs: a BUF buffer to compare a copy of the right size
+                    * but another time by CRC-32 (as copy_file would) before counting it
+                    * stale; NULL: counted */
     run *r;        /* NULL: no peers to keep told (beat) */
     double every, last;   /* seconds between beats, and the last one */
     int beat_failed;      /* a beat's collective failed: the peers are gone */
@@ -297,17 +300,25 @@ static double bytes_to_copy(const char *dst, const struct stat *src)
     return stat(dst, &ds) == 0 && ds.st_size == src->st_size ? 0 : (double)src->st_size;
 }
 
-/* What copy_file would do for src, counted in st without doing it: the
- * bytes it would write (0 when dst holds a file of its size already,
- * verified, not copied, if it matches), and whether dst is not current
- * (missing, or of another size or time: copy_file reads it again, and may
- * replace it). */
-static void note_to_copy(const char *dst, const struct stat *src, stage_stats *st)
+/* What copy_file would do for the file src (stat ss), counted in st
+ * without doing it: the bytes it would write (0 when dst holds a file of
+ * its size already, verified, not copied, if it matches), and whether dst
+ * is not current (missing, of another size, or of another time and, with
+ * st->verify, another CRC-32: copy_file would replace it). */
+static void note_to_copy(const char *src, const char *dst, const struct stat *ss,
+                         stage_stats *st)
 {
     struct stat ds;
-    st->bytes += bytes_to_copy(dst, src);
-    if (stat(dst, &ds) != 0 || ds.st_size != src->st_size || !same_time(&ds, src))
+    st->bytes += bytes_to_copy(dst, ss);
+    if (stat(dst, &ds) != 0 || ds.st_size != ss->st_size) {
         st->stale++;
+    } else if (!same_time(&ds, ss)) {
+        uint32_t a, b;
+        off_t na, nb;
+        if (!st->verify || file_crc(src, &a, &na, st->verify, st) != 0 ||
+            file_crc(dst, &b, &nb, st->verify, st) != 0 || a != b || na != nb)
+            st->stale++;
+    }
 }
 
 /* The files a copy_tree walk found to copy: src and dst of each. */
@@ -530,7 +541,7 @@ static int copy_tree(const char *src, const char *dst, int depth, dir_id *above,
         if (S_ISDIR(fs.st_mode))
             rc = copy_tree(s, t, depth + 1, above, jobs, st);
         else if (S_ISREG(fs.st_mode) && !jobs)
-            note_to_copy(t, &fs, st);
+            note_to_copy(s, t, &fs, st);
         else if (S_ISREG(fs.st_mode))
             rc = add_job(jobs, s, t);
     }
@@ -815,22 +826,24 @@ static int kept_lock(const char *src, const struct stat *ss, const char *dir, co
         return 0;
     }
     /* Read by another run: only a copy with nothing to change is shared. */
-    stage_stats dry = {.r = st->r, .every = st->every, .last = st->last};
+    stage_stats dry = {.r = st->r, .every = st->every, .last = st->last,
+                       .verify = cdl_malloc(BUF)};
     dir_id above[STAGE_MAX_DEPTH + 1];
-    int rc = 0;
+    int rc = 0;   /* without the buffer (out of memory) a file of another time is stale */
     prune_tree(src, dir, only, meta, 1, &dry);
     if (S_ISDIR(ss->st_mode)) {
         rc = copy_tree(src, dir, 0, above, NULL, &dry);
     } else {
         char to[1400], m[4200];
         snprintf(to, sizeof to, "%.1000s/%.300s", dir, base_name(src));
-        note_to_copy(to, ss, &dry);
+        note_to_copy(src, to, ss, &dry);
         struct stat ms;
         if (meta && tokens_meta_path(src, m, sizeof m) && stat(m, &ms) == 0) {
             snprintf(to, sizeof to, "%.1000s/meta.pkl", dir);
-            note_to_copy(to, &ms, &dry);
+            note_to_copy(m, to, &ms, &dry);
         }
     }
+    cdl_free(dry.verify);
     st->last = dry.last;
     st->beat_failed = dry.beat_failed;
     if (rc == 0 && (dry.removed || dry.stale))

@@ -63,6 +63,8 @@ run_kept() { expect_status "$1" timeout 60 "$CDL_TRAIN" --dataset "imagefolder:$
     --no-progress --stage "$TMP/st" 9<&-; }
 run_kept 0
 grep -q "12 files, [0-9.]* MB (0 copied)" "$TMP/err" || die "the unchanged copy was not shared: $(cat "$TMP/err")"
+touch "$TMP/slowfs/train/b/1.png"   # a new time, the same bytes: still shared
+run_kept 0
 rm "$TMP/slowfs/train/a/3.png"
 run_kept 1
 expect_err "--stage: another run is training from the kept copy $kept, and $TMP/slowfs changed since it was copied (0 files to copy again, 1 to remove): changing the copy would change that run's data under it: wait for that run to end, or give another --stage DIR"

@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #ifdef HAVE_PNG
 #include <png.h>
@@ -220,6 +221,34 @@ static int jpeg_decode(const uint8_t *d, size_t n, const char *name, image_buf *
 }
 #endif
 
+/* What a file that is no PNG or JPEG is, by its first bytes, when it is
+ * one of what a folder of pictures from the web or a camera holds (a .jpg
+ * that is a GIF or WebP, an error page saved under a picture's name), or
+ * NULL. */
+static const char *other_format(const uint8_t *d, size_t n)
+{
+    if (n >= 6 && (!memcmp(d, "GIF87a", 6) || !memcmp(d, "GIF89a", 6)))
+        return "a GIF picture";
+    if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4))
+        return "a WebP picture";
+    if (n >= 2 && !memcmp(d, "BM", 2))
+        return "a BMP picture";
+    if (n >= 4 && (!memcmp(d, "II*\0", 4) || !memcmp(d, "MM\0*", 4)))
+        return "a TIFF picture";
+    if (n >= 12 && !memcmp(d + 4, "ftyp", 4) &&
+        (!memcmp(d + 8, "heic", 4) || !memcmp(d + 8, "heix", 4) || !memcmp(d + 8, "mif1", 4) ||
+         !memcmp(d + 8, "avif", 4)))
+        return "a HEIC/AVIF picture (an iPhone's?)";
+    size_t i = 0;
+    while (i < n && i < 64 && (d[i] == ' ' || d[i] == '\t' || d[i] == '\r' || d[i] == '\n'))
+        i++;
+    if (n - i >= 5 && (!strncasecmp((const char *)d + i, "<!doc", 5) ||
+                       !strncasecmp((const char *)d + i, "<html", 5) ||
+                       !strncasecmp((const char *)d + i, "<?xml", 5)))
+        return "a web page or XML text (a download that got an error page?)";
+    return NULL;
+}
+
 static int decode(const uint8_t *data, size_t len, const char *name, image_buf *out,
                   int header_only, int want_h, int want_w)
 {
@@ -257,6 +286,10 @@ static int decode(const uint8_t *data, size_t len, const char *name, image_buf *
     if (len == 0)
         return cdl_error("%s is empty (0 bytes: a copy or download that did not finish?): "
                          "remove it from the folder or pass --skip-bad-files", name);
+    const char *what = other_format(data, len);
+    if (what)
+        return cdl_error("%s is %s, not a PNG or JPEG (convert it to train on it): remove it "
+                         "from the folder or pass --skip-bad-files", name, what);
     return cdl_error("%s is neither a PNG nor a JPEG (wrong magic bytes): remove it from the "
                      "folder or pass --skip-bad-files", name);
 }

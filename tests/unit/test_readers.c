@@ -341,7 +341,7 @@ static void test_imagefolder_bad_files(void **state)
     assert_int_equal(d.skipped, 2);
     /* Each one named, in sample order (the count alone left the user to
      * hunt for them). */
-    const char *b1 = strstr(seen, "bird/1.png"), *x = strstr(seen, "cat/x.png is neither");
+    const char *b1 = strstr(seen, "bird/1.png"), *x = strstr(seen, "cat/x.png is a GIF picture, not a PNG or JPEG");
     if (!b1 || !x || x < b1)
         fail_msg("skipped files reported: %s", seen);
     o.skipped = NULL;
@@ -355,7 +355,7 @@ static void test_imagefolder_bad_files(void **state)
     write_bytes(at("allbad/a/1.png"), trunc, n);
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("allbad"), 1, &o, &d), -1);
     assert_error_has("allbad: none of the 2 pictures could be read (the first: ");
-    assert_error_has("0.png is neither a PNG nor a JPEG (wrong magic bytes))");
+    assert_error_has("0.png is a GIF picture, not a PNG or JPEG (convert it to train on it))");
     if (strstr(cdl_last_error(), "pass --skip-bad-files"))
         fail_msg("advises --skip-bad-files, which was given: %s", cdl_last_error());
 
@@ -607,6 +607,46 @@ static void test_image_files(void **state)
  * .convert("RGB") = (180, 135, 90), the file storing them inverted (200,
  * 150, 100, 230) as Adobe's convention and PIL's "CMYK;I" have it. Gray
  * makes the luma of that. */
+/* A file under a picture's name that is another format said only "wrong
+ * magic bytes": a web scrape's .jpg that is a GIF, a WebP or an HTML
+ * error page, an iPhone's HEIC renamed. Now the error says what it is. */
+static void test_other_formats(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *bytes, *what;
+        size_t n;
+    } cases[] = {
+        {"GIF89a\1\0\1\0", "a GIF picture", 10},
+        {"RIFF\30\0\0\0WEBPVP8 ", "a WebP picture", 16},
+        {"BM\66\0\0\0", "a BMP picture", 6},
+        {"II*\0\10\0\0\0", "a TIFF picture", 8},
+        {"\0\0\0\30ftypheic\0\0\0\0", "a HEIC/AVIF picture", 16},
+        {"\n  <!DOCTYPE html><html>", "a web page or XML text (a download that got an error "
+                                       "page?)", 25},
+        {"<HTML><body>404", "a web page", 15},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char p[512], want[256];
+        snprintf(p, sizeof p, "%s", at("x.jpg"));
+        write_bytes(p, cases[k].bytes, cases[k].n);
+        const char *files[1] = {p};
+        cdl_dataset d;
+        assert_int_equal(cdl_dataset_from_image_files(files, 1, (cdl_shape){3, 4, 4}, 1, 0, &d),
+                         -1);
+        snprintf(want, sizeof want, "x.jpg is %s", cases[k].what);
+        assert_error_has(want);
+        assert_error_has("not a PNG or JPEG (convert it to train on it)");
+    }
+    write_bytes(at("x.jpg"), "hello", 5);
+    char p[512];
+    snprintf(p, sizeof p, "%s", at("x.jpg"));
+    const char *files[1] = {p};
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_from_image_files(files, 1, (cdl_shape){3, 4, 4}, 1, 0, &d), -1);
+    assert_error_has("x.jpg is neither a PNG nor a JPEG (wrong magic bytes)");
+}
+
 #if defined(HAVE_PNG) && defined(HAVE_JPEG)
 static void test_jpeg_cmyk(void **state)
 {
@@ -1027,6 +1067,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),
         cmocka_unit_test(test_image_fit_torchvision),
         cmocka_unit_test(test_image_fit_large_shrink),
+        cmocka_unit_test_setup_teardown(test_other_formats, setup, teardown),
 #ifdef HAVE_PNG
         cmocka_unit_test_setup_teardown(test_png_alpha, setup, teardown),
 #endif

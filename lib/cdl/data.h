@@ -124,6 +124,11 @@ typedef struct cdl_dataset_options {
                                * for each file left out with its error (naming it), in sample
                                * order, on the loading thread; NULL = only counted */
     void *skipped_arg;
+    void (*left_out)(const char *path, void *arg); /* imagefolder: called for each picture
+                               * of a format torchvision's ImageFolder reads and cdl does not
+                               * (.bmp .ppm .pgm .tif .tiff .webp), left out of the data,
+                               * in sample order, on the loading thread; NULL = in silence */
+    void *left_out_arg;
 } cdl_dataset_options;
 
 void cdl_dataset_options_defaults(cdl_dataset_options *o);

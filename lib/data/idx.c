@@ -27,16 +27,41 @@ typedef struct idx_file {
     char path[4096];
 } idx_file;
 
-/* Opens dir/base.gz if it exists, else dir/base. */
+/* What to do about a stat() that failed with err, not ENOENT: a file
+ * system that fails to answer (EIO, ESTALE) is not a missing dataset. */
+static const char *stat_advice(int err, const char *hint, char *buf, size_t len)
+{
+    if (err == EACCES || err == EPERM || err == ELOOP || err == ENAMETOOLONG)
+        return data_open_advice(err, hint, buf, len);
+    return "retry when the file system answers";
+}
+
+/* Opens dir/base.gz if it exists, else dir/base. Only a .gz that is not
+ * there falls back to the raw name: one whose stat() fails otherwise (EIO,
+ * ESTALE from a shared file system, EACCES) is that error, naming the .gz.
+ * Falling back replaced it with the raw name's "No such file or directory"
+ * (the user looked for a missing file that was there), or read a stale raw
+ * file beside it in silence. */
 static int idx_open(idx_file *x, const char *dir, const char *base, const char *hint)
 {
     struct stat st;
+    char advice[512];
     snprintf(x->path, sizeof x->path, "%s/%s.gz", dir, base);
     if (stat(x->path, &st) != 0) {
+        int err = errno;
+        if (err != ENOENT && err != ENOTDIR)
+            return cdl_error("cannot stat %s: %s (the file without .gz is not read in its "
+                             "place): %s", x->path, strerror(err), stat_advice(err, hint, advice,
+                                                                               sizeof advice));
         snprintf(x->path, sizeof x->path, "%s/%s", dir, base);
-        if (stat(x->path, &st) != 0)
-            return cdl_error("cannot find %s/%s.gz or %s: %s: %s", dir, base, x->path,
-                             strerror(errno), hint);
+        if (stat(x->path, &st) != 0) {
+            err = errno;
+            if (err == ENOENT || err == ENOTDIR)
+                return cdl_error("cannot find %s/%s.gz or %s: %s: %s", dir, base, x->path,
+                                 strerror(err), hint);
+            return cdl_error("cannot stat %s (and there is no %s.gz): %s: %s", x->path, base,
+                             strerror(err), stat_advice(err, hint, advice, sizeof advice));
+        }
     }
     int fd = data_open_regular(x->path, hint);
     if (fd < 0)

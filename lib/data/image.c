@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #ifdef HAVE_PNG
 #include <png.h>
@@ -123,6 +124,33 @@ static void jpeg_warn(j_common_ptr cinfo, int level)
         jpeg_fail(cinfo);
 }
 
+/* (n, 4) CMYK as libjpeg reads it -> (n, 3) RGB in place, front to back,
+ * with PIL's numbers, so the pixels are torchvision's: the samples are
+ * taken as Adobe's inverted CMYK (PIL's "CMYK;I", which it assumes for
+ * every 4-component JPEG; Photoshop writes them so), then PIL's
+ * convert("RGB"): each of R, G, B = (255 - K) - C * (255 - K) / 255,
+ * rounded as its MULDIV255. ImageNet holds a few such files; they were an
+ * error ("convert it to RGB"). */
+static uint8_t muldiv255(int a, int b)
+{
+    int t = a * b + 128;
+    return (uint8_t)(((t >> 8) + t) >> 8);
+}
+
+static void cmyk_to_rgb(uint8_t *px, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = px + 4 * i;
+        int nk = p[3];   /* 255 - K, K inverted */
+        uint8_t rgb[3];
+        for (int k = 0; k < 3; k++) {
+            int v = nk - muldiv255(255 - p[k], nk);
+            rgb[k] = (uint8_t)(v < 0 ? 0 : v);
+        }
+        memcpy(px + 3 * i, rgb, 3);
+    }
+}
+
 /* header_only: fills h, w, c and stops. want_h/want_w > 0: decode at the
  * smallest DCT scale M/8 that still covers want_h x want_w (libjpeg-turbo
  * scales while decoding, far cheaper than decoding whole and shrinking). */
@@ -144,23 +172,25 @@ static int jpeg_decode(const uint8_t *d, size_t n, const char *name, image_buf *
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, d, (unsigned long)n);
     jpeg_read_header(&cinfo, TRUE);
-    if (cinfo.num_components != 1 && cinfo.num_components != 3) {
+    int cmyk = cinfo.num_components == 4 &&
+               (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK);
+    if (cinfo.num_components != 1 && cinfo.num_components != 3 && !cmyk) {
         jpeg_destroy_decompress(&cinfo);
-        return cdl_error("%s: a JPEG with %d colour components (CMYK?): convert it to RGB",
-                         name, cinfo.num_components);
+        return cdl_error("%s: a JPEG with %d colour components: convert it to RGB", name,
+                         cinfo.num_components);
     }
     if (check_size(name, cinfo.image_height, cinfo.image_width)) {
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
-    out->c = cinfo.num_components;
+    out->c = cmyk ? 3 : cinfo.num_components;
     out->h = (int)cinfo.image_height;
     out->w = (int)cinfo.image_width;
     if (header_only) {
         jpeg_destroy_decompress(&cinfo);
         return 0;
     }
-    cinfo.out_color_space = out->c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    cinfo.out_color_space = cmyk ? JCS_CMYK : out->c == 1 ? JCS_GRAYSCALE : JCS_RGB;
     if (want_h > 0 && want_w > 0) {
         unsigned m = 1;
         while (m < 8 && ((unsigned long)out->h * m < 8ul * want_h ||
@@ -172,7 +202,7 @@ static int jpeg_decode(const uint8_t *d, size_t n, const char *name, image_buf *
     jpeg_start_decompress(&cinfo);
     out->h = (int)cinfo.output_height;
     out->w = (int)cinfo.output_width;
-    size_t stride = (size_t)out->w * (size_t)out->c;
+    size_t stride = (size_t)out->w * (size_t)cinfo.output_components;
     px = cdl_malloc(stride * (size_t)out->h);
     if (!px) {
         jpeg_destroy_decompress(&cinfo);
@@ -184,10 +214,40 @@ static int jpeg_decode(const uint8_t *d, size_t n, const char *name, image_buf *
     }
     jpeg_finish_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
+    if (cmyk)
+        cmyk_to_rgb(px, (size_t)out->h * (size_t)out->w);
     out->px = px;
     return 0;
 }
 #endif
+
+/* What a file that is no PNG or JPEG is, by its first bytes, when it is
+ * one of what a folder of pictures from the web or a camera holds (a .jpg
+ * that is a GIF or WebP, an error page saved under a picture's name), or
+ * NULL. */
+static const char *other_format(const uint8_t *d, size_t n)
+{
+    if (n >= 6 && (!memcmp(d, "GIF87a", 6) || !memcmp(d, "GIF89a", 6)))
+        return "a GIF picture";
+    if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4))
+        return "a WebP picture";
+    if (n >= 2 && !memcmp(d, "BM", 2))
+        return "a BMP picture";
+    if (n >= 4 && (!memcmp(d, "II*\0", 4) || !memcmp(d, "MM\0*", 4)))
+        return "a TIFF picture";
+    if (n >= 12 && !memcmp(d + 4, "ftyp", 4) &&
+        (!memcmp(d + 8, "heic", 4) || !memcmp(d + 8, "heix", 4) || !memcmp(d + 8, "mif1", 4) ||
+         !memcmp(d + 8, "avif", 4)))
+        return "a HEIC/AVIF picture (an iPhone's?)";
+    size_t i = 0;
+    while (i < n && i < 64 && (d[i] == ' ' || d[i] == '\t' || d[i] == '\r' || d[i] == '\n'))
+        i++;
+    if (n - i >= 5 && (!strncasecmp((const char *)d + i, "<!doc", 5) ||
+                       !strncasecmp((const char *)d + i, "<html", 5) ||
+                       !strncasecmp((const char *)d + i, "<?xml", 5)))
+        return "a web page or XML text (a download that got an error page?)";
+    return NULL;
+}
 
 static int decode(const uint8_t *data, size_t len, const char *name, image_buf *out,
                   int header_only, int want_h, int want_w)
@@ -226,6 +286,10 @@ static int decode(const uint8_t *data, size_t len, const char *name, image_buf *
     if (len == 0)
         return cdl_error("%s is empty (0 bytes: a copy or download that did not finish?): "
                          "remove it from the folder or pass --skip-bad-files", name);
+    const char *what = other_format(data, len);
+    if (what)
+        return cdl_error("%s is %s, not a PNG or JPEG (convert it to train on it): remove it "
+                         "from the folder or pass --skip-bad-files", name, what);
     return cdl_error("%s is neither a PNG nor a JPEG (wrong magic bytes): remove it from the "
                      "folder or pass --skip-bad-files", name);
 }
@@ -270,6 +334,14 @@ static void axis_free(axis *a)
     cdl_free(a->w);
 }
 
+/* The triangle filter's weight of input pixel j for an output centred at
+ * centre (input pixels), widened to support. */
+static double tap(int j, double centre, double support)
+{
+    double v = 1 - fabs((j + 0.5 - centre) / support);
+    return v > 0 ? v : 0;
+}
+
 /* Input size in, scaled size scaled (>= out), output positions [off, off+out). */
 static int axis_make(axis *a, int in, int scaled, int off, int out)
 {
@@ -292,17 +364,17 @@ static int axis_make(axis *a, int in, int scaled, int off, int out)
             hi = in;
         if (hi - lo > a->taps)
             hi = lo + a->taps;
-        double sum = 0, wt[2 * 64 + 3];   /* taps <= 2 * 64 + 1 (shrinking <= 64x) */
-        int k = 0;
+        /* Two passes over the taps (the sum, then each weight over it)
+         * rather than a stack array of them: a shrink of any factor has
+         * room (a 4000-pixel microscope or phone picture to 32 is 2 x 125
+         * taps; a fixed array of 64x refused it). */
+        double sum = 0;
+        int k = hi - lo;
         float *w = a->w + (size_t)i * a->taps;
-        for (int j = lo; j < hi; j++, k++) {
-            double x = (j + 0.5 - centre) / support;
-            double v = 1 - fabs(x);
-            wt[k] = v > 0 ? v : 0;
-            sum += v > 0 ? v : 0;
-        }
+        for (int j = lo; j < hi; j++)
+            sum += tap(j, centre, support);
         for (int j = 0; j < k; j++)
-            w[j] = (float)(sum > 0 ? wt[j] / sum : (j == 0));
+            w[j] = (float)(sum > 0 ? tap(lo + j, centre, support) / sum : (j == 0));
         a->first[i] = lo;
         a->n[i] = k;
     }
@@ -407,9 +479,6 @@ int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst)
         sw = w;
         sh = (int)fmax(h, (double)((int64_t)w * in->h / in->w));
     }
-    if ((double)in->h / sh > 64 || (double)in->w / sw > 64)
-        return cdl_error("an image of %dx%d shrinks more than 64 times to %dx%d: pass a larger "
-                         "--image-size", in->w, in->h, w, h);
     axis ay = {0}, ax = {0};
     float *tmp = cdl_malloc(((size_t)in->h + 1) * w * c * sizeof(float));   /* + acc */
     if (!tmp || axis_make(&ay, in->h, sh, crop_start(sh - h), h) ||

@@ -75,6 +75,19 @@ static int is_image_name(const char *s)
                    !strcasecmp(dot, ".jpeg"));
 }
 
+/* A picture torchvision's ImageFolder reads and cdl does not: left out,
+ * each reported (cdl_dataset_options.left_out), as the two would
+ * otherwise train on different samples without a word. */
+static int is_other_picture_name(const char *s)
+{
+    static const char *const ext[] = {".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp"};
+    const char *dot = strrchr(s, '.');
+    for (size_t k = 0; dot && k < sizeof ext / sizeof ext[0]; k++)
+        if (!strcasecmp(dot, ext[k]))
+            return 1;
+    return 0;
+}
+
 /* buf = a/b; an error when it does not fit. */
 static int join(char *buf, size_t len, const char *a, const char *b)
 {
@@ -102,8 +115,10 @@ static int is_dir(const char *path)
 }
 
 /* The entries of dir that are directories (want_dirs) or image files,
- * sorted; hidden entries are left out. */
-static int list_dir(const char *dir, int want_dirs, strlist *out)
+ * sorted; hidden entries are left out. others (files only; NULL: not
+ * wanted): the names of pictures of other formats (is_other_picture_name),
+ * sorted. */
+static int list_dir(const char *dir, int want_dirs, strlist *out, strlist *others)
 {
     char pn[512];
     DIR *d = opendir(dir);
@@ -120,8 +135,11 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
     while (!rc && (e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        if (!want_dirs && !is_image_name(e->d_name))
+        if (!want_dirs && !is_image_name(e->d_name)) {
+            if (others && is_other_picture_name(e->d_name))
+                rc = strlist_add(others, e->d_name);
             continue;
+        }
         if ((rc = join(path, sizeof path, dir, e->d_name)))
             break;
         struct stat st;
@@ -151,6 +169,8 @@ static int list_dir(const char *dir, int want_dirs, strlist *out)
     closedir(d);
     if (!rc && out->n > 1)   /* an empty list has no array (qsort wants one) */
         qsort(out->v, (size_t)out->n, sizeof *out->v, cmp_str);
+    if (!rc && others && others->n > 1)
+        qsort(others->v, (size_t)others->n, sizeof *others->v, cmp_str);
     return rc;
 }
 
@@ -189,7 +209,7 @@ static int list_tree(const char *dir, int depth, dir_id *above, strlist *out)
     strlist subs = {0};
     int rc = strlist_add(out, dir);
     if (!rc)
-        rc = list_dir(dir, 1, &subs);
+        rc = list_dir(dir, 1, &subs, NULL);
     for (int i = 0; !rc && i < subs.n; i++)
         if (!(rc = join(path, sizeof path, dir, subs.v[i])))
             rc = list_tree(path, depth + 1, above, out);
@@ -199,23 +219,29 @@ static int list_tree(const char *dir, int depth, dir_id *above, strlist *out)
 
 /* The pictures of the class folder dir and of the folders inside it, in
  * torchvision's order: folders sorted by their path (Python's sorted() of
- * os.walk's), the files of each sorted; appended to files as paths. */
-static int list_class_files(const char *dir, strlist *files)
+ * os.walk's), the files of each sorted; appended to files as paths, and
+ * those of other formats torchvision reads to others, in the same order. */
+static int list_class_files(const char *dir, strlist *files, strlist *others)
 {
     dir_id above[MAX_DEPTH];
-    strlist tree = {0}, here = {0};
+    strlist tree = {0}, here = {0}, other = {0};
     char full[4096];
     int rc = list_tree(dir, 0, above, &tree);
     if (!rc && tree.n > 1)
         qsort(tree.v, (size_t)tree.n, sizeof *tree.v, cmp_str);
     for (int t = 0; !rc && t < tree.n; t++) {
         strlist_free(&here);
-        rc = list_dir(tree.v[t], 0, &here);
+        strlist_free(&other);
+        rc = list_dir(tree.v[t], 0, &here, &other);
         for (int i = 0; !rc && i < here.n; i++)
             if (!(rc = join(full, sizeof full, tree.v[t], here.v[i])))
                 rc = strlist_add(files, full);
+        for (int i = 0; !rc && i < other.n; i++)
+            if (!(rc = join(full, sizeof full, tree.v[t], other.v[i])))
+                rc = strlist_add(others, full);
     }
     strlist_free(&here);
+    strlist_free(&other);
     strlist_free(&tree);
     return rc;
 }
@@ -257,16 +283,18 @@ typedef struct job {
     uint64_t hist[3][256];      /* no images (the check before streaming): the pixels of the
                                  * readable files, so the statistics need no second pass */
     int (*stop)(void);          /* cdl_dataset_options.stop, or NULL */
+    long first_colour;          /* the least index of a colour file (RGB, or RGB and alpha),
+                                 * or files->n: none */
     int stopped;                /* stop said so: the pictures are not all decoded */
 } job;
 
 /* File i into its slot of images, or into the worker's scratch when there
  * are no slots (the check of every file before streaming). */
-static int decode_one(job *j, long i, uint8_t *scratch)
+static int decode_one(job *j, long i, uint8_t *scratch, int *src_c)
 {
     size_t sample = (size_t)j->c * j->h * j->w;
     return image_file_fit(j->files->v[i], j->h, j->w, j->c,
-                          j->images ? j->images + (size_t)i * sample : scratch);
+                          j->images ? j->images + (size_t)i * sample : scratch, src_c);
 }
 
 static void *decode_worker(void *arg)
@@ -275,6 +303,7 @@ static void *decode_worker(void *arg)
     size_t plane = (size_t)j->h * j->w;
     uint8_t *scratch = j->images ? NULL : cdl_malloc((size_t)j->c * plane);
     uint64_t hist[3][256] = {{0}};
+    long first_colour = j->files->n;
     for (;;) {
         pthread_mutex_lock(&j->mu);
         long i = j->next++;
@@ -284,10 +313,13 @@ static void *decode_worker(void *arg)
         pthread_mutex_unlock(&j->mu);
         if (i >= j->files->n || stopped)
             break;
-        if ((!j->images && !scratch) || decode_one(j, i, scratch)) {
+        int src_c = 1;
+        if ((!j->images && !scratch) || decode_one(j, i, scratch, &src_c)) {
             j->errors[i] = strdup(cdl_last_error()[0] ? cdl_last_error() : "unreadable");
             continue;
         }
+        if (src_c != 1 && i < first_colour)
+            first_colour = i;
         for (int ch = 0; scratch && ch < j->c; ch++)
             for (size_t k = 0; k < plane; k++)
                 hist[ch][scratch[ch * plane + k]]++;
@@ -297,6 +329,8 @@ static void *decode_worker(void *arg)
     for (int ch = 0; ch < 3; ch++)   /* integer sums: the order does not matter */
         for (int v = 0; v < 256; v++)
             j->hist[ch][v] += hist[ch][v];
+    if (first_colour < j->first_colour)
+        j->first_colour = first_colour;
     pthread_mutex_unlock(&j->mu);
     return NULL;
 }
@@ -306,6 +340,7 @@ static int decode_all(job *j, int threads)
 {
     pthread_mutex_init(&j->mu, NULL);
     j->next = 0;
+    j->first_colour = j->files->n;
     if (threads > j->files->n)
         threads = j->files->n;
     if (threads > 256)
@@ -350,7 +385,7 @@ static int check_memory(const char *root, long n, int c, int h, int w, size_t li
 static int list_classes(const char *root, strlist *classes)
 {
     char pn[512];
-    if (list_dir(root, 1, classes))
+    if (list_dir(root, 1, classes, NULL))
         return -1;
     if (classes->n == 0)
         return cdl_error("%s has no class subdirectories: an image folder holds one "
@@ -381,7 +416,7 @@ static int bad_file_error(const char *msg)
  * test split is given its training split's: its own first picture may
  * have another size or be gray where training's was RGB). */
 static int pick_geometry(const char *root, const strlist *files, const cdl_dataset_options *o,
-                         int *h, int *w, int *c)
+                         int *h, int *w, int *c, int *first_ok)
 {
     char pn[512], first[1024] = "";
     int rc = -1;
@@ -406,6 +441,7 @@ static int pick_geometry(const char *root, const strlist *files, const cdl_datas
         *h = exact ? o->image_height : o->image_size > 0 ? o->image_size : ih;
         *w = exact ? o->image_width : o->image_size > 0 ? o->image_size : iw;
         *c = o->channels > 0 ? o->channels : ic;
+        *first_ok = i;
         return 0;
     }
     /* --skip-bad-files and not one readable: the decoder's advice to pass
@@ -457,7 +493,7 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
     }
     train = train == CDL_SPLIT_TRAIN;
 
-    strlist classes = {0}, files = {0}, here = {0};
+    strlist classes = {0}, files = {0}, here = {0}, others = {0};
     int32_t *labels = NULL;
     char **errors = NULL;
     int rc = list_classes(split ? train_dir : root, &classes);
@@ -481,7 +517,7 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         }
         strlist_free(&here);
         if ((rc = join(path, sizeof path, root, dirs->v[k])) ||
-            (rc = list_class_files(path, &here)))
+            (rc = list_class_files(path, &here, &others)))
             break;
         if (here.n == 0 && train) {
             char other[256];
@@ -509,12 +545,22 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
     }
     strlist_free(&here);
     strlist_free(&test_classes);
+    for (int i = 0; !rc && o->left_out && i < others.n; i++)
+        o->left_out(others.v[i], o->left_out_arg);
+    strlist_free(&others);
     if (!rc && files.n == 0)
         rc = cdl_error("%s has no pictures", data_printable(root, pn, sizeof pn));
 
     job j = {.files = &files};
+    int first = 0;
     if (!rc)
-        rc = pick_geometry(root, &files, o, &j.h, &j.w, &j.c);
+        rc = pick_geometry(root, &files, o, &j.h, &j.w, &j.c, &first);
+    /* Gray only because the first picture is: a colour one is an error,
+     * not made gray in silence (torchvision reads every picture as RGB). */
+    int gray_by_default = !rc && o->channels == 0 && j.c == 1;
+    char gray_first[4096] = "";   /* its path: --skip-bad-files may free files.v[first] */
+    if (gray_by_default)
+        snprintf(gray_first, sizeof gray_first, "%s", files.v[first]);
     size_t sample = (size_t)j.c * j.h * j.w;
     if (!rc && sample > SIZE_MAX / 2 / (size_t)files.n)
         rc = cdl_error("%s: %d pictures of %dx%dx%d do not fit in memory: pass a smaller "
@@ -544,6 +590,9 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         if (j.stopped)
             rc = cdl_error("%s: stopped while decoding its %d pictures (a signal)",
                            data_printable(root, pn, sizeof pn), files.n);
+
+        /* A colour file is good: compacting keeps its string. */
+        const char *colour = j.first_colour < files.n ? files.v[j.first_colour] : NULL;
         /* The first bad file (in sample order, so the same message every run),
          * or compact the good ones in order. */
         long kept = 0, bad = 0;
@@ -573,6 +622,8 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
             out->skipped = bad;
             files.n = (int)kept;   /* the bad ones are freed, the rest moved down */
         }
+        if (!rc && gray_by_default && colour)
+            rc = image_colour_in_gray(colour, gray_first);
     } else if (!rc) {
         out->n = files.n;
     }
@@ -584,6 +635,8 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
             *out->stream = (image_stream){.paths = files.v, .n = files.n, .h = j.h, .w = j.w,
                                           .c = j.c, .threads = o->threads,
                                           .have_hist = o->skip_bad_files};
+            if (gray_by_default && !(out->stream->gray_from = strdup(gray_first)))
+                rc = cdl_error("out of memory for a list of %d pictures", files.n);
             memcpy(out->stream->hist, j.hist, sizeof j.hist);
             files = (strlist){0};
         }

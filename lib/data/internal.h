@@ -74,8 +74,15 @@ int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst);
 #define IMAGE_MAX_FILE_BYTES ((size_t)1 << 30)
 
 /* Reads the picture at path and fits it into dst (c, h, w) as the folder
- * reader does (image_decode_for + image_fit); errors name the file. */
-int image_file_fit(const char *path, int h, int w, int c, uint8_t *dst);
+ * reader does (image_decode_for + image_fit); errors name the file.
+ * src_c (NULL: not wanted): the file's own channel count, 1 or 3. */
+int image_file_fit(const char *path, int h, int w, int c, uint8_t *dst, int *src_c);
+
+/* The error for a colour picture among samples that are grayscale only
+ * because the first picture, first, is (no --channels given): made gray in
+ * silence, a web scrape whose sorted first file was gray trained without
+ * colour. */
+int image_colour_in_gray(const char *path, const char *first);
 
 /* Pictures decoded when a batch needs them (stream.c): cdl_dataset.stream,
  * with images NULL. Sample i is paths[i] fitted to (c, h, w). */
@@ -86,6 +93,8 @@ typedef struct cdl_image_stream {
     int threads;      /* for the statistics' pass (0 = cdl_default_threads()) */
     int have_hist;    /* hist holds the pixels of every file already (the check of
                        * --skip-bad-files decoded them), so no second pass */
+    char *gray_from;  /* c is 1 because this first picture is gray (no --channels): a
+                       * colour picture is an error (image_colour_in_gray); owned */
     uint64_t hist[3][256];
 } image_stream;
 

@@ -13,7 +13,17 @@
 
 #include "lib/data/internal.h"
 
-int image_file_fit(const char *path, int h, int w, int c, uint8_t *dst)
+int image_colour_in_gray(const char *path, const char *first)
+{
+    char pn[512], pf[512];
+    return cdl_error("%s is a colour picture, but the samples are grayscale because the first "
+                     "picture, %s, is: pass --channels 3 to read every picture as RGB (as "
+                     "torchvision's ImageFolder does), or --channels 1 to make them all "
+                     "grayscale", data_printable(path, pn, sizeof pn),
+                     data_printable(first, pf, sizeof pf));
+}
+
+int image_file_fit(const char *path, int h, int w, int c, uint8_t *dst, int *src_c)
 {
     char pn[512];
     const char *name = data_printable(path, pn, sizeof pn);
@@ -28,6 +38,8 @@ int image_file_fit(const char *path, int h, int w, int c, uint8_t *dst)
     if (rc)
         return -1;
     rc = image_fit(&im, h, w, c, dst);
+    if (src_c)
+        *src_c = im.c;
     cdl_free(im.px);
     return rc ? cdl_error("%s: %s", name, cdl_last_error()) : 0;
 }
@@ -36,8 +48,9 @@ int image_stream_read(const image_stream *s, long i, uint8_t *dst)
 {
     if (i < 0 || i >= s->n)
         return cdl_error("image stream: sample %ld of %d", i, s->n);
-    if (image_file_fit(s->paths[i], s->h, s->w, s->c, dst) == 0)
-        return 0;
+    int src_c;
+    if (image_file_fit(s->paths[i], s->h, s->w, s->c, dst, &src_c) == 0)
+        return s->gray_from && src_c != 1 ? image_colour_in_gray(s->paths[i], s->gray_from) : 0;
     /* Found while training: say how to find such files before the run. */
     char msg[2048];
     snprintf(msg, sizeof msg, "%s", cdl_last_error());
@@ -53,6 +66,7 @@ void image_stream_free(image_stream *s)
     for (int i = 0; s->paths && i < s->n; i++)
         free(s->paths[i]);
     free(s->paths);
+    free(s->gray_from);
     free(s);
 }
 
@@ -69,6 +83,11 @@ image_stream *image_stream_subset(const image_stream *s, const uint8_t *pick, ui
     o->w = s->w;
     o->c = s->c;
     o->threads = s->threads;
+    if (s->gray_from && !(o->gray_from = strdup(s->gray_from))) {
+        image_stream_free(o);
+        cdl_error("out of memory for a list of %ld pictures", count);
+        return NULL;
+    }
     for (long i = 0; i < s->n && o->n < count; i++) {
         if (pick[i] != want)
             continue;

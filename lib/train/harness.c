@@ -182,6 +182,22 @@ static void log_skipped(const char *why, void *arg)
              advice ? (int)(advice - why) : (int)strlen(why), why);
 }
 
+/* Pictures of formats torchvision reads and cdl does not (.webp, .bmp,
+ * .tif ...), left out: named on rank 0 (the first SKIPPED_SHOWN), then
+ * counted. A web scrape's .webp files were dropped in silence, and the run
+ * trained on fewer pictures than the same folder gives PyTorch. */
+static void log_left_out(const char *path, void *arg)
+{
+    skipped_log *s = arg;
+    if (s->rank != 0 || s->quiet || s->n++ >= SKIPPED_SHOWN)
+        return;
+    char pn[512];
+    log_line(CDL_LOG_WARNING, stderr, "cdl-train: warning: leaving out %s: cdl reads PNG and "
+             "JPEG pictures only (torchvision's ImageFolder would read it): convert it to train "
+             "on it",
+             data_printable(path, pn, sizeof pn));
+}
+
 static int load_data(run *r)
 {
     const cdl_train_config *c = r->cfg;
@@ -225,8 +241,15 @@ static int load_data(run *r)
     skipped_log skipped = {.rank = r->ri.rank, .quiet = c->quiet};
     o.skipped = log_skipped;
     o.skipped_arg = &skipped;
+    skipped_log other = {.rank = r->ri.rank};   /* a warning: also when quiet */
+    o.left_out = log_left_out;
+    o.left_out_arg = &other;
     if (cdl_dataset_load_with(c->dataset, dir, 1, &o, &r->train) != 0)
         return -1;
+    if (other.n > SKIPPED_SHOWN)
+        log_line(CDL_LOG_WARNING, stderr, "cdl-train: warning: left out %ld pictures of other "
+                 "formats than PNG and JPEG (the first ones named above)", other.n);
+    o.left_out = NULL;
     r->have_train = 1;
     if (r->train.stream && !c->quiet && r->ri.rank == 0)
         log_line(CDL_LOG_INFO, stderr,

@@ -78,6 +78,10 @@ typedef struct stage_stats {
     double bytes;
     long copied;   /* files copied (the rest were there already, verified) */
     long removed;  /* entries of an earlier copy the dataset no longer holds (prune_tree) */
+    long stale;    /* copy_tree without jobs: files whose copy is missing or not current */
+    char *verify;  /* copy_tree without jobs: a BUF buffer to compare a copy of the right size
+                    * but another time by CRC-32 (as copy_file would) before counting it
+                    * stale; NULL: counted */
     run *r;        /* NULL: no peers to keep told (beat) */
     double every, last;   /* seconds between beats, and the last one */
     int beat_failed;      /* a beat's collective failed: the peers are gone */
@@ -295,6 +299,27 @@ static double bytes_to_copy(const char *dst, const struct stat *src)
 {
     struct stat ds;
     return stat(dst, &ds) == 0 && ds.st_size == src->st_size ? 0 : (double)src->st_size;
+}
+
+/* What copy_file would do for the file src (stat ss), counted in st
+ * without doing it: the bytes it would write (0 when dst holds a file of
+ * its size already, verified, not copied, if it matches), and whether dst
+ * is not current (missing, of another size, or of another time and, with
+ * st->verify, another CRC-32: copy_file would replace it). */
+static void note_to_copy(const char *src, const char *dst, const struct stat *ss,
+                         stage_stats *st)
+{
+    struct stat ds;
+    st->bytes += bytes_to_copy(dst, ss);
+    if (stat(dst, &ds) != 0 || ds.st_size != ss->st_size) {
+        st->stale++;
+    } else if (!same_time(&ds, ss)) {
+        uint32_t a, b;
+        off_t na, nb;
+        if (!st->verify || file_crc(src, &a, &na, st->verify, st) != 0 ||
+            file_crc(dst, &b, &nb, st->verify, st) != 0 || a != b || na != nb)
+            st->stale++;
+    }
 }
 
 /* The files a copy_tree walk found to copy: src and dst of each. */
@@ -517,7 +542,7 @@ static int copy_tree(const char *src, const char *dst, int depth, dir_id *above,
         if (S_ISDIR(fs.st_mode))
             rc = copy_tree(s, t, depth + 1, above, jobs, st);
         else if (S_ISREG(fs.st_mode) && !jobs)
-            st->bytes += bytes_to_copy(t, &fs);
+            note_to_copy(s, t, &fs, st);
         else if (S_ISREG(fs.st_mode))
             rc = add_job(jobs, s, t);
     }
@@ -613,9 +638,10 @@ static int in_source(const char *src, const char *name, int is_dir)
  * would still find in the copy and train on, and the temporary files of
  * copies killed on this host. When only is set (one file staged into dst,
  * with its meta.pkl), every other entry goes. Counts removed files and
- * folders in st->removed. Other hidden entries stay. */
+ * folders in st->removed (dry: counts them and removes nothing). Other
+ * hidden entries stay. */
 static void prune_tree(const char *src, const char *dst, const char *only, const char *meta,
-                       stage_stats *st)
+                       int dry, stage_stats *st)
 {
     DIR *d = opendir(dst);
     if (!d)
@@ -624,7 +650,7 @@ static void prune_tree(const char *src, const char *dst, const char *only, const
     while ((e = readdir(d)) && beat(st) == 0) {
         if (e->d_name[0] == '.') {
             char t[4096];
-            if (is_stale_tmp(e->d_name) &&
+            if (!dry && is_stale_tmp(e->d_name) &&
                 snprintf(t, sizeof t, "%s/%s", dst, e->d_name) < (int)sizeof t)
                 unlink(t);
             continue;
@@ -638,10 +664,10 @@ static void prune_tree(const char *src, const char *dst, const char *only, const
         int keep = only ? !dir && (!strcmp(e->d_name, only) || (meta && !strcmp(e->d_name, meta)))
                         : in_source(src, e->d_name, dir);
         if (!keep) {
-            if (dir ? remove_tree(t) == 0 : unlink(t) == 0)
+            if (dry || (dir ? remove_tree(t) == 0 : unlink(t) == 0))
                 st->removed++;
         } else if (dir && snprintf(s, sizeof s, "%s/%s", src, e->d_name) < (int)sizeof s) {
-            prune_tree(s, t, NULL, NULL, st);
+            prune_tree(s, t, NULL, NULL, dry, st);
         }
     }
     closedir(d);
@@ -742,15 +768,24 @@ int train_stage_sweep(const char *base)
  * -1 with an error (a signal, the peers gone). */
 static const char COPY_LOCK[] = ".copying";
 
-static int copy_lock(const char *dir, double stale_s, stage_stats *st, double *waited)
+/* dir/name opened (created 0600 if missing) for a lock; -1 with an error. */
+static int open_lock_file(const char *dir, const char *name, int flags)
 {
     char p[1200];
-    *waited = 0;
-    if (snprintf(p, sizeof p, "%s/%s", dir, COPY_LOCK) >= (int)sizeof p)
+    if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p)
         return cdl_error("--stage: path too long: %s", dir);
-    int fd = open(p, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = open(p, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return cdl_error("--stage: cannot create %s: %m", p);
+    return fd;
+}
+
+static int copy_lock(const char *dir, double stale_s, stage_stats *st, double *waited)
+{
+    *waited = 0;
+    int fd = open_lock_file(dir, COPY_LOCK, O_RDWR);
+    if (fd < 0)
+        return -1;
     double t0 = train_now(), seen = t0;
     struct timespec mt = {0, 0};
     while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -785,6 +820,72 @@ static int copy_lock(const char *dir, double stale_s, stage_stats *st, double *w
     st->lock_fd = fd;
     st->touched = 0;
     touch_lock(st);
+    return 0;
+}
+
+/* A kept copy (--stage DIR) is read by every run staged into it for as
+ * long as that run trains (a streamed image folder opens its files every
+ * epoch): each holds DIR/.lock shared from its copy to its end
+ * (train_stage_cleanup). Changing the copy (removing what the dataset no
+ * longer holds, replacing a file that changed) takes it exclusively: a
+ * run staging a changed dataset pruned pictures from under a run training
+ * from the copy, which then failed (or trained on the new files) mid-run.
+ * Called with DIR/.copying held, so no other run changes the copy
+ * meanwhile. *fd: the lock, held exclusively (*exclusive: the caller may
+ * change the copy, then holds it shared) or shared (the copy is current:
+ * nothing to change), or -1 (a file system without locks: as before).
+ * Another run reading and something to change is an error saying so. */
+static int kept_lock(const char *src, const struct stat *ss, const char *dir, const char *only,
+                     const char *meta, stage_stats *st, int *fd, int *exclusive)
+{
+    *fd = -1;
+    *exclusive = 0;
+    int f = open_lock_file(dir, LOCK_NAME, O_RDONLY);
+    if (f < 0)
+        return -1;
+    if (flock(f, LOCK_EX | LOCK_NB) == 0) {
+        *fd = f;
+        *exclusive = 1;
+        return 0;
+    }
+    if (errno != EWOULDBLOCK) {
+        close(f);   /* no locks there (some network file systems) */
+        return 0;
+    }
+    /* Read by another run: only a copy with nothing to change is shared. */
+    stage_stats dry = {.r = st->r, .every = st->every, .last = st->last,
+                       .verify = cdl_malloc(BUF)};
+    dir_id above[STAGE_MAX_DEPTH + 1];
+    int rc = 0;   /* without the buffer (out of memory) a file of another time is stale */
+    prune_tree(src, dir, only, meta, 1, &dry);
+    if (S_ISDIR(ss->st_mode)) {
+        rc = copy_tree(src, dir, 0, above, NULL, &dry);
+    } else {
+        char to[1400], m[4200];
+        snprintf(to, sizeof to, "%.1000s/%.300s", dir, base_name(src));
+        note_to_copy(src, to, ss, &dry);
+        struct stat ms;
+        if (meta && tokens_meta_path(src, m, sizeof m) && stat(m, &ms) == 0) {
+            snprintf(to, sizeof to, "%.1000s/meta.pkl", dir);
+            note_to_copy(m, to, &ms, &dry);
+        }
+    }
+    cdl_free(dry.verify);
+    st->last = dry.last;
+    st->beat_failed = dry.beat_failed;
+    if (rc == 0 && (dry.removed || dry.stale))
+        rc = cdl_error("--stage: another run is training from the kept copy %s, and %s changed "
+                       "since it was copied (%ld file%s to copy again, %ld to remove): changing "
+                       "the copy would change that run's data under it: wait for that run to "
+                       "end, or give another --stage DIR", dir, src, dry.stale,
+                       dry.stale == 1 ? "" : "s", dry.removed);
+    if (rc == 0 && flock(f, LOCK_SH | LOCK_NB) != 0)
+        rc = cdl_error("--stage: cannot share the lock %s/%s: %m", dir, LOCK_NAME);
+    if (rc != 0) {
+        close(f);
+        return -1;
+    }
+    *fd = f;
     return 0;
 }
 
@@ -928,13 +1029,15 @@ int train_stage(run *r)
         char meta[4200];
         int has_meta = one && !strcmp(c->dataset, "tokens") &&
                        tokens_meta_path(src, meta, sizeof meta);
-        /* Pruning and the room check before the lock: what another copier
-         * writes meanwhile is of the dataset, and a disk too small gets no
-         * folder. */
+        /* The room check before the lock: a disk too small gets no
+         * folder. A job's own copy (auto) is pruned first too: what
+         * another copier writes meanwhile is of the dataset; a kept one
+         * only once no other run reads it (kept_lock). */
+        const char *only = one ? base_name(src) : NULL, *meta_name = has_meta ? "meta.pkl" : NULL;
         if (rc == 0)
             rc = own_dir(dir, 0);
-        if (rc == 0)
-            prune_tree(src, dir, one ? base_name(src) : NULL, has_meta ? "meta.pkl" : NULL, &st);
+        if (rc == 0 && automatic)
+            prune_tree(src, dir, only, meta_name, 0, &st);
         if (rc == 0)
             rc = enough_room(src, &ss, dir, base, &st);
         if (rc == 0 && !automatic)
@@ -950,6 +1053,11 @@ int train_stage(run *r)
             train_report_note(r->rep, "--stage: waited %.1f s for another run copying into %s%s",
                               waited, dir, st.locked ? "" : " (it made no progress: copying "
                               "beside it)");
+        int kept_fd = -1, exclusive = 0;
+        if (rc == 0 && !automatic)
+            rc = kept_lock(src, &ss, dir, only, meta_name, &st, &kept_fd, &exclusive);
+        if (rc == 0 && exclusive)
+            prune_tree(src, dir, only, meta_name, 0, &st);
         dir_id above[STAGE_MAX_DEPTH + 1];
         if (rc == 0 && !one) {
             copy_list jobs = {0};
@@ -965,6 +1073,11 @@ int train_stage(run *r)
                 rc = copy_meta_pkl(src, dir, buf, &st);
         }
         cdl_free(buf);
+        if (kept_fd >= 0) {   /* read from until the run ends, shared with other readers */
+            if (exclusive)
+                flock(kept_fd, LOCK_SH);
+            r->stage_lock = kept_fd;
+        }
         if (st.locked)
             close(st.lock_fd);   /* the next copier finds the files there */
         st.locked = 0;
@@ -1038,8 +1151,12 @@ int train_stage(run *r)
 
 void train_stage_cleanup(run *r, int ok)
 {
-    if (!r->stage_owned[0])
+    if (!r->stage_owned[0]) {
+        if (r->stage_lock >= 0)   /* a kept copy's: other runs may change it now */
+            close(r->stage_lock);
+        r->stage_lock = -1;
         return;
+    }
     /* After a good run the node's other ranks are done reading once they
      * reach this barrier; after a failure the run is over for all. */
     if (ok && r->dist && r->ri.world > 1)

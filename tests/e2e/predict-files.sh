@@ -103,14 +103,25 @@ acc_equal "$TMP/mm.jsonl" "$TMP/evalm.json"
 diff <(tail -n +2 "$TMP/pdm.csv" | cut -d, -f3-) <(tail -n +2 "$TMP/pfm.csv" | cut -d, -f2-) ||
     die "the test split is not read at the training split's size"
 
-# ImageNet's statistics (3 pairs) on a folder whose first picture is gray:
-# the error says what makes it RGB, and --channels 3 does.
+# ImageNet's statistics (3 pairs) on a folder whose first picture is gray
+# and the others RGB: the RGB pictures were made gray in silence (and the
+# statistics refused); now the first RGB one is named with --channels 3,
+# which reads them all as RGB.
 mkdir -p "$TMP/gray/a" "$TMP/gray/b" && cp "$TMP/mix/test/blue/00.png" "$TMP/gray/a/00.png" &&
     cp "$TMP"/img/train/red/0[0-4].png "$TMP/gray/b/" || die "gray fixture"
 imagenet=0.485,0.456,0.406,0.229,0.224,0.225
 expect_status 1 "$CDL_TRAIN" --device cpu --model mlp --dataset "imagefolder:$TMP/gray" --normalize "$imagenet"
-expect_err "has 1 channels: give one pair or 1 (an image folder has its first picture's channels unless --channels says: --channels 3"
+expect_err "$TMP/gray/b/00.png is a colour picture, but the samples are grayscale because the first picture, $TMP/gray/a/00.png, is: pass --channels 3"
 train --model mlp --dataset "imagefolder:$TMP/gray" --normalize "$imagenet" --channels 3 --val-split 1
+
+# A .webp picture (torchvision's ImageFolder reads it) was left out in
+# silence; now a warning names it, also under --quiet.
+mkdir -p "$TMP/webp/a" "$TMP/webp/b" && cp "$TMP"/img/train/red/0[0-4].png "$TMP/webp/a/" &&
+    cp "$TMP"/img/train/blue/0[0-4].png "$TMP/webp/b/" && cp "$TMP/webp/a/00.png" "$TMP/webp/b/x.webp" ||
+    die "webp fixture"
+train --model mlp --dataset "imagefolder:$TMP/webp" --val-split 1 2>"$TMP/err"
+grep -q "cdl-train: warning: leaving out $TMP/webp/b/x.webp: cdl reads PNG and JPEG pictures only (torchvision's ImageFolder would read it)" "$TMP/err" ||
+    die "no warning for the .webp left out: $(cat "$TMP/err")"
 
 # One folder per class, no test/: cdl-eval evaluates the run's validation
 # split, with a note, and gets the run's last validation accuracy.

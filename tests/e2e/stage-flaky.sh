@@ -2,7 +2,8 @@
 # A shared file system that fails to answer a stat() (EIO, ESTALE, a
 # server's timeout) does not lose a file in silence: --stage left the file
 # out of the copy and the image folder reader out of the data, and the run
-# trained on less than the dataset without a word (a train/ or test/ whose
+# trained on less than the dataset without a word; an idx file's .gz
+# was taken for missing and the error named the file without .gz instead (a train/ or test/ whose
 # stat() failed was taken for missing, and so was a corpus's meta.pkl).
 # Now both stop with an
 # error naming the file and the reason. The failing stat() comes from the
@@ -50,4 +51,15 @@ cat "$TMP/out" "$TMP/err" | grep -q "vocabulary 60 from $TMP/lm/meta.pkl" ||
     die "the meta.pkl was not read: $(cat "$TMP/err")"
 lm 1 --stage "$TMP/st"
 expect_err "--stage: $TMP/lm/meta.pkl: Input/output error"
+# An idx file's .gz whose stat() fails: the reader fell back to the name
+# without .gz and reported that one missing, hiding the .gz's error.
+fm=/usr/share/datasets/fashion-mnist
+if [ -f "$fm/train-images-idx3-ubyte.gz" ] && [ ! -e "$fm/train-images-idx3-ubyte" ]; then
+    CDL_TEST_STAT_FAIL_ON=train-images-idx3-ubyte.gz LD_PRELOAD=$preload expect_status 1 \
+        "$CDL_TRAIN" --dataset fashion-mnist --data-dir "$fm" --model mlp --epochs 1 \
+        --max-steps 1 --threads 1 --no-progress
+    expect_err "cannot stat $fm/train-images-idx3-ubyte.gz: Input/output error (the file without .gz is not read in its place): retry when the file system answers"
+else
+    echo "note: no gzipped Fashion-MNIST alone in $fm; the idx case is not run"
+fi
 echo "PASS: stage-flaky"

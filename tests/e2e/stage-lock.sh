@@ -8,7 +8,7 @@
 # they are timed: the two runs copied 12 files in all, not 24.
 # A holder of the lock that makes no progress for CDL_TIMEOUT (a hung read;
 # here this script, holding it) is not waited for further: the run copies
-# beside it.
+# beside it. A kept copy that a run trains from is not changed under it.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 preload=$(cd "$top_builddir" && pwd)/tests/e2e/.libs/signal-on-open.so
 [ -f "$preload" ] || die "no $preload (make check builds it)"
@@ -49,4 +49,29 @@ exec 9>&-
 cat "$TMP/out" "$TMP/err" | grep -q "copying into $TMP/st/imagefolder-[0-9a-f]* (it made no progress: copying beside it)" ||
     die "no word of the lock given up: $(cat "$TMP/out" "$TMP/err")"
 cat "$TMP/out" "$TMP/err" | grep -q "12 files, [0-9.]* MB (1 copied)" || die "not copied: $(cat "$TMP/err")"
+# A kept copy that another run trains from (here this shell, holding its
+# .lock shared as a run does from its copy to its end) is not changed
+# under it: a run staging a changed dataset pruned the files of the
+# running one. The same dataset shares the copy; a changed one stops,
+# saying why, and the copy keeps its files; once the reader is gone the
+# copy is brought up to date.
+kept=$(echo "$TMP"/st/imagefolder-*)
+exec 9>>"$kept/.lock"
+flock -s 9 || die "cannot take the lock shared"
+run_kept() { expect_status "$1" timeout 60 "$CDL_TRAIN" --dataset "imagefolder:$TMP/slowfs" \
+    --model mlp --epochs 1 --max-steps 1 --batch-size 2 --val-split 0 --threads 1 \
+    --no-progress --stage "$TMP/st" 9<&-; }
+run_kept 0
+grep -q "12 files, [0-9.]* MB (0 copied)" "$TMP/err" || die "the unchanged copy was not shared: $(cat "$TMP/err")"
+touch "$TMP/slowfs/train/b/1.png"   # a new time, the same bytes: still shared
+run_kept 0
+rm "$TMP/slowfs/train/a/3.png"
+run_kept 1
+expect_err "--stage: another run is training from the kept copy $kept, and $TMP/slowfs changed since it was copied (0 files to copy again, 1 to remove): changing the copy would change that run's data under it: wait for that run to end, or give another --stage DIR"
+[ -f "$kept/train/a/3.png" ] || die "the copy in use lost train/a/3.png"
+exec 9<&-
+run_kept 0
+grep -q "11 files, [0-9.]* MB (0 copied, 1 removed that the dataset no longer holds)" "$TMP/err" ||
+    die "the copy was not pruned once free: $(cat "$TMP/err")"
+[ ! -e "$kept/train/a/3.png" ] || die "train/a/3.png is still in the copy"
 echo "PASS: stage-lock"

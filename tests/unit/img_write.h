@@ -41,7 +41,7 @@ static inline int test_write_jpeg(const char *path, const uint8_t *px, int h, in
     ci.image_width = (JDIMENSION)w;
     ci.image_height = (JDIMENSION)h;
     ci.input_components = c;
-    ci.in_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    ci.in_color_space = c == 1 ? JCS_GRAYSCALE : c == 4 ? JCS_CMYK : JCS_RGB;
     jpeg_set_defaults(&ci);
     jpeg_set_quality(&ci, 100, TRUE);
     jpeg_start_compress(&ci, TRUE);

@@ -93,12 +93,31 @@ static void test_imagefolder(void **state)
     cdl_dataset_options o;
     cdl_dataset_options_defaults(&o);
     o.threads = 3;
+    /* The first picture (bird/0.png) is grayscale and cat/z.JPG is RGB:
+     * without --channels that is an error naming both (the RGB picture was
+     * made gray in silence; torchvision reads every picture as RGB), in
+     * memory and as batches need them. */
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
+    assert_error_has("img/train/cat/z.JPG is a colour picture, but the samples are grayscale "
+                     "because the first picture, ");
+    assert_error_has("img/train/bird/0.png, is: pass --channels 3");
+    o.decode = CDL_DECODE_STREAM;
+    o.normalize = CDL_NORMALIZE_NONE;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
+    uint8_t px[16];
+    assert_int_equal(image_stream_read(d.stream, 5, px), 0);
+    assert_int_equal(image_stream_read(d.stream, 6, px), -1);
+    assert_error_has("z.JPG is a colour picture");
+    cdl_dataset_free(&d);
+    cdl_dataset_options_defaults(&o);
+    o.threads = 3;
+    o.channels = 1;
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
     assert_int_equal(d.n, 7);
     assert_int_equal(d.classes, 2);
     assert_string_equal(d.class_names[0], "bird");
     assert_string_equal(d.class_names[1], "cat");
-    assert_int_equal(d.shape.c, 1);   /* the first picture (bird/0.png) is grayscale */
+    assert_int_equal(d.shape.c, 1);
     assert_int_equal(d.shape.h, 4);
     /* Sorted: bird/0,1,2 then cat/0,1,2,z.JPG. */
     int32_t want[7] = {0, 0, 0, 1, 1, 1, 1};
@@ -135,6 +154,43 @@ static void test_imagefolder(void **state)
     assert_int_equal(d1.shape.h, 2);
     assert_int_equal(d1.images[1 * 12 + 11], 10);   /* flat pictures stay flat */
     cdl_dataset_free(&d1);
+    cdl_dataset_free(&d);
+}
+
+/* cdl_dataset_options.left_out: appends path and a newline to the buffer. */
+static void note_left_out(const char *path, void *arg)
+{
+    char *buf = arg;
+    size_t n = strlen(buf);
+    snprintf(buf + n, 2048 - n, "%s\n", path);
+}
+
+/* Pictures torchvision's ImageFolder reads and cdl does not (.webp, .BMP,
+ * .tif) were left out in silence: the run trained on fewer pictures than
+ * PyTorch's on the same folder. Each is now reported, in sample order;
+ * other files (notes.txt, hidden ones) are not. */
+static void test_imagefolder_left_out(void **state)
+{
+    (void)state;
+    make_folder();
+    mkdir(at("img/train/cat/web"), 0755);
+    write_bytes(at("img/train/cat/web/a.webp"), "RIFF....WEBP", 12);
+    write_bytes(at("img/train/bird/x.BMP"), "BM", 2);
+    write_bytes(at("img/train/bird/.y.webp"), "RIFF", 4);
+    write_bytes(at("img/train/cat/s.tif"), "II*", 3);
+    cdl_dataset d;
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.channels = 1;
+    char seen[2048] = "";
+    o.left_out = note_left_out;
+    o.left_out_arg = seen;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), 0);
+    assert_int_equal(d.n, 7);
+    char want[2048];
+    snprintf(want, sizeof want, "%s\n%s\n%s\n", at("img/train/bird/x.BMP"),
+             at("img/train/cat/s.tif"), at("img/train/cat/web/a.webp"));
+    assert_string_equal(seen, want);
     cdl_dataset_free(&d);
 }
 
@@ -229,6 +285,7 @@ static void test_imagefolder_dangling_link(void **state)
     cdl_dataset d;
     cdl_dataset_options o;
     cdl_dataset_options_defaults(&o);
+    o.channels = 1;   /* gray PNGs and an RGB JPEG */
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
     assert_error_has("img/train/cat/3.png");
     assert_error_has("--skip-bad-files");
@@ -263,6 +320,15 @@ static void test_imagefolder_bad_files(void **state)
     cdl_dataset_options o;
     cdl_dataset_options_defaults(&o);
     o.threads = 2;
+    /* A colour picture among gray ones is an error too, but after the bad
+     * files; with --skip-bad-files (and gray ones skipped) it is still one. */
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
+    assert_error_has("bird/1.png");
+    o.skip_bad_files = 1;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
+    assert_error_has("cat/z.JPG is a colour picture");
+    o.skip_bad_files = 0;
+    o.channels = 1;
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
     assert_error_has("bird/1.png");
     assert_error_has("--skip-bad-files");
@@ -275,7 +341,7 @@ static void test_imagefolder_bad_files(void **state)
     assert_int_equal(d.skipped, 2);
     /* Each one named, in sample order (the count alone left the user to
      * hunt for them). */
-    const char *b1 = strstr(seen, "bird/1.png"), *x = strstr(seen, "cat/x.png is neither");
+    const char *b1 = strstr(seen, "bird/1.png"), *x = strstr(seen, "cat/x.png is a GIF picture, not a PNG or JPEG");
     if (!b1 || !x || x < b1)
         fail_msg("skipped files reported: %s", seen);
     o.skipped = NULL;
@@ -289,7 +355,7 @@ static void test_imagefolder_bad_files(void **state)
     write_bytes(at("allbad/a/1.png"), trunc, n);
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("allbad"), 1, &o, &d), -1);
     assert_error_has("allbad: none of the 2 pictures could be read (the first: ");
-    assert_error_has("0.png is neither a PNG nor a JPEG (wrong magic bytes))");
+    assert_error_has("0.png is a GIF picture, not a PNG or JPEG (convert it to train on it))");
     if (strstr(cdl_last_error(), "pass --skip-bad-files"))
         fail_msg("advises --skip-bad-files, which was given: %s", cdl_last_error());
 
@@ -320,6 +386,7 @@ static void test_imagefolder_memory(void **state)
     cdl_dataset d;
     cdl_dataset_options o;
     cdl_dataset_options_defaults(&o);
+    o.channels = 1;   /* gray PNGs and an RGB JPEG */
     o.memory_limit = 223;
     o.decode = CDL_DECODE_MEMORY;
     assert_int_equal(cdl_dataset_load_with("imagefolder", at("img"), 1, &o, &d), -1);
@@ -534,6 +601,78 @@ static void test_image_files(void **state)
 }
 #endif
 
+/* A CMYK JPEG (Photoshop's, with the Adobe marker; ImageNet holds a few)
+ * was an error, "convert it to RGB", where torchvision reads it: now its
+ * pixels are PIL's, Image.new("CMYK", (1, 1), (55, 105, 155, 25))
+ * .convert("RGB") = (180, 135, 90), the file storing them inverted (200,
+ * 150, 100, 230) as Adobe's convention and PIL's "CMYK;I" have it. Gray
+ * makes the luma of that. */
+/* A file under a picture's name that is another format said only "wrong
+ * magic bytes": a web scrape's .jpg that is a GIF, a WebP or an HTML
+ * error page, an iPhone's HEIC renamed. Now the error says what it is. */
+static void test_other_formats(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *bytes, *what;
+        size_t n;
+    } cases[] = {
+        {"GIF89a\1\0\1\0", "a GIF picture", 10},
+        {"RIFF\30\0\0\0WEBPVP8 ", "a WebP picture", 16},
+        {"BM\66\0\0\0", "a BMP picture", 6},
+        {"II*\0\10\0\0\0", "a TIFF picture", 8},
+        {"\0\0\0\30ftypheic\0\0\0\0", "a HEIC/AVIF picture", 16},
+        {"\n  <!DOCTYPE html><html>", "a web page or XML text (a download that got an error "
+                                       "page?)", 25},
+        {"<HTML><body>404", "a web page", 15},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char p[512], want[256];
+        snprintf(p, sizeof p, "%s", at("x.jpg"));
+        write_bytes(p, cases[k].bytes, cases[k].n);
+        const char *files[1] = {p};
+        cdl_dataset d;
+        assert_int_equal(cdl_dataset_from_image_files(files, 1, (cdl_shape){3, 4, 4}, 1, 0, &d),
+                         -1);
+        snprintf(want, sizeof want, "x.jpg is %s", cases[k].what);
+        assert_error_has(want);
+        assert_error_has("not a PNG or JPEG (convert it to train on it)");
+    }
+    write_bytes(at("x.jpg"), "hello", 5);
+    char p[512];
+    snprintf(p, sizeof p, "%s", at("x.jpg"));
+    const char *files[1] = {p};
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_from_image_files(files, 1, (cdl_shape){3, 4, 4}, 1, 0, &d), -1);
+    assert_error_has("x.jpg is neither a PNG nor a JPEG (wrong magic bytes)");
+}
+
+#if defined(HAVE_PNG) && defined(HAVE_JPEG)
+static void test_jpeg_cmyk(void **state)
+{
+    (void)state;
+    uint8_t px[8 * 8 * 4];
+    for (int i = 0; i < 64; i++)
+        memcpy(px + 4 * i, (uint8_t[4]){200, 150, 100, 230}, 4);
+    assert_int_equal(test_write_jpeg(at("cmyk.jpg"), px, 8, 8, 4), 0);
+    char p[512];
+    snprintf(p, sizeof p, "%s", at("cmyk.jpg"));
+    const char *files[1] = {p};
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_from_image_files(files, 1, (cdl_shape){3, 8, 8}, 1, 0, &d), 0);
+    for (int i = 0; i < 64; i++) {
+        assert_int_equal(d.images[i], 180);
+        assert_int_equal(d.images[64 + i], 135);
+        assert_int_equal(d.images[128 + i], 90);
+    }
+    cdl_dataset_free(&d);
+    /* Shrunk while decoded (DCT scale), and made gray. */
+    assert_int_equal(cdl_dataset_from_image_files(files, 1, (cdl_shape){1, 2, 2}, 1, 0, &d), 0);
+    assert_int_equal(d.images[0], (180 * 299 + 135 * 587 + 90 * 114 + 500) / 1000);
+    cdl_dataset_free(&d);
+}
+#endif
+
 #ifdef HAVE_PNG
 /* PNGs with alpha read as torchvision's loader reads them (PIL's
  * convert("RGB") / convert("L")): the colour values, alpha dropped. cdl
@@ -594,6 +733,29 @@ static void test_image_fit_torchvision(void **state)
             px[y * 45 + x] = (uint8_t)(2 * x);
     assert_int_equal(image_fit(&in, 16, 16, 1, out), 0);
     assert_int_equal(out[7 * 16 + 5], (int)lrint(2 * (8.5 * 45 / 22 - 0.5)));
+}
+
+/* A picture that shrinks more than 64 times (a 4000x3000 phone or
+ * microscope PNG to --image-size 32, 94x) was refused ("shrinks more than
+ * 64 times: pass a larger --image-size"), where torchvision resizes it. A
+ * ramp stays a ramp: output column x reads the input around
+ * (x + 0.5) * 3000 / 32 (the scaled picture is 42x32, crop at 5). */
+static void test_image_fit_large_shrink(void **state)
+{
+    (void)state;
+    const int iw = 4000, ih = 3000;
+    uint8_t *px = malloc((size_t)iw * ih), out[32 * 32];
+    assert_non_null(px);
+    for (int y = 0; y < ih; y++)
+        for (int x = 0; x < iw; x++)
+            px[(size_t)y * iw + x] = (uint8_t)(x / 16);
+    image_buf in = {px, ih, iw, 1};
+    assert_int_equal(image_fit(&in, 32, 32, 1, out), 0);
+    for (int x = 0; x < 32; x++) {
+        double centre = (x + 5 + 0.5) * iw / 42.0;   /* int(32 * 4000 / 3000) = 42 */
+        assert_true(fabs(out[7 * 32 + x] - centre / 16) <= 1.0);
+    }
+    free(px);
 }
 
 static void test_imagefolder_missing(void **state)
@@ -893,15 +1055,19 @@ int main(void)
 #if defined(HAVE_PNG) && defined(HAVE_JPEG)
         cmocka_unit_test_setup_teardown(test_imagefolder, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_nested, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_imagefolder_left_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_val, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_bad_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_dangling_link, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_image_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_jpeg_cmyk, setup, teardown),
 #endif
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),
         cmocka_unit_test(test_image_fit_torchvision),
+        cmocka_unit_test(test_image_fit_large_shrink),
+        cmocka_unit_test_setup_teardown(test_other_formats, setup, teardown),
 #ifdef HAVE_PNG
         cmocka_unit_test_setup_teardown(test_png_alpha, setup, teardown),
 #endif

@@ -1085,8 +1085,10 @@ int train_stage(run *r)
          * name of --stage auto's folder is predictable (the job's ids), so
          * another account of the node can make it first (a folder, a file,
          * a link), and removing what is in there would act on their files,
-         * or through their links on this account's own. */
-        if (r->stage_lock >= 0)
+         * or through their links on this account's own. A kept copy of
+         * --stage DIR is locked too (shared, while the run reads it) but is
+         * never the run's to remove. */
+        if (automatic && r->stage_lock >= 0)
             snprintf(r->stage_owned, sizeof r->stage_owned, "%s", dir);
         if (automatic && rc == -2) {
             log_line(CDL_LOG_WARNING, stderr, "cdl: rank %d (node %d): %s; --stage auto reads "

@@ -159,7 +159,13 @@ static void test_macros_and_plain_functions(void **state)
     assert_untouched(f, sizeof(cdl_loader_config));
     f = fresh();
     (cdl_dataset_options_defaults)(&f->dataset);
-    assert_int_equal(f->dataset.size, sizeof(cdl_dataset_options));
+    /* The plain function writes the struct as it was when the macro came
+     * (up to skipped_arg): fields added since (left_out) are a program's
+     * only through the macro. */
+    size_t dataset_plain = offsetof(cdl_dataset_options, skipped_arg) + sizeof(void *);
+    assert_int_equal(f->dataset.size, dataset_plain);
+    assert_true(dataset_plain < sizeof(cdl_dataset_options));
+    assert_untouched(f, dataset_plain);
     f = fresh();
     (cdl_dist_config_init)(&f->dist);
     assert_int_equal(f->dist.size, sizeof(cdl_dist_config));

@@ -21,6 +21,7 @@
 #include "lib/data/internal.h"
 #include "lib/dist/announce.h"
 #include "lib/dist/dist_gpu.h"
+#include "lib/dist/port_owner.h"
 #include "lib/model/model_internal.h"
 
 #include "checkpoint.h"
@@ -561,6 +562,15 @@ static int resume(run *r, train_position *pos)
         if (access(path, R_OK) != 0)
             return cdl_error("--resume %s: %m (give an existing checkpoint, 'auto' or 'never')",
                              path);
+        /* A file named on the command line is the user's choice (a
+         * colleague's run to go on from), unlike one found in --ckpt-dir
+         * (ckpt_dir.c refuses another account's there): said, not refused. */
+        if (stat(path, &st) == 0 && st.st_uid != geteuid() && st.st_uid != 0) {
+            char owner[160];
+            dist_account((long)st.st_uid, owner, sizeof owner);
+            train_report_warning(r->rep, "warning: --resume %s belongs to another account (%s): "
+                                 "this run goes on from what that account wrote", path, owner);
+        }
     }
     if (train_ckpt_load(path, r->model, r->optim, c, pos) != 0) {
         if (path == r->last_path && r->best_path[0]) {

@@ -14,6 +14,7 @@
 
 #include "checkpoint.h"
 #include "keep.h"
+#include "owned.h"
 #include "lib/dist/port_owner.h"
 
 /* Two runs in one directory (a job submitted twice, a sweep whose runs
@@ -69,20 +70,16 @@ static int take_lock(const char *dir, int *lock_fd)
 }
 
 /* Whether the files this run would resume from or write over (name in
- * dir, st from lstat: a link's own owner) are another account's. Whoever
- * else could write the folder (root's /tmp, a folder of one's own with mode
- * 0777, a project's) may have put them there: a last.safetensors to resume
- * from (for any user, root included), a .lock to hold, a best or numbered
- * checkpoint or a link in place of one to be read or that this run then
- * fails to replace in a sticky folder, only after its first epoch. Root's
- * files are trusted (root can do anything anyway), and so is a link of
- * this account's to a file elsewhere (its owner chose it). */
+ * dir, st from lstat: a link's own owner) are another account's (owned.h):
+ * a last.safetensors to resume from (for any user, root included), a .lock
+ * to hold, a best or numbered checkpoint or a link in place of one to be
+ * read or that this run then fails to replace in a sticky folder, only
+ * after its first epoch. */
 int ckpt_file_foreign(const char *dir, const char *name, const struct stat *st)
 {
-    if (st->st_uid == geteuid() || st->st_uid == 0)
-        return 0;
     char owner[160];
-    dist_account((long)st->st_uid, owner, sizeof owner);
+    if (!train_foreign(st, owner, sizeof owner))
+        return 0;
     return cdl_error("--ckpt-dir %s: %s%s belongs to another account (%s), which could have "
                      "put it there: this run would %s it; remove it (as %s or root) if it is not "
                      "yours to use, or give a --ckpt-dir of your own (mkdir -m 700 DIR); to go "

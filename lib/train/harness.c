@@ -21,7 +21,6 @@
 #include "lib/data/internal.h"
 #include "lib/dist/announce.h"
 #include "lib/dist/dist_gpu.h"
-#include "lib/dist/port_owner.h"
 #include "lib/model/model_internal.h"
 
 #include "checkpoint.h"
@@ -30,6 +29,7 @@
 #include "init.h"
 #include "loop.h"
 #include "mfu.h"
+#include "owned.h"
 #include "metrics.h"
 #include "pipeline.h"
 #include "run.h"
@@ -565,12 +565,10 @@ static int resume(run *r, train_position *pos)
         /* A file named on the command line is the user's choice (a
          * colleague's run to go on from), unlike one found in --ckpt-dir
          * (ckpt_dir.c refuses another account's there): said, not refused. */
-        if (stat(path, &st) == 0 && st.st_uid != geteuid() && st.st_uid != 0) {
-            char owner[160];
-            dist_account((long)st.st_uid, owner, sizeof owner);
+        char owner[160];
+        if (stat(path, &st) == 0 && train_foreign(&st, owner, sizeof owner))
             train_report_warning(r->rep, "warning: --resume %s belongs to another account (%s): "
                                  "this run goes on from what that account wrote", path, owner);
-        }
     }
     if (train_ckpt_load(path, r->model, r->optim, c, pos) != 0) {
         if (path == r->last_path && r->best_path[0]) {

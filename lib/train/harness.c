@@ -522,7 +522,12 @@ static int last_damaged(const run *r)
 {
     char why[1536];
     snprintf(why, sizeof why, "%s", cdl_last_error());
-    cdl_st_file *b = cdl_st_open(r->best_path);
+    /* Not one another account put there since the set-up looked (owned.h):
+     * the error would send the user to resume from it. */
+    struct stat st;
+    char owner[160];
+    int foreign = lstat(r->best_path, &st) == 0 && train_foreign(&st, owner, sizeof owner);
+    cdl_st_file *b = foreign ? NULL : cdl_st_open(r->best_path);
     if (!b)
         return cdl_error("%s%s", why, strstr(why, "afresh") || strstr(why, "never")
                                           ? "" : " (restore it from a copy, or --resume never "

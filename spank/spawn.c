@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "spank/spawn.h"
@@ -163,8 +164,42 @@ static void append_out(char *out, size_t outlen, size_t *used, const char *buf, 
     out[*used] = '\0';
 }
 
+int spk_spawn_kill_signal = SIGKILL;
+double spk_spawn_reap_grace_s = 5.0;
+
+/* Reaps pid, killed a moment ago, waiting at most grace_s: SIGKILL takes
+ * effect only when the process next leaves the kernel, and one stuck in an
+ * uninterruptible wait (state D: a read on a hung NFS or FUSE mount of the
+ * user's, a chdir into one) may never do so. Root in slurmstepd or the
+ * epilog must not wait for that without bound. Returns 1 when reaped (with
+ * *status), 0 when the process is still there. */
+static int reap_bounded(pid_t pid, int pfd, double grace_s, int *status)
+{
+    double deadline = spk_now_s() + grace_s;
+    for (;;) {
+        pid_t w = waitpid(pid, status, WNOHANG);
+        if (w == pid || (w < 0 && errno == ECHILD))
+            return 1;
+        if (w < 0 && errno != EINTR)
+            return 1;   /* not ours to wait for: nothing left to do */
+        double left = deadline - spk_now_s();
+        if (left <= 0)
+            return 0;
+        if (pfd >= 0) {
+            /* The pidfd becomes readable when the process exits. */
+            struct pollfd p = {.fd = pfd, .events = POLLIN};
+            poll(&p, 1, (int)(left * 1000) + 1);
+        } else {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 /* Waits for the child to exit (or the deadline), collecting its output and
- * the exec report. Returns 0 with *status, or -1 on timeout (child killed). */
+ * the exec report. Returns 0 with *status; -1 on timeout (child killed and
+ * reaped, *status its end); -2 on timeout when the killed child did not go
+ * within spk_spawn_reap_grace_s (left behind, *status untouched). */
 static int wait_child(pid_t pid, int err_fd, int out_fd, char *out, size_t outlen,
                       double deadline, int *status, struct child_err *cerr, int *have_cerr)
 {
@@ -239,16 +274,15 @@ static int wait_child(pid_t pid, int err_fd, int out_fd, char *out, size_t outle
             return 0;
         }
     }
-    kill(pid, SIGKILL);
-    while (waitpid(pid, status, 0) < 0 && errno == EINTR)
-        ;
+    kill(pid, spk_spawn_kill_signal);
+    int gone = reap_bounded(pid, pfd, spk_spawn_reap_grace_s, status);
     if (pfd >= 0)
         close(pfd);
     if (err_fd >= 0)
         close(err_fd);
     if (out_fd >= 0)
         close(out_fd);
-    return -1;
+    return gone ? -1 : -2;
 }
 
 int spk_spawn(const struct spk_cred *cred, const struct spk_cmd *cmd, int *status)
@@ -304,7 +338,15 @@ int spk_spawn(const struct spk_cred *cred, const struct spk_cmd *cmd, int *statu
     rc = wait_child(pid, errp[0], out_sp[0], cmd->output, cmd->output_len, deadline, status,
                     &cerr, &have_cerr);
     errp[0] = out_sp[0] = -1;   /* closed by wait_child */
-    if (rc != 0) {
+    if (rc == -2) {
+        spk_log("cdl: %s (pid %ld, uid %u) did not finish within %g s and did not exit %g s "
+                "after SIGKILL: it is stuck in the kernel (state D, e.g. on a hung NFS or FUSE "
+                "mount); left behind, it exits once that I/O ends (ps -o stat,wchan -p %ld)",
+                cmd->path, (long)pid, (unsigned)cred->uid, timeout_s, spk_spawn_reap_grace_s,
+                (long)pid);
+        rc = spk_error("%s did not finish within %g s and could not be killed (stuck in the "
+                       "kernel, pid %ld left behind)", cmd->path, timeout_s, (long)pid);
+    } else if (rc != 0) {
         rc = spk_error("%s did not finish within %g s and was killed", cmd->path, timeout_s);
     } else if (have_cerr) {
         errno = cerr.err;
@@ -345,8 +387,16 @@ int spk_run_as(const struct spk_cred *cred, int (*fn)(void *), void *arg, double
         _exit(fn(arg) & 0x7f);
     }
     close(errp[1]);
-    if (wait_child(pid, errp[0], -1, NULL, 0, spk_now_s() + timeout_s, &status, &cerr,
-                   &have_cerr))
+    int w = wait_child(pid, errp[0], -1, NULL, 0, spk_now_s() + timeout_s, &status, &cerr,
+                       &have_cerr);
+    if (w == -2) {
+        spk_log("cdl: helper as uid %u (pid %ld) did not finish within %g s and did not exit "
+                "%g s after SIGKILL: it is stuck in the kernel (state D); left behind",
+                (unsigned)cred->uid, (long)pid, timeout_s, spk_spawn_reap_grace_s);
+        return spk_error("helper as uid %u did not finish within %g s and could not be killed "
+                         "(pid %ld left behind)", (unsigned)cred->uid, timeout_s, (long)pid);
+    }
+    if (w)
         return spk_error("helper as uid %u did not finish within %g s", (unsigned)cred->uid,
                          timeout_s);
     if (have_cerr) {

@@ -41,6 +41,17 @@ struct spk_cmd {
  * leaves (a daemon) ends the wait when the first process exits. */
 int spk_spawn(const struct spk_cred *cred, const struct spk_cmd *cmd, int *status);
 
+/* A helper past its deadline gets spk_spawn_kill_signal (SIGKILL), then is
+ * waited for at most spk_spawn_reap_grace_s (5 s): one stuck in an
+ * uninterruptible wait in the kernel (state D, a hung NFS or FUSE mount)
+ * does not die of SIGKILL until that wait ends, and root must not block on
+ * it. Such a helper is logged (spk_log: path, pid, uid) and left behind,
+ * and spk_spawn/spk_run_as fail with an error saying so. Both are variables
+ * so the unit tests can stand in signal 0 (none: the helper stays, as a
+ * stuck one does) for the one no process can ignore. */
+extern int spk_spawn_kill_signal;
+extern double spk_spawn_reap_grace_s;
+
 /* Runs fn(arg) in a child holding only cred (same privilege drop, no exec):
  * for the few things root must not do itself, such as signalling a pid read
  * from a file the user can write. Returns fn's result (0..125), or -1. */

@@ -83,7 +83,8 @@ coll *coll_single_create(void);
 typedef struct shm_seg shm_seg;
 shm_seg *shm_prepare(const coll_group *g, const char *job_id, boot *b,
                      const cdl_dist_config *cfg);
-coll *shm_attach(shm_seg *seg, boot *b);   /* consumes seg, also on failure */
+/* threads: the CPU threads this rank keeps busy (its backend's; oversub.h). */
+coll *shm_attach(shm_seg *seg, boot *b, int threads);   /* consumes seg, also on failure */
 void shm_seg_discard(shm_seg *seg);
 
 /* Open MPI over `g` (all ranks or the node leaders); every process of the

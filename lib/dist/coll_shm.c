@@ -51,7 +51,10 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/core/cpuquota.h"
+
 #include "coll.h"
+#include "oversub.h"
 #include "reduce.h"
 #include "util.h"
 
@@ -126,7 +129,9 @@ typedef struct shm_coll {
     double timeout;
     double spin_s;                       /* seconds of spinning before sleeping */
     int spin_yield;                      /* spin with sched_yield, not pause */
-    int oversubscribed;                  /* more members than CPUs */
+    int oversubscribed;                  /* more threads than CPUs (oversub.h) */
+    int threads;                         /* this rank's CPU threads (shm_attach's) */
+    double spin_us_set;                  /* CDL_SHM_SPIN_US, -1 if not set */
     size_t small_bytes;                  /* one-sync allreduce up to this size */
     size_t stream_bytes;                 /* allreduces this big copy out with streaming stores */
     long ops;                            /* collectives so far, for messages */
@@ -724,7 +729,28 @@ static int open_segment(shm_seg *seg)
     return 0;
 }
 
-coll *shm_attach(shm_seg *seg, boot *b)
+/* Before sleeping on the futex: spin for up to SPIN_US when every member
+ * has a CPU, 20 us when members share CPUs. Waking a sleeping CPU costs
+ * tens of microseconds (more under a hypervisor), and members of a
+ * training step routinely arrive a few hundred microseconds apart, so a
+ * short spin would sleep at nearly every step. Sharing (oversub.h) counts
+ * the members' affinity masks (masks: NULL until they are known), the
+ * cgroup's CPU quota and each member's threads: the members' count against
+ * the node's online CPUs called 4 ranks of 4 threads in one 4-CPU mask (or
+ * in a 2-CPU container) on a 64-core node "a CPU each", and their spinning
+ * took the CPUs the slowest member's threads needed. */
+static void set_spin(shm_coll *s, int me, const cpu_set_t *masks)
+{
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+    s->oversubscribed = shm_oversubscribed(s->base.size, me, masks, s->threads, ncpu,
+                                           sysconf(_SC_NPROCESSORS_ONLN), cpu_quota());
+    double us = s->spin_us_set >= 0 ? s->spin_us_set : s->oversubscribed ? 20 : SPIN_US;
+    s->spin_s = us * 1e-6;
+    s->spin_yield = s->oversubscribed || ncpu <= 1;
+}
+
+coll *shm_attach(shm_seg *seg, boot *b, int threads)
 {
     shm_coll *s = cdl_calloc(1, sizeof *s);
     if (!s) {
@@ -777,20 +803,10 @@ coll *shm_attach(shm_seg *seg, boot *b)
             s->peers[j] = (shm_pid){0, 0};   /* unknown: the timeout still bounds the wait */
     s->slab = s->h->slab;
     s->data = (char *)s->h + s->h->data_off;
-    cpu_set_t cpus;
-    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    /* Before sleeping on the futex: spin for up to SPIN_US when every member
-     * has a CPU, 20 us when members share CPUs. Waking a sleeping CPU costs
-     * tens of microseconds (more under a hypervisor), and members of a
-     * training step routinely arrive a few hundred microseconds apart, so a
-     * short spin would sleep at nearly every step. */
-    s->oversubscribed = seg->size > (ncpu > online ? ncpu : online);
-    double us = s->oversubscribed ? 20 : SPIN_US;
-    if (seg->cfg.shm_spin_us >= 0 && seg->cfg.shm_spin_us <= 1e6)
-        us = seg->cfg.shm_spin_us;
-    s->spin_s = us * 1e-6;
-    s->spin_yield = s->oversubscribed || ncpu == 1;
+    s->threads = threads;
+    s->spin_us_set = seg->cfg.shm_spin_us >= 0 && seg->cfg.shm_spin_us <= 1e6
+                         ? seg->cfg.shm_spin_us : -1;
+    set_spin(s, s->base.rank, NULL);   /* until the members' masks are known */
     s->small_bytes = knob_bytes(seg->cfg.shm_small_kb, 10, SMALL_BYTES);
     s->stream_bytes = knob_bytes(seg->cfg.shm_stream_mb, 20, STREAM_BYTES);
     shm_slot *me = &s->h->slots[seg->me];
@@ -807,5 +823,18 @@ coll *shm_attach(shm_seg *seg, boot *b)
         shm_destroy(&s->base);
         return NULL;
     }
+    /* Every member's pid is in its slot now: their masks tell who shares
+     * this rank's CPUs. */
+    cpu_set_t *masks = cdl_calloc((size_t)s->base.size, sizeof *masks);
+    int known = masks != NULL;
+    for (int j = 0; known && j < s->base.size; j++) {
+        int pid = s->h->slots[j].pid;
+        /* A member in another pid namespace (its own container) names a pid
+         * that is not it here, or none: then the masks are not known. */
+        known = pid > 0 && dist_pid_starttime(pid) == s->h->slots[j].start &&
+                sched_getaffinity(pid, sizeof masks[j], &masks[j]) == 0;
+    }
+    set_spin(s, s->base.rank, known ? masks : NULL);
+    cdl_free(masks);
     return &s->base;
 }

@@ -318,7 +318,7 @@ static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
         goto out;
     if (boot_fence(d->boot))
         goto out;
-    local = shm_attach(seg, d->boot);
+    local = shm_attach(seg, d->boot, d->be ? d->be->threads : 1);
     seg = NULL;
     if (!local)
         goto out;
@@ -384,7 +384,7 @@ static coll *make_shm(cdl_dist *d)
         coll_group g = {l.me_local, l.nlocal, l.local, "n0"};
         shm_seg *seg = shm_prepare(&g, d->info.job_id, d->boot, &d->cfg);
         if (seg && boot_fence(d->boot) == 0)
-            c = shm_attach(seg, d->boot);
+            c = shm_attach(seg, d->boot, d->be ? d->be->threads : 1);
         else
             shm_seg_discard(seg);
     }

@@ -4,6 +4,7 @@
 #define CDL_TRAIN_CHECKPOINT_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include <cdl/cdl.h>
 
@@ -81,6 +82,11 @@ int train_resume_realign(const train_geometry *was, const train_geometry *now, i
  * gone (an unmounted file system must not restart the run from scratch). */
 int ckpt_dir_prepare(const char *dir, int *lock_fd);
 int ckpt_last_present(const char *path);
+/* An error naming the file and its owner when name in dir (st: its lstat)
+ * belongs to an account other than this one and root: ckpt_dir_prepare
+ * refuses such a last, best or numbered checkpoint or .lock (a link too),
+ * and ckpt_last_present such a last. 0 otherwise. */
+int ckpt_file_foreign(const char *dir, const char *name, const struct stat *st);
 
 /* The run's configuration as one JSON object (config.c), stored in each
  * checkpoint's metadata and printed by --verbose runs. */

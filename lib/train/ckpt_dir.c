@@ -14,6 +14,7 @@
 
 #include "checkpoint.h"
 #include "keep.h"
+#include "owned.h"
 #include "lib/dist/port_owner.h"
 
 /* Two runs in one directory (a job submitted twice, a sweep whose runs
@@ -31,6 +32,11 @@ static int take_lock(const char *dir, int *lock_fd)
     if (fd < 0)
         return cdl_error("--ckpt-dir %s: cannot open its lock file %s: %s", dir, path,
                          strerror(errno));
+    struct stat st;   /* one put there since check_files looked */
+    if (fstat(fd, &st) == 0 && ckpt_file_foreign(dir, ".lock", &st) != 0) {
+        close(fd);
+        return -1;
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
         if (err != EWOULDBLOCK) {
@@ -61,6 +67,51 @@ static int take_lock(const char *dir, int *lock_fd)
     }
     *lock_fd = fd;
     return 0;
+}
+
+/* Whether the files this run would resume from or write over (name in
+ * dir, st from lstat: a link's own owner) are another account's (owned.h):
+ * a last.safetensors to resume from (for any user, root included), a .lock
+ * to hold, a best or numbered checkpoint or a link in place of one to be
+ * read or that this run then fails to replace in a sticky folder, only
+ * after its first epoch. */
+int ckpt_file_foreign(const char *dir, const char *name, const struct stat *st)
+{
+    char owner[160];
+    if (!train_foreign(st, owner, sizeof owner))
+        return 0;
+    return cdl_error("--ckpt-dir %s: %s%s belongs to another account (%s), which could have "
+                     "put it there: this run would %s it; remove it (as %s or root) if it is not "
+                     "yours to use, or give a --ckpt-dir of your own (mkdir -m 700 DIR); to go "
+                     "on from it, copy it into that directory, or name it with --resume PATH",
+                     dir, name, S_ISLNK(st->st_mode) ? " (a link)" : "", owner,
+                     !strcmp(name, ".lock") ? "lock through" : "resume from or write over",
+                     owner);
+}
+
+/* The names of dir that ckpt_file_foreign is asked about. */
+static int ckpt_own_name(const char *name)
+{
+    long step;
+    return !strcmp(name, "last.safetensors") || !strcmp(name, "best.safetensors") ||
+           !strcmp(name, ".lock") || ckpt_keep_name(name, &step);
+}
+
+static int check_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return cdl_error("--ckpt-dir %s: cannot list it: %s", dir, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        struct stat st;
+        if (ckpt_own_name(e->d_name) &&
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+            rc = ckpt_file_foreign(dir, e->d_name, &st);
+    }
+    closedir(d);
+    return rc;
 }
 
 int ckpt_dir_prepare(const char *dir, int *lock_fd)
@@ -96,7 +147,7 @@ int ckpt_dir_prepare(const char *dir, int *lock_fd)
                          "directory of your own (mkdir -m 700 DIR, e.g. under $HOME or "
                          "/tmp/$USER)", dir, owner);
     }
-    if (take_lock(dir, lock_fd) != 0)
+    if (check_files(dir) != 0 || take_lock(dir, lock_fd) != 0)
         return -1;
     /* Temporary files of a writer that was killed (atomic.h names them
      * .NAME.tmp.XXXXXX): only ours, only files. */
@@ -134,6 +185,14 @@ int ckpt_last_present(const char *path)
     if (lstat(path, &st) != 0)
         return errno == ENOENT ? 0
                                : cdl_error("cannot check %s: %s", path, strerror(errno));
+    /* Again here: set-up (staging the data) may have taken minutes since
+     * ckpt_dir_prepare looked, and the file may be new. */
+    const char *slash = strrchr(path, '/');
+    if (st.st_uid != geteuid() && st.st_uid != 0) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+        return ckpt_file_foreign(dir, slash ? slash + 1 : path, &st);
+    }
     if (!S_ISLNK(st.st_mode) || stat(path, &st) == 0)
         return 1;
     char target[PATH_MAX];

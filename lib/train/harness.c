@@ -29,6 +29,7 @@
 #include "init.h"
 #include "loop.h"
 #include "mfu.h"
+#include "owned.h"
 #include "metrics.h"
 #include "pipeline.h"
 #include "run.h"
@@ -553,7 +554,12 @@ static int last_damaged(const run *r)
 {
     char why[1536];
     snprintf(why, sizeof why, "%s", cdl_last_error());
-    cdl_st_file *b = cdl_st_open(r->best_path);
+    /* Not one another account put there since the set-up looked (owned.h):
+     * the error would send the user to resume from it. */
+    struct stat st;
+    char owner[160];
+    int foreign = lstat(r->best_path, &st) == 0 && train_foreign(&st, owner, sizeof owner);
+    cdl_st_file *b = foreign ? NULL : cdl_st_open(r->best_path);
     if (!b)
         return cdl_error("%s%s", why, strstr(why, "afresh") || strstr(why, "never")
                                           ? "" : " (restore it from a copy, or --resume never "
@@ -593,6 +599,13 @@ static int resume(run *r, train_position *pos)
         if (access(path, R_OK) != 0)
             return cdl_error("--resume %s: %m (give an existing checkpoint, 'auto' or 'never')",
                              path);
+        /* A file named on the command line is the user's choice (a
+         * colleague's run to go on from), unlike one found in --ckpt-dir
+         * (ckpt_dir.c refuses another account's there): said, not refused. */
+        char owner[160];
+        if (stat(path, &st) == 0 && train_foreign(&st, owner, sizeof owner))
+            train_report_warning(r->rep, "warning: --resume %s belongs to another account (%s): "
+                                 "this run goes on from what that account wrote", path, owner);
     }
     if (train_ckpt_load(path, r->model, r->optim, c, pos) != 0) {
         if (path == r->last_path && r->best_path[0]) {

@@ -7,6 +7,7 @@ libcdl_core_la_SOURCES += lib/train/resume_check.c lib/train/ckpt_dir.c lib/trai
 EXTRA_DIST += lib/train/keep.h
 libcdl_core_la_SOURCES += lib/train/metrics.c
 libcdl_core_la_SOURCES += lib/train/metrics_read.c
+libcdl_core_la_SOURCES += lib/train/owned.c lib/train/owned.h
 EXTRA_DIST += lib/train/metrics.h
 libcdl_core_la_SOURCES += lib/train/init.c lib/train/init.h
 libcdl_core_la_SOURCES += lib/train/stage.c lib/train/stage.h

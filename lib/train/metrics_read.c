@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "metrics.h"
+#include "owned.h"
 
 int metrics_tested(const char *path, const char *run_id)
 {
@@ -25,6 +26,10 @@ int metrics_tested(const char *path, const char *run_id)
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         return 0;
+    }
+    if (train_check_fd("--metrics", path, fd) != 0) {   /* put there since it was opened */
+        close(fd);
+        return -1;
     }
     FILE *f = fdopen(fd, "r");
     if (!f) {

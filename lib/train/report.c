@@ -10,6 +10,7 @@
 #include "lib/core/log.h"
 
 #include "metrics.h"
+#include "owned.h"
 #include "report.h"
 #include "tfevents.h"
 
@@ -95,10 +96,8 @@ train_report *train_report_open(const cdl_train_config *cfg, int rank)
              (cfg->progress == 1 || (cfg->progress < 0 && isatty(STDERR_FILENO)));
     r->bar_epoch = -1;
     if (rank == 0 && cfg->metrics[0]) {
-        r->metrics = fopen(cfg->metrics, "a");
+        r->metrics = train_open_append("--metrics", cfg->metrics);
         if (!r->metrics) {
-            cdl_error("cannot open --metrics file %s for appending: %m (check the directory "
-                      "exists and is writable)", cfg->metrics);
             cdl_free(r);
             return NULL;
         }

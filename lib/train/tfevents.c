@@ -13,6 +13,7 @@
 #include <cdl/cdl.h>
 
 #include "../dist/util.h"
+#include "owned.h"
 #include "tfevents.h"
 
 /* ---- CRC32C: reflected polynomial 0x82F63B78, bytewise table, made once
@@ -186,9 +187,14 @@ tfev *tfev_open(const char *dir)
                   "writable)", dir, strerror(errno));
         return NULL;
     }
-    tfev *w = cdl_calloc(1, sizeof *w);
-    if (!w)
+    int dfd = train_open_dir("--tensorboard", dir, "events.out.tfevents.");
+    if (dfd < 0)
         return NULL;
+    tfev *w = cdl_calloc(1, sizeof *w);
+    if (!w) {
+        close(dfd);
+        return NULL;
+    }
     char host[256] = "localhost", safe[256];
     gethostname(host, sizeof host - 1);
     dist_sanitize(host, safe, sizeof safe);
@@ -198,10 +204,15 @@ tfev *tfev_open(const char *dir)
         int n = snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%ld.%s", dir, now, safe);
         if (attempt)
             snprintf(w->path + n, sizeof w->path - (size_t)n, ".%ld", (long)getpid());
-        fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+        /* In the directory checked, whatever its name leads to now. */
+        fd = openat(dfd, strrchr(w->path, '/') + 1,
+                    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0 && errno != EEXIST)
             break;
     }
+    int err = errno;
+    close(dfd);
+    errno = err;
     if (fd < 0 || !(w->f = fdopen(fd, "w"))) {
         cdl_error("--tensorboard: cannot create %s: %s (check that %s is a writable directory)",
                   w->path, strerror(errno), dir);

@@ -100,7 +100,7 @@ endif
 # The metrics readers (libc only).
 FUZZ_TARGETS += tests/fuzz/fuzz_metrics
 tests_fuzz_fuzz_metrics_SOURCES = tests/fuzz/fuzz_metrics.c $(FUZZ_COMMON) cli/plot_read.c \
-	cli/plot_read.h lib/train/metrics_read.c
+	cli/plot_read.h lib/train/metrics_read.c lib/train/owned.c lib/dist/port_owner.c
 tests_fuzz_fuzz_metrics_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_metrics_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)
 tests_fuzz_fuzz_metrics_LDADD = $(FUZZ_LDADD_ALL)

@@ -15,6 +15,7 @@
 #include <cdl/cdl.h>
 
 #include "lib/dist/dist_gpu.h"   /* dist_abort: how cdl-train gives up on its own */
+#include "lib/dist/oversub.h"
 
 typedef struct coll_case {
     const char *backend;
@@ -573,10 +574,62 @@ static void test_dist_config(void **state)
     cdl_dist_destroy(d);
 }
 
+/* CPUs first..first+n-1 into m. */
+static void cpus_from(cpu_set_t *m, int first, int n)
+{
+    CPU_ZERO(m);
+    for (int c = first; c < first + n; c++)
+        CPU_SET(c, m);
+}
+
+/* The shm collectives' spinning decision. It used to compare the members'
+ * count with the node's online CPUs alone, so 4 ranks of 4 threads sharing
+ * one 4-CPU mask, or a 2-CPU container, on a 64-core node spun for 1 ms
+ * on CPUs the other ranks' threads needed. */
+static void test_shm_oversubscribed(void **state)
+{
+    (void)state;
+    cpu_set_t m[4];
+    /* Masks unknown: this rank's count, the node's, the quota. */
+    assert_false(shm_oversubscribed(4, 0, NULL, 1, 64, 64, 0));   /* a CPU each */
+    assert_false(shm_oversubscribed(4, 0, NULL, 16, 64, 64, 0));  /* cdlrun's share */
+    assert_true(shm_oversubscribed(4, 0, NULL, 32, 64, 64, 0));   /* --threads 32 x 4 */
+    assert_false(shm_oversubscribed(4, 0, NULL, 4, 4, 64, 0));    /* bound, 4 CPUs each */
+    assert_true(shm_oversubscribed(4, 0, NULL, 8, 4, 64, 0));     /* bound, 8 threads on 4 */
+    assert_true(shm_oversubscribed(4, 0, NULL, 1, 64, 64, 2));    /* docker --cpus 2 */
+    assert_true(shm_oversubscribed(2, 0, NULL, 1, 64, 64, 1.5));
+    assert_false(shm_oversubscribed(2, 0, NULL, 1, 64, 64, 2));
+    assert_true(shm_oversubscribed(8, 0, NULL, 1, 4, 4, 0));      /* 8 ranks, 4 CPUs */
+    assert_false(shm_oversubscribed(1, 0, NULL, 0, 0, 0, 0));     /* nothing known: 1 on 1 */
+    /* Known masks: all four in one 4-CPU mask of a 64-core node (srun
+     * without binding in a 4-CPU allocation)... */
+    for (int j = 0; j < 4; j++)
+        cpus_from(&m[j], 0, 4);
+    assert_false(shm_oversubscribed(4, 0, m, 1, 4, 64, 0));
+    assert_true(shm_oversubscribed(4, 0, m, 2, 4, 64, 0));
+    assert_true(shm_oversubscribed(4, 2, m, 4, 4, 64, 0));
+    /* ...each its own 4 CPUs... */
+    for (int j = 0; j < 4; j++)
+        cpus_from(&m[j], 4 * j, 4);
+    assert_false(shm_oversubscribed(4, 0, m, 4, 4, 64, 0));
+    assert_true(shm_oversubscribed(4, 3, m, 5, 4, 64, 0));
+    /* ...or 0 and 1 sharing CPUs 0-3, 2 and 3 with 8 of their own: only
+     * the first two meet. */
+    cpus_from(&m[1], 0, 4);
+    cpus_from(&m[2], 8, 8);
+    cpus_from(&m[3], 16, 8);
+    assert_true(shm_oversubscribed(4, 0, m, 4, 4, 64, 0));
+    assert_true(shm_oversubscribed(4, 1, m, 4, 4, 64, 0));
+    assert_false(shm_oversubscribed(4, 2, m, 4, 8, 64, 0));
+    assert_false(shm_oversubscribed(4, 3, m, 8, 8, 64, 0));
+    assert_true(shm_oversubscribed(4, 3, m, 8, 8, 64, 16));      /* 32 threads, 16 CPUs' quota */
+}
+
 int main(void)
 {
     clear_launcher_env();
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shm_oversubscribed),
         cmocka_unit_test(test_allreduce_shm),
         cmocka_unit_test(test_allreduce_shm_small_slabs),
         cmocka_unit_test(test_auto_one_node_is_shm),

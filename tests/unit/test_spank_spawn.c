@@ -143,6 +143,86 @@ static void test_timeout_kills(void **state)
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 }
 
+static char logged[512];
+static void keep_log(const char *msg)
+{
+    snprintf(logged, sizeof logged, "%s", msg);
+}
+
+/* A helper that SIGKILL does not end at once (stuck in the kernel, state D)
+ * is waited for a bounded time, logged and left behind: root in slurmstepd
+ * or the epilog used to wait for it without end. A process cannot be put in
+ * state D on purpose here, so the kill is signal 0, which leaves the helper
+ * running as a stuck one would be (no race with the helper's start-up). */
+static void test_unkillable_left_behind(void **state)
+{
+    (void)state;
+    struct spk_cred c = self_cred();
+    char *argv[] = {"/bin/sleep", "60", NULL};
+    char *envp[] = {NULL};
+    int status = 12345;
+    struct spk_cmd cmd = {.path = argv[0], .argv = argv, .envp = envp, .timeout_s = 0.2};
+    int sig = spk_spawn_kill_signal;
+    double grace = spk_spawn_reap_grace_s;
+    spk_spawn_kill_signal = 0;
+    spk_spawn_reap_grace_s = 0.2;
+    logged[0] = '\0';
+    spk_set_log(keep_log);
+    spk_clear_error();
+    int rc = spk_spawn(&c, &cmd, &status);
+    spk_set_log(NULL);
+    spk_spawn_kill_signal = sig;
+    spk_spawn_reap_grace_s = grace;
+    assert_int_equal(rc, -1);
+    assert_int_equal(status, 12345);
+    const char *e = spk_last_error();
+    assert_non_null(strstr(e, "could not be killed"));
+    const char *p = strstr(e, "pid ");
+    assert_non_null(p);
+    pid_t pid = (pid_t)atol(p + 4);
+    assert_true(pid > 1);
+    assert_non_null(strstr(logged, "left behind"));
+    assert_non_null(strstr(logged, "/bin/sleep"));
+    /* Still there, and still ours to reap. */
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+static int fn_stuck(void *arg)
+{
+    (void)arg;
+    for (;;)
+        pause();
+    return 0;
+}
+
+static void test_run_as_unkillable(void **state)
+{
+    (void)state;
+    struct spk_cred c = self_cred();
+    int sig = spk_spawn_kill_signal;
+    double grace = spk_spawn_reap_grace_s;
+    spk_spawn_kill_signal = 0;
+    spk_spawn_reap_grace_s = 0.2;
+    spk_set_log(keep_log);
+    logged[0] = '\0';
+    spk_clear_error();
+    int rc = spk_run_as(&c, fn_stuck, NULL, 0.2);
+    spk_set_log(NULL);
+    spk_spawn_kill_signal = sig;
+    spk_spawn_reap_grace_s = grace;
+    assert_int_equal(rc, -1);
+    const char *p = strstr(spk_last_error(), "pid ");
+    assert_non_null(p);
+    pid_t pid = (pid_t)atol(p + 4);
+    assert_true(pid > 1);
+    assert_non_null(strstr(logged, "left behind"));
+    int status;
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+}
+
 /* A process left behind holding stdout (a daemon) does not hold up the wait. */
 static void test_leftover_holds_pipe(void **state)
 {
@@ -286,6 +366,8 @@ int main(void)
         cmocka_unit_test(test_stdin_and_status),
         cmocka_unit_test(test_failures),
         cmocka_unit_test(test_timeout_kills),
+        cmocka_unit_test(test_unkillable_left_behind),
+        cmocka_unit_test(test_run_as_unkillable),
         cmocka_unit_test(test_leftover_holds_pipe),
         cmocka_unit_test(test_run_as),
         cmocka_unit_test(test_drop_privileges),

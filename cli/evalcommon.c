@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -419,6 +420,103 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
     return 0;
 }
 
+/* path names a CSV table (by its suffix, as a spreadsheet saves it). */
+static int is_table(const char *path)
+{
+    size_t n = strlen(path);
+    return n > 4 && !strcasecmp(path + n - 4, ".csv");
+}
+
+/* cdl-predict TABLE.csv: rows of a table, labelled or not, for a run
+ * trained on a CSV table. Its columns are matched to the run's feature
+ * columns by name (metadata feature_columns; by position a reordered or
+ * renamed column would be read wrong, silently), other columns are left
+ * out with a note, and the rows are normalised with the run's statistics.
+ * The label column's text, where the table has it, is data.class_names. */
+static int load_rows(eval_ctx *e, const cdl_st_file *f)
+{
+    const eval_opts *o = e->o;
+    const char *path = o->files[0], *cols = cdl_st_meta_get(f, "feature_columns");
+    const char *run_data = *meta(f, "dataset") ? meta(f, "dataset") : "unknown";
+    if (o->nfiles > 1)
+        return cdl_error("%s and %s: give one CSV table (rows are numbered within it)",
+                         o->files[0], o->files[1]);
+    if (!cols && strncmp(run_data, "csv", 3))
+        return cdl_error("%s was trained on %s data, not a CSV table: a .csv FILE holds rows "
+                         "for a model trained with --dataset csv", o->ckpt, run_data);
+    if (!cols)
+        return cdl_error("%s does not store its table's column names (written by an older cdl): "
+                         "the columns of %s cannot be matched to the model's by name; train "
+                         "again with this cdl, or evaluate a labelled test.csv beside the run's "
+                         "train.csv with cdl-predict --dataset csv:DIR", o->ckpt, path);
+    int nf = 1;
+    for (const char *p = cols; *p; p++)
+        nf += *p == '\n';
+    int c = 0, h = 0, w = 0;
+    if (sscanf(meta(f, "input_shape"), "%d,%d,%d", &c, &h, &w) == 3 && (c != nf || h != 1 ||
+                                                                          w != 1))
+        return cdl_error("%s: its metadata names %d feature columns, but its samples were "
+                         "%dx%dx%d: the file is damaged", o->ckpt, nf, c, h, w);
+    /* The names, split at the line breaks of a copy. */
+    char *copy = cdl_malloc(strlen(cols) + 1);
+    const char **names = cdl_calloc((size_t)nf, sizeof *names);
+    cdl_dataset_options opt;
+    float *norm = NULL;
+    int rc = copy && names ? 0 : -1;
+    if (rc == 0) {
+        strcpy(copy, cols);
+        char *p = copy;
+        for (int k = 0; k < nf; k++) {
+            names[k] = p;
+            p += strcspn(p, "\n");
+            if (*p)
+                *p++ = '\0';
+        }
+        run_options(o, f, &opt, &norm);
+    }
+    if (rc == 0 && o->norm.kind == CDL_NORMALIZE_COMPUTE)
+        rc = cdl_error("--normalize auto computes statistics from a dataset split, which %s is "
+                       "not: leave --normalize out (the run's statistics) or give the values",
+                       path);
+    static const float zero = 0, one = 1;
+    if (rc == 0 && o->norm.kind == CDL_NORMALIZE_NONE) {
+        opt.norm_count = 1;
+        opt.norm_mean = &zero;
+        opt.norm_std = &one;
+    } else if (rc == 0 && o->norm.kind == CDL_NORMALIZE_DEFAULT && !norm) {
+        rc = cdl_error("%s does not store the normalisation of its table's columns: give "
+                       "--normalize as the training did", o->ckpt);
+    }
+    if (rc == 0 && opt.norm_count != 1 && opt.norm_count != nf)
+        rc = cdl_error("%s: %d means and deviations for %d feature columns: give one pair, or "
+                       "one per column", o->norm.kind == CDL_NORMALIZE_GIVEN ? "--normalize"
+                       : o->ckpt, opt.norm_count, nf);
+    char ignored[512];
+    const char *label = o->label_column ? o->label_column : cdl_st_meta_get(f, "label_name");
+    if (rc == 0)
+        rc = cdl_dataset_from_csv_rows(path, names, nf, label, ignored, sizeof ignored,
+                                       &e->data);
+    if (rc == 0) {
+        e->have_data = 1;
+        e->table = 1;
+        float *m = e->data.channel_mean ? e->data.channel_mean : e->data.mean;
+        float *sd = e->data.channel_mean ? e->data.channel_std : e->data.std;
+        for (int k = 0; k < nf; k++) {
+            m[k] = opt.norm_mean[opt.norm_count == 1 ? 0 : k];
+            sd[k] = opt.norm_std[opt.norm_count == 1 ? 0 : k];
+        }
+        snprintf(e->dataset, sizeof e->dataset, "table");
+        if (*ignored)
+            fprintf(stderr, "%s: note: %s: column%s %s %s not among the model's feature "
+                    "columns: not read\n", o->prog, path, strchr(ignored, ',') ? "s" : "",
+                    ignored, strchr(ignored, ',') ? "are" : "is");
+    }
+    cdl_free(norm);
+    cdl_free(copy);
+    cdl_free(names);
+    return rc;
+}
+
 /* cdl-predict FILE...: the pictures, scaled and cropped to the model's
  * input as the run's image folder was, normalised with the run's
  * statistics. A checkpoint without them (an older cdl) takes both from its
@@ -426,6 +524,12 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
 static int load_files(eval_ctx *e, const cdl_st_file *f)
 {
     const eval_opts *o = e->o;
+    for (int i = 0; i < o->nfiles; i++)
+        if (is_table(o->files[i]) != is_table(o->files[0]))
+            return cdl_error("%s and %s: give pictures or one CSV table, not both", o->files[0],
+                             o->files[i]);
+    if (is_table(o->files[0]))
+        return load_rows(e, f);
     cdl_shape s = {0, 0, 0};
     cdl_dataset_options opt;
     float *norm;
@@ -500,17 +604,19 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
         s.h = s.w = o->image_size;
     if (o->channels)
         s.c = o->channels;
-    if (s.c != 1 && s.c != 3)
-        return cdl_error("%s was trained on samples of %d channels, not pictures: predict with "
-                         "--dataset instead of files", o->ckpt, s.c);
     /* (F,1,1): F features of a table or of vectors. With F = 1 or 3 a
      * picture would be squeezed to one pixel and "predicted" without a
      * word. */
     if (s.h == 1 && s.w == 1)
         return cdl_error("%s was trained on rows of %d features (dataset %s), not pictures: "
-                         "FILE arguments are PNG or JPEG pictures; predict on rows with "
-                         "--dataset (a CSV folder's test.csv, labels included: docs/data.md)",
-                         o->ckpt, s.c, *meta(f, "dataset") ? meta(f, "dataset") : "unknown");
+                         "%s", o->ckpt, s.c, *meta(f, "dataset") ? meta(f, "dataset") : "unknown",
+                         !strcmp(meta(f, "dataset"), "csv")
+                             ? "give its rows as a CSV table (FILE.csv, with or without the "
+                               "label column: docs/data.md)"
+                             : "predict on rows with --dataset");
+    if (s.c != 1 && s.c != 3)
+        return cdl_error("%s was trained on samples of %d channels, not pictures: predict with "
+                         "--dataset instead of files", o->ckpt, s.c);
     /* A folder among the FILEs: the pictures in it were meant (the
      * reader's advice about folder layouts and plain files would not say
      * how to give them). */

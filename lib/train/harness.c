@@ -100,6 +100,18 @@ static int join_class_names(run *r)
     return 0;
 }
 
+/* A table's column names for checkpoints (rank 0 writes them), so that
+ * cdl-predict matches a new table's columns by name: the feature columns
+ * one per line, in the order the model takes them, and the label's. */
+static int table_columns(run *r)
+{
+    const cdl_train_config *c = r->cfg;
+    if (strcmp(c->dataset, "csv") || r->ri.rank != 0)
+        return 0;
+    return csv_columns(r->data_dir, c->label_column[0] ? c->label_column : NULL,
+                       &r->feature_columns, &r->label_name);
+}
+
 /* Token data (text, tokens): windows of T tokens; the validation split is
  * val.bin or the file's last --val-split tokens, never carved at random
  * (a window would straddle both splits), and there is no test split. */
@@ -636,7 +648,9 @@ static int run_epochs(run *r, cdl_train_result *res)
     train_position pos = {.world = r->ri.world, .best_val_loss = INFINITY,
                           .samples = r->train.n, .val_samples = r->val.n,
                           .val_folder = r->val_folder,
-                          .class_names = r->class_names, .data = &r->train};
+                          .class_names = r->class_names, .data = &r->train,
+                          .feature_columns = r->feature_columns,
+                          .label_name = r->label_name};
     snprintf(pos.fingerprint, sizeof pos.fingerprint, "%s", r->fingerprint);
     if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;
@@ -829,6 +843,8 @@ static void run_free(run *r)
     if (r->have_val)
         cdl_dataset_free(&r->val);
     cdl_free(r->class_names);
+    cdl_free(r->feature_columns);
+    cdl_free(r->label_name);
     train_report_free(r->rep);
     if (r->ckpt_lock >= 0)
         close(r->ckpt_lock);   /* releases the --ckpt-dir lock */
@@ -1146,7 +1162,8 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     /* A load that fails on one rank (its node lacks memory for the decoded
      * pictures, a node-local copy is unreadable) fails every rank, naming
      * it and its node. */
-    if (train_setup_agree(&r, (load_data(&r) != 0 || join_class_names(&r) != 0) &&
+    if (train_setup_agree(&r, (load_data(&r) != 0 || join_class_names(&r) != 0 ||
+                                   table_columns(&r) != 0) &&
                                   !train_stop_requested(), "loading the data") != 0)
         goto out;
     if ((rc = setup_stopped(&r, "loading the data", res)) != 0)

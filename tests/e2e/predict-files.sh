@@ -234,7 +234,7 @@ acc_equal "$TMP/mc.jsonl" "$TMP/evalc.json"
 "$CDL_EVAL" "$TMP/ckc/last.safetensors" --dataset "csv:$TMP/tab" --split val --json \
     >"$TMP/evalv.json" || die "cdl-eval --dataset csv:PATH --split val"
 expect_status 1 "$CDL_PREDICT" "$TMP/ckc/last.safetensors" "$TMP/img/test/red/00.png"
-expect_err "predict with --dataset"
+expect_err "give its rows as a CSV table"
 # A table of one's own without test.csv is not taken as held-out data as
 # an image folder is: the checkpoint does not name the run's columns, so
 # a table with them in another order would be read silently wrong.

@@ -546,6 +546,19 @@ static void one_line(char *s)
             *s = ' ';
 }
 
+/* a and b are the same name but for spaces around it. */
+static int same_trimmed(const char *a, const char *b)
+{
+    a += strspn(a, " \t");
+    b += strspn(b, " \t");
+    size_t la = strlen(a), lb = strlen(b);
+    while (la && (a[la - 1] == ' ' || a[la - 1] == '\t'))
+        la--;
+    while (lb && (b[lb - 1] == ' ' || b[lb - 1] == '\t'))
+        lb--;
+    return la == lb && !memcmp(a, b, la);
+}
+
 /* Appends 'name' to the list in buf (", " between), "..." once full. */
 static void list_add(char *buf, size_t len, const char *name)
 {
@@ -615,15 +628,30 @@ int csv_parse_rows(const char *buf, size_t len, const char *name, const char *co
             list_add(ignored, ignored_len, header[k]);
         }
     }
-    for (int j = 0; j < nf; j++)
-        if (!used[j] && ++nmissing)
-            list_add(missing, sizeof missing, features[j]);
+    /* Near misses said: a name spaced otherwise ("a, b"), and a column
+     * without a name (pandas' row index, trained on). */
+    char near[160] = "";
+    int unnamed = 0;
+    for (int j = 0; j < nf; j++) {
+        if (used[j])
+            continue;
+        list_add(missing, sizeof missing, features[j]);
+        nmissing++;
+        unnamed |= !features[j][0];
+        for (int k = 0; k < ncol && !near[0]; k++)
+            if (slot[k] == -2 && same_trimmed(header[k], features[j]))
+                snprintf(near, sizeof near, "; the table's '%s' differs from '%s' in spaces "
+                         "only: names must match exactly", data_printable(header[k], hn, 48),
+                         data_printable(features[j], hn + 64, 48));
+    }
     if (nmissing) {
         char hint[160];
         sep_hint(header, ncol, hint, sizeof hint);
         rc = cdl_error("%s lacks %d of the %d feature columns the model was trained on: %s "
-                       "(columns are matched by their header names)%s", name, nmissing, nf,
-                       missing, hint);
+                       "(columns are matched by their header names)%s%s%s", name, nmissing,
+                       nf, missing, near, unnamed ? "; the column without a name is most often "
+                       "pandas' row index, which the model was trained on: write the table with "
+                       "to_csv() as the training table was" : "", hint);
         goto done;
     }
     if ((rc = read_rows(&r, name, header, ncol, slot, nf, 0, &feat, &labels, &rows)))
@@ -734,10 +762,11 @@ int csv_columns(const char *path, const char *label_column, char **features, cha
     if (!rc && (!(*features = cdl_malloc(total)) || !(*label = cdl_malloc(total))))
         rc = -1;
     if (!rc) {
+        /* One per line; a name may be empty (pandas' unnamed index column). */
         char *p = *features;
-        for (int k = 0; k < ncol; k++)
+        for (int k = 0, j = 0; k < ncol; k++)
             if (k != label_col)
-                p += sprintf(p, "%s%s", p == *features ? "" : "\n", header[k]);
+                p += sprintf(p, "%s%s", j++ ? "\n" : "", header[k]);
         *p = '\0';
         strcpy(*label, header[label_col]);
     }

@@ -108,8 +108,22 @@ static int table_columns(run *r)
     const cdl_train_config *c = r->cfg;
     if (strcmp(c->dataset, "csv") || r->ri.rank != 0)
         return 0;
-    return csv_columns(r->data_dir, c->label_column[0] ? c->label_column : NULL,
-                       &r->feature_columns, &r->label_name);
+    if (csv_columns(r->data_dir, c->label_column[0] ? c->label_column : NULL,
+                    &r->feature_columns, &r->label_name) != 0)
+        return -1;
+    /* A column without a name is most often the row index pandas writes
+     * (DataFrame.to_csv without index=False): the row number is then
+     * learnt as a feature, and new rows must carry it. */
+    const char *s = r->feature_columns;
+    for (int k = 0; s; k++) {
+        size_t n = strcspn(s, "\n");
+        if (n == 0)
+            train_report_warning(r->rep, "warning: feature column %d of the table has no name "
+                                 "(pandas writes its row index so: to_csv(..., index=False) "
+                                 "leaves it out): it is trained on as a feature", k + 1);
+        s = s[n] ? s + n + 1 : NULL;
+    }
+    return 0;
 }
 
 /* Token data (text, tokens): windows of T tokens; the validation split is

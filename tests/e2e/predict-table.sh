@@ -92,6 +92,21 @@ expect_err "give one CSV table"
 expect_status 1 pred "$TMP/rows.csv" "$TMP/x.png"
 expect_err "give pictures or one CSV table, not both"
 
+# pandas' to_csv with its row index: a first column without a name. It is
+# trained on (a warning says so) and stored as an empty name, which the
+# rows' own unnamed column matches (the names were joined without it).
+awk 'NR == 1 { print "," $0; next } { print NR - 2 "," $0 }' "$TMP/train.csv" >"$TMP/idx.csv"
+expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 8 --no-progress \
+    --model mlp --dataset "csv:$TMP/idx.csv" --label-column kind --ckpt-dir "$TMP/cki" -q
+expect_err "warning: feature column 1 of the table has no name (pandas writes its row index"
+awk -F, 'NR <= 6 { print $1 "," $7 "," $3 "," $2 "," $4 "," $5 "," $6 }' "$TMP/idx.csv" \
+    >"$TMP/idx-rows.csv"
+expect_status 0 "$CDL_PREDICT" "$TMP/cki/last.safetensors" --threads 1 "$TMP/idx-rows.csv"
+[ "$(wc -l <"$TMP/out")" -eq 6 ] || die "5 rows with an unnamed column: $(cat "$TMP/out")"
+cut -d, -f2- "$TMP/idx-rows.csv" >"$TMP/noidx.csv"
+expect_status 1 "$CDL_PREDICT" "$TMP/cki/last.safetensors" "$TMP/noidx.csv"
+expect_err "the column without a name is most often pandas' row index"
+
 # A checkpoint of an older cdl (no column names, no checksums): cdl-eval
 # still reads it; rows cannot be matched by name, and it says so.
 "$PY" - "$ck" "$TMP/old.safetensors" <<'PYEOF' || die "writing an older checkpoint"

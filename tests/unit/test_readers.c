@@ -910,6 +910,7 @@ static void test_csv_rows(void **state)
         {"a,b,c\n", "no rows"},
         {"a;b;c\n1;2;3\n", "separated by ';'"},
         {"a,b,c\n1,2\n", "2 fields but the header has 3 columns"},
+        {"a, b,c\n1,2,3\n", "the table's ' b' differs from 'b' in spaces only"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&d, 0, sizeof d);
@@ -932,6 +933,13 @@ static void test_csv_rows(void **state)
         fail_msg("%s", cdl_last_error());
     assert_string_equal(f, "x\ny z\nlabel");
     assert_string_equal(l, "w");
+    cdl_free(f);
+    cdl_free(l);
+    /* A column without a name first (pandas' index): still its line. */
+    write_bytes(at("cols.csv"), ",x,label\n0,1,0\n", 15);
+    if (csv_columns(at("cols.csv"), NULL, &f, &l) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_string_equal(f, "\nx");
     cdl_free(f);
     cdl_free(l);
 }

@@ -101,8 +101,8 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
         long index = first + i;
         /* A table's rows: their numbers, and their label's text where it
          * has the label column. */
-        char *const *rowlab = e->table ? e->data.class_names : NULL;
-        if (e->table && o->json) {
+        char *const *rowlab = e->table == 1 ? e->data.class_names : NULL;
+        if (e->table == 1 && o->json) {
             printf("{\"index\":%d", y[i]);
             if (rowlab) {
                 printf(",\"label\":");
@@ -127,7 +127,7 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
             printf("]}\n");
         } else {
             /* Class names are any text (CSV labels like "a, x"): fields. */
-            if (e->table) {
+            if (e->table == 1) {
                 printf("%d", y[i]);
                 if (rowlab) {
                     putchar(',');
@@ -208,7 +208,7 @@ int main(int argc, char **argv)
         rc = w.idx && w.p ? 0 : -1;
     }
     if (rc == 0 && !w.json) {
-        printf(e.table ? (e.data.class_names ? "index,label" : "index")
+        printf(e.table == 1 ? (e.data.class_names ? "index,label" : "index")
                : w.files ? "file" : "index,label");
         for (int j = 1; j <= w.k; j++)
             printf(",class%d,p%d", j, j);

@@ -244,6 +244,54 @@ static int load_token_split(eval_ctx *e, const cdl_st_file *f, const char *name,
     return 0;
 }
 
+static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path);
+
+/* A labelled table of one's own (--dataset csv:FILE, no test.csv), all of
+ * it held-out data: its columns matched to the run's by name (metadata
+ * feature_columns) as cdl-predict's rows are, its labels the run's class
+ * indices, or names of the run's classes (matched by map_labels). */
+static int load_own_table(eval_ctx *e, const cdl_st_file *f, const char *dir)
+{
+    char file[4096];
+    struct stat st;
+    snprintf(file, sizeof file, "%s%s", dir,
+             stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? "/train.csv" : "");
+    if (load_rows(e, f, file) != 0)
+        return -1;
+    e->table = 2;
+    snprintf(e->dataset, sizeof e->dataset, "csv");
+    cdl_dataset *d = &e->data;
+    const char *label = e->o->label_column ? e->o->label_column : meta(f, "label_name");
+    if (!d->class_names)
+        return cdl_error("%s has no label column '%s': %s needs the labels; predict on "
+                         "unlabelled rows with cdl-predict %s %s", file, label, e->o->prog,
+                         e->o->ckpt, file);
+    long val = eval_meta_long(f, "val_samples");
+    long run_n = eval_meta_long(f, "train_samples") + (val > 0 ? val : 0);
+    fprintf(stderr, "%s: %s has no test split and is not the run's data: evaluating all its "
+            "%d rows as held-out data%s\n", e->o->prog, file, d->n, d->n == run_n ? " (as many "
+            "as the run's training data: if it is a copy of it, these figures are not held-out "
+            "ones)" : "");
+    if (cdl_st_meta_get(f, "class_names"))
+        return 0;   /* names: map_labels */
+    long classes = eval_meta_long(f, "classes");
+    for (int i = 0; i < d->n; i++) {
+        char *end;
+        const char *s = d->class_names[i];
+        long v = strtol(s, &end, 10);
+        if (!*s || *end || v < 0 || v >= classes)
+            return cdl_error("%s: the label '%.40s' of row %d is not a class index of the run "
+                             "(0 to %ld)", file, s, i + 1, classes - 1);
+        d->labels[i] = (int32_t)v;
+    }
+    for (int i = 0; i < d->n; i++)
+        cdl_free(d->class_names[i]);
+    cdl_free(d->class_names);
+    d->class_names = NULL;
+    d->classes = (int)classes;
+    return 0;
+}
+
 /* The split o->split of the dataset: test as it is; train and val carved
  * the way the run did (its seed and validation count). Samples are read
  * and normalised with the run's options (run_options). */
@@ -339,6 +387,11 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
          * freed). Image folders only: their classes are matched by name;
          * a table's columns would be taken by position (the checkpoint
          * does not name them), a reordered one silently. */
+        if (rc == 1 && test && !val_folder && !strcmp(name, "csv") &&
+            cdl_st_meta_get(f, "feature_columns") && !same_path(dir, meta(f, "data_dir"))) {
+            cdl_free(norm);
+            return load_own_table(e, f, dir);
+        }
         if (rc == 1 && test && !val_folder && !strcmp(name, "imagefolder") &&
             !same_path(dir, meta(f, "data_dir"))) {
             rc = cdl_dataset_load_with(name, dir, CDL_SPLIT_TRAIN, &opt, &all);
@@ -433,14 +486,11 @@ static int is_table(const char *path)
  * renamed column would be read wrong, silently), other columns are left
  * out with a note, and the rows are normalised with the run's statistics.
  * The label column's text, where the table has it, is data.class_names. */
-static int load_rows(eval_ctx *e, const cdl_st_file *f)
+static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path)
 {
     const eval_opts *o = e->o;
-    const char *path = o->files[0], *cols = cdl_st_meta_get(f, "feature_columns");
+    const char *cols = cdl_st_meta_get(f, "feature_columns");
     const char *run_data = *meta(f, "dataset") ? meta(f, "dataset") : "unknown";
-    if (o->nfiles > 1)
-        return cdl_error("%s and %s: give one CSV table (rows are numbered within it)",
-                         o->files[0], o->files[1]);
     if (!cols && strncmp(run_data, "csv", 3))
         return cdl_error("%s was trained on %s data, not a CSV table: a .csv FILE holds rows "
                          "for a model trained with --dataset csv", o->ckpt, run_data);
@@ -498,7 +548,6 @@ static int load_rows(eval_ctx *e, const cdl_st_file *f)
                                        &e->data);
     if (rc == 0) {
         e->have_data = 1;
-        e->table = 1;
         float *m = e->data.channel_mean ? e->data.channel_mean : e->data.mean;
         float *sd = e->data.channel_mean ? e->data.channel_std : e->data.std;
         for (int k = 0; k < nf; k++) {
@@ -528,8 +577,13 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
         if (is_table(o->files[i]) != is_table(o->files[0]))
             return cdl_error("%s and %s: give pictures or one CSV table, not both", o->files[0],
                              o->files[i]);
-    if (is_table(o->files[0]))
-        return load_rows(e, f);
+    if (is_table(o->files[0]) && o->nfiles > 1)
+        return cdl_error("%s and %s: give one CSV table (rows are numbered within it)",
+                         o->files[0], o->files[1]);
+    if (is_table(o->files[0])) {
+        e->table = 1;
+        return load_rows(e, f, o->files[0]);
+    }
     cdl_shape s = {0, 0, 0};
     cdl_dataset_options opt;
     float *norm;
@@ -874,6 +928,15 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     int rc = o->files ? load_files(e, f) : load_data(e, f);
     if (rc == 0 && !o->files)
         rc = map_labels(e, f);
+    if (rc == 0 && e->table == 2 && e->data.class_names) {
+        /* A table's rows, mapped to the run's classes: their texts go. */
+        for (int i = 0; i < e->data.classes; i++)
+            cdl_free(e->data.class_names[i]);
+        cdl_free(e->data.class_names);
+        e->data.class_names = NULL;
+        long classes = eval_meta_long(f, "classes");
+        e->data.classes = classes > 0 ? (int)classes : 1;
+    }
     if (rc == 0)
         rc = build_model(e, f);
     if (rc == 0)

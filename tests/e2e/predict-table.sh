@@ -71,6 +71,37 @@ assert len(lines) == 90 and [l["index"] for l in lines] == list(range(90)), len(
 assert lines[1]["label"] == "y" and len(lines[1]["top"]) == 2, lines[1]
 PYEOF
 
+# cdl-eval on a labelled table of one's own (no test.csv beside it): all
+# its rows, columns matched by name (a note column, another order), the
+# label texts matched to the run's classes; the same probabilities as
+# cdl-predict's rows, so the same accuracy as the labels say.
+"$PY" - "$TMP" <<'PYEOF' || die "own table"
+import csv, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(d + "/train.csv")))[:30]
+with open(d + "/own.csv", "w") as f:
+    f.write("note,kind,e,c,a,d,b\n")
+    for r in rows:
+        f.write(",".join(["n"] + [r[c] for c in ("kind", "e", "c", "a", "d", "b")]) + "\n")
+PYEOF
+expect_status 0 "$CDL_EVAL" "$ck" --threads 1 --json --dataset "csv:$TMP/own.csv"
+expect_err "evaluating all its 30 rows as held-out data"
+cp "$TMP/out" "$TMP/own.json"
+expect_status 0 pred --top-k 1 "$TMP/own.csv"
+"$PY" - "$TMP/own.json" "$TMP/out" <<'PYEOF' || die "cdl-eval on a table of one's own"
+import csv, json, sys
+e = json.load(open(sys.argv[1]))
+p = list(csv.DictReader(open(sys.argv[2])))
+acc = sum(r["label"] == r["class1"] for r in p) / len(p)
+print("cdl-eval", e["samples"], e["accuracy"], "cdl-predict's rows", len(p), acc)
+sys.exit(e["samples"] != 30 or abs(e["accuracy"] - acc) > 1e-9)
+PYEOF
+sed 's/,z,/,q,/' "$TMP/own.csv" >"$TMP/ownq.csv"
+expect_status 1 "$CDL_EVAL" "$ck" --dataset "csv:$TMP/ownq.csv"
+expect_err "class 'q' of the csv data is not one of the 3 classes"
+expect_status 1 "$CDL_EVAL" "$ck" --dataset "csv:$TMP/rows.csv"
+expect_err "has no label column 'kind': cdl-eval needs the labels"
+
 # What a spreadsheet gets wrong, said with the line and the column.
 cut -d, -f1-4,6 "$TMP/train.csv" >"$TMP/miss.csv"
 expect_status 1 pred "$TMP/miss.csv"
@@ -124,6 +155,8 @@ expect_status 0 "$CDL_EVAL" "$TMP/old.safetensors" --threads 1 --dataset "csv:$T
     --split train
 expect_status 1 "$CDL_PREDICT" "$TMP/old.safetensors" "$TMP/rows.csv"
 expect_err "does not store its table's column names (written by an older cdl)"
+expect_status 1 "$CDL_EVAL" "$TMP/old.safetensors" --dataset "csv:$TMP/own.csv" --split test
+expect_err "has no test split: use --split val or train"
 # A model of other data.
 "$CDL_TRAIN" --dataset synthetic --synthetic-size 40 --batch-size 8 --epochs 1 --threads 1 \
     --workers 0 --ckpt-dir "$TMP/ck0" -q || die "training on synthetic data"

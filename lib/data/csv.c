@@ -224,6 +224,18 @@ static void sep_hint(char *const *header, int ncol, char *hint, size_t len)
              sep ? ", cdl reads commas (save the table as comma-separated CSV)" : "");
 }
 
+/* Column k for messages: 'name', or its number when the header leaves
+ * it without one. */
+static const char *column_name(char *const *header, int k, char *buf, size_t len)
+{
+    char pn[128];
+    if (header[k][0])
+        snprintf(buf, len, "'%s'", data_printable(header[k], pn, sizeof pn));
+    else
+        snprintf(buf, len, "%d (no name in the header)", k + 1);
+    return buf;
+}
+
 /* The records after the header, each with the header's ncol fields: the
  * field of column k is feature slot[k] (>= 0) of (rows, nf) *feat, the
  * label (-1: its text in (*labels)[row], an empty one an error when
@@ -280,13 +292,15 @@ static int read_rows(reader *r, const char *name, char *const *header, int ncol,
                     end++;
                 char pn[128], hn[128];
                 if (!r->field[strspn(r->field, " \t")])
-                    return cdl_error("%s:%ld: column '%s' is empty (a missing value): every "
-                                     "feature needs a number: fill it in or drop the row", name,
-                                     line, data_printable(header[k], hn, sizeof hn));
+                    return cdl_error("%s:%ld: column %s is empty (a missing value): every "
+                                     "feature needs a number: fill it in or drop the row%s",
+                                     name, line, column_name(header, k, hn, sizeof hn),
+                                     header[k][0] ? "" : " (a spreadsheet's empty column past "
+                                     "the table: delete it)");
                 if (*end || !isfinite(v) || fabs(v) > 3.4e38)
-                    return cdl_error("%s:%ld: column '%s' holds '%s', not a finite number: every "
+                    return cdl_error("%s:%ld: column %s holds '%s', not a finite number: every "
                                      "column but the label (--label-column) must be numeric",
-                                     name, line, data_printable(header[k], hn, sizeof hn),
+                                     name, line, column_name(header, k, hn, sizeof hn),
                                      data_printable(r->field, pn, sizeof pn));
                 (*feat)[(size_t)i * nf + slot[k]] = (float)v;
             }
@@ -602,15 +616,27 @@ int csv_parse_rows(const char *buf, size_t len, const char *name, const char *co
     for (int j = 0; j < nf; j++)
         idx[j] = (named){features[j], j};
     qsort(idx, (size_t)nf, sizeof *idx, cmp_name);
+    for (int k = 0; k < ncol; k++)
+        one_line(header[k]);
     for (int j = 1; j < nf; j++)
         if (!strcmp(idx[j - 1].name, idx[j].name)) {
+            /* A training table with two columns of one name: only its own
+             * header, in its order (the label column anywhere), says which
+             * is which. */
+            int same = 1, f = 0;
+            for (int k = 0; same && k < ncol; k++)
+                if (label && !strcmp(header[k], label))
+                    slot[k] = -1;
+                else if ((same = f < nf && !strcmp(header[k], features[f])))
+                    slot[k] = f++;
+            if (same && f == nf)
+                goto rows;
             rc = cdl_error("%s: the model's feature columns include two named '%s': its columns "
-                           "cannot be matched by name", name,
-                           data_printable(idx[j].name, hn, sizeof hn));
+                           "cannot be matched by name; give the training table's header, in "
+                           "its order", name, data_printable(idx[j].name, hn, sizeof hn));
             goto done;
         }
     for (int k = 0; k < ncol; k++) {
-        one_line(header[k]);
         named key = {header[k], -1};
         const named *hit = bsearch(&key, idx, (size_t)nf, sizeof *idx, cmp_name);
         slot[k] = -2;
@@ -654,12 +680,16 @@ int csv_parse_rows(const char *buf, size_t len, const char *name, const char *co
                        "to_csv() as the training table was" : "", hint);
         goto done;
     }
+rows:
     if ((rc = read_rows(&r, name, header, ncol, slot, nf, 0, &feat, &labels, &rows)))
         goto done;
     if (rows == 0) {
         rc = cdl_error("%s has a header but no rows", name);
         goto done;
     }
+    has_label = 0;
+    for (int k = 0; k < ncol; k++)
+        has_label |= slot[k] == -1;
     out->n = (int)rows;
     out->shape = (cdl_shape){nf, 1, 1};
     out->classes = (int)rows;

@@ -806,6 +806,8 @@ static void test_csv(void **state)
         /* A blank cell (a spreadsheet's missing value) was read as 0. */
         {"a,b,label\n1,2,0\n3, ,1\n", "b.csv:3: column 'b' is empty (a missing value)"},
         {"a,b,label\n1,nan,0\n", "b.csv:2: column 'b' holds 'nan', not a finite number"},
+        /* A spreadsheet's empty column past the table: named by number. */
+        {"a,label,\n1,0,\n", "b.csv:2: column 3 (no name in the header) is empty"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&d, 0, sizeof d);
@@ -919,6 +921,20 @@ static void test_csv_rows(void **state)
         assert_error_has(bad[i][1]);
         cdl_dataset_free(&d);
     }
+    /* A training table with two columns of one name: its own header in
+     * its order still reads (the label anywhere), another is an error. */
+    const char *dup[] = {"a", "a"};
+    const char *v = "kind,a,a\nx,1,2\n";
+    if (csv_parse_rows(v, strlen(v), "v.csv", dup, 2, "kind", NULL, 0, &d) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_float_equal(d.features[0], 1, 0);
+    assert_float_equal(d.features[1], 2, 0);
+    assert_string_equal(d.class_names[0], "x");
+    cdl_dataset_free(&d);
+    const char *w = "a,b,a\n1,2,3\n";
+    assert_int_equal(csv_parse_rows(w, strlen(w), "w.csv", dup, 2, "kind", NULL, 0, &d), -1);
+    assert_error_has("two named 'a': its columns cannot be matched by name");
+    cdl_dataset_free(&d);
     /* The training table's names for its checkpoint: features in order,
      * the label column's name apart. */
     char *f, *l;

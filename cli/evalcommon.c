@@ -246,6 +246,71 @@ static int load_token_split(eval_ctx *e, const cdl_st_file *f, const char *name,
 
 static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path);
 
+/* The run's feature column names (metadata feature_columns, present): *nf
+ * of them in *names, pointing into *copy (both cdl_free'd by the caller,
+ * also on an error). */
+static int feature_names(const eval_opts *o, const cdl_st_file *f, int *nf, char **copy,
+                         const char ***names)
+{
+    const char *cols = meta(f, "feature_columns");
+    *nf = 1;
+    for (const char *p = cols; *p; p++)
+        *nf += *p == '\n';
+    *copy = NULL;
+    *names = NULL;
+    int c = 0, h = 0, w = 0;
+    if (sscanf(meta(f, "input_shape"), "%d,%d,%d", &c, &h, &w) == 3 && (c != *nf || h != 1 ||
+                                                                          w != 1))
+        return cdl_error("%s: its metadata names %d feature columns, but its samples were "
+                         "%dx%dx%d: the file is damaged", o->ckpt, *nf, c, h, w);
+    /* Split at the line breaks of a copy. */
+    *copy = cdl_malloc(strlen(cols) + 1);
+    *names = cdl_calloc((size_t)*nf, sizeof **names);
+    if (!*copy || !*names)
+        return -1;
+    strcpy(*copy, cols);
+    char *p = *copy;
+    for (int k = 0; k < *nf; k++) {
+        (*names)[k] = p;
+        p += strcspn(p, "\n");
+        if (*p)
+            *p++ = '\0';
+    }
+    return 0;
+}
+
+/* A split of the run's table as cdl_dataset_load_with read it: its
+ * columns by position (a test.csv's by the names of the train.csv beside
+ * it, as it is now). Read again by the names the run trained on, so that a
+ * table whose columns were moved since, or another table (--dataset
+ * csv:FILE --split val), gives the run's features, not others. */
+static int features_by_name(eval_ctx *e, const cdl_st_file *f, const char *dir, int test,
+                            cdl_dataset *all)
+{
+    const eval_opts *o = e->o;
+    char file[4096];
+    struct stat st;
+    snprintf(file, sizeof file, "%s%s", dir, stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) ? ""
+                                             : test ? "/test.csv" : "/train.csv");
+    int nf;
+    char *copy;
+    const char **names;
+    const char *label = o->label_column ? o->label_column : meta(f, "label_name");
+    cdl_dataset t = {0};
+    int rc = feature_names(o, f, &nf, &copy, &names);
+    if (rc == 0)
+        rc = cdl_dataset_from_csv_rows(file, names, nf, label, NULL, 0, &t);
+    if (rc == 0 && (t.n != all->n || nf != all->shape.c || !all->features))
+        rc = cdl_error("%s: %d rows of %d features by name, %d of %d by position: read it "
+                       "with the run's --label-column", file, t.n, nf, all->n, all->shape.c);
+    if (rc == 0)
+        memcpy(all->features, t.features, (size_t)t.n * nf * sizeof(float));
+    cdl_dataset_free(&t);
+    cdl_free(copy);
+    cdl_free(names);
+    return rc;
+}
+
 /* A labelled table of one's own (--dataset csv:FILE, no test.csv), all of
  * it held-out data: its columns matched to the run's by name (metadata
  * feature_columns) as cdl-predict's rows are, its labels the run's class
@@ -411,6 +476,11 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             e->own.split = "val";
             return load_data(e, f);
         }
+        if (rc == 0 && !strcmp(name, "csv") && cdl_st_meta_get(f, "feature_columns") &&
+            features_by_name(e, f, dir, test, &all) != 0) {
+            cdl_dataset_free(&all);
+            return -1;
+        }
         if (rc == 1 && val_folder)
             return cdl_error("%s: the data in %s has no val/ beside test/ any more, the run's "
                              "validation split: use --split test or train", name, dir);
@@ -499,31 +569,14 @@ static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path)
                          "the columns of %s cannot be matched to the model's by name; train "
                          "again with this cdl, or evaluate a labelled test.csv beside the run's "
                          "train.csv with cdl-predict --dataset csv:DIR", o->ckpt, path);
-    int nf = 1;
-    for (const char *p = cols; *p; p++)
-        nf += *p == '\n';
-    int c = 0, h = 0, w = 0;
-    if (sscanf(meta(f, "input_shape"), "%d,%d,%d", &c, &h, &w) == 3 && (c != nf || h != 1 ||
-                                                                          w != 1))
-        return cdl_error("%s: its metadata names %d feature columns, but its samples were "
-                         "%dx%dx%d: the file is damaged", o->ckpt, nf, c, h, w);
-    /* The names, split at the line breaks of a copy. */
-    char *copy = cdl_malloc(strlen(cols) + 1);
-    const char **names = cdl_calloc((size_t)nf, sizeof *names);
+    int nf;
+    char *copy;
+    const char **names;
     cdl_dataset_options opt;
     float *norm = NULL;
-    int rc = copy && names ? 0 : -1;
-    if (rc == 0) {
-        strcpy(copy, cols);
-        char *p = copy;
-        for (int k = 0; k < nf; k++) {
-            names[k] = p;
-            p += strcspn(p, "\n");
-            if (*p)
-                *p++ = '\0';
-        }
+    int rc = feature_names(o, f, &nf, &copy, &names);
+    if (rc == 0)
         run_options(o, f, &opt, &norm);
-    }
     if (rc == 0 && o->norm.kind == CDL_NORMALIZE_COMPUTE)
         rc = cdl_error("--normalize auto computes statistics from a dataset split, which %s is "
                        "not: leave --normalize out (the run's statistics) or give the values",

@@ -102,6 +102,31 @@ expect_err "class 'q' of the csv data is not one of the 3 classes"
 expect_status 1 "$CDL_EVAL" "$ck" --dataset "csv:$TMP/rows.csv"
 expect_err "has no label column 'kind': cdl-eval needs the labels"
 
+# The run's own train.csv and test.csv with their columns moved since the
+# training (reordered by a spreadsheet): cdl-eval reads them by the names
+# the run trained on, so its test and validation figures do not change
+# (by position they did, silently).
+mkdir "$TMP/tab" && head -61 "$TMP/train.csv" >"$TMP/tab/train.csv" &&
+    { head -1 "$TMP/train.csv"; tail -30 "$TMP/train.csv"; } >"$TMP/tab/test.csv"
+"$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 8 --seed 5 --quiet --no-progress \
+    --model mlp --dataset "csv:$TMP/tab" --label-column kind --ckpt-dir "$TMP/ckt" ||
+    die "cdl-train on train.csv and test.csv"
+for s in test val; do
+    "$CDL_EVAL" "$TMP/ckt/last.safetensors" --threads 1 --json --split $s >"$TMP/before-$s.json" ||
+        die "cdl-eval --split $s"
+done
+for f in train test; do
+    awk -F, -v OFS=, '{ print $6, $5, $4, $3, $2, $1 }' "$TMP/tab/$f.csv" >"$TMP/moved.csv" &&
+        mv "$TMP/moved.csv" "$TMP/tab/$f.csv"
+done
+for s in test val; do
+    "$CDL_EVAL" "$TMP/ckt/last.safetensors" --threads 1 --json --split $s >"$TMP/after-$s.json" ||
+        die "cdl-eval --split $s, columns moved"
+    cmp -s "$TMP/before-$s.json" "$TMP/after-$s.json" ||
+        die "columns moved in the run's tables change its $s figures: $(cat "$TMP/before-$s.json" "$TMP/after-$s.json")"
+done
+echo "PASS: the run's tables with their columns moved since give the same figures"
+
 # What a spreadsheet gets wrong, said with the line and the column.
 cut -d, -f1-4,6 "$TMP/train.csv" >"$TMP/miss.csv"
 expect_status 1 pred "$TMP/miss.csv"

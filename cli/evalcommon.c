@@ -565,7 +565,8 @@ static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path)
         return cdl_error("%s was trained on %s data, not a CSV table: a .csv FILE holds rows "
                          "for a model trained with --dataset csv", o->ckpt, run_data);
     if (!cols)
-        return cdl_error("%s does not store its table's column names (written by an older cdl): "
+        return cdl_error("%s does not store its table's column names (written by an older cdl, "
+                         "or from a table whose names were not UTF-8): "
                          "the columns of %s cannot be matched to the model's by name; train "
                          "again with this cdl, or evaluate a labelled test.csv beside the run's "
                          "train.csv with cdl-predict --dataset csv:DIR", o->ckpt, path);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/ckpt/json.h"
 #include "lib/core/log.h"
 #include "lib/core/memlimit.h"
 #include "lib/core/sized.h"
@@ -111,6 +112,20 @@ static int table_columns(run *r)
     if (csv_columns(r->data_dir, c->label_column[0] ? c->label_column : NULL,
                     &r->feature_columns, &r->label_name) != 0)
         return -1;
+    /* Checkpoint metadata is UTF-8 JSON: a header in a legacy encoding
+     * (Excel's "CSV" on Windows is cp1252) would fail the first save, at
+     * the end of an epoch. The run goes on without the names. */
+    if (!utf8_valid(r->feature_columns, strlen(r->feature_columns)) ||
+        !utf8_valid(r->label_name, strlen(r->label_name))) {
+        train_report_warning(r->rep, "warning: the table's column names are not UTF-8 text (a "
+                             "spreadsheet's legacy encoding?): the checkpoints cannot store "
+                             "them, so cdl-predict cannot match a new table's columns to them; "
+                             "save the table as CSV UTF-8 to have them");
+        cdl_free(r->feature_columns);
+        cdl_free(r->label_name);
+        r->feature_columns = r->label_name = NULL;
+        return 0;
+    }
     /* A column without a name is most often the row index pandas writes
      * (DataFrame.to_csv without index=False): the row number is then
      * learnt as a feature, and new rows must carry it. */

@@ -163,6 +163,16 @@ cut -d, -f2- "$TMP/idx-rows.csv" >"$TMP/noidx.csv"
 expect_status 1 "$CDL_PREDICT" "$TMP/cki/last.safetensors" "$TMP/noidx.csv"
 expect_err "the column without a name is most often pandas' row index"
 
+# A header in a legacy encoding (Excel's CSV on Windows: cp1252): the run
+# trains and saves (the first save failed: metadata is UTF-8 JSON), with a
+# warning that the names are not stored.
+{ printf 'Gr\xf6\xdfe,b,kind\n'; tail -n +2 "$TMP/train.csv" | cut -d, -f1,2,6; } >"$TMP/cp1252.csv"
+expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 8 --no-progress \
+    --model mlp --dataset "csv:$TMP/cp1252.csv" --label-column kind --ckpt-dir "$TMP/ck1252" -q
+expect_err "the table's column names are not UTF-8 text"
+expect_status 1 "$CDL_PREDICT" "$TMP/ck1252/last.safetensors" "$TMP/cp1252.csv"
+expect_err "does not store its table's column names"
+
 # A checkpoint of an older cdl (no column names, no checksums): cdl-eval
 # still reads it; rows cannot be matched by name, and it says so.
 "$PY" - "$ck" "$TMP/old.safetensors" <<'PYEOF' || die "writing an older checkpoint"
@@ -179,7 +189,7 @@ PYEOF
 expect_status 0 "$CDL_EVAL" "$TMP/old.safetensors" --threads 1 --dataset "csv:$TMP/train.csv" \
     --split train
 expect_status 1 "$CDL_PREDICT" "$TMP/old.safetensors" "$TMP/rows.csv"
-expect_err "does not store its table's column names (written by an older cdl)"
+expect_err "does not store its table's column names (written by an older cdl"
 expect_status 1 "$CDL_EVAL" "$TMP/old.safetensors" --dataset "csv:$TMP/own.csv" --split test
 expect_err "has no test split: use --split val or train"
 # A model of other data.

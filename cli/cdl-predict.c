@@ -1,6 +1,7 @@
 /* cdl-predict: the top-k classes and their probabilities (softmax of the
- * logits) for every sample of a dataset split, or for PNG/JPEG files
- * prepared as the run's image folder was, as CSV or JSON lines.
+ * logits) for every sample of a dataset split, for PNG/JPEG files
+ * prepared as the run's image folder was, or for the rows of a CSV table
+ * (columns matched by name), as CSV or JSON lines.
  *
  * Exit status: 0 done, 1 an error, 2 a bad option. */
 #include <errno.h>
@@ -30,10 +31,12 @@ static void usage(FILE *f)
     fprintf(f,
 "Usage: cdl-predict CHECKPOINT [--dataset NAME] [OPTION]...\n"
 "  or:  cdl-predict CHECKPOINT [OPTION]... FILE...\n"
+"  or:  cdl-predict CHECKPOINT [OPTION]... TABLE.csv\n"
 "Print the top-k classes with their probabilities for every sample of a\n"
-"dataset split, or for every PNG/JPEG FILE (scaled, cropped and normalised\n"
-"as the training run's pictures), one line each (CSV with a header, or\n"
-"JSON lines).\n"
+"dataset split, for every PNG/JPEG FILE (scaled, cropped and normalised\n"
+"as the training run's pictures), or for every row of a CSV table (a run\n"
+"trained on one: its feature columns matched by name, the label column\n"
+"optional), one line each (CSV with a header, or JSON lines).\n"
 "\n"
 EVAL_USAGE_DATA
 "      --split test|val|train  [test]\n"
@@ -96,7 +99,16 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
             o->idx[b] = t;
         }
         long index = first + i;
-        if (o->json && o->files) {
+        /* A table's rows: their numbers, and their label's text where it
+         * has the label column. */
+        char *const *rowlab = e->table == 1 ? e->data.class_names : NULL;
+        if (e->table == 1 && o->json) {
+            printf("{\"index\":%d", y[i]);
+            if (rowlab) {
+                printf(",\"label\":");
+                eval_json_string(stdout, rowlab[y[i]]);
+            }
+        } else if (o->json && o->files) {
             printf("{\"file\":");
             eval_json_string(stdout, o->files[y[i]]);
         } else if (o->json) {
@@ -115,7 +127,13 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
             printf("]}\n");
         } else {
             /* Class names are any text (CSV labels like "a, x"): fields. */
-            if (o->files) {
+            if (e->table == 1) {
+                printf("%d", y[i]);
+                if (rowlab) {
+                    putchar(',');
+                    csv_field(rowlab[y[i]]);
+                }
+            } else if (o->files) {
                 csv_field(o->files[y[i]]);
             } else {
                 printf("%ld,", index);
@@ -190,7 +208,8 @@ int main(int argc, char **argv)
         rc = w.idx && w.p ? 0 : -1;
     }
     if (rc == 0 && !w.json) {
-        printf(w.files ? "file" : "index,label");
+        printf(e.table == 1 ? (e.data.class_names ? "index,label" : "index")
+               : w.files ? "file" : "index,label");
         for (int j = 1; j <= w.k; j++)
             printf(",class%d,p%d", j, j);
         printf("\n");

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -249,6 +250,119 @@ static int load_token_split(eval_ctx *e, const cdl_st_file *f, const char *name,
     return 0;
 }
 
+static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path);
+
+/* The run's feature column names (metadata feature_columns, present): *nf
+ * of them in *names, pointing into *copy (both cdl_free'd by the caller,
+ * also on an error). */
+static int feature_names(const eval_opts *o, const cdl_st_file *f, int *nf, char **copy,
+                         const char ***names)
+{
+    const char *cols = meta(f, "feature_columns");
+    *nf = 1;
+    for (const char *p = cols; *p; p++)
+        *nf += *p == '\n';
+    *copy = NULL;
+    *names = NULL;
+    int c = 0, h = 0, w = 0;
+    if (sscanf(meta(f, "input_shape"), "%d,%d,%d", &c, &h, &w) == 3 && (c != *nf || h != 1 ||
+                                                                          w != 1))
+        return cdl_error("%s: its metadata names %d feature columns, but its samples were "
+                         "%dx%dx%d: the file is damaged", o->ckpt, *nf, c, h, w);
+    /* Split at the line breaks of a copy. */
+    *copy = cdl_malloc(strlen(cols) + 1);
+    *names = cdl_calloc((size_t)*nf, sizeof **names);
+    if (!*copy || !*names)
+        return -1;
+    strcpy(*copy, cols);
+    char *p = *copy;
+    for (int k = 0; k < *nf; k++) {
+        (*names)[k] = p;
+        p += strcspn(p, "\n");
+        if (*p)
+            *p++ = '\0';
+    }
+    return 0;
+}
+
+/* A split of the run's table as cdl_dataset_load_with read it: its
+ * columns by position (a test.csv's by the names of the train.csv beside
+ * it, as it is now). Read again by the names the run trained on, so that a
+ * table whose columns were moved since, or another table (--dataset
+ * csv:FILE --split val), gives the run's features, not others. */
+static int features_by_name(eval_ctx *e, const cdl_st_file *f, const char *dir, int test,
+                            cdl_dataset *all)
+{
+    const eval_opts *o = e->o;
+    char file[4096];
+    struct stat st;
+    snprintf(file, sizeof file, "%s%s", dir, stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) ? ""
+                                             : test ? "/test.csv" : "/train.csv");
+    int nf;
+    char *copy;
+    const char **names;
+    const char *label = o->label_column ? o->label_column : meta(f, "label_name");
+    cdl_dataset t = {0};
+    int rc = feature_names(o, f, &nf, &copy, &names);
+    if (rc == 0)
+        rc = cdl_dataset_from_csv_rows(file, names, nf, label, NULL, 0, &t);
+    if (rc == 0 && (t.n != all->n || nf != all->shape.c || !all->features))
+        rc = cdl_error("%s: %d rows of %d features by name, %d of %d by position: read it "
+                       "with the run's --label-column", file, t.n, nf, all->n, all->shape.c);
+    if (rc == 0)
+        memcpy(all->features, t.features, (size_t)t.n * nf * sizeof(float));
+    cdl_dataset_free(&t);
+    cdl_free(copy);
+    cdl_free(names);
+    return rc;
+}
+
+/* A labelled table of one's own (--dataset csv:FILE, no test.csv), all of
+ * it held-out data: its columns matched to the run's by name (metadata
+ * feature_columns) as cdl-predict's rows are, its labels the run's class
+ * indices, or names of the run's classes (matched by map_labels). */
+static int load_own_table(eval_ctx *e, const cdl_st_file *f, const char *dir)
+{
+    char file[4096];
+    struct stat st;
+    snprintf(file, sizeof file, "%s%s", dir,
+             stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? "/train.csv" : "");
+    if (load_rows(e, f, file) != 0)
+        return -1;
+    e->table = 2;
+    snprintf(e->dataset, sizeof e->dataset, "csv");
+    cdl_dataset *d = &e->data;
+    const char *label = e->o->label_column ? e->o->label_column : meta(f, "label_name");
+    if (!d->class_names)
+        return cdl_error("%s has no label column '%s': %s needs the labels; predict on "
+                         "unlabelled rows with cdl-predict %s %s", file, label, e->o->prog,
+                         e->o->ckpt, file);
+    long val = eval_meta_long(f, "val_samples");
+    long run_n = eval_meta_long(f, "train_samples") + (val > 0 ? val : 0);
+    fprintf(stderr, "%s: %s has no test split and is not the run's data: evaluating all its "
+            "%d rows as held-out data%s\n", e->o->prog, file, d->n, d->n == run_n ? " (as many "
+            "as the run's training data: if it is a copy of it, these figures are not held-out "
+            "ones)" : "");
+    if (cdl_st_meta_get(f, "class_names"))
+        return 0;   /* names: map_labels */
+    long classes = eval_meta_long(f, "classes");
+    for (int i = 0; i < d->n; i++) {
+        char *end;
+        const char *s = d->class_names[i];
+        long v = strtol(s, &end, 10);
+        if (!*s || *end || v < 0 || v >= classes)
+            return cdl_error("%s: the label '%.40s' of row %d is not a class index of the run "
+                             "(0 to %ld)", file, s, i + 1, classes - 1);
+        d->labels[i] = (int32_t)v;
+    }
+    for (int i = 0; i < d->n; i++)
+        cdl_free(d->class_names[i]);
+    cdl_free(d->class_names);
+    d->class_names = NULL;
+    d->classes = (int)classes;
+    return 0;
+}
+
 /* The split o->split of the dataset: test as it is; train and val carved
  * the way the run did (its seed and validation count). Samples are read
  * and normalised with the run's options (run_options). */
@@ -344,6 +458,11 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
          * freed). Image folders only: their classes are matched by name;
          * a table's columns would be taken by position (the checkpoint
          * does not name them), a reordered one silently. */
+        if (rc == 1 && test && !val_folder && !strcmp(name, "csv") &&
+            cdl_st_meta_get(f, "feature_columns") && !same_path(dir, meta(f, "data_dir"))) {
+            cdl_free(norm);
+            return load_own_table(e, f, dir);
+        }
         if (rc == 1 && test && !val_folder && !strcmp(name, "imagefolder") &&
             !same_path(dir, meta(f, "data_dir"))) {
             rc = cdl_dataset_load_with(name, dir, CDL_SPLIT_TRAIN, &opt, &all);
@@ -362,6 +481,11 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
                     "validation split (--split val)\n", o->prog, dir);
             e->own.split = "val";
             return load_data(e, f);
+        }
+        if (rc == 0 && !strcmp(name, "csv") && cdl_st_meta_get(f, "feature_columns") &&
+            features_by_name(e, f, dir, test, &all) != 0) {
+            cdl_dataset_free(&all);
+            return -1;
         }
         if (rc == 1 && val_folder)
             return cdl_error("%s: the data in %s has no val/ beside test/ any more, the run's "
@@ -425,6 +549,83 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
     return 0;
 }
 
+/* path names a CSV table (by its suffix, as a spreadsheet saves it). */
+static int is_table(const char *path)
+{
+    size_t n = strlen(path);
+    return n > 4 && !strcasecmp(path + n - 4, ".csv");
+}
+
+/* cdl-predict TABLE.csv: rows of a table, labelled or not, for a run
+ * trained on a CSV table. Its columns are matched to the run's feature
+ * columns by name (metadata feature_columns; by position a reordered or
+ * renamed column would be read wrong, silently), other columns are left
+ * out with a note, and the rows are normalised with the run's statistics.
+ * The label column's text, where the table has it, is data.class_names. */
+static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path)
+{
+    const eval_opts *o = e->o;
+    const char *cols = cdl_st_meta_get(f, "feature_columns");
+    const char *run_data = *meta(f, "dataset") ? meta(f, "dataset") : "unknown";
+    if (!cols && strncmp(run_data, "csv", 3))
+        return cdl_error("%s was trained on %s data, not a CSV table: a .csv FILE holds rows "
+                         "for a model trained with --dataset csv", o->ckpt, run_data);
+    if (!cols)
+        return cdl_error("%s does not store its table's column names (written by an older cdl, "
+                         "or from a table whose names were not UTF-8): "
+                         "the columns of %s cannot be matched to the model's by name; train "
+                         "again with this cdl, or evaluate a labelled test.csv beside the run's "
+                         "train.csv with cdl-predict --dataset csv:DIR", o->ckpt, path);
+    int nf;
+    char *copy;
+    const char **names;
+    cdl_dataset_options opt;
+    float *norm = NULL;
+    int rc = feature_names(o, f, &nf, &copy, &names);
+    if (rc == 0)
+        run_options(o, f, &opt, &norm);
+    if (rc == 0 && o->norm.kind == CDL_NORMALIZE_COMPUTE)
+        rc = cdl_error("--normalize auto computes statistics from a dataset split, which %s is "
+                       "not: leave --normalize out (the run's statistics) or give the values",
+                       path);
+    static const float zero = 0, one = 1;
+    if (rc == 0 && o->norm.kind == CDL_NORMALIZE_NONE) {
+        opt.norm_count = 1;
+        opt.norm_mean = &zero;
+        opt.norm_std = &one;
+    } else if (rc == 0 && o->norm.kind == CDL_NORMALIZE_DEFAULT && !norm) {
+        rc = cdl_error("%s does not store the normalisation of its table's columns: give "
+                       "--normalize as the training did", o->ckpt);
+    }
+    if (rc == 0 && opt.norm_count != 1 && opt.norm_count != nf)
+        rc = cdl_error("%s: %d means and deviations for %d feature columns: give one pair, or "
+                       "one per column", o->norm.kind == CDL_NORMALIZE_GIVEN ? "--normalize"
+                       : o->ckpt, opt.norm_count, nf);
+    char ignored[512];
+    const char *label = o->label_column ? o->label_column : cdl_st_meta_get(f, "label_name");
+    if (rc == 0)
+        rc = cdl_dataset_from_csv_rows(path, names, nf, label, ignored, sizeof ignored,
+                                       &e->data);
+    if (rc == 0) {
+        e->have_data = 1;
+        float *m = e->data.channel_mean ? e->data.channel_mean : e->data.mean;
+        float *sd = e->data.channel_mean ? e->data.channel_std : e->data.std;
+        for (int k = 0; k < nf; k++) {
+            m[k] = opt.norm_mean[opt.norm_count == 1 ? 0 : k];
+            sd[k] = opt.norm_std[opt.norm_count == 1 ? 0 : k];
+        }
+        snprintf(e->dataset, sizeof e->dataset, "table");
+        if (*ignored)
+            fprintf(stderr, "%s: note: %s: column%s %s %s not among the model's feature "
+                    "columns: not read\n", o->prog, path, strchr(ignored, ',') ? "s" : "",
+                    ignored, strchr(ignored, ',') ? "are" : "is");
+    }
+    cdl_free(norm);
+    cdl_free(copy);
+    cdl_free(names);
+    return rc;
+}
+
 /* cdl-predict FILE...: the pictures, scaled and cropped to the model's
  * input as the run's image folder was, normalised with the run's
  * statistics. A checkpoint without them (an older cdl) takes both from its
@@ -432,6 +633,17 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
 static int load_files(eval_ctx *e, const cdl_st_file *f)
 {
     const eval_opts *o = e->o;
+    for (int i = 0; i < o->nfiles; i++)
+        if (is_table(o->files[i]) != is_table(o->files[0]))
+            return cdl_error("%s and %s: give pictures or one CSV table, not both", o->files[0],
+                             o->files[i]);
+    if (is_table(o->files[0]) && o->nfiles > 1)
+        return cdl_error("%s and %s: give one CSV table (rows are numbered within it)",
+                         o->files[0], o->files[1]);
+    if (is_table(o->files[0])) {
+        e->table = 1;
+        return load_rows(e, f, o->files[0]);
+    }
     cdl_shape s = {0, 0, 0};
     cdl_dataset_options opt;
     float *norm;
@@ -506,17 +718,19 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
         s.h = s.w = o->image_size;
     if (o->channels)
         s.c = o->channels;
-    if (s.c != 1 && s.c != 3)
-        return cdl_error("%s was trained on samples of %d channels, not pictures: predict with "
-                         "--dataset instead of files", o->ckpt, s.c);
     /* (F,1,1): F features of a table or of vectors. With F = 1 or 3 a
      * picture would be squeezed to one pixel and "predicted" without a
      * word. */
     if (s.h == 1 && s.w == 1)
         return cdl_error("%s was trained on rows of %d features (dataset %s), not pictures: "
-                         "FILE arguments are PNG or JPEG pictures; predict on rows with "
-                         "--dataset (a CSV folder's test.csv, labels included: docs/data.md)",
-                         o->ckpt, s.c, *meta(f, "dataset") ? meta(f, "dataset") : "unknown");
+                         "%s", o->ckpt, s.c, *meta(f, "dataset") ? meta(f, "dataset") : "unknown",
+                         !strcmp(meta(f, "dataset"), "csv")
+                             ? "give its rows as a CSV table (FILE.csv, with or without the "
+                               "label column: docs/data.md)"
+                             : "predict on rows with --dataset");
+    if (s.c != 1 && s.c != 3)
+        return cdl_error("%s was trained on samples of %d channels, not pictures: predict with "
+                         "--dataset instead of files", o->ckpt, s.c);
     /* A folder among the FILEs: the pictures in it were meant (the
      * reader's advice about folder layouts and plain files would not say
      * how to give them). */
@@ -777,6 +991,15 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     int rc = o->files ? load_files(e, f) : load_data(e, f);
     if (rc == 0 && !o->files)
         rc = map_labels(e, f);
+    if (rc == 0 && e->table == 2 && e->data.class_names) {
+        /* A table's rows, mapped to the run's classes: their texts go. */
+        for (int i = 0; i < e->data.classes; i++)
+            cdl_free(e->data.class_names[i]);
+        cdl_free(e->data.class_names);
+        e->data.class_names = NULL;
+        long classes = eval_meta_long(f, "classes");
+        e->data.classes = classes > 0 ? (int)classes : 1;
+    }
     if (rc == 0)
         rc = build_model(e, f);
     if (rc == 0)

@@ -32,7 +32,8 @@ typedef struct eval_opts {
     int decode;               /* --decode: enum cdl_decode */
     cli_normalize norm;       /* --normalize (kind CDL_NORMALIZE_DEFAULT: not given, the
                                * checkpoint's): for weights that do not store it */
-    /* cdl-predict FILE...: PNG/JPEG files instead of a dataset split. */
+    /* cdl-predict FILE...: PNG/JPEG files, or one CSV table of rows, instead of a
+     * dataset split. */
     char *const *files;
     int nfiles;
 } eval_opts;
@@ -50,6 +51,10 @@ typedef struct eval_ctx {
     cdl_model *model;
     cdl_dataset data;
     int have_data;            /* data: a split, or the files (labels = index in o->files) */
+    int table;                /* 1: cdl-predict's FILE is a CSV table: labels are its row
+                               * numbers (from 0), data.class_names its label column's text
+                               * (NULL: none); 2: a labelled table of one's own evaluated
+                               * whole, labels the run's classes */
     int classes;              /* per position */
     int positions;            /* a language model's T (rows of logits and labels per
                                * sample); 1 for a classifier */

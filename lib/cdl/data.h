@@ -162,6 +162,22 @@ int cdl_dataset_load_with(const char *name, const char *path, int train,
 int cdl_dataset_from_image_files(const char *const *paths, int n, cdl_shape shape, int threads,
                                  int skip_bad, cdl_dataset *out);
 
+/* Reads the CSV table at path (header row, RFC 4180) as rows to predict
+ * on: the columns named features[0..nf), matched by header name in any
+ * order (a line break in a name matches a space), become float32 samples
+ * of shape (nf,1,1) in that order, one per row in file order; labels[i]
+ * is i and classes is n. A column named label_column (NULL: none) is not
+ * read as a feature: its text per row goes into class_names[i] ("" where
+ * empty), class_names being NULL when the table lacks it. Other columns
+ * are not read; their names, quoted and comma-separated, go into ignored
+ * (ignored_len bytes; may be NULL). A missing feature column is an error
+ * naming it, an empty or non-numeric cell one naming its line and column.
+ * mean/std (channel_mean/channel_std when nf > 3) are left 0/1 for the
+ * caller. */
+int cdl_dataset_from_csv_rows(const char *path, const char *const *features, int nf,
+                              const char *label_column, char *ignored, size_t ignored_len,
+                              cdl_dataset *out);
+
 /* Gives dst the normalisation of src (the test split takes the training
  * split's): same channel count required. */
 int cdl_dataset_copy_normalization(cdl_dataset *dst, const cdl_dataset *src);

@@ -189,43 +189,155 @@ static int match_columns(char *const *header, int ncol, int label_col, const csv
     return rc;
 }
 
+/* The header: the fields of the first record (after a UTF-8 byte order
+ * mark, which spreadsheets write), strdup'd into *header. */
+static int read_header(reader *r, const char *name, char ***header, int *ncol)
+{
+    int eol = 0;
+    if (r->end - r->p >= 3 && !memcmp(r->p, "\xef\xbb\xbf", 3))
+        r->p += 3;
+    if (r->p >= r->end)
+        return cdl_error("%s is empty: a CSV table needs a header row and samples", name);
+    do {
+        if (next_field(r, &eol))
+            return -1;
+        if (*ncol == MAX_COLUMNS)
+            return cdl_error("%s: more than %d columns", name, MAX_COLUMNS);
+        char **h = realloc(*header, (size_t)(*ncol + 1) * sizeof *h);
+        if (!h)
+            return cdl_error("out of memory reading %s", name);
+        *header = h;
+        if (!(h[*ncol] = strdup(r->field)))
+            return cdl_error("out of memory reading %s", name);
+        (*ncol)++;
+    } while (!eol);
+    return 0;
+}
+
+/* A header of one column: spreadsheets in many locales save ';' (or tab)
+ * separated "CSV"; hint says so ("" otherwise). */
+static void sep_hint(char *const *header, int ncol, char *hint, size_t len)
+{
+    const char *sep = ncol != 1 ? NULL : strchr(header[0], ';') ? "';'"
+                      : strchr(header[0], '\t') ? "tabs" : NULL;
+    snprintf(hint, len, "%s%s%s", sep ? ": its fields are separated by " : "", sep ? sep : "",
+             sep ? ", cdl reads commas (save the table as comma-separated CSV)" : "");
+}
+
+/* Column k for messages: 'name', or its number when the header leaves
+ * it without one. */
+static const char *column_name(char *const *header, int k, char *buf, size_t len)
+{
+    char pn[128];
+    if (header[k][0])
+        snprintf(buf, len, "'%s'", data_printable(header[k], pn, sizeof pn));
+    else
+        snprintf(buf, len, "%d (no name in the header)", k + 1);
+    return buf;
+}
+
+/* The records after the header, each with the header's ncol fields: the
+ * field of column k is feature slot[k] (>= 0) of (rows, nf) *feat, the
+ * label (-1: its text in (*labels)[row], an empty one an error when
+ * need_label) or not read (-2: a column the caller does not use). */
+static int read_rows(reader *r, const char *name, char *const *header, int ncol, const int *slot,
+                     int nf, int need_label, float **feat, char ***labels, long *rows)
+{
+    long cap = 0;
+    int eol = 0;
+    while (r->p < r->end) {
+        if (*r->p == '\n' || *r->p == '\r') {   /* blank line */
+            r->p += *r->p == '\r' && r->p + 1 < r->end && r->p[1] == '\n' ? 2 : 1;
+            r->line++;
+            continue;
+        }
+        if (*rows == cap) {
+            cap = cap ? 2 * cap : 1024;
+            if ((size_t)cap > SIZE_MAX / sizeof(float) / (size_t)(nf ? nf : 1) || cap > INT_MAX)
+                return cdl_error("%s: too many rows", name);
+            float *f = realloc(*feat, (size_t)cap * (size_t)(nf ? nf : 1) * sizeof *f);
+            if (f)
+                *feat = f;
+            char **l = realloc(*labels, (size_t)cap * sizeof *l);
+            if (l)
+                *labels = l;
+            if (!f || !l)
+                return cdl_error("out of memory reading %s", name);
+        }
+        long line = r->line, i = (*rows)++;   /* counted now: freed on an error */
+        (*labels)[i] = NULL;
+        int k = 0;
+        do {
+            if (next_field(r, &eol))
+                return -1;
+            if (k >= ncol)
+                return cdl_error("%s:%ld: more fields than the %d columns of the header", name,
+                                 line, ncol);
+            if (slot[k] == -1) {
+                /* A missing label would become a class named "" (and turn
+                 * integer labels into text ones). */
+                if (!r->field[0] && need_label) {
+                    char hn[128];
+                    return cdl_error("%s:%ld: the label column '%s' is empty: every row needs a "
+                                     "label: fill it in or drop the row", name, line,
+                                     data_printable(header[k], hn, sizeof hn));
+                }
+                free((*labels)[i]);
+                if (!((*labels)[i] = strdup(r->field)))
+                    return cdl_error("out of memory reading %s", name);
+            } else if (slot[k] >= 0) {
+                char *end;
+                double v = strtod(r->field, &end);
+                while (*end == ' ' || *end == '\t')
+                    end++;
+                char pn[128], hn[128];
+                if (!r->field[strspn(r->field, " \t")])
+                    return cdl_error("%s:%ld: column %s is empty (a missing value): every "
+                                     "feature needs a number: fill it in or drop the row%s",
+                                     name, line, column_name(header, k, hn, sizeof hn),
+                                     header[k][0] ? "" : " (a spreadsheet's empty column past "
+                                     "the table: delete it)");
+                if (*end || !isfinite(v) || fabs(v) > 3.4e38)
+                    return cdl_error("%s:%ld: column %s holds '%s', not a finite number: every "
+                                     "column but the label (--label-column) must be numeric",
+                                     name, line, column_name(header, k, hn, sizeof hn),
+                                     data_printable(r->field, pn, sizeof pn));
+                (*feat)[(size_t)i * nf + slot[k]] = (float)v;
+            }
+            k++;
+        } while (!eol);
+        if (k != ncol)
+            return cdl_error("%s:%ld: %d fields but the header has %d columns", name, line, k,
+                             ncol);
+    }
+    return 0;
+}
+
+/* A parse's header (ncol names) and row labels (rows texts). */
+static void free_table(char **header, int ncol, char **labels, long rows)
+{
+    for (int k = 0; k < ncol; k++)
+        free(header[k]);
+    free(header);
+    for (long i = 0; labels && i < rows; i++)
+        free(labels[i]);
+    free(labels);
+}
+
 int csv_parse(const char *buf, size_t len, const char *name, const char *label_column,
               const csv_layout *train, csv_layout *layout, cdl_dataset *out)
 {
     reader r = {.p = buf, .end = buf + len, .name = name, .line = 1};
-    char **header = NULL, **labels = NULL, *lab = NULL;   /* lab: this row's label */
+    char **header = NULL, **labels = NULL;
     float *feat = NULL;
     int *slot = NULL;
-    int ncol = 0, label_col = -1, rc = 0, eol = 0;
-    long rows = 0, cap = 0;
-    /* Header. */
-    if (len >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3))
-        r.p += 3;   /* a UTF-8 byte order mark (spreadsheets write one) */
-    if (r.p >= r.end)
-        return cdl_error("%s is empty: a CSV table needs a header row and samples", name);
-    do {
-        if ((rc = next_field(&r, &eol)))
-            goto done;
-        if (ncol == MAX_COLUMNS) {
-            rc = cdl_error("%s: more than %d columns", name, MAX_COLUMNS);
-            goto done;
-        }
-        char **h = realloc(header, (size_t)(ncol + 1) * sizeof *h);
-        if (!h || !(h[ncol] = strdup(r.field))) {
-            header = h ? h : header;
-            rc = cdl_error("out of memory reading %s", name);
-            goto done;
-        }
-        header = h;
-        ncol++;
-    } while (!eol);
+    int ncol = 0, label_col = -1, rc = 0;
+    long rows = 0;
+    if ((rc = read_header(&r, name, &header, &ncol)))
+        goto done;
     if (ncol < 2) {
-        /* Spreadsheets in many locales save ';' (or tab) separated "CSV". */
-        const char *sep = strchr(header[0], ';') ? "';'" : strchr(header[0], '\t') ? "tabs" : NULL;
-        char hint[160] = "";
-        if (sep)
-            snprintf(hint, sizeof hint, ": its fields are separated by %s, cdl reads commas "
-                     "(save the table as comma-separated CSV)", sep);
+        char hint[160];
+        sep_hint(header, ncol, hint, sizeof hint);
         rc = cdl_error("%s: the header has %d column: a table needs features and a label "
                        "column%s", name, ncol, hint);
         goto done;
@@ -268,78 +380,8 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
         for (int k = 0, j = 0; k < ncol; k++)
             slot[k] = k == label_col ? -1 : j++;
     }
-    /* Rows. */
-    while (r.p < r.end) {
-        if (*r.p == '\n' || *r.p == '\r') {   /* blank line */
-            r.p += *r.p == '\r' && r.p + 1 < r.end && r.p[1] == '\n' ? 2 : 1;
-            r.line++;
-            continue;
-        }
-        if (rows == cap) {
-            cap = cap ? 2 * cap : 1024;
-            if ((size_t)cap > SIZE_MAX / sizeof(float) / (size_t)nf || cap > INT_MAX) {
-                rc = cdl_error("%s: too many rows", name);
-                goto done;
-            }
-            float *f = realloc(feat, (size_t)cap * (size_t)nf * sizeof *f);
-            char **l = realloc(labels, (size_t)cap * sizeof *l);
-            feat = f ? f : feat;
-            labels = l ? l : labels;
-            if (!f || !l) {
-                rc = cdl_error("out of memory reading %s", name);
-                goto done;
-            }
-        }
-        long line = r.line;
-        lab = NULL;
-        int k = 0;
-        do {
-            if ((rc = next_field(&r, &eol)))
-                goto done;
-            if (k >= ncol) {
-                rc = cdl_error("%s:%ld: more fields than the %d columns of the header", name,
-                               line, ncol);
-                goto done;
-            }
-            if (k == label_col) {
-                /* A missing label would become a class named "" (and turn
-                 * integer labels into text ones). */
-                if (!r.field[0]) {
-                    char hn[128];
-                    rc = cdl_error("%s:%ld: the label column '%s' is empty: every row needs a "
-                                   "label: fill it in or drop the row", name, line,
-                                   data_printable(header[k], hn, sizeof hn));
-                    goto done;
-                }
-                if (!(lab = strdup(r.field))) {
-                    rc = cdl_error("out of memory reading %s", name);
-                    goto done;
-                }
-            } else {
-                char *end;
-                errno = 0;
-                double v = strtod(r.field, &end);
-                while (*end == ' ')
-                    end++;
-                if (!r.field[0] || *end || !isfinite(v) || fabs(v) > 3.4e38) {
-                    char pn[128], hn[128];
-                    rc = cdl_error("%s:%ld: column '%s' holds '%s', not a finite number: every "
-                                   "column but the label (--label-column) must be numeric",
-                                   name, line, data_printable(header[k], hn, sizeof hn),
-                                   data_printable(r.field, pn, sizeof pn));
-                    goto done;
-                }
-                feat[(size_t)rows * nf + slot[k]] = (float)v;
-            }
-            k++;
-        } while (!eol);
-        labels[rows++] = lab;
-        lab = NULL;
-        if (k != ncol) {
-            rc = cdl_error("%s:%ld: %d fields but the header has %d columns", name, line, k, ncol);
-            goto done;
-        }
-    }
+    if ((rc = read_rows(&r, name, header, ncol, slot, nf, 1, &feat, &labels, &rows)))
+        goto done;
     if (rows == 0) {
         rc = cdl_error("%s has a header but no rows", name);
         goto done;
@@ -450,13 +492,7 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
         ncol = 0;   /* freed with the layout */
     }
 done:
-    for (int k = 0; k < ncol; k++)
-        free(header[k]);
-    free(header);
-    for (long i = 0; labels && i < rows; i++)
-        free(labels[i]);
-    free(labels);
-    free(lab);
+    free_table(header, ncol, labels, rows);
     free(feat);
     free(slot);
     free(r.field);
@@ -513,4 +549,266 @@ int csv_read(const char *path, int train, const char *label_column, cdl_dataset 
     csv_layout_free(&lay);
     cdl_dataset_free(&tr);
     return rc;
+}
+
+/* A header name as a checkpoint stores it: a line break is a space (the
+ * names are stored one per line). */
+static void one_line(char *s)
+{
+    for (; *s; s++)
+        if (*s == '\n' || *s == '\r')
+            *s = ' ';
+}
+
+/* a and b are the same name but for spaces around it. */
+static int same_trimmed(const char *a, const char *b)
+{
+    a += strspn(a, " \t");
+    b += strspn(b, " \t");
+    size_t la = strlen(a), lb = strlen(b);
+    while (la && (a[la - 1] == ' ' || a[la - 1] == '\t'))
+        la--;
+    while (lb && (b[lb - 1] == ' ' || b[lb - 1] == '\t'))
+        lb--;
+    return la == lb && !memcmp(a, b, la);
+}
+
+/* Appends 'name' to the list in buf (", " between), "..." once full. */
+static void list_add(char *buf, size_t len, const char *name)
+{
+    size_t at = strlen(buf);
+    char pn[128];
+    if (!len || at + 5 >= len)
+        return;
+    if (at + strlen(name) + 8 >= len || at > 400) {
+        if (!strstr(buf, "..."))
+            snprintf(buf + at, len - at, ", ...");
+        return;
+    }
+    snprintf(buf + at, len - at, "%s'%s'", at ? ", " : "", data_printable(name, pn, sizeof pn));
+}
+
+int csv_parse_rows(const char *buf, size_t len, const char *name, const char *const *features,
+                   int nf, const char *label, char *ignored, size_t ignored_len, cdl_dataset *out)
+{
+    reader r = {.p = buf, .end = buf + len, .name = name, .line = 1};
+    char **header = NULL, **labels = NULL, hn[128];
+    float *feat = NULL;
+    int *slot = NULL;
+    named *idx = NULL;
+    char *used = NULL, missing[512] = "";
+    int ncol = 0, rc = 0, has_label = 0, nmissing = 0;
+    long rows = 0;
+    if (ignored && ignored_len)
+        ignored[0] = '\0';
+    if (nf < 1 || nf > MAX_COLUMNS)
+        return cdl_error("%s: %d feature columns asked for", name, nf);
+    if ((rc = read_header(&r, name, &header, &ncol)))
+        goto done;
+    slot = malloc((size_t)ncol * sizeof *slot);
+    idx = malloc((size_t)nf * sizeof *idx);
+    used = calloc((size_t)nf, 1);
+    if (!slot || !idx || !used) {
+        rc = cdl_error("out of memory reading %s", name);
+        goto done;
+    }
+    /* The wanted names sorted, for a lookup per header column. */
+    for (int j = 0; j < nf; j++)
+        idx[j] = (named){features[j], j};
+    qsort(idx, (size_t)nf, sizeof *idx, cmp_name);
+    for (int k = 0; k < ncol; k++)
+        one_line(header[k]);
+    for (int j = 1; j < nf; j++)
+        if (!strcmp(idx[j - 1].name, idx[j].name)) {
+            /* A training table with two columns of one name: only its own
+             * header, in its order (the label column anywhere), says which
+             * is which. */
+            int same = 1, f = 0;
+            for (int k = 0; same && k < ncol; k++)
+                if (label && !strcmp(header[k], label))
+                    slot[k] = -1;
+                else if ((same = f < nf && !strcmp(header[k], features[f])))
+                    slot[k] = f++;
+            if (same && f == nf)
+                goto rows;
+            rc = cdl_error("%s: the model's feature columns include two named '%s': its columns "
+                           "cannot be matched by name; give the training table's header, in "
+                           "its order", name, data_printable(idx[j].name, hn, sizeof hn));
+            goto done;
+        }
+    for (int k = 0; k < ncol; k++) {
+        named key = {header[k], -1};
+        const named *hit = bsearch(&key, idx, (size_t)nf, sizeof *idx, cmp_name);
+        slot[k] = -2;
+        if (label && !strcmp(header[k], label) && !has_label) {
+            slot[k] = -1;
+            has_label = 1;
+        } else if (hit && used[hit->index]++) {
+            rc = cdl_error("%s: two columns are named '%s': which one is the feature is not "
+                           "known: rename or remove one", name,
+                           data_printable(header[k], hn, sizeof hn));
+            goto done;
+        } else if (hit) {
+            slot[k] = hit->index;
+        } else if (ignored) {
+            list_add(ignored, ignored_len, header[k]);
+        }
+    }
+    /* Near misses said: a name spaced otherwise ("a, b"), and a column
+     * without a name (pandas' row index, trained on). */
+    char near[160] = "";
+    int unnamed = 0;
+    for (int j = 0; j < nf; j++) {
+        if (used[j])
+            continue;
+        list_add(missing, sizeof missing, features[j]);
+        nmissing++;
+        unnamed |= !features[j][0];
+        for (int k = 0; k < ncol && !near[0]; k++)
+            if (slot[k] == -2 && same_trimmed(header[k], features[j]))
+                snprintf(near, sizeof near, "; the table's '%s' differs from '%s' in spaces "
+                         "only: names must match exactly", data_printable(header[k], hn, 48),
+                         data_printable(features[j], hn + 64, 48));
+    }
+    if (nmissing) {
+        char hint[160];
+        sep_hint(header, ncol, hint, sizeof hint);
+        rc = cdl_error("%s lacks %d of the %d feature columns the model was trained on: %s "
+                       "(columns are matched by their header names)%s%s%s", name, nmissing,
+                       nf, missing, near, unnamed ? "; the column without a name is most often "
+                       "pandas' row index, which the model was trained on: write the table with "
+                       "to_csv() as the training table was" : "", hint);
+        goto done;
+    }
+rows:
+    if ((rc = read_rows(&r, name, header, ncol, slot, nf, 0, &feat, &labels, &rows)))
+        goto done;
+    if (rows == 0) {
+        rc = cdl_error("%s has a header but no rows", name);
+        goto done;
+    }
+    has_label = 0;
+    for (int k = 0; k < ncol; k++)
+        has_label |= slot[k] == -1;
+    out->n = (int)rows;
+    out->shape = (cdl_shape){nf, 1, 1};
+    out->classes = (int)rows;
+    out->labels = cdl_malloc((size_t)rows * sizeof *out->labels);
+    out->features = cdl_malloc((size_t)rows * nf * sizeof(float));
+    if (!out->labels || !out->features) {
+        rc = -1;
+        goto done;
+    }
+    for (long i = 0; i < rows; i++)
+        out->labels[i] = (int32_t)i;
+    memcpy(out->features, feat, (size_t)rows * nf * sizeof(float));
+    if (has_label) {
+        if (!(out->class_names = cdl_calloc((size_t)rows, sizeof *out->class_names))) {
+            rc = -1;
+            goto done;
+        }
+        for (long i = 0; i < rows; i++) {
+            size_t l = strlen(labels[i]) + 1;
+            if (!(out->class_names[i] = cdl_malloc(l))) {
+                rc = -1;
+                goto done;
+            }
+            memcpy(out->class_names[i], labels[i], l);
+        }
+    }
+done:
+    free_table(header, ncol, labels, rows);
+    free(feat);
+    free(slot);
+    free(idx);
+    free(used);
+    free(r.field);
+    return rc ? -1 : 0;
+}
+
+/* The training table's file of path (a file, or a folder's train.csv). */
+static void train_file(const char *path, char *file, size_t len)
+{
+    snprintf(file, len, "%s/train.csv", path);
+    if (!exists(file))
+        snprintf(file, len, "%s", path);
+}
+
+int cdl_dataset_from_csv_rows(const char *path, const char *const *features, int nf,
+                              const char *label_column, char *ignored, size_t ignored_len,
+                              cdl_dataset *out)
+{
+    if (!path || !out || (nf > 0 && !features))
+        return cdl_error("cdl_dataset_from_csv_rows: path, features or out is NULL");
+    memset(out, 0, sizeof *out);
+    char pn[512];
+    uint8_t *buf;
+    size_t len;
+    if (data_read_file(path, MAX_FILE_BYTES, "give a CSV table with a header row", &buf, &len))
+        return -1;
+    int rc = csv_parse_rows((const char *)buf, len, data_printable(path, pn, sizeof pn), features,
+                            nf, label_column, ignored, ignored_len, out);
+    cdl_free(buf);
+    if (rc == 0 && nf > 3) {
+        out->channel_mean = cdl_calloc((size_t)nf, sizeof(float));
+        out->channel_std = cdl_calloc((size_t)nf, sizeof(float));
+        rc = out->channel_mean && out->channel_std ? 0 : -1;
+        for (int k = 0; rc == 0 && k < nf; k++)
+            out->channel_std[k] = 1;
+    }
+    for (int k = 0; k < 3; k++)
+        out->std[k] = 1;
+    snprintf(out->name, sizeof out->name, "csv");
+    if (rc)
+        cdl_dataset_free(out);
+    return rc;
+}
+
+int csv_columns(const char *path, const char *label_column, char **features, char **label)
+{
+    char file[4096], pn[512];
+    train_file(path, file, sizeof file);
+    *features = *label = NULL;
+    uint8_t *buf;
+    size_t len;
+    if (data_read_file(file, MAX_FILE_BYTES, "pass the CSV file (or a folder with train.csv) "
+                       "as --data-dir", &buf, &len))
+        return -1;
+    reader r = {.p = (const char *)buf, .end = (const char *)buf + len,
+                .name = data_printable(file, pn, sizeof pn), .line = 1};
+    char **header = NULL;
+    int ncol = 0, label_col = -1;
+    int rc = read_header(&r, r.name, &header, &ncol);
+    for (int k = 0; !rc && k < ncol; k++) {
+        one_line(header[k]);
+        if (label_column ? !strcmp(header[k], label_column) : !strcmp(header[k], "label"))
+            label_col = k;
+    }
+    if (!rc && label_col < 0)
+        label_col = ncol - 1;   /* csv_parse's rule (a given name is there: it read the table) */
+    size_t total = 1;
+    for (int k = 0; !rc && k < ncol; k++)
+        total += strlen(header[k]) + 1;
+    if (!rc && (!(*features = cdl_malloc(total)) || !(*label = cdl_malloc(total))))
+        rc = -1;
+    if (!rc) {
+        /* One per line; a name may be empty (pandas' unnamed index column). */
+        char *p = *features;
+        for (int k = 0, j = 0; k < ncol; k++)
+            if (k != label_col)
+                p += sprintf(p, "%s%s", j++ ? "\n" : "", header[k]);
+        *p = '\0';
+        strcpy(*label, header[label_col]);
+    }
+    for (int k = 0; k < ncol; k++)
+        free(header[k]);
+    free(header);
+    free(r.field);
+    cdl_free(buf);
+    if (rc) {
+        cdl_free(*features);
+        cdl_free(*label);
+        *features = *label = NULL;
+    }
+    return rc ? -1 : 0;
 }

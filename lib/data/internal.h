@@ -162,6 +162,17 @@ void csv_layout_free(csv_layout *l);
 int csv_parse(const char *buf, size_t len, const char *name, const char *label_column,
               const csv_layout *train, csv_layout *layout, cdl_dataset *out);
 
+/* Rows to predict on (cdl_dataset_from_csv_rows): the columns named
+ * features[0..nf) of the table in buf, by name; label's text per row
+ * into class_names when the table has that column. */
+int csv_parse_rows(const char *buf, size_t len, const char *name, const char *const *features,
+                   int nf, const char *label, char *ignored, size_t ignored_len, cdl_dataset *out);
+
+/* The training table's header (path as csv_read takes it), for a
+ * checkpoint: its feature columns' names one per line (a line break in a
+ * name a space) and the label column's name; cdl_malloc'd. */
+int csv_columns(const char *path, const char *label_column, char **features, char **label);
+
 /* path = a CSV file (the training split) or a directory holding train.csv
  * and test.csv. */
 int csv_read(const char *path, int train, const char *label_column, cdl_dataset *out);

@@ -39,7 +39,7 @@
 #define CKPT_FORMAT_1 "cdl-checkpoint-1"
 #define OPT_PREFIX "optimizer."
 
-enum { MAX_META = 40 };   /* train_ckpt_save adds at most 35 (token data, class names) */
+enum { MAX_META = 48 };   /* train_ckpt_save adds at most 35 (token data, class names) */
 /* Largest world size a checkpoint may record (a sanity bound, far above any
  * real job). */
 #define CKPT_MAX_WORLD 1000000
@@ -352,6 +352,12 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "image_size", fmt_dup("%d", cfg->image_size));
     meta_add(&meta, "image_channels", fmt_dup("%d", cfg->image_channels));
     meta_add(&meta, "label_column", fmt_dup("%s", cfg->label_column));
+    /* A table's columns by name: cdl-predict matches a new table's to them
+     * (by position, a reordered or renamed column would be read wrong). */
+    if (pos->feature_columns && pos->label_name) {
+        meta_add(&meta, "feature_columns", fmt_dup("%s", pos->feature_columns));
+        meta_add(&meta, "label_name", fmt_dup("%s", pos->label_name));
+    }
     if (pos->data && pos->data->tokens) {
         /* Token windows: ids, not normalised; cdl-generate needs the tokenizer. */
         const cdl_dataset *d = pos->data;

@@ -24,6 +24,8 @@ typedef struct train_position {
     int val_folder;           /* validation on a folder of its own (an image folder's val/):
                                * metadata val_folder 1, val_samples 0 */
     const char *class_names;  /* the dataset's class names, one per line (NULL: none) */
+    const char *feature_columns;   /* a table's feature column names, one per line, and */
+    const char *label_name;        /* its label column's (NULL: not a table) */
     const cdl_dataset *data;  /* the training split: its sample shape and normalisation go
                                * into the metadata for cdl-eval/cdl-predict (NULL: left out) */
     int unverified;           /* loaded from a file without checksums (older cdl) */

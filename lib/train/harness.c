@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/ckpt/json.h"
 #include "lib/core/log.h"
 #include "lib/core/memlimit.h"
 #include "lib/core/sized.h"
@@ -98,6 +99,46 @@ static int join_class_names(run *r)
     if (p == s)
         *p = '\0';
     r->class_names = s;
+    return 0;
+}
+
+/* A table's column names for checkpoints (rank 0 writes them), so that
+ * cdl-predict matches a new table's columns by name: the feature columns
+ * one per line, in the order the model takes them, and the label's. */
+static int table_columns(run *r)
+{
+    const cdl_train_config *c = r->cfg;
+    if (strcmp(c->dataset, "csv") || r->ri.rank != 0)
+        return 0;
+    if (csv_columns(r->data_dir, c->label_column[0] ? c->label_column : NULL,
+                    &r->feature_columns, &r->label_name) != 0)
+        return -1;
+    /* Checkpoint metadata is UTF-8 JSON: a header in a legacy encoding
+     * (Excel's "CSV" on Windows is cp1252) would fail the first save, at
+     * the end of an epoch. The run goes on without the names. */
+    if (!utf8_valid(r->feature_columns, strlen(r->feature_columns)) ||
+        !utf8_valid(r->label_name, strlen(r->label_name))) {
+        train_report_warning(r->rep, "warning: the table's column names are not UTF-8 text (a "
+                             "spreadsheet's legacy encoding?): the checkpoints cannot store "
+                             "them, so cdl-predict cannot match a new table's columns to them; "
+                             "save the table as CSV UTF-8 to have them");
+        cdl_free(r->feature_columns);
+        cdl_free(r->label_name);
+        r->feature_columns = r->label_name = NULL;
+        return 0;
+    }
+    /* A column without a name is most often the row index pandas writes
+     * (DataFrame.to_csv without index=False): the row number is then
+     * learnt as a feature, and new rows must carry it. */
+    const char *s = r->feature_columns;
+    for (int k = 0; s; k++) {
+        size_t n = strcspn(s, "\n");
+        if (n == 0)
+            train_report_warning(r->rep, "warning: feature column %d of the table has no name "
+                                 "(pandas writes its row index so: to_csv(..., index=False) "
+                                 "leaves it out): it is trained on as a feature", k + 1);
+        s = s[n] ? s + n + 1 : NULL;
+    }
     return 0;
 }
 
@@ -691,7 +732,9 @@ static int run_epochs(run *r, cdl_train_result *res)
     train_position pos = {.world = r->ri.world, .best_val_loss = INFINITY,
                           .samples = r->train.n, .val_samples = r->val.n,
                           .val_folder = r->val_folder,
-                          .class_names = r->class_names, .data = &r->train};
+                          .class_names = r->class_names, .data = &r->train,
+                          .feature_columns = r->feature_columns,
+                          .label_name = r->label_name};
     snprintf(pos.fingerprint, sizeof pos.fingerprint, "%s", r->fingerprint);
     if (run_id_new(pos.run_id) != 0 || resume(r, &pos) != 0)
         return -1;
@@ -886,6 +929,8 @@ static void run_free(run *r)
     if (r->have_val)
         cdl_dataset_free(&r->val);
     cdl_free(r->class_names);
+    cdl_free(r->feature_columns);
+    cdl_free(r->label_name);
     train_report_free(r->rep);
     if (r->ckpt_lock >= 0)
         close(r->ckpt_lock);   /* releases the --ckpt-dir lock */
@@ -1210,7 +1255,8 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     /* A load that fails on one rank (its node lacks memory for the decoded
      * pictures, a node-local copy is unreadable) fails every rank, naming
      * it and its node. */
-    if (train_setup_agree(&r, (load_data(&r) != 0 || join_class_names(&r) != 0) &&
+    if (train_setup_agree(&r, (load_data(&r) != 0 || join_class_names(&r) != 0 ||
+                                   table_columns(&r) != 0) &&
                                   !train_stop_requested(), "loading the data") != 0)
         goto out;
     if ((rc = setup_stopped(&r, "loading the data", res)) != 0)

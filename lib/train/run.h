@@ -24,6 +24,8 @@ typedef struct run {
                                * folder's val/ (val_folder) */
     int have_val, val_folder;
     char *class_names;        /* the training set's class names, one per line, or NULL */
+    char *feature_columns;    /* a CSV table's feature column names, one per line, and its */
+    char *label_name;         /* label column's (rank 0; NULL for other data) */
     char data_dir[1100];      /* where the data is read: --data-dir or its staged copy */
     char stage_owned[1100];   /* the per-job staged copy this process removes at the end */
     cdl_model *model;

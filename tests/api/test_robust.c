@@ -64,6 +64,8 @@ static void test_null_arguments(void **state)
     NULL_NAMING(cdl_model_forward(NULL, x, 1, 0, 0), "cdl_model_forward");
     FAILED_NAMING(cdl_optim_set_no_decay(NULL, NULL, NULL, 0), "cdl_optim_set_no_decay");
     FAILED_NAMING(cdl_dataset_copy_normalization(NULL, NULL), "cdl_dataset_copy_normalization");
+    FAILED_NAMING(cdl_dataset_from_csv_rows(NULL, NULL, 0, NULL, NULL, 0, NULL),
+                  "cdl_dataset_from_csv_rows");
 
     FAILED_NAMING(cdl_rank_discover(NULL), "cdl_rank_discover");
     FAILED_NAMING(cdl_dist_config_from_env(NULL), "cdl_dist_config_from_env");

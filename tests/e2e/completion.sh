@@ -3,6 +3,7 @@
 # and cdlrun --help print completes, and option values come from their lists.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 
+shopt -s extglob   # as bash-completion sets it (the file patterns use @(...))
 . "$top_srcdir/completions/cdl-train"
 # complete FUNCTION WORD...: COMPREPLY for the last WORD, one per line.
 complete_words() {
@@ -42,3 +43,8 @@ check_options "$CDL_EVAL" _cdl_eval
 check_options "$CDL_PREDICT" _cdl_eval
 check_options "$top_builddir/cli/cdl-generate" _cdl_generate
 complete_words _cdl_eval cdl-eval x.safetensors --split v | grep -qx val || die "cdl-eval --split v"
+# cdl-predict's files after the checkpoint: pictures and CSV tables.
+mkdir "$TMP/in" && touch "$TMP/in/a.png" "$TMP/in/rows.csv" "$TMP/in/notes.txt"
+[ "$(complete_words _cdl_eval cdl-predict x.safetensors "$TMP/in/" | sort | tr '\n' ' ')" = \
+  "$TMP/in/a.png $TMP/in/rows.csv " ] ||
+    die "cdl-predict CKPT files: $(complete_words _cdl_eval cdl-predict x.safetensors "$TMP/in/")"

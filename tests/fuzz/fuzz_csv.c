@@ -1,7 +1,9 @@
 /* libFuzzer target: a CSV table, with the default label column and a given
  * one; then the same bytes as the test table of itself (its columns and
  * classes), and of a training table whose feature columns come in the
- * reverse order (the test table's columns are matched by name). */
+ * reverse order (the test table's columns are matched by name); and as
+ * rows to predict on (cdl-predict TABLE.csv) with those columns, with and
+ * without a label column, and with a made-up column the table lacks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +31,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     }
                 memset(&t, 0, sizeof t);
                 csv_parse((const char *)data, size, "fuzz.csv", NULL, &lay, NULL, &t);
+                cdl_dataset_free(&t);
+                char ignored[64];
+                memset(&t, 0, sizeof t);
+                csv_parse_rows((const char *)data, size, "fuzz.csv",
+                               (const char *const *)lay.features, lay.nf,
+                               rev ? NULL : lay.label, ignored, sizeof ignored, &t);
+                cdl_dataset_free(&t);
+            }
+            if (lay.nf > 0) {   /* a column the table lacks: an error naming it */
+                const char *cols[2] = {lay.features[0], "\n no such column"};
+                memset(&t, 0, sizeof t);
+                csv_parse_rows((const char *)data, size, "fuzz.csv", cols, 2, lay.label, NULL, 0,
+                               &t);
                 cdl_dataset_free(&t);
             }
         }

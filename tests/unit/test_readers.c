@@ -965,6 +965,11 @@ static void test_csv(void **state)
         {"a,label\n1,0\n2,\n", "b.csv:3: the label column 'label' is empty"},
         {"a;b;label\n1;2;0\n", "separated by ';', cdl reads commas"},
         {"a\tlabel\n1\t0\n", "separated by tabs"},
+        /* A blank cell (a spreadsheet's missing value) was read as 0. */
+        {"a,b,label\n1,2,0\n3, ,1\n", "b.csv:3: column 'b' is empty (a missing value)"},
+        {"a,b,label\n1,nan,0\n", "b.csv:2: column 'b' holds 'nan', not a finite number"},
+        /* A spreadsheet's empty column past the table: named by number. */
+        {"a,label,\n1,0,\n", "b.csv:2: column 3 (no name in the header) is empty"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&d, 0, sizeof d);
@@ -1025,6 +1030,98 @@ static void test_csv(void **state)
     assert_error_has("label 'x' of row 1 is not a class index");
 }
 
+/* Rows to predict on (cdl-predict TABLE.csv): the model's columns by
+ * name, in its order, whatever the table's; other columns not read (named
+ * in ignored); the label column optional, its text kept per row. */
+static void test_csv_rows(void **state)
+{
+    (void)state;
+    const char *want[] = {"a", "b", "c"};
+    const char *t = "\xef\xbb\xbf" "id,c,\"b\",kind,a\r\n"
+                    "\"x, \"\"1\"\"\nmore\",3,2,setosa,1\r\n"
+                    "\r\n"
+                    "y,30,20,,10\r\n";
+    cdl_dataset d = {0};
+    char ignored[64];
+    if (csv_parse_rows(t, strlen(t), "r.csv", want, 3, "kind", ignored, sizeof ignored, &d) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_int_equal(d.n, 2);
+    assert_int_equal(d.shape.c, 3);
+    assert_int_equal(d.classes, 2);
+    for (int k = 0; k < 3; k++) {
+        assert_float_equal(d.features[k], k + 1, 0);
+        assert_float_equal(d.features[3 + k], 10 * (k + 1), 0);
+    }
+    assert_int_equal(d.labels[1], 1);
+    assert_string_equal(d.class_names[0], "setosa");
+    assert_string_equal(d.class_names[1], "");
+    assert_string_equal(ignored, "'id'");
+    cdl_dataset_free(&d);
+    /* No label column: no label texts; a name's line break is a space. */
+    const char *want2[] = {"a", "b c"};
+    const char *u = "\"b\nc\",a\n2,1\n";
+    assert_int_equal(csv_parse_rows(u, strlen(u), "u.csv", want2, 2, "kind", ignored,
+                                    sizeof ignored, &d), 0);
+    assert_null(d.class_names);
+    assert_string_equal(ignored, "");
+    assert_float_equal(d.features[0], 1, 0);
+    cdl_dataset_free(&d);
+    const char *bad[][2] = {
+        {"a,x\n1,2\n", "lacks 2 of the 3 feature columns the model was trained on: 'b', 'c'"},
+        {"a,b,c,a\n1,2,3,4\n", "two columns are named 'a'"},
+        {"a,b,c\n1,2,3\n4,,6\n", "r.csv:3: column 'b' is empty"},
+        {"c,b,a\n1,NaN,3\n", "r.csv:2: column 'b' holds 'NaN'"},
+        {"a,b,c\n", "no rows"},
+        {"a;b;c\n1;2;3\n", "separated by ';'"},
+        {"a,b,c\n1,2\n", "2 fields but the header has 3 columns"},
+        {"a, b,c\n1,2,3\n", "the table's ' b' differs from 'b' in spaces only"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&d, 0, sizeof d);
+        assert_int_equal(csv_parse_rows(bad[i][0], strlen(bad[i][0]), "r.csv", want, 3, "kind",
+                                        NULL, 0, &d), -1);
+        assert_error_has(bad[i][1]);
+        cdl_dataset_free(&d);
+    }
+    /* A training table with two columns of one name: its own header in
+     * its order still reads (the label anywhere), another is an error. */
+    const char *dup[] = {"a", "a"};
+    const char *v = "kind,a,a\nx,1,2\n";
+    if (csv_parse_rows(v, strlen(v), "v.csv", dup, 2, "kind", NULL, 0, &d) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_float_equal(d.features[0], 1, 0);
+    assert_float_equal(d.features[1], 2, 0);
+    assert_string_equal(d.class_names[0], "x");
+    cdl_dataset_free(&d);
+    const char *w = "a,b,a\n1,2,3\n";
+    assert_int_equal(csv_parse_rows(w, strlen(w), "w.csv", dup, 2, "kind", NULL, 0, &d), -1);
+    assert_error_has("two named 'a': its columns cannot be matched by name");
+    cdl_dataset_free(&d);
+    /* The training table's names for its checkpoint: features in order,
+     * the label column's name apart. */
+    char *f, *l;
+    write_bytes(at("cols.csv"), "x,\"y\nz\",label,w\n1,2,0,3\n", 24);
+    if (csv_columns(at("cols.csv"), NULL, &f, &l) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_string_equal(f, "x\ny z\nw");
+    assert_string_equal(l, "label");
+    cdl_free(f);
+    cdl_free(l);
+    if (csv_columns(at("cols.csv"), "w", &f, &l) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_string_equal(f, "x\ny z\nlabel");
+    assert_string_equal(l, "w");
+    cdl_free(f);
+    cdl_free(l);
+    /* A column without a name first (pandas' index): still its line. */
+    write_bytes(at("cols.csv"), ",x,label\n0,1,0\n", 15);
+    if (csv_columns(at("cols.csv"), NULL, &f, &l) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_string_equal(f, "\nx");
+    cdl_free(f);
+    cdl_free(l);
+}
+
 /* ------------------------------------------------------------ normalisation */
 
 static void test_normalize_given(void **state)
@@ -1074,6 +1171,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_npy, setup, teardown),
         cmocka_unit_test(test_npy_hostile),
         cmocka_unit_test_setup_teardown(test_csv, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_normalize_given, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

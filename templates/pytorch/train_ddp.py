@@ -56,6 +56,7 @@ import argparse  # noqa: E402 (after the handlers: torch takes seconds to load)
 import datetime  # noqa: E402
 import faulthandler  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 
@@ -131,23 +132,37 @@ def main():
     try:
         return train(args)
     except Exception as e:
-        launched = dist.is_available() and dist.is_initialized()
-        if not launched or not isinstance(e, RuntimeError) or not peer_lost(e) or \
-                peer_failed():
-            if launched:
-                mark_failed()
-            raise
-        # The process group cannot be torn down with a peer gone (it would
-        # wait for it): leave at once; the last checkpoint stays whole
-        # (written beside the old one and renamed into place).
-        rank = os.environ.get("RANK", "?")
-        print(f"rank {rank}: a rank of this run was lost (its process or node died, or it "
-              f"stopped answering): {e}", file=sys.stderr)
-        print(f"rank {rank}: exit status {EXIT_PEER_LOST}; start the run again to continue "
-              f"from the last checkpoint{' in ' + args.ckpt_dir if args.ckpt_dir else ''} "
-              f"(pytorch-requeue.sbatch does)", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(EXIT_PEER_LOST)
+        exit_if_peer_lost(e, args.ckpt_dir)
+        raise
+
+
+def exit_if_peer_lost(e, ckpt_dir):
+    """Called with the exception that ended training. A collective that
+    failed because another rank is gone: say so and exit 76 at once (the
+    process group cannot be torn down with a peer gone: it would wait for
+    it; the last checkpoint stays whole). Any other failure of a launched
+    rank is marked in the store (mark_failed) and returns, to be raised."""
+    launched = dist.is_available() and dist.is_initialized()
+    if not launched or not isinstance(e, RuntimeError) or not peer_lost(e) or peer_failed():
+        if launched:
+            mark_failed()
+        return
+    rank = os.environ.get("RANK", "?")
+    print(f"rank {rank}: a rank of this run was lost{lost_peer(e)} (its process or node died, "
+          f"or it stopped answering): {e}", file=sys.stderr)
+    print(f"rank {rank}: exit status {EXIT_PEER_LOST}; start the run again to continue "
+          f"from the last checkpoint{' in ' + ckpt_dir if ckpt_dir else ''} "
+          f"(pytorch-requeue.sbatch does)", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(EXIT_PEER_LOST)
+
+
+def lost_peer(e):
+    """" at ADDR:PORT" from gloo's message ("Read error
+    [ADDR]:PORT: Connection reset by peer", "Connection closed by peer
+    [ADDR]:PORT"): the lost rank's node; else ""."""
+    m = re.search(r"\[([0-9A-Fa-f.:]+)\]:(\d+)", str(e))
+    return f" at {m.group(1)}:{m.group(2)}" if m else ""
 
 
 # A rank that fails on its own (a bug, a bad input) says so in the store
@@ -206,11 +221,52 @@ def cuda_slot(local_rank, visible):
     --gpu-bind=map_gpu, --ntasks-per-gpu): its first, near which the plugin
     bound its CPUs. Otherwise local rank l uses GPU l / CDL_REPLICAS_PER_GPU
     of those its node's tasks all see; under --cdl-mps that is the group's
-    one GPU, device 0."""
+    one GPU, device 0. A worker of torchrun (TORCHELASTIC_RUN_ID set) has
+    torchrun's LOCAL_RANK among the workers of one task, and CDL_GPU_BIND
+    and CDL_REPLICAS_PER_GPU describe that task: worker l uses the task's
+    visible GPU l (before, under --gpus-per-task all took GPU 0)."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return local_rank % visible
     if os.environ.get("CDL_GPU_BIND") == "task":
         return 0
     slot = local_rank // max(int(os.environ.get("CDL_REPLICAS_PER_GPU", "1")), 1)
     return slot % visible
+
+
+def packed():
+    """Whether replicas share a GPU (--cdl-mps=N, --ntasks-per-gpu): NCCL
+    refuses two ranks on one GPU ("Duplicate GPU detected"); gloo works."""
+    return int(os.environ.get("CDL_REPLICAS_PER_GPU", "1")) > 1
+
+
+def accelerate_cuda_env(local_rank, visible):
+    """The variables that make Hugging Face Accelerate (0.32; the Trainer's
+    device) use this rank's GPU, cuda_slot(local_rank, visible), as
+    {name: value}. Accelerate opens cuda:LOCAL_RANK and gives DDP
+    device_ids=[LOCAL_RANK]: right only where every task of the node sees
+    all its GPUs, one task per GPU. Under CDL_GPU_BIND=task (each task sees
+    its own GPUs) or packed replicas that GPU does not exist ("invalid
+    device ordinal") or is another rank's. ACCELERATE_TORCH_DEVICE names
+    the device PartialState takes instead; ACCELERATE_BYPASS_DEVICE_MAP
+    makes it wrap the model in DDP without device_ids (DDP then uses the
+    module's own device; it also lifts Accelerate's refusal of a model
+    spread over GPUs by device_map in a distributed run, which a
+    data-parallel rank does not do). {} when LOCAL_RANK is already the
+    right GPU. Read in accelerate 0.32.1 (state.py, accelerator.py)."""
+    slot = cuda_slot(local_rank, visible)
+    if slot == local_rank:
+        return {}
+    return {"ACCELERATE_TORCH_DEVICE": f"cuda:{slot}", "ACCELERATE_BYPASS_DEVICE_MAP": "true"}
+
+
+def pin_accelerate_gpu(local_rank, visible):
+    """Makes this rank's GPU the current one and Accelerate's (before
+    TrainingArguments or Accelerator is made); a variable set by hand wins.
+    Accelerate sets no current device when given one: torch.cuda's RNG
+    state and NCCL follow the current device, so set it here."""
+    for k, v in accelerate_cuda_env(local_rank, visible).items():
+        os.environ.setdefault(k, v)
+    torch.cuda.set_device(cuda_slot(local_rank, visible))
 
 
 def train(args):
@@ -225,9 +281,7 @@ def train(args):
         device = torch.device("cpu")
     backend = args.backend
     if backend == "auto":
-        packed = int(os.environ.get("CDL_REPLICAS_PER_GPU", "1")) > 1
-        # NCCL refuses two ranks on one GPU ("Duplicate GPU detected").
-        backend = "nccl" if use_cuda and not packed else "gloo"
+        backend = "nccl" if use_cuda and not packed() else "gloo"
     launched = "WORLD_SIZE" in os.environ  # by srun --cdl-ddp, cdlrun or torchrun
     if launched:
         dist.init_process_group(backend=backend, init_method="env://",

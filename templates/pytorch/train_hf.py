@@ -26,6 +26,14 @@ waiting in their next all-reduce), the Trainer writes a checkpoint, and
 all exit with 75 so that the job script requeues the job
 (templates/pytorch-requeue.sbatch with TRAIN_PY=pytorch/train_hf.py).
 
+A rank lost mid-run (its node or process died): the ranks left name it
+and exit with 76, as train_ddp.py's, and pytorch-requeue.sbatch requeues
+the job, which resumes from the newest checkpoint.
+
+GPUs: each rank opens train_ddp.py's cuda_slot (rank contract 5), also
+where Accelerate's cuda:LOCAL_RANK is no GPU of the task's (per-task GPU
+binding, --cdl-mps), and replicas sharing a GPU use gloo.
+
 --save writes rank 0's final weights (safetensors) and each rank prints
 "hf rank R/W local L/LW device D steps S samples N" with the data it saw.
 """
@@ -41,8 +49,9 @@ from transformers import (BertConfig, BertForSequenceClassification, Trainer,
 from transformers.trainer_utils import get_last_checkpoint
 
 # Beside this script: refuses a multi-task Slurm step without --cdl-ddp;
-# ASKED holds a SIGUSR1/SIGTERM caught since its import.
-from train_ddp import ASKED, check_launch
+# ASKED holds a SIGUSR1/SIGTERM caught since its import; the GPU a rank
+# opens (rank contract 5) and a lost rank's exit status, as train_ddp.py's.
+from train_ddp import ASKED, check_launch, exit_if_peer_lost, packed, pin_accelerate_gpu
 
 EXIT_REQUEUE = 75  # like cdl-train: "checkpoint written, requeue me"
 VOCAB, BLOCK = 64, 16
@@ -60,6 +69,9 @@ def parse_args():
     p.add_argument("--ckpt-dir", help="checkpoints in DIR/checkpoint-STEP; resumes from the newest")
     p.add_argument("--max-steps", type=int, default=-1, help="stop after this many steps")
     p.add_argument("--save", help="rank 0 writes the final weights to this safetensors file")
+    p.add_argument("--peer-timeout", type=int, default=600,
+                   help="seconds a collective waits for a silent rank before it counts as lost "
+                        "(the Trainer's ddp_timeout) [600; the Trainer's default is 1800]")
     return p.parse_args()
 
 
@@ -139,13 +151,19 @@ def main():
     args = parse_args()
     check_launch()
     use_cpu = args.device == "cpu" or (args.device == "auto" and not torch.cuda.is_available())
+    if not use_cpu and "LOCAL_RANK" in os.environ:
+        # Accelerate would open cuda:LOCAL_RANK, which under per-task GPU
+        # binding or --cdl-mps is no GPU of this task's, or another's.
+        pin_accelerate_gpu(int(os.environ["LOCAL_RANK"]), torch.cuda.device_count())
     targs = TrainingArguments(
         output_dir=args.ckpt_dir or "hf-out", overwrite_output_dir=False,
         per_device_train_batch_size=args.batch_size, learning_rate=args.lr,
         num_train_epochs=args.epochs, max_steps=args.max_steps, seed=args.seed,
         save_strategy="epoch" if args.ckpt_dir else "no", save_total_limit=2,
         logging_steps=10, report_to=[], use_cpu=use_cpu, remove_unused_columns=False,
+        ddp_backend="gloo" if packed() else None,  # NCCL refuses replicas sharing a GPU
         dataloader_num_workers=0, disable_tqdm=True,
+        ddp_timeout=args.peer_timeout,
         ddp_find_unused_parameters=False)  # the Trainer's default (True) costs a graph walk a step
     cpu_device_workaround(targs)
     collate = Collate()
@@ -158,7 +176,13 @@ def main():
         else None
     if last and targs.process_index == 0:
         print(f"resuming from {last}", flush=True)
-    trainer.train(resume_from_checkpoint=last)
+    try:
+        trainer.train(resume_from_checkpoint=last)
+    except Exception as err:
+        # A lost rank: exit 76 (requeue and resume), as train_ddp.py; before,
+        # gloo's traceback and 1, and the job ended FAILED.
+        exit_if_peer_lost(err, args.ckpt_dir)
+        raise
     print(f"hf rank {targs.process_index}/{targs.world_size} "
           f"local {targs.local_process_index}/{e('LOCAL_WORLD_SIZE', '1')} "
           f"device {targs.device} steps {trainer.state.global_step} "

@@ -9,6 +9,15 @@
 #   - the GPU a rank opens (rank contract 5): under CDL_GPU_BIND=task (Slurm
 #     gave each task GPUs of its own) its first visible GPU, not LOCAL_RANK
 #     modulo the GPUs it sees; otherwise LOCAL_RANK / CDL_REPLICAS_PER_GPU;
+#     a torchrun worker (its LOCAL_RANK torchrun's, the CDL_ variables its
+#     task's) its task's GPU LOCAL_RANK;
+#   - what Hugging Face Accelerate is told (accelerate_cuda_env, which
+#     train_hf.py applies): nothing where LOCAL_RANK is the rank's GPU;
+#     otherwise ACCELERATE_TORCH_DEVICE=cuda:SLOT and DDP without
+#     device_ids, where Accelerate would open cuda:LOCAL_RANK, no GPU of a
+#     task bound to its own (tests/slurm/test_hf_trainer.sh checks that
+#     Accelerate 0.32.1 honours both);
+#   - a gloo error names the lost peer's address (lost_peer);
 #   - a SIGUSR1/SIGTERM that comes before the first step (a job given less
 #     time than its --signal lead, a scancel as it starts): with --ckpt-dir
 #     the run exits 75 at once, writing nothing, its checkpoint as it was;
@@ -49,10 +58,11 @@ cases = [  # (local rank, visible GPUs, environment) -> the GPU it opens
     (3, 1, {"CDL_GPU_BIND": "task", "CDL_REPLICAS_PER_GPU": "2"}),  # --ntasks-per-gpu=2
     (1, 2, {"CDL_REPLICAS_PER_GPU": "2"}), (2, 2, {"CDL_REPLICAS_PER_GPU": "2"}),
     (3, 1, {"CDL_REPLICAS_PER_GPU": "4"}),                # --cdl-mps=4: the group's GPU
-]
+    (3, 4, {"CDL_GPU_BIND": "task", "TORCHELASTIC_RUN_ID": "1"}),  # torchrun's worker 3 of a
+]                                                         # task with 4 GPUs: GPU 3, not 0
 out = []
 for local, visible, env in cases:
-    for k in ("CDL_GPU_BIND", "CDL_REPLICAS_PER_GPU"):
+    for k in ("CDL_GPU_BIND", "CDL_REPLICAS_PER_GPU", "TORCHELASTIC_RUN_ID"):
         os.environ.pop(k, None)
     os.environ.update(env)
     out.append(str(train_ddp.cuda_slot(local, visible)))
@@ -60,8 +70,39 @@ print(" ".join(out))
 PY
 )
 echo "GPU slots: $slots"
-[ "$slots" = "1 1 0 0 0 1 0" ] ||
-    die "GPU slots $slots, expected 1 1 0 0 0 1 0 (under CDL_GPU_BIND=task a rank opens its first GPU)"
+[ "$slots" = "1 1 0 0 0 1 0 3" ] ||
+    die "GPU slots $slots, expected 1 1 0 0 0 1 0 3 (under CDL_GPU_BIND=task a rank opens its first GPU, torchrun's worker l its task's GPU l)"
+
+# ---- what Accelerate is told: accelerate_cuda_env(LOCAL_RANK, visible GPUs)
+acc=$($py - "${DDP%/*}" <<'PY'
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import train_ddp
+cases = [
+    (1, 4, {}),                                           # every task sees all: cuda:LOCAL_RANK
+    (1, 1, {"CDL_GPU_BIND": "task"}),                     # --gpus-per-task=1: its one GPU
+    (3, 1, {"CDL_REPLICAS_PER_GPU": "4"}),                # --cdl-mps=4: the group's GPU
+    (3, 2, {"CDL_REPLICAS_PER_GPU": "2"}),                # 2 per GPU, 2 GPUs seen: GPU 1
+]
+for local, visible, env in cases:
+    for k in ("CDL_GPU_BIND", "CDL_REPLICAS_PER_GPU"):
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    got = train_ddp.accelerate_cuda_env(local, visible)
+    print(",".join(f"{k}={v}" for k, v in sorted(got.items())) or "-", train_ddp.packed())
+print(train_ddp.lost_peer(RuntimeError(
+    "[./gloo/transport/tcp/pair.cc:589] Read error [10.0.0.2]:40123: Connection reset by peer")))
+print(repr(train_ddp.lost_peer(RuntimeError("Timed out waiting 600000ms for recv operation"))))
+PY
+)
+echo "$acc"
+want="- False
+ACCELERATE_BYPASS_DEVICE_MAP=true,ACCELERATE_TORCH_DEVICE=cuda:0 False
+ACCELERATE_BYPASS_DEVICE_MAP=true,ACCELERATE_TORCH_DEVICE=cuda:0 True
+ACCELERATE_BYPASS_DEVICE_MAP=true,ACCELERATE_TORCH_DEVICE=cuda:1 True
+ at 10.0.0.2:40123
+''"
+[ "$acc" = "$want" ] || die "Accelerate's device variables or the lost peer's address are not as expected"
 
 # ---- a signal before the first step
 signalled() {   # signalled SIG CMD...: CMD started with SIG already pending

@@ -13,6 +13,15 @@
 #      --cdl-ddp (each task would otherwise train the whole data alone);
 #   0. (before the cluster) `cdlrun -n 2 python train_hf.py`: the same
 #      without Slurm: 2 ranks, disjoint shards covering the data;
+#   0b. a rank lost mid-run (rank 1 of 2 started by hand kills itself with
+#      SIGKILL after step 2, as a dead node's rank): rank 0 names the loss
+#      and exits 76, as train_ddp.py does, so that pytorch-requeue.sbatch
+#      requeues the job; before, gloo's traceback and 1 (job FAILED);
+#   0c. the GPU Accelerate opens, CUDA faked (no GPU needed): a rank with
+#      LOCAL_RANK 1 that sees one GPU (CDL_GPU_BIND=task: --gpus-per-task)
+#      gets cuda:0 from train_ddp.pin_accelerate_gpu, as TrainingArguments'
+#      device, the current device and DDP without device_ids; without it,
+#      cuda:1 and device_ids [1] (on a GPU: "invalid device ordinal");
 #   4. templates/pytorch-requeue.sbatch with TRAIN_PY=pytorch/train_hf.py:
 #      SIGUSR1 -> every rank stops after the same step -> the Trainer's
 #      checkpoint -> exit 75 -> requeue -> resume_from_checkpoint, and the
@@ -65,6 +74,80 @@ ranks "$out" | cut -c1-80
 check "cdlrun: the Trainer's ranks are 0/2 and 1/2, each its own half of the 128 samples" \
     eval '[ "$(ranks "$out" | awk "{print \$3, \$5}" | tr "\n" ,)" = "0/2 0/2,1/2 1/2," ] &&
           every_sample "$out" 128'
+
+echo "== 0b. a rank lost mid-run: the other exits 76 ($SECONDS s)"
+scratch=$(mktemp -d /tmp/cdl-hf.XXXXXX)
+cat >"$scratch/kill1.py" <<'PY'
+import os, signal, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+sys.argv = sys.argv[1:]
+import train_hf
+if os.environ["RANK"] == "1":   # dies as a lost node's rank does: no word, sockets closed
+    step_end = train_hf.StopOnSignal.on_step_end
+    def die(self, args, state, control, **kw):
+        if state.global_step == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return step_end(self, args, state, control, **kw)
+    train_hf.StopOnSignal.on_step_end = die
+train_hf.main()
+PY
+port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+    (cd "$scratch" && exec env WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT="$port" OMP_NUM_THREADS=1 RANK=$r LOCAL_RANK=$r timeout 120 \
+        "$venv/bin/python" kill1.py "$script" --epochs 1 --samples 256 --ckpt-dir ck \
+        >"$scratch/r$r.out" 2>&1) &
+    pids[r]=$!
+done
+wait "${pids[0]}"; rc0=$?
+wait "${pids[1]}" 2>/dev/null; rc1=$?
+tail -n 2 "$scratch/r0.out"
+check "rank 1 killed ($rc1): rank 0 named the loss and its address and exited 76 ($rc0), not 1" \
+    eval '[ "$rc1" = 137 ] && [ "$rc0" = 76 ] &&
+          grep -q "^rank 0: a rank of this run was lost at 127.0.0.1:[0-9]* (its process or node died" "$scratch/r0.out" &&
+          grep -q "^rank 0: exit status 76; start the run again" "$scratch/r0.out"'
+rm -rf "$scratch"
+
+echo "== 0c. the GPU Accelerate opens under per-task binding, CUDA faked ($SECONDS s)"
+scratch=$(mktemp -d /tmp/cdl-hf.XXXXXX)
+cat >"$scratch/acc.py" <<'PY'
+import os, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+import train_ddp
+current, ddp = [], []
+torch.cuda.is_available = lambda: True
+torch.cuda.device_count = lambda: 1
+torch.cuda.set_device = lambda d: current.append(str(torch.device("cuda", d) if isinstance(d, int) else d))
+torch.cuda.get_device_name = lambda *a: "fake"
+torch.cuda.get_device_capability = lambda *a: (8, 0)
+class FakeDDP(torch.nn.Module):
+    def __init__(self, module, device_ids=None, output_device=None, **kw):
+        super().__init__()
+        ddp.append(device_ids)
+torch.nn.parallel.DistributedDataParallel = FakeDDP
+if sys.argv[2] == "pinned":   # what train_hf.py does before TrainingArguments
+    train_ddp.pin_accelerate_gpu(int(os.environ["LOCAL_RANK"]), torch.cuda.device_count())
+from transformers import TrainingArguments
+from accelerate import Accelerator
+targs = TrainingArguments(output_dir="o", use_cpu=False, ddp_backend="gloo", report_to=[])
+Accelerator().prepare_model(torch.nn.Linear(2, 2), device_placement=False)
+print(f"device {targs.device} current {','.join(current)} ddp_device_ids {ddp[0]}")
+PY
+gpu() {
+    (cd "$scratch" && env RANK=0 WORLD_SIZE=1 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 CDL_GPU_BIND=task \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" timeout 120 "$venv/bin/python" acc.py \
+        "$(dirname "$script")" "$1" 2>&1 | tail -n 1)
+}
+port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+plain=$(gpu plain)
+pinned=$(gpu pinned)
+echo "Accelerate alone: $plain; pinned: $pinned"
+check "Accelerate alone opens LOCAL_RANK's cuda:1 (what the fix is for)" \
+    test "$plain" = "device cuda:1 current cuda:1 ddp_device_ids [1]"
+check "pinned: the task's own GPU, cuda:0, current, and DDP on the module's device" \
+    test "$pinned" = "device cuda:0 current cuda:0 ddp_device_ids None"
+rm -rf "$scratch"
 
 start_cluster
 mkdir -p "$WORK/pytorch"

@@ -8,6 +8,12 @@
 # again. The signal is `scancel --batch --signal=USR1`, what --signal does,
 # sent once the tasks are up; the tasks stand in for cdl-train signalled
 # during set-up: exit 75, nothing written.
+# pytorch-requeue.sbatch with the Hugging Face Trainer (TRAIN_PY=
+# pytorch/train_hf.py) checkpoints to ckpt/checkpoint-STEP, not last.pt:
+# a stand-in that writes one every run, requeued twice at the limit and
+# twice for a lost rank, must go on to the end; before, the template saw
+# no checkpoint and stopped it as "signalled before it could train" (and
+# after MAX_LOST_REQUEUES lost ranks in all).
 set -u
 . "${top_srcdir:-.}/tests/slurm/lib.sh"
 REQUEUING="long-requeue chain lm-gpt finetune-resnet pytorch-requeue"
@@ -83,6 +89,41 @@ as_user sh -c 'mkdir -p runs/chain/ckpt && touch runs/chain/ckpt/last.safetensor
 state=$(chain 3)
 check "chain.sbatch: after a new checkpoint the count starts again ($state)" \
     test "$state" = "JobState=COMPLETED ExitCode=0:0 " || cat "$WORK/chain-3.out"
+
+# pytorch-requeue.sbatch with a Trainer's checkpoints (checkpoint-STEP).
+install -m 0644 "$top_srcdir/templates/pytorch-requeue.sbatch" "$WORK/pytorch-requeue.sbatch"
+user_script hf-train.sh <<'EOS'
+#!/bin/bash
+# Run r (0-based) writes DIR/checkpoint-(r+1) as the Trainer does, then:
+# runs 0 and 1 exit 75 on SIGUSR1, runs 2 and 3 exit 76 (a lost rank), run 4 0.
+trap 'kill $! 2>/dev/null; exit 75' USR1
+dir=${!#} r=${SLURM_RESTART_COUNT:-0}
+if [ "$SLURM_PROCID" = 0 ] && [ "$r" -lt 4 ]; then
+    mkdir -p "$dir/checkpoint-$((r + 1))" && echo '{}' >"$dir/checkpoint-$((r + 1))/trainer_state.json"
+fi
+case $r in
+    0|1) touch "up.$SLURM_JOB_ID.$r.$SLURM_PROCID"; sleep 300 & wait $!; exit 1 ;;
+    2|3) exit 76 ;;
+esac
+exit 0
+EOS
+id=$(submit --export="ALL,PYTHON=bash,TRAIN_PY=./hf-train.sh,RUN_DIR=runs/hf,MAX_IDLE_REQUEUES=1,MAX_LOST_REQUEUES=1" \
+     --cpus-per-task=1 -o hf.out ./pytorch-requeue.sbatch)
+for r in 1 2 3 4; do
+    [ "$r" -le 2 ] && signal_when_up "$id" $((r - 1))
+    # Each requeue: started 2 s on, not Slurm's two minutes.
+    wait_until 60 eval '[ "$(grep -c "requeueing" "$WORK/hf.out")" -ge $r ] || [ -z "$(squeue -h -j "$id")" ]'
+    [ -z "$(squeue -h -j "$id")" ] && break
+    wait_until 30 sh -c "scontrol show job $id | grep -q JobState=PENDING" &&
+        scontrol update JobId="$id" StartTime=now+2
+done
+state=$(JOB_TIMEOUT=120 wait_job "$id")
+check "pytorch-requeue.sbatch with the Trainer's checkpoint-STEP: 2 requeues at the limit, 2 lost ranks, then done ($state)" \
+    eval '[ "$state" = "JobState=COMPLETED ExitCode=0:0 " ] &&
+          [ "$(grep -c "checkpointed: requeueing" "$WORK/hf.out")" = 2 ] &&
+          [ "$(grep -c "a rank was lost: requeueing job $id (1 of at most 1 in a row)" "$WORK/hf.out")" = 2 ] &&
+          grep -q "finished with status 0" "$WORK/hf.out"' ||
+    cat "$WORK/hf.out"
 
 check "no job is left" jobs_gone
 finish

@@ -66,4 +66,21 @@ expect_err " at step $((s + 1)): training diverged; no checkpoint to resume from
     --threads 1 --workers 0 --ckpt-dir "$TMP/one" -q || die "one step failed"
 expect_status 1 run one 1000
 expect_err "training diverged; resume from the last checkpoint, $TMP/one/last.safetensors, with a lower learning rate (--lr X --resume-allow lr)"
+
+# --init of weights holding a NaN (a checkpoint edited, or PyTorch's of a
+# diverged model, saved without a word) is refused naming the file and the tensor; it trained
+# and blamed the learning rate ("loss is nan at step 1: training diverged;
+# start again with a lower --lr").
+"$PY" -c "import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); d = bytearray(b[8 + n:]); del h['__metadata__']['cdl_checksum']
+o = h['transformer.ln_f.weight']['data_offsets'][0] + 4; d[o:o + 4] = struct.pack('<f', float('nan'))
+j = json.dumps(h).encode(); j += b' ' * (-len(j) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(j)) + j + d)" \
+    "$TMP/one/last.safetensors" "$TMP/nan.safetensors" || die "cannot write nan.safetensors"
+expect_status 1 "$CDL_TRAIN" --dataset "text:$TMP/lm.txt" --model gpt:n_layer=1,n_head=1,n_embd=16 \
+    --block-size 16 --batch-size 4 --lr 0.01 --max-steps 1 --threads 1 --workers 0 \
+    --ckpt-dir "$TMP/nan" --init "$TMP/nan.safetensors"
+expect_err "--init $TMP/nan.safetensors: 1 value of its weights is NaN or infinite (the first in 'transformer.ln_f.weight')"
+! grep -q "lower --lr" "$TMP/err" || die "--init of NaN weights blamed the learning rate"
 echo "PASS: a diverged run keeps its last good checkpoint and says where it stopped"

@@ -28,7 +28,7 @@
 #define PROG "cdl-generate"
 
 enum { OPT_PROMPT = 256, OPT_PROMPT_TOKENS, OPT_MAX_TOKENS, OPT_TEMPERATURE, OPT_TOPK, OPT_SEED,
-       OPT_DEVICE, OPT_VERSION };
+       OPT_DEVICE, OPT_TF32, OPT_VERSION };
 
 static const struct option long_opts[] = {
     {"prompt", required_argument, NULL, OPT_PROMPT},
@@ -39,6 +39,7 @@ static const struct option long_opts[] = {
     {"seed", required_argument, NULL, OPT_SEED},
     {"model", required_argument, NULL, 'm'},
     {"device", required_argument, NULL, OPT_DEVICE},
+    {"tf32", required_argument, NULL, OPT_TF32},
     {"threads", required_argument, NULL, 't'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -65,6 +66,7 @@ static void usage(FILE *f)
 "      --seed S             the draws' seed: same seed, same text [1]\n"
 "  -m, --model NAME|FILE    the model [the checkpoint's]\n"
 "      --device cpu|cuda|auto  [auto]\n"
+EVAL_USAGE_TF32
 "  -t, --threads N          compute threads [all]\n"
 "  -h, --help    --version\n");
 }
@@ -293,6 +295,10 @@ int main(int argc, char **argv)
                 return 2;
             }
             g.o.device = optarg;
+            break;
+        case OPT_TF32:
+            if (eval_parse_tf32(PROG, optarg, &g.o.tf32))
+                return 2;
             break;
         case 't':
             if (eval_parse_int(PROG, "threads", optarg, 1, 1024, &g.o.threads))

@@ -30,6 +30,13 @@ cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri)
 {
     cdl_backend_params p;
     cdl_backend_params_from_env(&p);
+    /* As cdl-train's --tf32 and CDL_TF32 (they were ignored here: TF32
+     * convolutions always, so cdl-eval of a run trained with --tf32 off
+     * disagreed with its validation on a GPU, whatever the variable said). */
+    const char *tf32 = o->tf32 ? o->tf32 : getenv("CDL_TF32");
+    if (tf32 && *tf32 && cdl_backend_parse_tf32(tf32, o->tf32 ? "--tf32" : "CDL_TF32",
+                                                &p.tf32_conv, &p.tf32_matmul) != 0)
+        return NULL;
     /* No --threads: ranks sharing CPUs take a share each, as cdl-train's. */
     p.threads = o->threads > 0 ? o->threads : cdl_rank_threads(ri);
     const char *dev = o->device ? o->device : "auto";
@@ -1119,6 +1126,17 @@ int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int
     return 0;
 }
 
+int eval_parse_tf32(const char *prog, const char *arg, const char **out)
+{
+    int conv, matmul;
+    if (cdl_backend_parse_tf32(arg, "--tf32", &conv, &matmul) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, cdl_last_error());
+        return -1;
+    }
+    *out = arg;
+    return 0;
+}
+
 int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
                        void (*usage)(FILE *))
 {
@@ -1150,6 +1168,8 @@ int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
         }
         o->device = arg;
         return EVAL_OPT_OK;
+    case EVAL_OPT_TF32:
+        return eval_parse_tf32(prog, arg, &o->tf32) ? EVAL_OPT_BAD : EVAL_OPT_OK;
     case EVAL_OPT_IMAGE_SIZE:
         return eval_parse_int(prog, "image-size", arg, 1, 4096, &o->image_size) ? EVAL_OPT_BAD
                                                                                  : EVAL_OPT_OK;

@@ -20,6 +20,7 @@ typedef struct eval_opts {
     const char *data_dir;     /* NULL = the checkpoint's, then the dataset's default */
     const char *split;        /* "test", "val", "train", or "" (test; val for token data) */
     const char *device;       /* "cpu", "cuda", "auto" */
+    const char *tf32;         /* --tf32 on|off|default; NULL: CDL_TF32, else default */
     int batch_size, threads, workers;
     int distributed;          /* join a data-parallel job when started as one */
     int sequences;            /* the caller reads a language model's logits per position
@@ -72,6 +73,9 @@ typedef struct eval_ctx {
 typedef int (*eval_batch_fn)(void *cb_ctx, const eval_ctx *e, long first, int n,
                              const int32_t *labels, const float *logits);
 
+/* Parses --tf32 (checked when given, used by eval_backend); prints an
+ * error and returns -1. */
+int eval_parse_tf32(const char *prog, const char *arg, const char **out);
 /* The backend o->device names (auto: CUDA when a GPU is visible, the
  * local rank's of several); NULL with cdl_last_error. */
 cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri);
@@ -115,7 +119,7 @@ int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int
 enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS,
        EVAL_OPT_DEVICE, EVAL_OPT_VERSION,
        EVAL_OPT_IMAGE_SIZE, EVAL_OPT_CHANNELS, EVAL_OPT_LABEL_COLUMN, EVAL_OPT_SKIP_BAD,
-       EVAL_OPT_DECODE, EVAL_OPT_NORMALIZE,
+       EVAL_OPT_DECODE, EVAL_OPT_NORMALIZE, EVAL_OPT_TF32,
        EVAL_OPT_OWN };
 /* --help lines of the common options. */
 #define EVAL_USAGE_DATA                                                                     \
@@ -131,9 +135,13 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     "      --normalize MEAN,STD|M1,..,Mc,S1,..,Sc|none|auto  the normalisation the weights\n" \
     "                           were trained with [the checkpoint's; give it for weights\n" \
     "                           PyTorch wrote]\n"
+#define EVAL_USAGE_TF32                                                                  \
+    "      --tf32 on|off|default  TF32 on GPUs, as the training run's --tf32 [env CDL_TF32,\n" \
+    "                           else default: on for convolutions only]\n"
 #define EVAL_USAGE_RUN                                        \
     "      --batch-size N       [256]\n"                      \
     "      --device cpu|cuda|auto  [auto]\n"                  \
+    EVAL_USAGE_TF32                                           \
     "  -t, --threads N          compute threads [all]\n"      \
     "      --workers N          data loader threads [1]\n"    \
     "  -h, --help    --version\n"
@@ -147,6 +155,7 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     {"threads", required_argument, NULL, 't'},                     \
     {"workers", required_argument, NULL, EVAL_OPT_WORKERS},        \
     {"device", required_argument, NULL, EVAL_OPT_DEVICE},          \
+    {"tf32", required_argument, NULL, EVAL_OPT_TF32},              \
     {"help", no_argument, NULL, 'h'},                              \
     {"version", no_argument, NULL, EVAL_OPT_VERSION},                \
     {"image-size", required_argument, NULL, EVAL_OPT_IMAGE_SIZE},  \

@@ -445,6 +445,15 @@ static int build_model_from(run *r, const char *text)
 
 /* A spec file is read once: the model is built from the very text its
  * checkpoints carry, even if the file changes meanwhile. */
+/* --init's weights into the model, which must be finite to train. */
+static int load_init(run *r)
+{
+    return cdl_model_load_weights(r->model, r->cfg->init, r->cfg->init_ignore) != 0 ||
+                   init_refuse_nonfinite(r->model, r->cfg->init) != 0
+               ? -1
+               : 0;
+}
+
 static int build_model(run *r)
 {
     char *text = NULL;
@@ -1269,8 +1278,7 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
      * --workers) and --init's weights, which must fit the model. It skips
      * only the batch-sized buffers and what trains. */
     if (cfg->summary && (train_ranks_agree(&r) != 0 || make_loaders(&r) != 0 ||
-                         (cfg->init[0] &&
-                          cdl_model_load_weights(r.model, cfg->init, cfg->init_ignore) != 0)))
+                         (cfg->init[0] && load_init(&r) != 0)))
         goto out;
     if (cfg->summary) {
         if (r.ri.rank == 0) {
@@ -1288,7 +1296,7 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         train_ranks_agree(&r) != 0 || make_buffers(&r) != 0 || make_loaders(&r) != 0)
         goto out;
     cdl_model_init(r.model, cfg->seed);
-    if (cfg->init[0] && cdl_model_load_weights(r.model, cfg->init, cfg->init_ignore) != 0)
+    if (cfg->init[0] && load_init(&r) != 0)
         goto out;
     size_t bucket_kb = cfg->ddp_bucket_kb > 0 ? (size_t)cfg->ddp_bucket_kb : 0;
     r.ddp = ddp_create_shard(r.dist, r.model, bucket_kb << 10, cfg->shard_optimizer);

@@ -99,4 +99,21 @@ expect_err "holds the weights of step 17 that gave this loss, so a resume from i
 # Without numbered checkpoints there is none earlier: start again.
 expect_status 1 "$CDL_TRAIN" "${lenet[@]}" --ckpt-dir "$TMP/k1" --lr 100
 expect_err "no earlier checkpoint is kept (--keep-last N keeps some): start again with a lower --lr or --clip-grad 1 (--resume never)"
+
+# --init of weights holding a NaN (a checkpoint edited, or PyTorch's of a
+# diverged model, saved without a word) is refused naming the file and the tensor; it trained
+# and blamed the learning rate ("loss is nan at step 1: training diverged;
+# start again with a lower --lr").
+"$PY" -c "import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); d = bytearray(b[8 + n:]); del h['__metadata__']['cdl_checksum']
+o = h['transformer.ln_f.weight']['data_offsets'][0] + 4; d[o:o + 4] = struct.pack('<f', float('nan'))
+j = json.dumps(h).encode(); j += b' ' * (-len(j) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(j)) + j + d)" \
+    "$TMP/one/last.safetensors" "$TMP/nan.safetensors" || die "cannot write nan.safetensors"
+expect_status 1 "$CDL_TRAIN" --dataset "text:$TMP/lm.txt" --model gpt:n_layer=1,n_head=1,n_embd=16 \
+    --block-size 16 --batch-size 4 --lr 0.01 --max-steps 1 --threads 1 --workers 0 \
+    --ckpt-dir "$TMP/nan" --init "$TMP/nan.safetensors"
+expect_err "$TMP/nan.safetensors: tensor 'transformer.ln_f.weight' holds 1 NaN or infinite value"
+! grep -q "lower --lr" "$TMP/err" || die "--init of NaN weights blamed the learning rate"
 echo "PASS: a diverged run keeps its last good checkpoint and says where it stopped"

@@ -17,6 +17,8 @@
 #   summation orders grows until it depends on the CPU's BLAS kernels);
 # - batchnorm2d sync=true over NCCL: 2 GPUs step like one CPU process on
 #   their combined batch (step_equiv.sh), and without sync they do not;
+# - validation on 2 GPUs (NCCL, or packed on one) gives cdl-eval's loss of
+#   the checkpoint: rank 0's batch-norm statistics broadcast from the GPU;
 # - MFU of replicas packed on one GPU is over that one GPU;
 # - SIGUSR1 to one rank stops both at the same step, checkpointed (exit 75);
 # - the mistakes: two ranks on one GPU without packing, --dist-backend nccl
@@ -169,6 +171,28 @@ run bn2plain 2 "$fake" --device cuda --model "$tmp/plainbn.spec" --max-steps 2 -
     --resume "$tmp/bn0plain/last.safetensors"
 "$cmp" "$tmp/bn1/last.safetensors" "$tmp/bn2plain/last.safetensors" --base "$tmp/bn0/last.safetensors" \
     --rel "$STEP_TOL" >/dev/null 2>&1 && fail "batch norm without sync stepped like one process: the check cannot tell"
+
+# Validation on several GPU ranks measures rank 0's batch-norm running
+# statistics, the checkpoint's (train_evaluate broadcasts them over the
+# GPU collectives, from device memory): the run's last validation loss is
+# cdl-eval's of its last.safetensors, over NCCL and with 2 replicas packed
+# on one GPU (hier: shared memory among a GPU's ranks). Each rank's own
+# statistics gave 1.4e-4 more here.
+for how in nccl packed; do
+    if [ $how = nccl ]; then
+        run bnval$how 2 "$fake" --device cuda --model "$tmp/plainbn.spec" --metrics "$tmp/bnval$how.json"
+    else
+        CDL_FAKE_GPUS=1 CDL_REPLICAS_PER_GPU=2 run bnval$how 2 "$fake" --device cuda \
+            --model "$tmp/plainbn.spec" --metrics "$tmp/bnval$how.json"
+    fi
+    want=$(sed -n 's/^{"type":"epoch".*"val_loss":\([^,}]*\).*/\1/p' "$tmp/bnval$how.json" | tail -n 1)
+    got=$("$builddir/tests/fakegpu/cdl-eval" "$tmp/bnval$how/last.safetensors" --device cuda --split val --tf32 off \
+        --threads 1 --json 2>"$tmp/bnval$how.err" | sed -n 's/.*"loss":\([^,}]*\).*/\1/p')
+    [ -n "$got" ] || { cat "$tmp/bnval$how.err"; fail "cdl-eval of bnval$how"; }
+    awk -v a="$want" -v b="$got" 'BEGIN { d = a - b; exit !(a != "" && d <= 1e-5 && d >= -1e-5) }' ||
+        fail "$how: the run's validation loss $want is not cdl-eval's $got of its checkpoint"
+    echo "  $how: val loss $want, cdl-eval $got"
+done
 
 # MFU is per GPU, not per rank: 2 replicas packed on one GPU (as under
 # --cdl-mps) report their tokens' FLOPs over one GPU's peak (they were

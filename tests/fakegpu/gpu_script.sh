@@ -31,6 +31,7 @@ has() {   # has PATTERN WHAT: the table has a line matching PATTERN
 has '^0 build with CUDA.*PASS' "the build"
 has '^1 ops vs CPU backend.*PASS +([0-9]+) of \1 checks passed' "the op checks"
 has '^2 train 1 epoch \(synthetic 512, batch 128\).*PASS  val acc [0-9.]+, [0-9]+ img/s' "training"
+has "^2b cdl-eval --tf32 off = the run's val loss +PASS" "cdl-eval --tf32 off"
 for what in 'cdl eager' 'cdl CUDA graph' 'cdl CUDA graph, input from pinned memory'; do
     has "^    $what  +[0-9]+ img/s  [0-9.]+x torch eager" "$what"
 done

@@ -74,11 +74,21 @@ EXTRA_tests_fakegpu_cdl_generate_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
 if HAVE_CMOCKA
 check_PROGRAMS += tests/fakegpu/test_train_signals
 TESTS += tests/fakegpu/test_train_signals
-tests_fakegpu_test_train_signals_SOURCES = tests/fakegpu/test_train_signals.c
+tests_fakegpu_test_train_signals_SOURCES = tests/fakegpu/test_train_signals.c tests/fakegpu/unit_scope.h
 tests_fakegpu_test_train_signals_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CFLAGS)
 tests_fakegpu_test_train_signals_LDADD = $(FAKEGPU_LDADD) $(CMOCKA_LIBS)
 tests_fakegpu_test_train_signals_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_test_train_signals_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+# The data-parallel should_stop tests of tests/unit/test_train_stop.c on
+# two fake GPUs.
+check_PROGRAMS += tests/fakegpu/test_train_stop
+TESTS += tests/fakegpu/test_train_stop
+tests_fakegpu_test_train_stop_SOURCES = tests/fakegpu/test_train_stop.c tests/fakegpu/unit_scope.h \
+	tests/unit/dist_fork.h
+tests_fakegpu_test_train_stop_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CFLAGS)
+tests_fakegpu_test_train_stop_LDADD = $(FAKEGPU_LDADD) $(CMOCKA_LIBS)
+tests_fakegpu_test_train_stop_LDFLAGS = $(FAKEGPU_LINKFLAGS)
+EXTRA_tests_fakegpu_test_train_stop_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
 endif
 # bench_lenet of tests/gpu/run.sh, for the script's rehearsal.
 check_PROGRAMS += tests/fakegpu/bench_lenet

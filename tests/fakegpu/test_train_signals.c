@@ -14,16 +14,12 @@ int test_train_main(void);
 #define main test_train_main
 #include "tests/unit/test_train.c"
 #undef main
+#include "unit_scope.h"
 
 int main(void)
 {
-    /* 30 s on the fake GPU: not in the valgrind pass (CDL_TEST_SCOPE=unit,
-     * where tests/unit/test_train runs the same cases on the CPU). */
-    const char *scope = getenv("CDL_TEST_SCOPE");
-    if (scope && !strcmp(scope, "unit")) {
-        printf("SKIP: the fake GPU's training runs in a unit-only pass\n");
+    if (fakegpu_skip_in_unit_pass())   /* 30 s on the fake GPU */
         return 77;
-    }
     /* Without a GPU device auto trains on the CPU: the test would prove
      * nothing about the GPU loop. */
     if (cdl_backend_cuda_device_count() < 1) {

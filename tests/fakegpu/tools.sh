@@ -5,7 +5,8 @@
 # - a batch-norm model (evaluation uses the running statistics the GPU
 #   trained): cdl-eval's loss within 1e-5 and the same accuracy and
 #   confusion matrix; cdl-predict the same classes, probabilities within
-#   1e-5, whatever its --batch-size;
+#   1e-5, whatever its --batch-size; --tf32 and CDL_TF32 reach their
+#   convolutions, and cdl-eval --tf32 off gives the run's validation loss;
 # - a small GPT trained in bf16, its step records with tokens_per_sec and
 #   an mfu that is those tokens' FLOPs over --peak-tflops: cdl-eval's loss
 #   per token within 1e-5, cdl-generate's greedy text the same, past the
@@ -67,6 +68,32 @@ both predict5 cdl-predict "$ck" --batch-size 5
 cp "$tmp/predict.cpu" "$tmp/predict5.cpu"
 close predict5 1e-5
 
+# --tf32 and CDL_TF32 reach the tools' GPU (they were ignored: TF32
+# convolutions always). The run trained with --tf32 off: cdl-eval --tf32
+# off of its validation split gives its last validation loss (TF32 was
+# 6e-6 off here, and a real GPU's TF32 error is larger).
+tf32() {  # tf32 WANT TOOL ARGS...: TOOL's convolutions run with TF32 WANT (on, off)
+    want=$1 tool=$2; shift 2
+    CDL_LOG=cudnn "$fake/$tool" "$ck" --device cuda --threads 1 "$@" >"$tmp/tf32.out" 2>"$tmp/tf32.err" ||
+        { cat "$tmp/tf32.err"; fail "$tool $*"; }
+    grep -q "(TF32 $want," "$tmp/tf32.err" && ! grep -q "(TF32 $([ $want = on ] && echo off || echo on)," "$tmp/tf32.err" ||
+        { cat "$tmp/tf32.err"; fail "$tool $* ${CDL_TF32:+(CDL_TF32=$CDL_TF32)}: convolutions not with TF32 $want"; }
+}
+for tool in cdl-eval cdl-predict; do
+    tf32 on $tool
+    tf32 off $tool --tf32 off
+    CDL_TF32=off tf32 off $tool
+    CDL_TF32=off tf32 on $tool --tf32 on
+done
+tf32 off cdl-eval --split val --json --tf32 off
+val=$(sed -n 's/^{"type":"epoch".*"val_loss":\([^,]*\).*/\1/p' "$tmp/bn.json")
+got=$(sed -n 's/.*"loss":\([^,]*\).*/\1/p' "$tmp/tf32.out")
+awk -v a="$val" -v b="$got" 'BEGIN { d = a - b; exit !(d <= 1e-6 && d >= -1e-6) }' ||
+    fail "cdl-eval --tf32 off: validation loss $got, the run's was $val"
+echo "  cdl-eval --tf32 off: val loss $got, the run's $val"
+CDL_TF32=bad "$fake/cdl-eval" "$ck" --device cuda >"$tmp/bad.out" 2>&1 && fail "CDL_TF32=bad was taken"
+grep -q "CDL_TF32 'bad': use on" "$tmp/bad.out" || { cat "$tmp/bad.out"; fail "CDL_TF32=bad: no error naming it"; }
+
 # A GPT of one layer trained in bf16 on the digits 0-9 repeated: step
 # records hold tokens_per_sec and mfu = FLOPs per token (the run's first
 # lines) x tokens_per_sec / --peak-tflops (one device).
@@ -92,7 +119,7 @@ both lmeval cdl-eval "$ck" --json
 grep -q '"perplexity"' "$tmp/lmeval.cuda" || { cat "$tmp/lmeval.cuda"; fail "cdl-eval of the gpt"; }
 close lmeval 1e-5
 # 40 tokens from a 4-token prompt: past the block of 16, so the window slides.
-both gen cdl-generate "$ck" --prompt 0123 --max-tokens 40 --temperature 0
+both gen cdl-generate "$ck" --prompt 0123 --max-tokens 40 --temperature 0 --tf32 off
 cmp -s "$tmp/gen.cuda" "$tmp/gen.cpu" || { cat "$tmp/gen.cuda" "$tmp/gen.cpu"; fail "cdl-generate: another text on the GPU"; }
 echo "  gen: $(cat "$tmp/gen.cuda")"
 grep -q '^0123456789012345678901234567890123456789' "$tmp/gen.cuda" ||

@@ -18,7 +18,8 @@
 # - a resume with another --batch-size and --accum-steps starts with a
 #   shorter step (the rest of a group): graphs and eager the same bits,
 #   the step within STEP_TOL of the CPU's; --eval-every changes no bit;
-#   --init of a batch-norm model (buffers too) steps as on the CPU;
+#   --init of a batch-norm model (buffers too) steps as on the CPU, and
+#   weights with a NaN or an infinity are refused naming the tensor;
 # - with no GPU visible, --device cuda fails naming the fix and --device
 #   auto trains on the CPU.
 # 136 samples, 123 for training after the validation split (13), at
@@ -165,6 +166,24 @@ done
 grep -q "except 2 tensors left fresh by --init-ignore 'fc1.\*': fc1.weight, fc1.bias" "$tmp/bncuda.out" ||
     { cat "$tmp/bncuda.out"; fail "bncuda does not name the tensors --init-ignore left fresh"; }
 step_same bncpu bncuda "$tmp/bn0"
+
+# --init of weights holding an infinity (a batch-norm's running variance,
+# a buffer: read back from the GPU) is refused, naming the file and the
+# tensor. It trained the epoch (validation normalising by the infinity:
+# zeros), then its checkpoint was refused as "training diverged ... resume
+# with a lower learning rate". The file: bn1's four tensors, zeros but
+# for the infinity; --init-ignore '[cf]*' leaves conv1 and fc1 fresh.
+h='{"bn1.weight":{"dtype":"F32","shape":[6],"data_offsets":[0,24]},"bn1.bias":{"dtype":"F32","shape":[6],"data_offsets":[24,48]},"bn1.running_mean":{"dtype":"F32","shape":[6],"data_offsets":[48,72]},"bn1.running_var":{"dtype":"F32","shape":[6],"data_offsets":[72,96]}}'
+while [ $((${#h} % 8)) -ne 0 ]; do h="$h "; done
+{ printf "\\$(printf %03o ${#h})\\$(printf %03o $((${#h} >> 8)))\\000\\000\\000\\000\\000\\000%s" "$h"
+  head -c 72 /dev/zero; printf '\000\000\200\177'; head -c 20 /dev/zero; } >"$tmp/inf.safetensors"
+"$fake" $common --device cuda --model "$bn" --epochs 1 --ckpt-dir "$tmp/inf" \
+    --init "$tmp/inf.safetensors" --init-ignore '[cf]*' >"$tmp/inf.out" 2>&1 &&
+    { cat "$tmp/inf.out"; fail "--init of an infinite running variance trained"; }
+grep -q "$tmp/inf.safetensors: tensor 'bn1.running_var' holds 1 NaN or infinite value" \
+    "$tmp/inf.out" || { cat "$tmp/inf.out"; fail "--init of non-finite weights: not the error naming them"; }
+! grep -q "diverged; start\|lower --lr" "$tmp/inf.out" || { cat "$tmp/inf.out"; fail "--init of non-finite weights blamed --lr"; }
+echo "  --init of an infinite running_var: refused"
 
 # No GPU visible.
 CDL_FAKE_GPUS=0 "$fake" $common --device cuda --epochs 1 >"$tmp/nogpu.out" 2>&1 &&

@@ -5,7 +5,8 @@
 #   1. checks every op forward and backward against the CPU backend
 #      (tests/gpu/ops_vs_cpu.c),
 #   2. trains the seed CNN one epoch on the GPU with cdl-train (Fashion-MNIST,
-#      or synthetic data when its files are missing),
+#      or synthetic data when its files are missing), and once more with
+#      --tf32 off, whose validation loss cdl-eval --tf32 off must give,
 #   3. measures the seed CNN (3x32x32 LeNet, batch 512) with cdl and with
 #      PyTorch eager on the same GPU (bench_lenet.c, bench_torch.py),
 #   4. if nvidia-cuda-mps-control exists, runs 1, 2, 4 and 8 replicas packed
@@ -131,9 +132,11 @@ if [ "$rehearsal" = 1 ]; then
     bin=tests/fakegpu train_bin=tests/fakegpu/cdl-train big=16 secs=1 replicas="1 2" torch_dev=cpu
     bench_warm=(--warmup 3)
     slow=5   # the fake GPU on a shared CPU: benchmarks get 5 times their time
-    extra="tests/slurm/fake-mps-control tests/fakegpu/cdl-train"   # more to build
+    extra="tests/slurm/fake-mps-control tests/fakegpu/cdl-train tests/fakegpu/cdl-eval"   # more to build
+    eval_bin=tests/fakegpu/cdl-eval
 else
     bin=tests/gpu train_bin=cli/cdl-train big=512 secs=5 replicas="1 2 4 8" torch_dev=cuda slow=1
+    eval_bin=cli/cdl-eval
     bench_warm=()   # bench_lenet's default warm-up
     extra=
 fi
@@ -199,6 +202,7 @@ if [ "$prebuilt" = 1 ]; then
     # a linker: run the program itself, with the build's libcdl.
     if [ "$rehearsal" = 0 ] && [ -x cli/.libs/cdl-train ]; then
         train_bin=cli/.libs/cdl-train
+        [ -x cli/.libs/cdl-eval ] && eval_bin=cli/.libs/cdl-eval
         export LD_LIBRARY_PATH=$build/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     fi
     echo "cli/cdl-train, launcher/cdlrun, tests/dist/weights_cmp: $([ $have_train = 1 ] && echo built || echo missing)" \
@@ -224,7 +228,7 @@ else
         tail -20 "$logs/make.log" >&2
         die "building the CUDA backend failed: see $logs/make.log"
     fi
-    if timeout 240 make -j"$jobs" cli/cdl-train launcher/cdlrun tests/dist/weights_cmp \
+    if timeout 240 make -j"$jobs" cli/cdl-train cli/cdl-eval launcher/cdlrun tests/dist/weights_cmp \
             > "$logs/make-cli.log" 2>&1; then
         have_train=1
     fi
@@ -399,6 +403,36 @@ elif [ $have_train = 0 ]; then
 else
     train_check "2 train 1 epoch ($ds_name, batch 128)" train timeout 180 "$train_bin" \
         --device cuda "${ds[@]}" --epochs 1 --batch-size 128 --no-progress
+fi
+# cdl-eval --tf32 off of a run trained with --tf32 off gives the run's last
+# validation loss (the tools ignored --tf32 and CDL_TF32: TF32 convolutions
+# always); the row shows how far TF32's default is from it.
+if want 2 && [ $have_train = 1 ] && [ -x "$eval_bin" ]; then
+    name="2b cdl-eval --tf32 off = the run's val loss"
+    rm -rf "$logs/tf32-ckpt"
+    val_of() { sed -n 's/^{"type":"epoch".*"val_loss":\([^,}]*\).*/\1/p' "$1" | tail -n 1; }
+    loss_of() { sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$1"; }
+    tf32_evals() {
+        local t
+        for t in off default; do
+            timeout 120 "$eval_bin" "$logs/tf32-ckpt/last.safetensors" --device cuda --split val \
+                --json --tf32 $t > "$logs/tf32-eval-$t.json" 2>>"$logs/tf32.log" || return 1
+        done
+    }
+    if timeout 180 "$train_bin" --device cuda "${ds[@]}" --epochs 1 --batch-size 128 --no-progress \
+            --tf32 off --ckpt-dir "$logs/tf32-ckpt" --metrics "$logs/tf32.json" > "$logs/tf32.log" 2>&1 &&
+        tf32_evals; then
+        want_loss=$(val_of "$logs/tf32.json") off=$(loss_of "$logs/tf32-eval-off.json")
+        dflt=$(loss_of "$logs/tf32-eval-default.json")
+        if awk -v a="$want_loss" -v b="$off" 'BEGIN { d = a - b; exit !(a != "" && d <= 2e-5 && d >= -2e-5) }'; then
+            row "$name" "PASS  $off vs $want_loss (TF32 default: $dflt)"
+        else
+            fail_row "$name" "$off, the run's $want_loss (TF32 default: $dflt; see $logs/tf32.log)"
+        fi
+    else
+        tail -5 "$logs/tf32.log" >&2
+        fail_row "$name" "failed (see $logs/tf32.log)"
+    fi
 fi
 
 # -------------------------------------------------------- 3. speed

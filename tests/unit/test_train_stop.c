@@ -12,6 +12,13 @@
 
 #include <cdl/cdl.h>
 
+/* tests/fakegpu/test_train_stop: the same ranks on two fake GPUs, NCCL. */
+#ifndef STOP_DEVICE
+#define STOP_DEVICE "cpu"
+#define STOP_DIST "shm"
+#define STOP_STEP 3   /* the step of on_step's 3, when it asks */
+#endif
+
 typedef struct stop_case {
     char dir[256];
     int signal_rank;          /* raises SIGUSR1 at step 3 (-1: none) */
@@ -48,8 +55,8 @@ static int stop_rank(int rank, int world, void *arg)
     cdl_train_defaults(&cfg);
     snprintf(cfg.model, sizeof cfg.model, "mlp");
     snprintf(cfg.dataset, sizeof cfg.dataset, "synthetic");
-    snprintf(cfg.device, sizeof cfg.device, "cpu");
-    snprintf(cfg.dist_backend, sizeof cfg.dist_backend, "shm");
+    snprintf(cfg.device, sizeof cfg.device, STOP_DEVICE);
+    snprintf(cfg.dist_backend, sizeof cfg.dist_backend, STOP_DIST);
     snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s", c->dir);
     snprintf(cfg.resume, sizeof cfg.resume, "never");
     cfg.synthetic_n = 448;
@@ -65,7 +72,7 @@ static int stop_rank(int rank, int world, void *arg)
     int rc = cdl_train_run(&cfg, &res);
     CHILD_CHECK(rc == c->want, "returned %d, want %d: %s", rc, c->want,
                 rc == -1 ? cdl_last_error() : "");
-    CHILD_CHECK(res.steps == 3, "stopped at step %ld, want 3", res.steps);
+    CHILD_CHECK(res.steps == STOP_STEP, "stopped at step %ld, want %d", res.steps, STOP_STEP);
     CHILD_CHECK(res.interrupted == (c->want == CDL_TRAIN_STOPPED ? 2 : 1), "interrupted %d",
                 res.interrupted);
     if (rank == 0) {
@@ -73,9 +80,11 @@ static int stop_rank(int rank, int world, void *arg)
         snprintf(path, sizeof path, "%s/last.safetensors", c->dir);
         cdl_st_file *f = cdl_st_open(path);
         CHILD_CHECK(f, "%s", cdl_last_error());
-        int step3 = !strcmp(cdl_st_meta_get(f, "step"), "3");
+        char want[24];
+        snprintf(want, sizeof want, "%d", STOP_STEP);
+        int same = !strcmp(cdl_st_meta_get(f, "step"), want);
         cdl_st_close(f);
-        CHILD_CHECK(step3, "the checkpoint is not step 3's");
+        CHILD_CHECK(same, "the checkpoint is not step %d's", STOP_STEP);
     }
     return 0;
 }
@@ -87,7 +96,7 @@ static void run_case(int signal_rank, int want)
     int bad = run_world(2, stop_rank, &c, guard_s(120));
     test_rm_rf(c.dir);
     if (bad)
-        fail_msg("the ranks did not all stop at step 3 with %d", want);
+        fail_msg("the ranks did not all stop at step %d with %d", STOP_STEP, want);
 }
 
 static void test_one_rank_asks(void **state)

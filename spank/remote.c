@@ -237,6 +237,13 @@ int spk_remote_post_opt(spank_t sp)
     /* A value too long for the buffer is a long map_cpu/mask_cpu list,
      * certainly a binding (it used to read as none, and the plugin bound
      * over it). */
+    /* The step's cores on this node, for --cdl-bind where nothing else
+     * tells the task which CPUs are its own (task/none: bind.h). */
+    char *cores = NULL;
+    spk_g.step_cores[0] = '\0';
+    if (spank_get_item(sp, S_STEP_ALLOC_CORES, &cores) == ESPANK_SUCCESS && cores &&
+        strlen(cores) < sizeof spk_g.step_cores)
+        snprintf(spk_g.step_cores, sizeof spk_g.step_cores, "%s", cores);
     if (cb == ESPANK_NOSPACE)
         snprintf(spk_g.cpu_bind, sizeof spk_g.cpu_bind, "%s", "(a list too long to show)");
     else if (cb != ESPANK_SUCCESS)
@@ -465,6 +472,11 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
         spk_error("hwloc cannot read the step's CPU mask");
         goto done;
     }
+    /* Nothing bound the task (task/none): the step's cores say which of
+     * the node's CPUs are this job's (two jobs sharing a node were both
+     * bound from core 0). The note (verbose) says when they cannot. */
+    char cores_note[160];
+    bind_slurm_cores(spk_g.topo, allowed, spk_g.step_cores, cores_note, sizeof cores_note);
     contract_err e;
     if (bind_plan(spk_g.topo, allowed, closest ? BIND_CLOSEST : BIND_CORES,
                   n, gpu, out, note, sizeof note, &e) != 0) {
@@ -487,9 +499,10 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
             snprintf(note, sizeof note, gpu[local_id] < 0 ? "no GPU known: bound as with cores"
                      : "GPU %d not found in the topology: bound as with cores", gpu[local_id]);
         bind_describe(spk_g.topo, out[local_id], desc, sizeof desc);
-        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s",
+        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s%s%s",
                         spk_g.bind == SPK_BIND_CLOSEST ? "closest" : "cores", global_id,
-                        local_id, gpu[local_id], desc, note[0] ? "; " : "", note);
+                        local_id, gpu[local_id], desc, note[0] ? "; " : "", note,
+                        cores_note[0] ? "; " : "", cores_note);
     }
     rc = 0;
 done:

@@ -185,6 +185,76 @@ int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mod
     return rc;
 }
 
+/* "0-3,8" as a bitmap; -1 unless it is such a list of numbers below 1<<16. */
+static int core_list(const char *s, hwloc_bitmap_t out)
+{
+    hwloc_bitmap_zero(out);
+    while (*s) {
+        char *end;
+        unsigned long lo, hi;
+        if (*s < '0' || *s > '9')
+            return -1;
+        lo = hi = strtoul(s, &end, 10);
+        if (*end == '-') {
+            if (end[1] < '0' || end[1] > '9')
+                return -1;
+            hi = strtoul(end + 1, &end, 10);
+        }
+        if (hi < lo || hi >= 1u << 16 || (*end && *end != ','))
+            return -1;
+        hwloc_bitmap_set_range(out, (unsigned)lo, (int)hi);
+        s = *end ? end + 1 : end;
+        if (*end && !*s)
+            return -1;   /* a trailing comma */
+    }
+    return hwloc_bitmap_iszero(out) ? -1 : 0;
+}
+
+int bind_slurm_cores(hwloc_topology_t topo, hwloc_cpuset_t allowed, const char *cores,
+                     char *note, size_t notelen)
+{
+    hwloc_const_cpuset_t all = hwloc_topology_get_topology_cpuset(topo);
+    int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE), rc = 0;
+    if (note && notelen)
+        note[0] = '\0';
+    /* Already a part of the node: Slurm's binding or the step's cpuset.
+     * A topology without some of the node's CPUs was loaded inside a
+     * cpuset (hwloc leaves out the CPUs a process may not use) or on a
+     * node with offline CPUs: its core numbers need not be Slurm's. */
+    if (!cores || !*cores || !hwloc_bitmap_isincluded(all, allowed) ||
+        !hwloc_bitmap_isequal(all, hwloc_topology_get_complete_cpuset(topo)))
+        return 0;
+    hwloc_bitmap_t ids = hwloc_bitmap_alloc(), set = hwloc_bitmap_alloc();
+    const char *why = NULL;
+    if (core_list(cores, ids) != 0)
+        why = "cannot read them";
+    else if (ncores < 1)
+        why = "the topology shows no cores";
+    else if (hwloc_bitmap_last(ids) >= ncores)
+        why = "the topology has fewer cores: slurm.conf describes another machine";
+    if (why) {
+        if (note && notelen)
+            snprintf(note, notelen, "Slurm's cores %.40s not used (%s): binding within all "
+                     "the node's CPUs", cores, why);
+        goto out;
+    }
+    int i;
+    hwloc_bitmap_foreach_begin(i, ids) {
+        hwloc_obj_t c = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)i);
+        hwloc_bitmap_or(set, set, c->cpuset);
+    }
+    hwloc_bitmap_foreach_end();
+    hwloc_bitmap_and(set, set, allowed);
+    if (!hwloc_bitmap_iszero(set) && !hwloc_bitmap_isequal(set, allowed)) {
+        hwloc_bitmap_copy(allowed, set);
+        rc = 1;
+    }
+out:
+    hwloc_bitmap_free(ids);
+    hwloc_bitmap_free(set);
+    return rc;
+}
+
 int bind_count_units(hwloc_topology_t topo, hwloc_const_cpuset_t allowed)
 {
     struct units u;

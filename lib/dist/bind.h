@@ -48,6 +48,23 @@ int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mod
               int ntasks, const int *task_gpu, hwloc_cpuset_t *out, char *note, size_t notelen,
               contract_err *e);
 
+/* Narrows allowed (the CPUs a task may use) to Slurm's cores of the step
+ * on this node, `cores` as S_STEP_ALLOC_CORES gives them ("0-1,4": Slurm's
+ * core numbers on the node, which are hwloc's logical core indexes where
+ * slurm.conf describes the node as hwloc sees it). Only when nothing else
+ * did: under TaskPlugin=task/none (or task/cgroup without ConstrainCores)
+ * every task may run on the whole node, and the plans of two jobs sharing
+ * it both started at core 0, stacking their tasks on the same cores while
+ * the rest stayed idle. Returns 1 when narrowed; 0 when allowed is already
+ * a part of the topology (Slurm or a cgroup bound the task: that set is
+ * the step's), when hwloc does not see all the node's CPUs (loaded inside
+ * a cpuset, offline CPUs: its core numbers need not be Slurm's), when the
+ * list is empty or names every core, or when it cannot be read as this
+ * node's cores (malformed, a core the topology lacks: slurm.conf describes
+ * another machine), then with a note (may be NULL) saying why. */
+int bind_slurm_cores(hwloc_topology_t topo, hwloc_cpuset_t allowed, const char *cores,
+                     char *note, size_t notelen);
+
 /* The allowed cores (or PUs when hwloc knows no cores): their number. */
 int bind_count_units(hwloc_topology_t topo, hwloc_const_cpuset_t allowed);
 

@@ -73,6 +73,33 @@ rc=$?
 check "--cdl-bind=sockets refused with the accepted values" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "expected none, cores or closest"'
 
+# TaskPlugin=task/none on nodes shared by jobs: every task may run on the
+# whole node, so the plans of two jobs sharing n1 both started at core 0
+# (both jobs' tasks on CPU 0, CPU 1 idle). Slurm's step cores now say
+# which CPUs are the job's; the nodes have the host's CPUs (CDL_CPUS), so
+# Slurm's core numbers are the host's cores.
+if [ "$(nproc)" -ge 2 ]; then
+    stop_cluster
+    CDL_CPUS=$(nproc) start_cluster
+    user_script aff.sh <<'EOF'
+#!/bin/sh
+line="T$SLURM_PROCID $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+[ "${1:-}" = hold ] && { echo "$line" >held.tmp && mv held.tmp held; exec sleep 300; }
+echo "$line"
+EOF
+    rm -f "$WORK/held"
+    hold=$(submit -w n1 -n1 -c1 -o /dev/null --wrap 'srun --cdl-bind=cores ./aff.sh hold')
+    check "task/none: a job holding one CPU of n1 runs" wait_until 30 test -f "$WORK/held"
+    other=$(cut -d' ' -f2 "$WORK/held")
+    out=$(as_user srun -N1 -w n1 -n1 -c1 --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
+    echo "held: $other; $out"; cat "$WORK/err"
+    mine=$(echo "$out" | sed -n 's/^T0 //p')
+    check "task/none, two jobs on n1: bound to different CPUs ($other, $mine)" \
+        eval '[ -n "$other" ] && [ -n "$mine" ] && ! subset "$(expand "$mine")" "$(expand "$other")"'
+    scancel "$hold"
+    wait_until 30 jobs_gone
+fi
+
 # TaskPlugin=task/affinity, as most sites run it: Slurm binds every task by
 # itself and puts the masks it applied into the task's SLURM_CPU_BIND, also
 # when the user asked for no binding. That is not the user's --cpu-bind:

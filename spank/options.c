@@ -78,6 +78,24 @@ int spk_user_cpu_bind(const char *v)
     return 0;
 }
 
+int spk_cpu_bind_from_hint(const char *v, const char *threads_per_core)
+{
+    char buf[64], *tok, *save = NULL;
+    int words = 0;
+    if (!threads_per_core || !*threads_per_core || !v || strlen(v) >= sizeof buf)
+        return 0;
+    strcpy(buf, v);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(tok, "quiet") || !strcmp(tok, "verbose") || !strcmp(tok, "q") ||
+            !strcmp(tok, "v"))
+            continue;
+        if (strcmp(tok, "threads") && strcmp(tok, "cores"))
+            return 0;
+        words++;
+    }
+    return words == 1;
+}
+
 int spk_cpu_mask_union(const char *list, cpu_set_t *out)
 {
     const char *p = list;

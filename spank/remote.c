@@ -237,6 +237,8 @@ int spk_remote_post_opt(spank_t sp)
     /* A value too long for the buffer is a long map_cpu/mask_cpu list,
      * certainly a binding (it used to read as none, and the plugin bound
      * over it). */
+    job_env(sp, "SLURM_THREADS_PER_CORE", spk_g.threads_per_core,
+            sizeof spk_g.threads_per_core);
     /* The step's cores on this node, for --cdl-bind where nothing else
      * tells the task which CPUs are its own (task/none: bind.h). */
     char *cores = NULL;
@@ -437,10 +439,23 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
     int n = (int)spk_g.step.local_tasks, rc = -1, verbose = spk_g.opts.bind_verbose;
     int closest = spk_g.bind == SPK_BIND_CLOSEST && !tr->found;
     cpu_set_t mask;
-    if (spk_user_cpu_bind(spk_g.cpu_bind)) {
+    /* srun --hint=nomultithread (and compute_bound, memory_bound,
+     * --threads-per-core) sets a binding of its own: not one the user
+     * asked for, and they stood back from it ("srun --cpu-bind=quiet,
+     * threads asked Slurm to bind", a --cpu-bind never typed; under
+     * task/none nothing bound at all). The plan honours its one thread
+     * per core instead. */
+    int hint = spk_cpu_bind_from_hint(spk_g.cpu_bind, spk_g.threads_per_core);
+    if (!hint && spk_user_cpu_bind(spk_g.cpu_bind)) {
+        /* Said without verbose too, once, when --cdl-bind was asked for
+         * (not the admin's default_bind): the user's option does nothing. */
         if (verbose)
             slurm_spank_log("cdl: --cdl-bind: not binding task %u: srun --cpu-bind=%s asked "
                             "Slurm to bind", global_id, spk_g.cpu_bind);
+        else if (spk_g.opts.bind_given && global_id == 0)
+            slurm_spank_log("cdl: --cdl-bind: not binding: srun --cpu-bind=%s asked Slurm to "
+                            "bind the tasks (drop --cpu-bind to let --cdl-bind bind, or "
+                            "--cdl-bind to keep Slurm's binding)", spk_g.cpu_bind);
         return 0;
     }
     if (!spk_g.have_topo)
@@ -477,6 +492,9 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
      * bound from core 0). The note (verbose) says when they cannot. */
     char cores_note[160];
     bind_slurm_cores(spk_g.topo, allowed, spk_g.step_cores, cores_note, sizeof cores_note);
+    int one_pu = hint && !strcmp(spk_g.threads_per_core, "1");
+    if (one_pu)
+        bind_one_pu_per_core(spk_g.topo, allowed);
     contract_err e;
     if (bind_plan(spk_g.topo, allowed, closest ? BIND_CLOSEST : BIND_CORES,
                   n, gpu, out, note, sizeof note, &e) != 0) {
@@ -499,10 +517,11 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
             snprintf(note, sizeof note, gpu[local_id] < 0 ? "no GPU known: bound as with cores"
                      : "GPU %d not found in the topology: bound as with cores", gpu[local_id]);
         bind_describe(spk_g.topo, out[local_id], desc, sizeof desc);
-        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s%s%s",
+        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s%s%s%s",
                         spk_g.bind == SPK_BIND_CLOSEST ? "closest" : "cores", global_id,
                         local_id, gpu[local_id], desc, note[0] ? "; " : "", note,
-                        cores_note[0] ? "; " : "", cores_note);
+                        cores_note[0] ? "; " : "", cores_note,
+                        one_pu ? "; one thread per core (--hint=nomultithread)" : "");
     }
     rc = 0;
 done:

@@ -255,6 +255,26 @@ out:
     return rc;
 }
 
+void bind_one_pu_per_core(hwloc_topology_t topo, hwloc_cpuset_t allowed)
+{
+    hwloc_bitmap_t keep = hwloc_bitmap_alloc(), part = hwloc_bitmap_alloc();
+    hwloc_obj_t c = NULL;
+    if (hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE) < 1)
+        goto out;   /* no cores known: every PU counts as one */
+    while ((c = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, c)) != NULL) {
+        hwloc_bitmap_and(part, c->cpuset, allowed);
+        int first = hwloc_bitmap_first(part);
+        if (first >= 0)
+            hwloc_bitmap_set(keep, (unsigned)first);
+    }
+    /* PUs outside any core (none in hwloc 2) stay as they were. */
+    hwloc_bitmap_andnot(part, allowed, hwloc_topology_get_topology_cpuset(topo));
+    hwloc_bitmap_or(allowed, keep, part);
+out:
+    hwloc_bitmap_free(keep);
+    hwloc_bitmap_free(part);
+}
+
 int bind_count_units(hwloc_topology_t topo, hwloc_const_cpuset_t allowed)
 {
     struct units u;

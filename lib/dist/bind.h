@@ -65,6 +65,10 @@ int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mod
 int bind_slurm_cores(hwloc_topology_t topo, hwloc_cpuset_t allowed, const char *cores,
                      char *note, size_t notelen);
 
+/* Keeps the first allowed PU of each core in allowed (srun
+ * --hint=nomultithread, --threads-per-core=1: one thread per core). */
+void bind_one_pu_per_core(hwloc_topology_t topo, hwloc_cpuset_t allowed);
+
 /* The allowed cores (or PUs when hwloc knows no cores): their number. */
 int bind_count_units(hwloc_topology_t topo, hwloc_const_cpuset_t allowed);
 

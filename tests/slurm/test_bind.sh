@@ -47,6 +47,12 @@ check "--cpu-bind given: affinity left to Slurm" test "$(echo "$out" | cut -d' '
 check "--cpu-bind given: verbose says why" \
     test "$(grep -c 'not binding task [01]: srun --cpu-bind=.* asked Slurm to bind' "$WORK/err")" = 2
 
+# Without verbose it is said once, for the step: the user's --cdl-bind
+# does nothing (it used to be silent).
+out=$(as_user srun -N1 -n2 --cpu-bind=cores --cdl-bind=cores ./aff.sh 2>"$WORK/err")
+check "--cpu-bind and --cdl-bind, no verbose: said once which wins" \
+    test "$(grep -c 'cdl: --cdl-bind: not binding: srun --cpu-bind=.*cores.* asked Slurm to bind the tasks (drop --cpu-bind' "$WORK/err")" = 1
+
 # A binding given as a long list (map_cpu for many tasks, mask_cpu on a big
 # node) is longer than the plugin's buffer: it read as no binding, and
 # --cdl-bind bound over the user's own.
@@ -98,6 +104,19 @@ EOF
         eval '[ -n "$other" ] && [ -n "$mine" ] && ! subset "$(expand "$mine")" "$(expand "$other")"'
     scancel "$hold"
     wait_until 30 jobs_gone
+
+    # srun --hint=nomultithread sets a binding of its own (SLURM_CPU_BIND=
+    # quiet,threads): the plugin stood back, saying "srun --cpu-bind=quiet,
+    # threads asked Slurm to bind" (never typed), and under task/none
+    # nothing bound the tasks at all. It binds them now, one thread a core.
+    out=$(as_user srun -N1 -w n1 -n2 --hint=nomultithread --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
+    echo "$out"; cat "$WORK/err"
+    a=$(expand "$(echo "$out" | sed -n 's/^T0 //p')")
+    b=$(expand "$(echo "$out" | sed -n 's/^T1 //p')")
+    check "task/none, --hint=nomultithread: --cdl-bind binds, disjoint CPUs ($a; $b)" \
+        eval '[ -n "$a" ] && [ -n "$b" ] && ! subset "$a" "$b" && ! subset "$b" "$a" &&
+              [ "$(grep -c "task [01] (local [01], GPU -1) -> cores .*one thread per core" "$WORK/err")" = 2 ] &&
+              ! grep -q "not binding" "$WORK/err"'
 fi
 
 # TaskPlugin=task/affinity, as most sites run it: Slurm binds every task by
@@ -122,6 +141,12 @@ if [ "$ncpu" -ge 2 ]; then
     check "task/affinity: the two tasks' CPUs are disjoint" \
         eval '[ -n "$a" ] && [ -n "$b" ] && ! subset "$a" "$b" && ! subset "$b" "$a"'
 fi
+out=$(as_user srun -N1 -n2 --hint=nomultithread --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
+a=$(expand "$(echo "$out" | sed -n 's/^T0 //p')")
+b=$(expand "$(echo "$out" | sed -n 's/^T1 //p')")
+check "task/affinity, --hint=nomultithread: --cdl-bind binds (not 'srun --cpu-bind=quiet,threads asked Slurm')" \
+    eval '[ "$(grep -c "cdl: --cdl-bind=cores: task [01] .*one thread per core" "$WORK/err")" = 2 ] &&
+          [ -n "$a" ] && [ -n "$b" ] && ! subset "$a" "$b"' || cat "$WORK/err"
 out=$(as_user srun -N1 -n2 --cpu-bind=cores --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
 check "task/affinity, --cpu-bind=cores given: the plugin stands back and says why" \
     test "$(grep -c 'not binding task [01]: srun --cpu-bind=.*cores.* asked Slurm to bind' "$WORK/err")" = 2

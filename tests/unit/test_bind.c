@@ -283,6 +283,40 @@ static void test_interleaved_smt(void **state)
     hwloc_topology_destroy(t);
 }
 
+/* srun --hint=nomultithread under task/none: nothing narrowed the task to
+ * one thread per core; the planner keeps the first PU of each core. */
+static void test_one_pu_per_core(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-smt-interleaved.xml");
+    hwloc_bitmap_t a = hwloc_bitmap_alloc();
+    char got[64];
+    static const struct { const char *in, *want; } cases[] = {
+        {"0-15", "0-7"},          /* the whole node: P#0-7, one per core */
+        {"8-15", "8-15"},         /* only second threads allowed: those */
+        {"2-3,10-11", "2-3"},     /* Slurm's cores 2-3 (task/none) */
+        {"0,9", "0,9"},           /* one PU of each of two cores */
+        {"0-7", "0-7"},           /* task/affinity applied it already */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hwloc_bitmap_list_sscanf(a, cases[i].in);
+        bind_one_pu_per_core(t, a);
+        hwloc_bitmap_list_snprintf(got, sizeof got, a);
+        if (strcmp(got, cases[i].want))
+            fail_msg("%s: got %s, want %s", cases[i].in, got, cases[i].want);
+    }
+    hwloc_bitmap_free(a);
+    hwloc_topology_destroy(t);
+    /* Without SMT: nothing to drop. */
+    t = load("this-vm-2pu.xml");
+    a = hwloc_bitmap_alloc();
+    hwloc_bitmap_list_sscanf(a, "0-1");
+    bind_one_pu_per_core(t, a);
+    assert_int_equal(hwloc_bitmap_weight(a), 2);
+    hwloc_bitmap_free(a);
+    hwloc_topology_destroy(t);
+}
+
 /* Narrows the whole node to Slurm's step cores (task/none) and plans. */
 static void expect_slurm_cores(hwloc_topology_t topo, const char *allowed_list,
                                const char *cores, int want_rc, const char *want_set,
@@ -374,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_interleaved_smt),
         cmocka_unit_test(test_slurm_cores),
         cmocka_unit_test(test_slurm_cores_refused),
+        cmocka_unit_test(test_one_pu_per_core),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

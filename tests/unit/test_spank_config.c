@@ -255,6 +255,25 @@ static void test_user_cpu_bind(void **state)
     assert_int_equal(spk_user_cpu_bind("mask_cpu:0x3"), 1);
 }
 
+/* srun's renderings (Slurm 22.05) of --hint and --threads-per-core, with
+ * the SLURM_THREADS_PER_CORE they come with, against explicit bindings. */
+static void test_cpu_bind_from_hint(void **state)
+{
+    (void)state;
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,threads", "1"), 1);   /* nomultithread */
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,cores", "1"), 1);     /* compute_bound */
+    assert_int_equal(spk_cpu_bind_from_hint("verbose,threads", "2"), 1);
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,threads", ""), 0);    /* multithread */
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,threads", NULL), 0);
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,threadsthreads", "1"), 0);   /* --cpu-bind */
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,corescores", "1"), 0);
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,rank", "1"), 0);
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,map_cpu:0,1", "1"), 0);
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,threads,cores", "1"), 0);
+    assert_int_equal(spk_cpu_bind_from_hint("quiet", "1"), 0);
+    assert_int_equal(spk_cpu_bind_from_hint(NULL, "1"), 0);
+}
+
 static void test_cpu_mask_union(void **state)
 {
     (void)state;
@@ -312,6 +331,7 @@ int main(void)
         cmocka_unit_test(test_opt_mps),
         cmocka_unit_test(test_opt_bind),
         cmocka_unit_test(test_user_cpu_bind),
+        cmocka_unit_test(test_cpu_bind_from_hint),
         cmocka_unit_test(test_cpu_mask_union),
         cmocka_unit_test(test_parse_uint_charset),
     };

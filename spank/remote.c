@@ -267,6 +267,13 @@ int spk_remote_post_opt(spank_t sp)
             spk_error("%s", e.msg);
             defer("--cdl-bind");
         }
+        else if (spk_g.conf.topology[0] &&
+                 bind_check_node(spk_g.topo, (int)sysconf(_SC_NPROCESSORS_ONLN),
+                                 spk_g.conf.topology, &e) != 0) {
+            hwloc_topology_destroy(spk_g.topo);
+            spk_error("%s", e.msg);
+            defer("--cdl-bind");
+        }
         else
             spk_g.have_topo = 1;
     }

@@ -26,6 +26,17 @@ int bind_load(hwloc_topology_t *topo, const char *xml_path, int with_io, contrac
     return 0;
 }
 
+int bind_check_node(hwloc_topology_t topo, int online, const char *xml_path, contract_err *e)
+{
+    int pus = hwloc_bitmap_weight(hwloc_topology_get_topology_cpuset(topo));
+    if (online <= 0 || pus == online)
+        return 0;
+    return fail(e, "topology=%s describes a machine with %d CPUs, this node has %d online: the "
+                "file must be `lstopo --of xml` of a node like this one, run outside any job "
+                "(or leave topology= out to probe each node)", xml_path ? xml_path : "", pus,
+                online);
+}
+
 static int is_nvidia_gpu(hwloc_obj_t o)
 {
     return o->type == HWLOC_OBJ_PCI_DEVICE && o->attr->pcidev.vendor_id == 0x10de &&

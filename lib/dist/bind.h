@@ -37,6 +37,15 @@ enum bind_mode { BIND_CORES = 1, BIND_CLOSEST = 2 };
  * keeps PCI devices and OS devices (needed for `closest` only: slower). */
 int bind_load(hwloc_topology_t *topo, const char *xml_path, int with_io, contract_err *e);
 
+/* A topology loaded from the administrator's XML (plugstack topology=)
+ * must be this node's: a file saved on a bigger node (or inside a job's
+ * cpuset) planned from cores this node does not have, and the tasks
+ * silently shared the few that match (two tasks on a 2-CPU node both on
+ * "cores 0 (PUs 0-1)" of a 16-PU file). Returns 0 when the topology has
+ * `online` PUs (the node's online CPUs), else -1 with a message naming
+ * the file and both counts. */
+int bind_check_node(hwloc_topology_t topo, int online, const char *xml_path, contract_err *e);
+
 /* The GPU with Slurm index k, or NULL. */
 hwloc_obj_t bind_gpu(hwloc_topology_t topo, int k);
 

@@ -151,4 +151,25 @@ out=$(as_user srun -N1 -n2 --cpu-bind=cores --cdl-bind=cores,verbose ./aff.sh 2>
 check "task/affinity, --cpu-bind=cores given: the plugin stands back and says why" \
     test "$(grep -c 'not binding task [01]: srun --cpu-bind=.*cores.* asked Slurm to bind' "$WORK/err")" = 2
 
+# plugstack topology= saved on another kind of node (a 2-socket 16-PU file
+# here): the plan used cores this node does not have, and both tasks were
+# bound to the same "cores 0 (PUs 0-1)" without a word. Refused now,
+# naming the file and both CPU counts.
+stop_cluster
+big=$(readlink -f "$top_srcdir/tests/topologies/2socket-4gpu-nvml.xml")
+if [ "$(getconf _NPROCESSORS_ONLN)" != 16 ]; then
+    start_cluster topology="$big"
+    user_script aff.sh <<'EOF'
+#!/bin/sh
+echo "T$SLURM_PROCID $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+EOF
+    err=$(as_user srun -N1 -n2 --cdl-bind=cores,verbose ./aff.sh 2>&1)
+    rc=$?
+    echo "$err"
+    check "topology= of another machine: the step fails, naming the file and the CPU counts" \
+        eval '[ $rc != 0 ] && echo "$err" | grep -q "cdl: --cdl-bind: topology=$big describes a machine with 16 CPUs, this node has [0-9]* online"'
+    out=$(as_user srun -N1 -n2 ./aff.sh 2>&1)
+    check "... steps without --cdl-bind run as before" test "$(echo "$out" | grep -c '^T[01] ')" = 2
+fi
+
 finish

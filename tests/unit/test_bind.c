@@ -317,6 +317,27 @@ static void test_one_pu_per_core(void **state)
     hwloc_topology_destroy(t);
 }
 
+/* plugstack topology= saved on another kind of node: refused, naming the
+ * file and both CPU counts (the plan bound two tasks of a 2-CPU node to
+ * the same "cores 0 (PUs 0-1)" of a 16-PU file). */
+static void test_check_node(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-4gpu-nvml.xml");
+    contract_err e;
+    assert_int_equal(bind_check_node(t, 16, "/etc/cdl/node.xml", &e), 0);
+    assert_int_equal(bind_check_node(t, 0, "/etc/cdl/node.xml", &e), 0);   /* unknown */
+    assert_int_equal(bind_check_node(t, 2, "/etc/cdl/node.xml", &e), -1);
+    assert_non_null(strstr(e.msg, "topology=/etc/cdl/node.xml describes a machine with 16 CPUs, "
+                                  "this node has 2 online"));
+    assert_int_equal(bind_check_node(t, 32, "/etc/cdl/node.xml", &e), -1);
+    hwloc_topology_destroy(t);
+    t = load("this-vm-2pu.xml");
+    assert_int_equal(bind_check_node(t, 2, "x.xml", &e), 0);
+    assert_int_equal(bind_check_node(t, 16, "x.xml", &e), -1);
+    hwloc_topology_destroy(t);
+}
+
 /* Narrows the whole node to Slurm's step cores (task/none) and plans. */
 static void expect_slurm_cores(hwloc_topology_t topo, const char *allowed_list,
                                const char *cores, int want_rc, const char *want_set,
@@ -409,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_slurm_cores),
         cmocka_unit_test(test_slurm_cores_refused),
         cmocka_unit_test(test_one_pu_per_core),
+        cmocka_unit_test(test_check_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

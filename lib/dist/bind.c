@@ -123,6 +123,41 @@ static void domain_of(const struct units *u, hwloc_const_cpuset_t near, hwloc_bi
             hwloc_bitmap_set(dom, (unsigned)i);
 }
 
+/* Whole cores that do not divide evenly between k tasks, while their PUs
+ * do: srun -n2 -c3 under CR_CPU on a node with 2 threads a core gives the
+ * step 3 cores (6 PUs), and whole-core blocks gave one task 1 core (2 PUs)
+ * and the other 2 (4 PUs), where Slurm granted each 3. Then the PUs, in
+ * core order, are cut into equal blocks instead (one core is split between
+ * neighbours). Only with no more tasks than cores: more tasks share cores
+ * as before (contract_share). */
+static int even_pus(const struct units *u, const int *idx, int nu, int k)
+{
+    int pus = 0;
+    if (k > nu || nu % k == 0)
+        return 0;
+    for (int x = 0; x < nu; x++)
+        pus += hwloc_bitmap_weight(u->set[idx[x]]);
+    return pus > nu && pus % k == 0;
+}
+
+/* Task j of k: PUs [j*P/k, (j+1)*P/k) of the units' PUs in unit order. */
+static void share_pus(const struct units *u, const int *idx, int nu, int j, int k,
+                      hwloc_cpuset_t out)
+{
+    int pus = 0, at = 0;
+    for (int x = 0; x < nu; x++)
+        pus += hwloc_bitmap_weight(u->set[idx[x]]);
+    int lo = j * (pus / k), hi = lo + pus / k, pu;
+    for (int x = 0; x < nu; x++) {
+        hwloc_bitmap_foreach_begin(pu, u->set[idx[x]]) {
+            if (at >= lo && at < hi)
+                hwloc_bitmap_set(out, (unsigned)pu);
+            at++;
+        }
+        hwloc_bitmap_foreach_end();
+    }
+}
+
 int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mode mode,
               int ntasks, const int *task_gpu, hwloc_cpuset_t *out, char *note, size_t notelen,
               contract_err *e)
@@ -183,8 +218,12 @@ int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mod
         }
         hwloc_bitmap_foreach_end();
         int lo, hi;
-        contract_share(j, k, nu, &lo, &hi);
         hwloc_bitmap_zero(out[t]);
+        if (even_pus(&u, idx, nu, k)) {
+            share_pus(&u, idx, nu, j, k, out[t]);
+            continue;
+        }
+        contract_share(j, k, nu, &lo, &hi);
         for (int x = lo; x < hi && x < nu; x++)
             hwloc_bitmap_or(out[t], out[t], u.set[idx[x]]);
     }

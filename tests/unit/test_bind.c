@@ -70,8 +70,9 @@ static void test_cores_blocks(void **state)
     static const char *const ten[] = {"0-1", "0-1", "2-3", "4-5", "6-7",
                                       "8-9", "8-9", "10-11", "12-13", "14-15"};
     expect_plan(t, NULL, BIND_CORES, 10, NULL, ten, NULL);
-    /* Only parts of cores allowed (a cgroup): a core counts with those PUs. */
-    static const char *const part[] = {"0", "2-3,5"};
+    /* Only parts of cores allowed (a cgroup): a core counts with those PUs;
+     * 3 cores of 4 PUs for 2 tasks: 2 PUs each (whole cores gave 1 and 3). */
+    static const char *const part[] = {"0,2", "3,5"};
     expect_plan(t, "0,2-3,5", BIND_CORES, 2, NULL, part, NULL);
     hwloc_topology_destroy(t);
 }
@@ -277,6 +278,10 @@ static void test_interleaved_smt(void **state)
     /* Asymmetric: 3 cores of socket 0 (one with both PUs), 1 of socket 1. */
     static const char *const odd[] = {"0,8", "1", "2,5"};   /* 4 cores / 3: 1,1,2 */
     expect_plan(t, "0-2,5,8", BIND_CORES, 3, NULL, odd, NULL);
+    /* srun -n2 -c3 under CR_CPU: 3 cores (6 PUs) for 2 tasks. Whole cores
+     * gave 2 PUs and 4; each now has the 3 Slurm granted, core 1 split. */
+    static const char *const c3[] = {"0-1,8", "2,9-10"};
+    expect_plan(t, "0-2,8-10", BIND_CORES, 2, NULL, c3, NULL);
     /* 3 tasks on 5 cores: 1, 2, 2 (contract_share), cores not split. */
     static const char *const three[] = {"0,8", "1-2,9-10", "3-4,11-12"};
     expect_plan(t, "0-4,8-12", BIND_CORES, 3, NULL, three, NULL);

@@ -528,7 +528,7 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
                         spk_g.bind == SPK_BIND_CLOSEST ? "closest" : "cores", global_id,
                         local_id, gpu[local_id], desc, note[0] ? "; " : "", note,
                         cores_note[0] ? "; " : "", cores_note,
-                        one_pu ? "; one thread per core (--hint=nomultithread)" : "");
+                        one_pu ? "; one thread per core (srun --hint or --threads-per-core=1)" : "");
     }
     rc = 0;
 done:

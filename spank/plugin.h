@@ -48,7 +48,7 @@ struct spk_state {
                                       * user's --cpu-bind ("" = none) */
     char threads_per_core[16];       /* SLURM_THREADS_PER_CORE (--hint,
                                       * --threads-per-core), "" = unset */
-    char step_cores[256];            /* S_STEP_ALLOC_CORES: Slurm's cores of
+    char step_cores[1024];           /* S_STEP_ALLOC_CORES: Slurm's cores of
                                       * the step on this node ("" = unknown
                                       * or longer: then unused) */
 #ifdef HAVE_HWLOC

@@ -57,6 +57,12 @@ int spk_opt_bind(const char *arg, enum spk_bind_mode dflt, enum spk_bind_mode *m
     }
     if (!have_mode && !*verbose)
         goto bad;
+    /* "verbose" alone prints the map of the site's default binding: with
+     * none there is no map, and the option did nothing without a word. */
+    if (!have_mode && dflt == SPK_BIND_NONE)
+        return spk_error("--cdl-bind=verbose: this site's default binding (default_bind) is "
+                         "none, so nothing is bound and there is no map to print: say "
+                         "--cdl-bind=cores,verbose or --cdl-bind=closest,verbose");
     return 0;
 bad:
     return spk_error("--cdl-bind=%.24s%s: expected none, cores or closest, optionally followed "

@@ -22,7 +22,7 @@ struct spk_opts {
 int spk_opt_mps(const char *arg, int max, int *n);
 
 /* --cdl-bind=none|cores|closest[,verbose] (also "verbose" alone = the
- * default mode with the map printed). */
+ * default mode with the map printed; refused when that mode is none). */
 int spk_opt_bind(const char *arg, enum spk_bind_mode dflt, enum spk_bind_mode *mode,
                  int *verbose);
 

@@ -79,6 +79,13 @@ rc=$?
 check "--cdl-bind=sockets refused with the accepted values" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "expected none, cores or closest"'
 
+# default_bind is none here: "verbose" alone bound nothing and printed no
+# map, without a word. Refused, saying what to write.
+err=$(as_user srun -N1 -n1 --cdl-bind=verbose ./aff.sh 2>&1)
+rc=$?
+check "--cdl-bind=verbose with default_bind=none refused, saying cores,verbose" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "cdl: --cdl-bind=verbose: .*default_bind) is none.*--cdl-bind=cores,verbose"' || echo "$err"
+
 # TaskPlugin=task/none on nodes shared by jobs: every task may run on the
 # whole node, so the plans of two jobs sharing n1 both started at core 0
 # (both jobs' tasks on CPU 0, CPU 1 idle). Slurm's step cores now say

@@ -225,6 +225,13 @@ static void test_opt_bind(void **state)
     assert_int_equal(spk_opt_bind("verbose", SPK_BIND_CORES, &m, &v), 0);
     assert_int_equal(m, SPK_BIND_CORES);   /* the admin's default, printed */
     assert_int_equal(v, 1);
+    /* With default_bind=none "verbose" alone bound nothing and printed
+     * nothing, silently: refused, saying what to write. */
+    spk_clear_error();
+    assert_int_equal(spk_opt_bind("verbose", SPK_BIND_NONE, &m, &v), -1);
+    assert_non_null(strstr(spk_last_error(), "--cdl-bind=verbose: this site's default binding "
+                                              "(default_bind) is none"));
+    assert_int_equal(spk_opt_bind("none,verbose", SPK_BIND_NONE, &m, &v), 0);
     static const char *const bad[] = {"", "sockets", "cores,closest", "verbose,verbose",
                                       "Cores", "cores,", ",", "cores;id", "../cores",
                                       "cores,verbose,extra", "cores\n"};

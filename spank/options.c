@@ -57,6 +57,12 @@ int spk_opt_bind(const char *arg, enum spk_bind_mode dflt, enum spk_bind_mode *m
     }
     if (!have_mode && !*verbose)
         goto bad;
+    /* "verbose" alone prints the map of the site's default binding: with
+     * none there is no map, and the option did nothing without a word. */
+    if (!have_mode && dflt == SPK_BIND_NONE)
+        return spk_error("--cdl-bind=verbose: this site's default binding (default_bind) is "
+                         "none, so nothing is bound and there is no map to print: say "
+                         "--cdl-bind=cores,verbose or --cdl-bind=closest,verbose");
     return 0;
 bad:
     return spk_error("--cdl-bind=%.24s%s: expected none, cores or closest, optionally followed "
@@ -76,6 +82,24 @@ int spk_user_cpu_bind(const char *v)
             strcmp(tok, "q") && strcmp(tok, "v") && strcmp(tok, "no"))
             return 1;
     return 0;
+}
+
+int spk_cpu_bind_from_hint(const char *v, const char *threads_per_core)
+{
+    char buf[64], *tok, *save = NULL;
+    int words = 0;
+    if (!threads_per_core || !*threads_per_core || !v || strlen(v) >= sizeof buf)
+        return 0;
+    strcpy(buf, v);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(tok, "quiet") || !strcmp(tok, "verbose") || !strcmp(tok, "q") ||
+            !strcmp(tok, "v"))
+            continue;
+        if (strcmp(tok, "threads") && strcmp(tok, "cores"))
+            return 0;
+        words++;
+    }
+    return words == 1;
 }
 
 int spk_cpu_mask_union(const char *list, cpu_set_t *out)

@@ -22,7 +22,7 @@ struct spk_opts {
 int spk_opt_mps(const char *arg, int max, int *n);
 
 /* --cdl-bind=none|cores|closest[,verbose] (also "verbose" alone = the
- * default mode with the map printed). */
+ * default mode with the map printed; refused when that mode is none). */
 int spk_opt_bind(const char *arg, enum spk_bind_mode dflt, enum spk_bind_mode *mode,
                  int *verbose);
 
@@ -32,6 +32,15 @@ int spk_opt_bind(const char *arg, enum spk_bind_mode dflt, enum spk_bind_mode *m
  * value: in a task, task/affinity has replaced it with the masks it
  * applied, also when the user asked for nothing. */
 int spk_user_cpu_bind(const char *slurm_cpu_bind);
+
+/* 1 when SLURM_CPU_BIND is srun's own rendering of --hint=nomultithread,
+ * compute_bound or memory_bound, or of --threads-per-core (one word,
+ * "threads" or "cores", with SLURM_THREADS_PER_CORE set; an explicit
+ * --cpu-bind=cores reads "quiet,corescores"), not a binding the user
+ * asked for: --cdl-bind then binds, one PU per core where
+ * threads_per_core is "1". --hint=multithread sets no thread count and
+ * stays the user's binding. */
+int spk_cpu_bind_from_hint(const char *slurm_cpu_bind, const char *threads_per_core);
 
 /* The union of the CPUs in SLURM_CPU_BIND_LIST as task/affinity writes it
  * for SLURM_CPU_BIND_TYPE=mask_cpu: ("0x3" or "0x1,0x2", one hexadecimal

@@ -46,6 +46,11 @@ struct spk_state {
     unsigned step_cpus;              /* slurmstepd's CPUs: the step's on this node */
     char cpu_bind[256];              /* SLURM_CPU_BIND as srun sent it: the
                                       * user's --cpu-bind ("" = none) */
+    char threads_per_core[16];       /* SLURM_THREADS_PER_CORE (--hint,
+                                      * --threads-per-core), "" = unset */
+    char step_cores[1024];           /* S_STEP_ALLOC_CORES: Slurm's cores of
+                                      * the step on this node ("" = unknown
+                                      * or longer: then unused) */
 #ifdef HAVE_HWLOC
     hwloc_topology_t topo;
 #endif

@@ -237,6 +237,15 @@ int spk_remote_post_opt(spank_t sp)
     /* A value too long for the buffer is a long map_cpu/mask_cpu list,
      * certainly a binding (it used to read as none, and the plugin bound
      * over it). */
+    job_env(sp, "SLURM_THREADS_PER_CORE", spk_g.threads_per_core,
+            sizeof spk_g.threads_per_core);
+    /* The step's cores on this node, for --cdl-bind where nothing else
+     * tells the task which CPUs are its own (task/none: bind.h). */
+    char *cores = NULL;
+    spk_g.step_cores[0] = '\0';
+    if (spank_get_item(sp, S_STEP_ALLOC_CORES, &cores) == ESPANK_SUCCESS && cores &&
+        strlen(cores) < sizeof spk_g.step_cores)
+        snprintf(spk_g.step_cores, sizeof spk_g.step_cores, "%s", cores);
     if (cb == ESPANK_NOSPACE)
         snprintf(spk_g.cpu_bind, sizeof spk_g.cpu_bind, "%s", "(a list too long to show)");
     else if (cb != ESPANK_SUCCESS)
@@ -255,6 +264,13 @@ int spk_remote_post_opt(spank_t sp)
     if (spk_g.bind != SPK_BIND_NONE) {
         contract_err e;
         if (bind_load(&spk_g.topo, spk_g.conf.topology, spk_g.bind == SPK_BIND_CLOSEST, &e)) {
+            spk_error("%s", e.msg);
+            defer("--cdl-bind");
+        }
+        else if (spk_g.conf.topology[0] &&
+                 bind_check_node(spk_g.topo, (int)sysconf(_SC_NPROCESSORS_ONLN),
+                                 spk_g.conf.topology, &e) != 0) {
+            hwloc_topology_destroy(spk_g.topo);
             spk_error("%s", e.msg);
             defer("--cdl-bind");
         }
@@ -430,10 +446,23 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
     int n = (int)spk_g.step.local_tasks, rc = -1, verbose = spk_g.opts.bind_verbose;
     int closest = spk_g.bind == SPK_BIND_CLOSEST && !tr->found;
     cpu_set_t mask;
-    if (spk_user_cpu_bind(spk_g.cpu_bind)) {
+    /* srun --hint=nomultithread (and compute_bound, memory_bound,
+     * --threads-per-core) sets a binding of its own: not one the user
+     * asked for, and they stood back from it ("srun --cpu-bind=quiet,
+     * threads asked Slurm to bind", a --cpu-bind never typed; under
+     * task/none nothing bound at all). The plan honours its one thread
+     * per core instead. */
+    int hint = spk_cpu_bind_from_hint(spk_g.cpu_bind, spk_g.threads_per_core);
+    if (!hint && spk_user_cpu_bind(spk_g.cpu_bind)) {
+        /* Said without verbose too, once, when --cdl-bind was asked for
+         * (not the admin's default_bind): the user's option does nothing. */
         if (verbose)
             slurm_spank_log("cdl: --cdl-bind: not binding task %u: srun --cpu-bind=%s asked "
                             "Slurm to bind", global_id, spk_g.cpu_bind);
+        else if (spk_g.opts.bind_given && global_id == 0)
+            slurm_spank_log("cdl: --cdl-bind: not binding: srun --cpu-bind=%s asked Slurm to "
+                            "bind the tasks (drop --cpu-bind to let --cdl-bind bind, or "
+                            "--cdl-bind to keep Slurm's binding)", spk_g.cpu_bind);
         return 0;
     }
     if (!spk_g.have_topo)
@@ -465,6 +494,14 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
         spk_error("hwloc cannot read the step's CPU mask");
         goto done;
     }
+    /* Nothing bound the task (task/none): the step's cores say which of
+     * the node's CPUs are this job's (two jobs sharing a node were both
+     * bound from core 0). The note (verbose) says when they cannot. */
+    char cores_note[160];
+    bind_slurm_cores(spk_g.topo, allowed, spk_g.step_cores, cores_note, sizeof cores_note);
+    int one_pu = hint && !strcmp(spk_g.threads_per_core, "1");
+    if (one_pu)
+        bind_one_pu_per_core(spk_g.topo, allowed);
     contract_err e;
     if (bind_plan(spk_g.topo, allowed, closest ? BIND_CLOSEST : BIND_CORES,
                   n, gpu, out, note, sizeof note, &e) != 0) {
@@ -487,9 +524,11 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
             snprintf(note, sizeof note, gpu[local_id] < 0 ? "no GPU known: bound as with cores"
                      : "GPU %d not found in the topology: bound as with cores", gpu[local_id]);
         bind_describe(spk_g.topo, out[local_id], desc, sizeof desc);
-        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s",
+        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s%s%s%s",
                         spk_g.bind == SPK_BIND_CLOSEST ? "closest" : "cores", global_id,
-                        local_id, gpu[local_id], desc, note[0] ? "; " : "", note);
+                        local_id, gpu[local_id], desc, note[0] ? "; " : "", note,
+                        cores_note[0] ? "; " : "", cores_note,
+                        one_pu ? "; one thread per core (srun --hint or --threads-per-core=1)" : "");
     }
     rc = 0;
 done:

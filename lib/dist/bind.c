@@ -26,6 +26,17 @@ int bind_load(hwloc_topology_t *topo, const char *xml_path, int with_io, contrac
     return 0;
 }
 
+int bind_check_node(hwloc_topology_t topo, int online, const char *xml_path, contract_err *e)
+{
+    int pus = hwloc_bitmap_weight(hwloc_topology_get_topology_cpuset(topo));
+    if (online <= 0 || pus == online)
+        return 0;
+    return fail(e, "topology=%s describes a machine with %d CPUs, this node has %d online: the "
+                "file must be `lstopo --of xml` of a node like this one, run outside any job "
+                "(or leave topology= out to probe each node)", xml_path ? xml_path : "", pus,
+                online);
+}
+
 static int is_nvidia_gpu(hwloc_obj_t o)
 {
     return o->type == HWLOC_OBJ_PCI_DEVICE && o->attr->pcidev.vendor_id == 0x10de &&
@@ -112,6 +123,41 @@ static void domain_of(const struct units *u, hwloc_const_cpuset_t near, hwloc_bi
             hwloc_bitmap_set(dom, (unsigned)i);
 }
 
+/* Whole cores that do not divide evenly between k tasks, while their PUs
+ * do: srun -n2 -c3 under CR_CPU on a node with 2 threads a core gives the
+ * step 3 cores (6 PUs), and whole-core blocks gave one task 1 core (2 PUs)
+ * and the other 2 (4 PUs), where Slurm granted each 3. Then the PUs, in
+ * core order, are cut into equal blocks instead (one core is split between
+ * neighbours). Only with no more tasks than cores: more tasks share cores
+ * as before (contract_share). */
+static int even_pus(const struct units *u, const int *idx, int nu, int k)
+{
+    int pus = 0;
+    if (k > nu || nu % k == 0)
+        return 0;
+    for (int x = 0; x < nu; x++)
+        pus += hwloc_bitmap_weight(u->set[idx[x]]);
+    return pus > nu && pus % k == 0;
+}
+
+/* Task j of k: PUs [j*P/k, (j+1)*P/k) of the units' PUs in unit order. */
+static void share_pus(const struct units *u, const int *idx, int nu, int j, int k,
+                      hwloc_cpuset_t out)
+{
+    int pus = 0, at = 0;
+    for (int x = 0; x < nu; x++)
+        pus += hwloc_bitmap_weight(u->set[idx[x]]);
+    int lo = j * (pus / k), hi = lo + pus / k, pu;
+    for (int x = 0; x < nu; x++) {
+        hwloc_bitmap_foreach_begin(pu, u->set[idx[x]]) {
+            if (at >= lo && at < hi)
+                hwloc_bitmap_set(out, (unsigned)pu);
+            at++;
+        }
+        hwloc_bitmap_foreach_end();
+    }
+}
+
 int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mode mode,
               int ntasks, const int *task_gpu, hwloc_cpuset_t *out, char *note, size_t notelen,
               contract_err *e)
@@ -172,8 +218,12 @@ int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mod
         }
         hwloc_bitmap_foreach_end();
         int lo, hi;
-        contract_share(j, k, nu, &lo, &hi);
         hwloc_bitmap_zero(out[t]);
+        if (even_pus(&u, idx, nu, k)) {
+            share_pus(&u, idx, nu, j, k, out[t]);
+            continue;
+        }
+        contract_share(j, k, nu, &lo, &hi);
         for (int x = lo; x < hi && x < nu; x++)
             hwloc_bitmap_or(out[t], out[t], u.set[idx[x]]);
     }
@@ -183,6 +233,96 @@ int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mod
     free(dom);
     units_free(&u);
     return rc;
+}
+
+/* "0-3,8" as a bitmap; -1 unless it is such a list of numbers below 1<<16. */
+static int core_list(const char *s, hwloc_bitmap_t out)
+{
+    hwloc_bitmap_zero(out);
+    while (*s) {
+        char *end;
+        unsigned long lo, hi;
+        if (*s < '0' || *s > '9')
+            return -1;
+        lo = hi = strtoul(s, &end, 10);
+        if (*end == '-') {
+            if (end[1] < '0' || end[1] > '9')
+                return -1;
+            hi = strtoul(end + 1, &end, 10);
+        }
+        if (hi < lo || hi >= 1u << 16 || (*end && *end != ','))
+            return -1;
+        hwloc_bitmap_set_range(out, (unsigned)lo, (int)hi);
+        s = *end ? end + 1 : end;
+        if (*end && !*s)
+            return -1;   /* a trailing comma */
+    }
+    return hwloc_bitmap_iszero(out) ? -1 : 0;
+}
+
+int bind_slurm_cores(hwloc_topology_t topo, hwloc_cpuset_t allowed, const char *cores,
+                     char *note, size_t notelen)
+{
+    hwloc_const_cpuset_t all = hwloc_topology_get_topology_cpuset(topo);
+    int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE), rc = 0;
+    if (note && notelen)
+        note[0] = '\0';
+    /* Already a part of the node: Slurm's binding or the step's cpuset.
+     * A topology without some of the node's CPUs was loaded inside a
+     * cpuset (hwloc leaves out the CPUs a process may not use) or on a
+     * node with offline CPUs: its core numbers need not be Slurm's. */
+    if (!cores || !*cores || !hwloc_bitmap_isincluded(all, allowed) ||
+        !hwloc_bitmap_isequal(all, hwloc_topology_get_complete_cpuset(topo)))
+        return 0;
+    hwloc_bitmap_t ids = hwloc_bitmap_alloc(), set = hwloc_bitmap_alloc();
+    const char *why = NULL;
+    if (core_list(cores, ids) != 0)
+        why = "cannot read them";
+    else if (ncores < 1)
+        why = "the topology shows no cores";
+    else if (hwloc_bitmap_last(ids) >= ncores)
+        why = "the topology has fewer cores: slurm.conf describes another machine";
+    if (why) {
+        if (note && notelen)
+            snprintf(note, notelen, "Slurm's cores %.40s not used (%s): binding within all "
+                     "the node's CPUs", cores, why);
+        goto out;
+    }
+    int i;
+    hwloc_bitmap_foreach_begin(i, ids) {
+        hwloc_obj_t c = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)i);
+        hwloc_bitmap_or(set, set, c->cpuset);
+    }
+    hwloc_bitmap_foreach_end();
+    hwloc_bitmap_and(set, set, allowed);
+    if (!hwloc_bitmap_iszero(set) && !hwloc_bitmap_isequal(set, allowed)) {
+        hwloc_bitmap_copy(allowed, set);
+        rc = 1;
+    }
+out:
+    hwloc_bitmap_free(ids);
+    hwloc_bitmap_free(set);
+    return rc;
+}
+
+void bind_one_pu_per_core(hwloc_topology_t topo, hwloc_cpuset_t allowed)
+{
+    hwloc_bitmap_t keep = hwloc_bitmap_alloc(), part = hwloc_bitmap_alloc();
+    hwloc_obj_t c = NULL;
+    if (hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE) < 1)
+        goto out;   /* no cores known: every PU counts as one */
+    while ((c = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, c)) != NULL) {
+        hwloc_bitmap_and(part, c->cpuset, allowed);
+        int first = hwloc_bitmap_first(part);
+        if (first >= 0)
+            hwloc_bitmap_set(keep, (unsigned)first);
+    }
+    /* PUs outside any core (none in hwloc 2) stay as they were. */
+    hwloc_bitmap_andnot(part, allowed, hwloc_topology_get_topology_cpuset(topo));
+    hwloc_bitmap_or(allowed, keep, part);
+out:
+    hwloc_bitmap_free(keep);
+    hwloc_bitmap_free(part);
 }
 
 int bind_count_units(hwloc_topology_t topo, hwloc_const_cpuset_t allowed)

@@ -37,6 +37,15 @@ enum bind_mode { BIND_CORES = 1, BIND_CLOSEST = 2 };
  * keeps PCI devices and OS devices (needed for `closest` only: slower). */
 int bind_load(hwloc_topology_t *topo, const char *xml_path, int with_io, contract_err *e);
 
+/* A topology loaded from the administrator's XML (plugstack topology=)
+ * must be this node's: a file saved on a bigger node (or inside a job's
+ * cpuset) planned from cores this node does not have, and the tasks
+ * silently shared the few that match (two tasks on a 2-CPU node both on
+ * "cores 0 (PUs 0-1)" of a 16-PU file). Returns 0 when the topology has
+ * `online` PUs (the node's online CPUs), else -1 with a message naming
+ * the file and both counts. */
+int bind_check_node(hwloc_topology_t topo, int online, const char *xml_path, contract_err *e);
+
 /* The GPU with Slurm index k, or NULL. */
 hwloc_obj_t bind_gpu(hwloc_topology_t topo, int k);
 
@@ -47,6 +56,27 @@ hwloc_obj_t bind_gpu(hwloc_topology_t topo, int k);
 int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mode mode,
               int ntasks, const int *task_gpu, hwloc_cpuset_t *out, char *note, size_t notelen,
               contract_err *e);
+
+/* Narrows allowed (the CPUs a task may use) to Slurm's cores of the step
+ * on this node, `cores` as S_STEP_ALLOC_CORES gives them ("0-1,4": Slurm's
+ * core numbers on the node, which are hwloc's logical core indexes where
+ * slurm.conf describes the node as hwloc sees it). Only when nothing else
+ * did: under TaskPlugin=task/none (or task/cgroup without ConstrainCores)
+ * every task may run on the whole node, and the plans of two jobs sharing
+ * it both started at core 0, stacking their tasks on the same cores while
+ * the rest stayed idle. Returns 1 when narrowed; 0 when allowed is already
+ * a part of the topology (Slurm or a cgroup bound the task: that set is
+ * the step's), when hwloc does not see all the node's CPUs (loaded inside
+ * a cpuset, offline CPUs: its core numbers need not be Slurm's), when the
+ * list is empty or names every core, or when it cannot be read as this
+ * node's cores (malformed, a core the topology lacks: slurm.conf describes
+ * another machine), then with a note (may be NULL) saying why. */
+int bind_slurm_cores(hwloc_topology_t topo, hwloc_cpuset_t allowed, const char *cores,
+                     char *note, size_t notelen);
+
+/* Keeps the first allowed PU of each core in allowed (srun
+ * --hint=nomultithread, --threads-per-core=1: one thread per core). */
+void bind_one_pu_per_core(hwloc_topology_t topo, hwloc_cpuset_t allowed);
 
 /* The allowed cores (or PUs when hwloc knows no cores): their number. */
 int bind_count_units(hwloc_topology_t topo, hwloc_const_cpuset_t allowed);

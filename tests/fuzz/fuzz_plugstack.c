@@ -1,8 +1,8 @@
 /* libFuzzer target: the plugin's parsers of administrator and user text,
  * which run as root in slurmstepd and slurmd: the plugstack.conf arguments
  * (spk_conf_parse), the option values of --cdl-mps and --cdl-bind, Slurm's
- * --cpu-bind value and node lists (lib/dist/contract.c, compiled into the
- * plugin), and the job environment's values the plugin reads as root:
+ * --cpu-bind value (also as --hint sets it) and node lists
+ * (lib/dist/contract.c, compiled into the plugin), and the job environment's values the plugin reads as root:
  * SLURM_CPU_BIND_LIST masks, CUDA_VISIBLE_DEVICES, SLURM_STEP_RESV_PORTS;
  * Slurm's GPU binding of a task (SLURMD_TRES_BIND, read in the task);
  * and the /dev/shm names, which any user chooses, that the plugin matches
@@ -72,6 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     case 3:
         spk_user_cpu_bind(text);
+        spk_cpu_bind_from_hint(text, "1");
         break;
     case 4: {
         char host[256];

@@ -40,6 +40,10 @@
 #   CDL_TASK_PLUGIN     slurm.conf's TaskPlugin (default task/none; most sites
 #                       run task/affinity, which binds tasks by itself)
 #   CDL_TASK_PLUGIN_PARAM  its TaskPluginParam (e.g. autobind=threads)
+#   CDL_CPUS=N          CPUs= of each node line (default 4, or under
+#                       CDL_CGROUP the host's, at most 4); N = the host's
+#                       CPUs makes Slurm's core numbers the host's cores
+#                       (S_STEP_ALLOC_CORES, read by --cdl-bind)
 #   CDL_CGROUP=1        the cgroup plugins most sites run: TaskPlugin=
 #                       task/cgroup,task/affinity, ProctrackType=proctrack/
 #                       cgroup, cgroup.conf with ConstrainCores and
@@ -171,9 +175,13 @@ start() {
     local prange=${CDL_PORT_RANGE:-$plo-$((plo + 99))}
     local first_job=${CDL_FIRST_JOB_ID:-$((1000 + RANDOM % 30000 * 100))}
     local cpus=4 proctrack=proctrack/pgid task=${CDL_TASK_PLUGIN:-task/none} select=CR_CPU
+    cpus=${CDL_CPUS:-$cpus}
+    case $cpus in [1-9] | [1-9][0-9]) ;; *) die "CDL_CPUS=$cpus: want 1-99" ;; esac
     if [ "${CDL_CGROUP:-0}" = 1 ]; then
-        cpus=$(nproc)
-        [ "$cpus" -le 4 ] || cpus=4
+        if [ -z "${CDL_CPUS:-}" ]; then
+            cpus=$(nproc)
+            [ "$cpus" -le 4 ] || cpus=4
+        fi
         proctrack=proctrack/cgroup
         task=${CDL_TASK_PLUGIN:-task/cgroup,task/affinity}
         # Memory is allocated (sbatch --mem), so that the cgroup limits it.

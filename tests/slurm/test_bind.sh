@@ -47,6 +47,12 @@ check "--cpu-bind given: affinity left to Slurm" test "$(echo "$out" | cut -d' '
 check "--cpu-bind given: verbose says why" \
     test "$(grep -c 'not binding task [01]: srun --cpu-bind=.* asked Slurm to bind' "$WORK/err")" = 2
 
+# Without verbose it is said once, for the step: the user's --cdl-bind
+# does nothing (it used to be silent).
+out=$(as_user srun -N1 -n2 --cpu-bind=cores --cdl-bind=cores ./aff.sh 2>"$WORK/err")
+check "--cpu-bind and --cdl-bind, no verbose: said once which wins" \
+    test "$(grep -c 'cdl: --cdl-bind: not binding: srun --cpu-bind=.*cores.* asked Slurm to bind the tasks (drop --cpu-bind' "$WORK/err")" = 1
+
 # A binding given as a long list (map_cpu for many tasks, mask_cpu on a big
 # node) is longer than the plugin's buffer: it read as no binding, and
 # --cdl-bind bound over the user's own.
@@ -73,6 +79,53 @@ rc=$?
 check "--cdl-bind=sockets refused with the accepted values" \
     eval '[ $rc != 0 ] && echo "$err" | grep -q "expected none, cores or closest"'
 
+# default_bind is none here: "verbose" alone bound nothing and printed no
+# map, without a word. Refused, saying what to write.
+err=$(as_user srun -N1 -n1 --cdl-bind=verbose ./aff.sh 2>&1)
+rc=$?
+check "--cdl-bind=verbose with default_bind=none refused, saying cores,verbose" \
+    eval '[ $rc != 0 ] && echo "$err" | grep -q "cdl: --cdl-bind=verbose: .*default_bind) is none.*--cdl-bind=cores,verbose"' || echo "$err"
+
+# TaskPlugin=task/none on nodes shared by jobs: every task may run on the
+# whole node, so the plans of two jobs sharing n1 both started at core 0
+# (both jobs' tasks on CPU 0, CPU 1 idle). Slurm's step cores now say
+# which CPUs are the job's; the nodes have the host's CPUs (CDL_CPUS), so
+# Slurm's core numbers are the host's cores.
+if [ "$(nproc)" -ge 2 ]; then
+    stop_cluster
+    CDL_CPUS=$(nproc) start_cluster
+    user_script aff.sh <<'EOF'
+#!/bin/sh
+line="T$SLURM_PROCID $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+[ "${1:-}" = hold ] && { echo "$line" >held.tmp && mv held.tmp held; exec sleep 300; }
+echo "$line"
+EOF
+    rm -f "$WORK/held"
+    hold=$(submit -w n1 -n1 -c1 -o /dev/null --wrap 'srun --cdl-bind=cores ./aff.sh hold')
+    check "task/none: a job holding one CPU of n1 runs" wait_until 30 test -f "$WORK/held"
+    other=$(cut -d' ' -f2 "$WORK/held")
+    out=$(as_user srun -N1 -w n1 -n1 -c1 --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
+    echo "held: $other; $out"; cat "$WORK/err"
+    mine=$(echo "$out" | sed -n 's/^T0 //p')
+    check "task/none, two jobs on n1: bound to different CPUs ($other, $mine)" \
+        eval '[ -n "$other" ] && [ -n "$mine" ] && ! subset "$(expand "$mine")" "$(expand "$other")"'
+    scancel "$hold"
+    wait_until 30 jobs_gone
+
+    # srun --hint=nomultithread sets a binding of its own (SLURM_CPU_BIND=
+    # quiet,threads): the plugin stood back, saying "srun --cpu-bind=quiet,
+    # threads asked Slurm to bind" (never typed), and under task/none
+    # nothing bound the tasks at all. It binds them now, one thread a core.
+    out=$(as_user srun -N1 -w n1 -n2 --hint=nomultithread --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
+    echo "$out"; cat "$WORK/err"
+    a=$(expand "$(echo "$out" | sed -n 's/^T0 //p')")
+    b=$(expand "$(echo "$out" | sed -n 's/^T1 //p')")
+    check "task/none, --hint=nomultithread: --cdl-bind binds, disjoint CPUs ($a; $b)" \
+        eval '[ -n "$a" ] && [ -n "$b" ] && ! subset "$a" "$b" && ! subset "$b" "$a" &&
+              [ "$(grep -c "task [01] (local [01], GPU -1) -> cores .*one thread per core" "$WORK/err")" = 2 ] &&
+              ! grep -q "not binding" "$WORK/err"'
+fi
+
 # TaskPlugin=task/affinity, as most sites run it: Slurm binds every task by
 # itself and puts the masks it applied into the task's SLURM_CPU_BIND, also
 # when the user asked for no binding. That is not the user's --cpu-bind:
@@ -95,8 +148,35 @@ if [ "$ncpu" -ge 2 ]; then
     check "task/affinity: the two tasks' CPUs are disjoint" \
         eval '[ -n "$a" ] && [ -n "$b" ] && ! subset "$a" "$b" && ! subset "$b" "$a"'
 fi
+out=$(as_user srun -N1 -n2 --hint=nomultithread --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
+a=$(expand "$(echo "$out" | sed -n 's/^T0 //p')")
+b=$(expand "$(echo "$out" | sed -n 's/^T1 //p')")
+check "task/affinity, --hint=nomultithread: --cdl-bind binds (not 'srun --cpu-bind=quiet,threads asked Slurm')" \
+    eval '[ "$(grep -c "cdl: --cdl-bind=cores: task [01] .*one thread per core" "$WORK/err")" = 2 ] &&
+          [ -n "$a" ] && [ -n "$b" ] && ! subset "$a" "$b"' || cat "$WORK/err"
 out=$(as_user srun -N1 -n2 --cpu-bind=cores --cdl-bind=cores,verbose ./aff.sh 2>"$WORK/err")
 check "task/affinity, --cpu-bind=cores given: the plugin stands back and says why" \
     test "$(grep -c 'not binding task [01]: srun --cpu-bind=.*cores.* asked Slurm to bind' "$WORK/err")" = 2
+
+# plugstack topology= saved on another kind of node (a 2-socket 16-PU file
+# here): the plan used cores this node does not have, and both tasks were
+# bound to the same "cores 0 (PUs 0-1)" without a word. Refused now,
+# naming the file and both CPU counts.
+stop_cluster
+big=$(readlink -f "$top_srcdir/tests/topologies/2socket-4gpu-nvml.xml")
+if [ "$(getconf _NPROCESSORS_ONLN)" != 16 ]; then
+    start_cluster topology="$big"
+    user_script aff.sh <<'EOF'
+#!/bin/sh
+echo "T$SLURM_PROCID $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+EOF
+    err=$(as_user srun -N1 -n2 --cdl-bind=cores,verbose ./aff.sh 2>&1)
+    rc=$?
+    echo "$err"
+    check "topology= of another machine: the step fails, naming the file and the CPU counts" \
+        eval '[ $rc != 0 ] && echo "$err" | grep -q "cdl: --cdl-bind: topology=$big describes a machine with 16 CPUs, this node has [0-9]* online"'
+    out=$(as_user srun -N1 -n2 ./aff.sh 2>&1)
+    check "... steps without --cdl-bind run as before" test "$(echo "$out" | grep -c '^T[01] ')" = 2
+fi
 
 finish

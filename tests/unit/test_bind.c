@@ -5,6 +5,8 @@
  *                          listed before 41) and an ASPEED VGA
  *   this-vm-2pu.xml        a real 2-vCPU virtual machine, no GPU
  *   dgx-2socket-8gpu.xml, 1socket-4gpu.xml, gh200.xml: GPU nodes (README)
+ *   2socket-smt-interleaved.xml  2 sockets x 4 cores x 2 PUs, core i = PUs
+ *                          i and i+8 (Intel/AMD servers' OS numbering)
  * One planner serves the plugin and cdlrun; each task's GPU comes from the
  * contract's slot rule, as in cdl-train. */
 #include <stdio.h>
@@ -68,8 +70,9 @@ static void test_cores_blocks(void **state)
     static const char *const ten[] = {"0-1", "0-1", "2-3", "4-5", "6-7",
                                       "8-9", "8-9", "10-11", "12-13", "14-15"};
     expect_plan(t, NULL, BIND_CORES, 10, NULL, ten, NULL);
-    /* Only parts of cores allowed (a cgroup): a core counts with those PUs. */
-    static const char *const part[] = {"0", "2-3,5"};
+    /* Only parts of cores allowed (a cgroup): a core counts with those PUs;
+     * 3 cores of 4 PUs for 2 tasks: 2 PUs each (whole cores gave 1 and 3). */
+    static const char *const part[] = {"0,2", "3,5"};
     expect_plan(t, "0,2-3,5", BIND_CORES, 2, NULL, part, NULL);
     hwloc_topology_destroy(t);
 }
@@ -259,6 +262,163 @@ static void test_gh200(void **state)
     hwloc_topology_destroy(t);
 }
 
+/* OS numbering where a core's PUs are n and n+8: blocks are whole cores
+ * (never "PUs 0-1", which would be halves of two cores), and a cgroup
+ * that allows one thread of some cores and both of others is cut by
+ * cores, each counting with its allowed PUs. */
+static void test_interleaved_smt(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-smt-interleaved.xml");
+    static const char *const four[] = {"0-1,8-9", "2-3,10-11", "4-5,12-13", "6-7,14-15"};
+    expect_plan(t, NULL, BIND_CORES, 4, NULL, four, NULL);
+    /* Slurm's --hint=nomultithread cpuset: the first PU of each core. */
+    static const char *const first_pu[] = {"0-1", "2-3", "4-5", "6-7"};
+    expect_plan(t, "0-7", BIND_CORES, 4, NULL, first_pu, NULL);
+    /* Asymmetric: 3 cores of socket 0 (one with both PUs), 1 of socket 1. */
+    static const char *const odd[] = {"0,8", "1", "2,5"};   /* 4 cores / 3: 1,1,2 */
+    expect_plan(t, "0-2,5,8", BIND_CORES, 3, NULL, odd, NULL);
+    /* srun -n2 -c3 under CR_CPU: 3 cores (6 PUs) for 2 tasks. Whole cores
+     * gave 2 PUs and 4; each now has the 3 Slurm granted, core 1 split. */
+    static const char *const c3[] = {"0-1,8", "2,9-10"};
+    expect_plan(t, "0-2,8-10", BIND_CORES, 2, NULL, c3, NULL);
+    /* 3 tasks on 5 cores: 1, 2, 2 (contract_share), cores not split. */
+    static const char *const three[] = {"0,8", "1-2,9-10", "3-4,11-12"};
+    expect_plan(t, "0-4,8-12", BIND_CORES, 3, NULL, three, NULL);
+    hwloc_topology_destroy(t);
+}
+
+/* srun --hint=nomultithread under task/none: nothing narrowed the task to
+ * one thread per core; the planner keeps the first PU of each core. */
+static void test_one_pu_per_core(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-smt-interleaved.xml");
+    hwloc_bitmap_t a = hwloc_bitmap_alloc();
+    char got[64];
+    static const struct { const char *in, *want; } cases[] = {
+        {"0-15", "0-7"},          /* the whole node: P#0-7, one per core */
+        {"8-15", "8-15"},         /* only second threads allowed: those */
+        {"2-3,10-11", "2-3"},     /* Slurm's cores 2-3 (task/none) */
+        {"0,9", "0,9"},           /* one PU of each of two cores */
+        {"0-7", "0-7"},           /* task/affinity applied it already */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hwloc_bitmap_list_sscanf(a, cases[i].in);
+        bind_one_pu_per_core(t, a);
+        hwloc_bitmap_list_snprintf(got, sizeof got, a);
+        if (strcmp(got, cases[i].want))
+            fail_msg("%s: got %s, want %s", cases[i].in, got, cases[i].want);
+    }
+    hwloc_bitmap_free(a);
+    hwloc_topology_destroy(t);
+    /* Without SMT: nothing to drop. */
+    t = load("this-vm-2pu.xml");
+    a = hwloc_bitmap_alloc();
+    hwloc_bitmap_list_sscanf(a, "0-1");
+    bind_one_pu_per_core(t, a);
+    assert_int_equal(hwloc_bitmap_weight(a), 2);
+    hwloc_bitmap_free(a);
+    hwloc_topology_destroy(t);
+}
+
+/* plugstack topology= saved on another kind of node: refused, naming the
+ * file and both CPU counts (the plan bound two tasks of a 2-CPU node to
+ * the same "cores 0 (PUs 0-1)" of a 16-PU file). */
+static void test_check_node(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-4gpu-nvml.xml");
+    contract_err e;
+    assert_int_equal(bind_check_node(t, 16, "/etc/cdl/node.xml", &e), 0);
+    assert_int_equal(bind_check_node(t, 0, "/etc/cdl/node.xml", &e), 0);   /* unknown */
+    assert_int_equal(bind_check_node(t, 2, "/etc/cdl/node.xml", &e), -1);
+    assert_non_null(strstr(e.msg, "topology=/etc/cdl/node.xml describes a machine with 16 CPUs, "
+                                  "this node has 2 online"));
+    assert_int_equal(bind_check_node(t, 32, "/etc/cdl/node.xml", &e), -1);
+    hwloc_topology_destroy(t);
+    t = load("this-vm-2pu.xml");
+    assert_int_equal(bind_check_node(t, 2, "x.xml", &e), 0);
+    assert_int_equal(bind_check_node(t, 16, "x.xml", &e), -1);
+    hwloc_topology_destroy(t);
+}
+
+/* Narrows the whole node to Slurm's step cores (task/none) and plans. */
+static void expect_slurm_cores(hwloc_topology_t topo, const char *allowed_list,
+                               const char *cores, int want_rc, const char *want_set,
+                               const char *note_has)
+{
+    hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+    char note[160], got[64];
+    if (allowed_list)
+        hwloc_bitmap_list_sscanf(allowed, allowed_list);
+    else
+        hwloc_bitmap_copy(allowed, hwloc_topology_get_topology_cpuset(topo));
+    assert_int_equal(bind_slurm_cores(topo, allowed, cores, note, sizeof note), want_rc);
+    hwloc_bitmap_list_snprintf(got, sizeof got, allowed);
+    if (strcmp(got, want_set))
+        fail_msg("cores %s: PUs %s, want %s", cores ? cores : "(null)", got, want_set);
+    if (note_has)
+        assert_non_null(strstr(note, note_has));
+    else
+        assert_string_equal(note, "");
+    hwloc_bitmap_free(allowed);
+}
+
+/* TaskPlugin=task/none: each task may use the whole node, and the plans
+ * of two jobs sharing it both started at core 0. Slurm's step cores (its
+ * core numbers, hwloc's logical indexes) now say which are the job's. */
+static void test_slurm_cores(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-smt-interleaved.xml");
+    /* A job's cores 2-3 and another job's 4-5: their own PUs, apart. */
+    expect_slurm_cores(t, NULL, "2-3", 1, "2-3,10-11", NULL);
+    expect_slurm_cores(t, NULL, "4-5", 1, "4-5,12-13", NULL);
+    expect_slurm_cores(t, NULL, "0,7", 1, "0,7-8,15", NULL);
+    /* All cores: nothing to narrow. */
+    expect_slurm_cores(t, NULL, "0-7", 0, "0-15", NULL);
+    /* Already a part of the node (task/affinity's masks, a cgroup): the
+     * task's set is the step's; Slurm's list is not applied over it. */
+    expect_slurm_cores(t, "2-3,10-11", "0-1", 0, "2-3,10-11", NULL);
+    expect_slurm_cores(t, NULL, "", 0, "0-15", NULL);
+    expect_slurm_cores(t, NULL, NULL, 0, "0-15", NULL);
+    hwloc_topology_destroy(t);
+
+    /* The plans of two one-task jobs on the 2-socket GPU node: disjoint. */
+    t = load("2socket-4gpu-nvml.xml");
+    hwloc_bitmap_t a = hwloc_bitmap_alloc(), b = hwloc_bitmap_alloc();
+    hwloc_cpuset_t out[2] = {hwloc_bitmap_alloc(), hwloc_bitmap_alloc()};
+    contract_err e;
+    hwloc_bitmap_copy(a, hwloc_topology_get_topology_cpuset(t));
+    hwloc_bitmap_copy(b, a);
+    assert_int_equal(bind_slurm_cores(t, a, "0", NULL, 0), 1);
+    assert_int_equal(bind_slurm_cores(t, b, "1", NULL, 0), 1);
+    assert_int_equal(bind_plan(t, a, BIND_CORES, 1, NULL, out, NULL, 0, &e), 0);
+    assert_int_equal(bind_plan(t, b, BIND_CORES, 1, NULL, out + 1, NULL, 0, &e), 0);
+    assert_false(hwloc_bitmap_intersects(out[0], out[1]));
+    hwloc_bitmap_free(a);
+    hwloc_bitmap_free(b);
+    hwloc_bitmap_free(out[0]);
+    hwloc_bitmap_free(out[1]);
+    hwloc_topology_destroy(t);
+}
+
+/* Lists that cannot be this node's cores leave the whole node, saying why. */
+static void test_slurm_cores_refused(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("this-vm-2pu.xml");
+    /* slurm.conf says CPUs=4 on a 2-core machine: core 3 does not exist. */
+    expect_slurm_cores(t, NULL, "2-3", 0, "0-1", "the topology has fewer cores");
+    expect_slurm_cores(t, NULL, "0", 1, "0", NULL);
+    static const char *const bad[] = {"x", "0-", "-1", "1-0", "0,", ",0", "0,,1", "0-1-2",
+                                      "99999999999999999999", "0 1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_slurm_cores(t, NULL, bad[i], 0, "0-1", "cannot read them");
+    hwloc_topology_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -271,6 +431,11 @@ int main(void)
         cmocka_unit_test(test_more_tasks_than_cores),
         cmocka_unit_test(test_one_socket_4gpu),
         cmocka_unit_test(test_gh200),
+        cmocka_unit_test(test_interleaved_smt),
+        cmocka_unit_test(test_slurm_cores),
+        cmocka_unit_test(test_slurm_cores_refused),
+        cmocka_unit_test(test_one_pu_per_core),
+        cmocka_unit_test(test_check_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

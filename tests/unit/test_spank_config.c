@@ -225,6 +225,13 @@ static void test_opt_bind(void **state)
     assert_int_equal(spk_opt_bind("verbose", SPK_BIND_CORES, &m, &v), 0);
     assert_int_equal(m, SPK_BIND_CORES);   /* the admin's default, printed */
     assert_int_equal(v, 1);
+    /* With default_bind=none "verbose" alone bound nothing and printed
+     * nothing, silently: refused, saying what to write. */
+    spk_clear_error();
+    assert_int_equal(spk_opt_bind("verbose", SPK_BIND_NONE, &m, &v), -1);
+    assert_non_null(strstr(spk_last_error(), "--cdl-bind=verbose: this site's default binding "
+                                              "(default_bind) is none"));
+    assert_int_equal(spk_opt_bind("none,verbose", SPK_BIND_NONE, &m, &v), 0);
     static const char *const bad[] = {"", "sockets", "cores,closest", "verbose,verbose",
                                       "Cores", "cores,", ",", "cores;id", "../cores",
                                       "cores,verbose,extra", "cores\n"};
@@ -253,6 +260,25 @@ static void test_user_cpu_bind(void **state)
     assert_int_equal(spk_user_cpu_bind("quiet,corescores"), 1);   /* what srun exports */
     assert_int_equal(spk_user_cpu_bind("verbose,map_cpu:0,2"), 1);
     assert_int_equal(spk_user_cpu_bind("mask_cpu:0x3"), 1);
+}
+
+/* srun's renderings (Slurm 22.05) of --hint and --threads-per-core, with
+ * the SLURM_THREADS_PER_CORE they come with, against explicit bindings. */
+static void test_cpu_bind_from_hint(void **state)
+{
+    (void)state;
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,threads", "1"), 1);   /* nomultithread */
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,cores", "1"), 1);     /* compute_bound */
+    assert_int_equal(spk_cpu_bind_from_hint("verbose,threads", "2"), 1);
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,threads", ""), 0);    /* multithread */
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,threads", NULL), 0);
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,threadsthreads", "1"), 0);   /* --cpu-bind */
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,corescores", "1"), 0);
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,rank", "1"), 0);
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,map_cpu:0,1", "1"), 0);
+    assert_int_equal(spk_cpu_bind_from_hint("quiet,threads,cores", "1"), 0);
+    assert_int_equal(spk_cpu_bind_from_hint("quiet", "1"), 0);
+    assert_int_equal(spk_cpu_bind_from_hint(NULL, "1"), 0);
 }
 
 static void test_cpu_mask_union(void **state)
@@ -312,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_opt_mps),
         cmocka_unit_test(test_opt_bind),
         cmocka_unit_test(test_user_cpu_bind),
+        cmocka_unit_test(test_cpu_bind_from_hint),
         cmocka_unit_test(test_cpu_mask_union),
         cmocka_unit_test(test_parse_uint_charset),
     };

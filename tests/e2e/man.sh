@@ -149,4 +149,54 @@ for doc in "$top_srcdir"/README.md "$top_srcdir"/docs/*.md "$top_srcdir"/templat
 done
 [ "$n" -gt 100 ] || die "only $n source paths found in the docs: the check is blind"
 echo "the $n source files the docs name exist"
+# Every section the docs send a reader to exists: `FILE.md`, "Heading"
+# (also [FILE.md](FILE.md), "Heading"), see "Heading" and "Heading", above
+# or below (in the same file), the heading as written or its start before
+# a parenthesis ("Token data for language models" of `... (tokens.c)`);
+# in the man pages, NAME.md in the guides, "Heading". docs/admin.md sent
+# readers to "What must match", docs/pytorch-models.md to data.md's
+# "Image folders", neither of which is a heading.
+command -v perl >/dev/null || die "perl is not installed: cannot check the docs' section references"
+refs=$(perl -e '
+    use strict; use warnings;
+    my ($top, @pages) = @ARGV;
+    my @docs = ("$top/README.md", sort(glob("$top/docs/*.md")), "$top/templates/README.md");
+    my %heads;
+    for my $d (@docs) {
+        open(my $fh, "<", $d) or die "$d: $!";
+        my $fence = 0;
+        while (<$fh>) {
+            if (/^```/) { $fence = !$fence; next }
+            push @{$heads{$d}}, $1 if !$fence && /^#+\s*(.*?)\s*$/;
+        }
+    }
+    my %by_base = map { (my $b = $_) =~ s|.*/||; ($b => $_) } @docs;
+    my $bad = 0; my $n = 0;
+    my $check = sub {
+        my ($from, $file, $sec) = @_;
+        $n++;
+        (my $base = $file) =~ s|.*/||;
+        my $t = $file eq "" ? $from : $by_base{$base};
+        if (!defined $t) { print "$from: \"$sec\" is in $file, which does not exist\n"; $bad++; return }
+        return if grep { $_ eq $sec || index($_, "$sec (") == 0 } @{$heads{$t}};
+        (my $f = $from) =~ s|^\Q$top\E/||; (my $g = $t) =~ s|^\Q$top\E/||;
+        print "$f sends the reader to \"$sec\", which is no heading of $g\n"; $bad++;
+    };
+    for my $d (@docs) {
+        local $/; open(my $fh, "<", $d) or die; my $s = <$fh>;
+        $s =~ s/```.*?```//gs; $s =~ s/\s+/ /g;
+        while ($s =~ /([\w.\/-]+\.md)(?:`|\]\([\w.\/-]+\))?,? "([^"]+)"|see "([^"]+)"|"([^"]+)",? (?:above|below)/g) {
+            if (defined $1) { $check->($d, $1, $2) } else { $check->($d, "", $3 // $4) }
+        }
+    }
+    for my $p (@pages) {
+        local $/; open(my $fh, "<", $p) or die; my $s = <$fh>;
+        $s =~ s/\\-/-/g; $s =~ s/^\.[A-Z]+ ?//mg; $s =~ s/\s+/ /g;
+        while ($s =~ /(\w[\w-]*\.md) in the guides, "([^"]+)"/g) { $check->($p, $1, $2) }
+    }
+    print "checked $n\n"; exit($bad ? 1 : 0);
+' "$top_srcdir" "$top_srcdir"/man/*.[1-8]) || die "$refs"
+nrefs=${refs##*checked }
+[ "$nrefs" -gt 15 ] || die "only $nrefs section references found in the docs: the check is blind"
+echo "the $nrefs sections the docs and pages send readers to exist"
 echo "PASS: man pages"

@@ -113,6 +113,17 @@ for doc in "$top_srcdir"/README.md "$top_srcdir"/docs/*.md "$top_srcdir"/templat
 done
 [ "$ncmd" -gt 15 ] || die "only $ncmd commands of cdl programs found in the docs' code blocks: the check is blind"
 echo "the options of $ncmd commands in the docs' code blocks and the pages' examples are the programs'"
+# Every program with a page in section 1 is named in the cdl-tools rows of
+# the package tables (README.md, docs/admin.md), the package that installs
+# it: they named cdl-train, cdlrun and cdl-plot only, and a user looking
+# for cdl-eval, cdl-predict or cdl-generate found no package holding them.
+for doc in README.md docs/admin.md; do
+    row=$(grep -E '^\| `cdl-tools` \|' "$top_srcdir/$doc") || die "$doc has no cdl-tools row"
+    for page in "$MAN"/*.1; do
+        prog=$(basename "$page" .1)
+        case $row in *"\`$prog\`"*) ;; *) die "$doc: the cdl-tools row does not name $prog (man/$prog.1)" ;; esac
+    done
+done
 # Every plugstack.conf key the plugin accepts (its known_keys table) is in
 # cdl_spank(8), in docs/admin.md's table and in the installed snippet
 # cdl.conf, whose comment lists the settings an admin may add (it lacked

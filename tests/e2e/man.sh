@@ -124,6 +124,22 @@ for doc in README.md docs/admin.md; do
         case $row in *"\`$prog\`"*) ;; *) die "$doc: the cdl-tools row does not name $prog (man/$prog.1)" ;; esac
     done
 done
+# Every configure switch the docs and pages name (--with-X, --without-X,
+# --enable-X, --disable-X) is one that ./configure --help lists, so a
+# renamed switch cannot stay in an install recipe.
+if [ -x "$top_srcdir/configure" ]; then
+    "$top_srcdir/configure" --help >"$TMP/configure-help" || die "configure --help failed"
+    nsw=0
+    for sw in $(grep -ohE -- '--(with|without|enable|disable)-[a-z0-9-]*[a-z0-9]' "$top_srcdir"/README.md \
+                    "$top_srcdir"/docs/*.md "$top_srcdir"/templates/README.md "$TMP"/*.[1-8].txt | sort -u); do
+        name=${sw#--}; name=${name#*-}
+        grep -qE -- "--(with|without|enable|disable)-$name([^a-z0-9-]|\$)" "$TMP/configure-help" ||
+            die "the docs name the configure switch $sw, which configure --help does not list"
+        nsw=$((nsw + 1))
+    done
+    [ "$nsw" -gt 10 ] || die "only $nsw configure switches found in the docs: the check is blind"
+    echo "the $nsw configure switches the docs name are configure's"
+fi
 # Every plugstack.conf key the plugin accepts (its known_keys table) is in
 # cdl_spank(8), in docs/admin.md's table and in the installed snippet
 # cdl.conf, whose comment lists the settings an admin may add (it lacked

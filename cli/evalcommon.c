@@ -476,9 +476,9 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             long run_n = eval_meta_long(f, "train_samples") + (val > 0 ? val : 0);
             if (rc == 0)
                 fprintf(stderr, "%s: %s has no test split and is not the run's data: "
-                        "evaluating all its %d samples as held-out data%s\n", o->prog, dir,
+                        "taking all its %d samples as held-out data%s\n", o->prog, dir,
                         all.n, all.n == run_n ? " (as many as the run's training data: if it "
-                        "is a copy of it, these figures are not held-out ones)" : "");
+                        "is a copy of it, it is not held out)" : "");
         }
         cdl_free(norm);
         if (rc == 1 && e->split_default && val > 0 && same) {

@@ -1,5 +1,5 @@
-# completions: bash completion for cdl-train and cdlrun, one file installed
-# under both names into $(bashcompletiondir) (configure
+# completions: bash completion for cdl-train, cdlrun and the other programs,
+# one file installed under each program's name into $(bashcompletiondir) (configure
 # --with-bash-completion-dir), where bash-completion loads it on first use.
 EXTRA_DIST += completions/cdl-train
 install-data-local: install-data-local-completion

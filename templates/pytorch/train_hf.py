@@ -37,21 +37,24 @@ binding, --cdl-mps), and replicas sharing a GPU use gloo.
 --save writes rank 0's final weights (safetensors) and each rank prints
 "hf rank R/W local L/LW device D steps S samples N" with the data it saw.
 """
-import argparse
-import os
-import signal
-import sys
-
-import torch
-import torch.distributed as dist
-from transformers import (BertConfig, BertForSequenceClassification, Trainer,
-                          TrainerCallback, TrainingArguments)
-from transformers.trainer_utils import get_last_checkpoint
-
-# Beside this script: refuses a multi-task Slurm step without --cdl-ddp;
-# ASKED holds a SIGUSR1/SIGTERM caught since its import; the GPU a rank
-# opens (rank contract 5) and a lost rank's exit status, as train_ddp.py's.
+# Beside this script, and first: its import catches SIGUSR1 and SIGTERM
+# before torch and transformers load (seconds), where the default action
+# killed the task (status 138, not requeued); ASKED holds those caught.
+# check_launch refuses a multi-task Slurm step without --cdl-ddp; the GPU a
+# rank opens (rank contract 5) and a lost rank's exit status are as
+# train_ddp.py's.
 from train_ddp import ASKED, check_launch, exit_if_peer_lost, packed, pin_accelerate_gpu
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from transformers import (BertConfig, BertForSequenceClassification, Trainer,  # noqa: E402
+                          TrainerCallback, TrainingArguments)
+from transformers.trainer_utils import get_last_checkpoint  # noqa: E402
 
 EXIT_REQUEUE = 75  # like cdl-train: "checkpoint written, requeue me"
 VOCAB, BLOCK = 64, 16
@@ -123,11 +126,15 @@ class StopOnSignal(TrainerCallback):
     def ask(self, signum, frame):
         self.asked = True
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def agreed(self):
+        """Whether any rank was signalled: every rank gets the same answer."""
         flag = torch.tensor([1.0 if self.asked else 0.0], device=self.device)
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        if flag.item() > 0:
+        return flag.item() > 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.agreed():
             control.should_save = True
             control.should_training_stop = True
             self.stopped = True
@@ -147,8 +154,29 @@ def cpu_device_workaround(targs):
         setattr(targs, "__cached__setup_devices", cpu)  # what TrainingArguments.device returns
 
 
+def leave(code):
+    """Every rank exits with code once all are done (their work and the
+    checkpoint). No teardown: torch 1.13 can deadlock destroying the
+    Trainer's DDP reducer and its gloo group at exit (the main thread joins
+    a gloo thread that waits for the GIL the main thread holds; seen after
+    a signal checkpoint under cdlrun, one rank never exited)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main():
     args = parse_args()
+    if not args.ckpt_dir:
+        # Nothing to checkpoint: a signal ends the task, as in train_ddp.py
+        # (caught and ignored, a SIGTERM or scancel left it training until
+        # Slurm's KillWait ran out and SIGKILL came).
+        for s in (signal.SIGUSR1, signal.SIGTERM):
+            signal.signal(s, signal.SIG_DFL)
+        if ASKED:
+            signal.raise_signal(ASKED[0])
     check_launch()
     use_cpu = args.device == "cpu" or (args.device == "auto" and not torch.cuda.is_available())
     if not use_cpu and "LOCAL_RANK" in os.environ:
@@ -167,15 +195,24 @@ def main():
         ddp_find_unused_parameters=False)  # the Trainer's default (True) costs a graph walk a step
     cpu_device_workaround(targs)
     collate = Collate()
-    stop = StopOnSignal(targs.device)
+    stop = StopOnSignal(targs.device) if args.ckpt_dir else None
     trainer = Trainer(model=make_model(args.seed), args=targs,
                       train_dataset=Toy(args.samples, args.seed), data_collator=collate,
-                      callbacks=[stop] if args.ckpt_dir else [])
+                      callbacks=[stop] if stop else [])
     e = os.environ.get
     last = get_last_checkpoint(args.ckpt_dir) if args.ckpt_dir and os.path.isdir(args.ckpt_dir) \
         else None
     if last and targs.process_index == 0:
         print(f"resuming from {last}", flush=True)
+    # A signal during set-up: nothing trained, so nothing written (the
+    # Trainer would train a step and save it, and a job signalled at every
+    # start would creep on by a step per requeue).
+    if stop and stop.agreed():
+        if targs.process_index == 0:
+            kept = f", {last} left as it was" if last else ""
+            print(f"signal before the first step: nothing trained{kept}; "
+                  f"exiting with {EXIT_REQUEUE}", flush=True)
+        leave(EXIT_REQUEUE)
     try:
         trainer.train(resume_from_checkpoint=last)
     except Exception as err:
@@ -191,22 +228,12 @@ def main():
         from safetensors.torch import save_file
         model = trainer.accelerator.unwrap_model(trainer.model)
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, args.save)
-    if stop.stopped:
+    if stop and stop.stopped:
         if targs.process_index == 0:
             print(f"signal: checkpoint at step {trainer.state.global_step} written, "
                   f"exiting with {EXIT_REQUEUE}", flush=True)
-        code = EXIT_REQUEUE
-    else:
-        code = 0
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()  # leave together: every rank's work and the checkpoint are done
-    # No teardown: torch 1.13 can deadlock destroying the Trainer's DDP
-    # reducer and its gloo group at exit (the main thread joins a gloo
-    # thread that waits for the GIL the main thread holds; seen after a
-    # signal checkpoint under cdlrun, one rank never exited).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+        leave(EXIT_REQUEUE)
+    leave(0)
 
 
 if __name__ == "__main__":

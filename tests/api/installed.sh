@@ -123,6 +123,30 @@ C
 LD_LIBRARY_PATH="$DEST$libdir" "$TMP/run" >"$TMP/out" 2>&1 ||
     { cat "$TMP/out" >&2; die "the program linked against the installed libcdl.so fails"; }
 grep -q "^libcdl $(var VERSION): 4 steps" "$TMP/out" || { cat "$TMP/out" >&2; die "unexpected output of the program"; }
+# The complete programs of the docs (docs/api.md's run.c, loop.c, serve.c)
+# build as each one's first comment says, `cc NAME.c $(pkg-config --cflags
+# --libs cdl) -o NAME`, against the installed headers alone
+# (tests/api/docs.sh builds and runs them against the source tree).
+ndoc=0
+for doc in "$top_srcdir"/README.md "$top_srcdir"/docs/*.md; do
+    awk -v out="$TMP/doc-$(basename "$doc" .md)-" '
+        /^```c[[:space:]]*$/ { k++; f = out k ".c"; printf "" > f; next }
+        /^```/ { f = ""; next }
+        f != "" { print >> f }' "$doc"
+done
+for src in $(grep -l -E '^int main\(' "$TMP"/doc-*.c 2>/dev/null); do
+    name=$(sed -n '1s|^/\* \([a-z_]*\)\.c: .*|\1|p' "$src")
+    [ -n "$name" ] || die "a C program of the docs does not start with '/* NAME.c: ...': $(head -1 "$src")"
+    grep -qF " *   cc $name.c \$(pkg-config --cflags --libs cdl) -o $name" "$src" ||
+        die "$name.c of the docs does not give its build line 'cc $name.c \$(pkg-config --cflags --libs cdl) -o $name'"
+    mkdir -p "$TMP/docs" && cp "$src" "$TMP/docs/$name.c"
+    # shellcheck disable=SC2046
+    (cd "$TMP/docs" && "$CC" -std=c11 -Wall -Wextra -Wpedantic -Werror "$name.c" $(pc --cflags --libs) -o "$name") \
+        2>"$TMP/err" || { cat "$TMP/err" >&2; die "$name.c of the docs does not build against the installed libcdl"; }
+    ndoc=$((ndoc + 1))
+done
+[ "$ndoc" -ge 3 ] || die "only $ndoc C programs found in the docs: the check is blind"
+echo "the $ndoc C programs of the docs build as their comments say against the installed libcdl"
 if [ -f "$DEST$libdir/libcdl.a" ]; then
     # docs/api.md's static link: libcdl.a, the libraries of Libs.private shared.
     # shellcheck disable=SC2046

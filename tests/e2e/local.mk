@@ -103,3 +103,5 @@ tests_e2e_old_libcdl_build_la_SOURCES = tests/e2e/old-libcdl-build.c
 tests_e2e_old_libcdl_build_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere \
 	-Wl,--version-script=$(top_srcdir)/tests/e2e/old-libcdl-build.map
 EXTRA_DIST += tests/e2e/old-libcdl-build.map
+TESTS += tests/e2e/template-settings.sh
+EXTRA_DIST += tests/e2e/template-settings.sh

@@ -113,6 +113,33 @@ for doc in "$top_srcdir"/README.md "$top_srcdir"/docs/*.md "$top_srcdir"/templat
 done
 [ "$ncmd" -gt 15 ] || die "only $ncmd commands of cdl programs found in the docs' code blocks: the check is blind"
 echo "the options of $ncmd commands in the docs' code blocks and the pages' examples are the programs'"
+# Every program with a page in section 1 is named in the cdl-tools rows of
+# the package tables (README.md, docs/admin.md), the package that installs
+# it: they named cdl-train, cdlrun and cdl-plot only, and a user looking
+# for cdl-eval, cdl-predict or cdl-generate found no package holding them.
+for doc in README.md docs/admin.md; do
+    row=$(grep -E '^\| `cdl-tools` \|' "$top_srcdir/$doc") || die "$doc has no cdl-tools row"
+    for page in "$MAN"/*.1; do
+        prog=$(basename "$page" .1)
+        case $row in *"\`$prog\`"*) ;; *) die "$doc: the cdl-tools row does not name $prog (man/$prog.1)" ;; esac
+    done
+done
+# Every configure switch the docs and pages name (--with-X, --without-X,
+# --enable-X, --disable-X) is one that ./configure --help lists, so a
+# renamed switch cannot stay in an install recipe.
+if [ -x "$top_srcdir/configure" ]; then
+    "$top_srcdir/configure" --help >"$TMP/configure-help" || die "configure --help failed"
+    nsw=0
+    for sw in $(grep -ohE -- '--(with|without|enable|disable)-[a-z0-9-]*[a-z0-9]' "$top_srcdir"/README.md \
+                    "$top_srcdir"/docs/*.md "$top_srcdir"/templates/README.md "$TMP"/*.[1-8].txt | sort -u); do
+        name=${sw#--}; name=${name#*-}
+        grep -qE -- "--(with|without|enable|disable)-$name([^a-z0-9-]|\$)" "$TMP/configure-help" ||
+            die "the docs name the configure switch $sw, which configure --help does not list"
+        nsw=$((nsw + 1))
+    done
+    [ "$nsw" -gt 10 ] || die "only $nsw configure switches found in the docs: the check is blind"
+    echo "the $nsw configure switches the docs name are configure's"
+fi
 # Every plugstack.conf key the plugin accepts (its known_keys table) is in
 # cdl_spank(8), in docs/admin.md's table and in the installed snippet
 # cdl.conf, whose comment lists the settings an admin may add (it lacked
@@ -131,6 +158,18 @@ grep -q "(rank contract $contract)" "$top_srcdir/docs/admin.md" ||
     die "docs/admin.md: srun --cdl-version's example does not say 'rank contract $contract'"
 grep -q "(rank contract $contract)" "$TMP/cdlrun.1.txt" ||
     die "man/cdlrun.1: the --version example does not say 'rank contract $contract'"
+# The programs' and the plugin's version lines the docs and pages show
+# ("cdl-train (cdl) X.Y.Z", "cdl_spank X.Y.Z") and the library the
+# messages call "this libcdl, cdl X.Y.Z" are this release's: the man pages
+# were updated to 0.2.0 and docs/admin.md, docs/slurm-plugin.md kept
+# showing 0.1.0 for what srun --cdl-version and cdl-train --version print,
+# docs/api.md for a 0.2.0 libcdl refusing a newer program's struct.
+release=$("$CDL_TRAIN" --version | sed -n '1s/^cdl-train (cdl) \([^ ]*\).*/\1/p')
+[ -n "$release" ] || die "cannot read the release from cdl-train --version"
+old=$(grep -nE '(\(cdl\)|cdl_spank|this libcdl,? \(?cdl) [0-9]+\.[0-9]+\.[0-9]+' "$top_srcdir"/README.md \
+          "$top_srcdir"/docs/*.md "$top_srcdir"/templates/README.md "$TMP"/*.[1-8].txt |
+       grep -vE "(\(cdl\)|cdl_spank|this libcdl,? \(?cdl) $release([^0-9.]|\$)")
+[ -z "$old" ] || die "version lines of another release than $release (the programs print $release): $old"
 # Every file of the source tree that README.md, docs/*.md and
 # templates/README.md name (a path under one of its top directories with a
 # source, script or page suffix; `a.{h,c}` names both) exists: a moved file
@@ -149,4 +188,54 @@ for doc in "$top_srcdir"/README.md "$top_srcdir"/docs/*.md "$top_srcdir"/templat
 done
 [ "$n" -gt 100 ] || die "only $n source paths found in the docs: the check is blind"
 echo "the $n source files the docs name exist"
+# Every section the docs send a reader to exists: `FILE.md`, "Heading"
+# (also [FILE.md](FILE.md), "Heading"), see "Heading" and "Heading", above
+# or below (in the same file), the heading as written or its start before
+# a parenthesis ("Token data for language models" of `... (tokens.c)`);
+# in the man pages, NAME.md in the guides, "Heading". docs/admin.md sent
+# readers to "What must match", docs/pytorch-models.md to data.md's
+# "Image folders", neither of which is a heading.
+command -v perl >/dev/null || die "perl is not installed: cannot check the docs' section references"
+refs=$(perl -e '
+    use strict; use warnings;
+    my ($top, @pages) = @ARGV;
+    my @docs = ("$top/README.md", sort(glob("$top/docs/*.md")), "$top/templates/README.md");
+    my %heads;
+    for my $d (@docs) {
+        open(my $fh, "<", $d) or die "$d: $!";
+        my $fence = 0;
+        while (<$fh>) {
+            if (/^```/) { $fence = !$fence; next }
+            push @{$heads{$d}}, $1 if !$fence && /^#+\s*(.*?)\s*$/;
+        }
+    }
+    my %by_base = map { (my $b = $_) =~ s|.*/||; ($b => $_) } @docs;
+    my $bad = 0; my $n = 0;
+    my $check = sub {
+        my ($from, $file, $sec) = @_;
+        $n++;
+        (my $base = $file) =~ s|.*/||;
+        my $t = $file eq "" ? $from : $by_base{$base};
+        if (!defined $t) { print "$from: \"$sec\" is in $file, which does not exist\n"; $bad++; return }
+        return if grep { $_ eq $sec || index($_, "$sec (") == 0 } @{$heads{$t}};
+        (my $f = $from) =~ s|^\Q$top\E/||; (my $g = $t) =~ s|^\Q$top\E/||;
+        print "$f sends the reader to \"$sec\", which is no heading of $g\n"; $bad++;
+    };
+    for my $d (@docs) {
+        local $/; open(my $fh, "<", $d) or die; my $s = <$fh>;
+        $s =~ s/```.*?```//gs; $s =~ s/\s+/ /g;
+        while ($s =~ /([\w.\/-]+\.md)(?:`|\]\([\w.\/-]+\))?,? "([^"]+)"|see "([^"]+)"|"([^"]+)",? (?:above|below)/g) {
+            if (defined $1) { $check->($d, $1, $2) } else { $check->($d, "", $3 // $4) }
+        }
+    }
+    for my $p (@pages) {
+        local $/; open(my $fh, "<", $p) or die; my $s = <$fh>;
+        $s =~ s/\\-/-/g; $s =~ s/^\.[A-Z]+ ?//mg; $s =~ s/\s+/ /g;
+        while ($s =~ /(\w[\w-]*\.md) in the guides, "([^"]+)"/g) { $check->($p, $1, $2) }
+    }
+    print "checked $n\n"; exit($bad ? 1 : 0);
+' "$top_srcdir" "$top_srcdir"/man/*.[1-8]) || die "$refs"
+nrefs=${refs##*checked }
+[ "$nrefs" -gt 15 ] || die "only $nrefs section references found in the docs: the check is blind"
+echo "the $nrefs sections the docs and pages send readers to exist"
 echo "PASS: man pages"

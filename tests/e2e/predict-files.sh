@@ -80,12 +80,16 @@ cmp -s "$TMP/eval.json" "$TMP/eval-s.json" || die "cdl-eval --decode stream diff
 # run's test pictures again, so the figures are the test split's.
 cp -r "$TMP/img/test" "$TMP/hold"
 expect_status 0 "$CDL_EVAL" "$ck" --dataset "imagefolder:$TMP/hold" --json
-expect_err "$TMP/hold has no test split and is not the run's data: evaluating all its 12 samples as held-out data"
+expect_err "$TMP/hold has no test split and is not the run's data: taking all its 12 samples as held-out data"
 sed "s|$TMP/hold|$TMP/img|; s|\"checkpoint\":[^,]*,||" "$TMP/out" >"$TMP/hold.json"
 sed 's|"checkpoint":[^,]*,||' "$TMP/eval.json" | cmp -s - "$TMP/hold.json" ||
     die "cdl-eval of a held-out folder: $(cat "$TMP/out") is not the test split's $(cat "$TMP/eval.json")"
 expect_status 0 "$CDL_PREDICT" "$ck" --dataset "imagefolder:$TMP/hold" --top-k 1
 [ "$(wc -l <"$TMP/out")" -eq 13 ] || die "cdl-predict of a held-out folder: $(cat "$TMP/out")"
+# cdl-predict says so in its own words: it evaluates nothing (it said
+# "evaluating all its 12 samples", cdl-eval's message).
+expect_err "$TMP/hold has no test split and is not the run's data: taking all its 12 samples as held-out data"
+! grep -q evaluating "$TMP/err" || die "cdl-predict speaks of evaluating: $(cat "$TMP/err")"
 expect_status 2 "$CDL_TRAIN" --decode lazy; expect_err "--decode"
 
 # Without --image-size the samples take the first training picture's size

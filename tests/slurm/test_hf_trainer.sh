@@ -149,6 +149,41 @@ check "pinned: the task's own GPU, cuda:0, current, and DDP on the module's devi
     test "$pinned" = "device cuda:0 current cuda:0 ddp_device_ids None"
 rm -rf "$scratch"
 
+echo "== 0d. a signal before the first step ($SECONDS s)"
+# A signal that reaches the script before its first step (a --signal lead
+# longer than the job's time, a scancel as it starts; sent here held
+# pending across exec, so no timing): with --ckpt-dir every rank exits 75
+# at once and nothing is written. It trained a step and saved it (a job
+# signalled at every start crept on by a step per requeue); and SIGUSR1
+# or SIGTERM during the seconds of `import transformers` killed the task
+# (138, not requeued) before the handlers were installed, now the first
+# thing the script does. Without --ckpt-dir the signal ends the task, as
+# in train_ddp.py: it was caught and ignored, and a SIGTERM (scancel) left
+# it training until Slurm's SIGKILL.
+scratch=$(mktemp -d /tmp/cdl-hf.XXXXXX)
+# signalled.py SIG CMD...: CMD started with SIG already pending
+cat >"$scratch/signalled.py" <<'PYEOF'
+import os, signal, sys
+s = getattr(signal, sys.argv[1])
+signal.pthread_sigmask(signal.SIG_BLOCK, [s])
+os.kill(os.getpid(), s)
+os.execv(sys.argv[2], sys.argv[2:])
+PYEOF
+signalled() { timeout 120 "$PY" "$scratch/signalled.py" "$@"; }
+rc=0
+out=$(cd "$scratch" && signalled SIGUSR1 "$venv/bin/python" "$script" --epochs 1 \
+      --samples 128 --ckpt-dir "$scratch/ck" 2>&1) || rc=$?
+check "a SIGUSR1 before the first step: exit 75 ($rc), nothing trained or written" \
+    eval '[ "$rc" = 75 ] && [ -z "$(ls "$scratch/ck" 2>/dev/null)" ] &&
+          echo "$out" | grep -q "signal before the first step: nothing trained"' ||
+    echo "$out" | tail -5
+rc=0
+out=$(cd "$scratch" && signalled SIGTERM "$venv/bin/python" "$script" --epochs 1 \
+      --samples 128 2>&1) || rc=$?
+check "a SIGTERM without --ckpt-dir ends the task ($rc, 143 = killed by SIGTERM), not ignored" \
+    eval '[ "$rc" = 143 ] && ! echo "$out" | grep -q "^hf rank "' || echo "$out" | tail -5
+rm -rf "$scratch"
+
 start_cluster
 mkdir -p "$WORK/pytorch"
 install -m 0644 "$top_srcdir"/templates/pytorch/train_hf.py "$top_srcdir"/templates/pytorch/train_ddp.py \

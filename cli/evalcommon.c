@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -43,6 +44,17 @@ cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri)
     if (!be && !strcmp(dev, "auto"))
         be = cdl_backend_create_with("cpu", &p);
     return be;
+}
+
+void eval_note(const eval_opts *o, const char *fmt, ...)
+{
+    if (o->quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", o->prog);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
 }
 
 int eval_rank0_only(const char *prog, const char *what)
@@ -323,16 +335,16 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
          * table: the statistics of the split read are a guess. */
         if (!norm && !*meta(f, "dataset") && o->norm.kind == CDL_NORMALIZE_DEFAULT &&
             strstr(CDL_DATASET_FORMATS, name))
-            fprintf(stderr, "%s: warning: %s does not store the normalisation its weights were "
+            eval_note(o, "warning: %s does not store the normalisation its weights were "
                     "trained with (not written by cdl-train): using statistics computed from the "
                     "split read; give --normalize as the training did (PyTorch's "
                     "transforms.Normalize(mean, std) is --normalize M1,..,Mc,S1,..,Sc, "
-                    "ToTensor() alone --normalize none)\n", o->prog, o->ckpt);
+                    "ToTensor() alone --normalize none)\n", o->ckpt);
         if (!norm && same && !o->files && !*meta(f, "tokens") &&
             o->norm.kind == CDL_NORMALIZE_DEFAULT)
-            fprintf(stderr, "%s: warning: %s does not store its normalisation (an older cdl): "
+            eval_note(o, "warning: %s does not store its normalisation (an older cdl): "
                     "using %s's defaults, which for %s are computed from the split read\n",
-                    o->prog, o->ckpt, name, CDL_DATASET_FORMATS);
+                    o->ckpt, name, CDL_DATASET_FORMATS);
         int rc = cdl_dataset_load_with(name, *dir ? dir : NULL,
                                        val_folder ? CDL_SPLIT_VAL : test ? CDL_SPLIT_TEST
                                                                      : CDL_SPLIT_TRAIN,
@@ -349,8 +361,8 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             rc = cdl_dataset_load_with(name, dir, CDL_SPLIT_TRAIN, &opt, &all);
             long run_n = eval_meta_long(f, "train_samples") + (val > 0 ? val : 0);
             if (rc == 0)
-                fprintf(stderr, "%s: %s has no test split and is not the run's data: "
-                        "evaluating all its %d samples as held-out data%s\n", o->prog, dir,
+                eval_note(o, "%s has no test split and is not the run's data: "
+                        "evaluating all its %d samples as held-out data%s\n", dir,
                         all.n, all.n == run_n ? " (as many as the run's training data: if it "
                         "is a copy of it, these figures are not held-out ones)" : "");
         }
@@ -358,8 +370,8 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         if (rc == 1 && e->split_default && val > 0 && same) {
             /* One folder per class, no test/: the held-out samples are the
              * run's validation split, which it reported every epoch. */
-            fprintf(stderr, "%s: the data in %s has no test split: evaluating the run's "
-                    "validation split (--split val)\n", o->prog, dir);
+            eval_note(o, "the data in %s has no test split: evaluating the run's "
+                    "validation split (--split val)\n", dir);
             e->own.split = "val";
             return load_data(e, f);
         }
@@ -372,8 +384,8 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         if (rc != 0)
             return -1;
         if (all.skipped)
-            fprintf(stderr, "%s: --skip-bad-files: left out %ld unreadable files of %s\n",
-                    o->prog, all.skipped, dir);
+            eval_note(o, "--skip-bad-files: left out %ld unreadable files of %s\n",
+                    all.skipped, dir);
         /* Weights another program wrote on a named dataset: its published
          * statistics, which a PyTorch training may not have used. */
         if (!norm && !*meta(f, "dataset") && o->norm.kind == CDL_NORMALIZE_DEFAULT &&
@@ -385,9 +397,9 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
                 snprintf(ss + strlen(ss), sizeof ss - strlen(ss), "%s%.4g", k ? "," : "",
                          all.std[k]);
             }
-            fprintf(stderr, "%s: note: %s does not store the normalisation its weights were "
+            eval_note(o, "note: %s does not store the normalisation its weights were "
                     "trained with (not written by cdl-train): using %s's published mean %s and "
-                    "std %s; give --normalize if the training used others\n", o->prog, o->ckpt,
+                    "std %s; give --normalize if the training used others\n", o->ckpt,
                     name, ms, ss);
         }
     }
@@ -490,8 +502,8 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
         cdl_free(norm);
     } else {
         cdl_free(norm);
-        fprintf(stderr, "%s: warning: %s does not store its input shape and normalisation (an "
-                "older cdl): taking them from its dataset's training split\n", o->prog, o->ckpt);
+        eval_note(o, "warning: %s does not store its input shape and normalisation (an "
+                "older cdl): taking them from its dataset's training split\n", o->ckpt);
         eval_opts train = *o;
         train.split = "train";
         eval_ctx t = {.o = &train};
@@ -544,7 +556,7 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
     memcpy(e->data.std, std, sizeof std);
     snprintf(e->dataset, sizeof e->dataset, "files");
     if (e->data.skipped)
-        fprintf(stderr, "%s: --skip-bad-files: left out %ld unreadable files\n", o->prog,
+        eval_note(o, "--skip-bad-files: left out %ld unreadable files\n",
                 e->data.skipped);
     return 0;
 }
@@ -571,9 +583,9 @@ static void warn_other_function(const eval_opts *o, const cdl_st_file *f,
     if (built) {
         snprintf(was->source, sizeof was->source, "the run's %s", run);
         if (cdl_spec_compare(given, was, why, sizeof why) == 1)
-            fprintf(stderr, "%s: warning: --model %s is not the model %s was trained as, though "
+            eval_note(o, "warning: --model %s is not the model %s was trained as, though "
                     "its tensors fit: %s. These results are those of --model %s; leave "
-                    "--model out for the run's model\n", o->prog, o->model,
+                    "--model out for the run's model\n", o->model,
                     o->ckpt, why, o->model);
     }
     cdl_free(was);
@@ -736,6 +748,7 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     e->ri.world = 1;
     if (o->distributed && cdl_rank_discover(&e->ri) != 0)
         return -1;
+    e->own.quiet = e->ri.rank > 0;
     e->be = eval_backend(o, &e->ri);
     if (!e->be)
         return -1;

@@ -35,6 +35,8 @@ typedef struct eval_opts {
     /* cdl-predict FILE...: PNG/JPEG files instead of a dataset split. */
     char *const *files;
     int nfiles;
+    int quiet;                /* set by eval_open on ranks but 0: eval_note prints nothing,
+                               * so a job of N ranks says each note once, not N times */
 } eval_opts;
 
 typedef struct eval_ctx {
@@ -70,6 +72,10 @@ typedef int (*eval_batch_fn)(void *cb_ctx, const eval_ctx *e, long first, int n,
 /* The backend o->device names (auto: CUDA when a GPU is visible, the
  * local rank's of several); NULL with cdl_last_error. */
 cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri);
+
+/* "PROG: " and the line fmt (with its newline) on stderr, unless o->quiet:
+ * the notes and warnings every rank would print alike. */
+void eval_note(const eval_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A program whose output would be the same on every rank (cdl-predict,
  * cdl-generate), started as one of several (srun in a job of several
  * tasks, cdlrun -n N, mpirun -n N): rank 0 says so on stderr and works

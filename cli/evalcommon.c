@@ -129,6 +129,7 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
                         : *meta(f, "label_column") ? meta(f, "label_column") : NULL;
     opt->skip_bad_files = o->skip_bad_files;
     opt->decode = o->decode;
+    opt->jpeg_full = o->jpeg_full;
     opt->threads = o->threads;
     /* Token windows: the run's window and vocabulary (the model's position
      * table and embedding are sized by them). */
@@ -539,8 +540,13 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
                              "a folder of the run's class folders as --dataset imagefolder:%s",
                              o->files[i], o->files[i], o->files[i], o->files[i]);
     }
-    if (cdl_dataset_from_image_files((const char *const *)o->files, o->nfiles, s, o->threads,
-                                     o->skip_bad_files, &e->data) != 0) {
+    cdl_dataset_options fo;
+    cdl_dataset_options_defaults(&fo);
+    fo.threads = o->threads;
+    fo.skip_bad_files = o->skip_bad_files;
+    fo.jpeg_full = o->jpeg_full;
+    if (cdl_dataset_from_image_files_with((const char *const *)o->files, o->nfiles, s, &fo,
+                                          &e->data) != 0) {
         /* The readers' advice is for image folders: here the file was
          * named on the command line. */
         char why[1024];
@@ -963,6 +969,13 @@ int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
         fprintf(stderr, "%s: --decode '%s': use auto, memory or stream\n", prog, arg ? arg : "");
         return EVAL_OPT_BAD;
     }
+    case EVAL_OPT_JPEG_DECODE:
+        if (arg && (!strcmp(arg, "scaled") || !strcmp(arg, "full"))) {
+            o->jpeg_full = !strcmp(arg, "full");
+            return EVAL_OPT_OK;
+        }
+        fprintf(stderr, "%s: --jpeg-decode '%.80s': use scaled or full\n", prog, arg ? arg : "");
+        return EVAL_OPT_BAD;
     case EVAL_OPT_NORMALIZE: {
         const char *why;
         if (cli_parse_normalize(arg, &o->norm, &why) == 0)

@@ -30,6 +30,7 @@ typedef struct eval_opts {
     const char *label_column;
     int skip_bad_files;
     int decode;               /* --decode: enum cdl_decode */
+    int jpeg_full;            /* --jpeg-decode full: PIL's pixels (cdl_dataset_options) */
     cli_normalize norm;       /* --normalize (kind CDL_NORMALIZE_DEFAULT: not given, the
                                * checkpoint's): for weights that do not store it */
     /* cdl-predict FILE...: PNG/JPEG files instead of a dataset split. */
@@ -116,7 +117,7 @@ int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int
 enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS,
        EVAL_OPT_DEVICE, EVAL_OPT_VERSION,
        EVAL_OPT_IMAGE_SIZE, EVAL_OPT_CHANNELS, EVAL_OPT_LABEL_COLUMN, EVAL_OPT_SKIP_BAD,
-       EVAL_OPT_DECODE, EVAL_OPT_NORMALIZE,
+       EVAL_OPT_DECODE, EVAL_OPT_NORMALIZE, EVAL_OPT_JPEG_DECODE,
        EVAL_OPT_OWN };
 /* --help lines of the common options. */
 #define EVAL_USAGE_DATA                                                                     \
@@ -129,6 +130,8 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     "      --skip-bad-files     leave out unreadable pictures (counted) instead of failing\n"  \
     "      --decode auto|memory|stream  imagefolder: decode into memory or as batches need\n"  \
     "                           them [auto: memory if it fits]\n"                        \
+    "      --jpeg-decode scaled|full  full: decode JPEGs whole, then resize (PIL's pixels,\n" \
+    "                           for weights trained in PyTorch) [scaled: DCT scaling]\n" \
     "      --normalize MEAN,STD|M1,..,Mc,S1,..,Sc|none|auto  the normalisation the weights\n" \
     "                           were trained with [the checkpoint's; give it for weights\n" \
     "                           PyTorch wrote]\n"
@@ -155,6 +158,7 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     {"label-column", required_argument, NULL, EVAL_OPT_LABEL_COLUMN}, \
     {"skip-bad-files", no_argument, NULL, EVAL_OPT_SKIP_BAD},       \
     {"decode", required_argument, NULL, EVAL_OPT_DECODE},          \
+    {"jpeg-decode", required_argument, NULL, EVAL_OPT_JPEG_DECODE}, \
     {"normalize", required_argument, NULL, EVAL_OPT_NORMALIZE}
 
 /* Handles getopt_long's answer c when it is a common option or an error:

@@ -39,6 +39,19 @@ done
 "$predict" torch.safetensors --model net.spec --normalize 0.5,0.25 --format jsonl --top-k 3 \
     $(ls pics/resize/*/*.png | sort) >pred.jsonl || die "cdl-predict on pics/resize failed"
 $py "$fix" check . resize pred.jsonl || die "cdl-predict resizes pictures otherwise than torchvision"
+# JPEGs that shrink, as PIL decodes them (--jpeg-decode full): PyTorch's
+# numbers. Without it (DCT scaling) the pixels are other ones, and so are
+# the probabilities; before, there was no way to get PyTorch's.
+jpegs=$(ls pics/jpeg/*/*.jpg | sort)
+"$predict" torch.safetensors --model net.spec --normalize 0.5,0.25 --format jsonl --top-k 3 \
+    --jpeg-decode full $jpegs >pred.jsonl || die "cdl-predict --jpeg-decode full failed"
+$py "$fix" check . jpeg pred.jsonl || die "cdl-predict --jpeg-decode full is not PyTorch's"
+"$predict" torch.safetensors --model net.spec --normalize 0.5,0.25 --format jsonl --top-k 3 \
+    $jpegs >pred.jsonl || die "cdl-predict on JPEGs failed"
+$py "$fix" check . jpeg pred.jsonl >/dev/null 2>&1 &&
+    die "cdl-predict decoded the JPEGs as PIL does without --jpeg-decode full (the test is void)"
+expect_status 2 "$predict" torch.safetensors --jpeg-decode fast $jpegs
+expect_err "cdl-predict: --jpeg-decode 'fast': use scaled or full"
 # cdl-eval on a folder of 27x20 pictures: fitted to the spec's input line.
 mkdir ev && cp -r pics/resize ev/test && cp -r pics/train ev/train || die "copying pictures"
 "$eval" torch.safetensors --model net.spec --dataset imagefolder:ev \

@@ -83,6 +83,19 @@ int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst);
  * src_c (NULL: not wanted): the file's own channel count, 1 or 3. */
 int image_file_fit(const char *path, int h, int w, int c, uint8_t *dst, int *src_c);
 
+/* Whether a decode of `need` bytes may start beside decodes holding
+ * `running` bytes, in a process holding `held` of its `limit` (SIZE_MAX:
+ * none): 1 yes, 0 not yet (wait for those running), -1 never (it does not
+ * fit alone). Pure, for the unit test. */
+int decode_admit(size_t need, size_t running, size_t held, size_t limit);
+
+/* Waits until a decode of `need` bytes (a picture h x w, of file name)
+ * fits in memory beside those running (decodegate.c): 1, then
+ * decode_gate_leave(need) after it; 0: not counted (small, or no limit);
+ * -1 + cdl_error naming the file when it cannot fit. */
+int decode_gate_enter(size_t need, const char *name, int h, int w);
+void decode_gate_leave(size_t need);
+
 /* image_file_fit with jpeg_full 1: a JPEG decoded whole before it is
  * resized (cdl_dataset_options.jpeg_full: PIL's pixels). */
 int image_file_fit_as(const char *path, int h, int w, int c, int jpeg_full, uint8_t *dst,

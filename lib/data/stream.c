@@ -38,16 +38,33 @@ int image_file_fit_as(const char *path, int h, int w, int c, int jpeg_full, uint
     if (data_read_file(path, IMAGE_MAX_FILE_BYTES, "check the folder layout (docs/data.md)",
                        &buf, &len))
         return -1;
+    /* What decoding and shrinking it holds (RGBA or CMYK at most, the
+     * float rows of the shrink), told by its header. */
+    int ph, pw, pc, gated = 0;
+    size_t need = 0;
+    if (image_probe(buf, len, name, &ph, &pw, &pc) == 0) {
+        need = (size_t)ph * (size_t)pw * 4 + ((size_t)ph + 1) * (size_t)w * 3 * sizeof(float);
+        gated = decode_gate_enter(need, name, ph, pw);
+    }
+    if (gated < 0) {
+        cdl_free(buf);
+        return -1;
+    }
     image_buf im;
     int rc = jpeg_full ? image_decode(buf, len, name, &im)
                        : image_decode_for(buf, len, name, h, w, &im);
     cdl_free(buf);
-    if (rc)
+    if (rc) {
+        if (gated)
+            decode_gate_leave(need);
         return -1;
+    }
     rc = image_fit(&im, h, w, c, dst);
     if (src_c)
         *src_c = im.c;
     cdl_free(im.px);
+    if (gated)
+        decode_gate_leave(need);
     return rc ? cdl_error("%s: %s", name, cdl_last_error()) : 0;
 }
 

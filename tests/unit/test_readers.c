@@ -796,6 +796,25 @@ static void test_image_fit_torchvision(void **state)
     assert_int_equal(out[7 * 16 + 5], (int)lrint(2 * (8.5 * 45 / 22 - 0.5)));
 }
 
+/* Decodes run at once only as far as memory allows: each holds a whole
+ * decoded picture (1 GiB for an RGBA PNG of 2^28 pixels), and 16 threads
+ * decoding large microscope PNGs took a job past its memory limit, killed
+ * without a word. One that fits beside those running starts; one that
+ * does not waits for them; one that does not fit alone is refused. */
+static void test_decode_admit(void **state)
+{
+    (void)state;
+    const size_t G = (size_t)1 << 30;
+    assert_int_equal(decode_admit(G, 0, 2 * G, 4 * G), 1);
+    assert_int_equal(decode_admit(G, G, 2 * G, 4 * G), 1);       /* exactly fits */
+    assert_int_equal(decode_admit(G, 2 * G, 2 * G, 4 * G), 0);   /* waits */
+    assert_int_equal(decode_admit(3 * G, 0, 2 * G, 4 * G), -1);  /* never fits */
+    assert_int_equal(decode_admit(G, 0, 5 * G, 4 * G), -1);      /* past it already */
+    assert_int_equal(decode_admit(G, 3 * G, 5 * G, 4 * G), 0);
+    assert_int_equal(decode_admit(SIZE_MAX, SIZE_MAX / 2, G, SIZE_MAX), 1);   /* no limit */
+    assert_int_equal(decode_admit(SIZE_MAX, 0, G, 4 * G), -1);   /* no overflow */
+}
+
 /* A picture that shrinks more than 64 times (a 4000x3000 phone or
  * microscope PNG to --image-size 32, 94x) was refused ("shrinks more than
  * 64 times: pass a larger --image-size"), where torchvision resizes it. A
@@ -1129,6 +1148,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),
         cmocka_unit_test(test_image_fit_torchvision),
         cmocka_unit_test(test_image_fit_large_shrink),
+        cmocka_unit_test(test_decode_admit),
         cmocka_unit_test_setup_teardown(test_other_formats, setup, teardown),
 #ifdef HAVE_PNG
         cmocka_unit_test_setup_teardown(test_png_alpha, setup, teardown),

@@ -96,6 +96,13 @@ static float *parse_floats(const char *s, int *n)
 /* The reader options of the run (metadata), overridden by the command
  * line; the run's normalisation where stored (norm: cdl_malloc'd mean then
  * std, NULL for a checkpoint of an older cdl). */
+/* --jpeg-decode, else the run's (a checkpoint of an older cdl, or of
+ * PyTorch: scaled). */
+static int eval_jpeg_full(const eval_opts *o, const cdl_st_file *f)
+{
+    return o->jpeg_decode ? o->jpeg_decode == 2 : !strcmp(meta(f, "jpeg_decode"), "full");
+}
+
 static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_options *opt,
                         float **norm)
 {
@@ -129,7 +136,7 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
                         : *meta(f, "label_column") ? meta(f, "label_column") : NULL;
     opt->skip_bad_files = o->skip_bad_files;
     opt->decode = o->decode;
-    opt->jpeg_full = o->jpeg_full;
+    opt->jpeg_full = eval_jpeg_full(o, f);
     opt->threads = o->threads;
     /* Token windows: the run's window and vocabulary (the model's position
      * table and embedding are sized by them). */
@@ -544,7 +551,7 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
     cdl_dataset_options_defaults(&fo);
     fo.threads = o->threads;
     fo.skip_bad_files = o->skip_bad_files;
-    fo.jpeg_full = o->jpeg_full;
+    fo.jpeg_full = eval_jpeg_full(o, f);
     if (cdl_dataset_from_image_files_with((const char *const *)o->files, o->nfiles, s, &fo,
                                           &e->data) != 0) {
         /* The readers' advice is for image folders: here the file was
@@ -971,7 +978,7 @@ int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
     }
     case EVAL_OPT_JPEG_DECODE:
         if (arg && (!strcmp(arg, "scaled") || !strcmp(arg, "full"))) {
-            o->jpeg_full = !strcmp(arg, "full");
+            o->jpeg_decode = !strcmp(arg, "full") ? 2 : 1;
             return EVAL_OPT_OK;
         }
         fprintf(stderr, "%s: --jpeg-decode '%.80s': use scaled or full\n", prog, arg ? arg : "");

@@ -30,7 +30,8 @@ typedef struct eval_opts {
     const char *label_column;
     int skip_bad_files;
     int decode;               /* --decode: enum cdl_decode */
-    int jpeg_full;            /* --jpeg-decode full: PIL's pixels (cdl_dataset_options) */
+    int jpeg_decode;          /* --jpeg-decode: 0 not given (the run's: checkpoint metadata
+                               * jpeg_decode, else scaled), 1 scaled, 2 full (PIL's pixels) */
     cli_normalize norm;       /* --normalize (kind CDL_NORMALIZE_DEFAULT: not given, the
                                * checkpoint's): for weights that do not store it */
     /* cdl-predict FILE...: PNG/JPEG files instead of a dataset split. */
@@ -131,7 +132,7 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     "      --decode auto|memory|stream  imagefolder: decode into memory or as batches need\n"  \
     "                           them [auto: memory if it fits]\n"                        \
     "      --jpeg-decode scaled|full  full: decode JPEGs whole, then resize (PIL's pixels,\n" \
-    "                           for weights trained in PyTorch) [scaled: DCT scaling]\n" \
+    "                           for weights trained in PyTorch) [the run's, else scaled]\n" \
     "      --normalize MEAN,STD|M1,..,Mc,S1,..,Sc|none|auto  the normalisation the weights\n" \
     "                           were trained with [the checkpoint's; give it for weights\n" \
     "                           PyTorch wrote]\n"

@@ -352,6 +352,7 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "image_size", fmt_dup("%d", cfg->image_size));
     meta_add(&meta, "image_channels", fmt_dup("%d", cfg->image_channels));
     meta_add(&meta, "label_column", fmt_dup("%s", cfg->label_column));
+    meta_add(&meta, "jpeg_decode", fmt_dup("%s", cfg->jpeg_full ? "full" : "scaled"));
     if (pos->data && pos->data->tokens) {
         /* Token windows: ids, not normalised; cdl-generate needs the tokenizer. */
         const cdl_dataset *d = pos->data;

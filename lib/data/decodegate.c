@@ -62,9 +62,10 @@ int decode_gate_enter(size_t need, const char *name, int h, int w)
     if (ok < 0)
         return cdl_error("%s: a %dx%d picture needs about %.1f MB to decode, and this process "
                          "holds %.1f MB of the %.1f MB it may use (the node's memory or the "
-                         "job's memory limit, shared by the ranks on the node): shrink the "
-                         "picture first, or ask for more memory (sbatch --mem)",
-                         name, w, h, need / 1e6, held / 1e6, limit / 1e6);
+                         "job's memory limit%s): shrink the picture first, or ask for more "
+                         "memory (sbatch --mem)", name, w, h, need / 1e6, held / 1e6,
+                         limit / 1e6, memory_share_ranks() > 1 ? ", shared by the ranks on "
+                         "the node" : "");
     return 1;
 }
 

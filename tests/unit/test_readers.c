@@ -813,6 +813,28 @@ static void test_decode_admit(void **state)
     assert_int_equal(decode_admit(G, 3 * G, 5 * G, 4 * G), 0);
     assert_int_equal(decode_admit(SIZE_MAX, SIZE_MAX / 2, G, SIZE_MAX), 1);   /* no limit */
     assert_int_equal(decode_admit(SIZE_MAX, 0, G, 4 * G), -1);   /* no overflow */
+#ifdef HAVE_PNG
+    /* A picture that cannot fit even alone: an error naming the file and
+     * its size (the limit made tiny by sharing it among 2^20 ranks). */
+    if (memory_limit_cached() == SIZE_MAX)
+        return;
+    enum { S = 1024 };
+    uint8_t *px = calloc((size_t)S * S, 1);
+    assert_non_null(px);
+    assert_int_equal(test_write_png(at("big.png"), px, S, S, 1), 0);
+    free(px);
+    char p[512];
+    snprintf(p, sizeof p, "%s", at("big.png"));
+    const char *files[1] = {p};
+    cdl_dataset d;
+    memory_share_among(1 << 20);
+    int rc = cdl_dataset_from_image_files(files, 1, (cdl_shape){1, 8, 8}, 2, 0, &d);
+    memory_share_among(1);
+    assert_int_equal(rc, -1);
+    assert_error_has("big.png: a 1024x1024 picture needs about 4.3 MB to decode");
+    assert_int_equal(cdl_dataset_from_image_files(files, 1, (cdl_shape){1, 8, 8}, 2, 0, &d), 0);
+    cdl_dataset_free(&d);
+#endif
 }
 
 /* A picture that shrinks more than 64 times (a 4000x3000 phone or
@@ -1148,7 +1170,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),
         cmocka_unit_test(test_image_fit_torchvision),
         cmocka_unit_test(test_image_fit_large_shrink),
-        cmocka_unit_test(test_decode_admit),
+        cmocka_unit_test_setup_teardown(test_decode_admit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_formats, setup, teardown),
 #ifdef HAVE_PNG
         cmocka_unit_test_setup_teardown(test_png_alpha, setup, teardown),

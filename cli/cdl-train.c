@@ -144,7 +144,7 @@ static void usage(FILE *f)
 "      --decode auto|memory|stream  imagefolder: decode once into memory, or in the loader's\n"
 "                               workers as batches need them (auto: memory if it fits) [auto]\n"
 "      --jpeg-decode scaled|full  imagefolder: full decodes JPEGs whole, then resizes, as PIL\n"
-"                               (PyTorch's pixels, to fine-tune its weights) [scaled: DCT scaling]\n"
+"                               (PyTorch's pixels, to fine-tune its weights) [scaled]\n"
 "      --label-column NAME      csv: the label column [label, else the last]\n"
 "      --normalize auto|none|MEAN,STD|M1,..,Mc,S1,..,Sc\n"
 "                               per-channel (x-mean)/std [named datasets: their\n"

@@ -86,6 +86,12 @@ cmp -s pred.jsonl "pred--jpeg-decode full.jsonl" ||
     die "cdl-predict did not decode the JPEGs as the run did (--jpeg-decode full)"
 cmp -s pred.jsonl "pred--jpeg-decode scaled.jsonl" &&
     die "cdl-predict --jpeg-decode scaled is the same as full (the test is void)"
+# Resuming it with the other pixels is a change of the run, refused
+# unless allowed (as --image-size).
+expect_status 1 "$train" --model net.spec --dataset imagefolder:jt --image-size 16 \
+    --normalize 0.5,0.25 --epochs 2 --val-split 0 --no-progress -q --ckpt-dir jck --resume auto \
+    --resume-allow epochs
+expect_err "another configuration: --jpeg-decode full -> scaled"
 echo "PASS: cdl-train --jpeg-decode full is stored, and cdl-predict follows it"
 for f in f16 bf16 f64 nobt; do
     rm -rf ck

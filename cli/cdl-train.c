@@ -29,7 +29,7 @@ enum {
     OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32, OPT_GRAPHS,
     OPT_METRICS_EVERY,
     OPT_TENSORBOARD,
-    OPT_IMAGE_SIZE, OPT_CHANNELS, OPT_LABEL_COLUMN, OPT_SKIP_BAD, OPT_DECODE, OPT_NORMALIZE, OPT_AUGMENT,
+    OPT_IMAGE_SIZE, OPT_CHANNELS, OPT_LABEL_COLUMN, OPT_SKIP_BAD, OPT_DECODE, OPT_JPEG_DECODE, OPT_NORMALIZE, OPT_AUGMENT,
     OPT_VAL_SPLIT, OPT_INIT, OPT_INIT_IGNORE,
     OPT_LABEL_SMOOTHING,
     OPT_STAGE,
@@ -89,6 +89,7 @@ static const struct option long_opts[] = {
     {"label-column", required_argument, NULL, OPT_LABEL_COLUMN},
     {"skip-bad-files", no_argument, NULL, OPT_SKIP_BAD},
     {"decode", required_argument, NULL, OPT_DECODE},
+    {"jpeg-decode", required_argument, NULL, OPT_JPEG_DECODE},
     {"normalize", required_argument, NULL, OPT_NORMALIZE},
     {"augment", required_argument, NULL, OPT_AUGMENT},
     {"val-split", required_argument, NULL, OPT_VAL_SPLIT},
@@ -142,6 +143,8 @@ static void usage(FILE *f)
 "      --skip-bad-files         imagefolder: leave out unreadable pictures (counted)\n"
 "      --decode auto|memory|stream  imagefolder: decode once into memory, or in the loader's\n"
 "                               workers as batches need them (auto: memory if it fits) [auto]\n"
+"      --jpeg-decode scaled|full  imagefolder: full decodes JPEGs whole, then resizes, as PIL\n"
+"                               (PyTorch's pixels, to fine-tune its weights) [scaled]\n"
 "      --label-column NAME      csv: the label column [label, else the last]\n"
 "      --normalize auto|none|MEAN,STD|M1,..,Mc,S1,..,Sc\n"
 "                               per-channel (x-mean)/std [named datasets: their\n"
@@ -365,9 +368,10 @@ static int misfit_reader_option(const cdl_train_config *cfg)
     int folder = !strcmp(d, "imagefolder"), tokens = !strcmp(d, "text") || !strcmp(d, "tokens");
     const char *opt = NULL, *only = NULL;
     if (!folder && (cfg->image_size || cfg->image_channels || cfg->skip_bad_files ||
-                    cfg->image_decode != CDL_DECODE_AUTO)) {
+                    cfg->image_decode != CDL_DECODE_AUTO || cfg->jpeg_full)) {
         opt = cfg->image_size ? "--image-size" : cfg->image_channels ? "--channels"
-              : cfg->skip_bad_files ? "--skip-bad-files" : "--decode";
+              : cfg->skip_bad_files ? "--skip-bad-files"
+              : cfg->jpeg_full ? "--jpeg-decode" : "--decode";
         only = "--dataset imagefolder";
     } else if (strcmp(d, "csv") && cfg->label_column[0]) {
         opt = "--label-column";
@@ -687,6 +691,11 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
         case OPT_DECODE: {   /* the order of enum cdl_decode */
             static const char *const dec[] = {"auto", "memory", "stream", NULL};
             rc = index_of(name, a, dec, &cfg->image_decode);
+            break;
+        }
+        case OPT_JPEG_DECODE: {
+            static const char *const jd[] = {"scaled", "full", NULL};
+            rc = index_of(name, a, jd, &cfg->jpeg_full);
             break;
         }
         case OPT_NORMALIZE: rc = parse_normalize(name, a, cfg); break;

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -53,6 +54,17 @@ cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri)
     return be;
 }
 
+void eval_note(const eval_opts *o, const char *fmt, ...)
+{
+    if (o->quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", o->prog);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
 int eval_rank0_only(const char *prog, const char *what)
 {
     cdl_rank_info ri = {.rank = 0, .world = 1};
@@ -92,6 +104,13 @@ static float *parse_floats(const char *s, int *n)
 /* The reader options of the run (metadata), overridden by the command
  * line; the run's normalisation where stored (norm: cdl_malloc'd mean then
  * std, NULL for a checkpoint of an older cdl). */
+/* --jpeg-decode, else the run's (a checkpoint of an older cdl, or of
+ * PyTorch: scaled). */
+static int eval_jpeg_full(const eval_opts *o, const cdl_st_file *f)
+{
+    return o->jpeg_decode ? o->jpeg_decode == 2 : !strcmp(meta(f, "jpeg_decode"), "full");
+}
+
 static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_options *opt,
                         float **norm)
 {
@@ -125,6 +144,7 @@ static void run_options(const eval_opts *o, const cdl_st_file *f, cdl_dataset_op
                         : *meta(f, "label_column") ? meta(f, "label_column") : NULL;
     opt->skip_bad_files = o->skip_bad_files;
     opt->decode = o->decode;
+    opt->jpeg_full = eval_jpeg_full(o, f);
     opt->threads = o->threads;
     /* Token windows: the run's window and vocabulary (the model's position
      * table and embedding are sized by them). */
@@ -346,10 +366,9 @@ static int load_own_table(eval_ctx *e, const cdl_st_file *f, const char *dir)
                          e->o->ckpt, file);
     long val = eval_meta_long(f, "val_samples");
     long run_n = eval_meta_long(f, "train_samples") + (val > 0 ? val : 0);
-    fprintf(stderr, "%s: %s has no test split and is not the run's data: evaluating all its "
-            "%d rows as held-out data%s\n", e->o->prog, file, d->n, d->n == run_n ? " (as many "
-            "as the run's training data: if it is a copy of it, these figures are not held-out "
-            "ones)" : "");
+    eval_note(e->o, "%s has no test split and is not the run's data: taking all its %d rows "
+              "as held-out data%s\n", file, d->n, d->n == run_n ? " (as many as the run's "
+              "training data: if it is a copy of it, it is not held out)" : "");
     if (cdl_st_meta_get(f, "class_names"))
         return 0;   /* names: map_labels */
     long classes = eval_meta_long(f, "classes");
@@ -444,16 +463,16 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
          * table: the statistics of the split read are a guess. */
         if (!norm && !*meta(f, "dataset") && o->norm.kind == CDL_NORMALIZE_DEFAULT &&
             strstr(CDL_DATASET_FORMATS, name))
-            fprintf(stderr, "%s: warning: %s does not store the normalisation its weights were "
+            eval_note(o, "warning: %s does not store the normalisation its weights were "
                     "trained with (not written by cdl-train): using statistics computed from the "
                     "split read; give --normalize as the training did (PyTorch's "
                     "transforms.Normalize(mean, std) is --normalize M1,..,Mc,S1,..,Sc, "
-                    "ToTensor() alone --normalize none)\n", o->prog, o->ckpt);
+                    "ToTensor() alone --normalize none)\n", o->ckpt);
         if (!norm && same && !o->files && !*meta(f, "tokens") &&
             o->norm.kind == CDL_NORMALIZE_DEFAULT)
-            fprintf(stderr, "%s: warning: %s does not store its normalisation (an older cdl): "
+            eval_note(o, "warning: %s does not store its normalisation (an older cdl): "
                     "using %s's defaults, which for %s are computed from the split read\n",
-                    o->prog, o->ckpt, name, CDL_DATASET_FORMATS);
+                    o->ckpt, name, CDL_DATASET_FORMATS);
         int rc = cdl_dataset_load_with(name, *dir ? dir : NULL,
                                        val_folder ? CDL_SPLIT_VAL : test ? CDL_SPLIT_TEST
                                                                      : CDL_SPLIT_TRAIN,
@@ -475,8 +494,8 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             rc = cdl_dataset_load_with(name, dir, CDL_SPLIT_TRAIN, &opt, &all);
             long run_n = eval_meta_long(f, "train_samples") + (val > 0 ? val : 0);
             if (rc == 0)
-                fprintf(stderr, "%s: %s has no test split and is not the run's data: "
-                        "taking all its %d samples as held-out data%s\n", o->prog, dir,
+                eval_note(o, "%s has no test split and is not the run's data: "
+                        "taking all its %d samples as held-out data%s\n", dir,
                         all.n, all.n == run_n ? " (as many as the run's training data: if it "
                         "is a copy of it, it is not held out)" : "");
         }
@@ -484,8 +503,8 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         if (rc == 1 && e->split_default && val > 0 && same) {
             /* One folder per class, no test/: the held-out samples are the
              * run's validation split, which it reported every epoch. */
-            fprintf(stderr, "%s: the data in %s has no test split: evaluating the run's "
-                    "validation split (--split val)\n", o->prog, dir);
+            eval_note(o, "the data in %s has no test split: evaluating the run's "
+                    "validation split (--split val)\n", dir);
             e->own.split = "val";
             return load_data(e, f);
         }
@@ -503,8 +522,8 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         if (rc != 0)
             return -1;
         if (all.skipped)
-            fprintf(stderr, "%s: --skip-bad-files: left out %ld unreadable files of %s\n",
-                    o->prog, all.skipped, dir);
+            eval_note(o, "--skip-bad-files: left out %ld unreadable files of %s\n",
+                    all.skipped, dir);
         /* Weights another program wrote on a named dataset: its published
          * statistics, which a PyTorch training may not have used. */
         if (!norm && !*meta(f, "dataset") && o->norm.kind == CDL_NORMALIZE_DEFAULT &&
@@ -516,9 +535,9 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
                 snprintf(ss + strlen(ss), sizeof ss - strlen(ss), "%s%.4g", k ? "," : "",
                          all.std[k]);
             }
-            fprintf(stderr, "%s: note: %s does not store the normalisation its weights were "
+            eval_note(o, "note: %s does not store the normalisation its weights were "
                     "trained with (not written by cdl-train): using %s's published mean %s and "
-                    "std %s; give --normalize if the training used others\n", o->prog, o->ckpt,
+                    "std %s; give --normalize if the training used others\n", o->ckpt,
                     name, ms, ss);
         }
     }
@@ -623,9 +642,9 @@ static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path)
         }
         snprintf(e->dataset, sizeof e->dataset, "table");
         if (*ignored)
-            fprintf(stderr, "%s: note: %s: column%s %s %s not among the model's feature "
-                    "columns: not read\n", o->prog, path, strchr(ignored, ',') ? "s" : "",
-                    ignored, strchr(ignored, ',') ? "are" : "is");
+            eval_note(o, "note: %s: column%s %s %s not among the model's feature columns: "
+                      "not read\n", path, strchr(ignored, ',') ? "s" : "", ignored,
+                      strchr(ignored, ',') ? "are" : "is");
     }
     cdl_free(norm);
     cdl_free(copy);
@@ -709,8 +728,8 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
         cdl_free(norm);
     } else {
         cdl_free(norm);
-        fprintf(stderr, "%s: warning: %s does not store its input shape and normalisation (an "
-                "older cdl): taking them from its dataset's training split\n", o->prog, o->ckpt);
+        eval_note(o, "warning: %s does not store its input shape and normalisation (an "
+                "older cdl): taking them from its dataset's training split\n", o->ckpt);
         eval_opts train = *o;
         train.split = "train";
         eval_ctx t = {.o = &train};
@@ -748,8 +767,13 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
                              "a folder of the run's class folders as --dataset imagefolder:%s",
                              o->files[i], o->files[i], o->files[i], o->files[i]);
     }
-    if (cdl_dataset_from_image_files((const char *const *)o->files, o->nfiles, s, o->threads,
-                                     o->skip_bad_files, &e->data) != 0) {
+    cdl_dataset_options fo;
+    cdl_dataset_options_defaults(&fo);
+    fo.threads = o->threads;
+    fo.skip_bad_files = o->skip_bad_files;
+    fo.jpeg_full = eval_jpeg_full(o, f);
+    if (cdl_dataset_from_image_files_with((const char *const *)o->files, o->nfiles, s, &fo,
+                                          &e->data) != 0) {
         /* The readers' advice is for image folders: here the file was
          * named on the command line. */
         char why[1024];
@@ -765,7 +789,7 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
     memcpy(e->data.std, std, sizeof std);
     snprintf(e->dataset, sizeof e->dataset, "files");
     if (e->data.skipped)
-        fprintf(stderr, "%s: --skip-bad-files: left out %ld unreadable files\n", o->prog,
+        eval_note(o, "--skip-bad-files: left out %ld unreadable files\n",
                 e->data.skipped);
     return 0;
 }
@@ -792,9 +816,9 @@ static void warn_other_function(const eval_opts *o, const cdl_st_file *f,
     if (built) {
         snprintf(was->source, sizeof was->source, "the run's %s", run);
         if (cdl_spec_compare(given, was, why, sizeof why) == 1)
-            fprintf(stderr, "%s: warning: --model %s is not the model %s was trained as, though "
+            eval_note(o, "warning: --model %s is not the model %s was trained as, though "
                     "its tensors fit: %s. These results are those of --model %s; leave "
-                    "--model out for the run's model\n", o->prog, o->model,
+                    "--model out for the run's model\n", o->model,
                     o->ckpt, why, o->model);
     }
     cdl_free(was);
@@ -957,6 +981,7 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     e->ri.world = 1;
     if (o->distributed && cdl_rank_discover(&e->ri) != 0)
         return -1;
+    e->own.quiet = e->ri.rank > 0;
     e->be = eval_backend(o, &e->ri);
     if (!e->be)
         return -1;
@@ -1193,6 +1218,13 @@ int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
         fprintf(stderr, "%s: --decode '%s': use auto, memory or stream\n", prog, arg ? arg : "");
         return EVAL_OPT_BAD;
     }
+    case EVAL_OPT_JPEG_DECODE:
+        if (arg && (!strcmp(arg, "scaled") || !strcmp(arg, "full"))) {
+            o->jpeg_decode = !strcmp(arg, "full") ? 2 : 1;
+            return EVAL_OPT_OK;
+        }
+        fprintf(stderr, "%s: --jpeg-decode '%.80s': use scaled or full\n", prog, arg ? arg : "");
+        return EVAL_OPT_BAD;
     case EVAL_OPT_NORMALIZE: {
         const char *why;
         if (cli_parse_normalize(arg, &o->norm, &why) == 0)

@@ -31,12 +31,16 @@ typedef struct eval_opts {
     const char *label_column;
     int skip_bad_files;
     int decode;               /* --decode: enum cdl_decode */
+    int jpeg_decode;          /* --jpeg-decode: 0 not given (the run's: checkpoint metadata
+                               * jpeg_decode, else scaled), 1 scaled, 2 full (PIL's pixels) */
     cli_normalize norm;       /* --normalize (kind CDL_NORMALIZE_DEFAULT: not given, the
                                * checkpoint's): for weights that do not store it */
     /* cdl-predict FILE...: PNG/JPEG files, or one CSV table of rows, instead of a
      * dataset split. */
     char *const *files;
     int nfiles;
+    int quiet;                /* set by eval_open on ranks but 0: eval_note prints nothing,
+                               * so a job of N ranks says each note once, not N times */
 } eval_opts;
 
 typedef struct eval_ctx {
@@ -79,6 +83,10 @@ int eval_parse_tf32(const char *prog, const char *arg, const char **out);
 /* The backend o->device names (auto: CUDA when a GPU is visible, the
  * local rank's of several); NULL with cdl_last_error. */
 cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri);
+
+/* "PROG: " and the line fmt (with its newline) on stderr, unless o->quiet:
+ * the notes and warnings every rank would print alike. */
+void eval_note(const eval_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A program whose output would be the same on every rank (cdl-predict,
  * cdl-generate), started as one of several (srun in a job of several
  * tasks, cdlrun -n N, mpirun -n N): rank 0 says so on stderr and works
@@ -119,7 +127,7 @@ int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int
 enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS,
        EVAL_OPT_DEVICE, EVAL_OPT_VERSION,
        EVAL_OPT_IMAGE_SIZE, EVAL_OPT_CHANNELS, EVAL_OPT_LABEL_COLUMN, EVAL_OPT_SKIP_BAD,
-       EVAL_OPT_DECODE, EVAL_OPT_NORMALIZE, EVAL_OPT_TF32,
+       EVAL_OPT_DECODE, EVAL_OPT_NORMALIZE, EVAL_OPT_TF32, EVAL_OPT_JPEG_DECODE,
        EVAL_OPT_OWN };
 /* --help lines of the common options. */
 #define EVAL_USAGE_DATA                                                                     \
@@ -132,6 +140,8 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     "      --skip-bad-files     leave out unreadable pictures (counted) instead of failing\n"  \
     "      --decode auto|memory|stream  imagefolder: decode into memory or as batches need\n"  \
     "                           them [auto: memory if it fits]\n"                        \
+    "      --jpeg-decode scaled|full  full: decode JPEGs whole, then resize (PIL's pixels,\n" \
+    "                           for weights trained in PyTorch) [the run's, else scaled]\n" \
     "      --normalize MEAN,STD|M1,..,Mc,S1,..,Sc|none|auto  the normalisation the weights\n" \
     "                           were trained with [the checkpoint's; give it for weights\n" \
     "                           PyTorch wrote]\n"
@@ -163,6 +173,7 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     {"label-column", required_argument, NULL, EVAL_OPT_LABEL_COLUMN}, \
     {"skip-bad-files", no_argument, NULL, EVAL_OPT_SKIP_BAD},       \
     {"decode", required_argument, NULL, EVAL_OPT_DECODE},          \
+    {"jpeg-decode", required_argument, NULL, EVAL_OPT_JPEG_DECODE}, \
     {"normalize", required_argument, NULL, EVAL_OPT_NORMALIZE}
 
 /* Handles getopt_long's answer c when it is a common option or an error:

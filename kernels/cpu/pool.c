@@ -39,6 +39,7 @@
  * variables (their state is the parent's at the fork: locked, or with
  * waiters that will never wake).
  */
+#include <ctype.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -259,12 +260,27 @@ static int all_done(pool *p, unsigned long long chunks)
     return (unsigned long long)atomic_load(&p->done_chunks) >= chunks;
 }
 
+/* Whether `value` is `word` in any case with spaces around it, as libgomp
+ * reads OMP_WAIT_POLICY (" passive" from a job script's quoting sleeps
+ * there, so it sleeps here too). */
+static int policy_is(const char *value, const char *word)
+{
+    size_t n = strlen(word);
+    while (isspace((unsigned char)*value))
+        value++;
+    if (strncasecmp(value, word, n))
+        return 0;
+    for (value += n; isspace((unsigned char)*value); value++)
+        ;
+    return *value == '\0';
+}
+
 pool_wait pool_wait_policy(const char *omp_wait_policy, int threads, double cpus)
 {
     pool_wait w = {POOL_SPIN_NS, POOL_YIELD_AFTER_NS};
-    if (omp_wait_policy && !strcasecmp(omp_wait_policy, "passive"))
+    if (omp_wait_policy && policy_is(omp_wait_policy, "passive"))
         w.spin_ns = w.yield_after_ns = 0;
-    else if (omp_wait_policy && !strcasecmp(omp_wait_policy, "active"))
+    else if (omp_wait_policy && policy_is(omp_wait_policy, "active"))
         w.spin_ns = w.yield_after_ns = POOL_ACTIVE_SPIN_NS;
     else if (cpus > 0 && threads > cpus)
         w.spin_ns = w.yield_after_ns = POOL_THROTTLED_SPIN_NS;

@@ -51,7 +51,8 @@ typedef struct pool_wait {
 
 /* The policy for `threads` threads where `cpus` CPUs may run (the mask's
  * CPUs or a lower cgroup quota, 1.5; 0 unknown) and OpenMP's
- * OMP_WAIT_POLICY (NULL, "active" or "passive", any case), as libgomp:
+ * OMP_WAIT_POLICY (NULL, "active" or "passive", any case, spaces around
+ * it ignored), as libgomp:
  * passive sleeps at once, active spins without yielding; by default a
  * pool with more threads than CPUs spins only briefly, since a spinning
  * thread then takes the core of one that has work. Pure, for the tests. */

@@ -217,6 +217,12 @@ typedef struct cdl_train_config {
      * status). NULL (the default): never asked. */
     int (*should_stop)(void *ctx);
     void *should_stop_ctx;
+    /* --jpeg-decode full: an image folder's JPEGs decoded whole, then
+     * resized, as PIL does (cdl_dataset_options.jpeg_full), for weights
+     * PyTorch trained, fine-tuned on PyTorch's pixels; 0 (scaled): at the
+     * smallest DCT scale covering the sample. Stored in the checkpoint
+     * (jpeg_decode), which cdl-eval and cdl-predict then follow. */
+    int jpeg_full;
 } cdl_train_config;
 
 /* on_log's levels. */

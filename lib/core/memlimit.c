@@ -155,6 +155,11 @@ int memory_share_ranks(void)
     return atomic_load_explicit(&share_ranks, memory_order_relaxed);
 }
 
+size_t memory_resident(void)
+{
+    return resident_bytes();
+}
+
 int memory_would_exceed(size_t bytes, size_t committed, size_t *held, size_t *limit)
 {
     if (bytes < MEMORY_CHECK_MIN)

@@ -26,6 +26,9 @@ size_t memory_limit_cached(void);
  * towards 0: memory other processes of the job hold in the same cgroup is
  * not seen. */
 enum { MEMORY_CHECK_MIN = 1 << 20 };
+/* The resident anonymous and shared memory of this process, bytes (0 if
+ * unreadable). */
+size_t memory_resident(void);
 int memory_would_exceed(size_t bytes, size_t committed, size_t *held, size_t *limit);
 
 /* The ranks of a node share its memory and a Slurm step's limit (one

@@ -61,6 +61,16 @@ void (cdl_dataset_options_defaults)(cdl_dataset_options *o)
     sized_zeros(o, SIZED_UPTO(cdl_dataset_options, skipped_arg));
 }
 
+int data_options_read(const cdl_dataset_options *opt, cdl_dataset_options *o)
+{
+    cdl_dataset_options_defaults(o);
+    return opt && sized_read(opt, o, sizeof *o,
+                             offsetof(cdl_dataset_options, norm_std) + sizeof o->norm_std,
+                             "cdl_dataset_options", "cdl_dataset_options_defaults")
+               ? -1
+               : 0;
+}
+
 static int load_named(const char *name, const char *dir, int train, cdl_dataset *out)
 {
     const dataset_info *info = NULL;
@@ -149,10 +159,7 @@ int cdl_dataset_load_with(const char *name, const char *path, int train,
         return cdl_error("cdl_dataset_load: no dataset name: use fashion-mnist, mnist, cifar10 "
                          "or one of " CDL_DATASET_FORMATS);
     cdl_dataset_options o;
-    cdl_dataset_options_defaults(&o);
-    if (opt && sized_read(opt, &o, sizeof o,
-                          offsetof(cdl_dataset_options, norm_std) + sizeof o.norm_std,
-                          "cdl_dataset_options", "cdl_dataset_options_defaults"))
+    if (data_options_read(opt, &o))
         return -1;
     /* "text:FILE" and "tokens:DIR" name their path (cdl-train's spelling). */
     char kind[16];

@@ -286,6 +286,7 @@ typedef struct job {
     long first_colour;          /* the least index of a colour file (RGB, or RGB and alpha),
                                  * or files->n: none */
     int stopped;                /* stop said so: the pictures are not all decoded */
+    int jpeg_full;              /* cdl_dataset_options.jpeg_full */
 } job;
 
 /* File i into its slot of images, or into the worker's scratch when there
@@ -293,8 +294,8 @@ typedef struct job {
 static int decode_one(job *j, long i, uint8_t *scratch, int *src_c)
 {
     size_t sample = (size_t)j->c * j->h * j->w;
-    return image_file_fit(j->files->v[i], j->h, j->w, j->c,
-                          j->images ? j->images + (size_t)i * sample : scratch, src_c);
+    return image_file_fit_as(j->files->v[i], j->h, j->w, j->c, j->jpeg_full,
+                             j->images ? j->images + (size_t)i * sample : scratch, src_c);
 }
 
 static void *decode_worker(void *arg)
@@ -551,7 +552,7 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
     if (!rc && files.n == 0)
         rc = cdl_error("%s has no pictures", data_printable(root, pn, sizeof pn));
 
-    job j = {.files = &files};
+    job j = {.files = &files, .jpeg_full = o->jpeg_full};
     int first = 0;
     if (!rc)
         rc = pick_geometry(root, &files, o, &j.h, &j.w, &j.c, &first);
@@ -634,6 +635,7 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
         } else {
             *out->stream = (image_stream){.paths = files.v, .n = files.n, .h = j.h, .w = j.w,
                                           .c = j.c, .threads = o->threads,
+                                          .jpeg_full = o->jpeg_full,
                                           .have_hist = o->skip_bad_files};
             if (gray_by_default && !(out->stream->gray_from = strdup(gray_first)))
                 rc = cdl_error("out of memory for a list of %d pictures", files.n);
@@ -677,6 +679,20 @@ int imagefolder_read(const char *dir, int train, const cdl_dataset_options *o, c
 int cdl_dataset_from_image_files(const char *const *paths, int n, cdl_shape shape, int threads,
                                  int skip_bad, cdl_dataset *out)
 {
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.threads = threads;
+    o.skip_bad_files = skip_bad;
+    return cdl_dataset_from_image_files_with(paths, n, shape, &o, out);
+}
+
+int cdl_dataset_from_image_files_with(const char *const *paths, int n, cdl_shape shape,
+                                      const cdl_dataset_options *opt, cdl_dataset *out)
+{
+    cdl_dataset_options o;
+    if (data_options_read(opt, &o))
+        return -1;
+    int threads = o.threads, skip_bad = o.skip_bad_files;
     if (!out || !paths || n <= 0)
         return cdl_error("cdl_dataset_from_image_files: no files");
     memset(out, 0, sizeof *out);
@@ -688,7 +704,8 @@ int cdl_dataset_from_image_files(const char *const *paths, int n, cdl_shape shap
     int rc = 0;
     for (int i = 0; !rc && i < n; i++)
         rc = strlist_add(&files, paths[i]);
-    job j = {.files = &files, .h = shape.h, .w = shape.w, .c = shape.c};
+    job j = {.files = &files, .h = shape.h, .w = shape.w, .c = shape.c,
+             .jpeg_full = o.jpeg_full};
     size_t sample = (size_t)j.c * j.h * j.w;
     char **errors = NULL;
     out->labels = NULL;

@@ -50,6 +50,11 @@ typedef struct image_buf {
     int h, w, c;
 } image_buf;
 
+/* *opt as this libcdl's struct (the caller's may be older: the fields it
+ * lacks take their defaults; NULL: all defaults); -1 + cdl_error for a
+ * struct of a newer cdl. */
+int data_options_read(const cdl_dataset_options *opt, cdl_dataset_options *o);
+
 /* Decodes a PNG or JPEG (told apart by their magic bytes) held in memory;
  * name is the file for errors. Grayscale stays 1 channel, everything else
  * (palette, alpha, 16-bit) becomes 8-bit RGB. A format cdl was built
@@ -78,6 +83,24 @@ int image_fit(const image_buf *in, int h, int w, int c, uint8_t *dst);
  * src_c (NULL: not wanted): the file's own channel count, 1 or 3. */
 int image_file_fit(const char *path, int h, int w, int c, uint8_t *dst, int *src_c);
 
+/* Whether a decode of `need` bytes may start beside decodes holding
+ * `running` bytes, in a process holding `held` of its `limit` (SIZE_MAX:
+ * none): 1 yes, 0 not yet (wait for those running), -1 never (it does not
+ * fit alone). Pure, for the unit test. */
+int decode_admit(size_t need, size_t running, size_t held, size_t limit);
+
+/* Waits until a decode of `need` bytes (a picture h x w, of file name)
+ * fits in memory beside those running (decodegate.c): 1, then
+ * decode_gate_leave(need) after it; 0: not counted (small, or no limit);
+ * -1 + cdl_error naming the file when it cannot fit. */
+int decode_gate_enter(size_t need, const char *name, int h, int w);
+void decode_gate_leave(size_t need);
+
+/* image_file_fit with jpeg_full 1: a JPEG decoded whole before it is
+ * resized (cdl_dataset_options.jpeg_full: PIL's pixels). */
+int image_file_fit_as(const char *path, int h, int w, int c, int jpeg_full, uint8_t *dst,
+                      int *src_c);
+
 /* The error for a colour picture among samples that are grayscale only
  * because the first picture, first, is (no --channels given): made gray in
  * silence, a web scrape whose sorted first file was gray trained without
@@ -93,6 +116,7 @@ typedef struct cdl_image_stream {
     int threads;      /* for the statistics' pass (0 = cdl_default_threads()) */
     int have_hist;    /* hist holds the pixels of every file already (the check of
                        * --skip-bad-files decoded them), so no second pass */
+    int jpeg_full;    /* cdl_dataset_options.jpeg_full */
     char *gray_from;  /* c is 1 because this first picture is gray (no --channels): a
                        * colour picture is an error (image_colour_in_gray); owned */
     uint64_t hist[3][256];

@@ -6,6 +6,6 @@ libcdl_core_la_SOURCES += lib/data/fileio.c lib/data/image.c lib/data/imagefolde
 libcdl_core_la_SOURCES += lib/data/npy.c lib/data/csv.c
 libcdl_core_la_SOURCES += lib/data/split.c
 libcdl_core_la_SOURCES += lib/data/tokens.c
-libcdl_core_la_SOURCES += lib/data/stream.c
+libcdl_core_la_SOURCES += lib/data/stream.c lib/data/decodegate.c
 libcdl_core_la_SOURCES += lib/data/meta_pkl.c
 libcdl_core_la_SOURCES += lib/data/fingerprint.c

@@ -25,6 +25,12 @@ int image_colour_in_gray(const char *path, const char *first)
 
 int image_file_fit(const char *path, int h, int w, int c, uint8_t *dst, int *src_c)
 {
+    return image_file_fit_as(path, h, w, c, 0, dst, src_c);
+}
+
+int image_file_fit_as(const char *path, int h, int w, int c, int jpeg_full, uint8_t *dst,
+                      int *src_c)
+{
     char pn[512];
     const char *name = data_printable(path, pn, sizeof pn);
     uint8_t *buf;
@@ -32,15 +38,33 @@ int image_file_fit(const char *path, int h, int w, int c, uint8_t *dst, int *src
     if (data_read_file(path, IMAGE_MAX_FILE_BYTES, "check the folder layout (docs/data.md)",
                        &buf, &len))
         return -1;
-    image_buf im;
-    int rc = image_decode_for(buf, len, name, h, w, &im);
-    cdl_free(buf);
-    if (rc)
+    /* What decoding and shrinking it holds (RGBA or CMYK at most, the
+     * float rows of the shrink), told by its header. */
+    int ph, pw, pc, gated = 0;
+    size_t need = 0;
+    if (image_probe(buf, len, name, &ph, &pw, &pc) == 0) {
+        need = (size_t)ph * (size_t)pw * 4 + ((size_t)ph + 1) * (size_t)w * 3 * sizeof(float);
+        gated = decode_gate_enter(need, name, ph, pw);
+    }
+    if (gated < 0) {
+        cdl_free(buf);
         return -1;
+    }
+    image_buf im;
+    int rc = jpeg_full ? image_decode(buf, len, name, &im)
+                       : image_decode_for(buf, len, name, h, w, &im);
+    cdl_free(buf);
+    if (rc) {
+        if (gated)
+            decode_gate_leave(need);
+        return -1;
+    }
     rc = image_fit(&im, h, w, c, dst);
     if (src_c)
         *src_c = im.c;
     cdl_free(im.px);
+    if (gated)
+        decode_gate_leave(need);
     return rc ? cdl_error("%s: %s", name, cdl_last_error()) : 0;
 }
 
@@ -49,7 +73,7 @@ int image_stream_read(const image_stream *s, long i, uint8_t *dst)
     if (i < 0 || i >= s->n)
         return cdl_error("image stream: sample %ld of %d", i, s->n);
     int src_c;
-    if (image_file_fit(s->paths[i], s->h, s->w, s->c, dst, &src_c) == 0)
+    if (image_file_fit_as(s->paths[i], s->h, s->w, s->c, s->jpeg_full, dst, &src_c) == 0)
         return s->gray_from && src_c != 1 ? image_colour_in_gray(s->paths[i], s->gray_from) : 0;
     /* Found while training: say how to find such files before the run. */
     char msg[2048];

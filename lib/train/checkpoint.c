@@ -358,6 +358,7 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
         meta_add(&meta, "feature_columns", fmt_dup("%s", pos->feature_columns));
         meta_add(&meta, "label_name", fmt_dup("%s", pos->label_name));
     }
+    meta_add(&meta, "jpeg_decode", fmt_dup("%s", cfg->jpeg_full ? "full" : "scaled"));
     if (pos->data && pos->data->tokens) {
         /* Token windows: ids, not normalised; cdl-generate needs the tokenizer. */
         const cdl_dataset *d = pos->data;

@@ -85,7 +85,8 @@ int train_config_json(const cdl_train_config *c, char *buf, size_t len)
                      "\"val_split\":%.9g,\"clip_grad\":%.9g,\"accum_steps\":%d,"
                      "\"decay_params\":\"%s\",\"warmup_steps\":%ld,\"decay_steps\":%ld,"
                      "\"augment\":%d,\"image_size\":%d,\"normalize\":%d,"
-                     "\"label_smoothing\":%.9g,\"label_column\":%s,\"min_lr\":%.9g}",
+                     "\"label_smoothing\":%.9g,\"label_column\":%s,\"min_lr\":%.9g,"
+                     "\"jpeg_decode\":\"%s\"}",
                      model, dataset, data_dir, c->epochs, c->batch_size, c->lr,
                      cdl_optim_kind_name(c->optim.kind), c->optim.momentum, c->optim.dampening,
                      c->optim.nesterov, c->optim.weight_decay, c->optim.beta1, c->optim.beta2,
@@ -94,7 +95,8 @@ int train_config_json(const cdl_train_config *c, char *buf, size_t len)
                      c->max_steps, c->ckpt_every, c->val_split, c->clip_grad,
                      c->accum_steps > 1 ? c->accum_steps : 1, train_decay_name(c->decay_params),
                      c->warmup_steps, c->decay_steps, c->augment, c->image_size, c->normalize,
-                     c->label_smoothing, label_column, c->min_lr);
+                     c->label_smoothing, label_column, c->min_lr,
+                     c->jpeg_full ? "full" : "scaled");
     if (n < 0 || (size_t)n >= len)
         return cdl_error("configuration too long for the checkpoint metadata");
     return 0;

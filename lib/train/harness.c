@@ -274,6 +274,7 @@ static int load_data(run *r)
     o.threads = c->threads;
     o.skip_bad_files = c->skip_bad_files;
     o.decode = c->image_decode;
+    o.jpeg_full = c->jpeg_full;
     o.label_column = c->label_column[0] ? c->label_column : NULL;
     o.normalize = c->normalize;
     o.norm_count = c->norm_count;

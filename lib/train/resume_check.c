@@ -29,7 +29,7 @@ static const struct {
     {"decay_params", "decay-params"}, {"warmup_steps", "warmup-steps"},
     {"decay_steps", "decay-steps"}, {"augment", "augment"}, {"image_size", "image-size"},
     {"normalize", "normalize"}, {"label_smoothing", "label-smoothing"},
-    {"label_column", "label-column"}, {"min_lr", "min-lr"},
+    {"label_column", "label-column"}, {"min_lr", "min-lr"}, {"jpeg_decode", "jpeg-decode"},
 };
 enum { NCOMPARED = sizeof compared / sizeof compared[0], CONFIG_MAX = 16384 };
 #define DATASET_SIZE "dataset-size"   /* the training samples, stored apart */
@@ -338,7 +338,8 @@ int ckpt_check_config(const cdl_st_file *f, const cdl_train_config *cfg, train_p
             add_change(msg, sizeof msg, compared[i].option, a, b);
         else if (a && b && strcmp(a, b) != 0)
             reread |= !strcmp(compared[i].key, "image_size") ||
-                      !strcmp(compared[i].key, "label_column");
+                      !strcmp(compared[i].key, "label_column") ||
+                      !strcmp(compared[i].key, "jpeg_decode");
     }
     /* The dataset's size: a different file or --synthetic-size reorders
      * every epoch (absent in checkpoints of older cdl). */

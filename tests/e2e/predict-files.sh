@@ -254,7 +254,7 @@ expect_err "give its rows as a CSV table"
 # folder is: its columns are matched to the run's by the names the
 # checkpoint stores (an older one's refusal: tests/e2e/predict-table.sh).
 expect_status 0 "$CDL_EVAL" "$TMP/ckc/last.safetensors" --dataset "csv:$TMP/t.csv" --split test
-expect_err "evaluating all its 60 rows as held-out data"
+expect_err "taking all its 60 rows as held-out data"
 # A table of 3 features (or 1) has the channels of a picture: the picture
 # was squeezed to one pixel and "predicted".
 mkdir "$TMP/tab3" && sed 's/^a,/c,a,/; 2,$s/^/0.5,/' "$TMP/tab/train.csv" >"$TMP/tab3/train.csv"

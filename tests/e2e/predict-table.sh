@@ -85,7 +85,7 @@ with open(d + "/own.csv", "w") as f:
         f.write(",".join(["n"] + [r[c] for c in ("kind", "e", "c", "a", "d", "b")]) + "\n")
 PYEOF
 expect_status 0 "$CDL_EVAL" "$ck" --threads 1 --json --dataset "csv:$TMP/own.csv"
-expect_err "evaluating all its 30 rows as held-out data"
+expect_err "taking all its 30 rows as held-out data"
 cp "$TMP/out" "$TMP/own.json"
 expect_status 0 pred --top-k 1 "$TMP/own.csv"
 "$PY" - "$TMP/own.json" "$TMP/out" <<'PYEOF' || die "cdl-eval on a table of one's own"

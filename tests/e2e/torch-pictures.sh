@@ -39,6 +39,19 @@ done
 "$predict" torch.safetensors --model net.spec --normalize 0.5,0.25 --format jsonl --top-k 3 \
     $(ls pics/resize/*/*.png | sort) >pred.jsonl || die "cdl-predict on pics/resize failed"
 $py "$fix" check . resize pred.jsonl || die "cdl-predict resizes pictures otherwise than torchvision"
+# JPEGs that shrink, as PIL decodes them (--jpeg-decode full): PyTorch's
+# numbers. Without it (DCT scaling) the pixels are other ones, and so are
+# the probabilities; before, there was no way to get PyTorch's.
+jpegs=$(ls pics/jpeg/*/*.jpg | sort)
+"$predict" torch.safetensors --model net.spec --normalize 0.5,0.25 --format jsonl --top-k 3 \
+    --jpeg-decode full $jpegs >pred.jsonl || die "cdl-predict --jpeg-decode full failed"
+$py "$fix" check . jpeg pred.jsonl || die "cdl-predict --jpeg-decode full is not PyTorch's"
+"$predict" torch.safetensors --model net.spec --normalize 0.5,0.25 --format jsonl --top-k 3 \
+    $jpegs >pred.jsonl || die "cdl-predict on JPEGs failed"
+$py "$fix" check . jpeg pred.jsonl >/dev/null 2>&1 &&
+    die "cdl-predict decoded the JPEGs as PIL does without --jpeg-decode full (the test is void)"
+expect_status 2 "$predict" torch.safetensors --jpeg-decode fast $jpegs
+expect_err "cdl-predict: --jpeg-decode 'fast': use scaled or full"
 # cdl-eval on a folder of 27x20 pictures: fitted to the spec's input line.
 mkdir ev && cp -r pics/resize ev/test && cp -r pics/train ev/train || die "copying pictures"
 "$eval" torch.safetensors --model net.spec --dataset imagefolder:ev \
@@ -55,6 +68,31 @@ echo "PASS: cdl-predict on PyTorch's weights (F32, F16, BF16, F64) equals PyTorc
 
 run() { "$train" --model net.spec --dataset imagefolder:pics --image-size 16 --normalize 0.5,0.25 \
     --epochs 1 --max-steps 1 --val-split 0 --no-progress -q --ckpt-dir ck "$@"; }
+# Fine-tuning PyTorch's weights on JPEGs with --jpeg-decode full: the
+# checkpoint says so, and cdl-predict decodes as the run did.
+mkdir -p jt/train jt/test && cp -r pics/jpeg/. jt/train/ && cp -r pics/jpeg/. jt/test/ ||
+    die "copying the JPEGs"
+"$train" --model net.spec --dataset imagefolder:jt --image-size 16 --normalize 0.5,0.25 \
+    --epochs 1 --val-split 0 --no-progress -q --ckpt-dir jck --init torch.safetensors \
+    --jpeg-decode full || die "cdl-train --jpeg-decode full failed"
+$py -c "import json,struct,sys; f=open(sys.argv[1],'rb'); n=struct.unpack('<Q',f.read(8))[0]
+sys.exit(json.loads(f.read(n))['__metadata__'].get('jpeg_decode')!='full')" jck/last.safetensors ||
+    die "the checkpoint of --jpeg-decode full does not say jpeg_decode full"
+for m in "" "--jpeg-decode full" "--jpeg-decode scaled"; do
+    "$predict" jck/last.safetensors --format jsonl --top-k 3 $m $jpegs >"pred$m.jsonl" ||
+        die "cdl-predict $m on the run's checkpoint failed"
+done
+cmp -s pred.jsonl "pred--jpeg-decode full.jsonl" ||
+    die "cdl-predict did not decode the JPEGs as the run did (--jpeg-decode full)"
+cmp -s pred.jsonl "pred--jpeg-decode scaled.jsonl" &&
+    die "cdl-predict --jpeg-decode scaled is the same as full (the test is void)"
+# Resuming it with the other pixels is a change of the run, refused
+# unless allowed (as --image-size).
+expect_status 1 "$train" --model net.spec --dataset imagefolder:jt --image-size 16 \
+    --normalize 0.5,0.25 --epochs 2 --val-split 0 --no-progress -q --ckpt-dir jck --resume auto \
+    --resume-allow epochs
+expect_err "another configuration: --jpeg-decode full -> scaled"
+echo "PASS: cdl-train --jpeg-decode full is stored, and cdl-predict follows it"
 for f in f16 bf16 f64 nobt; do
     rm -rf ck
     run --init $f.safetensors 2>err || { cat err >&2; die "--init $f.safetensors failed"; }

@@ -9,11 +9,11 @@ same weights as DDP's (module.), torch.compile's (_orig_mod.), in F16,
 BF16 and F64, without num_batches_tracked, and as nn.Sequential names them. DIR/ref.json: PyTorch's
 class probabilities for every test picture, for the F32 weights and for
 the F16 and BF16 ones (each rounded as that file holds it), and for the
-resize/ pictures.
+resize/ pictures, and for the JPEGs of jpeg/ (160x120, decoded by PIL).
 
 check DIR REF_KEY PRED.jsonl: cdl-predict's probabilities (jsonl, top-k
 = all classes) equal PyTorch's within 2e-6 (cdl prints 6 decimals), or
-5e-3 for the resized pictures (REF_KEY resize).
+5e-3 for the resized pictures (REF_KEY resize or jpeg).
 
 eval DIR OUT.json: cdl-eval's loss and accuracy on resize/ are PyTorch's.
 
@@ -64,6 +64,17 @@ def make(d):
                 a = rng.integers(0, 200, (h, w, 3), dtype=np.uint8)
                 a[..., c] = np.clip(a[..., c].astype(int) + 40, 0, 255).astype(np.uint8)
                 Image.fromarray(a).save(f"{d}/pics/{split}/{name}/{i}.png")
+    # jpeg/: detailed 160x120 JPEGs, which cdl decodes at a DCT scale
+    # (2/8) unless told --jpeg-decode full, PIL whole.
+    for c, name in enumerate(["red", "green", "blue"]):
+        os.makedirs(f"{d}/pics/jpeg/{name}", exist_ok=True)
+        for i in range(2):
+            # sharp edges: blocks of 10x10 pixels, where DCT scaling
+            # differs most from a full decode + resize
+            a = np.kron(rng.integers(0, 2, (12, 16, 3)) * 200, np.ones((10, 10, 1)))
+            a = a.astype(np.uint8)
+            a[..., c] = np.clip(a[..., c].astype(int) + 40, 0, 255).astype(np.uint8)
+            Image.fromarray(a).save(f"{d}/pics/jpeg/{name}/{i}.jpg", quality=90)
     for split in ("train", "test"):   # grayscale pictures (cdl: 1 channel)
         for name in ("a", "b"):
             os.makedirs(f"{d}/gray/{split}/{name}", exist_ok=True)
@@ -99,11 +110,12 @@ def make(d):
         m.load_state_dict(flt(conv))
         with torch.no_grad():
             ref[key] = m(x).softmax(1).tolist()
-    resize = D.ImageFolder(f"{d}/pics/resize", transform())
-    x = torch.stack([resize[i][0] for i in range(len(resize))])
-    ref["resize_files"] = [os.path.relpath(p, d) for p, _ in resize.samples]
-    with torch.no_grad():
-        ref["resize"] = m(x).softmax(1).tolist()
+    for key in ("resize", "jpeg"):
+        pics = D.ImageFolder(f"{d}/pics/{key}", transform())
+        x = torch.stack([pics[i][0] for i in range(len(pics))])
+        ref[key + "_files"] = [os.path.relpath(p, d) for p, _ in pics.samples]
+        with torch.no_grad():
+            ref[key] = m(x).softmax(1).tolist()
     with open(f"{d}/ref.json", "w") as f:
         json.dump(ref, f)
 
@@ -111,12 +123,12 @@ def make(d):
 def check(d, key, pred):
     ref = json.load(open(f"{d}/ref.json"))
     lines = [json.loads(l) for l in open(pred)]
-    files = ref["resize_files" if key == "resize" else "files"]
+    files = ref[key + "_files" if key in ("resize", "jpeg") else "files"]
     if len(lines) != len(files):
         sys.exit(f"{len(lines)} predictions for {len(files)} pictures")
     # PIL resizes in two 8-bit passes, cdl in float: a pixel may differ by
     # one level (a crop a pixel off, as cdl's was, moves them by ~0.08).
-    tol = 5e-3 if key == "resize" else 2e-6
+    tol = 5e-3 if key in ("resize", "jpeg") else 2e-6
     worst = 0.0
     for line, path, p in zip(lines, files, ref[key]):
         if line["file"] != path:

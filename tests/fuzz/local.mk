@@ -61,7 +61,7 @@ tests_fuzz_fuzz_cifar_LDADD = $(FUZZ_LDADD_ALL)
 
 # The readers of users' data (lib/data): pictures, .npy, .npz, CSV.
 FUZZ_READERS = lib/data/dataset.c lib/data/idx.c lib/data/cifar.c lib/data/open.c lib/data/fileio.c \
-	lib/data/image.c lib/data/imagefolder.c lib/data/npy.c lib/data/csv.c lib/data/tokens.c lib/data/meta_pkl.c lib/data/stream.c lib/core/sized.c \
+	lib/data/image.c lib/data/imagefolder.c lib/data/npy.c lib/data/csv.c lib/data/tokens.c lib/data/meta_pkl.c lib/data/stream.c lib/data/decodegate.c lib/core/forked.c lib/core/sized.c \
 	lib/ckpt/json.c \
 	lib/core/threads.c lib/core/cpuquota.c
 FUZZ_RD_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL) $(PNG_CFLAGS) $(JPEG_CFLAGS) $(LIBZIP_CFLAGS)

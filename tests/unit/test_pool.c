@@ -30,6 +30,12 @@ static void test_wait_policy(void **state)
     assert_true(POOL_THROTTLED_SPIN_NS < POOL_YIELD_AFTER_NS);
     w = pool_wait_policy("", 4, 2);
     assert_true(w.spin_ns == POOL_THROTTLED_SPIN_NS);
+    w = pool_wait_policy(" passive\n", 2, 2);   /* libgomp trims spaces */
+    assert_true(w.spin_ns == 0 && w.yield_after_ns == 0);
+    w = pool_wait_policy("\tACTIVE ", 2, 2);
+    assert_true(w.spin_ns == POOL_ACTIVE_SPIN_NS);
+    w = pool_wait_policy("passive x", 2, 2);   /* not a policy: the default */
+    assert_true(w.spin_ns == POOL_SPIN_NS);
     w = pool_wait_policy("bogus", 2, 2);
     assert_true(w.spin_ns == POOL_SPIN_NS);
 }

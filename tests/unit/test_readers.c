@@ -671,6 +671,67 @@ static void test_jpeg_cmyk(void **state)
     assert_int_equal(d.images[0], (180 * 299 + 135 * 587 + 90 * 114 + 500) / 1000);
     cdl_dataset_free(&d);
 }
+
+/* jpeg_full (--jpeg-decode full): a JPEG that shrinks is decoded whole,
+ * then resized, as PIL decodes it for torchvision; the default decodes it
+ * at a DCT scale (here 2/8), whose pixels differ from PIL's by several
+ * levels on a detailed picture. Before, there was no way to get PIL's. */
+static void test_jpeg_full(void **state)
+{
+    (void)state;
+    enum { W = 96, H = 72 };
+    uint8_t px[W * H * 3];
+    uint32_t r = 12345;
+    for (int i = 0; i < W * H * 3; i++) {   /* detail: a ramp with noise */
+        r = r * 1103515245u + 12345u;
+        px[i] = (uint8_t)((i / 3 % W) * 2 + (r >> 26));
+    }
+    assert_int_equal(test_write_jpeg(at("d.jpg"), px, W, H, 3), 0);
+    char p[512];
+    snprintf(p, sizeof p, "%s", at("d.jpg"));
+    const char *files[1] = {p};
+    cdl_shape s = {3, 16, 16};
+    /* What PIL does: decode whole, then resize and crop (image_fit is
+     * torchvision's Resize + CenterCrop, tests/e2e/torch-pictures.sh). */
+    uint8_t *buf, want[3 * 16 * 16];
+    size_t len;
+    assert_int_equal(data_read_file(p, IMAGE_MAX_FILE_BYTES, "", &buf, &len), 0);
+    image_buf im;
+    assert_int_equal(image_decode(buf, len, "d.jpg", &im), 0);
+    assert_int_equal(image_fit(&im, 16, 16, 3, want), 0);
+    cdl_free(im.px);
+    cdl_free(buf);
+    cdl_dataset_options o;
+    cdl_dataset_options_defaults(&o);
+    o.threads = 1;
+    o.jpeg_full = 1;
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_from_image_files_with(files, 1, s, &o, &d), 0);
+    assert_memory_equal(d.images, want, sizeof want);
+    cdl_dataset_free(&d);
+    /* The image folder reader takes it too, decoding into memory or
+     * streaming. */
+    mkdir(at("f"), 0755);
+    mkdir(at("f/train"), 0755);
+    mkdir(at("f/train/a"), 0755);
+    assert_int_equal(test_write_jpeg(at("f/train/a/d.jpg"), px, W, H, 3), 0);
+    for (int dec = CDL_DECODE_MEMORY; dec <= CDL_DECODE_STREAM; dec++) {
+        o.image_size = 16;
+        o.decode = dec;
+        assert_int_equal(cdl_dataset_load_with("imagefolder", at("f"), CDL_SPLIT_TRAIN, &o, &d), 0);
+        uint8_t got[sizeof want];
+        if (d.stream)
+            assert_int_equal(image_stream_read(d.stream, 0, got), 0);
+        else
+            memcpy(got, d.images, sizeof got);
+        assert_memory_equal(got, want, sizeof want);
+        cdl_dataset_free(&d);
+    }
+    /* The default (DCT scaling) is another picture. */
+    assert_int_equal(cdl_dataset_from_image_files(files, 1, s, 1, 0, &d), 0);
+    assert_true(memcmp(d.images, want, sizeof want) != 0);
+    cdl_dataset_free(&d);
+}
 #endif
 
 #ifdef HAVE_PNG
@@ -733,6 +794,47 @@ static void test_image_fit_torchvision(void **state)
             px[y * 45 + x] = (uint8_t)(2 * x);
     assert_int_equal(image_fit(&in, 16, 16, 1, out), 0);
     assert_int_equal(out[7 * 16 + 5], (int)lrint(2 * (8.5 * 45 / 22 - 0.5)));
+}
+
+/* Decodes run at once only as far as memory allows: each holds a whole
+ * decoded picture (1 GiB for an RGBA PNG of 2^28 pixels), and 16 threads
+ * decoding large microscope PNGs took a job past its memory limit, killed
+ * without a word. One that fits beside those running starts; one that
+ * does not waits for them; one that does not fit alone is refused. */
+static void test_decode_admit(void **state)
+{
+    (void)state;
+    const size_t G = (size_t)1 << 30;
+    assert_int_equal(decode_admit(G, 0, 2 * G, 4 * G), 1);
+    assert_int_equal(decode_admit(G, G, 2 * G, 4 * G), 1);       /* exactly fits */
+    assert_int_equal(decode_admit(G, 2 * G, 2 * G, 4 * G), 0);   /* waits */
+    assert_int_equal(decode_admit(3 * G, 0, 2 * G, 4 * G), -1);  /* never fits */
+    assert_int_equal(decode_admit(G, 0, 5 * G, 4 * G), -1);      /* past it already */
+    assert_int_equal(decode_admit(G, 3 * G, 5 * G, 4 * G), 0);
+    assert_int_equal(decode_admit(SIZE_MAX, SIZE_MAX / 2, G, SIZE_MAX), 1);   /* no limit */
+    assert_int_equal(decode_admit(SIZE_MAX, 0, G, 4 * G), -1);   /* no overflow */
+#ifdef HAVE_PNG
+    /* A picture that cannot fit even alone: an error naming the file and
+     * its size (the limit made tiny by sharing it among 2^20 ranks). */
+    if (memory_limit_cached() == SIZE_MAX)
+        return;
+    enum { S = 1024 };
+    uint8_t *px = calloc((size_t)S * S, 1);
+    assert_non_null(px);
+    assert_int_equal(test_write_png(at("big.png"), px, S, S, 1), 0);
+    free(px);
+    char p[512];
+    snprintf(p, sizeof p, "%s", at("big.png"));
+    const char *files[1] = {p};
+    cdl_dataset d;
+    memory_share_among(1 << 20);
+    int rc = cdl_dataset_from_image_files(files, 1, (cdl_shape){1, 8, 8}, 2, 0, &d);
+    memory_share_among(1);
+    assert_int_equal(rc, -1);
+    assert_error_has("big.png: a 1024x1024 picture needs about 4.3 MB to decode");
+    assert_int_equal(cdl_dataset_from_image_files(files, 1, (cdl_shape){1, 8, 8}, 2, 0, &d), 0);
+    cdl_dataset_free(&d);
+#endif
 }
 
 /* A picture that shrinks more than 64 times (a 4000x3000 phone or
@@ -1160,10 +1262,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_imagefolder_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_image_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_jpeg_cmyk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_jpeg_full, setup, teardown),
 #endif
         cmocka_unit_test_setup_teardown(test_imagefolder_missing, setup, teardown),
         cmocka_unit_test(test_image_fit_torchvision),
         cmocka_unit_test(test_image_fit_large_shrink),
+        cmocka_unit_test_setup_teardown(test_decode_admit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_formats, setup, teardown),
 #ifdef HAVE_PNG
         cmocka_unit_test_setup_teardown(test_png_alpha, setup, teardown),

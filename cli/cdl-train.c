@@ -453,9 +453,15 @@ static const char *without_own_rank(const char *msg)
  * time-slice. Without --threads, libcdl takes the smaller of
  * SLURM_CPUS_PER_TASK (else OMP_NUM_THREADS) and the CPUs
  * (cdl_default_threads); with it, the user's count stands. Say which,
- * once, in one line. */
-static void warn_cpus(int threads)
+ * once, in one line. On a GPU the count does not matter: the CUDA
+ * backend computes on one thread (--workers decode the data), so
+ * --device cuda is not warned, and auto says what the count is for. */
+static void warn_cpus(int threads, const char *device)
 {
+    if (!strcmp(device, "cuda"))
+        return;
+    const char *gpu = strcmp(device, "auto") ? ""
+                      : " (on a CPU: a run on a GPU computes on one thread whatever the count)";
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) != 0)
         return;
@@ -464,8 +470,8 @@ static void warn_cpus(int threads)
     if (threads > 0) {
         if (threads > ncpu)
             fprintf(stderr, "%s: warning: --threads %d but this process may run on %d "
-                    "CPU%s: the threads beyond %d share them and slow each other down\n",
-                    who(me, sizeof me), threads, ncpu, ncpu > 1 ? "s" : "", ncpu);
+                    "CPU%s: the threads beyond %d share them and slow each other down%s\n",
+                    who(me, sizeof me), threads, ncpu, ncpu > 1 ? "s" : "", ncpu, gpu);
         return;
     }
     const char *var = "SLURM_CPUS_PER_TASK", *s = getenv(var);
@@ -475,8 +481,8 @@ static void warn_cpus(int threads)
     int used = cdl_default_threads();   /* the mask's CPUs or the quota */
     if (want > used && want <= 4096)
         fprintf(stderr, "%s: warning: %s is %ld but this process may run on %d CPU%s%s; "
-                "cdl uses the smaller, %d\n", who(me, sizeof me), var, want, used,
-                used == 1 ? "" : "s", used < ncpu ? " (its cgroup's CPU quota)" : "", used);
+                "cdl uses the smaller, %d%s\n", who(me, sizeof me), var, want, used,
+                used == 1 ? "" : "s", used < ncpu ? " (its cgroup's CPU quota)" : "", used, gpu);
 }
 
 /* The environment's settings (options given later override them): read
@@ -831,7 +837,7 @@ int main(int argc, char **argv)
         return 2;
     int p = parse_args(argc, argv, &cfg);
     if (p <= 0)
-        warn_cpus(cfg.threads);
+        warn_cpus(cfg.threads, cfg.device);
     if (p != 0)
         return p > 0 ? 0 : 2;
     cdl_train_result res;

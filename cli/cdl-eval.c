@@ -48,8 +48,22 @@ EVAL_USAGE_RUN);
 typedef struct sums {
     int classes;
     int confusion;   /* classifiers: v holds the confusion matrix too */
-    double *v;       /* loss, correct, top5, n, then confusion[true][pred] */
+    double *v;       /* loss, correct, top5, n, not finite, then for a classifier
+                        not finite[true] and confusion[true][pred] */
 } sums;
+
+enum { V_LOSS, V_CORRECT, V_TOP5, V_N, V_NONFINITE, V_FIXED };
+
+/* A row of logits that holds a NaN or an infinity ranks nothing: NaN
+ * compares false with everything, so the argmax said class 0 and top-5
+ * counted every sample as a hit (top5 1.000 for a diverged model). */
+static int all_finite(const float *z, int c)
+{
+    for (int k = 0; k < c; k++)
+        if (!isfinite(z[k]))
+            return 0;
+    return 1;
+}
 
 /* n samples: one row of logits and one label each, or for a language
  * model `positions` of both per sample (labels below 0 are ignored, as in
@@ -65,6 +79,15 @@ static int add_batch(void *ctx, const eval_ctx *e, long first, int n, const int3
         if (y[i] < 0)
             continue;
         const float *z = logits + i * (size_t)c;
+        s->v[V_N] += 1;
+        if (!all_finite(z, c)) {
+            /* Never correct, in no confusion cell; the loss is not finite. */
+            s->v[V_LOSS] = NAN;
+            s->v[V_NONFINITE] += 1;
+            if (s->confusion)
+                s->v[V_FIXED + y[i]] += 1;
+            continue;
+        }
         int best = 0, above = 0;
         double mx = z[0];
         for (int k = 1; k < c; k++) {
@@ -78,14 +101,22 @@ static int add_batch(void *ctx, const eval_ctx *e, long first, int n, const int3
             se += exp((double)z[k] - mx);
             above += z[k] > z[y[i]];
         }
-        s->v[0] += mx + log(se) - (double)z[y[i]];
-        s->v[1] += best == y[i];
-        s->v[2] += above < 5;
-        s->v[3] += 1;
+        s->v[V_LOSS] += mx + log(se) - (double)z[y[i]];
+        s->v[V_CORRECT] += best == y[i];
+        s->v[V_TOP5] += above < 5;
         if (s->confusion)
-            s->v[4 + (size_t)y[i] * c + best] += 1;
+            s->v[V_FIXED + c + (size_t)y[i] * c + best] += 1;
     }
     return 0;
+}
+
+/* The samples whose logits are not finite, when there are any: wrong,
+ * and why the confusion matrix holds fewer. */
+static void print_nonfinite(double nf, const char *what, const char *left_out)
+{
+    if (nf > 0)
+        printf("not finite  %.0f %s: NaN or infinite logits, counted as wrong%s\n", nf, what,
+               left_out);
 }
 
 /* A language model: per predicted token, with perplexity; no per-class
@@ -104,7 +135,8 @@ static void print_lm(const eval_ctx *e, const sums *s, const char *split, int js
         eval_json_number(stdout, "%.6f", v[0] / n);
         printf(",\"perplexity\":");
         eval_json_number(stdout, "%.6g", exp(v[0] / n));
-        printf(",\"accuracy\":%.6f,\"top5\":%.6f}\n", v[1] / n, v[2] / n);
+        printf(",\"accuracy\":%.6f,\"top5\":%.6f,\"nonfinite\":%.0f}\n", v[1] / n,
+               v[2] / n, v[V_NONFINITE]);
         return;
     }
     printf("%s on %s %s (%d windows of %d tokens, %.0f predictions)\n", e->o->ckpt, e->dataset,
@@ -114,6 +146,7 @@ static void print_lm(const eval_ctx *e, const sums *s, const char *split, int js
     printf("accuracy    %.2f%%  (next token ranked first: %.0f/%.0f)\n", 100 * v[1] / n, v[1],
            v[3]);
     printf("top-5       %.2f%%\n", 100 * v[2] / n);
+    print_nonfinite(v[V_NONFINITE], "predictions", "");
 }
 
 /* Characters of UTF-8 text (class names are UTF-8: folder names, CSV
@@ -143,13 +176,15 @@ static void print_name(const char *name, int w)
 static void print_text(const eval_ctx *e, const sums *s, const char *split)
 {
     int c = s->classes;
-    const double *v = s->v, *cm = s->v + 4;
+    const double *v = s->v, *nf = s->v + V_FIXED, *cm = nf + s->classes;
     double n = v[3] > 0 ? v[3] : 1;
     char buf[32];
     printf("%s on %s %s (%.0f samples)\n", e->o->ckpt, e->dataset, split, v[3]);
     printf("loss      %.4f\n", v[0] / n);
     printf("accuracy  %.2f%%  (%.0f/%.0f)\n", 100 * v[1] / n, v[1], v[3]);
     printf("top-5     %.2f%%\n", 100 * v[2] / n);
+    print_nonfinite(v[V_NONFINITE], "samples",
+                    " and left out of the confusion matrix");
     int w = 5;
     for (int k = 0; k < c; k++) {
         size_t cut;
@@ -158,7 +193,7 @@ static void print_text(const eval_ctx *e, const sums *s, const char *split)
     }
     printf("\nper-class accuracy:\n  %-*s %8s %8s\n", w, "class", "acc", "samples");
     for (int k = 0; k < c; k++) {
-        double row = 0;
+        double row = nf[k];   /* the class's samples: without a prediction too */
         for (int j = 0; j < c; j++)
             row += cm[(size_t)k * c + j];
         printf("  ");
@@ -190,7 +225,7 @@ static void print_text(const eval_ctx *e, const sums *s, const char *split)
 static void print_json(const eval_ctx *e, const sums *s, const char *split)
 {
     int c = s->classes;
-    const double *v = s->v, *cm = s->v + 4;
+    const double *v = s->v, *nf = s->v + V_FIXED, *cm = nf + s->classes;
     double n = v[3] > 0 ? v[3] : 1;
     char buf[32];
     printf("{\"checkpoint\":");
@@ -199,14 +234,15 @@ static void print_json(const eval_ctx *e, const sums *s, const char *split)
     eval_json_string(stdout, e->dataset);
     printf(",\"split\":\"%s\",\"samples\":%.0f,\"loss\":", split, v[3]);
     eval_json_number(stdout, "%.6f", v[0] / n);
-    printf(",\"accuracy\":%.6f,\"top5\":%.6f,\"classes\":[", v[1] / n, v[2] / n);
+    printf(",\"accuracy\":%.6f,\"top5\":%.6f,\"nonfinite\":%.0f,\"classes\":[", v[1] / n,
+           v[2] / n, v[V_NONFINITE]);
     for (int k = 0; k < c; k++) {
         printf(k ? "," : "");
         eval_json_string(stdout, eval_class_name(e, k, buf, sizeof buf));
     }
     printf("],\"per_class_accuracy\":[");
     for (int k = 0; k < c; k++) {
-        double row = 0;
+        double row = nf[k];   /* the class's samples: without a prediction too */
         for (int j = 0; j < c; j++)
             row += cm[(size_t)k * c + j];
         if (row > 0)
@@ -214,6 +250,9 @@ static void print_json(const eval_ctx *e, const sums *s, const char *split)
         else
             printf("%snull", k ? "," : "");   /* no samples: no accuracy */
     }
+    printf("],\"nonfinite_per_class\":[");
+    for (int k = 0; k < c; k++)
+        printf("%s%.0f", k ? "," : "", nf[k]);
     printf("],\"confusion\":[");
     for (int k = 0; k < c; k++) {
         printf("%s[", k ? "," : "");
@@ -254,7 +293,7 @@ int main(int argc, char **argv)
     if (rc == 0) {
         s.classes = e.classes;
         s.confusion = e.positions == 1;
-        nv = 4 + (s.confusion ? (size_t)e.classes * e.classes : 0);
+        nv = V_FIXED + (s.confusion ? (size_t)e.classes * (e.classes + 1) : 0);
         s.v = cdl_calloc(nv, sizeof *s.v);
         rc = s.v ? eval_run(&e, add_batch, &s) : -1;
     }
@@ -276,7 +315,7 @@ int main(int argc, char **argv)
         /* "cdl-eval CKPT > results.txt" on a full disk: not a success. */
         if (fflush(stdout) != 0 || ferror(stdout))
             rc = cdl_error("writing the results to standard output failed: %s", strerror(errno));
-        if (rc == 0 && !isfinite(s.v[0]))
+        if (rc == 0 && !isfinite(s.v[V_LOSS]))
             fprintf(stderr, PROG ": warning: the loss is not finite (null in --json): the model's "
                     "logits are NaN or infinite for some samples: weights of a run that "
                     "diverged, or too large for float32\n");

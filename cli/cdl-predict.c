@@ -85,7 +85,12 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
             mx = z[k] > mx ? z[k] : mx;
         for (int k = 0; k < c; k++)
             se += (o->p[k] = exp((double)z[k] - mx));
-        o->nonfinite += !isfinite(se) || !isfinite(mx);
+        /* A NaN or infinite logit ranks nothing (NaN compares false): no
+         * class is predicted, as cdl-eval counts such a sample wrong. */
+        int ranked = 1;
+        for (int k = 0; k < c && ranked; k++)
+            ranked = isfinite(z[k]);
+        o->nonfinite += !ranked;
         /* Selection of the k largest, ties to the lower class (as argmax). */
         for (int k = 0; k < c; k++)
             o->idx[k] = k;
@@ -119,9 +124,12 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
             printf(",\"top\":[");
             for (int j = 0; j < o->k; j++) {
                 printf("%s{\"class\":", j ? "," : "");
-                eval_json_string(stdout, eval_class_name(e, o->idx[j], buf, sizeof buf));
+                if (ranked)
+                    eval_json_string(stdout, eval_class_name(e, o->idx[j], buf, sizeof buf));
+                else
+                    printf("null");
                 printf(",\"p\":");
-                eval_json_number(stdout, "%.6f", o->p[o->idx[j]] / se);
+                eval_json_number(stdout, "%.6f", ranked ? o->p[o->idx[j]] / se : NAN);
                 putchar('}');
             }
             printf("]}\n");
@@ -141,8 +149,9 @@ static int predict_batch(void *ctx, const eval_ctx *e, long first, int n, const 
             }
             for (int j = 0; j < o->k; j++) {
                 putchar(',');
-                csv_field(eval_class_name(e, o->idx[j], buf, sizeof buf));
-                printf(",%.6f", o->p[o->idx[j]] / se);
+                if (ranked)
+                    csv_field(eval_class_name(e, o->idx[j], buf, sizeof buf));
+                printf(",%.6f", ranked ? o->p[o->idx[j]] / se : NAN);
             }
             printf("\n");
         }
@@ -220,8 +229,8 @@ int main(int argc, char **argv)
         rc = cdl_error("writing the predictions to standard output failed: %s", strerror(errno));
     if (rc == 0 && w.nonfinite)
         fprintf(stderr, PROG ": warning: %ld samples have logits that are NaN or infinite (weights "
-                "of a run that diverged, or too large for float32): their probabilities are nan "
-                "(null in jsonl) and their classes in no order\n", w.nonfinite);
+                "of a run that diverged, or too large for float32): they have no predicted class "
+                "(empty in CSV, null in jsonl) and probabilities nan (null in jsonl)\n", w.nonfinite);
     if (rc != 0)
         fprintf(stderr, PROG ": error: %s\n", cdl_last_error());
     cdl_free(w.idx);

@@ -198,7 +198,8 @@ static void usage(FILE *f)
 "                               fp32 accumulation, fp32 weights and optimizer [fp32]\n"
 "      --cuda-graphs on|off     run each full training batch as one CUDA graph [on\n"
 "                               on a GPU with one rank; env CDL_CUDA_GRAPHS]\n"
-"  -t, --threads N              compute threads [SLURM_CPUS_PER_TASK, OMP_NUM_THREADS or all]\n"
+"  -t, --threads N              compute threads on the CPU (a GPU run uses one)\n"
+"                               [SLURM_CPUS_PER_TASK, OMP_NUM_THREADS or all]\n"
 "      --workers N              data loader threads [1]\n"
 "      --dist-backend NAME      auto, shm, mpi, hier, hier:mpi|nccl|store, nccl, single\n"
 "                               (this process alone, whatever its environment) [auto]\n"
@@ -457,9 +458,15 @@ static const char *without_own_rank(const char *msg)
  * time-slice. Without --threads, libcdl takes the smaller of
  * SLURM_CPUS_PER_TASK (else OMP_NUM_THREADS) and the CPUs
  * (cdl_default_threads); with it, the user's count stands. Say which,
- * once, in one line. */
-static void warn_cpus(int threads)
+ * once, in one line. On a GPU the count does not matter: the CUDA
+ * backend computes on one thread (--workers decode the data), so
+ * --device cuda is not warned, and auto says what the count is for. */
+static void warn_cpus(int threads, const char *device)
 {
+    if (!strcmp(device, "cuda"))
+        return;
+    const char *gpu = strcmp(device, "auto") ? ""
+                      : " (on a CPU: a run on a GPU computes on one thread whatever the count)";
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) != 0)
         return;
@@ -468,8 +475,8 @@ static void warn_cpus(int threads)
     if (threads > 0) {
         if (threads > ncpu)
             fprintf(stderr, "%s: warning: --threads %d but this process may run on %d "
-                    "CPU%s: the threads beyond %d share them and slow each other down\n",
-                    who(me, sizeof me), threads, ncpu, ncpu > 1 ? "s" : "", ncpu);
+                    "CPU%s: the threads beyond %d share them and slow each other down%s\n",
+                    who(me, sizeof me), threads, ncpu, ncpu > 1 ? "s" : "", ncpu, gpu);
         return;
     }
     const char *var = "SLURM_CPUS_PER_TASK", *s = getenv(var);
@@ -479,8 +486,8 @@ static void warn_cpus(int threads)
     int used = cdl_default_threads();   /* the mask's CPUs or the quota */
     if (want > used && want <= 4096)
         fprintf(stderr, "%s: warning: %s is %ld but this process may run on %d CPU%s%s; "
-                "cdl uses the smaller, %d\n", who(me, sizeof me), var, want, used,
-                used == 1 ? "" : "s", used < ncpu ? " (its cgroup's CPU quota)" : "", used);
+                "cdl uses the smaller, %d%s\n", who(me, sizeof me), var, want, used,
+                used == 1 ? "" : "s", used < ncpu ? " (its cgroup's CPU quota)" : "", used, gpu);
 }
 
 /* The environment's settings (options given later override them): read
@@ -840,7 +847,7 @@ int main(int argc, char **argv)
         return 2;
     int p = parse_args(argc, argv, &cfg);
     if (p <= 0)
-        warn_cpus(cfg.threads);
+        warn_cpus(cfg.threads, cfg.device);
     if (p != 0)
         return p > 0 ? 0 : 2;
     cdl_train_result res;

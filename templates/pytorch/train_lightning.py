@@ -11,7 +11,9 @@ would take the first node of the *job* (SLURM_NODELIST) and the port
 15000 + the last 4 digits of the job id, the same for every step of the
 job (docs/pytorch.md). devices and num_nodes must match Slurm's layout:
 they are read from the plugin's LOCAL_WORLD_SIZE and CDL_NNODES here, so
-the script follows whatever the job script asks for.
+the script follows whatever the job script asks for. Where a task sees only
+its own GPU (CDL_GPU_BIND=task) or replicas share one (--cdl-mps), each
+rank is given its GPU by hand (lightning_devices).
 
 Each rank prints one line "lightning rank R/W local L node N master A:P
 env CLASS" from inside the fit, and rank 0 "finished" at the end.
@@ -98,18 +100,53 @@ def check_layout():
                  f"--ntasks={world}")
 
 
+def lightning_devices(accelerator, local_world, visible, env=os.environ):
+    """Trainer's devices and DDP's parallel_devices and process group
+    backend for this node's tasks, as (devices, [GPU index per local rank]
+    or None, "gloo" or None). Lightning opens cuda:LOCAL_RANK of the
+    devices=LOCAL_WORLD_SIZE GPUs it asks the task to see: right where every
+    task sees all the node's GPUs, one task each. Under CDL_GPU_BIND=task
+    (--gpus-per-task=1, --gpu-bind=map_gpu) a task sees its own GPU only,
+    and Lightning refused at start ("You requested gpu: [0, 1] But your
+    machine only has: [0]"); under packed replicas (--cdl-mps=N,
+    --ntasks-per-gpu) local rank l belongs on GPU l / CDL_REPLICAS_PER_GPU,
+    and NCCL refuses two ranks on one GPU ("Duplicate GPU detected"). Then
+    each local rank is given its GPU as rank contract 5 says
+    (docs/rank-contract.md): devices=1 (a GPU the task sees), and
+    parallel_devices one entry per task of the node (Lightning checks their
+    count against --ntasks-per-node and opens entry LOCAL_RANK), with gloo
+    for packed replicas. Read in pytorch-lightning 2.2.5
+    (accelerator_connector.py, strategies/ddp.py, device_parser.py)."""
+    if accelerator == "cpu" or visible == 0 or "TORCHELASTIC_RUN_ID" in env:
+        return local_world, None, None
+    per_gpu = max(int(env.get("CDL_REPLICAS_PER_GPU", "1")), 1)
+    if env.get("CDL_GPU_BIND") == "task":
+        slots = [0] * local_world
+    else:
+        slots = [(l // per_gpu) % visible for l in range(local_world)]
+    if slots == list(range(local_world)) and local_world <= visible:
+        return local_world, None, None   # Lightning's own choice is right
+    return 1, slots, "gloo" if per_gpu > 1 else None
+
+
 def main():
     args = parse_args()
     check_layout()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    devices, slots, pg = lightning_devices(args.accelerator, local_world,
+                                           torch.cuda.device_count())
+    strategy = "ddp"
+    if slots is not None:
+        strategy = pl.strategies.DDPStrategy(
+            parallel_devices=[torch.device("cuda", i) for i in slots], process_group_backend=pg)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(args.samples, 32, generator=g)
     y = (x @ torch.randn(32, 10, generator=g)).argmax(dim=1)
     loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=True)
     trainer = pl.Trainer(
         accelerator=args.accelerator,
-        devices=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-        num_nodes=int(os.environ.get("CDL_NNODES", "1")),
-        strategy="ddp", max_epochs=args.epochs, default_root_dir=args.root_dir,
+        devices=devices, num_nodes=int(os.environ.get("CDL_NNODES", "1")),
+        strategy=strategy, max_epochs=args.epochs, default_root_dir=args.root_dir,
         enable_progress_bar=False, enable_model_summary=False, logger=False)
     trainer.fit(Net(args.lr), loader)
     # Leave together: Lightning keeps the process group open, and a rank

@@ -65,6 +65,14 @@ more=$(($(nproc) + 1))
 SLURM_CPUS_PER_TASK=4096 expect_status 2 "$CDL_TRAIN" --threads $more --epochs 0
 expect_err "--threads $more but this process may run on $(nproc) CPU"
 grep -q "uses the smaller" "$TMP/err" && die "--threads $more is said to be cut down"
+# On a GPU the count does not matter (the CUDA backend computes on one
+# thread): --device cuda was warned all the same, and auto says so.
+grep -q "a run on a GPU computes on one thread" "$TMP/err" ||
+    die "--device auto's CPU warning does not say a GPU run is not concerned"
+SLURM_CPUS_PER_TASK= OMP_NUM_THREADS=4096 expect_status 2 "$CDL_TRAIN" --device cuda --epochs 0
+grep -q warning "$TMP/err" && die "--device cuda warned about OMP_NUM_THREADS: $(cat "$TMP/err")"
+expect_status 2 "$CDL_TRAIN" --device cuda --threads $more --epochs 0
+grep -q warning "$TMP/err" && die "--device cuda warned about --threads $more: $(cat "$TMP/err")"
 # One rank of several (cdlrun, srun --cdl-ddp: every rank prints it) says
 # whose warning it is, as its errors do.
 RANK=1 WORLD_SIZE=2 expect_status 2 "$CDL_TRAIN" --threads $more --epochs 0

@@ -42,6 +42,21 @@ PY
 expect_status 1 "$GEN" "$TMP/nan.safetensors" --model "$TMP/nan.spec" --prompt ab --threads 1
 expect_err "the logits for token 1 are NaN or infinite"
 echo "PASS: a model whose logits overflow is an error, not NUL bytes"
+# cdl-eval of that model: no token of NaN logits is predicted. NaN
+# compares false with everything, so top-5 counted every token as a hit
+# ("top5":1.000000) beside a null loss.
+mkdir "$TMP/tok" && /usr/bin/python3 - "$TMP/tok" <<'PY' || die "writing tokens"
+import pickle, struct, sys
+for name in ("train.bin", "val.bin"):
+    open(f"{sys.argv[1]}/{name}", "wb").write(struct.pack("<64H", *[i * 7 % 256 for i in range(64)]))
+pickle.dump({"vocab_size": 256, "itos": {i: chr(i) for i in range(256)}},
+            open(f"{sys.argv[1]}/meta.pkl", "wb"))
+PY
+expect_status 0 "$CDL_EVAL" "$TMP/nan.safetensors" --model "$TMP/nan.spec" --dataset "tokens:$TMP/tok" \
+    --threads 1 --json
+grep -q '"loss":null,"perplexity":null,"accuracy":0.000000,"top5":0.000000,"nonfinite":60}' \
+    "$TMP/out" || die "cdl-eval counts tokens of NaN logits as predicted: $(cat "$TMP/out")"
+echo "PASS: cdl-eval of a language model whose logits overflow predicts no token"
 
 # Greedy (temperature 0) against PyTorch on a GPT PyTorch wrote.
 py=/usr/bin/python3

@@ -281,13 +281,31 @@ expect_status 0 nanrun "$CDL_EVAL" --json
 expect_err "warning: the loss is not finite (null in --json)"
 "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["loss"] is None, d' \
     "$TMP/out" || die "cdl-eval --json of a NaN loss is not JSON: $(cat "$TMP/out")"
+# No sample of NaN logits is correct: NaN compares false, so the argmax
+# said class 0 and top-5 counted them all (top5 1.000000).
+"$PY" - "$TMP/out" <<'PY' || die "cdl-eval counts NaN logits as correct: $(cat "$TMP/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["accuracy"] == 0 and d["top5"] == 0 and d["nonfinite"] == 15, d
+assert sum(d["nonfinite_per_class"]) == 15 and not any(map(any, d["confusion"])), d
+assert all(a in (0, None) for a in d["per_class_accuracy"]), d
+PY
+expect_status 0 nanrun "$CDL_EVAL"
+grep -q '^not finite  15 samples: NaN or infinite logits, counted as wrong' "$TMP/out" ||
+    die "cdl-eval's text does not count the NaN samples: $(cat "$TMP/out")"
+grep -qE '^top-5 +0.00%' "$TMP/out" || die "cdl-eval's top-5 of NaN logits: $(cat "$TMP/out")"
 expect_status 0 nanrun "$CDL_PREDICT" --format jsonl --top-k 2
 expect_err "warning: 15 samples have logits that are NaN or infinite"
 "$PY" -c '
 import json, sys
 for line in open(sys.argv[1]):
-    assert json.loads(line)["top"][0]["p"] is None, line' "$TMP/out" ||
+    top = json.loads(line)["top"]
+    assert [t["p"] for t in top] == [None] * 2 and [t["class"] for t in top] == [None] * 2, line' \
+    "$TMP/out" ||
     die "cdl-predict --format jsonl of NaN logits is not JSON: $(head -2 "$TMP/out")"
+expect_status 0 nanrun "$CDL_PREDICT" --top-k 2
+[ "$(sed -n 2p "$TMP/out" | cut -d, -f3-)" = ",nan,,nan" ] ||
+    die "cdl-predict ranks classes of NaN logits: $(sed -n 2p "$TMP/out")"
 echo "PASS: a diverged model's NaN loss and probabilities are null in JSON, with a warning"
 
 # A class without samples in the split has no accuracy: n/a and null, not

@@ -17,6 +17,10 @@
 #     device_ids, where Accelerate would open cuda:LOCAL_RANK, no GPU of a
 #     task bound to its own (tests/slurm/test_hf_trainer.sh checks that
 #     Accelerate 0.32.1 honours both);
+#   - what Lightning is told (train_lightning.py's lightning_devices): where
+#     a task sees only its own GPU (CDL_GPU_BIND=task) or replicas share one,
+#     devices=1 and each local rank's GPU by hand (gloo for packed replicas);
+#     before, devices=LOCAL_WORLD_SIZE, which Lightning refused at start;
 #   - a gloo error names the lost peer's address (lost_peer);
 #   - a SIGUSR1/SIGTERM that comes before the first step (a job given less
 #     time than its --signal lead, a scancel as it starts): with --ckpt-dir
@@ -103,6 +107,43 @@ ACCELERATE_BYPASS_DEVICE_MAP=true,ACCELERATE_TORCH_DEVICE=cuda:1 True
  at 10.0.0.2:40123
 ''"
 [ "$acc" = "$want" ] || die "Accelerate's device variables or the lost peer's address are not as expected"
+
+# ---- what Lightning is told: lightning_devices(accelerator, LOCAL_WORLD_SIZE,
+# visible GPUs) -> devices, GPU per local rank, process group backend. It
+# asked for devices=LOCAL_WORLD_SIZE, which Lightning refuses where a task
+# sees only its own GPU ("You requested gpu: [0, 1, 2, 3] But your machine
+# only has: [0]"); tests/slurm/test_lightning.sh checks that Lightning
+# 2.2.5 accepts the answers. Lightning itself is stubbed: not needed here.
+pl=$($py - "${DDP%/*}" <<'PY'
+import os, sys, types
+sys.path.insert(0, sys.argv[1])
+stub = types.ModuleType("pytorch_lightning")
+stub.LightningModule = object
+sys.modules["pytorch_lightning"] = stub
+import train_lightning
+cases = [
+    ("auto", 4, 4, {}),                                   # every task sees all: Lightning's own
+    ("auto", 4, 1, {"CDL_GPU_BIND": "task"}),             # --gpus-per-task=1: each its GPU 0
+    ("gpu", 4, 1, {"CDL_REPLICAS_PER_GPU": "4"}),         # --cdl-mps=4: one GPU, gloo
+    ("auto", 4, 2, {"CDL_REPLICAS_PER_GPU": "2"}),        # 2 per GPU, 2 GPUs seen
+    ("cpu", 4, 1, {"CDL_GPU_BIND": "task"}),              # on the CPU: Lightning's own
+    ("auto", 4, 0, {"CDL_GPU_BIND": "task"}),             # no GPU seen: Lightning's own
+]
+for acc, local, visible, env in cases:
+    for k in ("CDL_GPU_BIND", "CDL_REPLICAS_PER_GPU", "TORCHELASTIC_RUN_ID"):
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    print(*train_lightning.lightning_devices(acc, local, visible))
+PY
+)
+echo "$pl"
+want="4 None None
+1 [0, 0, 0, 0] None
+1 [0, 0, 0, 0] gloo
+1 [0, 0, 1, 1] gloo
+4 None None
+4 None None"
+[ "$pl" = "$want" ] || die "Lightning's devices under cdl's GPU binding are not as expected"
 
 # ---- a signal before the first step
 signalled() {   # signalled SIG CMD...: CMD started with SIG already pending

@@ -6,6 +6,9 @@
 # MASTER_PORT (not its own job-id-derived port), and training finishes.
 # Steps Lightning cannot run (-N2 -n3: 2 + 1 tasks; -N2 -n2 without
 # --ntasks-per-node) are refused by the script with the options that work.
+# Under per-task GPU binding or packed replicas (a task sees one GPU),
+# Lightning accepts the script's GPU settings (a Trainer built with one
+# CUDA device faked on the CPU, before the cluster starts).
 #
 # Lightning comes from PyPI, pinned to the last release for Debian's torch
 # 1.13, into a venv over the system site-packages (so that Debian's torch
@@ -24,6 +27,43 @@ require_cluster_tools
 # shellcheck disable=SC2086
 pypi_venv lightning pytorch_lightning $PINS
 "$venv/bin/python" -c 'import pytorch_lightning, torch; print("Lightning", pytorch_lightning.__version__, "on torch", torch.__version__)'
+
+# Lightning's GPU settings under cdl's per-task binding, with no GPU: a
+# Trainer built on the CPU with Lightning told that CUDA_VISIBLE_DEVICES
+# shows 1 GPU (CDL_GPU_BIND=task, or --cdl-mps=4), for local rank 2 of 4
+# tasks on the node. devices=LOCAL_WORLD_SIZE was refused ("You requested
+# gpu: [0, 1, 2, 3] But your machine only has: [0]"); lightning_devices'
+# settings are accepted, rank 2 on the task's cuda:0, gloo when packed.
+pl_gpus() {   # pl_gpus VAR=VALUE...: "root device, processes, backend" or the refusal
+    env SLURM_JOB_NAME=t SLURM_JOB_ID=1 SLURM_NODELIST=n1 SLURM_NTASKS=4 SLURM_NTASKS_PER_NODE=4 \
+        SLURM_NNODES=1 SLURM_NODEID=0 SLURM_PROCID=2 SLURM_LOCALID=2 WORLD_SIZE=4 LOCAL_WORLD_SIZE=4 \
+        RANK=2 LOCAL_RANK=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "$@" \
+        "$venv/bin/python" - "$top_srcdir/templates/pytorch" 2>/dev/null <<'PY'
+import os, sys, torch
+from unittest import mock
+sys.path.insert(0, sys.argv[1])
+import train_lightning as tl
+import pytorch_lightning as pl
+devices, slots, pg = tl.lightning_devices("gpu", 4, 1)
+with mock.patch("torch.cuda.device_count", return_value=1), \
+        mock.patch("torch.cuda.is_available", return_value=True), \
+        mock.patch("lightning_fabric.accelerators.cuda.num_cuda_devices", return_value=1):
+    strategy = "ddp" if slots is None else pl.strategies.DDPStrategy(
+        parallel_devices=[torch.device("cuda", i) for i in slots], process_group_backend=pg)
+    try:
+        s = pl.Trainer(accelerator="gpu", devices=devices, strategy=strategy, logger=False).strategy
+        s.cluster_environment.validate_settings(num_devices=s.num_processes, num_nodes=1)
+        print(s.root_device, s.num_processes, s.global_rank, s._get_process_group_backend())
+    except Exception as e:
+        print("refused:", str(e).split("\n")[0])
+PY
+}
+got=$(pl_gpus CDL_GPU_BIND=task)
+check "CDL_GPU_BIND=task, 1 GPU seen: Lightning accepts devices=1 and rank 2 on cuda:0 ($got)" \
+    test "$got" = "cuda:0 4 2 nccl"
+got=$(pl_gpus CDL_REPLICAS_PER_GPU=4)
+check "--cdl-mps=4, 1 GPU seen: Lightning accepts, rank 2 on cuda:0 over gloo ($got)" \
+    test "$got" = "cuda:0 4 2 gloo"
 
 start_cluster
 mkdir -p "$WORK/pytorch"

@@ -1304,7 +1304,6 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     r.optim = r.ddp ? ddp_optim_create(r.ddp, &cfg->optim) : NULL;
     if (!r.optim || !r.ddp || train_decay_groups(&r) != 0 || loop_create(&r) != 0)
         goto out;
-    train_speed_setup(&r);
     if (r.accum > 1 &&
         !(r.grad_acc = r.be->ops->alloc(r.be, cdl_model_nparams(r.model) * sizeof(float))))
         goto out;
@@ -1317,6 +1316,7 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads,
                       r.be->threads == 1 ? "" : "s", r.ri.world,
                       r.ri.world > 1 ? "s" : "");
+    train_speed_setup(&r);   /* after the header: its note says which peak MFU uses */
     if (tokens_vocab_file(&r.train))   /* the staged copy, if any */
         train_report_note(r.rep, "vocabulary %d from %s (nanoGPT's; --vocab-size overrides it)%s",
                           r.train.classes, tokens_vocab_file(&r.train),

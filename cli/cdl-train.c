@@ -210,7 +210,7 @@ static void usage(FILE *f)
 "      --metrics-every N        also a record every N steps [0: never]\n"
 "      --tensorboard DIR        TensorBoard event files: scalars per epoch (and every\n"
 "                               --metrics-every steps), hyper-parameters\n"
-"      --peak-tflops X          the device's peak TFLOP/s for MFU [known GPUs by name]\n"
+"      --peak-tflops X          the GPU's or CPU's peak TFLOP/s for MFU [known GPUs by name]\n"
 "      --progress | --no-progress  live bar with ETA (default: when stderr is a terminal)\n"
 "  -q, --quiet                  no output but errors and warnings\n"
 "  -h, --help    --version\n"

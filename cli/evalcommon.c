@@ -464,15 +464,15 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
         if (!norm && !*meta(f, "dataset") && o->norm.kind == CDL_NORMALIZE_DEFAULT &&
             strstr(CDL_DATASET_FORMATS, name))
             eval_note(o, "warning: %s does not store the normalisation its weights were "
-                    "trained with (not written by cdl-train): using statistics computed from the "
-                    "split read; give --normalize as the training did (PyTorch's "
-                    "transforms.Normalize(mean, std) is --normalize M1,..,Mc,S1,..,Sc, "
-                    "ToTensor() alone --normalize none)\n", o->ckpt);
+                      "trained with (not written by cdl-train): using statistics computed "
+                      "from the split read; give --normalize as the training did (PyTorch's "
+                      "transforms.Normalize(mean, std) is --normalize M1,..,Mc,S1,..,Sc, "
+                      "ToTensor() alone --normalize none)\n", o->ckpt);
         if (!norm && same && !o->files && !*meta(f, "tokens") &&
             o->norm.kind == CDL_NORMALIZE_DEFAULT)
             eval_note(o, "warning: %s does not store its normalisation (an older cdl): "
-                    "using %s's defaults, which for %s are computed from the split read\n",
-                    o->ckpt, name, CDL_DATASET_FORMATS);
+                      "using %s's defaults, which for %s are computed from the split read\n",
+                      o->ckpt, name, CDL_DATASET_FORMATS);
         int rc = cdl_dataset_load_with(name, *dir ? dir : NULL,
                                        val_folder ? CDL_SPLIT_VAL : test ? CDL_SPLIT_TEST
                                                                      : CDL_SPLIT_TRAIN,
@@ -495,16 +495,16 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             long run_n = eval_meta_long(f, "train_samples") + (val > 0 ? val : 0);
             if (rc == 0)
                 eval_note(o, "%s has no test split and is not the run's data: "
-                        "taking all its %d samples as held-out data%s\n", dir,
-                        all.n, all.n == run_n ? " (as many as the run's training data: if it "
-                        "is a copy of it, it is not held out)" : "");
+                          "taking all its %d samples as held-out data%s\n", dir,
+                          all.n, all.n == run_n ? " (as many as the run's training data: if it "
+                          "is a copy of it, it is not held out)" : "");
         }
         cdl_free(norm);
         if (rc == 1 && e->split_default && val > 0 && same) {
             /* One folder per class, no test/: the held-out samples are the
              * run's validation split, which it reported every epoch. */
             eval_note(o, "the data in %s has no test split: evaluating the run's "
-                    "validation split (--split val)\n", dir);
+                      "validation split (--split val)\n", dir);
             e->own.split = "val";
             return load_data(e, f);
         }
@@ -523,7 +523,7 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             return -1;
         if (all.skipped)
             eval_note(o, "--skip-bad-files: left out %ld unreadable files of %s\n",
-                    all.skipped, dir);
+                      all.skipped, dir);
         /* Weights another program wrote on a named dataset: its published
          * statistics, which a PyTorch training may not have used. */
         if (!norm && !*meta(f, "dataset") && o->norm.kind == CDL_NORMALIZE_DEFAULT &&
@@ -536,9 +536,9 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
                          all.std[k]);
             }
             eval_note(o, "note: %s does not store the normalisation its weights were "
-                    "trained with (not written by cdl-train): using %s's published mean %s and "
-                    "std %s; give --normalize if the training used others\n", o->ckpt,
-                    name, ms, ss);
+                      "trained with (not written by cdl-train): using %s's published mean "
+                      "%s and std %s; give --normalize if the training used others\n", o->ckpt,
+                      name, ms, ss);
         }
     }
     if (test || val <= 0) {
@@ -729,7 +729,7 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
     } else {
         cdl_free(norm);
         eval_note(o, "warning: %s does not store its input shape and normalisation (an "
-                "older cdl): taking them from its dataset's training split\n", o->ckpt);
+                  "older cdl): taking them from its dataset's training split\n", o->ckpt);
         eval_opts train = *o;
         train.split = "train";
         eval_ctx t = {.o = &train};
@@ -790,7 +790,7 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
     snprintf(e->dataset, sizeof e->dataset, "files");
     if (e->data.skipped)
         eval_note(o, "--skip-bad-files: left out %ld unreadable files\n",
-                e->data.skipped);
+                  e->data.skipped);
     return 0;
 }
 
@@ -817,9 +817,9 @@ static void warn_other_function(const eval_opts *o, const cdl_st_file *f,
         snprintf(was->source, sizeof was->source, "the run's %s", run);
         if (cdl_spec_compare(given, was, why, sizeof why) == 1)
             eval_note(o, "warning: --model %s is not the model %s was trained as, though "
-                    "its tensors fit: %s. These results are those of --model %s; leave "
-                    "--model out for the run's model\n", o->model,
-                    o->ckpt, why, o->model);
+                      "its tensors fit: %s. These results are those of --model %s; leave "
+                      "--model out for the run's model\n", o->model,
+                      o->ckpt, why, o->model);
     }
     cdl_free(was);
 }

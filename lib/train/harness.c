@@ -118,7 +118,7 @@ static int table_columns(run *r)
      * the end of an epoch. The run goes on without the names. */
     if (!utf8_valid(r->feature_columns, strlen(r->feature_columns)) ||
         !utf8_valid(r->label_name, strlen(r->label_name))) {
-        train_report_warning(r->rep, "warning: the table's column names are not UTF-8 text (a "
+        train_report_warning(r->rep, "the table's column names are not UTF-8 text (a "
                              "spreadsheet's legacy encoding?): the checkpoints cannot store "
                              "them, so cdl-predict cannot match a new table's columns to them; "
                              "save the table as CSV UTF-8 to have them");
@@ -134,7 +134,7 @@ static int table_columns(run *r)
     for (int k = 0; s; k++) {
         size_t n = strcspn(s, "\n");
         if (n == 0)
-            train_report_warning(r->rep, "warning: feature column %d of the table has no name "
+            train_report_warning(r->rep, "feature column %d of the table has no name "
                                  "(pandas writes its row index so: to_csv(..., index=False) "
                                  "leaves it out): it is trained on as a feature", k + 1);
         s = s[n] ? s + n + 1 : NULL;
@@ -655,7 +655,7 @@ static int resume(run *r, train_position *pos)
          * (ckpt_dir.c refuses another account's there): said, not refused. */
         char owner[160];
         if (stat(path, &st) == 0 && train_foreign(&st, owner, sizeof owner))
-            train_report_warning(r->rep, "warning: --resume %s belongs to another account (%s): "
+            train_report_warning(r->rep, "--resume %s belongs to another account (%s): "
                                  "this run goes on from what that account wrote", path, owner);
     }
     if (train_ckpt_load(path, r->model, r->optim, c, pos) != 0) {
@@ -701,7 +701,7 @@ static int resume(run *r, train_position *pos)
                      "%s--accum-steps %d -> %d", change[0] ? ", " : "", was.accum, now.accum);
         if (!exact)
             train_report_warning(r->rep,
-                                 "warning: %s was written by %d rank%s, resuming on %d%s%s: "
+                                 "%s was written by %d rank%s, resuming on %d%s%s: "
                                  "epoch %d continues at batch %ld of %ld (step %ld of this world "
                                  "size, was %ld), so results differ from an uninterrupted run",
                                  path, pos->world, pos->world == 1 ? "" : "s", r->ri.world,
@@ -1056,7 +1056,7 @@ static void schedule_note(run *r)
     /* --max-steps only stops a run: past the epochs' end it does nothing, and
      * a small corpus's default 10 epochs may be a few dozen steps. */
     if (c->max_steps > run_steps)
-        train_report_warning(r->rep, "warning: --max-steps %ld is past the run's end: %d epoch%s "
+        train_report_warning(r->rep, "--max-steps %ld is past the run's end: %d epoch%s "
                              "of %ld step%s end it at step %ld; give --epochs %ld (or more) to "
                              "train %ld steps", c->max_steps, c->epochs, c->epochs > 1 ? "s" : "", spe,
                              spe > 1 ? "s" : "", run_steps, (c->max_steps + spe - 1) / spe,
@@ -1304,7 +1304,6 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     r.optim = r.ddp ? ddp_optim_create(r.ddp, &cfg->optim) : NULL;
     if (!r.optim || !r.ddp || train_decay_groups(&r) != 0 || loop_create(&r) != 0)
         goto out;
-    train_speed_setup(&r);
     if (r.accum > 1 &&
         !(r.grad_acc = r.be->ops->alloc(r.be, cdl_model_nparams(r.model) * sizeof(float))))
         goto out;
@@ -1317,6 +1316,7 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads,
                       r.be->threads == 1 ? "" : "s", r.ri.world,
                       r.ri.world > 1 ? "s" : "");
+    train_speed_setup(&r);   /* after the header: its note says which peak MFU uses */
     if (tokens_vocab_file(&r.train))   /* the staged copy, if any */
         train_report_note(r.rep, "vocabulary %d from %s (nanoGPT's; --vocab-size overrides it)%s",
                           r.train.classes, tokens_vocab_file(&r.train),

@@ -88,9 +88,12 @@ void train_speed_setup(run *r)
         train_report_note(r->rep, "MFU: %.3g GFLOP per token (6 x %.0f parameters + attention) "
                           "against %g TFLOP/s per device (%s)", r->flops_per_token / 1e9, params,
                           r->peak_tflops, r->cfg->peak_tflops > 0 ? "--peak-tflops" : dev);
-    else
+    else if (dev)
         train_report_note(r->rep, "MFU n/a: %s is not in the table of GPU peaks; give "
-                          "--peak-tflops", dev ? dev : "the CPU");
+                          "--peak-tflops", dev);
+    else   /* no table of CPUs: their peaks depend on cores, clock and vector width */
+        train_report_note(r->rep, "MFU n/a on the CPU: --peak-tflops X, the CPU's peak "
+                          "TFLOP/s, reports one");
 }
 
 void train_speed(const run *r, double rows_per_sec, double *samples_per_sec,

@@ -47,7 +47,7 @@ static int record_failed(train_report *r, int rc)
         return 0;
     if (!r->failed[0]) {
         snprintf(r->failed, sizeof r->failed, "%s", cdl_last_error());
-        train_report_warning(r, "warning: %s: no more records are written; the run "
+        train_report_warning(r, "%s: no more records are written; the run "
                              "stops after this step, with a checkpoint where --ckpt-dir is "
                              "given", r->failed);
     }
@@ -310,8 +310,14 @@ void train_report_warning(train_report *r, const char *fmt, ...)
 {
     if (r->rank != 0)
         return;
+    /* "cdl-train: warning: ", as cdl-train's other warnings and errors
+     * begin: the call sites give the rest. */
+    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    report_line(r, CDL_LOG_WARNING, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (r->bar)
+        fprintf(stderr, "\r\033[K");
+    log_line(CDL_LOG_WARNING, stderr, "cdl-train: warning: %s", msg);
 }

@@ -63,7 +63,8 @@ int train_report_eval(train_report *r, int epoch, long step, double loss, double
 const char *train_report_failed(const train_report *r);
 /* A line for the user (rank 0 only), e.g. "resuming from ...". */
 void train_report_note(train_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A warning of a likely mistake in the run's settings (rank 0 only): also
+/* A warning of a likely mistake in the run's settings (rank 0 only), after
+ * "cdl-train: warning: " (fmt gives the rest; 2 KiB at most): also
  * under --quiet, which silences what a run reports, not what is wrong. */
 void train_report_warning(train_report *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -85,7 +85,7 @@ static void test_lines_to_hook(void **state)
     if (!strstr(g.all, "1 epoch 1/2  train loss") || !strstr(g.all, "1 epoch 2/2  train loss") ||
         !strstr(g.all, "1 test  loss"))
         fail_msg("on_log missed the epoch or test lines:\n%s", g.all);
-    if (!strstr(g.all, "2 warning: --max-steps 100 is past the run's end"))
+    if (!strstr(g.all, "2 cdl-train: warning: --max-steps 100 is past the run's end"))
         fail_msg("on_log missed the --max-steps warning:\n%s", g.all);
     assert_int_equal(g.lines, g.info + g.warnings);
 

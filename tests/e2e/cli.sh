@@ -191,11 +191,12 @@ grep -q "decays to 0 by step 10 (the end of the last epoch); --max-steps 3 stops
 # asked for 2000 steps of a corpus whose 10 default epochs are 30 steps and
 # trained 30 without a word. The run says so and which --epochs would do.
 expect_status 0 "$CDL_TRAIN" $small --max-steps 12
-grep -q "^warning: --max-steps 12 is past the run's end: 5 epochs of 2 steps end it at step 10; give --epochs 6 (or more) to train 12 steps$" \
+# Said as cdl-train's other messages are (it began "warning:" alone).
+grep -q "^cdl-train: warning: --max-steps 12 is past the run's end: 5 epochs of 2 steps end it at step 10; give --epochs 6 (or more) to train 12 steps$" \
     "$TMP/err" || die "no warning for --max-steps past the run's end: $(cat "$TMP/err")"
 # A warning of a likely mistake is not output that --quiet silences.
 expect_status 0 "$CDL_TRAIN" $small --max-steps 12 --quiet
-grep -q "^warning: --max-steps 12 is past the run's end" "$TMP/err" ||
+grep -q "^cdl-train: warning: --max-steps 12 is past the run's end" "$TMP/err" ||
     die "--quiet silenced the warning for --max-steps past the run's end: $(cat "$TMP/err")"
 [ ! -s "$TMP/out" ] || die "--quiet printed on stdout: $(cat "$TMP/out")"
 expect_status 0 "$CDL_TRAIN" $small --max-steps 10

@@ -32,6 +32,16 @@ docdir=$(var docdir)
 for doc in "$top_srcdir"/docs/*.md; do
     [ -s "$DEST$docdir/${doc##*/}" ] || die "${doc#"$top_srcdir"/} is not installed into $docdir (dist_doc_DATA in Makefile.am)"
 done
+# The installed README's relative links resolve there (they said
+# docs/X.md, the source tree's path, with the guides beside README.md).
+links=$(grep -oE '\]\([^)]+\)' "$DEST$docdir/README.md" | sed -E 's/^\]\(//; s/\)$//; s/#.*//' |
+    grep -vE '^([a-z]+:|$)' | sort -u)
+[ -n "$links" ] || die "no relative link in the installed README.md: the check is blind"
+for link in $links; do
+    [ -e "$DEST$docdir/$link" ] || die "the installed README.md links $link, which is not in $docdir"
+done
+grep -qE '(^|[^A-Za-z0-9_/.-])docs/[a-z-]+\.md' "$DEST$docdir/README.md" &&
+    die "the installed README.md names docs/X.md, a path of the source tree"
 named=$(cat "$DEST$mandir"/man[1358]/* "$DEST$(var templatesdir)/README.md" |
     grep -oE '\b[A-Za-z][A-Za-z-]*\.md\b' | sort -u)
 [ -n "$named" ] || die "no guide named by the man pages: the check is blind"

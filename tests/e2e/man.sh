@@ -159,16 +159,18 @@ grep -q "(rank contract $contract)" "$top_srcdir/docs/admin.md" ||
 grep -q "(rank contract $contract)" "$TMP/cdlrun.1.txt" ||
     die "man/cdlrun.1: the --version example does not say 'rank contract $contract'"
 # The programs' and the plugin's version lines the docs and pages show
-# ("cdl-train (cdl) X.Y.Z", "cdl_spank X.Y.Z") and the library the
-# messages call "this libcdl, cdl X.Y.Z" are this release's: the man pages
+# ("cdl-train (cdl) X.Y.Z", "cdl_spank X.Y.Z"), the library the
+# messages call "this libcdl, cdl X.Y.Z" and the rank the store's refusal
+# says "This rank runs cdl X.Y.Z" of are this release's: the man pages
 # were updated to 0.2.0 and docs/admin.md, docs/slurm-plugin.md kept
 # showing 0.1.0 for what srun --cdl-version and cdl-train --version print,
-# docs/api.md for a 0.2.0 libcdl refusing a newer program's struct.
+# docs/api.md for a 0.2.0 libcdl refusing a newer program's struct,
+# docs/admin.md "This rank runs cdl 0.1.0" for a 0.2.0 rank.
 release=$("$CDL_TRAIN" --version | sed -n '1s/^cdl-train (cdl) \([^ ]*\).*/\1/p')
 [ -n "$release" ] || die "cannot read the release from cdl-train --version"
-old=$(grep -nE '(\(cdl\)|cdl_spank|this libcdl,? \(?cdl) [0-9]+\.[0-9]+\.[0-9]+' "$top_srcdir"/README.md \
+old=$(grep -nE '(\(cdl\)|cdl_spank|this libcdl,? \(?cdl|This rank runs cdl) [0-9]+\.[0-9]+\.[0-9]+' "$top_srcdir"/README.md \
           "$top_srcdir"/docs/*.md "$top_srcdir"/templates/README.md "$TMP"/*.[1-8].txt |
-       grep -vE "(\(cdl\)|cdl_spank|this libcdl,? \(?cdl) $release([^0-9.]|\$)")
+       grep -vE "(\(cdl\)|cdl_spank|this libcdl,? \(?cdl|This rank runs cdl) $release([^0-9.]|\$)")
 [ -z "$old" ] || die "version lines of another release than $release (the programs print $release): $old"
 # Every file of the source tree that README.md, docs/*.md and
 # templates/README.md name (a path under one of its top directories with a

@@ -48,6 +48,12 @@ printf '\x80\x04}\x94(\x8c\x0avocab_size\x94K\x1bu.' >"$TMP/char/meta.pkl"
 expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --model gpt:n_layer=1,n_head=1,n_embd=2 \
     --dataset "tokens:$TMP/char" --block-size 4 --max-steps 1
 expect_err "vocabulary 27 from $TMP/char/meta.pkl"
+# A language model on the CPU: the run's header comes first, and the MFU
+# note after it fits a CPU (it came first, calling the CPU "not in the
+# table of GPU peaks").
+head -1 "$TMP/err" | grep -q '^cdl [0-9.]*: gpt' || die "the run's header is not its first line: $(cat "$TMP/err")"
+expect_err "MFU n/a on the CPU: --peak-tflops X, the CPU's peak TFLOP/s, reports one"
+grep -q 'GPU' "$TMP/err" && die "a CPU run's notes speak of GPUs: $(cat "$TMP/err")"
 # ... also for one of its .bin files (tokens:FILE.bin), the meta.pkl beside it.
 # (--vocab-size 20: ids 1..19 train, the first validation window holds 20.)
 train 1 --dataset "tokens:$TMP/char/train.bin" --block-size 4 --vocab-size 20 --val-split 8 \

@@ -159,7 +159,9 @@ static int bind_port(const cdl_rank_info *info, const char *host)
         return cdl_error("MASTER_PORT %d on host %s is in use by another process of yours (%s): "
                          "an earlier run or step still running on this host? (ss -ltnp shows "
                          "it); stop it, or run the step again for another step id (srun "
-                         "--cdl-ddp hashes the job and step ids into the port); a hand-exported "
+                         "--cdl-ddp hashes the job and step ids into the port, so two steps "
+                         "on one node can meet; the administrator can have Slurm reserve ports, "
+                         "MpiParams=ports= in slurm.conf, docs/admin.md); a hand-exported "
                          "MASTER_PORT: choose another, cdlrun picks a free one",
                          info->master_port, host, who);
     if (e == EADDRINUSE)

@@ -54,11 +54,9 @@ signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGUSR1, signal.SIGTERM])
 
 import argparse  # noqa: E402 (after the handlers: torch takes seconds to load)
 import datetime  # noqa: E402
-import faulthandler  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
-import threading  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -68,7 +66,6 @@ from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 
 EXIT_REQUEUE = 75  # like cdl-train: "checkpoint written, requeue me"
 EXIT_PEER_LOST = 76  # like cdl-train: "a rank was lost; resume from the last checkpoint"
-TEARDOWN_S = 60   # the longest a rank may take to leave once its work is done
 
 
 def parse_args():
@@ -369,29 +366,21 @@ def train(args):
 
 
 def leave(launched, code):
-    """Tears the process group down and returns code, in bounded time.
-    torch 1.13's gloo teardown can hang on a peer that has already gone,
-    also after destroy_process_group, when train's last reference to the
-    group (the DDP model) goes (in a test under load, one rank in four
-    runs; seen in gdb). All work is done and every rank has passed the
-    last barrier by then: past TEARDOWN_S a watchdog prints every thread's
-    stack (where it stood) and ends the process with code itself, so a
-    finished run is not reported failed nor a requeue lost."""
+    """Ends a launched rank with code once its work is done, without tearing
+    the process group down. torch 1.13 can deadlock in that teardown: the
+    main thread, holding the GIL, joins a gloo thread that waits for it
+    (seen under load in one run in four or five, in destroy_process_group
+    or when the DDP model, train's last reference to the group, goes). No
+    Python thread can run then, so a watchdog could only end the rank with
+    faulthandler's status 1, and the job was reported failed, or its
+    requeue lost, after all its work was done. Every rank has passed its
+    last collective here (the final barrier, the checkpoint's, or the stop
+    vote), so there is nothing left to say to the others: the process ends,
+    and the kernel closes its sockets. A single process returns code."""
     if launched:
-        def give_up():
-            rank = os.environ.get("RANK", "?")
-            print(f"rank {rank}: the process group's teardown did not end in {TEARDOWN_S} s "
-                  f"(all work done): leaving with status {code}", file=sys.stderr, flush=True)
-            faulthandler.dump_traceback(file=sys.stderr)
-            sys.stdout.flush()
-            os._exit(code)
-        watchdog = threading.Timer(TEARDOWN_S, give_up)
-        watchdog.daemon = True
-        watchdog.start()
-        # A hang in the interpreter's own finalisation, where that thread
-        # no longer runs: faulthandler's C thread still ends it (status 1).
-        faulthandler.dump_traceback_later(TEARDOWN_S + 15, exit=True)
-        dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code
 
 

@@ -33,7 +33,7 @@ tests_fuzz_fuzz_plugstack_SOURCES = tests/fuzz/fuzz_plugstack.c $(FUZZ_COMMON) s
 tests_fuzz_fuzz_discover_SOURCES = tests/fuzz/fuzz_discover.c $(FUZZ_COMMON) \
 	lib/dist/discover.c lib/dist/contract.c lib/core/log.c
 tests_fuzz_fuzz_store_SOURCES = tests/fuzz/fuzz_store.c $(FUZZ_COMMON) lib/dist/store_server.c \
-	lib/dist/store_io.c lib/dist/hmac.c lib/dist/util.c
+	lib/dist/store_io.c lib/dist/hmac.c lib/dist/util.c lib/dist/port_owner.c
 tests_fuzz_fuzz_plugstack_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_discover_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_store_CFLAGS = $(FUZZ_CFLAGS_ALL) -pthread
@@ -116,7 +116,7 @@ tests_fuzz_fuzz_tokens_LDADD = $(FUZZ_LDADD_ALL)
 FUZZ_TARGETS += tests/fuzz/fuzz_resume
 tests_fuzz_fuzz_resume_SOURCES = tests/fuzz/fuzz_resume.c tests/fuzz/fuzz_st.h $(FUZZ_COMMON) \
 	lib/train/resume_check.c lib/train/config.c lib/ckpt/safetensors_read.c lib/ckpt/json.c \
-	lib/ckpt/checksum.c
+	lib/ckpt/checksum.c lib/core/sized.c
 tests_fuzz_fuzz_resume_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_resume_CPPFLAGS = $(FUZZ_CPPFLAGS_ALL)
 tests_fuzz_fuzz_resume_LDADD = $(FUZZ_LDADD_ALL)

@@ -444,16 +444,15 @@ static int build_model_from(run *r, const char *text)
     return 0;
 }
 
-/* A spec file is read once: the model is built from the very text its
- * checkpoints carry, even if the file changes meanwhile. */
-/* --init's weights into the model, which must be finite to train. */
+/* --init's weights into the model; the loader refuses a NaN or an
+ * infinity, naming the tensor (lib/train/init.c, check_finite). */
 static int load_init(run *r)
 {
-    return cdl_model_load_weights(r->model, r->cfg->init, r->cfg->init_ignore) != 0 ||
-                   init_refuse_nonfinite(r->model, r->cfg->init) != 0
-               ? -1
-               : 0;
+    return cdl_model_load_weights(r->model, r->cfg->init, r->cfg->init_ignore);
 }
+
+/* A spec file is read once: the model is built from the very text its
+ * checkpoints carry, even if the file changes meanwhile. */
 
 static int build_model(run *r)
 {

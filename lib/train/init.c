@@ -8,7 +8,6 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
-#include <math.h>
 #include <string.h>
 
 #include <cdl/cdl.h>
@@ -361,47 +360,4 @@ int init_fresh_names(const cdl_model *m, const char *ignore, char *buf, size_t l
     if (used >= len && len > 4)
         memcpy(buf + len - 4, "...", 4);   /* a long list is cut, not wrong */
     return n;
-}
-
-/* Weights of a run that diverged (PyTorch saves NaN without a word, and
- * cdl's checkpoints refuse them only on writing) would train as if the
- * learning rate had done it: "loss is nan at step 1: training diverged;
- * start again with a lower --lr" sent the user after the wrong cause. */
-int init_refuse_nonfinite(cdl_model *m, const char *path)
-{
-    cdl_backend *be = cdl_model_backend(m);
-    size_t np = cdl_model_nparams(m), nb = cdl_model_nbuffer_floats(m);
-    float *host = cdl_malloc((np + nb) * sizeof *host + 1);
-    if (!host)
-        return -1;
-    int rc = -1;
-    if (be->ops->sync(be) != 0)
-        goto out;
-    be->ops->to_host(be, host, cdl_model_params(m), np * sizeof *host);
-    if (nb)
-        be->ops->to_host(be, host + np, cdl_model_buffers(m), nb * sizeof *host);
-    if (be->ops->sync(be) != 0)
-        goto out;
-    size_t bad = 0;
-    const char *first = NULL;
-    for (int i = 0; i < cdl_model_nviews(m) + cdl_model_nbuffers(m); i++) {
-        int param = i < cdl_model_nviews(m);
-        const cdl_param_view *v = param ? cdl_model_view(m, i)
-                                        : cdl_model_buffer(m, i - cdl_model_nviews(m));
-        const float *x = host + (param ? 0 : np) + v->offset;
-        for (size_t k = 0; k < v->numel; k++)
-            if (!isfinite(x[k])) {
-                bad++;
-                first = first ? first : v->name;
-            }
-    }
-    rc = bad ? cdl_error("--init %s: %zu value%s of its weights %s NaN or infinite (the first "
-                         "in '%s'): the weights of a run that diverged, which cannot train (the "
-                         "loss would be NaN from the first step); take a checkpoint from before "
-                         "it diverged, or leave such tensors fresh with --init-ignore PATTERN",
-                         path, bad, bad == 1 ? "" : "s", bad == 1 ? "is" : "are", first)
-             : 0;
-out:
-    cdl_free(host);
-    return rc;
 }

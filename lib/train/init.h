@@ -11,10 +11,4 @@
  * returns how many. A glob that leaves nothing out is most often a typo. */
 int init_fresh_names(const cdl_model *m, const char *ignore, char *buf, size_t len);
 
-/* 0 when every parameter and buffer of m (on its backend, a GPU's too) is
- * finite; else -1 with an error naming path (the --init file the weights
- * came from), how many values are NaN or infinite and the first tensor
- * holding one. */
-int init_refuse_nonfinite(cdl_model *m, const char *path);
-
 #endif

@@ -132,21 +132,12 @@ int ckpt_dir_prepare(const char *dir, int *lock_fd)
                          "or name another directory; checkpoints would fail only after the "
                          "first epoch", dir, strerror(errno));
     }
-    /* A folder of another account that every account may write to (/tmp
-     * itself, or a name in it that someone made first, mode 0777): anyone
+    /* A folder of another account that every account may write to: anyone
      * on the host can put a last.safetensors there that this run resumes
-     * from, take its .lock, or (its owner) replace or read the
-     * checkpoints. A folder of this account's, or another account's that
-     * only it and its group may write to (a project's), is fine. */
-    if (st.st_uid != geteuid() && (st.st_mode & S_IWOTH)) {
-        char owner[160];
-        dist_account((long)st.st_uid, owner, sizeof owner);
-        return cdl_error("--ckpt-dir %s belongs to another account (%s) and every account may "
-                         "write to it: anyone on this host could put a checkpoint there that "
-                         "this run resumes from, or replace or take this run's; give a "
-                         "directory of your own (mkdir -m 700 DIR, e.g. under $HOME or "
-                         "/tmp/$USER)", dir, owner);
-    }
+     * from, take its .lock, or (its owner) replace or read the checkpoints. */
+    if (train_shared_dir("--ckpt-dir", dir, &st, "put a checkpoint there that this run resumes "
+                         "from, or replace or take this run's") != 0)
+        return -1;
     if (check_files(dir) != 0 || take_lock(dir, lock_fd) != 0)
         return -1;
     /* Temporary files of a writer that was killed (atomic.h names them

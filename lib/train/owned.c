@@ -20,6 +20,17 @@ int train_foreign(const struct stat *st, char *owner, size_t len)
     return 1;
 }
 
+int train_shared_dir(const char *opt, const char *dir, const struct stat *st, const char *risk)
+{
+    if (st->st_uid == geteuid() || !(st->st_mode & S_IWOTH))
+        return 0;
+    char owner[160];
+    dist_account((long)st->st_uid, owner, sizeof owner);
+    return cdl_error("%s %s belongs to another account (%s) and every account may write to it: "
+                     "anyone on this host could %s; give a directory of your own (mkdir -m 700 "
+                     "DIR, e.g. under $HOME or /tmp/$USER)", opt, dir, owner, risk);
+}
+
 static int refuse(const char *opt, const char *path, const char *what, const char *owner)
 {
     return cdl_error("%s %s: %s belongs to another account (%s), which could have put it "
@@ -113,12 +124,9 @@ int train_open_dir(const char *opt, const char *dir, const char *prefix)
         close(dfd);
         return cdl_error("%s %s: %s", opt, dir, strerror(errno));
     }
-    if ((st.st_mode & S_IWOTH) && train_foreign(&st, owner, sizeof owner)) {
+    if (train_shared_dir(opt, dir, &st, "put files there that are taken for this run's") != 0) {
         close(dfd);
-        return cdl_error("%s %s belongs to another account (%s) and every account may write "
-                         "to it: anyone on this host could put files there that are taken for "
-                         "this run's; give a directory of your own (mkdir -m 700 DIR, e.g. "
-                         "under $HOME or /tmp/$USER)", opt, dir, owner);
+        return -1;
     }
     int lfd = dup(dfd);
     DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;

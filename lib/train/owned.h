@@ -40,4 +40,12 @@ int train_check_fd(const char *opt, const char *path, int fd);
  * show its events as this run's). -1 with cdl_error. */
 int train_open_dir(const char *opt, const char *dir, const char *prefix);
 
+/* 0 unless dir (for opt; st its stat) belongs to another account and every
+ * account may write to it (/tmp itself, but for root; a name in it someone
+ * made first with mode 0777): then -1 with cdl_error saying what anyone
+ * there could do (risk, e.g. "put a checkpoint there that this run resumes
+ * from") and to give a directory of one's own. A folder another account
+ * shares only with its group (a project's) is fine. */
+int train_shared_dir(const char *opt, const char *dir, const struct stat *st, const char *risk);
+
 #endif

@@ -58,6 +58,16 @@ import os  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
 
+# One write per output line. The ranks of cdlrun (without --label) share
+# its stdout and stderr; under PYTHONUNBUFFERED (-u), print writes its text
+# and its newline apart, so two ranks printing at once made one line of
+# two ("hf rank 1/2 ... samples ...hf rank 0/2 ...") and a rank's report
+# went missing. Line-buffered, each line leaves in one write (atomic on a
+# pipe up to PIPE_BUF); srun relays whole lines per task either way.
+for _stream in (sys.stdout, sys.stderr):
+    if hasattr(_stream, "reconfigure"):
+        _stream.reconfigure(line_buffering=True, write_through=False)
+
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402

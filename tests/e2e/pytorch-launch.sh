@@ -33,7 +33,9 @@
 #     group's teardown, which torch 1.13's gloo can deadlock now and then
 #     under load (holding the GIL, so no watchdog thread could run, and
 #     the rank ended 1: a finished job FAILED, a requeue lost): with its
-#     own status (75 here) and its output flushed.
+#     own status (75 here) and its output flushed;
+#   - each output line leaves in one write, also under PYTHONUNBUFFERED
+#     (ranks of cdlrun share its stdout).
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 py=/usr/bin/python3
 $py -c 'import torch' 2>/dev/null || { echo "SKIP: no python3-torch"; exit 77; }
@@ -52,6 +54,20 @@ expect_status 0 env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=1 SLURM_NTASKS=2 \
     $py "$DDP" --epochs 1 --samples 64
 grep -q '^epoch 1/1' "$TMP/out" || die "a one-task step did not train"
 expect_status 0 env SLURM_NTASKS=2 SLURM_PROCID=0 $py "$DDP" --epochs 1 --samples 64
+
+# ---- one write per output line: ranks of cdlrun share its stdout, and
+# under PYTHONUNBUFFERED print wrote text and newline apart, so two ranks
+# printing at once made one line of two (test_hf_trainer.sh lost a rank's
+# report so in CI)
+modes=$(PYTHONUNBUFFERED=1 $py - "${DDP%/*}" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import train_ddp  # noqa: F401
+print(*[f"{s.line_buffering}/{s.write_through}" for s in (sys.stdout, sys.stderr)])
+PY
+)
+[ "$modes" = "True/False True/False" ] ||
+    die "stdout/stderr line_buffering/write_through under PYTHONUNBUFFERED: $modes, expected True/False True/False (one write per line)"
 
 # ---- the GPU slot: cuda_slot(LOCAL_RANK, visible GPUs), one python for all
 slots=$($py - "${DDP%/*}" <<'PY'

@@ -245,6 +245,10 @@ TaskPlugin=$task
 FirstJobId=$first_job
 $( [ -n "${CDL_TASK_PLUGIN_PARAM:-}" ] && echo "TaskPluginParam=$CDL_TASK_PLUGIN_PARAM" )
 SelectType=select/cons_tres
+# A backfill pass each second (30 s by default): a requeued job whose start
+# a test moved to now+2 starts then, not up to 30 s later, past the tests'
+# waits (test_idle_requeue.sh failed so in CI).
+SchedulerParameters=bf_interval=1
 SelectTypeParameters=$select
 MpiDefault=none
 $( [ "${CDL_RESV_PORTS:-0}" = 1 ] && echo "MpiParams=ports=$pres-$((pres + 99))" )

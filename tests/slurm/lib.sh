@@ -135,6 +135,39 @@ wait_job() {
     echo
 }
 
+# start_requeued ID: job ID, being requeued, starts within seconds, not
+# after the two minutes Slurm holds a requeued job. Once it is pending, its
+# start is moved to now+2 (not now: slurmd refuses a credential made in the
+# second its job's old one was revoked, and the job ends FAILED), and moved
+# again should the hold come back (a requeue that completes after the move
+# sets it anew: test_idle_requeue.sh's fourth requeue waited past its
+# timeout so). Returns once the job has left PENDING or been requeued
+# again (a run that ended at once); 1 if it is not pending within 60 s or
+# still pending 60 s after.
+start_requeued() {
+    local info start restarts
+    wait_until 60 sh -c "scontrol show job $1 2>/dev/null | grep -q JobState=PENDING" || return 1
+    restarts=$(scontrol show job "$1" 2>/dev/null | grep -o 'Restarts=[0-9]*')
+    local deadline=$((SECONDS + 60))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        info=$(scontrol show job "$1" 2>/dev/null) || return 1
+        case $info in *JobState=PENDING*) ;; *) return 0 ;; esac
+        case $info in *"$restarts "*) ;; *) return 0 ;; esac
+        # EligibleTime: the begin time (StartTime may still be the last run's)
+        start=$(echo "$info" | sed -n 's/.*[[:space:]]EligibleTime=\([^ ]*\).*/\1/p' | head -n 1)
+        local at=$start
+        start=$(date -d "$start" +%s 2>/dev/null || echo 0)
+        if [ "$start" -eq 0 ] || [ "$start" -gt $(($(date +%s) + 3)) ]; then
+            echo "start_requeued: job $1 ($restarts) eligible at $at: start moved to now+2" >&2
+            scontrol update JobId="$1" StartTime=now+2 >/dev/null 2>&1
+        fi
+        sleep 0.2   # poll interval only: the job's state decides
+    done
+    echo "start_requeued: job $1 still pending after 60 s: $(scontrol show job "$1" 2>/dev/null |
+        grep -oE '(JobState|Reason|EligibleTime|StartTime)=[^ ]*' | tr '\n' ' ')" >&2
+    return 1
+}
+
 # requeue_on_usr1 ID OUT: SIGUSR1 to job ID's batch script (what
 # --signal=B:USR1 does before the limit) of a pytorch-requeue.sbatch job
 # writing WORK/OUT; waits until the script has requeued the job, starts
@@ -142,8 +175,7 @@ wait_job() {
 requeue_on_usr1() {
     scancel --signal=USR1 --batch "$1"
     wait_until 90 grep -q 'checkpointed: requeueing' "$WORK/$2"
-    wait_until 30 sh -c "scontrol show job $1 2>/dev/null | grep -q JobState=PENDING" &&
-        scontrol update JobId="$1" StartTime=now+2
+    start_requeued "$1"
     wait_until 60 grep -q '^run 2 ' "$WORK/$2"
     JOB_TIMEOUT=240 wait_job "$1"
 }

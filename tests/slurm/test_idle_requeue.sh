@@ -51,9 +51,8 @@ EXPORTS="ALL,CDL_TRAIN=./setup-train.sh,MAX_IDLE_REQUEUES=1"
 id=$(submit --export="$EXPORTS,RUN_DIR=runs/long" --cpus-per-task=1 -o long.out ./long-requeue.sbatch)
 signal_when_up "$id" 0
 wait_until 30 grep -q 'checkpointed: requeueing' "$WORK/long.out"
-# Slurm delays a requeued job's start by two minutes: start it 2 s on.
-wait_until 30 sh -c "scontrol show job $id | grep -q JobState=PENDING" &&
-    scontrol update JobId="$id" StartTime=now+2
+# Slurm delays a requeued job's start by two minutes: start it at once.
+start_requeued "$id"
 signal_when_up "$id" 1
 # Before the fix: a second requeue, and so on for ever.
 again() { [ "$(grep -c 'checkpointed: requeueing' "$WORK/long.out")" -ge 2 ]; }
@@ -111,11 +110,10 @@ id=$(submit --export="ALL,PYTHON=bash,TRAIN_PY=./hf-train.sh,RUN_DIR=runs/hf,MAX
      --cpus-per-task=1 -o hf.out ./pytorch-requeue.sbatch)
 for r in 1 2 3 4; do
     [ "$r" -le 2 ] && signal_when_up "$id" $((r - 1))
-    # Each requeue: started 2 s on, not Slurm's two minutes.
+    # Each requeue: started at once, not after Slurm's two minutes.
     wait_until 60 eval '[ "$(grep -c "requeueing" "$WORK/hf.out")" -ge $r ] || [ -z "$(squeue -h -j "$id")" ]'
     [ -z "$(squeue -h -j "$id")" ] && break
-    wait_until 30 sh -c "scontrol show job $id | grep -q JobState=PENDING" &&
-        scontrol update JobId="$id" StartTime=now+2
+    start_requeued "$id"
 done
 state=$(JOB_TIMEOUT=120 wait_job "$id")
 check "pytorch-requeue.sbatch with the Trainer's checkpoint-STEP: 2 requeues at the limit, 2 lost ranks, then done ($state)" \

@@ -33,14 +33,13 @@ last_step() { sed -n 's/.*"type":"step".*"step":\([0-9]*\),.*/\1/p' "$M" 2>/dev/
 # Whether start N (its config record) has written a step record: it trains.
 trains() { awk -v n="$1" '/"type":"config"/ { c++ } c == n && /"type":"step"/ { f = 1 }
                           END { exit !f }' "$M" 2>/dev/null; }
-requeued() { scontrol show job "$1" 2>/dev/null | grep -q 'JobState=PENDING'; }
 for n in 1 2 3; do
     # A step record of this start: it is training.
     wait_until 120 trains "$n" || { cat "$WORK/lm.out"; fail "run $n wrote no step record"; break; }
     scancel --signal=USR1 --batch "$id"
     wait_until 60 sh -c "[ \$(grep -c 'checkpointed: requeueing' '$WORK/lm.out') = $n ]"
     # Slurm holds a requeued job two minutes; the test starts it 2 s on.
-    wait_until 30 requeued "$id" && scontrol update JobId="$id" StartTime=now+2
+    start_requeued "$id"
 done
 state=$(wait_job "$id")
 check "lm-gpt.sbatch: requeued 3 times, then completed ($state)" \

@@ -40,12 +40,9 @@ more=
 [ -n "\${SLURM_RESTART_COUNT:-}" ] && [ -s max-steps ] && more="--max-steps \$(cat max-steps)"
 exec "$CDL_TRAIN_BIN" "\$@" --ckpt-every 10 --metrics-every 2 \$more
 EOF
-requeued() { scontrol show job "$1" 2>/dev/null | grep -q 'JobState=PENDING'; }
-# start_now ID: a requeued job waits two minutes before Slurm starts it.
-# Not "now": slurmd refuses a credential made in the second its job's old
-# credential was revoked (at the requeue), and the job then ends FAILED
-# ("Job credential revoked" in slurmctld's log).
-start_now() { wait_until 60 requeued "$1" && scontrol update JobId="$1" StartTime=now+2; }
+# start_now ID: a requeued job waits two minutes before Slurm starts it
+# (start_requeued, lib.sh, says why not "now").
+start_now() { start_requeued "$1"; }
 
 echo "== 1. n2 dies mid-run"
 id=$(submit -N2 --ntasks-per-node=1 --cpus-per-task=1 -o lost.out \

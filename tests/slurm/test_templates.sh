@@ -94,7 +94,7 @@ scancel --signal=USR1 --batch "$id"
 # job's old one was revoked, and the job would end FAILED).
 requeued() { scontrol show job "$1" 2>/dev/null | grep -q 'JobState=PENDING'; }
 wait_until 60 sh -c "grep -q 'checkpointed: requeueing' '$WORK/long.out'"
-wait_until 30 requeued "$id" && scontrol update JobId="$id" StartTime=now+2
+start_requeued "$id"
 wait_until 120 grep -q '^run 2 ' "$WORK/long.out"
 state=$(wait_job "$id")
 cat "$WORK/long.out"

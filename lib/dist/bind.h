@@ -4,16 +4,24 @@
  * XML topologies (tests/topologies/, tests/unit/test_bind.c).
  *
  *  cores    the allowed cores (a core counts with the PUs of it that are
- *           allowed) are cut into contiguous, balanced blocks, one per task;
- *           with more tasks than cores, neighbouring tasks share a core
- *           (contract_share: consecutive local ranks are the ones that
- *           share a GPU, so they also share caches).
- *  closest  each task's domain is the allowed cores local to its GPU (the
- *           GPU's nearest non-I/O ancestor, widened upwards until it holds
- *           an allowed core); tasks with the same domain (the replicas of
- *           one GPU, or GPUs behind the same socket) split it as above. A
- *           task without a GPU found in the topology falls back to `cores`
- *           over all allowed cores, and the note says so.
+ *           allowed) are cut into contiguous, balanced blocks, one per task.
+ *           With more tasks than cores the tasks are spread over the
+ *           cores and the tasks of a core split its PUs (one thread each);
+ *           only with more tasks on a core than it has PUs do neighbours
+ *           share one (contract_share: consecutive local ranks are the
+ *           ones that share a GPU, so they also share caches).
+ *  closest  each GPU's tasks get free allowed cores local to the GPU (its
+ *           domain: the GPU's nearest non-I/O ancestor, widened upwards
+ *           until it holds an allowed core), the most local domains
+ *           first; the GPUs of one domain split it by their numbers of
+ *           tasks, each GPU's tasks side by side. A domain takes its share
+ *           of the free cores and leaves at least one for every task still
+ *           to be placed; one with fewer free cores than tasks is widened
+ *           upwards to the nearest free cores rather than doubling tasks
+ *           up while other cores idle (the note says so). So no two tasks
+ *           share a core unless there are more tasks than cores. Tasks
+ *           without a GPU found in the topology get the cores left, split
+ *           as with `cores`, and the note says so.
  *
  * A task's GPU is the contract's slot (contract_task_gpu): the GPU
  * cdl-train opens. GPU k (Slurm's index, as in CUDA_VISIBLE_DEVICES without
@@ -51,8 +59,11 @@ hwloc_obj_t bind_gpu(hwloc_topology_t topo, int k);
 
 /* Fills out[0..ntasks-1] (allocated by the caller with hwloc_bitmap_alloc)
  * for mode cores or closest. task_gpu[i] is task i's GPU index, -1 for none
- * (NULL: no task has one). note (may be NULL) receives a remark for the
- * verbose map, "" when there is none. Errors: no allowed core. */
+ * (NULL: no task has one). note (may be NULL) receives the plan's remarks
+ * for the verbose map ("; " between them), "" when there is none: tasks
+ * without a GPU in the topology (always the first remark), a GPU whose
+ * tasks were given cores farther away, more tasks than cores. Errors: no
+ * allowed core. */
 int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mode mode,
               int ntasks, const int *task_gpu, hwloc_cpuset_t *out, char *note, size_t notelen,
               contract_err *e);

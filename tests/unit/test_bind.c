@@ -35,7 +35,7 @@ static void expect_plan(hwloc_topology_t topo, const char *allowed_list,
 {
     hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
     hwloc_cpuset_t out[64];
-    char note[128], got[64];
+    char note[256], got[64];
     if (allowed_list)
         hwloc_bitmap_list_sscanf(allowed, allowed_list);
     else
@@ -66,10 +66,12 @@ static void test_cores_blocks(void **state)
     expect_plan(t, NULL, BIND_CORES, 4, NULL, four, NULL);
     static const char *const three[] = {"0-3", "4-9", "10-15"};   /* 8 cores / 3: 2,3,3 */
     expect_plan(t, NULL, BIND_CORES, 3, NULL, three, NULL);
-    /* More tasks than cores: neighbours share a core, none is left out. */
-    static const char *const ten[] = {"0-1", "0-1", "2-3", "4-5", "6-7",
-                                      "8-9", "8-9", "10-11", "12-13", "14-15"};
-    expect_plan(t, NULL, BIND_CORES, 10, NULL, ten, NULL);
+    /* More tasks than cores: tasks 3-4 and 8-9 share a core, one thread
+     * each (whole cores gave both tasks both threads: doubled up). */
+    static const char *const ten[] = {"0-1", "2-3", "4-5", "6", "7",
+                                      "8-9", "10-11", "12-13", "14", "15"};
+    expect_plan(t, NULL, BIND_CORES, 10, NULL, ten, "10 tasks on 8 cores: tasks share cores "
+                "(one thread each)");
     /* Only parts of cores allowed (a cgroup): a core counts with those PUs;
      * 3 cores of 4 PUs for 2 tasks: 2 PUs each (whole cores gave 1 and 3). */
     static const char *const part[] = {"0,2", "3,5"};
@@ -92,10 +94,14 @@ static void test_closest(void **state)
     expect_plan(t, NULL, BIND_CLOSEST, 4, g23, w23, NULL);
     static const char *const w23c[] = {"0-3", "4-7", "8-11", "12-15"};
     expect_plan(t, NULL, BIND_CORES, 4, g23, w23c, NULL);
-    /* Eight replicas on GPU 0: socket 0's four cores, two tasks per core. */
+    /* Eight replicas on GPU 0: socket 0's four cores, then the nearest
+     * others, a core each (two tasks a core on socket 0 left socket 1
+     * idle); the note says so. */
     static const int g0[] = {0, 0, 0, 0, 0, 0, 0, 0};
-    static const char *const w0[] = {"0-1", "0-1", "2-3", "2-3", "4-5", "4-5", "6-7", "6-7"};
-    expect_plan(t, NULL, BIND_CLOSEST, 8, g0, w0, NULL);
+    static const char *const w0[] = {"0-1", "2-3", "4-5", "6-7", "8-9", "10-11", "12-13",
+                                     "14-15"};
+    expect_plan(t, NULL, BIND_CLOSEST, 8, g0, w0, "GPU 0: 8 tasks, 4 free cores near it: also "
+                "given 4 cores farther away (in the whole node)");
     /* The step may only use socket 1: GPU 0's locality is widened to the
      * machine and the allowed cores are used. */
     static const int g01[] = {0, 1};
@@ -128,8 +134,9 @@ static void test_gpu_identity(void **state)
     assert_non_null(g);
     assert_int_equal(g->attr->pcidev.bus, 0xc1);
     assert_null(bind_gpu(t, 2));
+    /* One socket: one domain; each GPU's tasks side by side. */
     static const int g10[] = {1, 0, 1};
-    static const char *const w[] = {"0-1", "2-4", "5-7"};   /* one socket: one domain */
+    static const char *const w[] = {"0-1", "5-7", "2-4"};
     expect_plan(t, NULL, BIND_CLOSEST, 3, g10, w, NULL);
     hwloc_topology_destroy(t);
 }
@@ -140,7 +147,7 @@ static void test_real_vm(void **state)
     hwloc_topology_t t = load("this-vm-2pu.xml");
     static const char *const w[] = {"0", "1"};
     expect_plan(t, NULL, BIND_CORES, 2, NULL, w, NULL);
-    static const char *const w3[] = {"0", "0", "1"};
+    static const char *const w3[] = {"0", "1", "1"};
     expect_plan(t, NULL, BIND_CLOSEST, 3, NULL, w3, "no GPU assigned");
     /* Allowed CPUs outside the topology: an error, not an empty binding. */
     hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
@@ -216,18 +223,19 @@ static void test_dgx(void **state)
 
 /* More ranks than cores (the plugin and cdlrun used to differ: cdlrun went
  * round-robin, 0 and 32 sharing core 0): neighbouring ranks share a core,
- * as MPS replicas of one GPU are neighbours. */
+ * as MPS replicas of one GPU are neighbours, each on a thread of its own. */
 static void test_more_tasks_than_cores(void **state)
 {
     (void)state;
     hwloc_topology_t t = load("dgx-2socket-8gpu.xml");
     static char want[64][8];
     const char *w[64];
+    /* Two ranks a core, one thread each (both threads each doubled them). */
     for (int r = 0; r < 64; r++) {
-        snprintf(want[r], sizeof want[r], "%d-%d", 2 * (r / 2), 2 * (r / 2) + 1);
+        snprintf(want[r], sizeof want[r], "%d", r);
         w[r] = want[r];
     }
-    expect_plan(t, NULL, BIND_CORES, 64, NULL, w, NULL);
+    expect_plan(t, NULL, BIND_CORES, 64, NULL, w, "64 tasks on 32 cores");
     hwloc_topology_destroy(t);
 }
 
@@ -419,6 +427,103 @@ static void test_slurm_cores_refused(void **state)
     hwloc_topology_destroy(t);
 }
 
+/* Plans ntasks and checks what every closest plan must give while there
+ * are no more tasks than cores: each task some of the allowed CPUs, no two
+ * tasks a common PU. (They may share a core only where the allowed cores
+ * do not divide evenly and their PUs do: even_pus, Slurm's CR_CPU grant.) */
+static void expect_apart(hwloc_topology_t topo, const char *allowed_list, int ntasks,
+                         const int *gpus)
+{
+    hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+    hwloc_cpuset_t out[64];
+    char note[256];
+    contract_err e;
+    hwloc_bitmap_list_sscanf(allowed, allowed_list);
+    for (int t = 0; t < ntasks; t++)
+        out[t] = hwloc_bitmap_alloc();
+    if (bind_plan(topo, allowed, BIND_CLOSEST, ntasks, gpus, out, note, sizeof note, &e) != 0)
+        fail_msg("%s", e.msg);
+    for (int t = 0; t < ntasks; t++) {
+        if (hwloc_bitmap_iszero(out[t]) || !hwloc_bitmap_isincluded(out[t], allowed))
+            fail_msg("allowed %s, %d tasks: task %d outside the allowed CPUs", allowed_list,
+                     ntasks, t);
+        for (int s = 0; s < t; s++)
+            if (hwloc_bitmap_intersects(out[s], out[t])) {
+                for (int x = 0; x < ntasks; x++) {
+                    char l[64];
+                    hwloc_bitmap_list_snprintf(l, sizeof l, out[x]);
+                    print_message("task %d (GPU %d): %s\n", x, gpus[x], l);
+                }
+                fail_msg("allowed %s, %d tasks: tasks %d and %d overlap (%s)", allowed_list,
+                         ntasks, s, t, note);
+            }
+    }
+    for (int t = 0; t < ntasks; t++)
+        hwloc_bitmap_free(out[t]);
+    hwloc_bitmap_free(allowed);
+}
+
+/* closest piled tasks up: a task without a GPU (or whose GPU's domain had
+ * no allowed core) planned over all the allowed cores, on top of the
+ * GPUs' tasks; the replicas of one GPU doubled up on its socket while the
+ * other socket idled. Each GPU's tasks now get free cores near it, the
+ * rest go to the others, and no core is shared unless there are more
+ * tasks than cores. */
+static void test_closest_apart(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-4gpu-nvml.xml");
+    /* A task without a GPU next to one on GPU 0: it got all 16 PUs. */
+    static const int g0n[] = {0, -1};
+    static const char *const w0n[] = {"0-7", "8-15"};
+    expect_plan(t, NULL, BIND_CLOSEST, 2, g0n, w0n, "no GPU assigned");
+    /* Ranks of two GPUs of one socket, interleaved: each GPU's together. */
+    static const int g0101[] = {0, 1, 0, 1};
+    static const char *const w0101[] = {"0-1", "4-5", "2-3", "6-7"};
+    expect_plan(t, NULL, BIND_CLOSEST, 4, g0101, w0101, NULL);
+    /* GPUs 0 and 2 with the step on socket 0 and one core of socket 1:
+     * GPU 2 takes that core. */
+    static const int g02[] = {0, 2};
+    static const char *const w02[] = {"0-7", "8-9"};
+    expect_plan(t, "0-9", BIND_CLOSEST, 2, g02, w02, NULL);
+    hwloc_topology_destroy(t);
+
+    t = load("dgx-2socket-8gpu.xml");
+    /* The step has domains 0 and 1: GPU 4's domain has no allowed core,
+     * so its task was planned over all of them, on top of tasks 0 and 1. */
+    static const int g014[] = {0, 1, 4};
+    static const char *const w014[] = {"0-7", "8-15", "16-31"};
+    expect_plan(t, "0-31", BIND_CLOSEST, 3, g014, w014, NULL);
+    /* 20 MPS replicas of GPU 0: domain 0's 8 cores, then socket 0's
+     * other domain, then socket 1: a core each (they were 20 tasks on 8
+     * cores with 24 idle). */
+    int g[64];
+    static char want[20][8];
+    const char *w[20];
+    for (int r = 0; r < 20; r++) {
+        g[r] = 0;
+        snprintf(want[r], sizeof want[r], "%d-%d", 2 * r, 2 * r + 1);
+        w[r] = want[r];
+    }
+    expect_plan(t, NULL, BIND_CLOSEST, 20, g, w, "GPU 0: 20 tasks, 8 free cores near it: also "
+                "given 12 cores farther away (in the whole node)");
+    /* Mixed layouts: never a shared core while cores suffice. */
+    static const char *const sets[] = {"0-63", "0-31", "16-47", "0-7,48-63", "32-35,40-63"};
+    static const int layouts[][8] = {
+        {0, 1, 2, 3, 4, 5, 6, 7}, {0, 0, 0, 0, 0, 0, 0, 7}, {-1, 0, -1, 4, 9, 4, -1, 1},
+        {6, 6, 6, 6, 1, 1, 1, 1}, {7, 3, 5, 1, 6, 2, 4, 0}, {-1, -1, -1, -1, -1, -1, -1, 2},
+    };
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+        for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
+            for (int n = 1; n <= 8; n++)
+                expect_apart(t, sets[i], n, layouts[l]);
+    /* 16 tasks, one core each of a 16-core step, mixed GPUs. */
+    for (int r = 0; r < 16; r++)
+        g[r] = r % 3 == 0 ? -1 : (r * 5) % 8;
+    expect_apart(t, "0-15,40-55", 16, g);
+    hwloc_topology_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -436,6 +541,7 @@ int main(void)
         cmocka_unit_test(test_slurm_cores_refused),
         cmocka_unit_test(test_one_pu_per_core),
         cmocka_unit_test(test_check_node),
+        cmocka_unit_test(test_closest_apart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

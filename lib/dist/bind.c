@@ -17,6 +17,11 @@ int bind_load(hwloc_topology_t *topo, const char *xml_path, int with_io, contrac
         hwloc_topology_destroy(*topo);
         return fail(e, "topology=%s: hwloc cannot read this XML file", xml_path);
     }
+    /* The node's numbering even inside a cpuset (slurmstepd in a step's
+     * cgroup, cdlrun in a job's): hwloc left out the CPUs the process may
+     * not use, and its core 0 was the first allowed one, not Slurm's core
+     * 0. What a task may use comes from its affinity, never from here. */
+    hwloc_topology_set_flags(*topo, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
     hwloc_topology_set_io_types_filter(*topo, with_io ? HWLOC_TYPE_FILTER_KEEP_IMPORTANT
                                                       : HWLOC_TYPE_FILTER_KEEP_NONE);
     if (hwloc_topology_load(*topo) != 0) {
@@ -463,41 +468,56 @@ static int core_list(const char *s, hwloc_bitmap_t out)
 }
 
 int bind_slurm_cores(hwloc_topology_t topo, hwloc_cpuset_t allowed, const char *cores,
-                     char *note, size_t notelen)
+                     int slurm_threads, char *note, size_t notelen)
 {
     hwloc_const_cpuset_t all = hwloc_topology_get_topology_cpuset(topo);
     int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE), rc = 0;
+    int npus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
     if (note && notelen)
         note[0] = '\0';
-    /* Already a part of the node: Slurm's binding or the step's cpuset.
-     * A topology without some of the node's CPUs was loaded inside a
-     * cpuset (hwloc leaves out the CPUs a process may not use) or on a
-     * node with offline CPUs: its core numbers need not be Slurm's. */
-    if (!cores || !*cores || !hwloc_bitmap_isincluded(all, allowed) ||
-        !hwloc_bitmap_isequal(all, hwloc_topology_get_complete_cpuset(topo)))
+    /* A topology without some of the node's CPUs (offline ones; bind_load
+     * keeps those a cpuset leaves out): its numbers need not be Slurm's. */
+    if (!cores || !*cores || !hwloc_bitmap_isequal(all, hwloc_topology_get_complete_cpuset(topo)))
         return 0;
     hwloc_bitmap_t ids = hwloc_bitmap_alloc(), set = hwloc_bitmap_alloc();
     const char *why = NULL;
-    if (core_list(cores, ids) != 0)
+    int last = core_list(cores, ids) == 0 ? hwloc_bitmap_last(ids) : -1;
+    /* Slurm counts a PU as a core where slurm.conf gives the node no
+     * threads (CPUs=N alone): its one CPU a listed core (slurm_threads 1),
+     * or numbers past the cores, are PUs, in Slurm's order (core by core:
+     * hwloc's logical PU order). Taken as cores, CPUs 0-1 of one job were
+     * cores 0-1 (4 PUs, 2 of them another job's), and CPU 9 was no core. */
+    int as_pus = last >= 0 && npus > ncores && ncores > 0 && last < npus &&
+                 (slurm_threads == 1 || (slurm_threads == 0 && last >= ncores));
+    if (last < 0)
         why = "cannot read them";
     else if (ncores < 1)
         why = "the topology shows no cores";
-    else if (hwloc_bitmap_last(ids) >= ncores)
+    else if (!as_pus && last >= ncores)
         why = "the topology has fewer cores: slurm.conf describes another machine";
     if (why) {
         if (note && notelen)
             snprintf(note, notelen, "Slurm's cores %.40s not used (%s): binding within all "
-                     "the node's CPUs", cores, why);
+                     "the task's CPUs", cores, why);
         goto out;
     }
     int i;
     hwloc_bitmap_foreach_begin(i, ids) {
-        hwloc_obj_t c = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)i);
+        hwloc_obj_t c = hwloc_get_obj_by_type(topo, as_pus ? HWLOC_OBJ_PU : HWLOC_OBJ_CORE,
+                                              (unsigned)i);
         hwloc_bitmap_or(set, set, c->cpuset);
     }
     hwloc_bitmap_foreach_end();
     hwloc_bitmap_and(set, set, allowed);
-    if (!hwloc_bitmap_iszero(set) && !hwloc_bitmap_isequal(set, allowed)) {
+    /* Only ever narrows: the task's own CPUs (a cpuset of the job, or of
+     * the step an srun ran inside) are the bound; the step's cores within
+     * them keep two steps of one job apart. */
+    if (hwloc_bitmap_iszero(set)) {
+        if (note && notelen)
+            snprintf(note, notelen, "Slurm's %s %.40s are none of the task's CPUs: binding "
+                     "within all of them", as_pus ? "CPUs" : "cores", cores);
+    }
+    else if (!hwloc_bitmap_isequal(set, allowed)) {
         hwloc_bitmap_copy(allowed, set);
         rc = 1;
     }

@@ -42,7 +42,9 @@ enum bind_mode { BIND_CORES = 1, BIND_CLOSEST = 2 };
 #include <hwloc.h>
 
 /* Loads the machine's topology, or the XML at xml_path when given. with_io
- * keeps PCI devices and OS devices (needed for `closest` only: slower). */
+ * keeps PCI devices and OS devices (needed for `closest` only: slower).
+ * CPUs outside the process's cpuset are kept (HWLOC_TOPOLOGY_FLAG_INCLUDE_
+ * DISALLOWED): logical numbers are the node's, as Slurm's are. */
 int bind_load(hwloc_topology_t *topo, const char *xml_path, int with_io, contract_err *e);
 
 /* A topology loaded from the administrator's XML (plugstack topology=)
@@ -71,19 +73,29 @@ int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mod
 /* Narrows allowed (the CPUs a task may use) to Slurm's cores of the step
  * on this node, `cores` as S_STEP_ALLOC_CORES gives them ("0-1,4": Slurm's
  * core numbers on the node, which are hwloc's logical core indexes where
- * slurm.conf describes the node as hwloc sees it). Only when nothing else
- * did: under TaskPlugin=task/none (or task/cgroup without ConstrainCores)
- * every task may run on the whole node, and the plans of two jobs sharing
- * it both started at core 0, stacking their tasks on the same cores while
- * the rest stayed idle. Returns 1 when narrowed; 0 when allowed is already
- * a part of the topology (Slurm or a cgroup bound the task: that set is
- * the step's), when hwloc does not see all the node's CPUs (loaded inside
- * a cpuset, offline CPUs: its core numbers need not be Slurm's), when the
- * list is empty or names every core, or when it cannot be read as this
- * node's cores (malformed, a core the topology lacks: slurm.conf describes
- * another machine), then with a note (may be NULL) saying why. */
+ * slurm.conf describes the node as hwloc sees it). For tasks nothing bound
+ * to the step's own CPUs: under TaskPlugin=task/none (or task/cgroup
+ * without ConstrainCores) every task may run on the whole node, and the
+ * plans of two jobs sharing it both started at core 0; a task confined to
+ * its job's CPUs only (a cpuset of the job, or of the step an srun ran
+ * inside) put two steps of one job on the same cores. Only ever narrows:
+ * the result is the step's cores within allowed.
+ *
+ * slurm_threads is Slurm's CPUs per listed core on this node (the job's
+ * CPUs on the node over its cores; 0: unknown). Where slurm.conf gives an
+ * SMT node no threads (CPUs=N alone, usual with CR_CPU) Slurm counts each
+ * PU as a core: with slurm_threads 1, or numbers past the topology's
+ * cores, the list is read as PUs in Slurm's order (hwloc's logical PU
+ * indexes, core by core).
+ *
+ * Returns 1 when narrowed; 0 when the list is empty, names all of allowed,
+ * or none of it (then with a note), when hwloc does not see all the node's
+ * CPUs (offline CPUs: its numbers need not be Slurm's), or when it cannot
+ * be read as this node's cores (malformed, a core the topology lacks:
+ * slurm.conf describes another machine), then with a note (may be NULL)
+ * saying why. */
 int bind_slurm_cores(hwloc_topology_t topo, hwloc_cpuset_t allowed, const char *cores,
-                     char *note, size_t notelen);
+                     int slurm_threads, char *note, size_t notelen);
 
 /* Keeps the first allowed PU of each core in allowed (srun
  * --hint=nomultithread, --threads-per-core=1: one thread per core). */

@@ -7,6 +7,7 @@
  *   dgx-2socket-8gpu.xml, 1socket-4gpu.xml, gh200.xml: GPU nodes (README)
  *   2socket-smt-interleaved.xml  2 sockets x 4 cores x 2 PUs, core i = PUs
  *                          i and i+8 (Intel/AMD servers' OS numbering)
+ *   2socket-smt-cpuset.xml the same, saved inside a cpuset of socket 1
  * One planner serves the plugin and cdlrun; each task's GPU comes from the
  * contract's slot rule, as in cdl-train. */
 #include <stdio.h>
@@ -352,9 +353,9 @@ static void test_check_node(void **state)
 }
 
 /* Narrows the whole node to Slurm's step cores (task/none) and plans. */
-static void expect_slurm_cores(hwloc_topology_t topo, const char *allowed_list,
-                               const char *cores, int want_rc, const char *want_set,
-                               const char *note_has)
+static void expect_slurm_cpus(hwloc_topology_t topo, const char *allowed_list,
+                              const char *cores, int slurm_threads, int want_rc,
+                              const char *want_set, const char *note_has)
 {
     hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
     char note[160], got[64];
@@ -362,7 +363,10 @@ static void expect_slurm_cores(hwloc_topology_t topo, const char *allowed_list,
         hwloc_bitmap_list_sscanf(allowed, allowed_list);
     else
         hwloc_bitmap_copy(allowed, hwloc_topology_get_topology_cpuset(topo));
-    assert_int_equal(bind_slurm_cores(topo, allowed, cores, note, sizeof note), want_rc);
+    int rc = bind_slurm_cores(topo, allowed, cores, slurm_threads, note, sizeof note);
+    if (rc != want_rc)
+        fail_msg("cores %s (threads %d): returned %d, want %d (%s)", cores ? cores : "(null)",
+                 slurm_threads, rc, want_rc, note);
     hwloc_bitmap_list_snprintf(got, sizeof got, allowed);
     if (strcmp(got, want_set))
         fail_msg("cores %s: PUs %s, want %s", cores ? cores : "(null)", got, want_set);
@@ -371,6 +375,13 @@ static void expect_slurm_cores(hwloc_topology_t topo, const char *allowed_list,
     else
         assert_string_equal(note, "");
     hwloc_bitmap_free(allowed);
+}
+
+static void expect_slurm_cores(hwloc_topology_t topo, const char *allowed_list,
+                               const char *cores, int want_rc, const char *want_set,
+                               const char *note_has)
+{
+    expect_slurm_cpus(topo, allowed_list, cores, 0, want_rc, want_set, note_has);
 }
 
 /* TaskPlugin=task/none: each task may use the whole node, and the plans
@@ -386,9 +397,16 @@ static void test_slurm_cores(void **state)
     expect_slurm_cores(t, NULL, "0,7", 1, "0,7-8,15", NULL);
     /* All cores: nothing to narrow. */
     expect_slurm_cores(t, NULL, "0-7", 0, "0-15", NULL);
-    /* Already a part of the node (task/affinity's masks, a cgroup): the
-     * task's set is the step's; Slurm's list is not applied over it. */
-    expect_slurm_cores(t, "2-3,10-11", "0-1", 0, "2-3,10-11", NULL);
+    /* Only ever narrows: a list that names none of the task's CPUs leaves
+     * them, saying so; one that names them all changes nothing. */
+    expect_slurm_cores(t, "2-3,10-11", "0-1", 0, "2-3,10-11",
+                       "Slurm's cores 0-1 are none of the task's CPUs");
+    expect_slurm_cores(t, "2-3,10-11", "2-3", 0, "2-3,10-11", NULL);
+    /* The task may use its job's cores 0-3 only (a cpuset of the job, or
+     * of the batch step an srun ran inside): two steps of the job, cores
+     * 0-1 and 2-3, were both planned from core 0. */
+    expect_slurm_cores(t, "0-3,8-11", "2-3", 1, "2-3,10-11", NULL);
+    expect_slurm_cores(t, "0-3,8-11", "0-1", 1, "0-1,8-9", NULL);
     expect_slurm_cores(t, NULL, "", 0, "0-15", NULL);
     expect_slurm_cores(t, NULL, NULL, 0, "0-15", NULL);
     hwloc_topology_destroy(t);
@@ -400,8 +418,8 @@ static void test_slurm_cores(void **state)
     contract_err e;
     hwloc_bitmap_copy(a, hwloc_topology_get_topology_cpuset(t));
     hwloc_bitmap_copy(b, a);
-    assert_int_equal(bind_slurm_cores(t, a, "0", NULL, 0), 1);
-    assert_int_equal(bind_slurm_cores(t, b, "1", NULL, 0), 1);
+    assert_int_equal(bind_slurm_cores(t, a, "0", 0, NULL, 0), 1);
+    assert_int_equal(bind_slurm_cores(t, b, "1", 0, NULL, 0), 1);
     assert_int_equal(bind_plan(t, a, BIND_CORES, 1, NULL, out, NULL, 0, &e), 0);
     assert_int_equal(bind_plan(t, b, BIND_CORES, 1, NULL, out + 1, NULL, 0, &e), 0);
     assert_false(hwloc_bitmap_intersects(out[0], out[1]));
@@ -524,6 +542,62 @@ static void test_closest_apart(void **state)
     hwloc_topology_destroy(t);
 }
 
+/* CR_CPU on an SMT node described as CPUs=N (no threads): Slurm's "cores"
+ * are PUs. Read as cores, a job's CPUs 0-1 (one core's two threads) gave
+ * cores 0-1 (4 PUs, two of them another job's), and CPUs past the core
+ * count were refused (the whole node). */
+static void test_slurm_cpus(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-smt-interleaved.xml");
+    /* Slurm's CPUs 0-1: logical PUs 0-1, core 0's threads P#0 and P#8. */
+    expect_slurm_cpus(t, NULL, "0-1", 1, 1, "0,8", NULL);
+    expect_slurm_cpus(t, NULL, "2", 1, 1, "1", NULL);
+    expect_slurm_cpus(t, NULL, "8-9", 1, 1, "4,12", NULL);
+    /* Unknown count, numbers past the 8 cores: PUs all the same. */
+    expect_slurm_cpus(t, NULL, "8-9", 0, 1, "4,12", NULL);
+    expect_slurm_cpus(t, NULL, "14-15", 0, 1, "7,15", NULL);
+    /* Two CPUs a core (ThreadsPerCore=2 in slurm.conf): cores. */
+    expect_slurm_cpus(t, NULL, "0-1", 2, 1, "0-1,8-9", NULL);
+    expect_slurm_cpus(t, NULL, "8-9", 2, 0, "0-15", "the topology has fewer cores");
+    expect_slurm_cpus(t, NULL, "16", 1, 0, "0-15", "the topology has fewer cores");
+
+    /* Two tasks on those two CPUs: one thread each (both got both). */
+    static const char *const two[] = {"0", "8"};
+    expect_plan(t, "0,8", BIND_CORES, 2, NULL, two, "2 tasks on 1 core:");
+    expect_plan(t, "0,8", BIND_CLOSEST, 2, NULL, two, "no GPU assigned");
+    /* Four tasks on 3 CPUs of 2 cores: never outside the three. */
+    static const char *const four[] = {"0", "8", "1", "1"};
+    expect_plan(t, "0-1,8", BIND_CORES, 4, NULL, four, "more tasks than CPUs");
+    hwloc_topology_destroy(t);
+}
+
+/* slurmstepd (or cdlrun) loaded the topology inside a cpuset: hwloc left
+ * the other CPUs out, its core 0 was the node's core 4, and Slurm's cores
+ * were not applied at all (the topology did not cover the node): two
+ * steps of a job confined to socket 1 were both bound from its first core.
+ * The file is 2socket-smt-interleaved.xml with allowed_cpuset socket 1. */
+static void test_inside_cpuset(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-smt-cpuset.xml");
+    char buf[128];
+    assert_int_equal(hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE), 8);
+    expect_slurm_cores(t, "4-7,12-15", "4-5", 1, "4-5,12-13", NULL);
+    expect_slurm_cores(t, "4-7,12-15", "6-7", 1, "6-7,14-15", NULL);
+    /* The two steps' plans: apart, named with the node's core numbers. */
+    static const char *const s1[] = {"4,12", "5,13"};
+    static const char *const s2[] = {"6,14", "7,15"};
+    expect_plan(t, "4-5,12-13", BIND_CORES, 2, NULL, s1, NULL);
+    expect_plan(t, "6-7,14-15", BIND_CORES, 2, NULL, s2, NULL);
+    hwloc_bitmap_t s = hwloc_bitmap_alloc();
+    hwloc_bitmap_list_sscanf(s, "6,14");
+    bind_describe(t, s, buf, sizeof buf);
+    assert_string_equal(buf, "cores 6 (PUs 6,14)");
+    hwloc_bitmap_free(s);
+    hwloc_topology_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -542,6 +616,8 @@ int main(void)
         cmocka_unit_test(test_one_pu_per_core),
         cmocka_unit_test(test_check_node),
         cmocka_unit_test(test_closest_apart),
+        cmocka_unit_test(test_slurm_cpus),
+        cmocka_unit_test(test_inside_cpuset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

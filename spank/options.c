@@ -1,9 +1,11 @@
 /* Validation of the user's option values (see options.h). Values come from
  * the command line or #SBATCH lines: anything unexpected is refused with a
  * message that says what is accepted, never truncated or guessed at. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "spank/options.h"
+#include "spank/util.h"
 
 int spk_opt_mps(const char *arg, int max, int *n)
 {
@@ -133,4 +135,40 @@ int spk_cpu_mask_union(const char *list, cpu_set_t *out)
         p += n + 1;
     }
     return CPU_COUNT(out) > 0 ? 0 : -1;
+}
+
+int spk_slurm_threads(const char *job_cores, const char *cpus_on_node)
+{
+    long cpus, n = 0;
+    const char *p = job_cores;
+    if (!p || !*p || spk_parse_uint(cpus_on_node, 1, 1 << 20, &cpus) != 0)
+        return 0;
+    while (*p) {
+        char *end;
+        long lo, hi;
+        if (*p < '0' || *p > '9')
+            return 0;
+        lo = hi = strtol(p, &end, 10);
+        if (*end == '-') {
+            if (end[1] < '0' || end[1] > '9')
+                return 0;
+            hi = strtol(end + 1, &end, 10);
+        }
+        if (hi < lo || hi >= 1 << 20 || (*end && *end != ','))
+            return 0;
+        n += hi - lo + 1;
+        p = *end ? end + 1 : end;
+        if (*end && !*p)
+            return 0;   /* a trailing comma */
+    }
+    return n > 0 && cpus % n == 0 ? (int)(cpus / n) : 0;
+}
+
+int spk_cpu_mask_is_step(const cpu_set_t *union_set, const cpu_set_t *own)
+{
+    cpu_set_t both;
+    if (!CPU_COUNT(own))
+        return 0;
+    CPU_AND(&both, union_set, own);
+    return CPU_EQUAL(&both, own);
 }

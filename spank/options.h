@@ -48,4 +48,17 @@ int spk_cpu_bind_from_hint(const char *slurm_cpu_bind, const char *threads_per_c
  * anything else (the caller keeps the task's own affinity). */
 int spk_cpu_mask_union(const char *list, cpu_set_t *out);
 
+/* 1 when the union of SLURM_CPU_BIND_LIST's masks holds the task's own
+ * affinity (own), as the masks task/affinity applied to this step's tasks
+ * do; 0 when they are another step's, inherited through the environment
+ * (an srun inside a task of a bound step): the plan then starts from the
+ * task's own CPUs, never from CPUs it may not use. */
+int spk_cpu_mask_is_step(const cpu_set_t *union_set, const cpu_set_t *own);
+
+/* Slurm's CPUs per core on this node as its allocation counts them: the
+ * job's CPUs on the node (SLURM_CPUS_ON_NODE) over the number of its cores
+ * (S_JOB_ALLOC_CORES, "0-3,8"); 0 when unknown or not a whole number. 1 on
+ * an SMT node means Slurm counts each PU as a core (bind_slurm_cores). */
+int spk_slurm_threads(const char *job_cores, const char *cpus_on_node);
+
 #endif

@@ -51,6 +51,7 @@ struct spk_state {
     char step_cores[1024];           /* S_STEP_ALLOC_CORES: Slurm's cores of
                                       * the step on this node ("" = unknown
                                       * or longer: then unused) */
+    char job_cores[1024];            /* S_JOB_ALLOC_CORES, likewise */
 #ifdef HAVE_HWLOC
     hwloc_topology_t topo;
 #endif

@@ -246,6 +246,12 @@ int spk_remote_post_opt(spank_t sp)
     if (spank_get_item(sp, S_STEP_ALLOC_CORES, &cores) == ESPANK_SUCCESS && cores &&
         strlen(cores) < sizeof spk_g.step_cores)
         snprintf(spk_g.step_cores, sizeof spk_g.step_cores, "%s", cores);
+    /* The job's, for Slurm's CPUs per core (spk_slurm_threads). */
+    cores = NULL;
+    spk_g.job_cores[0] = '\0';
+    if (spank_get_item(sp, S_JOB_ALLOC_CORES, &cores) == ESPANK_SUCCESS && cores &&
+        strlen(cores) < sizeof spk_g.job_cores)
+        snprintf(spk_g.job_cores, sizeof spk_g.job_cores, "%s", cores);
     if (cb == ESPANK_NOSPACE)
         snprintf(spk_g.cpu_bind, sizeof spk_g.cpu_bind, "%s", "(a list too long to show)");
     else if (cb != ESPANK_SUCCESS)
@@ -442,7 +448,7 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
     /* One mask per local task: 8 KiB for 128 tasks on a 256-CPU node. A
      * task process (forked for this task): static is its own. */
     static char masks[64 * 1024];
-    char desc[256], note[128];
+    char desc[256], note[256];
     int n = (int)spk_g.step.local_tasks, rc = -1, verbose = spk_g.opts.bind_verbose;
     int closest = spk_g.bind == SPK_BIND_CLOSEST && !tr->found;
     cpu_set_t mask;
@@ -481,24 +487,47 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
     /* The CPUs the plan divides: the step's on this node. task/affinity
      * may already have bound this task to a part of them (its automatic
      * binding); the masks it applied to all local tasks add up to the
-     * step's. Otherwise the task's affinity is still the step's (cgroup). */
+     * step's, and hold this task's own. Masks that do not are another
+     * step's, inherited through the environment (an srun inside a task of
+     * a bound step): the plan starts from the task's own CPUs then. */
+    cpu_set_t own;
+    if (sched_getaffinity(0, sizeof own, &own) != 0) {
+        spk_error("sched_getaffinity failed");
+        goto done;
+    }
+    mask = own;
     job_env(sp, "SLURM_CPU_BIND_TYPE", masks, sizeof masks);
     int from_slurm = !strncmp(masks, "mask_cpu", 8);
     job_env(sp, "SLURM_CPU_BIND_LIST", masks, sizeof masks);
-    if (!(from_slurm && spk_cpu_mask_union(masks, &mask) == 0) &&
-        sched_getaffinity(0, sizeof mask, &mask) != 0) {
-        spk_error("sched_getaffinity failed");
-        goto done;
+    cpu_set_t all_masks;
+    const char *mask_note = "";
+    if (from_slurm && spk_cpu_mask_union(masks, &all_masks) == 0) {
+        if (spk_cpu_mask_is_step(&all_masks, &own))
+            mask = all_masks;
+        else {
+            from_slurm = 0;
+            mask_note = "; SLURM_CPU_BIND_LIST is not this step's binding (inherited from an "
+                        "outer step?): planned within the task's CPUs";
+        }
     }
     if (hwloc_cpuset_from_glibc_sched_affinity(spk_g.topo, allowed, &mask, sizeof mask) != 0) {
         spk_error("hwloc cannot read the step's CPU mask");
         goto done;
     }
-    /* Nothing bound the task (task/none): the step's cores say which of
-     * the node's CPUs are this job's (two jobs sharing a node were both
-     * bound from core 0). The note (verbose) says when they cannot. */
+    /* Nothing bound the task to the step's own CPUs (task/none: the whole
+     * node; a cpuset of the job only, or of the step an srun ran inside):
+     * the step's cores within them keep two jobs, and two steps of one
+     * job, apart. The note (verbose) says when they cannot. */
     char cores_note[160];
-    bind_slurm_cores(spk_g.topo, allowed, spk_g.step_cores, cores_note, sizeof cores_note);
+    cores_note[0] = '\0';
+    if (!from_slurm) {
+        char cpus_on_node[16];
+        job_env(sp, "SLURM_CPUS_ON_NODE", cpus_on_node, sizeof cpus_on_node);
+        bind_slurm_cores(spk_g.topo, allowed, spk_g.step_cores,
+                         spk_g.threads_per_core[0] ? 0
+                         : spk_slurm_threads(spk_g.job_cores, cpus_on_node),
+                         cores_note, sizeof cores_note);
+    }
     int one_pu = hint && !strcmp(spk_g.threads_per_core, "1");
     if (one_pu)
         bind_one_pu_per_core(spk_g.topo, allowed);
@@ -514,20 +543,31 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
         goto done;
     }
     if (verbose) {
-        /* The plan's note is about the first task without a GPU; say it
-         * about this one. */
+        /* The plan's first remark is about the first task without a GPU
+         * (when one has none); say it about this one, and keep the rest
+         * (GPUs whose tasks got cores farther away, tasks sharing cores). */
+        char rest[sizeof note];
+        const char *r = note;
+        int missing = 0;
+        for (int t = 0; closest && t < n; t++)
+            missing |= !bind_gpu(spk_g.topo, gpu[t]);
+        if (missing)
+            r = strstr(note, "; ") ? strstr(note, "; ") + 2 : "";
+        snprintf(rest, sizeof rest, "%s", r);
         note[0] = '\0';
         if (spk_g.bind == SPK_BIND_CLOSEST && !closest)
             snprintf(note, sizeof note, "torchrun: its workers use all the task's GPUs, "
                      "bound as with cores");
         else if (closest && !bind_gpu(spk_g.topo, gpu[local_id]))
-            snprintf(note, sizeof note, gpu[local_id] < 0 ? "no GPU known: bound as with cores"
-                     : "GPU %d not found in the topology: bound as with cores", gpu[local_id]);
+            snprintf(note, sizeof note, gpu[local_id] < 0 ? "no GPU known: bound as with cores, "
+                     "on the cores the GPUs' tasks leave" : "GPU %d not found in the topology: "
+                     "bound as with cores, on the cores the GPUs' tasks leave", gpu[local_id]);
         bind_describe(spk_g.topo, out[local_id], desc, sizeof desc);
-        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s%s%s%s",
+        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s%s%s%s%s%s%s",
                         spk_g.bind == SPK_BIND_CLOSEST ? "closest" : "cores", global_id,
                         local_id, gpu[local_id], desc, note[0] ? "; " : "", note,
-                        cores_note[0] ? "; " : "", cores_note,
+                        rest[0] ? "; " : "", rest, mask_note, cores_note[0] ? "; " : "",
+                        cores_note,
                         one_pu ? "; one thread per core (srun --hint or --threads-per-core=1)" : "");
     }
     rc = 0;

@@ -1,5 +1,6 @@
 /* CPU binding plans from hwloc topologies (see bind.h). */
 #ifdef HAVE_HWLOC
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,11 @@ int bind_load(hwloc_topology_t *topo, const char *xml_path, int with_io, contrac
         hwloc_topology_destroy(*topo);
         return fail(e, "topology=%s: hwloc cannot read this XML file", xml_path);
     }
+    /* The node's numbering even inside a cpuset (slurmstepd in a step's
+     * cgroup, cdlrun in a job's): hwloc left out the CPUs the process may
+     * not use, and its core 0 was the first allowed one, not Slurm's core
+     * 0. What a task may use comes from its affinity, never from here. */
+    hwloc_topology_set_flags(*topo, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
     hwloc_topology_set_io_types_filter(*topo, with_io ? HWLOC_TYPE_FILTER_KEEP_IMPORTANT
                                                       : HWLOC_TYPE_FILTER_KEEP_NONE);
     if (hwloc_topology_load(*topo) != 0) {
@@ -114,13 +120,25 @@ static void units_free(struct units *u)
     free(u->set);
 }
 
-/* Units whose CPUs lie in `near`, as a bitmap of unit indexes. */
-static void domain_of(const struct units *u, hwloc_const_cpuset_t near, hwloc_bitmap_t dom)
+/* Appends a remark to the plan's note ("; " between remarks). */
+static void note_add(char *note, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void note_add(char *note, size_t len, const char *fmt, ...)
 {
-    hwloc_bitmap_zero(dom);
-    for (int i = 0; i < u->n; i++)
-        if (hwloc_bitmap_intersects(u->set[i], near))
-            hwloc_bitmap_set(dom, (unsigned)i);
+    size_t used;
+    va_list ap;
+    if (!note || !len)
+        return;
+    used = strlen(note);
+    if (used && used + 2 < len) {
+        memcpy(note + used, "; ", 3);
+        used += 2;
+    }
+    if (used + 1 >= len)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(note + used, len - used, fmt, ap);
+    va_end(ap);
 }
 
 /* Whole cores that do not divide evenly between k tasks, while their PUs
@@ -128,8 +146,7 @@ static void domain_of(const struct units *u, hwloc_const_cpuset_t near, hwloc_bi
  * step 3 cores (6 PUs), and whole-core blocks gave one task 1 core (2 PUs)
  * and the other 2 (4 PUs), where Slurm granted each 3. Then the PUs, in
  * core order, are cut into equal blocks instead (one core is split between
- * neighbours). Only with no more tasks than cores: more tasks share cores
- * as before (contract_share). */
+ * neighbours). */
 static int even_pus(const struct units *u, const int *idx, int nu, int k)
 {
     int pus = 0;
@@ -140,14 +157,14 @@ static int even_pus(const struct units *u, const int *idx, int nu, int k)
     return pus > nu && pus % k == 0;
 }
 
-/* Task j of k: PUs [j*P/k, (j+1)*P/k) of the units' PUs in unit order. */
+/* Task j of k: the j-th balanced block of the units' PUs in unit order. */
 static void share_pus(const struct units *u, const int *idx, int nu, int j, int k,
                       hwloc_cpuset_t out)
 {
-    int pus = 0, at = 0;
+    int pus = 0, at = 0, pu, lo, hi;
     for (int x = 0; x < nu; x++)
         pus += hwloc_bitmap_weight(u->set[idx[x]]);
-    int lo = j * (pus / k), hi = lo + pus / k, pu;
+    contract_share(j, k, pus, &lo, &hi);
     for (int x = 0; x < nu; x++) {
         hwloc_bitmap_foreach_begin(pu, u->set[idx[x]]) {
             if (at >= lo && at < hi)
@@ -158,13 +175,235 @@ static void share_pus(const struct units *u, const int *idx, int nu, int j, int 
     }
 }
 
+/* The m-th of the PUs of set in order, m from 0. */
+static int nth_pu(hwloc_const_cpuset_t set, int m)
+{
+    int pu = hwloc_bitmap_first(set);
+    while (m-- > 0 && pu >= 0)
+        pu = hwloc_bitmap_next(set, pu);
+    return pu;
+}
+
+/* Cuts units idx[0..nu-1] between k tasks, tasks[0..k-1] in that order:
+ * balanced blocks of whole cores, or equal blocks of PUs where cores do
+ * not divide evenly but PUs do (even_pus). With more tasks than cores the
+ * tasks are spread over the cores in balanced runs and the tasks of one
+ * core split its PUs (two tasks on a core of 2 PUs: one each; whole-core
+ * blocks gave both tasks both PUs, doubling them up while the step's
+ * other threads idled); only with more tasks on a core than it has PUs do
+ * neighbours share one (consecutive local ranks share a GPU, so they also
+ * share caches). */
+static void split_units(const struct units *u, const int *idx, int nu, const int *tasks, int k,
+                        hwloc_cpuset_t *out)
+{
+    /* Equal PUs only over all the allowed cores (Slurm's grant): a part
+     * of them (closest's domains) is cut by whole cores. */
+    int even = nu == u->n && even_pus(u, idx, nu, k);
+    for (int j = 0; j < k; j++)
+        hwloc_bitmap_zero(out[tasks[j]]);
+    if (k > nu) {
+        for (int x = 0; x < nu; x++) {
+            hwloc_const_cpuset_t core = u->set[idx[x]];
+            int first = (int)((long)x * k / nu), m = (int)((long)(x + 1) * k / nu) - first;
+            int p = hwloc_bitmap_weight(core);
+            for (int i = 0; i < m; i++) {
+                int lo, hi;
+                contract_share(i, m, p, &lo, &hi);
+                for (int q = lo; q < hi && q < p; q++)
+                    hwloc_bitmap_set(out[tasks[first + i]], (unsigned)nth_pu(core, q));
+            }
+        }
+        return;
+    }
+    for (int j = 0; j < k; j++) {
+        hwloc_cpuset_t o = out[tasks[j]];
+        int lo, hi;
+        if (even) {
+            share_pus(u, idx, nu, j, k, o);
+            continue;
+        }
+        contract_share(j, k, nu, &lo, &hi);
+        for (int x = lo; x < hi && x < nu; x++)
+            hwloc_bitmap_or(o, o, u->set[idx[x]]);
+    }
+}
+
+/* Units (indexes into u) lying in obj's cpuset and in `pool`, in order. */
+static int units_in(const struct units *u, hwloc_const_cpuset_t cpuset,
+                    hwloc_const_bitmap_t pool, int *idx)
+{
+    int n = 0;
+    for (int i = 0; i < u->n; i++)
+        if (hwloc_bitmap_isset(pool, (unsigned)i) && hwloc_bitmap_intersects(u->set[i], cpuset))
+            idx[n++] = i;
+    return n;
+}
+
+/* One GPU's tasks, or (gpu NULL) the tasks without a GPU in the topology. */
+struct group {
+    hwloc_obj_t gpu;   /* the PCI or OS device */
+    hwloc_obj_t dom;   /* its locality: lowest non-I/O ancestor with an allowed core */
+    int gpu_index, first, k;
+};
+
+static int group_cmp(const void *a, const void *b)
+{
+    const struct group *x = a, *y = b;
+    /* GPUs first, the most local domains first; no GPU last. */
+    if (!x->gpu != !y->gpu)
+        return x->gpu ? -1 : 1;
+    if (x->gpu && x->dom->depth != y->dom->depth)
+        return x->dom->depth > y->dom->depth ? -1 : 1;
+    if (x->gpu && x->dom != y->dom)   /* the GPUs of one domain together */
+        return x->dom->logical_index < y->dom->logical_index ? -1 : 1;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+static void obj_name(hwloc_obj_t o, char *buf, size_t len)
+{
+    char t[32];
+    hwloc_obj_type_snprintf(t, sizeof t, o, 0);
+    if (o->type == HWLOC_OBJ_MACHINE)
+        snprintf(buf, len, "the whole node");
+    else
+        snprintf(buf, len, "%s %u", t, o->logical_index);
+}
+
+/* closest: the tasks of each GPU get free cores local to it (its domain),
+ * the most local domains served first; the GPUs of one domain share it in
+ * proportion to their tasks, each GPU's tasks side by side. A domain with
+ * fewer free cores than tasks is widened upwards (the nearest free cores
+ * first) rather than doubling tasks up while other allowed cores stay
+ * idle, and each domain leaves a core for every task still to be placed,
+ * so that no two tasks share a core unless there are more tasks than
+ * cores. Tasks without a GPU in the topology get the cores left. */
+static int plan_closest(hwloc_topology_t topo, const struct units *u, int ntasks,
+                        const int *task_gpu, hwloc_cpuset_t *out, char *note, size_t notelen,
+                        contract_err *e)
+{
+    struct group *g = calloc((size_t)ntasks, sizeof *g);
+    int *idx = calloc((size_t)u->n, sizeof *idx), *tasks = calloc((size_t)ntasks, sizeof *tasks);
+    hwloc_bitmap_t pool = hwloc_bitmap_alloc(), all = hwloc_bitmap_alloc();
+    int ng = 0, rc = -1, left = ntasks, missing = 0;
+    if (!g || !idx || !tasks || !pool || !all) {
+        fail(e, "out of memory");
+        goto out;
+    }
+    hwloc_bitmap_set_range(pool, 0, u->n - 1);
+    hwloc_bitmap_copy(all, pool);
+    for (int t = 0; t < ntasks; t++) {
+        int gi = task_gpu ? task_gpu[t] : -1;
+        hwloc_obj_t gpu = bind_gpu(topo, gi);
+        int x;
+        if (!gpu && !missing++)
+            note_add(note, notelen, gi < 0 ? "no GPU assigned: binding as with cores on the "
+                     "cores the GPUs' tasks leave" : "GPU %d not found in the topology: binding "
+                     "as with cores on the cores the GPUs' tasks leave", gi);
+        for (x = 0; x < ng && g[x].gpu != gpu; x++)
+            ;
+        if (x == ng) {
+            g[ng].gpu = gpu;
+            g[ng].gpu_index = gpu ? gi : -1;
+            g[ng].first = t;
+            if (gpu)
+                for (hwloc_obj_t a = hwloc_get_non_io_ancestor_obj(topo, gpu); a; a = a->parent)
+                    if (units_in(u, a->cpuset, all, idx) > 0) {
+                        g[ng].dom = a;
+                        break;
+                    }
+            if (gpu && !g[ng].dom)
+                g[ng].dom = hwloc_get_root_obj(topo);
+            ng++;
+        }
+        g[x].k++;
+    }
+    qsort(g, (size_t)ng, sizeof *g, group_cmp);
+    for (int a = 0; a < ng;) {
+        /* The groups of one domain (all the GPU-less tasks: one group). */
+        int b = a + 1, k = g[a].k, nt = 0;
+        while (g[a].gpu && b < ng && g[b].gpu && g[b].dom == g[a].dom)
+            k += g[b++].k;
+        left -= k;
+        hwloc_obj_t dom = g[a].gpu ? g[a].dom : hwloc_get_root_obj(topo);
+        /* The cores these tasks may take: their share of the domain's free
+         * cores, against the tasks still to come that need some of them
+         * (those with too few free cores in their own domain outside this
+         * one), at least one a task, and never so many that a task still
+         * to come finds no free core at all. */
+        int free_n = hwloc_bitmap_weight(pool), need = 0;
+        int near = units_in(u, dom->cpuset, pool, idx), nu = near;
+        for (int c = b; c < ng;) {
+            int d = c + 1, kc = g[c].k;
+            while (g[c].gpu && d < ng && g[d].gpu && g[d].dom == g[c].dom)
+                kc += g[d++].k;
+            hwloc_obj_t dc = g[c].gpu ? g[c].dom : hwloc_get_root_obj(topo);
+            int own = 0;
+            for (int i = 0; i < u->n; i++)
+                own += hwloc_bitmap_isset(pool, (unsigned)i) &&
+                       hwloc_bitmap_intersects(u->set[i], dc->cpuset) &&
+                       !hwloc_bitmap_intersects(u->set[i], dom->cpuset);
+            need += kc > own ? kc - own : 0;
+            c = d;
+        }
+        int fair = (int)((long)near * k / (k + need));
+        if (fair < k)
+            fair = k;
+        if (fair > free_n - left)
+            fair = free_n - left;
+        if (nu < k && fair > nu && g[a].gpu) {
+            /* Too few free cores near these GPUs: the nearest others,
+             * rather than two tasks on a core while cores stay idle. */
+            hwloc_obj_t w = dom;
+            while (w->parent && nu < k && nu < fair) {
+                hwloc_obj_t inner = w;
+                w = w->parent;
+                for (int i = 0; i < u->n && nu < k && nu < fair; i++)
+                    if (hwloc_bitmap_isset(pool, (unsigned)i) &&
+                        hwloc_bitmap_intersects(u->set[i], w->cpuset) &&
+                        !hwloc_bitmap_intersects(u->set[i], inner->cpuset))
+                        idx[nu++] = i;
+            }
+            if (nu > near) {
+                char where[64];
+                obj_name(w, where, sizeof where);
+                note_add(note, notelen, "GPU %d: %d tasks, %d free cores near it: also "
+                         "given %d cores farther away (in %s)", g[a].gpu_index, k, near,
+                         nu - near, where);
+            }
+        }
+        if (nu > fair && fair > k)
+            fair -= fair % k;   /* whole cores for each, the rest to others */
+        if (nu > fair)
+            nu = fair > 0 ? fair : nu < k ? nu : k;
+        if (nu == 0)   /* every core taken (more tasks than cores): share */
+            nu = units_in(u, dom->cpuset, all, idx);
+        for (int x = a; x < b; x++)
+            for (int t = 0; t < ntasks; t++) {
+                int gi = task_gpu ? task_gpu[t] : -1;
+                if (bind_gpu(topo, gi) == g[x].gpu)
+                    tasks[nt++] = t;
+            }
+        split_units(u, idx, nu, tasks, k, out);
+        for (int x = 0; x < nu; x++)
+            hwloc_bitmap_clr(pool, (unsigned)idx[x]);
+        a = b;
+    }
+    rc = 0;
+out:
+    free(g);
+    free(idx);
+    free(tasks);
+    hwloc_bitmap_free(pool);
+    hwloc_bitmap_free(all);
+    return rc;
+}
+
 int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mode mode,
               int ntasks, const int *task_gpu, hwloc_cpuset_t *out, char *note, size_t notelen,
               contract_err *e)
 {
     struct units u;
-    hwloc_bitmap_t *dom;
-    int rc = -1;
+    int rc = 0;
     if (note && notelen)
         note[0] = '\0';
     if (ntasks < 1)
@@ -175,62 +414,30 @@ int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mod
         units_free(&u);
         return fail(e, "the allowed CPUs are not in the topology");
     }
-    dom = calloc((size_t)ntasks, sizeof *dom);
-    if (!dom) {
-        units_free(&u);
-        return fail(e, "out of memory");
+    if (mode == BIND_CLOSEST) {
+        rc = plan_closest(topo, &u, ntasks, task_gpu, out, note, notelen, e);
     }
-    for (int t = 0; t < ntasks; t++) {
-        dom[t] = hwloc_bitmap_alloc();
-        hwloc_obj_t gpu = NULL;
-        if (mode == BIND_CLOSEST) {
-            int g = task_gpu ? task_gpu[t] : -1;
-            gpu = bind_gpu(topo, g);
-            if (!gpu && note && !note[0])
-                snprintf(note, notelen, g < 0 ? "no GPU assigned: binding as with cores"
-                                              : "GPU %d not found in the topology: binding as "
-                                                "with cores", g);
-        }
-        if (gpu) {
-            hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, gpu);
-            for (; anc; anc = anc->parent) {
-                domain_of(&u, anc->cpuset, dom[t]);
-                if (!hwloc_bitmap_iszero(dom[t]))
-                    break;
-            }
-        }
-        if (hwloc_bitmap_iszero(dom[t]))
-            hwloc_bitmap_set_range(dom[t], 0, u.n - 1);
+    else {
+        int *idx = calloc((size_t)u.n, sizeof *idx), *tasks = calloc((size_t)ntasks, sizeof *tasks);
+        if (!idx || !tasks)
+            rc = fail(e, "out of memory");
+        for (int i = 0; !rc && i < u.n; i++)
+            idx[i] = i;
+        for (int t = 0; !rc && t < ntasks; t++)
+            tasks[t] = t;
+        if (!rc)
+            split_units(&u, idx, u.n, tasks, ntasks, out);
+        free(idx);
+        free(tasks);
     }
-    /* Tasks with the same domain split it in local-rank order. */
-    for (int t = 0; t < ntasks; t++) {
-        int k = 0, j = 0, idx[1024], nu = 0;
-        for (int s = 0; s < ntasks; s++)
-            if (hwloc_bitmap_isequal(dom[s], dom[t])) {
-                if (s < t)
-                    j++;
-                k++;
-            }
-        int i;
-        hwloc_bitmap_foreach_begin(i, dom[t]) {
-            if (nu < 1024)
-                idx[nu++] = i;
-        }
-        hwloc_bitmap_foreach_end();
-        int lo, hi;
-        hwloc_bitmap_zero(out[t]);
-        if (even_pus(&u, idx, nu, k)) {
-            share_pus(&u, idx, nu, j, k, out[t]);
-            continue;
-        }
-        contract_share(j, k, nu, &lo, &hi);
-        for (int x = lo; x < hi && x < nu; x++)
-            hwloc_bitmap_or(out[t], out[t], u.set[idx[x]]);
-    }
-    rc = 0;
-    for (int t = 0; t < ntasks; t++)
-        hwloc_bitmap_free(dom[t]);
-    free(dom);
+    int pus = 0;
+    for (int i = 0; i < u.n; i++)
+        pus += hwloc_bitmap_weight(u.set[i]);
+    if (rc == 0 && ntasks > u.n)
+        note_add(note, notelen, "%d tasks on %d core%s: tasks share cores (%s)", ntasks, u.n,
+                 u.n == 1 ? "" : "s",
+                 ntasks <= pus ? "one thread each" :
+                 "more tasks than CPUs");
     units_free(&u);
     return rc;
 }
@@ -261,41 +468,56 @@ static int core_list(const char *s, hwloc_bitmap_t out)
 }
 
 int bind_slurm_cores(hwloc_topology_t topo, hwloc_cpuset_t allowed, const char *cores,
-                     char *note, size_t notelen)
+                     int slurm_threads, char *note, size_t notelen)
 {
     hwloc_const_cpuset_t all = hwloc_topology_get_topology_cpuset(topo);
     int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE), rc = 0;
+    int npus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
     if (note && notelen)
         note[0] = '\0';
-    /* Already a part of the node: Slurm's binding or the step's cpuset.
-     * A topology without some of the node's CPUs was loaded inside a
-     * cpuset (hwloc leaves out the CPUs a process may not use) or on a
-     * node with offline CPUs: its core numbers need not be Slurm's. */
-    if (!cores || !*cores || !hwloc_bitmap_isincluded(all, allowed) ||
-        !hwloc_bitmap_isequal(all, hwloc_topology_get_complete_cpuset(topo)))
+    /* A topology without some of the node's CPUs (offline ones; bind_load
+     * keeps those a cpuset leaves out): its numbers need not be Slurm's. */
+    if (!cores || !*cores || !hwloc_bitmap_isequal(all, hwloc_topology_get_complete_cpuset(topo)))
         return 0;
     hwloc_bitmap_t ids = hwloc_bitmap_alloc(), set = hwloc_bitmap_alloc();
     const char *why = NULL;
-    if (core_list(cores, ids) != 0)
+    int last = core_list(cores, ids) == 0 ? hwloc_bitmap_last(ids) : -1;
+    /* Slurm counts a PU as a core where slurm.conf gives the node no
+     * threads (CPUs=N alone): its one CPU a listed core (slurm_threads 1),
+     * or numbers past the cores, are PUs, in Slurm's order (core by core:
+     * hwloc's logical PU order). Taken as cores, CPUs 0-1 of one job were
+     * cores 0-1 (4 PUs, 2 of them another job's), and CPU 9 was no core. */
+    int as_pus = last >= 0 && npus > ncores && ncores > 0 && last < npus &&
+                 (slurm_threads == 1 || (slurm_threads == 0 && last >= ncores));
+    if (last < 0)
         why = "cannot read them";
     else if (ncores < 1)
         why = "the topology shows no cores";
-    else if (hwloc_bitmap_last(ids) >= ncores)
+    else if (!as_pus && last >= ncores)
         why = "the topology has fewer cores: slurm.conf describes another machine";
     if (why) {
         if (note && notelen)
             snprintf(note, notelen, "Slurm's cores %.40s not used (%s): binding within all "
-                     "the node's CPUs", cores, why);
+                     "the task's CPUs", cores, why);
         goto out;
     }
     int i;
     hwloc_bitmap_foreach_begin(i, ids) {
-        hwloc_obj_t c = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)i);
+        hwloc_obj_t c = hwloc_get_obj_by_type(topo, as_pus ? HWLOC_OBJ_PU : HWLOC_OBJ_CORE,
+                                              (unsigned)i);
         hwloc_bitmap_or(set, set, c->cpuset);
     }
     hwloc_bitmap_foreach_end();
     hwloc_bitmap_and(set, set, allowed);
-    if (!hwloc_bitmap_iszero(set) && !hwloc_bitmap_isequal(set, allowed)) {
+    /* Only ever narrows: the task's own CPUs (a cpuset of the job, or of
+     * the step an srun ran inside) are the bound; the step's cores within
+     * them keep two steps of one job apart. */
+    if (hwloc_bitmap_iszero(set)) {
+        if (note && notelen)
+            snprintf(note, notelen, "Slurm's %s %.40s are none of the task's CPUs: binding "
+                     "within all of them", as_pus ? "CPUs" : "cores", cores);
+    }
+    else if (!hwloc_bitmap_isequal(set, allowed)) {
         hwloc_bitmap_copy(allowed, set);
         rc = 1;
     }

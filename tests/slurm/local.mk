@@ -29,7 +29,7 @@ EXTRA_DIST += tests/topologies/README.md tests/topologies/2socket-4gpu-nvml.xml 
 	tests/topologies/1socket-2gpu-pci.xml tests/topologies/this-vm-2pu.xml \
 	tests/topologies/dgx-2socket-8gpu.xml tests/topologies/1socket-4gpu.xml \
 	tests/topologies/gh200.xml tests/topologies/make_gpu_nodes.py \
-	tests/topologies/2socket-smt-interleaved.xml
+	tests/topologies/2socket-smt-interleaved.xml tests/topologies/2socket-smt-cpuset.xml
 
 # test_lightning.sh, test_accelerate.sh and test_hf_trainer.sh cache their
 # venvs (Lightning, Accelerate, transformers from PyPI) in the build tree.

@@ -112,6 +112,35 @@ EOF
     scancel "$hold"
     wait_until 30 jobs_gone
 
+    # Two steps of one job side by side (srun in a batch script, as after
+    # salloc), each given one CPU by Slurm: bound to their own CPUs. Their
+    # environment carries another step's binding (SLURM_CPU_BIND_TYPE/
+    # _LIST, as a task of a step task/affinity bound passes them on to an
+    # srun it runs): the plan took those masks for the step's CPUs, and
+    # both steps went to CPU 0. Each step waits (bounded) for the other, so
+    # that they run at the same time.
+    user_script pair.sh <<'EOF'
+#!/bin/sh
+echo "S$SLURM_STEP_ID $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)" >"step.$SLURM_STEP_ID"
+i=0
+while [ "$(ls step.* 2>/dev/null | wc -l)" -lt 2 ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+EOF
+    rm -f "$WORK"/step.*
+    job=$(submit -w n1 -N1 -n2 -c1 -o "$WORK/pair.out" --wrap '
+        export SLURM_CPU_BIND_TYPE=mask_cpu: SLURM_CPU_BIND_LIST=0x1
+        srun -n1 -c1 --exact --cdl-bind=cores,verbose ./pair.sh &
+        srun -n1 -c1 --exact --cdl-bind=cores,verbose ./pair.sh &
+        wait')
+    wait_job "$job" >/dev/null
+    cat "$WORK"/step.* "$WORK/pair.out" 2>/dev/null
+    s0=$(cut -d' ' -f2 "$WORK/step.0" 2>/dev/null)
+    s1=$(cut -d' ' -f2 "$WORK/step.1" 2>/dev/null)
+    check "two steps of one job at once, another step's masks in their environment: apart ($s0; $s1)" \
+        eval '[ -n "$s0" ] && [ -n "$s1" ] && [ "$s0" != "$s1" ] &&
+              ! subset "$(expand "$s0")" "$(expand "$s1")" &&
+              grep -q "SLURM_CPU_BIND_LIST is not this step.s binding" "$WORK/pair.out"'
+    rm -f "$WORK"/step.* "$WORK/pair.out"
+
     # srun --hint=nomultithread sets a binding of its own (SLURM_CPU_BIND=
     # quiet,threads): the plugin stood back, saying "srun --cpu-bind=quiet,
     # threads asked Slurm to bind" (never typed), and under task/none

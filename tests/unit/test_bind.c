@@ -7,6 +7,7 @@
  *   dgx-2socket-8gpu.xml, 1socket-4gpu.xml, gh200.xml: GPU nodes (README)
  *   2socket-smt-interleaved.xml  2 sockets x 4 cores x 2 PUs, core i = PUs
  *                          i and i+8 (Intel/AMD servers' OS numbering)
+ *   2socket-smt-cpuset.xml the same, saved inside a cpuset of socket 1
  * One planner serves the plugin and cdlrun; each task's GPU comes from the
  * contract's slot rule, as in cdl-train. */
 #include <stdio.h>
@@ -35,7 +36,7 @@ static void expect_plan(hwloc_topology_t topo, const char *allowed_list,
 {
     hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
     hwloc_cpuset_t out[64];
-    char note[128], got[64];
+    char note[256], got[64];
     if (allowed_list)
         hwloc_bitmap_list_sscanf(allowed, allowed_list);
     else
@@ -66,10 +67,12 @@ static void test_cores_blocks(void **state)
     expect_plan(t, NULL, BIND_CORES, 4, NULL, four, NULL);
     static const char *const three[] = {"0-3", "4-9", "10-15"};   /* 8 cores / 3: 2,3,3 */
     expect_plan(t, NULL, BIND_CORES, 3, NULL, three, NULL);
-    /* More tasks than cores: neighbours share a core, none is left out. */
-    static const char *const ten[] = {"0-1", "0-1", "2-3", "4-5", "6-7",
-                                      "8-9", "8-9", "10-11", "12-13", "14-15"};
-    expect_plan(t, NULL, BIND_CORES, 10, NULL, ten, NULL);
+    /* More tasks than cores: tasks 3-4 and 8-9 share a core, one thread
+     * each (whole cores gave both tasks both threads: doubled up). */
+    static const char *const ten[] = {"0-1", "2-3", "4-5", "6", "7",
+                                      "8-9", "10-11", "12-13", "14", "15"};
+    expect_plan(t, NULL, BIND_CORES, 10, NULL, ten, "10 tasks on 8 cores: tasks share cores "
+                "(one thread each)");
     /* Only parts of cores allowed (a cgroup): a core counts with those PUs;
      * 3 cores of 4 PUs for 2 tasks: 2 PUs each (whole cores gave 1 and 3). */
     static const char *const part[] = {"0,2", "3,5"};
@@ -92,10 +95,14 @@ static void test_closest(void **state)
     expect_plan(t, NULL, BIND_CLOSEST, 4, g23, w23, NULL);
     static const char *const w23c[] = {"0-3", "4-7", "8-11", "12-15"};
     expect_plan(t, NULL, BIND_CORES, 4, g23, w23c, NULL);
-    /* Eight replicas on GPU 0: socket 0's four cores, two tasks per core. */
+    /* Eight replicas on GPU 0: socket 0's four cores, then the nearest
+     * others, a core each (two tasks a core on socket 0 left socket 1
+     * idle); the note says so. */
     static const int g0[] = {0, 0, 0, 0, 0, 0, 0, 0};
-    static const char *const w0[] = {"0-1", "0-1", "2-3", "2-3", "4-5", "4-5", "6-7", "6-7"};
-    expect_plan(t, NULL, BIND_CLOSEST, 8, g0, w0, NULL);
+    static const char *const w0[] = {"0-1", "2-3", "4-5", "6-7", "8-9", "10-11", "12-13",
+                                     "14-15"};
+    expect_plan(t, NULL, BIND_CLOSEST, 8, g0, w0, "GPU 0: 8 tasks, 4 free cores near it: also "
+                "given 4 cores farther away (in the whole node)");
     /* The step may only use socket 1: GPU 0's locality is widened to the
      * machine and the allowed cores are used. */
     static const int g01[] = {0, 1};
@@ -128,8 +135,9 @@ static void test_gpu_identity(void **state)
     assert_non_null(g);
     assert_int_equal(g->attr->pcidev.bus, 0xc1);
     assert_null(bind_gpu(t, 2));
+    /* One socket: one domain; each GPU's tasks side by side. */
     static const int g10[] = {1, 0, 1};
-    static const char *const w[] = {"0-1", "2-4", "5-7"};   /* one socket: one domain */
+    static const char *const w[] = {"0-1", "5-7", "2-4"};
     expect_plan(t, NULL, BIND_CLOSEST, 3, g10, w, NULL);
     hwloc_topology_destroy(t);
 }
@@ -140,7 +148,7 @@ static void test_real_vm(void **state)
     hwloc_topology_t t = load("this-vm-2pu.xml");
     static const char *const w[] = {"0", "1"};
     expect_plan(t, NULL, BIND_CORES, 2, NULL, w, NULL);
-    static const char *const w3[] = {"0", "0", "1"};
+    static const char *const w3[] = {"0", "1", "1"};
     expect_plan(t, NULL, BIND_CLOSEST, 3, NULL, w3, "no GPU assigned");
     /* Allowed CPUs outside the topology: an error, not an empty binding. */
     hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
@@ -216,18 +224,19 @@ static void test_dgx(void **state)
 
 /* More ranks than cores (the plugin and cdlrun used to differ: cdlrun went
  * round-robin, 0 and 32 sharing core 0): neighbouring ranks share a core,
- * as MPS replicas of one GPU are neighbours. */
+ * as MPS replicas of one GPU are neighbours, each on a thread of its own. */
 static void test_more_tasks_than_cores(void **state)
 {
     (void)state;
     hwloc_topology_t t = load("dgx-2socket-8gpu.xml");
     static char want[64][8];
     const char *w[64];
+    /* Two ranks a core, one thread each (both threads each doubled them). */
     for (int r = 0; r < 64; r++) {
-        snprintf(want[r], sizeof want[r], "%d-%d", 2 * (r / 2), 2 * (r / 2) + 1);
+        snprintf(want[r], sizeof want[r], "%d", r);
         w[r] = want[r];
     }
-    expect_plan(t, NULL, BIND_CORES, 64, NULL, w, NULL);
+    expect_plan(t, NULL, BIND_CORES, 64, NULL, w, "64 tasks on 32 cores");
     hwloc_topology_destroy(t);
 }
 
@@ -344,9 +353,9 @@ static void test_check_node(void **state)
 }
 
 /* Narrows the whole node to Slurm's step cores (task/none) and plans. */
-static void expect_slurm_cores(hwloc_topology_t topo, const char *allowed_list,
-                               const char *cores, int want_rc, const char *want_set,
-                               const char *note_has)
+static void expect_slurm_cpus(hwloc_topology_t topo, const char *allowed_list,
+                              const char *cores, int slurm_threads, int want_rc,
+                              const char *want_set, const char *note_has)
 {
     hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
     char note[160], got[64];
@@ -354,7 +363,10 @@ static void expect_slurm_cores(hwloc_topology_t topo, const char *allowed_list,
         hwloc_bitmap_list_sscanf(allowed, allowed_list);
     else
         hwloc_bitmap_copy(allowed, hwloc_topology_get_topology_cpuset(topo));
-    assert_int_equal(bind_slurm_cores(topo, allowed, cores, note, sizeof note), want_rc);
+    int rc = bind_slurm_cores(topo, allowed, cores, slurm_threads, note, sizeof note);
+    if (rc != want_rc)
+        fail_msg("cores %s (threads %d): returned %d, want %d (%s)", cores ? cores : "(null)",
+                 slurm_threads, rc, want_rc, note);
     hwloc_bitmap_list_snprintf(got, sizeof got, allowed);
     if (strcmp(got, want_set))
         fail_msg("cores %s: PUs %s, want %s", cores ? cores : "(null)", got, want_set);
@@ -363,6 +375,13 @@ static void expect_slurm_cores(hwloc_topology_t topo, const char *allowed_list,
     else
         assert_string_equal(note, "");
     hwloc_bitmap_free(allowed);
+}
+
+static void expect_slurm_cores(hwloc_topology_t topo, const char *allowed_list,
+                               const char *cores, int want_rc, const char *want_set,
+                               const char *note_has)
+{
+    expect_slurm_cpus(topo, allowed_list, cores, 0, want_rc, want_set, note_has);
 }
 
 /* TaskPlugin=task/none: each task may use the whole node, and the plans
@@ -378,9 +397,16 @@ static void test_slurm_cores(void **state)
     expect_slurm_cores(t, NULL, "0,7", 1, "0,7-8,15", NULL);
     /* All cores: nothing to narrow. */
     expect_slurm_cores(t, NULL, "0-7", 0, "0-15", NULL);
-    /* Already a part of the node (task/affinity's masks, a cgroup): the
-     * task's set is the step's; Slurm's list is not applied over it. */
-    expect_slurm_cores(t, "2-3,10-11", "0-1", 0, "2-3,10-11", NULL);
+    /* Only ever narrows: a list that names none of the task's CPUs leaves
+     * them, saying so; one that names them all changes nothing. */
+    expect_slurm_cores(t, "2-3,10-11", "0-1", 0, "2-3,10-11",
+                       "Slurm's cores 0-1 are none of the task's CPUs");
+    expect_slurm_cores(t, "2-3,10-11", "2-3", 0, "2-3,10-11", NULL);
+    /* The task may use its job's cores 0-3 only (a cpuset of the job, or
+     * of the batch step an srun ran inside): two steps of the job, cores
+     * 0-1 and 2-3, were both planned from core 0. */
+    expect_slurm_cores(t, "0-3,8-11", "2-3", 1, "2-3,10-11", NULL);
+    expect_slurm_cores(t, "0-3,8-11", "0-1", 1, "0-1,8-9", NULL);
     expect_slurm_cores(t, NULL, "", 0, "0-15", NULL);
     expect_slurm_cores(t, NULL, NULL, 0, "0-15", NULL);
     hwloc_topology_destroy(t);
@@ -392,8 +418,8 @@ static void test_slurm_cores(void **state)
     contract_err e;
     hwloc_bitmap_copy(a, hwloc_topology_get_topology_cpuset(t));
     hwloc_bitmap_copy(b, a);
-    assert_int_equal(bind_slurm_cores(t, a, "0", NULL, 0), 1);
-    assert_int_equal(bind_slurm_cores(t, b, "1", NULL, 0), 1);
+    assert_int_equal(bind_slurm_cores(t, a, "0", 0, NULL, 0), 1);
+    assert_int_equal(bind_slurm_cores(t, b, "1", 0, NULL, 0), 1);
     assert_int_equal(bind_plan(t, a, BIND_CORES, 1, NULL, out, NULL, 0, &e), 0);
     assert_int_equal(bind_plan(t, b, BIND_CORES, 1, NULL, out + 1, NULL, 0, &e), 0);
     assert_false(hwloc_bitmap_intersects(out[0], out[1]));
@@ -419,6 +445,159 @@ static void test_slurm_cores_refused(void **state)
     hwloc_topology_destroy(t);
 }
 
+/* Plans ntasks and checks what every closest plan must give while there
+ * are no more tasks than cores: each task some of the allowed CPUs, no two
+ * tasks a common PU. (They may share a core only where the allowed cores
+ * do not divide evenly and their PUs do: even_pus, Slurm's CR_CPU grant.) */
+static void expect_apart(hwloc_topology_t topo, const char *allowed_list, int ntasks,
+                         const int *gpus)
+{
+    hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+    hwloc_cpuset_t out[64];
+    char note[256];
+    contract_err e;
+    hwloc_bitmap_list_sscanf(allowed, allowed_list);
+    for (int t = 0; t < ntasks; t++)
+        out[t] = hwloc_bitmap_alloc();
+    if (bind_plan(topo, allowed, BIND_CLOSEST, ntasks, gpus, out, note, sizeof note, &e) != 0)
+        fail_msg("%s", e.msg);
+    for (int t = 0; t < ntasks; t++) {
+        if (hwloc_bitmap_iszero(out[t]) || !hwloc_bitmap_isincluded(out[t], allowed))
+            fail_msg("allowed %s, %d tasks: task %d outside the allowed CPUs", allowed_list,
+                     ntasks, t);
+        for (int s = 0; s < t; s++)
+            if (hwloc_bitmap_intersects(out[s], out[t])) {
+                for (int x = 0; x < ntasks; x++) {
+                    char l[64];
+                    hwloc_bitmap_list_snprintf(l, sizeof l, out[x]);
+                    print_message("task %d (GPU %d): %s\n", x, gpus[x], l);
+                }
+                fail_msg("allowed %s, %d tasks: tasks %d and %d overlap (%s)", allowed_list,
+                         ntasks, s, t, note);
+            }
+    }
+    for (int t = 0; t < ntasks; t++)
+        hwloc_bitmap_free(out[t]);
+    hwloc_bitmap_free(allowed);
+}
+
+/* closest piled tasks up: a task without a GPU (or whose GPU's domain had
+ * no allowed core) planned over all the allowed cores, on top of the
+ * GPUs' tasks; the replicas of one GPU doubled up on its socket while the
+ * other socket idled. Each GPU's tasks now get free cores near it, the
+ * rest go to the others, and no core is shared unless there are more
+ * tasks than cores. */
+static void test_closest_apart(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-4gpu-nvml.xml");
+    /* A task without a GPU next to one on GPU 0: it got all 16 PUs. */
+    static const int g0n[] = {0, -1};
+    static const char *const w0n[] = {"0-7", "8-15"};
+    expect_plan(t, NULL, BIND_CLOSEST, 2, g0n, w0n, "no GPU assigned");
+    /* Ranks of two GPUs of one socket, interleaved: each GPU's together. */
+    static const int g0101[] = {0, 1, 0, 1};
+    static const char *const w0101[] = {"0-1", "4-5", "2-3", "6-7"};
+    expect_plan(t, NULL, BIND_CLOSEST, 4, g0101, w0101, NULL);
+    /* GPUs 0 and 2 with the step on socket 0 and one core of socket 1:
+     * GPU 2 takes that core. */
+    static const int g02[] = {0, 2};
+    static const char *const w02[] = {"0-7", "8-9"};
+    expect_plan(t, "0-9", BIND_CLOSEST, 2, g02, w02, NULL);
+    hwloc_topology_destroy(t);
+
+    t = load("dgx-2socket-8gpu.xml");
+    /* The step has domains 0 and 1: GPU 4's domain has no allowed core,
+     * so its task was planned over all of them, on top of tasks 0 and 1. */
+    static const int g014[] = {0, 1, 4};
+    static const char *const w014[] = {"0-7", "8-15", "16-31"};
+    expect_plan(t, "0-31", BIND_CLOSEST, 3, g014, w014, NULL);
+    /* 20 MPS replicas of GPU 0: domain 0's 8 cores, then socket 0's
+     * other domain, then socket 1: a core each (they were 20 tasks on 8
+     * cores with 24 idle). */
+    int g[64];
+    static char want[20][8];
+    const char *w[20];
+    for (int r = 0; r < 20; r++) {
+        g[r] = 0;
+        snprintf(want[r], sizeof want[r], "%d-%d", 2 * r, 2 * r + 1);
+        w[r] = want[r];
+    }
+    expect_plan(t, NULL, BIND_CLOSEST, 20, g, w, "GPU 0: 20 tasks, 8 free cores near it: also "
+                "given 12 cores farther away (in the whole node)");
+    /* Mixed layouts: never a shared core while cores suffice. */
+    static const char *const sets[] = {"0-63", "0-31", "16-47", "0-7,48-63", "32-35,40-63"};
+    static const int layouts[][8] = {
+        {0, 1, 2, 3, 4, 5, 6, 7}, {0, 0, 0, 0, 0, 0, 0, 7}, {-1, 0, -1, 4, 9, 4, -1, 1},
+        {6, 6, 6, 6, 1, 1, 1, 1}, {7, 3, 5, 1, 6, 2, 4, 0}, {-1, -1, -1, -1, -1, -1, -1, 2},
+    };
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+        for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
+            for (int n = 1; n <= 8; n++)
+                expect_apart(t, sets[i], n, layouts[l]);
+    /* 16 tasks, one core each of a 16-core step, mixed GPUs. */
+    for (int r = 0; r < 16; r++)
+        g[r] = r % 3 == 0 ? -1 : (r * 5) % 8;
+    expect_apart(t, "0-15,40-55", 16, g);
+    hwloc_topology_destroy(t);
+}
+
+/* CR_CPU on an SMT node described as CPUs=N (no threads): Slurm's "cores"
+ * are PUs. Read as cores, a job's CPUs 0-1 (one core's two threads) gave
+ * cores 0-1 (4 PUs, two of them another job's), and CPUs past the core
+ * count were refused (the whole node). */
+static void test_slurm_cpus(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-smt-interleaved.xml");
+    /* Slurm's CPUs 0-1: logical PUs 0-1, core 0's threads P#0 and P#8. */
+    expect_slurm_cpus(t, NULL, "0-1", 1, 1, "0,8", NULL);
+    expect_slurm_cpus(t, NULL, "2", 1, 1, "1", NULL);
+    expect_slurm_cpus(t, NULL, "8-9", 1, 1, "4,12", NULL);
+    /* Unknown count, numbers past the 8 cores: PUs all the same. */
+    expect_slurm_cpus(t, NULL, "8-9", 0, 1, "4,12", NULL);
+    expect_slurm_cpus(t, NULL, "14-15", 0, 1, "7,15", NULL);
+    /* Two CPUs a core (ThreadsPerCore=2 in slurm.conf): cores. */
+    expect_slurm_cpus(t, NULL, "0-1", 2, 1, "0-1,8-9", NULL);
+    expect_slurm_cpus(t, NULL, "8-9", 2, 0, "0-15", "the topology has fewer cores");
+    expect_slurm_cpus(t, NULL, "16", 1, 0, "0-15", "the topology has fewer cores");
+
+    /* Two tasks on those two CPUs: one thread each (both got both). */
+    static const char *const two[] = {"0", "8"};
+    expect_plan(t, "0,8", BIND_CORES, 2, NULL, two, "2 tasks on 1 core:");
+    expect_plan(t, "0,8", BIND_CLOSEST, 2, NULL, two, "no GPU assigned");
+    /* Four tasks on 3 CPUs of 2 cores: never outside the three. */
+    static const char *const four[] = {"0", "8", "1", "1"};
+    expect_plan(t, "0-1,8", BIND_CORES, 4, NULL, four, "more tasks than CPUs");
+    hwloc_topology_destroy(t);
+}
+
+/* slurmstepd (or cdlrun) loaded the topology inside a cpuset: hwloc left
+ * the other CPUs out, its core 0 was the node's core 4, and Slurm's cores
+ * were not applied at all (the topology did not cover the node): two
+ * steps of a job confined to socket 1 were both bound from its first core.
+ * The file is 2socket-smt-interleaved.xml with allowed_cpuset socket 1. */
+static void test_inside_cpuset(void **state)
+{
+    (void)state;
+    hwloc_topology_t t = load("2socket-smt-cpuset.xml");
+    char buf[128];
+    assert_int_equal(hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE), 8);
+    expect_slurm_cores(t, "4-7,12-15", "4-5", 1, "4-5,12-13", NULL);
+    expect_slurm_cores(t, "4-7,12-15", "6-7", 1, "6-7,14-15", NULL);
+    /* The two steps' plans: apart, named with the node's core numbers. */
+    static const char *const s1[] = {"4,12", "5,13"};
+    static const char *const s2[] = {"6,14", "7,15"};
+    expect_plan(t, "4-5,12-13", BIND_CORES, 2, NULL, s1, NULL);
+    expect_plan(t, "6-7,14-15", BIND_CORES, 2, NULL, s2, NULL);
+    hwloc_bitmap_t s = hwloc_bitmap_alloc();
+    hwloc_bitmap_list_sscanf(s, "6,14");
+    bind_describe(t, s, buf, sizeof buf);
+    assert_string_equal(buf, "cores 6 (PUs 6,14)");
+    hwloc_bitmap_free(s);
+    hwloc_topology_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -436,6 +615,9 @@ int main(void)
         cmocka_unit_test(test_slurm_cores_refused),
         cmocka_unit_test(test_one_pu_per_core),
         cmocka_unit_test(test_check_node),
+        cmocka_unit_test(test_closest_apart),
+        cmocka_unit_test(test_slurm_cpus),
+        cmocka_unit_test(test_inside_cpuset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -308,6 +308,46 @@ static void test_cpu_mask_union(void **state)
     assert_int_equal(spk_cpu_mask_union("1,0", &m), -1);   /* map_cpu: CPU ids */
 }
 
+/* Masks of another step, inherited through the environment by an srun
+ * inside a bound task, were taken as this step's CPUs: the plan divided
+ * CPUs the task may not use. Only masks that hold the task's own count. */
+static void test_cpu_mask_is_step(void **state)
+{
+    (void)state;
+    cpu_set_t all, own;
+    assert_int_equal(spk_cpu_mask_union("0x1,0x2", &all), 0);
+    CPU_ZERO(&own);
+    CPU_SET(1, &own);
+    assert_int_equal(spk_cpu_mask_is_step(&all, &own), 1);   /* task 1's own mask */
+    CPU_SET(2, &own);
+    assert_int_equal(spk_cpu_mask_is_step(&all, &own), 0);   /* CPU 2 is not in them */
+    CPU_ZERO(&own);
+    CPU_SET(6, &own);
+    CPU_SET(7, &own);
+    assert_int_equal(spk_cpu_mask_is_step(&all, &own), 0);   /* another step's masks */
+    CPU_ZERO(&own);
+    assert_int_equal(spk_cpu_mask_is_step(&all, &own), 0);
+}
+
+/* Slurm's CPUs per core: 1 where it counts each PU as a core (CR_CPU,
+ * CPUs=N alone on an SMT node). */
+static void test_slurm_threads(void **state)
+{
+    (void)state;
+    assert_int_equal(spk_slurm_threads("0-1", "2"), 1);
+    assert_int_equal(spk_slurm_threads("0-1", "4"), 2);
+    assert_int_equal(spk_slurm_threads("0-3,8,10-11", "14"), 2);
+    assert_int_equal(spk_slurm_threads("0-1", "3"), 0);    /* not whole */
+    assert_int_equal(spk_slurm_threads("", "2"), 0);
+    assert_int_equal(spk_slurm_threads(NULL, "2"), 0);
+    assert_int_equal(spk_slurm_threads("0-1", ""), 0);
+    assert_int_equal(spk_slurm_threads("0-1", NULL), 0);
+    assert_int_equal(spk_slurm_threads("0-1", "x"), 0);
+    assert_int_equal(spk_slurm_threads("1-0", "2"), 0);
+    assert_int_equal(spk_slurm_threads("0,", "2"), 0);
+    assert_int_equal(spk_slurm_threads("a", "2"), 0);
+}
+
 static void test_parse_uint_charset(void **state)
 {
     (void)state;
@@ -340,6 +380,8 @@ int main(void)
         cmocka_unit_test(test_user_cpu_bind),
         cmocka_unit_test(test_cpu_bind_from_hint),
         cmocka_unit_test(test_cpu_mask_union),
+        cmocka_unit_test(test_cpu_mask_is_step),
+        cmocka_unit_test(test_slurm_threads),
         cmocka_unit_test(test_parse_uint_charset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

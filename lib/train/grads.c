@@ -115,6 +115,8 @@ int train_clip_grads(run *r)
         ddp_grad_sumsq(r->ddp, &sq) != 0)
         return -1;
     r->grad_norm = sqrt(sq);
+    if (!isfinite(r->grad_norm))
+        return 1;   /* every rank: the norm is over all of them */
     float coef = train_clip_coef(r->grad_norm, r->cfg->clip_grad);
     /* A coefficient of 1 changes no bit (PyTorch multiplies anyway). */
     if (coef < 1.0f)

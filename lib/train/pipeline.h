@@ -59,7 +59,7 @@ typedef struct diverge_hint {
  * step (named step + 1, as the records count steps done). late: it was
  * noticed after the next step had already been queued (the GPU pipeline
  * reads results one step late), which the message says. h: where to go
- * on from (NULL: no checkpoint). The loss of step `step` comes from the
+ * on from (NULL, or last NULL: no checkpoint). The loss of step `step` comes from the
  * weights after `step` steps: a last.safetensors of that step holds them,
  * and a resume from it fails at the same step whatever the learning
  * rate, so the message names an earlier checkpoint then. Returns -1. */

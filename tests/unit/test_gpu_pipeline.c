@@ -114,7 +114,13 @@ static void test_loss_error(void **state)
     expect_error("rank 3: loss is inf at step 41: training diverged");
     expect_error("no checkpoint to resume from: start again with a lower --lr or --clip-grad 1");
     assert_null(strstr(cdl_last_error(), "late"));
-    diverge_hint h = {.last = "runs/a/last.safetensors", .last_step = 39};
+    /* No checkpoint, but --clip-grad on: the advice is only the rate (it
+     * said "or --clip-grad 1" to a run clipping at 1 already). */
+    diverge_hint h = {.clipping = 1};
+    assert_int_equal(train_loss_error(3, INFINITY, 40, 0, &h), -1);
+    expect_error("no checkpoint to resume from: start again with a lower --lr");
+    assert_null(strstr(cdl_last_error(), "clip"));
+    h = (diverge_hint){.last = "runs/a/last.safetensors", .last_step = 39};
     assert_int_equal(train_loss_error(0, -NAN, 40, 1, &h), -1);
     expect_error("loss is nan at step 41 (noticed one step late");
     expect_error("step 42 was already queued");

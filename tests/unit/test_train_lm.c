@@ -131,6 +131,14 @@ static void test_clip_nonfinite(void **state)
             if (i != np / 2 && g[i] != 0.5f)
                 fail_msg("bad[%d]: gradient %zu is %g, not 0.5 as it was", k, i, (double)g[i]);
     }
+    /* A norm beyond float's range: its coefficient was 0, and the step's
+     * update a zero one in silence (PyTorch's float norm is inf there). */
+    for (size_t i = 0; i < np; i++)
+        g[i] = 0.5f;
+    g[0] = g[1] = 3e38f;
+    assert_int_equal(train_clip_grads(&r), 1);
+    assert_true(isfinite(r.grad_norm) && r.grad_norm > 4e38);
+    assert_true(g[0] == 3e38f && g[1] == 3e38f && g[2] == 0.5f);
     /* A finite norm above the limit is clipped, as before. */
     for (size_t i = 0; i < np; i++)
         g[i] = 0.5f;

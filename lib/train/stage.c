@@ -844,18 +844,6 @@ static int copy_lock(const char *dir, double stale_s, stage_stats *st, double *w
     return 0;
 }
 
-/* A kept copy (--stage DIR) is read by every run staged into it for as
- * long as that run trains (a streamed image folder opens its files every
- * epoch): each holds DIR/.lock shared from its copy to its end
- * (train_stage_cleanup). Changing the copy (removing what the dataset no
- * longer holds, replacing a file that changed) takes it exclusively: a
- * run staging a changed dataset pruned pictures from under a run training
- * from the copy, which then failed (or trained on the new files) mid-run.
- * Called with DIR/.copying held, so no other run changes the copy
- * meanwhile. *fd: the lock, held exclusively (*exclusive: the caller may
- * change the copy, then holds it shared) or shared (the copy is current:
- * nothing to change), or -1 (a file system without locks: as before).
- * Another run reading and something to change is an error saying so. */
 /* The kept copy's lock f (dir/.lock) shared: taken, or kept_lock's
  * exclusive one let go to shared once the copy is current. Converting a
  * flock is not atomic (flock(2): the old lock goes first), so a process
@@ -874,6 +862,18 @@ static int share_kept(int f, const char *dir, double timeout_s, stage_stats *st)
     return w;
 }
 
+/* A kept copy (--stage DIR) is read by every run staged into it for as
+ * long as that run trains (a streamed image folder opens its files every
+ * epoch): each holds DIR/.lock shared from its copy to its end
+ * (train_stage_cleanup). Changing the copy (removing what the dataset no
+ * longer holds, replacing a file that changed) takes it exclusively: a
+ * run staging a changed dataset pruned pictures from under a run training
+ * from the copy, which then failed (or trained on the new files) mid-run.
+ * Called with DIR/.copying held, so no other run changes the copy
+ * meanwhile. *fd: the lock, held exclusively (*exclusive: the caller may
+ * change the copy, then holds it shared: share_kept) or shared (the copy is current:
+ * nothing to change), or -1 (a file system without locks: as before).
+ * Another run reading and something to change is an error saying so. */
 static int kept_lock(const char *src, const struct stat *ss, const char *dir, const char *only,
                      const char *meta, double timeout_s, stage_stats *st, int *fd,
                      int *exclusive)

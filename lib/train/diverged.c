@@ -38,7 +38,7 @@ const diverge_hint *train_diverge_hint(const run *r, long step, diverge_hint *h,
     /* Not an old run's last.safetensors that this one has not rewritten
      * (--resume never, --resume PATH): its weights are of another step. */
     if (!r->saved_path || access(r->saved_path, F_OK) != 0)
-        return NULL;
+        return h;   /* no checkpoint: h->last NULL */
     h->last = r->saved_path;
     if (r->saved_step < step)
         return h;

@@ -88,6 +88,11 @@ float train_clip_coef(double total, float max_norm)
     return coef < 1.0f ? coef : 1.0f;
 }
 
+int train_norm_clippable(double total)
+{
+    return isfinite((float)total);
+}
+
 int train_clip_on_device(const run *r)
 {
     const cdl_backend_ops *ops = r->be->ops;
@@ -115,6 +120,8 @@ int train_clip_grads(run *r)
         ddp_grad_sumsq(r->ddp, &sq) != 0)
         return -1;
     r->grad_norm = sqrt(sq);
+    if (!train_norm_clippable(r->grad_norm))
+        return 1;   /* every rank: the norm is over all of them */
     float coef = train_clip_coef(r->grad_norm, r->cfg->clip_grad);
     /* A coefficient of 1 changes no bit (PyTorch multiplies anyway). */
     if (coef < 1.0f)

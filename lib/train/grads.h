@@ -38,9 +38,21 @@ int train_backward(run *r);
 /* PyTorch's clip_grad_norm_ coefficient: max_norm / (total + 1e-6) in
  * float, at most 1. */
 float train_clip_coef(double total, float max_norm);
+/* Whether --clip-grad can clip a gradient of global norm total: finite in
+ * float, as train_clip_coef (and the GPU's clip_scale) compute it. A
+ * finite double beyond float's range (3.4e38) gave coefficient 0, and the
+ * step's update was a zero one in silence; PyTorch's norm, a float, is
+ * infinite there, which error_if_nonfinite refuses. */
+int train_norm_clippable(double total);
 /* --clip-grad on the averaged gradient (after ddp_finish): its global L2
  * norm into r->grad_norm and, when above the limit, the gradient scaled
  * by train_clip_coef. A no-op (r->grad_norm NAN) without --clip-grad.
+ * Returns 1, the gradient left as it is, when the norm (read on the host)
+ * is NaN or infinite (train_norm_clippable): the caller skips the update, and the loop stops the
+ * run when it counts the step (train_norm_error); scaled, an infinite
+ * norm's coefficient 0 made NaN of every infinite element, and a NaN
+ * norm's coefficient (NaN, taken as 1) let the gradient through, so the
+ * update wrote NaN into the weights.
  * With r->norm_dev: both on the device (grad_norm NAN, the squared norm in
  * norm_dev); else waits for the gradient on the host (sumsq), bounded by
  * CDL_TIMEOUT while NCCL's allreduce is queued (ddp_drain). */

@@ -1138,6 +1138,12 @@ static int check_config(const cdl_train_config *c)
     if (!(c->clip_grad >= 0) || !isfinite(c->clip_grad))
         return cdl_error("--clip-grad %g: give the largest gradient norm (> 0), or 0 for none",
                          c->clip_grad);
+    /* NaN was taken as none (the step's "> 0" test) and written into the
+     * checkpoint's config as "nan", which is no JSON; above 1 (inf) the
+     * loss is NaN at the first step, blamed on the data. PyTorch's range. */
+    if (!(c->label_smoothing >= 0.0f && c->label_smoothing <= 1.0f))
+        return cdl_error("--label-smoothing %g: give a value from 0 (none) to 1",
+                         (double)c->label_smoothing);
     if (c->accum_steps < 0 || c->accum_steps > (1 << 20))
         return cdl_error("--accum-steps %d: must be between 1 and %d", c->accum_steps, 1 << 20);
     if (c->decay_params < CDL_DECAY_AUTO || c->decay_params > CDL_DECAY_2D)

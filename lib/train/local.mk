@@ -10,7 +10,8 @@ libcdl_core_la_SOURCES += lib/train/metrics_read.c
 libcdl_core_la_SOURCES += lib/train/owned.c lib/train/owned.h
 EXTRA_DIST += lib/train/metrics.h
 libcdl_core_la_SOURCES += lib/train/init.c lib/train/init.h
-libcdl_core_la_SOURCES += lib/train/stage.c lib/train/stage.h
+libcdl_core_la_SOURCES += lib/train/stage.c lib/train/stage.h lib/train/lockwait.c \
+	lib/train/lockwait.h
 libcdl_core_la_SOURCES += lib/train/tfevents.c lib/train/tboard.c
 EXTRA_DIST += lib/train/tfevents.h
 libcdl_core_la_SOURCES += lib/train/grads.c lib/train/grads.h

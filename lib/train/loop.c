@@ -338,6 +338,14 @@ static int count_oldest(run *r, train_position *pos)
         return train_loss_error(r->ri.rank, loss, step, late,
                                 train_diverge_hint(r, step, &h, earlier, sizeof earlier));
     }
+    if (g->ends_step[s] && r->cfg->clip_grad > 0 && !train_norm_clippable(g->grad_norm[s])) {
+        /* --clip-grad's norm (on the host: the update was skipped) */
+        diverge_hint h;
+        char earlier[1200];
+        return train_norm_error(r->ri.rank, g->grad_norm[s], r->cfg->clip_grad, step, late,
+                                g->norm_pending[s],
+                                train_diverge_hint(r, step, &h, earlier, sizeof earlier));
+    }
     pos->loss_sum += loss;
     pos->correct += correct;
     pos->seen += rows;

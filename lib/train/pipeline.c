@@ -86,16 +86,18 @@ long train_valid_rows(const int32_t *labels, int n)
  * (checkpoint.c refuses them), but the last one may hold the weights whose
  * loss overflowed (a checkpoint every step, or one at the step before):
  * a resume from it fails again at once, so another is named. */
-static const char *resume_todo(char *buf, size_t len, long step, const diverge_hint *h)
+static const char *resume_todo(char *buf, size_t len, long step, const diverge_hint *h,
+                               const char *what)
 {
     const char *clip = h && h->clipping ? ""
                                         : ", or with the gradient norm clipped (--clip-grad 1 "
                                           "--resume-allow clip-grad)";
     const char *clip_new = h && h->clipping ? "" : " or --clip-grad 1";
     if (step == 0)   /* no update yet: the learning rate played no part */
-        snprintf(buf, len, "this is the first step's loss, before any update, so not the "
+        snprintf(buf, len, "this is the first step's %s, before any update, so not the "
                  "learning rate's doing: the initial weights (--init's file) or the data give "
-                 "it (inputs of a huge magnitude? check the data's values and --normalize)");
+                 "it (inputs of a huge magnitude? check the data's values and --normalize)",
+                 what);
     else if (!h || !h->last)
         snprintf(buf, len, "no checkpoint to resume from: start again with a lower --lr%s",
                  clip_new);
@@ -104,15 +106,15 @@ static const char *resume_todo(char *buf, size_t len, long step, const diverge_h
                  "learning rate (--lr X --resume-allow lr)%s", h->last, h->last_step, clip);
     else if (h->earlier)
         snprintf(buf, len, "the last checkpoint, %s, holds the weights of step %ld that gave "
-                 "this loss, so a resume from it fails here again whatever the learning "
+                 "this %s, so a resume from it fails here again whatever the learning "
                  "rate: resume from an earlier one, --resume %s (step %ld), with a lower "
-                 "learning rate (--lr X --resume-allow lr)%s", h->last, h->last_step,
+                 "learning rate (--lr X --resume-allow lr)%s", h->last, h->last_step, what,
                  h->earlier, h->earlier_step, clip);
     else
         snprintf(buf, len, "the last checkpoint, %s, holds the weights of step %ld that gave "
-                 "this loss, so a resume from it fails here again whatever the learning "
+                 "this %s, so a resume from it fails here again whatever the learning "
                  "rate, and no earlier checkpoint is kept (--keep-last N keeps some): start "
-                 "again with a lower --lr%s (--resume never)", h->last, h->last_step,
+                 "again with a lower --lr%s (--resume never)", h->last, h->last_step, what,
                  clip_new);
     return buf;
 }
@@ -133,7 +135,23 @@ int train_loss_error(int rank, double loss, long step, int late, const diverge_h
     else
         where[0] = 0;
     return cdl_error("rank %d: loss is %g at step %ld%s: training diverged; %s", rank,
-                     shown(loss), step + 1, where, resume_todo(todo, sizeof todo, step, h));
+                     shown(loss), step + 1, where, resume_todo(todo, sizeof todo, step, h, "loss"));
+}
+
+int train_norm_error(int rank, double norm, float max_norm, long step, int late, int applied,
+                     const diverge_hint *h)
+{
+    char where[96], todo[5000];
+    if (late)
+        snprintf(where, sizeof where, " (noticed one step late: GPU steps are pipelined, step %ld "
+                 "was already queued)", step + 2);
+    else
+        where[0] = 0;
+    return cdl_error("rank %d: the gradient norm is %g at step %ld%s, which --clip-grad %g "
+                     "cannot clip: training diverged (%s); %s", rank, shown(norm), step + 1,
+                     where, (double)max_norm,
+                     applied ? "no checkpoint holds the update" : "the update was skipped",
+                     resume_todo(todo, sizeof todo, step, h, "gradient"));
 }
 
 int train_eval_loss_error(int rank, double loss, const diverge_hint *h)
@@ -142,7 +160,7 @@ int train_eval_loss_error(int rank, double loss, const diverge_hint *h)
     /* Not the loss of a step: the checkpoint is from before these weights
      * went wrong only as far as the caller knows (last_step < LONG_MAX). */
     return cdl_error("rank %d: the loss of an evaluation batch is %g: the weights have diverged; "
-                     "%s", rank, shown(loss), resume_todo(todo, sizeof todo, LONG_MAX, h));
+                     "%s", rank, shown(loss), resume_todo(todo, sizeof todo, LONG_MAX, h, "loss"));
 }
 
 int train_graphs_decide(int setting, const char *env, int is_cuda, int world, int *on,

@@ -59,11 +59,22 @@ typedef struct diverge_hint {
  * step (named step + 1, as the records count steps done). late: it was
  * noticed after the next step had already been queued (the GPU pipeline
  * reads results one step late), which the message says. h: where to go
- * on from (NULL: no checkpoint). The loss of step `step` comes from the
+ * on from (NULL, or last NULL: no checkpoint). The loss of step `step` comes from the
  * weights after `step` steps: a last.safetensors of that step holds them,
  * and a resume from it fails at the same step whatever the learning
  * rate, so the message names an earlier checkpoint then. Returns -1. */
 int train_loss_error(int rank, double loss, long step, int late, const diverge_hint *h);
+/* The same for a non-finite global gradient norm of --clip-grad
+ * (max_norm) at the step with 0-based index step: PyTorch's
+ * clip_grad_norm_(error_if_nonfinite=True). Clipping cannot rescue it (the
+ * coefficient of an infinite norm is 0, and 0 times infinity is NaN; that
+ * of a NaN norm is NaN), so the run stops as for a non-finite loss, with
+ * the same advice; the weights of `step` gave the gradient, so a
+ * last.safetensors of that step is not the one to resume from. applied: the
+ * update ran before the norm was read (on the GPU, where the norm is read
+ * with the step's results), else it was skipped. Returns -1. */
+int train_norm_error(int rank, double norm, float max_norm, long step, int late, int applied,
+                     const diverge_hint *h);
 /* The same for a batch of an evaluation (validation or test): not a
  * step's loss, but the weights' outputs overflowed. Returns -1. */
 int train_eval_loss_error(int rank, double loss, const diverge_hint *h);

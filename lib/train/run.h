@@ -107,8 +107,9 @@ int train_stop_agreed(run *r);
 int train_stop_kind(run *r);
 /* diverged.c: where a run whose loss of step `step` (0-based) is not
  * finite can go on from (pipeline.h): h filled, the path of an earlier
- * checkpoint into earlier[len]; NULL when this run has written or resumed
- * no checkpoint that is still there. */
+ * checkpoint into earlier[len]; h with last NULL when this run has written
+ * or resumed no checkpoint that is still there (h->clipping still tells
+ * the advice whether --clip-grad is on). */
 const diverge_hint *train_diverge_hint(const run *r, long step, diverge_hint *h, char *earlier,
                                        size_t len);
 /* agree.c: a warning on stderr when a single process runs in a Slurm job of

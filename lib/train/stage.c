@@ -46,6 +46,7 @@
 #include "../ckpt/checksum.h"
 #include "lib/core/log.h"
 #include "lib/data/internal.h"
+#include "lockwait.h"
 #include "signals.h"
 #include "stage.h"
 
@@ -705,7 +706,13 @@ static int own_dir(const char *dir, int create)
  * an older cdl, perhaps still in use) is left alone. */
 static const char AUTO_PREFIX[] = "cdl-stage-", LOCK_NAME[] = ".lock";
 
-int train_stage_lock(const char *dir)
+static int beat_cb(void *st)
+{
+    return beat(st);
+}
+
+/* train_stage_lock, beating the peers (st) while it waits. */
+static int stage_lock(const char *dir, double timeout_s, stage_stats *st)
 {
     char p[1200];
     if (snprintf(p, sizeof p, "%s/%s", dir, LOCK_NAME) >= (int)sizeof p)
@@ -722,12 +729,26 @@ int train_stage_lock(const char *dir)
         /* A sweep holding it exclusively removes the folder before it
          * lets go: then the lock is on a file no longer there. */
         struct stat a, b;
-        if (flock(fd, LOCK_SH) == 0 && fstat(fd, &a) == 0 && stat(p, &b) == 0 &&
-            a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        int w = lockwait_flock(fd, LOCK_SH, p, "--stage auto's copy: a run removing it holds it "
+                               "exclusively", timeout_s, beat_cb, st);
+        if (w == 1)
+            cdl_error("--stage: cannot lock %s: %m", p);
+        if (w != 0) {
+            close(fd);
+            return -1;
+        }
+        if (fstat(fd, &a) == 0 && stat(p, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino)
             return fd;
         close(fd);
     }
     return cdl_error("--stage: cannot lock %s: it is removed as soon as it is made", p);
+}
+
+int train_stage_lock(const char *dir, double timeout_s)
+{
+    stage_stats st = {0};
+    return stage_lock(dir, timeout_s, &st);
 }
 
 int train_stage_sweep(const char *base)
@@ -823,6 +844,24 @@ static int copy_lock(const char *dir, double stale_s, stage_stats *st, double *w
     return 0;
 }
 
+/* The kept copy's lock f (dir/.lock) shared: taken, or kept_lock's
+ * exclusive one let go to shared once the copy is current. Converting a
+ * flock is not atomic (flock(2): the old lock goes first), so a process
+ * that takes it exclusively in between (a run of an older cdl changing the
+ * copy, a user's flock(1)) made a blocking LOCK_SH wait for as long as it
+ * held it, for ever. Bounded by CDL_TIMEOUT (lockwait_flock). 0, or -1 with
+ * an error. */
+static int share_kept(int f, const char *dir, double timeout_s, stage_stats *st)
+{
+    char p[1200];
+    snprintf(p, sizeof p, "%s/%s", dir, LOCK_NAME);
+    int w = lockwait_flock(f, LOCK_SH, p, "the kept copy's: a run changing the copy holds it "
+                           "exclusively", timeout_s, beat_cb, st);
+    if (w == 1)
+        return cdl_error("--stage: cannot share the lock %s: %m", p);
+    return w;
+}
+
 /* A kept copy (--stage DIR) is read by every run staged into it for as
  * long as that run trains (a streamed image folder opens its files every
  * epoch): each holds DIR/.lock shared from its copy to its end
@@ -832,11 +871,12 @@ static int copy_lock(const char *dir, double stale_s, stage_stats *st, double *w
  * from the copy, which then failed (or trained on the new files) mid-run.
  * Called with DIR/.copying held, so no other run changes the copy
  * meanwhile. *fd: the lock, held exclusively (*exclusive: the caller may
- * change the copy, then holds it shared) or shared (the copy is current:
+ * change the copy, then holds it shared: share_kept) or shared (the copy is current:
  * nothing to change), or -1 (a file system without locks: as before).
  * Another run reading and something to change is an error saying so. */
 static int kept_lock(const char *src, const struct stat *ss, const char *dir, const char *only,
-                     const char *meta, stage_stats *st, int *fd, int *exclusive)
+                     const char *meta, double timeout_s, stage_stats *st, int *fd,
+                     int *exclusive)
 {
     *fd = -1;
     *exclusive = 0;
@@ -879,8 +919,8 @@ static int kept_lock(const char *src, const struct stat *ss, const char *dir, co
                        "the copy would change that run's data under it: wait for that run to "
                        "end, or give another --stage DIR", dir, src, dry.stale,
                        dry.stale == 1 ? "" : "s", dry.removed);
-    if (rc == 0 && flock(f, LOCK_SH | LOCK_NB) != 0)
-        rc = cdl_error("--stage: cannot share the lock %s/%s: %m", dir, LOCK_NAME);
+    if (rc == 0)
+        rc = share_kept(f, dir, timeout_s, st);
     if (rc != 0) {
         close(f);
         return -1;
@@ -1042,7 +1082,7 @@ int train_stage(run *r)
             rc = enough_room(src, &ss, dir, base, &st);
         if (rc == 0 && !automatic)
             rc = own_dir(dir, 1);
-        if (rc == 0 && automatic && (rc = train_stage_lock(dir)) >= 0) {
+        if (rc == 0 && automatic && (rc = stage_lock(dir, timeout, &st)) >= 0) {
             r->stage_lock = rc;
             rc = 0;
         }
@@ -1055,7 +1095,7 @@ int train_stage(run *r)
                               "beside it)");
         int kept_fd = -1, exclusive = 0;
         if (rc == 0 && !automatic)
-            rc = kept_lock(src, &ss, dir, only, meta_name, &st, &kept_fd, &exclusive);
+            rc = kept_lock(src, &ss, dir, only, meta_name, timeout, &st, &kept_fd, &exclusive);
         if (rc == 0 && exclusive)
             prune_tree(src, dir, only, meta_name, 0, &st);
         dir_id above[STAGE_MAX_DEPTH + 1];
@@ -1074,8 +1114,8 @@ int train_stage(run *r)
         }
         cdl_free(buf);
         if (kept_fd >= 0) {   /* read from until the run ends, shared with other readers */
-            if (exclusive)
-                flock(kept_fd, LOCK_SH);
+            if (exclusive && rc == 0)
+                rc = share_kept(kept_fd, dir, timeout, &st);
             r->stage_lock = kept_fd;
         }
         if (st.locked)

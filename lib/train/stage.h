@@ -26,12 +26,14 @@ void train_stage_cleanup(run *r, int ok);
 
 /* --stage auto's per-job copies under base: locks dir/.lock (shared) for
  * as long as the returned descriptor is open, creating dir (0700) if
- * needed; -1 with an error, -2 when dir is there but is not a folder of
+ * needed, waiting at most timeout_s while another process holds it
+ * exclusively (a sweep removing it); -1 with an error (naming the holder
+ * when the wait timed out), -2 when dir is there but is not a folder of
  * this account's (another account took the name first). A copy whose lock nobody holds belongs to a
  * run that ended without removing it (SIGKILL, out of memory, a crash):
  * train_stage_sweep removes those of this account under base and returns
  * how many. */
-int train_stage_lock(const char *dir);
+int train_stage_lock(const char *dir, double timeout_s);
 int train_stage_sweep(const char *base);
 
 #endif

@@ -37,8 +37,13 @@ int train_step_ops(run *r, const float *x, const int32_t *y, int n, int train, l
     if (train) {
         if (!train_backward(r))
             return 0;   /* an earlier micro-batch: no update yet */
-        if (ddp_finish(r->ddp) != 0 || train_clip_grads(r) != 0 ||
-            ddp_step(r->ddp, r->optim, cdl_schedule_lr(&r->sched, step)) != 0)
+        if (ddp_finish(r->ddp) != 0)
+            return -1;
+        int clip = train_clip_grads(r);
+        /* A non-finite norm: no update (the loop stops the run at this
+         * step's count, train_norm_error). */
+        if (clip < 0 || (clip == 0 && ddp_step(r->ddp, r->optim,
+                                                 cdl_schedule_lr(&r->sched, step)) != 0))
             return -1;
     }
     return 0;

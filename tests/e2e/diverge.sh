@@ -116,4 +116,11 @@ expect_status 1 "$CDL_TRAIN" --dataset "text:$TMP/lm.txt" --model gpt:n_layer=1,
     --ckpt-dir "$TMP/nan" --init "$TMP/nan.safetensors"
 expect_err "$TMP/nan.safetensors: tensor 'transformer.ln_f.weight' holds 1 NaN or infinite value"
 ! grep -q "lower --lr" "$TMP/err" || die "--init of NaN weights blamed the learning rate"
+# Clipping already, with no checkpoint: the advice is a lower --lr only (it
+# said "or --clip-grad 1" to a run that clipped, where the checkpoint
+# messages left clipping out).
+expect_status 1 "$CDL_TRAIN" --dataset synthetic --synthetic-size 2000 --epochs 1 --threads 1 \
+    --workers 0 -q --lr 100 --clip-grad 1e30
+expect_err "training diverged; no checkpoint to resume from: start again with a lower --lr"
+! grep -q -- "--clip-grad 1" "$TMP/err" || die "a clipping run was told to clip: $(cat "$TMP/err")"
 echo "PASS: a diverged run keeps its last good checkpoint and says where it stopped"

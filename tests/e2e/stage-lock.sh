@@ -8,7 +8,8 @@
 # they are timed: the two runs copied 12 files in all, not 24.
 # A holder of the lock that makes no progress for CDL_TIMEOUT (a hung read;
 # here this script, holding it) is not waited for further: the run copies
-# beside it. A kept copy that a run trains from is not changed under it.
+# beside it. A kept copy that a run trains from is not changed under it,
+# and a lock held elsewhere is waited for at most CDL_TIMEOUT.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 preload=$(cd "$top_builddir" && pwd)/tests/e2e/.libs/signal-on-open.so
 [ -f "$preload" ] || die "no $preload (make check builds it)"
@@ -74,4 +75,17 @@ run_kept 0
 grep -q "11 files, [0-9.]* MB (0 copied, 1 removed that the dataset no longer holds)" "$TMP/err" ||
     die "the copy was not pruned once free: $(cat "$TMP/err")"
 [ ! -e "$kept/train/a/3.png" ] || die "train/a/3.png is still in the copy"
+# The kept copy's .lock held exclusively by another process (here this
+# shell: a run of an older cdl changing the copy, a user's flock(1)): the
+# run waits at most CDL_TIMEOUT to share it, then stops naming the file and
+# its holder. Before, it stopped at once with flock's "Resource temporarily
+# unavailable" there, and where its own exclusive hold turned shared, a
+# blocking flock waited for as long as the other held it.
+exec 9>>"$kept/.lock"
+flock -x 9 || die "cannot take the lock"
+CDL_TIMEOUT=1 run_kept 1
+expect_err "--stage: gave up after 1 s (CDL_TIMEOUT) waiting for the lock $kept/.lock (the kept copy's: a run changing the copy holds it exclusively), held by process "
+expect_err ", exclusive): if that is a run of yours that hangs, end it"
+exec 9<&-
+run_kept 0
 echo "PASS: stage-lock"

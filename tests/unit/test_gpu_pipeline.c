@@ -114,7 +114,13 @@ static void test_loss_error(void **state)
     expect_error("rank 3: loss is inf at step 41: training diverged");
     expect_error("no checkpoint to resume from: start again with a lower --lr or --clip-grad 1");
     assert_null(strstr(cdl_last_error(), "late"));
-    diverge_hint h = {.last = "runs/a/last.safetensors", .last_step = 39};
+    /* No checkpoint, but --clip-grad on: the advice is only the rate (it
+     * said "or --clip-grad 1" to a run clipping at 1 already). */
+    diverge_hint h = {.clipping = 1};
+    assert_int_equal(train_loss_error(3, INFINITY, 40, 0, &h), -1);
+    expect_error("no checkpoint to resume from: start again with a lower --lr");
+    assert_null(strstr(cdl_last_error(), "clip"));
+    h = (diverge_hint){.last = "runs/a/last.safetensors", .last_step = 39};
     assert_int_equal(train_loss_error(0, -NAN, 40, 1, &h), -1);
     expect_error("loss is nan at step 41 (noticed one step late");
     expect_error("step 42 was already queued");
@@ -151,6 +157,32 @@ static void test_loss_error(void **state)
     assert_int_equal(train_eval_loss_error(1, NAN, &h), -1);
     expect_error("diverged; resume from the last checkpoint, c/last.safetensors (step 7), with a "
                  "lower");
+}
+
+/* --clip-grad's non-finite norm stops the run as a non-finite loss does,
+ * with the same advice: the weights of the step gave the gradient, so a
+ * last.safetensors of that step is no place to resume from. */
+static void test_norm_error(void **state)
+{
+    (void)state;
+    diverge_hint h = {.last = "c/last.safetensors", .last_step = 40, .clipping = 1,
+                      .earlier = "c/step-00000030.safetensors", .earlier_step = 30};
+    assert_int_equal(train_norm_error(2, INFINITY, 1.0f, 40, 0, 0, &h), -1);
+    expect_error("rank 2: the gradient norm is inf at step 41, which --clip-grad 1 cannot clip: "
+                 "training diverged (the update was skipped); the last checkpoint, "
+                 "c/last.safetensors, holds the weights of step 40 that gave this gradient, so "
+                 "a resume from it fails here again whatever the learning rate: resume from an "
+                 "earlier one, --resume c/step-00000030.safetensors (step 30), with a lower "
+                 "learning rate (--lr X --resume-allow lr)");
+    assert_null(strstr(cdl_last_error(), "--clip-grad 1 --resume-allow"));
+    /* On the GPU the norm is read with the step's results, after the update. */
+    h = (diverge_hint){.last = "c/last.safetensors", .last_step = 39, .clipping = 1};
+    assert_int_equal(train_norm_error(0, -NAN, 0.5f, 40, 1, 1, &h), -1);
+    expect_error("the gradient norm is nan at step 41 (noticed one step late");
+    expect_error("--clip-grad 0.5 cannot clip: training diverged (no checkpoint holds the "
+                 "update); resume from the last checkpoint, c/last.safetensors (step 39)");
+    assert_int_equal(train_norm_error(0, NAN, 1.0f, 0, 0, 0, NULL), -1);
+    expect_error("this is the first step's gradient, before any update");
 }
 
 static void graphs(int setting, const char *env, int cuda, int world, int want_on,
@@ -229,6 +261,7 @@ int main(void)
         cmocka_unit_test(test_lag_schedule),
         cmocka_unit_test(test_batch_sums),
         cmocka_unit_test(test_loss_error),
+        cmocka_unit_test(test_norm_error),
         cmocka_unit_test(test_graphs_decide),
         cmocka_unit_test(test_graph_step),
         cmocka_unit_test(test_pick_gpu),

@@ -901,6 +901,16 @@ static void test_bad_config(void **state)
     snprintf(c.data_dir, sizeof c.data_dir, "%s/nowhere", tmpdir);
     assert_int_equal(cdl_train_run(&c, NULL), -1);
     assert_non_null(strstr(cdl_last_error(), "nowhere"));
+    /* A label smoothing out of PyTorch's [0, 1]: NaN was taken as none
+     * and written as "nan" into the checkpoint's JSON; inf or 2 gave a NaN
+     * loss at the first step, blamed on the data. */
+    const float smooth[] = {NAN, INFINITY, 2.0f, -0.1f};
+    for (int i = 0; i < 4; i++) {
+        base_config(&c, "bad");
+        c.label_smoothing = smooth[i];
+        assert_int_equal(cdl_train_run(&c, NULL), -1);
+        assert_non_null(strstr(cdl_last_error(), "--label-smoothing"));
+    }
     /* A config not started from cdl_train_defaults (no size) is refused. */
     base_config(&c, "bad");
     c.size = 0;

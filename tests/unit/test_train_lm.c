@@ -8,6 +8,7 @@
 
 #include <math.h>
 
+#include "lib/train/ddp.h"
 #include "lib/train/grads.h"
 #include "lib/train/mfu.h"
 #include "lib/train/report.h"
@@ -93,6 +94,60 @@ static void test_clip_coef(void **state)
     assert_true(train_clip_coef(3.0, 1.0f) == 1.0f / (3.0f + 1e-6f));
     assert_true(train_clip_coef(0.5, 1.0f) == 1.0f);
     assert_true(train_clip_coef(0.0, 1.0f) == 1.0f);
+}
+
+/* A gradient with an infinite or NaN element: clipping cannot make it
+ * finite (an infinite norm's coefficient is 0, and 0 times infinity is NaN;
+ * a NaN norm's coefficient was taken as 1), so train_clip_grads leaves the
+ * gradient as it is and returns 1, for the caller to skip the update and
+ * stop the run. Before, it returned 0 with the gradient scaled into NaNs,
+ * and the update wrote them into the weights. */
+static void test_clip_nonfinite(void **state)
+{
+    (void)state;
+    cdl_backend *be = cdl_backend_cpu_create(1);
+    cdl_model_spec spec;
+    cdl_shape in = {1, 28, 28};
+    assert_int_equal(cdl_spec_builtin("mlp", in, 10, &spec), 0);
+    cdl_model *m = cdl_model_create(&spec, in, 2, be);
+    if (!m)
+        fail_msg("%s", cdl_last_error());
+    cdl_train_config c;
+    cdl_train_defaults(&c);
+    c.clip_grad = 1.0f;
+    run r = {.cfg = &c, .be = be, .model = m, .ddp = ddp_create(NULL, m, 0)};
+    assert_non_null(r.ddp);
+    float *g = cdl_model_grads(m);   /* the CPU's: host memory */
+    size_t np = cdl_model_nparams(m);
+    const float bad[] = {INFINITY, -INFINITY, NAN};
+    for (int k = 0; k < 3; k++) {
+        for (size_t i = 0; i < np; i++)
+            g[i] = 0.5f;
+        g[np / 2] = bad[k];
+        assert_int_equal(train_clip_grads(&r), 1);
+        assert_false(isfinite(r.grad_norm));
+        assert_true(k == 2 ? isnan(g[np / 2]) : g[np / 2] == bad[k]);
+        for (size_t i = 0; i < np; i++)
+            if (i != np / 2 && g[i] != 0.5f)
+                fail_msg("bad[%d]: gradient %zu is %g, not 0.5 as it was", k, i, (double)g[i]);
+    }
+    /* A norm beyond float's range: its coefficient was 0, and the step's
+     * update a zero one in silence (PyTorch's float norm is inf there). */
+    for (size_t i = 0; i < np; i++)
+        g[i] = 0.5f;
+    g[0] = g[1] = 3e38f;
+    assert_int_equal(train_clip_grads(&r), 1);
+    assert_true(isfinite(r.grad_norm) && r.grad_norm > 4e38);
+    assert_true(g[0] == 3e38f && g[1] == 3e38f && g[2] == 0.5f);
+    /* A finite norm above the limit is clipped, as before. */
+    for (size_t i = 0; i < np; i++)
+        g[i] = 0.5f;
+    assert_int_equal(train_clip_grads(&r), 0);
+    assert_true(fabs(r.grad_norm - 0.5 * sqrt((double)np)) < 1e-6 * r.grad_norm);
+    assert_true(g[0] == 0.5f * train_clip_coef(r.grad_norm, 1.0f));
+    ddp_free(r.ddp);
+    cdl_model_destroy(m);
+    cdl_backend_destroy(be);
 }
 
 /* A limit above every norm changes no bit; a small one changes the
@@ -397,6 +452,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accum_equals_big_batch),
         cmocka_unit_test(test_clip_coef),
+        cmocka_unit_test(test_clip_nonfinite),
         cmocka_unit_test(test_mfu),
         cmocka_unit_test(test_clip_grad),
         cmocka_unit_test(test_decay_params),

@@ -430,6 +430,20 @@ static void table_file(const char *dir, const char *name, char *file, size_t len
              stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? name : "");
 }
 
+/* a and b name the same table: a folder is its train.csv, so that
+ * csv:DIR and csv:DIR/train.csv are the run's data alike (the one was
+ * taken for a table of one's own, all of it held-out data, training rows
+ * included, where the other gave the run's validation split). */
+static int same_table(const char *a, const char *b)
+{
+    char fa[4096], fb[4096];
+    if (!*a || !*b)
+        return !strcmp(a, b);
+    table_file(a, "train.csv", fa, sizeof fa);
+    table_file(b, "train.csv", fb, sizeof fb);
+    return same_path(fa, fb);
+}
+
 /* A labelled table of one's own (--dataset csv:FILE, no test.csv), all of
  * it held-out data: its columns matched to the run's by name (metadata
  * feature_columns, or --columns) as cdl-predict's rows are, its labels the
@@ -583,7 +597,7 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
          * held-out set (read before norm, which opt points into, is
          * freed). A table only where the model's columns are known by
          * name: by position a reordered one would be read silently. */
-        if (rc == 1 && test && by_name && !same_path(dir, meta(f, "data_dir"))) {
+        if (rc == 1 && test && by_name && !same_table(dir, meta(f, "data_dir"))) {
             cdl_free(norm);
             return load_own_table(e, f, dir);
         }

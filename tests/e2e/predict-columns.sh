@@ -12,6 +12,10 @@
 #    position against train.csv, then again by name): a test.csv with a
 #    column more than train.csv (an id) was refused by the first read,
 #    though the rows read by name were fine. One read, by name, now.
+# 3. The run's table given as the folder holding it (csv:DIR for a run of
+#    csv:DIR/train.csv) was taken for a table of one's own: all its rows,
+#    the trained-on ones too, as held-out data, where the file's name gave
+#    the run's validation split. Both are the run's data now.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 PY=/usr/bin/python3
 [ -x "$PY" ] || { echo "SKIP: no python3"; exit 77; }
@@ -132,3 +136,21 @@ if command -v strace >/dev/null && strace -f -o /dev/null true 2>/dev/null; then
     [ "$n" -eq 1 ] || die "cdl-eval opened test.csv $n times: $(grep csv "$TMP/trace")"
 fi
 echo "PASS: the run's test.csv read once, by name"
+
+# A run of csv:DIR/train.csv without a test.csv; csv:DIR is the same table.
+mkdir "$TMP/one" && cp "$TMP/train.csv" "$TMP/one/train.csv"
+"$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 8 --seed 5 --quiet --no-progress \
+    --model mlp --dataset "csv:$TMP/one/train.csv" --label-column kind --val-split 12 \
+    --ckpt-dir "$TMP/ck1" || die "cdl-train on one table"
+"$CDL_EVAL" "$TMP/ck1/last.safetensors" --threads 1 --json >"$TMP/file.json" 2>/dev/null ||
+    die "cdl-eval of the run's table"
+grep -q '"split":"val","samples":12,' "$TMP/file.json" || die "run's table: $(cat "$TMP/file.json")"
+for prog in "$CDL_EVAL" "$CDL_PREDICT"; do
+    expect_status 0 "$prog" "$TMP/ck1/last.safetensors" --threads 1 --dataset "csv:$TMP/one"
+    expect_err "has no test split: evaluating the run's validation split (--split val)"
+done
+[ "$(wc -l <"$TMP/out")" -eq 13 ] || die "cdl-predict csv:DIR: $(wc -l <"$TMP/out") lines"
+"$CDL_EVAL" "$TMP/ck1/last.safetensors" --threads 1 --json --dataset "csv:$TMP/one" \
+    >"$TMP/dir.json" 2>/dev/null || die "cdl-eval csv:DIR"
+cmp -s "$TMP/file.json" "$TMP/dir.json" || die "csv:DIR and csv:DIR/train.csv differ"
+echo "PASS: the run's table named by its folder is the run's data"

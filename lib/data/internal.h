@@ -63,7 +63,10 @@ typedef struct image_buf {
 int data_options_read(const cdl_dataset_options *opt, cdl_dataset_options *o);
 
 /* Decodes a PNG or JPEG (told apart by their magic bytes) held in memory;
- * name is the file for errors. Grayscale stays 1 channel, everything else
+ * name is the file for errors. Readers call it (and image_decode_for) only
+ * through image_file_fit_as, which admits the decode through the memory
+ * gate (decode_gate_enter); the other callers are the unit tests and the
+ * fuzz target. Grayscale stays 1 channel, everything else
  * (palette, alpha, 16-bit) becomes 8-bit RGB. A format cdl was built
  * without is an error naming the file and the configure option. */
 int image_decode(const uint8_t *data, size_t len, const char *name, image_buf *out);

@@ -864,6 +864,16 @@ static void test_decode_admit(void **state)
     memory_share_among(1);
     assert_int_equal(rc, -1);
     assert_error_has("big.png: a 1024x1024 picture needs about 4.3 MB to decode");
+    /* cdl-predict's files with --jpeg-decode full (decoded whole): gated
+     * alike. */
+    cdl_dataset_options fo;
+    cdl_dataset_options_defaults(&fo);
+    fo.jpeg_full = 1;
+    memory_share_among(1 << 20);
+    rc = cdl_dataset_from_image_files_with(files, 1, (cdl_shape){1, 8, 8}, &fo, &d);
+    memory_share_among(1);
+    assert_int_equal(rc, -1);
+    assert_error_has("big.png: a 1024x1024 picture needs about 4.3 MB to decode");
     assert_int_equal(cdl_dataset_from_image_files(files, 1, (cdl_shape){1, 8, 8}, 2, 0, &d), 0);
     cdl_dataset_free(&d);
 #endif

@@ -290,9 +290,10 @@ static int feature_names(const eval_opts *o, const cdl_st_file *f, const char *p
     const char *run_data = *meta(f, "dataset") ? meta(f, "dataset") : NULL;
     *copy = NULL;
     *names = NULL;
-    if (!stored && !o->columns && run_data && strncmp(run_data, "csv", 3))
+    if (!stored && run_data && strncmp(run_data, "csv", 3))
         return cdl_error("%s was trained on %s data, not a CSV table: a .csv FILE holds rows "
-                         "for a model trained with --dataset csv", o->ckpt, run_data);
+                         "for a model trained with --dataset csv%s", o->ckpt, run_data,
+                         o->columns ? " (--columns names a table's columns)" : "");
     if (!stored && !o->columns && run_data)
         return cdl_error("%s does not store its table's column names (written by an older cdl, "
                          "or from a table whose names were not UTF-8): the columns of %s cannot "
@@ -340,8 +341,11 @@ static int feature_names(const eval_opts *o, const cdl_st_file *f, const char *p
     int c = 0, h = 0, w = 0;
     if (sscanf(meta(f, "input_shape"), "%d,%d,%d", &c, &h, &w) == 3 && (c != *nf || h != 1 ||
                                                                           w != 1))
-        return cdl_error("%s: its metadata names %d feature columns, but its samples were "
-                         "%dx%dx%d: the file is damaged", o->ckpt, *nf, c, h, w);
+        return stored ? cdl_error("%s: its metadata names %d feature columns, but its samples "
+                                  "were %dx%dx%d: the file is damaged", o->ckpt, *nf, c, h, w)
+                      : cdl_error("--columns names %d columns, but the samples %s was trained "
+                                  "on were %dx%dx%d (c,h,w): give its %d feature columns", *nf,
+                                  o->ckpt, c, h, w, c);
     if (!(*names = cdl_calloc((size_t)*nf, sizeof **names)))
         return -1;
     char *p = *copy;

@@ -72,6 +72,13 @@ h = json.dumps(out).encode()
 h += b" " * (-len(h) % 8)
 open(dst, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 open(normf, "w").write(meta["norm_mean"] + "," + meta["norm_std"])
+# A checkpoint of an older cdl: its metadata without the column names.
+del meta["feature_columns"], meta["cdl_checksum"]
+h = dict(head, __metadata__=meta)
+hb = json.dumps(h).encode()
+hb += b" " * (-len(hb) % 8)
+open(dst.replace("w.safetensors", "old.safetensors"), "wb").write(
+    struct.pack("<Q", len(hb)) + hb + data)
 PYEOF
 norm=$(cat "$TMP/norm")
 pt() { "$CDL_PREDICT" "$TMP/w.safetensors" --threads 1 --model "$TMP/net.spec" "$@"; }
@@ -100,6 +107,20 @@ expect_status 1 pt --normalize "$norm" --columns a,b,q "$TMP/rows.csv"
 expect_err "rows.csv lacks 1 of the 3 feature columns the model was trained on: 'q'"
 expect_status 2 pt --normalize "$norm" --columns a,,c "$TMP/rows.csv"
 expect_err "--columns 'a,,c': give the feature column names separated by commas"
+# An older cdl's checkpoint: told to give --columns, which it then takes
+# (checked against its samples' size).
+old="$TMP/old.safetensors"
+expect_status 1 "$CDL_PREDICT" "$old" --threads 1 "$TMP/rows.csv"
+expect_err "give them with --columns A,B,... in the training table's order"
+expect_status 1 "$CDL_PREDICT" "$old" --threads 1 --columns a,b "$TMP/rows.csv"
+expect_err "--columns names 2 columns, but the samples $old was trained on were 3x1x1"
+expect_status 0 "$CDL_PREDICT" "$old" --threads 1 --columns a,b,c --top-k 3 "$TMP/rows.csv"
+cmp -s "$TMP/out" "$TMP/cdl.csv" || die "an older checkpoint with --columns: other predictions"
+# A model of pictures: --columns does not make it one of a table.
+"$CDL_TRAIN" --dataset synthetic --synthetic-size 40 --batch-size 8 --epochs 1 --threads 1 \
+    --workers 0 --ckpt-dir "$TMP/cks" -q || die "training on synthetic data"
+expect_status 1 "$CDL_PREDICT" "$TMP/cks/last.safetensors" --columns a,b,c "$TMP/rows.csv"
+expect_err "was trained on synthetic data, not a CSV table: a .csv FILE holds rows for a model trained with --dataset csv (--columns names a table's columns)"
 # A cdl-train checkpoint knows its columns: others are refused.
 expect_status 1 "$CDL_PREDICT" "$ck" --columns b,a,c "$TMP/rows.csv"
 expect_err "--columns b,a,c: $ck was trained on the columns a,b,c"

@@ -39,7 +39,9 @@ static void usage(FILE *f)
 "optional), one line each (CSV with a header, or JSON lines).\n"
 "\n"
 EVAL_USAGE_DATA
-"      --split test|val|train  [test]\n"
+"      --split test|val|train  which samples; val and train are split as the\n"
+"                           training run did [test; val for data without a test\n"
+"                           split, as cdl-eval]\n"
 "  -m, --model NAME|FILE   lenet, mlp, resnet20, resnet18/34/50/101[:stem=...] or a spec\n"
 "                           file\n"
 "                           [the checkpoint's]\n"
@@ -166,8 +168,10 @@ int main(int argc, char **argv)
     cli_fix_blas_core(argv);
     if (cli_check_libcdl(PROG, argv) != 0)
         return 2;
-    static const char default_split[] = "test";
-    eval_opts o = {.prog = PROG, .split = default_split, .device = "auto", .batch_size = 256,
+    /* No --split: test, or as cdl-eval, the run's validation split for data
+     * without a test split (it was an error here, where cdl-eval
+     * evaluated those samples). */
+    eval_opts o = {.prog = PROG, .split = "", .device = "auto", .batch_size = 256,
                    .workers = 1, .distributed = 0};
     out w = {.k = 5};
     int c;
@@ -197,7 +201,7 @@ int main(int argc, char **argv)
     }
     o.ckpt = argv[optind++];
     if (optind < argc) {
-        if (o.dataset || o.data_dir || o.split != default_split) {
+        if (o.dataset || o.data_dir || *o.split) {
             fprintf(stderr, PROG ": files and --dataset/--data-dir/--split exclude each other: "
                     "give one or the other (see " PROG " --help)\n");
             return 2;

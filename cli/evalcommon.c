@@ -277,31 +277,77 @@ static int load_token_split(eval_ctx *e, const cdl_st_file *f, const char *name,
     return 0;
 }
 
-static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path);
+static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path, int split);
 
-/* The run's feature column names (metadata feature_columns, present): *nf
- * of them in *names, pointing into *copy (both cdl_free'd by the caller,
- * also on an error). */
-static int feature_names(const eval_opts *o, const cdl_st_file *f, int *nf, char **copy,
-                         const char ***names)
+/* The model's feature column names: the run's (metadata feature_columns),
+ * else --columns (weights another program wrote); *nf of them in *names,
+ * pointing into *copy (both cdl_free'd by the caller, also on an error).
+ * path: the table, for messages. */
+static int feature_names(const eval_opts *o, const cdl_st_file *f, const char *path, int *nf,
+                         char **copy, const char ***names)
 {
-    const char *cols = meta(f, "feature_columns");
-    *nf = 1;
-    for (const char *p = cols; *p; p++)
-        *nf += *p == '\n';
+    const char *stored = cdl_st_meta_get(f, "feature_columns");
+    const char *run_data = *meta(f, "dataset") ? meta(f, "dataset") : NULL;
     *copy = NULL;
     *names = NULL;
+    if (!stored && run_data && strncmp(run_data, "csv", 3))
+        return cdl_error("%s was trained on %s data, not a CSV table: a .csv FILE holds rows "
+                         "for a model trained with --dataset csv%s", o->ckpt, run_data,
+                         o->columns ? " (--columns names a table's columns)" : "");
+    if (!stored && !o->columns && run_data)
+        return cdl_error("%s does not store its table's column names (written by an older cdl, "
+                         "or from a table whose names were not UTF-8): the columns of %s cannot "
+                         "be matched to the model's by name; give them with --columns A,B,... "
+                         "in the training table's order, train again with this cdl, or evaluate "
+                         "a labelled test.csv beside the run's train.csv with --dataset csv:DIR",
+                         o->ckpt, path);
+    if (!stored && !o->columns)
+        return cdl_error("%s does not store the names of the feature columns its model takes "
+                         "(not written by cdl-train: weights PyTorch wrote): give --columns "
+                         "A,B,... with the columns of %s in the order of the model's input "
+                         "(the training tensor's columns), and --normalize as the training did",
+                         o->ckpt, path);
+    /* One name per line, as the checkpoint stores them (a line break in a
+     * name is a space there, and --columns cannot hold one). */
+    size_t len = strlen(stored ? stored : o->columns);
+    if (!(*copy = cdl_malloc(len + 1)))
+        return -1;
+    memcpy(*copy, stored ? stored : o->columns, len + 1);
+    if (!stored)
+        for (char *p = *copy; *p; p++)
+            *p = *p == ',' ? '\n' : *p == '\n' ? ' ' : *p;
+    if (stored && o->columns) {
+        char *given = cdl_malloc(strlen(o->columns) + 1);
+        if (!given)
+            return -1;
+        strcpy(given, o->columns);
+        for (char *p = given; *p; p++)
+            *p = *p == ',' ? '\n' : *p;
+        int same = !strcmp(given, *copy);
+        cdl_free(given);
+        if (!same) {
+            char list[512];
+            snprintf(list, sizeof list, "%s", stored);
+            for (char *p = list; *p; p++)
+                *p = *p == '\n' ? ',' : *p;
+            return cdl_error("--columns %.200s: %s was trained on the columns %s%s (its metadata "
+                             "feature_columns), in that order: leave --columns out", o->columns,
+                             o->ckpt, list, len >= sizeof list ? "..." : "");
+        }
+    }
+    *nf = 1;
+    for (const char *p = *copy; *p; p++)
+        *nf += *p == '\n';
     int c = 0, h = 0, w = 0;
     if (sscanf(meta(f, "input_shape"), "%d,%d,%d", &c, &h, &w) == 3 && (c != *nf || h != 1 ||
                                                                           w != 1))
-        return cdl_error("%s: its metadata names %d feature columns, but its samples were "
-                         "%dx%dx%d: the file is damaged", o->ckpt, *nf, c, h, w);
-    /* Split at the line breaks of a copy. */
-    *copy = cdl_malloc(strlen(cols) + 1);
-    *names = cdl_calloc((size_t)*nf, sizeof **names);
-    if (!*copy || !*names)
+        return stored ? cdl_error("%s: its metadata names %d feature columns, but its samples "
+                                  "were %dx%dx%d: the file is damaged", o->ckpt, *nf, c, h, w)
+                      : cdl_error("--columns names %d columns, but the samples %s was trained "
+                                  "on were %dx%dx%d (c,h,w): give its %d feature columns", *nf,
+                                  o->ckpt, c, h, w, c);
+    if (!(*names = cdl_calloc((size_t)*nf, sizeof **names)))
         return -1;
-    strcpy(*copy, cols);
     char *p = *copy;
     for (int k = 0; k < *nf; k++) {
         (*names)[k] = p;
@@ -312,81 +358,177 @@ static int feature_names(const eval_opts *o, const cdl_st_file *f, int *nf, char
     return 0;
 }
 
-/* A split of the run's table as cdl_dataset_load_with read it: its
- * columns by position (a test.csv's by the names of the train.csv beside
- * it, as it is now). Read again by the names the run trained on, so that a
- * table whose columns were moved since, or another table (--dataset
- * csv:FILE --split val), gives the run's features, not others. */
-static int features_by_name(eval_ctx *e, const cdl_st_file *f, const char *dir, int test,
-                            cdl_dataset *all)
+/* The label column of a table the model's columns are read from by name:
+ * --label-column, the run's, else "label" (cdl-train's default name). */
+static const char *table_label(const eval_opts *o, const cdl_st_file *f)
 {
-    const eval_opts *o = e->o;
-    char file[4096];
-    struct stat st;
-    snprintf(file, sizeof file, "%s%s", dir, stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) ? ""
-                                             : test ? "/test.csv" : "/train.csv");
-    int nf;
-    char *copy;
-    const char **names;
-    const char *label = o->label_column ? o->label_column : meta(f, "label_name");
-    cdl_dataset t = {0};
-    int rc = feature_names(o, f, &nf, &copy, &names);
-    if (rc == 0)
-        rc = cdl_dataset_from_csv_rows(file, names, nf, label, NULL, 0, &t);
-    if (rc == 0 && (t.n != all->n || nf != all->shape.c || !all->features))
-        rc = cdl_error("%s: %d rows of %d features by name, %d of %d by position: read it "
-                       "with the run's --label-column", file, t.n, nf, all->n, all->shape.c);
-    if (rc == 0)
-        memcpy(all->features, t.features, (size_t)t.n * nf * sizeof(float));
-    cdl_dataset_free(&t);
-    cdl_free(copy);
-    cdl_free(names);
-    return rc;
+    const char *run = cdl_st_meta_get(f, "label_name");
+    return o->label_column ? o->label_column : run && *run ? run : "label";
 }
 
-/* A labelled table of one's own (--dataset csv:FILE, no test.csv), all of
- * it held-out data: its columns matched to the run's by name (metadata
- * feature_columns) as cdl-predict's rows are, its labels the run's class
- * indices, or names of the run's classes (matched by map_labels). */
-static int load_own_table(eval_ctx *e, const cdl_st_file *f, const char *dir)
+/* A run's class name and its index, for a lookup by name. */
+typedef struct run_class {
+    const char *name;
+    int index;
+} run_class;
+
+static int run_class_cmp(const void *a, const void *b)
 {
-    char file[4096];
-    struct stat st;
-    snprintf(file, sizeof file, "%s%s", dir,
-             stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? "/train.csv" : "");
-    if (load_rows(e, f, file) != 0)
-        return -1;
-    e->table = 2;
-    snprintf(e->dataset, sizeof e->dataset, "csv");
-    cdl_dataset *d = &e->data;
-    const char *label = e->o->label_column ? e->o->label_column : meta(f, "label_name");
+    return strcmp(((const run_class *)a)->name, ((const run_class *)b)->name);
+}
+
+/* d: a labelled table as load_rows read it (labels the row numbers,
+ * class_names the label column's texts) -> labels the run's class
+ * indices: texts matched to its class_names by name (a line break in a
+ * name is a space in the checkpoint; looked up sorted, a table of 10^6
+ * rows and 1000 classes is not 10^9 comparisons), else integers below its
+ * classes. file: the table, for messages. */
+static int table_labels(eval_ctx *e, const cdl_st_file *f, const char *file, cdl_dataset *d)
+{
+    const char *s = cdl_st_meta_get(f, "class_names");
+    long classes = eval_meta_long(f, "classes");
     if (!d->class_names)
         return cdl_error("%s has no label column '%s': %s needs the labels; predict on "
-                         "unlabelled rows with cdl-predict %s %s", file, label, e->o->prog,
-                         e->o->ckpt, file);
-    long val = eval_meta_long(f, "val_samples");
-    long run_n = eval_meta_long(f, "train_samples") + (val > 0 ? val : 0);
-    eval_note(e->o, "%s has no test split and is not the run's data: taking all its %d rows "
-              "as held-out data%s\n", file, d->n, d->n == run_n ? " (as many as the run's "
-              "training data: if it is a copy of it, it is not held out)" : "");
-    if (cdl_st_meta_get(f, "class_names"))
-        return 0;   /* names: map_labels */
-    long classes = eval_meta_long(f, "classes");
-    for (int i = 0; i < d->n; i++) {
-        char *end;
-        const char *s = d->class_names[i];
-        long v = strtol(s, &end, 10);
-        if (!*s || *end || v < 0 || v >= classes)
-            return cdl_error("%s: the label '%.40s' of row %d is not a class index of the run "
-                             "(0 to %ld)", file, s, i + 1, classes - 1);
-        d->labels[i] = (int32_t)v;
+                         "unlabelled rows with cdl-predict %s %s", file, table_label(e->o, f),
+                         e->o->prog, e->o->ckpt, file);
+    int run_classes = 1;
+    for (const char *p = s ? s : ""; *p; p++)
+        run_classes += *p == '\n';
+    char *copy = NULL;
+    run_class *rc_list = NULL;
+    int rc = 0;
+    if (s && *s) {   /* the run's names, split at the line breaks of a copy, sorted */
+        copy = cdl_malloc(strlen(s) + 1);
+        rc_list = cdl_calloc((size_t)run_classes, sizeof *rc_list);
+        if (!copy || !rc_list)
+            rc = -1;
+        char *p = copy;
+        if (copy)
+            strcpy(copy, s);
+        for (int j = 0; !rc && j < run_classes; j++) {
+            rc_list[j] = (run_class){p, j};
+            p += strcspn(p, "\n");
+            if (*p)
+                *p++ = '\0';
+        }
+        if (!rc)
+            qsort(rc_list, (size_t)run_classes, sizeof *rc_list, run_class_cmp);
     }
+    long most = -1;
+    for (int i = 0; !rc && i < d->n; i++) {
+        char *name = d->class_names[i];
+        long v = -1;
+        if (rc_list) {
+            for (char *q = name; *q; q++)   /* as the checkpoint stores it */
+                *q = *q == '\n' ? ' ' : *q;
+            run_class key = {name, -1};
+            const run_class *hit = bsearch(&key, rc_list, (size_t)run_classes,
+                                           sizeof *rc_list, run_class_cmp);
+            if (hit)
+                v = hit->index;
+            else
+                rc = cdl_error("%s: class '%.200s' of the %s data is not one of the %d classes "
+                               "the run was trained on (its class_names): evaluate on data of "
+                               "those classes", e->o->ckpt, name, e->dataset, run_classes);
+        } else {
+            char *end;
+            v = strtol(name, &end, 10);
+            if (!*name || *end || v < 0 || (classes > 0 && v >= classes) || v > 65535)
+                rc = classes > 0 ? cdl_error("%s: the label '%.40s' of row %d is not a class "
+                                             "index of the run (0 to %ld)", file, name, i + 1,
+                                             classes - 1)
+                                 : cdl_error("%s: the label '%.40s' of row %d is not a class "
+                                             "index (an integer from 0): %s stores no class "
+                                             "names to match texts to", file, name, i + 1,
+                                             e->o->ckpt);
+        }
+        d->labels[i] = (int32_t)v;
+        most = v > most ? v : most;
+    }
+    cdl_free(copy);
+    cdl_free(rc_list);
     for (int i = 0; i < d->n; i++)
         cdl_free(d->class_names[i]);
     cdl_free(d->class_names);
     d->class_names = NULL;
-    d->classes = (int)classes;
+    d->classes = s && *s ? run_classes : classes > 0 ? (int)classes : (int)most + 1;
+    return rc;
+}
+
+/* The table at path (a file, or a folder's train.csv). */
+static void table_file(const char *dir, const char *name, char *file, size_t len)
+{
+    struct stat st;
+    snprintf(file, len, "%s%s%s", dir, stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? "/" : "",
+             stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? name : "");
+}
+
+/* a and b name the same table: a folder is its train.csv, so that
+ * csv:DIR and csv:DIR/train.csv are the run's data alike (the one was
+ * taken for a table of one's own, all of it held-out data, training rows
+ * included, where the other gave the run's validation split). */
+static int same_table(const char *a, const char *b)
+{
+    char fa[4096], fb[4096];
+    if (!*a || !*b)
+        return !strcmp(a, b);
+    table_file(a, "train.csv", fa, sizeof fa);
+    table_file(b, "train.csv", fb, sizeof fb);
+    return same_path(fa, fb);
+}
+
+/* A labelled table of one's own (--dataset csv:FILE, no test.csv), all of
+ * it held-out data: its columns matched to the run's by name (metadata
+ * feature_columns, or --columns) as cdl-predict's rows are, its labels the
+ * run's class indices, or names of the run's classes (table_labels). */
+static int load_own_table(eval_ctx *e, const cdl_st_file *f, const char *dir)
+{
+    char file[4096];
+    table_file(dir, "train.csv", file, sizeof file);
+    if (load_rows(e, f, file, 0) != 0)
+        return -1;
+    snprintf(e->dataset, sizeof e->dataset, "csv");
+    cdl_dataset *d = &e->data;
+    long val = eval_meta_long(f, "val_samples");
+    long run_n = eval_meta_long(f, "train_samples") + (val > 0 ? val : 0);
+    if (table_labels(e, f, file, d) != 0)
+        return -1;
+    eval_note(e->o, "%s has no test split and is not the run's data: taking all its %d rows "
+              "as held-out data%s\n", file, d->n, d->n == run_n ? " (as many as the run's "
+              "training data: if it is a copy of it, it is not held out)" : "");
     return 0;
+}
+
+/* A split of a CSV table for a model whose columns are known by name (the
+ * run's, or --columns): the table is read once, by those names, so that a
+ * table whose columns were moved since the training, or another table,
+ * gives the run's features, not others by position. test: test.csv beside
+ * train.csv (1: there is none; the caller decides); else train.csv (or the
+ * file), whole in *all, for the caller to split. */
+static int read_table_split(eval_ctx *e, const cdl_st_file *f, const char *dir, int test,
+                            cdl_dataset *all)
+{
+    char file[4096];
+    struct stat st;
+    table_file(dir, "train.csv", file, sizeof file);
+    int folder = stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(file, F_OK) == 0;
+    if (test) {   /* csv_read's rule: a test split is a test.csv beside a train.csv */
+        snprintf(file, sizeof file, "%s/test.csv", dir);
+        if (!folder || access(file, F_OK) != 0)
+            return 1;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "%s", e->dataset);
+    int rc = load_rows(e, f, file, 1);
+    snprintf(e->dataset, sizeof e->dataset, "%s", name);
+    if (rc == 0)
+        rc = table_labels(e, f, file, &e->data);
+    *all = e->data;
+    memset(&e->data, 0, sizeof e->data);
+    e->have_data = 0;
+    if (rc != 0)
+        cdl_dataset_free(all);
+    return rc ? -1 : 0;
 }
 
 /* The split o->split of the dataset: test as it is; train and val carved
@@ -473,19 +615,22 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
             eval_note(o, "warning: %s does not store its normalisation (an older cdl): "
                       "using %s's defaults, which for %s are computed from the split read\n",
                       o->ckpt, name, CDL_DATASET_FORMATS);
-        int rc = cdl_dataset_load_with(name, *dir ? dir : NULL,
-                                       val_folder ? CDL_SPLIT_VAL : test ? CDL_SPLIT_TEST
-                                                                     : CDL_SPLIT_TRAIN,
-                                       &opt, &all);
+        /* A table whose columns the model names: read once, by name. */
+        int by_name = !strcmp(name, "csv") &&
+                      (cdl_st_meta_get(f, "feature_columns") || o->columns);
+        int rc = by_name ? read_table_split(e, f, dir, test, &all)
+                         : cdl_dataset_load_with(name, *dir ? dir : NULL,
+                                                 val_folder ? CDL_SPLIT_VAL
+                                                 : test     ? CDL_SPLIT_TEST
+                                                            : CDL_SPLIT_TRAIN,
+                                                 &opt, &all);
         /* A held-out folder of one's own, not the run's (class folders,
          * no test/): it has no test split of its own, and the run's
          * validation split cannot be drawn from it. All of it is the
          * held-out set (read before norm, which opt points into, is
-         * freed). Image folders only: their classes are matched by name;
-         * a table's columns would be taken by position (the checkpoint
-         * does not name them), a reordered one silently. */
-        if (rc == 1 && test && !val_folder && !strcmp(name, "csv") &&
-            cdl_st_meta_get(f, "feature_columns") && !same_path(dir, meta(f, "data_dir"))) {
+         * freed). A table only where the model's columns are known by
+         * name: by position a reordered one would be read silently. */
+        if (rc == 1 && test && by_name && !same_table(dir, meta(f, "data_dir"))) {
             cdl_free(norm);
             return load_own_table(e, f, dir);
         }
@@ -507,11 +652,6 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
                       "validation split (--split val)\n", dir);
             e->own.split = "val";
             return load_data(e, f);
-        }
-        if (rc == 0 && !strcmp(name, "csv") && cdl_st_meta_get(f, "feature_columns") &&
-            features_by_name(e, f, dir, test, &all) != 0) {
-            cdl_dataset_free(&all);
-            return -1;
         }
         if (rc == 1 && val_folder)
             return cdl_error("%s: the data in %s has no val/ beside test/ any more, the run's "
@@ -582,35 +722,29 @@ static int is_table(const char *path)
     return n > 4 && !strcasecmp(path + n - 4, ".csv");
 }
 
-/* cdl-predict TABLE.csv: rows of a table, labelled or not, for a run
- * trained on a CSV table. Its columns are matched to the run's feature
- * columns by name (metadata feature_columns; by position a reordered or
- * renamed column would be read wrong, silently), other columns are left
- * out with a note, and the rows are normalised with the run's statistics.
- * The label column's text, where the table has it, is data.class_names. */
-static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path)
+/* Rows of a table, labelled or not, read by the model's feature column
+ * names (feature_names: the checkpoint's, or --columns; by position a
+ * reordered or renamed column would be read wrong, silently); other
+ * columns are left out with a note, and the rows are normalised with the
+ * run's statistics (or --normalize). The label column's text, where the
+ * table has it, is data.class_names, labels the row numbers. split: the
+ * rows are a dataset split, whose statistics --normalize auto (or weights
+ * that store none) computes from the rows read; cdl-predict's FILE.csv
+ * has none to compute. */
+static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path, int split)
 {
     const eval_opts *o = e->o;
-    const char *cols = cdl_st_meta_get(f, "feature_columns");
-    const char *run_data = *meta(f, "dataset") ? meta(f, "dataset") : "unknown";
-    if (!cols && strncmp(run_data, "csv", 3))
-        return cdl_error("%s was trained on %s data, not a CSV table: a .csv FILE holds rows "
-                         "for a model trained with --dataset csv", o->ckpt, run_data);
-    if (!cols)
-        return cdl_error("%s does not store its table's column names (written by an older cdl, "
-                         "or from a table whose names were not UTF-8): "
-                         "the columns of %s cannot be matched to the model's by name; train "
-                         "again with this cdl, or evaluate a labelled test.csv beside the run's "
-                         "train.csv with cdl-predict --dataset csv:DIR", o->ckpt, path);
-    int nf;
+    int nf = 0;
     char *copy;
     const char **names;
     cdl_dataset_options opt;
     float *norm = NULL;
-    int rc = feature_names(o, f, &nf, &copy, &names);
+    int rc = feature_names(o, f, path, &nf, &copy, &names);
     if (rc == 0)
         run_options(o, f, &opt, &norm);
-    if (rc == 0 && o->norm.kind == CDL_NORMALIZE_COMPUTE)
+    int compute = o->norm.kind == CDL_NORMALIZE_COMPUTE ||
+                  (o->norm.kind == CDL_NORMALIZE_DEFAULT && !norm);
+    if (rc == 0 && !split && o->norm.kind == CDL_NORMALIZE_COMPUTE)
         rc = cdl_error("--normalize auto computes statistics from a dataset split, which %s is "
                        "not: leave --normalize out (the run's statistics) or give the values",
                        path);
@@ -619,26 +753,38 @@ static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path)
         opt.norm_count = 1;
         opt.norm_mean = &zero;
         opt.norm_std = &one;
-    } else if (rc == 0 && o->norm.kind == CDL_NORMALIZE_DEFAULT && !norm) {
+    } else if (rc == 0 && !split && compute) {
         rc = cdl_error("%s does not store the normalisation of its table's columns: give "
                        "--normalize as the training did", o->ckpt);
     }
-    if (rc == 0 && opt.norm_count != 1 && opt.norm_count != nf)
+    if (rc == 0 && !compute && opt.norm_count != 1 && opt.norm_count != nf)
         rc = cdl_error("%s: %d means and deviations for %d feature columns: give one pair, or "
                        "one per column", o->norm.kind == CDL_NORMALIZE_GIVEN ? "--normalize"
                        : o->ckpt, opt.norm_count, nf);
     char ignored[512];
-    const char *label = o->label_column ? o->label_column : cdl_st_meta_get(f, "label_name");
     if (rc == 0)
-        rc = cdl_dataset_from_csv_rows(path, names, nf, label, ignored, sizeof ignored,
-                                       &e->data);
+        rc = cdl_dataset_from_csv_rows(path, names, nf, table_label(o, f), ignored,
+                                       sizeof ignored, &e->data);
     if (rc == 0) {
         e->have_data = 1;
-        float *m = e->data.channel_mean ? e->data.channel_mean : e->data.mean;
-        float *sd = e->data.channel_mean ? e->data.channel_std : e->data.std;
+        cdl_dataset *d = &e->data;
+        float *m = d->channel_mean ? d->channel_mean : d->mean;
+        float *sd = d->channel_mean ? d->channel_std : d->std;
         for (int k = 0; k < nf; k++) {
-            m[k] = opt.norm_mean[opt.norm_count == 1 ? 0 : k];
-            sd[k] = opt.norm_std[opt.norm_count == 1 ? 0 : k];
+            if (compute) {   /* as the CSV reader computes them (sums in double) */
+                double sum = 0, sq = 0;
+                for (int i = 0; i < d->n; i++) {
+                    double x = d->features[(size_t)i * nf + k];
+                    sum += x;
+                    sq += x * x;
+                }
+                double mean = sum / d->n, var = sq / d->n - mean * mean;
+                m[k] = (float)mean;
+                sd[k] = var > 1e-12 ? (float)sqrt(var) : 1.0f;
+            } else {
+                m[k] = opt.norm_mean[opt.norm_count == 1 ? 0 : k];
+                sd[k] = opt.norm_std[opt.norm_count == 1 ? 0 : k];
+            }
         }
         snprintf(e->dataset, sizeof e->dataset, "table");
         if (*ignored)
@@ -668,7 +814,7 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
                          o->files[0], o->files[1]);
     if (is_table(o->files[0])) {
         e->table = 1;
-        return load_rows(e, f, o->files[0]);
+        return load_rows(e, f, o->files[0], 0);
     }
     cdl_shape s = {0, 0, 0};
     cdl_dataset_options opt;
@@ -1023,15 +1169,6 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     int rc = o->files ? load_files(e, f) : load_data(e, f);
     if (rc == 0 && !o->files)
         rc = map_labels(e, f);
-    if (rc == 0 && e->table == 2 && e->data.class_names) {
-        /* A table's rows, mapped to the run's classes: their texts go. */
-        for (int i = 0; i < e->data.classes; i++)
-            cdl_free(e->data.class_names[i]);
-        cdl_free(e->data.class_names);
-        e->data.class_names = NULL;
-        long classes = eval_meta_long(f, "classes");
-        e->data.classes = classes > 0 ? (int)classes : 1;
-    }
     if (rc == 0)
         rc = build_model(e, f);
     if (rc == 0)
@@ -1207,6 +1344,18 @@ int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
         o->channels = arg[0] - '0';
         return EVAL_OPT_OK;
     case EVAL_OPT_LABEL_COLUMN: o->label_column = arg; return EVAL_OPT_OK;
+    case EVAL_OPT_COLUMNS: {
+        /* Names between commas, none empty (",," or a trailing comma is a
+         * typing slip, not a column without a name). */
+        size_t n = strlen(arg);
+        if (!n || arg[0] == ',' || arg[n - 1] == ',' || strstr(arg, ",,")) {
+            fprintf(stderr, "%s: --columns '%.80s': give the feature column names separated by "
+                    "commas, none empty (see %s --help)\n", prog, arg, prog);
+            return EVAL_OPT_BAD;
+        }
+        o->columns = arg;
+        return EVAL_OPT_OK;
+    }
     case EVAL_OPT_SKIP_BAD: o->skip_bad_files = 1; return EVAL_OPT_OK;
     case EVAL_OPT_DECODE: {
         static const char *const dec[] = {"auto", "memory", "stream"};   /* enum cdl_decode */

@@ -29,6 +29,9 @@ typedef struct eval_opts {
      * metadata), else overriding it. */
     int image_size, channels;
     const char *label_column;
+    const char *columns;      /* --columns: a table's feature column names, comma-separated,
+                               * in the model's input order (weights that do not store
+                               * them: PyTorch's); NULL: the checkpoint's */
     int skip_bad_files;
     int decode;               /* --decode: enum cdl_decode */
     int jpeg_decode;          /* --jpeg-decode: 0 not given (the run's: checkpoint metadata
@@ -58,8 +61,7 @@ typedef struct eval_ctx {
     int have_data;            /* data: a split, or the files (labels = index in o->files) */
     int table;                /* 1: cdl-predict's FILE is a CSV table: labels are its row
                                * numbers (from 0), data.class_names its label column's text
-                               * (NULL: none); 2: a labelled table of one's own evaluated
-                               * whole, labels the run's classes */
+                               * (NULL: none) */
     int classes;              /* per position */
     int positions;            /* a language model's T (rows of logits and labels per
                                * sample); 1 for a classifier */
@@ -127,7 +129,7 @@ int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int
 enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS,
        EVAL_OPT_DEVICE, EVAL_OPT_VERSION,
        EVAL_OPT_IMAGE_SIZE, EVAL_OPT_CHANNELS, EVAL_OPT_LABEL_COLUMN, EVAL_OPT_SKIP_BAD,
-       EVAL_OPT_DECODE, EVAL_OPT_NORMALIZE, EVAL_OPT_TF32, EVAL_OPT_JPEG_DECODE,
+       EVAL_OPT_DECODE, EVAL_OPT_NORMALIZE, EVAL_OPT_TF32, EVAL_OPT_JPEG_DECODE, EVAL_OPT_COLUMNS,
        EVAL_OPT_OWN };
 /* --help lines of the common options. */
 #define EVAL_USAGE_DATA                                                                     \
@@ -137,6 +139,8 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     "      --image-size N       imagefolder: side of the square samples [the run's]\n"       \
     "      --channels 1|3       imagefolder: grayscale or RGB [the run's]\n"                 \
     "      --label-column NAME  csv: the label column [the run's]\n"                         \
+    "      --columns A,B,...    csv: the feature columns by name, in the model's input order\n" \
+    "                           [the run's; give them for weights PyTorch wrote]\n"          \
     "      --skip-bad-files     leave out unreadable pictures (counted) instead of failing\n"  \
     "      --decode auto|memory|stream  imagefolder: decode into memory or as batches need\n"  \
     "                           them [auto: memory if it fits]\n"                        \
@@ -171,6 +175,7 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     {"image-size", required_argument, NULL, EVAL_OPT_IMAGE_SIZE},  \
     {"channels", required_argument, NULL, EVAL_OPT_CHANNELS},      \
     {"label-column", required_argument, NULL, EVAL_OPT_LABEL_COLUMN}, \
+    {"columns", required_argument, NULL, EVAL_OPT_COLUMNS},        \
     {"skip-bad-files", no_argument, NULL, EVAL_OPT_SKIP_BAD},       \
     {"decode", required_argument, NULL, EVAL_OPT_DECODE},          \
     {"jpeg-decode", required_argument, NULL, EVAL_OPT_JPEG_DECODE}, \

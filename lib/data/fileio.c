@@ -78,6 +78,36 @@ int data_utf8_ok(const char *s)
     return 1;
 }
 
+/* The code point at *p (advanced past it): a valid UTF-8 sequence's, else
+ * the byte's as Python's surrogateescape decodes it (U+DC80 + byte - 0x80;
+ * an ASCII byte is always valid). */
+static unsigned long name_point(const unsigned char **p)
+{
+    const unsigned char *s = *p;
+    int n = utf8_len(s);
+    if (n == 0) {
+        (*p)++;
+        return 0xdc00 + s[0];
+    }
+    static const unsigned char lead[5] = {0, 0x7f, 0x1f, 0x0f, 0x07};
+    unsigned long cp = s[0] & lead[n];
+    for (int i = 1; i < n; i++)
+        cp = cp << 6 | (s[i] & 0x3f);
+    *p += n;
+    return cp;
+}
+
+int data_name_cmp(const char *a, const char *b)
+{
+    const unsigned char *p = (const unsigned char *)a, *q = (const unsigned char *)b;
+    while (*p && *q) {
+        unsigned long x = name_point(&p), y = name_point(&q);
+        if (x != y)
+            return x < y ? -1 : 1;
+    }
+    return (*p != 0) - (*q != 0);
+}
+
 const char *data_printable(const char *s, char *buf, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s;

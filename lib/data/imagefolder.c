@@ -1,8 +1,8 @@
 /* ImageFolder trees: root/<class>/[<folders>/]<file>.png|.jpg|.jpeg
  * (docs/data.md).
  *
- * Classes are the subdirectories sorted by byte value (Python's sorted(),
- * as torchvision's ImageFolder), hidden ones (".name") left out; a class's
+ * Classes are the subdirectories sorted as Python sorts their names
+ * (data_name_cmp: torchvision's ImageFolder), hidden ones (".name") left out; a class's
  * pictures are those of its folder and of the folders inside it, in
  * torchvision's order (list_class_files), so sample i is the same file on
  * every rank and every run. With root/train the splits are root/train and
@@ -63,9 +63,11 @@ static int strlist_add(strlist *l, const char *s)
     return 0;
 }
 
+/* Names in torchvision's order (data_name_cmp): sorted() of Python's
+ * strings, which for a name that is not UTF-8 is not strcmp's. */
 static int cmp_str(const void *a, const void *b)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    return data_name_cmp(*(char *const *)a, *(char *const *)b);
 }
 
 static int is_image_name(const char *s)

@@ -44,6 +44,13 @@ const char *data_printable(const char *s, char *buf, size_t len);
 /* 1 if s is valid UTF-8 without control characters. */
 int data_utf8_ok(const char *s);
 
+/* strcmp for file and folder names in the order of Python's sorted() of
+ * the names os.scandir gives (torchvision's ImageFolder): by code point,
+ * a byte that is not valid UTF-8 counting as U+DC80..U+DCFF
+ * (surrogateescape). Valid UTF-8 sorts as by strcmp; a name with other
+ * bytes does not (b"\xa9" after "\xc3\xa9", U+00E9). */
+int data_name_cmp(const char *a, const char *b);
+
 /* A decoded picture: h rows of w pixels of c (1 or 3) interleaved bytes. */
 typedef struct image_buf {
     uint8_t *px;
@@ -56,7 +63,10 @@ typedef struct image_buf {
 int data_options_read(const cdl_dataset_options *opt, cdl_dataset_options *o);
 
 /* Decodes a PNG or JPEG (told apart by their magic bytes) held in memory;
- * name is the file for errors. Grayscale stays 1 channel, everything else
+ * name is the file for errors. Readers call it (and image_decode_for) only
+ * through image_file_fit_as, which admits the decode through the memory
+ * gate (decode_gate_enter); the other callers are the unit tests and the
+ * fuzz target. Grayscale stays 1 channel, everything else
  * (palette, alpha, 16-bit) becomes 8-bit RGB. A format cdl was built
  * without is an error naming the file and the configure option. */
 int image_decode(const uint8_t *data, size_t len, const char *name, image_buf *out);

@@ -20,8 +20,9 @@ clean-local-tensorboard-venv:
 .PHONY: clean-local-tensorboard-venv
 TESTS += tests/e2e/progress.sh
 EXTRA_DIST += tests/e2e/progress.sh
-TESTS += tests/e2e/predict-files.sh tests/e2e/predict-table.sh
-EXTRA_DIST += tests/e2e/predict-files.sh tests/e2e/predict-table.sh tests/e2e/torch_table.py
+TESTS += tests/e2e/predict-files.sh tests/e2e/predict-table.sh tests/e2e/predict-columns.sh
+EXTRA_DIST += tests/e2e/predict-files.sh tests/e2e/predict-table.sh tests/e2e/predict-columns.sh \
+    tests/e2e/torch_table.py
 TESTS += tests/e2e/generate.sh
 EXTRA_DIST += tests/e2e/generate.sh tests/e2e/generate_torch.py
 EXTRA_DIST += tests/e2e/generate.sh

@@ -142,6 +142,20 @@ sys.exit(ev["split"] != "val" or abs(val["val_acc"] - ev["accuracy"]) > 1e-6)
 PYEOF
 expect_status 1 "$CDL_EVAL" "$TMP/ckv/last.safetensors" --split test
 expect_err "no test split: use --split val or train"
+# cdl-predict without --split: the same samples, not an error (it refused
+# the run's data without a test split, which cdl-eval evaluated): its
+# predictions score cdl-eval's accuracy.
+"$CDL_EVAL" "$TMP/ckv/last.safetensors" --json >"$TMP/evalv.json" 2>/dev/null || die "cdl-eval, val"
+expect_status 0 "$CDL_PREDICT" "$TMP/ckv/last.safetensors" --top-k 1
+expect_err "has no test split: evaluating the run's validation split (--split val)"
+$PY - "$TMP/evalv.json" "$TMP/out" <<'PYEOF' || die "cdl-predict's default split is not cdl-eval's"
+import csv, json, sys
+ev = json.load(open(sys.argv[1]))
+p = list(csv.DictReader(open(sys.argv[2])))
+acc = sum(r["label"] == r["class1"] for r in p) / len(p)
+print("cdl-eval", ev["samples"], ev["accuracy"], "cdl-predict", len(p), acc)
+sys.exit(ev["samples"] != len(p) or abs(ev["accuracy"] - acc) > 1e-6)
+PYEOF
 
 # Class names in UTF-8 line up by characters, and a long one is cut
 # between characters (to 24), not inside one.

@@ -273,6 +273,38 @@ static void test_imagefolder_nested(void **state)
     assert_error_has("nest/cls/a/x/up leads back to a folder above it (a symbolic link loop)");
 }
 
+/* Names in torchvision's order: Python's sorted() of os.scandir's names,
+ * by code point, a byte that is not UTF-8 being U+DC80.. (surrogateescape).
+ * By strcmp, b"\xa9" came before "é" (c3 a9) and U+E000 (ee 80 80) before
+ * b"\xf5", so sample i was not PyTorch's sample i. Mixed case: "Zeta"
+ * before "alpha" in both. */
+static void test_imagefolder_name_order(void **state)
+{
+    (void)state;
+    assert_true(data_name_cmp("\xa9", "\xc3\xa9") > 0);
+    assert_true(data_name_cmp("\xf5", "\xee\x80\x80") < 0);
+    assert_true(data_name_cmp("\xed\xa0\x80", "\xed\x9f\xbf") > 0);   /* U+DCED > U+D7FF */
+    assert_true(data_name_cmp("Zeta", "alpha") < 0);
+    assert_true(data_name_cmp("ab", "abc") < 0);
+    assert_int_equal(data_name_cmp("\xc3\xa9x", "\xc3\xa9x"), 0);
+    assert_int_equal(mkdir(at("ord"), 0755), 0);
+    assert_int_equal(mkdir(at("ord/cls"), 0755), 0);
+    /* Python: sorted([b.decode("utf-8", "surrogateescape") for b in names]). */
+    const char *names[] = {"ord/cls/\xc3\xa9.png", "ord/cls/\xa9.png", "ord/cls/\xf5.png",
+                           "ord/cls/\xee\x80\x80.png"};
+    uint8_t px[4];
+    for (int k = 0; k < 4; k++) {
+        memset(px, k, sizeof px);
+        assert_int_equal(test_write_png(at(names[k]), px, 2, 2, 1), 0);
+    }
+    cdl_dataset d;
+    assert_int_equal(cdl_dataset_load_with("imagefolder", at("ord"), 1, NULL, &d), 0);
+    assert_int_equal(d.n, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(d.images[4 * i], i);
+    cdl_dataset_free(&d);
+}
+
 /* A picture's name on a dangling link (a data set moved, its links not): an
  * unreadable picture, named, as torchvision fails on it, not one silently
  * fewer; a dangling link as a class folder is no class, as there. */
@@ -832,6 +864,16 @@ static void test_decode_admit(void **state)
     memory_share_among(1);
     assert_int_equal(rc, -1);
     assert_error_has("big.png: a 1024x1024 picture needs about 4.3 MB to decode");
+    /* cdl-predict's files with --jpeg-decode full (decoded whole): gated
+     * alike. */
+    cdl_dataset_options fo;
+    cdl_dataset_options_defaults(&fo);
+    fo.jpeg_full = 1;
+    memory_share_among(1 << 20);
+    rc = cdl_dataset_from_image_files_with(files, 1, (cdl_shape){1, 8, 8}, &fo, &d);
+    memory_share_among(1);
+    assert_int_equal(rc, -1);
+    assert_error_has("big.png: a 1024x1024 picture needs about 4.3 MB to decode");
     assert_int_equal(cdl_dataset_from_image_files(files, 1, (cdl_shape){1, 8, 8}, 2, 0, &d), 0);
     cdl_dataset_free(&d);
 #endif
@@ -1254,6 +1296,7 @@ int main(void)
 #if defined(HAVE_PNG) && defined(HAVE_JPEG)
         cmocka_unit_test_setup_teardown(test_imagefolder, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_nested, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_imagefolder_name_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_left_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_val, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imagefolder_bad_files, setup, teardown),

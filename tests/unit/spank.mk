@@ -45,7 +45,7 @@ tests_unit_test_spank_spawn_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
 tests_unit_test_spank_spawn_LDADD = $(SPANK_TEST_LDADD)
 
 tests_unit_test_spank_rundir_SOURCES = tests/unit/test_spank_rundir.c spank/util.c \
-	spank/rundir.c
+	spank/rundir.c tests/unit/fuse_stall.h
 tests_unit_test_spank_rundir_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
 tests_unit_test_spank_rundir_LDADD = $(SPANK_TEST_LDADD)
 

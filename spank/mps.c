@@ -99,8 +99,9 @@ static pid_t read_pidfile(const struct spk_rundir *rd)
     int dir = spk_rundir_open_sub(rd, "pipe");
     if (dir < 0)
         return 0;
-    int fd = openat(dir, "nvidia-cuda-mps-control.pid",
-                    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    /* Not through a mount point of the user's either (a FUSE mount there
+     * could keep root's open or read waiting forever). */
+    int fd = spk_open_beneath(dir, "nvidia-cuda-mps-control.pid", 0);
     close(dir);
     if (fd < 0)
         return 0;
@@ -117,11 +118,13 @@ static pid_t read_pidfile(const struct spk_rundir *rd)
  * link (the user owns pipe/). */
 static int has_control(const struct spk_rundir *rd)
 {
-    struct stat st;
+    struct statx sx;
     int dir = spk_rundir_open_sub(rd, "pipe");
     if (dir < 0)
         return 0;
-    int found = fstatat(dir, "control", &st, AT_SYMLINK_NOFOLLOW) == 0;
+    /* From the kernel's cache: a FUSE mount there is asked nothing. */
+    int found = statx(dir, "control", AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_STATX_DONT_SYNC,
+                      STATX_TYPE, &sx) == 0;
     close(dir);
     return found;
 }
@@ -205,11 +208,19 @@ static int start_daemon(struct spk_mps *m)
     /* Watch the pipe directory before starting: the daemon's control pipe
      * appearing there is the event to wake up for (no sleeping). */
     ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    if (ino >= 0 && inotify_add_watch(ino, m->rd.pipe_dir, IN_DONT_FOLLOW | IN_CREATE |
-                                      IN_MOVED_TO | IN_CLOSE_WRITE | IN_ATTRIB) < 0) {
+    /* The directory checked by spk_rundir_open_sub, named through its
+     * descriptor: pipe/ is the user's, and a path would be looked up again
+     * (through a link or a mount put there meanwhile). */
+    int pipe_fd = ino >= 0 ? spk_rundir_open_sub(&m->rd, "pipe") : -1;
+    char watched[64];
+    snprintf(watched, sizeof watched, "/proc/self/fd/%d", pipe_fd);
+    if (ino >= 0 && (pipe_fd < 0 || inotify_add_watch(ino, watched, IN_CREATE | IN_MOVED_TO |
+                                                      IN_CLOSE_WRITE | IN_ATTRIB) < 0)) {
         close(ino);
         ino = -1;
     }
+    if (pipe_fd >= 0)
+        close(pipe_fd);
     if (control_run(m->control, &m->rd, m->visible, &m->cred, "-d", NULL, m->timeout_s, out,
                     sizeof out) != 0) {
         spk_error("cannot start the MPS control daemon: %s", spk_last_error());

@@ -126,12 +126,23 @@ int spk_rundir_check_root(const char *runtime_dir)
  * moved up into the step directory (renameat of a directory the walk holds
  * open, so no path is resolved again), to be emptied by a later pass. At
  * most two directories are open at a time however deep the tree is. A
- * mount point in the tree is never entered (other_fs). */
+ * mount point in the tree is never entered, nor asked anything
+ * (spk_open_beneath). */
 enum { REMOVE_MAX_ENTRIES = 1 << 24 };   /* a live writer cannot keep us forever */
 
 static int is_dot(const char *n)
 {
     return n[0] == '.' && (n[1] == '\0' || (n[1] == '.' && n[2] == '\0'));
+}
+
+/* The message for an entry spk_open_beneath would not open because it is a
+ * mount point: its content is not the step's. */
+static int mount_point_error(const char *where, const char *name)
+{
+    return spk_error("%s%s%s is a mount point (the job user's FUSE mount, say): it is not "
+                     "entered, and the step directory is left with it (unmount it, e.g. "
+                     "umount -l, then remove %s by hand)", where, name ? "/" : "",
+                     name ? name : "", where);
 }
 
 /* Empties the directory sub (under top) one level. Counts removals in *done. */
@@ -154,75 +165,119 @@ static int empty_one_level(int top, int sub, const char *where, unsigned *seq, l
             ++*done;
             continue;
         }
+        if (errno == EBUSY) {
+            rc = mount_point_error(where, e->d_name);   /* rmdir of a mount point */
+            continue;
+        }
         if (errno != ENOTEMPTY && errno != EEXIST) {
             if (errno != ENOENT)
                 rc = spk_error("cannot remove %s/%s: %s", where, e->d_name, strerror(errno));
             continue;
         }
-        /* A directory with entries: up into the step directory. */
-        do
+        /* A directory with entries: up into the step directory, under a
+         * free name. RENAME_NOREPLACE: the user may write the step
+         * directory, and an entry they make under the name between a check
+         * and the rename must not be replaced (nor the name be theirs to
+         * choose); a name taken is skipped. */
+        int r;
+        do {
             snprintf(hoisted, sizeof hoisted, ".cdl-rm.%u", (*seq)++);
-        while (faccessat(top, hoisted, F_OK, AT_SYMLINK_NOFOLLOW) == 0);
-        if (renameat(dirfd(d), e->d_name, top, hoisted) == 0)
+            r = renameat2(dirfd(d), e->d_name, top, hoisted, RENAME_NOREPLACE);
+        } while (r != 0 && errno == EEXIST && *seq != 0);
+        if (r == 0)
             ++*done;
         else if (errno != ENOENT)
-            rc = spk_error("cannot move %s/%s: %s", where, e->d_name, strerror(errno));
+            rc = errno == EBUSY ? mount_point_error(where, e->d_name)
+                                : spk_error("cannot move %s/%s: %s", where, e->d_name,
+                                            strerror(errno));
     }
     closedir(d);
     return rc;
 }
 
 /* Where fd lies: its mount's id (statx, Linux 5.8; a bind mount keeps its
- * source's st_dev) or, without it, its device. */
+ * source's st_dev) or, without it, its device. AT_STATX_DONT_SYNC: the
+ * kernel's cached attributes, so a FUSE file system is sent no request. */
 struct where_fs {
     uint64_t mnt;
     dev_t dev;
     int have_mnt;
+    mode_t mode;
 };
 
 static int fs_of(int fd, struct where_fs *w)
 {
     struct statx sx;
     memset(w, 0, sizeof *w);
-    if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID | STATX_BASIC_STATS,
-              &sx) != 0)
+    if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW | AT_STATX_DONT_SYNC,
+              STATX_MNT_ID | STATX_TYPE, &sx) != 0)
         return -1;
     w->dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
     w->have_mnt = (sx.stx_mask & STATX_MNT_ID) != 0;
     w->mnt = sx.stx_mnt_id;
+    w->mode = sx.stx_mode;
     return 0;
 }
 
-/* 1 when fd is on another mount than fs: a mount point in the user's tree
- * (their FUSE mount, say) whose content is not the step's to remove; the
- * walk never enters one. */
-static int other_fs(int fd, const struct where_fs *fs, const char *where, const char *name)
+static int same_fs(const struct where_fs *a, const struct where_fs *b)
 {
-    struct where_fs w;
-    if (fs_of(fd, &w) == 0 && w.dev == fs->dev &&
-        (!w.have_mnt || !fs->have_mnt || w.mnt == fs->mnt))
-        return 0;
-    spk_error("%s%s%s is a mount point: its content is left alone, and the step directory "
-              "with it (unmount it, then remove %s by hand)", where, name ? "/" : "",
-              name ? name : "", where);
-    return 1;
+    return a->dev == b->dev && (!a->have_mnt || !b->have_mnt || a->mnt == b->mnt);
+}
+
+/* The name is resolved with O_PATH: a lookup in dirfd's own file system
+ * only, no open() reaching the one mounted there and no automount; the
+ * mount is then compared from the kernel's cache (fs_of), and only an entry
+ * of dirfd's mount is opened for real. Opening a FUSE mount's root or file
+ * for reading (or statting it without AT_STATX_DONT_SYNC) asks the user's
+ * daemon, which may never answer: root would hang in the kernel. */
+int spk_open_beneath(int dirfd, const char *name, int want_dir)
+{
+    struct where_fs here, there;
+    char proc[64];
+    int fd = -1, err;
+    if (fs_of(dirfd, &here) != 0)
+        return -1;
+    int p = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (p < 0)
+        return -1;
+    if (fs_of(p, &there) != 0) {
+        err = errno;
+    } else if (!same_fs(&here, &there)) {
+        err = EXDEV;
+    } else if (S_ISLNK(there.mode)) {
+        err = ELOOP;
+    } else if (want_dir ? !S_ISDIR(there.mode) : !S_ISREG(there.mode)) {
+        err = want_dir ? ENOTDIR : (S_ISDIR(there.mode) ? EISDIR : EINVAL);
+    } else {
+        /* The same inode reopened: "." of a directory; a file through its
+         * descriptor (no name is looked up again either way). */
+        if (want_dir) {
+            fd = openat(p, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        } else {
+            snprintf(proc, sizeof proc, "/proc/self/fd/%d", p);
+            fd = open(proc, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        }
+        err = errno;
+    }
+    close(p);
+    errno = err;
+    return fd;
 }
 
 static int remove_tree(int parent, const char *name, const char *where)
 {
     unsigned seq = 0;
     long total = 0;
-    struct where_fs pfs;
     if (unlinkat(parent, name, 0) == 0 || errno == ENOENT)
         return 0;
-    if (errno != EISDIR && errno != EPERM)
+    if (errno != EISDIR && errno != EPERM && errno != EBUSY)
         return spk_error("cannot remove %s: %s", where, strerror(errno));
-    int top = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (top < 0)
-        return errno == ENOENT ? 0 : spk_error("cannot open %s: %s", where, strerror(errno));
-    if (fs_of(parent, &pfs) != 0 || other_fs(top, &pfs, where, NULL)) {
-        close(top);
-        return -1;
+    int top = spk_open_beneath(parent, name, 1);
+    if (top < 0) {
+        if (errno == ENOENT)
+            return 0;
+        return errno == EXDEV ? mount_point_error(where, NULL)
+                              : spk_error("cannot open %s: %s", where, strerror(errno));
     }
     for (;;) {
         long done = 0;
@@ -247,17 +302,15 @@ static int remove_tree(int parent, const char *name, const char *where)
             }
             if (errno == ENOENT)
                 continue;
-            int sub = openat(top, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            int sub = spk_open_beneath(top, e->d_name, 1);
             if (sub < 0) {
-                if (errno != ENOENT) {
+                if (errno == EXDEV) {
+                    failed = 1;
+                    mount_point_error(where, e->d_name);
+                } else if (errno != ENOENT) {
                     failed = 1;
                     spk_error("cannot open %s/%s: %s", where, e->d_name, strerror(errno));
                 }
-                continue;
-            }
-            if (other_fs(sub, &pfs, where, e->d_name)) {
-                close(sub);
-                failed = 1;
                 continue;
             }
             failed |= empty_one_level(top, sub, where, &seq, &done) != 0;
@@ -303,13 +356,17 @@ int spk_rundir_open_sub(const struct spk_rundir *rd, const char *sub)
     memcpy(runtime_dir, rd->step_dir, n);
     runtime_dir[n] = '\0';
     int top = open(runtime_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int step = top < 0 ? -1 : openat(top, rd->key, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int fd = step < 0 ? -1 : openat(step, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int step = top < 0 ? -1 : spk_open_beneath(top, rd->key, 1);
+    int fd = step < 0 ? -1 : spk_open_beneath(step, sub, 1);
     int e = errno;
     if (top >= 0)
         close(top);
     if (step >= 0)
         close(step);
+    if (fd < 0 && e == EXDEV)
+        return spk_error("%s/%s is not a directory of the step: %s or it is a mount point (the "
+                         "job user's FUSE mount, say), which root does not enter", rd->step_dir,
+                         sub, rd->step_dir);
     if (fd < 0)
         return spk_error("%s/%s is not a directory of the step (%s): a link is not followed",
                          rd->step_dir, sub, strerror(e));
@@ -382,19 +439,37 @@ int spk_rundir_each_of_job(const char *runtime_dir, uint32_t jobid,
         close(fd);
         return -1;
     }
+    struct statx rx;
+    int have_rx = statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID, &rx) == 0;
     d = fdopendir(fd);
     if (!d) {
         close(fd);
         return spk_error("runtime_dir=%s: %s", runtime_dir, strerror(errno));
     }
     while ((e = readdir(d)) != NULL) {
-        struct stat st;
+        struct statx sx;
         if (strncmp(e->d_name, prefix, plen) != 0)
             continue;
-        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
+        /* From the kernel's cache (a FUSE mount there is asked nothing). */
+        if (statx(fd, e->d_name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_STATX_DONT_SYNC,
+                  STATX_TYPE | STATX_UID | STATX_GID | STATX_MNT_ID, &sx) != 0 ||
+            !S_ISDIR(sx.stx_mode))
             continue;
         found++;
-        fn(e->d_name, st.st_uid, st.st_gid, arg);
+        /* A step directory the job user mounted something on: its owner
+         * as seen is the mount's, which the user's file system reports,
+         * and nothing of it is the plugin's to enter. */
+        if (have_rx && (sx.stx_dev_major != rx.stx_dev_major ||
+                        sx.stx_dev_minor != rx.stx_dev_minor ||
+                        ((sx.stx_mask & STATX_MNT_ID) && (rx.stx_mask & STATX_MNT_ID) &&
+                         sx.stx_mnt_id != rx.stx_mnt_id))) {
+            char where[SPK_PATH_MAX + 260];
+            snprintf(where, sizeof where, "%s/%s", runtime_dir, e->d_name);
+            mount_point_error(where, NULL);
+            spk_log("cdl: %s", spk_last_error());
+            continue;
+        }
+        fn(e->d_name, sx.stx_uid, sx.stx_gid, arg);
     }
     closedir(d);
     return found;

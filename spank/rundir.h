@@ -7,8 +7,11 @@
  *
  * The node name is part of the key because several slurmd may share one
  * host (and one runtime_dir). Root only creates and removes these and
- * reads pipe/ through spk_rundir_open_sub; every walk uses openat(O_NOFOLLOW)
- * and unlinkat(), so links the user plants inside cannot redirect it. */
+ * reads pipe/ through spk_rundir_open_sub; every walk opens through
+ * spk_open_beneath and removes with unlinkat(), so links the user plants
+ * inside cannot redirect it and a mount point (the user's FUSE mount) is
+ * never entered. A step directory with a mount point left in it is left
+ * behind with an error naming it. */
 #ifndef CDL_SPANK_RUNDIR_H
 #define CDL_SPANK_RUNDIR_H
 
@@ -50,11 +53,22 @@ int spk_rundir_remove(const char *runtime_dir, const char *key);
  * -1 with spk_last_error(). */
 int spk_rundir_open_sub(const struct spk_rundir *rd, const char *sub);
 
+/* Opens name in the directory dirfd as root may: without following a link
+ * and without entering a mount point (the job user's FUSE mount, whose
+ * daemon might never answer), asking nothing of a file system mounted
+ * there. want_dir: a directory (O_RDONLY | O_DIRECTORY), else a regular
+ * file (O_RDONLY | O_NONBLOCK). An fd, or -1 with errno: EXDEV for a mount
+ * point, ELOOP for a link, ENOTDIR, EISDIR or EINVAL for the wrong type. */
+int spk_open_beneath(int dirfd, const char *name, int want_dir);
+
 /* Calls fn(key, owner uid, owner gid, arg) for every step directory of jobid in
  * runtime_dir (names "<jobid>.*"). Returns the number found, 0 when
  * runtime_dir does not exist, or -1 (nothing called) when it is not one
  * spk_rundir_check_root would accept: in a directory others may write to,
- * the entries could be anybody's. */
+ * the entries could be anybody's. A step directory something is mounted
+ * on (the user's FUSE mount) is counted but not passed to fn: logged
+ * (spk_log), it is left for the admin, since its owner as seen is the
+ * mount's. Nothing is asked of a file system mounted there. */
 int spk_rundir_each_of_job(const char *runtime_dir, uint32_t jobid,
                            int (*fn)(const char *key, uid_t owner, gid_t group, void *arg),
                            void *arg);

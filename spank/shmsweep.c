@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "spank/shmsweep.h"
@@ -49,6 +50,22 @@ int spk_shm_sweep(const char *dir, uint32_t jobid, uint32_t stepid, uid_t uid,
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
         return errno == ENOENT ? 0 : spk_error("cannot read %s: %s", dir, strerror(errno));
+    /* The check of an entry and its removal are two steps: in a directory
+     * every account may write to without the sticky bit, anyone may swap
+     * the entry in between (and remove or rename the ranks' files anyway). */
+    struct stat dst;
+    if (fstat(dfd, &dst) != 0) {
+        int e = errno;
+        close(dfd);
+        return spk_error("cannot examine %s: %s", dir, strerror(e));
+    }
+    if ((dst.st_mode & S_IWOTH) && !(dst.st_mode & S_ISVTX)) {
+        close(dfd);
+        return spk_error("%s is writable by every account without the sticky bit: any of them "
+                         "could swap an entry between its check and its removal, so nothing is "
+                         "removed there; give it mode 1777 (chmod 1777 %s, or mode=1777 in its "
+                         "fstab entry)", dir, dir);
+    }
     DIR *d = fdopendir(dfd);
     if (!d) {
         int e = errno;
@@ -60,10 +77,15 @@ int spk_shm_sweep(const char *dir, uint32_t jobid, uint32_t stepid, uid_t uid,
     while ((e = readdir(d))) {
         if (!spk_shm_name_is_step(e->d_name, jobid, stepid))
             continue;
-        struct stat st;
-        if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        /* From the kernel's cache (AT_STATX_DONT_SYNC): a FUSE mount the
+         * user put on the name is asked nothing, so cannot make root wait;
+         * an entry of another file system is a mount point, not a segment. */
+        struct statx sx;
+        if (statx(dfd, e->d_name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_STATX_DONT_SYNC,
+                  STATX_TYPE | STATX_UID, &sx) != 0)
             continue;   /* gone meanwhile */
-        if (!S_ISREG(st.st_mode) || st.st_uid != uid)
+        if (!S_ISREG(sx.stx_mode) || sx.stx_uid != uid ||
+            makedev(sx.stx_dev_major, sx.stx_dev_minor) != dst.st_dev)
             continue;   /* not the ranks' own: someone else's to deal with */
         if (unlinkat(dfd, e->d_name, 0) == 0) {
             removed++;

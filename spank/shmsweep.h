@@ -16,7 +16,10 @@
  * job and step, a regular file (never a link, directory or device), owned
  * by the job's uid; entries are named relative to the directory's
  * descriptor (fstatat without following links, unlinkat), so no path the
- * user controls is resolved. */
+ * user controls is resolved. A directory every account may write to
+ * without the sticky bit (a /dev/shm mounted with the wrong mode) is
+ * refused with an error: anyone could swap an entry between its check and
+ * its removal. */
 #ifndef CDL_SPANK_SHMSWEEP_H
 #define CDL_SPANK_SHMSWEEP_H
 

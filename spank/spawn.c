@@ -196,12 +196,45 @@ static int reap_bounded(pid_t pid, int pfd, double grace_s, int *status)
     }
 }
 
-/* Waits for the child to exit (or the deadline), collecting its output and
- * the exec report. Returns 0 with *status; -1 on timeout (child killed and
- * reaped, *status its end); -2 on timeout when the killed child did not go
- * within spk_spawn_reap_grace_s (left behind, *status untouched). */
-static int wait_child(pid_t pid, int err_fd, int out_fd, char *out, size_t outlen,
-                      double deadline, int *status, struct child_err *cerr, int *have_cerr)
+/* The child's stdin: what is left to send on a non-blocking socket. */
+struct child_in {
+    int fd;               /* -1: nothing (left) to send */
+    const char *buf;
+    size_t len, off;
+};
+
+/* Sends what the socket takes now; at the end (or when the helper will not
+ * take more: it exited or closed its stdin) the socket is closed, which is
+ * the helper's EOF. */
+static void feed_child(struct child_in *in)
+{
+    while (in->off < in->len) {
+        ssize_t k = send(in->fd, in->buf + in->off, in->len - in->off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;   /* full: poll() says when it drains */
+        if (k <= 0) {
+            in->len = in->off;   /* the helper left early; its exit status tells */
+            break;
+        }
+        in->off += (size_t)k;
+    }
+    close(in->fd);
+    in->fd = -1;
+}
+
+/* Waits for the child to exit (or the deadline), feeding its stdin (in,
+ * may be NULL) and collecting its output and the exec report. Nothing here
+ * blocks: a helper that reads neither its input nor lets go of its output
+ * is killed at the deadline like any other. Returns 0 with *status; -1 on
+ * timeout (child killed and reaped, *status its end); -2 on timeout when
+ * the killed child did not go within spk_spawn_reap_grace_s (left behind,
+ * *status untouched). */
+static int wait_child(pid_t pid, int err_fd, struct child_in *in, int out_fd, char *out,
+                      size_t outlen, double deadline, int *status, struct child_err *cerr,
+                      int *have_cerr)
 {
     size_t used = 0;
     int pfd = pidfd_of(pid);
@@ -209,9 +242,15 @@ static int wait_child(pid_t pid, int err_fd, int out_fd, char *out, size_t outle
     *have_cerr = 0;
     if (out && outlen)
         out[0] = '\0';
+    if (in && in->fd >= 0)
+        feed_child(in);
     for (;;) {
-        struct pollfd fds[3];
-        int n = 0, idx_err = -1, idx_out = -1, idx_pid = -1;
+        struct pollfd fds[4];
+        int n = 0, idx_err = -1, idx_out = -1, idx_pid = -1, idx_in = -1;
+        if (in && in->fd >= 0) {
+            fds[n] = (struct pollfd){.fd = in->fd, .events = POLLOUT};
+            idx_in = n++;
+        }
         if (err_fd >= 0) {
             fds[n] = (struct pollfd){.fd = err_fd, .events = POLLIN};
             idx_err = n++;
@@ -232,6 +271,8 @@ static int wait_child(pid_t pid, int err_fd, int out_fd, char *out, size_t outle
         int r = poll(fds, (nfds_t)n, ms);
         if (r < 0 && errno != EINTR)
             break;
+        if (idx_in >= 0 && fds[idx_in].revents)
+            feed_child(in);   /* POLLOUT, or POLLHUP/POLLERR: the helper's end is gone */
         if (idx_err >= 0 && (fds[idx_err].revents & (POLLIN | POLLHUP))) {
             ssize_t k = read(err_fd, cerr, sizeof *cerr);
             if (k == (ssize_t)sizeof *cerr)
@@ -263,6 +304,10 @@ static int wait_child(pid_t pid, int err_fd, int out_fd, char *out, size_t outle
         /* Done once the child exited and its exec report is in. Output is
          * drained without waiting: a daemon it left may hold the pipe. */
         if (exited && err_fd < 0) {
+            if (in && in->fd >= 0) {
+                close(in->fd);   /* it exited without reading all of it */
+                in->fd = -1;
+            }
             if (out_fd >= 0) {
                 fcntl(out_fd, F_SETFL, O_NONBLOCK);
                 char buf[512];
@@ -282,6 +327,10 @@ static int wait_child(pid_t pid, int err_fd, int out_fd, char *out, size_t outle
         close(err_fd);
     if (out_fd >= 0)
         close(out_fd);
+    if (in && in->fd >= 0) {
+        close(in->fd);
+        in->fd = -1;
+    }
     return gone ? -1 : -2;
 }
 
@@ -317,37 +366,42 @@ int spk_spawn(const struct spk_cred *cred, const struct spk_cmd *cmd, int *statu
     }
     close(errp[1]);
     errp[1] = -1;
+    /* The input is fed from wait_child's poll loop, never by a blocking
+     * send: a helper that does not read it (stuck, or a program of the
+     * user's) would otherwise hold slurmstepd past any deadline once the
+     * socket's buffer is full. */
+    struct child_in in = {.fd = -1, .buf = cmd->input};
     if (in_sp[1] >= 0) {
         close(in_sp[1]);
         in_sp[1] = -1;
-        size_t len = strlen(cmd->input), off = 0;
-        while (off < len) {
-            ssize_t k = send(in_sp[0], cmd->input + off, len - off, MSG_NOSIGNAL);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0)
-                break;   /* the helper left early; its exit status tells */
-            off += (size_t)k;
-        }
-        shutdown(in_sp[0], SHUT_WR);
+        in.fd = in_sp[0];
+        in_sp[0] = -1;   /* closed by feed_child or wait_child */
+        in.len = strlen(cmd->input);
     }
     if (out_sp[1] >= 0) {
         close(out_sp[1]);
         out_sp[1] = -1;
     }
-    rc = wait_child(pid, errp[0], out_sp[0], cmd->output, cmd->output_len, deadline, status,
+    rc = wait_child(pid, errp[0], &in, out_sp[0], cmd->output, cmd->output_len, deadline, status,
                     &cerr, &have_cerr);
     errp[0] = out_sp[0] = -1;   /* closed by wait_child */
+    char unread[96] = "";
+    if (rc != 0 && in.off < in.len)
+        snprintf(unread, sizeof unread, " (it had not read its input: %zu of %zu bytes unsent)",
+                 in.len - in.off, in.len);
     if (rc == -2) {
         spk_log("cdl: %s (pid %ld, uid %u) did not finish within %g s and did not exit %g s "
                 "after SIGKILL: it is stuck in the kernel (state D, e.g. on a hung NFS or FUSE "
                 "mount); left behind, it exits once that I/O ends (ps -o stat,wchan -p %ld)",
                 cmd->path, (long)pid, (unsigned)cred->uid, timeout_s, spk_spawn_reap_grace_s,
                 (long)pid);
-        rc = spk_error("%s did not finish within %g s and could not be killed (stuck in the "
-                       "kernel, pid %ld left behind)", cmd->path, timeout_s, (long)pid);
+        rc = spk_error("%s did not finish within %g s%s and could not be killed (stuck in the "
+                       "kernel, pid %ld left behind)", cmd->path, timeout_s, unread, (long)pid);
     } else if (rc != 0) {
-        rc = spk_error("%s did not finish within %g s and was killed", cmd->path, timeout_s);
+        spk_log("cdl: %s (pid %ld, uid %u) did not finish within %g s%s: killed", cmd->path,
+                (long)pid, (unsigned)cred->uid, timeout_s, unread);
+        rc = spk_error("%s did not finish within %g s%s and was killed", cmd->path, timeout_s,
+                       unread);
     } else if (have_cerr) {
         errno = cerr.err;
         rc = spk_error("cannot run %s as uid %u gid %u: %s failed: %s", cmd->path,
@@ -387,7 +441,7 @@ int spk_run_as(const struct spk_cred *cred, int (*fn)(void *), void *arg, double
         _exit(fn(arg) & 0x7f);
     }
     close(errp[1]);
-    int w = wait_child(pid, errp[0], -1, NULL, 0, spk_now_s() + timeout_s, &status, &cerr,
+    int w = wait_child(pid, errp[0], NULL, -1, NULL, 0, spk_now_s() + timeout_s, &status, &cerr,
                        &have_cerr);
     if (w == -2) {
         spk_log("cdl: helper as uid %u (pid %ld) did not finish within %g s and did not exit "

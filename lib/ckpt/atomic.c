@@ -64,9 +64,34 @@ static mode_t current_umask(void)
     return (mode_t)mask;
 }
 
+/* Creates the temporary file a->tmp (its last six characters replaced, as
+ * mkostemp does) in a->dirfd, exclusively and without following a link. */
+static int create_tmp(afile *a)
+{
+    static const char set[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    char *x = a->tmp + strlen(a->tmp) - 6;
+    const char *base = strrchr(a->tmp, '/') ? strrchr(a->tmp, '/') + 1 : a->tmp;
+    for (int tries = 0; tries < 1000; tries++) {
+        unsigned char r[6];
+        if (getentropy(r, sizeof r) != 0) {
+            unsigned long v = (unsigned long)getpid() * 2654435761u ^ (unsigned long)tries;
+            for (int i = 0; i < 6; i++, v >>= 5)
+                r[i] = (unsigned char)v;
+        }
+        for (int i = 0; i < 6; i++)
+            x[i] = set[r[i] % (sizeof set - 1)];
+        int fd = openat(a->dirfd, base, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
 int afile_open(afile *a, const char *path)
 {
     a->fd = -1;
+    a->dirfd = -1;
     a->path = path;
     a->tmp = a->dir = NULL;
     if (!path || !*path)
@@ -90,11 +115,29 @@ int afile_open(afile *a, const char *path)
     sprintf(a->tmp, "%.*s.%s.tmp.XXXXXX", (int)(slash ? slash + 1 - path : 0), path, base);
 
     struct stat st;
+    a->dirfd = open(a->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (a->dirfd < 0 || fstat(a->dirfd, &st) != 0) {
+        int err = errno;
+        cdl_error("%s: cannot open its directory %s: %s: %s", path, a->dir, strerror(err),
+                  errno_hint(err, a->dir));
+        afile_abort(a);
+        return -1;
+    }
+    if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+        cdl_error("%s: its directory %s may be written by every account and is not sticky "
+                  "(mode %04o): any of them could replace the file, or swap it between its "
+                  "writing and its rename into place; write it to a directory of your own "
+                  "(mkdir -m 700 DIR), or make that one safe (chmod o-w %s, or chmod +t %s "
+                  "for a shared one)", path, a->dir, (unsigned)(st.st_mode & 07777), a->dir,
+                  a->dir);
+        afile_abort(a);
+        return -1;
+    }
     mode_t mode = 0666 & ~current_umask();
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+    if (fstatat(a->dirfd, base, &st, 0) == 0 && S_ISREG(st.st_mode))
         mode = st.st_mode & 07777;   /* replacing a file keeps its permissions */
 
-    a->fd = mkostemp(a->tmp, O_CLOEXEC);
+    a->fd = create_tmp(a);
     if (a->fd < 0) {
         int err = errno;
         cdl_error("%s: cannot create a temporary file in %s: %s: %s", path, a->dir,
@@ -134,12 +177,21 @@ int afile_write(afile *a, const void *buf, size_t n)
     return 0;
 }
 
+/* The temporary file's name in a->dirfd. */
+static const char *tmp_base(const afile *a)
+{
+    const char *slash = strrchr(a->tmp, '/');
+    return slash ? slash + 1 : a->tmp;
+}
+
 static void release(afile *a)
 {
+    if (a->dirfd >= 0)
+        close(a->dirfd);
     cdl_free(a->tmp);
     cdl_free(a->dir);
     a->tmp = a->dir = NULL;
-    a->fd = -1;
+    a->fd = a->dirfd = -1;
 }
 
 void afile_abort(afile *a)
@@ -147,7 +199,7 @@ void afile_abort(afile *a)
     if (a->fd >= 0)
         close(a->fd);
     if (a->tmp && a->fd >= 0)
-        unlink(a->tmp);
+        unlinkat(a->dirfd, tmp_base(a), 0);
     release(a);
 }
 
@@ -155,13 +207,7 @@ void afile_abort(afile *a)
  * durability is theirs to provide, and that is not an error. */
 static int sync_dir(afile *a)
 {
-    int fd = open(a->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        return cdl_error("%s: was renamed into place but its directory %s cannot be opened to "
-                         "make that durable: %s: %s", a->path, a->dir, strerror(err),
-                         errno_hint(err, a->dir));
-    }
+    int fd = a->dirfd;
     int rc = 0;
     while (fsync(fd) != 0) {
         int err = errno;
@@ -173,7 +219,6 @@ static int sync_dir(afile *a)
                            errno_hint(err, a->dir));
         break;
     }
-    close(fd);
     return rc;
 }
 
@@ -192,12 +237,13 @@ int afile_commit(afile *a)
     a->fd = -1;
     if (close(fd) != 0 && !err && errno != EINTR)
         err = errno, what = "closing";
-    if (!err && rename(a->tmp, a->path) != 0)
+    const char *slash = strrchr(a->path, '/');
+    if (!err && renameat(a->dirfd, tmp_base(a), a->dirfd, slash ? slash + 1 : a->path) != 0)
         err = errno, what = "renaming into place";
     if (err) {
         cdl_error("%s: %s %s failed: %s: %s; the previous file, if any, is unchanged", a->path,
                   what, a->tmp, strerror(err), errno_hint(err, a->dir));
-        unlink(a->tmp);
+        unlinkat(a->dirfd, tmp_base(a), 0);
         release(a);
         return -1;
     }

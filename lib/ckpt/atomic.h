@@ -19,10 +19,17 @@
 
 typedef struct afile {
     int fd;
+    int dirfd;          /* the target's directory, checked once: every later
+                         * step (create, rename, fsync) is relative to it */
     const char *path;   /* the target (not copied: must outlive the afile) */
     char *tmp;          /* cdl_malloc'd temporary path */
     char *dir;          /* cdl_malloc'd directory of path */
 } afile;
+
+/* afile_open refuses a directory every account may write to without the
+ * sticky bit (mode 0777): any of them could rename the temporary file
+ * away and put another in its place between its writing and its rename,
+ * or replace the target at any time. */
 
 int afile_open(afile *a, const char *path);
 /* Writes all n bytes (retrying short writes and EINTR); on failure the

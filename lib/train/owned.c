@@ -22,6 +22,13 @@ int train_foreign(const struct stat *st, char *owner, size_t len)
 
 int train_shared_dir(const char *opt, const char *dir, const struct stat *st, const char *risk)
 {
+    /* One's own folder others may write to without the sticky bit: any
+     * account may rename or replace the run's files in it at any time. */
+    if (st->st_uid == geteuid() && (st->st_mode & S_IWOTH) && !(st->st_mode & S_ISVTX))
+        return cdl_error("%s %s may be written by every account and is not sticky (mode %04o): "
+                         "anyone on this host could %s, or swap a file between its check and "
+                         "its use; make it yours alone (chmod o-w %s) or sticky (chmod +t %s)",
+                         opt, dir, (unsigned)(st->st_mode & 07777), risk, dir, dir);
     if (st->st_uid == geteuid() || !(st->st_mode & S_IWOTH))
         return 0;
     char owner[160];

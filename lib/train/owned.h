@@ -45,7 +45,10 @@ int train_open_dir(const char *opt, const char *dir, const char *prefix);
  * made first with mode 0777): then -1 with cdl_error saying what anyone
  * there could do (risk, e.g. "put a checkpoint there that this run resumes
  * from") and to give a directory of one's own. A folder another account
- * shares only with its group (a project's) is fine. */
+ * shares only with its group (a project's) is fine. One's own folder that
+ * every account may write to without the sticky bit (mode 0777) is
+ * refused too: anyone could swap a file in it between a check and its
+ * use. */
 int train_shared_dir(const char *opt, const char *dir, const struct stat *st, const char *risk);
 
 #endif

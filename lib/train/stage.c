@@ -694,6 +694,20 @@ static int own_dir(const char *dir, int create)
         return cdl_error("--stage: %s belongs to another account (uid %ld): a copy staged by "
                          "someone else is not read; give a --stage DIR of your own", dir,
                          (long)st.st_uid), -2;
+    /* The folder it is in: where every account may write without the
+     * sticky bit, any of them could rename this copy away and put a
+     * folder of theirs in its place between this check and the copy's
+     * use (its files written and read by path). */
+    char up[4200];
+    const char *slash = strrchr(dir, '/');
+    snprintf(up, sizeof up, "%.*s", slash ? (slash == dir ? 1 : (int)(slash - dir)) : 1,
+             slash ? dir : ".");
+    if (stat(up, &st) == 0 && (st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+        return cdl_error("--stage: %s is in %s, which every account may write to without the "
+                         "sticky bit (mode %04o): any of them could put a folder of theirs in "
+                         "the copy's place while this run uses it; make it yours alone "
+                         "(chmod o-w %s) or sticky (chmod +t %s), or give another --stage DIR",
+                         dir, up, (unsigned)(st.st_mode & 07777), up, up), -2;
     return 0;
 }
 

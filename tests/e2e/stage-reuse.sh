@@ -10,7 +10,9 @@
 #   whole dataset from the shared file system at every start); a source
 #   rewritten at the same size is copied again;
 # - the copy is private (0700), and a copy another account made at that
-#   path is refused, not read.
+#   path is refused, not read;
+# - a --stage DIR every account may write to without the sticky bit is
+#   refused (anyone could swap the copy's folder); a sticky one is used.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 png="$top_srcdir/tests/fuzz/corpus/fuzz_image/gray.png"
 [ -f "$png" ] || die "$png missing"
@@ -78,6 +80,15 @@ rm "$TMP/lm/meta.pkl"
 run 0 "tokens:$TMP/lm/train.bin" "${lm[@]}"
 said "(0 copied, 1 removed that the dataset no longer holds)"
 cat "$TMP/out" "$TMP/err" | grep -q "vocabulary 60" && die "the removed meta.pkl still gave the vocabulary"
+
+# A --stage DIR every account may write to without the sticky bit: anyone
+# could swap the copy's folder for one of theirs while the run uses it.
+chmod 0777 "$TMP/st"
+run 1 "imagefolder:$TMP/one"
+expect_err "--stage: $one is in $TMP/st, which every account may write to without the sticky bit (mode 0777)"
+chmod 1777 "$TMP/st"
+run 0 "imagefolder:$TMP/one"
+chmod 0755 "$TMP/st"
 
 # Another account's copy at this run's path is refused.
 if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then

@@ -13,7 +13,7 @@ TESTS += tests/unit/test_spank_config tests/unit/test_spank_contract \
 	tests/unit/test_spank_shmsweep
 
 tests_unit_test_spank_shmsweep_SOURCES = tests/unit/test_spank_shmsweep.c spank/util.c \
-	spank/shmsweep.c
+	spank/shmsweep.c tests/unit/fuse_stall.h
 tests_unit_test_spank_shmsweep_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
 tests_unit_test_spank_shmsweep_LDADD = $(SPANK_TEST_LDADD)
 
@@ -45,7 +45,7 @@ tests_unit_test_spank_spawn_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
 tests_unit_test_spank_spawn_LDADD = $(SPANK_TEST_LDADD)
 
 tests_unit_test_spank_rundir_SOURCES = tests/unit/test_spank_rundir.c spank/util.c \
-	spank/rundir.c
+	spank/rundir.c tests/unit/fuse_stall.h
 tests_unit_test_spank_rundir_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
 tests_unit_test_spank_rundir_LDADD = $(SPANK_TEST_LDADD)
 

@@ -14,6 +14,7 @@
 
 #include <cdl/cdl.h>
 
+#include "lib/ckpt/atomic.h"
 #include "lib/core/rng.h"
 
 typedef struct fixture {
@@ -927,6 +928,59 @@ static void test_unwritable_directory(void **state)
     assert_int_equal(hidden_files(fx->dir), 0);
 }
 
+/* A directory every account may write to without the sticky bit (mode
+ * 0777): any of them could rename the temporary file away and put another
+ * under its name before the rename into place, or replace the checkpoint
+ * later. Refused before anything is written, naming the directory and the
+ * way out; sticky (as /tmp), the write goes ahead. */
+static void test_shared_directory_refused(void **state)
+{
+    fixture *fx = *state;
+    char dir[300], path[400];
+    snprintf(dir, sizeof dir, "%s/open", fx->dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(chmod(dir, 0777), 0);
+    snprintf(path, sizeof path, "%s/last.safetensors", dir);
+    const float x[1] = {0};
+    const cdl_st_tensor t[] = {{"w", x, 1, {1}, NULL}};
+    assert_int_equal(cdl_st_write(path, t, 1, NULL, 0), -1);
+    assert_non_null(strstr(cdl_last_error(), dir));
+    assert_non_null(strstr(cdl_last_error(), "may be written by every account and is not sticky"));
+    assert_non_null(strstr(cdl_last_error(), "chmod o-w"));
+    assert_int_equal(hidden_files(dir), 0);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(chmod(dir, 01777), 0);
+    assert_int_equal(cdl_st_write(path, t, 1, NULL, 0), 0);
+    assert_int_equal(access(path, F_OK), 0);
+    assert_int_equal(hidden_files(dir), 0);
+}
+
+/* The directory's path changing between the start of a write and its
+ * commit (a parent renamed and another directory put in its place): the
+ * file is renamed into place in the directory that was checked, through
+ * its descriptor, and nothing goes into the one put in its place. The
+ * commit used to resolve both paths again. */
+static void test_directory_swapped(void **state)
+{
+    fixture *fx = *state;
+    char dir[300], moved[300], path[400], p[400];
+    snprintf(dir, sizeof dir, "%s/d", fx->dir);
+    snprintf(moved, sizeof moved, "%s/moved", fx->dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(path, sizeof path, "%s/last.safetensors", dir);
+    afile a;
+    assert_int_equal(afile_open(&a, path), 0);
+    assert_int_equal(afile_write(&a, "data", 4), 0);
+    assert_int_equal(rename(dir, moved), 0);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(afile_commit(&a), 0);
+    assert_int_equal(access(path, F_OK), -1);
+    snprintf(p, sizeof p, "%s/last.safetensors", moved);
+    assert_int_equal(access(p, F_OK), 0);
+    assert_int_equal(hidden_files(moved), 0);
+    assert_int_equal(hidden_files(dir), 0);
+}
+
 static void test_permissions(void **state)
 {
     char path[512];
@@ -1040,6 +1094,8 @@ int main(void)
         T(test_failed_rename_cleans_up),
         T(test_unwritable_directory),
         T(test_permissions),
+        T(test_shared_directory_refused),
+        T(test_directory_swapped),
         T(test_base64_vectors),
         T(test_base64_round_trip),
         T(test_base64_rejects),

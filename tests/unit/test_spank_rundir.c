@@ -12,12 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "testutil.h"
+#include "fuse_stall.h"
 
 #include "spank/rundir.h"
 
@@ -171,6 +173,254 @@ static void test_mount_not_crossed(void **state)
     assert_false(exists(rd.step_dir));
 }
 
+/* Reads what is queued on the inotify fd (non-blocking); 1 when one of the
+ * events is an open or a read. */
+static int opened(int ino)
+{
+    char buf[4096] __attribute__((aligned(8)));
+    int seen = 0;
+    ssize_t k;
+    while ((k = read(ino, buf, sizeof buf)) > 0)
+        for (char *p = buf; p < buf + k;) {
+            const struct inotify_event *ev = (const struct inotify_event *)p;
+            if (ev->mask & (IN_OPEN | IN_ACCESS))
+                seen = 1;
+            p += sizeof *ev + ev->len;
+        }
+    return seen;
+}
+
+static int count_dirs(const char *key, uid_t owner, gid_t group, void *arg);
+
+/* Child of test_mount_not_asked, in a mount namespace of its own: `outside`
+ * (and a file of it) mounted on the step directory's mnt/ and pid file, then
+ * on the step directory itself. Exits 0 when every refusal happened and
+ * nothing was ever opened or read on the mounted side, 77 without mount
+ * namespaces, else the number of the first check that failed. */
+static int mount_child(const struct spk_rundir *rd)
+{
+    char sub[600], file[600];
+    snprintf(sub, sizeof sub, "%s/mnt", rd->step_dir);
+    snprintf(file, sizeof file, "%s/x.pid", rd->pipe_dir);
+    if (unshare(CLONE_NEWNS) != 0 || mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount(outside, sub, "none", MS_BIND, NULL) != 0 ||
+        mount(canary, file, "none", MS_BIND, NULL) != 0)
+        return 77;
+    /* The watches are on the inodes, whichever mount reaches them. */
+    int ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (ino < 0 || inotify_add_watch(ino, outside, IN_OPEN | IN_ACCESS) < 0 ||
+        inotify_add_watch(ino, canary, IN_OPEN | IN_ACCESS) < 0)
+        return 2;
+    /* A mount point inside the step directory. */
+    if (spk_rundir_remove(runtime, rd->key) != -1 || !strstr(spk_last_error(), "mount point"))
+        return 3;
+    if (opened(ino))
+        return 4;
+    /* A file the user mounted something on (the MPS pid file, say). */
+    int pipe = spk_rundir_open_sub(rd, "pipe");
+    if (pipe < 0)
+        return 5;
+    errno = 0;
+    if (spk_open_beneath(pipe, "x.pid", 0) != -1 || errno != EXDEV)
+        return 6;
+    close(pipe);
+    if (opened(ino))
+        return 7;
+    /* The step directory itself a mount point: not removed, not read, not
+     * handed to the epilog's sweep. */
+    if (umount2(sub, MNT_DETACH) != 0 || umount2(file, MNT_DETACH) != 0 ||
+        mount(outside, rd->step_dir, "none", MS_BIND, NULL) != 0)
+        return 8;
+    if (spk_rundir_remove(runtime, rd->key) != -1 || !strstr(spk_last_error(), "mount point"))
+        return 9;
+    if (spk_rundir_open_sub(rd, "pipe") != -1 || !strstr(spk_last_error(), "mount point"))
+        return 10;
+    int calls = 0;
+    if (spk_rundir_each_of_job(runtime, 94, count_dirs, &calls) != 1 || calls != 0)
+        return 11;
+    if (opened(ino))
+        return 12;
+    umount2(rd->step_dir, MNT_DETACH);
+    return exists(canary) ? 0 : 13;
+}
+
+/* A mount point in (or on) the step directory, such as the job user's FUSE
+ * mount, whose daemon may never answer: root neither enters it nor asks its
+ * file system anything. Here a bind mount of a directory outside (which
+ * inotify watches for opens and reads) stands in for it. The removal, the
+ * reading of pipe/ and the pid file used to open the mount's root before
+ * comparing mounts: a FUSE daemon that does not answer that open holds
+ * slurmstepd or the epilog for ever. Needs root (CAP_SYS_ADMIN); skipped
+ * otherwise. */
+static void test_mount_not_asked(void **state)
+{
+    (void)state;
+    struct spk_rundir rd;
+    char sub[600], file[600];
+    assert_int_equal(spk_rundir_init(&rd, runtime, 94, 0, "n1"), 0);
+    assert_int_equal(mkdir(rd.step_dir, 0700), 0);
+    assert_int_equal(mkdir(rd.pipe_dir, 0700), 0);
+    snprintf(sub, sizeof sub, "%s/mnt", rd.step_dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    snprintf(file, sizeof file, "%s/x.pid", rd.pipe_dir);
+    int f = open(file, O_WRONLY | O_CREAT, 0600);
+    assert_true(f >= 0);
+    close(f);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(mount_child(&rd));
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77)
+        printf("skipped: no mount namespace here (needs root)\n");
+    else
+        assert_int_equal(WEXITSTATUS(status), 0);
+    assert_true(exists(canary));
+    assert_int_equal(spk_rundir_remove(runtime, rd.key), 0);
+    assert_false(exists(rd.step_dir));
+}
+
+/* What each stage of test_fuse_not_waited_for checks, in a child the FUSE
+ * mounts can stall (fuse_stall_run): 0 when root's code refused them
+ * without waiting, else the number of the check that failed. */
+struct fuse_case {
+    struct spk_rundir rd;
+    int stage;
+};
+
+static int fuse_stage(void *arg)
+{
+    const struct fuse_case *c = arg;
+    if (c->stage == 1) {
+        /* Mounts in the step directory: mnt/ and the MPS pid file. */
+        if (spk_rundir_remove(runtime, c->rd.key) != -1 ||
+            !strstr(spk_last_error(), "mount point"))
+            return 1;
+        int pipe = spk_rundir_open_sub(&c->rd, "pipe");
+        if (pipe < 0)
+            return 2;
+        errno = 0;
+        if (spk_open_beneath(pipe, "nvidia-cuda-mps-control.pid", 0) != -1 || errno != EXDEV)
+            return 3;
+        close(pipe);
+        return 0;
+    }
+    /* A mount on the step directory itself. */
+    int calls = 0;
+    if (spk_rundir_remove(runtime, c->rd.key) != -1 || !strstr(spk_last_error(), "mount point"))
+        return 4;
+    if (spk_rundir_open_sub(&c->rd, "pipe") != -1 || !strstr(spk_last_error(), "mount point"))
+        return 5;
+    if (spk_rundir_each_of_job(runtime, 95, count_dirs, &calls) != 1 || calls != 0)
+        return 6;
+    return 0;
+}
+
+/* In a mount namespace of its own: 77 without FUSE, else what the stages
+ * returned (100 + stage when one hung). */
+static int fuse_child(struct fuse_case *c)
+{
+    struct fuse_stall s = {.n = 0};
+    char mnt[600], pid[600];
+    snprintf(mnt, sizeof mnt, "%s/mnt", c->rd.step_dir);
+    snprintf(pid, sizeof pid, "%s/nvidia-cuda-mps-control.pid", c->rd.pipe_dir);
+    if (fuse_stall_ns() != 0 || fuse_stall_mount(&s, mnt, 1, 65534) != 0 ||
+        fuse_stall_mount(&s, pid, 0, 65534) != 0)
+        return 77;
+    for (c->stage = 1; c->stage <= 2; c->stage++) {
+        if (c->stage == 2 && fuse_stall_mount(&s, c->rd.step_dir, 1, 65534) != 0)
+            return 7;
+        int rc = fuse_stall_run(&s, fuse_stage, c, 20);
+        if (rc != 0)
+            return rc == -1 ? 100 + c->stage : rc;
+    }
+    return 0;
+}
+
+/* A FUSE file system of the job user's (user_allow_other) in or on the
+ * step directory whose daemon never answers: the removal (step end,
+ * epilog), reading pipe/ and the pid file, and the epilog's sweep return
+ * with an error naming the mount point instead of waiting for it for ever.
+ * They used to open the mount's root (or the pid file) before comparing
+ * mounts, and the epilog's sweep stat'ed the step directory: a request
+ * the daemon never answers. Needs root and FUSE; skipped otherwise. */
+static void test_fuse_not_waited_for(void **state)
+{
+    (void)state;
+    struct fuse_case c;
+    char p[600];
+    memset(&c, 0, sizeof c);
+    assert_int_equal(spk_rundir_init(&c.rd, runtime, 95, 0, "n1"), 0);
+    assert_int_equal(mkdir(c.rd.step_dir, 0700), 0);
+    assert_int_equal(mkdir(c.rd.pipe_dir, 0700), 0);
+    snprintf(p, sizeof p, "%s/mnt", c.rd.step_dir);
+    assert_int_equal(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/nvidia-cuda-mps-control.pid", c.rd.pipe_dir);
+    int f = open(p, O_WRONLY | O_CREAT, 0600);
+    assert_true(f >= 0);
+    close(f);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(fuse_child(&c));
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77)
+        printf("skipped: no FUSE mount possible here (needs root and /dev/fuse)\n");
+    else if (WEXITSTATUS(status) > 100)
+        fail_msg("stage %d waited on the FUSE mount (its connection was aborted after 20 s)",
+                 WEXITSTATUS(status) - 100);
+    else
+        assert_int_equal(WEXITSTATUS(status), 0);
+    /* The mounts went with the child's namespace; the tree goes now. */
+    assert_int_equal(spk_rundir_remove(runtime, c.rd.key), 0);
+    assert_false(exists(c.rd.step_dir));
+}
+
+/* spk_open_beneath: a link is not followed, a directory or file of the
+ * wrong type is refused, the right one opened. */
+static void test_open_beneath(void **state)
+{
+    (void)state;
+    char d[256];
+    snprintf(d, sizeof d, "%s/beneath", tmp);
+    assert_int_equal(mkdir(d, 0700), 0);
+    int dfd = open(d, O_RDONLY | O_DIRECTORY);
+    assert_true(dfd >= 0);
+    assert_int_equal(mkdirat(dfd, "dir", 0700), 0);
+    int f = openat(dfd, "file", O_WRONLY | O_CREAT, 0600);
+    assert_true(f >= 0);
+    assert_int_equal(write(f, "42\n", 3), 3);
+    close(f);
+    assert_int_equal(symlinkat(canary, dfd, "link"), 0);
+    assert_int_equal(symlinkat(outside, dfd, "dlink"), 0);
+    errno = 0;
+    assert_int_equal(spk_open_beneath(dfd, "link", 0), -1);
+    assert_int_equal(errno, ELOOP);
+    assert_int_equal(spk_open_beneath(dfd, "dlink", 1), -1);
+    assert_int_equal(errno, ELOOP);
+    assert_int_equal(spk_open_beneath(dfd, "dir", 0), -1);
+    assert_int_equal(errno, EISDIR);
+    assert_int_equal(spk_open_beneath(dfd, "file", 1), -1);
+    assert_int_equal(errno, ENOTDIR);
+    assert_int_equal(spk_open_beneath(dfd, "absent", 1), -1);
+    assert_int_equal(errno, ENOENT);
+    int fd = spk_open_beneath(dfd, "file", 0);
+    assert_true(fd >= 0);
+    char buf[8] = "";
+    assert_int_equal(read(fd, buf, sizeof buf), 3);
+    assert_memory_equal(buf, "42\n", 3);
+    close(fd);
+    fd = spk_open_beneath(dfd, "dir", 1);
+    assert_true(fd >= 0);
+    assert_int_equal(mkdirat(fd, "inside", 0700), 0);   /* the directory itself */
+    close(fd);
+    close(dfd);
+}
+
 /* Every parent of runtime_dir: root's, not writable by others unless
  * sticky. */
 static void test_parents_checked(void **state)
@@ -270,6 +520,9 @@ int main(void)
         cmocka_unit_test(test_deep_tree_removed),
         cmocka_unit_test(test_links_not_followed),
         cmocka_unit_test(test_mount_not_crossed),
+        cmocka_unit_test(test_mount_not_asked),
+        cmocka_unit_test(test_fuse_not_waited_for),
+        cmocka_unit_test(test_open_beneath),
         cmocka_unit_test(test_parents_checked),
         cmocka_unit_test(test_shared_dir_hint),
         cmocka_unit_test(test_sweep_checks_runtime_dir),

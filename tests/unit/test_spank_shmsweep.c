@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "fuse_stall.h"
 
 #include "spank/shmsweep.h"
+#include "spank/util.h"
 
 static void test_names(void **state)
 {
@@ -102,6 +104,21 @@ static void test_sweep(void **state)
     assert_true(exists(dir, "victim"));
     assert_true(exists(dir, "cdl-42.3-n3-2222222222222222"));
 
+    /* A directory every account may write to without the sticky bit: an
+     * entry could be swapped between its check and its removal; refused,
+     * nothing removed. With the sticky bit (as /dev/shm), swept. */
+    touch(dir, "cdl-42.3-n0-0123456789abcdef");
+    assert_int_equal(chmod(dir, 0777), 0);
+    spk_clear_error();
+    assert_int_equal(spk_shm_sweep(dir, 42, 3, getuid(), NULL, NULL), -1);
+    assert_non_null(strstr(spk_last_error(), "without the sticky bit"));
+    assert_non_null(strstr(spk_last_error(), "chmod 1777"));
+    assert_true(exists(dir, "cdl-42.3-n0-0123456789abcdef"));
+    assert_int_equal(chmod(dir, 01777), 0);
+    assert_int_equal(spk_shm_sweep(dir, 42, 3, getuid(), NULL, NULL), 1);
+    assert_false(exists(dir, "cdl-42.3-n0-0123456789abcdef"));
+    assert_int_equal(chmod(dir, 0700), 0);
+
     /* A missing directory is nothing to do; a file is an error. */
     char missing[600];
     snprintf(missing, sizeof missing, "%s/none", dir);
@@ -120,11 +137,72 @@ static void test_sweep(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+static const char *fuse_dir;
+
+static int sweep_stage(void *arg)
+{
+    (void)arg;
+    /* The FUSE mount on a segment's name is no segment: skipped. */
+    int rc = spk_shm_sweep(fuse_dir, 42, 3, getuid(), NULL, NULL);
+    return rc == 1 ? 0 : rc < 0 ? 2 : 3;
+}
+
+/* In a mount namespace of its own: 77 without FUSE, 100 when the sweep
+ * waited on the mount, else sweep_stage's result. */
+static int fuse_child(void)
+{
+    struct fuse_stall s = {.n = 0};
+    char seg[600];
+    snprintf(seg, sizeof seg, "%s/cdl-42.3-n1-00000000000000ff", fuse_dir);
+    if (fuse_stall_ns() != 0 || fuse_stall_mount(&s, seg, 0, (unsigned)getuid()) != 0)
+        return 77;
+    int rc = fuse_stall_run(&s, sweep_stage, NULL, 20);
+    return rc == -1 ? 100 : rc;
+}
+
+/* A FUSE file system of the user's (user_allow_other) mounted on a file in
+ * /dev/shm named like a segment of their step, whose daemon never answers:
+ * the sweep stat'ed it (a getattr the daemon never answers) and waited for
+ * ever in slurmstepd or the epilog. Now it is looked at in the kernel's
+ * cache only and skipped, being another file system; the step's real
+ * segment still goes. Needs root and FUSE; skipped otherwise. */
+static void test_fuse_not_waited_for(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/cdl-test-shmsweep-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fuse_dir = dir;
+    touch(dir, "cdl-42.3-n0-0123456789abcdef");   /* the step's: removed */
+    touch(dir, "cdl-42.3-n1-00000000000000ff");   /* a FUSE mount goes on it */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(fuse_child());
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    int rc = WEXITSTATUS(status);
+    char p[600];
+    snprintf(p, sizeof p, "%s/cdl-42.3-n1-00000000000000ff", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/cdl-42.3-n0-0123456789abcdef", dir);
+    unlink(p);
+    assert_int_equal(rmdir(dir), 0);
+    if (rc == 77) {
+        printf("skipped: no FUSE mount possible here (needs root and /dev/fuse)\n");
+        return;
+    }
+    if (rc == 100)
+        fail_msg("the sweep waited on the FUSE mount (its connection was aborted after 20 s)");
+    assert_int_equal(rc, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_sweep),
+        cmocka_unit_test(test_fuse_not_waited_for),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,6 +143,66 @@ static void test_timeout_kills(void **state)
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 }
 
+/* Child of test_input_not_blocking (alarm() is its guard: the old feed
+ * hung). Exits 0 when both helpers behaved, else the failed check's number. */
+static int input_child(void)
+{
+    alarm(30);
+    struct spk_cred c = self_cred();
+    char *envp[] = {NULL};
+    size_t n = (size_t)16 << 20;   /* far more than a socket's buffer */
+    char *big = malloc(n + 1);
+    if (!big)
+        return 2;
+    memset(big, 'x', n);
+    big[n] = '\0';
+    /* A helper that never reads its input: killed at the deadline, and the
+     * error says it had not read it. */
+    char *sl[] = {"/bin/sleep", "100", NULL};   /* outlives the guard */
+    int status = 0;
+    struct spk_cmd cmd = {.path = sl[0], .argv = sl, .envp = envp, .input = big,
+                          .timeout_s = 0.5};
+    spk_clear_error();
+    if (spk_spawn(&c, &cmd, &status) != -1)
+        return 3;
+    if (!strstr(spk_last_error(), "did not finish") ||
+        !strstr(spk_last_error(), "had not read its input"))
+        return 4;
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+        return 5;
+    /* A helper that reads all of it while writing as much back: input and
+     * output flow together (the old feed filled the output socket while it
+     * sent, and both sides waited for ever). */
+    char out[64];
+    char *cat[] = {"/bin/cat", NULL};
+    struct spk_cmd cc = {.path = cat[0], .argv = cat, .envp = envp, .input = big,
+                         .output = out, .output_len = sizeof out, .timeout_s = 50};
+    if (spk_spawn(&c, &cc, &status) != 0)
+        return 6;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || strspn(out, "x") != sizeof out - 1)
+        return 7;
+    free(big);
+    return 0;
+}
+
+/* Input a helper does not read (it is stuck, or a program of the user's)
+ * must not hold the caller, slurmstepd, past the deadline: it was written
+ * with a blocking send() before the wait began. */
+static void test_input_not_blocking(void **state)
+{
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(input_child());
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status))
+        fail_msg("spk_spawn hung feeding a helper's stdin (killed by signal %d)",
+                 WTERMSIG(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 static char logged[512];
 static void keep_log(const char *msg)
 {
@@ -368,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_timeout_kills),
         cmocka_unit_test(test_unkillable_left_behind),
         cmocka_unit_test(test_run_as_unkillable),
+        cmocka_unit_test(test_input_not_blocking),
         cmocka_unit_test(test_leftover_holds_pipe),
         cmocka_unit_test(test_run_as),
         cmocka_unit_test(test_drop_privileges),

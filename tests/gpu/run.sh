@@ -20,7 +20,9 @@
 #      bitwise equal to it without; a stopped rank makes the other fail
 #      within CDL_TIMEOUT),
 #   7. runs the PyTorch templates' GPU path (tests/gpu/pytorch_templates.sh:
-#      NCCL DDP, 4 replicas packed with gloo) when PYTHON has PyTorch,
+#      NCCL DDP, 4 replicas packed with gloo; the Hugging Face Trainer,
+#      Accelerate and Lightning with a rank that sees only its own GPU,
+#      each skipped without its package) when PYTHON has PyTorch,
 #   8. checks the bf16 matrix products against their rounding bounds
 #      (tests/gpu/ops_bf16.c --big; attention on both bf16 kernels, wmma and
 #      mma, each timed at GPT-2 small's shape) and measures a
@@ -640,7 +642,10 @@ fi
 
 # ------------------------------------------ 7. the PyTorch templates
 # tests/gpu/pytorch_templates.sh: NCCL DDP and 4 replicas packed with gloo,
-# PyTorch's own weights checked. The rehearsal skips it (it has its own:
+# PyTorch's own weights checked; then the Hugging Face Trainer, a plain
+# Accelerate loop and Lightning on 2 ranks whose LOCAL_RANK 1 sees only its
+# own GPU (or shares GPU 0), each a row, skipped where PYTHON lacks the
+# package. The rehearsal skips it (it has its own:
 # CDL_GPU_REHEARSAL=1 tests/gpu/pytorch_templates.sh).
 echo "== 7. PyTorch templates (tests/gpu/pytorch_templates.sh)"
 if ! want 7; then
@@ -652,10 +657,10 @@ elif ! "$python" -c 'import torch' >/dev/null 2>&1; then
 elif late 94; then
     row "7 PyTorch templates" "$(late_why)"
 else
-    PYTHON=$python CDL_GPU_LOGS=$logs timeout 300 "$top/tests/gpu/pytorch_templates.sh" \
+    PYTHON=$python CDL_GPU_LOGS=$logs timeout 420 "$top/tests/gpu/pytorch_templates.sh" \
         >"$logs/pytorch-templates.log" 2>&1
     rc=$?
-    while IFS= read -r l; do raw_row "7 $l"; done < <(grep -E '^[12]\. ' "$logs/pytorch-templates.log")
+    while IFS= read -r l; do raw_row "7 $l"; done < <(grep -E '^[1-9]\. ' "$logs/pytorch-templates.log")
     [ $rc = 0 ] || fail_row "7 PyTorch templates" "see $logs/pytorch-templates.log"
 fi
 

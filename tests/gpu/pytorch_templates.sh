@@ -52,7 +52,7 @@ if [ "$rehearsal" = 1 ]; then
     device=cpu backend=gloo ngpus=2
     echo "rehearsal on the CPU with gloo: the GPU is not exercised"
 else
-    ngpus=$("$python" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null)
+    ngpus=$(timeout 120 "$python" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null)
     if [ -z "$ngpus" ] || [ "$ngpus" = 0 ]; then
         echo "pytorch_templates.sh: $python has no PyTorch with a usable CUDA GPU" \
              "(install a CUDA build: python3 -m venv V && V/bin/pip install torch)" >&2
@@ -79,7 +79,7 @@ launch() {
     script=$1; shift
     [ "$script" = - ] && script=$train
     read -r -a own <<< "$own_gpus"
-    port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(timeout 60 "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     for ((r = 0; r < n; r++)); do
         local bind=()
         [ ${#own[@]} -gt 0 ] && bind=(CUDA_VISIBLE_DEVICES="${own[r]}" CDL_GPU_BIND=task)
@@ -94,7 +94,7 @@ launch() {
 
 # same_weights PATTERN SINGLE N: every rank's file equals rank 0's and SINGLE.
 same_weights() {
-    "$python" - "$1" "$2" "$3" <<'EOF'
+    timeout 120 "$python" - "$1" "$2" "$3" <<'EOF'
 import sys, torch
 pattern, single, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 one = torch.load(single, map_location="cpu")
@@ -138,8 +138,8 @@ if [ "$rehearsal" = 0 ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; t
     mps=$(mktemp -d /tmp/cdl-torch-mps.XXXXXX)
     mkdir -p "$mps/pipe" "$mps/log"
     if CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log \
-       nvidia-cuda-mps-control -d >"$logs/mps-start.log" 2>&1; then
-        trap 'echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps/pipe nvidia-cuda-mps-control >/dev/null 2>&1; rm -rf "$mps"' EXIT
+       timeout 60 nvidia-cuda-mps-control -d >"$logs/mps-start.log" 2>&1; then
+        trap 'echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps/pipe timeout 30 nvidia-cuda-mps-control >/dev/null 2>&1; rm -rf "$mps"' EXIT
         how="under MPS"
     else
         rm -rf "$mps"; mps=
@@ -179,7 +179,7 @@ else
     layout="on 1 GPU as --ntasks-per-gpu=2, gloo" want_dev=cuda:0
 fi
 # has MODULE...: PYTHON imports every MODULE
-has() { local m; for m in "$@"; do "$python" -c "import $m" >/dev/null 2>&1 || return 1; done; }
+has() { local m; for m in "$@"; do timeout 120 "$python" -c "import $m" >/dev/null 2>&1 || return 1; done; }
 ranks_ok() {   # ranks_ok LOG PATTERN: PATTERN matches one line of each of ranks 0 and 1
     [ "$(grep -Ec "$2" "$1")" = 2 ]
 }

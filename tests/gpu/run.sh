@@ -16,7 +16,9 @@
 #   6. trains one epoch data-parallel with 2 ranks through cdlrun: on the
 #      nccl backend with 2 or more GPUs, else 2 replicas packed on the one GPU
 #      under MPS (CDL_REPLICAS_PER_GPU=2, the hier backend); with 2 GPUs
-#      also tests/gpu/nccl_checks.sh (--clip-grad with --shard-optimizer
+#      also 2 tasks each shown one GPU (CDL_GPU_BIND=task, as srun
+#      --gpus-per-task=1): cdl-train and cdl-eval on each task's device 0,
+#      and tests/gpu/nccl_checks.sh (--clip-grad with --shard-optimizer
 #      bitwise equal to it without; a stopped rank makes the other fail
 #      within CDL_TIMEOUT),
 #   7. runs the PyTorch templates' GPU path (tests/gpu/pytorch_templates.sh:
@@ -189,7 +191,10 @@ esac
 fi
 
 logs=${out_dir:-${CDL_GPU_LOGS:-$build/gpu-logs}}
-mkdir -p "$logs" || { logs=; die "cannot create ${out_dir:-${CDL_GPU_LOGS:-$build/gpu-logs}}"; }
+# Absolute: the steps run in the build directory (a relative --out was
+# created here, then written to below the build).
+logs=$(mkdir -p "$logs" && cd "$logs" && pwd) ||
+    { logs=; die "cannot create ${out_dir:-${CDL_GPU_LOGS:-$build/gpu-logs}}"; }
 rows=()          # the final table, one line each
 failed=0
 raw_row() { rows+=("$1"); printf '%s\n' "$1" >> "$logs/table-so-far.txt"; }
@@ -601,11 +606,15 @@ fi
 
 # ------------------------------------------------ 6. data-parallel
 echo "== 6. data-parallel epoch, 2 ranks"
-ddp_run() {   # ddp_run LABEL ENV...: one epoch of cdlrun -n 2 cdl-train with ENV set
+# ddp_run LABEL ENV...: one epoch of cdlrun -n 2 cdl-train with ENV set,
+# each rank started through ddp_wrap (a command, or nothing), logged in
+# $logs/$ddp_tag.log
+ddp_wrap=() ddp_tag=ddp
+ddp_run() {
     local label=$1; shift
-    train_check "6 $label (2 ranks x 64)" ddp timeout 150 env "$@" launcher/cdlrun -n 2 --label \
-        "$train_bin" --device cuda "${ds[@]}" --epochs 1 --batch-size 64 --no-progress \
-        "${ddp_args[@]}"
+    train_check "6 $label (2 ranks x 64)" "$ddp_tag" timeout 150 env "$@" launcher/cdlrun -n 2 \
+        --label "${ddp_wrap[@]}" "$train_bin" --device cuda "${ds[@]}" --epochs 1 --batch-size 64 \
+        --no-progress "${ddp_args[@]}"
 }
 if ! want 6; then
     :
@@ -616,6 +625,47 @@ elif late 90; then
 elif [ "$ngpus" -ge 2 ]; then
     ddp_args=(--dist-backend nccl)
     ddp_run "2 ranks on 2 GPUs, nccl" CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-0,1}"
+    # Each rank shown only its own GPU with CDL_GPU_BIND=task, as srun
+    # --gpus-per-task=1 --cdl-ddp starts them (cdlrun itself shows its
+    # ranks the same GPUs): every rank opens its device 0 and NCCL runs
+    # there; cdl-eval on the same 2 ranks gives one process's loss.
+    if late 96; then
+        row "6 one GPU per task (CDL_GPU_BIND=task)" "$(late_why)"
+    else
+        read -r -a gl <<< "$(echo "${CUDA_VISIBLE_DEVICES-0,1}" | tr ',' ' ')"
+        printf '#!/bin/sh
+if [ "$LOCAL_RANK" = 0 ]; then g=%s; else g=%s; fi
+CUDA_VISIBLE_DEVICES=$g CDL_GPU_BIND=task exec "$@"
+' \
+            "${gl[0]}" "${gl[1]:-1}" > "$logs/task-gpu.sh" && chmod +x "$logs/task-gpu.sh"
+        rm -rf "$logs/taskbind-ckpt"
+        ddp_args=(--dist-backend nccl --ckpt-dir "$logs/taskbind-ckpt")
+        ddp_wrap=("$logs/task-gpu.sh") ddp_tag=taskbind
+        ddp_run "2 tasks of 1 GPU (CDL_GPU_BIND=task), nccl" CDL_LOG=cuda
+        ddp_wrap=() ddp_tag=ddp
+        tb=$logs/taskbind-eval
+        if [ "$(grep -c '^\[[01]\] cdl: cuda: GPU 0 (' "$logs/taskbind.log")" != 2 ]; then
+            fail_row "    each task on its visible GPU 0" "$(grep '^\[[01]\] cdl: cuda: GPU' "$logs/taskbind.log" | cut -c1-60 | tr '\n' ' ')(see $logs/taskbind.log)"
+        elif [ ! -s "$logs/taskbind-ckpt/last.safetensors" ] || [ ! -x "$eval_bin" ]; then
+            fail_row "    cdl-eval on the 2 tasks" "no checkpoint or cdl-eval (see $logs/taskbind.log)"
+        elif timeout 120 "$eval_bin" "$logs/taskbind-ckpt/last.safetensors" --device cuda --split val \
+                --json > "$tb-1.json" 2> "$tb.log" &&
+             CDL_LOG=cuda timeout 150 launcher/cdlrun -n 2 --label --timeout 60 "$logs/task-gpu.sh" \
+                "$eval_bin" "$logs/taskbind-ckpt/last.safetensors" --device cuda --split val \
+                --json > "$tb-2.json" 2>> "$tb.log"; then
+            l1=$(sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$tb-1.json")
+            l2=$(sed -n 's/^\[0\] .*"loss":\([^,}]*\).*/\1/p' "$tb-2.json")
+            if [ "$(grep -c '^\[[01]\] cdl: cuda: GPU 0 (' "$tb.log")" = 2 ] &&
+                    awk -v a="$l1" -v b="$l2" 'BEGIN { d = a - b; exit !(a != "" && d <= 1e-5 && d >= -1e-5) }'; then
+                row "    cdl-eval on the 2 tasks" "PASS  both on GPU 0, loss $l2 (one process: $l1)"
+            else
+                fail_row "    cdl-eval on the 2 tasks" "loss '$l2', one process '$l1', or not both on GPU 0 (see $tb.log)"
+            fi
+        else
+            fail_row "    cdl-eval on the 2 tasks" "failed (see $tb.log)"
+        fi
+    fi
+    ddp_args=(--dist-backend nccl)
     if late 98; then
         row "6 NCCL checks" "$(late_why)"
     else

@@ -46,8 +46,11 @@ cdl_backend *eval_backend(const eval_opts *o, const cdl_rank_info *ri)
     int visible = cdl_backend_cuda_device_count();
     if (!strcmp(dev, "auto") && visible == 0)
         return cdl_backend_create_with("cpu", &p);
-    if (ri->world > 1 && visible > 0)
-        p.device = ri->local_rank % visible;
+    /* The contract's GPU, as cdl-train's: local_rank % visible put a
+     * task of srun --gpus-per-task=2 on its second GPU and packed replicas
+     * (CDL_REPLICAS_PER_GPU) on GPUs of their own, which cdl_dist refused. */
+    if (cdl_rank_gpu(ri, visible, &p.device) != 0)
+        return NULL;
     cdl_backend *be = cdl_backend_create_with("cuda", &p);
     if (!be && !strcmp(dev, "auto"))
         be = cdl_backend_create_with("cpu", &p);

@@ -44,6 +44,19 @@ int cdl_rank_discover(cdl_rank_info *info);
  * NULL is a single process. */
 int cdl_rank_threads(const cdl_rank_info *info);
 
+/* The GPU this rank opens (rank contract 5), as a device index among the
+ * `visible` ones (cdl_backend_cuda_device_count()) into *device, for
+ * cdl_backend_params.device: one rank alone takes the first (-1); several
+ * take local_rank / replicas_per_gpu, the slot the contract gives them, or
+ * 0 when only one GPU is visible (the launcher gave each rank its own
+ * CUDA_VISIBLE_DEVICES, or they share it under MPS; cdl_dist checks that
+ * against the contract) or when the contract says CDL_GPU_BIND=task (Slurm
+ * gave each task its own GPUs, e.g. srun --gpus-per-task=2: each task's
+ * first visible GPU is its own, not its LOCAL_RANK'th). cdl_train_run,
+ * cdl-eval, cdl-predict and cdl-generate use it. -1 with cdl_error when the
+ * slot has no GPU. */
+int cdl_rank_gpu(const cdl_rank_info *info, int visible, int *device);
+
 typedef struct cdl_dist cdl_dist;
 
 /* Settings of the collectives (docs/data-parallel.md names the variables a

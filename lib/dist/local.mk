@@ -5,7 +5,7 @@ libcdl_core_la_SOURCES += lib/dist/contract.c lib/dist/contract.h lib/dist/disco
 	lib/dist/dist.c lib/dist/reduce.c lib/dist/coll_single.c lib/dist/coll_shm.c lib/dist/oversub.c lib/dist/oversub.h \
 	lib/dist/coll_mpi.c lib/dist/coll_hier.c lib/dist/coll_store.c lib/dist/coll_none.c \
 	lib/dist/util.h lib/dist/boot.h lib/dist/store.h lib/dist/store_proto.h \
-	lib/dist/coll.h lib/dist/reduce.h lib/dist/gpu_group.c lib/dist/gpu_group.h \
+	lib/dist/coll.h lib/dist/reduce.h lib/dist/gpu_group.c lib/dist/gpu_group.h lib/dist/rank_gpu.c \
 	lib/dist/dist_gpu.h lib/dist/announce.h
 if HAVE_NCCL
 libcdl_core_la_SOURCES += lib/dist/coll_nccl.c

@@ -8,7 +8,6 @@
 
 #include <cdl/cdl.h>
 
-#include "../dist/contract.h"
 #include "../dist/gpu_group.h"
 #include "pipeline.h"
 
@@ -195,22 +194,6 @@ int train_graph_step(int graphs_on, int warmed_up, int n, int batch_size)
 
 int train_pick_gpu(int visible, int world, int local_rank, int rpg, int *device)
 {
-    *device = -1;
-    if (world <= 1 || visible <= 0)
-        return 0;   /* the first GPU; none: the backend says so */
-    /* One GPU, or the launcher's binding gave this task its GPUs alone
-     * (srun --gpus-per-task=2: CUDA_VISIBLE_DEVICES differs per task, and
-     * LOCAL_RANK 2 asked for a third of its two): the first is its own. */
-    if (visible == 1 || contract_gpu_bound_to_task(getenv(CDL_ENV_GPU_BIND))) {
-        *device = 0;
-        return 0;
-    }
-    int slot = contract_gpu_slot(local_rank, rpg);
-    if (slot >= visible)
-        return cdl_error("LOCAL_RANK=%d with " CDL_ENV_REPLICAS_PER_GPU "=%d needs GPU %d, but "
-                         "only %d are visible: start fewer ranks per node, pack them (raise "
-                         CDL_ENV_REPLICAS_PER_GPU ", under MPS) or make more GPUs visible",
-                         local_rank, rpg, slot, visible);
-    *device = slot;
-    return 0;
+    cdl_rank_info ri = {.world = world, .local_rank = local_rank, .replicas_per_gpu = rpg};
+    return cdl_rank_gpu(&ri, visible, device);
 }

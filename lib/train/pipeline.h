@@ -91,14 +91,7 @@ int train_graphs_decide(int setting, const char *env, int is_cuda, int world, in
  * full (the graph's shape; the last partial batch runs eagerly). */
 int train_graph_step(int graphs_on, int warmed_up, int n, int batch_size);
 
-/* The GPU a rank opens, as a device index among the visible ones: one rank
- * alone takes the first (-1); several take local_rank / replicas_per_gpu,
- * the slot the rank contract gives them, or 0 when only one GPU is visible
- * (the launcher gave each rank its own CUDA_VISIBLE_DEVICES, or they share
- * it under MPS; cdl_dist checks that against the contract) or when the
- * contract says CDL_GPU_BIND=task (Slurm gave each task its own GPUs, e.g.
- * srun --gpus-per-task=2: each task's first visible GPU is its own). -1
- * with cdl_error when the slot has no GPU. */
+/* cdl_rank_gpu (lib/cdl/dist.h) of a rank given by its numbers. */
 int train_pick_gpu(int visible, int world, int local_rank, int replicas_per_gpu, int *device);
 
 #endif

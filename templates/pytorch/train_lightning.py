@@ -16,7 +16,8 @@ its own GPU (CDL_GPU_BIND=task) or replicas share one (--cdl-mps), each
 rank is given its GPU by hand (lightning_devices).
 
 Each rank prints one line "lightning rank R/W local L node N master A:P
-env CLASS" from inside the fit, and rank 0 "finished" at the end.
+env CLASS dist_rank R device D" from inside the fit, and rank 0 "finished"
+at the end.
 """
 import argparse
 import os
@@ -74,7 +75,8 @@ class Net(pl.LightningModule):
         env = t.strategy.cluster_environment
         print(f"lightning rank {t.global_rank}/{t.world_size} local {t.local_rank} "
               f"node {t.node_rank} master {env.main_address}:{env.main_port} "
-              f"env {type(env).__name__} dist_rank {torch.distributed.get_rank()}", flush=True)
+              f"env {type(env).__name__} dist_rank {torch.distributed.get_rank()} "
+              f"device {t.strategy.root_device}", flush=True)
 
 
 def check_layout():

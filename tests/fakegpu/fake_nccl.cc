@@ -29,6 +29,8 @@
  *   CDL_TIMEOUT, else 300 s) instead of hanging the test. ncclCommAbort on
  *   one rank fails the others' waits at once, as a real abort frees
  *   kernels stuck on a peer.
+ * - CDL_FAKE_NCCL_LOG=1 (tests only): each communicator says which device
+ *   it was made on (the current one, as NCCL takes it), visible and physical.
  * - CDL_FAKE_NCCL_STALL=N (tests only): the process hangs for good when
  *   its Nth collective (counted as they are queued) runs, a rank stuck
  *   before it arrives; the others must give up by their own timeouts.
@@ -352,11 +354,17 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
                           "ncclGetUniqueId (was it passed to every rank intact?)");
         return ncclInvalidArgument;
     }
-    int dev = -1;
-    if (cudaGetDevice(&dev) != cudaSuccess || (dev = fakegpu::physical_device(dev)) < 0) {
+    int dev = -1, visible = -1;
+    if (cudaGetDevice(&visible) != cudaSuccess || (dev = fakegpu::physical_device(visible)) < 0) {
         fakegpu::complain("ncclCommInitRankConfig: no CUDA device set on rank %d", rank);
         return ncclUnhandledCudaError;
     }
+    /* CDL_FAKE_NCCL_LOG (tests only): the device NCCL takes, the calling
+     * thread's current one, as a real communicator does. */
+    const char *log = getenv("CDL_FAKE_NCCL_LOG");
+    if (log && *log && strcmp(log, "0"))
+        fprintf(stderr, "fakenccl: rank %d of %d: communicator on visible device %d (fake GPU %d)\n",
+                rank, nranks, visible, dev);
     auto c = std::make_shared<comm_state>();
     c->rank = rank;
     c->nranks = nranks;

@@ -138,7 +138,7 @@ CLEANFILES += tests/fakegpu/mma_layout.o
 # (and gpu_script.sh, which Makefile.am puts first in TESTS: it takes longest)
 TESTS += tests/fakegpu/ops.sh tests/fakegpu/train.sh tests/fakegpu/ddp.sh \
 	tests/fakegpu/coll.sh tests/fakegpu/fault.sh
-TESTS += tests/fakegpu/nccl_stall.sh tests/fakegpu/tools.sh
+TESTS += tests/fakegpu/nccl_stall.sh tests/fakegpu/tools.sh tests/fakegpu/gpu_bind.sh
 endif
 EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/emu_wmma.h tests/fakegpu/emu_mma.h tests/fakegpu/mma_layout.cc tests/fakegpu/fake.h tests/fakegpu/fake_runtime.cc tests/fakegpu/fake_blas.cc \
 	tests/fakegpu/fake_blaslt.cc \
@@ -146,4 +146,4 @@ EXTRA_DIST += tests/fakegpu/emu.h tests/fakegpu/emu_wmma.h tests/fakegpu/emu_mma
 	tests/fakegpu/train.sh tests/fakegpu/ddp.sh tests/fakegpu/gpu_script.sh \
 	tests/fakegpu/coll.sh tests/fakegpu/fault.sh tests/fakegpu/fake-compute-sanitizer tests/fakegpu/fake-ncu \
 	tests/fakegpu/bf16.sh
-EXTRA_DIST += tests/fakegpu/nccl_stall.sh tests/fakegpu/tools.sh
+EXTRA_DIST += tests/fakegpu/nccl_stall.sh tests/fakegpu/tools.sh tests/fakegpu/gpu_bind.sh

@@ -33,6 +33,9 @@ tests_gpu_ops_bf16_LDADD = libcdl_core.la
 endif
 # NVIDIA's libraries load through run paths (-Wl,-rpath), not LD_LIBRARY_PATH.
 TESTS += tests/gpu/rpath.sh
+# run.sh writes its table when a row fails, hangs or stops it (stand-ins).
+TESTS += tests/gpu/run_stops.sh
+EXTRA_DIST += tests/gpu/run_stops.sh
 # run.sh step 10's summary of an Nsight Compute log, on a saved one.
 TESTS += tests/gpu/ncu_top.sh
 EXTRA_DIST += tests/gpu/ncu_top.sh tests/gpu/ncu_top.py tests/gpu/ncu_sample.csv

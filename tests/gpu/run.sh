@@ -16,11 +16,15 @@
 #   6. trains one epoch data-parallel with 2 ranks through cdlrun: on the
 #      nccl backend with 2 or more GPUs, else 2 replicas packed on the one GPU
 #      under MPS (CDL_REPLICAS_PER_GPU=2, the hier backend); with 2 GPUs
-#      also tests/gpu/nccl_checks.sh (--clip-grad with --shard-optimizer
+#      also 2 tasks each shown one GPU (CDL_GPU_BIND=task, as srun
+#      --gpus-per-task=1): cdl-train and cdl-eval on each task's device 0,
+#      and tests/gpu/nccl_checks.sh (--clip-grad with --shard-optimizer
 #      bitwise equal to it without; a stopped rank makes the other fail
 #      within CDL_TIMEOUT),
 #   7. runs the PyTorch templates' GPU path (tests/gpu/pytorch_templates.sh:
-#      NCCL DDP, 4 replicas packed with gloo) when PYTHON has PyTorch,
+#      NCCL DDP, 4 replicas packed with gloo; the Hugging Face Trainer,
+#      Accelerate and Lightning with a rank that sees only its own GPU,
+#      each skipped without its package) when PYTHON has PyTorch,
 #   8. checks the bf16 matrix products against their rounding bounds
 #      (tests/gpu/ops_bf16.c --big; attention on both bf16 kernels, wmma and
 #      mma, each timed at GPT-2 small's shape) and measures a
@@ -70,7 +74,9 @@
 # (table.txt) and every log go to DIR, or $CDL_GPU_LOGS, default gpu-logs
 # there). CDL_GPU_CONFIGURE_FLAGS adds configure options; PYTHON picks the
 # interpreter with PyTorch (default python3). Every step has a timeout and
-# a failed step is a row, not the end.
+# a failed step is a row, not the end; the table is written also when the
+# script stops early (a failed build, SIGTERM, SIGINT), with what stopped
+# it as its last row.
 set -u
 export LC_ALL=C
 diagnose=0 out_dir=
@@ -98,7 +104,13 @@ if [ -z "$python" ]; then   # the first python3 that has PyTorch
     done
 fi
 t_start=$(date +%s)
-die() { echo "tests/gpu/run.sh: $*" >&2; exit 1; }
+# die MESSAGE: stops the script; once the log folder exists, with the
+# message as the last row of the table (written by the EXIT trap).
+die() {
+    echo "tests/gpu/run.sh: $*" >&2
+    [ -n "${logs:-}" ] && [ "$(type -t fail_row)" = function ] && fail_row "stopped" "$*"
+    exit 1
+}
 elapsed() { echo $(( $(date +%s) - t_start )); }
 # over_time LIMIT: whether more than LIMIT seconds are spent (never in a
 # rehearsal, whose steps must all run).
@@ -150,7 +162,7 @@ if [ "$rehearsal" = 1 ]; then
 else
 command -v nvidia-smi >/dev/null 2>&1 ||
     die "no NVIDIA GPU here (nvidia-smi is not installed): run this script on a GPU node, e.g. srun --gpus=1 tests/gpu/run.sh"
-if ! gpu_info=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1) ||
+if ! gpu_info=$(timeout 60 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1) ||
         [ -z "$gpu_info" ]; then
     die "no NVIDIA GPU is visible (nvidia-smi: ${gpu_info:-no devices}; CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}): run this script on a GPU node"
 fi
@@ -163,15 +175,15 @@ if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then
     first=${visible%%,*}
     [ "$ngpus" -ge 1 ] || die "CUDA_VISIBLE_DEVICES is empty: this job was given no GPU"
 else
-    ngpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+    ngpus=$(timeout 60 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
     visible="all $ngpus (CUDA_VISIBLE_DEVICES unset)" first=0
 fi
 case $first in
     MIG-*) die "CUDA_VISIBLE_DEVICES=$first is a MIG slice: cdl refuses MIG instances (docs/cuda.md); run on a whole GPU" ;;
 esac
-gpu_name=$(nvidia-smi -i "$first" --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+gpu_name=$(timeout 60 nvidia-smi -i "$first" --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
 [ -n "$gpu_name" ] || gpu_name=$(echo "$gpu_info" | head -1)
-cc=$(nvidia-smi -i "$first" --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+cc=$(timeout 60 nvidia-smi -i "$first" --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
 case $cc in
     [0-9][0-9]|[0-9][0-9][0-9]) arch="-gencode arch=compute_$cc,code=sm_$cc" ;;
     *) arch= ;;   # configure's default set
@@ -179,13 +191,45 @@ esac
 fi
 
 logs=${out_dir:-${CDL_GPU_LOGS:-$build/gpu-logs}}
-mkdir -p "$logs" || die "cannot create $logs"
+# Absolute: the steps run in the build directory (a relative --out was
+# created here, then written to below the build).
+logs=$(mkdir -p "$logs" && cd "$logs" && pwd) ||
+    { logs=; die "cannot create ${out_dir:-${CDL_GPU_LOGS:-$build/gpu-logs}}"; }
 rows=()          # the final table, one line each
 failed=0
 raw_row() { rows+=("$1"); printf '%s\n' "$1" >> "$logs/table-so-far.txt"; }
 row() { raw_row "$(printf '%-44s %s' "$1" "$2")"; }
 : > "$logs/table-so-far.txt" 2>/dev/null
 fail_row() { row "$1" "FAIL  $2"; failed=1; }
+# The table, on stdout and in table.txt, once: at the end, or from the EXIT
+# trap when a step died or a signal stopped the script (the rows so far,
+# then what stopped it). A row that hangs is ended by its own timeout.
+table_done=0
+write_table() {
+    table_done=1
+    {
+        echo
+        echo "cdl GPU checks on $gpu_name ($(elapsed) s, logs in $logs)"
+        printf '%s\n' "${rows[@]}"
+        if [ $failed = 0 ]; then echo "result: PASS"; else echo "result: FAIL"; fi
+    } | tee "$logs/table.txt"
+}
+on_exit() {
+    local rc=$?
+    [ "$(type -t stop_mps)" = function ] && stop_mps
+    if [ $table_done = 0 ]; then
+        [ $rc = 0 ] && rc=1
+        [ -n "$stopped_by" ] && fail_row "stopped" "$stopped_by after $(elapsed) s"
+        failed=1
+        write_table
+    fi
+    exit $rc
+}
+stopped_by=
+trap on_exit EXIT
+trap 'stopped_by="SIGTERM"; exit 143' TERM
+trap 'stopped_by="SIGINT"; exit 130' INT
+trap 'stopped_by="SIGHUP"; exit 129' HUP
 
 # ------------------------------------------------------------- 0. build
 cd "$build" || die "cannot enter $build"
@@ -247,14 +291,13 @@ if [ "$rehearsal" = 1 ] && [ "$diagnose" = 1 ] && ! command -v compute-sanitizer
 fi
 
 # A private MPS daemon for steps 4 and 6 (never the node's own).
-mps=
+mps=${mps:-}
 start_mps() {
     mps=$(mktemp -d /tmp/cdl-mps.XXXXXX)
     export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if nvidia-cuda-mps-control -d > "$logs/mps-start.log" 2>&1; then
-        trap stop_mps EXIT
-        return 0
+    if timeout 60 nvidia-cuda-mps-control -d > "$logs/mps-start.log" 2>&1; then
+        return 0   # stopped by stop_mps, or by on_exit
     fi
     rm -rf "$mps"; mps=
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
@@ -262,14 +305,13 @@ start_mps() {
 }
 stop_mps() {
     [ -n "$mps" ] || return 0
-    echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
+    echo quit | timeout 60 nvidia-cuda-mps-control >/dev/null 2>&1
     rm -rf "$mps"; mps=
-    trap - EXIT
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
 # val_acc and images/s of the last epoch in a --metrics file, or "nan 0".
 metrics_of() {
-    "$python" -c 'import json,sys
+    timeout 60 "$python" -c 'import json,sys
 m=[r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "epoch"][-1]
 print(m["val_acc"], m["images_per_sec"])' "$1" 2>/dev/null || echo "nan 0"
 }
@@ -293,9 +335,9 @@ echo "== what this runs on"
     if [ "$rehearsal" = 1 ]; then
         echo "GPUs: $gpu_name (CDL_FAKE_GPUS=${CDL_FAKE_GPUS:-1})"
     else
-        echo "nvidia-smi -L:"; nvidia-smi -L 2>&1 | sed 's/^/  /'
-        echo "driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)," \
-             "CUDA (driver): $(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)"
+        echo "nvidia-smi -L:"; timeout 60 nvidia-smi -L 2>&1 | sed 's/^/  /'
+        echo "driver: $(timeout 60 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)," \
+             "CUDA (driver): $(timeout 60 nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)"
     fi
     echo "visible devices: $visible; building for: ${arch:-the default archs}"
     echo "CUDA toolkit $(version_of cuda_runtime_api.h CUDART_VERSION), cuDNN" \
@@ -552,9 +594,9 @@ else
         speedup=$(awk -v a="${ips_on:-0}" -v b="${ips_off:-0}" \
             'BEGIN{if (b > 0) printf ", graphs %.2fx the speed of eager", a/b}')
         w_off=$logs/graphs-off/last.safetensors w_on=$logs/graphs-on/last.safetensors
-        if tests/dist/weights_cmp "$w_off" "$w_on" --bitwise > "$logs/graphs-cmp.log" 2>&1; then
+        if timeout 120 tests/dist/weights_cmp "$w_off" "$w_on" --bitwise > "$logs/graphs-cmp.log" 2>&1; then
             row "    weights, graphs on vs off" "PASS  bitwise equal$speedup"
-        elif tests/dist/weights_cmp "$w_off" "$w_on" --rel 1e-5 >> "$logs/graphs-cmp.log" 2>&1; then
+        elif timeout 120 tests/dist/weights_cmp "$w_off" "$w_on" --rel 1e-5 >> "$logs/graphs-cmp.log" 2>&1; then
             row "    weights, graphs on vs off" "PASS  within 1e-5, not bitwise$speedup"
         else
             fail_row "    weights, graphs on vs off" "$(tail -1 "$logs/graphs-cmp.log" | cut -c1-100)"
@@ -564,11 +606,15 @@ fi
 
 # ------------------------------------------------ 6. data-parallel
 echo "== 6. data-parallel epoch, 2 ranks"
-ddp_run() {   # ddp_run LABEL ENV...: one epoch of cdlrun -n 2 cdl-train with ENV set
+# ddp_run LABEL ENV...: one epoch of cdlrun -n 2 cdl-train with ENV set,
+# each rank started through ddp_wrap (a command, or nothing), logged in
+# $logs/$ddp_tag.log
+ddp_wrap=() ddp_tag=ddp
+ddp_run() {
     local label=$1; shift
-    train_check "6 $label (2 ranks x 64)" ddp timeout 150 env "$@" launcher/cdlrun -n 2 --label \
-        "$train_bin" --device cuda "${ds[@]}" --epochs 1 --batch-size 64 --no-progress \
-        "${ddp_args[@]}"
+    train_check "6 $label (2 ranks x 64)" "$ddp_tag" timeout 150 env "$@" launcher/cdlrun -n 2 \
+        --label "${ddp_wrap[@]}" "$train_bin" --device cuda "${ds[@]}" --epochs 1 --batch-size 64 \
+        --no-progress "${ddp_args[@]}"
 }
 if ! want 6; then
     :
@@ -579,6 +625,47 @@ elif late 90; then
 elif [ "$ngpus" -ge 2 ]; then
     ddp_args=(--dist-backend nccl)
     ddp_run "2 ranks on 2 GPUs, nccl" CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-0,1}"
+    # Each rank shown only its own GPU with CDL_GPU_BIND=task, as srun
+    # --gpus-per-task=1 --cdl-ddp starts them (cdlrun itself shows its
+    # ranks the same GPUs): every rank opens its device 0 and NCCL runs
+    # there; cdl-eval on the same 2 ranks gives one process's loss.
+    if late 96; then
+        row "6 one GPU per task (CDL_GPU_BIND=task)" "$(late_why)"
+    else
+        read -r -a gl <<< "$(echo "${CUDA_VISIBLE_DEVICES-0,1}" | tr ',' ' ')"
+        printf '#!/bin/sh
+if [ "$LOCAL_RANK" = 0 ]; then g=%s; else g=%s; fi
+CUDA_VISIBLE_DEVICES=$g CDL_GPU_BIND=task exec "$@"
+' \
+            "${gl[0]}" "${gl[1]:-1}" > "$logs/task-gpu.sh" && chmod +x "$logs/task-gpu.sh"
+        rm -rf "$logs/taskbind-ckpt"
+        ddp_args=(--dist-backend nccl --ckpt-dir "$logs/taskbind-ckpt")
+        ddp_wrap=("$logs/task-gpu.sh") ddp_tag=taskbind
+        ddp_run "2 tasks of 1 GPU (CDL_GPU_BIND=task), nccl" CDL_LOG=cuda
+        ddp_wrap=() ddp_tag=ddp
+        tb=$logs/taskbind-eval
+        if [ "$(grep -c '^\[[01]\] cdl: cuda: GPU 0 (' "$logs/taskbind.log")" != 2 ]; then
+            fail_row "    each task on its visible GPU 0" "$(grep '^\[[01]\] cdl: cuda: GPU' "$logs/taskbind.log" | cut -c1-60 | tr '\n' ' ')(see $logs/taskbind.log)"
+        elif [ ! -s "$logs/taskbind-ckpt/last.safetensors" ] || [ ! -x "$eval_bin" ]; then
+            fail_row "    cdl-eval on the 2 tasks" "no checkpoint or cdl-eval (see $logs/taskbind.log)"
+        elif timeout 120 "$eval_bin" "$logs/taskbind-ckpt/last.safetensors" --device cuda --split val \
+                --json > "$tb-1.json" 2> "$tb.log" &&
+             CDL_LOG=cuda timeout 150 launcher/cdlrun -n 2 --label --timeout 60 "$logs/task-gpu.sh" \
+                "$eval_bin" "$logs/taskbind-ckpt/last.safetensors" --device cuda --split val \
+                --json > "$tb-2.json" 2>> "$tb.log"; then
+            l1=$(sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$tb-1.json")
+            l2=$(sed -n 's/^\[0\] .*"loss":\([^,}]*\).*/\1/p' "$tb-2.json")
+            if [ "$(grep -c '^\[[01]\] cdl: cuda: GPU 0 (' "$tb.log")" = 2 ] &&
+                    awk -v a="$l1" -v b="$l2" 'BEGIN { d = a - b; exit !(a != "" && d <= 1e-5 && d >= -1e-5) }'; then
+                row "    cdl-eval on the 2 tasks" "PASS  both on GPU 0, loss $l2 (one process: $l1)"
+            else
+                fail_row "    cdl-eval on the 2 tasks" "loss '$l2', one process '$l1', or not both on GPU 0 (see $tb.log)"
+            fi
+        else
+            fail_row "    cdl-eval on the 2 tasks" "failed (see $tb.log)"
+        fi
+    fi
+    ddp_args=(--dist-backend nccl)
     if late 98; then
         row "6 NCCL checks" "$(late_why)"
     else
@@ -605,7 +692,10 @@ fi
 
 # ------------------------------------------ 7. the PyTorch templates
 # tests/gpu/pytorch_templates.sh: NCCL DDP and 4 replicas packed with gloo,
-# PyTorch's own weights checked. The rehearsal skips it (it has its own:
+# PyTorch's own weights checked; then the Hugging Face Trainer, a plain
+# Accelerate loop and Lightning on 2 ranks whose LOCAL_RANK 1 sees only its
+# own GPU (or shares GPU 0), each a row, skipped where PYTHON lacks the
+# package. The rehearsal skips it (it has its own:
 # CDL_GPU_REHEARSAL=1 tests/gpu/pytorch_templates.sh).
 echo "== 7. PyTorch templates (tests/gpu/pytorch_templates.sh)"
 if ! want 7; then
@@ -617,10 +707,10 @@ elif ! "$python" -c 'import torch' >/dev/null 2>&1; then
 elif late 94; then
     row "7 PyTorch templates" "$(late_why)"
 else
-    PYTHON=$python CDL_GPU_LOGS=$logs timeout 300 "$top/tests/gpu/pytorch_templates.sh" \
+    PYTHON=$python CDL_GPU_LOGS=$logs timeout 420 "$top/tests/gpu/pytorch_templates.sh" \
         >"$logs/pytorch-templates.log" 2>&1
     rc=$?
-    while IFS= read -r l; do raw_row "7 $l"; done < <(grep -E '^[12]\. ' "$logs/pytorch-templates.log")
+    while IFS= read -r l; do raw_row "7 $l"; done < <(grep -E '^[1-9]\. ' "$logs/pytorch-templates.log")
     [ $rc = 0 ] || fail_row "7 PyTorch templates" "see $logs/pytorch-templates.log"
 fi
 
@@ -673,7 +763,7 @@ fi
 mfu() { awk -v t="$1" -v f="$2" -v p="${peak:-0}" 'BEGIN{if (p > 0 && t > 0) printf "MFU %.1f%%", 100 * t * f / (p * 1e12); else printf "MFU n/a"}'; }
 tok=$logs/gpt-tokens
 make_tokens() {   # random tokens in $tok, nanoGPT's format, for g2 steps
-    mkdir -p "$tok" && "$python" -c 'import random, sys, array
+    mkdir -p "$tok" && timeout 120 "$python" -c 'import random, sys, array
 r = random.Random(1); v = int(sys.argv[2])
 array.array("H", (r.randrange(v) for _ in range(int(sys.argv[3])))).tofile(open(sys.argv[1], "wb"))' \
         "$tok/train.bin" "$gv" $(( (g2 + 1) * gb * gt + gt + 1)) &&
@@ -683,7 +773,7 @@ if ! want 8; then
     :
 elif [ $have_train = 0 ]; then
     fail_row "8 $gpt_name bf16" "cli/cdl-train did not build (see $logs/make-cli.log)"
-elif ! "$train_bin" --help 2>&1 | grep -q 'gpt' || ! "$train_bin" --help 2>&1 | grep -q 'tokens:'; then
+elif ! timeout 60 "$train_bin" --help 2>&1 | grep -q 'gpt' || ! timeout 60 "$train_bin" --help 2>&1 | grep -q 'tokens:'; then
     row "8 $gpt_name bf16" "skipped: cdl-train has no --model gpt or tokens: data yet"
 elif late 88; then
     row "8 $gpt_name bf16" "$(late_why)"
@@ -823,7 +913,7 @@ ncu_step() {   # ncu_step TAG LABEL CDL-TRAIN-ARGS...: logs ncu-TAG.*, rows "10 
     if timeout $((150 * slow)) "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
             --launch-count 5000 --log-file "$logs/ncu-$name.csv" "$train_bin" "$@" \
             --max-steps 1 --cuda-graphs off --no-progress > "$logs/ncu-$name.log" 2>&1 &&
-            "$python" "$top/tests/gpu/ncu_top.py" "$logs/ncu-$name.csv" 8 \
+            timeout 120 "$python" "$top/tests/gpu/ncu_top.py" "$logs/ncu-$name.csv" 8 \
             > "$logs/ncu-$name.top" 2>&1; then
         row "10 $label, one step + validation" "$(head -1 "$logs/ncu-$name.top")"
         raw_row "    $(sed -n 2p "$logs/ncu-$name.top")"
@@ -856,10 +946,5 @@ fi
 # ----------------------------------------------------------- the table
 want_all=" 1 2 3 4 5 6 7 8 9 10 "
 [ "$want_steps" = "$want_all" ] || row "steps asked for (CDL_GPU_STEPS)" "$(echo $want_steps)"
-{
-    echo
-    echo "cdl GPU checks on $gpu_name ($(elapsed) s, logs in $logs)"
-    printf '%s\n' "${rows[@]}"
-    if [ $failed = 0 ]; then echo "result: PASS"; else echo "result: FAIL"; fi
-} | tee "$logs/table.txt"
+write_table
 exit $failed

@@ -249,7 +249,20 @@ static void test_pick_gpu(void **state)
     pick(2, 4, 2, 1, 0);
     pick(2, 4, 3, 1, 0);
     pick(2, 1, 0, 1, -1);   /* alone: as before */
+    /* The public rule that cdl-eval, cdl-predict and cdl-generate take
+     * (they opened LOCAL_RANK % visible: this task's second GPU). */
+    cdl_rank_info ri = {.rank = 3, .world = 4, .local_rank = 3, .local_world = 4,
+                        .replicas_per_gpu = 1};
+    assert_int_equal(cdl_rank_gpu(&ri, 2, &dev), 0);
+    assert_int_equal(dev, 0);
     assert_int_equal(unsetenv("CDL_GPU_BIND"), 0);
+    /* Packed replicas: the slot, LOCAL_RANK / CDL_REPLICAS_PER_GPU. */
+    ri.local_rank = 1;
+    ri.replicas_per_gpu = 2;
+    assert_int_equal(cdl_rank_gpu(&ri, 2, &dev), 0);
+    assert_int_equal(dev, 0);
+    assert_int_equal(cdl_rank_gpu(NULL, 2, &dev), 0);
+    assert_int_equal(dev, -1);
     assert_int_equal(train_pick_gpu(2, 4, 2, 1, &dev), -1);
     expect_error("LOCAL_RANK=2 with CDL_REPLICAS_PER_GPU=1 needs GPU 2, but only 2 are visible");
 }

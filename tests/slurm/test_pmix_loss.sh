@@ -4,9 +4,10 @@
 # exit 76 (CDL_EXIT_PEER_LOST), which the requeue templates resume after.
 #   1. rank 1 stops before it reaches the bootstrap (SIGSTOP, as a hung
 #      node or a rank that never starts): rank 0 gives up on the PMIx fence
-#      at CDL_TIMEOUT and exits 76. It used to wait in PMIx_Fence for good
-#      (Slurm's pmix plugin ignores PMIX_TIMEOUT), or, with --dist-backend
-#      mpi, in MPI_Init's fence.
+#      at CDL_TIMEOUT, names rank 1 and its node, and exits 76. It used to
+#      wait in PMIx_Fence for good (Slurm's pmix plugin ignores
+#      PMIX_TIMEOUT), or, with --dist-backend mpi, in MPI_Init's fence; then
+#      it said only "some rank did not arrive (PMIx does not say which)".
 #   2. rank 1 is killed (SIGKILL) mid-run: rank 0's MPI collective times
 #      out and the job ends with 76 (MPI_Abort's code). It used to be 1, the
 #      status of an error a restart would repeat: the job was not requeued.
@@ -49,6 +50,8 @@ for be in auto mpi; do
     check "$be: srun ended (rc $rc, not 124 from timeout)" test "$rc" != 124
     check "$be: rank 0 gave up on the PMIx fence at CDL_TIMEOUT" \
         grep -q "cdl-train: rank 0: error: PMIx fence #0 did not complete within 3 s (CDL_TIMEOUT)" "$WORK/stop.log"
+    check "$be: ... naming rank 1 and its node" \
+        grep -q "within 3 s (CDL_TIMEOUT): rank 1 (on n2) did not reach it" "$WORK/stop.log"
     check "$be: rank 0 exited 76 (a lost peer)" grep -q "n1: task 0: Exited with exit code 76" "$WORK/stop.log"
 done
 

@@ -254,19 +254,23 @@ static int probe_arrivals(const pmix_boot *pb, int world, const char *key, doubl
     double end = (double)until.tv_sec + until.tv_nsec * 1e-9 + wait_s;
     until.tv_sec = (time_t)end;
     until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
-    pthread_mutex_lock(&p->mu);
     p->answered[pb->me.rank] = 1;
+    for (int r = 0; r < world; r++)
+        p->refs[r] = (struct probe_ref){p, r};
+    /* All counted first: a callback may come before the next request. */
+    p->outstanding = world - 1;
     for (int r = 0; r < world; r++) {
         if (r == (int)pb->me.rank)
             continue;
         pmix_proc_t peer;
         PMIX_LOAD_PROCID(&peer, pb->me.nspace, (pmix_rank_t)r);
-        p->refs[r] = (struct probe_ref){p, r};
-        p->outstanding++;
-        /* Under mu: a callback that comes at once waits for the loop. */
-        if (PMIx_Get_nb(&peer, key, NULL, 0, probe_done, &p->refs[r]) != PMIX_SUCCESS)
+        if (PMIx_Get_nb(&peer, key, NULL, 0, probe_done, &p->refs[r]) != PMIX_SUCCESS) {
+            pthread_mutex_lock(&p->mu);
             p->outstanding--;   /* refused: no callback comes; not answered */
+            pthread_mutex_unlock(&p->mu);
+        }
     }
+    pthread_mutex_lock(&p->mu);
     int rc = 0;
     while (p->outstanding > 0 && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&p->cv, &p->mu, &until);

@@ -28,12 +28,15 @@ user_script rank.sh <<EOF
 #!/bin/sh
 echo \$\$ >"$WORK/pid.\$SLURM_PROCID.tmp" && mv "$WORK/pid.\$SLURM_PROCID.tmp" "$WORK/pid.\$SLURM_PROCID"
 [ "\$1" = stop ] && [ "\$SLURM_PROCID" = 1 ] && kill -STOP \$\$
+[ "\$1" = stop0 ] && [ "\$SLURM_PROCID" = 0 ] && kill -STOP \$\$
 shift
 exec "$CDL_TRAIN_BIN" "\$@"
 EOF
 train="--dataset synthetic --synthetic-size 20000 --epochs 50 --threads 1 --no-progress"
 # Rank 1's process, once only: the test kills no process it did not start.
 kill_rank1() { [ -s "$WORK/pid.1" ] && kill -KILL "$(cat "$WORK/pid.1")" 2>/dev/null; rm -f "$WORK/pid.1"; }
+# Rank 0's, right after the case that stops it (later runs rewrite pid.0).
+kill_rank0() { [ -s "$WORK/pid.0" ] && kill -KILL "$(cat "$WORK/pid.0")" 2>/dev/null; rm -f "$WORK/pid.0"; }
 trap 'kill_rank1; stop_cluster; etc_unchanged' EXIT
 
 # auto (hier:mpi) and mpi: the latter had no bootstrap, and MPI_Init's own
@@ -54,6 +57,20 @@ for be in auto mpi; do
         grep -q "within 3 s (CDL_TIMEOUT): rank 1 (on n2) did not reach it" "$WORK/stop.log"
     check "$be: rank 0 exited 76 (a lost peer)" grep -q "n1: task 0: Exited with exit code 76" "$WORK/stop.log"
 done
+
+echo "== 1b. rank 0 stopped before the bootstrap"
+rm -f "$WORK/pid.0"
+# Rank 1's discovery reads rank 0's host name from PMIx, and its fence
+# waits for rank 0: it must give up at CDL_TIMEOUT naming rank 0 on n1.
+as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=3 -- \
+    srun --mpi=pmix -K -N2 --ntasks-per-node=1 ./rank.sh stop0 $train >"$WORK/stop0.log" 2>&1
+rc=$?
+kill_rank0
+cat "$WORK/stop0.log"
+check "rank 0 stopped: srun ended (rc $rc, not 124 from timeout)" test "$rc" != 124
+check "rank 1 names rank 0 on n1" \
+    grep -q "cdl-train: rank 1: error: PMIx fence #0 did not complete within 3 s (CDL_TIMEOUT): rank 0 (on n1) did not reach it" "$WORK/stop0.log"
+check "rank 1 exited 76 (a lost peer)" grep -q "n2: task 1: Exited with exit code 76" "$WORK/stop0.log"
 
 echo "== 2. rank 1 killed mid-run"
 as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=3 -- \

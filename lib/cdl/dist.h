@@ -72,7 +72,8 @@ typedef struct cdl_dist_config {
     long shm_small_kb;        /* CDL_SHM_SMALL_KB: small-message threshold (0 = default) */
     long shm_stream_mb;       /* CDL_SHM_STREAM_MB: streaming threshold (0 = default) */
     double store_hello_s;     /* CDL_STORE_HELLO_TIMEOUT: the TCP store's wait for a
-                                 client's hello, (0, 3600] (0 = default) */
+                                 client's hello, and a rank's for the store's answer
+                                 to it, (0, 3600] (0 = default) */
 } cdl_dist_config;
 
 void cdl_dist_config_init(cdl_dist_config *cfg);

@@ -11,7 +11,11 @@
  * MPI_Test against one deadline per collective (what MPI_Wait does inside;
  * we yield the CPU when ranks outnumber CPUs). A timeout cannot name the
  * missing rank: MPI does not say. After a timeout or an error the process
- * aborts the MPI job at exit rather than finalising (see mpi_broken). */
+ * aborts the MPI job at exit rather than finalising (see mpi_broken). The
+ * calls that have no non-blocking form (MPI_Init_thread, MPI_Comm_split,
+ * MPI_Finalize) wait for every rank too: they run under a watchdog
+ * (watchdog.h) that ends the process with CDL_EXIT_PEER_LOST at the
+ * timeout. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +25,7 @@
 
 #include "boot.h"
 #include "coll.h"
+#include "contract.h"
 
 int coll_mpi_available(void)
 {
@@ -39,6 +44,7 @@ int coll_mpi_available(void)
 
 #include "reduce.h"
 #include "util.h"
+#include "watchdog.h"
 
 #define SCRATCH_BYTES (8u << 20)   /* receive buffer of one reduce-scatter round */
 #define PAD 16                      /* elements: a part may exceed T/W by the alignment */
@@ -60,6 +66,12 @@ typedef struct mpi_coll {
  * MPI_Finalize for the missing peer forever. */
 static int mpi_broken;
 static int abort_rank;   /* this process's MPI_COMM_WORLD rank, for the abort's line */
+static double exit_timeout = CDL_DEFAULT_TIMEOUT;   /* MPI_Finalize's, at exit */
+
+/* What a rank waiting in a blocking MPI call should check. */
+#define MPI_PEER_HINT "it waits for every rank of the MPI job: a rank that never started, " \
+    "stopped, died or lost its node holds it (MPI does not say which: see the other ranks' " \
+    "errors and the launcher's, mpirun or srun --mpi=pmix)"
 
 static int mpi_fail(mpi_coll *m, const char *what, int err)
 {
@@ -291,12 +303,21 @@ static void finalize_at_exit(void)
         fflush(NULL);
         MPI_Abort(MPI_COMM_WORLD, code);
     }
+    /* Its fence waits for every rank: one that died after the last
+     * collective would hold this process for good. */
+    dist_watchdog *w = dist_watchdog_arm("MPI_Finalize", abort_rank, exit_timeout,
+                                         MPI_PEER_HINT);
     MPI_Finalize();
+    dist_watchdog_disarm(w);
 }
 
 /* MPI_Init once per process; MPI cannot be initialised again after
- * MPI_Finalize, so we finalise at exit (unless the program owns MPI). */
-static int ensure_init(void)
+ * MPI_Finalize, so we finalise at exit (unless the program owns MPI).
+ * MPI_Init_thread has no timeout: without a PMIx bootstrap before it (a
+ * libcdl without PMIx, hier:mpi after the store's bootstrap, a job whose
+ * launcher sets no PMIx variables) a rank that never comes held the others
+ * in its fence for good, so it runs under a watchdog. */
+static int ensure_init(int rank, double timeout_s)
 {
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
@@ -307,9 +328,15 @@ static int ensure_init(void)
     if (inited)
         return 0;
     int provided;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    dist_watchdog *w = dist_watchdog_arm("MPI_Init_thread", rank, timeout_s, MPI_PEER_HINT);
+    if (!w)
+        return -1;
+    int err = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+    dist_watchdog_disarm(w);
+    if (err != MPI_SUCCESS)
         return cdl_error("MPI_Init_thread failed: was the job started by mpirun or srun "
                          "--mpi=pmix?");
+    exit_timeout = timeout_s;
     atexit(finalize_at_exit);
     if (provided < MPI_THREAD_SERIALIZED)
         return cdl_error("this MPI provides thread level %d, below MPI_THREAD_SERIALIZED: the "
@@ -321,7 +348,7 @@ coll *coll_mpi_create(const coll_group *g, int world_rank, int world, double tim
                       int *member)
 {
     *member = g->me >= 0;
-    if (ensure_init())
+    if (ensure_init(world_rank, timeout_s))
         return NULL;
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -331,7 +358,12 @@ coll *coll_mpi_create(const coll_group *g, int world_rank, int world, double tim
                          "needs the job started by mpirun or srun --mpi=pmix", world_rank, size,
                          world), NULL;
     MPI_Comm comm;
+    dist_watchdog *w = dist_watchdog_arm("MPI_Comm_split", world_rank, timeout_s,
+                                         MPI_PEER_HINT);
+    if (!w)
+        return NULL;
     int err = MPI_Comm_split(MPI_COMM_WORLD, g->me >= 0 ? 0 : MPI_UNDEFINED, g->me, &comm);
+    dist_watchdog_disarm(w);
     if (err != MPI_SUCCESS)
         return mpi_fail(NULL, "MPI_Comm_split", err), NULL;
     if (g->me < 0)

@@ -186,11 +186,178 @@ static void fence_done(pmix_status_t st, void *arg)
     pthread_mutex_unlock(&f->mu);
 }
 
+/* Which ranks have reached fence `key` (answered[r] = 1): each rank puts
+ * and commits "cdl.at<fence>" before entering the fence, and a rank that
+ * never did (it never started, stopped, died or lost its node) is the one
+ * the fence waits for. PMIx_Get_nb of that key from every rank, waited for
+ * at most wait_s: a rank that committed it answers at once (its server
+ * holds the value), one that did not never does, or with an error. PMIx
+ * itself does not say who is missing from a fence. The probe's memory
+ * stays with the callbacks that have not come yet (the last one frees it).
+ * -1 when it could not run. */
+typedef struct probe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int outstanding, abandoned;
+    unsigned char *answered;
+    struct probe_ref {
+        struct probe *p;
+        int rank;
+    } *refs;
+} probe;
+
+static void probe_free(probe *p)
+{
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    cdl_free(p->answered);
+    cdl_free(p->refs);
+    cdl_free(p);
+}
+
+static void probe_done(pmix_status_t st, pmix_value_t *kv, void *arg)
+{
+    (void)kv;   /* PMIx's; released when the callback returns */
+    struct probe_ref *ref = arg;
+    probe *p = ref->p;
+    pthread_mutex_lock(&p->mu);
+    p->answered[ref->rank] = st == PMIX_SUCCESS;
+    int last = --p->outstanding == 0 && p->abandoned;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    if (last)
+        probe_free(p);
+}
+
+static int probe_arrivals(const pmix_boot *pb, int world, const char *key, double wait_s,
+                          unsigned char *answered)
+{
+    probe *p = cdl_calloc(1, sizeof *p);
+    if (!p)
+        return -1;
+    p->answered = cdl_calloc((size_t)world, 1);
+    p->refs = cdl_calloc((size_t)world, sizeof *p->refs);
+    if (!p->answered || !p->refs) {
+        cdl_free(p->answered);
+        cdl_free(p->refs);
+        cdl_free(p);
+        return -1;
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    double end = (double)until.tv_sec + until.tv_nsec * 1e-9 + wait_s;
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    p->answered[pb->me.rank] = 1;
+    for (int r = 0; r < world; r++)
+        p->refs[r] = (struct probe_ref){p, r};
+    /* All counted first: a callback may come before the next request. */
+    p->outstanding = world - 1;
+    for (int r = 0; r < world; r++) {
+        if (r == (int)pb->me.rank)
+            continue;
+        pmix_proc_t peer;
+        PMIX_LOAD_PROCID(&peer, pb->me.nspace, (pmix_rank_t)r);
+        if (PMIx_Get_nb(&peer, key, NULL, 0, probe_done, &p->refs[r]) != PMIX_SUCCESS) {
+            pthread_mutex_lock(&p->mu);
+            p->outstanding--;   /* refused: no callback comes; not answered */
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    int rc = 0;
+    while (p->outstanding > 0 && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&p->cv, &p->mu, &until);
+    memcpy(answered, p->answered, (size_t)world);
+    p->abandoned = 1;
+    int none = p->outstanding == 0;
+    pthread_mutex_unlock(&p->mu);
+    if (none)
+        probe_free(p);
+    return 0;
+}
+
+/* Rank r's node as PMIx's job data gives it (never asked of r's server:
+ * that node may be gone), "" when not known. */
+static void host_of(const pmix_boot *pb, int r, char *out, size_t len)
+{
+    pmix_proc_t peer;
+    pmix_value_t *v = NULL;
+    pmix_info_t opt;
+    bool yes = true;
+    out[0] = '\0';
+    PMIX_LOAD_PROCID(&peer, pb->me.nspace, (pmix_rank_t)r);
+    PMIx_Info_load(&opt, PMIX_OPTIONAL, &yes, PMIX_BOOL);
+    if (PMIx_Get(&peer, PMIX_HOSTNAME, &opt, 1, &v) == PMIX_SUCCESS && v &&
+        v->type == PMIX_STRING && v->data.string) {
+        size_t k = dist_plain_len(v->data.string, 255, "._-");
+        if (k && k < len)
+            snprintf(out, len, "%s", v->data.string);
+    }
+    if (v)
+        PMIX_VALUE_RELEASE(v);
+    PMIX_INFO_DESTRUCT(&opt);
+}
+
+/* " rank 1 (on n2) did not reach it" or "" when every rank did (or the
+ * probe could not run): the ranks that never committed fence `key`, with
+ * the distinct nodes of the first few. */
+static const char *missing_note(boot *b, const char *key, char *out, size_t len)
+{
+    pmix_boot *pb = b->impl;
+    out[0] = '\0';
+    unsigned char *answered = cdl_calloc((size_t)b->world, 1);
+    int *missing = cdl_calloc((size_t)b->world, sizeof *missing);
+    int n = 0;
+    double wait_s = b->timeout < 10 ? b->timeout : 10;
+    if (answered && missing && probe_arrivals(pb, b->world, key, wait_s, answered) == 0)
+        for (int r = 0; r < b->world; r++)
+            if (!answered[r])
+                missing[n++] = r;
+    if (n > 0) {
+        char list[512], hosts[512] = "", h[256], seen[9][256];
+        int shown = 0;
+        dist_rank_list(list, sizeof list, missing, n);
+        for (int i = 0; i < n && i < 9; i++) {
+            host_of(pb, missing[i], h, sizeof h);
+            int dup = !h[0];
+            for (int j = 0; j < shown && !dup; j++)
+                dup = !strcmp(seen[j], h);
+            if (dup || strlen(hosts) + strlen(h) + 8 >= sizeof hosts)
+                continue;
+            snprintf(seen[shown], sizeof seen[shown], "%s", h);
+            size_t u = strlen(hosts);
+            snprintf(hosts + u, sizeof hosts - u, "%s%s", shown++ ? ", " : " (on ", h);
+        }
+        if (shown)
+            snprintf(hosts + strlen(hosts), sizeof hosts - strlen(hosts), ")");
+        snprintf(out, len, "%s%s did not reach it (never started, stopped, died or lost %s "
+                 "node: see %s own error, if any, and the launcher's)", list, hosts,
+                 n == 1 ? "its" : "their", n == 1 ? "its" : "their");
+    }
+    cdl_free(answered);
+    cdl_free(missing);
+    return out;
+}
+
 /* PMIx_Fence with CDL_TIMEOUT kept by us: Slurm's pmix plugin (22.05)
  * ignores PMIX_TIMEOUT, so a rank that never arrives (stopped, hung before
- * its first fence, its node gone) held the others in PMIx_Fence for good. */
+ * its first fence, its node gone) held the others in PMIx_Fence for good.
+ * Before it, each rank commits "cdl.at<fence>": at a timeout the ranks
+ * that did not are named (missing_note). */
 static int pb_fence(boot *b)
 {
+    char key[32];
+    int32_t here = b->rank;
+    snprintf(key, sizeof key, "cdl.at%ld", b->fences);
+    if (pb_put(b, key, &here, sizeof here))
+        return -1;
     pmix_status_t st = PMIx_Commit();
     if (st != PMIX_SUCCESS)
         return pmix_fail("PMIx_Commit", st);
@@ -222,8 +389,12 @@ static int pb_fence(boot *b)
     int done = f->done;
     st = f->st;
     pthread_mutex_unlock(&f->mu);
+    char note[1024];
     if (!done) {
         dist_note_peer_lost();   /* f stays: the fence may still call back */
+        if (*missing_note(b, key, note, sizeof note))
+            return cdl_error("rank %d: PMIx fence #%ld did not complete within %.0f s "
+                             "(CDL_TIMEOUT): %s", b->rank, b->fences, b->timeout, note);
         return cdl_error("rank %d: PMIx fence #%ld did not complete within %.0f s "
                          "(CDL_TIMEOUT): some rank did not arrive, stopped or lost its node "
                          "(PMIx does not say which; see the other ranks' errors)",
@@ -236,6 +407,9 @@ static int pb_fence(boot *b)
     cdl_free(f);
     if (st == PMIX_ERR_TIMEOUT) {
         dist_note_peer_lost();
+        if (*missing_note(b, key, note, sizeof note))
+            return cdl_error("rank %d: PMIx fence #%ld timed out after %.0f s: %s", b->rank,
+                             b->fences, b->timeout, note);
         return cdl_error("rank %d: PMIx fence #%ld timed out after %.0f s: some rank did not "
                          "arrive (PMIx does not say which; see the other ranks' errors)",
                          b->rank, b->fences, b->timeout);

@@ -16,6 +16,7 @@
 #include <cdl/cdl.h>
 
 #include "contract.h"
+#include "lib/core/log.h"
 #include "hmac.h"
 #include "store.h"
 #include "store_proto.h"
@@ -29,6 +30,8 @@ struct store {
     int dropped;         /* the last request failed because the connection broke */
     int hello_closed;    /* ... and it was closed at the hello's first request */
     int closed_hellos;   /* how many times that happened in a row */
+    int stranger;        /* the hello met a listener that is not this run's store */
+    double hello_wait;   /* seconds the hello waits for the answer */
     store_server *srv;   /* rank 0 */
 };
 
@@ -137,11 +140,13 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
     int got = store_recv_all(s->fd, &r, sizeof r, deadline);
     int silent = got != 0 && errno == ETIMEDOUT;
     if (got || r.magic != STORE_MAGIC) {
-        if (handshake && errno == ETIMEDOUT)
+        if (handshake && errno == ETIMEDOUT) {
+            s->stranger = 1;
             return cdl_error("rank %d: the store at %s:%d took the connection but did not "
                              "answer its hello within %.0f s: is rank 0 stuck before it "
                              "serves the store, or is another process listening there?",
-                             s->rank, s->addr, s->port, s->timeout);
+                             s->rank, s->addr, s->port, s->hello_wait);
+        }
         /* Only silence is a lost peer here: rank 0's node is gone or cut
          * off. A closed connection is rank 0's process ending, on an
          * error of its own (its status, 1, is the run's) or by a signal
@@ -206,7 +211,8 @@ static int hello(store *s, const char *token, double deadline)
         return -1;
     if (len == sizeof answer)
         store_proof(token, "server", s->world, s->rank, cnonce, answer, want);
-    if (len != sizeof answer || !dist_equal_ct(answer + STORE_NONCE_HEX, want, STORE_PROOF_HEX))
+    if (len != sizeof answer || !dist_equal_ct(answer + STORE_NONCE_HEX, want, STORE_PROOF_HEX)) {
+        s->stranger = 1;
         return cdl_error("rank %d: the process listening on %s:%d (MASTER_ADDR:MASTER_PORT) "
                          "is not this run's store: it cannot prove it knows the run's secret "
                          "(CDL_STORE_TOKEN), so nothing more was sent to it. Another process "
@@ -215,6 +221,7 @@ static int hello(store *s, const char *token, double deadline)
                          "srun --cdl-ddp a new step gets another port), and tell the "
                          "administrator if it recurs (docs/admin.md, the store secret)",
                          s->rank, s->addr, s->port);
+    }
     store_proof(token, "client", s->world, s->rank, cnonce, answer, proof);
     return request(s, STORE_PROVE, proof, -1, NULL, 0, 0, NULL, 0, NULL, deadline);
 }
@@ -257,11 +264,59 @@ static int old_store(store *s, double deadline)
     return old;
 }
 
+/* One hello on s->fd, its answer awaited until hello_s from now at most
+ * (a real store answers at once; a listener that does not is a stranger). */
+static int hello_on(store *s, const char *token, double deadline, double hello_s)
+{
+    double now = dist_now(), until = now + hello_s < deadline ? now + hello_s : deadline;
+    s->hello_closed = 0;
+    s->stranger = 0;
+    s->hello_wait = until - now > 0 ? until - now : 0;
+    return hello(s, token, until);
+}
+
+static void pause_for(double *backoff)
+{
+    struct timespec ts = {0, (long)(*backoff * 1e9)};
+    nanosleep(&ts, NULL);
+    *backoff = *backoff * 2 < 0.5 ? *backoff * 2 : 0.5;
+}
+
+/* After MASTER_PORT's listener proved not to be this run's store: rank 0
+ * may have moved to an alternate (store_proto.h). Tries MASTER_PORT and the
+ * alternates in turn until the deadline; a refusal by the store itself is
+ * final. 0 when connected (s->fd, s->port), -2 when refused, else -1. */
+static int client_moved(store *s, const char *token, int port, const int *alt, int nalt,
+                        double deadline, double hello_s)
+{
+    double backoff = 0.01;
+    for (;;) {
+        for (int i = -1; i < nalt; i++) {
+            int err = 0;
+            double now = dist_now(), until = now + 1 < deadline ? now + 1 : deadline;
+            s->port = i < 0 ? port : alt[i];
+            if (until <= now || (s->fd = connect_once(s->addr, s->port, until, &err)) < 0)
+                continue;
+            if (hello_on(s, token, deadline, hello_s) == 0)
+                return 0;
+            close(s->fd);
+            s->fd = -1;
+            if (!s->dropped && !s->stranger)
+                return -2;
+        }
+        if (deadline - dist_now() <= backoff)
+            return -1;
+        pause_for(&backoff);
+    }
+}
+
 /* Connects and says hello. A connection that breaks before the server's
  * answer (the server dropped us among strangers, or was not ready) is
- * retried with backoff until the timeout; a refusal is final. */
+ * retried with backoff until the timeout; a refusal is final. A listener
+ * on the port that is not this run's store sends the rank to the
+ * alternates rank 0 moves to (client_moved). */
 static store *client(const char *addr, int port, int rank, int world, double timeout,
-                     const char *token)
+                     const char *token, double hello_s)
 {
     store *s = cdl_calloc(1, sizeof *s);
     if (!s)
@@ -271,23 +326,45 @@ static store *client(const char *addr, int port, int rank, int world, double tim
     s->timeout = timeout;
     s->port = port;
     snprintf(s->addr, sizeof s->addr, "%s", addr);
+    if (!(hello_s > 0))
+        hello_s = STORE_HELLO_S;
+    int alt[STORE_ALT_PORTS], nalt = store_alt_ports(token, port, alt);
     double deadline = dist_now() + timeout, backoff = 0.01;
     for (;;) {
         s->fd = connect_retry(addr, port, rank, deadline - dist_now());
         if (s->fd < 0)
             break;
-        s->hello_closed = 0;
-        if (hello(s, token, deadline) == 0)
+        if (hello_on(s, token, deadline, hello_s) == 0)
             return s;
         close(s->fd);
         s->fd = -1;
-        double left = deadline - dist_now();
         s->closed_hellos = s->hello_closed ? s->closed_hellos + 1 : 0;
-        if (!s->dropped || left <= backoff || (s->closed_hellos >= 2 && old_store(s, deadline)))
+        if (s->closed_hellos >= 2 && old_store(s, deadline))
             break;
-        struct timespec ts = {0, (long)(backoff * 1e9)};
-        nanosleep(&ts, NULL);
-        backoff = backoff * 2 < 0.5 ? backoff * 2 : 0.5;
+        /* A listener that closes every hello is no store of this build
+         * either (this build's closes a stranger's only to make room). */
+        s->stranger |= s->closed_hellos >= 2;
+        if (s->stranger && nalt) {
+            char first[1024];
+            snprintf(first, sizeof first, "%s", cdl_last_error());
+            /* Said now: when rank 0 could not move either, the launcher may
+             * end this rank before its own timeout. */
+            log_line(CDL_LOG_WARNING, stderr, "cdl: %s. Looking for this run's store on the "
+                     "ports rank 0 moves it to when another account holds MASTER_PORT (%d, "
+                     "%d, %d, %d)", first, alt[0], alt[1], alt[2], alt[3]);
+            int rc = client_moved(s, token, port, alt, nalt, deadline, hello_s);
+            if (rc == 0)
+                return s;
+            if (rc == -1)
+                cdl_error("%s. Nor did this run's store answer within %.0f s on the ports "
+                          "rank 0 moves it to when another account holds MASTER_PORT (%d, "
+                          "%d, %d, %d, derived from the run's secret): rank 0's error says "
+                          "why", first, timeout, alt[0], alt[1], alt[2], alt[3]);
+            break;
+        }
+        if (!s->dropped || deadline - dist_now() <= backoff)
+            break;
+        pause_for(&backoff);
     }
     cdl_free(s);
     return NULL;
@@ -318,8 +395,9 @@ store *store_open(const cdl_rank_info *info, const char *given, double timeout_s
     if (info->rank == 0 && !(srv = store_server_start(info, token, hello_s)))
         return NULL;
     /* Rank 0 too connects to the advertised address: the server listens
-     * there only. */
-    store *s = client(addr, info->master_port, info->rank, info->world, timeout_s, token);
+     * there only (on MASTER_PORT, or the alternate it moved to). */
+    store *s = client(addr, srv ? store_server_port(srv) : info->master_port, info->rank,
+                      info->world, timeout_s, token, hello_s);
     if (!s) {
         store_server_stop(srv, 0);
         return NULL;
@@ -374,7 +452,7 @@ int store_barrier(store *s, const char *name)
 int store_probe(const char *addr, int port, const char *token, int rank, int world,
                 double timeout_s)
 {
-    store *s = client(addr, port, rank, world, timeout_s, token);
+    store *s = client(addr, port, rank, world, timeout_s, token, 0);
     if (!s)
         return -1;
     store_req h = {STORE_MAGIC, STORE_BYE, 0, -1, 0, 0};

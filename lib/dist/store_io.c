@@ -1,7 +1,9 @@
 /* Blocking socket I/O with deadlines, shared by the store's client and server. */
 #include <errno.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -21,6 +23,29 @@ void store_proof(const char *token, const char *side, int world, int rank, const
     dist_hmac_sha256(token, strlen(token), msg, n > 0 && (size_t)n < sizeof msg ? (size_t)n : 0,
                      mac);
     dist_hex(mac, sizeof mac, out);
+}
+
+int store_alt_ports(const char *token, int port, int out[STORE_ALT_PORTS])
+{
+    const char *resv = getenv("SLURM_STEP_RESV_PORTS");
+    if (resv && *resv)
+        return 0;
+    int n = 0;
+    for (unsigned i = 0; n < STORE_ALT_PORTS && i < 64; i++) {
+        char msg[64];
+        unsigned char mac[DIST_HMAC_LEN];
+        int len = snprintf(msg, sizeof msg, "cdl-store-port|%d|%u", port, i);
+        dist_hmac_sha256(token, strlen(token), msg, (size_t)len, mac);
+        uint32_t v = (uint32_t)mac[0] << 24 | (uint32_t)mac[1] << 16 | (uint32_t)mac[2] << 8 |
+                     mac[3];
+        int off = 1 + (int)(v % STORE_ALT_SPAN), p = port + off <= 65535 ? port + off : port - off;
+        int dup = p < 1;
+        for (int j = 0; j < n && !dup; j++)
+            dup = out[j] == p;
+        if (!dup)
+            out[n++] = p;
+    }
+    return n == STORE_ALT_PORTS ? n : 0;
 }
 
 int store_nonce(char *out)

@@ -52,6 +52,23 @@ enum store_op {
 #define STORE_NONCE_HEX 32            /* 16 random bytes */
 #define STORE_PROOF_HEX 64            /* an HMAC-SHA256 */
 
+/* Ports the store moves to when another account holds MASTER_PORT (a
+ * collision with another job, or someone squatting the predictable port):
+ * STORE_ALT_PORTS distinct ports among the STORE_ALT_SPAN above it (below
+ * it at the top of the port space), derived from the run's secret
+ * (HMAC-SHA256(token, "cdl-store-port|PORT|i")), so that every rank
+ * computes them and nobody else can. Rank 0 binds the first free one; a
+ * rank that finds a listener on MASTER_PORT that is not this run's store
+ * (it cannot prove the secret, or does not answer) tries them in turn,
+ * and the handshake still admits only the real store. None when Slurm
+ * reserved the step's ports (SLURM_STEP_RESV_PORTS): the library stays in
+ * what Slurm reserved. */
+#define STORE_ALT_PORTS 4
+#define STORE_ALT_SPAN 64
+/* The alternates of port into out[STORE_ALT_PORTS]; returns how many (0 or
+ * STORE_ALT_PORTS). */
+int store_alt_ports(const char *token, int port, int out[STORE_ALT_PORTS]);
+
 /* out (STORE_PROOF_HEX + 1 bytes): proof(side) of the handshake above. */
 void store_proof(const char *token, const char *side, int world, int rank, const char *cnonce,
                  const char *snonce, char *out);
@@ -86,6 +103,8 @@ int store_recv_all(int fd, void *buf, size_t n, double deadline);
  * and serves from a thread. */
 typedef struct store_server store_server;
 store_server *store_server_start(const cdl_rank_info *info, const char *token, double hello_s);
+/* The port it listens on: MASTER_PORT (or CDL_STORE_PORT), or an alternate. */
+int store_server_port(const store_server *srv);
 /* Waits up to timeout_s for every connected rank to say goodbye, then stops. */
 void store_server_stop(store_server *srv, double timeout_s);
 

@@ -21,6 +21,7 @@
 #include "boot.h"
 #include "contract.h"
 #include "hmac.h"
+#include "lib/core/log.h"
 #include "port_owner.h"
 #include "store_proto.h"
 #include "util.h"
@@ -100,38 +101,85 @@ static int adopt_fd(const cdl_rank_info *info, const char *s)
     return (int)fd;
 }
 
-/* Binds the address rank 0 advertises (MASTER_ADDR, 127.0.0.1 when none)
- * before any rank connects, not every interface: only what routes to that
- * address can reach the store. SO_REUSEADDR lets a rerun rebind a port in
+/* Listens on addr:port: the socket, or -1 with *e an errno value (or the
+ * resolver's error, negative). SO_REUSEADDR lets a rerun rebind a port in
  * TIME_WAIT; it never lets two listeners share one. */
-static int bind_port(const cdl_rank_info *info, const char *host)
+static int listen_at(const char *addr, int port, int *e)
 {
-    const char *addr = info->master_addr[0] ? info->master_addr : "127.0.0.1";
     char service[16];
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICSERV}, *res;
-    snprintf(service, sizeof service, "%d", info->master_port);
+    snprintf(service, sizeof service, "%d", port);
     int g = getaddrinfo(addr, service, &hints, &res);
-    if (g)
-        return cdl_error("rank 0 on host %s: cannot resolve MASTER_ADDR=%s (%s): it must name "
-                         "this host", host, addr, gai_strerror(g));
-    int fd = -1, e = 0, one = 1;
-    for (struct addrinfo *a = res; a && fd < 0 && e != EADDRINUSE; a = a->ai_next) {
+    if (g) {
+        *e = g < 0 ? g : -g;
+        return -1;
+    }
+    int fd = -1, one = 1;
+    *e = 0;
+    for (struct addrinfo *a = res; a && fd < 0 && *e != EADDRINUSE; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0) {
-            e = errno;
+            *e = errno;
             continue;
         }
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
-            e = errno;
+            *e = errno;
             close(fd);
             fd = -1;
         }
     }
     freeaddrinfo(res);
+    return fd;
+}
+
+/* MASTER_PORT is another account's: the first of the alternates derived
+ * from the run's secret (store_proto.h) that is free, on the same address.
+ * The socket (*port its port, said on stderr), or -1 with who holds them
+ * in held. */
+static int bind_alternate(const char *addr, const char *token, const char *host, int *port,
+                          const char *owner, char *held, size_t len)
+{
+    int alt[STORE_ALT_PORTS], n = store_alt_ports(token, *port, alt);
+    size_t used = 0;
+    held[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        int e = 0, fd = listen_at(addr, alt[i], &e);
+        if (fd >= 0) {
+            log_line(CDL_LOG_WARNING, stderr,
+                     "cdl: rank 0: warning: MASTER_PORT %d on host %s is in use by a process "
+                     "of another account, %s: the store listens on port %d instead, one of "
+                     "the ports derived from the run's secret that the ranks try next. Tell "
+                     "the administrator which account holds it (docs/admin.md, Ports)",
+                     *port, host, owner, alt[i]);
+            *port = alt[i];
+            return fd;
+        }
+        char who[160] = "";
+        if (e != EADDRINUSE || dist_port_owner(alt[i], who, sizeof who) < 0)
+            snprintf(who, sizeof who, "%s", e > 0 ? strerror(e) : "cannot resolve");
+        int k = snprintf(held + used, len - used, "%s%d (%s)", i ? ", " : "", alt[i], who);
+        if (k > 0 && used + (size_t)k < len)
+            used += (size_t)k;
+    }
+    return -1;
+}
+
+/* Binds the address rank 0 advertises (MASTER_ADDR, 127.0.0.1 when none)
+ * before any rank connects, not every interface: only what routes to that
+ * address can reach the store. When another account holds the port, an
+ * alternate (bind_alternate); *port gets the port bound. */
+static int bind_port(const cdl_rank_info *info, const char *host, const char *token, int *port)
+{
+    const char *addr = info->master_addr[0] ? info->master_addr : "127.0.0.1";
+    int e = 0, fd = listen_at(addr, info->master_port, &e);
+    *port = info->master_port;
     if (fd >= 0)
         return fd;
+    if (e < 0)
+        return cdl_error("rank 0 on host %s: cannot resolve MASTER_ADDR=%s (%s): it must name "
+                         "this host", host, addr, gai_strerror(-e));
     /* torchrun's static rendezvous hands its workers the port of its
      * agent's own store (and says so in this variable): cdl's store cannot
      * share it. */
@@ -144,17 +192,27 @@ static int bind_port(const cdl_rank_info *info, const char *host)
                          "PROGRAM, or cdlrun -n N PROGRAM on one machine; or give torchrun "
                          "--rdzv_backend=c10d --rdzv_endpoint=HOST:PORT", info->master_port,
                          host);
-    char who[160];
+    char who[160], held[512];
     long owner = e == EADDRINUSE ? dist_port_owner(info->master_port, who, sizeof who) : -1;
+    if (owner >= 0 && owner != (long)getuid() &&
+        (fd = bind_alternate(addr, token, host, port, who, held, sizeof held)) >= 0)
+        return fd;
+    if (owner >= 0 && owner != (long)getuid() && held[0])
+        return cdl_error("MASTER_PORT %d on host %s is in use by a process of another account, "
+                         "%s, and so are the ports derived from the run's secret that the "
+                         "store would move to: %s. This step cannot run (its ranks stop, and "
+                         "they send nothing secret to those processes): someone is taking the "
+                         "ports on purpose. Tell the administrator which account holds them "
+                         "(reserved ports, MpiParams=ports= in slurm.conf, make ports harder "
+                         "to take; docs/admin.md), then run the step again", info->master_port,
+                         host, who, held);
     if (owner >= 0 && owner != (long)getuid())
         return cdl_error("MASTER_PORT %d on host %s is in use by a process of another account, "
                          "%s: this step cannot run on it (its ranks stop, and they send nothing "
-                         "secret to that process). Under srun --cdl-ddp the port is a hash of "
-                         "the job and step ids, which anyone can compute: run the step again "
-                         "for another step id, and tell the administrator which account holds "
-                         "it (reserved ports, MpiParams=ports= in slurm.conf, make ports harder "
-                         "to take; docs/admin.md); a hand-exported MASTER_PORT: choose "
-                         "another, cdlrun picks a free one", info->master_port, host, who);
+                         "secret to that process; Slurm reserved the port, "
+                         "SLURM_STEP_RESV_PORTS, so the store does not move). Tell the "
+                         "administrator which account holds it (docs/admin.md, Ports), then "
+                         "run the step again", info->master_port, host, who);
     if (owner >= 0)
         return cdl_error("MASTER_PORT %d on host %s is in use by another process of yours (%s): "
                          "an earlier run or step still running on this host? (ss -ltnp shows "
@@ -764,7 +822,7 @@ store_server *store_server_start(const cdl_rank_info *info, const char *token, d
     if (!s->state)
         goto fail;
     const char *fdenv = getenv(CDL_ENV_STORE_FD);
-    s->lfd = fdenv && *fdenv ? adopt_fd(info, fdenv) : bind_port(info, s->host);
+    s->lfd = fdenv && *fdenv ? adopt_fd(info, fdenv) : bind_port(info, s->host, token, &s->port);
     if (s->lfd < 0 || pipe2(s->wake, O_CLOEXEC)) {
         if (s->lfd >= 0)
             cdl_error("rank 0: pipe2 failed: %s", strerror(errno));
@@ -793,6 +851,11 @@ fail:
     cdl_free(s->state);
     cdl_free(s);
     return NULL;
+}
+
+int store_server_port(const store_server *s)
+{
+    return s->port;
 }
 
 void store_server_stop(store_server *s, double timeout_s)

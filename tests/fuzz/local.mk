@@ -33,7 +33,7 @@ tests_fuzz_fuzz_plugstack_SOURCES = tests/fuzz/fuzz_plugstack.c $(FUZZ_COMMON) s
 tests_fuzz_fuzz_discover_SOURCES = tests/fuzz/fuzz_discover.c $(FUZZ_COMMON) \
 	lib/dist/discover.c lib/dist/contract.c lib/core/log.c
 tests_fuzz_fuzz_store_SOURCES = tests/fuzz/fuzz_store.c $(FUZZ_COMMON) lib/dist/store_server.c \
-	lib/dist/store_io.c lib/dist/hmac.c lib/dist/util.c lib/dist/port_owner.c
+	lib/dist/store_io.c lib/dist/hmac.c lib/dist/util.c lib/dist/port_owner.c lib/core/log.c
 tests_fuzz_fuzz_plugstack_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_discover_CFLAGS = $(FUZZ_CFLAGS_ALL)
 tests_fuzz_fuzz_store_CFLAGS = $(FUZZ_CFLAGS_ALL) -pthread

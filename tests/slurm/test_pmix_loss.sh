@@ -4,9 +4,10 @@
 # exit 76 (CDL_EXIT_PEER_LOST), which the requeue templates resume after.
 #   1. rank 1 stops before it reaches the bootstrap (SIGSTOP, as a hung
 #      node or a rank that never starts): rank 0 gives up on the PMIx fence
-#      at CDL_TIMEOUT and exits 76. It used to wait in PMIx_Fence for good
-#      (Slurm's pmix plugin ignores PMIX_TIMEOUT), or, with --dist-backend
-#      mpi, in MPI_Init's fence.
+#      at CDL_TIMEOUT, names rank 1 and its node, and exits 76. It used to
+#      wait in PMIx_Fence for good (Slurm's pmix plugin ignores
+#      PMIX_TIMEOUT), or, with --dist-backend mpi, in MPI_Init's fence; then
+#      it said only "some rank did not arrive (PMIx does not say which)".
 #   2. rank 1 is killed (SIGKILL) mid-run: rank 0's MPI collective times
 #      out and the job ends with 76 (MPI_Abort's code). It used to be 1, the
 #      status of an error a restart would repeat: the job was not requeued.
@@ -27,12 +28,15 @@ user_script rank.sh <<EOF
 #!/bin/sh
 echo \$\$ >"$WORK/pid.\$SLURM_PROCID.tmp" && mv "$WORK/pid.\$SLURM_PROCID.tmp" "$WORK/pid.\$SLURM_PROCID"
 [ "\$1" = stop ] && [ "\$SLURM_PROCID" = 1 ] && kill -STOP \$\$
+[ "\$1" = stop0 ] && [ "\$SLURM_PROCID" = 0 ] && kill -STOP \$\$
 shift
 exec "$CDL_TRAIN_BIN" "\$@"
 EOF
 train="--dataset synthetic --synthetic-size 20000 --epochs 50 --threads 1 --no-progress"
 # Rank 1's process, once only: the test kills no process it did not start.
 kill_rank1() { [ -s "$WORK/pid.1" ] && kill -KILL "$(cat "$WORK/pid.1")" 2>/dev/null; rm -f "$WORK/pid.1"; }
+# Rank 0's, right after the case that stops it (later runs rewrite pid.0).
+kill_rank0() { [ -s "$WORK/pid.0" ] && kill -KILL "$(cat "$WORK/pid.0")" 2>/dev/null; rm -f "$WORK/pid.0"; }
 trap 'kill_rank1; stop_cluster; etc_unchanged' EXIT
 
 # auto (hier:mpi) and mpi: the latter had no bootstrap, and MPI_Init's own
@@ -49,8 +53,24 @@ for be in auto mpi; do
     check "$be: srun ended (rc $rc, not 124 from timeout)" test "$rc" != 124
     check "$be: rank 0 gave up on the PMIx fence at CDL_TIMEOUT" \
         grep -q "cdl-train: rank 0: error: PMIx fence #0 did not complete within 3 s (CDL_TIMEOUT)" "$WORK/stop.log"
+    check "$be: ... naming rank 1 and its node" \
+        grep -q "within 3 s (CDL_TIMEOUT): rank 1 (on n2) did not reach it" "$WORK/stop.log"
     check "$be: rank 0 exited 76 (a lost peer)" grep -q "n1: task 0: Exited with exit code 76" "$WORK/stop.log"
 done
+
+echo "== 1b. rank 0 stopped before the bootstrap"
+rm -f "$WORK/pid.0"
+# Rank 1's discovery reads rank 0's host name from PMIx, and its fence
+# waits for rank 0: it must give up at CDL_TIMEOUT naming rank 0 on n1.
+as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=3 -- \
+    srun --mpi=pmix -K -N2 --ntasks-per-node=1 ./rank.sh stop0 $train >"$WORK/stop0.log" 2>&1
+rc=$?
+kill_rank0
+cat "$WORK/stop0.log"
+check "rank 0 stopped: srun ended (rc $rc, not 124 from timeout)" test "$rc" != 124
+check "rank 1 names rank 0 on n1" \
+    grep -q "cdl-train: rank 1: error: PMIx fence #0 did not complete within 3 s (CDL_TIMEOUT): rank 0 (on n1) did not reach it" "$WORK/stop0.log"
+check "rank 1 exited 76 (a lost peer)" grep -q "n2: task 1: Exited with exit code 76" "$WORK/stop0.log"
 
 echo "== 2. rank 1 killed mid-run"
 as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=3 -- \

@@ -41,6 +41,13 @@ TESTS += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tes
 TESTS += tests/dist/val_split.sh tests/dist/stage.sh tests/dist/eval_notes.sh
 EXTRA_DIST += tests/dist/val_split.sh tests/dist/stage.sh tests/dist/eval_notes.sh
 TESTS += tests/dist/shard_equiv.sh tests/dist/records_full.sh
+# A rank stopped before the bootstrap or in MPI_Init (a preloaded shim).
+check_LTLIBRARIES += tests/dist/stall-preload.la
+tests_dist_stall_preload_la_SOURCES = tests/dist/stall-preload.c
+tests_dist_stall_preload_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+tests_dist_stall_preload_la_LIBADD = -ldl
+TESTS += tests/dist/mpi_stall.sh
+EXTRA_DIST += tests/dist/mpi_stall.sh
 EXTRA_DIST += tests/dist/shard_equiv.sh tests/dist/records_full.sh
 EXTRA_DIST += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tests/dist/step_equiv.sh \
 	tests/dist/train_kill.sh tests/dist/common.sh

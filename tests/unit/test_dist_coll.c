@@ -16,6 +16,7 @@
 
 #include "lib/dist/dist_gpu.h"   /* dist_abort: how cdl-train gives up on its own */
 #include "lib/dist/oversub.h"
+#include "lib/dist/watchdog.h"
 
 typedef struct coll_case {
     const char *backend;
@@ -407,6 +408,52 @@ static void test_missing_rank_times_out(void **state)
         assert_true(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0);
 }
 
+/* A wait with no timeout of its own (MPI_Init's fence, for one) under the
+ * watchdog: when it never returns, the process ends with 76 (a lost peer)
+ * and a line naming the wait, the rank and what to check. The child's wait
+ * here is pause(), which only a signal ends; its stderr goes to a file. */
+static int stuck_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    CHILD_CHECK(freopen((const char *)arg, "w", stderr), "cannot open %s", (const char *)arg);
+    dist_watchdog *w = dist_watchdog_arm("MPI_Init_thread", 7, 0.2, "check the peers");
+    CHILD_CHECK(w, "%s", cdl_last_error());
+    /* A wait that returns in time is not ended. */
+    dist_watchdog *ok = dist_watchdog_arm("a quick wait", rank, 600, "-");
+    CHILD_CHECK(ok, "%s", cdl_last_error());
+    dist_watchdog_disarm(ok);
+    for (;;)
+        pause();
+    return 1;
+}
+
+static void test_watchdog_ends_stuck_wait(void **state)
+{
+    (void)state;
+    char log[] = "/tmp/cdl-watchdog.XXXXXX";
+    int fd = mkstemp(log);
+    assert_true(fd >= 0);
+    close(fd);
+    int start[1] = {0}, status[1];
+    run_opts o = {guard_s(30), 0, 0};
+    int rc = run_ranks(1, start, 1, stuck_rank, log, &o, status);
+    char text[1024] = "";
+    FILE *f = fopen(log, "r");
+    if (f) {
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        text[n] = '\0';
+        fclose(f);
+    }
+    unlink(log);
+    assert_int_equal(rc, 0);
+    if (!WIFEXITED(status[0]) || WEXITSTATUS(status[0]) != CDL_EXIT_PEER_LOST)
+        fail_msg("the stuck wait ended with status %#x, not exit %d: '%s'", status[0],
+                 CDL_EXIT_PEER_LOST, text);
+    if (!strstr(text, "cdl: rank 7: error: MPI_Init_thread did not return within 0 s "
+                      "(CDL_TIMEOUT): check the peers; exiting with status 76"))
+        fail_msg("stderr '%s'", text);
+}
+
 /* A rank that gives up on an error of its own (cdl-train's --ckpt-dir it
  * cannot make) stops the others at once, but lost no peer: they exit 1 as
  * it does, not 76, which job scripts requeue. */
@@ -642,6 +689,7 @@ int main(void)
         cmocka_unit_test(test_killed_rank_hier),
         cmocka_unit_test(test_missing_rank_times_out),
         cmocka_unit_test(test_own_error_not_lost),
+        cmocka_unit_test(test_watchdog_ends_stuck_wait),
         cmocka_unit_test(test_late_rank_names_who_gave_up),
         cmocka_unit_test(test_duplicate_local_rank),
         cmocka_unit_test(test_refused_backends),

@@ -49,7 +49,10 @@ static int stranger_rank(int rank, int world, void *arg)
             return 1;
         char token[300];
         CHILD_CHECK(store_token(&info, token, sizeof token) == 0, "%s", cdl_last_error());
-        CHILD_CHECK(store_probe("127.0.0.1", info.master_port, "not-the-token", 1, 2, 10) == -1,
+        /* A wrong token: the store cannot prove it, so the client takes it
+         * for a listener that is not its store and looks for its own on the
+         * alternates until its timeout (1 s here). */
+        CHILD_CHECK(store_probe("127.0.0.1", info.master_port, "not-the-token", 1, 2, 1) == -1,
                     "a wrong token was accepted");
         /* What anyone could compute before: FNV-1a over the job id, uid,
          * world size and port (issue 13, item 1). */
@@ -60,7 +63,7 @@ static int stranger_rank(int rank, int world, void *arg)
         for (const char *p = old; *p; p++)
             h = (h ^ (unsigned char)*p) * 1099511628211ull;
         snprintf(oldtok, sizeof oldtok, "%016llx", (unsigned long long)h);
-        CHILD_CHECK(store_probe("127.0.0.1", info.master_port, oldtok, 1, 2, 10) == -1,
+        CHILD_CHECK(store_probe("127.0.0.1", info.master_port, oldtok, 1, 2, 1) == -1,
                     "the computable token was accepted");
         /* The store listens on MASTER_ADDR (127.0.0.1) only, not on every
          * address of the host: 127.0.0.2 is this host too. */
@@ -197,6 +200,165 @@ static void test_port_in_use(void **state)
 {
     (void)state;
     on_taken_port(port_taken_rank);
+}
+
+/* Another account squats MASTER_PORT (and, with all, its alternates): a
+ * process of uid nobody listens on 127.0.0.1 there and never answers. Its
+ * pid, or -1 (not root: the test skips). */
+static pid_t squat_as_nobody(const int *ports, int n)
+{
+    int ready[2];
+    if (geteuid() != 0 || pipe(ready))
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(ready[0]);
+        if (setgid(65534) || setuid(65534))
+            _exit(1);
+        for (int i = 0; i < n; i++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ports[i]),
+                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+            if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 64))
+                _exit(1);
+        }
+        (void)!write(ready[1], "r", 1);
+        for (;;)
+            pause();
+    }
+    close(ready[1]);
+    char c;
+    ssize_t k = pid > 0 ? read(ready[0], &c, 1) : -1;
+    close(ready[0]);
+    if (k != 1 && pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -2;
+    }
+    return pid;
+}
+
+typedef struct squat_case {
+    int port, alt[STORE_ALT_PORTS], all;
+    char log[64];
+} squat_case;
+
+static int squatted_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    squat_case *q = arg;
+    cdl_rank_info info;
+    CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
+    if (rank == 0)
+        CHILD_CHECK(freopen(q->log, "w", stderr), "cannot open %s", q->log);
+    store *s = store_open(&info, NULL, q->all ? 3 : 20, 1);
+    if (q->all) {
+        const char *e = cdl_last_error();
+        CHILD_CHECK(!s, "rank %d: a store came up although every port is taken", rank);
+        char want[128];
+        snprintf(want, sizeof want, "MASTER_PORT %d on host", q->port);
+        CHILD_CHECK(rank != 0 || (strstr(e, want) &&
+                                  strstr(e, "is in use by a process of another account, "
+                                            "uid 65534") &&
+                                  strstr(e, "and so are the ports derived from the run's "
+                                            "secret that the store would move to")),
+                    "rank 0's error '%s'", e);
+        snprintf(want, sizeof want, "(%d, %d, %d, %d, derived from the run's secret)", q->alt[0],
+                 q->alt[1], q->alt[2], q->alt[3]);
+        CHILD_CHECK(rank != 1 || (strstr(e, "did not answer its hello within 1 s") &&
+                                  strstr(e, "Nor did this run's store answer") &&
+                                  strstr(e, want)),
+                    "rank 1's error '%s'", e);
+        return 0;
+    }
+    CHILD_CHECK(s, "rank %d: %s", rank, cdl_last_error());
+    CHILD_CHECK(store_barrier(s, "squat") == 0, "rank %d: %s", rank, cdl_last_error());
+    store_close(s);
+    if (rank == 0) {
+        fflush(stderr);
+        char text[2048] = "", want[160];
+        FILE *f = fopen(q->log, "r");
+        CHILD_CHECK(f, "cannot read %s", q->log);
+        text[fread(text, 1, sizeof text - 1, f)] = '\0';
+        fclose(f);
+        snprintf(want, sizeof want, "MASTER_PORT %d on host", q->port);
+        CHILD_CHECK(strstr(text, want) && strstr(text, "is in use by a process of another "
+                                                       "account, uid 65534") &&
+                        strstr(text, "the store listens on port") &&
+                        strstr(text, "Tell the administrator"),
+                    "rank 0 did not say where its store moved: '%s'", text);
+    }
+    return 0;
+}
+
+/* MASTER_PORT held by another account (a squatter, or another user's job
+ * on the same hash): rank 0 used to fail the step. Now it moves to a port
+ * derived from the run's secret, says so, and the ranks find it there (the
+ * squatter never answers their hello); only when those are taken too does
+ * the step fail, naming them. */
+static void run_squatted(int all)
+{
+    squat_case q = {.all = all};
+    unsetenv("SLURM_STEP_RESV_PORTS");
+    int tmp = listen_any(&q.port);
+    assert_true(tmp >= 0);
+    close(tmp);
+    assert_int_equal(store_alt_ports("0123456789abcdef0123456789abcdef", q.port, q.alt),
+                     STORE_ALT_PORTS);
+    int ports[1 + STORE_ALT_PORTS] = {q.port, q.alt[0], q.alt[1], q.alt[2], q.alt[3]};
+    pid_t squatter = squat_as_nobody(ports, all ? 1 + STORE_ALT_PORTS : 1);
+    if (squatter == -1)
+        skip();
+    if (squatter < 0)
+        fail_msg("could not squat port %d (or its alternates): in use already?", q.port);
+    snprintf(q.log, sizeof q.log, "/tmp/cdl-squat.XXXXXX");
+    int fd = mkstemp(q.log);
+    assert_true(fd >= 0);
+    close(fd);
+    int start[2] = {0, 1}, status[2];
+    run_opts o = {guard_s(60), 1, q.port};
+    int rc = run_ranks(2, start, 2, squatted_rank, &q, &o, status);
+    kill(squatter, SIGKILL);
+    waitpid(squatter, NULL, 0);
+    unlink(q.log);
+    assert_int_equal(rc, 0);
+    assert_int_equal(expect_children_ok(2, status), 0);
+}
+
+static void test_squatted_port_moves(void **state)
+{
+    (void)state;
+    run_squatted(0);
+}
+
+static void test_squatted_alternates_fail(void **state)
+{
+    (void)state;
+    run_squatted(1);
+}
+
+/* The alternates: distinct, near MASTER_PORT, a function of the secret;
+ * none when Slurm reserved the step's ports. */
+static void test_alt_ports(void **state)
+{
+    (void)state;
+    int a[STORE_ALT_PORTS], b[STORE_ALT_PORTS], top[STORE_ALT_PORTS];
+    unsetenv("SLURM_STEP_RESV_PORTS");
+    assert_int_equal(store_alt_ports("secret-a", 29500, a), STORE_ALT_PORTS);
+    assert_int_equal(store_alt_ports("secret-b", 29500, b), STORE_ALT_PORTS);
+    assert_int_equal(store_alt_ports("secret-a", 65535, top), STORE_ALT_PORTS);
+    int same = 1;
+    for (int i = 0; i < STORE_ALT_PORTS; i++) {
+        assert_true(a[i] > 29500 && a[i] <= 29500 + STORE_ALT_SPAN);
+        assert_true(top[i] < 65535 && top[i] >= 65535 - STORE_ALT_SPAN);
+        for (int j = 0; j < i; j++)
+            assert_int_not_equal(a[i], a[j]);
+        same &= a[i] == b[i];
+    }
+    assert_false(same);
+    setenv("SLURM_STEP_RESV_PORTS", "12000-12003", 1);
+    assert_int_equal(store_alt_ports("secret-a", 12000, a), 0);
+    unsetenv("SLURM_STEP_RESV_PORTS");
 }
 
 /* A plain srun step (or --mpi=pmi2) has no port for the store: the error
@@ -907,7 +1069,7 @@ static void impostor_case(size_t answer_len)
     assert_true(im.lfd >= 0);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, impostor_main, &im), 0);
-    int rc = store_probe("127.0.0.1", port, secret, 1, 2, 10);
+    int rc = store_probe("127.0.0.1", port, secret, 1, 2, 2);
     char err[1024];
     snprintf(err, sizeof err, "%s", cdl_last_error());
     pthread_join(t, NULL);
@@ -1000,6 +1162,9 @@ int main(void)
         cmocka_unit_test(test_impostor_learns_nothing),
         cmocka_unit_test(test_impostor_refusal_quoted),
         cmocka_unit_test(test_hmac_vectors),
+        cmocka_unit_test(test_squatted_port_moves),
+        cmocka_unit_test(test_squatted_alternates_fail),
+        cmocka_unit_test(test_alt_ports),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,7 +11,13 @@
 #      slurm-spank-cdl into it from the .deb files, resolving their Depends
 #      from the mirror;
 #   5. inside that root: cdl-train --version and one epoch of synthetic
-#      training, the plugstack snippet installed disabled.
+#      training, the plugstack snippet installed disabled;
+#   6. docs/admin.md followed there with Slurm's client (no daemon): the
+#      plugin enabled as written (srun --cdl-version), a misspelled key
+#      refused naming it and FILE:LINE, unattended upgrades (no terminal,
+#      no --force-conf*) with cdl.conf edited, to a rebuild with a changed
+#      snippet and from a 0.1.0-style package (a conffile), apt remove
+#      naming the line left enabled, apt purge leaving nothing.
 # The temporary directory, the root with it, goes at the end, also on
 # failure or interrupt; nothing stays mounted (checked).
 #
@@ -202,6 +208,127 @@ else
     bad "cdl-train is not installed in the clean root"
 fi
 
+# 6. docs/admin.md followed as written, in the same root, with Slurm's
+# client (srun loads the plugin to parse its options; no daemon runs:
+# policy-rc.d stops munge's start, srun needs no slurmctld for what is
+# checked here).
+conf=/etc/slurm/plugstack.conf.d/cdl.conf
+template=/usr/share/slurm-spank-cdl/cdl.conf
+# Installs .deb files with apt as an unattended upgrade does: no terminal,
+# no --force-conf* option. Fails on a conffile question, on a package left
+# unconfigured, and on any file dpkg leaves beside cdl.conf.
+apt_unattended() {
+    DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get install -y -q --no-install-recommends \
+        --allow-downgrades "$@" </dev/null >"$work/upgrade.log" 2>&1 &&
+    ! grep -qiE "conffile prompt|Configuration file '" "$work/upgrade.log" &&
+    [ "$(chroot "$root" dpkg-query -W -f='${db:Status-Abbrev}' slurm-spank-cdl)" = "ii " ] &&
+    [ -z "$(find "$root${conf%/*}" -name 'cdl.conf?*')" ]
+}
+# A slurm-spank-cdl .deb made from the one built here: VERSION, the
+# snippet changed (an added comment, as a release with a new setting
+# has) and, with "conffile", laid out as releases before 0.2.0 shipped it
+# (a dpkg conffile in /etc, no postinst).
+repack() {
+    local version=$1 layout=$2 out=$3 d=$work/repack
+    rm -rf "$d" && dpkg-deb -R "$plug_deb" "$d" || return 1
+    sed -i "s/^Version: .*/Version: $version/" "$d/DEBIAN/control"
+    rm -f "$d/DEBIAN/md5sums"
+    echo "#   some_new_key=...   a setting of release $version" >>"$d$template"
+    if [ "$layout" = conffile ]; then
+        mkdir -p "$d${conf%/*}" && mv "$d$template" "$d$conf" && rmdir "$d${template%/*}" &&
+            echo "$conf" >"$d/DEBIAN/conffiles" && rm -f "$d/DEBIAN/postinst"
+    fi
+    dpkg-deb -b "$d" "$out" >/dev/null
+}
+snapshot() { (cd "$root" && find etc usr var/lib -xdev \( -type f -o -type l \) \
+    ! -path 'var/lib/dpkg/*' ! -path 'var/lib/apt/*' | sort); }
+if [ -x "$root/usr/bin/cdl-train" ] && [ -f "$plug_deb" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d" && chmod 755 "$root/usr/sbin/policy-rc.d"
+    if DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get install -y -q --no-install-recommends \
+            slurm-client >"$work/client.log" 2>&1; then
+        printf 'ClusterName=debcheck\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=localhost Default=YES\n' \
+            >"$root/etc/slurm/slurm.conf"
+    else
+        tail -n 20 "$work/client.log"; bad "apt-get install slurm-client into the root (log above)"
+    fi
+    before=$(snapshot)
+    owned=$(chroot "$root" dpkg -L libcdl0 cdl-tools slurm-spank-cdl | sort -u)
+    # "Enable it: remove the # before optional ...cdl_spank.so (add settings
+    # from "Settings" below on the same line)": README's sed, one setting.
+    sed -i 's|^#optional \(.*\)|optional \1 default_bind=cores|' "$root$conf"
+    v=$(in_root srun --cdl-version 2>&1)
+    if [ "$v" = "cdl_spank $ac_version (rank contract $contract)" ]; then
+        ok "enabled as docs/admin.md says: srun --cdl-version prints '$v'"
+    else
+        bad "after enabling $conf, srun --cdl-version printed '$v'"
+    fi
+    # A typo in an option, with `required` (the recommended line).
+    cp "$root$conf" "$work/cdl.conf.good"
+    sed -i 's|^optional \(.*\) default_bind=cores|required \1 defualt_bind=cores|' "$root$conf"
+    lineno=$(grep -n '^required ' "$root$conf" | cut -d: -f1)
+    err=$(in_root srun --cdl-version 2>&1); rc=$?
+    if [ "$rc" -ne 0 ] && echo "$err" | grep -q "unknown key 'defualt_bind'" &&
+       echo "$err" | grep -qF "$conf:$lineno"; then
+        ok "a typo in an option: srun refuses, naming the key and $conf:$lineno"
+    else
+        echo "$err"; bad "a typo in an option (defualt_bind=) in $conf:$lineno: srun rc=$rc (output above)"
+    fi
+    cp "$work/cdl.conf.good" "$root$conf"
+    # An upgrade to a release whose snippet changed, the plugin enabled:
+    # no question, the admin's file kept, this release's snippet named.
+    if repack "$ac_version+1" template "$root/tmp/debs/next.deb" && apt_unattended /tmp/debs/next.deb &&
+       cmp -s "$work/cdl.conf.good" "$root$conf" && grep -q "kept your edited $conf" "$work/upgrade.log" &&
+       grep -q some_new_key "$root$template"; then
+        ok "upgrade $ac_version -> $ac_version+1 (snippet changed) over the enabled cdl.conf: no prompt, the admin's file kept"
+    else
+        cat "$work/upgrade.log"; bad "unattended upgrade to $ac_version+1 over an edited cdl.conf (log above)"
+    fi
+    # apt remove with the line still enabled: named; the file stays.
+    DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get remove -y -q slurm-spank-cdl >"$work/remove.log" 2>&1
+    if grep -q "slurm-spank-cdl: $conf:[0-9]* still loads the removed plugin" "$work/remove.log" &&
+       cmp -s "$work/cdl.conf.good" "$root$conf"; then
+        ok "apt remove keeps cdl.conf and names its line that still loads the plugin"
+    else
+        cat "$work/remove.log"; bad "apt remove slurm-spank-cdl with the plugin enabled (log above)"
+    fi
+    # apt purge of all three: none of their files, nothing new in /etc.
+    DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get purge -y -q libcdl0 cdl-tools slurm-spank-cdl \
+        >"$work/purge.log" 2>&1
+    after=$(snapshot)
+    left=$( (comm -13 <(echo "$before") <(echo "$after"); comm -12 <(echo "$owned" | sed 's|^/||' | sort) <(echo "$after");
+             echo "$after" | grep -E '^(etc/slurm/plugstack.conf.d/cdl.conf|var/lib/slurm-spank-cdl/)') | sort -u)
+    if [ -z "$left" ] && [ -z "$(chroot "$root" dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 2>/dev/null |
+                                 grep -E ' (libcdl0|cdl-tools|slurm-spank-cdl)$')" ]; then
+        ok "apt purge libcdl0 cdl-tools slurm-spank-cdl: no file of theirs left, nothing in /etc"
+    else
+        echo "$left"; cat "$work/purge.log"; bad "apt purge left files (listed above)"
+    fi
+    # From a release that shipped cdl.conf as a conffile (before 0.2.0):
+    # edited, it stays the admin's; unedited, it becomes this release's.
+    if repack 0.1.0 conffile "$root/tmp/debs/old.deb"; then
+        for edited in yes no; do
+            chroot "$root" dpkg -i /tmp/debs/old.deb >"$work/old.log" 2>&1 || cat "$work/old.log"
+            [ $edited = yes ] && sed -i 's|^#optional |optional |' "$root$conf"
+            cp "$root$conf" "$work/cdl.conf.old"
+            if apt_unattended "/tmp/debs/${plug_deb##*/}" &&
+               if [ $edited = yes ]; then cmp -s "$work/cdl.conf.old" "$root$conf"
+               else cmp -s "$root$template" "$root$conf"; fi; then
+                ok "upgrade from a conffile release (0.1.0 layout) -> $ac_version, cdl.conf $([ $edited = yes ] && echo "edited: no prompt, kept" || echo "unedited: replaced by this release's")"
+            else
+                cat "$work/upgrade.log"; bad "upgrade 0.1.0 layout -> $ac_version with cdl.conf edited=$edited (log above)"
+            fi
+            DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get purge -y -q slurm-spank-cdl >"$work/purge.log" 2>&1
+            if [ -e "$root$conf" ] || [ -e "$root/var/lib/slurm-spank-cdl" ]; then
+                bad "apt purge after the upgrade from 0.1.0 left $conf or /var/lib/slurm-spank-cdl"
+            fi
+        done
+    else
+        bad "repacking slurm-spank-cdl in the 0.1.0 layout"
+    fi
+fi
+
+t_admin=$SECONDS
+
 if [ "${CDL_DEB_KEEP:-}" = 1 ] && ls "$work"/src/*.deb >/dev/null 2>&1; then
     mkdir -p "$top/_build/deb" &&
         cp "$work"/src/*.deb "$work"/src/*.changes "$work"/src/*.buildinfo "$top/_build/deb/"
@@ -210,6 +337,6 @@ cleanup; trap - EXIT
 if awk -v w="$work" 'index($2, w) == 1 { found = 1 } END { exit !found }' /proc/mounts || [ -e "$work" ]; then
     bad "the temporary root $work is still there or mounted"
 fi
-echo "deb-check: seconds from start: packages built $((t_build - t0)), lintian $((t_lint - t0)), clean root with packages $((t_root - t0)), all $((SECONDS - t0))"
+echo "deb-check: seconds from start: packages built $((t_build - t0)), lintian $((t_lint - t0)), clean root with packages $((t_root - t0)), admin's steps $((t_admin - t0)), all $((SECONDS - t0))"
 summary
 [ "$nfail" -eq 0 ]

@@ -1,5 +1,9 @@
 /* Strict parsing of the plugstack.conf arguments (see conf.h). */
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "spank/conf.h"
 
@@ -172,7 +176,123 @@ static int control_bytes(int ac, char **av)
     return 0;
 }
 
+/* Where the line with these arguments is: "FILE:LINE". Slurm hands the
+ * plugin its arguments, not their place, and a site may load it from
+ * plugstack.conf or from any file that includes (Debian:
+ * plugstack.conf.d/cdl.conf): "plugstack.conf: unknown key" sent the admin
+ * to the wrong file. The files are Slurm's: slurm.conf (SLURM_CONF, else
+ * /etc/slurm/slurm.conf) names PlugStackConfig (default plugstack.conf
+ * beside it), whose `include GLOB` lines are followed (relative to the
+ * including file's directory, 4 levels). The first line loading a
+ * cdl_spank.so with exactly these arguments wins (the one Slurm loads
+ * first). Only read, only on an error; nothing found leaves where empty. */
+struct where {
+    const char *args;   /* the arguments, joined by single spaces */
+    char *out;
+    size_t len;
+};
+
+static int where_file(struct where *w, const char *path, int depth);
+
+static int where_line(struct where *w, const char *path, int depth, int lineno, char *line)
+{
+    char *save = NULL, *tok[3], rest[1024] = "";
+    size_t used = 0;
+    char *hash = strchr(line, '#');
+    if (hash)
+        *hash = '\0';
+    line[strcspn(line, "\n")] = '\0';
+    for (int i = 0; i < 2; i++)
+        if (!(tok[i] = strtok_r(i ? NULL : line, " \t", &save)))
+            return 0;
+    if (!strcmp(tok[0], "include")) {
+        glob_t g;
+        char pattern[SPK_PATH_MAX];
+        const char *slash = strrchr(path, '/');
+        if (tok[1][0] == '/' || !slash)
+            snprintf(pattern, sizeof pattern, "%s", tok[1]);
+        else
+            snprintf(pattern, sizeof pattern, "%.*s/%s", (int)(slash - path), path, tok[1]);
+        if (depth >= 4 || glob(pattern, 0, NULL, &g) != 0)
+            return 0;
+        int found = 0;
+        for (size_t i = 0; !found && i < g.gl_pathc; i++)
+            found = where_file(w, g.gl_pathv[i], depth + 1);
+        globfree(&g);
+        return found;
+    }
+    size_t n = strlen(tok[1]);
+    if ((strcmp(tok[0], "required") && strcmp(tok[0], "optional")) || n < 12 ||
+        strcmp(tok[1] + n - 12, "cdl_spank.so") || (n > 12 && tok[1][n - 13] != '/'))
+        return 0;
+    while ((tok[2] = strtok_r(NULL, " \t", &save)) && used < sizeof rest)
+        used += (size_t)snprintf(rest + used, sizeof rest - used, "%s%s", used ? " " : "", tok[2]);
+    if (strcmp(rest, w->args))
+        return 0;
+    snprintf(w->out, w->len, "%s:%d", path, lineno);
+    return 1;
+}
+
+static int where_file(struct where *w, const char *path, int depth)
+{
+    char line[1024];
+    int lineno = 0, found = 0;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = where_line(w, path, depth, ++lineno, line);
+    fclose(f);
+    return found;
+}
+
+static void spk_conf_where(int ac, char **av, char *out, size_t len)
+{
+    char args[1024] = "", conf[SPK_PATH_MAX], stack[SPK_PATH_MAX] = "", line[1024];
+    const char *env = getenv("SLURM_CONF");
+    size_t used = 0;
+    struct where w = {args, out, len};
+    out[0] = '\0';
+    for (int i = 0; i < ac && used < sizeof args; i++)
+        used += (size_t)snprintf(args + used, sizeof args - used, "%s%s", i ? " " : "", av[i]);
+    snprintf(conf, sizeof conf, "%s", env && env[0] == '/' ? env : "/etc/slurm/slurm.conf");
+    FILE *f = fopen(conf, "re");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        char *p = line + strspn(line, " \t");
+        if (!strncasecmp(p, "PlugStackConfig=", 16)) {
+            p += 16;
+            p[strcspn(p, " \t\r\n#")] = '\0';
+            snprintf(stack, sizeof stack, "%s", p);
+        }
+    }
+    fclose(f);
+    if (!stack[0]) {
+        const char *slash = strrchr(conf, '/');
+        snprintf(stack, sizeof stack, "%.*s/plugstack.conf", (int)(slash - conf), conf);
+    }
+    where_file(&w, stack, 0);
+}
+
+static int conf_parse(struct spk_conf *c, int ac, char **av);
+
+/* The messages of conf_parse ("plugstack.conf: ...") end in "(at
+ * FILE:LINE)" when the line is found. At the end: the key comes first,
+ * and shortened copies of the message (srun's refusal of an option) keep
+ * it. */
 int spk_conf_parse(struct spk_conf *c, int ac, char **av)
+{
+    char where[SPK_PATH_MAX + 16];
+    if (conf_parse(c, ac, av) == 0)
+        return 0;
+    spk_conf_where(ac, av, where, sizeof where);
+    if (where[0])
+        spk_error("%s (at %s)", spk_last_error(), where);
+    return -1;
+}
+
+static int conf_parse(struct spk_conf *c, int ac, char **av)
 {
     int seen[NKEYS] = {0};
     spk_conf_defaults(c);

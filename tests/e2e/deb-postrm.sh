@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# debian/slurm-spank-cdl.postrm: `apt remove` keeps the conffile cdl.conf,
+# debian/slurm-spank-cdl.postrm: `apt remove` keeps cdl.conf (the admin's),
 # and a line still loading the removed plugin stops slurmd (required) or
 # makes every srun print an error (optional). The script must name the file
 # and line at remove, and stay quiet when the line is commented out (the
@@ -30,9 +30,17 @@ printf 'optional cdl_spank.so\n' >"$root/etc/slurm/plugstack.conf"
 expect_status 0 env DPKG_ROOT="$root" sh "$POSTRM" remove
 expect_err "/etc/slurm/plugstack.conf:1 still loads the removed plugin"
 
-# Only at remove: upgrades and purge say nothing.
+# Only at remove: upgrades and purge say nothing. cdl.conf is no conffile
+# (debian/slurm-spank-cdl.postinst makes it): upgrade keeps it, purge
+# removes it and postinst's record, and nothing else.
+mkdir -p "$root/var/lib/slurm-spank-cdl"
+echo 0123 >"$root/var/lib/slurm-spank-cdl/cdl.conf.sha256"
 for action in upgrade purge; do
     expect_status 0 env DPKG_ROOT="$root" sh "$POSTRM" "$action" 0.1.0
     [ ! -s "$TMP/err" ] || die "postrm $action printed: $(cat "$TMP/err")"
+    [ "$action" = purge ] || [ -f "$conf" ] || die "postrm $action removed $conf"
 done
+[ ! -e "$conf" ] || die "postrm purge left $conf"
+[ ! -e "$root/var/lib/slurm-spank-cdl" ] || die "postrm purge left /var/lib/slurm-spank-cdl"
+[ -f "$root/etc/slurm/plugstack.conf.d/other.conf" ] || die "postrm purge removed another plugin's file"
 echo "PASS: slurm-spank-cdl.postrm"

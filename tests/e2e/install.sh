@@ -120,7 +120,7 @@ if [ "$(var slurmplugin_LTLIBRARIES)" != "" ]; then
         die "make uninstall removed $conf.new, another installation's snippet"
     grep -q "kept .*cdl.conf.new: .*rename it to cdl.conf" "$TMP/log" ||
         { cat "$TMP/log" >&2; die "make uninstall did not say to rename $conf.new"; }
-    # The Debian package's cdl.conf, its line disabled: dpkg's conffile.
+    # The Debian package's cdl.conf, its line disabled: the package's file.
     pkg='#optional /usr/lib/x86_64-linux-gnu/slurm-wlm/cdl_spank.so'
     echo "$pkg" >"$conf"
     mk uninstall DESTDIR="$DEST" >"$TMP/log" 2>&1 || { tail -30 "$TMP/log" >&2; die "make uninstall failed"; }

@@ -54,6 +54,10 @@ check "srun fails naming the key" \
 # The user did not write that line and did not know whom to ask.
 check "... and says whose line it is" \
     eval 'echo "$err" | grep -q "unknown key .*plugstack.conf line loading cdl_spank.so: ask the administrator"' || echo "$err"
+# ... and which file and line: a site loads the plugin from plugstack.conf
+# or a file it includes (Debian: plugstack.conf.d/cdl.conf).
+check "... naming the file and line (found through PlugStackConfig)" \
+    eval 'echo "$err" | grep -q "cdl: plugstack.conf: unknown key .mps_timeuot. .* (at $CONF:1); this is"' || echo "$err"
 # The file saved with Windows line endings: the message named the value
 # with its carriage return, which the terminal showed as "cores" refused.
 printf '%s default_bind=cores\r\n' "$GOOD" >"$CONF"
@@ -74,6 +78,9 @@ state=$(wait_job "$job")
 check "the running job completes" eval 'echo "$state" | grep -q "JobState=COMPLETED"' ||
     echo "$state"
 check "both nodes idle after the epilog, none drained" both_idle
+check "the epilog logged the error naming the key, file and line" \
+    grep -q "unknown key 'mps_timeuot' .* (at $CONF:1); ignored in the job prolog/epilog" \
+    "$CDL_CLUSTER_DIR/log/slurmd.n1.log" "$CDL_CLUSTER_DIR/log/slurmd.n2.log"
 check "the epilog logged the error naming the key" \
     grep -q "unknown key 'mps_timeuot'.*ignored in the job prolog/epilog" \
     "$CDL_CLUSTER_DIR/log/slurmd.n1.log" "$CDL_CLUSTER_DIR/log/slurmd.n2.log"

@@ -1,6 +1,9 @@
 /* The plugin's admin settings (plugstack.conf arguments) and the user's
  * option values: strict parsing, errors that name the culprit. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "testutil.h"
 
@@ -65,6 +68,69 @@ static void test_every_key(void **state)
     assert_int_equal(c.default_bind, SPK_BIND_CORES);
     assert_int_equal(c.port_lo, 2000);
     assert_int_equal(c.port_hi, 2000);
+}
+
+/* The message names the file and line that loads the plugin with these
+ * arguments (Debian loads it from plugstack.conf.d/cdl.conf, included by
+ * plugstack.conf): "plugstack.conf: unknown key" sent the admin to the
+ * wrong file. The place goes last, so the key stays first. Found through SLURM_CONF's PlugStackConfig and the include
+ * globs; the first line with exactly these arguments. */
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_error_names_file_and_line(void **state)
+{
+    (void)state;
+    char dir[128], text[1024], want[600];
+    struct spk_conf c;
+    const char *typo[] = {"defualt_bind=cores"}, *bad[] = {"mps_timeout=0", "x"};
+    const char *good[] = {"default_bind=cores"};
+    const char *old = getenv("SLURM_CONF");
+    char *saved = old ? strdup(old) : NULL;
+    assert_int_equal(test_mkdtemp(dir, sizeof dir, "where"), 0);
+    snprintf(text, sizeof text, "%s/d", dir);
+    assert_int_equal(mkdir(text, 0700), 0);
+    snprintf(text, sizeof text, "ClusterName=c\nPlugStackConfig=%s/stack.conf # ours\n", dir);
+    write_file(dir, "slurm.conf", text);
+    /* A line of another plugin and one of ours with other arguments
+     * first; the include relative to plugstack.conf's directory. */
+    write_file(dir, "stack.conf", "optional /usr/lib/other.so defualt_bind=cores\n"
+                                  "include d/*.conf\n");
+    write_file(dir, "d/cdl.conf", "# disabled copy:\n"
+                                  "#required /usr/lib/slurm/cdl_spank.so defualt_bind=cores\n"
+                                  "optional   /usr/lib/slurm/cdl_spank.so\n"
+                                  "required /usr/lib/slurm/cdl_spank.so\tdefualt_bind=cores # typo\n");
+    snprintf(text, sizeof text, "%s/slurm.conf", dir);
+    setenv("SLURM_CONF", text, 1);
+    assert_int_equal(parse(&c, 1, typo), -1);
+    assert_non_null(strstr(spk_last_error(), "plugstack.conf: unknown key 'defualt_bind' ("));
+    snprintf(want, sizeof want, "submit host) (at %s/d/cdl.conf:4)", dir);
+    assert_non_null(strstr(spk_last_error(), want));
+    assert_int_equal(parse(&c, 1, good), 0);
+    /* No line with these arguments: the message as before. */
+    assert_int_equal(parse(&c, 2, bad), -1);
+    assert_string_equal(spk_last_error(),
+                        "plugstack.conf: mps_timeout=0: expected an integer in 1..300");
+    /* Without PlugStackConfig: plugstack.conf beside slurm.conf. */
+    write_file(dir, "slurm.conf", "ClusterName=c\n");
+    write_file(dir, "plugstack.conf", "\n\nrequired cdl_spank.so mps_timeout=0 x\n");
+    assert_int_equal(parse(&c, 2, bad), -1);
+    snprintf(want, sizeof want, "plugstack.conf: mps_timeout=0: expected an integer in 1..300 "
+                                "(at %s/plugstack.conf:3)", dir);
+    assert_string_equal(spk_last_error(), want);
+    if (saved)
+        setenv("SLURM_CONF", saved, 1);
+    else
+        unsetenv("SLURM_CONF");
+    free(saved);
+    assert_int_equal(test_rm_rf(dir), 0);
 }
 
 /* Each bad argument fails and the message names the key (or the argument). */
@@ -383,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_cpu_mask_is_step),
         cmocka_unit_test(test_slurm_threads),
         cmocka_unit_test(test_parse_uint_charset),
+        cmocka_unit_test(test_error_names_file_and_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,7 +56,8 @@ endif
 # Prints the cdl_spank.so path a snippet file loads when it is not this
 # installation's (nothing when it loads this one's, or none). A line
 # commented out counts too: the Debian package's cdl.conf ships its line
-# disabled, and is dpkg's conffile, not this installation's to remove.
+# disabled, and is the package's (its postinst installs it, purge removes
+# it), not this installation's to remove.
 SPANK_OTHER_PLUGIN = awk -v so='$(slurmplugindir)/cdl_spank.so' \
 	'{ line = $$0; sub(/^[ \t]*\#[ \t]*/, "", line); n = split(line, f); \
 	   if (n >= 2 && f[1] ~ /^(required|optional)$$/ && f[2] ~ /cdl_spank[.]so$$/) { \

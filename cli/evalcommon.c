@@ -558,6 +558,13 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
                          "was started in (the checkpoint is from an older cdl): run from there "
                          "or give --data-dir", o->ckpt, dir);
     snprintf(e->dataset, sizeof e->dataset, "%s", name);
+    /* --columns names a table's columns; anything else was read without
+     * it, so the user's columns were silently not the ones used. */
+    if (o->columns && strcmp(name, "csv"))
+        return cdl_error("--columns %.200s: names the feature columns of a CSV table, but the "
+                         "data read is %s (%s), not a table: leave --columns out, or give a "
+                         "table (--dataset csv:FILE)", o->columns, name,
+                         o->dataset ? "--dataset" : "the run's");
     if (!strcmp(name, "text") || !strcmp(name, "tokens"))
         return load_token_split(e, f, name, dir);
     long val = eval_meta_long(f, "val_samples");
@@ -816,6 +823,11 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
         e->table = 1;
         return load_rows(e, f, o->files[0], 0);
     }
+    if (o->columns)
+        return cdl_error("--columns %.200s: names the feature columns of a CSV table's rows, but "
+                         "%s%s %s: leave --columns out for pictures", o->columns, o->files[0],
+                         o->nfiles > 1 ? " and the other FILEs" : "",
+                         o->nfiles > 1 ? "are pictures" : "is a picture");
     cdl_shape s = {0, 0, 0};
     cdl_dataset_options opt;
     float *norm;

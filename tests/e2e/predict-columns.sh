@@ -175,3 +175,17 @@ done
     >"$TMP/dir.json" 2>/dev/null || die "cdl-eval csv:DIR"
 cmp -s "$TMP/file.json" "$TMP/dir.json" || die "csv:DIR and csv:DIR/train.csv differ"
 echo "PASS: the run's table named by its folder is the run's data"
+
+# --columns for a model trained on pictures (or told to read them) names no
+# column of anything read: it was silently ignored. Refused, saying why.
+"$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 16 --seed 5 --quiet --no-progress \
+    --dataset synthetic --synthetic-size 64 --val-split 16 --ckpt-dir "$TMP/pic" ||
+    die "cdl-train on pictures"
+for prog in "$CDL_EVAL" "$CDL_PREDICT"; do
+    expect_status 1 "$prog" "$TMP/pic/last.safetensors" --threads 1 --columns a,b
+    expect_err "--columns a,b: names the feature columns of a CSV table, but the data read is synthetic (the run's), not a table: leave --columns out"
+done
+printf 'not decoded' >"$TMP/a.png"
+expect_status 1 "$CDL_PREDICT" "$TMP/pic/last.safetensors" --threads 1 --columns a,b "$TMP/a.png"
+expect_err "--columns a,b: names the feature columns of a CSV table's rows, but $TMP/a.png is a picture: leave --columns out for pictures"
+echo "PASS: --columns refused where no table is read"

@@ -282,6 +282,60 @@ static int load_token_split(eval_ctx *e, const cdl_st_file *f, const char *name,
 
 static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path, int split);
 
+/* --columns as the checkpoint stores names: one per line (a line break in
+ * a name a space), cdl_malloc'd; NULL with the reason in why. Fields are
+ * separated by commas, as a CSV header's: a bare one is taken as written
+ * and may not be empty (",," or a trailing comma is a typing slip); a
+ * quoted one ("a,b", "" for a column without a name, such as pandas' row
+ * index, "" inside for a quote) is taken as CSV quotes it. */
+static char *columns_lines(const char *arg, char *why, size_t len)
+{
+    char *out = cdl_malloc(strlen(arg) + 1), *q = out;
+    if (!out) {
+        snprintf(why, len, "out of memory");
+        return NULL;
+    }
+    const char *p = arg;
+    for (int k = 1;; k++) {
+        if (*p == '"') {
+            for (p++;; p++) {
+                if (!*p) {
+                    snprintf(why, len, "column %d: a quote opened and not closed", k);
+                    cdl_free(out);
+                    return NULL;
+                }
+                if (*p == '"' && p[1] != '"')
+                    break;
+                p += *p == '"';   /* "" inside: one quote */
+                *q++ = *p == '\n' ? ' ' : *p;
+            }
+            p++;
+            if (*p && *p != ',') {
+                snprintf(why, len, "column %d: text after its closing quote", k);
+                cdl_free(out);
+                return NULL;
+            }
+        } else {
+            size_t n = strcspn(p, ",");
+            if (!n) {
+                snprintf(why, len, "column %d is empty (a typing slip? a column without a name "
+                         "is \"\")", k);
+                cdl_free(out);
+                return NULL;
+            }
+            for (size_t i = 0; i < n; i++)
+                *q++ = p[i] == '\n' ? ' ' : p[i];
+            p += n;
+        }
+        if (!*p)
+            break;
+        *q++ = '\n';
+        p++;   /* the comma */
+    }
+    *q = '\0';
+    return out;
+}
+
 /* The model's feature column names: the run's (metadata feature_columns),
  * else --columns (weights another program wrote); *nf of them in *names,
  * pointing into *copy (both cdl_free'd by the caller, also on an error).
@@ -311,21 +365,20 @@ static int feature_names(const eval_opts *o, const cdl_st_file *f, const char *p
                          "(the training tensor's columns), and --normalize as the training did",
                          o->ckpt, path);
     /* One name per line, as the checkpoint stores them (a line break in a
-     * name is a space there, and --columns cannot hold one). */
+     * name is a space there). --columns was checked when parsed. */
+    char why[160];
     size_t len = strlen(stored ? stored : o->columns);
-    if (!(*copy = cdl_malloc(len + 1)))
-        return -1;
-    memcpy(*copy, stored ? stored : o->columns, len + 1);
-    if (!stored)
-        for (char *p = *copy; *p; p++)
-            *p = *p == ',' ? '\n' : *p == '\n' ? ' ' : *p;
-    if (stored && o->columns) {
-        char *given = cdl_malloc(strlen(o->columns) + 1);
-        if (!given)
+    if (stored) {
+        if (!(*copy = cdl_malloc(len + 1)))
             return -1;
-        strcpy(given, o->columns);
-        for (char *p = given; *p; p++)
-            *p = *p == ',' ? '\n' : *p;
+        memcpy(*copy, stored, len + 1);
+    } else if (!(*copy = columns_lines(o->columns, why, sizeof why))) {
+        return cdl_error("--columns %.200s: %s", o->columns, why);
+    }
+    if (stored && o->columns) {
+        char *given = columns_lines(o->columns, why, sizeof why);
+        if (!given)
+            return cdl_error("--columns %.200s: %s", o->columns, why);
         int same = !strcmp(given, *copy);
         cdl_free(given);
         if (!same) {
@@ -561,6 +614,13 @@ static int load_data(eval_ctx *e, const cdl_st_file *f)
                          "was started in (the checkpoint is from an older cdl): run from there "
                          "or give --data-dir", o->ckpt, dir);
     snprintf(e->dataset, sizeof e->dataset, "%s", name);
+    /* --columns names a table's columns; anything else was read without
+     * it, so the user's columns were silently not the ones used. */
+    if (o->columns && strcmp(name, "csv"))
+        return cdl_error("--columns %.200s: names the feature columns of a CSV table, but the "
+                         "data read is %s (%s), not a table: leave --columns out, or give a "
+                         "table (--dataset csv:FILE)", o->columns, name,
+                         o->dataset ? "--dataset" : "the run's");
     if (!strcmp(name, "text") || !strcmp(name, "tokens"))
         return load_token_split(e, f, name, dir);
     long val = eval_meta_long(f, "val_samples");
@@ -819,6 +879,11 @@ static int load_files(eval_ctx *e, const cdl_st_file *f)
         e->table = 1;
         return load_rows(e, f, o->files[0], 0);
     }
+    if (o->columns)
+        return cdl_error("--columns %.200s: names the feature columns of a CSV table's rows, but "
+                         "%s%s %s: leave --columns out for pictures", o->columns, o->files[0],
+                         o->nfiles > 1 ? " and the other FILEs" : "",
+                         o->nfiles > 1 ? "are pictures" : "is a picture");
     cdl_shape s = {0, 0, 0};
     cdl_dataset_options opt;
     float *norm;
@@ -1348,14 +1413,16 @@ int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
         return EVAL_OPT_OK;
     case EVAL_OPT_LABEL_COLUMN: o->label_column = arg; return EVAL_OPT_OK;
     case EVAL_OPT_COLUMNS: {
-        /* Names between commas, none empty (",," or a trailing comma is a
-         * typing slip, not a column without a name). */
-        size_t n = strlen(arg);
-        if (!n || arg[0] == ',' || arg[n - 1] == ',' || strstr(arg, ",,")) {
-            fprintf(stderr, "%s: --columns '%.80s': give the feature column names separated by "
-                    "commas, none empty (see %s --help)\n", prog, arg, prog);
+        /* Names between commas, none empty unless quoted (columns_lines). */
+        char why[160];
+        char *lines = columns_lines(arg, why, sizeof why);
+        if (!lines) {
+            fprintf(stderr, "%s: --columns '%.80s': %s: give the feature column names "
+                    "separated by commas, \"\" for one without a name (see %s --help)\n", prog,
+                    arg, why, prog);
             return EVAL_OPT_BAD;
         }
+        cdl_free(lines);
         o->columns = arg;
         return EVAL_OPT_OK;
     }

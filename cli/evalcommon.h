@@ -140,6 +140,7 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     "      --channels 1|3       imagefolder: grayscale or RGB [the run's]\n"                 \
     "      --label-column NAME  csv: the label column [the run's]\n"                         \
     "      --columns A,B,...    csv: the feature columns by name, in the model's input order\n" \
+    "                           (\"\" for a column without a name, \"a,b\" for one with a comma)\n" \
     "                           [the run's; give them for weights PyTorch wrote]\n"          \
     "      --skip-bad-files     leave out unreadable pictures (counted) instead of failing\n"  \
     "      --decode auto|memory|stream  imagefolder: decode into memory or as batches need\n"  \

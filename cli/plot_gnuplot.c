@@ -7,7 +7,9 @@
  * exec'd by path with a fixed argv, its script and data (inline data
  * blocks) go through a pipe, no temporary file, and it gets a deadline.
  * The charts it draws go to temporary names and are renamed into place
- * once checked whole (plot_run_gnuplot). */
+ * once checked whole (plot_run_gnuplot), relative to their directory,
+ * opened once and refused, as a checkpoint's, when every account may
+ * write to it without the sticky bit (lib/ckpt/atomic.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -19,6 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cdl/cdl.h>
+
+#include "lib/ckpt/atomic.h"
 #include "plot_gnuplot.h"
 
 int plot_find_gnuplot(char *out, size_t len)
@@ -186,13 +191,13 @@ int plot_script(FILE *f, const plot_set *set, const plot_opts *o)
 
 static int plot_draw(const char *gnuplot, const plot_set *set, const plot_opts *o);
 
-/* Whether path ends as a whole PNG (its IEND chunk) or SVG ("</svg>")
+/* Whether the file name in dfd ends as a whole PNG (its IEND chunk) or SVG ("</svg>")
  * does: gnuplot exits 0 with a truncated file when the disk is full. */
-static int complete(const char *path, int png)
+static int complete(int dfd, const char *name, int png)
 {
     static const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
     unsigned char tail[64];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
         if (fd >= 0)
@@ -211,9 +216,17 @@ static int complete(const char *path, int png)
     return n >= 6 && !memcmp(tail + n - 6, "</svg>", 6);
 }
 
+/* The last component of path: a name in its directory. */
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
 /* The drawn files from their temporary names into place, each only if
- * complete; the temporary files are gone afterwards either way. */
-static int publish(const plot_opts *o, int ok)
+ * complete, relative to dfd, the output's directory opened and checked
+ * before drawing; the temporary files are gone afterwards either way. */
+static int publish(int dfd, const plot_opts *o, int ok)
 {
     int rc = ok ? 0 : -1;
     for (int png = 1; png >= 0; png--) {
@@ -223,19 +236,20 @@ static int publish(const plot_opts *o, int ok)
         char tmp[4300], dst[4300];
         snprintf(tmp, sizeof tmp, "%s.%s%s", o->prefix, ext, o->suffix);
         snprintf(dst, sizeof dst, "%s.%s", o->prefix, ext);
-        if (rc == 0 && !complete(tmp, png)) {
+        if (rc == 0 && !complete(dfd, base_name(tmp), png)) {
             struct stat st;
             fprintf(stderr, "cdl-plot: %s came out incomplete (%lld bytes): is its file system "
                     "full or over quota? Free space there or give -o another place; any "
                     "earlier %s is unchanged\n", dst,
-                    stat(tmp, &st) == 0 ? (long long)st.st_size : 0LL, dst);
+                    fstatat(dfd, base_name(tmp), &st, AT_SYMLINK_NOFOLLOW) == 0
+                        ? (long long)st.st_size : 0LL, dst);
             rc = -1;
         }
-        if (rc == 0 && rename(tmp, dst) != 0) {
+        if (rc == 0 && renameat(dfd, base_name(tmp), dfd, base_name(dst)) != 0) {
             fprintf(stderr, "cdl-plot: cannot rename %s to %s: %s\n", tmp, dst, strerror(errno));
             rc = -1;
         }
-        unlink(tmp);
+        unlinkat(dfd, base_name(tmp), 0);
     }
     return rc;
 }
@@ -248,8 +262,25 @@ int plot_run_gnuplot(const char *gnuplot, const plot_set *set, const plot_opts *
     plot_opts opts = *given;
     opts.suffix = suffix;
     const plot_opts *o = &opts;
+    /* The output's directory, opened and checked once as a checkpoint's
+     * (lib/ckpt/atomic.c): one every account may write to without the
+     * sticky bit is refused before drawing, since any of them could swap a
+     * chart between its check and its rename; the charts are checked,
+     * renamed and removed relative to it. */
+    const char *slash = strrchr(o->prefix, '/');
+    char dir[4300], first[4300];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (slash == o->prefix ? 1 : (int)(slash - o->prefix))
+                                            : 1, slash ? o->prefix : ".");
+    snprintf(first, sizeof first, "%s.%s", o->prefix, o->png ? "png" : "svg");
+    int dfd = afile_dir_open(dir, first);
+    if (dfd < 0) {
+        fprintf(stderr, "cdl-plot: %s\n", cdl_last_error());
+        return -1;
+    }
     int drawn = plot_draw(gnuplot, set, o);
-    return publish(o, drawn == 0);
+    int rc = publish(dfd, o, drawn == 0);
+    close(dfd);
+    return rc;
 }
 
 static int plot_draw(const char *gnuplot, const plot_set *set, const plot_opts *o)

@@ -88,6 +88,29 @@ static int create_tmp(afile *a)
     return -1;
 }
 
+int afile_dir_open(const char *dir, const char *path)
+{
+    struct stat st;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        return cdl_error("%s: cannot open its directory %s: %s: %s", path, dir, strerror(err),
+                         errno_hint(err, dir));
+    }
+    if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+        close(fd);
+        return cdl_error("%s: its directory %s may be written by every account and is not "
+                         "sticky (mode %04o): any of them could replace the file, or swap it "
+                         "between its writing and its rename into place; write it to a "
+                         "directory of your own (mkdir -m 700 DIR), or make that one safe "
+                         "(chmod o-w %s, or chmod +t %s for a shared one)", path, dir,
+                         (unsigned)(st.st_mode & 07777), dir, dir);
+    }
+    return fd;
+}
+
 int afile_open(afile *a, const char *path)
 {
     a->fd = -1;
@@ -115,21 +138,8 @@ int afile_open(afile *a, const char *path)
     sprintf(a->tmp, "%.*s.%s.tmp.XXXXXX", (int)(slash ? slash + 1 - path : 0), path, base);
 
     struct stat st;
-    a->dirfd = open(a->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (a->dirfd < 0 || fstat(a->dirfd, &st) != 0) {
-        int err = errno;
-        cdl_error("%s: cannot open its directory %s: %s: %s", path, a->dir, strerror(err),
-                  errno_hint(err, a->dir));
-        afile_abort(a);
-        return -1;
-    }
-    if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
-        cdl_error("%s: its directory %s may be written by every account and is not sticky "
-                  "(mode %04o): any of them could replace the file, or swap it between its "
-                  "writing and its rename into place; write it to a directory of your own "
-                  "(mkdir -m 700 DIR), or make that one safe (chmod o-w %s, or chmod +t %s "
-                  "for a shared one)", path, a->dir, (unsigned)(st.st_mode & 07777), a->dir,
-                  a->dir);
+    a->dirfd = afile_dir_open(a->dir, path);
+    if (a->dirfd < 0) {
         afile_abort(a);
         return -1;
     }

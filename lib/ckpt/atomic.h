@@ -32,6 +32,13 @@ typedef struct afile {
  * or replace the target at any time. */
 
 int afile_open(afile *a, const char *path);
+/* The same check for other writers that rename files into a directory
+ * (--keep-last's numbered checkpoints, cdl-plot's charts): opens dir, where
+ * the file path (named in errors) goes, and returns its descriptor, to
+ * which every later create, rename and removal must be relative; -1 (with
+ * cdl_error) when it cannot be opened or every account may write to it
+ * without the sticky bit. */
+int afile_dir_open(const char *dir, const char *path);
 /* Writes all n bytes (retrying short writes and EINTR); on failure the
  * caller must still call afile_abort. */
 int afile_write(afile *a, const void *buf, size_t n);

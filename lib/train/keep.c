@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "keep.h"
+#include "lib/ckpt/atomic.h"
 
 int ckpt_keep_name(const char *name, long *step)
 {
@@ -44,17 +45,35 @@ int ckpt_keep_wanted(long step, long keep_last, long keep_every)
     return keep_last > 0 || (keep_every > 0 && step % keep_every == 0);
 }
 
+/* The last component of path: a name in its directory. */
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
 int ckpt_keep_link(const char *dir, const char *last, long step, char *out, size_t len)
 {
-    char tmp[1200];
+    char name[64], tmp[80];
     snprintf(out, len, "%.1000s/step-%08ld.safetensors", dir, step);
-    snprintf(tmp, sizeof tmp, "%.1000s/.step-%08ld.safetensors.tmp.link", dir, step);
+    snprintf(name, sizeof name, "step-%08ld.safetensors", step);
+    snprintf(tmp, sizeof tmp, ".step-%08ld.safetensors.tmp.link", step);
+    /* The directory opened and checked once, as atomic.c's writer does:
+     * every name below is relative to it, so a directory swapped in on the
+     * path meanwhile gets nothing, and one every account may write to
+     * without the sticky bit is refused. last is a file of dir. */
+    int dfd = afile_dir_open(dir, out);
+    if (dfd < 0)
+        return -1;
     struct stat st;
-    if (lstat(out, &st) == 0 && !S_ISREG(st.st_mode))
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
+        close(dfd);
         return 2;   /* a link or directory of the user's: not ours to replace */
-    unlink(tmp);   /* a killed run's; ckpt_dir_prepare also removes them */
-    if (link(last, tmp) != 0) {
+    }
+    unlinkat(dfd, tmp, 0);   /* a killed run's; ckpt_dir_prepare also removes them */
+    if (linkat(dfd, base_name(last), dfd, tmp, 0) != 0) {
         int err = errno;
+        close(dfd);
         if (err == EPERM || err == EOPNOTSUPP || err == ENOSYS || err == EMLINK || err == EXDEV)
             return 1;   /* no hard links here: the caller writes a copy */
         return cdl_error("%s: cannot keep the checkpoint of step %ld as a link to %s: %s: "
@@ -63,17 +82,15 @@ int ckpt_keep_link(const char *dir, const char *last, long step, char *out, size
     }
     /* Over a file of the same step (a run resumed from an earlier one that
      * trains these steps again): readers see the old file or the new one. */
-    if (rename(tmp, out) != 0) {
+    if (renameat(dfd, tmp, dfd, name) != 0) {
         int err = errno;
-        unlink(tmp);
+        unlinkat(dfd, tmp, 0);
+        close(dfd);
         return cdl_error("%s: cannot keep the checkpoint of step %ld: %s: check the file "
                          "system of %s", out, step, strerror(err), dir);
     }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);   /* the new name survives a crash, as atomic.c's renames */
-        close(fd);
-    }
+    fsync(dfd);   /* the new name survives a crash, as atomic.c's renames */
+    close(dfd);
     return 0;
 }
 
@@ -102,10 +119,19 @@ int ckpt_keep_prune(const char *dir, long keep_last, long keep_every, long now,
     msg[0] = '\0';
     struct stat rst;
     int have_resumed = resumed && resumed[0] && stat(resumed, &rst) == 0;
-    DIR *d = opendir(dir);
+    /* Checked and listed once; removals relative to it (ckpt_keep_link). */
+    char what[1100];
+    snprintf(what, sizeof what, "%.1000s/step-*.safetensors", dir);
+    int dfd = afile_dir_open(dir, what);
+    if (dfd < 0) {
+        snprintf(msg, len, "old numbered checkpoints not removed: %s", cdl_last_error());
+        return -1;
+    }
+    DIR *d = fdopendir(dfd);
     if (!d) {
         snprintf(msg, len, "cannot list %.900s to remove old numbered checkpoints: %s", dir,
                  strerror(errno));
+        close(dfd);
         return -1;
     }
     kept *k = NULL;

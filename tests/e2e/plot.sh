@@ -3,7 +3,9 @@
 # one SVG of the size asked for (the PNG's signature and IHDR chunk are
 # checked, not only that a file exists); the text summary alone when
 # gnuplot is not in PATH; resumed runs and bad lines read as documented;
-# nothing from a file or option reaches gnuplot but as a quoted string.
+# nothing from a file or option reaches gnuplot but as a quoted string;
+# an output folder every account may write to without the sticky bit is
+# refused, as a checkpoint's is.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 PLOT="$top_builddir/cli/cdl-plot"
 
@@ -98,6 +100,19 @@ if command -v gnuplot >/dev/null; then
     [ ! -e "$TMP/q.svg" ] || die "--format png wrote an SVG"
     expect_status 2 "$PLOT" -o '|touch x' "$TMP/old.jsonl"
     expect_err "not starting with '|'"
+    # An output folder every account may write to without the sticky bit:
+    # any of them could swap a chart between its check and its rename
+    # (cdl-plot renamed by path there). Refused before drawing, as a
+    # checkpoint's folder is; sticky (as /tmp), drawn.
+    mkdir "$TMP/open" && chmod 0777 "$TMP/open"
+    expect_status 1 "$PLOT" -o "$TMP/open/p" --format svg "$TMP/old.jsonl"
+    expect_err "cdl-plot: $TMP/open/p.svg: its directory $TMP/open may be written by every account and is not sticky (mode 0777)"
+    expect_err "chmod o-w $TMP/open"
+    [ -z "$(ls -A "$TMP/open")" ] || die "files were written there: $(ls -A "$TMP/open")"
+    chmod 1777 "$TMP/open"
+    expect_status 0 "$PLOT" -o "$TMP/open/p" --format svg "$TMP/old.jsonl"
+    grep -q '</svg>' "$TMP/open/p.svg" || die "no chart in a sticky folder"
+    [ "$(ls -A "$TMP/open")" = p.svg ] || die "files left: $(ls -A "$TMP/open")"
 else
     echo "note: gnuplot is not installed (Debian: gnuplot-nox): charts not checked"
 fi

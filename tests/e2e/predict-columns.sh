@@ -106,7 +106,7 @@ PYEOF
 expect_status 1 pt --normalize "$norm" --columns a,b,q "$TMP/rows.csv"
 expect_err "rows.csv lacks 1 of the 3 feature columns the model was trained on: 'q'"
 expect_status 2 pt --normalize "$norm" --columns a,,c "$TMP/rows.csv"
-expect_err "--columns 'a,,c': give the feature column names separated by commas"
+expect_err "--columns 'a,,c': column 2 is empty (a typing slip? a column without a name is \"\"): give the feature column names separated by commas"
 # An older cdl's checkpoint: told to give --columns, which it then takes
 # (checked against its samples' size).
 old="$TMP/old.safetensors"
@@ -175,3 +175,52 @@ done
     >"$TMP/dir.json" 2>/dev/null || die "cdl-eval csv:DIR"
 cmp -s "$TMP/file.json" "$TMP/dir.json" || die "csv:DIR and csv:DIR/train.csv differ"
 echo "PASS: the run's table named by its folder is the run's data"
+
+# --columns for a model trained on pictures (or told to read them) names no
+# column of anything read: it was silently ignored. Refused, saying why.
+"$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 16 --seed 5 --quiet --no-progress \
+    --dataset synthetic --synthetic-size 64 --val-split 16 --ckpt-dir "$TMP/pic" ||
+    die "cdl-train on pictures"
+for prog in "$CDL_EVAL" "$CDL_PREDICT"; do
+    expect_status 1 "$prog" "$TMP/pic/last.safetensors" --threads 1 --columns a,b
+    expect_err "--columns a,b: names the feature columns of a CSV table, but the data read is synthetic (the run's), not a table: leave --columns out"
+done
+printf 'not decoded' >"$TMP/a.png"
+expect_status 1 "$CDL_PREDICT" "$TMP/pic/last.safetensors" --threads 1 --columns a,b "$TMP/a.png"
+expect_err "--columns a,b: names the feature columns of a CSV table's rows, but $TMP/a.png is a picture: leave --columns out for pictures"
+echo "PASS: --columns refused where no table is read"
+
+# A training column without a name (pandas' row index, trained on with a
+# warning) could not be named by --columns, where every name must be given
+# (an empty one is a typing slip): weights without the stored names could
+# not read such a table. "" names it, quoted as in a CSV header.
+awk 'NR == 1 { print "," $0; next } { print NR - 2 "," $0 }' "$TMP/train.csv" >"$TMP/idx.csv"
+"$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 8 --seed 3 --quiet --no-progress \
+    --model mlp --dataset "csv:$TMP/idx.csv" --label-column kind --ckpt-dir "$TMP/cki" 2>/dev/null ||
+    die "cdl-train on a table with pandas' index"
+"$PY" - "$TMP/cki/last.safetensors" "$TMP/idx-old.safetensors" <<'PYEOF' || die "stripping the names"
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+assert head["__metadata__"]["feature_columns"] == "\na\nb\nc", head["__metadata__"]["feature_columns"]
+del head["__metadata__"]["feature_columns"], head["__metadata__"]["cdl_checksum"]
+hb = json.dumps(head).encode()
+hb += b" " * (-len(hb) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
+PYEOF
+head -7 "$TMP/idx.csv" | cut -d, -f1-4 >"$TMP/idx-rows.csv"
+expect_status 0 "$CDL_PREDICT" "$TMP/cki/last.safetensors" --threads 1 --top-k 3 "$TMP/idx-rows.csv"
+cp "$TMP/out" "$TMP/idx-cdl.csv"
+expect_status 2 "$CDL_PREDICT" "$TMP/idx-old.safetensors" --threads 1 --columns ,a,b,c "$TMP/idx-rows.csv"
+expect_err "column 1 is empty (a typing slip? a column without a name is \"\")"
+expect_status 0 "$CDL_PREDICT" "$TMP/idx-old.safetensors" --threads 1 --columns '"",a,b,c' \
+    --top-k 3 "$TMP/idx-rows.csv"
+cmp -s "$TMP/out" "$TMP/idx-cdl.csv" || die "--columns '\"\",a,b,c': other predictions than the run's"
+# The run's own checkpoint takes its own names, the unnamed one included.
+expect_status 0 "$CDL_PREDICT" "$TMP/cki/last.safetensors" --threads 1 --columns '"",a,b,c' \
+    --top-k 3 "$TMP/idx-rows.csv"
+cmp -s "$TMP/out" "$TMP/idx-cdl.csv" || die "--columns as the run's changed the predictions"
+expect_status 2 "$CDL_PREDICT" "$TMP/idx-old.safetensors" --columns '"a,b' "$TMP/idx-rows.csv"
+expect_err "column 1: a quote opened and not closed"
+echo "PASS: a column without a name given to --columns as \"\""

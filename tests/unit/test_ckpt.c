@@ -16,6 +16,7 @@
 
 #include "lib/ckpt/atomic.h"
 #include "lib/core/rng.h"
+#include "lib/train/keep.h"
 
 typedef struct fixture {
     char dir[256];
@@ -981,6 +982,45 @@ static void test_directory_swapped(void **state)
     assert_int_equal(hidden_files(dir), 0);
 }
 
+/* --keep-last's numbered checkpoints (lib/train/keep.c) follow the
+ * writer's rule: in a directory every account may write to without the
+ * sticky bit the link is not made and nothing is pruned, the error naming
+ * the directory and the way out; they used to be linked, renamed and
+ * removed there by path. Sticky, both go ahead. */
+static void test_keep_shared_directory_refused(void **state)
+{
+    fixture *fx = *state;
+    char dir[300], last[400], old[400], out[1100], msg[1200];
+    snprintf(dir, sizeof dir, "%s/open", fx->dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(chmod(dir, 0777), 0);
+    snprintf(last, sizeof last, "%s/last.safetensors", dir);
+    snprintf(old, sizeof old, "%s/step-00000002.safetensors", dir);
+    write_bytes(last, "new", 3);
+    write_bytes(old, "old", 3);
+    assert_int_equal(ckpt_keep_link(dir, last, 4, out, sizeof out), -1);
+    assert_non_null(strstr(cdl_last_error(), dir));
+    assert_non_null(strstr(cdl_last_error(), "may be written by every account and is not sticky"));
+    assert_non_null(strstr(cdl_last_error(), "chmod o-w"));
+    snprintf(out, sizeof out, "%s/step-00000004.safetensors", dir);
+    assert_int_equal(access(out, F_OK), -1);
+    assert_int_equal(hidden_files(dir), 0);
+    assert_int_equal(ckpt_keep_prune(dir, 1, 0, 4, NULL, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "may be written by every account and is not sticky"));
+    assert_int_equal(access(old, F_OK), 0);
+
+    assert_int_equal(chmod(dir, 01777), 0);
+    assert_int_equal(ckpt_keep_link(dir, last, 4, out, sizeof out), 0);
+    struct stat a, b;
+    assert_int_equal(stat(last, &a), 0);
+    assert_int_equal(stat(out, &b), 0);
+    assert_true(a.st_ino == b.st_ino);
+    assert_int_equal(hidden_files(dir), 0);
+    assert_int_equal(ckpt_keep_prune(dir, 1, 0, 4, NULL, msg, sizeof msg), 0);
+    assert_int_equal(access(old, F_OK), -1);
+    assert_int_equal(access(out, F_OK), 0);
+}
+
 static void test_permissions(void **state)
 {
     char path[512];
@@ -1096,6 +1136,7 @@ int main(void)
         T(test_permissions),
         T(test_shared_directory_refused),
         T(test_directory_swapped),
+        T(test_keep_shared_directory_refused),
         T(test_base64_vectors),
         T(test_base64_round_trip),
         T(test_base64_rejects),

@@ -56,6 +56,7 @@ static const cdl_backend_ops cuda_ops = {
     .scale = cbe_scale,
     .sumsq_dev = cbe_sumsq_dev,
     .clip_scale = cbe_clip_scale,
+    .hold_updates = cbe_hold_updates,
     .destroy = cbe_destroy,
     /* The ops of residual networks (ops_nn.c). */
     .bn_sum = cbe_bn_sum,
@@ -154,6 +155,8 @@ static void release(cbe *ci)
         (void)cudaFree(ci->sumsq_dev);
     if (ci->sumsq_host)
         (void)cudaFreeHost(ci->sumsq_host);
+    if (ci->hold_dev)
+        (void)cudaFree(ci->hold_dev);
     if (ci->bias_partials)
         (void)cudaFree(ci->bias_partials);
     if (ci->chan_partials)
@@ -209,6 +212,8 @@ static int setup(cbe *ci, int lt)
                                 (CUK_SUMSQ_BLOCKS + 1) * sizeof(double))) ||
         CU_CHECK(ci, cudaHostAlloc((void **)&ci->sumsq_host, sizeof(double),
                                    cudaHostAllocPortable)) ||
+        CU_CHECK(ci, cudaMalloc((void **)&ci->hold_dev, sizeof(int))) ||
+        CU_CHECK(ci, cudaMemsetAsync(ci->hold_dev, 0, sizeof(int), ci->stream)) ||
         CU_CHECK(ci, cudaMalloc((void **)&ci->bias_partials,
                                 CBE_BIAS_PARTIALS * sizeof(float))) ||
         CU_CHECK(ci, cudaMalloc((void **)&ci->chan_partials,

@@ -158,6 +158,7 @@ typedef struct cbe {
     void *blas_ws;            /* cuBLAS workspace (fixed: deterministic, capturable) */
     double *sumsq_dev;        /* CUK_SUMSQ_BLOCKS partials, then the result */
     double *sumsq_host;       /* pinned */
+    int *hold_dev;            /* nonzero: sgd_step, adam_step change nothing (hold_updates) */
     float *bias_partials;     /* CBE_BIAS_PARTIALS floats for conv2d bias gradients */
     double *chan_partials;    /* CBE_CHAN_PARTIALS doubles for batch norm's channel sums */
     int *emb_order;           /* embedding_bwd's rows sorted by id (ops_seq.c), emb_cap ints */
@@ -280,6 +281,7 @@ void cbe_adam_step(cdl_backend *be, size_t n, float *p, const float *g, float *m
 double cbe_sumsq(cdl_backend *be, const float *x, size_t n);
 void cbe_sumsq_dev(cdl_backend *be, const float *x, size_t n, double *out, int acc);
 void cbe_clip_scale(cdl_backend *be, float *x, size_t n, const double *sq, float max_norm);
+void cbe_hold_updates(cdl_backend *be, const double *sq);
 
 /* ops_nn.c: the ops of residual networks (act.cu, chan.cu, bn.cu), with
  * backend.h's signatures. */
@@ -350,7 +352,7 @@ enum {
     OPSIG_ATTN_FWD, OPSIG_ATTN_BWD,
     OPSIG_LAYERNORM_FWD, OPSIG_LAYERNORM_BWD, OPSIG_EMBEDDING_FWD, OPSIG_EMBEDDING_BWD,
     OPSIG_BCAST_ADD_FWD, OPSIG_BCAST_ADD_BWD,
-    OPSIG_SUMSQ_DEV, OPSIG_CLIP_SCALE,
+    OPSIG_SUMSQ_DEV, OPSIG_CLIP_SCALE, OPSIG_HOLD,
 };
 
 /* A pointer as a signature argument. */

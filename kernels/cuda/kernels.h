@@ -84,11 +84,15 @@ cudaError_t cuk_xent(cudaStream_t s, int n, int classes, const float *logits,
                      const int32_t *labels, float *dlogits, float *loss, int32_t *pred,
                      cuk_xent_sc sc, const cuk_xent_sc *dyn);
 
-/* optim.cu. momentum_buf may be NULL when momentum is 0. */
+/* optim.cu. momentum_buf may be NULL when momentum is 0. hold: device
+ * int, nonzero = leave p and the state as they are (backend.h's
+ * hold_updates); cuk_hold sets *hold to 1 when (float)sqrt(*sq) is not
+ * finite, and leaves it as it is otherwise. */
 cudaError_t cuk_sgd(cudaStream_t s, size_t n, float *p, const float *g, float *momentum_buf,
-                    cuk_sgd_sc sc, const cuk_sgd_sc *dyn);
+                    const int *hold, cuk_sgd_sc sc, const cuk_sgd_sc *dyn);
 cudaError_t cuk_adam(cudaStream_t s, size_t n, float *p, const float *g, float *m, float *v,
-                     cuk_adam_sc sc, const cuk_adam_sc *dyn);
+                     const int *hold, cuk_adam_sc sc, const cuk_adam_sc *dyn);
+cudaError_t cuk_hold(cudaStream_t s, const double *sq, int *hold);
 
 /* act.cu: activations, kind a cdl_act (PyTorch's formulas, backend.h).
  * alpha is leaky ReLU's negative slope (unused by the others). The

@@ -194,7 +194,7 @@ void cbe_sgd_step(cdl_backend *be, size_t n, float *p, const float *g, float *mo
     const void *dyn;
     if (cbe_graph_op(ci, "sgd_step", cbe_sig(OPSIG_SGD, a, 4), &sc, sizeof sc, &dyn))
         return;
-    CU_CHECK(ci, cuk_sgd(ci->stream, n, p, g, momentum_buf, sc, dyn));
+    CU_CHECK(ci, cuk_sgd(ci->stream, n, p, g, momentum_buf, ci->hold_dev, sc, dyn));
 }
 
 void cbe_adam_step(cdl_backend *be, size_t n, float *p, const float *g, float *m, float *v,
@@ -209,7 +209,7 @@ void cbe_adam_step(cdl_backend *be, size_t n, float *p, const float *g, float *m
     const void *dyn;
     if (cbe_graph_op(ci, "adam_step", cbe_sig(OPSIG_ADAM, a, 5), &sc, sizeof sc, &dyn))
         return;
-    CU_CHECK(ci, cuk_adam(ci->stream, n, p, g, m, v, sc, dyn));
+    CU_CHECK(ci, cuk_adam(ci->stream, n, p, g, m, v, ci->hold_dev, sc, dyn));
 }
 
 /* Asynchronous and capturable: the squared norm stays on the device (the
@@ -242,6 +242,28 @@ void cbe_clip_scale(cdl_backend *be, float *x, size_t n, const double *sq, float
     if (cbe_graph_op(ci, "clip_scale", cbe_sig(OPSIG_CLIP_SCALE, a, 4), NULL, 0, &dyn))
         return;
     CU_CHECK(ci, cuk_clip_scale(ci->stream, x, n, sq, max_norm));
+}
+
+/* sq: set the hold that sgd_step and adam_step read, when the norm is not
+ * finite (capturable); NULL: clear it, in stream order. */
+void cbe_hold_updates(cdl_backend *be, const double *sq)
+{
+    cbe *ci = cbe_of(be);
+    cbe_enter(ci);
+    if (!sq) {
+        if (cbe_graph_busy(ci)) {
+            cbe_fail(ci, "hold_updates(NULL) during CUDA graph %s: clear the hold outside "
+                     "graph steps", cbe_graph_busy(ci));
+            return;
+        }
+        CU_CHECK(ci, cudaMemsetAsync(ci->hold_dev, 0, sizeof *ci->hold_dev, ci->stream));
+        return;
+    }
+    const uint64_t a[] = {sigp(sq)};
+    const void *dyn;
+    if (cbe_graph_op(ci, "hold_updates", cbe_sig(OPSIG_HOLD, a, 1), NULL, 0, &dyn))
+        return;
+    CU_CHECK(ci, cuk_hold(ci->stream, sq, ci->hold_dev));
 }
 
 /* Synchronous: the value is needed on the host now. */

@@ -11,14 +11,18 @@
  *        v = beta2*v + (1-beta2)*g'*g'
  *        p = p - (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
  * The bias corrections come from the host (computed in double).
+ * While *hold is nonzero (--clip-grad's norm was not finite: cuk_hold)
+ * neither changes anything, p nor the optimizer state.
  */
 #include <math.h>
 
 #include "kernels/cuda/cuk.cuh"
 
-static __global__ void sgd_kernel(size_t n, float *p, const float *g, float *buf, cuk_sgd_sc sc,
-                                  const cuk_sgd_sc *dyn)
+static __global__ void sgd_kernel(size_t n, float *p, const float *g, float *buf,
+                                  const int *hold, cuk_sgd_sc sc, const cuk_sgd_sc *dyn)
 {
+    if (*hold)
+        return;
     cuk_sgd_sc c = cuk_pick(sc, dyn);
     CUK_GRID_STRIDE(i, n) {
         float d = g[i];
@@ -34,8 +38,10 @@ static __global__ void sgd_kernel(size_t n, float *p, const float *g, float *buf
 }
 
 static __global__ void adam_kernel(size_t n, float *p, const float *g, float *m, float *v,
-                                   cuk_adam_sc sc, const cuk_adam_sc *dyn)
+                                   const int *hold, cuk_adam_sc sc, const cuk_adam_sc *dyn)
 {
+    if (*hold)
+        return;
     cuk_adam_sc c = cuk_pick(sc, dyn);
     CUK_GRID_STRIDE(i, n) {
         float gi = g[i];
@@ -53,16 +59,32 @@ static __global__ void adam_kernel(size_t n, float *p, const float *g, float *m,
     }
 }
 
-extern "C" cudaError_t cuk_sgd(cudaStream_t s, size_t n, float *p, const float *g,
-                               float *momentum_buf, cuk_sgd_sc sc, const cuk_sgd_sc *dyn)
+/* The host's test (lib/train's train_norm_clippable): the norm, a double,
+ * finite as a float. Sticky: a later finite norm does not clear it, so a
+ * step queued behind the bad one changes nothing either. */
+static __global__ void hold_kernel(const double *sq, int *hold)
 {
-    CUK_LAUNCH(sgd_kernel, cuk_blocks(n), CUK_THREADS, s, n, p, g, momentum_buf, sc, dyn);
+    if (!isfinite((float)sqrt(*sq)))
+        *hold = 1;
+}
+
+extern "C" cudaError_t cuk_sgd(cudaStream_t s, size_t n, float *p, const float *g,
+                               float *momentum_buf, const int *hold, cuk_sgd_sc sc,
+                               const cuk_sgd_sc *dyn)
+{
+    CUK_LAUNCH(sgd_kernel, cuk_blocks(n), CUK_THREADS, s, n, p, g, momentum_buf, hold, sc, dyn);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuk_adam(cudaStream_t s, size_t n, float *p, const float *g, float *m,
-                                float *v, cuk_adam_sc sc, const cuk_adam_sc *dyn)
+                                float *v, const int *hold, cuk_adam_sc sc, const cuk_adam_sc *dyn)
 {
-    CUK_LAUNCH(adam_kernel, cuk_blocks(n), CUK_THREADS, s, n, p, g, m, v, sc, dyn);
+    CUK_LAUNCH(adam_kernel, cuk_blocks(n), CUK_THREADS, s, n, p, g, m, v, hold, sc, dyn);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_hold(cudaStream_t s, const double *sq, int *hold)
+{
+    CUK_LAUNCH(hold_kernel, 1, 1, s, sq, hold);
     return cudaGetLastError();
 }

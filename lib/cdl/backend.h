@@ -429,6 +429,17 @@ typedef struct cdl_backend_ops {
     /* The device's product name ("NVIDIA H100 80GB HBM3"), for the peak
      * FLOP/s of MFU reports; NULL entry: none (a CPU). */
     const char *(*device_name)(cdl_backend *be);
+    /* Optional (NULL: --clip-grad reads the norm on the host before the
+     * update, as on the CPU): the update of a gradient whose norm cannot
+     * be clipped skipped without a host wait, inside a CUDA graph step too.
+     * hold_updates(be, sq), after clip_scale with the same sq: when
+     * (float)sqrt(*sq) is not finite (NaN, infinite, or beyond a float's
+     * 3.4e38), every later sgd_step and adam_step leaves p and the
+     * optimizer state (momentum_buf, m, v) as they are, until
+     * hold_updates(be, NULL) lets updates through again (both asynchronous,
+     * in stream order; the NULL call outside graph steps). The host learns
+     * it when it reads *sq. */
+    void (*hold_updates)(cdl_backend *be, const double *sq);
 } cdl_backend_ops;
 
 /* Step mark slots a backend with marks keeps. */

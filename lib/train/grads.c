@@ -96,7 +96,7 @@ int train_norm_clippable(double total)
 int train_clip_on_device(const run *r)
 {
     const cdl_backend_ops *ops = r->be->ops;
-    return r->cfg->clip_grad > 0 && ops->sumsq_dev && ops->clip_scale &&
+    return r->cfg->clip_grad > 0 && ops->sumsq_dev && ops->clip_scale && ops->hold_updates &&
            ddp_norm_on_device(r->ddp);
 }
 
@@ -111,8 +111,12 @@ int train_clip_grads(run *r)
     double sq;
     ddp_owned(r->ddp, &off, &np);
     if (r->norm_dev && ddp_grad_sumsq_dev(r->ddp, r->norm_dev) == 0) {
-        /* No host wait: the norm is read with the step's results. */
+        /* No host wait: the norm is read with the step's results. A
+         * norm that cannot be clipped holds this update and every one
+         * queued behind it on the device (the loop stops the run when it
+         * reads the norm, train_norm_error). */
         be->ops->clip_scale(be, g + off, np, r->norm_dev, r->cfg->clip_grad);
+        be->ops->hold_updates(be, r->norm_dev);
         return 0;
     }
     /* sumsq waits on the host for the stream, NCCL's allreduce on it too. */

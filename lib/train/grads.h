@@ -54,11 +54,13 @@ int train_norm_clippable(double total);
  * norm's coefficient (NaN, taken as 1) let the gradient through, so the
  * update wrote NaN into the weights.
  * With r->norm_dev: both on the device (grad_norm NAN, the squared norm in
- * norm_dev); else waits for the gradient on the host (sumsq), bounded by
+ * norm_dev), and a norm that cannot be clipped holds the update there
+ * (backend.h's hold_updates: this step's and every later one's, until the
+ * run ends), returning 0; else waits for the gradient on the host (sumsq), bounded by
  * CDL_TIMEOUT while NCCL's allreduce is queued (ddp_drain). */
 int train_clip_grads(run *r);
 /* Whether --clip-grad runs on the device (r->norm_dev): a backend with
- * sumsq_dev and clip_scale, unsharded or sharded over NCCL (ddp.h's
+ * sumsq_dev, clip_scale and hold_updates, unsharded or sharded over NCCL (ddp.h's
  * ddp_norm_on_device); then train_clip_grads waits for nothing on the host
  * and fits a CUDA graph step. */
 int train_clip_on_device(const run *r);

@@ -925,8 +925,10 @@ static void run_free(run *r)
     cdl_free(r->h_pred);
     if (be)
         be->ops->free(be, r->grad_acc);
-    if (be)
+    if (be && r->norm_dev) {
+        be->ops->hold_updates(be, NULL);   /* the backend's updates go through again */
         be->ops->free(be, r->norm_dev);
+    }
     loop_free(r);
     ddp_free(r->ddp);
     cdl_optim_destroy(r->optim);
@@ -1312,8 +1314,11 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (r.accum > 1 &&
         !(r.grad_acc = r.be->ops->alloc(r.be, cdl_model_nparams(r.model) * sizeof(float))))
         goto out;
-    if (train_clip_on_device(&r) && !(r.norm_dev = r.be->ops->alloc(r.be, sizeof(double))))
-        goto out;
+    if (train_clip_on_device(&r)) {
+        if (!(r.norm_dev = r.be->ops->alloc(r.be, sizeof(double))))
+            goto out;
+        r.be->ops->hold_updates(r.be, NULL);   /* none held from an earlier run */
+    }
     train_report_note(r.rep, "cdl %s: %s%s on %s (%d train / %d val / %d test), %zu parameters, "
                       "%s backend with %d thread%s, %d rank%s",
                       cdl_version(), cfg->model, stem_note(cfg->model, r.train.shape), cfg->dataset,

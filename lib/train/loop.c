@@ -339,11 +339,12 @@ static int count_oldest(run *r, train_position *pos)
                                 train_diverge_hint(r, step, &h, earlier, sizeof earlier));
     }
     if (g->ends_step[s] && r->cfg->clip_grad > 0 && !train_norm_clippable(g->grad_norm[s])) {
-        /* --clip-grad's norm (on the host: the update was skipped) */
+        /* --clip-grad's norm: the update was skipped, on the host or, read
+         * from the device, held there (hold_updates, with the updates of
+         * the steps queued behind it) */
         diverge_hint h;
         char earlier[1200];
         return train_norm_error(r->ri.rank, g->grad_norm[s], r->cfg->clip_grad, step, late,
-                                g->norm_pending[s],
                                 train_diverge_hint(r, step, &h, earlier, sizeof earlier));
     }
     pos->loss_sum += loss;

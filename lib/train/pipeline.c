@@ -137,7 +137,7 @@ int train_loss_error(int rank, double loss, long step, int late, const diverge_h
                      shown(loss), step + 1, where, resume_todo(todo, sizeof todo, step, h, "loss"));
 }
 
-int train_norm_error(int rank, double norm, float max_norm, long step, int late, int applied,
+int train_norm_error(int rank, double norm, float max_norm, long step, int late,
                      const diverge_hint *h)
 {
     char where[96], todo[5000];
@@ -147,9 +147,8 @@ int train_norm_error(int rank, double norm, float max_norm, long step, int late,
     else
         where[0] = 0;
     return cdl_error("rank %d: the gradient norm is %g at step %ld%s, which --clip-grad %g "
-                     "cannot clip: training diverged (%s); %s", rank, shown(norm), step + 1,
-                     where, (double)max_norm,
-                     applied ? "no checkpoint holds the update" : "the update was skipped",
+                     "cannot clip: training diverged (the update was skipped); %s", rank,
+                     shown(norm), step + 1, where, (double)max_norm,
                      resume_todo(todo, sizeof todo, step, h, "gradient"));
 }
 

@@ -70,10 +70,11 @@ int train_loss_error(int rank, double loss, long step, int late, const diverge_h
  * coefficient of an infinite norm is 0, and 0 times infinity is NaN; that
  * of a NaN norm is NaN), so the run stops as for a non-finite loss, with
  * the same advice; the weights of `step` gave the gradient, so a
- * last.safetensors of that step is not the one to resume from. applied: the
- * update ran before the norm was read (on the GPU, where the norm is read
- * with the step's results), else it was skipped. Returns -1. */
-int train_norm_error(int rank, double norm, float max_norm, long step, int late, int applied,
+ * last.safetensors of that step is not the one to resume from. The update
+ * of that step was skipped: on the host before it, or on the GPU, where the
+ * norm is read with the step's results, held on the device (backend.h's
+ * hold_updates). Returns -1. */
+int train_norm_error(int rank, double norm, float max_norm, long step, int late,
                      const diverge_hint *h);
 /* The same for a batch of an evaluation (validation or test): not a
  * step's loss, but the weights' outputs overflowed. Returns -1. */

@@ -89,6 +89,15 @@ tests_fakegpu_test_train_stop_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CFLAGS)
 tests_fakegpu_test_train_stop_LDADD = $(FAKEGPU_LDADD) $(CMOCKA_LIBS)
 tests_fakegpu_test_train_stop_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_test_train_stop_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
+# --clip-grad's non-finite norm holds the update on the device: weights and
+# Adam state unchanged (hold_updates, kernels/cuda/optim.cu).
+check_PROGRAMS += tests/fakegpu/test_clip_hold
+TESTS += tests/fakegpu/test_clip_hold
+tests_fakegpu_test_clip_hold_SOURCES = tests/fakegpu/test_clip_hold.c
+tests_fakegpu_test_clip_hold_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CFLAGS)
+tests_fakegpu_test_clip_hold_LDADD = $(FAKEGPU_LDADD) $(CMOCKA_LIBS)
+tests_fakegpu_test_clip_hold_LDFLAGS = $(FAKEGPU_LINKFLAGS)
+EXTRA_tests_fakegpu_test_clip_hold_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
 endif
 # bench_lenet of tests/gpu/run.sh, for the script's rehearsal.
 check_PROGRAMS += tests/fakegpu/bench_lenet

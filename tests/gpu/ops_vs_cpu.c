@@ -987,6 +987,46 @@ static void check_adam(size_t n, int decoupled)
     free(p), free(m), free(v);
 }
 
+/* --clip-grad's hold (hold_updates): after a squared norm whose float
+ * norm is not finite (NaN here: a NaN gradient element), adam_step and
+ * sgd_step with momentum change neither p nor their state, and stay held
+ * after a finite norm behind it; cleared, adam_step is the CPU's again. */
+static void check_hold(size_t n)
+{
+    if (!have((const void *)gpu->ops->hold_updates, "hold_updates") ||
+        !have((const void *)gpu->ops->sumsq_dev, "sumsq_dev"))
+        return;
+    char shape[64];
+    snprintf(shape, sizeof shape, "n%zu", n);
+    float *p = host_rand(n, -1, 1), *m = host_rand(n, -1, 1), *v = host_rand(n, 0, 1);
+    float *g = host_rand(n, -1, 1), *bad = host_rand(n, -1, 1);
+    bad[n / 2] = NAN;
+    float *gp = up(p, n * 4), *gm = up(m, n * 4), *gv = up(v, n * 4), *gg = up(bad, n * 4);
+    double *gsq = up(NULL, sizeof(double));
+    cdl_adam_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                           .weight_decay = 1e-2f, .decoupled = 1, .step = 2};
+    cdl_sgd_hparams sp = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f};
+    gpu->ops->hold_updates(gpu, NULL);
+    gpu->ops->sumsq_dev(gpu, gg, n, gsq, 0);   /* NaN */
+    gpu->ops->hold_updates(gpu, gsq);
+    gpu->ops->adam_step(gpu, n, gp, gg, gm, gv, &hp);
+    gpu->ops->sgd_step(gpu, n, gp, gg, gm, &sp);
+    gpu->ops->to_device(gpu, gg, g, n * 4);
+    gpu->ops->sumsq_dev(gpu, gg, n, gsq, 0);   /* finite: the hold stays */
+    gpu->ops->hold_updates(gpu, gsq);
+    gpu->ops->adam_step(gpu, n, gp, gg, gm, gv, &hp);
+    cmp_exact("hold_updates p", shape, gp, p, n * 4);
+    cmp_exact("hold_updates exp_avg", shape, gm, m, n * 4);
+    cmp_exact("hold_updates exp_avg_sq", shape, gv, v, n * 4);
+    gpu->ops->hold_updates(gpu, NULL);
+    gpu->ops->adam_step(gpu, n, gp, gg, gm, gv, &hp);
+    cpu->ops->adam_step(cpu, n, p, g, m, v, &hp);
+    cmp("hold_updates cleared", shape, gp, p, n, 1e-6, 0);
+    gpu->ops->free(gpu, gp), gpu->ops->free(gpu, gm), gpu->ops->free(gpu, gv);
+    gpu->ops->free(gpu, gg), gpu->ops->free(gpu, gsq);
+    free(p), free(m), free(v), free(g), free(bad);
+}
+
 /* -------------------------------------------------------------- graphs */
 
 /* A small training step: x (n,in) -> linear -> relu -> dropout -> linear
@@ -1415,6 +1455,7 @@ int main(int argc, char **argv)
               "sgd_step nesterov");
     check_adam(100003, 0);
     check_adam(100003, 1);
+    check_hold(100003);
     if (gpu->ops->graph_begin) {
         check_graph();
         check_graph_resnet_ops();

@@ -260,6 +260,8 @@ static void test_xent(void **state)
     }
 }
 
+static const int no_hold = 0;   /* hold_updates not set: the updates go through */
+
 static void test_sgd(void **state)
 {
     (void)state;
@@ -276,7 +278,7 @@ static void test_sgd(void **state)
             float *g = frand(n, -1, 1);
             cdl_sgd_hparams hp = hps[k];
             hp.first_step = step == 0;
-            assert_int_equal(cuk_sgd(NULL, n, p_gpu, g, b_gpu, kern_sgd_scalars(&hp), NULL),
+            assert_int_equal(cuk_sgd(NULL, n, p_gpu, g, b_gpu, &no_hold, kern_sgd_scalars(&hp), NULL),
                              cudaSuccess);
             cpu->ops->sgd_step(cpu, n, p_cpu, g, b_cpu, &hp);
             free(g);
@@ -300,7 +302,8 @@ static void test_adam(void **state)
             cdl_adam_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                    .weight_decay = decoupled ? 1e-2f : 1e-4f,
                                    .decoupled = decoupled, .step = step};
-            assert_int_equal(cuk_adam(NULL, n, p_gpu, g, m_gpu, v_gpu, kern_adam_scalars(&hp), NULL),
+            assert_int_equal(cuk_adam(NULL, n, p_gpu, g, m_gpu, v_gpu, &no_hold,
+                                      kern_adam_scalars(&hp), NULL),
                              cudaSuccess);
             cpu->ops->adam_step(cpu, n, p_cpu, g, m_cpu, v_cpu, &hp);
             free(g);
@@ -311,6 +314,41 @@ static void test_adam(void **state)
         free(p_gpu), free(p_cpu), free(m_gpu), free(m_cpu), free(v_gpu);
         free(v_cpu);
     }
+}
+
+/* cuk_hold (hold_updates): a squared norm whose float norm is not finite
+ * (NaN, infinite, 2e77: beyond a float) sets the hold, a finite one leaves
+ * it as it is (0, or set); held, SGD and Adam change neither p nor the
+ * state. */
+static void test_hold(void **state)
+{
+    (void)state;
+    const double sqs[] = {NAN, INFINITY, 2e77, 1e76, 4.0};
+    const int want[] = {1, 1, 1, 0, 0};
+    for (int k = 0; k < 5; k++) {
+        int hold = 0;
+        assert_int_equal(cuk_hold(NULL, &sqs[k], &hold), cudaSuccess);
+        assert_int_equal(hold, want[k]);
+        hold = 1;
+        assert_int_equal(cuk_hold(NULL, &sqs[k], &hold), cudaSuccess);
+        assert_int_equal(hold, 1);
+    }
+    size_t n = 1001;
+    float *p = frand(n, -1, 1), *m = frand(n, -1, 1), *v = frand(n, 0, 1), *g = frand(n, -1, 1);
+    float *p0 = fzero(n), *m0 = fzero(n), *v0 = fzero(n);
+    memcpy(p0, p, n * 4), memcpy(m0, m, n * 4), memcpy(v0, v, n * 4);
+    g[7] = NAN;
+    const int held = 1;
+    cdl_adam_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                           .weight_decay = 1e-2f, .decoupled = 1, .step = 2};
+    cdl_sgd_hparams sp = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f};
+    assert_int_equal(cuk_adam(NULL, n, p, g, m, v, &held, kern_adam_scalars(&hp), NULL),
+                     cudaSuccess);
+    assert_int_equal(cuk_sgd(NULL, n, p, g, m, &held, kern_sgd_scalars(&sp), NULL), cudaSuccess);
+    assert_same_bits(p, p0, n * 4, "held params");
+    assert_same_bits(m, m0, n * 4, "held exp_avg / momentum");
+    assert_same_bits(v, v0, n * 4, "held exp_avg_sq");
+    free(p), free(m), free(v), free(g), free(p0), free(m0), free(v0);
 }
 
 static void test_sumsq(void **state)
@@ -390,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_relu),       cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_fill_scale), cmocka_unit_test(test_xent),
         cmocka_unit_test(test_sgd),        cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_hold),
         cmocka_unit_test(test_sumsq),      cmocka_unit_test(test_bias),
         cmocka_unit_test(test_bad_launch),
     };

@@ -136,7 +136,8 @@ static int table_columns(run *r)
         if (n == 0)
             train_report_warning(r->rep, "feature column %d of the table has no name "
                                  "(pandas writes its row index so: to_csv(..., index=False) "
-                                 "leaves it out): it is trained on as a feature", k + 1);
+                                 "leaves it out): it is trained on as a feature (in "
+                                 "--columns of cdl-eval and cdl-predict it is \"\")", k + 1);
         s = s[n] ? s + n + 1 : NULL;
     }
     return 0;

@@ -155,6 +155,7 @@ awk 'NR == 1 { print "," $0; next } { print NR - 2 "," $0 }' "$TMP/train.csv" >"
 expect_status 0 "$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 8 --no-progress \
     --model mlp --dataset "csv:$TMP/idx.csv" --label-column kind --ckpt-dir "$TMP/cki" -q
 expect_err "warning: feature column 1 of the table has no name (pandas writes its row index"
+expect_err 'trained on as a feature (in --columns of cdl-eval and cdl-predict it is "")'
 awk -F, 'NR <= 6 { print $1 "," $7 "," $3 "," $2 "," $4 "," $5 "," $6 }' "$TMP/idx.csv" \
     >"$TMP/idx-rows.csv"
 expect_status 0 "$CDL_PREDICT" "$TMP/cki/last.safetensors" --threads 1 "$TMP/idx-rows.csv"

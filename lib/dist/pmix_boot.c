@@ -346,6 +346,22 @@ static const char *missing_note(boot *b, const char *key, char *out, size_t len)
     return out;
 }
 
+/* A fence past CDL_TIMEOUT, whether our own wait or PMIx's PMIX_TIMEOUT
+ * ended it first (both are CDL_TIMEOUT: one message, so that what a rank
+ * prints does not depend on which timer won). */
+static int fence_timed_out(boot *b, const char *key)
+{
+    char note[1024];
+    dist_note_peer_lost();
+    if (*missing_note(b, key, note, sizeof note))
+        return cdl_error("rank %d: PMIx fence #%ld did not complete within %.0f s "
+                         "(CDL_TIMEOUT): %s", b->rank, b->fences, b->timeout, note);
+    return cdl_error("rank %d: PMIx fence #%ld did not complete within %.0f s "
+                     "(CDL_TIMEOUT): some rank did not arrive, stopped or lost its node "
+                     "(PMIx does not say which; see the other ranks' errors)",
+                     b->rank, b->fences, b->timeout);
+}
+
 /* PMIx_Fence with CDL_TIMEOUT kept by us: Slurm's pmix plugin (22.05)
  * ignores PMIX_TIMEOUT, so a rank that never arrives (stopped, hung before
  * its first fence, its node gone) held the others in PMIx_Fence for good.
@@ -389,31 +405,15 @@ static int pb_fence(boot *b)
     int done = f->done;
     st = f->st;
     pthread_mutex_unlock(&f->mu);
-    char note[1024];
-    if (!done) {
-        dist_note_peer_lost();   /* f stays: the fence may still call back */
-        if (*missing_note(b, key, note, sizeof note))
-            return cdl_error("rank %d: PMIx fence #%ld did not complete within %.0f s "
-                             "(CDL_TIMEOUT): %s", b->rank, b->fences, b->timeout, note);
-        return cdl_error("rank %d: PMIx fence #%ld did not complete within %.0f s "
-                         "(CDL_TIMEOUT): some rank did not arrive, stopped or lost its node "
-                         "(PMIx does not say which; see the other ranks' errors)",
-                         b->rank, b->fences, b->timeout);
-    }
+    if (!done)   /* f stays: the fence may still call back */
+        return fence_timed_out(b, key);
     PMIX_INFO_DESTRUCT(&f->info[0]);
     PMIX_INFO_DESTRUCT(&f->info[1]);
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);
     cdl_free(f);
-    if (st == PMIX_ERR_TIMEOUT) {
-        dist_note_peer_lost();
-        if (*missing_note(b, key, note, sizeof note))
-            return cdl_error("rank %d: PMIx fence #%ld timed out after %.0f s: %s", b->rank,
-                             b->fences, b->timeout, note);
-        return cdl_error("rank %d: PMIx fence #%ld timed out after %.0f s: some rank did not "
-                         "arrive (PMIx does not say which; see the other ranks' errors)",
-                         b->rank, b->fences, b->timeout);
-    }
+    if (st == PMIX_ERR_TIMEOUT)
+        return fence_timed_out(b, key);
     return st == PMIX_SUCCESS ? 0 : pmix_fail("PMIx_Fence", st);
 }
 

@@ -124,15 +124,22 @@ static double shown(double loss)
     return isnan(loss) ? NAN : loss;
 }
 
+/* " (noticed one step late: ...)" for a check of step + 1 read a step
+ * late (GPU pipelining), else "". */
+static void late_note(char *where, size_t len, long step, int late)
+{
+    if (late)
+        snprintf(where, len, " (noticed one step late: GPU steps are pipelined, step %ld "
+                 "was already queued)", step + 2);
+    else
+        where[0] = 0;
+}
+
 int train_loss_error(int rank, double loss, long step, int late, const diverge_hint *h)
 {
     /* Counted as every record counts: step k + 1 is the one after k done. */
     char where[96], todo[5000];
-    if (late)
-        snprintf(where, sizeof where, " (noticed one step late: GPU steps are pipelined, step %ld "
-                 "was already queued)", step + 2);
-    else
-        where[0] = 0;
+    late_note(where, sizeof where, step, late);
     return cdl_error("rank %d: loss is %g at step %ld%s: training diverged; %s", rank,
                      shown(loss), step + 1, where, resume_todo(todo, sizeof todo, step, h, "loss"));
 }
@@ -141,11 +148,7 @@ int train_norm_error(int rank, double norm, float max_norm, long step, int late,
                      const diverge_hint *h)
 {
     char where[96], todo[5000];
-    if (late)
-        snprintf(where, sizeof where, " (noticed one step late: GPU steps are pipelined, step %ld "
-                 "was already queued)", step + 2);
-    else
-        where[0] = 0;
+    late_note(where, sizeof where, step, late);
     return cdl_error("rank %d: the gradient norm is %g at step %ld%s, which --clip-grad %g "
                      "cannot clip: training diverged (the update was skipped); %s", rank,
                      shown(norm), step + 1, where, (double)max_norm,

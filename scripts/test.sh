@@ -70,7 +70,9 @@ stage() {   # stage NAME BUILD-DIR CONFIGURE-ARGS... -- MAKE-TARGET [VAR=VALUE..
     if [ "$rc" -ne 0 ]; then
         find "$dir" -name '*.log' ! -name test-suite.log ! -name config.log \
             -exec grep -l -E '^(FAIL|ERROR)' {} + 2>/dev/null | while read -r log; do
-            echo "--- $log"; tail -n 40 "$log"
+            # What failed, wherever it is in the log; then how the log ends.
+            echo "--- $log: its failures"; grep -n -E '^(FAIL|ERROR|not ok)' "$log" | head -n 10
+            echo "--- $log (tail)"; tail -n 40 "$log"
         done
         tail -n 30 "$dir/test.out"
         failed_stages+=("$name")

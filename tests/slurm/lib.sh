@@ -32,9 +32,12 @@ require_cluster_tools() {
 }
 
 FAILED=0
+FAILED_CHECKS=
 fail() {
     echo "FAIL: $*" >&2
     FAILED=1
+    FAILED_CHECKS="$FAILED_CHECKS
+  $*"
 }
 check() {   # check DESCRIPTION COMMAND...
     local what=$1; shift
@@ -43,6 +46,9 @@ check() {   # check DESCRIPTION COMMAND...
 finish() {
     [ "$FAILED" = 0 ] && { echo "PASS"; exit 0; }
     echo "--- slurmd n1 log (tail)"; tail -n 30 "$CDL_CLUSTER_DIR/log/slurmd.n1.log" 2>/dev/null
+    echo "--- slurmctld log (tail)"; tail -n 30 "$CDL_CLUSTER_DIR/log/slurmctld.log" 2>/dev/null
+    # Last, so that CI's excerpt of a failed test's log (its tail) has them.
+    echo "--- failed checks:$FAILED_CHECKS"
     exit 1
 }
 

@@ -23,7 +23,7 @@ require_cluster_tools() {
     [ "${CDL_TEST_SCOPE:-}" != unit ] || skip "Slurm test in a unit-only pass (sanitizers, valgrind)"
     [ "$(id -u)" = 0 ] || skip "the Slurm tests need root (slurmd must become the job user)"
     local b
-    for b in munged mungekey slurmctld slurmd slurmstepd srun sbatch sinfo squeue scancel \
+    for b in munged mungekey slurmctld slurmd slurmstepd srun sbatch sinfo squeue scancel sdiag \
              scontrol runuser unshare mount mknod timeout; do
         command -v "$b" >/dev/null 2>&1 || skip "$b not found (install munge slurm-wlm slurmctld slurmd slurm-client)"
     done
@@ -151,8 +151,21 @@ wait_job() {
 # again (a run that ended at once); 1 if it is not pending within 60 s or
 # still pending 60 s after.
 start_requeued() {
-    local info start restarts
+    local info start restarts t0
     wait_until 60 sh -c "scontrol show job $1 2>/dev/null | grep -q JobState=PENDING" || return 1
+    # Slurm's hold is also what lets slurmctld deliver messages it could not
+    # send before: a step kill for a node that was lost, retried until that
+    # node answers. Started at once, the new run's step 0 (the same step id
+    # as the lost run's) got the old kill: test_node_loss.sh's requeued
+    # PyTorch run was killed 5 s in under load. So first wait until this
+    # cluster's slurmctld has no message queued or in flight.
+    t0=$SECONDS
+    if ! wait_until 90 agents_idle; then
+        echo "start_requeued: slurmctld still has messages queued after 90 s: $(sdiag 2>/dev/null |
+            grep -E '^Agent (queue size|count)' | tr -s ' ' | tr '\n' ' ')" >&2
+    elif [ $((SECONDS - t0)) -gt 1 ]; then
+        echo "start_requeued: waited $((SECONDS - t0)) s for slurmctld's queued messages" >&2
+    fi
     restarts=$(scontrol show job "$1" 2>/dev/null | grep -o 'Restarts=[0-9]*')
     local deadline=$((SECONDS + 60))
     while [ "$SECONDS" -lt "$deadline" ]; do
@@ -172,6 +185,14 @@ start_requeued() {
     echo "start_requeued: job $1 still pending after 60 s: $(scontrol show job "$1" 2>/dev/null |
         grep -oE '(JobState|Reason|EligibleTime|StartTime)=[^ ]*' | tr '\n' ' ')" >&2
     return 1
+}
+
+# agents_idle: slurmctld (this test's own) has no RPC queued for retry and
+# none in flight (sdiag's agent counters).
+agents_idle() {
+    local d
+    d=$(sdiag 2>/dev/null) || return 1
+    echo "$d" | grep -Eq '^Agent queue size: +0$' && echo "$d" | grep -Eq '^Agent count: +0$'
 }
 
 # requeue_on_usr1 ID OUT: SIGUSR1 to job ID's batch script (what

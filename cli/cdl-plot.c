@@ -146,7 +146,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "cdl-plot: name at least one metrics file (cdl-train --metrics FILE)\n");
         return 2;
     }
-    /* gnuplot opens '|cmd' outputs as pipes to a shell. */
+    /* No name reaches gnuplot now (it draws to its standard output), but
+     * a prefix that would have been a shell pipe to it stays refused. */
     int ctl = 0;
     for (const char *p = o.prefix; *p; p++)
         ctl |= (unsigned char)*p < 32;

@@ -39,6 +39,11 @@ int afile_open(afile *a, const char *path);
  * cdl_error) when it cannot be opened or every account may write to it
  * without the sticky bit. */
 int afile_dir_open(const char *dir, const char *path);
+/* afile_open in the directory dirfd that afile_dir_open returned for
+ * path's directory (duplicated: the caller still owns and closes dirfd),
+ * so that a writer of several files checks their directory once and
+ * creates, renames and removes each relative to it. */
+int afile_openat(afile *a, int dirfd, const char *path);
 /* Writes all n bytes (retrying short writes and EINTR); on failure the
  * caller must still call afile_abort. */
 int afile_write(afile *a, const void *buf, size_t n);

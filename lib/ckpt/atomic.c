@@ -168,8 +168,12 @@ static int open_in(afile *a, int dirfd, const char *path)
         return -1;
     }
     mode_t mode = 0666 & ~current_umask();
-    if (fstatat(a->dirfd, base, &st, 0) == 0 && S_ISREG(st.st_mode))
-        mode = st.st_mode & 07777;   /* replacing a file keeps its permissions */
+    /* Replacing a file keeps its permissions: a file of this account at
+     * that very name, not a link's target (in a shared folder, anyone's
+     * 0666 file behind a planted link), and never set-id or sticky bits. */
+    if (fstatat(a->dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        st.st_uid == geteuid())
+        mode = st.st_mode & 0777;
 
     a->fd = create_tmp(a);
     if (a->fd < 0) {

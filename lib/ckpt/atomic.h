@@ -10,7 +10,9 @@
  * (rename is atomic only within one file system); commit fsyncs it, renames
  * it over the target and fsyncs the directory so the rename itself is
  * durable. Any failure removes the temporary file and leaves an existing
- * target untouched. The new file gets mode 0666 & ~umask, like fopen's.
+ * target untouched. The new file gets mode 0666 & ~umask, like fopen's, or
+ * the permission bits of this account's regular file it replaces (not
+ * through a link, no set-id bits).
  */
 #ifndef CDL_CKPT_ATOMIC_H
 #define CDL_CKPT_ATOMIC_H

@@ -273,9 +273,9 @@ static int failed(const run *r, const char *gnuplot, const char *chart, int png,
         return 1;
     }
     if (r->timed_out) {
-        fprintf(stderr, "cdl-plot: %s: gnuplot (%s) took longer than %.0f s and was stopped; "
-                "nothing was written, any earlier %s is unchanged\n", chart, gnuplot,
-                o->timeout, chart);
+        fprintf(stderr, "cdl-plot: %s: gnuplot (%s) took longer than %g s and was stopped; "
+                "nothing was written, any earlier %s is unchanged; give it more time with "
+                "--timeout if it was only slow\n", chart, gnuplot, o->timeout, chart);
         return 1;
     }
     if (r->status == -1 || !WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) {

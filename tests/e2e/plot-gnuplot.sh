@@ -6,7 +6,8 @@
 # gnuplot draws into a file; its argv is fixed and no file name reaches its
 # script; a gnuplot that fails, cannot run or draws no whole chart is an
 # error naming the chart and gnuplot, with its messages, and leaves the
-# earlier charts as they were and no file behind. Skips without gnuplot.
+# earlier charts as they were and no file behind; so is one that hangs
+# (--timeout). Skips without gnuplot.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 PLOT="$top_builddir/cli/cdl-plot"
 
@@ -104,4 +105,12 @@ printf 'not a program\n' >"$TMP/fail/gnuplot"
 PATH="$TMP/fail:$PATH" expect_status 1 "$PLOT" -o "$TMP/f/p" --format svg "$TMP/m.jsonl"
 expect_err "cdl-plot: $TMP/f/p.svg: cannot run gnuplot ($TMP/fail/gnuplot): Exec format error"
 [ "$(ls -A "$TMP/f")" = p.png ] || die "files left behind: $(ls -A "$TMP/f")"
+# A gnuplot that hangs is stopped at --timeout, said, and leaves nothing.
+printf '#!/bin/sh\ncat >/dev/null\necho drawing >&2\nexec sleep 1000\n' >"$TMP/fail/gnuplot"
+PATH="$TMP/fail:$PATH" expect_status 1 "$PLOT" -o "$TMP/f/p" --timeout 0.5 "$TMP/m.jsonl"
+expect_err "cdl-plot: $TMP/f/p.png: gnuplot ($TMP/fail/gnuplot) took longer than 0.5 s and was stopped; nothing was written, any earlier $TMP/f/p.png is unchanged; give it more time with --timeout"
+[ "$(cat "$TMP/f/p.png")" = earlier ] || die "a stopped gnuplot changed the earlier chart"
+[ "$(ls -A "$TMP/f")" = p.png ] || die "files left behind: $(ls -A "$TMP/f")"
+expect_status 2 "$PLOT" --timeout 0 "$TMP/m.jsonl"
+expect_err "cdl-plot: --timeout '0': expected seconds from 0.1 to 86400"
 echo "PASS: plot-gnuplot"

@@ -203,12 +203,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "cdl-plot: gnuplot is not in PATH (Debian: apt install "
                     "gnuplot-nox): summary only, no charts\n");
         } else if (plot_run_gnuplot(gnuplot, &set, &o) != 0) {
-            rc = 1;
-        } else {
-            if (o.png)
-                fprintf(stderr, "cdl-plot: wrote %s.png\n", o.prefix);
-            if (o.svg)
-                fprintf(stderr, "cdl-plot: wrote %s.svg\n", o.prefix);
+            rc = 1;   /* said; "wrote PREFIX.EXT" for each chart written */
         }
     }
     plot_set_free(&set);

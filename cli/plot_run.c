@@ -370,6 +370,7 @@ static int draw(const char *gnuplot, const plot_set *set, const plot_opts *o, in
         fprintf(stderr, "cdl-plot: %s\n", cdl_last_error());
         return -1;
     }
+    fprintf(stderr, "cdl-plot: wrote %s\n", chart);
     return 0;
 }
 

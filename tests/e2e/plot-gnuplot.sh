@@ -100,6 +100,20 @@ expect_err "cdl-plot: $TMP/f/p.png: gnuplot ($TMP/fail/gnuplot) exited 0 but dre
 [ "$(cat "$TMP/f/p.png")" = earlier ] || die "half a PNG replaced the earlier chart"
 [ "$(ls -A "$TMP/f")" = p.png ] || die "files left behind: $(ls -A "$TMP/f")"
 
+# The PNG drawn, then gnuplot fails on the SVG: the PNG is said written.
+cat >"$TMP/fail/gnuplot" <<EOF
+#!/bin/sh
+cat >"$TMP/fail/script"
+grep -q '^set terminal svg' "$TMP/fail/script" && exit 4
+exec "$REAL" "\$@" <"$TMP/fail/script"
+EOF
+mkdir "$TMP/half"
+PATH="$TMP/fail:$PATH" expect_status 1 "$PLOT" -o "$TMP/half/p" "$TMP/m.jsonl"
+expect_err "cdl-plot: wrote $TMP/half/p.png"
+expect_err "cdl-plot: $TMP/half/p.svg: gnuplot ($TMP/fail/gnuplot) failed (exit status 4)"
+whole_png "$TMP/half/p.png" || die "the PNG drawn before a failed SVG is not in place"
+[ "$(ls -A "$TMP/half")" = p.png ] || die "files left behind: $(ls -A "$TMP/half")"
+
 # A gnuplot that cannot be executed at all.
 printf 'not a program\n' >"$TMP/fail/gnuplot"
 PATH="$TMP/fail:$PATH" expect_status 1 "$PLOT" -o "$TMP/f/p" --format svg "$TMP/m.jsonl"

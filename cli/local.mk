@@ -4,7 +4,7 @@ cli_cdl_train_SOURCES = cli/cdl-train.c cli/suggest.c cli/suggest.h cli/blas_cor
 cli_cdl_train_LDADD = libcdl.la
 bin_PROGRAMS += cli/cdl-plot
 cli_cdl_plot_SOURCES = cli/cdl-plot.c cli/plot_read.c cli/plot_read.h cli/plot_gnuplot.c \
-	cli/plot_gnuplot.h lib/ckpt/atomic.c lib/ckpt/atomic.h
+	cli/plot_gnuplot.h cli/plot_run.c lib/ckpt/atomic.c lib/ckpt/atomic.h
 cli_cdl_plot_LDADD = libcdl.la
 bin_PROGRAMS += cli/cdl-eval cli/cdl-predict
 cli_cdl_eval_SOURCES = cli/cdl-eval.c cli/evalcommon.c cli/evalcommon.h cli/normalize.c \

@@ -111,7 +111,21 @@ int afile_dir_open(const char *dir, const char *path)
     return fd;
 }
 
+static int open_in(afile *a, int dirfd, const char *path);
+
 int afile_open(afile *a, const char *path)
+{
+    return open_in(a, -1, path);
+}
+
+int afile_openat(afile *a, int dirfd, const char *path)
+{
+    return open_in(a, dirfd, path);
+}
+
+/* afile_open, in dirfd (a descriptor of afile_dir_open, duplicated) when
+ * it is not -1, else in path's directory opened and checked here. */
+static int open_in(afile *a, int dirfd, const char *path)
 {
     a->fd = -1;
     a->dirfd = -1;
@@ -138,14 +152,28 @@ int afile_open(afile *a, const char *path)
     sprintf(a->tmp, "%.*s.%s.tmp.XXXXXX", (int)(slash ? slash + 1 - path : 0), path, base);
 
     struct stat st;
-    a->dirfd = afile_dir_open(a->dir, path);
+    if (dirfd >= 0) {
+        a->dirfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+        if (a->dirfd < 0) {
+            cdl_error("%s: cannot duplicate the descriptor of its directory %s: %s", path,
+                      a->dir, strerror(errno));
+            afile_abort(a);
+            return -1;
+        }
+    } else {
+        a->dirfd = afile_dir_open(a->dir, path);
+    }
     if (a->dirfd < 0) {
         afile_abort(a);
         return -1;
     }
     mode_t mode = 0666 & ~current_umask();
-    if (fstatat(a->dirfd, base, &st, 0) == 0 && S_ISREG(st.st_mode))
-        mode = st.st_mode & 07777;   /* replacing a file keeps its permissions */
+    /* Replacing a file keeps its permissions: a file of this account at
+     * that very name, not a link's target (in a shared folder, anyone's
+     * 0666 file behind a planted link), and never set-id or sticky bits. */
+    if (fstatat(a->dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        st.st_uid == geteuid())
+        mode = st.st_mode & 0777;
 
     a->fd = create_tmp(a);
     if (a->fd < 0) {

@@ -10,7 +10,9 @@
  * (rename is atomic only within one file system); commit fsyncs it, renames
  * it over the target and fsyncs the directory so the rename itself is
  * durable. Any failure removes the temporary file and leaves an existing
- * target untouched. The new file gets mode 0666 & ~umask, like fopen's.
+ * target untouched. The new file gets mode 0666 & ~umask, like fopen's, or
+ * the permission bits of this account's regular file it replaces (not
+ * through a link, no set-id bits).
  */
 #ifndef CDL_CKPT_ATOMIC_H
 #define CDL_CKPT_ATOMIC_H
@@ -39,6 +41,11 @@ int afile_open(afile *a, const char *path);
  * cdl_error) when it cannot be opened or every account may write to it
  * without the sticky bit. */
 int afile_dir_open(const char *dir, const char *path);
+/* afile_open in the directory dirfd that afile_dir_open returned for
+ * path's directory (duplicated: the caller still owns and closes dirfd),
+ * so that a writer of several files checks their directory once and
+ * creates, renames and removes each relative to it. */
+int afile_openat(afile *a, int dirfd, const char *path);
 /* Writes all n bytes (retrying short writes and EINTR); on failure the
  * caller must still call afile_abort. */
 int afile_write(afile *a, const void *buf, size_t n);

@@ -1037,6 +1037,46 @@ static void test_permissions(void **state)
     assert_int_equal(st.st_mode & 0777, 0604);   /* a replaced file keeps its mode */
 }
 
+/* Replacing a link: the new file's mode is not its target's (another
+ * account's 0666 file behind a link planted in a shared folder made a
+ * chart or checkpoint writable by all), the target is untouched, and
+ * set-id bits of a file replaced are not kept. The mode used to be read
+ * through the link, all 07777 bits of it. */
+static void test_permissions_not_through_link(void **state)
+{
+    char theirs[512], path[512], own[512];
+    in_dir(state, "theirs", theirs, sizeof theirs);
+    in_dir(state, "link.png", path, sizeof path);
+    in_dir(state, "own", own, sizeof own);
+    FILE *f = fopen(theirs, "w");
+    assert_non_null(f);
+    fputs("theirs", f);
+    fclose(f);
+    assert_int_equal(chmod(theirs, 0666), 0);
+    assert_int_equal(symlink(theirs, path), 0);
+    mode_t prev = umask(022);
+    afile a;
+    assert_int_equal(afile_open(&a, path), 0);
+    assert_int_equal(afile_write(&a, "data", 4), 0);
+    assert_int_equal(afile_commit(&a), 0);
+    struct stat st;
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0644);
+    assert_int_equal(stat(theirs, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0666);
+    assert_int_equal(st.st_size, 6);
+    f = fopen(own, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(chmod(own, 04750), 0);
+    assert_int_equal(afile_open(&a, own), 0);
+    assert_int_equal(afile_commit(&a), 0);
+    umask(prev);
+    assert_int_equal(stat(own, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0750);
+}
+
 /* ------------------------------------------------------------ base64 */
 
 static void test_base64_vectors(void **state)
@@ -1134,6 +1174,7 @@ int main(void)
         T(test_failed_rename_cleans_up),
         T(test_unwritable_directory),
         T(test_permissions),
+        T(test_permissions_not_through_link),
         T(test_shared_directory_refused),
         T(test_directory_swapped),
         T(test_keep_shared_directory_refused),

@@ -32,6 +32,10 @@ for how in "--columns a,b,c,d --dataset csv:test.csv" "--dataset csv:tab" \
     [ "$(accuracy out)" = "$acc cat,dog,emu" ] ||
         die "cdl-eval $how: $(accuracy out), PyTorch's accuracy is $acc (classes cat,dog,emu)"
 done
+# A file as a Windows editor saves it: byte order mark, CRLF, no last line end.
+printf '\357\273\277cat\r\ndog\r\nemu' >crlf.txt
+expect_status 0 w "$eval" --json --dataset csv:tab --classes crlf.txt
+[ "$(accuracy out)" = "$acc cat,dog,emu" ] || die "--classes crlf.txt: $(accuracy out)"
 # Other names in another order: the labels follow them (emu is output 0).
 expect_status 0 w "$eval" --json --columns a,b,c,d --dataset csv:test.csv --classes emu,cat,dog
 [ "$(accuracy out | cut -d' ' -f2)" = emu,cat,dog ] || die "--classes emu,cat,dog: $(accuracy out)"

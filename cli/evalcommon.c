@@ -282,60 +282,6 @@ static int load_token_split(eval_ctx *e, const cdl_st_file *f, const char *name,
 
 static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path, int split);
 
-/* --columns as the checkpoint stores names: one per line (a line break in
- * a name a space), cdl_malloc'd; NULL with the reason in why. Fields are
- * separated by commas, as a CSV header's: a bare one is taken as written
- * and may not be empty (",," or a trailing comma is a typing slip); a
- * quoted one ("a,b", "" for a column without a name, such as pandas' row
- * index, "" inside for a quote) is taken as CSV quotes it. */
-static char *columns_lines(const char *arg, char *why, size_t len)
-{
-    char *out = cdl_malloc(strlen(arg) + 1), *q = out;
-    if (!out) {
-        snprintf(why, len, "out of memory");
-        return NULL;
-    }
-    const char *p = arg;
-    for (int k = 1;; k++) {
-        if (*p == '"') {
-            for (p++;; p++) {
-                if (!*p) {
-                    snprintf(why, len, "column %d: a quote opened and not closed", k);
-                    cdl_free(out);
-                    return NULL;
-                }
-                if (*p == '"' && p[1] != '"')
-                    break;
-                p += *p == '"';   /* "" inside: one quote */
-                *q++ = *p == '\n' ? ' ' : *p;
-            }
-            p++;
-            if (*p && *p != ',') {
-                snprintf(why, len, "column %d: text after its closing quote", k);
-                cdl_free(out);
-                return NULL;
-            }
-        } else {
-            size_t n = strcspn(p, ",");
-            if (!n) {
-                snprintf(why, len, "column %d is empty (a typing slip? a column without a name "
-                         "is \"\")", k);
-                cdl_free(out);
-                return NULL;
-            }
-            for (size_t i = 0; i < n; i++)
-                *q++ = p[i] == '\n' ? ' ' : p[i];
-            p += n;
-        }
-        if (!*p)
-            break;
-        *q++ = '\n';
-        p++;   /* the comma */
-    }
-    *q = '\0';
-    return out;
-}
-
 /* The model's feature column names: the run's (metadata feature_columns),
  * else --columns (weights another program wrote); *nf of them in *names,
  * pointing into *copy (both cdl_free'd by the caller, also on an error).
@@ -372,11 +318,11 @@ static int feature_names(const eval_opts *o, const cdl_st_file *f, const char *p
         if (!(*copy = cdl_malloc(len + 1)))
             return -1;
         memcpy(*copy, stored, len + 1);
-    } else if (!(*copy = columns_lines(o->columns, why, sizeof why))) {
+    } else if (!(*copy = eval_comma_lines(o->columns, "column", why, sizeof why))) {
         return cdl_error("--columns %.200s: %s", o->columns, why);
     }
     if (stored && o->columns) {
-        char *given = columns_lines(o->columns, why, sizeof why);
+        char *given = eval_comma_lines(o->columns, "column", why, sizeof why);
         if (!given)
             return cdl_error("--columns %.200s: %s", o->columns, why);
         int same = !strcmp(given, *copy);
@@ -414,6 +360,17 @@ static int feature_names(const eval_opts *o, const cdl_st_file *f, const char *p
     return 0;
 }
 
+/* The names of the model's outputs, one per line: the checkpoint's
+ * (metadata class_names), else --classes, else (weights that store none)
+ * a table's text labels sorted; NULL: none. from: where they come from,
+ * for messages. */
+static const char *model_names(const eval_ctx *e, const cdl_st_file *f, const char **from)
+{
+    const char *s = cdl_st_meta_get(f, "class_names");
+    *from = s && *s ? "its class_names" : e->given ? "--classes" : "its data's labels, sorted";
+    return s && *s ? s : e->given ? e->given : e->derived;
+}
+
 /* The label column of a table the model's columns are read from by name:
  * --label-column, the run's, else "label" (cdl-train's default name). */
 static const char *table_label(const eval_opts *o, const cdl_st_file *f)
@@ -433,6 +390,42 @@ static int run_class_cmp(const void *a, const void *b)
     return strcmp(((const run_class *)a)->name, ((const run_class *)b)->name);
 }
 
+/* A table's label texts (n of them) -> *out: the distinct ones, sorted by
+ * byte value (as LabelEncoder and the CSV reader number them), one per
+ * line (a line break in a text a space), cdl_malloc'd; NULL when all are
+ * class indices (integers from 0). */
+static int label_lines(char *const *labels, long n, char **out)
+{
+    *out = NULL;
+    long text = 0;
+    for (long i = 0; i < n && !text; i++)
+        text = !*labels[i] || strspn(labels[i], "0123456789") != strlen(labels[i]);
+    if (!text)
+        return 0;
+    run_class *v = cdl_calloc((size_t)n, sizeof *v);
+    if (!v)
+        return -1;
+    size_t len = 1;
+    for (long i = 0; i < n; i++)
+        v[i] = (run_class){labels[i], (int)i};
+    qsort(v, (size_t)n, sizeof *v, run_class_cmp);
+    for (long i = 0; i < n; i++)
+        len += strlen(v[i].name) + 1;
+    char *q = *out = cdl_malloc(len);
+    for (long i = 0; q && i < n; i++) {
+        if (i && !strcmp(v[i].name, v[i - 1].name))
+            continue;
+        if (q != *out)
+            *q++ = '\n';
+        for (const char *p = v[i].name; *p; p++)
+            *q++ = *p == '\n' ? ' ' : *p;
+    }
+    if (q)
+        *q = '\0';
+    cdl_free(v);
+    return *out ? 0 : -1;
+}
+
 /* d: a labelled table as load_rows read it (labels the row numbers,
  * class_names the label column's texts) -> labels the run's class
  * indices: texts matched to its class_names by name (a line break in a
@@ -441,12 +434,19 @@ static int run_class_cmp(const void *a, const void *b)
  * classes. file: the table, for messages. */
 static int table_labels(eval_ctx *e, const cdl_st_file *f, const char *file, cdl_dataset *d)
 {
-    const char *s = cdl_st_meta_get(f, "class_names");
+    const char *from;
     long classes = eval_meta_long(f, "classes");
     if (!d->class_names)
         return cdl_error("%s has no label column '%s': %s needs the labels; predict on "
                          "unlabelled rows with cdl-predict %s %s", file, table_label(e->o, f),
                          e->o->prog, e->o->ckpt, file);
+    /* Text labels and no names to match them to, of weights PyTorch wrote
+     * (a cdl run without class_names had class indices): numbered in
+     * sorted order, as LabelEncoder numbers them. */
+    if (!model_names(e, f, &from) && !*meta(f, "dataset") &&
+        label_lines(d->class_names, d->n, &e->derived) != 0)
+        return -1;
+    const char *s = model_names(e, f, &from);
     int run_classes = 1;
     for (const char *p = s ? s : ""; *p; p++)
         run_classes += *p == '\n';
@@ -484,8 +484,8 @@ static int table_labels(eval_ctx *e, const cdl_st_file *f, const char *file, cdl
                 v = hit->index;
             else
                 rc = cdl_error("%s: class '%.200s' of the %s data is not one of the %d classes "
-                               "the run was trained on (its class_names): evaluate on data of "
-                               "those classes", e->o->ckpt, name, e->dataset, run_classes);
+                               "the run was trained on (%s): evaluate on data of those classes",
+                               e->o->ckpt, name, e->dataset, run_classes, from);
         } else {
             char *end;
             v = strtol(name, &end, 10);
@@ -1083,9 +1083,13 @@ cdl_model *eval_model(const eval_opts *o, const cdl_st_file *f, cdl_shape input,
 static int build_model(eval_ctx *e, const cdl_st_file *f)
 {
     const eval_opts *o = e->o;
+    const char *from, *names = model_names(e, f, &from);
+    int named = 1;
+    for (const char *p = names ? names : ""; *p; p++)
+        named += *p == '\n';
     long classes = eval_meta_long(f, "classes");
     if (classes <= 0)
-        classes = e->data.classes;
+        classes = e->given ? named : e->data.classes;
     long per_rank = ((long)e->data.n + e->ri.world - 1) / e->ri.world;
     e->batch = per_rank < o->batch_size ? (int)(per_rank > 0 ? per_rank : 1) : o->batch_size;
     e->model = eval_model(o, f, e->data.shape, e->batch, classes, e->be);
@@ -1093,6 +1097,21 @@ static int build_model(eval_ctx *e, const cdl_st_file *f)
         return -1;
     e->positions = cdl_model_positions(e->model);
     e->classes = cdl_model_outputs(e->model) / e->positions;
+    /* The names of weights that store none, each an output's. */
+    const char *stored = cdl_st_meta_get(f, "class_names");
+    if (e->given && !(stored && *stored) && named != e->classes)
+        return cdl_error("--classes %.200s names %d classes, but the model has %d outputs: give "
+                         "one name per output, in the order of the outputs", o->classes, named,
+                         e->classes);
+    if (!stored && !e->given && e->positions == 1 &&
+        (e->derived ? named : !o->files && e->data.class_names ? e->data.classes : e->classes) !=
+            e->classes)
+        return cdl_error("%s stores no class names (not written by cdl-train) and the %s data "
+                         "has %d classes, the model %d outputs: which output is which class is "
+                         "not known: give the training's class names with --classes FILE|A,B,..., "
+                         "in the order of the model's outputs (ImageFolder's classes, "
+                         "LabelEncoder's classes_)", o->ckpt, e->dataset,
+                         e->derived ? named : e->data.classes, e->classes);
     if (!e->o->files && e->classes < e->data.classes)
         return cdl_error("%s: the model has %d outputs but dataset %s has %d classes: pass the "
                          "dataset it was trained on", o->ckpt, e->classes, e->dataset,
@@ -1107,7 +1126,7 @@ static int build_model(eval_ctx *e, const cdl_st_file *f)
  * space in the checkpoint); a class the run did not have is an error. */
 static int map_labels(eval_ctx *e, const cdl_st_file *f)
 {
-    const char *s = cdl_st_meta_get(f, "class_names");
+    const char *from, *s = model_names(e, f, &from);
     cdl_dataset *d = &e->data;
     if (!s || !*s || !d->class_names)
         return 0;
@@ -1144,9 +1163,9 @@ static int map_labels(eval_ctx *e, const cdl_st_file *f)
         int k = d->labels[i];
         if (map[k] < 0)
             rc = cdl_error("%s: class '%.200s' of the %s data is not one of the %d classes "
-                           "the run was trained on (its class_names): evaluate on data of "
-                           "those classes", e->o->ckpt, d->class_names[k] ? d->class_names[k]
-                           : "", e->dataset, run_classes);
+                           "the run was trained on (%s): evaluate on data of those classes",
+                           e->o->ckpt, d->class_names[k] ? d->class_names[k] : "", e->dataset,
+                           run_classes, from);
         else
             d->labels[i] = map[k];
     }
@@ -1158,7 +1177,30 @@ static int map_labels(eval_ctx *e, const cdl_st_file *f)
  * the dataset's, else none (indices are printed). */
 static int class_names(eval_ctx *e, const cdl_st_file *f)
 {
-    const char *s = cdl_st_meta_get(f, "class_names");
+    const char *src, *s = model_names(e, f, &src);
+    /* cdl-predict's rows of weights that store no names: their label
+     * column's texts sorted (LabelEncoder's numbering), when they are as
+     * many as the outputs; else indices. */
+    if (!s && e->table == 1 && e->data.class_names && !*meta(f, "dataset")) {
+        if (label_lines(e->data.class_names, e->data.n, &e->derived) != 0)
+            return -1;
+        int n = 1;
+        for (const char *p = e->derived ? e->derived : ""; *p; p++)
+            n += *p == '\n';
+        if (e->derived && n == e->classes) {
+            eval_note(e->o, "note: %s stores no class names: naming its %d outputs by the "
+                      "sorted labels of %s (as LabelEncoder numbers them); give --classes "
+                      "if the training numbered them otherwise\n", e->o->ckpt, n,
+                      e->o->files[0]);
+            s = e->derived;
+        } else if (e->derived) {
+            eval_note(e->o, "note: %s stores no class names, and the %d labels of %s are not "
+                      "its %d classes: printing class indices; give the training's class names "
+                      "with --classes\n", e->o->ckpt, n, e->o->files[0], e->classes);
+        }
+    }
+    if (!s)
+        s = cdl_st_meta_get(f, "class_names");
     if (!s && !e->data.class_names)
         return 0;
     e->names = cdl_calloc((size_t)e->classes, sizeof *e->names);
@@ -1214,6 +1256,28 @@ int eval_open(eval_ctx *e, const eval_opts *o)
     if (cdl_ckpt_check_format(f) != 0) {
         cdl_st_close(f);
         return -1;
+    }
+    /* --classes (checked when parsed): the names of weights that store
+     * none; a checkpoint that stores others is not relabelled. */
+    if (o->classes) {
+        char why[160];
+        int n;
+        const char *stored = cdl_st_meta_get(f, "class_names");
+        if (!(e->given = eval_classes_lines(o->classes, &n, why, sizeof why))) {
+            cdl_st_close(f);
+            return cdl_error("--classes %.200s: %s", o->classes, why);
+        }
+        if (stored && *stored && strcmp(stored, e->given)) {
+            char list[512];
+            snprintf(list, sizeof list, "%s", stored);
+            for (char *p = list; *p; p++)
+                *p = *p == '\n' ? ',' : *p;
+            cdl_error("--classes %.200s: %s stores its class names, %s%s (its metadata "
+                      "class_names), in the order of its outputs: leave --classes out",
+                      o->classes, o->ckpt, list, strlen(stored) >= sizeof list ? "..." : "");
+            cdl_st_close(f);
+            return -1;
+        }
     }
     /* The run's config as train_config_json wrote it, ..."label_smoothing":X,... */
     const char *ls = strstr(meta(f, "config"), "\"label_smoothing\":");
@@ -1303,6 +1367,8 @@ void eval_close(eval_ctx *e)
     for (int k = 0; e->names && k < e->classes; k++)
         cdl_free(e->names[k]);
     cdl_free(e->names);
+    cdl_free(e->given);
+    cdl_free(e->derived);
     cdl_model_destroy(e->model);
     if (e->have_data)
         cdl_dataset_free(&e->data);
@@ -1413,9 +1479,9 @@ int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
         return EVAL_OPT_OK;
     case EVAL_OPT_LABEL_COLUMN: o->label_column = arg; return EVAL_OPT_OK;
     case EVAL_OPT_COLUMNS: {
-        /* Names between commas, none empty unless quoted (columns_lines). */
+        /* Names between commas, none empty unless quoted (eval_comma_lines). */
         char why[160];
-        char *lines = columns_lines(arg, why, sizeof why);
+        char *lines = eval_comma_lines(arg, "column", why, sizeof why);
         if (!lines) {
             fprintf(stderr, "%s: --columns '%.80s': %s: give the feature column names "
                     "separated by commas, \"\" for one without a name (see %s --help)\n", prog,
@@ -1424,6 +1490,20 @@ int eval_common_option(eval_opts *o, int c, const char *arg, char **argv,
         }
         cdl_free(lines);
         o->columns = arg;
+        return EVAL_OPT_OK;
+    }
+    case EVAL_OPT_CLASSES: {
+        char why[160];
+        int n;
+        char *lines = eval_classes_lines(arg, &n, why, sizeof why);
+        if (!lines) {
+            fprintf(stderr, "%s: --classes '%.80s': %s: give a file of one class name per line, "
+                    "or the names separated by commas, in the order of the model's outputs "
+                    "(see %s --help)\n", prog, arg, why, prog);
+            return EVAL_OPT_BAD;
+        }
+        cdl_free(lines);
+        o->classes = arg;
         return EVAL_OPT_OK;
     }
     case EVAL_OPT_SKIP_BAD: o->skip_bad_files = 1; return EVAL_OPT_OK;

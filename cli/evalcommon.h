@@ -32,6 +32,9 @@ typedef struct eval_opts {
     const char *columns;      /* --columns: a table's feature column names, comma-separated,
                                * in the model's input order (weights that do not store
                                * them: PyTorch's); NULL: the checkpoint's */
+    const char *classes;      /* --classes FILE|A,B,...: the model's class names in the
+                               * order of its outputs (weights that do not store them:
+                               * PyTorch's); NULL: the checkpoint's, else the data's */
     int skip_bad_files;
     int decode;               /* --decode: enum cdl_decode */
     int jpeg_decode;          /* --jpeg-decode: 0 not given (the run's: checkpoint metadata
@@ -67,6 +70,10 @@ typedef struct eval_ctx {
                                * sample); 1 for a classifier */
     char dataset[64];         /* the dataset's name, for the report */
     char **names;             /* classes names (NULL: print indices) */
+    char *given;              /* --classes, one name per line (NULL: not given) */
+    char *derived;            /* a table's text labels, distinct and sorted, one per line
+                               * (as LabelEncoder numbers them): the names of weights
+                               * that store none, when --classes is not given */
     double label_smoothing;   /* the run's --label-smoothing (its config), 0: none or not
                                * a cdl-train checkpoint */
     float *x_dev, *logits;    /* device input (NULL on host backends), host logits */
@@ -121,6 +128,19 @@ void eval_json_string(FILE *f, const char *s);
  * infinite (a diverged model's loss), which printf writes as -nan and inf,
  * neither JSON. */
 void eval_json_number(FILE *f, const char *fmt, double v);
+/* --columns or --classes "A,B,..." as names one per line (a checkpoint
+ * stores them so; a line break in a name is a space), cdl_malloc'd; NULL
+ * with the reason in why. Fields are separated by commas, as a CSV
+ * header's: a bare one is taken as written and may not be empty (",," or
+ * a trailing comma is a typing slip); a quoted one ("a,b", "" for a
+ * column without a name, such as pandas' row index, "" inside for a
+ * quote) is taken as CSV quotes it. what: "column" or "class", for
+ * messages. */
+char *eval_comma_lines(const char *arg, const char *what, char *why, size_t len);
+/* --classes: a file of one name per line, else "A,B,..." (eval_comma_lines);
+ * the names one per line, cdl_malloc'd, *count of them, none empty and
+ * none twice; NULL with the reason in why. */
+char *eval_classes_lines(const char *arg, int *count, char *why, size_t len);
 /* Parses an integer option in [lo, hi]; prints an error and returns -1. */
 int eval_parse_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out);
 
@@ -130,7 +150,7 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
        EVAL_OPT_DEVICE, EVAL_OPT_VERSION,
        EVAL_OPT_IMAGE_SIZE, EVAL_OPT_CHANNELS, EVAL_OPT_LABEL_COLUMN, EVAL_OPT_SKIP_BAD,
        EVAL_OPT_DECODE, EVAL_OPT_NORMALIZE, EVAL_OPT_TF32, EVAL_OPT_JPEG_DECODE, EVAL_OPT_COLUMNS,
-       EVAL_OPT_OWN };
+       EVAL_OPT_CLASSES, EVAL_OPT_OWN };
 /* --help lines of the common options. */
 #define EVAL_USAGE_DATA                                                                     \
     "  -d, --dataset NAME       fashion-mnist, mnist, cifar10, synthetic, imagefolder, npy,\n" \
@@ -142,6 +162,10 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     "      --columns A,B,...    csv: the feature columns by name, in the model's input order\n" \
     "                           (\"\" for a column without a name, \"a,b\" for one with a comma)\n" \
     "                           [the run's; give them for weights PyTorch wrote]\n"          \
+    "      --classes FILE|A,B,...  the class names in the order of the model's outputs: a\n" \
+    "                           file of one per line, or separated by commas as --columns\n" \
+    "                           [the run's; weights PyTorch wrote: the data's, sorted as\n" \
+    "                           ImageFolder and LabelEncoder number them]\n"               \
     "      --skip-bad-files     leave out unreadable pictures (counted) instead of failing\n"  \
     "      --decode auto|memory|stream  imagefolder: decode into memory or as batches need\n"  \
     "                           them [auto: memory if it fits]\n"                        \
@@ -177,6 +201,7 @@ enum { EVAL_OPT_DATA_DIR = 256, EVAL_OPT_SPLIT, EVAL_OPT_BATCH, EVAL_OPT_WORKERS
     {"channels", required_argument, NULL, EVAL_OPT_CHANNELS},      \
     {"label-column", required_argument, NULL, EVAL_OPT_LABEL_COLUMN}, \
     {"columns", required_argument, NULL, EVAL_OPT_COLUMNS},        \
+    {"classes", required_argument, NULL, EVAL_OPT_CLASSES},        \
     {"skip-bad-files", no_argument, NULL, EVAL_OPT_SKIP_BAD},       \
     {"decode", required_argument, NULL, EVAL_OPT_DECODE},          \
     {"jpeg-decode", required_argument, NULL, EVAL_OPT_JPEG_DECODE}, \

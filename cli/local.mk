@@ -7,14 +7,14 @@ cli_cdl_plot_SOURCES = cli/cdl-plot.c cli/plot_read.c cli/plot_read.h cli/plot_g
 	cli/plot_gnuplot.h cli/plot_run.c lib/ckpt/atomic.c lib/ckpt/atomic.h
 cli_cdl_plot_LDADD = libcdl.la
 bin_PROGRAMS += cli/cdl-eval cli/cdl-predict
-cli_cdl_eval_SOURCES = cli/cdl-eval.c cli/evalcommon.c cli/evalcommon.h cli/normalize.c \
+cli_cdl_eval_SOURCES = cli/cdl-eval.c cli/evalcommon.c cli/evalcommon.h cli/evalnames.c cli/normalize.c \
 	cli/normalize.h cli/blas_core.c cli/blas_core.h cli/libcheck.c cli/libcheck.h
 cli_cdl_eval_LDADD = libcdl.la -lm
-cli_cdl_predict_SOURCES = cli/cdl-predict.c cli/evalcommon.c cli/evalcommon.h cli/normalize.c \
+cli_cdl_predict_SOURCES = cli/cdl-predict.c cli/evalcommon.c cli/evalcommon.h cli/evalnames.c cli/normalize.c \
 	cli/normalize.h cli/blas_core.c cli/blas_core.h cli/libcheck.c cli/libcheck.h
 cli_cdl_predict_LDADD = libcdl.la -lm
 bin_PROGRAMS += cli/cdl-generate
 cli_cdl_generate_SOURCES = cli/cdl-generate.c cli/sample.c cli/sample.h cli/vocab.c cli/vocab.h \
-	cli/evalcommon.c cli/evalcommon.h cli/normalize.c cli/normalize.h cli/blas_core.c \
+	cli/evalcommon.c cli/evalcommon.h cli/evalnames.c cli/normalize.c cli/normalize.h cli/blas_core.c \
 	cli/blas_core.h cli/libcheck.c cli/libcheck.h
 cli_cdl_generate_LDADD = libcdl.la -lm

@@ -108,3 +108,6 @@ tests_e2e_old_libcdl_build_la_LDFLAGS = -module -avoid-version -shared -rpath /n
 EXTRA_DIST += tests/e2e/old-libcdl-build.map
 TESTS += tests/e2e/template-settings.sh
 EXTRA_DIST += tests/e2e/template-settings.sh
+# PyTorch's weights of a table with text labels: --classes, LabelEncoder's order.
+TESTS += tests/e2e/torch-classes.sh
+EXTRA_DIST += tests/e2e/torch-classes.sh tests/e2e/torch_classes.py

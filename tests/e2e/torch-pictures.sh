@@ -57,6 +57,31 @@ mkdir ev && cp -r pics/resize ev/test && cp -r pics/train ev/train || die "copyi
 "$eval" torch.safetensors --model net.spec --dataset imagefolder:ev \
     --normalize 0.5,0.25 --json >eval.json 2>err || { cat err >&2; die "cdl-eval failed"; }
 $py "$fix" eval . eval.json || die "cdl-eval disagrees with PyTorch"
+# The outputs named (--classes): cdl-predict prints the names, with
+# PyTorch's probabilities. A folder of two of the three classes was
+# numbered by its own sorted names (green 0, red 1: the model's blue and
+# green), silently: refused now without --classes, scored by name with it.
+"$predict" torch.safetensors --model net.spec --normalize 0.5,0.25 --format jsonl --top-k 3 \
+    --classes blue,green,red $files >pred.jsonl || die "cdl-predict --classes failed"
+grep -q '"class":"green"' pred.jsonl || die "cdl-predict --classes: no names: $(head -2 pred.jsonl)"
+$py "$fix" check . f32 pred.jsonl || die "cdl-predict --classes disagrees with PyTorch"
+mkdir ev2 && cp -r pics/resize/green pics/resize/red ev2/ || die "copying two classes"
+expect_status 1 "$eval" torch.safetensors --model net.spec --dataset imagefolder:ev2 \
+    --normalize 0.5,0.25
+expect_err "torch.safetensors stores no class names (not written by cdl-train) and the imagefolder data has 2 classes, the model 3 outputs"
+printf 'blue\ngreen\nred\n' >classes.txt
+expect_status 0 "$eval" torch.safetensors --model net.spec --dataset imagefolder:ev2 \
+    --normalize 0.5,0.25 --classes classes.txt --json
+$py - out <<'PYEOF' || die "cdl-eval --classes on two classes disagrees with PyTorch"
+import json, sys
+ref, got = json.load(open("ref.json")), json.load(open(sys.argv[1]))
+rows = [(f.split("/")[-2], p) for f, p in zip(ref["resize_files"], ref["resize"])
+        if f.split("/")[-2] != "blue"]
+names = ["blue", "green", "red"]
+acc = sum(max(range(3), key=p.__getitem__) == names.index(c) for c, p in rows) / len(rows)
+assert got["classes"] == names and abs(got["accuracy"] - acc) < 1e-6, (got, acc)
+print(f"two classes: cdl-eval = PyTorch, accuracy {acc:.4f}")
+PYEOF
 # The size from --image-size when the spec has no input line.
 sed -i 1d net.spec
 "$predict" torch.safetensors --model net.spec --image-size 16 --normalize 0.5,0.25 \

@@ -51,19 +51,19 @@ EXTRA_tests_fakegpu_cdl_train_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
 # cdl-eval, cdl-predict and cdl-generate, unchanged, on the fake GPU
 # (tools.sh: --device cuda on the checkpoints the GPU wrote).
 check_PROGRAMS += tests/fakegpu/cdl-eval tests/fakegpu/cdl-predict tests/fakegpu/cdl-generate
-tests_fakegpu_cdl_eval_SOURCES = cli/cdl-eval.c cli/evalcommon.c cli/evalcommon.h cli/blas_core.c \
+tests_fakegpu_cdl_eval_SOURCES = cli/cdl-eval.c cli/evalcommon.c cli/evalcommon.h cli/evalnames.c cli/blas_core.c \
 	cli/blas_core.h cli/normalize.c cli/normalize.h cli/libcheck.c cli/libcheck.h
 tests_fakegpu_cdl_eval_CPPFLAGS = $(AM_CPPFLAGS)
 tests_fakegpu_cdl_eval_LDADD = $(FAKEGPU_LDADD) -lm
 tests_fakegpu_cdl_eval_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_cdl_eval_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
-tests_fakegpu_cdl_predict_SOURCES = cli/cdl-predict.c cli/evalcommon.c cli/evalcommon.h \
+tests_fakegpu_cdl_predict_SOURCES = cli/cdl-predict.c cli/evalcommon.c cli/evalcommon.h cli/evalnames.c \
 	cli/blas_core.c cli/blas_core.h cli/normalize.c cli/normalize.h cli/libcheck.c cli/libcheck.h
 tests_fakegpu_cdl_predict_CPPFLAGS = $(AM_CPPFLAGS)
 tests_fakegpu_cdl_predict_LDADD = $(FAKEGPU_LDADD) -lm
 tests_fakegpu_cdl_predict_LDFLAGS = $(FAKEGPU_LINKFLAGS)
 EXTRA_tests_fakegpu_cdl_predict_DEPENDENCIES = $(CUDA_EMU_OBJS) $(FAKEGPU_OBJS)
-tests_fakegpu_cdl_generate_SOURCES = cli/cdl-generate.c cli/sample.c cli/sample.h cli/vocab.c cli/vocab.h cli/evalcommon.c \
+tests_fakegpu_cdl_generate_SOURCES = cli/cdl-generate.c cli/sample.c cli/sample.h cli/vocab.c cli/vocab.h cli/evalcommon.c cli/evalnames.c \
 	cli/evalcommon.h cli/blas_core.c cli/blas_core.h cli/normalize.c cli/normalize.h \
 	cli/libcheck.c cli/libcheck.h
 tests_fakegpu_cdl_generate_CPPFLAGS = $(AM_CPPFLAGS)

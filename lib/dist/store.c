@@ -413,6 +413,17 @@ static store *client(const char *addr, int port, int rank, int world, double tim
 store *store_open(const cdl_rank_info *info, const char *given, double timeout_s,
                   double hello_s)
 {
+    return store_open_at(info, given, 0, timeout_s, hello_s);
+}
+
+int store_port(const store *s)
+{
+    return s->port;
+}
+
+store *store_open_at(const cdl_rank_info *info, const char *given, int port, double timeout_s,
+                     double hello_s)
+{
     /* A plain srun (or --mpi=pmi2) step lands here: say the launch that
      * needs no port, where this libcdl has PMIx. */
 #ifdef HAVE_PMIX
@@ -436,8 +447,11 @@ store *store_open(const cdl_rank_info *info, const char *given, double timeout_s
         return NULL;
     /* Rank 0 too connects to the advertised address: the server listens
      * there only (on MASTER_PORT, or the alternate it moved to). */
-    store *s = client(addr, srv ? store_server_port(srv) : info->master_port, info->rank,
-                      info->world, timeout_s, token, hello_s);
+    if (srv)
+        port = store_server_port(srv);
+    else if (port <= 0)
+        port = info->master_port;
+    store *s = client(addr, port, info->rank, info->world, timeout_s, token, hello_s);
     if (!s) {
         store_server_stop(srv, 0);
         return NULL;

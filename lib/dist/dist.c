@@ -279,24 +279,57 @@ static int choose(const cdl_dist *d, const char *want, char *kind, char *inter)
 /* ------------------------------------------------------------ init */
 
 /* Under PMIx the TCP store (hier:store) needs a secret only the job's ranks
- * know: rank 0 makes one and publishes it through PMIx, the others read it
- * after the fence. token is "" when CDL_STORE_TOKEN is set (store_token()
- * takes that one). Collective over all ranks. */
-static int pmix_token(boot *b, int rank, char token[CONTRACT_TOKEN_LEN + 1])
+ * know, and the others need its port: rank 0 makes the secret (unless
+ * CDL_STORE_TOKEN is set: store_token() takes that one), starts the store,
+ * which moves to one of the alternates derived from the secret when
+ * another account holds MASTER_PORT, and publishes both through PMIx; the
+ * others read them after the fence and connect to that port directly
+ * (without PMIx they find a moved store by trying the alternates in turn).
+ * Rank 0 publishes port 0 when its store failed, so that the others stop
+ * at once. Collective over all ranks. */
+typedef struct pmix_store_pub {
+    char token[CONTRACT_TOKEN_LEN + 1];   /* "" when CDL_STORE_TOKEN is set */
+    char port[8];                         /* decimal; "0": no store */
+} pmix_store_pub;
+
+static store *pmix_store_open(cdl_dist *d)
 {
+    boot *b = d->boot;
     const char *env = getenv(CDL_ENV_STORE_TOKEN);
-    contract_err e;
-    memset(token, 0, CONTRACT_TOKEN_LEN + 1);
-    if (env && *env)
-        return 0;
-    if (rank == 0 && contract_token_make(token, CONTRACT_TOKEN_LEN + 1, &e))
-        return cdl_error("rank 0: %s", e.msg);
-    if ((rank == 0 && boot_put(b, "cdl.store_token", token, CONTRACT_TOKEN_LEN + 1)) ||
-        boot_fence(b) ||
-        (rank != 0 && boot_get(b, 0, "cdl.store_token", token, CONTRACT_TOKEN_LEN + 1)))
-        return -1;
-    token[CONTRACT_TOKEN_LEN] = '\0';
-    return 0;
+    int have_env = env && *env;
+    pmix_store_pub pub;
+    store *st = NULL;
+    memset(&pub, 0, sizeof pub);
+    if (d->info.rank == 0) {
+        contract_err e;
+        char err[2048] = "";
+        if (!have_env && contract_token_make(pub.token, sizeof pub.token, &e))
+            cdl_error("rank 0: %s", e.msg);
+        else
+            st = store_open(&d->info, have_env ? NULL : pub.token, d->timeout,
+                            d->cfg.store_hello_s);
+        if (!st)
+            snprintf(err, sizeof err, "%s", cdl_last_error());
+        snprintf(pub.port, sizeof pub.port, "%d", st ? store_port(st) : 0);
+        if (boot_put(b, "cdl.store", &pub, sizeof pub) || boot_fence(b)) {
+            store_linger_off(st);
+            store_close(st);
+            return NULL;
+        }
+        if (!st)
+            cdl_error("%s", err);
+        return st;
+    }
+    if (boot_fence(b) || boot_get(b, 0, "cdl.store", &pub, sizeof pub))
+        return NULL;
+    pub.token[CONTRACT_TOKEN_LEN] = '\0';
+    pub.port[sizeof pub.port - 1] = '\0';
+    int port = atoi(pub.port);
+    if (port <= 0)
+        return cdl_error("rank %d: rank 0 could not start the TCP store of hier:store (its "
+                         "error says why)", d->info.rank), NULL;
+    return store_open_at(&d->info, have_env ? NULL : pub.token, port, d->timeout,
+                         d->cfg.store_hello_s);
 }
 
 static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
@@ -332,10 +365,8 @@ static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
             goto out;
     } else if (!strcmp(inter_kind, "store")) {
         store *st = boot_store(d->boot);
-        char token[CONTRACT_TOKEN_LEN + 1];
-        if (!st && pmix_token(d->boot, d->info.rank, token) == 0)
-            st = d->extra_store = store_open(&d->info, token[0] ? token : NULL, d->timeout,
-                                                 d->cfg.store_hello_s);
+        if (!st)
+            st = d->extra_store = pmix_store_open(d);
         if (!st)
             goto out;
         if (l.me_leader >= 0 && !(inter = coll_store_create(&leaders, st)))

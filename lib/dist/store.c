@@ -193,6 +193,27 @@ static double reply_deadline(double wait_s)
     return dist_now() + wait_s + 30;
 }
 
+/* This rank could not check the proof of the listener it reached: not a
+ * store of this build (a squatter), or a store with another secret. It
+ * says so with an empty proof (nothing derived from its secret); a store
+ * of this build answers STORE_ST_AUTH with the account it runs as
+ * (store_proto.h). That uid, or -1 for any other answer. */
+static long refusal_uid(store *s, double deadline)
+{
+    store_req h = {STORE_MAGIC, STORE_PROVE, 0, -1, 0, 0};
+    store_rep r;
+    char msg[128];
+    long uid = -1;
+    if (store_send_all(s->fd, &h, sizeof h) || store_recv_all(s->fd, &r, sizeof r, deadline) ||
+        r.magic != STORE_MAGIC || r.status != STORE_ST_AUTH || r.vlen >= sizeof msg ||
+        store_recv_all(s->fd, msg, (size_t)r.vlen, deadline))
+        return -1;
+    msg[r.vlen] = '\0';
+    if (sscanf(msg, STORE_AUTH_FAILED, &uid) != 1 || uid < 0)
+        return -1;
+    return uid;
+}
+
 /* The handshake (store_proto.h). The server answers at once: a listening
  * socket that never answers (rank 0 stopped before its store thread runs,
  * while it holds the port cdlrun handed it) fails at the client's own
@@ -212,6 +233,25 @@ static int hello(store *s, const char *token, double deadline)
     if (len == sizeof answer)
         store_proof(token, "server", s->world, s->rank, cnonce, answer, want);
     if (len != sizeof answer || !dist_equal_ct(answer + STORE_NONCE_HEX, want, STORE_PROOF_HEX)) {
+        /* A store of this account that refuses us holds the port: rank 0
+         * never moves away from one (it fails, naming it), so this is the
+         * run's store and this rank's secret is not the run's (or another
+         * run of the user's holds the port, and rank 0 fails). Final. A
+         * store of another account is where rank 0 moves away from. */
+        long uid = len == sizeof answer ? refusal_uid(s, deadline) : -1;
+        if (uid >= 0 && uid == (long)getuid())
+            return cdl_error("rank %d: the store at %s:%d refused this rank: authentication "
+                             "failed. The store is a process of this account (uid %ld) that "
+                             "holds another secret than this rank's " CDL_ENV_STORE_TOKEN
+                             " (never sent, nor shown): every rank of a run needs the same "
+                             "one, from the job's contract. Check where this rank's comes "
+                             "from: a contract exported by hand, or copied from another job "
+                             "or shell (a stale " CDL_ENV_STORE_TOKEN " in the environment, "
+                             "a job script or ~/.bashrc); cdlrun and srun --cdl-ddp give "
+                             "every rank the same fresh one per run. Or another run of yours "
+                             "still holds the port (ss -ltnp shows it); then rank 0 says so "
+                             "(docs/rank-contract.md, Bootstrap)",
+                             s->rank, s->addr, s->port, uid);
         s->stranger = 1;
         return cdl_error("rank %d: the process listening on %s:%d (MASTER_ADDR:MASTER_PORT) "
                          "is not this run's store: it cannot prove it knows the run's secret "
@@ -373,6 +413,17 @@ static store *client(const char *addr, int port, int rank, int world, double tim
 store *store_open(const cdl_rank_info *info, const char *given, double timeout_s,
                   double hello_s)
 {
+    return store_open_at(info, given, 0, timeout_s, hello_s);
+}
+
+int store_port(const store *s)
+{
+    return s->port;
+}
+
+store *store_open_at(const cdl_rank_info *info, const char *given, int port, double timeout_s,
+                     double hello_s)
+{
     /* A plain srun (or --mpi=pmi2) step lands here: say the launch that
      * needs no port, where this libcdl has PMIx. */
 #ifdef HAVE_PMIX
@@ -396,8 +447,11 @@ store *store_open(const cdl_rank_info *info, const char *given, double timeout_s
         return NULL;
     /* Rank 0 too connects to the advertised address: the server listens
      * there only (on MASTER_PORT, or the alternate it moved to). */
-    store *s = client(addr, srv ? store_server_port(srv) : info->master_port, info->rank,
-                      info->world, timeout_s, token, hello_s);
+    if (srv)
+        port = store_server_port(srv);
+    else if (port <= 0)
+        port = info->master_port;
+    store *s = client(addr, port, info->rank, info->world, timeout_s, token, hello_s);
     if (!s) {
         store_server_stop(srv, 0);
         return NULL;

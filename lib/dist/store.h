@@ -26,6 +26,14 @@ typedef struct store store;
 /* Rank 0 serves, everyone connects; token NULL: store_token()'s. */
 store *store_open(const cdl_rank_info *info, const char *token, double timeout_s,
                   double hello_s);
+/* The same, the other ranks connecting to port, where rank 0's store
+ * listens (it published the port through PMIx: an alternate when another
+ * account held MASTER_PORT); 0: MASTER_PORT (or CDL_STORE_PORT), trying
+ * the alternates when a stranger holds it. Rank 0 ignores port. */
+store *store_open_at(const cdl_rank_info *info, const char *token, int port, double timeout_s,
+                     double hello_s);
+/* The port this store is reached at (rank 0: the one its server bound). */
+int store_port(const store *s);
 /* Says goodbye; rank 0 then waits (bounded) for the connected ranks to say
  * goodbye too before the server stops. */
 void store_close(store *s);

@@ -34,6 +34,14 @@
  *   client: checks the server's proof (a wrong one ends the connection before
  *           anything else is sent); STORE_PROVE, key = proof("client")
  *   server: checks it, then the rank and world; OK
+ * A client that cannot check the server's proof sends STORE_PROVE with an
+ * empty key instead (nothing derived from its secret): a store of this
+ * build answers STORE_ST_AUTH with the fixed text STORE_AUTH_FAILED and the
+ * account it runs as (public: ps shows it), so a rank with a secret that is
+ * not the run's learns at once that its own account's store refused it,
+ * while a listener of another account (a squatter, another user's job on
+ * the same port), or one that does not answer so, still sends it to the
+ * alternates below. The answer does not depend on anything the client sent.
  * proof(side) = hex HMAC-SHA256(token, "cdl-store|side|world|rank|client
  * nonce|server nonce"): both nonces are fresh per connection, so no answer
  * can be replayed, and the sides differ, so the server's answer to a
@@ -84,8 +92,11 @@ typedef struct store_req {
 
 /* A reply's status: ok; an error; an error because a rank is lost (its
  * connection dropped without a goodbye, or it did not come in time), which
- * the client records (cdl_dist_peer_lost). */
-enum { STORE_ST_OK = 0, STORE_ST_ERR = 1, STORE_ST_LOST = 2 };
+ * the client records (cdl_dist_peer_lost); the handshake's refusal of a
+ * client that could not check the store's proof (see above). */
+enum { STORE_ST_OK = 0, STORE_ST_ERR = 1, STORE_ST_LOST = 2, STORE_ST_AUTH = 3 };
+/* STORE_ST_AUTH's text: "authentication failed, store uid N". */
+#define STORE_AUTH_FAILED "authentication failed, store uid %ld"
 
 /* A reply: header, then vlen bytes (the value, or the error message). */
 typedef struct store_rep {

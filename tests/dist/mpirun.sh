@@ -27,6 +27,37 @@ if have HAVE_PMIX; then
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     mpi_run 4 sh -c "export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port; $two_nodes" "$check" \
         --backend hier:store --expect-backend hier:store
+    # Another account holds MASTER_PORT: rank 0's store moves to an
+    # alternate port and publishes it through PMIx, so the other ranks
+    # connect there directly; they used to meet the squatter first and
+    # find the store by trying the alternates in turn (which stays the way
+    # without PMIx, tests/unit/test_dist_store.c). Needs root (the squatter
+    # runs as nobody).
+    if [ "$(id -u)" = 0 ]; then
+        port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        # Listens as nobody, then leaves a child holding the socket (its
+        # pid on stdout, which it closes: no wait for readiness needed).
+        squatter=$(python3 -c 'import os, socket, sys, time
+os.setgid(65534); os.setuid(65534)
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
+pid = os.fork()
+if pid: print(pid); sys.exit(0)
+os.close(1); time.sleep(300)' "$port") || { echo "FAILED: could not squat port $port"; exit 1; }
+        echo "+ mpirun -n 4 dist_check --backend hier:store (MASTER_PORT $port held by nobody)"
+        timeout 120 mpirun --allow-run-as-root --oversubscribe -n 4 sh -c \
+            "export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port CDL_STORE_HELLO_TIMEOUT=1; $two_nodes" \
+            "$check" --backend hier:store --expect-backend hier:store >"$tmp/moved.out" 2>&1
+        rc=$?
+        kill "$squatter"
+        cat "$tmp/moved.out"
+        [ $rc -eq 0 ] || { echo "FAILED: hier:store with a squatted MASTER_PORT (exit $rc)"; exit 1; }
+        grep -q "MASTER_PORT $port on host .* is in use by a process of another account" "$tmp/moved.out" ||
+            { echo "FAILED: rank 0's store did not move away from the squatted port"; exit 1; }
+        ! grep -q "Looking for this run's store\|is not this run's store" "$tmp/moved.out" ||
+            { echo "FAILED: ranks looked for the moved store although rank 0 published its port through PMIx"; exit 1; }
+    else
+        echo "note: not root: the store moved under PMIx not checked"
+    fi
 else
     echo "note: built without PMIx: PMIx discovery not checked"
 fi

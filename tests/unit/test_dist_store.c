@@ -49,11 +49,15 @@ static int stranger_rank(int rank, int world, void *arg)
             return 1;
         char token[300];
         CHILD_CHECK(store_token(&info, token, sizeof token) == 0, "%s", cdl_last_error());
-        /* A wrong token: the store cannot prove it, so the client takes it
-         * for a listener that is not its store and looks for its own on the
-         * alternates until its timeout (1 s here). */
+        /* A wrong token: the client cannot check the store's proof, says
+         * so without sending anything derived from its token, and the
+         * store, a process of this account, answers that the
+         * authentication failed: the rank fails at once, not at its
+         * timeout (test_wrong_secret_fails_at_once). */
         CHILD_CHECK(store_probe("127.0.0.1", info.master_port, "not-the-token", 1, 2, 1) == -1,
                     "a wrong token was accepted");
+        CHILD_CHECK(strstr(cdl_last_error(), "refused this rank: authentication failed"),
+                    "error '%s'", cdl_last_error());
         /* What anyone could compute before: FNV-1a over the job id, uid,
          * world size and port (issue 13, item 1). */
         char old[512], oldtok[17];
@@ -74,10 +78,8 @@ static int stranger_rank(int rank, int world, void *arg)
         CHILD_CHECK(fd2 >= 0 && connect(fd2, (struct sockaddr *)&other, sizeof other) != 0,
                     "the store accepts connections on 127.0.0.2");
         close(fd2);
-        /* The client finds out first: the store cannot prove the client's
-         * token, so the client sends nothing more. */
-        CHILD_CHECK(strstr(cdl_last_error(), "is not this run's store"), "error '%s'",
-                    cdl_last_error());
+        CHILD_CHECK(strstr(cdl_last_error(), "refused this rank: authentication failed"),
+                    "error '%s'", cdl_last_error());
         /* A stranger that answers the challenge with a made-up proof. */
         int fd3 = raw_connect(info.master_port);
         CHILD_CHECK(fd3 >= 0, "connect");
@@ -142,6 +144,50 @@ static void test_stranger_rejected(void **state)
     (void)state;
     if (run_world(2, stranger_rank, NULL, guard_s(30)))
         fail_msg("stranger test failed");
+}
+
+/* A rank given another secret than the run's (a contract exported by
+ * hand, or copied from another job or shell) used to take the run's store
+ * for a stranger and look for it on the alternates until CDL_TIMEOUT (60 s
+ * here: the guard would end the test first). The store answers its
+ * refusal in the protocol's framing with its account, this one: the rank
+ * fails at once, naming itself, the store's address and the secret to
+ * check, never showing a secret. */
+static int wrong_secret_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    cdl_rank_info info;
+    CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
+    if (rank == 1) {
+        char token[300], want[96];
+        CHILD_CHECK(store_token(&info, token, sizeof token) == 0, "%s", cdl_last_error());
+        setenv("CDL_STORE_TOKEN", "a-stale-secret-of-another-job", 1);
+        store *bad = store_open(&info, NULL, 60, hello_s);
+        const char *e = cdl_last_error();
+        CHILD_CHECK(!bad, "a rank with another secret joined");
+        snprintf(want, sizeof want, "rank 1: the store at 127.0.0.1:%d refused this rank: "
+                 "authentication failed", info.master_port);
+        CHILD_CHECK(strstr(e, want) && strstr(e, "CDL_STORE_TOKEN") &&
+                        strstr(e, "copied from another job or shell") &&
+                        !strstr(e, "a-stale-secret") && !strstr(e, token) &&
+                        !strstr(e, "Nor did this run's store answer"),
+                    "error '%s'", e);
+        CHILD_CHECK(!cdl_dist_peer_lost(), "a refusal was taken for a lost peer");
+        setenv("CDL_STORE_TOKEN", token, 1);
+    }
+    store *s = store_open(&info, NULL, 20, hello_s);
+    CHILD_CHECK(s, "rank %d: %s", rank, cdl_last_error());
+    CHILD_CHECK(store_barrier(s, "after-wrong-secret") == 0, "%s", cdl_last_error());
+    store_close(s);
+    return 0;
+}
+
+static void test_wrong_secret_fails_at_once(void **state)
+{
+    (void)state;
+    if (run_world(2, wrong_secret_rank, NULL, guard_s(30)))
+        fail_msg("wrong secret test failed");
 }
 
 /* The token is CDL_STORE_TOKEN; without one, only a world of one rank may
@@ -1113,6 +1159,98 @@ static void test_impostor_refusal_quoted(void **state)
     assert_false(cdl_dist_peer_lost());
 }
 
+/* A store of another account on MASTER_PORT (another user's job on the
+ * same port) refuses this rank's secret in the protocol's own framing:
+ * that is where rank 0 moves away from, so the rank goes on to the
+ * alternates and finds its store there; the same refusal from a store of
+ * its own account is final (test_wrong_secret_fails_at_once). */
+struct foreign_store {
+    int lfd;         /* MASTER_PORT: refuses as another account */
+    int alt_fd;      /* the first alternate: this run's store */
+    long uid;
+    int refused, served;
+};
+
+static void *foreign_store_main(void *arg)
+{
+    struct foreign_store *f = arg;
+    struct pollfd p = {.fd = f->lfd, .events = POLLIN};
+    int fd = poll(&p, 1, 10000) == 1 ? accept(f->lfd, NULL, NULL) : -1;
+    double deadline = dist_now() + 10;
+    store_req h;
+    char cn[STORE_NONCE_HEX], answer[STORE_NONCE_HEX + STORE_PROOF_HEX];
+    if (fd >= 0 && store_recv_all(fd, &h, sizeof h, deadline) == 0 &&
+        h.op == STORE_CHALLENGE && h.klen == STORE_NONCE_HEX &&
+        store_recv_all(fd, cn, sizeof cn, deadline) == 0) {
+        /* Its own secret's proof: not the client's. */
+        store_proof("another-users-secret", "server", 2, 1, "x", "y", answer + STORE_NONCE_HEX);
+        memset(answer, 's', STORE_NONCE_HEX);
+        store_rep r = {STORE_MAGIC, 0, sizeof answer};
+        char msg[96];
+        if (store_send_all(fd, &r, sizeof r) == 0 && store_send_all(fd, answer, sizeof answer) == 0 &&
+            store_recv_all(fd, &h, sizeof h, deadline) == 0 && h.op == STORE_PROVE && h.klen == 0) {
+            snprintf(msg, sizeof msg, STORE_AUTH_FAILED, f->uid);
+            r = (store_rep){STORE_MAGIC, STORE_ST_AUTH, strlen(msg)};
+            f->refused = store_send_all(fd, &r, sizeof r) == 0 &&
+                         store_send_all(fd, msg, strlen(msg)) == 0;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    /* Gone now: the rank's next try on MASTER_PORT is refused at once. */
+    close(f->lfd);
+    f->lfd = -1;
+    p = (struct pollfd){.fd = f->alt_fd, .events = POLLIN};
+    fd = poll(&p, 1, 10000) == 1 ? accept(f->alt_fd, NULL, NULL) : -1;
+    if (fd >= 0) {
+        f->served = raw_serve_handshake(fd, "the-run-secret", dist_now() + 10) == 0;
+        close(fd);
+    }
+    return NULL;
+}
+
+static int listen_port(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd >= 0 && (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 8))) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static void test_foreign_store_refusal_moves_on(void **state)
+{
+    (void)state;
+    struct foreign_store f = {.uid = (long)getuid() + 1};
+    int port = 0, alt[STORE_ALT_PORTS];
+    unsetenv("SLURM_STEP_RESV_PORTS");
+    f.lfd = listen_any(&port);
+    assert_true(f.lfd >= 0);
+    assert_int_equal(store_alt_ports("the-run-secret", port, alt), STORE_ALT_PORTS);
+    f.alt_fd = listen_port(alt[0]);
+    if (f.alt_fd < 0) {
+        close(f.lfd);
+        skip();   /* the alternate is in use here */
+    }
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, foreign_store_main, &f), 0);
+    int rc = store_probe("127.0.0.1", port, "the-run-secret", 1, 2, 20);
+    char err[1024];
+    snprintf(err, sizeof err, "%s", cdl_last_error());
+    pthread_join(t, NULL);
+    if (f.lfd >= 0)
+        close(f.lfd);
+    close(f.alt_fd);
+    assert_true(f.refused);
+    if (rc != 0 || !f.served)
+        fail_msg("the rank did not go on to the alternate %d after another account's store "
+                 "refused it on %d: %s", alt[0], port, err);
+}
+
 /* The handshake's HMAC-SHA256 against RFC 4231 (test cases 1, 2 and 6: a
  * key longer than a block). */
 static void test_hmac_vectors(void **state)
@@ -1141,6 +1279,8 @@ int main(void)
     clear_launcher_env();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stranger_rejected),
+        cmocka_unit_test(test_wrong_secret_fails_at_once),
+        cmocka_unit_test(test_foreign_store_refusal_moves_on),
         cmocka_unit_test(test_token_from_env),
         cmocka_unit_test(test_port_in_use),
         cmocka_unit_test(test_no_port_names_launches),

@@ -52,6 +52,8 @@ struct spk_state {
                                       * the step on this node ("" = unknown
                                       * or longer: then unused) */
     char job_cores[1024];            /* S_JOB_ALLOC_CORES, likewise */
+    int slurm_major, slurm_minor;    /* Slurm's version (0 = unknown): how it
+                                      * maps its core numbers (stepcpus.h) */
 #ifdef HAVE_HWLOC
     hwloc_topology_t topo;
 #endif

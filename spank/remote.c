@@ -33,6 +33,7 @@
 #include "spank/plugin.h"
 #include "spank/port.h"
 #include "spank/shmsweep.h"
+#include "spank/stepcpus.h"
 #include "spank/threads.h"
 #include "spank/torchrun.h"
 
@@ -252,6 +253,14 @@ int spk_remote_post_opt(spank_t sp)
     if (spank_get_item(sp, S_JOB_ALLOC_CORES, &cores) == ESPANK_SUCCESS && cores &&
         strlen(cores) < sizeof spk_g.job_cores)
         snprintf(spk_g.job_cores, sizeof spk_g.job_cores, "%s", cores);
+    /* Slurm's version: how it maps its core numbers to CPUs (stepcpus.h). */
+    char *ver = NULL;
+    spk_g.slurm_major = spk_g.slurm_minor = 0;
+    if (spank_get_item(sp, S_SLURM_VERSION_MAJOR, &ver) == ESPANK_SUCCESS && ver)
+        spk_g.slurm_major = atoi(ver);
+    ver = NULL;
+    if (spank_get_item(sp, S_SLURM_VERSION_MINOR, &ver) == ESPANK_SUCCESS && ver)
+        spk_g.slurm_minor = atoi(ver);
     if (cb == ESPANK_NOSPACE)
         snprintf(spk_g.cpu_bind, sizeof spk_g.cpu_bind, "%s", "(a list too long to show)");
     else if (cb != ESPANK_SUCCESS)
@@ -518,15 +527,17 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
      * node; a cpuset of the job only, or of the step an srun ran inside):
      * the step's cores within them keep two jobs, and two steps of one
      * job, apart. The note (verbose) says when they cannot. */
-    char cores_note[160];
+    char cores_note[384];
     cores_note[0] = '\0';
     if (!from_slurm) {
         char cpus_on_node[16];
         job_env(sp, "SLURM_CPUS_ON_NODE", cpus_on_node, sizeof cpus_on_node);
-        bind_slurm_cores(spk_g.topo, allowed, spk_g.step_cores,
-                         spk_g.threads_per_core[0] ? 0
-                         : spk_slurm_threads(spk_g.job_cores, cpus_on_node),
-                         cores_note, sizeof cores_note);
+        struct spk_slurm_cpus sc = {
+            .step_cores = spk_g.step_cores, .job_cores = spk_g.job_cores,
+            .cpus_on_node = cpus_on_node, .user_threads = spk_g.threads_per_core[0] != '\0',
+            .major = spk_g.slurm_major, .minor = spk_g.slurm_minor,
+        };
+        spk_step_cpus(spk_g.topo, allowed, &sc, cores_note, sizeof cores_note);
     }
     int one_pu = hint && !strcmp(spk_g.threads_per_core, "1");
     if (one_pu)

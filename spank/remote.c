@@ -30,6 +30,7 @@
 
 #include "lib/dist/bind.h"
 #include "spank/badexit.h"
+#include "spank/overlap.h"
 #include "spank/plugin.h"
 #include "spank/port.h"
 #include "spank/shmsweep.h"
@@ -289,8 +290,18 @@ int spk_remote_post_opt(spank_t sp)
             spk_error("%s", e.msg);
             defer("--cdl-bind");
         }
-        else
+        else {
             spk_g.have_topo = 1;
+            /* The CPUs of other steps of the job running here (overlap.h). */
+            cpu_set_t set;
+            hwloc_bitmap_t mine = hwloc_bitmap_alloc();
+            spk_g.others = hwloc_bitmap_alloc();
+            if (mine && spk_g.others && sched_getaffinity(0, sizeof set, &set) == 0 &&
+                hwloc_cpuset_from_glibc_sched_affinity(spk_g.topo, mine, &set, sizeof set) == 0)
+                spk_overlap_scan("/proc", s->jobid, s->stepid, mine, spk_g.others,
+                                 spk_g.other_steps, sizeof spk_g.other_steps);
+            hwloc_bitmap_free(mine);
+        }
     }
 #else
     if (spk_g.bind != SPK_BIND_NONE) {
@@ -542,6 +553,12 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
     int one_pu = hint && !strcmp(spk_g.threads_per_core, "1");
     if (one_pu)
         bind_one_pu_per_core(spk_g.topo, allowed);
+    /* Other steps of the job already bound on these CPUs (srun --overlap):
+     * left to them where the rest still give each task a core. Read once
+     * for the step (post_opt), so that its tasks plan alike. */
+    char ovl[384];
+    spk_overlap_apply(spk_g.topo, allowed, spk_g.others, spk_g.other_steps, n,
+                      (int)spk_g.step.cpus_per_task, ovl, sizeof ovl);
     contract_err e;
     if (bind_plan(spk_g.topo, allowed, closest ? BIND_CLOSEST : BIND_CORES,
                   n, gpu, out, note, sizeof note, &e) != 0) {
@@ -574,12 +591,13 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
                      "on the cores the GPUs' tasks leave" : "GPU %d not found in the topology: "
                      "bound as with cores, on the cores the GPUs' tasks leave", gpu[local_id]);
         bind_describe(spk_g.topo, out[local_id], desc, sizeof desc);
-        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s%s%s%s%s%s%s",
+        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s%s%s%s%s%s%s%s%s",
                         spk_g.bind == SPK_BIND_CLOSEST ? "closest" : "cores", global_id,
                         local_id, gpu[local_id], desc, note[0] ? "; " : "", note,
                         rest[0] ? "; " : "", rest, mask_note, cores_note[0] ? "; " : "",
                         cores_note,
-                        one_pu ? "; one thread per core (srun --hint or --threads-per-core=1)" : "");
+                        one_pu ? "; one thread per core (srun --hint or --threads-per-core=1)" : "",
+                        ovl[0] ? "; " : "", ovl);
     }
     rc = 0;
 done:
@@ -786,6 +804,8 @@ int spk_remote_exit(spank_t sp)
         hwloc_topology_destroy(spk_g.topo);
         spk_g.have_topo = 0;
     }
+    hwloc_bitmap_free(spk_g.others);
+    spk_g.others = NULL;
 #endif
     return 0;
 }

@@ -65,6 +65,14 @@ tests_unit_test_spank_stepcpus_SOURCES = tests/unit/test_spank_stepcpus.c spank/
 	spank/options.c spank/util.c lib/dist/bind.c lib/dist/contract.c
 tests_unit_test_spank_stepcpus_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
 tests_unit_test_spank_stepcpus_LDADD = $(SPANK_TEST_LDADD) $(HWLOC_LIBS)
+
+# Steps of one job sharing CPUs (srun --overlap), on a made-up /proc.
+check_PROGRAMS += tests/unit/test_spank_overlap
+TESTS += tests/unit/test_spank_overlap
+tests_unit_test_spank_overlap_SOURCES = tests/unit/test_spank_overlap.c spank/overlap.c \
+	lib/dist/bind.c lib/dist/contract.c
+tests_unit_test_spank_overlap_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_overlap_LDADD = $(SPANK_TEST_LDADD) $(HWLOC_LIBS)
 endif
 
 # The step secret (HMAC-SHA256 with nettle, getrandom for one node).

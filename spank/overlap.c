@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lib/dist/bind.h"
@@ -71,7 +72,7 @@ static int ul_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int spk_overlap_scan(const char *proc_root, unsigned long job, unsigned long step,
+int spk_overlap_scan(const char *proc_root, uid_t uid, unsigned long job, unsigned long step,
                      hwloc_const_bitmap_t mine, hwloc_bitmap_t shared, char *steps,
                      size_t stepslen)
 {
@@ -93,6 +94,12 @@ int spk_overlap_scan(const char *proc_root, unsigned long job, unsigned long ste
         char *line;
         if (d->d_name[0] < '1' || d->d_name[0] > '9' ||
             strspn(d->d_name, "0123456789") != strlen(d->d_name))
+            continue;
+        /* The job's user's processes only: their environment is read
+         * (which waits on the process's memory map), no one else's. */
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", proc_root, d->d_name);
+        if (stat(path, &st) != 0 || st.st_uid != uid)
             continue;
         snprintf(path, sizeof path, "%s/%s/environ", proc_root, d->d_name);
         got = slurp(path, buf, sizeof buf);

@@ -20,6 +20,7 @@
 
 #ifdef HAVE_HWLOC
 #include <stddef.h>
+#include <sys/types.h>
 
 #include <hwloc.h>
 
@@ -28,7 +29,8 @@
  * SLURM_JOB_ID or SLURM_STEP_ID is missing or not a number. */
 int spk_environ_step(const char *env, size_t len, unsigned long *job, unsigned long *step);
 
-/* Scans proc_root ("/proc") for processes of normal steps of `job` other
+/* Scans proc_root ("/proc") for processes of user uid (the job's) of
+ * normal steps of `job` other
  * than `step` bound to some of `mine` (the step's CPUs): their CPUs
  * (Cpus_allowed_list, OS numbers) meet mine without holding all of it
  * (a process that may run on all of it, like the shell of an interactive
@@ -37,7 +39,7 @@ int spk_environ_step(const char *env, size_t len, unsigned long *job, unsigned l
  * ascending, at most 8). Returns how many such steps; 0 when none or
  * proc_root cannot be read (processes that vanish or are not readable
  * are skipped). */
-int spk_overlap_scan(const char *proc_root, unsigned long job, unsigned long step,
+int spk_overlap_scan(const char *proc_root, uid_t uid, unsigned long job, unsigned long step,
                      hwloc_const_bitmap_t mine, hwloc_bitmap_t shared, char *steps,
                      size_t stepslen);
 

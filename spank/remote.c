@@ -294,11 +294,13 @@ int spk_remote_post_opt(spank_t sp)
             spk_g.have_topo = 1;
             /* The CPUs of other steps of the job running here (overlap.h). */
             cpu_set_t set;
+            uid_t job_uid;
             hwloc_bitmap_t mine = hwloc_bitmap_alloc();
             spk_g.others = hwloc_bitmap_alloc();
             if (mine && spk_g.others && sched_getaffinity(0, sizeof set, &set) == 0 &&
-                hwloc_cpuset_from_glibc_sched_affinity(spk_g.topo, mine, &set, sizeof set) == 0)
-                spk_overlap_scan("/proc", s->jobid, s->stepid, mine, spk_g.others,
+                hwloc_cpuset_from_glibc_sched_affinity(spk_g.topo, mine, &set, sizeof set) == 0 &&
+                spank_get_item(sp, S_JOB_UID, &job_uid) == ESPANK_SUCCESS)
+                spk_overlap_scan("/proc", job_uid, s->jobid, s->stepid, mine, spk_g.others,
                                  spk_g.other_steps, sizeof spk_g.other_steps);
             hwloc_bitmap_free(mine);
         }

@@ -71,15 +71,18 @@ static void test_scan(void **state)
     hwloc_bitmap_t mine = hwloc_bitmap_alloc(), shared = hwloc_bitmap_alloc();
     char got[64];
     hwloc_bitmap_list_sscanf(mine, "0-3,8-11");
-    assert_int_equal(spk_overlap_scan(dir, 7, 1, mine, shared, steps, sizeof steps), 1);
+    assert_int_equal(spk_overlap_scan(dir, getuid(), 7, 1, mine, shared, steps, sizeof steps), 1);
     hwloc_bitmap_list_snprintf(got, sizeof got, shared);
     assert_string_equal(got, "0-1,8-9");
     assert_string_equal(steps, "0");
     hwloc_bitmap_fill(mine);
-    assert_int_equal(spk_overlap_scan(dir, 7, 1, mine, shared, steps, sizeof steps), 3);
+    assert_int_equal(spk_overlap_scan(dir, getuid(), 7, 1, mine, shared, steps, sizeof steps), 3);
     assert_string_equal(steps, "0,2,5");
+    /* Another user's processes are not read. */
+    assert_int_equal(spk_overlap_scan(dir, getuid() + 1, 7, 1, mine, shared, steps,
+                                      sizeof steps), 0);
     /* Nothing to read: none. */
-    assert_int_equal(spk_overlap_scan("/nonexistent-proc", 7, 1, mine, shared, steps,
+    assert_int_equal(spk_overlap_scan("/nonexistent-proc", getuid(), 7, 1, mine, shared, steps,
                                       sizeof steps), 0);
     assert_true(hwloc_bitmap_iszero(shared));
     hwloc_bitmap_free(mine);

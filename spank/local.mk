@@ -16,13 +16,15 @@ SPANK_CORE_SOURCES = spank/util.c spank/util.h spank/config.c spank/conf.h \
 	spank/secret.c spank/secret.h spank/shmsweep.c spank/shmsweep.h \
 	lib/dist/contract.c lib/dist/contract.h
 if HAVE_HWLOC
-SPANK_CORE_SOURCES += lib/dist/bind.c
+SPANK_CORE_SOURCES += lib/dist/bind.c spank/stepcpus.c spank/stepcpus.h spank/overlap.c \
+	spank/overlap.h
 endif
 SPANK_CPPFLAGS = $(AM_CPPFLAGS) -include $(top_srcdir)/spank/harden.h $(HWLOC_CFLAGS) \
 	$(NETTLE_CFLAGS)
 SPANK_CFLAGS = $(AM_CFLAGS) -fstack-protector-strong
 
-EXTRA_DIST += spank/harden.h spank/cdl_spank.map spank/cdl.conf.in lib/dist/bind.c lib/dist/bind.h
+EXTRA_DIST += spank/harden.h spank/cdl_spank.map spank/cdl.conf.in lib/dist/bind.c lib/dist/bind.h \
+	spank/stepcpus.c spank/stepcpus.h spank/overlap.c spank/overlap.h
 
 if HAVE_SLURM
 slurmplugin_LTLIBRARIES = spank/cdl_spank.la

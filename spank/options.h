@@ -58,7 +58,8 @@ int spk_cpu_mask_is_step(const cpu_set_t *union_set, const cpu_set_t *own);
 /* Slurm's CPUs per core on this node as its allocation counts them: the
  * job's CPUs on the node (SLURM_CPUS_ON_NODE) over the number of its cores
  * (S_JOB_ALLOC_CORES, "0-3,8"); 0 when unknown or not a whole number. 1 on
- * an SMT node means Slurm counts each PU as a core (bind_slurm_cores). */
+ * an SMT node means Slurm counts one CPU a core: each PU a core (CPUs=N
+ * alone) or each core (ThreadsPerCore=1), stepcpus.h decides which. */
 int spk_slurm_threads(const char *job_cores, const char *cpus_on_node);
 
 #endif

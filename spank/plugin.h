@@ -52,9 +52,14 @@ struct spk_state {
                                       * the step on this node ("" = unknown
                                       * or longer: then unused) */
     char job_cores[1024];            /* S_JOB_ALLOC_CORES, likewise */
+    int slurm_major, slurm_minor;    /* Slurm's version (0 = unknown): how it
+                                      * maps its core numbers (stepcpus.h) */
 #ifdef HAVE_HWLOC
     hwloc_topology_t topo;
+    hwloc_bitmap_t others;           /* CPUs of the job's other steps running
+                                      * here (overlap.h), NULL = none read */
 #endif
+    char other_steps[96];            /* their ids, "3,5" */
     int have_topo;
     int keep_on_bad_exit;            /* SLURM_KILL_BAD_EXIT=0 in the job's
                                       * environment: a failed rank does not

@@ -30,9 +30,11 @@
 
 #include "lib/dist/bind.h"
 #include "spank/badexit.h"
+#include "spank/overlap.h"
 #include "spank/plugin.h"
 #include "spank/port.h"
 #include "spank/shmsweep.h"
+#include "spank/stepcpus.h"
 #include "spank/threads.h"
 #include "spank/torchrun.h"
 
@@ -252,6 +254,14 @@ int spk_remote_post_opt(spank_t sp)
     if (spank_get_item(sp, S_JOB_ALLOC_CORES, &cores) == ESPANK_SUCCESS && cores &&
         strlen(cores) < sizeof spk_g.job_cores)
         snprintf(spk_g.job_cores, sizeof spk_g.job_cores, "%s", cores);
+    /* Slurm's version: how it maps its core numbers to CPUs (stepcpus.h). */
+    char *ver = NULL;
+    spk_g.slurm_major = spk_g.slurm_minor = 0;
+    if (spank_get_item(sp, S_SLURM_VERSION_MAJOR, &ver) == ESPANK_SUCCESS && ver)
+        spk_g.slurm_major = atoi(ver);
+    ver = NULL;
+    if (spank_get_item(sp, S_SLURM_VERSION_MINOR, &ver) == ESPANK_SUCCESS && ver)
+        spk_g.slurm_minor = atoi(ver);
     if (cb == ESPANK_NOSPACE)
         snprintf(spk_g.cpu_bind, sizeof spk_g.cpu_bind, "%s", "(a list too long to show)");
     else if (cb != ESPANK_SUCCESS)
@@ -280,8 +290,20 @@ int spk_remote_post_opt(spank_t sp)
             spk_error("%s", e.msg);
             defer("--cdl-bind");
         }
-        else
+        else {
             spk_g.have_topo = 1;
+            /* The CPUs of other steps of the job running here (overlap.h). */
+            cpu_set_t set;
+            uid_t job_uid;
+            hwloc_bitmap_t mine = hwloc_bitmap_alloc();
+            spk_g.others = hwloc_bitmap_alloc();
+            if (mine && spk_g.others && sched_getaffinity(0, sizeof set, &set) == 0 &&
+                hwloc_cpuset_from_glibc_sched_affinity(spk_g.topo, mine, &set, sizeof set) == 0 &&
+                spank_get_item(sp, S_JOB_UID, &job_uid) == ESPANK_SUCCESS)
+                spk_overlap_scan("/proc", job_uid, s->jobid, s->stepid, mine, spk_g.others,
+                                 spk_g.other_steps, sizeof spk_g.other_steps);
+            hwloc_bitmap_free(mine);
+        }
     }
 #else
     if (spk_g.bind != SPK_BIND_NONE) {
@@ -518,19 +540,27 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
      * node; a cpuset of the job only, or of the step an srun ran inside):
      * the step's cores within them keep two jobs, and two steps of one
      * job, apart. The note (verbose) says when they cannot. */
-    char cores_note[160];
+    char cores_note[384];
     cores_note[0] = '\0';
     if (!from_slurm) {
         char cpus_on_node[16];
         job_env(sp, "SLURM_CPUS_ON_NODE", cpus_on_node, sizeof cpus_on_node);
-        bind_slurm_cores(spk_g.topo, allowed, spk_g.step_cores,
-                         spk_g.threads_per_core[0] ? 0
-                         : spk_slurm_threads(spk_g.job_cores, cpus_on_node),
-                         cores_note, sizeof cores_note);
+        struct spk_slurm_cpus sc = {
+            .step_cores = spk_g.step_cores, .job_cores = spk_g.job_cores,
+            .cpus_on_node = cpus_on_node, .user_threads = spk_g.threads_per_core[0] != '\0',
+            .major = spk_g.slurm_major, .minor = spk_g.slurm_minor,
+        };
+        spk_step_cpus(spk_g.topo, allowed, &sc, cores_note, sizeof cores_note);
     }
     int one_pu = hint && !strcmp(spk_g.threads_per_core, "1");
     if (one_pu)
         bind_one_pu_per_core(spk_g.topo, allowed);
+    /* Other steps of the job already bound on these CPUs (srun --overlap):
+     * left to them where the rest still give each task a core. Read once
+     * for the step (post_opt), so that its tasks plan alike. */
+    char ovl[384];
+    spk_overlap_apply(spk_g.topo, allowed, spk_g.others, spk_g.other_steps, n,
+                      (int)spk_g.step.cpus_per_task, ovl, sizeof ovl);
     contract_err e;
     if (bind_plan(spk_g.topo, allowed, closest ? BIND_CLOSEST : BIND_CORES,
                   n, gpu, out, note, sizeof note, &e) != 0) {
@@ -563,12 +593,13 @@ static int task_bind(spank_t sp, uint32_t local_id, uint32_t global_id,
                      "on the cores the GPUs' tasks leave" : "GPU %d not found in the topology: "
                      "bound as with cores, on the cores the GPUs' tasks leave", gpu[local_id]);
         bind_describe(spk_g.topo, out[local_id], desc, sizeof desc);
-        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s%s%s%s%s%s%s",
+        slurm_spank_log("cdl: --cdl-bind=%s: task %u (local %u, GPU %d) -> %s%s%s%s%s%s%s%s%s%s%s",
                         spk_g.bind == SPK_BIND_CLOSEST ? "closest" : "cores", global_id,
                         local_id, gpu[local_id], desc, note[0] ? "; " : "", note,
                         rest[0] ? "; " : "", rest, mask_note, cores_note[0] ? "; " : "",
                         cores_note,
-                        one_pu ? "; one thread per core (srun --hint or --threads-per-core=1)" : "");
+                        one_pu ? "; one thread per core (srun --hint or --threads-per-core=1)" : "",
+                        ovl[0] ? "; " : "", ovl);
     }
     rc = 0;
 done:
@@ -775,6 +806,8 @@ int spk_remote_exit(spank_t sp)
         hwloc_topology_destroy(spk_g.topo);
         spk_g.have_topo = 0;
     }
+    hwloc_bitmap_free(spk_g.others);
+    spk_g.others = NULL;
 #endif
     return 0;
 }

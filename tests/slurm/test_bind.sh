@@ -141,6 +141,35 @@ EOF
               grep -q "SLURM_CPU_BIND_LIST is not this step.s binding" "$WORK/pair.out"'
     rm -f "$WORK"/step.* "$WORK/pair.out"
 
+    # srun --overlap: a step beside another of the job. Slurm gives the
+    # overlapping step the same first CPU as step 0 (it does not look at
+    # what other steps use), so both are bound there, each planned as if
+    # alone; the map of the second now says so.
+    user_script ovl.sh <<'EOF'
+#!/bin/sh
+line="S$SLURM_STEP_ID $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+[ "${1:-}" = hold ] || { echo "$line"; exit 0; }
+echo "$line" >ovl.held.tmp && mv ovl.held.tmp ovl.held
+i=0
+while [ ! -f ovl.done ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+EOF
+    rm -f "$WORK"/ovl.held "$WORK"/ovl.done
+    job=$(submit -w n1 -N1 -n2 -c1 -o "$WORK/ovl.out" --wrap '
+        srun -n1 -c1 --exact --cdl-bind=cores ./ovl.sh hold &
+        i=0
+        while [ ! -f ovl.held ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+        srun -n1 -c1 --overlap --cdl-bind=cores,verbose ./ovl.sh
+        touch ovl.done
+        wait')
+    wait_job "$job" >/dev/null
+    cat "$WORK/ovl.held" "$WORK/ovl.out" 2>/dev/null
+    s0=$(cut -d' ' -f2 "$WORK/ovl.held" 2>/dev/null)
+    s1=$(sed -n 's/^S1 //p' "$WORK/ovl.out" 2>/dev/null)
+    check "srun --overlap on step 0's CPU: the map says it shares it ($s0; $s1)" \
+        eval '[ -n "$s0" ] && [ "$s0" = "$s1" ] &&
+              grep -q "cdl: --cdl-bind=cores: task 0 .*; shares PUs $s0 with step 0 of this job (srun --overlap" "$WORK/ovl.out"'
+    rm -f "$WORK"/ovl.held "$WORK"/ovl.done "$WORK/ovl.out"
+
     # srun --hint=nomultithread sets a binding of its own (SLURM_CPU_BIND=
     # quiet,threads): the plugin stood back, saying "srun --cpu-bind=quiet,
     # threads asked Slurm to bind" (never typed), and under task/none

@@ -57,6 +57,24 @@ tests_unit_test_spank_mps_LDADD = $(SPANK_TEST_LDADD)
 EXTRA_tests_unit_test_spank_mps_DEPENDENCIES = tests/slurm/fake-mps-control
 
 
+# The step's CPUs from Slurm's core numbers, on saved topologies.
+if HAVE_HWLOC
+check_PROGRAMS += tests/unit/test_spank_stepcpus
+TESTS += tests/unit/test_spank_stepcpus
+tests_unit_test_spank_stepcpus_SOURCES = tests/unit/test_spank_stepcpus.c spank/stepcpus.c \
+	spank/options.c spank/util.c lib/dist/bind.c lib/dist/contract.c
+tests_unit_test_spank_stepcpus_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_stepcpus_LDADD = $(SPANK_TEST_LDADD) $(HWLOC_LIBS)
+
+# Steps of one job sharing CPUs (srun --overlap), on a made-up /proc.
+check_PROGRAMS += tests/unit/test_spank_overlap
+TESTS += tests/unit/test_spank_overlap
+tests_unit_test_spank_overlap_SOURCES = tests/unit/test_spank_overlap.c spank/overlap.c \
+	lib/dist/bind.c lib/dist/contract.c
+tests_unit_test_spank_overlap_CPPFLAGS = $(SPANK_TEST_CPPFLAGS)
+tests_unit_test_spank_overlap_LDADD = $(SPANK_TEST_LDADD) $(HWLOC_LIBS)
+endif
+
 # The step secret (HMAC-SHA256 with nettle, getrandom for one node).
 if HAVE_NETTLE
 check_PROGRAMS += tests/unit/test_spank_secret

@@ -1178,16 +1178,18 @@ static void *foreign_store_main(void *arg)
     int fd = poll(&p, 1, 10000) == 1 ? accept(f->lfd, NULL, NULL) : -1;
     double deadline = dist_now() + 10;
     store_req h;
-    char cn[STORE_NONCE_HEX], answer[STORE_NONCE_HEX + STORE_PROOF_HEX];
+    /* answer: nonce, proof and the NUL store_proof writes after it. */
+    char cn[STORE_NONCE_HEX], answer[STORE_NONCE_HEX + STORE_PROOF_HEX + 1];
     if (fd >= 0 && store_recv_all(fd, &h, sizeof h, deadline) == 0 &&
         h.op == STORE_CHALLENGE && h.klen == STORE_NONCE_HEX &&
         store_recv_all(fd, cn, sizeof cn, deadline) == 0) {
         /* Its own secret's proof: not the client's. */
         store_proof("another-users-secret", "server", 2, 1, "x", "y", answer + STORE_NONCE_HEX);
         memset(answer, 's', STORE_NONCE_HEX);
-        store_rep r = {STORE_MAGIC, 0, sizeof answer};
+        store_rep r = {STORE_MAGIC, 0, STORE_NONCE_HEX + STORE_PROOF_HEX};
         char msg[96];
-        if (store_send_all(fd, &r, sizeof r) == 0 && store_send_all(fd, answer, sizeof answer) == 0 &&
+        if (store_send_all(fd, &r, sizeof r) == 0 &&
+            store_send_all(fd, answer, STORE_NONCE_HEX + STORE_PROOF_HEX) == 0 &&
             store_recv_all(fd, &h, sizeof h, deadline) == 0 && h.op == STORE_PROVE && h.klen == 0) {
             snprintf(msg, sizeof msg, STORE_AUTH_FAILED, f->uid);
             r = (store_rep){STORE_MAGIC, STORE_ST_AUTH, strlen(msg)};

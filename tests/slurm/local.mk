@@ -11,16 +11,21 @@ check_LTLIBRARIES += tests/slurm/evil-preload.la
 tests_slurm_evil_preload_la_SOURCES = tests/slurm/evil-preload.c
 tests_slurm_evil_preload_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 
-SLURM_TESTS = tests/slurm/test_ddp_contract.sh tests/slurm/test_sbatch.sh \
+# Longest first (CI's times: test_node_loss 200 s, test_idle_requeue 135,
+# test_templates 90, test_hf_trainer, test_arrays 70, test_pytorch 55), and
+# before the other tests (Makefile.am includes this file first): make -j
+# starts TESTS in list order, and a long test that starts last stretches
+# make check by its whole length.
+SLURM_TESTS = tests/slurm/test_node_loss.sh tests/slurm/test_idle_requeue.sh \
+	tests/slurm/test_templates.sh tests/slurm/test_hf_trainer.sh tests/slurm/test_arrays.sh \
+	tests/slurm/test_pytorch.sh tests/slurm/test_ddp_contract.sh tests/slurm/test_sbatch.sh \
 	tests/slurm/test_ports.sh tests/slurm/test_mps.sh tests/slurm/test_bind.sh \
-	tests/slurm/test_hostile.sh tests/slurm/test_admin.sh tests/slurm/test_templates.sh \
-	tests/slurm/test_train_e2e.sh tests/slurm/test_plugstack.sh tests/slurm/test_pytorch.sh \
-	tests/slurm/test_lightning.sh tests/slurm/test_stage.sh tests/slurm/test_rank_exit.sh \
-	tests/slurm/test_torchrun.sh tests/slurm/test_accelerate.sh tests/slurm/test_shm.sh \
-	tests/slurm/test_cgroup.sh tests/slurm/test_arrays.sh tests/slurm/test_node_loss.sh \
+	tests/slurm/test_hostile.sh tests/slurm/test_admin.sh tests/slurm/test_train_e2e.sh \
+	tests/slurm/test_plugstack.sh tests/slurm/test_lightning.sh tests/slurm/test_stage.sh \
+	tests/slurm/test_rank_exit.sh tests/slurm/test_torchrun.sh \
+	tests/slurm/test_accelerate.sh tests/slurm/test_shm.sh tests/slurm/test_cgroup.sh \
 	tests/slurm/test_hetero.sh tests/slurm/test_lm_requeue.sh tests/slurm/test_gpu_bind.sh \
-	tests/slurm/test_hf_trainer.sh tests/slurm/test_pmix_loss.sh \
-	tests/slurm/test_idle_requeue.sh
+	tests/slurm/test_pmix_loss.sh
 TESTS += $(SLURM_TESTS)
 dist_check_SCRIPTS += $(SLURM_TESTS) tests/slurm/cluster.sh
 EXTRA_DIST += tests/slurm/lib.sh tests/slurm/fake-train.sh

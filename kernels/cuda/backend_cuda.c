@@ -14,14 +14,16 @@
 #include "kernels/cuda/impl.h"
 #include "lib/core/backends.h"
 
-static _Thread_local int current_device = -1;
-
+/* Every entry makes the backend's GPU current on the calling thread, asking
+ * the runtime which one is (a host-side lookup, no driver call): a cache of
+ * the last one set here would go stale when the program, or another
+ * library on the thread (NCCL's setup in lib/dist), selects another GPU,
+ * and a kernel queued on this GPU's stream from another GPU fails. */
 void cbe_enter(cbe *ci)
 {
-    if (current_device != ci->device) {
-        if (CU_CHECK(ci, cudaSetDevice(ci->device)) == 0)
-            current_device = ci->device;
-    }
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != ci->device)
+        CU_CHECK(ci, cudaSetDevice(ci->device));
 }
 
 static void cbe_destroy(cdl_backend *be);
@@ -98,6 +100,7 @@ static const cdl_backend_ops cuda_ops = {
     .stream = cuda_backend_stream,
     .device_uuid = cuda_backend_gpu_uuid,
     .device_name = cuda_backend_gpu_name,
+    .device_index = cuda_backend_gpu_index,
 };
 
 int cuda_backend_is_cuda(const cdl_backend *be)
@@ -191,7 +194,6 @@ static int setup(cbe *ci, int lt)
     if (CU_CHECK(ci, cudaSetDevice(ci->device)) ||
         CU_CHECK(ci, cudaGetDeviceProperties(&prop, ci->device)))
         return -1;
-    current_device = ci->device;
     /* Replicas packed on one GPU (MPS) would each spin a host core while
      * they wait for the GPU: they block instead (device and events). */
     unsigned int ev_flags = cudaEventDisableTiming;

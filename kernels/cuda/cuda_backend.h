@@ -91,5 +91,8 @@ void *cuda_backend_stream(cdl_backend *be);
 int cuda_backend_gpu_uuid(cdl_backend *be, unsigned char uuid[16]);
 /* The GPU's name from cudaGetDeviceProperties (device_name). */
 const char *cuda_backend_gpu_name(cdl_backend *be);
+/* The backend's GPU as a visible device index, what cudaSetDevice takes
+ * (device_index); -1 on other backends. */
+int cuda_backend_gpu_index(cdl_backend *be);
 
 #endif

@@ -78,6 +78,11 @@ const char *cuda_backend_gpu_name(cdl_backend *be)
     return cuda_backend_is_cuda(be) ? cbe_of(be)->gpu_name : NULL;
 }
 
+int cuda_backend_gpu_index(cdl_backend *be)
+{
+    return cuda_backend_is_cuda(be) ? cbe_of(be)->device : -1;
+}
+
 int cuda_backend_gpu_uuid(cdl_backend *be, unsigned char uuid[16])
 {
     if (!cuda_backend_is_cuda(be))

@@ -440,6 +440,12 @@ typedef struct cdl_backend_ops {
      * in stream order; the NULL call outside graph steps). The host learns
      * it when it reads *sq. */
     void (*hold_updates)(cdl_backend *be, const double *sq);
+    /* The GPU the backend's work runs on, as an index among the visible
+     * ones (what cudaSetDevice takes); NULL entry: none (a CPU). Whatever
+     * thread calls them, the ops make it current themselves; libraries
+     * that enqueue work beside them (NCCL in lib/dist) use it to create
+     * their streams, events and communicators on the same GPU. */
+    int (*device_index)(cdl_backend *be);
 } cdl_backend_ops;
 
 /* Step mark slots a backend with marks keeps. */

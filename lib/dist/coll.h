@@ -97,13 +97,16 @@ int coll_mpi_available(void);   /* built with MPI and launched by an MPI-capable
 /* The slow fallback between nodes: values through rank 0's TCP store. */
 coll *coll_store_create(const coll_group *g, store *st);
 
-/* NCCL among g (one rank per GPU); host_buffers: stage through device memory
- * (when used between node leaders in hier). compute_stream (a cudaStream_t,
- * NULL with host buffers only): device-buffer collectives wait for the work
- * queued on it first. */
+/* NCCL among g (one rank per GPU); device: the compute backend's GPU (its
+ * device_index; -1: whichever is current), where the communicator, its
+ * stream and events are made and every call runs, whatever device the
+ * calling thread has current (it keeps it); host_buffers: stage through
+ * device memory (when used between node leaders in hier). compute_stream
+ * (a cudaStream_t on that GPU, NULL with host buffers only): device-buffer
+ * collectives wait for the work queued on it first. */
 int nccl_prepare(const coll_group *g, boot *b);
-coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double timeout_s,
-                       void *compute_stream);
+coll *coll_nccl_create(const coll_group *g, boot *b, int device, int host_buffers,
+                       double timeout_s, void *compute_stream);
 
 /* Hierarchical: `local` inside this rank's group (shm), `inter` between the
  * group leaders (NULL on non-leaders). group_of[r] and local_of[r] place

@@ -11,7 +11,13 @@
  * A collective on device buffers first makes NCCL's stream wait (an event)
  * for the work queued so far on the compute stream, so a buffer an op is
  * still writing is never reduced stale. Every copy is checked and every
- * wait, copies included, is bounded by the timeout (CDL_TIMEOUT). */
+ * wait, copies included, is bounded by the timeout (CDL_TIMEOUT).
+ *
+ * Everything lives on the compute backend's GPU, whichever thread calls:
+ * the communicator, stream, events and stage are created with that GPU
+ * made current (NCCL takes the current device), and every entry makes it
+ * current around its CUDA and NCCL calls, then gives the calling thread
+ * its own current device back (device_guard). */
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -40,6 +46,7 @@ typedef struct nccl_coll {
     cudaEvent_t queued;         /* recorded on compute before a device collective */
     double timeout;
     int host_buffers;
+    int device;                 /* the backend's GPU (cudaSetDevice's index); -1: the current */
 } nccl_coll;
 
 static int nccl_fail(const char *what, ncclResult_t r)
@@ -50,6 +57,31 @@ static int nccl_fail(const char *what, ncclResult_t r)
 static int cuda_fail(const char *what, cudaError_t e)
 {
     return cdl_error("CUDA %s failed: %s", what, cudaGetErrorString(e));
+}
+
+/* Makes `device` (-1: none, the current one stays) current on the calling
+ * thread; *saved: the device to give back (device_restore). */
+static int device_guard(int device, int *saved, const char *what)
+{
+    *saved = -1;
+    if (device < 0)
+        return 0;
+    cudaError_t e = cudaGetDevice(saved);
+    if (e == cudaSuccess && *saved == device)
+        return 0;
+    if (e != cudaSuccess)
+        *saved = -1;
+    e = cudaSetDevice(device);
+    if (e != cudaSuccess)
+        return cdl_error("NCCL %s: cudaSetDevice(%d), the compute backend's GPU, failed: %s", what,
+                         device, cudaGetErrorString(e));
+    return 0;
+}
+
+static void device_restore(int device, int saved)
+{
+    if (device >= 0 && saved >= 0 && saved != device)
+        (void)cudaSetDevice(saved);
 }
 
 /* The communicator's asynchronous state: 0 with *ready (1: idle, 0: an
@@ -143,7 +175,7 @@ static int run_allreduce(nccl_coll *n, void *dev, size_t count, coll_dtype t, in
     return nccl_wait(n, 1, "allreduce");
 }
 
-static int n_allreduce(coll *c, void *buf, size_t count, coll_dtype t, int average)
+static int n_allreduce_here(coll *c, void *buf, size_t count, coll_dtype t, int average)
 {
     nccl_coll *n = (nccl_coll *)c;
     if (is_device(buf))
@@ -176,7 +208,7 @@ static int run_bcast(nccl_coll *n, void *dev, size_t bytes, int root)
     return nccl_wait(n, 1, "broadcast");
 }
 
-static int n_broadcast(coll *c, void *buf, size_t bytes, int root)
+static int n_broadcast_here(coll *c, void *buf, size_t bytes, int root)
 {
     nccl_coll *n = (nccl_coll *)c;
     if (is_device(buf))
@@ -196,14 +228,14 @@ static int n_broadcast(coll *c, void *buf, size_t bytes, int root)
     return 0;
 }
 
-static int n_barrier(coll *c)
+static int n_barrier_here(coll *c)
 {
     nccl_coll *n = (nccl_coll *)c;
     return run_allreduce(n, n->dev, 1, COLL_F32, 0);
 }
 
 /* Small host buffers: staged whole. */
-static int n_allgather(coll *c, const void *in, void *out, size_t bytes)
+static int n_allgather_here(coll *c, const void *in, void *out, size_t bytes)
 {
     nccl_coll *n = (nccl_coll *)c;
     if ((size_t)c->size * bytes + bytes > STAGE)
@@ -229,6 +261,8 @@ static int n_allgather(coll *c, const void *in, void *out, size_t bytes)
 static void n_destroy(coll *c)
 {
     nccl_coll *n = (nccl_coll *)c;
+    int saved;
+    (void)device_guard(n->device, &saved, "teardown");   /* failed: frees what it can */
     if (n->comm)
         ncclCommDestroy(n->comm);
     if (n->stream)
@@ -241,6 +275,7 @@ static void n_destroy(coll *c)
         cudaEventDestroy(n->done);
     if (n->queued)
         cudaEventDestroy(n->queued);
+    device_restore(n->device, saved);
     cdl_free(n);
 }
 
@@ -267,8 +302,8 @@ static int enqueued(nccl_coll *n, ncclResult_t r, const char *what)
     return r == ncclInProgress ? nccl_wait(n, 0, what) : 0;
 }
 
-static int n_enqueue_allreduce(coll *c, void *buf, size_t count, coll_dtype t, int average,
-                               void *after)
+static int n_enqueue_allreduce_here(coll *c, void *buf, size_t count, coll_dtype t, int average,
+                                    void *after)
 {
     nccl_coll *n = (nccl_coll *)c;
     if (enqueue_after(n, after, "event before the gradient allreduce"))
@@ -279,7 +314,7 @@ static int n_enqueue_allreduce(coll *c, void *buf, size_t count, coll_dtype t, i
 }
 
 /* The sharded optimizer's parameter allgather: one broadcast per owner. */
-static int n_enqueue_broadcast(coll *c, void *buf, size_t bytes, int root, void *after)
+static int n_enqueue_broadcast_here(coll *c, void *buf, size_t bytes, int root, void *after)
 {
     nccl_coll *n = (nccl_coll *)c;
     if (enqueue_after(n, after, "event before the parameter broadcast"))
@@ -288,7 +323,7 @@ static int n_enqueue_broadcast(coll *c, void *buf, size_t bytes, int root, void 
                     "broadcast (enqueued)");
 }
 
-static int n_join(coll *c, void *stream)
+static int n_join_here(coll *c, void *stream)
 {
     nccl_coll *n = (nccl_coll *)c;
     cudaError_t e = cudaEventRecord(n->done, n->stream);
@@ -297,7 +332,7 @@ static int n_join(coll *c, void *stream)
     return e == cudaSuccess ? 0 : cuda_fail("event after the gradient allreduces", e);
 }
 
-static int n_poll(coll *c)
+static int n_poll_here(coll *c)
 {
     int ready = 0;
     return comm_state((nccl_coll *)c, "allreduce (enqueued)", &ready);
@@ -308,9 +343,65 @@ static void n_abort(coll *c, const char *why)
 {
     nccl_coll *n = (nccl_coll *)c;
     (void)why;
+    int saved;
+    (void)device_guard(n->device, &saved, "abort");
     if (n->comm)
         ncclCommAbort(n->comm);
     n->comm = NULL;
+    device_restore(n->device, saved);
+}
+
+/* The entries: each on the backend's GPU (device_guard). */
+#define ON_DEVICE(what, call)                                                                      \
+    do {                                                                                           \
+        nccl_coll *n_ = (nccl_coll *)c;                                                            \
+        int saved_;                                                                                \
+        if (device_guard(n_->device, &saved_, what))                                               \
+            return -1;                                                                             \
+        int rc_ = call;                                                                            \
+        device_restore(n_->device, saved_);                                                        \
+        return rc_;                                                                                \
+    } while (0)
+
+static int n_allreduce(coll *c, void *buf, size_t count, coll_dtype t, int average)
+{
+    ON_DEVICE("allreduce", n_allreduce_here(c, buf, count, t, average));
+}
+
+static int n_broadcast(coll *c, void *buf, size_t bytes, int root)
+{
+    ON_DEVICE("broadcast", n_broadcast_here(c, buf, bytes, root));
+}
+
+static int n_barrier(coll *c)
+{
+    ON_DEVICE("barrier", n_barrier_here(c));
+}
+
+static int n_allgather(coll *c, const void *in, void *out, size_t bytes)
+{
+    ON_DEVICE("allgather", n_allgather_here(c, in, out, bytes));
+}
+
+static int n_enqueue_allreduce(coll *c, void *buf, size_t count, coll_dtype t, int average,
+                               void *after)
+{
+    ON_DEVICE("allreduce (enqueued)", n_enqueue_allreduce_here(c, buf, count, t, average, after));
+}
+
+static int n_enqueue_broadcast(coll *c, void *buf, size_t bytes, int root, void *after)
+{
+    ON_DEVICE("broadcast (enqueued)", n_enqueue_broadcast_here(c, buf, bytes, root, after));
+}
+
+static int n_join(coll *c, void *stream)
+{
+    ON_DEVICE("join", n_join_here(c, stream));
+}
+
+static int n_poll(coll *c)
+{
+    ON_DEVICE("poll", n_poll_here(c));
 }
 
 static const coll_ops nccl_ops = {
@@ -339,14 +430,10 @@ int nccl_prepare(const coll_group *g, boot *b)
     return boot_put(b, key, &id, sizeof id);
 }
 
-coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double timeout_s,
-                       void *compute_stream)
+/* Everything of the communicator on `device`, then the caller's device back. */
+static coll *create_here(const coll_group *g, const ncclUniqueId *id, int device, int host_buffers,
+                         double timeout_s, void *compute_stream)
 {
-    ncclUniqueId id;
-    char key[64];
-    id_key(g, key, sizeof key);
-    if (boot_get(b, g->ranks[0], key, &id, sizeof id))
-        return NULL;
     nccl_coll *n = cdl_calloc(1, sizeof *n);
     if (!n)
         return NULL;
@@ -354,6 +441,7 @@ coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double ti
     n->timeout = timeout_s;
     n->host_buffers = host_buffers;
     n->compute = (cudaStream_t)compute_stream;
+    n->device = device;
     cudaError_t e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)
         e = cudaMalloc(&n->dev, STAGE);
@@ -370,7 +458,7 @@ coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double ti
     }
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    ncclResult_t r = ncclCommInitRankConfig(&n->comm, g->size, id, g->me, &config);
+    ncclResult_t r = ncclCommInitRankConfig(&n->comm, g->size, *id, g->me, &config);
     if ((r != ncclSuccess && r != ncclInProgress) || nccl_wait(n, 0, "communicator setup")) {
         if (r != ncclSuccess && r != ncclInProgress)
             nccl_fail("ncclCommInitRankConfig", r);
@@ -378,4 +466,20 @@ coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double ti
         return NULL;
     }
     return &n->base;
+}
+
+coll *coll_nccl_create(const coll_group *g, boot *b, int device, int host_buffers,
+                       double timeout_s, void *compute_stream)
+{
+    ncclUniqueId id;
+    char key[64];
+    id_key(g, key, sizeof key);
+    if (boot_get(b, g->ranks[0], key, &id, sizeof id))
+        return NULL;
+    int saved;
+    if (device_guard(device, &saved, "communicator setup"))
+        return NULL;
+    coll *c = create_here(g, &id, device, host_buffers, timeout_s, compute_stream);
+    device_restore(device, saved);
+    return c;
 }

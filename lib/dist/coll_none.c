@@ -22,10 +22,10 @@ int nccl_prepare(const coll_group *g, boot *b)
     return cdl_error("this libcdl was built without NCCL: reconfigure with --with-cuda and NCCL");
 }
 
-coll *coll_nccl_create(const coll_group *g, boot *b, int host_buffers, double timeout_s,
-                       void *compute_stream)
+coll *coll_nccl_create(const coll_group *g, boot *b, int device, int host_buffers,
+                       double timeout_s, void *compute_stream)
 {
-    (void)g, (void)b, (void)host_buffers, (void)timeout_s, (void)compute_stream;
+    (void)g, (void)b, (void)device, (void)host_buffers, (void)timeout_s, (void)compute_stream;
     cdl_error("this libcdl was built without NCCL: reconfigure with --with-cuda and NCCL");
     return NULL;
 }

@@ -332,6 +332,13 @@ static store *pmix_store_open(cdl_dist *d)
                          d->cfg.store_hello_s);
 }
 
+/* The compute backend's GPU, where NCCL's communicator must live (the
+ * thread creating it may have another one current); -1: none known. */
+static int backend_gpu(const cdl_dist *d)
+{
+    return d->be && d->be->ops->device_index ? d->be->ops->device_index(d->be) : -1;
+}
+
 static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
 {
     layout l;
@@ -361,7 +368,7 @@ static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
         if (!inter && member)
             goto out;
     } else if (l.me_leader >= 0 && !strcmp(inter_kind, "nccl")) {
-        if (!(inter = coll_nccl_create(&leaders, d->boot, 1, d->timeout, NULL)))
+        if (!(inter = coll_nccl_create(&leaders, d->boot, backend_gpu(d), 1, d->timeout, NULL)))
             goto out;
     } else if (!strcmp(inter_kind, "store")) {
         store *st = boot_store(d->boot);
@@ -441,7 +448,8 @@ static coll *make_flat(cdl_dist *d, const char *kind)
         int ok = exchange_layout(d, 1, &l) == 0;
         layout_free(&l);
         if (ok && nccl_prepare(&g, d->boot) == 0 && boot_fence(d->boot) == 0)
-            c = coll_nccl_create(&g, d->boot, 0, d->timeout, cdl_backend_stream(d->be));
+            c = coll_nccl_create(&g, d->boot, backend_gpu(d), 0, d->timeout,
+                                 cdl_backend_stream(d->be));
     }
     cdl_free(all);
     return c;

@@ -24,6 +24,13 @@
  *   and orders them by physical index, up to its first invalid entry (none
  *   when it is empty or says -1); UUID and bus follow the physical device,
  *   so processes shown different devices see different GPUs.
+ *   The current device is per host thread (0 until cudaSetDevice). A
+ *   stream and an event belong to the device current when they were
+ *   created, and the programming guide's rules hold: a kernel launched
+ *   on a stream of another device than the current one fails, and so
+ *   does cudaEventRecord of an event on a stream of another device
+ *   (cudaErrorInvalidResourceHandle); copies, queries, synchronisation
+ *   and cudaStreamWaitEvent work across devices.
  *
  * - An injected asynchronous fault (tests only): CDL_FAKE_FAULT_AT=N makes
  *   the Nth item of work queued in the process fault when it runs, as a
@@ -81,6 +88,7 @@ struct queued {
 
 struct CUstream_st {
     unsigned flags = 0;
+    int device = -1;          /* current when it was created; -1: the legacy stream */
     std::deque<queued> q;
     bool capturing = false, invalidated = false;
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
@@ -89,6 +97,7 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
+    int device = -1;          /* current when it was created */
     CUstream_st *stream = nullptr;
     uint64_t seq = 0;
     bool recorded = false, in_capture = false;
@@ -441,6 +450,14 @@ namespace {
 void submit_launch(cudaStream_t s, dim3 grid, dim3 blockd, std::function<void()> k)
 {
     std::lock_guard<std::recursive_mutex> g(lock());
+    CUstream_st *st = resolve(s);
+    if (st && st->device >= 0 && st->device != current_device) {
+        complain("kernel launched on stream %p of device %d while device %d is current "
+                 "(cudaSetDevice to the stream's device first)", (void *)s, st->device,
+                 current_device);
+        cuk_emu_error = fail(cudaErrorInvalidResourceHandle);
+        return;
+    }
     cudaError_t e = enqueue(s, [grid, blockd, k]() { cuk_emu_launch(grid, blockd, k); });
     if (e != cudaSuccess)
         cuk_emu_error = e;
@@ -865,6 +882,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
     LOCKED;
     CUstream_st *st = new CUstream_st;
     st->flags = flags;
+    st->device = current_device;
     streams.push_back(st);
     *s = st;
     return cudaSuccess;
@@ -1000,6 +1018,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
     LOCKED;
     (void)flags;
     CUevent_st *ev = new CUevent_st;
+    ev->device = current_device;
     events.insert(ev);
     *e = ev;
     return cudaSuccess;
@@ -1025,6 +1044,12 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     CUstream_st *st = resolve(s);
     if (!events.count(e) || !st)
         return fail(cudaErrorInvalidResourceHandle);
+    if (st->device >= 0 && st->device != e->device) {
+        complain("cudaEventRecord: the event belongs to device %d, the stream %p to device %d "
+                 "(create events with the stream's device current)", e->device, (void *)s,
+                 st->device);
+        return fail(cudaErrorInvalidResourceHandle);
+    }
     e->stream = st;
     e->recorded = true;
     e->in_capture = st->capturing;

@@ -47,4 +47,7 @@ EXTRA_DIST += tests/gpu/gpt_vs_cpu.c
 
 # The PyTorch templates on a GPU (docs/pytorch.md); run.sh may call it.
 EXTRA_DIST += tests/gpu/pytorch_templates.sh
+# Accelerate's gradient-averaging check, run by pytorch_templates.sh (step 4)
+# and tests/slurm/test_accelerate.sh.
+EXTRA_DIST += tests/pytorch/accelerate_check.py
 EXTRA_DIST += tests/gpu/nccl_checks.sh

@@ -19,9 +19,11 @@
 # skipped when PYTHON lacks the package:
 #   3. the Hugging Face Trainer (train_hf.py): every rank on its cuda:0,
 #      disjoint shards that cover the data (transformers, accelerate);
-#   4. a plain Accelerate loop after train_ddp.pin_accelerate_gpu: every
-#      rank on cuda:0, its weights those of every rank and of one process
-#      on the global batch (float64, 1e-9) (accelerate);
+#   4. a plain Accelerate loop after train_ddp.pin_accelerate_gpu
+#      (tests/pytorch/accelerate_check.py, as tests/slurm/test_accelerate.sh
+#      runs it on the CPU): every rank on cuda:0, its weights those of
+#      every rank and of one process on the global batch (float64, 1e-9)
+#      (accelerate);
 #   5. Lightning (train_lightning.py, launched externally: Lightning's
 #      LightningEnvironment): every rank on cuda:0, ranks as
 #      torch.distributed's, training finished (lightning or
@@ -207,61 +209,24 @@ else
 fi
 
 # 4. A plain Accelerate loop, the GPU pinned first as docs/pytorch.md
-# advises for one's own script: 3 SGD steps in float64, rank r on rows
-# r::2 of each global batch; every rank ends with the weights of one
-# process trained on the whole batch.
+# advises for one's own script (tests/pytorch/accelerate_check.py --pin):
+# 3 SGD steps in float64, rank r on rows r::2 of each global batch; every
+# rank ends with the weights of one process trained on the whole batch.
+# Its line: "A R/2 local L device D type T backend B spread S vs_one V ...".
 label="4. Accelerate loop, pin_accelerate_gpu, 2 ranks $layout"
 if ! has accelerate; then
     row "$label" "skipped: $python has no accelerate"
 else
     d=$logs/accelerate && rm -rf "$d" && mkdir -p "$d"
-    cat >"$d/acc.py" <<'PY'
-import copy, os, sys
-sys.path.insert(0, sys.argv[1])
-import torch
-import train_ddp
-cpu = sys.argv[2] == "cpu"
-if not cpu:
-    train_ddp.pin_accelerate_gpu(int(os.environ["LOCAL_RANK"]), torch.cuda.device_count())
-from accelerate import Accelerator
-from accelerate.utils import InitProcessGroupKwargs
-torch.set_default_dtype(torch.float64)
-# Replicas sharing a GPU: gloo (Accelerate's default, NCCL, refuses them).
-acc = Accelerator(cpu=cpu, kwargs_handlers=[InitProcessGroupKwargs(backend="gloo")]
-                  if train_ddp.packed() and not cpu else None)
-torch.manual_seed(0)
-model = torch.nn.Linear(8, 1)
-ref = copy.deepcopy(model).to(acc.device)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-model, opt = acc.prepare(model, opt)
-g = torch.Generator().manual_seed(1234)
-n, r = acc.num_processes, acc.process_index
-for step in range(3):
-    x = torch.randn(8 * n, 8, generator=g).to(acc.device)
-    y = torch.randn(8 * n, 1, generator=g).to(acc.device)
-    acc.backward(torch.nn.functional.mse_loss(model(x[r::n]), y[r::n]))
-    opt.step()
-    opt.zero_grad()
-    torch.nn.functional.mse_loss(ref(x), y).backward()
-    ref_opt.step()
-    ref_opt.zero_grad()
-w = torch.cat([p.detach().flatten() for p in acc.unwrap_model(model).parameters()])
-w_ref = torch.cat([p.detach().flatten() for p in ref.parameters()])
-every = acc.gather(w.unsqueeze(0))
-print(f"A {r}/{n} device {acc.device} spread {(every - every[0]).abs().max().item():.3g} "
-      f"vs_one {(w - w_ref).abs().max().item():.3g}", flush=True)
-acc.wait_for_everyone()
-os._exit(0)   # without the process group's teardown (train_ddp.leave)
-PY
-    if ! launch 2 "${fw_envs[@]}" -- "$d/acc.py" "$top/templates/pytorch" "$device" >"$d/out.log" 2>&1; then
+    if ! launch 2 "${fw_envs[@]}" -- "$top/tests/pytorch/accelerate_check.py" --device "$device" \
+            --pin "$top/templates/pytorch" --hard-exit >"$d/out.log" 2>&1; then
         bad "$label" "the run failed (see $d/out.log)"
-    elif ! ranks_ok "$d/out.log" "^A [01]/2 device $want_dev(:[01])? spread 0 vs_one "; then
+    elif ! ranks_ok "$d/out.log" "^A [01]/2 local [01] device $want_dev(:[01])? type [A-Z_]+ backend [a-z]+ spread 0 vs_one "; then
         bad "$label" "not every rank on $want_dev, or the ranks' weights differ (see $d/out.log)"
-    elif ! awk '/^A / { if ($8 + 0 > 1e-9) bad = 1 } END { exit bad }' "$d/out.log"; then
+    elif ! awk '/^A / { if ($14 + 0 > 1e-9) bad = 1 } END { exit bad }' "$d/out.log"; then
         bad "$label" "the weights are not one process's on the global batch (see $d/out.log)"
     else
-        row "$label" "ok: $(grep '^A 0/2' "$d/out.log" | cut -d' ' -f3-)"
+        row "$label" "ok: $(grep '^A 0/2' "$d/out.log" | cut -d' ' -f5-14)"
     fi
 fi
 

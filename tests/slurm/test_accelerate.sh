@@ -1,7 +1,8 @@
 #!/bin/bash
 # Hugging Face Accelerate under --cdl-ddp on the CPU (gloo), on the two
 # emulated nodes, with a plain Accelerate training loop (no launcher
-# arguments, no accelerate config):
+# arguments, no accelerate config; tests/pytorch/accelerate_check.py, which
+# tests/gpu/pytorch_templates.sh runs on GPUs):
 #   1. `srun -N2 --ntasks-per-node=2 --cdl-ddp python acc.py`: Accelerate
 #      takes the plugin's variables for a launch (MULTI_CPU, gloo), its
 #      process index and count are the plugin's RANK and WORLD_SIZE, its
@@ -31,47 +32,18 @@ pypi_venv accelerate accelerate $PINS
 "$venv/bin/python" -c 'import accelerate, torch; print("Accelerate", accelerate.__version__, "on torch", torch.__version__)'
 
 start_cluster
-user_script acc.py <<'EOF'
-# 3 SGD steps of a linear model in float64; rank r takes rows r::world of
-# one global batch, a reference model (no Accelerate) the whole batch.
-import copy, os, torch
-from accelerate import Accelerator
-torch.set_default_dtype(torch.float64)
-acc = Accelerator(cpu=True)
-torch.manual_seed(0)
-model = torch.nn.Linear(8, 1)
-ref = copy.deepcopy(model)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-model, opt = acc.prepare(model, opt)
-g = torch.Generator().manual_seed(1234)
-n, r = acc.num_processes, acc.process_index
-for step in range(3):
-    x, y = torch.randn(8 * n, 8, generator=g), torch.randn(8 * n, 1, generator=g)
-    loss = torch.nn.functional.mse_loss(model(x[r::n]), y[r::n])
-    acc.backward(loss)
-    opt.step()
-    opt.zero_grad()
-    torch.nn.functional.mse_loss(ref(x), y).backward()
-    ref_opt.step()
-    ref_opt.zero_grad()
-w = torch.cat([p.detach().flatten() for p in acc.unwrap_model(model).parameters()])
-w_ref = torch.cat([p.detach().flatten() for p in ref.parameters()])
-every = acc.gather(w.unsqueeze(0))
-st = acc.state
-os.write(1, (f"A {r}/{n} local {acc.local_process_index} {st.distributed_type.value} "
-             f"{st.backend} spread {(every - every[0]).abs().max().item():.3g} "
-             f"vs_one {(w - w_ref).abs().max().item():.3g} "
-             f"rank {os.environ['RANK']} local_rank {os.environ['LOCAL_RANK']}\n").encode())
-EOF
+# The check script is tests/pytorch/accelerate_check.py (shared with
+# tests/gpu/pytorch_templates.sh), on the CPU by default.
+user_script acc.py <"$top_srcdir/tests/pytorch/accelerate_check.py"
 JOB_TIMEOUT=90
 lines() { echo "$1" | grep '^A ' | sort; }
-# "A R/N local L MULTI_CPU gloo spread S vs_one D rank R local_rank L" with
-# S = 0 and D < 1e-12 (float64: summation order only).
+# "A R/N local L device cpu[:L] type MULTI_CPU backend gloo spread S vs_one
+# D rank R local_rank L" with S = 0 and D < 1e-12 (float64: summation
+# order only).
 agree() {   # agree OUTPUT N: N such lines, R = 0..N-1, the plugin's ranks
     [ "$(lines "$1" | awk -v n="$2" '{split($2, r, "/")
-         if (r[2] == n && $5 == "MULTI_CPU" && $6 == "gloo" && $8 == 0 && $10 < 1e-12 &&
-             $12 == r[1] && $14 == $4) print r[1]}' | tr '\n' ,)" = "$3" ]
+         if (r[2] == n && $6 ~ /^cpu(:[0-9]+)?$/ && $8 == "MULTI_CPU" && $10 == "gloo" && $12 == 0 &&
+             $14 < 1e-12 && $16 == r[1] && $18 == $4) print r[1]}' | tr '\n' ,)" = "$3" ]
 }
 
 echo "== 1. srun --cdl-ddp python acc.py, 2 nodes x 2 tasks ($SECONDS s)"

@@ -6,6 +6,9 @@
  * environment for it). Discovery owns its line and prints it once per
  * process, whichever call comes first: a program that calls
  * cdl_rank_discover and then cdl_train_run says it once. */
+/* stop (NULL: never): 1 when the process was asked to stop (cdl_train_run's
+ * SIGTERM/SIGUSR1); the bootstrap's waits are then left at once (boot.h),
+ * and dist_create fails with an error naming the rank and the wait. */
 #ifndef CDL_DIST_ANNOUNCE_H
 #define CDL_DIST_ANNOUNCE_H
 
@@ -13,6 +16,6 @@
 
 int rank_discover(cdl_rank_info *info, int announce);
 cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,
-                      const cdl_dist_config *cfg, int announce);
+                      const cdl_dist_config *cfg, int announce, int (*stop)(void));
 
 #endif

@@ -126,13 +126,23 @@ static int agree_release(boot *b, const char *release)
     return differ;
 }
 
-boot *boot_open(const cdl_rank_info *info, double timeout_s, double hello_s)
+static boot *open_boot(const cdl_rank_info *info, double timeout_s, double hello_s,
+                       const char *release, int (*stop)(void));
+
+boot *boot_open(const cdl_rank_info *info, double timeout_s, double hello_s,
+                int (*stop)(void))
 {
-    return boot_open_as(info, timeout_s, hello_s, cdl_version());
+    return open_boot(info, timeout_s, hello_s, cdl_version(), stop);
 }
 
 boot *boot_open_as(const cdl_rank_info *info, double timeout_s, double hello_s,
                    const char *release)
+{
+    return open_boot(info, timeout_s, hello_s, release, NULL);
+}
+
+static boot *open_boot(const cdl_rank_info *info, double timeout_s, double hello_s,
+                       const char *release, int (*stop)(void))
 {
     boot *b = cdl_calloc(1, sizeof *b);
     if (!b)
@@ -140,13 +150,14 @@ boot *boot_open_as(const cdl_rank_info *info, double timeout_s, double hello_s,
     b->rank = info->rank;
     b->world = info->world;
     b->timeout = timeout_s;
+    b->stop = stop;
     if (pmix_present()) {
         if (pmix_boot_open(b, info)) {
             cdl_free(b);
             return NULL;
         }
     } else {
-        b->st = store_open(info, NULL, timeout_s, hello_s);
+        b->st = store_open_stop(info, NULL, 0, timeout_s, hello_s, stop);
         if (!b->st) {
             cdl_free(b);
             return NULL;
@@ -193,6 +204,14 @@ int boot_fence(boot *b)
 int boot_get(boot *b, int rank, const char *key, void *buf, size_t len)
 {
     return b->ops->get(b, rank, key, buf, len);
+}
+
+void boot_stop_off(boot *b)
+{
+    if (!b)
+        return;
+    b->stop = NULL;
+    store_stop_off(b->st);
 }
 
 store *boot_store(boot *b)

@@ -37,7 +37,12 @@ int boot_release_compare(int rank, const boot_release *me, int other_rank,
 
 /* Every rank must run the same cdl release (cdl_version()): checked first,
  * with an error naming both releases and nodes. */
-boot *boot_open(const cdl_rank_info *info, double timeout_s, double hello_s);
+/* stop (NULL: never): 1 when this process was asked to stop
+ * (cdl_train_run's SIGTERM/SIGUSR1); every wait of the bootstrap (the
+ * store's connect, gets and barriers; a PMIx fence) is then left at once
+ * with an error naming the rank and the wait. */
+boot *boot_open(const cdl_rank_info *info, double timeout_s, double hello_s,
+                int (*stop)(void));
 /* The same, as if this rank ran `release` (tests: another version). */
 boot *boot_open_as(const cdl_rank_info *info, double timeout_s, double hello_s,
                    const char *release);
@@ -50,6 +55,10 @@ int boot_put(boot *b, const char *key, const void *val, size_t len);
 int boot_fence(boot *b);
 /* Reads rank's value for key into buf (exactly len bytes expected). */
 int boot_get(boot *b, int rank, const char *key, void *buf, size_t len);
+/* From now on b's waits no longer look at boot_open's stop: the bootstrap
+ * is done, and what follows (hier:store's collectives over the same store)
+ * must let a step end after a signal. NULL: nothing. */
+void boot_stop_off(boot *b);
 /* The TCP store behind b, or NULL under PMIx. */
 store *boot_store(boot *b);
 
@@ -74,6 +83,7 @@ struct boot {
     store *st;        /* store bootstrap */
     void *impl;       /* PMIx bootstrap */
     long fences;      /* fences done, to name them */
+    int (*stop)(void);   /* boot_open's */
 };
 
 /* PMIx bootstrap; NULL with cdl_error when unavailable. */

@@ -43,6 +43,7 @@ struct cdl_dist {
     int broken;                  /* a collective failed or was aborted: no peer is waited for */
     void *stage;                 /* STAGE_BYTES of host memory (pinned on a GPU), NULL if not needed */
     char name[32];
+    int (*stop)(void);           /* dist_create's: leaves the bootstrap's waits */
 };
 
 /* What each rank tells the others at init, to check the layout. */
@@ -306,8 +307,8 @@ static store *pmix_store_open(cdl_dist *d)
         if (!have_env && contract_token_make(pub.token, sizeof pub.token, &e))
             cdl_error("rank 0: %s", e.msg);
         else
-            st = store_open(&d->info, have_env ? NULL : pub.token, d->timeout,
-                            d->cfg.store_hello_s);
+            st = store_open_stop(&d->info, have_env ? NULL : pub.token, 0, d->timeout,
+                                 d->cfg.store_hello_s, d->stop);
         if (!st)
             snprintf(err, sizeof err, "%s", cdl_last_error());
         snprintf(pub.port, sizeof pub.port, "%d", st ? store_port(st) : 0);
@@ -328,8 +329,8 @@ static store *pmix_store_open(cdl_dist *d)
     if (port <= 0)
         return cdl_error("rank %d: rank 0 could not start the TCP store of hier:store (its "
                          "error says why)", d->info.rank), NULL;
-    return store_open_at(&d->info, have_env ? NULL : pub.token, port, d->timeout,
-                         d->cfg.store_hello_s);
+    return store_open_stop(&d->info, have_env ? NULL : pub.token, port, d->timeout,
+                           d->cfg.store_hello_s, d->stop);
 }
 
 /* The compute backend's GPU, where NCCL's communicator must live (the
@@ -479,7 +480,7 @@ cdl_dist *cdl_dist_create(const cdl_rank_info *info, const char *backend, cdl_ba
 cdl_dist *cdl_dist_create_with(const cdl_rank_info *info, const char *backend, cdl_backend *be,
                                const cdl_dist_config *cfg)
 {
-    return dist_create(info, backend, be, cfg, 1);
+    return dist_create(info, backend, be, cfg, 1, NULL);
 }
 
 /* The bootstrap compares the ranks' cdl releases (boot.c); MPI's ranks,
@@ -500,7 +501,7 @@ static int mpi_release_agree(cdl_dist *d)
 }
 
 cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,
-                      const cdl_dist_config *cfg, int announce)
+                      const cdl_dist_config *cfg, int announce, int (*stop)(void))
 {
     dist_clear_peer_lost();   /* a new world: an old loss says nothing of it */
     if (!info) {
@@ -512,6 +513,7 @@ cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backen
         return NULL;
     d->info = *info;
     d->be = be;
+    d->stop = stop;
     char kind[16], inter[16];
     if (read_config(cfg, &d->cfg) || dist_resolve_timeout(d->cfg.timeout_s, &d->timeout))
         goto fail;
@@ -521,7 +523,7 @@ cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backen
     d->job_rpg = info->replicas_per_gpu;
     if (is_cuda(be) && info->world > 1 && info->nnodes > 1 && strcmp(want, "mpi") &&
         strcmp(want, "single") &&
-        (!(d->boot = boot_open(info, d->timeout, d->cfg.store_hello_s)) ||
+        (!(d->boot = boot_open(info, d->timeout, d->cfg.store_hello_s, stop)) ||
          job_replicas_per_gpu(d, &d->job_rpg)))
         goto fail;
     if (choose(d, want, kind, inter))
@@ -533,7 +535,7 @@ cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backen
          * own fence has no timeout (srun --mpi=pmix waits for a rank that never
          * comes for good), the bootstrap's keeps CDL_TIMEOUT. */
         if ((strcmp(kind, "mpi") || pmix_present()) && !d->boot &&
-            !(d->boot = boot_open(info, d->timeout, d->cfg.store_hello_s)))
+            !(d->boot = boot_open(info, d->timeout, d->cfg.store_hello_s, stop)))
             goto fail;
         if (!strcmp(kind, "shm"))
             d->coll = make_shm(d);
@@ -553,6 +555,10 @@ cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backen
     if (is_cuda(be) && !d->coll->device_memory &&
         !(d->stage = cdl_backend_host_alloc(be, STAGE_BYTES)))
         goto fail;
+    /* Set up: a stop asked from here on (SIGTERM during training) lets the
+     * step end and its checkpoint be written over the same stores. */
+    boot_stop_off(d->boot);
+    store_stop_off(d->extra_store);
     if (announce && info->rank == 0 && info->world > 1)
         log_line(CDL_LOG_INFO, stderr,
                  "cdl: rank 0: collectives over %s (%d ranks, %d node%s, bootstrap %s)", d->name, info->world, info->nnodes, info->nnodes == 1 ? "" : "s",

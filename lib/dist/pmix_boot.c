@@ -399,13 +399,35 @@ static int pb_fence(boot *b)
     until.tv_sec = (time_t)end;
     until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
     pthread_mutex_lock(&f->mu);
-    int rc = 0;
-    while (!f->done && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&f->cv, &f->mu, &until);
+    int rc = 0, stopped = 0;
+    /* In slices when a stop is looked for (boot_open's stop). */
+    while (!f->done && rc != ETIMEDOUT && !(stopped = b->stop && b->stop())) {
+        struct timespec slice = until;
+        if (b->stop) {
+            clock_gettime(CLOCK_MONOTONIC, &slice);
+            double next = (double)slice.tv_sec + slice.tv_nsec * 1e-9 + 0.1;
+            if (next < end) {
+                slice.tv_sec = (time_t)next;
+                slice.tv_nsec = (long)((next - (double)slice.tv_sec) * 1e9);
+            } else {
+                slice = until;
+            }
+        }
+        rc = pthread_cond_timedwait(&f->cv, &f->mu, &slice);
+        if (rc == ETIMEDOUT && b->stop) {   /* a slice's end, or the fence's */
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if ((double)now.tv_sec + now.tv_nsec * 1e-9 < end)
+                rc = 0;
+        }
+    }
     int done = f->done;
     st = f->st;
     pthread_mutex_unlock(&f->mu);
-    if (!done)   /* f stays: the fence may still call back */
+    if (!done && stopped)   /* f stays: the fence may still call back */
+        return cdl_error("rank %d was asked to stop while it waited in PMIx fence #%ld; it "
+                         "stopped waiting", b->rank, b->fences);
+    if (!done)
         return fence_timed_out(b, key);
     PMIX_INFO_DESTRUCT(&f->info[0]);
     PMIX_INFO_DESTRUCT(&f->info[1]);

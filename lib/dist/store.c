@@ -32,6 +32,8 @@ struct store {
     int closed_hellos;   /* how many times that happened in a row */
     int stranger;        /* the hello met a listener that is not this run's store */
     double hello_wait;   /* seconds the hello waits for the answer */
+    int (*stop)(void);   /* 1 when this process was asked to stop (NULL: never) */
+    int stopped;         /* a wait was left for it: the connection is out of step */
     store_server *srv;   /* rank 0 */
 };
 
@@ -55,7 +57,8 @@ int store_token(const cdl_rank_info *info, char *out, size_t len)
 }
 
 /* One connect attempt to any address of host:port, bounded by deadline. */
-static int connect_once(const char *host, int port, double deadline, int *err)
+static int connect_once(const char *host, int port, double deadline, int *err,
+                        int (*stop)(void))
 {
     char service[16];
     snprintf(service, sizeof service, "%d", port);
@@ -74,11 +77,18 @@ static int connect_once(const char *host, int port, double deadline, int *err)
         }
         int rc = connect(fd, a->ai_addr, a->ai_addrlen);
         if (rc && errno == EINPROGRESS) {
-            double left = deadline - dist_now();
             struct pollfd p = {.fd = fd, .events = POLLOUT};
-            int soerr = ETIMEDOUT;
+            int soerr = ETIMEDOUT, ready = 0;
             socklen_t l = sizeof soerr;
-            if (left > 0 && poll(&p, 1, (int)(left * 1000) + 1) == 1)
+            /* In slices when a stop is looked for (store_open_stop). */
+            for (double left; !ready && (left = deadline - dist_now()) > 0;) {
+                if (stop && stop())
+                    break;
+                if (stop && left > STORE_STOP_POLL_S)
+                    left = STORE_STOP_POLL_S;
+                ready = poll(&p, 1, (int)(left * 1000) + 1) == 1;
+            }
+            if (ready)
                 getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &l);
             rc = soerr ? -1 : 0;
             errno = soerr;
@@ -98,13 +108,25 @@ static int connect_once(const char *host, int port, double deadline, int *err)
     return fd;
 }
 
+/* A wait of the bootstrap left because this process was asked to stop
+ * (stop, below: cdl_train_run's SIGTERM or SIGUSR1): an error of its own,
+ * never a lost peer, naming the rank and the wait. */
+static int stopped_error(int rank, const char *what, const char *host, int port)
+{
+    return cdl_error("rank %d was asked to stop while %s (the TCP store at %s:%d); "
+                     "it stopped waiting", rank, what, host, port);
+}
+
 /* Connects with bounded retries: the server may not listen yet. */
-static int connect_retry(const char *host, int port, int rank, double timeout)
+static int connect_retry(const char *host, int port, int rank, double timeout,
+                         int (*stop)(void))
 {
     double deadline = dist_now() + timeout, backoff = 0.01;
     int err = 0;
     for (;;) {
-        int fd = connect_once(host, port, deadline, &err);
+        if (stop && stop())
+            return stopped_error(rank, "connecting to the store of rank 0", host, port);
+        int fd = connect_once(host, port, deadline, &err, stop);
         if (fd >= 0)
             return fd;
         double left = deadline - dist_now();
@@ -131,13 +153,29 @@ static int request(store *s, uint32_t op, const char *key, int owner, const void
     store_req h = {STORE_MAGIC, op, (uint32_t)strlen(key), owner, vlen, arg};
     int handshake = op == STORE_CHALLENGE || op == STORE_PROVE;
     const char *what = handshake ? "its hello" : key;
+    if (s->stopped)
+        return cdl_error("rank %d: the store at %s:%d is not usable after a wait left on a "
+                         "request to stop", s->rank, s->addr, s->port);
     s->dropped = 1;
     if (store_send_all(s->fd, &h, sizeof h) || store_send_all(s->fd, key, h.klen) ||
         (vlen && store_send_all(s->fd, val, vlen)))
         return cdl_error("rank %d lost the store at %s:%d (%s): did rank 0 exit?", s->rank,
                          s->addr, s->port, strerror(errno));
     store_rep r;
-    int got = store_recv_all(s->fd, &r, sizeof r, deadline);
+    int got = store_recv_stop(s->fd, &r, sizeof r, deadline, s->stop);
+    if (got && errno == ECANCELED) {
+        char wait[300];
+        s->stopped = 1;
+        s->dropped = 0;
+        if (op == STORE_BARRIER)
+            snprintf(wait, sizeof wait, "it waited in barrier '%.200s'", key);
+        else if (op == STORE_GET)
+            snprintf(wait, sizeof wait, "it waited for '%.200s'%s", key,
+                     owner >= 0 ? " of another rank" : "");
+        else
+            snprintf(wait, sizeof wait, "it waited for the answer to '%.200s'", what);
+        return stopped_error(s->rank, wait, s->addr, s->port);
+    }
     int silent = got != 0 && errno == ETIMEDOUT;
     if (got || r.magic != STORE_MAGIC) {
         if (handshake && errno == ETIMEDOUT) {
@@ -278,7 +316,7 @@ static int old_store(store *s, double deadline)
 {
     int err = 0, old = 0;
     double until = dist_now() + STORE_HELLO_S;
-    int fd = connect_once(s->addr, s->port, until < deadline ? until : deadline, &err);
+    int fd = connect_once(s->addr, s->port, until < deadline ? until : deadline, &err, s->stop);
     if (fd < 0)
         return 0;
     uint64_t arg = (uint64_t)(uint32_t)s->world << 32 | (uint32_t)s->rank;
@@ -335,7 +373,11 @@ static int client_moved(store *s, const char *token, int port, const int *alt, i
             int err = 0;
             double now = dist_now(), until = now + 1 < deadline ? now + 1 : deadline;
             s->port = i < 0 ? port : alt[i];
-            if (until <= now || (s->fd = connect_once(s->addr, s->port, until, &err)) < 0)
+            if (s->stop && s->stop())
+                return stopped_error(s->rank, "looking for the store of rank 0", s->addr,
+                                     port), -2;
+            if (until <= now ||
+                (s->fd = connect_once(s->addr, s->port, until, &err, s->stop)) < 0)
                 continue;
             if (hello_on(s, token, deadline, hello_s) == 0)
                 return 0;
@@ -356,11 +398,12 @@ static int client_moved(store *s, const char *token, int port, const int *alt, i
  * on the port that is not this run's store sends the rank to the
  * alternates rank 0 moves to (client_moved). */
 static store *client(const char *addr, int port, int rank, int world, double timeout,
-                     const char *token, double hello_s)
+                     const char *token, double hello_s, int (*stop)(void))
 {
     store *s = cdl_calloc(1, sizeof *s);
     if (!s)
         return NULL;
+    s->stop = stop;
     s->rank = rank;
     s->world = world;
     s->timeout = timeout;
@@ -371,7 +414,7 @@ static store *client(const char *addr, int port, int rank, int world, double tim
     int alt[STORE_ALT_PORTS], nalt = store_alt_ports(token, port, alt);
     double deadline = dist_now() + timeout, backoff = 0.01;
     for (;;) {
-        s->fd = connect_retry(addr, port, rank, deadline - dist_now());
+        s->fd = connect_retry(addr, port, rank, deadline - dist_now(), stop);
         if (s->fd < 0)
             break;
         if (hello_on(s, token, deadline, hello_s) == 0)
@@ -404,6 +447,10 @@ static store *client(const char *addr, int port, int rank, int world, double tim
         }
         if (!s->dropped || deadline - dist_now() <= backoff)
             break;
+        if (stop && stop()) {
+            stopped_error(rank, "connecting to the store of rank 0", addr, s->port);
+            break;
+        }
         pause_for(&backoff);
     }
     cdl_free(s);
@@ -413,7 +460,13 @@ static store *client(const char *addr, int port, int rank, int world, double tim
 store *store_open(const cdl_rank_info *info, const char *given, double timeout_s,
                   double hello_s)
 {
-    return store_open_at(info, given, 0, timeout_s, hello_s);
+    return store_open_stop(info, given, 0, timeout_s, hello_s, NULL);
+}
+
+store *store_open_at(const cdl_rank_info *info, const char *given, int port, double timeout_s,
+                     double hello_s)
+{
+    return store_open_stop(info, given, port, timeout_s, hello_s, NULL);
 }
 
 int store_port(const store *s)
@@ -421,8 +474,8 @@ int store_port(const store *s)
     return s->port;
 }
 
-store *store_open_at(const cdl_rank_info *info, const char *given, int port, double timeout_s,
-                     double hello_s)
+store *store_open_stop(const cdl_rank_info *info, const char *given, int port,
+                       double timeout_s, double hello_s, int (*stop)(void))
 {
     /* A plain srun (or --mpi=pmi2) step lands here: say the launch that
      * needs no port, where this libcdl has PMIx. */
@@ -451,7 +504,7 @@ store *store_open_at(const cdl_rank_info *info, const char *given, int port, dou
         port = store_server_port(srv);
     else if (port <= 0)
         port = info->master_port;
-    store *s = client(addr, port, info->rank, info->world, timeout_s, token, hello_s);
+    store *s = client(addr, port, info->rank, info->world, timeout_s, token, hello_s, stop);
     if (!s) {
         store_server_stop(srv, 0);
         return NULL;
@@ -469,6 +522,12 @@ void store_close(store *s)
     close(s->fd);
     store_server_stop(s->srv, s->timeout);
     cdl_free(s);
+}
+
+void store_stop_off(store *s)
+{
+    if (s)
+        s->stop = NULL;
 }
 
 void store_linger_off(store *s)
@@ -506,7 +565,7 @@ int store_barrier(store *s, const char *name)
 int store_probe(const char *addr, int port, const char *token, int rank, int world,
                 double timeout_s)
 {
-    store *s = client(addr, port, rank, world, timeout_s, token, 0);
+    store *s = client(addr, port, rank, world, timeout_s, token, 0, NULL);
     if (!s)
         return -1;
     store_req h = {STORE_MAGIC, STORE_BYE, 0, -1, 0, 0};

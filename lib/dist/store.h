@@ -13,7 +13,9 @@
  * - Every wait (get, barrier) is bounded by the timeout, enforced by the
  *   server, whose error names the ranks still missing; a rank whose
  *   connection drops without saying goodbye is "lost" and fails every wait.
- * - Clients connect with bounded retries (backoff) until the timeout. */
+ * - Clients connect with bounded retries (backoff) until the timeout.
+ * - A process asked to stop (store_open_stop) leaves any of these waits
+ *   at once. */
 #ifndef CDL_DIST_STORE_H
 #define CDL_DIST_STORE_H
 
@@ -32,6 +34,15 @@ store *store_open(const cdl_rank_info *info, const char *token, double timeout_s
  * the alternates when a stranger holds it. Rank 0 ignores port. */
 store *store_open_at(const cdl_rank_info *info, const char *token, int port, double timeout_s,
                      double hello_s);
+/* The same, every wait of this store (connecting, and each get and
+ * barrier) left at once, with an error naming the rank and the wait, when
+ * stop (NULL: never) returns 1: the process was asked to stop
+ * (cdl_train_run's SIGTERM/SIGUSR1). Looked at every STORE_STOP_POLL_S.
+ * After such a stop the store takes no more requests; close it. */
+store *store_open_stop(const cdl_rank_info *info, const char *token, int port,
+                       double timeout_s, double hello_s, int (*stop)(void));
+/* From now on no wait of s looks at store_open_stop's stop (NULL: nothing). */
+void store_stop_off(store *s);
 /* The port this store is reached at (rank 0: the one its server bound). */
 int store_port(const store *s);
 /* Says goodbye; rank 0 then waits (bounded) for the connected ranks to say

@@ -75,14 +75,27 @@ int store_send_all(int fd, const void *buf, size_t n)
 
 int store_recv_all(int fd, void *buf, size_t n, double deadline)
 {
+    return store_recv_stop(fd, buf, n, deadline, NULL);
+}
+
+int store_recv_stop(int fd, void *buf, size_t n, double deadline, int (*stop)(void))
+{
     char *p = buf;
     while (n) {
-        if (deadline > 0) {
-            double left = deadline - dist_now();
+        if (stop && stop()) {
+            errno = ECANCELED;
+            return -1;
+        }
+        if (deadline > 0 || stop) {
+            double left = deadline > 0 ? deadline - dist_now() : 1e9;
             if (left <= 0) {
                 errno = ETIMEDOUT;
                 return -1;
             }
+            /* A signal's handler may run in another thread: this poll is
+             * not always interrupted, so a stop is looked for in slices. */
+            if (stop && left > STORE_STOP_POLL_S)
+                left = STORE_STOP_POLL_S;
             struct pollfd pfd = {.fd = fd, .events = POLLIN};
             int ms = left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
             int r = poll(&pfd, 1, ms);

@@ -109,6 +109,11 @@ int store_send_all(int fd, const void *buf, size_t n);
 /* Receives exactly n bytes by `deadline` (dist_now() seconds; <= 0 waits
  * forever). 0, or -1 with errno: ETIMEDOUT, EPIPE when the peer closed. */
 int store_recv_all(int fd, void *buf, size_t n, double deadline);
+/* The same, giving up with ECANCELED as soon as stop (NULL: never) says
+ * this process was asked to stop (cdl_train_run's SIGTERM/SIGUSR1): looked
+ * at every STORE_STOP_POLL_S and whenever a signal interrupts the wait. */
+#define STORE_STOP_POLL_S 0.1
+int store_recv_stop(int fd, void *buf, size_t n, double deadline, int (*stop)(void));
 
 /* Server side (store_server.c): binds MASTER_PORT (or adopts CDL_STORE_FD)
  * and serves from a thread. */

@@ -1098,6 +1098,28 @@ static int setup_stopped(run *r, const char *during, cdl_train_result *res)
     return CDL_EXIT_REQUEUE;
 }
 
+/* A signal while the ranks connect (a peer that never comes holds the
+ * others in the bootstrap until CDL_TIMEOUT): dist_create left the wait at
+ * once, and its error names the rank and the wait. No agreement is
+ * possible yet, so each rank decides alone, as setup_stopped would:
+ * CDL_EXIT_REQUEUE where a restart goes on from a checkpoint, else an
+ * error. Never a lost peer: nobody was lost, this rank was told to stop. */
+static int bootstrap_stopped(run *r, cdl_train_result *res)
+{
+    char why[1024];
+    snprintf(why, sizeof why, "%s", cdl_last_error());
+    res->interrupted = 1;
+    if (!r->cfg->ckpt_dir[0])
+        return cdl_error("stopped by a signal (SIGUSR1 or SIGTERM) while connecting to the "
+                         "other ranks, before the first step, with no --ckpt-dir: a restart "
+                         "would begin again; give --ckpt-dir to keep the work of a run that is "
+                         "stopped (%s)", why);
+    log_line(CDL_LOG_WARNING, stderr, "cdl: rank %d: stopped by a signal while connecting to "
+             "the other ranks, before the first step (%s): nothing of this start to save; "
+             "start it again to go on (exit status %d)", r->ri.rank, why, CDL_EXIT_REQUEUE);
+    return CDL_EXIT_REQUEUE;
+}
+
 /* The names cdl_dist_create takes, and "single". One process never
  * reaches cdl_dist_create, so a misspelt name would pass there and fail
  * only on the first run of several ranks. */
@@ -1242,9 +1264,13 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (!r.be)
         goto out;
     if (r.ri.world > 1) {
-        r.dist = dist_create(&r.ri, cfg->dist_backend, r.be, cfg->dist_config, !cfg->quiet);
-        if (!r.dist)
+        r.dist = dist_create(&r.ri, cfg->dist_backend, r.be, cfg->dist_config, !cfg->quiet,
+                             train_stop_requested);
+        if (!r.dist) {
+            if (train_stop_requested())
+                rc = bootstrap_stopped(&r, res);
             goto out;
+        }
     }
     if (cfg->ckpt_dir[0]) {
         if (r.ri.rank == 0 &&

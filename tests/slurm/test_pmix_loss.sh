@@ -8,6 +8,8 @@
 #      wait in PMIx_Fence for good (Slurm's pmix plugin ignores
 #      PMIX_TIMEOUT), or, with --dist-backend mpi, in MPI_Init's fence; then
 #      it said only "some rank did not arrive (PMIx does not say which)".
+#   1c. rank 0 gets SIGTERM while rank 1 is stopped before the bootstrap:
+#      it leaves the fence at once and exits 75 (it waited to CDL_TIMEOUT).
 #   2. rank 1 is killed (SIGKILL) mid-run: rank 0's MPI collective times
 #      out and the job ends with 76 (MPI_Abort's code). It used to be 1, the
 #      status of an error a restart would repeat: the job was not requeued.
@@ -71,6 +73,29 @@ check "rank 0 stopped: srun ended (rc $rc, not 124 from timeout)" test "$rc" != 
 check "rank 1 names rank 0 on n1" \
     grep -q "cdl-train: rank 1: error: PMIx fence #0 did not complete within 3 s (CDL_TIMEOUT): rank 0 (on n1) did not reach it" "$WORK/stop0.log"
 check "rank 1 exited 76 (a lost peer)" grep -q "n2: task 1: Exited with exit code 76" "$WORK/stop0.log"
+
+echo "== 1c. SIGTERM to rank 0 while it waits in the PMIx fence for rank 1"
+# scancel or the time limit while a rank never comes: rank 0 leaves the
+# fence at once (75 with --ckpt-dir, naming the wait) instead of waiting
+# out CDL_TIMEOUT (120 s here; the 60 s guard fails the test first).
+rm -f "$WORK/pid.0" "$WORK/pid.1"
+as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=120 -- \
+    srun --mpi=pmix -K -N2 --ntasks-per-node=1 ./rank.sh stop $train --ckpt-dir ck1c \
+    >"$WORK/term.log" 2>&1 &
+srun_pid=$!
+# Its discovery line comes just before the bootstrap's first fence.
+wait_until 50 grep -q "rank 0 of 2" "$WORK/term.log" && wait_until 5 test -s "$WORK/pid.0"
+kill -TERM "$(cat "$WORK/pid.0")"
+wait_until 60 sh -c "! kill -0 $srun_pid 2>/dev/null"
+check "1c: srun ended within 60 s of the SIGTERM" sh -c "! kill -0 $srun_pid 2>/dev/null"
+kill_rank1
+kill -KILL "$srun_pid" 2>/dev/null
+wait "$srun_pid"
+rm -f "$WORK/pid.0"
+cat "$WORK/term.log"
+check "1c: rank 0 left the fence, naming it" \
+    grep -q "stopped by a signal while connecting to the other ranks, before the first step (rank 0 was asked to stop while it waited in PMIx fence #0" "$WORK/term.log"
+check "1c: rank 0 exited 75" grep -q "n1: task 0: Exited with exit code 75" "$WORK/term.log"
 
 echo "== 2. rank 1 killed mid-run"
 as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=3 -- \

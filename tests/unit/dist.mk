@@ -48,6 +48,9 @@ tests_dist_stall_preload_la_LDFLAGS = -module -avoid-version -shared -rpath /now
 tests_dist_stall_preload_la_LIBADD = -ldl
 TESTS += tests/dist/mpi_stall.sh
 EXTRA_DIST += tests/dist/mpi_stall.sh
+# SIGTERM while a rank waits in the bootstrap for one that never comes.
+TESTS += tests/dist/boot_signal.sh
+EXTRA_DIST += tests/dist/boot_signal.sh
 EXTRA_DIST += tests/dist/shard_equiv.sh tests/dist/records_full.sh
 EXTRA_DIST += tests/dist/cdlrun.sh tests/dist/mpirun.sh tests/dist/train_equiv.sh tests/dist/step_equiv.sh \
 	tests/dist/train_kill.sh tests/dist/common.sh

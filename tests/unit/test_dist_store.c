@@ -484,6 +484,76 @@ static void test_rank0_absent(void **state)
     assert_int_equal(expect_children_ok(1, status), 0);
 }
 
+/* store_open_stop's stop: what cdl_train_run's SIGTERM handler sets. */
+static volatile int stop_asked;
+
+static int asked_to_stop(void)
+{
+    return stop_asked;
+}
+
+/* Rank 0 of 2 alone (rank 1 never comes), asked to stop as it waits in the
+ * bootstrap's first barrier: it leaves the barrier at once, naming itself
+ * and the barrier, and no peer counts as lost (cdl-train would exit 76).
+ * It waited out its 300 s timeout before (the guard fails the test). */
+static int stopped_in_barrier(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    cdl_rank_info info;
+    CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
+    store *s = store_open_stop(&info, NULL, 0, 300, hello_s, asked_to_stop);
+    CHILD_CHECK(s, "%s", cdl_last_error());
+    CHILD_CHECK(rank == 0, "rank %d", rank);
+    stop_asked = 1;
+    CHILD_CHECK(store_barrier(s, "fence0") == -1, "the barrier passed without rank 1");
+    CHILD_CHECK(strstr(cdl_last_error(), "rank 0 was asked to stop while it waited in barrier "
+                       "'fence0' (the TCP store at 127.0.0.1:"), "error '%s'", cdl_last_error());
+    CHILD_CHECK(!cdl_dist_peer_lost(), "a stop was taken for a lost peer");
+    CHILD_CHECK(store_get(s, "1/x", 1, NULL, 0, NULL) == -1, "the store went on after a stop");
+    store_linger_off(s);
+    store_close(s);
+    return 0;
+}
+
+static void test_stop_leaves_barrier(void **state)
+{
+    (void)state;
+    int start[1] = {0}, status[1];
+    run_opts o = {guard_s(60), 0, 0};
+    assert_int_equal(run_ranks(2, start, 1, stopped_in_barrier, NULL, &o, status), 0);
+    assert_int_equal(expect_children_ok(1, status), 0);
+}
+
+/* Rank 1 asked to stop while rank 0's store is not there yet: it stops
+ * retrying at once instead of after its 300 s timeout. Without a stop
+ * function (a program that installs no handler) nothing changes: the
+ * other tests open their stores so. */
+static int stopped_connecting(int rank, int world, void *arg)
+{
+    (void)rank;
+    (void)world;
+    (void)arg;
+    cdl_rank_info info;
+    CHILD_CHECK(cdl_rank_discover(&info) == 0, "%s", cdl_last_error());
+    stop_asked = 1;
+    CHILD_CHECK(!store_open_stop(&info, NULL, 0, 300, hello_s, asked_to_stop),
+                "connected to nobody");
+    CHILD_CHECK(strstr(cdl_last_error(), "rank 1 was asked to stop while connecting to the store "
+                       "of rank 0"), "error '%s'", cdl_last_error());
+    CHILD_CHECK(!cdl_dist_peer_lost(), "a stop was taken for a lost peer");
+    return 0;
+}
+
+static void test_stop_leaves_connect(void **state)
+{
+    (void)state;
+    int start[1] = {1}, status[1];
+    run_opts o = {guard_s(60), 1, 0};
+    assert_int_equal(run_ranks(2, start, 1, stopped_connecting, NULL, &o, status), 0);
+    assert_int_equal(expect_children_ok(1, status), 0);
+}
+
 /* What boot.c publishes first: the rank's release and host, here
  * "node-<rank>" (SLURMD_NODENAME), so that messages can name the host. */
 static int publish_host(store *s, int rank)
@@ -1289,6 +1359,8 @@ int main(void)
         cmocka_unit_test(test_port_of_torchrun_agent),
         cmocka_unit_test(test_missing_rank_named),
         cmocka_unit_test(test_rank0_absent),
+        cmocka_unit_test(test_stop_leaves_barrier),
+        cmocka_unit_test(test_stop_leaves_connect),
         cmocka_unit_test(test_lost_rank_named),
         cmocka_unit_test(test_silent_rank_named),
         cmocka_unit_test(test_release_builds_named),

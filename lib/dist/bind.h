@@ -86,7 +86,10 @@ int bind_plan(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, enum bind_mod
  * SMT node no threads (CPUs=N alone, usual with CR_CPU) Slurm counts each
  * PU as a core: with slurm_threads 1, or numbers past the topology's
  * cores, the list is read as PUs in Slurm's order (hwloc's logical PU
- * indexes, core by core).
+ * indexes, core by core). A node set to ThreadsPerCore=1 on SMT hardware
+ * also counts one CPU a core, but its numbers are whole cores (Slurm 23.11
+ * on, or where the task's cpuset says so): the plugin's caller
+ * (spank/stepcpus.c) then passes the hardware's threads a core.
  *
  * Returns 1 when narrowed; 0 when the list is empty, names all of allowed,
  * or none of it (then with a note), when hwloc does not see all the node's

@@ -12,7 +12,7 @@ include tests/unit/spank.mk
 include tests/unit/launcher.mk
 include tests/unit/generate.mk
 endif
-EXTRA_DIST += tests/unit/testutil.h lib/core/rng.h tests/test_rng.h
+EXTRA_DIST += tests/unit/testutil.h tests/unit/topo_testutil.h lib/core/rng.h tests/test_rng.h
 
 # make check-valgrind: the unit tests under valgrind (memcheck), failing on
 # errors and on definite or indirect leaks; script tests are left out. The

@@ -9,18 +9,12 @@
 #include "testutil.h"
 
 #include "lib/dist/bind.h"
+#include "topo_testutil.h"
 #include "spank/stepcpus.h"
 
 static hwloc_topology_t load(const char *name)
 {
-    char rel[128], path[512];
-    hwloc_topology_t t;
-    snprintf(rel, sizeof rel, "tests/topologies/%s", name);
-    test_path(rel, path, sizeof path);
-    contract_err e;
-    if (bind_load(&t, path, 0, &e) != 0)
-        fail_msg("%s", e.msg);
-    return t;
+    return test_topology(name, 0);
 }
 
 /* Narrows allowed_list (NULL: the whole node, task/none) to the step's

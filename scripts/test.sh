@@ -24,6 +24,10 @@ cd "$top" && ./autogen.sh >/dev/null 2>&1 || { echo "autogen.sh failed" >&2; exi
 
 pass=0 fail=0 skip=0
 failed_stages=()
+# What failed, repeated after the totals: CI shows the head and the tail
+# of this output, and a failed test's lines sit in the middle.
+digest=$(mktemp) || exit 1
+trap 'rm -f "$digest"' EXIT
 leftover_dirs=(/tmp /dev/shm)
 snapshot() {   # the top-level entries of leftover_dirs, one path a line
     local d
@@ -79,6 +83,9 @@ run_tests() {   # run_tests NAME BUILD-DIR T0 MAKE-TARGET [VAR=VALUE...]: a stag
             # What failed, wherever it is in the log; then how the log ends.
             echo "--- $log: its failures"; grep -n -E '^(FAIL|ERROR|not ok)' "$log" | head -n 10
             echo "--- $log (tail)"; tail -n 40 "$log"
+            { echo "--- $name: ${log#"$dir"/}"
+              grep -E '^(FAIL|ERROR|not ok)' "$log" | head -n 8
+              grep -v -E '^(ok|PASS|FAIL|ERROR|not ok)' "$log" | tail -n 12; } >>"$digest"
         done
         tail -n 30 "$dir/test.out"
         failed_stages+=("$name")
@@ -144,6 +151,11 @@ if [ -z "${CDL_SKIP_LEFTOVERS:-}" ]; then
     fi
 fi
 
+if [ -s "$digest" ]; then
+    echo
+    echo "=== the failed tests again (their failures, then their last other lines)"
+    head -n 120 "$digest"
+fi
 echo
 echo "total: $SECONDS s"
 for s in "${failed_stages[@]}"; do echo "FAILED STAGE: $s"; done

@@ -97,6 +97,44 @@ free_port() {
     done
 }
 
+# ports_in_use LO HI: true if a TCP socket of this host (any state, any
+# address) has a local port in LO..HI.
+ports_in_use() {
+    local lo=$1 hi=$2 port
+    while read -r _ port _; do
+        port=$((16#${port##*:}))
+        [ "$port" -ge "$lo" ] && [ "$port" -le "$hi" ] && return 0
+    done < <(tail -q -n +2 /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+    return 1
+}
+
+# port_window DIR: the first port of a free window of 100 at a random place
+# in 10000-19899; records it in DIR/ports. A rank 0 that cannot bind its
+# port moves up to 64 ports above (lib/dist/store_proto.h), and
+# test_hostile.sh's squatter holds those too, so a window takes LO..LO+163:
+# no socket may use one of those ports, and no other cluster of this host
+# (a sibling of DIR with a ports file) may have its window within 164.
+# Clusters run side by side under make -j: they choose one at a time, under
+# a lock on this script.
+port_window() {
+    local dir=$1 lo other f ok tries lk
+    exec {lk}<"${BASH_SOURCE[0]}"
+    flock -w 60 "$lk" || { echo "cluster.sh: no lock on ${BASH_SOURCE[0]} within 60 s" >&2; return 1; }
+    for tries in $(seq 200); do
+        lo=$((10000 + RANDOM % 99 * 100)) ok=1   # below free_port's 20000
+        for f in "$(dirname "$dir")"/*/ports; do
+            [ -f "$f" ] && [ "$f" != "$dir/ports" ] && read -r other <"$f" 2>/dev/null || continue
+            [ $((lo > other ? lo - other : other - lo)) -ge 164 ] || ok=0
+        done
+        [ $ok = 1 ] && ! ports_in_use "$lo" $((lo + 163)) && break
+        ok=0
+    done
+    [ $ok = 1 ] || { echo "cluster.sh: no free window of 164 ports in 10000-19963 after $tries tries" >&2; return 1; }
+    echo "$lo" >"$dir/ports"
+    exec {lk}<&-
+    echo "$lo"
+}
+
 ensure_user() {
     local u=$1
     [ "$(id -u "$u" 2>/dev/null)" ] || die "test user $u does not exist (the harness creates no account: set CDL_TEST_USER to an unprivileged user)"
@@ -167,12 +205,14 @@ start() {
     while [ "$p2" = "$p1" ] || [ "$p2" = "$pctl" ]; do p2=$(free_port); done
     while [ "$p1" = "$pctl" ]; do p1=$(free_port); done
     pres=$((30000 + RANDOM % 20000))   # MpiParams=ports= range for --resv-ports
-    # The plugin's MASTER_PORT range: a window of 100 at a random place in
-    # 10000-19999, away from the ports above. Clusters started at the same
-    # time on one host then seldom share a window (their job ids differ
-    # too: FirstJobId below).
-    local plo=$((10000 + RANDOM % 100 * 100))
-    local prange=${CDL_PORT_RANGE:-$plo-$((plo + 99))}
+    # The plugin's MASTER_PORT range: a window of 100 in 10000-19999, away
+    # from the ports above, and from other clusters' windows (port_window).
+    local prange=${CDL_PORT_RANGE:-}
+    if [ -z "$prange" ]; then
+        local plo
+        plo=$(port_window "$dir") || exit 1
+        prange=$plo-$((plo + 99))
+    fi
     local first_job=${CDL_FIRST_JOB_ID:-$((1000 + RANDOM % 30000 * 100))}
     local cpus=4 proctrack=proctrack/pgid task=${CDL_TASK_PLUGIN:-task/none} select=CR_CPU
     cpus=${CDL_CPUS:-$cpus}

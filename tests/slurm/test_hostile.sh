@@ -115,7 +115,11 @@ def serve(c):
 sel = selectors.DefaultSelector()
 for p in range(lo, hi + 1):
     s = socket.socket()
-    s.bind(("127.0.0.1", p))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError as e:
+        sys.exit("squat.py: port %d: %s" % (p, e))
     s.listen(16)
     sel.register(s, selectors.EVENT_READ)
 open(out + "/ready", "w").close()
@@ -128,7 +132,7 @@ PYEOF
         /usr/bin/python3 "$SQUAT/squat.py" "$CDL_PORT_LO" "$((CDL_PORT_HI + 64 > 65535 ? 65535 : CDL_PORT_HI + 64))" "$SQUAT" \
         >"$SQUAT/log" 2>&1 &
     squat_pid=$!
-    wait_until 20 test -e "$SQUAT/ready" || cat "$SQUAT/log"
+    wait_until 20 test -e "$SQUAT/ready" || { cat "$SQUAT/log"; ss -tanp | grep -F ":$CDL_PORT_LO" | head -5; }
     user_script squatted.sh <<EOF
 #!/bin/sh
 printf '%s' "\$CDL_STORE_TOKEN" > token.\$SLURM_PROCID
@@ -166,21 +170,28 @@ echo "$root_pid" >"$WORK/root.pid"
 chmod 0644 "$WORK/root.pid"
 user_script tamper.sh <<EOF
 #!/bin/sh
+echo \$\$ > task.\$SLURM_LOCALID.pid
 [ "\$SLURM_LOCALID" = 0 ] || exec sleep 60
 d=\${CUDA_MPS_PIPE_DIRECTORY%/pipe}
 cat root.pid > "\$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"
 mv "\$d/log" "\$d/log.old" && ln -s "$CDL_CLUSTER_DIR/victim" "\$d/log" && touch tampered
 exec sleep 60
 EOF
-rm -f "$WORK/tampered"
+rm -f "$WORK/tampered" "$WORK"/task.*.pid
 as_user srun -N1 -n2 -w n1 --gres=gpu:1 --cdl-mps ./tamper.sh >/dev/null 2>&1 &
-wait_until 20 test -e "$WORK/tampered"
+# Each task writes its pid before it execs sleep (the same pid): task 0's
+# parent is the step's slurmstepd. (A pid from scontrol listpids may be a
+# short-lived child of the script, gone by the time its parent is asked.)
+tamper_ready() { [ -e "$WORK/tampered" ] && [ -s "$WORK/task.0.pid" ] && [ -s "$WORK/task.1.pid" ]; }
+wait_until 60 tamper_ready
 job=$(squeue -h -o %i | head -1)
-tasks=$(scontrol listpids "$job" 2>/dev/null | awk 'NR > 1 && $1 ~ /^[0-9]+$/ {print $1}')
-task=$(echo "$tasks" | head -1)
+tasks=$(cat "$WORK"/task.*.pid 2>/dev/null)
+task=$(cat "$WORK/task.0.pid" 2>/dev/null)
 stepd=$(ps -o ppid= -p "${task:-0}" 2>/dev/null | tr -d ' ')
-check "tampering step is running" eval '[ -e "$WORK/tampered" ] && [ -n "$stepd" ]'
-[ -n "$stepd" ] && kill -KILL "$stepd"
+check "tampering step is running" eval '[ -e "$WORK/tampered" ] && [ "$(ps -o comm= -p "${stepd:-0}")" = slurmstepd ]' ||
+    { echo "job=$job task=$task stepd=$stepd; $(ls "$WORK"); step's log:"
+      grep -F "[$job.0]" "$CDL_CLUSTER_DIR/log/slurmd.n1.log" | tail -n 20; ps -ef --forest | grep -B2 -A4 "[t]amper"; }
+[ "$(ps -o comm= -p "${stepd:-0}")" = slurmstepd ] && kill -KILL "$stepd"
 scancel "$job"
 check "epilog cleaned the tampered directory" wait_until 30 runtime_empty
 check "epilog stopped the daemon (quit over its control socket)" wait_until 30 no_user_daemon

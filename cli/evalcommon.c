@@ -443,7 +443,7 @@ static int table_labels(eval_ctx *e, const cdl_st_file *f, const char *file, cdl
     /* Text labels and no names to match them to, of weights PyTorch wrote
      * (a cdl run without class_names had class indices): numbered in
      * sorted order, as LabelEncoder numbers them. */
-    if (!model_names(e, f, &from) && !*meta(f, "dataset") &&
+    if (!model_names(e, f, &from) && !*meta(f, "dataset") && !e->derived_from[0] &&
         label_lines(d->class_names, d->n, &e->derived) != 0)
         return -1;
     const char *s = model_names(e, f, &from);
@@ -482,10 +482,18 @@ static int table_labels(eval_ctx *e, const cdl_st_file *f, const char *file, cdl
                                            sizeof *rc_list, run_class_cmp);
             if (hit)
                 v = hit->index;
+            else if (e->derived_from[0] && s == e->derived)
+                rc = cdl_error("%s: row %d: the label '%.200s' is not a class of the training "
+                               "table %s, whose %d distinct labels, sorted as LabelEncoder "
+                               "numbers them, name the outputs of %s (it stores no class "
+                               "names): correct the label or drop the row, or give the "
+                               "training's class names in the order of the outputs with "
+                               "--classes FILE|A,B,...", file, i + 1, name, e->derived_from,
+                               run_classes, e->o->ckpt);
             else
-                rc = cdl_error("%s: class '%.200s' of the %s data is not one of the %d classes "
-                               "the run was trained on (%s): evaluate on data of those classes",
-                               e->o->ckpt, name, e->dataset, run_classes, from);
+                rc = cdl_error("%s: row %d: the label '%.200s' is not one of the %d classes "
+                               "%s was trained on (%s): evaluate on rows of those classes",
+                               file, i + 1, name, run_classes, e->o->ckpt, from);
         } else {
             char *end;
             v = strtol(name, &end, 10);
@@ -555,6 +563,46 @@ static int load_own_table(eval_ctx *e, const cdl_st_file *f, const char *dir)
     return 0;
 }
 
+/* Weights that store no class names (PyTorch's), without --classes, and a
+ * test.csv beside the train.csv: the outputs are named by train.csv's
+ * labels, distinct and sorted (LabelEncoder fitted on the training data,
+ * as cdl's reader numbers a test table's classes), not by test.csv's own,
+ * which lack a class the test rows do not hold (then another count than
+ * the outputs) or number the classes otherwise. The test rows' labels are
+ * then looked up in them (table_labels). */
+static int train_labels(eval_ctx *e, const cdl_st_file *f, const char *dir)
+{
+    const char *from;
+    if (model_names(e, f, &from) || *meta(f, "dataset"))
+        return 0;
+    char file[4096];
+    table_file(dir, "train.csv", file, sizeof file);
+    int nf = 0;
+    char *copy;
+    const char **names;
+    cdl_dataset t;
+    memset(&t, 0, sizeof t);
+    int rc = feature_names(e->o, f, file, &nf, &copy, &names);
+    if (rc == 0 &&
+        (rc = cdl_dataset_from_csv_rows(file, names, nf, table_label(e->o, f), NULL, 0, &t)))
+        cdl_error("%s (read for the class names %s does not store: its outputs are named by "
+                  "the training table's labels, sorted; give them with --classes FILE|A,B,... "
+                  "to read the test table alone)", cdl_last_error(), e->o->ckpt);
+    if (rc == 0 && !t.class_names)
+        rc = cdl_error("%s has no label column '%s': %s stores no class names, which are then "
+                       "the training table's labels, sorted: give --label-column, or the "
+                       "training's class names with --classes FILE|A,B,...", file,
+                       table_label(e->o, f), e->o->ckpt);
+    if (rc == 0)
+        rc = label_lines(t.class_names, t.n, &e->derived);
+    if (rc == 0)
+        snprintf(e->derived_from, sizeof e->derived_from, "%s", file);
+    cdl_dataset_free(&t);
+    cdl_free(copy);
+    cdl_free(names);
+    return rc ? -1 : 0;
+}
+
 /* A split of a CSV table for a model whose columns are known by name (the
  * run's, or --columns): the table is read once, by those names, so that a
  * table whose columns were moved since the training, or another table,
@@ -577,6 +625,8 @@ static int read_table_split(eval_ctx *e, const cdl_st_file *f, const char *dir, 
     snprintf(name, sizeof name, "%s", e->dataset);
     int rc = load_rows(e, f, file, 1);
     snprintf(e->dataset, sizeof e->dataset, "%s", name);
+    if (rc == 0 && test)
+        rc = train_labels(e, f, dir);
     if (rc == 0)
         rc = table_labels(e, f, file, &e->data);
     *all = e->data;
@@ -1106,11 +1156,12 @@ static int build_model(eval_ctx *e, const cdl_st_file *f)
     if (!stored && !e->given && e->positions == 1 &&
         (e->derived ? named : !o->files && e->data.class_names ? e->data.classes : e->classes) !=
             e->classes)
-        return cdl_error("%s stores no class names (not written by cdl-train) and the %s data "
+        return cdl_error("%s stores no class names (not written by cdl-train) and the %s data%s%s "
                          "has %d classes, the model %d outputs: which output is which class is "
                          "not known: give the training's class names with --classes FILE|A,B,..., "
                          "in the order of the model's outputs (ImageFolder's classes, "
                          "LabelEncoder's classes_)", o->ckpt, e->dataset,
+                         e->derived_from[0] ? "'s training table " : "", e->derived_from,
                          e->derived ? named : e->data.classes, e->classes);
     if (!e->o->files && e->classes < e->data.classes)
         return cdl_error("%s: the model has %d outputs but dataset %s has %d classes: pass the "

@@ -74,6 +74,9 @@ typedef struct eval_ctx {
     char *derived;            /* a table's text labels, distinct and sorted, one per line
                                * (as LabelEncoder numbers them): the names of weights
                                * that store none, when --classes is not given */
+    char derived_from[4096];  /* the training table derived was read from (a test.csv's
+                               * train.csv; "" = the table evaluated): set, the test
+                               * table's labels are not numbered on their own */
     double label_smoothing;   /* the run's --label-smoothing (its config), 0: none or not
                                * a cdl-train checkpoint */
     float *x_dev, *logits;    /* device input (NULL on host backends), host logits */

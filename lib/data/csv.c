@@ -236,12 +236,31 @@ static const char *column_name(char *const *header, int k, char *buf, size_t len
     return buf;
 }
 
+/* Appends 'name' to the list in buf (", " between), "..." once full. */
+static void list_add(char *buf, size_t len, const char *name)
+{
+    size_t at = strlen(buf);
+    char pn[128];
+    if (!len || at + 5 >= len)
+        return;
+    if (at + strlen(name) + 8 >= len || at > 400) {
+        if (!strstr(buf, "..."))
+            snprintf(buf + at, len - at, ", ...");
+        return;
+    }
+    snprintf(buf + at, len - at, "%s'%s'", at ? ", " : "", data_printable(name, pn, sizeof pn));
+}
+
 /* The records after the header, each with the header's ncol fields: the
  * field of column k is feature slot[k] (>= 0) of (rows, nf) *feat, the
  * label (-1: its text in (*labels)[row], an empty one an error when
- * need_label) or not read (-2: a column the caller does not use). */
+ * need_label) or not read (-2: a column the caller does not use). lines
+ * (NULL: not kept): each row's line in the file, for messages about its
+ * label (blank lines and line breaks in quoted fields make it other than
+ * the row's number + 1). */
 static int read_rows(reader *r, const char *name, char *const *header, int ncol, const int *slot,
-                     int nf, int need_label, float **feat, char ***labels, long *rows)
+                     int nf, int need_label, float **feat, char ***labels, long **lines,
+                     long *rows)
 {
     long cap = 0;
     int eol = 0;
@@ -261,11 +280,16 @@ static int read_rows(reader *r, const char *name, char *const *header, int ncol,
             char **l = realloc(*labels, (size_t)cap * sizeof *l);
             if (l)
                 *labels = l;
-            if (!f || !l)
+            long *ln = lines ? realloc(*lines, (size_t)cap * sizeof *ln) : NULL;
+            if (ln)
+                *lines = ln;
+            if (!f || !l || (lines && !ln))
                 return cdl_error("out of memory reading %s", name);
         }
         long line = r->line, i = (*rows)++;   /* counted now: freed on an error */
         (*labels)[i] = NULL;
+        if (lines)
+            (*lines)[i] = line;
         int k = 0;
         do {
             if (next_field(r, &eol))
@@ -331,6 +355,7 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
     char **header = NULL, **labels = NULL;
     float *feat = NULL;
     int *slot = NULL;
+    long *lines = NULL;
     int ncol = 0, label_col = -1, rc = 0;
     long rows = 0;
     if ((rc = read_header(&r, name, &header, &ncol)))
@@ -380,7 +405,7 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
         for (int k = 0, j = 0; k < ncol; k++)
             slot[k] = k == label_col ? -1 : j++;
     }
-    if ((rc = read_rows(&r, name, header, ncol, slot, nf, 1, &feat, &labels, &rows)))
+    if ((rc = read_rows(&r, name, header, ncol, slot, nf, 1, &feat, &labels, &lines, &rows)))
         goto done;
     if (rows == 0) {
         rc = cdl_error("%s has a header but no rows", name);
@@ -400,10 +425,13 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
     int numeric = !names;
     for (long i = 0; numeric && i < rows; i++)
         if (!(numeric = class_index(labels[i]) >= 0) && train) {
-            char pn[128];
-            rc = cdl_error("%s: label '%s' of row %ld is not a class index: the training "
-                           "table's labels are integers from 0", name,
-                           data_printable(labels[i], pn, sizeof pn), i + 1);
+            char pn[128], tn[256];
+            rc = cdl_error("%s:%ld: label '%s' (row %ld) is not a class index: the training "
+                           "table%s%s's labels are integers from 0 (its class indices): "
+                           "correct the label or drop the row", name, lines[i],
+                           data_printable(labels[i], pn, sizeof pn), i + 1,
+                           train->name ? " " : "",
+                           train->name ? data_printable(train->name, tn, sizeof tn) : "");
             goto done;
         }
     if (numeric) {
@@ -458,9 +486,22 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
         for (long i = 0; !rc && i < rows; i++) {
             char *const *hit = bsearch(&labels[i], list, (size_t)ns, sizeof *list, cmp_str);
             if (!hit) {
-                char pn[128];
-                rc = cdl_error("%s: label '%s' of row %ld is not a class of the training table",
-                               name, data_printable(labels[i], pn, sizeof pn), i + 1);
+                /* The classes are the training table's, numbered as it
+                 * numbers them: a label it lacks has no index (a class
+                 * of the test table's own would renumber the others). */
+                char pn[128], tn[256], some[256] = "";
+                for (int c = 0; c < ns && c < 8; c++)
+                    list_add(some, sizeof some, list[c]);
+                if (ns > 8 && !strstr(some, "..."))
+                    snprintf(some + strlen(some), sizeof some - strlen(some), ", ...");
+                rc = cdl_error("%s:%ld: label '%s' (row %ld) is not a class of the training "
+                               "table%s%s, whose %d classes (%s) number the model's outputs: "
+                               "a test table's labels must be among them: correct the label "
+                               "or drop the row", name, lines[i],
+                               data_printable(labels[i], pn, sizeof pn), i + 1,
+                               train->name ? " " : "",
+                               train->name ? data_printable(train->name, tn, sizeof tn) : "",
+                               ns, some);
                 break;
             }
             out->labels[i] = (int32_t)(hit - list);
@@ -495,6 +536,7 @@ done:
     free_table(header, ncol, labels, rows);
     free(feat);
     free(slot);
+    free(lines);
     free(r.field);
     return rc ? -1 : 0;
 }
@@ -542,8 +584,10 @@ int csv_read(const char *path, int train, const char *label_column, cdl_dataset 
     csv_layout lay = {0};
     int rc = read_table(file, label_column, NULL, &lay, &tr);
     if (!rc) {
+        char pn[512];
         lay.class_names = tr.class_names;
         lay.classes = tr.classes;
+        lay.name = data_printable(file, pn, sizeof pn);
         rc = read_table(test, label_column, &lay, NULL, out);
     }
     csv_layout_free(&lay);
@@ -571,21 +615,6 @@ static int same_trimmed(const char *a, const char *b)
     while (lb && (b[lb - 1] == ' ' || b[lb - 1] == '\t'))
         lb--;
     return la == lb && !memcmp(a, b, la);
-}
-
-/* Appends 'name' to the list in buf (", " between), "..." once full. */
-static void list_add(char *buf, size_t len, const char *name)
-{
-    size_t at = strlen(buf);
-    char pn[128];
-    if (!len || at + 5 >= len)
-        return;
-    if (at + strlen(name) + 8 >= len || at > 400) {
-        if (!strstr(buf, "..."))
-            snprintf(buf + at, len - at, ", ...");
-        return;
-    }
-    snprintf(buf + at, len - at, "%s'%s'", at ? ", " : "", data_printable(name, pn, sizeof pn));
 }
 
 int csv_parse_rows(const char *buf, size_t len, const char *name, const char *const *features,
@@ -681,7 +710,7 @@ int csv_parse_rows(const char *buf, size_t len, const char *name, const char *co
         goto done;
     }
 rows:
-    if ((rc = read_rows(&r, name, header, ncol, slot, nf, 0, &feat, &labels, &rows)))
+    if ((rc = read_rows(&r, name, header, ncol, slot, nf, 0, &feat, &labels, NULL, &rows)))
         goto done;
     if (rows == 0) {
         rc = cdl_error("%s has a header but no rows", name);

@@ -176,13 +176,16 @@ int npz_read_mem(const uint8_t *buf, size_t len, const char *name, int train, cd
 
 /* The layout of a training table that its test table must follow: the
  * feature columns' names in order and the label column's (owned), and
- * its class names (borrowed; NULL: the labels are integer class indices). */
+ * its class names (borrowed; NULL: the labels are integer class indices).
+ * name (borrowed; NULL: not said): the training table's file, for the
+ * test table's messages. */
 typedef struct csv_layout {
     char **features;
     int nf;
     char *label;
     char *const *class_names;
     int classes;
+    const char *name;
 } csv_layout;
 void csv_layout_free(csv_layout *l);
 

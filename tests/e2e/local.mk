@@ -23,6 +23,9 @@ EXTRA_DIST += tests/e2e/progress.sh
 TESTS += tests/e2e/predict-files.sh tests/e2e/predict-table.sh tests/e2e/predict-columns.sh
 EXTRA_DIST += tests/e2e/predict-files.sh tests/e2e/predict-table.sh tests/e2e/predict-columns.sh \
     tests/e2e/torch_table.py
+# A train.csv/test.csv pair read by name: the training table's classes.
+TESTS += tests/e2e/table-classes.sh
+EXTRA_DIST += tests/e2e/table-classes.sh
 TESTS += tests/e2e/generate.sh
 EXTRA_DIST += tests/e2e/generate.sh tests/e2e/generate_torch.py
 EXTRA_DIST += tests/e2e/generate.sh

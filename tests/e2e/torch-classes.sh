@@ -74,7 +74,7 @@ expect_err "--classes 'gap.txt': line 2 is empty"
 expect_status 2 w "$predict" --classes . rows.csv
 expect_err "--classes '.': a folder, not a file of class names"
 expect_status 1 w "$eval" --columns a,b,c,d --dataset csv:test.csv --classes cat,dog,yak
-expect_err "class 'emu' of the csv data is not one of the 3 classes the run was trained on (--classes)"
+expect_err "the label 'emu' is not one of the 3 classes w.safetensors was trained on (--classes): evaluate on rows of those classes"
 # Labels of some of the classes: their sorted order is not the training's.
 grep -v ',emu$' test.csv >two.csv
 expect_status 1 w "$eval" --columns a,b,c,d --dataset csv:two.csv --classes cat,dog

@@ -1166,12 +1166,35 @@ static void test_csv(void **state)
         assert_error_has(test_bad[i][1]);
         assert_error_has("test.csv");
     }
+    /* The test table's classes are the training table's, in its order: a
+     * test table without one of them (b) numbers the others as the
+     * training table does (c is 2, not 1), and a label the training table
+     * lacks is an error naming the file's line (a blank line and a quoted
+     * line break before it), the training table and its classes. */
+    const char *tr3 = "f,c\n1,b\n2,a\n3,c\n";
+    write_bytes(at("tab/train.csv"), tr3, strlen(tr3));
+    const char *te2 = "c,f\nc,1\na,2\n";
+    write_bytes(at("tab/test.csv"), te2, strlen(te2));
+    if (cdl_dataset_load_with("csv", at("tab"), 0, NULL, &d) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_int_equal(d.classes, 3);
+    assert_string_equal(d.class_names[1], "b");
+    assert_int_equal(d.labels[0], 2);
+    assert_int_equal(d.labels[1], 0);
+    cdl_dataset_free(&d);
+    const char *te_odd = "f,c\n\n1,a\n\"\n2\",c\n3,d\n";
+    write_bytes(at("tab/test.csv"), te_odd, strlen(te_odd));
+    assert_int_equal(cdl_dataset_load_with("csv", at("tab"), 0, NULL, &d), -1);
+    assert_error_has("test.csv:6: label 'd' (row 3) is not a class of the training table");
+    assert_error_has("tab/train.csv, whose 3 classes ('a', 'b', 'c') number the model's outputs");
+    assert_error_has("correct the label or drop the row");
     /* Integer training labels: the test table's must be class indices too,
      * not text numbering classes of its own. */
     write_bytes(at("tab/train.csv"), "f,c\n1,0\n2,1\n", 12);
-    write_bytes(at("tab/test.csv"), "f,c\n3,x\n", 8);
+    write_bytes(at("tab/test.csv"), "f,c\n\n3,x\n", 9);
     assert_int_equal(cdl_dataset_load_with("csv", at("tab"), 0, NULL, &d), -1);
-    assert_error_has("label 'x' of row 1 is not a class index");
+    assert_error_has("test.csv:3: label 'x' (row 1) is not a class index");
+    assert_error_has("tab/train.csv's labels are integers from 0");
 }
 
 /* Rows to predict on (cdl-predict TABLE.csv): the model's columns by

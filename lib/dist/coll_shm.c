@@ -697,23 +697,26 @@ void shm_seg_discard(shm_seg *seg)
     cdl_free(seg);
 }
 
-static int open_segment(shm_seg *seg)
+/* ranks: the members' global ranks (shm_attach has taken seg's). */
+static int open_segment(shm_seg *seg, const int *ranks)
 {
     int fd = shm_open(seg->name, O_RDWR, 0);
     struct stat st;
     if (fd < 0)
-        return cdl_error("rank %d: cannot open the shared memory %s of rank %d: %s (ranks of one "
-                         "node must share /dev/shm and a user)", seg->ranks[seg->me], seg->name,
-                         seg->ranks[0], strerror(errno));
+        return cdl_error("rank %d: cannot open the shared memory %s of rank %d: %s (%sranks of "
+                         "one node must share /dev/shm and a user)", ranks[seg->me], seg->name,
+                         ranks[0], strerror(errno), errno == ENOENT ? "gone: the other "
+                         "members may have given up before this rank came, see their errors; "
+                         : "");
     if (fstat(fd, &st) || (size_t)st.st_size < sizeof(shm_hdr)) {
         close(fd);
-        return cdl_error("rank %d: shared memory %s is truncated", seg->ranks[seg->me], seg->name);
+        return cdl_error("rank %d: shared memory %s is truncated", ranks[seg->me], seg->name);
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
                      fd, 0);
     close(fd);
     if (map == MAP_FAILED)
-        return cdl_error("rank %d: mmap of %s failed: %s", seg->ranks[seg->me], seg->name,
+        return cdl_error("rank %d: mmap of %s failed: %s", ranks[seg->me], seg->name,
                          strerror(errno));
     shm_hdr *h = map;
     seg->h = h;
@@ -721,7 +724,7 @@ static int open_segment(shm_seg *seg)
     if (atomic_load_explicit(&h->magic, memory_order_acquire) != SHM_MAGIC ||
         h->nranks != (uint32_t)seg->size || h->total != (uint64_t)st.st_size)
         return cdl_error("rank %d: shared memory %s does not hold a segment for %d ranks",
-                         seg->ranks[seg->me], seg->name, seg->size);
+                         ranks[seg->me], seg->name, seg->size);
     /* The last member to open it unlinks the name: from then on the memory
      * goes away with the last mapping, whoever dies when. */
     if (atomic_fetch_add(&h->opened, 1) + 1 == h->nranks)
@@ -771,7 +774,7 @@ coll *shm_attach(shm_seg *seg, boot *b, int threads)
     char key[64];
     snprintf(key, sizeof key, "shm.%s", seg->tag);
     if (seg->me != 0 && (boot_get(b, s->ranks[0], key, seg->name, sizeof seg->name) ||
-                         (seg->name[sizeof seg->name - 1] = '\0', open_segment(seg)))) {
+                         (seg->name[sizeof seg->name - 1] = '\0', open_segment(seg, s->ranks)))) {
         if (seg->h)
             munmap(seg->h, seg->map_len);
         cdl_free(seg);

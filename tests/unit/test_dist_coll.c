@@ -327,14 +327,20 @@ static void test_killed_rank_hier(void **state)
     check_killed(&c, 4);
 }
 
+static void stall_until(const char *dir);
+
 /* shm_open as libcdl calls it: the real one, except that the rank named by
  * TEST_SHM_DIE_RANK is killed when it opens the segment another member
- * created, i.e. after the attach fence but before attaching. */
+ * created, i.e. after the attach fence but before attaching, and the one
+ * named by TEST_SHM_STALL_RANK stalls there (stall_until). */
 int shm_open(const char *name, int flags, mode_t mode)
 {
     const char *die = getenv("TEST_SHM_DIE_RANK"), *rank = getenv("RANK");
+    const char *stall = getenv("TEST_SHM_STALL_RANK");
     if (die && rank && !strcmp(die, rank) && !(flags & O_CREAT))
         raise(SIGKILL);
+    if (stall && rank && !strcmp(stall, rank) && !(flags & O_CREAT))
+        stall_until(getenv("TEST_SHM_STALL_DIR"));
     int (*real)(const char *, int, mode_t) =
         (int (*)(const char *, int, mode_t))dlsym(RTLD_NEXT, "shm_open");
     return real(name, flags, mode);
@@ -382,6 +388,83 @@ static void test_rank_dies_before_attaching(void **state)
     char part[64];
     snprintf(part, sizeof part, "cdl-test-%d-", (int)getpid());
     assert_int_equal(shm_entries(part), 0);
+}
+
+/* A member that passed the attach fence but does not attach (stopped, or
+ * slow): it says so ("stalled" in dir), then waits until the others are
+ * done ("done") or 20 s, whichever comes first, and goes on attaching. */
+static int file_in(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+static void touch_in(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_CREAT | O_WRONLY, 0600);
+    if (fd >= 0)
+        close(fd);
+}
+
+static void stall_until(const char *dir)
+{
+    touch_in(dir, "stalled");
+    for (double end = fork_now() + 20; !file_in(dir, "done") && fork_now() < end;)
+        usleep(10000);
+}
+
+/* The stalled member (rank 1 of 2) comes after rank 0 gave up on it and
+ * removed the segment: an error saying the segment is gone, where it died
+ * of SIGSEGV (the message read the members' ranks shm_attach had taken). */
+static int late_opener_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    setenv("TEST_SHM_STALL_RANK", "1", 1);
+    setenv("TEST_SHM_STALL_DIR", arg, 1);
+    cdl_dist *d = open_dist("shm", 1);
+    CHILD_CHECK(!d, "rank %d: init succeeded with rank 1 late", rank);
+    const char *e = cdl_last_error();
+    if (rank == 0) {
+        CHILD_CHECK(strstr(e, "timed out") && strstr(e, "rank 1 did not arrive"), "error '%s'",
+                    e);
+        touch_in(arg, "done");
+    } else {
+        CHILD_CHECK(strstr(e, "rank 1: cannot open the shared memory") &&
+                    strstr(e, "of rank 0: No such file or directory (gone: the other members "
+                              "may have given up"), "error '%s'", e);
+    }
+    fprintf(stderr, "(expected) %s\n", e);
+    return 0;
+}
+
+/* stall_dir's files, then the directory. */
+static void remove_stall_dir(const char *dir)
+{
+    char path[512];
+    const char *names[] = {"stalled", "done"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static void test_late_member_cannot_open(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/cdl-late-open.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    int start[2] = {0, 1}, status[2];
+    run_opts o = {guard_s(60), 0, 0};
+    int rc = run_ranks(2, start, 2, late_opener_rank, dir, &o, status);
+    remove_stall_dir(dir);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 2; i++)
+        if (!WIFEXITED(status[i]) || WEXITSTATUS(status[i]) != 0)
+            fail_msg("rank %d ended with status %#x", i, status[i]);
 }
 
 /* A rank that never starts: init times out naming it. */
@@ -690,6 +773,7 @@ int main(void)
         cmocka_unit_test(test_missing_rank_times_out),
         cmocka_unit_test(test_own_error_not_lost),
         cmocka_unit_test(test_watchdog_ends_stuck_wait),
+        cmocka_unit_test(test_late_member_cannot_open),
         cmocka_unit_test(test_late_rank_names_who_gave_up),
         cmocka_unit_test(test_duplicate_local_rank),
         cmocka_unit_test(test_refused_backends),

@@ -141,6 +141,8 @@ typedef struct shm_coll {
     shm_pid *peers;                      /* member 0: every member's process, published
                                           * before the attach fence, so one that dies
                                           * before attaching is seen dead, not waited for */
+    int (*stop)(void);                   /* the attach only: the bootstrap's stop (boot.h),
+                                          * NULL during training */
 } shm_coll;
 
 /* ------------------------------------------------------------ futex */
@@ -238,6 +240,24 @@ static int check_peers(shm_coll *s, uint32_t target)
     return 0;
 }
 
+/* This rank was asked to stop (s->stop) while it waited for members that
+ * have not arrived: they are told (a member that comes later reads why),
+ * and no peer is lost. */
+static int stopped(shm_coll *s, uint32_t target)
+{
+    int miss[MISS_MAX], glob[MISS_MAX];
+    int n = missing(s, target, miss, MISS_MAX);
+    for (int i = 0; i < n && i < MISS_MAX; i++)
+        glob[i] = s->ranks[miss[i]];
+    char list[512], msg[700];
+    dist_rank_list(list, sizeof list, glob, n);
+    int me = s->ranks[s->base.rank];
+    snprintf(msg, sizeof msg, "rank %d was asked to stop while it waited on shared memory "
+             "(%s): %s did not arrive; it stopped waiting", me, label(s), list);
+    post_abort(s->h, msg);
+    return cdl_error("%s", msg);
+}
+
 static int timed_out(shm_coll *s, uint32_t target)
 {
     int miss[MISS_MAX], glob[MISS_MAX];
@@ -302,6 +322,10 @@ static int sync_all(shm_coll *s)
         }
         if (now >= deadline)
             return timed_out(s, target);
+        /* At most every 100 ms (the futex wait's slice): a signal's
+         * handler may run in another thread and wake nothing here. */
+        if (s->stop && s->stop())
+            return stopped(s, target);
         atomic_fetch_add(&h->sleepers, 1);
         if (!arrived(s, target))
             futex_wait(&h->bell, bell, 100000000L);
@@ -819,7 +843,9 @@ coll *shm_attach(shm_seg *seg, boot *b, int threads)
     char name[SHM_NAME_MAX];
     memcpy(name, seg->name, sizeof name);
     cdl_free(seg);
+    s->stop = b ? b->stop : NULL;   /* a stop leaves the attach, not a step */
     int rc = sync_all(s);
+    s->stop = NULL;
     if (is_creator)
         shm_unlink(name);   /* all attached (or failed): nobody else opens it */
     if (rc) {

@@ -161,17 +161,23 @@ static void futex_wake(_Atomic uint32_t *addr)
 /* ------------------------------------------------------------ sync */
 
 /* The first member to give up tells the others why, and whether a peer was
- * lost (a hier leader whose peer on another node died): they then exit as
- * it does (cdl_dist_peer_lost). */
-static void post_abort(shm_hdr *h, const char *msg)
+ * lost (a hier leader whose peer on another node died; lost: a member
+ * leaving for a stop, see stopped): they then exit as it does
+ * (cdl_dist_peer_lost). */
+static void post_abort_as(shm_hdr *h, const char *msg, int lost)
 {
     int32_t zero = 0;
     if (atomic_compare_exchange_strong(&h->aborted, &zero, -1)) {
         snprintf(h->abort_msg, sizeof h->abort_msg, "%s", msg);
-        atomic_store(&h->aborted, cdl_dist_peer_lost() ? 2 : 1);
+        atomic_store(&h->aborted, lost ? 2 : 1);
         atomic_fetch_add(&h->bell, 1);
         futex_wake(&h->bell);
     }
+}
+
+static void post_abort(shm_hdr *h, const char *msg)
+{
+    post_abort_as(h, msg, cdl_dist_peer_lost());
 }
 
 static int fail(shm_coll *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -241,8 +247,10 @@ static int check_peers(shm_coll *s, uint32_t target)
 }
 
 /* This rank was asked to stop (s->stop) while it waited for members that
- * have not arrived: they are told (a member that comes later reads why),
- * and no peer is lost. */
+ * have not arrived: they are told (a member that comes later reads why).
+ * This rank lost no peer; to the others it is a lost one, as a stop is
+ * something a restart gets past (where the signal reached every rank,
+ * each reports its own stop). */
 static int stopped(shm_coll *s, uint32_t target)
 {
     int miss[MISS_MAX], glob[MISS_MAX];
@@ -254,7 +262,7 @@ static int stopped(shm_coll *s, uint32_t target)
     int me = s->ranks[s->base.rank];
     snprintf(msg, sizeof msg, "rank %d was asked to stop while it waited on shared memory "
              "(%s): %s did not arrive; it stopped waiting", me, label(s), list);
-    post_abort(s->h, msg);
+    post_abort_as(s->h, msg, 1);
     return cdl_error("%s", msg);
 }
 

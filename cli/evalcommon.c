@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1279,6 +1280,59 @@ static int class_names(eval_ctx *e, const cdl_st_file *f)
     return 0;
 }
 
+/* SIGTERM or SIGUSR1 (scancel, the time limit, cdlrun stopping the ranks)
+ * while the ranks connect: a rank that never comes held the others until
+ * CDL_TIMEOUT where the launcher kept the signal blocked, and elsewhere the
+ * default action killed them without a word of where they were. As
+ * cdl-train: the signal is caught while the group is set up, every wait
+ * of the set-up is left at once, and the error names the rank and the
+ * wait (exit status 1). Afterwards the program's dispositions are back. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+static int stop_requested(void)
+{
+    return stop_signal != 0;
+}
+
+static cdl_dist *create_dist(const cdl_rank_info *ri, cdl_backend *be,
+                             const cdl_dist_config *dc)
+{
+    struct sigaction sa, old_term, old_usr1;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGUSR1);
+    stop_signal = 0;
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGUSR1, &sa, &old_usr1);
+    /* A signal the launcher held blocked is seen (cdl-train does the same). */
+    pthread_sigmask(SIG_UNBLOCK, &stops, NULL);
+    cdl_dist *d = cdl_dist_create_stoppable(ri, "auto", be, dc, stop_requested);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGUSR1, &old_usr1, NULL);
+    int sig = stop_signal;
+    if (!d && sig) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", cdl_last_error());
+        cdl_error("stopped by a signal (%s) while connecting to the other ranks, before "
+                  "evaluating anything (%s): start it again to evaluate", sig == SIGTERM ?
+                  "SIGTERM" : "SIGUSR1", why);
+    } else if (d && sig) {
+        /* Set up as the signal came: what it does to the program now. */
+        raise(sig);
+    }
+    return d;
+}
+
 int eval_open(eval_ctx *e, const eval_opts *o)
 {
     memset(e, 0, sizeof *e);
@@ -1296,7 +1350,7 @@ int eval_open(eval_ctx *e, const eval_opts *o)
         static cdl_dist_config dc;
         if (cdl_dist_config_from_env(&dc) != 0)
             return -1;
-        e->dist = cdl_dist_create_with(&e->ri, "auto", e->be, &dc);
+        e->dist = create_dist(&e->ri, e->be, &dc);
         if (!e->dist)
             return -1;
     }

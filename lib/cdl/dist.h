@@ -102,6 +102,21 @@ cdl_dist *cdl_dist_create_with(const cdl_rank_info *info, const char *backend, c
 /* The same with the defaults and timeout_s (0 = 300 s). */
 cdl_dist *cdl_dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,
                           double timeout_s);
+/* cdl_dist_create_with for a program that catches SIGTERM/SIGUSR1 (scancel,
+ * the time limit) itself: stop (NULL: never, as cdl_dist_create_with) says
+ * 1 once the program was asked to stop; it is called from the waiting
+ * thread, or a watchdog's, at least every 0.1 s while the ranks connect
+ * (the bootstrap's store or PMIx fences, the shared-memory attach, NCCL's
+ * communicator setup), so a signal handler's flag (volatile sig_atomic_t)
+ * is enough. A stop leaves the wait at once: NULL, with an error naming the
+ * rank and the wait ("rank 0 was asked to stop while it waited in barrier
+ * 'fence0' ...; it stopped waiting"), and no peer counts as lost
+ * (cdl_dist_peer_lost is 0). MPI_Init and MPI_Comm_split cannot be left: a
+ * stop there prints that line and ends the process with status 1. Once
+ * created, the cdl_dist no longer calls stop. */
+cdl_dist *cdl_dist_create_stoppable(const cdl_rank_info *info, const char *backend,
+                                    cdl_backend *be, const cdl_dist_config *cfg,
+                                    int (*stop)(void));
 void cdl_dist_destroy(cdl_dist *d);
 
 /* 1 when a collective of this process failed because a peer rank was lost:

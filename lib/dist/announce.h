@@ -7,8 +7,11 @@
  * process, whichever call comes first: a program that calls
  * cdl_rank_discover and then cdl_train_run says it once. */
 /* stop (NULL: never): 1 when the process was asked to stop (cdl_train_run's
- * SIGTERM/SIGUSR1); the bootstrap's waits are then left at once (boot.h),
- * and dist_create fails with an error naming the rank and the wait. */
+ * SIGTERM/SIGUSR1); the set-up's waits are then left at once (the
+ * bootstrap's, boot.h; the shared-memory attach; NCCL's communicator
+ * setup), and dist_create fails with an error naming the rank and the
+ * wait. MPI_Init and MPI_Comm_split cannot be left: a stop there ends the
+ * process with stop_status (its watchdog, watchdog.h). */
 #ifndef CDL_DIST_ANNOUNCE_H
 #define CDL_DIST_ANNOUNCE_H
 
@@ -16,6 +19,7 @@
 
 int rank_discover(cdl_rank_info *info, int announce);
 cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,
-                      const cdl_dist_config *cfg, int announce, int (*stop)(void));
+                      const cdl_dist_config *cfg, int announce, int (*stop)(void),
+                      int stop_status);
 
 #endif

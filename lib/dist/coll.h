@@ -89,9 +89,11 @@ void shm_seg_discard(shm_seg *seg);
 
 /* Open MPI over `g` (all ranks or the node leaders); every process of the
  * job calls it (MPI_Comm_split is collective), non-members get NULL with
- * *member = 0. */
+ * *member = 0. MPI_Init and MPI_Comm_split, which nothing interrupts, run
+ * under a watchdog (watchdog.h) that also looks at stop (NULL: never,
+ * dist_create's): a process asked to stop in them exits with stop_status. */
 coll *coll_mpi_create(const coll_group *g, int world_rank, int world, double timeout_s,
-                      int *member);
+                      int *member, int (*stop)(void), int stop_status);
 int coll_mpi_available(void);   /* built with MPI and launched by an MPI-capable launcher */
 
 /* The slow fallback between nodes: values through rank 0's TCP store. */

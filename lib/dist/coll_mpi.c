@@ -317,7 +317,7 @@ static void finalize_at_exit(void)
  * libcdl without PMIx, hier:mpi after the store's bootstrap, a job whose
  * launcher sets no PMIx variables) a rank that never comes held the others
  * in its fence for good, so it runs under a watchdog. */
-static int ensure_init(int rank, double timeout_s)
+static int ensure_init(int rank, double timeout_s, int (*stop)(void), int stop_status)
 {
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
@@ -328,7 +328,8 @@ static int ensure_init(int rank, double timeout_s)
     if (inited)
         return 0;
     int provided;
-    dist_watchdog *w = dist_watchdog_arm("MPI_Init_thread", rank, timeout_s, MPI_PEER_HINT);
+    dist_watchdog *w = dist_watchdog_arm_stop("MPI_Init_thread", rank, timeout_s, MPI_PEER_HINT,
+                                              stop, stop_status);
     if (!w)
         return -1;
     int err = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
@@ -345,10 +346,10 @@ static int ensure_init(int rank, double timeout_s)
 }
 
 coll *coll_mpi_create(const coll_group *g, int world_rank, int world, double timeout_s,
-                      int *member)
+                      int *member, int (*stop)(void), int stop_status)
 {
     *member = g->me >= 0;
-    if (ensure_init(world_rank, timeout_s))
+    if (ensure_init(world_rank, timeout_s, stop, stop_status))
         return NULL;
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -358,8 +359,8 @@ coll *coll_mpi_create(const coll_group *g, int world_rank, int world, double tim
                          "needs the job started by mpirun or srun --mpi=pmix", world_rank, size,
                          world), NULL;
     MPI_Comm comm;
-    dist_watchdog *w = dist_watchdog_arm("MPI_Comm_split", world_rank, timeout_s,
-                                         MPI_PEER_HINT);
+    dist_watchdog *w = dist_watchdog_arm_stop("MPI_Comm_split", world_rank, timeout_s,
+                                              MPI_PEER_HINT, stop, stop_status);
     if (!w)
         return NULL;
     int err = MPI_Comm_split(MPI_COMM_WORLD, g->me >= 0 ? 0 : MPI_UNDEFINED, g->me, &comm);

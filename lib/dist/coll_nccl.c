@@ -47,6 +47,9 @@ typedef struct nccl_coll {
     double timeout;
     int host_buffers;
     int device;                 /* the backend's GPU (cudaSetDevice's index); -1: the current */
+    int (*stop)(void);          /* the communicator's setup only: the bootstrap's stop
+                                 * (boot.h); NULL afterwards */
+    int world_rank;             /* for messages */
 } nccl_coll;
 
 static int nccl_fail(const char *what, ncclResult_t r)
@@ -105,7 +108,7 @@ static int comm_state(nccl_coll *n, const char *what, int *ready)
  * finish) until the deadline; aborts the communicator on failure. */
 static int nccl_wait(nccl_coll *n, int stream_too, const char *what)
 {
-    double deadline = dist_now() + n->timeout;
+    double deadline = dist_now() + n->timeout, next_stop = 0;
     for (;;) {
         int done = 0;
         if (comm_state(n, what, &done))
@@ -118,7 +121,20 @@ static int nccl_wait(nccl_coll *n, int stream_too, const char *what)
         }
         if (done)
             return 0;
-        if (dist_now() > deadline) {
+        double now = dist_now();
+        /* Every 0.1 s: this process was asked to stop (a peer that never
+         * comes holds the setup until the timeout). Nobody was lost. */
+        if (n->stop && now >= next_stop) {
+            next_stop = now + 0.1;
+            if (n->stop()) {
+                ncclCommAbort(n->comm);
+                n->comm = NULL;
+                return cdl_error("rank %d was asked to stop while it waited in NCCL %s (a "
+                                 "peer had not joined); it stopped waiting", n->world_rank,
+                                 what);
+            }
+        }
+        if (now > deadline) {
             ncclCommAbort(n->comm);
             n->comm = NULL;
             dist_note_peer_lost();
@@ -432,7 +448,7 @@ int nccl_prepare(const coll_group *g, boot *b)
 
 /* Everything of the communicator on `device`, then the caller's device back. */
 static coll *create_here(const coll_group *g, const ncclUniqueId *id, int device, int host_buffers,
-                         double timeout_s, void *compute_stream)
+                         double timeout_s, void *compute_stream, int (*stop)(void))
 {
     nccl_coll *n = cdl_calloc(1, sizeof *n);
     if (!n)
@@ -442,6 +458,7 @@ static coll *create_here(const coll_group *g, const ncclUniqueId *id, int device
     n->host_buffers = host_buffers;
     n->compute = (cudaStream_t)compute_stream;
     n->device = device;
+    n->world_rank = g->ranks[g->me];
     cudaError_t e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)
         e = cudaMalloc(&n->dev, STAGE);
@@ -459,7 +476,11 @@ static coll *create_here(const coll_group *g, const ncclUniqueId *id, int device
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&n->comm, g->size, *id, g->me, &config);
-    if ((r != ncclSuccess && r != ncclInProgress) || nccl_wait(n, 0, "communicator setup")) {
+    n->stop = stop;   /* the setup's wait only: a step must end after a signal */
+    int failed = (r != ncclSuccess && r != ncclInProgress) ||
+                 nccl_wait(n, 0, "communicator setup");
+    n->stop = NULL;
+    if (failed) {
         if (r != ncclSuccess && r != ncclInProgress)
             nccl_fail("ncclCommInitRankConfig", r);
         n_destroy(&n->base);
@@ -479,7 +500,7 @@ coll *coll_nccl_create(const coll_group *g, boot *b, int device, int host_buffer
     int saved;
     if (device_guard(device, &saved, "communicator setup"))
         return NULL;
-    coll *c = create_here(g, &id, device, host_buffers, timeout_s, compute_stream);
+    coll *c = create_here(g, &id, device, host_buffers, timeout_s, compute_stream, b->stop);
     device_restore(device, saved);
     return c;
 }

@@ -5,9 +5,9 @@
 
 #ifndef HAVE_MPI
 coll *coll_mpi_create(const coll_group *g, int world_rank, int world, double timeout_s,
-                      int *member)
+                      int *member, int (*stop)(void), int stop_status)
 {
-    (void)g, (void)world_rank, (void)world, (void)timeout_s;
+    (void)g, (void)world_rank, (void)world, (void)timeout_s, (void)stop, (void)stop_status;
     *member = 1;
     cdl_error("this libcdl was built without MPI: install libopenmpi-dev and reconfigure, or "
               "use the shm or hier:store dist backend");

@@ -141,6 +141,8 @@ typedef struct shm_coll {
     shm_pid *peers;                      /* member 0: every member's process, published
                                           * before the attach fence, so one that dies
                                           * before attaching is seen dead, not waited for */
+    int (*stop)(void);                   /* the attach only: the bootstrap's stop (boot.h),
+                                          * NULL during training */
 } shm_coll;
 
 /* ------------------------------------------------------------ futex */
@@ -159,17 +161,23 @@ static void futex_wake(_Atomic uint32_t *addr)
 /* ------------------------------------------------------------ sync */
 
 /* The first member to give up tells the others why, and whether a peer was
- * lost (a hier leader whose peer on another node died): they then exit as
- * it does (cdl_dist_peer_lost). */
-static void post_abort(shm_hdr *h, const char *msg)
+ * lost (a hier leader whose peer on another node died; lost: a member
+ * leaving for a stop, see stopped): they then exit as it does
+ * (cdl_dist_peer_lost). */
+static void post_abort_as(shm_hdr *h, const char *msg, int lost)
 {
     int32_t zero = 0;
     if (atomic_compare_exchange_strong(&h->aborted, &zero, -1)) {
         snprintf(h->abort_msg, sizeof h->abort_msg, "%s", msg);
-        atomic_store(&h->aborted, cdl_dist_peer_lost() ? 2 : 1);
+        atomic_store(&h->aborted, lost ? 2 : 1);
         atomic_fetch_add(&h->bell, 1);
         futex_wake(&h->bell);
     }
+}
+
+static void post_abort(shm_hdr *h, const char *msg)
+{
+    post_abort_as(h, msg, cdl_dist_peer_lost());
 }
 
 static int fail(shm_coll *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -238,6 +246,26 @@ static int check_peers(shm_coll *s, uint32_t target)
     return 0;
 }
 
+/* This rank was asked to stop (s->stop) while it waited for members that
+ * have not arrived: they are told (a member that comes later reads why).
+ * This rank lost no peer; to the others it is a lost one, as a stop is
+ * something a restart gets past (where the signal reached every rank,
+ * each reports its own stop). */
+static int stopped(shm_coll *s, uint32_t target)
+{
+    int miss[MISS_MAX], glob[MISS_MAX];
+    int n = missing(s, target, miss, MISS_MAX);
+    for (int i = 0; i < n && i < MISS_MAX; i++)
+        glob[i] = s->ranks[miss[i]];
+    char list[512], msg[700];
+    dist_rank_list(list, sizeof list, glob, n);
+    int me = s->ranks[s->base.rank];
+    snprintf(msg, sizeof msg, "rank %d was asked to stop while it waited on shared memory "
+             "(%s): %s did not arrive; it stopped waiting", me, label(s), list);
+    post_abort_as(s->h, msg, 1);
+    return cdl_error("%s", msg);
+}
+
 static int timed_out(shm_coll *s, uint32_t target)
 {
     int miss[MISS_MAX], glob[MISS_MAX];
@@ -302,6 +330,10 @@ static int sync_all(shm_coll *s)
         }
         if (now >= deadline)
             return timed_out(s, target);
+        /* At most every 100 ms (the futex wait's slice): a signal's
+         * handler may run in another thread and wake nothing here. */
+        if (s->stop && s->stop())
+            return stopped(s, target);
         atomic_fetch_add(&h->sleepers, 1);
         if (!arrived(s, target))
             futex_wait(&h->bell, bell, 100000000L);
@@ -697,23 +729,26 @@ void shm_seg_discard(shm_seg *seg)
     cdl_free(seg);
 }
 
-static int open_segment(shm_seg *seg)
+/* ranks: the members' global ranks (shm_attach has taken seg's). */
+static int open_segment(shm_seg *seg, const int *ranks)
 {
     int fd = shm_open(seg->name, O_RDWR, 0);
     struct stat st;
     if (fd < 0)
-        return cdl_error("rank %d: cannot open the shared memory %s of rank %d: %s (ranks of one "
-                         "node must share /dev/shm and a user)", seg->ranks[seg->me], seg->name,
-                         seg->ranks[0], strerror(errno));
+        return cdl_error("rank %d: cannot open the shared memory %s of rank %d: %s (%sranks of "
+                         "one node must share /dev/shm and a user)", ranks[seg->me], seg->name,
+                         ranks[0], strerror(errno), errno == ENOENT ? "gone: the other "
+                         "members may have given up before this rank came, see their errors; "
+                         : "");
     if (fstat(fd, &st) || (size_t)st.st_size < sizeof(shm_hdr)) {
         close(fd);
-        return cdl_error("rank %d: shared memory %s is truncated", seg->ranks[seg->me], seg->name);
+        return cdl_error("rank %d: shared memory %s is truncated", ranks[seg->me], seg->name);
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
                      fd, 0);
     close(fd);
     if (map == MAP_FAILED)
-        return cdl_error("rank %d: mmap of %s failed: %s", seg->ranks[seg->me], seg->name,
+        return cdl_error("rank %d: mmap of %s failed: %s", ranks[seg->me], seg->name,
                          strerror(errno));
     shm_hdr *h = map;
     seg->h = h;
@@ -721,7 +756,7 @@ static int open_segment(shm_seg *seg)
     if (atomic_load_explicit(&h->magic, memory_order_acquire) != SHM_MAGIC ||
         h->nranks != (uint32_t)seg->size || h->total != (uint64_t)st.st_size)
         return cdl_error("rank %d: shared memory %s does not hold a segment for %d ranks",
-                         seg->ranks[seg->me], seg->name, seg->size);
+                         ranks[seg->me], seg->name, seg->size);
     /* The last member to open it unlinks the name: from then on the memory
      * goes away with the last mapping, whoever dies when. */
     if (atomic_fetch_add(&h->opened, 1) + 1 == h->nranks)
@@ -771,7 +806,7 @@ coll *shm_attach(shm_seg *seg, boot *b, int threads)
     char key[64];
     snprintf(key, sizeof key, "shm.%s", seg->tag);
     if (seg->me != 0 && (boot_get(b, s->ranks[0], key, seg->name, sizeof seg->name) ||
-                         (seg->name[sizeof seg->name - 1] = '\0', open_segment(seg)))) {
+                         (seg->name[sizeof seg->name - 1] = '\0', open_segment(seg, s->ranks)))) {
         if (seg->h)
             munmap(seg->h, seg->map_len);
         cdl_free(seg);
@@ -816,7 +851,9 @@ coll *shm_attach(shm_seg *seg, boot *b, int threads)
     char name[SHM_NAME_MAX];
     memcpy(name, seg->name, sizeof name);
     cdl_free(seg);
+    s->stop = b ? b->stop : NULL;   /* a stop leaves the attach, not a step */
     int rc = sync_all(s);
+    s->stop = NULL;
     if (is_creator)
         shm_unlink(name);   /* all attached (or failed): nobody else opens it */
     if (rc) {

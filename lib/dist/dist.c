@@ -43,7 +43,8 @@ struct cdl_dist {
     int broken;                  /* a collective failed or was aborted: no peer is waited for */
     void *stage;                 /* STAGE_BYTES of host memory (pinned on a GPU), NULL if not needed */
     char name[32];
-    int (*stop)(void);           /* dist_create's: leaves the bootstrap's waits */
+    int (*stop)(void);           /* dist_create's: leaves the set-up's waits */
+    int stop_status;             /* dist_create's: exit status of a stop in MPI_Init */
 };
 
 /* What each rank tells the others at init, to check the layout. */
@@ -365,7 +366,8 @@ static coll *make_hier(cdl_dist *d, const char *inter_kind, int by_gpu)
         goto out;
     if (!strcmp(inter_kind, "mpi")) {
         int member;
-        inter = coll_mpi_create(&leaders, d->info.rank, d->info.world, d->timeout, &member);
+        inter = coll_mpi_create(&leaders, d->info.rank, d->info.world, d->timeout, &member,
+                                d->stop, d->stop_status);
         if (!inter && member)
             goto out;
     } else if (l.me_leader >= 0 && !strcmp(inter_kind, "nccl")) {
@@ -442,7 +444,8 @@ static coll *make_flat(cdl_dist *d, const char *kind)
     coll *c = NULL;
     if (!strcmp(kind, "mpi")) {
         int member;
-        c = coll_mpi_create(&g, d->info.rank, d->info.world, d->timeout, &member);
+        c = coll_mpi_create(&g, d->info.rank, d->info.world, d->timeout, &member, d->stop,
+                            d->stop_status);
     } else {
         /* NCCL hangs when two of its ranks share a GPU: refuse that first. */
         layout l;
@@ -480,7 +483,14 @@ cdl_dist *cdl_dist_create(const cdl_rank_info *info, const char *backend, cdl_ba
 cdl_dist *cdl_dist_create_with(const cdl_rank_info *info, const char *backend, cdl_backend *be,
                                const cdl_dist_config *cfg)
 {
-    return dist_create(info, backend, be, cfg, 1, NULL);
+    return dist_create(info, backend, be, cfg, 1, NULL, 1);
+}
+
+cdl_dist *cdl_dist_create_stoppable(const cdl_rank_info *info, const char *backend,
+                                    cdl_backend *be, const cdl_dist_config *cfg,
+                                    int (*stop)(void))
+{
+    return dist_create(info, backend, be, cfg, 1, stop, 1);
 }
 
 /* The bootstrap compares the ranks' cdl releases (boot.c); MPI's ranks,
@@ -501,7 +511,8 @@ static int mpi_release_agree(cdl_dist *d)
 }
 
 cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backend *be,
-                      const cdl_dist_config *cfg, int announce, int (*stop)(void))
+                      const cdl_dist_config *cfg, int announce, int (*stop)(void),
+                      int stop_status)
 {
     dist_clear_peer_lost();   /* a new world: an old loss says nothing of it */
     if (!info) {
@@ -514,6 +525,7 @@ cdl_dist *dist_create(const cdl_rank_info *info, const char *backend, cdl_backen
     d->info = *info;
     d->be = be;
     d->stop = stop;
+    d->stop_status = stop_status;
     char kind[16], inter[16];
     if (read_config(cfg, &d->cfg) || dist_resolve_timeout(d->cfg.timeout_s, &d->timeout))
         goto fail;

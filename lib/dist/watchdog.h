@@ -15,6 +15,14 @@ typedef struct dist_watchdog dist_watchdog;
  * can be started: the caller then must not wait. */
 dist_watchdog *dist_watchdog_arm(const char *what, int rank, double timeout_s,
                                  const char *hint);
+/* The same, for a wait of the set-up: stop (NULL: never) is looked at
+ * every tenth of a second too, and when it returns 1 (the process was
+ * asked to stop: cdl_train_run's SIGTERM/SIGUSR1, cdl-eval's) the thread
+ * says which wait of which rank it left and ends the process with
+ * stop_status (the call cannot be left any other way), instead of waiting
+ * on until the timeout and exiting as a lost peer. */
+dist_watchdog *dist_watchdog_arm_stop(const char *what, int rank, double timeout_s,
+                                      const char *hint, int (*stop)(void), int stop_status);
 /* The wait returned: stops and frees the watchdog (NULL: nothing). */
 void dist_watchdog_disarm(dist_watchdog *w);
 

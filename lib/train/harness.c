@@ -1264,8 +1264,10 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
     if (!r.be)
         goto out;
     if (r.ri.world > 1) {
+        /* A stop inside MPI_Init ends the process there, as
+         * bootstrap_stopped would: 75 where a restart goes on. */
         r.dist = dist_create(&r.ri, cfg->dist_backend, r.be, cfg->dist_config, !cfg->quiet,
-                             train_stop_requested);
+                             train_stop_requested, cfg->ckpt_dir[0] ? CDL_EXIT_REQUEUE : 1);
         if (!r.dist) {
             if (train_stop_requested())
                 rc = bootstrap_stopped(&r, res);

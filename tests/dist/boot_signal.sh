@@ -4,7 +4,8 @@
 # the status of a signal during set-up (75 with --ckpt-dir, 1 without),
 # naming itself and the wait it left. It used to wait on until CDL_TIMEOUT
 # and exit 76 ("timed out after 300 s in barrier 'fence0'"), a lost peer.
-# CDL_TIMEOUT is 120 s; the guard below fails the test long before.
+# CDL_TIMEOUT is 120 s; the guard below fails the test long before. The
+# same for cdl-eval, which exits 1.
 . "${top_srcdir:-.}/tests/dist/common.sh"
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -56,4 +57,53 @@ stop_rank0
 grep -q "stopped by a signal (SIGUSR1 or SIGTERM) while connecting to the other ranks, before the first step, with no --ckpt-dir" "$tmp/err" ||
     fail "no message for the stop without --ckpt-dir"
 grep -q "a rank of this run was lost" "$tmp/err" && fail "the stop was taken for a lost peer"
+
+# cdl-eval joins its ranks the same way (cdl_dist_create_stoppable): rank 0
+# of 2 alone, SIGTERM once it waits in the bootstrap (its handler is in:
+# SigCgt), as a plain process and as one whose launcher keeps SIGTERM
+# blocked. It exits 1 (an error, its documented status) naming the wait.
+# It used to die of the signal without a word (143), or, the signal
+# blocked, wait on until CDL_TIMEOUT.
+"$train" --dataset synthetic --synthetic-size 64 --epochs 1 --threads 1 --no-progress \
+    --ckpt-dir "$tmp/evck" >"$tmp/out" 2>"$tmp/err" || fail "training the checkpoint failed"
+# stop_eval MODE: MODE plain or blocked; $rc its status.
+stop_eval() {
+    rm -f "$tmp/err"
+    RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$port CDL_STORE_TOKEN=boot-signal-$$ CDL_JOB_ID=boot-signal-$$ \
+        CDL_TIMEOUT=120 python3 -c '
+import os, signal, sys
+if sys.argv[1] == "blocked":
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+os.execv(sys.argv[2], sys.argv[2:])' "$1" "$ev" "$tmp/evck/last.safetensors" --threads 1 \
+        >"$tmp/out" 2>"$tmp/err" &
+    pid=$!
+    i=0
+    # SIGTERM caught (bit 15 of SigCgt): cdl-eval is connecting its ranks.
+    until caught=$(awk '/^SigCgt:/ { print $2 }' /proc/$pid/status 2>/dev/null) &&
+          [ -n "$caught" ] && [ $((0x$caught & 0x4000)) -ne 0 ]; do
+        i=$((i + 1))
+        [ $i -le 600 ] || fail "cdl-eval ($1) did not start connecting within 60 s"
+        kill -0 $pid 2>/dev/null || fail "cdl-eval ($1) ended before the signal"
+        sleep 0.1
+    done
+    kill -TERM $pid
+    i=0
+    while kill -0 $pid 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -le 600 ] || fail "cdl-eval ($1) still waits for rank 1 60 s after SIGTERM"
+        sleep 0.1
+    done
+    wait $pid
+    rc=$?
+    pid=
+}
+for mode in plain blocked; do
+    stop_eval $mode
+    [ $rc -eq 1 ] || fail "cdl-eval ($mode) exited $rc after SIGTERM in the bootstrap, expected 1"
+    grep -q "cdl-eval: rank 0: error: stopped by a signal (SIGTERM) while connecting to the other ranks, before evaluating anything (rank 0 was asked to stop while it waited in barrier 'fence0'" "$tmp/err" ||
+        fail "cdl-eval ($mode): no message naming the rank and the wait it left"
+    grep -q "timed out" "$tmp/err" && fail "cdl-eval ($mode) waited until CDL_TIMEOUT"
+    grep "stopped by a signal" "$tmp/err"
+done
 echo "PASS: boot_signal"

@@ -7,6 +7,7 @@
 #     shim): MPI_Init has no timeout of its own, and rank 0 waited in its
 #     fence for good. Now a watchdog names the wait and the rank and ends
 #     rank 0 with 76 (a lost peer), which mpirun returns.
+#  3. as 2, rank 0 (cdl-train) signalled there: it exits 75 at once.
 # Skips without mpirun, or a libcdl without MPI or PMIx.
 . "${top_srcdir:-.}/tests/dist/common.sh"
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
@@ -44,4 +45,37 @@ cat "$tmp/out"
 grep -q "cdl: rank 0: error: MPI_Init_thread did not return within 3 s (CDL_TIMEOUT): it waits for every rank" "$tmp/out" ||
     fail "rank 0 did not name the wait it gave up"
 [ $rc -eq 76 ] || fail "a rank stopped in MPI_Init ended the job with $rc, not 76 (peer lost)"
+
+# 3. The same stall, rank 0 of cdl-train told to stop there (SIGTERM:
+#    scancel, the time limit) with CDL_TIMEOUT=120: its watchdog sees the
+#    stop within a tenth of a second and ends it with 75 (--ckpt-dir), the
+#    status of a signal during set-up, naming the wait; it waited until
+#    CDL_TIMEOUT and exited 76 (a lost peer). The guard fails long before.
+echo "+ mpirun -n 2 cdl-train --dist-backend mpi, rank 1 stopped in MPI_Init_thread, SIGTERM to rank 0"
+rm -f "$pidf"
+initf=$tmp/init.pid
+CDL_TIMEOUT=120 CDL_TEST_STALL_RANK=1 CDL_TEST_STALL_PID=$pidf CDL_TEST_INIT_PID=$initf \
+    LD_PRELOAD=$(readlink -f "$shim") \
+    timeout 60 mpirun --allow-run-as-root --oversubscribe -x CDL_TIMEOUT -x CDL_TEST_STALL_RANK \
+    -x CDL_TEST_STALL_PID -x CDL_TEST_INIT_PID -x LD_PRELOAD -n 2 "$train" --dataset synthetic \
+    --synthetic-size 64 --epochs 1 --threads 1 --no-progress --dist-backend mpi \
+    --ckpt-dir "$tmp/ck" >"$tmp/out" 2>&1 &
+job=$!
+i=0
+until [ -s "$initf" ] && [ -s "$pidf" ]; do   # rank 0 in MPI_Init_thread, rank 1 stopped
+    i=$((i + 1))
+    [ $i -le 600 ] || { kill $job; cat "$tmp/out"; fail "the ranks did not reach MPI_Init_thread within 60 s"; }
+    kill -0 $job 2>/dev/null || { cat "$tmp/out"; fail "the job ended before the signal"; }
+    sleep 0.1
+done
+kill -TERM "$(cat "$initf")"
+wait $job
+rc=$?
+[ -s "$pidf" ] && kill -9 "$(cat "$pidf")" 2>/dev/null
+cat "$tmp/out"
+[ $rc -ne 124 ] || fail "rank 0 still waited in MPI_Init_thread 60 s after SIGTERM"
+grep -q "cdl: rank 0: error: rank 0 was asked to stop while it waited in MPI_Init_thread (a signal: SIGTERM or SIGUSR1); it stopped waiting: exiting with status 75" "$tmp/out" ||
+    fail "rank 0 did not name the wait it left for the signal"
+grep -q "did not return within" "$tmp/out" && fail "rank 0 waited until CDL_TIMEOUT"
+[ $rc -eq 75 ] || fail "rank 0 stopped in MPI_Init ended the job with $rc, not 75"
 echo "PASS: mpi_stall"

@@ -3,7 +3,8 @@
  * entering MPI_Init_thread, as a rank whose node hangs there would, after
  * the PMIx bootstrap that comes before it; the others wait in MPI_Init's
  * fence for it. Its pid goes to CDL_TEST_STALL_PID for the script's
- * cleanup. Every other call goes to the real MPI. */
+ * cleanup; rank 0's, as it enters, to CDL_TEST_INIT_PID (where set), for
+ * the script to signal it there. Every other call goes to the real MPI. */
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +18,14 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 {
     const char *me = getenv("OMPI_COMM_WORLD_RANK"), *stall = getenv("CDL_TEST_STALL_RANK");
     const char *pidf = getenv("CDL_TEST_STALL_PID");
+    const char *initf = getenv("CDL_TEST_INIT_PID");
+    if (me && !strcmp(me, "0") && initf) {
+        FILE *f = fopen(initf, "w");
+        if (f) {
+            fprintf(f, "%d\n", (int)getpid());
+            fclose(f);
+        }
+    }
     if (me && stall && !strcmp(me, stall)) {
         FILE *f = pidf ? fopen(pidf, "w") : NULL;
         if (f) {

@@ -327,14 +327,22 @@ static void test_killed_rank_hier(void **state)
     check_killed(&c, 4);
 }
 
+static int opened_segment;   /* this process opened a segment another member created */
+static void stall_until(const char *dir);
+
 /* shm_open as libcdl calls it: the real one, except that the rank named by
  * TEST_SHM_DIE_RANK is killed when it opens the segment another member
- * created, i.e. after the attach fence but before attaching. */
+ * created, i.e. after the attach fence but before attaching, and the one
+ * named by TEST_SHM_STALL_RANK stalls there (stall_until). */
 int shm_open(const char *name, int flags, mode_t mode)
 {
     const char *die = getenv("TEST_SHM_DIE_RANK"), *rank = getenv("RANK");
+    const char *stall = getenv("TEST_SHM_STALL_RANK");
     if (die && rank && !strcmp(die, rank) && !(flags & O_CREAT))
         raise(SIGKILL);
+    if (stall && rank && !strcmp(stall, rank) && !(flags & O_CREAT))
+        stall_until(getenv("TEST_SHM_STALL_DIR"));
+    opened_segment |= !(flags & O_CREAT);
     int (*real)(const char *, int, mode_t) =
         (int (*)(const char *, int, mode_t))dlsym(RTLD_NEXT, "shm_open");
     return real(name, flags, mode);
@@ -382,6 +390,147 @@ static void test_rank_dies_before_attaching(void **state)
     char part[64];
     snprintf(part, sizeof part, "cdl-test-%d-", (int)getpid());
     assert_int_equal(shm_entries(part), 0);
+}
+
+/* A member that passed the attach fence but does not attach (stopped, or
+ * slow): it says so ("stalled" in dir), then waits until the others are
+ * done ("done") or 20 s, whichever comes first, and goes on attaching. */
+static int file_in(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+static void touch_in(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_CREAT | O_WRONLY, 0600);
+    if (fd >= 0)
+        close(fd);
+}
+
+static void stall_until(const char *dir)
+{
+    touch_in(dir, "stalled");
+    for (double end = fork_now() + 20; !file_in(dir, "done") && fork_now() < end;)
+        usleep(10000);
+}
+
+static const char *stall_dir;
+
+/* The stalled member (rank 1 of 2) comes after rank 0 gave up on it and
+ * removed the segment: an error saying the segment is gone, where it died
+ * of SIGSEGV (the message read the members' ranks shm_attach had taken). */
+static int late_opener_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    setenv("TEST_SHM_STALL_RANK", "1", 1);
+    setenv("TEST_SHM_STALL_DIR", arg, 1);
+    cdl_dist *d = open_dist("shm", 1);
+    CHILD_CHECK(!d, "rank %d: init succeeded with rank 1 late", rank);
+    const char *e = cdl_last_error();
+    if (rank == 0) {
+        CHILD_CHECK(strstr(e, "timed out") && strstr(e, "rank 1 did not arrive"), "error '%s'",
+                    e);
+        touch_in(arg, "done");
+    } else {
+        CHILD_CHECK(strstr(e, "rank 1: cannot open the shared memory") &&
+                    strstr(e, "of rank 0: No such file or directory (gone: the other members "
+                              "may have given up"), "error '%s'", e);
+    }
+    fprintf(stderr, "(expected) %s\n", e);
+    return 0;
+}
+
+/* stall_dir's files, then the directory. */
+static void remove_stall_dir(const char *dir)
+{
+    char path[512];
+    const char *names[] = {"stalled", "done"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static void test_late_member_cannot_open(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/cdl-late-open.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    int start[2] = {0, 1}, status[2];
+    run_opts o = {guard_s(60), 0, 0};
+    int rc = run_ranks(2, start, 2, late_opener_rank, dir, &o, status);
+    remove_stall_dir(dir);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 2; i++)
+        if (!WIFEXITED(status[i]) || WEXITSTATUS(status[i]) != 0)
+            fail_msg("rank %d ended with status %#x", i, status[i]);
+}
+
+/* Rank 1's stop: asked once it waits in the attach (it opened the segment)
+ * while rank 2 stalls before attaching: never earlier, in a fence. */
+static int attach_stop(void)
+{
+    return opened_segment && file_in(stall_dir, "stalled");
+}
+
+static int attach_stopped_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    stall_dir = arg;
+    setenv("TEST_SHM_STALL_RANK", "2", 1);
+    setenv("TEST_SHM_STALL_DIR", stall_dir, 1);
+    cdl_rank_info info;
+    cdl_dist_config dc;
+    CHILD_CHECK(cdl_rank_discover(&info) == 0 && cdl_dist_config_from_env(&dc) == 0, "%s",
+                cdl_last_error());
+    dc.timeout_s = 300;
+    cdl_dist *d = cdl_dist_create_stoppable(&info, "shm", NULL, &dc,
+                                            rank == 1 ? attach_stop : NULL);
+    CHILD_CHECK(!d, "rank %d: init succeeded although rank 1 was asked to stop", rank);
+    const char *e = cdl_last_error();
+    if (rank == 2)   /* came after rank 0 unlinked the segment: it cannot open it */
+        return 0;
+    /* Rank 0 may not have arrived yet either (it reads the members' pids
+     * after the fence): "ranks 0, 2". */
+    CHILD_CHECK(strstr(e, "rank 1 was asked to stop while it waited on shared memory "
+                          "(attaching to the segment): rank") &&
+                (strstr(e, ": rank 2 did not arrive; it stopped waiting") ||
+                 strstr(e, ": ranks 0, 2 did not arrive; it stopped waiting")),
+                "rank %d: error '%s'", rank, e);
+    /* Rank 1 lost nobody; to rank 0 it is gone, a restart gets past it. */
+    CHILD_CHECK(cdl_dist_peer_lost() == (rank == 0), "rank %d: cdl_dist_peer_lost() is %d",
+                rank, cdl_dist_peer_lost());
+    CHILD_CHECK(strstr(e, "timed out") == NULL, "rank %d: waited out the timeout: '%s'", rank,
+                e);
+    if (rank == 0)
+        touch_in(stall_dir, "done");
+    fprintf(stderr, "(expected) %s\n", e);
+    return 0;
+}
+
+/* A rank asked to stop (cdl_dist_create_stoppable) while a member of its
+ * node passed the attach fence but never attaches leaves the attach at
+ * once, and tells the others, instead of waiting out the 300 s timeout;
+ * the member that comes later reads why. It waited until the timeout (or
+ * succeeded, once the stalled rank went on after 20 s). */
+static void test_stop_leaves_attach(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/cdl-attach-stop.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    int start[3] = {0, 1, 2}, status[3];
+    run_opts o = {guard_s(60), 0, 0};
+    int rc = run_ranks(3, start, 3, attach_stopped_rank, dir, &o, status);
+    remove_stall_dir(dir);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 3; i++)
+        if (!WIFEXITED(status[i]) || WEXITSTATUS(status[i]) != 0)
+            fail_msg("rank %d ended with status %#x", i, status[i]);
 }
 
 /* A rank that never starts: init times out naming it. */
@@ -451,6 +600,61 @@ static void test_watchdog_ends_stuck_wait(void **state)
                  CDL_EXIT_PEER_LOST, text);
     if (!strstr(text, "cdl: rank 7: error: MPI_Init_thread did not return within 0 s "
                       "(CDL_TIMEOUT): check the peers; exiting with status 76"))
+        fail_msg("stderr '%s'", text);
+}
+
+/* The same wait, the process asked to stop (cdl_train_run's SIGTERM while
+ * MPI_Init waits for a rank that never comes): the watchdog sees it within
+ * a tenth of a second and ends the process with the status it was given
+ * (75 here, cdl-train's with --ckpt-dir), naming the wait, instead of
+ * waiting out the timeout (600 s: the guard) and exiting 76. The stop is
+ * asked after arming, from this thread, as a signal's handler would. */
+static volatile sig_atomic_t stop_flag;
+
+static int stop_flag_set(void)
+{
+    return stop_flag != 0;
+}
+
+static int stopped_rank(int rank, int world, void *arg)
+{
+    (void)world;
+    (void)rank;
+    CHILD_CHECK(freopen((const char *)arg, "w", stderr), "cannot open %s", (const char *)arg);
+    dist_watchdog *w = dist_watchdog_arm_stop("MPI_Init_thread", 3, 600, "check the peers",
+                                              stop_flag_set, CDL_EXIT_REQUEUE);
+    CHILD_CHECK(w, "%s", cdl_last_error());
+    stop_flag = 1;
+    for (;;)
+        pause();
+    return 1;
+}
+
+static void test_watchdog_sees_stop(void **state)
+{
+    (void)state;
+    char log[] = "/tmp/cdl-watchdog.XXXXXX";
+    int fd = mkstemp(log);
+    assert_true(fd >= 0);
+    close(fd);
+    int start[1] = {0}, status[1];
+    run_opts o = {guard_s(30), 0, 0};
+    int rc = run_ranks(1, start, 1, stopped_rank, log, &o, status);
+    char text[1024] = "";
+    FILE *f = fopen(log, "r");
+    if (f) {
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        text[n] = '\0';
+        fclose(f);
+    }
+    unlink(log);
+    assert_int_equal(rc, 0);
+    if (!WIFEXITED(status[0]) || WEXITSTATUS(status[0]) != CDL_EXIT_REQUEUE)
+        fail_msg("the stopped wait ended with status %#x, not exit %d: '%s'", status[0],
+                 CDL_EXIT_REQUEUE, text);
+    if (!strstr(text, "cdl: rank 3: error: rank 3 was asked to stop while it waited in "
+                      "MPI_Init_thread (a signal: SIGTERM or SIGUSR1); it stopped waiting: "
+                      "exiting with status 75"))
         fail_msg("stderr '%s'", text);
 }
 
@@ -690,6 +894,9 @@ int main(void)
         cmocka_unit_test(test_missing_rank_times_out),
         cmocka_unit_test(test_own_error_not_lost),
         cmocka_unit_test(test_watchdog_ends_stuck_wait),
+        cmocka_unit_test(test_watchdog_sees_stop),
+        cmocka_unit_test(test_late_member_cannot_open),
+        cmocka_unit_test(test_stop_leaves_attach),
         cmocka_unit_test(test_late_rank_names_who_gave_up),
         cmocka_unit_test(test_duplicate_local_rank),
         cmocka_unit_test(test_refused_backends),

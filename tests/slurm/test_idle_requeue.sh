@@ -42,7 +42,7 @@ exit 1
 EOS
 # SIGUSR1 to job $1's script once its run $2's two tasks are up.
 signal_when_up() {
-    wait_until 30 eval "[ -e '$WORK/up.$1.$2.0' ] && [ -e '$WORK/up.$1.$2.1' ]" &&
+    wait_until "$JOB_TIMEOUT" eval "[ -e '$WORK/up.$1.$2.0' ] && [ -e '$WORK/up.$1.$2.1' ]" &&
         scancel --batch --signal=USR1 "$1"
 }
 EXPORTS="ALL,CDL_TRAIN=./setup-train.sh,MAX_IDLE_REQUEUES=1"

@@ -113,7 +113,20 @@ user_script() {   # user_script NAME <<EOF ... EOF
 
 runtime_empty() { [ -z "$(ls -A "$RUNTIME" 2>/dev/null)" ]; }
 no_user_daemon() { ! pgrep -u "$CDL_TEST_USER" -f "$CDL_CLUSTER_DIR/bin/nvidia-cuda-mps-control" >/dev/null; }
-jobs_gone() { [ -z "$(squeue -h 2>/dev/null)" ]; }
+# No job left in the queue. A squeue that failed (slurmctld slow to answer
+# under load) says nothing: an empty output of a failed squeue was taken for
+# "gone", and a test went on while its job still ran.
+jobs_gone() { local q; q=$(squeue -h 2>/dev/null) && [ -z "$q" ]; }
+# job_gone ID: job ID has left the queue (ended, or already purged by
+# slurmctld: squeue then fails with "Invalid job id"); false while it is
+# pending, running or completing, and when squeue itself failed.
+job_gone() {
+    local q
+    if q=$(squeue -h -j "$1" 2>&1); then [ -z "$q" ]; else case $q in *"Invalid job id"*) ;; *) false ;; esac; fi
+}
+# running_job: the id of the job now running (tests that run one job at a
+# time); a job of an earlier step still completing (its epilog) is not it.
+running_job() { squeue -h -t RUNNING -o %i 2>/dev/null | head -n 1; }
 
 # count_records MODE [GREP-PATTERN]: fake MPS records of that mode.
 count_records() {
@@ -135,7 +148,7 @@ submit() {
 # wait_job ID: until the job has left the queue (faster than sbatch --wait,
 # which polls at growing intervals); then prints its JobState and ExitCode.
 wait_job() {
-    wait_until "$JOB_TIMEOUT" sh -c "[ -z \"\$(squeue -h -j $1 2>/dev/null)\" ]" ||
+    wait_until "$JOB_TIMEOUT" job_gone "$1" ||
         { echo "TIMEOUT"; scancel "$1"; return 1; }
     scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | grep -E '^(JobState|ExitCode)=' | tr '\n' ' '
     echo

@@ -95,7 +95,7 @@ EXPORTS="${EXPORTS%,RUN_DIR=*},RUN_DIR=runs/chain2"
 a=$(submit --export="$EXPORTS" --job-name=chain2 -c1 -o chain-%j.out ./chain.sbatch)
 b=$(submit --export="$EXPORTS" --job-name=chain2 -c1 -o chain-%j.out --dependency=afterok:"$a" ./chain.sbatch)
 started() { grep -q '"type":"config"' "$WORK/runs/chain2/metrics.jsonl"; }
-wait_until 60 started
+wait_until "$JOB_TIMEOUT" started
 as_user scancel --signal=TERM "$a"
 state=$(wait_job "$a")
 check "scancel --signal=TERM: A ended with 75 ($state)" \
@@ -122,7 +122,7 @@ EXPORTS="${EXPORTS%,RUN_DIR=*},RUN_DIR=runs/chain3"
 a=$(submit --export="$EXPORTS" --job-name=chain3 -c1 -o chain-%j.out ./chain.sbatch)
 b=$(submit --export="$EXPORTS" --job-name=chain3 -c1 -o chain-%j.out --dependency=afterok:"$a" ./chain.sbatch)
 epoch3() { grep -q '"type":"epoch"' "$WORK/runs/chain3/metrics.jsonl"; }
-wait_until 60 epoch3
+wait_until "$JOB_TIMEOUT" epoch3
 high=$(submit -p high -N2 --exclusive -o /dev/null --wrap true)
 state=$(wait_job "$a")
 check "preempted: A checkpointed and ended COMPLETED ($state)" \

@@ -66,7 +66,7 @@ check "--cdl-mps --gpu-bind=map_gpu:1,0,1,0: refused, naming both, no task ran" 
     eval '[ $rc != 0 ] && ! echo "$out" | grep -q "^T" &&
           echo "$out" | grep -q "cdl: --cdl-mps packs 2 tasks per GPU itself and would replace srun --gpu-bind=map_gpu:1,0,1,0"' ||
     echo "$out"
-wait_until 20 runtime_empty
+wait_until 30 runtime_empty
 check "the refused step's MPS daemon is gone" no_user_daemon
 out=$(as_user srun -w n1 -n4 --gres=gpu:2 --cdl-mps ./show.sh 2>&1)
 check "--cdl-mps without --gpu-bind still packs 2 per GPU under MPS" \

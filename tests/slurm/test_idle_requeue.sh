@@ -42,7 +42,7 @@ exit 1
 EOS
 # SIGUSR1 to job $1's script once its run $2's two tasks are up.
 signal_when_up() {
-    wait_until 30 eval "[ -e '$WORK/up.$1.$2.0' ] && [ -e '$WORK/up.$1.$2.1' ]" &&
+    wait_until "$JOB_TIMEOUT" eval "[ -e '$WORK/up.$1.$2.0' ] && [ -e '$WORK/up.$1.$2.1' ]" &&
         scancel --batch --signal=USR1 "$1"
 }
 EXPORTS="ALL,CDL_TRAIN=./setup-train.sh,MAX_IDLE_REQUEUES=1"
@@ -56,7 +56,7 @@ start_requeued "$id"
 signal_when_up "$id" 1
 # Before the fix: a second requeue, and so on for ever.
 again() { [ "$(grep -c 'checkpointed: requeueing' "$WORK/long.out")" -ge 2 ]; }
-wait_until 30 eval '[ -z "$(squeue -h -j "$id")" ] || again'
+wait_until 30 eval 'job_gone "$id" || again'
 again && scancel "$id"
 state=$(wait_job "$id")
 check "long-requeue.sbatch: stopped after 1 idle requeue ($state)" \
@@ -111,8 +111,8 @@ id=$(submit --export="ALL,PYTHON=bash,TRAIN_PY=./hf-train.sh,RUN_DIR=runs/hf,MAX
 for r in 1 2 3 4; do
     [ "$r" -le 2 ] && signal_when_up "$id" $((r - 1))
     # Each requeue: started at once, not after Slurm's two minutes.
-    wait_until 60 eval '[ "$(grep -c "requeueing" "$WORK/hf.out")" -ge $r ] || [ -z "$(squeue -h -j "$id")" ]'
-    [ -z "$(squeue -h -j "$id")" ] && break
+    wait_until 60 eval '[ "$(grep -c "requeueing" "$WORK/hf.out")" -ge $r ] || job_gone "$id"'
+    job_gone "$id" && break
     start_requeued "$id"
 done
 state=$(JOB_TIMEOUT=120 wait_job "$id")

@@ -23,7 +23,14 @@ for i in $(seq 3000); do echo "line $i of a small text, with some words $((i * 7
     >"$WORK/lm.txt"
 chmod 0644 "$WORK/lm.txt"
 
-MAX=600
+# Each of the first three runs is signalled once it has written a step
+# record, and must still be training when the signal arrives: with 600
+# steps in all (about 3 s of training under load), the third run trained
+# its last 381 steps between its first record and the signal (the test,
+# slurmctld, slurmd and the batch script all take their turn first), ended
+# "finished with status 0" and the job was never requeued a third time.
+# 3000 steps leave each signal seconds of training to meet.
+MAX=3000
 # MODEL through sbatch's environment: --export would cut it at its commas.
 id=$(as_user_env MODEL=gpt:n_layer=2,n_head=2,n_embd=32 -- sbatch --parsable \
      --export="ALL,CDL_TRAIN=$CDL_TRAIN_BIN,DEVICE=cpu,DATA=text:lm.txt,BLOCK=64,BATCH=8,ACCUM=2,MAX_STEPS=$MAX,WARMUP=20,EVAL_EVERY=25,METRICS_EVERY=5,RUN_DIR=runs/lm" \
@@ -41,7 +48,7 @@ for n in 1 2 3; do
     # Slurm holds a requeued job two minutes; the test starts it 2 s on.
     start_requeued "$id"
 done
-state=$(wait_job "$id")
+state=$(JOB_TIMEOUT=240 wait_job "$id")
 check "lm-gpt.sbatch: requeued 3 times, then completed ($state)" \
     eval '[ "${state%% *}" = JobState=COMPLETED ] && grep -q "^run 4 of job" "$WORK/lm.out" &&
           grep -q "finished with status 0" "$WORK/lm.out"' || cat "$WORK/lm.out"

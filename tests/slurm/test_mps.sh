@@ -119,12 +119,12 @@ check "nothing left after the job" runtime_empty
 # 3. scancel of a running step.
 control_up() { ls "$RUNTIME"/*/pipe/control >/dev/null 2>&1; }
 as_user srun -N1 -n2 --gres=gpu:1 --cdl-mps sleep 60 >/dev/null 2>&1 &
-wait_until 20 control_up
-job=$(squeue -h -o %i | head -1)
+wait_until "$JOB_TIMEOUT" control_up
+job=$(running_job)
 check "scancel: daemon up while the step runs" eval '[ -n "$job" ] && ! no_user_daemon'
 scancel "$job"
-check "scancel: directories gone" wait_until 20 runtime_empty
-check "scancel: daemon gone" wait_until 20 no_user_daemon
+check "scancel: directories gone" wait_until 30 runtime_empty
+check "scancel: daemon gone" wait_until 30 no_user_daemon
 wait
 
 # 3b. slurmd restarted (an upgrade) while the step runs: the step's own
@@ -135,14 +135,14 @@ user_script wait-go.sh <<EOF2
 i=0; while [ ! -e "$WORK/go" ] && [ \$i -lt 1200 ]; do sleep 0.05; i=\$((i + 1)); done
 EOF2
 as_user srun -N1 -n2 -w n1 --gres=gpu:1 --cdl-mps ./wait-go.sh >/dev/null 2>&1 &
-wait_until 20 control_up
+wait_until "$JOB_TIMEOUT" control_up
 check "slurmd restart: n1's slurmd comes back while the step runs" \
     "$SLURM_TESTS_DIR/cluster.sh" restart "$CDL_CLUSTER_DIR" n1
 check "slurmd restart: the daemon still runs" eval '! no_user_daemon'
 touch "$WORK/go"
 wait
-check "slurmd restart: directories gone at the step's end" wait_until 20 runtime_empty
-check "slurmd restart: daemon gone" wait_until 20 no_user_daemon
+check "slurmd restart: directories gone at the step's end" wait_until 30 runtime_empty
+check "slurmd restart: daemon gone" wait_until 30 no_user_daemon
 
 # 4. SIGKILL of one task: the other still has the daemon; all gone after.
 user_script kill_one.sh <<EOF
@@ -158,13 +158,13 @@ rm -f "$WORK/victim.pid"
 out=$(as_user srun -N1 -n2 --gres=gpu:1 --cdl-mps ./kill_one.sh 2>&1)
 echo "$out"
 check "after SIGKILL of task 0, task 1 still reaches the daemon" eval 'echo "$out" | grep -q survivor-answered'
-check "SIGKILL of a task: directories gone after the step" wait_until 20 runtime_empty
-check "SIGKILL of a task: daemon gone" wait_until 20 no_user_daemon
+check "SIGKILL of a task: directories gone after the step" wait_until 30 runtime_empty
+check "SIGKILL of a task: daemon gone" wait_until 30 no_user_daemon
 
 # 5. slurmstepd killed: the daemon is orphaned; the job epilog removes it.
 as_user srun -N1 -n2 -w n1 --gres=gpu:1 --cdl-mps sleep 60 >/dev/null 2>&1 &
-wait_until 20 control_up
-job=$(squeue -h -o %i | head -1)
+wait_until "$JOB_TIMEOUT" control_up
+job=$(running_job)
 tasks=$(scontrol listpids "$job" 2>/dev/null | awk 'NR > 1 && $1 ~ /^[0-9]+$/ {print $1}')
 task=$(echo "$tasks" | head -1)
 stepd=$(ps -o ppid= -p "${task:-0}" 2>/dev/null | tr -d ' ')

@@ -21,7 +21,7 @@ user_script step.sh <<'EOF'
 echo "$MASTER_PORT ${SLURM_STEP_RESV_PORTS-none}" > "ports.$1.tmp" && mv "ports.$1.tmp" "ports.$1"
 i=0
 while [ ! -e "ports.$2" ]; do
-    i=$((i + 1)); [ $i -lt 400 ] || { echo "no overlap with $2" >&2; exit 1; }
+    i=$((i + 1)); [ $i -lt 1000 ] || { echo "no overlap with $2" >&2; exit 1; }
     sleep 0.05
 done
 EOF
@@ -71,8 +71,17 @@ stop_cluster
 # the first keeps its port.
 DIST_CHECK=$(readlink -f "$top_builddir/tests/dist/dist_check" 2>/dev/null)
 if [ -x "$DIST_CHECK" ] && runuser -u "$CDL_TEST_USER" -- test -x "$DIST_CHECK"; then
-    p1=$((10000 + RANDOM % 10000))
-    CDL_PORT_RANGE=$p1-$p1 start_cluster
+    # The one port is the first of this cluster's own window (cluster.sh
+    # keeps the windows of clusters running beside it apart), narrowed in
+    # plugstack.conf, which srun and slurmstepd read at every start. A
+    # random port of 10000-19999 could lie in the window of another test's
+    # cluster on this host: its jobs then met this test's holder, or this
+    # holder could not bind and the check below failed.
+    start_cluster
+    p1=$CDL_PORT_LO
+    sed -i "s/ port_range=[0-9]*-[0-9]* / port_range=$p1-$p1 /" "$CDL_CLUSTER_DIR/etc/plugstack.conf"
+    grep -q " port_range=$p1-$p1 " "$CDL_CLUSTER_DIR/etc/plugstack.conf" ||
+        fail "could not narrow port_range to $p1-$p1 in $CDL_CLUSTER_DIR/etc/plugstack.conf"
     user_script hold.sh <<'EOF'
 #!/bin/sh
 # Holds MASTER_PORT on MASTER_ADDR like a running store, until told to stop.

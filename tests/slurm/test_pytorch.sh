@@ -125,7 +125,7 @@ control_up() { ls "$RUNTIME"/*/pipe/control >/dev/null 2>&1; }
 as_user srun -N1 -n4 --gres=gpu:1 --cdl-mps=4 -o mps-long.out ./mps_task.sh --epochs 100000 \
     --samples 512 >/dev/null 2>&1 &
 wait_until 60 sh -c "[ \$(grep -c '^rank' '$WORK/mps-long.out' 2>/dev/null) = 4 ]"
-job=$(squeue -h -o %i | head -1)
+job=$(running_job)
 check "scancel: 4 replicas training, daemon up" eval '[ -n "$job" ] && control_up && ! no_user_daemon'
 scancel "$job"
 check "scancel: directories gone" wait_until 30 runtime_empty

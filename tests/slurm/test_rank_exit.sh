@@ -53,8 +53,22 @@ check "... once" test "$(grep -c 'cdl: --cdl-ddp:' "$log")" = 1
 check "srun names the task that failed" eval 'echo "$out" | grep -q "n2: task 1: Exited with exit code 3"'
 
 # Ranks that all fail the same way (a bad option: cdl-train exits 2) keep
-# their own status: the plugin waits a grace period before it kills.
-out=$(as_user srun -N2 --ntasks-per-node=2 --cdl-ddp sh -c 'echo "bad option" >&2; exit 2' 2>&1); rc=$?
+# their own status: the plugin waits a grace period (3 s) before it kills.
+# They fail together, as ranks parsing the same options do: each waits
+# (bounded) until all 4 have started. Without that, a node whose tasks
+# start more than 3 s after the other node's have ended (a slow
+# slurmstepd under load) has them killed, and srun exits 137.
+user_script bad-option.sh <<'EOF2'
+#!/bin/sh
+touch "started.$SLURM_JOB_ID.$SLURM_PROCID"
+i=0
+while [ "$(ls started.$SLURM_JOB_ID.* | wc -l)" -lt "$SLURM_NTASKS" ] && [ $i -lt 600 ]; do
+    i=$((i + 1)); sleep 0.05
+done
+echo "bad option" >&2
+exit 2
+EOF2
+out=$(as_user srun -N2 --ntasks-per-node=2 --cdl-ddp ./bad-option.sh 2>&1); rc=$?
 check "every rank exiting with 2: srun exits 2, not 137 (rc $rc)" test "$rc" = 2 || echo "$out"
 
 # A step the plugin refuses fails every task with the plugin's reason,

@@ -87,11 +87,14 @@ wait_for() {
     done
 }
 
-# A TCP port nobody listens on (checked against /proc/net/tcp{,6}).
+# A TCP port nobody listens on (checked against /proc/net/tcp{,6}), in
+# 20000-32767: above the plugin's port windows (port_window) and below the
+# kernel's ephemeral ports (32768-60999), which an outgoing connection could
+# take while a test restarts a slurmd on its port.
 free_port() {
     local p hex
     while :; do
-        p=$((20000 + RANDOM % 30000))
+        p=$((20000 + RANDOM % 12768))
         hex=$(printf ':%04X ' "$p")
         grep -q " [0-9A-F]*$hex" /proc/net/tcp /proc/net/tcp6 2>/dev/null || { echo "$p"; return; }
     done

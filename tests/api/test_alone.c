@@ -19,7 +19,8 @@ static int run(const char *dist_backend, cdl_train_result *res)
     snprintf(cfg.dataset, sizeof cfg.dataset, "synthetic");
     snprintf(cfg.device, sizeof cfg.device, "cpu");
     snprintf(cfg.dist_backend, sizeof cfg.dist_backend, "%s", dist_backend);
-    cfg.synthetic_n = 256;
+    cfg.synthetic_n = (int)test_size(256, 32);   /* 4 steps of up to 64 (valgrind: 8) */
+    cfg.batch_size = (int)test_size(64, 8);
     cfg.epochs = 1;
     cfg.threads = 1;
     cfg.quiet = 1;

@@ -34,7 +34,10 @@ static void setup(cdl_train_config *cfg, int quiet)
     snprintf(cfg->model, sizeof cfg->model, "mlp");
     snprintf(cfg->dataset, sizeof cfg->dataset, "synthetic");
     snprintf(cfg->device, sizeof cfg->device, "cpu");
-    cfg->synthetic_n = 256;
+    /* 4 steps an epoch: 3 full batches and a partial one after the
+     * validation split's 10% (under valgrind, CDL_TEST_SMALL, of 8). */
+    cfg->synthetic_n = (int)test_size(256, 32);
+    cfg->batch_size = (int)test_size(64, 8);
     cfg->epochs = 2;
     cfg->threads = 1;
     cfg->progress = 1;      /* a bar, were the lines printed */

@@ -863,7 +863,7 @@ static void test_adam_matches_torch(void **state)
     }
 }
 
-/* The AVX2 paths of AdamW and of linear's bias gradient do the portable
+/* The AVX2 paths of AdamW, SGD and of linear's bias gradient do the portable
  * loops' operations in the same order: their bits must be equal (odd sizes,
  * so the scalar tails run too). */
 static void test_simd_paths_equal_portable(void **state)
@@ -890,6 +890,29 @@ static void test_simd_paths_equal_portable(void **state)
             }
         }
         for (int k = 0; k < 3; k++) {
+            assert_memory_equal(run[0][k], run[1][k], n * sizeof(float));
+            cdl_free(run[0][k]);
+            cdl_free(run[1][k]);
+        }
+    }
+    /* SGD: plain, momentum with L2 and dampening, nesterov; the first
+     * step (buf = d) and the next two. */
+    for (int mode = 0; mode < 3; mode++) {
+        for (int off = 0; off <= 1; off++) {
+            cpu_disable_avx512(off);
+            for (int k = 0; k < 2; k++) {
+                run[off][k] = cdl_calloc(n, sizeof(float));
+                memcpy(run[off][k], (k == 0 ? p0 : m0).f, n * sizeof(float));
+            }
+            for (int step = 0; step < 3; step++) {
+                cdl_sgd_hparams hp = {.lr = 0.05f, .momentum = mode ? 0.9f : 0.0f,
+                                      .dampening = mode == 1 ? 0.3f : 0.0f,
+                                      .weight_decay = mode == 1 ? 5e-4f : 0.0f,
+                                      .nesterov = mode == 2, .first_step = step == 0};
+                be->ops->sgd_step(be, n, run[off][0], g.f, mode ? run[off][1] : NULL, &hp);
+            }
+        }
+        for (int k = 0; k < 2; k++) {
             assert_memory_equal(run[0][k], run[1][k], n * sizeof(float));
             cdl_free(run[0][k]);
             cdl_free(run[1][k]);

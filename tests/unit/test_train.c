@@ -22,10 +22,11 @@ static void base_config(cdl_train_config *c, const char *sub)
 {
     cdl_train_defaults(c);
     snprintf(c->dataset, sizeof c->dataset, "synthetic");
-    /* 6 steps per epoch either way; under valgrind batches of 8. */
-    c->synthetic_n = (int)test_size(192, 48);
+    /* 6 steps per epoch either way (5 full batches and a partial one
+     * after the validation split's 10%); under valgrind batches of 2. */
+    c->synthetic_n = (int)test_size(192, 12);
     c->epochs = 2;
-    c->batch_size = (int)test_size(32, 8);
+    c->batch_size = (int)test_size(32, 2);
     c->threads = 2;
     c->workers = 2;
     c->quiet = 1;
@@ -746,7 +747,8 @@ static void test_on_record_diverged(void **state)
 static void loop_config(cdl_train_config *c, const char *sub)
 {
     base_config(c, sub);
-    c->synthetic_n = (int)test_size(200, 50);   /* 6 full batches and one of 8 (2) per epoch */
+    /* 6 full batches and one of 8 per epoch (under valgrind of 1) */
+    c->synthetic_n = (int)test_size(200, 13);
     c->val_split = 0;         /* (all 200 train) */
     snprintf(c->metrics, sizeof c->metrics, "%s/%s.json", tmpdir, sub);
 }

@@ -12,6 +12,28 @@ trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "FAILED: $*"; tail -5 "$tmp/err" 2>/dev/null; exit 1; }
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
+# term_when WHAT COND: waits (60 s at most) until COND holds for process
+# $pid, sends it SIGTERM, then waits (60 s) for its end; $rc its status.
+term_when() {
+    local what=$1 cond=$2 i=0
+    until $cond; do
+        i=$((i + 1))
+        [ $i -le 600 ] || fail "$what did not start connecting within 60 s"
+        kill -0 $pid 2>/dev/null || fail "$what ended before the signal"
+        sleep 0.1
+    done
+    kill -TERM $pid
+    i=0
+    while kill -0 $pid 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -le 600 ] || fail "$what still waits for rank 1 60 s after SIGTERM"
+        sleep 0.1
+    done
+    wait $pid
+    rc=$?
+    pid=
+}
+
 # stop_rank0 ARGS...: rank 0 of 2 started alone, SIGTERM once it is in the
 # bootstrap (its "rank 0 of 2" line is printed just before); $rc its status.
 stop_rank0() {
@@ -21,24 +43,9 @@ stop_rank0() {
         CDL_TIMEOUT=120 "$train" --dataset synthetic --synthetic-size 64 --epochs 1 \
         --threads 1 --no-progress "$@" >"$tmp/out" 2>"$tmp/err" &
     pid=$!
-    i=0
-    until grep -q "rank 0 of 2" "$tmp/err" 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -le 600 ] || fail "rank 0 did not start within 60 s"
-        kill -0 $pid 2>/dev/null || fail "rank 0 ended before the signal"
-        sleep 0.1
-    done
-    kill -TERM $pid
-    i=0
-    while kill -0 $pid 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -le 600 ] || fail "rank 0 still waits for rank 1 60 s after SIGTERM"
-        sleep 0.1
-    done
-    wait $pid
-    rc=$?
-    pid=
+    term_when "rank 0" in_bootstrap
 }
+in_bootstrap() { grep -q "rank 0 of 2" "$tmp/err" 2>/dev/null; }
 
 stop_rank0 --ckpt-dir "$tmp/ck"
 [ $rc -eq 75 ] || fail "rank 0 exited $rc after SIGTERM in the bootstrap, expected 75"
@@ -78,25 +85,13 @@ if sys.argv[1] == "blocked":
 os.execv(sys.argv[2], sys.argv[2:])' "$1" "$ev" "$tmp/evck/last.safetensors" --threads 1 \
         >"$tmp/out" 2>"$tmp/err" &
     pid=$!
-    i=0
-    # SIGTERM caught (bit 15 of SigCgt): cdl-eval is connecting its ranks.
-    until caught=$(awk '/^SigCgt:/ { print $2 }' /proc/$pid/status 2>/dev/null) &&
-          [ -n "$caught" ] && [ $((0x$caught & 0x4000)) -ne 0 ]; do
-        i=$((i + 1))
-        [ $i -le 600 ] || fail "cdl-eval ($1) did not start connecting within 60 s"
-        kill -0 $pid 2>/dev/null || fail "cdl-eval ($1) ended before the signal"
-        sleep 0.1
-    done
-    kill -TERM $pid
-    i=0
-    while kill -0 $pid 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -le 600 ] || fail "cdl-eval ($1) still waits for rank 1 60 s after SIGTERM"
-        sleep 0.1
-    done
-    wait $pid
-    rc=$?
-    pid=
+    term_when "cdl-eval ($1)" catches_term
+}
+# SIGTERM caught (bit 15 of SigCgt): cdl-eval is connecting its ranks.
+catches_term() {
+    local caught
+    caught=$(awk '/^SigCgt:/ { print $2 }' /proc/$pid/status 2>/dev/null) &&
+        [ -n "$caught" ] && [ $((0x$caught & 0x4000)) -ne 0 ]
 }
 for mode in plain blocked; do
     stop_eval $mode

@@ -25,7 +25,7 @@ EXTRA_DIST += tests/e2e/predict-files.sh tests/e2e/predict-table.sh tests/e2e/pr
     tests/e2e/torch_table.py
 # A train.csv/test.csv pair read by name: the training table's classes.
 TESTS += tests/e2e/table-classes.sh
-EXTRA_DIST += tests/e2e/table-classes.sh
+EXTRA_DIST += tests/e2e/table-classes.sh tests/e2e/strip_ckpt.py
 TESTS += tests/e2e/generate.sh
 EXTRA_DIST += tests/e2e/generate.sh tests/e2e/generate_torch.py
 EXTRA_DIST += tests/e2e/generate.sh

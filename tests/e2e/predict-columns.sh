@@ -52,33 +52,19 @@ ck="$TMP/ck/last.safetensors"
 
 # The weights as PyTorch writes them: no metadata, no optimizer state. The
 # run's statistics, which the training's transform would have applied.
-"$PY" - "$ck" "$TMP/w.safetensors" "$TMP/norm" <<'PYEOF' || die "stripping the checkpoint"
+"$PY" "$top_srcdir/tests/e2e/strip_ckpt.py" "$ck" "$TMP/w.safetensors" "$TMP/norm" ||
+    die "stripping the checkpoint"
+# A checkpoint of an older cdl: its metadata without the column names.
+"$PY" - "$ck" "$TMP/old.safetensors" <<'PYEOF' || die "writing an older checkpoint"
 import json, struct, sys
-src, dst, normf = sys.argv[1:4]
+src, dst = sys.argv[1:3]
 raw = open(src, "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
 head = json.loads(raw[8:8 + n])
-data = raw[8 + n:]
-meta = head.pop("__metadata__", {})
-out, blobs, at = {}, [], 0
-for name, t in sorted(head.items()):
-    if name.startswith("optimizer."):
-        continue
-    b, e = t["data_offsets"]
-    blobs.append(data[b:e])
-    out[name] = dict(t, data_offsets=[at, at + e - b])
-    at += e - b
-h = json.dumps(out).encode()
-h += b" " * (-len(h) % 8)
-open(dst, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-open(normf, "w").write(meta["norm_mean"] + "," + meta["norm_std"])
-# A checkpoint of an older cdl: its metadata without the column names.
-del meta["feature_columns"], meta["cdl_checksum"]
-h = dict(head, __metadata__=meta)
-hb = json.dumps(h).encode()
+del head["__metadata__"]["feature_columns"], head["__metadata__"]["cdl_checksum"]
+hb = json.dumps(head).encode()
 hb += b" " * (-len(hb) % 8)
-open(dst.replace("w.safetensors", "old.safetensors"), "wb").write(
-    struct.pack("<Q", len(hb)) + hb + data)
+open(dst, "wb").write(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
 PYEOF
 norm=$(cat "$TMP/norm")
 pt() { "$CDL_PREDICT" "$TMP/w.safetensors" --threads 1 --model "$TMP/net.spec" "$@"; }

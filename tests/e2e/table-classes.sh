@@ -40,28 +40,8 @@ printf 'input 3x1x1\nflatten\nlinear 32\nrelu\nlinear 3\n' >"$TMP/net.spec"
     die "cdl-train on tab/train.csv"
 ck="$TMP/ck/last.safetensors"
 # The weights as PyTorch writes them (no metadata), and the run's statistics.
-"$PY" - "$ck" "$TMP/w.safetensors" "$TMP/norm" <<'PYEOF' || die "stripping the checkpoint"
-import json, struct, sys
-src, dst, normf = sys.argv[1:4]
-raw = open(src, "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-head = json.loads(raw[8:8 + n])
-data = raw[8 + n:]
-meta = head.pop("__metadata__", {})
-assert meta["class_names"] == "x\ny\nz", meta["class_names"]
-out, blobs, at = {}, [], 0
-for name, t in sorted(head.items()):
-    if name.startswith("optimizer."):
-        continue
-    b, e = t["data_offsets"]
-    blobs.append(data[b:e])
-    out[name] = dict(t, data_offsets=[at, at + e - b])
-    at += e - b
-h = json.dumps(out).encode()
-h += b" " * (-len(h) % 8)
-open(dst, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-open(normf, "w").write(meta["norm_mean"] + "," + meta["norm_std"])
-PYEOF
+"$PY" "$top_srcdir/tests/e2e/strip_ckpt.py" "$ck" "$TMP/w.safetensors" "$TMP/norm" x,y,z ||
+    die "stripping the checkpoint"
 norm=$(cat "$TMP/norm")
 w() { local p=$1; shift; "$p" "$TMP/w.safetensors" --threads 1 --model "$TMP/net.spec" \
     --normalize "$norm" --label-column kind "$@"; }

@@ -576,27 +576,36 @@ static int stuck_rank(int rank, int world, void *arg)
     return 1;
 }
 
-static void test_watchdog_ends_stuck_wait(void **state)
+/* Runs fn as the one rank of a forked child (a 30-s guard) with its stderr
+ * in a temporary file; returns its wait status, its stderr in text. */
+static int run_watched(rank_fn fn, char *text, size_t size)
 {
-    (void)state;
     char log[] = "/tmp/cdl-watchdog.XXXXXX";
     int fd = mkstemp(log);
     assert_true(fd >= 0);
     close(fd);
     int start[1] = {0}, status[1];
     run_opts o = {guard_s(30), 0, 0};
-    int rc = run_ranks(1, start, 1, stuck_rank, log, &o, status);
-    char text[1024] = "";
+    int rc = run_ranks(1, start, 1, fn, log, &o, status);
+    text[0] = '\0';
     FILE *f = fopen(log, "r");
     if (f) {
-        size_t n = fread(text, 1, sizeof text - 1, f);
+        size_t n = fread(text, 1, size - 1, f);
         text[n] = '\0';
         fclose(f);
     }
     unlink(log);
     assert_int_equal(rc, 0);
-    if (!WIFEXITED(status[0]) || WEXITSTATUS(status[0]) != CDL_EXIT_PEER_LOST)
-        fail_msg("the stuck wait ended with status %#x, not exit %d: '%s'", status[0],
+    return status[0];
+}
+
+static void test_watchdog_ends_stuck_wait(void **state)
+{
+    (void)state;
+    char text[1024];
+    int status = run_watched(stuck_rank, text, sizeof text);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != CDL_EXIT_PEER_LOST)
+        fail_msg("the stuck wait ended with status %#x, not exit %d: '%s'", status,
                  CDL_EXIT_PEER_LOST, text);
     if (!strstr(text, "cdl: rank 7: error: MPI_Init_thread did not return within 0 s "
                       "(CDL_TIMEOUT): check the peers; exiting with status 76"))
@@ -633,24 +642,10 @@ static int stopped_rank(int rank, int world, void *arg)
 static void test_watchdog_sees_stop(void **state)
 {
     (void)state;
-    char log[] = "/tmp/cdl-watchdog.XXXXXX";
-    int fd = mkstemp(log);
-    assert_true(fd >= 0);
-    close(fd);
-    int start[1] = {0}, status[1];
-    run_opts o = {guard_s(30), 0, 0};
-    int rc = run_ranks(1, start, 1, stopped_rank, log, &o, status);
-    char text[1024] = "";
-    FILE *f = fopen(log, "r");
-    if (f) {
-        size_t n = fread(text, 1, sizeof text - 1, f);
-        text[n] = '\0';
-        fclose(f);
-    }
-    unlink(log);
-    assert_int_equal(rc, 0);
-    if (!WIFEXITED(status[0]) || WEXITSTATUS(status[0]) != CDL_EXIT_REQUEUE)
-        fail_msg("the stopped wait ended with status %#x, not exit %d: '%s'", status[0],
+    char text[1024];
+    int status = run_watched(stopped_rank, text, sizeof text);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != CDL_EXIT_REQUEUE)
+        fail_msg("the stopped wait ended with status %#x, not exit %d: '%s'", status,
                  CDL_EXIT_REQUEUE, text);
     if (!strstr(text, "cdl: rank 3: error: rank 3 was asked to stop while it waited in "
                       "MPI_Init_thread (a signal: SIGTERM or SIGUSR1); it stopped waiting: "

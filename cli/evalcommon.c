@@ -1286,7 +1286,8 @@ static int class_names(eval_ctx *e, const cdl_st_file *f)
  * default action killed them without a word of where they were. As
  * cdl-train: the signal is caught while the group is set up, every wait
  * of the set-up is left at once, and the error names the rank and the
- * wait (exit status 1). Afterwards the program's dispositions are back. */
+ * wait (exit status 1). Afterwards the program's dispositions and signal
+ * mask are back. */
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int sig)
@@ -1314,11 +1315,14 @@ static cdl_dist *create_dist(const cdl_rank_info *ri, cdl_backend *be,
     stop_signal = 0;
     sigaction(SIGTERM, &sa, &old_term);
     sigaction(SIGUSR1, &sa, &old_usr1);
-    /* A signal the launcher held blocked is seen (cdl-train does the same). */
-    pthread_sigmask(SIG_UNBLOCK, &stops, NULL);
+    /* A signal the launcher held blocked is seen (cdl-train does the same);
+     * blocked again afterwards. */
+    sigset_t old_mask;
+    pthread_sigmask(SIG_UNBLOCK, &stops, &old_mask);
     cdl_dist *d = cdl_dist_create_stoppable(ri, "auto", be, dc, stop_requested);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     int sig = stop_signal;
     if (!d && sig) {
         char why[1024];

@@ -132,7 +132,7 @@ PYEOF
         /usr/bin/python3 "$SQUAT/squat.py" "$CDL_PORT_LO" "$((CDL_PORT_HI + 64 > 65535 ? 65535 : CDL_PORT_HI + 64))" "$SQUAT" \
         >"$SQUAT/log" 2>&1 &
     squat_pid=$!
-    wait_until 20 test -e "$SQUAT/ready" || { cat "$SQUAT/log"; ss -tanp | grep -F ":$CDL_PORT_LO" | head -5; }
+    wait_until 20 test -e "$SQUAT/ready" || cat "$SQUAT/log"   # names the port it could not take
     user_script squatted.sh <<EOF
 #!/bin/sh
 printf '%s' "\$CDL_STORE_TOKEN" > token.\$SLURM_PROCID
@@ -170,6 +170,7 @@ echo "$root_pid" >"$WORK/root.pid"
 chmod 0644 "$WORK/root.pid"
 user_script tamper.sh <<EOF
 #!/bin/sh
+echo \$SLURM_JOB_ID > job.id
 echo \$\$ > task.\$SLURM_LOCALID.pid
 [ "\$SLURM_LOCALID" = 0 ] || exec sleep 60
 d=\${CUDA_MPS_PIPE_DIRECTORY%/pipe}
@@ -177,14 +178,16 @@ cat root.pid > "\$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"
 mv "\$d/log" "\$d/log.old" && ln -s "$CDL_CLUSTER_DIR/victim" "\$d/log" && touch tampered
 exec sleep 60
 EOF
-rm -f "$WORK/tampered" "$WORK"/task.*.pid
+rm -f "$WORK/tampered" "$WORK"/task.*.pid "$WORK/job.id"
 as_user srun -N1 -n2 -w n1 --gres=gpu:1 --cdl-mps ./tamper.sh >/dev/null 2>&1 &
 # Each task writes its pid before it execs sleep (the same pid): task 0's
 # parent is the step's slurmstepd. (A pid from scontrol listpids may be a
 # short-lived child of the script, gone by the time its parent is asked.)
+# The job's id from the job itself: squeue's first line may be the
+# squatting job, still completing, and scancel would end that one.
 tamper_ready() { [ -e "$WORK/tampered" ] && [ -s "$WORK/task.0.pid" ] && [ -s "$WORK/task.1.pid" ]; }
 wait_until 60 tamper_ready
-job=$(squeue -h -o %i | head -1)
+job=$(cat "$WORK/job.id" 2>/dev/null)
 tasks=$(cat "$WORK"/task.*.pid 2>/dev/null)
 task=$(cat "$WORK/task.0.pid" 2>/dev/null)
 stepd=$(ps -o ppid= -p "${task:-0}" 2>/dev/null | tr -d ' ')
@@ -192,7 +195,7 @@ check "tampering step is running" eval '[ -e "$WORK/tampered" ] && [ "$(ps -o co
     { echo "job=$job task=$task stepd=$stepd; $(ls "$WORK"); step's log:"
       grep -F "[$job.0]" "$CDL_CLUSTER_DIR/log/slurmd.n1.log" | tail -n 20; ps -ef --forest | grep -B2 -A4 "[t]amper"; }
 [ "$(ps -o comm= -p "${stepd:-0}")" = slurmstepd ] && kill -KILL "$stepd"
-scancel "$job"
+[ -n "$job" ] && scancel "$job"
 check "epilog cleaned the tampered directory" wait_until 30 runtime_empty
 check "epilog stopped the daemon (quit over its control socket)" wait_until 30 no_user_daemon
 check "the root process named in the user's pid file is alive" kill -0 "$root_pid"

@@ -85,6 +85,11 @@ run_tests() {   # run_tests NAME BUILD-DIR T0 MAKE-TARGET [VAR=VALUE...]: a stag
             echo "--- $log (tail)"; tail -n 40 "$log"
             { echo "--- $name: ${log#"$dir"/}"
               grep -E '^(FAIL|ERROR|not ok)' "$log" | head -n 8
+              # What the test printed just before its first failed check
+              # (the state it saw), then its last lines.
+              echo "--- before the first failed check:"
+              grep -m1 -B 14 -E '^(FAIL|ERROR|not ok)' "$log" | head -n 14
+              echo "--- its last lines:"
               grep -v -E '^(ok|PASS|FAIL|ERROR|not ok)' "$log" | tail -n 12; } >>"$digest"
         done
         tail -n 30 "$dir/test.out"
@@ -154,7 +159,7 @@ fi
 if [ -s "$digest" ]; then
     echo
     echo "=== the failed tests again (their failures, then their last other lines)"
-    head -n 120 "$digest"
+    head -n 160 "$digest"
 fi
 echo
 echo "total: $SECONDS s"

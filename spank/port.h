@@ -8,9 +8,11 @@
  *  - the first port of SLURM_STEP_RESV_PORTS ("12000-12003" or "12000,12007")
  *    when Slurm reserved ports for the step (srun --resv-ports=N with
  *    MpiParams=ports=...): Slurm guarantees no other step holds them;
- *  - otherwise lo + (mix(jobid) + stepid) mod (hi - lo + 1): identical on
- *    every node without any communication, different for every step of one
- *    job (up to hi - lo + 1 steps), and spread over the range across jobs.
+ *  - otherwise contract_port_hash: lo + (jobid x k + stepid) mod (hi - lo + 1)
+ *    with k coprime to the span: identical on every node without any
+ *    communication, different for every step of one job (up to hi - lo + 1
+ *    steps), and different for the first steps of jobs whose ids differ by
+ *    less than the span.
  * *reserved is set to 1 in the first case. A malformed reservation is an
  * error (it comes from the job's environment). */
 int spk_port_choose(const char *resv_ports, uint32_t jobid, uint32_t stepid, int lo, int hi,

@@ -490,22 +490,42 @@ bad:
                 "e.g. 12000-12003)", resv ? resv : "");
 }
 
-/* A bijective 32-bit mix (the finaliser of MurmurHash3): neighbouring job
- * ids land far apart, so consecutive jobs do not take neighbouring ports. */
-static uint32_t mix32(uint32_t x)
+/* The multiplier of the job id in contract_port_hash: the integer nearest
+ * span x 0.618 (the golden ratio's fraction) that shares no factor with the
+ * span. Coprime, job ids j -> j x k mod span is a permutation of the range,
+ * so any two jobs whose ids differ by less than the span get different
+ * ports; near the golden ratio, neighbouring ids land about 0.38 x span
+ * apart, so the steps 1, 2, ... of one job (base + step) do not run into the
+ * next job's step 0. A pseudo-random hash gave every pair of jobs one
+ * chance in the span, consecutive ones included: two jobs submitted
+ * together met on one port that way (ids 1863301 and 1863302 in a range of
+ * 100 ports). */
+static uint32_t port_multiplier(uint32_t span)
 {
-    x ^= x >> 16;
-    x *= 0x85ebca6bu;
-    x ^= x >> 13;
-    x *= 0xc2b2ae35u;
-    x ^= x >> 16;
-    return x;
+    uint32_t k = (uint32_t)((double)span * 0.6180339887498949 + 0.5);
+    if (k < 1)
+        k = 1;
+    for (uint32_t d = 0; d < span; d++) {   /* k + 1, k - 1, k + 2, ...: 1 is coprime */
+        uint32_t c = d % 2 ? k + (d + 1) / 2 : k - d / 2;
+        if (c >= 1 && c <= span) {
+            uint32_t a = span, b = c;
+            while (b) {
+                uint32_t t = a % b;
+                a = b;
+                b = t;
+            }
+            if (a == 1)
+                return c;
+        }
+    }
+    return 1;
 }
 
 int contract_port_hash(uint32_t jobid, uint32_t stepid, int lo, int hi)
 {
     uint32_t span = (uint32_t)(hi - lo + 1);
-    return lo + (int)((mix32(jobid) % span + stepid % span) % span);
+    uint64_t base = (uint64_t)(jobid % span) * port_multiplier(span) % span;
+    return lo + (int)((base + stepid % span) % span);
 }
 
 /* ------------------------------------------------------------ GPUs */

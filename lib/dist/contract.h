@@ -168,11 +168,14 @@ int contract_tasks_on_node(const char *list, int index, int *out, contract_err *
  * every number must be a TCP port (1-65535), ranges ascending. */
 int contract_resv_port(const char *resv, int *port, contract_err *e);
 
-/* MASTER_PORT without a reservation: lo + (mix(jobid) + stepid) mod span,
- * the same on every node without any exchange, different for the steps of
- * one job, spread over [lo, hi] across jobs. Two jobs on one node may still
- * meet (one chance in the span per pair): rank 0's store then fails to bind
- * with a message (docs/admin.md: reserve ports). */
+/* MASTER_PORT without a reservation: lo + (jobid x k + stepid) mod span,
+ * k coprime to the span and near 0.618 x span: the same on every node
+ * without any exchange, different for the steps of one job (up to the
+ * span), different for the steps 0 of any two jobs whose ids differ by less
+ * than the span (jobs submitted together), and neighbouring ids about
+ * 0.38 x span apart. Jobs further apart may meet (on average one pair in
+ * the span): rank 0's store then fails to bind with a message (docs/admin.md:
+ * reserve ports). */
 int contract_port_hash(uint32_t jobid, uint32_t stepid, int lo, int hi);
 
 /* ------------------------------------------------------------ GPUs */

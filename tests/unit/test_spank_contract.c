@@ -299,6 +299,46 @@ static void test_port_deterministic(void **state)
     assert_int_equal(spk_port_choose(NULL, 5, 5, 40001, 40000, &p, &r), -1);
 }
 
+/* Jobs submitted together run side by side: any two whose ids differ by
+ * less than the range's size get different ports for their first steps
+ * (before, a pseudo-random hash gave jobs 1863301 and 1863302 one port of
+ * a 100-port range, and the second PyTorch job failed to bind it), and the
+ * next job's first steps stay clear of this job's first steps. */
+static void test_port_neighbour_jobs(void **state)
+{
+    (void)state;
+    int p, q, r;
+    assert_int_equal(spk_port_choose(NULL, 1863301, 0, 10000, 10099, &p, &r), 0);
+    assert_int_equal(spk_port_choose(NULL, 1863302, 0, 10000, 10099, &q, &r), 0);
+    assert_int_not_equal(p, q);
+    static const int spans[] = {1, 2, 3, 7, 64, 100, 101, 128, 1000, 3000, 65535};
+    static unsigned char used[65535];
+    for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++) {
+        int lo = 65536 - spans[i], hi = 65535;
+        for (uint32_t first = 0; first < 3; first++) {
+            uint32_t j0 = first == 0 ? 1000 : first == 1 ? 1863301 : 67043328 - 10;
+            memset(used, 0, sizeof used);
+            for (uint32_t d = 0; d < (uint32_t)spans[i]; d++) {
+                assert_int_equal(spk_port_choose(NULL, j0 + d, 0, lo, hi, &p, &r), 0);
+                assert_in_range(p, lo, hi);
+                if (used[p - lo])
+                    fail_msg("range of %d: job %u took the port of an earlier job", spans[i],
+                             j0 + d);
+                used[p - lo] = 1;
+            }
+        }
+    }
+    /* Steps 0-29 of job j and of job j + 1 never meet in a range of 100. */
+    for (uint32_t job = 5000; job < 5200; job++)
+        for (uint32_t s = 0; s < 30; s++)
+            for (uint32_t t = 0; t < 30; t++) {
+                assert_int_equal(spk_port_choose(NULL, job, s, 10000, 10099, &p, &r), 0);
+                assert_int_equal(spk_port_choose(NULL, job + 1, t, 10000, 10099, &q, &r), 0);
+                if (p == q)
+                    fail_msg("job %u step %u and job %u step %u: port %d", job, s, job + 1, t, p);
+            }
+}
+
 /* The tasks of a job array (a sweep: --array=0-3, often several on one
  * node) have job ids of their own: hashed apart, two of them met on one
  * MASTER_PORT with a chance of 1 in the range per pair. Every step of every
@@ -537,6 +577,7 @@ int main(void)
         cmocka_unit_test(test_env_limits),
         cmocka_unit_test(test_port_reserved),
         cmocka_unit_test(test_port_deterministic),
+        cmocka_unit_test(test_port_neighbour_jobs),
         cmocka_unit_test(test_port_array_tasks),
         cmocka_unit_test(test_gpus_parse),
         cmocka_unit_test(test_pack_plan),

@@ -180,12 +180,22 @@ int cdl_dataset_from_image_files_with(const char *const *paths, int n, cdl_shape
  * empty), class_names being NULL when the table lacks it. Other columns
  * are not read; their names, quoted and comma-separated, go into ignored
  * (ignored_len bytes; may be NULL). A missing feature column is an error
- * naming it, an empty or non-numeric cell one naming its line and column.
+ * naming it, an empty or non-numeric cell one naming its line (from 1,
+ * the header's first line, as a text editor numbers them) and column.
  * mean/std (channel_mean/channel_std when nf > 3) are left 0/1 for the
  * caller. */
 int cdl_dataset_from_csv_rows(const char *path, const char *const *features, int nf,
                               const char *label_column, char *ignored, size_t ignored_len,
                               cdl_dataset *out);
+/* The same, and where lines is not NULL, *lines a cdl_malloc'd array of
+ * out->n: row i's line in the file, from 1 (the header's first line), that
+ * of its label_column cell (of its first field where the table has no such
+ * column), for messages about its label: a multi-line header, blank lines
+ * and quoted fields holding line breaks make it other than i + 2. The
+ * caller frees it with cdl_free; NULL on an error. */
+int cdl_dataset_from_csv_rows_lines(const char *path, const char *const *features, int nf,
+                                    const char *label_column, char *ignored, size_t ignored_len,
+                                    cdl_dataset *out, long **lines);
 
 /* Gives dst the normalisation of src (the test split takes the training
  * split's): same channel count required. */

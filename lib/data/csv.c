@@ -22,7 +22,8 @@
 typedef struct reader {
     const char *p, *end;
     const char *name;
-    long line;
+    long line;         /* the line r->p is on, from 1 */
+    long fline, eline; /* the lines the last field started and ended on */
     char *field;       /* the current field, unquoted, NUL-terminated */
     size_t flen, fcap;
 } reader;
@@ -32,14 +33,16 @@ static int next_field(reader *r, int *eol)
 {
     r->flen = 0;
     int quoted = r->p < r->end && *r->p == '"';
-    long start_line = r->line;
+    long start_line = r->fline = r->line;
     if (quoted)
         r->p++;
     for (;;) {
         if (r->p >= r->end) {
             if (quoted)
                 return cdl_error("%s:%ld: a quoted field is not closed before the end of the "
-                                 "file", r->name, start_line);
+                                 "file: add its closing quote (\"), and double the quotes "
+                                 "inside it (\"\")", r->name, start_line);
+            r->eline = r->line;
             *eol = 1;
             break;
         }
@@ -56,16 +59,20 @@ static int next_field(reader *r, int *eol)
                 continue;
             }
         } else if (!quoted && ch == ',') {
+            r->eline = r->line;
             r->p++;
             *eol = 0;
             break;
         } else if (!quoted && (ch == '\n' || ch == '\r')) {
+            r->eline = r->line;
             r->p += ch == '\r' && r->p + 1 < r->end && r->p[1] == '\n' ? 2 : 1;
             r->line++;
             *eol = 1;
             break;
         } else {
-            if (ch == '\n')
+            /* A line break in a quoted field: LF, CRLF (counted at its
+             * LF) or a CR alone, as they end records. */
+            if (ch == '\n' || (ch == '\r' && (r->p + 1 >= r->end || r->p[1] != '\n')))
                 r->line++;
             if (ch == '\0')
                 return cdl_error("%s:%ld: a NUL byte: not a text file", r->name, r->line);
@@ -251,13 +258,32 @@ static void list_add(char *buf, size_t len, const char *name)
     snprintf(buf + at, len - at, "%s'%s'", at ? ", " : "", data_printable(name, pn, sizeof pn));
 }
 
+/* For a message naming line at of a record that starts on line first and
+ * ends on line last: where they differ, the other end, and that its quoted
+ * fields hold line breaks, which a missing quote makes of the lines after
+ * it. */
+static const char *row_span(long at, long first, long last, char *buf, size_t len)
+{
+    if (last == first)
+        snprintf(buf, len, "%s", "");
+    else if (at == first)
+        snprintf(buf, len, " (the row runs to line %ld: a quoted field holds line breaks; is "
+                 "a quote missing?)", last);
+    else
+        snprintf(buf, len, " (the row starts on line %ld: a quoted field holds line breaks; "
+                 "is a quote missing?)", first);
+    return buf;
+}
+
 /* The records after the header, each with the header's ncol fields: the
  * field of column k is feature slot[k] (>= 0) of (rows, nf) *feat, the
  * label (-1: its text in (*labels)[row], an empty one an error when
  * need_label) or not read (-2: a column the caller does not use). lines
- * (NULL: not kept): each row's line in the file, for messages about its
- * label (blank lines and line breaks in quoted fields make it other than
- * the row's number + 1). */
+ * (NULL: not kept): each row's line in the file, that of its label cell
+ * (of its first field without a label column), for messages about its
+ * label: a multi-line header, blank lines and line breaks in quoted fields
+ * make it other than the row's number + 1. Messages about a cell name the
+ * line it starts on. */
 static int read_rows(reader *r, const char *name, char *const *header, int ncol, const int *slot,
                      int nf, int need_label, float **feat, char ***labels, long **lines,
                      long *rows)
@@ -291,21 +317,24 @@ static int read_rows(reader *r, const char *name, char *const *header, int ncol,
         if (lines)
             (*lines)[i] = line;
         int k = 0;
+        char hn[128];
         do {
             if (next_field(r, &eol))
                 return -1;
             if (k >= ncol)
-                return cdl_error("%s:%ld: more fields than the %d columns of the header", name,
-                                 line, ncol);
+                return cdl_error("%s:%ld: more fields than the %d columns of the header%s: "
+                                 "quote a field that holds a comma (\"a, b\"), or drop the "
+                                 "extra ones", name, r->fline, ncol,
+                                 row_span(r->fline, line, r->eline, hn, sizeof hn));
             if (slot[k] == -1) {
                 /* A missing label would become a class named "" (and turn
                  * integer labels into text ones). */
-                if (!r->field[0] && need_label) {
-                    char hn[128];
+                if (!r->field[0] && need_label)
                     return cdl_error("%s:%ld: the label column '%s' is empty: every row needs a "
-                                     "label: fill it in or drop the row", name, line,
+                                     "label: fill it in or drop the row", name, r->fline,
                                      data_printable(header[k], hn, sizeof hn));
-                }
+                if (lines)
+                    (*lines)[i] = r->fline;
                 free((*labels)[i]);
                 if (!((*labels)[i] = strdup(r->field)))
                     return cdl_error("out of memory reading %s", name);
@@ -314,25 +343,26 @@ static int read_rows(reader *r, const char *name, char *const *header, int ncol,
                 double v = strtod(r->field, &end);
                 while (*end == ' ' || *end == '\t')
                     end++;
-                char pn[128], hn[128];
+                char pn[128];
                 if (!r->field[strspn(r->field, " \t")])
                     return cdl_error("%s:%ld: column %s is empty (a missing value): every "
                                      "feature needs a number: fill it in or drop the row%s",
-                                     name, line, column_name(header, k, hn, sizeof hn),
+                                     name, r->fline, column_name(header, k, hn, sizeof hn),
                                      header[k][0] ? "" : " (a spreadsheet's empty column past "
                                      "the table: delete it)");
                 if (*end || !isfinite(v) || fabs(v) > 3.4e38)
                     return cdl_error("%s:%ld: column %s holds '%s', not a finite number: every "
                                      "column but the label (--label-column) must be numeric",
-                                     name, line, column_name(header, k, hn, sizeof hn),
+                                     name, r->fline, column_name(header, k, hn, sizeof hn),
                                      data_printable(r->field, pn, sizeof pn));
                 (*feat)[(size_t)i * nf + slot[k]] = (float)v;
             }
             k++;
         } while (!eol);
         if (k != ncol)
-            return cdl_error("%s:%ld: %d fields but the header has %d columns", name, line, k,
-                             ncol);
+            return cdl_error("%s:%ld: %d fields but the header has %d columns%s: give the row "
+                             "a field per column (an empty one between two commas)", name, line,
+                             k, ncol, row_span(line, line, r->eline, hn, sizeof hn));
     }
     return 0;
 }
@@ -426,10 +456,10 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
     for (long i = 0; numeric && i < rows; i++)
         if (!(numeric = class_index(labels[i]) >= 0) && train) {
             char pn[128], tn[256];
-            rc = cdl_error("%s:%ld: label '%s' (row %ld) is not a class index: the training "
+            rc = cdl_error("%s:%ld: label '%s' is not a class index: the training "
                            "table%s%s's labels are integers from 0 (its class indices): "
                            "correct the label or drop the row", name, lines[i],
-                           data_printable(labels[i], pn, sizeof pn), i + 1,
+                           data_printable(labels[i], pn, sizeof pn),
                            train->name ? " " : "",
                            train->name ? data_printable(train->name, tn, sizeof tn) : "");
             goto done;
@@ -470,9 +500,16 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
         out->class_names = cdl_calloc((size_t)ns, sizeof *out->class_names);
         for (int c = 0; !rc && out->class_names && c < ns; c++) {
             if (!data_utf8_ok(list[c])) {
-                char pn[128];
-                rc = cdl_error("%s: the label '%s' is not UTF-8 text", name,
-                               data_printable(list[c], pn, sizeof pn));
+                /* The first row holding it, for its line (the training
+                 * table's names were checked as it was read). */
+                long at = 0;
+                while (at < rows && strcmp(labels[at], list[c]))
+                    at++;
+                char pn[128], ln[32] = "";
+                if (at < rows)
+                    snprintf(ln, sizeof ln, ":%ld", lines[at]);
+                rc = cdl_error("%s%s: the label '%s' is not UTF-8 text: save the table as UTF-8",
+                               name, ln, data_printable(list[c], pn, sizeof pn));
                 break;
             }
             size_t l = strlen(list[c]) + 1;
@@ -494,11 +531,11 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
                     list_add(some, sizeof some, list[c]);
                 if (ns > 8 && !strstr(some, "..."))
                     snprintf(some + strlen(some), sizeof some - strlen(some), ", ...");
-                rc = cdl_error("%s:%ld: label '%s' (row %ld) is not a class of the training "
+                rc = cdl_error("%s:%ld: label '%s' is not a class of the training "
                                "table%s%s, whose %d classes (%s) number the model's outputs: "
                                "a test table's labels must be among them: correct the label "
                                "or drop the row", name, lines[i],
-                               data_printable(labels[i], pn, sizeof pn), i + 1,
+                               data_printable(labels[i], pn, sizeof pn),
                                train->name ? " " : "",
                                train->name ? data_printable(train->name, tn, sizeof tn) : "",
                                ns, some);
@@ -620,6 +657,14 @@ static int same_trimmed(const char *a, const char *b)
 int csv_parse_rows(const char *buf, size_t len, const char *name, const char *const *features,
                    int nf, const char *label, char *ignored, size_t ignored_len, cdl_dataset *out)
 {
+    return csv_parse_rows_lines(buf, len, name, features, nf, label, ignored, ignored_len, out,
+                                NULL);
+}
+
+int csv_parse_rows_lines(const char *buf, size_t len, const char *name,
+                         const char *const *features, int nf, const char *label, char *ignored,
+                         size_t ignored_len, cdl_dataset *out, long **row_lines)
+{
     reader r = {.p = buf, .end = buf + len, .name = name, .line = 1};
     char **header = NULL, **labels = NULL, hn[128];
     float *feat = NULL;
@@ -627,7 +672,9 @@ int csv_parse_rows(const char *buf, size_t len, const char *name, const char *co
     named *idx = NULL;
     char *used = NULL, missing[512] = "";
     int ncol = 0, rc = 0, has_label = 0, nmissing = 0;
-    long rows = 0;
+    long rows = 0, *lines = NULL;
+    if (row_lines)
+        *row_lines = NULL;
     if (ignored && ignored_len)
         ignored[0] = '\0';
     if (nf < 1 || nf > MAX_COLUMNS)
@@ -710,7 +757,8 @@ int csv_parse_rows(const char *buf, size_t len, const char *name, const char *co
         goto done;
     }
 rows:
-    if ((rc = read_rows(&r, name, header, ncol, slot, nf, 0, &feat, &labels, NULL, &rows)))
+    if ((rc = read_rows(&r, name, header, ncol, slot, nf, 0, &feat, &labels,
+                        row_lines ? &lines : NULL, &rows)))
         goto done;
     if (rows == 0) {
         rc = cdl_error("%s has a header but no rows", name);
@@ -745,12 +793,20 @@ rows:
             memcpy(out->class_names[i], labels[i], l);
         }
     }
+    if (row_lines) {
+        if (!(*row_lines = cdl_malloc((size_t)rows * sizeof **row_lines))) {
+            rc = -1;
+            goto done;
+        }
+        memcpy(*row_lines, lines, (size_t)rows * sizeof *lines);
+    }
 done:
     free_table(header, ncol, labels, rows);
     free(feat);
     free(slot);
     free(idx);
     free(used);
+    free(lines);
     free(r.field);
     return rc ? -1 : 0;
 }
@@ -769,14 +825,26 @@ int cdl_dataset_from_csv_rows(const char *path, const char *const *features, int
 {
     if (!path || !out || (nf > 0 && !features))
         return cdl_error("cdl_dataset_from_csv_rows: path, features or out is NULL");
+    return cdl_dataset_from_csv_rows_lines(path, features, nf, label_column, ignored,
+                                           ignored_len, out, NULL);
+}
+
+int cdl_dataset_from_csv_rows_lines(const char *path, const char *const *features, int nf,
+                                    const char *label_column, char *ignored, size_t ignored_len,
+                                    cdl_dataset *out, long **lines)
+{
+    if (lines)
+        *lines = NULL;
+    if (!path || !out || (nf > 0 && !features))
+        return cdl_error("cdl_dataset_from_csv_rows_lines: path, features or out is NULL");
     memset(out, 0, sizeof *out);
     char pn[512];
     uint8_t *buf;
     size_t len;
     if (data_read_file(path, MAX_FILE_BYTES, "give a CSV table with a header row", &buf, &len))
         return -1;
-    int rc = csv_parse_rows((const char *)buf, len, data_printable(path, pn, sizeof pn), features,
-                            nf, label_column, ignored, ignored_len, out);
+    int rc = csv_parse_rows_lines((const char *)buf, len, data_printable(path, pn, sizeof pn),
+                                  features, nf, label_column, ignored, ignored_len, out, lines);
     cdl_free(buf);
     if (rc == 0 && nf > 3) {
         out->channel_mean = cdl_calloc((size_t)nf, sizeof(float));
@@ -788,8 +856,13 @@ int cdl_dataset_from_csv_rows(const char *path, const char *const *features, int
     for (int k = 0; k < 3; k++)
         out->std[k] = 1;
     snprintf(out->name, sizeof out->name, "csv");
-    if (rc)
+    if (rc) {
         cdl_dataset_free(out);
+        if (lines) {
+            cdl_free(*lines);
+            *lines = NULL;
+        }
+    }
     return rc;
 }
 

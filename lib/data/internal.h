@@ -204,6 +204,11 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
  * into class_names when the table has that column. */
 int csv_parse_rows(const char *buf, size_t len, const char *name, const char *const *features,
                    int nf, const char *label, char *ignored, size_t ignored_len, cdl_dataset *out);
+/* The same; row_lines (NULL: not wanted) receives each row's line in the
+ * file, cdl_malloc'd (cdl_dataset_from_csv_rows_lines), NULL on an error. */
+int csv_parse_rows_lines(const char *buf, size_t len, const char *name,
+                         const char *const *features, int nf, const char *label, char *ignored,
+                         size_t ignored_len, cdl_dataset *out, long **row_lines);
 
 /* The training table's header (path as csv_read takes it), for a
  * checkpoint: its feature columns' names one per line (a line break in a

@@ -1114,6 +1114,19 @@ static void test_csv(void **state)
         {"a,b,label\n1,nan,0\n", "b.csv:2: column 'b' holds 'nan', not a finite number"},
         /* A spreadsheet's empty column past the table: named by number. */
         {"a,label,\n1,0,\n", "b.csv:2: column 3 (no name in the header) is empty"},
+        /* Lines as an editor numbers them: a cell after a quoted line
+         * break is on the line after its row's first (the row's was
+         * named), a CR alone in a quoted field ends a line as it ends a
+         * record, and a row that runs over lines says so. */
+        {"label,a\n\"p\nq\",zz\n", "b.csv:3: column 'a' holds 'zz', not a finite number"},
+        {"label,a\n\"p\rq\",1\n\"r\",\n", "b.csv:4: column 'a' is empty"},
+        {"a,label\n1,\"x\ny\",2\n", "b.csv:3: more fields than the 2 columns of the header "
+                                   "(the row starts on line 2: a quoted field holds line "
+                                   "breaks; is a quote missing?)"},
+        {"label,a,b\n\"x,1\n2\",3\n", "b.csv:2: 2 fields but the header has 3 columns (the "
+                                     "row runs to line 3"},
+        {"a,label\n1,\"x\n", "b.csv:2: a quoted field is not closed before the end of the file: "
+                             "add its closing quote"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&d, 0, sizeof d);
@@ -1185,7 +1198,7 @@ static void test_csv(void **state)
     const char *te_odd = "f,c\n\n1,a\n\"\n2\",c\n3,d\n";
     write_bytes(at("tab/test.csv"), te_odd, strlen(te_odd));
     assert_int_equal(cdl_dataset_load_with("csv", at("tab"), 0, NULL, &d), -1);
-    assert_error_has("test.csv:6: label 'd' (row 3) is not a class of the training table");
+    assert_error_has("test.csv:6: label 'd' is not a class of the training table");
     assert_error_has("tab/train.csv, whose 3 classes ('a', 'b', 'c') number the model's outputs");
     assert_error_has("correct the label or drop the row");
     /* Integer training labels: the test table's must be class indices too,
@@ -1193,8 +1206,14 @@ static void test_csv(void **state)
     write_bytes(at("tab/train.csv"), "f,c\n1,0\n2,1\n", 12);
     write_bytes(at("tab/test.csv"), "f,c\n\n3,x\n", 9);
     assert_int_equal(cdl_dataset_load_with("csv", at("tab"), 0, NULL, &d), -1);
-    assert_error_has("test.csv:3: label 'x' (row 1) is not a class index");
+    assert_error_has("test.csv:3: label 'x' is not a class index");
     assert_error_has("tab/train.csv's labels are integers from 0");
+    /* A label that is not UTF-8: its line, the header's name spanning two. */
+    const char *bad8 = "\"f\ng\",c\n1,a\n2,\xff\n";
+    write_bytes(at("bad8.csv"), bad8, strlen(bad8));
+    assert_int_equal(cdl_dataset_load_with("csv", at("bad8.csv"), 1, NULL, &d), -1);
+    assert_error_has("bad8.csv:4: the label '");
+    assert_error_has("is not UTF-8 text");
 }
 
 /* Rows to predict on (cdl-predict TABLE.csv): the model's columns by
@@ -1242,6 +1261,8 @@ static void test_csv_rows(void **state)
         {"a;b;c\n1;2;3\n", "separated by ';'"},
         {"a,b,c\n1,2\n", "2 fields but the header has 3 columns"},
         {"a, b,c\n1,2,3\n", "the table's ' b' differs from 'b' in spaces only"},
+        /* A cell after a quoted line break in a column not read: its line. */
+        {"id,a,b,c\n\"x\ny\",1,,3\n", "r.csv:3: column 'b' is empty"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&d, 0, sizeof d);
@@ -1263,6 +1284,45 @@ static void test_csv_rows(void **state)
     const char *w = "a,b,a\n1,2,3\n";
     assert_int_equal(csv_parse_rows(w, strlen(w), "w.csv", dup, 2, "kind", NULL, 0, &d), -1);
     assert_error_has("two named 'a': its columns cannot be matched by name");
+    cdl_dataset_free(&d);
+    /* Each row's line in the file, for messages about its label (cdl-eval's
+     * labels the run lacks): not the row's number + 1 after a header over
+     * two lines, a quoted line break (its label is on the row's second
+     * line), a blank line; without a label column, the row's first line. */
+    long *lines = (long *)1;
+    write_bytes(at("lines.csv"), t, strlen(t));
+    if (cdl_dataset_from_csv_rows_lines(at("lines.csv"), want, 3, "kind", NULL, 0, &d,
+                                        &lines) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_int_equal(d.n, 2);
+    assert_non_null(lines);
+    assert_int_equal(lines[0], 3);
+    assert_int_equal(lines[1], 5);
+    cdl_free(lines);
+    cdl_dataset_free(&d);
+    const char *hl = "\"b\nc\",a\n2,1\n\n\"3\",\"4\"\n";
+    write_bytes(at("lines.csv"), hl, strlen(hl));
+    if (cdl_dataset_from_csv_rows_lines(at("lines.csv"), want2, 2, NULL, NULL, 0, &d,
+                                        &lines) != 0)
+        fail_msg("%s", cdl_last_error());
+    assert_int_equal(d.n, 2);
+    assert_int_equal(lines[0], 3);
+    assert_int_equal(lines[1], 5);
+    cdl_free(lines);
+    cdl_dataset_free(&d);
+    /* An error: no array, and the dataset left empty. */
+    lines = (long *)1;
+    write_bytes(at("lines.csv"), "a,b c\n1,x\n", 11);
+    assert_int_equal(cdl_dataset_from_csv_rows_lines(at("lines.csv"), want2, 2, NULL, NULL, 0,
+                                                     &d, &lines), -1);
+    assert_error_has("lines.csv:2: column 'b c' holds 'x'");
+    assert_null(lines);
+    assert_int_equal(d.n, 0);
+    /* Without lines it reads as cdl_dataset_from_csv_rows. */
+    write_bytes(at("lines.csv"), hl, strlen(hl));
+    assert_int_equal(cdl_dataset_from_csv_rows_lines(at("lines.csv"), want2, 2, NULL, NULL, 0,
+                                                     &d, NULL), 0);
+    assert_int_equal(d.n, 2);
     cdl_dataset_free(&d);
     /* The training table's names for its checkpoint: features in order,
      * the label column's name apart. */

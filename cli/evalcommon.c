@@ -474,7 +474,8 @@ static int table_labels(eval_ctx *e, const cdl_st_file *f, const char *file, cdl
     long most = -1;
     for (int i = 0; !rc && i < d->n; i++) {
         char *name = d->class_names[i];
-        long v = -1;
+        /* Its line in the file (load_rows read d and keeps them). */
+        long v = -1, line = e->lines ? e->lines[i] : i + 2;
         if (rc_list) {
             for (char *q = name; *q; q++)   /* as the checkpoint stores it */
                 *q = *q == '\n' ? ' ' : *q;
@@ -484,28 +485,29 @@ static int table_labels(eval_ctx *e, const cdl_st_file *f, const char *file, cdl
             if (hit)
                 v = hit->index;
             else if (e->derived_from[0] && s == e->derived)
-                rc = cdl_error("%s: row %d: the label '%.200s' is not a class of the training "
+                rc = cdl_error("%s:%ld: the label '%.200s' is not a class of the training "
                                "table %s, whose %d distinct labels, sorted as LabelEncoder "
                                "numbers them, name the outputs of %s (it stores no class "
                                "names): correct the label or drop the row, or give the "
                                "training's class names in the order of the outputs with "
-                               "--classes FILE|A,B,...", file, i + 1, name, e->derived_from,
+                               "--classes FILE|A,B,...", file, line, name, e->derived_from,
                                run_classes, e->o->ckpt);
             else
-                rc = cdl_error("%s: row %d: the label '%.200s' is not one of the %d classes "
-                               "%s was trained on (%s): evaluate on rows of those classes",
-                               file, i + 1, name, run_classes, e->o->ckpt, from);
+                rc = cdl_error("%s:%ld: the label '%.200s' is not one of the %d classes "
+                               "%s was trained on (%s): evaluate on rows of those classes: "
+                               "correct the label or drop the row", file, line, name,
+                               run_classes, e->o->ckpt, from);
         } else {
             char *end;
             v = strtol(name, &end, 10);
             if (!*name || *end || v < 0 || (classes > 0 && v >= classes) || v > 65535)
-                rc = classes > 0 ? cdl_error("%s: the label '%.40s' of row %d is not a class "
-                                             "index of the run (0 to %ld)", file, name, i + 1,
-                                             classes - 1)
-                                 : cdl_error("%s: the label '%.40s' of row %d is not a class "
-                                             "index (an integer from 0): %s stores no class "
-                                             "names to match texts to", file, name, i + 1,
-                                             e->o->ckpt);
+                rc = classes > 0 ? cdl_error("%s:%ld: the label '%.40s' is not a class index "
+                                             "of the run (0 to %ld): correct the label or drop "
+                                             "the row", file, line, name, classes - 1)
+                                 : cdl_error("%s:%ld: the label '%.40s' is not a class index "
+                                             "(an integer from 0): %s stores no class names to "
+                                             "match texts to: give them with --classes "
+                                             "FILE|A,B,...", file, line, name, e->o->ckpt);
         }
         d->labels[i] = (int32_t)v;
         most = v > most ? v : most;
@@ -876,9 +878,11 @@ static int load_rows(eval_ctx *e, const cdl_st_file *f, const char *path, int sp
                        "one per column", o->norm.kind == CDL_NORMALIZE_GIVEN ? "--normalize"
                        : o->ckpt, opt.norm_count, nf);
     char ignored[512];
+    cdl_free(e->lines);
+    e->lines = NULL;
     if (rc == 0)
-        rc = cdl_dataset_from_csv_rows(path, names, nf, table_label(o, f), ignored,
-                                       sizeof ignored, &e->data);
+        rc = cdl_dataset_from_csv_rows_lines(path, names, nf, table_label(o, f), ignored,
+                                             sizeof ignored, &e->data, &e->lines);
     if (rc == 0) {
         e->have_data = 1;
         cdl_dataset *d = &e->data;
@@ -1481,6 +1485,7 @@ void eval_close(eval_ctx *e)
     cdl_model_destroy(e->model);
     if (e->have_data)
         cdl_dataset_free(&e->data);
+    cdl_free(e->lines);
     cdl_dist_destroy(e->dist);
     if (e->be)
         cdl_backend_destroy(e->be);

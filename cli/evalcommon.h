@@ -62,6 +62,8 @@ typedef struct eval_ctx {
     cdl_model *model;
     cdl_dataset data;
     int have_data;            /* data: a split, or the files (labels = index in o->files) */
+    long *lines;              /* a table's rows: data's sample i is on line lines[i] of its
+                               * file (NULL: not a table), for messages */
     int table;                /* 1: cdl-predict's FILE is a CSV table: labels are its row
                                * numbers (from 0), data.class_names its label column's text
                                * (NULL: none) */

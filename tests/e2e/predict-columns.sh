@@ -16,6 +16,9 @@
 #    csv:DIR/train.csv) was taken for a table of one's own: all its rows,
 #    the trained-on ones too, as held-out data, where the file's name gave
 #    the run's validation split. Both are the run's data now.
+# 4. A label of such a table the run lacks was told by its row's number
+#    (row 3), which a quoted field over two lines (an id column's) before
+#    it makes another than the line a text editor shows (5): its line now.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 PY=/usr/bin/python3
 [ -x "$PY" ] || { echo "SKIP: no python3"; exit 77; }
@@ -125,6 +128,23 @@ assert a["samples"] == b["samples"] == 12, (a, b)
 assert abs(a["loss"] - b["loss"]) < 1e-9 and a["accuracy"] == b["accuracy"], (a, b)
 PYEOF
 echo "PASS: --columns for weights without column names"
+
+# A label the run lacks, after an id spanning two lines: its line, not row.
+awk 'NR == 1 { print "id," $0; next } NR == 2 { print "\"two\nlines\"," $0; next }
+     NR == 4 { sub(/,[xyz],/, ",q,") } { print "n," $0 }' "$TMP/ownk.csv" >"$TMP/ownq.csv"
+for cols in "" a,b,c; do
+    expect_status 1 "$CDL_EVAL" "$ck" --threads 1 ${cols:+--columns "$cols"} --dataset "csv:$TMP/ownq.csv"
+    expect_err "$TMP/ownq.csv:5: the label 'q' is not one of the 3 classes $ck was trained on (its class_names): evaluate on rows of those classes: correct the label or drop the row"
+done
+# Integer labels: one beyond a run's classes, that run trained on them.
+"$CDL_TRAIN" --device cpu --threads 1 --epochs 1 --batch-size 4 --seed 3 --quiet --no-progress \
+    --model "$TMP/net.spec" --dataset "csv:$TMP/own.csv" --ckpt-dir "$TMP/ckn" ||
+    die "cdl-train on integer labels"
+awk 'NR == 1 { print "id," $0; next } NR == 2 { print "\"two\nlines\"," $0; next }
+     NR == 4 { sub(/,[0-9]+,/, ",7,") } { print "n," $0 }' "$TMP/own.csv" >"$TMP/own7.csv"
+expect_status 1 "$CDL_EVAL" "$TMP/ckn/last.safetensors" --threads 1 --dataset "csv:$TMP/own7.csv"
+expect_err "$TMP/own7.csv:5: the label '7' is not a class index of the run (0 to 2): correct the label or drop the row"
+echo "PASS: a table's bad label named by its line"
 
 # The run's train.csv and test.csv; test.csv with a column more (an id).
 mkdir "$TMP/tab" && head -41 "$TMP/train.csv" >"$TMP/tab/train.csv" &&

@@ -98,7 +98,7 @@ sys.exit(e["samples"] != 30 or abs(e["accuracy"] - acc) > 1e-9)
 PYEOF
 sed 's/,z,/,q,/' "$TMP/own.csv" >"$TMP/ownq.csv"
 expect_status 1 "$CDL_EVAL" "$ck" --dataset "csv:$TMP/ownq.csv"
-expect_err "ownq.csv: row 3: the label 'q' is not one of the 3 classes $ck was trained on (its class_names)"
+expect_err "ownq.csv:4: the label 'q' is not one of the 3 classes $ck was trained on (its class_names): evaluate on rows of those classes: correct the label or drop the row"
 expect_status 1 "$CDL_EVAL" "$ck" --dataset "csv:$TMP/rows.csv"
 expect_err "has no label column 'kind': cdl-eval needs the labels"
 

@@ -9,7 +9,10 @@
 # silence (w taken for output 0, x). They are the training table's labels,
 # sorted (LabelEncoder fitted on the training data, as cdl's reader numbers
 # a test table by position), and a test label train.csv lacks is an error
-# naming the file, the row and the label, saying what to do.
+# naming the file, the row's line in it and the label, saying what to do:
+# cdl-eval and cdl-predict named the row's number (3), which a blank line
+# or a quoted field over two lines before it makes another than its line
+# (5), the one a text editor shows.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
 PY=/usr/bin/python3
 [ -x "$PY" ] || { echo "SKIP: python3"; exit 77; }
@@ -29,10 +32,17 @@ for name, rows in (("tab", train), ("two", train), ("odd", train)):
     open(os.path.join(d, name, "train.csv"), "w").write(head + "".join(rows))
 open(os.path.join(d, "tab", "test.csv"), "w").write(head + "".join(row(i % 3) for i in range(18)))
 open(os.path.join(d, "two", "test.csv"), "w").write(head + "".join(test))
-# Three labels as train.csv has, one of them (w, row 3) not its: numbered on
-# their own, w y z would be 0 1 2 as x y z are.
-odd = [row(1), row(2), row(0).replace(",x\n", ",w\n")] + test
+# Three labels as train.csv has, one of them (w, row 3, line 5 after a
+# blank line) not its: numbered on their own, w y z would be 0 1 2 as x y z
+# are.
+odd = [row(1), "\n", row(2), row(0).replace(",x\n", ",w\n")] + test
 open(os.path.join(d, "odd", "test.csv"), "w").write(head + "".join(odd))
+# The same rows with a note column, the first row's note over two lines
+# (quoted): w is on line 5 again. Read by name, the note is not read.
+os.mkdir(os.path.join(d, "noted"))
+open(os.path.join(d, "noted", "train.csv"), "w").write(head + "".join(train))
+noted = ['"two\nlines",' + odd[0]] + ["n," + r for r in odd[2:]]
+open(os.path.join(d, "noted", "test.csv"), "w").write("note," + head + "".join(noted))
 PYEOF
 printf 'input 3x1x1\nflatten\nlinear 32\nrelu\nlinear 3\n' >"$TMP/net.spec"
 "$CDL_TRAIN" --device cpu --threads 1 --epochs 3 --batch-size 8 --seed 3 --quiet --no-progress \
@@ -71,18 +81,22 @@ figures "$TMP/out" >"$TMP/got"
 cmp -s "$TMP/want" "$TMP/got" || die "--classes x,y,z: $(cat "$TMP/got")"
 echo "PASS: a test.csv's classes are the training table's, read by name"
 
-# A test label the training table lacks: an error naming file, row, label.
-for prog in "$CDL_EVAL" "$CDL_PREDICT"; do
-    expect_status 1 w "$prog" --columns a,b,c --dataset "csv:$TMP/odd"
-    expect_err "$TMP/odd/test.csv: row 3: the label 'w' is not a class of the training table $TMP/odd/train.csv, whose 3 distinct labels, sorted as LabelEncoder numbers them, name the outputs of $TMP/w.safetensors (it stores no class names): correct the label or drop the row, or give the training's class names in the order of the outputs with --classes FILE|A,B,..."
+# A test label the training table lacks: an error naming file, line, label.
+for t in odd noted; do
+    for prog in "$CDL_EVAL" "$CDL_PREDICT"; do
+        expect_status 1 w "$prog" --columns a,b,c --dataset "csv:$TMP/$t"
+        expect_err "$TMP/$t/test.csv:5: the label 'w' is not a class of the training table $TMP/$t/train.csv, whose 3 distinct labels, sorted as LabelEncoder numbers them, name the outputs of $TMP/w.safetensors (it stores no class names): correct the label or drop the row, or give the training's class names in the order of the outputs with --classes FILE|A,B,..."
+    done
 done
 # By position (the reader's own test split): the file's line, and train.csv.
 expect_status 1 w "$CDL_EVAL" --dataset "csv:$TMP/odd"
-expect_err "$TMP/odd/test.csv:4: label 'w' (row 3) is not a class of the training table $TMP/odd/train.csv, whose 3 classes ('x', 'y', 'z') number the model's outputs"
+expect_err "$TMP/odd/test.csv:5: label 'w' is not a class of the training table $TMP/odd/train.csv, whose 3 classes ('x', 'y', 'z') number the model's outputs"
 expect_err "correct the label or drop the row"
-# The run's checkpoint names its classes: the same row, told by them.
-expect_status 1 "$CDL_EVAL" "$ck" --threads 1 --dataset "csv:$TMP/odd"
-expect_err "$TMP/odd/test.csv: row 3: the label 'w' is not one of the 3 classes $ck was trained on (its class_names): evaluate on rows of those classes"
+# The run's checkpoint names its classes: the same line, told by them.
+for t in odd noted; do
+    expect_status 1 "$CDL_EVAL" "$ck" --threads 1 --dataset "csv:$TMP/$t"
+    expect_err "$TMP/$t/test.csv:5: the label 'w' is not one of the 3 classes $ck was trained on (its class_names): evaluate on rows of those classes: correct the label or drop the row"
+done
 # A train.csv without the label column cannot name the outputs: said, and
 # --classes reads the test table alone.
 sed -i '1s/kind/kinds/' "$TMP/two/train.csv"

@@ -438,8 +438,9 @@ static int table_labels(eval_ctx *e, const cdl_st_file *f, const char *file, cdl
     const char *from;
     long classes = eval_meta_long(f, "classes");
     if (!d->class_names)
-        return cdl_error("%s has no label column '%s': %s needs the labels; predict on "
-                         "unlabelled rows with cdl-predict %s %s", file, table_label(e->o, f),
+        return cdl_error("%s:1: the header has no label column '%s': %s needs the labels; "
+                         "give --label-column, or predict on unlabelled rows with "
+                         "cdl-predict %s %s", file, table_label(e->o, f),
                          e->o->prog, e->o->ckpt, file);
     /* Text labels and no names to match them to, of weights PyTorch wrote
      * (a cdl run without class_names had class indices): numbered in
@@ -592,9 +593,10 @@ static int train_labels(eval_ctx *e, const cdl_st_file *f, const char *dir)
                   "the training table's labels, sorted; give them with --classes FILE|A,B,... "
                   "to read the test table alone)", cdl_last_error(), e->o->ckpt);
     if (rc == 0 && !t.class_names)
-        rc = cdl_error("%s has no label column '%s': %s stores no class names, which are then "
-                       "the training table's labels, sorted: give --label-column, or the "
-                       "training's class names with --classes FILE|A,B,...", file,
+        rc = cdl_error("%s:1: the header has no label column '%s': %s stores no class names, "
+                       "which are then the training table's labels, sorted: give "
+                       "--label-column, or the training's class names with --classes "
+                       "FILE|A,B,...", file,
                        table_label(e->o, f), e->o->ckpt);
     if (rc == 0)
         rc = label_lines(t.class_names, t.n, &e->derived);

@@ -165,7 +165,7 @@ static int match_columns(char *const *header, int ncol, int label_col, const csv
         qsort(idx, (size_t)train->nf, sizeof *idx, cmp_name);
     for (int j = 1; !rc && j < train->nf; j++)
         if (!strcmp(idx[j - 1].name, idx[j].name))
-            rc = cdl_error("%s: its columns are in another order than the training table's, "
+            rc = cdl_error("%s:1: its columns are in another order than the training table's, "
                            "which has two columns named '%s': write the test table with the "
                            "training table's header", name,
                            data_printable(idx[j].name, hn, sizeof hn));
@@ -177,19 +177,20 @@ static int match_columns(char *const *header, int ncol, int label_col, const csv
         named key = {header[k], -1};
         const named *lo = bsearch(&key, idx, (size_t)train->nf, sizeof *idx, cmp_name);
         if (!lo)
-            rc = cdl_error("%s: column '%s' is not a column of the training table: the test "
-                           "table must have the training table's feature columns (in any "
-                           "order)", name, data_printable(header[k], hn, sizeof hn));
+            rc = cdl_error("%s:1: column '%s' is not a column of the training table: the "
+                           "test table must have the training table's feature columns (in any "
+                           "order): remove it, or name it as the training table does", name, data_printable(header[k], hn, sizeof hn));
         else if (used[lo->index]++)
-            rc = cdl_error("%s: two columns are named '%s'", name,
+            rc = cdl_error("%s:1: two columns are named '%s': rename or remove one", name,
                            data_printable(header[k], hn, sizeof hn));
         else
             slot[k] = lo->index;
     }
     for (int j = 0; !rc && j < train->nf; j++)
         if (!used[j])
-            rc = cdl_error("%s lacks the training table's column '%s': the test table must "
-                           "have the training table's feature columns (in any order)", name,
+            rc = cdl_error("%s:1: the header lacks the training table's column '%s': the test "
+                           "table must have the training table's feature columns (in any "
+                           "order)", name,
                            data_printable(train->features[j], hn, sizeof hn));
     free(idx);
     free(used);
@@ -209,7 +210,7 @@ static int read_header(reader *r, const char *name, char ***header, int *ncol)
         if (next_field(r, &eol))
             return -1;
         if (*ncol == MAX_COLUMNS)
-            return cdl_error("%s: more than %d columns", name, MAX_COLUMNS);
+            return cdl_error("%s:1: the header has more than %d columns", name, MAX_COLUMNS);
         char **h = realloc(*header, (size_t)(*ncol + 1) * sizeof *h);
         if (!h)
             return cdl_error("out of memory reading %s", name);
@@ -393,7 +394,7 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
     if (ncol < 2) {
         char hint[160];
         sep_hint(header, ncol, hint, sizeof hint);
-        rc = cdl_error("%s: the header has %d column: a table needs features and a label "
+        rc = cdl_error("%s:1: the header has %d column: a table needs features and a label "
                        "column%s", name, ncol, hint);
         goto done;
     }
@@ -405,7 +406,8 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
             label_col = k;
     if (label_col < 0 && train) {
         char pn[256];
-        rc = cdl_error("%s has no column '%s', the training table's label column",
+        rc = cdl_error("%s:1: the header has no column '%s', the training table's label "
+                       "column: name the test table's label column as the training table does",
                        name, data_printable(train->label, pn, sizeof pn));
         goto done;
     }
@@ -416,7 +418,7 @@ int csv_parse(const char *buf, size_t len, const char *name, const char *label_c
         for (int k = 0; k < ncol && strlen(names) < 400; k++)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'",
                      k ? ", " : "", data_printable(header[k], pn, sizeof pn));
-        rc = cdl_error("%s: no column named '%s' in the header (%s%s): pass --label-column "
+        rc = cdl_error("%s:1: no column named '%s' in the header (%s%s): pass --label-column "
                        "with one of its names", name, label_column, names,
                        strlen(names) >= 400 ? ", ..." : "");
         goto done;
@@ -720,7 +722,7 @@ int csv_parse_rows_lines(const char *buf, size_t len, const char *name,
             slot[k] = -1;
             has_label = 1;
         } else if (hit && used[hit->index]++) {
-            rc = cdl_error("%s: two columns are named '%s': which one is the feature is not "
+            rc = cdl_error("%s:1: two columns are named '%s': which one is the feature is not "
                            "known: rename or remove one", name,
                            data_printable(header[k], hn, sizeof hn));
             goto done;
@@ -749,8 +751,9 @@ int csv_parse_rows_lines(const char *buf, size_t len, const char *name,
     if (nmissing) {
         char hint[160];
         sep_hint(header, ncol, hint, sizeof hint);
-        rc = cdl_error("%s lacks %d of the %d feature columns the model was trained on: %s "
-                       "(columns are matched by their header names)%s%s%s", name, nmissing,
+        rc = cdl_error("%s:1: the header lacks %d of the %d feature columns the model was "
+                       "trained on: %s (columns are matched by their header names: give the "
+                       "table those columns)%s%s%s", name, nmissing,
                        nf, missing, near, unnamed ? "; the column without a name is most often "
                        "pandas' row index, which the model was trained on: write the table with "
                        "to_csv() as the training table was" : "", hint);

@@ -93,7 +93,7 @@ for x, y in zip(a, b):
 PYEOF
 # A name the table lacks; names in another order are other inputs.
 expect_status 1 pt --normalize "$norm" --columns a,b,q "$TMP/rows.csv"
-expect_err "rows.csv lacks 1 of the 3 feature columns the model was trained on: 'q'"
+expect_err "rows.csv:1: the header lacks 1 of the 3 feature columns the model was trained on: 'q'"
 expect_status 2 pt --normalize "$norm" --columns a,,c "$TMP/rows.csv"
 expect_err "--columns 'a,,c': column 2 is empty (a typing slip? a column without a name is \"\"): give the feature column names separated by commas"
 # An older cdl's checkpoint: told to give --columns, which it then takes

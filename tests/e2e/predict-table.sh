@@ -130,7 +130,7 @@ echo "PASS: the run's tables with their columns moved since give the same figure
 # What a spreadsheet gets wrong, said with the line and the column.
 cut -d, -f1-4,6 "$TMP/train.csv" >"$TMP/miss.csv"
 expect_status 1 pred "$TMP/miss.csv"
-expect_err "miss.csv lacks 1 of the 5 feature columns the model was trained on: 'e'"
+expect_err "miss.csv:1: the header lacks 1 of the 5 feature columns the model was trained on: 'e'"
 sed '3s/^[^,]*,/NaN,/' "$TMP/train.csv" >"$TMP/nan.csv"
 expect_status 1 pred "$TMP/nan.csv"
 expect_err "nan.csv:3: column 'a' holds 'NaN', not a finite number"

@@ -101,7 +101,7 @@ done
 # --classes reads the test table alone.
 sed -i '1s/kind/kinds/' "$TMP/two/train.csv"
 expect_status 1 w "$CDL_EVAL" --columns a,b,c --dataset "csv:$TMP/two"
-expect_err "$TMP/two/train.csv has no label column 'kind': $TMP/w.safetensors stores no class names, which are then the training table's labels, sorted: give --label-column, or the training's class names with --classes FILE|A,B,..."
+expect_err "$TMP/two/train.csv:1: the header has no label column 'kind': $TMP/w.safetensors stores no class names, which are then the training table's labels, sorted: give --label-column, or the training's class names with --classes FILE|A,B,..."
 expect_status 0 w "$CDL_EVAL" --json --columns a,b,c --classes x,y,z --dataset "csv:$TMP/two"
 figures "$TMP/out" >"$TMP/got"
 cmp -s "$TMP/want" "$TMP/got" || die "--classes x,y,z, train.csv unread: $(cat "$TMP/got")"

@@ -1107,6 +1107,7 @@ static void test_csv(void **state)
         {"", "empty"},
         {"a,label\n", "no rows"},
         {"a,label\n1,0\n2,\n", "b.csv:3: the label column 'label' is empty"},
+        {"a;b;label\n1;2;0\n", "b.csv:1: the header has 1 column"},
         {"a;b;label\n1;2;0\n", "separated by ';', cdl reads commas"},
         {"a\tlabel\n1\t0\n", "separated by tabs"},
         /* A blank cell (a spreadsheet's missing value) was read as 0. */
@@ -1142,7 +1143,7 @@ static void test_csv(void **state)
     assert_error_has("('x', 'y', 'k')");
     const char *sp = "a, label\n1, 0\n";   /* the column is ' label' */
     assert_int_equal(csv_parse(sp, strlen(sp), "s.csv", "label", NULL, NULL, &d), -1);
-    assert_error_has("no column named 'label' in the header ('a', ' label')");
+    assert_error_has("s.csv:1: no column named 'label' in the header ('a', ' label')");
     cdl_dataset_free(&d);
 
     /* Files: a folder with train.csv and test.csv, text labels mapped. */
@@ -1168,10 +1169,13 @@ static void test_csv(void **state)
     assert_int_equal(d.labels[0], 1);
     cdl_dataset_free(&d);
     const char *test_bad[][2] = {
-        {"f,g,h,c\n1,2,3,a\n", "column 'h' is not a column of the training table"},
-        {"f,c\n1,a\n", "lacks the training table's column 'g'"},
-        {"f,g,f,c\n1,2,3,a\n", "two columns are named 'f'"},
-        {"f,g,k\n1,2,a\n", "no column 'c', the training table's label column"},
+        /* The header's faults: its line (1), as rows' name theirs. */
+        {"f,g,h,c\n1,2,3,a\n", "test.csv:1: column 'h' is not a column of the training table"},
+        {"f,c\n1,a\n", "test.csv:1: the header lacks the training table's column 'g'"},
+        {"f,g,f,c\n1,2,3,a\n", "test.csv:1: two columns are named 'f': rename or remove one"},
+        {"f,g,k\n1,2,a\n", "test.csv:1: the header has no column 'c', the training table's "
+                            "label column: name the test table's label column as the "
+                            "training table does"},
     };
     for (size_t i = 0; i < sizeof test_bad / sizeof test_bad[0]; i++) {
         write_bytes(at("tab/test.csv"), test_bad[i][0], strlen(test_bad[i][0]));
@@ -1253,8 +1257,9 @@ static void test_csv_rows(void **state)
     assert_float_equal(d.features[0], 1, 0);
     cdl_dataset_free(&d);
     const char *bad[][2] = {
-        {"a,x\n1,2\n", "lacks 2 of the 3 feature columns the model was trained on: 'b', 'c'"},
-        {"a,b,c,a\n1,2,3,4\n", "two columns are named 'a'"},
+        {"a,x\n1,2\n", "r.csv:1: the header lacks 2 of the 3 feature columns the model was "
+                       "trained on: 'b', 'c'"},
+        {"a,b,c,a\n1,2,3,4\n", "r.csv:1: two columns are named 'a'"},
         {"a,b,c\n1,2,3\n4,,6\n", "r.csv:3: column 'b' is empty"},
         {"c,b,a\n1,NaN,3\n", "r.csv:2: column 'b' holds 'NaN'"},
         {"a,b,c\n", "no rows"},

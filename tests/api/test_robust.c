@@ -66,6 +66,8 @@ static void test_null_arguments(void **state)
     FAILED_NAMING(cdl_dataset_copy_normalization(NULL, NULL), "cdl_dataset_copy_normalization");
     FAILED_NAMING(cdl_dataset_from_csv_rows(NULL, NULL, 0, NULL, NULL, 0, NULL),
                   "cdl_dataset_from_csv_rows");
+    FAILED_NAMING(cdl_dataset_from_csv_rows_lines(NULL, NULL, 0, NULL, NULL, 0, NULL, NULL),
+                  "cdl_dataset_from_csv_rows_lines");
 
     FAILED_NAMING(cdl_rank_discover(NULL), "cdl_rank_discover");
     FAILED_NAMING(cdl_dist_config_from_env(NULL), "cdl_dist_config_from_env");

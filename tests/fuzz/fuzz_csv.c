@@ -33,10 +33,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 csv_parse((const char *)data, size, "fuzz.csv", NULL, &lay, NULL, &t);
                 cdl_dataset_free(&t);
                 char ignored[64];
+                long *lines = NULL;   /* each row's line: must be t.n of them */
                 memset(&t, 0, sizeof t);
-                csv_parse_rows((const char *)data, size, "fuzz.csv",
-                               (const char *const *)lay.features, lay.nf,
-                               rev ? NULL : lay.label, ignored, sizeof ignored, &t);
+                if (csv_parse_rows_lines((const char *)data, size, "fuzz.csv",
+                                         (const char *const *)lay.features, lay.nf,
+                                         rev ? NULL : lay.label, ignored, sizeof ignored, &t,
+                                         &lines) == 0)
+                    for (int i = 0; i < t.n; i++)
+                        if (lines[i] < 2 || (i > 0 && lines[i] <= lines[i - 1]))
+                            abort();   /* after the header, ascending */
+                cdl_free(lines);
                 cdl_dataset_free(&t);
             }
             if (lay.nf > 0) {   /* a column the table lacks: an error naming it */

@@ -265,6 +265,9 @@ start() {
         # Memory is allocated (sbatch --mem), so that the cgroup limits it.
         select="CR_CPU_Memory
 DefMemPerCPU=$((4000 / cpus))"
+        # Written before choose takes its lock: a cluster stopping meanwhile
+        # then sees that this one uses the host's slurm_n1 and slurm_n2
+        # cgroups (stop_cgroups).
         printf '%s\n' CgroupPlugin=autodetect ConstrainCores=yes ConstrainRAMSpace=yes \
             AllowedRAMSpace=100 >"$dir/etc/cgroup.conf"
     fi
@@ -462,6 +465,37 @@ cancel_jobs() {
     wait_for 30 no_job_pids "$dir" || kill_jobs "$dir"
 }
 
+# stop_cgroups DIR: task/cgroup leaves its per-node groups (cgroup v1:
+# slurm_<node> under each controller, named by the node alone: Slurm 22.05
+# has no setting for another prefix), and the machine is left as found. But
+# every cluster of this host names its nodes n1 and n2: another cluster with
+# cgroup.conf whose daemons run shares those groups, and a group it has just
+# made for a step (empty until the task is moved in) would go from under
+# it, failing that step. So the groups are removed only by the last such
+# cluster, under lock_clusters (a cluster starting writes its cgroup.conf,
+# then takes that lock before its slurmd run). A group in use cannot be
+# removed (rmdir fails), so nothing running is touched.
+stop_cgroups() {
+    local dir=$1 lk f g pid
+    [ -f "$dir/etc/cgroup.conf" ] || return 0
+    lock_clusters "$dir" || return 0
+    for f in "$(dirname "$dir")"/*/etc/cgroup.conf; do
+        [ -f "$f" ] && [ "$f" != "$dir/etc/cgroup.conf" ] || continue
+        pid=$(cat "${f%/etc/cgroup.conf}/run/munged.pid" 2>/dev/null) || continue
+        case $pid in ''|*[!0-9]*) continue ;; esac
+        if kill -0 "$pid" 2>/dev/null; then
+            echo "cluster.sh: slurm_n1 and slurm_n2 cgroups left to ${f%/etc/cgroup.conf}, which still runs" >&2
+            exec {lk}<&-
+            return 0
+        fi
+    done
+    for g in /sys/fs/cgroup/*/slurm_n1 /sys/fs/cgroup/*/slurm_n2; do
+        [ -d "$g" ] && find "$g" -depth -type d -exec rmdir {} + 2>/dev/null
+    done
+    exec {lk}<&-
+    return 0
+}
+
 stop() {
     local dir=$1
     [ -d "$dir" ] || return 0
@@ -471,15 +505,7 @@ stop() {
               "$dir"/run/harness.slurmctld.pid "$dir"/run/munged.pid
     # A step started while the daemons stopped.
     kill_jobs "$dir"
-    # task/cgroup leaves its per-node groups (cgroup v1: slurm_<node> under
-    # each controller): the machine is left as found. A group still in use
-    # cannot be removed (rmdir fails), so nothing running is touched.
-    if [ -f "$dir/etc/cgroup.conf" ]; then
-        local g
-        for g in /sys/fs/cgroup/*/slurm_n1 /sys/fs/cgroup/*/slurm_n2; do
-            [ -d "$g" ] && find "$g" -depth -type d -exec rmdir {} + 2>/dev/null
-        done
-    fi
+    stop_cgroups "$dir"
     if [ "${CDL_KEEP_CLUSTER:-0}" = 1 ]; then
         echo "cluster.sh: kept $dir" >&2
     else

@@ -24,7 +24,7 @@ if have HAVE_PMIX; then
     # hier:store under PMIx without CDL_STORE_TOKEN: rank 0 makes the store's
     # secret and hands it over through PMIx (a hand-exported contract of 4
     # ranks without a token is refused otherwise).
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     mpi_run 4 sh -c "export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port; $two_nodes" "$check" \
         --backend hier:store --expect-backend hier:store
     # Another account holds MASTER_PORT: rank 0's store moves to an
@@ -34,7 +34,7 @@ if have HAVE_PMIX; then
     # without PMIx, tests/unit/test_dist_store.c). Needs root (the squatter
     # runs as nobody).
     if [ "$(id -u)" = 0 ]; then
-        port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        port=$(free_port)
         # Listens as nobody, then leaves a child holding the socket (its
         # pid on stdout, which it closes: no wait for readiness needed).
         squatter=$(python3 -c 'import os, socket, sys, time

@@ -6,7 +6,9 @@
  * the port is taken before any rank starts. MASTER_PORT is another port,
  * free when cdlrun looked, for programs that bind it themselves: PyTorch's
  * init_process_group("env://") binds MASTER_PORT in rank 0 and would find it
- * taken if it were the store's (torchrun --standalone picks its port alike). */
+ * taken if it were the store's (torchrun --standalone picks its port alike).
+ * It lies above the kernel's ephemeral ports (contract_quiet_port), which no
+ * connection of the host can take in the seconds before rank 0 binds it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -39,10 +42,62 @@ static int listen_loopback(run *r)
     return 0;
 }
 
+/* The top of the kernel's ephemeral ports (ip_local_port_range), or -1. */
+static int ephemeral_top(void)
+{
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    int lo = -1, hi = -1;
+    if (f) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+            hi = -1;
+        fclose(f);
+    }
+    return hi;
+}
+
+/* No socket of this machine holds port on 0.0.0.0 or :: (checked by binding
+ * it there, never listening: nothing stays behind). */
+static int port_free(int port)
+{
+    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_ANY)};
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port),
+                              .sin6_addr = IN6ADDR_ANY_INIT};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a4, sizeof a4) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!ok)
+        return 0;
+    fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 1;   /* no IPv6 here */
+    ok = bind(fd, (struct sockaddr *)&a6, sizeof a6) == 0;
+    close(fd);
+    return ok;
+}
+
 /* A port no socket of this machine holds on any address (PyTorch's rank 0
- * binds 0.0.0.0 and ::): asked of the kernel, then released. */
+ * binds 0.0.0.0 and ::), released until rank 0 binds it: drawn above the
+ * ephemeral ports (contract_quiet_port). Where there is no room there, or no
+ * free one in 200 draws, asked of the kernel, which gives an ephemeral one:
+ * an outgoing connection of the host could take that one meanwhile (a
+ * PyTorch rank 0 binds it only after importing torch, seconds later). */
 static int free_port(run *r)
 {
+    int top = ephemeral_top();
+    for (int i = 0; top > 0 && i < 200; i++) {
+        uint32_t x;
+        if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x)
+            break;
+        int p = contract_quiet_port(top, x);
+        if (!p)
+            break;
+        if (port_free(p)) {
+            r->master_port = p;
+            return 0;
+        }
+    }
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t l = sizeof a;

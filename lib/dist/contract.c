@@ -528,6 +528,14 @@ int contract_port_hash(uint32_t jobid, uint32_t stepid, int lo, int hi)
     return lo + (int)((base + stepid % span) % span);
 }
 
+int contract_quiet_port(int eph_hi, uint32_t r)
+{
+    int lo = eph_hi + 1, hi = 65535 - 64;   /* store_proto.h: STORE_ALT_SPAN */
+    if (eph_hi < 0 || hi - lo + 1 < 1000)
+        return 0;
+    return lo + (int)(r % (uint32_t)(hi - lo + 1));
+}
+
 /* ------------------------------------------------------------ GPUs */
 
 int contract_gpu_slot(int local_rank, int replicas_per_gpu)

@@ -178,6 +178,16 @@ int contract_resv_port(const char *resv, int *port, contract_err *e);
  * reserve ports). */
 int contract_port_hash(uint32_t jobid, uint32_t stepid, int lo, int hi);
 
+/* A MASTER_PORT a launcher picks on one host and releases until the
+ * program binds it (cdlrun, for PyTorch's rank 0): the draw r mapped onto
+ * the ports above the kernel's ephemeral range (eph_hi: the top of
+ * ip_local_port_range) and below 65535 - 64 (room for the store's
+ * alternates). The kernel gives none of those to a connection or to
+ * bind(0); an ephemeral port (what bind(0) returns) could be taken by any
+ * outgoing connection of the host before the program bound it. 0 when
+ * fewer than 1000 such ports remain: the caller then asks the kernel. */
+int contract_quiet_port(int eph_hi, uint32_t r);
+
 /* ------------------------------------------------------------ GPUs */
 
 /* The GPU slot of a local rank: replicas_per_gpu consecutive local ranks

@@ -10,7 +10,7 @@
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "FAILED: $*"; tail -5 "$tmp/err" 2>/dev/null; exit 1; }
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 
 # term_when WHAT COND: waits (60 s at most) until COND holds for process
 # $pid, sends it SIGTERM, then waits (60 s) for its end; $rc its status.

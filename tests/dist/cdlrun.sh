@@ -33,6 +33,17 @@ if command -v taskset >/dev/null; then
     out=$(taskset -c 0 "$cdlrun" -n 1 --bind cores true 2>&1)
     [ -z "$out" ] || { echo "$out"; echo "FAILED: a warning for 1 rank on 1 core"; exit 1; }
 fi
+# MASTER_PORT, released until the program's rank 0 binds it, lies above the
+# kernel's ephemeral ports (where the range leaves room): a port bind(0)
+# gave could be taken by any outgoing connection of the host meanwhile.
+read -r _ eph_hi </proc/sys/net/ipv4/ip_local_port_range
+if [ "$eph_hi" -le 64471 ]; then
+    for i in 1 2 3; do
+        p=$("$cdlrun" -n 1 sh -c 'echo "$MASTER_PORT"')
+        [ "$p" -gt "$eph_hi" ] && [ "$p" -le 65471 ] ||
+            { echo "FAILED: MASTER_PORT $p is not in $((eph_hi + 1))-65471, above the ephemeral ports"; exit 1; }
+    done
+fi
 # A PyTorch job as it is: init_process_group("env://") binds MASTER_PORT in
 # rank 0, so that port must not be the one cdlrun holds for cdl's store.
 py=/usr/bin/python3

@@ -24,7 +24,7 @@ if have HAVE_PMIX; then
     # hier:store under PMIx without CDL_STORE_TOKEN: rank 0 makes the store's
     # secret and hands it over through PMIx (a hand-exported contract of 4
     # ranks without a token is refused otherwise).
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     mpi_run 4 sh -c "export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port; $two_nodes" "$check" \
         --backend hier:store --expect-backend hier:store
     # Another account holds MASTER_PORT: rank 0's store moves to an
@@ -34,7 +34,7 @@ if have HAVE_PMIX; then
     # without PMIx, tests/unit/test_dist_store.c). Needs root (the squatter
     # runs as nobody).
     if [ "$(id -u)" = 0 ]; then
-        port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        port=$(free_port)
         # Listens as nobody, then leaves a child holding the socket (its
         # pid on stdout, which it closes: no wait for readiness needed).
         squatter=$(python3 -c 'import os, socket, sys, time
@@ -44,8 +44,11 @@ pid = os.fork()
 if pid: print(pid); sys.exit(0)
 os.close(1); time.sleep(300)' "$port") || { echo "FAILED: could not squat port $port"; exit 1; }
         echo "+ mpirun -n 4 dist_check --backend hier:store (MASTER_PORT $port held by nobody)"
+        # The ranks' wait for the store's answer is the default 10 s: at 1 s,
+        # a store that answered late under load was taken for a stranger
+        # ("is not this run's store"), which the check below fails on.
         timeout 120 mpirun --allow-run-as-root --oversubscribe -n 4 sh -c \
-            "export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port CDL_STORE_HELLO_TIMEOUT=1; $two_nodes" \
+            "export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port; $two_nodes" \
             "$check" --backend hier:store --expect-backend hier:store >"$tmp/moved.out" 2>&1
         rc=$?
         kill "$squatter"
@@ -101,14 +104,17 @@ if have HAVE_MPI; then
     # of a lost peer (76, which the requeue templates resume after), not the
     # 1 of an error a restart would repeat: MPI_Abort's code is mpirun's.
     pidf=$(mktemp /tmp/cdl-mpistop.XXXXXX)
-    echo "+ mpirun -n 2 dist_check --backend mpi --stop-rank 1 (CDL_TIMEOUT=3)"
-    CDL_TIMEOUT=3 timeout 60 mpirun --allow-run-as-root --oversubscribe -x CDL_TIMEOUT -n 2 \
+    # CDL_TIMEOUT bounds every wait before rank 1 stops too (the PMIx fence,
+    # MPI_Init_thread's watchdog): at 3 s, a rank 3 s late there under load
+    # failed the test with another message; 10 s leaves a margin.
+    echo "+ mpirun -n 2 dist_check --backend mpi --stop-rank 1 (CDL_TIMEOUT=10)"
+    CDL_TIMEOUT=10 timeout 60 mpirun --allow-run-as-root --oversubscribe -x CDL_TIMEOUT -n 2 \
         "$check" --backend mpi --stop-rank 1 "$pidf" >"$pidf.out" 2>&1
     rc=$?
     stopped=$(cat "$pidf" 2>/dev/null)
     [ -n "$stopped" ] && kill -9 "$stopped" 2>/dev/null   # only if the job did not end it
     cat "$pidf.out"
-    grep -q "did not complete within 3 s" "$pidf.out"; said=$?
+    grep -q "did not complete within 10 s" "$pidf.out"; said=$?
     rm -f "$pidf" "$pidf.out"
     [ $rc -ne 124 ] || { echo "FAILED: the job hung after a peer stopped"; exit 1; }
     [ $rc -ne 0 ] && [ $said -eq 0 ] ||

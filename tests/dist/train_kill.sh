@@ -102,9 +102,28 @@ fi
 # Rank 0's MPI_Init here is a singleton's, whose session directory
 # (TMPDIR/ompi.HOST.UID/jf.N) the abort leaves behind: a TMPDIR of the
 # test's own, removed with it.
+# Rank 0 runs under a wrapper that, once cdl-train has failed, stays until
+# rank 1 has said so (30 s at most): cdlrun stops the other ranks as soon
+# as one exits, and rank 1, still in its own MPI_Init_thread (a singleton's,
+# a second or more under load), was stopped there before it could read
+# rank 0's word ("asked to stop while it waited in MPI_Init_thread"): the
+# check below failed by chance (seen here beside the Slurm tests).
 if have HAVE_MPI; then
     mkdir -p "$tmp/mpi-tmp"
-    TMPDIR=$tmp/mpi-tmp timeout 120 "$cdlrun" -n 2 --timeout 60 --label "$train" $common \
+    cat >"$tmp/hold0.sh" <<EOF
+#!/bin/sh
+[ "\$RANK" = 0 ] || exec "\$@"
+"\$@"
+rc=\$?
+i=0
+until grep -q '^\[1\].*rank 0 gave up' "$tmp/err" || [ \$i -ge 300 ]; do
+    sleep 0.1   # poll interval only: rank 1's line decides
+    i=\$((i + 1))
+done
+exit \$rc
+EOF
+    chmod +x "$tmp/hold0.sh"
+    TMPDIR=$tmp/mpi-tmp timeout 120 "$cdlrun" -n 2 --timeout 60 --label "$tmp/hold0.sh" "$train" $common \
         --epochs 1 --dist-backend hier:mpi >"$tmp/out" 2>"$tmp/err"
     rc=$?
     [ $rc -eq 1 ] || fail "cdlrun exited $rc after rank 0's hier:mpi error, expected 1"
@@ -155,7 +174,7 @@ echo "world-size schedule test passed"
 # starts them: SLURMD_NODENAME names the node): rank 0 exits 76 naming the
 # lost rank and its host, so that the user knows which node to exclude or
 # report (it used to say "rank 1 lost its connection" only).
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 node_rank() {   # node_rank R HOST: rank R of 2 on its own node
     RANK=$1 NODE_RANK=$1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 WORLD_SIZE=2 CDL_NNODES=2 \
         MASTER_ADDR=127.0.0.1 MASTER_PORT=$port CDL_STORE_TOKEN=train-kill-$$ \

@@ -22,28 +22,60 @@ TOKEN=0123456789abcdef0123456789abcdef
 # listen N [setpriv args]: a listener on a free port of 127.0.0.1 and, with
 # N > 0, on the N first alternates of the store's for that port and TOKEN
 # (store_alt_ports: HMAC-SHA256(token, "cdl-store-port|PORT|i")), as the
-# account the arguments give; sets port and listener (its pid).
+# account the arguments give; sets port and listener (its pid). A port whose
+# alternates are not all free is passed over: the port is an ephemeral one
+# (32768-60999), and so are the alternates, where the host's outgoing
+# connections (the Slurm tests' clients beside this one) leave sockets in
+# TIME_WAIT for a minute (a TIME_WAIT socket blocks bind() even with
+# SO_REUSEADDR). One of them on an alternate made the store move to the
+# next (not the first, which the test expects), or this listener fail to
+# bind: with the 30 to 270 such sockets counted while the Slurm tests of a
+# CI run went on beside, each alternate was taken 1 time in 1000 to 1 in
+# 100, and a run failed up to about 1 time in 20.
 listen() {
     local n=$1; shift
     exec 3< <(exec env -u SLURM_STEP_RESV_PORTS setpriv "$@" /usr/bin/python3 -c '
 import hashlib, hmac, signal, socket, sys
 n, token = int(sys.argv[1]), sys.argv[2].encode()
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-s.listen(1)
-port, alts, i, held = s.getsockname()[1], [], 0, [s]
-while len(alts) < 4:
-    mac = hmac.new(token, b"cdl-store-port|%d|%d" % (port, i), hashlib.sha256).digest()
-    off = 1 + int.from_bytes(mac[:4], "big") % 64
-    p = port + off if port + off <= 65535 else port - off
-    if p not in alts:
-        alts.append(p)
-    i += 1
-for p in alts[:n]:
+def alternates(port):
+    alts, i = [], 0
+    while len(alts) < 4:
+        mac = hmac.new(token, b"cdl-store-port|%d|%d" % (port, i), hashlib.sha256).digest()
+        off = 1 + int.from_bytes(mac[:4], "big") % 64
+        p = port + off if port + off <= 65535 else port - off
+        if p not in alts:
+            alts.append(p)
+        i += 1
+    return alts
+def bound(p):   # a socket bound to 127.0.0.1:p, or None where p is taken
     t = socket.socket()
-    t.bind(("127.0.0.1", p))
+    try:
+        t.bind(("127.0.0.1", p))
+        return t
+    except OSError:
+        t.close()
+        return None
+for attempt in range(100):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    alts = alternates(port)
+    probes = [bound(p) for p in alts]
+    if all(probes):
+        break
+    s.close()
+    for t in probes:
+        if t:
+            t.close()
+else:
+    sys.exit("port-squat listener: no port of 100 had its 4 alternates free")
+s.listen(1)
+held = [s]
+for t in probes[:n]:
     t.listen(1)
     held.append(t)
+for t in probes[n:]:
+    t.close()   # bound only, never listening: freed at once, no TIME_WAIT
 print(port, " ".join(map(str, alts)), flush=True)
 signal.pause()' "$n" "$TOKEN")
     listener=$!

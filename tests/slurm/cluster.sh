@@ -31,8 +31,10 @@
 #                       DIR/bin/nvidia-cuda-mps-control and named in the
 #                       plugin's admin configuration
 #   CDL_PLUGSTACK_ARGS  extra plugstack arguments (key=value ...)
-#   CDL_PORT_RANGE      the plugin's port_range (default: 100 ports at a random
-#                       place in 10000-19999; env.sh exports CDL_PORT_LO/HI)
+#   CDL_PORT_RANGE      the plugin's port_range (default: CDL_PORT_SPAN ports
+#                       at a random place in 10000-19999, away from every
+#                       other cluster's (choose); env.sh exports CDL_PORT_LO/HI)
+#   CDL_PORT_SPAN       the width of that default range (1-100, default 100)
 #   CDL_TEST_USER       the unprivileged user jobs run as (default nobody;
 #                       it must exist: the harness creates no account)
 #   CDL_RESV_PORTS=1    configure MpiParams=ports=... so that Slurm reserves
@@ -52,10 +54,11 @@
 #                       enforced; DefMemPerCPU gives a node's 4000 MB to its
 #                       CPUs). Each node has the host's CPUs (at most 4): a
 #                       cpuset cannot name CPUs the host lacks.
-#   CDL_FIRST_JOB_ID    the first job id (default: random, 1000-3000900);
-#                       env.sh exports it. Clusters running side by side on
-#                       one host then never share job ids, so nothing named
-#                       by job id (ports, /dev/shm, runtime_dir) meets.
+#   CDL_FIRST_JOB_ID    the first job id (default: random, 1000-3000900, and
+#                       10000 or more away from every other cluster's on this
+#                       host: choose); env.sh exports it. Clusters running
+#                       side by side then never share job ids, so nothing
+#                       named by job id (ports, /dev/shm, runtime_dir) meets.
 #   CDL_GPUS=N          N fake GPUs per node (default 2; not with CDL_HETERO),
 #                       for steps that give each task several GPUs
 #                       (srun --gpus-per-task=2 with 4 tasks on a node: 8)
@@ -87,19 +90,6 @@ wait_for() {
     done
 }
 
-# A TCP port nobody listens on (checked against /proc/net/tcp{,6}), in
-# 20000-32767: above the plugin's port windows (port_window) and below the
-# kernel's ephemeral ports (32768-60999), which an outgoing connection could
-# take while a test restarts a slurmd on its port.
-free_port() {
-    local p hex
-    while :; do
-        p=$((20000 + RANDOM % 12768))
-        hex=$(printf ':%04X ' "$p")
-        grep -q " [0-9A-F]*$hex" /proc/net/tcp /proc/net/tcp6 2>/dev/null || { echo "$p"; return; }
-    done
-}
-
 # ports_in_use LO HI: true if a TCP socket of this host (any state, any
 # address) has a local port in LO..HI.
 ports_in_use() {
@@ -111,31 +101,91 @@ ports_in_use() {
     return 1
 }
 
-# port_window DIR: the first port of a free window of 100 at a random place
-# in 10000-19899; records it in DIR/ports. A rank 0 that cannot bind its
-# port moves up to 64 ports above (lib/dist/store_proto.h), and
-# test_hostile.sh's squatter holds those too, so a window takes LO..LO+163:
-# no socket may use one of those ports, and no other cluster of this host
-# (a sibling of DIR with a ports file) may have its window within 164.
-# Clusters run side by side under make -j: they choose one at a time, under
-# a lock on this script.
-port_window() {
-    local dir=$1 lo other f ok tries lk
-    exec {lk}<"${BASH_SOURCE[0]}"
-    flock -w 60 "$lk" || { echo "cluster.sh: no lock on ${BASH_SOURCE[0]} within 60 s" >&2; return 1; }
-    for tries in $(seq 200); do
-        lo=$((10000 + RANDOM % 99 * 100)) ok=1   # below free_port's 20000
-        for f in "$(dirname "$dir")"/*/ports; do
-            [ -f "$f" ] && [ "$f" != "$dir/ports" ] && read -r other <"$f" 2>/dev/null || continue
-            [ $((lo > other ? lo - other : other - lo)) -ge 164 ] || ok=0
-        done
-        [ $ok = 1 ] && ! ports_in_use "$lo" $((lo + 163)) && break
-        ok=0
+# lock_clusters DIR: opens FD lk on DIR's parent, the folder where the
+# clusters running side by side on this host have their directories
+# (lib.sh: mktemp -d /tmp/cdl-slurm.XXXXXX), and locks it with flock, for
+# the caller's shell (not in a subshell: the lock would go with it). The
+# parent, not this script: the gcc and clang stages, or two checkouts, run
+# different copies of cluster.sh beside each other.
+lock_clusters() {
+    local parent
+    parent=$(dirname "$1")
+    exec {lk}<"$parent"
+    flock -w 60 "$lk" || { echo "cluster.sh: no lock on $parent within 60 s" >&2; return 1; }
+}
+
+# choose DIR SPAN: under lock_clusters, what this cluster shares with the
+# others of this host, chosen at random but never one another cluster holds:
+#  - the plugin's port window (unless CDL_PORT_RANGE is set): SPAN ports at a
+#    random place in 10000-19999. A rank 0 that cannot bind its port moves up
+#    to 64 ports above (lib/dist/store_proto.h), and test_hostile.sh's
+#    squatter holds those too, so a window takes LO..LO+163: no socket may
+#    use one of those ports, and no other cluster's window starts within 164;
+#  - slurmctld's and the two slurmd's ports, in 20000-32767: above the port
+#    windows and below the kernel's ephemeral ports (32768-60999), which an
+#    outgoing connection could take while a test restarts a slurmd on its
+#    port; none in use, none another cluster chose (its daemons may not have
+#    bound them yet: two clusters starting together could both find a port
+#    free, about 1 time in 1400 for two starts that overlap);
+#  - the first job id (unless CDL_FIRST_JOB_ID is set), 10000 or more away
+#    from every other cluster's: /dev/shm segments and the epilog's sweep of
+#    them are named by job id, host-wide. Drawn from 30000 values alone, two
+#    clusters shared their ids about 1 time in 30000.
+# Records WINDOW (0 without one) in DIR/ports, the one number older copies
+# of this script read there (and fail on anything else), "PCTL P1 P2
+# FIRST-JOB" in DIR/chosen; prints "WINDOW PCTL P1 P2 FIRST-JOB".
+choose() {
+    local dir=$1 span=$2 lk f rec lo=0 pctl p1 p2 first ok tries
+    local wins=() used=" " jobs=()
+    lock_clusters "$dir" || return 1
+    for f in "$(dirname "$dir")"/*/ports; do
+        [ -f "$f" ] && [ "$f" != "$dir/ports" ] || continue
+        rec=()
+        read -r -a rec <"$f" 2>/dev/null || [ "${#rec[@]}" -gt 0 ] || continue
+        case "${rec[*]}" in '' | *[!0-9]*) ;; *) wins+=("${rec[0]}") ;; esac
+        rec=()
+        read -r -a rec <"${f%/ports}/chosen" 2>/dev/null || [ "${#rec[@]}" -gt 0 ] || continue
+        case "${rec[*]}" in *[!0-9\ ]*) continue ;; esac
+        [ "${#rec[@]}" = 4 ] || continue
+        used="$used${rec[0]} ${rec[1]} ${rec[2]} "
+        jobs+=("${rec[3]}")
     done
-    [ $ok = 1 ] || { echo "cluster.sh: no free window of 164 ports in 10000-19963 after $tries tries" >&2; return 1; }
+    if [ -z "${CDL_PORT_RANGE:-}" ]; then
+        for tries in $(seq 200); do
+            lo=$((10000 + RANDOM % 99 * 100)) ok=1   # below the daemons' 20000
+            for f in "${wins[@]}"; do
+                [ "$f" = 0 ] || [ $((lo > f ? lo - f : f - lo)) -ge 164 ] || ok=0
+            done
+            [ $ok = 1 ] && ! ports_in_use "$lo" $((lo + span + 63)) && break
+            ok=0
+        done
+        [ $ok = 1 ] || { echo "cluster.sh: no free window of $((span + 64)) ports in 10000-19963 after $tries tries" >&2; return 1; }
+    fi
+    daemon_port() {
+        local p
+        while :; do
+            p=$((20000 + RANDOM % 12768))
+            case $used in *" $p "*) continue ;; esac
+            ports_in_use "$p" "$p" || { echo "$p"; return; }
+        done
+    }
+    pctl=$(daemon_port); used="$used$pctl "
+    p1=$(daemon_port); used="$used$p1 "
+    p2=$(daemon_port)
+    first=${CDL_FIRST_JOB_ID:-}
+    if [ -z "$first" ]; then
+        for tries in $(seq 200); do
+            first=$((1000 + RANDOM % 30000 * 100)) ok=1
+            for f in "${jobs[@]}"; do
+                [ $((first > f ? first - f : f - first)) -ge 10000 ] || ok=0
+            done
+            [ $ok = 1 ] && break
+        done
+    fi
+    echo "$pctl $p1 $p2 $first" >"$dir/chosen"
     echo "$lo" >"$dir/ports"
     exec {lk}<&-
-    echo "$lo"
+    echo "$lo $pctl $p1 $p2 $first"
 }
 
 ensure_user() {
@@ -202,21 +252,6 @@ start() {
     wait_for 10 test -S "$dir/munge/munge.sock" || die "munged did not start ($dir/log/munged.log)"
     chmod 0711 "$dir/munge"
 
-    local host pctl p1 p2 pres
-    host=$(hostname -s)
-    pctl=$(free_port); p1=$(free_port); p2=$(free_port)
-    while [ "$p2" = "$p1" ] || [ "$p2" = "$pctl" ]; do p2=$(free_port); done
-    while [ "$p1" = "$pctl" ]; do p1=$(free_port); done
-    pres=$((30000 + RANDOM % 20000))   # MpiParams=ports= range for --resv-ports
-    # The plugin's MASTER_PORT range: a window of 100 in 10000-19999, away
-    # from the ports above, and from other clusters' windows (port_window).
-    local prange=${CDL_PORT_RANGE:-}
-    if [ -z "$prange" ]; then
-        local plo
-        plo=$(port_window "$dir") || exit 1
-        prange=$plo-$((plo + 99))
-    fi
-    local first_job=${CDL_FIRST_JOB_ID:-$((1000 + RANDOM % 30000 * 100))}
     local cpus=4 proctrack=proctrack/pgid task=${CDL_TASK_PLUGIN:-task/none} select=CR_CPU
     cpus=${CDL_CPUS:-$cpus}
     case $cpus in [1-9] | [1-9][0-9]) ;; *) die "CDL_CPUS=$cpus: want 1-99" ;; esac
@@ -230,9 +265,22 @@ start() {
         # Memory is allocated (sbatch --mem), so that the cgroup limits it.
         select="CR_CPU_Memory
 DefMemPerCPU=$((4000 / cpus))"
+        # Written before choose takes its lock: a cluster stopping meanwhile
+        # then sees that this one uses the host's slurm_n1 and slurm_n2
+        # cgroups (stop_cgroups).
         printf '%s\n' CgroupPlugin=autodetect ConstrainCores=yes ConstrainRAMSpace=yes \
             AllowedRAMSpace=100 >"$dir/etc/cgroup.conf"
     fi
+
+    local host plo pctl p1 p2 pres span=${CDL_PORT_SPAN:-100} prange=${CDL_PORT_RANGE:-} first_job chosen
+    host=$(hostname -s)
+    case $span in [1-9] | [1-9][0-9] | 100) ;; *) die "CDL_PORT_SPAN=$span: want 1-100" ;; esac
+    chosen=$(choose "$dir" "$span") || exit 1
+    read -r plo pctl p1 p2 first_job <<<"$chosen"
+    # The plugin's MASTER_PORT range: a window of SPAN in 10000-19999, away
+    # from the ports above, and from other clusters' windows (choose).
+    [ -n "$prange" ] || prange=$plo-$((plo + span - 1))
+    pres=$((30000 + RANDOM % 20000))   # MpiParams=ports= range for --resv-ports
 
     # The emulated nodes' names must resolve, as node names do on a real
     # cluster: MASTER_ADDR is task 0's node name (master_addr=hostname).
@@ -417,6 +465,37 @@ cancel_jobs() {
     wait_for 30 no_job_pids "$dir" || kill_jobs "$dir"
 }
 
+# stop_cgroups DIR: task/cgroup leaves its per-node groups (cgroup v1:
+# slurm_<node> under each controller, named by the node alone: Slurm 22.05
+# has no setting for another prefix), and the machine is left as found. But
+# every cluster of this host names its nodes n1 and n2: another cluster with
+# cgroup.conf whose daemons run shares those groups, and a group it has just
+# made for a step (empty until the task is moved in) would go from under
+# it, failing that step. So the groups are removed only by the last such
+# cluster, under lock_clusters (a cluster starting writes its cgroup.conf,
+# then takes that lock before its slurmd run). A group in use cannot be
+# removed (rmdir fails), so nothing running is touched.
+stop_cgroups() {
+    local dir=$1 lk f g pid
+    [ -f "$dir/etc/cgroup.conf" ] || return 0
+    lock_clusters "$dir" || return 0
+    for f in "$(dirname "$dir")"/*/etc/cgroup.conf; do
+        [ -f "$f" ] && [ "$f" != "$dir/etc/cgroup.conf" ] || continue
+        pid=$(cat "${f%/etc/cgroup.conf}/run/munged.pid" 2>/dev/null) || continue
+        case $pid in ''|*[!0-9]*) continue ;; esac
+        if kill -0 "$pid" 2>/dev/null; then
+            echo "cluster.sh: slurm_n1 and slurm_n2 cgroups left to ${f%/etc/cgroup.conf}, which still runs" >&2
+            exec {lk}<&-
+            return 0
+        fi
+    done
+    for g in /sys/fs/cgroup/*/slurm_n1 /sys/fs/cgroup/*/slurm_n2; do
+        [ -d "$g" ] && find "$g" -depth -type d -exec rmdir {} + 2>/dev/null
+    done
+    exec {lk}<&-
+    return 0
+}
+
 stop() {
     local dir=$1
     [ -d "$dir" ] || return 0
@@ -426,15 +505,7 @@ stop() {
               "$dir"/run/harness.slurmctld.pid "$dir"/run/munged.pid
     # A step started while the daemons stopped.
     kill_jobs "$dir"
-    # task/cgroup leaves its per-node groups (cgroup v1: slurm_<node> under
-    # each controller): the machine is left as found. A group still in use
-    # cannot be removed (rmdir fails), so nothing running is touched.
-    if [ -f "$dir/etc/cgroup.conf" ]; then
-        local g
-        for g in /sys/fs/cgroup/*/slurm_n1 /sys/fs/cgroup/*/slurm_n2; do
-            [ -d "$g" ] && find "$g" -depth -type d -exec rmdir {} + 2>/dev/null
-        done
-    fi
+    stop_cgroups "$dir"
     if [ "${CDL_KEEP_CLUSTER:-0}" = 1 ]; then
         echo "cluster.sh: kept $dir" >&2
     else

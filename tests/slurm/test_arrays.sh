@@ -17,9 +17,12 @@
 set -u
 . "${top_srcdir:-.}/tests/slurm/lib.sh"
 require_cluster_tools
-lo=$((20000 + RANDOM % 1000 * 4))
 # CDL_PREEMPT: partition `high` preempts `debug` with a GraceTime (cluster.sh).
-CDL_PREEMPT=1 CDL_PORT_RANGE=$lo-$((lo + 3)) start_cluster
+# A port range of 4, placed by cluster.sh away from every other cluster's
+# ports (it was 20000 + RANDOM % 1000 * 4, among the ports cluster.sh gives
+# other clusters' slurmctld and slurmd: chain.sbatch's 2-rank store then
+# found its port or the alternates above it taken by another test's daemon).
+CDL_PREEMPT=1 CDL_PORT_SPAN=4 start_cluster
 
 echo "== 1. four array tasks on one node"
 user_script port.sh <<'EOF'

@@ -91,7 +91,7 @@ if os.environ["RANK"] == "1":   # dies as a lost node's rank does: no word, sock
     train_hf.StopOnSignal.on_step_end = die
 train_hf.main()
 PY
-port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 for r in 0 1; do
     (cd "$scratch" && exec env WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
         MASTER_PORT="$port" OMP_NUM_THREADS=1 RANK=$r LOCAL_RANK=$r timeout 120 \
@@ -139,7 +139,7 @@ gpu() {
         MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" timeout 120 "$venv/bin/python" acc.py \
         "$(dirname "$script")" "$1" 2>&1 | tail -n 1)
 }
-port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 plain=$(gpu plain)
 pinned=$(gpu pinned)
 echo "Accelerate alone: $plain; pinned: $pinned"

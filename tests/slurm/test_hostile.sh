@@ -50,8 +50,13 @@ echo "\$(id -u) \$0 \$*" >> "$MARKS/path-fake-ran"
 EOF
 chmod 0755 "$WORK/evil-bin/nvidia-cuda-mps-control"
 chown -R "$CDL_TEST_USER" "$WORK/evil-bin"
+# The MPS directories it names are this run's own (absent; in a folder any
+# account may write, as /tmp): fixed names in /tmp were shared with every
+# other run of this test on the host.
+EVIL_DIRS=$(mktemp -d "$CDL_CLUSTER_DIR/evil.XXXXXX") && chmod 1777 "$EVIL_DIRS" ||
+    { echo "cannot make a folder for the hostile MPS directories"; exit 1; }
 out=$(as_user_env LD_PRELOAD="$CDL_CLUSTER_DIR/bin/evil.so" PATH="$WORK/evil-bin:/usr/bin:/bin" \
-        CUDA_MPS_PIPE_DIRECTORY=/tmp/evil-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/evil-log \
+        CUDA_MPS_PIPE_DIRECTORY="$EVIL_DIRS/evil-pipe" CUDA_MPS_LOG_DIRECTORY="$EVIL_DIRS/evil-log" \
         -- srun -N2 --ntasks-per-node=2 --gres=gpu:1 --cdl-mps --cdl-bind=cores ./mark.sh)
 echo "$out"
 check "hostile environment: the step ran on all 4 tasks" test "$(echo "$out" | grep -c '^T')" = 4
@@ -65,6 +70,7 @@ check "no process with root ids loaded the LD_PRELOAD library" \
 check "no slurmstepd or slurmd loaded it" eval '! grep -q "slurm" "$MARKS"/mark.* 2>/dev/null'
 check "the daemons' environment had neither LD_PRELOAD nor the user's PATH" \
     test "$(count_records daemon '^env=LD_PRELOAD')$(count_records daemon 'evil-bin')$(count_records daemon 'evil-pipe')" = 000
+check "nothing made the job's MPS directories" test ! -e "$EVIL_DIRS/evil-pipe" -a ! -e "$EVIL_DIRS/evil-log"
 check "the daemons are the admin's binary" \
     test "$(count_records daemon "^argv0=$CDL_CLUSTER_DIR/bin/nvidia-cuda-mps-control\$")" = 2
 check "every run of the control program was as the job user" \
@@ -73,11 +79,15 @@ check "every run of the control program was as the job user" \
 # CUDA_VISIBLE_DEVICES from the job's environment: Slurm's gres value wins
 # (and without GPUs Slurm removes it); the plugin also refuses odd values
 # (unit-tested: test_spank_contract, test_gpus_parse).
+# The file it would create is this run's own (in a folder any account may
+# write, as /tmp): /tmp/pwned was one name for every run on the host, so a
+# run failed on a file another left, or removed.
 rm -f "$RECORDS"/rec.*
-out=$(as_user_env 'CUDA_VISIBLE_DEVICES=0;touch /tmp/pwned' -- srun -N1 -n2 --gres=gpu:1 --cdl-mps ./mark.sh 2>&1)
+PWNED=$EVIL_DIRS/pwned
+out=$(as_user_env "CUDA_VISIBLE_DEVICES=0;touch $PWNED" -- srun -N1 -n2 --gres=gpu:1 --cdl-mps ./mark.sh 2>&1)
 check "a hostile CUDA_VISIBLE_DEVICES does not reach the daemon" \
     test "$(count_records daemon '^env=CUDA_VISIBLE_DEVICES=0$')$(count_records daemon 'pwned')" = 10
-check "no file was created by it" test ! -e /tmp/pwned
+check "no file was created by it" test ! -e "$PWNED"
 
 # Another user's process takes the step's port first (every port of
 # port_range on the node's address, and the 64 above it where rank 0's

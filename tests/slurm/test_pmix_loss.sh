@@ -98,7 +98,12 @@ check "1c: rank 0 left the fence, naming it" \
 check "1c: rank 0 exited 75" grep -q "n1: task 0: Exited with exit code 75" "$WORK/term.log"
 
 echo "== 2. rank 1 killed mid-run"
-as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=3 -- \
+# CDL_TIMEOUT bounds every wait of the run before the kill too: the PMIx
+# fence of two ranks srun starts on two nodes, MPI_Init_thread's watchdog,
+# each step's collective. At 3 s a rank that late under load failed the
+# run before rank 1 was killed; 10 s leaves a margin (and detects the kill
+# 7 s later).
+as_user_env OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl=self,tcp CDL_TIMEOUT=10 -- \
     srun --mpi=pmix -N2 --ntasks-per-node=1 ./rank.sh run $train --ckpt-dir ck >"$WORK/kill.log" 2>&1 &
 srun_pid=$!
 wait_until 50 grep -q "^epoch 1/" "$WORK/kill.log" && wait_until 5 test -s "$WORK/pid.1"

@@ -328,6 +328,29 @@ static void test_token(void **state)
     assert_int_equal(contract_token_make(a, 8, &e), -1);
 }
 
+/* cdlrun's MASTER_PORT lies above the kernel's ephemeral ports (which an
+ * outgoing connection could take before rank 0 binds the port) and leaves
+ * the 64 ports of the store's alternates below 65536; no room: 0. */
+static void test_quiet_port(void **state)
+{
+    (void)state;
+    static const uint32_t draws[] = {0, 1, 4470, 4471, 4472, 12345, 0x7fffffffu, 0xffffffffu};
+    int seen_lo = 0, seen_hi = 0;
+    for (size_t i = 0; i < sizeof draws / sizeof draws[0]; i++) {
+        int p = contract_quiet_port(60999, draws[i]);   /* Linux's default 32768-60999 */
+        if (p < 61000 || p > 65535 - 64)
+            fail_msg("draw %u: port %d outside 61000-65471", (unsigned)draws[i], p);
+        seen_lo |= p == 61000;
+        seen_hi |= p == 65471;
+    }
+    assert_true(seen_lo && seen_hi);   /* both ends are reached */
+    assert_int_equal(contract_quiet_port(60999, 4472), 61000);   /* span 4472: wraps */
+    assert_int_equal(contract_quiet_port(65535, 7), 0);   /* ephemeral up to the top */
+    assert_int_equal(contract_quiet_port(64500, 7), 0);   /* fewer than 1000 above */
+    assert_int_equal(contract_quiet_port(-1, 7), 0);      /* range unknown */
+    assert_int_equal(contract_quiet_port(64471 - 1000, 999), 64471);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -342,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_decode_strict),
         cmocka_unit_test(test_uneven_nodes),
         cmocka_unit_test(test_token),
+        cmocka_unit_test(test_quiet_port),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

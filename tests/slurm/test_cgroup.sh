@@ -79,28 +79,36 @@ check "two tasks: disjoint CPUs ($a, $b) inside the step's cpuset ($set)" \
 echo "== 2. cdl-train sees srun --mem"
 CDL_TRAIN_BIN=${CDL_TRAIN_BIN:-$(readlink -f "$top_builddir/cli/cdl-train" 2>/dev/null)}
 if [ -n "$CDL_TRAIN_BIN" ] && runuser -u "$CDL_TEST_USER" -- test -x "$CDL_TRAIN_BIN"; then
-    # cdl-train on Fashion-MNIST peaks at about 112 MB (it was 220 MB, and
-    # this step had 120 MB: it then trained within it, and the check failed
-    # on every cgroup v1 host); it holds about 35 MB before the data's first
-    # block (47 MB), so 64 MB stops it there.
-    out=$(as_user_env OPENBLAS_NUM_THREADS=1 -- srun -N1 -w n1 -n1 -c1 --mem=64 \
+    # What a rank holds before the data's first block (47 MB), outside cdl's
+    # checks, depends on the build: about 35 MB without CUDA, about 120 MB
+    # where libcdl links cuBLAS, cuDNN and NCCL (their pages, read at load,
+    # count in the job's memory). The limit must stop cdl-train at that
+    # block, not before it (an OOM kill) nor after (it trains within: a
+    # CPU-only build peaks at 112 MB on Fashion-MNIST, so 120 MB, right for
+    # a CUDA build, let it train and the checks failed there).
+    if ldd "$CDL_TRAIN_BIN" "$top_builddir/.libs/libcdl.so.0" 2>/dev/null | grep -q 'libcudart'; then
+        one=120 two=300
+    else
+        one=64 two=128
+    fi
+    mb() { awk -v m="$1" 'BEGIN { printf "%.1f", m * 1048576 / 1e6 }'; }
+    out=$(as_user_env OPENBLAS_NUM_THREADS=1 -- srun -N1 -w n1 -n1 -c1 --mem=$one \
         "$CDL_TRAIN_BIN" --model lenet --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist \
         --device cpu --epochs 1 --max-steps 1 --threads 1 --workers 0 --resume never 2>&1); rc=$?
     echo "$out" | tail -n 3
-    check "cdl-train stops with its message naming the 64 MiB limit, not an OOM kill (rc $rc)" \
-        eval '[ "$rc" = 1 ] && echo "$out" | grep -q "out of memory allocating .* of the 67.1 MB it may use" &&
+    check "cdl-train stops with its message naming the $one MiB limit, not an OOM kill (rc $rc)" \
+        eval '[ "$rc" = 1 ] && echo "$out" | grep -q "out of memory allocating .* of the $(mb $one) MB it may use" &&
               ! echo "$out" | grep -qi "oom"'
     # Two ranks in one step's limit: each checked against the whole limit,
-    # both passed and the OOM killer ended the step. Each now has its share.
-    # (Each rank holds about 35 MB before its data blocks, outside cdl's
-    # checks: 128 MB gives each 64 MB, as above.)
-    out=$(as_user_env OPENBLAS_NUM_THREADS=1 -- srun -N1 -w n1 -n2 -c1 --mem=128 --cdl-ddp \
+    # both passed and the OOM killer ended the step. Each now has its share
+    # (half of $two MiB: room for what each holds before its data, as above).
+    out=$(as_user_env OPENBLAS_NUM_THREADS=1 -- srun -N1 -w n1 -n2 -c1 --mem=$two --cdl-ddp \
         "$CDL_TRAIN_BIN" --model lenet --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist \
         --device cpu --epochs 1 --max-steps 1 --threads 1 --workers 0 --resume never 2>&1); rc=$?
     echo "$out" | tail -n 3
-    check "2 ranks in --mem=128: cdl-train's message with each rank's share, not an OOM kill (rc $rc)" \
+    check "2 ranks in --mem=$two: cdl-train's message with each rank's share, not an OOM kill (rc $rc)" \
         eval '[ "$rc" != 0 ] && [ "$rc" != 124 ] &&
-              echo "$out" | grep -q "of the 67.1 MB it may use (.*, shared by the 2 ranks on this node)" &&
+              echo "$out" | grep -q "of the $(mb $((two / 2))) MB it may use (.*, shared by the 2 ranks on this node)" &&
               ! echo "$out" | grep -qi "oom"'
 else
     echo "SKIP part 2: cli/cdl-train is not built"

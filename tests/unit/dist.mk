@@ -47,7 +47,7 @@ tests_dist_stall_preload_la_SOURCES = tests/dist/stall-preload.c
 tests_dist_stall_preload_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 tests_dist_stall_preload_la_LIBADD = -ldl
 TESTS += tests/dist/mpi_stall.sh
-EXTRA_DIST += tests/dist/mpi_stall.sh
+EXTRA_DIST += tests/dist/mpi_stall.sh tests/dist/quiet_port.py
 # SIGTERM while a rank waits in the bootstrap for one that never comes.
 TESTS += tests/dist/boot_signal.sh
 EXTRA_DIST += tests/dist/boot_signal.sh

@@ -18,6 +18,8 @@
  *
  * Usage: bench_cnn [--model NAME] [--batch N] [--threads T] [--steps S] [--runs R]
  *                  [--sgemm 0] (0: skip the SGEMM peak check; the % of peak reads 0)
+ *                  [--fast-conv 1] (the backend's fast_conv: Winograd F(4x4) on AVX2
+ *                  CPUs; the FLOPs counted stay the direct convolutions')
  * Prints a human-readable report and one line "RESULT key=value ..." for
  * bench/run_cnn.sh.
  */
@@ -103,7 +105,7 @@ static double step_flops(const cdl_model_spec *spec, cdl_shape in)
 
 int main(int argc, char **argv)
 {
-    int batch = 512, threads = 1, steps = 0, runs = 7, peak_check = 1;
+    int batch = 512, threads = 1, steps = 0, runs = 7, peak_check = 1, fast_conv = 0;
     const char *model = "lenet";
     for (int i = 1; i < argc; i += 2) {
         int *dst = NULL;
@@ -123,9 +125,13 @@ int main(int argc, char **argv)
             peak_check = atoi(argv[i + 1]) != 0;
             continue;
         }
+        else if (!strcmp(argv[i], "--fast-conv") && i + 1 < argc) {
+            fast_conv = atoi(argv[i + 1]) != 0;
+            continue;
+        }
         if (!dst || i + 1 >= argc || (*dst = atoi(argv[i + 1])) < 1) {
             fprintf(stderr, "usage: %s [--model lenet|mlp|resnet20|resnet18] [--batch N] [--threads T] "
-                            "[--steps S] [--runs R] (numbers >= 1) [--sgemm 0|1]\n",
+                            "[--steps S] [--runs R] (numbers >= 1) [--sgemm 0|1] [--fast-conv 0|1]\n",
                     argv[0]);
             return 2;
         }
@@ -136,7 +142,11 @@ int main(int argc, char **argv)
     if (runs < 5)
         runs = 5;
 
-    cdl_backend *be = cdl_backend_cpu_create(threads);
+    cdl_backend_params bp;
+    cdl_backend_params_init(&bp);
+    bp.threads = threads;
+    bp.fast_conv = fast_conv;
+    cdl_backend *be = cdl_backend_create_with("cpu", &bp);
     cdl_shape in = {3, 32, 32};
     cdl_model_spec spec;
     if (!be || cdl_spec_builtin(model, in, CLASSES, &spec)) {
@@ -209,8 +219,9 @@ int main(int argc, char **argv)
     double median = ips[runs / 2], flops = step_flops(&spec, in);
     double gflops = median * flops / 1e9;
 
-    printf("cdl %s, %s, CPU backend, %d thread(s), batch %d, %d runs x %d steps (after 1 warm-up run)\n",
-           cdl_version(), model, threads, batch, runs, steps);
+    printf("cdl %s, %s, CPU backend%s, %d thread(s), batch %d, %d runs x %d steps (after 1 warm-up "
+           "run)\n", cdl_version(), model, fast_conv ? " with fast_conv" : "", threads, batch, runs,
+           steps);
     printf("  images/s: median %.0f  min %.0f  max %.0f\n", median, ips[0], ips[runs - 1]);
     /* Per second of this process's CPU time (user+sys): on a shared core
      * the wall-clock rate drops, this one does not (with one thread; more
@@ -221,9 +232,10 @@ int main(int argc, char **argv)
            "(%d thread(s), 2048^3)\n",
            flops / 1e6, gflops, peak > 0.0 ? 100 * gflops / peak : 0.0, peak, threads);
     printf("  peak RSS %ld MiB (before the SGEMM check), last sample loss %.4f\n", ru.ru_maxrss / 1024, (double)last_loss);
-    printf("RESULT impl=cdl model=%s batch=%d threads=%d img_s=%.0f min=%.0f max=%.0f gflops=%.2f "
+    printf("RESULT impl=%s model=%s batch=%d threads=%d img_s=%.0f min=%.0f max=%.0f gflops=%.2f "
            "sgemm_gflops=%.2f peak_pct=%.1f rss_kb=%ld\n",
-           model, batch, threads, median, ips[0], ips[runs - 1], gflops, peak, peak > 0.0 ? 100 * gflops / peak : 0.0,
+           fast_conv ? "cdl-fast-conv" : "cdl", model, batch, threads, median, ips[0], ips[runs - 1],
+           gflops, peak, peak > 0.0 ? 100 * gflops / peak : 0.0,
            ru.ru_maxrss);
 
     for (int b = 0; b < BATCHES; b++) {

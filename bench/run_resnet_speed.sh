@@ -8,7 +8,11 @@
 # mode of that row (issue target: >= 1.5), and the share of the same SGEMM
 # speed that mode reaches (its images/s times cdl's flops per image): how
 # close each side runs to what this machine's matrix units can do, so a
-# ratio can be read against the ceiling. Synthetic 3x32x32 batches in
+# ratio can be read against the ceiling. The "fast conv" column is cdl with the
+# backend's fast_conv (cdl-train --fast-conv on: Winograd F(4x4) for the
+# 3x3 convolutions on AVX2 CPUs, more rounding error, off by default; on
+# AVX-512 CPUs the same kernels as the first column), and "fast/best" its
+# ratio to the fastest PyTorch mode. Synthetic 3x32x32 batches in
 # memory, SGD momentum 0.9, weight decay 1e-4 on both sides (bench_cnn.c,
 # torch_speed.py). Measure on a quiet machine: the load average is printed
 # before and after.
@@ -57,10 +61,10 @@ torch_ips() {   # torch_ips PYTHON MODE THREADS: images/s or "-"
 v2=$([ -n "$torch2" ] && "$torch2" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)
 v1=$("$python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $model, batch $batch, $runs runs x $steps steps, best of $rounds round(s)"
-printf '\n%-7s %8s %7s | %9s %9s %9s | %9s %9s | %7s %7s\n' threads "cdl" "%SGEMM" \
-    "${v2:-2.x}" "ch_last" compile "${v1:-1.13}" ch_last "cdl/best" "best"
-printf '%-7s %8s %7s | %9s %9s %9s | %9s %9s | %7s %7s\n' "" "img/s" "" eager "" "" eager "" \
-    "torch" "%SGEMM"
+printf '\n%-7s %8s %7s %8s | %9s %9s %9s | %9s %9s | %7s %7s %7s\n' threads "cdl" "%SGEMM" \
+    "fast" "${v2:-2.x}" "ch_last" compile "${v1:-1.13}" ch_last "cdl/best" "fast/" "best"
+printf '%-7s %8s %7s %8s | %9s %9s %9s | %9s %9s | %7s %7s %7s\n' "" "img/s" "" "conv" eager "" "" \
+    eager "" "torch" "best" "%SGEMM"
 # ROUNDS: every column measured that many times, in turn, keeping its
 # best: a machine whose speed drifts over minutes then favours no column.
 declare -A best_of pct_of
@@ -77,6 +81,8 @@ for round in $(seq "$rounds"); do
             best_of[cdl,$t]=$v
             pct_of[$t]=$(field peak_pct "$r")
         fi
+        keep "fast,$t" "$(field img_s "$("$bench" --model "$model" --batch "$batch" --threads "$t" \
+            --steps "$steps" --runs "$runs" --fast-conv 1 | grep '^RESULT')")"
         for mode in eager channels_last compile; do
             if [ -n "$torch2" ]; then keep "2,$mode,$t" "$(torch_ips "$torch2" "$mode" "$t")"; fi
         done
@@ -84,19 +90,22 @@ for round in $(seq "$rounds"); do
     done
 done
 for t in $threads_list; do
-    cdl=${best_of[cdl,$t]:-0} pct=${pct_of[$t]:--}
+    cdl=${best_of[cdl,$t]:-0} pct=${pct_of[$t]:--} fast=${best_of[fast,$t]:--}
     cols=()
     for mode in eager channels_last compile; do cols+=("${best_of[2,$mode,$t]:--}"); done
     for mode in eager channels_last; do cols+=("${best_of[1,$mode,$t]:--}"); done
     best=0
     for c in "${cols[@]}"; do [ "$c" != - ] && [ "$c" -gt "$best" ] && best=$c; done
-    ratio=- bpct=-
+    ratio=- bpct=- fratio=-
     if [ "$best" -gt 0 ] && [ "$cdl" -gt 0 ]; then
         ratio=$(awk -v a="$cdl" -v b="$best" 'BEGIN {printf "%.2fx", a / b}')
         bpct=$(awk -v a="$cdl" -v b="$best" -v p="$pct" 'BEGIN {printf "%.1f%%", p * b / a}')
     fi
-    printf '%-7s %8s %6s%% | %9s %9s %9s | %9s %9s | %7s %7s\n' "$t" "$cdl" "$pct" "${cols[@]}" \
-        "$ratio" "$bpct"
+    if [ "$best" -gt 0 ] && [ "$fast" != - ]; then
+        fratio=$(awk -v a="$fast" -v b="$best" 'BEGIN {printf "%.2fx", a / b}')
+    fi
+    printf '%-7s %8s %6s%% %8s | %9s %9s %9s | %9s %9s | %7s %7s %7s\n' "$t" "$cdl" "$pct" "$fast" \
+        "${cols[@]}" "$ratio" "$fratio" "$bpct"
 done
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -26,7 +26,7 @@ enum {
     OPT_DATA_DIR = 256, OPT_BATCH, OPT_MOMENTUM, OPT_WD, OPT_SCHEDULE, OPT_WARMUP, OPT_WORKERS,
     OPT_CKPT_DIR, OPT_RESUME, OPT_RESUME_ALLOW, OPT_METRICS, OPT_MAX_STEPS, OPT_CKPT_EVERY, OPT_KEEP_LAST, OPT_KEEP_EVERY, OPT_DROP_LAST,
     OPT_DEVICE, OPT_NESTEROV, OPT_DAMPENING, OPT_STEP_EPOCHS, OPT_SYNTH_N, OPT_PROGRESS,
-    OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32, OPT_GRAPHS,
+    OPT_NO_PROGRESS, OPT_DIST, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_VERSION, OPT_TF32, OPT_FAST_CONV, OPT_GRAPHS,
     OPT_METRICS_EVERY,
     OPT_TENSORBOARD,
     OPT_IMAGE_SIZE, OPT_CHANNELS, OPT_LABEL_COLUMN, OPT_SKIP_BAD, OPT_DECODE, OPT_JPEG_DECODE, OPT_NORMALIZE, OPT_AUGMENT,
@@ -79,6 +79,7 @@ static const struct option long_opts[] = {
     {"drop-last", no_argument, NULL, OPT_DROP_LAST},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"tf32", required_argument, NULL, OPT_TF32},
+    {"fast-conv", required_argument, NULL, OPT_FAST_CONV},
     {"precision", required_argument, NULL, OPT_PRECISION},
     {"cuda-graphs", required_argument, NULL, OPT_GRAPHS},
     {"dist-backend", required_argument, NULL, OPT_DIST},
@@ -194,6 +195,8 @@ static void usage(FILE *f)
 "      --device cpu|cuda|auto   [auto: cuda when a GPU is visible, else cpu]\n"
 "      --tf32 on|off|default    TF32 on GPUs [default: like PyTorch, on for\n"
 "                               convolutions, off for matrix products; env CDL_TF32]\n"
+"      --fast-conv on|off       faster 3x3 convolutions with more rounding error (on\n"
+"                               AVX2 CPUs: Winograd F(4x4)) [off; env CDL_FAST_CONV]\n"
 "      --precision fp32|bf16    matrix products of linear layers on GPUs in bf16 with\n"
 "                               fp32 accumulation, fp32 weights and optimizer [fp32]\n"
 "      --cuda-graphs on|off     run each full training batch as one CUDA graph [on\n"
@@ -500,6 +503,15 @@ static int read_env(cdl_train_config *cfg)
         fprintf(stderr, "cdl-train: %s\n", cdl_last_error());
         return -1;
     }
+    const char *fc = getenv("CDL_FAST_CONV");   /* a site's or a module's default */
+    if (fc && *fc) {
+        if (strcasecmp(fc, "on") && strcasecmp(fc, "off")) {
+            fprintf(stderr, "cdl-train: CDL_FAST_CONV '%.80s%s': use on or off (or unset it: "
+                    "off)\n", fc, ell(fc));
+            return -1;
+        }
+        cfg->fast_conv = !strcasecmp(fc, "on");
+    }
     const char *kb = getenv("CDL_DDP_BUCKET_KB");   /* tuning and tests */
     if (kb && *kb) {
         char *end;
@@ -662,6 +674,14 @@ static int parse_args(int argc, char **argv, cdl_train_config *cfg)
             rc = one_of(name, a, tf32, v, sizeof v);
             if (rc == 0)
                 cdl_backend_parse_tf32(v, "--tf32", &cfg->tf32_conv, &cfg->tf32_matmul);
+            break;
+        }
+        case OPT_FAST_CONV: {
+            static const char *const onoff[] = {"on", "off", NULL};
+            char v[8];
+            rc = one_of(name, a, onoff, v, sizeof v);
+            if (rc == 0)
+                cfg->fast_conv = !strcmp(v, "on");
             break;
         }
         case OPT_PRECISION: {

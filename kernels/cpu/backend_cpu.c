@@ -11,6 +11,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
+#include "lib/core/backends.h"
 #include "lib/core/log.h"
 
 static void *cpu_alloc(cdl_backend *be, size_t bytes)
@@ -205,6 +206,14 @@ static void check_blas_kernels(void)
                  "cdl: warning: OpenBLAS does not know this CPU and uses its slow SSE3 kernels "
                  "(core Prescott): export OPENBLAS_CORETYPE=%s for the ones this CPU supports",
                  better);
+}
+
+cdl_backend *cpu_backend_open(const cdl_backend_params *params)
+{
+    cdl_backend *be = cdl_backend_cpu_create(params->threads);
+    if (be)
+        ((cpu_impl *)be->impl)->fast_conv = params->fast_conv == 1;
+    return be;
 }
 
 cdl_backend *cdl_backend_cpu_create(int threads)

@@ -107,12 +107,14 @@ int conv_use_direct(const cdl_conv2d_desc *d);
 
 /* Whether the ops take the Winograd kernels for d: CONV_WINO_FWD for the
  * forward, CONV_WINO_DX for dx, CONV_WINO_DW for dw and db (bits; the
- * rest stays on conv_use_direct's path). CDL_CPU_NO_WINOGRAD=1 in the environment turns
- * them off (read once), as does cpu_disable_avx512(1). */
+ * rest stays on conv_use_direct's path); with fast (the backend's
+ * fast_conv) CONV_WINO_F4 where F(4x4) pays. CDL_CPU_NO_WINOGRAD=1 in the
+ * environment turns them all off (read once), as does
+ * cpu_disable_avx512(1). */
 #define CONV_WINO_FWD 1
 #define CONV_WINO_DX 2
 #define CONV_WINO_DW 4
 #define CONV_WINO_F4 8    /* the forward and dx by F(4x4) instead of F(2x2) */
-int conv_use_wino(const cdl_conv2d_desc *d);
+int conv_use_wino(const cdl_conv2d_desc *d, int fast);
 
 #endif

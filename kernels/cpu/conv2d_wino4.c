@@ -56,8 +56,8 @@
  * to the direct kernels' outputs of the same convolutions (less than
  * F(2x2)'s own error) made the fixture's gradients miss by 7e-3, and 1e-7
  * by 1.3e-5 (a jump that suggests a few pre-activations that close to
- * ReLU's kink, which flip). So the ops take F(4x4) only when CDL_CPU_WINOGRAD4 asks for it
- * (conv2d.c).
+ * ReLU's kink, which flip). So the ops take F(4x4) only where the
+ * backend's fast_conv asks for it (conv2d.c).
  *
  * Workspace: U [36][ocb][C][4] shared, then per thread V [36][C][ts], M
  * [36][ocb*4][ts] and the split rows of one channel of a block.

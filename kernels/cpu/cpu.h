@@ -11,6 +11,7 @@
 typedef struct cpu_impl {
     pool *pool;
     int threads;
+    int fast_conv;   /* cdl_backend_params.fast_conv: Winograd F(4x4) allowed (conv_use_wino) */
 } cpu_impl;
 
 static inline pool *cpu_pool(cdl_backend *be)

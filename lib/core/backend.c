@@ -77,12 +77,13 @@ static cdl_backend *cpu_create(const cdl_backend_params *p, const char *gpu_erro
                   gpu_error ? gpu_error : "", gpu_error ? ")" : "");
         return NULL;
     }
-    cdl_backend *be = cdl_backend_cpu_create(p->threads);
+    cdl_backend *be = cpu_backend_open(p);
     /* CDL_LOG=cpu: how many threads it took (ranks sharing CPUs take a
-     * share each: cdl_rank_threads). */
+     * share each: cdl_rank_threads), and fast_conv when set. */
     if (be && backend_log_has(p->log, "cpu"))
-        log_line(CDL_LOG_INFO, stderr, "cdl: cpu backend with %d thread%s", be->threads,
-                 be->threads == 1 ? "" : "s");
+        log_line(CDL_LOG_INFO, stderr, "cdl: cpu backend with %d thread%s%s", be->threads,
+                 be->threads == 1 ? "" : "s",
+                 p->fast_conv == 1 ? ", fast_conv (Winograd F(4x4) on AVX2 CPUs)" : "");
     return be;
 }
 

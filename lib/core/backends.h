@@ -7,7 +7,9 @@
 
 #include <cdl/backend.h>
 
-/* params is complete (cdl_backend_params_init, then the caller's fields). */
+/* params is complete (cdl_backend_params_init, then the caller's fields);
+ * cpu_backend_open leaves precision to its caller (backend.c refuses bf16). */
+cdl_backend *cpu_backend_open(const cdl_backend_params *params);
 cdl_backend *cuda_backend_open(const cdl_backend_params *params);
 int cuda_backend_visible(void);
 

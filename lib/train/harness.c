@@ -965,6 +965,7 @@ static cdl_backend *make_backend(run *r)
     p.tf32_conv = c->tf32_conv;
     p.tf32_matmul = c->tf32_matmul;
     p.precision = c->precision;
+    p.fast_conv = c->fast_conv;
     p.log = c->log;
     p.replicas_per_gpu = r->ri.replicas_per_gpu;
     if (strcmp(dev, "cuda") && strcmp(dev, "auto"))
@@ -1349,12 +1350,13 @@ static int train_run(const cdl_train_config *caller_cfg, cdl_train_result *res)
         r.be->ops->hold_updates(r.be, NULL);   /* none held from an earlier run */
     }
     train_report_note(r.rep, "cdl %s: %s%s on %s (%d train / %d val / %d test), %zu parameters, "
-                      "%s backend with %d thread%s, %d rank%s",
+                      "%s backend with %d thread%s, %d rank%s%s",
                       cdl_version(), cfg->model, stem_note(cfg->model, r.train.shape), cfg->dataset,
                       r.train.n, r.val.n, r.test.n,
                       cdl_model_nparams(r.model), r.be->ops->name, r.be->threads,
                       r.be->threads == 1 ? "" : "s", r.ri.world,
-                      r.ri.world > 1 ? "s" : "");
+                      r.ri.world > 1 ? "s" : "",
+                      cfg->fast_conv == 1 && r.be->host_memory ? ", --fast-conv on" : "");
     train_speed_setup(&r);   /* after the header: its note says which peak MFU uses */
     if (tokens_vocab_file(&r.train))   /* the staged copy, if any */
         train_report_note(r.rep, "vocabulary %d from %s (nanoGPT's; --vocab-size overrides it)%s",

@@ -135,10 +135,10 @@ int metrics_config(FILE *f, const cdl_train_config *c, const run_info *ri)
          c->eval_every, c->peak_tflops);
     put_str(&b, "dist_backend", c->dist_backend);
     put_str(&b, "precision", cdl_precision_name(c->precision));
-    putf(&b, ",\"synthetic_size\":%d,\"tf32_conv\":%d,\"tf32_matmul\":%d,\"cuda_graphs\":%d,"
-         "\"ddp_bucket_kb\":%ld,\"progress\":%d,\"quiet\":%d",
-         c->synthetic_n, c->tf32_conv, c->tf32_matmul, c->cuda_graphs, c->ddp_bucket_kb,
-         c->progress, c->quiet);
+    putf(&b, ",\"synthetic_size\":%d,\"tf32_conv\":%d,\"tf32_matmul\":%d,\"fast_conv\":%d,"
+         "\"cuda_graphs\":%d,\"ddp_bucket_kb\":%ld,\"progress\":%d,\"quiet\":%d",
+         c->synthetic_n, c->tf32_conv, c->tf32_matmul, c->fast_conv, c->cuda_graphs,
+         c->ddp_bucket_kb, c->progress, c->quiet);
     /* Data and initialisation options (docs/data.md, docs/training.md)
      * that the checkpoint's configuration leaves out. */
     putf(&b, ",\"channels\":%d,\"skip_bad_files\":%d", c->image_channels, c->skip_bad_files);

@@ -151,6 +151,29 @@ done
 # One of a thing is singular in the run's lines ("with 1 threads" was not).
 cat "$TMP/out" "$TMP/err" | grep -q "cpu backend with 1 thread, 1 rank$" ||
     die "run header: $(cat "$TMP/out" "$TMP/err" | grep "backend with")"
+# --fast-conv and CDL_FAST_CONV reach the CPU backend (its CDL_LOG=cpu
+# line) and the run's header and configuration record; the option wins.
+for how in "--fast-conv on" "env CDL_FAST_CONV=on" "env CDL_FAST_CONV=on --fast-conv off"; do
+    set -- $how
+    pre=()
+    [ "$1" = env ] && { pre=("$2"); shift 2; }
+    want=1
+    [ "$*" = "--fast-conv off" ] && want=0
+    expect_status 0 env CDL_LOG=cpu "${pre[@]}" "$CDL_TRAIN" "$@" --dataset synthetic \
+        --synthetic-size 32 --val-split 0 --model resnet20 --epochs 1 --batch-size 16 \
+        --max-steps 1 --device cpu --threads 1 --no-progress --metrics "$TMP/fc.jsonl"
+    log=$(cat "$TMP/out" "$TMP/err")
+    if [ $want = 1 ]; then
+        echo "$log" | grep -q "^cdl: cpu backend with 1 thread, fast_conv" &&
+            echo "$log" | grep -q "cpu backend with 1 thread, 1 rank, --fast-conv on$" ||
+            die "$how: fast_conv not reported: $(echo "$log" | grep "backend with")"
+    else
+        echo "$log" | grep -q "^cdl: cpu backend with 1 thread$" ||
+            die "$how: fast_conv reported: $(echo "$log" | grep "backend with")"
+    fi
+    grep -q "\"fast_conv\":$want" "$TMP/fc.jsonl" || die "$how: no fast_conv $want in the metrics"
+    rm -f "$TMP/fc.jsonl"
+done
 # The schedule in steps: warm-up over 2 steps, cosine to 0 by step 6, the
 # step records' lr as PyTorch's LinearLR then CosineAnnealingLR give them
 # (step s trains at the schedule's value at s - 1); --max-steps stops the
@@ -276,7 +299,9 @@ grep -qF -- "--max-steps 2 stops the run inside the warm-up, at lr " "$TMP/out" 
 CDL_TF32=maybe expect_status 2 "$CDL_TRAIN" --epochs 1;        expect_err "CDL_TF32 'maybe'"
 CDL_DDP_BUCKET_KB=0 expect_status 2 "$CDL_TRAIN" --epochs 1;   expect_err "CDL_DDP_BUCKET_KB '0'"
 CDL_CUDA_GRAPHS=maybe expect_status 2 "$CDL_TRAIN" --epochs 1; expect_err "CDL_CUDA_GRAPHS 'maybe'"
+CDL_FAST_CONV=yes expect_status 2 "$CDL_TRAIN" --epochs 1;     expect_err "CDL_FAST_CONV 'yes'"
 expect_status 2 "$CDL_TRAIN" --tf32 maybe;          expect_err "--tf32 'maybe'"
+expect_status 2 "$CDL_TRAIN" --fast-conv 1;         expect_err "--fast-conv '1'"
 # Adam's betas as PyTorch checks them: 0 <= beta < 1.
 expect_status 2 "$CDL_TRAIN" --beta2 1;             expect_err "not including, 1"
 expect_status 2 "$CDL_TRAIN" --beta1 -0.1;          expect_err "--beta1 '-0.1'"

@@ -11,8 +11,9 @@
  * blocks), dw and db bitwise equal for the same thread count; workspaces
  * allocated at exactly the planned size and poisoned (NaN for one forward:
  * a lane past a block's tiles that reached y would show), so the
- * sanitizers and valgrind see any read past them or of stale values; and
- * which shapes the CPU backend sends this way. Skipped on CPUs without
+ * sanitizers and valgrind see any read past them or of stale values;
+ * which shapes the CPU backend sends this way, and that its fast_conv
+ * setting picks F(4x4). Skipped on CPUs without
  * AVX2. */
 #include "testutil.h"
 
@@ -186,12 +187,14 @@ static void test_wino_matches_reference(void **state)
 /* Which convolutions the Winograd kernels take, and the environment and
  * SIMD switches. */
 /* The AVX2 kernels' choices (CPUs without AVX-512, or CDL_CPU_NO_AVX512):
- * resnet20's stages take F(4x4) forward and dx, F(2x2) weight gradient
- * from 24 channels; stage 1's weight gradient (16 channels) and the stem
+ * resnet20's stages take F(2x2) forward, dx and weight gradient from 24
+ * channels, F(4x4) forward and dx with fast_conv; stage 1's weight gradient (16 channels) and the stem
  * stay direct, as do maps under 8 pixels with F(2x2) (measured faster
- * there). f4: CONV_WINO_F4 where CDL_CPU_WINOGRAD4 asks for it. */
+ * there). f4: CONV_WINO_F4 for a backend with fast_conv (F(4x4) forward
+ * and dx from 16 channels on maps of 8 pixels and more), else 0. */
 static void check_avx2_dispatch(int f4)
 {
+    const int fast = f4 != 0;
     const int all = CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW;
     cdl_conv2d_desc st2 = ref_conv_desc(2, 32, 16, 16, 32, 3, 3, 1, 1);
     cdl_conv2d_desc st1 = ref_conv_desc(2, 16, 32, 32, 16, 3, 3, 1, 1);
@@ -203,13 +206,22 @@ static void check_avx2_dispatch(int f4)
     cdl_conv2d_desc c20 = ref_conv_desc(8, 20, 16, 16, 20, 3, 3, 1, 1);
     cdl_conv2d_desc c16to64 = ref_conv_desc(8, 16, 16, 16, 64, 3, 3, 1, 1);
     assert_int_equal(conv_use_direct(&st2), 2);
-    assert_int_equal(conv_use_wino(&st2), all | f4);
-    assert_int_equal(conv_use_wino(&st1), f4 ? CONV_WINO_FWD | CONV_WINO_DX | f4 : 0);
-    assert_int_equal(conv_use_wino(&r18), all);
-    assert_int_equal(conv_use_wino(&st3b2), 0);
-    assert_int_equal(conv_use_wino(&c24), all | f4);
-    assert_int_equal(conv_use_wino(&c20), f4 ? CONV_WINO_FWD | CONV_WINO_DX | f4 : 0);
-    assert_int_equal(conv_use_wino(&c16to64), f4 ? CONV_WINO_FWD | CONV_WINO_DX | f4 : 0);
+    assert_int_equal(conv_use_wino(&st2, fast), all | f4);
+    assert_int_equal(conv_use_wino(&st1, fast), f4 ? CONV_WINO_FWD | CONV_WINO_DX | f4 : 0);
+    assert_int_equal(conv_use_wino(&r18, fast), all);
+    assert_int_equal(conv_use_wino(&st3b2, fast), 0);
+    assert_int_equal(conv_use_wino(&c24, fast), all | f4);
+    assert_int_equal(conv_use_wino(&c20, fast), f4 ? CONV_WINO_FWD | CONV_WINO_DX | f4 : 0);
+    assert_int_equal(conv_use_wino(&c16to64, fast), f4 ? CONV_WINO_FWD | CONV_WINO_DX | f4 : 0);
+}
+
+/* conv_use_wino's answer for d where fast_conv must not change it
+ * (strided, 1x1, few pixels or channels, the 16-lane path). */
+static int wino_any(const cdl_conv2d_desc *d)
+{
+    int exact = conv_use_wino(d, 0);
+    assert_int_equal(conv_use_wino(d, 1), exact);
+    return exact;
 }
 
 static void test_wino_dispatch(void **state)
@@ -221,7 +233,7 @@ static void test_wino_dispatch(void **state)
     assert_false(conv_wino_supported(&s2));
     assert_false(conv_wino_supported(&k1));
     assert_false(conv_wino_supported(&p0));
-    assert_int_equal(conv_use_wino(&s2), 0);
+    assert_int_equal(wino_any(&s2), 0);
     cdl_conv2d_desc st2 = ref_conv_desc(2, 32, 16, 16, 32, 3, 3, 1, 1);
     cdl_conv2d_desc st1 = ref_conv_desc(2, 16, 32, 32, 16, 3, 3, 1, 1);
     cdl_conv2d_desc stem = ref_conv_desc(2, 3, 32, 32, 16, 3, 3, 1, 1);
@@ -229,35 +241,108 @@ static void test_wino_dispatch(void **state)
     /* Batch 1 (and batches of few pixels) stays direct: the transforms of
      * the weights would cost 3x the direct kernels' time. */
     cdl_conv2d_desc r18b1 = ref_conv_desc(1, 512, 4, 4, 512, 3, 3, 1, 1);
-    assert_int_equal(conv_use_wino(&r18b1), 0);
-    /* F(4x4) only when CDL_CPU_WINOGRAD4 asks for it (read once: this
-     * test leaves the environment alone and checks either answer). */
-    const char *e4 = getenv("CDL_CPU_WINOGRAD4");
-    const int f4 = e4 && *e4 && *e4 != '0' ? CONV_WINO_F4 : 0;
+    assert_int_equal(wino_any(&r18b1), 0);
     if (!cpu_has_avx512()) {
-        if (!getenv("CDL_CPU_NO_WINOGRAD"))
-            check_avx2_dispatch(f4);
+        if (!getenv("CDL_CPU_NO_WINOGRAD")) {
+            check_avx2_dispatch(0);
+            check_avx2_dispatch(CONV_WINO_F4);   /* a backend with fast_conv */
+        }
     } else if (!getenv("CDL_CPU_NO_WINOGRAD")) {
         /* With AVX-512 the 16-lane direct kernels take resnet20 whole;
          * F(2x2) the forward and dx from 256 channels at 8x8 and below. */
         cdl_conv2d_desc r18s3 = ref_conv_desc(32, 256, 8, 8, 256, 3, 3, 1, 1);
         cdl_conv2d_desc r18s3b8 = ref_conv_desc(8, 256, 8, 8, 256, 3, 3, 1, 1);
-        assert_int_equal(conv_use_wino(&r18s3b8), 0);
-        assert_int_equal(conv_use_wino(&st2), 0);
-        assert_int_equal(conv_use_wino(&st1), 0);
-        assert_int_equal(conv_use_wino(&r18), CONV_WINO_FWD | CONV_WINO_DX);
-        assert_int_equal(conv_use_wino(&r18s3), CONV_WINO_FWD | CONV_WINO_DX);
+        assert_int_equal(wino_any(&r18s3b8), 0);
+        assert_int_equal(wino_any(&st2), 0);
+        assert_int_equal(wino_any(&st1), 0);
+        assert_int_equal(wino_any(&r18), CONV_WINO_FWD | CONV_WINO_DX);
+        assert_int_equal(wino_any(&r18s3), CONV_WINO_FWD | CONV_WINO_DX);
     }
     if (cpu_has_avx512() && !getenv("CDL_CPU_NO_WINOGRAD")) {
         test_avx2_only(1);   /* the AVX2 choices on this AVX-512 CPU */
-        check_avx2_dispatch(f4);
+        check_avx2_dispatch(0);
+        check_avx2_dispatch(CONV_WINO_F4);
         test_avx2_only(0);
     }
-    assert_int_equal(conv_use_wino(&stem), 0);
+    assert_int_equal(wino_any(&stem), 0);
     cpu_disable_avx512(1);
     assert_false(conv_wino_supported(&st2));
-    assert_int_equal(conv_use_wino(&st2), 0);
+    assert_int_equal(wino_any(&st2), 0);
     cpu_disable_avx512(0);
+}
+
+/* The backend setting reaches the kernels: a CPU backend made with
+ * fast_conv = 1 computes resnet20's stage-2 convolution (forward and dx)
+ * with F(4x4) where conv_use_wino says so (AVX2 CPUs: the same bits as
+ * conv_wino4_fwd and _dx, whatever the thread count), one made with the
+ * default params with F(2x2), as cdl_backend_cpu_create does; on the
+ * 16-lane path (AVX-512) the setting changes no bit. */
+static void fast_conv_case(const cdl_conv2d_desc *d, const result *r)
+{
+    size_t nx = (size_t)d->n * d->c * d->h * d->w, ny = (size_t)d->n * d->oc * d->oh * d->ow;
+    size_t nw = (size_t)d->oc * d->c * 9;
+    float *y[2], *dx[2];
+    pair x = pair_rand(nx, 91, -1, 1), w = pair_rand(nw, 92, -1, 1);
+    pair b = pair_rand(d->oc, 93, -1, 1), dy = pair_rand(ny, 94, -1, 1);
+    for (int fast = 0; fast < 2; fast++) {
+        cdl_backend_params p;
+        cdl_backend_params_init(&p);
+        assert_int_equal(p.fast_conv, 0);
+        p.threads = 2;
+        p.fast_conv = fast;
+        cdl_backend *be = cdl_backend_create_with("cpu", &p);
+        assert_non_null(be);
+        float *ws = cdl_malloc(be->ops->conv2d_workspace(be, d) * sizeof *ws + 4);
+        float *dw = cdl_malloc(nw * 4), *db = cdl_malloc((size_t)d->oc * 4);
+        y[fast] = cdl_malloc(ny * 4);
+        dx[fast] = cdl_malloc(nx * 4);
+        be->ops->conv2d_fwd(be, d, x.f, w.f, b.f, y[fast], ws);
+        be->ops->conv2d_bwd(be, d, x.f, w.f, dy.f, dx[fast], dw, db, ws);
+        cdl_free(ws);
+        cdl_free(dw);
+        cdl_free(db);
+        cdl_backend_destroy(be);
+    }
+    if (conv_use_wino(d, 1) & CONV_WINO_F4) {
+        float *ref_y = r->y4, *ref_dx = r->dx4;
+        assert_memory_equal(y[1], ref_y, ny * 4);
+        assert_memory_equal(dx[1], ref_dx, nx * 4);
+        assert_memory_not_equal(y[0], y[1], ny * 4);
+        assert_memory_equal(y[0], r->y, ny * 4);    /* F(2x2) */
+        assert_memory_equal(dx[0], r->dx, nx * 4);
+    } else {
+        assert_memory_equal(y[0], y[1], ny * 4);
+        assert_memory_equal(dx[0], dx[1], nx * 4);
+    }
+    for (int i = 0; i < 2; i++) {
+        cdl_free(y[i]);
+        cdl_free(dx[i]);
+    }
+    pair *all[] = {&x, &w, &b, &dy};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        pair_free(all[i]);
+}
+
+static void test_backend_fast_conv(void **state)
+{
+    (void)state;
+    cdl_conv2d_desc d = ref_conv_desc(2, 32, 16, 16, 32, 3, 3, 1, 1);
+    size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.oc * d.c * 9;
+    size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
+    /* The same inputs as fast_conv_case's (seeds 91-94). */
+    pair x = pair_rand(nx, 91, -1, 1), w = pair_rand(nw, 92, -1, 1);
+    pair b = pair_rand(d.oc, 93, -1, 1), dy = pair_rand(ny, 94, -1, 1);
+    result r = run_wino(&d, 1, &x, &w, &b, &dy);
+    fast_conv_case(&d, &r);
+    if (cpu_has_avx512()) {   /* and the AVX2 choices on this CPU */
+        test_avx2_only(1);
+        fast_conv_case(&d, &r);
+        test_avx2_only(0);
+    }
+    result_free(&r);
+    pair *all[] = {&x, &w, &b, &dy};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        pair_free(all[i]);
 }
 
 int main(void)
@@ -269,6 +354,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wino_matches_reference),
         cmocka_unit_test(test_wino_dispatch),
+        cmocka_unit_test(test_backend_fast_conv),
     };
     return cmocka_run_group_tests_name("conv2d Winograd", tests, NULL, NULL);
 }

@@ -318,8 +318,10 @@ int train_ckpt_save(const char *path, cdl_model *m, cdl_optim *o, const cdl_trai
     meta_add(&meta, "step", fmt_dup("%ld", pos->step));
     meta_add(&meta, "world_size", fmt_dup("%d", pos->world));
     /* The CPU's sums are split by thread: another count resumes to other bits. */
-    if (be->host_memory && be->threads > 0)
+    if (be->host_memory && be->threads > 0) {
         meta_add(&meta, "compute_threads", fmt_dup("%d", be->threads));
+        meta_add(&meta, "fast_conv", fmt_dup("%d", cfg->fast_conv == 1));   /* likewise */
+    }
     meta_add(&meta, "seed", fmt_dup("%" PRIu64, cfg->seed));
     meta_add(&meta, "best_val_loss", fmt_dup("%.17g", pos->best_val_loss));
     meta_add(&meta, "epoch_loss_sum", fmt_dup("%.17g", pos->loss_sum));
@@ -729,6 +731,8 @@ static int load_state(cdl_st_file *f, cdl_model *m, cdl_optim *o, const cdl_trai
     const char *th = cdl_st_meta_get(f, "compute_threads");   /* older files: none */
     long threads = th ? strtol(th, NULL, 10) : 0;
     pos->threads = threads > 0 && threads <= 1 << 20 ? (int)threads : 0;
+    const char *fc = cdl_st_meta_get(f, "fast_conv");
+    pos->fast_conv = fc && (!strcmp(fc, "0") || !strcmp(fc, "1")) ? fc[0] - '0' : -1;
     return be->ops->sync(be);
 }
 

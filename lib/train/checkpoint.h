@@ -16,6 +16,8 @@ typedef struct train_position {
     int world;                /* world size that wrote it */
     int threads;              /* compute threads of the CPU run that wrote it (metadata
                                * compute_threads; 0: unknown or a GPU's) */
+    int fast_conv;            /* the CPU run's --fast-conv (metadata fast_conv: 0 or 1;
+                               * -1: unknown, older files or a GPU's) */
     double best_val_loss;     /* lowest validation loss so far (INFINITY if none) */
     double loss_sum;          /* running sums of the epoch in progress (this rank, */
     double correct, seen;     /* so epoch metrics survive a mid-epoch restart) */

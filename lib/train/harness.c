@@ -733,6 +733,13 @@ static int resume(run *r, train_position *pos)
                           "be bitwise those of a run never stopped (--threads %d keeps them)",
                           path, pos->threads, pos->threads == 1 ? "" : "s", r->be->threads,
                           pos->threads);
+    int fast = r->cfg->fast_conv == 1;
+    if (pos->fast_conv >= 0 && r->be->host_memory && fast != pos->fast_conv)
+        train_report_note(r->rep, "note: %s was written by a run with --fast-conv %s, this one "
+                          "has it %s: its convolutions round otherwise, so the weights will not "
+                          "be bitwise those of a run never stopped (--fast-conv %s keeps them)",
+                          path, pos->fast_conv ? "on" : "off", fast ? "on" : "off",
+                          pos->fast_conv ? "on" : "off");
     return 0;
 }
 

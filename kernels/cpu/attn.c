@@ -621,10 +621,20 @@ static CPU_AVX2 void attn_gemm_avx2(int M, int N, int K, const float *A, size_t 
         if (mask == ATTN_QUERY && r - off > 0)
             k0 = r - off < K ? r - off : K;
         for (int j = 0; j < N; j += 24) {
-            int n = N - j < 24 ? N - j : 24, nv = (n + 7) / 8;
+            int n = N - j < 24 ? N - j : 24;
+            if (mask == ATTN_UPPER) {
+                /* The columns up to the tile's last query, in whole vectors:
+                 * the rest is left unwritten (the softmax and the dS pass
+                 * zero what the later products read). A 24-column tile
+                 * across the diagonal computed up to 20 columns of each row
+                 * past it: T = 64 scored 2752 entries for 2080 (every s <= t); 2304 now. */
+                int need = (off + r + rows - j + 7) / 8 * 8;
+                if (need <= 0)
+                    break;
+                n = need < n ? need : n;
+            }
+            int nv = (n + 7) / 8;
             float *c = C + (size_t)r * ldc + (size_t)j;
-            if (mask == ATTN_UPPER && j > off + r + rows - 1)
-                break;   /* left unwritten: the softmax and the dS pass zero it */
             const float *a = A + (size_t)r * ars, *b = B + j;
             __m256i last = attn_lanes(n - 8 * (nv - 1));
             /* A whole last vector goes through plain loads and stores:

@@ -110,6 +110,16 @@ static void param_row_ref(const float *x, const float *dy, int d, float mean, fl
     }
 }
 
+/* dx_sums_ref and param_row_ref in one call (the one-thread dx pass): each
+ * sum gets the same terms in the same order, so the same bits. */
+static void dx_param_sums_ref(const float *x, const float *dy, int d, float mean, float rstd,
+                              const float *gamma, double *sg, double *sgx, double *psg,
+                              double *psb)
+{
+    dx_sums_ref(x, dy, d, mean, rstd, gamma, sg, sgx);
+    param_row_ref(x, dy, d, mean, rstd, psg, psb);
+}
+
 /* ---- row kernels: AVX2 (8 lanes; tails through the reference; sums in
  * double lanes like the reference's) ---- */
 #if CPU_X86
@@ -169,25 +179,35 @@ static CPU_AVX2 void dx_apply_avx2(const float *x, const float *dy, int d, float
     dx_apply_ref(x + j, dy + j, d - j, mean, rstd, gamma ? gamma + j : NULL, a, b, dx + j, acc);
 }
 
-static CPU_AVX2 void param_row_avx2(const float *x, const float *dy, int d, float mean,
-                                    float rstd, double *sg, double *sb)
+/* dx_sums_avx2 and param_row_ref's sums in one pass over the row (d = 144 in
+ * the bench GPT: x and dy read and xhat computed once, not twice): the
+ * same operations on each sum in the same order, so the same bits. */
+static CPU_AVX2 void dx_param_sums_avx2(const float *x, const float *dy, int d, float mean,
+                                        float rstd, const float *gamma, double *sg, double *sgx,
+                                        double *psg, double *psb)
 {
     __m256 m = _mm256_set1_ps(mean), r = _mm256_set1_ps(rstd);
+    __m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
     int j = 0;
     for (; j + 8 <= d; j += 8) {
-        __m256 g = _mm256_loadu_ps(dy + j);
+        __m256 dv = _mm256_loadu_ps(dy + j), g = gamma8(gamma, j, dv);
         __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), m), r);
-        __m256d g0 = _mm256_cvtps_pd(_mm256_castps256_ps128(g));
-        __m256d g1 = _mm256_cvtps_pd(_mm256_extractf128_ps(g, 1));
+        a = cpu_acc8(a, g);
+        b = cpu_dot8(b, g, xh);
+        __m256d g0 = _mm256_cvtps_pd(_mm256_castps256_ps128(dv));
+        __m256d g1 = _mm256_cvtps_pd(_mm256_extractf128_ps(dv, 1));
         __m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(xh));
         __m256d x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(xh, 1));
-        _mm256_storeu_pd(sg + j, _mm256_fmadd_pd(g0, x0, _mm256_loadu_pd(sg + j)));
-        _mm256_storeu_pd(sg + j + 4, _mm256_fmadd_pd(g1, x1, _mm256_loadu_pd(sg + j + 4)));
-        _mm256_storeu_pd(sb + j, _mm256_add_pd(_mm256_loadu_pd(sb + j), g0));
-        _mm256_storeu_pd(sb + j + 4, _mm256_add_pd(_mm256_loadu_pd(sb + j + 4), g1));
+        _mm256_storeu_pd(psg + j, _mm256_fmadd_pd(g0, x0, _mm256_loadu_pd(psg + j)));
+        _mm256_storeu_pd(psg + j + 4, _mm256_fmadd_pd(g1, x1, _mm256_loadu_pd(psg + j + 4)));
+        _mm256_storeu_pd(psb + j, _mm256_add_pd(_mm256_loadu_pd(psb + j), g0));
+        _mm256_storeu_pd(psb + j + 4, _mm256_add_pd(_mm256_loadu_pd(psb + j + 4), g1));
     }
+    *sg += cpu_hsum4d(a);
+    *sgx += cpu_hsum4d(b);
     cpu_avx_leave();
-    param_row_ref(x + j, dy + j, d - j, mean, rstd, sg + j, sb + j);
+    dx_param_sums_ref(x + j, dy + j, d - j, mean, rstd, gamma ? gamma + j : NULL, sg, sgx,
+                      psg + j, psb + j);
 }
 
 /* A whole block of 16 columns: the 8+8 double sums stay in registers
@@ -274,8 +294,8 @@ typedef struct ln_kernels {
                      const float *gamma, float a, float b, float *dx, int acc);
     void (*param_block)(const float *x, const float *dy, size_t d, int rows, int n,
                         const float *saved, float *dgamma, float *dbeta);
-    void (*param_row)(const float *x, const float *dy, int d, float mean, float rstd, double *sg,
-                      double *sb);
+    void (*dx_param_sums)(const float *x, const float *dy, int d, float mean, float rstd,
+                          const float *gamma, double *sg, double *sgx, double *psg, double *psb);
 } ln_kernels;
 
 static ln_kernels pick(void)
@@ -284,9 +304,10 @@ static ln_kernels pick(void)
     if (cpu_has_avx2())
         return (ln_kernels){apply_avx2, dx_sums_avx2, dx_apply_avx2,
                             cpu_has_avx512() ? param_block_avx512 : param_block_avx2,
-                            param_row_avx2};
+                            dx_param_sums_avx2};
 #endif
-    return (ln_kernels){apply_ref, dx_sums_ref, dx_apply_ref, param_block_ref, param_row_ref};
+    return (ln_kernels){apply_ref, dx_sums_ref, dx_apply_ref, param_block_ref,
+                        dx_param_sums_ref};
 }
 
 typedef struct ln_ctx {
@@ -333,11 +354,12 @@ static void dx_rows(void *vctx, size_t b, size_t e, int chunk, int tid)
         const float *x = c->x + r * d, *dy = c->dy + r * d;
         float mean = c->csaved[r], rstd = c->csaved[(size_t)c->rows + r];
         double sg = 0.0, sgx = 0.0;
-        c->k.dx_sums(x, dy, c->d, mean, rstd, c->gamma, &sg, &sgx);
+        if (c->sg)
+            c->k.dx_param_sums(x, dy, c->d, mean, rstd, c->gamma, &sg, &sgx, c->sg, c->sb);
+        else
+            c->k.dx_sums(x, dy, c->d, mean, rstd, c->gamma, &sg, &sgx);
         c->k.dx_apply(x, dy, c->d, mean, rstd, c->gamma, (float)(sg / c->d),
                       (float)(sgx / c->d), c->dx + r * d, c->acc);
-        if (c->sg)
-            c->k.param_row(x, dy, c->d, mean, rstd, c->sg, c->sb);
     }
 }
 

@@ -497,39 +497,6 @@ static void attn_bwd_items(void *vctx, size_t i0, size_t i1, int chunk, int tid)
 
 #define ATTN_INLINE CPU_AVX2 inline __attribute__((always_inline))
 
-/* cpu_transpose8 (simd.h) written out in named registers: GCC -O2 called
- * that one here and kept its loops, so r[] and t[] went through the
- * stack. The packs went from 13-14% to 11% of the attention's samples
- * (perf, fwd + bwd at n 32, T 64, C 144, 4 heads; the rest of their time
- * is loading k and v). */
-static ATTN_INLINE void attn_t8(float *dst, size_t ldd, const float *src, size_t lds)
-{
-    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds);
-    __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
-    __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
-    __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
-    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    r0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-    r1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-    r2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-    r3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-    r4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-    r5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-    r6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-    r7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(r0, r4, 0x20));
-    _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(r1, r5, 0x20));
-    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(r2, r6, 0x20));
-    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(r3, r7, 0x20));
-    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(r0, r4, 0x31));
-    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(r1, r5, 0x31));
-    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(r2, r6, 0x31));
-    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(r3, r7, 0x31));
-}
-
 /* panel (K x round16(N)) = B^T, B being N x K with row stride ldb: 8 x 8
  * blocks through registers, the edges one float at a time. */
 static CPU_AVX2 void attn_pack_t(float *panel, const float *B, size_t ldb, int K, int N)
@@ -538,7 +505,7 @@ static CPU_AVX2 void attn_pack_t(float *panel, const float *B, size_t ldb, int K
     int j8 = N / 8 * 8, k8 = K / 8 * 8, k4 = K / 4 * 4;
     for (int j = 0; j < j8; j += 8)
         for (int k = 0; k < k8; k += 8)
-            attn_t8(panel + (size_t)k * w + (size_t)j, w, B + (size_t)j * ldb + (size_t)k, ldb);
+            cpu_transpose8(panel + (size_t)k * w + (size_t)j, w, B + (size_t)j * ldb + (size_t)k, ldb);
     if (k4 > k8)   /* 4 more columns (hd = 36: 32 + 4) in 4 x 4 blocks */
         for (int j = 0; j < j8; j += 4) {
             const float *b = B + (size_t)j * ldb + (size_t)k8;

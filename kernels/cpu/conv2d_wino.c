@@ -453,31 +453,6 @@ static void wino_block(const wctx *c, int blk, int tid)
 }
 
 
-/* dst[p][o] (rows of ld floats) = src[o][p] (rows of sld) for 8 channels
- * and 8 positions. */
-static CPU_AVX2 void transpose8(const float *src, size_t sld, float *dst, size_t ld)
-{
-    __m256 r[8];
-    for (int i = 0; i < 8; i++)
-        r[i] = _mm256_loadu_ps(src + i * sld);
-    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
-    _mm256_storeu_ps(dst + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
-    _mm256_storeu_ps(dst + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
-    _mm256_storeu_ps(dst + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
-    _mm256_storeu_ps(dst + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
-    _mm256_storeu_ps(dst + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
-    _mm256_storeu_ps(dst + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
-    _mm256_storeu_ps(dst + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
-}
-
 /* dyt[p][o] (opad per position, zero past O) = dy[o][p] for np positions;
  * dbp[o] += the sum over them when dbp is not NULL. */
 static CPU_AVX2 void transpose_block(const float *dy, size_t plane, int O, int np, int opad,
@@ -486,7 +461,7 @@ static CPU_AVX2 void transpose_block(const float *dy, size_t plane, int O, int n
     for (int o0 = 0; o0 < opad; o0 += 8) {
         int p = 0;
         for (; o0 + 8 <= O && p + 8 <= np; p += 8)
-            transpose8(dy + (size_t)o0 * plane + p, plane, dyt + (size_t)p * opad + o0, (size_t)opad);
+            cpu_transpose8(dyt + (size_t)p * opad + o0, (size_t)opad, dy + (size_t)o0 * plane + p, plane);
         for (; p < np; p++)
             for (int j = 0; j < 8; j++)
                 dyt[(size_t)p * opad + o0 + j] = o0 + j < O ? dy[(size_t)(o0 + j) * plane + p] : 0.0f;

@@ -100,7 +100,8 @@ static CPU_AVX2 inline __m256 cpu_exp8(__m256 x)
 }
 
 /* The 8 x 8 floats at src (row stride lds) transposed into dst (row stride
- * ldd), through registers (attn.c's k^T and v^T panels, linear.c's w^T). */
+ * ldd), through registers (attn.c's k^T and v^T panels, linear.c's w^T,
+ * conv2d_wino.c's dy^T). */
 static CPU_AVX2 inline __attribute__((always_inline)) void
 cpu_transpose8(float *dst, size_t ldd, const float *src, size_t lds)
 {

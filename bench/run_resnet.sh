@@ -13,14 +13,16 @@
 # check), VENV=BUILD_DIR/bench/venv-torch2 (made once, only a complete one
 # is kept; NO_VENV=1 skips the PyPI column; PIP_ARGS adds pip options),
 # PYTHON=/usr/bin/python3, NO_DEBIAN=1 skips Debian's 1.13 column (the
-# PyPI one is the peer users pick; the two train the same net the same way).
+# PyPI one is the peer users pick; the two train the same net the same way),
+# FAST_CONV=on trains cdl with --fast-conv on (docs/training.md).
 # A full run takes hours on a small machine; a check of the script itself:
 #   EPOCHS=1 MAX_STEPS=20 NO_VENV=1 bench/run_resnet.sh _build
 set -u
 build=${1:-.}
 here=$(cd "$(dirname "$0")" && pwd)
 epochs=${EPOCHS:-30} lr=${LR:-0.1} batch=${BATCH:-128} threads=${THREADS:-2}
-max_steps=${MAX_STEPS:-0} augment=${AUGMENT:-crop+flip}
+max_steps=${MAX_STEPS:-0} augment=${AUGMENT:-crop+flip} fast_conv=${FAST_CONV:-off}
+case $fast_conv in on|off) ;; *) echo "run_resnet.sh: FAST_CONV '$fast_conv': use on or off" >&2; exit 2 ;; esac
 python=${PYTHON:-/usr/bin/python3}
 venv=${VENV:-$build/bench/venv-torch2}
 data=/usr/share/datasets/fashion-mnist
@@ -32,7 +34,7 @@ bench="$build/cli/cdl-train" bench_args=--version
 [ -f "$data/t10k-images-idx3-ubyte.gz" ] || { echo "run_resnet.sh: $data missing" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $epochs epochs, batch $batch, lr $lr, $threads threads, augment $augment"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $epochs epochs, batch $batch, lr $lr, $threads threads, augment $augment, cdl --fast-conv $fast_conv"
 
 # cdl: validation on the test set (--val-split 0), so the accuracy is the test accuracy.
 steps_arg=()
@@ -40,7 +42,8 @@ steps_arg=()
 start=$(date +%s.%N)
 "$build/cli/cdl-train" --model resnet20 --dataset fashion-mnist --val-split 0 --epochs "$epochs" \
     --batch-size "$batch" --lr "$lr" --optimizer sgd --momentum 0.9 --weight-decay 5e-4 \
-    --schedule cosine --augment "$augment" --threads "$threads" --metrics "$tmp/m.jsonl" \
+    --schedule cosine --augment "$augment" --threads "$threads" --fast-conv "$fast_conv" \
+    --metrics "$tmp/m.jsonl" \
     --no-progress -q "${steps_arg[@]}" || { echo "cdl-train failed" >&2; exit 1; }
 end=$(date +%s.%N)
 last=$(grep '"val_acc"' "$tmp/m.jsonl" | tail -n 1)

@@ -482,7 +482,8 @@ typedef struct cdl_backend_params {
     /* Faster convolution algorithms with more rounding error (1 on; 0,
      * the default, or any other value: off). The field sits in what was
      * the struct's padding (its size is unchanged), which
-     * cdl_backend_params_init zeroes for older programs too. On CPUs with AVX2 and without AVX-512: Winograd
+     * cdl_backend_params_init zeroes for older programs too. On CPUs with
+     * AVX2 and without AVX-512: Winograd
      * F(4x4,3x3) for the forward and input gradient of 3x3 stride-1
      * convolutions of 16 channels and more on maps of 8 pixels and more,
      * 4x fewer multiplications than direct summation, with an error of

@@ -6,7 +6,6 @@
 # metadata and tensors meant what they mean here: cdl-eval, cdl-predict,
 # cdl-generate, cdl-train --init and cdl-train --resume.
 . "${top_srcdir:-.}/tests/e2e/common.sh"
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 GEN="$top_builddir/cli/cdl-generate"
 py=$(command -v python3) || { echo "SKIP: no python3 to rewrite the metadata"; exit 77; }
 

@@ -262,10 +262,13 @@ static pid_t squat_as_nobody(const int *ports, int n)
         if (setgid(65534) || setuid(65534))
             _exit(1);
         for (int i = 0; i < n; i++) {
-            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
             struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ports[i]),
                                     .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-            if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 64))
+            /* SO_REUSEADDR as the store binds; a port it cannot take
+             * (another test's socket there) makes the caller draw again. */
+            if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+                bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 64))
                 _exit(1);
         }
         (void)!write(ready[1], "r", 1);
@@ -346,17 +349,24 @@ static void run_squatted(int all)
 {
     squat_case q = {.all = all};
     unsetenv("SLURM_STEP_RESV_PORTS");
-    int tmp = listen_any(&q.port);
-    assert_true(tmp >= 0);
-    close(tmp);
-    assert_int_equal(store_alt_ports("0123456789abcdef0123456789abcdef", q.port, q.alt),
-                     STORE_ALT_PORTS);
-    int ports[1 + STORE_ALT_PORTS] = {q.port, q.alt[0], q.alt[1], q.alt[2], q.alt[3]};
-    pid_t squatter = squat_as_nobody(ports, all ? 1 + STORE_ALT_PORTS : 1);
+    /* The alternates lie near a free port, in the ephemeral range, where
+     * tests running beside this one (make -j check) may hold one: draw
+     * another free port then, a few times, before calling it a failure. */
+    pid_t squatter = -2;
+    for (int attempt = 0; attempt < 20 && squatter == -2; attempt++) {
+        int tmp = listen_any(&q.port);
+        assert_true(tmp >= 0);
+        close(tmp);
+        assert_int_equal(store_alt_ports("0123456789abcdef0123456789abcdef", q.port, q.alt),
+                         STORE_ALT_PORTS);
+        int ports[1 + STORE_ALT_PORTS] = {q.port, q.alt[0], q.alt[1], q.alt[2], q.alt[3]};
+        squatter = squat_as_nobody(ports, all ? 1 + STORE_ALT_PORTS : 1);
+    }
     if (squatter == -1)
         skip();
     if (squatter < 0)
-        fail_msg("could not squat port %d (or its alternates): in use already?", q.port);
+        fail_msg("could not squat port %d (or its alternates) in 20 tries: in use already?",
+                 q.port);
     snprintf(q.log, sizeof q.log, "/tmp/cdl-squat.XXXXXX");
     int fd = mkstemp(q.log);
     assert_true(fd >= 0);

@@ -147,6 +147,25 @@ static CPU_AVX2 inline V gelu_tanh_u8(V x)
     return _mm256_mul_ps(SET1(GELU_K0), _mm256_fmadd_ps(SET1(GELU_K1), x3, x));
 }
 
+/* The exact GELU's lanes as inline functions, which fwd8's and bwd8's
+ * CDL_ACT_GELU cases call too (so the same bits on both paths): the GPT's
+ * MLP runs them on (rows, 4 d) blocks, where fwd8's call and switch per 8
+ * floats kept the core from overlapping one vector's divide and exponential
+ * with the next one's (~1.4 ns a float on Zen 3; 2 vectors a step here). */
+static CPU_AVX2 inline V gelu8(V x)
+{
+    return _mm256_mul_ps(_mm256_mul_ps(SET1(0.5f), x),
+                         _mm256_add_ps(SET1(1.0f), erf8(_mm256_mul_ps(x, SET1(INV_SQRT2)))));
+}
+
+static CPU_AVX2 inline V gelu_grad8(V x, V dy)
+{
+    V ex, erf = erf8_e(_mm256_mul_ps(x, SET1(INV_SQRT2)), &ex);
+    V cdf = _mm256_mul_ps(SET1(0.5f), _mm256_add_ps(SET1(1.0f), erf));
+    V pdf = _mm256_mul_ps(SET1(INV_SQRT_2PI), ex);
+    return _mm256_mul_ps(dy, _mm256_fmadd_ps(x, pdf, cdf));
+}
+
 /* x <= 0 lanes (or NaN: the compare is ordered) get a*alpha, others a. */
 static CPU_AVX2 inline V leaky8(V x, V a, float alpha)
 {
@@ -159,9 +178,7 @@ static CPU_AVX2 V fwd8(cdl_act act, float alpha, V x)
     V half = SET1(0.5f), one = SET1(1.0f);
     switch (act) {
     case CDL_ACT_RELU: return _mm256_max_ps(_mm256_setzero_ps(), x);
-    case CDL_ACT_GELU:
-        return _mm256_mul_ps(_mm256_mul_ps(half, x),
-                             _mm256_add_ps(one, erf8(_mm256_mul_ps(x, SET1(INV_SQRT2)))));
+    case CDL_ACT_GELU: return gelu8(x);
     case CDL_ACT_GELU_TANH:
         return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, tanh8(gelu_tanh_u8(x))));
     case CDL_ACT_SILU: return _mm256_mul_ps(x, sigmoid8(x));
@@ -178,12 +195,7 @@ static CPU_AVX2 V bwd8(cdl_act act, float alpha, V x, V y, V dy)
     switch (act) {
     case CDL_ACT_RELU:
         return _mm256_and_ps(dy, _mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ));
-    case CDL_ACT_GELU: {
-        V ex, erf = erf8_e(_mm256_mul_ps(x, SET1(INV_SQRT2)), &ex);
-        V cdf = _mm256_mul_ps(half, _mm256_add_ps(one, erf));
-        V pdf = _mm256_mul_ps(SET1(INV_SQRT_2PI), ex);
-        return _mm256_mul_ps(dy, _mm256_fmadd_ps(x, pdf, cdf));
-    }
+    case CDL_ACT_GELU: return gelu_grad8(x, dy);
     case CDL_ACT_GELU_TANH: {
         V omt2;
         V t = tanh8_omt2(gelu_tanh_u8(x), &omt2);
@@ -200,25 +212,6 @@ static CPU_AVX2 V bwd8(cdl_act act, float alpha, V x, V y, V dy)
     case CDL_ACT_LEAKYRELU: return leaky8(x, dy, alpha);
     }
     return SET1(NAN);
-}
-
-/* The exact GELU's lanes, fwd8's and bwd8's CDL_ACT_GELU cases (the same
- * operations, so the same bits) as inline functions: the GPT's MLP runs
- * them on (rows, 4 d) blocks, where fwd8's call and switch per 8 floats
- * kept the core from overlapping one vector's divide and exponential with
- * the next one's (~1.4 ns a float on Zen 3; 2 vectors a step here). */
-static CPU_AVX2 inline V gelu8(V x)
-{
-    return _mm256_mul_ps(_mm256_mul_ps(SET1(0.5f), x),
-                         _mm256_add_ps(SET1(1.0f), erf8(_mm256_mul_ps(x, SET1(INV_SQRT2)))));
-}
-
-static CPU_AVX2 inline V gelu_grad8(V x, V dy)
-{
-    V ex, erf = erf8_e(_mm256_mul_ps(x, SET1(INV_SQRT2)), &ex);
-    V cdf = _mm256_mul_ps(SET1(0.5f), _mm256_add_ps(SET1(1.0f), erf));
-    V pdf = _mm256_mul_ps(SET1(INV_SQRT_2PI), ex);
-    return _mm256_mul_ps(dy, _mm256_fmadd_ps(x, pdf, cdf));
 }
 
 /* Lanes [0, k) of 8 (k < 8) for the masked loads and stores of a tail. */

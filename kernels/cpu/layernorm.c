@@ -143,20 +143,44 @@ static CPU_AVX2 void apply_avx2(const float *x, int d, float mean, float rstd,
     apply_ref(x + j, d - j, mean, rstd, gamma ? gamma + j : NULL, beta ? beta + j : NULL, y + j);
 }
 
-static CPU_AVX2 void dx_sums_avx2(const float *x, const float *dy, int d, float mean, float rstd,
-                                  const float *gamma, double *sg, double *sgx)
+/* A row's dx sums over its whole vectors (sum g, sum g xhat; g = gamma dy),
+ * and with psg the (d) double sums of dy xhat and dy for dgamma and dbeta
+ * in the same pass (d = 144 in the bench GPT: x and dy read and xhat
+ * computed once, not twice; param_row_ref's operations in its order, so
+ * the same bits). Inlined into both callers, so the first keeps no test
+ * of psg. Returns where the vectors stopped. */
+static CPU_AVX2 inline __attribute__((always_inline)) int
+dx_sums_vec(const float *x, const float *dy, int d, float mean, float rstd, const float *gamma,
+            double *sg, double *sgx, double *psg, double *psb)
 {
     __m256 m = _mm256_set1_ps(mean), r = _mm256_set1_ps(rstd);
     __m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
     int j = 0;
     for (; j + 8 <= d; j += 8) {
-        __m256 g = gamma8(gamma, j, _mm256_loadu_ps(dy + j));
+        __m256 dv = _mm256_loadu_ps(dy + j), g = gamma8(gamma, j, dv);
         __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), m), r);
         a = cpu_acc8(a, g);
         b = cpu_dot8(b, g, xh);
+        if (!psg)
+            continue;
+        __m256d g0 = _mm256_cvtps_pd(_mm256_castps256_ps128(dv));
+        __m256d g1 = _mm256_cvtps_pd(_mm256_extractf128_ps(dv, 1));
+        __m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(xh));
+        __m256d x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(xh, 1));
+        _mm256_storeu_pd(psg + j, _mm256_fmadd_pd(g0, x0, _mm256_loadu_pd(psg + j)));
+        _mm256_storeu_pd(psg + j + 4, _mm256_fmadd_pd(g1, x1, _mm256_loadu_pd(psg + j + 4)));
+        _mm256_storeu_pd(psb + j, _mm256_add_pd(_mm256_loadu_pd(psb + j), g0));
+        _mm256_storeu_pd(psb + j + 4, _mm256_add_pd(_mm256_loadu_pd(psb + j + 4), g1));
     }
     *sg += cpu_hsum4d(a);
     *sgx += cpu_hsum4d(b);
+    return j;
+}
+
+static CPU_AVX2 void dx_sums_avx2(const float *x, const float *dy, int d, float mean, float rstd,
+                                  const float *gamma, double *sg, double *sgx)
+{
+    int j = dx_sums_vec(x, dy, d, mean, rstd, gamma, sg, sgx, NULL, NULL);
     dx_sums_ref(x + j, dy + j, d - j, mean, rstd, gamma ? gamma + j : NULL, sg, sgx);
 }
 
@@ -179,32 +203,11 @@ static CPU_AVX2 void dx_apply_avx2(const float *x, const float *dy, int d, float
     dx_apply_ref(x + j, dy + j, d - j, mean, rstd, gamma ? gamma + j : NULL, a, b, dx + j, acc);
 }
 
-/* dx_sums_avx2 and param_row_ref's sums in one pass over the row (d = 144 in
- * the bench GPT: x and dy read and xhat computed once, not twice): the
- * same operations on each sum in the same order, so the same bits. */
 static CPU_AVX2 void dx_param_sums_avx2(const float *x, const float *dy, int d, float mean,
                                         float rstd, const float *gamma, double *sg, double *sgx,
                                         double *psg, double *psb)
 {
-    __m256 m = _mm256_set1_ps(mean), r = _mm256_set1_ps(rstd);
-    __m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
-    int j = 0;
-    for (; j + 8 <= d; j += 8) {
-        __m256 dv = _mm256_loadu_ps(dy + j), g = gamma8(gamma, j, dv);
-        __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), m), r);
-        a = cpu_acc8(a, g);
-        b = cpu_dot8(b, g, xh);
-        __m256d g0 = _mm256_cvtps_pd(_mm256_castps256_ps128(dv));
-        __m256d g1 = _mm256_cvtps_pd(_mm256_extractf128_ps(dv, 1));
-        __m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(xh));
-        __m256d x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(xh, 1));
-        _mm256_storeu_pd(psg + j, _mm256_fmadd_pd(g0, x0, _mm256_loadu_pd(psg + j)));
-        _mm256_storeu_pd(psg + j + 4, _mm256_fmadd_pd(g1, x1, _mm256_loadu_pd(psg + j + 4)));
-        _mm256_storeu_pd(psb + j, _mm256_add_pd(_mm256_loadu_pd(psb + j), g0));
-        _mm256_storeu_pd(psb + j + 4, _mm256_add_pd(_mm256_loadu_pd(psb + j + 4), g1));
-    }
-    *sg += cpu_hsum4d(a);
-    *sgx += cpu_hsum4d(b);
+    int j = dx_sums_vec(x, dy, d, mean, rstd, gamma, sg, sgx, psg, psb);
     cpu_avx_leave();
     dx_param_sums_ref(x + j, dy + j, d - j, mean, rstd, gamma ? gamma + j : NULL, sg, sgx,
                       psg + j, psb + j);

@@ -88,8 +88,14 @@ static int env_flag(const char *name, atomic_int *cache)
 static int wino_disabled(void) { return env_flag("CDL_CPU_NO_WINOGRAD", &wino_off); }
 
 /* The backend's fast_conv (cdl_backend_params, cdl-train --fast-conv on)
- * lets the forward and dx of the AVX2 path take F(4x4) (the 16-lane path
- * never does): 1.2 to 1.6x faster than the best of F(2x2) and direct on
+ * lets the forward and dx of the AVX2 path take F(4x4), and those of the
+ * 16-lane path on a CPU that runs 512-bit instructions in two halves
+ * (cpu_avx512_halves: Zen 4), where the 16-lane direct kernels do no more
+ * a cycle than the 8-lane ones: resnet20 training (batch 128) on a Zen 4
+ * core 342-344 -> 394-404 images/s at 1 thread, 589-617 -> 669-678 at 2.
+ * Not on Intel's AVX-512 cores nor Zen 5 (full 512-bit units, not
+ * measured; no 16-lane F(4x4) kernel). On AVX2: 1.2 to 1.6x faster than
+ * the best of F(2x2) and direct on
  * resnet20's stages (below); resnet20 training (batch 128, 1 thread)
  * 380 images per CPU second against 298 (+25%; 2 threads +10%), another
  * day 6-16%. It is a setting, off by default, because its normalised
@@ -168,15 +174,18 @@ int conv_use_wino(const cdl_conv2d_desc *d, int fast)
     double pixels = (double)d->n * d->h * d->w;
     if (pixels < (path == 3 ? CONV_WINO512_MIN_PIXELS : CONV_WINO_MIN_PIXELS))
         return 0;
-    if (path == 3)
-        return d->c >= CONV_WINO512_MIN_C && d->oc >= CONV_WINO512_MIN_C &&
-                       d->h <= CONV_WINO512_MAX_HW && d->w <= CONV_WINO512_MAX_HW
-                   ? CONV_WINO_FWD | CONV_WINO_DX
-                   : 0;
     int f4 = 0;
     if (fast && d->c >= CONV_WINO4_MIN_C && d->oc >= CONV_WINO4_MIN_C && d->h >= CONV_WINO4_MIN_HW &&
         d->w >= CONV_WINO4_MIN_HW)
         f4 = CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_F4;
+    if (path == 3) {
+        if (!cpu_avx512_halves())
+            f4 = 0;
+        return d->c >= CONV_WINO512_MIN_C && d->oc >= CONV_WINO512_MIN_C &&
+                       d->h <= CONV_WINO512_MAX_HW && d->w <= CONV_WINO512_MAX_HW
+                   ? CONV_WINO_FWD | CONV_WINO_DX | f4
+                   : f4;
+    }
     if (d->c < CONV_WINO_MIN_C || d->oc < CONV_WINO_MIN_C)
         return f4;
     return CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW | f4;

@@ -29,6 +29,13 @@
  * that throttles on 512-bit code). Cached after the first call. */
 int cpu_has_avx512(void);
 
+/* 1 on a CPU that runs 512-bit instructions as two 256-bit halves, so
+ * that there the 16-lane kernels do no more work a cycle than the 8-lane
+ * ones: AMD's family 19h with AVX-512 (Zen 4; Zen 3, the same family,
+ * has no AVX-512). Intel's AVX-512 cores and Zen 5 have full 512-bit
+ * units. Read from CPUID once. */
+int cpu_avx512_halves(void);
+
 /* Tests: 1 turns the AVX-512 (and AVX2) kernels off (the portable paths
  * run), 0 goes back to what the CPU supports. Not for use while ops run. */
 void cpu_disable_avx512(int off);
@@ -146,6 +153,10 @@ static inline int cpu_has_avx512(void)
     return 0;
 }
 static inline int cpu_has_avx2(void)
+{
+    return 0;
+}
+static inline int cpu_avx512_halves(void)
 {
     return 0;
 }

@@ -483,15 +483,15 @@ typedef struct cdl_backend_params {
      * the default, or any other value: off). The field sits in what was
      * the struct's padding (its size is unchanged), which
      * cdl_backend_params_init zeroes for older programs too. On CPUs with
-     * AVX2 and without AVX-512: Winograd
+     * AVX2 and without AVX-512, and on AMD Zen 4: Winograd
      * F(4x4,3x3) for the forward and input gradient of 3x3 stride-1
      * convolutions of 16 channels and more on maps of 8 pixels and more,
      * 4x fewer multiplications than direct summation, with an error of
      * 0.3-2.4e-6 of a convolution's largest output instead of 1-4e-7
      * (TF32, PyTorch's default for cuDNN convolutions, errs by ~5e-4).
      * ResNet-20 trains 6-25% faster at 1 thread on a Zen 3 core
-     * (docs/training.md). Ignored by GPUs (tf32_conv is theirs) and by
-     * AVX-512 CPUs (F(4x4) has no 16-lane kernels). */
+     * (docs/training.md). Ignored by GPUs (tf32_conv is theirs), Intel's
+     * AVX-512 CPUs and Zen 5 (F(4x4) has no 16-lane kernels). */
     int fast_conv;
 } cdl_backend_params;
 

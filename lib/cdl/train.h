@@ -225,7 +225,7 @@ typedef struct cdl_train_config {
     int jpeg_full;
     /* --fast-conv on: the backend's faster convolution algorithms with
      * more rounding error (cdl_backend_params.fast_conv: Winograd F(4x4)
-     * on AVX2 CPUs); 0 (the default) or any other value: off. It sits in
+     * on AVX2 CPUs and Zen 4); 0 (the default) or any other value: off. It sits in
      * what was the struct's padding, which cdl_train_defaults zeroes. */
     int fast_conv;
 } cdl_train_config;

@@ -253,10 +253,16 @@ static void test_wino_dispatch(void **state)
         cdl_conv2d_desc r18s3 = ref_conv_desc(32, 256, 8, 8, 256, 3, 3, 1, 1);
         cdl_conv2d_desc r18s3b8 = ref_conv_desc(8, 256, 8, 8, 256, 3, 3, 1, 1);
         assert_int_equal(wino_any(&r18s3b8), 0);
-        assert_int_equal(wino_any(&st2), 0);
-        assert_int_equal(wino_any(&st1), 0);
-        assert_int_equal(wino_any(&r18), CONV_WINO_FWD | CONV_WINO_DX);
-        assert_int_equal(wino_any(&r18s3), CONV_WINO_FWD | CONV_WINO_DX);
+        assert_int_equal(wino_any(&st2), 0);   /* 512 pixels: under the 16-lane cut */
+        assert_int_equal(wino_any(&r18), CONV_WINO_FWD | CONV_WINO_DX);   /* 4x4 maps */
+        /* fast_conv: F(4x4) forward and dx from 16 channels on maps of 8
+         * and more where 512-bit instructions run in halves (Zen 4);
+         * nothing changes on full 512-bit units. */
+        int f4 = cpu_avx512_halves() ? CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_F4 : 0;
+        assert_int_equal(conv_use_wino(&st1, 0), 0);
+        assert_int_equal(conv_use_wino(&st1, 1), f4);
+        assert_int_equal(conv_use_wino(&r18s3, 0), CONV_WINO_FWD | CONV_WINO_DX);
+        assert_int_equal(conv_use_wino(&r18s3, 1), CONV_WINO_FWD | CONV_WINO_DX | f4);
     }
     if (cpu_has_avx512() && !getenv("CDL_CPU_NO_WINOGRAD")) {
         test_avx2_only(1);   /* the AVX2 choices on this AVX-512 CPU */
@@ -275,8 +281,9 @@ static void test_wino_dispatch(void **state)
  * fast_conv = 1 computes resnet20's stage-2 convolution (forward and dx)
  * with F(4x4) where conv_use_wino says so (AVX2 CPUs: the same bits as
  * conv_wino4_fwd and _dx, whatever the thread count), one made with the
- * default params with F(2x2), as cdl_backend_cpu_create does; on the
- * 16-lane path (AVX-512) the setting changes no bit. */
+ * default params with F(2x2) (AVX2) or the 16-lane direct kernels, as
+ * cdl_backend_cpu_create does; on the 16-lane path of a CPU with full
+ * 512-bit units the setting changes no bit. */
 static void fast_conv_case(const cdl_conv2d_desc *d, const result *r)
 {
     size_t nx = (size_t)d->n * d->c * d->h * d->w, ny = (size_t)d->n * d->oc * d->oh * d->ow;
@@ -308,8 +315,10 @@ static void fast_conv_case(const cdl_conv2d_desc *d, const result *r)
         assert_memory_equal(y[1], ref_y, ny * 4);
         assert_memory_equal(dx[1], ref_dx, nx * 4);
         assert_memory_not_equal(y[0], y[1], ny * 4);
-        assert_memory_equal(y[0], r->y, ny * 4);    /* F(2x2) */
-        assert_memory_equal(dx[0], r->dx, nx * 4);
+        if (conv_use_direct(d) == 2) {   /* F(2x2) without the setting */
+            assert_memory_equal(y[0], r->y, ny * 4);
+            assert_memory_equal(dx[0], r->dx, nx * 4);
+        }
     } else {
         assert_memory_equal(y[0], y[1], ny * 4);
         assert_memory_equal(dx[0], dx[1], nx * 4);
@@ -343,6 +352,21 @@ static void test_backend_fast_conv(void **state)
     pair *all[] = {&x, &w, &b, &dy};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         pair_free(all[i]);
+    /* Batch 8 (2048 pixels, the 16-lane path's Winograd cut): F(4x4) there
+     * on Zen 4, the setting ignored on full 512-bit units. */
+    cdl_conv2d_desc d8 = ref_conv_desc(8, 32, 16, 16, 32, 3, 3, 1, 1);
+    nx = (size_t)d8.n * d8.c * d8.h * d8.w;
+    ny = (size_t)d8.n * d8.oc * d8.oh * d8.ow;
+    pair x8 = pair_rand(nx, 91, -1, 1), w8 = pair_rand(nw, 92, -1, 1);
+    pair b8 = pair_rand(d8.oc, 93, -1, 1), dy8 = pair_rand(ny, 94, -1, 1);
+    result r8 = run_wino(&d8, 1, &x8, &w8, &b8, &dy8);
+    if (cpu_has_avx512())
+        assert_int_equal(!!(conv_use_wino(&d8, 1) & CONV_WINO_F4), cpu_avx512_halves());
+    fast_conv_case(&d8, &r8);
+    result_free(&r8);
+    pair *all8[] = {&x8, &w8, &b8, &dy8};
+    for (size_t i = 0; i < sizeof all8 / sizeof all8[0]; i++)
+        pair_free(all8[i]);
 }
 
 int main(void)

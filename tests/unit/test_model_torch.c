@@ -255,7 +255,7 @@ static void check_sampled(cdl_model *m, const float *dev, const fixture *fx, con
 /* resnet20 in training mode: logits, loss, every gradient, the running
  * statistics and one SGD step (momentum, weight decay), all within 1e-5 of
  * PyTorch. fast: on a backend with fast_conv (Winograd F(4x4) on AVX2
- * CPUs), the forward alone (logits, loss, running statistics) within 1e-5
+ * CPUs and Zen 4), the forward alone (logits, loss, running statistics) within 1e-5
  * and finite gradients: this fixture's gradients (batch 2 through batch
  * norm and ReLU) are chaotic at F(4x4)'s error (conv2d.c: noise of 2e-6 of
  * max |y| in float64 PyTorch's convolutions moves them by up to 8e-2),
@@ -371,7 +371,7 @@ static void test_resnet20_fast_conv(void **state)
     (void)state;
     check_resnet20("cifar/", (cdl_shape){3, 32, 32}, 1);
     check_resnet20("mnist/", (cdl_shape){1, 28, 28}, 1);
-    if (cpu_has_avx512()) {   /* F(4x4) runs on the AVX2 path alone */
+    if (cpu_has_avx512()) {   /* and the AVX2 path, where it always runs F(4x4) */
         test_avx2_only(1);
         check_resnet20("cifar/", (cdl_shape){3, 32, 32}, 1);
         check_resnet20("mnist/", (cdl_shape){1, 28, 28}, 1);

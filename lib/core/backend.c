@@ -83,7 +83,7 @@ static cdl_backend *cpu_create(const cdl_backend_params *p, const char *gpu_erro
     if (be && backend_log_has(p->log, "cpu"))
         log_line(CDL_LOG_INFO, stderr, "cdl: cpu backend with %d thread%s%s", be->threads,
                  be->threads == 1 ? "" : "s",
-                 p->fast_conv == 1 ? ", fast_conv (Winograd F(4x4) on AVX2 CPUs)" : "");
+                 p->fast_conv == 1 ? ", fast_conv (Winograd F(4x4) on AVX2 CPUs and Zen 4)" : "");
     return be;
 }
 

@@ -19,7 +19,7 @@
  * Usage: bench_cnn [--model NAME] [--batch N] [--threads T] [--steps S] [--runs R]
  *                  [--sgemm 0] (0: skip the SGEMM peak check; the % of peak reads 0)
  *                  [--fast-conv 1] (the backend's fast_conv: Winograd F(4x4) on AVX2
- *                  CPUs; the FLOPs counted stay the direct convolutions')
+ *                  CPUs and Zen 4; the FLOPs counted stay the direct convolutions')
  * Prints a human-readable report and one line "RESULT key=value ..." for
  * bench/run_cnn.sh.
  */

@@ -175,17 +175,14 @@ int conv_use_wino(const cdl_conv2d_desc *d, int fast)
     if (pixels < (path == 3 ? CONV_WINO512_MIN_PIXELS : CONV_WINO_MIN_PIXELS))
         return 0;
     int f4 = 0;
-    if (fast && d->c >= CONV_WINO4_MIN_C && d->oc >= CONV_WINO4_MIN_C && d->h >= CONV_WINO4_MIN_HW &&
-        d->w >= CONV_WINO4_MIN_HW)
+    if (fast && (path == 2 || cpu_avx512_halves()) && d->c >= CONV_WINO4_MIN_C &&
+        d->oc >= CONV_WINO4_MIN_C && d->h >= CONV_WINO4_MIN_HW && d->w >= CONV_WINO4_MIN_HW)
         f4 = CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_F4;
-    if (path == 3) {
-        if (!cpu_avx512_halves())
-            f4 = 0;
+    if (path == 3)
         return d->c >= CONV_WINO512_MIN_C && d->oc >= CONV_WINO512_MIN_C &&
                        d->h <= CONV_WINO512_MAX_HW && d->w <= CONV_WINO512_MAX_HW
                    ? CONV_WINO_FWD | CONV_WINO_DX | f4
                    : f4;
-    }
     if (d->c < CONV_WINO_MIN_C || d->oc < CONV_WINO_MIN_C)
         return f4;
     return CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW | f4;

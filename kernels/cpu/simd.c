@@ -1,13 +1,10 @@
 /* CPU feature detection for the kernel dispatch (see simd.h). */
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cpu/simd.h"
 
 #if CPU_X86
-#include <cpuid.h>
-
 /* -1: not probed yet. Races are benign: every thread computes the same. */
 static atomic_int cached = -1;
 
@@ -46,22 +43,8 @@ int cpu_avx512_halves(void)
 {
     int v = atomic_load_explicit(&cached_halves, memory_order_relaxed);
     if (v < 0) {
-        unsigned a, b, c, d;
-        char vendor[13] = "";
-        v = 0;
-        if (__get_cpuid(0, &a, &b, &c, &d)) {
-            memcpy(vendor, &b, 4);
-            memcpy(vendor + 4, &d, 4);
-            memcpy(vendor + 8, &c, 4);
-        }
-        if (!strcmp(vendor, "AuthenticAMD") && __get_cpuid(1, &a, &b, &c, &d)) {
-            /* family = base family + extended family (base 0xF here) */
-            unsigned fam = (a >> 8) & 0xF;
-            if (fam == 0xF)
-                fam += (a >> 20) & 0xFF;
-            __builtin_cpu_init();
-            v = fam == 0x19 && __builtin_cpu_supports("avx512f");
-        }
+        __builtin_cpu_init();
+        v = __builtin_cpu_is("amdfam19h") && __builtin_cpu_supports("avx512f");
         atomic_store_explicit(&cached_halves, v, memory_order_relaxed);
     }
     return v;

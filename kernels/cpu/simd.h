@@ -33,7 +33,7 @@ int cpu_has_avx512(void);
  * that there the 16-lane kernels do no more work a cycle than the 8-lane
  * ones: AMD's family 19h with AVX-512 (Zen 4; Zen 3, the same family,
  * has no AVX-512). Intel's AVX-512 cores and Zen 5 have full 512-bit
- * units. Read from CPUID once. */
+ * units. Read once. */
 int cpu_avx512_halves(void);
 
 /* Tests: 1 turns the AVX-512 (and AVX2) kernels off (the portable paths

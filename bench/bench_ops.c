@@ -12,8 +12,9 @@
  *                            and bwd (dgamma, dbeta, dx)
  *   bneval:N,C,H,W           BatchNorm2d evaluation, fwd only
  *   maxpool:N,C,H,W,K,S,P    max pooling, fwd (y and argmax) and bwd
- * Usage: bench_ops [--threads T] [--runs R] [--cpu 1] CASE...
- * --cpu 1 times the process's CPU time instead of the wall clock: with one
+ * Usage: bench_ops [--threads T] [--runs R] [--cpu 1] [--fast-conv 1] CASE...
+ * --fast-conv 1 creates the backend with fast_conv (cdl-train --fast-conv
+ * on: Winograd F(4x4) where conv_use_wino allows it). --cpu 1 times the process's CPU time instead of the wall clock: with one
  * thread on a loaded machine, time spent waiting for a core is left out.
  * The environment's switches (CDL_CPU_NO_AVX512, CDL_CPU_NO_WINOGRAD)
  * pick the paths, as in a training run. */
@@ -25,7 +26,7 @@
 
 #include "bench/bench_util.h"
 
-static int threads = 1, runs = 20, cpu_clock = 0;
+static int threads = 1, runs = 20, cpu_clock = 0, fast_conv = 0;
 
 static double now(void)
 {
@@ -196,12 +197,18 @@ int main(int argc, char **argv)
             runs = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--cpu"))
             cpu_clock = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--fast-conv"))
+            fast_conv = atoi(argv[i + 1]) != 0;
         else
             goto usage;
     }
     if (i >= argc || threads < 1 || runs < 1)
         goto usage;
-    cdl_backend *be = cdl_backend_create("cpu", threads);
+    cdl_backend_params bp;
+    cdl_backend_params_init(&bp);
+    bp.threads = threads;
+    bp.fast_conv = fast_conv;
+    cdl_backend *be = cdl_backend_create_with("cpu", &bp);
     if (!be) {
         fprintf(stderr, "bench_ops: %s\n", cdl_last_error());
         return 1;
@@ -248,7 +255,7 @@ int main(int argc, char **argv)
     cdl_backend_destroy(be);
     return 0;
 usage:
-    fprintf(stderr, "usage: bench_ops [--threads T] [--runs R] [--cpu 1] CASE... (dw:N,C,H,W,K,S,P "
+    fprintf(stderr, "usage: bench_ops [--threads T] [--runs R] [--cpu 1] [--fast-conv 1] CASE... (dw:N,C,H,W,K,S,P "
                     "conv:N,C,H,W,OC,K,S,P bn:N,C,H,W bneval:N,C,H,W maxpool:N,C,H,W,K,S,P)\n");
     return 2;
 }

@@ -88,11 +88,12 @@ static int env_flag(const char *name, atomic_int *cache)
 static int wino_disabled(void) { return env_flag("CDL_CPU_NO_WINOGRAD", &wino_off); }
 
 /* The backend's fast_conv (cdl_backend_params, cdl-train --fast-conv on)
- * lets the forward and dx of the AVX2 path take F(4x4), and those of the
- * 16-lane path on a CPU that runs 512-bit instructions in two halves
+ * lets the forward, dx and dW of the AVX2 path take F(4x4), and those of
+ * the 16-lane path on a CPU that runs 512-bit instructions in two halves
  * (cpu_avx512_halves: Zen 4), where the 16-lane direct kernels do no more
  * a cycle than the 8-lane ones: resnet20 training (batch 128) on a Zen 4
- * core 342-344 -> 394-404 images/s at 1 thread, 589-617 -> 669-678 at 2.
+ * core 342-344 -> 394-404 images/s at 1 thread with the forward and dx,
+ * 467 with dW too; 589-617 -> 669-678 -> 704 at 2 threads.
  * Not on Intel's AVX-512 cores nor Zen 5 (full 512-bit units, not
  * measured; no 16-lane F(4x4) kernel). On AVX2: 1.2 to 1.6x faster than
  * the best of F(2x2) and direct on
@@ -128,7 +129,7 @@ static int wino_disabled(void) { return env_flag("CDL_CPU_NO_WINOGRAD", &wino_of
  * 512x512 channels, 38 MB, stream from memory for every block of tiles).
  * The weight gradient, direct / F(2x2): 16 at 32x32 8.3 / 9.0, 32 at
  * 16x16 7.7 / 6.8, 64 at 8x8 7.8 / 5.7, 128 at 16x16 (n=32) 31 / 33,
- * 512 at 4x4 73 / 91 (the weight gradient has no F(4x4) yet).
+ * 512 at 4x4 73 / 91 (F(4x4)'s weight gradient: below).
  * Checked again on the AVX-512 core of conv_use_direct with
  * CDL_CPU_NO_AVX512=1 (bench/run_cpu_ops.sh wino), 1 thread, CPU ms,
  * forward / dx+dW, direct AVX2 against F(2x2), batch 8: 16 at 32x32 0.45 /
@@ -142,6 +143,23 @@ static int wino_disabled(void) { return env_flag("CDL_CPU_NO_WINOGRAD", &wino_of
 #define CONV_WINO_MIN_C 24
 #define CONV_WINO4_MIN_C 16
 #define CONV_WINO4_MIN_HW 8
+
+/* F(4x4)'s weight gradient (with fast_conv, where F(4x4) takes the
+ * forward) up to this many input and output channels. Measured on a Zen 4
+ * core, 1 thread, ms of dx+dW with F(4x4)'s dx, dW direct (16-lane) /
+ * F(4x4): 16 at 32x32 (batch 128) 11.5-12.4 / 10.0-10.2, 32 at 16x16
+ * 9.9-10.3 / 7.3-8.6, 64 at 8x8 8.9-9.0 / 5.7-5.9, 64 at 32x32 (n=32)
+ * 33 / 21, 128 at 16x16 (n=32) 34 / 22, 256 at 16x16 (n=16) 68 / 48,
+ * 256 at 8x8 (n=32) 36 / 30, 512 at 8x8 (n=32) 148 / 150. The AVX2 path
+ * (CDL_CPU_NO_AVX512=1), F(2x2) / F(4x4) dW: 32 at 16x16 8.7 / 8.0, 64 at
+ * 8x8 6.2-6.5 / 5.7-5.8, 128 at 16x16 24.9 / 22.2-22.6, 256 at 16x16 55 /
+ * 53, 256 at 8x8 29-31 / 29-31, 512 at 8x8 (n=8) 62-66 / 82-86 (its
+ * partials, 36 positions of 512x512 channels, 38 MB a chunk, stream from
+ * memory). On a Zen 3 core (AVX2), 1 thread, batch 128, dx+dW with
+ * F(2x2) / F(4x4) dW: 16 at 32x32 13.6-13.8 / 12.2-13.1, 32 at 16x16 10.0
+ * / 9.7-9.9, 64 at 8x8 7.8-8.0 / 7.4-7.5, 128 at 16x16 127 / 107, 256 at
+ * 8x8 130 / 127. */
+#define CONV_WINO4_DW_MAX_C 256
 
 /* With the 16-lane kernels (path 3, table at conv_use_direct): F(2x2)'s
  * forward and dx from this many channels on maps of at most
@@ -176,8 +194,11 @@ int conv_use_wino(const cdl_conv2d_desc *d, int fast)
         return 0;
     int f4 = 0;
     if (fast && (path == 2 || cpu_avx512_halves()) && d->c >= CONV_WINO4_MIN_C &&
-        d->oc >= CONV_WINO4_MIN_C && d->h >= CONV_WINO4_MIN_HW && d->w >= CONV_WINO4_MIN_HW)
+        d->oc >= CONV_WINO4_MIN_C && d->h >= CONV_WINO4_MIN_HW && d->w >= CONV_WINO4_MIN_HW) {
         f4 = CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_F4;
+        if (d->c <= CONV_WINO4_DW_MAX_C && d->oc <= CONV_WINO4_DW_MAX_C)
+            f4 |= CONV_WINO_DW | CONV_WINO_DW4;
+    }
     if (path == 3)
         return d->c >= CONV_WINO512_MIN_C && d->oc >= CONV_WINO512_MIN_C &&
                        d->h <= CONV_WINO512_MAX_HW && d->w <= CONV_WINO512_MAX_HW
@@ -245,7 +266,10 @@ void cpu_conv2d_bwd(cdl_backend *be, const cdl_conv2d_desc *d, const float *x,
         dx = NULL;
     }
     if (wino & CONV_WINO_DW) {
-        conv_wino_dw(cpu_pool(be), d, x, dy, dw, db, ws);
+        if (wino & CONV_WINO_DW4)
+            conv_wino4_dw(cpu_pool(be), d, x, dy, dw, db, ws);
+        else
+            conv_wino_dw(cpu_pool(be), d, x, dy, dw, db, ws);
         if (!dx)
             return;
     }

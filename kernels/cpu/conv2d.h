@@ -85,7 +85,7 @@ void conv_wino_dx(pool *p, const cdl_conv2d_desc *d, const float *w, const float
 void conv_wino_dw(pool *p, const cdl_conv2d_desc *d, const float *x, const float *dy, float *dw,
                   float *db, float *ws);
 
-/* Winograd F(4x4,3x3) (conv2d_wino4.c), forward and dx, for the shapes of
+/* Winograd F(4x4,3x3) (conv2d_wino4.c), forward, dx and dW, for the shapes of
  * conv_wino_supported: fewer multiply-adds and transformed values per
  * output than F(2x2), larger rounding errors (see the file). */
 size_t conv_wino4_workspace(const cdl_conv2d_desc *d, int threads);
@@ -93,6 +93,10 @@ void conv_wino4_fwd(pool *p, const cdl_conv2d_desc *d, const float *x, const flo
                     const float *b, float *y, float *ws);
 void conv_wino4_dx(pool *p, const cdl_conv2d_desc *d, const float *w, const float *dy, float *dx,
                    float *ws);
+/* dw (and db when not NULL): per-chunk partials summed in chunk order,
+ * reproducible for a thread count. */
+void conv_wino4_dw(pool *p, const cdl_conv2d_desc *d, const float *x, const float *dy, float *dw,
+                   float *db, float *ws);
 
 /* Chunks of images for a backward pass whose per-chunk weight-gradient
  * partial is partial_floats: POOL_CHUNKS_PER_THREAD per thread, fewer when
@@ -108,13 +112,14 @@ int conv_use_direct(const cdl_conv2d_desc *d);
 /* Whether the ops take the Winograd kernels for d: CONV_WINO_FWD for the
  * forward, CONV_WINO_DX for dx, CONV_WINO_DW for dw and db (bits; the
  * rest stays on conv_use_direct's path); with fast (the backend's
- * fast_conv) CONV_WINO_F4 where F(4x4) pays. CDL_CPU_NO_WINOGRAD=1 in the
- * environment turns them all off (read once), as does
- * cpu_disable_avx512(1). */
+ * fast_conv) CONV_WINO_F4 and CONV_WINO_DW4 where F(4x4) pays.
+ * CDL_CPU_NO_WINOGRAD=1 in the environment turns them all off (read
+ * once), as does cpu_disable_avx512(1). */
 #define CONV_WINO_FWD 1
 #define CONV_WINO_DX 2
 #define CONV_WINO_DW 4
 #define CONV_WINO_F4 8    /* the forward and dx by F(4x4) instead of F(2x2) */
+#define CONV_WINO_DW4 16  /* dw and db by F(4x4) (with CONV_WINO_DW) */
 int conv_use_wino(const cdl_conv2d_desc *d, int fast);
 
 #endif

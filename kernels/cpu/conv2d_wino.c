@@ -101,39 +101,21 @@ static void wplan_make(int n, int C, int O, int H, int W, wplan *p)
  * [16][ts][opad] and the products take 8 output channels per vector: 2
  * such vectors x DC=6 input channels = 12 accumulators summed over the
  * block's tiles (per tile 2 loads and 6 broadcasts feed 12 FMAs), added
- * once per block into the chunk's partial. Chunks of blocks (a split that
- * depends on the shape and the thread count only) are summed in chunk
- * order. */
-#define DC 6
+ * once per block into the chunk's partial (wdw_layout; conv_wino_dw_run
+ * serves conv2d_wino4.c's F(4x4) too, with its own input transform and
+ * dM). */
+#define DC WDC
 
 typedef struct dwplan {
     wplan p;               /* C = x's channels, O = dy's */
-    int ob8, opad;         /* blocks of 8 output channels; opad = 8*ob8 */
-    int cpad;              /* C rounded up to DC */
-    int dyrows;            /* dy rows of a block per image: 2*rows */
-    size_t v_floats, p_floats, dyt_floats, dmt_floats;   /* per thread */
-    size_t dxs;                                          /* position stride of dMt */
-    size_t dup_floats, dbp_floats;                       /* per chunk */
-    size_t per_thread, per_chunk;
+    wdw_layout l;
 } dwplan;
 
-static void dwplan_make(const cdl_conv2d_desc *d, dwplan *q)
+static void dwplan_make(const cdl_conv2d_desc *d, int threads, dwplan *q)
 {
-    wplan *p = &q->p;
-    wplan_make(d->n, d->c, d->oc, d->h, d->w, p);
-    q->ob8 = (d->oc + 7) / 8;
-    q->opad = 8 * q->ob8;
-    q->cpad = (d->c + DC - 1) / DC * DC;
-    q->dyrows = 2 * p->g.rows;
-    q->v_floats = p->v_floats;
-    q->p_floats = p->p_floats;
-    q->dyt_floats = cpu_align16((size_t)p->g.gimg * q->dyrows * d->w * q->opad);
-    q->dxs = conv_wino_odd_lines((size_t)p->ts * q->opad);
-    q->dmt_floats = 16 * q->dxs;
-    q->dup_floats = cpu_align16((size_t)16 * q->cpad * q->opad);
-    q->dbp_floats = cpu_align16((size_t)q->opad);
-    q->per_thread = q->v_floats + q->p_floats + q->dyt_floats + q->dmt_floats;
-    q->per_chunk = q->dup_floats + q->dbp_floats;
+    wplan_make(d->n, d->c, d->oc, d->h, d->w, &q->p);
+    conv_wino_dw_layout(d->c, d->oc, d->w, 4, &q->p.g, q->p.ts, q->p.v_floats + q->p.p_floats,
+                        threads, &q->l);
 }
 
 int conv_wino_supported(const cdl_conv2d_desc *d)
@@ -155,14 +137,28 @@ size_t conv_wino_workspace(const cdl_conv2d_desc *d, int threads)
     wplan f, b;
     wplan_make(d->n, d->c, d->oc, d->h, d->w, &f);
     wplan_make(d->n, d->oc, d->c, d->h, d->w, &b);
-    size_t a = f.shared + f.per_thread * (size_t)threads;
-    size_t c = b.shared + b.per_thread * (size_t)threads;
     dwplan q;
-    dwplan_make(d, &q);
-    int chunks = conv_bwd_chunks(threads, q.p.g.nblocks, q.per_chunk);
-    size_t e = q.per_thread * (size_t)threads + q.per_chunk * (size_t)chunks;
-    a = a > c ? a : c;
-    return a > e ? a : e;
+    dwplan_make(d, threads, &q);
+    return conv_wino_ws_max(f.shared + f.per_thread * (size_t)threads,
+                            b.shared + b.per_thread * (size_t)threads, &q.l);
+}
+
+typedef struct dwctx {
+    const wdw_algo *al;
+    const wdw_layout *l;
+    const float *x, *dy;
+    float *ws;
+    int db;
+} dwctx;
+
+static float *dw_thread(const wdw_layout *l, float *ws, int tid)
+{
+    return ws + (size_t)tid * l->per_thread;
+}
+
+static float *dw_chunk(const wdw_layout *l, float *ws, int k)
+{
+    return ws + (size_t)l->threads * l->per_thread + (size_t)k * l->per_chunk;
 }
 
 typedef struct wctx {
@@ -453,9 +449,7 @@ static void wino_block(const wctx *c, int blk, int tid)
 }
 
 
-/* dyt[p][o] (opad per position, zero past O) = dy[o][p] for np positions;
- * dbp[o] += the sum over them when dbp is not NULL. */
-static CPU_AVX2 void transpose_block(const float *dy, size_t plane, int O, int np, int opad,
+CPU_AVX2 void conv_wino_transpose_dy(const float *dy, size_t plane, int O, int np, int opad,
                                      float *dyt, float *dbp)
 {
     for (int o0 = 0; o0 < opad; o0 += 8) {
@@ -482,16 +476,16 @@ static CPU_AVX2 void transpose_block(const float *dy, size_t plane, int O, int n
     }
 }
 
-/* dMt[xi][j][o] (ts tiles per xi, opad lanes) = (A dy A^T)[xi] of tile j
- * for the 8 output channels at dyt + position offsets; d[r][s] NULL: that
- * position is outside dy (zero). */
-static CPU_AVX2 void dm_tile(const float *const d[2][2], int ob8, float *dmt, size_t xstride)
+/* dMt[xi][o] (xi positions xstride apart) = (A dy A^T)[xi] of one tile for
+ * ob8 blocks of 8 output channels from dyt at the tile's 4 positions; d[2r
+ * + s] NULL: that position is outside dy (zero). */
+static CPU_AVX2 void dm_tile(const float *const *d, int ob8, float *dmt, size_t xstride)
 {
     for (int b = 0; b < ob8; b++) {
         __m256 v[2][2];
         for (int r = 0; r < 2; r++)
             for (int s = 0; s < 2; s++)
-                v[r][s] = d[r][s] ? _mm256_loadu_ps(d[r][s] + 8 * b) : _mm256_setzero_ps();
+                v[r][s] = d[2 * r + s] ? _mm256_loadu_ps(d[2 * r + s] + 8 * b) : _mm256_setzero_ps();
         __m256 a[4][2];
         for (int s = 0; s < 2; s++) {
             a[0][s] = v[0][s];
@@ -552,8 +546,8 @@ dw_block(const int NB, const float *V, int ts, int C, int c0, const float *dmt, 
         }
 }
 
-static CPU_AVX2 void dw_products(const float *V, int ts, int C, const float *dmt, int opad, int ob8,
-                                 int nb, float *part)
+CPU_AVX2 void conv_wino_dw_products(const float *V, int ts, int C, const float *dmt, int opad,
+                                   int ob8, int nb, float *part)
 {
     for (int c0 = 0; c0 < C; c0 += DC)
         for (int b0 = 0; b0 < ob8; b0 += 2) {
@@ -564,59 +558,55 @@ static CPU_AVX2 void dw_products(const float *V, int ts, int C, const float *dmt
         }
 }
 
-typedef struct dwctx {
-    dwplan q;
-    const float *x, *dy;
-    float *dw, *db, *ws;
-    int threads, chunks;
-} dwctx;
-
-static float *dw_thread(const dwctx *c, int tid) { return c->ws + (size_t)tid * c->q.per_thread; }
-
-static float *dw_chunk(const dwctx *c, int k)
+static void dw_input(const void *plan, const float *x, int img0, int ni, int ty0, int nty, float *V)
 {
-    return c->ws + (size_t)c->threads * c->q.per_thread + (size_t)k * c->q.per_chunk;
+    const wplan *p = plan;
+    transform_input(p, x, img0, ni, ty0, nty, V + p->v_floats, V);
 }
 
+/* Blocks [b, e) of either tile size into chunk `chunk`'s partial: V of
+ * the block's tiles, dy transposed to dyt, dMt per tile, and per position
+ * dU += V dMt. */
 static void dw_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     const dwctx *c = vctx;
-    const dwplan *q = &c->q;
-    const wplan *p = &q->p;
-    float *V = dw_thread(c, tid), *P = V + q->v_floats, *dyt = P + q->p_floats;
+    const wdw_algo *al = c->al;
+    const wdw_layout *q = c->l;
+    const wgrid *g = al->g;
+    const int m = al->m, H = al->H, W = al->W;
+    float *V = dw_thread(q, c->ws, tid), *dyt = V + q->vp_floats;
     float *dmt = dyt + q->dyt_floats;
-    float *part = dw_chunk(c, chunk), *dbp = part + q->dup_floats;
+    float *part = dw_chunk(q, c->ws, chunk), *dbp = c->db ? part + q->dup_floats : NULL;
     memset(part, 0, q->per_chunk * sizeof *part);
-    const size_t plane = (size_t)p->H * p->W, dstride = (size_t)q->dyrows * p->W * q->opad;
+    const size_t plane = (size_t)H * W, dstride = (size_t)q->dyrows * W * q->opad;
     for (size_t blk = b; blk < e; blk++) {
         int img0, ni, ty0, nty;
-        conv_wino_block(&p->g, (int)blk, &img0, &ni, &ty0, &nty);
-        transform_input(p, c->x, img0, ni, ty0, nty, P, V);
-        int a0 = 2 * ty0, a1 = 2 * (ty0 + nty) < p->H ? 2 * (ty0 + nty) : p->H;
+        conv_wino_block(g, (int)blk, &img0, &ni, &ty0, &nty);
+        al->input(al->plan, c->x, img0, ni, ty0, nty, V);
+        int a0 = m * ty0, a1 = m * (ty0 + nty) < H ? m * (ty0 + nty) : H;
         for (int i = 0; i < ni; i++)
-            transpose_block(c->dy + (size_t)(img0 + i) * p->O * plane + (size_t)a0 * p->W, plane, p->O,
-                            (a1 - a0) * p->W, q->opad, dyt + i * dstride, c->db ? dbp : NULL);
-        const size_t xs = q->dxs;
+            conv_wino_transpose_dy(c->dy + (size_t)(img0 + i) * q->O * plane + (size_t)a0 * W, plane,
+                                   q->O, (a1 - a0) * W, q->opad, dyt + i * dstride, dbp);
         for (int i = 0; i < ni; i++)
             for (int lt = 0; lt < nty; lt++) {
                 int ty = ty0 + lt;
-                size_t j = ((size_t)i * nty + lt) * p->g.tw;
-                for (int tx = 0; tx < p->g.tw; tx++) {
-                    const float *d[2][2];
-                    for (int r = 0; r < 2; r++)
-                        for (int s = 0; s < 2; s++) {
-                            int a = 2 * ty + r, xx = 2 * tx + s;
-                            d[r][s] = a < p->H && xx < p->W
-                                          ? dyt + i * dstride + ((size_t)(a - a0) * p->W + xx) * q->opad
-                                          : NULL;
+                size_t j = ((size_t)i * nty + lt) * g->tw;
+                for (int tx = 0; tx < g->tw; tx++) {
+                    const float *d[16];
+                    for (int r = 0; r < m; r++)
+                        for (int s = 0; s < m; s++) {
+                            int y = m * ty + r, xx = m * tx + s;
+                            d[r * m + s] = y < H && xx < W
+                                               ? dyt + i * dstride + ((size_t)(y - a0) * W + xx) * q->opad
+                                               : NULL;
                         }
-                    dm_tile(d, q->ob8, dmt + (j + tx) * q->opad, xs);
+                    al->dm(d, q->ob8, dmt + (j + tx) * q->opad, q->dxs);
                 }
             }
-        int nb = ni * nty * p->g.tw;
-        for (int xi = 0; xi < 16; xi++)
-            dw_products(V + (size_t)xi * p->vxs, p->ts, p->C, dmt + xi * xs, q->opad, q->ob8, nb,
-                        part + (size_t)xi * q->cpad * q->opad);
+        int nb = ni * nty * g->tw;
+        for (int xi = 0; xi < q->a * q->a; xi++)
+            conv_wino_dw_products(V + (size_t)xi * al->vxs, al->ts, q->C, dmt + xi * q->dxs, q->opad,
+                                  q->ob8, nb, part + (size_t)xi * q->cpad * q->opad);
     }
 }
 
@@ -632,17 +622,14 @@ static void wino_block(const wctx *c, int blk, int tid)
     (void)c, (void)blk, (void)tid;
 }
 
-typedef struct dwctx {
-    dwplan q;
-    const float *x, *dy;
-    float *dw, *db, *ws;
-    int threads, chunks;
-} dwctx;
-
-static float *dw_chunk(const dwctx *c, int k)
+static void dw_input(const void *plan, const float *x, int img0, int ni, int ty0, int nty, float *V)
 {
-    (void)k;
-    return c->ws;
+    (void)plan, (void)x, (void)img0, (void)ni, (void)ty0, (void)nty, (void)V;
+}
+
+static void dm_tile(const float *const *d, int ob8, float *dmt, size_t xstride)
+{
+    (void)d, (void)ob8, (void)dmt, (void)xstride;
 }
 
 static void dw_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
@@ -680,56 +667,104 @@ void conv_wino_dx(pool *pl, const cdl_conv2d_desc *d, const float *w, const floa
     wino_run(pl, d->n, d->oc, d->c, d->h, d->w, dy, w, 1, NULL, dx, ws);
 }
 
-/* dw[o][c] = G^T dU G with dU[xi] the chunk partials summed in chunk order
- * (items [0, O*C), o fastest), db[o] likewise (items [O*C, O*C+O)). */
-static void dw_reduce(void *vctx, size_t b, size_t e, int chunk, int tid)
+void conv_wino_dw_layout(int C, int O, int W, int a, const wgrid *g, int ts, size_t vp_floats,
+                         int threads, wdw_layout *l)
+{
+    l->a = a;
+    l->C = C;
+    l->O = O;
+    l->ob8 = (O + 7) / 8;
+    l->opad = 8 * l->ob8;
+    l->cpad = (C + WDC - 1) / WDC * WDC;
+    l->dyrows = (a - 2) * g->rows;
+    l->vp_floats = vp_floats;
+    l->dyt_floats = cpu_align16((size_t)g->gimg * l->dyrows * W * l->opad);
+    l->dxs = conv_wino_odd_lines((size_t)ts * l->opad);
+    l->dup_floats = cpu_align16((size_t)a * a * l->cpad * l->opad);
+    l->per_thread = vp_floats + l->dyt_floats + (size_t)a * a * l->dxs;
+    l->per_chunk = l->dup_floats + cpu_align16((size_t)l->opad);
+    l->threads = threads;
+    l->chunks = conv_bwd_chunks(threads, g->nblocks, l->per_chunk);
+}
+
+/* G^T dU G of one filter: dU (a x a, row-major, in double), G (a x 3),
+ * dw the 3x3 result. */
+static void dw_untransform(int a, const double *u, const double *G, float *dw)
+{
+    double t[3][6];
+    for (int ky = 0; ky < 3; ky++)
+        for (int j = 0; j < a; j++) {
+            double acc = 0.0;
+            for (int i = 0; i < a; i++)
+                acc += G[i * 3 + ky] * u[i * a + j];
+            t[ky][j] = acc;
+        }
+    for (int ky = 0; ky < 3; ky++)
+        for (int kx = 0; kx < 3; kx++) {
+            double acc = 0.0;
+            for (int j = 0; j < a; j++)
+                acc += t[ky][j] * G[j * 3 + kx];
+            dw[ky * 3 + kx] = (float)acc;
+        }
+}
+
+typedef struct wdw_sum {
+    const wdw_layout *l;
+    const float *parts;    /* chunk k's partial at parts + k*per_chunk */
+    const double *G;
+    float *dw, *db;
+} wdw_sum;
+
+/* Items [b, e) of the sum: [0, O*C) filters, o fastest, then
+ * [O*C, O*C+O) biases. */
+static void dw_sum_items(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     (void)chunk, (void)tid;
-    const dwctx *c = vctx;
-    const dwplan *q = &c->q;
-    const int C = q->p.C;
-    const size_t nw = (size_t)q->p.O * C;
-    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    const wdw_sum *s = vctx;
+    const wdw_layout *l = s->l;
+    const size_t nw = (size_t)l->O * l->C;
     for (size_t it = b; it < e; it++) {
         if (it >= nw) {
             size_t o = it - nw;
             float sum = 0.0f;
-            for (int k = 0; k < c->chunks; k++)
-                sum += dw_chunk(c, k)[q->dup_floats + o];
-            c->db[o] = sum;
+            for (int k = 0; k < l->chunks; k++)
+                sum += s->parts[(size_t)k * l->per_chunk + l->dup_floats + o];
+            s->db[o] = sum;
             continue;
         }
         /* o fastest: consecutive items read consecutive floats of each
-         * of the 16 partial planes [xi][ci][o] (with ci fastest, each read
+         * of the a*a partial planes [xi][ci][o] (with ci fastest, each read
          * was a cache line of its own: at 512 channels and batch 1 this
          * reduction took 100 ms against 7 for SGEMM's whole backward). */
-        size_t o = it % (size_t)q->p.O, ci = it / (size_t)q->p.O;
-        double u[4][4], t[3][4];
-        for (int xi = 0; xi < 16; xi++) {
+        size_t o = it % (size_t)l->O, ci = it / (size_t)l->O;
+        double u[36];
+        for (int xi = 0; xi < l->a * l->a; xi++) {
             float sum = 0.0f;
-            for (int k = 0; k < c->chunks; k++)
-                sum += dw_chunk(c, k)[((size_t)xi * q->cpad + ci) * q->opad + o];
-            u[xi / 4][xi % 4] = sum;
+            for (int k = 0; k < l->chunks; k++)
+                sum += s->parts[(size_t)k * l->per_chunk + ((size_t)xi * l->cpad + ci) * l->opad + o];
+            u[xi] = sum;
         }
-        for (int ky = 0; ky < 3; ky++)
-            for (int k = 0; k < 4; k++)
-                t[ky][k] = G[0][ky] * u[0][k] + G[1][ky] * u[1][k] + G[2][ky] * u[2][k] +
-                           G[3][ky] * u[3][k];
-        for (int ky = 0; ky < 3; ky++)
-            for (int kx = 0; kx < 3; kx++)
-                c->dw[(o * C + ci) * 9 + (size_t)ky * 3 + kx] =
-                    (float)(t[ky][0] * G[0][kx] + t[ky][1] * G[1][kx] + t[ky][2] * G[2][kx] +
-                            t[ky][3] * G[3][kx]);
+        dw_untransform(l->a, u, s->G, s->dw + (o * (size_t)l->C + ci) * 9);
     }
+}
+
+void conv_wino_dw_run(pool *pl, const wdw_algo *al, const wdw_layout *l, const float *x,
+                      const float *dy, float *dw, float *db, float *ws)
+{
+    dwctx c = {.al = al, .l = l, .x = x, .dy = dy, .ws = ws, .db = db != NULL};
+    pool_run(pl, (size_t)al->g->nblocks, l->chunks, dw_blocks, &c);
+    wdw_sum s = {.l = l, .parts = dw_chunk(l, ws, 0), .G = al->G, .dw = dw, .db = db};
+    size_t n = (size_t)l->O * l->C + (db ? (size_t)l->O : 0);
+    pool_for(pl, n, 64, dw_sum_items, &s);
 }
 
 void conv_wino_dw(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *dy, float *dw,
                   float *db, float *ws)
 {
-    dwctx c = {.x = x, .dy = dy, .dw = dw, .db = db, .ws = ws, .threads = pool_threads(pl)};
-    dwplan_make(d, &c.q);
-    c.chunks = conv_bwd_chunks(c.threads, c.q.p.g.nblocks, c.q.per_chunk);
-    pool_run(pl, (size_t)c.q.p.g.nblocks, c.chunks, dw_blocks, &c);
-    size_t nred = (size_t)d->oc * d->c + (db ? (size_t)d->oc : 0);
-    pool_for(pl, nred, 64, dw_reduce, &c);
+    static const double G[4 * 3] = {1, 0, 0, 0.5, 0.5, 0.5, 0.5, -0.5, 0.5, 0, 0, 1};
+    dwplan q;
+    dwplan_make(d, pool_threads(pl), &q);
+    wdw_algo al = {.m = 2, .H = d->h, .W = d->w, .ts = q.p.ts, .vxs = q.p.vxs, .g = &q.p.g,
+                   .plan = &q.p, .input = dw_input, .dm = dm_tile, .G = G};
+    conv_wino_dw_run(pl, &al, &q.l, x, dy, dw, db, ws);
 }

@@ -1,18 +1,21 @@
-/* What the two Winograd files share: conv2d_wino.c (F(2x2,3x3): forward,
- * dx, dW) and conv2d_wino4.c (F(4x4,3x3): forward and dx). Both keep the
+/* What the two Winograd files share: conv2d_wino.c (F(2x2,3x3)) and
+ * conv2d_wino4.c (F(4x4,3x3)), each the forward, dx and dW. Both keep the
  * transformed tiles as V [positions][C][ts] and the products as M
  * [positions][O rounded to WOB][ts] with the tiles contiguous, and run the
- * same product kernel per position. */
+ * same product kernels per position (conv_wino_gemm; for dW
+ * conv_wino_dw_products on dMt [positions][ts][O rounded to 8]). */
 #ifndef KERNELS_CPU_CONV2D_WINO_H
 #define KERNELS_CPU_CONV2D_WINO_H
 
 #include <string.h>
 
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/simd.h"
 
 #define WOB 4    /* output channels per register block */
 #define WSB 3    /* 8-tile vectors per register block */
 #define WTG (8 * WSB)
+#define WDC 6    /* input channels per register block of the weight gradient */
 
 /* How a convolution's tiles (n images of th x tw tiles, T per image) are
  * cut into blocks of about tgt tiles: bands of `rows` tile rows of one
@@ -61,6 +64,7 @@ static inline void conv_wino_block(const wgrid *g, int blk, int *img0, int *ni, 
     }
 }
 
+
 /* n floats rounded up to an odd number of 64-byte lines: used as the
  * stride between the positions of V and M, it puts a tile's positions into
  * different L1 sets (a stride of a multiple of 4 KB put all of F(4x4)'s 36
@@ -70,6 +74,62 @@ static inline size_t conv_wino_odd_lines(size_t n)
     size_t l = (n + 15) / 16;
     return 16 * (l | 1);
 }
+
+/* The weight gradient's workspace, the same for both tile sizes (a = 4
+ * positions per tile side for F(2x2), 6 for F(4x4)): per thread V and the
+ * split rows of the forward (vp_floats), dy transposed dyt [gimg][dyrows x
+ * W][opad] and dMt [a*a][dxs]; then per chunk the partial dU [a*a][cpad]
+ * [opad] and db's partial [opad]. Blocks are cut into chunks by
+ * conv_bwd_chunks (a split that depends on the shape and the thread count
+ * only) and the chunks' partials summed in chunk order, so dW is the same
+ * from run to run. */
+typedef struct wdw_layout {
+    int a, C, O;
+    int ob8, opad;         /* blocks of 8 output channels; opad = 8*ob8 */
+    int cpad;              /* C rounded up to WDC */
+    int dyrows;            /* dy rows of a block per image: (a-2)*rows */
+    size_t vp_floats, dyt_floats;   /* per thread, dMt after them */
+    size_t dxs;                     /* position stride of dMt */
+    size_t dup_floats;              /* per chunk, db's partial after it */
+    size_t per_thread, per_chunk;
+    int threads, chunks;
+} wdw_layout;
+
+/* The layout for x (n, C, H, W) and dy (n, O, H, W) cut as g says into
+ * tiles ts floats apart in V. */
+void conv_wino_dw_layout(int C, int O, int W, int a, const wgrid *g, int ts, size_t vp_floats,
+                         int threads, wdw_layout *l);
+
+/* The workspace a convolution needs: the largest of the forward's, dx's
+ * and the weight gradient's. */
+static inline size_t conv_wino_ws_max(size_t fwd, size_t dx, const wdw_layout *l)
+{
+    size_t e = l->per_thread * (size_t)l->threads + l->per_chunk * (size_t)l->chunks;
+    size_t m = fwd > dx ? fwd : dx;
+    return m > e ? m : e;
+}
+
+/* What of one tile size the weight gradient needs: x's tile transform
+ * (input: V [a*a][C][ts], positions vxs floats apart, for the block's
+ * tiles; its scratch after V), dM = A dy A^T of one tile (dm: d the m*m
+ * pointers into dyt, row-major, NULL past dy's edge; dMt's a*a positions
+ * xs floats apart) and G (a x 3, row-major). */
+typedef struct wdw_algo {
+    int m;                 /* outputs per tile side: 2 or 4; a = m + 2 */
+    int H, W, ts;
+    size_t vxs;
+    const wgrid *g;
+    const void *plan;      /* the forward plan of x's channels, for input */
+    void (*input)(const void *plan, const float *x, int img0, int ni, int ty0, int nty, float *V);
+    void (*dm)(const float *const *d, int ob8, float *dmt, size_t xs);
+    const double *G;
+} wdw_algo;
+
+/* dw (O, C, 3, 3) and db (O; none when NULL) of x and dy: the tiles'
+ * products summed per chunk of blocks, then dw[o][c] = G^T dU G in double
+ * with dU the chunks' partials summed in chunk order. */
+void conv_wino_dw_run(pool *pl, const wdw_algo *al, const wdw_layout *l, const float *x,
+                      const float *dy, float *dw, float *db, float *ws);
 
 #if CPU_X86
 /* The 3x3 filters of output channels o = 4*ob+j (lane j; zero past O) and
@@ -102,6 +162,20 @@ CPU_AVX2 void conv_wino_gemm(const float *ub, const float *V, float *M, int C, i
 /* n floats at p set to zero (short spans: a memset call per span of a few
  * floats costs more than the stores). */
 CPU_AVX2 void conv_wino_zero_span(float *p, int n);
+
+/* The weight gradient's pieces (wdw_layout says how they fit):
+ * dyt[p][o] (opad floats per position, zero past O) = dy[o][p] for the np
+ * positions of dy (O planes `plane` floats apart), and dbp[o] += the sum
+ * over them when dbp is not NULL. */
+CPU_AVX2 void conv_wino_transpose_dy(const float *dy, size_t plane, int O, int np, int opad,
+                                     float *dyt, float *dbp);
+
+/* part[c][o] (C rounded up to WDC rows of opad) += sum over the tiles
+ * t < nb of V[c][t] (rows ts apart) dMt[t][o] (rows opad apart), for one
+ * position: 2 x 8 output channels x WDC input channels per register
+ * block. */
+CPU_AVX2 void conv_wino_dw_products(const float *V, int ts, int C, const float *dmt, int opad,
+                                   int ob8, int nb, float *part);
 
 /* Writes n <= 8 floats of v to dst (none when dst is NULL or n <= 0). */
 static CPU_AVX2 inline void conv_wino_store_n(float *dst, __m256 v, int n)

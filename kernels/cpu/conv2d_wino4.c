@@ -1,7 +1,8 @@
 /* Winograd F(4x4,3x3) convolution with AVX2+FMA (see conv2d.h) for 3x3,
- * stride 1, pad 1, undilated, ungrouped convolutions: the forward pass and
- * dx (the forward on dy with the kernel flipped and its channel axes
- * swapped). x is (n,c,h,w), w (oc,c,3,3), y (n,oc,h,w).
+ * stride 1, pad 1, undilated, ungrouped convolutions: the forward pass, dx
+ * (the forward on dy with the kernel flipped and its channel axes
+ * swapped) and the weight gradient (see dw4plan). x is (n,c,h,w), w
+ * (oc,c,3,3), y (n,oc,h,w).
  *
  * Every 4x4 block of outputs (a tile) reads a 6x6 block of the padded
  * input (tiles overlap by 2). Per tile and input channel V = B^T d B, per
@@ -59,8 +60,13 @@
  * ReLU's kink, which flip). So the ops take F(4x4) only where the
  * backend's fast_conv asks for it (conv2d.c).
  *
+ * The weight gradient's error, against the same reference and inputs:
+ * 0.2-2.1e-6 of the largest dW (F(2x2): 1-5e-7).
+ *
  * Workspace: U [36][ocb][C][4] shared, then per thread V [36][C][ts], M
- * [36][ocb*4][ts] and the split rows of one channel of a block.
+ * [36][ocb*4][ts] and the split rows of one channel of a block; for the
+ * weight gradient per thread V, the split rows, dy transposed and dMt
+ * [36][ts][opad], and per chunk the partial dU [36][C][opad] and db.
  */
 #include <stddef.h>
 #include <string.h>
@@ -121,25 +127,38 @@ static void w4plan_make(int n, int C, int O, int H, int W, w4plan *p)
     p->per_thread = p->v_floats + p->m_floats + p->p_floats;
 }
 
+/* The weight gradient: dU[xi] (O x C) = sum over the tiles of dM[xi]
+ * V[xi]^T with dM = A dy A^T per tile and output channel (the transpose
+ * of the forward's y = A^T M A), then dW = G^T dU G per filter, in double.
+ * V as in the forward (blocks of the forward plan of x's channels); dy is
+ * first transposed position-major (8 output channels in the lanes) so that
+ * dM comes out tile-major [36][ts][opad] for conv_wino_dw_products, whose
+ * sums over a block's tiles are added into the chunk's partial, the
+ * partials then summed in chunk order (a split that depends on the shape
+ * and the thread count only), as conv2d_wino.c's F(2x2) weight gradient
+ * does. */
+typedef struct dw4plan {
+    w4plan p;              /* C = x's channels, O = dy's */
+    wdw_layout l;
+} dw4plan;
+
+static void dw4plan_make(const cdl_conv2d_desc *d, int threads, dw4plan *q)
+{
+    w4plan_make(d->n, d->c, d->oc, d->h, d->w, &q->p);
+    conv_wino_dw_layout(d->c, d->oc, d->w, 6, &q->p.g, q->p.ts, q->p.v_floats + q->p.p_floats,
+                        threads, &q->l);
+}
+
 size_t conv_wino4_workspace(const cdl_conv2d_desc *d, int threads)
 {
     w4plan f, b;
     w4plan_make(d->n, d->c, d->oc, d->h, d->w, &f);
     w4plan_make(d->n, d->oc, d->c, d->h, d->w, &b);
-    size_t a = f.shared + f.per_thread * (size_t)threads;
-    size_t c = b.shared + b.per_thread * (size_t)threads;
-    return a > c ? a : c;
+    dw4plan q;
+    dw4plan_make(d, threads, &q);
+    return conv_wino_ws_max(f.shared + f.per_thread * (size_t)threads,
+                            b.shared + b.per_thread * (size_t)threads, &q.l);
 }
-
-typedef struct w4ctx {
-    w4plan p;
-    const float *x, *g, *bias;
-    float *y, *ws;
-    int flip;              /* dx: g is (C, O, 3, 3) and is flipped */
-} w4ctx;
-
-
-#if CPU_X86
 
 /* G (6 x 3) for the points 0, -1, 1, 1/2, -2 and infinity, scaled by
  * powers of 2 so that B^T and A^T have small integer entries (see the
@@ -153,6 +172,16 @@ static const double G4[6][3] = {
     {1.0 / 30, -1.0 / 15, 2.0 / 15},
     {0, 0, 1.0 / 2},
 };
+
+typedef struct w4ctx {
+    w4plan p;
+    const float *x, *g, *bias;
+    float *y, *ws;
+    int flip;              /* dx: g is (C, O, 3, 3) and is flipped */
+} w4ctx;
+
+#if CPU_X86
+
 
 /* t = G f of 3 values, 4 filters per vector. */
 static CPU_AVX2 inline void g3(const __m256d f[3], __m256d t[6])
@@ -496,6 +525,57 @@ static void w4_block(const w4ctx *c, int blk, int tid)
         }
 }
 
+/* m = the 6 values A v of 4 (A = (A^T)^T, the header's A^T). */
+static inline __attribute__((always_inline)) CPU_AVX2 void a4(const __m256 v[4], __m256 m[6])
+{
+    __m256 s02 = _mm256_add_ps(v[0], v[2]), s13 = _mm256_add_ps(v[1], v[3]);
+    m[0] = v[0];
+    m[1] = _mm256_sub_ps(s02, s13);   /* d0 - d1 + d2 - d3 */
+    m[2] = _mm256_add_ps(s02, s13);   /* d0 + d1 + d2 + d3 */
+    /* 8d0 + 4d1 + 2d2 + d3 and d0 - 2d1 + 4d2 - 8d3 */
+    m[3] = _mm256_fmadd_ps(_mm256_set1_ps(2.0f),
+                           _mm256_fmadd_ps(_mm256_set1_ps(2.0f),
+                                           _mm256_fmadd_ps(_mm256_set1_ps(2.0f), v[0], v[1]), v[2]),
+                           v[3]);
+    m[4] = _mm256_fmadd_ps(_mm256_set1_ps(-2.0f),
+                           _mm256_fmadd_ps(_mm256_set1_ps(-2.0f),
+                                           _mm256_fmadd_ps(_mm256_set1_ps(-2.0f), v[3], v[2]), v[1]),
+                           v[0]);
+    m[5] = v[3];
+}
+
+/* dMt[xi][o] (xi positions xstride apart) = (A dy A^T)[xi] of one tile for
+ * ob8 blocks of 8 output channels from dyt at the tile's 16 positions;
+ * d[4r + s] NULL: that position is outside dy (zero). */
+static CPU_AVX2 void dm_tile4(const float *const *d, int ob8, float *dmt, size_t xstride)
+{
+    for (int b = 0; b < ob8; b++) {
+        __m256 t[6][4];
+        for (int s = 0; s < 4; s++) {
+            __m256 v[4], m[6];
+            for (int r = 0; r < 4; r++)
+                v[r] = d[4 * r + s] ? _mm256_loadu_ps(d[4 * r + s] + 8 * b) : _mm256_setzero_ps();
+            a4(v, m);
+            for (int i = 0; i < 6; i++)
+                t[i][s] = m[i];
+        }
+        float *m = dmt + 8 * b;
+        for (int i = 0; i < 6; i++) {
+            __m256 z[6];
+            a4(t[i], z);
+            for (int j = 0; j < 6; j++)
+                _mm256_storeu_ps(m + (size_t)(6 * i + j) * xstride, z[j]);
+        }
+    }
+}
+
+/* Blocks [b, e) of chunk `chunk` into its partial dU (and db). */
+static void dw4_input(const void *plan, const float *x, int img0, int ni, int ty0, int nty, float *V)
+{
+    const w4plan *p = plan;
+    transform_input(p, x, img0, ni, ty0, nty, V + p->v_floats, V);
+}
+
 #else /* no x86: conv_wino_supported() is 0 and this is never called */
 
 static void pack_u(void *vctx, size_t b, size_t e, int chunk, int tid)
@@ -506,6 +586,16 @@ static void pack_u(void *vctx, size_t b, size_t e, int chunk, int tid)
 static void w4_block(const w4ctx *c, int blk, int tid)
 {
     (void)c, (void)blk, (void)tid;
+}
+
+static void dw4_input(const void *plan, const float *x, int img0, int ni, int ty0, int nty, float *V)
+{
+    (void)plan, (void)x, (void)img0, (void)ni, (void)ty0, (void)nty, (void)V;
+}
+
+static void dm_tile4(const float *const *d, int ob8, float *dmt, size_t xstride)
+{
+    (void)d, (void)ob8, (void)dmt, (void)xstride;
 }
 #endif
 
@@ -536,4 +626,14 @@ void conv_wino4_dx(pool *pl, const cdl_conv2d_desc *d, const float *w, const flo
                    float *ws)
 {
     w4_run(pl, d->n, d->oc, d->c, d->h, d->w, dy, w, 1, NULL, dx, ws);
+}
+
+void conv_wino4_dw(pool *pl, const cdl_conv2d_desc *d, const float *x, const float *dy, float *dw,
+                   float *db, float *ws)
+{
+    dw4plan q;
+    dw4plan_make(d, pool_threads(pl), &q);
+    wdw_algo al = {.m = 4, .H = d->h, .W = d->w, .ts = q.p.ts, .vxs = q.p.vxs, .g = &q.p.g,
+                   .plan = &q.p, .input = dw4_input, .dm = dm_tile4, .G = &G4[0][0]};
+    conv_wino_dw_run(pl, &al, &q.l, x, dy, dw, db, ws);
 }

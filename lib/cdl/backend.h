@@ -484,7 +484,8 @@ typedef struct cdl_backend_params {
      * the struct's padding (its size is unchanged), which
      * cdl_backend_params_init zeroes for older programs too. On CPUs with
      * AVX2 and without AVX-512, and on AMD Zen 4: Winograd
-     * F(4x4,3x3) for the forward and input gradient of 3x3 stride-1
+     * F(4x4,3x3) for the forward, input gradient and weight gradient
+     * (up to 256 channels) of 3x3 stride-1
      * convolutions of 16 channels and more on maps of 8 pixels and more,
      * 4x fewer multiplications than direct summation, with an error of
      * 0.3-2.4e-6 of a convolution's largest output instead of 1-4e-7

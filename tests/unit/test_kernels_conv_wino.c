@@ -1,6 +1,6 @@
-/* The Winograd F(2x2,3x3) convolution (kernels/cpu/conv2d_wino.c) against
- * the double-precision reference: forward (with and without bias), dx, dw
- * and db, and F(4x4,3x3) (conv2d_wino4.c): forward and dx; on the CIFAR
+/* The Winograd F(2x2,3x3) convolution (kernels/cpu/conv2d_wino.c) and
+ * F(4x4,3x3) (conv2d_wino4.c) against the double-precision reference:
+ * forward (with and without bias), dx, dw and db; on the CIFAR
  * ResNets' 3x3 stride-1 shapes (16/32/64 channels at 32/16/8 pixels), odd
  * channel counts and odd or tiny images (F(2x2): 7 and 8 pixels wide, two
  * rows of 4 tiles per vector; F(4x4): 16, 8 and 4 pixels wide, 2, 4 and 8
@@ -31,7 +31,7 @@
 
 /* F(4x4)'s normalised error measured 0.3-2.4e-6 on the cases below (3-128
  * channels; the worst, 2.4e-6, at 64 channels, 2.3e-6 at 128), 5-30x
- * F(2x2)'s (conv2d_wino4.c says why): twice the worst. The points 0, +-1,
+ * F(2x2)'s (conv2d_wino4.c says why), its dW 0.2-2.1e-6: twice the worst. The points 0, +-1,
  * +-2 it used before measured 2-6e-6 at 16-64 channels and 1e-5 at 128,
  * and fail this bound. */
 #define WINO4_TOL 5e-6
@@ -62,7 +62,7 @@ static const wcase cases[] = {
 
 typedef struct result {
     float *y, *y0, *dx, *dw, *db;
-    float *y4, *y40, *dx4;   /* F(4x4) */
+    float *y4, *y40, *dx4, *dw4, *db4;   /* F(4x4) */
 } result;
 
 typedef void (*fwd_fn)(pool *, const cdl_conv2d_desc *, const float *, const float *,
@@ -92,8 +92,8 @@ static float *fwd_dx(pool *pl, const cdl_conv2d_desc *d, size_t nws, fwd_fn f, d
     return ws;
 }
 
-/* F(2x2) forward with and without bias, dx, dw and db, and F(4x4) forward
- * and dx, on `threads` threads. */
+/* F(2x2) and F(4x4) forward with and without bias, dx, dw and db, on
+ * `threads` threads. */
 static result run_wino(const cdl_conv2d_desc *d, int threads, const pair *x, const pair *w,
                        const pair *b, const pair *dy)
 {
@@ -104,15 +104,19 @@ static result run_wino(const cdl_conv2d_desc *d, int threads, const pair *x, con
     size_t nw = (size_t)d->oc * d->c * 9;
     result r = {cdl_malloc(ny * 4), cdl_malloc(ny * 4), cdl_malloc(nx * 4), cdl_malloc(nw * 4),
                 cdl_malloc((size_t)d->oc * 4), cdl_malloc(ny * 4), cdl_malloc(ny * 4),
-                cdl_malloc(nx * 4)};
+                cdl_malloc(nx * 4), cdl_malloc(nw * 4), cdl_malloc((size_t)d->oc * 4)};
     float *ws = fwd_dx(pl, d, nws, conv_wino_fwd, conv_wino_dx, x, w, b, dy, r.y, r.y0, r.dx);
     memset(r.dw, 0xff, nw * 4);
     memset(r.db, 0xff, (size_t)d->oc * 4);
     memset(ws, 0x7f, nws * sizeof *ws);
     conv_wino_dw(pl, d, x->f, dy->f, r.dw, r.db, ws);
     cdl_free(ws);
-    ws = fwd_dx(pl, d, conv_wino4_workspace(d, threads), conv_wino4_fwd, conv_wino4_dx, x, w, b, dy,
-                r.y4, r.y40, r.dx4);
+    nws = conv_wino4_workspace(d, threads);
+    ws = fwd_dx(pl, d, nws, conv_wino4_fwd, conv_wino4_dx, x, w, b, dy, r.y4, r.y40, r.dx4);
+    memset(r.dw4, 0xff, nw * 4);
+    memset(r.db4, 0xff, (size_t)d->oc * 4);
+    memset(ws, 0x7f, nws * sizeof *ws);
+    conv_wino4_dw(pl, d, x->f, dy->f, r.dw4, r.db4, ws);
     cdl_free(ws);
     pool_destroy(pl);
     return r;
@@ -128,6 +132,8 @@ static void result_free(result *r)
     cdl_free(r->y4);
     cdl_free(r->y40);
     cdl_free(r->dx4);
+    cdl_free(r->dw4);
+    cdl_free(r->db4);
 }
 
 static void test_wino_matches_reference(void **state)
@@ -155,8 +161,8 @@ static void test_wino_matches_reference(void **state)
         check_close("wino y", r1.y, y.d, ny, 1e-5);
         check_close("wino y (no bias)", r1.y0, y0.d, ny, 1e-5);
         check_close("wino dx", r1.dx, dx.d, nx, 1e-5);
-        print_message("   F(4x4): y %.2g, dx %.2g\n", test_norm_err(r1.y4, y.d, ny),
-                      test_norm_err(r1.dx4, dx.d, nx));
+        print_message("   F(4x4): y %.2g, dx %.2g, dw %.2g\n", test_norm_err(r1.y4, y.d, ny),
+                      test_norm_err(r1.dx4, dx.d, nx), test_norm_err(r1.dw4, dw.d, nw));
         check_close("wino4 y", r1.y4, y.d, ny, WINO4_TOL);
         check_close("wino4 y (no bias)", r1.y40, y0.d, ny, WINO4_TOL);
         check_close("wino4 dx", r1.dx4, dx.d, nx, WINO4_TOL);
@@ -164,11 +170,15 @@ static void test_wino_matches_reference(void **state)
         for (int i = 0; i < 2; i++) {
             check_close("wino dw", rs[i]->dw, dw.d, nw, 1e-5);
             check_close("wino db", rs[i]->db, db.d, (size_t)d.oc, 1e-5);
+            check_close("wino4 dw", rs[i]->dw4, dw.d, nw, WINO4_TOL);
+            check_close("wino4 db", rs[i]->db4, db.d, (size_t)d.oc, 1e-5);
         }
         /* dw and db: partials per chunk, so the same bits for a thread
          * count. */
         assert_memory_equal(r2.dw, r2b.dw, nw * sizeof(float));
         assert_memory_equal(r2.db, r2b.db, (size_t)d.oc * sizeof(float));
+        assert_memory_equal(r2.dw4, r2b.dw4, nw * sizeof(float));
+        assert_memory_equal(r2.db4, r2b.db4, (size_t)d.oc * sizeof(float));
         /* No sums across blocks: the thread count changes no bit. */
         assert_memory_equal(r1.y, r2.y, ny * sizeof(float));
         assert_memory_equal(r1.y0, r2.y0, ny * sizeof(float));
@@ -188,14 +198,16 @@ static void test_wino_matches_reference(void **state)
  * SIMD switches. */
 /* The AVX2 kernels' choices (CPUs without AVX-512, or CDL_CPU_NO_AVX512):
  * resnet20's stages take F(2x2) forward, dx and weight gradient from 24
- * channels, F(4x4) forward and dx with fast_conv; stage 1's weight gradient (16 channels) and the stem
- * stay direct, as do maps under 8 pixels with F(2x2) (measured faster
- * there). f4: CONV_WINO_F4 for a backend with fast_conv (F(4x4) forward
- * and dx from 16 channels on maps of 8 pixels and more), else 0. */
-static void check_avx2_dispatch(int f4)
+ * channels; stage 1's weight gradient (16 channels) and the stem stay
+ * direct, as do maps under 8 pixels with F(2x2) (measured faster there).
+ * With fast (a backend with fast_conv) F(4x4) takes the forward and dx
+ * from 16 channels on maps of 8 pixels and more, and the weight gradient
+ * too up to 256 channels. */
+static void check_avx2_dispatch(int fast)
 {
-    const int fast = f4 != 0;
     const int all = CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW;
+    const int f4 = fast ? CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_F4 : 0;
+    const int f4dw = fast ? f4 | CONV_WINO_DW | CONV_WINO_DW4 : 0;
     cdl_conv2d_desc st2 = ref_conv_desc(2, 32, 16, 16, 32, 3, 3, 1, 1);
     cdl_conv2d_desc st1 = ref_conv_desc(2, 16, 32, 32, 16, 3, 3, 1, 1);
     cdl_conv2d_desc r18 = ref_conv_desc(128, 512, 4, 4, 512, 3, 3, 1, 1);
@@ -205,14 +217,19 @@ static void check_avx2_dispatch(int f4)
     cdl_conv2d_desc c24 = ref_conv_desc(8, 24, 16, 16, 24, 3, 3, 1, 1);
     cdl_conv2d_desc c20 = ref_conv_desc(8, 20, 16, 16, 20, 3, 3, 1, 1);
     cdl_conv2d_desc c16to64 = ref_conv_desc(8, 16, 16, 16, 64, 3, 3, 1, 1);
+    /* F(4x4)'s weight gradient up to 256 channels; at 512 F(2x2)'s. */
+    cdl_conv2d_desc c256 = ref_conv_desc(8, 256, 8, 8, 256, 3, 3, 1, 1);
+    cdl_conv2d_desc c512 = ref_conv_desc(8, 512, 8, 8, 512, 3, 3, 1, 1);
     assert_int_equal(conv_use_direct(&st2), 2);
-    assert_int_equal(conv_use_wino(&st2, fast), all | f4);
-    assert_int_equal(conv_use_wino(&st1, fast), f4 ? CONV_WINO_FWD | CONV_WINO_DX | f4 : 0);
+    assert_int_equal(conv_use_wino(&st2, fast), all | f4dw);
+    assert_int_equal(conv_use_wino(&st1, fast), f4dw);
     assert_int_equal(conv_use_wino(&r18, fast), all);
     assert_int_equal(conv_use_wino(&st3b2, fast), 0);
-    assert_int_equal(conv_use_wino(&c24, fast), all | f4);
-    assert_int_equal(conv_use_wino(&c20, fast), f4 ? CONV_WINO_FWD | CONV_WINO_DX | f4 : 0);
-    assert_int_equal(conv_use_wino(&c16to64, fast), f4 ? CONV_WINO_FWD | CONV_WINO_DX | f4 : 0);
+    assert_int_equal(conv_use_wino(&c24, fast), all | f4dw);
+    assert_int_equal(conv_use_wino(&c20, fast), f4dw);
+    assert_int_equal(conv_use_wino(&c16to64, fast), f4dw);
+    assert_int_equal(conv_use_wino(&c256, fast), all | f4dw);
+    assert_int_equal(conv_use_wino(&c512, fast), all | f4);
 }
 
 /* conv_use_wino's answer for d where fast_conv must not change it
@@ -245,7 +262,7 @@ static void test_wino_dispatch(void **state)
     if (!cpu_has_avx512()) {
         if (!getenv("CDL_CPU_NO_WINOGRAD")) {
             check_avx2_dispatch(0);
-            check_avx2_dispatch(CONV_WINO_F4);   /* a backend with fast_conv */
+            check_avx2_dispatch(1);   /* a backend with fast_conv */
         }
     } else if (!getenv("CDL_CPU_NO_WINOGRAD")) {
         /* With AVX-512 the 16-lane direct kernels take resnet20 whole;
@@ -256,18 +273,23 @@ static void test_wino_dispatch(void **state)
         assert_int_equal(wino_any(&st2), 0);   /* 512 pixels: under the 16-lane cut */
         assert_int_equal(wino_any(&r18), CONV_WINO_FWD | CONV_WINO_DX);   /* 4x4 maps */
         /* fast_conv: F(4x4) forward and dx from 16 channels on maps of 8
-         * and more where 512-bit instructions run in halves (Zen 4);
-         * nothing changes on full 512-bit units. */
+         * and more where 512-bit instructions run in halves (Zen 4), and
+         * the weight gradient up to 256 channels; nothing changes on full
+         * 512-bit units. */
         int f4 = cpu_avx512_halves() ? CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_F4 : 0;
+        int f4dw = f4 ? f4 | CONV_WINO_DW | CONV_WINO_DW4 : 0;
+        cdl_conv2d_desc c512 = ref_conv_desc(32, 512, 8, 8, 512, 3, 3, 1, 1);
         assert_int_equal(conv_use_wino(&st1, 0), 0);
-        assert_int_equal(conv_use_wino(&st1, 1), f4);
+        assert_int_equal(conv_use_wino(&st1, 1), f4dw);
         assert_int_equal(conv_use_wino(&r18s3, 0), CONV_WINO_FWD | CONV_WINO_DX);
-        assert_int_equal(conv_use_wino(&r18s3, 1), CONV_WINO_FWD | CONV_WINO_DX | f4);
+        assert_int_equal(conv_use_wino(&r18s3, 1), CONV_WINO_FWD | CONV_WINO_DX | f4dw);
+        assert_int_equal(conv_use_wino(&c512, 0), CONV_WINO_FWD | CONV_WINO_DX);
+        assert_int_equal(conv_use_wino(&c512, 1), CONV_WINO_FWD | CONV_WINO_DX | f4);
     }
     if (cpu_has_avx512() && !getenv("CDL_CPU_NO_WINOGRAD")) {
         test_avx2_only(1);   /* the AVX2 choices on this AVX-512 CPU */
         check_avx2_dispatch(0);
-        check_avx2_dispatch(CONV_WINO_F4);
+        check_avx2_dispatch(1);
         test_avx2_only(0);
     }
     assert_int_equal(wino_any(&stem), 0);
@@ -278,17 +300,17 @@ static void test_wino_dispatch(void **state)
 }
 
 /* The backend setting reaches the kernels: a CPU backend made with
- * fast_conv = 1 computes resnet20's stage-2 convolution (forward and dx)
- * with F(4x4) where conv_use_wino says so (AVX2 CPUs: the same bits as
- * conv_wino4_fwd and _dx, whatever the thread count), one made with the
- * default params with F(2x2) (AVX2) or the 16-lane direct kernels, as
+ * fast_conv = 1 (2 threads) computes resnet20's stage-2 convolution
+ * (forward, dx, dw and db) with F(4x4) where conv_use_wino says so (the
+ * same bits as conv_wino4_fwd, _dx and _dw on 2 threads), one made with
+ * the default params with F(2x2) (AVX2) or the 16-lane direct kernels, as
  * cdl_backend_cpu_create does; on the 16-lane path of a CPU with full
- * 512-bit units the setting changes no bit. */
+ * 512-bit units the setting changes no bit. r: run_wino's on 2 threads. */
 static void fast_conv_case(const cdl_conv2d_desc *d, const result *r)
 {
     size_t nx = (size_t)d->n * d->c * d->h * d->w, ny = (size_t)d->n * d->oc * d->oh * d->ow;
-    size_t nw = (size_t)d->oc * d->c * 9;
-    float *y[2], *dx[2];
+    size_t nw = (size_t)d->oc * d->c * 9, no = (size_t)d->oc;
+    float *y[2], *dx[2], *dw[2], *db[2];
     pair x = pair_rand(nx, 91, -1, 1), w = pair_rand(nw, 92, -1, 1);
     pair b = pair_rand(d->oc, 93, -1, 1), dy = pair_rand(ny, 94, -1, 1);
     for (int fast = 0; fast < 2; fast++) {
@@ -300,32 +322,41 @@ static void fast_conv_case(const cdl_conv2d_desc *d, const result *r)
         cdl_backend *be = cdl_backend_create_with("cpu", &p);
         assert_non_null(be);
         float *ws = cdl_malloc(be->ops->conv2d_workspace(be, d) * sizeof *ws + 4);
-        float *dw = cdl_malloc(nw * 4), *db = cdl_malloc((size_t)d->oc * 4);
         y[fast] = cdl_malloc(ny * 4);
         dx[fast] = cdl_malloc(nx * 4);
+        dw[fast] = cdl_malloc(nw * 4);
+        db[fast] = cdl_malloc(no * 4);
         be->ops->conv2d_fwd(be, d, x.f, w.f, b.f, y[fast], ws);
-        be->ops->conv2d_bwd(be, d, x.f, w.f, dy.f, dx[fast], dw, db, ws);
+        be->ops->conv2d_bwd(be, d, x.f, w.f, dy.f, dx[fast], dw[fast], db[fast], ws);
         cdl_free(ws);
-        cdl_free(dw);
-        cdl_free(db);
         cdl_backend_destroy(be);
     }
-    if (conv_use_wino(d, 1) & CONV_WINO_F4) {
-        float *ref_y = r->y4, *ref_dx = r->dx4;
-        assert_memory_equal(y[1], ref_y, ny * 4);
-        assert_memory_equal(dx[1], ref_dx, nx * 4);
+    int wino = conv_use_wino(d, 1);
+    if (wino & CONV_WINO_F4) {
+        assert_true(wino & CONV_WINO_DW4);   /* 32 channels */
+        assert_memory_equal(y[1], r->y4, ny * 4);
+        assert_memory_equal(dx[1], r->dx4, nx * 4);
+        assert_memory_equal(dw[1], r->dw4, nw * 4);
+        assert_memory_equal(db[1], r->db4, no * 4);
         assert_memory_not_equal(y[0], y[1], ny * 4);
+        assert_memory_not_equal(dw[0], dw[1], nw * 4);
         if (conv_use_direct(d) == 2) {   /* F(2x2) without the setting */
             assert_memory_equal(y[0], r->y, ny * 4);
             assert_memory_equal(dx[0], r->dx, nx * 4);
+            assert_memory_equal(dw[0], r->dw, nw * 4);
+            assert_memory_equal(db[0], r->db, no * 4);
         }
     } else {
         assert_memory_equal(y[0], y[1], ny * 4);
         assert_memory_equal(dx[0], dx[1], nx * 4);
+        assert_memory_equal(dw[0], dw[1], nw * 4);
+        assert_memory_equal(db[0], db[1], no * 4);
     }
     for (int i = 0; i < 2; i++) {
         cdl_free(y[i]);
         cdl_free(dx[i]);
+        cdl_free(dw[i]);
+        cdl_free(db[i]);
     }
     pair *all[] = {&x, &w, &b, &dy};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -342,7 +373,7 @@ static void backend_fast_conv_at(int n)
     /* The same inputs as fast_conv_case's (seeds 91-94). */
     pair x = pair_rand(nx, 91, -1, 1), w = pair_rand(nw, 92, -1, 1);
     pair b = pair_rand(d.oc, 93, -1, 1), dy = pair_rand(ny, 94, -1, 1);
-    result r = run_wino(&d, 1, &x, &w, &b, &dy);
+    result r = run_wino(&d, 2, &x, &w, &b, &dy);
     fast_conv_case(&d, &r);
     if (cpu_has_avx512()) {   /* and the AVX2 choices on this CPU */
         test_avx2_only(1);

@@ -31,8 +31,9 @@
  * Vector stores and loads run up to 7 tiles past a block row: those lanes
  * are recomputed or rewritten by the next row and never stored to y.
  *
- * Blocks are independent (no sums across blocks), so results do not depend
- * on the thread count at all.
+ * The forward's and dx's blocks are independent (no sums across blocks),
+ * so their results do not depend on the thread count at all; the weight
+ * gradient's sums per chunk of blocks do (below).
  *
  * Numerics: the transforms add up to 4 inputs (B^T, A^T) and halve and add
  * 3 weights (G), so each output is a sum of C*16 products of transformed

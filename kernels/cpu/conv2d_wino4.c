@@ -38,8 +38,10 @@
  * each a plain load over consecutive tiles. The input of a block is split
  * one channel at a time (all its images), so that buffer stays small.
  *
- * Blocks are independent (no sums across blocks), so results do not depend
- * on the thread count at all.
+ * In the forward and dx blocks are independent (no sums across blocks),
+ * so their results do not depend on the thread count at all; the weight
+ * gradient sums per chunk of blocks, a split that follows the thread count
+ * (as F(2x2)'s).
  *
  * Numerics: the transforms' entries (up to 5 and 8, G down to 1/30) make
  * the rounding errors of the transformed values larger than F(2x2)'s, and

@@ -449,7 +449,6 @@ static void wino_block(const wctx *c, int blk, int tid)
     }
 }
 
-
 CPU_AVX2 void conv_wino_transpose_dy(const float *dy, size_t plane, int O, int np, int opad,
                                      float *dyt, float *dbp)
 {
@@ -548,7 +547,7 @@ dw_block(const int NB, const float *V, int ts, int C, int c0, const float *dmt, 
 }
 
 CPU_AVX2 void conv_wino_dw_products(const float *V, int ts, int C, const float *dmt, int opad,
-                                   int ob8, int nb, float *part)
+                                    int ob8, int nb, float *part)
 {
     for (int c0 = 0; c0 < C; c0 += DC)
         for (int b0 = 0; b0 < ob8; b0 += 2) {

@@ -175,7 +175,7 @@ CPU_AVX2 void conv_wino_transpose_dy(const float *dy, size_t plane, int O, int n
  * position: 2 x 8 output channels x WDC input channels per register
  * block. */
 CPU_AVX2 void conv_wino_dw_products(const float *V, int ts, int C, const float *dmt, int opad,
-                                   int ob8, int nb, float *part);
+                                    int ob8, int nb, float *part);
 
 /* Writes n <= 8 floats of v to dst (none when dst is NULL or n <= 0). */
 static CPU_AVX2 inline void conv_wino_store_n(float *dst, __m256 v, int n)

@@ -137,8 +137,8 @@ static void w4plan_make(int n, int C, int O, int H, int W, w4plan *p)
  * dM comes out tile-major [36][ts][opad] for conv_wino_dw_products, whose
  * sums over a block's tiles are added into the chunk's partial, the
  * partials then summed in chunk order (a split that depends on the shape
- * and the thread count only), as conv2d_wino.c's F(2x2) weight gradient
- * does. */
+ * and the thread count only): conv2d_wino.c's conv_wino_dw_run, the
+ * driver of F(2x2)'s weight gradient too. */
 typedef struct dw4plan {
     w4plan p;              /* C = x's channels, O = dy's */
     wdw_layout l;
@@ -183,7 +183,6 @@ typedef struct w4ctx {
 } w4ctx;
 
 #if CPU_X86
-
 
 /* t = G f of 3 values, 4 filters per vector. */
 static CPU_AVX2 inline void g3(const __m256d f[3], __m256d t[6])
@@ -571,7 +570,8 @@ static CPU_AVX2 void dm_tile4(const float *const *d, int ob8, float *dmt, size_t
     }
 }
 
-/* Blocks [b, e) of chunk `chunk` into its partial dU (and db). */
+/* wdw_algo's input transform: V of a block's tiles, its split rows after
+ * V. */
 static void dw4_input(const void *plan, const float *x, int img0, int ni, int ty0, int nty, float *V)
 {
     const w4plan *p = plan;

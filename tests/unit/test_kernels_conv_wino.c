@@ -31,9 +31,9 @@
 
 /* F(4x4)'s normalised error measured 0.3-2.4e-6 on the cases below (3-128
  * channels; the worst, 2.4e-6, at 64 channels, 2.3e-6 at 128), 5-30x
- * F(2x2)'s (conv2d_wino4.c says why), its dW 0.2-2.1e-6: twice the worst. The points 0, +-1,
- * +-2 it used before measured 2-6e-6 at 16-64 channels and 1e-5 at 128,
- * and fail this bound. */
+ * F(2x2)'s (conv2d_wino4.c says why), and its dW's 0.2-2.1e-6: twice the
+ * worst. The points 0, +-1, +-2 it used before measured 2-6e-6 at 16-64
+ * channels and 1e-5 at 128, and fail this bound. */
 #define WINO4_TOL 5e-6
 
 typedef struct wcase {

@@ -14,8 +14,9 @@
  *   maxpool:N,C,H,W,K,S,P    max pooling, fwd (y and argmax) and bwd
  * Usage: bench_ops [--threads T] [--runs R] [--cpu 1] [--fast-conv 1] CASE...
  * --fast-conv 1 creates the backend with fast_conv (cdl-train --fast-conv
- * on: Winograd F(4x4) where conv_use_wino allows it). --cpu 1 times the process's CPU time instead of the wall clock: with one
- * thread on a loaded machine, time spent waiting for a core is left out.
+ * on: Winograd F(4x4) where conv_use_wino allows it). --cpu 1 times the
+ * process's CPU time instead of the wall clock: with one thread on a
+ * loaded machine, time spent waiting for a core is left out.
  * The environment's switches (CDL_CPU_NO_AVX512, CDL_CPU_NO_WINOGRAD)
  * pick the paths, as in a training run. */
 #include <stdio.h>

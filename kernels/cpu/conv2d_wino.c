@@ -573,7 +573,7 @@ static void dw_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
     const wdw_algo *al = c->al;
     const wdw_layout *q = c->l;
     const wgrid *g = al->g;
-    const int m = al->m, H = al->H, W = al->W;
+    const int m = q->a - 2, H = al->H, W = al->W;   /* m x m outputs per tile */
     float *V = dw_thread(q, c->ws, tid), *dyt = V + q->vp_floats;
     float *dmt = dyt + q->dyt_floats;
     float *part = dw_chunk(q, c->ws, chunk), *dbp = c->db ? part + q->dup_floats : NULL;
@@ -592,7 +592,7 @@ static void dw_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
                 int ty = ty0 + lt;
                 size_t j = ((size_t)i * nty + lt) * g->tw;
                 for (int tx = 0; tx < g->tw; tx++) {
-                    const float *d[16];
+                    const float *d[16];   /* m*m <= 16 */
                     for (int r = 0; r < m; r++)
                         for (int s = 0; s < m; s++) {
                             int y = m * ty + r, xx = m * tx + s;
@@ -764,7 +764,7 @@ void conv_wino_dw(pool *pl, const cdl_conv2d_desc *d, const float *x, const floa
     static const double G[4 * 3] = {1, 0, 0, 0.5, 0.5, 0.5, 0.5, -0.5, 0.5, 0, 0, 1};
     dwplan q;
     dwplan_make(d, pool_threads(pl), &q);
-    wdw_algo al = {.m = 2, .H = d->h, .W = d->w, .ts = q.p.ts, .vxs = q.p.vxs, .g = &q.p.g,
+    wdw_algo al = {.H = d->h, .W = d->w, .ts = q.p.ts, .vxs = q.p.vxs, .g = &q.p.g,
                    .plan = &q.p, .input = dw_input, .dm = dm_tile, .G = G};
     conv_wino_dw_run(pl, &al, &q.l, x, dy, dw, db, ws);
 }

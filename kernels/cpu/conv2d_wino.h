@@ -64,7 +64,6 @@ static inline void conv_wino_block(const wgrid *g, int blk, int *img0, int *ni, 
     }
 }
 
-
 /* n floats rounded up to an odd number of 64-byte lines: used as the
  * stride between the positions of V and M, it puts a tile's positions into
  * different L1 sets (a stride of a multiple of 4 KB put all of F(4x4)'s 36
@@ -109,13 +108,13 @@ static inline size_t conv_wino_ws_max(size_t fwd, size_t dx, const wdw_layout *l
     return m > e ? m : e;
 }
 
-/* What of one tile size the weight gradient needs: x's tile transform
- * (input: V [a*a][C][ts], positions vxs floats apart, for the block's
- * tiles; its scratch after V), dM = A dy A^T of one tile (dm: d the m*m
- * pointers into dyt, row-major, NULL past dy's edge; dMt's a*a positions
- * xs floats apart) and G (a x 3, row-major). */
+/* What of one tile size the weight gradient needs (a = wdw_layout's a,
+ * tiles of m = a - 2 outputs a side): x's tile transform (input: V
+ * [a*a][C][ts], positions vxs floats apart, for the block's tiles; its
+ * scratch after V), dM = A dy A^T of one tile (dm: d the m*m pointers into
+ * dyt, row-major, NULL past dy's edge; dMt's a*a positions xs floats
+ * apart) and G (a x 3, row-major). */
 typedef struct wdw_algo {
-    int m;                 /* outputs per tile side: 2 or 4; a = m + 2 */
     int H, W, ts;
     size_t vxs;
     const wgrid *g;

@@ -635,7 +635,7 @@ void conv_wino4_dw(pool *pl, const cdl_conv2d_desc *d, const float *x, const flo
 {
     dw4plan q;
     dw4plan_make(d, pool_threads(pl), &q);
-    wdw_algo al = {.m = 4, .H = d->h, .W = d->w, .ts = q.p.ts, .vxs = q.p.vxs, .g = &q.p.g,
+    wdw_algo al = {.H = d->h, .W = d->w, .ts = q.p.ts, .vxs = q.p.vxs, .g = &q.p.g,
                    .plan = &q.p, .input = dw4_input, .dm = dm_tile4, .G = &G4[0][0]};
     conv_wino_dw_run(pl, &al, &q.l, x, dy, dw, db, ws);
 }

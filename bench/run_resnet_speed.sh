@@ -10,9 +10,7 @@
 # close each side runs to what this machine's matrix units can do, so a
 # ratio can be read against the ceiling. The "fast conv" column is cdl with the
 # backend's fast_conv (cdl-train --fast-conv on: Winograd F(4x4) for the
-# 3x3 convolutions on AVX2 CPUs and Zen 4, more rounding error, off by
-# default; on Intel's AVX-512 CPUs and Zen 5 the same kernels as the first
-# column), and "fast/best" its
+# 3x3 convolutions, more rounding error, off by default), and "fast/best" its
 # ratio to the fastest PyTorch mode. Synthetic 3x32x32 batches in
 # memory, SGD momentum 0.9, weight decay 1e-4 on both sides (bench_cnn.c,
 # torch_speed.py). Measure on a quiet machine: the load average is printed

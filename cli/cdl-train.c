@@ -196,7 +196,7 @@ static void usage(FILE *f)
 "      --tf32 on|off|default    TF32 on GPUs [default: like PyTorch, on for\n"
 "                               convolutions, off for matrix products; env CDL_TF32]\n"
 "      --fast-conv on|off       faster 3x3 convolutions with more rounding error (on\n"
-"                               AVX2 CPUs and Zen 4: Winograd F(4x4))\n"
+"                               CPUs with AVX2: Winograd F(4x4))\n"
 "                               [off; env CDL_FAST_CONV]\n"
 "      --precision fp32|bf16    matrix products of linear layers on GPUs in bf16 with\n"
 "                               fp32 accumulation, fp32 weights and optimizer [fp32]\n"

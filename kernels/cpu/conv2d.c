@@ -89,13 +89,21 @@ static int wino_disabled(void) { return env_flag("CDL_CPU_NO_WINOGRAD", &wino_of
 
 /* The backend's fast_conv (cdl_backend_params, cdl-train --fast-conv on)
  * lets the forward, dx and dW of the AVX2 path take F(4x4), and those of
- * the 16-lane path on a CPU that runs 512-bit instructions in two halves
+ * the 16-lane path. On a CPU that runs 512-bit instructions in two halves
  * (cpu_avx512_halves: Zen 4), where the 16-lane direct kernels do no more
  * a cycle than the 8-lane ones: resnet20 training (batch 128) on a Zen 4
  * core 342-344 -> 394-404 images/s at 1 thread with the forward and dx,
- * 467 with dW too; 589-617 -> 669-678 -> 704 at 2 threads.
- * Not on Intel's AVX-512 cores nor Zen 5 (full 512-bit units, not
- * measured; no 16-lane F(4x4) kernel). On AVX2: 1.2 to 1.6x faster than
+ * 467 with dW too; 589-617 -> 669-678 -> 704 at 2 threads. On Intel's
+ * AVX-512 cores (full 512-bit units; the products then run 16 lanes wide,
+ * conv2d_wino512.c): measured on an Emerald Rapids-class Xeon (CPU model
+ * 167 under KVM, 2.6 GHz), 1 thread, ms of forward / dx+dW, 16-lane direct
+ * against F(4x4), batch 128: 16 at 32x32 4.5 / 11.0 against 4.1-4.3 /
+ * 10.5-10.8, 32 at 16x16 4.0 / 9.1 against 2.5-2.6 / 6.1, 64 at 8x8 4.3 /
+ * 9.0 against 2.2-2.3 / 5.4-5.5; batch 32: 128 at 16x16 15-16 / 31-33
+ * against 6.9 / 17.2-17.4, 256 at 8x8 11-13 / 28-31 against 9.3 / 26.5;
+ * resnet20 training (batch 128) 375-378 -> 432-448 images/s at 1 thread,
+ * 724-726 -> 780-799 at 2. Zen 5 (full units, AMD) takes the same path,
+ * not measured. On AVX2: 1.2 to 1.6x faster than
  * the best of F(2x2) and direct on
  * resnet20's stages (below); resnet20 training (batch 128, 1 thread)
  * 380 images per CPU second against 298 (+25%; 2 threads +10%), another
@@ -193,7 +201,7 @@ int conv_use_wino(const cdl_conv2d_desc *d, int fast)
     if (pixels < (path == 3 ? CONV_WINO512_MIN_PIXELS : CONV_WINO_MIN_PIXELS))
         return 0;
     int f4 = 0;
-    if (fast && (path == 2 || cpu_avx512_halves()) && d->c >= CONV_WINO4_MIN_C &&
+    if (fast && d->c >= CONV_WINO4_MIN_C &&
         d->oc >= CONV_WINO4_MIN_C && d->h >= CONV_WINO4_MIN_HW && d->w >= CONV_WINO4_MIN_HW) {
         f4 = CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_F4;
         if (d->c <= CONV_WINO4_DW_MAX_C && d->oc <= CONV_WINO4_DW_MAX_C)

@@ -288,7 +288,7 @@ static CPU_AVX2 void input_tiles44(const float *ra, const float *rb, int rowlen,
     input_tiles(1, ra, rb, rowlen, hw, v, xstride);
 }
 
-CPU_AVX2 void conv_wino_gemm(const float *ub, const float *V, float *M, int C, int ngroups, int ts)
+static CPU_AVX2 void gemm_ob(const float *ub, const float *V, float *M, int C, int ngroups, int ts)
 {
     for (int g = 0; g < ngroups; g++) {
         const float *vb = V + (size_t)g * WTG;
@@ -318,6 +318,13 @@ CPU_AVX2 void conv_wino_gemm(const float *ub, const float *V, float *M, int C, i
                 _mm256_storeu_ps(mr + 8 * s, acc[o][s]);
         }
     }
+}
+
+CPU_AVX2 void conv_wino_gemm(const float *ub, const float *V, float *M, int C, int ngroups, int ts,
+                             int nob)
+{
+    for (int ob = 0; ob < nob; ob++)
+        gemm_ob(ub + (size_t)ob * C * WOB, V, M + (size_t)ob * WOB * ts, C, ngroups, ts);
 }
 
 CPU_AVX2 void conv_wino_zero_span(float *p, int n)
@@ -411,10 +418,10 @@ static void wino_block(const wctx *c, int blk, int tid)
     for (int xi = 0; xi < 16 && ntg > nb; xi++)
         for (int ci = 0; ci < p->C; ci++)
             conv_wino_zero_span(V + xi * xs + (size_t)ci * p->ts + nb, ntg - nb);
+    const wino_gemm_fn gemm = conv_wino_gemm_pick();
     for (int xi = 0; xi < 16; xi++)
-        for (int ob = 0; ob < p->ocb; ob++)
-            conv_wino_gemm(c->ws + ((size_t)xi * p->ocb + ob) * p->C * WOB, V + xi * xs,
-                  M + xi * ms + (size_t)ob * WOB * p->ts, p->C, ngroups, p->ts);
+        gemm(c->ws + (size_t)xi * p->ocb * p->C * WOB, V + xi * xs, M + xi * ms, p->C, ngroups,
+             p->ts, p->ocb);
     for (int xi = 0; xi < 16 && nb + 8 > ntg; xi++)
         for (int o = 0; o < p->ocb * WOB; o++)
             conv_wino_zero_span(M + xi * ms + (size_t)o * p->ts + ntg, nb + 8 - ntg);
@@ -578,6 +585,7 @@ static void dw_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
     float *dmt = dyt + q->dyt_floats;
     float *part = dw_chunk(q, c->ws, chunk), *dbp = c->db ? part + q->dup_floats : NULL;
     memset(part, 0, q->per_chunk * sizeof *part);
+    const wino_dwp_fn products = conv_wino_dw_products_pick();
     const size_t plane = (size_t)H * W, dstride = (size_t)q->dyrows * W * q->opad;
     for (size_t blk = b; blk < e; blk++) {
         int img0, ni, ty0, nty;
@@ -605,8 +613,8 @@ static void dw_blocks(void *vctx, size_t b, size_t e, int chunk, int tid)
             }
         int nb = ni * nty * g->tw;
         for (int xi = 0; xi < q->a * q->a; xi++)
-            conv_wino_dw_products(V + (size_t)xi * al->vxs, al->ts, q->C, dmt + xi * q->dxs, q->opad,
-                                  q->ob8, nb, part + (size_t)xi * q->cpad * q->opad);
+            products(V + (size_t)xi * al->vxs, al->ts, q->C, dmt + xi * q->dxs, q->opad,
+                     q->ob8, nb, part + (size_t)xi * q->cpad * q->opad);
     }
 }
 

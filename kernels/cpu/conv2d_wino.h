@@ -48,6 +48,38 @@ static inline void conv_wino_grid(int n, int th, int tw, int tgt, wgrid *g)
     g->nbmax = g->gimg * g->rows * tw;
 }
 
+/* Tiles the products compute for the busiest of `threads` threads on the
+ * blocks of g: ceil(nblocks/threads) blocks (blocks are dealt out in
+ * even runs), each of the largest block's tiles rounded up to whole groups
+ * of WTG (a short last band or block counted as a full one). */
+static inline double conv_wino_grid_cost(const wgrid *g, int threads)
+{
+    int t = threads < 1 ? 1 : threads;
+    return (double)((g->nblocks + t - 1) / t) * ((g->nbmax + WTG - 1) / WTG * WTG);
+}
+
+/* conv_wino_grid with the target in [tgt/2, 2*tgt] whose blocks cost the
+ * busiest of `threads` threads the fewest computed tiles
+ * (conv_wino_grid_cost), the nearest to tgt among equals. The products
+ * run over whole groups of WTG tiles, so blocks of 16 or 32 tiles (whole
+ * 4x4-tile images) compute 24 or 48: a third for nothing. */
+static inline void conv_wino_grid_fit(int n, int th, int tw, int tgt, int threads, wgrid *g)
+{
+    int best = tgt;
+    double bc = -1;
+    for (int t = (tgt + 1) / 2; t <= 2 * tgt; t++) {
+        wgrid c;
+        conv_wino_grid(n, th, tw, t, &c);
+        double cost = conv_wino_grid_cost(&c, threads);
+        int d = t > tgt ? t - tgt : tgt - t, bd = best > tgt ? best - tgt : tgt - best;
+        if (bc < 0 || cost < bc || (cost == bc && d < bd)) {
+            bc = cost;
+            best = t;
+        }
+    }
+    conv_wino_grid(n, th, tw, best, g);
+}
+
 /* The tiles of block blk: images [img0, img0+ni), tile rows [ty0, ty0+nty). */
 static inline void conv_wino_block(const wgrid *g, int blk, int *img0, int *ni, int *ty0, int *nty)
 {
@@ -152,11 +184,30 @@ static CPU_AVX2 inline void conv_wino_filter4(const float *g, int flip, int C, i
         }
 }
 
-/* M (WOB, ngroups*WTG tiles; rows ts apart) = U (WOB, C; packed [C][WOB])
- * V (C, tiles; rows ts apart): 4 output channels x 24 tiles per register
- * block (12 accumulators, per input channel 3 loads and 4 broadcasts feed
- * 12 FMAs). */
-CPU_AVX2 void conv_wino_gemm(const float *ub, const float *V, float *M, int C, int ngroups, int ts);
+/* M (nob*WOB, ngroups*WTG tiles; rows ts apart) = U (nob*WOB, C; packed
+ * [ob][C][WOB], blocks C*WOB floats apart) V (C, tiles; rows ts apart):
+ * 4 output channels x 24 tiles per register block (12 accumulators, per
+ * input channel 3 loads and 4 broadcasts feed 12 FMAs). */
+CPU_AVX2 void conv_wino_gemm(const float *ub, const float *V, float *M, int C, int ngroups, int ts,
+                             int nob);
+
+/* The same products 16 tiles per vector (conv2d_wino512.c), bitwise
+ * equal: 8 output channels x 2 groups of WTG tiles per register block. */
+void conv_wino_gemm16(const float *ub, const float *V, float *M, int C, int ngroups, int ts,
+                      int nob);
+
+/* 1 where the 16-lane product kernels run: AVX-512 CPUs with full 512-bit
+ * units (not Zen 4, cpu_avx512_halves, where they would do no more a
+ * cycle; not with CDL_CPU_NO_AVX512). */
+static inline int conv_wino_wide(void)
+{
+    return cpu_has_avx512() && !cpu_avx512_halves();
+}
+
+typedef void (*wino_gemm_fn)(const float *ub, const float *V, float *M, int C, int ngroups, int ts,
+                             int nob);
+typedef void (*wino_dwp_fn)(const float *V, int ts, int C, const float *dmt, int opad, int ob8,
+                            int nb, float *part);
 
 /* n floats at p set to zero (short spans: a memset call per span of a few
  * floats costs more than the stores). */
@@ -175,6 +226,22 @@ CPU_AVX2 void conv_wino_transpose_dy(const float *dy, size_t plane, int O, int n
  * block. */
 CPU_AVX2 void conv_wino_dw_products(const float *V, int ts, int C, const float *dmt, int opad,
                                     int ob8, int nb, float *part);
+
+/* The same sums 16 output channels per vector (conv2d_wino512.c),
+ * bitwise equal. */
+void conv_wino_dw_products16(const float *V, int ts, int C, const float *dmt, int opad, int ob8,
+                             int nb, float *part);
+
+/* The product kernels for this CPU, picked once per call of an op. */
+static inline wino_gemm_fn conv_wino_gemm_pick(void)
+{
+    return conv_wino_wide() ? conv_wino_gemm16 : conv_wino_gemm;
+}
+
+static inline wino_dwp_fn conv_wino_dw_products_pick(void)
+{
+    return conv_wino_wide() ? conv_wino_dw_products16 : conv_wino_dw_products;
+}
 
 /* Writes n <= 8 floats of v to dst (none when dst is NULL or n <= 0). */
 static CPU_AVX2 inline void conv_wino_store_n(float *dst, __m256 v, int n)

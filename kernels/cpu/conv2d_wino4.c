@@ -1,4 +1,5 @@
-/* Winograd F(4x4,3x3) convolution with AVX2+FMA (see conv2d.h) for 3x3,
+/* Winograd F(4x4,3x3) convolution with AVX2+FMA (the products 16 lanes
+ * wide on CPUs with full 512-bit units: conv2d_wino512.c; see conv2d.h) for 3x3,
  * stride 1, pad 1, undilated, ungrouped convolutions: the forward pass, dx
  * (the forward on dy with the kernel flipped and its channel axes
  * swapped) and the weight gradient (see dw4plan). x is (n,c,h,w), w
@@ -95,21 +96,28 @@ typedef struct w4plan {
 } w4plan;
 
 /* Tiles per block: V and M of a block in about 384 KB, at least one
- * register block wide. */
+ * register block wide; on CPUs with the 16-lane products at least two,
+ * the 16-lane kernel's width (blocks of 24 tiles there ran 1.2-1.3x
+ * slower at 64 channels). conv_wino_grid_fit then moves the block size
+ * to waste fewer tiles: whole 16x16 images (16 tiles) had gone in blocks
+ * of 16 or 32, computed as 24 or 48. On the 8-lane path of the same Intel
+ * core, 1 thread, ms of the forward: 32 at 16x16 (batch 128) 3.5 ->
+ * 2.6-2.7, 128 at 16x16 (batch 32) 12 -> 8.7-9.1, 16 at 32x32 and 64 at
+ * 8x8 unchanged (not measured on AMD cores). */
 static int block_tiles(int C, int O)
 {
-    int t = 2560 / (C + O);
-    return t < WTG ? WTG : t > 128 ? 128 : t;
+    int t = 2560 / (C + O), lo = conv_wino_wide() ? 2 * WTG : WTG;
+    return t < lo ? lo : t > 128 ? 128 : t;
 }
 
-static void w4plan_make(int n, int C, int O, int H, int W, w4plan *p)
+static void w4plan_make(int n, int C, int O, int H, int W, int threads, w4plan *p)
 {
     p->C = C;
     p->O = O;
     p->H = H;
     p->W = W;
     p->ocb = (O + WOB - 1) / WOB;
-    conv_wino_grid(n, (H + 3) / 4, (W + 3) / 4, block_tiles(C, O), &p->g);
+    conv_wino_grid_fit(n, (H + 3) / 4, (W + 3) / 4, block_tiles(C, O), threads, &p->g);
     p->np = p->g.tw == 1 || p->g.tw == 2 || p->g.tw == 4 ? 8 / p->g.tw : 1;
     /* The products read up to the block's tiles rounded up to WTG, the
      * transforms write and read up to 7 past them. */
@@ -146,7 +154,7 @@ typedef struct dw4plan {
 
 static void dw4plan_make(const cdl_conv2d_desc *d, int threads, dw4plan *q)
 {
-    w4plan_make(d->n, d->c, d->oc, d->h, d->w, &q->p);
+    w4plan_make(d->n, d->c, d->oc, d->h, d->w, threads, &q->p);
     conv_wino_dw_layout(d->c, d->oc, d->w, 6, &q->p.g, q->p.ts, q->p.v_floats + q->p.p_floats,
                         threads, &q->l);
 }
@@ -154,8 +162,8 @@ static void dw4plan_make(const cdl_conv2d_desc *d, int threads, dw4plan *q)
 size_t conv_wino4_workspace(const cdl_conv2d_desc *d, int threads)
 {
     w4plan f, b;
-    w4plan_make(d->n, d->c, d->oc, d->h, d->w, &f);
-    w4plan_make(d->n, d->oc, d->c, d->h, d->w, &b);
+    w4plan_make(d->n, d->c, d->oc, d->h, d->w, threads, &f);
+    w4plan_make(d->n, d->oc, d->c, d->h, d->w, threads, &b);
     dw4plan q;
     dw4plan_make(d, threads, &q);
     return conv_wino_ws_max(f.shared + f.per_thread * (size_t)threads,
@@ -500,10 +508,10 @@ static void w4_block(const w4ctx *c, int blk, int tid)
     for (int xi = 0; xi < NPOS && ntg > nb; xi++)
         for (int ci = 0; ci < p->C; ci++)
             conv_wino_zero_span(V + xi * p->vxs + (size_t)ci * p->ts + nb, ntg - nb);
+    const wino_gemm_fn gemm = conv_wino_gemm_pick();
     for (int xi = 0; xi < NPOS; xi++)
-        for (int ob = 0; ob < p->ocb; ob++)
-            conv_wino_gemm(c->ws + ((size_t)xi * p->ocb + ob) * p->C * WOB, V + xi * p->vxs,
-                           M + xi * p->mxs + (size_t)ob * WOB * p->ts, p->C, ngroups, p->ts);
+        gemm(c->ws + (size_t)xi * p->ocb * p->C * WOB, V + xi * p->vxs, M + xi * p->mxs, p->C,
+             ngroups, p->ts, p->ocb);
     for (int xi = 0; xi < NPOS && nb + 8 > ntg; xi++)
         for (int o = 0; o < p->ocb * WOB; o++)
             conv_wino_zero_span(M + xi * p->mxs + (size_t)o * p->ts + ntg, nb + 8 - ntg);
@@ -613,7 +621,7 @@ static void w4_run(pool *pl, int n, int C, int O, int H, int W, const float *x, 
                    int flip, const float *bias, float *y, float *ws)
 {
     w4ctx c = {.x = x, .g = g, .bias = bias, .y = y, .ws = ws, .flip = flip};
-    w4plan_make(n, C, O, H, W, &c.p);
+    w4plan_make(n, C, O, H, W, pool_threads(pl), &c.p);
     pool_for(pl, (size_t)c.p.ocb, 1, pack_u, &c);
     pool_for(pl, (size_t)c.p.g.nblocks, 1, w4_blocks, &c);
 }

@@ -16,6 +16,7 @@ libcdl_core_la_SOURCES += \
 	kernels/cpu/conv2d_wino.c \
 	kernels/cpu/conv2d_wino.h \
 	kernels/cpu/conv2d_wino4.c \
+	kernels/cpu/conv2d_wino512.c \
 	kernels/cpu/simd.c \
 	kernels/cpu/simd.h \
 	kernels/cpu/linear.c \

@@ -13,7 +13,9 @@
  * a lane past a block's tiles that reached y would show), so the
  * sanitizers and valgrind see any read past them or of stale values;
  * which shapes the CPU backend sends this way, and that its fast_conv
- * setting picks F(4x4). Skipped on CPUs without
+ * setting picks F(4x4); on CPUs with full 512-bit units, the 16-lane
+ * product kernels bitwise equal to the 8-lane ones (called directly, and
+ * through whole convolutions). Skipped on CPUs without
  * AVX2. */
 #include "testutil.h"
 
@@ -23,6 +25,7 @@
 #include <cdl/cdl.h>
 
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/conv2d_wino.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/simd.h"
 #include "avx512_testutil.h"
@@ -57,6 +60,7 @@ static const wcase cases[] = {
     {1, 16, 44, 44, 16},  /* F(4x4): bands of 7 rows of 11 tiles, the last of 4 */
     {1, 40, 72, 8, 36},   /* F(4x4): bands of 2-tile rows, the last of 2 */
     {2, 16, 14, 14, 16},  /* MNIST's stage 2: F(4x4) 4-tile rows, the last tile half */
+    {2, 7, 10, 12, 20},   /* dW: 3 blocks of 8 output channels (16 lanes + 8) */
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -136,6 +140,18 @@ static void result_free(result *r)
     cdl_free(r->db4);
 }
 
+/* Every output of a and b but F(4x4)'s dw and db bitwise equal. */
+static void check_same_result(const result *a, const result *b, const cdl_conv2d_desc *d)
+{
+    size_t nx = (size_t)d->n * d->c * d->h * d->w, nw = (size_t)d->oc * d->c * 9;
+    size_t ny = (size_t)d->n * d->oc * d->oh * d->ow, no = (size_t)d->oc;
+    const float *pa[] = {a->y, a->y0, a->dx, a->dw, a->db, a->y4, a->y40, a->dx4};
+    const float *pb[] = {b->y, b->y0, b->dx, b->dw, b->db, b->y4, b->y40, b->dx4};
+    const size_t len[] = {ny, ny, nx, nw, no, ny, ny, nx};
+    for (size_t i = 0; i < sizeof len / sizeof len[0]; i++)
+        assert_memory_equal(pa[i], pb[i], len[i] * sizeof(float));
+}
+
 static void test_wino_matches_reference(void **state)
 {
     (void)state;
@@ -155,6 +171,17 @@ static void test_wino_matches_reference(void **state)
         result r1 = run_wino(&d, 1, &x, &w, &b, &dy);
         result r2 = run_wino(&d, 2, &x, &w, &b, &dy);
         result r2b = run_wino(&d, 2, &x, &w, &b, &dy);
+        if (conv_wino_wide()) {
+            /* The 16-lane product kernels: the same bits as the 8-lane
+             * ones, for every output of F(2x2) and F(4x4)'s forward and
+             * dx (F(4x4)'s weight gradient cuts its blocks for the
+             * 16-lane width, and sums per block). */
+            test_avx2_only(1);
+            result r8 = run_wino(&d, 2, &x, &w, &b, &dy);
+            test_avx2_only(0);
+            check_same_result(&r2, &r8, &d);
+            result_free(&r8);
+        }
         print_message("case %zu (n=%d c=%d %dx%d oc=%d): y %.2g, dx %.2g, dw %.2g\n", k, d.n, d.c,
                       d.h, d.w, d.oc, test_norm_err(r1.y, y.d, ny), test_norm_err(r1.dx, dx.d, nx),
                       test_norm_err(r1.dw, dw.d, nw));
@@ -273,11 +300,10 @@ static void test_wino_dispatch(void **state)
         assert_int_equal(wino_any(&st2), 0);   /* 512 pixels: under the 16-lane cut */
         assert_int_equal(wino_any(&r18), CONV_WINO_FWD | CONV_WINO_DX);   /* 4x4 maps */
         /* fast_conv: F(4x4) forward and dx from 16 channels on maps of 8
-         * and more where 512-bit instructions run in halves (Zen 4), and
-         * the weight gradient up to 256 channels; nothing changes on full
-         * 512-bit units. */
-        int f4 = cpu_avx512_halves() ? CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_F4 : 0;
-        int f4dw = f4 ? f4 | CONV_WINO_DW | CONV_WINO_DW4 : 0;
+         * and more, and the weight gradient up to 256 channels, as on
+         * AVX2 CPUs (past the 16-lane path's pixel cut). */
+        int f4 = CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_F4;
+        int f4dw = f4 | CONV_WINO_DW | CONV_WINO_DW4;
         cdl_conv2d_desc c512 = ref_conv_desc(32, 512, 8, 8, 512, 3, 3, 1, 1);
         assert_int_equal(conv_use_wino(&st1, 0), 0);
         assert_int_equal(conv_use_wino(&st1, 1), f4dw);
@@ -304,8 +330,9 @@ static void test_wino_dispatch(void **state)
  * (forward, dx, dw and db) with F(4x4) where conv_use_wino says so (the
  * same bits as conv_wino4_fwd, _dx and _dw on 2 threads), one made with
  * the default params with F(2x2) (AVX2) or the 16-lane direct kernels, as
- * cdl_backend_cpu_create does; on the 16-lane path of a CPU with full
- * 512-bit units the setting changes no bit. r: run_wino's on 2 threads. */
+ * cdl_backend_cpu_create does; where conv_use_wino takes no F(4x4) (the
+ * 16-lane path under its pixel cut) the setting changes no bit. r:
+ * run_wino's on 2 threads. */
 static void fast_conv_case(const cdl_conv2d_desc *d, const result *r)
 {
     size_t nx = (size_t)d->n * d->c * d->h * d->w, ny = (size_t)d->n * d->oc * d->oh * d->ow;
@@ -391,12 +418,65 @@ static void test_backend_fast_conv(void **state)
     (void)state;
     backend_fast_conv_at(2);
     /* Batch 8 (2048 pixels, the 16-lane path's Winograd cut): F(4x4) there
-     * on Zen 4, the setting ignored on full 512-bit units. */
+     * (batch 2 stays direct on that path). */
     if (cpu_has_avx512()) {
         cdl_conv2d_desc d8 = ref_conv_desc(8, 32, 16, 16, 32, 3, 3, 1, 1);
-        assert_int_equal(!!(conv_use_wino(&d8, 1) & CONV_WINO_F4), cpu_avx512_halves());
+        assert_true(conv_use_wino(&d8, 1) & CONV_WINO_F4);
     }
     backend_fast_conv_at(8);
+}
+
+/* The 16-lane product kernels against the 8-lane ones, bitwise, called
+ * directly on random data: the forward's products for 1-5 groups of WTG
+ * tiles (pairs and a last odd group) and 1-5 blocks of output channels
+ * (pairs and a last odd block), the weight gradient's for 1-7 blocks of 8
+ * output channels (32-, 16- and 8-wide register blocks; 16 alone with
+ * twice the input channels) and channel counts around WDC. Rows and
+ * outputs carry slack that must stay untouched. */
+static void test_wide_products(void **state)
+{
+    (void)state;
+    if (!conv_wino_wide()) {
+        print_message("no full 512-bit units here: the 16-lane products are not used\n");
+        return;
+    }
+    const int Cs[] = {1, 5, 6, 7, 13, 24};
+    for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++)
+        for (int ng = 1; ng <= 5; ng++)
+            for (int nob = 1; nob <= 5; nob++) {
+                int C = Cs[ci], ts = ng * WTG + 8;
+                size_t nu = (size_t)nob * C * WOB, nv = (size_t)C * ts, nm = (size_t)nob * WOB * ts;
+                pair u = pair_rand(nu, 101 + (unsigned)ci, -1, 1), v = pair_rand(nv, 102 + (unsigned)ng, -1, 1);
+                float *m8 = cdl_malloc(nm * 4), *m16 = cdl_malloc(nm * 4);
+                memset(m8, 0x7f, nm * 4);
+                memset(m16, 0x7f, nm * 4);
+                conv_wino_gemm(u.f, v.f, m8, C, ng, ts, nob);
+                conv_wino_gemm16(u.f, v.f, m16, C, ng, ts, nob);
+                assert_memory_equal(m8, m16, nm * 4);
+                cdl_free(m8);
+                cdl_free(m16);
+                pair_free(&u);
+                pair_free(&v);
+            }
+    for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++)
+        for (int ob8 = 1; ob8 <= 7; ob8++) {
+            int C = Cs[ci], nb = 5 + 3 * ob8, ts = nb + 3, opad = 8 * ob8;
+            int cpad = (C + WDC - 1) / WDC * WDC;
+            size_t nv = (size_t)C * ts, nd = (size_t)nb * opad, np = (size_t)cpad * opad;
+            pair v = pair_rand(nv, 111 + (unsigned)ci, -1, 1), d = pair_rand(nd, 112 + (unsigned)ob8, -1, 1);
+            pair p0 = pair_rand(np, 113, -1, 1);
+            float *p8 = cdl_malloc(np * 4), *p16 = cdl_malloc(np * 4);
+            memcpy(p8, p0.f, np * 4);
+            memcpy(p16, p0.f, np * 4);
+            conv_wino_dw_products(v.f, ts, C, d.f, opad, ob8, nb, p8);
+            conv_wino_dw_products16(v.f, ts, C, d.f, opad, ob8, nb, p16);
+            assert_memory_equal(p8, p16, np * 4);
+            cdl_free(p8);
+            cdl_free(p16);
+            pair_free(&v);
+            pair_free(&d);
+            pair_free(&p0);
+        }
 }
 
 int main(void)
@@ -409,6 +489,7 @@ int main(void)
         cmocka_unit_test(test_wino_matches_reference),
         cmocka_unit_test(test_wino_dispatch),
         cmocka_unit_test(test_backend_fast_conv),
+        cmocka_unit_test(test_wide_products),
     };
     return cmocka_run_group_tests_name("conv2d Winograd", tests, NULL, NULL);
 }

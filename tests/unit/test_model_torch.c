@@ -254,8 +254,8 @@ static void check_sampled(cdl_model *m, const float *dev, const fixture *fx, con
 
 /* resnet20 in training mode: logits, loss, every gradient, the running
  * statistics and one SGD step (momentum, weight decay), all within 1e-5 of
- * PyTorch. fast: on a backend with fast_conv (Winograd F(4x4) on AVX2
- * CPUs and Zen 4), the forward alone (logits, loss, running statistics) within 1e-5
+ * PyTorch. fast: on a backend with fast_conv (Winograd F(4x4) on CPUs
+ * with AVX2), the forward alone (logits, loss, running statistics) within 1e-5
  * and finite gradients: this fixture's gradients (batch 2 through batch
  * norm and ReLU) are chaotic at F(4x4)'s error (conv2d.c: noise of 2e-6 of
  * max |y| in float64 PyTorch's convolutions moves them by up to 8e-2),

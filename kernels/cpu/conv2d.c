@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/conv2d_wino.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/simd.h"
 
@@ -54,7 +55,9 @@ int conv_bwd_chunks(int threads, int n, size_t partial_floats)
  * channels and more at 8x8 and below, where F(2x2) takes the forward and
  * dx (conv_use_wino). resnet20 (batch 128, 1 thread) 251-256 -> 323-343
  * images/s. Staying on the AVX2 kernels' numerics keeps the PyTorch
- * fixtures passing as on AVX2 CPUs (without F(2x2) for resnet20 here). */
+ * fixtures passing as on AVX2 CPUs (without F(2x2) for resnet20 here).
+ * Since F(2x2)'s products run 16 lanes wide too (conv2d_wino512.c), it
+ * takes 64 to 256 channels from the twin on such CPUs (conv_use_wino). */
 int conv_use_direct(const cdl_conv2d_desc *d)
 {
     int avx = d->oc <= CONV_AVX2_MAX_C && d->c <= CONV_AVX2_MAX_C &&
@@ -169,11 +172,30 @@ static int wino_disabled(void) { return env_flag("CDL_CPU_NO_WINOGRAD", &wino_of
  * 8x8 130 / 127. */
 #define CONV_WINO4_DW_MAX_C 256
 
-/* With the 16-lane kernels (path 3, table at conv_use_direct): F(2x2)'s
- * forward and dx from this many channels on maps of at most
- * CONV_WINO512_MAX_HW a side; its weight gradient never. */
+/* With the 16-lane kernels (path 3, table at conv_use_direct) and 8-lane
+ * products (Zen 4): F(2x2)'s forward and dx from this many channels on
+ * maps of at most CONV_WINO512_MAX_HW a side; its weight gradient never. */
 #define CONV_WINO512_MIN_C 256
 #define CONV_WINO512_MAX_HW 8
+
+/* Where the products run 16 lanes wide too (conv_wino_wide: full 512-bit
+ * units, not Zen 4), F(2x2)'s forward, dx and weight gradient from 64 to
+ * 256 input and output channels, at any map size. Measured on an Intel
+ * AVX-512 core (Xeon, KVM), 1 thread, ms forward / dx+dW, the 16-lane
+ * direct kernels against F(2x2) (two runs): batch 128: 32 at 8x8 1.2-1.3
+ * / 2.5 against 1.4-1.6 / 2.9-3.3, 48 at 8x8 2.5 / 5.5 against 1.9-2.4 /
+ * 4.1-4.2, 64 at 8x8 4.4-4.6 / 9.3-9.6 against 3.0-3.2 / 7.0-7.1, 64 at
+ * 7x7 4.5 / 7.7-8.0 against 3.4-3.5 / 7.2-7.3, 32 at 14x14 3.8 / 7.6-8.0
+ * against 4.8-4.9 / 10.2-10.3, 32 at 16x16 4.1-4.4 / 9.7-9.9 against
+ * 4.5-4.8 / 10.8-11.2; batch 32: 128 at 8x8 4.4 / 8.9-9.0 against 3.0-3.1
+ * / 7.3, 64 at 16x16 4.0 / 8.1-8.4 against 3.5-3.6 / 7.7-7.8, 64 at
+ * 32x32 16-17 / 33-34 against 14.3-14.5 / 27-28, 128 at 16x16 15-16 /
+ * 31-33 against 13.7-14.4 / 27-31, 256 at 8x8 11.7-11.8 / 32 against
+ * 11.4-11.7 / 28-29; 256 at 16x16 (n=16) 32 / 67 against 30 / 65; 512 at
+ * 8x8 (n=32) 45 / 124 against 47 / 127. resnet20 training (batch 128)
+ * 339-348 -> 356-359 images/s at 1 thread, 654-668 -> 686-692 at 2. */
+#define CONV_WINO512W_MIN_C 64
+#define CONV_WINO512W_MAX_C 256
 
 /* Winograd only from this many output pixels per call (n*h*w; 2048 with
  * the 16-lane kernels): its cost has a part that grows with the weights
@@ -207,11 +229,15 @@ int conv_use_wino(const cdl_conv2d_desc *d, int fast)
         if (d->c <= CONV_WINO4_DW_MAX_C && d->oc <= CONV_WINO4_DW_MAX_C)
             f4 |= CONV_WINO_DW | CONV_WINO_DW4;
     }
-    if (path == 3)
+    if (path == 3) {
+        if (conv_wino_wide() && d->c >= CONV_WINO512W_MIN_C && d->oc >= CONV_WINO512W_MIN_C &&
+            d->c <= CONV_WINO512W_MAX_C && d->oc <= CONV_WINO512W_MAX_C)
+            return CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW | f4;
         return d->c >= CONV_WINO512_MIN_C && d->oc >= CONV_WINO512_MIN_C &&
                        d->h <= CONV_WINO512_MAX_HW && d->w <= CONV_WINO512_MAX_HW
                    ? CONV_WINO_FWD | CONV_WINO_DX | f4
                    : f4;
+    }
     if (d->c < CONV_WINO_MIN_C || d->oc < CONV_WINO_MIN_C)
         return f4;
     return CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW | f4;

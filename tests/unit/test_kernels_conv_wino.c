@@ -292,8 +292,18 @@ static void test_wino_dispatch(void **state)
             check_avx2_dispatch(1);   /* a backend with fast_conv */
         }
     } else if (!getenv("CDL_CPU_NO_WINOGRAD")) {
-        /* With AVX-512 the 16-lane direct kernels take resnet20 whole;
-         * F(2x2) the forward and dx from 256 channels at 8x8 and below. */
+        /* With AVX-512 the 16-lane direct kernels take resnet20's stages of
+         * 16 and 32 channels; F(2x2) the forward and dx from 256 channels
+         * at 8x8 and below, and on full 512-bit units (16-lane products)
+         * the forward, dx and weight gradient from 64 to 256 channels. */
+        const int all = CONV_WINO_FWD | CONV_WINO_DX | CONV_WINO_DW;
+        const int wide = conv_wino_wide();
+        cdl_conv2d_desc st3 = ref_conv_desc(128, 64, 8, 8, 64, 3, 3, 1, 1);
+        cdl_conv2d_desc st2b = ref_conv_desc(128, 32, 16, 16, 32, 3, 3, 1, 1);
+        cdl_conv2d_desc r18s1 = ref_conv_desc(32, 64, 32, 32, 64, 3, 3, 1, 1);
+        assert_int_equal(conv_use_wino(&st3, 0), wide ? all : 0);
+        assert_int_equal(conv_use_wino(&st2b, 0), 0);
+        assert_int_equal(conv_use_wino(&r18s1, 0), wide ? all : 0);
         cdl_conv2d_desc r18s3 = ref_conv_desc(32, 256, 8, 8, 256, 3, 3, 1, 1);
         cdl_conv2d_desc r18s3b8 = ref_conv_desc(8, 256, 8, 8, 256, 3, 3, 1, 1);
         assert_int_equal(wino_any(&r18s3b8), 0);
@@ -307,8 +317,9 @@ static void test_wino_dispatch(void **state)
         cdl_conv2d_desc c512 = ref_conv_desc(32, 512, 8, 8, 512, 3, 3, 1, 1);
         assert_int_equal(conv_use_wino(&st1, 0), 0);
         assert_int_equal(conv_use_wino(&st1, 1), f4dw);
-        assert_int_equal(conv_use_wino(&r18s3, 0), CONV_WINO_FWD | CONV_WINO_DX);
+        assert_int_equal(conv_use_wino(&r18s3, 0), wide ? all : CONV_WINO_FWD | CONV_WINO_DX);
         assert_int_equal(conv_use_wino(&r18s3, 1), CONV_WINO_FWD | CONV_WINO_DX | f4dw);
+        assert_int_equal(conv_use_wino(&st3, 1), (wide ? all : 0) | f4dw);
         assert_int_equal(conv_use_wino(&c512, 0), CONV_WINO_FWD | CONV_WINO_DX);
         assert_int_equal(conv_use_wino(&c512, 1), CONV_WINO_FWD | CONV_WINO_DX | f4);
     }

@@ -1,10 +1,11 @@
 /* The Winograd product kernels (conv2d_wino.h) with 16 lanes, for CPUs
  * with full 512-bit units (Intel's AVX-512 cores; conv_wino_wide). F(4x4)
  * spent a third of its time in these products on 8 lanes (perf, 16-64
- * channels, forward, dx and dW); the transforms stay on 8 lanes. Bitwise equal to the
- * 8-lane kernels of conv2d_wino.c: every output sums the same products in
- * the same order (over the input channels for the forward's M, over the
- * tiles for the weight gradient's dU), only more outputs at a time. */
+ * channels, forward, dx and dW); the transforms stay on 8 lanes. Bitwise
+ * equal to the 8-lane kernels of conv2d_wino.c: every output sums the
+ * same products in the same order (over the input channels for the
+ * forward's M, over the tiles for the weight gradient's dU), only more
+ * outputs at a time. */
 #include "kernels/cpu/conv2d_wino.h"
 
 #if CPU_X86
@@ -65,21 +66,21 @@ gemm_block(const int NB, const int NZ, const int HALF, const float *ub, const fl
 CPU_AVX512 void conv_wino_gemm16(const float *ub, const float *V, float *M, int C, int ngroups,
                                  int ts, int nob)
 {
-    const size_t us = (size_t)C * WOB, ms = (size_t)WOB * ts;
-    int ob = 0;
-    for (; ob + 2 <= nob; ob += 2) {
+    for (int ob = 0; ob < nob; ob += 2) {
+        const float *u = ub + (size_t)ob * C * WOB;
+        float *m = M + (size_t)ob * WOB * ts;
         int g = 0;
-        for (; g + 2 <= ngroups; g += 2)
-            gemm_block(2, 3, 0, ub + ob * us, V + (size_t)g * WTG, M + ob * ms + (size_t)g * WTG, C, ts);
-        if (g < ngroups)
-            gemm_block(2, 2, 1, ub + ob * us, V + (size_t)g * WTG, M + ob * ms + (size_t)g * WTG, C, ts);
-    }
-    if (ob < nob) {
-        int g = 0;
-        for (; g + 2 <= ngroups; g += 2)
-            gemm_block(1, 3, 0, ub + ob * us, V + (size_t)g * WTG, M + ob * ms + (size_t)g * WTG, C, ts);
-        if (g < ngroups)
-            gemm_block(1, 2, 1, ub + ob * us, V + (size_t)g * WTG, M + ob * ms + (size_t)g * WTG, C, ts);
+        if (nob - ob >= 2) {
+            for (; g + 2 <= ngroups; g += 2)
+                gemm_block(2, 3, 0, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
+            if (g < ngroups)
+                gemm_block(2, 2, 1, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
+        } else {
+            for (; g + 2 <= ngroups; g += 2)
+                gemm_block(1, 3, 0, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
+            if (g < ngroups)
+                gemm_block(1, 2, 1, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
+        }
     }
 }
 

@@ -40,6 +40,7 @@ int coll_mpi_available(void)
 #ifdef HAVE_MPI
 #include <mpi.h>
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "reduce.h"
@@ -327,6 +328,16 @@ static int ensure_init(int rank, double timeout_s, int (*stop)(void), int stop_s
                          "before MPI_Finalize");
     if (inited)
         return 0;
+    /* A rank killed mid-step leaves its peers writing to closed TCP
+     * sockets, and Open MPI's TCP transport writes without MSG_NOSIGNAL:
+     * with SIGPIPE at its default a peer then died of "Broken pipe"
+     * (tests/slurm/test_pmix_loss.sh, now and then) instead of getting an
+     * error back (MPI_ERRORS_RETURN below) and exiting 76, the status of a
+     * lost peer. A handler the program installed stays. */
+    struct sigaction pipe_sa;
+    if (sigaction(SIGPIPE, NULL, &pipe_sa) == 0 && !(pipe_sa.sa_flags & SA_SIGINFO) &&
+        pipe_sa.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
     int provided;
     dist_watchdog *w = dist_watchdog_arm_stop("MPI_Init_thread", rank, timeout_s, MPI_PEER_HINT,
                                               stop, stop_status);

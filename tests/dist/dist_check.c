@@ -106,6 +106,13 @@ int main(int argc, char **argv)
     const char *name = cdl_dist_backend_name(d);
     CHECK(!want_backend || !strcmp(name, want_backend), "backend %s, expected %s", name,
           want_backend);
+    if (strstr(name, "mpi")) {
+        /* cdl started MPI: a peer's death must come back as an error, not
+         * kill this rank with SIGPIPE (Open MPI's TCP writes). */
+        struct sigaction sa;
+        CHECK(sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN,
+              "SIGPIPE is not ignored after the %s backend started MPI", name);
+    }
     int world = info.world, hier = !strncmp(name, "hier", 4);
     if (stop_rank >= 0) {
         /* A peer that stops (SIGSTOP) after connecting: the others must fail

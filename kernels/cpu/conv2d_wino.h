@@ -48,31 +48,28 @@ static inline void conv_wino_grid(int n, int th, int tw, int tgt, wgrid *g)
     g->nbmax = g->gimg * g->rows * tw;
 }
 
-/* Tiles the products compute for the busiest of `threads` threads on the
- * blocks of g: ceil(nblocks/threads) blocks (blocks are dealt out in
- * even runs), each of the largest block's tiles rounded up to whole groups
- * of WTG (a short last band or block counted as a full one). */
-static inline double conv_wino_grid_cost(const wgrid *g, int threads)
+/* conv_wino_grid for the target in [tgt/2, 2*tgt] that wastes the fewest
+ * of the products' tiles per image (each block's tiles are rounded up to
+ * whole groups of WTG: whole 4x4-tile images went 16 or 32 to a block,
+ * computed as 24 or 48, a third for nothing), the nearest to tgt among
+ * equals. The pick looks at the shape alone, not at n: the workspace of
+ * a fixed target grows with n, and model.c sizes it at the largest batch
+ * and at 1 for every batch in between. */
+static inline void conv_wino_grid_fit(int n, int th, int tw, int tgt, wgrid *g)
 {
-    int t = threads < 1 ? 1 : threads;
-    return (double)((g->nblocks + t - 1) / t) * ((g->nbmax + WTG - 1) / WTG * WTG);
-}
-
-/* conv_wino_grid with the target in [tgt/2, 2*tgt] whose blocks cost the
- * busiest of `threads` threads the fewest computed tiles
- * (conv_wino_grid_cost), the nearest to tgt among equals. The products
- * run over whole groups of WTG tiles, so blocks of 16 or 32 tiles (whole
- * 4x4-tile images) compute 24 or 48: a third for nothing. */
-static inline void conv_wino_grid_fit(int n, int th, int tw, int tgt, int threads, wgrid *g)
-{
+    enum { REF_N = 1 << 12 };   /* images: the per-image cost of a long run */
     int best = tgt;
     double bc = -1;
     for (int t = (tgt + 1) / 2; t <= 2 * tgt; t++) {
         wgrid c;
-        conv_wino_grid(n, th, tw, t, &c);
-        double cost = conv_wino_grid_cost(&c, threads);
+        conv_wino_grid(REF_N, th, tw, t, &c);
+        int per = c.gimg > 1 || c.bands == 1 ? c.gimg : 1;   /* images per block */
+        int last = (th - (c.bands - 1) * c.rows) * tw;       /* a band image's last block */
+        double padded = (double)(c.bands - 1) * ((c.nbmax + WTG - 1) / WTG * WTG) +
+                        (double)((c.bands > 1 ? last : c.nbmax) + WTG - 1) / WTG * WTG;
+        double cost = padded / per;
         int d = t > tgt ? t - tgt : tgt - t, bd = best > tgt ? best - tgt : tgt - best;
-        if (bc < 0 || cost < bc || (cost == bc && d < bd)) {
+        if (bc < 0 || cost < bc - 1e-9 || (cost < bc + 1e-9 && d < bd)) {
             bc = cost;
             best = t;
         }

@@ -110,14 +110,14 @@ static int block_tiles(int C, int O)
     return t < lo ? lo : t > 128 ? 128 : t;
 }
 
-static void w4plan_make(int n, int C, int O, int H, int W, int threads, w4plan *p)
+static void w4plan_make(int n, int C, int O, int H, int W, w4plan *p)
 {
     p->C = C;
     p->O = O;
     p->H = H;
     p->W = W;
     p->ocb = (O + WOB - 1) / WOB;
-    conv_wino_grid_fit(n, (H + 3) / 4, (W + 3) / 4, block_tiles(C, O), threads, &p->g);
+    conv_wino_grid_fit(n, (H + 3) / 4, (W + 3) / 4, block_tiles(C, O), &p->g);
     p->np = p->g.tw == 1 || p->g.tw == 2 || p->g.tw == 4 ? 8 / p->g.tw : 1;
     /* The products read up to the block's tiles rounded up to WTG, the
      * transforms write and read up to 7 past them. */
@@ -154,7 +154,7 @@ typedef struct dw4plan {
 
 static void dw4plan_make(const cdl_conv2d_desc *d, int threads, dw4plan *q)
 {
-    w4plan_make(d->n, d->c, d->oc, d->h, d->w, threads, &q->p);
+    w4plan_make(d->n, d->c, d->oc, d->h, d->w, &q->p);
     conv_wino_dw_layout(d->c, d->oc, d->w, 6, &q->p.g, q->p.ts, q->p.v_floats + q->p.p_floats,
                         threads, &q->l);
 }
@@ -162,8 +162,8 @@ static void dw4plan_make(const cdl_conv2d_desc *d, int threads, dw4plan *q)
 size_t conv_wino4_workspace(const cdl_conv2d_desc *d, int threads)
 {
     w4plan f, b;
-    w4plan_make(d->n, d->c, d->oc, d->h, d->w, threads, &f);
-    w4plan_make(d->n, d->oc, d->c, d->h, d->w, threads, &b);
+    w4plan_make(d->n, d->c, d->oc, d->h, d->w, &f);
+    w4plan_make(d->n, d->oc, d->c, d->h, d->w, &b);
     dw4plan q;
     dw4plan_make(d, threads, &q);
     return conv_wino_ws_max(f.shared + f.per_thread * (size_t)threads,
@@ -621,7 +621,7 @@ static void w4_run(pool *pl, int n, int C, int O, int H, int W, const float *x, 
                    int flip, const float *bias, float *y, float *ws)
 {
     w4ctx c = {.x = x, .g = g, .bias = bias, .y = y, .ws = ws, .flip = flip};
-    w4plan_make(n, C, O, H, W, pool_threads(pl), &c.p);
+    w4plan_make(n, C, O, H, W, &c.p);
     pool_for(pl, (size_t)c.p.ocb, 1, pack_u, &c);
     pool_for(pl, (size_t)c.p.g.nblocks, 1, w4_blocks, &c);
 }

@@ -415,7 +415,11 @@ static void backend_fast_conv_at(int n)
     fast_conv_case(&d, &r);
     if (cpu_has_avx512()) {   /* and the AVX2 choices on this CPU */
         test_avx2_only(1);
-        fast_conv_case(&d, &r);
+        /* F(4x4)'s weight gradient cuts its blocks for the product width:
+         * the AVX2 path's own results. */
+        result r8 = run_wino(&d, 2, &x, &w, &b, &dy);
+        fast_conv_case(&d, &r8);
+        result_free(&r8);
         test_avx2_only(0);
     }
     result_free(&r);
@@ -435,6 +439,44 @@ static void test_backend_fast_conv(void **state)
         assert_true(conv_use_wino(&d8, 1) & CONV_WINO_F4);
     }
     backend_fast_conv_at(8);
+}
+
+/* model.c sizes a convolution's workspace at its largest batch and at 1:
+ * both Winograd sizes must need no more at any batch in between, on 1 and
+ * 2 threads, on both product widths (F(4x4)'s block size is picked per
+ * shape: that pick must not depend on the batch). */
+static void test_workspace_by_batch(void **state)
+{
+    (void)state;
+    const wcase shapes[] = {{0, 16, 32, 32, 16}, {0, 32, 16, 16, 32}, {0, 64, 8, 8, 64},
+                            {0, 16, 28, 28, 16}, {0, 32, 14, 14, 32}, {0, 64, 7, 7, 64},
+                            {0, 128, 16, 16, 128}, {0, 40, 72, 8, 36}};
+    for (int avx2 = 0; avx2 <= cpu_has_avx512(); avx2++) {
+        if (avx2)
+            test_avx2_only(1);
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+            for (int t = 1; t <= 2; t++) {
+                const wcase *a = &shapes[k];
+                const int nmax[] = {8, 33, 128};
+                for (size_t m = 0; m < sizeof nmax / sizeof nmax[0]; m++) {
+                    cdl_conv2d_desc d = ref_conv_desc(nmax[m], a->c, a->h, a->w, a->oc, 3, 3, 1, 1);
+                    size_t cap4 = conv_wino4_workspace(&d, t), cap2 = conv_wino_workspace(&d, t);
+                    d.n = 1;
+                    size_t one4 = conv_wino4_workspace(&d, t), one2 = conv_wino_workspace(&d, t);
+                    cap4 = cap4 > one4 ? cap4 : one4;
+                    cap2 = cap2 > one2 ? cap2 : one2;
+                    for (int n = 2; n < nmax[m]; n++) {
+                        d.n = n;
+                        if (conv_wino4_workspace(&d, t) > cap4 || conv_wino_workspace(&d, t) > cap2)
+                            fail_msg("%d x %d at %dx%d -> %d, %d threads%s: batch %d needs more "
+                                     "workspace than batches %d and 1", a->c, a->c, a->h, a->w,
+                                     a->oc, t, avx2 ? " (AVX2)" : "", n, nmax[m]);
+                    }
+                }
+            }
+        if (avx2)
+            test_avx2_only(0);
+    }
 }
 
 /* The 16-lane product kernels against the 8-lane ones, bitwise, called
@@ -501,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_wino_dispatch),
         cmocka_unit_test(test_backend_fast_conv),
         cmocka_unit_test(test_wide_products),
+        cmocka_unit_test(test_workspace_by_batch),
     };
     return cmocka_run_group_tests_name("conv2d Winograd", tests, NULL, NULL);
 }

@@ -64,10 +64,10 @@ static inline void conv_wino_grid_fit(int n, int th, int tw, int tgt, wgrid *g)
         wgrid c;
         conv_wino_grid(REF_N, th, tw, t, &c);
         int per = c.gimg > 1 || c.bands == 1 ? c.gimg : 1;   /* images per block */
-        int last = (th - (c.bands - 1) * c.rows) * tw;       /* a band image's last block */
-        double padded = (double)(c.bands - 1) * ((c.nbmax + WTG - 1) / WTG * WTG) +
-                        (double)((c.bands > 1 ? last : c.nbmax) + WTG - 1) / WTG * WTG;
-        double cost = padded / per;
+        int last = c.bands > 1 ? (th - (c.bands - 1) * c.rows) * tw : c.nbmax;
+        int padded = (c.bands - 1) * ((c.nbmax + WTG - 1) / WTG * WTG) +
+                     (last + WTG - 1) / WTG * WTG;   /* the tiles of one block row */
+        double cost = (double)padded / per;
         int d = t > tgt ? t - tgt : tgt - t, bd = best > tgt ? best - tgt : tgt - best;
         if (bc < 0 || cost < bc - 1e-9 || (cost < bc + 1e-9 && d < bd)) {
             bc = cost;

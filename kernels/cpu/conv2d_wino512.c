@@ -66,21 +66,28 @@ gemm_block(const int NB, const int NZ, const int HALF, const float *ub, const fl
 CPU_AVX512 void conv_wino_gemm16(const float *ub, const float *V, float *M, int C, int ngroups,
                                  int ts, int nob)
 {
-    for (int ob = 0; ob < nob; ob += 2) {
-        const float *u = ub + (size_t)ob * C * WOB;
-        float *m = M + (size_t)ob * WOB * ts;
+    /* Pairs of output-channel blocks, then a last odd one, each its own
+     * loop: one loop with a branch per pair measured 3-6 % fewer GMAC/s
+     * at 32 and 64 channels x 2 groups (one A/B on the Intel core). */
+    const size_t us = (size_t)C * WOB, ms = (size_t)WOB * ts;
+    int ob = 0;
+    for (; ob + 2 <= nob; ob += 2) {
+        const float *u = ub + ob * us;
+        float *m = M + ob * ms;
         int g = 0;
-        if (nob - ob >= 2) {
-            for (; g + 2 <= ngroups; g += 2)
-                gemm_block(2, 3, 0, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
-            if (g < ngroups)
-                gemm_block(2, 2, 1, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
-        } else {
-            for (; g + 2 <= ngroups; g += 2)
-                gemm_block(1, 3, 0, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
-            if (g < ngroups)
-                gemm_block(1, 2, 1, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
-        }
+        for (; g + 2 <= ngroups; g += 2)
+            gemm_block(2, 3, 0, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
+        if (g < ngroups)
+            gemm_block(2, 2, 1, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
+    }
+    if (ob < nob) {
+        const float *u = ub + ob * us;
+        float *m = M + ob * ms;
+        int g = 0;
+        for (; g + 2 <= ngroups; g += 2)
+            gemm_block(1, 3, 0, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
+        if (g < ngroups)
+            gemm_block(1, 2, 1, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
     }
 }
 

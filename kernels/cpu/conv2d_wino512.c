@@ -51,6 +51,18 @@ gemm_block(const int NB, const int NZ, const int HALF, const float *ub, const fl
         }
 }
 
+/* The ngroups groups of NB blocks of output channels: pairs of groups,
+ * then a last odd one. */
+static inline __attribute__((always_inline)) CPU_AVX512 void
+gemm_groups(const int NB, const float *u, const float *V, float *m, int C, int ngroups, int ts)
+{
+    int g = 0;
+    for (; g + 2 <= ngroups; g += 2)
+        gemm_block(NB, 3, 0, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
+    if (g < ngroups)
+        gemm_block(NB, 2, 1, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
+}
+
 /* 8 output channels (two blocks of U) x 2 groups of WTG = 24 tiles (3
  * vectors of 16) at a time: 24 accumulators, per input channel 3 loads
  * and 8 broadcasts feed 24 FMAs, where the 8-lane kernel's 12 cover a
@@ -71,24 +83,10 @@ CPU_AVX512 void conv_wino_gemm16(const float *ub, const float *V, float *M, int 
      * at 32 and 64 channels x 2 groups (one A/B on the Intel core). */
     const size_t us = (size_t)C * WOB, ms = (size_t)WOB * ts;
     int ob = 0;
-    for (; ob + 2 <= nob; ob += 2) {
-        const float *u = ub + ob * us;
-        float *m = M + ob * ms;
-        int g = 0;
-        for (; g + 2 <= ngroups; g += 2)
-            gemm_block(2, 3, 0, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
-        if (g < ngroups)
-            gemm_block(2, 2, 1, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
-    }
-    if (ob < nob) {
-        const float *u = ub + ob * us;
-        float *m = M + ob * ms;
-        int g = 0;
-        for (; g + 2 <= ngroups; g += 2)
-            gemm_block(1, 3, 0, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
-        if (g < ngroups)
-            gemm_block(1, 2, 1, u, V + (size_t)g * WTG, m + (size_t)g * WTG, C, ts);
-    }
+    for (; ob + 2 <= nob; ob += 2)
+        gemm_groups(2, ub + ob * us, V, M + ob * ms, C, ngroups, ts);
+    if (ob < nob)
+        gemm_groups(1, ub + ob * us, V, M + ob * ms, C, ngroups, ts);
 }
 
 /* part[c][o] += sum over t < nb of V[c][t] dMt[t][o] for NZ vectors of 16

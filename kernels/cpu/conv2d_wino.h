@@ -58,19 +58,22 @@ static inline void conv_wino_grid(int n, int th, int tw, int tgt, wgrid *g)
 static inline void conv_wino_grid_fit(int n, int th, int tw, int tgt, wgrid *g)
 {
     enum { REF_N = 1 << 12 };   /* images: the per-image cost of a long run */
+    /* Cost: computed tiles `padded` for `per` images (gimg images per
+     * block; 1 in bands of one image, its last band maybe short),
+     * compared as fractions. */
     int best = tgt;
-    double bc = -1;
+    long bpad = 0, bper = 0;
     for (int t = (tgt + 1) / 2; t <= 2 * tgt; t++) {
         wgrid c;
         conv_wino_grid(REF_N, th, tw, t, &c);
-        int per = c.gimg > 1 || c.bands == 1 ? c.gimg : 1;   /* images per block */
         int last = c.bands > 1 ? (th - (c.bands - 1) * c.rows) * tw : c.nbmax;
-        int padded = (c.bands - 1) * ((c.nbmax + WTG - 1) / WTG * WTG) +
-                     (last + WTG - 1) / WTG * WTG;   /* the tiles of one block row */
-        double cost = (double)padded / per;
+        long padded = (long)(c.bands - 1) * ((c.nbmax + WTG - 1) / WTG * WTG) +
+                      (last + WTG - 1) / WTG * WTG;
+        long per = c.gimg;
         int d = t > tgt ? t - tgt : tgt - t, bd = best > tgt ? best - tgt : tgt - best;
-        if (bc < 0 || cost < bc - 1e-9 || (cost < bc + 1e-9 && d < bd)) {
-            bc = cost;
+        if (!bper || padded * bper < bpad * per || (padded * bper == bpad * per && d < bd)) {
+            bpad = padded;
+            bper = per;
             best = t;
         }
     }

@@ -166,16 +166,4 @@ CPU_AVX512 void conv_wino_dw_products16(const float *V, int ts, int C, const flo
     }
 }
 
-#else /* no x86: conv_wino_wide() is 0 and these are never called */
-
-void conv_wino_gemm16(const float *ub, const float *V, float *M, int C, int ngroups, int ts, int nob)
-{
-    (void)ub, (void)V, (void)M, (void)C, (void)ngroups, (void)ts, (void)nob;
-}
-
-void conv_wino_dw_products16(const float *V, int ts, int C, const float *dmt, int opad, int ob8,
-                             int nb, float *part)
-{
-    (void)V, (void)ts, (void)C, (void)dmt, (void)opad, (void)ob8, (void)nb, (void)part;
-}
-#endif
+#endif /* CPU_X86: conv2d_wino.h declares these for x86 alone */

@@ -74,3 +74,10 @@ tests_unit_test_kernels_conv_wino_SOURCES = tests/unit/test_kernels_conv_wino.c 
 	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
 tests_unit_test_kernels_conv_wino_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_kernels_conv_wino_LDADD = $(TEST_LDADD)
+# the CPU backend's convolutions on random shapes against the reference
+check_PROGRAMS += tests/unit/test_conv_sweep
+TESTS += tests/unit/test_conv_sweep
+tests_unit_test_conv_sweep_SOURCES = tests/unit/test_conv_sweep.c tests/unit/ref_ops.c \
+	tests/unit/ref_ops.h tests/unit/kernel_testutil.h
+tests_unit_test_conv_sweep_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_conv_sweep_LDADD = $(TEST_LDADD)

@@ -1,5 +1,5 @@
 # The CPU backend: OpenBLAS SGEMM plus our own thread pool and kernels.
-libcdl_core_la_SOURCES += \
+libcdl_base_la_SOURCES += \
 	kernels/cpu/backend_cpu.c \
 	kernels/cpu/cpu.h \
 	kernels/cpu/pool.c \

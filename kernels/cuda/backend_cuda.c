@@ -346,3 +346,8 @@ cdl_backend *cuda_backend_open(const cdl_backend_params *params)
     be->impl = ci;
     return be;
 }
+
+cdl_backend *cuda_backend_open_auto(const cdl_backend_params *params)
+{
+    return cuda_backend_open(params);
+}

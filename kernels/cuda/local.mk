@@ -23,18 +23,47 @@ CUDA_KERNEL_OBJS = kernels/cuda/eltwise.lo kernels/cuda/bias.lo kernels/cuda/poo
 	kernels/cuda/bf16.lo
 CLEANFILES += $(CUDA_KERNEL_OBJS) $(CUDA_KERNEL_OBJS:.lo=.o)
 
+# The CUDA host code, its kernels and the NCCL collectives are the
+# convenience library libcdl_cuda.la: linked into libcdl_core.la (the tests,
+# the fake GPU) and into the module cdl-cuda.so, which the shared libcdl
+# loads when a program first asks for a GPU (kernels/cuda/loader.c,
+# module.h): libcdl.so itself links no NVIDIA library.
 if HAVE_CUDA
-libcdl_core_la_SOURCES += kernels/cuda/backend_cuda.c kernels/cuda/check.c \
+noinst_LTLIBRARIES += libcdl_cuda.la
+libcdl_cuda_la_SOURCES = kernels/cuda/backend_cuda.c kernels/cuda/check.c \
 	kernels/cuda/memory.c kernels/cuda/conv.c kernels/cuda/linear.c kernels/cuda/ops.c \
 	kernels/cuda/ops_nn.c \
 	kernels/cuda/ops_attn.c \
 	kernels/cuda/ops_seq.c \
 	kernels/cuda/bf16_cache.c \
 	kernels/cuda/graph.c kernels/cuda/marks.c kernels/cuda/cuda_backend.h kernels/cuda/scalars.c kernels/cuda/scalars.h kernels/cuda/impl.h kernels/cuda/kernels.h kernels/cuda/dropout_keep.h
-libcdl_core_la_LIBADD += $(CUDA_KERNEL_OBJS)
-else
-libcdl_core_la_SOURCES += kernels/cuda/none.c
+if HAVE_NCCL
+libcdl_cuda_la_SOURCES += lib/dist/coll_nccl.c
 endif
+libcdl_cuda_la_CPPFLAGS = $(libcdl_base_la_CPPFLAGS)
+libcdl_cuda_la_LIBADD = $(CUDA_KERNEL_OBJS) $(CUDA_LIBS) -lm
+libcdl_core_la_LIBADD += libcdl_cuda.la
+
+# The loader, in the shared libcdl only.
+libcdl_la_SOURCES += kernels/cuda/loader.c kernels/cuda/module.h
+libcdl_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS) -DCDL_CUDA_MODULE_DIR='"$(pkglibdir)"'
+libcdl_la_LIBADD += $(DLOPEN_LIBS)
+
+# The module: its entry (module.c), the CUDA code, and its own copy of
+# cdl_build_id.c, which the loader compares with libcdl's. It exports only
+# its entry symbol (module.map) and links libcdl.so for cdl_* functions.
+pkglib_LTLIBRARIES = cdl-cuda.la
+cdl_cuda_la_SOURCES = kernels/cuda/module.c kernels/cuda/module.h
+nodist_cdl_cuda_la_SOURCES = cdl_build_id.c
+cdl_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
+cdl_cuda_la_LIBADD = libcdl_cuda.la libcdl.la
+cdl_cuda_la_LDFLAGS = -module -avoid-version -shared -Wl,--no-undefined \
+	-Wl,--version-script=$(top_srcdir)/kernels/cuda/module.map $(CUDA_RPATH)
+EXTRA_cdl_cuda_la_DEPENDENCIES = $(top_srcdir)/kernels/cuda/module.map
+else
+libcdl_base_la_SOURCES += kernels/cuda/none.c
+endif
+EXTRA_DIST += kernels/cuda/module.map
 
 # NVCCFLAGS (user variable) comes last, like CFLAGS.
 CDL_NVCC_WERROR = $(if $(findstring -Werror,$(CDL_CFLAGS)),-Werror all-warnings -Xcompiler -Werror)

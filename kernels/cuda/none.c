@@ -11,6 +11,11 @@ cdl_backend *cuda_backend_open(const cdl_backend_params *params)
     return NULL;
 }
 
+cdl_backend *cuda_backend_open_auto(const cdl_backend_params *params)
+{
+    return cuda_backend_open(params);
+}
+
 int cuda_backend_visible(void)
 {
     return 0;

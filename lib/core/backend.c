@@ -102,7 +102,7 @@ cdl_backend *cdl_backend_create_with(const char *name, const cdl_backend_params 
     if (!strcmp(name, "cuda"))
         return cuda_backend_open(&p);
     if (!strcmp(name, "auto")) {
-        cdl_backend *be = cuda_backend_open(&p);
+        cdl_backend *be = cuda_backend_open_auto(&p);
         if (be)
             return be;
         char why[512];

@@ -1,4 +1,4 @@
-libcdl_core_la_SOURCES += lib/core/error.c lib/core/alloc.c lib/core/threads.c lib/core/threads.h lib/core/backend.c lib/core/backends.h \
+libcdl_base_la_SOURCES += lib/core/error.c lib/core/alloc.c lib/core/threads.c lib/core/threads.h lib/core/backend.c lib/core/backends.h \
 	lib/core/sized.c lib/core/sized.h lib/core/memlimit.c lib/core/memlimit.h lib/core/cpuquota.c lib/core/cpuquota.h \
 	lib/core/forked.c lib/core/forked.h lib/core/log.c lib/core/log.h
 # cdl_build_id(), generated: git describe of the source
@@ -10,7 +10,7 @@ libcdl_core_la_SOURCES += lib/core/error.c lib/core/alloc.c lib/core/threads.c l
 # before (`sudo make install`: git refuses a tree of another owner), the
 # id stays as built. A source of its own, not a header of error.c: the
 # fuzz targets compile error.c without the library's generated files.
-nodist_libcdl_core_la_SOURCES = cdl_build_id.c
+nodist_libcdl_base_la_SOURCES = cdl_build_id.c
 BUILT_SOURCES = cdl_build_id.c
 CLEANFILES += cdl_build_id.c
 cdl_build_id.c: cdl-build-id-force

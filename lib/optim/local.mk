@@ -1,2 +1,2 @@
 # lib/optim: optimizers and learning-rate schedules.
-libcdl_core_la_SOURCES += lib/optim/optim.c lib/optim/schedule.c
+libcdl_base_la_SOURCES += lib/optim/optim.c lib/optim/schedule.c

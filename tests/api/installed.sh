@@ -123,6 +123,37 @@ C
 LD_LIBRARY_PATH="$DEST$libdir" "$TMP/run" >"$TMP/out" 2>&1 ||
     { cat "$TMP/out" >&2; die "the program linked against the installed libcdl.so fails"; }
 grep -q "^libcdl $(var VERSION): 4 steps" "$TMP/out" || { cat "$TMP/out" >&2; die "unexpected output of the program"; }
+# A CUDA build installs its CUDA backend as a module beside libcdl
+# (LIBDIR/cdl/cdl-cuda.so, kernels/cuda/loader.c): libcdl.so needs no
+# NVIDIA library, and a program that asks for a GPU loads the module from
+# there (then says there is no GPU, on a machine without one).
+cat >"$TMP/gpu.c" <<'C'
+#include <stdio.h>
+#include <cdl/cdl.h>
+int main(void)
+{
+    cdl_backend *be = cdl_backend_cuda_create(-1);
+    printf("%s\n", be ? "a GPU" : cdl_last_error());
+    cdl_backend_destroy(be);
+    return 0;
+}
+C
+cuda=$(var CUDA_LIBS)
+if [ -n "$cuda" ]; then
+    [ -f "$DEST$libdir/cdl/cdl-cuda.so" ] || die "a CUDA build installed no $libdir/cdl/cdl-cuda.so"
+    readelf -d "$DEST$libdir/libcdl.so" | grep -E 'NEEDED.*lib(cudart|cublas|cudnn|nccl)' &&
+        die "the installed libcdl.so needs NVIDIA libraries itself (they belong to cdl-cuda.so)"
+    # shellcheck disable=SC2046
+    "$CC" -std=c11 "$TMP/gpu.c" $(pc --cflags --libs) -o "$TMP/gpu" 2>"$TMP/err" ||
+        { cat "$TMP/err" >&2; die "a program asking for a GPU does not link with pkg-config --cflags --libs cdl"; }
+    LD_DEBUG=files LD_LIBRARY_PATH="$DEST$libdir" "$TMP/gpu" >"$TMP/out" 2>"$TMP/ld" ||
+        { cat "$TMP/out" >&2; die "the program asking for a GPU fails"; }
+    grep -q "file=$DEST$libdir/cdl/cdl-cuda.so " "$TMP/ld" ||
+        { cat "$TMP/out" >&2; die "cdl_backend_cuda_create did not load the installed $libdir/cdl/cdl-cuda.so"; }
+    grep -q -e '^a GPU$' -e 'no CUDA GPU is visible' "$TMP/out" ||
+        { cat "$TMP/out" >&2; die "unexpected answer of cdl_backend_cuda_create through the installed module"; }
+    echo "the CUDA module is installed as $libdir/cdl/cdl-cuda.so and loaded from there: $(cat "$TMP/out")"
+fi
 # The complete programs of the docs (docs/api.md's run.c, loop.c, serve.c)
 # build as each one's first comment says, `cc NAME.c $(pkg-config --cflags
 # --libs cdl) -o NAME`, against the installed headers alone
@@ -157,6 +188,17 @@ if [ -f "$DEST$libdir/libcdl.a" ]; then
         die "the static link of docs/api.md still needs libcdl.so"
     "$TMP/run-static" >"$TMP/out" 2>&1 || { cat "$TMP/out" >&2; die "the program linked with libcdl.a fails"; }
     grep -q ': 4 steps' "$TMP/out" || die "unexpected output of the program linked with libcdl.a"
+    if [ -n "$cuda" ]; then
+        # The CUDA module serves the shared libcdl only: a static program
+        # asking for a GPU is told so, and loads nothing.
+        # shellcheck disable=SC2046
+        "$CC" -std=c11 "$TMP/gpu.c" $(pc --cflags) -Wl,-Bstatic $(pc --libs) -Wl,-Bdynamic \
+            $(pc --libs --static | sed 's/-lcdl//') -o "$TMP/gpu-static" 2>"$TMP/err" ||
+            { cat "$TMP/err" >&2; die "a program asking for a GPU does not link with libcdl.a"; }
+        "$TMP/gpu-static" >"$TMP/out" 2>&1 || { cat "$TMP/out" >&2; die "the static program asking for a GPU fails"; }
+        grep -q 'links libcdl statically' "$TMP/out" ||
+            { cat "$TMP/out" >&2; die "a static program asking for a GPU is not told that the CUDA module needs the shared libcdl"; }
+    fi
     # libcdl.a defines no global symbol but cdl_*, like libcdl.so: a program
     # with functions of its own named as libcdl's internal ones links with it.
     nm -g --defined-only "$DEST$libdir/libcdl.a" 2>/dev/null | awk 'NF == 3 { print $3 }' |

@@ -114,3 +114,6 @@ EXTRA_DIST += tests/e2e/template-settings.sh
 # PyTorch's weights of a table with text labels: --classes, LabelEncoder's order.
 TESTS += tests/e2e/torch-classes.sh
 EXTRA_DIST += tests/e2e/torch-classes.sh tests/e2e/torch_classes.py
+# the CUDA backend as a module that the shared libcdl loads (CUDA builds)
+TESTS += tests/e2e/cuda-module.sh
+EXTRA_DIST += tests/e2e/cuda-module.sh

@@ -2,9 +2,11 @@
 # Programs built with CUDA load NVIDIA's libraries without LD_LIBRARY_PATH:
 # every library directory configure found (the CUDA prefix, and the NCCL
 # prefix of --with-nccl=PREFIX) is also a run path (-Wl,-rpath) in
-# CUDA_LIBS and CUDA_RPATH, and libcdl's and a built program's dynamic
-# sections carry it (readelf -d), so cudart, cuBLAS, cuDNN and NCCL resolve
-# (ldd) with LD_LIBRARY_PATH unset.
+# CUDA_LIBS and CUDA_RPATH, and the CUDA module's (cdl-cuda.so) and a
+# statically linked program's dynamic sections carry it (readelf -d), so
+# cudart, cuBLAS, cuDNN and NCCL resolve (ldd) with LD_LIBRARY_PATH unset.
+# The shared libcdl itself needs none of them (it loads the module when a
+# program asks for a GPU: kernels/cuda/loader.c).
 set -u
 builddir=${top_builddir:-.}
 fail() { echo "FAILED: $*"; exit 1; }
@@ -35,7 +37,13 @@ has_paths() {
 }
 checked=0
 lib=$(ls "$builddir"/.libs/libcdl.so.*.*.* 2>/dev/null | head -1)
-[ -n "$lib" ] && { has_paths "$lib"; checked=$((checked + 1)); }
+if [ -n "$lib" ]; then
+    needed=$(readelf -d "$lib" | grep -E 'NEEDED.*lib(cudart|cublas|cudnn|nccl|cuda)')
+    [ -z "$needed" ] || fail "$lib needs NVIDIA libraries itself (the CUDA code belongs to cdl-cuda.so): $needed"
+    echo "$lib: no NVIDIA library needed"
+    has_paths "$builddir/.libs/cdl-cuda.so"
+    checked=$((checked + 1))
+fi
 prog=$builddir/tests/gpu/ops_vs_cpu
 readelf -h "$prog" >/dev/null 2>&1 && { has_paths "$prog"; checked=$((checked + 1)); }
 [ $checked -gt 0 ] || { echo "SKIP: neither a shared libcdl nor tests/gpu/ops_vs_cpu is built"; exit 77; }

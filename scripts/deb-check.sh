@@ -126,11 +126,15 @@ since=$(sed -n 's/^contract_since = //p' "$top/debian/rules")
 lib_deb=$(echo "$work"/src/libcdl0_*.deb)
 plug_deb=$(echo "$work"/src/slurm-spank-cdl_*.deb)
 if [ -f "$lib_deb" ] && [ -f "$plug_deb" ] && [ -n "$since" ]; then
-    if [ "$(dpkg-deb -f "$lib_deb" Breaks)" = "cdl-tools (<< $since~), slurm-spank-cdl (<< $since~)" ] &&
+    # libcdl0 also Breaks and Replaces a libcdl0-cuda before its own version:
+    # that package shipped libcdl.so.0 until it became the CUDA module alone.
+    libver=$(dpkg-deb -f "$lib_deb" Version)
+    if [ "$(dpkg-deb -f "$lib_deb" Breaks)" = "cdl-tools (<< $since~), libcdl0-cuda (<< $libver), slurm-spank-cdl (<< $since~)" ] &&
+       [ "$(dpkg-deb -f "$lib_deb" Replaces)" = "libcdl0-cuda (<< $libver)" ] &&
        [ "$(dpkg-deb -f "$plug_deb" Breaks)" = "libcdl0 (<< $since~)" ]; then
         ok "libcdl0 and slurm-spank-cdl break each other's releases before contract $contract ($since)"
     else
-        bad "Breaks: libcdl0 '$(dpkg-deb -f "$lib_deb" Breaks)', slurm-spank-cdl '$(dpkg-deb -f "$plug_deb" Breaks)': expected those before $since"
+        bad "Breaks: libcdl0 '$(dpkg-deb -f "$lib_deb" Breaks)' (Replaces '$(dpkg-deb -f "$lib_deb" Replaces)'), slurm-spank-cdl '$(dpkg-deb -f "$plug_deb" Breaks)': expected those before $since, and libcdl0-cuda before $libver"
     fi
     droot=$work/dpkg-root fake=$work/fake-plugin
     mkdir -p "$droot/var/lib/dpkg/info" "$droot/var/lib/dpkg/updates" "$fake/DEBIAN"

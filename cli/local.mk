@@ -18,3 +18,10 @@ cli_cdl_generate_SOURCES = cli/cdl-generate.c cli/sample.c cli/sample.h cli/voca
 	cli/evalcommon.c cli/evalcommon.h cli/evalnames.c cli/normalize.c cli/normalize.h cli/blas_core.c \
 	cli/blas_core.h cli/libcheck.c cli/libcheck.h
 cli_cdl_generate_LDADD = libcdl.la -lm
+# The programs link the shared libcdl, which needs no NVIDIA library (its
+# CUDA module carries their run path): not AM_LDFLAGS' CUDA run path.
+cli_cdl_train_LDFLAGS =
+cli_cdl_plot_LDFLAGS =
+cli_cdl_eval_LDFLAGS =
+cli_cdl_predict_LDFLAGS =
+cli_cdl_generate_LDFLAGS =

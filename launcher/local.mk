@@ -9,3 +9,5 @@ launcher_cdlrun_LDADD = $(HWLOC_LIBS)
 if HAVE_HWLOC
 launcher_cdlrun_SOURCES += lib/dist/bind.c lib/dist/bind.h
 endif
+# cdlrun links no libcdl and no NVIDIA library: not AM_LDFLAGS' CUDA run path.
+launcher_cdlrun_LDFLAGS =

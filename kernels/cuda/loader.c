@@ -180,12 +180,18 @@ cdl_backend *cuda_backend_open(const cdl_backend_params *params)
     return m ? m->backend_open(params) : NULL;
 }
 
-/* No driver: no GPU, and nothing loaded (--device auto on a CPU node). An
- * explicit module (CDL_CUDA_MODULE) is asked anyway. */
-cdl_backend *cuda_backend_open_auto(const cdl_backend_params *params)
+/* Whether --device auto and the device count may answer "no GPU" without
+ * loading anything: no NVIDIA driver on this node, and no module named
+ * explicitly (CDL_CUDA_MODULE, which is asked anyway). */
+static int plainly_no_gpu(void)
 {
     const char *env = getenv("CDL_CUDA_MODULE");
-    if (!driver_present() && !(env && *env)) {
+    return !driver_present() && !(env && *env);
+}
+
+cdl_backend *cuda_backend_open_auto(const cdl_backend_params *params)
+{
+    if (plainly_no_gpu()) {
         no_driver();
         return NULL;
     }
@@ -194,26 +200,36 @@ cdl_backend *cuda_backend_open_auto(const cdl_backend_params *params)
 
 int cuda_backend_visible(void)
 {
-    const char *env = getenv("CDL_CUDA_MODULE");
-    if (!driver_present() && !(env && *env))
+    if (plainly_no_gpu())
         return 0;
     const cdl_cuda_module *m = module();
     return m ? m->backend_visible() : 0;
 }
 
 #ifdef HAVE_NCCL
-int nccl_prepare(const coll_group *g, boot *b)
+/* The module with NCCL, or NULL with cdl_error (a module built without
+ * NCCL from the same sources passes same_build). */
+static const cdl_cuda_module *nccl_module(void)
 {
     const cdl_cuda_module *m = module();
-    return m && m->nccl_prepare ? m->nccl_prepare(g, b) : -1;
+    if (m && !m->nccl_prepare) {
+        cdl_error("the CUDA backend module was built without NCCL, this libcdl with it: install "
+                  "the module of this build, or use another --dist-backend (mpi, hier:mpi)");
+        return NULL;
+    }
+    return m;
+}
+
+int nccl_prepare(const coll_group *g, boot *b)
+{
+    const cdl_cuda_module *m = nccl_module();
+    return m ? m->nccl_prepare(g, b) : -1;
 }
 
 coll *coll_nccl_create(const coll_group *g, boot *b, int device, int host_buffers,
                        double timeout_s, void *compute_stream)
 {
-    const cdl_cuda_module *m = module();
-    return m && m->coll_nccl_create
-               ? m->coll_nccl_create(g, b, device, host_buffers, timeout_s, compute_stream)
-               : NULL;
+    const cdl_cuda_module *m = nccl_module();
+    return m ? m->coll_nccl_create(g, b, device, host_buffers, timeout_s, compute_stream) : NULL;
 }
 #endif

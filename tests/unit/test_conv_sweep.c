@@ -78,10 +78,8 @@ static cdl_conv2d_desc random_shape(rng_state *r, double max_macs)
                                                groups);
         if (d.oh < 1 || d.ow < 1)
             continue;
-        double macs = (double)n * oc * (c / groups) * kh * kw * d.oh * d.ow;
-        if (macs > max_macs && n > 1)
-            continue;   /* draw again, so the sizes stay spread */
-        if (macs <= max_macs)
+        /* Too big: draw again (not a smaller batch), so the sizes stay spread. */
+        if ((double)n * oc * (c / groups) * kh * kw * d.oh * d.ow <= max_macs)
             return d;
     }
 }

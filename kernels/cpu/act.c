@@ -41,18 +41,23 @@ static float act_ref(cdl_act act, float alpha, float x)
     return NAN;
 }
 
+/* The factor the GELUs' backward multiplies dy by: act'(x), a function of
+ * x alone (cpu_act_grad_fwd keeps it from the forward). */
+static float gelu_factor_ref(cdl_act act, float x)
+{
+    if (act == CDL_ACT_GELU)
+        return 0.5f * (1.0f + erff(x * INV_SQRT2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x);
+    float t = tanhf(GELU_K0 * (x + GELU_K1 * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * x * x);
+}
+
 /* dact/dx at x (or from y = act(x)) times dy. */
 static float act_grad_ref(cdl_act act, float alpha, float x, float y, float dy)
 {
     switch (act) {
     case CDL_ACT_RELU: return y > 0.0f ? dy : 0.0f;
     case CDL_ACT_GELU:
-        return dy * (0.5f * (1.0f + erff(x * INV_SQRT2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x));
-    case CDL_ACT_GELU_TANH: {
-        float t = tanhf(GELU_K0 * (x + GELU_K1 * x * x * x));
-        return dy * (0.5f * (1.0f + t) +
-                     0.5f * x * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * x * x));
-    }
+    case CDL_ACT_GELU_TANH: return dy * gelu_factor_ref(act, x);
     case CDL_ACT_SILU: {
         float s = sigmoidf_ref(x);
         return dy * s * (1.0f + x * (1.0f - s));
@@ -69,6 +74,7 @@ typedef struct act_ctx {
     float alpha;
     const float *x, *y, *dy;
     float *out;
+    float *g;   /* grad_fwd: the input on entry, act' of it on return */
 } act_ctx;
 
 static void fwd_chunk_ref(void *vctx, size_t b, size_t e, int chunk, int tid)
@@ -86,6 +92,26 @@ static void bwd_chunk_ref(void *vctx, size_t b, size_t e, int chunk, int tid)
     for (size_t i = b; i < e; i++)
         c->out[i] = act_grad_ref(c->act, c->alpha, c->x ? c->x[i] : 0.0f, c->y ? c->y[i] : 0.0f,
                                  c->dy[i]);
+}
+
+static void grad_fwd_chunk_ref(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const act_ctx *c = vctx;
+    for (size_t i = b; i < e; i++) {
+        float x = c->g[i];
+        c->out[i] = act_ref(c->act, c->alpha, x);
+        c->g[i] = gelu_factor_ref(c->act, x);
+    }
+}
+
+/* dx = dy * g: the backward with the factor kept (dx may alias dy or g). */
+static void mul_chunk_ref(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const act_ctx *c = vctx;
+    for (size_t i = b; i < e; i++)
+        c->out[i] = c->dy[i] * c->x[i];
 }
 
 
@@ -158,12 +184,33 @@ static CPU_AVX2 inline V gelu8(V x)
                          _mm256_add_ps(SET1(1.0f), erf8(_mm256_mul_ps(x, SET1(INV_SQRT2)))));
 }
 
-static CPU_AVX2 inline V gelu_grad8(V x, V dy)
+/* gelu8(x) and, in *f, the factor gelu_grad8 multiplies dy by: one
+ * error function and one exponential for both. */
+static CPU_AVX2 inline V gelu_factor8(V x, V *f)
 {
     V ex, erf = erf8_e(_mm256_mul_ps(x, SET1(INV_SQRT2)), &ex);
     V cdf = _mm256_mul_ps(SET1(0.5f), _mm256_add_ps(SET1(1.0f), erf));
     V pdf = _mm256_mul_ps(SET1(INV_SQRT_2PI), ex);
-    return _mm256_mul_ps(dy, _mm256_fmadd_ps(x, pdf, cdf));
+    *f = _mm256_fmadd_ps(x, pdf, cdf);
+    return _mm256_mul_ps(_mm256_mul_ps(SET1(0.5f), x), _mm256_add_ps(SET1(1.0f), erf));
+}
+
+static CPU_AVX2 inline V gelu_grad8(V x, V dy)
+{
+    V f;
+    gelu_factor8(x, &f);
+    return _mm256_mul_ps(dy, f);
+}
+
+/* The tanh GELU of x and, in *f, its backward's factor. */
+static CPU_AVX2 inline V gelu_tanh_factor8(V x, V *f)
+{
+    V half = SET1(0.5f), one = SET1(1.0f), omt2;
+    V t = tanh8_omt2(gelu_tanh_u8(x), &omt2);
+    V du = _mm256_mul_ps(SET1(GELU_K0), _mm256_fmadd_ps(SET1(3.0f * GELU_K1), _mm256_mul_ps(x, x), one));
+    V g = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(half, x), omt2), du);
+    *f = _mm256_fmadd_ps(half, _mm256_add_ps(one, t), g);
+    return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, t));
 }
 
 /* x <= 0 lanes (or NaN: the compare is ordered) get a*alpha, others a. */
@@ -191,17 +238,15 @@ static CPU_AVX2 V fwd8(cdl_act act, float alpha, V x)
 
 static CPU_AVX2 V bwd8(cdl_act act, float alpha, V x, V y, V dy)
 {
-    V half = SET1(0.5f), one = SET1(1.0f);
+    V one = SET1(1.0f);
     switch (act) {
     case CDL_ACT_RELU:
         return _mm256_and_ps(dy, _mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ));
     case CDL_ACT_GELU: return gelu_grad8(x, dy);
     case CDL_ACT_GELU_TANH: {
-        V omt2;
-        V t = tanh8_omt2(gelu_tanh_u8(x), &omt2);
-        V du = _mm256_mul_ps(SET1(GELU_K0), _mm256_fmadd_ps(SET1(3.0f * GELU_K1), _mm256_mul_ps(x, x), one));
-        V g = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(half, x), omt2), du);
-        return _mm256_mul_ps(dy, _mm256_fmadd_ps(half, _mm256_add_ps(one, t), g));
+        V f;
+        gelu_tanh_factor8(x, &f);
+        return _mm256_mul_ps(dy, f);
     }
     case CDL_ACT_SILU: {
         V s = sigmoid8(x);
@@ -265,6 +310,38 @@ static CPU_AVX2 void bwd_chunk_avx2(void *vctx, size_t b, size_t e, int chunk, i
     }
     (void)chunk, (void)tid;
 }
+/* y = act(x) and the factor of its backward, for the GELUs: fwd8's and
+ * bwd8's lanes. */
+static CPU_AVX2 inline V fwd_factor8(cdl_act act, V x, V *f)
+{
+    return act == CDL_ACT_GELU ? gelu_factor8(x, f) : gelu_tanh_factor8(x, f);
+}
+
+static CPU_AVX2 void grad_fwd_chunk_avx2(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    const act_ctx *c = vctx;
+    size_t i = b;
+    V f;
+    for (; i + 8 <= e; i += 8) {
+        _mm256_storeu_ps(c->out + i, fwd_factor8(c->act, _mm256_loadu_ps(c->g + i), &f));
+        _mm256_storeu_ps(c->g + i, f);
+    }
+    if (i < e) {
+        __m256i m = tail_mask8(e - i);
+        _mm256_maskstore_ps(c->out + i, m, fwd_factor8(c->act, _mm256_maskload_ps(c->g + i, m), &f));
+        _mm256_maskstore_ps(c->g + i, m, f);
+    }
+    (void)chunk, (void)tid;
+}
+
+static CPU_AVX2 void mul_chunk_avx2(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    const act_ctx *c = vctx;
+    size_t i = b;
+    for (; i + 8 <= e; i += 8)
+        _mm256_storeu_ps(c->out + i, _mm256_mul_ps(_mm256_loadu_ps(c->dy + i), _mm256_loadu_ps(c->x + i)));
+    mul_chunk_ref(vctx, i, e, chunk, tid);
+}
 #undef V
 #undef SET1
 
@@ -313,20 +390,39 @@ static CPU_AVX512 void gelu_fwd_chunk_avx512(void *vctx, size_t b, size_t e, int
     fwd_chunk_avx2(vctx, i, e, chunk, tid);
 }
 
+/* gelu_factor8's lanes: the GELU of x, and its backward's factor in *f. */
+static CPU_AVX512 inline V5 gelu_factor16(V5 x, V5 *f)
+{
+    V5 half = S5(0.5f), one = S5(1.0f);
+    V5 ex, erf = erf16_e(_mm512_mul_ps(x, S5(INV_SQRT2)), &ex);
+    V5 cdf = _mm512_mul_ps(half, _mm512_add_ps(one, erf));
+    V5 pdf = _mm512_mul_ps(S5(INV_SQRT_2PI), ex);
+    *f = _mm512_fmadd_ps(x, pdf, cdf);
+    return _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_add_ps(one, erf));
+}
+
 static CPU_AVX512 void gelu_bwd_chunk_avx512(void *vctx, size_t b, size_t e, int chunk, int tid)
 {
     const act_ctx *c = vctx;
-    V5 half = S5(0.5f), one = S5(1.0f);
     size_t i = b;
     for (; i + 16 <= e; i += 16) {
-        V5 x = _mm512_loadu_ps(c->x + i);
-        V5 ex, erf = erf16_e(_mm512_mul_ps(x, S5(INV_SQRT2)), &ex);
-        V5 cdf = _mm512_mul_ps(half, _mm512_add_ps(one, erf));
-        V5 pdf = _mm512_mul_ps(S5(INV_SQRT_2PI), ex);
-        _mm512_storeu_ps(c->out + i, _mm512_mul_ps(_mm512_loadu_ps(c->dy + i),
-                                                   _mm512_fmadd_ps(x, pdf, cdf)));
+        V5 f;
+        gelu_factor16(_mm512_loadu_ps(c->x + i), &f);
+        _mm512_storeu_ps(c->out + i, _mm512_mul_ps(_mm512_loadu_ps(c->dy + i), f));
     }
     bwd_chunk_avx2(vctx, i, e, chunk, tid);
+}
+
+static CPU_AVX512 void gelu_grad_fwd_chunk_avx512(void *vctx, size_t b, size_t e, int chunk, int tid)
+{
+    const act_ctx *c = vctx;
+    size_t i = b;
+    for (; i + 16 <= e; i += 16) {
+        V5 f, y = gelu_factor16(_mm512_loadu_ps(c->g + i), &f);
+        _mm512_storeu_ps(c->out + i, y);
+        _mm512_storeu_ps(c->g + i, f);
+    }
+    grad_fwd_chunk_avx2(vctx, i, e, chunk, tid);
 }
 #undef V5
 #undef S5
@@ -387,4 +483,59 @@ void cpu_act_bwd_range(cdl_act act, float alpha, const float *x, const float *y,
 {
     act_ctx c = {.act = act, .alpha = alpha, .x = x, .y = y, .dy = dy, .out = dx};
     bwd_fn(act, x)(&c, b, e, 0, 0);
+}
+
+/* The GELUs' forward with the backward's factor kept (linear_act_grad_fwd),
+ * and the backward that multiplies by it (linear_mul_bwd): the lanes of
+ * fwd_fn's and bwd_fn's kernels, so the bits of act_fwd and act_bwd. */
+static pool_fn grad_fwd_fn(cdl_act act)
+{
+    pool_fn fn = grad_fwd_chunk_ref;
+#if CPU_X86
+    if (cpu_has_avx2())
+        fn = grad_fwd_chunk_avx2;
+    if (act == CDL_ACT_GELU && cpu_has_avx512())
+        fn = gelu_grad_fwd_chunk_avx512;
+#else
+    (void)act;
+#endif
+    return fn;
+}
+
+static pool_fn mul_fn(void)
+{
+#if CPU_X86
+    if (cpu_has_avx2())
+        return mul_chunk_avx2;
+#endif
+    return mul_chunk_ref;
+}
+
+int cpu_act_keeps_factor(cdl_act act)
+{
+    return act == CDL_ACT_GELU || act == CDL_ACT_GELU_TANH;
+}
+
+void cpu_act_grad_fwd(cdl_backend *be, cdl_act act, float alpha, size_t n, float *g, float *y)
+{
+    act_ctx c = {.act = act, .alpha = alpha, .g = g, .out = y};
+    pool_for(cpu_pool(be), n, CPU_ELT_GRAIN / 4, grad_fwd_fn(act), &c);
+}
+
+void cpu_act_grad_fwd_range(cdl_act act, float alpha, float *g, float *y, size_t b, size_t e)
+{
+    act_ctx c = {.act = act, .alpha = alpha, .g = g, .out = y};
+    grad_fwd_fn(act)(&c, b, e, 0, 0);
+}
+
+void cpu_act_mul(cdl_backend *be, size_t n, const float *g, const float *dy, float *dx)
+{
+    act_ctx c = {.x = g, .dy = dy, .out = dx};
+    pool_for(cpu_pool(be), n, CPU_ELT_GRAIN, mul_fn(), &c);
+}
+
+void cpu_act_mul_range(const float *g, const float *dy, float *dx, size_t b, size_t e)
+{
+    act_ctx c = {.x = g, .dy = dy, .out = dx};
+    mul_fn()(&c, b, e, 0, 0);
 }

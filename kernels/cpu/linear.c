@@ -50,19 +50,21 @@ typedef struct linear_ctx {
 } linear_ctx;
 
 /* The elementwise step a fused op makes on a product's finished rows
- * (backend.h: linear_act_fwd, linear_add_fwd, linear_act_bwd). Rows are
+ * (backend.h: linear_act_fwd, linear_add_fwd, linear_act_bwd,
+ * linear_act_grad_fwd, linear_mul_bwd). Rows are
  * whole (cols a multiple of 16 on the fast paths), so the ranges start and
  * end on multiples of 16 floats and cpu_act_*_range gives act_fwd's and
  * act_bwd's bits, and cpu_add_range add's. */
-enum { LIN_EPI_ACT_FWD, LIN_EPI_ADD, LIN_EPI_ACT_BWD };
+enum { LIN_EPI_ACT_FWD, LIN_EPI_ADD, LIN_EPI_ACT_BWD, LIN_EPI_GRAD_FWD, LIN_EPI_MUL };
 
 struct lin_epi {
     int kind;
     cdl_act act;
     float alpha;
-    const float *src;   /* ADD: the residual r; ACT_BWD: the activation's input */
+    const float *src;   /* ADD: the residual r; ACT_BWD: the activation's input;
+                         * MUL: the kept factor g */
     const float *aux;   /* ACT_BWD: the activation's output (the product's x) */
-    float *out;         /* ACT_FWD: act(y) */
+    float *out;         /* ACT_FWD, GRAD_FWD: act(y) (GRAD_FWD: y becomes g) */
 };
 
 void lin_epi_rows(const lin_epi *ep, float *C, int cols, int r0, int r1)
@@ -77,6 +79,12 @@ void lin_epi_rows(const lin_epi *ep, float *C, int cols, int r0, int r1)
         break;
     case LIN_EPI_ACT_BWD:
         cpu_act_bwd_range(ep->act, ep->alpha, ep->src, ep->aux, C, C, b, e);
+        break;
+    case LIN_EPI_GRAD_FWD:
+        cpu_act_grad_fwd_range(ep->act, ep->alpha, C, ep->out, b, e);
+        break;
+    case LIN_EPI_MUL:
+        cpu_act_mul_range(ep->src, C, C, b, e);
         break;
     }
 }
@@ -445,15 +453,35 @@ void cpu_linear_fwd(cdl_backend *be, int n, int in, int out, const float *x,
     linear_fwd_ep(be, n, in, out, x, w, b, y, ws, NULL);
 }
 
+/* The product and its activation (kind LIN_EPI_ACT_FWD, or
+ * LIN_EPI_GRAD_FWD: y becomes the factor), fused where the fast path runs,
+ * else the two ops one after the other. */
+static void linear_act_fwd_kind(cdl_backend *be, int kind, int n, int in, int out,
+                                const float *x, const float *w, const float *b, cdl_act act,
+                                float alpha, float *y, float *ay, float *ws)
+{
+    lin_epi ep = {.kind = kind, .act = act, .alpha = alpha, .out = ay};
+    if (linear_fwd_ep(be, n, in, out, x, w, b, y, ws, &ep))
+        return;
+    cpu_linear_fwd(be, n, in, out, x, w, b, y, ws);
+    if (kind == LIN_EPI_GRAD_FWD)
+        cpu_act_grad_fwd(be, act, alpha, (size_t)n * (size_t)out, y, ay);
+    else
+        cpu_act_fwd(be, act, alpha, (size_t)n * (size_t)out, y, ay);
+}
+
 void cpu_linear_act_fwd(cdl_backend *be, int n, int in, int out, const float *x,
                         const float *w, const float *b, cdl_act act, float alpha, float *y,
                         float *ay, float *ws)
 {
-    lin_epi ep = {.kind = LIN_EPI_ACT_FWD, .act = act, .alpha = alpha, .out = ay};
-    if (!linear_fwd_ep(be, n, in, out, x, w, b, y, ws, &ep)) {
-        cpu_linear_fwd(be, n, in, out, x, w, b, y, ws);
-        cpu_act_fwd(be, act, alpha, (size_t)n * (size_t)out, y, ay);
-    }
+    linear_act_fwd_kind(be, LIN_EPI_ACT_FWD, n, in, out, x, w, b, act, alpha, y, ay, ws);
+}
+
+void cpu_linear_act_grad_fwd(cdl_backend *be, int n, int in, int out, const float *x,
+                             const float *w, const float *b, cdl_act act, float alpha, float *g,
+                             float *ay, float *ws)
+{
+    linear_act_fwd_kind(be, LIN_EPI_GRAD_FWD, n, in, out, x, w, b, act, alpha, g, ay, ws);
 }
 
 void cpu_linear_add_fwd(cdl_backend *be, int n, int in, int out, const float *x,
@@ -550,6 +578,18 @@ void cpu_linear_act_bwd(cdl_backend *be, int n, int in, int out, const float *x,
         cpu_linear_bwd(be, n, in, out, x, w, dy, dx, dw, db, ws);
         if (dx)
             cpu_act_bwd(be, act, alpha, (size_t)n * (size_t)in, ax, x, dx, dx);
+    }
+}
+
+void cpu_linear_mul_bwd(cdl_backend *be, int n, int in, int out, const float *x, const float *w,
+                        const float *dy, const float *g, float *dx, float *dw, float *db,
+                        float *ws)
+{
+    lin_epi ep = {.kind = LIN_EPI_MUL, .src = g};
+    if (!linear_bwd_ep(be, n, in, out, x, w, dy, dx, dw, db, dx ? &ep : NULL)) {
+        cpu_linear_bwd(be, n, in, out, x, w, dy, dx, dw, db, ws);
+        if (dx)
+            cpu_act_mul(be, (size_t)n * (size_t)in, g, dx, dx);
     }
 }
 

@@ -446,6 +446,24 @@ typedef struct cdl_backend_ops {
      * that enqueue work beside them (NCCL in lib/dist) use it to create
      * their streams, events and communicators on the same GPU. */
     int (*device_index)(cdl_backend *be);
+    /* Optional (NULL: linear_act_fwd and linear_act_bwd, the activation's
+     * input kept for its backward): the same pair keeping, in place of
+     * the activation's input, the factor its backward multiplies dy by.
+     * For the activations whose backward is dy times a function of their
+     * input alone: CDL_ACT_GELU and CDL_ACT_GELU_TANH (the MLP of a GPT).
+     *   linear_act_grad_fwd: y = x w^T + b, ay (n,out) = act(y) and g
+     *     (n,out) = act'(y), the bits of linear_act_fwd's ay and of the
+     *     factor act_bwd applies at y;
+     *   linear_mul_bwd: as linear_bwd, with dx (n,in) = (dy w) * g
+     *     elementwise, g (n,in) from linear_act_grad_fwd of the layer
+     *     before: the bits of linear_act_bwd on that activation.
+     * The backward then evaluates no exponential or error function. */
+    void (*linear_act_grad_fwd)(cdl_backend *be, int n, int in, int out, const float *x,
+                                const float *w, const float *b, cdl_act act, float alpha,
+                                float *g, float *ay, float *ws);
+    void (*linear_mul_bwd)(cdl_backend *be, int n, int in, int out, const float *x,
+                           const float *w, const float *dy, const float *g, float *dx,
+                           float *dw, float *db, float *ws);
 } cdl_backend_ops;
 
 /* Step mark slots a backend with marks keeps. */

@@ -50,6 +50,9 @@ typedef struct layer {
                                     * that is its input (linear_act_bwd) */
     int fwd_by_linear;             /* activation, add: forward made by the linear before */
     int bwd_by_linear;             /* activation: backward made by the linear after */
+    int keeps_factor;              /* activation made and differentiated by those two
+                                    * linears: its input buffer holds act' of the input
+                                    * (linear_act_grad_fwd, linear_mul_bwd) */
     int dx_acc;                    /* layernorm, not its input's last reader: its backward
                                     * adds dx onto the input's dy itself
                                     * (layernorm_bwd_acc), not through tmp */

@@ -264,6 +264,18 @@ static void plan_linear_eps(cdl_model *m)
         if (A && op->linear_act_bwd && is_act(A->s->kind) && A->ncons == 1 && A->need_grad)
             L->bwd_act = A->bwd_by_linear = 1;
     }
+    /* An activation between two such linears whose backward is dy times a
+     * function of its input alone (the GELUs) needs that input only for
+     * the factor: the first linear keeps the factor in its place, the
+     * second multiplies by it (the same bits; no exponential or error
+     * function in the backward). */
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *A = &m->layers[i];
+        cdl_layer_kind k = A->s->kind;
+        if (A->fwd_by_linear && A->bwd_by_linear && k == CDL_LAYER_GELU &&
+            op->linear_act_grad_fwd && op->linear_mul_bwd)
+            A->keeps_factor = 1;
+    }
 }
 
 /* An add's input read by other layers too (a residual stream: the block's

@@ -98,8 +98,12 @@ static void linear_forward(cdl_model *m, layer *L, int n, const float *x)
     const float *w = param(m, L->wview), *b = param(m, L->bview);
     if (L->fuse_act) {
         const layer *A = &m->layers[L->last_reader];
-        be->ops->linear_act_fwd(be, rows, in, out, x, w, b, act_of(A->s), A->s->slope, L->y, A->y,
-                                m->ws);
+        if (A->keeps_factor)   /* L->y: the factor of A's backward */
+            be->ops->linear_act_grad_fwd(be, rows, in, out, x, w, b, act_of(A->s), A->s->slope,
+                                         L->y, A->y, m->ws);
+        else
+            be->ops->linear_act_fwd(be, rows, in, out, x, w, b, act_of(A->s), A->s->slope, L->y,
+                                    A->y, m->ws);
     } else if (L->fuse_res) {   /* L->y is the add's */
         const layer *R = &m->layers[L->last_reader];
         const float *r = model_in(m, R, R->in[0] == L - m->layers ? 1 : 0);
@@ -368,9 +372,15 @@ void cdl_model_backward(cdl_model *m, const float *dlogits_dev, cdl_grad_ready_f
             if (L->bwd_act) {   /* dx through the activation before it, to its input */
                 layer *A = &m->layers[L->in[0]];
                 float *adx = dx_target(m, A, L->in[0], 0);
-                op->linear_act_bwd(be, n * L->rows, L->feat_in, L->s->out, x, param(m, L->wview),
-                                   dy, act_of(A->s), A->s->slope, model_in(m, A, 0), adx,
-                                   grad(m, L->wview), grad(m, L->bview), m->ws);
+                if (A->keeps_factor)   /* A's input buffer holds its factor */
+                    op->linear_mul_bwd(be, n * L->rows, L->feat_in, L->s->out, x,
+                                       param(m, L->wview), dy, model_in(m, A, 0), adx,
+                                       grad(m, L->wview), grad(m, L->bview), m->ws);
+                else
+                    op->linear_act_bwd(be, n * L->rows, L->feat_in, L->s->out, x,
+                                       param(m, L->wview), dy, act_of(A->s), A->s->slope,
+                                       model_in(m, A, 0), adx, grad(m, L->wview),
+                                       grad(m, L->bview), m->ws);
                 finish_dx(m, A, 0, adx, (size_t)n * A->in_numel);
                 dx = NULL;
                 break;

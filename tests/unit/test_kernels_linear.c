@@ -189,7 +189,10 @@ static void test_linear_avx512_equals_avx2(void **state)
 
 /* linear_act_fwd, linear_add_fwd and linear_act_bwd against linear_fwd /
  * linear_bwd followed by act_fwd, add and act_bwd on the same backend:
- * bitwise equal (the same elementwise code on whole rows). */
+ * bitwise equal (the same elementwise code on whole rows). For the GELUs
+ * also linear_act_grad_fwd (ay as act_fwd's; g as the factor act_bwd
+ * applies: its dx for dy = 1) and linear_mul_bwd from that factor (as
+ * linear_act_bwd). */
 static void check_fused(cdl_backend *be, int n, int in, int out, cdl_act act, uint64_t seed)
 {
     const cdl_backend_ops *op = be->ops;
@@ -228,6 +231,38 @@ static void check_fused(cdl_backend *be, int n, int in, int out, cdl_act act, ui
     memset(dw2, 0, nw * sizeof *dw2);
     op->linear_act_bwd(be, n, in, out, x, v.w.f, v.dy.f, act, 0.01f, ax.f, NULL, dw2, db2, ws);
     assert_memory_equal(dw1, dw2, nw * sizeof *dw1);
+
+    if (act == CDL_ACT_GELU || act == CDL_ACT_GELU_TANH) {
+        assert_non_null(op->linear_act_grad_fwd);
+        assert_non_null(op->linear_mul_bwd);
+        /* Forward: a1 = act(y1); the factor at y1 is act_bwd's dx for dy = 1. */
+        float *ones = cdl_calloc(ny > nx ? ny : nx, sizeof *ones);
+        float *f1 = cdl_calloc(ny, sizeof *f1);
+        for (size_t i = 0; i < (ny > nx ? ny : nx); i++)
+            ones[i] = 1.0f;
+        op->act_fwd(be, act, 0.01f, ny, y1, a1);
+        op->act_bwd(be, act, 0.01f, ny, y1, a1, ones, f1);
+        memset(a2, 0, ny * sizeof *a2);
+        op->linear_act_grad_fwd(be, n, in, out, v.x.f, v.w.f, v.b.f, act, 0.01f, y2, a2, ws);
+        assert_memory_equal(a1, a2, ny * sizeof *a1);
+        assert_memory_equal(f1, y2, ny * sizeof *f1);
+        /* Backward from the factor at ax: linear_act_bwd's bits (dx1, dw1, db1). */
+        float *g = cdl_calloc(nx, sizeof *g);
+        op->act_bwd(be, act, 0.01f, nx, ax.f, x, ones, g);
+        memset(dx2, 0, nx * sizeof *dx2);
+        memset(dw2, 0, nw * sizeof *dw2);
+        memset(db2, 0, (size_t)out * sizeof *db2);
+        op->linear_mul_bwd(be, n, in, out, x, v.w.f, v.dy.f, g, dx2, dw2, db2, ws);
+        assert_memory_equal(dx1, dx2, nx * sizeof *dx1);
+        assert_memory_equal(dw1, dw2, nw * sizeof *dw1);
+        assert_memory_equal(db1, db2, (size_t)out * sizeof *db1);
+        memset(dw2, 0, nw * sizeof *dw2);
+        op->linear_mul_bwd(be, n, in, out, x, v.w.f, v.dy.f, g, NULL, dw2, db2, ws);
+        assert_memory_equal(dw1, dw2, nw * sizeof *dw1);
+        cdl_free(g);
+        cdl_free(f1);
+        cdl_free(ones);
+    }
 
     cdl_free(x);
     cdl_free(dx1);

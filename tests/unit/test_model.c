@@ -798,7 +798,7 @@ static int count_linear_eps(const cdl_model *m)
     int fused = 0;
     for (int i = 0; i < m->nlayers; i++)
         fused += m->layers[i].fuse_act + m->layers[i].fuse_res + m->layers[i].bwd_act +
-                 m->layers[i].dx_acc;
+                 m->layers[i].dx_acc + m->layers[i].keeps_factor;
     return fused;
 }
 
@@ -808,11 +808,14 @@ static void strip_linear_eps(cdl_backend_ops *ops)
     ops->linear_add_fwd = NULL;
     ops->linear_act_bwd = NULL;
     ops->layernorm_bwd_acc = NULL;
+    ops->linear_act_grad_fwd = NULL;
+    ops->linear_mul_bwd = NULL;
 }
 
 /* The GPT's products fused with their GELU and residual adds
  * (plan_linear_eps: per block c_fc's GELU forward, c_proj's dx through it,
- * both projections' adds: 4) and its layer norms adding their dx onto the
+ * both projections' adds, and the GELU's factor kept in place of its
+ * input between the two: 5) and its layer norms adding their dx onto the
  * residual stream's gradient (plan_dx_acc: ln_1, ln_2, not ln_f: 2 per
  * block) give the bits of the separate ops: logits, every gradient and
  * the evaluation forward, on 1 and (stripped) 2 threads. n_embd 48: the
@@ -837,7 +840,7 @@ static void test_linear_fusion_bitwise(void **state)
         labels[i] = (i * 5 + 1) % V;
     }
     step_bits(&spec, in, N, ids, N * T, V, labels, be2, count_linear_eps,
-              (const int[2]){2 * (4 + 2), 0});
+              (const int[2]){2 * (5 + 2), 0});
     cdl_backend_destroy(be2);
 }
 

@@ -310,6 +310,7 @@ static CPU_AVX2 void bwd_chunk_avx2(void *vctx, size_t b, size_t e, int chunk, i
     }
     (void)chunk, (void)tid;
 }
+
 /* y = act(x) and the factor of its backward, for the GELUs: fwd8's and
  * bwd8's lanes. */
 static CPU_AVX2 inline V fwd_factor8(cdl_act act, V x, V *f)
@@ -509,11 +510,6 @@ static pool_fn mul_fn(void)
         return mul_chunk_avx2;
 #endif
     return mul_chunk_ref;
-}
-
-int cpu_act_keeps_factor(cdl_act act)
-{
-    return act == CDL_ACT_GELU || act == CDL_ACT_GELU_TANH;
 }
 
 void cpu_act_grad_fwd(cdl_backend *be, cdl_act act, float alpha, size_t n, float *g, float *y)

@@ -142,11 +142,11 @@ void cpu_act_bwd(cdl_backend *be, cdl_act act, float alpha, size_t n, const floa
 void cpu_act_fwd_range(cdl_act act, float alpha, const float *x, float *y, size_t b, size_t e);
 void cpu_act_bwd_range(cdl_act act, float alpha, const float *x, const float *y, const float *dy,
                        float *dx, size_t b, size_t e);
-/* The GELUs (cpu_act_keeps_factor) with their backward's factor kept: on
- * entry g holds x; on return y = act(x) and g the factor act_bwd would
- * multiply dy by at x, each with act_fwd's and act_bwd's bits; act_mul is
- * that backward from the kept factor, dx = dy * g (dx may alias dy). */
-int cpu_act_keeps_factor(cdl_act act);
+/* The GELUs (CDL_ACT_GELU, CDL_ACT_GELU_TANH) with their backward's
+ * factor kept: on entry g holds x; on return y = act(x) and g the factor
+ * act_bwd would multiply dy by at x, each with act_fwd's and act_bwd's
+ * bits; act_mul is that backward from the kept factor, dx = dy * g (dx may
+ * alias dy). */
 void cpu_act_grad_fwd(cdl_backend *be, cdl_act act, float alpha, size_t n, float *g, float *y);
 void cpu_act_grad_fwd_range(cdl_act act, float alpha, float *g, float *y, size_t b, size_t e);
 void cpu_act_mul(cdl_backend *be, size_t n, const float *g, const float *dy, float *dx);

@@ -812,6 +812,18 @@ static void strip_linear_eps(cdl_backend_ops *ops)
     ops->linear_mul_bwd = NULL;
 }
 
+/* A CPU backend of 2 threads without the fused products (its table:
+ * *ops, which must outlive it). */
+static cdl_backend *plain_linear_backend(cdl_backend_ops *ops)
+{
+    cdl_backend *be2 = cdl_backend_cpu_create(2);
+    assert_non_null(be2);
+    *ops = *be2->ops;
+    strip_linear_eps(ops);
+    be2->ops = ops;
+    return be2;
+}
+
 /* The GPT's products fused with their GELU and residual adds
  * (plan_linear_eps: per block c_fc's GELU forward, c_proj's dx through it,
  * both projections' adds, and the GELU's factor kept in place of its
@@ -825,11 +837,7 @@ static void test_linear_fusion_bitwise(void **state)
     (void)state;
     enum { N = 3, T = 8, V = 16 };
     static cdl_backend_ops plain_ops;
-    cdl_backend *be2 = cdl_backend_cpu_create(2);
-    assert_non_null(be2);
-    plain_ops = *be2->ops;
-    strip_linear_eps(&plain_ops);
-    be2->ops = &plain_ops;
+    cdl_backend *be2 = plain_linear_backend(&plain_ops);
     cdl_shape in = {T, 1, 1};
     cdl_model_spec spec;
     assert_int_equal(cdl_spec_builtin("gpt:n_layer=2,n_head=3,n_embd=48", in, V, &spec), 0);
@@ -841,6 +849,35 @@ static void test_linear_fusion_bitwise(void **state)
     }
     step_bits(&spec, in, N, ids, N * T, V, labels, be2, count_linear_eps,
               (const int[2]){2 * (5 + 2), 0});
+    cdl_backend_destroy(be2);
+}
+
+static int count_kept_factors(const cdl_model *m)
+{
+    int kept = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        kept += m->layers[i].keeps_factor;
+    return kept;
+}
+
+/* A GELU between two fused products keeps its backward's factor in place
+ * of its input (both forms; linear_act_grad_fwd, linear_mul_bwd); one
+ * whose backward is not fused (a dropout before the next product) keeps
+ * its input. Logits, gradients and the evaluation forward: the bits of the
+ * separate ops, on 1 and (stripped) 2 threads. Widths of 16: the fast
+ * products. */
+static void test_gelu_factor_bitwise(void **state)
+{
+    (void)state;
+    static cdl_backend_ops plain_ops;
+    cdl_backend *be2 = plain_linear_backend(&plain_ops);
+    cdl_shape in = {1, 4, 8};
+    cdl_model_spec spec;
+    assert_int_equal(cdl_spec_parse("flatten\nlinear 48\ngelu approximate=tanh\nlinear 32\n"
+                                    "gelu\nlinear 16\ngelu\ndropout 0.25\nlinear 10\n",
+                                    "gelu.spec", &spec),
+                     0);
+    same_step_bits(&spec, in, 7, 10, be2, count_kept_factors, (const int[2]){2, 0});
     cdl_backend_destroy(be2);
 }
 
@@ -1167,6 +1204,7 @@ int main(void)
         cmocka_unit_test(test_add_relu_fusion_bitwise),
         cmocka_unit_test(test_deferred_fanout_bitwise),
         cmocka_unit_test(test_linear_fusion_bitwise),
+        cmocka_unit_test(test_gelu_factor_bitwise),
         cmocka_unit_test(test_bn_add_fusion_bitwise),
         cmocka_unit_test(test_finite_differences_add_relu),
         cmocka_unit_test(test_deterministic_and_overwrites),

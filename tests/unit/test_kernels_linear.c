@@ -256,9 +256,13 @@ static void check_fused(cdl_backend *be, int n, int in, int out, cdl_act act, ui
         assert_memory_equal(dx1, dx2, nx * sizeof *dx1);
         assert_memory_equal(dw1, dw2, nw * sizeof *dw1);
         assert_memory_equal(db1, db2, (size_t)out * sizeof *db1);
-        memset(dw2, 0, nw * sizeof *dw2);
-        op->linear_mul_bwd(be, n, in, out, x, v.w.f, v.dy.f, g, NULL, dw2, db2, ws);
-        assert_memory_equal(dw1, dw2, nw * sizeof *dw1);
+        /* No dx: linear_bwd's own path (under valgrind, on the small
+         * shapes only). */
+        if (test_size(1, nx < 2048)) {
+            memset(dw2, 0, nw * sizeof *dw2);
+            op->linear_mul_bwd(be, n, in, out, x, v.w.f, v.dy.f, g, NULL, dw2, db2, ws);
+            assert_memory_equal(dw1, dw2, nw * sizeof *dw1);
+        }
         cdl_free(g);
         cdl_free(f1);
         cdl_free(ones);

@@ -261,20 +261,17 @@ static void plan_linear_eps(cdl_model *m)
          * later. */
         int a = L->in[0];
         layer *A = a >= 0 && a == i - 1 ? &m->layers[a] : NULL;
-        if (A && op->linear_act_bwd && is_act(A->s->kind) && A->ncons == 1 && A->need_grad)
+        if (A && op->linear_act_bwd && is_act(A->s->kind) && A->ncons == 1 && A->need_grad) {
             L->bwd_act = A->bwd_by_linear = 1;
-    }
-    /* An activation between two such linears whose backward is dy times a
-     * function of its input alone (the GELUs) needs that input only for
-     * the factor: the first linear keeps the factor in its place, the
-     * second multiplies by it (the same bits; no exponential or error
-     * function in the backward). */
-    for (int i = 0; i < m->nlayers; i++) {
-        layer *A = &m->layers[i];
-        cdl_layer_kind k = A->s->kind;
-        if (A->fwd_by_linear && A->bwd_by_linear && k == CDL_LAYER_GELU &&
-            op->linear_act_grad_fwd && op->linear_mul_bwd)
-            A->keeps_factor = 1;
+            /* Made by the linear before it too (planned earlier in this
+             * loop) and its backward dy times a function of its input
+             * alone (the GELUs): that input is needed only for the factor,
+             * which the first linear keeps in its place and this one
+             * multiplies by (the same bits; no exponential or error
+             * function in the backward). */
+            A->keeps_factor = A->fwd_by_linear && A->s->kind == CDL_LAYER_GELU &&
+                              op->linear_act_grad_fwd && op->linear_mul_bwd;
+        }
     }
 }
 

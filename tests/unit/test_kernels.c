@@ -863,9 +863,9 @@ static void test_adam_matches_torch(void **state)
     }
 }
 
-/* The AVX2 paths of AdamW, SGD and of linear's bias gradient do the portable
- * loops' operations in the same order: their bits must be equal (odd sizes,
- * so the scalar tails run too). */
+/* The AVX2 paths of AdamW, SGD, of linear's bias gradient and of sumsq do
+ * the portable loops' operations in the same order: their bits must be
+ * equal (odd sizes, so the scalar tails run too). */
 static void test_simd_paths_equal_portable(void **state)
 {
     (void)state;
@@ -928,6 +928,12 @@ static void test_simd_paths_equal_portable(void **state)
         be->ops->linear_bwd(be, rows, in, out, x.f, w.f, dy.f, NULL, dw, db[off], NULL);
     }
     assert_memory_equal(db[0], db[1], out * sizeof(float));
+    double ss[2];
+    for (int off = 0; off <= 1; off++) {
+        cpu_disable_avx512(off);
+        ss[off] = be->ops->sumsq(be, p0.f, n);
+    }
+    assert_memory_equal(&ss[0], &ss[1], sizeof ss[0]);
     cpu_disable_avx512(!simd_before);
     pair *all[] = {&p0, &g, &m0, &v0, &x, &w, &dy};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

@@ -184,15 +184,15 @@ void lin512_rows(int r0, int r1, int K, const float *A, size_t lda, const float 
     }
 }
 
-void lin512_dw_rows(int o0, int o1, int n, int in, int out, const float *dy, const float *x,
-                    float *dw)
+void lin512_dw_rows(int o0, int o1, int j0, int j1, int n, int in, int out, const float *dy,
+                    const float *x, float *dw)
 {
     size_t ldx = (size_t)in, ldy = (size_t)out;
     for (int k0 = 0; k0 < n; k0 += L5_KCW) {
         int kk = n - k0 < L5_KCW ? n - k0 : L5_KCW, start = k0 ? L5_LOAD : L5_ZERO;
         const float *dyk = dy + (size_t)k0 * ldy, *xk = x + (size_t)k0 * ldx;
-        for (int j = 0; j < in; j += 48) {   /* x's strip (kk x 48) stays in L1 */
-            int nv = l5_width(in, j);
+        for (int j = j0; j < j1; j += 48) {   /* x's strip (kk x 48) stays in L1 */
+            int nv = l5_width(j1, j);
             for (int o = o0; o < o1;) {
                 int rows, h = l5_height(o1 - o, &rows);
                 l5_cols_tab[h][nv - 1](kk, dyk + o, ldy, xk + j, 16, ldx, dw + (size_t)o * ldx + j,

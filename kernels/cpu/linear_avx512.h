@@ -22,9 +22,9 @@ void lin_epi_rows(const lin_epi *ep, float *C, int cols, int r0, int r1);
 void lin512_rows(int r0, int r1, int K, const float *A, size_t lda, const float *B, size_t bstep,
                  size_t ldb, float *C, int cols, const float *bias, const lin_epi *ep);
 
-/* dw rows [o0, o1) (in columns) = dy^T x over the n batch rows (dy is
- * n x out, x is n x in). */
-void lin512_dw_rows(int o0, int o1, int n, int in, int out, const float *dy, const float *x,
-                    float *dw);
+/* dw rows [o0, o1), columns [j0, j1) (multiples of 16, or in) = dy^T x
+ * over the n batch rows (dy is n x out, x is n x in). */
+void lin512_dw_rows(int o0, int o1, int j0, int j1, int n, int in, int out, const float *dy,
+                    const float *x, float *dw);
 
 #endif

@@ -322,11 +322,11 @@ static void lin_rows(int r0, int r1, int K, const float *A, size_t lda, const fl
 
 /* w^T packed for the forward: panel j (columns 16j..16j+15 of w^T, i.e.
  * rows of w) is in x 16, panels one after the other; 8 x 8 blocks through
- * registers, the last in % 8 columns one float at a time. */
-static CPU_AVX2 void lin_pack_wt(const float *w, int in, int out, float *panel)
+ * registers, the last in % 8 columns one float at a time. Panels [p0, p1). */
+static CPU_AVX2 void lin_pack_wt(const float *w, int in, size_t p0, size_t p1, float *panel)
 {
     int in8 = in / 8 * 8;
-    for (int j = 0; j < out; j += LIN_NR) {
+    for (int j = (int)p0 * LIN_NR; j < (int)p1 * LIN_NR; j += LIN_NR) {
         float *p = panel + (size_t)j * in;
         for (int c = 0; c < LIN_NR; c += 8)
             for (int k = 0; k < in8; k += 8)
@@ -336,6 +336,19 @@ static CPU_AVX2 void lin_pack_wt(const float *w, int in, int out, float *panel)
             for (int c = 0; c < LIN_NR; c++)
                 p[(size_t)k * LIN_NR + c] = w[(size_t)(j + c) * in + k];
     }
+}
+
+typedef struct lin_pack_ctx {
+    const float *w;
+    int in;
+    float *panel;
+} lin_pack_ctx;
+
+static void lin_pack_chunk(void *vctx, size_t p0, size_t p1, int chunk, int tid)
+{
+    (void)chunk, (void)tid;
+    const lin_pack_ctx *c = vctx;
+    lin_pack_wt(c->w, c->in, p0, p1, c->panel);
 }
 
 /* Row groups of mr (a tile's rows): chunks split these, so tiles never
@@ -437,7 +450,11 @@ static int linear_fwd_ep(cdl_backend *be, int n, int in, int out, const float *x
     int t = linear_threads(be, n, in, out);
 #if CPU_X86
     if (ws && lin_fast(out)) {
-        lin_pack_wt(w, in, out, ws);
+        /* The packing split over the threads too (w is in memory: Adam
+         * wrote it at the end of the last step), panels of at least 16K floats. */
+        lin_pack_ctx pc = {w, in, ws};
+        pool_for(cpu_pool(be), (size_t)(out / LIN_NR), (size_t)(1024 / in) + 1, lin_pack_chunk,
+                 &pc);
         c.panel = ws;
         c.mr = cpu_has_avx512() ? LIN512_MR : LIN_MR;
         /* POOL_CHUNKS_PER_THREAD chunks per thread, claimed as threads come

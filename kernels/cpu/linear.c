@@ -570,8 +570,7 @@ static int linear_bwd_ep(cdl_backend *be, int n, int in, int out, const float *x
     }
     int t = linear_threads(be, n, in, out);
     linear_ctx c = {.n = n, .in = in, .out = out, .x = x, .w = w, .dy = dy,
-                    .dx = dx, .dw = dw, .db = db, .parts = t,
-                    .dw_by_cols = out < 4 * t && in > out, .ep = ep};
+                    .dx = dx, .dw = dw, .db = db, .parts = t, .ep = ep};
 #if CPU_X86
     if (lin_fast(in)) {   /* dx and dw both have `in` columns */
         c.mr = cpu_has_avx512() ? LIN512_MR : LIN_MR;
@@ -588,6 +587,9 @@ static int linear_bwd_ep(cdl_backend *be, int n, int in, int out, const float *x
 #endif
     if (ep)
         return 0;
+    /* OpenBLAS's products: dw by columns only where its rows are too few
+     * to give every thread a few. */
+    c.dw_by_cols = out < 4 * t && in > out;
     pool_run(cpu_pool(be), (size_t)t, t, linear_bwd_part, &c);
     return 1;
 }
